@@ -1,0 +1,22 @@
+//! The ConnectX (mlx5) device's language as typed Rust: the init segment and health buffer,
+//! command queue entries and mailboxes, every command's input and output, object contexts,
+//! capabilities, work and completion queue entries, event queue entries, doorbell encodings and
+//! memory translation entries.
+//!
+//! Everything here is a layout over bytes with explicit (big-endian) byte order: no I/O, no state.
+//! The driver (`cxdirect`) and the device model (`cxdirect-emu`) both speak through these types
+//! and share nothing else, so a test in which one talks to the other checks two independent
+//! readings of the manual against each other.
+//!
+//! Layouts follow Linux `include/linux/mlx5/mlx5_ifc.h`: each is declared with the [`layout!`]
+//! macro as a table of `field: type @ bit_offset [width]` rows in the header's bit numbering (bit 0
+//! is the most significant bit of the first big-endian dword), so a row can be checked against the
+//! header by eye and by the tests in `hw/tests/`.
+
+#[doc(hidden)]
+pub use paste;
+
+pub mod cq;
+pub mod layout;
+
+pub use layout::{FieldInfo, FieldKind, FieldValue, Layout, LayoutError};
