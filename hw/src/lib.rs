@@ -16,7 +16,22 @@
 #[doc(hidden)]
 pub use paste;
 
+pub mod caps;
+pub mod cmd;
 pub mod cq;
+pub mod doorbell;
+pub mod eq;
+pub mod eqe;
+pub mod cqe;
+pub mod flow;
+pub mod hca;
+pub mod init_seg;
 pub mod layout;
+pub mod mkey;
+pub mod reg;
+pub mod tir;
+pub mod vport;
+pub mod wq;
+pub mod wqe;
 
 pub use layout::{FieldInfo, FieldKind, FieldValue, Layout, LayoutError};

@@ -4,16 +4,37 @@
 #[macro_use]
 mod common;
 
-mod groups {
-    use super::common;
-    use cxdirect_hw::*;
+#[path = "groups/device.rs"]
+mod device;
+#[path = "groups/hca.rs"]
+mod hca;
+#[path = "groups/queues.rs"]
+mod queues;
+#[path = "groups/steering.rs"]
+mod steering;
 
-    pub fn queues() -> usize {
-        check_layouts!(cq::Cqc, cq::CreateCqIn, cq::CreateCqOut, cq::DestroyCqIn)
-    }
+#[test]
+fn hca_layouts_match_reference() {
+    hca::checks();
 }
 
 #[test]
-fn queue_layouts_match_mlx5_ifc() {
-    groups::queues();
+fn queue_layouts_match_reference() {
+    queues::checks();
+}
+
+#[test]
+fn steering_layouts_match_reference() {
+    steering::checks();
+}
+
+#[test]
+fn device_layouts_match_reference() {
+    device::checks();
+}
+
+#[test]
+fn at_least_300_field_checks_in_all() {
+    let total = hca::checks() + queues::checks() + steering::checks() + device::checks();
+    assert!(total >= 300, "only {total} field checks");
 }

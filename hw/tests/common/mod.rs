@@ -17,9 +17,14 @@ fn reference() -> &'static HashMap<(String, String), (usize, usize)> {
     static TABLE: OnceLock<HashMap<(String, String), (usize, usize)>> = OnceLock::new();
     TABLE.get_or_init(|| {
         let mut table = HashMap::new();
+        // One file per group of layouts; rows are `STRUCT FIELD BIT_OFFSET WIDTH` in hex bits.
+        // hca, queues and steering come from Linux mlx5_ifc.h through hw/tools/ifc_offsets.py;
+        // device holds the byte layouts of device.h / mlx5dv.h structures, converted to bits.
         for text in [
-            include_str!("../ifc/mlx5_ifc.txt"),
-            include_str!("../ifc/c_structs.txt"),
+            include_str!("../ifc/hca.txt"),
+            include_str!("../ifc/queues.txt"),
+            include_str!("../ifc/steering.txt"),
+            include_str!("../ifc/device.txt"),
         ] {
             for line in text.lines() {
                 let line = line.trim();
