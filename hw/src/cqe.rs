@@ -1,1 +1,205 @@
-//! (being written)
+//! Completion queue entries: the 64-byte CQE (rdma-core `mlx5dv.h` / Linux `device.h`
+//! `struct mlx5_cqe64`) and its error form.
+//!
+//! Software owns entry `ci` of a CQ of `2^log_size` entries when the entry's owner bit equals
+//! `(ci >> log_size) & 1` and its opcode is not [`CqeOpcode::Invalid`]; see [`sw_owns`].
+
+use crate::cmd::device_codes;
+use crate::layout;
+
+/// Size of a CQE in bytes.
+pub const CQE_SIZE: usize = 64;
+
+device_codes! {
+    /// CQE opcodes (bits 7:4 of `op_own`).
+    pub enum CqeOpcode: u8, "CQE opcode" {
+        /// Send completion.
+        Req = 0x0 => "REQ",
+        /// Receive of an RDMA write with immediate.
+        RespWrImm = 0x1 => "RESP_WR_IMM",
+        /// Receive completion (an Ethernet frame arrived).
+        RespSend = 0x2 => "RESP_SEND",
+        /// Receive of a send with immediate.
+        RespSendImm = 0x3 => "RESP_SEND_IMM",
+        /// Receive of a send with invalidate.
+        RespSendInv = 0x4 => "RESP_SEND_INV",
+        /// CQ resize marker.
+        ResizeCq = 0x5 => "RESIZE_CQ",
+        /// No packet (filler).
+        NoPacket = 0x6 => "NO_PACKET",
+        /// Signature error.
+        SigErr = 0xc => "SIG_ERR",
+        /// Send completed in error (see [`ErrCqe`]).
+        ReqErr = 0xd => "REQ_ERR",
+        /// Receive completed in error (see [`ErrCqe`]).
+        RespErr = 0xe => "RESP_ERR",
+        /// Not yet written by the device.
+        Invalid = 0xf => "INVALID",
+    }
+}
+
+device_codes! {
+    /// Error CQE syndromes.
+    pub enum CqeSyndrome: u8, "CQE syndrome" {
+        /// A length did not fit (receive buffer too small, send too long).
+        LocalLength = 0x01 => "LOCAL_LENGTH_ERR",
+        /// The WQE itself was malformed.
+        LocalQpOperation = 0x02 => "LOCAL_QP_OP_ERR",
+        /// A memory key check failed (bad lkey, access rights, bounds).
+        LocalProtection = 0x04 => "LOCAL_PROT_ERR",
+        /// Flushed because the queue is in error.
+        WrFlushed = 0x05 => "WR_FLUSH_ERR",
+        /// Memory window bind failed.
+        MwBind = 0x06 => "MW_BIND_ERR",
+        /// Bad response.
+        BadResponse = 0x10 => "BAD_RESP_ERR",
+        /// Local access error.
+        LocalAccess = 0x11 => "LOCAL_ACCESS_ERR",
+        /// Remote invalid request.
+        RemoteInvalidRequest = 0x12 => "REMOTE_INVAL_REQ_ERR",
+        /// Remote access error.
+        RemoteAccess = 0x13 => "REMOTE_ACCESS_ERR",
+        /// Remote operation error.
+        RemoteOperation = 0x14 => "REMOTE_OP_ERR",
+        /// Transport retries exceeded.
+        RetryExceeded = 0x15 => "TRANSPORT_RETRY_EXC_ERR",
+        /// Receiver-not-ready retries exceeded.
+        RnrRetryExceeded = 0x16 => "RNR_RETRY_EXC_ERR",
+        /// Remote aborted.
+        RemoteAborted = 0x22 => "REMOTE_ABORTED_ERR",
+    }
+}
+
+/// Values of [`Cqe64::cqe_format`].
+pub mod cqe_format {
+    /// A plain CQE.
+    pub const NO_INLINE_DATA: u8 = 0;
+    /// Up to 32 bytes of the packet are inlined in the CQE.
+    pub const INLINE_DATA32: u8 = 1;
+    /// Up to 64 bytes of the packet are inlined in the preceding CQE slot.
+    pub const INLINE_DATA64: u8 = 2;
+    /// A compressed CQE session (mini-CQE array).
+    pub const COMPRESSED: u8 = 3;
+}
+
+/// Values of [`Cqe64::l3_hdr_type`].
+pub mod l3_hdr_type {
+    /// No L3 header recognised.
+    pub const NONE: u8 = 0;
+    /// IPv6.
+    pub const IPV6: u8 = 1;
+    /// IPv4.
+    pub const IPV4: u8 = 2;
+}
+
+/// Values of [`Cqe64::l4_hdr_type`].
+pub mod l4_hdr_type {
+    /// No L4 header recognised.
+    pub const NONE: u8 = 0;
+    /// TCP without ACK.
+    pub const TCP_NO_ACK: u8 = 1;
+    /// UDP.
+    pub const UDP: u8 = 2;
+    /// TCP ACK without data.
+    pub const TCP_ACK_NO_DATA: u8 = 3;
+    /// TCP ACK with data.
+    pub const TCP_ACK_AND_DATA: u8 = 4;
+}
+
+layout! {
+    /// A 64-byte completion queue entry.
+    pub struct Cqe64("mlx5_cqe64", 64) {
+        /// The packet arrived inside a tunnel (outer L3 was a tunnel header).
+        outer_l3_tunneled: bool @ 0x07 [0x1],
+        /// Striding RQ: WQE id.
+        wqe_id: u16 @ 0x10 [0x10],
+        /// RSS hash value computed for the packet.
+        rss_hash_result: u32 @ 0x60 [0x20],
+        /// Which fields were hashed: IP in bits 3:2, L4 in bits 7:6.
+        rss_hash_type: u8 @ 0x80 [0x8],
+        /// Raw one's-complement checksum of the packet.
+        check_sum: u16 @ 0xa0 [0x10],
+        /// Flags and remote QP number (RDMA).
+        flags_rqpn: u32 @ 0xc0 [0x20],
+        /// The L4 checksum was verified good.
+        l4_ok: bool @ 0xe5 [0x1],
+        /// The L3 (IPv4 header) checksum was verified good.
+        l3_ok: bool @ 0xe6 [0x1],
+        /// The L2 frame was good.
+        l2_ok: bool @ 0xe7 [0x1],
+        /// L4 header type (see [`l4_hdr_type`]).
+        l4_hdr_type: u8 @ 0xe9 [0x3],
+        /// L3 header type (see [`l3_hdr_type`]).
+        l3_hdr_type: u8 @ 0xec [0x2],
+        /// The frame carried (and the device stripped) a VLAN tag, given in `vlan_info`.
+        has_vlan: bool @ 0xef [0x1],
+        /// Stripped VLAN tag control information.
+        vlan_info: u16 @ 0xf0 [0x10],
+        /// LRO: number of coalesced segments.
+        lro_num_seg: u8 @ 0x100 [0x8],
+        /// Shared receive queue (or RMP) number the buffer came from.
+        srqn: u32 @ 0x108 [0x18],
+        /// Immediate data, invalidated key or P_Key.
+        imm_inval_pkey: u32 @ 0x120 [0x20],
+        /// Bytes written (receive) or sent.
+        byte_cnt: u32 @ 0x160 [0x20],
+        /// Completion timestamp in device clock ticks.
+        timestamp: u64 @ 0x180 [0x40],
+        /// Top byte of `sop_drop_qpn`: start-of-packet / drop information.
+        sop_drop: u8 @ 0x1c0 [0x8],
+        /// The SQ or RQ number this completion belongs to.
+        qpn: u32 @ 0x1c8 [0x18],
+        /// Index (16-bit, wrapping) of the WQE this completion is for: the last completed WQE.
+        wqe_counter: u16 @ 0x1e0 [0x10],
+        /// CQE signature when enabled.
+        signature: u8 @ 0x1f0 [0x8],
+        /// CQE opcode (see [`CqeOpcode`]).
+        opcode: u8 @ 0x1f8 [0x4],
+        /// CQE format (see [`cqe_format`]).
+        cqe_format: u8 @ 0x1fc [0x2],
+        /// Solicited event.
+        se: bool @ 0x1fe [0x1],
+        /// Ownership bit: flips on each pass of the device around the ring.
+        owner: bool @ 0x1ff [0x1],
+    }
+}
+
+layout! {
+    /// A 64-byte error CQE (opcode [`CqeOpcode::ReqErr`] or [`CqeOpcode::RespErr`]).
+    pub struct ErrCqe("mlx5_err_cqe", 64) {
+        /// SRQ number (receive errors on shared queues).
+        srqn: u32 @ 0x100 [0x20],
+        /// Vendor-specific error syndrome.
+        vendor_err_synd: u8 @ 0x1b0 [0x8],
+        /// Error syndrome (see [`CqeSyndrome`]).
+        syndrome: u8 @ 0x1b8 [0x8],
+        /// Opcode of the WQE that failed.
+        s_wqe_opcode: u8 @ 0x1c0 [0x8],
+        /// The SQ or RQ number.
+        qpn: u32 @ 0x1c8 [0x18],
+        /// Index of the WQE that failed.
+        wqe_counter: u16 @ 0x1e0 [0x10],
+        /// CQE signature when enabled.
+        signature: u8 @ 0x1f0 [0x8],
+        /// CQE opcode.
+        opcode: u8 @ 0x1f8 [0x4],
+        /// CQE format.
+        cqe_format: u8 @ 0x1fc [0x2],
+        /// Solicited event.
+        se: bool @ 0x1fe [0x1],
+        /// Ownership bit.
+        owner: bool @ 0x1ff [0x1],
+    }
+}
+
+/// True when software owns the CQE whose last byte (`op_own`) is `op_own`, at consumer index
+/// `ci` of a CQ with `2^log_size` entries.
+pub const fn sw_owns(op_own: u8, ci: u32, log_size: u8) -> bool {
+    let owner = op_own & 1;
+    let opcode = op_own >> 4;
+    opcode != CqeOpcode::Invalid as u8 && owner as u32 == (ci >> log_size) & 1
+}
+
+/// The `op_own` byte of a CQE slot that has never been written: opcode invalid, owner set so a
+/// first pass (which expects owner 0) does not mistake it for a completion.
+pub const CQE_INITIAL_OP_OWN: u8 = (CqeOpcode::Invalid as u8) << 4 | 1;

@@ -236,7 +236,8 @@ macro_rules! layout {
         #[doc = concat!("Layout `", $ifc, "`: ", stringify!($size), " bytes.")]
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         $vis struct $name<T = [u8; $size]> {
-            buf: T,
+            // Crate-visible so enclosing layouts in other modules can build nested views.
+            pub(crate) buf: T,
         }
 
         $crate::paste::paste! {

@@ -1,1 +1,189 @@
-//! (being written)
+//! Send and receive work queue entries (rdma-core `mlx5dv.h`, Linux `qp.h`).
+//!
+//! A send WQE is one or more 64-byte basic blocks (WQEBBs) made of 16-byte segments: a control
+//! segment, for Ethernet an Ethernet segment (checksum flags, MSS, inlined headers), then data
+//! segments (pointer by lkey) or inline data. A receive WQE is a list of data segments; a short
+//! list ends with an entry whose lkey is [`INVALID_LKEY`].
+
+use crate::layout;
+
+/// Size of a WQE basic block in bytes.
+pub const WQE_BB: usize = 64;
+/// Log2 of [`WQE_BB`].
+pub const WQE_BB_SHIFT: u32 = 6;
+/// Size of the unit in which the control segment's `ds` counts, in bytes.
+pub const WQE_DS: usize = 16;
+/// The lkey that terminates a receive WQE's scatter list.
+pub const INVALID_LKEY: u32 = 0x100;
+/// Flag OR-ed into an inline data segment's byte count.
+pub const INLINE_SEG: u32 = 0x8000_0000;
+/// Bytes of the Ethernet header a send WQE inlines at minimum (Ethernet + one VLAN tag).
+pub const ETH_L2_INLINE_HEADER_SIZE: usize = 18;
+/// Bytes of a plain Ethernet header.
+pub const ETH_L2_MIN_HEADER_SIZE: usize = 14;
+/// Bytes of inlined header that fit in the Ethernet segment itself (`inline_hdr_start`); the rest
+/// continues into the following segments.
+pub const ETH_INLINE_HEADER_START: usize = 2;
+
+/// Send WQE opcodes (control segment dword 0, bits 7:0).
+pub mod opcode {
+    /// No operation: completes without sending.
+    pub const NOP: u8 = 0x00;
+    /// RDMA write.
+    pub const RDMA_WRITE: u8 = 0x08;
+    /// Send (an Ethernet frame on an Ethernet SQ).
+    pub const SEND: u8 = 0x0a;
+    /// Send with immediate.
+    pub const SEND_IMM: u8 = 0x0b;
+    /// Large send offload (TSO).
+    pub const TSO: u8 = 0x0e;
+    /// RDMA read.
+    pub const RDMA_READ: u8 = 0x10;
+    /// Enhanced multi-packet send.
+    pub const ENHANCED_MPSW: u8 = 0x29;
+}
+
+/// Values of [`CtrlSeg::ce`]: when the device writes a CQE for this WQE.
+pub mod completion {
+    /// Only if the WQE fails.
+    pub const ON_ERROR: u8 = 1;
+    /// Always.
+    pub const ALWAYS: u8 = 2;
+    /// Always, and also generate an event.
+    pub const ALWAYS_AND_EVENT: u8 = 3;
+}
+
+/// Values of [`CtrlSeg::fm`]: fence mode.
+pub mod fence_mode {
+    /// No fence.
+    pub const NONE: u8 = 0;
+    /// Initiator small fence.
+    pub const INITIATOR_SMALL: u8 = 1;
+    /// Fence: wait for earlier reads to complete.
+    pub const FENCE: u8 = 2;
+    /// Strong ordering.
+    pub const STRONG_ORDERING: u8 = 3;
+    /// Small fence and fence.
+    pub const SMALL_AND_FENCE: u8 = 4;
+}
+
+layout! {
+    /// Control segment: opens every send WQE.
+    pub struct CtrlSeg("mlx5_wqe_ctrl_seg", 16) {
+        /// Opcode modifier.
+        opmod: u8 @ 0x00 [0x8],
+        /// Producer index of this WQE in WQEBB units (wraps at 16 bits).
+        wqe_index: u16 @ 0x08 [0x10],
+        /// Operation (see [`opcode`]).
+        opcode: u8 @ 0x18 [0x8],
+        /// The SQ (or QP) number.
+        qpn_or_sqn: u32 @ 0x20 [0x18],
+        /// WQE size in 16-byte units, this segment included (1..=63).
+        ds: u8 @ 0x38 [0x8],
+        /// WQE signature when signatures are enabled.
+        signature: u8 @ 0x40 [0x8],
+        /// DCI stream channel (RDMA DC only).
+        dci_stream_channel_id: u16 @ 0x48 [0x10],
+        /// Fence mode (see [`fence_mode`]).
+        fm: u8 @ 0x58 [0x3],
+        /// Completion request (see [`completion`]).
+        ce: u8 @ 0x5c [0x2],
+        /// Solicited event.
+        se: bool @ 0x5e [0x1],
+        /// Immediate data or invalidation key.
+        imm: u32 @ 0x60 [0x20],
+    }
+}
+
+/// Flag in the Ethernet segment's first 16 bits after `mss`/metadata that turns the inline
+/// header field into a VLAN insertion request (`insert.type`).
+pub const ETH_WQE_INSERT_VLAN: u16 = 1 << 15;
+
+layout! {
+    /// Ethernet segment: offloads and the start of the inlined packet headers.
+    pub struct EthSeg("mlx5_wqe_eth_seg", 16) {
+        /// Software parser: outer L4 header offset in 2-byte units.
+        swp_outer_l4_offset: u8 @ 0x00 [0x8],
+        /// Software parser: outer L3 header offset in 2-byte units.
+        swp_outer_l3_offset: u8 @ 0x08 [0x8],
+        /// Software parser: inner L4 header offset in 2-byte units.
+        swp_inner_l4_offset: u8 @ 0x10 [0x8],
+        /// Software parser: inner L3 header offset in 2-byte units.
+        swp_inner_l3_offset: u8 @ 0x18 [0x8],
+        /// Compute and insert the (outer) L4 checksum.
+        l4_csum: bool @ 0x20 [0x1],
+        /// Compute and insert the (outer) IPv4 header checksum.
+        l3_csum: bool @ 0x21 [0x1],
+        /// Compute and insert the inner L4 checksum (tunnels).
+        l4_inner_csum: bool @ 0x22 [0x1],
+        /// Compute and insert the inner IPv4 header checksum (tunnels).
+        l3_inner_csum: bool @ 0x23 [0x1],
+        /// Software parser flags.
+        swp_flags: u8 @ 0x28 [0x8],
+        /// Maximum segment size for TSO, in bytes.
+        mss: u16 @ 0x30 [0x10],
+        /// Metadata matched by egress flow steering.
+        flow_table_metadata: u32 @ 0x40 [0x20],
+        /// Bytes of packet headers inlined from `inline_hdr_start` on (0 when the device reads
+        /// the whole packet through data segments); with [`ETH_WQE_INSERT_VLAN`] set this is
+        /// instead the VLAN insertion request type.
+        inline_hdr_sz: u16 @ 0x60 [0x10],
+    }
+    arrays {
+        /// Inlined header bytes: the first two sit in this segment, the rest run on into the
+        /// following 16-byte segments of the WQE.
+        inline_hdr_start: u8 @ 0x70 [0x8],
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> EthSeg<T> {
+    /// Requests VLAN tag insertion with tag control information `tci` (priority, DEI, VID)
+    /// instead of inlining headers.
+    pub fn set_vlan_insert(&mut self, tci: u16) -> &mut Self {
+        let buf = self.as_bytes_mut();
+        buf[12..14].copy_from_slice(&ETH_WQE_INSERT_VLAN.to_be_bytes());
+        buf[14..16].copy_from_slice(&tci.to_be_bytes());
+        self
+    }
+}
+
+impl<T: AsRef<[u8]>> EthSeg<T> {
+    /// The VLAN tag control information to insert, when the segment asks for insertion.
+    pub fn vlan_insert(&self) -> Option<u16> {
+        let buf = self.as_bytes();
+        let kind = u16::from_be_bytes([buf[12], buf[13]]);
+        (kind & ETH_WQE_INSERT_VLAN != 0).then(|| u16::from_be_bytes([buf[14], buf[15]]))
+    }
+}
+
+layout! {
+    /// Data segment: a buffer by memory key and address (send gather or receive scatter).
+    pub struct DataSeg("mlx5_wqe_data_seg", 16) {
+        /// Buffer length in bytes (a receive buffer's capacity; 0 means 2 GiB on send).
+        byte_count: u32 @ 0x00 [0x20],
+        /// Local memory key translating `addr`; [`INVALID_LKEY`] ends a receive list.
+        lkey: u32 @ 0x20 [0x20],
+        /// Address in the memory key's space (an IOVA for a key that maps IOVAs 1:1).
+        addr: u64 @ 0x40 [0x40],
+    }
+}
+
+layout! {
+    /// Inline data segment header: the bytes follow it directly, padded to 16 bytes.
+    pub struct InlineSeg("mlx5_wqe_inline_seg", 4) {
+        /// Marks the segment as inline (must be set: the [`INLINE_SEG`] bit).
+        inline: bool @ 0x00 [0x1],
+        /// Number of data bytes that follow.
+        byte_count: u32 @ 0x01 [0x1f],
+    }
+}
+
+/// Number of 16-byte units (`ds`) an inline segment of `len` data bytes takes, header included.
+pub const fn inline_seg_ds(len: usize) -> usize {
+    (4 + len).div_ceil(WQE_DS)
+}
+
+/// Number of WQEBBs a WQE of `ds` 16-byte units occupies.
+pub const fn wqebbs(ds: usize) -> usize {
+    (ds * WQE_DS).div_ceil(WQE_BB)
+}

@@ -1,7 +1,26 @@
 use super::common;
-#[allow(unused_imports)]
 use cxdirect_hw::*;
 
 pub fn checks() -> usize {
-    check_layouts!()
+    check_layouts!(
+        cmd::CmdIn,
+        cmd::CmdOut,
+        cmd::CmdLayout,
+        cmd::CmdMailbox,
+        init_seg::HealthBuffer,
+        init_seg::InitSeg,
+        wqe::CtrlSeg,
+        wqe::EthSeg,
+        wqe::DataSeg,
+        wqe::InlineSeg,
+        cqe::Cqe64,
+        cqe::ErrCqe,
+        eqe::Eqe,
+        eqe::EqeComp,
+        eqe::EqeCmd,
+        eqe::EqePageReq,
+        eqe::EqeQpSrq,
+        eqe::EqeCqErr,
+        eqe::EqePortState,
+    )
 }
