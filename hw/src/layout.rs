@@ -63,6 +63,10 @@ pub enum FieldKind {
     Array,
 }
 
+/// A raw getter and setter pair for one scalar field of layout `L`.
+#[doc(hidden)]
+pub type RawAccessor<L> = (fn(&L) -> u64, fn(&mut L, u64));
+
 /// Implemented by every layout: its name, size and field table.
 pub trait Layout: Sized + 'static {
     /// The structure's name in `mlx5_ifc.h` (without the `mlx5_ifc_` prefix and `_bits` suffix),
@@ -75,7 +79,7 @@ pub trait Layout: Sized + 'static {
     /// Raw getter and setter of every scalar field, in table order (tests use these to reach
     /// the named accessors generically).
     #[doc(hidden)]
-    const ACCESSORS: &'static [(fn(&Self) -> u64, fn(&mut Self, u64))];
+    const ACCESSORS: &'static [RawAccessor<Self>];
     /// An all-zero instance.
     fn zeroed_layout() -> Self;
     /// The fixed part's bytes.
@@ -242,7 +246,7 @@ macro_rules! layout {
 
         $crate::paste::paste! {
         impl $crate::layout::Layout for $name {
-            const ACCESSORS: &'static [(fn(&Self) -> u64, fn(&mut Self, u64))] = &[
+            const ACCESSORS: &'static [$crate::layout::RawAccessor<Self>] = &[
                 $(
                     (
                         |s: &Self| <$fty as $crate::layout::FieldValue>::to_raw(s.$field()),
@@ -325,6 +329,7 @@ macro_rules! layout {
             }
         }
 
+        #[allow(clippy::len_without_is_empty)]
         impl<T: AsRef<[u8]>> $name<T> {
             /// Views `buf` as this layout; fails when it is shorter than the fixed part.
             pub fn new(buf: T) -> Result<Self, $crate::layout::LayoutError> {

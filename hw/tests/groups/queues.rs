@@ -2,5 +2,42 @@ use super::common;
 use cxdirect_hw::*;
 
 pub fn checks() -> usize {
-    check_layouts!(cq::Cqc, cq::CreateCqIn, cq::CreateCqOut, cq::DestroyCqIn)
+    check_layouts!(
+        cq::Cqc,
+        cq::CreateCqIn,
+        cq::CreateCqOut,
+        cq::DestroyCqIn,
+        wq::Wq,
+        wq::Sqc,
+        wq::Rqc,
+        wq::Rmpc,
+        wq::RmpBitmask,
+        wq::CreateSqIn,
+        wq::CreateSqOut,
+        wq::ModifySqIn,
+        wq::DestroySqIn,
+        wq::CreateRqIn,
+        wq::CreateRqOut,
+        wq::ModifyRqIn,
+        wq::DestroyRqIn,
+        wq::CreateRmpIn,
+        wq::CreateRmpOut,
+        wq::ModifyRmpIn,
+        wq::QueryRmpIn,
+        wq::QueryRmpOut,
+        wq::DestroyRmpIn,
+        tir::Tisc,
+        tir::CreateTisIn,
+        tir::CreateTisOut,
+        tir::DestroyTisIn,
+        tir::RxHashFieldSelect,
+        tir::Tirc,
+        tir::CreateTirIn,
+        tir::CreateTirOut,
+        tir::DestroyTirIn,
+        tir::Rqtc,
+        tir::CreateRqtIn,
+        tir::CreateRqtOut,
+        tir::DestroyRqtIn,
+    )
 }
