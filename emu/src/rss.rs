@@ -1,1 +1,213 @@
-//! (being written)
+//! Receive-side scaling as the NIC computes it for a TIR whose `rx_hash_fn` is Toeplitz: which
+//! header fields go into the hash (`rx_hash_field_selector`), the Toeplitz hash of those bytes
+//! under the TIR's 40-byte key, and the pick of an RQ table entry.
+//!
+//! The hash input is the selected fields in the order source address, destination address,
+//! source port, destination port, each in wire byte order — the order of the published Microsoft
+//! RSS verification vectors, which the tests check.
+
+use core::ops::{BitOr, BitOrAssign};
+
+use cxdirect_hw::tir::{
+    self, RxHashFieldSelect, HASH_FIELD_SEL_DST_IP, HASH_FIELD_SEL_L4_DPORT,
+    HASH_FIELD_SEL_L4_SPORT, HASH_FIELD_SEL_SRC_IP, RX_HASH_TOEPLITZ_KEY_LEN,
+};
+
+use crate::packet::{L3Kind, L4Kind, Parsed};
+
+/// The TIR's L3 selector (`rx_hash_field_select.l3_prot_type`): IPv4 = 0, IPv6 = 1.
+pub type L3Proto = tir::L3ProtType;
+
+/// The TIR's L4 selector (`rx_hash_field_select.l4_prot_type`): TCP = 0, UDP = 1.
+pub type L4Proto = tir::L4ProtType;
+
+/// Longest hash input the NIC builds: two IPv6 addresses and two ports.
+pub const MAX_HASH_INPUT_LEN: usize = 16 + 16 + 2 + 2;
+
+/// The Toeplitz hash of `input` under `key`: for every set bit of `input` (most significant bit
+/// of byte 0 first) at bit position `i`, XOR in the 32 key bits starting at key bit `i`.
+///
+/// Key bits past the 320 of the key read as zero, so input bytes past byte 36 only contribute
+/// through the key's tail; the NIC never hashes more than [`MAX_HASH_INPUT_LEN`] bytes.
+pub fn toeplitz(key: &[u8; RX_HASH_TOEPLITZ_KEY_LEN], input: &[u8]) -> u32 {
+    let key_byte = |i: usize| u64::from(key.get(i).copied().unwrap_or(0));
+    // `window` holds key bits [8*i, 8*i + 64) for input byte i, so the 32-bit subkey for each
+    // bit of the byte is a shifted view of it, and one key byte slides in per input byte.
+    let mut window = (0..8).fold(0u64, |w, i| (w << 8) | key_byte(i));
+    let mut hash = 0u32;
+    for (i, &byte) in input.iter().enumerate() {
+        for bit in 0..8 {
+            if byte & (0x80 >> bit) != 0 {
+                // Keeping the top 32 bits of the shifted window is the intended truncation.
+                hash ^= ((window << bit) >> 32) as u32;
+            }
+        }
+        window = (window << 8) | key_byte(i + 8);
+    }
+    hash
+}
+
+/// Header fields a TIR hashes (`rx_hash_field_select.selected_fields`): an OR of the constants
+/// below, whose bits are the device's `HASH_FIELD_SEL_*` bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct HashFields(u32);
+
+impl HashFields {
+    /// Source IP address (4 or 16 bytes of input).
+    pub const SRC_IP: Self = Self(HASH_FIELD_SEL_SRC_IP);
+    /// Destination IP address (4 or 16 bytes of input).
+    pub const DST_IP: Self = Self(HASH_FIELD_SEL_DST_IP);
+    /// TCP/UDP source port (2 bytes of input).
+    pub const L4_SPORT: Self = Self(HASH_FIELD_SEL_L4_SPORT);
+    /// TCP/UDP destination port (2 bytes of input).
+    pub const L4_DPORT: Self = Self(HASH_FIELD_SEL_L4_DPORT);
+    /// Both IP addresses.
+    pub const IP: Self = Self(HASH_FIELD_SEL_SRC_IP | HASH_FIELD_SEL_DST_IP);
+    /// Both ports.
+    pub const L4_PORTS: Self = Self(HASH_FIELD_SEL_L4_SPORT | HASH_FIELD_SEL_L4_DPORT);
+    /// Addresses and ports (the usual 4-tuple).
+    pub const IP_AND_PORTS: Self = Self(Self::IP.0 | Self::L4_PORTS.0);
+
+    /// No fields.
+    pub const fn empty() -> Self {
+        Self(0)
+    }
+
+    /// The raw `selected_fields` bits.
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// Takes a raw `selected_fields` value, keeping only the four bits this model hashes (the
+    /// IPsec SPI bit and reserved bits are dropped).
+    pub const fn from_bits_truncate(bits: u32) -> Self {
+        Self(bits & Self::IP_AND_PORTS.0)
+    }
+
+    /// All of `other`'s fields are selected in `self`.
+    pub const fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// Any of `other`'s fields is selected in `self`.
+    pub const fn intersects(self, other: Self) -> bool {
+        self.0 & other.0 != 0
+    }
+
+    /// No field is selected.
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+impl BitOr for HashFields {
+    type Output = Self;
+
+    fn bitor(self, rhs: Self) -> Self {
+        Self(self.0 | rhs.0)
+    }
+}
+
+impl BitOrAssign for HashFields {
+    fn bitor_assign(&mut self, rhs: Self) {
+        self.0 |= rhs.0;
+    }
+}
+
+/// A TIR's `rx_hash_field_selector`: the L3 protocol a packet must have, the L4 protocol it must
+/// have when ports are selected, and the fields hashed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HashSelector {
+    /// Packets must be of this IP version to be hashed.
+    pub l3: L3Proto,
+    /// When [`HashSelector::fields`] selects a port, packets must be of this L4 protocol.
+    pub l4: L4Proto,
+    /// Fields hashed.
+    pub fields: HashFields,
+}
+
+impl HashSelector {
+    /// A selector from the raw context fields; `None` when `l3_prot_type` or `l4_prot_type` is
+    /// not a known value (each field is one bit wide: 0 or 1).
+    pub fn from_raw(l3_prot_type: u8, l4_prot_type: u8, selected_fields: u32) -> Option<Self> {
+        Some(Self {
+            l3: L3Proto::try_from(l3_prot_type).ok()?,
+            l4: L4Proto::try_from(l4_prot_type).ok()?,
+            fields: HashFields::from_bits_truncate(selected_fields),
+        })
+    }
+
+    /// A selector from a TIR context's `rx_hash_field_select` layout.
+    pub fn from_layout<T: AsRef<[u8]>>(select: &RxHashFieldSelect<T>) -> Option<Self> {
+        Self::from_raw(
+            select.l3_prot_type(),
+            select.l4_prot_type(),
+            select.selected_fields(),
+        )
+    }
+}
+
+/// The RSS hash the NIC computes for the frame `frame` (parsed into `parsed` by
+/// [`crate::packet::parse`]) under a TIR's `key` and `selector`.
+///
+/// `None` — the NIC hashes nothing, and the CQE reports hash 0 with no RSS type — when no field
+/// is selected, when the packet's IP version differs from `selector.l3`, or when a port is
+/// selected and the packet is not a `selector.l4` segment (IP fragments after the first have no
+/// ports). When only addresses are selected the packet's L4 does not matter. `None` too when
+/// `parsed` does not describe `frame`.
+pub fn rss_hash(
+    key: &[u8; RX_HASH_TOEPLITZ_KEY_LEN],
+    selector: HashSelector,
+    frame: &[u8],
+    parsed: &Parsed,
+) -> Option<u32> {
+    let fields = selector.fields;
+    if fields.is_empty() || parsed.frame_len != frame.len() {
+        return None;
+    }
+    let (addr_len, src_at) = match (parsed.l3, selector.l3) {
+        (L3Kind::Ipv4, L3Proto::Ipv4) => (4, parsed.l3_offset.saturating_add(12)),
+        (L3Kind::Ipv6, L3Proto::Ipv6) => (16, parsed.l3_offset.saturating_add(8)),
+        _ => return None,
+    };
+    if fields.intersects(HashFields::L4_PORTS) {
+        match (parsed.l4, selector.l4) {
+            (L4Kind::Tcp, L4Proto::Tcp) | (L4Kind::Udp, L4Proto::Udp) => {}
+            _ => return None,
+        }
+    }
+
+    // The bytes are taken from the frame at the parsed offsets, as the NIC's hash engine reads
+    // them from the packet, in wire order. `Parsed` has public fields, so its offsets are not
+    // trusted: sums saturate and reads are bounds-checked.
+    let mut input = [0u8; MAX_HASH_INPUT_LEN];
+    let mut len = 0;
+    let mut push = |field: HashFields, at: usize, n: usize| -> Option<()> {
+        if fields.contains(field) {
+            let src = frame.get(at..at.checked_add(n)?)?;
+            input.get_mut(len..len + n)?.copy_from_slice(src);
+            len += n;
+        }
+        Some(())
+    };
+    push(HashFields::SRC_IP, src_at, addr_len)?;
+    push(
+        HashFields::DST_IP,
+        src_at.saturating_add(addr_len),
+        addr_len,
+    )?;
+    push(HashFields::L4_SPORT, parsed.l4_offset, 2)?;
+    push(HashFields::L4_DPORT, parsed.l4_offset.saturating_add(2), 2)?;
+    Some(toeplitz(key, input.get(..len)?))
+}
+
+/// The RQ table entry a hash selects: `hash % table_len`, or 0 for an empty table (which the
+/// caller must treat as "no RQ").
+pub fn indirect(hash: u32, table_len: usize) -> usize {
+    match table_len {
+        0 => 0,
+        // A u32 always fits in usize on the 32- and 64-bit targets the model runs on; on a
+        // narrower one the truncation still yields an index below `table_len`.
+        len => hash as usize % len,
+    }
+}

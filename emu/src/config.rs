@@ -1,0 +1,62 @@
+//! How a modelled function is built: firmware version, timings, page demands, limits and the
+//! execution mode. Every field has a default matching a ConnectX-6 Dx as the model presents it.
+
+use std::time::Duration;
+
+/// Where device work runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecMode {
+    /// In the thread that wrote the doorbell (or delivered the frame): deterministic, for tests.
+    Inline,
+    /// On a device thread that polls for doorbells and frames: for throughput.
+    Threaded,
+}
+
+/// Construction parameters of a modelled function.
+#[derive(Debug, Clone)]
+pub struct EmuConfig {
+    /// Firmware version (major, minor, subminor) reported in the init segment.
+    pub fw_version: (u16, u16, u16),
+    /// How long `initializing` stays set after reset; `None` keeps it set forever (a firmware
+    /// that never comes up).
+    pub init_delay: Option<Duration>,
+    /// Log2 of the number of command queue slots (0..=5).
+    pub log_cmdq_size: u8,
+    /// Pages the firmware asks for at boot (QUERY_PAGES op_mod 1).
+    pub boot_pages: u32,
+    /// Pages the firmware asks for before INIT_HCA (QUERY_PAGES op_mod 2).
+    pub init_pages: u32,
+    /// Pages asked for at a time, by PAGE_REQUEST, when context space runs low.
+    pub page_request_chunk: u32,
+    /// Size of BAR0 in bytes (power of two, at least 1 MiB).
+    pub bar0_size: u64,
+    /// Number of MSI-X vectors (1..=2048).
+    pub msix_vectors: u16,
+    /// Permanent MAC address of the port.
+    pub mac: [u8; 6],
+    /// Largest frame the port carries, in bytes without FCS (the PMTU maximum less 4).
+    pub max_frame: usize,
+    /// Where device work runs.
+    pub exec: ExecMode,
+    /// Milliseconds between health counter increments.
+    pub health_tick: Duration,
+}
+
+impl Default for EmuConfig {
+    fn default() -> Self {
+        Self {
+            fw_version: (22, 39, 1002),
+            init_delay: Some(Duration::from_millis(2)),
+            log_cmdq_size: 5,
+            boot_pages: 16,
+            init_pages: 64,
+            page_request_chunk: 16,
+            bar0_size: 32 << 20,
+            msix_vectors: 64,
+            mac: [0x02, 0xcd, 0x00, 0x00, 0x00, 0x01],
+            max_frame: 9978,
+            exec: ExecMode::Inline,
+            health_tick: Duration::from_millis(1),
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! PCIe transaction and event counters: what the driver cost the device, per function and per
+//! queue. Benchmarks read these to report doorbells, DMA transactions and interrupts per packet.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! counter_set {
+    ($(#[doc = $doc:expr])* $name:ident, $snap:ident { $($(#[doc = $fdoc:expr])* $field:ident,)* }) => {
+        $(#[doc = $doc])*
+        #[derive(Debug, Default)]
+        pub struct $name {
+            $($(#[doc = $fdoc])* pub $field: AtomicU64,)*
+        }
+
+        /// A plain copy of the counters at one moment.
+        #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+        pub struct $snap {
+            $($(#[doc = $fdoc])* pub $field: u64,)*
+        }
+
+        impl $name {
+            /// Copies every counter.
+            pub fn snapshot(&self) -> $snap {
+                $snap { $($field: self.$field.load(Ordering::Relaxed),)* }
+            }
+
+            /// Sets every counter to zero.
+            pub fn reset(&self) {
+                $(self.$field.store(0, Ordering::Relaxed);)*
+            }
+        }
+
+        impl $snap {
+            /// Counter-wise difference `self - earlier` (saturating).
+            pub fn since(&self, earlier: &$snap) -> $snap {
+                $snap { $($field: self.$field.saturating_sub(earlier.$field),)* }
+            }
+        }
+    };
+}
+
+counter_set! {
+    /// Function-wide counters.
+    Counters, CountersSnapshot {
+        /// MMIO reads by the driver (any width).
+        mmio_reads,
+        /// MMIO writes by the driver (any width; a 64-byte BlueFlame store counts once).
+        mmio_writes,
+        /// Send doorbells rung (UAR doorbell / BlueFlame register writes that start a WQE).
+        doorbells,
+        /// Doorbells that carried a whole WQE (BlueFlame), sparing the WQE fetch.
+        bf_writes,
+        /// CQ arm doorbells.
+        cq_arms,
+        /// EQ consumer-index doorbells.
+        eq_doorbells,
+        /// Commands executed.
+        commands,
+        /// Commands that completed with a non-OK status or delivery status.
+        command_errors,
+        /// DMA read transactions fetching WQEs.
+        wqe_fetch_reads,
+        /// Bytes of WQEs fetched.
+        wqe_fetch_bytes,
+        /// DMA read transactions fetching packet payload (send gather).
+        payload_reads,
+        /// Payload bytes read.
+        payload_read_bytes,
+        /// DMA write transactions delivering packet payload (receive scatter).
+        payload_writes,
+        /// Payload bytes written.
+        payload_write_bytes,
+        /// Doorbell record reads.
+        dbrec_reads,
+        /// Receive WQE reads.
+        rx_wqe_reads,
+        /// CQEs written.
+        cqes,
+        /// Error CQEs written.
+        error_cqes,
+        /// EQEs written.
+        eqes,
+        /// MSI-X messages signalled.
+        interrupts,
+        /// Interrupts that could not be signalled (MSI-X disabled or no sink).
+        interrupts_suppressed,
+        /// Frames sent on the wire.
+        tx_frames,
+        /// Bytes sent on the wire.
+        tx_bytes,
+        /// Frames taken from the wire.
+        rx_frames,
+        /// Frames delivered into receive buffers.
+        rx_delivered,
+        /// Frames dropped: no receive WQE posted (out of buffer).
+        rx_out_of_buffer,
+        /// Frames dropped by steering (no matching rule, no root table, queue not ready).
+        rx_steer_drops,
+        /// Frames dropped because the port was down.
+        rx_port_down_drops,
+        /// Device accesses to host memory refused by the IOMMU model.
+        dma_faults,
+        /// Doorbells with a producer index the device could not accept.
+        bad_doorbells,
+        /// CQ overruns detected.
+        cq_overruns,
+        /// EQ overruns (events lost because the EQ was full).
+        eq_overruns,
+        /// Low-watermark (SRQ_RQ_LIMIT) events raised.
+        limit_events,
+        /// PAGE_REQUEST events raised.
+        page_requests,
+    }
+}
+
+counter_set! {
+    /// Per-queue counters (send or receive queue, or RMP).
+    QueueCounters, QueueCountersSnapshot {
+        /// WQEs processed.
+        wqes,
+        /// Frames moved.
+        frames,
+        /// Bytes moved.
+        bytes,
+        /// Doorbells rung on this queue.
+        doorbells,
+        /// BlueFlame writes on this queue.
+        bf_writes,
+        /// CQEs written for this queue.
+        cqes,
+        /// Frames dropped for lack of a posted WQE.
+        out_of_buffer,
+        /// Error completions.
+        errors,
+    }
+}
+
+/// Kind of queue a [`QueueCounters`] set belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum QueueKind {
+    /// Send queue.
+    Sq,
+    /// Receive queue.
+    Rq,
+    /// Shared receive memory pool.
+    Rmp,
+}
+
+/// Per-queue counter sets, keyed by kind and queue number; kept after the queue is destroyed so
+/// a test can read them afterwards (until the function is reset).
+#[derive(Debug, Default)]
+pub struct QueueCounterTable {
+    sets: BTreeMap<(QueueKind, u32), QueueCountersSnapshot>,
+}
+
+impl QueueCounterTable {
+    /// Mutable counters of one queue, created on first use.
+    pub fn get_mut(&mut self, kind: QueueKind, number: u32) -> &mut QueueCountersSnapshot {
+        self.sets.entry((kind, number)).or_default()
+    }
+
+    /// Counters of one queue, if it ever counted anything.
+    pub fn get(&self, kind: QueueKind, number: u32) -> Option<QueueCountersSnapshot> {
+        self.sets.get(&(kind, number)).copied()
+    }
+
+    /// Forgets every queue.
+    pub fn clear(&mut self) {
+        self.sets.clear();
+    }
+}
+
+/// Adds `n` to a counter.
+#[inline]
+pub(crate) fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}

@@ -1,0 +1,607 @@
+//! A modelled ConnectX-6 Dx PCI function: config space, BAR0 (initialization segment, MSI-X
+//! table and PBA, UAR pages with CQ/EQ doorbells and BlueFlame registers), the firmware and the
+//! queue engines, connected to a wire.
+//!
+//! MMIO is expressed as byte slices at BAR0 offsets, exactly the bytes a CPU load or store would
+//! move: the device's registers are big-endian, so a driver converts with `u32::from_be_bytes`.
+
+use crate::config::{EmuConfig, ExecMode};
+use crate::counters::{Counters, CountersSnapshot, QueueCountersSnapshot, QueueKind};
+use crate::dma::Iommu;
+use crate::engine;
+use crate::fw::{cmdif, objects::FIRST_UAR, Core};
+use crate::irq::InterruptSink;
+use crate::pci::{ConfigSpace, FunctionLayout, MsixTable};
+use crate::wire::{PortId, Wire};
+use cxdirect_hw::doorbell::{
+    UAR_BF_OFFSET, UAR_CQ_DOORBELL, UAR_EQ_UPDATE_CI, UAR_EQ_UPDATE_CI_ARM, UAR_PAGE_SIZE,
+};
+use cxdirect_hw::init_seg;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use thiserror::Error;
+
+/// BAR0 offset of the MSI-X table.
+pub const MSIX_TABLE_OFFSET: u64 = 0x2000;
+/// BAR0 offset of the MSI-X pending bit array.
+pub const MSIX_PBA_OFFSET: u64 = 0x3000;
+/// Size of one BlueFlame register in bytes (two halves used alternately).
+pub const BF_REG_SIZE: usize = 1 << crate::fw::caps::LOG_BF_REG_SIZE;
+
+/// Number of UAR pages BAR0 holds after the init segment and MSI-X pages.
+pub(crate) fn uar_page_count(bar0_size: u64) -> u32 {
+    (bar0_size / UAR_PAGE_SIZE as u64).saturating_sub(u64::from(FIRST_UAR)) as u32
+}
+
+/// An MMIO access the model refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum MmioError {
+    /// Offset and length fall outside BAR0.
+    #[error("MMIO access of {len} bytes at BAR0 offset {offset:#x} is outside the {bar_size:#x}-byte BAR")]
+    OutOfRange {
+        /// BAR0 offset.
+        offset: u64,
+        /// Access length in bytes.
+        len: usize,
+        /// BAR0 size.
+        bar_size: u64,
+    },
+    /// An access width the register does not take.
+    #[error("MMIO access of {len} bytes at BAR0 offset {offset:#x} has a width this register does not accept")]
+    BadWidth {
+        /// BAR0 offset.
+        offset: u64,
+        /// Access length in bytes.
+        len: usize,
+    },
+}
+
+/// A send doorbell waiting for the device thread.
+struct PendingDoorbell {
+    uar: u32,
+    first8: [u8; 8],
+    bf: Option<Vec<u8>>,
+}
+
+struct Link {
+    wire: Arc<Wire>,
+    port: PortId,
+    peers: Vec<Weak<Shared>>,
+}
+
+struct Shared {
+    core: Mutex<Core>,
+    config: Mutex<ConfigSpace>,
+    msix: Mutex<MsixTable>,
+    iommu: Arc<Iommu>,
+    counters: Arc<Counters>,
+    exec: ExecMode,
+    bar_size: u64,
+    link: Mutex<Option<Link>>,
+    /// CQ doorbell high words written as 32-bit halves, per UAR.
+    cq_db_high: Mutex<std::collections::HashMap<u32, u32>>,
+    pending: Mutex<VecDeque<PendingDoorbell>>,
+    work: Condvar,
+    stop: AtomicBool,
+}
+
+/// A modelled PCI function. Cloning shares the same function.
+#[derive(Clone)]
+pub struct Device {
+    shared: Arc<Shared>,
+    thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("exec", &self.shared.exec)
+            .field("bar_size", &self.shared.bar_size)
+            .finish()
+    }
+}
+
+impl Device {
+    /// A new function, not connected to any wire, in its power-on state.
+    pub fn new(cfg: EmuConfig) -> Self {
+        let iommu = Arc::new(Iommu::new());
+        let counters = Arc::new(Counters::default());
+        let layout = FunctionLayout {
+            bar0_size: cfg.bar0_size,
+            msix_vectors: cfg.msix_vectors,
+            msix_table_offset: MSIX_TABLE_OFFSET as u32,
+            msix_pba_offset: MSIX_PBA_OFFSET as u32,
+        };
+        let config = ConfigSpace::new(layout).unwrap_or_default();
+        let msix = MsixTable::new(cfg.msix_vectors).unwrap_or_default();
+        let exec = cfg.exec;
+        let bar_size = cfg.bar0_size;
+        let shared = Arc::new(Shared {
+            core: Mutex::new(Core::new(cfg, iommu.clone(), counters.clone())),
+            config: Mutex::new(config),
+            msix: Mutex::new(msix),
+            iommu,
+            counters,
+            exec,
+            bar_size,
+            link: Mutex::new(None),
+            cq_db_high: Mutex::new(Default::default()),
+            pending: Mutex::new(VecDeque::new()),
+            work: Condvar::new(),
+            stop: AtomicBool::new(false),
+        });
+        let device = Self {
+            shared,
+            thread: Arc::new(Mutex::new(None)),
+        };
+        if exec == ExecMode::Threaded {
+            device.start_thread();
+        }
+        device
+    }
+
+    /// One function whose port receives its own frames.
+    pub fn loopback(cfg: EmuConfig) -> Self {
+        let device = Self::new(cfg);
+        device.attach(Arc::new(Wire::loopback()), PortId::LOOPBACK, &[]);
+        device
+    }
+
+    /// Two functions wired back to back: what one sends, the other receives.
+    pub fn pair(a: EmuConfig, mut b: EmuConfig) -> (Self, Self) {
+        if a.mac == b.mac {
+            b.mac[5] ^= 0x01;
+        }
+        let wire = Arc::new(Wire::pair());
+        let (da, db) = (Self::new(a), Self::new(b));
+        da.attach(wire.clone(), PortId::A, &[&db]);
+        db.attach(wire, PortId::B, &[&da]);
+        (da, db)
+    }
+
+    /// Connects the function's port to `port` of `wire`; `peers` are the functions on the other
+    /// ports, pumped after this function sends when work runs inline.
+    pub fn attach(&self, wire: Arc<Wire>, port: PortId, peers: &[&Device]) {
+        let peers = peers.iter().map(|d| Arc::downgrade(&d.shared)).collect();
+        *lock(&self.shared.link) = Some(Link {
+            wire: wire.clone(),
+            port,
+            peers,
+        });
+        lock(&self.shared.core).wire = Some((wire, port));
+    }
+
+    /// The wire the port is connected to, if any.
+    pub fn wire(&self) -> Option<(Arc<Wire>, PortId)> {
+        lock(&self.shared.link)
+            .as_ref()
+            .map(|l| (l.wire.clone(), l.port))
+    }
+
+    /// The function's IOMMU: the backend maps host memory here for the device to reach.
+    pub fn iommu(&self) -> &Iommu {
+        &self.shared.iommu
+    }
+
+    /// Where MSI-X messages go.
+    pub fn set_interrupt_sink(&self, sink: Arc<dyn InterruptSink>) {
+        lock(&self.shared.core).sink = Some(sink);
+    }
+
+    /// Size of BAR0 in bytes.
+    pub fn bar0_size(&self) -> u64 {
+        self.shared.bar_size
+    }
+
+    /// Function-wide counters.
+    pub fn counters(&self) -> CountersSnapshot {
+        self.shared.counters.snapshot()
+    }
+
+    /// Counters of one queue.
+    pub fn queue_counters(&self, kind: QueueKind, number: u32) -> Option<QueueCountersSnapshot> {
+        lock(&self.shared.core).queue_counters.get(kind, number)
+    }
+
+    /// Firmware pages the device holds now.
+    pub fn firmware_pages_held(&self) -> usize {
+        lock(&self.shared.core).pages.held()
+    }
+
+    /// Pages the device still held when DISABLE_HCA or reset dropped them (a driver leak).
+    pub fn firmware_pages_leaked(&self) -> u64 {
+        lock(&self.shared.core).hca.pages_leaked
+    }
+
+    /// The health syndrome (0 while healthy).
+    pub fn health_syndrome(&self) -> u8 {
+        lock(&self.shared.core).hca.health_syndrome()
+    }
+
+    /// Fails the firmware with a health syndrome (fault injection).
+    pub fn inject_fatal(&self, syndrome: u8) {
+        lock(&self.shared.core).hca.set_fatal(syndrome);
+    }
+
+    /// Stops the health counter without a syndrome (fault injection: hung firmware).
+    pub fn stall_health_counter(&self) {
+        let mut core = lock(&self.shared.core);
+        let now = core.hca.health_counter();
+        core.hca.health_stalled = Some(now);
+    }
+
+    /// Number of live objects of each kind: (EQs, CQs, SQs, RQs, RMPs, memory keys).
+    pub fn object_counts(&self) -> [usize; 6] {
+        let core = lock(&self.shared.core);
+        let r = &core.res;
+        [
+            r.eqs.len(),
+            r.cqs.len(),
+            r.sqs.len(),
+            r.rqs.len(),
+            r.rmps.len(),
+            r.mkeys.len(),
+        ]
+    }
+
+    /// Function-level reset: every object and page dropped, back to initializing.
+    pub fn reset(&self) {
+        let mut core = lock(&self.shared.core);
+        core.hca.pages_leaked += core.pages.held() as u64;
+        core.reset();
+        drop(core);
+        lock(&self.shared.config).reset();
+        lock(&self.shared.msix).reset();
+        lock(&self.shared.pending).clear();
+        self.sync_config();
+    }
+
+    /// Reads PCI configuration space.
+    pub fn config_read(&self, offset: u64, buf: &mut [u8]) -> Result<(), crate::pci::ConfigError> {
+        lock(&self.shared.config).read(offset, buf)
+    }
+
+    /// Writes PCI configuration space (Command register, MSI-X control, FLR, BARs...).
+    pub fn config_write(&self, offset: u64, data: &[u8]) -> Result<(), crate::pci::ConfigError> {
+        let flr = {
+            let mut config = lock(&self.shared.config);
+            config.write(offset, data)?;
+            config.take_flr_request()
+        };
+        if flr {
+            self.reset();
+        }
+        self.sync_config();
+        Ok(())
+    }
+
+    fn sync_config(&self) {
+        let (bus_master, msix) = {
+            let config = lock(&self.shared.config);
+            (
+                config.bus_master_enabled(),
+                config.msix_enabled() && !config.msix_function_masked(),
+            )
+        };
+        let mut core = lock(&self.shared.core);
+        core.bus_master = bus_master;
+        core.msix_enabled = msix;
+    }
+
+    fn memory_enabled(&self) -> bool {
+        lock(&self.shared.config).memory_enabled()
+    }
+
+    fn check(&self, offset: u64, len: usize) -> Result<(), MmioError> {
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= self.shared.bar_size => Ok(()),
+            _ => Err(MmioError::OutOfRange {
+                offset,
+                len,
+                bar_size: self.shared.bar_size,
+            }),
+        }
+    }
+
+    /// An MMIO read of `buf.len()` bytes (4 or 8) at BAR0 `offset`.
+    pub fn mmio_read(&self, offset: u64, buf: &mut [u8]) -> Result<(), MmioError> {
+        self.check(offset, buf.len())?;
+        crate::counters::add(&self.shared.counters.mmio_reads, 1);
+        if !self.memory_enabled() {
+            buf.fill(0xff);
+            return Ok(());
+        }
+        if (MSIX_TABLE_OFFSET..MSIX_PBA_OFFSET).contains(&offset) {
+            let _ = lock(&self.shared.msix).read(offset - MSIX_TABLE_OFFSET, buf);
+            return Ok(());
+        }
+        if (MSIX_PBA_OFFSET..MSIX_PBA_OFFSET + 0x1000).contains(&offset) {
+            let _ = lock(&self.shared.msix).read_pba(offset - MSIX_PBA_OFFSET, buf);
+            return Ok(());
+        }
+        if offset < MSIX_TABLE_OFFSET {
+            let core = lock(&self.shared.core);
+            for (i, byte) in buf.iter_mut().enumerate() {
+                *byte = init_seg_byte(&core, offset + i as u64);
+            }
+            return Ok(());
+        }
+        // UAR pages read as zero.
+        buf.fill(0);
+        Ok(())
+    }
+
+    /// An MMIO write at BAR0 `offset`: 4 or 8 bytes, or a whole BlueFlame WQE (a multiple of 8
+    /// bytes, up to half a BlueFlame register) written at once.
+    pub fn mmio_write(&self, offset: u64, data: &[u8]) -> Result<(), MmioError> {
+        self.check(offset, data.len())?;
+        crate::counters::add(&self.shared.counters.mmio_writes, 1);
+        if !self.memory_enabled() {
+            return Ok(());
+        }
+        if (MSIX_TABLE_OFFSET..MSIX_PBA_OFFSET + 0x1000).contains(&offset) {
+            if offset < MSIX_PBA_OFFSET {
+                let _ = lock(&self.shared.msix).write(offset - MSIX_TABLE_OFFSET, data);
+            }
+            return Ok(());
+        }
+        if offset < MSIX_TABLE_OFFSET {
+            return self.init_seg_write(offset, data);
+        }
+        let uar = (offset / UAR_PAGE_SIZE as u64) as u32;
+        let in_page = (offset % UAR_PAGE_SIZE as u64) as usize;
+        self.uar_write(uar, in_page, data)
+    }
+
+    fn init_seg_write(&self, offset: u64, data: &[u8]) -> Result<(), MmioError> {
+        if data.len() != 4 {
+            return Err(MmioError::BadWidth {
+                offset,
+                len: data.len(),
+            });
+        }
+        let value = u32::from_be_bytes([data[0], data[1], data[2], data[3]]);
+        let mut core = lock(&self.shared.core);
+        match offset as usize {
+            init_seg::CMDQ_ADDR_H => {
+                core.hca.cmdq_addr = (core.hca.cmdq_addr & 0xffff_ffff) | u64::from(value) << 32;
+            }
+            init_seg::CMDQ_ADDR_L_SZ => {
+                core.hca.cmdq_addr =
+                    (core.hca.cmdq_addr & !0xffff_ffff) | u64::from(value & 0xffff_f000);
+            }
+            init_seg::CMD_DBELL if !core.hca.initializing() => cmdif::ring(&mut core, value),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn uar_write(&self, uar: u32, in_page: usize, data: &[u8]) -> Result<(), MmioError> {
+        let valid_uar = lock(&self.shared.core).res.uars.contains(uar);
+        if !valid_uar {
+            crate::counters::add(&self.shared.counters.bad_doorbells, 1);
+            return Ok(());
+        }
+        match (in_page, data.len()) {
+            (UAR_CQ_DOORBELL, 8) => {
+                let high = u32::from_be_bytes([data[0], data[1], data[2], data[3]]);
+                let low = u32::from_be_bytes([data[4], data[5], data[6], data[7]]);
+                engine::cq::arm(&mut lock(&self.shared.core), uar, high, low);
+            }
+            (UAR_CQ_DOORBELL, 4) => {
+                let high = u32::from_be_bytes([data[0], data[1], data[2], data[3]]);
+                lock(&self.shared.cq_db_high).insert(uar, high);
+            }
+            (o, 4) if o == UAR_CQ_DOORBELL + 4 => {
+                let low = u32::from_be_bytes([data[0], data[1], data[2], data[3]]);
+                if let Some(high) = lock(&self.shared.cq_db_high).remove(&uar) {
+                    engine::cq::arm(&mut lock(&self.shared.core), uar, high, low);
+                }
+            }
+            (UAR_EQ_UPDATE_CI_ARM, 4) | (UAR_EQ_UPDATE_CI, 4) => {
+                let value = u32::from_be_bytes([data[0], data[1], data[2], data[3]]);
+                engine::eq::doorbell(
+                    &mut lock(&self.shared.core),
+                    uar,
+                    value,
+                    in_page == UAR_EQ_UPDATE_CI_ARM,
+                );
+            }
+            (o, n) if o >= UAR_BF_OFFSET && n % 8 == 0 && n > 0 => {
+                let half = BF_REG_SIZE / 2;
+                let within = (o - UAR_BF_OFFSET) % half;
+                if within != 0 {
+                    // The rest of a WQE written eight bytes at a time: the doorbell already ran
+                    // on its first eight bytes, fetching the WQE from memory.
+                    return Ok(());
+                }
+                if n > half {
+                    return Err(MmioError::BadWidth {
+                        offset: u64::from(uar) * UAR_PAGE_SIZE as u64 + o as u64,
+                        len: n,
+                    });
+                }
+                let mut first8 = [0u8; 8];
+                first8.copy_from_slice(&data[..8]);
+                let bf = (n >= 64).then_some(data);
+                self.send_doorbell(uar, first8, bf);
+            }
+            _ => {
+                return Err(MmioError::BadWidth {
+                    offset: u64::from(uar) * UAR_PAGE_SIZE as u64 + in_page as u64,
+                    len: data.len(),
+                })
+            }
+        }
+        Ok(())
+    }
+
+    fn send_doorbell(&self, uar: u32, first8: [u8; 8], bf: Option<&[u8]>) {
+        match self.shared.exec {
+            ExecMode::Inline => {
+                {
+                    let mut core = lock(&self.shared.core);
+                    engine::sq::doorbell(
+                        &mut core,
+                        uar,
+                        first8,
+                        bf.map(|bytes| engine::sq::BlueFlame { bytes }),
+                    );
+                }
+                self.pump_after_send();
+            }
+            ExecMode::Threaded => {
+                lock(&self.shared.pending).push_back(PendingDoorbell {
+                    uar,
+                    first8,
+                    bf: bf.map(<[u8]>::to_vec),
+                });
+                self.shared.work.notify_one();
+            }
+        }
+    }
+
+    /// After an inline send: deliver what reached this port (loopback) and the peers' ports.
+    fn pump_after_send(&self) {
+        let peers: Vec<Arc<Shared>> = {
+            let link = lock(&self.shared.link);
+            match link.as_ref() {
+                Some(l) => l.peers.iter().filter_map(Weak::upgrade).collect(),
+                None => return,
+            }
+        };
+        pump_rx(&self.shared);
+        for peer in peers {
+            match peer.exec {
+                ExecMode::Inline => pump_rx(&peer),
+                ExecMode::Threaded => peer.work.notify_one(),
+            }
+        }
+    }
+
+    /// Delivers every frame waiting at this function's port (for inline execution, when frames
+    /// were put on the wire by something other than a modelled peer).
+    pub fn poll(&self) {
+        pump_rx(&self.shared);
+    }
+
+    fn start_thread(&self) {
+        let shared = Arc::downgrade(&self.shared);
+        let handle = std::thread::Builder::new()
+            .name("cxdirect-emu".into())
+            .spawn(move || device_thread(shared))
+            .ok();
+        *lock(&self.thread) = handle;
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // The last handle stops the device thread.
+        if Arc::strong_count(&self.shared) == 1 {
+            self.shared.stop.store(true, Ordering::Relaxed);
+            self.shared.work.notify_all();
+            if let Some(handle) = lock(&self.thread).take() {
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn pump_rx(shared: &Shared) {
+    let (wire, port) = match lock(&shared.link).as_ref() {
+        Some(l) => (l.wire.clone(), l.port),
+        None => return,
+    };
+    // On a one-port wire every frame is the function's own.
+    let own = wire.port_count() == 1;
+    let mut frame = Vec::with_capacity(crate::wire::MAX_FRAME_LEN);
+    while let Ok(true) = wire.receive(port, &mut frame) {
+        let mut core = lock(&shared.core);
+        engine::rq::receive(&mut core, &frame, own);
+    }
+}
+
+fn device_thread(shared: Weak<Shared>) {
+    loop {
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if shared.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut did_work = false;
+        loop {
+            let next = lock(&shared.pending).pop_front();
+            let Some(db) = next else { break };
+            did_work = true;
+            let mut core = lock(&shared.core);
+            let bf = db
+                .bf
+                .as_deref()
+                .map(|bytes| engine::sq::BlueFlame { bytes });
+            engine::sq::doorbell(&mut core, db.uar, db.first8, bf);
+        }
+        let link = lock(&shared.link)
+            .as_ref()
+            .map(|l| (l.wire.clone(), l.port, l.peers.clone()));
+        if let Some((wire, port, peers)) = link {
+            if wire.pending(port).unwrap_or(0) > 0 {
+                did_work = true;
+                pump_rx(&shared);
+            }
+            if did_work {
+                for peer in peers.iter().filter_map(Weak::upgrade) {
+                    match peer.exec {
+                        ExecMode::Inline => pump_rx(&peer),
+                        ExecMode::Threaded => peer.work.notify_one(),
+                    }
+                }
+            }
+        }
+        if !did_work {
+            let pending = lock(&shared.pending);
+            if pending.is_empty() && !shared.stop.load(Ordering::Relaxed) {
+                let _ = shared
+                    .work
+                    .wait_timeout(pending, Duration::from_micros(200));
+            }
+        }
+    }
+}
+
+/// One byte of the initialization segment as the driver reads it.
+fn init_seg_byte(core: &Core, offset: u64) -> u8 {
+    let dword = (offset & !3) as usize;
+    let value: u32 = match dword {
+        init_seg::FW_REV => {
+            u32::from(core.cfg.fw_version.1) << 16 | u32::from(core.cfg.fw_version.0)
+        }
+        init_seg::CMDIF_REV_FW_SUB => {
+            u32::from(init_seg::CMDIF_REV) << 16 | u32::from(core.cfg.fw_version.2)
+        }
+        init_seg::CMDQ_ADDR_H => (core.hca.cmdq_addr >> 32) as u32,
+        init_seg::CMDQ_ADDR_L_SZ => {
+            (core.hca.cmdq_addr as u32 & 0xffff_f000)
+                | u32::from(core.cfg.log_cmdq_size) << 4
+                | u32::from(cmdif::LOG_CMDQ_STRIDE)
+        }
+        init_seg::INITIALIZING => u32::from(core.hca.initializing()) << 31,
+        init_seg::HEALTH_FW_VER => {
+            (u32::from(core.cfg.fw_version.0) << 24) | (u32::from(core.cfg.fw_version.1) << 8)
+        }
+        d if d == init_seg::HEALTH_BUFFER + 0x3c => u32::from(core.hca.health_syndrome()) << 16,
+        init_seg::INTERNAL_TIMER_H => (core.hca.internal_timer() >> 32) as u32,
+        init_seg::INTERNAL_TIMER_L => core.hca.internal_timer() as u32,
+        init_seg::HEALTH_COUNTER => core.hca.health_counter(),
+        _ => 0,
+    };
+    value.to_be_bytes()[(offset & 3) as usize]
+}

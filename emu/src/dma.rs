@@ -1,0 +1,256 @@
+//! The model's IOMMU: every access the device makes to host memory goes through an IOVA → host
+//! memory map that the backend sets up (the in-process driver's DMA seam, or the guest-memory
+//! regions a vfio-user client announces). An access outside every mapping, or one that spans a
+//! hole, is a device-side fault that is counted and reported to the engine that made it — never
+//! a host crash.
+//!
+//! This is the model's DMA room: the only place it touches memory through raw pointers.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::RwLock;
+use thiserror::Error;
+
+/// Why a device access to host memory failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum DmaError {
+    /// No mapping covers the whole range.
+    #[error("DMA {kind} of {len} bytes at IOVA {iova:#x} is outside every IOMMU mapping")]
+    Unmapped {
+        /// "read" or "write".
+        kind: &'static str,
+        /// First IOVA of the access.
+        iova: u64,
+        /// Length of the access in bytes.
+        len: usize,
+    },
+    /// The mapping exists but does not allow this direction.
+    #[error("DMA write of {len} bytes at IOVA {iova:#x} hits a read-only mapping")]
+    ReadOnly {
+        /// First IOVA of the access.
+        iova: u64,
+        /// Length of the access in bytes.
+        len: usize,
+    },
+    /// Bus mastering is disabled in the Command register: the function may not issue DMA.
+    #[error("DMA attempted while bus mastering is disabled")]
+    BusMasterDisabled,
+}
+
+/// Why a mapping could not be added or removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum MapError {
+    /// The new range overlaps an existing mapping.
+    #[error("IOVA range {iova:#x}+{len:#x} overlaps an existing mapping")]
+    Overlap {
+        /// First IOVA of the rejected range.
+        iova: u64,
+        /// Length in bytes.
+        len: u64,
+    },
+    /// Zero length, or the range wraps the 64-bit IOVA space.
+    #[error("IOVA range {iova:#x}+{len:#x} is empty or wraps around")]
+    BadRange {
+        /// First IOVA of the rejected range.
+        iova: u64,
+        /// Length in bytes.
+        len: u64,
+    },
+    /// Unmap of a range that is not exactly one existing mapping.
+    #[error("no mapping starts at IOVA {iova:#x} with length {len:#x}")]
+    NotMapped {
+        /// First IOVA asked for.
+        iova: u64,
+        /// Length asked for.
+        len: u64,
+    },
+}
+
+/// Which direction a mapping allows the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// The device may only read.
+    ReadOnly,
+    /// The device may read and write.
+    ReadWrite,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Mapping {
+    len: u64,
+    host: usize,
+    access: Access,
+}
+
+/// Totals of device accesses to host memory.
+#[derive(Debug, Default)]
+pub struct DmaCounters {
+    /// DMA read transactions.
+    pub reads: AtomicU64,
+    /// Bytes read.
+    pub read_bytes: AtomicU64,
+    /// DMA write transactions.
+    pub writes: AtomicU64,
+    /// Bytes written.
+    pub write_bytes: AtomicU64,
+    /// Accesses refused (unmapped, read-only, bus master off).
+    pub faults: AtomicU64,
+}
+
+/// IOVA → host memory translation for one PCI function.
+#[derive(Debug, Default)]
+pub struct Iommu {
+    maps: RwLock<BTreeMap<u64, Mapping>>,
+    /// Device access totals.
+    pub counters: DmaCounters,
+}
+
+impl Iommu {
+    /// An IOMMU with no mappings.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes `len` bytes of host memory at `host` reachable by the device at `iova`.
+    ///
+    /// # Safety
+    ///
+    /// `host..host + len` must be valid for reads (and for writes when `access` is
+    /// [`Access::ReadWrite`]) until [`Iommu::unmap`] removes the mapping or the `Iommu` is
+    /// dropped. The memory may be read and written by other threads concurrently, as device
+    /// memory is: the model copies bytes in and out and never forms references into it.
+    pub unsafe fn map(
+        &self,
+        iova: u64,
+        host: *mut u8,
+        len: u64,
+        access: Access,
+    ) -> Result<(), MapError> {
+        if len == 0 || iova.checked_add(len).is_none() {
+            return Err(MapError::BadRange { iova, len });
+        }
+        let mut maps = self.maps.write().unwrap_or_else(|e| e.into_inner());
+        let end = iova + len;
+        if let Some((&start, m)) = maps.range(..end).next_back() {
+            if start + m.len > iova {
+                return Err(MapError::Overlap { iova, len });
+            }
+        }
+        maps.insert(
+            iova,
+            Mapping {
+                len,
+                host: host as usize,
+                access,
+            },
+        );
+        Ok(())
+    }
+
+    /// Removes the mapping that starts at `iova` and is `len` bytes long.
+    pub fn unmap(&self, iova: u64, len: u64) -> Result<(), MapError> {
+        let mut maps = self.maps.write().unwrap_or_else(|e| e.into_inner());
+        match maps.get(&iova) {
+            Some(m) if m.len == len => {
+                maps.remove(&iova);
+                Ok(())
+            }
+            _ => Err(MapError::NotMapped { iova, len }),
+        }
+    }
+
+    /// Removes every mapping (function reset keeps none).
+    pub fn clear(&self) {
+        self.maps.write().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    /// Number of live mappings.
+    pub fn mapping_count(&self) -> usize {
+        self.maps.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// True when every byte of `iova..iova+len` is mapped (writable when `write`).
+    pub fn is_mapped(&self, iova: u64, len: u64, write: bool) -> bool {
+        let maps = self.maps.read().unwrap_or_else(|e| e.into_inner());
+        Self::resolve(&maps, iova, len as usize, write).is_ok()
+    }
+
+    fn resolve(
+        maps: &BTreeMap<u64, Mapping>,
+        iova: u64,
+        len: usize,
+        write: bool,
+    ) -> Result<usize, DmaError> {
+        let kind = if write { "write" } else { "read" };
+        let unmapped = DmaError::Unmapped { kind, iova, len };
+        let end = iova.checked_add(len as u64).ok_or(unmapped)?;
+        let (&start, m) = maps.range(..=iova).next_back().ok_or(unmapped)?;
+        if end > start + m.len {
+            return Err(unmapped);
+        }
+        if write && m.access == Access::ReadOnly {
+            return Err(DmaError::ReadOnly { iova, len });
+        }
+        Ok(m.host + (iova - start) as usize)
+    }
+
+    /// Device read of `buf.len()` bytes at `iova`.
+    pub fn read(&self, iova: u64, buf: &mut [u8]) -> Result<(), DmaError> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let maps = self.maps.read().unwrap_or_else(|e| e.into_inner());
+        match Self::resolve(&maps, iova, buf.len(), false) {
+            Ok(host) => {
+                // SAFETY: `resolve` found one mapping covering the whole range; `map`'s contract
+                // keeps that memory valid for reads while it is mapped, and the read lock keeps
+                // the mapping in place for the duration of the copy. `buf` is our own memory and
+                // cannot overlap device-visible memory handed to `map`.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(host as *const u8, buf.as_mut_ptr(), buf.len())
+                };
+                self.counters.reads.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .read_bytes
+                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                self.counters.faults.fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    /// Device write of `data` at `iova`.
+    pub fn write(&self, iova: u64, data: &[u8]) -> Result<(), DmaError> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let maps = self.maps.read().unwrap_or_else(|e| e.into_inner());
+        match Self::resolve(&maps, iova, data.len(), true) {
+            Ok(host) => {
+                // SAFETY: as in `read`, and the mapping is writable (checked by `resolve`).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(data.as_ptr(), host as *mut u8, data.len())
+                };
+                self.counters.writes.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .write_bytes
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                self.counters.faults.fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    /// Reads a big-endian 32-bit word (a doorbell record, for instance).
+    pub fn read_be32(&self, iova: u64) -> Result<u32, DmaError> {
+        let mut word = [0u8; 4];
+        self.read(iova, &mut word)?;
+        Ok(u32::from_be_bytes(word))
+    }
+}

@@ -1,0 +1,108 @@
+//! Event queues: writing EQEs with the right owner bit, arming, interrupts, overrun.
+
+use crate::counters::add;
+use crate::fw::Core;
+use cxdirect_hw::eqe::{EventType, EQE_SIZE};
+
+/// Writes one EQE to EQ `eqn` and signals its vector if the EQ is armed.
+pub(crate) fn post_event(
+    core: &mut Core,
+    eqn: u32,
+    event: EventType,
+    sub_type: u8,
+    data: &[u8; 28],
+) {
+    let Some(eq) = core.res.eqs.get(eqn) else {
+        return;
+    };
+    let size = 1u32 << eq.log_size;
+    if eq.pi.wrapping_sub(eq.ci) >= size {
+        add(&core.counters.eq_overruns, 1);
+        if let Some(eq) = core.res.eqs.get_mut(eqn) {
+            eq.overrun = true;
+        }
+        return;
+    }
+    let mut eqe = [0u8; EQE_SIZE];
+    eqe[1] = event as u8;
+    eqe[3] = sub_type;
+    eqe[0x20..0x3c].copy_from_slice(data);
+    eqe[0x3f] = ((eq.pi >> eq.log_size) & 1) as u8;
+    let Some(addr) = eq.buf.addr(u64::from(eq.pi & (size - 1)) * EQE_SIZE as u64) else {
+        return;
+    };
+    if core.dma_write(addr, &eqe).is_err() {
+        return;
+    }
+    add(&core.counters.eqes, 1);
+    let Some(eq) = core.res.eqs.get_mut(eqn) else {
+        return;
+    };
+    eq.pi = eq.pi.wrapping_add(1);
+    if eq.armed {
+        eq.armed = false;
+        let vector = eq.vector;
+        core.signal(vector);
+    }
+}
+
+/// Posts an event to the first EQ subscribed to its type (the async EQ), if any.
+pub(crate) fn post_subscribed_event(
+    core: &mut Core,
+    event: EventType,
+    sub_type: u8,
+    data: &[u8; 28],
+) {
+    let bit = event as u8;
+    if bit >= 64 {
+        return;
+    }
+    let target = core
+        .res
+        .eqs
+        .iter()
+        .find(|(_, eq)| eq.event_mask & (1u64 << bit) != 0)
+        .map(|(n, _)| n);
+    if let Some(eqn) = target {
+        post_event(core, eqn, event, sub_type, data);
+    }
+}
+
+/// Same as [`post_subscribed_event`]; named for asynchronous (non-completion) events.
+pub(crate) fn post_async_event(core: &mut Core, event: EventType, sub_type: u8, data: &[u8; 28]) {
+    post_subscribed_event(core, event, sub_type, data);
+}
+
+/// The EQ doorbell: the driver reports its consumer index and (optionally) re-arms.
+pub(crate) fn doorbell(core: &mut Core, uar: u32, value: u32, arm: bool) {
+    add(&core.counters.eq_doorbells, 1);
+    let eqn = value >> 24;
+    let ci = value & 0x00ff_ffff;
+    let Some(eq) = core.res.eqs.get_mut(eqn) else {
+        add(&core.counters.bad_doorbells, 1);
+        return;
+    };
+    if eq.uar != uar {
+        add(&core.counters.bad_doorbells, 1);
+        return;
+    }
+    // The driver reports 24 bits; extend to our 32-bit counter near the producer.
+    let full = (eq.pi & !0x00ff_ffff) | ci;
+    eq.ci = if full > eq.pi {
+        full.wrapping_sub(1 << 24)
+    } else {
+        full
+    };
+    if eq.pi.wrapping_sub(eq.ci) < (1 << eq.log_size) {
+        eq.overrun = false;
+    }
+    if arm {
+        if eq.pi != eq.ci {
+            let vector = eq.vector;
+            eq.armed = false;
+            core.signal(vector);
+        } else {
+            eq.armed = true;
+        }
+    }
+}

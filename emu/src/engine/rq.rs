@@ -1,0 +1,320 @@
+//! The receive engine: steer an arriving frame (flow tables → TIR → RQ, or RQ table with
+//! Toeplitz RSS), take the next posted receive WQE from the RQ or its shared RMP, scatter the
+//! frame through memory keys, write the CQE (length, checksum flags, packet types, RSS hash),
+//! and raise the RMP's limit event when its posted WQEs fall below the armed watermark.
+
+use crate::counters::{add, QueueKind};
+use crate::fw::mkey::translate;
+use crate::fw::objects::{QState, RqMemory, TirDispatch, WorkQueue};
+use crate::fw::steering::{frame_match_param, steer, Verdict};
+use crate::fw::Core;
+use crate::packet::{self, L3Kind, L4Kind, Parsed};
+use crate::rss;
+use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome, ErrCqe};
+use cxdirect_hw::eqe::EventType;
+use cxdirect_hw::wqe::{DataSeg, INVALID_LKEY, WQE_DS};
+
+/// Largest receive WQE the model reads (the `max_wqe_sz_rq` capability).
+const MAX_RX_WQE: usize = crate::fw::caps::MAX_WQE_SZ_RQ as usize;
+
+/// Posted receive WQEs of a work queue: its doorbell record counter less what the device took.
+/// `None` when the record cannot be read or claims more than the ring holds.
+pub(crate) fn posted(core: &Core, wq: &WorkQueue) -> Option<u16> {
+    add(&core.counters.dbrec_reads, 1);
+    let counter = core.dma_read_be32(wq.dbr).ok()? as u16;
+    let posted = counter.wrapping_sub(wq.consumed);
+    (u32::from(posted) <= wq.entries()).then_some(posted)
+}
+
+/// Moves an RQ to the error state (the driver flushes its buffers and recovers).
+pub(crate) fn enter_error(core: &mut Core, rqn: u32) {
+    if let Some(rq) = core.res.rqs.get_mut(rqn) {
+        rq.state = QState::Err;
+    }
+}
+
+/// Handles one frame arriving at the port; `own` is true when this function sent it (a loopback
+/// wire), which TIRs with `self_lb_block` refuse.
+pub(crate) fn receive(core: &mut Core, frame: &[u8], own: bool) {
+    add(&core.counters.rx_frames, 1);
+    if !core.port.oper_up {
+        add(&core.counters.rx_port_down_drops, 1);
+        return;
+    }
+    if frame.len() > core.port.max_frame() + 4 {
+        add(&core.counters.rx_steer_drops, 1);
+        return;
+    }
+    let parsed = packet::parse(frame);
+    let param = frame_match_param(&parsed);
+    let tirs = match steer(core, &param) {
+        Verdict::Tirs(tirs) => tirs,
+        Verdict::Drop => {
+            add(&core.counters.rx_steer_drops, 1);
+            return;
+        }
+    };
+    for tirn in tirs {
+        let Some(tir) = core.res.tirs.get(tirn) else {
+            continue;
+        };
+        if own && self_loop_blocked(tir.self_lb_block, &parsed) {
+            add(&core.counters.rx_steer_drops, 1);
+            continue;
+        }
+        let (rqn, hash) = match &tir.dispatch {
+            TirDispatch::Direct { rqn } => (*rqn, None),
+            TirDispatch::Indirect {
+                rqtn,
+                hash_fn,
+                key,
+                l3,
+                l4,
+                fields,
+            } => {
+                let Some(rqt) = core.res.rqts.get(*rqtn) else {
+                    continue;
+                };
+                let hash = if *hash_fn == 2 {
+                    rss::HashSelector::from_raw(*l3, *l4, *fields).and_then(|sel| {
+                        rss::rss_hash(key, sel, frame, &parsed)
+                            .map(|h| (h, hash_type(&parsed, sel)))
+                    })
+                } else {
+                    None
+                };
+                let slot = rss::indirect(hash.map(|(h, _)| h).unwrap_or(0), rqt.rqs.len());
+                let Some(&rqn) = rqt.rqs.get(slot) else {
+                    continue;
+                };
+                (rqn, hash)
+            }
+        };
+        deliver(core, rqn, frame, &parsed, hash);
+    }
+}
+
+/// Whether a TIR's `self_lb_block` bits refuse a frame this function sent itself.
+fn self_loop_blocked(block: u8, parsed: &Parsed) -> bool {
+    let multicast = parsed.dst_mac[0] & 1 != 0;
+    let bit = if multicast {
+        cxdirect_hw::tir::SELF_LB_BLOCK_MULTICAST
+    } else {
+        cxdirect_hw::tir::SELF_LB_BLOCK_UNICAST
+    };
+    block & bit != 0
+}
+
+/// The CQE's `rss_hash_type`: IP kind in bits 3:2, L4 kind in bits 7:6.
+fn hash_type(parsed: &Parsed, sel: rss::HashSelector) -> u8 {
+    let ip = match parsed.l3 {
+        L3Kind::Ipv4 => 1,
+        L3Kind::Ipv6 => 2,
+        L3Kind::None => 0,
+    };
+    let l4 = if sel.fields.intersects(rss::HashFields::L4_PORTS) {
+        match parsed.l4 {
+            L4Kind::Tcp => 1,
+            L4Kind::Udp => 2,
+            _ => 0,
+        }
+    } else {
+        0
+    };
+    ip << 2 | l4 << 6
+}
+
+fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Option<(u32, u8)>) {
+    let Some(rq) = core.res.rqs.get(rqn) else {
+        add(&core.counters.rx_steer_drops, 1);
+        return;
+    };
+    if rq.state != QState::Rdy {
+        add(&core.counters.rx_steer_drops, 1);
+        return;
+    }
+    let cqn = rq.cqn;
+    let memory = rq.memory;
+    let wq = match memory {
+        RqMemory::Own => rq.wq.as_ref(),
+        RqMemory::Rmp(rmpn) => core
+            .res
+            .rmps
+            .get(rmpn)
+            .filter(|r| r.state == QState::Rdy)
+            .map(|r| &r.wq),
+    };
+    let Some(wq) = wq else {
+        add(&core.counters.rx_steer_drops, 1);
+        return;
+    };
+    let Some(available) = posted(core, wq) else {
+        add(&core.counters.bad_doorbells, 1);
+        add(&core.counters.rx_out_of_buffer, 1);
+        return;
+    };
+    if available == 0 {
+        add(&core.counters.rx_out_of_buffer, 1);
+        core.queue_counters
+            .get_mut(QueueKind::Rq, rqn)
+            .out_of_buffer += 1;
+        if let RqMemory::Rmp(rmpn) = memory {
+            core.queue_counters
+                .get_mut(QueueKind::Rmp, rmpn)
+                .out_of_buffer += 1;
+        }
+        return;
+    }
+    let index = wq.consumed;
+    let stride = (wq.stride() as usize).min(MAX_RX_WQE);
+    let pd = wq.pd;
+    let offset = u64::from(u32::from(index) & (wq.entries() - 1)) * wq.stride();
+    let Some(addr) = wq.buf.addr(offset) else {
+        return;
+    };
+    let mut wqe = [0u8; MAX_RX_WQE];
+    add(&core.counters.rx_wqe_reads, 1);
+    let fetched = core.dma_read(addr, &mut wqe[..stride]).is_ok();
+    // The WQE is consumed whatever happens next.
+    match memory {
+        RqMemory::Own => {
+            if let Some(wq) = core.res.rqs.get_mut(rqn).and_then(|r| r.wq.as_mut()) {
+                wq.consumed = index.wrapping_add(1);
+            }
+        }
+        RqMemory::Rmp(rmpn) => {
+            if let Some(rmp) = core.res.rmps.get_mut(rmpn) {
+                rmp.wq.consumed = index.wrapping_add(1);
+            }
+        }
+    }
+    let scattered = if fetched {
+        scatter(core, &wqe[..stride], pd, frame)
+    } else {
+        Err(CqeSyndrome::LocalProtection)
+    };
+    match scattered {
+        Ok(()) => {
+            let mut cqe = [0u8; 64];
+            fill_rx_cqe(&mut cqe, rqn, index, frame, parsed, hash, memory);
+            add(&core.counters.rx_delivered, 1);
+            {
+                let qc = core.queue_counters.get_mut(QueueKind::Rq, rqn);
+                qc.wqes += 1;
+                qc.frames += 1;
+                qc.bytes += frame.len() as u64;
+            }
+            if crate::engine::cq::post(core, cqn, &mut cqe).is_ok() {
+                core.queue_counters.get_mut(QueueKind::Rq, rqn).cqes += 1;
+            }
+        }
+        Err(syndrome) => {
+            add(&core.counters.error_cqes, 1);
+            let mut cqe = [0u8; 64];
+            if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
+                err.set_syndrome(syndrome as u8)
+                    .set_qpn(rqn)
+                    .set_wqe_counter(index)
+                    .set_opcode(CqeOpcode::RespErr as u8);
+                if let RqMemory::Rmp(rmpn) = memory {
+                    err.set_srqn(rmpn);
+                }
+            }
+            let _ = crate::engine::cq::post(core, cqn, &mut cqe);
+            core.queue_counters.get_mut(QueueKind::Rq, rqn).errors += 1;
+            enter_error(core, rqn);
+        }
+    }
+    if let RqMemory::Rmp(rmpn) = memory {
+        check_limit(core, rmpn, available - 1);
+    }
+}
+
+/// Scatters `frame` into the WQE's data segments.
+fn scatter(core: &Core, wqe: &[u8], pd: u32, frame: &[u8]) -> Result<(), CqeSyndrome> {
+    let mut done = 0usize;
+    for seg in wqe.chunks_exact(WQE_DS) {
+        if done == frame.len() {
+            break;
+        }
+        let seg = DataSeg::new(seg).map_err(|_| CqeSyndrome::LocalQpOperation)?;
+        if seg.lkey() == INVALID_LKEY {
+            break;
+        }
+        let room = seg.byte_count() as usize;
+        let n = room.min(frame.len() - done);
+        if n == 0 {
+            continue;
+        }
+        let piece = &frame[done..done + n];
+        translate(
+            core,
+            seg.lkey(),
+            pd,
+            seg.addr(),
+            n as u64,
+            true,
+            |iova, off, len| {
+                add(&core.counters.payload_writes, 1);
+                add(&core.counters.payload_write_bytes, len);
+                core.dma_write(iova, &piece[off as usize..(off + len) as usize])
+                    .map_err(|_| crate::fw::mkey::KeyFault::Bounds)
+            },
+        )
+        .map_err(|_| CqeSyndrome::LocalProtection)?;
+        done += n;
+    }
+    if done < frame.len() {
+        return Err(CqeSyndrome::LocalLength);
+    }
+    Ok(())
+}
+
+fn fill_rx_cqe(
+    cqe: &mut [u8; 64],
+    rqn: u32,
+    index: u16,
+    frame: &[u8],
+    parsed: &Parsed,
+    hash: Option<(u32, u8)>,
+    memory: RqMemory,
+) {
+    let Ok(mut c) = cxdirect_hw::cqe::Cqe64::new(&mut cqe[..]) else {
+        return;
+    };
+    let l3_ok = parsed.l3 == L3Kind::Ipv4 && packet::ipv4_header_checksum_ok(frame, parsed);
+    let l4_ok =
+        matches!(parsed.l4, L4Kind::Tcp | L4Kind::Udp) && packet::l4_checksum_ok(frame, parsed);
+    c.set_byte_cnt(frame.len() as u32)
+        .set_qpn(rqn)
+        .set_wqe_counter(index)
+        .set_opcode(CqeOpcode::RespSend as u8)
+        .set_l2_ok(true)
+        .set_l3_ok(l3_ok || (parsed.l3 == L3Kind::Ipv6 && !parsed.ip_truncated()))
+        .set_l4_ok(l4_ok)
+        .set_l3_hdr_type(parsed.l3_hdr_type())
+        .set_l4_hdr_type(parsed.l4_hdr_type());
+    if let Some((value, kind)) = hash {
+        c.set_rss_hash_result(value).set_rss_hash_type(kind);
+    }
+    if let RqMemory::Rmp(rmpn) = memory {
+        c.set_srqn(rmpn);
+    }
+}
+
+/// Raises the RMP's limit event once when its posted WQEs fall below the armed watermark, and
+/// disarms it (the limit then reads 0 until the driver arms it again).
+fn check_limit(core: &mut Core, rmpn: u32, posted_now: u16) {
+    let Some(rmp) = core.res.rmps.get_mut(rmpn) else {
+        return;
+    };
+    if rmp.lwm == 0 || posted_now >= rmp.lwm {
+        return;
+    }
+    rmp.lwm = 0;
+    add(&core.counters.limit_events, 1);
+    let mut data = [0u8; 28];
+    data[0x14] = 1;
+    data[24..28].copy_from_slice(&(rmpn & 0x00ff_ffff).to_be_bytes());
+    crate::engine::eq::post_subscribed_event(core, EventType::SrqRqLimit, 0, &data);
+}

@@ -1,0 +1,332 @@
+//! The send engine: on a doorbell, read the SQ's doorbell record, fetch each new WQE (or take
+//! the BlueFlame copy), parse its control, Ethernet, data and inline segments, gather the frame
+//! through memory keys, apply checksum offload and VLAN insertion, put it on the wire, and write
+//! the CQEs the WQE asked for. A malformed WQE ends in an error CQE and the SQ in error.
+
+use crate::counters::{add, QueueKind};
+use crate::fw::mkey::{translate, KeyFault};
+use crate::fw::objects::QState;
+use crate::fw::Core;
+use crate::packet;
+use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome, ErrCqe};
+use cxdirect_hw::wqe::{self, CtrlSeg, EthSeg, ETH_WQE_INSERT_VLAN, INLINE_SEG, WQE_BB, WQE_DS};
+
+/// Largest send WQE the model parses (the `max_wqe_sz_sq` capability).
+const MAX_WQE: usize = crate::fw::caps::MAX_WQE_SZ_SQ as usize;
+
+/// Scratch space reused for every WQE, so the send path does not allocate.
+#[derive(Debug)]
+pub(crate) struct SendScratch {
+    wqe: Vec<u8>,
+    frame: Vec<u8>,
+    tagged: Vec<u8>,
+}
+
+impl Default for SendScratch {
+    fn default() -> Self {
+        Self {
+            wqe: vec![0; MAX_WQE],
+            frame: Vec::with_capacity(16 * 1024),
+            tagged: vec![0; MAX_FRAME_BYTES + 4],
+        }
+    }
+}
+
+/// A BlueFlame copy of the WQE the doorbell announced.
+pub(crate) struct BlueFlame<'a> {
+    pub bytes: &'a [u8],
+}
+
+/// Send doorbell on UAR `uar`: `first8` are the first eight bytes of the announced WQE's
+/// control segment (opcode/index and SQ number), `bf` the whole WQE when written as BlueFlame.
+pub(crate) fn doorbell(core: &mut Core, uar: u32, first8: [u8; 8], bf: Option<BlueFlame<'_>>) {
+    add(&core.counters.doorbells, 1);
+    let sqn = u32::from_be_bytes([first8[4], first8[5], first8[6], first8[7]]) >> 8;
+    let bf_index = u16::from_be_bytes([first8[1], first8[2]]);
+    let Some(sq) = core.res.sqs.get(sqn) else {
+        add(&core.counters.bad_doorbells, 1);
+        return;
+    };
+    if sq.wq.uar != uar || sq.state != QState::Rdy {
+        add(&core.counters.bad_doorbells, 1);
+        return;
+    }
+    let dbr = sq.wq.dbr;
+    add(&core.counters.dbrec_reads, 1);
+    let Ok(word) = core.dma_read_be32(dbr + 4) else {
+        return;
+    };
+    let pi = word as u16;
+    let entries = sq.wq.entries();
+    let consumed = sq.wq.consumed;
+    if u32::from(pi.wrapping_sub(consumed)) > entries {
+        add(&core.counters.bad_doorbells, 1);
+        return;
+    }
+    {
+        let qc = core.queue_counters.get_mut(QueueKind::Sq, sqn);
+        qc.doorbells += 1;
+        if bf.is_some() {
+            qc.bf_writes += 1;
+        }
+    }
+    if bf.is_some() {
+        add(&core.counters.bf_writes, 1);
+    }
+    let mut scratch = std::mem::take(&mut core.send_scratch);
+    let mut index = consumed;
+    while index != pi {
+        let use_bf = bf
+            .as_ref()
+            .filter(|b| index == bf_index && b.bytes.len() >= WQE_BB);
+        match execute_one(core, sqn, index, use_bf, &mut scratch) {
+            Ok(bbs) => index = index.wrapping_add(bbs),
+            Err(()) => break,
+        }
+    }
+    core.send_scratch = scratch;
+}
+
+/// Fetches and executes the WQE at `index`; returns how many WQEBBs it used.
+fn execute_one(
+    core: &mut Core,
+    sqn: u32,
+    index: u16,
+    bf: Option<&BlueFlame<'_>>,
+    s: &mut SendScratch,
+) -> Result<u16, ()> {
+    let Some(sq) = core.res.sqs.get(sqn) else {
+        return Err(());
+    };
+    let mask = sq.wq.entries() - 1;
+    let buf = sq.wq.buf.clone();
+    let (cqn, pd, min_inline) = (sq.cqn, sq.wq.pd, sq.min_inline);
+    let fetch = |core: &Core, bb: u16, out: &mut [u8]| -> bool {
+        let offset = u64::from(u32::from(bb) & mask) * WQE_BB as u64;
+        match buf.addr(offset) {
+            Some(addr) => {
+                add(&core.counters.wqe_fetch_reads, 1);
+                add(&core.counters.wqe_fetch_bytes, out.len() as u64);
+                core.dma_read(addr, out).is_ok()
+            }
+            None => false,
+        }
+    };
+    // First basic block: from the BlueFlame copy when it matches, else fetched.
+    let from_bf = bf.map(|b| b.bytes);
+    match from_bf {
+        Some(bytes) => s.wqe[..WQE_BB].copy_from_slice(&bytes[..WQE_BB]),
+        None => {
+            if !fetch(core, index, &mut s.wqe[..WQE_BB]) {
+                return fail(core, sqn, index, 0, CqeSyndrome::LocalProtection, cqn);
+            }
+        }
+    }
+    let ctrl = CtrlSeg::new(&s.wqe[..16]).map_err(|_| ())?;
+    let (opcode, ds, ce) = (ctrl.opcode(), usize::from(ctrl.ds()), ctrl.ce());
+    let wqe_bytes = ds * WQE_DS;
+    if ds == 0 || wqe_bytes > MAX_WQE || ctrl.qpn_or_sqn() != sqn || ctrl.wqe_index() != index {
+        return fail(core, sqn, index, opcode, CqeSyndrome::LocalQpOperation, cqn);
+    }
+    let bbs = wqe::wqebbs(ds) as u16;
+    if u32::from(bbs) > mask + 1 {
+        return fail(core, sqn, index, opcode, CqeSyndrome::LocalQpOperation, cqn);
+    }
+    for i in 1..bbs {
+        let range = usize::from(i) * WQE_BB..usize::from(i + 1) * WQE_BB;
+        match from_bf {
+            Some(bytes) if bytes.len() >= range.end => {
+                s.wqe[range.clone()].copy_from_slice(&bytes[range])
+            }
+            _ => {
+                if !fetch(core, index.wrapping_add(i), &mut s.wqe[range]) {
+                    return fail(core, sqn, index, opcode, CqeSyndrome::LocalProtection, cqn);
+                }
+            }
+        }
+    }
+    let result = match opcode {
+        wqe::opcode::NOP => Ok((0, false)),
+        wqe::opcode::SEND => build_frame(
+            core,
+            pd,
+            min_inline,
+            &s.wqe[..wqe_bytes],
+            &mut s.frame,
+            &mut s.tagged,
+        ),
+        _ => Err(CqeSyndrome::LocalQpOperation),
+    };
+    let (sent, tagged) = match result {
+        Ok(done) => done,
+        Err(syndrome) => return fail(core, sqn, index, opcode, syndrome, cqn),
+    };
+    if sent > 0 {
+        let frame: &[u8] = if tagged { &s.tagged[..sent] } else { &s.frame };
+        transmit(core, frame);
+    }
+    {
+        let qc = core.queue_counters.get_mut(QueueKind::Sq, sqn);
+        qc.wqes += 1;
+        if sent > 0 {
+            qc.frames += 1;
+            qc.bytes += sent as u64;
+        }
+    }
+    if let Some(sq) = core.res.sqs.get_mut(sqn) {
+        sq.wq.consumed = index.wrapping_add(bbs);
+    }
+    if ce >= wqe::completion::ALWAYS {
+        let mut cqe = [0u8; 64];
+        cqe[0x2c..0x30].copy_from_slice(&(sent as u32).to_be_bytes());
+        cqe[0x38..0x3c].copy_from_slice(&(sqn & 0x00ff_ffff).to_be_bytes());
+        cqe[0x3c..0x3e].copy_from_slice(&index.to_be_bytes());
+        cqe[0x3f] = (CqeOpcode::Req as u8) << 4 | u8::from(ctrl_se(&s.wqe)) << 1;
+        if crate::engine::cq::post(core, cqn, &mut cqe).is_ok() {
+            core.queue_counters.get_mut(QueueKind::Sq, sqn).cqes += 1;
+        }
+    }
+    Ok(bbs)
+}
+
+fn ctrl_se(wqe: &[u8]) -> bool {
+    wqe[11] & 2 != 0
+}
+
+/// Largest frame the send path assembles, in bytes.
+const MAX_FRAME_BYTES: usize = 16 * 1024 + 64;
+
+/// Builds the frame a SEND WQE describes into `frame` (or `tagged` when a VLAN is inserted);
+/// returns the length on the wire and whether the frame is in `tagged`.
+fn build_frame(
+    core: &mut Core,
+    pd: u32,
+    min_inline: u8,
+    w: &[u8],
+    frame: &mut Vec<u8>,
+    tagged: &mut [u8],
+) -> Result<(usize, bool), CqeSyndrome> {
+    frame.clear();
+    if w.len() < 2 * WQE_DS {
+        return Err(CqeSyndrome::LocalQpOperation);
+    }
+    let eth = EthSeg::new(&w[WQE_DS..2 * WQE_DS]).map_err(|_| CqeSyndrome::LocalQpOperation)?;
+    let raw_sz = eth.inline_hdr_sz();
+    let vlan = eth.vlan_insert();
+    let inline_len = if vlan.is_some() {
+        0
+    } else {
+        usize::from(raw_sz)
+    };
+    let mut at = 2 * WQE_DS;
+    if inline_len > 0 {
+        let first = inline_len.min(2);
+        frame.extend_from_slice(&w[WQE_DS + 14..WQE_DS + 14 + first]);
+        let rest = inline_len - first;
+        if at + rest > w.len() {
+            return Err(CqeSyndrome::LocalLength);
+        }
+        frame.extend_from_slice(&w[at..at + rest]);
+        at += rest.div_ceil(WQE_DS) * WQE_DS;
+    }
+    while at + 4 <= w.len() {
+        let head = u32::from_be_bytes([w[at], w[at + 1], w[at + 2], w[at + 3]]);
+        if head & INLINE_SEG != 0 {
+            let count = (head & !INLINE_SEG) as usize;
+            if at + 4 + count > w.len() {
+                return Err(CqeSyndrome::LocalLength);
+            }
+            frame.extend_from_slice(&w[at + 4..at + 4 + count]);
+            at += (4 + count).div_ceil(WQE_DS) * WQE_DS;
+        } else {
+            if at + WQE_DS > w.len() {
+                return Err(CqeSyndrome::LocalQpOperation);
+            }
+            let seg = wqe::DataSeg::new(&w[at..at + WQE_DS])
+                .map_err(|_| CqeSyndrome::LocalQpOperation)?;
+            let (len, lkey, addr) = (seg.byte_count() as usize, seg.lkey(), seg.addr());
+            let start = frame.len();
+            if start + len > MAX_FRAME_BYTES {
+                return Err(CqeSyndrome::LocalLength);
+            }
+            frame.resize(start + len, 0);
+            let counters = core.counters.clone();
+            translate(core, lkey, pd, addr, len as u64, false, |iova, off, n| {
+                let dst = &mut frame[start + off as usize..start + (off + n) as usize];
+                add(&counters.payload_reads, 1);
+                add(&counters.payload_read_bytes, n);
+                core.dma_read(iova, dst).map_err(|_| KeyFault::Bounds)
+            })
+            .map_err(|_| CqeSyndrome::LocalProtection)?;
+            at += WQE_DS;
+        }
+    }
+    if frame.len() < packet::ETH_HEADER_LEN || frame.len() > core.port.max_frame() {
+        return Err(CqeSyndrome::LocalLength);
+    }
+    if min_inline > 0 && !inline_covers(frame, inline_len, min_inline) {
+        return Err(CqeSyndrome::LocalQpOperation);
+    }
+    if eth.l3_csum() || eth.l4_csum() {
+        // A frame the offload cannot parse goes out as the driver built it.
+        let _ = packet::insert_checksums(frame, eth.l3_csum(), eth.l4_csum());
+    }
+    if let Some(tci) = vlan {
+        let n = packet::insert_vlan(frame, tci, tagged).map_err(|_| CqeSyndrome::LocalLength)?;
+        return Ok((n, true));
+    }
+    Ok((frame.len(), false))
+}
+
+/// Whether `inline_len` inlined bytes cover the headers the SQ's minimum inline mode demands
+/// (1 = L2, 2 = up to L3, 3 = up to L4).
+fn inline_covers(frame: &[u8], inline_len: usize, mode: u8) -> bool {
+    let parsed = packet::parse(frame);
+    let needed = match mode {
+        1 => packet::ETH_HEADER_LEN,
+        2 => parsed.l3_offset + parsed.l3_len,
+        _ => parsed.l4_offset + parsed.l4_len,
+    };
+    inline_len >= needed.max(packet::ETH_HEADER_LEN)
+}
+
+fn transmit(core: &mut Core, frame: &[u8]) {
+    add(&core.counters.tx_frames, 1);
+    add(&core.counters.tx_bytes, frame.len() as u64);
+    if let Some((wire, port)) = &core.wire {
+        let _ = wire.transmit(*port, frame);
+    }
+}
+
+/// Writes an error CQE for the WQE at `index`, moves the SQ to error, and stops the burst.
+fn fail(
+    core: &mut Core,
+    sqn: u32,
+    index: u16,
+    opcode: u8,
+    syndrome: CqeSyndrome,
+    cqn: u32,
+) -> Result<u16, ()> {
+    add(&core.counters.error_cqes, 1);
+    let mut cqe = [0u8; 64];
+    {
+        let mut err = ErrCqe::new(&mut cqe[..]).map_err(|_| ())?;
+        err.set_syndrome(syndrome as u8)
+            .set_s_wqe_opcode(opcode)
+            .set_qpn(sqn)
+            .set_wqe_counter(index)
+            .set_opcode(CqeOpcode::ReqErr as u8);
+    }
+    let _ = crate::engine::cq::post(core, cqn, &mut cqe);
+    core.queue_counters.get_mut(QueueKind::Sq, sqn).errors += 1;
+    if let Some(sq) = core.res.sqs.get_mut(sqn) {
+        sq.state = QState::Err;
+    }
+    Err(())
+}
+
+/// The Ethernet segment's inline header size field with the VLAN-insert flag masked out.
+#[allow(dead_code)]
+pub(crate) fn inline_size(raw: u16) -> u16 {
+    raw & !ETH_WQE_INSERT_VLAN
+}

@@ -1,0 +1,230 @@
+//! The capability set the model reports (QUERY_HCA_CAP) and accepts (SET_HCA_CAP).
+//!
+//! Maximum and current values start equal except where the driver is expected to choose
+//! (command checksums default off). Every limit reported here is enforced by the command
+//! handlers, so a driver that trusts the caps stays inside them.
+
+use super::{bad_param, input_as, output_as, CmdResult, Core, Syndrome};
+use crate::config::EmuConfig;
+use cxdirect_hw::caps::{port_type, wqe_inline_mode, CmdHcaCap, PerProtocolNetworkingOffloadCaps};
+use cxdirect_hw::hca::{cap_type, QueryHcaCapOut, SetHcaCapIn};
+use cxdirect_hw::layout::{read_field, FieldKind, Layout};
+
+/// Log2 of the number of EQs.
+pub(crate) const LOG_MAX_EQ: u8 = 6;
+/// Log2 of the largest EQ.
+pub(crate) const LOG_MAX_EQ_SZ: u8 = 16;
+/// Log2 of the largest CQ.
+pub(crate) const LOG_MAX_CQ_SZ: u8 = 22;
+/// Log2 of the largest work queue (SQ, RQ, RMP).
+pub(crate) const LOG_MAX_WQ_SZ: u8 = 16;
+/// Log2 of the largest RQ table.
+pub(crate) const LOG_MAX_RQT_SIZE: u8 = 11;
+/// Largest send WQE in bytes.
+pub(crate) const MAX_WQE_SZ_SQ: u16 = 1024;
+/// Largest receive WQE in bytes.
+pub(crate) const MAX_WQE_SZ_RQ: u16 = 1024;
+/// Log2 of the BlueFlame register size in bytes.
+pub(crate) const LOG_BF_REG_SIZE: u8 = 9;
+/// Log2 of the largest memory key length in bytes.
+pub(crate) const LOG_MAX_MRW_SZ: u8 = 48;
+/// Log2 of the largest KLM list.
+pub(crate) const LOG_MAX_KLM_LIST_SIZE: u8 = 16;
+
+/// Fields SET_HCA_CAP may change (up to their maximum value).
+const SETTABLE_GENERAL: &[&str] = &[
+    "cmdif_checksum",
+    "log_uar_page_sz",
+    "uar_4k",
+    "cache_line_128byte",
+    "driver_version",
+    "disable_link_up",
+    "log_max_qp",
+    "pkey_table_size",
+];
+
+/// Maximum and current capability pages.
+#[derive(Debug)]
+pub(crate) struct CapSet {
+    pub max_general: [u8; 0x100],
+    pub current_general: [u8; 0x100],
+    pub ethernet: [u8; 0x100],
+    pub context_slot: Option<super::pages::Slot>,
+}
+
+impl CapSet {
+    pub fn new(cfg: &EmuConfig) -> Self {
+        let mut g = CmdHcaCap::zeroed();
+        g.set_log_max_cq_sz(LOG_MAX_CQ_SZ)
+            .set_log_max_cq(16)
+            .set_log_max_eq_sz(LOG_MAX_EQ_SZ)
+            .set_log_max_eq(LOG_MAX_EQ)
+            .set_log_max_mkey(16)
+            .set_log_max_mrw_sz(LOG_MAX_MRW_SZ)
+            .set_log_max_klm_list_size(LOG_MAX_KLM_LIST_SIZE)
+            .set_log_max_qp_sz(LOG_MAX_WQ_SZ)
+            .set_log_max_qp(16)
+            .set_log_max_srq_sz(LOG_MAX_WQ_SZ)
+            .set_log_max_srq(12)
+            .set_max_indirection(16)
+            .set_end_pad(true)
+            .set_nic_flow_table(true)
+            .set_port_type(port_type::ETHERNET)
+            .set_num_ports(1)
+            .set_log_max_msg(30)
+            .set_max_tc(8)
+            .set_cqe_version(1)
+            .set_cmdif_checksum(3)
+            .set_wq_signature(false)
+            .set_eth_net_offloads(true)
+            .set_cq_oi(true)
+            .set_cq_moderation(true)
+            .set_pg(false)
+            .set_block_lb_mc(true)
+            .set_uar_4k(true)
+            .set_uar_sz(5)
+            .set_log_pg_sz(12)
+            .set_bf(true)
+            .set_driver_version(true)
+            .set_log_bf_reg_size(LOG_BF_REG_SIZE)
+            .set_max_wqe_sz_sq(MAX_WQE_SZ_SQ)
+            .set_max_wqe_sz_rq(MAX_WQE_SZ_RQ)
+            .set_log_max_transport_domain(16)
+            .set_log_max_pd(16)
+            .set_log_max_rq(16)
+            .set_log_max_sq(16)
+            .set_log_max_tir(12)
+            .set_log_max_tis(12)
+            .set_basic_cyclic_rcv_wqe(true)
+            .set_log_max_rmp(12)
+            .set_log_max_rqt(12)
+            .set_log_max_rqt_size(LOG_MAX_RQT_SIZE)
+            .set_log_max_tis_per_sq(0)
+            .set_log_max_wq_sz(LOG_MAX_WQ_SZ)
+            .set_log_max_current_uc_list(4)
+            .set_log_max_current_mc_list(8)
+            .set_log_max_vlan_list(8)
+            .set_num_of_uars_per_page(1)
+            .set_device_frequency_khz(1_000_000);
+        let mut max_general = [0u8; 0x100];
+        max_general.copy_from_slice(g.as_bytes());
+        g.set_cmdif_checksum(0);
+        let mut current_general = [0u8; 0x100];
+        current_general.copy_from_slice(g.as_bytes());
+
+        let mut e = PerProtocolNetworkingOffloadCaps::zeroed();
+        e.set_csum_cap(true)
+            .set_vlan_cap(true)
+            .set_wqe_vlan_insert(true)
+            .set_self_lb_en_modifiable(true)
+            .set_max_lso_cap(0)
+            .set_multi_pkt_send_wqe(0)
+            .set_wqe_inline_mode(wqe_inline_mode::NOT_REQUIRED)
+            .set_rss_ind_tbl_cap(LOG_MAX_RQT_SIZE);
+        let mut ethernet = [0u8; 0x100];
+        let n = e.as_bytes().len().min(0x100);
+        ethernet[..n].copy_from_slice(&e.as_bytes()[..n]);
+        let _ = cfg;
+        Self {
+            max_general,
+            current_general,
+            ethernet,
+            context_slot: None,
+        }
+    }
+
+    /// The current general capabilities.
+    pub fn general(&self) -> CmdHcaCap<&[u8]> {
+        CmdHcaCap::new(&self.current_general[..]).expect("capability page has the layout's size")
+    }
+
+    /// True when the driver turned command-interface checksums on.
+    pub fn checksums_on(&self) -> bool {
+        self.general().cmdif_checksum() != 0
+    }
+}
+
+/// QUERY_HCA_CAP: op_mod = cap_type << 1 | current.
+pub(crate) fn query_hca_cap(core: &mut Core, op_mod: u16, output: &mut [u8]) -> CmdResult {
+    let current = op_mod & 1 == 1;
+    let kind = op_mod >> 1;
+    let page: &[u8] = match kind {
+        cap_type::GENERAL_DEVICE if current => &core.hca.caps.current_general,
+        cap_type::GENERAL_DEVICE => &core.hca.caps.max_general,
+        cap_type::ETHERNET_OFFLOADS => &core.hca.caps.ethernet,
+        _ => {
+            return Err(bad_param(
+                Syndrome::BadOpMod,
+                "capability type not modelled",
+            ))
+        }
+    };
+    let page = page.to_vec();
+    let mut out = output_as!(QueryHcaCapOut<&mut [u8]>, output);
+    out.capability_mut().as_bytes_mut()[..page.len()].copy_from_slice(&page);
+    Ok(())
+}
+
+/// SET_HCA_CAP: only the settable general fields may change, each up to its maximum.
+pub(crate) fn set_hca_cap(core: &mut Core, op_mod: u16, input: &[u8]) -> CmdResult {
+    if u64::from(core.cfg.boot_pages) > core.pages.total_given {
+        return Err(super::bad_sys_state(
+            "SET_HCA_CAP before the boot pages were given",
+        ));
+    }
+    let cmd = input_as!(SetHcaCapIn<&[u8]>, input);
+    let requested = &cmd.capability().into_inner()[..0x100];
+    match op_mod >> 1 {
+        cap_type::GENERAL_DEVICE => {
+            let current = core.hca.caps.current_general;
+            let max = core.hca.caps.max_general;
+            for field in CmdHcaCap::FIELDS
+                .iter()
+                .filter(|f| f.kind == FieldKind::Scalar)
+            {
+                let want = read_field(requested, field.bit_offset, field.width);
+                if want == read_field(&current, field.bit_offset, field.width) {
+                    continue;
+                }
+                if !SETTABLE_GENERAL.contains(&field.name) {
+                    return Err(bad_param(
+                        Syndrome::CapReadOnly,
+                        "SET_HCA_CAP changed a read-only capability",
+                    ));
+                }
+                if want > read_field(&max, field.bit_offset, field.width)
+                    && field.name != "log_uar_page_sz"
+                {
+                    return Err(bad_param(
+                        Syndrome::CapAboveMax,
+                        "SET_HCA_CAP asked for more than the maximum",
+                    ));
+                }
+            }
+            let mut next = current;
+            for field in CmdHcaCap::FIELDS
+                .iter()
+                .filter(|f| SETTABLE_GENERAL.contains(&f.name))
+            {
+                let want = read_field(requested, field.bit_offset, field.width);
+                cxdirect_hw::layout::write_field(&mut next, field.bit_offset, field.width, want);
+            }
+            core.hca.caps.current_general = next;
+            let _ = <CmdHcaCap as Layout>::SIZE;
+            Ok(())
+        }
+        cap_type::ETHERNET_OFFLOADS => {
+            if requested != &core.hca.caps.ethernet[..] {
+                return Err(bad_param(
+                    Syndrome::CapReadOnly,
+                    "Ethernet offload capabilities are read-only",
+                ));
+            }
+            Ok(())
+        }
+        _ => Err(bad_param(
+            Syndrome::BadOpMod,
+            "capability type not modelled",
+        )),
+    }
+}

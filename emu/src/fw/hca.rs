@@ -1,0 +1,464 @@
+//! The HCA life cycle (enable, ISSI, pages, init, teardown, disable), the health state behind
+//! the init segment, the port (PAOS, PMTU) and the NIC vport context.
+
+use super::{bad_param, bad_sys_state, input_as, output_as, CmdError, CmdResult, Core, Syndrome};
+use crate::config::EmuConfig;
+use crate::fw::pages;
+use cxdirect_hw::cmd::{CmdStatus, Opcode};
+use cxdirect_hw::eqe::{port_change, EventType};
+use cxdirect_hw::hca::{
+    query_pages_op_mod, EnableHcaIn, QueryIssiOut, QueryPagesIn, QueryPagesOut, SetIssiIn,
+    TeardownHcaOut,
+};
+use cxdirect_hw::reg::{self, AccessRegisterIn, AccessRegisterOut, PaosReg, PmtuReg};
+use cxdirect_hw::vport::{
+    ModifyNicVportContextIn, QueryNicVportContextIn, QueryNicVportContextOut, QueryVportStateIn,
+    QueryVportStateOut, VPORT_STATE_DOWN, VPORT_STATE_UP,
+};
+use std::time::{Duration, Instant};
+
+/// Where the function is in its life cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HcaState {
+    /// After reset: only ENABLE_HCA is accepted.
+    Disabled,
+    /// Enabled, not yet initialized: ISSI, pages, capabilities, INIT_HCA.
+    Enabled,
+    /// Initialized: objects may be created.
+    Initialized,
+    /// Torn down: pages may be reclaimed, then DISABLE_HCA.
+    TornDown,
+}
+
+/// Life-cycle and health state.
+#[derive(Debug)]
+pub(crate) struct Hca {
+    pub state: HcaState,
+    pub issi: u16,
+    pub reset_at: Instant,
+    init_delay: Option<Duration>,
+    health_tick: Duration,
+    /// Fatal health syndrome and the health counter value frozen at the failure.
+    fatal: Option<(u8, u32)>,
+    /// The health counter stops advancing (a hung firmware) without a syndrome.
+    pub health_stalled: Option<u32>,
+    pub caps: super::caps::CapSet,
+    pub cmdq_addr: u64,
+    pub last_error: Option<CmdError>,
+    /// Pages lost because DISABLE_HCA came before they were reclaimed.
+    pub pages_leaked: u64,
+}
+
+impl Hca {
+    pub fn new(cfg: &EmuConfig) -> Self {
+        Self {
+            state: HcaState::Disabled,
+            issi: 0,
+            reset_at: Instant::now(),
+            init_delay: cfg.init_delay,
+            health_tick: cfg.health_tick.max(Duration::from_micros(1)),
+            fatal: None,
+            health_stalled: None,
+            caps: super::caps::CapSet::new(cfg),
+            cmdq_addr: 0,
+            last_error: None,
+            pages_leaked: 0,
+        }
+    }
+
+    /// True while `initializing` reads set.
+    pub fn initializing(&self) -> bool {
+        match self.init_delay {
+            None => true,
+            Some(delay) => self.reset_at.elapsed() < delay,
+        }
+    }
+
+    /// The health counter as the init segment shows it.
+    pub fn health_counter(&self) -> u32 {
+        if let Some((_, frozen)) = self.fatal {
+            return frozen;
+        }
+        if let Some(frozen) = self.health_stalled {
+            return frozen;
+        }
+        (self.reset_at.elapsed().as_nanos() / self.health_tick.as_nanos()) as u32 & 0x00ff_ffff
+    }
+
+    /// Nanoseconds since reset: the internal timer.
+    pub fn internal_timer(&self) -> u64 {
+        self.reset_at.elapsed().as_nanos() as u64
+    }
+
+    pub fn failed(&self) -> bool {
+        self.fatal.is_some()
+    }
+
+    pub fn health_syndrome(&self) -> u8 {
+        self.fatal.map(|(s, _)| s).unwrap_or(0)
+    }
+
+    /// Enters the fatal state: the health buffer shows `syndrome`, the counter stops, and the
+    /// command interface stops answering.
+    pub fn set_fatal(&mut self, syndrome: u8) {
+        if self.fatal.is_none() {
+            let counter = self.health_counter();
+            self.fatal = Some((syndrome, counter));
+        }
+    }
+
+    /// Refuses commands the current state does not allow.
+    pub fn check_allowed(&self, op: Opcode) -> CmdResult {
+        use Opcode::*;
+        let ok = match self.state {
+            HcaState::Disabled => matches!(op, EnableHca | Nop),
+            HcaState::Enabled => matches!(
+                op,
+                DisableHca
+                    | QueryIssi
+                    | SetIssi
+                    | QueryPages
+                    | ManagePages
+                    | QueryHcaCap
+                    | SetHcaCap
+                    | AccessReg
+                    | InitHca
+                    | Nop
+            ),
+            HcaState::Initialized => !matches!(op, EnableHca | SetIssi | SetHcaCap | InitHca),
+            HcaState::TornDown => matches!(op, DisableHca | QueryPages | ManagePages | Nop),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(bad_sys_state(
+                "command not allowed in the HCA's current state",
+            ))
+        }
+    }
+}
+
+/// Port and vport state.
+#[derive(Debug)]
+pub(crate) struct PortState {
+    pub admin_up: bool,
+    pub oper_up: bool,
+    pub max_mtu: u16,
+    pub admin_mtu: u16,
+    pub mac: u64,
+    pub vport_mtu: u16,
+    pub promisc_uc: bool,
+    pub promisc_mc: bool,
+    pub promisc_all: bool,
+    pub roce_en: bool,
+}
+
+impl PortState {
+    pub fn new(cfg: &EmuConfig) -> Self {
+        let mac = cfg.mac.iter().fold(0u64, |acc, b| acc << 8 | u64::from(*b));
+        Self {
+            admin_up: true,
+            oper_up: false,
+            max_mtu: (cfg.max_frame + 4).min(u16::MAX as usize) as u16,
+            admin_mtu: 1522,
+            mac,
+            vport_mtu: 1522,
+            promisc_uc: false,
+            promisc_mc: false,
+            promisc_all: false,
+            roce_en: false,
+        }
+    }
+
+    /// Largest frame (without FCS) the port sends or accepts now.
+    pub fn max_frame(&self) -> usize {
+        usize::from(self.admin_mtu).saturating_sub(4)
+    }
+}
+
+pub(crate) fn enable_hca(core: &mut Core, input: &[u8]) -> CmdResult {
+    let cmd = input_as!(EnableHcaIn<&[u8]>, input);
+    if cmd.function_id() != 0 {
+        return Err(bad_param(
+            Syndrome::BadFunctionId,
+            "ENABLE_HCA for another function",
+        ));
+    }
+    core.hca.state = HcaState::Enabled;
+    Ok(())
+}
+
+pub(crate) fn disable_hca(core: &mut Core, input: &[u8]) -> CmdResult {
+    let cmd = input_as!(cxdirect_hw::hca::DisableHcaIn<&[u8]>, input);
+    if cmd.function_id() != 0 {
+        return Err(bad_param(
+            Syndrome::BadFunctionId,
+            "DISABLE_HCA for another function",
+        ));
+    }
+    destroy_all_objects(core);
+    core.hca.pages_leaked += core.pages.held() as u64;
+    core.pages.clear();
+    core.hca.state = HcaState::Disabled;
+    core.hca.issi = 0;
+    Ok(())
+}
+
+pub(crate) fn query_issi(core: &mut Core, output: &mut [u8]) -> CmdResult {
+    let mut out = output_as!(QueryIssiOut<&mut [u8]>, output);
+    out.set_current_issi(core.hca.issi)
+        .set_supported_issi_dw0(0b11);
+    Ok(())
+}
+
+pub(crate) fn set_issi(core: &mut Core, input: &[u8]) -> CmdResult {
+    let cmd = input_as!(SetIssiIn<&[u8]>, input);
+    if cmd.current_issi() > 1 {
+        return Err(bad_param(
+            Syndrome::BadIssi,
+            "only ISSI 0 and 1 are supported",
+        ));
+    }
+    core.hca.issi = cmd.current_issi();
+    Ok(())
+}
+
+pub(crate) fn query_pages(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let cmd = input_as!(QueryPagesIn<&[u8]>, input);
+    if cmd.function_id() != 0 {
+        return Err(bad_param(
+            Syndrome::BadFunctionId,
+            "QUERY_PAGES for another function",
+        ));
+    }
+    let given = core.pages.total_given as i64;
+    let boot = i64::from(core.cfg.boot_pages);
+    let init = i64::from(core.cfg.init_pages);
+    let pages = match cmd.op_mod() {
+        query_pages_op_mod::BOOT => (boot - given).max(0),
+        query_pages_op_mod::INIT => (boot + init - given).max(0),
+        query_pages_op_mod::REGULAR => i64::from(core.pages.regular_request),
+        _ => {
+            return Err(bad_param(
+                Syndrome::BadOpMod,
+                "QUERY_PAGES op_mod must be 1, 2 or 3",
+            ))
+        }
+    };
+    let mut out = output_as!(QueryPagesOut<&mut [u8]>, output);
+    out.set_function_id(0).set_num_pages_signed(pages as i32);
+    Ok(())
+}
+
+pub(crate) fn init_hca(core: &mut Core) -> CmdResult {
+    let needed = u64::from(core.cfg.boot_pages + core.cfg.init_pages);
+    if core.pages.total_given < needed {
+        return Err(CmdError::new(
+            CmdStatus::BadSystemState,
+            Syndrome::PagesMissing,
+            "INIT_HCA before all boot and init pages were given",
+        ));
+    }
+    // The firmware keeps the capabilities it was configured with in its own pages.
+    let caps = core.hca.caps.current_general.to_vec();
+    let slot = pages::store_new_context(core, &caps)?;
+    core.hca.caps.context_slot = Some(slot);
+    core.hca.state = HcaState::Initialized;
+    if core.port.admin_up {
+        set_oper(core, core.wire.is_some());
+    }
+    Ok(())
+}
+
+pub(crate) fn teardown_hca(core: &mut Core, output: &mut [u8]) -> CmdResult {
+    destroy_all_objects(core);
+    if let Some(slot) = core.hca.caps.context_slot.take() {
+        core.pages.free_slot(slot);
+    }
+    core.pages.regular_request = 0;
+    set_oper(core, false);
+    core.hca.state = HcaState::TornDown;
+    if let Ok(mut out) = TeardownHcaOut::new(&mut output[..]) {
+        out.set_force_state(0);
+    }
+    Ok(())
+}
+
+/// Drops every object (teardown, disable): their contexts leave the firmware pages.
+fn destroy_all_objects(core: &mut Core) {
+    let mut slots = Vec::new();
+    slots.extend(core.res.eqs.iter().map(|(_, o)| o.slot));
+    slots.extend(core.res.cqs.iter().map(|(_, o)| o.slot));
+    slots.extend(core.res.sqs.iter().map(|(_, o)| o.slot));
+    slots.extend(core.res.rqs.iter().map(|(_, o)| o.slot));
+    slots.extend(core.res.rmps.iter().map(|(_, o)| o.slot));
+    slots.extend(core.res.mkeys.iter().map(|(_, o)| o.slot));
+    for slot in slots {
+        core.pages.free_slot(slot);
+    }
+    core.res = super::objects::Resources::new(&core.cfg);
+}
+
+/// Sets the port's operational state, posting a PORT_CHANGE event on a change.
+pub(crate) fn set_oper(core: &mut Core, up: bool) {
+    if core.port.oper_up == up {
+        return;
+    }
+    core.port.oper_up = up;
+    let mut data = [0u8; 28];
+    data[8] = 1 << 4; // port 1, upper nibble
+    let sub = if up {
+        port_change::ACTIVE
+    } else {
+        port_change::DOWN
+    };
+    crate::engine::eq::post_async_event(core, EventType::PortChange, sub, &data);
+}
+
+pub(crate) fn access_reg(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let cmd = input_as!(AccessRegisterIn<&[u8]>, input);
+    let write = match cmd.op_mod() {
+        reg::ACCESS_REG_OP_MOD_WRITE => true,
+        reg::ACCESS_REG_OP_MOD_READ => false,
+        _ => {
+            return Err(bad_param(
+                Syndrome::BadOpMod,
+                "ACCESS_REG op_mod must be 0 (write) or 1 (read)",
+            ))
+        }
+    };
+    let data = &input[AccessRegisterIn::<&[u8]>::SIZE..];
+    let reply_len = output
+        .len()
+        .saturating_sub(AccessRegisterOut::<&[u8]>::SIZE);
+    let mut reply = vec![0u8; reply_len];
+    match cmd.register_id() {
+        reg::REG_PAOS => {
+            let req = PaosReg::new(data)
+                .map_err(|_| bad_param(Syndrome::BadRegister, "PAOS data too short"))?;
+            if write && req.ase() {
+                match req.admin_status() {
+                    reg::PORT_STATUS_UP => core.port.admin_up = true,
+                    reg::PORT_STATUS_DOWN => core.port.admin_up = false,
+                    _ => {
+                        return Err(bad_param(
+                            Syndrome::BadRegister,
+                            "PAOS admin_status must be 1 (up) or 2 (down)",
+                        ))
+                    }
+                }
+                let up = core.port.admin_up
+                    && core.wire.is_some()
+                    && core.hca.state == HcaState::Initialized;
+                set_oper(core, up);
+            }
+            if let Ok(mut r) = PaosReg::new(&mut reply[..]) {
+                r.set_local_port(1)
+                    .set_admin_status(if core.port.admin_up {
+                        reg::PORT_STATUS_UP
+                    } else {
+                        reg::PORT_STATUS_DOWN
+                    })
+                    .set_oper_status(if core.port.oper_up {
+                        reg::PORT_STATUS_UP
+                    } else {
+                        reg::PORT_STATUS_DOWN
+                    });
+            }
+        }
+        reg::REG_PMTU => {
+            let req = PmtuReg::new(data)
+                .map_err(|_| bad_param(Syndrome::BadRegister, "PMTU data too short"))?;
+            if write {
+                let mtu = req.admin_mtu();
+                if mtu < 68 || mtu > core.port.max_mtu {
+                    return Err(bad_param(
+                        Syndrome::BadRegister,
+                        "PMTU admin_mtu outside 68..=max_mtu",
+                    ));
+                }
+                core.port.admin_mtu = mtu;
+            }
+            if let Ok(mut r) = PmtuReg::new(&mut reply[..]) {
+                r.set_local_port(1)
+                    .set_max_mtu(core.port.max_mtu)
+                    .set_admin_mtu(core.port.admin_mtu)
+                    .set_oper_mtu(core.port.admin_mtu);
+            }
+        }
+        reg::REG_HOST_ENDIANNESS => {}
+        _ => return Err(bad_param(Syndrome::BadRegister, "register not modelled")),
+    }
+    let mut out = output_as!(AccessRegisterOut<&mut [u8]>, output);
+    let _ = &mut out;
+    let start = AccessRegisterOut::<&[u8]>::SIZE;
+    output[start..start + reply.len()].copy_from_slice(&reply);
+    Ok(())
+}
+
+fn check_own_vport(other_vport: bool, vport_number: u16) -> CmdResult {
+    if other_vport || vport_number != 0 {
+        return Err(bad_param(
+            Syndrome::BadVport,
+            "only the function's own vport (0) is modelled",
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn query_nic_vport_context(
+    core: &mut Core,
+    input: &[u8],
+    output: &mut [u8],
+) -> CmdResult {
+    let cmd = input_as!(QueryNicVportContextIn<&[u8]>, input);
+    check_own_vport(cmd.other_vport(), cmd.vport_number())?;
+    let mut out = output_as!(QueryNicVportContextOut<&mut [u8]>, output);
+    let mut ctx = out.nic_vport_context_mut();
+    ctx.set_mtu(core.port.vport_mtu)
+        .set_promisc_uc(core.port.promisc_uc)
+        .set_promisc_mc(core.port.promisc_mc)
+        .set_promisc_all(core.port.promisc_all)
+        .set_roce_en(core.port.roce_en);
+    ctx.permanent_address_mut().set_mac(core.port.mac);
+    Ok(())
+}
+
+pub(crate) fn modify_nic_vport_context(core: &mut Core, input: &[u8]) -> CmdResult {
+    let cmd = input_as!(ModifyNicVportContextIn<&[u8]>, input);
+    check_own_vport(cmd.other_vport(), cmd.vport_number())?;
+    let select = cmd.field_select();
+    let ctx = cmd.nic_vport_context();
+    if select.mtu() {
+        let mtu = ctx.mtu();
+        if mtu < 68 || mtu > core.port.max_mtu {
+            return Err(bad_param(
+                Syndrome::BadVport,
+                "vport MTU outside 68..=max_mtu",
+            ));
+        }
+        core.port.vport_mtu = mtu;
+    }
+    if select.promisc() {
+        core.port.promisc_uc = ctx.promisc_uc();
+        core.port.promisc_mc = ctx.promisc_mc();
+        core.port.promisc_all = ctx.promisc_all();
+    }
+    if select.permanent_address() {
+        core.port.mac = ctx.permanent_address().mac();
+    }
+    if select.roce_en() {
+        core.port.roce_en = ctx.roce_en();
+    }
+    Ok(())
+}
+
+pub(crate) fn query_vport_state(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let cmd = input_as!(QueryVportStateIn<&[u8]>, input);
+    check_own_vport(cmd.other_vport(), cmd.vport_number())?;
+    let mut out = output_as!(QueryVportStateOut<&mut [u8]>, output);
+    let state = |up| if up { VPORT_STATE_UP } else { VPORT_STATE_DOWN };
+    out.set_admin_state(state(core.port.admin_up))
+        .set_state(state(core.port.oper_up));
+    Ok(())
+}

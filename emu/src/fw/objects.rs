@@ -1,0 +1,358 @@
+//! Object tables and the objects the firmware creates: UARs, PDs, transport domains, EQs, CQs,
+//! SQs, RQs, RMPs, TISs, TIRs, RQTs, flow tables and memory keys.
+
+use super::pages::Slot;
+use crate::config::EmuConfig;
+use std::collections::BTreeMap;
+
+/// A numbered table of objects. Numbers start at `base` so that different object types rarely
+/// share numbers (a driver that mixes up a CQN and an SQN then fails visibly).
+#[derive(Debug)]
+pub(crate) struct Table<T> {
+    items: Vec<Option<T>>,
+    free: Vec<u32>,
+    base: u32,
+    max: u32,
+    live: usize,
+}
+
+impl<T> Table<T> {
+    pub fn new(base: u32, max: u32) -> Self {
+        Self {
+            items: Vec::new(),
+            free: Vec::new(),
+            base,
+            max,
+            live: 0,
+        }
+    }
+
+    /// Inserts `item` and returns its number, or `None` when the table is full.
+    pub fn insert(&mut self, item: T) -> Option<u32> {
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None => {
+                if self.items.len() as u32 >= self.max {
+                    return None;
+                }
+                self.items.push(None);
+                self.items.len() as u32 - 1
+            }
+        };
+        self.items[index as usize] = Some(item);
+        self.live += 1;
+        Some(self.base + index)
+    }
+
+    fn index(&self, number: u32) -> Option<usize> {
+        let index = number.checked_sub(self.base)? as usize;
+        (index < self.items.len()).then_some(index)
+    }
+
+    pub fn get(&self, number: u32) -> Option<&T> {
+        self.index(number).and_then(|i| self.items[i].as_ref())
+    }
+
+    pub fn get_mut(&mut self, number: u32) -> Option<&mut T> {
+        let i = self.index(number)?;
+        self.items[i].as_mut()
+    }
+
+    pub fn contains(&self, number: u32) -> bool {
+        self.get(number).is_some()
+    }
+
+    pub fn remove(&mut self, number: u32) -> Option<T> {
+        let i = self.index(number)?;
+        let item = self.items[i].take()?;
+        self.free.push(i as u32);
+        self.live -= 1;
+        Some(item)
+    }
+
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
+        self.items
+            .iter()
+            .enumerate()
+            .filter_map(move |(i, t)| t.as_ref().map(|t| (self.base + i as u32, t)))
+    }
+}
+
+/// A queue buffer described by a page list: the device resolves byte offsets to bus addresses.
+#[derive(Debug, Clone)]
+pub(crate) struct QueueBuffer {
+    pub pas: Vec<u64>,
+    /// Absolute log2 of the page size.
+    pub log_page: u32,
+    /// Offset of the buffer's start in its first page, in bytes.
+    pub offset: u64,
+    /// Size of the buffer in bytes.
+    pub size: u64,
+}
+
+impl QueueBuffer {
+    /// Bus address of byte `offset` of the buffer; `None` past the end.
+    pub fn addr(&self, offset: u64) -> Option<u64> {
+        if offset >= self.size {
+            return None;
+        }
+        let at = self.offset + offset;
+        let page = (at >> self.log_page) as usize;
+        let base = *self.pas.get(page)?;
+        Some(base + (at & ((1u64 << self.log_page) - 1)))
+    }
+}
+
+/// Queue state as the manual numbers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QState {
+    Rst = 0,
+    Rdy = 1,
+    Err = 3,
+}
+
+impl QState {
+    pub fn from_raw(raw: u8) -> Option<Self> {
+        match raw {
+            0 => Some(Self::Rst),
+            1 => Some(Self::Rdy),
+            3 => Some(Self::Err),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Eq {
+    pub buf: QueueBuffer,
+    pub log_size: u8,
+    pub uar: u32,
+    pub vector: u16,
+    pub event_mask: u64,
+    /// Producer counter (EQEs written).
+    pub pi: u32,
+    /// Consumer counter as last reported by the driver's EQ doorbell.
+    pub ci: u32,
+    pub armed: bool,
+    pub overrun: bool,
+    pub cq_users: u32,
+    pub slot: Slot,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CqArm {
+    Disarmed,
+    Next,
+    Solicited,
+}
+
+#[derive(Debug)]
+pub(crate) struct Cq {
+    pub buf: QueueBuffer,
+    pub log_size: u8,
+    pub eqn: u32,
+    pub uar: u32,
+    pub dbr: u64,
+    pub pi: u32,
+    pub arm: CqArm,
+    pub arm_sn: u8,
+    pub overrun_ignore: bool,
+    pub in_error: bool,
+    pub users: u32,
+    pub slot: Slot,
+}
+
+/// The work queue part shared by SQs, RQs and RMPs.
+#[derive(Debug)]
+pub(crate) struct WorkQueue {
+    pub buf: QueueBuffer,
+    pub log_stride: u8,
+    pub log_size: u8,
+    pub dbr: u64,
+    pub pd: u32,
+    pub uar: u32,
+    /// WQEs (receive) or WQEBBs (send) the device has consumed, wrapping at 16 bits as the
+    /// doorbell record counters do.
+    pub consumed: u16,
+}
+
+impl WorkQueue {
+    pub fn entries(&self) -> u32 {
+        1 << self.log_size
+    }
+
+    pub fn stride(&self) -> u64 {
+        1 << self.log_stride
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Sq {
+    pub wq: WorkQueue,
+    pub cqn: u32,
+    pub tisn: u32,
+    pub state: QState,
+    pub min_inline: u8,
+    pub slot: Slot,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RqMemory {
+    Own,
+    Rmp(u32),
+}
+
+#[derive(Debug)]
+pub(crate) struct Rq {
+    /// The RQ's own ring (absent when it draws from an RMP).
+    pub wq: Option<WorkQueue>,
+    pub memory: RqMemory,
+    pub cqn: u32,
+    pub state: QState,
+    pub tir_users: u32,
+    pub rqt_users: u32,
+    pub slot: Slot,
+}
+
+#[derive(Debug)]
+pub(crate) struct Rmp {
+    pub wq: WorkQueue,
+    pub state: QState,
+    /// Armed low watermark (0 = disarmed).
+    pub lwm: u16,
+    pub rq_users: u32,
+    pub slot: Slot,
+}
+
+#[derive(Debug)]
+pub(crate) struct Tis {
+    pub td: u32,
+    pub sq_users: u32,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum TirDispatch {
+    Direct {
+        rqn: u32,
+    },
+    Indirect {
+        rqtn: u32,
+        hash_fn: u8,
+        key: [u8; 40],
+        l3: u8,
+        l4: u8,
+        fields: u32,
+    },
+}
+
+#[derive(Debug)]
+pub(crate) struct Tir {
+    pub td: u32,
+    pub dispatch: TirDispatch,
+    pub self_lb_block: u8,
+    pub flow_users: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct Rqt {
+    pub rqs: Vec<u32>,
+    pub tir_users: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct FlowGroup {
+    pub start: u32,
+    pub end: u32,
+    pub criteria: Box<[u8; 0x200]>,
+}
+
+#[derive(Debug)]
+pub(crate) struct FlowEntry {
+    pub group: u32,
+    pub action: u16,
+    pub dests: Vec<(u8, u32)>,
+    pub value: Box<[u8; 0x200]>,
+}
+
+#[derive(Debug)]
+pub(crate) struct FlowTable {
+    pub level: u8,
+    pub log_size: u8,
+    pub miss_action: u8,
+    pub miss_table: u32,
+    pub groups: BTreeMap<u32, FlowGroup>,
+    pub entries: BTreeMap<u32, FlowEntry>,
+    pub referenced: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct Mkey {
+    pub variant: u8,
+    pub access_mode: u8,
+    pub pd: u32,
+    pub start: u64,
+    pub len: u64,
+    pub length64: bool,
+    pub log_page: u32,
+    pub mtt: Vec<u64>,
+    pub local_read: bool,
+    pub local_write: bool,
+    pub remote_read: bool,
+    pub remote_write: bool,
+    pub atomic: bool,
+    pub free: bool,
+    pub slot: Slot,
+}
+
+/// Every object table of the function.
+#[derive(Debug)]
+pub(crate) struct Resources {
+    pub uars: Table<()>,
+    pub pds: Table<u32>,
+    pub tds: Table<u32>,
+    pub eqs: Table<Eq>,
+    pub cqs: Table<Cq>,
+    pub sqs: Table<Sq>,
+    pub rqs: Table<Rq>,
+    pub rmps: Table<Rmp>,
+    pub tises: Table<Tis>,
+    pub tirs: Table<Tir>,
+    pub rqts: Table<Rqt>,
+    pub flow_tables: Table<FlowTable>,
+    pub mkeys: Table<Mkey>,
+    /// Flow group numbers are global; they map to their table.
+    pub next_group: u32,
+    /// Root table of NIC receive steering.
+    pub rx_root: Option<u32>,
+}
+
+/// First UAR index handed out: BAR0 pages 0 and 1 hold the initialization segment, pages 2 and 3
+/// the MSI-X table and PBA.
+pub(crate) const FIRST_UAR: u32 = 4;
+
+impl Resources {
+    pub fn new(cfg: &EmuConfig) -> Self {
+        let uar_pages = crate::device::uar_page_count(cfg.bar0_size);
+        Self {
+            uars: Table::new(FIRST_UAR, uar_pages),
+            pds: Table::new(1, 1 << 16),
+            tds: Table::new(1, 1 << 16),
+            eqs: Table::new(0, 1 << crate::fw::caps::LOG_MAX_EQ),
+            cqs: Table::new(0x400, 1 << 16),
+            sqs: Table::new(0x800, 1 << 16),
+            rqs: Table::new(0x1000, 1 << 16),
+            rmps: Table::new(0x1800, 1 << 12),
+            tises: Table::new(0x2000, 1 << 12),
+            tirs: Table::new(0x2800, 1 << 12),
+            rqts: Table::new(0x3000, 1 << 12),
+            flow_tables: Table::new(0x10, 1 << 10),
+            mkeys: Table::new(0x10, 1 << 16),
+            next_group: 1,
+            rx_root: None,
+        }
+    }
+}

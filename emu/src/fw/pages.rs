@@ -1,0 +1,262 @@
+//! Firmware pages: the host memory the driver lends the device. The model tracks every page
+//! given (rejecting misaligned and duplicate addresses), returns pages on MANAGE_PAGES take, and
+//! really uses them: every object keeps its context in a 256-byte slot of a given page, written
+//! and read back through the IOMMU, so a driver that frees or unmaps firmware pages early is
+//! caught (the device reports a fatal health syndrome).
+
+use super::{bad_param, input_as, output_as, CmdResult, Core, Syndrome};
+use crate::counters::add;
+use cxdirect_hw::eqe::EventType;
+use cxdirect_hw::hca::{manage_pages_op_mod, ManagePagesIn, ManagePagesOut};
+use cxdirect_hw::init_seg::health_syndrome;
+use std::collections::BTreeMap;
+
+/// Size of a firmware page in bytes.
+pub(crate) const FW_PAGE_SIZE: u64 = 4096;
+/// Size of one context slot in bytes.
+pub(crate) const SLOT_SIZE: u64 = 256;
+const SLOTS_PER_PAGE: u32 = (FW_PAGE_SIZE / SLOT_SIZE) as u32;
+/// When fewer free slots remain, the firmware asks for more pages.
+const LOW_SLOTS: usize = 32;
+
+/// Where an object's context lives: a page and a slot in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Slot {
+    pub page: u64,
+    pub index: u32,
+}
+
+impl Slot {
+    pub fn addr(self) -> u64 {
+        self.page + u64::from(self.index) * SLOT_SIZE
+    }
+}
+
+#[derive(Debug, Default)]
+struct PageUse {
+    /// Bitmask of used slots.
+    used: u16,
+}
+
+/// Pages the driver has given, and the regular page request outstanding.
+#[derive(Debug, Default)]
+pub(crate) struct Pages {
+    given: BTreeMap<u64, PageUse>,
+    /// Pages ever given since enable (boot and init demands count against this).
+    pub total_given: u64,
+    /// Outstanding regular request: positive = pages wanted, negative = pages to return.
+    pub regular_request: i32,
+    /// Live context slots, with the bytes last written there.
+    live: BTreeMap<u64, Vec<u8>>,
+}
+
+impl Pages {
+    /// Number of pages the device holds now.
+    pub fn held(&self) -> usize {
+        self.given.len()
+    }
+
+    fn free_slots(&self) -> usize {
+        self.given
+            .values()
+            .map(|p| (SLOTS_PER_PAGE - p.used.count_ones()) as usize)
+            .sum()
+    }
+
+    fn empty_pages(&self) -> usize {
+        self.given.values().filter(|p| p.used == 0).count()
+    }
+
+    /// Takes a free slot, if any.
+    pub fn alloc_slot(&mut self) -> Option<Slot> {
+        for (&page, usage) in self.given.iter_mut() {
+            if usage.used != u16::MAX {
+                let index = (!usage.used).trailing_zeros();
+                usage.used |= 1 << index;
+                return Some(Slot { page, index });
+            }
+        }
+        None
+    }
+
+    /// Gives a slot back.
+    pub fn free_slot(&mut self, slot: Slot) {
+        if let Some(usage) = self.given.get_mut(&slot.page) {
+            usage.used &= !(1 << slot.index);
+        }
+        self.live.remove(&slot.addr());
+    }
+
+    /// Forgets every page (function reset, DISABLE_HCA).
+    pub fn clear(&mut self) {
+        self.given.clear();
+        self.live.clear();
+        self.regular_request = 0;
+        self.total_given = 0;
+    }
+}
+
+/// Allocates a context slot and stores `context` in it through the IOMMU.
+pub(crate) fn store_new_context(core: &mut Core, context: &[u8]) -> Result<Slot, super::CmdError> {
+    let slot = core.pages.alloc_slot().ok_or(super::CmdError::new(
+        cxdirect_hw::cmd::CmdStatus::NoResources,
+        Syndrome::NoContextSpace,
+        "firmware context space exhausted: give more pages",
+    ))?;
+    write_context(core, slot, context);
+    maybe_request_pages(core);
+    Ok(slot)
+}
+
+/// Rewrites an object's context in its slot.
+pub(crate) fn write_context(core: &mut Core, slot: Slot, context: &[u8]) {
+    let len = context.len().min(SLOT_SIZE as usize);
+    if core.dma_write(slot.addr(), &context[..len]).is_err() {
+        fatal(core, health_syndrome::ICM_FETCH_PCI_ERR);
+    }
+    core.pages.live.insert(slot.addr(), context[..len].to_vec());
+}
+
+/// Releases an object's context slot, and offers pages back when many are empty.
+pub(crate) fn release_context(core: &mut Core, slot: Slot) {
+    core.pages.free_slot(slot);
+    let chunk = core.cfg.page_request_chunk as usize;
+    let baseline = (core.cfg.boot_pages + core.cfg.init_pages) as usize;
+    if core.pages.regular_request == 0
+        && core.pages.held() > baseline
+        && core.pages.empty_pages() >= 2 * chunk
+    {
+        core.pages.regular_request = -(chunk as i32);
+        post_page_request(core, -(chunk as i32));
+    }
+}
+
+fn maybe_request_pages(core: &mut Core) {
+    if core.pages.regular_request <= 0 && core.pages.free_slots() < LOW_SLOTS {
+        let chunk = core.cfg.page_request_chunk as i32;
+        core.pages.regular_request = chunk;
+        post_page_request(core, chunk);
+    }
+}
+
+fn post_page_request(core: &mut Core, num_pages: i32) {
+    add(&core.counters.page_requests, 1);
+    let mut data = [0u8; 28];
+    data[2..4].copy_from_slice(&0u16.to_be_bytes());
+    data[4..8].copy_from_slice(&num_pages.to_be_bytes());
+    crate::engine::eq::post_async_event(core, EventType::PageRequest, 0, &data);
+}
+
+/// Reads every live context back through the IOMMU and checks it is intact: the model's proof
+/// that the pages are still the device's. A failure is a fatal device error.
+pub(crate) fn verify_contexts(core: &mut Core) {
+    if core.hca.failed() {
+        return;
+    }
+    let mut bad = false;
+    let mut buf = [0u8; SLOT_SIZE as usize];
+    for (&addr, bytes) in core.pages.live.iter() {
+        let got = &mut buf[..bytes.len()];
+        if core.dma_read(addr, got).is_err() || got != &bytes[..] {
+            bad = true;
+            break;
+        }
+    }
+    if bad {
+        fatal(core, health_syndrome::ICM_PAGE_ERR);
+    }
+}
+
+fn fatal(core: &mut Core, syndrome: u8) {
+    core.hca.set_fatal(syndrome);
+}
+
+/// MANAGE_PAGES: give (op_mod 1), take (op_mod 2) or report an allocation failure (op_mod 0).
+pub(crate) fn manage_pages(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let cmd = input_as!(ManagePagesIn<&[u8]>, input);
+    if cmd.function_id() != 0 {
+        return Err(bad_param(
+            Syndrome::BadFunctionId,
+            "MANAGE_PAGES for another function",
+        ));
+    }
+    let count = cmd.input_num_entries() as usize;
+    match cmd.op_mod() {
+        manage_pages_op_mod::GIVE => {
+            if count > cmd.pas_capacity() {
+                return Err(bad_param(
+                    Syndrome::PageCountTooLarge,
+                    "more page entries than the input carries",
+                ));
+            }
+            let mut addrs = Vec::with_capacity(count);
+            for i in 0..count {
+                let addr = cmd
+                    .pas(i)
+                    .map_err(|_| bad_param(Syndrome::PageCountTooLarge, "page entry past input"))?;
+                if addr % FW_PAGE_SIZE != 0 {
+                    return Err(bad_param(
+                        Syndrome::PageMisaligned,
+                        "firmware page not 4 KiB aligned",
+                    ));
+                }
+                if core.pages.given.contains_key(&addr) || addrs.contains(&addr) {
+                    return Err(bad_param(
+                        Syndrome::PageDuplicate,
+                        "firmware page given twice",
+                    ));
+                }
+                if !core.bus_master || !core.iommu.is_mapped(addr, FW_PAGE_SIZE, true) {
+                    return Err(bad_param(
+                        Syndrome::PageUnreachable,
+                        "firmware page not reachable through the IOMMU",
+                    ));
+                }
+                addrs.push(addr);
+            }
+            // Clear each page as the firmware would before using it: this is a real DMA.
+            let zero = [0u8; FW_PAGE_SIZE as usize];
+            for &addr in &addrs {
+                let _ = core.dma_write(addr, &zero);
+                core.pages.given.insert(addr, PageUse::default());
+            }
+            core.pages.total_given += count as u64;
+            if core.pages.regular_request > 0 {
+                core.pages.regular_request = (core.pages.regular_request - count as i32).max(0);
+            }
+            Ok(())
+        }
+        manage_pages_op_mod::TAKE => {
+            let mut out = output_as!(ManagePagesOut<&mut [u8]>, output);
+            let room = out.pas_capacity();
+            let mut returned = 0usize;
+            let empty: Vec<u64> = core
+                .pages
+                .given
+                .iter()
+                .rev()
+                .filter(|(_, u)| u.used == 0)
+                .map(|(&a, _)| a)
+                .collect();
+            for addr in empty.into_iter().take(count.min(room)) {
+                core.pages.given.remove(&addr);
+                let _ = out.set_pas(returned, addr);
+                returned += 1;
+            }
+            out.set_output_num_entries(returned as u32);
+            if core.pages.regular_request < 0 {
+                core.pages.regular_request = (core.pages.regular_request + returned as i32).min(0);
+            }
+            Ok(())
+        }
+        manage_pages_op_mod::ALLOC_FAIL => {
+            // The driver could not satisfy a request: withdraw it.
+            core.pages.regular_request = 0;
+            Ok(())
+        }
+        _ => Err(bad_param(
+            Syndrome::BadOpMod,
+            "MANAGE_PAGES op_mod must be 0, 1 or 2",
+        )),
+    }
+}

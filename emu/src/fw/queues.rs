@@ -1,0 +1,619 @@
+//! Event, completion, send and receive queues and shared receive memory pools: their creation
+//! (with every parameter checked), state transitions and destruction.
+
+use super::objects::{Cq, CqArm, Eq, QState, QueueBuffer, Rmp, Rq, RqMemory, Sq, WorkQueue};
+use super::pages::{release_context, store_new_context, write_context};
+use super::transport::table_full;
+use super::{
+    bad_param, bad_res, bad_state, input_as, output_as, CmdError, CmdResult, Core, Syndrome,
+};
+use cxdirect_hw::cq::{CreateCqIn, CreateCqOut, DestroyCqIn};
+use cxdirect_hw::eq::{CreateEqIn, CreateEqOut, DestroyEqIn};
+use cxdirect_hw::wq::{
+    CreateRmpIn, CreateRmpOut, CreateRqIn, CreateRqOut, CreateSqIn, CreateSqOut, DestroyRmpIn,
+    DestroyRqIn, DestroySqIn, ModifyRmpIn, ModifyRqIn, ModifySqIn, QueryRmpIn, QueryRmpOut, Wq,
+};
+
+/// Builds a queue buffer from a page list, checking alignment and coverage.
+fn queue_buffer(
+    log_page_rel: u8,
+    page_offset: u8,
+    size: u64,
+    capacity: usize,
+    pas: impl Fn(usize) -> Option<u64>,
+) -> Result<QueueBuffer, CmdError> {
+    if page_offset != 0 {
+        return Err(bad_param(
+            Syndrome::BadWqParams,
+            "non-zero page_offset is not modelled",
+        ));
+    }
+    let log_page = 12 + u32::from(log_page_rel);
+    if log_page > 30 {
+        return Err(bad_param(
+            Syndrome::BadWqParams,
+            "queue page size above 1 GiB",
+        ));
+    }
+    let pages = size.div_ceil(1 << log_page) as usize;
+    if pages > capacity {
+        return Err(bad_param(
+            Syndrome::PasTooShort,
+            "page list shorter than the queue buffer",
+        ));
+    }
+    let mut list = Vec::with_capacity(pages);
+    for i in 0..pages {
+        let addr = pas(i).ok_or(bad_param(
+            Syndrome::PasTooShort,
+            "page list shorter than the queue buffer",
+        ))?;
+        if addr & 0xfff != 0 {
+            return Err(bad_param(
+                Syndrome::BadAddress,
+                "queue page address not 4 KiB aligned",
+            ));
+        }
+        list.push(addr);
+    }
+    Ok(QueueBuffer {
+        pas: list,
+        log_page,
+        offset: 0,
+        size,
+    })
+}
+
+fn check_dbr(addr: u64) -> CmdResult {
+    if addr == 0 || addr % 8 != 0 {
+        return Err(bad_param(
+            Syndrome::BadAddress,
+            "doorbell record address zero or not 8-byte aligned",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a work queue context and builds the model's work queue.
+fn work_queue(
+    core: &Core,
+    wq: Wq<&[u8]>,
+    send: bool,
+    capacity: usize,
+    pas: impl Fn(usize) -> Option<u64>,
+) -> Result<WorkQueue, CmdError> {
+    if wq.wq_type() != 1 {
+        return Err(bad_param(
+            Syndrome::BadWqParams,
+            "only cyclic work queues (wq_type 1) are modelled",
+        ));
+    }
+    let log_size = wq.log_wq_sz();
+    if log_size > super::caps::LOG_MAX_WQ_SZ {
+        return Err(bad_param(
+            Syndrome::BadQueueSize,
+            "log_wq_sz above log_max_wq_sz",
+        ));
+    }
+    let log_stride = wq.log_wq_stride();
+    let stride_ok = if send {
+        log_stride == 6
+    } else {
+        (4..=10).contains(&log_stride)
+    };
+    if !stride_ok {
+        return Err(bad_param(
+            Syndrome::BadWqParams,
+            "WQE stride must be 64 B (send) or 16..1024 B (receive)",
+        ));
+    }
+    if !core.res.pds.contains(wq.pd()) {
+        return Err(bad_res("work queue protection domain does not exist"));
+    }
+    if send && !core.res.uars.contains(wq.uar_page()) {
+        return Err(bad_res("send queue UAR page not allocated"));
+    }
+    check_dbr(wq.dbr_addr())?;
+    let size = (1u64 << log_size) << log_stride;
+    let buf = queue_buffer(wq.log_wq_pg_sz(), wq.page_offset(), size, capacity, pas)?;
+    Ok(WorkQueue {
+        buf,
+        log_stride,
+        log_size,
+        dbr: wq.dbr_addr(),
+        pd: wq.pd(),
+        uar: wq.uar_page(),
+        consumed: 0,
+    })
+}
+
+/// Context bytes an object keeps in firmware pages: its context layout as created.
+fn context_bytes(bytes: &[u8]) -> Vec<u8> {
+    bytes[..bytes.len().min(super::pages::SLOT_SIZE as usize)].to_vec()
+}
+
+pub(crate) fn create_eq(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let cmd = input_as!(CreateEqIn<&[u8]>, input);
+    let ctx = cmd.eq_context_entry();
+    let log_size = ctx.log_eq_size();
+    if log_size > super::caps::LOG_MAX_EQ_SZ {
+        return Err(bad_param(
+            Syndrome::BadQueueSize,
+            "log_eq_size above log_max_eq_sz",
+        ));
+    }
+    if !core.res.uars.contains(ctx.uar_page()) {
+        return Err(bad_res("EQ UAR page not allocated"));
+    }
+    let vector = u16::from(ctx.intr());
+    if vector >= core.cfg.msix_vectors {
+        return Err(bad_param(
+            Syndrome::BadVector,
+            "EQ interrupt vector beyond the MSI-X table",
+        ));
+    }
+    let size = 64u64 << log_size;
+    let buf = queue_buffer(
+        ctx.log_page_size(),
+        ctx.page_offset(),
+        size,
+        cmd.pas_capacity(),
+        |i| cmd.pas(i).ok(),
+    )?;
+    let slot = store_new_context(core, &context_bytes(ctx.as_bytes()))?;
+    let eq = Eq {
+        buf,
+        log_size,
+        uar: ctx.uar_page(),
+        vector,
+        event_mask: cmd.event_bitmask(),
+        pi: 0,
+        ci: 0,
+        armed: false,
+        overrun: false,
+        cq_users: 0,
+        slot,
+    };
+    let Some(eqn) = core.res.eqs.insert(eq) else {
+        release_context(core, slot);
+        return Err(table_full("EQ table full"));
+    };
+    output_as!(CreateEqOut<&mut [u8]>, output).set_eq_number(eqn as u8);
+    Ok(())
+}
+
+pub(crate) fn destroy_eq(core: &mut Core, input: &[u8]) -> CmdResult {
+    let eqn = u32::from(input_as!(DestroyEqIn<&[u8]>, input).eq_number());
+    let eq = core.res.eqs.get(eqn).ok_or(bad_res("no such EQ"))?;
+    if eq.cq_users > 0 {
+        return Err(bad_state(
+            Syndrome::ObjectInUse,
+            "EQ still has CQs attached",
+        ));
+    }
+    let eq = core.res.eqs.remove(eqn).ok_or(bad_res("no such EQ"))?;
+    release_context(core, eq.slot);
+    Ok(())
+}
+
+pub(crate) fn create_cq(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let cmd = input_as!(CreateCqIn<&[u8]>, input);
+    let ctx = cmd.cq_context();
+    if ctx.cqe_sz() != 0 || ctx.cc() || ctx.cqe_comp_en() {
+        return Err(bad_param(
+            Syndrome::BadWqParams,
+            "only 64-byte, uncollapsed, uncompressed CQEs are modelled",
+        ));
+    }
+    let log_size = ctx.log_cq_size();
+    if log_size > super::caps::LOG_MAX_CQ_SZ {
+        return Err(bad_param(
+            Syndrome::BadQueueSize,
+            "log_cq_size above log_max_cq_sz",
+        ));
+    }
+    let eqn = u32::from(ctx.c_eqn());
+    if !core.res.eqs.contains(eqn) {
+        return Err(bad_res("CQ's EQ does not exist"));
+    }
+    if !core.res.uars.contains(ctx.uar_page()) {
+        return Err(bad_res("CQ UAR page not allocated"));
+    }
+    check_dbr(ctx.dbr_addr())?;
+    let size = 64u64 << log_size;
+    let buf = queue_buffer(
+        ctx.log_page_size(),
+        ctx.page_offset(),
+        size,
+        cmd.pas_capacity(),
+        |i| cmd.pas(i).ok(),
+    )?;
+    let slot = store_new_context(core, &context_bytes(ctx.as_bytes()))?;
+    let cq = Cq {
+        buf,
+        log_size,
+        eqn,
+        uar: ctx.uar_page(),
+        dbr: ctx.dbr_addr(),
+        pi: 0,
+        arm: CqArm::Disarmed,
+        arm_sn: 0,
+        overrun_ignore: ctx.oi(),
+        in_error: false,
+        users: 0,
+        slot,
+    };
+    let Some(cqn) = core.res.cqs.insert(cq) else {
+        release_context(core, slot);
+        return Err(table_full("CQ table full"));
+    };
+    if let Some(eq) = core.res.eqs.get_mut(eqn) {
+        eq.cq_users += 1;
+    }
+    output_as!(CreateCqOut<&mut [u8]>, output).set_cqn(cqn);
+    Ok(())
+}
+
+pub(crate) fn destroy_cq(core: &mut Core, input: &[u8]) -> CmdResult {
+    let cqn = input_as!(DestroyCqIn<&[u8]>, input).cqn();
+    let cq = core.res.cqs.get(cqn).ok_or(bad_res("no such CQ"))?;
+    if cq.users > 0 {
+        return Err(bad_state(
+            Syndrome::ObjectInUse,
+            "CQ still used by a send or receive queue",
+        ));
+    }
+    let cq = core.res.cqs.remove(cqn).ok_or(bad_res("no such CQ"))?;
+    if let Some(eq) = core.res.eqs.get_mut(cq.eqn) {
+        eq.cq_users = eq.cq_users.saturating_sub(1);
+    }
+    release_context(core, cq.slot);
+    Ok(())
+}
+
+fn initial_state(raw: u8) -> CmdResult {
+    if raw != QState::Rst as u8 {
+        return Err(bad_param(
+            Syndrome::BadStateTransition,
+            "queues are created in the RST state",
+        ));
+    }
+    Ok(())
+}
+
+/// The transitions the manual allows for SQs and RQs.
+fn transition(from: QState, to_raw: u8) -> Result<QState, CmdError> {
+    let to = QState::from_raw(to_raw).ok_or(bad_param(
+        Syndrome::BadStateTransition,
+        "unknown queue state",
+    ))?;
+    let ok = matches!(
+        (from, to),
+        (QState::Rst, QState::Rdy)
+            | (QState::Rdy, QState::Rdy)
+            | (QState::Rdy, QState::Err)
+            | (QState::Rdy, QState::Rst)
+            | (QState::Err, QState::Rst)
+    );
+    if ok {
+        Ok(to)
+    } else {
+        Err(bad_state(
+            Syndrome::BadStateTransition,
+            "queue state transition not allowed",
+        ))
+    }
+}
+
+pub(crate) fn create_sq(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let cmd = input_as!(CreateSqIn<&[u8]>, input);
+    let ctx = cmd.ctx();
+    initial_state(ctx.state())?;
+    let cqn = ctx.cqn();
+    if !core.res.cqs.contains(cqn) {
+        return Err(bad_res("SQ's CQ does not exist"));
+    }
+    let tisn = ctx.tis_num_0();
+    if !core.res.tises.contains(tisn) {
+        return Err(bad_res("SQ's TIS does not exist"));
+    }
+    let wq = work_queue(core, ctx.wq(), true, cmd.pas_capacity(), |i| {
+        cmd.pas(i).ok()
+    })?;
+    let slot = store_new_context(core, &context_bytes(ctx.as_bytes()))?;
+    let sq = Sq {
+        wq,
+        cqn,
+        tisn,
+        state: QState::Rst,
+        min_inline: ctx.min_wqe_inline_mode(),
+        slot,
+    };
+    let Some(sqn) = core.res.sqs.insert(sq) else {
+        release_context(core, slot);
+        return Err(table_full("SQ table full"));
+    };
+    if let Some(cq) = core.res.cqs.get_mut(cqn) {
+        cq.users += 1;
+    }
+    if let Some(tis) = core.res.tises.get_mut(tisn) {
+        tis.sq_users += 1;
+    }
+    output_as!(CreateSqOut<&mut [u8]>, output).set_sqn(sqn);
+    Ok(())
+}
+
+pub(crate) fn modify_sq(core: &mut Core, input: &[u8]) -> CmdResult {
+    let cmd = input_as!(ModifySqIn<&[u8]>, input);
+    let sqn = cmd.sqn();
+    let sq = core.res.sqs.get(sqn).ok_or(bad_res("no such SQ"))?;
+    if cmd.sq_state() != sq.state as u8 {
+        return Err(bad_state(
+            Syndrome::StateMismatch,
+            "MODIFY_SQ current state does not match the SQ",
+        ));
+    }
+    let next = transition(sq.state, cmd.ctx().state())?;
+    let slot = sq.slot;
+    let bytes = context_bytes(cmd.ctx().as_bytes());
+    let sq = core.res.sqs.get_mut(sqn).ok_or(bad_res("no such SQ"))?;
+    if next == QState::Rst || (sq.state == QState::Rst && next == QState::Rdy) {
+        sq.wq.consumed = 0;
+    }
+    sq.state = next;
+    write_context(core, slot, &bytes);
+    Ok(())
+}
+
+pub(crate) fn destroy_sq(core: &mut Core, input: &[u8]) -> CmdResult {
+    let sqn = input_as!(DestroySqIn<&[u8]>, input).sqn();
+    let sq = core.res.sqs.remove(sqn).ok_or(bad_res("no such SQ"))?;
+    if let Some(cq) = core.res.cqs.get_mut(sq.cqn) {
+        cq.users = cq.users.saturating_sub(1);
+    }
+    if let Some(tis) = core.res.tises.get_mut(sq.tisn) {
+        tis.sq_users = tis.sq_users.saturating_sub(1);
+    }
+    release_context(core, sq.slot);
+    Ok(())
+}
+
+pub(crate) fn create_rq(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let cmd = input_as!(CreateRqIn<&[u8]>, input);
+    let ctx = cmd.ctx();
+    initial_state(ctx.state())?;
+    let cqn = ctx.cqn();
+    if !core.res.cqs.contains(cqn) {
+        return Err(bad_res("RQ's CQ does not exist"));
+    }
+    let (wq, memory) = match ctx.mem_rq_type() {
+        0 => (
+            Some(work_queue(
+                core,
+                ctx.wq(),
+                false,
+                cmd.pas_capacity(),
+                |i| cmd.pas(i).ok(),
+            )?),
+            RqMemory::Own,
+        ),
+        1 => {
+            let rmpn = ctx.rmpn();
+            if !core.res.rmps.contains(rmpn) {
+                return Err(bad_res("RQ's RMP does not exist"));
+            }
+            (None, RqMemory::Rmp(rmpn))
+        }
+        _ => {
+            return Err(bad_param(
+                Syndrome::BadWqParams,
+                "mem_rq_type must be 0 (inline) or 1 (RMP)",
+            ))
+        }
+    };
+    let slot = store_new_context(core, &context_bytes(ctx.as_bytes()))?;
+    let rq = Rq {
+        wq,
+        memory,
+        cqn,
+        state: QState::Rst,
+        tir_users: 0,
+        rqt_users: 0,
+        slot,
+    };
+    let Some(rqn) = core.res.rqs.insert(rq) else {
+        release_context(core, slot);
+        return Err(table_full("RQ table full"));
+    };
+    if let Some(cq) = core.res.cqs.get_mut(cqn) {
+        cq.users += 1;
+    }
+    if let RqMemory::Rmp(rmpn) = memory {
+        if let Some(rmp) = core.res.rmps.get_mut(rmpn) {
+            rmp.rq_users += 1;
+        }
+    }
+    output_as!(CreateRqOut<&mut [u8]>, output).set_rqn(rqn);
+    Ok(())
+}
+
+pub(crate) fn modify_rq(core: &mut Core, input: &[u8]) -> CmdResult {
+    let cmd = input_as!(ModifyRqIn<&[u8]>, input);
+    let rqn = cmd.rqn();
+    let rq = core.res.rqs.get(rqn).ok_or(bad_res("no such RQ"))?;
+    if cmd.rq_state() != rq.state as u8 {
+        return Err(bad_state(
+            Syndrome::StateMismatch,
+            "MODIFY_RQ current state does not match the RQ",
+        ));
+    }
+    let next = transition(rq.state, cmd.ctx().state())?;
+    let slot = rq.slot;
+    let bytes = context_bytes(cmd.ctx().as_bytes());
+    let rq = core.res.rqs.get_mut(rqn).ok_or(bad_res("no such RQ"))?;
+    if let Some(wq) = rq.wq.as_mut() {
+        if next == QState::Rst || (rq.state == QState::Rst && next == QState::Rdy) {
+            wq.consumed = 0;
+        }
+    }
+    rq.state = next;
+    write_context(core, slot, &bytes);
+    Ok(())
+}
+
+pub(crate) fn destroy_rq(core: &mut Core, input: &[u8]) -> CmdResult {
+    let rqn = input_as!(DestroyRqIn<&[u8]>, input).rqn();
+    let rq = core.res.rqs.get(rqn).ok_or(bad_res("no such RQ"))?;
+    if rq.tir_users > 0 || rq.rqt_users > 0 {
+        return Err(bad_state(
+            Syndrome::ObjectInUse,
+            "RQ still used by a TIR or RQ table",
+        ));
+    }
+    let rq = core.res.rqs.remove(rqn).ok_or(bad_res("no such RQ"))?;
+    if let Some(cq) = core.res.cqs.get_mut(rq.cqn) {
+        cq.users = cq.users.saturating_sub(1);
+    }
+    if let RqMemory::Rmp(rmpn) = rq.memory {
+        if let Some(rmp) = core.res.rmps.get_mut(rmpn) {
+            rmp.rq_users = rmp.rq_users.saturating_sub(1);
+        }
+    }
+    release_context(core, rq.slot);
+    Ok(())
+}
+
+pub(crate) fn create_rmp(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let cmd = input_as!(CreateRmpIn<&[u8]>, input);
+    let ctx = cmd.ctx();
+    let state = QState::from_raw(ctx.state())
+        .ok_or(bad_param(Syndrome::BadStateTransition, "unknown RMP state"))?;
+    if state != QState::Rdy {
+        return Err(bad_param(
+            Syndrome::BadStateTransition,
+            "RMPs are created in the RDY state",
+        ));
+    }
+    let wq = work_queue(core, ctx.wq(), false, cmd.pas_capacity(), |i| {
+        cmd.pas(i).ok()
+    })?;
+    let lwm = ctx.wq().lwm();
+    if u32::from(lwm) > wq.entries() {
+        return Err(bad_param(
+            Syndrome::BadWqParams,
+            "RMP limit above the ring size",
+        ));
+    }
+    let slot = store_new_context(core, &context_bytes(ctx.as_bytes()))?;
+    let rmp = Rmp {
+        wq,
+        state,
+        lwm,
+        rq_users: 0,
+        slot,
+    };
+    let Some(rmpn) = core.res.rmps.insert(rmp) else {
+        release_context(core, slot);
+        return Err(table_full("RMP table full"));
+    };
+    output_as!(CreateRmpOut<&mut [u8]>, output).set_rmpn(rmpn);
+    Ok(())
+}
+
+pub(crate) fn modify_rmp(core: &mut Core, input: &[u8]) -> CmdResult {
+    let cmd = input_as!(ModifyRmpIn<&[u8]>, input);
+    let rmpn = cmd.rmpn();
+    let rmp = core.res.rmps.get(rmpn).ok_or(bad_res("no such RMP"))?;
+    if cmd.rmp_state() != rmp.state as u8 {
+        return Err(bad_state(
+            Syndrome::StateMismatch,
+            "MODIFY_RMP current state does not match the RMP",
+        ));
+    }
+    let next = QState::from_raw(cmd.ctx().state())
+        .ok_or(bad_param(Syndrome::BadStateTransition, "unknown RMP state"))?;
+    let allowed = matches!(
+        (rmp.state, next),
+        (QState::Rdy, QState::Rdy) | (QState::Rdy, QState::Err) | (QState::Err, QState::Rdy)
+    );
+    if !allowed {
+        return Err(bad_state(
+            Syndrome::BadStateTransition,
+            "RMP state transition not allowed",
+        ));
+    }
+    let entries = rmp.wq.entries();
+    let set_lwm = cmd.bitmask().lwm();
+    let lwm = cmd.ctx().wq().lwm();
+    if set_lwm && u32::from(lwm) > entries {
+        return Err(bad_param(
+            Syndrome::BadWqParams,
+            "RMP limit above the ring size",
+        ));
+    }
+    let slot = rmp.slot;
+    let bytes = context_bytes(cmd.ctx().as_bytes());
+    let rmp = core.res.rmps.get_mut(rmpn).ok_or(bad_res("no such RMP"))?;
+    if set_lwm {
+        rmp.lwm = lwm;
+    }
+    let entering_error = rmp.state == QState::Rdy && next == QState::Err;
+    rmp.state = next;
+    write_context(core, slot, &bytes);
+    if entering_error {
+        // An RMP in error takes its RQs with it.
+        let rqs: Vec<u32> = core
+            .res
+            .rqs
+            .iter()
+            .filter(|(_, rq)| rq.memory == RqMemory::Rmp(rmpn))
+            .map(|(n, _)| n)
+            .collect();
+        for rqn in rqs {
+            crate::engine::rq::enter_error(core, rqn);
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn query_rmp(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let rmpn = input_as!(QueryRmpIn<&[u8]>, input).rmpn();
+    let rmp = core.res.rmps.get(rmpn).ok_or(bad_res("no such RMP"))?;
+    let posted = crate::engine::rq::posted(core, &rmp.wq).unwrap_or(0);
+    let (state, lwm, log_sz, log_stride, dbr, pd, consumed) = (
+        rmp.state as u8,
+        rmp.lwm,
+        rmp.wq.log_size,
+        rmp.wq.log_stride,
+        rmp.wq.dbr,
+        rmp.wq.pd,
+        rmp.wq.consumed,
+    );
+    let mut out = output_as!(QueryRmpOut<&mut [u8]>, output);
+    let mut ctx = out.rmp_context_mut();
+    ctx.set_state(state).set_basic_cyclic_rcv_wqe(true);
+    let mut wq = ctx.wq_mut();
+    wq.set_wq_type(1)
+        .set_lwm(lwm)
+        .set_pd(pd)
+        .set_dbr_addr(dbr)
+        .set_log_wq_sz(log_sz)
+        .set_log_wq_stride(log_stride)
+        .set_hw_counter(u32::from(consumed))
+        .set_sw_counter(u32::from(consumed.wrapping_add(posted)));
+    Ok(())
+}
+
+pub(crate) fn destroy_rmp(core: &mut Core, input: &[u8]) -> CmdResult {
+    let rmpn = input_as!(DestroyRmpIn<&[u8]>, input).rmpn();
+    let rmp = core.res.rmps.get(rmpn).ok_or(bad_res("no such RMP"))?;
+    if rmp.rq_users > 0 {
+        return Err(bad_state(
+            Syndrome::ObjectInUse,
+            "RMP still has RQs drawing from it",
+        ));
+    }
+    let rmp = core.res.rmps.remove(rmpn).ok_or(bad_res("no such RMP"))?;
+    release_context(core, rmp.slot);
+    Ok(())
+}

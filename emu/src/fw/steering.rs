@@ -1,0 +1,486 @@
+//! NIC receive flow steering: flow tables, groups (a match mask over an index range), entries
+//! (a match value and an action) and the root table. Received frames are matched here.
+
+use super::objects::{FlowEntry, FlowGroup, FlowTable};
+use super::transport::table_full;
+use super::{bad_param, bad_res, bad_state, input_as, output_as, CmdResult, Core, Syndrome};
+use crate::packet::{IpAddrs, L3Kind, L4Kind, Parsed};
+use cxdirect_hw::flow::{
+    CreateFlowGroupIn, CreateFlowGroupOut, CreateFlowTableIn, CreateFlowTableOut, DeleteFteIn,
+    DestroyFlowGroupIn, DestroyFlowTableIn, FteMatchParam, SetFlowTableRootIn, SetFteIn,
+    FLOW_CONTEXT_ACTION_ALLOW, FLOW_CONTEXT_ACTION_DROP, FLOW_CONTEXT_ACTION_FWD_DEST,
+    FLOW_DESTINATION_TYPE_FLOW_TABLE, FLOW_DESTINATION_TYPE_TIR, FLOW_TABLE_MISS_ACTION_DEFAULT,
+    FLOW_TABLE_MISS_ACTION_FWD, FLOW_TABLE_TYPE_NIC_RX,
+};
+
+const MATCH_PARAM_SIZE: usize = 0x200;
+/// Largest flow table: 2^16 entries.
+const LOG_MAX_FT_SIZE: u8 = 16;
+/// Deepest chain of table-to-table forwarding a frame may follow.
+const MAX_HOPS: usize = 8;
+
+fn check_table_type(table_type: u8, other_vport: bool, vport: u16) -> CmdResult {
+    if other_vport || vport != 0 {
+        return Err(bad_param(
+            Syndrome::BadVport,
+            "only the function's own vport (0) is modelled",
+        ));
+    }
+    if table_type != FLOW_TABLE_TYPE_NIC_RX {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "only NIC receive flow tables are modelled",
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn create_flow_table(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let cmd = input_as!(CreateFlowTableIn<&[u8]>, input);
+    check_table_type(cmd.table_type(), cmd.other_vport(), cmd.vport_number())?;
+    let ctx = cmd.flow_table_context();
+    if ctx.log_size() > LOG_MAX_FT_SIZE {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "flow table log_size above 16",
+        ));
+    }
+    let miss_action = ctx.table_miss_action();
+    let miss_table = ctx.table_miss_id();
+    match miss_action {
+        FLOW_TABLE_MISS_ACTION_DEFAULT => {}
+        FLOW_TABLE_MISS_ACTION_FWD if core.res.flow_tables.contains(miss_table) => {}
+        FLOW_TABLE_MISS_ACTION_FWD => return Err(bad_res("table_miss_id names no flow table")),
+        _ => {
+            return Err(bad_param(
+                Syndrome::BadSteeringParams,
+                "table_miss_action must be 0 or 1",
+            ))
+        }
+    }
+    let table = FlowTable {
+        level: ctx.level(),
+        log_size: ctx.log_size(),
+        miss_action,
+        miss_table,
+        groups: Default::default(),
+        entries: Default::default(),
+        referenced: 0,
+    };
+    let id = core
+        .res
+        .flow_tables
+        .insert(table)
+        .ok_or(table_full("flow table table full"))?;
+    if miss_action == FLOW_TABLE_MISS_ACTION_FWD {
+        if let Some(t) = core.res.flow_tables.get_mut(miss_table) {
+            t.referenced += 1;
+        }
+    }
+    output_as!(CreateFlowTableOut<&mut [u8]>, output).set_table_id(id);
+    Ok(())
+}
+
+pub(crate) fn destroy_flow_table(core: &mut Core, input: &[u8]) -> CmdResult {
+    let cmd = input_as!(DestroyFlowTableIn<&[u8]>, input);
+    check_table_type(cmd.table_type(), cmd.other_vport(), cmd.vport_number())?;
+    let id = cmd.table_id();
+    let table = core
+        .res
+        .flow_tables
+        .get(id)
+        .ok_or(bad_res("no such flow table"))?;
+    if !table.groups.is_empty() || table.referenced > 0 || core.res.rx_root == Some(id) {
+        return Err(bad_state(
+            Syndrome::ObjectInUse,
+            "flow table still has groups, is the root, or is forwarded to",
+        ));
+    }
+    let table = core
+        .res
+        .flow_tables
+        .remove(id)
+        .ok_or(bad_res("no such flow table"))?;
+    if table.miss_action == FLOW_TABLE_MISS_ACTION_FWD {
+        if let Some(t) = core.res.flow_tables.get_mut(table.miss_table) {
+            t.referenced = t.referenced.saturating_sub(1);
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn create_flow_group(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let cmd = input_as!(CreateFlowGroupIn<&[u8]>, input);
+    check_table_type(cmd.table_type(), cmd.other_vport(), cmd.vport_number())?;
+    let (start, end) = (cmd.start_flow_index(), cmd.end_flow_index());
+    let group_id = core.res.next_group;
+    let table = core
+        .res
+        .flow_tables
+        .get_mut(cmd.table_id())
+        .ok_or(bad_res("no such flow table"))?;
+    if start > end || u64::from(end) >= 1u64 << table.log_size {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "flow group range outside the table",
+        ));
+    }
+    if table
+        .groups
+        .values()
+        .any(|g| start <= g.end && g.start <= end)
+    {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "flow group range overlaps another group",
+        ));
+    }
+    let mut criteria = Box::new([0u8; MATCH_PARAM_SIZE]);
+    criteria.copy_from_slice(cmd.match_criteria().as_bytes());
+    mask_disabled_parts(&mut criteria, cmd.match_criteria_enable());
+    table.groups.insert(
+        group_id,
+        FlowGroup {
+            start,
+            end,
+            criteria,
+        },
+    );
+    core.res.next_group += 1;
+    output_as!(CreateFlowGroupOut<&mut [u8]>, output).set_group_id(group_id);
+    Ok(())
+}
+
+/// Clears the parts of a match mask whose enable bit is off: they take no part in matching.
+fn mask_disabled_parts(criteria: &mut [u8; MATCH_PARAM_SIZE], enable: u8) {
+    // fte_match_param: outer headers 0x000, misc 0x040, inner headers 0x080, the rest after.
+    for (bit, range) in [(0u8, 0x00..0x40), (1, 0x40..0x80), (2, 0x80..0xc0)] {
+        if enable & (1 << bit) == 0 {
+            criteria[range].fill(0);
+        }
+    }
+    criteria[0xc0..].fill(0);
+}
+
+pub(crate) fn destroy_flow_group(core: &mut Core, input: &[u8]) -> CmdResult {
+    let cmd = input_as!(DestroyFlowGroupIn<&[u8]>, input);
+    check_table_type(cmd.table_type(), cmd.other_vport(), cmd.vport_number())?;
+    let group_id = cmd.group_id();
+    let table = core
+        .res
+        .flow_tables
+        .get_mut(cmd.table_id())
+        .ok_or(bad_res("no such flow table"))?;
+    if !table.groups.contains_key(&group_id) {
+        return Err(bad_res("no such flow group"));
+    }
+    if table.entries.values().any(|e| e.group == group_id) {
+        return Err(bad_state(
+            Syndrome::ObjectInUse,
+            "flow group still has entries",
+        ));
+    }
+    table.groups.remove(&group_id);
+    Ok(())
+}
+
+pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
+    let cmd = input_as!(SetFteIn<&[u8]>, input);
+    check_table_type(cmd.table_type(), cmd.other_vport(), cmd.vport_number())?;
+    let table_id = cmd.table_id();
+    let index = cmd.flow_index();
+    let ctx = cmd.flow_context_all();
+    let action = ctx.action();
+    let known = FLOW_CONTEXT_ACTION_ALLOW | FLOW_CONTEXT_ACTION_DROP | FLOW_CONTEXT_ACTION_FWD_DEST;
+    if action & !known != 0 || action == 0 {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "flow action must be allow, drop or forward",
+        ));
+    }
+    let count = ctx.destination_list_size() as usize;
+    if action & FLOW_CONTEXT_ACTION_FWD_DEST != 0 && count == 0 {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "forward action with an empty destination list",
+        ));
+    }
+    let level = core
+        .res
+        .flow_tables
+        .get(table_id)
+        .ok_or(bad_res("no such flow table"))?
+        .level;
+    let mut dests = Vec::with_capacity(count.min(64));
+    for i in 0..count {
+        let raw = ctx.destination(i).map_err(|_| {
+            bad_param(
+                Syndrome::BadSteeringParams,
+                "destination list past the input",
+            )
+        })?;
+        let (kind, id) = ((raw >> 56) as u8, (raw >> 32) as u32 & 0x00ff_ffff);
+        match kind {
+            FLOW_DESTINATION_TYPE_TIR if core.res.tirs.contains(id) => {}
+            FLOW_DESTINATION_TYPE_FLOW_TABLE
+                if core
+                    .res
+                    .flow_tables
+                    .get(id)
+                    .is_some_and(|t| t.level > level) => {}
+            FLOW_DESTINATION_TYPE_FLOW_TABLE if core.res.flow_tables.contains(id) => {
+                return Err(bad_param(
+                    Syndrome::BadSteeringParams,
+                    "a flow entry may only forward to a deeper-level table",
+                ))
+            }
+            FLOW_DESTINATION_TYPE_TIR | FLOW_DESTINATION_TYPE_FLOW_TABLE => {
+                return Err(bad_res("flow destination names no TIR or flow table"))
+            }
+            _ => {
+                return Err(bad_param(
+                    Syndrome::BadSteeringParams,
+                    "flow destination type not modelled",
+                ))
+            }
+        }
+        dests.push((kind, id));
+    }
+    let group_id = ctx.group_id();
+    let mut value = Box::new([0u8; MATCH_PARAM_SIZE]);
+    value.copy_from_slice(ctx.match_value().as_bytes());
+    let table = core
+        .res
+        .flow_tables
+        .get(table_id)
+        .ok_or(bad_res("no such flow table"))?;
+    let group = table
+        .groups
+        .get(&group_id)
+        .ok_or(bad_res("flow entry's group does not exist"))?;
+    if index < group.start || index > group.end {
+        return Err(bad_param(
+            Syndrome::FlowIndexOutOfRange,
+            "flow index outside its group's range",
+        ));
+    }
+    if value
+        .iter()
+        .zip(group.criteria.iter())
+        .any(|(v, m)| v & !m != 0)
+    {
+        return Err(bad_param(
+            Syndrome::MatchOutsideCriteria,
+            "match value sets bits outside the group's criteria",
+        ));
+    }
+    // Replacing an entry releases what the old one referenced.
+    if let Some(old) = core
+        .res
+        .flow_tables
+        .get_mut(table_id)
+        .and_then(|t| t.entries.remove(&index))
+    {
+        release_dests(core, &old.dests);
+    }
+    for &(kind, id) in &dests {
+        match kind {
+            FLOW_DESTINATION_TYPE_TIR => {
+                if let Some(tir) = core.res.tirs.get_mut(id) {
+                    tir.flow_users += 1;
+                }
+            }
+            _ => {
+                if let Some(t) = core.res.flow_tables.get_mut(id) {
+                    t.referenced += 1;
+                }
+            }
+        }
+    }
+    if let Some(table) = core.res.flow_tables.get_mut(table_id) {
+        table.entries.insert(
+            index,
+            FlowEntry {
+                group: group_id,
+                action,
+                dests,
+                value,
+            },
+        );
+    }
+    Ok(())
+}
+
+fn release_dests(core: &mut Core, dests: &[(u8, u32)]) {
+    for &(kind, id) in dests {
+        match kind {
+            FLOW_DESTINATION_TYPE_TIR => {
+                if let Some(tir) = core.res.tirs.get_mut(id) {
+                    tir.flow_users = tir.flow_users.saturating_sub(1);
+                }
+            }
+            _ => {
+                if let Some(t) = core.res.flow_tables.get_mut(id) {
+                    t.referenced = t.referenced.saturating_sub(1);
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn delete_fte(core: &mut Core, input: &[u8]) -> CmdResult {
+    let cmd = input_as!(DeleteFteIn<&[u8]>, input);
+    check_table_type(cmd.table_type(), cmd.other_vport(), cmd.vport_number())?;
+    let table = core
+        .res
+        .flow_tables
+        .get_mut(cmd.table_id())
+        .ok_or(bad_res("no such flow table"))?;
+    let entry = table
+        .entries
+        .remove(&cmd.flow_index())
+        .ok_or(bad_res("no flow entry at that index"))?;
+    release_dests(core, &entry.dests);
+    Ok(())
+}
+
+pub(crate) fn set_root(core: &mut Core, input: &[u8]) -> CmdResult {
+    let cmd = input_as!(SetFlowTableRootIn<&[u8]>, input);
+    check_table_type(cmd.table_type(), cmd.other_vport(), cmd.vport_number())?;
+    let id = cmd.table_id();
+    if !core.res.flow_tables.contains(id) {
+        return Err(bad_res("root flow table does not exist"));
+    }
+    core.res.rx_root = Some(id);
+    Ok(())
+}
+
+/// Builds the match parameters of a received frame (outer headers only).
+pub(crate) fn frame_match_param(parsed: &Parsed) -> [u8; MATCH_PARAM_SIZE] {
+    let mut param = FteMatchParam::zeroed();
+    {
+        let mut outer = param.outer_headers_mut();
+        let mac = |b: [u8; 6]| b.iter().fold(0u64, |acc, x| acc << 8 | u64::from(*x));
+        outer
+            .set_dmac(mac(parsed.dst_mac))
+            .set_smac(mac(parsed.src_mac))
+            .set_ethertype(parsed.ethertype.unwrap_or(0));
+        if let Some(tag) = parsed.vlan {
+            outer
+                .set_cvlan_tag(true)
+                .set_first_vid(tag.vid())
+                .set_first_prio(tag.pcp())
+                .set_first_cfi(tag.dei());
+        }
+        match parsed.l3 {
+            L3Kind::Ipv4 => {
+                outer.set_ip_version(4);
+            }
+            L3Kind::Ipv6 => {
+                outer.set_ip_version(6);
+            }
+            L3Kind::None => {}
+        }
+        if let Some(proto) = parsed.ip_proto {
+            outer.set_ip_protocol(proto);
+        }
+        outer.set_frag(parsed.is_fragment());
+        match parsed.l4 {
+            L4Kind::Tcp => {
+                outer
+                    .set_tcp_sport(parsed.src_port)
+                    .set_tcp_dport(parsed.dst_port)
+                    .set_tcp_flags(u16::from(parsed.tcp_flags));
+            }
+            L4Kind::Udp => {
+                outer
+                    .set_udp_sport(parsed.src_port)
+                    .set_udp_dport(parsed.dst_port);
+            }
+            _ => {}
+        }
+        match parsed.addrs {
+            Some(IpAddrs::V4 { src, dst }) => {
+                outer
+                    .src_ipv4_src_ipv6_mut()
+                    .ipv4_layout_mut()
+                    .set_ipv4(u32::from_be_bytes(src));
+                outer
+                    .dst_ipv4_dst_ipv6_mut()
+                    .ipv4_layout_mut()
+                    .set_ipv4(u32::from_be_bytes(dst));
+            }
+            Some(IpAddrs::V6 { src, dst }) => {
+                outer
+                    .src_ipv4_src_ipv6_mut()
+                    .ipv6_layout_mut()
+                    .set_addr(src);
+                outer
+                    .dst_ipv4_dst_ipv6_mut()
+                    .ipv6_layout_mut()
+                    .set_addr(dst);
+            }
+            None => {}
+        }
+    }
+    let mut out = [0u8; MATCH_PARAM_SIZE];
+    out.copy_from_slice(param.as_bytes());
+    out
+}
+
+/// Where steering sent a frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// To these TIRs.
+    Tirs(Vec<u32>),
+    /// Dropped by a rule, by a miss, or for want of a root table.
+    Drop,
+}
+
+/// Runs a frame's match parameters through the NIC receive tables from the root.
+pub(crate) fn steer(core: &Core, param: &[u8; MATCH_PARAM_SIZE]) -> Verdict {
+    let Some(mut table_id) = core.res.rx_root else {
+        return Verdict::Drop;
+    };
+    let mut tirs = Vec::new();
+    for _ in 0..MAX_HOPS {
+        let Some(table) = core.res.flow_tables.get(table_id) else {
+            return Verdict::Drop;
+        };
+        let hit = table.entries.values().find(|entry| {
+            table.groups.get(&entry.group).is_some_and(|group| {
+                param
+                    .iter()
+                    .zip(group.criteria.iter())
+                    .zip(entry.value.iter())
+                    .all(|((p, m), v)| p & m == *v)
+            })
+        });
+        match hit {
+            Some(entry) if entry.action & FLOW_CONTEXT_ACTION_FWD_DEST != 0 => {
+                let mut next = None;
+                for &(kind, id) in &entry.dests {
+                    if kind == FLOW_DESTINATION_TYPE_TIR {
+                        tirs.push(id);
+                    } else {
+                        next = Some(id);
+                    }
+                }
+                match next {
+                    Some(id) if tirs.is_empty() => table_id = id,
+                    _ => {
+                        return if tirs.is_empty() {
+                            Verdict::Drop
+                        } else {
+                            Verdict::Tirs(tirs)
+                        }
+                    }
+                }
+            }
+            Some(_) => return Verdict::Drop,
+            None if table.miss_action == FLOW_TABLE_MISS_ACTION_FWD => table_id = table.miss_table,
+            None => return Verdict::Drop,
+        }
+    }
+    Verdict::Drop
+}

@@ -1,0 +1,280 @@
+//! UARs, protection domains, transport domains, TISs, TIRs and RQ tables.
+
+use super::objects::{Rqt, Tir, TirDispatch, Tis};
+use super::{
+    bad_param, bad_res, bad_state, input_as, output_as, CmdError, CmdResult, Core, Syndrome,
+};
+use cxdirect_hw::cmd::CmdStatus;
+use cxdirect_hw::hca::{
+    AllocPdOut, AllocTransportDomainOut, AllocUarOut, DeallocPdIn, DeallocTransportDomainIn,
+    DeallocUarIn,
+};
+use cxdirect_hw::tir::{
+    CreateRqtIn, CreateRqtOut, CreateTirIn, CreateTirOut, CreateTisIn, CreateTisOut, DestroyRqtIn,
+    DestroyTirIn, DestroyTisIn,
+};
+
+pub(crate) const fn table_full(what: &'static str) -> CmdError {
+    CmdError::new(CmdStatus::NoResources, Syndrome::TableFull, what)
+}
+
+const fn in_use(what: &'static str) -> CmdError {
+    bad_state(Syndrome::ObjectInUse, what)
+}
+
+pub(crate) fn alloc_uar(core: &mut Core, output: &mut [u8]) -> CmdResult {
+    let uar = core
+        .res
+        .uars
+        .insert(())
+        .ok_or(table_full("no free UAR page"))?;
+    output_as!(AllocUarOut<&mut [u8]>, output).set_uar(uar);
+    Ok(())
+}
+
+pub(crate) fn dealloc_uar(core: &mut Core, input: &[u8]) -> CmdResult {
+    let uar = input_as!(DeallocUarIn<&[u8]>, input).uar();
+    let used = core.res.eqs.iter().any(|(_, e)| e.uar == uar)
+        || core.res.cqs.iter().any(|(_, c)| c.uar == uar)
+        || core.res.sqs.iter().any(|(_, s)| s.wq.uar == uar);
+    if used {
+        return Err(in_use("UAR still used by a queue"));
+    }
+    core.res.uars.remove(uar).ok_or(bad_res("no such UAR"))?;
+    Ok(())
+}
+
+pub(crate) fn alloc_pd(core: &mut Core, output: &mut [u8]) -> CmdResult {
+    let pd = core
+        .res
+        .pds
+        .insert(0)
+        .ok_or(table_full("no free protection domain"))?;
+    output_as!(AllocPdOut<&mut [u8]>, output).set_pd(pd);
+    Ok(())
+}
+
+pub(crate) fn dealloc_pd(core: &mut Core, input: &[u8]) -> CmdResult {
+    let pd = input_as!(DeallocPdIn<&[u8]>, input).pd();
+    let used = core.res.mkeys.iter().any(|(_, m)| m.pd == pd)
+        || core.res.sqs.iter().any(|(_, s)| s.wq.pd == pd)
+        || core.res.rmps.iter().any(|(_, r)| r.wq.pd == pd)
+        || core
+            .res
+            .rqs
+            .iter()
+            .any(|(_, r)| r.wq.as_ref().is_some_and(|w| w.pd == pd));
+    if used {
+        return Err(in_use("protection domain still used"));
+    }
+    core.res
+        .pds
+        .remove(pd)
+        .ok_or(bad_res("no such protection domain"))?;
+    Ok(())
+}
+
+pub(crate) fn alloc_td(core: &mut Core, output: &mut [u8]) -> CmdResult {
+    let td = core
+        .res
+        .tds
+        .insert(0)
+        .ok_or(table_full("no free transport domain"))?;
+    output_as!(AllocTransportDomainOut<&mut [u8]>, output).set_transport_domain(td);
+    Ok(())
+}
+
+pub(crate) fn dealloc_td(core: &mut Core, input: &[u8]) -> CmdResult {
+    let td = input_as!(DeallocTransportDomainIn<&[u8]>, input).transport_domain();
+    let used = core.res.tises.iter().any(|(_, t)| t.td == td)
+        || core.res.tirs.iter().any(|(_, t)| t.td == td);
+    if used {
+        return Err(in_use("transport domain still used by a TIS or TIR"));
+    }
+    core.res
+        .tds
+        .remove(td)
+        .ok_or(bad_res("no such transport domain"))?;
+    Ok(())
+}
+
+pub(crate) fn create_tis(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let cmd = input_as!(CreateTisIn<&[u8]>, input);
+    let td = cmd.ctx().transport_domain();
+    if !core.res.tds.contains(td) {
+        return Err(bad_res("TIS transport domain does not exist"));
+    }
+    let tisn = core
+        .res
+        .tises
+        .insert(Tis { td, sq_users: 0 })
+        .ok_or(table_full("TIS table full"))?;
+    output_as!(CreateTisOut<&mut [u8]>, output).set_tisn(tisn);
+    Ok(())
+}
+
+pub(crate) fn destroy_tis(core: &mut Core, input: &[u8]) -> CmdResult {
+    let tisn = input_as!(DestroyTisIn<&[u8]>, input).tisn();
+    let tis = core.res.tises.get(tisn).ok_or(bad_res("no such TIS"))?;
+    if tis.sq_users > 0 {
+        return Err(in_use("TIS still used by an SQ"));
+    }
+    core.res.tises.remove(tisn);
+    Ok(())
+}
+
+pub(crate) fn create_tir(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let cmd = input_as!(CreateTirIn<&[u8]>, input);
+    let ctx = cmd.ctx();
+    let td = ctx.transport_domain();
+    if !core.res.tds.contains(td) {
+        return Err(bad_res("TIR transport domain does not exist"));
+    }
+    let dispatch = match ctx.disp_type() {
+        0 => {
+            let rqn = ctx.inline_rqn();
+            if !core.res.rqs.contains(rqn) {
+                return Err(bad_res("direct TIR names an RQ that does not exist"));
+            }
+            TirDispatch::Direct { rqn }
+        }
+        1 => {
+            let rqtn = ctx.indirect_table();
+            if !core.res.rqts.contains(rqtn) {
+                return Err(bad_res(
+                    "indirect TIR names an RQ table that does not exist",
+                ));
+            }
+            let hash_fn = ctx.rx_hash_fn();
+            if hash_fn > 2 {
+                return Err(bad_param(
+                    Syndrome::BadSteeringParams,
+                    "rx_hash_fn must be 0, 1 or 2",
+                ));
+            }
+            let sel = ctx.rx_hash_field_selector_outer();
+            if sel.l3_prot_type() > 1 || sel.l4_prot_type() > 1 || sel.selected_fields() > 0x1f {
+                return Err(bad_param(
+                    Syndrome::BadSteeringParams,
+                    "bad RX hash field selector",
+                ));
+            }
+            TirDispatch::Indirect {
+                rqtn,
+                hash_fn,
+                key: ctx.rx_hash_toeplitz_key_bytes(),
+                l3: sel.l3_prot_type(),
+                l4: sel.l4_prot_type(),
+                fields: sel.selected_fields(),
+            }
+        }
+        _ => {
+            return Err(bad_param(
+                Syndrome::BadSteeringParams,
+                "disp_type must be 0 (direct) or 1 (indirect)",
+            ))
+        }
+    };
+    let self_lb_block = ctx.self_lb_block();
+    let tirn = core
+        .res
+        .tirs
+        .insert(Tir {
+            td,
+            dispatch: dispatch.clone(),
+            self_lb_block,
+            flow_users: 0,
+        })
+        .ok_or(table_full("TIR table full"))?;
+    match dispatch {
+        TirDispatch::Direct { rqn } => {
+            if let Some(rq) = core.res.rqs.get_mut(rqn) {
+                rq.tir_users += 1;
+            }
+        }
+        TirDispatch::Indirect { rqtn, .. } => {
+            if let Some(rqt) = core.res.rqts.get_mut(rqtn) {
+                rqt.tir_users += 1;
+            }
+        }
+    }
+    output_as!(CreateTirOut<&mut [u8]>, output).set_tirn(tirn);
+    Ok(())
+}
+
+pub(crate) fn destroy_tir(core: &mut Core, input: &[u8]) -> CmdResult {
+    let tirn = input_as!(DestroyTirIn<&[u8]>, input).tirn();
+    let tir = core.res.tirs.get(tirn).ok_or(bad_res("no such TIR"))?;
+    if tir.flow_users > 0 {
+        return Err(in_use("TIR still the destination of a flow entry"));
+    }
+    let tir = core.res.tirs.remove(tirn).ok_or(bad_res("no such TIR"))?;
+    match tir.dispatch {
+        TirDispatch::Direct { rqn } => {
+            if let Some(rq) = core.res.rqs.get_mut(rqn) {
+                rq.tir_users = rq.tir_users.saturating_sub(1);
+            }
+        }
+        TirDispatch::Indirect { rqtn, .. } => {
+            if let Some(rqt) = core.res.rqts.get_mut(rqtn) {
+                rqt.tir_users = rqt.tir_users.saturating_sub(1);
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn create_rqt(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let cmd = input_as!(CreateRqtIn<&[u8]>, input);
+    let ctx = cmd.rqt_context();
+    let actual = usize::from(ctx.rqt_actual_size());
+    let max = usize::from(ctx.rqt_max_size());
+    let limit = 1usize << super::caps::LOG_MAX_RQT_SIZE;
+    if actual == 0 || actual > max || max > limit {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "RQ table size must be 1..=max_size, max_size <= 2^log_max_rqt_size",
+        ));
+    }
+    let mut rqs = Vec::with_capacity(actual);
+    for i in 0..actual {
+        let rqn = cmd
+            .rq_num(i)
+            .map_err(|_| bad_param(Syndrome::BadSteeringParams, "RQ table entry past the input"))?;
+        if !core.res.rqs.contains(rqn) {
+            return Err(bad_res("RQ table names an RQ that does not exist"));
+        }
+        rqs.push(rqn);
+    }
+    for rqn in &rqs {
+        if let Some(rq) = core.res.rqs.get_mut(*rqn) {
+            rq.rqt_users += 1;
+        }
+    }
+    let rqtn = core
+        .res
+        .rqts
+        .insert(Rqt { rqs, tir_users: 0 })
+        .ok_or(table_full("RQ table table full"))?;
+    output_as!(CreateRqtOut<&mut [u8]>, output).set_rqtn(rqtn);
+    Ok(())
+}
+
+pub(crate) fn destroy_rqt(core: &mut Core, input: &[u8]) -> CmdResult {
+    let rqtn = input_as!(DestroyRqtIn<&[u8]>, input).rqtn();
+    let rqt = core.res.rqts.get(rqtn).ok_or(bad_res("no such RQ table"))?;
+    if rqt.tir_users > 0 {
+        return Err(in_use("RQ table still used by a TIR"));
+    }
+    let rqt = core
+        .res
+        .rqts
+        .remove(rqtn)
+        .ok_or(bad_res("no such RQ table"))?;
+    for rqn in rqt.rqs {
+        if let Some(rq) = core.res.rqs.get_mut(rqn) {
+            rq.rqt_users = rq.rqt_users.saturating_sub(1);
+        }
+    }
+    Ok(())
+}
