@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use thiserror::Error;
 
 /// Why a device access to host memory failed.
@@ -75,11 +75,119 @@ pub enum Access {
     ReadWrite,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Mapping {
     len: u64,
     host: usize,
     access: Access,
+    /// Keeps an owned region alive while it is mapped.
+    _owner: Option<Arc<HostRegion>>,
+}
+
+/// Host memory owned by the model's user and shared with the device: a zeroed, page-aligned
+/// allocation that can be mapped into an [`Iommu`] safely (the mapping keeps it alive) and read
+/// or written by copying. Tests, tools and the in-process backend use it as "host RAM".
+pub struct HostRegion {
+    ptr: std::ptr::NonNull<u8>,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: the region is plain heap memory reached only through copies (`read`, `write`) and the
+// IOMMU's copies; concurrent access is the shared-memory semantics device memory has.
+unsafe impl Send for HostRegion {}
+// SAFETY: as for `Send`: no references into the memory are ever handed out.
+unsafe impl Sync for HostRegion {}
+
+impl std::fmt::Debug for HostRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostRegion")
+            .field("len", &self.layout.size())
+            .finish()
+    }
+}
+
+/// Why a host region access failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[error(
+    "host region access of {len} bytes at offset {offset:#x} is outside the {size:#x}-byte region"
+)]
+pub struct RegionError {
+    /// Offset of the access.
+    pub offset: usize,
+    /// Length of the access.
+    pub len: usize,
+    /// Size of the region.
+    pub size: usize,
+}
+
+impl HostRegion {
+    /// A zeroed region of `len` bytes (rounded up to 4 KiB), 4 KiB aligned. Fails (returns
+    /// `None`) for a zero length or when the allocation fails.
+    pub fn new(len: usize) -> Option<Arc<Self>> {
+        let len = len.checked_add(4095)? & !4095;
+        let layout = std::alloc::Layout::from_size_align(len, 4096).ok()?;
+        if len == 0 {
+            return None;
+        }
+        // SAFETY: `layout` has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        Some(Arc::new(Self {
+            ptr: std::ptr::NonNull::new(ptr)?,
+            layout,
+        }))
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.layout.size()
+    }
+
+    /// Always false: regions are never empty.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    fn range(&self, offset: usize, len: usize) -> Result<(), RegionError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len() => Ok(()),
+            _ => Err(RegionError {
+                offset,
+                len,
+                size: self.len(),
+            }),
+        }
+    }
+
+    /// Copies bytes out of the region.
+    pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<(), RegionError> {
+        self.range(offset, buf.len())?;
+        // SAFETY: the range is inside the allocation (checked above) and `buf` is separate memory.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.ptr.as_ptr().add(offset),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        Ok(())
+    }
+
+    /// Copies bytes into the region.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
+        self.range(offset, data.len())?;
+        // SAFETY: the range is inside the allocation (checked above) and `data` is separate memory.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len())
+        };
+        Ok(())
+    }
+}
+
+impl Drop for HostRegion {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout, freed once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
 }
 
 /// Totals of device accesses to host memory.
@@ -142,8 +250,29 @@ impl Iommu {
                 len,
                 host: host as usize,
                 access,
+                _owner: None,
             },
         );
+        Ok(())
+    }
+
+    /// Maps a whole [`HostRegion`] at `iova`; the mapping keeps the region alive until unmapped.
+    pub fn map_region(
+        &self,
+        iova: u64,
+        region: Arc<HostRegion>,
+        access: Access,
+    ) -> Result<(), MapError> {
+        let len = region.len() as u64;
+        let host = region.ptr.as_ptr();
+        // SAFETY: the region's memory stays allocated while the mapping holds its `Arc` (set
+        // below, before this function returns the region's last other owner), and it is only
+        // ever accessed through copies.
+        unsafe { self.map(iova, host, len, access) }?;
+        let mut maps = self.maps.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = maps.get_mut(&iova) {
+            m._owner = Some(region);
+        }
         Ok(())
     }
 

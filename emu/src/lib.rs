@@ -18,6 +18,7 @@ pub mod packet;
 pub mod pcap;
 pub mod pci;
 pub mod rss;
+pub mod testkit;
 pub mod wire;
 
 pub use config::{EmuConfig, ExecMode};

@@ -15,7 +15,12 @@ use std::collections::BTreeMap;
 pub(crate) const FW_PAGE_SIZE: u64 = 4096;
 /// Size of one context slot in bytes.
 pub(crate) const SLOT_SIZE: u64 = 256;
-const SLOTS_PER_PAGE: u32 = (FW_PAGE_SIZE / SLOT_SIZE) as u32;
+/// Context slots per page: the last slot's space holds the page's tag.
+const SLOTS_PER_PAGE: u32 = (FW_PAGE_SIZE / SLOT_SIZE) as u32 - 1;
+/// Where in each page the firmware keeps the tag it checks the page by.
+const TAG_OFFSET: u64 = FW_PAGE_SIZE - SLOT_SIZE;
+/// Every slot of a page in use.
+const FULL: u16 = (1 << SLOTS_PER_PAGE) - 1;
 /// When fewer free slots remain, the firmware asks for more pages.
 const LOW_SLOTS: usize = 32;
 
@@ -70,7 +75,7 @@ impl Pages {
     /// Takes a free slot, if any.
     pub fn alloc_slot(&mut self) -> Option<Slot> {
         for (&page, usage) in self.given.iter_mut() {
-            if usage.used != u16::MAX {
+            if usage.used != FULL {
                 let index = (!usage.used).trailing_zeros();
                 usage.used |= 1 << index;
                 return Some(Slot { page, index });
@@ -147,13 +152,29 @@ fn post_page_request(core: &mut Core, num_pages: i32) {
     crate::engine::eq::post_async_event(core, EventType::PageRequest, 0, &data);
 }
 
-/// Reads every live context back through the IOMMU and checks it is intact: the model's proof
-/// that the pages are still the device's. A failure is a fatal device error.
+/// The tag the firmware writes into a page it was given.
+fn page_tag(addr: u64) -> [u8; 16] {
+    let mut tag = [0u8; 16];
+    tag[..8].copy_from_slice(b"cxdemufw");
+    tag[8..].copy_from_slice(&addr.to_be_bytes());
+    tag
+}
+
+/// Reads every given page's tag and every live context back through the IOMMU and checks they
+/// are intact: the model's proof that the pages are still the device's. A failure is a fatal
+/// device error.
 pub(crate) fn verify_contexts(core: &mut Core) {
     if core.hca.failed() {
         return;
     }
     let mut bad = false;
+    let mut tag = [0u8; 16];
+    for &addr in core.pages.given.keys() {
+        if core.dma_read(addr + TAG_OFFSET, &mut tag).is_err() || tag != page_tag(addr) {
+            bad = true;
+            break;
+        }
+    }
     let mut buf = [0u8; SLOT_SIZE as usize];
     for (&addr, bytes) in core.pages.live.iter() {
         let got = &mut buf[..bytes.len()];
@@ -214,10 +235,12 @@ pub(crate) fn manage_pages(core: &mut Core, input: &[u8], output: &mut [u8]) -> 
                 }
                 addrs.push(addr);
             }
-            // Clear each page as the firmware would before using it: this is a real DMA.
-            let zero = [0u8; FW_PAGE_SIZE as usize];
+            // Clear and tag each page as the firmware would before using it: real DMA writes.
+            let mut fresh = [0u8; FW_PAGE_SIZE as usize];
             for &addr in &addrs {
-                let _ = core.dma_write(addr, &zero);
+                fresh[TAG_OFFSET as usize..TAG_OFFSET as usize + 16]
+                    .copy_from_slice(&page_tag(addr));
+                let _ = core.dma_write(addr, &fresh);
                 core.pages.given.insert(addr, PageUse::default());
             }
             core.pages.total_given += count as u64;

@@ -1,0 +1,729 @@
+//! The model driven alone, through hand-built commands, WQEs and doorbells.
+
+use cxdirect_emu::counters::QueueKind;
+use cxdirect_emu::dma::{Access, HostRegion};
+use cxdirect_emu::irq::RecordingSink;
+use cxdirect_emu::testkit::{self as support, udp_frame, CmdFail, Host};
+use cxdirect_emu::{Device, EmuConfig, Syndrome};
+use cxdirect_hw::cmd::{CmdMailbox, CmdStatus, DeliveryStatus, Opcode};
+use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome, ErrCqe};
+use cxdirect_hw::eqe::EventType;
+use cxdirect_hw::hca::{self, query_pages_op_mod};
+use cxdirect_hw::tir::{
+    CreateRqtIn, CreateRqtOut, CreateTirIn, CreateTirOut, HASH_FIELD_SEL_DST_IP,
+    HASH_FIELD_SEL_L4_DPORT, HASH_FIELD_SEL_L4_SPORT, HASH_FIELD_SEL_SRC_IP,
+};
+use cxdirect_hw::wq::{ModifyRmpIn, ModifySqIn, QueryRmpOut};
+use std::sync::Arc;
+
+const MEM: usize = 64 << 20;
+
+fn host() -> Host {
+    Host::new(Device::loopback(EmuConfig::default()), MEM)
+}
+
+fn status(code: CmdStatus, syndrome: Syndrome) -> CmdFail {
+    CmdFail::Status {
+        status: code as u8,
+        syndrome: syndrome as u32,
+    }
+}
+
+#[test]
+fn bring_up_and_teardown_return_every_page() {
+    let mut h = host();
+    h.bring_up();
+    assert!(
+        h.dev.firmware_pages_held() >= 80,
+        "boot and init pages held"
+    );
+    let out = h
+        .exec(&Host::input(Opcode::QueryIssi, 0, 16), 0x70)
+        .unwrap();
+    let issi = hca::QueryIssiOut::new(&out[..]).unwrap();
+    assert_eq!(issi.current_issi(), 1);
+    assert_eq!(issi.supported_issi_dw0() & 0b11, 0b11);
+    h.teardown();
+    assert_eq!(h.dev.firmware_pages_held(), 0);
+    assert_eq!(h.dev.firmware_pages_leaked(), 0);
+    assert_eq!(h.dev.object_counts(), [0; 6]);
+    // And again: the function can be brought up a second time.
+    h.bring_up();
+    h.teardown();
+    assert_eq!(h.dev.firmware_pages_held(), 0);
+}
+
+#[test]
+fn life_cycle_order_is_enforced() {
+    let mut h = host();
+    h.start_cmdif();
+    assert_eq!(
+        h.simple(Opcode::AllocPd, 0),
+        Err(status(CmdStatus::BadSystemState, Syndrome::WrongHcaState))
+    );
+    h.simple(Opcode::EnableHca, 0).unwrap();
+    assert_eq!(h.query_pages(query_pages_op_mod::BOOT), 16);
+    assert_eq!(h.query_pages(query_pages_op_mod::INIT), 80);
+    // SET_HCA_CAP needs the boot pages first; INIT_HCA needs the init pages.
+    assert_eq!(
+        h.exec(&Host::input(Opcode::SetHcaCap, 0, 0x1010), 16),
+        Err(status(CmdStatus::BadSystemState, Syndrome::WrongHcaState))
+    );
+    h.give_pages(16).unwrap();
+    assert_eq!(h.query_pages(query_pages_op_mod::BOOT), 0);
+    assert_eq!(
+        h.simple(Opcode::InitHca, 0),
+        Err(status(CmdStatus::BadSystemState, Syndrome::PagesMissing))
+    );
+    h.give_pages(64).unwrap();
+    h.simple(Opcode::InitHca, 0).unwrap();
+    assert_eq!(
+        h.simple(Opcode::InitHca, 0),
+        Err(status(CmdStatus::BadSystemState, Syndrome::WrongHcaState))
+    );
+}
+
+#[test]
+fn pages_are_checked_when_given() {
+    let mut h = host();
+    h.start_cmdif();
+    h.simple(Opcode::EnableHca, 0).unwrap();
+    let page = h.alloc(4096, 4096);
+    assert_eq!(
+        h.give_these(&[page + 8]),
+        Err(status(CmdStatus::BadParameter, Syndrome::PageMisaligned))
+    );
+    assert_eq!(
+        h.give_these(&[page, page]),
+        Err(status(CmdStatus::BadParameter, Syndrome::PageDuplicate))
+    );
+    h.give_these(&[page]).unwrap();
+    assert_eq!(
+        h.give_these(&[page]),
+        Err(status(CmdStatus::BadParameter, Syndrome::PageDuplicate))
+    );
+    assert_eq!(
+        h.give_these(&[0x4000]),
+        Err(status(CmdStatus::BadParameter, Syndrome::PageUnreachable))
+    );
+}
+
+#[test]
+fn mailbox_chains_of_one_two_and_forty_blocks() {
+    for (pages, blocks) in [(64usize, 1usize), (100, 2), (2560, 40)] {
+        let mut h = host();
+        h.start_cmdif();
+        h.simple(Opcode::EnableHca, 0).unwrap();
+        assert_eq!(cxdirect_hw::cmd::mailbox_blocks(16 + 8 * pages), blocks);
+        h.give_pages(pages).unwrap();
+        assert_eq!(
+            h.dev.firmware_pages_held(),
+            pages,
+            "{blocks}-block chain delivered every page"
+        );
+        // And back out through an output chain of the same length.
+        h.simple(Opcode::InitHca, 0).unwrap_or_default();
+        h.simple(Opcode::TeardownHca, 0).ok();
+        let got = h.take_pages(pages);
+        assert_eq!(got, pages);
+        assert_eq!(h.dev.firmware_pages_held(), 0);
+    }
+}
+
+#[test]
+fn malformed_entries_and_chains_get_delivery_errors() {
+    let mut h = host();
+    h.start_cmdif();
+    h.simple(Opcode::EnableHca, 0).unwrap();
+    let input = {
+        let mut i = Host::input(
+            Opcode::ManagePages,
+            hca::manage_pages_op_mod::GIVE,
+            16 + 8 * 100,
+        );
+        hca::ManagePagesIn::new(&mut i[..])
+            .unwrap()
+            .set_input_num_entries(0);
+        i
+    };
+    let mem = h.mem.clone();
+    let write_block = move |addr: u64, f: &dyn Fn(&mut CmdMailbox<[u8; 576]>)| {
+        let mut b = CmdMailbox::zeroed();
+        mem.read((addr - support::IOVA_BASE) as usize, b.as_bytes_mut())
+            .unwrap();
+        f(&mut b);
+        mem.write((addr - support::IOVA_BASE) as usize, b.as_bytes())
+            .unwrap();
+    };
+    let wb = &write_block;
+    let r = h.exec_with(&input, 16, |blocks| {
+        wb(blocks[1], &|b| {
+            b.set_block_num(7);
+        })
+    });
+    assert_eq!(
+        r,
+        Err(CmdFail::Delivery(DeliveryStatus::BadBlockNumber as u8))
+    );
+    let r = h.exec_with(&input, 16, |blocks| {
+        wb(blocks[0], &|b| {
+            b.set_token(0xee);
+        })
+    });
+    assert_eq!(r, Err(CmdFail::Delivery(DeliveryStatus::TokenError as u8)));
+    let r = h.exec_with(&input, 16, |blocks| {
+        wb(blocks[0], &|b| {
+            b.set_next(0x1234);
+        })
+    });
+    assert_eq!(
+        r,
+        Err(CmdFail::Delivery(
+            DeliveryStatus::InputPointerAlignment as u8
+        ))
+    );
+    // Nothing was given by the refused commands.
+    assert_eq!(h.dev.firmware_pages_held(), 0);
+    // Unknown opcode and short input are command statuses, not delivery errors.
+    assert_eq!(
+        h.exec(&[0x77, 0x77, 0, 0, 0, 0, 0, 0], 16),
+        Err(status(CmdStatus::BadInputLength, Syndrome::InputTooShort))
+    );
+    let mut unknown = Host::input(Opcode::Nop, 0, 16);
+    unknown[0..2].copy_from_slice(&0x7777u16.to_be_bytes());
+    assert_eq!(
+        h.exec(&unknown, 16),
+        Err(status(CmdStatus::BadOpcode, Syndrome::UnknownOpcode))
+    );
+}
+
+#[test]
+fn object_rules_are_enforced() {
+    let mut h = host();
+    h.bring_up();
+    // A CQ needs an existing EQ.
+    let mut input = Host::input(Opcode::CreateCq, 0, 0x118);
+    {
+        let mut cmd = cxdirect_hw::cq::CreateCqIn::new(&mut input[..]).unwrap();
+        cmd.cq_context_mut()
+            .set_log_cq_size(4)
+            .set_uar_page(h.uar)
+            .set_c_eqn(63)
+            .set_dbr_addr(support::IOVA_BASE);
+        cmd.set_pas(0, support::IOVA_BASE).unwrap();
+    }
+    assert_eq!(
+        h.exec(&input, 16),
+        Err(status(CmdStatus::BadResource, Syndrome::NoSuchObject))
+    );
+    let cq = h.create_cq(4);
+    // An EQ with a CQ attached cannot be destroyed.
+    let mut destroy = Host::input(Opcode::DestroyEq, 0, 16);
+    destroy[0xb] = h.eqn as u8;
+    assert_eq!(
+        h.exec(&destroy, 16),
+        Err(status(CmdStatus::BadResourceState, Syndrome::ObjectInUse))
+    );
+    // An SQ must use 64-byte WQE strides.
+    let tisn = h.create_tis();
+    let mut sq_in = Host::input(Opcode::CreateSq, 0, 0x118);
+    {
+        let mut cmd = cxdirect_hw::wq::CreateSqIn::new(&mut sq_in[..]).unwrap();
+        let mut ctx = cmd.ctx_mut();
+        ctx.set_cqn(cq.cqn).set_tis_num_0(tisn);
+        ctx.wq_mut()
+            .set_wq_type(1)
+            .set_pd(h.pd)
+            .set_uar_page(h.uar)
+            .set_dbr_addr(support::IOVA_BASE)
+            .set_log_wq_stride(5)
+            .set_log_wq_sz(4);
+        cmd.set_pas(0, support::IOVA_BASE).unwrap();
+    }
+    assert_eq!(
+        h.exec(&sq_in, 16),
+        Err(status(CmdStatus::BadParameter, Syndrome::BadWqParams))
+    );
+    let sq = h.create_sq(cq.cqn, tisn, 4);
+    // MODIFY_SQ must name the current state; ERR -> RDY is not allowed.
+    let mut modify = Host::input(Opcode::ModifySq, 0, 0x110);
+    {
+        let mut m = ModifySqIn::new(&mut modify[..]).unwrap();
+        m.set_sq_state(0).set_sqn(sq.sqn);
+        m.ctx_mut().set_state(1);
+    }
+    assert_eq!(
+        h.exec(&modify, 16),
+        Err(status(CmdStatus::BadResourceState, Syndrome::StateMismatch))
+    );
+    // The CQ is in use by the SQ.
+    let mut destroy_cq = Host::input(Opcode::DestroyCq, 0, 16);
+    destroy_cq[8..12].copy_from_slice(&cq.cqn.to_be_bytes());
+    assert_eq!(
+        h.exec(&destroy_cq, 16),
+        Err(status(CmdStatus::BadResourceState, Syndrome::ObjectInUse))
+    );
+    let mut destroy_sq = Host::input(Opcode::DestroySq, 0, 16);
+    destroy_sq[8..12].copy_from_slice(&sq.sqn.to_be_bytes());
+    h.exec(&destroy_sq, 16).unwrap();
+    h.exec(&destroy_cq, 16).unwrap();
+    h.exec(&destroy, 16).unwrap();
+}
+
+/// Sends `frames` from `tx` and checks each arrives byte-identical at `rx`.
+fn send_and_check(tx: &mut Host, rx: &mut Host, frames: &[Vec<u8>], blueflame: bool) {
+    let tx_key = tx.create_mkey(false, false);
+    let rx_key = rx.create_mkey(true, true);
+    let tx_cq_n = {
+        let cq = tx.create_cq(6);
+        (cq.cqn, cq)
+    };
+    let (_, mut tx_cq) = tx_cq_n;
+    let tisn = tx.create_tis();
+    let mut sq = tx.create_sq(tx_cq.cqn, tisn, 6);
+    let mut rx_cq = rx.create_cq(6);
+    let mut rq = rx.create_rq(rx_cq.cqn, 6, None);
+    rx.steer_all_to(rq.rqn);
+    let rx_bufs: Vec<u64> = (0..frames.len()).map(|_| rx.alloc(16384, 64)).collect();
+    for &b in &rx_bufs {
+        rx.post_recv(&mut rq, b, 16384, rx_key);
+    }
+    for (i, frame) in frames.iter().enumerate() {
+        let payload = tx.alloc(frame.len() as u64, 64);
+        let wqe = tx.build_send(&sq, frame, payload, tx_key, true);
+        tx.post(&mut sq, &wqe, blueflame);
+        let cqe = tx.poll_cq(&mut tx_cq).expect("send completion");
+        assert_eq!(
+            cqe[63] >> 4,
+            CqeOpcode::Req as u8,
+            "frame {i}: send completed without error"
+        );
+        let cqe = rx.poll_cq(&mut rx_cq).expect("receive completion");
+        let c = Cqe64::new(&cqe[..]).unwrap();
+        assert_eq!(c.opcode(), CqeOpcode::RespSend as u8);
+        assert_eq!(c.byte_cnt() as usize, frame.len());
+        assert_eq!(c.qpn(), rq.rqn);
+        assert_eq!(c.wqe_counter() as usize, i);
+        assert!(c.l3_ok() && c.l4_ok(), "frame {i}: checksums verified");
+        assert_eq!(
+            &rx.read(rx_bufs[i], frame.len()),
+            frame,
+            "frame {i} arrived byte-identical"
+        );
+    }
+}
+
+#[test]
+fn frames_cross_a_loopback_wire_byte_identical() {
+    let mut h = host();
+    h.bring_up();
+    let frames: Vec<Vec<u8>> = [18, 60, 64, 100, 1000, 1472]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| udp_frame(n, i as u8))
+        .collect();
+    let key = h.create_mkey(true, true);
+    let mut tx_cq = h.create_cq(6);
+    let tisn = h.create_tis();
+    let mut sq = h.create_sq(tx_cq.cqn, tisn, 6);
+    let mut rx_cq = h.create_cq(6);
+    let mut rq = h.create_rq(rx_cq.cqn, 6, None);
+    h.steer_all_to(rq.rqn);
+    let bufs: Vec<u64> = (0..frames.len()).map(|_| h.alloc(2048, 64)).collect();
+    for &b in &bufs {
+        h.post_recv(&mut rq, b, 2048, key);
+    }
+    for (i, frame) in frames.iter().enumerate() {
+        let payload = h.alloc(frame.len() as u64, 64);
+        let wqe = h.build_send(&sq, frame, payload, key, true);
+        h.post(&mut sq, &wqe, i % 2 == 0);
+        let sent = h.poll_cq(&mut tx_cq).expect("send completion");
+        assert_eq!(
+            sent[63] >> 4,
+            CqeOpcode::Req as u8,
+            "frame {i} sent without error"
+        );
+        let cqe = h
+            .poll_cq(&mut rx_cq)
+            .unwrap_or_else(|| panic!("receive completion: {:?}", h.dev.counters()));
+        let c = Cqe64::new(&cqe[..]).unwrap();
+        assert_eq!(c.byte_cnt() as usize, frame.len());
+        assert_eq!(
+            &h.read(bufs[i], frame.len()),
+            frame,
+            "frame {i} arrived byte-identical"
+        );
+    }
+    let rq_counters = h.dev.queue_counters(QueueKind::Rq, rq.rqn).unwrap();
+    assert_eq!(rq_counters.frames, frames.len() as u64);
+}
+
+#[test]
+fn frames_cross_a_pair_byte_identical_with_and_without_blueflame() {
+    for blueflame in [false, true] {
+        let (a, b) = Device::pair(EmuConfig::default(), EmuConfig::default());
+        let mut ha = Host::new(a, MEM);
+        let mut hb = Host::new(b, MEM);
+        ha.bring_up();
+        hb.bring_up();
+        ha.set_port_mtu(9022);
+        hb.set_port_mtu(9022);
+        let frames: Vec<Vec<u8>> = [18, 60, 333, 1500, 9000]
+            .iter()
+            .map(|&n| udp_frame(n.min(9000 - 42), n as u8))
+            .collect();
+        let before = ha.dev.counters();
+        send_and_check(&mut ha, &mut hb, &frames, blueflame);
+        let spent = ha.dev.counters().since(&before);
+        assert_eq!(spent.doorbells, frames.len() as u64);
+        if blueflame {
+            assert_eq!(spent.bf_writes, frames.len() as u64);
+            // Every WQE here fits one basic block, so BlueFlame spares every fetch.
+            assert_eq!(spent.wqe_fetch_reads, 0, "BlueFlame spares the WQE fetch");
+        } else {
+            assert_eq!(spent.wqe_fetch_reads, frames.len() as u64);
+        }
+    }
+}
+
+/// An IPv4/UDP frame with the given source port (so RSS can tell flows apart).
+fn udp_flow(payload: usize, sport: u16) -> Vec<u8> {
+    let mut f = udp_frame(payload, sport as u8);
+    f[34..36].copy_from_slice(&sport.to_be_bytes());
+    f[40..42].copy_from_slice(&[0, 0]);
+    cxdirect_emu::packet::insert_checksums(&mut f, true, true).unwrap();
+    f
+}
+
+struct Tx {
+    key: u32,
+    cq: support::Cq,
+    sq: support::Sq,
+}
+
+fn tx_path(h: &mut Host, key: u32) -> Tx {
+    let cq = h.create_cq(6);
+    let tisn = h.create_tis();
+    let sq = h.create_sq(cq.cqn, tisn, 6);
+    Tx { key, cq, sq }
+}
+
+fn send(h: &mut Host, tx: &mut Tx, frame: &[u8]) -> Vec<u8> {
+    let payload = h.alloc(frame.len() as u64, 64);
+    let wqe = h.build_send(&tx.sq, frame, payload, tx.key, true);
+    h.post(&mut tx.sq, &wqe, false);
+    h.poll_cq(&mut tx.cq).expect("send completion")
+}
+
+#[test]
+fn shared_pool_limit_fires_once_per_arm_across_two_rqs() {
+    let mut h = host();
+    h.bring_up();
+    let key = h.create_mkey(true, true);
+    let mut tx = tx_path(&mut h, key);
+    let (rmpn, mut pool) = h.create_rmp(5, 4);
+    let mut cq1 = h.create_cq(6);
+    let mut cq2 = h.create_cq(6);
+    let rq1 = h.create_rq(cq1.cqn, 0, Some(rmpn));
+    let rq2 = h.create_rq(cq2.cqn, 0, Some(rmpn));
+    // RQ table over both RQs, Toeplitz on addresses and UDP ports.
+    let mut input = Host::input(Opcode::CreateRqt, 0, 0x110 + 8);
+    {
+        let mut cmd = CreateRqtIn::new(&mut input[..]).unwrap();
+        cmd.rqt_context_mut()
+            .set_rqt_max_size(2)
+            .set_rqt_actual_size(2);
+        cmd.set_rq_num(0, rq1.rqn).unwrap();
+        cmd.set_rq_num(1, rq2.rqn).unwrap();
+    }
+    let out = h.exec(&input, 16).unwrap();
+    let rqtn = CreateRqtOut::new(&out[..]).unwrap().rqtn();
+    let mut input = Host::input(Opcode::CreateTir, 0, 0x110);
+    {
+        let mut cmd = CreateTirIn::new(&mut input[..]).unwrap();
+        let mut ctx = cmd.ctx_mut();
+        ctx.set_disp_type(1)
+            .set_indirect_table(rqtn)
+            .set_rx_hash_fn(2)
+            .set_transport_domain(h.td);
+        ctx.set_rx_hash_toeplitz_key_bytes(&[0x6d; 40]);
+        ctx.rx_hash_field_selector_outer_mut()
+            .set_l3_prot_type(0)
+            .set_l4_prot_type(1)
+            .set_selected_fields(
+                HASH_FIELD_SEL_SRC_IP
+                    | HASH_FIELD_SEL_DST_IP
+                    | HASH_FIELD_SEL_L4_SPORT
+                    | HASH_FIELD_SEL_L4_DPORT,
+            );
+    }
+    let out = h.exec(&input, 16).unwrap();
+    let tirn = CreateTirOut::new(&out[..]).unwrap().tirn();
+    h.steer_to_tir(tirn);
+    let bufs: Vec<u64> = (0..32).map(|_| h.alloc(2048, 64)).collect();
+    for &b in &bufs[..10] {
+        h.post_recv(&mut pool, b, 2048, key);
+    }
+    h.drain_eq();
+    let limit_events = |h: &mut Host| {
+        h.drain_eq()
+            .into_iter()
+            .filter(|(t, _, _)| *t == EventType::SrqRqLimit as u8)
+            .map(|(_, _, d)| u32::from_be_bytes([d[24], d[25], d[26], d[27]]))
+            .collect::<Vec<_>>()
+    };
+    // 10 posted, limit 4: six frames leave 4 posted, no event.
+    for port in 0..6u16 {
+        send(&mut h, &mut tx, &udp_flow(100, 1000 + port));
+    }
+    assert!(
+        limit_events(&mut h).is_empty(),
+        "no event while at or above the limit"
+    );
+    // The seventh leaves 3 < 4: exactly one event, naming the RMP.
+    send(&mut h, &mut tx, &udp_flow(100, 1006));
+    assert_eq!(limit_events(&mut h), vec![rmpn]);
+    // Disarmed now: more consumption raises nothing, and the limit reads 0.
+    for port in 7..10u16 {
+        send(&mut h, &mut tx, &udp_flow(100, 1000 + port));
+    }
+    assert!(limit_events(&mut h).is_empty());
+    let mut q = Host::input(Opcode::QueryRmp, 0, 16);
+    q[8..12].copy_from_slice(&rmpn.to_be_bytes());
+    let out = h.exec(&q, 0x110).unwrap();
+    assert_eq!(
+        QueryRmpOut::new(&out[..]).unwrap().rmp_context().wq().lwm(),
+        0,
+        "one-shot limit reads 0 after it fired"
+    );
+    // The pool ran dry: the tenth frame found nothing and was dropped, not written anywhere.
+    assert_eq!(h.dev.counters().rx_out_of_buffer, 0);
+    send(&mut h, &mut tx, &udp_flow(100, 2000));
+    assert_eq!(h.dev.counters().rx_out_of_buffer, 1);
+    // Both RQs drew from the pool, and together they took exactly what was posted.
+    let (mut n1, mut n2) = (0, 0);
+    while h.poll_cq(&mut cq1).is_some() {
+        n1 += 1;
+    }
+    while h.poll_cq(&mut cq2).is_some() {
+        n2 += 1;
+    }
+    assert_eq!(n1 + n2, 10);
+    assert!(
+        n1 > 0 && n2 > 0,
+        "RSS spread the flows over both RQs ({n1}/{n2})"
+    );
+    // Re-arm and refill: the limit fires again, once.
+    for &b in &bufs[10..20] {
+        h.post_recv(&mut pool, b, 2048, key);
+    }
+    let mut m = Host::input(Opcode::ModifyRmp, 0, 0x110);
+    {
+        let mut cmd = ModifyRmpIn::new(&mut m[..]).unwrap();
+        cmd.set_rmp_state(1).set_rmpn(rmpn);
+        cmd.bitmask_mut().set_lwm(true);
+        cmd.ctx_mut().set_state(1);
+        cmd.ctx_mut().wq_mut().set_lwm(4);
+    }
+    h.exec(&m, 16).unwrap();
+    for port in 0..10u16 {
+        send(&mut h, &mut tx, &udp_flow(64, 3000 + port));
+    }
+    assert_eq!(limit_events(&mut h), vec![rmpn]);
+    assert_eq!(h.dev.counters().limit_events, 2);
+}
+
+#[test]
+fn protection_errors_end_in_error_cqes_and_error_state() {
+    let mut h = host();
+    h.bring_up();
+    let read_only = h.create_mkey(true, false);
+    let mut tx = tx_path(&mut h, read_only);
+    // Send with an lkey that names no key.
+    let frame = udp_frame(200, 1);
+    let payload = h.alloc(frame.len() as u64, 64);
+    let wqe = h.build_send(&tx.sq, &frame, payload, 0xdead_0000, true);
+    h.post(&mut tx.sq, &wqe, false);
+    let cqe = h.poll_cq(&mut tx.cq).expect("error completion");
+    let err = ErrCqe::new(&cqe[..]).unwrap();
+    assert_eq!(err.opcode(), CqeOpcode::ReqErr as u8);
+    assert_eq!(err.syndrome(), CqeSyndrome::LocalProtection as u8);
+    assert_eq!(err.qpn(), tx.sq.sqn);
+    // The SQ is in error: further doorbells do nothing.
+    let before = h.dev.counters();
+    let wqe = h.build_send(&tx.sq, &frame, payload, read_only, true);
+    h.post(&mut tx.sq, &wqe, false);
+    assert!(h.poll_cq(&mut tx.cq).is_none());
+    assert_eq!(h.dev.counters().since(&before).tx_frames, 0);
+    // Receive into a key without local write access.
+    let writable = h.create_mkey(false, true);
+    let mut tx2 = tx_path(&mut h, writable);
+    let mut rx_cq = h.create_cq(6);
+    let mut rq = h.create_rq(rx_cq.cqn, 6, None);
+    h.steer_all_to(rq.rqn);
+    let buf = h.alloc(2048, 64);
+    h.post_recv(&mut rq, buf, 2048, read_only);
+    send(&mut h, &mut tx2, &frame);
+    let cqe = h.poll_cq(&mut rx_cq).expect("receive error completion");
+    let err = ErrCqe::new(&cqe[..]).unwrap();
+    assert_eq!(err.opcode(), CqeOpcode::RespErr as u8);
+    assert_eq!(err.syndrome(), CqeSyndrome::LocalProtection as u8);
+    assert_eq!(
+        h.read(buf, 64),
+        vec![0u8; 64],
+        "nothing written through a read-only key"
+    );
+}
+
+#[test]
+fn oversized_and_unposted_frames_are_refused() {
+    let mut h = host();
+    h.bring_up();
+    let key = h.create_mkey(false, true);
+    let mut tx = tx_path(&mut h, key);
+    // A 1522-byte port MTU carries frames of up to 1518 bytes (a tagged 1500-byte payload).
+    let cqe = send(&mut h, &mut tx, &udp_frame(1477, 0));
+    assert_eq!(
+        ErrCqe::new(&cqe[..]).unwrap().syndrome(),
+        CqeSyndrome::LocalLength as u8,
+        "1519 bytes exceed the port MTU"
+    );
+    let mut tx = tx_path(&mut h, key);
+    let mut rx_cq = h.create_cq(6);
+    let rq = h.create_rq(rx_cq.cqn, 6, None);
+    h.steer_all_to(rq.rqn);
+    send(&mut h, &mut tx, &udp_frame(100, 0));
+    assert!(h.poll_cq(&mut rx_cq).is_none());
+    assert_eq!(h.dev.counters().rx_out_of_buffer, 1);
+    assert_eq!(
+        h.dev
+            .queue_counters(QueueKind::Rq, rq.rqn)
+            .unwrap()
+            .out_of_buffer,
+        1
+    );
+}
+
+#[test]
+fn completion_events_and_interrupts() {
+    let mut h = host();
+    let sink = Arc::new(RecordingSink::new());
+    h.dev.set_interrupt_sink(sink.clone());
+    h.bring_up();
+    // Every command so far completed with a CMD event once the EQ existed.
+    let cmd_events = h
+        .drain_eq()
+        .iter()
+        .filter(|(t, _, _)| *t == EventType::Cmd as u8)
+        .count();
+    assert!(cmd_events >= 1);
+    assert!(sink.count(0) >= 1, "the armed EQ raised its vector");
+    h.arm_eq();
+    sink.take();
+    let key = h.create_mkey(false, true);
+    h.drain_eq();
+    h.arm_eq();
+    sink.take();
+    let mut tx = tx_path(&mut h, key);
+    h.drain_eq();
+    h.arm_eq();
+    sink.take();
+    h.arm_cq(&tx.cq);
+    let frame = udp_frame(60, 0);
+    let payload = h.alloc(frame.len() as u64, 64);
+    let wqe = h.build_send(&tx.sq, &frame, payload, key, true);
+    h.post(&mut tx.sq, &wqe, true);
+    let events = h.drain_eq();
+    let comp: Vec<u32> = events
+        .iter()
+        .filter(|(t, _, _)| *t == EventType::Completion as u8)
+        .map(|(_, _, d)| u32::from_be_bytes([d[24], d[25], d[26], d[27]]) & 0xff_ffff)
+        .collect();
+    assert_eq!(
+        comp,
+        vec![tx.cq.cqn],
+        "one completion event for the armed CQ"
+    );
+    assert_eq!(sink.take(), vec![0], "one interrupt on the EQ's vector");
+    // Not re-armed: the next completion raises no event.
+    h.poll_cq(&mut tx.cq).unwrap();
+    h.arm_eq();
+    let wqe = h.build_send(&tx.sq, &frame, payload, key, true);
+    h.post(&mut tx.sq, &wqe, true);
+    assert!(h
+        .drain_eq()
+        .iter()
+        .all(|(t, _, _)| *t != EventType::Completion as u8));
+}
+
+#[test]
+fn firmware_pages_unmapped_early_are_detected() {
+    let mut h = host();
+    h.start_cmdif();
+    h.simple(Opcode::EnableHca, 0).unwrap();
+    let boot = h.query_pages(query_pages_op_mod::BOOT) as usize;
+    h.give_pages(boot).unwrap();
+    // Init pages from a region the host will (wrongly) unmap while the device uses it.
+    const LOANED: u64 = 0x20_0000_0000;
+    let init = h.query_pages(query_pages_op_mod::INIT) as usize;
+    let region = HostRegion::new(init * 4096).unwrap();
+    h.dev
+        .iommu()
+        .map_region(LOANED, region, Access::ReadWrite)
+        .unwrap();
+    let pages: Vec<u64> = (0..init as u64).map(|i| LOANED + i * 4096).collect();
+    h.give_these(&pages).unwrap();
+    h.simple(Opcode::InitHca, 0).unwrap();
+    assert_eq!(h.dev.health_syndrome(), 0);
+    h.dev.iommu().unmap(LOANED, init as u64 * 4096).unwrap();
+    // The device notices on its next use of its pages and stops answering.
+    let _ = h.simple(Opcode::Nop, 0);
+    assert_ne!(
+        h.dev.health_syndrome(),
+        0,
+        "unmapped firmware pages are a fatal device error"
+    );
+    assert_eq!(h.simple(Opcode::Nop, 0), Err(CmdFail::NoCompletion));
+    let counter = h.mmio_r32(cxdirect_hw::init_seg::HEALTH_COUNTER as u64);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert_eq!(
+        h.mmio_r32(cxdirect_hw::init_seg::HEALTH_COUNTER as u64),
+        counter,
+        "health counter stopped"
+    );
+}
+
+#[test]
+fn the_wire_capture_opens_in_tshark() {
+    let dev = Device::loopback(EmuConfig::default());
+    let path = std::env::temp_dir().join(format!("cxdirect-model-{}.pcap", std::process::id()));
+    let (wire, _) = dev.wire().unwrap();
+    wire.set_pcap(cxdirect_emu::pcap::PcapWriter::create(&path).unwrap())
+        .unwrap();
+    let mut h = Host::new(dev, MEM);
+    h.bring_up();
+    let key = h.create_mkey(false, true);
+    let mut tx = tx_path(&mut h, key);
+    let sizes = [60usize, 128, 1000, 1514];
+    for &n in &sizes {
+        send(&mut h, &mut tx, &udp_frame(n - 42, 3));
+    }
+    wire.flush_pcap().unwrap();
+    let out = std::process::Command::new("tshark")
+        .args(["-r"])
+        .arg(&path)
+        .args(["-T", "fields", "-e", "frame.len"])
+        .output()
+        .expect("tshark must be installed (apt-get install -y tshark)");
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        out.status.success(),
+        "tshark failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lens: Vec<usize> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(lens, sizes);
+}
