@@ -6,6 +6,29 @@
 //! independent readings of the manual. Start at [`Device`]: create one (or a wired pair), map
 //! host memory into its [`Iommu`](dma::Iommu), enable memory decoding and bus mastering through
 //! config space, and drive it with MMIO reads and writes at BAR0 offsets, as a driver would.
+//! [`testkit`] does exactly that by hand, for tests and fuzzing.
+//!
+//! # What the model presents
+//!
+//! | item | value |
+//! |---|---|
+//! | PCI IDs | vendor 0x15b3, device 0x101d (ConnectX-6 Dx), class 0x020000 |
+//! | BAR0 | 64-bit prefetchable, 32 MiB: init segment at 0, MSI-X table at 0x2000, PBA at 0x3000, UAR pages from index 4 |
+//! | MSI-X | 64 vectors |
+//! | firmware | 22.39.1002, command interface revision 5, 32 command slots of 64 bytes |
+//! | pages | 16 boot, 64 init; more asked for by PAGE_REQUEST (16 at a time) when context space runs low, offered back when 32 pages lie empty |
+//! | ISSI | 0 and 1 |
+//! | general caps (max = current unless noted) | log_max_eq 6, log_max_eq_sz 16, log_max_cq 16, log_max_cq_sz 22, log_max_sq/rq 16, log_max_wq_sz 16, log_max_rmp 12, log_max_tir/tis/rqt 12, log_max_rqt_size 11, log_max_mkey 16, log_max_mrw_sz 48, log_max_pd/transport_domain 16, log_bf_reg_size 9, max_wqe_sz_sq/rq 1024, cqe_version 1, port_type Ethernet, num_ports 1, cmdif_checksum max 3 / current 0, uar_4k, end_pad, cq_oi, basic_cyclic_rcv_wqe, nic_flow_table |
+//! | Ethernet caps | csum_cap, vlan_cap, wqe_vlan_insert, self_lb_en_modifiable, wqe_inline_mode = not required, no LSO, no multi-packet WQE |
+//! | SET_HCA_CAP | may change cmdif_checksum, log_uar_page_sz, uar_4k, cache_line_128byte, driver_version, disable_link_up, log_max_qp, pkey_table_size (each up to its maximum); any other change is refused |
+//! | reserved lkey | [`RESERVED_LKEY`] (QUERY_SPECIAL_CONTEXTS): addresses are IOVAs |
+//! | port | one Ethernet port; PMTU max 9982 (frames up to 9978 bytes without FCS), default admin MTU 1522; link up after INIT_HCA when a wire is attached; PAOS and PMTU through ACCESS_REG |
+//!
+//! Queues: CQs and EQs of 64-byte entries; cyclic work queues only (send stride 64 bytes,
+//! receive stride 16..1024 bytes); RMPs cyclic (linked-list SRQs are refused with a clear
+//! syndrome); page offsets inside queue pages must be 0. Steering: NIC receive flow tables with
+//! groups over the outer L2-L4 headers, entries that forward to TIRs or deeper tables, direct and
+//! indirect TIRs with Toeplitz RSS over IPv4/IPv6 TCP/UDP. Memory keys in PA or MTT mode.
 
 pub mod config;
 pub mod counters;
@@ -23,4 +46,5 @@ pub mod wire;
 
 pub use config::{EmuConfig, ExecMode};
 pub use device::Device;
+pub use fw::mkey::RESERVED_LKEY;
 pub use fw::{CmdError, Syndrome};

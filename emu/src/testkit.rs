@@ -7,10 +7,13 @@
 use crate::dma::{Access, HostRegion};
 use crate::pci;
 use crate::Device;
-use cxdirect_hw::cmd::{CmdLayout, CmdMailbox, Opcode, CMD_TYPE_PCIE, MAILBOX_DATA_BYTES};
+use cxdirect_hw::cmd::{
+    xor8, CmdLayout, CmdMailbox, Opcode, CMD_TYPE_PCIE, MAILBOX_BLOCK_SIZE, MAILBOX_DATA_BYTES,
+};
 use cxdirect_hw::cq::{CreateCqIn, CreateCqOut};
 use cxdirect_hw::doorbell::{
-    CqArm, EqDoorbell, UAR_BF_OFFSET, UAR_CQ_DOORBELL, UAR_EQ_UPDATE_CI_ARM, UAR_PAGE_SIZE,
+    CqArm, EqDoorbell, UAR_BF_OFFSET, UAR_CQ_DOORBELL, UAR_EQ_UPDATE_CI, UAR_EQ_UPDATE_CI_ARM,
+    UAR_PAGE_SIZE,
 };
 use cxdirect_hw::eq::{CreateEqIn, CreateEqOut};
 use cxdirect_hw::flow;
@@ -117,6 +120,8 @@ pub struct Host {
     pub eq_ci: u32,
     /// Firmware pages given and not yet taken back.
     pub pages: Vec<u64>,
+    /// Sign command entries and mailboxes (needed once `cmdif_checksum` is on).
+    pub sign: bool,
 }
 
 impl Host {
@@ -146,6 +151,7 @@ impl Host {
             eq_log: 0,
             eq_ci: 0,
             pages: Vec::new(),
+            sign: false,
         };
         host.cmdq = host.alloc(4096, 4096);
         host
@@ -242,6 +248,11 @@ impl Host {
             self.write(block, &input[start..end]);
         }
         let out_blocks = self.chain(outlen.saturating_sub(16), token);
+        if self.sign {
+            for &block in &in_blocks {
+                self.sign_block(block);
+            }
+        }
         tamper(&in_blocks);
         let mut entry = CmdLayout::zeroed();
         entry
@@ -253,6 +264,10 @@ impl Host {
             .set_token(token)
             .set_status_own(1);
         entry.set_inline_input(&input[..input.len().min(16)]);
+        if self.sign {
+            let sig = !xor8(entry.as_bytes());
+            entry.set_sig(sig);
+        }
         self.write(self.cmdq, entry.as_bytes());
         self.mmio_w32(init_seg::CMD_DBELL as u64, 1);
         let back = self.read(self.cmdq, 64);
@@ -293,6 +308,21 @@ impl Host {
             self.write(addr, block.as_bytes());
         }
         addrs
+    }
+
+    /// Signs a mailbox block in place: control signature over the control fields, then the
+    /// block signature over everything but itself (each makes its range XOR to 0xff).
+    fn sign_block(&self, addr: u64) {
+        let mut block = CmdMailbox::zeroed();
+        block
+            .as_bytes_mut()
+            .copy_from_slice(&self.read(addr, MAILBOX_BLOCK_SIZE));
+        block.set_ctrl_sig(0).set_sig(0);
+        let ctrl = !xor8(&block.as_bytes()[MAILBOX_DATA_BYTES..MAILBOX_BLOCK_SIZE - 2]);
+        block.set_ctrl_sig(ctrl);
+        let sig = !xor8(&block.as_bytes()[..MAILBOX_BLOCK_SIZE - 1]);
+        block.set_sig(sig);
+        self.write(addr, block.as_bytes());
     }
 
     /// A command input of `size` bytes with the opcode (and op_mod) set.
@@ -443,6 +473,11 @@ impl Host {
             events.push((eqe[1], eqe[3], eqe[0x20..0x3c].to_vec()));
             self.eq_ci += 1;
         }
+        // Tell the device the entries are free again (without re-arming).
+        let db = EqDoorbell::new()
+            .with_eqn(self.eqn as u8)
+            .with_ci(self.eq_ci & 0xff_ffff);
+        self.mmio_w32(self.uar_base() + UAR_EQ_UPDATE_CI as u64, db.into_bits());
         events
     }
 

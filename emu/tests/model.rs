@@ -727,3 +727,359 @@ fn the_wire_capture_opens_in_tshark() {
         .collect();
     assert_eq!(lens, sizes);
 }
+
+#[test]
+fn the_reserved_lkey_addresses_iovas_directly() {
+    let mut h = host();
+    h.bring_up();
+    let out = h
+        .exec(&Host::input(Opcode::QuerySpecialContexts, 0, 16), 0x20)
+        .unwrap();
+    let resd = cxdirect_hw::mkey::QuerySpecialContextsOut::new(&out[..])
+        .unwrap()
+        .resd_lkey();
+    assert_eq!(resd, cxdirect_emu::RESERVED_LKEY);
+    let mut tx = tx_path(&mut h, resd);
+    let mut rx_cq = h.create_cq(4);
+    let mut rq = h.create_rq(rx_cq.cqn, 4, None);
+    h.steer_all_to(rq.rqn);
+    let buf = h.alloc(2048, 64);
+    h.post_recv(&mut rq, buf, 2048, resd);
+    let frame = udp_frame(300, 9);
+    let cqe = send(&mut h, &mut tx, &frame);
+    assert_eq!(cqe[63] >> 4, CqeOpcode::Req as u8);
+    assert!(h.poll_cq(&mut rx_cq).is_some());
+    assert_eq!(h.read(buf, frame.len()), frame);
+}
+
+#[test]
+fn the_firmware_asks_for_pages_as_objects_grow_and_offers_them_back() {
+    let mut h = host();
+    h.bring_up();
+    h.drain_eq();
+    h.arm_eq();
+    let page_requests = |h: &mut Host| -> Vec<i32> {
+        h.drain_eq()
+            .into_iter()
+            .filter(|(t, _, _)| *t == EventType::PageRequest as u8)
+            .map(|(_, _, d)| i32::from_be_bytes([d[4], d[5], d[6], d[7]]))
+            .collect()
+    };
+    // Each CQ keeps its context in a firmware page slot; fill the initial pages.
+    let mut cqs = Vec::new();
+    while page_requests(&mut h).is_empty() {
+        cqs.push(h.create_cq(0).cqn);
+        assert!(cqs.len() < 2000, "the firmware never asked for pages");
+    }
+    assert_eq!(h.query_pages(query_pages_op_mod::REGULAR), 16);
+    h.give_pages(16).unwrap();
+    assert_eq!(h.query_pages(query_pages_op_mod::REGULAR), 0);
+    // Objects keep being created from the new pages.
+    for _ in 0..64 {
+        cqs.push(h.create_cq(0).cqn);
+    }
+    // Destroying them empties pages; the firmware offers some back (a negative request).
+    let mut offers = Vec::new();
+    for cqn in cqs.drain(..) {
+        let mut d = Host::input(Opcode::DestroyCq, 0, 16);
+        d[8..12].copy_from_slice(&cqn.to_be_bytes());
+        h.exec(&d, 16).unwrap();
+        offers.extend(page_requests(&mut h));
+    }
+    assert!(
+        offers.iter().any(|&n| n < 0),
+        "pages offered back: {offers:?}"
+    );
+    let wanted_back = -h.query_pages(query_pages_op_mod::REGULAR);
+    assert!(wanted_back > 0);
+    assert_eq!(h.take_pages(wanted_back as usize), wanted_back as usize);
+    h.teardown();
+    assert_eq!(h.dev.firmware_pages_held(), 0);
+}
+
+#[test]
+fn every_object_command_refuses_a_bad_reference() {
+    let mut h = host();
+    h.bring_up();
+    let bogus = 0x00ab_cdefu32;
+    // (opcode, input size, offset of the object number, output size)
+    let cases: &[(Opcode, usize, usize, usize)] = &[
+        (Opcode::DeallocUar, 16, 8, 16),
+        (Opcode::DeallocPd, 16, 8, 16),
+        (Opcode::DeallocTransportDomain, 16, 8, 16),
+        (Opcode::DestroyCq, 16, 8, 16),
+        (Opcode::DestroySq, 16, 8, 16),
+        (Opcode::DestroyRq, 16, 8, 16),
+        (Opcode::DestroyRmp, 16, 8, 16),
+        (Opcode::QueryRmp, 16, 8, 0x110),
+        (Opcode::DestroyTis, 16, 8, 16),
+        (Opcode::DestroyTir, 16, 8, 16),
+        (Opcode::DestroyRqt, 16, 8, 16),
+        (Opcode::DestroyMkey, 16, 8, 16),
+        (Opcode::QueryMkey, 16, 8, 0x130),
+        (Opcode::ModifySq, 0x110, 8, 16),
+        (Opcode::ModifyRq, 0x110, 8, 16),
+        (Opcode::ModifyRmp, 0x110, 8, 16),
+    ];
+    for &(op, size, at, outlen) in cases {
+        let mut input = Host::input(op, 0, size);
+        input[at..at + 4].copy_from_slice(&bogus.to_be_bytes());
+        match h.exec(&input, outlen) {
+            Err(CmdFail::Status { status, .. }) => {
+                assert_eq!(
+                    status,
+                    CmdStatus::BadResource as u8,
+                    "{op:?} with a bogus object number"
+                )
+            }
+            other => panic!("{op:?} with a bogus object number: {other:?}"),
+        }
+    }
+    // Creations naming missing parents.
+    let mut tis = Host::input(Opcode::CreateTis, 0, 0xc0);
+    cxdirect_hw::tir::CreateTisIn::new(&mut tis[..])
+        .unwrap()
+        .ctx_mut()
+        .set_transport_domain(bogus);
+    assert_eq!(
+        h.exec(&tis, 16),
+        Err(status(CmdStatus::BadResource, Syndrome::NoSuchObject))
+    );
+    let mut tir = Host::input(Opcode::CreateTir, 0, 0x110);
+    CreateTirIn::new(&mut tir[..])
+        .unwrap()
+        .ctx_mut()
+        .set_disp_type(0)
+        .set_inline_rqn(bogus)
+        .set_transport_domain(h.td);
+    assert_eq!(
+        h.exec(&tir, 16),
+        Err(status(CmdStatus::BadResource, Syndrome::NoSuchObject))
+    );
+    let mut rqt = Host::input(Opcode::CreateRqt, 0, 0x118);
+    {
+        let mut cmd = CreateRqtIn::new(&mut rqt[..]).unwrap();
+        cmd.rqt_context_mut()
+            .set_rqt_max_size(1)
+            .set_rqt_actual_size(1);
+        cmd.set_rq_num(0, bogus).unwrap();
+    }
+    assert_eq!(
+        h.exec(&rqt, 16),
+        Err(status(CmdStatus::BadResource, Syndrome::NoSuchObject))
+    );
+    let mut mkey = Host::input(Opcode::CreateMkey, 0, 0x110);
+    cxdirect_hw::mkey::CreateMkeyIn::new(&mut mkey[..])
+        .unwrap()
+        .memory_key_mkey_entry_mut()
+        .set_pd(bogus)
+        .set_access_mode(0);
+    assert_eq!(
+        h.exec(&mkey, 16),
+        Err(status(CmdStatus::BadResource, Syndrome::NoSuchObject))
+    );
+    let mut root = Host::input(Opcode::SetFlowTableRoot, 0, 0x40);
+    cxdirect_hw::flow::SetFlowTableRootIn::new(&mut root[..])
+        .unwrap()
+        .set_table_id(bogus);
+    assert_eq!(
+        h.exec(&root, 16),
+        Err(status(CmdStatus::BadResource, Syndrome::NoSuchObject))
+    );
+    // Vport and register commands refuse what they do not model.
+    let mut vport = Host::input(Opcode::QueryNicVportContext, 0, 16);
+    cxdirect_hw::vport::QueryNicVportContextIn::new(&mut vport[..])
+        .unwrap()
+        .set_other_vport(true)
+        .set_vport_number(3);
+    assert_eq!(
+        h.exec(&vport, 0x110),
+        Err(status(CmdStatus::BadParameter, Syndrome::BadVport))
+    );
+    let mut reg = Host::input(Opcode::AccessReg, 1, 0x20);
+    cxdirect_hw::reg::AccessRegisterIn::new(&mut reg[..])
+        .unwrap()
+        .set_register_id(0x9999);
+    assert_eq!(
+        h.exec(&reg, 0x20),
+        Err(status(CmdStatus::BadParameter, Syndrome::BadRegister))
+    );
+    let mut cap = Host::input(Opcode::QueryHcaCap, 0x7 << 1, 16);
+    cap[6..8].copy_from_slice(&(0x7u16 << 1).to_be_bytes());
+    assert_eq!(
+        h.exec(&cap, 0x1010),
+        Err(status(CmdStatus::BadParameter, Syndrome::BadOpMod))
+    );
+}
+
+#[test]
+fn each_command_fails_cleanly_on_bad_parameters() {
+    let mut h = host();
+    h.start_cmdif();
+    let bad_param = |syn: Syndrome| status(CmdStatus::BadParameter, syn);
+    let mut enable = Host::input(Opcode::EnableHca, 0, 16);
+    cxdirect_hw::hca::EnableHcaIn::new(&mut enable[..])
+        .unwrap()
+        .set_function_id(3);
+    assert_eq!(h.exec(&enable, 16), Err(bad_param(Syndrome::BadFunctionId)));
+    assert_eq!(
+        h.exec(&Host::input(Opcode::QueryIssi, 0, 16), 0x70),
+        Err(status(CmdStatus::BadSystemState, Syndrome::WrongHcaState))
+    );
+    h.simple(Opcode::EnableHca, 0).unwrap();
+    let mut issi = Host::input(Opcode::SetIssi, 0, 16);
+    cxdirect_hw::hca::SetIssiIn::new(&mut issi[..])
+        .unwrap()
+        .set_current_issi(2);
+    assert_eq!(h.exec(&issi, 16), Err(bad_param(Syndrome::BadIssi)));
+    assert_eq!(
+        h.exec(&Host::input(Opcode::QueryPages, 9, 16), 16),
+        Err(bad_param(Syndrome::BadOpMod))
+    );
+    assert_eq!(
+        h.simple(Opcode::TeardownHca, 0),
+        Err(status(CmdStatus::BadSystemState, Syndrome::WrongHcaState))
+    );
+    h.give_pages(16).unwrap();
+    // SET_HCA_CAP: a read-only field, and a settable one above its maximum.
+    let caps = h
+        .exec(&Host::input(Opcode::QueryHcaCap, 1, 16), 0x1010)
+        .unwrap();
+    let mut set = Host::input(Opcode::SetHcaCap, 0, 0x1010);
+    set[0x10..0x110].copy_from_slice(&caps[0x10..0x110]);
+    cxdirect_hw::caps::CmdHcaCap::new(&mut set[0x10..0x110])
+        .unwrap()
+        .set_log_max_cq_sz(30);
+    assert_eq!(h.exec(&set, 16), Err(bad_param(Syndrome::CapReadOnly)));
+    set[0x10..0x110].copy_from_slice(&caps[0x10..0x110]);
+    cxdirect_hw::caps::CmdHcaCap::new(&mut set[0x10..0x110])
+        .unwrap()
+        .set_log_max_qp(31);
+    assert_eq!(h.exec(&set, 16), Err(bad_param(Syndrome::CapAboveMax)));
+    h.give_pages(64).unwrap();
+    h.simple(Opcode::InitHca, 0).unwrap();
+    let uar = cxdirect_hw::hca::AllocUarOut::new(&h.simple(Opcode::AllocUar, 0).unwrap()[..])
+        .unwrap()
+        .uar();
+    h.uar = uar;
+    // CREATE_EQ with a vector beyond the MSI-X table.
+    let mut eq = Host::input(Opcode::CreateEq, 0, 0x118);
+    {
+        let mut cmd = cxdirect_hw::eq::CreateEqIn::new(&mut eq[..]).unwrap();
+        cmd.eq_context_entry_mut()
+            .set_log_eq_size(4)
+            .set_uar_page(uar)
+            .set_intr(200);
+        cmd.set_pas(0, support::IOVA_BASE).unwrap();
+    }
+    assert_eq!(h.exec(&eq, 16), Err(bad_param(Syndrome::BadVector)));
+    // Flow steering: transmit tables are not modelled; overlapping groups and entries outside
+    // their group are refused.
+    let mut ft = Host::input(Opcode::CreateFlowTable, 0, 0x40);
+    cxdirect_hw::flow::CreateFlowTableIn::new(&mut ft[..])
+        .unwrap()
+        .set_table_type(cxdirect_hw::flow::FLOW_TABLE_TYPE_NIC_TX);
+    assert_eq!(h.exec(&ft, 16), Err(bad_param(Syndrome::BadSteeringParams)));
+    let mut ft = Host::input(Opcode::CreateFlowTable, 0, 0x40);
+    cxdirect_hw::flow::CreateFlowTableIn::new(&mut ft[..])
+        .unwrap()
+        .flow_table_context_mut()
+        .set_log_size(4);
+    let table = cxdirect_hw::flow::CreateFlowTableOut::new(&h.exec(&ft, 16).unwrap()[..])
+        .unwrap()
+        .table_id();
+    let group_in = |start: u32, end: u32| {
+        let mut g = Host::input(Opcode::CreateFlowGroup, 0, 0x400);
+        cxdirect_hw::flow::CreateFlowGroupIn::new(&mut g[..])
+            .unwrap()
+            .set_table_id(table)
+            .set_start_flow_index(start)
+            .set_end_flow_index(end);
+        g
+    };
+    let group =
+        cxdirect_hw::flow::CreateFlowGroupOut::new(&h.exec(&group_in(0, 3), 16).unwrap()[..])
+            .unwrap()
+            .group_id();
+    assert_eq!(
+        h.exec(&group_in(2, 5), 16),
+        Err(bad_param(Syndrome::BadSteeringParams))
+    );
+    assert_eq!(
+        h.exec(&group_in(8, 40), 16),
+        Err(bad_param(Syndrome::BadSteeringParams)),
+        "past the table's 16 entries"
+    );
+    let mut fte = Host::input(Opcode::SetFlowTableEntry, 0, 0x340);
+    {
+        let mut cmd = cxdirect_hw::flow::SetFteIn::new(&mut fte[..]).unwrap();
+        cmd.set_table_id(table).set_flow_index(7);
+        cmd.flow_context_all_mut()
+            .set_group_id(group)
+            .set_action(cxdirect_hw::flow::FLOW_CONTEXT_ACTION_DROP);
+    }
+    assert_eq!(
+        h.exec(&fte, 16),
+        Err(bad_param(Syndrome::FlowIndexOutOfRange))
+    );
+    // A vport MTU out of range.
+    let mut vport = Host::input(Opcode::ModifyNicVportContext, 0, 0x200);
+    {
+        let mut cmd = cxdirect_hw::vport::ModifyNicVportContextIn::new(&mut vport[..]).unwrap();
+        cmd.field_select_mut().set_mtu(true);
+        cmd.nic_vport_context_mut().set_mtu(20);
+    }
+    assert_eq!(h.exec(&vport, 16), Err(bad_param(Syndrome::BadVport)));
+    // An RMP over a linked-list WQ is not modelled.
+    let mut rmp = Host::input(Opcode::CreateRmp, 0, 0x118);
+    cxdirect_hw::wq::CreateRmpIn::new(&mut rmp[..])
+        .unwrap()
+        .ctx_mut()
+        .set_state(1);
+    assert_eq!(h.exec(&rmp, 16), Err(bad_param(Syndrome::BadWqParams)));
+    // A memory key whose translations do not cover its pages.
+    let pd = cxdirect_hw::hca::AllocPdOut::new(&h.simple(Opcode::AllocPd, 0).unwrap()[..])
+        .unwrap()
+        .pd();
+    let mut mkey = Host::input(Opcode::CreateMkey, 0, 0x110 + 8);
+    {
+        let mut cmd = cxdirect_hw::mkey::CreateMkeyIn::new(&mut mkey[..]).unwrap();
+        cmd.set_translations_octword_actual_size(1);
+        cmd.memory_key_mkey_entry_mut()
+            .set_access_mode(cxdirect_hw::mkey::MKC_ACCESS_MODE_MTT)
+            .set_pd(pd)
+            .set_qpn(0xff_ffff)
+            .set_start_addr(0)
+            .set_len(3 * 4096)
+            .set_log_page_size(12)
+            .set_translations_octword_size(1);
+    }
+    assert_eq!(h.exec(&mkey, 16), Err(bad_param(Syndrome::BadMkeyParams)));
+}
+
+#[test]
+fn command_signatures_are_checked_once_enabled() {
+    // Checksums are chosen with SET_HCA_CAP, before INIT_HCA.
+    let mut h = host();
+    h.start_cmdif();
+    h.simple(Opcode::EnableHca, 0).unwrap();
+    h.give_pages(16).unwrap();
+    let caps = h
+        .exec(&Host::input(Opcode::QueryHcaCap, 1, 16), 0x1010)
+        .unwrap();
+    let mut set = Host::input(Opcode::SetHcaCap, 0, 0x1010);
+    set[0x10..0x110].copy_from_slice(&caps[0x10..0x110]);
+    cxdirect_hw::caps::CmdHcaCap::new(&mut set[0x10..0x110])
+        .unwrap()
+        .set_cmdif_checksum(1);
+    h.exec(&set, 16).unwrap();
+    // From now on an unsigned entry is refused at delivery.
+    assert_eq!(
+        h.simple(Opcode::Nop, 0),
+        Err(CmdFail::Delivery(DeliveryStatus::SignatureError as u8))
+    );
+    h.sign = true;
+    h.simple(Opcode::Nop, 0).unwrap();
+    // Signed mailboxes too: a 2-block MANAGE_PAGES goes through.
+    h.give_pages(100).unwrap();
+}

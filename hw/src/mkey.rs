@@ -365,3 +365,20 @@ fn write_u64(
     buf[at..at + 8].copy_from_slice(&value.to_be_bytes());
     Ok(())
 }
+
+layout! {
+    /// QUERY_SPECIAL_CONTEXTS output: memory keys the device defines itself.
+    pub struct QuerySpecialContextsOut("query_special_contexts_out", 0x20) {
+        /// Command status (see [`CmdStatus`](crate::cmd::CmdStatus)).
+        status: u8 @ 0x0 [0x8],
+        /// Firmware syndrome identifying the failure when status is not OK.
+        syndrome: u32 @ 0x20 [0x20],
+        /// Key whose reads return a fill pattern (for padding dumps).
+        dump_fill_mkey: u32 @ 0x40 [0x20],
+        /// The reserved lkey: addresses through it are bus addresses (IOVAs), unchecked by any
+        /// memory key, in every protection domain.
+        resd_lkey: u32 @ 0x60 [0x20],
+        /// Key whose accesses are dropped (reads as zero).
+        null_mkey: u32 @ 0x80 [0x20],
+    }
+}

@@ -6,9 +6,20 @@ use super::pages::{release_context, store_new_context};
 use super::transport::table_full;
 use super::{bad_param, bad_res, input_as, output_as, CmdResult, Core, Syndrome};
 use cxdirect_hw::mkey::{
-    CreateMkeyIn, CreateMkeyOut, DestroyMkeyIn, QueryMkeyIn, QueryMkeyOut, MKC_ACCESS_MODE_MTT,
-    MKC_ACCESS_MODE_PA, MTT_READ, MTT_WRITE,
+    CreateMkeyIn, CreateMkeyOut, DestroyMkeyIn, QueryMkeyIn, QueryMkeyOut, QuerySpecialContextsOut,
+    MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA, MTT_READ, MTT_WRITE,
 };
+
+/// The reserved lkey the model reports in QUERY_SPECIAL_CONTEXTS: addresses through it are
+/// IOVAs, checked only by the IOMMU. Memory key index 2 is never handed out, and the value differs
+/// from the invalid lkey (0x100) that ends receive scatter lists.
+pub const RESERVED_LKEY: u32 = 0x200;
+
+/// QUERY_SPECIAL_CONTEXTS: the reserved lkey (no dump-fill or null key is modelled: 0).
+pub(crate) fn query_special_contexts(output: &mut [u8]) -> CmdResult {
+    output_as!(QuerySpecialContextsOut<&mut [u8]>, output).set_resd_lkey(RESERVED_LKEY);
+    Ok(())
+}
 
 /// Why a memory access through a key was refused: the engines turn this into an error CQE
 /// with the local protection syndrome.
@@ -175,6 +186,9 @@ pub(crate) fn translate(
     write: bool,
     mut each: impl FnMut(u64, u64, u64) -> Result<(), KeyFault>,
 ) -> Result<(), KeyFault> {
+    if lkey == RESERVED_LKEY {
+        return each(addr, 0, len);
+    }
     let key = core.res.mkeys.get(lkey >> 8).ok_or(KeyFault::NoKey)?;
     if key.variant != (lkey & 0xff) as u8 || key.free {
         return Err(KeyFault::NoKey);

@@ -8,7 +8,7 @@
 pub(crate) mod caps;
 pub(crate) mod cmdif;
 pub(crate) mod hca;
-pub(crate) mod mkey;
+pub mod mkey;
 pub(crate) mod objects;
 pub(crate) mod pages;
 pub(crate) mod queues;
@@ -322,6 +322,7 @@ impl Core {
             Opcode::CreateMkey => mkey::create_mkey(self, input, output),
             Opcode::QueryMkey => mkey::query_mkey(self, input, output),
             Opcode::DestroyMkey => mkey::destroy_mkey(self, input),
+            Opcode::QuerySpecialContexts => mkey::query_special_contexts(output),
             Opcode::Nop => Ok(()),
             _ => Err(CmdError::new(
                 CmdStatus::BadOpcode,

@@ -43,6 +43,7 @@ pub fn checks() -> usize {
         CreateMkeyOut,
         QueryMkeyIn,
         QueryMkeyOut,
+        QuerySpecialContextsOut,
         DestroyMkeyIn,
         Mtt,
     );

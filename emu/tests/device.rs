@@ -1,0 +1,282 @@
+//! The function's registers, reset, execution modes and device-side faults.
+
+use cxdirect_emu::counters::QueueKind;
+use cxdirect_emu::pci;
+use cxdirect_emu::testkit::{udp_frame, Host};
+use cxdirect_emu::{Device, EmuConfig, ExecMode};
+use cxdirect_hw::cmd::Opcode;
+use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome, ErrCqe};
+use cxdirect_hw::doorbell::UAR_BF_OFFSET;
+use cxdirect_hw::eqe::{cq_error, EventType};
+use cxdirect_hw::init_seg;
+use cxdirect_hw::mkey::{mkey_from_index, CreateMkeyIn, CreateMkeyOut, MKC_ACCESS_MODE_PA};
+use std::time::{Duration, Instant};
+
+const MEM: usize = 16 << 20;
+
+#[test]
+fn init_segment_reads_like_the_manual() {
+    let cfg = EmuConfig {
+        init_delay: Some(Duration::from_millis(30)),
+        ..EmuConfig::default()
+    };
+    let h = Host::new(Device::new(cfg), MEM);
+    assert_eq!(
+        h.mmio_r32(init_seg::INITIALIZING as u64) >> 31,
+        1,
+        "initializing right after reset"
+    );
+    let rev = h.mmio_r32(init_seg::FW_REV as u64);
+    assert_eq!((rev & 0xffff, rev >> 16), (22, 39));
+    assert_eq!(h.mmio_r32(init_seg::CMDIF_REV_FW_SUB as u64) >> 16, 5);
+    let geometry = h.mmio_r32(init_seg::CMDQ_ADDR_L_SZ as u64);
+    assert_eq!((geometry >> 4) & 0xf, 5, "32 command slots");
+    assert_eq!(geometry & 0xf, 6, "64-byte entries");
+    std::thread::sleep(Duration::from_millis(40));
+    assert_eq!(h.mmio_r32(init_seg::INITIALIZING as u64) >> 31, 0);
+    let first = h.mmio_r32(init_seg::HEALTH_COUNTER as u64);
+    std::thread::sleep(Duration::from_millis(5));
+    assert_ne!(
+        h.mmio_r32(init_seg::HEALTH_COUNTER as u64),
+        first,
+        "the health counter advances while healthy"
+    );
+    assert_eq!(
+        h.mmio_r32(init_seg::HEALTH_SYND as u64 & !3) >> 16 & 0xff,
+        0
+    );
+    h.dev.stall_health_counter();
+    let stalled = h.mmio_r32(init_seg::HEALTH_COUNTER as u64);
+    std::thread::sleep(Duration::from_millis(5));
+    assert_eq!(h.mmio_r32(init_seg::HEALTH_COUNTER as u64), stalled);
+}
+
+#[test]
+fn a_firmware_that_never_comes_up_stays_initializing() {
+    let cfg = EmuConfig {
+        init_delay: None,
+        ..EmuConfig::default()
+    };
+    let h = Host::new(Device::new(cfg), MEM);
+    std::thread::sleep(Duration::from_millis(10));
+    assert_eq!(h.mmio_r32(init_seg::INITIALIZING as u64) >> 31, 1);
+}
+
+#[test]
+fn fatal_syndromes_show_in_the_health_buffer() {
+    let mut h = Host::new(Device::new(EmuConfig::default()), MEM);
+    h.bring_up();
+    h.dev.inject_fatal(init_seg::health_syndrome::HW_FATAL_ERR);
+    let dword = h.mmio_r32((init_seg::HEALTH_BUFFER + 0x3c) as u64);
+    assert_eq!(
+        (dword >> 16) & 0xff,
+        u32::from(init_seg::health_syndrome::HW_FATAL_ERR)
+    );
+}
+
+#[test]
+fn memory_decoding_and_bus_mastering_are_honoured() {
+    let dev = Device::new(EmuConfig::default());
+    let mut b = [0u8; 4];
+    dev.mmio_read(0, &mut b).unwrap();
+    assert_eq!(
+        b, [0xff; 4],
+        "reads float high while memory decoding is off"
+    );
+    let mut h = Host::new(dev, MEM);
+    h.bring_up();
+    // Bus mastering off: the command interface can no longer reach its queue.
+    h.dev
+        .config_write(pci::REG_COMMAND, &pci::COMMAND_MEMORY_SPACE.to_le_bytes())
+        .unwrap();
+    assert_eq!(
+        h.simple(Opcode::Nop, 0),
+        Err(cxdirect_emu::testkit::CmdFail::NoCompletion)
+    );
+    assert!(h.dev.counters().dma_faults > 0);
+}
+
+#[test]
+fn function_level_reset_drops_everything() {
+    let mut h = Host::new(Device::new(EmuConfig::default()), MEM);
+    h.bring_up();
+    h.create_cq(4);
+    assert!(h.dev.firmware_pages_held() > 0);
+    let devctl = pci::PCIE_CAP_OFFSET + pci::PCIE_DEVCTL;
+    h.dev
+        .config_write(devctl, &pci::PCIE_DEVCTL_INITIATE_FLR.to_le_bytes())
+        .unwrap();
+    assert_eq!(h.dev.firmware_pages_held(), 0);
+    assert_eq!(h.dev.object_counts(), [0; 6]);
+    let mut cmd = [0u8; 2];
+    h.dev.config_read(pci::REG_COMMAND, &mut cmd).unwrap();
+    assert_eq!(
+        u16::from_le_bytes(cmd) & pci::COMMAND_BUS_MASTER,
+        0,
+        "reset clears bus mastering"
+    );
+    assert_eq!(h.mmio_r32(0), 0xffff_ffff, "and memory decoding");
+}
+
+#[test]
+fn blueflame_as_eight_8_byte_writes_still_sends() {
+    let mut h = Host::new(Device::loopback(EmuConfig::default()), MEM);
+    h.bring_up();
+    let key = h.create_mkey(false, true);
+    let mut cq = h.create_cq(4);
+    let tisn = h.create_tis();
+    let mut sq = h.create_sq(cq.cqn, tisn, 4);
+    let frame = udp_frame(100, 7);
+    let payload = h.alloc(frame.len() as u64, 64);
+    let wqe = h.build_send(&sq, &frame, payload, key, true);
+    // Write the ring and the record as `post` does, then the doorbell in eight 8-byte stores.
+    h.write(sq.buf, &wqe[..64]);
+    sq.pi = 1;
+    h.write_be32(sq.dbr + 4, 1);
+    let reg = h.uar_base() + UAR_BF_OFFSET as u64;
+    for chunk in 0..8 {
+        h.dev
+            .mmio_write(
+                reg + chunk * 8,
+                &wqe[chunk as usize * 8..chunk as usize * 8 + 8],
+            )
+            .unwrap();
+    }
+    let cqe = h.poll_cq(&mut cq).expect("completion");
+    assert_eq!(cqe[63] >> 4, CqeOpcode::Req as u8);
+    assert_eq!(h.dev.counters().tx_frames, 1, "sent exactly once");
+    assert_eq!(
+        h.dev
+            .queue_counters(QueueKind::Sq, sq.sqn)
+            .unwrap()
+            .doorbells,
+        1
+    );
+}
+
+#[test]
+fn dma_to_an_unmapped_iova_is_an_error_completion_not_a_crash() {
+    let mut h = Host::new(Device::loopback(EmuConfig::default()), MEM);
+    h.bring_up();
+    // A physical-address key that covers an IOVA range with nothing mapped behind it.
+    let mut input = Host::input(Opcode::CreateMkey, 0, 0x110);
+    CreateMkeyIn::new(&mut input[..])
+        .unwrap()
+        .memory_key_mkey_entry_mut()
+        .set_access_mode(MKC_ACCESS_MODE_PA)
+        .set_lr(true)
+        .set_lw(true)
+        .set_pd(h.pd)
+        .set_qpn(0xff_ffff)
+        .set_start_addr(0x7000_0000_0000)
+        .set_len(1 << 20);
+    let out = h.exec(&input, 16).unwrap();
+    let key = mkey_from_index(CreateMkeyOut::new(&out[..]).unwrap().mkey_index(), 0);
+    let mut cq = h.create_cq(4);
+    let tisn = h.create_tis();
+    let mut sq = h.create_sq(cq.cqn, tisn, 4);
+    let frame = udp_frame(100, 1);
+    let payload = h.alloc(frame.len() as u64, 64);
+    let mut wqe = h.build_send(&sq, &frame, payload, key, true);
+    // Point the data segment (after control, Ethernet and one inline unit) into the hole.
+    wqe[56..64].copy_from_slice(&0x7000_0000_0000u64.to_be_bytes());
+    let faults = h.dev.counters().dma_faults;
+    h.post(&mut sq, &wqe, false);
+    let cqe = h.poll_cq(&mut cq).expect("error completion");
+    let err = ErrCqe::new(&cqe[..]).unwrap();
+    assert_eq!(err.opcode(), CqeOpcode::ReqErr as u8);
+    assert_eq!(err.syndrome(), CqeSyndrome::LocalProtection as u8);
+    assert!(
+        h.dev.counters().dma_faults > faults,
+        "the refused access was counted"
+    );
+}
+
+#[test]
+fn a_full_cq_raises_a_cq_error_event() {
+    let mut h = Host::new(Device::loopback(EmuConfig::default()), MEM);
+    h.bring_up();
+    let key = h.create_mkey(false, true);
+    let mut cq = h.create_cq(2); // four entries, never consumed
+    let tisn = h.create_tis();
+    let mut sq = h.create_sq(cq.cqn, tisn, 4);
+    let frame = udp_frame(60, 1);
+    let payload = h.alloc(frame.len() as u64, 64);
+    h.drain_eq();
+    for _ in 0..5 {
+        let wqe = h.build_send(&sq, &frame, payload, key, true);
+        h.post(&mut sq, &wqe, true);
+    }
+    let errors: Vec<_> = h
+        .drain_eq()
+        .into_iter()
+        .filter(|(t, _, _)| *t == EventType::CqError as u8)
+        .collect();
+    assert_eq!(errors.len(), 1);
+    let data = &errors[0].2;
+    assert_eq!(
+        u32::from_be_bytes([data[0], data[1], data[2], data[3]]) & 0xff_ffff,
+        cq.cqn
+    );
+    assert_eq!(data[11], cq_error::OVERRUN);
+    assert_eq!(h.dev.counters().cq_overruns, 1);
+    let mut seen = 0;
+    while h.poll_cq(&mut cq).is_some() {
+        seen += 1;
+    }
+    assert_eq!(seen, 4, "the CQEs written before the overrun are intact");
+}
+
+#[test]
+fn threaded_execution_moves_frames_between_a_pair() {
+    let cfg = EmuConfig {
+        exec: ExecMode::Threaded,
+        ..EmuConfig::default()
+    };
+    let (a, b) = Device::pair(cfg.clone(), cfg);
+    let mut ha = Host::new(a, MEM);
+    let mut hb = Host::new(b, MEM);
+    ha.bring_up();
+    hb.bring_up();
+    let tx_key = ha.create_mkey(false, true);
+    let rx_key = hb.create_mkey(false, true);
+    let mut tx_cq = ha.create_cq(8);
+    let tisn = ha.create_tis();
+    let mut sq = ha.create_sq(tx_cq.cqn, tisn, 8);
+    let mut rx_cq = hb.create_cq(8);
+    let mut rq = hb.create_rq(rx_cq.cqn, 8, None);
+    hb.steer_all_to(rq.rqn);
+    let count = 200usize;
+    let bufs: Vec<u64> = (0..count).map(|_| hb.alloc(2048, 64)).collect();
+    for &buf in &bufs {
+        hb.post_recv(&mut rq, buf, 2048, rx_key);
+    }
+    let frames: Vec<Vec<u8>> = (0..count)
+        .map(|i| udp_frame(60 + i % 900, i as u8))
+        .collect();
+    let mut sent = 0;
+    let mut received = 0;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while received < count && Instant::now() < deadline {
+        if sent < count && sq.pi.wrapping_sub(tx_cq.ci as u16) < 128 {
+            let payload = ha.alloc(frames[sent].len() as u64, 64);
+            let wqe = ha.build_send(&sq, &frames[sent], payload, tx_key, true);
+            ha.post(&mut sq, &wqe, sent % 2 == 0);
+            sent += 1;
+        }
+        while ha.poll_cq(&mut tx_cq).is_some() {}
+        while let Some(cqe) = hb.poll_cq(&mut rx_cq) {
+            assert_eq!(cqe[63] >> 4, CqeOpcode::RespSend as u8);
+            assert_eq!(
+                hb.read(bufs[received], frames[received].len()),
+                frames[received]
+            );
+            received += 1;
+        }
+        std::thread::yield_now();
+    }
+    assert_eq!(
+        received, count,
+        "every frame arrived, in order, through the device threads"
+    );
+}
