@@ -1,5 +1,15 @@
-//! DMA memory for cxdirect: page- and hugepage-backed regions locked in memory, IOVA allocation,
-//! the `Iommu` seam through which regions are mapped for the device, buffer pools, and dmabuf
-//! import into scatter lists.
+//! DMA memory for cxdirect: page- and hugepage-backed regions locked in memory, IOVA
+//! allocation, and the [`Iommu`] seam through which a backend (VFIO type1, iommufd, no-IOMMU, or
+//! the in-process device model) makes regions reachable by the device.
 //!
-//! Nothing is implemented here yet; the driver bring-up work fills this crate.
+//! This crate is one of the few rooms allowed `unsafe`: it owns raw host memory that the device
+//! reads and writes concurrently. Nothing here hands out references into that memory; access is
+//! through copies and volatile loads and stores on [`DmaRegion`].
+
+pub mod iommu;
+pub mod iova;
+pub mod region;
+
+pub use iommu::{Iommu, IommuError, IovaRange};
+
+

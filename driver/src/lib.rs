@@ -1,5 +1,9 @@
 //! cxdirect: a userspace, poll-mode driver for NVIDIA ConnectX (mlx5) NICs reached through VFIO.
 //!
-//! This crate will hold PCI/VFIO access, the command interface, bring-up and teardown, firmware
-//! pages, health monitoring, EQ/CQ/SQ/RQ/RMP management, memory keys, steering and the public
-//! burst API. Nothing is implemented here yet.
+//! The driver reaches a device through one seam, [`Backend`]: VFIO (type1, iommufd or
+//! no-IOMMU) on real hardware, or the in-process device model in tests and emulated specs.
+
+pub mod backend;
+pub mod vfio;
+
+pub use backend::{Backend, BackendError, Interrupt};

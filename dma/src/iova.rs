@@ -1,0 +1,1 @@
+//! IOVA allocation from the ranges an IOMMU offers. (Being written.)

@@ -1,0 +1,1 @@
+//! DMA regions. (Being written.)

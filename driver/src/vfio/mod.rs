@@ -1,0 +1,1 @@
+//! VFIO access to real PCI functions. (Being written.)
