@@ -11,5 +11,5 @@ pub mod iova;
 pub mod region;
 
 pub use iommu::{Iommu, IommuError, IovaRange};
-
-
+pub use iova::{IovaAllocator, IovaError, IOVA_LOW_RESERVED, IOVA_PAGE};
+pub use region::{live_regions, DmaError, DmaRegion, PageKind, HUGE_PAGE_SIZE};

@@ -66,6 +66,12 @@ impl Interrupt {
         Ok(Self { fd: fd.into() })
     }
 
+    /// A second handle on the same eventfd (for the side that signals it).
+    pub fn try_clone(&self) -> Result<Self, BackendError> {
+        let fd = self.fd.try_clone().map_err(|source| BackendError::Os { what: "dup eventfd", source })?;
+        Ok(Self { fd })
+    }
+
     /// Signals the vector (what the device side does).
     pub fn signal(&self) {
         let one = 1u64.to_ne_bytes();

@@ -2,8 +2,19 @@
 //!
 //! The driver reaches a device through one seam, [`Backend`]: VFIO (type1, iommufd or
 //! no-IOMMU) on real hardware, or the in-process device model in tests and emulated specs.
+//! [`Device::bring_up`] takes a function from reset to initialized (command interface, firmware
+//! pages, capabilities, async event queue on MSI-X vector 0) and [`Device::teardown`] returns it,
+//! with every firmware page reclaimed.
 
 pub mod backend;
+mod cmd;
+pub mod device;
+pub mod eq;
+pub mod error;
+mod pages;
 pub mod vfio;
 
 pub use backend::{Backend, BackendError, Interrupt};
+pub use device::{Device, DeviceInfo, EventCounts, Options, TeardownReport};
+pub use eq::Event;
+pub use error::{CmdError, CmdFailure, DriverError, HealthFailure};

@@ -1,0 +1,238 @@
+//! [`VfioError`]: why a function could not be opened through VFIO, and what to do about it.
+
+use std::fmt::Write as _;
+use std::io;
+
+use thiserror::Error;
+
+use super::pci::{GroupMember, PciAddress};
+
+/// Why opening a PCI function through VFIO failed. Every message names the function and says
+/// what the user can do.
+#[derive(Debug, Error)]
+pub enum VfioError {
+    /// The PCI address could not be parsed.
+    #[error(
+        "bad PCI address {input:?}: {reason}; write it as DOMAIN:BUS:DEVICE.FUNCTION, e.g. \
+         0000:06:00.0 (or 06:00.0 for domain 0), as `lspci -D` prints it"
+    )]
+    BadAddress {
+        /// What was given.
+        input: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+
+    /// No such PCI function in sysfs.
+    #[error(
+        "no PCI function {bdf}: {path} does not exist; list ConnectX functions with \
+         `lspci -D -d 15b3:`"
+    )]
+    NoSuchDevice {
+        /// The function asked for.
+        bdf: PciAddress,
+        /// The sysfs path looked at.
+        path: String,
+    },
+
+    /// The function is not an NVIDIA/Mellanox ConnectX.
+    #[error(
+        "{bdf} is not a ConnectX function (vendor {vendor:#06x}, device {device:#06x}); \
+         cxdirect drives NVIDIA/Mellanox ConnectX-4 to ConnectX-8 functions (vendor 0x15b3), \
+         find them with `lspci -D -d 15b3:`"
+    )]
+    NotConnectX {
+        /// The function.
+        bdf: PciAddress,
+        /// Its vendor ID.
+        vendor: u16,
+        /// Its device ID.
+        device: u16,
+    },
+
+    /// The function is bound to another driver (or to none), not vfio-pci.
+    #[error(
+        "{bdf} is {current}, not to vfio-pci; hand it to VFIO by running, as root:\n\
+         {commands}or simply `cxdirect-devbind --bind {bdf}`",
+        current = describe_driver(.driver.as_deref())
+    )]
+    NotBoundToVfio {
+        /// The function.
+        bdf: PciAddress,
+        /// The driver it is bound to, if any.
+        driver: Option<String>,
+        /// The shell commands that bind it to vfio-pci, one per line.
+        commands: String,
+    },
+
+    /// The function has no IOMMU group: the kernel runs without an IOMMU.
+    #[error(
+        "{bdf} has no IOMMU group, so the kernel has no IOMMU for it: enable the IOMMU \
+         (intel_iommu=on or amd_iommu=on on the kernel command line, VT-d/AMD-Vi in the \
+         firmware setup), or use --iommu-mode noiommu (unsafe: the device can then DMA to all \
+         memory)"
+    )]
+    NoIommu {
+        /// The function.
+        bdf: PciAddress,
+    },
+
+    /// Other devices share the function's IOMMU group and are bound to host drivers.
+    #[error(
+        "IOMMU group {group} of {bdf} is not viable: {others} must be bound to vfio-pci or \
+         unbound from their drivers (echo ADDRESS > /sys/bus/pci/devices/ADDRESS/driver/unbind) \
+         before {bdf} can be used",
+        others = describe_members(.others)
+    )]
+    GroupNotViable {
+        /// The function.
+        bdf: PciAddress,
+        /// The IOMMU group number.
+        group: String,
+        /// The other devices in the group and their drivers.
+        others: Vec<GroupMember>,
+    },
+
+    /// A device node could not be opened for lack of permission.
+    #[error(
+        "no permission on {path} (needed for {bdf}): run as root, or give your user the node \
+         (chown $USER {path})"
+    )]
+    PermissionDenied {
+        /// The function.
+        bdf: PciAddress,
+        /// The node that could not be opened.
+        path: String,
+    },
+
+    /// Another process holds the group or device.
+    #[error(
+        "{path} is busy: another process (a virtual machine, or another cxdirect program) has \
+         {bdf} open; stop it first"
+    )]
+    Busy {
+        /// The function.
+        bdf: PciAddress,
+        /// The node or request that reported it.
+        path: String,
+    },
+
+    /// iommufd was asked for but this kernel or function cannot use it.
+    #[error("iommufd was asked for {bdf}, but {reason}; use --iommu-mode type1 (or auto)")]
+    NoIommufd {
+        /// The function.
+        bdf: PciAddress,
+        /// What is missing.
+        reason: String,
+    },
+
+    /// No-IOMMU mode was asked for but cannot be used.
+    #[error("no-IOMMU mode was asked for {bdf}, but {reason}")]
+    NoIommuUnavailable {
+        /// The function.
+        bdf: PciAddress,
+        /// What is missing, and what to do.
+        reason: String,
+    },
+
+    /// The locked-memory limit is too low to pin the driver's DMA memory.
+    #[error(
+        "the locked-memory limit is {limit} bytes, but cxdirect pins at least {needed} bytes for \
+         DMA: raise it (`ulimit -l unlimited`, or a memlock line in \
+         /etc/security/limits.conf) or run as root"
+    )]
+    MemlockTooLow {
+        /// The current soft `RLIMIT_MEMLOCK` in bytes.
+        limit: u64,
+        /// The least the driver needs.
+        needed: u64,
+    },
+
+    /// The kernel's VFIO interface is one this driver does not speak.
+    #[error("{bdf}: unsupported VFIO interface: {reason}")]
+    UnsupportedApi {
+        /// The function.
+        bdf: PciAddress,
+        /// What was found.
+        reason: String,
+    },
+
+    /// The function has no BAR0.
+    #[error(
+        "{bdf} exposes no BAR0 through VFIO; a ConnectX function always has one: check \
+         `lspci -vv -s {bdf}` and the firmware"
+    )]
+    Bar0Missing {
+        /// The function.
+        bdf: PciAddress,
+    },
+
+    /// BAR0 is too small to hold the ConnectX initialization segment.
+    #[error(
+        "BAR0 of {bdf} is {size:#x} bytes, smaller than the {min:#x} bytes of registers the \
+         driver needs; check `lspci -vv -s {bdf}`"
+    )]
+    Bar0TooSmall {
+        /// The function.
+        bdf: PciAddress,
+        /// BAR0 size in bytes.
+        size: u64,
+        /// The least the driver needs.
+        min: u64,
+    },
+
+    /// A system call failed.
+    #[error("{bdf}: {what} failed: {source}{hint}")]
+    Os {
+        /// The function.
+        bdf: PciAddress,
+        /// The call (ioctl name, or the operation and path).
+        what: String,
+        /// The error the kernel returned.
+        #[source]
+        source: io::Error,
+        /// Advice, starting with "; ", or empty.
+        hint: String,
+    },
+}
+
+impl VfioError {
+    /// An [`Os`](VfioError::Os) error without advice.
+    pub(crate) fn os(bdf: PciAddress, what: impl Into<String>, source: io::Error) -> Self {
+        Self::Os { bdf, what: what.into(), source, hint: String::new() }
+    }
+
+    /// An [`Os`](VfioError::Os) error with advice.
+    pub(crate) fn os_hint(
+        bdf: PciAddress,
+        what: impl Into<String>,
+        source: io::Error,
+        hint: &str,
+    ) -> Self {
+        Self::Os { bdf, what: what.into(), source, hint: format!("; {hint}") }
+    }
+}
+
+fn describe_driver(driver: Option<&str>) -> String {
+    match driver {
+        Some(d) => format!("bound to {d}"),
+        None => "not bound to any driver".to_string(),
+    }
+}
+
+fn describe_members(others: &[GroupMember]) -> String {
+    if others.is_empty() {
+        return "the other devices in the group (none could be listed from sysfs)".to_string();
+    }
+    let mut out = String::new();
+    for (i, m) in others.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        let _ = match &m.driver {
+            Some(d) => write!(out, "{} (bound to {d})", m.address),
+            None => write!(out, "{} (no driver)", m.address),
+        };
+    }
+    out
+}
