@@ -23,7 +23,9 @@ impl Args {
                 args.flags.push(name.to_string());
                 continue;
             }
-            let value = it.next().ok_or_else(|| format!("option --{name} needs a value"))?;
+            let value = it
+                .next()
+                .ok_or_else(|| format!("option --{name} needs a value"))?;
             args.values.entry(name.to_string()).or_default().push(value);
         }
         Ok(args)
@@ -43,7 +45,9 @@ impl Args {
     pub fn parse_or<T: std::str::FromStr>(&self, name: &str, default: T) -> Result<T, String> {
         match self.get(name) {
             None => Ok(default),
-            Some(v) => v.parse().map_err(|_| format!("option --{name}: cannot parse `{v}`")),
+            Some(v) => v
+                .parse()
+                .map_err(|_| format!("option --{name}: cannot parse `{v}`")),
         }
     }
 
@@ -54,8 +58,18 @@ impl Args {
 
     /// Names of options given that are not in `known` (value options) or `flags`.
     pub fn unknown(&self, known: &[&str], flags: &[&str]) -> Vec<String> {
-        let mut out: Vec<String> = self.values.keys().filter(|k| !known.contains(&k.as_str())).cloned().collect();
-        out.extend(self.flags.iter().filter(|f| !flags.contains(&f.as_str())).cloned());
+        let mut out: Vec<String> = self
+            .values
+            .keys()
+            .filter(|k| !known.contains(&k.as_str()))
+            .cloned()
+            .collect();
+        out.extend(
+            self.flags
+                .iter()
+                .filter(|f| !flags.contains(&f.as_str()))
+                .cloned(),
+        );
         out
     }
 }

@@ -12,7 +12,10 @@ use cxdirect_emu::{pci, Device as EmuDevice, EmuConfig};
 use std::sync::{Arc, Mutex};
 
 /// IOVAs the emulated IOMMU offers: a 48-bit space less the first page, as a VT-d unit would.
-const IOVA_SPACE: IovaRange = IovaRange { start: 0x1000, end: (1 << 48) - 1 };
+const IOVA_SPACE: IovaRange = IovaRange {
+    start: 0x1000,
+    end: (1 << 48) - 1,
+};
 
 /// The model's IOMMU as the driver's DMA seam.
 struct EmuIommu {
@@ -29,8 +32,15 @@ unsafe impl Iommu for EmuIommu {
     unsafe fn map(&self, iova: u64, host: *mut u8, len: usize) -> Result<(), IommuError> {
         // SAFETY: the caller guarantees `host..host + len` stays valid until unmapped, which is
         // the model's own requirement.
-        unsafe { self.dev.iommu().map(iova, host, len as u64, Access::ReadWrite) }.map_err(|e| {
-            IommuError::MapRefused { iova, len: len as u64, reason: e.to_string() }
+        unsafe {
+            self.dev
+                .iommu()
+                .map(iova, host, len as u64, Access::ReadWrite)
+        }
+        .map_err(|e| IommuError::MapRefused {
+            iova,
+            len: len as u64,
+            reason: e.to_string(),
         })
     }
 
@@ -38,7 +48,11 @@ unsafe impl Iommu for EmuIommu {
         self.dev
             .iommu()
             .unmap(iova, len as u64)
-            .map_err(|e| IommuError::UnmapRefused { iova, len: len as u64, reason: e.to_string() })
+            .map_err(|e| IommuError::UnmapRefused {
+                iova,
+                len: len as u64,
+                reason: e.to_string(),
+            })
     }
 }
 
@@ -49,7 +63,12 @@ struct EventFdSink {
 
 impl InterruptSink for EventFdSink {
     fn signal(&self, vector: u16) {
-        if let Some(irq) = self.vectors.lock().unwrap_or_else(|e| e.into_inner()).get(usize::from(vector)) {
+        if let Some(irq) = self
+            .vectors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(usize::from(vector))
+        {
             irq.signal();
         }
     }
@@ -66,13 +85,20 @@ pub struct EmuBackend {
 impl EmuBackend {
     /// Wraps a modelled function; decoding of BAR0 is enabled as vfio-pci does on open.
     pub fn new(dev: EmuDevice, name: impl Into<String>) -> Self {
-        let sink = Arc::new(EventFdSink { vectors: Mutex::new(Vec::new()) });
+        let sink = Arc::new(EventFdSink {
+            vectors: Mutex::new(Vec::new()),
+        });
         dev.set_interrupt_sink(sink.clone());
         let mut cmd = [0u8; 2];
         let _ = dev.config_read(pci::REG_COMMAND, &mut cmd);
         let value = u16::from_le_bytes(cmd) | pci::COMMAND_MEMORY_SPACE;
         let _ = dev.config_write(pci::REG_COMMAND, &value.to_le_bytes());
-        Self { iommu: Arc::new(EmuIommu { dev: dev.clone() }), dev, sink, name: name.into() }
+        Self {
+            iommu: Arc::new(EmuIommu { dev: dev.clone() }),
+            dev,
+            sink,
+            name: name.into(),
+        }
     }
 
     /// The modelled function (for its counters and fault injection).
@@ -112,21 +138,25 @@ impl Backend for EmuBackend {
     }
 
     fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), BackendError> {
-        self.dev.config_read(u64::from(offset), buf).map_err(|e| BackendError::Config {
-            op: "read",
-            offset,
-            len: buf.len(),
-            reason: e.to_string(),
-        })
+        self.dev
+            .config_read(u64::from(offset), buf)
+            .map_err(|e| BackendError::Config {
+                op: "read",
+                offset,
+                len: buf.len(),
+                reason: e.to_string(),
+            })
     }
 
     fn config_write(&self, offset: u16, data: &[u8]) -> Result<(), BackendError> {
-        self.dev.config_write(u64::from(offset), data).map_err(|e| BackendError::Config {
-            op: "write",
-            offset,
-            len: data.len(),
-            reason: e.to_string(),
-        })
+        self.dev
+            .config_write(u64::from(offset), data)
+            .map_err(|e| BackendError::Config {
+                op: "write",
+                offset,
+                len: data.len(),
+                reason: e.to_string(),
+            })
     }
 
     fn iommu(&self) -> Arc<dyn Iommu> {
@@ -144,17 +174,25 @@ impl Backend for EmuBackend {
         }
         *self.sink.vectors.lock().unwrap_or_else(|e| e.into_inner()) = device_side;
         let control = pci::MSIX_CAP_OFFSET + pci::MSIX_MSG_CTRL;
-        self.dev.config_write(control, &pci::MSIX_CTRL_ENABLE.to_le_bytes()).map_err(|e| fail(e.to_string()))?;
+        self.dev
+            .config_write(control, &pci::MSIX_CTRL_ENABLE.to_le_bytes())
+            .map_err(|e| fail(e.to_string()))?;
         Ok(driver_side)
     }
 
     fn disable_msix(&self) -> Result<(), BackendError> {
         let control = pci::MSIX_CAP_OFFSET + pci::MSIX_MSG_CTRL;
-        self.dev.config_write(control, &0u16.to_le_bytes()).map_err(|e| BackendError::Interrupts {
-            vectors: 0,
-            reason: e.to_string(),
-        })?;
-        self.sink.vectors.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.dev
+            .config_write(control, &0u16.to_le_bytes())
+            .map_err(|e| BackendError::Interrupts {
+                vectors: 0,
+                reason: e.to_string(),
+            })?;
+        self.sink
+            .vectors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         Ok(())
     }
 
@@ -191,7 +229,10 @@ pub fn open_emulated(spec: &Spec, cfg: EmuConfig) -> Vec<EmuBackend> {
         Spec::Emu => vec![EmuBackend::new(EmuDevice::loopback(cfg), "emu")],
         Spec::EmuPair => {
             let (a, b) = EmuDevice::pair(cfg.clone(), cfg);
-            vec![EmuBackend::new(a, "emu-pair:0"), EmuBackend::new(b, "emu-pair:1")]
+            vec![
+                EmuBackend::new(a, "emu-pair:0"),
+                EmuBackend::new(b, "emu-pair:1"),
+            ]
         }
         Spec::Pci(_) => Vec::new(),
     }

@@ -3,5 +3,15 @@
 //! (`emu`, `emu-pair`, PCI addresses) and the emulated backend.
 
 pub mod args;
+pub mod devbind;
 pub mod emulated;
 
+/// Opens a PCI function through VFIO with the IOMMU mode named by `mode` (`auto`, `type1`,
+/// `iommufd` or `noiommu`).
+pub fn vfio_open(
+    bdf: &str,
+    mode: &str,
+) -> Result<cxdirect::vfio::VfioDevice, cxdirect::vfio::VfioError> {
+    let mode: cxdirect::vfio::IommuMode = mode.parse()?;
+    cxdirect::vfio::VfioDevice::open(bdf, mode, cxdirect::vfio::RealSys)
+}

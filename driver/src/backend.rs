@@ -62,13 +62,19 @@ impl Interrupt {
         let fd = nix::sys::eventfd::EventFd::from_flags(
             nix::sys::eventfd::EfdFlags::EFD_NONBLOCK | nix::sys::eventfd::EfdFlags::EFD_CLOEXEC,
         )
-        .map_err(|e| BackendError::Os { what: "eventfd", source: e.into() })?;
+        .map_err(|e| BackendError::Os {
+            what: "eventfd",
+            source: e.into(),
+        })?;
         Ok(Self { fd: fd.into() })
     }
 
     /// A second handle on the same eventfd (for the side that signals it).
     pub fn try_clone(&self) -> Result<Self, BackendError> {
-        let fd = self.fd.try_clone().map_err(|source| BackendError::Os { what: "dup eventfd", source })?;
+        let fd = self.fd.try_clone().map_err(|source| BackendError::Os {
+            what: "dup eventfd",
+            source,
+        })?;
         Ok(Self { fd })
     }
 
@@ -90,7 +96,10 @@ impl Interrupt {
 
     /// Waits up to `timeout` for the vector to fire; returns the count taken (0 on timeout).
     pub fn wait(&self, timeout: Duration) -> u64 {
-        let mut fds = [nix::poll::PollFd::new(self.fd.as_fd(), nix::poll::PollFlags::POLLIN)];
+        let mut fds = [nix::poll::PollFd::new(
+            self.fd.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
         let ms = timeout.as_millis().min(u128::from(u16::MAX)) as u16;
         match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)) {
             Ok(n) if n > 0 => self.take(),

@@ -13,7 +13,9 @@ use cxdirect_hw::caps::{port_type, CmdHcaCap, PerProtocolNetworkingOffloadCaps};
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::eq::{CreateEqIn, CreateEqOut};
 use cxdirect_hw::eqe::{event_bit, EventType};
-use cxdirect_hw::hca::{self, cap_type, query_cap_op_mod, QueryHcaCapOut, QueryIssiOut, QueryPagesOut};
+use cxdirect_hw::hca::{
+    self, cap_type, query_cap_op_mod, QueryHcaCapOut, QueryIssiOut, QueryPagesOut,
+};
 use cxdirect_hw::init_seg;
 use cxdirect_hw::reg::{self, AccessRegisterIn, PaosReg, PmtuReg};
 use cxdirect_hw::vport::{QueryNicVportContextOut, QueryVportStateOut, VPORT_STATE_UP};
@@ -167,9 +169,12 @@ impl<B: Backend> Device<B> {
             return Err(DriverError::CmdifRevision(cmdif_rev));
         }
         let iommu = backend.iommu();
-        let iovas = Arc::new(IovaAllocator::new(&iommu.iova_ranges()).map_err(cxdirect_dma::DmaError::from)?);
+        let iovas = Arc::new(
+            IovaAllocator::new(&iommu.iova_ranges()).map_err(cxdirect_dma::DmaError::from)?,
+        );
         let cmd = CmdQueue::new(&*backend, iommu.clone(), iovas.clone())?;
-        let counter = u32::from_be_bytes(backend.read32(init_seg::HEALTH_COUNTER)) & init_seg::HEALTH_COUNTER_MASK;
+        let counter = u32::from_be_bytes(backend.read32(init_seg::HEALTH_COUNTER))
+            & init_seg::HEALTH_COUNTER_MASK;
         let mut dev = Self {
             pages: FwPages::new(iommu.clone(), iovas.clone()),
             backend,
@@ -184,12 +189,20 @@ impl<B: Backend> Device<B> {
             td: 0,
             eq: None,
             interrupts: Vec::new(),
-            health: Health { last_counter: counter, last_change: Instant::now(), failed: None },
+            health: Health {
+                last_counter: counter,
+                last_change: Instant::now(),
+                failed: None,
+            },
             pending_pages: Vec::new(),
             unreported: Vec::new(),
             events: EventCounts::default(),
             info: DeviceInfo {
-                fw_version: ((fw_rev & 0xffff) as u16, (fw_rev >> 16) as u16, (cmdif & 0xffff) as u16),
+                fw_version: (
+                    (fw_rev & 0xffff) as u16,
+                    (fw_rev >> 16) as u16,
+                    (cmdif & 0xffff) as u16,
+                ),
                 cmdif_rev,
                 ..DeviceInfo::default()
             },
@@ -202,12 +215,20 @@ impl<B: Backend> Device<B> {
 
     fn setup_function(&mut self) -> Result<(), DriverError> {
         self.exec(&input(Opcode::EnableHca, 0, 16), 16)?;
-        let out = self.exec(&input(Opcode::QueryIssi, 0, 16), QueryIssiOut::<&[u8]>::SIZE)?;
-        if QueryIssiOut::new(&out[..]).map(|o| o.supported_issi_dw0() & 0b10 != 0).unwrap_or(false) {
+        let out = self.exec(
+            &input(Opcode::QueryIssi, 0, 16),
+            QueryIssiOut::<&[u8]>::SIZE,
+        )?;
+        if QueryIssiOut::new(&out[..])
+            .map(|o| o.supported_issi_dw0() & 0b10 != 0)
+            .unwrap_or(false)
+        {
             let mut set = input(Opcode::SetIssi, 0, 16);
-            hca::SetIssiIn::new(&mut set[..]).map(|mut s| {
-            s.set_current_issi(1);
-        }).ok();
+            hca::SetIssiIn::new(&mut set[..])
+                .map(|mut s| {
+                    s.set_current_issi(1);
+                })
+                .ok();
             self.exec(&set, 16)?;
         }
         self.info.pages_boot = self.satisfy_startup_pages(hca::query_pages_op_mod::BOOT)?;
@@ -222,7 +243,9 @@ impl<B: Backend> Device<B> {
         self.caps_ethernet = self.query_caps(cap_type::ETHERNET_OFFLOADS, true)?;
         self.info.pages_init = self.satisfy_startup_pages(hca::query_pages_op_mod::INIT)?;
         self.exec(&input(Opcode::InitHca, 0, 16), 16)?;
-        self.uar = self.alloc_id(Opcode::AllocUar, |o| hca::AllocUarOut::new(o).map(|o| o.uar()))?;
+        self.uar = self.alloc_id(Opcode::AllocUar, |o| {
+            hca::AllocUarOut::new(o).map(|o| o.uar())
+        })?;
         self.pd = self.alloc_id(Opcode::AllocPd, |o| hca::AllocPdOut::new(o).map(|o| o.pd()))?;
         self.td = self.alloc_id(Opcode::AllocTransportDomain, |o| {
             hca::AllocTransportDomainOut::new(o).map(|o| o.transport_domain())
@@ -234,20 +257,34 @@ impl<B: Backend> Device<B> {
         Ok(())
     }
 
-    fn alloc_id(&mut self, op: Opcode, get: impl Fn(&[u8]) -> Result<u32, cxdirect_hw::LayoutError>) -> Result<u32, DriverError> {
+    fn alloc_id(
+        &mut self,
+        op: Opcode,
+        get: impl Fn(&[u8]) -> Result<u32, cxdirect_hw::LayoutError>,
+    ) -> Result<u32, DriverError> {
         let out = self.exec(&input(op, 0, 16), 16)?;
-        get(&out).map_err(|_| DriverError::BadDeviceValue { what: "allocation output", value: out.len() as u64 })
+        get(&out).map_err(|_| DriverError::BadDeviceValue {
+            what: "allocation output",
+            value: out.len() as u64,
+        })
     }
 
     fn query_caps(&mut self, kind: u16, current: bool) -> Result<[u8; 0x100], DriverError> {
-        let out = self.exec(&input(Opcode::QueryHcaCap, query_cap_op_mod(kind, current), 16), QueryHcaCapOut::<&[u8]>::SIZE)?;
+        let out = self.exec(
+            &input(Opcode::QueryHcaCap, query_cap_op_mod(kind, current), 16),
+            QueryHcaCapOut::<&[u8]>::SIZE,
+        )?;
         let mut caps = [0u8; 0x100];
         caps.copy_from_slice(&out[0x10..0x110]);
         Ok(caps)
     }
 
     fn set_caps(&mut self) -> Result<(), DriverError> {
-        let mut set = input(Opcode::SetHcaCap, hca::set_cap_op_mod(cap_type::GENERAL_DEVICE), hca::SetHcaCapIn::<&[u8]>::SIZE);
+        let mut set = input(
+            Opcode::SetHcaCap,
+            hca::set_cap_op_mod(cap_type::GENERAL_DEVICE),
+            hca::SetHcaCapIn::<&[u8]>::SIZE,
+        );
         set[0x10..0x110].copy_from_slice(&self.caps_general);
         if let Ok(mut caps) = CmdHcaCap::new(&mut set[0x10..0x110]) {
             // Checksums cost a pass over every command; the PCIe link already protects it.
@@ -261,9 +298,14 @@ impl<B: Backend> Device<B> {
     /// QUERY_PAGES for boot or init pages and gives them; returns the count.
     fn satisfy_startup_pages(&mut self, op_mod: u16) -> Result<usize, DriverError> {
         let out = self.exec(&input(Opcode::QueryPages, op_mod, 16), 16)?;
-        let pages = QueryPagesOut::new(&out[..]).map(|o| o.num_pages_signed()).unwrap_or(-1);
+        let pages = QueryPagesOut::new(&out[..])
+            .map(|o| o.num_pages_signed())
+            .unwrap_or(-1);
         if !(0..=1 << 20).contains(&pages) {
-            return Err(DriverError::BadDeviceValue { what: "startup page count", value: pages as u64 });
+            return Err(DriverError::BadDeviceValue {
+                what: "startup page count",
+                value: pages as u64,
+            });
         }
         self.give_pages(pages as usize)?;
         Ok(pages as usize)
@@ -274,9 +316,14 @@ impl<B: Backend> Device<B> {
             return Ok(());
         }
         let pages = self.pages.alloc(count)?;
-        let mut cmd = input(Opcode::ManagePages, hca::manage_pages_op_mod::GIVE, 16 + 8 * count);
+        let mut cmd = input(
+            Opcode::ManagePages,
+            hca::manage_pages_op_mod::GIVE,
+            16 + 8 * count,
+        );
         {
-            let mut m = hca::ManagePagesIn::new(&mut cmd[..]).map_err(|_| DriverError::Invalid("page list".into()))?;
+            let mut m = hca::ManagePagesIn::new(&mut cmd[..])
+                .map_err(|_| DriverError::Invalid("page list".into()))?;
             m.set_input_num_entries(count as u32);
             for (i, &p) in pages.iter().enumerate() {
                 let _ = m.set_pas(i, p);
@@ -293,18 +340,27 @@ impl<B: Backend> Device<B> {
     /// answer that claims more pages than asked or pages never given.
     fn take_pages(&mut self, count: usize) -> Result<usize, DriverError> {
         let mut cmd = input(Opcode::ManagePages, hca::manage_pages_op_mod::TAKE, 16);
-        hca::ManagePagesIn::new(&mut cmd[..]).map(|mut m| {
-            m.set_input_num_entries(count as u32);
-        }).ok();
+        hca::ManagePagesIn::new(&mut cmd[..])
+            .map(|mut m| {
+                m.set_input_num_entries(count as u32);
+            })
+            .ok();
         let out = self.exec(&cmd, 16 + 8 * count)?;
-        let out = hca::ManagePagesOut::new(&out[..]).map_err(|_| DriverError::Invalid("page list".into()))?;
+        let out = hca::ManagePagesOut::new(&out[..])
+            .map_err(|_| DriverError::Invalid("page list".into()))?;
         let returned = out.output_num_entries() as usize;
         if returned > count {
-            return Err(DriverError::BadDeviceValue { what: "page count returned (more than asked)", value: returned as u64 });
+            return Err(DriverError::BadDeviceValue {
+                what: "page count returned (more than asked)",
+                value: returned as u64,
+            });
         }
         let mut pages = Vec::with_capacity(returned);
         for i in 0..returned {
-            pages.push(out.pas(i).map_err(|_| DriverError::BadDeviceValue { what: "page list length", value: i as u64 })?);
+            pages.push(out.pas(i).map_err(|_| DriverError::BadDeviceValue {
+                what: "page list length",
+                value: i as u64,
+            })?);
         }
         self.pages.check_returned(&pages)?;
         self.pages.release(&pages);
@@ -321,7 +377,8 @@ impl<B: Backend> Device<B> {
         }
         let mut cmd = input(Opcode::CreateEq, 0, CreateEqIn::<&[u8]>::SIZE + 8);
         {
-            let mut c = CreateEqIn::new(&mut cmd[..]).map_err(|_| DriverError::Invalid("EQ".into()))?;
+            let mut c =
+                CreateEqIn::new(&mut cmd[..]).map_err(|_| DriverError::Invalid("EQ".into()))?;
             c.set_event_bitmask(ASYNC_EVENTS.iter().fold(0, |m, e| m | event_bit(*e)));
             c.eq_context_entry_mut()
                 .set_log_eq_size(log)
@@ -331,7 +388,9 @@ impl<B: Backend> Device<B> {
             let _ = c.set_pas(0, region.iova());
         }
         let out = self.exec(&cmd, 16)?;
-        let eqn = CreateEqOut::new(&out[..]).map(|o| u32::from(o.eq_number())).unwrap_or(0);
+        let eqn = CreateEqOut::new(&out[..])
+            .map(|o| u32::from(o.eq_number()))
+            .unwrap_or(0);
         let mut eq = EventQueue::new(region, log, eqn, self.uar);
         eq.arm(&*self.backend);
         self.eq = Some(eq);
@@ -340,25 +399,41 @@ impl<B: Backend> Device<B> {
 
     /// Reads the port's MAC, state and MTU.
     fn refresh_port(&mut self) -> Result<(), DriverError> {
-        let out = self.exec(&input(Opcode::QueryNicVportContext, 0, 16), QueryNicVportContextOut::<&[u8]>::SIZE)?;
+        let out = self.exec(
+            &input(Opcode::QueryNicVportContext, 0, 16),
+            QueryNicVportContextOut::<&[u8]>::SIZE,
+        )?;
         if let Ok(o) = QueryNicVportContextOut::new(&out[..]) {
             let mac = o.nic_vport_context().permanent_address().mac();
             self.info.mac.copy_from_slice(&mac.to_be_bytes()[2..]);
         }
         let out = self.exec(&input(Opcode::QueryVportState, 0, 16), 16)?;
-        self.info.link_up = QueryVportStateOut::new(&out[..]).map(|o| o.state() == VPORT_STATE_UP).unwrap_or(false);
+        self.info.link_up = QueryVportStateOut::new(&out[..])
+            .map(|o| o.state() == VPORT_STATE_UP)
+            .unwrap_or(false);
         let reply = self.access_reg(reg::REG_PMTU, false, &[0u8; 16])?;
         self.info.port_mtu = PmtuReg::new(&reply[..]).map(|r| r.oper_mtu()).unwrap_or(0);
         Ok(())
     }
 
     /// ACCESS_REG: reads or writes a port register; returns the register's contents.
-    pub fn access_reg(&mut self, register: u16, write: bool, data: &[u8; 16]) -> Result<[u8; 16], DriverError> {
-        let op_mod = if write { reg::ACCESS_REG_OP_MOD_WRITE } else { reg::ACCESS_REG_OP_MOD_READ };
+    pub fn access_reg(
+        &mut self,
+        register: u16,
+        write: bool,
+        data: &[u8; 16],
+    ) -> Result<[u8; 16], DriverError> {
+        let op_mod = if write {
+            reg::ACCESS_REG_OP_MOD_WRITE
+        } else {
+            reg::ACCESS_REG_OP_MOD_READ
+        };
         let mut cmd = input(Opcode::AccessReg, op_mod, 0x20);
-        AccessRegisterIn::new(&mut cmd[..]).map(|mut a| {
-            a.set_register_id(register);
-        }).ok();
+        AccessRegisterIn::new(&mut cmd[..])
+            .map(|mut a| {
+                a.set_register_id(register);
+            })
+            .ok();
         cmd[0x10..0x20].copy_from_slice(data);
         let out = self.exec(&cmd, 0x20)?;
         let mut reply = [0u8; 16];
@@ -370,7 +445,13 @@ impl<B: Backend> Device<B> {
     pub fn set_port_admin(&mut self, up: bool) -> Result<(), DriverError> {
         let mut data = [0u8; 16];
         if let Ok(mut paos) = PaosReg::new(&mut data[..]) {
-            paos.set_local_port(1).set_ase(true).set_admin_status(if up { reg::PORT_STATUS_UP } else { reg::PORT_STATUS_DOWN });
+            paos.set_local_port(1)
+                .set_ase(true)
+                .set_admin_status(if up {
+                    reg::PORT_STATUS_UP
+                } else {
+                    reg::PORT_STATUS_DOWN
+                });
         }
         self.access_reg(reg::REG_PAOS, true, &data)?;
         self.refresh_port()
@@ -383,14 +464,30 @@ impl<B: Backend> Device<B> {
     }
 
     /// As [`Device::exec`] with an explicit timeout.
-    pub fn exec_with_timeout(&mut self, input: &[u8], outlen: usize, timeout: Duration) -> Result<Vec<u8>, DriverError> {
+    pub fn exec_with_timeout(
+        &mut self,
+        input: &[u8],
+        outlen: usize,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, DriverError> {
         self.ensure_healthy()?;
         let result = {
-            let Self { cmd, eq, backend, interrupts, events, pending_pages, info, .. } = self;
+            let Self {
+                cmd,
+                eq,
+                backend,
+                interrupts,
+                events,
+                pending_pages,
+                info,
+                ..
+            } = self;
             let backend_ref: &B = backend;
             let mut seen = Vec::new();
             let mut idle = || -> bool {
-                let (Some(eq), Some(irq)) = (eq.as_mut(), interrupts.first()) else { return false };
+                let (Some(eq), Some(irq)) = (eq.as_mut(), interrupts.first()) else {
+                    return false;
+                };
                 // Event mode: sleep until the EQ's vector fires (briefly: polling covers a lost
                 // interrupt), then take the events.
                 let fired = irq.wait(Duration::from_millis(1));
@@ -469,7 +566,8 @@ impl<B: Backend> Device<B> {
         } else {
             let synd_word = u32::from_be_bytes(self.backend.read32(init_seg::HEALTH_SYND & !3));
             let synd = (synd_word >> 16) as u8;
-            let counter = u32::from_be_bytes(self.backend.read32(init_seg::HEALTH_COUNTER)) & init_seg::HEALTH_COUNTER_MASK;
+            let counter = u32::from_be_bytes(self.backend.read32(init_seg::HEALTH_COUNTER))
+                & init_seg::HEALTH_COUNTER_MASK;
             if synd != 0 {
                 Some(HealthFailure::Syndrome(synd))
             } else if counter != self.health.last_counter {
@@ -513,7 +611,8 @@ impl<B: Backend> Device<B> {
 
     /// The Ethernet offload capabilities.
     pub fn eth_caps(&self) -> PerProtocolNetworkingOffloadCaps<&[u8]> {
-        PerProtocolNetworkingOffloadCaps::new(&self.caps_ethernet[..]).expect("capability page has the layout's size")
+        PerProtocolNetworkingOffloadCaps::new(&self.caps_ethernet[..])
+            .expect("capability page has the layout's size")
     }
 
     /// Firmware pages the device holds now.
@@ -543,15 +642,21 @@ impl<B: Backend> Device<B> {
             self.exec(&cmd, 16)?;
         }
         let (uar, pd, td) = (self.uar, self.pd, self.td);
-        for (op, id) in [(Opcode::DeallocTransportDomain, td), (Opcode::DeallocPd, pd), (Opcode::DeallocUar, uar)] {
+        for (op, id) in [
+            (Opcode::DeallocTransportDomain, td),
+            (Opcode::DeallocPd, pd),
+            (Opcode::DeallocUar, uar),
+        ] {
             let mut cmd = input(op, 0, 16);
             cmd[8..12].copy_from_slice(&id.to_be_bytes());
             self.exec(&cmd, 16)?;
         }
         let mut teardown = input(Opcode::TeardownHca, 0, 16);
-        hca::TeardownHcaIn::new(&mut teardown[..]).map(|mut t| {
-            t.set_profile(hca::teardown_profile::GRACEFUL_CLOSE);
-        }).ok();
+        hca::TeardownHcaIn::new(&mut teardown[..])
+            .map(|mut t| {
+                t.set_profile(hca::teardown_profile::GRACEFUL_CLOSE);
+            })
+            .ok();
         self.exec(&teardown, 16)?;
         let mut report = TeardownReport::default();
         while self.pages.held() > 0 {
@@ -564,15 +669,20 @@ impl<B: Backend> Device<B> {
         }
         report.pages_kept = self.pages.held();
         let mut disable = input(Opcode::DisableHca, 0, 16);
-        hca::DisableHcaIn::new(&mut disable[..]).map(|mut d| {
-            d.set_function_id(0);
-        }).ok();
+        hca::DisableHcaIn::new(&mut disable[..])
+            .map(|mut d| {
+                d.set_function_id(0);
+            })
+            .ok();
         self.exec(&disable, 16)?;
         self.interrupts.clear();
         self.backend.disable_msix()?;
         if report.pages_kept > 0 {
             // The device still owns them: never free memory it may write.
-            std::mem::forget(std::mem::replace(&mut self.pages, FwPages::new(self.iommu.clone(), self.iovas.clone())));
+            std::mem::forget(std::mem::replace(
+                &mut self.pages,
+                FwPages::new(self.iommu.clone(), self.iovas.clone()),
+            ));
         }
         Ok(report)
     }
@@ -595,7 +705,10 @@ fn record(events: &mut EventCounts, pending_pages: &mut Vec<i32>, ev: Event) {
 }
 
 fn bad_caps() -> DriverError {
-    DriverError::BadDeviceValue { what: "capability page", value: 0 }
+    DriverError::BadDeviceValue {
+        what: "capability page",
+        value: 0,
+    }
 }
 
 /// Sets memory decoding and bus mastering in the Command register.

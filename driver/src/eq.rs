@@ -3,7 +3,9 @@
 
 use crate::backend::Backend;
 use cxdirect_dma::DmaRegion;
-use cxdirect_hw::doorbell::{EqDoorbell, EQ_CI_UPDATE_INTERVAL, UAR_EQ_UPDATE_CI, UAR_EQ_UPDATE_CI_ARM, UAR_PAGE_SIZE};
+use cxdirect_hw::doorbell::{
+    EqDoorbell, EQ_CI_UPDATE_INTERVAL, UAR_EQ_UPDATE_CI, UAR_EQ_UPDATE_CI_ARM, UAR_PAGE_SIZE,
+};
 use cxdirect_hw::eqe::{port_change, EventType, EQE_DATA_OFFSET, EQE_SIZE};
 
 /// Largest page request the driver accepts in one event (4 GiB of pages).
@@ -73,13 +75,29 @@ pub(crate) struct EventQueue {
 impl EventQueue {
     /// A queue over `region` (already filled with owner bits set), created as `eqn`.
     pub fn new(region: DmaRegion, log_size: u8, eqn: u32, uar: u32) -> Self {
-        Self { region, log_size, eqn, uar, ci: 0, since_update: 0 }
+        Self {
+            region,
+            log_size,
+            eqn,
+            uar,
+            ci: 0,
+            since_update: 0,
+        }
     }
 
     fn doorbell<B: Backend>(&mut self, backend: &B, arm: bool) {
-        let db = EqDoorbell::new().with_eqn(self.eqn as u8).with_ci(self.ci & 0x00ff_ffff);
-        let offset = if arm { UAR_EQ_UPDATE_CI_ARM } else { UAR_EQ_UPDATE_CI };
-        backend.write32(self.uar as usize * UAR_PAGE_SIZE + offset, db.into_bits().to_be_bytes());
+        let db = EqDoorbell::new()
+            .with_eqn(self.eqn as u8)
+            .with_ci(self.ci & 0x00ff_ffff);
+        let offset = if arm {
+            UAR_EQ_UPDATE_CI_ARM
+        } else {
+            UAR_EQ_UPDATE_CI
+        };
+        backend.write32(
+            self.uar as usize * UAR_PAGE_SIZE + offset,
+            db.into_bits().to_be_bytes(),
+        );
         self.since_update = 0;
     }
 
@@ -130,9 +148,13 @@ fn be32(bytes: &[u8]) -> u32 {
 /// Decodes and checks one EQE.
 fn decode(eqe: &[u8; EQE_SIZE]) -> Event {
     let data = &eqe[EQE_DATA_OFFSET..EQE_DATA_OFFSET + 28];
-    let Ok(kind) = EventType::try_from(eqe[1]) else { return Event::Invalid { raw_type: eqe[1] } };
+    let Ok(kind) = EventType::try_from(eqe[1]) else {
+        return Event::Invalid { raw_type: eqe[1] };
+    };
     match kind {
-        EventType::Cmd => Event::Cmd { slots: be32(&data[0..4]) },
+        EventType::Cmd => Event::Cmd {
+            slots: be32(&data[0..4]),
+        },
         EventType::PageRequest => {
             let func_id = u16::from_be_bytes([data[2], data[3]]);
             let pages = be32(&data[4..8]) as i32;
@@ -146,11 +168,23 @@ fn decode(eqe: &[u8; EQE_SIZE]) -> Event {
             port_change::DOWN => Event::PortChange { up: false },
             _ => Event::Other(kind),
         },
-        EventType::CqError => Event::CqError { cqn: be32(&data[0..4]) & 0x00ff_ffff, syndrome: data[11] },
-        EventType::SrqRqLimit => Event::SrqLimit { number: be32(&data[24..28]) & 0x00ff_ffff },
-        EventType::WqCatastrophicError | EventType::WqInvalidRequestError | EventType::WqAccessError
-        | EventType::SrqCatastrophicError => Event::QueueError { kind, number: be32(&data[24..28]) & 0x00ff_ffff },
-        EventType::Completion => Event::Completion { cqn: be32(&data[24..28]) & 0x00ff_ffff },
+        EventType::CqError => Event::CqError {
+            cqn: be32(&data[0..4]) & 0x00ff_ffff,
+            syndrome: data[11],
+        },
+        EventType::SrqRqLimit => Event::SrqLimit {
+            number: be32(&data[24..28]) & 0x00ff_ffff,
+        },
+        EventType::WqCatastrophicError
+        | EventType::WqInvalidRequestError
+        | EventType::WqAccessError
+        | EventType::SrqCatastrophicError => Event::QueueError {
+            kind,
+            number: be32(&data[24..28]) & 0x00ff_ffff,
+        },
+        EventType::Completion => Event::Completion {
+            cqn: be32(&data[24..28]) & 0x00ff_ffff,
+        },
         _ => Event::Other(kind),
     }
 }

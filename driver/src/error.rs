@@ -29,9 +29,17 @@ impl std::fmt::Display for CmdFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CmdFailure::Delivery(Ok(s)) => write!(f, "delivery failed with {s}"),
-            CmdFailure::Delivery(Err(raw)) => write!(f, "delivery failed with unknown status {raw:#x}"),
-            CmdFailure::Status { status: Ok(s), syndrome } => write!(f, "status {s}, syndrome {syndrome:#010x}"),
-            CmdFailure::Status { status: Err(raw), syndrome } => {
+            CmdFailure::Delivery(Err(raw)) => {
+                write!(f, "delivery failed with unknown status {raw:#x}")
+            }
+            CmdFailure::Status {
+                status: Ok(s),
+                syndrome,
+            } => write!(f, "status {s}, syndrome {syndrome:#010x}"),
+            CmdFailure::Status {
+                status: Err(raw),
+                syndrome,
+            } => {
                 write!(f, "unknown status {raw:#x}, syndrome {syndrome:#010x}")
             }
             CmdFailure::Timeout(after) => write!(f, "no completion after {} ms", after.as_millis()),
@@ -81,9 +89,13 @@ pub enum HealthFailure {
 impl std::fmt::Display for HealthFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            HealthFailure::Syndrome(s) => write!(f, "firmware reported fatal health syndrome {s:#x}"),
+            HealthFailure::Syndrome(s) => {
+                write!(f, "firmware reported fatal health syndrome {s:#x}")
+            }
             HealthFailure::CounterStalled => write!(f, "firmware health counter stopped advancing"),
-            HealthFailure::NotResponding => write!(f, "device not responding (registers read 0xffffffff)"),
+            HealthFailure::NotResponding => {
+                write!(f, "device not responding (registers read 0xffffffff)")
+            }
         }
     }
 }

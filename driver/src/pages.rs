@@ -27,7 +27,12 @@ pub(crate) struct FwPages {
 
 impl FwPages {
     pub fn new(iommu: Arc<dyn Iommu>, iovas: Arc<IovaAllocator>) -> Self {
-        Self { iommu, iovas, chunks: Vec::new(), given: HashMap::new() }
+        Self {
+            iommu,
+            iovas,
+            chunks: Vec::new(),
+            given: HashMap::new(),
+        }
     }
 
     /// Pages the device holds now.
@@ -40,19 +45,30 @@ impl FwPages {
     pub fn alloc(&mut self, count: usize) -> Result<Vec<u64>, DriverError> {
         let mut out = Vec::with_capacity(count);
         while out.len() < count {
-            let slot = self.chunks.iter().position(|c| c.as_ref().is_some_and(|c| c.used < CHUNK_PAGES));
+            let slot = self
+                .chunks
+                .iter()
+                .position(|c| c.as_ref().is_some_and(|c| c.used < CHUNK_PAGES));
             let index = match slot {
                 Some(i) => i,
                 None => {
-                    let region =
-                        match DmaRegion::new(self.iommu.clone(), &self.iovas, CHUNK_PAGES * FW_PAGE, PageKind::Auto) {
-                            Ok(r) => r,
-                            Err(e) => {
-                                self.release(&out);
-                                return Err(e.into());
-                            }
-                        };
-                    let chunk = Chunk { region, free: vec![true; CHUNK_PAGES], used: 0 };
+                    let region = match DmaRegion::new(
+                        self.iommu.clone(),
+                        &self.iovas,
+                        CHUNK_PAGES * FW_PAGE,
+                        PageKind::Auto,
+                    ) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            self.release(&out);
+                            return Err(e.into());
+                        }
+                    };
+                    let chunk = Chunk {
+                        region,
+                        free: vec![true; CHUNK_PAGES],
+                        used: 0,
+                    };
                     match self.chunks.iter().position(Option::is_none) {
                         Some(i) => {
                             self.chunks[i] = Some(chunk);
@@ -65,7 +81,9 @@ impl FwPages {
                     }
                 }
             };
-            let Some(chunk) = self.chunks[index].as_mut() else { continue };
+            let Some(chunk) = self.chunks[index].as_mut() else {
+                continue;
+            };
             for page in 0..CHUNK_PAGES {
                 if out.len() == count {
                     break;
@@ -104,7 +122,10 @@ impl FwPages {
         let mut seen = std::collections::HashSet::with_capacity(pages.len());
         for &iova in pages {
             if !self.given.contains_key(&iova) || !seen.insert(iova) {
-                return Err(DriverError::BadDeviceValue { what: "returned firmware page", value: iova });
+                return Err(DriverError::BadDeviceValue {
+                    what: "returned firmware page",
+                    value: iova,
+                });
             }
         }
         Ok(())

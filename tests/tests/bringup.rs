@@ -9,7 +9,11 @@ use cxdirect_hw::cq::CreateCqIn;
 use std::time::Duration;
 
 fn options() -> Options {
-    Options { init_timeout: Duration::from_secs(2), cmd_timeout: Duration::from_secs(2), ..Options::default() }
+    Options {
+        init_timeout: Duration::from_secs(2),
+        cmd_timeout: Duration::from_secs(2),
+        ..Options::default()
+    }
 }
 
 fn input(opcode: Opcode, size: usize) -> Vec<u8> {
@@ -22,7 +26,8 @@ fn input(opcode: Opcode, size: usize) -> Vec<u8> {
 fn bring_up_and_teardown_a_hundred_times_leaks_nothing() {
     let model = Model::loopback(EmuConfig::default());
     for round in 0..100 {
-        let dev = Device::bring_up(EmuBackend::new(model.clone(), "emu"), options()).expect("bring-up");
+        let dev =
+            Device::bring_up(EmuBackend::new(model.clone(), "emu"), options()).expect("bring-up");
         let info = dev.info().clone();
         assert_eq!(info.cmdif_rev, 5);
         assert_eq!((info.pages_boot, info.pages_init), (16, 64));
@@ -30,8 +35,16 @@ fn bring_up_and_teardown_a_hundred_times_leaks_nothing() {
         let report = dev.teardown().expect("teardown");
         assert_eq!(report.pages_reclaimed, 80);
         assert_eq!(report.pages_kept, 0);
-        assert_eq!(model.firmware_pages_held(), 0, "round {round}: every page reclaimed");
-        assert_eq!(model.iommu().mapping_count(), 0, "round {round}: no DMA region left mapped");
+        assert_eq!(
+            model.firmware_pages_held(),
+            0,
+            "round {round}: every page reclaimed"
+        );
+        assert_eq!(
+            model.iommu().mapping_count(),
+            0,
+            "round {round}: no DMA region left mapped"
+        );
         assert_eq!(model.object_counts(), [0; 6]);
     }
     assert_eq!(model.firmware_pages_leaked(), 0);
@@ -41,8 +54,14 @@ fn bring_up_and_teardown_a_hundred_times_leaks_nothing() {
 fn commands_complete_by_interrupt_once_the_async_eq_exists() {
     let model = Model::loopback(EmuConfig::default());
     let dev = Device::bring_up(EmuBackend::new(model.clone(), "emu"), options()).unwrap();
-    assert!(dev.info().async_interrupts > 0, "the async EQ's vector fired");
-    assert!(dev.event_counts().cmd > 0, "command completion events arrived");
+    assert!(
+        dev.info().async_interrupts > 0,
+        "the async EQ's vector fired"
+    );
+    assert!(
+        dev.event_counts().cmd > 0,
+        "command completion events arrived"
+    );
     assert!(model.counters().interrupts > 0);
     dev.teardown().unwrap();
 }
@@ -54,10 +73,16 @@ fn a_failing_command_returns_a_typed_error() {
     let mut destroy = input(Opcode::DestroyCq, 16);
     destroy[8..12].copy_from_slice(&0x00ab_cdefu32.to_be_bytes());
     let err = dev.exec(&destroy, 16).unwrap_err();
-    let DriverError::Command(cmd) = &err else { panic!("not a command error: {err}") };
+    let DriverError::Command(cmd) = &err else {
+        panic!("not a command error: {err}")
+    };
     assert_eq!(cmd.opcode, Opcode::DestroyCq as u16);
     assert_eq!(cmd.status(), Some(CmdStatus::BadResource));
-    assert!(err.to_string().starts_with("DESTROY_CQ failed: status BAD_RES (0x5), syndrome 0x"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("DESTROY_CQ failed: status BAD_RES (0x5), syndrome 0x"),
+        "{err}"
+    );
     // The device is still usable afterwards.
     dev.exec(&input(Opcode::Nop, 16), 16).unwrap();
     dev.teardown().unwrap();
@@ -71,8 +96,15 @@ fn page_requests_are_served_while_objects_exist() {
     // CQs keep their contexts in firmware pages; make enough of them that the firmware asks
     // for more. Each CQ needs a buffer and a doorbell record the device can reach.
     let iommu = dev.backend().iommu();
-    let iovas = std::sync::Arc::new(cxdirect_dma::IovaAllocator::new(&[cxdirect_dma::IovaRange { start: 1 << 40, end: (1 << 41) - 1 }]).unwrap());
-    let buffer = cxdirect_dma::DmaRegion::new(iommu, &iovas, 4096, cxdirect_dma::PageKind::Small).unwrap();
+    let iovas = std::sync::Arc::new(
+        cxdirect_dma::IovaAllocator::new(&[cxdirect_dma::IovaRange {
+            start: 1 << 40,
+            end: (1 << 41) - 1,
+        }])
+        .unwrap(),
+    );
+    let buffer =
+        cxdirect_dma::DmaRegion::new(iommu, &iovas, 4096, cxdirect_dma::PageKind::Small).unwrap();
     let eqn = 0u8;
     let mut cqns = Vec::new();
     let mut requests = 0;
@@ -80,12 +112,21 @@ fn page_requests_are_served_while_objects_exist() {
         let mut cmd = input(Opcode::CreateCq, 0x118);
         {
             let mut c = CreateCqIn::new(&mut cmd[..]).unwrap();
-            c.cq_context_mut().set_log_cq_size(0).set_uar_page(uar).set_c_eqn(eqn).set_dbr_addr(buffer.iova() + 0x800);
+            c.cq_context_mut()
+                .set_log_cq_size(0)
+                .set_uar_page(uar)
+                .set_c_eqn(eqn)
+                .set_dbr_addr(buffer.iova() + 0x800);
             c.set_pas(0, buffer.iova()).unwrap();
         }
         let out = dev.exec(&cmd, 16).expect("CREATE_CQ");
         cqns.push(u32::from_be_bytes([out[8], out[9], out[10], out[11]]) & 0xff_ffff);
-        requests = dev.poll_events().unwrap().iter().filter(|e| matches!(e, Event::PageRequest { .. })).count();
+        requests = dev
+            .poll_events()
+            .unwrap()
+            .iter()
+            .filter(|e| matches!(e, Event::PageRequest { .. }))
+            .count();
     }
     assert!(requests > 0, "the firmware asked for pages");
     assert!(dev.info().pages_regular > 0, "and the driver gave them");
@@ -97,7 +138,10 @@ fn page_requests_are_served_while_objects_exist() {
         dev.exec(&d, 16).unwrap();
         dev.poll_events().unwrap();
     }
-    assert!(dev.info().pages_returned > 0, "pages offered back were taken back");
+    assert!(
+        dev.info().pages_returned > 0,
+        "pages offered back were taken back"
+    );
     assert_eq!(model.firmware_pages_held(), dev.pages_held());
     drop(buffer);
     dev.teardown().unwrap();
@@ -106,9 +150,17 @@ fn page_requests_are_served_while_objects_exist() {
 
 #[test]
 fn firmware_that_never_initializes_times_out() {
-    let model = Model::new(EmuConfig { init_delay: None, ..EmuConfig::default() });
-    let opts = Options { init_timeout: Duration::from_millis(50), ..options() };
-    let err = Device::bring_up(EmuBackend::new(model, "emu"), opts).err().expect("must fail");
+    let model = Model::new(EmuConfig {
+        init_delay: None,
+        ..EmuConfig::default()
+    });
+    let opts = Options {
+        init_timeout: Duration::from_millis(50),
+        ..options()
+    };
+    let err = Device::bring_up(EmuBackend::new(model, "emu"), opts)
+        .err()
+        .expect("must fail");
     assert!(matches!(err, DriverError::InitTimeout(_)), "{err}");
     assert!(err.to_string().contains("still initializing after 50 ms"));
 }
@@ -116,41 +168,69 @@ fn firmware_that_never_initializes_times_out() {
 #[test]
 fn a_stalled_health_counter_marks_the_device_failed() {
     let model = Model::loopback(EmuConfig::default());
-    let opts = Options { health_stall: Duration::from_millis(20), ..options() };
+    let opts = Options {
+        health_stall: Duration::from_millis(20),
+        ..options()
+    };
     let mut dev = Device::bring_up(EmuBackend::new(model.clone(), "emu"), opts).unwrap();
     dev.check_health().unwrap();
     model.stall_health_counter();
     dev.check_health().unwrap();
     std::thread::sleep(Duration::from_millis(40));
     let err = dev.check_health().unwrap_err();
-    assert!(matches!(err, DriverError::Failed(HealthFailure::CounterStalled)), "{err}");
+    assert!(
+        matches!(err, DriverError::Failed(HealthFailure::CounterStalled)),
+        "{err}"
+    );
     // Every call reports the failure from now on.
     let err = dev.exec(&input(Opcode::Nop, 16), 16).unwrap_err();
-    assert!(matches!(err, DriverError::Failed(HealthFailure::CounterStalled)), "{err}");
+    assert!(
+        matches!(err, DriverError::Failed(HealthFailure::CounterStalled)),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_fatal_syndrome_fails_the_device_and_commands_time_out_into_it() {
     let model = Model::loopback(EmuConfig::default());
-    let opts = Options { cmd_timeout: Duration::from_millis(50), ..options() };
+    let opts = Options {
+        cmd_timeout: Duration::from_millis(50),
+        ..options()
+    };
     let mut dev = Device::bring_up(EmuBackend::new(model.clone(), "emu"), opts).unwrap();
     model.inject_fatal(cxdirect_hw::init_seg::health_syndrome::FW_INTERNAL_ERR);
     // The firmware stops answering: the command times out, and the health check says why.
     let err = dev.exec(&input(Opcode::Nop, 16), 16).unwrap_err();
-    assert!(matches!(err, DriverError::Failed(HealthFailure::Syndrome(1))), "{err}");
+    assert!(
+        matches!(err, DriverError::Failed(HealthFailure::Syndrome(1))),
+        "{err}"
+    );
     let err = dev.exec(&input(Opcode::Nop, 16), 16).unwrap_err();
-    assert!(err.to_string().contains("fatal health syndrome 0x1"), "{err}");
+    assert!(
+        err.to_string().contains("fatal health syndrome 0x1"),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_command_that_never_completes_names_itself() {
     let model = Model::loopback(EmuConfig::default());
-    let opts = Options { cmd_timeout: Duration::from_millis(30), ..options() };
+    let opts = Options {
+        cmd_timeout: Duration::from_millis(30),
+        ..options()
+    };
     let mut dev = Device::bring_up(EmuBackend::new(model.clone(), "emu"), opts).unwrap();
     // Bus mastering off: the device cannot fetch the command, but stays healthy.
-    dev.backend().config_write(4, &0b010u16.to_le_bytes()).unwrap();
+    dev.backend()
+        .config_write(4, &0b010u16.to_le_bytes())
+        .unwrap();
     let err = dev.exec(&input(Opcode::QueryIssi, 16), 0x70).unwrap_err();
-    let DriverError::Command(cmd) = &err else { panic!("{err}") };
+    let DriverError::Command(cmd) = &err else {
+        panic!("{err}")
+    };
     assert_eq!(cmd.failure, CmdFailure::Timeout(Duration::from_millis(30)));
-    assert_eq!(err.to_string(), "QUERY_ISSI failed: no completion after 30 ms");
+    assert_eq!(
+        err.to_string(),
+        "QUERY_ISSI failed: no completion after 30 ms"
+    );
 }

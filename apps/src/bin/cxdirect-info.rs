@@ -32,7 +32,10 @@ fn main() -> ExitCode {
         Ok(ms) => Duration::from_millis(ms),
         Err(e) => return usage(&e),
     };
-    let options = Options { init_timeout: timeout, ..Options::default() };
+    let options = Options {
+        init_timeout: timeout,
+        ..Options::default()
+    };
     let mut failed = false;
     for spec in args.all("device") {
         let parsed = Spec::parse(spec);
@@ -43,9 +46,14 @@ fn main() -> ExitCode {
                 }
             }
             Spec::Pci(bdf) => {
-                // VFIO_WIRING
-                eprintln!("cxdirect-info: {bdf}: VFIO access is not wired into this tool yet");
-                failed = true;
+                let mode = args.get("iommu-mode").unwrap_or("auto");
+                match cxdirect_apps::vfio_open(bdf, mode) {
+                    Ok(backend) => failed |= report(backend, &options).is_err(),
+                    Err(e) => {
+                        eprintln!("cxdirect-info: {bdf}: {e}");
+                        failed = true;
+                    }
+                }
             }
         }
     }
@@ -74,9 +82,17 @@ fn report<B: Backend>(backend: B, options: &Options) -> Result<(), ()> {
     let caps = dev.caps();
     let eth = dev.eth_caps();
     let (fw_major, fw_minor, fw_sub) = info.fw_version;
-    let mac = info.mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
+    let mac = info
+        .mac
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":");
     println!("device {name}");
-    println!("  firmware        {fw_major}.{fw_minor}.{fw_sub}, command interface revision {}", info.cmdif_rev);
+    println!(
+        "  firmware        {fw_major}.{fw_minor}.{fw_sub}, command interface revision {}",
+        info.cmdif_rev
+    );
     println!(
         "  queues          EQ 2^{} x 2^{}, CQ 2^{} x 2^{}, SQ 2^{}, RQ 2^{}, RMP 2^{}, WQ size 2^{}, mkeys 2^{}",
         caps.log_max_eq(),
@@ -108,7 +124,11 @@ fn report<B: Backend>(backend: B, options: &Options) -> Result<(), ()> {
             _ => "not required",
         }
     );
-    println!("  port            MAC {mac}, link {}, MTU {}", if info.link_up { "up" } else { "down" }, info.port_mtu);
+    println!(
+        "  port            MAC {mac}, link {}, MTU {}",
+        if info.link_up { "up" } else { "down" },
+        info.port_mtu
+    );
     println!(
         "  firmware pages  boot {}, init {}, regular {}, held {}",
         info.pages_boot,
@@ -119,9 +139,15 @@ fn report<B: Backend>(backend: B, options: &Options) -> Result<(), ()> {
     let bringup_ms = info.bringup.as_secs_f64() * 1000.0;
     println!("  bring-up        {bringup_ms:.3} ms");
     let events = dev.event_counts();
-    println!("  interrupts      {} on the async vector ({} command events)", info.async_interrupts, events.cmd);
+    println!(
+        "  interrupts      {} on the async vector ({} command events)",
+        info.async_interrupts, events.cmd
+    );
     match dev.teardown() {
-        Ok(t) => println!("  teardown        {} pages reclaimed, {} kept by the device", t.pages_reclaimed, t.pages_kept),
+        Ok(t) => println!(
+            "  teardown        {} pages reclaimed, {} kept by the device",
+            t.pages_reclaimed, t.pages_kept
+        ),
         Err(e) => {
             eprintln!("cxdirect-info: {name}: teardown failed: {e}");
             return Err(());

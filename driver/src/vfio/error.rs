@@ -23,6 +23,13 @@ pub enum VfioError {
         reason: &'static str,
     },
 
+    /// An IOMMU mode name was not recognised.
+    #[error("unknown IOMMU mode {input:?}: use auto, type1, iommufd or noiommu")]
+    BadMode {
+        /// What was given.
+        input: String,
+    },
+
     /// No such PCI function in sysfs.
     #[error(
         "no PCI function {bdf}: {path} does not exist; list ConnectX functions with \
@@ -199,7 +206,12 @@ pub enum VfioError {
 impl VfioError {
     /// An [`Os`](VfioError::Os) error without advice.
     pub(crate) fn os(bdf: PciAddress, what: impl Into<String>, source: io::Error) -> Self {
-        Self::Os { bdf, what: what.into(), source, hint: String::new() }
+        Self::Os {
+            bdf,
+            what: what.into(),
+            source,
+            hint: String::new(),
+        }
     }
 
     /// An [`Os`](VfioError::Os) error with advice.
@@ -209,7 +221,12 @@ impl VfioError {
         source: io::Error,
         hint: &str,
     ) -> Self {
-        Self::Os { bdf, what: what.into(), source, hint: format!("; {hint}") }
+        Self::Os {
+            bdf,
+            what: what.into(),
+            source,
+            hint: format!("; {hint}"),
+        }
     }
 }
 
@@ -235,4 +252,28 @@ fn describe_members(others: &[GroupMember]) -> String {
         };
     }
     out
+}
+
+/// Opens a VFIO or iommufd node for `bdf`, turning the errors users meet into advice.
+pub(crate) fn open_node<S: super::sys::VfioSys>(
+    sys: &S,
+    bdf: PciAddress,
+    path: &std::path::Path,
+) -> Result<S::Fd, VfioError> {
+    sys.open(path, super::sys::Access::ReadWrite).map_err(|e| {
+        let shown = path.display().to_string();
+        match e.raw_os_error() {
+            Some(libc::EACCES) | Some(libc::EPERM) => {
+                VfioError::PermissionDenied { bdf, path: shown }
+            }
+            Some(libc::EBUSY) => VfioError::Busy { bdf, path: shown },
+            Some(libc::ENOENT) => VfioError::os_hint(
+                bdf,
+                format!("open {shown}"),
+                e,
+                "is the vfio-pci module loaded (modprobe vfio-pci)?",
+            ),
+            _ => VfioError::os(bdf, format!("open {shown}"), e),
+        }
+    })
 }

@@ -36,7 +36,10 @@ pub fn connectx_model(vendor: u16, device: u16) -> Option<&'static str> {
     if vendor != MELLANOX_VENDOR_ID {
         return None;
     }
-    CONNECTX_DEVICES.iter().find(|(id, _)| *id == device).map(|(_, name)| *name)
+    CONNECTX_DEVICES
+        .iter()
+        .find(|(id, _)| *id == device)
+        .map(|(_, name)| *name)
 }
 
 /// Drivers that expose the vfio-pci interface: vfio-pci itself and the mlx5 variant driver.
@@ -57,23 +60,37 @@ pub struct PciAddress {
 impl PciAddress {
     /// An address from its parts; `None` when `device` > 31 or `function` > 7.
     pub fn new(domain: u32, bus: u8, device: u8, function: u8) -> Option<Self> {
-        (device < 32 && function < 8).then_some(Self { domain, bus, device, function })
+        (device < 32 && function < 8).then_some(Self {
+            domain,
+            bus,
+            device,
+            function,
+        })
     }
 
     /// Parses `DOMAIN:BUS:DEVICE.FUNCTION` (`0000:06:00.0`) or `BUS:DEVICE.FUNCTION` (`06:00.0`,
     /// domain 0), in hexadecimal, either case; surrounding whitespace is ignored.
     pub fn parse(input: &str) -> Result<Self, VfioError> {
-        let bad = |reason| VfioError::BadAddress { input: input.to_string(), reason };
+        let bad = |reason| VfioError::BadAddress {
+            input: input.to_string(),
+            reason,
+        };
         let s = input.trim();
         if s.is_empty() {
             return Err(bad("it is empty"));
         }
-        let (head, function) = s.rsplit_once('.').ok_or_else(|| bad("the \".FUNCTION\" part is missing"))?;
+        let (head, function) = s
+            .rsplit_once('.')
+            .ok_or_else(|| bad("the \".FUNCTION\" part is missing"))?;
         let parts: Vec<&str> = head.split(':').collect();
         let (domain, bus, device) = match parts.as_slice() {
             [bus, device] => ("0", *bus, *device),
             [domain, bus, device] => (*domain, *bus, *device),
-            _ => return Err(bad("it needs two or three ':'-separated fields before the '.'")),
+            _ => {
+                return Err(bad(
+                    "it needs two or three ':'-separated fields before the '.'",
+                ))
+            }
         };
         let domain = hex(domain, 8).ok_or_else(|| bad("the domain is not 1 to 8 hex digits"))?;
         let bus = hex(bus, 2).ok_or_else(|| bad("the bus is not 1 or 2 hex digits"))?;
@@ -86,7 +103,12 @@ impl PciAddress {
             return Err(bad("the function number is above 7"));
         }
         // The range checks above make these conversions lossless.
-        Ok(Self { domain, bus: bus as u8, device: device as u8, function: function as u8 })
+        Ok(Self {
+            domain,
+            bus: bus as u8,
+            device: device as u8,
+            function: function as u8,
+        })
     }
 
     /// PCI domain (segment).
@@ -125,7 +147,11 @@ fn hex(digits: &str, max: usize) -> Option<u32> {
 
 impl fmt::Display for PciAddress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:04x}:{:02x}:{:02x}.{:x}", self.domain, self.bus, self.device, self.function)
+        write!(
+            f,
+            "{:04x}:{:02x}:{:02x}.{:x}",
+            self.domain, self.bus, self.device, self.function
+        )
     }
 }
 
@@ -176,12 +202,18 @@ pub(crate) fn read_id<S: VfioSys>(sys: &S, bdf: PciAddress, attr: &str) -> Resul
         .read_to_string(&path)
         .map_err(|e| VfioError::os(bdf, format!("reading {}", path.display()), e))?;
     let t = text.trim();
-    let digits = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")).unwrap_or(t);
+    let digits = t
+        .strip_prefix("0x")
+        .or_else(|| t.strip_prefix("0X"))
+        .unwrap_or(t);
     hex(digits, 4).map(|v| v as u16).ok_or_else(|| {
         VfioError::os(
             bdf,
             format!("parsing {}", path.display()),
-            io::Error::new(io::ErrorKind::InvalidData, format!("{t:?} is not a 16-bit hex ID")),
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{t:?} is not a 16-bit hex ID"),
+            ),
         )
     })
 }
@@ -189,46 +221,66 @@ pub(crate) fn read_id<S: VfioSys>(sys: &S, bdf: PciAddress, attr: &str) -> Resul
 /// What sysfs says about a function that matters before VFIO is touched.
 #[derive(Debug, Clone)]
 pub(crate) struct SysfsFunction {
-    /// The driver bound to it, if any.
-    pub driver: Option<String>,
     /// The IOMMU group number, if it has one.
     pub group: Option<String>,
 }
 
 /// Checks that `bdf` exists, is a ConnectX and is bound to a vfio-pci driver; returns its IOMMU
 /// group.
-pub(crate) fn check_function<S: VfioSys>(sys: &S, bdf: PciAddress) -> Result<SysfsFunction, VfioError> {
+pub(crate) fn check_function<S: VfioSys>(
+    sys: &S,
+    bdf: PciAddress,
+) -> Result<SysfsFunction, VfioError> {
     let dir = bdf.sysfs_path();
     if !sys.exists(&dir) {
-        return Err(VfioError::NoSuchDevice { bdf, path: dir.display().to_string() });
+        return Err(VfioError::NoSuchDevice {
+            bdf,
+            path: dir.display().to_string(),
+        });
     }
     let vendor = read_id(sys, bdf, "vendor")?;
     let device = read_id(sys, bdf, "device")?;
     if connectx_model(vendor, device).is_none() {
-        return Err(VfioError::NotConnectX { bdf, vendor, device });
+        return Err(VfioError::NotConnectX {
+            bdf,
+            vendor,
+            device,
+        });
     }
     let driver_link = dir.join("driver");
     let driver = link_name(sys, &driver_link)
         .map_err(|e| VfioError::os(bdf, format!("reading {}", driver_link.display()), e))?;
-    if !driver.as_deref().is_some_and(|d| VFIO_PCI_DRIVERS.contains(&d)) {
+    if !driver
+        .as_deref()
+        .is_some_and(|d| VFIO_PCI_DRIVERS.contains(&d))
+    {
         let commands = bind_commands(bdf, driver.as_deref());
-        return Err(VfioError::NotBoundToVfio { bdf, driver, commands });
+        return Err(VfioError::NotBoundToVfio {
+            bdf,
+            driver,
+            commands,
+        });
     }
     let group_link = dir.join("iommu_group");
     let group = link_name(sys, &group_link)
         .map_err(|e| VfioError::os(bdf, format!("reading {}", group_link.display()), e))?;
-    Ok(SysfsFunction { driver, group })
+    Ok(SysfsFunction { group })
 }
 
 /// Whether IOMMU group `group` is the kernel's no-IOMMU stand-in (named `vfio-noiommu`).
 pub(crate) fn is_noiommu_group<S: VfioSys>(sys: &S, group: &str) -> bool {
     let path = Path::new(SYSFS_IOMMU_GROUPS).join(group).join("name");
-    sys.read_to_string(&path).is_ok_and(|name| name.trim() == "vfio-noiommu")
+    sys.read_to_string(&path)
+        .is_ok_and(|name| name.trim() == "vfio-noiommu")
 }
 
 /// The devices of IOMMU group `group` other than `bdf` that keep the group from being viable
 /// (bound to a host driver); when none is found that way, all the others.
-pub(crate) fn blocking_members<S: VfioSys>(sys: &S, bdf: PciAddress, group: &str) -> Vec<GroupMember> {
+pub(crate) fn blocking_members<S: VfioSys>(
+    sys: &S,
+    bdf: PciAddress,
+    group: &str,
+) -> Vec<GroupMember> {
     let dir = Path::new(SYSFS_IOMMU_GROUPS).join(group).join("devices");
     let me = bdf.to_string();
     let names = sys.read_dir(&dir).unwrap_or_default();
@@ -236,13 +288,19 @@ pub(crate) fn blocking_members<S: VfioSys>(sys: &S, bdf: PciAddress, group: &str
         .into_iter()
         .filter(|n| *n != me)
         .map(|address| {
-            let driver = link_name(sys, &dir.join(&address).join("driver")).ok().flatten();
+            let driver = link_name(sys, &dir.join(&address).join("driver"))
+                .ok()
+                .flatten();
             GroupMember { address, driver }
         })
         .collect();
     let blocking: Vec<GroupMember> = others
         .iter()
-        .filter(|m| m.driver.as_deref().is_some_and(|d| !GROUP_FRIENDLY_DRIVERS.contains(&d)))
+        .filter(|m| {
+            m.driver
+                .as_deref()
+                .is_some_and(|d| !GROUP_FRIENDLY_DRIVERS.contains(&d))
+        })
         .cloned()
         .collect();
     if blocking.is_empty() {

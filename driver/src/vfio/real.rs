@@ -185,19 +185,29 @@ unsafe impl VfioSys for RealSys {
     }
 
     fn memlock_limit(&self) -> io::Result<u64> {
-        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
         // SAFETY: getrlimit writes one `struct rlimit` to the pointer given.
         let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) };
         if rc != 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(if lim.rlim_cur == libc::RLIM_INFINITY { u64::MAX } else { lim.rlim_cur })
+        Ok(if lim.rlim_cur == libc::RLIM_INFINITY {
+            u64::MAX
+        } else {
+            lim.rlim_cur
+        })
     }
 
     fn page_size(&self) -> usize {
         // SAFETY: sysconf reads a configuration value and touches no memory of ours.
         let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        usize::try_from(size).ok().filter(|&s| s > 0).unwrap_or(4096)
+        usize::try_from(size)
+            .ok()
+            .filter(|&s| s > 0)
+            .unwrap_or(4096)
     }
 
     fn get_api_version(&self, container: &OwnedFd) -> io::Result<i32> {
@@ -220,7 +230,8 @@ unsafe impl VfioSys for RealSys {
         if buf.len() < size_of::<k::vfio_iommu_type1_info>() {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
-        let len = u32::try_from(buf.len()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let len =
+            u32::try_from(buf.len()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         buf[..4].copy_from_slice(&len.to_ne_bytes());
         // SAFETY: the kernel writes at most `argsz` = `buf.len()` bytes into `buf`.
         unsafe { ioctl_ptr(container, VFIO_IOMMU_GET_INFO, buf.as_mut_ptr()) }.map(drop)
@@ -252,7 +263,10 @@ unsafe impl VfioSys for RealSys {
     }
 
     fn group_get_status(&self, group: &OwnedFd) -> io::Result<u32> {
-        let mut arg = k::vfio_group_status { argsz: argsz::<k::vfio_group_status>(), flags: 0 };
+        let mut arg = k::vfio_group_status {
+            argsz: argsz::<k::vfio_group_status>(),
+            flags: 0,
+        };
         // SAFETY: the kernel reads and writes one vfio_group_status.
         unsafe { ioctl_ptr(group, VFIO_GROUP_GET_STATUS, &mut arg) }?;
         Ok(arg.flags)
@@ -273,11 +287,17 @@ unsafe impl VfioSys for RealSys {
     }
 
     fn device_get_info(&self, device: &OwnedFd) -> io::Result<DeviceInfo> {
-        let mut arg =
-            k::vfio_device_info { argsz: argsz::<k::vfio_device_info>(), ..Default::default() };
+        let mut arg = k::vfio_device_info {
+            argsz: argsz::<k::vfio_device_info>(),
+            ..Default::default()
+        };
         // SAFETY: the kernel reads and writes one vfio_device_info.
         unsafe { ioctl_ptr(device, VFIO_DEVICE_GET_INFO, &mut arg) }?;
-        Ok(DeviceInfo { flags: arg.flags, num_regions: arg.num_regions, num_irqs: arg.num_irqs })
+        Ok(DeviceInfo {
+            flags: arg.flags,
+            num_regions: arg.num_regions,
+            num_irqs: arg.num_irqs,
+        })
     }
 
     fn device_get_region_info(&self, device: &OwnedFd, index: u32) -> io::Result<RegionInfo> {
@@ -289,15 +309,27 @@ unsafe impl VfioSys for RealSys {
         // SAFETY: with argsz = sizeof the kernel writes only the fixed part (capabilities that do
         // not fit are left out and signalled through argsz).
         unsafe { ioctl_ptr(device, VFIO_DEVICE_GET_REGION_INFO, &mut arg) }?;
-        Ok(RegionInfo { index, flags: arg.flags, size: arg.size, offset: arg.offset })
+        Ok(RegionInfo {
+            index,
+            flags: arg.flags,
+            size: arg.size,
+            offset: arg.offset,
+        })
     }
 
     fn device_get_irq_info(&self, device: &OwnedFd, index: u32) -> io::Result<IrqInfo> {
-        let mut arg =
-            k::vfio_irq_info { argsz: argsz::<k::vfio_irq_info>(), index, ..Default::default() };
+        let mut arg = k::vfio_irq_info {
+            argsz: argsz::<k::vfio_irq_info>(),
+            index,
+            ..Default::default()
+        };
         // SAFETY: the kernel reads and writes one vfio_irq_info.
         unsafe { ioctl_ptr(device, VFIO_DEVICE_GET_IRQ_INFO, &mut arg) }?;
-        Ok(IrqInfo { index, flags: arg.flags, count: arg.count })
+        Ok(IrqInfo {
+            index,
+            flags: arg.flags,
+            count: arg.count,
+        })
     }
 
     fn device_set_irqs(&self, device: &OwnedFd, set: &IrqSet) -> io::Result<()> {
@@ -333,7 +365,10 @@ unsafe impl VfioSys for RealSys {
     }
 
     fn ioas_alloc(&self, iommufd: &OwnedFd) -> io::Result<u32> {
-        let mut arg = IommuIoasAlloc { size: argsz::<IommuIoasAlloc>(), ..Default::default() };
+        let mut arg = IommuIoasAlloc {
+            size: argsz::<IommuIoasAlloc>(),
+            ..Default::default()
+        };
         // SAFETY: the kernel reads and writes one iommu_ioas_alloc.
         unsafe { ioctl_ptr(iommufd, IOMMU_IOAS_ALLOC, &mut arg) }?;
         Ok(arg.out_ioas_id)
@@ -362,9 +397,15 @@ unsafe impl VfioSys for RealSys {
             Err(e) => return Err(e),
         }
         for (dst, src) in out.iter_mut().zip(&ranges).take(arg.num_iovas as usize) {
-            *dst = IovaRange { start: src.start, end: src.last };
+            *dst = IovaRange {
+                start: src.start,
+                end: src.last,
+            };
         }
-        Ok(IovaRangesReply { total: arg.num_iovas, alignment: arg.out_iova_alignment })
+        Ok(IovaRangesReply {
+            total: arg.num_iovas,
+            alignment: arg.out_iova_alignment,
+        })
     }
 
     unsafe fn ioas_map(&self, iommufd: &OwnedFd, map: &IoasMap) -> io::Result<u64> {
@@ -390,7 +431,12 @@ unsafe impl VfioSys for RealSys {
         iova: u64,
         length: u64,
     ) -> io::Result<u64> {
-        let mut arg = IommuIoasUnmap { size: argsz::<IommuIoasUnmap>(), ioas_id, iova, length };
+        let mut arg = IommuIoasUnmap {
+            size: argsz::<IommuIoasUnmap>(),
+            ioas_id,
+            iova,
+            length,
+        };
         // SAFETY: the kernel reads and writes one iommu_ioas_unmap.
         unsafe { ioctl_ptr(iommufd, IOMMU_IOAS_UNMAP, &mut arg) }?;
         Ok(arg.length)
@@ -398,8 +444,8 @@ unsafe impl VfioSys for RealSys {
 
     fn mmap(&self, fd: &OwnedFd, offset: u64, len: usize) -> io::Result<NonNull<u8>> {
         let length = NonZeroUsize::new(len).ok_or(io::Error::from_raw_os_error(libc::EINVAL))?;
-        let offset =
-            libc::off_t::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let offset = libc::off_t::try_from(offset)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         // SAFETY: a new shared mapping chosen by the kernel (no address hint) cannot overlap
         // anything Rust owns.
         let ptr = unsafe {
@@ -421,14 +467,48 @@ unsafe impl VfioSys for RealSys {
     }
 
     fn pread(&self, fd: &OwnedFd, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-        let offset =
-            libc::off_t::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        Ok(nix::sys::uio::pread(fd, buf, offset)?)
+        let offset = libc::off_t::try_from(offset)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
+        let n = unsafe { libc::pread(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), offset) };
+        usize::try_from(n).map_err(|_| io::Error::last_os_error())
     }
 
     fn pwrite(&self, fd: &OwnedFd, offset: u64, data: &[u8]) -> io::Result<usize> {
-        let offset =
-            libc::off_t::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        Ok(nix::sys::uio::pwrite(fd, data, offset)?)
+        let offset = libc::off_t::try_from(offset)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: the kernel reads at most `data.len()` bytes from `data`.
+        let n = unsafe { libc::pwrite(fd.as_raw_fd(), data.as_ptr().cast(), data.len(), offset) };
+        usize::try_from(n).map_err(|_| io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_numbers_match_the_uapi_headers() {
+        // _IO(';', n) with ';' = 0x3b: VFIO_BASE is 100 (0x64), iommufd commands start at 0x80.
+        assert_eq!(VFIO_GET_API_VERSION, 0x3b64);
+        assert_eq!(VFIO_CHECK_EXTENSION, 0x3b65);
+        assert_eq!(VFIO_SET_IOMMU, 0x3b66);
+        assert_eq!(VFIO_GROUP_GET_STATUS, 0x3b67);
+        assert_eq!(VFIO_GROUP_SET_CONTAINER, 0x3b68);
+        assert_eq!(VFIO_GROUP_GET_DEVICE_FD, 0x3b6a);
+        assert_eq!(VFIO_DEVICE_GET_INFO, 0x3b6b);
+        assert_eq!(VFIO_DEVICE_GET_REGION_INFO, 0x3b6c);
+        assert_eq!(VFIO_DEVICE_GET_IRQ_INFO, 0x3b6d);
+        assert_eq!(VFIO_DEVICE_SET_IRQS, 0x3b6e);
+        assert_eq!(VFIO_DEVICE_RESET, 0x3b6f);
+        assert_eq!(VFIO_IOMMU_GET_INFO, 0x3b70);
+        assert_eq!(VFIO_IOMMU_MAP_DMA, 0x3b71);
+        assert_eq!(VFIO_IOMMU_UNMAP_DMA, 0x3b72);
+        assert_eq!(VFIO_DEVICE_BIND_IOMMUFD, 0x3b76);
+        assert_eq!(VFIO_DEVICE_ATTACH_IOMMUFD_PT, 0x3b77);
+        assert_eq!(IOMMU_IOAS_ALLOC, 0x3b81);
+        assert_eq!(IOMMU_IOAS_IOVA_RANGES, 0x3b84);
+        assert_eq!(IOMMU_IOAS_MAP, 0x3b85);
+        assert_eq!(IOMMU_IOAS_UNMAP, 0x3b86);
     }
 }

@@ -186,7 +186,13 @@ impl IrqSet {
         };
         let argsz = std::mem::size_of::<k::vfio_irq_set>() + data_len;
         let mut out = Vec::with_capacity(argsz);
-        for word in [u32::try_from(argsz).unwrap_or(u32::MAX), self.flags, self.index, self.start, self.count] {
+        for word in [
+            u32::try_from(argsz).unwrap_or(u32::MAX),
+            self.flags,
+            self.index,
+            self.start,
+            self.count,
+        ] {
             out.extend_from_slice(&word.to_ne_bytes());
         }
         if data_len != 0 {
@@ -292,8 +298,13 @@ pub unsafe trait VfioSys: Send + Sync + 'static {
     /// unmapped: the device may read and write it at any time until then.
     unsafe fn ioas_map(&self, iommufd: &Self::Fd, map: &IoasMap) -> io::Result<u64>;
     /// `IOMMU_IOAS_UNMAP`: returns the number of bytes unmapped.
-    fn ioas_unmap(&self, iommufd: &Self::Fd, ioas_id: u32, iova: u64, length: u64)
-        -> io::Result<u64>;
+    fn ioas_unmap(
+        &self,
+        iommufd: &Self::Fd,
+        ioas_id: u32,
+        iova: u64,
+        length: u64,
+    ) -> io::Result<u64>;
 
     /// Maps `len` bytes of `fd` at `offset`, shared, readable and writable.
     fn mmap(&self, fd: &Self::Fd, offset: u64, len: usize) -> io::Result<NonNull<u8>>;
