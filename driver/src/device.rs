@@ -625,6 +625,15 @@ impl<B: Backend> Device<B> {
         &self.backend
     }
 
+    pub(crate) fn backend_arc(&self) -> &Arc<B> {
+        &self.backend
+    }
+
+    /// The IOMMU and IOVA allocator DMA memory for this function comes from.
+    pub fn dma(&self) -> (Arc<dyn Iommu>, Arc<IovaAllocator>) {
+        (self.iommu.clone(), self.iovas.clone())
+    }
+
     /// The UAR page, protection domain and transport domain allocated at bring-up.
     pub fn resources(&self) -> (u32, u32, u32) {
         (self.uar, self.pd, self.td)

@@ -11,10 +11,16 @@ mod cmd;
 pub mod device;
 pub mod eq;
 pub mod error;
+pub mod mempool;
 mod pages;
+pub mod port;
+pub mod queue;
 pub mod vfio;
 
 pub use backend::{Backend, BackendError, Interrupt};
 pub use device::{Device, DeviceInfo, EventCounts, Options, TeardownReport};
 pub use eq::Event;
 pub use error::{CmdError, CmdFailure, DriverError, HealthFailure};
+pub use mempool::{Mbuf, Mempool, OffloadFlags};
+pub use port::{Port, PortConfig, Queues};
+pub use queue::{InlineMode, QueueStats, RxQueue, TxQueue};

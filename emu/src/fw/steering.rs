@@ -90,11 +90,15 @@ pub(crate) fn destroy_flow_table(core: &mut Core, input: &[u8]) -> CmdResult {
         .flow_tables
         .get(id)
         .ok_or(bad_res("no such flow table"))?;
-    if !table.groups.is_empty() || table.referenced > 0 || core.res.rx_root == Some(id) {
+    if !table.groups.is_empty() || table.referenced > 0 {
         return Err(bad_state(
             Syndrome::ObjectInUse,
-            "flow table still has groups, is the root, or is forwarded to",
+            "flow table still has groups or is forwarded to",
         ));
+    }
+    // Destroying the root leaves the port without receive steering: frames are dropped.
+    if core.res.rx_root == Some(id) {
+        core.res.rx_root = None;
     }
     let table = core
         .res

@@ -1,0 +1,324 @@
+//! Packet buffers: a [`Mempool`] of fixed-size buffers carved from one DMA region and
+//! registered as one memory key (MTT), and the [`Mbuf`] that carries a packet and returns its
+//! buffer to the pool when dropped. Taking and returning buffers is lock-free and does not
+//! allocate.
+//!
+//! Buffer memory is device-visible, so an `Mbuf` never hands out a reference to it: data goes in
+//! and out by copy (volatile accesses underneath).
+
+use crate::error::DriverError;
+use cxdirect_dma::{DmaRegion, Iommu, IovaAllocator, PageKind};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Headroom kept before packet data in every buffer, in bytes (room to prepend headers).
+pub const HEADROOM: u16 = 128;
+const NIL: u32 = u32::MAX;
+
+/// Offload requests and results carried by an [`Mbuf`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OffloadFlags {
+    /// Send: ask the device to compute the IPv4 header checksum.
+    pub tx_ip_csum: bool,
+    /// Send: ask the device to compute the TCP/UDP checksum.
+    pub tx_l4_csum: bool,
+    /// Send: insert this VLAN tag (TCI).
+    pub tx_vlan: Option<u16>,
+    /// Receive: the device verified the IPv4 header checksum (or the packet is IPv6).
+    pub rx_ip_csum_good: bool,
+    /// Receive: the device verified the TCP/UDP checksum.
+    pub rx_l4_csum_good: bool,
+    /// Receive: RSS hash, when the device computed one.
+    pub rx_rss_hash: Option<u32>,
+    /// Receive: L3 type as the CQE reports it (0 none, 1 IPv6, 2 IPv4).
+    pub rx_l3_type: u8,
+    /// Receive: L4 type as the CQE reports it (0 none, 1-4 TCP kinds, 2 UDP).
+    pub rx_l4_type: u8,
+}
+
+pub(crate) struct PoolShared {
+    region: DmaRegion,
+    buf_size: u32,
+    count: u32,
+    /// Treiber stack of free buffer indexes: tag in the high 32 bits against ABA.
+    head: AtomicU64,
+    next: Box<[AtomicU32]>,
+    available: AtomicU32,
+    pub(crate) lkey: AtomicU32,
+}
+
+impl PoolShared {
+    fn pop(&self) -> Option<u32> {
+        let mut head = self.head.load(Ordering::Acquire);
+        loop {
+            let index = head as u32;
+            if index == NIL {
+                return None;
+            }
+            let next = self.next[index as usize].load(Ordering::Relaxed);
+            let tag = (head >> 32).wrapping_add(1);
+            match self.head.compare_exchange_weak(
+                head,
+                tag << 32 | u64::from(next),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    self.available.fetch_sub(1, Ordering::Relaxed);
+                    return Some(index);
+                }
+                Err(seen) => head = seen,
+            }
+        }
+    }
+
+    fn push(&self, index: u32) {
+        let mut head = self.head.load(Ordering::Acquire);
+        loop {
+            self.next[index as usize].store(head as u32, Ordering::Relaxed);
+            let tag = (head >> 32).wrapping_add(1);
+            match self.head.compare_exchange_weak(
+                head,
+                tag << 32 | u64::from(index),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    self.available.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                Err(seen) => head = seen,
+            }
+        }
+    }
+
+    pub(crate) fn offset(&self, index: u32) -> usize {
+        index as usize * self.buf_size as usize
+    }
+
+    pub(crate) fn iova(&self, index: u32) -> u64 {
+        self.region.iova() + self.offset(index) as u64
+    }
+
+    pub(crate) fn region(&self) -> &DmaRegion {
+        &self.region
+    }
+}
+
+/// A pool of `count` DMA buffers of `buf_size` bytes.
+#[derive(Clone)]
+pub struct Mempool {
+    shared: Arc<PoolShared>,
+}
+
+impl std::fmt::Debug for Mempool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mempool")
+            .field("count", &self.shared.count)
+            .field("buf_size", &self.shared.buf_size)
+            .field("available", &self.available())
+            .finish()
+    }
+}
+
+impl Mempool {
+    /// Allocates the pool's memory (hugepages when available). Register it with a device
+    /// ([`crate::Device::register_mempool`]) before queues use it.
+    pub fn new(
+        iommu: Arc<dyn Iommu>,
+        iovas: &Arc<IovaAllocator>,
+        count: u32,
+        buf_size: u32,
+    ) -> Result<Self, DriverError> {
+        if count == 0 || count == NIL {
+            return Err(DriverError::Invalid(format!(
+                "mempool of {count} buffers: give 1..2^32-1"
+            )));
+        }
+        if !(256..=65536).contains(&buf_size) || buf_size % 64 != 0 {
+            return Err(DriverError::Invalid(format!(
+                "mempool buffer size {buf_size}: give a multiple of 64 from 256 to 65536 bytes"
+            )));
+        }
+        let len = count as usize * buf_size as usize;
+        let region = DmaRegion::new(iommu, iovas, len, PageKind::Auto)?;
+        let next: Box<[AtomicU32]> = (0..count)
+            .map(|i| AtomicU32::new(if i + 1 < count { i + 1 } else { NIL }))
+            .collect();
+        Ok(Self {
+            shared: Arc::new(PoolShared {
+                region,
+                buf_size,
+                count,
+                head: AtomicU64::new(0),
+                next,
+                available: AtomicU32::new(count),
+                lkey: AtomicU32::new(0),
+            }),
+        })
+    }
+
+    /// Buffers free now.
+    pub fn available(&self) -> u32 {
+        self.shared.available.load(Ordering::Relaxed)
+    }
+
+    /// Buffers in the pool.
+    pub fn capacity(&self) -> u32 {
+        self.shared.count
+    }
+
+    /// Bytes per buffer (headroom included).
+    pub fn buf_size(&self) -> u32 {
+        self.shared.buf_size
+    }
+
+    /// Largest packet a buffer holds, in bytes.
+    pub fn data_room(&self) -> u32 {
+        self.shared.buf_size - u32::from(HEADROOM)
+    }
+
+    /// The memory key the pool is registered under (0 before registration).
+    pub fn lkey(&self) -> u32 {
+        self.shared.lkey.load(Ordering::Relaxed)
+    }
+
+    /// Takes a buffer, empty, or `None` when the pool is exhausted.
+    pub fn alloc(&self) -> Option<Mbuf> {
+        let index = self.shared.pop()?;
+        Some(Mbuf {
+            pool: self.shared.clone(),
+            index,
+            data_off: HEADROOM,
+            len: 0,
+            flags: OffloadFlags::default(),
+        })
+    }
+
+    /// Fills `out` with fresh buffers; returns how many it got (fewer when the pool runs dry).
+    pub fn alloc_bulk(&self, out: &mut Vec<Mbuf>, count: usize) -> usize {
+        let mut got = 0;
+        while got < count {
+            match self.alloc() {
+                Some(m) => {
+                    out.push(m);
+                    got += 1;
+                }
+                None => break,
+            }
+        }
+        got
+    }
+
+    pub(crate) fn shared(&self) -> &PoolShared {
+        &self.shared
+    }
+}
+
+/// A packet in a pool buffer. Returns the buffer to its pool when dropped.
+pub struct Mbuf {
+    pool: Arc<PoolShared>,
+    index: u32,
+    data_off: u16,
+    len: u32,
+    /// Offload requests (send) and results (receive).
+    pub flags: OffloadFlags,
+}
+
+impl std::fmt::Debug for Mbuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mbuf")
+            .field("index", &self.index)
+            .field("len", &self.len)
+            .field("flags", &self.flags)
+            .finish()
+    }
+}
+
+impl Mbuf {
+    /// Packet length in bytes.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// True when the packet is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Largest packet this buffer holds.
+    pub fn capacity(&self) -> usize {
+        (self.pool.buf_size - u32::from(self.data_off)) as usize
+    }
+
+    fn data_offset(&self) -> usize {
+        self.pool.offset(self.index) + usize::from(self.data_off)
+    }
+
+    /// Replaces the packet with `data`; fails (leaving the packet unchanged) when it does not fit.
+    pub fn set_data(&mut self, data: &[u8]) -> Result<(), DriverError> {
+        if data.len() > self.capacity() {
+            return Err(DriverError::Invalid(format!(
+                "packet of {} bytes does not fit a {}-byte buffer",
+                data.len(),
+                self.capacity()
+            )));
+        }
+        self.pool.region.write(self.data_offset(), data)?;
+        self.len = data.len() as u32;
+        Ok(())
+    }
+
+    /// Copies packet bytes from `offset` into `out`; returns how many were copied.
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> usize {
+        let n = out.len().min(self.len().saturating_sub(offset));
+        if n > 0
+            && self
+                .pool
+                .region
+                .read(self.data_offset() + offset, &mut out[..n])
+                .is_err()
+        {
+            return 0;
+        }
+        n
+    }
+
+    /// Overwrites packet bytes at `offset` (within the current length).
+    pub fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), DriverError> {
+        if offset + data.len() > self.len() {
+            return Err(DriverError::Invalid(format!(
+                "write of {} bytes at {offset} past the {}-byte packet",
+                data.len(),
+                self.len()
+            )));
+        }
+        self.pool.region.write(self.data_offset() + offset, data)?;
+        Ok(())
+    }
+
+    /// The packet's bytes, copied.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0u8; self.len()];
+        self.read(0, &mut v);
+        v
+    }
+
+    pub(crate) fn data_iova(&self) -> u64 {
+        self.pool.iova(self.index) + u64::from(self.data_off)
+    }
+
+    pub(crate) fn set_len(&mut self, len: u32) {
+        self.len = len;
+    }
+
+    pub(crate) fn lkey(&self) -> u32 {
+        self.pool.lkey.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Mbuf {
+    fn drop(&mut self) {
+        self.pool.push(self.index);
+    }
+}

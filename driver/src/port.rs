@@ -1,0 +1,758 @@
+//! An Ethernet port on a brought-up function: the objects behind it (TIS, SQs and RQs with
+//! their CQs, TIRs over an RQ table with Toeplitz RSS, NIC receive steering, vport MTU, port up)
+//! created in order, the queue handles given to the application, and teardown in reverse order.
+
+use crate::backend::Backend;
+use crate::device::Device;
+use crate::error::DriverError;
+use crate::mempool::Mempool;
+use crate::queue::{CqRing, InlineMode, Quarantine, RxQueue, TxQueue};
+use cxdirect_dma::{DmaRegion, PageKind};
+use cxdirect_hw::cmd::Opcode;
+use cxdirect_hw::cq::CreateCqIn;
+use cxdirect_hw::flow::{self, CreateFlowGroupIn, CreateFlowTableIn, SetFteIn};
+use cxdirect_hw::mkey::{mkey_from_index, CreateMkeyIn, MKC_ACCESS_MODE_MTT};
+use cxdirect_hw::reg::{self, PmtuReg};
+use cxdirect_hw::tir::{self, CreateRqtIn, CreateTirIn, CreateTisIn};
+use cxdirect_hw::vport::ModifyNicVportContextIn;
+use cxdirect_hw::wq::{CreateRqIn, CreateSqIn, ModifyRqIn, ModifySqIn};
+use std::sync::{Arc, Mutex};
+
+/// The key the port hashes with unless told otherwise (the widely published default Toeplitz
+/// key).
+pub const DEFAULT_RSS_KEY: [u8; 40] = [
+    0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f, 0xb0,
+    0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30, 0xf2, 0x0c,
+    0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
+];
+
+/// How a port is set up.
+#[derive(Debug, Clone)]
+pub struct PortConfig {
+    /// Receive queues (1..=64).
+    pub rx_queues: u16,
+    /// Send queues (1..=64).
+    pub tx_queues: u16,
+    /// Entries per ring (a power of two, 64..=32768).
+    pub ring_size: u32,
+    /// Largest IP packet in bytes (68..=9978 less headers; default 1500).
+    pub mtu: u16,
+    /// Receive every frame, or only the port's MAC, broadcast and multicast.
+    pub promiscuous: bool,
+    /// How much of each packet a send WQE carries inline.
+    pub inline: InlineMode,
+    /// Largest packet sent fully inline in `Full` mode, in bytes (18..=900).
+    pub inline_max: u16,
+    /// A send completion is requested every this many packets (1..=ring size; default 32).
+    pub cqe_every: u16,
+    /// Buffers in the receive pool (at least twice the receive rings' total).
+    pub pool_buffers: u32,
+    /// Buffer size in bytes (a multiple of 64; must hold an MTU-sized frame plus headroom).
+    pub buf_size: u32,
+    /// RSS hash key.
+    pub rss_key: [u8; 40],
+}
+
+impl Default for PortConfig {
+    fn default() -> Self {
+        Self {
+            rx_queues: 1,
+            tx_queues: 1,
+            ring_size: 1024,
+            mtu: 1500,
+            promiscuous: true,
+            inline: InlineMode::Headers,
+            inline_max: 256,
+            cqe_every: 32,
+            pool_buffers: 8192,
+            buf_size: 2048,
+            rss_key: DEFAULT_RSS_KEY,
+        }
+    }
+}
+
+/// The queue handles a started port gives the application: send queues, then receive queues.
+pub type Queues<B> = (Vec<TxQueue<B>>, Vec<RxQueue<B>>);
+
+/// The objects behind a running port, destroyed in reverse order by [`Port::close`].
+pub struct Port<B: Backend> {
+    dev: Device<B>,
+    pool: Mempool,
+    mkey_index: u32,
+    tis: u32,
+    sqs: Vec<u32>,
+    rqs: Vec<u32>,
+    cqs: Vec<u32>,
+    uars: Vec<u32>,
+    rqt: Option<u32>,
+    tirs: Vec<u32>,
+    tables: Vec<u32>,
+    groups: Vec<(u32, u32)>,
+    entries: Vec<(u32, u32)>,
+    quarantine: Quarantine,
+    config: PortConfig,
+}
+
+fn input(opcode: Opcode, op_mod: u16, size: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; size.max(16)];
+    buf[0..2].copy_from_slice(&(opcode as u16).to_be_bytes());
+    buf[6..8].copy_from_slice(&op_mod.to_be_bytes());
+    buf
+}
+
+fn out_u32(out: &[u8]) -> u32 {
+    u32::from_be_bytes([out[8], out[9], out[10], out[11]]) & 0x00ff_ffff
+}
+
+fn invalid(msg: impl Into<String>) -> DriverError {
+    DriverError::Invalid(msg.into())
+}
+
+impl PortConfig {
+    /// Checks the configuration against itself and the device's capabilities, before the
+    /// device is touched.
+    fn validate<B: Backend>(&self, dev: &Device<B>) -> Result<(), DriverError> {
+        let caps = dev.caps();
+        if !(1..=64).contains(&self.rx_queues) || !(1..=64).contains(&self.tx_queues) {
+            return Err(invalid("rx_queues and tx_queues must be 1..=64"));
+        }
+        if !self.ring_size.is_power_of_two() || !(64..=32768).contains(&self.ring_size) {
+            return Err(invalid(format!(
+                "ring size {}: give a power of two from 64 to 32768",
+                self.ring_size
+            )));
+        }
+        if self.ring_size.trailing_zeros() > u32::from(caps.log_max_wq_sz()) {
+            return Err(invalid(format!(
+                "ring size {} exceeds the device's 2^{}",
+                self.ring_size,
+                caps.log_max_wq_sz()
+            )));
+        }
+        let frame = u32::from(self.mtu) + 18;
+        if self.mtu < 68 || frame + 4 > 9982 {
+            return Err(invalid(format!("MTU {}: give 68..=9960", self.mtu)));
+        }
+        if frame + u32::from(crate::mempool::HEADROOM) > self.buf_size {
+            return Err(invalid(format!(
+                "buffer size {} cannot hold an MTU {} frame ({frame} bytes) plus {} bytes of headroom",
+                self.buf_size,
+                self.mtu,
+                crate::mempool::HEADROOM
+            )));
+        }
+        if self.pool_buffers < 2 * self.ring_size * u32::from(self.rx_queues) {
+            return Err(invalid(format!(
+                "pool of {} buffers is smaller than twice the receive rings ({})",
+                self.pool_buffers,
+                2 * self.ring_size * u32::from(self.rx_queues)
+            )));
+        }
+        if self.cqe_every == 0 || u32::from(self.cqe_every) > self.ring_size {
+            return Err(invalid("cqe_every must be 1..=ring size"));
+        }
+        if !(18..=900).contains(&self.inline_max) {
+            return Err(invalid("inline_max must be 18..=900 bytes"));
+        }
+        Ok(())
+    }
+}
+
+impl<B: Backend> Port<B> {
+    /// Creates the port's objects and queues on a brought-up device.
+    pub fn start(dev: Device<B>, config: PortConfig) -> Result<(Self, Queues<B>), DriverError> {
+        config.validate(&dev)?;
+        let (iommu, iovas) = dev.dma();
+        let pool = Mempool::new(iommu, &iovas, config.pool_buffers, config.buf_size)?;
+        let mut port = Port {
+            dev,
+            pool,
+            mkey_index: 0,
+            tis: 0,
+            sqs: Vec::new(),
+            rqs: Vec::new(),
+            cqs: Vec::new(),
+            uars: Vec::new(),
+            rqt: None,
+            tirs: Vec::new(),
+            tables: Vec::new(),
+            groups: Vec::new(),
+            entries: Vec::new(),
+            quarantine: Arc::new(Mutex::new(Vec::new())),
+            config,
+        };
+        match port.build() {
+            Ok(queues) => Ok((port, queues)),
+            Err(e) => {
+                // Undo what was created; the device keeps working.
+                let _ = port.destroy_objects();
+                Err(e)
+            }
+        }
+    }
+
+    fn build(&mut self) -> Result<Queues<B>, DriverError> {
+        self.register_pool()?;
+        self.set_mtu()?;
+        let (_, pd, td) = self.dev.resources();
+        let mut cmd = input(Opcode::CreateTis, 0, CreateTisIn::<&[u8]>::SIZE);
+        CreateTisIn::new(&mut cmd[..])
+            .map(|mut c| {
+                c.ctx_mut().set_transport_domain(td);
+            })
+            .ok();
+        self.tis = out_u32(&self.dev.exec(&cmd, 16)?);
+        let mut tx = Vec::new();
+        for _ in 0..self.config.tx_queues {
+            tx.push(self.create_tx(pd)?);
+        }
+        let mut rx = Vec::new();
+        for _ in 0..self.config.rx_queues {
+            rx.push(self.create_rx(pd)?);
+        }
+        self.create_steering(td)?;
+        self.dev.set_port_admin(true)?;
+        Ok((tx, rx))
+    }
+
+    /// CREATE_MKEY in MTT mode over the pool's region.
+    fn register_pool(&mut self) -> Result<(), DriverError> {
+        let region = self.pool.shared().region();
+        let page = region.page_size();
+        let entries = region.len() / page;
+        let mut cmd = input(
+            Opcode::CreateMkey,
+            0,
+            CreateMkeyIn::<&[u8]>::SIZE + 8 * entries,
+        );
+        {
+            let (_, pd, _) = self.dev.resources();
+            let mut c = CreateMkeyIn::new(&mut cmd[..]).map_err(|_| invalid("mkey input"))?;
+            c.set_translations_octword_actual_size(entries.div_ceil(2) as u32);
+            c.memory_key_mkey_entry_mut()
+                .set_access_mode(MKC_ACCESS_MODE_MTT)
+                .set_lr(true)
+                .set_lw(true)
+                .set_pd(pd)
+                .set_qpn(0x00ff_ffff)
+                .set_mkey_7_0(0)
+                .set_start_addr(region.iova())
+                .set_len(region.len() as u64)
+                .set_log_page_size(page.trailing_zeros() as u8)
+                .set_translations_octword_size(entries.div_ceil(2) as u32);
+            for i in 0..entries {
+                let addr = region.iova() + (i * page) as u64;
+                let _ = c.set_mtt(i, cxdirect_hw::mkey::mtt_entry(addr, true, true));
+            }
+        }
+        self.mkey_index = out_u32(&self.dev.exec(&cmd, 16)?);
+        self.pool.shared().lkey.store(
+            mkey_from_index(self.mkey_index, 0),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        Ok(())
+    }
+
+    fn set_mtu(&mut self) -> Result<(), DriverError> {
+        let hw_mtu = self.config.mtu + 22;
+        let mut data = [0u8; 16];
+        PmtuReg::new(&mut data[..])
+            .map(|mut r| {
+                r.set_local_port(1).set_admin_mtu(hw_mtu);
+            })
+            .ok();
+        self.dev.access_reg(reg::REG_PMTU, true, &data)?;
+        let mut cmd = input(
+            Opcode::ModifyNicVportContext,
+            0,
+            ModifyNicVportContextIn::<&[u8]>::SIZE,
+        );
+        ModifyNicVportContextIn::new(&mut cmd[..])
+            .map(|mut c| {
+                c.field_select_mut().set_mtu(true);
+                c.nic_vport_context_mut().set_mtu(hw_mtu);
+            })
+            .ok();
+        self.dev.exec(&cmd, 16)?;
+        Ok(())
+    }
+
+    fn dma(&self, len: usize) -> Result<DmaRegion, DriverError> {
+        let (iommu, iovas) = self.dev.dma();
+        Ok(DmaRegion::new(iommu, &iovas, len, PageKind::Auto)?)
+    }
+
+    fn create_cq(&mut self, entries: u32, uar: u32) -> Result<CqRing, DriverError> {
+        let log = entries.trailing_zeros() as u8;
+        let region = self.dma(64 * entries as usize)?;
+        for i in 0..entries as usize {
+            region.write(i * 64 + 63, &[cxdirect_hw::cqe::CQE_INITIAL_OP_OWN])?;
+        }
+        let dbr = self.dma(64)?;
+        let page = region.page_size();
+        let pages = region.len().div_ceil(page);
+        let mut cmd = input(Opcode::CreateCq, 0, CreateCqIn::<&[u8]>::SIZE + 8 * pages);
+        {
+            let mut c = CreateCqIn::new(&mut cmd[..]).map_err(|_| invalid("CQ input"))?;
+            c.cq_context_mut()
+                .set_log_cq_size(log)
+                .set_uar_page(uar)
+                .set_c_eqn(0)
+                .set_log_page_size((page.trailing_zeros() - 12) as u8)
+                .set_dbr_addr(dbr.iova());
+            for i in 0..pages {
+                let _ = c.set_pas(i, region.iova() + (i * page) as u64);
+            }
+        }
+        let cqn = out_u32(&self.dev.exec(&cmd, 16)?);
+        self.cqs.push(cqn);
+        Ok(CqRing {
+            region,
+            dbr,
+            log_size: log,
+            ci: 0,
+            cqn,
+        })
+    }
+
+    fn create_tx(&mut self, pd: u32) -> Result<TxQueue<B>, DriverError> {
+        let uar = out_u32(&self.dev.exec(&input(Opcode::AllocUar, 0, 16), 16)?);
+        self.uars.push(uar);
+        let entries = self.config.ring_size;
+        let cq = self.create_cq(entries, uar)?;
+        let ring = self.dma(64 * entries as usize)?;
+        let dbr = self.dma(64)?;
+        let page = ring.page_size();
+        let pages = ring.len().div_ceil(page);
+        let log = entries.trailing_zeros() as u8;
+        let mut cmd = input(Opcode::CreateSq, 0, CreateSqIn::<&[u8]>::SIZE + 8 * pages);
+        {
+            let mut c = CreateSqIn::new(&mut cmd[..]).map_err(|_| invalid("SQ input"))?;
+            let mut ctx = c.ctx_mut();
+            ctx.set_cqn(cq.cqn)
+                .set_tis_lst_sz(1)
+                .set_tis_num_0(self.tis)
+                .set_flush_in_error_en(true);
+            ctx.wq_mut()
+                .set_wq_type(1)
+                .set_pd(pd)
+                .set_uar_page(uar)
+                .set_dbr_addr(dbr.iova())
+                .set_log_wq_stride(6)
+                .set_log_wq_pg_sz((page.trailing_zeros() - 12) as u8)
+                .set_log_wq_sz(log);
+            for i in 0..pages {
+                let _ = c.set_pas(i, ring.iova() + (i * page) as u64);
+            }
+        }
+        let sqn = out_u32(&self.dev.exec(&cmd, 16)?);
+        self.sqs.push(sqn);
+        let mut modify = input(Opcode::ModifySq, 0, ModifySqIn::<&[u8]>::SIZE);
+        ModifySqIn::new(&mut modify[..])
+            .map(|mut m| {
+                m.set_sq_state(0).set_sqn(sqn);
+                m.ctx_mut().set_state(1);
+            })
+            .ok();
+        self.dev.exec(&modify, 16)?;
+        Ok(TxQueue {
+            backend: self.dev.backend_arc().clone(),
+            ring,
+            dbr,
+            cq,
+            sqn,
+            log_size: log,
+            uar,
+            pi: 0,
+            ci: 0,
+            inflight: (0..entries).map(|_| None).collect(),
+            bf_half: false,
+            inline: self.config.inline,
+            inline_max: usize::from(self.config.inline_max),
+            cqe_every: self.config.cqe_every,
+            since_cqe: 0,
+            max_frame: usize::from(self.config.mtu) + 18,
+            stats: Default::default(),
+            quarantine: self.quarantine.clone(),
+            in_error: false,
+        })
+    }
+
+    fn create_rx(&mut self, pd: u32) -> Result<RxQueue<B>, DriverError> {
+        let entries = self.config.ring_size;
+        let (uar, _, _) = self.dev.resources();
+        let cq = self.create_cq(entries, uar)?;
+        let ring = self.dma(16 * entries as usize)?;
+        let dbr = self.dma(64)?;
+        let page = ring.page_size();
+        let pages = ring.len().div_ceil(page);
+        let log = entries.trailing_zeros() as u8;
+        let mut cmd = input(Opcode::CreateRq, 0, CreateRqIn::<&[u8]>::SIZE + 8 * pages);
+        {
+            let mut c = CreateRqIn::new(&mut cmd[..]).map_err(|_| invalid("RQ input"))?;
+            let mut ctx = c.ctx_mut();
+            ctx.set_cqn(cq.cqn)
+                .set_flush_in_error_en(true)
+                .set_mem_rq_type(0);
+            ctx.wq_mut()
+                .set_wq_type(1)
+                .set_pd(pd)
+                .set_dbr_addr(dbr.iova())
+                .set_log_wq_stride(4)
+                .set_log_wq_pg_sz((page.trailing_zeros() - 12) as u8)
+                .set_log_wq_sz(log);
+            for i in 0..pages {
+                let _ = c.set_pas(i, ring.iova() + (i * page) as u64);
+            }
+        }
+        let rqn = out_u32(&self.dev.exec(&cmd, 16)?);
+        self.rqs.push(rqn);
+        let mut modify = input(Opcode::ModifyRq, 0, ModifyRqIn::<&[u8]>::SIZE);
+        ModifyRqIn::new(&mut modify[..])
+            .map(|mut m| {
+                m.set_rq_state(0).set_rqn(rqn);
+                m.ctx_mut().set_state(1);
+            })
+            .ok();
+        self.dev.exec(&modify, 16)?;
+        let mut rxq = RxQueue {
+            _backend: self.dev.backend_arc().clone(),
+            ring,
+            dbr,
+            cq,
+            rqn,
+            log_size: log,
+            pi: 0,
+            ci: 0,
+            slots: (0..entries).map(|_| None).collect(),
+            pool: self.pool.clone(),
+            stats: Default::default(),
+            quarantine: self.quarantine.clone(),
+        };
+        rxq.refill();
+        Ok(rxq)
+    }
+
+    fn create_tir(&mut self, td: u32, kind: TirKind) -> Result<u32, DriverError> {
+        let mut cmd = input(Opcode::CreateTir, 0, CreateTirIn::<&[u8]>::SIZE);
+        {
+            let mut c = CreateTirIn::new(&mut cmd[..]).map_err(|_| invalid("TIR input"))?;
+            let mut ctx = c.ctx_mut();
+            ctx.set_transport_domain(td);
+            match kind {
+                TirKind::Direct(rqn) => {
+                    ctx.set_disp_type(0).set_inline_rqn(rqn);
+                }
+                TirKind::Hash { rqt, l3, l4 } => {
+                    ctx.set_disp_type(1)
+                        .set_indirect_table(rqt)
+                        .set_rx_hash_fn(2);
+                    ctx.set_rx_hash_toeplitz_key_bytes(&self.config.rss_key);
+                    let fields = tir::HASH_FIELD_SEL_SRC_IP
+                        | tir::HASH_FIELD_SEL_DST_IP
+                        | if l4.is_some() {
+                            tir::HASH_FIELD_SEL_L4_SPORT | tir::HASH_FIELD_SEL_L4_DPORT
+                        } else {
+                            0
+                        };
+                    ctx.rx_hash_field_selector_outer_mut()
+                        .set_l3_prot_type(l3)
+                        .set_l4_prot_type(l4.unwrap_or(0))
+                        .set_selected_fields(fields);
+                }
+            }
+        }
+        let tirn = out_u32(&self.dev.exec(&cmd, 16)?);
+        self.tirs.push(tirn);
+        Ok(tirn)
+    }
+
+    fn create_table(&mut self, level: u8) -> Result<u32, DriverError> {
+        let mut cmd = input(Opcode::CreateFlowTable, 0, CreateFlowTableIn::<&[u8]>::SIZE);
+        CreateFlowTableIn::new(&mut cmd[..])
+            .map(|mut c| {
+                c.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX);
+                c.flow_table_context_mut().set_level(level).set_log_size(4);
+            })
+            .ok();
+        let id = out_u32(&self.dev.exec(&cmd, 16)?);
+        self.tables.push(id);
+        Ok(id)
+    }
+
+    /// A group of one entry at `index` matching `mask`/`value` (outer headers), forwarding to
+    /// `dest` (a TIR, or a flow table).
+    fn add_rule(
+        &mut self,
+        table: u32,
+        index: u32,
+        fill: impl Fn(&mut cxdirect_hw::flow::FteMatchSetLyr24<&mut [u8]>, bool),
+        dest: (u8, u32),
+    ) -> Result<(), DriverError> {
+        let mut cmd = input(Opcode::CreateFlowGroup, 0, CreateFlowGroupIn::<&[u8]>::SIZE);
+        {
+            let mut c = CreateFlowGroupIn::new(&mut cmd[..]).map_err(|_| invalid("group input"))?;
+            c.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
+                .set_table_id(table)
+                .set_start_flow_index(index)
+                .set_end_flow_index(index)
+                .set_match_criteria_enable(flow::MATCH_OUTER_HEADERS);
+            fill(&mut c.match_criteria_mut().outer_headers_mut(), true);
+        }
+        let group = out_u32(&self.dev.exec(&cmd, 16)?);
+        self.groups.push((table, group));
+        let mut cmd = input(Opcode::SetFlowTableEntry, 0, SetFteIn::<&[u8]>::SIZE + 8);
+        {
+            let mut c = SetFteIn::new(&mut cmd[..]).map_err(|_| invalid("entry input"))?;
+            c.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
+                .set_table_id(table)
+                .set_flow_index(index);
+            let mut ctx = c.flow_context_all_mut();
+            ctx.set_group_id(group)
+                .set_action(flow::FLOW_CONTEXT_ACTION_FWD_DEST)
+                .set_destination_list_size(1);
+            fill(&mut ctx.match_value_mut().outer_headers_mut(), false);
+            let _ = ctx.set_destination(0, flow::dest_format_entry(dest.0, dest.1));
+        }
+        self.dev.exec(&cmd, 16)?;
+        self.entries.push((table, index));
+        Ok(())
+    }
+
+    fn create_steering(&mut self, td: u32) -> Result<(), DriverError> {
+        let rqs = self.rqs.clone();
+        // Where accepted frames go: one RQ, or RSS over all of them by traffic type.
+        let classify = if rqs.len() == 1 {
+            (
+                flow::FLOW_DESTINATION_TYPE_TIR,
+                self.create_tir(td, TirKind::Direct(rqs[0]))?,
+            )
+        } else {
+            let mut cmd = input(
+                Opcode::CreateRqt,
+                0,
+                CreateRqtIn::<&[u8]>::SIZE + 4 * rqs.len(),
+            );
+            {
+                let mut c = CreateRqtIn::new(&mut cmd[..]).map_err(|_| invalid("RQT input"))?;
+                c.rqt_context_mut()
+                    .set_rqt_max_size(rqs.len() as u16)
+                    .set_rqt_actual_size(rqs.len() as u16);
+                for (i, &rqn) in rqs.iter().enumerate() {
+                    let _ = c.set_rq_num(i, rqn);
+                }
+            }
+            let rqt = out_u32(&self.dev.exec(&cmd, 16)?);
+            self.rqt = Some(rqt);
+            let table = self.create_table(1)?;
+            let mut index = 0;
+            for (version, l3) in [(4u8, 0u8), (6, 1)] {
+                for (proto, l4) in [(17u8, 1u8), (6, 0)] {
+                    let tirn = self.create_tir(
+                        td,
+                        TirKind::Hash {
+                            rqt,
+                            l3,
+                            l4: Some(l4),
+                        },
+                    )?;
+                    self.add_rule(
+                        table,
+                        index,
+                        move |m, mask| {
+                            m.set_ip_version(if mask { 0xf } else { version })
+                                .set_ip_protocol(if mask { 0xff } else { proto });
+                        },
+                        (flow::FLOW_DESTINATION_TYPE_TIR, tirn),
+                    )?;
+                    index += 1;
+                }
+                let tirn = self.create_tir(td, TirKind::Hash { rqt, l3, l4: None })?;
+                self.add_rule(
+                    table,
+                    index,
+                    move |m, mask| {
+                        m.set_ip_version(if mask { 0xf } else { version });
+                    },
+                    (flow::FLOW_DESTINATION_TYPE_TIR, tirn),
+                )?;
+                index += 1;
+            }
+            let other = self.create_tir(td, TirKind::Direct(rqs[0]))?;
+            self.add_rule(
+                table,
+                index,
+                |_, _| {},
+                (flow::FLOW_DESTINATION_TYPE_TIR, other),
+            )?;
+            (flow::FLOW_DESTINATION_TYPE_FLOW_TABLE, table)
+        };
+        // The root: everything (promiscuous), or the port's MAC plus broadcast and multicast.
+        let root = self.create_table(0)?;
+        if self.config.promiscuous {
+            self.add_rule(root, 0, |_, _| {}, classify)?;
+        } else {
+            let mac = u64::from_be_bytes({
+                let mut b = [0u8; 8];
+                b[2..].copy_from_slice(&self.dev.info().mac);
+                b
+            });
+            self.add_rule(
+                root,
+                0,
+                move |m, mask| {
+                    m.set_dmac(if mask { 0xffff_ffff_ffff } else { mac });
+                },
+                classify,
+            )?;
+            // The group bit of the destination MAC covers broadcast and every multicast.
+            self.add_rule(
+                root,
+                1,
+                |m, _| {
+                    m.set_dmac(0x0100_0000_0000);
+                },
+                classify,
+            )?;
+        }
+        let mut cmd = input(
+            Opcode::SetFlowTableRoot,
+            0,
+            flow::SetFlowTableRootIn::<&[u8]>::SIZE,
+        );
+        flow::SetFlowTableRootIn::new(&mut cmd[..])
+            .map(|mut c| {
+                c.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
+                    .set_table_id(root);
+            })
+            .ok();
+        self.dev.exec(&cmd, 16)?;
+        Ok(())
+    }
+
+    /// The device, for commands and events.
+    pub fn device(&mut self) -> &mut Device<B> {
+        &mut self.dev
+    }
+
+    /// The receive pool.
+    pub fn pool(&self) -> &Mempool {
+        &self.pool
+    }
+
+    /// The configuration the port runs with.
+    pub fn config(&self) -> &PortConfig {
+        &self.config
+    }
+
+    fn destroy(&mut self, op: Opcode, id: u32, at: usize) -> Result<(), DriverError> {
+        let mut cmd = input(op, 0, 16);
+        cmd[at..at + 4].copy_from_slice(&id.to_be_bytes());
+        self.dev.exec(&cmd, 16).map(|_| ())
+    }
+
+    fn destroy_objects(&mut self) -> Result<(), DriverError> {
+        let mut first_err = None;
+        let mut keep = |r: Result<(), DriverError>| {
+            if let Err(e) = r {
+                first_err.get_or_insert(e);
+            }
+        };
+        for (table, index) in std::mem::take(&mut self.entries) {
+            let mut cmd = input(
+                Opcode::DeleteFlowTableEntry,
+                0,
+                flow::DeleteFteIn::<&[u8]>::SIZE,
+            );
+            flow::DeleteFteIn::new(&mut cmd[..])
+                .map(|mut c| {
+                    c.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
+                        .set_table_id(table)
+                        .set_flow_index(index);
+                })
+                .ok();
+            keep(self.dev.exec(&cmd, 16).map(|_| ()));
+        }
+        for (table, group) in std::mem::take(&mut self.groups) {
+            let mut cmd = input(
+                Opcode::DestroyFlowGroup,
+                0,
+                flow::DestroyFlowGroupIn::<&[u8]>::SIZE,
+            );
+            flow::DestroyFlowGroupIn::new(&mut cmd[..])
+                .map(|mut c| {
+                    c.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
+                        .set_table_id(table)
+                        .set_group_id(group);
+                })
+                .ok();
+            keep(self.dev.exec(&cmd, 16).map(|_| ()));
+        }
+        // The root first: a table that is root cannot be destroyed; tables in creation order
+        // reversed so forwarded-to tables go last.
+        for table in std::mem::take(&mut self.tables).into_iter().rev() {
+            let mut cmd = input(
+                Opcode::DestroyFlowTable,
+                0,
+                flow::DestroyFlowTableIn::<&[u8]>::SIZE,
+            );
+            flow::DestroyFlowTableIn::new(&mut cmd[..])
+                .map(|mut c| {
+                    c.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
+                        .set_table_id(table);
+                })
+                .ok();
+            keep(self.dev.exec(&cmd, 16).map(|_| ()));
+        }
+        for tirn in std::mem::take(&mut self.tirs) {
+            keep(self.destroy(Opcode::DestroyTir, tirn, 8));
+        }
+        if let Some(rqt) = self.rqt.take() {
+            keep(self.destroy(Opcode::DestroyRqt, rqt, 8));
+        }
+        for rqn in std::mem::take(&mut self.rqs) {
+            keep(self.destroy(Opcode::DestroyRq, rqn, 8));
+        }
+        for sqn in std::mem::take(&mut self.sqs) {
+            keep(self.destroy(Opcode::DestroySq, sqn, 8));
+        }
+        for cqn in std::mem::take(&mut self.cqs) {
+            keep(self.destroy(Opcode::DestroyCq, cqn, 8));
+        }
+        if self.tis != 0 {
+            let tis = std::mem::take(&mut self.tis);
+            keep(self.destroy(Opcode::DestroyTis, tis, 8));
+        }
+        for uar in std::mem::take(&mut self.uars) {
+            keep(self.destroy(Opcode::DeallocUar, uar, 8));
+        }
+        if self.mkey_index != 0 {
+            let index = std::mem::take(&mut self.mkey_index);
+            keep(self.destroy(Opcode::DestroyMkey, index, 8));
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops the port: destroys steering, queues, CQs, the TIS and the pool's memory key, in
+    /// that order, then releases buffers queue handles left behind. Queue handles still held
+    /// keep their rings until dropped (the device no longer uses them). Returns the device.
+    pub fn close(mut self) -> Result<Device<B>, DriverError> {
+        let result = self.destroy_objects();
+        // Only now may buffers the device could have touched go back to the pool.
+        self.quarantine
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        result?;
+        Ok(self.dev)
+    }
+}
+
+#[derive(Clone, Copy)]
+enum TirKind {
+    Direct(u32),
+    Hash { rqt: u32, l3: u8, l4: Option<u8> },
+}
