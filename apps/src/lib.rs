@@ -5,6 +5,7 @@
 pub mod args;
 pub mod devbind;
 pub mod emulated;
+pub mod testpmd;
 
 /// Opens a PCI function through VFIO with the IOMMU mode named by `mode` (`auto`, `type1`,
 /// `iommufd` or `noiommu`).

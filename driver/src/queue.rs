@@ -164,7 +164,8 @@ impl<B: Backend> TxQueue<B> {
         if self.in_error || pkts.is_empty() {
             return 0;
         }
-        let mut slots = [u16::MAX; MAX_BURST];
+        // The WQE index each taken packet went to; `None` for a refused packet.
+        let mut slots: [Option<u16>; MAX_BURST] = [None; MAX_BURST];
         let mut wqe = [0u8; MAX_WQE];
         let mut last = [0u8; WQE_BB];
         let mut last_bbs = 0u16;
@@ -193,7 +194,7 @@ impl<B: Backend> TxQueue<B> {
             }
             last.copy_from_slice(&wqe[..WQE_BB]);
             last_bbs = bbs;
-            slots[count] = index;
+            slots[count] = Some(index);
             // Later WQEs of the same packet's slot range hold no buffer.
             self.pi = self.pi.wrapping_add(bbs);
             self.stats.packets += 1;
@@ -202,8 +203,8 @@ impl<B: Backend> TxQueue<B> {
             count += 1;
         }
         for (i, m) in pkts.drain(..count).enumerate() {
-            if slots[i] != u16::MAX {
-                let slot = usize::from(slots[i] & self.mask());
+            if let Some(index) = slots[i] {
+                let slot = usize::from(index & self.mask());
                 self.inflight[slot] = Some(m);
             }
         }

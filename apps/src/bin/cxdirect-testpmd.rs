@@ -1,0 +1,446 @@
+//! cxdirect-testpmd: moves packets through one or two ports in a DPDK testpmd-like way and
+//! reports port statistics periodically and at exit. With `--verify` every generated packet
+//! carries a flow id, a sequence number and a pattern, and every received packet is checked.
+//! Last line: `summary: tx=N rx=N lost=N corrupt=N duplicate=N oerrors=N imissed=N mpps=X`.
+
+use cxdirect::{Backend, Device, InlineMode, Mbuf, Options, Port, PortConfig, Queues};
+use cxdirect_apps::args::Args;
+use cxdirect_apps::emulated::{open_emulated, EmuBackend, Spec};
+use cxdirect_apps::testpmd::{self, ForwardMode, Generator, Verifier};
+use cxdirect_emu::{EmuConfig, ExecMode};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+const USAGE: &str = "usage: cxdirect-testpmd --device SPEC [--device SPEC] [--forward-mode io|txonly|rxonly|macswap|flowgen]
+       [--burst N] [--txpkts L[,L...]] [--inline-mode none|headers|full] [--inline-max N]
+       [--rxq N] [--txq N] [--ring N] [--duration S | --packets N] [--stats-period S] [--verify]
+       [--flows N] [--emu-exec inline|threaded] [--iommu-mode auto|type1|iommufd|noiommu]
+  SPEC: emu (one port, loopback) | emu-pair (two ports back to back) | PCI address";
+
+struct Settings {
+    mode: ForwardMode,
+    burst: usize,
+    sizes: Vec<usize>,
+    inline: InlineMode,
+    inline_max: u16,
+    rxq: u16,
+    txq: u16,
+    ring: u32,
+    duration: Option<Duration>,
+    packets: Option<u64>,
+    stats_period: Option<Duration>,
+    verify: bool,
+    flows: u16,
+}
+
+#[derive(Default)]
+struct Totals {
+    tx: u64,
+    rx: u64,
+    oerrors: u64,
+    ierrors: u64,
+    nombuf: u64,
+}
+
+fn main() -> ExitCode {
+    match real_main() {
+        Ok(code) => code,
+        Err(msg) => {
+            eprintln!("cxdirect-testpmd: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn usage(msg: &str) -> Result<ExitCode, String> {
+    eprintln!("cxdirect-testpmd: {msg}\n{USAGE}");
+    Ok(ExitCode::from(2))
+}
+
+fn real_main() -> Result<ExitCode, String> {
+    let flags = ["verify", "help"];
+    let args = match Args::parse(std::env::args().skip(1), &flags) {
+        Ok(a) => a,
+        Err(e) => return usage(&e),
+    };
+    if args.flag("help") {
+        println!("{USAGE}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let known = [
+        "device",
+        "forward-mode",
+        "burst",
+        "txpkts",
+        "inline-mode",
+        "inline-max",
+        "rxq",
+        "txq",
+        "ring",
+        "duration",
+        "packets",
+        "stats-period",
+        "flows",
+        "emu-exec",
+        "iommu-mode",
+    ];
+    if let Some(unknown) = args.unknown(&known, &flags).first() {
+        return usage(&format!("unknown option --{unknown}"));
+    }
+    let specs = args.all("device");
+    if specs.is_empty() || specs.len() > 2 {
+        return usage("give one or two --device options");
+    }
+    let settings = match settings(&args) {
+        Ok(s) => s,
+        Err(e) => return usage(&e),
+    };
+    let exec = match args.get("emu-exec").unwrap_or("threaded") {
+        "inline" => ExecMode::Inline,
+        "threaded" => ExecMode::Threaded,
+        other => return usage(&format!("--emu-exec `{other}`: use inline or threaded")),
+    };
+    let parsed: Vec<Spec> = specs.iter().map(|s| Spec::parse(s)).collect();
+    if parsed.iter().all(|s| !matches!(s, Spec::Pci(_))) {
+        let cfg = EmuConfig {
+            exec,
+            ..EmuConfig::default()
+        };
+        let backends: Vec<EmuBackend> = parsed
+            .iter()
+            .flat_map(|s| open_emulated(s, cfg.clone()))
+            .collect();
+        if backends.len() > 2 {
+            return usage("at most two ports");
+        }
+        let models: Vec<_> = backends.iter().map(|b| b.model().clone()).collect();
+        let imissed = move || models.iter().map(|m| m.counters().rx_out_of_buffer).sum();
+        return run(backends, &settings, imissed);
+    }
+    if parsed.iter().any(|s| !matches!(s, Spec::Pci(_))) {
+        return usage("do not mix emulated and PCI devices");
+    }
+    let mode = args.get("iommu-mode").unwrap_or("auto");
+    let mut backends = Vec::new();
+    for spec in specs {
+        backends.push(cxdirect_apps::vfio_open(spec, mode).map_err(|e| format!("{spec}: {e}"))?);
+    }
+    run(backends, &settings, || 0)
+}
+
+fn settings(args: &Args) -> Result<Settings, String> {
+    let sizes: Vec<usize> = match args.get("txpkts") {
+        None => vec![64],
+        Some(list) => list
+            .split(',')
+            .map(|s| {
+                s.trim()
+                    .parse::<usize>()
+                    .map_err(|_| format!("--txpkts: `{s}` is not a size"))
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let max = *sizes.iter().max().unwrap_or(&64);
+    if max > 9018 {
+        return Err(format!(
+            "--txpkts: {max} bytes exceeds the largest frame (9018)"
+        ));
+    }
+    let sizes = sizes.into_iter().map(|s| s.max(testpmd::MIN_LEN)).collect();
+    let inline = match args.get("inline-mode").unwrap_or("headers") {
+        "none" => InlineMode::None,
+        "headers" => InlineMode::Headers,
+        "full" => InlineMode::Full,
+        other => {
+            return Err(format!(
+                "--inline-mode `{other}`: use none, headers or full"
+            ))
+        }
+    };
+    let duration = args
+        .get("duration")
+        .map(|v| v.parse::<f64>().map_err(|_| format!("--duration `{v}`")))
+        .transpose()?;
+    let packets = args
+        .get("packets")
+        .map(|v| v.parse::<u64>().map_err(|_| format!("--packets `{v}`")))
+        .transpose()?;
+    if duration.is_some() && packets.is_some() {
+        return Err("give --duration or --packets, not both".into());
+    }
+    let stats = args
+        .get("stats-period")
+        .map(|v| {
+            v.parse::<f64>()
+                .map_err(|_| format!("--stats-period `{v}`"))
+        })
+        .transpose()?;
+    let burst = args.parse_or("burst", 32usize)?;
+    if !(1..=cxdirect::queue::MAX_BURST).contains(&burst) {
+        return Err(format!(
+            "--burst must be 1..={}",
+            cxdirect::queue::MAX_BURST
+        ));
+    }
+    Ok(Settings {
+        mode: args.parse_or("forward-mode", ForwardMode::TxOnly)?,
+        burst,
+        sizes,
+        inline,
+        inline_max: args.parse_or("inline-max", 256u16)?,
+        rxq: args.parse_or("rxq", 1u16)?,
+        txq: args.parse_or("txq", 1u16)?,
+        ring: args.parse_or("ring", 1024u32)?,
+        duration: Some(
+            duration
+                .map(Duration::from_secs_f64)
+                .unwrap_or(Duration::from_secs(5)),
+        )
+        .filter(|_| packets.is_none()),
+        packets,
+        stats_period: stats.filter(|s| *s > 0.0).map(Duration::from_secs_f64),
+        verify: args.flag("verify"),
+        flows: args.parse_or(
+            "flows",
+            if args.get("forward-mode") == Some("flowgen") {
+                64u16
+            } else {
+                1
+            },
+        )?,
+    })
+}
+
+fn run<B: Backend>(
+    backends: Vec<B>,
+    s: &Settings,
+    imissed: impl Fn() -> u64,
+) -> Result<ExitCode, String> {
+    let max_len = *s.sizes.iter().max().unwrap_or(&64);
+    let mtu = (max_len.saturating_sub(18)).max(1500) as u16;
+    let buf_size = ((u32::from(mtu) + 18 + u32::from(cxdirect::mempool::HEADROOM)).div_ceil(64)
+        * 64)
+        .max(2048);
+    let config = PortConfig {
+        rx_queues: s.rxq,
+        tx_queues: s.txq,
+        ring_size: s.ring,
+        mtu,
+        inline: s.inline,
+        inline_max: s.inline_max,
+        pool_buffers: s.ring * 2 * (u32::from(s.rxq) + u32::from(s.txq)) + 8 * s.burst as u32,
+        buf_size,
+        ..PortConfig::default()
+    };
+    let options = Options {
+        msix_vectors: 1,
+        ..Options::default()
+    };
+    let mut ports: Vec<(Port<B>, Queues<B>)> = Vec::new();
+    for b in backends {
+        let name = b.name();
+        let dev = Device::bring_up(b, options.clone())
+            .map_err(|e| format!("{name}: bring-up failed: {e}"))?;
+        let (port, queues) = Port::start(dev, config.clone())
+            .map_err(|e| format!("{name}: port start failed: {e}"))?;
+        println!(
+            "port {} ({name}): {} rx queues, {} tx queues, ring {}, MTU {mtu}",
+            ports.len(),
+            s.rxq,
+            s.txq,
+            s.ring
+        );
+        ports.push((port, queues));
+    }
+    let mut generator = Generator::new(s.sizes.clone(), s.flows)?;
+    let mut verifier = Verifier::default();
+    let tx_port = 0;
+    let rx_port = ports.len() - 1;
+    let mut received: Vec<Mbuf> = Vec::with_capacity(cxdirect::queue::MAX_BURST);
+    let mut pending: Vec<Vec<Mbuf>> = (0..ports.len())
+        .map(|_| Vec::with_capacity(cxdirect::queue::MAX_BURST * 2))
+        .collect();
+    let mut turn = 0usize;
+    let start = Instant::now();
+    let mut last_stats = start;
+    let mut rx_count = vec![0u64; ports.len()];
+    let generating = matches!(s.mode, ForwardMode::TxOnly | ForwardMode::FlowGen);
+    let forwarding = matches!(s.mode, ForwardMode::Io | ForwardMode::MacSwap);
+    if forwarding {
+        // Start the loop with traffic, as testpmd's --tx-first does.
+        let pool = ports[tx_port].0.pool().clone();
+        testpmd::generate(
+            &mut generator,
+            &pool,
+            &mut pending[tx_port],
+            s.burst,
+            s.packets,
+        );
+    }
+    // When the time is up the generator stops and what is in flight is drained.
+    let mut stop_generating = false;
+    let mut idle_since: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        let time_up = s.duration.is_some_and(|d| now.duration_since(start) >= d);
+        let all_in = generator.generated() <= rx_count[rx_port];
+        match (s.packets, time_up) {
+            (Some(n), _)
+                if (generating && generator.generated() >= n && all_in)
+                    || (!generating && rx_count[rx_port] >= n) =>
+            {
+                break
+            }
+            (None, true) if !generating || all_in => break,
+            (None, true) => stop_generating = true,
+            _ => {}
+        }
+        let mut progress = false;
+        // Both ends are in this process: keep no more packets in flight than the receiving
+        // rings hold, so a slower receiver is paced instead of overrun.
+        let in_flight = generator.generated().saturating_sub(rx_count[rx_port]);
+        let credit = u64::from(s.ring) * u64::from(s.rxq);
+        if generating
+            && !stop_generating
+            && in_flight + s.burst as u64 <= credit
+            && s.packets.is_none_or(|n| generator.generated() < n)
+        {
+            let pool = ports[tx_port].0.pool().clone();
+            testpmd::generate(
+                &mut generator,
+                &pool,
+                &mut pending[tx_port],
+                s.burst,
+                s.packets,
+            );
+        }
+        for p in 0..ports.len() {
+            // Send what is waiting for this port.
+            if !pending[p].is_empty() {
+                let before = pending[p].len();
+                let (_, (tx, _)) = &mut ports[p];
+                testpmd::send_some(tx, &mut pending[p], &mut turn);
+                progress |= pending[p].len() != before;
+            }
+            // Receive.
+            received.clear();
+            let (_, (_, rx)) = &mut ports[p];
+            let got = testpmd::receive_all(rx, &mut received, s.burst);
+            if got == 0 {
+                continue;
+            }
+            progress = true;
+            rx_count[p] += got as u64;
+            let out = if ports.len() == 2 { 1 - p } else { p };
+            for mut m in received.drain(..) {
+                if s.verify && !forwarding {
+                    verifier.check(&m);
+                }
+                match s.mode {
+                    ForwardMode::Io => pending[out].push(m),
+                    ForwardMode::MacSwap => {
+                        testpmd::mac_swap(&mut m);
+                        pending[out].push(m);
+                    }
+                    _ => drop(m),
+                }
+            }
+        }
+        if progress {
+            idle_since = None;
+        } else {
+            let since = *idle_since.get_or_insert(now);
+            // Nothing moves any more: whatever is missing is lost.
+            let finished_sending =
+                stop_generating || s.packets.is_some_and(|n| generator.generated() >= n);
+            if (finished_sending || !generating) && since.elapsed() > Duration::from_millis(500) {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        if let Some(period) = s.stats_period {
+            if now.duration_since(last_stats) >= period {
+                last_stats = now;
+                print_stats(&ports, start.elapsed());
+            }
+        }
+    }
+    let elapsed = start.elapsed();
+    print_stats(&ports, elapsed);
+    let mut totals = Totals::default();
+    for (_, (tx, rx)) in &ports {
+        for q in tx {
+            totals.tx += q.stats().packets;
+            totals.oerrors += q.stats().errors;
+        }
+        for q in rx {
+            totals.rx += q.stats().packets;
+            totals.ierrors += q.stats().errors + q.stats().bad_cqes;
+            totals.nombuf += q.stats().nombuf;
+        }
+    }
+    let imissed = imissed();
+    drop(pending);
+    for (port, queues) in ports {
+        drop(queues);
+        let dev = port
+            .close()
+            .map_err(|e| format!("port close failed: {e}"))?;
+        dev.teardown()
+            .map_err(|e| format!("teardown failed: {e}"))?;
+    }
+    let rx = rx_count[rx_port];
+    let sent = if generating {
+        generator.generated()
+    } else {
+        totals.tx
+    };
+    let lost = if generating {
+        sent.saturating_sub(rx)
+    } else {
+        0
+    };
+    let mpps = rx as f64 / elapsed.as_secs_f64() / 1e6;
+    if s.verify && !forwarding {
+        println!(
+            "verify: good {} corrupt {} duplicate {} gaps {}",
+            verifier.good, verifier.corrupt, verifier.duplicate, verifier.gaps
+        );
+    }
+    println!(
+        "summary: tx={sent} rx={rx} lost={lost} corrupt={} duplicate={} oerrors={} imissed={imissed} mpps={mpps:.3}",
+        verifier.corrupt, verifier.duplicate, totals.oerrors
+    );
+    let clean = lost == 0 && verifier.corrupt == 0 && verifier.duplicate == 0;
+    Ok(if !s.verify || clean {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn print_stats<B: Backend>(ports: &[(Port<B>, Queues<B>)], elapsed: Duration) {
+    for (i, (_, (tx, rx))) in ports.iter().enumerate() {
+        let (mut opk, mut ob, mut oerr, mut bf, mut db) = (0, 0, 0, 0, 0);
+        for q in tx {
+            let st = q.stats();
+            opk += st.packets;
+            ob += st.bytes;
+            oerr += st.errors;
+            bf += st.blueflame;
+            db += st.doorbells;
+        }
+        let (mut ipk, mut ib, mut ierr, mut nombuf) = (0, 0, 0, 0);
+        for q in rx {
+            let st = q.stats();
+            ipk += st.packets;
+            ib += st.bytes;
+            ierr += st.errors + st.bad_cqes;
+            nombuf += st.nombuf;
+        }
+        println!(
+            "port {i} [{:.1}s]: rx {ipk} pkts {ib} bytes (ierrors {ierr}, rx_nombuf {nombuf}) | tx {opk} pkts {ob} bytes (oerrors {oerr}, doorbells {db}, blueflame {bf})",
+            elapsed.as_secs_f64()
+        );
+    }
+}
