@@ -51,6 +51,8 @@ pub struct PortConfig {
     pub buf_size: u32,
     /// RSS hash key.
     pub rss_key: [u8; 40],
+    /// Copy a lone WQE into the BlueFlame register so the device need not fetch it.
+    pub blueflame: bool,
 }
 
 impl Default for PortConfig {
@@ -67,6 +69,7 @@ impl Default for PortConfig {
             pool_buffers: 8192,
             buf_size: 2048,
             rss_key: DEFAULT_RSS_KEY,
+            blueflame: true,
         }
     }
 }
@@ -367,6 +370,7 @@ impl<B: Backend> Port<B> {
             ci: 0,
             inflight: (0..entries).map(|_| None).collect(),
             bf_half: false,
+            blueflame: self.config.blueflame,
             inline: self.config.inline,
             inline_max: usize::from(self.config.inline_max),
             cqe_every: self.config.cqe_every,

@@ -99,6 +99,7 @@ pub struct TxQueue<B: Backend> {
     /// Buffers in flight, by WQE index.
     pub(crate) inflight: Vec<Option<Mbuf>>,
     pub(crate) bf_half: bool,
+    pub(crate) blueflame: bool,
     pub(crate) inline: InlineMode,
     pub(crate) inline_max: usize,
     pub(crate) cqe_every: u16,
@@ -313,7 +314,7 @@ impl<B: Backend> TxQueue<B> {
             + if self.bf_half { BF_HALF } else { 0 };
         self.bf_half = !self.bf_half;
         self.stats.doorbells += 1;
-        if alone && last_bbs == 1 {
+        if self.blueflame && alone && last_bbs == 1 {
             self.backend.write_bf(offset, last);
             self.stats.blueflame += 1;
         } else {
