@@ -30,37 +30,12 @@ pub const DEFAULT_SYSFS_ROOT: &str = "/sys";
 pub const VFIO_PCI_DRIVER: &str = "vfio-pci";
 
 /// The PCI vendor id of NVIDIA networking (formerly Mellanox), shared by every ConnectX.
-pub const CONNECTX_VENDOR_ID: u16 = 0x15b3;
-
-/// ConnectX device ids (vendor [`CONNECTX_VENDOR_ID`]) and their model names.
-const CONNECTX_MODELS: &[(u16, &str)] = &[
-    (0x1013, "ConnectX-4"),
-    (0x1014, "ConnectX-4 VF"),
-    (0x1015, "ConnectX-4 Lx"),
-    (0x1016, "ConnectX-4 Lx VF"),
-    (0x1017, "ConnectX-5"),
-    (0x1018, "ConnectX-5 VF"),
-    (0x1019, "ConnectX-5 Ex"),
-    (0x101a, "ConnectX-5 Ex VF"),
-    (0x101b, "ConnectX-6"),
-    (0x101c, "ConnectX-6 VF"),
-    (0x101d, "ConnectX-6 Dx"),
-    (0x101e, "ConnectX Family VF"),
-    (0x101f, "ConnectX-6 Lx"),
-    (0x1021, "ConnectX-7"),
-    (0x1023, "ConnectX-8"),
-];
+pub const CONNECTX_VENDOR_ID: u16 = cxdirect::vfio::pci::MELLANOX_VENDOR_ID;
 
 /// The ConnectX model name of a PCI vendor/device id pair, or `None` when the pair is not a
-/// ConnectX this tool knows.
+/// ConnectX the driver knows (the driver's own table, so the tool and the driver agree).
 pub fn connectx_model(vendor: u16, device: u16) -> Option<&'static str> {
-    if vendor != CONNECTX_VENDOR_ID {
-        return None;
-    }
-    CONNECTX_MODELS
-        .iter()
-        .find(|(id, _)| *id == device)
-        .map(|(_, name)| *name)
+    cxdirect::vfio::pci::connectx_model(vendor, device)
 }
 
 /// Drivers that may hold a function sharing an IOMMU group with one used through VFIO: the kernel

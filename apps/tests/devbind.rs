@@ -236,7 +236,10 @@ fn bad_bdf_says_what_is_wrong_and_how_to_write_one() {
 fn model_table() {
     assert_eq!(connectx_model(0x15b3, 0x1017), Some("ConnectX-5"));
     assert_eq!(connectx_model(0x15b3, 0x101d), Some("ConnectX-6 Dx"));
-    assert_eq!(connectx_model(0x15b3, 0x101e), Some("ConnectX Family VF"));
+    assert_eq!(
+        connectx_model(0x15b3, 0x101e),
+        Some("ConnectX family virtual function")
+    );
     assert_eq!(connectx_model(0x15b3, 0x1023), Some("ConnectX-8"));
     assert_eq!(connectx_model(0x15b3, 0xa2d6), None);
     assert_eq!(connectx_model(0x8086, 0x1017), None);
@@ -291,7 +294,7 @@ fn status_lists_connectx_functions_with_driver_and_group() {
             ),
             (
                 "0000:06:00.2".to_string(),
-                Some("ConnectX Family VF"),
+                Some("ConnectX family virtual function"),
                 None,
                 None
             ),
@@ -324,8 +327,9 @@ fn status_lists_connectx_functions_with_driver_and_group() {
         [
             "0000:06:00.2",
             "ConnectX",
-            "Family",
-            "VF",
+            "family",
+            "virtual",
+            "function",
             "none",
             "none",
             "-"
