@@ -333,3 +333,52 @@ fn an_empty_pool_shows_in_rx_nombuf_and_recovers() {
     pa.close().unwrap().teardown().unwrap();
     pb.close().unwrap().teardown().unwrap();
 }
+
+#[test]
+fn queues_can_move_to_their_own_threads() {
+    fn assert_send<T: Send>() {}
+    assert_send::<TxQueue<EmuBackend>>();
+    assert_send::<cxdirect::RxQueue<EmuBackend>>();
+    assert_send::<Mbuf>();
+}
+
+#[test]
+fn checksum_offload_and_vlan_insertion_are_done_by_the_device() {
+    let config = PortConfig {
+        ring_size: 64,
+        pool_buffers: 1024,
+        ..PortConfig::default()
+    };
+    let ((pa, (mut txa, _rxa)), (pb, (_txb, mut rxb)), _, _) = pair(config);
+    let good = frame(200, 7, 4242);
+    let mut blank = good.clone();
+    blank[24..26].copy_from_slice(&[0, 0]); // IPv4 header checksum
+    blank[40..42].copy_from_slice(&[0, 0]); // UDP checksum
+    let mut m = pa.pool().alloc().unwrap();
+    m.set_data(&blank).unwrap();
+    m.flags.tx_ip_csum = true;
+    m.flags.tx_l4_csum = true;
+    let mut tagged = pa.pool().alloc().unwrap();
+    tagged.set_data(&good).unwrap();
+    tagged.flags.tx_vlan = Some(0x2005);
+    let mut batch = vec![m, tagged];
+    while !batch.is_empty() {
+        txa[0].tx_burst(&mut batch);
+    }
+    let mut got = Vec::new();
+    while rxb[0].rx_burst(&mut got, 8) > 0 {}
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].to_vec(), good, "the device filled in both checksums");
+    assert!(got[0].flags.rx_ip_csum_good && got[0].flags.rx_l4_csum_good);
+    let vlan = got[1].to_vec();
+    assert_eq!(vlan.len(), good.len() + 4);
+    assert_eq!(
+        &vlan[12..16],
+        &[0x81, 0x00, 0x20, 0x05],
+        "802.1Q tag inserted after the MACs"
+    );
+    assert_eq!(&vlan[16..], &good[12..]);
+    drop((txa, rxb, got));
+    pa.close().unwrap().teardown().unwrap();
+    pb.close().unwrap().teardown().unwrap();
+}
