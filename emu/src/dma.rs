@@ -298,29 +298,51 @@ impl Iommu {
         self.maps.read().unwrap_or_else(|e| e.into_inner()).len()
     }
 
-    /// True when every byte of `iova..iova+len` is mapped (writable when `write`).
-    pub fn is_mapped(&self, iova: u64, len: u64, write: bool) -> bool {
-        let maps = self.maps.read().unwrap_or_else(|e| e.into_inner());
-        Self::resolve(&maps, iova, len as usize, write).is_ok()
-    }
-
-    fn resolve(
+    /// Walks `[iova, iova + len)` across consecutive mappings, calling `each(host, offset, n)`
+    /// for every piece. Mappings that merely touch in IOVA space (as a guest's pages do when an
+    /// IOMMU maps them one at a time) are walked across; a hole, or a read-only mapping for a
+    /// write, is a fault reported before `each` runs at all, so a refused access changes nothing.
+    fn walk(
         maps: &BTreeMap<u64, Mapping>,
         iova: u64,
         len: usize,
         write: bool,
-    ) -> Result<usize, DmaError> {
+        mut each: impl FnMut(usize, usize, usize),
+    ) -> Result<(), DmaError> {
         let kind = if write { "write" } else { "read" };
         let unmapped = DmaError::Unmapped { kind, iova, len };
         let end = iova.checked_add(len as u64).ok_or(unmapped)?;
-        let (&start, m) = maps.range(..=iova).next_back().ok_or(unmapped)?;
-        if end > start + m.len {
-            return Err(unmapped);
+        let piece_at = |cur: u64| -> Result<(usize, u64), DmaError> {
+            let (&start, m) = maps.range(..=cur).next_back().ok_or(unmapped)?;
+            if cur >= start + m.len {
+                return Err(unmapped);
+            }
+            if write && m.access == Access::ReadOnly {
+                return Err(DmaError::ReadOnly { iova, len });
+            }
+            Ok((
+                m.host + (cur - start) as usize,
+                (start + m.len).min(end) - cur,
+            ))
+        };
+        // Check the whole range first, then copy.
+        let mut cur = iova;
+        while cur < end {
+            cur += piece_at(cur)?.1;
         }
-        if write && m.access == Access::ReadOnly {
-            return Err(DmaError::ReadOnly { iova, len });
+        let mut cur = iova;
+        while cur < end {
+            let (host, n) = piece_at(cur)?;
+            each(host, (cur - iova) as usize, n as usize);
+            cur += n;
         }
-        Ok(m.host + (iova - start) as usize)
+        Ok(())
+    }
+
+    /// True when every byte of `iova..iova+len` is mapped (writable when `write`).
+    pub fn is_mapped(&self, iova: u64, len: u64, write: bool) -> bool {
+        let maps = self.maps.read().unwrap_or_else(|e| e.into_inner());
+        Self::walk(&maps, iova, len as usize, write, |_, _, _| {}).is_ok()
     }
 
     /// Device read of `buf.len()` bytes at `iova`.
@@ -329,15 +351,16 @@ impl Iommu {
             return Ok(());
         }
         let maps = self.maps.read().unwrap_or_else(|e| e.into_inner());
-        match Self::resolve(&maps, iova, buf.len(), false) {
-            Ok(host) => {
-                // SAFETY: `resolve` found one mapping covering the whole range; `map`'s contract
-                // keeps that memory valid for reads while it is mapped, and the read lock keeps
-                // the mapping in place for the duration of the copy. `buf` is our own memory and
-                // cannot overlap device-visible memory handed to `map`.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(host as *const u8, buf.as_mut_ptr(), buf.len())
-                };
+        let dst = buf.as_mut_ptr();
+        let result = Self::walk(&maps, iova, buf.len(), false, |host, offset, n| {
+            // SAFETY: `walk` found a mapping covering `host..host + n`; `map`'s contract keeps
+            // that memory valid for reads while it is mapped, and the read lock keeps the mapping
+            // in place for the duration of the copy. `offset + n <= buf.len()` by construction,
+            // and `buf` is our own memory, not device-visible memory handed to `map`.
+            unsafe { std::ptr::copy_nonoverlapping(host as *const u8, dst.add(offset), n) };
+        });
+        match result {
+            Ok(()) => {
                 self.counters.reads.fetch_add(1, Ordering::Relaxed);
                 self.counters
                     .read_bytes
@@ -357,12 +380,13 @@ impl Iommu {
             return Ok(());
         }
         let maps = self.maps.read().unwrap_or_else(|e| e.into_inner());
-        match Self::resolve(&maps, iova, data.len(), true) {
-            Ok(host) => {
-                // SAFETY: as in `read`, and the mapping is writable (checked by `resolve`).
-                unsafe {
-                    std::ptr::copy_nonoverlapping(data.as_ptr(), host as *mut u8, data.len())
-                };
+        let src = data.as_ptr();
+        let result = Self::walk(&maps, iova, data.len(), true, |host, offset, n| {
+            // SAFETY: as in `read`, and every piece's mapping is writable (checked by `walk`).
+            unsafe { std::ptr::copy_nonoverlapping(src.add(offset), host as *mut u8, n) };
+        });
+        match result {
+            Ok(()) => {
                 self.counters.writes.fetch_add(1, Ordering::Relaxed);
                 self.counters
                     .write_bytes

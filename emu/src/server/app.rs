@@ -1,0 +1,353 @@
+//! The whole server: build the functions and their cable, listen on every socket, serve each
+//! client on its own thread, and stop when the clients are gone.
+//!
+//! **When it stops.** The process ends once every client that connected has disconnected (and
+//! at least one did). A socket whose client never came is then abandoned rather than waited for,
+//! so a rig whose QEMU died early does not leave the server hanging. With two sockets served by
+//! one QEMU, QEMU connects both while it realizes its devices and closes both when it quits.
+//!
+//! **Threads.** One per socket runs the vfio-user connection (MMIO, config space, DMA maps and
+//! command execution happen there); each function's device work (send doorbells, frames arriving)
+//! runs on the model's own thread (`ExecMode::Threaded`). The main thread only watches: it logs
+//! connections, flushes the pcap every [`PCAP_FLUSH`], and decides when to stop.
+
+use super::backend::{BackendStats, EmuBackend};
+use super::bridge::Bridge;
+use super::cli::{Options, WireSpec};
+use super::session::{self, BindError, Outcome};
+use cxdirect_emu::pcap::{PcapError, PcapWriter};
+use cxdirect_emu::wire::{PortId, Wire, WireError};
+use cxdirect_emu::{Device, EmuConfig, ExecMode};
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+use thiserror::Error;
+
+/// How often the pcap tap is flushed while serving.
+pub const PCAP_FLUSH: Duration = Duration::from_millis(200);
+
+/// Why the server could not start (or stop cleanly).
+#[derive(Debug, Error)]
+pub enum AppError {
+    /// A socket could not be listened on.
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    /// The pcap file could not be created.
+    #[error("--pcap: {0}")]
+    Pcap(#[from] PcapError),
+    /// The wire refused the pcap tap or its final flush.
+    #[error("pcap tap: {0}")]
+    Wire(#[from] WireError),
+    /// The cross-process cable could not be set up.
+    #[error("--wire pair: {0}")]
+    Bridge(#[from] super::bridge::BridgeError),
+    /// A thread could not be started.
+    #[error("cannot start a thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
+/// One function and the socket it is served on.
+#[derive(Debug)]
+pub struct Function {
+    /// The socket path.
+    pub socket: PathBuf,
+    /// The modelled function.
+    pub device: Device,
+    /// Its MAC address.
+    pub mac: [u8; 6],
+}
+
+/// The functions and their cable.
+#[derive(Debug)]
+pub struct Build {
+    /// One function per socket, in order.
+    pub functions: Vec<Function>,
+    /// The wire all functions sit on (none for `--wire none`).
+    pub wire: Option<Arc<Wire>>,
+    /// The cross-process cable, for `--wire pair:`.
+    pub bridge: Option<Bridge>,
+    /// What the cable is, in words.
+    pub cable: String,
+}
+
+/// Default MAC of the first function (the model's default).
+fn default_mac() -> [u8; 6] {
+    EmuConfig::default().mac
+}
+
+fn config(mac: [u8; 6]) -> EmuConfig {
+    EmuConfig {
+        mac,
+        exec: ExecMode::Threaded,
+        ..EmuConfig::default()
+    }
+}
+
+/// Builds the functions `opts` asks for, each running its work on its own device thread.
+pub fn build(opts: &Options) -> Result<Build, AppError> {
+    let first_mac = opts.macs.first().copied().unwrap_or_else(default_mac);
+    if let [a, b] = opts.sockets.as_slice() {
+        let mut second_mac = opts.macs.get(1).copied().unwrap_or(first_mac);
+        if second_mac == first_mac {
+            second_mac[5] ^= 1;
+        }
+        let (da, db) = Device::pair(config(first_mac), config(second_mac));
+        let wire = da.wire().map(|(w, _)| w);
+        return Ok(Build {
+            functions: vec![
+                Function {
+                    socket: a.clone(),
+                    device: da,
+                    mac: first_mac,
+                },
+                Function {
+                    socket: b.clone(),
+                    device: db,
+                    mac: second_mac,
+                },
+            ],
+            wire,
+            bridge: None,
+            cable: "back to back".into(),
+        });
+    }
+    let socket = opts.sockets.first().cloned().unwrap_or_default();
+    let cfg = config(first_mac);
+    let (device, bridge, cable) = match &opts.wire {
+        WireSpec::Default | WireSpec::Loopback => {
+            (Device::loopback(cfg), None, "loopback".to_string())
+        }
+        WireSpec::None => (Device::new(cfg), None, "no cable".to_string()),
+        WireSpec::PairWith(other) => {
+            let wire = Arc::new(Wire::pair());
+            let device = Device::new(cfg);
+            device.attach(wire.clone(), PortId::A, &[]);
+            let bridge = Bridge::start(wire, PortId::B, &socket, other)?;
+            let cable = format!("cabled to the function on {}", other.display());
+            (device, Some(bridge), cable)
+        }
+    };
+    let wire = device.wire().map(|(w, _)| w);
+    Ok(Build {
+        functions: vec![Function {
+            socket,
+            device,
+            mac: first_mac,
+        }],
+        wire,
+        bridge,
+        cable,
+    })
+}
+
+/// How the server ended.
+#[derive(Debug)]
+pub struct Summary {
+    /// Per socket: how its session ended and what it served.
+    pub sessions: Vec<(PathBuf, Outcome, BackendStats)>,
+}
+
+impl Summary {
+    /// Whether every session ended normally (exit status 0).
+    pub fn is_clean(&self) -> bool {
+        self.sessions.iter().all(|(_, o, _)| o.is_clean())
+    }
+}
+
+enum Event {
+    Connected(usize),
+    Ended(usize, Outcome, BackendStats),
+}
+
+fn mac_text(mac: [u8; 6]) -> String {
+    mac.map(|b| format!("{b:02x}")).join(":")
+}
+
+/// Serves `opts` until the clients are gone.
+pub fn run(opts: &Options) -> Result<Summary, AppError> {
+    let build = build(opts)?;
+    if let (Some(path), Some(wire)) = (&opts.pcap, &build.wire) {
+        wire.set_pcap(PcapWriter::create(path)?)?;
+        log::info!("recording the wire to {}", path.display());
+    } else if let Some(path) = &opts.pcap {
+        log::warn!(
+            "--pcap {}: --wire none has no wire to record",
+            path.display()
+        );
+    }
+    let mut listeners: Vec<UnixListener> = Vec::new();
+    for f in &build.functions {
+        match session::bind(&f.socket) {
+            Ok(l) => listeners.push(l),
+            Err(e) => {
+                remove_sockets(&build.functions[..listeners.len()]);
+                return Err(e.into());
+            }
+        }
+    }
+    log::info!(
+        "serving {} function(s), {}:",
+        build.functions.len(),
+        build.cable
+    );
+    for (i, f) in build.functions.iter().enumerate() {
+        log::info!(
+            "  function {i}: ConnectX-6 Dx 15b3:101d, MAC {}, BAR0 {} MiB, on {}",
+            mac_text(f.mac),
+            f.device.bar0_size() >> 20,
+            f.socket.display()
+        );
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let mut threads = Vec::new();
+    for (i, (f, listener)) in build.functions.iter().zip(listeners).enumerate() {
+        let tx = tx.clone();
+        let thread_stop = stop.clone();
+        let device = f.device.clone();
+        let name = f.socket.display().to_string();
+        let spawned = std::thread::Builder::new()
+            .name(format!("vfio-user-{i}"))
+            .spawn(move || {
+                let mut backend = EmuBackend::new(name, device);
+                let connect_tx = tx.clone();
+                let outcome = session::serve(listener, &mut backend, &thread_stop, move || {
+                    let _ = connect_tx.send(Event::Connected(i));
+                });
+                let stats = backend.stats();
+                // Unmap the client's memory before saying we are done.
+                drop(backend);
+                let _ = tx.send(Event::Ended(i, outcome, stats));
+            });
+        match spawned {
+            Ok(handle) => threads.push(handle),
+            Err(e) => {
+                stop.store(true, Ordering::Relaxed);
+                for t in threads {
+                    let _ = t.join();
+                }
+                remove_sockets(&build.functions);
+                return Err(AppError::Thread(e));
+            }
+        }
+    }
+    drop(tx);
+
+    let mut sessions: Vec<Option<(Outcome, BackendStats)>> =
+        build.functions.iter().map(|_| None).collect();
+    let mut active = 0usize;
+    let mut connected = 0usize;
+    loop {
+        match rx.recv_timeout(PCAP_FLUSH) {
+            Ok(Event::Connected(i)) => {
+                active += 1;
+                connected += 1;
+                log::info!("function {i}: client connected on {}", socket_of(&build, i));
+            }
+            Ok(Event::Ended(i, outcome, stats)) => {
+                if !matches!(outcome, Outcome::Abandoned) {
+                    active = active.saturating_sub(1);
+                    let line = format!(
+                        "function {i}: {outcome} on {}; served {} config and {} BAR0 accesses, {} DMA maps, {} SET_IRQS, {} resets, {} refused; {} interrupts signalled, {} left pending, {} without eventfd",
+                        socket_of(&build, i),
+                        stats.config_reads + stats.config_writes,
+                        stats.bar_reads + stats.bar_writes,
+                        stats.dma_maps,
+                        stats.set_irqs,
+                        stats.resets,
+                        stats.refused,
+                        stats.irq_signalled,
+                        stats.irq_held_pending,
+                        stats.irq_dropped
+                    );
+                    if outcome.is_clean() {
+                        log::info!("{line}");
+                    } else {
+                        log::error!("{line}");
+                    }
+                }
+                if let Some(slot) = sessions.get_mut(i) {
+                    *slot = Some((outcome, stats));
+                }
+                if connected > 0 && active == 0 {
+                    break;
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if let Some(wire) = &build.wire {
+                    if let Err(e) = wire.flush_pcap() {
+                        log::error!("pcap: {e}; recording stopped");
+                    }
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        let _ = t.join();
+    }
+    while let Ok(event) = rx.try_recv() {
+        if let Event::Ended(i, outcome, stats) = event {
+            if let Some(slot) = sessions.get_mut(i) {
+                slot.get_or_insert((outcome, stats));
+            }
+        }
+    }
+    if let Some(bridge) = build.bridge {
+        bridge.stop();
+    }
+    remove_sockets(&build.functions);
+    for (i, f) in build.functions.iter().enumerate() {
+        let c = f.device.counters();
+        log::info!(
+            "function {i}: {} commands, {} doorbells, {} interrupts, {} frames sent, {} received, {} DMA faults",
+            c.commands,
+            c.doorbells,
+            c.interrupts,
+            c.tx_frames,
+            c.rx_delivered,
+            c.dma_faults
+        );
+    }
+    if let Some(wire) = &build.wire {
+        match wire.clear_pcap() {
+            Ok(true) => {
+                if let Some(path) = &opts.pcap {
+                    log::info!("wire recorded to {}", path.display());
+                }
+            }
+            Ok(false) => {}
+            Err(e) => log::error!("pcap: {e}"),
+        }
+    }
+    let sessions = build
+        .functions
+        .iter()
+        .zip(sessions)
+        .map(|(f, s)| {
+            let (outcome, stats) = s.unwrap_or((Outcome::Abandoned, BackendStats::default()));
+            (f.socket.clone(), outcome, stats)
+        })
+        .collect();
+    Ok(Summary { sessions })
+}
+
+fn socket_of(build: &Build, i: usize) -> String {
+    build
+        .functions
+        .get(i)
+        .map(|f| f.socket.display().to_string())
+        .unwrap_or_default()
+}
+
+fn remove_sockets(functions: &[Function]) {
+    for f in functions {
+        let _ = std::fs::remove_file(&f.socket);
+    }
+}

@@ -1,0 +1,31 @@
+//! The vfio-user server that puts the modelled ConnectX-6 Dx behind QEMU's `vfio-user-pci`.
+//!
+//! This module belongs to the `cxdirect-emu-server` binary only (the library does not export
+//! it); the binary declares it with `#[path]`, and so do the integration tests that drive the
+//! backend directly.
+//!
+//! The protocol itself (framing, version negotiation, region and IRQ info replies) comes from the
+//! `vfio_user` crate's [`Server`](vfio_user::Server). What the crate leaves to us is the device:
+//!
+//! | piece | module | what it does |
+//! |---|---|---|
+//! | regions and IRQ indices | [`layout`] | the nine VFIO PCI regions (BAR0 trapped, config space, the rest absent) and five IRQ indices (MSI-X with the model's vector count) |
+//! | BAR0 accesses | [`bar`] | splits whatever access size the client sends into accesses the model's registers take |
+//! | MSI-X | [`irq`] | the client's eventfds, `SET_IRQS` trigger/mask/unmask semantics, the pending bits the PBA shows |
+//! | DMA | [`dma`] | maps the client's file descriptors and enters them into the model's IOMMU (the only `unsafe` here) |
+//! | the backend | [`backend`] | [`ServerBackend`](vfio_user::ServerBackend) over one [`Device`](cxdirect_emu::Device) |
+//! | sessions | [`session`] | the listening socket, waiting for a client, running one connection, why it ended |
+//! | cross-process cable | [`bridge`] | `--wire pair:OTHER.sock`: frames between two server processes over a side channel |
+//! | command line | [`cli`] | options and their checks |
+//! | the program | [`app`] | builds the functions, serves every socket on its own thread, decides when to stop |
+
+pub mod app;
+pub mod backend;
+pub mod bar;
+pub mod bridge;
+pub mod cli;
+pub mod dma;
+pub mod irq;
+pub mod layout;
+pub mod logger;
+pub mod session;
