@@ -191,6 +191,7 @@ impl Mempool {
             index,
             data_off: HEADROOM,
             len: 0,
+            next: None,
             flags: OffloadFlags::default(),
         })
     }
@@ -221,6 +222,8 @@ pub struct Mbuf {
     index: u32,
     data_off: u16,
     len: u32,
+    /// The rest of a multi-segment packet.
+    next: Option<Box<Mbuf>>,
     /// Offload requests (send) and results (receive).
     pub flags: OffloadFlags,
 }
@@ -236,14 +239,38 @@ impl std::fmt::Debug for Mbuf {
 }
 
 impl Mbuf {
-    /// Packet length in bytes.
+    /// Bytes in this segment (the whole packet unless segments are chained).
     pub fn len(&self) -> usize {
         self.len as usize
     }
 
-    /// True when the packet is empty.
+    /// True when this segment is empty.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Bytes in the whole packet: this segment and every chained one.
+    pub fn pkt_len(&self) -> usize {
+        self.segments().map(Mbuf::len).sum()
+    }
+
+    /// Appends `tail` (with its own chain) after the last segment of this packet. Sending
+    /// gathers the segments in order, one data segment each.
+    pub fn chain(&mut self, tail: Mbuf) {
+        match self.next.as_mut() {
+            Some(next) => next.chain(tail),
+            None => self.next = Some(Box::new(tail)),
+        }
+    }
+
+    /// This segment and the chained ones, in order.
+    pub fn segments(&self) -> impl Iterator<Item = &Mbuf> {
+        std::iter::successors(Some(self), |m| m.next.as_deref())
+    }
+
+    /// Number of segments.
+    pub fn segment_count(&self) -> usize {
+        self.segments().count()
     }
 
     /// Largest packet this buffer holds.
@@ -297,10 +324,14 @@ impl Mbuf {
         Ok(())
     }
 
-    /// The packet's bytes, copied.
+    /// The packet's bytes (every segment), copied.
     pub fn to_vec(&self) -> Vec<u8> {
-        let mut v = vec![0u8; self.len()];
-        self.read(0, &mut v);
+        let mut v = Vec::with_capacity(self.pkt_len());
+        for seg in self.segments() {
+            let start = v.len();
+            v.resize(start + seg.len(), 0);
+            seg.read(0, &mut v[start..]);
+        }
         v
     }
 

@@ -174,7 +174,7 @@ impl<B: Backend> TxQueue<B> {
         let mut count = 0usize;
         while count < pkts.len().min(MAX_BURST) {
             let m = &pkts[count];
-            let len = m.len();
+            let len = m.pkt_len();
             if len < ETH_HEADER || len > self.max_frame {
                 self.stats.errors += 1;
                 count += 1;
@@ -218,29 +218,29 @@ impl<B: Backend> TxQueue<B> {
     /// Builds the WQE for `m` at the producer index into `wqe`; returns its size in bytes, or
     /// `None` when the ring has no room for it.
     fn build(&mut self, m: &Mbuf, wqe: &mut [u8; MAX_WQE]) -> Option<usize> {
-        let len = m.len();
+        let head = m.len();
+        let chained = m.segment_count() > 1;
         let vlan = m.flags.tx_vlan;
+        // Inlined bytes always come from the first segment.
         let headers = if vlan.is_some() {
             0
         } else {
-            ETH_INLINE.min(len)
+            ETH_INLINE.min(head)
         };
         let (eth_inline, data_inline) = match self.inline {
             InlineMode::None => (0, 0),
             InlineMode::Headers => (headers, 0),
-            InlineMode::Full if len <= self.inline_max && vlan.is_none() => {
-                (headers, len - headers)
+            InlineMode::Full if !chained && head <= self.inline_max && vlan.is_none() => {
+                (headers, head - headers)
             }
             InlineMode::Full => (headers, 0),
         };
-        let rest = len - eth_inline - data_inline;
+        let rest = head - eth_inline - data_inline;
         let mut ds = 2 + eth_inline.saturating_sub(2).div_ceil(WQE_DS);
         if data_inline > 0 {
             ds += (4 + data_inline).div_ceil(WQE_DS);
         }
-        if rest > 0 {
-            ds += 1;
-        }
+        ds += usize::from(rest > 0) + m.segments().skip(1).filter(|s| !s.is_empty()).count();
         let size = ds * WQE_DS;
         let bbs = size.div_ceil(WQE_BB);
         if size > MAX_WQE || bbs as u16 > self.free() {
@@ -292,12 +292,21 @@ impl<B: Backend> TxQueue<B> {
             at += (4 + data_inline).div_ceil(WQE_DS) * WQE_DS;
             self.stats.inline_packets += 1;
         }
-        if rest > 0 {
-            if let Ok(mut seg) = DataSeg::new(&mut wqe[at..at + 16]) {
-                seg.set_byte_count(rest as u32)
-                    .set_lkey(m.lkey())
-                    .set_addr(m.data_iova() + (eth_inline + data_inline) as u64);
+        // One data segment per stretch of buffer: the first segment's remainder, then each
+        // chained segment.
+        let first = (rest > 0).then_some((m, eth_inline + data_inline, rest));
+        let others = m
+            .segments()
+            .skip(1)
+            .filter(|s| !s.is_empty())
+            .map(|s| (s, 0, s.len()));
+        for (seg, skip, len) in first.into_iter().chain(others) {
+            if let Ok(mut d) = DataSeg::new(&mut wqe[at..at + 16]) {
+                d.set_byte_count(len as u32)
+                    .set_lkey(seg.lkey())
+                    .set_addr(seg.data_iova() + skip as u64);
             }
+            at += WQE_DS;
         }
         Some(size)
     }

@@ -382,3 +382,43 @@ fn checksum_offload_and_vlan_insertion_are_done_by_the_device() {
     pa.close().unwrap().teardown().unwrap();
     pb.close().unwrap().teardown().unwrap();
 }
+
+#[test]
+fn a_multi_segment_packet_is_gathered_into_one_frame() {
+    for inline in [InlineMode::None, InlineMode::Headers, InlineMode::Full] {
+        let config = PortConfig {
+            inline,
+            ring_size: 64,
+            pool_buffers: 1024,
+            ..PortConfig::default()
+        };
+        let ((pa, (mut txa, _rxa)), (pb, (_txb, mut rxb)), _, _) = pair(config);
+        let whole = frame(1400, 3, 777);
+        // Headers in one buffer, the payload split over two more.
+        let mut head = pa.pool().alloc().unwrap();
+        head.set_data(&whole[..42]).unwrap();
+        let mut middle = pa.pool().alloc().unwrap();
+        middle.set_data(&whole[42..700]).unwrap();
+        let mut tail = pa.pool().alloc().unwrap();
+        tail.set_data(&whole[700..]).unwrap();
+        head.chain(middle);
+        head.chain(tail);
+        assert_eq!((head.segment_count(), head.pkt_len()), (3, whole.len()));
+        assert_eq!(head.to_vec(), whole);
+        let mut batch = vec![head];
+        while !batch.is_empty() {
+            txa[0].tx_burst(&mut batch);
+        }
+        let mut got = Vec::new();
+        while rxb[0].rx_burst(&mut got, 8) > 0 {}
+        assert_eq!(got.len(), 1, "{inline:?}");
+        assert_eq!(
+            got[0].to_vec(),
+            whole,
+            "{inline:?}: segments gathered in order"
+        );
+        drop((txa, rxb, got));
+        pa.close().unwrap().teardown().unwrap();
+        pb.close().unwrap().teardown().unwrap();
+    }
+}
