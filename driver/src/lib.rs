@@ -14,6 +14,7 @@ pub mod error;
 pub mod mempool;
 mod pages;
 pub mod port;
+mod qcounter;
 pub mod queue;
 pub mod vfio;
 

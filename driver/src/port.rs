@@ -6,6 +6,7 @@ use crate::backend::Backend;
 use crate::device::Device;
 use crate::error::DriverError;
 use crate::mempool::Mempool;
+use crate::qcounter::QCounterSet;
 use crate::queue::{CqRing, InlineMode, Quarantine, RxQueue, TxQueue};
 use cxdirect_dma::{DmaRegion, PageKind};
 use cxdirect_hw::cmd::Opcode;
@@ -92,6 +93,7 @@ pub struct Port<B: Backend> {
     tables: Vec<u32>,
     groups: Vec<(u32, u32)>,
     entries: Vec<(u32, u32)>,
+    q_counter: Option<QCounterSet>,
     quarantine: Quarantine,
     config: PortConfig,
 }
@@ -181,6 +183,7 @@ impl<B: Backend> Port<B> {
             tables: Vec::new(),
             groups: Vec::new(),
             entries: Vec::new(),
+            q_counter: None,
             quarantine: Arc::new(Mutex::new(Vec::new())),
             config,
         };
@@ -209,6 +212,7 @@ impl<B: Backend> Port<B> {
         for _ in 0..self.config.tx_queues {
             tx.push(self.create_tx(pd)?);
         }
+        self.q_counter = QCounterSet::alloc(&mut self.dev)?;
         let mut rx = Vec::new();
         for _ in 0..self.config.rx_queues {
             rx.push(self.create_rx(pd)?);
@@ -397,7 +401,8 @@ impl<B: Backend> Port<B> {
             let mut ctx = c.ctx_mut();
             ctx.set_cqn(cq.cqn)
                 .set_flush_in_error_en(true)
-                .set_mem_rq_type(0);
+                .set_mem_rq_type(0)
+                .set_counter_set_id(self.q_counter.as_ref().map_or(0, QCounterSet::id));
             ctx.wq_mut()
                 .set_wq_type(1)
                 .set_pd(pd)
@@ -644,6 +649,17 @@ impl<B: Backend> Port<B> {
         &self.pool
     }
 
+    /// Frames the device dropped since the port started because a receive ring had no posted
+    /// buffer (DPDK's `imissed`), summed over every receive queue; `None` when the device has no
+    /// Q counter sets. One firmware command per call: read it from the control path (at least
+    /// once per 2^32 drops), not per burst.
+    pub fn rx_missed(&mut self) -> Result<Option<u64>, DriverError> {
+        match self.q_counter.as_mut() {
+            Some(set) => set.out_of_buffer(&mut self.dev).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// The configuration the port runs with.
     pub fn config(&self) -> &PortConfig {
         &self.config
@@ -716,6 +732,9 @@ impl<B: Backend> Port<B> {
         }
         for rqn in std::mem::take(&mut self.rqs) {
             keep(self.destroy(Opcode::DestroyRq, rqn, 8));
+        }
+        if let Some(set) = self.q_counter.take() {
+            keep(set.free(&mut self.dev));
         }
         for sqn in std::mem::take(&mut self.sqs) {
             keep(self.destroy(Opcode::DestroySq, sqn, 8));

@@ -13,7 +13,9 @@ use cxdirect_hw::tir::{
     CreateRqtIn, CreateRqtOut, CreateTirIn, CreateTirOut, HASH_FIELD_SEL_DST_IP,
     HASH_FIELD_SEL_L4_DPORT, HASH_FIELD_SEL_L4_SPORT, HASH_FIELD_SEL_SRC_IP,
 };
-use cxdirect_hw::wq::{ModifyRmpIn, ModifySqIn, QueryRmpOut};
+use cxdirect_hw::wq::{
+    ModifyRmpIn, ModifyRqIn, ModifySqIn, QueryRmpOut, MODIFY_RQ_BITMASK_RQ_COUNTER_SET_ID,
+};
 use std::sync::Arc;
 
 const MEM: usize = 64 << 20;
@@ -601,6 +603,91 @@ fn oversized_and_unposted_frames_are_refused() {
             .unwrap()
             .out_of_buffer,
         1
+    );
+}
+
+#[test]
+fn q_counter_sets_count_drops_for_the_rqs_that_name_them() {
+    use cxdirect_hw::counters::{AllocQCounterOut, QueryQCounterIn, QueryQCounterOut};
+    let mut h = host();
+    h.bring_up();
+    let alloc = |h: &mut Host| {
+        let out = h
+            .exec(&Host::input(Opcode::AllocQCounter, 0, 16), 16)
+            .unwrap();
+        AllocQCounterOut::new(&out[..]).unwrap().counter_set_id()
+    };
+    let query = |h: &mut Host, id: u8, clear: bool| {
+        let mut q = Host::input(Opcode::QueryQCounter, 0, 0x20);
+        QueryQCounterIn::new(&mut q[..])
+            .unwrap()
+            .set_counter_set_id(id)
+            .set_clear(clear);
+        h.exec(&q, 0x100)
+            .map(|out| QueryQCounterOut::new(&out[..]).unwrap().out_of_buffer())
+    };
+    let dealloc = |h: &mut Host, id: u8| {
+        let mut d = Host::input(Opcode::DeallocQCounter, 0, 16);
+        d[11] = id;
+        h.exec(&d, 16)
+    };
+    let set = alloc(&mut h);
+    assert_ne!(set, 0, "set 0 means none");
+    assert_eq!(
+        query(&mut h, set.wrapping_add(1), false),
+        Err(status(CmdStatus::BadResource, Syndrome::NoSuchObject))
+    );
+    let key = h.create_mkey(false, true);
+    let mut tx = tx_path(&mut h, key);
+    let rx_cq = h.create_cq(6);
+    let rq = h.create_rq(rx_cq.cqn, 6, None);
+    h.steer_all_to(rq.rqn);
+    // A drop before the RQ names the set is not counted there.
+    send(&mut h, &mut tx, &udp_frame(100, 0));
+    assert_eq!(query(&mut h, set, false), Ok(0));
+    // MODIFY_RQ with the counter-set bit attaches it; naming a set that does not exist fails.
+    let mut modify = Host::input(Opcode::ModifyRq, 0, 0x110);
+    {
+        let mut m = ModifyRqIn::new(&mut modify[..]).unwrap();
+        m.set_rq_state(1)
+            .set_rqn(rq.rqn)
+            .set_modify_bitmask(MODIFY_RQ_BITMASK_RQ_COUNTER_SET_ID);
+        m.ctx_mut().set_state(1).set_counter_set_id(set + 1);
+    }
+    assert_eq!(
+        h.exec(&modify, 16),
+        Err(status(CmdStatus::BadResource, Syndrome::NoSuchObject))
+    );
+    ModifyRqIn::new(&mut modify[..])
+        .unwrap()
+        .ctx_mut()
+        .set_counter_set_id(set);
+    h.exec(&modify, 16).unwrap();
+    for seq in 1..=3 {
+        send(&mut h, &mut tx, &udp_frame(100, seq));
+    }
+    assert_eq!(query(&mut h, set, true), Ok(3), "read and clear");
+    assert_eq!(query(&mut h, set, false), Ok(0), "cleared");
+    // A set an RQ names cannot be freed; once the RQ names none (set 0) it can.
+    assert_eq!(
+        dealloc(&mut h, set),
+        Err(status(CmdStatus::BadResourceState, Syndrome::ObjectInUse))
+    );
+    ModifyRqIn::new(&mut modify[..])
+        .unwrap()
+        .ctx_mut()
+        .set_counter_set_id(0);
+    h.exec(&modify, 16).unwrap();
+    dealloc(&mut h, set).unwrap();
+    send(&mut h, &mut tx, &udp_frame(100, 4));
+    assert_eq!(
+        h.dev.counters().rx_out_of_buffer,
+        5,
+        "every drop still counted function-wide"
+    );
+    assert_eq!(
+        query(&mut h, set, false),
+        Err(status(CmdStatus::BadResource, Syndrome::NoSuchObject))
     );
 }
 

@@ -18,6 +18,7 @@ pub use paste;
 
 pub mod caps;
 pub mod cmd;
+pub mod counters;
 pub mod cq;
 pub mod cqe;
 pub mod doorbell;

@@ -301,7 +301,7 @@ fn an_empty_pool_shows_in_rx_nombuf_and_recovers() {
         pool_buffers: 128,
         ..PortConfig::default()
     };
-    let ((pa, (mut txa, _rxa)), (pb, (_txb, mut rxb)), _, model_b) = pair(config);
+    let ((pa, (mut txa, _rxa)), (mut pb, (_txb, mut rxb)), _, model_b) = pair(config);
     let tx_pool = pa.pool().clone();
     let mut held = Vec::new();
     let mut sent = 0u32;
@@ -317,6 +317,16 @@ fn an_empty_pool_shows_in_rx_nombuf_and_recovers() {
         "frames with no posted buffer were dropped (imissed)"
     );
     let received = held.len();
+    let missed = pb
+        .rx_missed()
+        .unwrap()
+        .expect("the model has Q counter sets");
+    assert_eq!(
+        missed + received as u64,
+        u64::from(sent),
+        "the port's Q counter accounts for every frame not received"
+    );
+    assert_eq!(missed, model_b.counters().rx_out_of_buffer);
     // Give the buffers back: the ring refills and traffic flows again.
     held.clear();
     rxb[0].rx_burst(&mut held, 64);
@@ -328,6 +338,11 @@ fn an_empty_pool_shows_in_rx_nombuf_and_recovers() {
         held.len(),
         32,
         "after recovery every frame arrives ({received} before)"
+    );
+    assert_eq!(
+        pb.rx_missed().unwrap(),
+        Some(missed),
+        "nothing missed since"
     );
     drop((txa, rxb, held));
     pa.close().unwrap().teardown().unwrap();

@@ -135,6 +135,7 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
     }
     let cqn = rq.cqn;
     let memory = rq.memory;
+    let counter_set = rq.counter_set;
     let wq = match memory {
         RqMemory::Own => rq.wq.as_ref(),
         RqMemory::Rmp(rmpn) => core
@@ -155,6 +156,9 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
     };
     if available == 0 {
         add(&core.counters.rx_out_of_buffer, 1);
+        if let Some(set) = core.res.q_counters.get_mut(counter_set) {
+            set.out_of_buffer = set.out_of_buffer.wrapping_add(1);
+        }
         core.queue_counters
             .get_mut(QueueKind::Rq, rqn)
             .out_of_buffer += 1;

@@ -30,6 +30,8 @@ pub(crate) const LOG_BF_REG_SIZE: u8 = 9;
 pub(crate) const LOG_MAX_MRW_SZ: u8 = 48;
 /// Log2 of the largest KLM list.
 pub(crate) const LOG_MAX_KLM_LIST_SIZE: u8 = 16;
+/// Q counter sets a function may allocate (`max_qp_cnt`; set ids 1..=this).
+pub(crate) const MAX_Q_COUNTERS: u16 = 64;
 
 /// Fields SET_HCA_CAP may change (up to their maximum value).
 const SETTABLE_GENERAL: &[&str] = &[
@@ -97,6 +99,8 @@ impl CapSet {
             .set_log_max_tis(12)
             .set_basic_cyclic_rcv_wqe(true)
             .set_log_max_rmp(12)
+            .set_max_qp_cnt(MAX_Q_COUNTERS)
+            .set_modify_rq_counter_set_id(true)
             .set_log_max_rqt(12)
             .set_log_max_rqt_size(LOG_MAX_RQT_SIZE)
             .set_log_max_tis_per_sq(0)

@@ -11,6 +11,7 @@ pub(crate) mod hca;
 pub mod mkey;
 pub(crate) mod objects;
 pub(crate) mod pages;
+pub(crate) mod qcounters;
 pub(crate) mod queues;
 pub(crate) mod steering;
 pub(crate) mod transport;
@@ -323,6 +324,9 @@ impl Core {
             Opcode::QueryMkey => mkey::query_mkey(self, input, output),
             Opcode::DestroyMkey => mkey::destroy_mkey(self, input),
             Opcode::QuerySpecialContexts => mkey::query_special_contexts(output),
+            Opcode::AllocQCounter => qcounters::alloc_q_counter(self, output),
+            Opcode::DeallocQCounter => qcounters::dealloc_q_counter(self, input),
+            Opcode::QueryQCounter => qcounters::query_q_counter(self, input, output),
             Opcode::Nop => Ok(()),
             _ => Err(CmdError::new(
                 CmdStatus::BadOpcode,

@@ -215,7 +215,16 @@ pub(crate) struct Rq {
     pub state: QState,
     pub tir_users: u32,
     pub rqt_users: u32,
+    /// Q counter set the RQ counts into (0 = none).
+    pub counter_set: u32,
     pub slot: Slot,
+}
+
+/// A Q counter set (ALLOC_Q_COUNTER). Counters wrap at 32 bits as the device's do.
+#[derive(Debug, Default)]
+pub(crate) struct QCounter {
+    pub out_of_buffer: u32,
+    pub rq_users: u32,
 }
 
 #[derive(Debug)]
@@ -324,6 +333,7 @@ pub(crate) struct Resources {
     pub rqts: Table<Rqt>,
     pub flow_tables: Table<FlowTable>,
     pub mkeys: Table<Mkey>,
+    pub q_counters: Table<QCounter>,
     /// Flow group numbers are global; they map to their table.
     pub next_group: u32,
     /// Root table of NIC receive steering.
@@ -351,6 +361,8 @@ impl Resources {
             rqts: Table::new(0x3000, 1 << 12),
             flow_tables: Table::new(0x10, 1 << 10),
             mkeys: Table::new(0x10, 1 << 16),
+            // Set 0 means "no counter set" in an RQ context.
+            q_counters: Table::new(1, u32::from(crate::fw::caps::MAX_Q_COUNTERS)),
             next_group: 1,
             rx_root: None,
         }

@@ -3,6 +3,7 @@
 
 use super::objects::{Cq, CqArm, Eq, QState, QueueBuffer, Rmp, Rq, RqMemory, Sq, WorkQueue};
 use super::pages::{release_context, store_new_context, write_context};
+use super::qcounters;
 use super::transport::table_full;
 use super::{
     bad_param, bad_res, bad_state, input_as, output_as, CmdError, CmdResult, Core, Syndrome,
@@ -12,6 +13,7 @@ use cxdirect_hw::eq::{CreateEqIn, CreateEqOut, DestroyEqIn};
 use cxdirect_hw::wq::{
     CreateRmpIn, CreateRmpOut, CreateRqIn, CreateRqOut, CreateSqIn, CreateSqOut, DestroyRmpIn,
     DestroyRqIn, DestroySqIn, ModifyRmpIn, ModifyRqIn, ModifySqIn, QueryRmpIn, QueryRmpOut, Wq,
+    MODIFY_RQ_BITMASK_RQ_COUNTER_SET_ID,
 };
 
 /// Builds a queue buffer from a page list, checking alignment and coverage.
@@ -411,7 +413,15 @@ pub(crate) fn create_rq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
             ))
         }
     };
-    let slot = store_new_context(core, &context_bytes(ctx.as_bytes()))?;
+    let counter_set = u32::from(ctx.counter_set_id());
+    qcounters::attach(core, counter_set)?;
+    let slot = match store_new_context(core, &context_bytes(ctx.as_bytes())) {
+        Ok(slot) => slot,
+        Err(e) => {
+            qcounters::detach(core, counter_set);
+            return Err(e);
+        }
+    };
     let rq = Rq {
         wq,
         memory,
@@ -419,10 +429,12 @@ pub(crate) fn create_rq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         state: QState::Rst,
         tir_users: 0,
         rqt_users: 0,
+        counter_set,
         slot,
     };
     let Some(rqn) = core.res.rqs.insert(rq) else {
         release_context(core, slot);
+        qcounters::detach(core, counter_set);
         return Err(table_full("RQ table full"));
     };
     if let Some(cq) = core.res.cqs.get_mut(cqn) {
@@ -449,8 +461,18 @@ pub(crate) fn modify_rq(core: &mut Core, input: &[u8]) -> CmdResult {
     }
     let next = transition(rq.state, cmd.ctx().state())?;
     let slot = rq.slot;
+    let old_set = rq.counter_set;
     let bytes = context_bytes(cmd.ctx().as_bytes());
+    let new_set = if cmd.modify_bitmask() & MODIFY_RQ_BITMASK_RQ_COUNTER_SET_ID != 0 {
+        let id = u32::from(cmd.ctx().counter_set_id());
+        qcounters::attach(core, id)?;
+        qcounters::detach(core, old_set);
+        id
+    } else {
+        old_set
+    };
     let rq = core.res.rqs.get_mut(rqn).ok_or(bad_res("no such RQ"))?;
+    rq.counter_set = new_set;
     if let Some(wq) = rq.wq.as_mut() {
         if next == QState::Rst || (rq.state == QState::Rst && next == QState::Rdy) {
             wq.consumed = 0;
@@ -479,6 +501,7 @@ pub(crate) fn destroy_rq(core: &mut Core, input: &[u8]) -> CmdResult {
             rmp.rq_users = rmp.rq_users.saturating_sub(1);
         }
     }
+    qcounters::detach(core, rq.counter_set);
     release_context(core, rq.slot);
     Ok(())
 }

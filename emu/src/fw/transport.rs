@@ -18,7 +18,7 @@ pub(crate) const fn table_full(what: &'static str) -> CmdError {
     CmdError::new(CmdStatus::NoResources, Syndrome::TableFull, what)
 }
 
-const fn in_use(what: &'static str) -> CmdError {
+pub(crate) const fn in_use(what: &'static str) -> CmdError {
     bad_state(Syndrome::ObjectInUse, what)
 }
 

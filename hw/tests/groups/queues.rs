@@ -3,6 +3,10 @@ use cxdirect_hw::*;
 
 pub fn checks() -> usize {
     check_layouts!(
+        counters::AllocQCounterOut,
+        counters::DeallocQCounterIn,
+        counters::QueryQCounterIn,
+        counters::QueryQCounterOut,
         cq::Cqc,
         cq::CreateCqIn,
         cq::CreateCqOut,
