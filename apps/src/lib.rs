@@ -7,12 +7,27 @@ pub mod devbind;
 pub mod emulated;
 pub mod testpmd;
 
-/// Opens a PCI function through VFIO with the IOMMU mode named by `mode` (`auto`, `type1`,
-/// `iommufd` or `noiommu`).
+/// `spec` with `,iommu=MODE` appended when it names no IOMMU mode itself: a program's
+/// `--iommu-mode` is the default, a spec's own option wins.
+pub fn with_iommu_mode(spec: &str, mode: &str) -> String {
+    if spec.contains("iommu=") {
+        spec.to_string()
+    } else {
+        format!("{spec},iommu={mode}")
+    }
+}
+
+/// Opens the PCI function a spec names (`[pci:]DOMAIN:BUS:DEVICE.FUNCTION[,iommu=MODE]`)
+/// through VFIO, with `mode` (`auto`, `type1`, `iommufd` or `noiommu`) unless the spec names
+/// one; the device is not brought up (see [`cxdirect::Device::open`] for both at once).
 pub fn vfio_open(
-    bdf: &str,
+    spec: &str,
     mode: &str,
 ) -> Result<cxdirect::vfio::VfioDevice, cxdirect::vfio::VfioError> {
-    let mode: cxdirect::vfio::IommuMode = mode.parse()?;
-    cxdirect::vfio::VfioDevice::open(bdf, mode, cxdirect::vfio::RealSys)
+    let spec: cxdirect::vfio::DeviceSpec = with_iommu_mode(spec, mode).parse()?;
+    cxdirect::vfio::VfioDevice::open(
+        &spec.address.to_string(),
+        spec.iommu,
+        cxdirect::vfio::RealSys,
+    )
 }

@@ -106,6 +106,9 @@ pub enum DriverError {
     /// The backend (VFIO or the emulated device) failed.
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// The PCI function could not be opened through VFIO.
+    #[error(transparent)]
+    Vfio(#[from] crate::vfio::VfioError),
     /// DMA memory could not be had.
     #[error(transparent)]
     Dma(#[from] DmaError),
@@ -122,7 +125,7 @@ pub enum DriverError {
     #[error("command interface revision {0} is not supported (expected 5): update the firmware")]
     CmdifRevision(u16),
     /// The device is in the failed state; every call reports it until recovery.
-    #[error("device failed: {0}; call Device::recover() or reset the function")]
+    #[error("device failed: {0}; drop the device, reset the function (`Backend::reset`, a function-level reset) and bring it up again")]
     Failed(HealthFailure),
     /// The device wrote a value the driver refuses to act on.
     #[error("device wrote an invalid {what}: {value:#x}")]

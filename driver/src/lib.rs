@@ -12,10 +12,12 @@ pub mod device;
 pub mod eq;
 pub mod error;
 pub mod mempool;
+mod open;
 mod pages;
 pub mod port;
 mod qcounter;
 pub mod queue;
+pub mod stats;
 pub mod vfio;
 
 pub use backend::{Backend, BackendError, Interrupt};
@@ -25,3 +27,4 @@ pub use error::{CmdError, CmdFailure, DriverError, HealthFailure};
 pub use mempool::{Mbuf, Mempool, OffloadFlags};
 pub use port::{Port, PortConfig, Queues};
 pub use queue::{InlineMode, QueueStats, RxQueue, TxQueue};
+pub use stats::{PortStats, QueueXstats};

@@ -8,6 +8,7 @@ use crate::error::DriverError;
 use crate::mempool::Mempool;
 use crate::qcounter::QCounterSet;
 use crate::queue::{CqRing, InlineMode, Quarantine, RxQueue, TxQueue};
+use crate::stats::{PortStats, QueueXstats, StatsHandle};
 use cxdirect_dma::{DmaRegion, PageKind};
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::cq::CreateCqIn;
@@ -94,11 +95,14 @@ pub struct Port<B: Backend> {
     groups: Vec<(u32, u32)>,
     entries: Vec<(u32, u32)>,
     q_counter: Option<QCounterSet>,
+    tx_stats: Vec<StatsHandle>,
+    rx_stats: Vec<StatsHandle>,
     quarantine: Quarantine,
     config: PortConfig,
 }
 
-fn input(opcode: Opcode, op_mod: u16, size: usize) -> Vec<u8> {
+/// A zeroed command input of `size` bytes (at least the 16-byte header) with opcode and op_mod set.
+pub(crate) fn input(opcode: Opcode, op_mod: u16, size: usize) -> Vec<u8> {
     let mut buf = vec![0u8; size.max(16)];
     buf[0..2].copy_from_slice(&(opcode as u16).to_be_bytes());
     buf[6..8].copy_from_slice(&op_mod.to_be_bytes());
@@ -184,6 +188,8 @@ impl<B: Backend> Port<B> {
             groups: Vec::new(),
             entries: Vec::new(),
             q_counter: None,
+            tx_stats: Vec::new(),
+            rx_stats: Vec::new(),
             quarantine: Arc::new(Mutex::new(Vec::new())),
             config,
         };
@@ -381,6 +387,7 @@ impl<B: Backend> Port<B> {
             since_cqe: 0,
             max_frame: usize::from(self.config.mtu) + 18,
             stats: Default::default(),
+            published: Self::register_stats(&mut self.tx_stats),
             quarantine: self.quarantine.clone(),
             in_error: false,
         })
@@ -436,10 +443,18 @@ impl<B: Backend> Port<B> {
             slots: (0..entries).map(|_| None).collect(),
             pool: self.pool.clone(),
             stats: Default::default(),
+            published: Self::register_stats(&mut self.rx_stats),
             quarantine: self.quarantine.clone(),
         };
         rxq.refill();
         Ok(rxq)
+    }
+
+    /// A fresh shared stats block, remembered in `list` for [`Port::stats`].
+    fn register_stats(list: &mut Vec<StatsHandle>) -> StatsHandle {
+        let handle = StatsHandle::default();
+        list.push(handle.clone());
+        handle
     }
 
     fn create_tir(&mut self, td: u32, kind: TirKind) -> Result<u32, DriverError> {
@@ -657,6 +672,23 @@ impl<B: Backend> Port<B> {
         match self.q_counter.as_mut() {
             Some(set) => set.out_of_buffer(&mut self.dev).map(Some),
             None => Ok(None),
+        }
+    }
+
+    /// The port's statistics: every queue's counters as of its last burst, and `imissed` read
+    /// from the device (one firmware command; call it from the control path, not per burst).
+    pub fn stats(&mut self) -> Result<PortStats, DriverError> {
+        let mut stats = PortStats::from_xstats(&self.xstats());
+        stats.imissed = self.rx_missed()?.unwrap_or(0);
+        Ok(stats)
+    }
+
+    /// Per-queue extended statistics (doorbells, BlueFlame writes, inline packets, CQEs, ...)
+    /// as of each queue's last burst. Needs no device access.
+    pub fn xstats(&self) -> QueueXstats {
+        QueueXstats {
+            tx: self.tx_stats.iter().map(|s| s.read()).collect(),
+            rx: self.rx_stats.iter().map(|s| s.read()).collect(),
         }
     }
 

@@ -5,6 +5,7 @@
 use crate::backend::Backend;
 use crate::device::Device;
 use crate::error::DriverError;
+use crate::port::input;
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::counters::{
     AllocQCounterOut, DeallocQCounterIn, QueryQCounterIn, QueryQCounterOut,
@@ -18,12 +19,6 @@ pub(crate) struct QCounterSet {
     total_out_of_buffer: u64,
 }
 
-fn command(opcode: Opcode, size: usize) -> Vec<u8> {
-    let mut buf = vec![0u8; size.max(16)];
-    buf[0..2].copy_from_slice(&(opcode as u16).to_be_bytes());
-    buf
-}
-
 impl QCounterSet {
     /// Allocates a set, or returns `None` when the device has none to give (`max_qp_cnt` 0):
     /// the port then runs without a drop counter rather than failing.
@@ -32,7 +27,7 @@ impl QCounterSet {
             return Ok(None);
         }
         let out = dev.exec(
-            &command(Opcode::AllocQCounter, 16),
+            &input(Opcode::AllocQCounter, 0, 16),
             AllocQCounterOut::<&[u8]>::SIZE,
         )?;
         let id = AllocQCounterOut::new(&out[..])
@@ -62,7 +57,7 @@ impl QCounterSet {
         &mut self,
         dev: &mut Device<B>,
     ) -> Result<u64, DriverError> {
-        let mut cmd = command(Opcode::QueryQCounter, QueryQCounterIn::<&[u8]>::SIZE);
+        let mut cmd = input(Opcode::QueryQCounter, 0, QueryQCounterIn::<&[u8]>::SIZE);
         QueryQCounterIn::new(&mut cmd[..])
             .map(|mut c| {
                 c.set_counter_set_id(self.id);
@@ -79,7 +74,7 @@ impl QCounterSet {
 
     /// Frees the set on the device (after every RQ naming it is destroyed).
     pub(crate) fn free<B: Backend>(self, dev: &mut Device<B>) -> Result<(), DriverError> {
-        let mut cmd = command(Opcode::DeallocQCounter, DeallocQCounterIn::<&[u8]>::SIZE);
+        let mut cmd = input(Opcode::DeallocQCounter, 0, DeallocQCounterIn::<&[u8]>::SIZE);
         DeallocQCounterIn::new(&mut cmd[..])
             .map(|mut c| {
                 c.set_counter_set_id(self.id);

@@ -5,6 +5,7 @@
 
 use crate::backend::Backend;
 use crate::mempool::{Mbuf, Mempool};
+use crate::stats::StatsHandle;
 use cxdirect_dma::DmaRegion;
 use cxdirect_hw::cqe::{self, CqeOpcode};
 use cxdirect_hw::doorbell::{UAR_BF_OFFSET, UAR_PAGE_SIZE};
@@ -106,6 +107,7 @@ pub struct TxQueue<B: Backend> {
     pub(crate) since_cqe: u16,
     pub(crate) max_frame: usize,
     pub(crate) stats: QueueStats,
+    pub(crate) published: StatsHandle,
     pub(crate) quarantine: Quarantine,
     pub(crate) in_error: bool,
 }
@@ -161,6 +163,12 @@ impl<B: Backend> TxQueue<B> {
     /// cannot send (shorter than an Ethernet header or longer than the frame size) is dropped
     /// and counted in `errors`; it counts as taken.
     pub fn tx_burst(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
+        let taken = self.send(pkts);
+        self.published.publish(&self.stats);
+        taken
+    }
+
+    fn send(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
         self.reap();
         if self.in_error || pkts.is_empty() {
             return 0;
@@ -380,6 +388,7 @@ pub struct RxQueue<B: Backend> {
     pub(crate) slots: Vec<Option<Mbuf>>,
     pub(crate) pool: Mempool,
     pub(crate) stats: QueueStats,
+    pub(crate) published: StatsHandle,
     pub(crate) quarantine: Quarantine,
 }
 
@@ -418,6 +427,12 @@ impl<B: Backend> RxQueue<B> {
     /// Receives up to `max` packets (at most [`MAX_BURST`]) onto the end of `out`; returns how
     /// many. Refills the ring from the pool afterwards.
     pub fn rx_burst(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
+        let got = self.receive(out, max);
+        self.published.publish(&self.stats);
+        got
+    }
+
+    fn receive(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
         let mut got = 0;
         while got < max.min(MAX_BURST) {
             let Some(c) = self.cq.peek() else { break };

@@ -234,3 +234,23 @@ fn a_command_that_never_completes_names_itself() {
         "QUERY_ISSI failed: no completion after 30 ms"
     );
 }
+
+#[test]
+fn opening_by_spec_reports_bad_specs_and_missing_functions_clearly() {
+    let Err(missing) = Device::open("0000:7f:1f.7", Options::default()) else {
+        panic!("no function 0000:7f:1f.7 exists here");
+    };
+    assert!(matches!(missing, DriverError::Vfio(_)), "{missing:?}");
+    let text = missing.to_string();
+    assert!(
+        text.contains("0000:7f:1f.7") && text.contains("lspci"),
+        "names the function and how to list real ones: {text}"
+    );
+    let Err(bad) = Device::open("0000:7f:1f.7,rings=4", Options::default()) else {
+        panic!("the spec is invalid");
+    };
+    assert!(
+        bad.to_string().contains("unknown option \"rings\""),
+        "{bad}"
+    );
+}

@@ -350,11 +350,80 @@ fn an_empty_pool_shows_in_rx_nombuf_and_recovers() {
 }
 
 #[test]
-fn queues_can_move_to_their_own_threads() {
-    fn assert_send<T: Send>() {}
-    assert_send::<TxQueue<EmuBackend>>();
-    assert_send::<cxdirect::RxQueue<EmuBackend>>();
-    assert_send::<Mbuf>();
+fn port_stats_sum_queues_running_on_their_own_threads() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    const COUNT: u64 = 3000;
+    const LEN: usize = 100;
+    let config = PortConfig {
+        ring_size: 128,
+        pool_buffers: 1024,
+        ..PortConfig::default()
+    };
+    let ((mut pa, (mut txa, _rxa)), (mut pb, (_txb, mut rxb)), _, model_b) = pair(config);
+    let tx_pool = pa.pool().clone();
+    let mut tx = txa.remove(0);
+    let mut rx = rxb.remove(0);
+    let sender_done = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let done = sender_done.clone();
+        std::thread::spawn(move || {
+            for chunk in (0..COUNT).collect::<Vec<_>>().chunks(32) {
+                let frames: Vec<Vec<u8>> = chunk.iter().map(|&i| frame(LEN, i as u32, 7)).collect();
+                send_all(&mut tx, &tx_pool, &frames);
+            }
+            done.store(true, Ordering::Release);
+            tx
+        })
+    };
+    let receiver = {
+        let done = sender_done.clone();
+        std::thread::spawn(move || {
+            let mut got = Vec::new();
+            let mut received = 0u64;
+            let mut idle_since_done = 0;
+            while idle_since_done < 1000 {
+                got.clear();
+                let n = rx.rx_burst(&mut got, 64);
+                received += n as u64;
+                if n == 0 && done.load(Ordering::Acquire) {
+                    idle_since_done += 1;
+                    std::thread::yield_now();
+                }
+            }
+            (rx, received)
+        })
+    };
+    // The port reads what the queues publish while they run elsewhere; it only grows.
+    let mut last = 0;
+    while !sender.is_finished() {
+        let now = pa.xstats().tx[0].packets;
+        assert!(now >= last, "published counters never go back");
+        last = now;
+        std::thread::yield_now();
+    }
+    let tx = sender.join().unwrap();
+    let (rx, received) = receiver.join().unwrap();
+    let a = pa.stats().unwrap();
+    assert_eq!(
+        (a.opackets, a.obytes, a.oerrors),
+        (COUNT, COUNT * LEN as u64, 0)
+    );
+    assert!(pa.xstats().tx[0].doorbells > 0);
+    let b = pb.stats().unwrap();
+    eprintln!("receiving port: {b:?}");
+    assert_eq!(b.ipackets, received);
+    assert_eq!(b.ibytes, received * LEN as u64);
+    assert_eq!(
+        b.ipackets + b.imissed,
+        COUNT,
+        "every frame was received or counted missed: {b:?}"
+    );
+    assert_eq!(b.imissed, model_b.counters().rx_out_of_buffer);
+    assert_eq!(b.ierrors, 0);
+    drop((tx, rx, txa, rxb));
+    pa.close().unwrap().teardown().unwrap();
+    pb.close().unwrap().teardown().unwrap();
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! interface, capabilities, port, firmware pages, bring-up time), tears it down, and ends with a
 //! machine-readable `summary:` line per device.
 
-use cxdirect::{Backend, Device, Options};
+use cxdirect::{Backend, Device, DriverError, Options};
 use cxdirect_apps::args::Args;
 use cxdirect_apps::emulated::{open_emulated, Spec};
 use cxdirect_emu::EmuConfig;
@@ -42,18 +42,14 @@ fn main() -> ExitCode {
         match &parsed {
             Spec::Emu | Spec::EmuPair => {
                 for backend in open_emulated(&parsed, EmuConfig::default()) {
-                    failed |= report(backend, &options).is_err();
+                    let name = backend.name();
+                    failed |= report(&name, Device::bring_up(backend, options.clone())).is_err();
                 }
             }
-            Spec::Pci(bdf) => {
+            Spec::Pci(pci) => {
                 let mode = args.get("iommu-mode").unwrap_or("auto");
-                match cxdirect_apps::vfio_open(bdf, mode) {
-                    Ok(backend) => failed |= report(backend, &options).is_err(),
-                    Err(e) => {
-                        eprintln!("cxdirect-info: {bdf}: {e}");
-                        failed = true;
-                    }
-                }
+                let spec = cxdirect_apps::with_iommu_mode(pci, mode);
+                failed |= report(pci, Device::open(&spec, options.clone())).is_err();
             }
         }
     }
@@ -69,12 +65,11 @@ fn usage(msg: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
-fn report<B: Backend>(backend: B, options: &Options) -> Result<(), ()> {
-    let name = backend.name();
-    let dev = match Device::bring_up(backend, options.clone()) {
+fn report<B: Backend>(name: &str, opened: Result<Device<B>, DriverError>) -> Result<(), ()> {
+    let dev = match opened {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("cxdirect-info: {name}: bring-up failed: {e}");
+            eprintln!("cxdirect-info: {name}: {e}");
             return Err(());
         }
     };

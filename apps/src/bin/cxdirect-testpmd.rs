@@ -3,7 +3,7 @@
 //! carries a flow id, a sequence number and a pattern, and every received packet is checked.
 //! Last line: `summary: tx=N rx=N lost=N corrupt=N duplicate=N oerrors=N imissed=N mpps=X`.
 
-use cxdirect::{Backend, Device, InlineMode, Mbuf, Options, Port, PortConfig, Queues};
+use cxdirect::{Backend, Device, InlineMode, Mbuf, Options, Port, PortConfig, PortStats, Queues};
 use cxdirect_apps::args::Args;
 use cxdirect_apps::emulated::{open_emulated, EmuBackend, Spec};
 use cxdirect_apps::testpmd::{self, ForwardMode, Generator, Verifier};
@@ -31,15 +31,6 @@ struct Settings {
     stats_period: Option<Duration>,
     verify: bool,
     flows: u16,
-}
-
-#[derive(Default)]
-struct Totals {
-    tx: u64,
-    rx: u64,
-    oerrors: u64,
-    ierrors: u64,
-    nombuf: u64,
 }
 
 fn main() -> ExitCode {
@@ -355,32 +346,21 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
         if let Some(period) = s.stats_period {
             if now.duration_since(last_stats) >= period {
                 last_stats = now;
-                print_stats(&ports, start.elapsed());
+                print_stats(&mut ports, start.elapsed());
             }
         }
     }
     let elapsed = start.elapsed();
-    print_stats(&ports, elapsed);
-    let mut totals = Totals::default();
-    for (_, (tx, rx)) in &ports {
-        for q in tx {
-            totals.tx += q.stats().packets;
-            totals.oerrors += q.stats().errors;
-        }
-        for q in rx {
-            totals.rx += q.stats().packets;
-            totals.ierrors += q.stats().errors + q.stats().bad_cqes;
-            totals.nombuf += q.stats().nombuf;
-        }
+    let mut totals = PortStats::default();
+    for st in print_stats(&mut ports, elapsed) {
+        totals.opackets += st.opackets;
+        totals.oerrors += st.oerrors;
+        totals.ipackets += st.ipackets;
+        totals.ierrors += st.ierrors;
+        totals.rx_nombuf += st.rx_nombuf;
+        totals.imissed += st.imissed;
     }
-    // The device's Q counters: frames dropped because a receive ring was empty.
-    let mut imissed = 0;
-    for (port, _) in &mut ports {
-        match port.rx_missed() {
-            Ok(missed) => imissed += missed.unwrap_or(0),
-            Err(e) => eprintln!("reading the port's drop counter failed: {e}"),
-        }
-    }
+    let imissed = totals.imissed;
     drop(pending);
     for (port, queues) in ports {
         drop(queues);
@@ -394,7 +374,7 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
     let sent = if generating {
         generator.generated()
     } else {
-        totals.tx
+        totals.opackets
     };
     let lost = if generating {
         sent.saturating_sub(rx)
@@ -420,28 +400,27 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
     })
 }
 
-fn print_stats<B: Backend>(ports: &[(Port<B>, Queues<B>)], elapsed: Duration) {
-    for (i, (_, (tx, rx))) in ports.iter().enumerate() {
-        let (mut opk, mut ob, mut oerr, mut bf, mut db) = (0, 0, 0, 0, 0);
-        for q in tx {
-            let st = q.stats();
-            opk += st.packets;
-            ob += st.bytes;
-            oerr += st.errors;
-            bf += st.blueflame;
-            db += st.doorbells;
-        }
-        let (mut ipk, mut ib, mut ierr, mut nombuf) = (0, 0, 0, 0);
-        for q in rx {
-            let st = q.stats();
-            ipk += st.packets;
-            ib += st.bytes;
-            ierr += st.errors + st.bad_cqes;
-            nombuf += st.nombuf;
-        }
+/// Prints each port's statistics and returns them.
+fn print_stats<B: Backend>(
+    ports: &mut [(Port<B>, Queues<B>)],
+    elapsed: Duration,
+) -> Vec<PortStats> {
+    let mut all = Vec::with_capacity(ports.len());
+    for (i, (port, _)) in ports.iter_mut().enumerate() {
+        let st = port.stats().unwrap_or_else(|e| {
+            eprintln!("port {i}: reading the device's drop counter failed: {e}");
+            PortStats::from_xstats(&port.xstats())
+        });
+        let x = port.xstats();
+        let db: u64 = x.tx.iter().map(|q| q.doorbells).sum();
+        let bf: u64 = x.tx.iter().map(|q| q.blueflame).sum();
         println!(
-            "port {i} [{:.1}s]: rx {ipk} pkts {ib} bytes (ierrors {ierr}, rx_nombuf {nombuf}) | tx {opk} pkts {ob} bytes (oerrors {oerr}, doorbells {db}, blueflame {bf})",
-            elapsed.as_secs_f64()
+            "port {i} [{:.1}s]: rx {} pkts {} bytes (imissed {}, ierrors {}, rx_nombuf {}) | tx {} pkts {} bytes (oerrors {}, doorbells {db}, blueflame {bf})",
+            elapsed.as_secs_f64(),
+            st.ipackets, st.ibytes, st.imissed, st.ierrors, st.rx_nombuf,
+            st.opackets, st.obytes, st.oerrors,
         );
+        all.push(st);
     }
+    all
 }

@@ -23,6 +23,18 @@ pub enum VfioError {
         reason: &'static str,
     },
 
+    /// A device spec option was not recognised.
+    #[error(
+        "bad device spec {input:?}: {reason}; write it as [pci:]DOMAIN:BUS:DEVICE.FUNCTION \
+         optionally followed by ,iommu=auto|type1|iommufd|noiommu"
+    )]
+    BadSpec {
+        /// What was given.
+        input: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// An IOMMU mode name was not recognised.
     #[error("unknown IOMMU mode {input:?}: use auto, type1, iommufd or noiommu")]
     BadMode {

@@ -23,6 +23,7 @@ mod iommufd;
 mod noiommu;
 pub mod pci;
 mod real;
+mod spec;
 pub mod sys;
 pub mod testing;
 mod type1;
@@ -34,6 +35,7 @@ pub use device::{MmioAccess, VfioDevice, MIN_BAR0_LEN, MIN_MEMLOCK_BYTES};
 pub use error::VfioError;
 pub use pci::{GroupMember, PciAddress};
 pub use real::RealSys;
+pub use spec::DeviceSpec;
 pub use sys::VfioSys;
 
 /// Which kernel arrangement to reach the function through (`--iommu-mode`).
