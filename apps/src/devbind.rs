@@ -62,56 +62,26 @@ impl Bdf {
     /// Parses `DOMAIN:BUS:DEVICE.FUNCTION` (`0000:06:00.0`) or `BUS:DEVICE.FUNCTION` (`06:00.0`,
     /// domain 0), in hexadecimal, either case.
     pub fn parse(text: &str) -> Result<Self, DevbindError> {
-        let bad = |reason: &str| DevbindError::BadBdf {
-            input: text.to_string(),
-            reason: reason.to_string(),
-        };
-        let trimmed = text.trim();
-        let (head, function) = trimmed
-            .rsplit_once('.')
-            .ok_or_else(|| bad("no '.' before the function number"))?;
-        let parts: Vec<&str> = head.split(':').collect();
-        let (domain, bus, device) = match parts.as_slice() {
-            [bus, device] => ("0", *bus, *device),
-            [domain, bus, device] => (*domain, *bus, *device),
-            _ => {
-                return Err(bad(
-                    "expected two or three ':'-separated fields before the '.'",
-                ))
+        // One parser for PCI addresses: the driver's, so both accept exactly the same spellings.
+        match cxdirect::vfio::PciAddress::parse(text) {
+            Ok(a) => Ok(Self {
+                domain: a.domain(),
+                bus: a.bus(),
+                device: a.device(),
+                function: a.function(),
+            }),
+            Err(cxdirect::vfio::VfioError::BadAddress { reason, .. }) => {
+                Err(DevbindError::BadBdf {
+                    input: text.to_string(),
+                    reason: reason.to_string(),
+                })
             }
-        };
-        let domain = parse_hex_field(domain, 8, "domain").map_err(|r| bad(&r))?;
-        let bus = parse_hex_field(bus, 2, "bus").map_err(|r| bad(&r))?;
-        let device = parse_hex_field(device, 2, "device").map_err(|r| bad(&r))?;
-        let function = parse_hex_field(function, 1, "function").map_err(|r| bad(&r))?;
-        if device > 0x1f {
-            return Err(bad(&format!("device {device:#x} is above 0x1f")));
+            Err(other) => Err(DevbindError::BadBdf {
+                input: text.to_string(),
+                reason: other.to_string(),
+            }),
         }
-        if function > 7 {
-            return Err(bad(&format!("function {function:#x} is above 7")));
-        }
-        let narrow = |value: u32| u8::try_from(value).map_err(|_| bad("a field is too large"));
-        Ok(Self {
-            domain,
-            bus: narrow(bus)?,
-            device: narrow(device)?,
-            function: narrow(function)?,
-        })
     }
-}
-
-/// Parses one field of a PCI address: 1 to `max_digits` hexadecimal digits.
-fn parse_hex_field(text: &str, max_digits: usize, name: &str) -> Result<u32, String> {
-    if text.is_empty() {
-        return Err(format!("the {name} field is empty"));
-    }
-    if text.len() > max_digits || !text.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(format!(
-            "the {name} field '{text}' is not 1 to {max_digits} hexadecimal digits"
-        ));
-    }
-    u32::from_str_radix(text, 16)
-        .map_err(|_| format!("the {name} field '{text}' is not hexadecimal"))
 }
 
 impl FromStr for Bdf {

@@ -206,16 +206,16 @@ fn bdf_accepts_both_spellings_and_prints_the_kernels() {
 #[test]
 fn bad_bdf_says_what_is_wrong_and_how_to_write_one() {
     for (input, reason) in [
-        ("", "no '.'"),
-        ("06:00", "no '.'"),
+        ("", "it is empty"),
+        ("06:00", "\".FUNCTION\" part is missing"),
         ("06.0", "two or three"),
         ("0:0:06:00.0", "two or three"),
-        ("06:zz.0", "device field 'zz'"),
-        ("06:20.0", "device 0x20 is above 0x1f"),
-        ("06:00.8", "function 0x8 is above 7"),
-        ("106:00.0", "bus field '106'"),
-        ("06:00.", "function field is empty"),
-        ("eth0", "no '.'"),
+        ("06:zz.0", "the device is not 1 or 2 hex digits"),
+        ("06:20.0", "the device number is above 1f"),
+        ("06:00.8", "the function number is above 7"),
+        ("106:00.0", "the bus is not 1 or 2 hex digits"),
+        ("06:00.", "the function is not one hex digit"),
+        ("eth0", "\".FUNCTION\" part is missing"),
     ] {
         let err = Bdf::parse(input).unwrap_err();
         assert!(
