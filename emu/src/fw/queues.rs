@@ -345,16 +345,24 @@ pub(crate) fn create_sq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     Ok(())
 }
 
+/// A MODIFY command names the state it believes the queue is in; a mismatch is refused.
+fn claimed_state_matches(current: QState, claimed: u8, mismatch: &'static str) -> CmdResult {
+    if claimed == current as u8 {
+        Ok(())
+    } else {
+        Err(bad_state(Syndrome::StateMismatch, mismatch))
+    }
+}
+
 pub(crate) fn modify_sq(core: &mut Core, input: &[u8]) -> CmdResult {
     let cmd = input_as!(ModifySqIn<&[u8]>, input);
     let sqn = cmd.sqn();
     let sq = core.res.sqs.get(sqn).ok_or(bad_res("no such SQ"))?;
-    if cmd.sq_state() != sq.state as u8 {
-        return Err(bad_state(
-            Syndrome::StateMismatch,
-            "MODIFY_SQ current state does not match the SQ",
-        ));
-    }
+    claimed_state_matches(
+        sq.state,
+        cmd.sq_state(),
+        "MODIFY_SQ current state does not match the SQ",
+    )?;
     let next = transition(sq.state, cmd.ctx().state())?;
     let slot = sq.slot;
     let bytes = context_bytes(cmd.ctx().as_bytes());
@@ -453,12 +461,11 @@ pub(crate) fn modify_rq(core: &mut Core, input: &[u8]) -> CmdResult {
     let cmd = input_as!(ModifyRqIn<&[u8]>, input);
     let rqn = cmd.rqn();
     let rq = core.res.rqs.get(rqn).ok_or(bad_res("no such RQ"))?;
-    if cmd.rq_state() != rq.state as u8 {
-        return Err(bad_state(
-            Syndrome::StateMismatch,
-            "MODIFY_RQ current state does not match the RQ",
-        ));
-    }
+    claimed_state_matches(
+        rq.state,
+        cmd.rq_state(),
+        "MODIFY_RQ current state does not match the RQ",
+    )?;
     let next = transition(rq.state, cmd.ctx().state())?;
     let slot = rq.slot;
     let old_set = rq.counter_set;
@@ -547,12 +554,11 @@ pub(crate) fn modify_rmp(core: &mut Core, input: &[u8]) -> CmdResult {
     let cmd = input_as!(ModifyRmpIn<&[u8]>, input);
     let rmpn = cmd.rmpn();
     let rmp = core.res.rmps.get(rmpn).ok_or(bad_res("no such RMP"))?;
-    if cmd.rmp_state() != rmp.state as u8 {
-        return Err(bad_state(
-            Syndrome::StateMismatch,
-            "MODIFY_RMP current state does not match the RMP",
-        ));
-    }
+    claimed_state_matches(
+        rmp.state,
+        cmd.rmp_state(),
+        "MODIFY_RMP current state does not match the RMP",
+    )?;
     let next = QState::from_raw(cmd.ctx().state())
         .ok_or(bad_param(Syndrome::BadStateTransition, "unknown RMP state"))?;
     let allowed = matches!(
