@@ -19,6 +19,7 @@ use cxdirect_hw::hca::{
 use cxdirect_hw::init_seg;
 use cxdirect_hw::reg::{self, AccessRegisterIn, PaosReg, PmtuReg};
 use cxdirect_hw::vport::{QueryNicVportContextOut, QueryVportStateOut, VPORT_STATE_UP};
+use cxdirect_hw::wq::{QueryRmpOut, RmpState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -105,6 +106,17 @@ pub struct TeardownReport {
     pub pages_kept: usize,
 }
 
+/// A shared receive ring as the device reports it (QUERY_RMP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RmpStatus {
+    /// Ready or in error.
+    pub state: RmpState,
+    /// The armed low watermark in buffers; 0 when disarmed (after it fired).
+    pub limit: u32,
+    /// Buffers posted and not yet consumed by the device.
+    pub posted: u32,
+}
+
 struct Health {
     last_counter: u32,
     last_change: Instant,
@@ -132,6 +144,8 @@ pub struct Device<B: Backend> {
     unreported: Vec<Event>,
     events: EventCounts,
     info: DeviceInfo,
+    /// Shared receive rings (RMP number, entries) whose limit events the driver reports.
+    shared_rings: Vec<(u32, u32)>,
     torn_down: bool,
 }
 
@@ -206,6 +220,7 @@ impl<B: Backend> Device<B> {
                 cmdif_rev,
                 ..DeviceInfo::default()
             },
+            shared_rings: Vec::new(),
             torn_down: false,
         };
         dev.setup_function()?;
@@ -368,7 +383,30 @@ impl<B: Backend> Device<B> {
     }
 
     fn create_async_eq(&mut self) -> Result<(), DriverError> {
-        let log = self.options.async_eq_log_size.clamp(4, 12);
+        let bitmask = ASYNC_EVENTS.iter().fold(0, |m, e| m | event_bit(*e));
+        let log = self.options.async_eq_log_size;
+        let mut eq = self.create_eq(log, bitmask, 0)?;
+        eq.arm(&*self.backend);
+        self.eq = Some(eq);
+        Ok(())
+    }
+
+    /// Creates an EQ of 2^`log_size` entries (clamped to 16..=4096) taking the events in
+    /// `bitmask` (completion events need none: CQs name their EQ) and signalling MSI-X `vector`.
+    /// The caller arms it.
+    pub(crate) fn create_eq(
+        &mut self,
+        log_size: u8,
+        bitmask: u64,
+        vector: u16,
+    ) -> Result<EventQueue, DriverError> {
+        if usize::from(vector) >= self.interrupts.len() || vector > 255 {
+            return Err(DriverError::Invalid(format!(
+                "MSI-X vector {vector} is not enabled ({} are): raise Options::msix_vectors",
+                self.interrupts.len()
+            )));
+        }
+        let log = log_size.clamp(4, 12);
         let len = (64usize << log).max(4096);
         let region = DmaRegion::new(self.iommu.clone(), &self.iovas, len, PageKind::Small)?;
         // Every entry starts owned by hardware: owner bit set, so the first pass reads none.
@@ -379,22 +417,117 @@ impl<B: Backend> Device<B> {
         {
             let mut c =
                 CreateEqIn::new(&mut cmd[..]).map_err(|_| DriverError::Invalid("EQ".into()))?;
-            c.set_event_bitmask(ASYNC_EVENTS.iter().fold(0, |m, e| m | event_bit(*e)));
+            c.set_event_bitmask(bitmask);
             c.eq_context_entry_mut()
                 .set_log_eq_size(log)
                 .set_uar_page(self.uar)
-                .set_intr(0)
+                .set_intr(vector.min(255) as u8)
                 .set_log_page_size((len.trailing_zeros() - 12) as u8);
             let _ = c.set_pas(0, region.iova());
         }
         let out = self.exec(&cmd, 16)?;
         let eqn = CreateEqOut::new(&out[..])
             .map(|o| u32::from(o.eq_number()))
-            .unwrap_or(0);
-        let mut eq = EventQueue::new(region, log, eqn, self.uar);
-        eq.arm(&*self.backend);
-        self.eq = Some(eq);
-        Ok(())
+            .map_err(|_| DriverError::BadDeviceValue {
+                what: "CREATE_EQ output length",
+                value: out.len() as u64,
+            })?;
+        Ok(EventQueue::new(region, log, eqn, self.uar))
+    }
+
+    /// DESTROY_EQ.
+    pub(crate) fn destroy_eq(&mut self, eqn: u32) -> Result<(), DriverError> {
+        let mut cmd = input(Opcode::DestroyEq, 0, 16);
+        cmd[0xb] = eqn as u8;
+        self.exec(&cmd, 16).map(|_| ())
+    }
+
+    /// A second handle on MSI-X `vector`'s eventfd (`None` when the vector is not enabled).
+    pub(crate) fn interrupt(&self, vector: u16) -> Result<Option<Interrupt>, DriverError> {
+        match self.interrupts.get(usize::from(vector)) {
+            Some(irq) => Ok(Some(irq.try_clone()?)),
+            None => Ok(None),
+        }
+    }
+
+    /// MSI-X vectors enabled (vector 0 carries async events, the rest are free for receive
+    /// interrupts).
+    pub fn msix_vectors(&self) -> usize {
+        self.interrupts.len()
+    }
+
+    /// The async event queue's eventfd (MSI-X vector 0): readable when the device has posted an
+    /// event — a shared ring's low watermark, a page request, a port change, an error. Wait on
+    /// it (poll, epoll), then call [`Device::poll_events`].
+    pub fn event_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.interrupts.first().map(|irq| irq.as_fd())
+    }
+
+    /// Sleeps until the async event queue's vector fires or `timeout` passes; returns the
+    /// interrupts taken (0 on timeout). Then call [`Device::poll_events`].
+    pub fn wait_event(&mut self, timeout: Duration) -> u64 {
+        let fired = self.interrupts.first().map_or(0, |irq| irq.wait(timeout));
+        self.info.async_interrupts += fired;
+        fired
+    }
+
+    /// Starts reporting limit events of the shared ring `rmpn` (of `entries` buffers).
+    pub(crate) fn register_shared_ring(&mut self, rmpn: u32, entries: u32) {
+        self.shared_rings.push((rmpn, entries));
+    }
+
+    /// Stops reporting limit events of the shared ring `rmpn`.
+    pub(crate) fn unregister_shared_ring(&mut self, rmpn: u32) {
+        self.shared_rings.retain(|&(n, _)| n != rmpn);
+    }
+
+    /// QUERY_RMP: the ring's state, armed limit and posted buffers as the device sees them,
+    /// checked against the ring's size.
+    pub(crate) fn query_rmp(&mut self, rmpn: u32) -> Result<RmpStatus, DriverError> {
+        let entries = self
+            .shared_rings
+            .iter()
+            .find(|&&(n, _)| n == rmpn)
+            .map(|&(_, e)| e)
+            .ok_or_else(|| DriverError::Invalid(format!("no shared ring {rmpn} on this device")))?;
+        let mut cmd = input(Opcode::QueryRmp, 0, 16);
+        cmd[8..12].copy_from_slice(&rmpn.to_be_bytes());
+        let out = self.exec(&cmd, QueryRmpOut::<&[u8]>::SIZE)?;
+        let out = QueryRmpOut::new(&out[..]).map_err(|_| DriverError::BadDeviceValue {
+            what: "QUERY_RMP output length",
+            value: out.len() as u64,
+        })?;
+        let ctx = out.rmp_context();
+        let wq = ctx.wq();
+        let posted = u32::from((wq.sw_counter() as u16).wrapping_sub(wq.hw_counter() as u16));
+        if posted > entries {
+            return Err(DriverError::BadDeviceValue {
+                what: "shared ring posted count (QUERY_RMP counters)",
+                value: u64::from(posted),
+            });
+        }
+        let limit = u32::from(wq.lwm());
+        if limit > entries {
+            return Err(DriverError::BadDeviceValue {
+                what: "shared ring limit (QUERY_RMP lwm)",
+                value: u64::from(limit),
+            });
+        }
+        let state = match RmpState::try_from(ctx.state()) {
+            Ok(state) => state,
+            Err(_) => {
+                return Err(DriverError::BadDeviceValue {
+                    what: "shared ring state (QUERY_RMP)",
+                    value: u64::from(ctx.state()),
+                })
+            }
+        };
+        Ok(RmpStatus {
+            state,
+            limit,
+            posted,
+        })
     }
 
     /// Reads the port's MAC, state and MTU.
@@ -518,7 +651,13 @@ impl<B: Backend> Device<B> {
         self.ensure_healthy()?;
         self.drain_events();
         self.serve_page_requests()?;
-        Ok(std::mem::take(&mut self.unreported))
+        let mut events = std::mem::take(&mut self.unreported);
+        for ev in &mut events {
+            if let Event::SharedRingLow { ring, posted } = ev {
+                *posted = self.query_rmp(*ring)?.posted;
+            }
+        }
+        Ok(events)
     }
 
     /// Takes the async EQ's entries and interrupt count, recording the events.
@@ -529,7 +668,15 @@ impl<B: Backend> Device<B> {
         }
         let start = self.unreported.len();
         eq.poll(&*self.backend, &mut self.unreported);
-        for ev in &self.unreported[start..] {
+        for ev in &mut self.unreported[start..] {
+            if let Event::SharedRingLow { ring, .. } = *ev {
+                // Only a ring this driver created may be named.
+                if !self.shared_rings.iter().any(|&(n, _)| n == ring) {
+                    *ev = Event::Invalid {
+                        raw_type: EventType::SrqRqLimit as u8,
+                    };
+                }
+            }
             record(&mut self.events, &mut self.pending_pages, *ev);
             if let Event::PortChange { up } = ev {
                 self.info.link_up = *up;
@@ -645,10 +792,8 @@ impl<B: Backend> Device<B> {
         self.torn_down = true;
         self.ensure_healthy()?;
         if let Some(eq) = self.eq.take() {
-            let mut cmd = input(Opcode::DestroyEq, 0, 16);
-            cmd[0xb] = eq.eqn as u8;
             // Commands now complete by polling.
-            self.exec(&cmd, 16)?;
+            self.destroy_eq(eq.eqn)?;
         }
         let (uar, pd, td) = (self.uar, self.pd, self.td);
         for (op, id) in [
@@ -707,7 +852,7 @@ fn record(events: &mut EventCounts, pending_pages: &mut Vec<i32>, ev: Event) {
         Event::PortChange { .. } => events.port_changes += 1,
         Event::CqError { .. } => events.cq_errors += 1,
         Event::QueueError { .. } => events.queue_errors += 1,
-        Event::SrqLimit { .. } => events.limits += 1,
+        Event::SharedRingLow { .. } => events.limits += 1,
         Event::Invalid { .. } => events.invalid += 1,
         Event::Completion { .. } | Event::Other(_) => {}
     }

@@ -36,10 +36,14 @@ pub enum Event {
         /// The reason code.
         syndrome: u8,
     },
-    /// A shared receive pool or queue fell below its armed limit.
-    SrqLimit {
-        /// The RMP, SRQ or RQ number.
-        number: u32,
+    /// A shared receive ring fell below its armed low watermark (SRQ_RQ_LIMIT). The limit is
+    /// one-shot: it reads 0 until armed again with [`crate::Port::set_shared_limit`].
+    SharedRingLow {
+        /// The ring (its RMP number, as [`crate::SharedRxRing::id`] reports it).
+        ring: u32,
+        /// Receive buffers the device still had posted on the ring when the driver handled the
+        /// event (QUERY_RMP; 0..ring size).
+        posted: u32,
     },
     /// A queue hit a catastrophic error.
     QueueError {
@@ -109,6 +113,11 @@ impl EventQueue {
     /// Takes every EQE software owns, appending the checked events to `out`; reports the
     /// consumer index and re-arms when anything was taken. Returns the number taken.
     pub fn poll<B: Backend>(&mut self, backend: &B, out: &mut Vec<Event>) -> usize {
+        self.poll_each(backend, |ev| out.push(ev))
+    }
+
+    /// As [`EventQueue::poll`], handing each checked event to `handle` (no allocation).
+    pub fn poll_each<B: Backend>(&mut self, backend: &B, mut handle: impl FnMut(Event)) -> usize {
         let mask = (1u32 << self.log_size) - 1;
         let mut taken = 0;
         let mut eqe = [0u8; EQE_SIZE];
@@ -126,7 +135,7 @@ impl EventQueue {
             if self.region.read(offset, &mut eqe).is_err() {
                 break;
             }
-            out.push(decode(&eqe));
+            handle(decode(&eqe));
             self.ci = self.ci.wrapping_add(1);
             self.since_update += 1;
             taken += 1;
@@ -172,8 +181,9 @@ fn decode(eqe: &[u8; EQE_SIZE]) -> Event {
             cqn: be32(&data[0..4]) & 0x00ff_ffff,
             syndrome: data[11],
         },
-        EventType::SrqRqLimit => Event::SrqLimit {
-            number: be32(&data[24..28]) & 0x00ff_ffff,
+        EventType::SrqRqLimit => Event::SharedRingLow {
+            ring: be32(&data[24..28]) & 0x00ff_ffff,
+            posted: 0,
         },
         EventType::WqCatastrophicError
         | EventType::WqInvalidRequestError

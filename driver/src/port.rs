@@ -8,6 +8,8 @@ use crate::error::DriverError;
 use crate::mempool::Mempool;
 use crate::qcounter::QCounterSet;
 use crate::queue::{CqRing, InlineMode, Quarantine, RxQueue, TxQueue};
+use crate::rxirq::CompletionInterrupt;
+use crate::shared::{SharedRing, SharedRxConfig, SharedRxQueue, SharedRxRing};
 use crate::stats::{PortStats, QueueXstats, StatsHandle};
 use cxdirect_dma::{DmaRegion, PageKind};
 use cxdirect_hw::cmd::Opcode;
@@ -55,6 +57,15 @@ pub struct PortConfig {
     pub rss_key: [u8; 40],
     /// Copy a lone WQE into the BlueFlame register so the device need not fetch it.
     pub blueflame: bool,
+    /// Give each receive queue a completion interrupt (its own EQ on MSI-X vector `1 + index`;
+    /// needs `Options::msix_vectors` ≥ `rx_queues + 1`), so idle receivers can sleep.
+    pub rx_interrupts: bool,
+    /// Draw every receive queue's buffers from one shared ring instead of a ring per queue;
+    /// the queues then come from [`Port::take_shared_rx`].
+    pub shared_rx: Option<SharedRxConfig>,
+    /// Steer UDP/IPv4 frames to destination port `base + i` straight to receive queue `i`
+    /// (ahead of RSS; other frames are hashed as usual). `None`: RSS only.
+    pub udp_port_queues: Option<u16>,
 }
 
 impl Default for PortConfig {
@@ -72,21 +83,28 @@ impl Default for PortConfig {
             buf_size: 2048,
             rss_key: DEFAULT_RSS_KEY,
             blueflame: true,
+            rx_interrupts: false,
+            shared_rx: None,
+            udp_port_queues: None,
         }
     }
 }
 
-/// The queue handles a started port gives the application: send queues, then receive queues.
+/// The queue handles a started port gives the application: send queues, then receive queues
+/// (none when the port runs a shared receive ring: see [`Port::take_shared_rx`]).
 pub type Queues<B> = (Vec<TxQueue<B>>, Vec<RxQueue<B>>);
+
+/// A shared receive ring's handles: the ring (to refill) and the queues drawing from it.
+pub type SharedQueues<B> = (SharedRxRing<B>, Vec<SharedRxQueue<B>>);
 
 /// The objects behind a running port, destroyed in reverse order by [`Port::close`].
 pub struct Port<B: Backend> {
-    dev: Device<B>,
-    pool: Mempool,
+    pub(crate) dev: Device<B>,
+    pub(crate) pool: Mempool,
     mkey_index: u32,
     tis: u32,
     sqs: Vec<u32>,
-    rqs: Vec<u32>,
+    pub(crate) rqs: Vec<u32>,
     cqs: Vec<u32>,
     uars: Vec<u32>,
     rqt: Option<u32>,
@@ -94,10 +112,16 @@ pub struct Port<B: Backend> {
     tables: Vec<u32>,
     groups: Vec<(u32, u32)>,
     entries: Vec<(u32, u32)>,
-    q_counter: Option<QCounterSet>,
+    pub(crate) q_counter: Option<QCounterSet>,
     tx_stats: Vec<StatsHandle>,
-    rx_stats: Vec<StatsHandle>,
+    pub(crate) rx_stats: Vec<StatsHandle>,
     quarantine: Quarantine,
+    /// Completion EQs of receive queues in interrupt mode.
+    pub(crate) eqs: Vec<u32>,
+    /// The shared receive ring, kept until its RMP is destroyed.
+    pub(crate) shared: Option<Arc<SharedRing>>,
+    /// The shared ring's handles, until the application takes them.
+    pub(crate) shared_handles: Option<SharedQueues<B>>,
     config: PortConfig,
 }
 
@@ -109,11 +133,11 @@ pub(crate) fn input(opcode: Opcode, op_mod: u16, size: usize) -> Vec<u8> {
     buf
 }
 
-fn out_u32(out: &[u8]) -> u32 {
+pub(crate) fn out_u32(out: &[u8]) -> u32 {
     u32::from_be_bytes([out[8], out[9], out[10], out[11]]) & 0x00ff_ffff
 }
 
-fn invalid(msg: impl Into<String>) -> DriverError {
+pub(crate) fn invalid(msg: impl Into<String>) -> DriverError {
     DriverError::Invalid(msg.into())
 }
 
@@ -150,12 +174,36 @@ impl PortConfig {
                 crate::mempool::HEADROOM
             )));
         }
-        if self.pool_buffers < 2 * self.ring_size * u32::from(self.rx_queues) {
+        let rx_buffers = match &self.shared_rx {
+            Some(shared) => {
+                shared.validate(caps.log_max_wq_sz())?;
+                shared.ring_size
+            }
+            None => self.ring_size * u32::from(self.rx_queues),
+        };
+        if self.pool_buffers < 2 * rx_buffers {
             return Err(invalid(format!(
                 "pool of {} buffers is smaller than twice the receive rings ({})",
                 self.pool_buffers,
-                2 * self.ring_size * u32::from(self.rx_queues)
+                2 * rx_buffers
             )));
+        }
+        if self.rx_interrupts && dev.msix_vectors() < usize::from(self.rx_queues) + 1 {
+            return Err(invalid(format!(
+                "receive interrupts for {} queues need {} MSI-X vectors, {} are enabled: set \
+                 Options::msix_vectors",
+                self.rx_queues,
+                self.rx_queues + 1,
+                dev.msix_vectors()
+            )));
+        }
+        if let Some(base) = self.udp_port_queues {
+            if u32::from(base) + u32::from(self.rx_queues) > 0x10000 {
+                return Err(invalid(format!(
+                    "UDP ports {base}.. for {} queues run past 65535",
+                    self.rx_queues
+                )));
+            }
         }
         if self.cqe_every == 0 || u32::from(self.cqe_every) > self.ring_size {
             return Err(invalid("cqe_every must be 1..=ring size"));
@@ -191,6 +239,9 @@ impl<B: Backend> Port<B> {
             tx_stats: Vec::new(),
             rx_stats: Vec::new(),
             quarantine: Arc::new(Mutex::new(Vec::new())),
+            eqs: Vec::new(),
+            shared: None,
+            shared_handles: None,
             config,
         };
         match port.build() {
@@ -220,8 +271,13 @@ impl<B: Backend> Port<B> {
         }
         self.q_counter = QCounterSet::alloc(&mut self.dev)?;
         let mut rx = Vec::new();
-        for _ in 0..self.config.rx_queues {
-            rx.push(self.create_rx(pd)?);
+        match self.config.shared_rx {
+            Some(shared) => self.create_shared_rx(pd, shared)?,
+            None => {
+                for index in 0..self.config.rx_queues {
+                    rx.push(self.create_rx(pd, index)?);
+                }
+            }
         }
         self.create_steering(td)?;
         self.dev.set_port_admin(true)?;
@@ -290,12 +346,39 @@ impl<B: Backend> Port<B> {
         Ok(())
     }
 
-    fn dma(&self, len: usize) -> Result<DmaRegion, DriverError> {
+    pub(crate) fn dma(&self, len: usize) -> Result<DmaRegion, DriverError> {
         let (iommu, iovas) = self.dev.dma();
         Ok(DmaRegion::new(iommu, &iovas, len, PageKind::Auto)?)
     }
 
-    fn create_cq(&mut self, entries: u32, uar: u32) -> Result<CqRing, DriverError> {
+    /// A completion EQ on vector `1 + index` for receive queue `index`, when the port runs
+    /// receive interrupts; its number, for the queue's CQ, and the interrupt. Otherwise the
+    /// async EQ's number 0 is not used: CQs without interrupts are never armed.
+    pub(crate) fn rx_interrupt(
+        &mut self,
+        index: u16,
+        uar: u32,
+    ) -> Result<(u32, Option<CompletionInterrupt<B>>), DriverError> {
+        if !self.config.rx_interrupts {
+            return Ok((0, None));
+        }
+        let vector = index + 1;
+        let eq = self.dev.create_eq(6, 0, vector)?;
+        self.eqs.push(eq.eqn);
+        let irq = self
+            .dev
+            .interrupt(vector)?
+            .ok_or_else(|| invalid(format!("MSI-X vector {vector} is not enabled")))?;
+        let irq = CompletionInterrupt::new(self.dev.backend_arc().clone(), eq, irq, uar);
+        Ok((irq.eqn(), Some(irq)))
+    }
+
+    pub(crate) fn create_cq(
+        &mut self,
+        entries: u32,
+        uar: u32,
+        eqn: u32,
+    ) -> Result<CqRing, DriverError> {
         let log = entries.trailing_zeros() as u8;
         let region = self.dma(64 * entries as usize)?;
         for i in 0..entries as usize {
@@ -310,7 +393,7 @@ impl<B: Backend> Port<B> {
             c.cq_context_mut()
                 .set_log_cq_size(log)
                 .set_uar_page(uar)
-                .set_c_eqn(0)
+                .set_c_eqn(eqn as u8)
                 .set_log_page_size((page.trailing_zeros() - 12) as u8)
                 .set_dbr_addr(dbr.iova());
             for i in 0..pages {
@@ -332,7 +415,7 @@ impl<B: Backend> Port<B> {
         let uar = out_u32(&self.dev.exec(&input(Opcode::AllocUar, 0, 16), 16)?);
         self.uars.push(uar);
         let entries = self.config.ring_size;
-        let cq = self.create_cq(entries, uar)?;
+        let cq = self.create_cq(entries, uar, 0)?;
         let ring = self.dma(64 * entries as usize)?;
         let dbr = self.dma(64)?;
         let page = ring.page_size();
@@ -393,10 +476,11 @@ impl<B: Backend> Port<B> {
         })
     }
 
-    fn create_rx(&mut self, pd: u32) -> Result<RxQueue<B>, DriverError> {
+    fn create_rx(&mut self, pd: u32, index: u16) -> Result<RxQueue<B>, DriverError> {
         let entries = self.config.ring_size;
         let (uar, _, _) = self.dev.resources();
-        let cq = self.create_cq(entries, uar)?;
+        let (eqn, interrupt) = self.rx_interrupt(index, uar)?;
+        let cq = self.create_cq(entries, uar, eqn)?;
         let ring = self.dma(16 * entries as usize)?;
         let dbr = self.dma(64)?;
         let page = ring.page_size();
@@ -445,13 +529,14 @@ impl<B: Backend> Port<B> {
             stats: Default::default(),
             published: Self::register_stats(&mut self.rx_stats),
             quarantine: self.quarantine.clone(),
+            interrupt,
         };
         rxq.refill();
         Ok(rxq)
     }
 
     /// A fresh shared stats block, remembered in `list` for [`Port::stats`].
-    fn register_stats(list: &mut Vec<StatsHandle>) -> StatsHandle {
+    pub(crate) fn register_stats(list: &mut Vec<StatsHandle>) -> StatsHandle {
         let handle = StatsHandle::default();
         list.push(handle.clone());
         handle
@@ -491,12 +576,14 @@ impl<B: Backend> Port<B> {
         Ok(tirn)
     }
 
-    fn create_table(&mut self, level: u8) -> Result<u32, DriverError> {
+    fn create_table(&mut self, level: u8, log_size: u8) -> Result<u32, DriverError> {
         let mut cmd = input(Opcode::CreateFlowTable, 0, CreateFlowTableIn::<&[u8]>::SIZE);
         CreateFlowTableIn::new(&mut cmd[..])
             .map(|mut c| {
                 c.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX);
-                c.flow_table_context_mut().set_level(level).set_log_size(4);
+                c.flow_table_context_mut()
+                    .set_level(level)
+                    .set_log_size(log_size);
             })
             .ok();
         let id = out_u32(&self.dev.exec(&cmd, 16)?);
@@ -568,8 +655,27 @@ impl<B: Backend> Port<B> {
             }
             let rqt = out_u32(&self.dev.exec(&cmd, 16)?);
             self.rqt = Some(rqt);
-            let table = self.create_table(1)?;
+            // Per-port UDP rules first (lower index matches first), then 7 RSS rules.
+            let rules = rqs.len() * usize::from(self.config.udp_port_queues.is_some()) + 7;
+            let table = self.create_table(1, rules.next_power_of_two().trailing_zeros() as u8)?;
             let mut index = 0;
+            if let Some(base) = self.config.udp_port_queues {
+                for (i, &rqn) in rqs.iter().enumerate() {
+                    let tirn = self.create_tir(td, TirKind::Direct(rqn))?;
+                    let port = base + i as u16;
+                    self.add_rule(
+                        table,
+                        index,
+                        move |m, mask| {
+                            m.set_ip_version(if mask { 0xf } else { 4 })
+                                .set_ip_protocol(if mask { 0xff } else { 17 })
+                                .set_udp_dport(if mask { 0xffff } else { port });
+                        },
+                        (flow::FLOW_DESTINATION_TYPE_TIR, tirn),
+                    )?;
+                    index += 1;
+                }
+            }
             for (version, l3) in [(4u8, 0u8), (6, 1)] {
                 for (proto, l4) in [(17u8, 1u8), (6, 0)] {
                     let tirn = self.create_tir(
@@ -612,7 +718,7 @@ impl<B: Backend> Port<B> {
             (flow::FLOW_DESTINATION_TYPE_FLOW_TABLE, table)
         };
         // The root: everything (promiscuous), or the port's MAC plus broadcast and multicast.
-        let root = self.create_table(0)?;
+        let root = self.create_table(0, 4)?;
         if self.config.promiscuous {
             self.add_rule(root, 0, |_, _| {}, classify)?;
         } else {
@@ -765,6 +871,19 @@ impl<B: Backend> Port<B> {
         for rqn in std::mem::take(&mut self.rqs) {
             keep(self.destroy(Opcode::DestroyRq, rqn, 8));
         }
+        // The shared ring after its queues (the device refuses it while they exist); its
+        // buffers go back to the pool only once the device can no longer write them.
+        self.shared_handles = None;
+        if let Some(ring) = self.shared.take() {
+            let rmpn = ring.rmpn();
+            match self.destroy(Opcode::DestroyRmp, rmpn, 8) {
+                Ok(()) => {
+                    ring.flush();
+                    self.dev.unregister_shared_ring(rmpn);
+                }
+                Err(e) => keep(Err(e)),
+            }
+        }
         if let Some(set) = self.q_counter.take() {
             keep(set.free(&mut self.dev));
         }
@@ -773,6 +892,9 @@ impl<B: Backend> Port<B> {
         }
         for cqn in std::mem::take(&mut self.cqs) {
             keep(self.destroy(Opcode::DestroyCq, cqn, 8));
+        }
+        for eqn in std::mem::take(&mut self.eqs) {
+            keep(self.dev.destroy_eq(eqn));
         }
         if self.tis != 0 {
             let tis = std::mem::take(&mut self.tis);

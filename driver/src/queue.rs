@@ -4,14 +4,18 @@
 //! value the device writes (CQE owner, opcode, WQE counter, byte count) is checked before use.
 
 use crate::backend::Backend;
+use crate::error::DriverError;
 use crate::mempool::{Mbuf, Mempool};
+use crate::rxirq::{self, CompletionInterrupt};
 use crate::stats::StatsHandle;
 use cxdirect_dma::DmaRegion;
 use cxdirect_hw::cqe::{self, CqeOpcode};
 use cxdirect_hw::doorbell::{UAR_BF_OFFSET, UAR_PAGE_SIZE};
 use cxdirect_hw::wqe::{self, CtrlSeg, DataSeg, EthSeg, INLINE_SEG, WQE_BB, WQE_DS};
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// How much of each packet a send WQE carries inline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +67,7 @@ pub(crate) struct CqRing {
 
 impl CqRing {
     /// The next CQE software owns (copied), without consuming it.
-    fn peek(&self) -> Option<[u8; 64]> {
+    pub(crate) fn peek(&self) -> Option<[u8; 64]> {
         let offset = (self.ci & ((1 << self.log_size) - 1)) as usize * 64;
         let mut op_own = [0u8; 1];
         self.region.read(offset + 63, &mut op_own).ok()?;
@@ -76,12 +80,12 @@ impl CqRing {
         Some(cqe)
     }
 
-    fn consume(&mut self) {
+    pub(crate) fn consume(&mut self) {
         self.ci = self.ci.wrapping_add(1);
     }
 
     /// Tells the device how far software has read (doorbell record word 0).
-    fn update_dbr(&self) {
+    pub(crate) fn update_dbr(&self) {
         let _ = self.dbr.write_u32_be(0, self.ci & 0x00ff_ffff);
     }
 }
@@ -374,6 +378,17 @@ const ETH_HEADER: usize = 14;
 /// Bytes of packet headers inlined in the Ethernet segment (Ethernet + VLAN).
 const ETH_INLINE: usize = wqe::ETH_L2_INLINE_HEADER_SIZE;
 
+/// Copies a receive CQE's packet types, checksum results and RSS hash into the buffer's flags.
+pub(crate) fn fill_rx_flags(m: &mut Mbuf, c: &[u8; 64]) {
+    if let Ok(cqe) = cqe::Cqe64::new(&c[..]) {
+        m.flags.rx_l3_type = cqe.l3_hdr_type();
+        m.flags.rx_l4_type = cqe.l4_hdr_type();
+        m.flags.rx_ip_csum_good = cqe.l3_ok();
+        m.flags.rx_l4_csum_good = cqe.l4_ok();
+        m.flags.rx_rss_hash = (cqe.rss_hash_type() != 0).then(|| cqe.rss_hash_result());
+    }
+}
+
 /// A receive queue handle. `Send`: each queue may live on its own thread.
 pub struct RxQueue<B: Backend> {
     /// Keeps the function open as long as the ring exists (receive needs no MMIO).
@@ -390,6 +405,7 @@ pub struct RxQueue<B: Backend> {
     pub(crate) stats: QueueStats,
     pub(crate) published: StatsHandle,
     pub(crate) quarantine: Quarantine,
+    pub(crate) interrupt: Option<CompletionInterrupt<B>>,
 }
 
 impl<B: Backend> RxQueue<B> {
@@ -464,14 +480,7 @@ impl<B: Backend> RxQueue<B> {
                 continue;
             }
             m.set_len(bytes);
-            let cqe = cqe::Cqe64::new(&c[..]).ok();
-            if let Some(cqe) = cqe {
-                m.flags.rx_l3_type = cqe.l3_hdr_type();
-                m.flags.rx_l4_type = cqe.l4_hdr_type();
-                m.flags.rx_ip_csum_good = cqe.l3_ok();
-                m.flags.rx_l4_csum_good = cqe.l4_ok();
-                m.flags.rx_rss_hash = (cqe.rss_hash_type() != 0).then(|| cqe.rss_hash_result());
-            }
+            fill_rx_flags(&mut m, &c);
             self.stats.packets += 1;
             self.stats.bytes += u64::from(bytes);
             out.push(m);
@@ -497,6 +506,32 @@ impl<B: Backend> RxQueue<B> {
     /// The queue's RQ number.
     pub fn rqn(&self) -> u32 {
         self.rqn
+    }
+
+    /// Arms the completion interrupt (DPDK's `rte_eth_dev_rx_intr_enable`): the queue's vector
+    /// fires at the next packet. Receive once more after arming before sleeping: a packet that
+    /// came in between fires at once.
+    pub fn arm_interrupt(&mut self) -> Result<(), DriverError> {
+        let irq = self.interrupt.as_mut().ok_or_else(rxirq::not_enabled)?;
+        irq.arm(&self.cq);
+        Ok(())
+    }
+
+    /// Sleeps until the armed completion interrupt fires or `timeout` passes (zero: only takes
+    /// what is pending, after epoll reported the fd readable). Returns true when it fired.
+    pub fn wait_interrupt(&mut self, timeout: Duration) -> Result<bool, DriverError> {
+        let irq = self.interrupt.as_mut().ok_or_else(rxirq::not_enabled)?;
+        Ok(irq.wait(self.cq.cqn, timeout))
+    }
+
+    /// The completion interrupt's eventfd, for poll/epoll (`None` without receive interrupts).
+    pub fn interrupt_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.interrupt.as_ref().map(|i| i.fd())
+    }
+
+    /// Completion interrupts taken so far.
+    pub fn interrupts(&self) -> u64 {
+        self.interrupt.as_ref().map_or(0, |i| i.events())
     }
 }
 

@@ -489,6 +489,32 @@ layout! {
 }
 
 layout! {
+    /// QUERY_RQ input.
+    pub struct QueryRqIn("query_rq_in", 0x10) {
+        /// Command opcode: [`Opcode::QueryRq`](crate::cmd::Opcode::QueryRq).
+        opcode: u16 @ 0x00 [0x10],
+        /// Operation modifier (0).
+        op_mod: u16 @ 0x30 [0x10],
+        /// The RQ to query.
+        rqn: u32 @ 0x48 [0x18],
+    }
+}
+
+layout! {
+    /// QUERY_RQ output.
+    pub struct QueryRqOut("query_rq_out", 0x110) {
+        /// Command status (see [`CmdStatus`](crate::cmd::CmdStatus)).
+        status: u8 @ 0x00 [0x8],
+        /// Firmware syndrome identifying the failure when status is not OK.
+        syndrome: u32 @ 0x20 [0x20],
+    }
+    nested {
+        /// The RQ's current context.
+        rq_context: Rqc @ 0x100,
+    }
+}
+
+layout! {
     /// QUERY_RMP input.
     pub struct QueryRmpIn("query_rmp_in", 0x10) {
         /// Command opcode: [`Opcode::QueryRmp`](crate::cmd::Opcode::QueryRmp).

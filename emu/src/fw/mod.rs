@@ -302,6 +302,7 @@ impl Core {
             Opcode::DestroySq => queues::destroy_sq(self, input),
             Opcode::CreateRq => queues::create_rq(self, input, output),
             Opcode::ModifyRq => queues::modify_rq(self, input),
+            Opcode::QueryRq => queues::query_rq(self, input, output),
             Opcode::DestroyRq => queues::destroy_rq(self, input),
             Opcode::CreateRmp => queues::create_rmp(self, input, output),
             Opcode::ModifyRmp => queues::modify_rmp(self, input),

@@ -12,8 +12,8 @@ use cxdirect_hw::cq::{CreateCqIn, CreateCqOut, DestroyCqIn};
 use cxdirect_hw::eq::{CreateEqIn, CreateEqOut, DestroyEqIn};
 use cxdirect_hw::wq::{
     CreateRmpIn, CreateRmpOut, CreateRqIn, CreateRqOut, CreateSqIn, CreateSqOut, DestroyRmpIn,
-    DestroyRqIn, DestroySqIn, ModifyRmpIn, ModifyRqIn, ModifySqIn, QueryRmpIn, QueryRmpOut, Wq,
-    MODIFY_RQ_BITMASK_RQ_COUNTER_SET_ID,
+    DestroyRqIn, DestroySqIn, ModifyRmpIn, ModifyRqIn, ModifySqIn, QueryRmpIn, QueryRmpOut,
+    QueryRqIn, QueryRqOut, Wq, MODIFY_RQ_BITMASK_RQ_COUNTER_SET_ID,
 };
 
 /// Builds a queue buffer from a page list, checking alignment and coverage.
@@ -487,6 +487,26 @@ pub(crate) fn modify_rq(core: &mut Core, input: &[u8]) -> CmdResult {
     }
     rq.state = next;
     write_context(core, slot, &bytes);
+    Ok(())
+}
+
+pub(crate) fn query_rq(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let rqn = input_as!(QueryRqIn<&[u8]>, input).rqn();
+    let rq = core.res.rqs.get(rqn).ok_or(bad_res("no such RQ"))?;
+    let (state, cqn, counter_set, memory) = (rq.state as u8, rq.cqn, rq.counter_set, rq.memory);
+    let mut out = output_as!(QueryRqOut<&mut [u8]>, output);
+    let mut ctx = out.rq_context_mut();
+    ctx.set_state(state)
+        .set_cqn(cqn)
+        .set_counter_set_id(counter_set as u8);
+    match memory {
+        RqMemory::Own => {
+            ctx.set_mem_rq_type(0);
+        }
+        RqMemory::Rmp(rmpn) => {
+            ctx.set_mem_rq_type(1).set_rmpn(rmpn);
+        }
+    }
     Ok(())
 }
 

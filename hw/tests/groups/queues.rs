@@ -27,6 +27,8 @@ pub fn checks() -> usize {
         wq::CreateRmpIn,
         wq::CreateRmpOut,
         wq::ModifyRmpIn,
+        wq::QueryRqIn,
+        wq::QueryRqOut,
         wq::QueryRmpIn,
         wq::QueryRmpOut,
         wq::DestroyRmpIn,

@@ -1,0 +1,372 @@
+//! Shared receive rings: many receive queues drawing buffers from one ring (an RMP, the Ethernet
+//! form of the InfiniBand shared receive queue). The application posts buffers to the ring in
+//! batches ([`SharedRxRing::refill`]); each queue ([`SharedRxQueue`]) reads its own CQ and takes
+//! the buffer the completion names. The ring's low watermark raises one SRQ_RQ_LIMIT event per
+//! arm ([`crate::Event::SharedRingLow`]), so the application can sleep until buffers run low.
+//!
+//! The ring is cyclic (`basic_cyclic_rcv_wqe`): the device consumes WQEs in posting order, but
+//! completions reach the queues' CQs in any order, so a slot is posted again only once its
+//! completion has been taken. Every completion is checked against the slot table (queue, ring,
+//! WQE counter within the posted window, slot still posted with that counter) before a buffer
+//! is handed out, so a bad or repeated CQE can never hand a buffer out twice.
+
+use crate::backend::Backend;
+use crate::error::DriverError;
+use crate::mempool::{Mbuf, Mempool};
+use crate::queue::{fill_rx_flags, CqRing, QueueStats, MAX_BURST};
+use crate::rxirq::{self, CompletionInterrupt};
+use crate::stats::StatsHandle;
+use cxdirect_dma::DmaRegion;
+use cxdirect_hw::cqe::CqeOpcode;
+use cxdirect_hw::wqe::DataSeg;
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// How a port's shared receive ring is set up ([`crate::PortConfig::shared_rx`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedRxConfig {
+    /// Buffers the ring holds (a power of two, 64..=32768; one slot stays empty, so at most
+    /// `ring_size - 1` are posted at once).
+    pub ring_size: u32,
+    /// Low watermark armed at start, in buffers (0 = not armed; below `ring_size`). When the
+    /// posted buffers fall below it the device raises one limit event.
+    pub limit: u32,
+}
+
+impl Default for SharedRxConfig {
+    fn default() -> Self {
+        Self {
+            ring_size: 1024,
+            limit: 256,
+        }
+    }
+}
+
+impl SharedRxConfig {
+    pub(crate) fn validate(&self, log_max_wq: u8) -> Result<(), DriverError> {
+        if !self.ring_size.is_power_of_two() || !(64..=32768).contains(&self.ring_size) {
+            return Err(DriverError::Invalid(format!(
+                "shared ring size {}: give a power of two from 64 to 32768",
+                self.ring_size
+            )));
+        }
+        if self.ring_size.trailing_zeros() > u32::from(log_max_wq) {
+            return Err(DriverError::Invalid(format!(
+                "shared ring size {} exceeds the device's 2^{log_max_wq}",
+                self.ring_size
+            )));
+        }
+        if self.limit >= self.ring_size {
+            return Err(DriverError::Invalid(format!(
+                "shared ring limit {} must be below the ring size {}",
+                self.limit, self.ring_size
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Counters of a shared ring.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SharedRingStats {
+    /// Calls to [`SharedRxRing::refill`] that posted at least one buffer.
+    pub refills: u64,
+    /// Buffers posted in all.
+    pub posted: u64,
+    /// Buffers handed to the application through the queues.
+    pub completed: u64,
+    /// Times the pool ran dry while refilling.
+    pub nombuf: u64,
+    /// Buffers returned to the pool by [`crate::Port::flush_shared_ring`] (never completed).
+    pub flushed: u64,
+    /// Completions that named no posted buffer (counted, ignored).
+    pub bad_cqes: u64,
+}
+
+/// One posted buffer: the WQE counter it was posted at and the buffer.
+type Slot = Option<(u16, Mbuf)>;
+
+struct RingState {
+    slots: Vec<Slot>,
+    /// WQEs posted since creation (16-bit, as the doorbell record counts).
+    pi: u16,
+    /// Posted buffers whose completion has not been taken.
+    outstanding: u32,
+    /// Set once flushed: the device's WQEs point at returned buffers, so nothing is posted
+    /// again on this ring.
+    flushed: bool,
+    stats: SharedRingStats,
+}
+
+/// The ring itself, shared by the application's handle, the queues and the port (which keeps
+/// the buffers alive until the device can no longer write them).
+pub(crate) struct SharedRing {
+    rmpn: u32,
+    log_size: u8,
+    ring: DmaRegion,
+    dbr: DmaRegion,
+    pool: Mempool,
+    state: Mutex<RingState>,
+}
+
+impl SharedRing {
+    pub(crate) fn new(
+        rmpn: u32,
+        log_size: u8,
+        ring: DmaRegion,
+        dbr: DmaRegion,
+        pool: Mempool,
+    ) -> Self {
+        Self {
+            rmpn,
+            log_size,
+            ring,
+            dbr,
+            pool,
+            state: Mutex::new(RingState {
+                slots: (0..1u32 << log_size).map(|_| None).collect(),
+                pi: 0,
+                outstanding: 0,
+                flushed: false,
+                stats: SharedRingStats::default(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, RingState> {
+        // A queue thread that panicked mid-burst leaves consistent slots behind: every update is
+        // a single take or put.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn mask(&self) -> u16 {
+        (1u16 << self.log_size).wrapping_sub(1)
+    }
+
+    pub(crate) fn rmpn(&self) -> u32 {
+        self.rmpn
+    }
+
+    pub(crate) fn log_size(&self) -> u8 {
+        self.log_size
+    }
+
+    /// Posts up to `max` buffers from the pool into free slots, in posting order, with one
+    /// doorbell-record update. Returns how many.
+    pub(crate) fn refill(&self, max: u32) -> u32 {
+        let mut st = self.lock();
+        if st.flushed {
+            return 0;
+        }
+        // One slot stays empty so a full ring and an empty one differ.
+        let capacity = (1u32 << self.log_size) - 1;
+        let mut posted = 0;
+        while posted < max && st.outstanding < capacity {
+            let slot = usize::from(st.pi & self.mask());
+            if st.slots[slot].is_some() {
+                // That slot's completion has not been taken yet: the ring is posted in order.
+                break;
+            }
+            let Some(m) = self.pool.alloc() else {
+                st.stats.nombuf += 1;
+                break;
+            };
+            let mut seg = [0u8; 16];
+            if let Ok(mut d) = DataSeg::new(&mut seg[..]) {
+                d.set_byte_count(m.capacity() as u32)
+                    .set_lkey(m.lkey())
+                    .set_addr(m.data_iova());
+            }
+            let _ = self.ring.write(slot * 16, &seg);
+            let counter = st.pi;
+            st.slots[slot] = Some((counter, m));
+            st.pi = st.pi.wrapping_add(1);
+            st.outstanding += 1;
+            posted += 1;
+        }
+        if posted > 0 {
+            // WQEs before the record that makes them visible.
+            fence(Ordering::SeqCst);
+            let _ = self.dbr.write_u32_be(0, u32::from(st.pi));
+            st.stats.refills += 1;
+            st.stats.posted += u64::from(posted);
+        }
+        posted
+    }
+
+    /// Returns every posted buffer to the pool; nothing is posted on the ring afterwards. Only
+    /// for a ring the device can no longer write (in error, or destroyed).
+    pub(crate) fn flush(&self) -> usize {
+        let mut st = self.lock();
+        st.flushed = true;
+        let mut count = 0;
+        for slot in st.slots.iter_mut() {
+            if slot.take().is_some() {
+                count += 1;
+            }
+        }
+        st.outstanding = 0;
+        st.stats.flushed += count as u64;
+        count
+    }
+}
+
+/// The application's handle on a shared receive ring: posts buffers. `Send`; one per ring.
+pub struct SharedRxRing<B: Backend> {
+    pub(crate) _backend: Arc<B>,
+    pub(crate) ring: Arc<SharedRing>,
+}
+
+impl<B: Backend> SharedRxRing<B> {
+    /// Posts buffers from the pool until the ring is full (or the pool is empty), with one
+    /// doorbell-record update. Returns how many were posted.
+    pub fn refill(&mut self) -> u32 {
+        self.ring.refill(u32::MAX)
+    }
+
+    /// Posts at most `max` buffers. Returns how many were posted.
+    pub fn refill_up_to(&mut self, max: u32) -> u32 {
+        self.ring.refill(max)
+    }
+
+    /// Buffers posted whose completion no queue has taken yet (the driver's view; the device's
+    /// count of unconsumed buffers is in [`crate::Port::shared_ring_status`]).
+    pub fn outstanding(&self) -> u32 {
+        self.ring.lock().outstanding
+    }
+
+    /// Buffers the ring holds at most at once (ring size - 1).
+    pub fn capacity(&self) -> u32 {
+        (1u32 << self.ring.log_size) - 1
+    }
+
+    /// The ring's identity as events name it (its RMP number).
+    pub fn id(&self) -> u32 {
+        self.ring.rmpn
+    }
+
+    /// The ring's counters.
+    pub fn stats(&self) -> SharedRingStats {
+        self.ring.lock().stats
+    }
+}
+
+/// A receive queue drawing from a shared ring: its own RQ and CQ. `Send`: each queue may live
+/// on its own thread; queues of one ring take the ring's lock once per burst.
+pub struct SharedRxQueue<B: Backend> {
+    pub(crate) _backend: Arc<B>,
+    pub(crate) ring: Arc<SharedRing>,
+    pub(crate) cq: CqRing,
+    pub(crate) rqn: u32,
+    pub(crate) stats: QueueStats,
+    pub(crate) published: StatsHandle,
+    pub(crate) interrupt: Option<CompletionInterrupt<B>>,
+}
+
+impl<B: Backend> SharedRxQueue<B> {
+    /// Receives up to `max` packets (at most [`MAX_BURST`]) onto the end of `out`; returns how
+    /// many. Does not refill the ring: that is [`SharedRxRing::refill`]'s job.
+    pub fn rx_burst(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
+        let got = self.receive(out, max);
+        self.published.publish(&self.stats);
+        got
+    }
+
+    fn receive(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
+        let Some(first) = self.cq.peek() else {
+            return 0;
+        };
+        let ring = self.ring.clone();
+        let mut st = ring.lock();
+        let mask = ring.mask();
+        let size = 1u16 << ring.log_size;
+        let mut got = 0;
+        let mut next = Some(first);
+        while let Some(c) = next {
+            self.cq.consume();
+            self.stats.cqes += 1;
+            let op_own = c[63];
+            let counter = u16::from_be_bytes([c[0x3c], c[0x3d]]);
+            let qpn = u32::from_be_bytes([c[0x38], c[0x39], c[0x3a], c[0x3b]]) & 0x00ff_ffff;
+            let srqn = u32::from_be_bytes([c[0x20], c[0x21], c[0x22], c[0x23]]) & 0x00ff_ffff;
+            // The counter must name a WQE posted on this ring and not yet completed.
+            let age = st.pi.wrapping_sub(counter);
+            let slot = usize::from(counter & mask);
+            let matches = qpn == self.rqn
+                && srqn == ring.rmpn
+                && age != 0
+                && age <= size
+                && st.slots[slot].as_ref().is_some_and(|(c, _)| *c == counter);
+            if !matches {
+                self.stats.bad_cqes += 1;
+                st.stats.bad_cqes += 1;
+            } else if let Some((_, mut m)) = st.slots[slot].take() {
+                st.outstanding -= 1;
+                st.stats.completed += 1;
+                let bytes = u32::from_be_bytes([c[0x2c], c[0x2d], c[0x2e], c[0x2f]]);
+                if op_own >> 4 != CqeOpcode::RespSend as u8 {
+                    // An error completion: the buffer goes back to the pool.
+                    self.stats.errors += 1;
+                } else if bytes as usize > m.capacity() || bytes == 0 {
+                    self.stats.bad_cqes += 1;
+                } else {
+                    m.set_len(bytes);
+                    fill_rx_flags(&mut m, &c);
+                    self.stats.packets += 1;
+                    self.stats.bytes += u64::from(bytes);
+                    out.push(m);
+                    got += 1;
+                }
+            }
+            if got >= max.min(MAX_BURST) {
+                break;
+            }
+            next = self.cq.peek();
+        }
+        drop(st);
+        self.cq.update_dbr();
+        got
+    }
+
+    /// Arms the completion interrupt: the queue's vector fires at the next packet. Receive
+    /// once more after arming before sleeping: a packet that came in between fires at once.
+    pub fn arm_interrupt(&mut self) -> Result<(), DriverError> {
+        let irq = self.interrupt.as_mut().ok_or_else(rxirq::not_enabled)?;
+        irq.arm(&self.cq);
+        Ok(())
+    }
+
+    /// Sleeps until the armed completion interrupt fires or `timeout` passes (zero: only takes
+    /// what is pending, after epoll reported the fd readable). Returns true when it fired.
+    pub fn wait_interrupt(&mut self, timeout: Duration) -> Result<bool, DriverError> {
+        let irq = self.interrupt.as_mut().ok_or_else(rxirq::not_enabled)?;
+        Ok(irq.wait(self.cq.cqn, timeout))
+    }
+
+    /// The completion interrupt's eventfd, for poll/epoll (`None` without receive interrupts).
+    pub fn interrupt_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.interrupt.as_ref().map(|i| i.fd())
+    }
+
+    /// Completion interrupts taken so far.
+    pub fn interrupts(&self) -> u64 {
+        self.interrupt.as_ref().map_or(0, |i| i.events())
+    }
+
+    /// Counters of this queue.
+    pub fn stats(&self) -> QueueStats {
+        self.stats
+    }
+
+    /// The queue's RQ number.
+    pub fn rqn(&self) -> u32 {
+        self.rqn
+    }
+
+    /// The ring this queue draws from (its RMP number).
+    pub fn ring_id(&self) -> u32 {
+        self.ring.rmpn
+    }
+}

@@ -1,0 +1,367 @@
+//! Shared receive rings through the driver and the model: four queues drawing from one ring, the
+//! low-watermark event, drops on an empty ring, error propagation and flushing, and receive
+//! interrupts.
+
+use cxdirect::{
+    Device, DriverError, Event, Mbuf, Options, Port, PortConfig, SharedRxConfig, TxQueue,
+};
+use cxdirect_apps::emulated::EmuBackend;
+use cxdirect_emu::{Device as Model, EmuConfig};
+use cxdirect_hw::cmd::{CmdStatus, Opcode};
+use cxdirect_hw::wq::{RmpState, RqState};
+use std::time::Duration;
+
+const BASE_PORT: u16 = 9000;
+const QUEUES: u16 = 4;
+
+struct Rig {
+    tx_port: Port<EmuBackend>,
+    tx: TxQueue<EmuBackend>,
+    rx_port: Port<EmuBackend>,
+    ring: cxdirect::SharedRxRing<EmuBackend>,
+    queues: Vec<cxdirect::SharedRxQueue<EmuBackend>>,
+    rx_model: Model,
+}
+
+fn rig(ring_size: u32, limit: u32, interrupts: bool) -> Rig {
+    let (a, b) = Model::pair(EmuConfig::default(), EmuConfig::default());
+    let opts = Options {
+        cmd_timeout: Duration::from_secs(5),
+        msix_vectors: 1 + QUEUES,
+        ..Options::default()
+    };
+    let da = Device::bring_up(EmuBackend::new(a.clone(), "a"), opts.clone()).unwrap();
+    let db = Device::bring_up(EmuBackend::new(b.clone(), "b"), opts).unwrap();
+    let base = PortConfig {
+        ring_size: 256,
+        pool_buffers: 4096,
+        ..PortConfig::default()
+    };
+    let (tx_port, (mut txs, _)) = Port::start(da, base.clone()).unwrap();
+    let (mut rx_port, (_, rx)) = Port::start(
+        db,
+        PortConfig {
+            rx_queues: QUEUES,
+            shared_rx: Some(SharedRxConfig { ring_size, limit }),
+            udp_port_queues: Some(BASE_PORT),
+            rx_interrupts: interrupts,
+            ..base
+        },
+    )
+    .unwrap();
+    assert!(
+        rx.is_empty(),
+        "a shared-ring port hands its queues out separately"
+    );
+    let (ring, queues) = rx_port.take_shared_rx().expect("shared ring handles");
+    assert!(rx_port.take_shared_rx().is_none(), "handed out once");
+    Rig {
+        tx_port,
+        tx: txs.remove(0),
+        rx_port,
+        ring,
+        queues,
+        rx_model: b,
+    }
+}
+
+/// A UDP/IPv4 frame to destination port `dport` carrying `seq`.
+fn frame(seq: u32, dport: u16) -> Vec<u8> {
+    let len = 128;
+    let mut f = vec![0u8; len];
+    f[0..6].copy_from_slice(&[0xff; 6]);
+    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x0a]);
+    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    let ip_len = (len - 14) as u16;
+    f[14] = 0x45;
+    f[16..18].copy_from_slice(&ip_len.to_be_bytes());
+    f[22] = 64;
+    f[23] = 17;
+    f[26..30].copy_from_slice(&[10, 0, 0, 1]);
+    f[30..34].copy_from_slice(&[10, 0, 0, 2]);
+    f[34..36].copy_from_slice(&4000u16.to_be_bytes());
+    f[36..38].copy_from_slice(&dport.to_be_bytes());
+    f[38..40].copy_from_slice(&(ip_len - 20).to_be_bytes());
+    f[42..46].copy_from_slice(&seq.to_be_bytes());
+    for (i, b) in f[46..].iter_mut().enumerate() {
+        *b = (seq as u8).wrapping_add(i as u8);
+    }
+    cxdirect_emu::packet::insert_checksums(&mut f, true, true).unwrap();
+    f
+}
+
+impl Rig {
+    /// Sends frames `first..first + count`, frame `i` to queue `i % 4`'s port.
+    fn send(&mut self, first: u32, count: u32) {
+        let mut batch: Vec<Mbuf> = Vec::new();
+        for seq in first..first + count {
+            let mut m = self.tx_port.pool().alloc().expect("tx buffer");
+            m.set_data(&frame(seq, BASE_PORT + (seq % u32::from(QUEUES)) as u16))
+                .unwrap();
+            batch.push(m);
+        }
+        let mut spins = 0;
+        while !batch.is_empty() {
+            self.tx.tx_burst(&mut batch);
+            spins += 1;
+            assert!(spins < 100_000, "send stalled");
+        }
+    }
+
+    /// Receives everything pending on every queue: (queue, sequence number) per packet, each
+    /// checked byte for byte.
+    fn receive_all(&mut self) -> Vec<(usize, u32)> {
+        let mut got = Vec::new();
+        let mut burst = Vec::new();
+        for (q, queue) in self.queues.iter_mut().enumerate() {
+            while queue.rx_burst(&mut burst, 32) > 0 {}
+            for m in burst.drain(..) {
+                let data = m.to_vec();
+                let seq = u32::from_be_bytes([data[42], data[43], data[44], data[45]]);
+                let dport = u16::from_be_bytes([data[36], data[37]]);
+                assert_eq!(data, frame(seq, dport), "packet {seq} intact");
+                got.push((q, seq));
+            }
+        }
+        got
+    }
+
+    fn limit_events(&mut self) -> Vec<(u32, u32)> {
+        self.rx_port
+            .device()
+            .poll_events()
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::SharedRingLow { ring, posted } => Some((ring, posted)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn the_limit_fires_once_per_arm_never_above_it_and_can_be_rearmed() {
+    let mut rig = rig(64, 16, false);
+    let ring_id = rig.ring.id();
+    assert_eq!(
+        rig.ring.outstanding(),
+        63,
+        "the ring starts full (size - 1)"
+    );
+    assert_eq!(rig.rx_port.shared_ring_status().unwrap().limit, 16);
+
+    // 63 → 23 posted: above the limit, no event.
+    rig.send(0, 40);
+    assert_eq!(rig.rx_port.device().wait_event(Duration::ZERO), 0);
+    assert!(rig.limit_events().is_empty(), "no event above the limit");
+
+    // 23 → 15: below 16, exactly one event, then the limit reads 0.
+    rig.send(40, 8);
+    assert!(
+        rig.rx_port.device().wait_event(Duration::ZERO) > 0,
+        "vector 0 fired"
+    );
+    assert_eq!(rig.limit_events(), vec![(ring_id, 15)]);
+    let status = rig.rx_port.shared_ring_status().unwrap();
+    assert_eq!((status.limit, status.posted), (0, 15));
+
+    // Further below: nothing more until re-armed.
+    rig.send(48, 5);
+    assert!(rig.limit_events().is_empty(), "one-shot: no second event");
+    assert_eq!(rig.receive_all().len(), 53);
+
+    // Refill, re-arm, and it fires again exactly once.
+    assert_eq!(rig.ring.refill(), 53);
+    rig.rx_port.set_shared_limit(16).unwrap();
+    rig.send(53, 47);
+    assert!(
+        rig.limit_events().is_empty(),
+        "16 posted: not below the limit"
+    );
+    rig.send(100, 1);
+    assert_eq!(rig.limit_events(), vec![(ring_id, 15)]);
+    assert_eq!(rig.rx_port.device().event_counts().limits, 2);
+    assert_eq!(rig.receive_all().len(), 48);
+    assert!(matches!(
+        rig.rx_port.set_shared_limit(64),
+        Err(DriverError::Invalid(_))
+    ));
+    rig.rx_port.close().unwrap();
+}
+
+#[test]
+fn four_queues_never_over_consume_and_an_empty_ring_drops_and_counts() {
+    let mut rig = rig(64, 0, false);
+    let pool_total = rig.rx_port.pool().capacity();
+    let before = rig.rx_model.counters();
+    // Four flows at once, three times what the ring holds, no refill.
+    rig.send(0, 200);
+    let got = rig.receive_all();
+    assert_eq!(got.len(), 63, "exactly the posted buffers were used");
+    let mut seqs: Vec<u32> = got.iter().map(|&(_, s)| s).collect();
+    seqs.sort_unstable();
+    assert_eq!(
+        seqs,
+        (0..63).collect::<Vec<_>>(),
+        "the first 63 frames, once each"
+    );
+    for &(q, seq) in &got {
+        assert_eq!(
+            q,
+            (seq % 4) as usize,
+            "frame {seq} steered to its flow's queue"
+        );
+    }
+    for q in &rig.queues {
+        assert!(q.stats().packets >= 15, "every queue drew from the ring");
+        assert_eq!(q.stats().bad_cqes, 0);
+    }
+    let after = rig.rx_model.counters();
+    assert_eq!(after.rx_delivered - before.rx_delivered, 63);
+    assert_eq!(after.rx_out_of_buffer - before.rx_out_of_buffer, 137);
+    assert_eq!(
+        after.payload_writes - before.payload_writes,
+        63,
+        "dropped frames were written nowhere"
+    );
+    assert_eq!(
+        rig.rx_port.stats().unwrap().imissed,
+        137,
+        "drops show in imissed"
+    );
+    assert_eq!(rig.ring.outstanding(), 0);
+    // The received buffers went back to the pool when dropped: nothing was lost.
+    assert_eq!(rig.rx_port.pool().available(), pool_total);
+
+    // A refill brings the ring back; frames flow again.
+    assert_eq!(rig.ring.refill(), 63);
+    rig.send(200, 40);
+    assert_eq!(rig.receive_all().len(), 40);
+    assert_eq!(rig.ring.stats().refills, 2);
+    rig.rx_port.close().unwrap();
+}
+
+#[test]
+fn a_ring_in_error_takes_its_queues_with_it_and_flushes_every_buffer_to_the_pool() {
+    let mut rig = rig(128, 0, false);
+    let pool_total = rig.rx_port.pool().capacity();
+    rig.send(0, 20);
+    assert_eq!(rig.receive_all().len(), 20);
+    rig.ring.refill();
+
+    // Flushing a ring the device may still write is refused.
+    let refused = rig.rx_port.flush_shared_ring().unwrap_err().to_string();
+    assert!(refused.contains("stop it first"), "{refused}");
+
+    // The device refuses to destroy a ring that still has queues.
+    let mut destroy = vec![0u8; 16];
+    destroy[0..2].copy_from_slice(&(Opcode::DestroyRmp as u16).to_be_bytes());
+    destroy[8..12].copy_from_slice(&rig.ring.id().to_be_bytes());
+    match rig.rx_port.device().exec(&destroy, 16) {
+        Err(DriverError::Command(e)) => {
+            assert_eq!(e.status(), Some(CmdStatus::BadResourceState));
+            assert!(e.to_string().starts_with("DESTROY_RMP failed"), "{e}");
+        }
+        other => panic!("DESTROY_RMP with queues must fail: {other:?}"),
+    }
+
+    rig.rx_port.stop_shared_ring().unwrap();
+    assert_eq!(
+        rig.rx_port.shared_ring_status().unwrap().state,
+        RmpState::Err
+    );
+    for q in &rig.queues {
+        assert_eq!(rig.rx_port.rx_queue_state(q.rqn()).unwrap(), RqState::Err);
+    }
+    // Frames arriving now are not received.
+    rig.send(20, 10);
+    assert!(rig.receive_all().is_empty());
+
+    assert_eq!(rig.rx_port.flush_shared_ring().unwrap(), 127);
+    assert_eq!(rig.ring.stats().flushed, 127);
+    assert_eq!(rig.ring.outstanding(), 0);
+    assert_eq!(
+        rig.rx_port.pool().available(),
+        pool_total,
+        "every buffer back"
+    );
+    assert_eq!(rig.ring.refill(), 0, "a flushed ring posts nothing more");
+    let Rig {
+        tx_port, rx_port, ..
+    } = rig;
+    let dev = rx_port.close().unwrap();
+    assert_eq!(dev.teardown().unwrap().pages_kept, 0);
+    tx_port.close().unwrap().teardown().unwrap();
+}
+
+#[test]
+fn a_blocked_receiver_wakes_on_the_completion_interrupt() {
+    let mut rig = rig(256, 0, true);
+    let mut queue = rig.queues.remove(1);
+    let receiver = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        queue.arm_interrupt().unwrap();
+        // Nothing yet: the ring is idle, so sleep on the vector.
+        assert_eq!(queue.rx_burst(&mut got, 32), 0);
+        let woke = queue.wait_interrupt(Duration::from_secs(20)).unwrap();
+        queue.rx_burst(&mut got, 32);
+        (woke, got.len(), queue.interrupts())
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    // Frame 1 goes to queue 1.
+    rig.send(1, 1);
+    let (woke, received, interrupts) = receiver.join().unwrap();
+    assert!(woke, "the completion interrupt woke the receiver");
+    assert_eq!((received, interrupts), (1, 1));
+
+    // Without receive interrupts the calls say what to turn on.
+    let mut plain = self::rig(64, 0, false);
+    let err = plain.queues[0].arm_interrupt().unwrap_err().to_string();
+    assert!(err.contains("PortConfig::rx_interrupts"), "{err}");
+    assert!(plain.queues[0].interrupt_fd().is_none());
+}
+
+#[test]
+fn a_plain_receive_queue_sleeps_on_its_interrupt_too() {
+    let (a, b) = Model::pair(EmuConfig::default(), EmuConfig::default());
+    let opts = Options {
+        msix_vectors: 3,
+        ..Options::default()
+    };
+    let da = Device::bring_up(EmuBackend::new(a, "a"), opts.clone()).unwrap();
+    let db = Device::bring_up(EmuBackend::new(b, "b"), opts).unwrap();
+    let config = PortConfig {
+        ring_size: 64,
+        pool_buffers: 1024,
+        rx_queues: 2,
+        rx_interrupts: true,
+        udp_port_queues: Some(BASE_PORT),
+        ..PortConfig::default()
+    };
+    let (pa, (mut txa, _)) = Port::start(da, config.clone()).unwrap();
+    let (_pb, (_, mut rxb)) = Port::start(db, config.clone()).unwrap();
+    let mut queue = rxb.remove(1);
+    let receiver = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        queue.arm_interrupt().unwrap();
+        assert_eq!(queue.rx_burst(&mut got, 32), 0);
+        let woke = queue.wait_interrupt(Duration::from_secs(20)).unwrap();
+        queue.rx_burst(&mut got, 32);
+        (woke, got.len())
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    let mut m = pa.pool().alloc().unwrap();
+    m.set_data(&frame(7, BASE_PORT + 1)).unwrap();
+    let mut batch = vec![m];
+    while !batch.is_empty() {
+        txa[0].tx_burst(&mut batch);
+    }
+    assert_eq!(receiver.join().unwrap(), (true, 1));
+
+    // More queues than vectors is refused before anything is created.
+    let (_, c) = Model::pair(EmuConfig::default(), EmuConfig::default());
+    let dc = Device::bring_up(EmuBackend::new(c, "c"), Options::default()).unwrap();
+    let err = Port::start(dc, config).err().expect("refused").to_string();
+    assert!(err.contains("Options::msix_vectors"), "{err}");
+}
