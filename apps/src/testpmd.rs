@@ -49,6 +49,7 @@ pub struct Generator {
     next_seq: Vec<u32>,
     turn: usize,
     frame: Vec<u8>,
+    dst_port_base: Option<u16>,
 }
 
 impl Generator {
@@ -66,7 +67,15 @@ impl Generator {
             next_seq: vec![0; usize::from(flows)],
             turn: 0,
             frame: Vec::with_capacity(16 * 1024),
+            dst_port_base: None,
         })
+    }
+
+    /// Sends flow `f` to UDP destination port `base + f` (instead of port 9), so a port's
+    /// per-UDP-port steering can put each flow on its own queue.
+    pub fn with_dst_port_base(mut self, base: u16) -> Self {
+        self.dst_port_base = Some(base);
+        self
     }
 
     /// Packets generated so far.
@@ -80,7 +89,10 @@ impl Generator {
         let flow = (self.turn % usize::from(self.flows)) as u16;
         self.turn = self.turn.wrapping_add(1);
         let seq = self.next_seq[usize::from(flow)];
-        build(&mut self.frame, len, flow, seq);
+        let dport = self
+            .dst_port_base
+            .map_or(DISCARD_PORT, |b| b.wrapping_add(flow));
+        build_to(&mut self.frame, len, flow, seq, dport);
         m.set_data(&self.frame)?;
         m.flags.tx_ip_csum = false;
         m.flags.tx_l4_csum = false;
@@ -97,8 +109,16 @@ fn pattern(flow: u16, seq: u32, i: usize) -> u8 {
         .wrapping_add(i as u8)
 }
 
+/// UDP destination port of generated packets unless told otherwise (discard).
+const DISCARD_PORT: u16 = 9;
+
 /// Writes a generated packet of `len` bytes into `out`.
 pub fn build(out: &mut Vec<u8>, len: usize, flow: u16, seq: u32) {
+    build_to(out, len, flow, seq, DISCARD_PORT);
+}
+
+/// Writes a generated packet of `len` bytes to UDP destination port `dport` into `out`.
+pub fn build_to(out: &mut Vec<u8>, len: usize, flow: u16, seq: u32, dport: u16) {
     out.clear();
     out.resize(len, 0);
     out[0..6].copy_from_slice(&[0x02, 0xcd, 0, 0, 0, 0x02]);
@@ -112,7 +132,7 @@ pub fn build(out: &mut Vec<u8>, len: usize, flow: u16, seq: u32) {
     out[26..30].copy_from_slice(&[198, 18, 0, 1]);
     out[30..34].copy_from_slice(&[198, 18, 0, 2]);
     out[34..36].copy_from_slice(&(10_000u16.wrapping_add(flow.wrapping_mul(7919))).to_be_bytes());
-    out[36..38].copy_from_slice(&9u16.to_be_bytes());
+    out[36..38].copy_from_slice(&dport.to_be_bytes());
     out[38..40].copy_from_slice(&(ip_len - 20).to_be_bytes());
     let payload = &mut out[HEADER_LEN..];
     payload[0..4].copy_from_slice(&MAGIC);
@@ -148,14 +168,14 @@ pub struct Verifier {
 }
 
 impl Verifier {
-    /// Checks one packet.
-    pub fn check(&mut self, m: &Mbuf) {
+    /// Checks one packet; returns its flow when the content was intact.
+    pub fn check(&mut self, m: &Mbuf) -> Option<u16> {
         let len = m.len();
         self.buf.resize(len, 0);
         m.read(0, &mut self.buf);
         if len < MIN_LEN || self.buf[HEADER_LEN..HEADER_LEN + 4] != MAGIC {
             self.corrupt += 1;
-            return;
+            return None;
         }
         let p = &self.buf[HEADER_LEN..];
         let flow = u16::from_be_bytes([p[4], p[5]]);
@@ -166,7 +186,7 @@ impl Verifier {
             .any(|(i, &b)| b != pattern(flow, seq, i))
         {
             self.corrupt += 1;
-            return;
+            return None;
         }
         let f = usize::from(flow);
         if self.expected.len() <= f {
@@ -175,11 +195,12 @@ impl Verifier {
         let want = self.expected[f];
         if seq < want {
             self.duplicate += 1;
-            return;
+            return Some(flow);
         }
         self.gaps += u64::from(seq - want);
         self.expected[f] = seq + 1;
         self.good += 1;
+        Some(flow)
     }
 }
 
