@@ -660,6 +660,13 @@ impl<B: Backend> Device<B> {
         Ok(events)
     }
 
+    /// True when events were taken from the async EQ (while a command waited) but not yet
+    /// returned by [`Device::poll_events`]: their interrupt has already been consumed, so call
+    /// `poll_events` before sleeping on [`Device::event_fd`] again.
+    pub fn events_pending(&self) -> bool {
+        !self.unreported.is_empty()
+    }
+
     /// Takes the async EQ's entries and interrupt count, recording the events.
     fn drain_events(&mut self) {
         let Some(eq) = self.eq.as_mut() else { return };

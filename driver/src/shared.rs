@@ -278,15 +278,21 @@ impl<B: Backend> SharedRxQueue<B> {
         let Some(first) = self.cq.peek() else {
             return 0;
         };
-        let ring = self.ring.clone();
+        let Self {
+            ring,
+            cq,
+            stats,
+            rqn,
+            ..
+        } = self;
         let mut st = ring.lock();
         let mask = ring.mask();
         let size = 1u16 << ring.log_size;
         let mut got = 0;
         let mut next = Some(first);
         while let Some(c) = next {
-            self.cq.consume();
-            self.stats.cqes += 1;
+            cq.consume();
+            stats.cqes += 1;
             let op_own = c[63];
             let counter = u16::from_be_bytes([c[0x3c], c[0x3d]]);
             let qpn = u32::from_be_bytes([c[0x38], c[0x39], c[0x3a], c[0x3b]]) & 0x00ff_ffff;
@@ -294,13 +300,13 @@ impl<B: Backend> SharedRxQueue<B> {
             // The counter must name a WQE posted on this ring and not yet completed.
             let age = st.pi.wrapping_sub(counter);
             let slot = usize::from(counter & mask);
-            let matches = qpn == self.rqn
+            let matches = qpn == *rqn
                 && srqn == ring.rmpn
                 && age != 0
                 && age <= size
                 && st.slots[slot].as_ref().is_some_and(|(c, _)| *c == counter);
             if !matches {
-                self.stats.bad_cqes += 1;
+                stats.bad_cqes += 1;
                 st.stats.bad_cqes += 1;
             } else if let Some((_, mut m)) = st.slots[slot].take() {
                 st.outstanding -= 1;
@@ -308,14 +314,14 @@ impl<B: Backend> SharedRxQueue<B> {
                 let bytes = u32::from_be_bytes([c[0x2c], c[0x2d], c[0x2e], c[0x2f]]);
                 if op_own >> 4 != CqeOpcode::RespSend as u8 {
                     // An error completion: the buffer goes back to the pool.
-                    self.stats.errors += 1;
+                    stats.errors += 1;
                 } else if bytes as usize > m.capacity() || bytes == 0 {
-                    self.stats.bad_cqes += 1;
+                    stats.bad_cqes += 1;
                 } else {
                     m.set_len(bytes);
                     fill_rx_flags(&mut m, &c);
-                    self.stats.packets += 1;
-                    self.stats.bytes += u64::from(bytes);
+                    stats.packets += 1;
+                    stats.bytes += u64::from(bytes);
                     out.push(m);
                     got += 1;
                 }
@@ -323,10 +329,10 @@ impl<B: Backend> SharedRxQueue<B> {
             if got >= max.min(MAX_BURST) {
                 break;
             }
-            next = self.cq.peek();
+            next = cq.peek();
         }
         drop(st);
-        self.cq.update_dbr();
+        cq.update_dbr();
         got
     }
 

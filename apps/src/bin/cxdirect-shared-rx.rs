@@ -411,7 +411,9 @@ fn receive<B: Backend>(
         if got > 0 {
             last_progress = Instant::now();
         }
-        let timeout = if got > 0 {
+        // Events a command took off the EQ have had their interrupt consumed already.
+        let events_waiting = port.device().events_pending();
+        let timeout = if got > 0 || events_waiting {
             EpollTimeout::ZERO
         } else {
             if last_progress.elapsed() > Duration::from_secs(5) {
@@ -432,57 +434,66 @@ fn receive<B: Backend>(
         let n = epoll
             .wait(&mut ready, timeout)
             .map_err(|e| format!("epoll wait: {e}"))?;
-        for ev in &ready[..n] {
-            match ev.data() {
-                EVENT_TOKEN => {
-                    report.async_interrupts += port.device().wait_event(Duration::ZERO);
-                    let events = port
-                        .device()
-                        .poll_events()
-                        .map_err(|e| format!("events: {e}"))?;
-                    for ev in events {
-                        if let Event::SharedRingLow { ring: id, posted } = ev {
-                            if id != ring.id() {
-                                continue;
+        let async_fired = ready[..n].iter().any(|ev| ev.data() == EVENT_TOKEN);
+        if async_fired || events_waiting {
+            report.async_interrupts += port.device().wait_event(Duration::ZERO);
+            // Handling runs commands, which may take further events off the EQ: go on until
+            // none is left unreported.
+            loop {
+                let events = port
+                    .device()
+                    .poll_events()
+                    .map_err(|e| format!("events: {e}"))?;
+                for ev in events {
+                    if let Event::SharedRingLow { ring: id, posted } = ev {
+                        if id != ring.id() {
+                            continue;
+                        }
+                        report.limit_events += 1;
+                        // Take what completed first: a slot is posted again only once its
+                        // completion has been taken.
+                        let mut refilled = 0;
+                        loop {
+                            let drained = drain(&mut queues, &mut burst, s.burst, &mut report);
+                            let posted_now = ring.refill();
+                            refilled += posted_now;
+                            if ring.outstanding() >= s.lwm || (drained == 0 && posted_now == 0) {
+                                break;
                             }
-                            report.limit_events += 1;
-                            // Take what completed first: a slot is posted again only once its
-                            // completion has been taken.
-                            let mut refilled = 0;
-                            loop {
-                                let drained = drain(&mut queues, &mut burst, s.burst, &mut report);
-                                let posted_now = ring.refill();
-                                refilled += posted_now;
-                                if ring.outstanding() >= s.lwm || (drained == 0 && posted_now == 0)
-                                {
-                                    break;
-                                }
-                            }
-                            report.refills += 1;
-                            credits
-                                .posted
-                                .fetch_add(u64::from(refilled), Ordering::AcqRel);
-                            port.set_shared_limit(s.lwm)
-                                .map_err(|e| format!("re-arming the limit: {e}"))?;
-                            if report.limit_events <= 3 || report.limit_events % 1000 == 0 {
-                                println!(
-                                    "event {}: ring {id} low ({posted} posted), refilled {refilled}",
-                                    report.limit_events
-                                );
-                            }
+                        }
+                        report.refills += 1;
+                        // Re-arm before the sender may use the new buffers, so the dip they
+                        // cause is seen.
+                        port.set_shared_limit(s.lwm)
+                            .map_err(|e| format!("re-arming the limit: {e}"))?;
+                        credits
+                            .posted
+                            .fetch_add(u64::from(refilled), Ordering::AcqRel);
+                        if report.limit_events <= 3 || report.limit_events % 1000 == 0 {
+                            println!(
+                                "event {}: ring {id} low ({posted} posted), refilled {refilled}",
+                                report.limit_events
+                            );
                         }
                     }
                 }
-                token => {
-                    let q = (token - 1) as usize;
-                    if let Some(queue) = queues.get_mut(q) {
-                        if queue
-                            .wait_interrupt(Duration::ZERO)
-                            .map_err(|e| e.to_string())?
-                        {
-                            report.interrupts[q] += 1;
-                        }
-                    }
+                if !port.device().events_pending() {
+                    break;
+                }
+            }
+        }
+        for ev in &ready[..n] {
+            let token = ev.data();
+            if token == EVENT_TOKEN {
+                continue;
+            }
+            let q = (token - 1) as usize;
+            if let Some(queue) = queues.get_mut(q) {
+                if queue
+                    .wait_interrupt(Duration::ZERO)
+                    .map_err(|e| e.to_string())?
+                {
+                    report.interrupts[q] += 1;
                 }
             }
         }
