@@ -267,3 +267,11 @@ impl CmdQueue {
         Ok(output)
     }
 }
+
+/// A zeroed command input of `size` bytes (at least the 16-byte header) with opcode and op_mod set.
+pub(crate) fn input(opcode: cxdirect_hw::cmd::Opcode, op_mod: u16, size: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; size.max(16)];
+    buf[0..2].copy_from_slice(&(opcode as u16).to_be_bytes());
+    buf[6..8].copy_from_slice(&op_mod.to_be_bytes());
+    buf
+}

@@ -4,7 +4,7 @@
 //! health monitoring, and teardown.
 
 use crate::backend::{Backend, Interrupt};
-use crate::cmd::CmdQueue;
+use crate::cmd::{input, CmdQueue};
 use crate::eq::{Event, EventQueue};
 use crate::error::{DriverError, HealthFailure};
 use crate::pages::FwPages;
@@ -161,13 +161,6 @@ const ASYNC_EVENTS: &[EventType] = &[
     EventType::SrqRqLimit,
     EventType::InternalError,
 ];
-
-fn input(opcode: Opcode, op_mod: u16, size: usize) -> Vec<u8> {
-    let mut buf = vec![0u8; size.max(16)];
-    buf[0..2].copy_from_slice(&(opcode as u16).to_be_bytes());
-    buf[6..8].copy_from_slice(&op_mod.to_be_bytes());
-    buf
-}
 
 impl<B: Backend> Device<B> {
     /// Brings the function up.

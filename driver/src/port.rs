@@ -3,6 +3,7 @@
 //! created in order, the queue handles given to the application, and teardown in reverse order.
 
 use crate::backend::Backend;
+use crate::cmd::input;
 use crate::device::Device;
 use crate::error::DriverError;
 use crate::mempool::Mempool;
@@ -123,14 +124,6 @@ pub struct Port<B: Backend> {
     /// The shared ring's handles, until the application takes them.
     pub(crate) shared_handles: Option<SharedQueues<B>>,
     config: PortConfig,
-}
-
-/// A zeroed command input of `size` bytes (at least the 16-byte header) with opcode and op_mod set.
-pub(crate) fn input(opcode: Opcode, op_mod: u16, size: usize) -> Vec<u8> {
-    let mut buf = vec![0u8; size.max(16)];
-    buf[0..2].copy_from_slice(&(opcode as u16).to_be_bytes());
-    buf[6..8].copy_from_slice(&op_mod.to_be_bytes());
-    buf
 }
 
 pub(crate) fn out_u32(out: &[u8]) -> u32 {

@@ -4,9 +4,10 @@
 //! no longer write them.
 
 use crate::backend::Backend;
+use crate::cmd::input;
 use crate::device::RmpStatus;
 use crate::error::DriverError;
-use crate::port::{input, invalid, out_u32, Port, SharedQueues};
+use crate::port::{invalid, out_u32, Port, SharedQueues};
 use crate::qcounter::QCounterSet;
 use crate::shared::{SharedRing, SharedRxConfig, SharedRxQueue, SharedRxRing};
 use cxdirect_hw::cmd::Opcode;

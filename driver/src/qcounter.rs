@@ -3,9 +3,9 @@
 //! keeps 32-bit counters that wrap; this widens them to 64 bits by reading often enough.
 
 use crate::backend::Backend;
+use crate::cmd::input;
 use crate::device::Device;
 use crate::error::DriverError;
-use crate::port::input;
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::counters::{
     AllocQCounterOut, DeallocQCounterIn, QueryQCounterIn, QueryQCounterOut,
