@@ -166,6 +166,7 @@ impl<B: Backend> TxQueue<B> {
     /// is full) and returns how many were taken; the rest stay in `pkts`. A packet the port
     /// cannot send (shorter than an Ethernet header or longer than the frame size) is dropped
     /// and counted in `errors`; it counts as taken.
+    #[inline(never)]
     pub fn tx_burst(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
         let taken = self.send(pkts);
         self.published.publish(&self.stats);
@@ -442,6 +443,7 @@ impl<B: Backend> RxQueue<B> {
 
     /// Receives up to `max` packets (at most [`MAX_BURST`]) onto the end of `out`; returns how
     /// many. Refills the ring from the pool afterwards.
+    #[inline(never)]
     pub fn rx_burst(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
         let got = self.receive(out, max);
         self.published.publish(&self.stats);

@@ -268,6 +268,7 @@ pub struct SharedRxQueue<B: Backend> {
 impl<B: Backend> SharedRxQueue<B> {
     /// Receives up to `max` packets (at most [`MAX_BURST`]) onto the end of `out`; returns how
     /// many. Does not refill the ring: that is [`SharedRxRing::refill`]'s job.
+    #[inline(never)]
     pub fn rx_burst(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
         let got = self.receive(out, max);
         self.published.publish(&self.stats);

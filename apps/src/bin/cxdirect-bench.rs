@@ -1,0 +1,772 @@
+//! cxdirect-bench: how close the fast path is to its floor, measured in one run on the emulated
+//! pair so every ratio compares figures taken under the same load.
+//!
+//! - driver-side ns (and cycles at the CPU's reported clock) per packet inside `tx_burst` /
+//!   `rx_burst` only, at bursts 1, 8, 32 and 64 and each inline mode, with the model on its own
+//!   threads; beside a baseline measured in the same run (copying a 64-byte descriptor into a
+//!   64-byte-aligned ring slot: the floor for building one WQE) and their ratio;
+//! - PCIe transactions per packet from the model's counters;
+//! - ping-pong round trips with and without inline + BlueFlame, beside a shared-memory ping-pong
+//!   between two threads;
+//! - the model's own throughput (inline and threaded execution) and bring-up time.
+//!
+//! Each figure is also printed as `metric NAME=VALUE`. `--callgrind` instead runs io forwarding
+//! between the two ports for a fixed packet count, for `valgrind --tool=callgrind`
+//! (see `apps/scripts/callgrind-fwd`).
+
+use cxdirect::{
+    Backend, BackendError, Device, InlineMode, Interrupt, Mbuf, Options, Port, PortConfig, Queues,
+};
+use cxdirect_apps::args::Args;
+use cxdirect_apps::emulated::EmuBackend;
+use cxdirect_apps::testpmd::build;
+use cxdirect_dma::Iommu;
+use cxdirect_emu::counters::CountersSnapshot;
+use cxdirect_emu::{Device as Model, EmuConfig, ExecMode};
+use cxdirect_hw::doorbell::{UAR_BF_OFFSET, UAR_PAGE_SIZE};
+use std::hint::black_box;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+const USAGE: &str =
+    "usage: cxdirect-bench [--rounds N] [--iterations N] [--callgrind [--packets N]]
+  --rounds N      timed rounds of 256 packets per configuration (default 200)
+  --iterations N  ping-pong round trips per variant (default 5000)
+  --only tx|rx    measure one path only (for profiling)
+  --callgrind     io forwarding between the two ports for --packets (default 200000), for
+                  valgrind --tool=callgrind; prints `forwarded=N`";
+
+/// Packets per timed round: a quarter of the ring, so a round never waits for ring space.
+const ROUND: usize = 256;
+const RING: u32 = 1024;
+const BURSTS: [usize; 4] = [1, 8, 32, 64];
+const MODES: [(InlineMode, &str); 3] = [
+    (InlineMode::None, "none"),
+    (InlineMode::Headers, "headers"),
+    (InlineMode::Full, "full"),
+];
+
+type Side<B = EmuBackend> = (Port<B>, Queues<B>);
+
+/// A send doorbell or BlueFlame write held back: BAR offset, bytes, whole 64 B or first 8 B.
+type HeldDoorbell = (usize, [u8; 64], bool);
+
+/// The emulated backend with send doorbells held back while a TX round is timed and replayed to
+/// the model afterwards, so the timed region holds the driver's work only (the model is neither
+/// woken nor running then). Holding a doorbell costs a lock and a 64-byte copy, which stays in
+/// the figures.
+struct Deferred {
+    inner: EmuBackend,
+    holding: AtomicBool,
+    held: Mutex<Vec<HeldDoorbell>>,
+}
+
+impl Deferred {
+    fn new(inner: EmuBackend) -> Self {
+        Self {
+            inner,
+            holding: AtomicBool::new(false),
+            held: Mutex::new(Vec::with_capacity(2 * ROUND)),
+        }
+    }
+
+    fn holds(&self, offset: usize) -> bool {
+        self.holding.load(Ordering::Relaxed) && offset % UAR_PAGE_SIZE >= UAR_BF_OFFSET
+    }
+
+    fn hold(&self, offset: usize, bytes: &[u8], whole: bool) {
+        let mut copy = [0u8; 64];
+        copy[..bytes.len()].copy_from_slice(bytes);
+        self.held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((offset, copy, whole));
+    }
+
+    /// Stops holding and hands every held doorbell to the model, in order.
+    fn release(&self) {
+        self.holding.store(false, Ordering::Relaxed);
+        let held: Vec<HeldDoorbell> =
+            std::mem::take(&mut *self.held.lock().unwrap_or_else(|e| e.into_inner()));
+        for (offset, bytes, whole) in &held {
+            if *whole {
+                self.inner.write_bf(*offset, bytes);
+            } else {
+                let mut first = [0u8; 8];
+                first.copy_from_slice(&bytes[..8]);
+                self.inner.write64(*offset, first);
+            }
+        }
+        let mut slot = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        *slot = held;
+        slot.clear();
+    }
+}
+
+impl Backend for Deferred {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+    fn bar0_len(&self) -> usize {
+        self.inner.bar0_len()
+    }
+    fn read32(&self, offset: usize) -> [u8; 4] {
+        self.inner.read32(offset)
+    }
+    fn write32(&self, offset: usize, bytes: [u8; 4]) {
+        self.inner.write32(offset, bytes)
+    }
+    fn write64(&self, offset: usize, bytes: [u8; 8]) {
+        if self.holds(offset) {
+            self.hold(offset, &bytes, false);
+        } else {
+            self.inner.write64(offset, bytes)
+        }
+    }
+    fn write_bf(&self, offset: usize, wqe: &[u8; 64]) {
+        if self.holds(offset) {
+            self.hold(offset, wqe, true);
+        } else {
+            self.inner.write_bf(offset, wqe)
+        }
+    }
+    fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), BackendError> {
+        self.inner.config_read(offset, buf)
+    }
+    fn config_write(&self, offset: u16, data: &[u8]) -> Result<(), BackendError> {
+        self.inner.config_write(offset, data)
+    }
+    fn iommu(&self) -> Arc<dyn Iommu> {
+        self.inner.iommu()
+    }
+    fn enable_msix(&self, vectors: u16) -> Result<Vec<Interrupt>, BackendError> {
+        self.inner.enable_msix(vectors)
+    }
+    fn disable_msix(&self) -> Result<(), BackendError> {
+        self.inner.disable_msix()
+    }
+    fn reset(&self) -> Result<(), BackendError> {
+        self.inner.reset()
+    }
+}
+
+fn main() -> ExitCode {
+    match real_main() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("cxdirect-bench: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn real_main() -> Result<(), String> {
+    let flags = ["help", "callgrind"];
+    let args = Args::parse(std::env::args().skip(1), &flags)?;
+    if args.flag("help") {
+        println!("{USAGE}");
+        return Ok(());
+    }
+    if let Some(unknown) = args
+        .unknown(&["rounds", "iterations", "packets", "only"], &flags)
+        .first()
+    {
+        return Err(format!("unknown option --{unknown}\n{USAGE}"));
+    }
+    if args.flag("callgrind") {
+        return callgrind(args.parse_or("packets", 200_000u64)?);
+    }
+    let rounds: usize = args.parse_or("rounds", 200usize)?;
+    let iterations: usize = args.parse_or("iterations", 5000usize)?;
+    if rounds < 5 || iterations < 100 {
+        return Err("--rounds must be at least 5 and --iterations at least 100".into());
+    }
+    let only = args.get("only").unwrap_or("all").to_string();
+    if !["all", "tx", "rx"].contains(&only.as_str()) {
+        return Err(format!(
+            "--only `{only}`: use tx or rx (for profiling one path)"
+        ));
+    }
+    let mhz = cpu_mhz();
+    println!("# cxdirect-bench: emulated pair, model threaded unless noted; CPU clock {mhz:.0} MHz (cycles = ns x clock)");
+    let baseline = baseline_ns(rounds);
+    println!(
+        "baseline: 64-byte descriptor copy into a 64-byte-aligned ring slot: {baseline:.2} ns/pkt"
+    );
+    metric("baseline_desc_copy_ns", baseline);
+
+    println!("\n# TX: ns per packet inside tx_burst (median round of {ROUND} packets), and PCIe transactions per packet");
+    println!(
+        "{:<8} {:>5} {:>8} {:>8} {:>7} | {:>6} {:>6} {:>8} {:>9} {:>8} {:>9} {:>6} {:>6}",
+        "inline",
+        "burst",
+        "ns/pkt",
+        "cycles",
+        "ratio",
+        "dbell",
+        "bf",
+        "wqe_rd",
+        "wqe_B",
+        "pay_rd",
+        "pay_B",
+        "cqe",
+        "irq"
+    );
+    let mut tx_ns = std::collections::HashMap::new();
+    let modes: &[(InlineMode, &str)] = if only == "rx" { &[] } else { &MODES };
+    for &(mode, name) in modes {
+        for burst in BURSTS {
+            let r = tx_run(mode, burst, rounds)?;
+            println!(
+                "{name:<8} {burst:>5} {:>8.1} {:>8.0} {:>7.2} | {:>6.4} {:>6.4} {:>8.4} {:>9.1} {:>8.4} {:>9.1} {:>6.4} {:>6.4}",
+                r.ns, r.ns * mhz / 1000.0, r.ns / baseline,
+                r.per(r.c.doorbells), r.per(r.c.bf_writes), r.per(r.c.wqe_fetch_reads),
+                r.per(r.c.wqe_fetch_bytes), r.per(r.c.payload_reads), r.per(r.c.payload_read_bytes),
+                r.per(r.c.cqes), r.per(r.c.interrupts)
+            );
+            let key = format!("tx_{name}_b{burst}");
+            metric(&format!("{key}_ns"), r.ns);
+            metric(&format!("{key}_ratio"), r.ns / baseline);
+            metric(&format!("{key}_doorbells_per_pkt"), r.per(r.c.doorbells));
+            metric(
+                &format!("{key}_wqe_dma_reads_per_pkt"),
+                r.per(r.c.wqe_fetch_reads),
+            );
+            metric(
+                &format!("{key}_payload_dma_reads_per_pkt"),
+                r.per(r.c.payload_reads),
+            );
+            metric(&format!("{key}_cqes_per_pkt"), r.per(r.c.cqes));
+            tx_ns.insert((name, burst), r);
+        }
+    }
+    if only == "tx" {
+        return Ok(());
+    }
+    if only == "rx" {
+        rx_run(32, rounds * 10)?;
+        return Ok(());
+    }
+    let h32 = &tx_ns[&("headers", 32)];
+    metric("tx_b32_headers_ratio", h32.ns / baseline);
+    metric("tx_b1_over_b32", tx_ns[&("headers", 1)].ns / h32.ns);
+    metric("doorbells_per_pkt_b32", h32.per(h32.c.doorbells));
+    metric("tx_cqes_per_pkt_b32", h32.per(h32.c.cqes));
+    let lone = lone_packets(2000)?;
+    println!(
+        "lone packets (each sent after the previous one left): BlueFlame writes/pkt {:.4}, WQE DMA reads/pkt {:.4}, doorbells/pkt {:.4}",
+        lone.per(lone.c.bf_writes),
+        lone.per(lone.c.wqe_fetch_reads),
+        lone.per(lone.c.doorbells)
+    );
+    metric("bf_wqe_dma_reads_per_pkt", lone.per(lone.c.wqe_fetch_reads));
+    metric(
+        "full_inline_payload_dma_reads_per_pkt",
+        tx_ns[&("full", 32)].per(tx_ns[&("full", 32)].c.payload_reads),
+    );
+
+    println!(
+        "\n# RX: ns per packet inside rx_burst (refill included), and PCIe transactions per packet"
+    );
+    println!(
+        "{:>5} {:>8} {:>8} {:>7} | {:>8} {:>9} {:>8} {:>6} {:>8} {:>6}",
+        "burst",
+        "ns/pkt",
+        "cycles",
+        "ratio",
+        "pay_wr",
+        "pay_B",
+        "rxwqe_rd",
+        "cqe",
+        "dbrec_rd",
+        "irq"
+    );
+    let mut rx = std::collections::HashMap::new();
+    for burst in BURSTS {
+        let r = rx_run(burst, rounds)?;
+        println!(
+            "{burst:>5} {:>8.1} {:>8.0} {:>7.2} | {:>8.4} {:>9.1} {:>8.4} {:>6.4} {:>8.4} {:>6.4}",
+            r.ns,
+            r.ns * mhz / 1000.0,
+            r.ns / baseline,
+            r.per(r.c.payload_writes),
+            r.per(r.c.payload_write_bytes),
+            r.per(r.c.rx_wqe_reads),
+            r.per(r.c.cqes),
+            r.per(r.c.dbrec_reads),
+            r.per(r.c.interrupts)
+        );
+        metric(&format!("rx_b{burst}_ns"), r.ns);
+        metric(&format!("rx_b{burst}_ratio"), r.ns / baseline);
+        rx.insert(burst, r);
+    }
+    metric("rx_b32_ratio", rx[&32].ns / baseline);
+    metric("rx_b1_over_b32", rx[&1].ns / rx[&32].ns);
+
+    println!("\n# ping-pong round trip, 64 bytes ({iterations} iterations each)");
+    let shm = shm_pingpong(iterations);
+    println!(
+        "shared memory between two threads: p50 {} ns, p99 {} ns",
+        shm.0, shm.1
+    );
+    metric("shm_pingpong_p50_ns", shm.0 as f64);
+    for (exec, exec_name) in [
+        (ExecMode::Threaded, "threaded"),
+        (ExecMode::Inline, "inline"),
+    ] {
+        for (fast, label) in [
+            (true, "inline+blueflame"),
+            (false, "no inline, no blueflame"),
+        ] {
+            let (p50, p99) = driver_pingpong(exec, fast, iterations)?;
+            println!(
+                "driver, model {exec_name}, {label}: p50 {p50} ns, p99 {p99} ns, p50/shm {:.1}",
+                p50 as f64 / shm.0.max(1) as f64
+            );
+            let key = format!(
+                "pingpong_{exec_name}_{}",
+                if fast { "fast" } else { "plain" }
+            );
+            metric(&format!("{key}_p50_ns"), p50 as f64);
+            metric(&format!("{key}_p99_ns"), p99 as f64);
+            if exec == ExecMode::Threaded && fast {
+                metric("pingpong_p50_ratio", p50 as f64 / shm.0.max(1) as f64);
+            }
+        }
+    }
+
+    println!(
+        "\n# end to end (tx on port 0, rx on port 1, one driver thread, burst 32, headers inline)"
+    );
+    let inline_e2e = e2e_ns(ExecMode::Inline, rounds)?;
+    let threaded_e2e = e2e_ns(ExecMode::Threaded, rounds)?;
+    // With inline execution the model runs inside the driver's calls: what is not the driver's
+    // own time (measured above with the model elsewhere) is the model's.
+    let model_ns = (inline_e2e - h32.ns - rx[&32].ns).max(1.0);
+    println!(
+        "model inline: {:.3} Mpps end to end, the model's own share {model_ns:.0} ns/pkt = {:.3} Mpps; model threaded: {:.3} Mpps end to end",
+        1e3 / inline_e2e,
+        1e3 / model_ns,
+        1e3 / threaded_e2e
+    );
+    metric("model_mpps", 1e3 / model_ns);
+    metric("e2e_inline_mpps", 1e3 / inline_e2e);
+    metric("e2e_threaded_mpps", 1e3 / threaded_e2e);
+
+    let bringup = bringup_ms()?;
+    println!("\nbring-up of an emulated function: {bringup:.2} ms (median of 5; the model's firmware takes 2 ms)");
+    metric("bringup_ms", bringup);
+    Ok(())
+}
+
+fn metric(name: &str, value: f64) {
+    println!("metric {name}={value:.4}");
+}
+
+/// The CPU clock /proc/cpuinfo reports (MHz), to express ns as cycles.
+fn cpu_mhz() -> f64 {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find(|l| l.starts_with("cpu MHz"))
+                .and_then(|l| l.split(':').nth(1))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(1000.0)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    values[values.len() / 2]
+}
+
+/// A ring slot as the device reads it: 64 bytes, 64-byte aligned.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Slot([u8; 64]);
+
+/// The floor for building one WQE: copy a 64-byte descriptor into the next ring slot.
+fn baseline_ns(rounds: usize) -> f64 {
+    let mut ring = vec![Slot([0; 64]); RING as usize];
+    let mut desc = Slot([0x5a; 64]);
+    let mut pos = 0usize;
+    let mut per_round = Vec::with_capacity(rounds);
+    for r in 0..rounds {
+        desc.0[0] = r as u8;
+        let start = Instant::now();
+        for i in 0..ROUND {
+            let d = black_box(&desc);
+            ring[(pos + i) & (RING as usize - 1)] = *d;
+        }
+        black_box(&ring);
+        per_round.push(start.elapsed().as_nanos() as f64 / ROUND as f64);
+        pos += ROUND;
+    }
+    median(per_round)
+}
+
+fn options() -> Options {
+    Options {
+        cmd_timeout: Duration::from_secs(10),
+        ..Options::default()
+    }
+}
+
+fn pair(exec: ExecMode, config: &PortConfig) -> Result<(Side, Side, Model, Model), String> {
+    let cfg = EmuConfig {
+        exec,
+        ..EmuConfig::default()
+    };
+    let (a, b) = Model::pair(cfg.clone(), cfg);
+    let da =
+        Device::bring_up(EmuBackend::new(a.clone(), "a"), options()).map_err(|e| e.to_string())?;
+    let db =
+        Device::bring_up(EmuBackend::new(b.clone(), "b"), options()).map_err(|e| e.to_string())?;
+    let pa = Port::start(da, config.clone()).map_err(|e| e.to_string())?;
+    let pb = Port::start(db, config.clone()).map_err(|e| e.to_string())?;
+    Ok((pa, pb, a, b))
+}
+
+fn close<B: Backend>(side: Side<B>) -> Result<(), String> {
+    let (port, queues) = side;
+    drop(queues);
+    port.close()
+        .and_then(|d| d.teardown())
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+fn config(inline: InlineMode) -> PortConfig {
+    PortConfig {
+        ring_size: RING,
+        pool_buffers: 8 * RING,
+        inline,
+        ..PortConfig::default()
+    }
+}
+
+/// Fills `out` with `n` 64-byte frames from `pool`.
+fn frames(
+    pool: &cxdirect::Mempool,
+    out: &mut Vec<Mbuf>,
+    n: usize,
+    frame: &[u8],
+) -> Result<(), String> {
+    for _ in 0..n {
+        let mut m = pool.alloc().ok_or("pool empty")?;
+        m.set_data(frame).map_err(|e| e.to_string())?;
+        out.push(m);
+    }
+    Ok(())
+}
+
+/// Waits (untimed) until `model` has counted `target` with `field`.
+fn wait_for(model: &Model, target: u64, field: fn(&CountersSnapshot) -> u64) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while field(&model.counters()) < target {
+        if Instant::now() > deadline {
+            return Err("the model stopped moving packets".into());
+        }
+        std::thread::yield_now();
+    }
+    Ok(())
+}
+
+struct Run {
+    ns: f64,
+    packets: u64,
+    c: CountersSnapshot,
+}
+
+impl Run {
+    fn per(&self, count: u64) -> f64 {
+        count as f64 / self.packets.max(1) as f64
+    }
+}
+
+fn tx_run(inline: InlineMode, burst: usize, rounds: usize) -> Result<Run, String> {
+    let threaded = EmuConfig {
+        exec: ExecMode::Threaded,
+        ..EmuConfig::default()
+    };
+    let (a, b) = Model::pair(threaded.clone(), threaded);
+    let da = Device::bring_up(Deferred::new(EmuBackend::new(a.clone(), "a")), options())
+        .map_err(|e| e.to_string())?;
+    let db =
+        Device::bring_up(EmuBackend::new(b.clone(), "b"), options()).map_err(|e| e.to_string())?;
+    let (mut pa, (mut txa, rxa)) = Port::start(da, config(inline)).map_err(|e| e.to_string())?;
+    let pb = Port::start(db, config(inline)).map_err(|e| e.to_string())?;
+    let mut frame = Vec::new();
+    build(&mut frame, 64, 0, 0);
+    let mut batches: Vec<Vec<Mbuf>> = (0..ROUND / burst)
+        .map(|_| Vec::with_capacity(burst))
+        .collect();
+    let mut per_round = Vec::with_capacity(rounds);
+    let mut sent = 0u64;
+    // One warm-up round, then the measured ones.
+    let mut before = a.counters();
+    for r in 0..=rounds {
+        if r == 1 {
+            before = a.counters();
+        }
+        for batch in batches.iter_mut() {
+            frames(pa.pool(), batch, burst, &frame)?;
+        }
+        let backend = pa.device().backend();
+        backend.holding.store(true, Ordering::Relaxed);
+        let start = Instant::now();
+        for batch in batches.iter_mut() {
+            while !batch.is_empty() {
+                txa[0].tx_burst(batch);
+            }
+        }
+        let elapsed = start.elapsed();
+        backend.release();
+        sent += (ROUND / burst * burst) as u64;
+        if r > 0 {
+            per_round.push(elapsed.as_nanos() as f64 / (ROUND / burst * burst) as f64);
+        }
+        // The next round starts with both models idle.
+        wait_for(&a, sent, |c| c.tx_frames)?;
+        wait_for(&b, sent, |c| c.rx_frames)?;
+    }
+    let c = a.counters().since(&before);
+    let run = Run {
+        ns: median(per_round),
+        packets: (rounds * (ROUND / burst * burst)) as u64,
+        c,
+    };
+    close((pa, (txa, rxa)))?;
+    close(pb)?;
+    Ok(run)
+}
+
+/// Packets sent one at a time, each after the model has sent the previous one: the BlueFlame
+/// case (headers inline, BlueFlame on).
+fn lone_packets(count: u64) -> Result<Run, String> {
+    let ((pa, (mut txa, rxa)), pb, a, _b) = pair(ExecMode::Threaded, &config(InlineMode::Headers))?;
+    let mut frame = Vec::new();
+    build(&mut frame, 64, 0, 0);
+    let mut batch = Vec::with_capacity(1);
+    let before = a.counters();
+    let start_frames = before.tx_frames;
+    for i in 1..=count {
+        frames(pa.pool(), &mut batch, 1, &frame)?;
+        while !batch.is_empty() {
+            txa[0].tx_burst(&mut batch);
+        }
+        wait_for(&a, start_frames + i, |c| c.tx_frames)?;
+    }
+    let run = Run {
+        ns: 0.0,
+        packets: count,
+        c: a.counters().since(&before),
+    };
+    close((pa, (txa, rxa)))?;
+    close(pb)?;
+    Ok(run)
+}
+
+fn rx_run(burst: usize, rounds: usize) -> Result<Run, String> {
+    let ((pa, (mut txa, rxa)), (pb, (txb, mut rxb)), _a, b) =
+        pair(ExecMode::Threaded, &config(InlineMode::Headers))?;
+    let mut frame = Vec::new();
+    build(&mut frame, 64, 0, 0);
+    let mut batch = Vec::with_capacity(ROUND);
+    let mut got: Vec<Mbuf> = Vec::with_capacity(ROUND + cxdirect::queue::MAX_BURST);
+    let mut per_round = Vec::with_capacity(rounds);
+    let mut delivered = 0u64;
+    let mut before = b.counters();
+    for r in 0..=rounds {
+        if r == 1 {
+            before = b.counters();
+        }
+        frames(pa.pool(), &mut batch, ROUND, &frame)?;
+        while !batch.is_empty() {
+            txa[0].tx_burst(&mut batch);
+        }
+        delivered += ROUND as u64;
+        wait_for(&b, delivered, |c| c.rx_delivered)?;
+        let start = Instant::now();
+        while got.len() < ROUND {
+            rxb[0].rx_burst(&mut got, burst);
+        }
+        let elapsed = start.elapsed();
+        if r > 0 {
+            per_round.push(elapsed.as_nanos() as f64 / ROUND as f64);
+        }
+        got.clear();
+    }
+    let c = b.counters().since(&before);
+    let run = Run {
+        ns: median(per_round),
+        packets: (rounds * ROUND) as u64,
+        c,
+    };
+    close((pa, (txa, rxa)))?;
+    close((pb, (txb, rxb)))?;
+    Ok(run)
+}
+
+/// Wall time per packet sending on port 0 and receiving on port 1 from one thread.
+fn e2e_ns(exec: ExecMode, rounds: usize) -> Result<f64, String> {
+    let ((pa, (mut txa, rxa)), (pb, (txb, mut rxb)), _a, _b) =
+        pair(exec, &config(InlineMode::Headers))?;
+    let mut frame = Vec::new();
+    build(&mut frame, 64, 0, 0);
+    let mut batch = Vec::with_capacity(32);
+    let mut got: Vec<Mbuf> = Vec::with_capacity(ROUND + cxdirect::queue::MAX_BURST);
+    let mut per_round = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let start = Instant::now();
+        let mut sent = 0;
+        let deadline = start + Duration::from_secs(10);
+        while got.len() < ROUND {
+            if sent < ROUND && batch.is_empty() {
+                frames(pa.pool(), &mut batch, 32, &frame)?;
+                sent += 32;
+            }
+            txa[0].tx_burst(&mut batch);
+            rxb[0].rx_burst(&mut got, 32);
+            if Instant::now() > deadline {
+                return Err("end-to-end run stalled".into());
+            }
+        }
+        per_round.push(start.elapsed().as_nanos() as f64 / ROUND as f64);
+        got.clear();
+    }
+    close((pa, (txa, rxa)))?;
+    close((pb, (txb, rxb)))?;
+    Ok(median(per_round))
+}
+
+fn percentiles(mut v: Vec<u64>) -> (u64, u64) {
+    v.sort_unstable();
+    let at = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+/// Round trips of a counter between this thread and another, through one shared cache line.
+fn shm_pingpong(iterations: usize) -> (u64, u64) {
+    let ping = Arc::new(AtomicU32::new(0));
+    let pong = Arc::new(AtomicU32::new(0));
+    let echo = {
+        let (ping, pong) = (ping.clone(), pong.clone());
+        std::thread::spawn(move || {
+            for i in 1..=iterations as u32 {
+                while ping.load(Ordering::Acquire) != i {
+                    std::hint::spin_loop();
+                }
+                pong.store(i, Ordering::Release);
+            }
+        })
+    };
+    let mut rtts = Vec::with_capacity(iterations);
+    for i in 1..=iterations as u32 {
+        let start = Instant::now();
+        ping.store(i, Ordering::Release);
+        while pong.load(Ordering::Acquire) != i {
+            std::hint::spin_loop();
+        }
+        rtts.push(start.elapsed().as_nanos() as u64);
+    }
+    let _ = echo.join();
+    percentiles(rtts)
+}
+
+/// Port 0 sends one packet, port 1 echoes it, port 0 times the round trip.
+fn driver_pingpong(exec: ExecMode, fast: bool, iterations: usize) -> Result<(u64, u64), String> {
+    let config = PortConfig {
+        ring_size: 256,
+        pool_buffers: 2048,
+        inline: if fast {
+            InlineMode::Full
+        } else {
+            InlineMode::None
+        },
+        blueflame: fast,
+        cqe_every: 1,
+        ..PortConfig::default()
+    };
+    let ((pa, (mut txa, mut rxa)), (pb, (mut txb, mut rxb)), _a, _b) = pair(exec, &config)?;
+    let mut frame = Vec::new();
+    let mut batch: Vec<Mbuf> = Vec::with_capacity(4);
+    let mut got: Vec<Mbuf> = Vec::with_capacity(4);
+    let mut rtts = Vec::with_capacity(iterations);
+    for i in 0..iterations {
+        build(&mut frame, 64, 0, i as u32);
+        frames(pa.pool(), &mut batch, 1, &frame)?;
+        let start = Instant::now();
+        let deadline = start + Duration::from_secs(2);
+        while !batch.is_empty() {
+            txa[0].tx_burst(&mut batch);
+        }
+        while rxb[0].rx_burst(&mut got, 4) == 0 {
+            if Instant::now() > deadline {
+                return Err(format!("ping-pong iteration {i}: nothing arrived"));
+            }
+        }
+        batch.append(&mut got);
+        while !batch.is_empty() {
+            txb[0].tx_burst(&mut batch);
+        }
+        while rxa[0].rx_burst(&mut got, 4) == 0 {
+            if Instant::now() > deadline {
+                return Err(format!("ping-pong iteration {i}: no echo"));
+            }
+        }
+        rtts.push(start.elapsed().as_nanos() as u64);
+        got.clear();
+    }
+    close((pa, (txa, rxa)))?;
+    close((pb, (txb, rxb)))?;
+    Ok(percentiles(rtts))
+}
+
+fn bringup_ms() -> Result<f64, String> {
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let model = Model::new(EmuConfig::default());
+        let dev = Device::bring_up(EmuBackend::new(model, "emu"), options())
+            .map_err(|e| e.to_string())?;
+        times.push(dev.info().bringup.as_secs_f64() * 1e3);
+        dev.teardown().map_err(|e| e.to_string())?;
+    }
+    Ok(median(times))
+}
+
+/// io forwarding between the two ports, model executing inline: each port sends back out what
+/// it receives (its own pool's buffers), so packets bounce between the two; `packets` forwards,
+/// then `forwarded=N`. Run under callgrind with collection toggled on in the driver's burst
+/// calls and off inside the model (see `apps/scripts/callgrind-fwd`).
+fn callgrind(packets: u64) -> Result<(), String> {
+    let ((pa, (txa, rxa)), (pb, (txb, rxb)), _a, _b) =
+        pair(ExecMode::Inline, &config(InlineMode::Headers))?;
+    let mut frame = Vec::new();
+    build(&mut frame, 64, 0, 0);
+    let mut pending: [Vec<Mbuf>; 2] = [Vec::with_capacity(1024), Vec::with_capacity(1024)];
+    frames(pa.pool(), &mut pending[0], 256, &frame)?;
+    let mut sides = [(txa, rxa), (txb, rxb)];
+    let mut forwarded = 0u64;
+    let deadline = Instant::now() + Duration::from_secs(1200);
+    while forwarded < packets {
+        for (side, (tx, rx)) in sides.iter_mut().enumerate() {
+            tx[0].tx_burst(&mut pending[side]);
+            forwarded += rx[0].rx_burst(&mut pending[side], 32) as u64;
+        }
+        if Instant::now() > deadline {
+            return Err("forwarding stalled".into());
+        }
+    }
+    println!("forwarded={forwarded}");
+    drop(pending);
+    let [a, b] = sides;
+    close((pa, a))?;
+    close((pb, b))?;
+    Ok(())
+}
