@@ -31,3 +31,68 @@ pub fn vfio_open(
         cxdirect::vfio::RealSys,
     )
 }
+
+/// The ports a program's `--device` options name: emulated or PCI, never mixed.
+pub enum Ports {
+    /// Modelled functions (`emu`, `emu-pair`).
+    Emulated(Vec<emulated::EmuBackend>),
+    /// PCI functions opened through VFIO.
+    Pci(Vec<cxdirect::vfio::VfioDevice>),
+}
+
+/// Why [`open_ports`] gave no ports.
+#[derive(Debug)]
+pub enum OpenError {
+    /// The options are wrong (show the usage).
+    Usage(String),
+    /// A function could not be opened.
+    Open(String),
+}
+
+/// Opens one or two ports from `specs`: emulated ones executing as `emu_exec` says (`inline`
+/// or `threaded`), or PCI functions through VFIO with `iommu_mode` unless a spec names one.
+pub fn open_ports(specs: &[String], emu_exec: &str, iommu_mode: &str) -> Result<Ports, OpenError> {
+    if specs.is_empty() || specs.len() > 2 {
+        return Err(OpenError::Usage("give one or two --device options".into()));
+    }
+    let exec = match emu_exec {
+        "inline" => cxdirect_emu::ExecMode::Inline,
+        "threaded" => cxdirect_emu::ExecMode::Threaded,
+        other => {
+            return Err(OpenError::Usage(format!(
+                "--emu-exec `{other}`: use inline or threaded"
+            )))
+        }
+    };
+    let parsed: Vec<emulated::Spec> = specs.iter().map(|s| emulated::Spec::parse(s)).collect();
+    let pci = parsed
+        .iter()
+        .filter(|s| matches!(s, emulated::Spec::Pci(_)))
+        .count();
+    if pci == 0 {
+        let cfg = cxdirect_emu::EmuConfig {
+            exec,
+            ..cxdirect_emu::EmuConfig::default()
+        };
+        let backends: Vec<_> = parsed
+            .iter()
+            .flat_map(|s| emulated::open_emulated(s, cfg.clone()))
+            .collect();
+        if backends.len() > 2 {
+            return Err(OpenError::Usage("at most two ports".into()));
+        }
+        return Ok(Ports::Emulated(backends));
+    }
+    if pci != parsed.len() {
+        return Err(OpenError::Usage(
+            "do not mix emulated and PCI devices".into(),
+        ));
+    }
+    let mut backends = Vec::new();
+    for spec in specs {
+        backends.push(
+            vfio_open(spec, iommu_mode).map_err(|e| OpenError::Open(format!("{spec}: {e}")))?,
+        );
+    }
+    Ok(Ports::Pci(backends))
+}

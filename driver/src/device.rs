@@ -414,7 +414,7 @@ impl<B: Backend> Device<B> {
             c.eq_context_entry_mut()
                 .set_log_eq_size(log)
                 .set_uar_page(self.uar)
-                .set_intr(vector.min(255) as u8)
+                .set_intr(vector as u8)
                 .set_log_page_size((len.trailing_zeros() - 12) as u8);
             let _ = c.set_pas(0, region.iova());
         }

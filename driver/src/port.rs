@@ -344,9 +344,9 @@ impl<B: Backend> Port<B> {
         Ok(DmaRegion::new(iommu, &iovas, len, PageKind::Auto)?)
     }
 
-    /// A completion EQ on vector `1 + index` for receive queue `index`, when the port runs
-    /// receive interrupts; its number, for the queue's CQ, and the interrupt. Otherwise the
-    /// async EQ's number 0 is not used: CQs without interrupts are never armed.
+    /// A completion EQ on vector `1 + index` for receive queue `index` when the port runs
+    /// receive interrupts: its number (for the queue's CQ) and the interrupt. Without receive
+    /// interrupts: EQ 0 and none (such CQs are never armed, so they raise no events).
     pub(crate) fn rx_interrupt(
         &mut self,
         index: u16,

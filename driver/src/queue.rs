@@ -452,6 +452,7 @@ impl<B: Backend> RxQueue<B> {
 
     fn receive(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
         let mut got = 0;
+        let cqes_before = self.stats.cqes;
         while got < max.min(MAX_BURST) {
             let Some(c) = self.cq.peek() else { break };
             self.cq.consume();
@@ -488,7 +489,8 @@ impl<B: Backend> RxQueue<B> {
             out.push(m);
             got += 1;
         }
-        if self.stats.cqes > 0 {
+        // Only a burst that consumed CQEs has a consumer index to report.
+        if self.stats.cqes != cqes_before {
             self.cq.update_dbr();
         }
         self.refill();

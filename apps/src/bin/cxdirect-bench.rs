@@ -304,7 +304,6 @@ fn real_main() -> Result<(), String> {
         metric(&format!("rx_b{burst}_ratio"), r.ns / baseline);
         rx.insert(burst, r);
     }
-    metric("rx_b32_ratio", rx[&32].ns / baseline);
     metric("rx_b1_over_b32", rx[&1].ns / rx[&32].ns);
 
     println!("\n# ping-pong round trip, 64 bytes ({iterations} iterations each)");

@@ -11,9 +11,8 @@ use cxdirect::{
     Backend, Device, Event, Mbuf, Options, Port, PortConfig, SharedQueues, SharedRxConfig, TxQueue,
 };
 use cxdirect_apps::args::Args;
-use cxdirect_apps::emulated::{open_emulated, Spec};
 use cxdirect_apps::testpmd::{self, Generator, Verifier};
-use cxdirect_emu::{EmuConfig, ExecMode};
+use cxdirect_apps::{OpenError, Ports};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -86,39 +85,17 @@ fn real_main() -> Result<ExitCode, String> {
         Ok(s) => s,
         Err(e) => return usage(&e),
     };
-    let specs = args.all("device");
-    if specs.is_empty() || specs.len() > 2 {
-        return usage("give one or two --device options");
+    let opened = cxdirect_apps::open_ports(
+        args.all("device"),
+        args.get("emu-exec").unwrap_or("threaded"),
+        args.get("iommu-mode").unwrap_or("auto"),
+    );
+    match opened {
+        Ok(Ports::Emulated(backends)) => run(backends, &settings),
+        Ok(Ports::Pci(backends)) => run(backends, &settings),
+        Err(OpenError::Usage(msg)) => usage(&msg),
+        Err(OpenError::Open(msg)) => Err(msg),
     }
-    let exec = match args.get("emu-exec").unwrap_or("threaded") {
-        "inline" => ExecMode::Inline,
-        "threaded" => ExecMode::Threaded,
-        other => return usage(&format!("--emu-exec `{other}`: use inline or threaded")),
-    };
-    let parsed: Vec<Spec> = specs.iter().map(|s| Spec::parse(s)).collect();
-    if parsed.iter().all(|s| !matches!(s, Spec::Pci(_))) {
-        let cfg = EmuConfig {
-            exec,
-            ..EmuConfig::default()
-        };
-        let backends: Vec<_> = parsed
-            .iter()
-            .flat_map(|s| open_emulated(s, cfg.clone()))
-            .collect();
-        if backends.len() > 2 {
-            return usage("at most two ports");
-        }
-        return run(backends, &settings);
-    }
-    if parsed.iter().any(|s| !matches!(s, Spec::Pci(_))) {
-        return usage("do not mix emulated and PCI devices");
-    }
-    let mode = args.get("iommu-mode").unwrap_or("auto");
-    let mut backends = Vec::new();
-    for spec in specs {
-        backends.push(cxdirect_apps::vfio_open(spec, mode).map_err(|e| format!("{spec}: {e}"))?);
-    }
-    run(backends, &settings)
 }
 
 fn settings(args: &Args) -> Result<Settings, String> {
@@ -361,6 +338,7 @@ fn drain<B: Backend>(
 struct Report {
     received: u64,
     per_queue: Vec<u64>,
+    /// Completion interrupts each queue took.
     interrupts: Vec<u64>,
     misrouted: u64,
     limit_events: u64,
@@ -395,7 +373,7 @@ fn receive<B: Backend>(
     let mut report = Report {
         received: 0,
         per_queue: vec![0; queues.len()],
-        interrupts: vec![0; queues.len()],
+        interrupts: Vec::new(),
         misrouted: 0,
         limit_events: 0,
         refills: 0,
@@ -487,16 +465,13 @@ fn receive<B: Backend>(
             if token == EVENT_TOKEN {
                 continue;
             }
-            let q = (token - 1) as usize;
-            if let Some(queue) = queues.get_mut(q) {
-                if queue
+            if let Some(queue) = queues.get_mut((token - 1) as usize) {
+                queue
                     .wait_interrupt(Duration::ZERO)
-                    .map_err(|e| e.to_string())?
-                {
-                    report.interrupts[q] += 1;
-                }
+                    .map_err(|e| e.to_string())?;
             }
         }
     }
+    report.interrupts = queues.iter().map(|q| q.interrupts()).collect();
     Ok(report)
 }

@@ -5,9 +5,8 @@
 
 use cxdirect::{Backend, Device, InlineMode, Mbuf, Options, Port, PortConfig, PortStats, Queues};
 use cxdirect_apps::args::Args;
-use cxdirect_apps::emulated::{open_emulated, EmuBackend, Spec};
 use cxdirect_apps::testpmd::{self, ForwardMode, Generator, Verifier};
-use cxdirect_emu::{EmuConfig, ExecMode};
+use cxdirect_apps::{OpenError, Ports};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -78,43 +77,21 @@ fn real_main() -> Result<ExitCode, String> {
     if let Some(unknown) = args.unknown(&known, &flags).first() {
         return usage(&format!("unknown option --{unknown}"));
     }
-    let specs = args.all("device");
-    if specs.is_empty() || specs.len() > 2 {
-        return usage("give one or two --device options");
-    }
     let settings = match settings(&args) {
         Ok(s) => s,
         Err(e) => return usage(&e),
     };
-    let exec = match args.get("emu-exec").unwrap_or("threaded") {
-        "inline" => ExecMode::Inline,
-        "threaded" => ExecMode::Threaded,
-        other => return usage(&format!("--emu-exec `{other}`: use inline or threaded")),
-    };
-    let parsed: Vec<Spec> = specs.iter().map(|s| Spec::parse(s)).collect();
-    if parsed.iter().all(|s| !matches!(s, Spec::Pci(_))) {
-        let cfg = EmuConfig {
-            exec,
-            ..EmuConfig::default()
-        };
-        let backends: Vec<EmuBackend> = parsed
-            .iter()
-            .flat_map(|s| open_emulated(s, cfg.clone()))
-            .collect();
-        if backends.len() > 2 {
-            return usage("at most two ports");
-        }
-        return run(backends, &settings);
+    let opened = cxdirect_apps::open_ports(
+        args.all("device"),
+        args.get("emu-exec").unwrap_or("threaded"),
+        args.get("iommu-mode").unwrap_or("auto"),
+    );
+    match opened {
+        Ok(Ports::Emulated(backends)) => run(backends, &settings),
+        Ok(Ports::Pci(backends)) => run(backends, &settings),
+        Err(OpenError::Usage(msg)) => usage(&msg),
+        Err(OpenError::Open(msg)) => Err(msg),
     }
-    if parsed.iter().any(|s| !matches!(s, Spec::Pci(_))) {
-        return usage("do not mix emulated and PCI devices");
-    }
-    let mode = args.get("iommu-mode").unwrap_or("auto");
-    let mut backends = Vec::new();
-    for spec in specs {
-        backends.push(cxdirect_apps::vfio_open(spec, mode).map_err(|e| format!("{spec}: {e}"))?);
-    }
-    run(backends, &settings)
 }
 
 fn settings(args: &Args) -> Result<Settings, String> {
