@@ -1,5 +1,7 @@
 //! The seam between DMA memory and whatever gives the device its view of host memory.
 
+use std::os::fd::BorrowedFd;
+
 use thiserror::Error;
 
 /// A range of I/O virtual addresses the device may be given, `[start, end]` inclusive (as VFIO
@@ -41,6 +43,12 @@ pub enum IommuError {
         /// Bytes that could not be pinned.
         len: u64,
     },
+    /// The backend cannot map a file (or dmabuf) by descriptor.
+    #[error("cannot map a file descriptor for DMA: {reason}")]
+    FileMapUnsupported {
+        /// What is missing: the backend, or the kernel feature.
+        reason: String,
+    },
     /// In no-IOMMU mode the physical address of a page could not be found.
     #[error("cannot find the physical address of {addr:#x} in /proc/self/pagemap ({reason}); no-IOMMU mode needs CAP_SYS_ADMIN")]
     NoPhysicalAddress {
@@ -73,6 +81,25 @@ pub unsafe trait Iommu: Send + Sync {
 
     /// Makes the range unreachable again.
     fn unmap(&self, iova: u64, len: usize) -> Result<(), IommuError>;
+
+    /// Makes `len` bytes of the file `fd` from byte `offset` reachable at `iova`, without a host
+    /// mapping (iommufd's `IOMMU_IOAS_MAP_FILE`: memfds and hugetlbfs files from Linux 6.13,
+    /// dmabufs where the kernel's iommufd accepts them). `offset` and `len` are page multiples.
+    /// Backends without such a path say so with [`IommuError::FileMapUnsupported`].
+    fn map_file(
+        &self,
+        iova: u64,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+    ) -> Result<(), IommuError> {
+        let _ = (iova, fd, offset, len);
+        Err(IommuError::FileMapUnsupported {
+            reason:
+                "this backend maps host memory only (IOMMU_IOAS_MAP_FILE needs the iommufd backend)"
+                    .into(),
+        })
+    }
 
     /// In no-IOMMU mode the device sees physical addresses: the backend chooses the IOVA
     /// (`Some(physical address)`) instead of the allocator. `None` everywhere else.

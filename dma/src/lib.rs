@@ -6,10 +6,13 @@
 //! reads and writes concurrently. Nothing here hands out references into that memory; access is
 //! through copies and volatile loads and stores on [`DmaRegion`].
 
+pub mod dmabuf;
+pub mod export;
 pub mod iommu;
 pub mod iova;
 pub mod region;
 
+pub use dmabuf::{DmaBuf, DmaBufError, DmaBufKind, DmaBufMapping, DmaBufMode, PageList};
 pub use iommu::{Iommu, IommuError, IovaRange};
 pub use iova::{IovaAllocator, IovaError, IOVA_LOW_RESERVED, IOVA_PAGE};
 pub use region::{live_regions, DmaError, DmaRegion, PageKind, HUGE_PAGE_SIZE};

@@ -546,7 +546,7 @@ fn memlock_limit() -> Option<u64> {
 }
 
 /// The base page size, at least 4 KiB (the IOVA granule).
-fn small_page_size() -> usize {
+pub(crate) fn small_page_size() -> usize {
     // SAFETY: `sysconf` reads a constant of the running system.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     usize::try_from(size)
@@ -562,7 +562,7 @@ fn small_page_size() -> usize {
 /// # Safety
 ///
 /// `src..src + dst.len()` must be inside a live mapping.
-unsafe fn volatile_copy_out(src: *const u8, dst: &mut [u8]) {
+pub(crate) unsafe fn volatile_copy_out(src: *const u8, dst: &mut [u8]) {
     let len = dst.len();
     let mut i = 0;
     while i < len && (src as usize + i) % 8 != 0 {
@@ -589,7 +589,7 @@ unsafe fn volatile_copy_out(src: *const u8, dst: &mut [u8]) {
 /// # Safety
 ///
 /// `dst..dst + src.len()` must be inside a live, writable mapping.
-unsafe fn volatile_copy_in(dst: *mut u8, src: &[u8]) {
+pub(crate) unsafe fn volatile_copy_in(dst: *mut u8, src: &[u8]) {
     let len = src.len();
     let mut i = 0;
     while i < len && (dst as usize + i) % 8 != 0 {
@@ -620,7 +620,7 @@ unsafe fn volatile_copy_in(dst: *mut u8, src: &[u8]) {
 /// # Safety
 ///
 /// `dst..dst + len` must be inside a live, writable mapping.
-unsafe fn volatile_fill(dst: *mut u8, len: usize, byte: u8) {
+pub(crate) unsafe fn volatile_fill(dst: *mut u8, len: usize, byte: u8) {
     let mut i = 0;
     while i < len && (dst as usize + i) % 8 != 0 {
         // SAFETY: `i < len`, inside the mapping by the caller's promise.
