@@ -326,6 +326,20 @@ impl DmaRegion {
         }
     }
 
+    /// The region's pages (page-aligned IOVAs, untrimmed): what a memory key over the whole
+    /// region is programmed with.
+    pub fn pages(&self) -> crate::PageList {
+        let page = self.page_size();
+        crate::PageList {
+            page_size: page,
+            iovas: (0..self.len / page)
+                .map(|i| self.iova + (i * page) as u64)
+                .collect(),
+            first_offset: 0,
+            last_tail: 0,
+        }
+    }
+
     /// IOVA of the byte at `offset`, or `None` when `offset >= len()`.
     pub fn iova_of(&self, offset: usize) -> Option<u64> {
         (offset < self.len).then(|| self.iova + offset as u64)

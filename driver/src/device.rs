@@ -146,6 +146,8 @@ pub struct Device<B: Backend> {
     info: DeviceInfo,
     /// Shared receive rings (RMP number, entries) whose limit events the driver reports.
     shared_rings: Vec<(u32, u32)>,
+    /// Memory keys the device translates through.
+    keys: Vec<crate::mkey::RegisteredKey>,
     torn_down: bool,
 }
 
@@ -214,6 +216,7 @@ impl<B: Backend> Device<B> {
                 ..DeviceInfo::default()
             },
             shared_rings: Vec::new(),
+            keys: Vec::new(),
             torn_down: false,
         };
         dev.setup_function()?;
@@ -786,7 +789,11 @@ impl<B: Backend> Device<B> {
         (self.uar, self.pd, self.td)
     }
 
-    /// Tears the function down: destroys the async EQ, frees UAR, PD and transport domain,
+    pub(crate) fn keys_mut(&mut self) -> &mut Vec<crate::mkey::RegisteredKey> {
+        &mut self.keys
+    }
+
+    /// Tears the function down: destroys memory keys still registered, the async EQ, frees UAR, PD and transport domain,
     /// TEARDOWN_HCA, reclaims every firmware page, DISABLE_HCA, disables MSI-X.
     pub fn teardown(mut self) -> Result<TeardownReport, DriverError> {
         self.torn_down = true;
@@ -795,6 +802,7 @@ impl<B: Backend> Device<B> {
             // Commands now complete by polling.
             self.destroy_eq(eq.eqn)?;
         }
+        self.destroy_all_keys()?;
         let (uar, pd, td) = (self.uar, self.pd, self.td);
         for (op, id) in [
             (Opcode::DeallocTransportDomain, td),

@@ -2,7 +2,7 @@
 //! there is something to do, what the user can do about it.
 
 use crate::backend::BackendError;
-use cxdirect_dma::{DmaError, IommuError};
+use cxdirect_dma::{DmaBufError, DmaError, IommuError};
 use cxdirect_hw::cmd::{CmdStatus, DeliveryStatus, Opcode};
 use std::time::Duration;
 use thiserror::Error;
@@ -112,6 +112,9 @@ pub enum DriverError {
     /// DMA memory could not be had.
     #[error(transparent)]
     Dma(#[from] DmaError),
+    /// Imported (dmabuf) memory could not be mapped or accessed.
+    #[error(transparent)]
+    DmaBuf(#[from] DmaBufError),
     /// The IOMMU refused a mapping.
     #[error(transparent)]
     Iommu(#[from] IommuError),

@@ -12,6 +12,7 @@ pub mod device;
 pub mod eq;
 pub mod error;
 pub mod mempool;
+pub mod mkey;
 mod open;
 mod pages;
 pub mod port;
@@ -28,6 +29,7 @@ pub use device::{Device, DeviceInfo, EventCounts, Options, RmpStatus, TeardownRe
 pub use eq::Event;
 pub use error::{CmdError, CmdFailure, DriverError, HealthFailure};
 pub use mempool::{Mbuf, Mempool, OffloadFlags};
+pub use mkey::{KeyAccess, MemoryKey};
 pub use port::{Port, PortConfig, Queues, SharedQueues};
 pub use queue::{InlineMode, QueueStats, RxQueue, TxQueue};
 pub use shared::{SharedRingStats, SharedRxConfig, SharedRxQueue, SharedRxRing};

@@ -7,7 +7,7 @@
 //! and out by copy (volatile accesses underneath).
 
 use crate::error::DriverError;
-use cxdirect_dma::{DmaRegion, Iommu, IovaAllocator, PageKind};
+use cxdirect_dma::{DmaBufMapping, DmaRegion, Iommu, IovaAllocator, PageKind, PageList};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -36,8 +36,52 @@ pub struct OffloadFlags {
     pub rx_l4_type: u8,
 }
 
+/// Where a pool's buffers live: memory the driver allocated, or an imported dmabuf range.
+pub(crate) enum PoolMemory {
+    Region(DmaRegion),
+    DmaBuf(Arc<DmaBufMapping>),
+}
+
+impl PoolMemory {
+    fn iova(&self) -> u64 {
+        match self {
+            PoolMemory::Region(r) => r.iova(),
+            PoolMemory::DmaBuf(m) => m.iova(),
+        }
+    }
+
+    fn read(&self, offset: usize, buf: &mut [u8]) -> Result<(), DriverError> {
+        match self {
+            PoolMemory::Region(r) => Ok(r.read(offset, buf)?),
+            PoolMemory::DmaBuf(m) => Ok(m.read(offset, buf)?),
+        }
+    }
+
+    fn write(&self, offset: usize, data: &[u8]) -> Result<(), DriverError> {
+        match self {
+            PoolMemory::Region(r) => Ok(r.write(offset, data)?),
+            PoolMemory::DmaBuf(m) => Ok(m.write(offset, data)?),
+        }
+    }
+
+    /// The trimmed page list a memory key over the pool is programmed with.
+    pub(crate) fn pages(&self) -> PageList {
+        match self {
+            PoolMemory::Region(r) => r.pages(),
+            PoolMemory::DmaBuf(m) => m.pages(),
+        }
+    }
+
+    pub(crate) fn dmabuf(&self) -> Option<&Arc<DmaBufMapping>> {
+        match self {
+            PoolMemory::Region(_) => None,
+            PoolMemory::DmaBuf(m) => Some(m),
+        }
+    }
+}
+
 pub(crate) struct PoolShared {
-    region: DmaRegion,
+    region: PoolMemory,
     buf_size: u32,
     count: u32,
     /// Treiber stack of free buffer indexes: tag in the high 32 bits against ABA.
@@ -100,7 +144,7 @@ impl PoolShared {
         self.region.iova() + self.offset(index) as u64
     }
 
-    pub(crate) fn region(&self) -> &DmaRegion {
+    pub(crate) fn memory(&self) -> &PoolMemory {
         &self.region
     }
 }
@@ -135,17 +179,47 @@ impl Mempool {
                 "mempool of {count} buffers: give 1..2^32-1"
             )));
         }
+        Self::check_buf_size(buf_size)?;
+        let len = count as usize * buf_size as usize;
+        let region = DmaRegion::new(iommu, iovas, len, PageKind::Auto)?;
+        Ok(Self::carve(PoolMemory::Region(region), count, buf_size))
+    }
+
+    /// A pool carved from an imported dmabuf range: as many `buf_size`-byte buffers as fit.
+    /// Packet data then lands in (and is sent from) the exporter's memory. Register it with
+    /// the device like any pool; CPU access to the packets works only when the mapping is
+    /// host-accessible ([`DmaBufMapping::host_accessible`]).
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Invalid`] for a buffer size out of range or a range too small for one
+    /// buffer.
+    pub fn from_dmabuf(mapping: Arc<DmaBufMapping>, buf_size: u32) -> Result<Self, DriverError> {
+        Self::check_buf_size(buf_size)?;
+        let count = u32::try_from(mapping.len() / buf_size as usize).unwrap_or(NIL - 1);
+        if count == 0 {
+            return Err(DriverError::Invalid(format!(
+                "a {}-byte dmabuf range holds no {buf_size}-byte buffer",
+                mapping.len()
+            )));
+        }
+        Ok(Self::carve(PoolMemory::DmaBuf(mapping), count, buf_size))
+    }
+
+    fn check_buf_size(buf_size: u32) -> Result<(), DriverError> {
         if !(256..=65536).contains(&buf_size) || buf_size % 64 != 0 {
             return Err(DriverError::Invalid(format!(
                 "mempool buffer size {buf_size}: give a multiple of 64 from 256 to 65536 bytes"
             )));
         }
-        let len = count as usize * buf_size as usize;
-        let region = DmaRegion::new(iommu, iovas, len, PageKind::Auto)?;
+        Ok(())
+    }
+
+    fn carve(region: PoolMemory, count: u32, buf_size: u32) -> Self {
         let next: Box<[AtomicU32]> = (0..count)
             .map(|i| AtomicU32::new(if i + 1 < count { i + 1 } else { NIL }))
             .collect();
-        Ok(Self {
+        Self {
             shared: Arc::new(PoolShared {
                 region,
                 buf_size,
@@ -155,7 +229,12 @@ impl Mempool {
                 available: AtomicU32::new(count),
                 lkey: AtomicU32::new(0),
             }),
-        })
+        }
+    }
+
+    /// The dmabuf range the pool lives in, when it was made by [`Mempool::from_dmabuf`].
+    pub fn dmabuf(&self) -> Option<&Arc<DmaBufMapping>> {
+        self.shared.region.dmabuf()
     }
 
     /// Buffers free now.
@@ -333,6 +412,12 @@ impl Mbuf {
             seg.read(0, &mut v[start..]);
         }
         v
+    }
+
+    /// Offset of the packet's first byte in the pool's memory (for a pool in a dmabuf: in the
+    /// mapped range), for reading packets through the exporter when the CPU cannot map them.
+    pub fn memory_offset(&self) -> usize {
+        self.data_offset()
     }
 
     pub(crate) fn data_iova(&self) -> u64 {

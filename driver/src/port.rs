@@ -7,6 +7,7 @@ use crate::cmd::input;
 use crate::device::Device;
 use crate::error::DriverError;
 use crate::mempool::Mempool;
+use crate::mkey::{KeyAccess, MemoryKey};
 use crate::qcounter::QCounterSet;
 use crate::queue::{CqRing, InlineMode, Quarantine, RxQueue, TxQueue};
 use crate::rxirq::CompletionInterrupt;
@@ -16,7 +17,6 @@ use cxdirect_dma::{DmaRegion, PageKind};
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::cq::CreateCqIn;
 use cxdirect_hw::flow::{self, CreateFlowGroupIn, CreateFlowTableIn, SetFteIn};
-use cxdirect_hw::mkey::{mkey_from_index, CreateMkeyIn, MKC_ACCESS_MODE_MTT};
 use cxdirect_hw::reg::{self, PmtuReg};
 use cxdirect_hw::tir::{self, CreateRqtIn, CreateTirIn, CreateTisIn};
 use cxdirect_hw::vport::ModifyNicVportContextIn;
@@ -67,6 +67,11 @@ pub struct PortConfig {
     /// Steer UDP/IPv4 frames to destination port `base + i` straight to receive queue `i`
     /// (ahead of RSS; other frames are hashed as usual). `None`: RSS only.
     pub udp_port_queues: Option<u16>,
+    /// Carve the port's buffers from this imported dmabuf range (GPU memory, a udmabuf...)
+    /// instead of allocating them: received packets land in the exporter's memory and sends
+    /// gather from it. The pool then holds `len / buf_size` buffers and `pool_buffers` is
+    /// ignored. `None`: the driver allocates (hugepages when it can).
+    pub pool_memory: Option<Arc<cxdirect_dma::DmaBufMapping>>,
 }
 
 impl Default for PortConfig {
@@ -87,6 +92,7 @@ impl Default for PortConfig {
             rx_interrupts: false,
             shared_rx: None,
             udp_port_queues: None,
+            pool_memory: None,
         }
     }
 }
@@ -102,7 +108,7 @@ pub type SharedQueues<B> = (SharedRxRing<B>, Vec<SharedRxQueue<B>>);
 pub struct Port<B: Backend> {
     pub(crate) dev: Device<B>,
     pub(crate) pool: Mempool,
-    mkey_index: u32,
+    pool_key: Option<MemoryKey>,
     tis: u32,
     sqs: Vec<u32>,
     pub(crate) rqs: Vec<u32>,
@@ -174,10 +180,20 @@ impl PortConfig {
             }
             None => self.ring_size * u32::from(self.rx_queues),
         };
-        if self.pool_buffers < 2 * rx_buffers {
+        let pool_buffers = match &self.pool_memory {
+            Some(mapping) => {
+                u32::try_from(mapping.len() / self.buf_size as usize).unwrap_or(u32::MAX - 1)
+            }
+            None => self.pool_buffers,
+        };
+        if pool_buffers < 2 * rx_buffers {
+            let source = if self.pool_memory.is_some() {
+                "the dmabuf range holds a pool of"
+            } else {
+                "pool of"
+            };
             return Err(invalid(format!(
-                "pool of {} buffers is smaller than twice the receive rings ({})",
-                self.pool_buffers,
+                "{source} {pool_buffers} buffers is smaller than twice the receive rings ({})",
                 2 * rx_buffers
             )));
         }
@@ -212,12 +228,17 @@ impl<B: Backend> Port<B> {
     /// Creates the port's objects and queues on a brought-up device.
     pub fn start(dev: Device<B>, config: PortConfig) -> Result<(Self, Queues<B>), DriverError> {
         config.validate(&dev)?;
-        let (iommu, iovas) = dev.dma();
-        let pool = Mempool::new(iommu, &iovas, config.pool_buffers, config.buf_size)?;
+        let pool = match &config.pool_memory {
+            Some(mapping) => Mempool::from_dmabuf(Arc::clone(mapping), config.buf_size)?,
+            None => {
+                let (iommu, iovas) = dev.dma();
+                Mempool::new(iommu, &iovas, config.pool_buffers, config.buf_size)?
+            }
+        };
         let mut port = Port {
             dev,
             pool,
-            mkey_index: 0,
+            pool_key: None,
             tis: 0,
             sqs: Vec::new(),
             rqs: Vec::new(),
@@ -277,41 +298,23 @@ impl<B: Backend> Port<B> {
         Ok((tx, rx))
     }
 
-    /// CREATE_MKEY in MTT mode over the pool's region.
+    /// CREATE_MKEY in MTT mode over the pool's memory (its dmabuf range, when it has one).
     fn register_pool(&mut self) -> Result<(), DriverError> {
-        let region = self.pool.shared().region();
-        let page = region.page_size();
-        let entries = region.len() / page;
-        let mut cmd = input(
-            Opcode::CreateMkey,
-            0,
-            CreateMkeyIn::<&[u8]>::SIZE + 8 * entries,
-        );
-        {
-            let (_, pd, _) = self.dev.resources();
-            let mut c = CreateMkeyIn::new(&mut cmd[..]).map_err(|_| invalid("mkey input"))?;
-            c.set_translations_octword_actual_size(entries.div_ceil(2) as u32);
-            c.memory_key_mkey_entry_mut()
-                .set_access_mode(MKC_ACCESS_MODE_MTT)
-                .set_lr(true)
-                .set_lw(true)
-                .set_pd(pd)
-                .set_qpn(0x00ff_ffff)
-                .set_mkey_7_0(0)
-                .set_start_addr(region.iova())
-                .set_len(region.len() as u64)
-                .set_log_page_size(page.trailing_zeros() as u8)
-                .set_translations_octword_size(entries.div_ceil(2) as u32);
-            for i in 0..entries {
-                let addr = region.iova() + (i * page) as u64;
-                let _ = c.set_mtt(i, cxdirect_hw::mkey::mtt_entry(addr, true, true));
+        let key = match self.pool.dmabuf() {
+            Some(mapping) => {
+                let mapping = Arc::clone(mapping);
+                MemoryKey::register(&mut self.dev, &mapping, KeyAccess::READ_WRITE)?
             }
-        }
-        self.mkey_index = out_u32(&self.dev.exec(&cmd, 16)?);
-        self.pool.shared().lkey.store(
-            mkey_from_index(self.mkey_index, 0),
-            std::sync::atomic::Ordering::Relaxed,
-        );
+            None => {
+                let pages = self.pool.shared().memory().pages();
+                MemoryKey::register_pages(&mut self.dev, &pages, KeyAccess::READ_WRITE)?
+            }
+        };
+        self.pool
+            .shared()
+            .lkey
+            .store(key.lkey(), std::sync::atomic::Ordering::Relaxed);
+        self.pool_key = Some(key);
         Ok(())
     }
 
@@ -896,9 +899,8 @@ impl<B: Backend> Port<B> {
         for uar in std::mem::take(&mut self.uars) {
             keep(self.destroy(Opcode::DeallocUar, uar, 8));
         }
-        if self.mkey_index != 0 {
-            let index = std::mem::take(&mut self.mkey_index);
-            keep(self.destroy(Opcode::DestroyMkey, index, 8));
+        if let Some(key) = self.pool_key.take() {
+            keep(key.deregister(&mut self.dev));
         }
         match first_err {
             Some(e) => Err(e),

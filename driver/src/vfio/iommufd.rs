@@ -196,6 +196,41 @@ unsafe impl<S: VfioSys> Iommu for IommufdIoas<S> {
         }
     }
 
+    fn map_file(
+        &self,
+        iova: u64,
+        fd: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+    ) -> Result<(), IommuError> {
+        let map = IoasMap {
+            ioas_id: self.ioas_id,
+            flags: IOMMU_IOAS_MAP_FIXED_IOVA | IOMMU_IOAS_MAP_READABLE | IOMMU_IOAS_MAP_WRITEABLE,
+            user_va: offset,
+            length: len as u64,
+            iova,
+        };
+        match self.sys.ioas_map_file(&self.iommufd, fd, &map) {
+            Ok(at) if at == iova => Ok(()),
+            Ok(at) => {
+                let _ = self
+                    .sys
+                    .ioas_unmap(&self.iommufd, self.ioas_id, at, len as u64);
+                Err(IommuError::MapRefused {
+                    iova,
+                    len: len as u64,
+                    reason: format!("the kernel mapped at {at:#x} instead"),
+                })
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOTTY) => Err(IommuError::FileMapUnsupported {
+                reason: "this kernel has no IOMMU_IOAS_MAP_FILE (added in Linux 6.13)".into(),
+            }),
+            Err(e) => Err(IommuError::FileMapUnsupported {
+                reason: format!("IOMMU_IOAS_MAP_FILE refused the descriptor: {e} (the kernel maps memfds and hugetlbfs files, and dmabufs only from exporters iommufd supports)"),
+            }),
+        }
+    }
+
     fn unmap(&self, iova: u64, len: usize) -> Result<(), IommuError> {
         let want = len as u64;
         match self.sys.ioas_unmap(&self.iommufd, self.ioas_id, iova, want) {

@@ -41,6 +41,7 @@ const VFIO_DEVICE_ATTACH_IOMMUFD_PT: u32 = io(k::VFIO_BASE + 19);
 const IOMMU_IOAS_ALLOC: u32 = io(0x81);
 const IOMMU_IOAS_IOVA_RANGES: u32 = io(0x84);
 const IOMMU_IOAS_MAP: u32 = io(0x85);
+const IOMMU_IOAS_MAP_FILE: u32 = io(0x8f);
 const IOMMU_IOAS_UNMAP: u32 = io(0x86);
 
 /// `struct iommu_ioas_alloc` (include/uapi/linux/iommufd.h).
@@ -85,6 +86,19 @@ struct IommuIoasMap {
     iova: u64,
 }
 
+/// `struct iommu_ioas_map_file`.
+#[repr(C)]
+#[derive(Default)]
+struct IommuIoasMapFile {
+    size: u32,
+    flags: u32,
+    ioas_id: u32,
+    fd: i32,
+    start: u64,
+    length: u64,
+    iova: u64,
+}
+
 /// `struct iommu_ioas_unmap`.
 #[repr(C)]
 #[derive(Default)]
@@ -101,6 +115,7 @@ const _: () = {
     assert!(size_of::<IommuIoasIovaRanges>() == 32);
     assert!(size_of::<IommuIoasMap>() == 40);
     assert!(size_of::<IommuIoasUnmap>() == 24);
+    assert!(size_of::<IommuIoasMapFile>() == 40);
 };
 
 /// `argsz`/`size` of a kernel structure. All of them are a few dozen bytes.
@@ -421,6 +436,27 @@ unsafe impl VfioSys for RealSys {
         // SAFETY: the kernel reads and writes one iommu_ioas_map; the caller keeps the memory
         // alive while it is mapped.
         unsafe { ioctl_ptr(iommufd, IOMMU_IOAS_MAP, &mut arg) }?;
+        Ok(arg.iova)
+    }
+
+    fn ioas_map_file(
+        &self,
+        iommufd: &OwnedFd,
+        file: std::os::fd::BorrowedFd<'_>,
+        map: &IoasMap,
+    ) -> io::Result<u64> {
+        let mut arg = IommuIoasMapFile {
+            size: argsz::<IommuIoasMapFile>(),
+            flags: map.flags,
+            ioas_id: map.ioas_id,
+            fd: file.as_raw_fd(),
+            start: map.user_va,
+            length: map.length,
+            iova: map.iova,
+        };
+        // SAFETY: the kernel reads and writes one iommu_ioas_map_file in a live local; it pins
+        // the file's pages itself, so no process memory is handed over.
+        unsafe { ioctl_ptr(iommufd, IOMMU_IOAS_MAP_FILE, &mut arg) }?;
         Ok(arg.iova)
     }
 

@@ -297,6 +297,15 @@ pub unsafe trait VfioSys: Send + Sync + 'static {
     /// The memory at `map.user_va..map.user_va + map.length` must stay allocated until it is
     /// unmapped: the device may read and write it at any time until then.
     unsafe fn ioas_map(&self, iommufd: &Self::Fd, map: &IoasMap) -> io::Result<u64>;
+    /// `IOMMU_IOAS_MAP_FILE` (Linux ≥ 6.13): maps `map.length` bytes of the file `file` from byte
+    /// `map.user_va` (the file offset here); returns the IOVA mapped at. The kernel pins the
+    /// file's pages itself, so no process memory is involved.
+    fn ioas_map_file(
+        &self,
+        iommufd: &Self::Fd,
+        file: std::os::fd::BorrowedFd<'_>,
+        map: &IoasMap,
+    ) -> io::Result<u64>;
     /// `IOMMU_IOAS_UNMAP`: returns the number of bytes unmapped.
     fn ioas_unmap(
         &self,

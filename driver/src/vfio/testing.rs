@@ -1211,6 +1211,40 @@ unsafe impl VfioSys for FakeSys {
         Ok(map.iova)
     }
 
+    fn ioas_map_file(
+        &self,
+        iommufd: &FakeFd,
+        file: std::os::fd::BorrowedFd<'_>,
+        map: &IoasMap,
+    ) -> io::Result<u64> {
+        use std::os::fd::AsRawFd;
+        let mut w = self.lock();
+        w.call(
+            "IOMMU_IOAS_MAP_FILE",
+            iommufd.name(),
+            &format!(
+                "ioas={} iova={:#x} length={:#x} fd={} start={:#x} flags={:#x}",
+                map.ioas_id,
+                map.iova,
+                map.length,
+                file.as_raw_fd(),
+                map.user_va,
+                map.flags
+            ),
+        )?;
+        Self::expect(iommufd, &[IOMMUFD])?;
+        if !w.ioas.contains(&map.ioas_id) {
+            return Err(errno(libc::ENOENT));
+        }
+        w.map(FakeDmaMapping {
+            iova: map.iova,
+            vaddr: 0,
+            size: map.length,
+            flags: map.flags,
+        })?;
+        Ok(map.iova)
+    }
+
     fn ioas_unmap(
         &self,
         iommufd: &FakeFd,
