@@ -507,6 +507,8 @@ struct HostView {
 }
 
 impl HostView {
+    /// Maps without `MAP_POPULATE`: VFIO and iommufd fault pages in as they pin them, and a
+    /// large range the device model reaches by pointer costs memory only where it is touched.
     fn new(fd: BorrowedFd<'_>, offset: u64, len: usize) -> Result<Self, String> {
         let size = NonZeroUsize::new(len).ok_or("empty span")?;
         let offset = libc::off_t::try_from(offset).map_err(|_| "offset past off_t")?;
@@ -517,7 +519,7 @@ impl HostView {
                 None,
                 size,
                 ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
-                MapFlags::MAP_SHARED | MapFlags::MAP_POPULATE,
+                MapFlags::MAP_SHARED,
                 fd,
                 offset,
             )

@@ -72,6 +72,10 @@ pub struct PortConfig {
     /// gather from it. The pool then holds `len / buf_size` buffers and `pool_buffers` is
     /// ignored. `None`: the driver allocates (hugepages when it can).
     pub pool_memory: Option<Arc<cxdirect_dma::DmaBufMapping>>,
+    /// What the pool's memory key lets the device do (default read and write).
+    /// [`KeyAccess::READ_ONLY`] suits memory the NIC must never write (send-only GPU buffers):
+    /// receives into it then complete with a local protection error.
+    pub pool_access: KeyAccess,
 }
 
 impl Default for PortConfig {
@@ -93,6 +97,7 @@ impl Default for PortConfig {
             shared_rx: None,
             udp_port_queues: None,
             pool_memory: None,
+            pool_access: KeyAccess::READ_WRITE,
         }
     }
 }
@@ -303,11 +308,11 @@ impl<B: Backend> Port<B> {
         let key = match self.pool.dmabuf() {
             Some(mapping) => {
                 let mapping = Arc::clone(mapping);
-                MemoryKey::register(&mut self.dev, &mapping, KeyAccess::READ_WRITE)?
+                MemoryKey::register(&mut self.dev, &mapping, self.config.pool_access)?
             }
             None => {
                 let pages = self.pool.shared().memory().pages();
-                MemoryKey::register_pages(&mut self.dev, &pages, KeyAccess::READ_WRITE)?
+                MemoryKey::register_pages(&mut self.dev, &pages, self.config.pool_access)?
             }
         };
         self.pool

@@ -28,6 +28,9 @@ pub enum InlineMode {
     Full,
 }
 
+/// Byte of an error CQE that holds its syndrome.
+pub(crate) const ERR_CQE_SYNDROME: usize = 0x37;
+
 /// Per-queue counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QueueStats {
@@ -50,6 +53,9 @@ pub struct QueueStats {
     pub cqes: u64,
     /// CQEs with values the driver refused (counted, queue left alone).
     pub bad_cqes: u64,
+    /// Syndrome of the last error CQE (0 when none: 0x04 local protection, 0x05 flushed,
+    /// 0x01 local length; the mlx5 error CQE's `syndrome` byte).
+    pub last_error_syndrome: u8,
 }
 
 /// Buffers the device may still touch when a queue handle is dropped early: kept until the
@@ -144,6 +150,7 @@ impl<B: Backend> TxQueue<B> {
             }
             if opcode == CqeOpcode::ReqErr as u8 {
                 self.stats.errors += 1;
+                self.stats.last_error_syndrome = cqe[ERR_CQE_SYNDROME];
                 self.in_error = true;
             } else if opcode != CqeOpcode::Req as u8 {
                 self.stats.bad_cqes += 1;
@@ -474,6 +481,7 @@ impl<B: Backend> RxQueue<B> {
             if op_own >> 4 != CqeOpcode::RespSend as u8 {
                 // Error or unknown completion: the buffer is done with; drop it back to the pool.
                 self.stats.errors += 1;
+                self.stats.last_error_syndrome = c[ERR_CQE_SYNDROME];
                 drop(m);
                 continue;
             }

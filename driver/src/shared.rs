@@ -316,6 +316,7 @@ impl<B: Backend> SharedRxQueue<B> {
                 if op_own >> 4 != CqeOpcode::RespSend as u8 {
                     // An error completion: the buffer goes back to the pool.
                     stats.errors += 1;
+                    stats.last_error_syndrome = c[crate::queue::ERR_CQE_SYNDROME];
                 } else if bytes as usize > m.capacity() || bytes == 0 {
                     stats.bad_cqes += 1;
                 } else {

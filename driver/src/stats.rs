@@ -19,6 +19,7 @@ pub(crate) struct SharedQueueStats {
     inline_packets: AtomicU64,
     cqes: AtomicU64,
     bad_cqes: AtomicU64,
+    last_error_syndrome: std::sync::atomic::AtomicU8,
 }
 
 /// Shared handle the queue publishes into and the port reads from.
@@ -37,6 +38,8 @@ impl SharedQueueStats {
         self.inline_packets.store(s.inline_packets, Relaxed);
         self.cqes.store(s.cqes, Relaxed);
         self.bad_cqes.store(s.bad_cqes, Relaxed);
+        self.last_error_syndrome
+            .store(s.last_error_syndrome, Relaxed);
     }
 
     /// The counters as last published (each field as of some burst end; fields may be from
@@ -52,6 +55,7 @@ impl SharedQueueStats {
             inline_packets: self.inline_packets.load(Relaxed),
             cqes: self.cqes.load(Relaxed),
             bad_cqes: self.bad_cqes.load(Relaxed),
+            last_error_syndrome: self.last_error_syndrome.load(Relaxed),
         }
     }
 }

@@ -104,6 +104,25 @@ impl std::fmt::Debug for Device {
     }
 }
 
+/// A memory key as the model holds it ([`Device::memory_key`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryKeyView {
+    /// `access_mode` (1 = MTT).
+    pub access_mode: u8,
+    /// First address the key translates.
+    pub start: u64,
+    /// Bytes it translates.
+    pub len: u64,
+    /// log2 of the MTT page size.
+    pub log_page_size: u32,
+    /// The translation entries as programmed (address with the read/write bits).
+    pub mtt: Vec<u64>,
+    /// Local read allowed.
+    pub local_read: bool,
+    /// Local write allowed.
+    pub local_write: bool,
+}
+
 impl Device {
     /// A new function, not connected to any wire, in its power-on state.
     pub fn new(cfg: EmuConfig) -> Self {
@@ -245,6 +264,22 @@ impl Device {
             r.rmps.len(),
             r.mkeys.len(),
         ]
+    }
+
+    /// What the model holds for memory key `lkey` (index and variant), or `None` when there
+    /// is no such key: for tests that check what the driver programmed.
+    pub fn memory_key(&self, lkey: u32) -> Option<MemoryKeyView> {
+        let core = lock(&self.shared.core);
+        let key = core.res.mkeys.get(lkey >> 8)?;
+        (key.variant == (lkey & 0xff) as u8).then(|| MemoryKeyView {
+            access_mode: key.access_mode,
+            start: key.start,
+            len: key.len,
+            log_page_size: key.log_page,
+            mtt: key.mtt.clone(),
+            local_read: key.local_read,
+            local_write: key.local_write,
+        })
     }
 
     /// Function-level reset: every object and page dropped, back to initializing.

@@ -209,6 +209,10 @@ pub struct DmaCounters {
 #[derive(Debug, Default)]
 pub struct Iommu {
     maps: RwLock<BTreeMap<u64, Mapping>>,
+    /// Ranges whose device accesses are counted ([`Iommu::watch`]); `watching` says whether
+    /// there are any, so unwatched accesses pay one load.
+    watches: RwLock<Vec<(u64, u64, Arc<AtomicU64>)>>,
+    watching: std::sync::atomic::AtomicBool,
     /// Device access totals.
     pub counters: DmaCounters,
 }
@@ -288,6 +292,36 @@ impl Iommu {
         }
     }
 
+    /// Counts every device access (read or write, allowed or refused) that touches
+    /// `[iova, iova + len)` from now on, in the returned counter: tests use it to prove the
+    /// device left memory alone (after a revocation, for instance).
+    pub fn watch(&self, iova: u64, len: u64) -> Arc<AtomicU64> {
+        let counter = Arc::new(AtomicU64::new(0));
+        self.watches
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((iova, iova.saturating_add(len), counter.clone()));
+        self.watching.store(true, Ordering::Release);
+        counter
+    }
+
+    fn note_access(&self, iova: u64, len: usize) {
+        if !self.watching.load(Ordering::Acquire) {
+            return;
+        }
+        let end = iova.saturating_add(len as u64);
+        for (start, stop, counter) in self
+            .watches
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            if iova < *stop && *start < end {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Removes every mapping (function reset keeps none).
     pub fn clear(&self) {
         self.maps.write().unwrap_or_else(|e| e.into_inner()).clear();
@@ -350,6 +384,7 @@ impl Iommu {
         if buf.is_empty() {
             return Ok(());
         }
+        self.note_access(iova, buf.len());
         let maps = self.maps.read().unwrap_or_else(|e| e.into_inner());
         let dst = buf.as_mut_ptr();
         let result = Self::walk(&maps, iova, buf.len(), false, |host, offset, n| {
@@ -379,6 +414,7 @@ impl Iommu {
         if data.is_empty() {
             return Ok(());
         }
+        self.note_access(iova, data.len());
         let maps = self.maps.read().unwrap_or_else(|e| e.into_inner());
         let src = data.as_ptr();
         let result = Self::walk(&maps, iova, data.len(), true, |host, offset, n| {
