@@ -6,6 +6,7 @@
 //! reads and writes concurrently. Nothing here hands out references into that memory; access is
 //! through copies and volatile loads and stores on [`DmaRegion`].
 
+pub mod cuda;
 pub mod dmabuf;
 pub mod export;
 pub mod iommu;

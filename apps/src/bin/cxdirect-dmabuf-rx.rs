@@ -1,0 +1,373 @@
+//! cxdirect-dmabuf-rx: receives a UDP stream from the other port straight into memory another
+//! device exported as a dmabuf (a udmabuf, the system dma-heap, a memfd, or GPU memory through
+//! CUDA) and checks the stream's repeating pattern in that memory, like ncdevmem's validation
+//! mode: stream byte `k` is `k mod 251`, so a lost, repeated or misplaced packet shows.
+//! The receiving port's whole buffer pool is the imported range, registered as one memory key.
+//! Last line: `summary: source=S bytes=N verified=yes|no errors=N mbps=X`.
+
+use cxdirect::{Backend, Device, Mbuf, Options, Port, PortConfig, RxQueue, TxQueue};
+use cxdirect_apps::args::Args;
+use cxdirect_apps::testpmd::{build_to, HEADER_LEN};
+use cxdirect_apps::{OpenError, Ports};
+use cxdirect_dma::cuda::CudaMemory;
+use cxdirect_dma::{export, DmaBuf, DmaBufMapping, DmaBufMode};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const USAGE: &str = "usage: cxdirect-dmabuf-rx --device SPEC [--device SPEC]
+       --source udmabuf|dma-heap|memfd|cuda --size BYTES [--bytes N] [--payload BYTES]
+       [--verify] [--emu-exec inline|threaded] [--iommu-mode auto|type1|iommufd|noiommu]
+  SPEC: emu (one port, loopback) | emu-pair (two ports back to back) | PCI address
+  The last (or only) device receives into the dmabuf; the first sends.
+  --size: bytes of dmabuf memory (the receive pool); --bytes: stream length (default --size)";
+
+/// Buffer size carved from the dmabuf, in bytes.
+const BUF_SIZE: u32 = 2048;
+/// UDP destination port of the stream.
+const STREAM_PORT: u16 = 5201;
+
+struct Settings {
+    source: String,
+    size: u64,
+    bytes: u64,
+    payload: usize,
+    verify: bool,
+}
+
+fn main() -> ExitCode {
+    match real_main() {
+        Ok(code) => code,
+        Err(msg) => {
+            eprintln!("cxdirect-dmabuf-rx: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn usage(msg: &str) -> Result<ExitCode, String> {
+    eprintln!("cxdirect-dmabuf-rx: {msg}\n{USAGE}");
+    Ok(ExitCode::from(2))
+}
+
+fn real_main() -> Result<ExitCode, String> {
+    let flags = ["help", "verify"];
+    let args = match Args::parse(std::env::args().skip(1), &flags) {
+        Ok(a) => a,
+        Err(e) => return usage(&e),
+    };
+    if args.flag("help") {
+        println!("{USAGE}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let known = [
+        "device",
+        "source",
+        "size",
+        "bytes",
+        "payload",
+        "emu-exec",
+        "iommu-mode",
+    ];
+    if let Some(unknown) = args.unknown(&known, &flags).first() {
+        return usage(&format!("unknown option --{unknown}"));
+    }
+    let settings = match settings(&args) {
+        Ok(s) => s,
+        Err(e) => return usage(&e),
+    };
+    let opened = cxdirect_apps::open_ports(
+        args.all("device"),
+        args.get("emu-exec").unwrap_or("threaded"),
+        args.get("iommu-mode").unwrap_or("auto"),
+    );
+    match opened {
+        Ok(Ports::Emulated(backends)) => run(backends, &settings),
+        Ok(Ports::Pci(backends)) => run(backends, &settings),
+        Err(OpenError::Usage(msg)) => usage(&msg),
+        Err(OpenError::Open(msg)) => Err(msg),
+    }
+}
+
+fn settings(args: &Args) -> Result<Settings, String> {
+    let source = args.get("source").ok_or("give --source")?.to_string();
+    if !["udmabuf", "dma-heap", "memfd", "cuda"].contains(&source.as_str()) {
+        return Err(format!(
+            "--source `{source}`: use udmabuf, dma-heap, memfd or cuda"
+        ));
+    }
+    let size = args.parse_or("size", 64u64 << 20)?;
+    if size < 1 << 20 || size % 4096 != 0 {
+        return Err("--size must be a multiple of 4096 and at least 1 MiB".into());
+    }
+    let payload = args.parse_or("payload", 1458usize)?;
+    if !(64..=1458).contains(&payload) {
+        return Err("--payload must be 64..=1458 bytes".into());
+    }
+    Ok(Settings {
+        source,
+        size,
+        bytes: args.parse_or("bytes", size)?,
+        payload,
+        verify: args.flag("verify"),
+    })
+}
+
+/// Stream byte `k`.
+fn stream_byte(k: u64) -> u8 {
+    (k % 251) as u8
+}
+
+/// The imported memory and what the CPU reads it through.
+struct Imported {
+    mapping: Arc<DmaBufMapping>,
+    /// Set for GPU memory: the CPU reads it with cuMemcpyDtoH.
+    gpu: Option<CudaMemory>,
+}
+
+impl Imported {
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), String> {
+        match &self.gpu {
+            Some(gpu) => gpu
+                .copy_to_host(self.mapping.offset() as usize + offset, out)
+                .map_err(|e| e.to_string()),
+            None => self.mapping.read(offset, out).map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// Exports `size` bytes from the source, imports the dmabuf and maps it for the device.
+fn import<B: Backend>(dev: &Device<B>, s: &Settings) -> Result<Imported, String> {
+    let mut gpu = None;
+    let buf = match s.source.as_str() {
+        "udmabuf" => {
+            let u = export::udmabuf(s.size).map_err(|e| e.to_string())?;
+            DmaBuf::import_with_backing(u.dmabuf, u.memfd, 0)
+        }
+        "dma-heap" => {
+            DmaBuf::import(export::dma_heap("system", s.size).map_err(|e| e.to_string())?)
+        }
+        "memfd" => DmaBuf::from_memfd(
+            export::memfd("cxdirect-dmabuf-rx", s.size).map_err(|e| e.to_string())?,
+        ),
+        _ => {
+            let memory = CudaMemory::alloc(0, s.size as usize).map_err(|e| e.to_string())?;
+            println!(
+                "cuda: allocated {} bytes at GPU address {:#x}",
+                memory.size(),
+                memory.device_ptr()
+            );
+            let fd = memory.export_dmabuf().map_err(|e| e.to_string())?;
+            gpu = Some(memory);
+            DmaBuf::import(fd)
+        }
+    }
+    .map_err(|e| e.to_string())?;
+    println!(
+        "imported: exporter={} size={} kind={:?}",
+        buf.exporter(),
+        buf.size(),
+        buf.kind()
+    );
+    let (iommu, iovas) = dev.dma();
+    let mapping = buf
+        .map(iommu, &iovas, 0, s.size, DmaBufMode::Pinned)
+        .map_err(|e| e.to_string())?;
+    let pages = mapping.pages();
+    println!(
+        "mapped: iova={:#x} pages={} attached_by={} host_access={}",
+        mapping.iova(),
+        pages.iovas.len(),
+        mapping.attached_by(),
+        mapping.host_accessible()
+    );
+    Ok(Imported {
+        mapping: Arc::new(mapping),
+        gpu,
+    })
+}
+
+fn run<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
+    let rx_backend = backends.pop().ok_or("no device")?;
+    let rx_name = rx_backend.name();
+    let rx_dev = Device::bring_up(rx_backend, Options::default())
+        .map_err(|e| format!("{rx_name}: bring-up failed: {e}"))?;
+    let imported = import(&rx_dev, s)?;
+    let buffers = (s.size / u64::from(BUF_SIZE)) as u32;
+    // The largest power of two the pool holds twice over, as the port requires.
+    let ring_size = (1u32 << (31 - (buffers / 2).max(1).leading_zeros())).clamp(64, 4096);
+    let rx_config = PortConfig {
+        ring_size,
+        buf_size: BUF_SIZE,
+        pool_memory: Some(imported.mapping.clone()),
+        ..PortConfig::default()
+    };
+    let (mut rx_port, (mut rx_txqs, mut rxqs)) =
+        Port::start(rx_dev, rx_config).map_err(|e| format!("{rx_name}: port start failed: {e}"))?;
+    println!(
+        "port rx ({rx_name}): pool of {} buffers in the dmabuf, key {:#x}, ring {ring_size}",
+        rx_port.pool().capacity(),
+        rx_port.pool().lkey()
+    );
+    let tx_side = match backends.pop() {
+        Some(b) => {
+            let name = b.name();
+            let dev = Device::bring_up(b, Options::default())
+                .map_err(|e| format!("{name}: bring-up failed: {e}"))?;
+            let config = PortConfig {
+                ring_size: 1024,
+                pool_buffers: 4096,
+                ..PortConfig::default()
+            };
+            let (port, (mut txqs, _)) =
+                Port::start(dev, config).map_err(|e| format!("{name}: port start failed: {e}"))?;
+            Some((port, txqs.remove(0)))
+        }
+        None => None,
+    };
+    let (tx_port, tx_pool, mut tx) = match tx_side {
+        Some((port, tx)) => {
+            let pool = port.pool().clone();
+            (Some(port), pool, tx)
+        }
+        None => (None, rx_port.pool().clone(), rx_txqs.remove(0)),
+    };
+    let mut rx = rxqs.remove(0);
+    let window = u64::from(ring_size / 2);
+    let started = Instant::now();
+    let outcome = stream(&mut tx, &tx_pool, &mut rx, &imported, s, window);
+    let elapsed = started.elapsed();
+    let stats = rx_port.stats().map_err(|e| format!("port stats: {e}"))?;
+    drop((tx, rx));
+    let (received, errors, detail) = match outcome {
+        Ok(r) => (r.bytes, r.errors, r.detail),
+        Err(e) => (0, 1, Some(e)),
+    };
+    if let Some(d) = &detail {
+        println!("first error: {d}");
+    }
+    println!(
+        "rx: packets={} imissed={} queue_errors={}",
+        stats.ipackets, stats.imissed, stats.ierrors
+    );
+    let rx_dev = rx_port
+        .close()
+        .map_err(|e| format!("{rx_name}: close failed: {e}"))?;
+    let teardown = rx_dev
+        .teardown()
+        .map_err(|e| format!("{rx_name}: teardown failed: {e}"))?;
+    if let Some(port) = tx_port {
+        port.close()
+            .and_then(|d| d.teardown())
+            .map_err(|e| format!("sender: close failed: {e}"))?;
+    }
+    drop(imported);
+    let verified = s.verify && errors == 0 && received == s.bytes && teardown.pages_kept == 0;
+    println!(
+        "summary: source={} bytes={received} verified={} errors={errors} mbps={:.1}",
+        s.source,
+        if verified { "yes" } else { "no" },
+        received as f64 * 8.0 / elapsed.as_secs_f64() / 1e6
+    );
+    let ok = errors == 0 && received == s.bytes && (verified || !s.verify);
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+struct StreamReport {
+    bytes: u64,
+    errors: u64,
+    detail: Option<String>,
+}
+
+/// Sends the stream (at most `window` packets in flight) and checks each packet where it
+/// landed in the imported memory.
+fn stream<B: Backend>(
+    tx: &mut TxQueue<B>,
+    tx_pool: &cxdirect::Mempool,
+    rx: &mut RxQueue<B>,
+    imported: &Imported,
+    s: &Settings,
+    window: u64,
+) -> Result<StreamReport, String> {
+    let mut report = StreamReport {
+        bytes: 0,
+        errors: 0,
+        detail: None,
+    };
+    let mut frame = Vec::with_capacity(HEADER_LEN + s.payload);
+    let mut landed = vec![0u8; HEADER_LEN + s.payload];
+    let (mut sent_bytes, mut seq, mut in_flight) = (0u64, 0u32, 0u64);
+    let mut batch: Vec<Mbuf> = Vec::with_capacity(32);
+    let mut got: Vec<Mbuf> = Vec::with_capacity(64);
+    let mut idle_since = Instant::now();
+    while report.bytes < s.bytes {
+        while batch.len() < 32 && sent_bytes < s.bytes && in_flight + (batch.len() as u64) < window
+        {
+            let n = (s.bytes - sent_bytes).min(s.payload as u64) as usize;
+            build_to(&mut frame, HEADER_LEN + n, 0, seq, STREAM_PORT);
+            for (i, b) in frame[HEADER_LEN..].iter_mut().enumerate() {
+                *b = stream_byte(sent_bytes + i as u64);
+            }
+            let Some(mut m) = tx_pool.alloc() else { break };
+            m.set_data(&frame).map_err(|e| e.to_string())?;
+            batch.push(m);
+            sent_bytes += n as u64;
+            seq = seq.wrapping_add(1);
+        }
+        let before = batch.len();
+        tx.tx_burst(&mut batch);
+        in_flight += (before - batch.len()) as u64;
+        got.clear();
+        let n = rx.rx_burst(&mut got, 64);
+        if n > 0 {
+            idle_since = Instant::now();
+        } else if idle_since.elapsed() > Duration::from_secs(5) {
+            report.errors += 1;
+            report.detail.get_or_insert_with(|| {
+                format!(
+                    "nothing received for 5 s after {} of {} bytes (receive error CQEs {}, last \
+                     syndrome {:#04x})",
+                    report.bytes,
+                    s.bytes,
+                    rx.stats().errors,
+                    rx.stats().last_error_syndrome
+                )
+            });
+            break;
+        }
+        in_flight = in_flight.saturating_sub(n as u64);
+        for m in got.drain(..) {
+            let len = m.len();
+            let payload = len.saturating_sub(HEADER_LEN);
+            if s.verify {
+                let seen = &mut landed[..len.min(HEADER_LEN + s.payload)];
+                imported.read(m.memory_offset(), seen)?;
+                let start = report.bytes;
+                let bad = seen[HEADER_LEN..]
+                    .iter()
+                    .enumerate()
+                    .position(|(i, &b)| b != stream_byte(start + i as u64));
+                if let Some(at) = bad {
+                    report.errors += 1;
+                    report.detail.get_or_insert_with(|| {
+                        format!(
+                            "stream byte {} read {:#04x} from the dmabuf, expected {:#04x}",
+                            start + at as u64,
+                            seen[HEADER_LEN + at],
+                            stream_byte(start + at as u64)
+                        )
+                    });
+                }
+            }
+            report.bytes += payload as u64;
+        }
+        if report.errors >= 16 {
+            break;
+        }
+    }
+    Ok(report)
+}
