@@ -1043,6 +1043,36 @@ fn iommufd_dma_map_and_unmap() {
     assert!(matches!(e, IommuError::MemlockLimit { .. }));
 }
 
+#[test]
+fn iommufd_maps_a_file_by_descriptor_and_names_a_kernel_without_it() {
+    use std::os::fd::AsFd;
+    let fake = FakeSys::connectx(BDF);
+    let dev = open(&fake, IommuMode::Iommufd).unwrap();
+    let iommu = dev.iommu();
+    let file = std::fs::File::open("/dev/null").unwrap();
+    iommu
+        .map_file(0x9000_0000, file.as_fd(), 0x2000, 0x4000)
+        .unwrap();
+    let maps = fake.dma_mappings();
+    assert_eq!(maps.len(), 1);
+    assert_eq!(
+        (maps[0].iova, maps[0].size, maps[0].flags),
+        (0x9000_0000, 0x4000, 0b111)
+    );
+    assert!(fake.log().iter().any(|l| l
+        .starts_with("IOMMU_IOAS_MAP_FILE /dev/iommu ioas=2 iova=0x90000000 length=0x4000")
+        && l.ends_with("start=0x2000 flags=0x7")));
+    iommu.unmap(0x9000_0000, 0x4000).unwrap();
+    assert!(fake.dma_mappings().is_empty());
+
+    fake.fail("IOMMU_IOAS_MAP_FILE", libc::ENOTTY);
+    let e = iommu
+        .map_file(0x9000_0000, file.as_fd(), 0, 0x1000)
+        .unwrap_err();
+    assert!(matches!(e, IommuError::FileMapUnsupported { .. }), "{e}");
+    assert!(e.to_string().contains("Linux 6.13"), "{e}");
+}
+
 // ----- IOVA ranges from the type1 capability chain -----
 
 #[test]
