@@ -3,6 +3,7 @@
 //! (`emu`, `emu-pair`, PCI addresses) and the emulated backend.
 
 pub mod args;
+pub mod cli;
 pub mod devbind;
 pub mod emulated;
 pub mod testpmd;

@@ -7,8 +7,8 @@
 
 use cxdirect::{Backend, Device, Mbuf, Options, Port, PortConfig, RxQueue, TxQueue};
 use cxdirect_apps::args::Args;
+use cxdirect_apps::cli::{Cli, RunOnPorts};
 use cxdirect_apps::testpmd::{build_to, HEADER_LEN};
-use cxdirect_apps::{OpenError, Ports};
 use cxdirect_dma::cuda::CudaMemory;
 use cxdirect_dma::{export, DmaBuf, DmaBufMapping, DmaBufMode};
 use std::process::ExitCode;
@@ -35,31 +35,13 @@ struct Settings {
     verify: bool,
 }
 
+const CLI: Cli = Cli {
+    name: "cxdirect-dmabuf-rx",
+    usage: USAGE,
+};
+
 fn main() -> ExitCode {
-    match real_main() {
-        Ok(code) => code,
-        Err(msg) => {
-            eprintln!("cxdirect-dmabuf-rx: {msg}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn usage(msg: &str) -> Result<ExitCode, String> {
-    eprintln!("cxdirect-dmabuf-rx: {msg}\n{USAGE}");
-    Ok(ExitCode::from(2))
-}
-
-fn real_main() -> Result<ExitCode, String> {
     let flags = ["help", "verify"];
-    let args = match Args::parse(std::env::args().skip(1), &flags) {
-        Ok(a) => a,
-        Err(e) => return usage(&e),
-    };
-    if args.flag("help") {
-        println!("{USAGE}");
-        return Ok(ExitCode::SUCCESS);
-    }
     let known = [
         "device",
         "source",
@@ -69,23 +51,13 @@ fn real_main() -> Result<ExitCode, String> {
         "emu-exec",
         "iommu-mode",
     ];
-    if let Some(unknown) = args.unknown(&known, &flags).first() {
-        return usage(&format!("unknown option --{unknown}"));
-    }
-    let settings = match settings(&args) {
-        Ok(s) => s,
-        Err(e) => return usage(&e),
+    let args = match CLI.parse(&flags, &known) {
+        Ok(args) => args,
+        Err(code) => return code,
     };
-    let opened = cxdirect_apps::open_ports(
-        args.all("device"),
-        args.get("emu-exec").unwrap_or("threaded"),
-        args.get("iommu-mode").unwrap_or("auto"),
-    );
-    match opened {
-        Ok(Ports::Emulated(backends)) => run(backends, &settings),
-        Ok(Ports::Pci(backends)) => run(backends, &settings),
-        Err(OpenError::Usage(msg)) => usage(&msg),
-        Err(OpenError::Open(msg)) => Err(msg),
+    match settings(&args) {
+        Ok(settings) => CLI.run_on_ports(&args, &settings),
+        Err(e) => CLI.usage_error(&e),
     }
 }
 
@@ -185,6 +157,12 @@ fn import<B: Backend>(dev: &Device<B>, s: &Settings) -> Result<Imported, String>
         mapping: Arc::new(mapping),
         gpu,
     })
+}
+
+impl RunOnPorts for Settings {
+    fn run<B: Backend>(&self, backends: Vec<B>) -> Result<ExitCode, String> {
+        run(backends, self)
+    }
 }
 
 fn run<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
@@ -342,9 +320,18 @@ fn stream<B: Backend>(
         in_flight = in_flight.saturating_sub(n as u64);
         for m in got.drain(..) {
             let len = m.len();
-            let payload = len.saturating_sub(HEADER_LEN);
+            // The length comes from the device: a frame that cannot be one of the stream's is
+            // an error, never a slice bound.
+            if !(HEADER_LEN + 1..=HEADER_LEN + s.payload).contains(&len) {
+                report.errors += 1;
+                report.detail.get_or_insert_with(|| {
+                    format!("a {len}-byte frame is not one of the stream's")
+                });
+                continue;
+            }
+            let payload = len - HEADER_LEN;
             if s.verify {
-                let seen = &mut landed[..len.min(HEADER_LEN + s.payload)];
+                let seen = &mut landed[..len];
                 imported.read(m.memory_offset(), seen)?;
                 let start = report.bytes;
                 let bad = seen[HEADER_LEN..]

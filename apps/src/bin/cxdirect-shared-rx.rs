@@ -11,8 +11,8 @@ use cxdirect::{
     Backend, Device, Event, Mbuf, Options, Port, PortConfig, SharedQueues, SharedRxConfig, TxQueue,
 };
 use cxdirect_apps::args::Args;
+use cxdirect_apps::cli::{Cli, RunOnPorts};
 use cxdirect_apps::testpmd::{self, Generator, Verifier};
-use cxdirect_apps::{OpenError, Ports};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -41,31 +41,13 @@ struct Settings {
     credits: bool,
 }
 
+const CLI: Cli = Cli {
+    name: "cxdirect-shared-rx",
+    usage: USAGE,
+};
+
 fn main() -> ExitCode {
-    match real_main() {
-        Ok(code) => code,
-        Err(msg) => {
-            eprintln!("cxdirect-shared-rx: {msg}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn usage(msg: &str) -> Result<ExitCode, String> {
-    eprintln!("cxdirect-shared-rx: {msg}\n{USAGE}");
-    Ok(ExitCode::from(2))
-}
-
-fn real_main() -> Result<ExitCode, String> {
     let flags = ["help"];
-    let args = match Args::parse(std::env::args().skip(1), &flags) {
-        Ok(a) => a,
-        Err(e) => return usage(&e),
-    };
-    if args.flag("help") {
-        println!("{USAGE}");
-        return Ok(ExitCode::SUCCESS);
-    }
     let known = [
         "device",
         "queues",
@@ -78,23 +60,13 @@ fn real_main() -> Result<ExitCode, String> {
         "emu-exec",
         "iommu-mode",
     ];
-    if let Some(unknown) = args.unknown(&known, &flags).first() {
-        return usage(&format!("unknown option --{unknown}"));
-    }
-    let settings = match settings(&args) {
-        Ok(s) => s,
-        Err(e) => return usage(&e),
+    let args = match CLI.parse(&flags, &known) {
+        Ok(args) => args,
+        Err(code) => return code,
     };
-    let opened = cxdirect_apps::open_ports(
-        args.all("device"),
-        args.get("emu-exec").unwrap_or("threaded"),
-        args.get("iommu-mode").unwrap_or("auto"),
-    );
-    match opened {
-        Ok(Ports::Emulated(backends)) => run(backends, &settings),
-        Ok(Ports::Pci(backends)) => run(backends, &settings),
-        Err(OpenError::Usage(msg)) => usage(&msg),
-        Err(OpenError::Open(msg)) => Err(msg),
+    match settings(&args) {
+        Ok(settings) => CLI.run_on_ports(&args, &settings),
+        Err(e) => CLI.usage_error(&e),
     }
 }
 
@@ -142,6 +114,12 @@ struct Credits {
     posted: AtomicU64,
     /// Set when the receiver gives up: the sender stops.
     stop: AtomicBool,
+}
+
+impl RunOnPorts for Settings {
+    fn run<B: Backend>(&self, backends: Vec<B>) -> Result<ExitCode, String> {
+        run(backends, self)
+    }
 }
 
 fn run<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {

@@ -5,8 +5,8 @@
 
 use cxdirect::{Backend, Device, InlineMode, Mbuf, Options, Port, PortConfig, PortStats, Queues};
 use cxdirect_apps::args::Args;
+use cxdirect_apps::cli::{Cli, RunOnPorts};
 use cxdirect_apps::testpmd::{self, ForwardMode, Generator, Verifier};
-use cxdirect_apps::{OpenError, Ports};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -32,31 +32,13 @@ struct Settings {
     flows: u16,
 }
 
+const CLI: Cli = Cli {
+    name: "cxdirect-testpmd",
+    usage: USAGE,
+};
+
 fn main() -> ExitCode {
-    match real_main() {
-        Ok(code) => code,
-        Err(msg) => {
-            eprintln!("cxdirect-testpmd: {msg}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn usage(msg: &str) -> Result<ExitCode, String> {
-    eprintln!("cxdirect-testpmd: {msg}\n{USAGE}");
-    Ok(ExitCode::from(2))
-}
-
-fn real_main() -> Result<ExitCode, String> {
     let flags = ["verify", "help"];
-    let args = match Args::parse(std::env::args().skip(1), &flags) {
-        Ok(a) => a,
-        Err(e) => return usage(&e),
-    };
-    if args.flag("help") {
-        println!("{USAGE}");
-        return Ok(ExitCode::SUCCESS);
-    }
     let known = [
         "device",
         "forward-mode",
@@ -74,23 +56,13 @@ fn real_main() -> Result<ExitCode, String> {
         "emu-exec",
         "iommu-mode",
     ];
-    if let Some(unknown) = args.unknown(&known, &flags).first() {
-        return usage(&format!("unknown option --{unknown}"));
-    }
-    let settings = match settings(&args) {
-        Ok(s) => s,
-        Err(e) => return usage(&e),
+    let args = match CLI.parse(&flags, &known) {
+        Ok(args) => args,
+        Err(code) => return code,
     };
-    let opened = cxdirect_apps::open_ports(
-        args.all("device"),
-        args.get("emu-exec").unwrap_or("threaded"),
-        args.get("iommu-mode").unwrap_or("auto"),
-    );
-    match opened {
-        Ok(Ports::Emulated(backends)) => run(backends, &settings),
-        Ok(Ports::Pci(backends)) => run(backends, &settings),
-        Err(OpenError::Usage(msg)) => usage(&msg),
-        Err(OpenError::Open(msg)) => Err(msg),
+    match settings(&args) {
+        Ok(settings) => CLI.run_on_ports(&args, &settings),
+        Err(e) => CLI.usage_error(&e),
     }
 }
 
@@ -175,6 +147,12 @@ fn settings(args: &Args) -> Result<Settings, String> {
             },
         )?,
     })
+}
+
+impl RunOnPorts for Settings {
+    fn run<B: Backend>(&self, backends: Vec<B>) -> Result<ExitCode, String> {
+        run(backends, self)
+    }
 }
 
 fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
