@@ -297,6 +297,7 @@ impl DmaRegion {
     }
 
     /// Length of the region in bytes (the requested length rounded up to whole pages).
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
@@ -307,6 +308,7 @@ impl DmaRegion {
     }
 
     /// IOVA of the first byte, as the device addresses it; aligned to the page size.
+    #[inline]
     pub fn iova(&self) -> u64 {
         self.iova
     }
@@ -349,6 +351,7 @@ impl DmaRegion {
     /// buffer pools): `len()` bytes are valid while the region lives. Callers must not make
     /// references from it and must access it with volatile or raw-pointer operations, as the
     /// device writes it concurrently.
+    #[inline]
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
@@ -358,6 +361,7 @@ impl DmaRegion {
     /// # Errors
     ///
     /// [`DmaError::OutOfBounds`] when the range leaves the region; `buf` is untouched then.
+    #[inline]
     pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<(), DmaError> {
         self.check(offset, buf.len(), 1)?;
         // SAFETY: `check` proved `offset..offset + buf.len()` lies inside the live mapping.
@@ -370,6 +374,7 @@ impl DmaRegion {
     /// # Errors
     ///
     /// [`DmaError::OutOfBounds`] when the range leaves the region; nothing is written then.
+    #[inline]
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), DmaError> {
         self.check(offset, data.len(), 1)?;
         // SAFETY: `check` proved `offset..offset + data.len()` lies inside the live mapping.
@@ -382,6 +387,7 @@ impl DmaRegion {
     /// # Errors
     ///
     /// [`DmaError::OutOfBounds`] when the range leaves the region; nothing is written then.
+    #[inline]
     pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), DmaError> {
         self.check(offset, len, 1)?;
         // SAFETY: `check` proved `offset..offset + len` lies inside the live mapping.
@@ -395,6 +401,7 @@ impl DmaRegion {
     /// # Errors
     ///
     /// [`DmaError::OutOfBounds`], or [`DmaError::Misaligned`] unless `offset` is a multiple of 4.
+    #[inline]
     pub fn read_u32_be(&self, offset: usize) -> Result<u32, DmaError> {
         self.check(offset, 4, 4)?;
         // SAFETY: `check` proved the 4 bytes lie inside the live mapping and, the base being
@@ -408,6 +415,7 @@ impl DmaRegion {
     /// # Errors
     ///
     /// [`DmaError::OutOfBounds`], or [`DmaError::Misaligned`] unless `offset` is a multiple of 4.
+    #[inline]
     pub fn write_u32_be(&self, offset: usize, value: u32) -> Result<(), DmaError> {
         self.check(offset, 4, 4)?;
         // SAFETY: `check` proved the 4 bytes lie inside the live mapping and, the base being
@@ -427,6 +435,7 @@ impl DmaRegion {
     /// # Errors
     ///
     /// [`DmaError::OutOfBounds`], or [`DmaError::Misaligned`] unless `offset` is a multiple of 8.
+    #[inline]
     pub fn read_u64_be(&self, offset: usize) -> Result<u64, DmaError> {
         self.check(offset, 8, 8)?;
         // SAFETY: `check` proved the 8 bytes lie inside the live mapping and, the base being
@@ -440,6 +449,7 @@ impl DmaRegion {
     /// # Errors
     ///
     /// [`DmaError::OutOfBounds`], or [`DmaError::Misaligned`] unless `offset` is a multiple of 8.
+    #[inline]
     pub fn write_u64_be(&self, offset: usize, value: u64) -> Result<(), DmaError> {
         self.check(offset, 8, 8)?;
         // SAFETY: `check` proved the 8 bytes lie inside the live mapping and, the base being
@@ -462,19 +472,28 @@ impl DmaRegion {
 
     /// `offset..offset + len` inside the region and `offset` a multiple of `align` (a power of
     /// two; the base is page-aligned, so this aligns the address too).
+    #[inline]
     fn check(&self, offset: usize, len: usize, align: usize) -> Result<(), DmaError> {
         let inside = offset.checked_add(len).is_some_and(|end| end <= self.len);
-        if !inside {
-            return Err(DmaError::OutOfBounds {
+        if !inside || offset % align != 0 {
+            return Err(self.refused(offset, len, align));
+        }
+        Ok(())
+    }
+
+    /// The error for an access `check` refused; kept out of line so the accessors stay small.
+    #[cold]
+    #[inline(never)]
+    fn refused(&self, offset: usize, len: usize, align: usize) -> DmaError {
+        if offset.checked_add(len).is_none_or(|end| end > self.len) {
+            DmaError::OutOfBounds {
                 offset,
                 len,
                 region_len: self.len,
-            });
+            }
+        } else {
+            DmaError::Misaligned { offset, align }
         }
-        if offset % align != 0 {
-            return Err(DmaError::Misaligned { offset, align });
-        }
-        Ok(())
     }
 }
 
@@ -576,6 +595,7 @@ pub(crate) fn small_page_size() -> usize {
 /// # Safety
 ///
 /// `src..src + dst.len()` must be inside a live mapping.
+#[inline]
 pub(crate) unsafe fn volatile_copy_out(src: *const u8, dst: &mut [u8]) {
     let len = dst.len();
     let mut i = 0;
@@ -603,6 +623,7 @@ pub(crate) unsafe fn volatile_copy_out(src: *const u8, dst: &mut [u8]) {
 /// # Safety
 ///
 /// `dst..dst + src.len()` must be inside a live, writable mapping.
+#[inline]
 pub(crate) unsafe fn volatile_copy_in(dst: *mut u8, src: &[u8]) {
     let len = src.len();
     let mut i = 0;
@@ -634,6 +655,7 @@ pub(crate) unsafe fn volatile_copy_in(dst: *mut u8, src: &[u8]) {
 /// # Safety
 ///
 /// `dst..dst + len` must be inside a live, writable mapping.
+#[inline]
 pub(crate) unsafe fn volatile_fill(dst: *mut u8, len: usize, byte: u8) {
     let mut i = 0;
     while i < len && (dst as usize + i) % 8 != 0 {

@@ -8,6 +8,7 @@
 
 pub mod backend;
 mod cmd;
+pub mod cq;
 pub mod device;
 pub mod eq;
 pub mod error;
@@ -25,6 +26,7 @@ pub mod stats;
 pub mod vfio;
 
 pub use backend::{Backend, BackendError, Interrupt};
+pub use cq::Cqe;
 pub use device::{Device, DeviceInfo, EventCounts, Options, RmpStatus, TeardownReport};
 pub use eq::Event;
 pub use error::{CmdError, CmdFailure, DriverError, HealthFailure};

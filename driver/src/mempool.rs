@@ -14,6 +14,8 @@ use std::sync::Arc;
 /// Headroom kept before packet data in every buffer, in bytes (room to prepend headers).
 pub const HEADROOM: u16 = 128;
 const NIL: u32 = u32::MAX;
+/// Most buffers taken from the shared stack in one exchange.
+const BULK: usize = 64;
 
 /// Offload requests and results carried by an [`Mbuf`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -43,6 +45,7 @@ pub(crate) enum PoolMemory {
 }
 
 impl PoolMemory {
+    #[inline]
     fn iova(&self) -> u64 {
         match self {
             PoolMemory::Region(r) => r.iova(),
@@ -50,6 +53,7 @@ impl PoolMemory {
         }
     }
 
+    #[inline]
     fn read(&self, offset: usize, buf: &mut [u8]) -> Result<(), DriverError> {
         match self {
             PoolMemory::Region(r) => Ok(r.read(offset, buf)?),
@@ -57,6 +61,7 @@ impl PoolMemory {
         }
     }
 
+    #[inline]
     fn write(&self, offset: usize, data: &[u8]) -> Result<(), DriverError> {
         match self {
             PoolMemory::Region(r) => Ok(r.write(offset, data)?),
@@ -116,6 +121,37 @@ impl PoolShared {
         }
     }
 
+    /// Takes up to `out.len()` indexes with one compare-and-swap: the tag on the head proves
+    /// that no other thread popped or pushed between reading the chain and taking it.
+    fn pop_bulk(&self, out: &mut [u32]) -> usize {
+        let mut head = self.head.load(Ordering::Acquire);
+        loop {
+            let mut taken = 0;
+            let mut index = head as u32;
+            while taken < out.len() && index != NIL {
+                out[taken] = index;
+                taken += 1;
+                index = self.next[index as usize].load(Ordering::Relaxed);
+            }
+            if taken == 0 {
+                return 0;
+            }
+            let tag = (head >> 32).wrapping_add(1);
+            match self.head.compare_exchange_weak(
+                head,
+                tag << 32 | u64::from(index),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    self.available.fetch_sub(taken as u32, Ordering::Relaxed);
+                    return taken;
+                }
+                Err(seen) => head = seen,
+            }
+        }
+    }
+
     fn push(&self, index: u32) {
         let mut head = self.head.load(Ordering::Acquire);
         loop {
@@ -136,10 +172,12 @@ impl PoolShared {
         }
     }
 
+    #[inline]
     pub(crate) fn offset(&self, index: u32) -> usize {
         index as usize * self.buf_size as usize
     }
 
+    #[inline]
     pub(crate) fn iova(&self, index: u32) -> u64 {
         self.region.iova() + self.offset(index) as u64
     }
@@ -265,29 +303,58 @@ impl Mempool {
     /// Takes a buffer, empty, or `None` when the pool is exhausted.
     pub fn alloc(&self) -> Option<Mbuf> {
         let index = self.shared.pop()?;
-        Some(Mbuf {
+        Some(self.wrap(index))
+    }
+
+    /// Appends up to `count` fresh buffers to `out`, taking them from the pool in batches of
+    /// up to 64 (one atomic exchange each); returns how many it got (fewer when the pool runs
+    /// dry).
+    pub fn alloc_bulk(&self, out: &mut Vec<Mbuf>, count: usize) -> usize {
+        let mut got = 0;
+        let mut batch = [0u32; BULK];
+        while got < count {
+            let want = (count - got).min(BULK);
+            let n = self.shared.pop_bulk(&mut batch[..want]);
+            out.extend(batch[..n].iter().map(|&index| self.wrap(index)));
+            got += n;
+            if n < want {
+                break;
+            }
+        }
+        got
+    }
+
+    /// Calls `post` with up to `count` fresh buffers in pool order, taking them in batches of
+    /// up to 64 (one atomic exchange each), without collecting them; returns how many it
+    /// handed out.
+    #[inline]
+    pub(crate) fn alloc_each(&self, count: usize, mut post: impl FnMut(Mbuf)) -> usize {
+        let mut got = 0;
+        let mut batch = [0u32; BULK];
+        while got < count {
+            let want = (count - got).min(BULK);
+            let n = self.shared.pop_bulk(&mut batch[..want]);
+            for &index in &batch[..n] {
+                post(self.wrap(index));
+            }
+            got += n;
+            if n < want {
+                break;
+            }
+        }
+        got
+    }
+
+    #[inline]
+    fn wrap(&self, index: u32) -> Mbuf {
+        Mbuf {
             pool: self.shared.clone(),
             index,
             data_off: HEADROOM,
             len: 0,
             next: None,
             flags: OffloadFlags::default(),
-        })
-    }
-
-    /// Fills `out` with fresh buffers; returns how many it got (fewer when the pool runs dry).
-    pub fn alloc_bulk(&self, out: &mut Vec<Mbuf>, count: usize) -> usize {
-        let mut got = 0;
-        while got < count {
-            match self.alloc() {
-                Some(m) => {
-                    out.push(m);
-                    got += 1;
-                }
-                None => break,
-            }
         }
-        got
     }
 
     pub(crate) fn shared(&self) -> &PoolShared {
@@ -319,6 +386,7 @@ impl std::fmt::Debug for Mbuf {
 
 impl Mbuf {
     /// Bytes in this segment (the whole packet unless segments are chained).
+    #[inline]
     pub fn len(&self) -> usize {
         self.len as usize
     }
@@ -329,7 +397,11 @@ impl Mbuf {
     }
 
     /// Bytes in the whole packet: this segment and every chained one.
+    #[inline]
     pub fn pkt_len(&self) -> usize {
+        if self.next.is_none() {
+            return self.len();
+        }
         self.segments().map(Mbuf::len).sum()
     }
 
@@ -347,16 +419,24 @@ impl Mbuf {
         std::iter::successors(Some(self), |m| m.next.as_deref())
     }
 
+    /// True when further segments follow this one.
+    #[inline]
+    pub fn is_chained(&self) -> bool {
+        self.next.is_some()
+    }
+
     /// Number of segments.
     pub fn segment_count(&self) -> usize {
         self.segments().count()
     }
 
     /// Largest packet this buffer holds.
+    #[inline]
     pub fn capacity(&self) -> usize {
         (self.pool.buf_size - u32::from(self.data_off)) as usize
     }
 
+    #[inline]
     fn data_offset(&self) -> usize {
         self.pool.offset(self.index) + usize::from(self.data_off)
     }
@@ -376,6 +456,7 @@ impl Mbuf {
     }
 
     /// Copies packet bytes from `offset` into `out`; returns how many were copied.
+    #[inline]
     pub fn read(&self, offset: usize, out: &mut [u8]) -> usize {
         let n = out.len().min(self.len().saturating_sub(offset));
         if n > 0
@@ -420,6 +501,7 @@ impl Mbuf {
         self.data_offset()
     }
 
+    #[inline]
     pub(crate) fn data_iova(&self) -> u64 {
         self.pool.iova(self.index) + u64::from(self.data_off)
     }
@@ -428,6 +510,7 @@ impl Mbuf {
         self.len = len;
     }
 
+    #[inline]
     pub(crate) fn lkey(&self) -> u32 {
         self.pool.lkey.load(Ordering::Relaxed)
     }

@@ -474,6 +474,7 @@ impl<B: Backend> Port<B> {
             published: Self::register_stats(&mut self.tx_stats),
             quarantine: self.quarantine.clone(),
             in_error: false,
+            scratch: Some(Box::default()),
         })
     }
 

@@ -4,14 +4,16 @@
 //! value the device writes (CQE owner, opcode, WQE counter, byte count) is checked before use.
 
 use crate::backend::Backend;
+pub(crate) use crate::cq::CqRing;
+use crate::cq::Cqe;
 use crate::error::DriverError;
 use crate::mempool::{Mbuf, Mempool};
 use crate::rxirq::{self, CompletionInterrupt};
 use crate::stats::StatsHandle;
 use cxdirect_dma::DmaRegion;
-use cxdirect_hw::cqe::{self, CqeOpcode};
+use cxdirect_hw::cqe::CqeOpcode;
 use cxdirect_hw::doorbell::{UAR_BF_OFFSET, UAR_PAGE_SIZE};
-use cxdirect_hw::wqe::{self, CtrlSeg, DataSeg, EthSeg, INLINE_SEG, WQE_BB, WQE_DS};
+use cxdirect_hw::wqe::{self, INLINE_SEG, WQE_BB, WQE_DS};
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,9 +29,6 @@ pub enum InlineMode {
     /// The whole packet inline when it fits `inline_max`; longer ones fall back to headers.
     Full,
 }
-
-/// Byte of an error CQE that holds its syndrome.
-pub(crate) const ERR_CQE_SYNDROME: usize = 0x37;
 
 /// Per-queue counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -62,40 +61,6 @@ pub struct QueueStats {
 /// port has destroyed the hardware queue.
 pub(crate) type Quarantine = Arc<Mutex<Vec<Mbuf>>>;
 
-/// A completion queue ring, driver side.
-pub(crate) struct CqRing {
-    pub region: DmaRegion,
-    pub dbr: DmaRegion,
-    pub log_size: u8,
-    pub ci: u32,
-    pub cqn: u32,
-}
-
-impl CqRing {
-    /// The next CQE software owns (copied), without consuming it.
-    pub(crate) fn peek(&self) -> Option<[u8; 64]> {
-        let offset = (self.ci & ((1 << self.log_size) - 1)) as usize * 64;
-        let mut op_own = [0u8; 1];
-        self.region.read(offset + 63, &mut op_own).ok()?;
-        if !cqe::sw_owns(op_own[0], self.ci, self.log_size) {
-            return None;
-        }
-        fence(Ordering::Acquire);
-        let mut cqe = [0u8; 64];
-        self.region.read(offset, &mut cqe).ok()?;
-        Some(cqe)
-    }
-
-    pub(crate) fn consume(&mut self) {
-        self.ci = self.ci.wrapping_add(1);
-    }
-
-    /// Tells the device how far software has read (doorbell record word 0).
-    pub(crate) fn update_dbr(&self) {
-        let _ = self.dbr.write_u32_be(0, self.ci & 0x00ff_ffff);
-    }
-}
-
 /// A send queue handle. `Send`: each queue may live on its own thread.
 pub struct TxQueue<B: Backend> {
     pub(crate) backend: Arc<B>,
@@ -120,7 +85,28 @@ pub struct TxQueue<B: Backend> {
     pub(crate) published: StatsHandle,
     pub(crate) quarantine: Quarantine,
     pub(crate) in_error: bool,
+    pub(crate) scratch: Option<Box<TxScratch>>,
 }
+
+/// Where a burst is assembled, kept with the queue so a burst starts without zeroing anything.
+pub(crate) struct TxScratch {
+    /// The WQE being built.
+    wqe: [u8; MAX_WQE],
+    /// The WQE index each packet of the burst went to, or [`REFUSED`].
+    slots: [u32; MAX_BURST],
+}
+
+impl Default for TxScratch {
+    fn default() -> Self {
+        Self {
+            wqe: [0; MAX_WQE],
+            slots: [REFUSED; MAX_BURST],
+        }
+    }
+}
+
+/// A packet the burst dropped instead of sending.
+const REFUSED: u32 = u32::MAX;
 
 impl<B: Backend> TxQueue<B> {
     fn mask(&self) -> u16 {
@@ -139,8 +125,7 @@ impl<B: Backend> TxQueue<B> {
             self.cq.consume();
             progressed = true;
             self.stats.cqes += 1;
-            let opcode = cqe[63] >> 4;
-            let counter = u16::from_be_bytes([cqe[0x3c], cqe[0x3d]]);
+            let counter = cqe.wqe_counter();
             // The reported WQE must be one we posted and not yet completed.
             let outstanding = self.pi.wrapping_sub(self.ci);
             let done = counter.wrapping_sub(self.ci);
@@ -148,11 +133,11 @@ impl<B: Backend> TxQueue<B> {
                 self.stats.bad_cqes += 1;
                 continue;
             }
-            if opcode == CqeOpcode::ReqErr as u8 {
+            if cqe.opcode() == CqeOpcode::ReqErr as u8 {
                 self.stats.errors += 1;
-                self.stats.last_error_syndrome = cqe[ERR_CQE_SYNDROME];
+                self.stats.last_error_syndrome = cqe.syndrome();
                 self.in_error = true;
-            } else if opcode != CqeOpcode::Req as u8 {
+            } else if !cqe.is_send_ok() {
                 self.stats.bad_cqes += 1;
                 continue;
             }
@@ -185,37 +170,36 @@ impl<B: Backend> TxQueue<B> {
         if self.in_error || pkts.is_empty() {
             return 0;
         }
-        // The WQE index each taken packet went to; `None` for a refused packet.
-        let mut slots: [Option<u16>; MAX_BURST] = [None; MAX_BURST];
-        let mut wqe = [0u8; MAX_WQE];
-        let mut last = [0u8; WQE_BB];
         let mut last_bbs = 0u16;
         let mut posted = 0usize;
         let mut count = 0usize;
+        // Taken out for the burst so `build` can borrow the queue; put back at the end.
+        let Some(mut scratch) = self.scratch.take() else {
+            return 0;
+        };
         while count < pkts.len().min(MAX_BURST) {
             let m = &pkts[count];
             let len = m.pkt_len();
             if len < ETH_HEADER || len > self.max_frame {
                 self.stats.errors += 1;
+                scratch.slots[count] = REFUSED;
                 count += 1;
                 continue;
             }
-            let Some(size) = self.build(m, &mut wqe) else {
+            let Some(size) = self.build(m, &mut scratch.wqe) else {
                 // Does not fit the ring now: stop here, the rest stay queued.
                 break;
             };
             let bbs = size.div_ceil(WQE_BB) as u16;
             let index = self.pi;
-            for bb in 0..bbs {
-                let at = usize::from(index.wrapping_add(bb) & self.mask()) * WQE_BB;
-                let _ = self.ring.write(
-                    at,
-                    &wqe[usize::from(bb) * WQE_BB..usize::from(bb + 1) * WQE_BB],
-                );
+            for bb in 0..usize::from(bbs) {
+                let at = usize::from(index.wrapping_add(bb as u16) & self.mask()) * WQE_BB;
+                let _ = self
+                    .ring
+                    .write(at, &scratch.wqe[bb * WQE_BB..(bb + 1) * WQE_BB]);
             }
-            last.copy_from_slice(&wqe[..WQE_BB]);
             last_bbs = bbs;
-            slots[count] = Some(index);
+            scratch.slots[count] = u32::from(index);
             // Later WQEs of the same packet's slot range hold no buffer.
             self.pi = self.pi.wrapping_add(bbs);
             self.stats.packets += 1;
@@ -223,23 +207,29 @@ impl<B: Backend> TxQueue<B> {
             posted += 1;
             count += 1;
         }
-        for (i, m) in pkts.drain(..count).enumerate() {
-            if let Some(index) = slots[i] {
-                let slot = usize::from(index & self.mask());
+        for (&index, m) in scratch.slots[..count].iter().zip(pkts.drain(..count)) {
+            if index != REFUSED {
+                let slot = usize::from(index as u16 & self.mask());
                 self.inflight[slot] = Some(m);
             }
         }
         if posted > 0 {
+            // The scratch still holds the burst's last WQE.
+            let mut last = [0u8; WQE_BB];
+            last.copy_from_slice(&scratch.wqe[..WQE_BB]);
             self.ring_doorbell(&last, last_bbs, posted == 1);
         }
+        self.scratch = Some(scratch);
         count
     }
 
     /// Builds the WQE for `m` at the producer index into `wqe`; returns its size in bytes, or
-    /// `None` when the ring has no room for it.
+    /// `None` when the ring has no room for it. Every byte up to the end of the WQE's last
+    /// basic block is written (padding zeroed), so nothing stale reaches the ring.
+    #[inline]
     fn build(&mut self, m: &Mbuf, wqe: &mut [u8; MAX_WQE]) -> Option<usize> {
         let head = m.len();
-        let chained = m.segment_count() > 1;
+        let chained = m.is_chained();
         let vlan = m.flags.tx_vlan;
         // Inlined bytes always come from the first segment.
         let headers = if vlan.is_some() {
@@ -256,17 +246,24 @@ impl<B: Backend> TxQueue<B> {
             InlineMode::Full => (headers, 0),
         };
         let rest = head - eth_inline - data_inline;
-        let mut ds = 2 + eth_inline.saturating_sub(2).div_ceil(WQE_DS);
-        if data_inline > 0 {
-            ds += (4 + data_inline).div_ceil(WQE_DS);
-        }
-        ds += usize::from(rest > 0) + m.segments().skip(1).filter(|s| !s.is_empty()).count();
-        let size = ds * WQE_DS;
+        // Header bytes past the two the Ethernet segment holds, padded to whole segments.
+        let eth_extra = eth_inline.saturating_sub(2).div_ceil(WQE_DS) * WQE_DS;
+        let data_inline_room = if data_inline > 0 {
+            (4 + data_inline).div_ceil(WQE_DS) * WQE_DS
+        } else {
+            0
+        };
+        let extra_segments = if chained {
+            m.segments().skip(1).filter(|s| !s.is_empty()).count()
+        } else {
+            0
+        };
+        let size =
+            32 + eth_extra + data_inline_room + (usize::from(rest > 0) + extra_segments) * WQE_DS;
         let bbs = size.div_ceil(WQE_BB);
         if size > MAX_WQE || bbs as u16 > self.free() {
             return None;
         }
-        wqe[..bbs * WQE_BB].fill(0);
         self.since_cqe += 1;
         let free_after = self.free().saturating_sub(bbs as u16);
         let completion =
@@ -274,60 +271,63 @@ impl<B: Backend> TxQueue<B> {
         if completion {
             self.since_cqe = 0;
         }
-        if let Ok(mut ctrl) = CtrlSeg::new(&mut wqe[..16]) {
-            ctrl.set_opcode(wqe::opcode::SEND)
-                .set_wqe_index(self.pi)
-                .set_qpn_or_sqn(self.sqn)
-                .set_ds(ds as u8)
-                .set_ce(if completion {
-                    wqe::completion::ALWAYS
-                } else {
-                    0
-                });
-        }
-        if let Ok(mut eth) = EthSeg::new(&mut wqe[16..32]) {
-            eth.set_l3_csum(m.flags.tx_ip_csum)
-                .set_l4_csum(m.flags.tx_l4_csum);
-            match vlan {
-                Some(tci) => {
-                    eth.set_vlan_insert(tci);
-                }
-                None => {
-                    eth.set_inline_hdr_sz(eth_inline as u16);
-                }
-            }
-        }
+        let ce = if completion {
+            wqe::completion::ALWAYS
+        } else {
+            0
+        };
+        let ds = (size / WQE_DS) as u8;
+        wqe[..16].copy_from_slice(&wqe::encode_ctrl(
+            wqe::opcode::SEND,
+            self.pi,
+            self.sqn,
+            ds,
+            ce,
+        ));
+        wqe[16..32].copy_from_slice(&wqe::encode_eth(
+            m.flags.tx_ip_csum,
+            m.flags.tx_l4_csum,
+            vlan,
+            eth_inline as u16,
+            [0, 0],
+        ));
         let mut at = 32;
         if eth_inline > 0 {
-            // Two header bytes sit in the Ethernet segment, the rest run on after it.
-            m.read(0, &mut wqe[30..30 + eth_inline.min(2)]);
-            if eth_inline > 2 {
-                m.read(2, &mut wqe[32..32 + eth_inline - 2]);
-            }
-            at += (eth_inline.saturating_sub(2)).div_ceil(WQE_DS) * WQE_DS;
+            // Two header bytes sit at the end of the Ethernet segment, the rest run on after
+            // it: one contiguous stretch of the WQE from byte 30.
+            wqe[32 + eth_extra - WQE_DS.min(eth_extra)..32 + eth_extra].fill(0);
+            m.read(0, &mut wqe[30..30 + eth_inline]);
+            at += eth_extra;
         }
         if data_inline > 0 {
+            wqe[at + data_inline_room - WQE_DS..at + data_inline_room].fill(0);
             wqe[at..at + 4].copy_from_slice(&(INLINE_SEG | data_inline as u32).to_be_bytes());
             m.read(eth_inline, &mut wqe[at + 4..at + 4 + data_inline]);
-            at += (4 + data_inline).div_ceil(WQE_DS) * WQE_DS;
+            at += data_inline_room;
             self.stats.inline_packets += 1;
         }
         // One data segment per stretch of buffer: the first segment's remainder, then each
         // chained segment.
-        let first = (rest > 0).then_some((m, eth_inline + data_inline, rest));
-        let others = m
-            .segments()
-            .skip(1)
-            .filter(|s| !s.is_empty())
-            .map(|s| (s, 0, s.len()));
-        for (seg, skip, len) in first.into_iter().chain(others) {
-            if let Ok(mut d) = DataSeg::new(&mut wqe[at..at + 16]) {
-                d.set_byte_count(len as u32)
-                    .set_lkey(seg.lkey())
-                    .set_addr(seg.data_iova() + skip as u64);
-            }
+        if rest > 0 {
+            let skip = (eth_inline + data_inline) as u64;
+            wqe[at..at + WQE_DS].copy_from_slice(&wqe::encode_data(
+                rest as u32,
+                m.lkey(),
+                m.data_iova() + skip,
+            ));
             at += WQE_DS;
         }
+        if chained {
+            for seg in m.segments().skip(1).filter(|s| !s.is_empty()) {
+                wqe[at..at + WQE_DS].copy_from_slice(&wqe::encode_data(
+                    seg.len() as u32,
+                    seg.lkey(),
+                    seg.data_iova(),
+                ));
+                at += WQE_DS;
+            }
+        }
+        wqe[at..bbs * WQE_BB].fill(0);
         Some(size)
     }
 
@@ -387,14 +387,13 @@ const ETH_HEADER: usize = 14;
 const ETH_INLINE: usize = wqe::ETH_L2_INLINE_HEADER_SIZE;
 
 /// Copies a receive CQE's packet types, checksum results and RSS hash into the buffer's flags.
-pub(crate) fn fill_rx_flags(m: &mut Mbuf, c: &[u8; 64]) {
-    if let Ok(cqe) = cqe::Cqe64::new(&c[..]) {
-        m.flags.rx_l3_type = cqe.l3_hdr_type();
-        m.flags.rx_l4_type = cqe.l4_hdr_type();
-        m.flags.rx_ip_csum_good = cqe.l3_ok();
-        m.flags.rx_l4_csum_good = cqe.l4_ok();
-        m.flags.rx_rss_hash = (cqe.rss_hash_type() != 0).then(|| cqe.rss_hash_result());
-    }
+#[inline]
+pub(crate) fn fill_rx_flags(m: &mut Mbuf, c: &Cqe) {
+    m.flags.rx_l3_type = c.l3_type();
+    m.flags.rx_l4_type = c.l4_type();
+    m.flags.rx_ip_csum_good = c.l3_ok();
+    m.flags.rx_l4_csum_good = c.l4_ok();
+    m.flags.rx_rss_hash = c.rss_hash();
 }
 
 /// A receive queue handle. `Send`: each queue may live on its own thread.
@@ -424,25 +423,29 @@ impl<B: Backend> RxQueue<B> {
     /// Posts fresh buffers into every empty slot, with one doorbell-record update.
     pub(crate) fn refill(&mut self) {
         let size = 1u16 << self.log_size;
-        let mut posted = false;
-        while self.pi.wrapping_sub(self.ci) < size {
-            let Some(m) = self.pool.alloc() else {
-                self.stats.nombuf += 1;
-                break;
-            };
-            let slot = self.pi & self.mask();
-            let mut seg = [0u8; 16];
-            if let Ok(mut d) = DataSeg::new(&mut seg[..]) {
-                d.set_byte_count(m.capacity() as u32)
-                    .set_lkey(m.lkey())
-                    .set_addr(m.data_iova());
-            }
-            let _ = self.ring.write(usize::from(slot) * 16, &seg);
-            self.slots[usize::from(slot)] = Some(m);
-            self.pi = self.pi.wrapping_add(1);
-            posted = true;
+        let empty = usize::from(size - self.pi.wrapping_sub(self.ci));
+        if empty == 0 {
+            return;
         }
-        if posted {
+        let mask = self.mask();
+        let Self {
+            ring,
+            slots,
+            pi,
+            pool,
+            ..
+        } = self;
+        let posted = pool.alloc_each(empty, |m| {
+            let slot = usize::from(*pi & mask);
+            let seg = wqe::encode_data(m.capacity() as u32, m.lkey(), m.data_iova());
+            let _ = ring.write(slot * 16, &seg);
+            slots[slot] = Some(m);
+            *pi = pi.wrapping_add(1);
+        });
+        if posted < empty {
+            self.stats.nombuf += 1;
+        }
+        if posted > 0 {
             fence(Ordering::SeqCst);
             let _ = self.dbr.write_u32_be(0, u32::from(self.pi));
         }
@@ -464,11 +467,8 @@ impl<B: Backend> RxQueue<B> {
             let Some(c) = self.cq.peek() else { break };
             self.cq.consume();
             self.stats.cqes += 1;
-            let op_own = c[63];
-            let counter = u16::from_be_bytes([c[0x3c], c[0x3d]]);
-            let qpn = u32::from_be_bytes([c[0x38], c[0x39], c[0x3a], c[0x3b]]) & 0x00ff_ffff;
             // A cyclic RQ completes in order: the counter must name the oldest posted WQE.
-            if counter != self.ci || qpn != self.rqn || self.pi == self.ci {
+            if c.wqe_counter() != self.ci || c.qpn() != self.rqn || self.pi == self.ci {
                 self.stats.bad_cqes += 1;
                 continue;
             }
@@ -478,14 +478,14 @@ impl<B: Backend> RxQueue<B> {
                 self.stats.bad_cqes += 1;
                 continue;
             };
-            if op_own >> 4 != CqeOpcode::RespSend as u8 {
+            if !c.is_receive_ok() {
                 // Error or unknown completion: the buffer is done with; drop it back to the pool.
                 self.stats.errors += 1;
-                self.stats.last_error_syndrome = c[ERR_CQE_SYNDROME];
+                self.stats.last_error_syndrome = c.syndrome();
                 drop(m);
                 continue;
             }
-            let bytes = u32::from_be_bytes([c[0x2c], c[0x2d], c[0x2e], c[0x2f]]);
+            let bytes = c.byte_cnt();
             if bytes as usize > m.capacity() || bytes == 0 {
                 self.stats.bad_cqes += 1;
                 continue;

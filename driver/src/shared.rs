@@ -17,8 +17,7 @@ use crate::queue::{fill_rx_flags, CqRing, QueueStats, MAX_BURST};
 use crate::rxirq::{self, CompletionInterrupt};
 use crate::stats::StatsHandle;
 use cxdirect_dma::DmaRegion;
-use cxdirect_hw::cqe::CqeOpcode;
-use cxdirect_hw::wqe::DataSeg;
+use cxdirect_hw::wqe;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -173,12 +172,7 @@ impl SharedRing {
                 st.stats.nombuf += 1;
                 break;
             };
-            let mut seg = [0u8; 16];
-            if let Ok(mut d) = DataSeg::new(&mut seg[..]) {
-                d.set_byte_count(m.capacity() as u32)
-                    .set_lkey(m.lkey())
-                    .set_addr(m.data_iova());
-            }
+            let seg = wqe::encode_data(m.capacity() as u32, m.lkey(), m.data_iova());
             let _ = self.ring.write(slot * 16, &seg);
             let counter = st.pi;
             st.slots[slot] = Some((counter, m));
@@ -294,10 +288,8 @@ impl<B: Backend> SharedRxQueue<B> {
         while let Some(c) = next {
             cq.consume();
             stats.cqes += 1;
-            let op_own = c[63];
-            let counter = u16::from_be_bytes([c[0x3c], c[0x3d]]);
-            let qpn = u32::from_be_bytes([c[0x38], c[0x39], c[0x3a], c[0x3b]]) & 0x00ff_ffff;
-            let srqn = u32::from_be_bytes([c[0x20], c[0x21], c[0x22], c[0x23]]) & 0x00ff_ffff;
+            let counter = c.wqe_counter();
+            let (qpn, srqn) = (c.qpn(), c.srqn());
             // The counter must name a WQE posted on this ring and not yet completed.
             let age = st.pi.wrapping_sub(counter);
             let slot = usize::from(counter & mask);
@@ -312,11 +304,11 @@ impl<B: Backend> SharedRxQueue<B> {
             } else if let Some((_, mut m)) = st.slots[slot].take() {
                 st.outstanding -= 1;
                 st.stats.completed += 1;
-                let bytes = u32::from_be_bytes([c[0x2c], c[0x2d], c[0x2e], c[0x2f]]);
-                if op_own >> 4 != CqeOpcode::RespSend as u8 {
+                let bytes = c.byte_cnt();
+                if !c.is_receive_ok() {
                     // An error completion: the buffer goes back to the pool.
                     stats.errors += 1;
-                    stats.last_error_syndrome = c[crate::queue::ERR_CQE_SYNDROME];
+                    stats.last_error_syndrome = c.syndrome();
                 } else if bytes as usize > m.capacity() || bytes == 0 {
                     stats.bad_cqes += 1;
                 } else {

@@ -187,3 +187,111 @@ pub const fn inline_seg_ds(len: usize) -> usize {
 pub const fn wqebbs(ds: usize) -> usize {
     (ds * WQE_DS).div_ceil(WQE_BB)
 }
+
+/// The 16 bytes of a send WQE's control segment, encoded directly (what [`CtrlSeg`]'s setters
+/// produce, without the view): `opcode` at WQE index `wqe_index` of send queue `sqn` (24
+/// bits), `ds` 16-byte units, completion request `ce` (see [`completion`]).
+#[inline]
+pub fn encode_ctrl(opcode: u8, wqe_index: u16, sqn: u32, ds: u8, ce: u8) -> [u8; 16] {
+    let mut seg = [0u8; 16];
+    seg[0..4].copy_from_slice(&(u32::from(wqe_index) << 8 | u32::from(opcode)).to_be_bytes());
+    seg[4..8].copy_from_slice(&((sqn & 0x00ff_ffff) << 8 | u32::from(ds)).to_be_bytes());
+    seg[11] = (ce & 0x3) << 2;
+    seg
+}
+
+/// The 16 bytes of an Ethernet segment, encoded directly (what [`EthSeg`]'s setters produce):
+/// checksum requests, and either `inline_hdr_sz` header bytes inlined (the first two of them,
+/// `first_two`, sit in the segment's last two bytes) or, with `vlan` set, a VLAN tag to insert.
+#[inline]
+pub fn encode_eth(
+    l3_csum: bool,
+    l4_csum: bool,
+    vlan: Option<u16>,
+    inline_hdr_sz: u16,
+    first_two: [u8; 2],
+) -> [u8; 16] {
+    let mut seg = [0u8; 16];
+    seg[4] = u8::from(l4_csum) << 7 | u8::from(l3_csum) << 6;
+    match vlan {
+        Some(tci) => {
+            seg[12..14].copy_from_slice(&ETH_WQE_INSERT_VLAN.to_be_bytes());
+            seg[14..16].copy_from_slice(&tci.to_be_bytes());
+        }
+        None => {
+            seg[12..14].copy_from_slice(&inline_hdr_sz.to_be_bytes());
+            seg[14..16].copy_from_slice(&first_two);
+        }
+    }
+    seg
+}
+
+/// The 16 bytes of a data segment, encoded directly (what [`DataSeg`]'s setters produce).
+#[inline]
+pub fn encode_data(byte_count: u32, lkey: u32, addr: u64) -> [u8; 16] {
+    let mut seg = [0u8; 16];
+    seg[0..4].copy_from_slice(&byte_count.to_be_bytes());
+    seg[4..8].copy_from_slice(&lkey.to_be_bytes());
+    seg[8..16].copy_from_slice(&addr.to_be_bytes());
+    seg
+}
+
+#[cfg(test)]
+mod encoder_tests {
+    use super::*;
+
+    #[test]
+    fn direct_encoders_match_the_layout_views() {
+        for (opcode, index, sqn, ds, ce) in [
+            (
+                opcode::SEND,
+                0xbeefu16,
+                0x12_3456u32,
+                5u8,
+                completion::ALWAYS,
+            ),
+            (opcode::NOP, 0, 0xff_ffff, 63, 0),
+            (opcode::TSO, 0xffff, 1, 1, completion::ALWAYS_AND_EVENT),
+        ] {
+            let mut view = [0u8; 16];
+            CtrlSeg::new(&mut view[..])
+                .unwrap()
+                .set_opcode(opcode)
+                .set_wqe_index(index)
+                .set_qpn_or_sqn(sqn)
+                .set_ds(ds)
+                .set_ce(ce);
+            assert_eq!(encode_ctrl(opcode, index, sqn, ds, ce), view);
+        }
+        for (l3, l4, vlan, sz) in [
+            (true, false, None, 18u16),
+            (false, true, Some(0x2abc), 0),
+            (true, true, None, 0),
+        ] {
+            let mut view = [0u8; 16];
+            {
+                let mut eth = EthSeg::new(&mut view[..]).unwrap();
+                eth.set_l3_csum(l3).set_l4_csum(l4);
+                match vlan {
+                    Some(tci) => {
+                        eth.set_vlan_insert(tci);
+                    }
+                    None => {
+                        eth.set_inline_hdr_sz(sz);
+                    }
+                }
+            }
+            if vlan.is_none() {
+                view[14..16].copy_from_slice(&[0xaa, 0x55]);
+            }
+            assert_eq!(encode_eth(l3, l4, vlan, sz, [0xaa, 0x55]), view);
+        }
+        let mut view = [0u8; 16];
+        DataSeg::new(&mut view[..])
+            .unwrap()
+            .set_byte_count(1514)
+            .set_lkey(0x1234_5678)
+            .set_addr(0x0102_0304_0506_0708);
+        assert_eq!(encode_data(1514, 0x1234_5678, 0x0102_0304_0506_0708), view);
+    }
+}

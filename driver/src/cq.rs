@@ -1,0 +1,203 @@
+//! Completion queues, driver side: the ring software reads by owner bit, and [`Cqe`], a copy of
+//! one 64-byte CQE whose fields are read from the copy only. The device writes CQEs on its own
+//! schedule, so nothing here trusts what it reads: the queues check every field that selects
+//! host state (WQE counter, queue number, byte count) against what they posted.
+
+use cxdirect_dma::DmaRegion;
+use cxdirect_hw::cqe::{self, CqeOpcode, CQE_SIZE};
+use std::sync::atomic::{fence, Ordering};
+
+/// A copy of one 64-byte CQE as the device wrote it. Any bytes are a valid `Cqe`: accessors
+/// only decode, and callers check the decoded values before using them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Cqe {
+    bytes: [u8; CQE_SIZE],
+}
+
+impl std::fmt::Debug for Cqe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cqe")
+            .field("opcode", &self.opcode())
+            .field("wqe_counter", &self.wqe_counter())
+            .field("qpn", &self.qpn())
+            .field("byte_cnt", &self.byte_cnt())
+            .finish()
+    }
+}
+
+impl Cqe {
+    /// A CQE from its 64 bytes as they sit in the ring.
+    pub const fn from_bytes(bytes: [u8; CQE_SIZE]) -> Self {
+        Self { bytes }
+    }
+
+    /// The raw bytes.
+    pub const fn bytes(&self) -> &[u8; CQE_SIZE] {
+        &self.bytes
+    }
+
+    #[inline]
+    fn be32(&self, at: usize) -> u32 {
+        u32::from_be_bytes([
+            self.bytes[at],
+            self.bytes[at + 1],
+            self.bytes[at + 2],
+            self.bytes[at + 3],
+        ])
+    }
+
+    /// Opcode, bits 7:4 of the last byte (0..=15; see [`CqeOpcode`]).
+    #[inline]
+    pub fn opcode(&self) -> u8 {
+        self.bytes[0x3f] >> 4
+    }
+
+    /// True for a send completion without error ([`CqeOpcode::Req`]).
+    #[inline]
+    pub fn is_send_ok(&self) -> bool {
+        self.opcode() == CqeOpcode::Req as u8
+    }
+
+    /// True for a receive completion of a frame ([`CqeOpcode::RespSend`]).
+    #[inline]
+    pub fn is_receive_ok(&self) -> bool {
+        self.opcode() == CqeOpcode::RespSend as u8
+    }
+
+    /// True for an error completion ([`CqeOpcode::ReqErr`] or [`CqeOpcode::RespErr`]).
+    #[inline]
+    pub fn is_error(&self) -> bool {
+        let op = self.opcode();
+        op == CqeOpcode::ReqErr as u8 || op == CqeOpcode::RespErr as u8
+    }
+
+    /// Index (16 bits, wrapping) of the WQE this CQE completes.
+    #[inline]
+    pub fn wqe_counter(&self) -> u16 {
+        u16::from_be_bytes([self.bytes[0x3c], self.bytes[0x3d]])
+    }
+
+    /// Send or receive queue number (24 bits).
+    #[inline]
+    pub fn qpn(&self) -> u32 {
+        self.be32(0x38) & 0x00ff_ffff
+    }
+
+    /// Shared receive ring (RMP) number the buffer came from (24 bits; receive only).
+    #[inline]
+    pub fn srqn(&self) -> u32 {
+        self.be32(0x20) & 0x00ff_ffff
+    }
+
+    /// Bytes received (receive only; the device's word, unchecked).
+    #[inline]
+    pub fn byte_cnt(&self) -> u32 {
+        self.be32(0x2c)
+    }
+
+    /// Syndrome of an error CQE (`LOCAL_PROT_ERR` 0x04, `WR_FLUSH_ERR` 0x05, ...).
+    #[inline]
+    pub fn syndrome(&self) -> u8 {
+        self.bytes[ERR_CQE_SYNDROME]
+    }
+
+    /// L3 header type (0 none, 1 IPv6, 2 IPv4).
+    pub fn l3_type(&self) -> u8 {
+        (self.bytes[0x1d] >> 2) & 0x3
+    }
+
+    /// L4 header type (0 none, 1 TCP, 2 UDP, 3-4 TCP with flags).
+    pub fn l4_type(&self) -> u8 {
+        (self.bytes[0x1d] >> 4) & 0x7
+    }
+
+    /// The device verified the IP header checksum.
+    pub fn l3_ok(&self) -> bool {
+        self.bytes[0x1c] & 0x02 != 0
+    }
+
+    /// The device verified the TCP/UDP checksum.
+    pub fn l4_ok(&self) -> bool {
+        self.bytes[0x1c] & 0x04 != 0
+    }
+
+    /// RSS hash, when the device computed one (non-zero hash type).
+    pub fn rss_hash(&self) -> Option<u32> {
+        (self.bytes[0x10] != 0).then(|| self.be32(0x0c))
+    }
+}
+
+/// Byte of an error CQE that holds its syndrome.
+pub(crate) const ERR_CQE_SYNDROME: usize = 0x37;
+
+/// A completion queue ring, driver side.
+pub(crate) struct CqRing {
+    pub region: DmaRegion,
+    pub dbr: DmaRegion,
+    pub log_size: u8,
+    pub ci: u32,
+    pub cqn: u32,
+}
+
+impl CqRing {
+    /// The next CQE software owns (copied), without consuming it.
+    #[inline]
+    pub(crate) fn peek(&self) -> Option<Cqe> {
+        let offset = (self.ci & ((1 << self.log_size) - 1)) as usize * CQE_SIZE;
+        // One word load for the owner byte; the rest only once it is ours.
+        let last = self.region.read_u64_be(offset + CQE_SIZE - 8).ok()?;
+        if !cqe::sw_owns(last as u8, self.ci, self.log_size) {
+            return None;
+        }
+        fence(Ordering::Acquire);
+        let mut bytes = [0u8; CQE_SIZE];
+        self.region.read(offset, &mut bytes).ok()?;
+        Some(Cqe::from_bytes(bytes))
+    }
+
+    #[inline]
+    pub(crate) fn consume(&mut self) {
+        self.ci = self.ci.wrapping_add(1);
+    }
+
+    /// Tells the device how far software has read (doorbell record word 0).
+    #[inline]
+    pub(crate) fn update_dbr(&self) {
+        let _ = self.dbr.write_u32_be(0, self.ci & 0x00ff_ffff);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cxdirect_hw::cqe::Cqe64;
+
+    /// The hand decoders agree with the hw layout for every field they read.
+    #[test]
+    fn decoders_match_the_layout() {
+        let mut bytes = [0u8; 64];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(37).wrapping_add(11);
+        }
+        for rss_type in [0u8, 0x22] {
+            bytes[0x10] = rss_type;
+            let c = Cqe::from_bytes(bytes);
+            let view = Cqe64::new(&bytes[..]).unwrap();
+            assert_eq!(c.opcode(), view.opcode());
+            assert_eq!(c.wqe_counter(), view.wqe_counter());
+            assert_eq!(c.qpn(), view.qpn());
+            assert_eq!(c.srqn(), view.srqn());
+            assert_eq!(c.byte_cnt(), view.byte_cnt());
+            assert_eq!(c.l3_type(), view.l3_hdr_type());
+            assert_eq!(c.l4_type(), view.l4_hdr_type());
+            assert_eq!(c.l3_ok(), view.l3_ok());
+            assert_eq!(c.l4_ok(), view.l4_ok());
+            assert_eq!(
+                c.rss_hash(),
+                (view.rss_hash_type() != 0).then(|| view.rss_hash_result())
+            );
+            let err = cxdirect_hw::cqe::ErrCqe::new(&bytes[..]).unwrap();
+            assert_eq!(c.syndrome(), err.syndrome());
+        }
+    }
+}
