@@ -6,6 +6,7 @@ pub mod args;
 pub mod cli;
 pub mod devbind;
 pub mod emulated;
+pub mod faults;
 pub mod testpmd;
 
 /// `spec` with `,iommu=MODE` appended when it names no IOMMU mode itself: a program's

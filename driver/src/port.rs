@@ -20,7 +20,7 @@ use cxdirect_hw::flow::{self, CreateFlowGroupIn, CreateFlowTableIn, SetFteIn};
 use cxdirect_hw::reg::{self, PmtuReg};
 use cxdirect_hw::tir::{self, CreateRqtIn, CreateTirIn, CreateTisIn};
 use cxdirect_hw::vport::ModifyNicVportContextIn;
-use cxdirect_hw::wq::{CreateRqIn, CreateSqIn, ModifyRqIn, ModifySqIn};
+use cxdirect_hw::wq::{CreateRqIn, CreateSqIn, RqState};
 use std::sync::{Arc, Mutex};
 
 /// The key the port hashes with unless told otherwise (the widely published default Toeplitz
@@ -115,7 +115,7 @@ pub struct Port<B: Backend> {
     pub(crate) pool: Mempool,
     pool_key: Option<MemoryKey>,
     tis: u32,
-    sqs: Vec<u32>,
+    pub(crate) sqs: Vec<u32>,
     pub(crate) rqs: Vec<u32>,
     cqs: Vec<u32>,
     uars: Vec<u32>,
@@ -444,14 +444,7 @@ impl<B: Backend> Port<B> {
         }
         let sqn = out_u32(&self.dev.exec(&cmd, 16)?);
         self.sqs.push(sqn);
-        let mut modify = input(Opcode::ModifySq, 0, ModifySqIn::<&[u8]>::SIZE);
-        ModifySqIn::new(&mut modify[..])
-            .map(|mut m| {
-                m.set_sq_state(0).set_sqn(sqn);
-                m.ctx_mut().set_state(1);
-            })
-            .ok();
-        self.dev.exec(&modify, 16)?;
+        self.modify_sq(sqn, RqState::Rst, RqState::Rdy)?;
         Ok(TxQueue {
             backend: self.dev.backend_arc().clone(),
             ring,
@@ -509,14 +502,7 @@ impl<B: Backend> Port<B> {
         }
         let rqn = out_u32(&self.dev.exec(&cmd, 16)?);
         self.rqs.push(rqn);
-        let mut modify = input(Opcode::ModifyRq, 0, ModifyRqIn::<&[u8]>::SIZE);
-        ModifyRqIn::new(&mut modify[..])
-            .map(|mut m| {
-                m.set_rq_state(0).set_rqn(rqn);
-                m.ctx_mut().set_state(1);
-            })
-            .ok();
-        self.dev.exec(&modify, 16)?;
+        self.modify_rq(rqn, RqState::Rst, RqState::Rdy)?;
         let mut rxq = RxQueue {
             _backend: self.dev.backend_arc().clone(),
             ring,
@@ -532,6 +518,7 @@ impl<B: Backend> Port<B> {
             published: Self::register_stats(&mut self.rx_stats),
             quarantine: self.quarantine.clone(),
             interrupt,
+            in_error: false,
         };
         rxq.refill();
         Ok(rxq)

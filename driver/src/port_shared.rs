@@ -12,7 +12,7 @@ use crate::qcounter::QCounterSet;
 use crate::shared::{SharedRing, SharedRxConfig, SharedRxQueue, SharedRxRing};
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::wq::{
-    CreateRmpIn, CreateRqIn, ModifyRmpIn, ModifyRqIn, QueryRqIn, QueryRqOut, RmpState, RqState,
+    CreateRmpIn, CreateRqIn, ModifyRmpIn, QueryRqIn, QueryRqOut, RmpState, RqState,
 };
 use std::sync::Arc;
 
@@ -69,7 +69,7 @@ impl<B: Backend> Port<B> {
             }
             let rqn = out_u32(&self.dev.exec(&cmd, 16)?);
             self.rqs.push(rqn);
-            self.modify_rq_state(rqn, RqState::Rst, RqState::Rdy)?;
+            self.modify_rq(rqn, RqState::Rst, RqState::Rdy)?;
             queues.push(SharedRxQueue {
                 _backend: self.dev.backend_arc().clone(),
                 ring: shared.clone(),
@@ -89,17 +89,6 @@ impl<B: Backend> Port<B> {
             queues,
         ));
         Ok(())
-    }
-
-    fn modify_rq_state(&mut self, rqn: u32, from: RqState, to: RqState) -> Result<(), DriverError> {
-        let mut modify = input(Opcode::ModifyRq, 0, ModifyRqIn::<&[u8]>::SIZE);
-        ModifyRqIn::new(&mut modify[..])
-            .map(|mut m| {
-                m.set_rq_state(from as u8).set_rqn(rqn);
-                m.ctx_mut().set_state(to as u8);
-            })
-            .ok();
-        self.dev.exec(&modify, 16).map(|_| ())
     }
 
     /// The shared ring's handles: the ring, to refill, and its queues, to receive from. `Some`

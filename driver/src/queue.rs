@@ -50,8 +50,13 @@ pub struct QueueStats {
     pub inline_packets: u64,
     /// CQEs consumed.
     pub cqes: u64,
-    /// CQEs with values the driver refused (counted, queue left alone).
+    /// CQEs with values the driver refused (counted; the queue stops until recovered).
     pub bad_cqes: u64,
+    /// Buffers given back to the pool by recovery without carrying a packet (send: also
+    /// counted in `errors`).
+    pub flushed: u64,
+    /// Times the queue was recovered ([`crate::Port::recover_tx`] / `recover_rx`).
+    pub recoveries: u64,
     /// Syndrome of the last error CQE (0 when none: 0x04 local protection, 0x05 flushed,
     /// 0x01 local length; the mlx5 error CQE's `syndrome` byte).
     pub last_error_syndrome: u8,
@@ -130,7 +135,9 @@ impl<B: Backend> TxQueue<B> {
             let outstanding = self.pi.wrapping_sub(self.ci);
             let done = counter.wrapping_sub(self.ci);
             if done >= outstanding {
+                // Out of step with the device: stop until recovery resets the ring.
                 self.stats.bad_cqes += 1;
+                self.in_error = true;
                 continue;
             }
             if cqe.opcode() == CqeOpcode::ReqErr as u8 {
@@ -139,6 +146,7 @@ impl<B: Backend> TxQueue<B> {
                 self.in_error = true;
             } else if !cqe.is_send_ok() {
                 self.stats.bad_cqes += 1;
+                self.in_error = true;
                 continue;
             }
             // Free every WQE up to and including the completed one.
@@ -363,10 +371,68 @@ impl<B: Backend> TxQueue<B> {
         self.inflight.iter().filter(|m| m.is_some()).count()
     }
 
-    /// True once the device reported an error on this queue (no more sends until recovery).
+    /// True once the device reported an error on this queue, or wrote a completion the driver
+    /// refused: no more sends until [`crate::Port::recover_tx`].
     pub fn in_error(&self) -> bool {
         self.in_error
     }
+
+    /// The send queue's number.
+    pub fn sqn(&self) -> u32 {
+        self.sqn
+    }
+
+    /// The number of the CQ this queue completes on.
+    pub fn cqn(&self) -> u32 {
+        self.cq.cqn
+    }
+
+    /// Recovery: takes every completion left on the CQ without acting on it (the ring is being
+    /// reset and its buffers flushed); returns how many.
+    pub(crate) fn drain_completions(&mut self) -> usize {
+        drain(&mut self.cq)
+    }
+
+    /// Recovery, once the device can no longer read the ring: every in-flight buffer goes back
+    /// to its pool; returns how many.
+    pub(crate) fn flush_in_flight(&mut self) -> usize {
+        let mut flushed = 0;
+        for slot in self.inflight.iter_mut() {
+            if slot.take().is_some() {
+                flushed += 1;
+            }
+        }
+        self.stats.errors += flushed as u64;
+        self.stats.flushed += flushed as u64;
+        self.published.publish(&self.stats);
+        flushed
+    }
+
+    /// Recovery: the ring starts again at index 0, as the device does after RST.
+    pub(crate) fn restart(&mut self) {
+        self.pi = 0;
+        self.ci = 0;
+        self.since_cqe = 0;
+        let _ = self.dbr.write_u32_be(4, 0);
+        self.in_error = false;
+        self.stats.recoveries += 1;
+        self.published.publish(&self.stats);
+    }
+}
+
+/// Takes every CQE software owns off `cq` without reading it; returns how many.
+fn drain(cq: &mut CqRing) -> usize {
+    let mut drained = 0;
+    // Bounded by the ring: a device rewriting entries as fast as they are taken cannot hold
+    // recovery here.
+    while drained < 1usize << cq.log_size && cq.peek().is_some() {
+        cq.consume();
+        drained += 1;
+    }
+    if drained > 0 {
+        cq.update_dbr();
+    }
+    drained
 }
 
 impl<B: Backend> Drop for TxQueue<B> {
@@ -413,6 +479,7 @@ pub struct RxQueue<B: Backend> {
     pub(crate) published: StatsHandle,
     pub(crate) quarantine: Quarantine,
     pub(crate) interrupt: Option<CompletionInterrupt<B>>,
+    pub(crate) in_error: bool,
 }
 
 impl<B: Backend> RxQueue<B> {
@@ -461,6 +528,9 @@ impl<B: Backend> RxQueue<B> {
     }
 
     fn receive(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
+        if self.in_error {
+            return 0;
+        }
         let mut got = 0;
         let cqes_before = self.stats.cqes;
         while got < max.min(MAX_BURST) {
@@ -469,26 +539,36 @@ impl<B: Backend> RxQueue<B> {
             self.stats.cqes += 1;
             // A cyclic RQ completes in order: the counter must name the oldest posted WQE.
             if c.wqe_counter() != self.ci || c.qpn() != self.rqn || self.pi == self.ci {
+                // Out of step with the device: stop until recovery resets the ring.
                 self.stats.bad_cqes += 1;
-                continue;
+                self.in_error = true;
+                break;
             }
             let slot = usize::from(self.ci & self.mask());
             self.ci = self.ci.wrapping_add(1);
             let Some(mut m) = self.slots[slot].take() else {
                 self.stats.bad_cqes += 1;
-                continue;
+                self.in_error = true;
+                break;
             };
             if !c.is_receive_ok() {
-                // Error or unknown completion: the buffer is done with; drop it back to the pool.
-                self.stats.errors += 1;
-                self.stats.last_error_syndrome = c.syndrome();
+                // The device moved the RQ to error (or wrote an unknown completion): the buffer
+                // is done with and goes back to the pool; the queue waits for recovery.
+                if c.is_error() {
+                    self.stats.errors += 1;
+                    self.stats.last_error_syndrome = c.syndrome();
+                } else {
+                    self.stats.bad_cqes += 1;
+                }
+                self.in_error = true;
                 drop(m);
-                continue;
+                break;
             }
             let bytes = c.byte_cnt();
             if bytes as usize > m.capacity() || bytes == 0 {
                 self.stats.bad_cqes += 1;
-                continue;
+                self.in_error = true;
+                break;
             }
             m.set_len(bytes);
             fill_rx_flags(&mut m, &c);
@@ -501,8 +581,51 @@ impl<B: Backend> RxQueue<B> {
         if self.stats.cqes != cqes_before {
             self.cq.update_dbr();
         }
-        self.refill();
+        if !self.in_error {
+            self.refill();
+        }
         got
+    }
+
+    /// True once the device completed a receive in error or wrote a completion the driver
+    /// refused: nothing more is received until [`crate::Port::recover_rx`].
+    pub fn in_error(&self) -> bool {
+        self.in_error
+    }
+
+    /// The number of the CQ this queue completes on.
+    pub fn cqn(&self) -> u32 {
+        self.cq.cqn
+    }
+
+    /// Recovery: takes every completion left on the CQ without acting on it; returns how many.
+    pub(crate) fn drain_completions(&mut self) -> usize {
+        drain(&mut self.cq)
+    }
+
+    /// Recovery, once the device can no longer write the ring's buffers: every posted buffer
+    /// goes back to the pool; returns how many.
+    pub(crate) fn flush_posted(&mut self) -> usize {
+        let mut flushed = 0;
+        for slot in self.slots.iter_mut() {
+            if slot.take().is_some() {
+                flushed += 1;
+            }
+        }
+        self.stats.flushed += flushed as u64;
+        flushed
+    }
+
+    /// Recovery: the ring starts again at index 0 (as the device does after RST) and is
+    /// refilled.
+    pub(crate) fn restart(&mut self) {
+        self.pi = 0;
+        self.ci = 0;
+        let _ = self.dbr.write_u32_be(0, 0);
+        self.in_error = false;
+        self.stats.recoveries += 1;
+        self.refill();
+        self.published.publish(&self.stats);
     }
 
     /// Counters of this queue.

@@ -19,6 +19,8 @@ pub(crate) struct SharedQueueStats {
     inline_packets: AtomicU64,
     cqes: AtomicU64,
     bad_cqes: AtomicU64,
+    flushed: AtomicU64,
+    recoveries: AtomicU64,
     last_error_syndrome: std::sync::atomic::AtomicU8,
 }
 
@@ -38,6 +40,8 @@ impl SharedQueueStats {
         self.inline_packets.store(s.inline_packets, Relaxed);
         self.cqes.store(s.cqes, Relaxed);
         self.bad_cqes.store(s.bad_cqes, Relaxed);
+        self.flushed.store(s.flushed, Relaxed);
+        self.recoveries.store(s.recoveries, Relaxed);
         self.last_error_syndrome
             .store(s.last_error_syndrome, Relaxed);
     }
@@ -55,6 +59,8 @@ impl SharedQueueStats {
             inline_packets: self.inline_packets.load(Relaxed),
             cqes: self.cqes.load(Relaxed),
             bad_cqes: self.bad_cqes.load(Relaxed),
+            flushed: self.flushed.load(Relaxed),
+            recoveries: self.recoveries.load(Relaxed),
             last_error_syndrome: self.last_error_syndrome.load(Relaxed),
         }
     }

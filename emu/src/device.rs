@@ -245,6 +245,33 @@ impl Device {
         lock(&self.shared.core).hca.set_fatal(syndrome);
     }
 
+    /// Arms `fault`: the engine it belongs to takes it at the first matching event.
+    /// A [`crate::Fault::RawEvent`] is posted at once.
+    pub fn inject(&self, fault: crate::Fault) {
+        let mut core = lock(&self.shared.core);
+        match fault {
+            crate::Fault::RawEvent {
+                event_type,
+                sub_type,
+                data,
+            } => {
+                core.faults.taken += 1;
+                crate::engine::eq::post_subscribed_raw(&mut core, event_type, sub_type, &data);
+            }
+            other => core.faults.arm(other),
+        }
+    }
+
+    /// Faults armed and not yet taken.
+    pub fn faults_pending(&self) -> usize {
+        lock(&self.shared.core).faults.pending()
+    }
+
+    /// Faults taken so far.
+    pub fn faults_taken(&self) -> u64 {
+        lock(&self.shared.core).faults.taken
+    }
+
     /// Stops the health counter without a syndrome (fault injection: hung firmware).
     pub fn stall_health_counter(&self) {
         let mut core = lock(&self.shared.core);

@@ -35,6 +35,7 @@ pub mod counters;
 pub mod device;
 pub mod dma;
 pub(crate) mod engine;
+pub mod faults;
 pub(crate) mod fw;
 pub mod irq;
 pub mod packet;
@@ -46,5 +47,6 @@ pub mod wire;
 
 pub use config::{EmuConfig, ExecMode};
 pub use device::Device;
+pub use faults::Fault;
 pub use fw::mkey::RESERVED_LKEY;
 pub use fw::{CmdError, Syndrome};

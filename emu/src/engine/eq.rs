@@ -12,6 +12,12 @@ pub(crate) fn post_event(
     sub_type: u8,
     data: &[u8; 28],
 ) {
+    post_raw_event(core, eqn, event as u8, sub_type, data);
+}
+
+/// [`post_event`] with any event type byte (fault injection posts types the model never
+/// raises on its own).
+pub(crate) fn post_raw_event(core: &mut Core, eqn: u32, event: u8, sub_type: u8, data: &[u8; 28]) {
     let Some(eq) = core.res.eqs.get(eqn) else {
         return;
     };
@@ -24,7 +30,7 @@ pub(crate) fn post_event(
         return;
     }
     let mut eqe = [0u8; EQE_SIZE];
-    eqe[1] = event as u8;
+    eqe[1] = event;
     eqe[3] = sub_type;
     eqe[0x20..0x3c].copy_from_slice(data);
     eqe[0x3f] = ((eq.pi >> eq.log_size) & 1) as u8;
@@ -53,18 +59,23 @@ pub(crate) fn post_subscribed_event(
     sub_type: u8,
     data: &[u8; 28],
 ) {
-    let bit = event as u8;
-    if bit >= 64 {
-        return;
-    }
+    post_subscribed_raw(core, event as u8, sub_type, data);
+}
+
+/// [`post_subscribed_event`] with any event type byte; a type no EQ can subscribe to (64 and
+/// up) goes to the first EQ subscribed to anything (the async EQ).
+pub(crate) fn post_subscribed_raw(core: &mut Core, event: u8, sub_type: u8, data: &[u8; 28]) {
     let target = core
         .res
         .eqs
         .iter()
-        .find(|(_, eq)| eq.event_mask & (1u64 << bit) != 0)
+        .find(|(_, eq)| match event {
+            0..=63 => eq.event_mask & (1u64 << event) != 0,
+            _ => eq.event_mask != 0,
+        })
         .map(|(n, _)| n);
     if let Some(eqn) = target {
-        post_event(core, eqn, event, sub_type, data);
+        post_raw_event(core, eqn, event, sub_type, data);
     }
 }
 

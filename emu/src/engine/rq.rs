@@ -4,6 +4,7 @@
 //! and raise the RMP's limit event when its posted WQEs fall below the armed watermark.
 
 use crate::counters::{add, QueueKind};
+use crate::faults::Fault;
 use crate::fw::mkey::translate;
 use crate::fw::objects::{QState, RqMemory, TirDispatch, WorkQueue};
 use crate::fw::steering::{frame_match_param, steer, Verdict};
@@ -192,10 +193,14 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
             }
         }
     }
-    let scattered = if fetched {
-        scatter(core, &wqe[..stride], pd, frame)
-    } else {
-        Err(CqeSyndrome::LocalProtection)
+    let injected = core.faults.take(|f| match f {
+        Fault::ReceiveError { rqn: r, syndrome } if *r == rqn => Some(*syndrome),
+        _ => None,
+    });
+    let scattered = match injected {
+        Some(syndrome) => Err(syndrome),
+        None if fetched => scatter(core, &wqe[..stride], pd, frame),
+        None => Err(CqeSyndrome::LocalProtection),
     };
     match scattered {
         Ok(()) => {

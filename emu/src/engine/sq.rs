@@ -4,6 +4,7 @@
 //! the CQEs the WQE asked for. A malformed WQE ends in an error CQE and the SQ in error.
 
 use crate::counters::{add, QueueKind};
+use crate::faults::Fault;
 use crate::fw::mkey::{translate, KeyFault};
 use crate::fw::objects::QState;
 use crate::fw::Core;
@@ -43,6 +44,13 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, first8: [u8; 8], bf: Option<Bl
     add(&core.counters.doorbells, 1);
     let sqn = u32::from_be_bytes([first8[4], first8[5], first8[6], first8[7]]) >> 8;
     let bf_index = u16::from_be_bytes([first8[1], first8[2]]);
+    if core
+        .faults
+        .take(|f| matches!(f, Fault::DropDoorbell { sqn: s } if *s == sqn).then_some(()))
+        .is_some()
+    {
+        return;
+    }
     let Some(sq) = core.res.sqs.get(sqn) else {
         add(&core.counters.bad_doorbells, 1);
         return;
@@ -124,6 +132,13 @@ fn execute_one(
     }
     let ctrl = CtrlSeg::new(&s.wqe[..16]).map_err(|_| ())?;
     let (opcode, ds, ce) = (ctrl.opcode(), usize::from(ctrl.ds()), ctrl.ce());
+    let injected = core.faults.take(|f| match f {
+        Fault::SendError { sqn: s, syndrome } if *s == sqn => Some(*syndrome),
+        _ => None,
+    });
+    if let Some(syndrome) = injected {
+        return fail(core, sqn, index, opcode, syndrome, cqn);
+    }
     let wqe_bytes = ds * WQE_DS;
     if ds == 0 || wqe_bytes > MAX_WQE || ctrl.qpn_or_sqn() != sqn || ctrl.wqe_index() != index {
         return fail(core, sqn, index, opcode, CqeSyndrome::LocalQpOperation, cqn);

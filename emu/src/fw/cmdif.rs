@@ -5,6 +5,7 @@
 
 use super::Core;
 use crate::counters::add;
+use crate::faults::Fault;
 use cxdirect_hw::cmd::{
     xor8, CmdLayout, CmdMailbox, DeliveryStatus, CMD_INLINE_BYTES, CMD_OWNER_HW, CMD_TYPE_PCIE,
     MAILBOX_ALIGN, MAILBOX_BLOCK_SIZE, MAILBOX_DATA_BYTES,
@@ -43,8 +44,26 @@ fn process_slot(core: &mut Core, slot: u32) {
     if !entry.owned_by_hw() {
         return;
     }
+    if core
+        .faults
+        .take(|f| matches!(f, Fault::SwallowCommand).then_some(()))
+        .is_some()
+    {
+        return;
+    }
     let checksums = core.hca.caps.checksums_on();
-    let outcome = deliver(core, &entry, checksums);
+    let mut outcome = deliver(core, &entry, checksums);
+    let patch = core.faults.take(|f| match f {
+        Fault::CorruptCommandOutput { patch } => Some(patch.clone()),
+        _ => None,
+    });
+    if let (Some(patch), Ok(output)) = (patch, outcome.as_mut()) {
+        for (offset, value) in patch {
+            if let Some(byte) = output.get_mut(usize::from(offset)) {
+                *byte = value;
+            }
+        }
+    }
     let status = match outcome {
         Ok(output) => {
             entry.set_inline_output(&output[..output.len().min(CMD_INLINE_BYTES)]);

@@ -149,6 +149,8 @@ pub(crate) struct Core {
     pub wire: Option<(Arc<Wire>, crate::wire::PortId)>,
     /// Scratch buffers of the send engine, reused for every WQE.
     pub send_scratch: crate::engine::sq::SendScratch,
+    /// Faults armed by tests and the fault matrix.
+    pub faults: crate::faults::Faults,
 }
 
 impl Core {
@@ -168,6 +170,7 @@ impl Core {
             msix_enabled: false,
             wire: None,
             send_scratch: Default::default(),
+            faults: Default::default(),
         }
     }
 
@@ -178,6 +181,7 @@ impl Core {
         self.res = Resources::new(&self.cfg);
         self.port = hca::PortState::new(&self.cfg);
         self.queue_counters.clear();
+        self.faults.clear();
         self.bus_master = false;
         self.msix_enabled = false;
     }

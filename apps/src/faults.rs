@@ -1,0 +1,473 @@
+//! The fault matrix: each class of device or firmware fault injected into the emulated pair
+//! under verified traffic (one sequenced flow from port A to port B), recovered from, and
+//! accounted for. Used by `cxdirect-faults` and by the tests.
+//!
+//! Accounting, per class, from the driver's counters and the device's own:
+//! - on the send side, frames the driver accepted that never reached the wire must each be
+//!   counted by the driver as an error completion or a buffer flushed by recovery;
+//! - on the receive side, frames that reached the wire but not the application must each be
+//!   counted as dropped by the device (queue in error or without buffers), completed in error,
+//!   refused by the driver, or drained by recovery;
+//! - `lost_beyond_flushed` is whatever neither explains; `duplicates` and `corrupt` come from
+//!   the verifier; `leaked` is buffers of either pool neither free, posted nor in flight once the
+//!   run is over.
+
+use crate::emulated::EmuBackend;
+use crate::testpmd::{Generator, Verifier};
+use cxdirect::{Device, Mbuf, Options, Port, PortConfig, Queues, Recovery, RxQueue, TxQueue};
+use cxdirect_emu::counters::CountersSnapshot;
+use cxdirect_emu::{Device as Model, EmuConfig, Fault};
+use cxdirect_hw::cqe::CqeSyndrome;
+use std::time::{Duration, Instant};
+
+/// One class of injected fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultClass {
+    /// Send completions in error, cycling through syndromes.
+    TxErrorCqe,
+    /// Receive completions in error, cycling through syndromes.
+    RxErrorCqe,
+    /// Send CQEs with a WQE counter the driver never posted.
+    TxCorruptCqe,
+    /// Receive CQEs with a wrong WQE counter, queue number, byte count or opcode.
+    RxCorruptCqe,
+    /// Send doorbells the device never sees.
+    DroppedDoorbell,
+    /// Commands the firmware never completes.
+    CommandTimeout,
+    /// Command outputs with a damaged status or data.
+    CorruptCommandOutput,
+    /// Events of unknown types, and CQ events naming CQs the driver does not have.
+    BogusEvent,
+}
+
+impl FaultClass {
+    /// Every class, in the order the matrix runs them.
+    pub const ALL: [FaultClass; 8] = [
+        FaultClass::TxErrorCqe,
+        FaultClass::RxErrorCqe,
+        FaultClass::TxCorruptCqe,
+        FaultClass::RxCorruptCqe,
+        FaultClass::DroppedDoorbell,
+        FaultClass::CommandTimeout,
+        FaultClass::CorruptCommandOutput,
+        FaultClass::BogusEvent,
+    ];
+
+    /// Name as printed.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultClass::TxErrorCqe => "tx_error_cqe",
+            FaultClass::RxErrorCqe => "rx_error_cqe",
+            FaultClass::TxCorruptCqe => "tx_corrupt_cqe",
+            FaultClass::RxCorruptCqe => "rx_corrupt_cqe",
+            FaultClass::DroppedDoorbell => "dropped_doorbell",
+            FaultClass::CommandTimeout => "command_timeout",
+            FaultClass::CorruptCommandOutput => "corrupt_command_output",
+            FaultClass::BogusEvent => "bogus_event",
+        }
+    }
+}
+
+/// What one class's run found.
+#[derive(Debug, Clone, Default)]
+pub struct ClassReport {
+    /// Class name.
+    pub name: &'static str,
+    /// Faults the model took.
+    pub injections: u64,
+    /// Faults after which traffic (or the command interface) worked again.
+    pub recoveries: u64,
+    /// Time from detecting each fault to the queue or interface working again, in µs.
+    pub recover_us: Vec<f64>,
+    /// Frames the driver accepted for sending.
+    pub sent: u64,
+    /// Frames the verifier saw intact and in order.
+    pub received: u64,
+    /// Frames lost and accounted for by a counter (flushed, errored, dropped, drained).
+    pub accounted: u64,
+    /// Frames lost that no counter explains (must be 0).
+    pub lost_beyond_flushed: u64,
+    /// Frames delivered twice (must be 0).
+    pub duplicates: u64,
+    /// Frames delivered with wrong content (must be 0).
+    pub corrupt: u64,
+    /// Buffers neither free, posted nor in flight at the end (must be 0).
+    pub leaked: u64,
+}
+
+impl ClassReport {
+    /// Median and 99th percentile of the recovery times, in µs (0 when none).
+    pub fn recover_p50_p99(&self) -> (f64, f64) {
+        let mut v = self.recover_us.clone();
+        if v.is_empty() {
+            return (0.0, 0.0);
+        }
+        v.sort_by(f64::total_cmp);
+        let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+        (at(0.5), at(0.99))
+    }
+}
+
+type Side = (Port<EmuBackend>, Queues<EmuBackend>);
+
+/// Frames sent between injections.
+const FRAMES_PER_ROUND: u64 = 256;
+const BURST: usize = 32;
+const FRAME_LEN: usize = 128;
+/// Command timeout on the faulted side (the command-timeout class waits this long each time).
+const CMD_TIMEOUT: Duration = Duration::from_millis(100);
+
+struct Rig {
+    a: Side,
+    b: Side,
+    model_a: Model,
+    model_b: Model,
+    generator: Generator,
+    verifier: Verifier,
+    rx_drained: u64,
+    a_start: CountersSnapshot,
+    b_start: CountersSnapshot,
+}
+
+fn start(model: &Model, name: &str) -> Result<Side, String> {
+    let options = Options {
+        cmd_timeout: CMD_TIMEOUT,
+        ..Options::default()
+    };
+    let dev = Device::bring_up(EmuBackend::new(model.clone(), name), options)
+        .map_err(|e| format!("bring-up of {name}: {e}"))?;
+    let config = PortConfig {
+        ring_size: 256,
+        ..PortConfig::default()
+    };
+    Port::start(dev, config).map_err(|e| format!("port {name}: {e}"))
+}
+
+impl Rig {
+    fn new() -> Result<Self, String> {
+        let (model_a, model_b) = Model::pair(EmuConfig::default(), EmuConfig::default());
+        let a = start(&model_a, "a")?;
+        let b = start(&model_b, "b")?;
+        Ok(Self {
+            a_start: model_a.counters(),
+            b_start: model_b.counters(),
+            a,
+            b,
+            model_a,
+            model_b,
+            generator: Generator::new(vec![FRAME_LEN], 1)?,
+            verifier: Verifier::default(),
+            rx_drained: 0,
+        })
+    }
+
+    fn tx(&mut self) -> &mut TxQueue<EmuBackend> {
+        &mut self.a.1 .0[0]
+    }
+
+    fn rx(&mut self) -> &mut RxQueue<EmuBackend> {
+        &mut self.b.1 .1[0]
+    }
+
+    /// Sends `count` frames in bursts, receiving as they arrive, recovering a queue that stops;
+    /// returns the recoveries done.
+    fn traffic(&mut self, count: u64) -> Result<Vec<Recovery>, String> {
+        let mut recoveries = Vec::new();
+        let target = self.generator.generated() + count;
+        let mut batch: Vec<Mbuf> = Vec::with_capacity(BURST);
+        let mut received: Vec<Mbuf> = Vec::with_capacity(BURST);
+        let mut idle_since = Instant::now();
+        while self.generator.generated() < target || !batch.is_empty() {
+            crate::testpmd::generate(
+                &mut self.generator,
+                self.a.0.pool(),
+                &mut batch,
+                BURST,
+                Some(target),
+            );
+            let before = batch.len();
+            self.tx().tx_burst(&mut batch);
+            if batch.len() != before {
+                idle_since = Instant::now();
+            }
+            recoveries.extend(self.recover_if_needed()?);
+            self.receive(&mut received)?;
+            recoveries.extend(self.recover_if_needed()?);
+            if idle_since.elapsed() > Duration::from_secs(5) {
+                return Err(format!(
+                    "send stalled for 5 s with {} frames queued: {:?}",
+                    batch.len(),
+                    self.tx().stats()
+                ));
+            }
+        }
+        self.settle(&mut received)?;
+        recoveries.extend(self.recover_if_needed()?);
+        Ok(recoveries)
+    }
+
+    /// Sends one burst of new frames (whatever the ring takes); returns how many it took.
+    fn send_burst(&mut self) -> u64 {
+        let mut batch: Vec<Mbuf> = Vec::with_capacity(BURST);
+        crate::testpmd::generate(
+            &mut self.generator,
+            self.a.0.pool(),
+            &mut batch,
+            BURST,
+            None,
+        );
+        let before = batch.len();
+        self.tx().tx_burst(&mut batch);
+        // Frames the ring did not take go back to the pool unsent (and were never counted).
+        (before - batch.len()) as u64
+    }
+
+    /// Waits (receiving meanwhile) until the device has put `frames` on the wire in all, for at
+    /// most a second; true when it did.
+    fn wait_for_wire(&mut self, frames: u64) -> bool {
+        let start = Instant::now();
+        let mut received = Vec::with_capacity(BURST);
+        while start.elapsed() < Duration::from_secs(1) {
+            if self.model_a.counters().tx_frames >= frames {
+                return true;
+            }
+            let _ = self.receive(&mut received);
+            std::hint::spin_loop();
+        }
+        false
+    }
+
+    fn receive(&mut self, received: &mut Vec<Mbuf>) -> Result<(), String> {
+        received.clear();
+        self.rx().rx_burst(received, BURST);
+        for m in received.drain(..) {
+            self.verifier.check(&m);
+        }
+        Ok(())
+    }
+
+    /// Receives until the wire has been quiet for a while.
+    fn settle(&mut self, received: &mut Vec<Mbuf>) -> Result<(), String> {
+        let mut last = (u64::MAX, u64::MAX);
+        let mut quiet = Instant::now();
+        while quiet.elapsed() < Duration::from_millis(30) {
+            self.receive(received)?;
+            if self.recover_if_needed()?.is_empty() {
+                let now = (self.model_b.counters().rx_frames, self.verifier.good);
+                if now != last {
+                    last = now;
+                    quiet = Instant::now();
+                }
+            }
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
+
+    fn recover_if_needed(&mut self) -> Result<Vec<Recovery>, String> {
+        let mut done = Vec::new();
+        if self.a.1 .0[0].in_error() {
+            let (port, queues) = &mut self.a;
+            done.push(
+                port.recover_tx(&mut queues.0[0])
+                    .map_err(|e| format!("send queue recovery: {e}"))?,
+            );
+        }
+        if self.b.1 .1[0].in_error() {
+            let (port, queues) = &mut self.b;
+            let r = port
+                .recover_rx(&mut queues.1[0])
+                .map_err(|e| format!("receive queue recovery: {e}"))?;
+            self.rx_drained += r.drained_cqes as u64;
+            done.push(r);
+        }
+        Ok(done)
+    }
+
+    /// Closes both ports and fills in the accounting.
+    fn finish(mut self, report: &mut ClassReport) -> Result<(), String> {
+        let mut received = Vec::new();
+        self.settle(&mut received)?;
+        let tx = self.a.0.xstats().tx[0];
+        let rx = self.b.0.xstats().rx[0];
+        let a = self.model_a.counters().since(&self.a_start);
+        let b = self.model_b.counters().since(&self.b_start);
+        report.sent = tx.packets;
+        report.received = self.verifier.good;
+        report.duplicates = self.verifier.duplicate;
+        report.corrupt = self.verifier.corrupt;
+        let on_wire = a.tx_frames;
+        let tx_missing = report.sent.saturating_sub(on_wire);
+        let tx_unexplained = tx_missing.saturating_sub(tx.errors);
+        let rx_missing = on_wire.saturating_sub(self.verifier.good + self.verifier.corrupt);
+        let rx_accounted =
+            b.rx_steer_drops + b.rx_out_of_buffer + rx.errors + rx.bad_cqes + self.rx_drained;
+        let rx_unexplained = rx_missing.saturating_sub(rx_accounted);
+        report.accounted = (tx_missing - tx_unexplained) + (rx_missing - rx_unexplained);
+        report.lost_beyond_flushed = tx_unexplained + rx_unexplained;
+        report.leaked = leaked(&self.a) + leaked(&self.b);
+        self.a.1 .0.clear();
+        self.a.1 .1.clear();
+        self.b.1 .0.clear();
+        self.b.1 .1.clear();
+        for (name, port) in [("a", self.a.0), ("b", self.b.0)] {
+            port.close()
+                .and_then(|dev| dev.teardown())
+                .map_err(|e| format!("closing {name}: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Buffers of a side's pool that are neither free, posted for receive nor in flight.
+fn leaked(side: &Side) -> u64 {
+    let pool = side.0.pool();
+    let posted: usize = side.1 .1.iter().map(RxQueue::posted).sum();
+    let in_flight: usize = side.1 .0.iter().map(TxQueue::in_flight).sum();
+    u64::from(pool.capacity())
+        .saturating_sub(u64::from(pool.available()) + (posted + in_flight) as u64)
+}
+
+const SYNDROMES: [CqeSyndrome; 4] = [
+    CqeSyndrome::LocalLength,
+    CqeSyndrome::LocalQpOperation,
+    CqeSyndrome::LocalProtection,
+    CqeSyndrome::WrFlushed,
+];
+
+/// Runs one class: `injections` faults, each followed by a round of verified traffic.
+pub fn run_class(class: FaultClass, injections: u32) -> Result<ClassReport, String> {
+    let mut rig = Rig::new()?;
+    let mut report = ClassReport {
+        name: class.name(),
+        ..ClassReport::default()
+    };
+    rig.traffic(FRAMES_PER_ROUND)?;
+    for i in 0..injections as usize {
+        let taken_before = rig.model_a.faults_taken() + rig.model_b.faults_taken();
+        match class {
+            FaultClass::TxErrorCqe
+            | FaultClass::TxCorruptCqe
+            | FaultClass::RxErrorCqe
+            | FaultClass::RxCorruptCqe => {
+                arm_queue_fault(&mut rig, class, i);
+                let recoveries = rig.traffic(FRAMES_PER_ROUND)?;
+                report.recoveries += recoveries.len().min(1) as u64;
+                report
+                    .recover_us
+                    .extend(recoveries.iter().map(|r| r.took.as_secs_f64() * 1e6));
+            }
+            FaultClass::DroppedDoorbell => {
+                let sqn = rig.tx().sqn();
+                rig.model_a.inject(Fault::DropDoorbell { sqn });
+                let wire_before = rig.model_a.counters().tx_frames;
+                let lost_burst = rig.send_burst();
+                let start = Instant::now();
+                // The next doorbell carries the producer index past the lost one.
+                rig.send_burst();
+                if rig.wait_for_wire(wire_before + lost_burst) {
+                    report.recoveries += 1;
+                    report.recover_us.push(start.elapsed().as_secs_f64() * 1e6);
+                }
+                rig.traffic(FRAMES_PER_ROUND)?;
+            }
+            FaultClass::CommandTimeout | FaultClass::CorruptCommandOutput => {
+                let fault = if class == FaultClass::CommandTimeout {
+                    Fault::SwallowCommand
+                } else {
+                    // Status byte, syndrome and the counter's data, in turn.
+                    let offsets: [&[(u16, u8)]; 3] = [
+                        &[(0, 0x05)],
+                        &[(4, 0xff), (7, 0x13)],
+                        &[(0x30, 0xff), (0x31, 0xff)],
+                    ];
+                    Fault::CorruptCommandOutput {
+                        patch: offsets[i % 3].to_vec(),
+                    }
+                };
+                rig.model_a.inject(fault);
+                let start = Instant::now();
+                // QUERY_Q_COUNTER: the damaged or missing answer must come back as an error or a
+                // value, and the next command must work.
+                let _ = rig.a.0.rx_missed();
+                if rig.a.0.rx_missed().is_ok() {
+                    report.recoveries += 1;
+                    report.recover_us.push(start.elapsed().as_secs_f64() * 1e6);
+                }
+                rig.traffic(FRAMES_PER_ROUND)?;
+            }
+            FaultClass::BogusEvent => {
+                let mut data = [0u8; 28];
+                let (event_type, sub_type) = match i % 3 {
+                    0 => (0x7f, 0x01),
+                    1 => {
+                        // CQ error naming a CQ this driver never created.
+                        data[..4].copy_from_slice(&0x00ff_fff0u32.to_be_bytes());
+                        (0x04, 0)
+                    }
+                    _ => {
+                        // Completion event for a CQ that does not exist.
+                        data[24..28].copy_from_slice(&0x00ab_cdefu32.to_be_bytes());
+                        (0x00, 0)
+                    }
+                };
+                rig.model_a.inject(Fault::RawEvent {
+                    event_type,
+                    sub_type,
+                    data,
+                });
+                let start = Instant::now();
+                let polled = rig.a.0.device().poll_events();
+                if polled.is_ok() && rig.a.0.rx_missed().is_ok() {
+                    report.recoveries += 1;
+                    report.recover_us.push(start.elapsed().as_secs_f64() * 1e6);
+                }
+                rig.traffic(FRAMES_PER_ROUND)?;
+            }
+        }
+        report.injections += rig.model_a.faults_taken() + rig.model_b.faults_taken() - taken_before;
+    }
+    rig.finish(&mut report)?;
+    Ok(report)
+}
+
+fn arm_queue_fault(rig: &mut Rig, class: FaultClass, i: usize) {
+    let syndrome = SYNDROMES[i % SYNDROMES.len()];
+    match class {
+        FaultClass::TxErrorCqe => {
+            let sqn = rig.tx().sqn();
+            rig.model_a.inject(Fault::SendError { sqn, syndrome });
+        }
+        FaultClass::RxErrorCqe => {
+            let rqn = rig.rx().rqn();
+            rig.model_b.inject(Fault::ReceiveError { rqn, syndrome });
+        }
+        FaultClass::TxCorruptCqe => {
+            // A WQE counter half the ring away from anything posted.
+            let cqn = rig.tx().cqn();
+            rig.model_a.inject(Fault::CorruptCqe {
+                cqn,
+                patch: vec![(0x3c, 0x80 ^ i as u8), (0x3d, 0x55)],
+            });
+        }
+        _ => {
+            let cqn = rig.rx().cqn();
+            let patch = match i % 4 {
+                0 => vec![(0x3c, 0xde), (0x3d, 0xad)], // WQE counter
+                1 => vec![(0x39, 0x7e)],               // queue number
+                2 => vec![(0x2c, 0x7f)],               // byte count far past the buffer
+                _ => vec![(0x3f, 0x90)],               // opcode 9: not a receive completion
+            };
+            rig.model_b.inject(Fault::CorruptCqe { cqn, patch });
+        }
+    }
+}
+
+/// Runs every class; stops at the first that cannot run at all.
+pub fn run_matrix(injections: u32) -> Result<Vec<ClassReport>, String> {
+    FaultClass::ALL
+        .iter()
+        .map(|&class| run_class(class, injections).map_err(|e| format!("{}: {e}", class.name())))
+        .collect()
+}

@@ -1,0 +1,146 @@
+//! Queue recovery after an error completion or a completion the driver refused, as Linux mlx5e
+//! recovers its send and receive queues: stop the device using the ring (MODIFY to RST from
+//! whichever state the device has it in), take whatever completions are left, give every buffer
+//! the ring still held back to its pool (counted as flushed), start the ring from index 0 and
+//! move it back to RDY. Nothing a queue held is lost or handed out twice: buffers are freed only
+//! once the device can no longer reach them through the queue.
+
+use crate::backend::Backend;
+use crate::cmd::input;
+use crate::error::DriverError;
+use crate::port::Port;
+use crate::queue::{RxQueue, TxQueue};
+use cxdirect_hw::cmd::Opcode;
+use cxdirect_hw::wq::{ModifyRqIn, ModifySqIn, RqState};
+use std::time::{Duration, Instant};
+
+/// What recovering one queue did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recovery {
+    /// Buffers the queue still held (sent but not completed, or posted for receive) that went
+    /// back to the pool without carrying a packet; also added to the queue's `flushed` count.
+    pub flushed: usize,
+    /// Completions taken off the CQ while recovering (left after the error).
+    pub drained_cqes: usize,
+    /// The state the device had the queue in (`Err` after an error completion, `Rdy` when the
+    /// driver refused a completion the device considered good).
+    pub device_state: RqState,
+    /// Wall time from the start of recovery to the queue being ready again.
+    pub took: Duration,
+}
+
+impl<B: Backend> Port<B> {
+    /// Recovers a send queue that reports [`TxQueue::in_error`] (or any send queue of this
+    /// port: a healthy one is reset the same way). In-flight buffers are returned to their
+    /// pool and counted in the queue's `errors` (the port's `oerrors`) and `flushed`.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Invalid`] when the queue is not one of this port's; a command error when
+    /// the device refuses the state changes (the queue then stays in error, its buffers held).
+    pub fn recover_tx(&mut self, q: &mut TxQueue<B>) -> Result<Recovery, DriverError> {
+        let start = Instant::now();
+        self.check_own_sq(q.sqn)?;
+        let device_state = self.reset_sq(q.sqn)?;
+        // The device no longer reads the ring or its buffers.
+        let drained_cqes = q.drain_completions();
+        let flushed = q.flush_in_flight();
+        self.modify_sq(q.sqn, RqState::Rst, RqState::Rdy)?;
+        q.restart();
+        Ok(Recovery {
+            flushed,
+            drained_cqes,
+            device_state,
+            took: start.elapsed(),
+        })
+    }
+
+    /// Recovers a receive queue that reports [`RxQueue::in_error`] (or any of this port's
+    /// receive queues). Posted buffers return to the pool (counted in `flushed`); the ring is
+    /// refilled. Frames the device received while the queue was in error were dropped by the
+    /// device and show in the port's `imissed`/`ierrors`, not here.
+    ///
+    /// # Errors
+    ///
+    /// As [`Port::recover_tx`].
+    pub fn recover_rx(&mut self, q: &mut RxQueue<B>) -> Result<Recovery, DriverError> {
+        let start = Instant::now();
+        if !self.rqs.contains(&q.rqn) {
+            return Err(DriverError::Invalid(format!(
+                "receive queue {:#x} is not one of this port's",
+                q.rqn
+            )));
+        }
+        let device_state = self.reset_rq(q.rqn)?;
+        let drained_cqes = q.drain_completions();
+        let flushed = q.flush_posted();
+        self.modify_rq(q.rqn, RqState::Rst, RqState::Rdy)?;
+        q.restart();
+        Ok(Recovery {
+            flushed,
+            drained_cqes,
+            device_state,
+            took: start.elapsed(),
+        })
+    }
+
+    fn check_own_sq(&self, sqn: u32) -> Result<(), DriverError> {
+        if self.sqs.contains(&sqn) {
+            Ok(())
+        } else {
+            Err(DriverError::Invalid(format!(
+                "send queue {sqn:#x} is not one of this port's"
+            )))
+        }
+    }
+
+    /// Moves the SQ to RST from ERR or, when the device says it is not in ERR, from RDY;
+    /// returns the state it was in.
+    fn reset_sq(&mut self, sqn: u32) -> Result<RqState, DriverError> {
+        match self.modify_sq(sqn, RqState::Err, RqState::Rst) {
+            Ok(()) => Ok(RqState::Err),
+            Err(first) => match self.modify_sq(sqn, RqState::Rdy, RqState::Rst) {
+                Ok(()) => Ok(RqState::Rdy),
+                Err(_) => Err(first),
+            },
+        }
+    }
+
+    fn reset_rq(&mut self, rqn: u32) -> Result<RqState, DriverError> {
+        match self.modify_rq(rqn, RqState::Err, RqState::Rst) {
+            Ok(()) => Ok(RqState::Err),
+            Err(first) => match self.modify_rq(rqn, RqState::Rdy, RqState::Rst) {
+                Ok(()) => Ok(RqState::Rdy),
+                Err(_) => Err(first),
+            },
+        }
+    }
+
+    pub(crate) fn modify_sq(
+        &mut self,
+        sqn: u32,
+        from: RqState,
+        to: RqState,
+    ) -> Result<(), DriverError> {
+        let mut modify = input(Opcode::ModifySq, 0, ModifySqIn::<&[u8]>::SIZE);
+        if let Ok(mut m) = ModifySqIn::new(&mut modify[..]) {
+            m.set_sq_state(from as u8).set_sqn(sqn);
+            m.ctx_mut().set_state(to as u8);
+        }
+        self.dev.exec(&modify, 16).map(|_| ())
+    }
+
+    pub(crate) fn modify_rq(
+        &mut self,
+        rqn: u32,
+        from: RqState,
+        to: RqState,
+    ) -> Result<(), DriverError> {
+        let mut modify = input(Opcode::ModifyRq, 0, ModifyRqIn::<&[u8]>::SIZE);
+        if let Ok(mut m) = ModifyRqIn::new(&mut modify[..]) {
+            m.set_rq_state(from as u8).set_rqn(rqn);
+            m.ctx_mut().set_state(to as u8);
+        }
+        self.dev.exec(&modify, 16).map(|_| ())
+    }
+}

@@ -1,0 +1,98 @@
+//! Fault injection: faults a test or the fault matrix arms on purpose, each taken once by the
+//! engine it belongs to. Every fault is something a real device or firmware does: a send or
+//! receive completing in error, a completion with wrong values in it, a doorbell the device
+//! never saw, a command that never completes or returns damaged output, an event out of the
+//! blue. The model's own checks stay in place; these only add what hardware could do wrong.
+
+use cxdirect_hw::cqe::CqeSyndrome;
+
+/// One armed fault. Each is consumed by the first event it matches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// The next WQE the send engine executes on SQ `sqn` completes with an error CQE carrying
+    /// `syndrome`, and the SQ moves to the error state (later doorbells are ignored until the
+    /// driver resets it).
+    SendError {
+        /// Send queue number.
+        sqn: u32,
+        /// Error CQE syndrome.
+        syndrome: CqeSyndrome,
+    },
+    /// The next frame steered to RQ `rqn` consumes a receive WQE, completes it with an error
+    /// CQE carrying `syndrome`, and moves the RQ to the error state.
+    ReceiveError {
+        /// Receive queue number.
+        rqn: u32,
+        /// Error CQE syndrome.
+        syndrome: CqeSyndrome,
+    },
+    /// The next CQE written to CQ `cqn` has `patch` applied before the device's owner bit: each
+    /// `(offset, value)` overwrites one byte (offset 0..64; at byte 63 the owner bit is kept so
+    /// the entry is still delivered).
+    CorruptCqe {
+        /// Completion queue number.
+        cqn: u32,
+        /// Bytes to overwrite.
+        patch: Vec<(u8, u8)>,
+    },
+    /// The next send doorbell for SQ `sqn` is lost (as a dropped posted write would be).
+    DropDoorbell {
+        /// Send queue number.
+        sqn: u32,
+    },
+    /// The next command is taken but never completed (a firmware hang for that command).
+    SwallowCommand,
+    /// The next command's output has `patch` applied (offsets into the output, header
+    /// included) after it ran; its side effects stand.
+    CorruptCommandOutput {
+        /// Bytes to overwrite.
+        patch: Vec<(u16, u8)>,
+    },
+    /// An event of `event_type` with `data` is posted to the EQ subscribed to that type (the
+    /// async EQ for everything but completions).
+    RawEvent {
+        /// EQE event type byte.
+        event_type: u8,
+        /// EQE sub-type byte.
+        sub_type: u8,
+        /// The 28 bytes of event data.
+        data: [u8; 28],
+    },
+}
+
+/// Faults armed and not yet taken, and how many were taken.
+#[derive(Debug, Default)]
+pub(crate) struct Faults {
+    armed: Vec<Fault>,
+    pub taken: u64,
+}
+
+impl Faults {
+    pub fn arm(&mut self, fault: Fault) {
+        self.armed.push(fault);
+    }
+
+    /// Takes the first armed fault `pick` accepts (returning what it extracted).
+    pub fn take<T>(&mut self, mut pick: impl FnMut(&Fault) -> Option<T>) -> Option<T> {
+        if self.armed.is_empty() {
+            return None;
+        }
+        let (at, value) = self
+            .armed
+            .iter()
+            .enumerate()
+            .find_map(|(i, f)| pick(f).map(|v| (i, v)))?;
+        self.armed.remove(at);
+        self.taken += 1;
+        Some(value)
+    }
+
+    /// Faults still armed.
+    pub fn pending(&self) -> usize {
+        self.armed.len()
+    }
+
+    pub fn clear(&mut self) {
+        self.armed.clear();
+    }
+}
