@@ -266,22 +266,13 @@ impl Rig {
     }
 
     fn recover_if_needed(&mut self) -> Result<Vec<Recovery>, String> {
-        let mut done = Vec::new();
-        if self.a.1 .0[0].in_error() {
-            let (port, queues) = &mut self.a;
-            done.push(
-                port.recover_tx(&mut queues.0[0])
-                    .map_err(|e| format!("send queue recovery: {e}"))?,
-            );
-        }
-        if self.b.1 .1[0].in_error() {
-            let (port, queues) = &mut self.b;
-            let r = port
-                .recover_rx(&mut queues.1[0])
-                .map_err(|e| format!("receive queue recovery: {e}"))?;
-            self.rx_drained += r.drained_cqes as u64;
-            done.push(r);
-        }
+        let mut done = crate::testpmd::recover_stopped(&mut self.a.0, &mut self.a.1)
+            .map_err(|e| format!("recovery on port a: {e}"))?;
+        let on_b = crate::testpmd::recover_stopped(&mut self.b.0, &mut self.b.1)
+            .map_err(|e| format!("recovery on port b: {e}"))?;
+        // Port b only receives: what its recoveries drained were frames that had arrived.
+        self.rx_drained += on_b.iter().map(|r| r.drained_cqes as u64).sum::<u64>();
+        done.extend(on_b);
         Ok(done)
     }
 

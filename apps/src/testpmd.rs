@@ -2,7 +2,7 @@
 //! generator whose packets carry a flow id, a sequence number and a pattern, and a verifier that
 //! checks every received packet for order, content and duplicates.
 
-use cxdirect::{Backend, Mbuf, Mempool, RxQueue, TxQueue};
+use cxdirect::{Backend, Mbuf, Mempool, Port, Queues, Recovery, RxQueue, TxQueue};
 
 /// Bytes of generated packet headers: Ethernet, IPv4, UDP.
 pub const HEADER_LEN: usize = 42;
@@ -255,4 +255,20 @@ pub fn send_some<B: Backend>(
     let q = *turn % tx.len();
     *turn = turn.wrapping_add(1);
     tx[q].tx_burst(batch)
+}
+
+/// Recovers every queue of `port` that stopped (an error completion, or one the driver refused);
+/// returns what each recovery did (empty, without allocating, when none had stopped).
+pub fn recover_stopped<B: Backend>(
+    port: &mut Port<B>,
+    queues: &mut Queues<B>,
+) -> Result<Vec<Recovery>, cxdirect::DriverError> {
+    let mut done = Vec::new();
+    for q in queues.0.iter_mut().filter(|q| q.in_error()) {
+        done.push(port.recover_tx(q)?);
+    }
+    for q in queues.1.iter_mut().filter(|q| q.in_error()) {
+        done.push(port.recover_rx(q)?);
+    }
+    Ok(done)
 }

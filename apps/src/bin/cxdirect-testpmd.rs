@@ -219,6 +219,7 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
     }
     // When the time is up the generator stops and what is in flight is drained.
     let mut stop_generating = false;
+    let mut recoveries = 0u64;
     let mut idle_since: Option<Instant> = None;
     loop {
         let now = Instant::now();
@@ -262,6 +263,11 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
                 testpmd::send_some(tx, &mut pending[p], &mut turn);
                 progress |= pending[p].len() != before;
             }
+            // A queue stopped by an error completion is recovered before it is used again.
+            let (port, queues) = &mut ports[p];
+            recoveries += testpmd::recover_stopped(port, queues)
+                .map_err(|e| format!("queue recovery: {e}"))?
+                .len() as u64;
             // Receive.
             received.clear();
             let (_, (_, rx)) = &mut ports[p];
@@ -341,6 +347,11 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
         println!(
             "verify: good {} corrupt {} duplicate {} gaps {}",
             verifier.good, verifier.corrupt, verifier.duplicate, verifier.gaps
+        );
+    }
+    if recoveries > 0 {
+        println!(
+            "recovered queues: {recoveries} (each after an error completion; its buffers flushed)"
         );
     }
     println!(
