@@ -36,6 +36,10 @@ pub struct Options {
     pub health_stall: Duration,
     /// Log2 of the async EQ's size (default 7: 128 entries).
     pub async_eq_log_size: u8,
+    /// Most firmware pages (4 KiB each) the driver gives the device in all (default 262,144:
+    /// 1 GiB). Requests past it are refused and counted in [`DeviceInfo::pages_refused`], so a
+    /// device asking for absurd amounts cannot exhaust host memory.
+    pub max_firmware_pages: usize,
 }
 
 impl Default for Options {
@@ -46,6 +50,7 @@ impl Default for Options {
             msix_vectors: 1,
             health_stall: Duration::from_secs(6),
             async_eq_log_size: 7,
+            max_firmware_pages: 1 << 18,
         }
     }
 }
@@ -65,6 +70,8 @@ pub struct DeviceInfo {
     pub pages_regular: usize,
     /// Pages taken back on firmware request.
     pub pages_returned: usize,
+    /// Pages the firmware asked for past [`Options::max_firmware_pages`], not given.
+    pub pages_refused: usize,
     /// Wall time of the bring-up sequence.
     pub bringup: Duration,
     /// Permanent MAC address of the port.
@@ -312,9 +319,9 @@ impl<B: Backend> Device<B> {
         let pages = QueryPagesOut::new(&out[..])
             .map(|o| o.num_pages_signed())
             .unwrap_or(-1);
-        if !(0..=1 << 20).contains(&pages) {
+        if pages < 0 || pages as usize > self.options.max_firmware_pages {
             return Err(DriverError::BadDeviceValue {
-                what: "startup page count",
+                what: "startup page count (negative, or past Options::max_firmware_pages)",
                 value: pages as u64,
             });
         }
@@ -695,8 +702,14 @@ impl<B: Backend> Device<B> {
     fn serve_page_requests(&mut self) -> Result<(), DriverError> {
         while let Some(pages) = self.pending_pages.pop() {
             if pages > 0 {
-                self.give_pages(pages as usize)?;
-                self.info.pages_regular += pages as usize;
+                let room = self
+                    .options
+                    .max_firmware_pages
+                    .saturating_sub(self.pages.held());
+                let give = (pages as usize).min(room);
+                self.info.pages_refused += pages as usize - give;
+                self.give_pages(give)?;
+                self.info.pages_regular += give;
             } else if pages < 0 {
                 let count = pages.unsigned_abs() as usize;
                 self.info.pages_returned += self.take_pages(count.min(self.pages.held()))?;

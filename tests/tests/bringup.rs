@@ -254,3 +254,32 @@ fn opening_by_spec_reports_bad_specs_and_missing_functions_clearly() {
         "{bad}"
     );
 }
+
+#[test]
+fn a_page_request_past_the_limit_is_refused_and_counted() {
+    let model = Model::loopback(EmuConfig::default());
+    let opts = Options {
+        max_firmware_pages: 1000,
+        ..options()
+    };
+    let mut dev = Device::bring_up(EmuBackend::new(model.clone(), "emu"), opts).expect("bring-up");
+    let before = dev.pages_held();
+    // Three PAGE_REQUESTs (0x0b) of 300,000 pages each (1.2 GiB apiece, each within what one
+    // event may ask), and one past what any single event may ask (ignored as invalid).
+    for pages in [300_000i32, 300_000, 300_000, 10_000_000] {
+        let mut data = [0u8; 28];
+        data[4..8].copy_from_slice(&pages.to_be_bytes());
+        model.inject(cxdirect_emu::Fault::RawEvent {
+            event_type: 0x0b,
+            sub_type: 0,
+            data,
+        });
+    }
+    dev.poll_events().expect("events");
+    assert_eq!(dev.pages_held(), 1000, "given up to the limit");
+    assert_eq!(model.firmware_pages_held(), 1000);
+    assert_eq!(dev.info().pages_refused, 900_000 - (1000 - before));
+    let report = dev.teardown().expect("teardown");
+    assert_eq!(report.pages_kept, 0);
+    assert_eq!(model.firmware_pages_held(), 0);
+}
