@@ -1,0 +1,347 @@
+//! A hostile device: the model posts events the driver never asked for, damages command outputs
+//! and swallows commands, and the driver must check what it reads, count or refuse what it cannot
+//! use, report a clear error, and keep working (or fail cleanly and come back after a reset).
+//! Property tests with modest case counts: each case brings a function up on a fresh model.
+
+use cxdirect::{
+    CmdFailure, Device, DriverError, Event, EventCounts, Options, Port, PortConfig, TeardownReport,
+};
+use cxdirect_apps::emulated::EmuBackend;
+use cxdirect_emu::{Device as Model, EmuConfig, Fault};
+use cxdirect_hw::cmd::Opcode;
+use cxdirect_hw::eqe::{port_change, EventType};
+use cxdirect_hw::reg;
+use proptest::prelude::*;
+use std::time::Duration;
+
+fn options(cmd_timeout: Duration) -> Options {
+    Options {
+        init_timeout: Duration::from_secs(2),
+        cmd_timeout,
+        ..Options::default()
+    }
+}
+
+fn bring_up(model: &Model) -> Device<EmuBackend> {
+    Device::bring_up(
+        EmuBackend::new(model.clone(), "hostile"),
+        options(Duration::from_secs(2)),
+    )
+    .expect("bring-up on a well-behaved model")
+}
+
+/// A small port: one queue each way, 64-entry rings.
+fn small_port() -> PortConfig {
+    PortConfig {
+        ring_size: 64,
+        pool_buffers: 256,
+        ..PortConfig::default()
+    }
+}
+
+/// One cheap command the device must still answer: read the port's MTU register.
+fn still_answers(dev: &mut Device<EmuBackend>) -> Result<(), DriverError> {
+    dev.access_reg(reg::REG_PMTU, false, &[0; 16]).map(|_| ())
+}
+
+/// Tears down and checks that every firmware page came back and no DMA mapping is left.
+fn clean_teardown(dev: Device<EmuBackend>, model: &Model) -> TeardownReport {
+    let report = dev.teardown().expect("teardown");
+    assert_eq!(report.pages_kept, 0, "{report:?}");
+    assert_eq!(model.firmware_pages_held(), 0, "every page reclaimed");
+    assert_eq!(
+        model.iommu().mapping_count(),
+        0,
+        "no DMA region left mapped"
+    );
+    assert_eq!(
+        model.object_counts(),
+        [0; 6],
+        "no object left on the device"
+    );
+    report
+}
+
+/// The event types the driver's async EQ subscribes to (the model posts a raw event only to an
+/// EQ subscribed to its type; types 64 and up go to the async EQ).
+const SUBSCRIBED: [EventType; 10] = [
+    EventType::Cmd,
+    EventType::PageRequest,
+    EventType::PortChange,
+    EventType::CqError,
+    EventType::WqCatastrophicError,
+    EventType::WqInvalidRequestError,
+    EventType::WqAccessError,
+    EventType::SrqCatastrophicError,
+    EventType::SrqRqLimit,
+    EventType::InternalError,
+];
+
+fn delivered(event_type: u8) -> bool {
+    event_type >= 64 || SUBSCRIBED.iter().any(|&t| t as u8 == event_type)
+}
+
+fn be32(b: &[u8]) -> u32 {
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+
+/// What the driver should make of a raw event, read from the PRM's EQE layouts (not from the
+/// driver's decoder): `None` for command completions, which are bookkeeping and not reported.
+fn expected(event_type: u8, sub_type: u8, data: &[u8; 28]) -> Option<Event> {
+    let Ok(kind) = EventType::try_from(event_type) else {
+        return Some(Event::Invalid {
+            raw_type: event_type,
+        });
+    };
+    Some(match kind {
+        EventType::Cmd => return None,
+        EventType::PageRequest => {
+            let func_id = u16::from_be_bytes([data[2], data[3]]);
+            let pages = be32(&data[4..8]) as i32;
+            if func_id == 0 && pages.unsigned_abs() <= 1 << 20 {
+                Event::PageRequest { pages }
+            } else {
+                Event::Invalid {
+                    raw_type: event_type,
+                }
+            }
+        }
+        EventType::PortChange => match sub_type {
+            port_change::ACTIVE => Event::PortChange { up: true },
+            port_change::DOWN => Event::PortChange { up: false },
+            _ => Event::Other(kind),
+        },
+        EventType::CqError => Event::CqError {
+            cqn: be32(&data[0..4]) & 0x00ff_ffff,
+            syndrome: data[11],
+        },
+        // No shared ring exists on this device: a limit event naming one is refused.
+        EventType::SrqRqLimit => Event::Invalid {
+            raw_type: event_type,
+        },
+        EventType::WqCatastrophicError
+        | EventType::WqInvalidRequestError
+        | EventType::WqAccessError
+        | EventType::SrqCatastrophicError => Event::QueueError {
+            kind,
+            number: be32(&data[24..28]) & 0x00ff_ffff,
+        },
+        _ => Event::Other(kind),
+    })
+}
+
+/// A raw event: type mostly one the driver subscribes to (or 64 and up), data random, and for
+/// page requests mostly a plausible request (function 0, a few pages either way).
+fn raw_event() -> impl Strategy<Value = (u8, u8, [u8; 28])> {
+    let event_type = prop_oneof![
+        6 => prop::sample::select(SUBSCRIBED.iter().map(|&t| t as u8).collect::<Vec<_>>()),
+        2 => 64u8..=255,
+        1 => any::<u8>(),
+    ];
+    let sub_type = prop_oneof![
+        prop::sample::select(vec![
+            port_change::ACTIVE,
+            port_change::DOWN,
+            port_change::INITIALIZED
+        ]),
+        any::<u8>(),
+    ];
+    let page_request = prop_oneof![
+        // Plausible: function 0, a few pages given or taken.
+        3 => (-100i32..=64).prop_map(Some),
+        // Left as the random data: almost always refused.
+        1 => Just(None),
+        // Out of range by one either way.
+        1 => prop::sample::select(vec![(1 << 20) + 1, -(1 << 20) - 1]).prop_map(Some),
+    ];
+    (
+        event_type,
+        sub_type,
+        prop::collection::vec(any::<u8>(), 28),
+        page_request,
+    )
+        .prop_map(|(event_type, sub_type, data, pages)| {
+            let mut data: [u8; 28] = data.try_into().expect("28 bytes");
+            if let (true, Some(pages)) = (event_type == EventType::PageRequest as u8, pages) {
+                data[2..4].fill(0);
+                data[4..8].copy_from_slice(&pages.to_be_bytes());
+            }
+            (event_type, sub_type, data)
+        })
+}
+
+fn counts_delta(after: EventCounts, before: EventCounts) -> [u64; 6] {
+    [
+        after.page_requests - before.page_requests,
+        after.port_changes - before.port_changes,
+        after.cq_errors - before.cq_errors,
+        after.queue_errors - before.queue_errors,
+        after.limits - before.limits,
+        after.invalid - before.invalid,
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Raw events of any type with any data: every one decoded as the PRM says or refused and
+    /// counted, page requests served within bounds, and the device still answers commands and
+    /// tears down with every page back.
+    #[test]
+    fn raw_events_are_decoded_or_refused_and_the_device_keeps_working(
+        events in prop::collection::vec(raw_event(), 1..12),
+    ) {
+        let model = Model::loopback(EmuConfig::default());
+        let mut dev = bring_up(&model);
+        // Take whatever bring-up left (port change and the like) first.
+        dev.poll_events().expect("events after bring-up");
+        let before = dev.event_counts();
+        let link_before = dev.info().link_up;
+
+        let mut want = Vec::new();
+        for &(event_type, sub_type, data) in &events {
+            model.inject(Fault::RawEvent { event_type, sub_type, data });
+            if delivered(event_type) {
+                want.extend(expected(event_type, sub_type, &data));
+            }
+        }
+        let got = dev.poll_events().expect("poll_events never fails on bad events");
+        // The events injected, in order; after them only what serving page requests brought.
+        prop_assert!(got.len() >= want.len(), "got {:?}\nwant {:?}", got, want);
+        prop_assert_eq!(&got[..want.len()], &want[..]);
+        for extra in &got[want.len()..] {
+            prop_assert!(matches!(extra, Event::PageRequest { .. }), "extra event {:?}", extra);
+        }
+
+        // Counted by kind; unknown and refused ones only counted.
+        let count = |f: fn(&Event) -> bool| want.iter().filter(|e| f(e)).count() as u64;
+        let delta = counts_delta(dev.event_counts(), before);
+        prop_assert_eq!(delta[1], count(|e| matches!(e, Event::PortChange { .. })));
+        prop_assert_eq!(delta[2], count(|e| matches!(e, Event::CqError { .. })));
+        prop_assert_eq!(delta[3], count(|e| matches!(e, Event::QueueError { .. })));
+        prop_assert_eq!(delta[4], 0, "no shared ring: no limit event believed");
+        prop_assert_eq!(delta[5], count(|e| matches!(e, Event::Invalid { .. })));
+        let page_requests = count(|e| matches!(e, Event::PageRequest { .. }));
+        prop_assert!(delta[0] >= page_requests, "{} < {}", delta[0], page_requests);
+        let link = want.iter().rev().find_map(|e| match e {
+            Event::PortChange { up } => Some(*up),
+            _ => None,
+        });
+        prop_assert_eq!(dev.info().link_up, link.unwrap_or(link_before));
+
+        // Still answering, and every page comes back at teardown.
+        still_answers(&mut dev).expect("a command after hostile events");
+        prop_assert_eq!(model.firmware_pages_held(), dev.pages_held());
+        clean_teardown(dev, &model);
+        prop_assert_eq!(model.firmware_pages_leaked(), 0);
+    }
+
+    /// A command output damaged at one command of a port's life (start, close or teardown):
+    /// the driver reports an error or carries on, never panics; a device lost to an error comes
+    /// back after a function reset, with no page or mapping left over.
+    #[test]
+    fn damaged_command_output_fails_cleanly(
+        skip in 0usize..48,
+        patch in prop::collection::vec(
+            (prop_oneof![3 => 0u16..16, 1 => 16u16..0x120], any::<u8>()),
+            1..4,
+        ),
+        phase in 0u8..3,
+    ) {
+        let model = Model::loopback(EmuConfig::default());
+        let mut dev = Some(bring_up(&model));
+        let arm = || {
+            // `skip` commands pass untouched (an empty patch), the next one is damaged.
+            for _ in 0..skip {
+                model.inject(Fault::CorruptCommandOutput { patch: Vec::new() });
+            }
+            model.inject(Fault::CorruptCommandOutput { patch: patch.clone() });
+        };
+        let mut failed = None;
+        if phase == 0 {
+            arm();
+        }
+        match Port::start(dev.take().unwrap(), small_port()) {
+            Ok((port, queues)) => {
+                drop(queues);
+                if phase == 1 {
+                    arm();
+                }
+                match port.close() {
+                    Ok(d) => dev = Some(d),
+                    Err(e) => failed = Some(e),
+                }
+            }
+            Err(e) => failed = Some(e),
+        }
+        if let Some(mut d) = dev.take() {
+            if phase == 2 {
+                arm();
+            }
+            // Teardown reclaims pages: a damaged page list must be refused, not believed.
+            let _ = still_answers(&mut d);
+            match d.teardown() {
+                Ok(report) => {
+                    prop_assert_eq!(model.firmware_pages_held(), report.pages_kept);
+                }
+                Err(e) => failed = Some(e),
+            }
+        }
+        if let Some(e) = &failed {
+            // A clear error: it names what failed.
+            prop_assert!(!e.to_string().is_empty());
+        }
+        // Whatever happened, a reset brings a working function back, and it tears down clean.
+        model.reset();
+        let mut again = bring_up(&model);
+        still_answers(&mut again).expect("a command after reset");
+        clean_teardown(again, &model);
+    }
+}
+
+#[test]
+fn a_swallowed_command_times_out_naming_the_command() {
+    let model = Model::loopback(EmuConfig::default());
+    let mut dev = Device::bring_up(
+        EmuBackend::new(model.clone(), "hostile"),
+        options(Duration::from_millis(200)),
+    )
+    .unwrap();
+    model.inject(Fault::SwallowCommand);
+    let err = still_answers(&mut dev).unwrap_err();
+    let DriverError::Command(cmd) = &err else {
+        panic!("not a command error: {err}")
+    };
+    assert_eq!(cmd.opcode, Opcode::AccessReg as u16);
+    assert_eq!(cmd.failure, CmdFailure::Timeout(Duration::from_millis(200)));
+    let text = err.to_string();
+    assert!(text.contains("ACCESS_REG"), "{text}");
+    assert!(text.contains("200 ms"), "{text}");
+    // The next command completes.
+    still_answers(&mut dev).expect("a command after the swallowed one");
+    clean_teardown(dev, &model);
+}
+
+#[test]
+fn a_swallowed_command_during_port_start_fails_the_start_naming_the_command() {
+    let model = Model::loopback(EmuConfig::default());
+    let dev = Device::bring_up(
+        EmuBackend::new(model.clone(), "hostile"),
+        options(Duration::from_millis(200)),
+    )
+    .unwrap();
+    model.inject(Fault::SwallowCommand);
+    let Err(err) = Port::start(dev, small_port()) else {
+        panic!("the port started without its first command")
+    };
+    let text = err.to_string();
+    assert!(
+        matches!(&err, DriverError::Command(c) if matches!(c.failure, CmdFailure::Timeout(_))),
+        "{text}"
+    );
+    assert!(text.contains("CREATE_MKEY"), "{text}");
+    model.reset();
+    let mut again = bring_up(&model);
+    still_answers(&mut again).unwrap();
+    clean_teardown(again, &model);
+}
