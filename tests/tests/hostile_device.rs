@@ -282,7 +282,14 @@ proptest! {
             let _ = still_answers(&mut d);
             match d.teardown() {
                 Ok(report) => {
-                    prop_assert_eq!(model.firmware_pages_held(), report.pages_kept);
+                    // Never a page freed that the device still holds; pages kept that a
+                    // damaged page list hid are the safe side.
+                    prop_assert!(
+                        model.firmware_pages_held() <= report.pages_kept,
+                        "device holds {}, teardown kept {}",
+                        model.firmware_pages_held(),
+                        report.pages_kept
+                    );
                 }
                 Err(e) => failed = Some(e),
             }
@@ -344,4 +351,120 @@ fn a_swallowed_command_during_port_start_fails_the_start_naming_the_command() {
     let mut again = bring_up(&model);
     still_answers(&mut again).unwrap();
     clean_teardown(again, &model);
+}
+
+type Ports = (Port<EmuBackend>, cxdirect::Queues<EmuBackend>);
+
+/// An emulated pair with small rings, both ports started.
+fn pair() -> (Ports, Ports, Model, Model) {
+    let (a, b) = Model::pair(EmuConfig::default(), EmuConfig::default());
+    let da = Device::bring_up(
+        EmuBackend::new(a.clone(), "a"),
+        options(Duration::from_secs(2)),
+    )
+    .unwrap();
+    let db = Device::bring_up(
+        EmuBackend::new(b.clone(), "b"),
+        options(Duration::from_secs(2)),
+    )
+    .unwrap();
+    let pa = Port::start(da, small_port()).unwrap();
+    let pb = Port::start(db, small_port()).unwrap();
+    (pa, pb, a, b)
+}
+
+/// Sends `count` frames from `tx` and returns how many `rx` received.
+fn send_and_receive(
+    tx: &mut cxdirect::TxQueue<EmuBackend>,
+    pool: &cxdirect::Mempool,
+    rx: &mut cxdirect::RxQueue<EmuBackend>,
+    count: u32,
+) -> usize {
+    let mut batch: Vec<cxdirect::Mbuf> = (0..count)
+        .map(|i| {
+            let mut m = pool.alloc().expect("tx buffer");
+            m.set_data(&cxdirect_tests::udp_frame(i, 9000)).unwrap();
+            m
+        })
+        .collect();
+    for _ in 0..100 {
+        if batch.is_empty() {
+            break;
+        }
+        tx.tx_burst(&mut batch);
+    }
+    let mut got = Vec::new();
+    while rx.rx_burst(&mut got, 64) > 0 {}
+    got.len()
+}
+
+/// Found by the `hostile_rx_cqe` fuzz target (input `00 00 ff ff`: one frame, receive CQE byte
+/// 63 overwritten with 0xff). A CQE the device writes with opcode 0xf (INVALID) and the right
+/// owner bit reads, to the driver, as a slot not yet written: the queue stops receiving for
+/// good, reports no error, counts nothing, and `Port::recover_rx` does not restart it (the CQ's
+/// consumer index never passes that slot).
+#[test]
+#[ignore = "reproduces fuzz finding hostile_rx_cqe (silent receive stall on a CQE with opcode INVALID); fix pending"]
+fn a_receive_cqe_written_with_opcode_invalid_is_noticed_and_recovered_from() {
+    let ((pa, (mut txa, _rxa)), (mut pb, (_txb, mut rxb)), _, model_b) = pair();
+    assert_eq!(
+        send_and_receive(&mut txa[0], pa.pool(), &mut rxb[0], 4),
+        4,
+        "clean frames arrive"
+    );
+    model_b.inject(Fault::CorruptCqe {
+        cqn: rxb[0].cqn(),
+        patch: vec![(63, 0xff)],
+    });
+    let first = send_and_receive(&mut txa[0], pa.pool(), &mut rxb[0], 1);
+    assert_eq!(first, 0, "the frame behind the damaged CQE is lost");
+    assert_eq!(model_b.faults_pending(), 0, "the fault was taken");
+    let later = send_and_receive(&mut txa[0], pa.pool(), &mut rxb[0], 8);
+    let stats = rxb[0].stats();
+    assert!(
+        later > 0 || rxb[0].in_error() || stats.bad_cqes > 0,
+        "queue stalled without an error: {later} of 8 later frames received, in_error false, \
+         {stats:?}"
+    );
+    pb.recover_rx(&mut rxb[0]).expect("recover_rx");
+    let after = send_and_receive(&mut txa[0], pa.pool(), &mut rxb[0], 8);
+    assert_eq!(
+        after,
+        8,
+        "frames arrive after recovery: {:?}",
+        rxb[0].stats()
+    );
+}
+
+/// Found by the `hostile_command_output` fuzz target (input `13 85 02 0b 03 85 02 0b`: teardown,
+/// the sixth command's output byte 11 overwritten with 3). MANAGE_PAGES (take) says 3 of the 80
+/// pages came back (the model returned them all); the driver rightly keeps the other 77
+/// (`pages_kept`, memory never freed). But their IOMMU mappings stay for good, and a function
+/// reset and brought up again on the same device then fails: the new IOVA allocator hands out
+/// addresses that overlap the kept mappings (`MapRefused ... overlaps an existing mapping`).
+#[test]
+#[ignore = "reproduces fuzz crash hostile_command_output (no bring-up after a teardown that kept pages, even after a reset); fix pending"]
+fn a_function_reset_after_a_teardown_that_kept_pages_comes_back_up() {
+    let model = Model::loopback(EmuConfig::default());
+    let dev = bring_up(&model);
+    // DESTROY_EQ, DEALLOC_TRANSPORT_DOMAIN, DEALLOC_PD, DEALLOC_UAR and TEARDOWN_HCA pass
+    // untouched; MANAGE_PAGES (take) reports 3 pages where it returned 80.
+    for _ in 0..5 {
+        model.inject(Fault::CorruptCommandOutput { patch: Vec::new() });
+    }
+    model.inject(Fault::CorruptCommandOutput {
+        patch: vec![(11, 3)],
+    });
+    let report = dev.teardown().expect("teardown");
+    assert_eq!(report.pages_kept, 77, "{report:?}");
+    assert_eq!(model.firmware_pages_held(), 0);
+    // A function-level reset: the device owns nothing any more.
+    model.reset();
+    let mut again = Device::bring_up(
+        EmuBackend::new(model.clone(), "again"),
+        options(Duration::from_secs(2)),
+    )
+    .expect("bring-up after a function reset");
+    still_answers(&mut again).unwrap();
+    again.teardown().expect("teardown");
 }
