@@ -2,6 +2,8 @@
 //! (`tests/qemu/`) that runs the model behind vfio-user under a real guest kernel. The library
 //! holds what several test files share.
 
+pub mod events;
+
 /// A 128-byte UDP/IPv4 frame to destination port `dport` carrying `seq` (big-endian at byte
 /// 42) and a payload derived from it, with valid checksums.
 pub fn udp_frame(seq: u32, dport: u16) -> Vec<u8> {
