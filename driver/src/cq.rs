@@ -130,6 +130,9 @@ impl Cqe {
 /// Byte of an error CQE that holds its syndrome.
 pub(crate) const ERR_CQE_SYNDROME: usize = 0x37;
 
+/// Empty polls after which a CQ looks one slot ahead for an entry the device skipped.
+const GAP_CHECK_POLLS: u32 = 256;
+
 /// A completion queue ring, driver side.
 pub(crate) struct CqRing {
     pub region: DmaRegion,
@@ -137,21 +140,94 @@ pub(crate) struct CqRing {
     pub log_size: u8,
     pub ci: u32,
     pub cqn: u32,
+    /// Polls in a row that found nothing, for the skipped-entry check.
+    pub idle_polls: u32,
 }
 
 impl CqRing {
+    /// A ring of `2^log_size` CQEs starting at consumer index 0.
+    pub(crate) fn new(region: DmaRegion, dbr: DmaRegion, log_size: u8, cqn: u32) -> Self {
+        Self {
+            region,
+            dbr,
+            log_size,
+            ci: 0,
+            cqn,
+            idle_polls: 0,
+        }
+    }
+
+    fn slot_offset(&self, index: u32) -> usize {
+        (index & ((1 << self.log_size) - 1)) as usize * CQE_SIZE
+    }
+
+    /// The owner bit a CQE written for consumer index `index` carries.
+    fn owner_for(&self, index: u32) -> u8 {
+        ((index >> self.log_size) & 1) as u8
+    }
+
+    fn op_own_at(&self, index: u32) -> Option<u8> {
+        let last = self
+            .region
+            .read_u64_be(self.slot_offset(index) + CQE_SIZE - 8)
+            .ok()?;
+        Some(last as u8)
+    }
+
     /// The next CQE software owns (copied), without consuming it.
+    ///
+    /// An entry whose owner bit says the device wrote it this pass but whose opcode is INVALID
+    /// is returned as it is (opcode INVALID): the device never writes that, so the queue
+    /// refuses it and stops for recovery instead of waiting on that slot for good. Every
+    /// [`GAP_CHECK_POLLS`] empty polls the ring also looks one slot ahead: a written entry
+    /// there behind a slot that is still not written means the device skipped (or damaged the
+    /// owner bit of) the one at the consumer index, which is then returned with its opcode
+    /// set to INVALID for the same refusal.
     #[inline]
-    pub(crate) fn peek(&self) -> Option<Cqe> {
-        let offset = (self.ci & ((1 << self.log_size) - 1)) as usize * CQE_SIZE;
+    pub(crate) fn peek(&mut self) -> Option<Cqe> {
         // One word load for the owner byte; the rest only once it is ours.
-        let last = self.region.read_u64_be(offset + CQE_SIZE - 8).ok()?;
-        if !cqe::sw_owns(last as u8, self.ci, self.log_size) {
+        let op_own = self.op_own_at(self.ci)?;
+        if cqe::sw_owns(op_own, self.ci, self.log_size)
+            || (op_own & 1 == self.owner_for(self.ci) && op_own >> 4 == CqeOpcode::Invalid as u8)
+        {
+            self.idle_polls = 0;
+            return self.copy(self.ci);
+        }
+        self.idle_polls += 1;
+        if self.idle_polls >= GAP_CHECK_POLLS {
+            self.idle_polls = 0;
+            return self.skipped_entry();
+        }
+        None
+    }
+
+    /// As [`CqRing::peek`], looking ahead for a skipped entry at once (recovery's drain).
+    pub(crate) fn peek_or_skipped(&mut self) -> Option<Cqe> {
+        self.peek().or_else(|| self.skipped_entry())
+    }
+
+    /// The entry at the consumer index, marked INVALID, when the device has written the next
+    /// one but not this one.
+    #[cold]
+    fn skipped_entry(&self) -> Option<Cqe> {
+        let next = self.ci.wrapping_add(1);
+        if !cqe::sw_owns(self.op_own_at(next)?, next, self.log_size) {
             return None;
         }
+        // The device writes in order: once the next entry is visible, this one is final.
+        fence(Ordering::Acquire);
+        if cqe::sw_owns(self.op_own_at(self.ci)?, self.ci, self.log_size) {
+            return self.copy(self.ci);
+        }
+        let mut bytes = self.copy(self.ci)?.bytes;
+        bytes[CQE_SIZE - 1] = (CqeOpcode::Invalid as u8) << 4 | self.owner_for(self.ci);
+        Some(Cqe::from_bytes(bytes))
+    }
+
+    fn copy(&self, index: u32) -> Option<Cqe> {
         fence(Ordering::Acquire);
         let mut bytes = [0u8; CQE_SIZE];
-        self.region.read(offset, &mut bytes).ok()?;
+        self.region.read(self.slot_offset(index), &mut bytes).ok()?;
         Some(Cqe::from_bytes(bytes))
     }
 

@@ -403,13 +403,7 @@ impl<B: Backend> Port<B> {
         }
         let cqn = out_u32(&self.dev.exec(&cmd, 16)?);
         self.cqs.push(cqn);
-        Ok(CqRing {
-            region,
-            dbr,
-            log_size: log,
-            ci: 0,
-            cqn,
-        })
+        Ok(CqRing::new(region, dbr, log, cqn))
     }
 
     fn create_tx(&mut self, pd: u32) -> Result<TxQueue<B>, DriverError> {

@@ -425,7 +425,7 @@ fn drain(cq: &mut CqRing) -> usize {
     let mut drained = 0;
     // Bounded by the ring: a device rewriting entries as fast as they are taken cannot hold
     // recovery here.
-    while drained < 1usize << cq.log_size && cq.peek().is_some() {
+    while drained < 1usize << cq.log_size && cq.peek_or_skipped().is_some() {
         cq.consume();
         drained += 1;
     }
@@ -551,21 +551,21 @@ impl<B: Backend> RxQueue<B> {
                 self.in_error = true;
                 break;
             };
-            if !c.is_receive_ok() {
-                // The device moved the RQ to error (or wrote an unknown completion): the buffer
-                // is done with and goes back to the pool; the queue waits for recovery.
-                if c.is_error() {
-                    self.stats.errors += 1;
-                    self.stats.last_error_syndrome = c.syndrome();
-                } else {
-                    self.stats.bad_cqes += 1;
-                }
+            if c.is_error() {
+                // The device moved the RQ to error and is done with this WQE: the buffer goes
+                // back to the pool; the queue waits for recovery.
+                self.stats.errors += 1;
+                self.stats.last_error_syndrome = c.syndrome();
                 self.in_error = true;
                 drop(m);
                 break;
             }
             let bytes = c.byte_cnt();
-            if bytes as usize > m.capacity() || bytes == 0 {
+            if !c.is_receive_ok() || bytes as usize > m.capacity() || bytes == 0 {
+                // A completion the driver refuses says nothing it can trust about the buffer:
+                // the device may still write it, so it stays posted until recovery has moved
+                // the RQ to RST and flushes it.
+                self.slots[slot] = Some(m);
                 self.stats.bad_cqes += 1;
                 self.in_error = true;
                 break;

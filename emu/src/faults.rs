@@ -35,6 +35,12 @@ pub enum Fault {
         /// Bytes to overwrite.
         patch: Vec<(u8, u8)>,
     },
+    /// The next CQE written to CQ `cqn` carries the owner bit of the previous pass, so it
+    /// reads as not yet written to a driver that trusts the owner bit alone.
+    WrongOwner {
+        /// Completion queue number.
+        cqn: u32,
+    },
     /// The next send doorbell for SQ `sqn` is lost (as a dropped posted write would be).
     DropDoorbell {
         /// Send queue number.

@@ -55,8 +55,12 @@ pub(crate) fn post(core: &mut Core, cqn: u32, cqe: &mut [u8; 64]) -> Result<(), 
             *byte = value;
         }
     }
-    cqe[63] =
-        (cqe[63] & !1) | ((pi >> core.res.cqs.get(cqn).map(|c| c.log_size).unwrap_or(0)) & 1) as u8;
+    let wrong_owner = core
+        .faults
+        .take(|f| matches!(f, Fault::WrongOwner { cqn: c } if *c == cqn).then_some(()))
+        .is_some();
+    let owner = ((pi >> core.res.cqs.get(cqn).map(|c| c.log_size).unwrap_or(0)) & 1) as u8;
+    cqe[63] = (cqe[63] & !1) | (owner ^ u8::from(wrong_owner));
     let addr = core
         .res
         .cqs
