@@ -23,6 +23,9 @@ use cxdirect_hw::wq::{QueryRmpOut, RmpState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod reset;
+pub use reset::DeviceRecovery;
+
 /// Bring-up and runtime settings.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -74,6 +77,9 @@ pub struct DeviceInfo {
     pub pages_refused: usize,
     /// Wall time of the bring-up sequence.
     pub bringup: Duration,
+    /// Function resets done by [`Device::recover`] (and by a teardown that had to reset the
+    /// function to get its pages back).
+    pub resets: u64,
     /// Permanent MAC address of the port.
     pub mac: [u8; 6],
     /// Port operational state.
@@ -108,8 +114,12 @@ pub struct EventCounts {
 pub struct TeardownReport {
     /// Firmware pages reclaimed.
     pub pages_reclaimed: usize,
-    /// Firmware pages the device never returned (a firmware fault; their memory is leaked on
-    /// purpose so the device cannot write freed memory).
+    /// Firmware pages the device did not return that a function reset then took back (freed
+    /// once the reset returned).
+    pub pages_released_by_reset: usize,
+    /// Firmware pages the device never returned and no reset could take back (the function
+    /// has no reset method): their memory and mappings are leaked on purpose so the device
+    /// cannot write freed memory.
     pub pages_kept: usize,
 }
 
@@ -853,11 +863,20 @@ impl<B: Backend> Device<B> {
         self.interrupts.clear();
         self.backend.disable_msix()?;
         if report.pages_kept > 0 {
-            // The device still owns them: never free memory it may write.
-            std::mem::forget(std::mem::replace(
-                &mut self.pages,
-                FwPages::new(self.iommu.clone(), self.iovas.clone()),
-            ));
+            // The device still owns them: a function reset takes them back, after which they
+            // are freed and their IOVAs unmapped. Without a reset, never free memory the device
+            // may write: keep it (and its mappings) for good.
+            if self.reset_function().is_ok() {
+                report.pages_released_by_reset = report.pages_kept;
+                report.pages_kept = 0;
+                self.forget_after_reset();
+                self.info.resets += 1;
+            } else {
+                std::mem::forget(std::mem::replace(
+                    &mut self.pages,
+                    FwPages::new(self.iommu.clone(), self.iovas.clone()),
+                ));
+            }
         }
         Ok(report)
     }

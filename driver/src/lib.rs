@@ -28,13 +28,15 @@ pub mod vfio;
 
 pub use backend::{Backend, BackendError, Interrupt};
 pub use cq::Cqe;
-pub use device::{Device, DeviceInfo, EventCounts, Options, RmpStatus, TeardownReport};
+pub use device::{
+    Device, DeviceInfo, DeviceRecovery, EventCounts, Options, RmpStatus, TeardownReport,
+};
 pub use eq::Event;
 pub use error::{CmdError, CmdFailure, DriverError, HealthFailure};
 pub use mempool::{Mbuf, Mempool, OffloadFlags};
 pub use mkey::{KeyAccess, MemoryKey};
 pub use port::{Port, PortConfig, Queues, SharedQueues};
 pub use queue::{InlineMode, QueueStats, RxQueue, TxQueue};
-pub use recover::Recovery;
+pub use recover::{PortRecovery, Recovery};
 pub use shared::{SharedRingStats, SharedRxConfig, SharedRxQueue, SharedRxRing};
 pub use stats::{PortStats, QueueXstats};

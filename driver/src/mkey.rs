@@ -273,6 +273,19 @@ impl<B: Backend> Device<B> {
         Ok(())
     }
 
+    /// Forgets every key after a function reset destroyed them in the device; returns how
+    /// many. Their [`MemoryKey`]s report `is_valid() == false` from here on.
+    pub(crate) fn forget_all_keys(&mut self) -> usize {
+        let keys = std::mem::take(self.keys_mut());
+        for key in &keys {
+            key.valid.store(false, Ordering::Release);
+            if let Some(mapping) = &key.mapping {
+                mapping.key_released();
+            }
+        }
+        keys.len()
+    }
+
     /// Destroys every key still registered (teardown).
     pub(crate) fn destroy_all_keys(&mut self) -> Result<(), DriverError> {
         while let Some(index) = self.keys_mut().last().map(|k| k.index) {

@@ -895,6 +895,41 @@ impl<B: Backend> Port<B> {
         }
     }
 
+    /// After a function reset: the device holds none of the port's objects any more, so their
+    /// numbers are forgotten, and buffers the shared ring and the quarantine held go back to
+    /// the pool; returns how many.
+    pub(crate) fn forget_objects_after_reset(&mut self) -> usize {
+        self.entries.clear();
+        self.groups.clear();
+        self.tables.clear();
+        self.tirs.clear();
+        self.rqt = None;
+        self.rqs.clear();
+        self.shared_handles = None;
+        let mut flushed = self.shared.take().map_or(0, |ring| ring.flush());
+        self.q_counter = None;
+        self.sqs.clear();
+        self.cqs.clear();
+        self.eqs.clear();
+        self.tis = 0;
+        self.uars.clear();
+        self.pool_key = None;
+        self.tx_stats.clear();
+        self.rx_stats.clear();
+        let mut quarantine = self.quarantine.lock().unwrap_or_else(|e| e.into_inner());
+        flushed += quarantine.len();
+        quarantine.clear();
+        flushed
+    }
+
+    /// Creates the port's objects again on a re-initialised device, as [`Port::start`] did;
+    /// undoes what it created when a step fails.
+    pub(crate) fn rebuild(&mut self) -> Result<Queues<B>, DriverError> {
+        self.build().inspect_err(|_| {
+            let _ = self.destroy_objects();
+        })
+    }
+
     /// Stops the port: destroys steering, queues, CQs, the TIS and the pool's memory key, in
     /// that order, then releases buffers queue handles left behind. Queue handles still held
     /// keep their rings until dropped (the device no longer uses them). Returns the device.

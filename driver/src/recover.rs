@@ -7,8 +7,9 @@
 
 use crate::backend::Backend;
 use crate::cmd::input;
+use crate::device::DeviceRecovery;
 use crate::error::DriverError;
-use crate::port::Port;
+use crate::port::{Port, Queues};
 use crate::queue::{RxQueue, TxQueue};
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::wq::{ModifyRqIn, ModifySqIn, RqState};
@@ -29,7 +30,60 @@ pub struct Recovery {
     pub took: Duration,
 }
 
+/// What recovering a whole port ([`Port::recover`]) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortRecovery {
+    /// The function reset and re-initialisation.
+    pub device: DeviceRecovery,
+    /// Buffers the old queues (and the shared ring) held that went back to the pool without
+    /// carrying a packet.
+    pub flushed: usize,
+    /// Wall time from the reset to the new queues being ready.
+    pub took: Duration,
+}
+
 impl<B: Backend> Port<B> {
+    /// Recovers a port whose device failed ([`crate::DriverError::Failed`]: a fatal health
+    /// syndrome, a stalled health counter, a device that stopped answering), or any port: the
+    /// function is reset ([`crate::Device::recover`]) and brought up again, and every object
+    /// of the port is created again with the same configuration, so a long-running
+    /// application resumes.
+    ///
+    /// `queues` holds the application's queue handles: the old ones are taken (their buffers
+    /// go back to the pool once the reset returned, counted in `flushed`) and the new ones put
+    /// in their place, in the same order. Queue counters start again from zero. A port with a
+    /// shared receive ring hands out its new ring and queues through
+    /// [`Port::take_shared_rx`] again; the old handles get nothing more. Buffers the
+    /// application still holds stay valid (the pool's memory is not touched; its key is
+    /// registered again). Memory keys the application registered itself are lost with the
+    /// reset (see [`crate::DeviceRecovery::keys_lost`]).
+    ///
+    /// # Errors
+    ///
+    /// A backend error when the function cannot be reset: nothing changed, `queues` keeps the
+    /// old handles. Otherwise the error of the failing step: `queues` is then empty, the port
+    /// holds no device objects, and `recover` may be called again.
+    pub fn recover(&mut self, queues: &mut Queues<B>) -> Result<PortRecovery, DriverError> {
+        let start = Instant::now();
+        let reset = self.dev.begin_recovery()?;
+        // The device reaches no host memory any more: what the old queues held may go back.
+        let mut flushed = 0;
+        for mut q in queues.0.drain(..) {
+            flushed += q.flush_in_flight();
+        }
+        for mut q in queues.1.drain(..) {
+            flushed += q.flush_posted();
+        }
+        flushed += self.forget_objects_after_reset();
+        let device = self.dev.finish_recovery(reset)?;
+        *queues = self.rebuild()?;
+        Ok(PortRecovery {
+            device,
+            flushed,
+            took: start.elapsed(),
+        })
+    }
+
     /// Recovers a send queue that reports [`TxQueue::in_error`] (or any send queue of this
     /// port: a healthy one is reset the same way). In-flight buffers are returned to their
     /// pool and counted in the queue's `errors` (the port's `oerrors`) and `flushed`.

@@ -272,6 +272,13 @@ impl Device {
         lock(&self.shared.core).faults.taken
     }
 
+    /// Stops answering (fault injection: the function fell off the bus): every read of the
+    /// initialization segment returns all-ones and commands go unanswered, until a function
+    /// reset.
+    pub fn inject_unresponsive(&self) {
+        lock(&self.shared.core).hca.unresponsive = true;
+    }
+
     /// Stops the health counter without a syndrome (fault injection: hung firmware).
     pub fn stall_health_counter(&self) {
         let mut core = lock(&self.shared.core);
@@ -641,6 +648,9 @@ fn device_thread(shared: Weak<Shared>) {
 
 /// One byte of the initialization segment as the driver reads it.
 fn init_seg_byte(core: &Core, offset: u64) -> u8 {
+    if core.hca.unresponsive {
+        return 0xff;
+    }
     let dword = (offset & !3) as usize;
     let value: u32 = match dword {
         init_seg::FW_REV => {

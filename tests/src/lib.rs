@@ -29,3 +29,31 @@ pub fn udp_frame(seq: u32, dport: u16) -> Vec<u8> {
     cxdirect_emu::packet::insert_checksums(&mut f, true, true).unwrap();
     f
 }
+
+/// Sends `count` frames ([`udp_frame`] 0..count to port 9000) from `tx` and returns how many
+/// `rx` received. Meant for the inline-executing emulated pair, where a burst has reached the
+/// peer's ring when `tx_burst` returns.
+pub fn send_and_receive(
+    tx: &mut cxdirect::TxQueue<cxdirect_apps::emulated::EmuBackend>,
+    pool: &cxdirect::Mempool,
+    rx: &mut cxdirect::RxQueue<cxdirect_apps::emulated::EmuBackend>,
+    count: u32,
+) -> usize {
+    let mut batch: Vec<cxdirect::Mbuf> = (0..count)
+        .map(|i| {
+            let mut m = pool.alloc().expect("tx buffer");
+            m.set_data(&udp_frame(i, 9000))
+                .expect("frame fits a buffer");
+            m
+        })
+        .collect();
+    for _ in 0..100 {
+        if batch.is_empty() {
+            break;
+        }
+        tx.tx_burst(&mut batch);
+    }
+    let mut got = Vec::new();
+    while rx.rx_burst(&mut got, 64) > 0 {}
+    got.len()
+}

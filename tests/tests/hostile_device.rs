@@ -49,6 +49,7 @@ fn still_answers(dev: &mut Device<EmuBackend>) -> Result<(), DriverError> {
 fn clean_teardown(dev: Device<EmuBackend>, model: &Model) -> TeardownReport {
     let report = dev.teardown().expect("teardown");
     assert_eq!(report.pages_kept, 0, "{report:?}");
+    assert_eq!(report.pages_released_by_reset, 0, "{report:?}");
     assert_eq!(model.firmware_pages_held(), 0, "every page reclaimed");
     assert_eq!(
         model.iommu().mapping_count(),
@@ -306,31 +307,6 @@ fn pair() -> (Ports, Ports, Model, Model) {
     (pa, pb, a, b)
 }
 
-/// Sends `count` frames from `tx` and returns how many `rx` received.
-fn send_and_receive(
-    tx: &mut cxdirect::TxQueue<EmuBackend>,
-    pool: &cxdirect::Mempool,
-    rx: &mut cxdirect::RxQueue<EmuBackend>,
-    count: u32,
-) -> usize {
-    let mut batch: Vec<cxdirect::Mbuf> = (0..count)
-        .map(|i| {
-            let mut m = pool.alloc().expect("tx buffer");
-            m.set_data(&cxdirect_tests::udp_frame(i, 9000)).unwrap();
-            m
-        })
-        .collect();
-    for _ in 0..100 {
-        if batch.is_empty() {
-            break;
-        }
-        tx.tx_burst(&mut batch);
-    }
-    let mut got = Vec::new();
-    while rx.rx_burst(&mut got, 64) > 0 {}
-    got.len()
-}
-
 /// Found by the `hostile_rx_cqe` fuzz target (input `00 00 ff ff`: one frame, receive CQE byte
 /// 63 overwritten with 0xff). A CQE the device writes with opcode 0xf (INVALID) and the right
 /// owner bit used to read, to the driver, as a slot not yet written: the queue stopped receiving
@@ -339,7 +315,7 @@ fn send_and_receive(
 fn a_receive_cqe_written_with_opcode_invalid_is_noticed_and_recovered_from() {
     let ((pa, (mut txa, _rxa)), (mut pb, (_txb, mut rxb)), _, model_b) = pair();
     assert_eq!(
-        send_and_receive(&mut txa[0], pa.pool(), &mut rxb[0], 4),
+        cxdirect_tests::send_and_receive(&mut txa[0], pa.pool(), &mut rxb[0], 4),
         4,
         "clean frames arrive"
     );
@@ -347,10 +323,10 @@ fn a_receive_cqe_written_with_opcode_invalid_is_noticed_and_recovered_from() {
         cqn: rxb[0].cqn(),
         patch: vec![(63, 0xff)],
     });
-    let first = send_and_receive(&mut txa[0], pa.pool(), &mut rxb[0], 1);
+    let first = cxdirect_tests::send_and_receive(&mut txa[0], pa.pool(), &mut rxb[0], 1);
     assert_eq!(first, 0, "the frame behind the damaged CQE is lost");
     assert_eq!(model_b.faults_pending(), 0, "the fault was taken");
-    let later = send_and_receive(&mut txa[0], pa.pool(), &mut rxb[0], 8);
+    let later = cxdirect_tests::send_and_receive(&mut txa[0], pa.pool(), &mut rxb[0], 8);
     let stats = rxb[0].stats();
     assert!(
         later > 0 || rxb[0].in_error() || stats.bad_cqes > 0,
@@ -358,7 +334,7 @@ fn a_receive_cqe_written_with_opcode_invalid_is_noticed_and_recovered_from() {
          {stats:?}"
     );
     pb.recover_rx(&mut rxb[0]).expect("recover_rx");
-    let after = send_and_receive(&mut txa[0], pa.pool(), &mut rxb[0], 8);
+    let after = cxdirect_tests::send_and_receive(&mut txa[0], pa.pool(), &mut rxb[0], 8);
     assert_eq!(
         after,
         8,
@@ -369,13 +345,12 @@ fn a_receive_cqe_written_with_opcode_invalid_is_noticed_and_recovered_from() {
 
 /// Found by the `hostile_command_output` fuzz target (input `13 85 02 0b 03 85 02 0b`: teardown,
 /// the sixth command's output byte 11 overwritten with 3). MANAGE_PAGES (take) says 3 of the 80
-/// pages came back (the model returned them all); the driver rightly keeps the other 77
-/// (`pages_kept`, memory never freed). But their IOMMU mappings stay for good, and a function
-/// reset and brought up again on the same device then fails: the new IOVA allocator hands out
-/// addresses that overlap the kept mappings (`MapRefused ... overlaps an existing mapping`).
+/// pages came back (the model returned them all). The driver used to keep the other 77 for good,
+/// IOMMU mappings included, so a function brought up again on the same IOMMU failed: its new
+/// IOVA allocator overlapped the kept mappings. Now teardown resets the function, after which
+/// the device holds nothing and the pages are freed and unmapped.
 #[test]
-#[ignore = "reproduces fuzz crash hostile_command_output (no bring-up after a teardown that kept pages, even after a reset); fix pending"]
-fn a_function_reset_after_a_teardown_that_kept_pages_comes_back_up() {
+fn a_teardown_the_device_kept_pages_through_resets_the_function_and_it_comes_back_up() {
     let model = Model::loopback(EmuConfig::default());
     let dev = bring_up(&model);
     // DESTROY_EQ, DEALLOC_TRANSPORT_DOMAIN, DEALLOC_PD, DEALLOC_UAR and TEARDOWN_HCA pass
@@ -387,19 +362,23 @@ fn a_function_reset_after_a_teardown_that_kept_pages_comes_back_up() {
         patch: vec![(11, 3)],
     });
     let report = dev.teardown().expect("teardown");
-    assert_eq!(report.pages_kept, 77, "{report:?}");
+    assert_eq!(report.pages_reclaimed, 3, "{report:?}");
+    assert_eq!(report.pages_released_by_reset, 77, "{report:?}");
+    assert_eq!(report.pages_kept, 0, "{report:?}");
     assert_eq!(model.firmware_pages_held(), 0);
-    // A function-level reset: the device owns nothing any more.
-    model.reset();
+    assert_eq!(
+        model.iommu().mapping_count(),
+        0,
+        "the pages are unmapped once the reset returned"
+    );
     let mut again = Device::bring_up(
         EmuBackend::new(model.clone(), "again"),
         options(Duration::from_secs(2)),
     )
-    .expect("bring-up after a function reset");
+    .expect("bring-up after the reset");
     still_answers(&mut again).unwrap();
-    again.teardown().expect("teardown");
+    clean_teardown(again, &model);
 }
-
 /// A receive CQE whose owner bit the device got wrong (written, but reading as not yet
 /// written) with completions written behind it: the ring notices the gap after its idle-poll
 /// check, refuses the entry, and recovery moves past it.
@@ -407,13 +386,13 @@ fn a_function_reset_after_a_teardown_that_kept_pages_comes_back_up() {
 fn a_receive_cqe_with_the_wrong_owner_bit_is_noticed_and_recovered_from() {
     let ((pa, (mut txa, _rxa)), (mut pb, (_txb, mut rxb)), _, model_b) = pair();
     assert_eq!(
-        send_and_receive(&mut txa[0], pa.pool(), &mut rxb[0], 4),
+        cxdirect_tests::send_and_receive(&mut txa[0], pa.pool(), &mut rxb[0], 4),
         4,
         "clean frames arrive"
     );
     model_b.inject(Fault::WrongOwner { cqn: rxb[0].cqn() });
     assert_eq!(
-        send_and_receive(&mut txa[0], pa.pool(), &mut rxb[0], 8),
+        cxdirect_tests::send_and_receive(&mut txa[0], pa.pool(), &mut rxb[0], 8),
         0,
         "nothing is received past the damaged slot"
     );
@@ -431,7 +410,7 @@ fn a_receive_cqe_with_the_wrong_owner_bit_is_noticed_and_recovered_from() {
         "the seven behind the refused one: {recovery:?}"
     );
     assert_eq!(
-        send_and_receive(&mut txa[0], pa.pool(), &mut rxb[0], 8),
+        cxdirect_tests::send_and_receive(&mut txa[0], pa.pool(), &mut rxb[0], 8),
         8,
         "frames arrive after recovery: {:?}",
         rxb[0].stats()

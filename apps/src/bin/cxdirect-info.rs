@@ -140,8 +140,9 @@ fn report<B: Backend>(name: &str, opened: Result<Device<B>, DriverError>) -> Res
     );
     match dev.teardown() {
         Ok(t) => println!(
-            "  teardown        {} pages reclaimed, {} kept by the device",
-            t.pages_reclaimed, t.pages_kept
+            "  teardown        {} pages reclaimed, {} taken back by a function reset, {} kept by \
+             the device",
+            t.pages_reclaimed, t.pages_released_by_reset, t.pages_kept
         ),
         Err(e) => {
             eprintln!("cxdirect-info: {name}: teardown failed: {e}");

@@ -42,6 +42,9 @@ pub(crate) struct Hca {
     fatal: Option<(u8, u32)>,
     /// The health counter stops advancing (a hung firmware) without a syndrome.
     pub health_stalled: Option<u32>,
+    /// Every init-segment read returns all-ones and commands go unanswered (the function fell
+    /// off the bus), until a function reset.
+    pub unresponsive: bool,
     pub caps: super::caps::CapSet,
     pub cmdq_addr: u64,
     pub last_error: Option<CmdError>,
@@ -59,6 +62,7 @@ impl Hca {
             health_tick: cfg.health_tick.max(Duration::from_micros(1)),
             fatal: None,
             health_stalled: None,
+            unresponsive: false,
             caps: super::caps::CapSet::new(cfg),
             cmdq_addr: 0,
             last_error: None,
@@ -91,7 +95,7 @@ impl Hca {
     }
 
     pub fn failed(&self) -> bool {
-        self.fatal.is_some()
+        self.fatal.is_some() || self.unresponsive
     }
 
     pub fn health_syndrome(&self) -> u8 {
