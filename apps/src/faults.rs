@@ -6,18 +6,23 @@
 //! - on the send side, frames the driver accepted that never reached the wire must each be
 //!   counted by the driver as an error completion or a buffer flushed by recovery;
 //! - on the receive side, frames that reached the wire but not the application must each be
-//!   counted as dropped by the device (queue in error or without buffers), completed in error,
-//!   refused by the driver, or drained by recovery;
+//!   counted as dropped by the device (queue in error, without buffers, port down while the
+//!   function was reset), completed in error, refused by the driver, drained by recovery, or
+//!   completed by the device and discarded by a function reset before the driver took them;
 //! - `lost_beyond_flushed` is whatever neither explains; `duplicates` and `corrupt` come from
 //!   the verifier; `leaked` is buffers of either pool neither free, posted nor in flight once the
 //!   run is over.
 
 use crate::emulated::EmuBackend;
 use crate::testpmd::{Generator, Verifier};
-use cxdirect::{Device, Mbuf, Options, Port, PortConfig, Queues, Recovery, RxQueue, TxQueue};
+use cxdirect::{
+    Device, DriverError, Mbuf, Options, Port, PortConfig, PortRecovery, Queues, Recovery, RxQueue,
+    TxQueue,
+};
 use cxdirect_emu::counters::CountersSnapshot;
 use cxdirect_emu::{Device as Model, EmuConfig, Fault};
 use cxdirect_hw::cqe::CqeSyndrome;
+use cxdirect_hw::init_seg::health_syndrome;
 use std::time::{Duration, Instant};
 
 /// One class of injected fault.
@@ -39,11 +44,18 @@ pub enum FaultClass {
     CorruptCommandOutput,
     /// Events of unknown types, and CQ events naming CQs the driver does not have.
     BogusEvent,
+    /// A fatal health syndrome, on the sending and the receiving function in turn: the port is
+    /// reset and its queues created again ([`Port::recover`]).
+    HealthFatal,
+    /// The health counter stops (hung firmware), on either function in turn.
+    HealthStall,
+    /// The function's registers read all-ones (fell off the bus), on either function in turn.
+    NotResponding,
 }
 
 impl FaultClass {
     /// Every class, in the order the matrix runs them.
-    pub const ALL: [FaultClass; 8] = [
+    pub const ALL: [FaultClass; 11] = [
         FaultClass::TxErrorCqe,
         FaultClass::RxErrorCqe,
         FaultClass::TxCorruptCqe,
@@ -52,6 +64,9 @@ impl FaultClass {
         FaultClass::CommandTimeout,
         FaultClass::CorruptCommandOutput,
         FaultClass::BogusEvent,
+        FaultClass::HealthFatal,
+        FaultClass::HealthStall,
+        FaultClass::NotResponding,
     ];
 
     /// Name as printed.
@@ -65,6 +80,9 @@ impl FaultClass {
             FaultClass::CommandTimeout => "command_timeout",
             FaultClass::CorruptCommandOutput => "corrupt_command_output",
             FaultClass::BogusEvent => "bogus_event",
+            FaultClass::HealthFatal => "health_fatal",
+            FaultClass::HealthStall => "health_stall",
+            FaultClass::NotResponding => "not_responding",
         }
     }
 }
@@ -117,6 +135,22 @@ const BURST: usize = 32;
 const FRAME_LEN: usize = 128;
 /// Command timeout on the faulted side (the command-timeout class waits this long each time).
 const CMD_TIMEOUT: Duration = Duration::from_millis(100);
+/// A health counter unchanged this long marks the function failed.
+const HEALTH_STALL: Duration = Duration::from_millis(20);
+
+/// What the queues a port recovery replaced had counted, so that the accounting spans them.
+#[derive(Debug, Default)]
+struct Retired {
+    tx_packets: u64,
+    /// Send errors, plus the frames still in flight when the function was reset.
+    tx_errors: u64,
+    rx_errors: u64,
+    rx_bad_cqes: u64,
+    rx_cqes: u64,
+    /// Receive completions the device wrote that the reset discarded before the driver took
+    /// them.
+    rx_lost_to_reset: u64,
+}
 
 struct Rig {
     a: Side,
@@ -126,6 +160,10 @@ struct Rig {
     generator: Generator,
     verifier: Verifier,
     rx_drained: u64,
+    /// Check both functions' health as traffic runs, and recover a failed port.
+    watch_health: bool,
+    port_recoveries: Vec<PortRecovery>,
+    retired: Retired,
     a_start: CountersSnapshot,
     b_start: CountersSnapshot,
 }
@@ -133,6 +171,7 @@ struct Rig {
 fn start(model: &Model, name: &str) -> Result<Side, String> {
     let options = Options {
         cmd_timeout: CMD_TIMEOUT,
+        health_stall: HEALTH_STALL,
         ..Options::default()
     };
     let dev = Device::bring_up(EmuBackend::new(model.clone(), name), options)
@@ -159,6 +198,9 @@ impl Rig {
             generator: Generator::new(vec![FRAME_LEN], 1)?,
             verifier: Verifier::default(),
             rx_drained: 0,
+            watch_health: false,
+            port_recoveries: Vec::new(),
+            retired: Retired::default(),
         })
     }
 
@@ -265,6 +307,9 @@ impl Rig {
     }
 
     fn recover_if_needed(&mut self) -> Result<Vec<Recovery>, String> {
+        if self.watch_health {
+            self.recover_failed_ports()?;
+        }
         let mut done = crate::testpmd::recover_stopped(&mut self.a.0, &mut self.a.1)
             .map_err(|e| format!("recovery on port a: {e}"))?;
         let on_b = crate::testpmd::recover_stopped(&mut self.b.0, &mut self.b.1)
@@ -275,24 +320,83 @@ impl Rig {
         Ok(done)
     }
 
+    /// Resets and rebuilds a port whose function is marked failed.
+    fn recover_failed_ports(&mut self) -> Result<(), String> {
+        for on_b in [false, true] {
+            let side = if on_b { &mut self.b } else { &mut self.a };
+            match side.0.device().check_health() {
+                Ok(()) => continue,
+                Err(DriverError::Failed(_)) => {}
+                Err(e) => return Err(format!("health check: {e}")),
+            }
+            // Port a only sends and port b only receives: keep what the old queues counted.
+            if on_b {
+                let driver_cqes: u64 = side.1 .1.iter().map(|q| q.stats().cqes).sum();
+                for q in &side.1 .1 {
+                    let s = q.stats();
+                    self.retired.rx_errors += s.errors;
+                    self.retired.rx_bad_cqes += s.bad_cqes;
+                }
+                let written = self.model_b.counters().since(&self.b_start).cqes;
+                self.retired.rx_lost_to_reset +=
+                    written.saturating_sub(self.retired.rx_cqes + driver_cqes + self.rx_drained);
+                self.retired.rx_cqes += driver_cqes;
+            } else {
+                for q in &side.1 .0 {
+                    let s = q.stats();
+                    self.retired.tx_packets += s.packets;
+                    self.retired.tx_errors += s.errors + q.in_flight() as u64;
+                }
+            }
+            let name = if on_b { "b" } else { "a" };
+            let recovery = side
+                .0
+                .recover(&mut side.1)
+                .map_err(|e| format!("recovering port {name}: {e}"))?;
+            self.port_recoveries.push(recovery);
+        }
+        Ok(())
+    }
+
+    /// Waits (receiving meanwhile) for a failed port to be noticed and recovered, for at most a
+    /// second; returns the recovery.
+    fn wait_for_port_recovery(&mut self) -> Result<Option<PortRecovery>, String> {
+        let start = Instant::now();
+        let mut received = Vec::with_capacity(BURST);
+        while self.port_recoveries.is_empty() && start.elapsed() < Duration::from_secs(1) {
+            self.receive(&mut received);
+            self.recover_if_needed()?;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(self.port_recoveries.pop())
+    }
+
     /// Closes both ports and fills in the accounting.
     fn finish(mut self, report: &mut ClassReport) -> Result<(), String> {
         let mut received = Vec::new();
         self.settle(&mut received)?;
         let tx = self.a.0.xstats().tx[0];
         let rx = self.b.0.xstats().rx[0];
+        let retired = &self.retired;
         let a = self.model_a.counters().since(&self.a_start);
         let b = self.model_b.counters().since(&self.b_start);
-        report.sent = tx.packets;
+        report.sent = tx.packets + retired.tx_packets;
         report.received = self.verifier.good;
         report.duplicates = self.verifier.duplicate;
         report.corrupt = self.verifier.corrupt;
         let on_wire = a.tx_frames;
         let tx_missing = report.sent.saturating_sub(on_wire);
-        let tx_unexplained = tx_missing.saturating_sub(tx.errors);
+        let tx_unexplained = tx_missing.saturating_sub(tx.errors + retired.tx_errors);
         let rx_missing = on_wire.saturating_sub(self.verifier.good + self.verifier.corrupt);
-        let rx_accounted =
-            b.rx_steer_drops + b.rx_out_of_buffer + rx.errors + rx.bad_cqes + self.rx_drained;
+        let rx_accounted = b.rx_steer_drops
+            + b.rx_out_of_buffer
+            + b.rx_port_down_drops
+            + rx.errors
+            + rx.bad_cqes
+            + self.rx_drained
+            + retired.rx_errors
+            + retired.rx_bad_cqes
+            + retired.rx_lost_to_reset;
         let rx_unexplained = rx_missing.saturating_sub(rx_accounted);
         report.accounted = (tx_missing - tx_unexplained) + (rx_missing - rx_unexplained);
         report.lost_beyond_flushed = tx_unexplained + rx_unexplained;
@@ -333,6 +437,10 @@ pub fn run_class(class: FaultClass, injections: u32) -> Result<ClassReport, Stri
         name: class.name(),
         ..ClassReport::default()
     };
+    rig.watch_health = matches!(
+        class,
+        FaultClass::HealthFatal | FaultClass::HealthStall | FaultClass::NotResponding
+    );
     rig.traffic(FRAMES_PER_ROUND)?;
     for i in 0..injections as usize {
         let taken_before = rig.model_a.faults_taken() + rig.model_b.faults_taken();
@@ -413,6 +521,33 @@ pub fn run_class(class: FaultClass, injections: u32) -> Result<ClassReport, Stri
                     report.recoveries += 1;
                     report.recover_us.push(start.elapsed().as_secs_f64() * 1e6);
                 }
+                rig.traffic(FRAMES_PER_ROUND)?;
+            }
+            FaultClass::HealthFatal | FaultClass::HealthStall | FaultClass::NotResponding => {
+                let model = if i % 2 == 0 {
+                    &rig.model_a
+                } else {
+                    &rig.model_b
+                };
+                let fatal = [
+                    health_syndrome::FW_INTERNAL_ERR,
+                    health_syndrome::DEAD_IRISC,
+                    health_syndrome::HW_FATAL_ERR,
+                    health_syndrome::ICM_PAGE_ERR,
+                ];
+                match class {
+                    FaultClass::HealthFatal => model.inject_fatal(fatal[(i / 2) % fatal.len()]),
+                    FaultClass::HealthStall => model.stall_health_counter(),
+                    _ => model.inject_unresponsive(),
+                }
+                report.injections += 1;
+                // Traffic goes on until the failure is noticed; then the port is rebuilt.
+                rig.traffic(FRAMES_PER_ROUND)?;
+                if let Some(r) = rig.wait_for_port_recovery()? {
+                    report.recoveries += 1;
+                    report.recover_us.push(r.took.as_secs_f64() * 1e6);
+                }
+                rig.port_recoveries.clear();
                 rig.traffic(FRAMES_PER_ROUND)?;
             }
         }

@@ -39,6 +39,10 @@ fn every_fault_class_is_recovered_without_unaccounted_loss() {
             // A refused send completion resets the ring: what it still held may or may not
             // have left, and is accounted either way.
             FaultClass::TxCorruptCqe => {}
+            // A function reset loses what its rings held and what arrived while it was down.
+            FaultClass::HealthFatal | FaultClass::HealthStall | FaultClass::NotResponding => {
+                assert_eq!(r.recover_us.len(), injections as usize, "{}: {r:?}", r.name)
+            }
             // Faults outside the rings deliver every frame.
             _ => assert_eq!(r.received, r.sent, "{}: {r:?}", r.name),
         }
