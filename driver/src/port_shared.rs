@@ -78,6 +78,7 @@ impl<B: Backend> Port<B> {
                 stats: Default::default(),
                 published: Self::register_stats(&mut self.rx_stats),
                 interrupt,
+                in_error: false,
             });
         }
         shared.refill(u32::MAX);

@@ -11,6 +11,7 @@ use crate::device::DeviceRecovery;
 use crate::error::DriverError;
 use crate::port::{Port, Queues};
 use crate::queue::{RxQueue, TxQueue};
+use crate::shared::SharedRxQueue;
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::wq::{ModifyRqIn, ModifySqIn, RqState};
 use std::time::{Duration, Instant};
@@ -119,12 +120,7 @@ impl<B: Backend> Port<B> {
     /// As [`Port::recover_tx`].
     pub fn recover_rx(&mut self, q: &mut RxQueue<B>) -> Result<Recovery, DriverError> {
         let start = Instant::now();
-        if !self.rqs.contains(&q.rqn) {
-            return Err(DriverError::Invalid(format!(
-                "receive queue {:#x} is not one of this port's",
-                q.rqn
-            )));
-        }
+        self.check_own_rq(q.rqn)?;
         let device_state = self.reset_rq(q.rqn)?;
         let drained_cqes = q.drain_completions();
         let flushed = q.flush_posted();
@@ -136,6 +132,41 @@ impl<B: Backend> Port<B> {
             device_state,
             took: start.elapsed(),
         })
+    }
+
+    /// Recovers a queue of the shared receive ring that reports
+    /// [`SharedRxQueue::in_error`] (or any of this port's shared-ring queues): its RQ goes to
+    /// RST and back to RDY; the completions left on its CQ are taken, and the buffers they name
+    /// go back to the pool (counted in `flushed`). The ring itself stays ready: its other
+    /// queues never stop, and its posted buffers stay posted. A ring the device moved to error
+    /// is flushed with [`Port::flush_shared_ring`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Port::recover_tx`].
+    pub fn recover_shared_rx(&mut self, q: &mut SharedRxQueue<B>) -> Result<Recovery, DriverError> {
+        let start = Instant::now();
+        self.check_own_rq(q.rqn)?;
+        let device_state = self.reset_rq(q.rqn)?;
+        let (drained_cqes, flushed) = q.drain_completions();
+        self.modify_rq(q.rqn, RqState::Rst, RqState::Rdy)?;
+        q.restart();
+        Ok(Recovery {
+            flushed,
+            drained_cqes,
+            device_state,
+            took: start.elapsed(),
+        })
+    }
+
+    fn check_own_rq(&self, rqn: u32) -> Result<(), DriverError> {
+        if self.rqs.contains(&rqn) {
+            Ok(())
+        } else {
+            Err(DriverError::Invalid(format!(
+                "receive queue {rqn:#x} is not one of this port's"
+            )))
+        }
     }
 
     fn check_own_sq(&self, sqn: u32) -> Result<(), DriverError> {

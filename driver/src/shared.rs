@@ -257,6 +257,9 @@ pub struct SharedRxQueue<B: Backend> {
     pub(crate) stats: QueueStats,
     pub(crate) published: StatsHandle,
     pub(crate) interrupt: Option<CompletionInterrupt<B>>,
+    /// Set by an error completion or a completion the driver refused: nothing is received
+    /// until [`crate::Port::recover_shared_rx`].
+    pub(crate) in_error: bool,
 }
 
 impl<B: Backend> SharedRxQueue<B> {
@@ -270,6 +273,9 @@ impl<B: Backend> SharedRxQueue<B> {
     }
 
     fn receive(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
+        if self.in_error {
+            return 0;
+        }
         let Some(first) = self.cq.peek() else {
             return 0;
         };
@@ -278,6 +284,7 @@ impl<B: Backend> SharedRxQueue<B> {
             cq,
             stats,
             rqn,
+            in_error,
             ..
         } = self;
         let mut st = ring.lock();
@@ -299,27 +306,38 @@ impl<B: Backend> SharedRxQueue<B> {
                 && age <= size
                 && st.slots[slot].as_ref().is_some_and(|(c, _)| *c == counter);
             if !matches {
+                // Which buffer the device used is unknown: it stays posted until the ring is
+                // flushed, and the queue stops for recovery.
                 stats.bad_cqes += 1;
                 st.stats.bad_cqes += 1;
-            } else if let Some((_, mut m)) = st.slots[slot].take() {
-                st.outstanding -= 1;
-                st.stats.completed += 1;
-                let bytes = c.byte_cnt();
-                if !c.is_receive_ok() {
-                    // An error completion: the buffer goes back to the pool.
-                    stats.errors += 1;
-                    stats.last_error_syndrome = c.syndrome();
-                } else if bytes as usize > m.capacity() || bytes == 0 {
-                    stats.bad_cqes += 1;
-                } else {
-                    m.set_len(bytes);
-                    fill_rx_flags(&mut m, &c);
-                    stats.packets += 1;
-                    stats.bytes += u64::from(bytes);
-                    out.push(m);
-                    got += 1;
-                }
+                *in_error = true;
+                break;
             }
+            // The counter names a WQE this ring posted: the device is done with its buffer,
+            // whatever else the completion says.
+            let Some((_, mut m)) = st.slots[slot].take() else {
+                break;
+            };
+            st.outstanding -= 1;
+            st.stats.completed += 1;
+            let bytes = c.byte_cnt();
+            if c.is_error() {
+                // The device moved the RQ to error: the buffer goes back to the pool.
+                stats.errors += 1;
+                stats.last_error_syndrome = c.syndrome();
+                *in_error = true;
+                break;
+            } else if !c.is_receive_ok() || bytes as usize > m.capacity() || bytes == 0 {
+                stats.bad_cqes += 1;
+                *in_error = true;
+                break;
+            }
+            m.set_len(bytes);
+            fill_rx_flags(&mut m, &c);
+            stats.packets += 1;
+            stats.bytes += u64::from(bytes);
+            out.push(m);
+            got += 1;
             if got >= max.min(MAX_BURST) {
                 break;
             }
@@ -358,6 +376,52 @@ impl<B: Backend> SharedRxQueue<B> {
     /// Counters of this queue.
     pub fn stats(&self) -> QueueStats {
         self.stats
+    }
+
+    /// True once the device completed a receive in error or wrote a completion the driver
+    /// refused: nothing more is received until [`crate::Port::recover_shared_rx`].
+    pub fn in_error(&self) -> bool {
+        self.in_error
+    }
+
+    /// Recovery, once the device no longer writes through this RQ: takes the completions
+    /// left on its CQ, returning the buffers they name to the pool (the device is done with
+    /// them); returns (completions taken, buffers returned).
+    pub(crate) fn drain_completions(&mut self) -> (usize, usize) {
+        let mut st = self.ring.lock();
+        let mask = self.ring.mask();
+        let (mut drained, mut returned) = (0, 0);
+        while drained < 1usize << self.cq.log_size {
+            let Some(c) = self.cq.peek_or_skipped() else {
+                break;
+            };
+            self.cq.consume();
+            drained += 1;
+            let counter = c.wqe_counter();
+            let slot = usize::from(counter & mask);
+            let ours = c.qpn() == self.rqn
+                && c.srqn() == self.ring.rmpn
+                && st.slots[slot].as_ref().is_some_and(|(n, _)| *n == counter);
+            if ours && st.slots[slot].take().is_some() {
+                st.outstanding -= 1;
+                st.stats.completed += 1;
+                st.stats.flushed += 1;
+                returned += 1;
+            }
+        }
+        drop(st);
+        if drained > 0 {
+            self.cq.update_dbr();
+        }
+        self.stats.flushed += returned as u64;
+        (drained, returned)
+    }
+
+    /// Recovery: the queue receives again.
+    pub(crate) fn restart(&mut self) {
+        self.in_error = false;
+        self.stats.recoveries += 1;
+        self.published.publish(&self.stats);
     }
 
     /// The queue's RQ number.

@@ -6,8 +6,9 @@ use cxdirect::{
     Device, DriverError, Event, Mbuf, Options, Port, PortConfig, SharedRxConfig, TxQueue,
 };
 use cxdirect_apps::emulated::EmuBackend;
-use cxdirect_emu::{Device as Model, EmuConfig};
+use cxdirect_emu::{Device as Model, EmuConfig, Fault};
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
+use cxdirect_hw::cqe::CqeSyndrome;
 use cxdirect_hw::wq::{RmpState, RqState};
 use std::time::Duration;
 
@@ -21,6 +22,14 @@ struct Rig {
     ring: cxdirect::SharedRxRing<EmuBackend>,
     queues: Vec<cxdirect::SharedRxQueue<EmuBackend>>,
     rx_model: Model,
+}
+
+impl Rig {
+    /// Buffers of the receive pool neither free nor posted on the ring.
+    fn unaccounted(&self) -> u32 {
+        let pool = self.rx_port.pool();
+        pool.capacity() - pool.available() - self.ring.outstanding()
+    }
 }
 
 fn rig(ring_size: u32, limit: u32, interrupts: bool) -> Rig {
@@ -341,4 +350,48 @@ fn a_plain_receive_queue_sleeps_on_its_interrupt_too() {
     let dc = Device::bring_up(EmuBackend::new(c, "c"), Options::default()).unwrap();
     let err = Port::start(dc, config).err().expect("refused").to_string();
     assert!(err.contains("Options::msix_vectors"), "{err}");
+}
+
+/// A queue of a shared ring whose RQ completes in error stops, the ring and the other queues
+/// go on, and `Port::recover_shared_rx` brings that queue back without losing a buffer.
+#[test]
+fn a_shared_ring_queue_in_error_stops_alone_and_recovers() {
+    let mut rig = rig(256, 0, false);
+    rig.send(0, 40);
+    assert_eq!(rig.receive_all().len(), 40);
+    rig.ring.refill();
+    let victim = rig.queues[1].rqn();
+    rig.rx_model.inject(Fault::ReceiveError {
+        rqn: victim,
+        syndrome: CqeSyndrome::LocalLength,
+    });
+    // Frames 40.. go round the four queues; queue 1's first one completes in error.
+    rig.send(40, 40);
+    let got = rig.receive_all();
+    assert!(rig.queues[1].in_error(), "{:?}", rig.queues[1].stats());
+    assert_eq!(rig.queues[1].stats().errors, 1);
+    for (q, queue) in rig.queues.iter().enumerate().filter(|&(q, _)| q != 1) {
+        assert!(!queue.in_error(), "queue {q} stopped too");
+    }
+    assert_eq!(
+        got.iter().filter(|&&(q, _)| q != 1).count(),
+        30,
+        "the other queues received every frame"
+    );
+    assert!(
+        got.iter().all(|&(q, _)| q != 1),
+        "nothing received after the error"
+    );
+    assert_eq!(rig.unaccounted(), 0, "the errored buffer went back");
+    let recovery = rig.rx_port.recover_shared_rx(&mut rig.queues[1]).unwrap();
+    assert_eq!(recovery.device_state, RqState::Err, "{recovery:?}");
+    assert_eq!(rig.rx_port.rx_queue_state(victim).unwrap(), RqState::Rdy);
+    assert!(!rig.queues[1].in_error());
+    assert_eq!(rig.queues[1].stats().recoveries, 1);
+    assert_eq!(rig.unaccounted(), 0, "every buffer back or posted");
+    rig.ring.refill();
+    rig.send(80, 40);
+    let got = rig.receive_all();
+    assert_eq!(got.len(), 40, "every queue receives again");
+    assert_eq!(got.iter().filter(|&&(q, _)| q == 1).count(), 10);
 }

@@ -226,6 +226,9 @@ fn run<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<ExitCode, Strin
             .and_then(|d| d.teardown())
             .map_err(|e| format!("sender: close failed: {e}"))?;
     }
+    if report.recovered > 0 {
+        println!("recovered queues: {}", report.recovered);
+    }
     println!(
         "summary: rx={} drops={} limit_events={} refills={}",
         report.received, stats.imissed, report.limit_events, report.refills
@@ -323,6 +326,8 @@ struct Report {
     refills: u64,
     sleeps: u64,
     async_interrupts: u64,
+    /// Queues reset after the device stopped them.
+    recovered: u64,
     verifier: Verifier,
 }
 
@@ -357,6 +362,7 @@ fn receive<B: Backend>(
         refills: 0,
         sleeps: 0,
         async_interrupts: 0,
+        recovered: 0,
         verifier: Verifier::default(),
     };
     let mut burst = Vec::with_capacity(s.burst);
@@ -366,6 +372,13 @@ fn receive<B: Backend>(
         let got = drain(&mut queues, &mut burst, s.burst, &mut report);
         if got > 0 {
             last_progress = Instant::now();
+        }
+        // A queue the device stopped (error completion, or one the driver refused) is reset;
+        // its frames since then were dropped by the device and show in imissed/ierrors.
+        for queue in queues.iter_mut().filter(|q| q.in_error()) {
+            port.recover_shared_rx(queue)
+                .map_err(|e| format!("recovering queue {}: {e}", queue.rqn()))?;
+            report.recovered += 1;
         }
         // Events a command took off the EQ have had their interrupt consumed already.
         let events_waiting = port.device().events_pending();
