@@ -186,21 +186,15 @@ impl<B: Backend> Device<B> {
     pub fn bring_up(backend: B, options: Options) -> Result<Self, DriverError> {
         let started = Instant::now();
         let backend = Arc::new(backend);
-        enable_bus_master(&*backend)?;
-        wait_for_firmware(&*backend, options.init_timeout)?;
-        let fw_rev = u32::from_be_bytes(backend.read32(init_seg::FW_REV));
-        let cmdif = u32::from_be_bytes(backend.read32(init_seg::CMDIF_REV_FW_SUB));
+        let cmdif = wake_firmware(&*backend, options.init_timeout)?;
         let cmdif_rev = (cmdif >> 16) as u16;
-        if cmdif_rev != init_seg::CMDIF_REV {
-            return Err(DriverError::CmdifRevision(cmdif_rev));
-        }
+        let fw_rev = u32::from_be_bytes(backend.read32(init_seg::FW_REV));
         let iommu = backend.iommu();
         let iovas = Arc::new(
             IovaAllocator::new(&iommu.iova_ranges()).map_err(cxdirect_dma::DmaError::from)?,
         );
         let cmd = CmdQueue::new(&*backend, iommu.clone(), iovas.clone())?;
-        let counter = u32::from_be_bytes(backend.read32(init_seg::HEALTH_COUNTER))
-            & init_seg::HEALTH_COUNTER_MASK;
+        let counter = health_counter(&*backend);
         let mut dev = Self {
             pages: FwPages::new(iommu.clone(), iovas.clone()),
             backend,
@@ -739,8 +733,7 @@ impl<B: Backend> Device<B> {
         } else {
             let synd_word = u32::from_be_bytes(self.backend.read32(init_seg::HEALTH_SYND & !3));
             let synd = (synd_word >> 16) as u8;
-            let counter = u32::from_be_bytes(self.backend.read32(init_seg::HEALTH_COUNTER))
-                & init_seg::HEALTH_COUNTER_MASK;
+            let counter = health_counter(&*self.backend);
             if synd != 0 {
                 Some(HealthFailure::Syndrome(synd))
             } else if counter != self.health.last_counter {
@@ -903,6 +896,24 @@ fn bad_caps() -> DriverError {
         what: "capability page",
         value: 0,
     }
+}
+
+/// Bus mastering on, `initializing` waited out and the command interface revision checked, as
+/// every bring-up (first, or after a reset) starts; returns the CMDIF_REV_FW_SUB word.
+fn wake_firmware<B: Backend>(backend: &B, timeout: Duration) -> Result<u32, DriverError> {
+    enable_bus_master(backend)?;
+    wait_for_firmware(backend, timeout)?;
+    let cmdif = u32::from_be_bytes(backend.read32(init_seg::CMDIF_REV_FW_SUB));
+    let cmdif_rev = (cmdif >> 16) as u16;
+    if cmdif_rev != init_seg::CMDIF_REV {
+        return Err(DriverError::CmdifRevision(cmdif_rev));
+    }
+    Ok(cmdif)
+}
+
+/// The firmware's health counter as the init segment shows it.
+fn health_counter<B: Backend>(backend: &B) -> u32 {
+    u32::from_be_bytes(backend.read32(init_seg::HEALTH_COUNTER)) & init_seg::HEALTH_COUNTER_MASK
 }
 
 /// Sets memory decoding and bus mastering in the Command register.

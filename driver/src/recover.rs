@@ -94,20 +94,7 @@ impl<B: Backend> Port<B> {
     /// [`DriverError::Invalid`] when the queue is not one of this port's; a command error when
     /// the device refuses the state changes (the queue then stays in error, its buffers held).
     pub fn recover_tx(&mut self, q: &mut TxQueue<B>) -> Result<Recovery, DriverError> {
-        let start = Instant::now();
-        self.check_own_sq(q.sqn)?;
-        let device_state = self.reset_sq(q.sqn)?;
-        // The device no longer reads the ring or its buffers.
-        let drained_cqes = q.drain_completions();
-        let flushed = q.flush_in_flight();
-        self.modify_sq(q.sqn, RqState::Rst, RqState::Rdy)?;
-        q.restart();
-        Ok(Recovery {
-            flushed,
-            drained_cqes,
-            device_state,
-            took: start.elapsed(),
-        })
+        self.recover_queue(WorkQueue::Send(q.sqn), q)
     }
 
     /// Recovers a receive queue that reports [`RxQueue::in_error`] (or any of this port's
@@ -119,19 +106,7 @@ impl<B: Backend> Port<B> {
     ///
     /// As [`Port::recover_tx`].
     pub fn recover_rx(&mut self, q: &mut RxQueue<B>) -> Result<Recovery, DriverError> {
-        let start = Instant::now();
-        self.check_own_rq(q.rqn)?;
-        let device_state = self.reset_rq(q.rqn)?;
-        let drained_cqes = q.drain_completions();
-        let flushed = q.flush_posted();
-        self.modify_rq(q.rqn, RqState::Rst, RqState::Rdy)?;
-        q.restart();
-        Ok(Recovery {
-            flushed,
-            drained_cqes,
-            device_state,
-            took: start.elapsed(),
-        })
+        self.recover_queue(WorkQueue::Receive(q.rqn), q)
     }
 
     /// Recovers a queue of the shared receive ring that reports
@@ -145,11 +120,36 @@ impl<B: Backend> Port<B> {
     ///
     /// As [`Port::recover_tx`].
     pub fn recover_shared_rx(&mut self, q: &mut SharedRxQueue<B>) -> Result<Recovery, DriverError> {
+        self.recover_queue(WorkQueue::Receive(q.rqn), q)
+    }
+
+    /// The one recovery sequence: RST (from ERR, or from RDY when the device says the queue
+    /// is not in error), completions drained and buffers flushed once the device can no longer
+    /// reach them, RDY, ring restarted.
+    fn recover_queue(
+        &mut self,
+        wq: WorkQueue,
+        q: &mut impl Recoverable,
+    ) -> Result<Recovery, DriverError> {
         let start = Instant::now();
-        self.check_own_rq(q.rqn)?;
-        let device_state = self.reset_rq(q.rqn)?;
-        let (drained_cqes, flushed) = q.drain_completions();
-        self.modify_rq(q.rqn, RqState::Rst, RqState::Rdy)?;
+        let (owned, what, number) = match wq {
+            WorkQueue::Send(n) => (self.sqs.contains(&n), "send", n),
+            WorkQueue::Receive(n) => (self.rqs.contains(&n), "receive", n),
+        };
+        if !owned {
+            return Err(DriverError::Invalid(format!(
+                "{what} queue {number:#x} is not one of this port's"
+            )));
+        }
+        let device_state = match self.modify_wq(wq, RqState::Err, RqState::Rst) {
+            Ok(()) => RqState::Err,
+            Err(first) => match self.modify_wq(wq, RqState::Rdy, RqState::Rst) {
+                Ok(()) => RqState::Rdy,
+                Err(_) => return Err(first),
+            },
+        };
+        let (drained_cqes, flushed) = q.drain_and_flush();
+        self.modify_wq(wq, RqState::Rst, RqState::Rdy)?;
         q.restart();
         Ok(Recovery {
             flushed,
@@ -159,45 +159,10 @@ impl<B: Backend> Port<B> {
         })
     }
 
-    fn check_own_rq(&self, rqn: u32) -> Result<(), DriverError> {
-        if self.rqs.contains(&rqn) {
-            Ok(())
-        } else {
-            Err(DriverError::Invalid(format!(
-                "receive queue {rqn:#x} is not one of this port's"
-            )))
-        }
-    }
-
-    fn check_own_sq(&self, sqn: u32) -> Result<(), DriverError> {
-        if self.sqs.contains(&sqn) {
-            Ok(())
-        } else {
-            Err(DriverError::Invalid(format!(
-                "send queue {sqn:#x} is not one of this port's"
-            )))
-        }
-    }
-
-    /// Moves the SQ to RST from ERR or, when the device says it is not in ERR, from RDY;
-    /// returns the state it was in.
-    fn reset_sq(&mut self, sqn: u32) -> Result<RqState, DriverError> {
-        match self.modify_sq(sqn, RqState::Err, RqState::Rst) {
-            Ok(()) => Ok(RqState::Err),
-            Err(first) => match self.modify_sq(sqn, RqState::Rdy, RqState::Rst) {
-                Ok(()) => Ok(RqState::Rdy),
-                Err(_) => Err(first),
-            },
-        }
-    }
-
-    fn reset_rq(&mut self, rqn: u32) -> Result<RqState, DriverError> {
-        match self.modify_rq(rqn, RqState::Err, RqState::Rst) {
-            Ok(()) => Ok(RqState::Err),
-            Err(first) => match self.modify_rq(rqn, RqState::Rdy, RqState::Rst) {
-                Ok(()) => Ok(RqState::Rdy),
-                Err(_) => Err(first),
-            },
+    fn modify_wq(&mut self, wq: WorkQueue, from: RqState, to: RqState) -> Result<(), DriverError> {
+        match wq {
+            WorkQueue::Send(sqn) => self.modify_sq(sqn, from, to),
+            WorkQueue::Receive(rqn) => self.modify_rq(rqn, from, to),
         }
     }
 
@@ -227,5 +192,51 @@ impl<B: Backend> Port<B> {
             m.ctx_mut().set_state(to as u8);
         }
         self.dev.exec(&modify, 16).map(|_| ())
+    }
+}
+
+/// A queue named by its device object.
+#[derive(Clone, Copy)]
+enum WorkQueue {
+    Send(u32),
+    Receive(u32),
+}
+
+/// What recovery does to the host side of a queue once the device has it in RST.
+trait Recoverable {
+    /// Takes the completions left on the CQ and returns the buffers the ring held to the
+    /// pool; returns (completions taken, buffers flushed).
+    fn drain_and_flush(&mut self) -> (usize, usize);
+    /// Starts the ring again.
+    fn restart(&mut self);
+}
+
+impl<B: Backend> Recoverable for TxQueue<B> {
+    fn drain_and_flush(&mut self) -> (usize, usize) {
+        (self.drain_completions(), self.flush_in_flight())
+    }
+
+    fn restart(&mut self) {
+        TxQueue::restart(self);
+    }
+}
+
+impl<B: Backend> Recoverable for RxQueue<B> {
+    fn drain_and_flush(&mut self) -> (usize, usize) {
+        (self.drain_completions(), self.flush_posted())
+    }
+
+    fn restart(&mut self) {
+        RxQueue::restart(self);
+    }
+}
+
+impl<B: Backend> Recoverable for SharedRxQueue<B> {
+    fn drain_and_flush(&mut self) -> (usize, usize) {
+        self.drain_completions()
+    }
+
+    fn restart(&mut self) {
+        SharedRxQueue::restart(self);
     }
 }

@@ -90,31 +90,6 @@ fn state() -> &'static Mutex<Option<Pair>> {
 
 static STALLS: AtomicU64 = AtomicU64::new(0);
 
-/// A 128-byte UDP/IPv4 frame carrying `seq`, with valid checksums.
-fn frame(seq: u32) -> Vec<u8> {
-    let len = 128;
-    let mut f = vec![0u8; len];
-    f[0..6].copy_from_slice(&[0xff; 6]);
-    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x0a]);
-    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-    let ip_len = (len - 14) as u16;
-    f[14] = 0x45;
-    f[16..18].copy_from_slice(&ip_len.to_be_bytes());
-    f[22] = 64;
-    f[23] = 17;
-    f[26..30].copy_from_slice(&[10, 0, 0, 1]);
-    f[30..34].copy_from_slice(&[10, 0, 0, 2]);
-    f[34..36].copy_from_slice(&4000u16.to_be_bytes());
-    f[36..38].copy_from_slice(&9000u16.to_be_bytes());
-    f[38..40].copy_from_slice(&(ip_len - 20).to_be_bytes());
-    f[42..46].copy_from_slice(&seq.to_be_bytes());
-    for (i, b) in f[46..].iter_mut().enumerate() {
-        *b = (seq as u8).wrapping_add(i as u8);
-    }
-    cxdirect_emu::packet::insert_checksums(&mut f, true, true).unwrap();
-    f
-}
-
 impl Pair {
     /// Recovers whichever queue stopped; recovery of a queue whose only fault was a damaged
     /// completion must succeed.
@@ -145,7 +120,7 @@ impl Pair {
                 break;
             };
             self.seq = self.seq.wrapping_add(1);
-            m.set_data(&frame(self.seq)).unwrap();
+            m.set_data(&cxdirect_tests::udp_frame(self.seq, 9000)).unwrap();
             batch.push(m);
         }
         let mut spins = 0;

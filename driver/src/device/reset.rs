@@ -3,12 +3,11 @@
 //! held be freed, which is why a reset is also how a teardown the firmware did not finish gets
 //! its pages back.
 
-use super::{enable_bus_master, wait_for_firmware, Device, Health};
+use super::{health_counter, wake_firmware, Device, Health};
 use crate::backend::Backend;
 use crate::cmd::CmdQueue;
 use crate::error::{DriverError, HealthFailure};
 use crate::pages::FwPages;
-use cxdirect_hw::init_seg;
 use std::time::{Duration, Instant};
 
 /// What [`Device::recover`] did.
@@ -104,18 +103,10 @@ impl<B: Backend> Device<B> {
     }
 
     fn reinitialise(&mut self) -> Result<(), DriverError> {
-        enable_bus_master(&*self.backend)?;
-        wait_for_firmware(&*self.backend, self.options.init_timeout)?;
-        let cmdif = u32::from_be_bytes(self.backend.read32(init_seg::CMDIF_REV_FW_SUB));
-        let cmdif_rev = (cmdif >> 16) as u16;
-        if cmdif_rev != init_seg::CMDIF_REV {
-            return Err(DriverError::CmdifRevision(cmdif_rev));
-        }
+        wake_firmware(&*self.backend, self.options.init_timeout)?;
         self.cmd = CmdQueue::new(&*self.backend, self.iommu.clone(), self.iovas.clone())?;
-        let counter = u32::from_be_bytes(self.backend.read32(init_seg::HEALTH_COUNTER))
-            & init_seg::HEALTH_COUNTER_MASK;
         self.health = Health {
-            last_counter: counter,
+            last_counter: health_counter(&*self.backend),
             last_change: Instant::now(),
             failed: None,
         };
