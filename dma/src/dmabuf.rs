@@ -39,7 +39,9 @@ use thiserror::Error;
 
 use crate::iommu::{Iommu, IommuError};
 use crate::iova::{IovaAllocator, IovaError};
-use crate::region::{small_page_size, volatile_copy_in, volatile_copy_out, volatile_fill};
+use crate::region::{
+    small_page_size, volatile_copy_in, volatile_copy_out, volatile_fill, volatile_read_words,
+};
 
 /// Why a dmabuf could not be imported, mapped, accessed or revoked.
 #[derive(Debug, Error)]
@@ -101,6 +103,14 @@ pub enum DmaBufError {
         len: usize,
         /// Bytes mapped.
         mapped: usize,
+    },
+    /// A word access at an address that is not a multiple of the word size.
+    #[error("word access at offset {offset:#x} of the dmabuf mapping is not {align}-byte aligned; use the byte copies")]
+    Misaligned {
+        /// Offset of the access from the mapping's first byte.
+        offset: usize,
+        /// Alignment the access needs, in bytes.
+        align: usize,
     },
     /// The mapping was revoked: neither the CPU nor the device may use it any more.
     #[error("the {exporter} dmabuf mapping was revoked; import the buffer again")]
@@ -737,6 +747,24 @@ impl DmaBufMapping {
         // SAFETY: `host_ptr` checked the range lies inside the live host mapping.
         unsafe { volatile_copy_in(at, data) };
         Ok(())
+    }
+
+    /// Reads `N` 64-bit words from offset `offset` of the range, one volatile load each, as the
+    /// bytes sit in memory (see [`crate::DmaRegion::read_words`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](Self::read), and [`DmaBufError::Misaligned`] when the address is not 8-byte
+    /// aligned.
+    #[inline]
+    pub fn read_words<const N: usize>(&self, offset: usize) -> Result<[u64; N], DmaBufError> {
+        let at = self.host_ptr(offset, N * 8)?;
+        if at as usize % 8 != 0 {
+            return Err(DmaBufError::Misaligned { offset, align: 8 });
+        }
+        // SAFETY: `host_ptr` checked the range lies inside the live host mapping; the address
+        // is 8-byte aligned (checked above).
+        Ok(unsafe { volatile_read_words(at) })
     }
 
     /// Sets `len` bytes from offset `offset` of the range to `byte`.

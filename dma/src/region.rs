@@ -464,6 +464,41 @@ impl DmaRegion {
         Ok(())
     }
 
+    /// Reads `N` consecutive 64-bit words starting at `offset`, one volatile load each, as the
+    /// bytes sit in memory (each word is `u64::from_ne_bytes` of its 8 bytes). For fixed-size
+    /// device structures (CQEs, WQE segments, packet headers) on the fast path: one bounds check
+    /// and no loop over bytes.
+    ///
+    /// # Errors
+    ///
+    /// [`DmaError::OutOfBounds`], or [`DmaError::Misaligned`] unless `offset` is a multiple of 8.
+    #[inline]
+    pub fn read_words<const N: usize>(&self, offset: usize) -> Result<[u64; N], DmaError> {
+        self.check(offset, N * 8, 8)?;
+        // SAFETY: `check` proved the `N * 8` bytes lie inside the live mapping and, the base
+        // being page-aligned, that the address is 8-byte aligned.
+        Ok(unsafe { volatile_read_words(self.ptr.as_ptr().add(offset)) })
+    }
+
+    /// Writes `words` as `N` consecutive 64-bit words starting at `offset`, one volatile store
+    /// each, in memory order (each word's bytes as `u64::to_ne_bytes` gives them).
+    ///
+    /// # Errors
+    ///
+    /// As [`read_words`](Self::read_words); nothing is written then.
+    #[inline]
+    pub fn write_words<const N: usize>(
+        &self,
+        offset: usize,
+        words: &[u64; N],
+    ) -> Result<(), DmaError> {
+        self.check(offset, N * 8, 8)?;
+        // SAFETY: `check` proved the `N * 8` bytes lie inside the live mapping and, the base
+        // being page-aligned, that the address is 8-byte aligned.
+        unsafe { volatile_write_words(self.ptr.as_ptr().add(offset), words) };
+        Ok(())
+    }
+
     /// Bytes of DMA memory leaked in this process because the IOMMU refused to unmap them
     /// (see the [module documentation](self)). Non-zero means the backend or device misbehaved.
     pub fn leaked_bytes() -> u64 {
@@ -614,6 +649,34 @@ pub(crate) unsafe fn volatile_copy_out(src: *const u8, dst: &mut [u8]) {
         // SAFETY: `i < len`, inside the mapping.
         dst[i] = unsafe { src.add(i).read_volatile() };
         i += 1;
+    }
+}
+
+/// Reads `N` 64-bit words from device-visible memory at `src`, one volatile load each.
+///
+/// # Safety
+///
+/// `src..src + N * 8` must be inside a live mapping and `src` 8-byte aligned.
+#[inline]
+pub(crate) unsafe fn volatile_read_words<const N: usize>(src: *const u8) -> [u64; N] {
+    let mut words = [0u64; N];
+    for (i, word) in words.iter_mut().enumerate() {
+        // SAFETY: word `i < N` lies inside the mapping and is aligned, by the caller's promise.
+        *word = unsafe { src.cast::<u64>().add(i).read_volatile() };
+    }
+    words
+}
+
+/// Writes `N` 64-bit words to device-visible memory at `dst`, one volatile store each.
+///
+/// # Safety
+///
+/// `dst..dst + N * 8` must be inside a live, writable mapping and `dst` 8-byte aligned.
+#[inline]
+pub(crate) unsafe fn volatile_write_words<const N: usize>(dst: *mut u8, words: &[u64; N]) {
+    for (i, &word) in words.iter().enumerate() {
+        // SAFETY: word `i < N` lies inside the mapping and is aligned, by the caller's promise.
+        unsafe { dst.cast::<u64>().add(i).write_volatile(word) };
     }
 }
 

@@ -7,11 +7,12 @@ use cxdirect_dma::DmaRegion;
 use cxdirect_hw::cqe::{self, CqeOpcode, CQE_SIZE};
 use std::sync::atomic::{fence, Ordering};
 
-/// A copy of one 64-byte CQE as the device wrote it. Any bytes are a valid `Cqe`: accessors
-/// only decode, and callers check the decoded values before using them.
+/// A copy of one 64-byte CQE as the device wrote it, kept as the eight words it was read with
+/// (memory order). Any bytes are a valid `Cqe`: accessors only decode, and callers check the
+/// decoded values before using them.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Cqe {
-    bytes: [u8; CQE_SIZE],
+    words: [u64; CQE_SIZE / 8],
 }
 
 impl std::fmt::Debug for Cqe {
@@ -27,29 +28,49 @@ impl std::fmt::Debug for Cqe {
 
 impl Cqe {
     /// A CQE from its 64 bytes as they sit in the ring.
-    pub const fn from_bytes(bytes: [u8; CQE_SIZE]) -> Self {
-        Self { bytes }
+    pub fn from_bytes(bytes: [u8; CQE_SIZE]) -> Self {
+        let mut words = [0u64; CQE_SIZE / 8];
+        for (word, chunk) in words.iter_mut().zip(bytes.chunks_exact(8)) {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(chunk);
+            *word = u64::from_ne_bytes(b);
+        }
+        Self { words }
+    }
+
+    /// A CQE from the eight words it was read with (memory order).
+    #[inline]
+    pub(crate) const fn from_words(words: [u64; CQE_SIZE / 8]) -> Self {
+        Self { words }
     }
 
     /// The raw bytes.
-    pub const fn bytes(&self) -> &[u8; CQE_SIZE] {
-        &self.bytes
+    pub fn to_bytes(&self) -> [u8; CQE_SIZE] {
+        let mut bytes = [0u8; CQE_SIZE];
+        for (chunk, word) in bytes.chunks_exact_mut(8).zip(self.words) {
+            chunk.copy_from_slice(&word.to_ne_bytes());
+        }
+        bytes
     }
 
+    /// The byte at offset `at` (0..64).
+    #[inline]
+    fn byte(&self, at: usize) -> u8 {
+        self.words[at / 8].to_ne_bytes()[at % 8]
+    }
+
+    /// The big-endian 32-bit field at offset `at` (a multiple of 4).
     #[inline]
     fn be32(&self, at: usize) -> u32 {
-        u32::from_be_bytes([
-            self.bytes[at],
-            self.bytes[at + 1],
-            self.bytes[at + 2],
-            self.bytes[at + 3],
-        ])
+        let word = self.words[at / 8].to_ne_bytes();
+        let i = at % 8;
+        u32::from_be_bytes([word[i], word[i + 1], word[i + 2], word[i + 3]])
     }
 
     /// Opcode, bits 7:4 of the last byte (0..=15; see [`CqeOpcode`]).
     #[inline]
     pub fn opcode(&self) -> u8 {
-        self.bytes[0x3f] >> 4
+        self.byte(0x3f) >> 4
     }
 
     /// True for a send completion without error ([`CqeOpcode::Req`]).
@@ -74,7 +95,7 @@ impl Cqe {
     /// Index (16 bits, wrapping) of the WQE this CQE completes.
     #[inline]
     pub fn wqe_counter(&self) -> u16 {
-        u16::from_be_bytes([self.bytes[0x3c], self.bytes[0x3d]])
+        (self.be32(0x3c) >> 16) as u16
     }
 
     /// Send or receive queue number (24 bits).
@@ -98,32 +119,32 @@ impl Cqe {
     /// Syndrome of an error CQE (`LOCAL_PROT_ERR` 0x04, `WR_FLUSH_ERR` 0x05, ...).
     #[inline]
     pub fn syndrome(&self) -> u8 {
-        self.bytes[ERR_CQE_SYNDROME]
+        self.byte(ERR_CQE_SYNDROME)
     }
 
     /// L3 header type (0 none, 1 IPv6, 2 IPv4).
     pub fn l3_type(&self) -> u8 {
-        (self.bytes[0x1d] >> 2) & 0x3
+        (self.byte(0x1d) >> 2) & 0x3
     }
 
     /// L4 header type (0 none, 1 TCP, 2 UDP, 3-4 TCP with flags).
     pub fn l4_type(&self) -> u8 {
-        (self.bytes[0x1d] >> 4) & 0x7
+        (self.byte(0x1d) >> 4) & 0x7
     }
 
     /// The device verified the IP header checksum.
     pub fn l3_ok(&self) -> bool {
-        self.bytes[0x1c] & 0x02 != 0
+        self.byte(0x1c) & 0x02 != 0
     }
 
     /// The device verified the TCP/UDP checksum.
     pub fn l4_ok(&self) -> bool {
-        self.bytes[0x1c] & 0x04 != 0
+        self.byte(0x1c) & 0x04 != 0
     }
 
     /// RSS hash, when the device computed one (non-zero hash type).
     pub fn rss_hash(&self) -> Option<u32> {
-        (self.bytes[0x10] != 0).then(|| self.be32(0x0c))
+        (self.byte(0x10) != 0).then(|| self.be32(0x0c))
     }
 }
 
@@ -157,15 +178,18 @@ impl CqRing {
         }
     }
 
+    #[inline]
     fn slot_offset(&self, index: u32) -> usize {
         (index & ((1 << self.log_size) - 1)) as usize * CQE_SIZE
     }
 
     /// The owner bit a CQE written for consumer index `index` carries.
+    #[inline]
     fn owner_for(&self, index: u32) -> u8 {
         ((index >> self.log_size) & 1) as u8
     }
 
+    #[inline]
     fn op_own_at(&self, index: u32) -> Option<u8> {
         let last = self
             .region
@@ -219,16 +243,16 @@ impl CqRing {
         if cqe::sw_owns(self.op_own_at(self.ci)?, self.ci, self.log_size) {
             return self.copy(self.ci);
         }
-        let mut bytes = self.copy(self.ci)?.bytes;
+        let mut bytes = self.copy(self.ci)?.to_bytes();
         bytes[CQE_SIZE - 1] = (CqeOpcode::Invalid as u8) << 4 | self.owner_for(self.ci);
         Some(Cqe::from_bytes(bytes))
     }
 
+    #[inline]
     fn copy(&self, index: u32) -> Option<Cqe> {
         fence(Ordering::Acquire);
-        let mut bytes = [0u8; CQE_SIZE];
-        self.region.read(self.slot_offset(index), &mut bytes).ok()?;
-        Some(Cqe::from_bytes(bytes))
+        let words = self.region.read_words(self.slot_offset(index)).ok()?;
+        Some(Cqe::from_words(words))
     }
 
     #[inline]

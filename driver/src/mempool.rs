@@ -69,6 +69,15 @@ impl PoolMemory {
         }
     }
 
+    /// `N` words at `offset` (8-byte aligned), as the bytes sit in memory.
+    #[inline]
+    fn read_words<const N: usize>(&self, offset: usize) -> Option<[u64; N]> {
+        match self {
+            PoolMemory::Region(r) => r.read_words(offset).ok(),
+            PoolMemory::DmaBuf(m) => m.read_words(offset).ok(),
+        }
+    }
+
     /// The trimmed page list a memory key over the pool is programmed with.
     pub(crate) fn pages(&self) -> PageList {
         match self {
@@ -469,6 +478,18 @@ impl Mbuf {
             return 0;
         }
         n
+    }
+
+    /// The first `N * 8` bytes of the buffer from the packet's first byte, as `N` words in memory
+    /// order, when the packet starts on an 8-byte boundary (the send path's inlined headers, read
+    /// with `N` loads). Bytes past the packet's end are whatever the buffer holds; `None` when
+    /// the words would leave the buffer or are not aligned.
+    #[inline]
+    pub(crate) fn head_words<const N: usize>(&self) -> Option<[u64; N]> {
+        if N * 8 > self.capacity() {
+            return None;
+        }
+        self.pool.region.read_words(self.data_offset())
     }
 
     /// Overwrites packet bytes at `offset` (within the current length).

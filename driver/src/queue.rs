@@ -179,6 +179,7 @@ impl<B: Backend> TxQueue<B> {
             return 0;
         }
         let mut last_bbs = 0u16;
+        let mut last_index = 0u16;
         let mut posted = 0usize;
         let mut count = 0usize;
         // Taken out for the burst so `build` can borrow the queue; put back at the end.
@@ -194,19 +195,27 @@ impl<B: Backend> TxQueue<B> {
                 count += 1;
                 continue;
             }
-            let Some(size) = self.build(m, &mut scratch.wqe) else {
-                // Does not fit the ring now: stop here, the rest stay queued.
-                break;
-            };
-            let bbs = size.div_ceil(WQE_BB) as u16;
             let index = self.pi;
-            for bb in 0..usize::from(bbs) {
-                let at = usize::from(index.wrapping_add(bb as u16) & self.mask()) * WQE_BB;
-                let _ = self
-                    .ring
-                    .write(at, &scratch.wqe[bb * WQE_BB..(bb + 1) * WQE_BB]);
-            }
+            let bbs = if let Some(words) = self.single_bb_wqe(m, len) {
+                let at = usize::from(index & self.mask()) * WQE_BB;
+                let _ = self.ring.write_words(at, &words);
+                1
+            } else {
+                let Some(size) = self.build(m, &mut scratch.wqe) else {
+                    // Does not fit the ring now: stop here, the rest stay queued.
+                    break;
+                };
+                let bbs = size.div_ceil(WQE_BB) as u16;
+                for bb in 0..usize::from(bbs) {
+                    let at = usize::from(index.wrapping_add(bb as u16) & self.mask()) * WQE_BB;
+                    let _ = self
+                        .ring
+                        .write(at, &scratch.wqe[bb * WQE_BB..(bb + 1) * WQE_BB]);
+                }
+                bbs
+            };
             last_bbs = bbs;
+            last_index = index;
             scratch.slots[count] = u32::from(index);
             // Later WQEs of the same packet's slot range hold no buffer.
             self.pi = self.pi.wrapping_add(bbs);
@@ -222,13 +231,87 @@ impl<B: Backend> TxQueue<B> {
             }
         }
         if posted > 0 {
-            // The scratch still holds the burst's last WQE.
-            let mut last = [0u8; WQE_BB];
-            last.copy_from_slice(&scratch.wqe[..WQE_BB]);
-            self.ring_doorbell(&last, last_bbs, posted == 1);
+            self.ring_doorbell(last_index, last_bbs, posted == 1);
         }
         self.scratch = Some(scratch);
         count
+    }
+
+    /// The WQE for `m` at the producer index as the eight words of one basic block, for the
+    /// common shapes that fit one: a single-segment packet without a VLAN tag to insert, sent
+    /// with its 18 header bytes inline (longer than that) or with nothing inline. `None` sends
+    /// the packet through [`TxQueue::build`] instead (other shapes, a packet not on an 8-byte
+    /// boundary, or a full ring); nothing is changed then.
+    #[inline]
+    fn single_bb_wqe(&mut self, m: &Mbuf, len: usize) -> Option<[u64; WQE_BB / 8]> {
+        if m.is_chained() || m.flags.tx_vlan.is_some() || self.free() == 0 {
+            return None;
+        }
+        let headers_inline = match self.inline {
+            InlineMode::None => false,
+            InlineMode::Headers => true,
+            InlineMode::Full if len > self.inline_max => true,
+            InlineMode::Full => return None,
+        };
+        let mut wqe = [0u8; WQE_BB];
+        let ds = if headers_inline {
+            if len <= ETH_INLINE {
+                return None;
+            }
+            let head: [u64; 3] = m.head_words()?;
+            let mut bytes = [0u8; 24];
+            for (chunk, word) in bytes.chunks_exact_mut(8).zip(head) {
+                chunk.copy_from_slice(&word.to_ne_bytes());
+            }
+            wqe[16..32].copy_from_slice(&wqe::encode_eth(
+                m.flags.tx_ip_csum,
+                m.flags.tx_l4_csum,
+                None,
+                ETH_INLINE as u16,
+                [bytes[0], bytes[1]],
+            ));
+            wqe[32..48].copy_from_slice(&bytes[2..ETH_INLINE]);
+            wqe[48..64].copy_from_slice(&wqe::encode_data(
+                (len - ETH_INLINE) as u32,
+                m.lkey(),
+                m.data_iova() + ETH_INLINE as u64,
+            ));
+            4
+        } else {
+            wqe[16..32].copy_from_slice(&wqe::encode_eth(
+                m.flags.tx_ip_csum,
+                m.flags.tx_l4_csum,
+                None,
+                0,
+                [0, 0],
+            ));
+            wqe[32..48].copy_from_slice(&wqe::encode_data(len as u32, m.lkey(), m.data_iova()));
+            3
+        };
+        let ce = self.completion_request(1);
+        wqe[..16].copy_from_slice(&wqe::encode_ctrl(
+            wqe::opcode::SEND,
+            self.pi,
+            self.sqn,
+            ds,
+            ce,
+        ));
+        Some(bytes_to_words(&wqe))
+    }
+
+    /// Counts one more WQE of `bbs` basic blocks towards the next completion request and says
+    /// whether this one asks for a CQE: every `cqe_every` WQEs, and always when the ring is
+    /// nearly full, so the space is reported back before the driver runs out of it.
+    #[inline]
+    fn completion_request(&mut self, bbs: u16) -> u8 {
+        self.since_cqe += 1;
+        let free_after = self.free().saturating_sub(bbs);
+        if self.since_cqe >= self.cqe_every || free_after < 2 * (MAX_WQE / WQE_BB) as u16 {
+            self.since_cqe = 0;
+            wqe::completion::ALWAYS
+        } else {
+            0
+        }
     }
 
     /// Builds the WQE for `m` at the producer index into `wqe`; returns its size in bytes, or
@@ -272,18 +355,7 @@ impl<B: Backend> TxQueue<B> {
         if size > MAX_WQE || bbs as u16 > self.free() {
             return None;
         }
-        self.since_cqe += 1;
-        let free_after = self.free().saturating_sub(bbs as u16);
-        let completion =
-            self.since_cqe >= self.cqe_every || free_after < 2 * (MAX_WQE / WQE_BB) as u16;
-        if completion {
-            self.since_cqe = 0;
-        }
-        let ce = if completion {
-            wqe::completion::ALWAYS
-        } else {
-            0
-        };
+        let ce = self.completion_request(bbs as u16);
         let ds = (size / WQE_DS) as u8;
         wqe[..16].copy_from_slice(&wqe::encode_ctrl(
             wqe::opcode::SEND,
@@ -339,9 +411,11 @@ impl<B: Backend> TxQueue<B> {
         Some(size)
     }
 
-    /// Publishes the burst: doorbell record, then one UAR write (the whole WQE as BlueFlame when
-    /// it is alone and fits one basic block).
-    fn ring_doorbell(&mut self, last: &[u8; WQE_BB], last_bbs: u16, alone: bool) {
+    /// Publishes the burst: doorbell record, then one UAR write carrying the first basic block
+    /// of the burst's last WQE (at ring index `last_index`): all of it as BlueFlame when that
+    /// WQE is alone and fits one basic block, else its first 8 bytes.
+    fn ring_doorbell(&mut self, last_index: u16, last_bbs: u16, alone: bool) {
+        let last_at = usize::from(last_index & self.mask()) * WQE_BB;
         // WQEs before the record, the record before the doorbell.
         fence(Ordering::SeqCst);
         let _ = self.dbr.write_u32_be(4, u32::from(self.pi));
@@ -352,12 +426,13 @@ impl<B: Backend> TxQueue<B> {
         self.bf_half = !self.bf_half;
         self.stats.doorbells += 1;
         if self.blueflame && alone && last_bbs == 1 {
-            self.backend.write_bf(offset, last);
+            let mut last = [0u8; WQE_BB];
+            let _ = self.ring.read(last_at, &mut last);
+            self.backend.write_bf(offset, &last);
             self.stats.blueflame += 1;
         } else {
-            let mut first = [0u8; 8];
-            first.copy_from_slice(&last[..8]);
-            self.backend.write64(offset, first);
+            let first: [u64; 1] = self.ring.read_words(last_at).unwrap_or_default();
+            self.backend.write64(offset, first[0].to_ne_bytes());
         }
     }
 
@@ -443,6 +518,29 @@ impl<B: Backend> Drop for TxQueue<B> {
     }
 }
 
+/// The first basic block of `wqe` as eight words in memory order.
+#[inline]
+fn bytes_to_words(wqe: &[u8]) -> [u64; WQE_BB / 8] {
+    let mut words = [0u64; WQE_BB / 8];
+    for (word, chunk) in words.iter_mut().zip(wqe.chunks_exact(8)) {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(chunk);
+        *word = u64::from_ne_bytes(b);
+    }
+    words
+}
+
+/// A 16-byte WQE segment as two words in memory order.
+#[inline]
+pub(crate) fn seg_words(seg: &[u8; 16]) -> [u64; 2] {
+    let [a, b] = [&seg[..8], &seg[8..]].map(|half| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(half);
+        u64::from_ne_bytes(w)
+    });
+    [a, b]
+}
+
 /// Most packets one `tx_burst` or `rx_burst` call moves.
 pub const MAX_BURST: usize = 256;
 /// Largest send WQE the driver builds, in bytes.
@@ -505,7 +603,7 @@ impl<B: Backend> RxQueue<B> {
         let posted = pool.alloc_each(empty, |m| {
             let slot = usize::from(*pi & mask);
             let seg = wqe::encode_data(m.capacity() as u32, m.lkey(), m.data_iova());
-            let _ = ring.write(slot * 16, &seg);
+            let _ = ring.write_words(slot * 16, &seg_words(&seg));
             slots[slot] = Some(m);
             *pi = pi.wrapping_add(1);
         });

@@ -173,7 +173,9 @@ impl SharedRing {
                 break;
             };
             let seg = wqe::encode_data(m.capacity() as u32, m.lkey(), m.data_iova());
-            let _ = self.ring.write(slot * 16, &seg);
+            let _ = self
+                .ring
+                .write_words(slot * 16, &crate::queue::seg_words(&seg));
             let counter = st.pi;
             st.slots[slot] = Some((counter, m));
             st.pi = st.pi.wrapping_add(1);

@@ -38,7 +38,7 @@ fn cqe_bytes() -> impl Strategy<Value = [u8; 64]> {
 /// Checks every invariant of one decoded CQE; shared by the two property tests.
 fn check(bytes: [u8; 64]) -> Result<(), TestCaseError> {
     let c = Cqe::from_bytes(bytes);
-    prop_assert_eq!(c.bytes(), &bytes, "the copy is the bytes given");
+    prop_assert_eq!(c.to_bytes(), bytes, "the copy is the bytes given");
     let view = Cqe64::new(&bytes[..]).expect("64 bytes fit the CQE layout");
     let err = ErrCqe::new(&bytes[..]).expect("64 bytes fit the error CQE layout");
 

@@ -13,7 +13,7 @@ fuzz_target!(|data: &[u8]| {
     let n = data.len().min(64);
     bytes[..n].copy_from_slice(&data[..n]);
     let c = Cqe::from_bytes(bytes);
-    assert_eq!(c.bytes(), &bytes);
+    assert_eq!(c.to_bytes(), bytes);
     let view = Cqe64::new(&bytes[..]).expect("64 bytes fit the CQE layout");
     let err = ErrCqe::new(&bytes[..]).expect("64 bytes fit the error CQE layout");
 
