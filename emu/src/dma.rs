@@ -6,7 +6,6 @@
 //!
 //! This is the model's DMA room: the only place it touches memory through raw pointers.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use thiserror::Error;
@@ -205,10 +204,66 @@ pub struct DmaCounters {
     pub faults: AtomicU64,
 }
 
+/// Mappings sorted by IOVA: a binary search per device access (a tree walk costs several
+/// times more for the thousands of page-sized mappings firmware pages make).
+#[derive(Debug, Default)]
+struct MapTable {
+    entries: Vec<(u64, Mapping)>,
+}
+
+impl MapTable {
+    /// The mapping with the highest start `<= iova`.
+    #[inline]
+    fn covering_start(&self, iova: u64) -> Option<(u64, &Mapping)> {
+        let after = self.entries.partition_point(|(start, _)| *start <= iova);
+        let (start, m) = self.entries.get(after.checked_sub(1)?)?;
+        Some((*start, m))
+    }
+
+    /// The mapping with the highest start `< end`.
+    fn last_starting_before(&self, end: u64) -> Option<(u64, &Mapping)> {
+        self.covering_start(end.checked_sub(1)?)
+    }
+
+    fn position(&self, iova: u64) -> Result<usize, usize> {
+        self.entries
+            .binary_search_by_key(&iova, |(start, _)| *start)
+    }
+
+    fn insert(&mut self, iova: u64, m: Mapping) {
+        match self.position(iova) {
+            Ok(i) => self.entries[i].1 = m,
+            Err(i) => self.entries.insert(i, (iova, m)),
+        }
+    }
+
+    fn get(&self, iova: u64) -> Option<&Mapping> {
+        self.position(iova).ok().map(|i| &self.entries[i].1)
+    }
+
+    fn get_mut(&mut self, iova: u64) -> Option<&mut Mapping> {
+        self.position(iova).ok().map(|i| &mut self.entries[i].1)
+    }
+
+    fn remove(&mut self, iova: u64) {
+        if let Ok(i) = self.position(iova) {
+            self.entries.remove(i);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
 /// IOVA → host memory translation for one PCI function.
 #[derive(Debug, Default)]
 pub struct Iommu {
-    maps: RwLock<BTreeMap<u64, Mapping>>,
+    maps: RwLock<MapTable>,
     /// Ranges whose device accesses are counted ([`Iommu::watch`]); `watching` says whether
     /// there are any, so unwatched accesses pay one load.
     watches: RwLock<Vec<(u64, u64, Arc<AtomicU64>)>>,
@@ -243,7 +298,7 @@ impl Iommu {
         }
         let mut maps = self.maps.write().unwrap_or_else(|e| e.into_inner());
         let end = iova + len;
-        if let Some((&start, m)) = maps.range(..end).next_back() {
+        if let Some((start, m)) = maps.last_starting_before(end) {
             if start + m.len > iova {
                 return Err(MapError::Overlap { iova, len });
             }
@@ -274,7 +329,7 @@ impl Iommu {
         // ever accessed through copies.
         unsafe { self.map(iova, host, len, access) }?;
         let mut maps = self.maps.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(m) = maps.get_mut(&iova) {
+        if let Some(m) = maps.get_mut(iova) {
             m._owner = Some(region);
         }
         Ok(())
@@ -283,9 +338,9 @@ impl Iommu {
     /// Removes the mapping that starts at `iova` and is `len` bytes long.
     pub fn unmap(&self, iova: u64, len: u64) -> Result<(), MapError> {
         let mut maps = self.maps.write().unwrap_or_else(|e| e.into_inner());
-        match maps.get(&iova) {
+        match maps.get(iova) {
             Some(m) if m.len == len => {
-                maps.remove(&iova);
+                maps.remove(iova);
                 Ok(())
             }
             _ => Err(MapError::NotMapped { iova, len }),
@@ -337,7 +392,7 @@ impl Iommu {
     /// IOMMU maps them one at a time) are walked across; a hole, or a read-only mapping for a
     /// write, is a fault reported before `each` runs at all, so a refused access changes nothing.
     fn walk(
-        maps: &BTreeMap<u64, Mapping>,
+        maps: &MapTable,
         iova: u64,
         len: usize,
         write: bool,
@@ -347,7 +402,7 @@ impl Iommu {
         let unmapped = DmaError::Unmapped { kind, iova, len };
         let end = iova.checked_add(len as u64).ok_or(unmapped)?;
         let piece_at = |cur: u64| -> Result<(usize, u64), DmaError> {
-            let (&start, m) = maps.range(..=cur).next_back().ok_or(unmapped)?;
+            let (start, m) = maps.covering_start(cur).ok_or(unmapped)?;
             if cur >= start + m.len {
                 return Err(unmapped);
             }
@@ -359,6 +414,12 @@ impl Iommu {
                 (start + m.len).min(end) - cur,
             ))
         };
+        // One mapping covering the whole range (the usual case): one lookup.
+        let (host, n) = piece_at(iova)?;
+        if n == len as u64 {
+            each(host, 0, len);
+            return Ok(());
+        }
         // Check the whole range first, then copy.
         let mut cur = iova;
         while cur < end {

@@ -59,3 +59,55 @@ fn a_hole_or_a_read_only_page_refuses_the_whole_access() {
         2
     );
 }
+
+#[test]
+fn lookups_at_every_edge_of_many_mappings_find_the_right_one() {
+    let iommu = Iommu::new();
+    // Mapped out of order, with gaps, as firmware pages and rings are.
+    let order = [5u64, 0, 9, 2, 7, 1, 8, 3, 6, 4];
+    let mut regions = Vec::new();
+    for &i in &order {
+        let r = HostRegion::new(4096).unwrap();
+        r.write(0, &[i as u8; 4096]).unwrap();
+        iommu
+            .map_region(0x40_0000 + i * 0x2000, r.clone(), Access::ReadWrite)
+            .unwrap();
+        regions.push(r);
+    }
+    for i in 0..10u64 {
+        let base = 0x40_0000 + i * 0x2000;
+        for at in [base, base + 4095] {
+            let mut b = [0u8; 1];
+            iommu.read(at, &mut b).unwrap();
+            assert_eq!(b[0], i as u8, "byte at {at:#x}");
+        }
+        // The gap after each mapping, and the byte before the first.
+        let mut b = [0u8; 1];
+        assert!(iommu.read(base + 4096, &mut b).is_err(), "gap after {i}");
+        assert!(
+            !iommu.is_mapped(base + 4095, 2, false),
+            "across the gap after {i}"
+        );
+    }
+    assert!(iommu.read(0x40_0000 - 1, &mut [0u8; 1]).is_err());
+    // Overlaps on either side are refused; a mapping filling a gap exactly is not.
+    let extra = HostRegion::new(4096).unwrap();
+    assert!(iommu
+        .map_region(0x40_0000 + 0x1800, extra.clone(), Access::ReadWrite)
+        .is_err());
+    assert!(iommu
+        .map_region(0x40_0000 + 0x800, extra.clone(), Access::ReadWrite)
+        .is_err());
+    iommu
+        .map_region(0x40_0000 + 0x1000, extra.clone(), Access::ReadWrite)
+        .unwrap();
+    // Mappings 0, the filler and 1 now touch: one access spans all three.
+    assert!(iommu.is_mapped(0x40_0000, 0x3000, true));
+    assert!(!iommu.is_mapped(0x40_0000, 0x3001, true));
+    assert_eq!(iommu.mapping_count(), 11);
+    // Unmapping takes exactly the mapping named.
+    assert!(iommu.unmap(0x40_0000 + 0x1000, 4095).is_err());
+    iommu.unmap(0x40_0000 + 0x1000, 4096).unwrap();
+    assert!(iommu.read(0x40_0000 + 0x1000, &mut [0u8; 1]).is_err());
+    assert_eq!(iommu.mapping_count(), 10);
+}

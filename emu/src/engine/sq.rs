@@ -33,6 +33,17 @@ impl Default for SendScratch {
     }
 }
 
+impl SendScratch {
+    /// An empty stand-in, holding no memory, while the real scratch is in use.
+    fn placeholder() -> Self {
+        Self {
+            wqe: Vec::new(),
+            frame: Vec::new(),
+            tagged: Vec::new(),
+        }
+    }
+}
+
 /// A BlueFlame copy of the WQE the doorbell announced.
 pub(crate) struct BlueFlame<'a> {
     pub bytes: &'a [u8],
@@ -81,7 +92,8 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, first8: [u8; 8], bf: Option<Bl
     if bf.is_some() {
         add(&core.counters.bf_writes, 1);
     }
-    let mut scratch = std::mem::take(&mut core.send_scratch);
+    // Swapped out for an unallocated placeholder: taking it must not allocate per doorbell.
+    let mut scratch = std::mem::replace(&mut core.send_scratch, SendScratch::placeholder());
     let mut index = consumed;
     while index != pi {
         let use_bf = bf

@@ -1,7 +1,7 @@
 //! NIC receive flow steering: flow tables, groups (a match mask over an index range), entries
 //! (a match value and an action) and the root table. Received frames are matched here.
 
-use super::objects::{FlowEntry, FlowGroup, FlowTable};
+use super::objects::{match_word, FlowEntry, FlowGroup, FlowTable, MATCH_WORDS};
 use super::transport::table_full;
 use super::{bad_param, bad_res, bad_state, input_as, output_as, CmdResult, Core, Syndrome};
 use crate::packet::{IpAddrs, L3Kind, L4Kind, Parsed};
@@ -142,14 +142,9 @@ pub(crate) fn create_flow_group(core: &mut Core, input: &[u8], output: &mut [u8]
     let mut criteria = Box::new([0u8; MATCH_PARAM_SIZE]);
     criteria.copy_from_slice(cmd.match_criteria().as_bytes());
     mask_disabled_parts(&mut criteria, cmd.match_criteria_enable());
-    table.groups.insert(
-        group_id,
-        FlowGroup {
-            start,
-            end,
-            criteria,
-        },
-    );
+    table
+        .groups
+        .insert(group_id, FlowGroup::new(start, end, criteria));
     core.res.next_group += 1;
     output_as!(CreateFlowGroupOut<&mut [u8]>, output).set_group_id(group_id);
     Ok(())
@@ -446,19 +441,17 @@ pub(crate) fn steer(core: &Core, param: &[u8; MATCH_PARAM_SIZE]) -> Verdict {
     let Some(mut table_id) = core.res.rx_root else {
         return Verdict::Drop;
     };
+    let words: [u64; MATCH_WORDS] = std::array::from_fn(|i| match_word(param, i));
     let mut tirs = Vec::new();
     for _ in 0..MAX_HOPS {
         let Some(table) = core.res.flow_tables.get(table_id) else {
             return Verdict::Drop;
         };
         let hit = table.entries.values().find(|entry| {
-            table.groups.get(&entry.group).is_some_and(|group| {
-                param
-                    .iter()
-                    .zip(group.criteria.iter())
-                    .zip(entry.value.iter())
-                    .all(|((p, m), v)| p & m == *v)
-            })
+            table
+                .groups
+                .get(&entry.group)
+                .is_some_and(|group| group.matches(&words, &entry.value))
         });
         match hit {
             Some(entry) if entry.action & FLOW_CONTEXT_ACTION_FWD_DEST != 0 => {
