@@ -21,7 +21,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use thiserror::Error;
 
 /// BAR0 offset of the MSI-X table.
@@ -79,6 +79,8 @@ struct Shared {
     iommu: Arc<Iommu>,
     counters: Arc<Counters>,
     exec: ExecMode,
+    /// See [`crate::EmuConfig::poll_window`].
+    poll_window: Duration,
     bar_size: u64,
     link: Mutex<Option<Link>>,
     /// CQ doorbell high words written as 32-bit halves, per UAR.
@@ -137,6 +139,7 @@ impl Device {
         let config = ConfigSpace::new(layout).unwrap_or_default();
         let msix = MsixTable::new(cfg.msix_vectors).unwrap_or_default();
         let exec = cfg.exec;
+        let poll_window = cfg.poll_window;
         let bar_size = cfg.bar0_size;
         let shared = Arc::new(Shared {
             core: Mutex::new(Core::new(cfg, iommu.clone(), counters.clone())),
@@ -145,6 +148,7 @@ impl Device {
             iommu,
             counters,
             exec,
+            poll_window,
             bar_size,
             link: Mutex::new(None),
             cq_db_high: Mutex::new(Default::default()),
@@ -599,6 +603,7 @@ fn pump_rx(shared: &Shared) {
 }
 
 fn device_thread(shared: Weak<Shared>) {
+    let mut last_work = Instant::now();
     loop {
         let Some(shared) = shared.upgrade() else {
             return;
@@ -635,7 +640,12 @@ fn device_thread(shared: Weak<Shared>) {
                 }
             }
         }
-        if !did_work {
+        if did_work {
+            last_work = Instant::now();
+        } else if last_work.elapsed() < shared.poll_window {
+            // Polling: look again without sleeping, yielding the core to whoever else runs.
+            std::thread::yield_now();
+        } else {
             let pending = lock(&shared.pending);
             if pending.is_empty() && !shared.stop.load(Ordering::Relaxed) {
                 let _ = shared
