@@ -4,7 +4,7 @@
 //! and raise the RMP's limit event when its posted WQEs fall below the armed watermark.
 
 use crate::counters::{add, QueueKind};
-use crate::faults::Fault;
+use crate::faults::{DmaQueue, Fault, UNMAPPED_IOVA};
 use crate::fw::mkey::translate;
 use crate::fw::objects::{QState, RqMemory, TirDispatch, WorkQueue};
 use crate::fw::steering::{frame_match_param, steer, Verdict};
@@ -197,9 +197,18 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
         Fault::ReceiveError { rqn: r, syndrome } if *r == rqn => Some(*syndrome),
         _ => None,
     });
+    let unmapped = injected.is_none()
+        && fetched
+        && core
+            .faults
+            .take(|f| {
+                matches!(f, Fault::UnmappedDma { queue: DmaQueue::Receive(r) } if *r == rqn)
+                    .then_some(())
+            })
+            .is_some();
     let scattered = match injected {
         Some(syndrome) => Err(syndrome),
-        None if fetched => scatter(core, &wqe[..stride], pd, frame),
+        None if fetched => scatter(core, &wqe[..stride], pd, frame, unmapped),
         None => Err(CqeSyndrome::LocalProtection),
     };
     match scattered {
@@ -215,6 +224,11 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
             }
             if crate::engine::cq::post(core, cqn, &mut cqe).is_ok() {
                 core.queue_counters.get_mut(QueueKind::Rq, rqn).cqes += 1;
+            } else {
+                // The frame is in the buffer but its completion has nowhere to go (CQ in
+                // error): it is lost, and the RQ stops with it.
+                add(&core.counters.completions_lost, 1);
+                enter_error(core, rqn);
             }
         }
         Err(syndrome) => {
@@ -229,7 +243,9 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
                     err.set_srqn(rmpn);
                 }
             }
-            let _ = crate::engine::cq::post(core, cqn, &mut cqe);
+            if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
+                add(&core.counters.completions_lost, 1);
+            }
             core.queue_counters.get_mut(QueueKind::Rq, rqn).errors += 1;
             enter_error(core, rqn);
         }
@@ -239,8 +255,15 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
     }
 }
 
-/// Scatters `frame` into the WQE's data segments.
-fn scatter(core: &Core, wqe: &[u8], pd: u32, frame: &[u8]) -> Result<(), CqeSyndrome> {
+/// Scatters `frame` into the WQE's data segments; `unmapped`: the writes go to an IOVA no
+/// mapping covers ([`Fault::UnmappedDma`]).
+fn scatter(
+    core: &Core,
+    wqe: &[u8],
+    pd: u32,
+    frame: &[u8],
+    unmapped: bool,
+) -> Result<(), CqeSyndrome> {
     let mut done = 0usize;
     for seg in wqe.chunks_exact(WQE_DS) {
         if done == frame.len() {
@@ -266,6 +289,7 @@ fn scatter(core: &Core, wqe: &[u8], pd: u32, frame: &[u8]) -> Result<(), CqeSynd
             |iova, off, len| {
                 add(&core.counters.payload_writes, 1);
                 add(&core.counters.payload_write_bytes, len);
+                let iova = if unmapped { UNMAPPED_IOVA + off } else { iova };
                 core.dma_write(iova, &piece[off as usize..(off + len) as usize])
                     .map_err(|_| crate::fw::mkey::KeyFault::Bounds)
             },
