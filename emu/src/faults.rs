@@ -71,6 +71,16 @@ pub enum Fault {
         /// The queue whose next buffer access faults.
         queue: DmaQueue,
     },
+    /// The next frame steered to RQ `rqn` takes its receive WQE, but its payload write and
+    /// completion stay in flight (a slow DMA) until [`crate::Device::land_late_writes`], or
+    /// until the RQ is reset or destroyed (the device finishes in-flight DMA before such a
+    /// command completes). The write then lands where the WQE pointed, whatever the driver did
+    /// with the buffer meanwhile: a driver that handed it out again is caught. A function
+    /// reset drops it.
+    LateReceive {
+        /// Receive queue number.
+        rqn: u32,
+    },
     /// An event of `event_type` with `data` is posted to the EQ subscribed to that type (the
     /// async EQ for everything but completions).
     RawEvent {
