@@ -16,13 +16,15 @@
 use crate::emulated::EmuBackend;
 use crate::testpmd::{Generator, Verifier};
 use cxdirect::{
-    Device, DriverError, Mbuf, Options, Port, PortConfig, PortRecovery, Queues, Recovery, RxQueue,
-    TxQueue,
+    Device, DriverError, Mbuf, Mempool, Options, PoolRevocation, Port, PortConfig, PortRecovery,
+    Queues, Recovery, RxQueue, TxQueue,
 };
+use cxdirect_dma::{export, DmaBuf, DmaBufMapping, DmaBufMode};
 use cxdirect_emu::counters::CountersSnapshot;
-use cxdirect_emu::{Device as Model, EmuConfig, Fault};
+use cxdirect_emu::{Device as Model, DmaQueue, EmuConfig, Fault};
 use cxdirect_hw::cqe::CqeSyndrome;
 use cxdirect_hw::init_seg::health_syndrome;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// One class of injected fault.
@@ -51,11 +53,23 @@ pub enum FaultClass {
     HealthStall,
     /// The function's registers read all-ones (fell off the bus), on either function in turn.
     NotResponding,
+    /// A CQ overruns (the device finds it full), on the send CQ and the receive CQ in turn: the
+    /// CQ goes to error, its queue stops without an error completion, and the driver learns
+    /// of it from the CQ error event; the queue and its CQ are destroyed and created again.
+    CqOverrun,
+    /// A buffer access to an IOVA the IOMMU does not map, on the send queue (gather) and the
+    /// receive queue (scatter) in turn: a local protection error completion, then queue
+    /// recovery.
+    DmaUnmapped,
+    /// The exporter of the receive pool's dmabuf asks for it back under traffic: the driver
+    /// stops the port's queues, flushes their buffers and revokes the memory; the application
+    /// imports the buffer again and gives the port the new mapping.
+    DmabufRevoked,
 }
 
 impl FaultClass {
     /// Every class, in the order the matrix runs them.
-    pub const ALL: [FaultClass; 11] = [
+    pub const ALL: [FaultClass; 14] = [
         FaultClass::TxErrorCqe,
         FaultClass::RxErrorCqe,
         FaultClass::TxCorruptCqe,
@@ -67,6 +81,9 @@ impl FaultClass {
         FaultClass::HealthFatal,
         FaultClass::HealthStall,
         FaultClass::NotResponding,
+        FaultClass::CqOverrun,
+        FaultClass::DmaUnmapped,
+        FaultClass::DmabufRevoked,
     ];
 
     /// Name as printed.
@@ -83,6 +100,9 @@ impl FaultClass {
             FaultClass::HealthFatal => "health_fatal",
             FaultClass::HealthStall => "health_stall",
             FaultClass::NotResponding => "not_responding",
+            FaultClass::CqOverrun => "cq_overrun",
+            FaultClass::DmaUnmapped => "dma_unmapped",
+            FaultClass::DmabufRevoked => "dmabuf_revoked",
         }
     }
 }
@@ -112,6 +132,10 @@ pub struct ClassReport {
     pub corrupt: u64,
     /// Buffers neither free, posted nor in flight at the end (must be 0).
     pub leaked: u64,
+    /// What the device side shows of the class's faults, where it has a counter of its own:
+    /// CQ overruns (`cq_overrun`), buffer accesses the IOMMU refused (`dma_unmapped`), memory
+    /// keys destroyed by revocation (`dmabuf_revoked`); 0 for the other classes.
+    pub evidence: u64,
 }
 
 impl ClassReport {
@@ -166,9 +190,26 @@ struct Rig {
     retired: Retired,
     a_start: CountersSnapshot,
     b_start: CountersSnapshot,
+    /// The dmabuf port b's pool lives in, when the rig runs one.
+    dmabuf: Option<Arc<DmaBuf>>,
+    /// Pools port b gave up (their memory was revoked): every buffer must come back to them.
+    retired_pools: Vec<Mempool>,
+    /// Revocations done since the last look, and the time each took to the queues stopped.
+    revocations: Vec<PoolRevocation>,
 }
 
+/// Bytes of the dmabuf behind port b's pool in the `dmabuf_revoked` class (1,024 buffers).
+const DMABUF_BYTES: u64 = 1024 * 2048;
+
 fn start(model: &Model, name: &str) -> Result<Side, String> {
+    start_with(model, name, None)
+}
+
+fn start_with(
+    model: &Model,
+    name: &str,
+    pool_memory: Option<&Arc<DmaBuf>>,
+) -> Result<Side, String> {
     let options = Options {
         cmd_timeout: CMD_TIMEOUT,
         health_stall: HEALTH_STALL,
@@ -176,18 +217,47 @@ fn start(model: &Model, name: &str) -> Result<Side, String> {
     };
     let dev = Device::bring_up(EmuBackend::new(model.clone(), name), options)
         .map_err(|e| format!("bring-up of {name}: {e}"))?;
+    let pool_memory = pool_memory
+        .map(|buf| map_revocable(&dev, buf))
+        .transpose()?;
     let config = PortConfig {
         ring_size: 256,
+        pool_memory,
         ..PortConfig::default()
     };
     Port::start(dev, config).map_err(|e| format!("port {name}: {e}"))
 }
 
+/// The whole of `buf` mapped for the device, revocable.
+fn map_revocable(
+    dev: &Device<EmuBackend>,
+    buf: &Arc<DmaBuf>,
+) -> Result<Arc<DmaBufMapping>, String> {
+    let (iommu, iovas) = dev.dma();
+    buf.map(iommu, &iovas, 0, buf.size(), DmaBufMode::Revocable)
+        .map(Arc::new)
+        .map_err(|e| format!("mapping the dmabuf: {e}"))
+}
+
+/// A dmabuf for a pool: a udmabuf where the host can export one, else a memfd (the import,
+/// mapping, key and revocation paths are the same).
+fn pool_dmabuf() -> Result<Arc<DmaBuf>, String> {
+    match export::udmabuf(DMABUF_BYTES) {
+        Ok(u) => DmaBuf::import_with_backing(u.dmabuf, u.memfd, 0),
+        Err(_) => DmaBuf::from_memfd(
+            export::memfd("cxdirect-faults", DMABUF_BYTES).map_err(|e| e.to_string())?,
+        ),
+    }
+    .map_err(|e| format!("importing the pool's dmabuf: {e}"))
+}
+
 impl Rig {
-    fn new() -> Result<Self, String> {
+    /// The emulated pair; with `dmabuf`, port b's pool is carved from a revocable dmabuf.
+    fn new(dmabuf: bool) -> Result<Self, String> {
         let (model_a, model_b) = Model::pair(EmuConfig::default(), EmuConfig::default());
+        let buf = dmabuf.then(pool_dmabuf).transpose()?;
         let a = start(&model_a, "a")?;
-        let b = start(&model_b, "b")?;
+        let b = start_with(&model_b, "b", buf.as_ref())?;
         Ok(Self {
             a_start: model_a.counters(),
             b_start: model_b.counters(),
@@ -201,6 +271,9 @@ impl Rig {
             watch_health: false,
             port_recoveries: Vec::new(),
             retired: Retired::default(),
+            dmabuf: buf,
+            retired_pools: Vec::new(),
+            revocations: Vec::new(),
         })
     }
 
@@ -312,6 +385,20 @@ impl Rig {
         }
         let mut done = crate::testpmd::recover_stopped(&mut self.a.0, &mut self.a.1)
             .map_err(|e| format!("recovery on port a: {e}"))?;
+        if self.b.0.pool_revoke_requested() {
+            // The exporter wants its memory back: stop using it before anything else.
+            let r = self
+                .b
+                .0
+                .revoke_pool(&mut self.b.1)
+                .map_err(|e| format!("revoking port b's pool: {e}"))?;
+            self.rx_drained += r.drained_cqes as u64;
+            self.revocations.push(r);
+        }
+        if self.b.0.pool_revoked() {
+            // Port b's queues wait for the application to give it memory again.
+            return Ok(done);
+        }
         let on_b = crate::testpmd::recover_stopped(&mut self.b.0, &mut self.b.1)
             .map_err(|e| format!("recovery on port b: {e}"))?;
         // Port b only receives: what its recoveries drained were frames that had arrived.
@@ -371,6 +458,18 @@ impl Rig {
         Ok(self.port_recoveries.pop())
     }
 
+    /// The application's side of a revocation: imports the dmabuf again (a new mapping of the
+    /// same buffer) and gives port b the new memory; returns how long that took.
+    fn reimport_pool(&mut self) -> Result<Duration, String> {
+        let buf = self.dmabuf.clone().ok_or("the rig has no dmabuf")?;
+        let mapping = map_revocable(self.b.0.device(), &buf)?;
+        self.retired_pools.push(self.b.0.pool().clone());
+        self.b
+            .0
+            .replace_pool_memory(&mut self.b.1, mapping)
+            .map_err(|e| format!("giving port b new pool memory: {e}"))
+    }
+
     /// Closes both ports and fills in the accounting.
     fn finish(mut self, report: &mut ClassReport) -> Result<(), String> {
         let mut received = Vec::new();
@@ -396,11 +495,18 @@ impl Rig {
             + self.rx_drained
             + retired.rx_errors
             + retired.rx_bad_cqes
-            + retired.rx_lost_to_reset;
+            + retired.rx_lost_to_reset
+            + b.completions_lost;
         let rx_unexplained = rx_missing.saturating_sub(rx_accounted);
         report.accounted = (tx_missing - tx_unexplained) + (rx_missing - rx_unexplained);
         report.lost_beyond_flushed = tx_unexplained + rx_unexplained;
-        report.leaked = leaked(&self.a) + leaked(&self.b);
+        report.leaked = leaked(&self.a)
+            + leaked(&self.b)
+            + self
+                .retired_pools
+                .iter()
+                .map(|p| u64::from(p.capacity() - p.available()))
+                .sum::<u64>();
         self.a.1 .0.clear();
         self.a.1 .1.clear();
         self.b.1 .0.clear();
@@ -432,7 +538,7 @@ const SYNDROMES: [CqeSyndrome; 4] = [
 
 /// Runs one class: `injections` faults, each followed by a round of verified traffic.
 pub fn run_class(class: FaultClass, injections: u32) -> Result<ClassReport, String> {
-    let mut rig = Rig::new()?;
+    let mut rig = Rig::new(class == FaultClass::DmabufRevoked)?;
     let mut report = ClassReport {
         name: class.name(),
         ..ClassReport::default()
@@ -442,19 +548,69 @@ pub fn run_class(class: FaultClass, injections: u32) -> Result<ClassReport, Stri
         FaultClass::HealthFatal | FaultClass::HealthStall | FaultClass::NotResponding
     );
     rig.traffic(FRAMES_PER_ROUND)?;
+    let (a_before, b_before) = (rig.model_a.counters(), rig.model_b.counters());
     for i in 0..injections as usize {
         let taken_before = rig.model_a.faults_taken() + rig.model_b.faults_taken();
         match class {
             FaultClass::TxErrorCqe
             | FaultClass::TxCorruptCqe
             | FaultClass::RxErrorCqe
-            | FaultClass::RxCorruptCqe => {
+            | FaultClass::RxCorruptCqe
+            | FaultClass::DmaUnmapped => {
                 arm_queue_fault(&mut rig, class, i);
                 let recoveries = rig.traffic(FRAMES_PER_ROUND)?;
                 report.recoveries += recoveries.len().min(1) as u64;
                 report
                     .recover_us
                     .extend(recoveries.iter().map(|r| r.took.as_secs_f64() * 1e6));
+            }
+            FaultClass::CqOverrun => {
+                let (model, cqn) = if i % 2 == 0 {
+                    (&rig.model_a, rig.a.1 .0[0].cqn())
+                } else {
+                    (&rig.model_b, rig.b.1 .1[0].cqn())
+                };
+                model.inject(Fault::CqOverrun { cqn });
+                let recoveries = rig.traffic(FRAMES_PER_ROUND)?;
+                // Only a queue rebuilt with a new CQ counts: a plain reset would leave the
+                // failed CQ in place.
+                let rebuilt: Vec<_> = recoveries.iter().filter(|r| r.cq_recreated).collect();
+                report.recoveries += rebuilt.len().min(1) as u64;
+                report
+                    .recover_us
+                    .extend(rebuilt.iter().map(|r| r.took.as_secs_f64() * 1e6));
+            }
+            FaultClass::DmabufRevoked => {
+                // Frames in the receive ring and on its CQ when the exporter asks.
+                for _ in 0..3 {
+                    rig.send_burst();
+                }
+                rig.dmabuf
+                    .as_ref()
+                    .and_then(|_| rig.b.0.pool().dmabuf())
+                    .ok_or("port b's pool is not in a dmabuf")?
+                    .request_revoke();
+                report.injections += 1;
+                // Traffic goes on: port b notices, stops and revokes; what arrives meanwhile
+                // is dropped by the device.
+                rig.traffic(FRAMES_PER_ROUND / 2)?;
+                let revoked: Vec<PoolRevocation> = rig.revocations.drain(..).collect();
+                if revoked.len() != 1 || !rig.b.0.pool_revoked() {
+                    return Err(format!(
+                        "revocation {i}: port b did not revoke ({revoked:?})"
+                    ));
+                }
+                report.evidence += revoked[0].keys as u64;
+                let stopped = revoked[0].took;
+                let resumed = rig.reimport_pool()?;
+                let good_before = rig.verifier.good;
+                rig.traffic(FRAMES_PER_ROUND)?;
+                if rig.verifier.good > good_before {
+                    report.recoveries += 1;
+                    report
+                        .recover_us
+                        .push((stopped + resumed).as_secs_f64() * 1e6);
+                }
             }
             FaultClass::DroppedDoorbell => {
                 let sqn = rig.tx().sqn();
@@ -553,6 +709,15 @@ pub fn run_class(class: FaultClass, injections: u32) -> Result<ClassReport, Stri
         }
         report.injections += rig.model_a.faults_taken() + rig.model_b.faults_taken() - taken_before;
     }
+    let (a, b) = (
+        rig.model_a.counters().since(&a_before),
+        rig.model_b.counters().since(&b_before),
+    );
+    match class {
+        FaultClass::CqOverrun => report.evidence = a.cq_overruns + b.cq_overruns,
+        FaultClass::DmaUnmapped => report.evidence = a.dma_faults + b.dma_faults,
+        _ => {}
+    }
     rig.finish(&mut report)?;
     Ok(report)
 }
@@ -567,6 +732,18 @@ fn arm_queue_fault(rig: &mut Rig, class: FaultClass, i: usize) {
         FaultClass::RxErrorCqe => {
             let rqn = rig.rx().rqn();
             rig.model_b.inject(Fault::ReceiveError { rqn, syndrome });
+        }
+        FaultClass::DmaUnmapped if i % 2 == 0 => {
+            let sqn = rig.tx().sqn();
+            rig.model_a.inject(Fault::UnmappedDma {
+                queue: DmaQueue::Send(sqn),
+            });
+        }
+        FaultClass::DmaUnmapped => {
+            let rqn = rig.rx().rqn();
+            rig.model_b.inject(Fault::UnmappedDma {
+                queue: DmaQueue::Receive(rqn),
+            });
         }
         FaultClass::TxCorruptCqe => {
             // A WQE counter half the ring away from anything posted.

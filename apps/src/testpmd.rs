@@ -257,13 +257,22 @@ pub fn send_some<B: Backend>(
     tx[q].tx_burst(batch)
 }
 
-/// Recovers every queue of `port` that stopped (an error completion, or one the driver refused);
-/// returns what each recovery did (empty, without allocating, when none had stopped).
+/// Recovers every queue of `port` that stopped (an error completion, one the driver refused, or
+/// a CQ the device reported in error); returns what each recovery did (empty, without
+/// allocating, when none had stopped).
 pub fn recover_stopped<B: Backend>(
     port: &mut Port<B>,
     queues: &mut Queues<B>,
 ) -> Result<Vec<Recovery>, cxdirect::DriverError> {
     let mut done = Vec::new();
+    // A failed CQ stops its queue without an error completion: only the event tells.
+    for cqn in port.failed_cqs() {
+        if let Some(q) = queues.0.iter_mut().find(|q| q.cqn() == cqn) {
+            done.push(port.recover_tx(q)?);
+        } else if let Some(q) = queues.1.iter_mut().find(|q| q.cqn() == cqn) {
+            done.push(port.recover_rx(q)?);
+        }
+    }
     for q in queues.0.iter_mut().filter(|q| q.in_error()) {
         done.push(port.recover_tx(q)?);
     }

@@ -165,8 +165,14 @@ pub struct Device<B: Backend> {
     shared_rings: Vec<(u32, u32)>,
     /// Memory keys the device translates through.
     keys: Vec<crate::mkey::RegisteredKey>,
+    /// CQs a CQ error event named (number, syndrome), until the port takes them; bounded by
+    /// [`MAX_FAILED_CQS`] so a device naming CQs at random cannot grow it.
+    failed_cqs: Vec<(u32, u8)>,
     torn_down: bool,
 }
+
+/// Most CQ errors remembered until the port takes them.
+const MAX_FAILED_CQS: usize = 64;
 
 const ASYNC_EVENTS: &[EventType] = &[
     EventType::Cmd,
@@ -227,6 +233,7 @@ impl<B: Backend> Device<B> {
                 ..DeviceInfo::default()
             },
             shared_rings: Vec::new(),
+            failed_cqs: Vec::new(),
             keys: Vec::new(),
             torn_down: false,
         };
@@ -674,6 +681,15 @@ impl<B: Backend> Device<B> {
         !self.unreported.is_empty()
     }
 
+    /// Takes the async EQ's entries (without commands or a health check, so that a port can
+    /// look for failed CQs on every burst) and returns, once, each CQ a CQ error event named
+    /// since the last call: (CQ number, syndrome). The numbers are the device's word: the
+    /// caller acts only on CQs it created.
+    pub(crate) fn take_failed_cqs(&mut self) -> Vec<(u32, u8)> {
+        self.drain_events();
+        std::mem::take(&mut self.failed_cqs)
+    }
+
     /// Takes the async EQ's entries and interrupt count, recording the events.
     fn drain_events(&mut self) {
         let Some(eq) = self.eq.as_mut() else { return };
@@ -692,6 +708,15 @@ impl<B: Backend> Device<B> {
                 }
             }
             record(&mut self.events, &mut self.pending_pages, *ev);
+            if let Event::CqError { cqn, syndrome } = *ev {
+                // Kept apart from `unreported`: whoever polls events, the port that owns the
+                // CQ must still learn that it failed.
+                if !self.failed_cqs.iter().any(|&(n, _)| n == cqn)
+                    && self.failed_cqs.len() < MAX_FAILED_CQS
+                {
+                    self.failed_cqs.push((cqn, syndrome));
+                }
+            }
             if let Event::PortChange { up } = ev {
                 self.info.link_up = *up;
             }

@@ -37,6 +37,6 @@ pub use mempool::{Mbuf, Mempool, OffloadFlags};
 pub use mkey::{KeyAccess, MemoryKey};
 pub use port::{Port, PortConfig, Queues, SharedQueues};
 pub use queue::{InlineMode, QueueStats, RxQueue, TxQueue};
-pub use recover::{PortRecovery, Recovery};
+pub use recover::{PoolRevocation, PortRecovery, Recovery};
 pub use shared::{SharedRingStats, SharedRxConfig, SharedRxQueue, SharedRxRing};
 pub use stats::{PortStats, QueueXstats};

@@ -113,11 +113,13 @@ pub type SharedQueues<B> = (SharedRxRing<B>, Vec<SharedRxQueue<B>>);
 pub struct Port<B: Backend> {
     pub(crate) dev: Device<B>,
     pub(crate) pool: Mempool,
-    pool_key: Option<MemoryKey>,
+    pub(crate) pool_key: Option<MemoryKey>,
     tis: u32,
     pub(crate) sqs: Vec<u32>,
     pub(crate) rqs: Vec<u32>,
-    cqs: Vec<u32>,
+    pub(crate) cqs: Vec<u32>,
+    /// This port's CQs the device reported in error, until their queues are recovered.
+    pub(crate) failed_cqs: Vec<u32>,
     uars: Vec<u32>,
     rqt: Option<u32>,
     tirs: Vec<u32>,
@@ -134,7 +136,7 @@ pub struct Port<B: Backend> {
     pub(crate) shared: Option<Arc<SharedRing>>,
     /// The shared ring's handles, until the application takes them.
     pub(crate) shared_handles: Option<SharedQueues<B>>,
-    config: PortConfig,
+    pub(crate) config: PortConfig,
 }
 
 pub(crate) fn out_u32(out: &[u8]) -> u32 {
@@ -248,6 +250,7 @@ impl<B: Backend> Port<B> {
             sqs: Vec::new(),
             rqs: Vec::new(),
             cqs: Vec::new(),
+            failed_cqs: Vec::new(),
             uars: Vec::new(),
             rqt: None,
             tirs: Vec::new(),
@@ -304,7 +307,7 @@ impl<B: Backend> Port<B> {
     }
 
     /// CREATE_MKEY in MTT mode over the pool's memory (its dmabuf range, when it has one).
-    fn register_pool(&mut self) -> Result<(), DriverError> {
+    pub(crate) fn register_pool(&mut self) -> Result<(), DriverError> {
         let key = match self.pool.dmabuf() {
             Some(mapping) => {
                 let mapping = Arc::clone(mapping);
@@ -406,21 +409,24 @@ impl<B: Backend> Port<B> {
         Ok(CqRing::new(region, dbr, log, cqn))
     }
 
-    fn create_tx(&mut self, pd: u32) -> Result<TxQueue<B>, DriverError> {
-        let uar = out_u32(&self.dev.exec(&input(Opcode::AllocUar, 0, 16), 16)?);
-        self.uars.push(uar);
-        let entries = self.config.ring_size;
-        let cq = self.create_cq(entries, uar, 0)?;
-        let ring = self.dma(64 * entries as usize)?;
-        let dbr = self.dma(64)?;
+    /// CREATE_SQ over `ring` (2^`log` WQEBBs, doorbell record `dbr`, doorbells on `uar`)
+    /// completing on `cqn`, then RST→RDY; the SQ number is remembered in `sqs`.
+    pub(crate) fn create_sq(
+        &mut self,
+        pd: u32,
+        ring: &DmaRegion,
+        dbr: &DmaRegion,
+        uar: u32,
+        cqn: u32,
+        log: u8,
+    ) -> Result<u32, DriverError> {
         let page = ring.page_size();
         let pages = ring.len().div_ceil(page);
-        let log = entries.trailing_zeros() as u8;
         let mut cmd = input(Opcode::CreateSq, 0, CreateSqIn::<&[u8]>::SIZE + 8 * pages);
         {
             let mut c = CreateSqIn::new(&mut cmd[..]).map_err(|_| invalid("SQ input"))?;
             let mut ctx = c.ctx_mut();
-            ctx.set_cqn(cq.cqn)
+            ctx.set_cqn(cqn)
                 .set_tis_lst_sz(1)
                 .set_tis_num_0(self.tis)
                 .set_flush_in_error_en(true);
@@ -439,6 +445,18 @@ impl<B: Backend> Port<B> {
         let sqn = out_u32(&self.dev.exec(&cmd, 16)?);
         self.sqs.push(sqn);
         self.modify_sq(sqn, RqState::Rst, RqState::Rdy)?;
+        Ok(sqn)
+    }
+
+    fn create_tx(&mut self, pd: u32) -> Result<TxQueue<B>, DriverError> {
+        let uar = out_u32(&self.dev.exec(&input(Opcode::AllocUar, 0, 16), 16)?);
+        self.uars.push(uar);
+        let entries = self.config.ring_size;
+        let cq = self.create_cq(entries, uar, 0)?;
+        let ring = self.dma(64 * entries as usize)?;
+        let dbr = self.dma(64)?;
+        let log = entries.trailing_zeros() as u8;
+        let sqn = self.create_sq(pd, &ring, &dbr, uar, cq.cqn, log)?;
         Ok(TxQueue {
             backend: self.dev.backend_arc().clone(),
             ring,
@@ -465,21 +483,24 @@ impl<B: Backend> Port<B> {
         })
     }
 
-    fn create_rx(&mut self, pd: u32, index: u16) -> Result<RxQueue<B>, DriverError> {
-        let entries = self.config.ring_size;
-        let (uar, _, _) = self.dev.resources();
-        let (eqn, interrupt) = self.rx_interrupt(index, uar)?;
-        let cq = self.create_cq(entries, uar, eqn)?;
-        let ring = self.dma(16 * entries as usize)?;
-        let dbr = self.dma(64)?;
+    /// CREATE_RQ (cyclic, its own ring of 2^`log` entries, doorbell record `dbr`) completing
+    /// on `cqn` and counted in the port's Q counter set, then RST→RDY; the RQ number is
+    /// remembered in `rqs`.
+    pub(crate) fn create_rq(
+        &mut self,
+        pd: u32,
+        ring: &DmaRegion,
+        dbr: &DmaRegion,
+        cqn: u32,
+        log: u8,
+    ) -> Result<u32, DriverError> {
         let page = ring.page_size();
         let pages = ring.len().div_ceil(page);
-        let log = entries.trailing_zeros() as u8;
         let mut cmd = input(Opcode::CreateRq, 0, CreateRqIn::<&[u8]>::SIZE + 8 * pages);
         {
             let mut c = CreateRqIn::new(&mut cmd[..]).map_err(|_| invalid("RQ input"))?;
             let mut ctx = c.ctx_mut();
-            ctx.set_cqn(cq.cqn)
+            ctx.set_cqn(cqn)
                 .set_flush_in_error_en(true)
                 .set_mem_rq_type(0)
                 .set_counter_set_id(self.q_counter.as_ref().map_or(0, QCounterSet::id));
@@ -497,6 +518,18 @@ impl<B: Backend> Port<B> {
         let rqn = out_u32(&self.dev.exec(&cmd, 16)?);
         self.rqs.push(rqn);
         self.modify_rq(rqn, RqState::Rst, RqState::Rdy)?;
+        Ok(rqn)
+    }
+
+    fn create_rx(&mut self, pd: u32, index: u16) -> Result<RxQueue<B>, DriverError> {
+        let entries = self.config.ring_size;
+        let (uar, _, _) = self.dev.resources();
+        let (eqn, interrupt) = self.rx_interrupt(index, uar)?;
+        let cq = self.create_cq(entries, uar, eqn)?;
+        let ring = self.dma(16 * entries as usize)?;
+        let dbr = self.dma(64)?;
+        let log = entries.trailing_zeros() as u8;
+        let rqn = self.create_rq(pd, &ring, &dbr, cq.cqn, log)?;
         let mut rxq = RxQueue {
             _backend: self.dev.backend_arc().clone(),
             ring,
@@ -613,7 +646,7 @@ impl<B: Backend> Port<B> {
         Ok(())
     }
 
-    fn create_steering(&mut self, td: u32) -> Result<(), DriverError> {
+    pub(crate) fn create_steering(&mut self, td: u32) -> Result<(), DriverError> {
         let rqs = self.rqs.clone();
         // Where accepted frames go: one RQ, or RSS over all of them by traffic type.
         let classify = if rqs.len() == 1 {
@@ -786,13 +819,15 @@ impl<B: Backend> Port<B> {
         &self.config
     }
 
-    fn destroy(&mut self, op: Opcode, id: u32, at: usize) -> Result<(), DriverError> {
+    pub(crate) fn destroy(&mut self, op: Opcode, id: u32, at: usize) -> Result<(), DriverError> {
         let mut cmd = input(op, 0, 16);
         cmd[at..at + 4].copy_from_slice(&id.to_be_bytes());
         self.dev.exec(&cmd, 16).map(|_| ())
     }
 
-    fn destroy_objects(&mut self) -> Result<(), DriverError> {
+    /// Destroys the port's steering (rules, groups, tables, TIRs, the RQ table): frames are
+    /// dropped by the device from here on, and the RQs are named by nothing any more.
+    pub(crate) fn destroy_steering(&mut self) -> Result<(), DriverError> {
         let mut first_err = None;
         let mut keep = |r: Result<(), DriverError>| {
             if let Err(e) = r {
@@ -851,6 +886,19 @@ impl<B: Backend> Port<B> {
         if let Some(rqt) = self.rqt.take() {
             keep(self.destroy(Opcode::DestroyRqt, rqt, 8));
         }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn destroy_objects(&mut self) -> Result<(), DriverError> {
+        let mut first_err = self.destroy_steering().err();
+        let mut keep = |r: Result<(), DriverError>| {
+            if let Err(e) = r {
+                first_err.get_or_insert(e);
+            }
+        };
         for rqn in std::mem::take(&mut self.rqs) {
             keep(self.destroy(Opcode::DestroyRq, rqn, 8));
         }
@@ -910,6 +958,7 @@ impl<B: Backend> Port<B> {
         self.q_counter = None;
         self.sqs.clear();
         self.cqs.clear();
+        self.failed_cqs.clear();
         self.eqs.clear();
         self.tis = 0;
         self.uars.clear();

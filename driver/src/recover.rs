@@ -9,11 +9,14 @@ use crate::backend::Backend;
 use crate::cmd::input;
 use crate::device::DeviceRecovery;
 use crate::error::DriverError;
+use crate::mempool::Mempool;
 use crate::port::{Port, Queues};
-use crate::queue::{RxQueue, TxQueue};
+use crate::queue::{CqRing, RxQueue, TxQueue};
 use crate::shared::SharedRxQueue;
+use cxdirect_dma::DmaBufMapping;
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::wq::{ModifyRqIn, ModifySqIn, RqState};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What recovering one queue did.
@@ -28,6 +31,23 @@ pub struct Recovery {
     /// driver refused a completion the device considered good).
     pub device_state: RqState,
     /// Wall time from the start of recovery to the queue being ready again.
+    pub took: Duration,
+    /// The queue's CQ was in error (a CQ error event: it overran, or the device could not
+    /// write it), so the queue and its CQ were destroyed and created again rather than reset.
+    pub cq_recreated: bool,
+}
+
+/// What taking a port's pool memory away from the device ([`Port::revoke_pool`]) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolRevocation {
+    /// Memory keys over the memory that were destroyed.
+    pub keys: usize,
+    /// Buffers the stopped queues held (posted for receive, or in flight) that went back to
+    /// the pool without carrying a packet.
+    pub flushed: usize,
+    /// Completions taken off the queues' CQs without being delivered.
+    pub drained_cqes: usize,
+    /// Wall time from the first queue stopped to the memory unmapped.
     pub took: Duration,
 }
 
@@ -85,27 +105,56 @@ impl<B: Backend> Port<B> {
         })
     }
 
+    /// Takes the CQ error events the device raised (a CQ that overran, or that the device could
+    /// not write) and returns the CQs of this port's queues they named and that are not yet
+    /// recovered ([`TxQueue::cqn`], [`RxQueue::cqn`]). Such a queue has stopped in the device
+    /// without an error completion to tell it so: recover it with [`Port::recover_tx`] or
+    /// [`Port::recover_rx`], which destroy the queue and its CQ and create both again. Events
+    /// naming CQs this port does not have are ignored (counted in the device's event counts).
+    /// A shared-ring queue whose CQ failed is not rebuilt on its own: recover the port with
+    /// [`Port::recover`].
+    /// Takes no command; cheap enough to call once per burst loop (no allocation when nothing
+    /// failed).
+    pub fn failed_cqs(&mut self) -> Vec<u32> {
+        for (cqn, _syndrome) in self.dev.take_failed_cqs() {
+            if self.cqs.contains(&cqn) && !self.failed_cqs.contains(&cqn) {
+                self.failed_cqs.push(cqn);
+            }
+        }
+        self.failed_cqs.clone()
+    }
+
     /// Recovers a send queue that reports [`TxQueue::in_error`] (or any send queue of this
-    /// port: a healthy one is reset the same way). In-flight buffers are returned to their
-    /// pool and counted in the queue's `errors` (the port's `oerrors`) and `flushed`.
+    /// port: a healthy one is reset the same way), or whose CQ [`Port::failed_cqs`] named (the
+    /// SQ and its CQ are then destroyed and created again, the ring and UAR kept). In-flight
+    /// buffers are returned to their pool and counted in the queue's `errors` (the port's
+    /// `oerrors`) and `flushed`.
     ///
     /// # Errors
     ///
     /// [`DriverError::Invalid`] when the queue is not one of this port's; a command error when
     /// the device refuses the state changes (the queue then stays in error, its buffers held).
     pub fn recover_tx(&mut self, q: &mut TxQueue<B>) -> Result<Recovery, DriverError> {
+        if self.failed_cqs.contains(&q.cq.cqn) {
+            return self.recreate_tx(q);
+        }
         self.recover_queue(WorkQueue::Send(q.sqn), q)
     }
 
     /// Recovers a receive queue that reports [`RxQueue::in_error`] (or any of this port's
-    /// receive queues). Posted buffers return to the pool (counted in `flushed`); the ring is
-    /// refilled. Frames the device received while the queue was in error were dropped by the
+    /// receive queues), or whose CQ [`Port::failed_cqs`] named: the RQ and its CQ are then
+    /// destroyed and created again, with the port's steering taken down and rebuilt around
+    /// the new RQ (frames arriving meanwhile are dropped by the device and counted there).
+    /// Posted buffers return to the pool (counted in `flushed`); the ring is refilled. Frames the device received while the queue was in error were dropped by the
     /// device and show in the port's `imissed`/`ierrors`, not here.
     ///
     /// # Errors
     ///
     /// As [`Port::recover_tx`].
     pub fn recover_rx(&mut self, q: &mut RxQueue<B>) -> Result<Recovery, DriverError> {
+        if self.failed_cqs.contains(&q.cq.cqn) {
+            return self.recreate_rx(q);
+        }
         self.recover_queue(WorkQueue::Receive(q.rqn), q)
     }
 
@@ -141,13 +190,9 @@ impl<B: Backend> Port<B> {
                 "{what} queue {number:#x} is not one of this port's"
             )));
         }
-        let device_state = match self.modify_wq(wq, RqState::Err, RqState::Rst) {
-            Ok(()) => RqState::Err,
-            Err(first) => match self.modify_wq(wq, RqState::Rdy, RqState::Rst) {
-                Ok(()) => RqState::Rdy,
-                Err(_) => return Err(first),
-            },
-        };
+        // Restarting would post buffers no key translates any more.
+        self.refuse_revoked_pool()?;
+        let device_state = self.stop_wq(wq)?;
         let (drained_cqes, flushed) = q.drain_and_flush();
         self.modify_wq(wq, RqState::Rst, RqState::Rdy)?;
         q.restart();
@@ -156,7 +201,230 @@ impl<B: Backend> Port<B> {
             drained_cqes,
             device_state,
             took: start.elapsed(),
+            cq_recreated: false,
         })
+    }
+
+    /// A send queue whose CQ failed: the SQ is destroyed first (the device stops reading the
+    /// ring and its buffers), then what the CQ holds is taken and the in-flight buffers
+    /// flushed, then the CQ is destroyed; a new CQ and SQ are created over the same ring.
+    fn recreate_tx(&mut self, q: &mut TxQueue<B>) -> Result<Recovery, DriverError> {
+        let start = Instant::now();
+        let (old_sq, old_cq) = (q.sqn, q.cq.cqn);
+        if !self.sqs.contains(&old_sq) {
+            return Err(DriverError::Invalid(format!(
+                "send queue {old_sq:#x} is not one of this port's"
+            )));
+        }
+        self.destroy(Opcode::DestroySq, old_sq, 8)?;
+        self.sqs.retain(|&n| n != old_sq);
+        let (drained_cqes, flushed) = q.drain_and_flush();
+        let cq = self.replace_cq(old_cq, q.uar, 0)?;
+        let (_, pd, _) = self.dev.resources();
+        let log = q.log_size;
+        q.sqn = self.create_sq(pd, &q.ring, &q.dbr, q.uar, cq.cqn, log)?;
+        q.cq = cq;
+        q.restart();
+        Ok(Recovery {
+            flushed,
+            drained_cqes,
+            device_state: RqState::Err,
+            took: start.elapsed(),
+            cq_recreated: true,
+        })
+    }
+
+    /// A receive queue whose CQ failed: steering goes first (it names the RQ, and the device
+    /// refuses to destroy an RQ a TIR or RQ table uses), then the RQ (the device stops writing
+    /// its buffers), then the leftover completions are taken and the posted buffers flushed,
+    /// then the CQ; a new CQ and RQ are created over the same ring and steering is built again
+    /// around the new RQ number.
+    fn recreate_rx(&mut self, q: &mut RxQueue<B>) -> Result<Recovery, DriverError> {
+        let start = Instant::now();
+        let (old_rq, old_cq) = (q.rqn, q.cq.cqn);
+        let Some(at) = self.rqs.iter().position(|&n| n == old_rq) else {
+            return Err(DriverError::Invalid(format!(
+                "receive queue {old_rq:#x} is not one of this port's"
+            )));
+        };
+        self.destroy_steering()?;
+        self.destroy(Opcode::DestroyRq, old_rq, 8)?;
+        self.rqs.remove(at);
+        let (drained_cqes, flushed) = q.drain_and_flush();
+        let (uar, pd, td) = self.dev.resources();
+        let eqn = q.interrupt.as_ref().map_or(0, |i| i.eqn());
+        let cq = self.replace_cq(old_cq, uar, eqn)?;
+        let rqn = self.create_rq(pd, &q.ring, &q.dbr, cq.cqn, q.log_size)?;
+        // Keep the RQs in their order: RSS spreads over them by position.
+        self.rqs.pop();
+        self.rqs.insert(at, rqn);
+        q.rqn = rqn;
+        q.cq = cq;
+        q.restart();
+        self.create_steering(td)?;
+        Ok(Recovery {
+            flushed,
+            drained_cqes,
+            device_state: RqState::Err,
+            took: start.elapsed(),
+            cq_recreated: true,
+        })
+    }
+
+    /// Destroys failed CQ `old` (its queue already gone) and creates its replacement, of the
+    /// port's ring size, on `uar` reporting to EQ `eqn`.
+    fn replace_cq(&mut self, old: u32, uar: u32, eqn: u32) -> Result<CqRing, DriverError> {
+        self.destroy(Opcode::DestroyCq, old, 8)?;
+        self.cqs.retain(|&n| n != old);
+        self.failed_cqs.retain(|&n| n != old);
+        self.create_cq(self.config().ring_size, uar, eqn)
+    }
+
+    /// Moves a queue to RST from whichever state the device has it in (ERR after an error,
+    /// RDY otherwise); returns that state.
+    fn stop_wq(&mut self, wq: WorkQueue) -> Result<RqState, DriverError> {
+        match self.modify_wq(wq, RqState::Err, RqState::Rst) {
+            Ok(()) => Ok(RqState::Err),
+            Err(first) => match self.modify_wq(wq, RqState::Rdy, RqState::Rst) {
+                Ok(()) => Ok(RqState::Rdy),
+                Err(_) => Err(first),
+            },
+        }
+    }
+
+    /// True when the pool lives in a dmabuf that was revoked ([`Port::revoke_pool`], or
+    /// [`crate::Device::revoke_memory`] directly): the queues cannot restart until
+    /// [`Port::replace_pool_memory`].
+    pub fn pool_revoked(&self) -> bool {
+        self.pool.dmabuf().is_some_and(|m| m.is_revoked())
+    }
+
+    /// True when the exporter of the pool's dmabuf asked for its memory back
+    /// ([`cxdirect_dma::DmaBufMapping::request_revoke`]) and the port still uses it: call
+    /// [`Port::revoke_pool`]. Cheap (one atomic load): meant for the burst loop.
+    pub fn pool_revoke_requested(&self) -> bool {
+        self.pool
+            .dmabuf()
+            .is_some_and(|m| m.revoke_requested() && !m.is_revoked())
+    }
+
+    fn refuse_revoked_pool(&self) -> Result<(), DriverError> {
+        match self.pool.dmabuf() {
+            Some(m) if m.is_revoked() => Err(cxdirect_dma::DmaBufError::Revoked {
+                exporter: m.dmabuf().exporter().to_string(),
+            }
+            .into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Takes the pool's dmabuf away from the device, as the exporter asked
+    /// ([`Port::pool_revoke_requested`]) or on the application's own initiative, in the order
+    /// that keeps the device off the memory: every queue is stopped first (MODIFY to RST), the
+    /// completions left on its CQ are taken without being delivered (their packets were in
+    /// the memory going away; counted in `drained_cqes`), every buffer the queues held goes
+    /// back to the pool once (counted in `flushed`; send buffers also in `errors`), and only
+    /// then are the keys over the memory destroyed and the range unmapped
+    /// ([`crate::Device::revoke_memory`]). The queues stay stopped (`in_error`; bursts move
+    /// nothing, and [`Port::recover_tx`]/[`Port::recover_rx`] refuse) until
+    /// [`Port::replace_pool_memory`] gives the port new memory.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Invalid`] when the pool is not in a dmabuf or the port runs a shared
+    /// receive ring (recover that one with [`Port::recover`] after the revocation);
+    /// [`DriverError::DmaBuf`] when it was already revoked or is pinned (nothing stopped); a
+    /// command error when a queue cannot be stopped or a key destroyed (the memory then stays
+    /// mapped).
+    pub fn revoke_pool(&mut self, queues: &mut Queues<B>) -> Result<PoolRevocation, DriverError> {
+        let start = Instant::now();
+        let Some(mapping) = self.pool.dmabuf().cloned() else {
+            return Err(DriverError::Invalid(
+                "the port's pool is not in a dmabuf: nothing to revoke".into(),
+            ));
+        };
+        if self.shared.is_some() {
+            return Err(DriverError::Invalid(
+                "revoking the pool of a port with a shared receive ring is not supported".into(),
+            ));
+        }
+        self.refuse_revoked_pool()?;
+        if mapping.mode() == cxdirect_dma::DmaBufMode::Pinned {
+            return Err(cxdirect_dma::DmaBufError::Pinned.into());
+        }
+        let (mut drained_cqes, mut flushed) = (0, 0);
+        for q in queues.0.iter_mut() {
+            self.stop_wq(WorkQueue::Send(q.sqn))?;
+            let (d, f) = q.drain_and_flush();
+            (drained_cqes, flushed) = (drained_cqes + d, flushed + f);
+            q.in_error = true;
+        }
+        for q in queues.1.iter_mut() {
+            self.stop_wq(WorkQueue::Receive(q.rqn))?;
+            let (d, f) = q.drain_and_flush();
+            (drained_cqes, flushed) = (drained_cqes + d, flushed + f);
+            q.in_error = true;
+        }
+        let keys = self.dev.revoke_memory(&mapping)?;
+        // The pool's key went with the revocation.
+        self.pool_key = None;
+        Ok(PoolRevocation {
+            keys,
+            flushed,
+            drained_cqes,
+            took: start.elapsed(),
+        })
+    }
+
+    /// Gives a port whose pool memory was revoked new memory: `mapping` (the dmabuf imported
+    /// and mapped again, or another one) becomes the pool, carved into buffers of the same
+    /// size and registered under a new key, and every queue restarts from index 0 (receive
+    /// rings refilled from the new pool). Buffers of the old pool the application still
+    /// holds stay valid objects whose memory is gone (reads fail); they return to the old pool
+    /// when dropped. Queue counters carry on. Returns the time it took.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Invalid`] when the pool was not revoked (use [`Port::revoke_pool`]
+    /// first) or `mapping` holds no buffer; [`DriverError::DmaBuf`] for a revoked `mapping`;
+    /// a command error when the key or a queue's state change fails (the queues then stay
+    /// stopped; call again).
+    pub fn replace_pool_memory(
+        &mut self,
+        queues: &mut Queues<B>,
+        mapping: Arc<DmaBufMapping>,
+    ) -> Result<Duration, DriverError> {
+        let start = Instant::now();
+        if !self.pool_revoked() {
+            return Err(DriverError::Invalid(
+                "the pool's memory was not revoked: revoke it with Port::revoke_pool first".into(),
+            ));
+        }
+        if mapping.is_revoked() {
+            return Err(cxdirect_dma::DmaBufError::Revoked {
+                exporter: mapping.dmabuf().exporter().to_string(),
+            }
+            .into());
+        }
+        let pool = Mempool::from_dmabuf(Arc::clone(&mapping), self.config.buf_size)?;
+        let old = std::mem::replace(&mut self.pool, pool);
+        let old_memory = self.config.pool_memory.replace(mapping);
+        if let Err(e) = self.register_pool() {
+            // Back to the revoked pool: the port stays as it was, waiting for memory.
+            self.pool = old;
+            self.config.pool_memory = old_memory;
+            return Err(e);
+        }
+        for q in queues.0.iter_mut() {
+            self.modify_sq(q.sqn, RqState::Rst, RqState::Rdy)?;
+            q.restart();
+        }
+        for q in queues.1.iter_mut() {
+            q.pool = self.pool.clone();
+            self.modify_rq(q.rqn, RqState::Rst, RqState::Rdy)?;
+            q.restart();
+        }
+        Ok(start.elapsed())
     }
 
     fn modify_wq(&mut self, wq: WorkQueue, from: RqState, to: RqState) -> Result<(), DriverError> {

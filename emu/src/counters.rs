@@ -104,6 +104,10 @@ counter_set! {
         bad_doorbells,
         /// CQ overruns detected.
         cq_overruns,
+        /// Completions the device could not write because their CQ was in error (overrun) or
+        /// unreachable: the WQE was consumed (a received frame is lost with it) and its queue
+        /// moved to error.
+        completions_lost,
         /// EQ overruns (events lost because the EQ was full).
         eq_overruns,
         /// Low-watermark (SRQ_RQ_LIMIT) events raised.

@@ -271,6 +271,12 @@ impl Device {
         lock(&self.shared.core).faults.pending()
     }
 
+    /// Lands every receive write held in flight by [`crate::Fault::LateReceive`]; returns how
+    /// many landed.
+    pub fn land_late_writes(&self) -> usize {
+        crate::engine::rq::land_late_writes(&mut lock(&self.shared.core), None)
+    }
+
     /// Faults taken so far.
     pub fn faults_taken(&self) -> u64 {
         lock(&self.shared.core).faults.taken

@@ -54,6 +54,33 @@ pub enum Fault {
         /// Bytes to overwrite.
         patch: Vec<(u16, u8)>,
     },
+    /// The next CQE the device has for CQ `cqn` finds the CQ full, as it would if the driver
+    /// had stopped taking completions: the CQ overruns (it goes to error and a CQ error event
+    /// with syndrome OVERRUN is posted to the async EQ), the completion is lost, and the queue
+    /// it belonged to moves to error. A CQ created with `overrun_ignore` never overruns, so the
+    /// fault waits for a CQ that can.
+    CqOverrun {
+        /// Completion queue number.
+        cqn: u32,
+    },
+    /// The next packet-buffer access (send gather or receive scatter) of `queue` goes to an IOVA
+    /// no IOMMU mapping covers, as a stale translation or a wild data-segment address would: the
+    /// IOMMU refuses it (counted in `dma_faults`), the WQE completes with a local protection
+    /// error, and the queue moves to error.
+    UnmappedDma {
+        /// The queue whose next buffer access faults.
+        queue: DmaQueue,
+    },
+    /// The next frame steered to RQ `rqn` takes its receive WQE, but its payload write and
+    /// completion stay in flight (a slow DMA) until [`crate::Device::land_late_writes`], or
+    /// until the RQ is reset or destroyed (the device finishes in-flight DMA before such a
+    /// command completes). The write then lands where the WQE pointed, whatever the driver did
+    /// with the buffer meanwhile: a driver that handed it out again is caught. A function
+    /// reset drops it.
+    LateReceive {
+        /// Receive queue number.
+        rqn: u32,
+    },
     /// An event of `event_type` with `data` is posted to the EQ subscribed to that type (the
     /// async EQ for everything but completions).
     RawEvent {
@@ -65,6 +92,19 @@ pub enum Fault {
         data: [u8; 28],
     },
 }
+
+/// A queue named by [`Fault::UnmappedDma`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DmaQueue {
+    /// Send queue number (its next gather read faults).
+    Send(u32),
+    /// Receive queue number (its next scatter write faults).
+    Receive(u32),
+}
+
+/// An IOVA no mapping covers: the top of the 64-bit space, which no IOVA allocator hands out
+/// (the IOMMU model still checks it like any other address).
+pub(crate) const UNMAPPED_IOVA: u64 = 0xffff_f000_0000_0000;
 
 /// Faults armed and not yet taken, and how many were taken.
 #[derive(Debug, Default)]

@@ -47,6 +47,6 @@ pub mod wire;
 
 pub use config::{EmuConfig, ExecMode};
 pub use device::Device;
-pub use faults::Fault;
+pub use faults::{DmaQueue, Fault};
 pub use fw::mkey::RESERVED_LKEY;
 pub use fw::{CmdError, Syndrome};

@@ -1170,3 +1170,126 @@ fn command_signatures_are_checked_once_enabled() {
     // Signed mailboxes too: a 2-block MANAGE_PAGES goes through.
     h.give_pages(100).unwrap();
 }
+
+#[test]
+fn a_receive_cq_smaller_than_its_ring_overruns_and_stops_its_rq() {
+    let mut h = host();
+    h.bring_up();
+    let _ = h.drain_eq();
+    let key = h.create_mkey(false, true);
+    let mut tx = tx_path(&mut h, key);
+    // 64 CQEs for a 128-entry RQ: a receiver that stops polling overruns it.
+    let mut rx_cq = h.create_cq(6);
+    let mut rq = h.create_rq(rx_cq.cqn, 7, None);
+    h.steer_all_to(rq.rqn);
+    let frame = udp_frame(100, 3);
+    for _ in 0..80 {
+        let buf = h.alloc(2048, 64);
+        h.post_recv(&mut rq, buf, 2048, key);
+    }
+    let before = h.dev.counters();
+    for _ in 0..70 {
+        send(&mut h, &mut tx, &frame);
+    }
+    let seen = h.dev.counters().since(&before);
+    assert_eq!(seen.cq_overruns, 1, "{seen:?}");
+    assert_eq!(seen.completions_lost, 1, "the 65th completion had no room");
+    assert_eq!(seen.cqes - 70, 64, "64 receive completions were written");
+    assert_eq!(
+        seen.rx_steer_drops, 5,
+        "the RQ stopped with its CQ: later frames are dropped"
+    );
+    let events = h.drain_eq();
+    let cq_errors: Vec<_> = events
+        .iter()
+        .filter(|e| e.0 == EventType::CqError as u8)
+        .collect();
+    assert_eq!(cq_errors.len(), 1, "{events:?}");
+    let data = &cq_errors[0].2;
+    assert_eq!(
+        u32::from_be_bytes([data[0], data[1], data[2], data[3]]) & 0xff_ffff,
+        rx_cq.cqn
+    );
+    assert_eq!(data[11], cxdirect_hw::eqe::cq_error::OVERRUN);
+    // The 64 completions written are intact; the CQ writes nothing more even once drained.
+    for _ in 0..64 {
+        assert!(h.poll_cq(&mut rx_cq).is_some());
+    }
+    send(&mut h, &mut tx, &frame);
+    assert!(h.poll_cq(&mut rx_cq).is_none());
+}
+
+#[test]
+fn an_injected_overrun_stops_the_send_queue_whose_completion_it_was() {
+    let mut h = host();
+    h.bring_up();
+    let _ = h.drain_eq();
+    let key = h.create_mkey(false, true);
+    let mut tx = tx_path(&mut h, key);
+    h.dev
+        .inject(cxdirect_emu::Fault::CqOverrun { cqn: tx.cq.cqn });
+    let frame = udp_frame(100, 3);
+    let payload = h.alloc(frame.len() as u64, 64);
+    let wqe = h.build_send(&tx.sq, &frame, payload, key, true);
+    h.post(&mut tx.sq, &wqe, false);
+    assert!(h.poll_cq(&mut tx.cq).is_none(), "no completion was written");
+    let c = h.dev.counters();
+    assert_eq!((c.cq_overruns, c.completions_lost, c.tx_frames), (1, 1, 1));
+    assert_eq!(h.dev.faults_taken(), 1);
+    let events = h.drain_eq();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.0 == EventType::CqError as u8 && e.2[11] == 1),
+        "{events:?}"
+    );
+    // The SQ is in error: the next WQE is not executed.
+    let wqe = h.build_send(&tx.sq, &frame, payload, key, true);
+    h.post(&mut tx.sq, &wqe, false);
+    assert_eq!(h.dev.counters().tx_frames, 1);
+}
+
+#[test]
+fn a_buffer_access_to_an_unmapped_iova_completes_in_error() {
+    use cxdirect_emu::{DmaQueue, Fault};
+    let mut h = host();
+    h.bring_up();
+    let key = h.create_mkey(false, true);
+    let mut tx = tx_path(&mut h, key);
+    let frame = udp_frame(200, 1);
+    // Send: the gather read is refused by the IOMMU.
+    h.dev.inject(Fault::UnmappedDma {
+        queue: DmaQueue::Send(tx.sq.sqn),
+    });
+    let before = h.dev.counters();
+    let cqe = send(&mut h, &mut tx, &frame);
+    let err = ErrCqe::new(&cqe[..]).unwrap();
+    assert_eq!(err.opcode(), CqeOpcode::ReqErr as u8);
+    assert_eq!(err.syndrome(), CqeSyndrome::LocalProtection as u8);
+    let seen = h.dev.counters().since(&before);
+    assert_eq!((seen.dma_faults, seen.tx_frames), (1, 0), "{seen:?}");
+    let payload = h.alloc(256, 64);
+    let wqe = h.build_send(&tx.sq, &frame, payload, key, true);
+    h.post(&mut tx.sq, &wqe, false);
+    assert!(h.poll_cq(&mut tx.cq).is_none(), "the SQ is in error");
+
+    // Receive: the scatter write is refused; the buffer is untouched.
+    let mut tx = tx_path(&mut h, key);
+    let mut rx_cq = h.create_cq(6);
+    let mut rq = h.create_rq(rx_cq.cqn, 6, None);
+    h.steer_all_to(rq.rqn);
+    let buf = h.alloc(2048, 64);
+    h.post_recv(&mut rq, buf, 2048, key);
+    h.dev.inject(Fault::UnmappedDma {
+        queue: DmaQueue::Receive(rq.rqn),
+    });
+    let before = h.dev.counters();
+    send(&mut h, &mut tx, &frame);
+    let cqe = h.poll_cq(&mut rx_cq).expect("receive error completion");
+    let err = ErrCqe::new(&cqe[..]).unwrap();
+    assert_eq!(err.opcode(), CqeOpcode::RespErr as u8);
+    assert_eq!(err.syndrome(), CqeSyndrome::LocalProtection as u8);
+    assert_eq!(h.dev.counters().since(&before).dma_faults, 1);
+    assert_eq!(h.read(buf, 64), vec![0u8; 64]);
+    assert_eq!(h.dev.faults_taken(), 2);
+}

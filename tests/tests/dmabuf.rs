@@ -297,3 +297,91 @@ fn a_one_gib_registration_spans_many_mailboxes_and_deregistration_frees_everythi
     let report = dev.teardown().unwrap();
     assert_eq!(report.pages_kept, 0);
 }
+
+#[test]
+fn revoking_the_pool_stops_its_queues_first_and_new_memory_restarts_them() {
+    let Pair {
+        tx_port,
+        mut tx,
+        echo_rx,
+        mut rx_port,
+        rx,
+        echo_tx,
+        rx_model,
+        mapping,
+    } = pair(DmaBufMode::Revocable, KeyAccess::READ_WRITE);
+    let mut send = |first: u32, count: u32| {
+        let batch = (first..first + count)
+            .map(|seq| {
+                let mut m = tx_port.pool().alloc().unwrap();
+                m.set_data(&udp_frame(seq, 7000)).unwrap();
+                m
+            })
+            .collect();
+        send_all(&mut tx, batch);
+    };
+    let mut queues = (vec![echo_tx], vec![rx]);
+    // Ten frames completed and not yet taken when the exporter asks for the memory back.
+    send(0, 10);
+    assert!(!rx_port.pool_revoke_requested());
+    mapping.request_revoke();
+    assert!(rx_port.pool_revoke_requested());
+    let old_pool = rx_port.pool().clone();
+    let r = rx_port.revoke_pool(&mut queues).unwrap();
+    assert_eq!(r.keys, 1, "the pool's key");
+    assert_eq!(
+        r.drained_cqes, 10,
+        "completed frames are taken, not delivered"
+    );
+    assert_eq!(r.flushed, 64, "every posted buffer, once");
+    assert!(mapping.is_revoked() && rx_port.pool_revoked());
+    assert_eq!(
+        old_pool.available(),
+        old_pool.capacity(),
+        "all back, none twice"
+    );
+    assert!(queues.1[0].in_error() && queues.0[0].in_error());
+    assert!(
+        rx_port.recover_rx(&mut queues.1[0]).is_err(),
+        "no restart over revoked memory"
+    );
+    assert!(rx_port.revoke_pool(&mut queues).is_err(), "revoked already");
+
+    // Frames arriving now are dropped by the device, which never touches the old pages.
+    let watched = rx_model.iommu().watch(mapping.iova(), mapping.len() as u64);
+    let drops = rx_model.counters().rx_steer_drops;
+    send(10, 5);
+    assert!(receive(&mut queues.1[0]).is_empty());
+    assert_eq!(rx_model.counters().rx_steer_drops - drops, 5);
+    assert_eq!(watched.load(Ordering::Relaxed), 0);
+
+    // The application imports the buffer again and gives the port the new mapping.
+    let again = map(
+        rx_port.device(),
+        mapping.dmabuf(),
+        0,
+        256 * 2048,
+        DmaBufMode::Revocable,
+    );
+    rx_port
+        .replace_pool_memory(&mut queues, again.clone())
+        .unwrap();
+    assert!(!rx_port.pool_revoked());
+    assert_eq!(rx_port.pool().capacity(), 256);
+    assert_eq!(queues.1[0].posted(), 64);
+    send(100, 20);
+    let got = receive(&mut queues.1[0]);
+    assert_eq!(got.len(), 20, "traffic resumed on the new memory");
+    for (i, m) in got.iter().enumerate() {
+        let want = udp_frame(100 + i as u32, 7000);
+        let mut seen = vec![0u8; want.len()];
+        again.read(m.memory_offset(), &mut seen).unwrap();
+        assert_eq!(seen, want, "in the new mapping");
+    }
+    drop(got);
+    drop(queues);
+    rx_port.close().unwrap().teardown().unwrap();
+    drop((tx, echo_rx));
+    tx_port.close().unwrap().teardown().unwrap();
+    assert_eq!(old_pool.available(), old_pool.capacity());
+}

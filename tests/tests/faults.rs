@@ -39,6 +39,24 @@ fn every_fault_class_is_recovered_without_unaccounted_loss() {
             // A refused send completion resets the ring: what it still held may or may not
             // have left, and is accounted either way.
             FaultClass::TxCorruptCqe => {}
+            // Each injection overran a CQ once (the new CQ does not), lost the completion it
+            // found no room for, and was recovered by a new CQ (only those count).
+            FaultClass::CqOverrun => {
+                assert_eq!(r.evidence, u64::from(injections), "{}: {r:?}", r.name);
+                assert!(r.accounted >= u64::from(injections), "{}: {r:?}", r.name)
+            }
+            // Each injection is one access the IOMMU refused, and its frame is lost.
+            FaultClass::DmaUnmapped => {
+                assert_eq!(r.evidence, u64::from(injections), "{}: {r:?}", r.name);
+                assert!(r.accounted >= u64::from(injections), "{}: {r:?}", r.name)
+            }
+            // One key (the pool's) destroyed per revocation; traffic resumed each time on the
+            // new mapping, and no buffer of the revoked pools went missing (`leaked`).
+            FaultClass::DmabufRevoked => {
+                assert_eq!(r.evidence, u64::from(injections), "{}: {r:?}", r.name);
+                assert_eq!(r.recover_us.len(), injections as usize, "{}: {r:?}", r.name);
+                assert!(r.accounted > 0, "{}: {r:?}", r.name)
+            }
             // A function reset loses what its rings held and what arrived while it was down.
             FaultClass::HealthFatal | FaultClass::HealthStall | FaultClass::NotResponding => {
                 assert_eq!(r.recover_us.len(), injections as usize, "{}: {r:?}", r.name)

@@ -99,6 +99,7 @@ impl<B: Backend> Device<B> {
         self.shared_rings.clear();
         self.pending_pages.clear();
         self.unreported.clear();
+        self.failed_cqs.clear();
         self.forget_all_keys()
     }
 

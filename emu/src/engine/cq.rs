@@ -32,17 +32,21 @@ pub(crate) fn post(core: &mut Core, cqn: u32, cqe: &mut [u8; 64]) -> Result<(), 
     if !overrun_ignore {
         // The consumer index lives in the doorbell record (low 24 bits).
         add(&core.counters.dbrec_reads, 1);
-        let ci = core.dma_read_be32(dbr).map_err(|_| CqFault::Dma)? & 0x00ff_ffff;
-        let outstanding = (pi & 0x00ff_ffff).wrapping_sub(ci) & 0x00ff_ffff;
-        if outstanding >= size {
-            add(&core.counters.cq_overruns, 1);
-            if let Some(cq) = core.res.cqs.get_mut(cqn) {
-                cq.in_error = true;
+        let ci = match core.dma_read_be32(dbr) {
+            Ok(word) => word & 0x00ff_ffff,
+            Err(_) => {
+                enter_error(core, cqn, cq_error::ACCESS_VIOLATION);
+                return Err(CqFault::Dma);
             }
-            let mut data = [0u8; 28];
-            data[..4].copy_from_slice(&cqn.to_be_bytes());
-            data[11] = cq_error::OVERRUN;
-            crate::engine::eq::post_subscribed_event(core, EventType::CqError, 0, &data);
+        };
+        let outstanding = (pi & 0x00ff_ffff).wrapping_sub(ci) & 0x00ff_ffff;
+        let forced = core
+            .faults
+            .take(|f| matches!(f, Fault::CqOverrun { cqn: c } if *c == cqn).then_some(()))
+            .is_some();
+        if forced || outstanding >= size {
+            add(&core.counters.cq_overruns, 1);
+            enter_error(core, cqn, cq_error::OVERRUN);
             return Err(CqFault::Overrun);
         }
     }
@@ -67,7 +71,10 @@ pub(crate) fn post(core: &mut Core, cqn: u32, cqe: &mut [u8; 64]) -> Result<(), 
         .get(cqn)
         .and_then(|c| c.buf.addr(u64::from(pi & (size - 1)) * 64))
         .ok_or(CqFault::Dma)?;
-    core.dma_write(addr, &cqe[..]).map_err(|_| CqFault::Dma)?;
+    if core.dma_write(addr, &cqe[..]).is_err() {
+        enter_error(core, cqn, cq_error::ACCESS_VIOLATION);
+        return Err(CqFault::Dma);
+    }
     add(&core.counters.cqes, 1);
     let Some(cq) = core.res.cqs.get_mut(cqn) else {
         return Ok(());
@@ -84,6 +91,18 @@ pub(crate) fn post(core: &mut Core, cqn: u32, cqe: &mut [u8; 64]) -> Result<(), 
         completion_event(core, eqn, cqn);
     }
     Ok(())
+}
+
+/// Moves CQ `cqn` to error and posts a CQ error event with `syndrome` to the async EQ: the
+/// device writes nothing more to it until the driver destroys it.
+fn enter_error(core: &mut Core, cqn: u32, syndrome: u8) {
+    if let Some(cq) = core.res.cqs.get_mut(cqn) {
+        cq.in_error = true;
+    }
+    let mut data = [0u8; 28];
+    data[..4].copy_from_slice(&cqn.to_be_bytes());
+    data[11] = syndrome;
+    crate::engine::eq::post_subscribed_event(core, EventType::CqError, 0, &data);
 }
 
 fn completion_event(core: &mut Core, eqn: u32, cqn: u32) {

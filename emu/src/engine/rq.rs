@@ -4,7 +4,7 @@
 //! and raise the RMP's limit event when its posted WQEs fall below the armed watermark.
 
 use crate::counters::{add, QueueKind};
-use crate::faults::Fault;
+use crate::faults::{DmaQueue, Fault, UNMAPPED_IOVA};
 use crate::fw::mkey::translate;
 use crate::fw::objects::{QState, RqMemory, TirDispatch, WorkQueue};
 use crate::fw::steering::{frame_match_param, steer, Verdict};
@@ -193,15 +193,120 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
             }
         }
     }
+    if fetched
+        && core
+            .faults
+            .take(|f| matches!(f, Fault::LateReceive { rqn: r } if *r == rqn).then_some(()))
+            .is_some()
+    {
+        // The WQE is taken; the payload write and completion are still on their way.
+        core.late_writes.push(LateWrite {
+            rqn,
+            cqn,
+            index,
+            pd,
+            memory,
+            hash,
+            wqe: wqe[..stride].to_vec(),
+            frame: frame.to_vec(),
+        });
+        return;
+    }
     let injected = core.faults.take(|f| match f {
         Fault::ReceiveError { rqn: r, syndrome } if *r == rqn => Some(*syndrome),
         _ => None,
     });
+    let unmapped = injected.is_none()
+        && fetched
+        && core
+            .faults
+            .take(|f| {
+                matches!(f, Fault::UnmappedDma { queue: DmaQueue::Receive(r) } if *r == rqn)
+                    .then_some(())
+            })
+            .is_some();
     let scattered = match injected {
         Some(syndrome) => Err(syndrome),
-        None if fetched => scatter(core, &wqe[..stride], pd, frame),
+        None if fetched => scatter(core, &wqe[..stride], pd, frame, unmapped),
         None => Err(CqeSyndrome::LocalProtection),
     };
+    let done = Delivered {
+        rqn,
+        cqn,
+        index,
+        memory,
+        hash,
+    };
+    complete(core, &done, frame, parsed, scattered);
+    if let RqMemory::Rmp(rmpn) = memory {
+        check_limit(core, rmpn, available - 1);
+    }
+}
+
+/// A receive the device started and has not finished ([`Fault::LateReceive`]): the WQE is
+/// taken; the payload write and the completion are still in flight.
+#[derive(Debug)]
+pub(crate) struct LateWrite {
+    rqn: u32,
+    cqn: u32,
+    index: u16,
+    pd: u32,
+    memory: RqMemory,
+    hash: Option<(u32, u8)>,
+    wqe: Vec<u8>,
+    frame: Vec<u8>,
+}
+
+/// Lands the late writes of RQ `rqn` (every RQ when `None`): each payload goes where its WQE
+/// pointed, whatever became of the ring since, and its completion follows. The device does
+/// this before a queue it names is reset or destroyed, as hardware finishes in-flight DMA
+/// before such a command completes. Returns how many landed.
+pub(crate) fn land_late_writes(core: &mut Core, rqn: Option<u32>) -> usize {
+    let (due, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut core.late_writes)
+        .into_iter()
+        .partition(|w| rqn.is_none_or(|r| r == w.rqn));
+    core.late_writes = kept;
+    let landed = due.len();
+    for w in due {
+        let scattered = scatter(core, &w.wqe, w.pd, &w.frame, false);
+        let parsed = packet::parse(&w.frame);
+        let done = Delivered {
+            rqn: w.rqn,
+            cqn: w.cqn,
+            index: w.index,
+            memory: w.memory,
+            hash: w.hash,
+        };
+        complete(core, &done, &w.frame, &parsed, scattered);
+    }
+    landed
+}
+
+/// Where a received frame's completion goes.
+struct Delivered {
+    rqn: u32,
+    cqn: u32,
+    index: u16,
+    memory: RqMemory,
+    hash: Option<(u32, u8)>,
+}
+
+/// Writes the completion of a frame the device took a WQE for: a receive CQE when the scatter
+/// worked, else an error CQE with the RQ moved to error.
+fn complete(
+    core: &mut Core,
+    d: &Delivered,
+    frame: &[u8],
+    parsed: &Parsed,
+    scattered: Result<(), CqeSyndrome>,
+) {
+    let Delivered {
+        rqn,
+        cqn,
+        index,
+        memory,
+        hash,
+    } = *d;
     match scattered {
         Ok(()) => {
             let mut cqe = [0u8; 64];
@@ -215,6 +320,11 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
             }
             if crate::engine::cq::post(core, cqn, &mut cqe).is_ok() {
                 core.queue_counters.get_mut(QueueKind::Rq, rqn).cqes += 1;
+            } else {
+                // The frame is in the buffer but its completion has nowhere to go (CQ in
+                // error): it is lost, and the RQ stops with it.
+                add(&core.counters.completions_lost, 1);
+                enter_error(core, rqn);
             }
         }
         Err(syndrome) => {
@@ -229,18 +339,24 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
                     err.set_srqn(rmpn);
                 }
             }
-            let _ = crate::engine::cq::post(core, cqn, &mut cqe);
+            if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
+                add(&core.counters.completions_lost, 1);
+            }
             core.queue_counters.get_mut(QueueKind::Rq, rqn).errors += 1;
             enter_error(core, rqn);
         }
     }
-    if let RqMemory::Rmp(rmpn) = memory {
-        check_limit(core, rmpn, available - 1);
-    }
 }
 
-/// Scatters `frame` into the WQE's data segments.
-fn scatter(core: &Core, wqe: &[u8], pd: u32, frame: &[u8]) -> Result<(), CqeSyndrome> {
+/// Scatters `frame` into the WQE's data segments; `unmapped`: the writes go to an IOVA no
+/// mapping covers ([`Fault::UnmappedDma`]).
+fn scatter(
+    core: &Core,
+    wqe: &[u8],
+    pd: u32,
+    frame: &[u8],
+    unmapped: bool,
+) -> Result<(), CqeSyndrome> {
     let mut done = 0usize;
     for seg in wqe.chunks_exact(WQE_DS) {
         if done == frame.len() {
@@ -266,6 +382,7 @@ fn scatter(core: &Core, wqe: &[u8], pd: u32, frame: &[u8]) -> Result<(), CqeSynd
             |iova, off, len| {
                 add(&core.counters.payload_writes, 1);
                 add(&core.counters.payload_write_bytes, len);
+                let iova = if unmapped { UNMAPPED_IOVA + off } else { iova };
                 core.dma_write(iova, &piece[off as usize..(off + len) as usize])
                     .map_err(|_| crate::fw::mkey::KeyFault::Bounds)
             },

@@ -4,7 +4,7 @@
 //! the CQEs the WQE asked for. A malformed WQE ends in an error CQE and the SQ in error.
 
 use crate::counters::{add, QueueKind};
-use crate::faults::Fault;
+use crate::faults::{DmaQueue, Fault, UNMAPPED_IOVA};
 use crate::fw::mkey::{translate, KeyFault};
 use crate::fw::objects::QState;
 use crate::fw::Core;
@@ -176,6 +176,7 @@ fn execute_one(
         wqe::opcode::NOP => Ok((0, false)),
         wqe::opcode::SEND => build_frame(
             core,
+            sqn,
             pd,
             min_inline,
             &s.wqe[..wqe_bytes],
@@ -209,9 +210,15 @@ fn execute_one(
         cqe[0x38..0x3c].copy_from_slice(&(sqn & 0x00ff_ffff).to_be_bytes());
         cqe[0x3c..0x3e].copy_from_slice(&index.to_be_bytes());
         cqe[0x3f] = (CqeOpcode::Req as u8) << 4 | u8::from(ctrl_se(&s.wqe)) << 1;
-        if crate::engine::cq::post(core, cqn, &mut cqe).is_ok() {
-            core.queue_counters.get_mut(QueueKind::Sq, sqn).cqes += 1;
+        if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
+            // The completion has nowhere to go (CQ in error): the SQ stops with it.
+            add(&core.counters.completions_lost, 1);
+            if let Some(sq) = core.res.sqs.get_mut(sqn) {
+                sq.state = QState::Err;
+            }
+            return Err(());
         }
+        core.queue_counters.get_mut(QueueKind::Sq, sqn).cqes += 1;
     }
     Ok(bbs)
 }
@@ -227,6 +234,7 @@ const MAX_FRAME_BYTES: usize = 16 * 1024 + 64;
 /// returns the length on the wire and whether the frame is in `tagged`.
 fn build_frame(
     core: &mut Core,
+    sqn: u32,
     pd: u32,
     min_inline: u8,
     w: &[u8],
@@ -278,10 +286,20 @@ fn build_frame(
             }
             frame.resize(start + len, 0);
             let counters = core.counters.clone();
+            let unmapped = len > 0
+                && core
+                    .faults
+                    .take(|f| {
+                        matches!(f, Fault::UnmappedDma { queue: DmaQueue::Send(s) } if *s == sqn)
+                            .then_some(())
+                    })
+                    .is_some();
             translate(core, lkey, pd, addr, len as u64, false, |iova, off, n| {
                 let dst = &mut frame[start + off as usize..start + (off + n) as usize];
                 add(&counters.payload_reads, 1);
                 add(&counters.payload_read_bytes, n);
+                // The faulted access really goes to the IOMMU, which refuses it.
+                let iova = if unmapped { UNMAPPED_IOVA + off } else { iova };
                 core.dma_read(iova, dst).map_err(|_| KeyFault::Bounds)
             })
             .map_err(|_| CqeSyndrome::LocalProtection)?;
@@ -344,7 +362,9 @@ fn fail(
             .set_wqe_counter(index)
             .set_opcode(CqeOpcode::ReqErr as u8);
     }
-    let _ = crate::engine::cq::post(core, cqn, &mut cqe);
+    if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
+        add(&core.counters.completions_lost, 1);
+    }
     core.queue_counters.get_mut(QueueKind::Sq, sqn).errors += 1;
     if let Some(sq) = core.res.sqs.get_mut(sqn) {
         sq.state = QState::Err;

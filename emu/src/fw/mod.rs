@@ -151,6 +151,8 @@ pub(crate) struct Core {
     pub send_scratch: crate::engine::sq::SendScratch,
     /// Faults armed by tests and the fault matrix.
     pub faults: crate::faults::Faults,
+    /// Receives whose payload write is still in flight ([`crate::Fault::LateReceive`]).
+    pub late_writes: Vec<crate::engine::rq::LateWrite>,
 }
 
 impl Core {
@@ -171,6 +173,7 @@ impl Core {
             wire: None,
             send_scratch: Default::default(),
             faults: Default::default(),
+            late_writes: Vec::new(),
         }
     }
 
@@ -182,6 +185,8 @@ impl Core {
         self.port = hca::PortState::new(&self.cfg);
         self.queue_counters.clear();
         self.faults.clear();
+        // A reset stops the function's DMA: writes still in flight never land.
+        self.late_writes.clear();
         self.bus_master = false;
         self.msix_enabled = false;
     }

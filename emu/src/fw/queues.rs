@@ -460,6 +460,10 @@ pub(crate) fn create_rq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
 pub(crate) fn modify_rq(core: &mut Core, input: &[u8]) -> CmdResult {
     let cmd = input_as!(ModifyRqIn<&[u8]>, input);
     let rqn = cmd.rqn();
+    if core.res.rqs.contains(rqn) {
+        // Writes in flight land before the queue changes state.
+        crate::engine::rq::land_late_writes(core, Some(rqn));
+    }
     let rq = core.res.rqs.get(rqn).ok_or(bad_res("no such RQ"))?;
     claimed_state_matches(
         rq.state,
@@ -519,6 +523,8 @@ pub(crate) fn destroy_rq(core: &mut Core, input: &[u8]) -> CmdResult {
             "RQ still used by a TIR or RQ table",
         ));
     }
+    // Writes in flight land before the queue goes away.
+    crate::engine::rq::land_late_writes(core, Some(rqn));
     let rq = core.res.rqs.remove(rqn).ok_or(bad_res("no such RQ"))?;
     if let Some(cq) = core.res.cqs.get_mut(rq.cqn) {
         cq.users = cq.users.saturating_sub(1);

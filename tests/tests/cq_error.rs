@@ -1,0 +1,181 @@
+//! A CQ the device put in error (it overran, or the device could not write it): the queue stops
+//! without an error completion, the driver learns of it from the CQ error event
+//! (`Port::failed_cqs`), and recovery destroys the queue and its CQ and creates both again —
+//! for a receive queue with the port's steering rebuilt around the new RQ.
+
+use cxdirect::{Device, Mbuf, Options, Port, PortConfig, Queues};
+use cxdirect_apps::emulated::EmuBackend;
+use cxdirect_emu::{Device as Model, EmuConfig, Fault};
+use cxdirect_hw::eqe::EventType;
+use cxdirect_tests::udp_frame;
+use std::time::Duration;
+
+type Side = (Port<EmuBackend>, Queues<EmuBackend>);
+
+fn start(model: &Model, name: &str, config: PortConfig) -> Side {
+    let options = Options {
+        cmd_timeout: Duration::from_secs(5),
+        ..Options::default()
+    };
+    let dev = Device::bring_up(EmuBackend::new(model.clone(), name), options).unwrap();
+    Port::start(dev, config).unwrap()
+}
+
+/// Port a sends (one queue); port b receives on four queues, UDP port 9000 + i to queue i.
+fn pair() -> (Side, Side, Model, Model) {
+    let (ma, mb) = Model::pair(EmuConfig::default(), EmuConfig::default());
+    let base = PortConfig {
+        ring_size: 64,
+        pool_buffers: 1024,
+        ..PortConfig::default()
+    };
+    let a = start(&ma, "a", base.clone());
+    let b = start(
+        &mb,
+        "b",
+        PortConfig {
+            rx_queues: 4,
+            udp_port_queues: Some(9000),
+            ..base
+        },
+    );
+    (a, b, ma, mb)
+}
+
+/// Sends `count` frames to UDP port `dport` (sequence numbers from `first`).
+fn send(a: &mut Side, first: u32, count: u32, dport: u16) {
+    let mut batch: Vec<Mbuf> = (first..first + count)
+        .map(|seq| {
+            let mut m = a.0.pool().alloc().unwrap();
+            m.set_data(&udp_frame(seq, dport)).unwrap();
+            m
+        })
+        .collect();
+    for _ in 0..1000 {
+        if batch.is_empty() {
+            return;
+        }
+        a.1 .0[0].tx_burst(&mut batch);
+    }
+    panic!("send stalled with {} frames left", batch.len());
+}
+
+fn receive_all(b: &mut Side, queue: usize) -> Vec<Mbuf> {
+    let mut got = Vec::new();
+    while b.1 .1[queue].rx_burst(&mut got, 64) > 0 {}
+    got
+}
+
+fn close(side: Side) {
+    let (port, queues) = side;
+    drop(queues);
+    port.close().unwrap().teardown().unwrap();
+}
+
+#[test]
+fn a_receive_queue_whose_cq_overran_is_rebuilt_and_steering_reaches_it_again() {
+    let (mut a, mut b, _ma, mb) = pair();
+    let old_cq = b.1 .1[2].cqn();
+    let objects = mb.object_counts();
+    mb.inject(Fault::CqOverrun { cqn: old_cq });
+    send(&mut a, 0, 8, 9002);
+    let seen = mb.counters();
+    assert_eq!(
+        (seen.cq_overruns, seen.completions_lost),
+        (1, 1),
+        "{seen:?}"
+    );
+    assert!(receive_all(&mut b, 2).is_empty(), "no completion came");
+    assert!(!b.1 .1[2].in_error(), "no error CQE tells the queue");
+    assert_eq!(b.0.failed_cqs(), vec![old_cq], "the CQ error event does");
+    assert_eq!(b.0.device().event_counts().cq_errors, 1);
+
+    let r = b.0.recover_rx(&mut b.1 .1[2]).unwrap();
+    assert!(r.cq_recreated, "{r:?}");
+    assert_eq!(
+        r.flushed, 64,
+        "every posted buffer, the lost frame's included"
+    );
+    // (The device may hand the freed numbers out again: what matters is that the new CQ and
+    // RQ work, and that nothing the port created is left over.)
+    assert_eq!(b.1 .1[2].posted(), 64, "refilled");
+    assert_eq!(
+        mb.object_counts(),
+        objects,
+        "one CQ and one RQ for one of each"
+    );
+    assert!(b.0.failed_cqs().is_empty(), "recovered CQs are forgotten");
+
+    // Steering was rebuilt around the new RQ: every queue gets its flow again.
+    for queue in 0..4u16 {
+        send(&mut a, 100, 10, 9000 + queue);
+        let got = receive_all(&mut b, usize::from(queue));
+        assert_eq!(got.len(), 10, "queue {queue}");
+        for (i, m) in got.iter().enumerate() {
+            assert_eq!(m.to_vec(), udp_frame(100 + i as u32, 9000 + queue));
+        }
+    }
+    let pool = b.0.pool().clone();
+    close(b);
+    close(a);
+    assert_eq!(
+        pool.available(),
+        pool.capacity(),
+        "no buffer lost or doubled"
+    );
+}
+
+#[test]
+fn a_send_queue_whose_cq_overran_is_rebuilt_and_its_buffers_flushed_once() {
+    let (mut a, mut b, ma, _mb) = pair();
+    let old_cq = a.1 .0[0].cqn();
+
+    ma.inject(Fault::CqOverrun { cqn: old_cq });
+    // The 32nd WQE asks for the first completion: it finds the CQ full and the SQ stops.
+    send(&mut a, 0, 48, 9000);
+    assert_eq!(
+        ma.counters().tx_frames,
+        32,
+        "the SQ stopped at the lost completion"
+    );
+    assert_eq!(receive_all(&mut b, 0).len(), 32);
+    assert_eq!(a.0.failed_cqs(), vec![old_cq]);
+    assert_eq!(a.1 .0[0].in_flight(), 48);
+
+    let r = a.0.recover_tx(&mut a.1 .0[0]).unwrap();
+    assert!(r.cq_recreated, "{r:?}");
+    assert_eq!(r.flushed, 48);
+    let stats = a.1 .0[0].stats();
+    assert_eq!((stats.flushed, stats.errors), (48, 48), "{stats:?}");
+    // Every buffer is free again but those port a's own receive ring holds.
+    let posted = a.1 .1[0].posted() as u32;
+    assert_eq!(a.0.pool().available() + posted, a.0.pool().capacity());
+
+    send(&mut a, 100, 40, 9000);
+    assert_eq!(receive_all(&mut b, 0).len(), 40, "sending works again");
+    close(b);
+    close(a);
+}
+
+#[test]
+fn a_cq_error_naming_a_cq_the_port_does_not_have_is_ignored() {
+    let (mut a, mut b, ma, _mb) = pair();
+    let mut data = [0u8; 28];
+    data[..4].copy_from_slice(&0x00ff_fff0u32.to_be_bytes());
+    data[11] = 1;
+    ma.inject(Fault::RawEvent {
+        event_type: EventType::CqError as u8,
+        sub_type: 0,
+        data,
+    });
+    assert!(a.0.failed_cqs().is_empty());
+    assert_eq!(
+        a.0.device().event_counts().cq_errors,
+        1,
+        "counted all the same"
+    );
+    send(&mut a, 0, 10, 9000);
+    assert_eq!(receive_all(&mut b, 0).len(), 10);
+    close(b);
+    close(a);
+}
