@@ -51,34 +51,46 @@ pub enum OpenError {
     Open(String),
 }
 
-/// Opens one or two ports from `specs`: emulated ones executing as `emu_exec` says (`inline`
-/// or `threaded`), or PCI functions through VFIO with `iommu_mode` unless a spec names one.
+/// How long a polling model's device thread keeps looking for work after its last piece.
+pub const EMU_POLL_WINDOW: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The model configuration an `--emu-exec` value names: `inline` (device work in the driver's
+/// calls), `threaded` (a device thread woken by each doorbell) or `polling` (a device thread
+/// that keeps polling for [`EMU_POLL_WINDOW`] after work, as a real device's engines run).
+pub fn emu_config(emu_exec: &str) -> Result<cxdirect_emu::EmuConfig, String> {
+    let (exec, poll_window) = match emu_exec {
+        "inline" => (cxdirect_emu::ExecMode::Inline, std::time::Duration::ZERO),
+        "threaded" => (cxdirect_emu::ExecMode::Threaded, std::time::Duration::ZERO),
+        "polling" => (cxdirect_emu::ExecMode::Threaded, EMU_POLL_WINDOW),
+        other => {
+            return Err(format!(
+                "--emu-exec `{other}`: use inline, threaded or polling"
+            ))
+        }
+    };
+    Ok(cxdirect_emu::EmuConfig {
+        exec,
+        poll_window,
+        ..cxdirect_emu::EmuConfig::default()
+    })
+}
+
+/// Opens one or two ports from `specs`: emulated ones executing as `emu_exec` says (see
+/// [`emu_config`]), or PCI functions through VFIO with `iommu_mode` unless a spec names one.
 pub fn open_ports(specs: &[String], emu_exec: &str, iommu_mode: &str) -> Result<Ports, OpenError> {
     if specs.is_empty() || specs.len() > 2 {
         return Err(OpenError::Usage("give one or two --device options".into()));
     }
-    let exec = match emu_exec {
-        "inline" => cxdirect_emu::ExecMode::Inline,
-        "threaded" => cxdirect_emu::ExecMode::Threaded,
-        other => {
-            return Err(OpenError::Usage(format!(
-                "--emu-exec `{other}`: use inline or threaded"
-            )))
-        }
-    };
+    let model = emu_config(emu_exec).map_err(OpenError::Usage)?;
     let parsed: Vec<emulated::Spec> = specs.iter().map(|s| emulated::Spec::parse(s)).collect();
     let pci = parsed
         .iter()
         .filter(|s| matches!(s, emulated::Spec::Pci(_)))
         .count();
     if pci == 0 {
-        let cfg = cxdirect_emu::EmuConfig {
-            exec,
-            ..cxdirect_emu::EmuConfig::default()
-        };
         let backends: Vec<_> = parsed
             .iter()
-            .flat_map(|s| emulated::open_emulated(s, cfg.clone()))
+            .flat_map(|s| emulated::open_emulated(s, model.clone()))
             .collect();
         if backends.len() > 2 {
             return Err(OpenError::Usage("at most two ports".into()));

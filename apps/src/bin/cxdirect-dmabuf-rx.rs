@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 const USAGE: &str = "usage: cxdirect-dmabuf-rx --device SPEC [--device SPEC]
        --source udmabuf|dma-heap|memfd|cuda --size BYTES [--bytes N] [--payload BYTES]
-       [--verify] [--emu-exec inline|threaded] [--iommu-mode auto|type1|iommufd|noiommu]
+       [--verify] [--emu-exec inline|threaded|polling] [--iommu-mode auto|type1|iommufd|noiommu]
   SPEC: emu (one port, loopback) | emu-pair (two ports back to back) | PCI address
   The last (or only) device receives into the dmabuf; the first sends.
   --size: bytes of dmabuf memory (the receive pool); --bytes: stream length (default --size)";

@@ -6,13 +6,12 @@ use cxdirect::{Backend, Device, InlineMode, Mbuf, Options, Port, PortConfig, Que
 use cxdirect_apps::args::Args;
 use cxdirect_apps::emulated::{open_emulated, Spec};
 use cxdirect_apps::testpmd::{build, HEADER_LEN, MIN_LEN};
-use cxdirect_emu::{EmuConfig, ExecMode};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 const USAGE: &str =
     "usage: cxdirect-pingpong --device SPEC [--device SPEC] [--size N] [--iterations N]
-       [--inline on|off] [--blueflame on|off] [--emu-exec inline|threaded] [--iommu-mode MODE]
+       [--inline on|off] [--blueflame on|off] [--emu-exec inline|threaded|polling] [--iommu-mode MODE]
   SPEC: emu-pair, or two PCI addresses wired to each other";
 
 fn main() -> ExitCode {
@@ -72,20 +71,11 @@ fn real_main() -> Result<ExitCode, String> {
         cqe_every: 1,
         ..PortConfig::default()
     };
-    let exec = match args.get("emu-exec").unwrap_or("threaded") {
-        "inline" => ExecMode::Inline,
-        _ => ExecMode::Threaded,
-    };
+    let model = cxdirect_apps::emu_config(args.get("emu-exec").unwrap_or("threaded"))?;
     let specs: Vec<Spec> = args.all("device").iter().map(|s| Spec::parse(s)).collect();
     match specs.as_slice() {
         [Spec::EmuPair] => {
-            let backends = open_emulated(
-                &Spec::EmuPair,
-                EmuConfig {
-                    exec,
-                    ..EmuConfig::default()
-                },
-            );
+            let backends = open_emulated(&Spec::EmuPair, model);
             run(backends, &config, size, iterations)
         }
         [Spec::Pci(a), Spec::Pci(b)] => {

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 const USAGE: &str =
     "usage: cxdirect-shared-rx --device SPEC [--device SPEC] [--queues N] [--ring N] [--lwm N]
-       [--packets N] [--burst N] [--size BYTES] [--pace credits|none] [--emu-exec inline|threaded]
+       [--packets N] [--burst N] [--size BYTES] [--pace credits|none] [--emu-exec inline|threaded|polling]
        [--iommu-mode auto|type1|iommufd|noiommu]
   SPEC: emu (one port, loopback) | emu-pair (two ports back to back) | PCI address
   The last (or only) device receives; the first sends.";

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 const USAGE: &str = "usage: cxdirect-testpmd --device SPEC [--device SPEC] [--forward-mode io|txonly|rxonly|macswap|flowgen]
        [--burst N] [--txpkts L[,L...]] [--inline-mode none|headers|full] [--inline-max N]
        [--rxq N] [--txq N] [--ring N] [--duration S | --packets N] [--stats-period S] [--verify]
-       [--flows N] [--emu-exec inline|threaded] [--iommu-mode auto|type1|iommufd|noiommu]
+       [--flows N] [--emu-exec inline|threaded|polling] [--iommu-mode auto|type1|iommufd|noiommu]
   SPEC: emu (one port, loopback) | emu-pair (two ports back to back) | PCI address";
 
 struct Settings {
