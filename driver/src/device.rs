@@ -834,8 +834,9 @@ impl<B: Backend> Device<B> {
         &mut self.keys
     }
 
-    /// Tears the function down: destroys memory keys still registered, the async EQ, frees UAR, PD and transport domain,
-    /// TEARDOWN_HCA, reclaims every firmware page, DISABLE_HCA, disables MSI-X.
+    /// Tears the function down: destroys memory keys still registered and the async EQ, frees
+    /// UAR, PD and transport domain, TEARDOWN_HCA, reclaims every firmware page, DISABLE_HCA,
+    /// disables MSI-X.
     pub fn teardown(mut self) -> Result<TeardownReport, DriverError> {
         self.torn_down = true;
         self.ensure_healthy()?;

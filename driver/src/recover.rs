@@ -145,8 +145,9 @@ impl<B: Backend> Port<B> {
     /// receive queues), or whose CQ [`Port::failed_cqs`] named: the RQ and its CQ are then
     /// destroyed and created again, with the port's steering taken down and rebuilt around
     /// the new RQ (frames arriving meanwhile are dropped by the device and counted there).
-    /// Posted buffers return to the pool (counted in `flushed`); the ring is refilled. Frames the device received while the queue was in error were dropped by the
-    /// device and show in the port's `imissed`/`ierrors`, not here.
+    /// Posted buffers return to the pool (counted in `flushed`); the ring is refilled. Frames
+    /// the device received while the queue was in error were dropped by the device and show in
+    /// the port's `imissed`/`ierrors`, not here.
     ///
     /// # Errors
     ///
