@@ -3,6 +3,7 @@
 //! schedule, so nothing here trusts what it reads: the queues check every field that selects
 //! host state (WQE counter, queue number, byte count) against what they posted.
 
+use crate::queue::{bytes_from_words, words_from_bytes};
 use cxdirect_dma::DmaRegion;
 use cxdirect_hw::cqe::{self, CqeOpcode, CQE_SIZE};
 use std::sync::atomic::{fence, Ordering};
@@ -29,13 +30,9 @@ impl std::fmt::Debug for Cqe {
 impl Cqe {
     /// A CQE from its 64 bytes as they sit in the ring.
     pub fn from_bytes(bytes: [u8; CQE_SIZE]) -> Self {
-        let mut words = [0u64; CQE_SIZE / 8];
-        for (word, chunk) in words.iter_mut().zip(bytes.chunks_exact(8)) {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(chunk);
-            *word = u64::from_ne_bytes(b);
+        Self {
+            words: words_from_bytes(&bytes),
         }
-        Self { words }
     }
 
     /// A CQE from the eight words it was read with (memory order).
@@ -47,9 +44,7 @@ impl Cqe {
     /// The raw bytes.
     pub fn to_bytes(&self) -> [u8; CQE_SIZE] {
         let mut bytes = [0u8; CQE_SIZE];
-        for (chunk, word) in bytes.chunks_exact_mut(8).zip(self.words) {
-            chunk.copy_from_slice(&word.to_ne_bytes());
-        }
+        bytes_from_words(self.words, &mut bytes);
         bytes
     }
 

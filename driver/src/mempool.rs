@@ -107,27 +107,8 @@ pub(crate) struct PoolShared {
 
 impl PoolShared {
     fn pop(&self) -> Option<u32> {
-        let mut head = self.head.load(Ordering::Acquire);
-        loop {
-            let index = head as u32;
-            if index == NIL {
-                return None;
-            }
-            let next = self.next[index as usize].load(Ordering::Relaxed);
-            let tag = (head >> 32).wrapping_add(1);
-            match self.head.compare_exchange_weak(
-                head,
-                tag << 32 | u64::from(next),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => {
-                    self.available.fetch_sub(1, Ordering::Relaxed);
-                    return Some(index);
-                }
-                Err(seen) => head = seen,
-            }
-        }
+        let mut one = [NIL];
+        (self.pop_bulk(&mut one) == 1).then_some(one[0])
     }
 
     /// Takes up to `out.len()` indexes with one compare-and-swap: the tag on the head proves

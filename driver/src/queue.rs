@@ -260,9 +260,7 @@ impl<B: Backend> TxQueue<B> {
             }
             let head: [u64; 3] = m.head_words()?;
             let mut bytes = [0u8; 24];
-            for (chunk, word) in bytes.chunks_exact_mut(8).zip(head) {
-                chunk.copy_from_slice(&word.to_ne_bytes());
-            }
+            bytes_from_words(head, &mut bytes);
             wqe[16..32].copy_from_slice(&wqe::encode_eth(
                 m.flags.tx_ip_csum,
                 m.flags.tx_l4_csum,
@@ -296,7 +294,7 @@ impl<B: Backend> TxQueue<B> {
             ds,
             ce,
         ));
-        Some(bytes_to_words(&wqe))
+        Some(words_from_bytes(&wqe))
     }
 
     /// Counts one more WQE of `bbs` basic blocks towards the next completion request and says
@@ -471,12 +469,7 @@ impl<B: Backend> TxQueue<B> {
     /// Recovery, once the device can no longer read the ring: every in-flight buffer goes back
     /// to its pool; returns how many.
     pub(crate) fn flush_in_flight(&mut self) -> usize {
-        let mut flushed = 0;
-        for slot in self.inflight.iter_mut() {
-            if slot.take().is_some() {
-                flushed += 1;
-            }
-        }
+        let flushed = self.inflight.iter_mut().filter_map(Option::take).count();
         self.stats.errors += flushed as u64;
         self.stats.flushed += flushed as u64;
         self.published.publish(&self.stats);
@@ -518,11 +511,12 @@ impl<B: Backend> Drop for TxQueue<B> {
     }
 }
 
-/// The first basic block of `wqe` as eight words in memory order.
+/// The first `N * 8` bytes of `bytes` as `N` words in memory order (what a volatile word store
+/// of each writes back); words past the end of a shorter `bytes` stay zero.
 #[inline]
-fn bytes_to_words(wqe: &[u8]) -> [u64; WQE_BB / 8] {
-    let mut words = [0u64; WQE_BB / 8];
-    for (word, chunk) in words.iter_mut().zip(wqe.chunks_exact(8)) {
+pub(crate) fn words_from_bytes<const N: usize, const M: usize>(bytes: &[u8; M]) -> [u64; N] {
+    let mut words = [0u64; N];
+    for (word, chunk) in words.iter_mut().zip(bytes.chunks_exact(8)) {
         let mut b = [0u8; 8];
         b.copy_from_slice(chunk);
         *word = u64::from_ne_bytes(b);
@@ -530,15 +524,12 @@ fn bytes_to_words(wqe: &[u8]) -> [u64; WQE_BB / 8] {
     words
 }
 
-/// A 16-byte WQE segment as two words in memory order.
+/// `words` laid out in memory order into the front of `out` (as many whole words as fit).
 #[inline]
-pub(crate) fn seg_words(seg: &[u8; 16]) -> [u64; 2] {
-    let [a, b] = [&seg[..8], &seg[8..]].map(|half| {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(half);
-        u64::from_ne_bytes(w)
-    });
-    [a, b]
+pub(crate) fn bytes_from_words<const N: usize, const M: usize>(words: [u64; N], out: &mut [u8; M]) {
+    for (chunk, word) in out.chunks_exact_mut(8).zip(words) {
+        chunk.copy_from_slice(&word.to_ne_bytes());
+    }
 }
 
 /// Most packets one `tx_burst` or `rx_burst` call moves.
@@ -603,7 +594,7 @@ impl<B: Backend> RxQueue<B> {
         let posted = pool.alloc_each(empty, |m| {
             let slot = usize::from(*pi & mask);
             let seg = wqe::encode_data(m.capacity() as u32, m.lkey(), m.data_iova());
-            let _ = ring.write_words(slot * 16, &seg_words(&seg));
+            let _ = ring.write_words::<2>(slot * 16, &words_from_bytes(&seg));
             slots[slot] = Some(m);
             *pi = pi.wrapping_add(1);
         });
@@ -704,12 +695,7 @@ impl<B: Backend> RxQueue<B> {
     /// Recovery, once the device can no longer write the ring's buffers: every posted buffer
     /// goes back to the pool; returns how many.
     pub(crate) fn flush_posted(&mut self) -> usize {
-        let mut flushed = 0;
-        for slot in self.slots.iter_mut() {
-            if slot.take().is_some() {
-                flushed += 1;
-            }
-        }
+        let flushed = self.slots.iter_mut().filter_map(Option::take).count();
         self.stats.flushed += flushed as u64;
         flushed
     }

@@ -175,7 +175,7 @@ impl SharedRing {
             let seg = wqe::encode_data(m.capacity() as u32, m.lkey(), m.data_iova());
             let _ = self
                 .ring
-                .write_words(slot * 16, &crate::queue::seg_words(&seg));
+                .write_words::<2>(slot * 16, &crate::queue::words_from_bytes(&seg));
             let counter = st.pi;
             st.slots[slot] = Some((counter, m));
             st.pi = st.pi.wrapping_add(1);
@@ -197,12 +197,7 @@ impl SharedRing {
     pub(crate) fn flush(&self) -> usize {
         let mut st = self.lock();
         st.flushed = true;
-        let mut count = 0;
-        for slot in st.slots.iter_mut() {
-            if slot.take().is_some() {
-                count += 1;
-            }
-        }
+        let count = st.slots.iter_mut().filter_map(Option::take).count();
         st.outstanding = 0;
         st.stats.flushed += count as u64;
         count
