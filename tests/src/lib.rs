@@ -7,7 +7,12 @@ pub mod events;
 /// A 128-byte UDP/IPv4 frame to destination port `dport` carrying `seq` (big-endian at byte
 /// 42) and a payload derived from it, with valid checksums.
 pub fn udp_frame(seq: u32, dport: u16) -> Vec<u8> {
-    let len = 128;
+    udp_frame_sized(128, seq, 4000, dport)
+}
+
+/// A UDP/IPv4 frame of `len` bytes (at least 46) from source port `sport` to `dport`, carrying
+/// `seq` (big-endian at byte 42) and a payload derived from it, with valid checksums.
+pub fn udp_frame_sized(len: usize, seq: u32, sport: u16, dport: u16) -> Vec<u8> {
     let mut f = vec![0u8; len];
     f[0..6].copy_from_slice(&[0xff; 6]);
     f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x0a]);
@@ -19,7 +24,7 @@ pub fn udp_frame(seq: u32, dport: u16) -> Vec<u8> {
     f[23] = 17;
     f[26..30].copy_from_slice(&[10, 0, 0, 1]);
     f[30..34].copy_from_slice(&[10, 0, 0, 2]);
-    f[34..36].copy_from_slice(&4000u16.to_be_bytes());
+    f[34..36].copy_from_slice(&sport.to_be_bytes());
     f[36..38].copy_from_slice(&dport.to_be_bytes());
     f[38..40].copy_from_slice(&(ip_len - 20).to_be_bytes());
     f[42..46].copy_from_slice(&seq.to_be_bytes());

@@ -59,6 +59,20 @@ fn unaccounted(side: &Side) -> usize {
 }
 
 /// Closes the port and tears the function down: no page kept, nothing left mapped or created.
+/// 64 frames each way between the two ports arrive.
+fn assert_traffic_both_ways(a: &mut Side, b: &mut Side) {
+    assert_eq!(
+        send_and_receive(&mut a.1 .0[0], a.0.pool(), &mut b.1 .1[0], 64),
+        64,
+        "a to b"
+    );
+    assert_eq!(
+        send_and_receive(&mut b.1 .0[0], b.0.pool(), &mut a.1 .1[0], 64),
+        64,
+        "b to a"
+    );
+}
+
 fn close_clean(side: Side, model: &Model) {
     let (port, queues) = side;
     drop(queues);
@@ -127,14 +141,7 @@ fn a_receiving_port_whose_firmware_reports_a_fatal_syndrome_is_reset_and_resumes
         |m| m.inject_fatal(health_syndrome::ICM_PAGE_ERR),
         HealthFailure::Syndrome(health_syndrome::ICM_PAGE_ERR),
     );
-    assert_eq!(
-        send_and_receive(&mut a.1 .0[0], a.0.pool(), &mut b.1 .1[0], 64),
-        64
-    );
-    assert_eq!(
-        send_and_receive(&mut b.1 .0[0], b.0.pool(), &mut a.1 .1[0], 64),
-        64
-    );
+    assert_traffic_both_ways(&mut a, &mut b);
     assert_eq!(unaccounted(&a) + unaccounted(&b), 0);
     close_clean(a, &model_a);
     close_clean(b, &model_b);
@@ -159,14 +166,7 @@ fn a_sending_port_whose_health_counter_stops_is_reset_and_resumes() {
         0,
         "the new queue counts from zero"
     );
-    assert_eq!(
-        send_and_receive(&mut a.1 .0[0], a.0.pool(), &mut b.1 .1[0], 64),
-        64
-    );
-    assert_eq!(
-        send_and_receive(&mut b.1 .0[0], b.0.pool(), &mut a.1 .1[0], 64),
-        64
-    );
+    assert_traffic_both_ways(&mut a, &mut b);
     close_clean(a, &model_a);
     close_clean(b, &model_b);
 }
@@ -180,14 +180,7 @@ fn a_port_whose_registers_read_all_ones_is_reset_and_resumes() {
         Model::inject_unresponsive,
         HealthFailure::NotResponding,
     );
-    assert_eq!(
-        send_and_receive(&mut a.1 .0[0], a.0.pool(), &mut b.1 .1[0], 64),
-        64
-    );
-    assert_eq!(
-        send_and_receive(&mut b.1 .0[0], b.0.pool(), &mut a.1 .1[0], 64),
-        64
-    );
+    assert_traffic_both_ways(&mut a, &mut b);
     close_clean(a, &model_a);
     close_clean(b, &model_b);
 }

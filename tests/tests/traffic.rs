@@ -23,26 +23,7 @@ fn pair(config: PortConfig) -> (Ports, Ports, Model, Model) {
 
 /// A UDP/IPv4 frame of `len` bytes carrying `seq` and a pattern, from source port `sport`.
 fn frame(len: usize, seq: u32, sport: u16) -> Vec<u8> {
-    let mut f = vec![0u8; len];
-    f[0..6].copy_from_slice(&[0xff; 6]);
-    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x0a]);
-    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-    let ip_len = (len - 14) as u16;
-    f[14] = 0x45;
-    f[16..18].copy_from_slice(&ip_len.to_be_bytes());
-    f[22] = 64;
-    f[23] = 17;
-    f[26..30].copy_from_slice(&[10, 0, 0, 1]);
-    f[30..34].copy_from_slice(&[10, 0, 0, 2]);
-    f[34..36].copy_from_slice(&sport.to_be_bytes());
-    f[36..38].copy_from_slice(&9000u16.to_be_bytes());
-    f[38..40].copy_from_slice(&(ip_len - 20).to_be_bytes());
-    f[42..46].copy_from_slice(&seq.to_be_bytes());
-    for (i, b) in f[46..].iter_mut().enumerate() {
-        *b = (seq as u8).wrapping_add(i as u8);
-    }
-    cxdirect_emu::packet::insert_checksums(&mut f, true, true).unwrap();
-    f
+    cxdirect_tests::udp_frame_sized(len, seq, sport, 9000)
 }
 
 fn send_all(tx: &mut TxQueue<EmuBackend>, pool: &cxdirect::Mempool, frames: &[Vec<u8>]) {
