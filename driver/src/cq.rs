@@ -184,7 +184,7 @@ impl CqRing {
         ((index >> self.log_size) & 1) as u8
     }
 
-    #[inline]
+    #[inline(always)]
     fn op_own_at(&self, index: u32) -> Option<u8> {
         let last = self
             .region
@@ -202,7 +202,7 @@ impl CqRing {
     /// there behind a slot that is still not written means the device skipped (or damaged the
     /// owner bit of) the one at the consumer index, which is then returned with its opcode
     /// set to INVALID for the same refusal.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn peek(&mut self) -> Option<Cqe> {
         // One word load for the owner byte; the rest only once it is ours.
         let op_own = self.op_own_at(self.ci)?;
@@ -243,7 +243,7 @@ impl CqRing {
         Some(Cqe::from_bytes(bytes))
     }
 
-    #[inline]
+    #[inline(always)]
     fn copy(&self, index: u32) -> Option<Cqe> {
         fence(Ordering::Acquire);
         let words = self.region.read_words(self.slot_offset(index)).ok()?;
