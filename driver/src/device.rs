@@ -168,6 +168,9 @@ pub struct Device<B: Backend> {
     /// CQs a CQ error event named (number, syndrome), until the port takes them; bounded by
     /// [`MAX_FAILED_CQS`] so a device naming CQs at random cannot grow it.
     failed_cqs: Vec<(u32, u8)>,
+    /// Shared rings (RMP numbers) an SRQ catastrophic error event named, until the port takes
+    /// them; only rings this driver registered, so it stays as short as their list.
+    failed_rings: Vec<u32>,
     torn_down: bool,
 }
 
@@ -234,6 +237,7 @@ impl<B: Backend> Device<B> {
             },
             shared_rings: Vec::new(),
             failed_cqs: Vec::new(),
+            failed_rings: Vec::new(),
             keys: Vec::new(),
             torn_down: false,
         };
@@ -494,6 +498,7 @@ impl<B: Backend> Device<B> {
     /// Stops reporting limit events of the shared ring `rmpn`.
     pub(crate) fn unregister_shared_ring(&mut self, rmpn: u32) {
         self.shared_rings.retain(|&(n, _)| n != rmpn);
+        self.failed_rings.retain(|&n| n != rmpn);
     }
 
     /// QUERY_RMP: the ring's state, armed limit and posted buffers as the device sees them,
@@ -690,6 +695,13 @@ impl<B: Backend> Device<B> {
         std::mem::take(&mut self.failed_cqs)
     }
 
+    /// As [`Device::take_failed_cqs`], for the shared rings (RMP numbers) an SRQ catastrophic
+    /// error event named; only rings this driver registered are kept.
+    pub(crate) fn take_failed_rings(&mut self) -> Vec<u32> {
+        self.drain_events();
+        std::mem::take(&mut self.failed_rings)
+    }
+
     /// Takes the async EQ's entries and interrupt count, recording the events.
     fn drain_events(&mut self) {
         let Some(eq) = self.eq.as_mut() else { return };
@@ -715,6 +727,17 @@ impl<B: Backend> Device<B> {
                     && self.failed_cqs.len() < MAX_FAILED_CQS
                 {
                     self.failed_cqs.push((cqn, syndrome));
+                }
+            }
+            if let Event::QueueError {
+                kind: EventType::SrqCatastrophicError,
+                number,
+            } = *ev
+            {
+                if self.shared_rings.iter().any(|&(n, _)| n == number)
+                    && !self.failed_rings.contains(&number)
+                {
+                    self.failed_rings.push(number);
                 }
             }
             if let Event::PortChange { up } = ev {

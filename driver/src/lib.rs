@@ -36,6 +36,7 @@ pub use error::{CmdError, CmdFailure, DriverError, HealthFailure};
 pub use mempool::{Mbuf, Mempool, OffloadFlags};
 pub use mkey::{KeyAccess, MemoryKey};
 pub use port::{Port, PortConfig, Queues, SharedQueues};
+pub use port_shared::SharedRingRestart;
 pub use queue::{InlineMode, QueueStats, RxQueue, TxQueue};
 pub use recover::{PoolRevocation, PortRecovery, Recovery};
 pub use shared::{SharedRingStats, SharedRxConfig, SharedRxQueue, SharedRxRing};

@@ -120,6 +120,9 @@ pub struct Port<B: Backend> {
     pub(crate) cqs: Vec<u32>,
     /// This port's CQs the device reported in error, until their queues are recovered.
     pub(crate) failed_cqs: Vec<u32>,
+    /// Set when the device reported the shared ring broken (SRQ catastrophic error), until
+    /// [`Port::restart_shared_ring`] creates it again.
+    pub(crate) shared_failed: bool,
     uars: Vec<u32>,
     rqt: Option<u32>,
     tirs: Vec<u32>,
@@ -251,6 +254,7 @@ impl<B: Backend> Port<B> {
             rqs: Vec::new(),
             cqs: Vec::new(),
             failed_cqs: Vec::new(),
+            shared_failed: false,
             uars: Vec::new(),
             rqt: None,
             tirs: Vec::new(),
@@ -959,6 +963,7 @@ impl<B: Backend> Port<B> {
         self.sqs.clear();
         self.cqs.clear();
         self.failed_cqs.clear();
+        self.shared_failed = false;
         self.eqs.clear();
         self.tis = 0;
         self.uars.clear();

@@ -10,11 +10,27 @@ use crate::error::DriverError;
 use crate::port::{invalid, out_u32, Port, SharedQueues};
 use crate::qcounter::QCounterSet;
 use crate::shared::{SharedRing, SharedRxConfig, SharedRxQueue, SharedRxRing};
+use cxdirect_dma::DmaRegion;
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::wq::{
     CreateRmpIn, CreateRqIn, ModifyRmpIn, QueryRqIn, QueryRqOut, RmpState, RqState,
 };
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What creating a shared ring again ([`Port::restart_shared_ring`]) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedRingRestart {
+    /// Buffers returned to the pool without carrying a packet: those the queues' leftover
+    /// completions named and those still posted.
+    pub flushed: usize,
+    /// Completions taken off the queues' CQs without being delivered.
+    pub drained_cqes: usize,
+    /// The state the device had the old ring in (error after a failure, ready otherwise).
+    pub device_state: RmpState,
+    /// Wall time from the first command to the new ring being posted and steered to.
+    pub took: Duration,
+}
 
 impl<B: Backend> Port<B> {
     /// CREATE_RMP, then one CQ and RQ (on the RMP) per receive queue, then the first refill.
@@ -27,28 +43,7 @@ impl<B: Backend> Port<B> {
         let log = entries.trailing_zeros() as u8;
         let ring = self.dma(16 * entries as usize)?;
         let dbr = self.dma(64)?;
-        let page = ring.page_size();
-        let pages = ring.len().div_ceil(page);
-        let mut cmd = input(Opcode::CreateRmp, 0, CreateRmpIn::<&[u8]>::SIZE + 8 * pages);
-        {
-            let mut c = CreateRmpIn::new(&mut cmd[..]).map_err(|_| invalid("RMP input"))?;
-            let mut ctx = c.ctx_mut();
-            ctx.set_state(RmpState::Rdy as u8)
-                .set_basic_cyclic_rcv_wqe(true);
-            ctx.wq_mut()
-                .set_wq_type(1)
-                .set_pd(pd)
-                .set_dbr_addr(dbr.iova())
-                .set_log_wq_stride(4)
-                .set_log_wq_pg_sz((page.trailing_zeros() - 12) as u8)
-                .set_log_wq_sz(log)
-                .set_lwm(config.limit as u16);
-            for i in 0..pages {
-                let _ = c.set_pas(i, ring.iova() + (i * page) as u64);
-            }
-        }
-        let rmpn = out_u32(&self.dev.exec(&cmd, 16)?);
-        self.dev.register_shared_ring(rmpn, entries);
+        let rmpn = self.create_rmp(pd, &ring, &dbr, log, config.limit)?;
         let shared = Arc::new(SharedRing::new(rmpn, log, ring, dbr, self.pool.clone()));
         self.shared = Some(shared.clone());
         let (uar, _, _) = self.dev.resources();
@@ -57,19 +52,8 @@ impl<B: Backend> Port<B> {
             let (eqn, interrupt) = self.rx_interrupt(index, uar)?;
             // Each queue's CQ can hold every buffer of the ring: completions never overrun it.
             let cq = self.create_cq(entries, uar, eqn)?;
-            let mut cmd = input(Opcode::CreateRq, 0, CreateRqIn::<&[u8]>::SIZE);
-            {
-                let mut c = CreateRqIn::new(&mut cmd[..]).map_err(|_| invalid("RQ input"))?;
-                c.ctx_mut()
-                    .set_cqn(cq.cqn)
-                    .set_flush_in_error_en(true)
-                    .set_mem_rq_type(1)
-                    .set_rmpn(rmpn)
-                    .set_counter_set_id(self.q_counter.as_ref().map_or(0, QCounterSet::id));
-            }
-            let rqn = out_u32(&self.dev.exec(&cmd, 16)?);
+            let rqn = self.create_shared_rq(cq.cqn, rmpn)?;
             self.rqs.push(rqn);
-            self.modify_rq(rqn, RqState::Rst, RqState::Rdy)?;
             queues.push(SharedRxQueue {
                 _backend: self.dev.backend_arc().clone(),
                 ring: shared.clone(),
@@ -90,6 +74,61 @@ impl<B: Backend> Port<B> {
             queues,
         ));
         Ok(())
+    }
+
+    /// CREATE_RMP (ready) over `ring` (16-byte WQEs, `2^log` of them) and its doorbell record,
+    /// with low watermark `limit`; registers the ring for its events. Returns the RMP number.
+    fn create_rmp(
+        &mut self,
+        pd: u32,
+        ring: &DmaRegion,
+        dbr: &DmaRegion,
+        log: u8,
+        limit: u32,
+    ) -> Result<u32, DriverError> {
+        let page = ring.page_size();
+        let pages = ring.len().div_ceil(page);
+        let mut cmd = input(Opcode::CreateRmp, 0, CreateRmpIn::<&[u8]>::SIZE + 8 * pages);
+        {
+            let mut c = CreateRmpIn::new(&mut cmd[..]).map_err(|_| invalid("RMP input"))?;
+            let mut ctx = c.ctx_mut();
+            ctx.set_state(RmpState::Rdy as u8)
+                .set_basic_cyclic_rcv_wqe(true);
+            ctx.wq_mut()
+                .set_wq_type(1)
+                .set_pd(pd)
+                .set_dbr_addr(dbr.iova())
+                .set_log_wq_stride(4)
+                .set_log_wq_pg_sz((page.trailing_zeros() - 12) as u8)
+                .set_log_wq_sz(log)
+                .set_lwm(limit as u16);
+            for i in 0..pages {
+                let _ = c.set_pas(i, ring.iova() + (i * page) as u64);
+            }
+        }
+        let rmpn = out_u32(&self.dev.exec(&cmd, 16)?);
+        self.dev.register_shared_ring(rmpn, 1 << log);
+        Ok(rmpn)
+    }
+
+    /// CREATE_RQ drawing from RMP `rmpn` and completing on CQ `cqn`, moved to ready.
+    fn create_shared_rq(&mut self, cqn: u32, rmpn: u32) -> Result<u32, DriverError> {
+        let mut cmd = input(Opcode::CreateRq, 0, CreateRqIn::<&[u8]>::SIZE);
+        {
+            let mut c = CreateRqIn::new(&mut cmd[..]).map_err(|_| invalid("RQ input"))?;
+            c.ctx_mut()
+                .set_cqn(cqn)
+                .set_flush_in_error_en(true)
+                .set_mem_rq_type(1)
+                .set_rmpn(rmpn)
+                .set_counter_set_id(self.q_counter.as_ref().map_or(0, QCounterSet::id));
+        }
+        let rqn = out_u32(&self.dev.exec(&cmd, 16)?);
+        if let Err(e) = self.modify_rq(rqn, RqState::Rst, RqState::Rdy) {
+            let _ = self.destroy(Opcode::DestroyRq, rqn, 8);
+            return Err(e);
+        }
+        Ok(rqn)
     }
 
     /// The shared ring's handles: the ring, to refill, and its queues, to receive from. `Some`
@@ -154,7 +193,7 @@ impl<B: Backend> Port<B> {
     /// Returns every buffer still posted on the shared ring to the pool, once the device says
     /// the ring is in error (it can no longer write them); returns how many. Take the queues'
     /// pending completions first: those not yet taken are flushed with the rest. The ring
-    /// posts nothing afterwards.
+    /// posts nothing afterwards until [`Port::restart_shared_ring`] creates it again.
     pub fn flush_shared_ring(&mut self) -> Result<usize, DriverError> {
         let ring = self.shared_ring()?.clone();
         let status = self.dev.query_rmp(ring.rmpn())?;
@@ -167,6 +206,125 @@ impl<B: Backend> Port<B> {
             )));
         }
         Ok(ring.flush())
+    }
+
+    /// True once the device reported the shared ring broken: an SRQ catastrophic error event
+    /// named its RMP. The ring and every queue drawing from it are then in error and receive
+    /// nothing until [`Port::restart_shared_ring`]. Takes no command (reads the async EQ), so
+    /// it is cheap enough to call once per burst loop; stays true until the restart.
+    pub fn shared_ring_failed(&mut self) -> bool {
+        let failed = self.dev.take_failed_rings();
+        if let Some(ring) = self.shared.as_ref() {
+            if failed.contains(&ring.rmpn()) {
+                self.shared_failed = true;
+            }
+        }
+        self.shared_failed
+    }
+
+    /// Creates the shared ring again, for a ring the device moved to error on its own
+    /// ([`Port::shared_ring_failed`]) or that [`Port::stop_shared_ring`] stopped (and
+    /// [`Port::flush_shared_ring`] may have flushed): a ring in error cannot simply be moved
+    /// back to ready, since which of its WQEs the device had consumed is not known.
+    ///
+    /// In order: steering is taken down (it names the queues' RQs), each RQ is destroyed (the
+    /// device stops writing through it) and the completions left on its CQ are taken, returning
+    /// the buffers they name; the RMP is destroyed and every buffer still posted goes back to
+    /// the pool (counted in `flushed`). A new RMP is then created over the same ring memory,
+    /// with the configured limit, new RQs on the queues' own CQs, the ring refilled and
+    /// steering built again. `ring` and `queues` are the handles [`Port::take_shared_rx`] gave
+    /// out, every queue of the ring; they stay valid (the queues' RQ numbers and the ring's id
+    /// change). Frames arriving meanwhile are dropped by the device and counted there.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Invalid`] when the port has no shared ring or `handles` are not its
+    /// own, or not every queue is given; the pool's dmabuf error when its memory was revoked; a command error when the
+    /// device refuses a step (then [`Port::recover`] rebuilds the whole port).
+    pub fn restart_shared_ring(
+        &mut self,
+        ring: &SharedRxRing<B>,
+        queues: &mut [SharedRxQueue<B>],
+    ) -> Result<SharedRingRestart, DriverError> {
+        let start = Instant::now();
+        let shared = self.shared_ring()?.clone();
+        let foreign = !Arc::ptr_eq(&ring.ring, &shared)
+            || queues.iter().any(|q| !Arc::ptr_eq(&q.ring, &shared));
+        if foreign || queues.len() != usize::from(self.config().rx_queues) {
+            return Err(invalid(format!(
+                "restarting the shared ring takes its handle and all {} of its queues, as \
+                 Port::take_shared_rx gave them",
+                self.config().rx_queues
+            )));
+        }
+        let mut positions = Vec::with_capacity(queues.len());
+        for q in queues.iter() {
+            let at = self.rqs.iter().position(|&n| n == q.rqn).ok_or_else(|| {
+                invalid(format!(
+                    "receive queue {:#x} is not one of this port's",
+                    q.rqn
+                ))
+            })?;
+            positions.push(at);
+        }
+        self.refuse_revoked_pool()?;
+        let result = self.recreate_shared_ring(&shared, queues, &positions);
+        // A step that failed leaves the port without the queues it had destroyed.
+        self.rqs.retain(|&n| n != 0);
+        let (flushed, drained_cqes, device_state) = result?;
+        Ok(SharedRingRestart {
+            flushed,
+            drained_cqes,
+            device_state,
+            took: start.elapsed(),
+        })
+    }
+
+    /// [`Port::restart_shared_ring`]'s commands; an RQ destroyed and not yet replaced leaves
+    /// 0 at its place in `rqs`. Returns (flushed, drained completions, old ring state).
+    fn recreate_shared_ring(
+        &mut self,
+        ring: &Arc<SharedRing>,
+        queues: &mut [SharedRxQueue<B>],
+        positions: &[usize],
+    ) -> Result<(usize, usize, RmpState), DriverError> {
+        let old_rmpn = ring.rmpn();
+        let device_state = self.dev.query_rmp(old_rmpn)?.state;
+        self.destroy_steering()?;
+        let mut drained_cqes = 0;
+        let mut flushed = 0;
+        for (q, &at) in queues.iter_mut().zip(positions) {
+            self.destroy(Opcode::DestroyRq, q.rqn, 8)?;
+            // Keeps its place (RSS spreads over the RQs by position) until replaced below.
+            self.rqs[at] = 0;
+            let (drained, returned) = q.drain_completions();
+            drained_cqes += drained;
+            flushed += returned;
+        }
+        self.destroy(Opcode::DestroyRmp, old_rmpn, 8)?;
+        self.dev.unregister_shared_ring(old_rmpn);
+        flushed += ring.flush();
+        let (_, pd, td) = self.dev.resources();
+        let limit = self.config().shared_rx.map_or(0, |c| c.limit);
+        let (memory, dbr) = ring.memory();
+        let rmpn = match self.create_rmp(pd, memory, dbr, ring.log_size(), limit) {
+            Ok(rmpn) => rmpn,
+            Err(e) => {
+                // No RMP left to destroy at close; the handles post nothing (flushed).
+                self.shared = None;
+                return Err(e);
+            }
+        };
+        ring.reopen(rmpn);
+        self.shared_failed = false;
+        for (q, &at) in queues.iter_mut().zip(positions) {
+            q.rqn = self.create_shared_rq(q.cq.cqn, rmpn)?;
+            self.rqs[at] = q.rqn;
+            q.restart();
+        }
+        ring.refill(u32::MAX);
+        self.create_steering(td)?;
+        Ok((flushed, drained_cqes, device_state))
     }
 
     /// The state of receive queue `rqn` as the device reports it (QUERY_RQ).

@@ -164,7 +164,7 @@ impl<B: Backend> Port<B> {
     /// RST and back to RDY; the completions left on its CQ are taken, and the buffers they name
     /// go back to the pool (counted in `flushed`). The ring itself stays ready: its other
     /// queues never stop, and its posted buffers stay posted. A ring the device moved to error
-    /// is flushed with [`Port::flush_shared_ring`].
+    /// ([`Port::shared_ring_failed`]) is created again with [`Port::restart_shared_ring`].
     ///
     /// # Errors
     ///
@@ -309,7 +309,7 @@ impl<B: Backend> Port<B> {
             .is_some_and(|m| m.revoke_requested() && !m.is_revoked())
     }
 
-    fn refuse_revoked_pool(&self) -> Result<(), DriverError> {
+    pub(crate) fn refuse_revoked_pool(&self) -> Result<(), DriverError> {
         match self.pool.dmabuf() {
             Some(m) if m.is_revoked() => Err(cxdirect_dma::DmaBufError::Revoked {
                 exporter: m.dmabuf().exporter().to_string(),

@@ -88,6 +88,9 @@ pub struct SharedRingStats {
 type Slot = Option<(u16, Mbuf)>;
 
 struct RingState {
+    /// The device's RMP number: changes when [`crate::Port::restart_shared_ring`] creates the
+    /// ring again.
+    rmpn: u32,
     slots: Vec<Slot>,
     /// WQEs posted since creation (16-bit, as the doorbell record counts).
     pi: u16,
@@ -102,7 +105,6 @@ struct RingState {
 /// The ring itself, shared by the application's handle, the queues and the port (which keeps
 /// the buffers alive until the device can no longer write them).
 pub(crate) struct SharedRing {
-    rmpn: u32,
     log_size: u8,
     ring: DmaRegion,
     dbr: DmaRegion,
@@ -119,12 +121,12 @@ impl SharedRing {
         pool: Mempool,
     ) -> Self {
         Self {
-            rmpn,
             log_size,
             ring,
             dbr,
             pool,
             state: Mutex::new(RingState {
+                rmpn,
                 slots: (0..1u32 << log_size).map(|_| None).collect(),
                 pi: 0,
                 outstanding: 0,
@@ -145,7 +147,23 @@ impl SharedRing {
     }
 
     pub(crate) fn rmpn(&self) -> u32 {
-        self.rmpn
+        self.lock().rmpn
+    }
+
+    /// The ring's memory and doorbell record, for creating its RMP again.
+    pub(crate) fn memory(&self) -> (&DmaRegion, &DmaRegion) {
+        (&self.ring, &self.dbr)
+    }
+
+    /// After [`SharedRing::flush`], with the device's RMP created again over the same memory
+    /// as `rmpn`: posting starts over at WQE 0, as a new RMP consumes from there.
+    pub(crate) fn reopen(&self, rmpn: u32) {
+        let mut st = self.lock();
+        st.rmpn = rmpn;
+        st.pi = 0;
+        st.outstanding = 0;
+        st.flushed = false;
+        let _ = self.dbr.write_u32_be(0, 0);
     }
 
     pub(crate) fn log_size(&self) -> u8 {
@@ -235,7 +253,7 @@ impl<B: Backend> SharedRxRing<B> {
 
     /// The ring's identity as events name it (its RMP number).
     pub fn id(&self) -> u32 {
-        self.ring.rmpn
+        self.ring.rmpn()
     }
 
     /// The ring's counters.
@@ -298,7 +316,7 @@ impl<B: Backend> SharedRxQueue<B> {
             let age = st.pi.wrapping_sub(counter);
             let slot = usize::from(counter & mask);
             let matches = qpn == *rqn
-                && srqn == ring.rmpn
+                && srqn == st.rmpn
                 && age != 0
                 && age <= size
                 && st.slots[slot].as_ref().is_some_and(|(c, _)| *c == counter);
@@ -397,7 +415,7 @@ impl<B: Backend> SharedRxQueue<B> {
             let counter = c.wqe_counter();
             let slot = usize::from(counter & mask);
             let ours = c.qpn() == self.rqn
-                && c.srqn() == self.ring.rmpn
+                && c.srqn() == st.rmpn
                 && st.slots[slot].as_ref().is_some_and(|(n, _)| *n == counter);
             if ours && st.slots[slot].take().is_some() {
                 st.outstanding -= 1;
@@ -428,6 +446,6 @@ impl<B: Backend> SharedRxQueue<B> {
 
     /// The ring this queue draws from (its RMP number).
     pub fn ring_id(&self) -> u32 {
-        self.ring.rmpn
+        self.ring.rmpn()
     }
 }

@@ -81,6 +81,15 @@ pub enum Fault {
         /// Receive queue number.
         rqn: u32,
     },
+    /// The next frame steered to an RQ drawing from shared ring `rmpn` finds the ring broken,
+    /// as an SRQ catastrophic error leaves it: the device moves the RMP to error, and every RQ
+    /// drawing from it, without a completion; posts an SRQ_CATAS_ERROR event naming the RMP to
+    /// the async EQ; and drops the frame (counted in `rx_steer_drops`). The ring's posted
+    /// buffers are never written again.
+    SharedRingError {
+        /// Shared receive ring (RMP) number.
+        rmpn: u32,
+    },
     /// An event of `event_type` with `data` is posted to the EQ subscribed to that type (the
     /// async EQ for everything but completions).
     RawEvent {

@@ -273,6 +273,19 @@ fn a_ring_in_error_takes_its_queues_with_it_and_flushes_every_buffer_to_the_pool
         "every buffer back"
     );
     assert_eq!(rig.ring.refill(), 0, "a flushed ring posts nothing more");
+
+    // Created again, the ring takes buffers and every queue receives.
+    let restart = rig
+        .rx_port
+        .restart_shared_ring(&rig.ring, &mut rig.queues)
+        .unwrap();
+    assert_eq!(restart.device_state, RmpState::Err, "{restart:?}");
+    assert_eq!(restart.flushed, 0, "flushed before the restart");
+    assert_eq!(rig.ring.outstanding(), 127);
+    assert_eq!(rig.unaccounted(), 0);
+    rig.send(30, 40);
+    let got = rig.receive_all();
+    assert_eq!(got.len(), 40, "received again after the restart");
     let Rig {
         tx_port, rx_port, ..
     } = rig;
@@ -350,6 +363,83 @@ fn a_plain_receive_queue_sleeps_on_its_interrupt_too() {
     let dc = Device::bring_up(EmuBackend::new(c, "c"), Options::default()).unwrap();
     let err = Port::start(dc, config).err().expect("refused").to_string();
     assert!(err.contains("Options::msix_vectors"), "{err}");
+}
+
+/// The device breaks the ring on its own (an SRQ catastrophic error): the port learns it from
+/// the event, and `Port::restart_shared_ring` creates the ring and its queues again over the
+/// same memory; every buffer is accounted for and all four queues receive again.
+#[test]
+fn a_ring_the_device_broke_is_created_again_and_every_queue_receives() {
+    let mut rig = rig(128, 0, false);
+    rig.send(0, 20);
+    assert_eq!(rig.receive_all().len(), 20);
+    rig.ring.refill();
+    assert!(!rig.rx_port.shared_ring_failed());
+    let old_rqs: Vec<u32> = rig.queues.iter().map(|q| q.rqn()).collect();
+    rig.rx_model.inject(Fault::SharedRingError {
+        rmpn: rig.ring.id(),
+    });
+    rig.send(20, 8);
+    assert!(
+        rig.receive_all().is_empty(),
+        "a broken ring receives nothing"
+    );
+    assert!(rig.rx_port.shared_ring_failed(), "the event names the ring");
+    assert!(rig.rx_port.shared_ring_failed(), "and it stays set");
+    assert_eq!(
+        rig.rx_port.shared_ring_status().unwrap().state,
+        RmpState::Err
+    );
+    for &rqn in &old_rqs {
+        assert_eq!(rig.rx_port.rx_queue_state(rqn).unwrap(), RqState::Err);
+    }
+    let posted = rig.ring.outstanding();
+    assert_eq!(posted, 127);
+
+    // Every queue of the ring is needed: a subset is refused and nothing changes.
+    let refused = rig
+        .rx_port
+        .restart_shared_ring(&rig.ring, &mut rig.queues[..3])
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("all 4 of its queues"), "{refused}");
+    assert_eq!(rig.ring.outstanding(), posted);
+
+    let restart = rig
+        .rx_port
+        .restart_shared_ring(&rig.ring, &mut rig.queues)
+        .unwrap();
+    assert_eq!(restart.device_state, RmpState::Err, "{restart:?}");
+    assert_eq!(restart.flushed, posted as usize, "every posted buffer back");
+    assert!(!rig.rx_port.shared_ring_failed());
+    let status = rig.rx_port.shared_ring_status().unwrap();
+    assert_eq!(status.state, RmpState::Rdy);
+    assert_eq!(status.posted, 127, "posted again");
+    assert_eq!(rig.ring.outstanding(), 127);
+    assert_eq!(rig.ring.stats().flushed, u64::from(posted));
+    for q in &rig.queues {
+        assert_eq!(rig.rx_port.rx_queue_state(q.rqn()).unwrap(), RqState::Rdy);
+        assert!(!q.in_error());
+        assert_eq!(q.stats().recoveries, 1);
+        assert_eq!(q.ring_id(), rig.ring.id());
+    }
+    assert_eq!(rig.unaccounted(), 0, "no buffer lost or held twice");
+    rig.send(28, 40);
+    let got = rig.receive_all();
+    assert_eq!(got.len(), 40, "every queue receives again");
+    for q in 0..usize::from(QUEUES) {
+        assert_eq!(
+            got.iter().filter(|&&(n, _)| n == q).count(),
+            10,
+            "queue {q}"
+        );
+    }
+    let Rig {
+        tx_port, rx_port, ..
+    } = rig;
+    let dev = rx_port.close().unwrap();
+    assert_eq!(dev.teardown().unwrap().pages_kept, 0);
+    tx_port.close().unwrap().teardown().unwrap();
 }
 
 /// A queue of a shared ring whose RQ completes in error stops, the ring and the other queues

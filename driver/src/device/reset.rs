@@ -100,6 +100,7 @@ impl<B: Backend> Device<B> {
         self.pending_pages.clear();
         self.unreported.clear();
         self.failed_cqs.clear();
+        self.failed_rings.clear();
         self.forget_all_keys()
     }
 

@@ -34,6 +34,39 @@ pub(crate) fn enter_error(core: &mut Core, rqn: u32) {
     }
 }
 
+/// An RMP in error takes its RQs with it.
+pub(crate) fn rmp_rqs_enter_error(core: &mut Core, rmpn: u32) {
+    let rqs: Vec<u32> = core
+        .res
+        .rqs
+        .iter()
+        .filter(|(_, rq)| rq.memory == RqMemory::Rmp(rmpn))
+        .map(|(n, _)| n)
+        .collect();
+    for rqn in rqs {
+        enter_error(core, rqn);
+    }
+}
+
+/// [`Fault::SharedRingError`]: the RMP breaks on its own, as on an SRQ catastrophic error.
+fn shared_ring_breaks(core: &mut Core, rmpn: u32) -> bool {
+    let armed = core
+        .faults
+        .take(|f| matches!(f, Fault::SharedRingError { rmpn: r } if *r == rmpn).then_some(()))
+        .is_some();
+    if !armed {
+        return false;
+    }
+    if let Some(rmp) = core.res.rmps.get_mut(rmpn) {
+        rmp.state = QState::Err;
+    }
+    rmp_rqs_enter_error(core, rmpn);
+    let mut data = [0u8; 28];
+    data[24..28].copy_from_slice(&(rmpn & 0x00ff_ffff).to_be_bytes());
+    crate::engine::eq::post_subscribed_event(core, EventType::SrqCatastrophicError, 0, &data);
+    true
+}
+
 /// Handles one frame arriving at the port; `own` is true when this function sent it (a loopback
 /// wire), which TIRs with `self_lb_block` refuse.
 pub(crate) fn receive(core: &mut Core, frame: &[u8], own: bool) {
@@ -137,8 +170,14 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
     let cqn = rq.cqn;
     let memory = rq.memory;
     let counter_set = rq.counter_set;
+    if let RqMemory::Rmp(rmpn) = memory {
+        if shared_ring_breaks(core, rmpn) {
+            add(&core.counters.rx_steer_drops, 1);
+            return;
+        }
+    }
     let wq = match memory {
-        RqMemory::Own => rq.wq.as_ref(),
+        RqMemory::Own => core.res.rqs.get(rqn).and_then(|r| r.wq.as_ref()),
         RqMemory::Rmp(rmpn) => core
             .res
             .rmps

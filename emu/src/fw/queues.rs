@@ -616,17 +616,7 @@ pub(crate) fn modify_rmp(core: &mut Core, input: &[u8]) -> CmdResult {
     rmp.state = next;
     write_context(core, slot, &bytes);
     if entering_error {
-        // An RMP in error takes its RQs with it.
-        let rqs: Vec<u32> = core
-            .res
-            .rqs
-            .iter()
-            .filter(|(_, rq)| rq.memory == RqMemory::Rmp(rmpn))
-            .map(|(n, _)| n)
-            .collect();
-        for rqn in rqs {
-            crate::engine::rq::enter_error(core, rqn);
-        }
+        crate::engine::rq::rmp_rqs_enter_error(core, rmpn);
     }
     Ok(())
 }
