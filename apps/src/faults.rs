@@ -17,13 +17,15 @@ use crate::emulated::EmuBackend;
 use crate::testpmd::{Generator, Verifier};
 use cxdirect::{
     Device, DriverError, Mbuf, Mempool, Options, PoolRevocation, Port, PortConfig, PortRecovery,
-    Queues, Recovery, RxQueue, TxQueue,
+    QueueStats, Queues, Recovery, RxQueue, SharedQueues, SharedRxConfig, SharedRxQueue,
+    SharedRxRing, TxQueue,
 };
 use cxdirect_dma::{export, DmaBuf, DmaBufMapping, DmaBufMode};
 use cxdirect_emu::counters::CountersSnapshot;
 use cxdirect_emu::{Device as Model, DmaQueue, EmuConfig, Fault};
 use cxdirect_hw::cqe::CqeSyndrome;
 use cxdirect_hw::init_seg::health_syndrome;
+use cxdirect_hw::wq::RqState;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -65,11 +67,16 @@ pub enum FaultClass {
     /// stops the port's queues, flushes their buffers and revokes the memory; the application
     /// imports the buffer again and gives the port the new mapping.
     DmabufRevoked,
+    /// Port b receives through a shared ring (RMP): receive completions in error on its queue,
+    /// cycling through syndromes (the queue alone stops and is reset), alternating with the
+    /// device breaking the ring itself (an SRQ catastrophic error: the ring and its queue go
+    /// to error, and the ring is created again).
+    SharedRingError,
 }
 
 impl FaultClass {
     /// Every class, in the order the matrix runs them.
-    pub const ALL: [FaultClass; 14] = [
+    pub const ALL: [FaultClass; 15] = [
         FaultClass::TxErrorCqe,
         FaultClass::RxErrorCqe,
         FaultClass::TxCorruptCqe,
@@ -84,6 +91,7 @@ impl FaultClass {
         FaultClass::CqOverrun,
         FaultClass::DmaUnmapped,
         FaultClass::DmabufRevoked,
+        FaultClass::SharedRingError,
     ];
 
     /// Name as printed.
@@ -103,6 +111,7 @@ impl FaultClass {
             FaultClass::CqOverrun => "cq_overrun",
             FaultClass::DmaUnmapped => "dma_unmapped",
             FaultClass::DmabufRevoked => "dmabuf_revoked",
+            FaultClass::SharedRingError => "shared_ring_error",
         }
     }
 }
@@ -196,19 +205,22 @@ struct Rig {
     retired_pools: Vec<Mempool>,
     /// Revocations done since the last look, and the time each took to the queues stopped.
     revocations: Vec<PoolRevocation>,
+    /// Port b's shared ring and its queue, when the rig receives through one.
+    shared: Option<SharedQueues<EmuBackend>>,
 }
 
 /// Bytes of the dmabuf behind port b's pool in the `dmabuf_revoked` class (1,024 buffers).
 const DMABUF_BYTES: u64 = 1024 * 2048;
 
 fn start(model: &Model, name: &str) -> Result<Side, String> {
-    start_with(model, name, None)
+    start_with(model, name, None, false)
 }
 
 fn start_with(
     model: &Model,
     name: &str,
     pool_memory: Option<&Arc<DmaBuf>>,
+    shared: bool,
 ) -> Result<Side, String> {
     let options = Options {
         cmd_timeout: CMD_TIMEOUT,
@@ -223,6 +235,10 @@ fn start_with(
     let config = PortConfig {
         ring_size: 256,
         pool_memory,
+        shared_rx: shared.then_some(SharedRxConfig {
+            ring_size: 256,
+            limit: 0,
+        }),
         ..PortConfig::default()
     };
     Port::start(dev, config).map_err(|e| format!("port {name}: {e}"))
@@ -252,12 +268,14 @@ fn pool_dmabuf() -> Result<Arc<DmaBuf>, String> {
 }
 
 impl Rig {
-    /// The emulated pair; with `dmabuf`, port b's pool is carved from a revocable dmabuf.
-    fn new(dmabuf: bool) -> Result<Self, String> {
+    /// The emulated pair; with `dmabuf`, port b's pool is carved from a revocable dmabuf; with
+    /// `shared`, port b receives through a shared ring.
+    fn new(dmabuf: bool, shared: bool) -> Result<Self, String> {
         let (model_a, model_b) = Model::pair(EmuConfig::default(), EmuConfig::default());
         let buf = dmabuf.then(pool_dmabuf).transpose()?;
         let a = start(&model_a, "a")?;
-        let b = start_with(&model_b, "b", buf.as_ref())?;
+        let mut b = start_with(&model_b, "b", buf.as_ref(), shared)?;
+        let shared = b.0.take_shared_rx();
         Ok(Self {
             a_start: model_a.counters(),
             b_start: model_b.counters(),
@@ -274,6 +292,7 @@ impl Rig {
             dmabuf: buf,
             retired_pools: Vec::new(),
             revocations: Vec::new(),
+            shared,
         })
     }
 
@@ -355,7 +374,17 @@ impl Rig {
 
     fn receive(&mut self, received: &mut Vec<Mbuf>) {
         received.clear();
-        self.rx().rx_burst(received, BURST);
+        match self.shared.as_mut() {
+            Some((ring, queues)) => {
+                for q in queues.iter_mut() {
+                    q.rx_burst(received, BURST);
+                }
+                ring.refill();
+            }
+            None => {
+                self.rx().rx_burst(received, BURST);
+            }
+        }
         for m in received.drain(..) {
             self.verifier.check(&m);
         }
@@ -399,8 +428,14 @@ impl Rig {
             // Port b's queues wait for the application to give it memory again.
             return Ok(done);
         }
-        let on_b = crate::testpmd::recover_stopped(&mut self.b.0, &mut self.b.1)
+        let mut on_b = crate::testpmd::recover_stopped(&mut self.b.0, &mut self.b.1)
             .map_err(|e| format!("recovery on port b: {e}"))?;
+        if let Some((ring, queues)) = self.shared.as_mut() {
+            on_b.extend(
+                recover_shared(&mut self.b.0, ring, queues)
+                    .map_err(|e| format!("shared ring recovery on port b: {e}"))?,
+            );
+        }
         // Port b only receives: what its recoveries drained were frames that had arrived.
         self.rx_drained += on_b.iter().map(|r| r.drained_cqes as u64).sum::<u64>();
         done.extend(on_b);
@@ -475,7 +510,17 @@ impl Rig {
         let mut received = Vec::new();
         self.settle(&mut received)?;
         let tx = self.a.0.xstats().tx[0];
-        let rx = self.b.0.xstats().rx[0];
+        let rx = self
+            .b
+            .0
+            .xstats()
+            .rx
+            .iter()
+            .fold(QueueStats::default(), |sum, q| QueueStats {
+                errors: sum.errors + q.errors,
+                bad_cqes: sum.bad_cqes + q.bad_cqes,
+                ..sum
+            });
         let retired = &self.retired;
         let a = self.model_a.counters().since(&self.a_start);
         let b = self.model_b.counters().since(&self.b_start);
@@ -500,8 +545,12 @@ impl Rig {
         let rx_unexplained = rx_missing.saturating_sub(rx_accounted);
         report.accounted = (tx_missing - tx_unexplained) + (rx_missing - rx_unexplained);
         report.lost_beyond_flushed = tx_unexplained + rx_unexplained;
+        let on_shared_ring = self
+            .shared
+            .as_ref()
+            .map_or(0, |(ring, _)| u64::from(ring.outstanding()));
         report.leaked = leaked(&self.a)
-            + leaked(&self.b)
+            + leaked(&self.b).saturating_sub(on_shared_ring)
             + self
                 .retired_pools
                 .iter()
@@ -511,6 +560,7 @@ impl Rig {
         self.a.1 .1.clear();
         self.b.1 .0.clear();
         self.b.1 .1.clear();
+        self.shared = None;
         for (name, port) in [("a", self.a.0), ("b", self.b.0)] {
             port.close()
                 .and_then(|dev| dev.teardown())
@@ -538,7 +588,10 @@ const SYNDROMES: [CqeSyndrome; 4] = [
 
 /// Runs one class: `injections` faults, each followed by a round of verified traffic.
 pub fn run_class(class: FaultClass, injections: u32) -> Result<ClassReport, String> {
-    let mut rig = Rig::new(class == FaultClass::DmabufRevoked)?;
+    let mut rig = Rig::new(
+        class == FaultClass::DmabufRevoked,
+        class == FaultClass::SharedRingError,
+    )?;
     let mut report = ClassReport {
         name: class.name(),
         ..ClassReport::default()
@@ -558,6 +611,22 @@ pub fn run_class(class: FaultClass, injections: u32) -> Result<ClassReport, Stri
             | FaultClass::RxCorruptCqe
             | FaultClass::DmaUnmapped => {
                 arm_queue_fault(&mut rig, class, i);
+                let recoveries = rig.traffic(FRAMES_PER_ROUND)?;
+                report.recoveries += recoveries.len().min(1) as u64;
+                report
+                    .recover_us
+                    .extend(recoveries.iter().map(|r| r.took.as_secs_f64() * 1e6));
+            }
+            FaultClass::SharedRingError => {
+                let fault = match rig.shared.as_ref() {
+                    Some((ring, _)) if i % 2 == 1 => Fault::SharedRingError { rmpn: ring.id() },
+                    Some((_, queues)) => Fault::ReceiveError {
+                        rqn: queues[0].rqn(),
+                        syndrome: SYNDROMES[(i / 2) % SYNDROMES.len()],
+                    },
+                    None => return Err("port b has no shared ring".into()),
+                };
+                rig.model_b.inject(fault);
                 let recoveries = rig.traffic(FRAMES_PER_ROUND)?;
                 report.recoveries += recoveries.len().min(1) as u64;
                 report
@@ -720,6 +789,30 @@ pub fn run_class(class: FaultClass, injections: u32) -> Result<ClassReport, Stri
     }
     rig.finish(&mut report)?;
     Ok(report)
+}
+
+/// Recovers port b's shared ring: created again when the device broke it, else each of its
+/// queues that stopped on an error completion is reset.
+fn recover_shared(
+    port: &mut Port<EmuBackend>,
+    ring: &SharedRxRing<EmuBackend>,
+    queues: &mut [SharedRxQueue<EmuBackend>],
+) -> Result<Vec<Recovery>, DriverError> {
+    if port.shared_ring_failed() {
+        let r = port.restart_shared_ring(ring, queues)?;
+        return Ok(vec![Recovery {
+            flushed: r.flushed,
+            drained_cqes: r.drained_cqes,
+            device_state: RqState::Err,
+            took: r.took,
+            cq_recreated: false,
+        }]);
+    }
+    let mut done = Vec::new();
+    for q in queues.iter_mut().filter(|q| q.in_error()) {
+        done.push(port.recover_shared_rx(q)?);
+    }
+    Ok(done)
 }
 
 fn arm_queue_fault(rig: &mut Rig, class: FaultClass, i: usize) {

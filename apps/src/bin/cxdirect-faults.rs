@@ -2,7 +2,8 @@
 //! receive completions in error, corrupted completions, lost doorbells, command timeouts and
 //! damaged command outputs, bogus events, a fatal health syndrome, a stalled health counter,
 //! registers reading all-ones, a CQ overrun, a buffer access to an unmapped IOVA, the receive
-//! pool's dmabuf revoked) is injected `--injections` times under one verified,
+//! pool's dmabuf revoked, a shared receive ring's queue in error and the ring broken by the
+//! device) is injected `--injections` times under one verified,
 //! sequenced flow; the driver detects and recovers; every lost frame must be accounted for by a
 //! counter (flushed, completed in error, dropped by the device, drained by recovery).
 //! Per class: injections, recoveries, time to recover p50/p99, frames sent/received/accounted,
@@ -18,7 +19,8 @@ const USAGE: &str = "usage: cxdirect-faults [--injections N] [--class NAME]
   Runs every fault class (or only NAME) on the built-in emulated pair.
   classes: tx_error_cqe rx_error_cqe tx_corrupt_cqe rx_corrupt_cqe dropped_doorbell
            command_timeout corrupt_command_output bogus_event health_fatal
-           health_stall not_responding cq_overrun dma_unmapped dmabuf_revoked";
+           health_stall not_responding cq_overrun dma_unmapped dmabuf_revoked
+           shared_ring_error";
 
 const CLI: Cli = Cli {
     name: "cxdirect-faults",
