@@ -20,7 +20,7 @@ use cxdirect_hw::flow::{self, CreateFlowGroupIn, CreateFlowTableIn, SetFteIn};
 use cxdirect_hw::reg::{self, PmtuReg};
 use cxdirect_hw::tir::{self, CreateRqtIn, CreateTirIn, CreateTisIn};
 use cxdirect_hw::vport::ModifyNicVportContextIn;
-use cxdirect_hw::wq::{CreateRqIn, CreateSqIn, RqState};
+use cxdirect_hw::wq::{CreateRqIn, CreateSqIn, RqState, Wq};
 use std::sync::{Arc, Mutex};
 
 /// The key the port hashes with unless told otherwise (the widely published default Toeplitz
@@ -498,9 +498,12 @@ impl<B: Backend> Port<B> {
         cqn: u32,
         log: u8,
     ) -> Result<u32, DriverError> {
-        let page = ring.page_size();
-        let pages = ring.len().div_ceil(page);
-        let mut cmd = input(Opcode::CreateRq, 0, CreateRqIn::<&[u8]>::SIZE + 8 * pages);
+        let pages = ring_pages(ring);
+        let mut cmd = input(
+            Opcode::CreateRq,
+            0,
+            CreateRqIn::<&[u8]>::SIZE + 8 * pages.len(),
+        );
         {
             let mut c = CreateRqIn::new(&mut cmd[..]).map_err(|_| invalid("RQ input"))?;
             let mut ctx = c.ctx_mut();
@@ -508,15 +511,9 @@ impl<B: Backend> Port<B> {
                 .set_flush_in_error_en(true)
                 .set_mem_rq_type(0)
                 .set_counter_set_id(self.q_counter.as_ref().map_or(0, QCounterSet::id));
-            ctx.wq_mut()
-                .set_wq_type(1)
-                .set_pd(pd)
-                .set_dbr_addr(dbr.iova())
-                .set_log_wq_stride(4)
-                .set_log_wq_pg_sz((page.trailing_zeros() - 12) as u8)
-                .set_log_wq_sz(log);
-            for i in 0..pages {
-                let _ = c.set_pas(i, ring.iova() + (i * page) as u64);
+            fill_cyclic_wq(ctx.wq_mut(), pd, ring, dbr, log);
+            for (i, iova) in pages.enumerate() {
+                let _ = c.set_pas(i, iova);
             }
         }
         let rqn = out_u32(&self.dev.exec(&cmd, 16)?);
@@ -1003,4 +1000,28 @@ impl<B: Backend> Port<B> {
 enum TirKind {
     Direct(u32),
     Hash { rqt: u32, l3: u8, l4: Option<u8> },
+}
+
+/// The IOVA of each page of a work queue's ring, in order (the `pas` list of CREATE_RQ and
+/// CREATE_RMP).
+pub(crate) fn ring_pages(ring: &DmaRegion) -> impl ExactSizeIterator<Item = u64> + '_ {
+    let page = ring.page_size();
+    (0..ring.len().div_ceil(page)).map(move |i| ring.iova() + (i * page) as u64)
+}
+
+/// The work queue fields a cyclic RQ and an RMP share: 16-byte WQEs, `2^log` of them in
+/// `ring`'s pages, doorbell record `dbr`, protection domain `pd`.
+pub(crate) fn fill_cyclic_wq(
+    mut wq: Wq<&mut [u8]>,
+    pd: u32,
+    ring: &DmaRegion,
+    dbr: &DmaRegion,
+    log: u8,
+) {
+    wq.set_wq_type(1)
+        .set_pd(pd)
+        .set_dbr_addr(dbr.iova())
+        .set_log_wq_stride(4)
+        .set_log_wq_pg_sz((ring.page_size().trailing_zeros() - 12) as u8)
+        .set_log_wq_sz(log);
 }

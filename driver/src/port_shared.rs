@@ -7,7 +7,7 @@ use crate::backend::Backend;
 use crate::cmd::input;
 use crate::device::RmpStatus;
 use crate::error::DriverError;
-use crate::port::{invalid, out_u32, Port, SharedQueues};
+use crate::port::{fill_cyclic_wq, invalid, out_u32, ring_pages, Port, SharedQueues};
 use crate::qcounter::QCounterSet;
 use crate::shared::{SharedRing, SharedRxConfig, SharedRxQueue, SharedRxRing};
 use cxdirect_dma::DmaRegion;
@@ -86,24 +86,21 @@ impl<B: Backend> Port<B> {
         log: u8,
         limit: u32,
     ) -> Result<u32, DriverError> {
-        let page = ring.page_size();
-        let pages = ring.len().div_ceil(page);
-        let mut cmd = input(Opcode::CreateRmp, 0, CreateRmpIn::<&[u8]>::SIZE + 8 * pages);
+        let pages = ring_pages(ring);
+        let mut cmd = input(
+            Opcode::CreateRmp,
+            0,
+            CreateRmpIn::<&[u8]>::SIZE + 8 * pages.len(),
+        );
         {
             let mut c = CreateRmpIn::new(&mut cmd[..]).map_err(|_| invalid("RMP input"))?;
             let mut ctx = c.ctx_mut();
             ctx.set_state(RmpState::Rdy as u8)
                 .set_basic_cyclic_rcv_wqe(true);
-            ctx.wq_mut()
-                .set_wq_type(1)
-                .set_pd(pd)
-                .set_dbr_addr(dbr.iova())
-                .set_log_wq_stride(4)
-                .set_log_wq_pg_sz((page.trailing_zeros() - 12) as u8)
-                .set_log_wq_sz(log)
-                .set_lwm(limit as u16);
-            for i in 0..pages {
-                let _ = c.set_pas(i, ring.iova() + (i * page) as u64);
+            fill_cyclic_wq(ctx.wq_mut(), pd, ring, dbr, log);
+            ctx.wq_mut().set_lwm(limit as u16);
+            for (i, iova) in pages.enumerate() {
+                let _ = c.set_pas(i, iova);
             }
         }
         let rmpn = out_u32(&self.dev.exec(&cmd, 16)?);
