@@ -177,7 +177,8 @@ pub struct Device<B: Backend> {
 /// Most CQ errors remembered until the port takes them.
 const MAX_FAILED_CQS: usize = 64;
 
-const ASYNC_EVENTS: &[EventType] = &[
+/// The event types the driver's async EQ subscribes to.
+pub const ASYNC_EVENTS: [EventType; 10] = [
     EventType::Cmd,
     EventType::PageRequest,
     EventType::PortChange,

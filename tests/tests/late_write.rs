@@ -33,6 +33,32 @@ fn send_one(a: &mut Side, seq: u32) {
     assert!(batch.is_empty());
 }
 
+/// The pair with one frame sent from a to b whose payload write the model holds in flight.
+struct LateWrite {
+    a: Side,
+    b: Side,
+    model_b: Model,
+    /// The model's payload-write count before the frame.
+    writes: u64,
+}
+
+fn late_write_in_flight() -> LateWrite {
+    let (model_a, model_b) = Model::pair(EmuConfig::default(), EmuConfig::default());
+    let mut a = start(&model_a, "a");
+    let b = start(&model_b, "b");
+    model_b.inject(Fault::LateReceive {
+        rqn: b.1 .1[0].rqn(),
+    });
+    let writes = model_b.counters().payload_writes;
+    send_one(&mut a, 7);
+    LateWrite {
+        a,
+        b,
+        model_b,
+        writes,
+    }
+}
+
 /// Takes every free buffer of `b`'s pool and fills it with a pattern.
 fn take_every_free_buffer(b: &Side) -> Vec<Mbuf> {
     let pool = b.0.pool();
@@ -51,14 +77,12 @@ fn untouched(held: &[Mbuf]) -> bool {
 
 #[test]
 fn a_late_write_lands_in_a_quarantined_buffer_after_its_queue_handle_is_dropped() {
-    let (ma, mb) = Model::pair(EmuConfig::default(), EmuConfig::default());
-    let mut a = start(&ma, "a");
-    let mut b = start(&mb, "b");
-    mb.inject(Fault::LateReceive {
-        rqn: b.1 .1[0].rqn(),
-    });
-    let writes = mb.counters().payload_writes;
-    send_one(&mut a, 7);
+    let LateWrite {
+        a,
+        mut b,
+        model_b: mb,
+        writes,
+    } = late_write_in_flight();
     assert_eq!(mb.faults_taken(), 1, "the device took the WQE");
     assert_eq!(
         mb.counters().payload_writes,
@@ -94,14 +118,12 @@ fn a_late_write_lands_in_a_quarantined_buffer_after_its_queue_handle_is_dropped(
 
 #[test]
 fn recovery_takes_back_buffers_only_after_a_late_write_landed() {
-    let (ma, mb) = Model::pair(EmuConfig::default(), EmuConfig::default());
-    let mut a = start(&ma, "a");
-    let mut b = start(&mb, "b");
-    mb.inject(Fault::LateReceive {
-        rqn: b.1 .1[0].rqn(),
-    });
-    let writes = mb.counters().payload_writes;
-    send_one(&mut a, 7);
+    let LateWrite {
+        mut a,
+        mut b,
+        model_b: mb,
+        writes,
+    } = late_write_in_flight();
     let mut got = Vec::new();
     assert_eq!(b.1 .1[0].rx_burst(&mut got, 32), 0, "nothing completed yet");
 
