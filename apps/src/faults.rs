@@ -42,7 +42,7 @@ pub enum FaultClass {
     RxCorruptCqe,
     /// Send doorbells the device never sees.
     DroppedDoorbell,
-    /// Commands the firmware never completes.
+    /// Commands the firmware never completes, or completes after the driver gave up, in turn.
     CommandTimeout,
     /// Command outputs with a damaged status or data.
     CorruptCommandOutput,
@@ -697,7 +697,12 @@ pub fn run_class(class: FaultClass, injections: u32) -> Result<ClassReport, Stri
             }
             FaultClass::CommandTimeout | FaultClass::CorruptCommandOutput => {
                 let fault = if class == FaultClass::CommandTimeout {
-                    Fault::SwallowCommand
+                    // A hang, or an answer after the driver gave up, in turn.
+                    if i % 2 == 0 {
+                        Fault::SwallowCommand
+                    } else {
+                        Fault::LateCommand
+                    }
                 } else {
                     // Status byte, syndrome and the counter's data, in turn.
                     let offsets: [&[(u16, u8)]; 3] = [
@@ -714,7 +719,14 @@ pub fn run_class(class: FaultClass, injections: u32) -> Result<ClassReport, Stri
                 // QUERY_Q_COUNTER: the damaged or missing answer must come back as an error or a
                 // value, and the next command must work.
                 let _ = rig.a.0.rx_missed();
-                if rig.a.0.rx_missed().is_ok() {
+                let late_before = rig.a.0.device().commands_answered_late();
+                // A late answer lands as this command is posted, and its slot comes back
+                // at the one after.
+                let answered = rig.a.0.rx_missed().is_ok() && rig.a.0.rx_missed().is_ok();
+                let slot_back = class != FaultClass::CommandTimeout
+                    || i % 2 == 0
+                    || rig.a.0.device().commands_answered_late() == late_before + 1;
+                if answered && slot_back {
                     report.recoveries += 1;
                     report.recover_us.push(start.elapsed().as_secs_f64() * 1e6);
                 }

@@ -34,7 +34,8 @@ pub const HUGE_PAGE_SIZE: usize = 2 << 20;
 /// Regions created and not yet dropped (leaked ones included: they were dropped).
 static LIVE_REGIONS: AtomicUsize = AtomicUsize::new(0);
 
-/// Bytes of memory left allocated, and IOVA space left reserved, because an unmap failed.
+/// Bytes of memory left allocated, and IOVA space left reserved, because an unmap failed or
+/// the device could still reach them ([`DmaRegion::leak`]).
 static LEAKED_BYTES: AtomicU64 = AtomicU64::new(0);
 
 /// Number of [`DmaRegion`]s created and not yet dropped, in this process.
@@ -499,8 +500,37 @@ impl DmaRegion {
         Ok(())
     }
 
+    /// Moves the mapping out into the returned region and leaves `self` empty: zero bytes long,
+    /// refusing every access, and dropping without touching any mapping. This is how memory the
+    /// device may still reach is handed to a longer-lived owner (a quarantine) from a `Drop`
+    /// that only has `&mut self`.
+    pub fn take(&mut self) -> DmaRegion {
+        let empty = DmaRegion {
+            ptr: NonNull::dangling(),
+            len: 0,
+            iova: 0,
+            kind: PageKind::Small,
+            iommu: Arc::clone(&self.iommu),
+            iovas: None,
+        };
+        std::mem::replace(self, empty)
+    }
+
+    /// Gives up the region for good without unmapping or freeing it: for memory the device may
+    /// still write when nothing (no queue destroy, no function reset) can make it stop. The
+    /// bytes count in [`DmaRegion::leaked_bytes`].
+    pub fn leak(self) {
+        if self.len == 0 {
+            return;
+        }
+        LIVE_REGIONS.fetch_sub(1, Ordering::Relaxed);
+        LEAKED_BYTES.fetch_add(self.len as u64, Ordering::Relaxed);
+        std::mem::forget(self);
+    }
+
     /// Bytes of DMA memory leaked in this process because the IOMMU refused to unmap them
-    /// (see the [module documentation](self)). Non-zero means the backend or device misbehaved.
+    /// (see the [module documentation](self)) or the device could still reach them
+    /// ([`DmaRegion::leak`]). Non-zero means the backend or device misbehaved.
     pub fn leaked_bytes() -> u64 {
         LEAKED_BYTES.load(Ordering::Relaxed)
     }
@@ -546,6 +576,10 @@ impl fmt::Debug for DmaRegion {
 
 impl Drop for DmaRegion {
     fn drop(&mut self) {
+        if self.len == 0 {
+            // Emptied by `take`: the mapping lives on in the region it was moved to.
+            return;
+        }
         LIVE_REGIONS.fetch_sub(1, Ordering::Relaxed);
         if self.iommu.unmap(self.iova, self.len).is_err() {
             // The device may still reach the memory: freeing it, or reusing its IOVA, could let

@@ -75,6 +75,11 @@ pub struct DeviceInfo {
     pub pages_returned: usize,
     /// Pages the firmware asked for past [`Options::max_firmware_pages`], not given.
     pub pages_refused: usize,
+    /// Pages offered by a MANAGE_PAGES give that failed after reaching the device (a timeout,
+    /// or an answer that failed a check or said it failed, which a damaged answer can say
+    /// wrongly): the device may hold them, so they stay counted in [`Device::pages_held`] and
+    /// are freed only once the device returns them or a function reset takes them back.
+    pub pages_in_doubt: usize,
     /// Wall time of the bring-up sequence.
     pub bringup: Duration,
     /// Function resets done by [`Device::recover`] (and by a teardown that had to reset the
@@ -121,6 +126,10 @@ pub struct TeardownReport {
     /// has no reset method): their memory and mappings are leaked on purpose so the device
     /// cannot write freed memory.
     pub pages_kept: usize,
+    /// Commands the device took and never answered, ended by that same function reset (their
+    /// slots and mailboxes freed once it returned); with no reset they are leaked on purpose,
+    /// as the pages are.
+    pub commands_unanswered: usize,
 }
 
 /// A shared receive ring as the device reports it (QUERY_RMP).
@@ -364,7 +373,12 @@ impl<B: Backend> Device<B> {
             }
         }
         if let Err(e) = self.exec(&cmd, 16) {
-            self.pages.release(&pages);
+            if matches!(&e, DriverError::Command(c) if c.failure.reached_device()) {
+                self.info.pages_in_doubt += count;
+            } else {
+                // Never posted: the device cannot have them.
+                self.pages.release(&pages);
+            }
             return Err(e);
         }
         Ok(())
@@ -861,8 +875,12 @@ impl<B: Backend> Device<B> {
     /// Tears the function down: destroys memory keys still registered and the async EQ, frees
     /// UAR, PD and transport domain, TEARDOWN_HCA, reclaims every firmware page, DISABLE_HCA,
     /// disables MSI-X.
+    ///
+    /// # Errors
+    ///
+    /// The failing command's error. The device is then dropped, which resets the function so
+    /// that nothing it held is freed while it could still reach it.
     pub fn teardown(mut self) -> Result<TeardownReport, DriverError> {
-        self.torn_down = true;
         self.ensure_healthy()?;
         if let Some(eq) = self.eq.take() {
             // Commands now complete by polling.
@@ -905,7 +923,8 @@ impl<B: Backend> Device<B> {
         self.exec(&disable, 16)?;
         self.interrupts.clear();
         self.backend.disable_msix()?;
-        if report.pages_kept > 0 {
+        report.commands_unanswered = self.cmd.unanswered();
+        if report.pages_kept > 0 || report.commands_unanswered > 0 {
             // The device still owns them: a function reset takes them back, after which they
             // are freed and their IOVAs unmapped. Without a reset, never free memory the device
             // may write: keep it (and its mappings) for good.
@@ -915,13 +934,44 @@ impl<B: Backend> Device<B> {
                 self.forget_after_reset();
                 self.info.resets += 1;
             } else {
-                std::mem::forget(std::mem::replace(
-                    &mut self.pages,
-                    FwPages::new(self.iommu.clone(), self.iovas.clone()),
-                ));
+                self.pages.leak();
+                self.cmd.leak();
             }
         }
+        self.torn_down = true;
         Ok(report)
+    }
+
+    /// Commands the device took but has not answered (each holds a command slot until it
+    /// does, or until a function reset).
+    pub fn commands_unanswered(&self) -> usize {
+        self.cmd.unanswered()
+    }
+
+    /// Timed-out commands the device answered later, since bring-up or the last reset.
+    pub fn commands_answered_late(&self) -> u64 {
+        self.cmd.late_answers
+    }
+}
+
+impl<B: Backend> Drop for Device<B> {
+    /// A device dropped without [`Device::teardown`] (or after one that failed) may still hold
+    /// firmware pages, event queues and commands: a function reset makes it let go of them all
+    /// before their memory is freed. When the function cannot be reset that memory is leaked,
+    /// never freed, since the device could still write it.
+    fn drop(&mut self) {
+        if self.torn_down {
+            return;
+        }
+        if self.reset_function().is_ok() {
+            self.forget_after_reset();
+        } else {
+            self.pages.leak();
+            self.cmd.leak();
+            if let Some(eq) = self.eq.take() {
+                eq.region.leak();
+            }
+        }
     }
 }
 

@@ -23,6 +23,19 @@ pub enum CmdFailure {
     Timeout(Duration),
     /// The device's output failed a check (token, block number, length).
     BadOutput(&'static str),
+    /// Not posted: every command slot holds a command the device took but never answered
+    /// (count of slots). Those slots, and the memory the commands named, stay the device's
+    /// until it answers them or [`crate::Device::recover`] resets the function.
+    NoFreeSlot(usize),
+}
+
+impl CmdFailure {
+    /// True when the command reached the device, so it may have acted on it whatever the
+    /// answer says (a status or output can be damaged, a timed-out command may still run):
+    /// memory the command handed over must then be treated as the device's.
+    pub fn reached_device(&self) -> bool {
+        !matches!(self, CmdFailure::NoFreeSlot(_))
+    }
 }
 
 impl std::fmt::Display for CmdFailure {
@@ -44,6 +57,11 @@ impl std::fmt::Display for CmdFailure {
             }
             CmdFailure::Timeout(after) => write!(f, "no completion after {} ms", after.as_millis()),
             CmdFailure::BadOutput(what) => write!(f, "device output rejected: {what}"),
+            CmdFailure::NoFreeSlot(slots) => write!(
+                f,
+                "not posted: all {slots} command slots hold commands the device never \
+                 answered; Device::recover resets the function"
+            ),
         }
     }
 }

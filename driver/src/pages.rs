@@ -117,6 +117,15 @@ impl FwPages {
         }
     }
 
+    /// Gives up every chunk for good, unmapped never: for when the device may still hold pages
+    /// and no function reset could take them back.
+    pub fn leak(&mut self) {
+        self.given.clear();
+        for chunk in self.chunks.drain(..).flatten() {
+            chunk.region.leak();
+        }
+    }
+
     /// Checks that every address was given and is not repeated.
     pub fn check_returned(&self, pages: &[u64]) -> Result<(), DriverError> {
         let mut seen = std::collections::HashSet::with_capacity(pages.len());

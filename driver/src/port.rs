@@ -21,7 +21,7 @@ use cxdirect_hw::reg::{self, PmtuReg};
 use cxdirect_hw::tir::{self, CreateRqtIn, CreateTirIn, CreateTisIn};
 use cxdirect_hw::vport::ModifyNicVportContextIn;
 use cxdirect_hw::wq::{CreateRqIn, CreateSqIn, RqState, Wq};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// The key the port hashes with unless told otherwise (the widely published default Toeplitz
 /// key).
@@ -132,7 +132,7 @@ pub struct Port<B: Backend> {
     pub(crate) q_counter: Option<QCounterSet>,
     tx_stats: Vec<StatsHandle>,
     pub(crate) rx_stats: Vec<StatsHandle>,
-    quarantine: Quarantine,
+    pub(crate) quarantine: Quarantine,
     /// Completion EQs of receive queues in interrupt mode.
     pub(crate) eqs: Vec<u32>,
     /// The shared receive ring, kept until its RMP is destroyed.
@@ -264,7 +264,7 @@ impl<B: Backend> Port<B> {
             q_counter: None,
             tx_stats: Vec::new(),
             rx_stats: Vec::new(),
-            quarantine: Arc::new(Mutex::new(Vec::new())),
+            quarantine: Default::default(),
             eqs: Vec::new(),
             shared: None,
             shared_handles: None,
@@ -967,9 +967,11 @@ impl<B: Backend> Port<B> {
         self.pool_key = None;
         self.tx_stats.clear();
         self.rx_stats.clear();
-        let mut quarantine = self.quarantine.lock().unwrap_or_else(|e| e.into_inner());
-        flushed += quarantine.len();
-        quarantine.clear();
+        flushed += self
+            .quarantine
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .release();
         flushed
     }
 
@@ -990,7 +992,7 @@ impl<B: Backend> Port<B> {
         self.quarantine
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clear();
+            .release();
         result?;
         Ok(self.dev)
     }

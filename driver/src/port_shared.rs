@@ -63,6 +63,7 @@ impl<B: Backend> Port<B> {
                 published: Self::register_stats(&mut self.rx_stats),
                 interrupt,
                 in_error: false,
+                quarantine: self.quarantine.clone(),
             });
         }
         shared.refill(u32::MAX);

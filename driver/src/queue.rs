@@ -62,9 +62,46 @@ pub struct QueueStats {
     pub last_error_syndrome: u8,
 }
 
-/// Buffers the device may still touch when a queue handle is dropped early: kept until the
-/// port has destroyed the hardware queue.
-pub(crate) type Quarantine = Arc<Mutex<Vec<Mbuf>>>;
+/// What the device may still touch when a queue handle is dropped early (its buffers, its ring,
+/// its CQ and their doorbell records): kept until the port has destroyed the hardware queue or
+/// the function was reset.
+pub(crate) type Quarantine = Arc<Mutex<Quarantined>>;
+
+/// The contents of a [`Quarantine`].
+#[derive(Default)]
+pub(crate) struct Quarantined {
+    buffers: Vec<Mbuf>,
+    rings: Vec<DmaRegion>,
+}
+
+impl Quarantined {
+    /// Keeps `buffers`, and the memory of `rings` and of `cq` (which are left empty).
+    pub(crate) fn keep(
+        &mut self,
+        buffers: impl Iterator<Item = Mbuf>,
+        rings: [&mut DmaRegion; 2],
+        cq: &mut CqRing,
+    ) {
+        self.buffers.extend(buffers);
+        self.keep_cq(cq);
+        self.rings.extend(rings.into_iter().map(DmaRegion::take));
+    }
+
+    /// Keeps the memory of `cq` (which is left empty).
+    pub(crate) fn keep_cq(&mut self, cq: &mut CqRing) {
+        self.rings.push(cq.region.take());
+        self.rings.push(cq.dbr.take());
+    }
+
+    /// Lets everything go (the device reaches none of it any more); returns how many buffers
+    /// went back to the pool.
+    pub(crate) fn release(&mut self) -> usize {
+        let buffers = self.buffers.len();
+        self.buffers.clear();
+        self.rings.clear();
+        buffers
+    }
+}
 
 /// A send queue handle. `Send`: each queue may live on its own thread.
 pub struct TxQueue<B: Backend> {
@@ -505,9 +542,13 @@ fn drain(cq: &mut CqRing) -> usize {
 
 impl<B: Backend> Drop for TxQueue<B> {
     fn drop(&mut self) {
-        // The device may still read these until the port destroys the SQ.
+        // The device may still read these, and write the CQ, until the port destroys the SQ.
         let mut q = self.quarantine.lock().unwrap_or_else(|e| e.into_inner());
-        q.extend(self.inflight.iter_mut().filter_map(Option::take));
+        q.keep(
+            self.inflight.iter_mut().filter_map(Option::take),
+            [&mut self.ring, &mut self.dbr],
+            &mut self.cq,
+        );
     }
 }
 
@@ -756,8 +797,12 @@ impl<B: Backend> RxQueue<B> {
 
 impl<B: Backend> Drop for RxQueue<B> {
     fn drop(&mut self) {
-        // The device may still write these until the port destroys the RQ.
+        // The device may still write these, and read the ring, until the port destroys the RQ.
         let mut q = self.quarantine.lock().unwrap_or_else(|e| e.into_inner());
-        q.extend(self.slots.iter_mut().filter_map(Option::take));
+        q.keep(
+            self.slots.iter_mut().filter_map(Option::take),
+            [&mut self.ring, &mut self.dbr],
+            &mut self.cq,
+        );
     }
 }

@@ -13,7 +13,7 @@
 use crate::backend::Backend;
 use crate::error::DriverError;
 use crate::mempool::{Mbuf, Mempool};
-use crate::queue::{fill_rx_flags, CqRing, QueueStats, MAX_BURST};
+use crate::queue::{fill_rx_flags, CqRing, Quarantine, QueueStats, MAX_BURST};
 use crate::rxirq::{self, CompletionInterrupt};
 use crate::stats::StatsHandle;
 use cxdirect_dma::DmaRegion;
@@ -275,6 +275,17 @@ pub struct SharedRxQueue<B: Backend> {
     /// Set by an error completion or a completion the driver refused: nothing is received
     /// until [`crate::Port::recover_shared_rx`].
     pub(crate) in_error: bool,
+    pub(crate) quarantine: Quarantine,
+}
+
+impl<B: Backend> Drop for SharedRxQueue<B> {
+    fn drop(&mut self) {
+        // The device may still write the CQ until the port destroys the RQ.
+        self.quarantine
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keep_cq(&mut self.cq);
+    }
 }
 
 impl<B: Backend> SharedRxQueue<B> {

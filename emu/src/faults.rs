@@ -48,6 +48,11 @@ pub enum Fault {
     },
     /// The next command is taken but never completed (a firmware hang for that command).
     SwallowCommand,
+    /// The next command runs (its side effects stand), but its output and the entry's return
+    /// to the driver are written only when the next command doorbell rings, before that
+    /// doorbell's slots are looked at: firmware answering after the driver gave up on it. A
+    /// function reset drops the answer.
+    LateCommand,
     /// The next command's output has `patch` applied (offsets into the output, header
     /// included) after it ran; its side effects stand.
     CorruptCommandOutput {

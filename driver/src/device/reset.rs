@@ -94,6 +94,7 @@ impl<B: Backend> Device<B> {
     /// of memory keys lost.
     pub(super) fn forget_after_reset(&mut self) -> usize {
         self.eq = None;
+        self.cmd.forget_after_reset();
         // The old page set drops here: its pages are unmapped and freed.
         self.pages = FwPages::new(self.iommu.clone(), self.iovas.clone());
         self.shared_rings.clear();

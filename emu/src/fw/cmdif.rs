@@ -17,8 +17,19 @@ pub(crate) const MAX_CMD_LEN: usize = 16 << 20;
 /// Log2 of the entry stride the model reports (64 bytes).
 pub(crate) const LOG_CMDQ_STRIDE: u8 = 6;
 
-/// Processes every slot whose bit is set in `mask`.
+/// A command that ran but whose answer is still to be written ([`Fault::LateCommand`]).
+pub(crate) struct LateCommand {
+    slot: u32,
+    entry: CmdLayout,
+    outcome: Result<Vec<u8>, DeliveryStatus>,
+    checksums: bool,
+}
+
+/// Processes every slot whose bit is set in `mask`, after writing any answer held back.
 pub(crate) fn ring(core: &mut Core, mask: u32) {
+    for late in std::mem::take(&mut core.late_commands) {
+        answer(core, late);
+    }
     let slots = 1u32 << core.cfg.log_cmdq_size;
     for slot in 0..slots.min(32) {
         if mask & (1 << slot) != 0 {
@@ -64,6 +75,31 @@ fn process_slot(core: &mut Core, slot: u32) {
             }
         }
     }
+    let answer_now = LateCommand {
+        slot,
+        entry,
+        outcome,
+        checksums,
+    };
+    if core
+        .faults
+        .take(|f| matches!(f, Fault::LateCommand).then_some(()))
+        .is_some()
+    {
+        core.late_commands.push(answer_now);
+        return;
+    }
+    answer(core, answer_now);
+}
+
+/// Writes a command's output and hands its entry back, then posts the CMD event.
+fn answer(core: &mut Core, command: LateCommand) {
+    let LateCommand {
+        slot,
+        mut entry,
+        outcome,
+        checksums,
+    } = command;
     let status = match outcome {
         Ok(output) => {
             entry.set_inline_output(&output[..output.len().min(CMD_INLINE_BYTES)]);
@@ -91,7 +127,7 @@ fn process_slot(core: &mut Core, slot: u32) {
         let sig = !xor8(entry.as_bytes());
         entry.set_sig(sig);
     }
-    let _ = core.dma_write(addr, entry.as_bytes());
+    let _ = core.dma_write(entry_addr(core, slot), entry.as_bytes());
     let mut data = [0u8; 28];
     data[..4].copy_from_slice(&(1u32 << slot).to_be_bytes());
     crate::engine::eq::post_subscribed_event(core, EventType::Cmd, 0, &data);

@@ -153,6 +153,8 @@ pub(crate) struct Core {
     pub faults: crate::faults::Faults,
     /// Receives whose payload write is still in flight ([`crate::Fault::LateReceive`]).
     pub late_writes: Vec<crate::engine::rq::LateWrite>,
+    /// Commands whose answer is held back ([`crate::Fault::LateCommand`]).
+    pub late_commands: Vec<cmdif::LateCommand>,
 }
 
 impl Core {
@@ -174,6 +176,7 @@ impl Core {
             send_scratch: Default::default(),
             faults: Default::default(),
             late_writes: Vec::new(),
+            late_commands: Vec::new(),
         }
     }
 
@@ -187,6 +190,7 @@ impl Core {
         self.faults.clear();
         // A reset stops the function's DMA: writes still in flight never land.
         self.late_writes.clear();
+        self.late_commands.clear();
         self.bus_master = false;
         self.msix_enabled = false;
     }
