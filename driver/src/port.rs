@@ -483,6 +483,7 @@ impl<B: Backend> Port<B> {
             published: Self::register_stats(&mut self.tx_stats),
             quarantine: self.quarantine.clone(),
             in_error: false,
+            rebuild: Default::default(),
             scratch: Some(Box::default()),
         })
     }
@@ -547,6 +548,8 @@ impl<B: Backend> Port<B> {
             quarantine: self.quarantine.clone(),
             interrupt,
             in_error: false,
+            rebuild: Default::default(),
+            rss_place: 0,
         };
         rxq.refill();
         Ok(rxq)

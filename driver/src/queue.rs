@@ -62,6 +62,23 @@ pub struct QueueStats {
     pub last_error_syndrome: u8,
 }
 
+/// How far destroying and re-creating a queue and its failed CQ has got, so that a recovery
+/// that failed partway resumes where it stopped instead of starting over.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Rebuild {
+    /// Not being rebuilt.
+    #[default]
+    Idle,
+    /// The work queue is destroyed and its buffers flushed; the failed CQ still exists.
+    QueueDestroyed,
+    /// The failed CQ is destroyed too.
+    CqDestroyed,
+    /// The new CQ exists; the work queue is to be created on it.
+    CqCreated,
+    /// Receive only: the new RQ exists; the port's steering is to be built around it.
+    QueueCreated,
+}
+
 /// What the device may still touch when a queue handle is dropped early (its buffers, its ring,
 /// its CQ and their doorbell records): kept until the port has destroyed the hardware queue or
 /// the function was reset.
@@ -127,6 +144,7 @@ pub struct TxQueue<B: Backend> {
     pub(crate) published: StatsHandle,
     pub(crate) quarantine: Quarantine,
     pub(crate) in_error: bool,
+    pub(crate) rebuild: Rebuild,
     pub(crate) scratch: Option<Box<TxScratch>>,
 }
 
@@ -610,6 +628,10 @@ pub struct RxQueue<B: Backend> {
     pub(crate) quarantine: Quarantine,
     pub(crate) interrupt: Option<CompletionInterrupt<B>>,
     pub(crate) in_error: bool,
+    pub(crate) rebuild: Rebuild,
+    /// This RQ's position in the port's RQ list (RSS spreads by position), kept while it is
+    /// rebuilt.
+    pub(crate) rss_place: usize,
 }
 
 impl<B: Backend> RxQueue<B> {

@@ -10,7 +10,7 @@ use crate::cmd::input;
 use crate::device::DeviceRecovery;
 use crate::error::DriverError;
 use crate::port::{Port, Queues};
-use crate::queue::{CqRing, RxQueue, TxQueue};
+use crate::queue::{CqRing, Rebuild, RxQueue, TxQueue};
 use crate::shared::SharedRxQueue;
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::wq::{ModifyRqIn, ModifySqIn, RqState};
@@ -117,8 +117,11 @@ impl<B: Backend> Port<B> {
     ///
     /// [`DriverError::Invalid`] when the queue is not one of this port's; a command error when
     /// the device refuses the state changes (the queue then stays in error, its buffers held).
+    /// When the queue and its CQ were being created again, the queue stays stopped at the step
+    /// that failed (buffers already flushed stay flushed) and calling again resumes there; the
+    /// [`Recovery`] of a resumed call counts only what that call flushed.
     pub fn recover_tx(&mut self, q: &mut TxQueue<B>) -> Result<Recovery, DriverError> {
-        if self.failed_cqs.contains(&q.cq.cqn) {
+        if self.failed_cqs.contains(&q.cq.cqn) || q.rebuild != Rebuild::Idle {
             return self.recreate_tx(q);
         }
         self.recover_queue(WorkQueue::Send(q.sqn), q)
@@ -136,7 +139,7 @@ impl<B: Backend> Port<B> {
     ///
     /// As [`Port::recover_tx`].
     pub fn recover_rx(&mut self, q: &mut RxQueue<B>) -> Result<Recovery, DriverError> {
-        if self.failed_cqs.contains(&q.cq.cqn) {
+        if self.failed_cqs.contains(&q.cq.cqn) || q.rebuild != Rebuild::Idle {
             return self.recreate_rx(q);
         }
         self.recover_queue(WorkQueue::Receive(q.rqn), q)
@@ -191,23 +194,32 @@ impl<B: Backend> Port<B> {
 
     /// A send queue whose CQ failed: the SQ is destroyed first (the device stops reading the
     /// ring and its buffers), then what the CQ holds is taken and the in-flight buffers
-    /// flushed, then the CQ is destroyed; a new CQ and SQ are created over the same ring.
+    /// flushed, then the CQ is destroyed; a new CQ and SQ are created over the same ring. A
+    /// step that fails leaves the queue stopped at that step ([`Rebuild`]); calling again
+    /// resumes there.
     fn recreate_tx(&mut self, q: &mut TxQueue<B>) -> Result<Recovery, DriverError> {
         let start = Instant::now();
-        let (old_sq, old_cq) = (q.sqn, q.cq.cqn);
-        if !self.sqs.contains(&old_sq) {
-            return Err(DriverError::Invalid(format!(
-                "send queue {old_sq:#x} is not one of this port's"
-            )));
+        let (mut drained_cqes, mut flushed) = (0, 0);
+        if q.rebuild == Rebuild::Idle {
+            let old_sq = q.sqn;
+            if !self.sqs.contains(&old_sq) {
+                return Err(DriverError::Invalid(format!(
+                    "send queue {old_sq:#x} is not one of this port's"
+                )));
+            }
+            q.in_error = true;
+            self.destroy(Opcode::DestroySq, old_sq, 8)?;
+            self.sqs.retain(|&n| n != old_sq);
+            (drained_cqes, flushed) = q.drain_and_flush();
+            q.rebuild = Rebuild::QueueDestroyed;
         }
-        self.destroy(Opcode::DestroySq, old_sq, 8)?;
-        self.sqs.retain(|&n| n != old_sq);
-        let (drained_cqes, flushed) = q.drain_and_flush();
-        let cq = self.replace_cq(old_cq, q.uar, 0)?;
-        let (_, pd, _) = self.dev.resources();
-        let log = q.log_size;
-        q.sqn = self.create_sq(pd, &q.ring, &q.dbr, q.uar, cq.cqn, log)?;
-        q.cq = cq;
+        let uar = q.uar;
+        self.rebuild_cq(&mut q.cq, &mut q.rebuild, uar, 0)?;
+        if q.rebuild == Rebuild::CqCreated {
+            let (_, pd, _) = self.dev.resources();
+            q.sqn = self.create_sq(pd, &q.ring, &q.dbr, q.uar, q.cq.cqn, q.log_size)?;
+            q.rebuild = Rebuild::Idle;
+        }
         q.restart();
         Ok(Recovery {
             flushed,
@@ -222,30 +234,44 @@ impl<B: Backend> Port<B> {
     /// refuses to destroy an RQ a TIR or RQ table uses), then the RQ (the device stops writing
     /// its buffers), then the leftover completions are taken and the posted buffers flushed,
     /// then the CQ; a new CQ and RQ are created over the same ring and steering is built again
-    /// around the new RQ number.
+    /// around the new RQ number. Resumes like [`Port::recreate_tx`] after a failed step.
     fn recreate_rx(&mut self, q: &mut RxQueue<B>) -> Result<Recovery, DriverError> {
         let start = Instant::now();
-        let (old_rq, old_cq) = (q.rqn, q.cq.cqn);
-        let Some(at) = self.rqs.iter().position(|&n| n == old_rq) else {
-            return Err(DriverError::Invalid(format!(
-                "receive queue {old_rq:#x} is not one of this port's"
-            )));
-        };
-        self.destroy_steering()?;
-        self.destroy(Opcode::DestroyRq, old_rq, 8)?;
-        self.rqs.remove(at);
-        let (drained_cqes, flushed) = q.drain_and_flush();
+        let (mut drained_cqes, mut flushed) = (0, 0);
         let (uar, pd, td) = self.dev.resources();
+        if q.rebuild == Rebuild::Idle {
+            let old_rq = q.rqn;
+            let Some(at) = self.rqs.iter().position(|&n| n == old_rq) else {
+                return Err(DriverError::Invalid(format!(
+                    "receive queue {old_rq:#x} is not one of this port's"
+                )));
+            };
+            q.in_error = true;
+            self.destroy_steering()?;
+            self.destroy(Opcode::DestroyRq, old_rq, 8)?;
+            self.rqs.remove(at);
+            // Its place, which RSS spreads by, is kept for the new RQ.
+            q.rss_place = at;
+            (drained_cqes, flushed) = q.drain_and_flush();
+            q.rebuild = Rebuild::QueueDestroyed;
+        }
         let eqn = q.interrupt.as_ref().map_or(0, |i| i.eqn());
-        let cq = self.replace_cq(old_cq, uar, eqn)?;
-        let rqn = self.create_rq(pd, &q.ring, &q.dbr, cq.cqn, q.log_size)?;
-        // Keep the RQs in their order: RSS spreads over them by position.
-        self.rqs.pop();
-        self.rqs.insert(at, rqn);
-        q.rqn = rqn;
-        q.cq = cq;
+        self.rebuild_cq(&mut q.cq, &mut q.rebuild, uar, eqn)?;
+        if q.rebuild == Rebuild::CqCreated {
+            let rqn = self.create_rq(pd, &q.ring, &q.dbr, q.cq.cqn, q.log_size)?;
+            // Keep the RQs in their order: RSS spreads over them by position.
+            self.rqs.pop();
+            self.rqs.insert(q.rss_place.min(self.rqs.len()), rqn);
+            q.rqn = rqn;
+            q.rebuild = Rebuild::QueueCreated;
+        }
+        if q.rebuild == Rebuild::QueueCreated {
+            // Whatever a failed attempt built is taken down first.
+            self.destroy_steering()?;
+            self.create_steering(td)?;
+            q.rebuild = Rebuild::Idle;
+        }
         q.restart();
-        self.create_steering(td)?;
         Ok(Recovery {
             flushed,
             drained_cqes,
@@ -255,13 +281,28 @@ impl<B: Backend> Port<B> {
         })
     }
 
-    /// Destroys failed CQ `old` (its queue already gone) and creates its replacement, of the
-    /// port's ring size, on `uar` reporting to EQ `eqn`.
-    fn replace_cq(&mut self, old: u32, uar: u32, eqn: u32) -> Result<CqRing, DriverError> {
-        self.destroy(Opcode::DestroyCq, old, 8)?;
-        self.cqs.retain(|&n| n != old);
-        self.failed_cqs.retain(|&n| n != old);
-        self.create_cq(self.config().ring_size, uar, eqn)
+    /// The CQ steps of a rebuild: the failed CQ destroyed, then its replacement (of the port's
+    /// ring size, on `uar`, reporting to EQ `eqn`) created into `cq`; each step recorded in
+    /// `stage` as it completes.
+    fn rebuild_cq(
+        &mut self,
+        cq: &mut CqRing,
+        stage: &mut Rebuild,
+        uar: u32,
+        eqn: u32,
+    ) -> Result<(), DriverError> {
+        if *stage == Rebuild::QueueDestroyed {
+            let old = cq.cqn;
+            self.destroy(Opcode::DestroyCq, old, 8)?;
+            self.cqs.retain(|&n| n != old);
+            self.failed_cqs.retain(|&n| n != old);
+            *stage = Rebuild::CqDestroyed;
+        }
+        if *stage == Rebuild::CqDestroyed {
+            *cq = self.create_cq(self.config().ring_size, uar, eqn)?;
+            *stage = Rebuild::CqCreated;
+        }
+        Ok(())
     }
 
     /// Moves a queue to RST from whichever state the device has it in (ERR after an error,

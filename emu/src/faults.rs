@@ -53,6 +53,12 @@ pub enum Fault {
     /// doorbell's slots are looked at: firmware answering after the driver gave up on it. A
     /// function reset drops the answer.
     LateCommand,
+    /// The next command with `opcode` is refused without running, with status NO_RES (as
+    /// firmware out of resources refuses a create).
+    RefuseCommand {
+        /// Command opcode.
+        opcode: u16,
+    },
     /// The next command's output has `patch` applied (offsets into the output, header
     /// included) after it ran; its side effects stand.
     CorruptCommandOutput {

@@ -3,9 +3,10 @@
 //! (`Port::failed_cqs`), and recovery destroys the queue and its CQ and creates both again —
 //! for a receive queue with the port's steering rebuilt around the new RQ.
 
-use cxdirect::{Device, Mbuf, Options, Port, PortConfig, Queues};
+use cxdirect::{Device, DriverError, Mbuf, Options, Port, PortConfig, Queues};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::{Device as Model, EmuConfig, Fault};
+use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::eqe::EventType;
 use cxdirect_tests::udp_frame;
 use std::time::Duration;
@@ -178,4 +179,105 @@ fn a_cq_error_naming_a_cq_the_port_does_not_have_is_ignored() {
     assert_eq!(receive_all(&mut b, 0).len(), 10);
     close(b);
     close(a);
+}
+
+/// Re-creating a queue can fail at any of its steps (here the device refuses, out of
+/// resources, the command that step sends): the queue stays stopped, nothing is lost or left
+/// over, and calling recovery again resumes at the step that failed.
+#[test]
+fn a_receive_queue_rebuild_that_fails_partway_resumes_where_it_stopped() {
+    let (mut a, mut b, _ma, mb) = pair();
+    let objects = mb.object_counts();
+    let old_cq = b.1 .1[1].cqn();
+    mb.inject(Fault::CqOverrun { cqn: old_cq });
+    send(&mut a, 0, 4, 9001);
+    assert_eq!(b.0.failed_cqs(), vec![old_cq]);
+
+    // Each attempt fails one step further on: the CQ, the RQ, then the steering (its TIR).
+    for refused in [Opcode::CreateCq, Opcode::CreateRq, Opcode::CreateTir] {
+        mb.inject(Fault::RefuseCommand {
+            opcode: refused as u16,
+        });
+        let err = b.0.recover_rx(&mut b.1 .1[1]).unwrap_err();
+        assert!(
+            matches!(&err, DriverError::Command(c) if c.opcode == refused as u16),
+            "{err}"
+        );
+        assert!(b.1 .1[1].in_error(), "stopped until rebuilt");
+        let mut got = Vec::new();
+        assert_eq!(b.1 .1[1].rx_burst(&mut got, 64), 0);
+        assert_eq!(
+            b.1 .1[1].stats().flushed,
+            64,
+            "the posted buffers are flushed once, by the first attempt"
+        );
+    }
+    let r = b.0.recover_rx(&mut b.1 .1[1]).unwrap();
+    assert!(r.cq_recreated);
+    assert_eq!(r.flushed, 0, "nothing left to flush when it resumed");
+    assert!(!b.1 .1[1].in_error());
+    assert_eq!(b.1 .1[1].posted(), 64);
+    assert_eq!(
+        mb.object_counts(),
+        objects,
+        "nothing created twice or left over"
+    );
+    assert!(b.0.failed_cqs().is_empty());
+
+    for queue in 0..4u16 {
+        send(&mut a, 200, 6, 9000 + queue);
+        let got = receive_all(&mut b, usize::from(queue));
+        assert_eq!(got.len(), 6, "queue {queue}");
+        for (i, m) in got.iter().enumerate() {
+            assert_eq!(m.to_vec(), udp_frame(200 + i as u32, 9000 + queue));
+        }
+    }
+    let pool = b.0.pool().clone();
+    close(b);
+    close(a);
+    assert_eq!(
+        pool.available(),
+        pool.capacity(),
+        "no buffer lost or doubled"
+    );
+}
+
+#[test]
+fn a_send_queue_rebuild_that_fails_partway_resumes_where_it_stopped() {
+    let (mut a, mut b, ma, _mb) = pair();
+    let objects = ma.object_counts();
+    let old_cq = a.1 .0[0].cqn();
+    ma.inject(Fault::CqOverrun { cqn: old_cq });
+    send(&mut a, 0, 40, 9000);
+    assert_eq!(receive_all(&mut b, 0).len(), 32);
+    assert_eq!(a.0.failed_cqs(), vec![old_cq]);
+
+    for refused in [Opcode::DestroyCq, Opcode::CreateCq, Opcode::CreateSq] {
+        ma.inject(Fault::RefuseCommand {
+            opcode: refused as u16,
+        });
+        let err = a.0.recover_tx(&mut a.1 .0[0]).unwrap_err();
+        assert!(
+            matches!(&err, DriverError::Command(c) if c.opcode == refused as u16),
+            "{err}"
+        );
+        assert!(a.1 .0[0].in_error());
+        let mut batch = vec![a.0.pool().alloc().unwrap()];
+        assert_eq!(a.1 .0[0].tx_burst(&mut batch), 0, "refused while stopped");
+        assert_eq!(batch.len(), 1, "and handed back");
+    }
+    assert_eq!(a.1 .0[0].stats().flushed, 40, "flushed once");
+    a.0.recover_tx(&mut a.1 .0[0]).unwrap();
+    assert!(!a.1 .0[0].in_error());
+    assert_eq!(ma.object_counts(), objects);
+    send(&mut a, 100, 40, 9000);
+    assert_eq!(receive_all(&mut b, 0).len(), 40, "sending works again");
+    let pool = a.0.pool().clone();
+    close(b);
+    close(a);
+    assert_eq!(
+        pool.available(),
+        pool.capacity(),
+        "no buffer lost or doubled"
+    );
 }

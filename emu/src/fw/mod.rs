@@ -92,6 +92,8 @@ pub enum Syndrome {
     BadMkeyParams = 0x0c0d_0080,
     /// A vport other than this function's own.
     BadVport = 0x0c0d_0090,
+    /// Refused on purpose: [`crate::Fault::RefuseCommand`].
+    Refused = 0x0c0d_00f0,
 }
 
 /// A failed command: status, syndrome and what failed (for the model's log and tests).
@@ -269,6 +271,20 @@ impl Core {
                 "input shorter than a command header",
             )
         })?;
+        let opcode = header.opcode();
+        if self
+            .faults
+            .take(|f| {
+                matches!(f, crate::Fault::RefuseCommand { opcode: o } if *o == opcode).then_some(())
+            })
+            .is_some()
+        {
+            return Err(CmdError::new(
+                CmdStatus::NoResources,
+                Syndrome::Refused,
+                "refused by an injected fault",
+            ));
+        }
         if CmdOut::new(&output[..]).is_err() {
             return Err(CmdError::new(
                 CmdStatus::BadOutputLength,
