@@ -3,7 +3,7 @@
 //! (`Port::failed_cqs`), and recovery destroys the queue and its CQ and creates both again —
 //! for a receive queue with the port's steering rebuilt around the new RQ.
 
-use cxdirect::{Device, DriverError, Mbuf, Options, Port, PortConfig, Queues};
+use cxdirect::{Device, DriverError, Mbuf, Options, Port, PortConfig, Queues, Recovery};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::{Device as Model, EmuConfig, Fault};
 use cxdirect_hw::cmd::Opcode;
@@ -67,6 +67,28 @@ fn receive_all(b: &mut Side, queue: usize) -> Vec<Mbuf> {
     got
 }
 
+/// Sends `count` frames (sequence numbers from `first`) to each of b's four queues, checks
+/// that each queue receives its own intact, then closes both ports and checks that every
+/// buffer of b's pool came back.
+fn every_queue_receives_then_close(mut a: Side, mut b: Side, first: u32, count: u32) {
+    for queue in 0..4u16 {
+        send(&mut a, first, count, 9000 + queue);
+        let got = receive_all(&mut b, usize::from(queue));
+        assert_eq!(got.len(), count as usize, "queue {queue}");
+        for (i, m) in got.iter().enumerate() {
+            assert_eq!(m.to_vec(), udp_frame(first + i as u32, 9000 + queue));
+        }
+    }
+    let pool = b.0.pool().clone();
+    close(b);
+    close(a);
+    assert_eq!(
+        pool.available(),
+        pool.capacity(),
+        "no buffer lost or doubled"
+    );
+}
+
 fn close(side: Side) {
     let (port, queues) = side;
     drop(queues);
@@ -108,22 +130,7 @@ fn a_receive_queue_whose_cq_overran_is_rebuilt_and_steering_reaches_it_again() {
     assert!(b.0.failed_cqs().is_empty(), "recovered CQs are forgotten");
 
     // Steering was rebuilt around the new RQ: every queue gets its flow again.
-    for queue in 0..4u16 {
-        send(&mut a, 100, 10, 9000 + queue);
-        let got = receive_all(&mut b, usize::from(queue));
-        assert_eq!(got.len(), 10, "queue {queue}");
-        for (i, m) in got.iter().enumerate() {
-            assert_eq!(m.to_vec(), udp_frame(100 + i as u32, 9000 + queue));
-        }
-    }
-    let pool = b.0.pool().clone();
-    close(b);
-    close(a);
-    assert_eq!(
-        pool.available(),
-        pool.capacity(),
-        "no buffer lost or doubled"
-    );
+    every_queue_receives_then_close(a, b, 100, 10);
 }
 
 #[test]
@@ -181,6 +188,22 @@ fn a_cq_error_naming_a_cq_the_port_does_not_have_is_ignored() {
     close(a);
 }
 
+/// Arms the device to refuse `refused` and checks that `attempt` fails on that command.
+fn fails_on(
+    model: &Model,
+    refused: Opcode,
+    attempt: impl FnOnce() -> Result<Recovery, DriverError>,
+) {
+    model.inject(Fault::RefuseCommand {
+        opcode: refused as u16,
+    });
+    let err = attempt().unwrap_err();
+    assert!(
+        matches!(&err, DriverError::Command(c) if c.opcode == refused as u16),
+        "{err}"
+    );
+}
+
 /// Re-creating a queue can fail at any of its steps (here the device refuses, out of
 /// resources, the command that step sends): the queue stays stopped, nothing is lost or left
 /// over, and calling recovery again resumes at the step that failed.
@@ -195,14 +218,7 @@ fn a_receive_queue_rebuild_that_fails_partway_resumes_where_it_stopped() {
 
     // Each attempt fails one step further on: the CQ, the RQ, then the steering (its TIR).
     for refused in [Opcode::CreateCq, Opcode::CreateRq, Opcode::CreateTir] {
-        mb.inject(Fault::RefuseCommand {
-            opcode: refused as u16,
-        });
-        let err = b.0.recover_rx(&mut b.1 .1[1]).unwrap_err();
-        assert!(
-            matches!(&err, DriverError::Command(c) if c.opcode == refused as u16),
-            "{err}"
-        );
+        fails_on(&mb, refused, || b.0.recover_rx(&mut b.1 .1[1]));
         assert!(b.1 .1[1].in_error(), "stopped until rebuilt");
         let mut got = Vec::new();
         assert_eq!(b.1 .1[1].rx_burst(&mut got, 64), 0);
@@ -224,22 +240,7 @@ fn a_receive_queue_rebuild_that_fails_partway_resumes_where_it_stopped() {
     );
     assert!(b.0.failed_cqs().is_empty());
 
-    for queue in 0..4u16 {
-        send(&mut a, 200, 6, 9000 + queue);
-        let got = receive_all(&mut b, usize::from(queue));
-        assert_eq!(got.len(), 6, "queue {queue}");
-        for (i, m) in got.iter().enumerate() {
-            assert_eq!(m.to_vec(), udp_frame(200 + i as u32, 9000 + queue));
-        }
-    }
-    let pool = b.0.pool().clone();
-    close(b);
-    close(a);
-    assert_eq!(
-        pool.available(),
-        pool.capacity(),
-        "no buffer lost or doubled"
-    );
+    every_queue_receives_then_close(a, b, 200, 6);
 }
 
 #[test]
@@ -253,14 +254,7 @@ fn a_send_queue_rebuild_that_fails_partway_resumes_where_it_stopped() {
     assert_eq!(a.0.failed_cqs(), vec![old_cq]);
 
     for refused in [Opcode::DestroyCq, Opcode::CreateCq, Opcode::CreateSq] {
-        ma.inject(Fault::RefuseCommand {
-            opcode: refused as u16,
-        });
-        let err = a.0.recover_tx(&mut a.1 .0[0]).unwrap_err();
-        assert!(
-            matches!(&err, DriverError::Command(c) if c.opcode == refused as u16),
-            "{err}"
-        );
+        fails_on(&ma, refused, || a.0.recover_tx(&mut a.1 .0[0]));
         assert!(a.1 .0[0].in_error());
         let mut batch = vec![a.0.pool().alloc().unwrap()];
         assert_eq!(a.1 .0[0].tx_burst(&mut batch), 0, "refused while stopped");
