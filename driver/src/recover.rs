@@ -34,6 +34,19 @@ pub struct Recovery {
     pub cq_recreated: bool,
 }
 
+impl Recovery {
+    /// A queue and its failed CQ created again, started at `start`.
+    fn rebuilt(flushed: usize, drained_cqes: usize, start: Instant) -> Self {
+        Self {
+            flushed,
+            drained_cqes,
+            device_state: RqState::Err,
+            took: start.elapsed(),
+            cq_recreated: true,
+        }
+    }
+}
+
 /// What recovering a whole port ([`Port::recover`]) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PortRecovery {
@@ -221,13 +234,7 @@ impl<B: Backend> Port<B> {
             q.rebuild = Rebuild::Idle;
         }
         q.restart();
-        Ok(Recovery {
-            flushed,
-            drained_cqes,
-            device_state: RqState::Err,
-            took: start.elapsed(),
-            cq_recreated: true,
-        })
+        Ok(Recovery::rebuilt(flushed, drained_cqes, start))
     }
 
     /// A receive queue whose CQ failed: steering goes first (it names the RQ, and the device
@@ -272,13 +279,7 @@ impl<B: Backend> Port<B> {
             q.rebuild = Rebuild::Idle;
         }
         q.restart();
-        Ok(Recovery {
-            flushed,
-            drained_cqes,
-            device_state: RqState::Err,
-            took: start.elapsed(),
-            cq_recreated: true,
-        })
+        Ok(Recovery::rebuilt(flushed, drained_cqes, start))
     }
 
     /// The CQ steps of a rebuild: the failed CQ destroyed, then its replacement (of the port's

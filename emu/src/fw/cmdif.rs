@@ -17,8 +17,9 @@ pub(crate) const MAX_CMD_LEN: usize = 16 << 20;
 /// Log2 of the entry stride the model reports (64 bytes).
 pub(crate) const LOG_CMDQ_STRIDE: u8 = 6;
 
-/// A command that ran but whose answer is still to be written ([`Fault::LateCommand`]).
-pub(crate) struct LateCommand {
+/// A command that ran and the answer it is owed: written at once, or held back by
+/// [`Fault::LateCommand`].
+pub(crate) struct PendingAnswer {
     slot: u32,
     entry: CmdLayout,
     outcome: Result<Vec<u8>, DeliveryStatus>,
@@ -75,7 +76,7 @@ fn process_slot(core: &mut Core, slot: u32) {
             }
         }
     }
-    let answer_now = LateCommand {
+    let answer_now = PendingAnswer {
         slot,
         entry,
         outcome,
@@ -93,8 +94,8 @@ fn process_slot(core: &mut Core, slot: u32) {
 }
 
 /// Writes a command's output and hands its entry back, then posts the CMD event.
-fn answer(core: &mut Core, command: LateCommand) {
-    let LateCommand {
+fn answer(core: &mut Core, command: PendingAnswer) {
+    let PendingAnswer {
         slot,
         mut entry,
         outcome,

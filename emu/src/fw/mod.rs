@@ -156,7 +156,7 @@ pub(crate) struct Core {
     /// Receives whose payload write is still in flight ([`crate::Fault::LateReceive`]).
     pub late_writes: Vec<crate::engine::rq::LateWrite>,
     /// Commands whose answer is held back ([`crate::Fault::LateCommand`]).
-    pub late_commands: Vec<cmdif::LateCommand>,
+    pub late_commands: Vec<cmdif::PendingAnswer>,
 }
 
 impl Core {
