@@ -220,6 +220,23 @@ impl MapTable {
         Some((*start, m))
     }
 
+    /// As [`MapTable::covering_start`], trying the entry at `hint` first; also returns the
+    /// index of the entry found.
+    #[inline]
+    fn covering_start_from(&self, iova: u64, hint: usize) -> Option<(usize, u64, &Mapping)> {
+        if let Some((start, m)) = self.entries.get(hint) {
+            if *start <= iova && iova - *start < m.len {
+                return Some((hint, *start, m));
+            }
+        }
+        let index = self
+            .entries
+            .partition_point(|(start, _)| *start <= iova)
+            .checked_sub(1)?;
+        let (start, m) = self.entries.get(index)?;
+        Some((index, *start, m))
+    }
+
     /// The mapping with the highest start `< end`.
     fn last_starting_before(&self, end: u64) -> Option<(u64, &Mapping)> {
         self.covering_start(end.checked_sub(1)?)
@@ -260,6 +277,15 @@ impl MapTable {
     }
 }
 
+/// Entries of [`Iommu`]'s recent-mapping table.
+const RECENT_SLOTS: usize = 32;
+
+/// The recent-mapping slot of `iova`'s 4 KiB page (a multiplicative hash of the page number).
+#[inline]
+fn recent_slot(iova: u64) -> usize {
+    ((iova >> 12).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 59) as usize
+}
+
 /// IOVA → host memory translation for one PCI function.
 #[derive(Debug, Default)]
 pub struct Iommu {
@@ -268,6 +294,11 @@ pub struct Iommu {
     /// there are any, so unwatched accesses pay one load.
     watches: RwLock<Vec<(u64, u64, Arc<AtomicU64>)>>,
     watching: std::sync::atomic::AtomicBool,
+    /// Map-table index of the mapping each 4 KiB page last hit, in a small table indexed by
+    /// a hash of the page number: a packet's accesses go to a few regions (ring, doorbell
+    /// record, buffers, CQ) again and again, so the index is tried before the binary search.
+    /// Only a hint, checked against the table on every use.
+    recent: [std::sync::atomic::AtomicU32; RECENT_SLOTS],
     /// Device access totals.
     pub counters: DmaCounters,
 }
@@ -392,6 +423,7 @@ impl Iommu {
     /// IOMMU maps them one at a time) are walked across; a hole, or a read-only mapping for a
     /// write, is a fault reported before `each` runs at all, so a refused access changes nothing.
     fn walk(
+        &self,
         maps: &MapTable,
         iova: u64,
         len: usize,
@@ -402,9 +434,14 @@ impl Iommu {
         let unmapped = DmaError::Unmapped { kind, iova, len };
         let end = iova.checked_add(len as u64).ok_or(unmapped)?;
         let piece_at = |cur: u64| -> Result<(usize, u64), DmaError> {
-            let (start, m) = maps.covering_start(cur).ok_or(unmapped)?;
+            let slot = &self.recent[recent_slot(cur)];
+            let hint = slot.load(Ordering::Relaxed) as usize;
+            let (index, start, m) = maps.covering_start_from(cur, hint).ok_or(unmapped)?;
             if cur >= start + m.len {
                 return Err(unmapped);
+            }
+            if index != hint {
+                slot.store(index as u32, Ordering::Relaxed);
             }
             if write && m.access == Access::ReadOnly {
                 return Err(DmaError::ReadOnly { iova, len });
@@ -437,7 +474,8 @@ impl Iommu {
     /// True when every byte of `iova..iova+len` is mapped (writable when `write`).
     pub fn is_mapped(&self, iova: u64, len: u64, write: bool) -> bool {
         let maps = self.maps.read().unwrap_or_else(|e| e.into_inner());
-        Self::walk(&maps, iova, len as usize, write, |_, _, _| {}).is_ok()
+        self.walk(&maps, iova, len as usize, write, |_, _, _| {})
+            .is_ok()
     }
 
     /// Device read of `buf.len()` bytes at `iova`.
@@ -448,7 +486,7 @@ impl Iommu {
         self.note_access(iova, buf.len());
         let maps = self.maps.read().unwrap_or_else(|e| e.into_inner());
         let dst = buf.as_mut_ptr();
-        let result = Self::walk(&maps, iova, buf.len(), false, |host, offset, n| {
+        let result = self.walk(&maps, iova, buf.len(), false, |host, offset, n| {
             // SAFETY: `walk` found a mapping covering `host..host + n`; `map`'s contract keeps
             // that memory valid for reads while it is mapped, and the read lock keeps the mapping
             // in place for the duration of the copy. `offset + n <= buf.len()` by construction,
@@ -478,7 +516,7 @@ impl Iommu {
         self.note_access(iova, data.len());
         let maps = self.maps.read().unwrap_or_else(|e| e.into_inner());
         let src = data.as_ptr();
-        let result = Self::walk(&maps, iova, data.len(), true, |host, offset, n| {
+        let result = self.walk(&maps, iova, data.len(), true, |host, offset, n| {
             // SAFETY: as in `read`, and every piece's mapping is writable (checked by `walk`).
             unsafe { std::ptr::copy_nonoverlapping(src.add(offset), host as *mut u8, n) };
         });

@@ -139,6 +139,7 @@ impl Faults {
     }
 
     /// Takes the first armed fault `pick` accepts (returning what it extracted).
+    #[inline]
     pub fn take<T>(&mut self, mut pick: impl FnMut(&Fault) -> Option<T>) -> Option<T> {
         if self.armed.is_empty() {
             return None;

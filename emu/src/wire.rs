@@ -187,6 +187,8 @@ struct PortQueue {
     free: Vec<Vec<u8>>,
     /// Bumped by [`Wire::wake`] so sleepers can tell a deliberate wake-up from a spurious one.
     wake_epoch: u64,
+    /// Threads sleeping in [`Wire::wait_for_frames`] on this port.
+    sleepers: usize,
 }
 
 impl PortQueue {
@@ -218,6 +220,7 @@ impl Port {
                 frames: VecDeque::with_capacity(fifo_capacity.min(DEFAULT_FIFO_CAPACITY)),
                 free: Vec::new(),
                 wake_epoch: 0,
+                sleepers: 0,
             }),
             arrived: Condvar::new(),
             counters: AtomicCounters::default(),
@@ -248,8 +251,12 @@ impl Port {
         // Counted under the lock so a receiver can never see more pending frames than rx_frames.
         AtomicCounters::add(&self.counters.rx_frames, 1);
         AtomicCounters::add(&self.counters.rx_bytes, len);
+        // A wake-up is a system call: only when someone sleeps in `wait_for_frames`.
+        let sleepers = queue.sleepers > 0;
         drop(queue);
-        self.arrived.notify_all();
+        if sleepers {
+            self.arrived.notify_all();
+        }
     }
 }
 
@@ -469,6 +476,7 @@ impl Wire {
         let mut queue = p.lock();
         let epoch = queue.wake_epoch;
         let deadline = Instant::now().checked_add(timeout);
+        queue.sleepers += 1;
         // Condvars wake spuriously; loop until there is a reason to return.
         while queue.frames.is_empty() && queue.wake_epoch == epoch {
             queue = match deadline {
@@ -488,6 +496,7 @@ impl Wire {
                     .unwrap_or_else(PoisonError::into_inner),
             };
         }
+        queue.sleepers -= 1;
         Ok(!queue.frames.is_empty())
     }
 

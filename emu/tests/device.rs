@@ -241,6 +241,78 @@ fn a_full_cq_raises_a_cq_error_event() {
 }
 
 #[test]
+fn the_pair_s_device_thread_keeps_serving_one_function_after_the_other_is_gone() {
+    let cfg = EmuConfig {
+        exec: ExecMode::Threaded,
+        poll_window: Duration::from_millis(1),
+        ..EmuConfig::default()
+    };
+    let (a, b) = Device::pair(cfg.clone(), cfg);
+    drop(a);
+    let mut hb = Host::new(b.clone(), MEM);
+    hb.bring_up();
+    let key = hb.create_mkey(false, true);
+    let mut cq = hb.create_cq(6);
+    let tisn = hb.create_tis();
+    let mut sq = hb.create_sq(cq.cqn, tisn, 6);
+    let count = 40;
+    for i in 0..count {
+        let frame = udp_frame(100, i as u8);
+        let payload = hb.alloc(frame.len() as u64, 64);
+        let wqe = hb.build_send(&sq, &frame, payload, key, true);
+        hb.post(&mut sq, &wqe, i % 2 == 0);
+        // Let the thread go to sleep now and then, so doorbells also have to wake it.
+        if i % 10 == 9 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    let mut completed = 0;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while completed < count && Instant::now() < deadline {
+        while let Some(cqe) = hb.poll_cq(&mut cq) {
+            assert_eq!(cqe[63] >> 4, CqeOpcode::Req as u8);
+            completed += 1;
+        }
+        std::thread::yield_now();
+    }
+    assert_eq!(
+        completed, count,
+        "every send completed on the shared thread"
+    );
+    assert_eq!(b.counters().tx_frames, count as u64);
+}
+
+#[test]
+fn a_send_doorbell_on_a_uar_page_never_allocated_is_refused() {
+    for exec in [ExecMode::Inline, ExecMode::Threaded] {
+        let dev = Device::loopback(EmuConfig {
+            exec,
+            ..EmuConfig::default()
+        });
+        let mut h = Host::new(dev.clone(), MEM);
+        h.bring_up();
+        let last_page = dev.bar0_size() / 4096 - 1;
+        let wqe = [0x5au8; 64];
+        dev.mmio_write(last_page * 4096 + UAR_BF_OFFSET as u64, &wqe)
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while dev.counters().bad_doorbells == 0 && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        let counters = dev.counters();
+        assert_eq!(
+            (
+                counters.bad_doorbells,
+                counters.doorbells,
+                counters.tx_frames
+            ),
+            (1, 0, 0),
+            "{exec:?}"
+        );
+    }
+}
+
+#[test]
 fn threaded_execution_moves_frames_between_a_pair() {
     let cfg = EmuConfig {
         exec: ExecMode::Threaded,

@@ -111,3 +111,38 @@ fn lookups_at_every_edge_of_many_mappings_find_the_right_one() {
     assert!(iommu.read(0x40_0000 + 0x1000, &mut [0u8; 1]).is_err());
     assert_eq!(iommu.mapping_count(), 10);
 }
+
+#[test]
+fn a_remembered_mapping_is_looked_up_again_once_the_table_changes() {
+    let iommu = Iommu::new();
+    let first = HostRegion::new(4096).unwrap();
+    first.write(0, &[1; 4096]).unwrap();
+    iommu
+        .map_region(0x50_0000, first.clone(), Access::ReadWrite)
+        .unwrap();
+    let mut byte = [0u8; 1];
+    iommu.read(0x50_0010, &mut byte).unwrap();
+    assert_eq!(byte, [1]);
+    // The table's first entry is now another mapping, lower down: the address the first one
+    // covered is a hole.
+    iommu.unmap(0x50_0000, 4096).unwrap();
+    let second = HostRegion::new(4096).unwrap();
+    second.write(0, &[2; 4096]).unwrap();
+    iommu
+        .map_region(0x40_0000, second.clone(), Access::ReadWrite)
+        .unwrap();
+    let err = iommu.read(0x50_0010, &mut byte).unwrap_err();
+    assert!(matches!(err, DmaError::Unmapped { .. }), "{err}");
+    // Mapped again, read-only and with other contents: the new mapping is what counts.
+    let third = HostRegion::new(4096).unwrap();
+    third.write(0, &[3; 4096]).unwrap();
+    iommu
+        .map_region(0x50_0000, third.clone(), Access::ReadOnly)
+        .unwrap();
+    iommu.read(0x50_0010, &mut byte).unwrap();
+    assert_eq!(byte, [3]);
+    let err = iommu.write(0x50_0010, &[9]).unwrap_err();
+    assert!(matches!(err, DmaError::ReadOnly { .. }), "{err}");
+    iommu.read(0x40_0010, &mut byte).unwrap();
+    assert_eq!(byte, [2]);
+}

@@ -487,3 +487,67 @@ fn a_multi_segment_packet_is_gathered_into_one_frame() {
         pb.close().unwrap().teardown().unwrap();
     }
 }
+
+#[test]
+fn every_sent_buffer_goes_back_to_the_pool_single_or_chained() {
+    // Completions every 128 WQEs free more than one batch of buffers at a time; every fifth
+    // packet is three chained buffers.
+    let config = PortConfig {
+        ring_size: 256,
+        pool_buffers: 2048,
+        cqe_every: 128,
+        ..PortConfig::default()
+    };
+    let ((pa, (mut txa, rxa)), (pb, (txb, mut rxb)), _, _) = pair(config);
+    let pool = pa.pool().clone();
+    let idle = pool.available();
+    let whole = frame(900, 1, 5);
+    let mut sent_buffers = 0;
+    let mut got = Vec::new();
+    for round in 0..20u32 {
+        let mut batch = Vec::new();
+        for i in 0..100u32 {
+            let mut m = pool.alloc().expect("tx buffer");
+            if (round * 100 + i) % 5 == 0 {
+                m.set_data(&whole[..300]).unwrap();
+                for piece in [&whole[300..600], &whole[600..]] {
+                    let mut seg = pool.alloc().expect("tx buffer");
+                    seg.set_data(piece).unwrap();
+                    m.chain(seg);
+                }
+                sent_buffers += 3;
+            } else {
+                m.set_data(&whole).unwrap();
+                sent_buffers += 1;
+            }
+            batch.push(m);
+        }
+        while !batch.is_empty() {
+            txa[0].tx_burst(&mut batch);
+            rxb[0].rx_burst(&mut got, 64);
+            got.clear();
+        }
+    }
+    // The last completions are taken by the next burst's reaping (an empty burst reaps too).
+    for _ in 0..10_000 {
+        txa[0].tx_burst(&mut Vec::new());
+        if txa[0].in_flight() == 0 {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    assert_eq!(txa[0].in_flight(), 0, "every send completed");
+    assert!(sent_buffers > 2000, "more buffers sent than the pool holds");
+    assert_eq!(pool.available(), idle, "every buffer sent is back");
+    // Each one once: the pool hands out exactly as many distinct buffers as it holds.
+    let mut all = Vec::new();
+    assert_eq!(pool.alloc_bulk(&mut all, idle as usize + 1), idle as usize);
+    let mut offsets: Vec<usize> = all.iter().map(Mbuf::memory_offset).collect();
+    offsets.sort_unstable();
+    offsets.dedup();
+    assert_eq!(offsets.len(), idle as usize, "no buffer handed out twice");
+    drop(all);
+    drop((txa, rxa, txb, rxb, got));
+    pa.close().unwrap().teardown().unwrap();
+    pb.close().unwrap().teardown().unwrap();
+}

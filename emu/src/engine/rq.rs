@@ -88,7 +88,7 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8], own: bool) {
             return;
         }
     };
-    for tirn in tirs {
+    for tirn in tirs.iter() {
         let Some(tir) = core.res.tirs.get(tirn) else {
             continue;
         };
@@ -216,7 +216,12 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
     let Some(addr) = wq.buf.addr(offset) else {
         return;
     };
-    let mut wqe = [0u8; MAX_RX_WQE];
+    // Swapped out for an unallocated placeholder while in use.
+    let mut scratch = std::mem::replace(
+        &mut core.receive_scratch,
+        ReceiveScratch { wqe: Vec::new() },
+    );
+    let wqe = &mut scratch.wqe;
     add(&core.counters.rx_wqe_reads, 1);
     let fetched = core.dma_read(addr, &mut wqe[..stride]).is_ok();
     // The WQE is consumed whatever happens next.
@@ -249,6 +254,7 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
             wqe: wqe[..stride].to_vec(),
             frame: frame.to_vec(),
         });
+        core.receive_scratch = scratch;
         return;
     }
     let injected = core.faults.take(|f| match f {
@@ -277,8 +283,24 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
         hash,
     };
     complete(core, &done, frame, parsed, scattered);
+    core.receive_scratch = scratch;
     if let RqMemory::Rmp(rmpn) = memory {
         check_limit(core, rmpn, available - 1);
+    }
+}
+
+/// Where a receive WQE is read, kept by the core between frames.
+#[derive(Debug)]
+pub(crate) struct ReceiveScratch {
+    wqe: Vec<u8>,
+}
+
+impl Default for ReceiveScratch {
+    /// Room for the largest WQE.
+    fn default() -> Self {
+        Self {
+            wqe: vec![0; MAX_RX_WQE],
+        }
     }
 }
 

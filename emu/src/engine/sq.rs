@@ -52,6 +52,11 @@ pub(crate) struct BlueFlame<'a> {
 /// Send doorbell on UAR `uar`: `first8` are the first eight bytes of the announced WQE's
 /// control segment (opcode/index and SQ number), `bf` the whole WQE when written as BlueFlame.
 pub(crate) fn doorbell(core: &mut Core, uar: u32, first8: [u8; 8], bf: Option<BlueFlame<'_>>) {
+    if !core.res.uars.contains(uar) {
+        // Not a doorbell at all: a write to a UAR page nobody allocated.
+        add(&core.counters.bad_doorbells, 1);
+        return;
+    }
     add(&core.counters.doorbells, 1);
     let sqn = u32::from_be_bytes([first8[4], first8[5], first8[6], first8[7]]) >> 8;
     let bf_index = u16::from_be_bytes([first8[1], first8[2]]);
@@ -119,11 +124,11 @@ fn execute_one(
         return Err(());
     };
     let mask = sq.wq.entries() - 1;
-    let buf = sq.wq.buf.clone();
     let (cqn, pd, min_inline) = (sq.cqn, sq.wq.pd, sq.min_inline);
     let fetch = |core: &Core, bb: u16, out: &mut [u8]| -> bool {
         let offset = u64::from(u32::from(bb) & mask) * WQE_BB as u64;
-        match buf.addr(offset) {
+        let addr = core.res.sqs.get(sqn).and_then(|sq| sq.wq.buf.addr(offset));
+        match addr {
             Some(addr) => {
                 add(&core.counters.wqe_fetch_reads, 1);
                 add(&core.counters.wqe_fetch_bytes, out.len() as u64);

@@ -151,6 +151,8 @@ pub(crate) struct Core {
     pub wire: Option<(Arc<Wire>, crate::wire::PortId)>,
     /// Scratch buffers of the send engine, reused for every WQE.
     pub send_scratch: crate::engine::sq::SendScratch,
+    /// Where the receive engine reads each WQE, reused so a frame costs no zeroing.
+    pub receive_scratch: crate::engine::rq::ReceiveScratch,
     /// Faults armed by tests and the fault matrix.
     pub faults: crate::faults::Faults,
     /// Receives whose payload write is still in flight ([`crate::Fault::LateReceive`]).
@@ -176,6 +178,7 @@ impl Core {
             msix_enabled: false,
             wire: None,
             send_scratch: Default::default(),
+            receive_scratch: Default::default(),
             faults: Default::default(),
             late_writes: Vec::new(),
             late_commands: Vec::new(),

@@ -431,9 +431,42 @@ pub(crate) fn frame_match_param(parsed: &Parsed) -> [u8; MATCH_PARAM_SIZE] {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Verdict {
     /// To these TIRs.
-    Tirs(Vec<u32>),
+    Tirs(TirList),
     /// Dropped by a rule, by a miss, or for want of a root table.
     Drop,
+}
+
+/// TIR numbers a rule forwards to: the first few held in place, so steering a frame to a
+/// handful of TIRs (the usual case) allocates nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct TirList {
+    first: [u32; TirList::IN_PLACE],
+    len: usize,
+    more: Vec<u32>,
+}
+
+impl TirList {
+    const IN_PLACE: usize = 4;
+
+    fn push(&mut self, tirn: u32) {
+        match self.first.get_mut(self.len) {
+            Some(slot) => *slot = tirn,
+            None => self.more.push(tirn),
+        }
+        self.len += 1;
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The TIR numbers, in the rule's destination order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.first[..self.len.min(Self::IN_PLACE)]
+            .iter()
+            .chain(&self.more)
+            .copied()
+    }
 }
 
 /// Runs a frame's match parameters through the NIC receive tables from the root.
@@ -442,7 +475,7 @@ pub(crate) fn steer(core: &Core, param: &[u8; MATCH_PARAM_SIZE]) -> Verdict {
         return Verdict::Drop;
     };
     let words: [u64; MATCH_WORDS] = std::array::from_fn(|i| match_word(param, i));
-    let mut tirs = Vec::new();
+    let mut tirs = TirList::default();
     for _ in 0..MAX_HOPS {
         let Some(table) = core.res.flow_tables.get(table_id) else {
             return Verdict::Drop;

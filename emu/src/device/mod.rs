@@ -18,11 +18,11 @@ use cxdirect_hw::doorbell::{
 };
 use cxdirect_hw::init_seg;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use thiserror::Error;
+use thread::{Engine, EngineState};
+
+mod thread;
 
 /// BAR0 offset of the MSI-X table.
 pub const MSIX_TABLE_OFFSET: u64 = 0x2000;
@@ -59,11 +59,14 @@ pub enum MmioError {
     },
 }
 
-/// A send doorbell waiting for the device thread.
+/// A send doorbell waiting for the device thread; held in place, so queueing one allocates
+/// nothing.
 struct PendingDoorbell {
     uar: u32,
     first8: [u8; 8],
-    bf: Option<Vec<u8>>,
+    /// The BlueFlame copy of the WQE is `bf[..bf_len]` (`bf_len` 0: the doorbell had none).
+    bf: [u8; BF_REG_SIZE / 2],
+    bf_len: usize,
 }
 
 struct Link {
@@ -79,22 +82,25 @@ struct Shared {
     iommu: Arc<Iommu>,
     counters: Arc<Counters>,
     exec: ExecMode,
-    /// See [`crate::EmuConfig::poll_window`].
-    poll_window: Duration,
+    /// The device thread running this function's work (threaded execution).
+    engine: Option<Arc<EngineState>>,
     bar_size: u64,
-    link: Mutex<Option<Link>>,
+    /// Shared out (an `Arc` clone) to each send and pump, so they hold no lock while working.
+    link: Mutex<Option<Arc<Link>>>,
     /// CQ doorbell high words written as 32-bit halves, per UAR.
     cq_db_high: Mutex<std::collections::HashMap<u32, u32>>,
     pending: Mutex<VecDeque<PendingDoorbell>>,
-    work: Condvar,
-    stop: AtomicBool,
+    /// Where arriving frames are taken from the wire, reused for every frame.
+    rx_frame: Mutex<Vec<u8>>,
 }
 
 /// A modelled PCI function. Cloning shares the same function.
 #[derive(Clone)]
 pub struct Device {
     shared: Arc<Shared>,
-    thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+    /// The device thread (threaded execution); the last handle of the last function it serves
+    /// stops it.
+    _engine: Option<Arc<Engine>>,
 }
 
 impl std::fmt::Debug for Device {
@@ -128,6 +134,12 @@ pub struct MemoryKeyView {
 impl Device {
     /// A new function, not connected to any wire, in its power-on state.
     pub fn new(cfg: EmuConfig) -> Self {
+        let engine = (cfg.exec == ExecMode::Threaded).then(Engine::start);
+        Self::on_engine(cfg, engine)
+    }
+
+    /// A new function whose work runs on `engine` (threaded execution) or inline (`None`).
+    fn on_engine(cfg: EmuConfig, engine: Option<Arc<Engine>>) -> Self {
         let iommu = Arc::new(Iommu::new());
         let counters = Arc::new(Counters::default());
         let layout = FunctionLayout {
@@ -138,7 +150,11 @@ impl Device {
         };
         let config = ConfigSpace::new(layout).unwrap_or_default();
         let msix = MsixTable::new(cfg.msix_vectors).unwrap_or_default();
-        let exec = cfg.exec;
+        let exec = if engine.is_some() {
+            ExecMode::Threaded
+        } else {
+            ExecMode::Inline
+        };
         let poll_window = cfg.poll_window;
         let bar_size = cfg.bar0_size;
         let shared = Arc::new(Shared {
@@ -148,22 +164,20 @@ impl Device {
             iommu,
             counters,
             exec,
-            poll_window,
+            engine: engine.as_ref().map(|e| e.state()),
             bar_size,
             link: Mutex::new(None),
             cq_db_high: Mutex::new(Default::default()),
             pending: Mutex::new(VecDeque::new()),
-            work: Condvar::new(),
-            stop: AtomicBool::new(false),
+            rx_frame: Mutex::new(Vec::with_capacity(crate::wire::MAX_FRAME_LEN)),
         });
-        let device = Self {
-            shared,
-            thread: Arc::new(Mutex::new(None)),
-        };
-        if exec == ExecMode::Threaded {
-            device.start_thread();
+        if let Some(engine) = &engine {
+            engine.serve(&shared, poll_window);
         }
-        device
+        Self {
+            shared,
+            _engine: engine,
+        }
     }
 
     /// One function whose port receives its own frames.
@@ -173,13 +187,22 @@ impl Device {
         device
     }
 
-    /// Two functions wired back to back: what one sends, the other receives.
+    /// Two functions wired back to back: what one sends, the other receives. When both run
+    /// threaded, one device thread serves both (as one adapter's engines serve its two ports).
     pub fn pair(a: EmuConfig, mut b: EmuConfig) -> (Self, Self) {
         if a.mac == b.mac {
             b.mac[5] ^= 0x01;
         }
         let wire = Arc::new(Wire::pair());
-        let (da, db) = (Self::new(a), Self::new(b));
+        let (da, db) = if a.exec == ExecMode::Threaded && b.exec == ExecMode::Threaded {
+            let engine = Engine::start();
+            (
+                Self::on_engine(a, Some(engine.clone())),
+                Self::on_engine(b, Some(engine)),
+            )
+        } else {
+            (Self::new(a), Self::new(b))
+        };
         da.attach(wire.clone(), PortId::A, &[&db]);
         db.attach(wire, PortId::B, &[&da]);
         (da, db)
@@ -189,11 +212,11 @@ impl Device {
     /// ports, pumped after this function sends when work runs inline.
     pub fn attach(&self, wire: Arc<Wire>, port: PortId, peers: &[&Device]) {
         let peers = peers.iter().map(|d| Arc::downgrade(&d.shared)).collect();
-        *lock(&self.shared.link) = Some(Link {
+        *lock(&self.shared.link) = Some(Arc::new(Link {
             wire: wire.clone(),
             port,
             peers,
-        });
+        }));
         lock(&self.shared.core).wire = Some((wire, port));
     }
 
@@ -459,6 +482,21 @@ impl Device {
     }
 
     fn uar_write(&self, uar: u32, in_page: usize, data: &[u8]) -> Result<(), MmioError> {
+        let half = BF_REG_SIZE / 2;
+        if in_page >= UAR_BF_OFFSET
+            && data.len() % 8 == 0
+            && (8..=half).contains(&data.len())
+            && (in_page - UAR_BF_OFFSET) % half == 0
+        {
+            // A send doorbell: the send engine refuses it on an unallocated UAR, under the
+            // lock it takes anyway (a device thread holds it while it works: checking here
+            // would make the doorbell wait for that).
+            let mut first8 = [0u8; 8];
+            first8.copy_from_slice(&data[..8]);
+            let bf = (data.len() >= 64).then_some(data);
+            self.send_doorbell(uar, first8, bf);
+            return Ok(());
+        }
         let valid_uar = lock(&self.shared.core).res.uars.contains(uar);
         if !valid_uar {
             crate::counters::add(&self.shared.counters.bad_doorbells, 1);
@@ -490,23 +528,14 @@ impl Device {
                 );
             }
             (o, n) if o >= UAR_BF_OFFSET && n % 8 == 0 && n > 0 => {
-                let half = BF_REG_SIZE / 2;
-                let within = (o - UAR_BF_OFFSET) % half;
-                if within != 0 {
-                    // The rest of a WQE written eight bytes at a time: the doorbell already ran
-                    // on its first eight bytes, fetching the WQE from memory.
-                    return Ok(());
-                }
                 if n > half {
                     return Err(MmioError::BadWidth {
                         offset: u64::from(uar) * UAR_PAGE_SIZE as u64 + o as u64,
                         len: n,
                     });
                 }
-                let mut first8 = [0u8; 8];
-                first8.copy_from_slice(&data[..8]);
-                let bf = (n >= 64).then_some(data);
-                self.send_doorbell(uar, first8, bf);
+                // The rest of a WQE written eight bytes at a time: the doorbell already ran on
+                // its first eight bytes, fetching the WQE from memory.
             }
             _ => {
                 return Err(MmioError::BadWidth {
@@ -533,60 +562,56 @@ impl Device {
                 self.pump_after_send();
             }
             ExecMode::Threaded => {
-                lock(&self.shared.pending).push_back(PendingDoorbell {
+                let mut doorbell = PendingDoorbell {
                     uar,
                     first8,
-                    bf: bf.map(<[u8]>::to_vec),
-                });
-                self.shared.work.notify_one();
+                    bf: [0; BF_REG_SIZE / 2],
+                    bf_len: 0,
+                };
+                if let Some(bytes) = bf {
+                    // `uar_write` refuses a BlueFlame write longer than half the register.
+                    let n = bytes.len().min(doorbell.bf.len());
+                    doorbell.bf[..n].copy_from_slice(&bytes[..n]);
+                    doorbell.bf_len = n;
+                }
+                lock(&self.shared.pending).push_back(doorbell);
+                if let Some(engine) = &self.shared.engine {
+                    engine.kick();
+                }
             }
         }
     }
 
     /// After an inline send: deliver what reached this port (loopback) and the peers' ports.
     fn pump_after_send(&self) {
-        let peers: Vec<Arc<Shared>> = {
-            let link = lock(&self.shared.link);
-            match link.as_ref() {
-                Some(l) => l.peers.iter().filter_map(Weak::upgrade).collect(),
-                None => return,
-            }
+        let Some(link) = lock(&self.shared.link).clone() else {
+            return;
         };
-        pump_rx(&self.shared);
-        for peer in peers {
-            match peer.exec {
-                ExecMode::Inline => pump_rx(&peer),
-                ExecMode::Threaded => peer.work.notify_one(),
+        pump_rx_from(&self.shared, &link);
+        wake_peers(&link);
+    }
+}
+
+/// Has each peer of `link` take what reached its port: at once when it runs inline, else by
+/// waking its device thread if it sleeps.
+fn wake_peers(link: &Link) {
+    for peer in link.peers.iter().filter_map(Weak::upgrade) {
+        match peer.exec {
+            ExecMode::Inline => pump_rx(&peer),
+            ExecMode::Threaded => {
+                if let Some(engine) = &peer.engine {
+                    engine.kick();
+                }
             }
         }
     }
+}
 
+impl Device {
     /// Delivers every frame waiting at this function's port (for inline execution, when frames
     /// were put on the wire by something other than a modelled peer).
     pub fn poll(&self) {
         pump_rx(&self.shared);
-    }
-
-    fn start_thread(&self) {
-        let shared = Arc::downgrade(&self.shared);
-        let handle = std::thread::Builder::new()
-            .name("cxdirect-emu".into())
-            .spawn(move || device_thread(shared))
-            .ok();
-        *lock(&self.thread) = handle;
-    }
-}
-
-impl Drop for Device {
-    fn drop(&mut self) {
-        // The last handle stops the device thread.
-        if Arc::strong_count(&self.shared) == 1 {
-            self.shared.stop.store(true, Ordering::Relaxed);
-            self.shared.work.notify_all();
-            if let Some(handle) = lock(&self.thread).take() {
-                let _ = handle.join();
-            }
-        }
     }
 }
 
@@ -595,70 +620,20 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn pump_rx(shared: &Shared) {
-    let (wire, port) = match lock(&shared.link).as_ref() {
-        Some(l) => (l.wire.clone(), l.port),
-        None => return,
-    };
-    // On a one-port wire every frame is the function's own.
-    let own = wire.port_count() == 1;
-    let mut frame = Vec::with_capacity(crate::wire::MAX_FRAME_LEN);
-    while let Ok(true) = wire.receive(port, &mut frame) {
-        let mut core = lock(&shared.core);
-        engine::rq::receive(&mut core, &frame, own);
+    if let Some(link) = lock(&shared.link).clone() {
+        pump_rx_from(shared, &link);
     }
 }
 
-fn device_thread(shared: Weak<Shared>) {
-    let mut last_work = Instant::now();
-    loop {
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        if shared.stop.load(Ordering::Relaxed) {
-            return;
-        }
-        let mut did_work = false;
-        loop {
-            let next = lock(&shared.pending).pop_front();
-            let Some(db) = next else { break };
-            did_work = true;
-            let mut core = lock(&shared.core);
-            let bf = db
-                .bf
-                .as_deref()
-                .map(|bytes| engine::sq::BlueFlame { bytes });
-            engine::sq::doorbell(&mut core, db.uar, db.first8, bf);
-        }
-        let link = lock(&shared.link)
-            .as_ref()
-            .map(|l| (l.wire.clone(), l.port, l.peers.clone()));
-        if let Some((wire, port, peers)) = link {
-            if wire.pending(port).unwrap_or(0) > 0 {
-                did_work = true;
-                pump_rx(&shared);
-            }
-            if did_work {
-                for peer in peers.iter().filter_map(Weak::upgrade) {
-                    match peer.exec {
-                        ExecMode::Inline => pump_rx(&peer),
-                        ExecMode::Threaded => peer.work.notify_one(),
-                    }
-                }
-            }
-        }
-        if did_work {
-            last_work = Instant::now();
-        } else if last_work.elapsed() < shared.poll_window {
-            // Polling: look again without sleeping, yielding the core to whoever else runs.
-            std::thread::yield_now();
-        } else {
-            let pending = lock(&shared.pending);
-            if pending.is_empty() && !shared.stop.load(Ordering::Relaxed) {
-                let _ = shared
-                    .work
-                    .wait_timeout(pending, Duration::from_micros(200));
-            }
-        }
+/// Runs every frame waiting at the function's port (of `link`) through its receive engine.
+fn pump_rx_from(shared: &Shared, link: &Link) {
+    // On a one-port wire every frame is the function's own.
+    let own = link.wire.port_count() == 1;
+    // One pump at a time takes the function's frames, so they are received in wire order.
+    let mut frame = lock(&shared.rx_frame);
+    while let Ok(true) = link.wire.receive(link.port, &mut frame) {
+        let mut core = lock(&shared.core);
+        engine::rq::receive(&mut core, &frame, own);
     }
 }
 

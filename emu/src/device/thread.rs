@@ -1,0 +1,180 @@
+//! The device thread of threaded execution. One thread runs the send doorbells and receive
+//! engines of every function attached to it: the two functions of [`super::Device::pair`]
+//! share one, as one adapter's engines serve both its ports, so a packet crosses from one
+//! function to the other without waking a second thread. After work it keeps looking for more
+//! for the functions' poll window, then sleeps until a doorbell wakes it.
+
+use super::{lock, pump_rx_from, wake_peers, Shared};
+use crate::engine;
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// What the device thread and the functions it serves share.
+pub(super) struct EngineState {
+    members: Mutex<Vec<Weak<Shared>>>,
+    /// Held by the thread from deciding to sleep until it waits on `work`.
+    sleep_lock: Mutex<()>,
+    work: Condvar,
+    /// The thread sleeps (or is about to): a wake-up is a system call, made only then.
+    sleeping: AtomicBool,
+    stop: AtomicBool,
+    /// The longest poll window of the functions served, in nanoseconds.
+    poll_window_ns: AtomicU64,
+}
+
+/// Idle polling rounds between two yields of the core.
+const YIELD_EVERY: u32 = 64;
+
+/// Longest sleep before the thread looks for work on its own (a wake-up that raced with going
+/// to sleep costs no more than this).
+const SLEEP_LIMIT: Duration = Duration::from_micros(200);
+
+impl EngineState {
+    /// Wakes the thread if it sleeps. Call after queueing work for it (a doorbell, or a frame
+    /// at a served function's port).
+    pub(super) fn kick(&self) {
+        // Orders the caller's queueing before the read of `sleeping`, against the thread's
+        // store of `sleeping` before it looks for work one last time.
+        fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::SeqCst) {
+            let _sleep = lock(&self.sleep_lock);
+            self.work.notify_one();
+        }
+    }
+}
+
+/// A device thread; the last function handle using it drops it, which stops the thread.
+pub(super) struct Engine {
+    state: Arc<EngineState>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Engine {
+    /// A device thread serving no function yet; [`Engine::serve`] adds them.
+    pub(super) fn start() -> Arc<Self> {
+        let state = Arc::new(EngineState {
+            members: Mutex::new(Vec::new()),
+            sleep_lock: Mutex::new(()),
+            work: Condvar::new(),
+            sleeping: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            poll_window_ns: AtomicU64::new(0),
+        });
+        let for_thread = state.clone();
+        let handle = std::thread::Builder::new()
+            .name("cxdirect-emu".into())
+            .spawn(move || run(&for_thread))
+            .ok();
+        Arc::new(Self {
+            state,
+            thread: Mutex::new(handle),
+        })
+    }
+
+    /// What a function keeps to wake the thread.
+    pub(super) fn state(&self) -> Arc<EngineState> {
+        self.state.clone()
+    }
+
+    /// Adds a function to those the thread serves, polling for `poll_window` after work.
+    pub(super) fn serve(&self, shared: &Arc<Shared>, poll_window: Duration) {
+        lock(&self.state.members).push(Arc::downgrade(shared));
+        let ns = u64::try_from(poll_window.as_nanos()).unwrap_or(u64::MAX);
+        self.state.poll_window_ns.fetch_max(ns, Ordering::Relaxed);
+        self.state.kick();
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.state.stop.store(true, Ordering::SeqCst);
+        {
+            let _sleep = lock(&self.state.sleep_lock);
+            self.state.work.notify_all();
+        }
+        if let Some(handle) = lock(&self.thread).take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+fn run(state: &EngineState) {
+    let mut last_work = Instant::now();
+    let mut idle_rounds = 0u32;
+    // Reused every round, so a round allocates nothing.
+    let mut members: Vec<Arc<Shared>> = Vec::new();
+    while !state.stop.load(Ordering::Relaxed) {
+        members.extend(lock(&state.members).iter().filter_map(Weak::upgrade));
+        let mut did_work = false;
+        for shared in &members {
+            did_work |= serve_once(shared);
+        }
+        // No strong handle is kept between rounds: a function whose last handle is dropped
+        // goes away.
+        members.clear();
+        let window = Duration::from_nanos(state.poll_window_ns.load(Ordering::Relaxed));
+        if did_work {
+            last_work = Instant::now();
+            idle_rounds = 0;
+        } else if last_work.elapsed() < window {
+            // Polling: look again at once, as a device's engines do, but now and then give the
+            // core to whoever else wants it (a yield is a system call: not every round).
+            idle_rounds = idle_rounds.wrapping_add(1);
+            if idle_rounds % YIELD_EVERY == 0 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        } else {
+            sleep(state);
+        }
+    }
+}
+
+/// Runs one function's queued doorbells and arrived frames; returns whether there were any.
+fn serve_once(shared: &Shared) -> bool {
+    let mut did_work = false;
+    loop {
+        let next = lock(&shared.pending).pop_front();
+        let Some(db) = next else { break };
+        did_work = true;
+        let mut core = lock(&shared.core);
+        let bf = (db.bf_len > 0).then(|| engine::sq::BlueFlame {
+            bytes: &db.bf[..db.bf_len],
+        });
+        engine::sq::doorbell(&mut core, db.uar, db.first8, bf);
+    }
+    let link = lock(&shared.link).clone();
+    if let Some(link) = link {
+        if link.wire.pending(link.port).unwrap_or(0) > 0 {
+            did_work = true;
+            pump_rx_from(shared, &link);
+        }
+        if did_work {
+            wake_peers(&link);
+        }
+    }
+    did_work
+}
+
+/// Sleeps until kicked (or [`SLEEP_LIMIT`]), unless work arrived meanwhile.
+fn sleep(state: &EngineState) {
+    let guard = lock(&state.sleep_lock);
+    state.sleeping.store(true, Ordering::SeqCst);
+    fence(Ordering::SeqCst);
+    let waiting = lock(&state.members)
+        .iter()
+        .filter_map(Weak::upgrade)
+        .any(|shared| {
+            !lock(&shared.pending).is_empty()
+                || lock(&shared.link)
+                    .as_ref()
+                    .is_some_and(|l| l.wire.pending(l.port).unwrap_or(0) > 0)
+        });
+    if !waiting && !state.stop.load(Ordering::SeqCst) {
+        let _ = state.work.wait_timeout(guard, SLEEP_LIMIT);
+    }
+    state.sleeping.store(false, Ordering::SeqCst);
+}
