@@ -154,26 +154,46 @@ pub enum QueueKind {
 #[derive(Debug, Default)]
 pub struct QueueCounterTable {
     /// Sorted by key. A function has tens of queues, and the packet path counts into the same
-    /// few again and again: `recent` (the index of the last set used) saves the search.
+    /// few again and again (a send queue, then a receive queue): `recent` holds the indexes of
+    /// the last sets used, most recent first, to save the search.
     sets: Vec<((QueueKind, u32), QueueCountersSnapshot)>,
-    recent: usize,
+    recent: [usize; RECENT_SETS],
 }
+
+/// Sets [`QueueCounterTable`] remembers.
+const RECENT_SETS: usize = 4;
 
 impl QueueCounterTable {
     /// Mutable counters of one queue, created on first use.
     pub fn get_mut(&mut self, kind: QueueKind, number: u32) -> &mut QueueCountersSnapshot {
         let key = (kind, number);
-        if self.sets.get(self.recent).is_none_or(|(k, _)| *k != key) {
-            self.recent = match self.sets.binary_search_by_key(&key, |(k, _)| *k) {
-                Ok(at) => at,
-                Err(at) => {
-                    self.sets
-                        .insert(at, (key, QueueCountersSnapshot::default()));
-                    at
-                }
-            };
-        }
-        &mut self.sets[self.recent].1
+        let hit = self
+            .recent
+            .iter()
+            .position(|&at| self.sets.get(at).is_some_and(|(k, _)| *k == key));
+        let at = match hit {
+            Some(place) => {
+                let at = self.recent[place];
+                self.recent[..=place].rotate_right(1);
+                at
+            }
+            None => {
+                let at = match self.sets.binary_search_by_key(&key, |(k, _)| *k) {
+                    Ok(at) => at,
+                    Err(at) => {
+                        self.sets
+                            .insert(at, (key, QueueCountersSnapshot::default()));
+                        // Every index from `at` on moved.
+                        self.recent = [usize::MAX; RECENT_SETS];
+                        at
+                    }
+                };
+                self.recent.rotate_right(1);
+                self.recent[0] = at;
+                at
+            }
+        };
+        &mut self.sets[at].1
     }
 
     /// Counters of one queue, if it ever counted anything.
@@ -188,12 +208,63 @@ impl QueueCounterTable {
     /// Forgets every queue.
     pub fn clear(&mut self) {
         self.sets.clear();
-        self.recent = 0;
+        self.recent = [usize::MAX; RECENT_SETS];
     }
 }
 
-/// Adds `n` to a counter.
+/// Adds `n` to a counter of the function's core. Every writer of these counters holds the
+/// core lock, so a plain load and store loses nothing and costs no locked instruction (the
+/// packet path counts a dozen times per frame); readers on other threads still see whole
+/// values.
 #[inline]
 pub(crate) fn add(counter: &AtomicU64, n: u64) {
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(n),
+        Ordering::Relaxed,
+    );
+}
+
+/// Adds `n` to a counter written without the core lock, from any thread (MMIO counts).
+#[inline]
+pub(crate) fn add_shared(counter: &AtomicU64, n: u64) {
     counter.fetch_add(n, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counts land in their own queue's set whatever the order of use and of creation.
+    #[test]
+    fn queue_counters_land_in_their_own_set() {
+        let mut table = QueueCounterTable::default();
+        let keys: Vec<(QueueKind, u32)> = (0..40u32)
+            .map(|i| {
+                let kind = [QueueKind::Sq, QueueKind::Rq, QueueKind::Rmp][i as usize % 3];
+                (kind, (i * 7919) % 97)
+            })
+            .collect();
+        let mut expected = std::collections::BTreeMap::new();
+        for round in 0..500usize {
+            // Mostly the same few queues, now and then another one (created on first use).
+            let key = if round % 9 == 0 {
+                keys[(round / 9) % keys.len()]
+            } else {
+                keys[round % 3]
+            };
+            table.get_mut(key.0, key.1).wqes += 1;
+            *expected.entry(key).or_insert(0u64) += 1;
+        }
+        for (key, count) in &expected {
+            assert_eq!(
+                table.get(key.0, key.1).map(|c| c.wqes),
+                Some(*count),
+                "{key:?}"
+            );
+        }
+        assert_eq!(table.get(QueueKind::Sq, 1000), None);
+        table.clear();
+        assert_eq!(table.get(keys[0].0, keys[0].1), None);
+        assert_eq!(table.get_mut(keys[0].0, keys[0].1).wqes, 0);
+    }
 }

@@ -411,7 +411,7 @@ impl Device {
     /// An MMIO read of `buf.len()` bytes (4 or 8) at BAR0 `offset`.
     pub fn mmio_read(&self, offset: u64, buf: &mut [u8]) -> Result<(), MmioError> {
         self.check(offset, buf.len())?;
-        crate::counters::add(&self.shared.counters.mmio_reads, 1);
+        crate::counters::add_shared(&self.shared.counters.mmio_reads, 1);
         if !self.memory_enabled() {
             buf.fill(0xff);
             return Ok(());
@@ -440,7 +440,7 @@ impl Device {
     /// bytes, up to half a BlueFlame register) written at once.
     pub fn mmio_write(&self, offset: u64, data: &[u8]) -> Result<(), MmioError> {
         self.check(offset, data.len())?;
-        crate::counters::add(&self.shared.counters.mmio_writes, 1);
+        crate::counters::add_shared(&self.shared.counters.mmio_writes, 1);
         if !self.memory_enabled() {
             return Ok(());
         }
@@ -497,10 +497,12 @@ impl Device {
             self.send_doorbell(uar, first8, bf);
             return Ok(());
         }
-        let valid_uar = lock(&self.shared.core).res.uars.contains(uar);
-        if !valid_uar {
-            crate::counters::add(&self.shared.counters.bad_doorbells, 1);
-            return Ok(());
+        {
+            let core = lock(&self.shared.core);
+            if !core.res.uars.contains(uar) {
+                crate::counters::add(&core.counters.bad_doorbells, 1);
+                return Ok(());
+            }
         }
         match (in_page, data.len()) {
             (UAR_CQ_DOORBELL, 8) => {
