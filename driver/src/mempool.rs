@@ -142,30 +142,19 @@ impl PoolShared {
         }
     }
 
-    /// Returns buffers `indexes` (taken, none twice) with one compare-and-swap: they are
-    /// linked into a chain first, and the chain goes on the stack whole.
-    fn push_bulk(&self, indexes: &[u32]) {
-        let Some((&first, rest)) = indexes.split_first() else {
-            return;
-        };
-        let mut last = first;
-        for &index in rest {
-            self.next[last as usize].store(index, Ordering::Relaxed);
-            last = index;
-        }
+    fn push(&self, index: u32) {
         let mut head = self.head.load(Ordering::Acquire);
         loop {
-            self.next[last as usize].store(head as u32, Ordering::Relaxed);
+            self.next[index as usize].store(head as u32, Ordering::Relaxed);
             let tag = (head >> 32).wrapping_add(1);
             match self.head.compare_exchange_weak(
                 head,
-                tag << 32 | u64::from(first),
+                tag << 32 | u64::from(index),
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
-                    self.available
-                        .fetch_add(indexes.len() as u32, Ordering::Relaxed);
+                    self.available.fetch_add(1, Ordering::Relaxed);
                     return;
                 }
                 Err(seen) => head = seen,
@@ -531,72 +520,6 @@ impl Mbuf {
 
 impl Drop for Mbuf {
     fn drop(&mut self) {
-        // NIL: a `FreeBatch` already took the buffer back.
-        if self.index != NIL {
-            self.pool.push_bulk(&[self.index]);
-        }
-    }
-}
-
-/// Buffers going back to their pool together, with one exchange with the pool per batch
-/// instead of one per buffer (a send queue frees a burst's worth at each completion). Buffers
-/// of another pool, or chained ones, are freed one by one. Dropping the batch frees what it
-/// holds.
-pub(crate) struct FreeBatch {
-    /// The first buffer of the batch, kept whole so its pool stays alive.
-    holder: Option<Mbuf>,
-    /// Buffers of the holder's pool taken since.
-    indexes: [u32; BULK],
-    len: usize,
-}
-
-impl FreeBatch {
-    pub(crate) fn new() -> Self {
-        Self {
-            holder: None,
-            indexes: [NIL; BULK],
-            len: 0,
-        }
-    }
-
-    /// Frees `m` now or with the batch.
-    #[inline]
-    pub(crate) fn add(&mut self, mut m: Mbuf) {
-        if m.next.is_some() {
-            return;
-        }
-        let Some(holder) = &self.holder else {
-            self.holder = Some(m);
-            return;
-        };
-        if !Arc::ptr_eq(&holder.pool, &m.pool) || self.len == BULK {
-            self.flush();
-            self.holder = Some(m);
-            return;
-        }
-        self.indexes[self.len] = m.index;
-        self.len += 1;
-        // Only the pool reference is dropped with it; the buffer is the batch's now.
-        m.index = NIL;
-    }
-
-    /// Frees every buffer held.
-    pub(crate) fn flush(&mut self) {
-        let Some(mut holder) = self.holder.take() else {
-            return;
-        };
-        if self.len < BULK {
-            self.indexes[self.len] = holder.index;
-            self.len += 1;
-            holder.index = NIL;
-        }
-        holder.pool.push_bulk(&self.indexes[..self.len]);
-        self.len = 0;
-    }
-}
-
-impl Drop for FreeBatch {
-    fn drop(&mut self) {
-        self.flush();
+        self.pool.push(self.index);
     }
 }

@@ -7,7 +7,7 @@ use crate::backend::Backend;
 pub(crate) use crate::cq::CqRing;
 use crate::cq::Cqe;
 use crate::error::DriverError;
-use crate::mempool::{FreeBatch, Mbuf, Mempool};
+use crate::mempool::{Mbuf, Mempool};
 use crate::rxirq::{self, CompletionInterrupt};
 use crate::stats::StatsHandle;
 use cxdirect_dma::DmaRegion;
@@ -181,7 +181,6 @@ impl<B: Backend> TxQueue<B> {
     /// Takes completions: buffers up to each reported WQE go back to their pool.
     fn reap(&mut self) {
         let mut progressed = false;
-        let mut freed = FreeBatch::new();
         while let Some(cqe) = self.cq.peek() {
             self.cq.consume();
             progressed = true;
@@ -209,9 +208,7 @@ impl<B: Backend> TxQueue<B> {
             let end = counter.wrapping_add(1);
             while self.ci != end {
                 let slot = usize::from(self.ci & self.mask());
-                if let Some(m) = self.inflight[slot].take() {
-                    freed.add(m);
-                }
+                self.inflight[slot] = None;
                 self.ci = self.ci.wrapping_add(1);
             }
         }

@@ -490,8 +490,8 @@ fn a_multi_segment_packet_is_gathered_into_one_frame() {
 
 #[test]
 fn every_sent_buffer_goes_back_to_the_pool_single_or_chained() {
-    // Completions every 128 WQEs free more than one batch of buffers at a time; every fifth
-    // packet is three chained buffers.
+    // Completions every 128 WQEs free many buffers at once; every fifth packet is three chained
+    // buffers.
     let config = PortConfig {
         ring_size: 256,
         pool_buffers: 2048,
