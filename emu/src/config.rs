@@ -42,8 +42,10 @@ pub struct EmuConfig {
     pub health_tick: Duration,
     /// Threaded execution: how long the device thread keeps polling for doorbells and frames
     /// after its last piece of work before it sleeps until woken (a real device's engines
-    /// never sleep). Zero sleeps at once, which costs a thread wake-up (tens of microseconds on
-    /// a busy host) per doorbell but no CPU while idle; latency benchmarks poll.
+    /// never sleep). Zero sleeps at once, which costs a thread wake-up (microseconds, tens on a
+    /// busy host) for a doorbell that finds it asleep but no CPU while idle; latency benchmarks
+    /// poll. The two functions of a threaded [`crate::Device::pair`] share one device thread,
+    /// which polls for the longer of their two windows.
     pub poll_window: Duration,
 }
 
