@@ -341,15 +341,16 @@ impl<B: Backend> TxQueue<B> {
             wqe[32..48].copy_from_slice(&wqe::encode_data(len as u32, m.lkey(), m.data_iova()));
             3
         };
-        let ce = self.completion_request(1);
-        wqe[..16].copy_from_slice(&wqe::encode_ctrl(
-            wqe::opcode::SEND,
-            self.pi,
-            self.sqn,
-            ds,
-            ce,
-        ));
+        wqe[..16].copy_from_slice(&self.send_ctrl(ds, 1));
         Some(words_from_bytes(&wqe))
+    }
+
+    /// The control segment of a SEND WQE of `ds` 16-byte segments and `bbs` basic blocks at the
+    /// producer index, asking for a completion when [`TxQueue::completion_request`] says so.
+    #[inline]
+    fn send_ctrl(&mut self, ds: u8, bbs: u16) -> [u8; 16] {
+        let ce = self.completion_request(bbs);
+        wqe::encode_ctrl(wqe::opcode::SEND, self.pi, self.sqn, ds, ce)
     }
 
     /// Counts one more WQE of `bbs` basic blocks towards the next completion request and says
@@ -408,15 +409,7 @@ impl<B: Backend> TxQueue<B> {
         if size > MAX_WQE || bbs as u16 > self.free() {
             return None;
         }
-        let ce = self.completion_request(bbs as u16);
-        let ds = (size / WQE_DS) as u8;
-        wqe[..16].copy_from_slice(&wqe::encode_ctrl(
-            wqe::opcode::SEND,
-            self.pi,
-            self.sqn,
-            ds,
-            ce,
-        ));
+        wqe[..16].copy_from_slice(&self.send_ctrl((size / WQE_DS) as u8, bbs as u16));
         wqe[16..32].copy_from_slice(&wqe::encode_eth(
             m.flags.tx_ip_csum,
             m.flags.tx_l4_csum,
