@@ -217,13 +217,15 @@ fn real_main() -> Result<(), String> {
     metric("baseline_shared_ring_copy_ns", shared_baseline);
 
     println!("\n# TX: ns per packet inside tx_burst (median round of {ROUND} packets), and PCIe transactions per packet");
+    println!("# ratio: median over the rounds of a round's ns over the descriptor-copy round timed right after it (base: median of those, ns)");
     println!(
-        "{:<8} {:>5} {:>8} {:>8} {:>7} | {:>6} {:>6} {:>8} {:>9} {:>8} {:>9} {:>6} {:>6}",
+        "{:<8} {:>5} {:>8} {:>8} {:>7} {:>6} | {:>6} {:>6} {:>8} {:>9} {:>8} {:>9} {:>6} {:>6}",
         "inline",
         "burst",
         "ns/pkt",
         "cycles",
         "ratio",
+        "base",
         "dbell",
         "bf",
         "wqe_rd",
@@ -239,15 +241,16 @@ fn real_main() -> Result<(), String> {
         for burst in BURSTS {
             let r = tx_run(mode, burst, rounds)?;
             println!(
-                "{name:<8} {burst:>5} {:>8.1} {:>8.0} {:>7.2} | {:>6.4} {:>6.4} {:>8.4} {:>9.1} {:>8.4} {:>9.1} {:>6.4} {:>6.4}",
-                r.ns, r.ns * mhz / 1000.0, r.ns / baseline,
+                "{name:<8} {burst:>5} {:>8.1} {:>8.0} {:>7.2} {:>6.2} | {:>6.4} {:>6.4} {:>8.4} {:>9.1} {:>8.4} {:>9.1} {:>6.4} {:>6.4}",
+                r.ns, r.ns * mhz / 1000.0, r.ratio, r.baseline_ns,
                 r.per(r.c.doorbells), r.per(r.c.bf_writes), r.per(r.c.wqe_fetch_reads),
                 r.per(r.c.wqe_fetch_bytes), r.per(r.c.payload_reads), r.per(r.c.payload_read_bytes),
                 r.per(r.c.cqes), r.per(r.c.interrupts)
             );
             let key = format!("tx_{name}_b{burst}");
             metric(&format!("{key}_ns"), r.ns);
-            metric(&format!("{key}_ratio"), r.ns / baseline);
+            metric(&format!("{key}_ratio"), r.ratio);
+            metric(&format!("{key}_baseline_ns"), r.baseline_ns);
             metric(&format!("{key}_doorbells_per_pkt"), r.per(r.c.doorbells));
             metric(
                 &format!("{key}_wqe_dma_reads_per_pkt"),
@@ -269,7 +272,7 @@ fn real_main() -> Result<(), String> {
         return Ok(());
     }
     let h32 = &tx_ns[&("headers", 32)];
-    metric("tx_b32_headers_ratio", h32.ns / baseline);
+    metric("tx_b32_headers_ratio", h32.ratio);
     metric("tx_b32_headers_over_shared_ring", h32.ns / shared_baseline);
     metric("tx_b1_over_b32", tx_ns[&("headers", 1)].ns / h32.ns);
     metric("doorbells_per_pkt_b32", h32.per(h32.c.doorbells));
@@ -290,12 +293,14 @@ fn real_main() -> Result<(), String> {
     println!(
         "\n# RX: ns per packet inside rx_burst (refill included), and PCIe transactions per packet"
     );
+    println!("# ratio and base as for TX");
     println!(
-        "{:>5} {:>8} {:>8} {:>7} | {:>8} {:>9} {:>8} {:>6} {:>8} {:>6}",
+        "{:>5} {:>8} {:>8} {:>7} {:>6} | {:>8} {:>9} {:>8} {:>6} {:>8} {:>6}",
         "burst",
         "ns/pkt",
         "cycles",
         "ratio",
+        "base",
         "pay_wr",
         "pay_B",
         "rxwqe_rd",
@@ -307,10 +312,11 @@ fn real_main() -> Result<(), String> {
     for burst in BURSTS {
         let r = rx_run(burst, rounds)?;
         println!(
-            "{burst:>5} {:>8.1} {:>8.0} {:>7.2} | {:>8.4} {:>9.1} {:>8.4} {:>6.4} {:>8.4} {:>6.4}",
+            "{burst:>5} {:>8.1} {:>8.0} {:>7.2} {:>6.2} | {:>8.4} {:>9.1} {:>8.4} {:>6.4} {:>8.4} {:>6.4}",
             r.ns,
             r.ns * mhz / 1000.0,
-            r.ns / baseline,
+            r.ratio,
+            r.baseline_ns,
             r.per(r.c.payload_writes),
             r.per(r.c.payload_write_bytes),
             r.per(r.c.rx_wqe_reads),
@@ -319,7 +325,8 @@ fn real_main() -> Result<(), String> {
             r.per(r.c.interrupts)
         );
         metric(&format!("rx_b{burst}_ns"), r.ns);
-        metric(&format!("rx_b{burst}_ratio"), r.ns / baseline);
+        metric(&format!("rx_b{burst}_ratio"), r.ratio);
+        metric(&format!("rx_b{burst}_baseline_ns"), r.baseline_ns);
         rx.insert(burst, r);
     }
     metric("rx_b1_over_b32", rx[&1].ns / rx[&32].ns);
@@ -414,24 +421,66 @@ fn median(mut values: Vec<f64>) -> f64 {
 #[repr(C, align(64))]
 struct Slot([u8; 64]);
 
-/// The floor for building one WQE: copy a 64-byte descriptor into the next ring slot.
-fn baseline_ns(rounds: usize) -> f64 {
-    let mut ring = vec![Slot([0; 64]); RING as usize];
-    let mut desc = Slot([0x5a; 64]);
-    let mut pos = 0usize;
-    let mut per_round = Vec::with_capacity(rounds);
-    for r in 0..rounds {
-        desc.0[0] = r as u8;
+/// The floor for building one WQE: copy a 64-byte descriptor into the next ring slot, timed a
+/// round of [`ROUND`] copies at a time so that a round can run beside each driver round.
+struct Baseline {
+    ring: Vec<Slot>,
+    desc: Slot,
+    pos: usize,
+}
+
+impl Baseline {
+    fn new() -> Self {
+        Self {
+            ring: vec![Slot([0; 64]); RING as usize],
+            desc: Slot([0x5a; 64]),
+            pos: 0,
+        }
+    }
+
+    /// One round: ns per copy.
+    fn round(&mut self) -> f64 {
+        self.desc.0[0] = self.desc.0[0].wrapping_add(1);
         let start = Instant::now();
         for i in 0..ROUND {
-            let d = black_box(&desc);
-            ring[(pos + i) & (RING as usize - 1)] = *d;
+            let d = black_box(&self.desc);
+            self.ring[(self.pos + i) & (RING as usize - 1)] = *d;
         }
-        black_box(&ring);
-        per_round.push(start.elapsed().as_nanos() as f64 / ROUND as f64);
-        pos += ROUND;
+        black_box(&self.ring);
+        let ns = start.elapsed().as_nanos() as f64 / ROUND as f64;
+        self.pos += ROUND;
+        ns
     }
-    median(per_round)
+}
+
+fn baseline_ns(rounds: usize) -> f64 {
+    let mut baseline = Baseline::new();
+    median((0..rounds).map(|_| baseline.round()).collect())
+}
+
+/// Per-round driver figures beside the baseline rounds timed right after each of them.
+#[derive(Default)]
+struct Rounds {
+    ns: Vec<f64>,
+    baseline_ns: Vec<f64>,
+}
+
+impl Rounds {
+    fn push(&mut self, ns: f64, baseline_ns: f64) {
+        self.ns.push(ns);
+        self.baseline_ns.push(baseline_ns);
+    }
+
+    /// Medians of the driver's ns, of the baseline's ns, and of the per-round ratios.
+    fn medians(self) -> (f64, f64, f64) {
+        let ratios = self
+            .ns
+            .iter()
+            .zip(&self.baseline_ns)
+            .map(|(ns, base)| ns / base.max(f64::MIN_POSITIVE))
+            .collect();
+        (median(self.ns), median(self.baseline_ns), median(ratios))
+    }
 }
 
 /// A ring slot written and read as eight 64-bit words, so two threads can share it.
@@ -578,6 +627,10 @@ fn wait_for(model: &Model, target: u64, field: fn(&CountersSnapshot) -> u64) -> 
 
 struct Run {
     ns: f64,
+    /// Median of the baseline rounds timed beside the driver's rounds (ns per copy).
+    baseline_ns: f64,
+    /// Median over the rounds of the driver's ns over the baseline round timed beside it.
+    ratio: f64,
     packets: u64,
     c: CountersSnapshot,
 }
@@ -605,7 +658,8 @@ fn tx_run(inline: InlineMode, burst: usize, rounds: usize) -> Result<Run, String
     let mut batches: Vec<Vec<Mbuf>> = (0..ROUND / burst)
         .map(|_| Vec::with_capacity(burst))
         .collect();
-    let mut per_round = Vec::with_capacity(rounds);
+    let mut per_round = Rounds::default();
+    let mut baseline = Baseline::new();
     let mut sent = 0u64;
     // One warm-up round, then the measured ones.
     let mut before = a.counters();
@@ -627,16 +681,23 @@ fn tx_run(inline: InlineMode, burst: usize, rounds: usize) -> Result<Run, String
         let elapsed = start.elapsed();
         backend.release();
         sent += (ROUND / burst * burst) as u64;
+        let baseline_ns = baseline.round();
         if r > 0 {
-            per_round.push(elapsed.as_nanos() as f64 / (ROUND / burst * burst) as f64);
+            per_round.push(
+                elapsed.as_nanos() as f64 / (ROUND / burst * burst) as f64,
+                baseline_ns,
+            );
         }
         // The next round starts with both models idle.
         wait_for(&a, sent, |c| c.tx_frames)?;
         wait_for(&b, sent, |c| c.rx_frames)?;
     }
     let c = a.counters().since(&before);
+    let (ns, baseline_ns, ratio) = per_round.medians();
     let run = Run {
-        ns: median(per_round),
+        ns,
+        baseline_ns,
+        ratio,
         packets: (rounds * (ROUND / burst * burst)) as u64,
         c,
     };
@@ -663,6 +724,8 @@ fn lone_packets(count: u64) -> Result<Run, String> {
     }
     let run = Run {
         ns: 0.0,
+        baseline_ns: 0.0,
+        ratio: 0.0,
         packets: count,
         c: a.counters().since(&before),
     };
@@ -678,7 +741,8 @@ fn rx_run(burst: usize, rounds: usize) -> Result<Run, String> {
     build(&mut frame, 64, 0, 0);
     let mut batch = Vec::with_capacity(ROUND);
     let mut got: Vec<Mbuf> = Vec::with_capacity(ROUND + cxdirect::queue::MAX_BURST);
-    let mut per_round = Vec::with_capacity(rounds);
+    let mut per_round = Rounds::default();
+    let mut baseline = Baseline::new();
     let mut delivered = 0u64;
     let mut before = b.counters();
     for r in 0..=rounds {
@@ -696,14 +760,18 @@ fn rx_run(burst: usize, rounds: usize) -> Result<Run, String> {
             rxb[0].rx_burst(&mut got, burst);
         }
         let elapsed = start.elapsed();
+        let baseline_ns = baseline.round();
         if r > 0 {
-            per_round.push(elapsed.as_nanos() as f64 / ROUND as f64);
+            per_round.push(elapsed.as_nanos() as f64 / ROUND as f64, baseline_ns);
         }
         got.clear();
     }
     let c = b.counters().since(&before);
+    let (ns, baseline_ns, ratio) = per_round.medians();
     let run = Run {
-        ns: median(per_round),
+        ns,
+        baseline_ns,
+        ratio,
         packets: (rounds * ROUND) as u64,
         c,
     };
