@@ -25,6 +25,7 @@ mod revoke;
 mod rxirq;
 pub mod shared;
 pub mod stats;
+mod txwqe;
 pub mod vfio;
 
 pub use backend::{Backend, BackendError, Interrupt};

@@ -13,7 +13,7 @@ use crate::stats::StatsHandle;
 use cxdirect_dma::DmaRegion;
 use cxdirect_hw::cqe::CqeOpcode;
 use cxdirect_hw::doorbell::{UAR_BF_OFFSET, UAR_PAGE_SIZE};
-use cxdirect_hw::wqe::{self, INLINE_SEG, WQE_BB, WQE_DS};
+use cxdirect_hw::wqe::{self, WQE_BB};
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, Mutex};
@@ -169,12 +169,12 @@ impl Default for TxScratch {
 const REFUSED: u32 = u32::MAX;
 
 impl<B: Backend> TxQueue<B> {
-    fn mask(&self) -> u16 {
+    pub(crate) fn mask(&self) -> u16 {
         (1u16 << self.log_size).wrapping_sub(1)
     }
 
     /// WQEBBs free in the ring.
-    fn free(&self) -> u16 {
+    pub(crate) fn free(&self) -> u16 {
         (1u16 << self.log_size).wrapping_sub(self.pi.wrapping_sub(self.ci))
     }
 
@@ -252,9 +252,13 @@ impl<B: Backend> TxQueue<B> {
             }
             let index = self.pi;
             let bbs = if let Some(words) = self.single_bb_wqe(m, len) {
-                let at = usize::from(index & self.mask()) * WQE_BB;
-                let _ = self.ring.write_words(at, &words);
+                self.write_bb(index, &words);
                 1
+            } else if let Some((blocks, bbs)) = self.full_inline_wqe(m, len) {
+                for (bb, block) in blocks.iter().take(usize::from(bbs)).enumerate() {
+                    self.write_bb(index.wrapping_add(bb as u16), block);
+                }
+                bbs
             } else {
                 let Some(size) = self.build(m, &mut scratch.wqe) else {
                     // Does not fit the ring now: stop here, the rest stay queued.
@@ -292,169 +296,11 @@ impl<B: Backend> TxQueue<B> {
         count
     }
 
-    /// The WQE for `m` at the producer index as the eight words of one basic block, for the
-    /// common shapes that fit one: a single-segment packet without a VLAN tag to insert, sent
-    /// with its 18 header bytes inline (longer than that) or with nothing inline. `None` sends
-    /// the packet through [`TxQueue::build`] instead (other shapes, a packet not on an 8-byte
-    /// boundary, or a full ring); nothing is changed then.
+    /// Writes one basic block at ring index `index` (wrapped to the ring) with one bounds check.
     #[inline]
-    fn single_bb_wqe(&mut self, m: &Mbuf, len: usize) -> Option<[u64; WQE_BB / 8]> {
-        if m.is_chained() || m.flags.tx_vlan.is_some() || self.free() == 0 {
-            return None;
-        }
-        let headers_inline = match self.inline {
-            InlineMode::None => false,
-            InlineMode::Headers => true,
-            InlineMode::Full if len > self.inline_max => true,
-            InlineMode::Full => return None,
-        };
-        let mut wqe = [0u8; WQE_BB];
-        let ds = if headers_inline {
-            if len <= ETH_INLINE {
-                return None;
-            }
-            let head: [u64; 3] = m.head_words()?;
-            let mut bytes = [0u8; 24];
-            bytes_from_words(head, &mut bytes);
-            wqe[16..32].copy_from_slice(&wqe::encode_eth(
-                m.flags.tx_ip_csum,
-                m.flags.tx_l4_csum,
-                None,
-                ETH_INLINE as u16,
-                [bytes[0], bytes[1]],
-            ));
-            wqe[32..48].copy_from_slice(&bytes[2..ETH_INLINE]);
-            wqe[48..64].copy_from_slice(&wqe::encode_data(
-                (len - ETH_INLINE) as u32,
-                m.lkey(),
-                m.data_iova() + ETH_INLINE as u64,
-            ));
-            4
-        } else {
-            wqe[16..32].copy_from_slice(&wqe::encode_eth(
-                m.flags.tx_ip_csum,
-                m.flags.tx_l4_csum,
-                None,
-                0,
-                [0, 0],
-            ));
-            wqe[32..48].copy_from_slice(&wqe::encode_data(len as u32, m.lkey(), m.data_iova()));
-            3
-        };
-        wqe[..16].copy_from_slice(&self.send_ctrl(ds, 1));
-        Some(words_from_bytes(&wqe))
-    }
-
-    /// The control segment of a SEND WQE of `ds` 16-byte segments and `bbs` basic blocks at the
-    /// producer index, asking for a completion when [`TxQueue::completion_request`] says so.
-    #[inline]
-    fn send_ctrl(&mut self, ds: u8, bbs: u16) -> [u8; 16] {
-        let ce = self.completion_request(bbs);
-        wqe::encode_ctrl(wqe::opcode::SEND, self.pi, self.sqn, ds, ce)
-    }
-
-    /// Counts one more WQE of `bbs` basic blocks towards the next completion request and says
-    /// whether this one asks for a CQE: every `cqe_every` WQEs, and always when the ring is
-    /// nearly full, so the space is reported back before the driver runs out of it.
-    #[inline]
-    fn completion_request(&mut self, bbs: u16) -> u8 {
-        self.since_cqe += 1;
-        let free_after = self.free().saturating_sub(bbs);
-        if self.since_cqe >= self.cqe_every || free_after < 2 * (MAX_WQE / WQE_BB) as u16 {
-            self.since_cqe = 0;
-            wqe::completion::ALWAYS
-        } else {
-            0
-        }
-    }
-
-    /// Builds the WQE for `m` at the producer index into `wqe`; returns its size in bytes, or
-    /// `None` when the ring has no room for it. Every byte up to the end of the WQE's last
-    /// basic block is written (padding zeroed), so nothing stale reaches the ring.
-    #[inline]
-    fn build(&mut self, m: &Mbuf, wqe: &mut [u8; MAX_WQE]) -> Option<usize> {
-        let head = m.len();
-        let chained = m.is_chained();
-        let vlan = m.flags.tx_vlan;
-        // Inlined bytes always come from the first segment.
-        let headers = if vlan.is_some() {
-            0
-        } else {
-            ETH_INLINE.min(head)
-        };
-        let (eth_inline, data_inline) = match self.inline {
-            InlineMode::None => (0, 0),
-            InlineMode::Headers => (headers, 0),
-            InlineMode::Full if !chained && head <= self.inline_max && vlan.is_none() => {
-                (headers, head - headers)
-            }
-            InlineMode::Full => (headers, 0),
-        };
-        let rest = head - eth_inline - data_inline;
-        // Header bytes past the two the Ethernet segment holds, padded to whole segments.
-        let eth_extra = eth_inline.saturating_sub(2).div_ceil(WQE_DS) * WQE_DS;
-        let data_inline_room = if data_inline > 0 {
-            (4 + data_inline).div_ceil(WQE_DS) * WQE_DS
-        } else {
-            0
-        };
-        let extra_segments = if chained {
-            m.segments().skip(1).filter(|s| !s.is_empty()).count()
-        } else {
-            0
-        };
-        let size =
-            32 + eth_extra + data_inline_room + (usize::from(rest > 0) + extra_segments) * WQE_DS;
-        let bbs = size.div_ceil(WQE_BB);
-        if size > MAX_WQE || bbs as u16 > self.free() {
-            return None;
-        }
-        wqe[..16].copy_from_slice(&self.send_ctrl((size / WQE_DS) as u8, bbs as u16));
-        wqe[16..32].copy_from_slice(&wqe::encode_eth(
-            m.flags.tx_ip_csum,
-            m.flags.tx_l4_csum,
-            vlan,
-            eth_inline as u16,
-            [0, 0],
-        ));
-        let mut at = 32;
-        if eth_inline > 0 {
-            // Two header bytes sit at the end of the Ethernet segment, the rest run on after
-            // it: one contiguous stretch of the WQE from byte 30.
-            wqe[32 + eth_extra - WQE_DS.min(eth_extra)..32 + eth_extra].fill(0);
-            m.read(0, &mut wqe[30..30 + eth_inline]);
-            at += eth_extra;
-        }
-        if data_inline > 0 {
-            wqe[at + data_inline_room - WQE_DS..at + data_inline_room].fill(0);
-            wqe[at..at + 4].copy_from_slice(&(INLINE_SEG | data_inline as u32).to_be_bytes());
-            m.read(eth_inline, &mut wqe[at + 4..at + 4 + data_inline]);
-            at += data_inline_room;
-            self.stats.inline_packets += 1;
-        }
-        // One data segment per stretch of buffer: the first segment's remainder, then each
-        // chained segment.
-        if rest > 0 {
-            let skip = (eth_inline + data_inline) as u64;
-            wqe[at..at + WQE_DS].copy_from_slice(&wqe::encode_data(
-                rest as u32,
-                m.lkey(),
-                m.data_iova() + skip,
-            ));
-            at += WQE_DS;
-        }
-        if chained {
-            for seg in m.segments().skip(1).filter(|s| !s.is_empty()) {
-                wqe[at..at + WQE_DS].copy_from_slice(&wqe::encode_data(
-                    seg.len() as u32,
-                    seg.lkey(),
-                    seg.data_iova(),
-                ));
-                at += WQE_DS;
-            }
-        }
-        wqe[at..bbs * WQE_BB].fill(0);
-        Some(size)
+    fn write_bb(&self, index: u16, words: &[u64; WQE_BB / 8]) {
+        let at = usize::from(index & self.mask()) * WQE_BB;
+        let _ = self.ring.write_words(at, words);
     }
 
     /// Publishes the burst: doorbell record, then one UAR write carrying the first basic block
@@ -587,11 +433,11 @@ pub(crate) fn bytes_from_words<const N: usize, const M: usize>(words: [u64; N], 
 /// Most packets one `tx_burst` or `rx_burst` call moves.
 pub const MAX_BURST: usize = 256;
 /// Largest send WQE the driver builds, in bytes.
-const MAX_WQE: usize = 1024;
+pub(crate) const MAX_WQE: usize = 1024;
 const BF_HALF: usize = 256;
 const ETH_HEADER: usize = 14;
 /// Bytes of packet headers inlined in the Ethernet segment (Ethernet + VLAN).
-const ETH_INLINE: usize = wqe::ETH_L2_INLINE_HEADER_SIZE;
+pub(crate) const ETH_INLINE: usize = wqe::ETH_L2_INLINE_HEADER_SIZE;
 
 /// Copies a receive CQE's packet types, checksum results and RSS hash into the buffer's flags.
 #[inline]
