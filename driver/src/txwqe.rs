@@ -15,6 +15,21 @@ const INLINE_DATA_AT: usize = 48;
 /// behind the inline segment's 4-byte header in what is left of two basic blocks.
 pub(crate) const FULL_INLINE_WORDS_MAX: usize = ETH_INLINE + 2 * WQE_BB - INLINE_DATA_AT - 4;
 
+/// Writes the Ethernet segment carrying `packet`'s first 18 bytes inline (with `m`'s checksum
+/// requests) at bytes 16..48 of `wqe`: two bytes at the segment's end, the other sixteen in the
+/// segment after it.
+#[inline]
+fn put_inline_headers(m: &Mbuf, packet: &[u8], wqe: &mut [u8]) {
+    wqe[16..32].copy_from_slice(&wqe::encode_eth(
+        m.flags.tx_ip_csum,
+        m.flags.tx_l4_csum,
+        None,
+        ETH_INLINE as u16,
+        [packet[0], packet[1]],
+    ));
+    wqe[32..INLINE_DATA_AT].copy_from_slice(&packet[2..ETH_INLINE]);
+}
+
 impl<B: Backend> TxQueue<B> {
     /// The WQE for `m` at the producer index as the eight words of one basic block, for the
     /// common shapes that fit one: a single-segment packet without a VLAN tag to insert, sent
@@ -40,14 +55,7 @@ impl<B: Backend> TxQueue<B> {
             let head: [u64; 3] = m.head_words()?;
             let mut bytes = [0u8; 24];
             bytes_from_words(head, &mut bytes);
-            wqe[16..32].copy_from_slice(&wqe::encode_eth(
-                m.flags.tx_ip_csum,
-                m.flags.tx_l4_csum,
-                None,
-                ETH_INLINE as u16,
-                [bytes[0], bytes[1]],
-            ));
-            wqe[32..48].copy_from_slice(&bytes[2..ETH_INLINE]);
+            put_inline_headers(m, &bytes, &mut wqe);
             wqe[48..64].copy_from_slice(&wqe::encode_data(
                 (len - ETH_INLINE) as u32,
                 m.lkey(),
@@ -100,14 +108,7 @@ impl<B: Backend> TxQueue<B> {
         let mut packet = [0u8; FULL_INLINE_WORDS_MAX.div_ceil(8) * 8];
         bytes_from_words(head, &mut packet);
         let mut wqe = [0u8; 2 * WQE_BB];
-        wqe[16..32].copy_from_slice(&wqe::encode_eth(
-            m.flags.tx_ip_csum,
-            m.flags.tx_l4_csum,
-            None,
-            ETH_INLINE as u16,
-            [packet[0], packet[1]],
-        ));
-        wqe[32..INLINE_DATA_AT].copy_from_slice(&packet[2..ETH_INLINE]);
+        put_inline_headers(m, &packet, &mut wqe);
         wqe[INLINE_DATA_AT..INLINE_DATA_AT + 4]
             .copy_from_slice(&(INLINE_SEG | data as u32).to_be_bytes());
         wqe[INLINE_DATA_AT + 4..INLINE_DATA_AT + 4 + data]
