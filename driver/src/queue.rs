@@ -493,9 +493,11 @@ impl<B: Backend> RxQueue<B> {
             pool,
             ..
         } = self;
+        // One key for the whole pool, registered before the queue started.
+        let lkey = pool.lkey();
         let posted = pool.alloc_each(empty, |m| {
             let slot = usize::from(*pi & mask);
-            let seg = wqe::encode_data(m.capacity() as u32, m.lkey(), m.data_iova());
+            let seg = wqe::encode_data(m.capacity() as u32, lkey, m.data_iova());
             let _ = ring.write_words::<2>(slot * 16, &words_from_bytes(&seg));
             slots[slot] = Some(m);
             *pi = pi.wrapping_add(1);
