@@ -3,6 +3,7 @@
 //! holds what several test files share.
 
 pub mod events;
+pub mod setup;
 
 /// A 128-byte UDP/IPv4 frame to destination port `dport` carrying `seq` (big-endian at byte
 /// 42) and a payload derived from it, with valid checksums.

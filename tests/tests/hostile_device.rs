@@ -3,41 +3,19 @@
 //! use, report a clear error, and keep working (or fail cleanly and come back after a reset).
 //! Property tests with modest case counts: each case brings a function up on a fresh model.
 
-use cxdirect::{
-    CmdFailure, Device, DriverError, Event, EventCounts, Options, Port, PortConfig, TeardownReport,
-};
+use cxdirect::{CmdFailure, Device, DriverError, Event, EventCounts, Port, TeardownReport};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::{Device as Model, EmuConfig, Fault};
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::eqe::{port_change, EventType};
 use cxdirect_hw::reg;
 use cxdirect_tests::events::{delivered, expected, SUBSCRIBED};
+use cxdirect_tests::setup::{self, options, small_port};
 use proptest::prelude::*;
 use std::time::Duration;
 
-fn options(cmd_timeout: Duration) -> Options {
-    Options {
-        init_timeout: Duration::from_secs(2),
-        cmd_timeout,
-        ..Options::default()
-    }
-}
-
 fn bring_up(model: &Model) -> Device<EmuBackend> {
-    Device::bring_up(
-        EmuBackend::new(model.clone(), "hostile"),
-        options(Duration::from_secs(2)),
-    )
-    .expect("bring-up on a well-behaved model")
-}
-
-/// A small port: one queue each way, 64-entry rings.
-fn small_port() -> PortConfig {
-    PortConfig {
-        ring_size: 64,
-        pool_buffers: 256,
-        ..PortConfig::default()
-    }
+    setup::bring_up(model, "hostile")
 }
 
 /// One cheap command the device must still answer: read the port's MTU register.

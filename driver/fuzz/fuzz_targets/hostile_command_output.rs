@@ -11,10 +11,11 @@
 
 #![no_main]
 
-use cxdirect::{Device, Options, Port, PortConfig};
+use cxdirect::{Device, Port};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::{Device as Model, EmuConfig, Fault};
 use cxdirect_hw::reg;
+use cxdirect_tests::setup::{self, small_port};
 use libfuzzer_sys::fuzz_target;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -46,21 +47,7 @@ fn state() -> &'static Mutex<State> {
 
 fn bring_up(model: &Model) -> Device<EmuBackend> {
     model.reset();
-    let options = Options {
-        init_timeout: Duration::from_secs(2),
-        cmd_timeout: Duration::from_secs(2),
-        ..Options::default()
-    };
-    Device::bring_up(EmuBackend::new(model.clone(), "fuzz"), options)
-        .expect("bring-up on a well-behaved model")
-}
-
-fn small_port() -> PortConfig {
-    PortConfig {
-        ring_size: 64,
-        pool_buffers: 256,
-        ..PortConfig::default()
-    }
+    setup::bring_up(model, "fuzz")
 }
 
 fn still_answers(dev: &mut Device<EmuBackend>) -> bool {

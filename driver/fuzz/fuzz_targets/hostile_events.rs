@@ -9,12 +9,13 @@
 
 #![no_main]
 
-use cxdirect::{Device, Event, Options};
+use cxdirect::{Device, Event};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::{Device as Model, EmuConfig, Fault};
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::reg;
 use cxdirect_tests::events::{delivered, expected};
+use cxdirect_tests::setup;
 use libfuzzer_sys::fuzz_target;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -47,13 +48,7 @@ fn state() -> &'static Mutex<State> {
 
 fn bring_up(model: &Model) -> Device<EmuBackend> {
     model.reset();
-    let options = Options {
-        init_timeout: Duration::from_secs(2),
-        cmd_timeout: Duration::from_secs(2),
-        ..Options::default()
-    };
-    let mut dev = Device::bring_up(EmuBackend::new(model.clone(), "fuzz"), options)
-        .expect("bring-up on a well-behaved model");
+    let mut dev = setup::bring_up(model, "fuzz");
     dev.poll_events().expect("events after bring-up");
     dev
 }

@@ -16,9 +16,10 @@
 
 #![no_main]
 
-use cxdirect::{Device, Mbuf, Options, Port, PortConfig, Queues, RxQueue, TxQueue};
+use cxdirect::{Device, Mbuf, Port, PortConfig, Queues, RxQueue, TxQueue};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::{Device as Model, EmuConfig, Fault};
+use cxdirect_tests::setup;
 use libfuzzer_sys::fuzz_target;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,11 +60,7 @@ fn pair() -> Pair {
         ..EmuConfig::default()
     };
     let (model_a, model_b) = Model::pair(cfg.clone(), cfg);
-    let opts = Options {
-        init_timeout: Duration::from_secs(2),
-        cmd_timeout: Duration::from_secs(2),
-        ..Options::default()
-    };
+    let opts = setup::options(Duration::from_secs(2));
     let da = Device::bring_up(EmuBackend::new(model_a.clone(), "a"), opts.clone()).unwrap();
     let db = Device::bring_up(EmuBackend::new(model_b.clone(), "b"), opts).unwrap();
     let (pa, qa) = Port::start(da, config()).unwrap();
@@ -120,7 +117,8 @@ impl Pair {
                 break;
             };
             self.seq = self.seq.wrapping_add(1);
-            m.set_data(&cxdirect_tests::udp_frame(self.seq, 9000)).unwrap();
+            m.set_data(&cxdirect_tests::udp_frame(self.seq, 9000))
+                .unwrap();
             batch.push(m);
         }
         let mut spins = 0;
