@@ -142,6 +142,7 @@ impl PoolShared {
         }
     }
 
+    #[inline]
     fn push(&self, index: u32) {
         let mut head = self.head.load(Ordering::Acquire);
         loop {
@@ -314,18 +315,19 @@ impl Mempool {
         got
     }
 
-    /// Calls `post` with up to `count` fresh buffers in pool order, taking them in batches of
-    /// up to 64 (one atomic exchange each), without collecting them; returns how many it
-    /// handed out.
+    /// Takes up to `count` buffers for a receive ring without wrapping them in [`Mbuf`]s: calls
+    /// `post` with each buffer's index (in pool order), taking them in batches of up to 64 (one
+    /// atomic exchange each); returns how many it handed out. Each index is the caller's until
+    /// it goes back through [`Mempool::adopt`] or [`Mempool::give_back`].
     #[inline]
-    pub(crate) fn alloc_each(&self, count: usize, mut post: impl FnMut(Mbuf)) -> usize {
+    pub(crate) fn take_each(&self, count: usize, mut post: impl FnMut(u32)) -> usize {
         let mut got = 0;
         let mut batch = [0u32; BULK];
         while got < count {
             let want = (count - got).min(BULK);
             let n = self.shared.pop_bulk(&mut batch[..want]);
             for &index in &batch[..n] {
-                post(self.wrap(index));
+                post(index);
             }
             got += n;
             if n < want {
@@ -335,16 +337,34 @@ impl Mempool {
         got
     }
 
+    /// The buffer at `index`, taken by [`Mempool::take_each`], as a received packet of `len`
+    /// bytes (at most [`Mempool::data_room`]) with `flags`.
     #[inline]
-    fn wrap(&self, index: u32) -> Mbuf {
+    pub(crate) fn adopt(&self, index: u32, len: u32, flags: OffloadFlags) -> Mbuf {
         Mbuf {
             pool: self.shared.clone(),
             index,
             data_off: HEADROOM,
-            len: 0,
+            len,
             next: None,
-            flags: OffloadFlags::default(),
+            flags,
         }
+    }
+
+    /// Returns the buffer at `index`, taken by [`Mempool::take_each`], to the pool unused.
+    pub(crate) fn give_back(&self, index: u32) {
+        self.shared.push(index);
+    }
+
+    /// Device address of the first data byte of the buffer at `index` (after the headroom).
+    #[inline]
+    pub(crate) fn data_iova(&self, index: u32) -> u64 {
+        self.shared.iova(index) + u64::from(HEADROOM)
+    }
+
+    #[inline]
+    fn wrap(&self, index: u32) -> Mbuf {
+        self.adopt(index, 0, OffloadFlags::default())
     }
 
     pub(crate) fn shared(&self) -> &PoolShared {
@@ -519,6 +539,7 @@ impl Mbuf {
 }
 
 impl Drop for Mbuf {
+    #[inline]
     fn drop(&mut self) {
         self.pool.push(self.index);
     }

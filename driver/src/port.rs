@@ -9,7 +9,7 @@ use crate::error::DriverError;
 use crate::mempool::Mempool;
 use crate::mkey::{KeyAccess, MemoryKey};
 use crate::qcounter::QCounterSet;
-use crate::queue::{CqRing, InlineMode, Quarantine, RxQueue, TxQueue};
+use crate::queue::{CqRing, InlineMode, Quarantine, RxQueue, TxQueue, EMPTY_SLOT};
 use crate::rxirq::CompletionInterrupt;
 use crate::shared::{SharedRing, SharedRxConfig, SharedRxQueue, SharedRxRing};
 use crate::stats::{PortStats, QueueXstats, StatsHandle};
@@ -541,7 +541,7 @@ impl<B: Backend> Port<B> {
             log_size: log,
             pi: 0,
             ci: 0,
-            slots: (0..entries).map(|_| None).collect(),
+            slots: vec![EMPTY_SLOT; entries as usize],
             pool: self.pool.clone(),
             stats: Default::default(),
             published: Self::register_stats(&mut self.rx_stats),

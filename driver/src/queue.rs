@@ -7,7 +7,7 @@ use crate::backend::Backend;
 pub(crate) use crate::cq::CqRing;
 use crate::cq::Cqe;
 use crate::error::DriverError;
-use crate::mempool::{Mbuf, Mempool};
+use crate::mempool::{Mbuf, Mempool, OffloadFlags};
 use crate::rxirq::{self, CompletionInterrupt};
 use crate::stats::StatsHandle;
 use cxdirect_dma::DmaRegion;
@@ -206,11 +206,13 @@ impl<B: Backend> TxQueue<B> {
             }
             // Free every WQE up to and including the completed one.
             let end = counter.wrapping_add(1);
-            while self.ci != end {
-                let slot = usize::from(self.ci & self.mask());
-                self.inflight[slot] = None;
-                self.ci = self.ci.wrapping_add(1);
+            let mask = self.mask();
+            let mut ci = self.ci;
+            while ci != end {
+                self.inflight[usize::from(ci & mask)] = None;
+                ci = ci.wrapping_add(1);
             }
+            self.ci = ci;
         }
         if progressed {
             self.cq.update_dbr();
@@ -236,6 +238,7 @@ impl<B: Backend> TxQueue<B> {
         let mut last_bbs = 0u16;
         let mut last_index = 0u16;
         let mut posted = 0usize;
+        let mut bytes = 0u64;
         let mut count = 0usize;
         // Taken out for the burst so `build` can borrow the queue; put back at the end.
         let Some(mut scratch) = self.scratch.take() else {
@@ -278,8 +281,7 @@ impl<B: Backend> TxQueue<B> {
             scratch.slots[count] = u32::from(index);
             // Later WQEs of the same packet's slot range hold no buffer.
             self.pi = self.pi.wrapping_add(bbs);
-            self.stats.packets += 1;
-            self.stats.bytes += len as u64;
+            bytes += len as u64;
             posted += 1;
             count += 1;
         }
@@ -290,6 +292,8 @@ impl<B: Backend> TxQueue<B> {
             }
         }
         if posted > 0 {
+            self.stats.packets += posted as u64;
+            self.stats.bytes += bytes;
             self.ring_doorbell(last_index, last_bbs, posted == 1);
         }
         self.scratch = Some(scratch);
@@ -439,14 +443,30 @@ const ETH_HEADER: usize = 14;
 /// Bytes of packet headers inlined in the Ethernet segment (Ethernet + VLAN).
 pub(crate) const ETH_INLINE: usize = wqe::ETH_L2_INLINE_HEADER_SIZE;
 
-/// Copies a receive CQE's packet types, checksum results and RSS hash into the buffer's flags.
+/// A receive CQE's packet types, checksum results and RSS hash, as a buffer's flags.
 #[inline]
-pub(crate) fn fill_rx_flags(m: &mut Mbuf, c: &Cqe) {
-    m.flags.rx_l3_type = c.l3_type();
-    m.flags.rx_l4_type = c.l4_type();
-    m.flags.rx_ip_csum_good = c.l3_ok();
-    m.flags.rx_l4_csum_good = c.l4_ok();
-    m.flags.rx_rss_hash = c.rss_hash();
+pub(crate) fn rx_flags(c: &Cqe) -> OffloadFlags {
+    OffloadFlags {
+        rx_l3_type: c.l3_type(),
+        rx_l4_type: c.l4_type(),
+        rx_ip_csum_good: c.l3_ok(),
+        rx_l4_csum_good: c.l4_ok(),
+        rx_rss_hash: c.rss_hash(),
+        ..OffloadFlags::default()
+    }
+}
+
+/// A receive ring slot with no buffer posted in it.
+pub(crate) const EMPTY_SLOT: u32 = u32::MAX;
+
+/// Takes every buffer posted in `slots` (indexes of `pool`) as an [`Mbuf`], leaving the slots
+/// empty; dropping one returns it to the pool.
+fn posted_buffers<'a>(slots: &'a mut [u32], pool: &'a Mempool) -> impl Iterator<Item = Mbuf> + 'a {
+    slots
+        .iter_mut()
+        .map(|slot| std::mem::replace(slot, EMPTY_SLOT))
+        .filter(|&index| index != EMPTY_SLOT)
+        .map(|index| pool.adopt(index, 0, OffloadFlags::default()))
 }
 
 /// A receive queue handle. `Send`: each queue may live on its own thread.
@@ -460,7 +480,10 @@ pub struct RxQueue<B: Backend> {
     pub(crate) log_size: u8,
     pub(crate) pi: u16,
     pub(crate) ci: u16,
-    pub(crate) slots: Vec<Option<Mbuf>>,
+    /// The pool index of the buffer posted in each ring slot, or [`EMPTY_SLOT`]. Posted
+    /// buffers are kept as bare indexes of `pool` (the ring owns them) and become [`Mbuf`]s
+    /// only when received.
+    pub(crate) slots: Vec<u32>,
     pub(crate) pool: Mempool,
     pub(crate) stats: QueueStats,
     pub(crate) published: StatsHandle,
@@ -495,11 +518,12 @@ impl<B: Backend> RxQueue<B> {
         } = self;
         // One key for the whole pool, registered before the queue started.
         let lkey = pool.lkey();
-        let posted = pool.alloc_each(empty, |m| {
+        let room = pool.data_room();
+        let posted = pool.take_each(empty, |index| {
             let slot = usize::from(*pi & mask);
-            let seg = wqe::encode_data(m.capacity() as u32, lkey, m.data_iova());
+            let seg = wqe::encode_data(room, lkey, pool.data_iova(index));
             let _ = ring.write_words::<2>(slot * 16, &words_from_bytes(&seg));
-            slots[slot] = Some(m);
+            slots[slot] = index;
             *pi = pi.wrapping_add(1);
         });
         if posted < empty {
@@ -526,6 +550,8 @@ impl<B: Backend> RxQueue<B> {
         }
         let mut got = 0;
         let cqes_before = self.stats.cqes;
+        let room = self.pool.data_room();
+        let mut received_bytes = 0u64;
         while got < max.min(MAX_BURST) {
             let Some(c) = self.cq.peek() else { break };
             self.cq.consume();
@@ -539,37 +565,37 @@ impl<B: Backend> RxQueue<B> {
             }
             let slot = usize::from(self.ci & self.mask());
             self.ci = self.ci.wrapping_add(1);
-            let Some(mut m) = self.slots[slot].take() else {
+            let index = std::mem::replace(&mut self.slots[slot], EMPTY_SLOT);
+            if index == EMPTY_SLOT {
                 self.stats.bad_cqes += 1;
                 self.in_error = true;
                 break;
-            };
+            }
             if c.is_error() {
                 // The device moved the RQ to error and is done with this WQE: the buffer goes
                 // back to the pool; the queue waits for recovery.
                 self.stats.errors += 1;
                 self.stats.last_error_syndrome = c.syndrome();
                 self.in_error = true;
-                drop(m);
+                self.pool.give_back(index);
                 break;
             }
             let bytes = c.byte_cnt();
-            if !c.is_receive_ok() || bytes as usize > m.capacity() || bytes == 0 {
+            if !c.is_receive_ok() || bytes > room || bytes == 0 {
                 // A completion the driver refuses says nothing it can trust about the buffer:
                 // the device may still write it, so it stays posted until recovery has moved
                 // the RQ to RST and flushes it.
-                self.slots[slot] = Some(m);
+                self.slots[slot] = index;
                 self.stats.bad_cqes += 1;
                 self.in_error = true;
                 break;
             }
-            m.set_len(bytes);
-            fill_rx_flags(&mut m, &c);
-            self.stats.packets += 1;
-            self.stats.bytes += u64::from(bytes);
-            out.push(m);
+            received_bytes += u64::from(bytes);
+            out.push(self.pool.adopt(index, bytes, rx_flags(&c)));
             got += 1;
         }
+        self.stats.packets += got as u64;
+        self.stats.bytes += received_bytes;
         // Only a burst that consumed CQEs has a consumer index to report.
         if self.stats.cqes != cqes_before {
             self.cq.update_dbr();
@@ -599,9 +625,16 @@ impl<B: Backend> RxQueue<B> {
     /// Recovery, once the device can no longer write the ring's buffers: every posted buffer
     /// goes back to the pool; returns how many.
     pub(crate) fn flush_posted(&mut self) -> usize {
-        let flushed = self.slots.iter_mut().filter_map(Option::take).count();
+        let flushed = posted_buffers(&mut self.slots, &self.pool).count();
         self.stats.flushed += flushed as u64;
         flushed
+    }
+
+    /// Moves the queue to `pool` (after its buffers were flushed: a buffer still posted goes
+    /// back to the pool it came from first).
+    pub(crate) fn set_pool(&mut self, pool: Mempool) {
+        self.flush_posted();
+        self.pool = pool;
     }
 
     /// Recovery: the ring starts again at index 0 (as the device does after RST) and is
@@ -663,7 +696,7 @@ impl<B: Backend> Drop for RxQueue<B> {
         // The device may still write these, and read the ring, until the port destroys the RQ.
         let mut q = self.quarantine.lock().unwrap_or_else(|e| e.into_inner());
         q.keep(
-            self.slots.iter_mut().filter_map(Option::take),
+            posted_buffers(&mut self.slots, &self.pool),
             [&mut self.ring, &mut self.dbr],
             &mut self.cq,
         );

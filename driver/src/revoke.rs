@@ -156,7 +156,7 @@ impl<B: Backend> Port<B> {
             q.restart();
         }
         for q in queues.1.iter_mut() {
-            q.pool = self.pool.clone();
+            q.set_pool(self.pool.clone());
             self.modify_rq(q.rqn, RqState::Rst, RqState::Rdy)?;
             q.restart();
         }

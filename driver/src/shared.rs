@@ -13,7 +13,7 @@
 use crate::backend::Backend;
 use crate::error::DriverError;
 use crate::mempool::{Mbuf, Mempool};
-use crate::queue::{fill_rx_flags, CqRing, Quarantine, QueueStats, MAX_BURST};
+use crate::queue::{rx_flags, CqRing, Quarantine, QueueStats, MAX_BURST};
 use crate::rxirq::{self, CompletionInterrupt};
 use crate::stats::StatsHandle;
 use cxdirect_dma::DmaRegion;
@@ -359,7 +359,7 @@ impl<B: Backend> SharedRxQueue<B> {
                 break;
             }
             m.set_len(bytes);
-            fill_rx_flags(&mut m, &c);
+            m.flags = rx_flags(&c);
             stats.packets += 1;
             stats.bytes += u64::from(bytes);
             out.push(m);
