@@ -8,6 +8,7 @@ use crate::device::Device;
 use crate::error::DriverError;
 use crate::mempool::Mempool;
 use crate::mkey::{KeyAccess, MemoryKey};
+use crate::port_shared::SharedRestart;
 use crate::qcounter::QCounterSet;
 use crate::queue::{CqRing, InlineMode, Quarantine, RxQueue, TxQueue, EMPTY_SLOT};
 use crate::rxirq::CompletionInterrupt;
@@ -123,6 +124,9 @@ pub struct Port<B: Backend> {
     /// Set when the device reported the shared ring broken (SRQ catastrophic error), until
     /// [`Port::restart_shared_ring`] creates it again.
     pub(crate) shared_failed: bool,
+    /// How far a [`Port::restart_shared_ring`] that failed partway had got (`None` when no
+    /// restart is unfinished): the next call resumes there.
+    pub(crate) shared_restart: Option<SharedRestart>,
     uars: Vec<u32>,
     rqt: Option<u32>,
     tirs: Vec<u32>,
@@ -255,6 +259,7 @@ impl<B: Backend> Port<B> {
             cqs: Vec::new(),
             failed_cqs: Vec::new(),
             shared_failed: false,
+            shared_restart: None,
             uars: Vec::new(),
             rqt: None,
             tirs: Vec::new(),
@@ -903,13 +908,22 @@ impl<B: Backend> Port<B> {
                 first_err.get_or_insert(e);
             }
         };
-        for rqn in std::mem::take(&mut self.rqs) {
+        // A 0 is the place of an RQ an unfinished shared-ring restart destroyed.
+        for rqn in std::mem::take(&mut self.rqs)
+            .into_iter()
+            .filter(|&n| n != 0)
+        {
             keep(self.destroy(Opcode::DestroyRq, rqn, 8));
         }
         // The shared ring after its queues (the device refuses it while they exist); its
-        // buffers go back to the pool only once the device can no longer write them.
+        // buffers go back to the pool only once the device can no longer write them. An
+        // unfinished restart may have destroyed it already (and flushed it).
         self.shared_handles = None;
-        if let Some(ring) = self.shared.take() {
+        let rmp_destroyed = self
+            .shared_restart
+            .take()
+            .is_some_and(|r| r.rmp_destroyed());
+        if let Some(ring) = self.shared.take().filter(|_| !rmp_destroyed) {
             let rmpn = ring.rmpn();
             match self.destroy(Opcode::DestroyRmp, rmpn, 8) {
                 Ok(()) => {
@@ -964,6 +978,7 @@ impl<B: Backend> Port<B> {
         self.cqs.clear();
         self.failed_cqs.clear();
         self.shared_failed = false;
+        self.shared_restart = None;
         self.eqs.clear();
         self.tis = 0;
         self.uars.clear();

@@ -32,6 +32,44 @@ pub struct SharedRingRestart {
     pub took: Duration,
 }
 
+/// How far an unfinished [`Port::restart_shared_ring`] has got.
+pub(crate) struct SharedRestart {
+    /// Each queue's place in the port's RQ list, by the queue's CQ number.
+    places: Vec<(u32, usize)>,
+    stage: RestartStage,
+    device_state: RmpState,
+    flushed: usize,
+    drained_cqes: usize,
+    started: Instant,
+}
+
+impl SharedRestart {
+    fn place_of(&self, cqn: u32) -> Option<usize> {
+        self.places
+            .iter()
+            .find(|&&(c, _)| c == cqn)
+            .map(|&(_, at)| at)
+    }
+
+    /// True when the old RMP is destroyed (and its buffers flushed) and no new one exists.
+    pub(crate) fn rmp_destroyed(&self) -> bool {
+        self.stage == RestartStage::RmpDestroyed
+    }
+}
+
+/// The steps of a shared-ring restart, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RestartStage {
+    /// Steering is down; the queues' RQs are being destroyed, then the RMP.
+    TearingDown,
+    /// The old RMP is destroyed and its buffers are back in the pool; a new one is next.
+    RmpDestroyed,
+    /// The new RMP exists; the queues' RQs are being created on it.
+    CreatingQueues,
+    /// The queues receive from the new ring; steering is being built around them.
+    Steering,
+}
+
 impl<B: Backend> Port<B> {
     /// CREATE_RMP, then one CQ and RQ (on the RMP) per receive queue, then the first refill.
     pub(crate) fn create_shared_rx(
@@ -234,17 +272,23 @@ impl<B: Backend> Port<B> {
     /// out, every queue of the ring; they stay valid (the queues' RQ numbers and the ring's id
     /// change). Frames arriving meanwhile are dropped by the device and counted there.
     ///
+    /// A restart that fails at a step (the device refused a command) stays stopped there, with
+    /// nothing lost: every buffer is either still posted on a ring the device may write, or
+    /// back in the pool. Calling it again with the same handles resumes at that step; the
+    /// figures it then reports cover the whole restart, and `took` runs from the first call.
+    /// Until it has finished, [`Port::recover_shared_rx`] refuses the ring's queues.
+    ///
     /// # Errors
     ///
     /// [`DriverError::Invalid`] when the port has no shared ring or `handles` are not its
-    /// own, or not every queue is given; the pool's dmabuf error when its memory was revoked; a command error when the
-    /// device refuses a step (then [`Port::recover`] rebuilds the whole port).
+    /// own, or not every queue is given; the pool's dmabuf error when its memory was revoked;
+    /// a command error when the device refuses a step (call again to resume; or
+    /// [`Port::recover`] rebuilds the whole port).
     pub fn restart_shared_ring(
         &mut self,
         ring: &SharedRxRing<B>,
         queues: &mut [SharedRxQueue<B>],
     ) -> Result<SharedRingRestart, DriverError> {
-        let start = Instant::now();
         let shared = self.shared_ring()?.clone();
         let foreign = !Arc::ptr_eq(&ring.ring, &shared)
             || queues.iter().any(|q| !Arc::ptr_eq(&q.ring, &shared));
@@ -255,79 +299,141 @@ impl<B: Backend> Port<B> {
                 self.config().rx_queues
             )));
         }
-        let mut positions = Vec::with_capacity(queues.len());
-        for q in queues.iter() {
-            let at = self.rqs.iter().position(|&n| n == q.rqn).ok_or_else(|| {
-                invalid(format!(
-                    "receive queue {:#x} is not one of this port's",
-                    q.rqn
-                ))
-            })?;
-            positions.push(at);
-        }
+        let places = self.shared_queue_places(queues)?;
         self.refuse_revoked_pool()?;
-        let result = self.recreate_shared_ring(&shared, queues, &positions);
-        // A step that failed leaves the port without the queues it had destroyed.
-        self.rqs.retain(|&n| n != 0);
-        let (flushed, drained_cqes, device_state) = result?;
+        if self.shared_restart.is_none() {
+            let started = Instant::now();
+            let device_state = self.dev.query_rmp(shared.rmpn())?.state;
+            self.shared_restart = Some(SharedRestart {
+                places: queues
+                    .iter()
+                    .map(|q| q.cq.cqn)
+                    .zip(places.clone())
+                    .collect(),
+                stage: RestartStage::TearingDown,
+                device_state,
+                flushed: 0,
+                drained_cqes: 0,
+                started,
+            });
+        }
+        self.resume_shared_restart(&shared, queues, &places)?;
+        let done = self
+            .shared_restart
+            .take()
+            .ok_or_else(|| invalid("the shared ring's restart lost its progress"))?;
         Ok(SharedRingRestart {
-            flushed,
-            drained_cqes,
-            device_state,
-            took: start.elapsed(),
+            flushed: done.flushed,
+            drained_cqes: done.drained_cqes,
+            device_state: done.device_state,
+            took: done.started.elapsed(),
         })
     }
 
-    /// [`Port::restart_shared_ring`]'s commands; an RQ destroyed and not yet replaced leaves
-    /// 0 at its place in `rqs`. Returns (flushed, drained completions, old ring state).
-    fn recreate_shared_ring(
+    /// Each queue's place in `rqs` (RSS spreads over the RQs by position): found by its RQ
+    /// number, or, while a restart is unfinished, by its CQ number (which the restart keeps).
+    fn shared_queue_places(&self, queues: &[SharedRxQueue<B>]) -> Result<Vec<usize>, DriverError> {
+        queues
+            .iter()
+            .map(|q| {
+                let at = match &self.shared_restart {
+                    Some(progress) => progress.place_of(q.cq.cqn),
+                    None => self.rqs.iter().position(|&n| n == q.rqn),
+                };
+                at.ok_or_else(|| {
+                    invalid(format!(
+                        "receive queue {:#x} (CQ {:#x}) is not one of this port's",
+                        q.rqn, q.cq.cqn
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// [`Port::restart_shared_ring`]'s commands from the stage it had reached; an RQ destroyed
+    /// and not yet replaced leaves 0 at its place in `rqs`.
+    fn resume_shared_restart(
         &mut self,
         ring: &Arc<SharedRing>,
         queues: &mut [SharedRxQueue<B>],
-        positions: &[usize],
-    ) -> Result<(usize, usize, RmpState), DriverError> {
-        let old_rmpn = ring.rmpn();
-        let device_state = self.dev.query_rmp(old_rmpn)?.state;
-        self.destroy_steering()?;
-        let mut drained_cqes = 0;
-        let mut flushed = 0;
-        for (q, &at) in queues.iter_mut().zip(positions) {
-            self.destroy(Opcode::DestroyRq, q.rqn, 8)?;
-            // Keeps its place (RSS spreads over the RQs by position) until replaced below.
-            self.rqs[at] = 0;
-            let (drained, returned) = q.drain_completions();
-            drained_cqes += drained;
-            flushed += returned;
-        }
-        self.destroy(Opcode::DestroyRmp, old_rmpn, 8)?;
-        self.dev.unregister_shared_ring(old_rmpn);
-        flushed += ring.flush();
-        let (_, pd, td) = self.dev.resources();
-        let limit = self.config().shared_rx.map_or(0, |c| c.limit);
-        let (memory, dbr) = ring.memory();
-        let rmpn = match self.create_rmp(pd, memory, dbr, ring.log_size(), limit) {
-            Ok(rmpn) => rmpn,
-            Err(e) => {
-                // No RMP left to destroy at close; the handles post nothing (flushed).
-                self.shared = None;
-                return Err(e);
+        places: &[usize],
+    ) -> Result<(), DriverError> {
+        if self.restart_stage() == Some(RestartStage::TearingDown) {
+            self.destroy_steering()?;
+            for (q, &at) in queues.iter_mut().zip(places) {
+                if self.rqs[at] == 0 {
+                    continue; // destroyed by an earlier call
+                }
+                self.destroy(Opcode::DestroyRq, q.rqn, 8)?;
+                self.rqs[at] = 0;
+                let (drained, returned) = q.drain_completions();
+                self.restart_progress(|p| {
+                    p.drained_cqes += drained;
+                    p.flushed += returned;
+                });
             }
-        };
-        ring.reopen(rmpn);
-        self.shared_failed = false;
-        for (q, &at) in queues.iter_mut().zip(positions) {
-            q.rqn = self.create_shared_rq(q.cq.cqn, rmpn)?;
-            self.rqs[at] = q.rqn;
-            q.restart();
+            let old_rmpn = ring.rmpn();
+            self.destroy(Opcode::DestroyRmp, old_rmpn, 8)?;
+            self.dev.unregister_shared_ring(old_rmpn);
+            let flushed = ring.flush();
+            self.restart_progress(|p| {
+                p.flushed += flushed;
+                p.stage = RestartStage::RmpDestroyed;
+            });
         }
-        ring.refill(u32::MAX);
-        self.create_steering(td)?;
-        Ok((flushed, drained_cqes, device_state))
+        if self.restart_stage() == Some(RestartStage::RmpDestroyed) {
+            let (_, pd, _) = self.dev.resources();
+            let limit = self.config().shared_rx.map_or(0, |c| c.limit);
+            let (memory, dbr) = ring.memory();
+            let rmpn = self.create_rmp(pd, memory, dbr, ring.log_size(), limit)?;
+            ring.reopen(rmpn);
+            self.shared_failed = false;
+            self.restart_progress(|p| p.stage = RestartStage::CreatingQueues);
+        }
+        if self.restart_stage() == Some(RestartStage::CreatingQueues) {
+            let rmpn = ring.rmpn();
+            for (q, &at) in queues.iter_mut().zip(places) {
+                if self.rqs[at] != 0 {
+                    continue; // created by an earlier call
+                }
+                q.rqn = self.create_shared_rq(q.cq.cqn, rmpn)?;
+                self.rqs[at] = q.rqn;
+                q.restart();
+            }
+            ring.refill(u32::MAX);
+            self.restart_progress(|p| p.stage = RestartStage::Steering);
+        }
+        // A failed earlier attempt may have left part of the steering built.
+        self.destroy_steering()?;
+        let (_, _, td) = self.dev.resources();
+        self.create_steering(td)
+    }
+
+    fn restart_stage(&self) -> Option<RestartStage> {
+        self.shared_restart.as_ref().map(|p| p.stage)
+    }
+
+    fn restart_progress(&mut self, update: impl FnOnce(&mut SharedRestart)) {
+        if let Some(progress) = self.shared_restart.as_mut() {
+            update(progress);
+        }
+    }
+
+    /// Refuses to touch a queue of the shared ring while its restart is unfinished (its RQ may
+    /// be destroyed, or not yet created).
+    pub(crate) fn refuse_unfinished_restart(&self) -> Result<(), DriverError> {
+        match self.shared_restart {
+            Some(_) => Err(invalid(
+                "the shared ring's restart stopped partway: call Port::restart_shared_ring \
+                 again with the ring's handles to finish it",
+            )),
+            None => Ok(()),
+        }
     }
 
     /// The state of receive queue `rqn` as the device reports it (QUERY_RQ).
     pub fn rx_queue_state(&mut self, rqn: u32) -> Result<RqState, DriverError> {
-        if !self.rqs.contains(&rqn) {
+        if rqn == 0 || !self.rqs.contains(&rqn) {
             return Err(invalid(format!("RQ {rqn} is not a queue of this port")));
         }
         let mut cmd = input(Opcode::QueryRq, 0, QueryRqIn::<&[u8]>::SIZE);

@@ -169,6 +169,7 @@ impl<B: Backend> Port<B> {
     ///
     /// As [`Port::recover_tx`].
     pub fn recover_shared_rx(&mut self, q: &mut SharedRxQueue<B>) -> Result<Recovery, DriverError> {
+        self.refuse_unfinished_restart()?;
         self.recover_queue(WorkQueue::Receive(q.rqn), q)
     }
 

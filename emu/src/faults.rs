@@ -59,6 +59,14 @@ pub enum Fault {
         /// Command opcode.
         opcode: u16,
     },
+    /// As [`Fault::RefuseCommand`], once `after` commands with `opcode` have run normally:
+    /// the third DESTROY_RQ of a sequence, say, with `after: 2`.
+    RefuseCommandAfter {
+        /// Command opcode.
+        opcode: u16,
+        /// Commands with `opcode` let through before the one refused.
+        after: u32,
+    },
     /// The next command's output has `patch` applied (offsets into the output, header
     /// included) after it ran; its side effects stand.
     CorruptCommandOutput {
@@ -152,6 +160,26 @@ impl Faults {
         self.armed.remove(at);
         self.taken += 1;
         Some(value)
+    }
+
+    /// True when an armed refusal ([`Fault::RefuseCommand`], [`Fault::RefuseCommandAfter`])
+    /// takes this command with `opcode`; a refusal still letting commands through counts one
+    /// down instead.
+    pub fn refuses(&mut self, opcode: u16) -> bool {
+        let Some(at) = self.armed.iter().position(|f| {
+            matches!(f, Fault::RefuseCommand { opcode: o } | Fault::RefuseCommandAfter { opcode: o, .. } if *o == opcode)
+        }) else {
+            return false;
+        };
+        if let Fault::RefuseCommandAfter { after, .. } = &mut self.armed[at] {
+            if *after > 0 {
+                *after -= 1;
+                return false;
+            }
+        }
+        self.armed.remove(at);
+        self.taken += 1;
+        true
     }
 
     /// Faults still armed.

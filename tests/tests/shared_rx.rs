@@ -442,6 +442,138 @@ fn a_ring_the_device_broke_is_created_again_and_every_queue_receives() {
     tx_port.close().unwrap().teardown().unwrap();
 }
 
+/// A restart the device refuses partway (out of resources, at one command) stays stopped at
+/// that step with every buffer either posted or in the pool, the ring's queues refuse a
+/// single-queue recovery meanwhile, and calling the restart again resumes there: the same
+/// objects exist afterwards as before, every queue receives, and the port tears down clean.
+/// Each step in turn: two of the four RQs destroyed, the RMP destroyed, the RMP created, two
+/// of the four RQs created, and the steering (its first TIR).
+#[test]
+fn a_restart_refused_partway_resumes_where_it_stopped() {
+    for (refused, after) in [
+        (Opcode::DestroyRq, 2),
+        (Opcode::DestroyRmp, 0),
+        (Opcode::CreateRmp, 0),
+        (Opcode::CreateRq, 2),
+        (Opcode::CreateTir, 0),
+    ] {
+        let step = format!("{refused:?} after {after}");
+        let mut rig = rig(128, 0, false);
+        rig.send(0, 8);
+        assert_eq!(rig.receive_all().len(), 8);
+        rig.ring.refill();
+        let objects = rig.rx_model.object_counts();
+        let old_rqs: Vec<u32> = rig.queues.iter().map(|q| q.rqn()).collect();
+        rig.rx_model.inject(Fault::SharedRingError {
+            rmpn: rig.ring.id(),
+        });
+        rig.send(8, 4);
+        assert!(rig.receive_all().is_empty(), "{step}");
+        assert!(rig.rx_port.shared_ring_failed(), "{step}");
+        let posted = rig.ring.outstanding();
+        assert_eq!(posted, 127, "{step}");
+
+        rig.rx_model.inject(Fault::RefuseCommandAfter {
+            opcode: refused as u16,
+            after,
+        });
+        let err = rig
+            .rx_port
+            .restart_shared_ring(&rig.ring, &mut rig.queues)
+            .unwrap_err();
+        assert!(
+            matches!(&err, DriverError::Command(c) if c.opcode == refused as u16),
+            "{step}: {err}"
+        );
+        assert_eq!(rig.unaccounted(), 0, "{step}: nothing lost meanwhile");
+        if refused == Opcode::DestroyRq {
+            // The first two RQs are gone, the other two still there (in error).
+            for (i, &rqn) in old_rqs.iter().enumerate() {
+                let state = rig.rx_port.rx_queue_state(rqn);
+                assert_eq!(state.is_ok(), i >= 2, "{step}: RQ {i}: {state:?}");
+            }
+        }
+        let refused_recovery = rig
+            .rx_port
+            .recover_shared_rx(&mut rig.queues[3])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused_recovery.contains("restart_shared_ring again"),
+            "{step}: {refused_recovery}"
+        );
+
+        let restart = rig
+            .rx_port
+            .restart_shared_ring(&rig.ring, &mut rig.queues)
+            .unwrap();
+        assert_eq!(restart.device_state, RmpState::Err, "{step}: {restart:?}");
+        assert_eq!(
+            restart.flushed, posted as usize,
+            "{step}: every posted buffer back once, over both calls"
+        );
+        assert!(!rig.rx_port.shared_ring_failed(), "{step}");
+        let status = rig.rx_port.shared_ring_status().unwrap();
+        assert_eq!(
+            (status.state, status.posted),
+            (RmpState::Rdy, 127),
+            "{step}"
+        );
+        assert_eq!(
+            rig.rx_model.object_counts(),
+            objects,
+            "{step}: nothing left over"
+        );
+        for q in &rig.queues {
+            assert_eq!(rig.rx_port.rx_queue_state(q.rqn()).unwrap(), RqState::Rdy);
+            assert_eq!(q.stats().recoveries, 1, "{step}: restarted once");
+            assert_eq!(q.ring_id(), rig.ring.id());
+        }
+        assert_eq!(rig.unaccounted(), 0, "{step}");
+        rig.send(12, 40);
+        let got = rig.receive_all();
+        for q in 0..usize::from(QUEUES) {
+            assert_eq!(
+                got.iter().filter(|&&(n, _)| n == q).count(),
+                10,
+                "{step}: queue {q} receives"
+            );
+        }
+        let Rig {
+            tx_port, rx_port, ..
+        } = rig;
+        let dev = rx_port.close().unwrap();
+        assert_eq!(dev.teardown().unwrap().pages_kept, 0, "{step}");
+        tx_port.close().unwrap().teardown().unwrap();
+    }
+}
+
+/// A restart that fails with the old ring destroyed and no new one yet leaves nothing for
+/// the port's close to destroy twice: the port closes clean without finishing it.
+#[test]
+fn a_port_closes_clean_with_its_ring_restart_unfinished() {
+    let mut rig = rig(128, 0, false);
+    rig.ring.refill();
+    rig.rx_port.stop_shared_ring().unwrap();
+    rig.rx_model.inject(Fault::RefuseCommand {
+        opcode: Opcode::CreateRmp as u16,
+    });
+    rig.rx_port
+        .restart_shared_ring(&rig.ring, &mut rig.queues)
+        .unwrap_err();
+    assert_eq!(rig.ring.outstanding(), 0, "flushed with the old ring");
+    let Rig {
+        tx_port,
+        rx_port,
+        rx_model,
+        ..
+    } = rig;
+    let dev = rx_port.close().unwrap();
+    assert_eq!(rx_model.object_counts()[3..5], [0, 0], "no RQ or RMP left");
+    assert_eq!(dev.teardown().unwrap().pages_kept, 0);
+    tx_port.close().unwrap().teardown().unwrap();
+}
+
 /// A queue of a shared ring whose RQ completes in error stops, the ring and the other queues
 /// go on, and `Port::recover_shared_rx` brings that queue back without losing a buffer.
 #[test]

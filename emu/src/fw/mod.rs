@@ -92,7 +92,7 @@ pub enum Syndrome {
     BadMkeyParams = 0x0c0d_0080,
     /// A vport other than this function's own.
     BadVport = 0x0c0d_0090,
-    /// Refused on purpose: [`crate::Fault::RefuseCommand`].
+    /// Refused on purpose: [`crate::Fault::RefuseCommand`], [`crate::Fault::RefuseCommandAfter`].
     Refused = 0x0c0d_00f0,
 }
 
@@ -275,13 +275,7 @@ impl Core {
             )
         })?;
         let opcode = header.opcode();
-        if self
-            .faults
-            .take(|f| {
-                matches!(f, crate::Fault::RefuseCommand { opcode: o } if *o == opcode).then_some(())
-            })
-            .is_some()
-        {
+        if self.faults.refuses(opcode) {
             return Err(CmdError::new(
                 CmdStatus::NoResources,
                 Syndrome::Refused,
