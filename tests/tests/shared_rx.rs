@@ -112,6 +112,26 @@ impl Rig {
         got
     }
 
+    /// Sends 40 frames from `first` and checks that each of the four queues receives its 10.
+    fn every_queue_receives(&mut self, first: u32, what: &str) {
+        self.send(first, 40);
+        let got = self.receive_all();
+        for q in 0..usize::from(QUEUES) {
+            assert_eq!(
+                got.iter().filter(|&&(n, _)| n == q).count(),
+                10,
+                "{what}: queue {q} receives"
+            );
+        }
+    }
+
+    /// Closes both ports and tears both functions down, checking the receiver kept no page.
+    fn close_clean(self, what: &str) {
+        let dev = self.rx_port.close().unwrap();
+        assert_eq!(dev.teardown().unwrap().pages_kept, 0, "{what}");
+        self.tx_port.close().unwrap().teardown().unwrap();
+    }
+
     fn limit_events(&mut self) -> Vec<(u32, u32)> {
         self.rx_port
             .device()
@@ -286,12 +306,7 @@ fn a_ring_in_error_takes_its_queues_with_it_and_flushes_every_buffer_to_the_pool
     rig.send(30, 40);
     let got = rig.receive_all();
     assert_eq!(got.len(), 40, "received again after the restart");
-    let Rig {
-        tx_port, rx_port, ..
-    } = rig;
-    let dev = rx_port.close().unwrap();
-    assert_eq!(dev.teardown().unwrap().pages_kept, 0);
-    tx_port.close().unwrap().teardown().unwrap();
+    rig.close_clean("after the restart");
 }
 
 #[test]
@@ -424,22 +439,8 @@ fn a_ring_the_device_broke_is_created_again_and_every_queue_receives() {
         assert_eq!(q.ring_id(), rig.ring.id());
     }
     assert_eq!(rig.unaccounted(), 0, "no buffer lost or held twice");
-    rig.send(28, 40);
-    let got = rig.receive_all();
-    assert_eq!(got.len(), 40, "every queue receives again");
-    for q in 0..usize::from(QUEUES) {
-        assert_eq!(
-            got.iter().filter(|&&(n, _)| n == q).count(),
-            10,
-            "queue {q}"
-        );
-    }
-    let Rig {
-        tx_port, rx_port, ..
-    } = rig;
-    let dev = rx_port.close().unwrap();
-    assert_eq!(dev.teardown().unwrap().pages_kept, 0);
-    tx_port.close().unwrap().teardown().unwrap();
+    rig.every_queue_receives(28, "after the restart");
+    rig.close_clean("after the restart");
 }
 
 /// A restart the device refuses partway (out of resources, at one command) stays stopped at
@@ -530,21 +531,8 @@ fn a_restart_refused_partway_resumes_where_it_stopped() {
             assert_eq!(q.ring_id(), rig.ring.id());
         }
         assert_eq!(rig.unaccounted(), 0, "{step}");
-        rig.send(12, 40);
-        let got = rig.receive_all();
-        for q in 0..usize::from(QUEUES) {
-            assert_eq!(
-                got.iter().filter(|&&(n, _)| n == q).count(),
-                10,
-                "{step}: queue {q} receives"
-            );
-        }
-        let Rig {
-            tx_port, rx_port, ..
-        } = rig;
-        let dev = rx_port.close().unwrap();
-        assert_eq!(dev.teardown().unwrap().pages_kept, 0, "{step}");
-        tx_port.close().unwrap().teardown().unwrap();
+        rig.every_queue_receives(12, &step);
+        rig.close_clean(&step);
     }
 }
 
