@@ -146,6 +146,10 @@ pub struct Port<B: Backend> {
     pub(crate) config: PortConfig,
 }
 
+/// The place in a port's RQ list of an RQ an unfinished shared-ring restart destroyed: never a
+/// queue number, which is 24 bits wide (0 included).
+pub(crate) const NO_RQ: u32 = u32::MAX;
+
 pub(crate) fn out_u32(out: &[u8]) -> u32 {
     u32::from_be_bytes([out[8], out[9], out[10], out[11]]) & 0x00ff_ffff
 }
@@ -908,10 +912,9 @@ impl<B: Backend> Port<B> {
                 first_err.get_or_insert(e);
             }
         };
-        // A 0 is the place of an RQ an unfinished shared-ring restart destroyed.
         for rqn in std::mem::take(&mut self.rqs)
             .into_iter()
-            .filter(|&n| n != 0)
+            .filter(|&n| n != NO_RQ)
         {
             keep(self.destroy(Opcode::DestroyRq, rqn, 8));
         }

@@ -7,7 +7,7 @@ use crate::backend::Backend;
 use crate::cmd::input;
 use crate::device::RmpStatus;
 use crate::error::DriverError;
-use crate::port::{fill_cyclic_wq, invalid, out_u32, ring_pages, Port, SharedQueues};
+use crate::port::{fill_cyclic_wq, invalid, out_u32, ring_pages, Port, SharedQueues, NO_RQ};
 use crate::qcounter::QCounterSet;
 use crate::shared::{SharedRing, SharedRxConfig, SharedRxQueue, SharedRxRing};
 use cxdirect_dma::DmaRegion;
@@ -351,7 +351,7 @@ impl<B: Backend> Port<B> {
     }
 
     /// [`Port::restart_shared_ring`]'s commands from the stage it had reached; an RQ destroyed
-    /// and not yet replaced leaves 0 at its place in `rqs`.
+    /// and not yet replaced leaves [`NO_RQ`] at its place in `rqs`.
     fn resume_shared_restart(
         &mut self,
         ring: &Arc<SharedRing>,
@@ -361,11 +361,11 @@ impl<B: Backend> Port<B> {
         if self.restart_stage() == Some(RestartStage::TearingDown) {
             self.destroy_steering()?;
             for (q, &at) in queues.iter_mut().zip(places) {
-                if self.rqs[at] == 0 {
+                if self.rqs[at] == NO_RQ {
                     continue; // destroyed by an earlier call
                 }
                 self.destroy(Opcode::DestroyRq, q.rqn, 8)?;
-                self.rqs[at] = 0;
+                self.rqs[at] = NO_RQ;
                 let (drained, returned) = q.drain_completions();
                 self.restart_progress(|p| {
                     p.drained_cqes += drained;
@@ -393,7 +393,7 @@ impl<B: Backend> Port<B> {
         if self.restart_stage() == Some(RestartStage::CreatingQueues) {
             let rmpn = ring.rmpn();
             for (q, &at) in queues.iter_mut().zip(places) {
-                if self.rqs[at] != 0 {
+                if self.rqs[at] != NO_RQ {
                     continue; // created by an earlier call
                 }
                 q.rqn = self.create_shared_rq(q.cq.cqn, rmpn)?;
@@ -433,7 +433,7 @@ impl<B: Backend> Port<B> {
 
     /// The state of receive queue `rqn` as the device reports it (QUERY_RQ).
     pub fn rx_queue_state(&mut self, rqn: u32) -> Result<RqState, DriverError> {
-        if rqn == 0 || !self.rqs.contains(&rqn) {
+        if rqn == NO_RQ || !self.rqs.contains(&rqn) {
             return Err(invalid(format!("RQ {rqn} is not a queue of this port")));
         }
         let mut cmd = input(Opcode::QueryRq, 0, QueryRqIn::<&[u8]>::SIZE);

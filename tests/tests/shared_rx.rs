@@ -132,6 +132,23 @@ impl Rig {
         self.tx_port.close().unwrap().teardown().unwrap();
     }
 
+    /// The device breaks the ring (an SRQ catastrophic error); frames `first..first + 8` sent
+    /// afterwards are not received, and the port learns of it from the event.
+    fn break_ring(&mut self, first: u32, what: &str) {
+        self.rx_model.inject(Fault::SharedRingError {
+            rmpn: self.ring.id(),
+        });
+        self.send(first, 8);
+        assert!(
+            self.receive_all().is_empty(),
+            "{what}: a broken ring receives nothing"
+        );
+        assert!(
+            self.rx_port.shared_ring_failed(),
+            "{what}: the event names the ring"
+        );
+    }
+
     fn limit_events(&mut self) -> Vec<(u32, u32)> {
         self.rx_port
             .device()
@@ -391,15 +408,7 @@ fn a_ring_the_device_broke_is_created_again_and_every_queue_receives() {
     rig.ring.refill();
     assert!(!rig.rx_port.shared_ring_failed());
     let old_rqs: Vec<u32> = rig.queues.iter().map(|q| q.rqn()).collect();
-    rig.rx_model.inject(Fault::SharedRingError {
-        rmpn: rig.ring.id(),
-    });
-    rig.send(20, 8);
-    assert!(
-        rig.receive_all().is_empty(),
-        "a broken ring receives nothing"
-    );
-    assert!(rig.rx_port.shared_ring_failed(), "the event names the ring");
+    rig.break_ring(20, "broken");
     assert!(rig.rx_port.shared_ring_failed(), "and it stays set");
     assert_eq!(
         rig.rx_port.shared_ring_status().unwrap().state,
@@ -465,12 +474,7 @@ fn a_restart_refused_partway_resumes_where_it_stopped() {
         rig.ring.refill();
         let objects = rig.rx_model.object_counts();
         let old_rqs: Vec<u32> = rig.queues.iter().map(|q| q.rqn()).collect();
-        rig.rx_model.inject(Fault::SharedRingError {
-            rmpn: rig.ring.id(),
-        });
-        rig.send(8, 4);
-        assert!(rig.receive_all().is_empty(), "{step}");
-        assert!(rig.rx_port.shared_ring_failed(), "{step}");
+        rig.break_ring(8, &step);
         let posted = rig.ring.outstanding();
         assert_eq!(posted, 127, "{step}");
 
