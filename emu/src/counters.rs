@@ -73,8 +73,13 @@ counter_set! {
         dbrec_reads,
         /// Receive WQE reads.
         rx_wqe_reads,
-        /// CQEs written.
+        /// Completions written (every completion a compressed session holds counts once).
         cqes,
+        /// 64-byte CQE slots written: one per plain CQE; a title and its mini-CQE arrays per
+        /// compressed session.
+        cqe_slot_writes,
+        /// Compressed CQE sessions written.
+        compressed_sessions,
         /// Error CQEs written.
         error_cqes,
         /// EQEs written.

@@ -35,6 +35,18 @@ pub enum Fault {
         /// Bytes to overwrite.
         patch: Vec<(u8, u8)>,
     },
+    /// The next compressed session written to CQ `cqn` has bytes of one of its slots
+    /// overwritten: `slot` 0 is the title CQE, 1 the first mini-CQE array, 8 the second, and so
+    /// on every 8 (see `cxdirect_hw::cqe::mini_array_slot`); `(offset, value)` pairs as in
+    /// [`Fault::CorruptCqe`]. A patch for a slot the session does not write is dropped.
+    CorruptSession {
+        /// Completion queue number.
+        cqn: u32,
+        /// Which slot of the session.
+        slot: u32,
+        /// Bytes to overwrite.
+        patch: Vec<(u8, u8)>,
+    },
     /// The next CQE written to CQ `cqn` carries the owner bit of the previous pass, so it
     /// reads as not yet written to a driver that trusts the owner bit alone.
     WrongOwner {
@@ -144,6 +156,12 @@ pub(crate) struct Faults {
 impl Faults {
     pub fn arm(&mut self, fault: Fault) {
         self.armed.push(fault);
+    }
+
+    /// Whether any armed fault satisfies `pred` (the fault stays armed).
+    #[inline]
+    pub fn any(&self, pred: impl FnMut(&Fault) -> bool) -> bool {
+        !self.armed.is_empty() && self.armed.iter().any(pred)
     }
 
     /// Takes the first armed fault `pick` accepts (returning what it extracted).

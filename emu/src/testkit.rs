@@ -539,6 +539,12 @@ impl Host {
 
     /// Creates a CQ of `2^log` entries on the async EQ.
     pub fn create_cq(&mut self, log: u8) -> Cq {
+        self.try_create_cq(log, None).expect("CREATE_CQ")
+    }
+
+    /// Creates a CQ of `2^log` entries on the async EQ, with CQE compression in mini-CQE
+    /// `format` (`mini_cqe_res_format`) when given.
+    pub fn try_create_cq(&mut self, log: u8, compression: Option<u8>) -> Result<Cq, CmdFail> {
         let buf = self.alloc(64 << log, 4096);
         for i in 0..(1u64 << log) {
             self.write(buf + i * 64 + 63, &[0xf1]);
@@ -551,18 +557,26 @@ impl Host {
             .set_log_cq_size(log)
             .set_uar_page(self.uar)
             .set_c_eqn(self.eqn as u8)
-            .set_dbr_addr(dbr);
+            .set_dbr_addr(dbr)
+            .set_cqe_comp_en(compression.is_some())
+            .set_mini_cqe_res_format(compression.unwrap_or(0));
         for i in 0..pages {
             cmd.set_pas(i, buf + i as u64 * 4096).expect("room");
         }
-        let out = self.exec(&input, 16).expect("CREATE_CQ");
-        Cq {
+        let out = self.exec(&input, 16)?;
+        Ok(Cq {
             cqn: CreateCqOut::new(&out[..]).expect("layout").cqn(),
             buf,
             dbr,
             log,
             ci: 0,
-        }
+        })
+    }
+
+    /// The raw 64 bytes of CQ slot `slot` (no ownership check, nothing consumed).
+    pub fn cq_slot(&self, cq: &Cq, slot: u32) -> Vec<u8> {
+        let slot = slot & ((1 << cq.log) - 1);
+        self.read(cq.buf + u64::from(slot) * 64, 64)
     }
 
     /// The next CQE software owns, consuming it and updating the doorbell record.

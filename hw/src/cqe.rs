@@ -82,6 +82,33 @@ pub mod cqe_format {
     pub const COMPRESSED: u8 = 3;
 }
 
+/// Values of the CQ context's `mini_cqe_res_format`: what the first four bytes of each mini-CQE
+/// of a compressed session carry (the byte count is always in the last four).
+pub mod mini_cqe_res_format {
+    /// The packet's RSS hash result.
+    pub const HASH: u8 = 0;
+    /// The packet's raw checksum, then the stride index (striding RQs).
+    pub const CSUM: u8 = 1;
+}
+
+/// Size of a mini-CQE in bytes.
+pub const MINI_CQE_SIZE: usize = 8;
+
+/// Mini-CQEs in one CQE slot of a compressed session (a mini-CQE array).
+pub const MINI_CQES_PER_SLOT: u32 = (CQE_SIZE / MINI_CQE_SIZE) as u32;
+
+/// Where mini-CQE `index` (0-based) of a compressed session lives, as the number of CQE slots
+/// after the session's title: the first array follows the title, and array `k` (k >= 1) sits
+/// `8 * k` slots after it, so every array lies inside the `count` slots the session takes. The
+/// slots between arrays are never written by the device.
+pub const fn mini_array_slot(index: u32) -> u32 {
+    if index < MINI_CQES_PER_SLOT {
+        1
+    } else {
+        index & !(MINI_CQES_PER_SLOT - 1)
+    }
+}
+
 /// Values of [`Cqe64::l3_hdr_type`].
 pub mod l3_hdr_type {
     /// No L3 header recognised.
@@ -189,6 +216,31 @@ layout! {
         se: bool @ 0x1fe [0x1],
         /// Ownership bit.
         owner: bool @ 0x1ff [0x1],
+    }
+}
+
+layout! {
+    /// One mini-CQE of a compressed session in the [`mini_cqe_res_format::HASH`] format (Linux
+    /// `device.h` `struct mlx5_mini_cqe8`): the fields that differ between the session's
+    /// completions. Everything else is the title's.
+    pub struct MiniCqe8("mlx5_mini_cqe8", 8) {
+        /// RSS hash result.
+        rx_hash_result: u32 @ 0x00 [0x20],
+        /// Bytes received.
+        byte_cnt: u32 @ 0x20 [0x20],
+    }
+}
+
+layout! {
+    /// One mini-CQE in the [`mini_cqe_res_format::CSUM`] format (the other member of the same
+    /// union in `struct mlx5_mini_cqe8`).
+    pub struct MiniCqe8Csum("mlx5_mini_cqe8_csum", 8) {
+        /// Raw packet checksum.
+        checksum: u16 @ 0x00 [0x10],
+        /// Striding RQ stride index.
+        stridx: u16 @ 0x10 [0x10],
+        /// Bytes received.
+        byte_cnt: u32 @ 0x20 [0x20],
     }
 }
 

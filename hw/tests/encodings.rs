@@ -194,3 +194,31 @@ fn short_buffers_are_refused_and_arrays_are_bounded() {
     );
     assert!(entry.inline_data(48).is_err());
 }
+
+#[test]
+fn mini_cqe_arrays_sit_inside_their_session() {
+    use cqe::{mini_array_slot, MINI_CQES_PER_SLOT};
+    // Linux and DPDK read the first array right after the title, the next ones every eight
+    // slots (the second is seven slots after the first).
+    assert_eq!(mini_array_slot(0), 1);
+    assert_eq!(mini_array_slot(7), 1);
+    assert_eq!(mini_array_slot(8), 8);
+    assert_eq!(mini_array_slot(15), 8);
+    assert_eq!(mini_array_slot(16), 16);
+    for count in 2..=256u32 {
+        let last = mini_array_slot(count - 1);
+        assert!(last < count, "session of {count}: array at slot {last}");
+        let arrays = (0..count)
+            .map(mini_array_slot)
+            .collect::<std::collections::BTreeSet<_>>();
+        assert_eq!(arrays.len() as u32, count.div_ceil(MINI_CQES_PER_SLOT));
+    }
+    let mut mini = cqe::MiniCqe8::zeroed();
+    mini.set_rx_hash_result(0x0102_0304).set_byte_cnt(60);
+    assert_eq!(mini.as_bytes(), &[1, 2, 3, 4, 0, 0, 0, 60]);
+    let csum = cqe::MiniCqe8Csum::new(&mini.as_bytes()[..]).expect("8 bytes");
+    assert_eq!(
+        (csum.checksum(), csum.stridx(), csum.byte_cnt()),
+        (0x0102, 0x0304, 60)
+    );
+}

@@ -1,10 +1,15 @@
 //! Completion queues: writing CQEs with the right owner bit, overrun detection through the
-//! doorbell record, arming and completion events.
+//! doorbell record, CQE compression (sessions of receive completions written as a title CQE
+//! and mini-CQE arrays), arming and completion events.
 
-use crate::counters::add;
+use crate::counters::{add, QueueKind};
 use crate::faults::Fault;
 use crate::fw::objects::CqArm;
 use crate::fw::Core;
+use cxdirect_hw::cqe::{
+    cqe_format, mini_array_slot, mini_cqe_res_format, CqeOpcode, CQE_SIZE, MINI_CQES_PER_SLOT,
+    MINI_CQE_SIZE,
+};
 use cxdirect_hw::eqe::{cq_error, EventType};
 
 /// Why a CQE could not be written.
@@ -18,8 +23,232 @@ pub(crate) enum CqFault {
     Dma,
 }
 
-/// Writes `cqe` (opcode and fields set; the owner bit is filled in here) to CQ `cqn`.
-pub(crate) fn post(core: &mut Core, cqn: u32, cqe: &mut [u8; 64]) -> Result<(), CqFault> {
+/// Most completions one compressed session holds (the `cqe_compression_max_num` capability);
+/// a CQ smaller than this closes its sessions at its own size.
+pub(crate) const MAX_SESSION: u16 = 64;
+
+/// CQE compression state of a CQ created with `cqe_comp_en`: receive completions that may
+/// share one title are held here until the session closes.
+#[derive(Debug)]
+pub(crate) struct Compression {
+    /// What each mini-CQE carries besides the byte count (`mini_cqe_res_format`).
+    pub format: u8,
+    /// Completions of the open session, oldest first, as full CQEs (owner bit unset).
+    pub held: Vec<[u8; CQE_SIZE]>,
+}
+
+impl Compression {
+    pub(crate) fn new(format: u8) -> Self {
+        Self {
+            format,
+            held: Vec::with_capacity(usize::from(MAX_SESSION)),
+        }
+    }
+}
+
+/// Writes `cqe` (opcode and fields set; the owner bit is filled in here) to CQ `cqn`, after
+/// any compressed session the CQ holds, so completions keep their order.
+pub(crate) fn post(core: &mut Core, cqn: u32, cqe: &mut [u8; CQE_SIZE]) -> Result<(), CqFault> {
+    flush(core, cqn);
+    post_plain(core, cqn, cqe)
+}
+
+/// Posts a successful receive completion: on a CQ with compression it joins the open session
+/// when it can share its title (same queue, next WQE, same flags), else the session is written
+/// and a new one opens. Sessions close when full, when anything else is posted to the CQ, and
+/// when the receive pass that opened them ends ([`flush_all`]), so a lone frame is never
+/// held back. A completion written now (no compression) reports its failure; a held one that
+/// cannot be written later is counted lost and its RQ moves to error then.
+pub(crate) fn post_receive(
+    core: &mut Core,
+    cqn: u32,
+    rqn: u32,
+    cqe: &mut [u8; CQE_SIZE],
+) -> Result<(), CqFault> {
+    let Some(cq) = core.res.cqs.get(cqn) else {
+        return Err(CqFault::Missing);
+    };
+    let Some(compression) = &cq.compression else {
+        post_plain(core, cqn, cqe)?;
+        core.queue_counters.get_mut(QueueKind::Rq, rqn).cqes += 1;
+        return Ok(());
+    };
+    if core.faults.any(|f| {
+        matches!(f, Fault::CorruptCqe { cqn: c, .. } | Fault::WrongOwner { cqn: c } if *c == cqn)
+    }) {
+        // A fault aimed at one CQE needs that CQE written whole.
+        post(core, cqn, cqe)?;
+        core.queue_counters.get_mut(QueueKind::Rq, rqn).cqes += 1;
+        return Ok(());
+    }
+    let limit = usize::from(MAX_SESSION).min(1 << cq.log_size);
+    let joins = compression
+        .held
+        .last()
+        .is_none_or(|last| same_session(last, cqe, compression.format));
+    if !joins {
+        flush(core, cqn);
+    }
+    let Some(compression) = core
+        .res
+        .cqs
+        .get_mut(cqn)
+        .and_then(|cq| cq.compression.as_mut())
+    else {
+        return Err(CqFault::Missing);
+    };
+    compression.held.push(*cqe);
+    let held = compression.held.len();
+    if held == 1 {
+        core.open_sessions.push(cqn);
+    }
+    if held >= limit {
+        flush(core, cqn);
+    }
+    Ok(())
+}
+
+/// Writes every session the receive pass left open (call when a pass ends, before a command
+/// runs, before a CQ is armed).
+pub(crate) fn flush_all(core: &mut Core) {
+    while let Some(cqn) = core.open_sessions.pop() {
+        flush(core, cqn);
+    }
+}
+
+/// Writes CQ `cqn`'s open session, if any: one completion as a plain CQE; more as a title CQE
+/// followed by mini-CQE arrays.
+pub(crate) fn flush(core: &mut Core, cqn: u32) {
+    let Some(compression) = core
+        .res
+        .cqs
+        .get_mut(cqn)
+        .and_then(|cq| cq.compression.as_mut())
+    else {
+        return;
+    };
+    if compression.held.is_empty() {
+        return;
+    }
+    let format = compression.format;
+    let mut held = std::mem::take(&mut compression.held);
+    core.open_sessions.retain(|&c| c != cqn);
+    let count = held.len();
+    let written = if count == 1 {
+        post_plain(core, cqn, &mut held[0])
+    } else {
+        write_session(core, cqn, &held, format)
+    };
+    let qpn = u32::from_be_bytes([0, held[0][0x39], held[0][0x3a], held[0][0x3b]]);
+    match written {
+        Ok(()) => core.queue_counters.get_mut(QueueKind::Rq, qpn).cqes += count as u64,
+        Err(_) => {
+            // The frames are in their buffers but their completions have nowhere to go.
+            add(&core.counters.completions_lost, count as u64);
+            crate::engine::rq::enter_error(core, qpn);
+        }
+    }
+    held.clear();
+    if let Some(compression) = core
+        .res
+        .cqs
+        .get_mut(cqn)
+        .and_then(|cq| cq.compression.as_mut())
+    {
+        compression.held = held;
+    }
+}
+
+/// Byte ranges of a receive CQE that differ within one compressed session: the byte count,
+/// the WQE counter and the owner byte always, and what the mini-CQE format carries.
+fn per_completion(format: u8) -> [std::ops::Range<usize>; 4] {
+    let carried = if format == mini_cqe_res_format::CSUM {
+        0x14..0x16
+    } else {
+        0x0c..0x10
+    };
+    [carried, 0x2c..0x30, 0x3c..0x3e, 0x3f..0x40]
+}
+
+/// Whether `next` may follow `last` in one session: a plain receive completion of the next
+/// WQE whose every shared field matches.
+fn same_session(last: &[u8; CQE_SIZE], next: &[u8; CQE_SIZE], format: u8) -> bool {
+    let plain_receive = next[0x3f] >> 4 == CqeOpcode::RespSend as u8 && next[0x3f] & 0x0c == 0;
+    let counter = |c: &[u8; CQE_SIZE]| u16::from_be_bytes([c[0x3c], c[0x3d]]);
+    if !plain_receive || counter(next) != counter(last).wrapping_add(1) {
+        return false;
+    }
+    let mut at = 0;
+    for skip in per_completion(format) {
+        if last[at..skip.start] != next[at..skip.start] {
+            return false;
+        }
+        at = skip.end;
+    }
+    last[at..] == next[at..]
+}
+
+/// Writes a session of `held.len()` (2..) completions: the mini-CQE arrays first, then the
+/// title, whose owner bit makes the whole session visible at once.
+fn write_session(
+    core: &mut Core,
+    cqn: u32,
+    held: &[[u8; CQE_SIZE]],
+    format: u8,
+) -> Result<(), CqFault> {
+    let count = held.len() as u32;
+    let (pi, log_size) = reserve(core, cqn, count)?;
+    let mut patch = core.faults.take(|f| match f {
+        Fault::CorruptSession {
+            cqn: c,
+            slot,
+            patch,
+        } if *c == cqn => Some((*slot, patch.clone())),
+        _ => None,
+    });
+    let carried = per_completion(format)[0].clone();
+    for (array, chunk) in held.chunks(MINI_CQES_PER_SLOT as usize).enumerate() {
+        let first = array as u32 * MINI_CQES_PER_SLOT;
+        let mut slot = [0u8; CQE_SIZE];
+        for (mini, cqe) in slot.chunks_exact_mut(MINI_CQE_SIZE).zip(chunk) {
+            mini[..carried.len()].copy_from_slice(&cqe[carried.clone()]);
+            mini[4..].copy_from_slice(&cqe[0x2c..0x30]);
+        }
+        let offset = mini_array_slot(first);
+        apply_session_patch(&mut patch, offset, &mut slot);
+        write_slot(core, cqn, pi.wrapping_add(offset), &slot)?;
+    }
+    let mut title = held[0];
+    title[0x2c..0x30].copy_from_slice(&count.to_be_bytes());
+    let owner = ((pi >> log_size) & 1) as u8;
+    title[0x3f] = (title[0x3f] & 0xf0) | cqe_format::COMPRESSED << 2 | owner;
+    apply_session_patch(&mut patch, 0, &mut title);
+    write_slot(core, cqn, pi, &title)?;
+    add(&core.counters.cqes, u64::from(count));
+    add(
+        &core.counters.cqe_slot_writes,
+        1 + u64::from(count.div_ceil(MINI_CQES_PER_SLOT)),
+    );
+    add(&core.counters.compressed_sessions, 1);
+    advance(core, cqn, count, false);
+    Ok(())
+}
+
+/// [`Fault::CorruptSession`]: overwrites bytes of the session slot it names.
+fn apply_session_patch(patch: &mut Option<(u32, Vec<(u8, u8)>)>, slot: u32, bytes: &mut [u8]) {
+    if let Some((_, changes)) = patch.take_if(|(s, _)| *s == slot) {
+        for (offset, value) in changes {
+            if let Some(byte) = bytes.get_mut(usize::from(offset)) {
+                *byte = value;
+            }
+        }
+    }
+}
+
+/// Checks that CQ `cqn` has room for `n` more entries (reading the consumer index from the
+/// doorbell record unless the CQ ignores overruns); returns the producer index and the log2
+/// size. A CQ without room moves to error.
+fn reserve(core: &mut Core, cqn: u32, n: u32) -> Result<(u32, u8), CqFault> {
     let Some(cq) = core.res.cqs.get(cqn) else {
         return Err(CqFault::Missing);
     };
@@ -27,8 +256,7 @@ pub(crate) fn post(core: &mut Core, cqn: u32, cqe: &mut [u8; 64]) -> Result<(), 
         return Err(CqFault::Overrun);
     }
     let size = 1u32 << cq.log_size;
-    let pi = cq.pi;
-    let (dbr, eqn, overrun_ignore) = (cq.dbr, cq.eqn, cq.overrun_ignore);
+    let (pi, log_size, dbr, overrun_ignore) = (cq.pi, cq.log_size, cq.dbr, cq.overrun_ignore);
     if !overrun_ignore {
         // The consumer index lives in the doorbell record (low 24 bits).
         add(&core.counters.dbrec_reads, 1);
@@ -44,12 +272,55 @@ pub(crate) fn post(core: &mut Core, cqn: u32, cqe: &mut [u8; 64]) -> Result<(), 
             .faults
             .take(|f| matches!(f, Fault::CqOverrun { cqn: c } if *c == cqn).then_some(()))
             .is_some();
-        if forced || outstanding >= size {
+        if forced || outstanding + n > size {
             add(&core.counters.cq_overruns, 1);
             enter_error(core, cqn, cq_error::OVERRUN);
             return Err(CqFault::Overrun);
         }
     }
+    Ok((pi, log_size))
+}
+
+/// Writes one 64-byte slot of CQ `cqn` at producer index `index`.
+fn write_slot(core: &mut Core, cqn: u32, index: u32, bytes: &[u8]) -> Result<(), CqFault> {
+    let addr = core
+        .res
+        .cqs
+        .get(cqn)
+        .and_then(|c| {
+            let mask = (1u32 << c.log_size) - 1;
+            c.buf.addr(u64::from(index & mask) * CQE_SIZE as u64)
+        })
+        .ok_or(CqFault::Dma)?;
+    if core.dma_write(addr, bytes).is_err() {
+        enter_error(core, cqn, cq_error::ACCESS_VIOLATION);
+        return Err(CqFault::Dma);
+    }
+    Ok(())
+}
+
+/// Moves the producer index past `n` written entries and raises the completion event an armed
+/// CQ is owed.
+fn advance(core: &mut Core, cqn: u32, n: u32, solicited: bool) {
+    let Some(cq) = core.res.cqs.get_mut(cqn) else {
+        return;
+    };
+    cq.pi = cq.pi.wrapping_add(n);
+    let fire = match cq.arm {
+        CqArm::Next => true,
+        CqArm::Solicited => solicited,
+        CqArm::Disarmed => false,
+    };
+    if fire {
+        cq.arm = CqArm::Disarmed;
+        let eqn = cq.eqn;
+        completion_event(core, eqn, cqn);
+    }
+}
+
+/// Writes one plain CQE now.
+fn post_plain(core: &mut Core, cqn: u32, cqe: &mut [u8; CQE_SIZE]) -> Result<(), CqFault> {
+    let (pi, log_size) = reserve(core, cqn, 1)?;
     let patch = core.faults.take(|f| match f {
         Fault::CorruptCqe { cqn: c, patch } if *c == cqn => Some(patch.clone()),
         _ => None,
@@ -63,33 +334,12 @@ pub(crate) fn post(core: &mut Core, cqn: u32, cqe: &mut [u8; 64]) -> Result<(), 
         .faults
         .take(|f| matches!(f, Fault::WrongOwner { cqn: c } if *c == cqn).then_some(()))
         .is_some();
-    let owner = ((pi >> core.res.cqs.get(cqn).map(|c| c.log_size).unwrap_or(0)) & 1) as u8;
+    let owner = ((pi >> log_size) & 1) as u8;
     cqe[63] = (cqe[63] & !1) | (owner ^ u8::from(wrong_owner));
-    let addr = core
-        .res
-        .cqs
-        .get(cqn)
-        .and_then(|c| c.buf.addr(u64::from(pi & (size - 1)) * 64))
-        .ok_or(CqFault::Dma)?;
-    if core.dma_write(addr, &cqe[..]).is_err() {
-        enter_error(core, cqn, cq_error::ACCESS_VIOLATION);
-        return Err(CqFault::Dma);
-    }
+    write_slot(core, cqn, pi, &cqe[..])?;
     add(&core.counters.cqes, 1);
-    let Some(cq) = core.res.cqs.get_mut(cqn) else {
-        return Ok(());
-    };
-    cq.pi = pi.wrapping_add(1);
-    let solicited = cqe[63] & 2 != 0;
-    let fire = match cq.arm {
-        CqArm::Next => true,
-        CqArm::Solicited => solicited,
-        CqArm::Disarmed => false,
-    };
-    if fire {
-        cq.arm = CqArm::Disarmed;
-        completion_event(core, eqn, cqn);
-    }
+    add(&core.counters.cqe_slot_writes, 1);
+    advance(core, cqn, 1, cqe[63] & 2 != 0);
     Ok(())
 }
 
@@ -115,6 +365,8 @@ fn completion_event(core: &mut Core, eqn: u32, cqn: u32) {
 pub(crate) fn arm(core: &mut Core, uar: u32, high: u32, low: u32) {
     add(&core.counters.cq_arms, 1);
     let cqn = low & 0x00ff_ffff;
+    // The consumer index the arm reports is measured against every completion taken so far.
+    flush(core, cqn);
     let Some(cq) = core.res.cqs.get_mut(cqn) else {
         add(&core.counters.bad_doorbells, 1);
         return;

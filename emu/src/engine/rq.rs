@@ -340,6 +340,7 @@ pub(crate) fn land_late_writes(core: &mut Core, rqn: Option<u32>) -> usize {
         };
         complete(core, &done, &w.frame, &parsed, scattered);
     }
+    crate::engine::cq::flush_all(core);
     landed
 }
 
@@ -379,9 +380,7 @@ fn complete(
                 qc.frames += 1;
                 qc.bytes += frame.len() as u64;
             }
-            if crate::engine::cq::post(core, cqn, &mut cqe).is_ok() {
-                core.queue_counters.get_mut(QueueKind::Rq, rqn).cqes += 1;
-            } else {
+            if crate::engine::cq::post_receive(core, cqn, rqn, &mut cqe).is_err() {
                 // The frame is in the buffer but its completion has nowhere to go (CQ in
                 // error): it is lost, and the RQ stops with it.
                 add(&core.counters.completions_lost, 1);

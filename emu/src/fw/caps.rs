@@ -109,6 +109,8 @@ impl CapSet {
             .set_log_max_current_mc_list(8)
             .set_log_max_vlan_list(8)
             .set_num_of_uars_per_page(1)
+            .set_cqe_compression(true)
+            .set_cqe_compression_max_num(crate::engine::cq::MAX_SESSION)
             .set_device_frequency_khz(1_000_000);
         let mut max_general = [0u8; 0x100];
         max_general.copy_from_slice(g.as_bytes());

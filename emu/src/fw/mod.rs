@@ -159,6 +159,8 @@ pub(crate) struct Core {
     pub late_writes: Vec<crate::engine::rq::LateWrite>,
     /// Commands whose answer is held back ([`crate::Fault::LateCommand`]).
     pub late_commands: Vec<cmdif::PendingAnswer>,
+    /// CQs holding an open compressed session, written when the receive pass ends.
+    pub open_sessions: Vec<u32>,
 }
 
 impl Core {
@@ -182,6 +184,7 @@ impl Core {
             faults: Default::default(),
             late_writes: Vec::new(),
             late_commands: Vec::new(),
+            open_sessions: Vec::new(),
         }
     }
 
@@ -196,6 +199,7 @@ impl Core {
         // A reset stops the function's DMA: writes still in flight never land.
         self.late_writes.clear();
         self.late_commands.clear();
+        self.open_sessions.clear();
         self.bus_master = false;
         self.msix_enabled = false;
     }
@@ -246,6 +250,8 @@ impl Core {
     pub fn execute(&mut self, input: &[u8], output: &mut [u8]) {
         add(&self.counters.commands, 1);
         output.fill(0);
+        // A command sees, and may destroy, CQs with every completion taken so far written.
+        crate::engine::cq::flush_all(self);
         let result = self.dispatch(input, output);
         if result.is_err() {
             add(&self.counters.command_errors, 1);

@@ -164,6 +164,8 @@ pub(crate) struct Cq {
     pub in_error: bool,
     pub users: u32,
     pub slot: Slot,
+    /// Set when created with `cqe_comp_en`.
+    pub compression: Option<crate::engine::cq::Compression>,
 }
 
 /// The work queue part shared by SQs, RQs and RMPs.

@@ -9,6 +9,7 @@ use super::{
     bad_param, bad_res, bad_state, input_as, output_as, CmdError, CmdResult, Core, Syndrome,
 };
 use cxdirect_hw::cq::{CreateCqIn, CreateCqOut, DestroyCqIn};
+use cxdirect_hw::cqe::mini_cqe_res_format;
 use cxdirect_hw::eq::{CreateEqIn, CreateEqOut, DestroyEqIn};
 use cxdirect_hw::wq::{
     CreateRmpIn, CreateRmpOut, CreateRqIn, CreateRqOut, CreateSqIn, CreateSqOut, DestroyRmpIn,
@@ -201,10 +202,20 @@ pub(crate) fn destroy_eq(core: &mut Core, input: &[u8]) -> CmdResult {
 pub(crate) fn create_cq(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
     let cmd = input_as!(CreateCqIn<&[u8]>, input);
     let ctx = cmd.cq_context();
-    if ctx.cqe_sz() != 0 || ctx.cc() || ctx.cqe_comp_en() {
+    if ctx.cqe_sz() != 0 || ctx.cc() {
         return Err(bad_param(
             Syndrome::BadWqParams,
-            "only 64-byte, uncollapsed, uncompressed CQEs are modelled",
+            "only 64-byte, uncollapsed CQEs are modelled",
+        ));
+    }
+    let format = ctx.mini_cqe_res_format();
+    if ctx.cqe_comp_en()
+        && format != mini_cqe_res_format::HASH
+        && format != mini_cqe_res_format::CSUM
+    {
+        return Err(bad_param(
+            Syndrome::BadWqParams,
+            "mini_cqe_res_format must be 0 (hash) or 1 (checksum)",
         ));
     }
     let log_size = ctx.log_cq_size();
@@ -244,6 +255,9 @@ pub(crate) fn create_cq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         in_error: false,
         users: 0,
         slot,
+        compression: ctx
+            .cqe_comp_en()
+            .then(|| crate::engine::cq::Compression::new(format)),
     };
     let Some(cqn) = core.res.cqs.insert(cq) else {
         release_context(core, slot);

@@ -15,6 +15,8 @@ pub fn checks() -> usize {
         wqe::InlineSeg,
         cqe::Cqe64,
         cqe::ErrCqe,
+        cqe::MiniCqe8,
+        cqe::MiniCqe8Csum,
         eqe::Eqe,
         eqe::EqeComp,
         eqe::EqeCmd,
