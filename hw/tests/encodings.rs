@@ -216,7 +216,7 @@ fn mini_cqe_arrays_sit_inside_their_session() {
     let mut mini = cqe::MiniCqe8::zeroed();
     mini.set_rx_hash_result(0x0102_0304).set_byte_cnt(60);
     assert_eq!(mini.as_bytes(), &[1, 2, 3, 4, 0, 0, 0, 60]);
-    let csum = cqe::MiniCqe8Csum::new(&mini.as_bytes()[..]).expect("8 bytes");
+    let csum = cqe::MiniCqe8Csum::new(mini.as_bytes()).expect("8 bytes");
     assert_eq!(
         (csum.checksum(), csum.stridx(), csum.byte_cnt()),
         (0x0102, 0x0304, 60)
