@@ -1,11 +1,12 @@
-//! Completion queues, driver side: the ring software reads by owner bit, and [`Cqe`], a copy of
-//! one 64-byte CQE whose fields are read from the copy only. The device writes CQEs on its own
+//! Completion queues, driver side: the ring software reads by owner bit, compressed sessions
+//! (a title CQE and mini-CQE arrays) unpacked into one CQE per completion, and [`Cqe`], a copy
+//! of one 64-byte CQE whose fields are read from the copy only. The device writes CQEs on its own
 //! schedule, so nothing here trusts what it reads: the queues check every field that selects
 //! host state (WQE counter, queue number, byte count) against what they posted.
 
 use crate::queue::{bytes_from_words, words_from_bytes};
 use cxdirect_dma::DmaRegion;
-use cxdirect_hw::cqe::{self, CqeOpcode, CQE_SIZE};
+use cxdirect_hw::cqe::{self, CqeOpcode, CQE_SIZE, MINI_CQES_PER_SLOT};
 use std::sync::atomic::{fence, Ordering};
 
 /// A copy of one 64-byte CQE as the device wrote it, kept as the eight words it was read with
@@ -143,6 +144,56 @@ impl Cqe {
     }
 }
 
+/// A compressed session being read (CQE compression): the title CQE, the mini-CQE array in
+/// use, and how far the queue has got. Each completion is handed out as the title with that
+/// completion's fields put in, so the queues check it exactly as a plain CQE.
+#[derive(Clone, Copy)]
+struct Session {
+    title: [u64; CQE_SIZE / 8],
+    minis: [u64; MINI_CQES_PER_SLOT as usize],
+    /// Consumer index of the title.
+    start: u32,
+    /// Completions in the session (2..=ring size, checked when it opened).
+    count: u32,
+    /// Completions handed out so far.
+    taken: u32,
+}
+
+impl Session {
+    /// The completion `taken` as a plain CQE.
+    #[inline(always)]
+    fn current(&self) -> Cqe {
+        let mini = self.minis[(self.taken % MINI_CQES_PER_SLOT) as usize].to_ne_bytes();
+        let mut words = self.title;
+        // Hash format: the mini-CQE's first four bytes are the RSS hash (CQE bytes 0x0c..0x10),
+        // its last four the byte count (0x2c..0x30).
+        words[1] = put_high_half(words[1], [mini[0], mini[1], mini[2], mini[3]]);
+        words[5] = put_high_half(words[5], [mini[4], mini[5], mini[6], mini[7]]);
+        let first = u16::from_be_bytes([self.title_byte(0x3c), self.title_byte(0x3d)]);
+        let counter = first.wrapping_add(self.taken as u16).to_be_bytes();
+        let op_own = self.title_byte(0x3f) & !FORMAT_MASK;
+        let signature = self.title_byte(0x3e);
+        words[7] = put_high_half(words[7], [counter[0], counter[1], signature, op_own]);
+        Cqe::from_words(words)
+    }
+
+    #[inline(always)]
+    fn title_byte(&self, at: usize) -> u8 {
+        self.title[at / 8].to_ne_bytes()[at % 8]
+    }
+}
+
+/// `word` (memory order) with its bytes 4..8 replaced.
+#[inline(always)]
+fn put_high_half(word: u64, half: [u8; 4]) -> u64 {
+    let mut bytes = word.to_ne_bytes();
+    bytes[4..].copy_from_slice(&half);
+    u64::from_ne_bytes(bytes)
+}
+
+/// Bits 3:2 of `op_own`: the CQE format.
+const FORMAT_MASK: u8 = 0x0c;
+
 /// Byte of an error CQE that holds its syndrome.
 pub(crate) const ERR_CQE_SYNDROME: usize = 0x37;
 
@@ -158,11 +209,28 @@ pub(crate) struct CqRing {
     pub cqn: u32,
     /// Polls in a row that found nothing, for the skipped-entry check.
     pub idle_polls: u32,
+    /// Created with CQE compression (hash-format mini-CQEs): only then is a compressed
+    /// session accepted.
+    pub compressed: bool,
+    /// The compressed session being read, if any.
+    session: Option<Session>,
+    /// A compressed title was refused: where the device writes next is unknown, so only a new
+    /// CQ puts the queue back in step (recovery re-creates it).
+    pub lost_place: bool,
+    /// Completions taken from mini-CQEs so far.
+    pub mini_cqes: u64,
 }
 
 impl CqRing {
-    /// A ring of `2^log_size` CQEs starting at consumer index 0.
-    pub(crate) fn new(region: DmaRegion, dbr: DmaRegion, log_size: u8, cqn: u32) -> Self {
+    /// A ring of `2^log_size` CQEs starting at consumer index 0; `compressed` when it was
+    /// created with CQE compression in the hash mini-CQE format.
+    pub(crate) fn new(
+        region: DmaRegion,
+        dbr: DmaRegion,
+        log_size: u8,
+        cqn: u32,
+        compressed: bool,
+    ) -> Self {
         Self {
             region,
             dbr,
@@ -170,6 +238,10 @@ impl CqRing {
             ci: 0,
             cqn,
             idle_polls: 0,
+            compressed,
+            session: None,
+            lost_place: false,
+            mini_cqes: 0,
         }
     }
 
@@ -202,15 +274,25 @@ impl CqRing {
     /// there behind a slot that is still not written means the device skipped (or damaged the
     /// owner bit of) the one at the consumer index, which is then returned with its opcode
     /// set to INVALID for the same refusal.
+    ///
+    /// A CQE in the compressed format opens a session: its completions are then returned one
+    /// by one (see [`Session`]) until the session is consumed.
     #[inline(always)]
     pub(crate) fn peek(&mut self) -> Option<Cqe> {
+        if let Some(session) = &self.session {
+            return Some(session.current());
+        }
         // One word load for the owner byte; the rest only once it is ours.
         let op_own = self.op_own_at(self.ci)?;
         if cqe::sw_owns(op_own, self.ci, self.log_size)
             || (op_own & 1 == self.owner_for(self.ci) && op_own >> 4 == CqeOpcode::Invalid as u8)
         {
             self.idle_polls = 0;
-            return self.copy(self.ci);
+            let cqe = self.copy(self.ci)?;
+            if op_own & FORMAT_MASK == cqe::cqe_format::COMPRESSED << 2 {
+                return Some(self.open_session(cqe));
+            }
+            return Some(cqe);
         }
         self.idle_polls += 1;
         if self.idle_polls >= GAP_CHECK_POLLS {
@@ -250,14 +332,83 @@ impl CqRing {
         Some(Cqe::from_words(words))
     }
 
+    /// Starts reading the compressed session whose title is `title` (at the consumer index),
+    /// after checking what the device wrote: compression must be on for this CQ, the title
+    /// must be a receive completion, and the session must hold 2 to ring-size completions.
+    /// Anything else is returned with its opcode set to INVALID, for the queue to refuse.
+    #[inline(never)]
+    fn open_session(&mut self, title: Cqe) -> Cqe {
+        let count = title.byte_cnt();
+        let plausible = self.compressed
+            && title.is_receive_ok()
+            && (2..=1u32 << self.log_size).contains(&count);
+        let first_array = self.copy(self.ci.wrapping_add(cqe::mini_array_slot(0)));
+        let (true, Some(minis)) = (plausible, first_array) else {
+            self.lost_place = true;
+            let mut bytes = title.to_bytes();
+            bytes[CQE_SIZE - 1] = (CqeOpcode::Invalid as u8) << 4 | self.owner_for(self.ci);
+            return Cqe::from_bytes(bytes);
+        };
+        let session = Session {
+            title: title.words,
+            minis: minis.words,
+            start: self.ci,
+            count,
+            taken: 0,
+        };
+        self.session = Some(session);
+        session.current()
+    }
+
     #[inline]
     pub(crate) fn consume(&mut self) {
+        if self.session.is_some() {
+            self.consume_mini();
+        }
         self.ci = self.ci.wrapping_add(1);
+    }
+
+    /// Consumes one completion of the open session. Its slot is given back for the device's
+    /// next pass: the device writes only the title and the mini-CQE arrays, so every slot a
+    /// session covered gets an INVALID opcode with this pass's owner bit, which the next
+    /// pass (expecting the other owner) reads as not yet written. This happens before the
+    /// doorbell record tells the device the slot is free.
+    #[inline]
+    fn consume_mini(&mut self) {
+        let offset = self.slot_offset(self.ci) + CQE_SIZE - 1;
+        let invalid = (CqeOpcode::Invalid as u8) << 4 | self.owner_for(self.ci);
+        let _ = self.region.write(offset, &[invalid]);
+        self.mini_cqes += 1;
+        let Some(session) = &mut self.session else {
+            return;
+        };
+        session.taken += 1;
+        if session.taken == session.count {
+            self.session = None;
+            return;
+        }
+        if session.taken % MINI_CQES_PER_SLOT == 0 {
+            // The next array sits in the slot of the completion it starts with, not consumed
+            // yet; the device wrote it before the title, so it is complete.
+            let slot = session
+                .start
+                .wrapping_add(cqe::mini_array_slot(session.taken));
+            let offset = (slot & ((1 << self.log_size) - 1)) as usize * CQE_SIZE;
+            session.minis = self
+                .region
+                .read_words(offset)
+                .unwrap_or([0; MINI_CQES_PER_SLOT as usize]);
+        }
     }
 
     /// Tells the device how far software has read (doorbell record word 0).
     #[inline]
     pub(crate) fn update_dbr(&self) {
+        if self.compressed {
+            // The slots a session covered were given back with stores to the ring: they
+            // must be visible before the device may write there again.
+            fence(Ordering::Release);
+        }
         let _ = self.dbr.write_u32_be(0, self.ci & 0x00ff_ffff);
     }
 }

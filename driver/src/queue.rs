@@ -52,6 +52,9 @@ pub struct QueueStats {
     pub cqes: u64,
     /// CQEs with values the driver refused (counted; the queue stops until recovered).
     pub bad_cqes: u64,
+    /// Receive: completions that arrived as mini-CQEs of a compressed session (also counted
+    /// in `cqes`; see `PortConfig::rx_cqe_compression`).
+    pub compressed_cqes: u64,
     /// Buffers given back to the pool by recovery without carrying a packet (send: also
     /// counted in `errors`).
     pub flushed: u64,
@@ -550,6 +553,7 @@ impl<B: Backend> RxQueue<B> {
         }
         let mut got = 0;
         let cqes_before = self.stats.cqes;
+        let minis_before = self.cq.mini_cqes;
         let room = self.pool.data_room();
         let mut received_bytes = 0u64;
         while got < max.min(MAX_BURST) {
@@ -596,6 +600,7 @@ impl<B: Backend> RxQueue<B> {
         }
         self.stats.packets += got as u64;
         self.stats.bytes += received_bytes;
+        self.stats.compressed_cqes += self.cq.mini_cqes - minis_before;
         // Only a burst that consumed CQEs has a consumer index to report.
         if self.stats.cqes != cqes_before {
             self.cq.update_dbr();

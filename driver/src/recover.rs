@@ -134,7 +134,7 @@ impl<B: Backend> Port<B> {
     /// that failed (buffers already flushed stay flushed) and calling again resumes there; the
     /// [`Recovery`] of a resumed call counts only what that call flushed.
     pub fn recover_tx(&mut self, q: &mut TxQueue<B>) -> Result<Recovery, DriverError> {
-        if self.failed_cqs.contains(&q.cq.cqn) || q.rebuild != Rebuild::Idle {
+        if self.failed_cqs.contains(&q.cq.cqn) || q.rebuild != Rebuild::Idle || q.cq.lost_place {
             return self.recreate_tx(q);
         }
         self.recover_queue(WorkQueue::Send(q.sqn), q)
@@ -152,7 +152,7 @@ impl<B: Backend> Port<B> {
     ///
     /// As [`Port::recover_tx`].
     pub fn recover_rx(&mut self, q: &mut RxQueue<B>) -> Result<Recovery, DriverError> {
-        if self.failed_cqs.contains(&q.cq.cqn) || q.rebuild != Rebuild::Idle {
+        if self.failed_cqs.contains(&q.cq.cqn) || q.rebuild != Rebuild::Idle || q.cq.lost_place {
             return self.recreate_rx(q);
         }
         self.recover_queue(WorkQueue::Receive(q.rqn), q)
@@ -301,7 +301,8 @@ impl<B: Backend> Port<B> {
             *stage = Rebuild::CqDestroyed;
         }
         if *stage == Rebuild::CqDestroyed {
-            *cq = self.create_cq(self.config().ring_size, uar, eqn)?;
+            let compressed = cq.compressed;
+            *cq = self.create_cq(self.config().ring_size, uar, eqn, compressed)?;
             *stage = Rebuild::CqCreated;
         }
         Ok(())

@@ -19,6 +19,7 @@ pub(crate) struct SharedQueueStats {
     inline_packets: AtomicU64,
     cqes: AtomicU64,
     bad_cqes: AtomicU64,
+    compressed_cqes: AtomicU64,
     flushed: AtomicU64,
     recoveries: AtomicU64,
     last_error_syndrome: std::sync::atomic::AtomicU8,
@@ -40,6 +41,7 @@ impl SharedQueueStats {
         self.inline_packets.store(s.inline_packets, Relaxed);
         self.cqes.store(s.cqes, Relaxed);
         self.bad_cqes.store(s.bad_cqes, Relaxed);
+        self.compressed_cqes.store(s.compressed_cqes, Relaxed);
         self.flushed.store(s.flushed, Relaxed);
         self.recoveries.store(s.recoveries, Relaxed);
         self.last_error_syndrome
@@ -59,6 +61,7 @@ impl SharedQueueStats {
             inline_packets: self.inline_packets.load(Relaxed),
             cqes: self.cqes.load(Relaxed),
             bad_cqes: self.bad_cqes.load(Relaxed),
+            compressed_cqes: self.compressed_cqes.load(Relaxed),
             flushed: self.flushed.load(Relaxed),
             recoveries: self.recoveries.load(Relaxed),
             last_error_syndrome: self.last_error_syndrome.load(Relaxed),

@@ -103,11 +103,11 @@ fn a_receive_queue_whose_cq_overran_is_rebuilt_and_steering_reaches_it_again() {
     mb.inject(Fault::CqOverrun { cqn: old_cq });
     send(&mut a, 0, 8, 9002);
     let seen = mb.counters();
-    assert_eq!(
-        (seen.cq_overruns, seen.completions_lost),
-        (1, 1),
-        "{seen:?}"
-    );
+    // The first completion overruns; with CQE compression it is the whole session of frames
+    // the device took before it stopped the RQ.
+    assert_eq!(seen.cq_overruns, 1, "{seen:?}");
+    assert!(seen.completions_lost >= 1, "{seen:?}");
+    assert_eq!(seen.completions_lost, seen.rx_delivered, "{seen:?}");
     assert!(receive_all(&mut b, 2).is_empty(), "no completion came");
     assert!(!b.1 .1[2].in_error(), "no error CQE tells the queue");
     assert_eq!(b.0.failed_cqs(), vec![old_cq], "the CQ error event does");
