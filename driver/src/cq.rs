@@ -8,6 +8,7 @@ use crate::queue::{bytes_from_words, words_from_bytes};
 use cxdirect_dma::DmaRegion;
 use cxdirect_hw::cqe::{self, CqeOpcode, CQE_SIZE, MINI_CQES_PER_SLOT};
 use std::sync::atomic::{fence, Ordering};
+use std::time::{Duration, Instant};
 
 /// A copy of one 64-byte CQE as the device wrote it, kept as the eight words it was read with
 /// (memory order). Any bytes are a valid `Cqe`: accessors only decode, and callers check the
@@ -200,6 +201,11 @@ pub(crate) const ERR_CQE_SYNDROME: usize = 0x37;
 /// Empty polls after which a CQ looks one slot ahead for an entry the device skipped.
 const GAP_CHECK_POLLS: u32 = 256;
 
+/// How long a compressed CQ sees the next slot written and the one at the consumer index not
+/// before it calls that entry skipped (see [`CqRing::skipped_entry`]). Generous, because an
+/// emulated device's thread may be descheduled between the two writes on a loaded machine.
+const GAP_PATIENCE: Duration = Duration::from_millis(250);
+
 /// A completion queue ring, driver side.
 pub(crate) struct CqRing {
     pub region: DmaRegion,
@@ -219,6 +225,8 @@ pub(crate) struct CqRing {
     pub lost_place: bool,
     /// Completions taken from mini-CQEs so far.
     pub mini_cqes: u64,
+    /// When a compressed CQ first saw the gap [`CqRing::skipped_entry`] looks for.
+    gap_since: Option<Instant>,
 }
 
 impl CqRing {
@@ -242,6 +250,7 @@ impl CqRing {
             session: None,
             lost_place: false,
             mini_cqes: 0,
+            gap_since: None,
         }
     }
 
@@ -288,6 +297,9 @@ impl CqRing {
             || (op_own & 1 == self.owner_for(self.ci) && op_own >> 4 == CqeOpcode::Invalid as u8)
         {
             self.idle_polls = 0;
+            if self.gap_since.is_some() {
+                self.gap_since = None;
+            }
             let cqe = self.copy(self.ci)?;
             if op_own & FORMAT_MASK == cqe::cqe_format::COMPRESSED << 2 {
                 return Some(self.open_session(cqe));
@@ -297,24 +309,39 @@ impl CqRing {
         self.idle_polls += 1;
         if self.idle_polls >= GAP_CHECK_POLLS {
             self.idle_polls = 0;
-            return self.skipped_entry();
+            return self.skipped_entry(true);
         }
         None
     }
 
-    /// As [`CqRing::peek`], looking ahead for a skipped entry at once (recovery's drain).
+    /// As [`CqRing::peek`], looking ahead for a skipped entry at once (recovery's drain, once
+    /// the device has stopped writing).
     pub(crate) fn peek_or_skipped(&mut self) -> Option<Cqe> {
-        self.peek().or_else(|| self.skipped_entry())
+        self.peek().or_else(|| self.skipped_entry(false))
     }
 
     /// The entry at the consumer index, marked INVALID, when the device has written the next
     /// one but not this one.
+    ///
+    /// On a compressed CQ that state is also legal for a moment: the device writes a session's
+    /// mini-CQE arrays (the first one in the next slot) before its title, which publishes
+    /// them. So when `patient`, the verdict there waits until the gap has lasted
+    /// [`GAP_PATIENCE`], far longer than any device takes between those writes.
     #[cold]
-    fn skipped_entry(&self) -> Option<Cqe> {
+    fn skipped_entry(&mut self, patient: bool) -> Option<Cqe> {
         let next = self.ci.wrapping_add(1);
         if !cqe::sw_owns(self.op_own_at(next)?, next, self.log_size) {
+            self.gap_since = None;
             return None;
         }
+        if patient && self.compressed {
+            let now = Instant::now();
+            let since = *self.gap_since.get_or_insert(now);
+            if now.duration_since(since) < GAP_PATIENCE {
+                return None;
+            }
+        }
+        self.gap_since = None;
         // The device writes in order: once the next entry is visible, this one is final.
         fence(Ordering::Acquire);
         if cqe::sw_owns(self.op_own_at(self.ci)?, self.ci, self.log_size) {

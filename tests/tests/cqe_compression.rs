@@ -5,7 +5,7 @@
 
 use cxdirect::{Mbuf, Port, PortConfig, Queues};
 use cxdirect_apps::emulated::EmuBackend;
-use cxdirect_emu::{Device as Model, EmuConfig, Fault};
+use cxdirect_emu::{Device as Model, EmuConfig, ExecMode, Fault};
 use cxdirect_tests::setup::{bring_up, small_port};
 use cxdirect_tests::udp_frame_sized;
 
@@ -13,8 +13,12 @@ type Side = (Port<EmuBackend>, Queues<EmuBackend>);
 
 /// Ports a (sending) and b (receiving), 64-entry rings, on an inline-executing model pair.
 fn pair(b_config: PortConfig) -> (Side, Side, Model) {
-    let (ma, mb) = Model::pair(EmuConfig::default(), EmuConfig::default());
-    let a = Port::start(bring_up(&ma, "a"), small_port()).unwrap();
+    pair_on(EmuConfig::default(), small_port(), b_config)
+}
+
+fn pair_on(cfg: EmuConfig, a_config: PortConfig, b_config: PortConfig) -> (Side, Side, Model) {
+    let (ma, mb) = Model::pair(cfg.clone(), cfg);
+    let a = Port::start(bring_up(&ma, "a"), a_config).unwrap();
     let b = Port::start(bring_up(&mb, "b"), b_config).unwrap();
     (a, b, mb)
 }
@@ -212,5 +216,49 @@ fn a_mini_cqe_with_an_impossible_byte_count_stops_the_queue_at_that_completion()
     assert_eq!(more.len(), 40);
     check_frames(&more, 100);
     drop((got, more));
+    close_balanced(a, b);
+}
+
+#[test]
+fn a_receiver_polling_while_the_device_writes_sessions_never_refuses_one() {
+    // The model on its own thread writes each session's arrays, then its title, while the
+    // driver polls: between the two writes the slot after the consumer index is written and
+    // the one at it is not, which must not pass for a skipped entry.
+    let cfg = EmuConfig {
+        exec: ExecMode::Threaded,
+        ..EmuConfig::default()
+    };
+    let ports = PortConfig {
+        ring_size: 1024,
+        pool_buffers: 8192,
+        ..PortConfig::default()
+    };
+    let (mut a, mut b, mb) = pair_on(cfg, ports.clone(), ports);
+    let mut got = Vec::new();
+    let mut seq = 0;
+    for _ in 0..100 {
+        let start = seq;
+        let mut sent = 0;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while got.len() < 256 {
+            if sent < 256 {
+                send(&mut a, seq, 32);
+                seq += 32;
+                sent += 32;
+            }
+            b.1 .1[0].rx_burst(&mut got, 32);
+            let q = &b.1 .1[0];
+            assert!(!q.in_error(), "refused a completion: {:?}", q.stats());
+            assert!(
+                std::time::Instant::now() < deadline,
+                "stalled: {:?}",
+                q.stats()
+            );
+        }
+        check_frames(&got, start);
+        got.clear();
+    }
+    assert!(mb.counters().compressed_sessions > 0);
+    assert_eq!(b.1 .1[0].stats().bad_cqes, 0);
     close_balanced(a, b);
 }

@@ -268,7 +268,7 @@ fn real_main() -> Result<(), String> {
         return Ok(());
     }
     if only == "rx" {
-        rx_run(32, rounds * 10)?;
+        rx_run(32, rounds * 10, true)?;
         return Ok(());
     }
     let h32 = &tx_ns[&("headers", 32)];
@@ -294,8 +294,10 @@ fn real_main() -> Result<(), String> {
         "\n# RX: ns per packet inside rx_burst (refill included), and PCIe transactions per packet"
     );
     println!("# ratio and base as for TX");
+    println!("# cqe: completions per packet; cqe_ln: 64-byte CQE slots written per packet");
+    println!("# (CQE compression: a title and one mini-CQE array per 8 completions)");
     println!(
-        "{:>5} {:>8} {:>8} {:>7} {:>6} | {:>8} {:>9} {:>8} {:>6} {:>8} {:>6}",
+        "{:>5} {:>8} {:>8} {:>7} {:>6} | {:>8} {:>9} {:>8} {:>6} {:>6} {:>8} {:>6}",
         "burst",
         "ns/pkt",
         "cycles",
@@ -305,14 +307,13 @@ fn real_main() -> Result<(), String> {
         "pay_B",
         "rxwqe_rd",
         "cqe",
+        "cqe_ln",
         "dbrec_rd",
         "irq"
     );
-    let mut rx = std::collections::HashMap::new();
-    for burst in BURSTS {
-        let r = rx_run(burst, rounds)?;
+    let rx_row = |label: &str, r: &Run| {
         println!(
-            "{burst:>5} {:>8.1} {:>8.0} {:>7.2} {:>6.2} | {:>8.4} {:>9.1} {:>8.4} {:>6.4} {:>8.4} {:>6.4}",
+            "{label:>5} {:>8.1} {:>8.0} {:>7.2} {:>6.2} | {:>8.4} {:>9.1} {:>8.4} {:>6.4} {:>6.4} {:>8.4} {:>6.4}",
             r.ns,
             r.ns * mhz / 1000.0,
             r.ratio,
@@ -321,14 +322,29 @@ fn real_main() -> Result<(), String> {
             r.per(r.c.payload_write_bytes),
             r.per(r.c.rx_wqe_reads),
             r.per(r.c.cqes),
+            r.per(r.c.cqe_slot_writes),
             r.per(r.c.dbrec_reads),
             r.per(r.c.interrupts)
         );
+    };
+    let mut rx = std::collections::HashMap::new();
+    for burst in BURSTS {
+        let r = rx_run(burst, rounds, true)?;
+        rx_row(&burst.to_string(), &r);
         metric(&format!("rx_b{burst}_ns"), r.ns);
         metric(&format!("rx_b{burst}_ratio"), r.ratio);
         metric(&format!("rx_b{burst}_baseline_ns"), r.baseline_ns);
         rx.insert(burst, r);
     }
+    // The same burst with one plain CQE per packet (PortConfig::rx_cqe_compression off).
+    let plain = rx_run(32, rounds, false)?;
+    println!("with plain CQEs (rx_cqe_compression off):");
+    rx_row("32", &plain);
+    let r32 = &rx[&32];
+    metric("rx_cqe_slots_per_pkt_b32", r32.per(r32.c.cqe_slot_writes));
+    metric("rx_b32_plain_cqes_ns", plain.ns);
+    metric("rx_b32_plain_cqes_ratio", plain.ratio);
+    metric("rx_b32_plain_over_compressed", plain.ns / r32.ns);
     metric("rx_b1_over_b32", rx[&1].ns / rx[&32].ns);
     metric("rx_b32_over_shared_ring", rx[&32].ns / shared_baseline);
 
@@ -734,9 +750,12 @@ fn lone_packets(count: u64) -> Result<Run, String> {
     Ok(run)
 }
 
-fn rx_run(burst: usize, rounds: usize) -> Result<Run, String> {
-    let ((pa, (mut txa, rxa)), (pb, (txb, mut rxb)), _a, b) =
-        pair(ExecMode::Threaded, &config(InlineMode::Headers))?;
+fn rx_run(burst: usize, rounds: usize, compression: bool) -> Result<Run, String> {
+    let config = PortConfig {
+        rx_cqe_compression: compression,
+        ..config(InlineMode::Headers)
+    };
+    let ((pa, (mut txa, rxa)), (pb, (txb, mut rxb)), _a, b) = pair(ExecMode::Threaded, &config)?;
     let mut frame = Vec::new();
     build(&mut frame, 64, 0, 0);
     let mut batch = Vec::with_capacity(ROUND);
