@@ -432,14 +432,25 @@ impl Wire {
     /// buffer rather than copied into, and the wire keeps the old allocation for a later frame,
     /// so passing the same `Vec` every time allocates nothing.
     pub fn receive(&self, port: PortId, buf: &mut Vec<u8>) -> Result<bool, WireError> {
+        Ok(self.receive_next(port, buf)?.is_some())
+    }
+
+    /// As [`Wire::receive`], returning how many frames are still queued after the one taken
+    /// (`Ok(None)` if none was queued), so a receiver knows a burst has ended without asking
+    /// again.
+    pub fn receive_next(
+        &self,
+        port: PortId,
+        buf: &mut Vec<u8>,
+    ) -> Result<Option<usize>, WireError> {
         let p = self.port(port)?;
         let mut queue = p.lock();
         let Some(mut frame) = queue.frames.pop_front() else {
-            return Ok(false);
+            return Ok(None);
         };
         std::mem::swap(buf, &mut frame);
         queue.recycle(frame, self.fifo_capacity);
-        Ok(true)
+        Ok(Some(queue.frames.len()))
     }
 
     /// Takes the oldest frame queued at `port`, copying it into `out`, and returns the frame's

@@ -633,16 +633,15 @@ fn pump_rx_from(shared: &Shared, link: &Link) {
     let own = link.wire.port_count() == 1;
     // One pump at a time takes the function's frames, so they are received in wire order.
     let mut frame = lock(&shared.rx_frame);
-    let mut received = false;
-    while let Ok(true) = link.wire.receive(link.port, &mut frame) {
+    while let Ok(Some(left)) = link.wire.receive_next(link.port, &mut frame) {
         let mut core = lock(&shared.core);
         engine::rq::receive(&mut core, &frame, own);
-        received = true;
-    }
-    if received {
-        // The pass found the wire empty: the compressed sessions it opened close now, as a
-        // device's close when no further completion comes soon.
-        engine::cq::flush_all(&mut lock(&shared.core));
+        if left == 0 {
+            // The wire is empty for now: the compressed sessions this pass opened close, as a
+            // device's do when no further completion comes soon. A lone frame's completion is
+            // thus written as soon as it would be without compression.
+            engine::cq::flush_all(&mut core);
+        }
     }
 }
 
