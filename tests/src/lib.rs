@@ -63,3 +63,18 @@ pub fn send_and_receive(
     while rx.rx_burst(&mut got, 64) > 0 {}
     got.len()
 }
+
+/// Sends every buffer of `batch` on `tx`, retrying what a full ring refuses; panics (naming
+/// how many are left) when 1,000 bursts do not drain it.
+pub fn send_all(
+    tx: &mut cxdirect::TxQueue<cxdirect_apps::emulated::EmuBackend>,
+    batch: &mut Vec<cxdirect::Mbuf>,
+) {
+    for _ in 0..1000 {
+        if batch.is_empty() {
+            return;
+        }
+        tx.tx_burst(batch);
+    }
+    panic!("send stalled with {} frames left", batch.len());
+}

@@ -89,12 +89,7 @@ pub(crate) fn post_receive(
     if !joins {
         flush(core, cqn);
     }
-    let Some(compression) = core
-        .res
-        .cqs
-        .get_mut(cqn)
-        .and_then(|cq| cq.compression.as_mut())
-    else {
+    let Some(compression) = compression_of(core, cqn) else {
         return Err(CqFault::Missing);
     };
     compression.held.push(*cqe);
@@ -108,6 +103,14 @@ pub(crate) fn post_receive(
     Ok(())
 }
 
+/// CQ `cqn`'s compression state, when it exists and compresses.
+fn compression_of(core: &mut Core, cqn: u32) -> Option<&mut Compression> {
+    core.res
+        .cqs
+        .get_mut(cqn)
+        .and_then(|cq| cq.compression.as_mut())
+}
+
 /// Writes every session the receive pass left open (call when a pass ends, before a command
 /// runs, before a CQ is armed).
 pub(crate) fn flush_all(core: &mut Core) {
@@ -119,12 +122,7 @@ pub(crate) fn flush_all(core: &mut Core) {
 /// Writes CQ `cqn`'s open session, if any: one completion as a plain CQE; more as a title CQE
 /// followed by mini-CQE arrays.
 pub(crate) fn flush(core: &mut Core, cqn: u32) {
-    let Some(compression) = core
-        .res
-        .cqs
-        .get_mut(cqn)
-        .and_then(|cq| cq.compression.as_mut())
-    else {
+    let Some(compression) = compression_of(core, cqn) else {
         return;
     };
     if compression.held.is_empty() {
@@ -149,12 +147,7 @@ pub(crate) fn flush(core: &mut Core, cqn: u32) {
         }
     }
     held.clear();
-    if let Some(compression) = core
-        .res
-        .cqs
-        .get_mut(cqn)
-        .and_then(|cq| cq.compression.as_mut())
-    {
+    if let Some(compression) = compression_of(core, cqn) {
         compression.held = held;
     }
 }
