@@ -158,9 +158,31 @@ struct Session {
     count: u32,
     /// Completions handed out so far.
     taken: u32,
+    /// The title's WQE counter: completion `taken` is for WQE `first_counter + taken`.
+    first_counter: u16,
 }
 
 impl Session {
+    /// A session of `count` completions whose title (at consumer index `start`) is `title`
+    /// and first mini-CQE array `minis`.
+    fn new(title: Cqe, minis: Cqe, start: u32, count: u32) -> Self {
+        let mut words = title.words;
+        // Every completion is handed out in the plain format.
+        let tail = words[7].to_ne_bytes();
+        words[7] = put_high_half(
+            words[7],
+            [tail[4], tail[5], tail[6], tail[7] & !FORMAT_MASK],
+        );
+        Self {
+            title: words,
+            minis: minis.words,
+            start,
+            count,
+            taken: 0,
+            first_counter: title.wqe_counter(),
+        }
+    }
+
     /// The completion `taken` as a plain CQE.
     #[inline(always)]
     fn current(&self) -> Cqe {
@@ -170,17 +192,13 @@ impl Session {
         // its last four the byte count (0x2c..0x30).
         words[1] = put_high_half(words[1], [mini[0], mini[1], mini[2], mini[3]]);
         words[5] = put_high_half(words[5], [mini[4], mini[5], mini[6], mini[7]]);
-        let first = u16::from_be_bytes([self.title_byte(0x3c), self.title_byte(0x3d)]);
-        let counter = first.wrapping_add(self.taken as u16).to_be_bytes();
-        let op_own = self.title_byte(0x3f) & !FORMAT_MASK;
-        let signature = self.title_byte(0x3e);
-        words[7] = put_high_half(words[7], [counter[0], counter[1], signature, op_own]);
+        let counter = self
+            .first_counter
+            .wrapping_add(self.taken as u16)
+            .to_be_bytes();
+        let tail = words[7].to_ne_bytes();
+        words[7] = put_high_half(words[7], [counter[0], counter[1], tail[6], tail[7]]);
         Cqe::from_words(words)
-    }
-
-    #[inline(always)]
-    fn title_byte(&self, at: usize) -> u8 {
-        self.title[at / 8].to_ne_bytes()[at % 8]
     }
 }
 
@@ -376,13 +394,7 @@ impl CqRing {
             bytes[CQE_SIZE - 1] = (CqeOpcode::Invalid as u8) << 4 | self.owner_for(self.ci);
             return Cqe::from_bytes(bytes);
         };
-        let session = Session {
-            title: title.words,
-            minis: minis.words,
-            start: self.ci,
-            count,
-            taken: 0,
-        };
+        let session = Session::new(title, minis, self.ci, count);
         self.session = Some(session);
         session.current()
     }

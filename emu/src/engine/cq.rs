@@ -7,8 +7,8 @@ use crate::faults::Fault;
 use crate::fw::objects::CqArm;
 use crate::fw::Core;
 use cxdirect_hw::cqe::{
-    cqe_format, mini_array_slot, mini_cqe_res_format, CqeOpcode, CQE_SIZE, MINI_CQES_PER_SLOT,
-    MINI_CQE_SIZE,
+    cqe_format, mini_array_slot, mini_cqe_res_format, Cqe64, CqeOpcode, CQE_SIZE,
+    MINI_CQES_PER_SLOT, MINI_CQE_SIZE,
 };
 use cxdirect_hw::eqe::{cq_error, EventType};
 
@@ -137,7 +137,7 @@ pub(crate) fn flush(core: &mut Core, cqn: u32) {
     } else {
         write_session(core, cqn, &held, format)
     };
-    let qpn = u32::from_be_bytes([0, held[0][0x39], held[0][0x3a], held[0][0x3b]]);
+    let qpn = Cqe64::new(&held[0][..]).map_or(0, |c| c.qpn());
     match written {
         Ok(()) => core.queue_counters.get_mut(QueueKind::Rq, qpn).cqes += count as u64,
         Err(_) => {
