@@ -202,6 +202,34 @@ impl Session {
     }
 }
 
+/// Completions of a compressed session that share one mini-CQE array
+/// ([`CqRing::mini_run`]). They differ from [`MiniRun::first`] only in byte count, RSS hash
+/// and WQE counter (consecutive), so a queue checks the first one in full and the rest by
+/// their byte counts.
+#[derive(Clone, Copy)]
+pub(crate) struct MiniRun {
+    /// The run's first completion as a plain CQE.
+    pub first: Cqe,
+    minis: [u64; MINI_CQES_PER_SLOT as usize],
+    /// Where the run starts in `minis` (0..8).
+    from: usize,
+    /// Completions in the run (1..=8).
+    pub len: usize,
+}
+
+impl MiniRun {
+    /// Byte count (the device's word, unchecked) and RSS hash of completion `i` of the run
+    /// (`i < len`; the hash means something only when the title's hash type is non-zero).
+    #[inline(always)]
+    pub fn byte_cnt_and_hash(&self, i: usize) -> (u32, u32) {
+        let mini = self.minis[(self.from + i) % MINI_CQES_PER_SLOT as usize].to_ne_bytes();
+        (
+            u32::from_be_bytes([mini[4], mini[5], mini[6], mini[7]]),
+            u32::from_be_bytes([mini[0], mini[1], mini[2], mini[3]]),
+        )
+    }
+}
+
 /// `word` (memory order) with its bytes 4..8 replaced.
 #[inline(always)]
 fn put_high_half(word: u64, half: [u8; 4]) -> u64 {
@@ -402,27 +430,51 @@ impl CqRing {
     #[inline]
     pub(crate) fn consume(&mut self) {
         if self.session.is_some() {
-            self.consume_mini();
+            self.consume_run(1);
+        } else {
+            self.ci = self.ci.wrapping_add(1);
         }
-        self.ci = self.ci.wrapping_add(1);
     }
 
-    /// Consumes one completion of the open session. Its slot is given back for the device's
-    /// next pass: the device writes only the title and the mini-CQE arrays, so every slot a
-    /// session covered gets an INVALID opcode with this pass's owner bit, which the next
-    /// pass (expecting the other owner) reads as not yet written. This happens before the
-    /// doorbell record tells the device the slot is free.
+    /// The next completions of the open compressed session, at most `max` (at least 1) and
+    /// never past the end of the mini-CQE array they are in; `None` when no session is open.
+    /// They are consumed with [`CqRing::consume_run`].
+    #[inline(always)]
+    pub(crate) fn mini_run(&self, max: usize) -> Option<MiniRun> {
+        let session = self.session.as_ref()?;
+        let from = session.taken % MINI_CQES_PER_SLOT;
+        let left_in_array = MINI_CQES_PER_SLOT - from;
+        let len = left_in_array.min(session.count - session.taken) as usize;
+        Some(MiniRun {
+            first: session.current(),
+            minis: session.minis,
+            from: from as usize,
+            len: len.min(max.max(1)),
+        })
+    }
+
+    /// Consumes `n` completions of the open session (at most the length of the last
+    /// [`CqRing::mini_run`]; 1 when the session's completion came from [`CqRing::peek`]).
+    /// Their slots are given back for the device's next pass: the device writes only the title
+    /// and the mini-CQE arrays, so every slot a session covered gets an INVALID opcode with
+    /// this pass's owner bit, which the next pass (expecting the other owner) reads as not yet
+    /// written. This happens before the doorbell record tells the device the slots are free.
     #[inline]
-    fn consume_mini(&mut self) {
-        let offset = self.slot_offset(self.ci) + CQE_SIZE - 1;
-        let invalid = (CqeOpcode::Invalid as u8) << 4 | self.owner_for(self.ci);
-        let _ = self.region.write(offset, &[invalid]);
-        self.mini_cqes += 1;
+    pub(crate) fn consume_run(&mut self, n: u32) {
         let Some(session) = &mut self.session else {
             return;
         };
-        session.taken += 1;
-        if session.taken == session.count {
+        let mask = (1u32 << self.log_size) - 1;
+        for k in 0..n {
+            let index = self.ci.wrapping_add(k);
+            let offset = (index & mask) as usize * CQE_SIZE + CQE_SIZE - 1;
+            let invalid = (CqeOpcode::Invalid as u8) << 4 | ((index >> self.log_size) & 1) as u8;
+            let _ = self.region.write(offset, &[invalid]);
+        }
+        self.ci = self.ci.wrapping_add(n);
+        self.mini_cqes += u64::from(n);
+        session.taken += n;
+        if session.taken >= session.count {
             self.session = None;
             return;
         }
@@ -432,10 +484,9 @@ impl CqRing {
             let slot = session
                 .start
                 .wrapping_add(cqe::mini_array_slot(session.taken));
-            let offset = (slot & ((1 << self.log_size) - 1)) as usize * CQE_SIZE;
             session.minis = self
                 .region
-                .read_words(offset)
+                .read_words((slot & mask) as usize * CQE_SIZE)
                 .unwrap_or([0; MINI_CQES_PER_SLOT as usize]);
         }
     }

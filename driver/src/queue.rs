@@ -5,7 +5,7 @@
 
 use crate::backend::Backend;
 pub(crate) use crate::cq::CqRing;
-use crate::cq::Cqe;
+use crate::cq::{Cqe, MiniRun};
 use crate::error::DriverError;
 use crate::mempool::{Mbuf, Mempool, OffloadFlags};
 use crate::rxirq::{self, CompletionInterrupt};
@@ -459,6 +459,13 @@ pub(crate) fn rx_flags(c: &Cqe) -> OffloadFlags {
     }
 }
 
+/// What [`RxQueue::receive_run`] took: packets accepted and their bytes.
+#[derive(Default)]
+struct RunTaken {
+    accepted: usize,
+    bytes: u64,
+}
+
 /// A receive ring slot with no buffer posted in it.
 pub(crate) const EMPTY_SLOT: u32 = u32::MAX;
 
@@ -556,7 +563,17 @@ impl<B: Backend> RxQueue<B> {
         let minis_before = self.cq.mini_cqes;
         let room = self.pool.data_room();
         let mut received_bytes = 0u64;
-        while got < max.min(MAX_BURST) {
+        let limit = max.min(MAX_BURST);
+        while got < limit {
+            if let Some(run) = self.cq.mini_run(limit - got) {
+                let taken = self.receive_run(&run, room, out);
+                got += taken.accepted;
+                received_bytes += taken.bytes;
+                if self.in_error {
+                    break;
+                }
+                continue;
+            }
             let Some(c) = self.cq.peek() else { break };
             self.cq.consume();
             self.stats.cqes += 1;
@@ -609,6 +626,62 @@ impl<B: Backend> RxQueue<B> {
             self.refill();
         }
         got
+    }
+
+    /// Receives the completions of `run` (one mini-CQE array of a compressed session) onto
+    /// `out`: what they share is checked once, on the first, as a plain CQE is checked; each
+    /// one's byte count and buffer on its own. Consumes what it looked at; a refusal sets
+    /// `in_error` as [`RxQueue::receive`] does.
+    #[inline(always)]
+    fn receive_run(&mut self, run: &MiniRun, room: u32, out: &mut Vec<Mbuf>) -> RunTaken {
+        let mut taken = RunTaken::default();
+        let first = &run.first;
+        let posted = usize::from(self.pi.wrapping_sub(self.ci));
+        if first.wqe_counter() != self.ci
+            || first.qpn() != self.rqn
+            || !first.is_receive_ok()
+            || posted == 0
+        {
+            self.cq.consume_run(1);
+            self.stats.cqes += 1;
+            self.stats.bad_cqes += 1;
+            self.in_error = true;
+            return taken;
+        }
+        let flags = rx_flags(first);
+        let hashed = flags.rx_rss_hash.is_some();
+        let mut looked = 0;
+        // More completions than posted buffers: the ones past the last buffer are refused on
+        // the next run, as the plain path refuses them one by one.
+        for i in 0..run.len.min(posted) {
+            looked += 1;
+            let (bytes, hash) = run.byte_cnt_and_hash(i);
+            let slot = usize::from(self.ci & self.mask());
+            self.ci = self.ci.wrapping_add(1);
+            let index = std::mem::replace(&mut self.slots[slot], EMPTY_SLOT);
+            if index == EMPTY_SLOT {
+                self.stats.bad_cqes += 1;
+                self.in_error = true;
+                break;
+            }
+            if bytes > room || bytes == 0 {
+                // As in `receive`: the buffer stays posted until recovery flushes it.
+                self.slots[slot] = index;
+                self.stats.bad_cqes += 1;
+                self.in_error = true;
+                break;
+            }
+            taken.bytes += u64::from(bytes);
+            let flags = OffloadFlags {
+                rx_rss_hash: hashed.then_some(hash),
+                ..flags
+            };
+            out.push(self.pool.adopt(index, bytes, flags));
+            taken.accepted += 1;
+        }
+        self.cq.consume_run(looked as u32);
+        self.stats.cqes += looked as u64;
+        taken
     }
 
     /// True once the device completed a receive in error or wrote a completion the driver
