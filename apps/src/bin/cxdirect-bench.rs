@@ -371,7 +371,7 @@ fn real_main() -> Result<(), String> {
                 poll_window: poll,
                 ..EmuConfig::default()
             };
-            let (p50, p99) = driver_pingpong(model, fast, iterations)?;
+            let (p50, p99) = driver_pingpong(model, fast, true, iterations)?;
             println!(
                 "driver, model {exec_name}, {label}: p50 {p50} ns, p99 {p99} ns, p50/shm {:.1}",
                 p50 as f64 / shm.0.max(1) as f64
@@ -387,6 +387,27 @@ fn real_main() -> Result<(), String> {
             }
         }
     }
+
+    // A lone frame's completion is one plain CQE either way; this row shows what keeping
+    // compression on costs a round trip, the two measured back to back.
+    let polling = EmuConfig {
+        exec: ExecMode::Threaded,
+        poll_window: POLL_WINDOW,
+        ..EmuConfig::default()
+    };
+    let compressed = driver_pingpong(polling.clone(), true, true, iterations)?;
+    let plain = driver_pingpong(polling, true, false, iterations)?;
+    println!(
+        "driver, model polling, inline+blueflame, CQE compression on then off: p50 {} ns vs {} ns, on/off {:.2}",
+        compressed.0,
+        plain.0,
+        compressed.0 as f64 / plain.0.max(1) as f64
+    );
+    metric("pingpong_polling_fast_plain_cqes_p50_ns", plain.0 as f64);
+    metric(
+        "pingpong_compressed_over_plain_cqes",
+        compressed.0 as f64 / plain.0.max(1) as f64,
+    );
 
     println!(
         "\n# end to end (tx on port 0, rx on port 1, one driver thread, burst 32, headers inline)"
@@ -880,9 +901,16 @@ fn shm_pingpong(iterations: usize) -> (u64, u64) {
     percentiles(rtts)
 }
 
-/// Port 0 sends one packet, port 1 echoes it, port 0 times the round trip.
-fn driver_pingpong(model: EmuConfig, fast: bool, iterations: usize) -> Result<(u64, u64), String> {
+/// Port 0 sends one packet, port 1 echoes it, port 0 times the round trip; `fast`: full inline
+/// and BlueFlame; `compression`: receive CQs with CQE compression.
+fn driver_pingpong(
+    model: EmuConfig,
+    fast: bool,
+    compression: bool,
+    iterations: usize,
+) -> Result<(u64, u64), String> {
     let config = PortConfig {
+        rx_cqe_compression: compression,
         ring_size: 256,
         pool_buffers: 2048,
         inline: if fast {
