@@ -36,7 +36,8 @@ const USAGE: &str =
     "usage: cxdirect-bench [--rounds N] [--iterations N] [--callgrind [--packets N]]
   --rounds N      timed rounds of 256 packets per configuration (default 200)
   --iterations N  ping-pong round trips per variant (default 5000)
-  --only tx|rx    measure one path only (for profiling)
+  --only tx|rx|model
+                  measure one path only (for profiling; model: the end-to-end runs)
   --callgrind     io forwarding between the two ports for --packets (default 200000), for
                   valgrind --tool=callgrind; prints `forwarded=N`";
 
@@ -198,10 +199,13 @@ fn real_main() -> Result<(), String> {
         return Err("--rounds must be at least 5 and --iterations at least 100".into());
     }
     let only = args.get("only").unwrap_or("all").to_string();
-    if !["all", "tx", "rx"].contains(&only.as_str()) {
+    if !["all", "tx", "rx", "model"].contains(&only.as_str()) {
         return Err(format!(
-            "--only `{only}`: use tx or rx (for profiling one path)"
+            "--only `{only}`: use tx, rx or model (for profiling one path)"
         ));
+    }
+    if only == "model" {
+        return end_to_end(rounds);
     }
     let mhz = cpu_mhz();
     println!("# cxdirect-bench: emulated pair, model threaded unless noted; CPU clock {mhz:.0} MHz (cycles = ns x clock)");
@@ -409,21 +413,7 @@ fn real_main() -> Result<(), String> {
         compressed.0 as f64 / plain.0.max(1) as f64,
     );
 
-    println!(
-        "\n# end to end (tx on port 0, rx on port 1, one driver thread, burst 32, headers inline)"
-    );
-    let (inline_e2e, model_ns) = e2e_ns(ExecMode::Inline, rounds)?;
-    let (threaded_e2e, _) = e2e_ns(ExecMode::Threaded, rounds)?;
-    // With inline execution the model runs inside the driver's doorbells, timed there.
-    println!(
-        "model inline: {:.3} Mpps end to end, the model's own share {model_ns:.0} ns/pkt = {:.3} Mpps; model threaded: {:.3} Mpps end to end",
-        1e3 / inline_e2e,
-        1e3 / model_ns,
-        1e3 / threaded_e2e
-    );
-    metric("model_mpps", 1e3 / model_ns);
-    metric("e2e_inline_mpps", 1e3 / inline_e2e);
-    metric("e2e_threaded_mpps", 1e3 / threaded_e2e);
+    end_to_end(rounds)?;
 
     let bringup = bringup_ms()?;
     println!("\nbring-up of an emulated function: {bringup:.2} ms (median of 5; the model's firmware takes 2 ms)");
@@ -823,6 +813,26 @@ fn rx_run(burst: usize, rounds: usize, compression: bool) -> Result<Run, String>
 /// Wall time per packet sending on port 0 and receiving on port 1 from one thread, and the time
 /// per packet spent inside port 0's doorbells (with inline execution: the model's own work, its
 /// send and the receive on port 1); medians over the rounds.
+/// The end-to-end section: both directions through the model, inline and on its own thread.
+fn end_to_end(rounds: usize) -> Result<(), String> {
+    println!(
+        "\n# end to end (tx on port 0, rx on port 1, one driver thread, burst 32, headers inline)"
+    );
+    let (inline_e2e, model_ns) = e2e_ns(ExecMode::Inline, rounds)?;
+    let (threaded_e2e, _) = e2e_ns(ExecMode::Threaded, rounds)?;
+    // With inline execution the model runs inside the driver's doorbells, timed there.
+    println!(
+        "model inline: {:.3} Mpps end to end, the model's own share {model_ns:.0} ns/pkt = {:.3} Mpps; model threaded: {:.3} Mpps end to end",
+        1e3 / inline_e2e,
+        1e3 / model_ns,
+        1e3 / threaded_e2e
+    );
+    metric("model_mpps", 1e3 / model_ns);
+    metric("e2e_inline_mpps", 1e3 / inline_e2e);
+    metric("e2e_threaded_mpps", 1e3 / threaded_e2e);
+    Ok(())
+}
+
 fn e2e_ns(exec: ExecMode, rounds: usize) -> Result<(f64, f64), String> {
     let cfg = EmuConfig {
         exec,
