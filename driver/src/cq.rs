@@ -244,8 +244,13 @@ const FORMAT_MASK: u8 = 0x0c;
 /// Byte of an error CQE that holds its syndrome.
 pub(crate) const ERR_CQE_SYNDROME: usize = 0x37;
 
-/// Empty polls after which a CQ looks one slot ahead for an entry the device skipped.
+/// Empty polls after which a CQ looks ahead for an entry the device skipped.
 const GAP_CHECK_POLLS: u32 = 256;
+
+/// How many slots past the consumer index a compressed CQ looks for a later entry (see
+/// [`CqRing::skipped_entry`]): room for a session of up to 127 completions (the model writes
+/// at most 64, its `cqe_compression_max_num`) and the entry after it.
+const COMPRESSED_LOOK_AHEAD: u32 = 128;
 
 /// How long a compressed CQ sees the next slot written and the one at the consumer index not
 /// before it calls that entry skipped (see [`CqRing::skipped_entry`]). Generous, because an
@@ -325,10 +330,10 @@ impl CqRing {
     /// An entry whose owner bit says the device wrote it this pass but whose opcode is INVALID
     /// is returned as it is (opcode INVALID): the device never writes that, so the queue
     /// refuses it and stops for recovery instead of waiting on that slot for good. Every
-    /// [`GAP_CHECK_POLLS`] empty polls the ring also looks one slot ahead: a written entry
-    /// there behind a slot that is still not written means the device skipped (or damaged the
-    /// owner bit of) the one at the consumer index, which is then returned with its opcode
-    /// set to INVALID for the same refusal.
+    /// [`GAP_CHECK_POLLS`] empty polls the ring also looks ahead: a written entry there behind
+    /// a slot that is still not written means the device skipped (or damaged the owner bit of)
+    /// the one at the consumer index, which is then returned with its opcode set to INVALID
+    /// for the same refusal (see [`CqRing::skipped_entry`]).
     ///
     /// A CQE in the compressed format opens a session: its completions are then returned one
     /// by one (see [`Session`]) until the session is consumed.
@@ -366,8 +371,11 @@ impl CqRing {
         self.peek().or_else(|| self.skipped_entry(false))
     }
 
-    /// The entry at the consumer index, marked INVALID, when the device has written the next
-    /// one but not this one.
+    /// The entry at the consumer index, marked INVALID, when the device has written a later
+    /// one but not this one: the next slot on a plain CQ; on a compressed CQ any of the next
+    /// [`COMPRESSED_LOOK_AHEAD`] slots, because behind a title whose owner bit is damaged the
+    /// device moves on past the whole session (and its mini-CQE array slots carry no owner
+    /// bit of their own).
     ///
     /// On a compressed CQ that state is also legal for a moment: the device writes a session's
     /// mini-CQE arrays (the first one in the next slot) before its title, which publishes
@@ -375,8 +383,17 @@ impl CqRing {
     /// [`GAP_PATIENCE`], far longer than any device takes between those writes.
     #[cold]
     fn skipped_entry(&mut self, patient: bool) -> Option<Cqe> {
-        let next = self.ci.wrapping_add(1);
-        if !cqe::sw_owns(self.op_own_at(next)?, next, self.log_size) {
+        let ahead = if self.compressed {
+            COMPRESSED_LOOK_AHEAD.min((1 << self.log_size) - 1)
+        } else {
+            1
+        };
+        let written_ahead = (1..=ahead).any(|k| {
+            let index = self.ci.wrapping_add(k);
+            self.op_own_at(index)
+                .is_some_and(|op_own| cqe::sw_owns(op_own, index, self.log_size))
+        });
+        if !written_ahead {
             self.gap_since = None;
             return None;
         }
@@ -393,8 +410,19 @@ impl CqRing {
         if cqe::sw_owns(self.op_own_at(self.ci)?, self.ci, self.log_size) {
             return self.copy(self.ci);
         }
+        // On a compressed CQ the skipped entry may have been a session's title: how many slots
+        // the device moved past is unknown, so only a new CQ puts the queue back in step.
+        if self.compressed {
+            self.lost_place = true;
+        }
+        let invalid = (CqeOpcode::Invalid as u8) << 4 | self.owner_for(self.ci);
         let mut bytes = self.copy(self.ci)?.to_bytes();
-        bytes[CQE_SIZE - 1] = (CqeOpcode::Invalid as u8) << 4 | self.owner_for(self.ci);
+        bytes[CQE_SIZE - 1] = invalid;
+        // The damaged owner bit is the next pass's: marked in the ring too, the slot cannot
+        // pass for a later entry when the ring looks ahead from the end of this pass.
+        let _ = self
+            .region
+            .write(self.slot_offset(self.ci) + CQE_SIZE - 1, &[invalid]);
         Some(Cqe::from_bytes(bytes))
     }
 

@@ -554,6 +554,18 @@ impl<B: Backend> RxQueue<B> {
         got
     }
 
+    /// Stops the queue on a completion it refuses, until recovery. On a compressed CQ the
+    /// refused completion may belong to a session whose title lied about its size, so where the
+    /// device writes next is unknown: recovery then creates the CQ again.
+    #[cold]
+    fn refuse(&mut self) {
+        self.stats.bad_cqes += 1;
+        self.in_error = true;
+        if self.cq.compressed {
+            self.cq.lost_place = true;
+        }
+    }
+
     fn receive(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
         if self.in_error {
             return 0;
@@ -580,16 +592,14 @@ impl<B: Backend> RxQueue<B> {
             // A cyclic RQ completes in order: the counter must name the oldest posted WQE.
             if c.wqe_counter() != self.ci || c.qpn() != self.rqn || self.pi == self.ci {
                 // Out of step with the device: stop until recovery resets the ring.
-                self.stats.bad_cqes += 1;
-                self.in_error = true;
+                self.refuse();
                 break;
             }
             let slot = usize::from(self.ci & self.mask());
             self.ci = self.ci.wrapping_add(1);
             let index = std::mem::replace(&mut self.slots[slot], EMPTY_SLOT);
             if index == EMPTY_SLOT {
-                self.stats.bad_cqes += 1;
-                self.in_error = true;
+                self.refuse();
                 break;
             }
             if c.is_error() {
@@ -607,8 +617,7 @@ impl<B: Backend> RxQueue<B> {
                 // the device may still write it, so it stays posted until recovery has moved
                 // the RQ to RST and flushes it.
                 self.slots[slot] = index;
-                self.stats.bad_cqes += 1;
-                self.in_error = true;
+                self.refuse();
                 break;
             }
             received_bytes += u64::from(bytes);
@@ -644,8 +653,7 @@ impl<B: Backend> RxQueue<B> {
         {
             self.cq.consume_run(1);
             self.stats.cqes += 1;
-            self.stats.bad_cqes += 1;
-            self.in_error = true;
+            self.refuse();
             return taken;
         }
         let flags = rx_flags(first);
@@ -660,15 +668,13 @@ impl<B: Backend> RxQueue<B> {
             self.ci = self.ci.wrapping_add(1);
             let index = std::mem::replace(&mut self.slots[slot], EMPTY_SLOT);
             if index == EMPTY_SLOT {
-                self.stats.bad_cqes += 1;
-                self.in_error = true;
+                self.refuse();
                 break;
             }
             if bytes > room || bytes == 0 {
                 // As in `receive`: the buffer stays posted until recovery flushes it.
                 self.slots[slot] = index;
-                self.stats.bad_cqes += 1;
-                self.in_error = true;
+                self.refuse();
                 break;
             }
             taken.bytes += u64::from(bytes);

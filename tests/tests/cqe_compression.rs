@@ -197,8 +197,8 @@ fn a_mini_cqe_with_an_impossible_byte_count_stops_the_queue_at_that_completion()
 
     let r = b.0.recover_rx(&mut b.1 .1[0]).unwrap();
     assert!(
-        !r.cq_recreated,
-        "the session's size was plausible: the CQ stays"
+        r.cq_recreated,
+        "a session with a refused completion may have lied about its size: {r:?}"
     );
     assert_eq!(r.drained_cqes, 5, "the rest of the session");
     assert_eq!(
@@ -316,4 +316,73 @@ fn compressed_completions_carry_each_frames_own_hash_and_the_titles_offload_resu
     assert!(results[0]
         .iter()
         .all(|(_, f)| f.rx_ip_csum_good && f.rx_l4_csum_good && f.rx_l3_type == 2));
+}
+
+#[test]
+fn a_title_with_the_wrong_owner_bit_is_noticed_and_the_cq_rebuilt() {
+    // The title reads as not yet written while a completion behind the session reads as
+    // written: after the compressed CQ's patience the slot is called skipped. How many slots
+    // the device moved past is then unknown, so recovery must create the CQ again: keeping it,
+    // the queue would wait at the slot after the title while the device writes past the
+    // session.
+    let (mut a, mut b, mb) = pair(small_port());
+    let cqn = b.1 .1[0].cqn();
+    let title_op_own = (2u8 << 4) | (3 << 2); // receive, compressed format, first pass
+    mb.inject(Fault::CorruptSession {
+        cqn,
+        slot: 0,
+        patch: vec![(63, title_op_own | 1)],
+    });
+    send(&mut a, 0, 8);
+    // Nothing after the title reads as written yet (the array's last byte, a byte count, says
+    // owner 1): the queue can only wait. The next frame's completion, written past the
+    // session, shows the title was skipped.
+    let mut got = Vec::new();
+    b.1 .1[0].rx_burst(&mut got, 64);
+    send(&mut a, 8, 1);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !b.1 .1[0].in_error() && std::time::Instant::now() < deadline {
+        b.1 .1[0].rx_burst(&mut got, 64);
+    }
+    assert!(
+        got.is_empty(),
+        "{} frames from a session it cannot place",
+        got.len()
+    );
+    assert!(b.1 .1[0].in_error(), "the skipped title was not noticed");
+    let r = b.0.recover_rx(&mut b.1 .1[0]).unwrap();
+    assert!(r.cq_recreated, "{r:?}");
+    send(&mut a, 100, 20);
+    let got = receive(&mut b, 64);
+    assert_eq!(got.len(), 20, "{:?}", b.1 .1[0].stats());
+    check_frames(&got, 100);
+    drop(got);
+    close_balanced(a, b);
+}
+
+#[test]
+fn a_title_overstating_its_session_is_refused_where_its_arrays_run_out_and_the_cq_rebuilt() {
+    // A title claiming 44 completions for a session of 8: the ninth reads a mini-CQE array
+    // the device never wrote, whose byte count the queue refuses. The device's next entry is
+    // at slot 8, the driver's would be at 44: only a new CQ puts them back in step.
+    let (mut a, mut b, mb) = pair(small_port());
+    let cqn = b.1 .1[0].cqn();
+    mb.inject(Fault::CorruptSession {
+        cqn,
+        slot: 0,
+        patch: vec![(0x2f, 44)],
+    });
+    send(&mut a, 0, 8);
+    let got = receive(&mut b, 64);
+    assert_eq!(got.len(), 8, "the eight the device wrote");
+    check_frames(&got, 0);
+    assert!(b.1 .1[0].in_error());
+    let r = b.0.recover_rx(&mut b.1 .1[0]).unwrap();
+    assert!(r.cq_recreated, "{r:?}");
+    send(&mut a, 100, 20);
+    let more = receive(&mut b, 64);
+    assert_eq!(more.len(), 20, "{:?}", b.1 .1[0].stats());
+    check_frames(&more, 100);
+    drop((got, more));
+    close_balanced(a, b);
 }

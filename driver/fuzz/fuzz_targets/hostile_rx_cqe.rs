@@ -6,11 +6,14 @@
 //! two packets handed out share a buffer.
 //!
 //! Input: byte 0: bit 0 picks the CQ (0: B's receive CQ, 1: A's send CQ), bits 3:1 the number
-//! of frames (1..=8); byte 1: frames sent before the fault is armed; then (offset, value) pairs
-//! (up to 8) overwriting CQE bytes (offset mod 64).
+//! of frames (1..=8), bit 4 (receive CQ only) damages the next compressed session instead of the
+//! next CQE, bit 5 then picks its slot (0: the title, 1: the mini-CQE array); byte 1: frames
+//! sent before the fault is armed; then (offset, value) pairs (up to 8) overwriting CQE bytes
+//! (offset mod 64). A session fault still armed after the probe (no session was written: the
+//! frames came one at a time) goes with the pair, which is built again.
 //!
-//! A clean probe frame follows every input. A queue that neither delivers it nor reports an
-//! error has stalled without telling: that is printed (the first five, or all with
+//! A clean probe frame follows every input (polled for up to a second when it does not arrive
+//! at once). A queue that neither delivers it nor reports an error has stalled without telling: that is printed (the first five, or all with
 //! `CXDIRECT_FUZZ_STALL_LOG=1`; a crash with `CXDIRECT_FUZZ_STALL_PANICS=1`, to minimise it), and
 //! the pair is built again.
 
@@ -24,7 +27,7 @@ use libfuzzer_sys::fuzz_target;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 struct Pair {
     model_a: Model,
@@ -86,6 +89,10 @@ fn state() -> &'static Mutex<Option<Pair>> {
 }
 
 static STALLS: AtomicU64 = AtomicU64::new(0);
+
+/// How long a probe that has not arrived is polled for: longer than the compressed CQ's wait
+/// before it calls a slot skipped (250 ms).
+const PATIENCE: Duration = Duration::from_secs(1);
 
 impl Pair {
     /// Recovers whichever queue stopped; recovery of a queue whose only fault was a damaged
@@ -194,9 +201,18 @@ fuzz_target!(|data: &[u8]| {
     } else {
         (p.model_b.clone(), p.rxb.cqn())
     };
-    fault.0.inject(Fault::CorruptCqe {
-        cqn: fault.1,
-        patch,
+    let on_session = !on_send_cq && data[0] & 0x10 != 0;
+    fault.0.inject(if on_session {
+        Fault::CorruptSession {
+            cqn: fault.1,
+            slot: u32::from((data[0] >> 5) & 1),
+            patch,
+        }
+    } else {
+        Fault::CorruptCqe {
+            cqn: fault.1,
+            patch,
+        }
     });
     p.send(frames - before_fault, &mut got);
 
@@ -214,10 +230,24 @@ fuzz_target!(|data: &[u8]| {
     // waiting for a completion, is left armed).
     let mut probe = Vec::new();
     p.send(1, &mut probe);
+    if probe.is_empty() && !on_send_cq {
+        // A slot that reads as not written with one written behind it is called skipped only
+        // after the compressed CQ's patience (the device writes a session's arrays before its
+        // title): poll past it, and probe again once the queue was recovered.
+        let deadline = Instant::now() + PATIENCE;
+        let recoveries = p.rxb.stats().recoveries;
+        while probe.is_empty() && Instant::now() < deadline {
+            p.receive(&mut probe);
+            if probe.is_empty() && p.rxb.stats().recoveries != recoveries {
+                p.send(1, &mut probe);
+                break;
+            }
+        }
+    }
     let arrived = !probe.is_empty();
     drop(probe);
     p.check_pools();
-    let stuck_fault = !on_send_cq && p.model_b.faults_pending() > 0;
+    let stuck_fault = !on_send_cq && !on_session && p.model_b.faults_pending() > 0;
     if !arrived || stuck_fault {
         let n = STALLS.fetch_add(1, Ordering::Relaxed) + 1;
         let what = format!(
@@ -232,6 +262,10 @@ fuzz_target!(|data: &[u8]| {
         if n <= 5 || std::env::var_os("CXDIRECT_FUZZ_STALL_LOG").is_some() {
             eprintln!("{what}");
         }
+        *guard = None;
+        return;
+    }
+    if on_session && p.model_b.faults_pending() > 0 {
         *guard = None;
     }
 });
