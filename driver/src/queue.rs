@@ -554,6 +554,21 @@ impl<B: Backend> RxQueue<B> {
         got
     }
 
+    /// Takes the buffer posted at the consumer index (its ring slot and pool index) for the
+    /// completion being read, moving the consumer index on; `None`, with the queue stopped,
+    /// when the device completed a slot with no buffer posted.
+    #[inline(always)]
+    fn take_oldest(&mut self) -> Option<(usize, u32)> {
+        let slot = usize::from(self.ci & self.mask());
+        self.ci = self.ci.wrapping_add(1);
+        let index = std::mem::replace(&mut self.slots[slot], EMPTY_SLOT);
+        if index == EMPTY_SLOT {
+            self.refuse();
+            return None;
+        }
+        Some((slot, index))
+    }
+
     /// Stops the queue on a completion it refuses, until recovery. On a compressed CQ the
     /// refused completion may belong to a session whose title lied about its size, so where the
     /// device writes next is unknown: recovery then creates the CQ again.
@@ -595,13 +610,9 @@ impl<B: Backend> RxQueue<B> {
                 self.refuse();
                 break;
             }
-            let slot = usize::from(self.ci & self.mask());
-            self.ci = self.ci.wrapping_add(1);
-            let index = std::mem::replace(&mut self.slots[slot], EMPTY_SLOT);
-            if index == EMPTY_SLOT {
-                self.refuse();
+            let Some((slot, index)) = self.take_oldest() else {
                 break;
-            }
+            };
             if c.is_error() {
                 // The device moved the RQ to error and is done with this WQE: the buffer goes
                 // back to the pool; the queue waits for recovery.
@@ -664,13 +675,9 @@ impl<B: Backend> RxQueue<B> {
         for i in 0..run.len.min(posted) {
             looked += 1;
             let (bytes, hash) = run.byte_cnt_and_hash(i);
-            let slot = usize::from(self.ci & self.mask());
-            self.ci = self.ci.wrapping_add(1);
-            let index = std::mem::replace(&mut self.slots[slot], EMPTY_SLOT);
-            if index == EMPTY_SLOT {
-                self.refuse();
+            let Some((slot, index)) = self.take_oldest() else {
                 break;
-            }
+            };
             if bytes > room || bytes == 0 {
                 // As in `receive`: the buffer stays posted until recovery flushes it.
                 self.slots[slot] = index;
