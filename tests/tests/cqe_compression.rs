@@ -3,7 +3,7 @@
 //! burst size, across many passes of the ring; it refuses a session whose title or mini-CQEs
 //! carry values it cannot trust, and recovery puts the queue back in step.
 
-use cxdirect::{Mbuf, Port, PortConfig, Queues};
+use cxdirect::{Mbuf, Port, PortConfig, Queues, Recovery};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::{Device as Model, EmuConfig, ExecMode, Fault};
 use cxdirect_tests::setup::{bring_up, small_port};
@@ -70,6 +70,25 @@ fn close_balanced(a: Side, b: Side) {
         pool.capacity(),
         "no buffer lost or doubled"
     );
+}
+
+/// Recovers b's stopped receive queue, which must get a new CQ (where the device writes next
+/// was unknown); returns what recovery did.
+fn recover_with_new_cq(b: &mut Side) -> Recovery {
+    let r = b.0.recover_rx(&mut b.1 .1[0]).unwrap();
+    assert!(
+        r.cq_recreated,
+        "where the device writes next is unknown: {r:?}"
+    );
+    r
+}
+
+/// Sends frames `first..first + count` and checks they all arrive intact.
+fn frames_arrive(a: &mut Side, b: &mut Side, first: u32, count: u32) {
+    send(a, first, count);
+    let got = receive(b, 64);
+    assert_eq!(got.len(), count as usize, "{:?}", b.1 .1[0].stats());
+    check_frames(&got, first);
 }
 
 /// CQE slots the model writes for bursts of `sizes` frames, each burst one session.
@@ -163,17 +182,9 @@ fn a_title_claiming_more_completions_than_the_ring_holds_is_refused_and_the_cq_r
     assert!(q.in_error());
     assert_eq!(q.stats().bad_cqes, 1);
 
-    let r = b.0.recover_rx(&mut b.1 .1[0]).unwrap();
-    assert!(
-        r.cq_recreated,
-        "where the device writes next is unknown: {r:?}"
-    );
+    let r = recover_with_new_cq(&mut b);
     assert_eq!(r.flushed, 64, "every posted buffer, the 8 written ones too");
-    send(&mut a, 100, 20);
-    let got = receive(&mut b, 64);
-    assert_eq!(got.len(), 20);
-    check_frames(&got, 100);
-    drop(got);
+    frames_arrive(&mut a, &mut b, 100, 20);
     close_balanced(a, b);
 }
 
@@ -195,21 +206,15 @@ fn a_mini_cqe_with_an_impossible_byte_count_stops_the_queue_at_that_completion()
     assert!(q.in_error());
     assert_eq!(q.stats().bad_cqes, 1);
 
-    let r = b.0.recover_rx(&mut b.1 .1[0]).unwrap();
-    assert!(
-        r.cq_recreated,
-        "a session with a refused completion may have lied about its size: {r:?}"
-    );
+    // A session with a refused completion may have lied about its size.
+    let r = recover_with_new_cq(&mut b);
     assert_eq!(r.drained_cqes, 5, "the rest of the session");
     assert_eq!(
         r.flushed, 62,
         "the refused buffer stayed posted until the RQ stopped"
     );
-    send(&mut a, 100, 40);
-    let more = receive(&mut b, 64);
-    assert_eq!(more.len(), 40);
-    check_frames(&more, 100);
-    drop((got, more));
+    drop(got);
+    frames_arrive(&mut a, &mut b, 100, 40);
     close_balanced(a, b);
 }
 
@@ -350,13 +355,8 @@ fn a_title_with_the_wrong_owner_bit_is_noticed_and_the_cq_rebuilt() {
         got.len()
     );
     assert!(b.1 .1[0].in_error(), "the skipped title was not noticed");
-    let r = b.0.recover_rx(&mut b.1 .1[0]).unwrap();
-    assert!(r.cq_recreated, "{r:?}");
-    send(&mut a, 100, 20);
-    let got = receive(&mut b, 64);
-    assert_eq!(got.len(), 20, "{:?}", b.1 .1[0].stats());
-    check_frames(&got, 100);
-    drop(got);
+    recover_with_new_cq(&mut b);
+    frames_arrive(&mut a, &mut b, 100, 20);
     close_balanced(a, b);
 }
 
@@ -377,12 +377,8 @@ fn a_title_overstating_its_session_is_refused_where_its_arrays_run_out_and_the_c
     assert_eq!(got.len(), 8, "the eight the device wrote");
     check_frames(&got, 0);
     assert!(b.1 .1[0].in_error());
-    let r = b.0.recover_rx(&mut b.1 .1[0]).unwrap();
-    assert!(r.cq_recreated, "{r:?}");
-    send(&mut a, 100, 20);
-    let more = receive(&mut b, 64);
-    assert_eq!(more.len(), 20, "{:?}", b.1 .1[0].stats());
-    check_frames(&more, 100);
-    drop((got, more));
+    recover_with_new_cq(&mut b);
+    drop(got);
+    frames_arrive(&mut a, &mut b, 100, 20);
     close_balanced(a, b);
 }
