@@ -165,11 +165,17 @@ impl Faults {
     }
 
     /// Takes the first armed fault `pick` accepts (returning what it extracted).
-    #[inline]
-    pub fn take<T>(&mut self, mut pick: impl FnMut(&Fault) -> Option<T>) -> Option<T> {
+    #[inline(always)]
+    pub fn take<T>(&mut self, pick: impl FnMut(&Fault) -> Option<T>) -> Option<T> {
+        // Every frame and WQE asks: with nothing armed, the answer costs a load and a branch.
         if self.armed.is_empty() {
             return None;
         }
+        self.take_armed(pick)
+    }
+
+    #[inline(never)]
+    fn take_armed<T>(&mut self, mut pick: impl FnMut(&Fault) -> Option<T>) -> Option<T> {
         let (at, value) = self
             .armed
             .iter()

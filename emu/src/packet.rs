@@ -436,17 +436,26 @@ fn parse_l4(frame: &[u8], off: usize, proto: u8, p: &mut Parsed) -> Option<()> {
 /// A checksum field is the inverse (`!`) of this sum over the covered bytes with the field
 /// zeroed; bytes that include a correct checksum sum to 0xffff.
 pub fn ones_complement_sum(data: &[u8], initial: u16) -> u16 {
-    // 64 bits of accumulator cannot overflow on any slice that fits in memory, so the
-    // end-around carries can all be folded in once at the end.
+    // Eight bytes at a time with the end-around carry added back: 2^16 and 2^64 are both 1
+    // modulo 0xffff, so the folded result equals the sum of 16-bit words, and the accumulator
+    // stays non-zero once it is (0 and 0xffff keep their meanings).
+    let add = |acc: u64, word: u64| {
+        let (sum, carry) = acc.overflowing_add(word);
+        sum + u64::from(carry)
+    };
     let mut acc = u64::from(initial);
-    let mut words = data.chunks_exact(2);
-    for word in &mut words {
-        if let [hi, lo] = *word {
-            acc += u64::from(u16::from_be_bytes([hi, lo]));
-        }
+    let mut chunks = data.chunks_exact(8);
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        acc = add(acc, u64::from_be_bytes(word));
     }
-    if let [last] = *words.remainder() {
-        acc += u64::from(last) << 8;
+    // The chunks end on an even offset, so zero padding keeps an odd last byte high in its word.
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut word = [0u8; 8];
+        word[..rest.len()].copy_from_slice(rest);
+        acc = add(acc, u64::from_be_bytes(word));
     }
     while acc > 0xffff {
         acc = (acc & 0xffff) + (acc >> 16);

@@ -607,6 +607,51 @@ fn oversized_and_unposted_frames_are_refused() {
 }
 
 #[test]
+fn the_receive_doorbell_record_is_read_again_only_when_the_known_wqes_run_out() {
+    let mut h = host();
+    h.bring_up();
+    let key = h.create_mkey(true, true);
+    let mut tx = tx_path(&mut h, key);
+    let mut rx_cq = h.create_cq(6);
+    let mut rq = h.create_rq(rx_cq.cqn, 6, None);
+    h.steer_all_to(rq.rqn);
+    let frame = udp_frame(100, 0);
+    // A frame sent and received also reads the SQ's record and each CQ's (its overrun check):
+    // what is left over is the RQ's.
+    let mut receive = |h: &mut Host, rq_reads: u64| {
+        let before = h.dev.counters().dbrec_reads;
+        send(h, &mut tx, &frame);
+        let cqe = h.poll_cq(&mut rx_cq).expect("receive completion");
+        assert_eq!(
+            Cqe64::new(&cqe[..]).unwrap().opcode(),
+            CqeOpcode::RespSend as u8
+        );
+        assert_eq!(h.dev.counters().dbrec_reads - before, 3 + rq_reads);
+    };
+    for _ in 0..4 {
+        let buf = h.alloc(2048, 64);
+        h.post_recv(&mut rq, buf, 2048, key);
+    }
+    receive(&mut h, 1);
+    receive(&mut h, 0);
+    // Posted while two known WQEs are left: found when those run out.
+    for _ in 0..2 {
+        let buf = h.alloc(2048, 64);
+        h.post_recv(&mut rq, buf, 2048, key);
+    }
+    receive(&mut h, 0);
+    receive(&mut h, 0);
+    receive(&mut h, 1);
+    receive(&mut h, 0);
+    // Nothing left: the frame reads the record, and is refused (no receive CQE either).
+    let before = h.dev.counters().dbrec_reads;
+    send(&mut h, &mut tx, &frame);
+    assert!(h.poll_cq(&mut rx_cq).is_none());
+    assert_eq!(h.dev.counters().dbrec_reads - before, 3);
+    assert_eq!(h.dev.counters().rx_out_of_buffer, 1);
+}
+
+#[test]
 fn q_counter_sets_count_drops_for_the_rqs_that_name_them() {
     use cxdirect_hw::counters::{AllocQCounterOut, QueryQCounterIn, QueryQCounterOut};
     let mut h = host();

@@ -603,6 +603,43 @@ fn ipv4_fragments() {
     assert!(!l4_checksum_ok(&f, &p));
 }
 
+/// RFC 1071's sum the plain way: 16-bit words, carries folded at the end.
+fn word_by_word_sum(data: &[u8], initial: u16) -> u16 {
+    let mut acc = u64::from(initial);
+    for pair in data.chunks(2) {
+        acc += u64::from(pair[0]) << 8 | u64::from(*pair.get(1).unwrap_or(&0));
+    }
+    while acc > 0xffff {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    acc as u16
+}
+
+#[test]
+fn the_wide_checksum_sum_equals_the_word_by_word_sum() {
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for len in 0..200 {
+        for fill in [None, Some(0x00), Some(0xff)] {
+            let data: Vec<u8> = (0..len)
+                .map(|_| fill.unwrap_or_else(|| next() as u8))
+                .collect();
+            for initial in [0, 1, 0xfffe, 0xffff, next() as u16] {
+                assert_eq!(
+                    ones_complement_sum(&data, initial),
+                    word_by_word_sum(&data, initial),
+                    "{len} bytes {data:02x?} from {initial:#06x}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn published_checksum_examples() {
     // RFC 1071 section 3 numerical example: one's-complement sum ddf2.

@@ -7,7 +7,7 @@ use crate::counters::{add, QueueKind};
 use crate::faults::{DmaQueue, Fault, UNMAPPED_IOVA};
 use crate::fw::mkey::translate;
 use crate::fw::objects::{QState, RqMemory, TirDispatch, WorkQueue};
-use crate::fw::steering::{frame_match_param, steer, Verdict};
+use crate::fw::steering::{frame_match_words, steer, Verdict};
 use crate::fw::Core;
 use crate::packet::{self, L3Kind, L4Kind, Parsed};
 use crate::rss;
@@ -80,8 +80,8 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8], own: bool) {
         return;
     }
     let parsed = packet::parse(frame);
-    let param = frame_match_param(&parsed);
-    let tirs = match steer(core, &param) {
+    let words = frame_match_words(&parsed);
+    let tirs = match steer(core, &words) {
         Verdict::Tirs(tirs) => tirs,
         Verdict::Drop => {
             add(&core.counters.rx_steer_drops, 1);
@@ -189,10 +189,21 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
         add(&core.counters.rx_steer_drops, 1);
         return;
     };
-    let Some(available) = posted(core, wq) else {
-        add(&core.counters.bad_doorbells, 1);
-        add(&core.counters.rx_out_of_buffer, 1);
-        return;
+    // While an RMP's limit is armed, the exact count decides the event: read the record.
+    let limit_armed = match memory {
+        RqMemory::Rmp(rmpn) => core.res.rmps.get(rmpn).is_some_and(|r| r.lwm != 0),
+        RqMemory::Own => false,
+    };
+    let known = wq.posted_end.wrapping_sub(wq.consumed);
+    let available = if known > 0 && u32::from(known) <= wq.entries() && !limit_armed {
+        known
+    } else {
+        let Some(read) = posted(core, wq) else {
+            add(&core.counters.bad_doorbells, 1);
+            add(&core.counters.rx_out_of_buffer, 1);
+            return;
+        };
+        read
     };
     if available == 0 {
         add(&core.counters.rx_out_of_buffer, 1);
@@ -225,17 +236,13 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
     add(&core.counters.rx_wqe_reads, 1);
     let fetched = core.dma_read(addr, &mut wqe[..stride]).is_ok();
     // The WQE is consumed whatever happens next.
-    match memory {
-        RqMemory::Own => {
-            if let Some(wq) = core.res.rqs.get_mut(rqn).and_then(|r| r.wq.as_mut()) {
-                wq.consumed = index.wrapping_add(1);
-            }
-        }
-        RqMemory::Rmp(rmpn) => {
-            if let Some(rmp) = core.res.rmps.get_mut(rmpn) {
-                rmp.wq.consumed = index.wrapping_add(1);
-            }
-        }
+    let wq = match memory {
+        RqMemory::Own => core.res.rqs.get_mut(rqn).and_then(|r| r.wq.as_mut()),
+        RqMemory::Rmp(rmpn) => core.res.rmps.get_mut(rmpn).map(|r| &mut r.wq),
+    };
+    if let Some(wq) = wq {
+        wq.consumed = index.wrapping_add(1);
+        wq.posted_end = index.wrapping_add(available);
     }
     if fetched
         && core

@@ -180,6 +180,10 @@ pub(crate) struct WorkQueue {
     /// WQEs (receive) or WQEBBs (send) the device has consumed, wrapping at 16 bits as the
     /// doorbell record counters do.
     pub consumed: u16,
+    /// Receive queues: the doorbell record counter as last read. WQEs before it are known to
+    /// be posted, so the record is read again only when they run out, as a NIC prefetches
+    /// receive WQEs rather than reading the record for every frame.
+    pub posted_end: u16,
 }
 
 impl WorkQueue {
@@ -189,6 +193,12 @@ impl WorkQueue {
 
     pub fn stride(&self) -> u64 {
         1 << self.log_stride
+    }
+
+    /// Starts the counters over (a reset queue): nothing consumed, nothing known posted.
+    pub fn restart(&mut self) {
+        self.consumed = 0;
+        self.posted_end = 0;
     }
 }
 

@@ -127,6 +127,7 @@ fn work_queue(
         pd: wq.pd(),
         uar: wq.uar_page(),
         consumed: 0,
+        posted_end: 0,
     })
 }
 
@@ -382,7 +383,7 @@ pub(crate) fn modify_sq(core: &mut Core, input: &[u8]) -> CmdResult {
     let bytes = context_bytes(cmd.ctx().as_bytes());
     let sq = core.res.sqs.get_mut(sqn).ok_or(bad_res("no such SQ"))?;
     if next == QState::Rst || (sq.state == QState::Rst && next == QState::Rdy) {
-        sq.wq.consumed = 0;
+        sq.wq.restart();
     }
     sq.state = next;
     write_context(core, slot, &bytes);
@@ -500,7 +501,7 @@ pub(crate) fn modify_rq(core: &mut Core, input: &[u8]) -> CmdResult {
     rq.counter_set = new_set;
     if let Some(wq) = rq.wq.as_mut() {
         if next == QState::Rst || (rq.state == QState::Rst && next == QState::Rdy) {
-            wq.consumed = 0;
+            wq.restart();
         }
     }
     rq.state = next;

@@ -1,13 +1,13 @@
 //! NIC receive flow steering: flow tables, groups (a match mask over an index range), entries
 //! (a match value and an action) and the root table. Received frames are matched here.
 
-use super::objects::{match_word, FlowEntry, FlowGroup, FlowTable, MATCH_WORDS};
+use super::objects::{FlowEntry, FlowGroup, FlowTable, MATCH_WORDS};
 use super::transport::table_full;
 use super::{bad_param, bad_res, bad_state, input_as, output_as, CmdResult, Core, Syndrome};
 use crate::packet::{IpAddrs, L3Kind, L4Kind, Parsed};
 use cxdirect_hw::flow::{
     CreateFlowGroupIn, CreateFlowGroupOut, CreateFlowTableIn, CreateFlowTableOut, DeleteFteIn,
-    DestroyFlowGroupIn, DestroyFlowTableIn, FteMatchParam, SetFlowTableRootIn, SetFteIn,
+    DestroyFlowGroupIn, DestroyFlowTableIn, FteMatchSetLyr24, SetFlowTableRootIn, SetFteIn,
     FLOW_CONTEXT_ACTION_ALLOW, FLOW_CONTEXT_ACTION_DROP, FLOW_CONTEXT_ACTION_FWD_DEST,
     FLOW_DESTINATION_TYPE_FLOW_TABLE, FLOW_DESTINATION_TYPE_TIR, FLOW_TABLE_MISS_ACTION_DEFAULT,
     FLOW_TABLE_MISS_ACTION_FWD, FLOW_TABLE_TYPE_NIC_RX,
@@ -354,11 +354,11 @@ pub(crate) fn set_root(core: &mut Core, input: &[u8]) -> CmdResult {
     Ok(())
 }
 
-/// Builds the match parameters of a received frame (outer headers only).
-pub(crate) fn frame_match_param(parsed: &Parsed) -> [u8; MATCH_PARAM_SIZE] {
-    let mut param = FteMatchParam::zeroed();
+/// The match parameter words of a received frame ([`match_word`](super::objects::match_word) order): its outer headers;
+/// the misc and inner parts, which a frame without tunnels leaves zero, stay zero.
+pub(crate) fn frame_match_words(parsed: &Parsed) -> [u64; MATCH_WORDS] {
+    let mut outer = FteMatchSetLyr24::zeroed();
     {
-        let mut outer = param.outer_headers_mut();
         let mac = |b: [u8; 6]| b.iter().fold(0u64, |acc, x| acc << 8 | u64::from(*x));
         outer
             .set_dmac(mac(parsed.dst_mac))
@@ -422,9 +422,14 @@ pub(crate) fn frame_match_param(parsed: &Parsed) -> [u8; MATCH_PARAM_SIZE] {
             None => {}
         }
     }
-    let mut out = [0u8; MATCH_PARAM_SIZE];
-    out.copy_from_slice(param.as_bytes());
-    out
+    let bytes = outer.as_bytes();
+    let mut words = [0u64; MATCH_WORDS];
+    for (word, chunk) in words.iter_mut().zip(bytes.chunks_exact(8)) {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(chunk);
+        *word = u64::from_ne_bytes(b);
+    }
+    words
 }
 
 /// Where steering sent a frame.
@@ -469,12 +474,12 @@ impl TirList {
     }
 }
 
-/// Runs a frame's match parameters through the NIC receive tables from the root.
-pub(crate) fn steer(core: &Core, param: &[u8; MATCH_PARAM_SIZE]) -> Verdict {
+/// Runs a frame's match parameter words ([`frame_match_words`]) through the NIC receive tables
+/// from the root.
+pub(crate) fn steer(core: &Core, words: &[u64; MATCH_WORDS]) -> Verdict {
     let Some(mut table_id) = core.res.rx_root else {
         return Verdict::Drop;
     };
-    let words: [u64; MATCH_WORDS] = std::array::from_fn(|i| match_word(param, i));
     let mut tirs = TirList::default();
     for _ in 0..MAX_HOPS {
         let Some(table) = core.res.flow_tables.get(table_id) else {
@@ -484,7 +489,7 @@ pub(crate) fn steer(core: &Core, param: &[u8; MATCH_PARAM_SIZE]) -> Verdict {
             table
                 .groups
                 .get(&entry.group)
-                .is_some_and(|group| group.matches(&words, &entry.value))
+                .is_some_and(|group| group.matches(words, &entry.value))
         });
         match hit {
             Some(entry) if entry.action & FLOW_CONTEXT_ACTION_FWD_DEST != 0 => {
