@@ -695,16 +695,28 @@ impl Host {
     /// Writes a WQE into the ring (wrapping basic block by basic block), bumps the producer
     /// index and the doorbell record, and rings the doorbell (as BlueFlame when `blueflame`).
     pub fn post(&self, sq: &mut Sq, wqe: &[u8], blueflame: bool) {
+        self.write_wqe(sq, wqe);
+        self.ring(sq, wqe, blueflame);
+    }
+
+    /// Writes a WQE into the ring (wrapping basic block by basic block) and bumps the producer
+    /// index, without telling the device: [`Host::ring`] does, for every WQE written so far.
+    pub fn write_wqe(&self, sq: &mut Sq, wqe: &[u8]) {
         let bbs = wqe.len() / 64;
         for i in 0..bbs {
             let slot = u64::from(sq.pi.wrapping_add(i as u16)) & ((1 << sq.log) - 1);
             self.write(sq.buf + slot * 64, &wqe[i * 64..(i + 1) * 64]);
         }
         sq.pi = sq.pi.wrapping_add(bbs as u16);
+    }
+
+    /// Updates the doorbell record to the producer index and rings the doorbell announcing
+    /// `last`, the last WQE written (as BlueFlame when `blueflame`).
+    pub fn ring(&self, sq: &mut Sq, last: &[u8], blueflame: bool) {
         self.write_be32(sq.dbr + 4, u32::from(sq.pi));
         let reg = self.uar_base() + UAR_BF_OFFSET as u64 + if sq.bf_toggle { 256 } else { 0 };
         sq.bf_toggle = !sq.bf_toggle;
-        let bytes = if blueflame { &wqe[..64] } else { &wqe[..8] };
+        let bytes = if blueflame { &last[..64] } else { &last[..8] };
         self.dev.mmio_write(reg, bytes).expect("doorbell");
     }
 

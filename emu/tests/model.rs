@@ -388,6 +388,58 @@ fn frames_cross_a_pair_byte_identical_with_and_without_blueflame() {
     }
 }
 
+#[test]
+fn one_doorbell_for_many_wqes_fetches_them_a_read_request_at_a_time() {
+    let mut h = host();
+    h.bring_up();
+    let key = h.create_mkey(true, true);
+    let mut tx_cq = h.create_cq(7);
+    let tisn = h.create_tis();
+    // 64 WQEBBs: one 4 KiB page.
+    let mut sq = h.create_sq(tx_cq.cqn, tisn, 6);
+    let mut rx_cq = h.create_cq(7);
+    let mut rq = h.create_rq(rx_cq.cqn, 7, None);
+    h.steer_all_to(rq.rqn);
+    for _ in 0..80 {
+        let buf = h.alloc(2048, 64);
+        h.post_recv(&mut rq, buf, 2048, key);
+    }
+    let mut payloads: Vec<Vec<u8>> = Vec::new();
+    // 60 WQEs, then 12 more that wrap the ring, the last sent as BlueFlame.
+    for (count, blueflame) in [(60, false), (12, true)] {
+        let before = h.dev.counters();
+        let first = payloads.len();
+        let mut last = Vec::new();
+        for i in first..first + count {
+            let frame = udp_frame(40 + i, i as u8);
+            let payload = h.alloc(frame.len() as u64, 64);
+            last = h.build_send(&sq, &frame, payload, key, true);
+            assert_eq!(last.len(), 64, "one WQEBB each");
+            h.write_wqe(&mut sq, &last);
+            payloads.push(frame);
+        }
+        h.ring(&mut sq, &last, blueflame);
+        let spent = h.dev.counters().since(&before);
+        let (reads, fetched) = if blueflame {
+            // Up to the ring's end, then up to the BlueFlame WQE, which is not fetched.
+            (2, 11)
+        } else {
+            // 512-byte read requests: eight WQEBBs each.
+            (8, 60)
+        };
+        assert_eq!(spent.wqe_fetch_reads, reads);
+        assert_eq!(spent.wqe_fetch_bytes, fetched * 64);
+        for (i, frame) in payloads.iter().enumerate().skip(first) {
+            let cqe = h.poll_cq(&mut tx_cq).expect("send completion");
+            assert_eq!(cqe[63] >> 4, CqeOpcode::Req as u8, "WQE {i} sent");
+            let cqe = h.poll_cq(&mut rx_cq).expect("receive completion");
+            let c = Cqe64::new(&cqe[..]).unwrap();
+            assert_eq!(c.opcode(), CqeOpcode::RespSend as u8);
+            assert_eq!(c.byte_cnt() as usize, frame.len(), "frame {i} in order");
+        }
+    }
+}
+
 /// An IPv4/UDP frame with the given source port (so RSS can tell flows apart).
 fn udp_flow(payload: usize, sport: u16) -> Vec<u8> {
     let mut f = udp_frame(payload, sport as u8);

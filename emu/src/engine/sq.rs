@@ -15,12 +15,35 @@ use cxdirect_hw::wqe::{self, CtrlSeg, EthSeg, ETH_WQE_INSERT_VLAN, INLINE_SEG, W
 /// Largest send WQE the model parses (the `max_wqe_sz_sq` capability).
 const MAX_WQE: usize = crate::fw::caps::MAX_WQE_SZ_SQ as usize;
 
+/// Largest WQE fetch, in bytes: one PCIe read request at the usual maximum read request size.
+const FETCH_BYTES: usize = 512;
+
 /// Scratch space reused for every WQE, so the send path does not allocate.
 #[derive(Debug)]
 pub(crate) struct SendScratch {
     wqe: Vec<u8>,
     frame: Vec<u8>,
     tagged: Vec<u8>,
+    fetched: Fetched,
+}
+
+/// WQEBBs read from the ring ahead of their execution, in one DMA read: the doorbell's WQEs
+/// are all written before it rings, so the device may fetch several at once.
+#[derive(Debug)]
+struct Fetched {
+    bytes: Vec<u8>,
+    /// Ring index (WQEBB counter) of the first WQEBB held.
+    first: u16,
+    /// WQEBBs held.
+    count: u16,
+}
+
+impl Fetched {
+    /// WQEBB `bb`, when held.
+    fn get(&self, bb: u16) -> Option<&[u8]> {
+        let at = usize::from(bb.wrapping_sub(self.first));
+        (at < usize::from(self.count)).then(|| &self.bytes[at * WQE_BB..(at + 1) * WQE_BB])
+    }
 }
 
 impl Default for SendScratch {
@@ -29,6 +52,11 @@ impl Default for SendScratch {
             wqe: vec![0; MAX_WQE],
             frame: Vec::with_capacity(16 * 1024),
             tagged: vec![0; MAX_FRAME_BYTES + 4],
+            fetched: Fetched {
+                bytes: vec![0; FETCH_BYTES],
+                first: 0,
+                count: 0,
+            },
         }
     }
 }
@@ -40,6 +68,11 @@ impl SendScratch {
             wqe: Vec::new(),
             frame: Vec::new(),
             tagged: Vec::new(),
+            fetched: Fetched {
+                bytes: Vec::new(),
+                first: 0,
+                count: 0,
+            },
         }
     }
 }
@@ -99,12 +132,19 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, first8: [u8; 8], bf: Option<Bl
     }
     // Swapped out for an unallocated placeholder: taking it must not allocate per doorbell.
     let mut scratch = std::mem::replace(&mut core.send_scratch, SendScratch::placeholder());
+    scratch.fetched.count = 0;
+    // Fetches stop short of the BlueFlame WQE, which arrived with the doorbell.
+    let fetch_end = match &bf {
+        Some(_) if bf_index.wrapping_sub(consumed) < pi.wrapping_sub(consumed) => bf_index,
+        _ => pi,
+    };
     let mut index = consumed;
     while index != pi {
         let use_bf = bf
             .as_ref()
             .filter(|b| index == bf_index && b.bytes.len() >= WQE_BB);
-        match execute_one(core, sqn, index, use_bf, &mut scratch) {
+        let ring = Ring { sqn, fetch_end };
+        match execute_one(core, ring, index, use_bf, &mut scratch) {
             Ok(bbs) => index = index.wrapping_add(bbs),
             Err(()) => break,
         }
@@ -112,37 +152,68 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, first8: [u8; 8], bf: Option<Bl
     core.send_scratch = scratch;
 }
 
+/// The SQ a doorbell rang for, and where fetching ahead stops (the producer index, or the
+/// BlueFlame WQE).
+#[derive(Clone, Copy)]
+struct Ring {
+    sqn: u32,
+    fetch_end: u16,
+}
+
+/// Copies WQEBB `bb` of the SQ into `out` (one WQEBB long): from what was fetched ahead when
+/// held, else by reading it and up to [`FETCH_BYTES`] of the WQEBBs after it (never past
+/// `ring.fetch_end`, a page of the ring, or the ring's end) in one DMA read. False when the
+/// WQEBB cannot be read.
+fn fetch(core: &Core, ring: Ring, bb: u16, fetched: &mut Fetched, out: &mut [u8]) -> bool {
+    if let Some(held) = fetched.get(bb) {
+        out.copy_from_slice(held);
+        return true;
+    }
+    fetched.count = 0;
+    let Some(sq) = core.res.sqs.get(ring.sqn) else {
+        return false;
+    };
+    let mask = sq.wq.entries() - 1;
+    let offset = u64::from(u32::from(bb) & mask) * WQE_BB as u64;
+    let Some(addr) = sq.wq.buf.addr(offset) else {
+        return false;
+    };
+    let wanted = usize::from(ring.fetch_end.wrapping_sub(bb)).clamp(1, FETCH_BYTES / WQE_BB);
+    let to_ring_end = (mask + 1 - (u32::from(bb) & mask)) as usize;
+    let contiguous = sq.wq.buf.contiguous(offset) as usize / WQE_BB;
+    let count = wanted.min(to_ring_end).min(contiguous).max(1);
+    let bytes = &mut fetched.bytes[..count * WQE_BB];
+    add(&core.counters.wqe_fetch_reads, 1);
+    add(&core.counters.wqe_fetch_bytes, bytes.len() as u64);
+    if core.dma_read(addr, bytes).is_err() {
+        return false;
+    }
+    out.copy_from_slice(&bytes[..WQE_BB]);
+    fetched.first = bb;
+    fetched.count = count as u16;
+    true
+}
+
 /// Fetches and executes the WQE at `index`; returns how many WQEBBs it used.
 fn execute_one(
     core: &mut Core,
-    sqn: u32,
+    ring: Ring,
     index: u16,
     bf: Option<&BlueFlame<'_>>,
     s: &mut SendScratch,
 ) -> Result<u16, ()> {
+    let sqn = ring.sqn;
     let Some(sq) = core.res.sqs.get(sqn) else {
         return Err(());
     };
     let mask = sq.wq.entries() - 1;
     let (cqn, pd, min_inline) = (sq.cqn, sq.wq.pd, sq.min_inline);
-    let fetch = |core: &Core, bb: u16, out: &mut [u8]| -> bool {
-        let offset = u64::from(u32::from(bb) & mask) * WQE_BB as u64;
-        let addr = core.res.sqs.get(sqn).and_then(|sq| sq.wq.buf.addr(offset));
-        match addr {
-            Some(addr) => {
-                add(&core.counters.wqe_fetch_reads, 1);
-                add(&core.counters.wqe_fetch_bytes, out.len() as u64);
-                core.dma_read(addr, out).is_ok()
-            }
-            None => false,
-        }
-    };
     // First basic block: from the BlueFlame copy when it matches, else fetched.
     let from_bf = bf.map(|b| b.bytes);
     match from_bf {
         Some(bytes) => s.wqe[..WQE_BB].copy_from_slice(&bytes[..WQE_BB]),
         None => {
-            if !fetch(core, index, &mut s.wqe[..WQE_BB]) {
+            if !fetch(core, ring, index, &mut s.fetched, &mut s.wqe[..WQE_BB]) {
                 return fail(core, sqn, index, 0, CqeSyndrome::LocalProtection, cqn);
             }
         }
@@ -171,7 +242,8 @@ fn execute_one(
                 s.wqe[range.clone()].copy_from_slice(&bytes[range])
             }
             _ => {
-                if !fetch(core, index.wrapping_add(i), &mut s.wqe[range]) {
+                let bb = index.wrapping_add(i);
+                if !fetch(core, ring, bb, &mut s.fetched, &mut s.wqe[range]) {
                     return fail(core, sqn, index, opcode, CqeSyndrome::LocalProtection, cqn);
                 }
             }
@@ -290,7 +362,6 @@ fn build_frame(
                 return Err(CqeSyndrome::LocalLength);
             }
             frame.resize(start + len, 0);
-            let counters = core.counters.clone();
             let unmapped = len > 0
                 && core
                     .faults
@@ -299,10 +370,11 @@ fn build_frame(
                             .then_some(())
                     })
                     .is_some();
+            let core: &Core = core;
             translate(core, lkey, pd, addr, len as u64, false, |iova, off, n| {
                 let dst = &mut frame[start + off as usize..start + (off + n) as usize];
-                add(&counters.payload_reads, 1);
-                add(&counters.payload_read_bytes, n);
+                add(&core.counters.payload_reads, 1);
+                add(&core.counters.payload_read_bytes, n);
                 // The faulted access really goes to the IOMMU, which refuses it.
                 let iova = if unmapped { UNMAPPED_IOVA + off } else { iova };
                 core.dma_read(iova, dst).map_err(|_| KeyFault::Bounds)

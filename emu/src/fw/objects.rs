@@ -105,6 +105,17 @@ impl QueueBuffer {
         let base = *self.pas.get(page)?;
         Some(base + (at & ((1u64 << self.log_page) - 1)))
     }
+
+    /// Bytes from `offset` on that are contiguous in bus addresses: to the end of its page or
+    /// of the buffer, whichever comes first (0 past the end).
+    pub fn contiguous(&self, offset: u64) -> u64 {
+        if offset >= self.size {
+            return 0;
+        }
+        let page = 1u64 << self.log_page;
+        let in_page = (self.offset + offset) & (page - 1);
+        (page - in_page).min(self.size - offset)
+    }
 }
 
 /// Queue state as the manual numbers it.
