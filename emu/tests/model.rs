@@ -704,6 +704,52 @@ fn the_receive_doorbell_record_is_read_again_only_when_the_known_wqes_run_out() 
 }
 
 #[test]
+fn receive_wqes_are_read_a_read_request_at_a_time_across_the_rings_wrap() {
+    let mut h = host();
+    h.bring_up();
+    let key = h.create_mkey(true, true);
+    let mut tx = tx_path(&mut h, key);
+    let mut rx_cq = h.create_cq(7);
+    // 32 WQEs of 16 bytes: the whole ring is one 512-byte read request.
+    let mut rq = h.create_rq(rx_cq.cqn, 5, None);
+    h.steer_all_to(rq.rqn);
+    let mut bufs = Vec::new();
+    let mut post = |h: &mut Host, rq: &mut support::Rq, n: usize| {
+        for _ in 0..n {
+            let buf = h.alloc(2048, 64);
+            h.post_recv(rq, buf, 2048, key);
+            bufs.push(buf);
+        }
+    };
+    let mut sent = 0usize;
+    let mut receive = |h: &mut Host, n: usize| {
+        for _ in 0..n {
+            let frame = udp_frame(60 + sent, sent as u8);
+            send(h, &mut tx, &frame);
+            let cqe = h.poll_cq(&mut rx_cq).expect("receive completion");
+            let c = Cqe64::new(&cqe[..]).unwrap();
+            assert_eq!(c.opcode(), CqeOpcode::RespSend as u8);
+            assert_eq!(usize::from(c.wqe_counter()), sent);
+            sent += 1;
+        }
+    };
+    let before = h.dev.counters();
+    post(&mut h, &mut rq, 32);
+    receive(&mut h, 20);
+    // Twenty more, in the ring's first slots again: read when the twelve left run out.
+    post(&mut h, &mut rq, 20);
+    receive(&mut h, 32);
+    let spent = h.dev.counters().since(&before);
+    assert_eq!(spent.rx_wqe_reads, 2, "32 WQEs, then the 20 past the wrap");
+    assert_eq!(spent.rx_delivered, 52);
+    // Each frame landed in the buffer its WQE named, including those past the wrap.
+    for (i, &buf) in bufs.iter().enumerate() {
+        let frame = udp_frame(60 + i, i as u8);
+        assert_eq!(h.read(buf, frame.len()), frame, "frame {i}");
+    }
+}
+
+#[test]
 fn q_counter_sets_count_drops_for_the_rqs_that_name_them() {
     use cxdirect_hw::counters::{AllocQCounterOut, QueryQCounterIn, QueryQCounterOut};
     let mut h = host();

@@ -5,5 +5,6 @@
 
 pub(crate) mod cq;
 pub(crate) mod eq;
+pub(crate) mod fetch;
 pub(crate) mod rq;
 pub(crate) mod sq;

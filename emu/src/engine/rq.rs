@@ -4,6 +4,7 @@
 //! and raise the RMP's limit event when its posted WQEs fall below the armed watermark.
 
 use crate::counters::{add, QueueKind};
+use crate::engine::fetch::read_wqes;
 use crate::faults::{DmaQueue, Fault, UNMAPPED_IOVA};
 use crate::fw::mkey::translate;
 use crate::fw::objects::{QState, RqMemory, TirDispatch, WorkQueue};
@@ -176,16 +177,7 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
             return;
         }
     }
-    let wq = match memory {
-        RqMemory::Own => core.res.rqs.get(rqn).and_then(|r| r.wq.as_ref()),
-        RqMemory::Rmp(rmpn) => core
-            .res
-            .rmps
-            .get(rmpn)
-            .filter(|r| r.state == QState::Rdy)
-            .map(|r| &r.wq),
-    };
-    let Some(wq) = wq else {
+    let Some(wq) = receive_ring(core, rqn, memory) else {
         add(&core.counters.rx_steer_drops, 1);
         return;
     };
@@ -223,27 +215,19 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
     let index = wq.consumed;
     let stride = (wq.stride() as usize).min(MAX_RX_WQE);
     let pd = wq.pd;
-    let offset = u64::from(u32::from(index) & (wq.entries() - 1)) * wq.stride();
-    let Some(addr) = wq.buf.addr(offset) else {
-        return;
-    };
-    // Swapped out for an unallocated placeholder while in use.
+    // Swapped out for unallocated placeholders while in use.
     let mut scratch = std::mem::replace(
         &mut core.receive_scratch,
         ReceiveScratch { wqe: Vec::new() },
     );
-    let wqe = &mut scratch.wqe;
-    add(&core.counters.rx_wqe_reads, 1);
-    let fetched = core.dma_read(addr, &mut wqe[..stride]).is_ok();
+    let wqe = &mut scratch.wqe[..stride];
     // The WQE is consumed whatever happens next.
-    let wq = match memory {
-        RqMemory::Own => core.res.rqs.get_mut(rqn).and_then(|r| r.wq.as_mut()),
-        RqMemory::Rmp(rmpn) => core.res.rmps.get_mut(rmpn).map(|r| &mut r.wq),
-    };
-    if let Some(wq) = wq {
+    let held = receive_ring_mut(core, rqn, memory).is_some_and(|wq| {
         wq.consumed = index.wrapping_add(1);
         wq.posted_end = index.wrapping_add(available);
-    }
+        wq.fetched.copy_held(index, wqe)
+    });
+    let fetched = held || read_receive_wqes(core, rqn, memory, index, available, wqe);
     if fetched
         && core
             .faults
@@ -258,7 +242,7 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
             pd,
             memory,
             hash,
-            wqe: wqe[..stride].to_vec(),
+            wqe: wqe.to_vec(),
             frame: frame.to_vec(),
         });
         core.receive_scratch = scratch;
@@ -279,7 +263,7 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
             .is_some();
     let scattered = match injected {
         Some(syndrome) => Err(syndrome),
-        None if fetched => scatter(core, &wqe[..stride], pd, frame, unmapped),
+        None if fetched => scatter(core, wqe, pd, frame, unmapped),
         None => Err(CqeSyndrome::LocalProtection),
     };
     let done = Delivered {
@@ -293,6 +277,50 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
     core.receive_scratch = scratch;
     if let RqMemory::Rmp(rmpn) = memory {
         check_limit(core, rmpn, available - 1);
+    }
+}
+
+/// Reads receive WQE `index` into `out`, and the next `available - 1` WQEs ahead as far as one
+/// read goes; false when it cannot be read.
+#[cold]
+fn read_receive_wqes(
+    core: &mut Core,
+    rqn: u32,
+    memory: RqMemory,
+    index: u16,
+    available: u16,
+    out: &mut [u8],
+) -> bool {
+    add(&core.counters.rx_wqe_reads, 1);
+    let mut ahead = receive_ring_mut(core, rqn, memory)
+        .map(|wq| std::mem::take(&mut wq.fetched))
+        .unwrap_or_default();
+    let read = receive_ring(core, rqn, memory)
+        .is_some_and(|wq| read_wqes(core, wq, &mut ahead, index, available, out).is_ok());
+    if let Some(wq) = receive_ring_mut(core, rqn, memory) {
+        wq.fetched = ahead;
+    }
+    read
+}
+
+/// The ring RQ `rqn` takes its WQEs from: its own, or its RMP's while the RMP is ready.
+fn receive_ring(core: &Core, rqn: u32, memory: RqMemory) -> Option<&WorkQueue> {
+    match memory {
+        RqMemory::Own => core.res.rqs.get(rqn).and_then(|r| r.wq.as_ref()),
+        RqMemory::Rmp(rmpn) => core
+            .res
+            .rmps
+            .get(rmpn)
+            .filter(|r| r.state == QState::Rdy)
+            .map(|r| &r.wq),
+    }
+}
+
+/// [`receive_ring`], to update.
+fn receive_ring_mut(core: &mut Core, rqn: u32, memory: RqMemory) -> Option<&mut WorkQueue> {
+    match memory {
+        RqMemory::Own => core.res.rqs.get_mut(rqn).and_then(|r| r.wq.as_mut()),
+        RqMemory::Rmp(rmpn) => core.res.rmps.get_mut(rmpn).map(|r| &mut r.wq),
     }
 }
 

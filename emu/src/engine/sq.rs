@@ -4,6 +4,7 @@
 //! the CQEs the WQE asked for. A malformed WQE ends in an error CQE and the SQ in error.
 
 use crate::counters::{add, QueueKind};
+use crate::engine::fetch::{fetch_wqe, Fetched};
 use crate::faults::{DmaQueue, Fault, UNMAPPED_IOVA};
 use crate::fw::mkey::{translate, KeyFault};
 use crate::fw::objects::QState;
@@ -15,9 +16,6 @@ use cxdirect_hw::wqe::{self, CtrlSeg, EthSeg, ETH_WQE_INSERT_VLAN, INLINE_SEG, W
 /// Largest send WQE the model parses (the `max_wqe_sz_sq` capability).
 const MAX_WQE: usize = crate::fw::caps::MAX_WQE_SZ_SQ as usize;
 
-/// Largest WQE fetch, in bytes: one PCIe read request at the usual maximum read request size.
-const FETCH_BYTES: usize = 512;
-
 /// Scratch space reused for every WQE, so the send path does not allocate.
 #[derive(Debug)]
 pub(crate) struct SendScratch {
@@ -27,36 +25,13 @@ pub(crate) struct SendScratch {
     fetched: Fetched,
 }
 
-/// WQEBBs read from the ring ahead of their execution, in one DMA read: the doorbell's WQEs
-/// are all written before it rings, so the device may fetch several at once.
-#[derive(Debug)]
-struct Fetched {
-    bytes: Vec<u8>,
-    /// Ring index (WQEBB counter) of the first WQEBB held.
-    first: u16,
-    /// WQEBBs held.
-    count: u16,
-}
-
-impl Fetched {
-    /// WQEBB `bb`, when held.
-    fn get(&self, bb: u16) -> Option<&[u8]> {
-        let at = usize::from(bb.wrapping_sub(self.first));
-        (at < usize::from(self.count)).then(|| &self.bytes[at * WQE_BB..(at + 1) * WQE_BB])
-    }
-}
-
 impl Default for SendScratch {
     fn default() -> Self {
         Self {
             wqe: vec![0; MAX_WQE],
             frame: Vec::with_capacity(16 * 1024),
             tagged: vec![0; MAX_FRAME_BYTES + 4],
-            fetched: Fetched {
-                bytes: vec![0; FETCH_BYTES],
-                first: 0,
-                count: 0,
-            },
+            fetched: Fetched::default(),
         }
     }
 }
@@ -68,11 +43,7 @@ impl SendScratch {
             wqe: Vec::new(),
             frame: Vec::new(),
             tagged: Vec::new(),
-            fetched: Fetched {
-                bytes: Vec::new(),
-                first: 0,
-                count: 0,
-            },
+            fetched: Fetched::default(),
         }
     }
 }
@@ -132,7 +103,7 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, first8: [u8; 8], bf: Option<Bl
     }
     // Swapped out for an unallocated placeholder: taking it must not allocate per doorbell.
     let mut scratch = std::mem::replace(&mut core.send_scratch, SendScratch::placeholder());
-    scratch.fetched.count = 0;
+    scratch.fetched.clear();
     // Fetches stop short of the BlueFlame WQE, which arrived with the doorbell.
     let fetch_end = match &bf {
         Some(_) if bf_index.wrapping_sub(consumed) < pi.wrapping_sub(consumed) => bf_index,
@@ -143,7 +114,7 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, first8: [u8; 8], bf: Option<Bl
         let use_bf = bf
             .as_ref()
             .filter(|b| index == bf_index && b.bytes.len() >= WQE_BB);
-        let ring = Ring { sqn, fetch_end };
+        let ring = Ring { sqn, fetch_end, pi };
         match execute_one(core, ring, index, use_bf, &mut scratch) {
             Ok(bbs) => index = index.wrapping_add(bbs),
             Err(()) => break,
@@ -152,46 +123,44 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, first8: [u8; 8], bf: Option<Bl
     core.send_scratch = scratch;
 }
 
-/// The SQ a doorbell rang for, and where fetching ahead stops (the producer index, or the
-/// BlueFlame WQE).
+/// The SQ a doorbell rang for, its producer index, and where fetching ahead stops (the
+/// producer index, or the BlueFlame WQE).
 #[derive(Clone, Copy)]
 struct Ring {
     sqn: u32,
     fetch_end: u16,
+    pi: u16,
 }
 
-/// Copies WQEBB `bb` of the SQ into `out` (one WQEBB long): from what was fetched ahead when
-/// held, else by reading it and up to [`FETCH_BYTES`] of the WQEBBs after it (never past
-/// `ring.fetch_end`, a page of the ring, or the ring's end) in one DMA read. False when the
-/// WQEBB cannot be read.
+/// Copies WQEBB `bb` of the SQ into `out` (one WQEBB long), fetching ahead up to the BlueFlame
+/// WQE or the producer index; false when it cannot be read.
 fn fetch(core: &Core, ring: Ring, bb: u16, fetched: &mut Fetched, out: &mut [u8]) -> bool {
-    if let Some(held) = fetched.get(bb) {
-        out.copy_from_slice(held);
-        return true;
-    }
-    fetched.count = 0;
     let Some(sq) = core.res.sqs.get(ring.sqn) else {
         return false;
     };
-    let mask = sq.wq.entries() - 1;
-    let offset = u64::from(u32::from(bb) & mask) * WQE_BB as u64;
-    let Some(addr) = sq.wq.buf.addr(offset) else {
-        return false;
+    let posted = ring.pi.wrapping_sub(bb);
+    let before_bf = ring.fetch_end.wrapping_sub(bb);
+    let ahead = if before_bf > 0 && before_bf <= posted {
+        before_bf
+    } else if posted > 0 && u32::from(posted) <= sq.wq.entries() {
+        posted
+    } else {
+        // A WQE claiming more basic blocks than were posted.
+        1
     };
-    let wanted = usize::from(ring.fetch_end.wrapping_sub(bb)).clamp(1, FETCH_BYTES / WQE_BB);
-    let to_ring_end = (mask + 1 - (u32::from(bb) & mask)) as usize;
-    let contiguous = sq.wq.buf.contiguous(offset) as usize / WQE_BB;
-    let count = wanted.min(to_ring_end).min(contiguous).max(1);
-    let bytes = &mut fetched.bytes[..count * WQE_BB];
-    add(&core.counters.wqe_fetch_reads, 1);
-    add(&core.counters.wqe_fetch_bytes, bytes.len() as u64);
-    if core.dma_read(addr, bytes).is_err() {
-        return false;
+    match fetch_wqe(core, &sq.wq, fetched, bb, ahead, out) {
+        Ok(0) => true,
+        Ok(bytes) => {
+            add(&core.counters.wqe_fetch_reads, 1);
+            add(&core.counters.wqe_fetch_bytes, bytes);
+            true
+        }
+        Err(()) => {
+            add(&core.counters.wqe_fetch_reads, 1);
+            add(&core.counters.wqe_fetch_bytes, out.len() as u64);
+            false
+        }
     }
-    out.copy_from_slice(&bytes[..WQE_BB]);
-    fetched.first = bb;
-    fetched.count = count as u16;
-    true
 }
 
 /// Fetches and executes the WQE at `index`; returns how many WQEBBs it used.

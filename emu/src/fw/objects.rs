@@ -195,6 +195,8 @@ pub(crate) struct WorkQueue {
     /// be posted, so the record is read again only when they run out, as a NIC prefetches
     /// receive WQEs rather than reading the record for every frame.
     pub posted_end: u16,
+    /// Receive queues: WQEs read ahead of their frames.
+    pub fetched: crate::engine::fetch::Fetched,
 }
 
 impl WorkQueue {
@@ -210,6 +212,7 @@ impl WorkQueue {
     pub fn restart(&mut self) {
         self.consumed = 0;
         self.posted_end = 0;
+        self.fetched.clear();
     }
 }
 

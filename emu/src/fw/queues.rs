@@ -128,6 +128,7 @@ fn work_queue(
         uar: wq.uar_page(),
         consumed: 0,
         posted_end: 0,
+        fetched: Default::default(),
     })
 }
 
