@@ -170,7 +170,23 @@ const RECENT_SETS: usize = 4;
 
 impl QueueCounterTable {
     /// Mutable counters of one queue, created on first use.
+    #[inline]
     pub fn get_mut(&mut self, kind: QueueKind, number: u32) -> &mut QueueCountersSnapshot {
+        // A burst counts into one queue's set many times over: the last set used, inline.
+        let last = self.recent[0];
+        if self
+            .sets
+            .get(last)
+            .is_some_and(|(k, _)| *k == (kind, number))
+        {
+            return &mut self.sets[last].1;
+        }
+        self.get_mut_searched(kind, number)
+    }
+
+    /// [`QueueCounterTable::get_mut`] past the last set used.
+    #[inline(never)]
+    fn get_mut_searched(&mut self, kind: QueueKind, number: u32) -> &mut QueueCountersSnapshot {
         let key = (kind, number);
         let hit = self
             .recent

@@ -35,15 +35,33 @@ pub(crate) struct Compression {
     pub format: u8,
     /// Completions of the open session, oldest first, as full CQEs (owner bit unset).
     pub held: Vec<[u8; CQE_SIZE]>,
+    /// The bytes completions of one session share, as a mask over a CQE's eight 64-bit words.
+    shared: [u64; CQE_SIZE / 8],
 }
 
 impl Compression {
     pub(crate) fn new(format: u8) -> Self {
+        let mut mask = [0xffu8; CQE_SIZE];
+        for range in per_completion(format) {
+            mask[range].fill(0);
+        }
         Self {
             format,
             held: Vec::with_capacity(usize::from(MAX_SESSION)),
+            shared: cqe_words(&mask),
         }
     }
+}
+
+/// A CQE's bytes as eight 64-bit words, in memory order.
+fn cqe_words(cqe: &[u8; CQE_SIZE]) -> [u64; CQE_SIZE / 8] {
+    let mut words = [0u64; CQE_SIZE / 8];
+    for (word, bytes) in words.iter_mut().zip(cqe.chunks_exact(8)) {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(bytes);
+        *word = u64::from_ne_bytes(b);
+    }
+    words
 }
 
 /// Writes `cqe` (opcode and fields set; the owner bit is filled in here) to CQ `cqn`, after
@@ -85,7 +103,7 @@ pub(crate) fn post_receive(
     let joins = compression
         .held
         .last()
-        .is_none_or(|last| same_session(last, cqe, compression.format));
+        .is_none_or(|last| same_session(last, cqe, &compression.shared));
     if !joins {
         flush(core, cqn);
     }
@@ -165,20 +183,21 @@ fn per_completion(format: u8) -> [std::ops::Range<usize>; 4] {
 
 /// Whether `next` may follow `last` in one session: a plain receive completion of the next
 /// WQE whose every shared field matches.
-fn same_session(last: &[u8; CQE_SIZE], next: &[u8; CQE_SIZE], format: u8) -> bool {
+fn same_session(
+    last: &[u8; CQE_SIZE],
+    next: &[u8; CQE_SIZE],
+    shared: &[u64; CQE_SIZE / 8],
+) -> bool {
     let plain_receive = next[0x3f] >> 4 == CqeOpcode::RespSend as u8 && next[0x3f] & 0x0c == 0;
     let counter = |c: &[u8; CQE_SIZE]| u16::from_be_bytes([c[0x3c], c[0x3d]]);
     if !plain_receive || counter(next) != counter(last).wrapping_add(1) {
         return false;
     }
-    let mut at = 0;
-    for skip in per_completion(format) {
-        if last[at..skip.start] != next[at..skip.start] {
-            return false;
-        }
-        at = skip.end;
-    }
-    last[at..] == next[at..]
+    let (last, next) = (cqe_words(last), cqe_words(next));
+    last.iter()
+        .zip(&next)
+        .zip(shared)
+        .all(|((a, b), mask)| (a ^ b) & mask == 0)
 }
 
 /// Writes a session of `held.len()` (2..) completions: the mini-CQE arrays first, then the
