@@ -658,15 +658,22 @@ fn oversized_and_unposted_frames_are_refused() {
     );
 }
 
-#[test]
-fn the_receive_doorbell_record_is_read_again_only_when_the_known_wqes_run_out() {
+/// A brought-up function whose frames come back to it: a read-write key, a send path, and a
+/// receive CQ of `2^cq_log` entries with an RQ of `2^rq_log` WQEs that steering sends all to.
+fn receiving_host(cq_log: u8, rq_log: u8) -> (Host, u32, Tx, support::Cq, support::Rq) {
     let mut h = host();
     h.bring_up();
     let key = h.create_mkey(true, true);
-    let mut tx = tx_path(&mut h, key);
-    let mut rx_cq = h.create_cq(6);
-    let mut rq = h.create_rq(rx_cq.cqn, 6, None);
+    let tx = tx_path(&mut h, key);
+    let rx_cq = h.create_cq(cq_log);
+    let rq = h.create_rq(rx_cq.cqn, rq_log, None);
     h.steer_all_to(rq.rqn);
+    (h, key, tx, rx_cq, rq)
+}
+
+#[test]
+fn the_receive_doorbell_record_is_read_again_only_when_the_known_wqes_run_out() {
+    let (mut h, key, mut tx, mut rx_cq, mut rq) = receiving_host(6, 6);
     let frame = udp_frame(100, 0);
     // A frame sent and received also reads the SQ's record and each CQ's (its overrun check):
     // what is left over is the RQ's.
@@ -705,14 +712,8 @@ fn the_receive_doorbell_record_is_read_again_only_when_the_known_wqes_run_out() 
 
 #[test]
 fn receive_wqes_are_read_a_read_request_at_a_time_across_the_rings_wrap() {
-    let mut h = host();
-    h.bring_up();
-    let key = h.create_mkey(true, true);
-    let mut tx = tx_path(&mut h, key);
-    let mut rx_cq = h.create_cq(7);
     // 32 WQEs of 16 bytes: the whole ring is one 512-byte read request.
-    let mut rq = h.create_rq(rx_cq.cqn, 5, None);
-    h.steer_all_to(rq.rqn);
+    let (mut h, key, mut tx, mut rx_cq, mut rq) = receiving_host(7, 5);
     let mut bufs = Vec::new();
     let mut post = |h: &mut Host, rq: &mut support::Rq, n: usize| {
         for _ in 0..n {

@@ -46,28 +46,11 @@ impl Fetched {
     }
 }
 
-/// Copies the first `out.len()` bytes of WQE `index` of `wq` (a WQE, or a send WQEBB) into `out`:
-/// from `fetched` when it holds it, else by one DMA read of it and of as many of the `ahead - 1`
-/// WQEs after it as fit [`FETCH_BYTES`], the ring's page and the ring's end. Returns the bytes
-/// read from memory (0 when the WQE was held); `Err` when it cannot be read, where a read of
-/// several WQEs that failed is tried again for the one alone, so a fault is that WQE's own.
-#[inline]
-pub(crate) fn fetch_wqe(
-    core: &Core,
-    wq: &WorkQueue,
-    fetched: &mut Fetched,
-    index: u16,
-    ahead: u16,
-    out: &mut [u8],
-) -> Result<u64, ()> {
-    if fetched.copy_held(index, out) {
-        return Ok(0);
-    }
-    read_wqes(core, wq, fetched, index, ahead, out)
-}
-
-/// [`fetch_wqe`] when the WQE is not held ([`Fetched::copy_held`]): once per read request's
-/// worth of WQEs. Returns the bytes read.
+/// Reads WQE `index` of `wq` (a WQE, or a send WQEBB), when [`Fetched::copy_held`] does not
+/// hold it, copying its first `out.len()` bytes into `out`: one DMA read of it and of as many of
+/// the `ahead - 1` WQEs after it as fit [`FETCH_BYTES`], the ring's page and the ring's end, kept
+/// in `fetched`. Returns the bytes read; `Err` when it cannot be read, where a read of several
+/// WQEs that failed is tried again for the one alone, so a fault is that WQE's own.
 #[inline(never)]
 pub(crate) fn read_wqes(
     core: &Core,

@@ -4,7 +4,7 @@
 //! the CQEs the WQE asked for. A malformed WQE ends in an error CQE and the SQ in error.
 
 use crate::counters::{add, QueueKind};
-use crate::engine::fetch::{fetch_wqe, Fetched};
+use crate::engine::fetch::{read_wqes, Fetched};
 use crate::faults::{DmaQueue, Fault, UNMAPPED_IOVA};
 use crate::fw::mkey::{translate, KeyFault};
 use crate::fw::objects::QState;
@@ -135,6 +135,9 @@ struct Ring {
 /// Copies WQEBB `bb` of the SQ into `out` (one WQEBB long), fetching ahead up to the BlueFlame
 /// WQE or the producer index; false when it cannot be read.
 fn fetch(core: &Core, ring: Ring, bb: u16, fetched: &mut Fetched, out: &mut [u8]) -> bool {
+    if fetched.copy_held(bb, out) {
+        return true;
+    }
     let Some(sq) = core.res.sqs.get(ring.sqn) else {
         return false;
     };
@@ -148,8 +151,7 @@ fn fetch(core: &Core, ring: Ring, bb: u16, fetched: &mut Fetched, out: &mut [u8]
         // A WQE claiming more basic blocks than were posted.
         1
     };
-    match fetch_wqe(core, &sq.wq, fetched, bb, ahead, out) {
-        Ok(0) => true,
+    match read_wqes(core, &sq.wq, fetched, bb, ahead, out) {
         Ok(bytes) => {
             add(&core.counters.wqe_fetch_reads, 1);
             add(&core.counters.wqe_fetch_bytes, bytes);
