@@ -617,13 +617,8 @@ fn word_by_word_sum(data: &[u8], initial: u16) -> u16 {
 
 #[test]
 fn the_wide_checksum_sum_equals_the_word_by_word_sum() {
-    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-    let mut next = || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
+    let mut next = || rng.next();
     for len in 0..200 {
         for fill in [None, Some(0x00), Some(0xff)] {
             let data: Vec<u8> = (0..len)
