@@ -12,6 +12,7 @@ pub mod cq;
 pub mod device;
 pub mod eq;
 pub mod error;
+mod inflight;
 pub mod mempool;
 pub mod mkey;
 mod open;

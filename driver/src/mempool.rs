@@ -94,6 +94,28 @@ impl PoolMemory {
     }
 }
 
+/// Buffers of one pool on their way back to it, linked through the pool's `next` so they
+/// return together ([`PoolShared::push_chain`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct BufferChain {
+    /// The index the pool will give out first.
+    first: u32,
+    /// The index the pool's current stack goes on after.
+    last: u32,
+    /// Buffers in the chain (0: empty, `first` and `last` mean nothing).
+    count: u32,
+}
+
+impl BufferChain {
+    fn one(index: u32) -> Self {
+        Self {
+            first: index,
+            last: index,
+            count: 1,
+        }
+    }
+}
+
 pub(crate) struct PoolShared {
     region: PoolMemory,
     buf_size: u32,
@@ -143,23 +165,59 @@ impl PoolShared {
     }
 
     #[inline]
-    fn push(&self, index: u32) {
+    pub(crate) fn push(&self, index: u32) {
+        self.push_chain(BufferChain::one(index));
+    }
+
+    /// Links `index` in front of `chain` (both taken off this pool, the chain not yet
+    /// returned): the pool's stack will give `index` out before the chain's others.
+    #[inline]
+    pub(crate) fn link(&self, chain: &mut BufferChain, index: u32) {
+        if chain.count == 0 {
+            *chain = BufferChain::one(index);
+            return;
+        }
+        self.next[index as usize].store(chain.first, Ordering::Relaxed);
+        chain.first = index;
+        chain.count += 1;
+    }
+
+    /// Returns every buffer of `chain` (linked by [`PoolShared::link`]) with one
+    /// compare-and-swap. Out of line: it keeps an `Mbuf`'s drop small.
+    #[inline(never)]
+    pub(crate) fn push_chain(&self, chain: BufferChain) {
+        if chain.count == 0 {
+            return;
+        }
         let mut head = self.head.load(Ordering::Acquire);
         loop {
-            self.next[index as usize].store(head as u32, Ordering::Relaxed);
+            self.next[chain.last as usize].store(head as u32, Ordering::Relaxed);
             let tag = (head >> 32).wrapping_add(1);
             match self.head.compare_exchange_weak(
                 head,
-                tag << 32 | u64::from(index),
+                tag << 32 | u64::from(chain.first),
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
-                    self.available.fetch_add(1, Ordering::Relaxed);
+                    self.available.fetch_add(chain.count, Ordering::Relaxed);
                     return;
                 }
                 Err(seen) => head = seen,
             }
+        }
+    }
+
+    /// The buffer at `index`, taken off this pool and not returned, as an empty [`Mbuf`] again
+    /// (dropping it returns the buffer).
+    pub(crate) fn buffer(self: &Arc<Self>, index: u32) -> Mbuf {
+        Mbuf {
+            pool: Arc::clone(self),
+            index,
+            data_off: HEADROOM,
+            len: 0,
+            next: None,
+            flags: OffloadFlags::default(),
         }
     }
 
@@ -536,11 +594,31 @@ impl Mbuf {
     pub(crate) fn lkey(&self) -> u32 {
         self.pool.lkey.load(Ordering::Relaxed)
     }
+
+    /// The pool this buffer belongs to.
+    #[inline]
+    pub(crate) fn pool_shared(&self) -> &Arc<PoolShared> {
+        &self.pool
+    }
+
+    /// Takes this single-segment buffer's index out: the caller now holds the buffer (and
+    /// returns it with [`PoolShared::push_chain`] or turns it back into an `Mbuf` with
+    /// [`PoolShared::buffer`]); what is left holds only its pool, and dropping it frees
+    /// nothing. `None`, with nothing changed, for a chained packet.
+    #[inline]
+    pub(crate) fn detach(&mut self) -> Option<u32> {
+        if self.next.is_some() || self.index == NIL {
+            return None;
+        }
+        Some(std::mem::replace(&mut self.index, NIL))
+    }
 }
 
 impl Drop for Mbuf {
     #[inline]
     fn drop(&mut self) {
-        self.pool.push(self.index);
+        if self.index != NIL {
+            self.pool.push(self.index);
+        }
     }
 }

@@ -6,6 +6,7 @@ use crate::backend::Backend;
 use crate::cmd::input;
 use crate::device::Device;
 use crate::error::DriverError;
+use crate::inflight::InFlight;
 use crate::mempool::Mempool;
 use crate::mkey::{KeyAccess, MemoryKey};
 use crate::port_shared::SharedRestart;
@@ -493,7 +494,7 @@ impl<B: Backend> Port<B> {
             uar,
             pi: 0,
             ci: 0,
-            inflight: (0..entries).map(|_| None).collect(),
+            inflight: InFlight::new(entries as usize),
             bf_half: false,
             blueflame: self.config.blueflame,
             inline: self.config.inline,

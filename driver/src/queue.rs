@@ -7,6 +7,7 @@ use crate::backend::Backend;
 pub(crate) use crate::cq::CqRing;
 use crate::cq::{Cqe, MiniRun};
 use crate::error::DriverError;
+use crate::inflight::{InFlight, Kept};
 use crate::mempool::{Mbuf, Mempool, OffloadFlags};
 use crate::rxirq::{self, CompletionInterrupt};
 use crate::stats::StatsHandle;
@@ -135,7 +136,7 @@ pub struct TxQueue<B: Backend> {
     pub(crate) pi: u16,
     pub(crate) ci: u16,
     /// Buffers in flight, by WQE index.
-    pub(crate) inflight: Vec<Option<Mbuf>>,
+    pub(crate) inflight: InFlight,
     pub(crate) bf_half: bool,
     pub(crate) blueflame: bool,
     pub(crate) inline: InlineMode,
@@ -155,7 +156,8 @@ pub struct TxQueue<B: Backend> {
 pub(crate) struct TxScratch {
     /// The WQE being built.
     wqe: [u8; MAX_WQE],
-    /// The WQE index each packet of the burst went to, or [`REFUSED`].
+    /// Per packet of the burst: its ring slot when it is kept whole, [`KEPT`] when it is kept
+    /// by buffer index, [`REFUSED`] when it was dropped instead of sent.
     slots: [u32; MAX_BURST],
 }
 
@@ -170,6 +172,8 @@ impl Default for TxScratch {
 
 /// A packet the burst dropped instead of sending.
 const REFUSED: u32 = u32::MAX;
+/// A packet sent and kept in flight by its buffer index.
+const KEPT: u32 = u32::MAX - 1;
 
 impl<B: Backend> TxQueue<B> {
     pub(crate) fn mask(&self) -> u16 {
@@ -208,14 +212,12 @@ impl<B: Backend> TxQueue<B> {
                 continue;
             }
             // Free every WQE up to and including the completed one.
-            let end = counter.wrapping_add(1);
+            let done = done.wrapping_add(1);
             let mask = self.mask();
-            let mut ci = self.ci;
-            while ci != end {
-                self.inflight[usize::from(ci & mask)] = None;
-                ci = ci.wrapping_add(1);
-            }
-            self.ci = ci;
+            let ci = self.ci;
+            self.inflight
+                .complete((0..done).map(|k| usize::from(ci.wrapping_add(k) & mask)));
+            self.ci = ci.wrapping_add(done);
         }
         if progressed {
             self.cq.update_dbr();
@@ -243,6 +245,7 @@ impl<B: Backend> TxQueue<B> {
         let mut posted = 0usize;
         let mut bytes = 0u64;
         let mut count = 0usize;
+        let mut whole = false;
         // Taken out for the burst so `build` can borrow the queue; put back at the end.
         let Some(mut scratch) = self.scratch.take() else {
             return 0;
@@ -281,18 +284,28 @@ impl<B: Backend> TxQueue<B> {
             };
             last_bbs = bbs;
             last_index = index;
-            scratch.slots[count] = u32::from(index);
+            let slot = usize::from(index & self.mask());
+            scratch.slots[count] = match self.inflight.keep(slot, &mut pkts[count]) {
+                Kept::Index => KEPT,
+                Kept::Whole => slot as u32,
+            };
+            whole |= scratch.slots[count] != KEPT;
             // Later WQEs of the same packet's slot range hold no buffer.
             self.pi = self.pi.wrapping_add(bbs);
             bytes += len as u64;
             posted += 1;
             count += 1;
         }
-        for (&index, m) in scratch.slots[..count].iter().zip(pkts.drain(..count)) {
-            if index != REFUSED {
-                let slot = usize::from(index as u16 & self.mask());
-                self.inflight[slot] = Some(m);
+        if whole {
+            for (&slot, m) in scratch.slots[..count].iter().zip(pkts.drain(..count)) {
+                if slot != REFUSED && slot != KEPT {
+                    self.inflight.keep_whole(slot as usize, m);
+                }
             }
+        } else {
+            // Kept by index (their emptied `Mbuf`s only let go of their pool) or refused
+            // (dropped, their buffers freed).
+            pkts.drain(..count);
         }
         if posted > 0 {
             self.stats.packets += posted as u64;
@@ -342,7 +355,7 @@ impl<B: Backend> TxQueue<B> {
 
     /// Buffers the device has not yet reported sent.
     pub fn in_flight(&self) -> usize {
-        self.inflight.iter().filter(|m| m.is_some()).count()
+        self.inflight.count()
     }
 
     /// True once the device reported an error on this queue, or wrote a completion the driver
@@ -370,7 +383,7 @@ impl<B: Backend> TxQueue<B> {
     /// Recovery, once the device can no longer read the ring: every in-flight buffer goes back
     /// to its pool; returns how many.
     pub(crate) fn flush_in_flight(&mut self) -> usize {
-        let flushed = self.inflight.iter_mut().filter_map(Option::take).count();
+        let flushed = self.inflight.take_all().len();
         self.stats.errors += flushed as u64;
         self.stats.flushed += flushed as u64;
         self.published.publish(&self.stats);
@@ -409,7 +422,7 @@ impl<B: Backend> Drop for TxQueue<B> {
         // The device may still read these, and write the CQ, until the port destroys the SQ.
         let mut q = self.quarantine.lock().unwrap_or_else(|e| e.into_inner());
         q.keep(
-            self.inflight.iter_mut().filter_map(Option::take),
+            self.inflight.take_all().into_iter(),
             [&mut self.ring, &mut self.dbr],
             &mut self.cq,
         );

@@ -614,3 +614,95 @@ fn every_sent_buffer_goes_back_to_the_pool_single_or_chained() {
     pa.close().unwrap().teardown().unwrap();
     pb.close().unwrap().teardown().unwrap();
 }
+
+#[test]
+fn buffers_of_many_pools_in_flight_at_once_each_go_back_to_their_own_pool() {
+    // One send queue carries buffers of six pools (every port's of three pairs) in runs and
+    // alternations, some chained: a queue keeps a few pools' buffers by index and the rest
+    // whole, and every buffer must return to the pool it came from, whether its send
+    // completes, the queue is recovered, or the queue is dropped with sends in flight.
+    let config = PortConfig {
+        ring_size: 256,
+        pool_buffers: 1024,
+        cqe_every: 16,
+        ..PortConfig::default()
+    };
+    let (first, second, _, _) = pair(config.clone());
+    let (third, fourth, _, _) = pair(config.clone());
+    let (fifth, sixth, _, _) = pair(config);
+    let ((pa, (mut txa, rxa)), others) = (first, [second, third, fourth, fifth, sixth]);
+    let mut pools = vec![pa.pool().clone()];
+    pools.extend(others.iter().map(|(p, _)| p.pool().clone()));
+    let idle: Vec<u32> = pools.iter().map(cxdirect::Mempool::available).collect();
+    let payload = frame(300, 7, 5);
+    let packet = |pool: &cxdirect::Mempool, chained: bool| {
+        let mut m = pool.alloc().expect("tx buffer");
+        if chained {
+            m.set_data(&payload[..100]).unwrap();
+            let mut tail = pool.alloc().expect("tx buffer");
+            tail.set_data(&payload[100..]).unwrap();
+            m.chain(tail);
+        } else {
+            m.set_data(&payload).unwrap();
+        }
+        m
+    };
+    let settle = |tx: &mut TxQueue<EmuBackend>| {
+        for _ in 0..10_000 {
+            tx.tx_burst(&mut Vec::new());
+            if tx.in_flight() == 0 {
+                break;
+            }
+            std::thread::yield_now();
+        }
+    };
+    let mut port = pa;
+    for round in 0..40usize {
+        let mut batch = Vec::new();
+        for i in 0..48usize {
+            // Runs of one pool early on, every packet from another pool later.
+            let which = if round < 20 {
+                (i / 8 + round) % 6
+            } else {
+                (i + round) % 6
+            };
+            batch.push(packet(&pools[which], (i + round) % 7 == 0));
+        }
+        while !batch.is_empty() {
+            txa[0].tx_burst(&mut batch);
+        }
+        settle(&mut txa[0]);
+        if txa[0].in_error() {
+            // The device refused a buffer of another function's pool: recovery flushes what
+            // was in flight.
+            port.recover_tx(&mut txa[0]).unwrap();
+        }
+        assert_eq!(
+            txa[0].in_flight(),
+            0,
+            "round {round}: every send completed or flushed"
+        );
+        let now: Vec<u32> = pools.iter().map(cxdirect::Mempool::available).collect();
+        assert_eq!(
+            now, idle,
+            "round {round}: every buffer back in its own pool"
+        );
+    }
+    // Dropped with sends in flight: the buffers come back once the port is closed.
+    let mut batch: Vec<Mbuf> = (0..60).map(|i| packet(&pools[i % 6], i % 9 == 0)).collect();
+    while !batch.is_empty() {
+        txa[0].tx_burst(&mut batch);
+    }
+    drop((txa, rxa));
+    port.close().unwrap().teardown().unwrap();
+    for (p, _) in others {
+        p.close().unwrap().teardown().unwrap();
+    }
+    for (i, pool) in pools.iter().enumerate() {
+        assert_eq!(
+            pool.available(),
+            pool.capacity(),
+            "pool {i}: every buffer is back after teardown"
+        );
+    }
+}
