@@ -118,6 +118,9 @@ impl BufferChain {
 
 pub(crate) struct PoolShared {
     region: PoolMemory,
+    /// The device address of the pool's first byte (the region's, fixed for its life), kept
+    /// here so the fast path computes a buffer's address without asking the region's kind.
+    base_iova: u64,
     buf_size: u32,
     count: u32,
     /// Treiber stack of free buffer indexes: tag in the high 32 bits against ABA.
@@ -228,7 +231,7 @@ impl PoolShared {
 
     #[inline]
     pub(crate) fn iova(&self, index: u32) -> u64 {
-        self.region.iova() + self.offset(index) as u64
+        self.base_iova + self.offset(index) as u64
     }
 
     pub(crate) fn memory(&self) -> &PoolMemory {
@@ -308,6 +311,7 @@ impl Mempool {
             .collect();
         Self {
             shared: Arc::new(PoolShared {
+                base_iova: region.iova(),
                 region,
                 buf_size,
                 count,

@@ -250,7 +250,8 @@ impl<B: Backend> TxQueue<B> {
         let Some(mut scratch) = self.scratch.take() else {
             return 0;
         };
-        while count < pkts.len().min(MAX_BURST) {
+        let limit = pkts.len().min(MAX_BURST);
+        while count < limit {
             let m = &pkts[count];
             let len = m.pkt_len();
             if len < ETH_HEADER || len > self.max_frame {
