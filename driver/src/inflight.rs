@@ -7,7 +7,7 @@
 //! and dropped on completion as usual. The queue holds each pool it keeps indexes of, so a
 //! pool outlives its buffers in flight.
 
-use crate::mempool::{BufferChain, Mbuf, PoolShared};
+use crate::mempool::{BufferChain, Mbuf, OffloadFlags, PoolShared};
 use std::sync::Arc;
 
 /// Pools a queue keeps buffer indexes of; packets of any further pool are kept whole.
@@ -50,10 +50,13 @@ impl InFlight {
     /// Records `m` as sent from `slot` (less than the ring size).
     #[inline]
     pub(crate) fn keep(&mut self, slot: usize, m: &mut Mbuf) -> Kept {
-        if let Some(place) = self.place_of(m.pool_shared()) {
-            if let Some(index) = m.detach() {
-                self.slots[slot] = (place as u64) << 32 | u64::from(index);
-                return Kept::Index;
+        // A chained packet takes no pool place: it is kept whole whatever its pool.
+        if !m.is_chained() {
+            if let Some(place) = self.place_of(m.pool_shared()) {
+                if let Some(index) = m.detach() {
+                    self.slots[slot] = (place as u64) << 32 | u64::from(index);
+                    return Kept::Index;
+                }
             }
         }
         self.slots[slot] = WHOLE;
@@ -117,7 +120,10 @@ impl InFlight {
             match std::mem::replace(entry, EMPTY) {
                 EMPTY => {}
                 WHOLE => taken.extend(whole.take()),
-                kept => taken.push(self.pools[(kept >> 32) as usize].buffer(kept as u32)),
+                kept => {
+                    let pool = &self.pools[(kept >> 32) as usize];
+                    taken.push(pool.adopt(kept as u32, 0, OffloadFlags::default()));
+                }
             }
         }
         self.pools.clear();

@@ -168,7 +168,7 @@ impl PoolShared {
     }
 
     #[inline]
-    pub(crate) fn push(&self, index: u32) {
+    fn push(&self, index: u32) {
         self.push_chain(BufferChain::one(index));
     }
 
@@ -211,16 +211,17 @@ impl PoolShared {
         }
     }
 
-    /// The buffer at `index`, taken off this pool and not returned, as an empty [`Mbuf`] again
-    /// (dropping it returns the buffer).
-    pub(crate) fn buffer(self: &Arc<Self>, index: u32) -> Mbuf {
+    /// The buffer at `index`, taken off this pool and not returned, as a packet of `len` bytes
+    /// (at most the data room) with `flags`; dropping it returns the buffer.
+    #[inline]
+    pub(crate) fn adopt(self: &Arc<Self>, index: u32, len: u32, flags: OffloadFlags) -> Mbuf {
         Mbuf {
             pool: Arc::clone(self),
             index,
             data_off: HEADROOM,
-            len: 0,
+            len,
             next: None,
-            flags: OffloadFlags::default(),
+            flags,
         }
     }
 
@@ -403,14 +404,7 @@ impl Mempool {
     /// bytes (at most [`Mempool::data_room`]) with `flags`.
     #[inline]
     pub(crate) fn adopt(&self, index: u32, len: u32, flags: OffloadFlags) -> Mbuf {
-        Mbuf {
-            pool: self.shared.clone(),
-            index,
-            data_off: HEADROOM,
-            len,
-            next: None,
-            flags,
-        }
+        self.shared.adopt(index, len, flags)
     }
 
     /// Returns the buffer at `index`, taken by [`Mempool::take_each`], to the pool unused.
@@ -607,7 +601,7 @@ impl Mbuf {
 
     /// Takes this single-segment buffer's index out: the caller now holds the buffer (and
     /// returns it with [`PoolShared::push_chain`] or turns it back into an `Mbuf` with
-    /// [`PoolShared::buffer`]); what is left holds only its pool, and dropping it frees
+    /// [`PoolShared::adopt`]); what is left holds only its pool, and dropping it frees
     /// nothing. `None`, with nothing changed, for a chained packet.
     #[inline]
     pub(crate) fn detach(&mut self) -> Option<u32> {
