@@ -47,6 +47,10 @@ pub struct EmuConfig {
     /// poll. The two functions of a threaded [`crate::Device::pair`] share one device thread,
     /// which polls for the longer of their two windows.
     pub poll_window: Duration,
+    /// Report and accept enhanced multi-packet send WQEs (opcode 0x29): several packets, each
+    /// a data segment or an inline segment, behind one control and Ethernet segment. Off
+    /// models a device without them (`enhanced_multi_pkt_send_wqe` = 0).
+    pub multi_packet_send: bool,
 }
 
 impl Default for EmuConfig {
@@ -65,6 +69,7 @@ impl Default for EmuConfig {
             exec: ExecMode::Inline,
             health_tick: Duration::from_millis(1),
             poll_window: Duration::ZERO,
+            multi_packet_send: true,
         }
     }
 }

@@ -19,7 +19,7 @@
 //! | pages | 16 boot, 64 init; more asked for by PAGE_REQUEST (16 at a time) when context space runs low, offered back when 32 pages lie empty |
 //! | ISSI | 0 and 1 |
 //! | general caps (max = current unless noted) | log_max_eq 6, log_max_eq_sz 16, log_max_cq 16, log_max_cq_sz 22, log_max_sq/rq 16, log_max_wq_sz 16, log_max_rmp 12, log_max_tir/tis/rqt 12, log_max_rqt_size 11, log_max_mkey 16, log_max_mrw_sz 48, log_max_pd/transport_domain 16, log_bf_reg_size 9, max_wqe_sz_sq/rq 1024, cqe_version 1, port_type Ethernet, num_ports 1, cmdif_checksum max 3 / current 0, uar_4k, end_pad, cq_oi, basic_cyclic_rcv_wqe, nic_flow_table, max_qp_cnt 64 (Q counter sets counting out_of_buffer), modify_rq_counter_set_id, cqe_compression (cqe_compression_max_num 64; basic layout, hash or checksum mini-CQEs) |
-//! | Ethernet caps | csum_cap, vlan_cap, wqe_vlan_insert, self_lb_en_modifiable, wqe_inline_mode = not required, no LSO, no multi-packet WQE |
+//! | Ethernet caps | csum_cap, vlan_cap, wqe_vlan_insert, self_lb_en_modifiable, wqe_inline_mode = not required, no LSO, enhanced multi-packet send WQE (unless `EmuConfig::multi_packet_send` is off; the legacy multi-packet WQE is not offered) |
 //! | SET_HCA_CAP | may change cmdif_checksum, log_uar_page_sz, uar_4k, cache_line_128byte, driver_version, disable_link_up, log_max_qp, pkey_table_size (each up to its maximum); any other change is refused |
 //! | reserved lkey | [`RESERVED_LKEY`] (QUERY_SPECIAL_CONTEXTS): addresses are IOVAs |
 //! | port | one Ethernet port; PMTU max 9982 (frames up to 9978 bytes without FCS), default admin MTU 1522; link up after INIT_HCA when a wire is attached; PAOS and PMTU through ACCESS_REG |

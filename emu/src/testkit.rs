@@ -64,6 +64,15 @@ pub struct Cq {
     pub ci: u32,
 }
 
+/// One packet of an enhanced multi-packet WQE built by [`Host::build_multi_packet`].
+#[derive(Debug, Clone, Copy)]
+pub enum MultiPacket<'a> {
+    /// Gathered by the device through a data segment.
+    Pointer(&'a [u8]),
+    /// Carried in the WQE in an inline segment.
+    Inline(&'a [u8]),
+}
+
 /// A send queue created by [`Host::create_sq`] (already in RDY).
 pub struct Sq {
     /// Queue number.
@@ -617,6 +626,19 @@ impl Host {
 
     /// Creates an SQ of `2^log` WQEBBs on CQ `cqn` and TIS `tisn`, and moves it to RDY.
     pub fn create_sq(&mut self, cqn: u32, tisn: u32, log: u8) -> Sq {
+        self.try_create_sq(cqn, tisn, log, false)
+            .expect("CREATE_SQ")
+    }
+
+    /// Creates an SQ of `2^log` WQEBBs on CQ `cqn` and TIS `tisn`, allowing enhanced
+    /// multi-packet WQEs when `multi_packet`, and moves it to RDY.
+    pub fn try_create_sq(
+        &mut self,
+        cqn: u32,
+        tisn: u32,
+        log: u8,
+        multi_packet: bool,
+    ) -> Result<Sq, CmdFail> {
         let buf = self.alloc(64 << log, 4096);
         let dbr = self.alloc(8, 64);
         let pages = (64u64 << log).div_ceil(4096) as usize;
@@ -624,7 +646,10 @@ impl Host {
         let mut cmd = CreateSqIn::new(&mut input[..]).expect("layout");
         {
             let mut ctx = cmd.ctx_mut();
-            ctx.set_cqn(cqn).set_tis_num_0(tisn).set_tis_lst_sz(1);
+            ctx.set_cqn(cqn)
+                .set_tis_num_0(tisn)
+                .set_tis_lst_sz(1)
+                .set_allow_multi_pkt_send_wqe(multi_packet);
             ctx.wq_mut()
                 .set_wq_type(1)
                 .set_pd(self.pd)
@@ -636,21 +661,72 @@ impl Host {
         for i in 0..pages {
             cmd.set_pas(i, buf + i as u64 * 4096).expect("room");
         }
-        let out = self.exec(&input, 16).expect("CREATE_SQ");
+        let out = self.exec(&input, 16)?;
         let sqn = CreateSqOut::new(&out[..]).expect("layout").sqn();
         let mut modify = Self::input(Opcode::ModifySq, 0, 0x110);
         let mut m = ModifySqIn::new(&mut modify[..]).expect("layout");
         m.set_sq_state(0).set_sqn(sqn);
         m.ctx_mut().set_state(1);
         self.exec(&modify, 16).expect("MODIFY_SQ RST->RDY");
-        Sq {
+        Ok(Sq {
             sqn,
             buf,
             dbr,
             log,
             pi: 0,
             bf_toggle: false,
+        })
+    }
+
+    /// Builds an enhanced multi-packet WQE at the SQ's producer index carrying `packets` (each
+    /// by pointer, its bytes written to host memory, or inline), with checksum offload asked
+    /// for when `checksums`; returns the WQE bytes (whole basic blocks).
+    pub fn build_multi_packet(
+        &mut self,
+        sq: &Sq,
+        packets: &[MultiPacket<'_>],
+        lkey: u32,
+        checksums: bool,
+    ) -> Vec<u8> {
+        let mut segments = Vec::new();
+        for packet in packets {
+            match *packet {
+                MultiPacket::Pointer(bytes) => {
+                    let iova = self.alloc(bytes.len() as u64, 64);
+                    self.write(iova, bytes);
+                    let mut seg = [0u8; 16];
+                    DataSeg::new(&mut seg[..])
+                        .expect("layout")
+                        .set_byte_count(bytes.len() as u32)
+                        .set_lkey(lkey)
+                        .set_addr(iova);
+                    segments.extend_from_slice(&seg);
+                }
+                MultiPacket::Inline(bytes) => {
+                    let start = segments.len();
+                    segments.extend_from_slice(
+                        &(cxdirect_hw::wqe::INLINE_SEG | bytes.len() as u32).to_be_bytes(),
+                    );
+                    segments.extend_from_slice(bytes);
+                    segments.resize(start + (4 + bytes.len()).div_ceil(16) * 16, 0);
+                }
+            }
         }
+        let ds = 2 + segments.len() / 16;
+        let mut wqe = vec![0u8; ds.div_ceil(4) * 64];
+        CtrlSeg::new(&mut wqe[..16])
+            .expect("layout")
+            .set_opcode(cxdirect_hw::wqe::opcode::ENHANCED_MPSW)
+            .set_wqe_index(sq.pi)
+            .set_qpn_or_sqn(sq.sqn)
+            .set_ds(ds as u8)
+            .set_ce(2);
+        EthSeg::new(&mut wqe[16..32])
+            .expect("layout")
+            .set_l3_csum(checksums)
+            .set_l4_csum(checksums);
+        wqe[32..32 + segments.len()].copy_from_slice(&segments);
+        wqe
     }
 
     /// Builds a SEND WQE at the SQ's producer index: up to 18 bytes of headers inline, the rest

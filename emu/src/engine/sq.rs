@@ -1,7 +1,9 @@
 //! The send engine: on a doorbell, read the SQ's doorbell record, fetch each new WQE (or take
 //! the BlueFlame copy), parse its control, Ethernet, data and inline segments, gather the frame
 //! through memory keys, apply checksum offload and VLAN insertion, put it on the wire, and write
-//! the CQEs the WQE asked for. A malformed WQE ends in an error CQE and the SQ in error.
+//! the CQEs the WQE asked for. An enhanced multi-packet WQE (on an SQ that allows them) carries
+//! one packet per data or inline segment behind one Ethernet segment. A malformed WQE ends in an
+//! error CQE and the SQ in error.
 
 use crate::counters::{add, QueueKind};
 use crate::engine::fetch::{read_wqes, Fetched};
@@ -178,7 +180,7 @@ fn execute_one(
         return Err(());
     };
     let mask = sq.wq.entries() - 1;
-    let (cqn, pd, min_inline) = (sq.cqn, sq.wq.pd, sq.min_inline);
+    let (cqn, pd, min_inline, multi_packet) = (sq.cqn, sq.wq.pd, sq.min_inline, sq.multi_packet);
     // First basic block: from the BlueFlame copy when it matches, else fetched.
     let from_bf = bf.map(|b| b.bytes);
     match from_bf {
@@ -220,8 +222,9 @@ fn execute_one(
             }
         }
     }
+    let mut sent = Sent::default();
     let result = match opcode {
-        wqe::opcode::NOP => Ok((0, false)),
+        wqe::opcode::NOP => Ok(()),
         wqe::opcode::SEND => build_frame(
             core,
             sqn,
@@ -230,31 +233,43 @@ fn execute_one(
             &s.wqe[..wqe_bytes],
             &mut s.frame,
             &mut s.tagged,
+        )
+        .map(|(len, tagged)| {
+            let frame: &[u8] = if tagged { &s.tagged[..len] } else { &s.frame };
+            transmit(core, frame);
+            sent.count(len);
+        }),
+        wqe::opcode::ENHANCED_MPSW if multi_packet => send_multi(
+            core,
+            SendContext {
+                sqn,
+                pd,
+                min_inline,
+            },
+            &s.wqe[..wqe_bytes],
+            &mut s.frame,
+            &mut s.tagged,
+            &mut sent,
         ),
         _ => Err(CqeSyndrome::LocalQpOperation),
     };
-    let (sent, tagged) = match result {
-        Ok(done) => done,
-        Err(syndrome) => return fail(core, sqn, index, opcode, syndrome, cqn),
-    };
-    if sent > 0 {
-        let frame: &[u8] = if tagged { &s.tagged[..sent] } else { &s.frame };
-        transmit(core, frame);
-    }
     {
         let qc = core.queue_counters.get_mut(QueueKind::Sq, sqn);
-        qc.wqes += 1;
-        if sent > 0 {
-            qc.frames += 1;
-            qc.bytes += sent as u64;
+        qc.frames += sent.frames;
+        qc.bytes += sent.bytes as u64;
+        if result.is_ok() {
+            qc.wqes += 1;
         }
+    }
+    if let Err(syndrome) = result {
+        return fail(core, sqn, index, opcode, syndrome, cqn);
     }
     if let Some(sq) = core.res.sqs.get_mut(sqn) {
         sq.wq.consumed = index.wrapping_add(bbs);
     }
     if ce >= wqe::completion::ALWAYS {
         let mut cqe = [0u8; 64];
-        cqe[0x2c..0x30].copy_from_slice(&(sent as u32).to_be_bytes());
+        cqe[0x2c..0x30].copy_from_slice(&(sent.bytes as u32).to_be_bytes());
         cqe[0x38..0x3c].copy_from_slice(&(sqn & 0x00ff_ffff).to_be_bytes());
         cqe[0x3c..0x3e].copy_from_slice(&index.to_be_bytes());
         cqe[0x3f] = (CqeOpcode::Req as u8) << 4 | u8::from(ctrl_se(&s.wqe)) << 1;
@@ -278,6 +293,46 @@ fn ctrl_se(wqe: &[u8]) -> bool {
 /// Largest frame the send path assembles, in bytes.
 const MAX_FRAME_BYTES: usize = 16 * 1024 + 64;
 
+/// What one WQE put on the wire: frames and their bytes.
+#[derive(Default)]
+struct Sent {
+    frames: u64,
+    bytes: usize,
+}
+
+impl Sent {
+    fn count(&mut self, len: usize) {
+        self.frames += 1;
+        self.bytes += len;
+    }
+}
+
+/// The SQ a WQE runs on: its number, protection domain and minimum inline mode.
+#[derive(Clone, Copy)]
+struct SendContext {
+    sqn: u32,
+    pd: u32,
+    min_inline: u8,
+}
+
+/// What an Ethernet segment asks of every frame of its WQE.
+#[derive(Clone, Copy)]
+struct Offloads {
+    l3_csum: bool,
+    l4_csum: bool,
+    vlan: Option<u16>,
+}
+
+impl Offloads {
+    fn of<T: AsRef<[u8]>>(eth: &EthSeg<T>) -> Self {
+        Self {
+            l3_csum: eth.l3_csum(),
+            l4_csum: eth.l4_csum(),
+            vlan: eth.vlan_insert(),
+        }
+    }
+}
+
 /// Builds the frame a SEND WQE describes into `frame` (or `tagged` when a VLAN is inserted);
 /// returns the length on the wire and whether the frame is in `tagged`.
 fn build_frame(
@@ -294,12 +349,11 @@ fn build_frame(
         return Err(CqeSyndrome::LocalQpOperation);
     }
     let eth = EthSeg::new(&w[WQE_DS..2 * WQE_DS]).map_err(|_| CqeSyndrome::LocalQpOperation)?;
-    let raw_sz = eth.inline_hdr_sz();
-    let vlan = eth.vlan_insert();
-    let inline_len = if vlan.is_some() {
+    let offloads = Offloads::of(&eth);
+    let inline_len = if offloads.vlan.is_some() {
         0
     } else {
-        usize::from(raw_sz)
+        usize::from(eth.inline_hdr_sz())
     };
     let mut at = 2 * WQE_DS;
     if inline_len > 0 {
@@ -325,46 +379,122 @@ fn build_frame(
             if at + WQE_DS > w.len() {
                 return Err(CqeSyndrome::LocalQpOperation);
             }
-            let seg = wqe::DataSeg::new(&w[at..at + WQE_DS])
-                .map_err(|_| CqeSyndrome::LocalQpOperation)?;
-            let (len, lkey, addr) = (seg.byte_count() as usize, seg.lkey(), seg.addr());
-            let start = frame.len();
-            if start + len > MAX_FRAME_BYTES {
-                return Err(CqeSyndrome::LocalLength);
-            }
-            frame.resize(start + len, 0);
-            let unmapped = len > 0
-                && core
-                    .faults
-                    .take(|f| {
-                        matches!(f, Fault::UnmappedDma { queue: DmaQueue::Send(s) } if *s == sqn)
-                            .then_some(())
-                    })
-                    .is_some();
-            let core: &Core = core;
-            translate(core, lkey, pd, addr, len as u64, false, |iova, off, n| {
-                let dst = &mut frame[start + off as usize..start + (off + n) as usize];
-                add(&core.counters.payload_reads, 1);
-                add(&core.counters.payload_read_bytes, n);
-                // The faulted access really goes to the IOMMU, which refuses it.
-                let iova = if unmapped { UNMAPPED_IOVA + off } else { iova };
-                core.dma_read(iova, dst).map_err(|_| KeyFault::Bounds)
-            })
-            .map_err(|_| CqeSyndrome::LocalProtection)?;
+            gather(core, sqn, pd, &w[at..at + WQE_DS], frame)?;
             at += WQE_DS;
         }
     }
-    if frame.len() < packet::ETH_HEADER_LEN || frame.len() > core.port.max_frame() {
-        return Err(CqeSyndrome::LocalLength);
-    }
+    check_length(core, frame)?;
     if min_inline > 0 && !inline_covers(frame, inline_len, min_inline) {
         return Err(CqeSyndrome::LocalQpOperation);
     }
-    if eth.l3_csum() || eth.l4_csum() {
-        // A frame the offload cannot parse goes out as the driver built it.
-        let _ = packet::insert_checksums(frame, eth.l3_csum(), eth.l4_csum());
+    apply_offloads(offloads, frame, tagged)
+}
+
+/// Sends every packet of an enhanced multi-packet WQE `w` (control segment included). The
+/// Ethernet segment inlines nothing and its offloads apply to each packet; after it, each data
+/// segment is one packet gathered by memory key and each inline segment one packet carried in
+/// the WQE. Packets before a bad one are on the wire when it fails, as on a device, and are
+/// counted in `sent`.
+fn send_multi(
+    core: &mut Core,
+    sq: SendContext,
+    w: &[u8],
+    frame: &mut Vec<u8>,
+    tagged: &mut [u8],
+    sent: &mut Sent,
+) -> Result<(), CqeSyndrome> {
+    if w.len() < 3 * WQE_DS {
+        // Not a single packet after the Ethernet segment.
+        return Err(CqeSyndrome::LocalQpOperation);
     }
-    if let Some(tci) = vlan {
+    let eth = EthSeg::new(&w[WQE_DS..2 * WQE_DS]).map_err(|_| CqeSyndrome::LocalQpOperation)?;
+    let offloads = Offloads::of(&eth);
+    if offloads.vlan.is_none() && eth.inline_hdr_sz() != 0 {
+        return Err(CqeSyndrome::LocalQpOperation);
+    }
+    // `w` is whole 16-byte segments, so a segment's first word is always there.
+    let mut at = 2 * WQE_DS;
+    while at < w.len() {
+        frame.clear();
+        let head = u32::from_be_bytes([w[at], w[at + 1], w[at + 2], w[at + 3]]);
+        if head & INLINE_SEG != 0 {
+            let count = (head & !INLINE_SEG) as usize;
+            if at + 4 + count > w.len() {
+                return Err(CqeSyndrome::LocalLength);
+            }
+            frame.extend_from_slice(&w[at + 4..at + 4 + count]);
+            at += (4 + count).div_ceil(WQE_DS) * WQE_DS;
+        } else {
+            if sq.min_inline > 0 {
+                // The SQ must see each packet's headers inline; a pointer carries none.
+                return Err(CqeSyndrome::LocalQpOperation);
+            }
+            gather(core, sq.sqn, sq.pd, &w[at..at + WQE_DS], frame)?;
+            at += WQE_DS;
+        }
+        check_length(core, frame)?;
+        let (len, is_tagged) = apply_offloads(offloads, frame, tagged)?;
+        transmit(core, if is_tagged { &tagged[..len] } else { frame });
+        sent.count(len);
+    }
+    Ok(())
+}
+
+/// Appends the bytes data segment `seg` (16 bytes) points at to `frame`, through its memory key.
+fn gather(
+    core: &mut Core,
+    sqn: u32,
+    pd: u32,
+    seg: &[u8],
+    frame: &mut Vec<u8>,
+) -> Result<(), CqeSyndrome> {
+    let seg = wqe::DataSeg::new(seg).map_err(|_| CqeSyndrome::LocalQpOperation)?;
+    let (len, lkey, addr) = (seg.byte_count() as usize, seg.lkey(), seg.addr());
+    let start = frame.len();
+    if start + len > MAX_FRAME_BYTES {
+        return Err(CqeSyndrome::LocalLength);
+    }
+    frame.resize(start + len, 0);
+    let unmapped = len > 0
+        && core
+            .faults
+            .take(|f| {
+                matches!(f, Fault::UnmappedDma { queue: DmaQueue::Send(s) } if *s == sqn)
+                    .then_some(())
+            })
+            .is_some();
+    let core: &Core = core;
+    translate(core, lkey, pd, addr, len as u64, false, |iova, off, n| {
+        let dst = &mut frame[start + off as usize..start + (off + n) as usize];
+        add(&core.counters.payload_reads, 1);
+        add(&core.counters.payload_read_bytes, n);
+        // The faulted access really goes to the IOMMU, which refuses it.
+        let iova = if unmapped { UNMAPPED_IOVA + off } else { iova };
+        core.dma_read(iova, dst).map_err(|_| KeyFault::Bounds)
+    })
+    .map_err(|_| CqeSyndrome::LocalProtection)
+}
+
+/// Refuses a frame shorter than an Ethernet header or longer than the port carries.
+fn check_length(core: &Core, frame: &[u8]) -> Result<(), CqeSyndrome> {
+    if frame.len() < packet::ETH_HEADER_LEN || frame.len() > core.port.max_frame() {
+        return Err(CqeSyndrome::LocalLength);
+    }
+    Ok(())
+}
+
+/// Inserts the checksums and the VLAN tag `offloads` asks for; returns the length on the wire
+/// and whether the frame is in `tagged` (a tag was inserted).
+fn apply_offloads(
+    offloads: Offloads,
+    frame: &mut [u8],
+    tagged: &mut [u8],
+) -> Result<(usize, bool), CqeSyndrome> {
+    if offloads.l3_csum || offloads.l4_csum {
+        // A frame the offload cannot parse goes out as the driver built it.
+        let _ = packet::insert_checksums(frame, offloads.l3_csum, offloads.l4_csum);
+    }
+    if let Some(tci) = offloads.vlan {
         let n = packet::insert_vlan(frame, tci, tagged).map_err(|_| CqeSyndrome::LocalLength)?;
         return Ok((n, true));
     }

@@ -125,12 +125,12 @@ impl CapSet {
             .set_self_lb_en_modifiable(true)
             .set_max_lso_cap(0)
             .set_multi_pkt_send_wqe(0)
+            .set_enhanced_multi_pkt_send_wqe(cfg.multi_packet_send)
             .set_wqe_inline_mode(wqe_inline_mode::NOT_REQUIRED)
             .set_rss_ind_tbl_cap(LOG_MAX_RQT_SIZE);
         let mut ethernet = [0u8; 0x100];
         let n = e.as_bytes().len().min(0x100);
         ethernet[..n].copy_from_slice(&e.as_bytes()[..n]);
-        let _ = cfg;
         Self {
             max_general,
             current_general,

@@ -223,6 +223,8 @@ pub(crate) struct Sq {
     pub tisn: u32,
     pub state: QState,
     pub min_inline: u8,
+    /// Created with `allow_multi_pkt_send_wqe`: enhanced multi-packet WQEs are accepted.
+    pub multi_packet: bool,
     pub slot: Slot,
 }
 

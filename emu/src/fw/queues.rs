@@ -335,11 +335,20 @@ pub(crate) fn create_sq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     if !core.res.tises.contains(tisn) {
         return Err(bad_res("SQ's TIS does not exist"));
     }
+    let multi_packet = ctx.allow_multi_pkt_send_wqe();
+    if multi_packet && !core.cfg.multi_packet_send {
+        return Err(bad_param(
+            Syndrome::BadWqParams,
+            "SQ allows multi-packet send WQEs, which this device does not support \
+             (enhanced_multi_pkt_send_wqe is 0)",
+        ));
+    }
     let wq = work_queue(core, ctx.wq(), true, cmd.pas_capacity(), |i| {
         cmd.pas(i).ok()
     })?;
     let slot = store_new_context(core, &context_bytes(ctx.as_bytes()))?;
     let sq = Sq {
+        multi_packet,
         wq,
         cqn,
         tisn,
