@@ -6,6 +6,9 @@
 //! their pool in one exchange. Any other packet (chained, or from a further pool) is kept whole
 //! and dropped on completion as usual. The queue holds each pool it keeps indexes of, so a
 //! pool outlives its buffers in flight.
+//!
+//! The packets of a multi-packet WQE are kept the same way, in order, in a run queue beside the
+//! slots; the WQE's slot holds how many of them it carries.
 
 use crate::mempool::{BufferChain, Mbuf, OffloadFlags, PoolShared};
 use std::sync::Arc;
@@ -16,6 +19,10 @@ const MAX_POOLS: usize = 4;
 const EMPTY: u64 = u64::MAX;
 /// A slot whose packet is kept whole, in `whole`.
 const WHOLE: u64 = u64::MAX - 1;
+/// Marks a slot holding a multi-packet WQE; the low 32 bits count its packets in `runs`.
+const RUN: u64 = 1 << 62;
+/// Most packets one basic block of a multi-packet WQE carries (one 16-byte segment each).
+const RUN_PACKETS_PER_BB: usize = 4;
 
 /// What a send queue has in flight, by WQE index (the slot of the packet's first WQEBB).
 pub(crate) struct InFlight {
@@ -24,8 +31,15 @@ pub(crate) struct InFlight {
     slots: Box<[u64]>,
     /// Packets kept whole, at their slot.
     whole: Box<[Option<Mbuf>]>,
-    /// The pools whose buffer indexes `slots` holds; kept until the queue is flushed.
+    /// The pools whose buffer indexes `slots` and `runs` hold; kept until the queue is flushed.
     pools: Vec<Arc<PoolShared>>,
+    /// The packets of multi-packet WQEs in flight, in posting order, as slot entries (pool
+    /// place and buffer index); a ring of a power-of-two length, never more than full.
+    runs: Box<[u64]>,
+    /// Where the oldest packet of `runs` is (wrapping; masked to index).
+    run_head: usize,
+    /// Where the next packet of `runs` goes (wrapping; masked to index).
+    run_tail: usize,
 }
 
 /// How [`InFlight::keep`] kept a packet.
@@ -40,10 +54,15 @@ pub(crate) enum Kept {
 impl InFlight {
     /// Room for a ring of `entries` WQEBBs.
     pub(crate) fn new(entries: usize) -> Self {
+        // Each basic block in flight carries at most four packets of a run.
+        let runs = (entries * RUN_PACKETS_PER_BB).next_power_of_two();
         Self {
             slots: vec![EMPTY; entries].into_boxed_slice(),
             whole: (0..entries).map(|_| None).collect(),
             pools: Vec::new(),
+            runs: vec![EMPTY; runs].into_boxed_slice(),
+            run_head: 0,
+            run_tail: 0,
         }
     }
 
@@ -68,6 +87,37 @@ impl InFlight {
         self.whole[slot] = Some(m);
     }
 
+    /// The pool place `m` would be kept by in a run, for a single-segment packet whose pool
+    /// has or gets a place; `None` when it cannot join a multi-packet WQE.
+    #[inline]
+    pub(crate) fn run_place(&mut self, m: &Mbuf) -> Option<u32> {
+        if m.is_chained() {
+            return None;
+        }
+        self.place_of(m.pool_shared()).map(|place| place as u32)
+    }
+
+    /// Adds `m`, a packet of the multi-packet WQE being built, to the runs by its buffer index
+    /// (`place` from [`InFlight::run_place`]); the caller drops the emptied `Mbuf`. False, with
+    /// nothing kept, when `m` has no index to give (it is chained).
+    #[inline]
+    pub(crate) fn keep_in_run(&mut self, place: u32, m: &mut Mbuf) -> bool {
+        let Some(index) = m.detach() else {
+            return false;
+        };
+        let mask = self.runs.len() - 1;
+        self.runs[self.run_tail & mask] = u64::from(place) << 32 | u64::from(index);
+        self.run_tail = self.run_tail.wrapping_add(1);
+        true
+    }
+
+    /// Records at `slot` the multi-packet WQE whose `packets` were just added by
+    /// [`InFlight::keep_in_run`].
+    #[inline]
+    pub(crate) fn close_run(&mut self, slot: usize, packets: u32) {
+        self.slots[slot] = RUN | u64::from(packets);
+    }
+
     /// The place of `pool` in `pools`, added when there is room.
     #[inline]
     fn place_of(&mut self, pool: &Arc<PoolShared>) -> Option<usize> {
@@ -85,8 +135,7 @@ impl InFlight {
     /// consecutive buffers of one pool go back together.
     #[inline]
     pub(crate) fn complete(&mut self, slots: impl Iterator<Item = usize>) {
-        let mut chain = BufferChain::default();
-        let mut chain_place = 0;
+        let mut chain = Chain::default();
         for slot in slots {
             let entry = std::mem::replace(&mut self.slots[slot], EMPTY);
             if entry >= WHOLE {
@@ -95,38 +144,77 @@ impl InFlight {
                 }
                 continue;
             }
-            let place = (entry >> 32) as usize;
-            if place != chain_place {
-                self.pools[chain_place].push_chain(std::mem::take(&mut chain));
-                chain_place = place;
+            if entry & RUN != 0 {
+                let mask = self.runs.len() - 1;
+                for _ in 0..entry as u32 {
+                    let kept = std::mem::replace(&mut self.runs[self.run_head & mask], EMPTY);
+                    self.run_head = self.run_head.wrapping_add(1);
+                    chain.add(&self.pools, kept);
+                }
+                continue;
             }
-            self.pools[place].link(&mut chain, entry as u32);
+            chain.add(&self.pools, entry);
         }
-        if let Some(pool) = self.pools.get(chain_place) {
-            pool.push_chain(chain);
-        }
+        chain.finish(&self.pools);
     }
 
     /// Packets in flight.
     pub(crate) fn count(&self) -> usize {
-        self.slots.iter().filter(|&&e| e != EMPTY).count()
+        let single = self.slots.iter().filter(|&&e| e != EMPTY && e & RUN == 0);
+        single.count() + self.run_tail.wrapping_sub(self.run_head)
     }
 
     /// Takes every packet in flight, as `Mbuf`s (dropping one returns its buffer), leaving
     /// nothing; the pools are let go.
     pub(crate) fn take_all(&mut self) -> Vec<Mbuf> {
         let mut taken = Vec::new();
+        let adopt = |pools: &[Arc<PoolShared>], kept: u64| {
+            pools[(kept >> 32) as usize].adopt(kept as u32, 0, OffloadFlags::default())
+        };
         for (entry, whole) in self.slots.iter_mut().zip(self.whole.iter_mut()) {
             match std::mem::replace(entry, EMPTY) {
                 EMPTY => {}
                 WHOLE => taken.extend(whole.take()),
-                kept => {
-                    let pool = &self.pools[(kept >> 32) as usize];
-                    taken.push(pool.adopt(kept as u32, 0, OffloadFlags::default()));
-                }
+                run if run & RUN != 0 => {}
+                kept => taken.push(adopt(&self.pools, kept)),
             }
+        }
+        let mask = self.runs.len() - 1;
+        while self.run_head != self.run_tail {
+            let kept = std::mem::replace(&mut self.runs[self.run_head & mask], EMPTY);
+            self.run_head = self.run_head.wrapping_add(1);
+            taken.push(adopt(&self.pools, kept));
         }
         self.pools.clear();
         taken
+    }
+}
+
+/// Buffers of one pool being gathered to go back to it together.
+#[derive(Default)]
+struct Chain {
+    buffers: BufferChain,
+    place: usize,
+}
+
+impl Chain {
+    /// Adds the kept buffer `entry` (pool place and index), first sending back what was
+    /// gathered for another pool.
+    #[inline]
+    fn add(&mut self, pools: &[Arc<PoolShared>], entry: u64) {
+        let place = (entry >> 32) as usize;
+        if place != self.place {
+            pools[self.place].push_chain(std::mem::take(&mut self.buffers));
+            self.place = place;
+        }
+        pools[place].link(&mut self.buffers, entry as u32);
+    }
+
+    /// Sends back what was gathered.
+    #[inline]
+    fn finish(self, pools: &[Arc<PoolShared>]) {
+        if let Some(pool) = pools.get(self.place) {
+            pool.push_chain(self.buffers);
+        }
     }
 }

@@ -16,6 +16,7 @@ use crate::rxirq::CompletionInterrupt;
 use crate::shared::{SharedRing, SharedRxConfig, SharedRxQueue, SharedRxRing};
 use crate::stats::{PortStats, QueueXstats, StatsHandle};
 use cxdirect_dma::{DmaRegion, PageKind};
+use cxdirect_hw::caps::wqe_inline_mode;
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::cq::CreateCqIn;
 use cxdirect_hw::cqe::mini_cqe_res_format;
@@ -53,6 +54,14 @@ pub struct PortConfig {
     pub inline_max: u16,
     /// A send completion is requested every this many packets (1..=ring size; default 32).
     pub cqe_every: u16,
+    /// Send runs of two or more packets of a burst in enhanced multi-packet WQEs, where the
+    /// device offers them (`enhanced_multi_pkt_send_wqe`) and needs no headers inline: one
+    /// control and Ethernet segment per run, then 16 bytes per packet (a pointer to it), or, in
+    /// `Full` mode, the packet itself inline when within `inline_max`. A run takes consecutive
+    /// single-segment packets with the same checksum requests and no VLAN tag to insert; the
+    /// others, and a lone packet, go in a WQE of their own as before. Packets of a run carry
+    /// no headers inline, whatever `inline` says. Default off.
+    pub tx_multi_packet: bool,
     /// Buffers in the receive pool (at least twice the receive rings' total).
     pub pool_buffers: u32,
     /// Buffer size in bytes (a multiple of 64; must hold an MTU-sized frame plus headroom).
@@ -97,6 +106,7 @@ impl Default for PortConfig {
             inline: InlineMode::Headers,
             inline_max: 256,
             cqe_every: 32,
+            tx_multi_packet: false,
             pool_buffers: 8192,
             buf_size: 2048,
             rss_key: DEFAULT_RSS_KEY,
@@ -456,7 +466,8 @@ impl<B: Backend> Port<B> {
             ctx.set_cqn(cqn)
                 .set_tis_lst_sz(1)
                 .set_tis_num_0(self.tis)
-                .set_flush_in_error_en(true);
+                .set_flush_in_error_en(true)
+                .set_allow_multi_pkt_send_wqe(self.multi_packet_send());
             ctx.wq_mut()
                 .set_wq_type(1)
                 .set_pd(pd)
@@ -473,6 +484,15 @@ impl<B: Backend> Port<B> {
         self.sqs.push(sqn);
         self.modify_sq(sqn, RqState::Rst, RqState::Rdy)?;
         Ok(sqn)
+    }
+
+    /// Whether send queues use enhanced multi-packet WQEs: asked for, offered by the device,
+    /// and possible without inlined headers.
+    fn multi_packet_send(&self) -> bool {
+        let caps = self.dev.eth_caps();
+        self.config.tx_multi_packet
+            && caps.enhanced_multi_pkt_send_wqe()
+            && caps.wqe_inline_mode() == wqe_inline_mode::NOT_REQUIRED
     }
 
     fn create_tx(&mut self, pd: u32) -> Result<TxQueue<B>, DriverError> {
@@ -499,6 +519,7 @@ impl<B: Backend> Port<B> {
             blueflame: self.config.blueflame,
             inline: self.config.inline,
             inline_max: usize::from(self.config.inline_max),
+            multi_packet: self.multi_packet_send(),
             cqe_every: self.config.cqe_every,
             since_cqe: 0,
             max_frame: usize::from(self.config.mtu) + 18,

@@ -49,6 +49,9 @@ pub struct QueueStats {
     pub blueflame: u64,
     /// Packets sent fully inline.
     pub inline_packets: u64,
+    /// Send: enhanced multi-packet WQEs posted (each carrying two or more packets; see
+    /// `PortConfig::tx_multi_packet`).
+    pub multi_packet_wqes: u64,
     /// CQEs consumed.
     pub cqes: u64,
     /// CQEs with values the driver refused (counted; the queue stops until recovered).
@@ -141,6 +144,8 @@ pub struct TxQueue<B: Backend> {
     pub(crate) blueflame: bool,
     pub(crate) inline: InlineMode,
     pub(crate) inline_max: usize,
+    /// Runs of packets go in enhanced multi-packet WQEs (the SQ allows them).
+    pub(crate) multi_packet: bool,
     pub(crate) cqe_every: u16,
     pub(crate) since_cqe: u16,
     pub(crate) max_frame: usize,
@@ -252,6 +257,24 @@ impl<B: Backend> TxQueue<B> {
         };
         let limit = pkts.len().min(MAX_BURST);
         while count < limit {
+            if self.multi_packet {
+                if let Some((taken, run_bytes, size)) =
+                    self.multi_packet_wqe(&mut pkts[count..limit], &mut scratch.wqe)
+                {
+                    let bbs = size.div_ceil(WQE_BB) as u16;
+                    self.write_wqe(self.pi, &scratch.wqe[..usize::from(bbs) * WQE_BB]);
+                    self.inflight
+                        .close_run(usize::from(self.pi & self.mask()), taken as u32);
+                    scratch.slots[count..count + taken].fill(KEPT);
+                    last_bbs = bbs;
+                    last_index = self.pi;
+                    self.pi = self.pi.wrapping_add(bbs);
+                    bytes += run_bytes;
+                    posted += taken;
+                    count += taken;
+                    continue;
+                }
+            }
             let m = &pkts[count];
             let len = m.pkt_len();
             if len < ETH_HEADER || len > self.max_frame {
@@ -275,12 +298,7 @@ impl<B: Backend> TxQueue<B> {
                     break;
                 };
                 let bbs = size.div_ceil(WQE_BB) as u16;
-                for bb in 0..usize::from(bbs) {
-                    let at = usize::from(index.wrapping_add(bb as u16) & self.mask()) * WQE_BB;
-                    let _ = self
-                        .ring
-                        .write(at, &scratch.wqe[bb * WQE_BB..(bb + 1) * WQE_BB]);
-                }
+                self.write_wqe(index, &scratch.wqe[..usize::from(bbs) * WQE_BB]);
                 bbs
             };
             last_bbs = bbs;
@@ -315,6 +333,14 @@ impl<B: Backend> TxQueue<B> {
         }
         self.scratch = Some(scratch);
         count
+    }
+
+    /// Writes `wqe` (whole basic blocks) at ring index `index`, wrapping block by block.
+    fn write_wqe(&self, index: u16, wqe: &[u8]) {
+        for (bb, block) in wqe.chunks_exact(WQE_BB).enumerate() {
+            let at = usize::from(index.wrapping_add(bb as u16) & self.mask()) * WQE_BB;
+            let _ = self.ring.write(at, block);
+        }
     }
 
     /// Writes one basic block at ring index `index` (wrapped to the ring) with one bounds check.
@@ -456,7 +482,8 @@ pub const MAX_BURST: usize = 256;
 /// Largest send WQE the driver builds, in bytes.
 pub(crate) const MAX_WQE: usize = 1024;
 const BF_HALF: usize = 256;
-const ETH_HEADER: usize = 14;
+/// Bytes of an Ethernet header: the shortest frame a send queue takes.
+pub(crate) const ETH_HEADER: usize = 14;
 /// Bytes of packet headers inlined in the Ethernet segment (Ethernet + VLAN).
 pub(crate) const ETH_INLINE: usize = wqe::ETH_L2_INLINE_HEADER_SIZE;
 

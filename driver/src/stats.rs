@@ -17,6 +17,7 @@ pub(crate) struct SharedQueueStats {
     doorbells: AtomicU64,
     blueflame: AtomicU64,
     inline_packets: AtomicU64,
+    multi_packet_wqes: AtomicU64,
     cqes: AtomicU64,
     bad_cqes: AtomicU64,
     compressed_cqes: AtomicU64,
@@ -39,6 +40,7 @@ impl SharedQueueStats {
         self.doorbells.store(s.doorbells, Relaxed);
         self.blueflame.store(s.blueflame, Relaxed);
         self.inline_packets.store(s.inline_packets, Relaxed);
+        self.multi_packet_wqes.store(s.multi_packet_wqes, Relaxed);
         self.cqes.store(s.cqes, Relaxed);
         self.bad_cqes.store(s.bad_cqes, Relaxed);
         self.compressed_cqes.store(s.compressed_cqes, Relaxed);
@@ -59,6 +61,7 @@ impl SharedQueueStats {
             doorbells: self.doorbells.load(Relaxed),
             blueflame: self.blueflame.load(Relaxed),
             inline_packets: self.inline_packets.load(Relaxed),
+            multi_packet_wqes: self.multi_packet_wqes.load(Relaxed),
             cqes: self.cqes.load(Relaxed),
             bad_cqes: self.bad_cqes.load(Relaxed),
             compressed_cqes: self.compressed_cqes.load(Relaxed),

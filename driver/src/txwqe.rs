@@ -4,8 +4,15 @@
 
 use crate::backend::Backend;
 use crate::mempool::Mbuf;
-use crate::queue::{bytes_from_words, words_from_bytes, InlineMode, TxQueue, ETH_INLINE, MAX_WQE};
+use crate::queue::{
+    bytes_from_words, words_from_bytes, InlineMode, TxQueue, ETH_HEADER, ETH_INLINE, MAX_WQE,
+};
 use cxdirect_hw::wqe::{self, INLINE_SEG, WQE_BB, WQE_DS};
+
+/// Most 16-byte segments one WQE may have: the control segment's `ds` is six bits.
+const MAX_DS: usize = 63;
+/// Segments a multi-packet WQE spends before its packets: control and Ethernet.
+const MULTI_PACKET_HEAD_DS: usize = 2;
 
 /// Where a full-inline WQE's inline data segment starts: after the control segment, the
 /// Ethernet segment and the 16 bytes the 18 inlined header bytes run on into.
@@ -124,16 +131,17 @@ impl<B: Backend> TxQueue<B> {
     /// producer index, asking for a completion when [`TxQueue::completion_request`] says so.
     #[inline]
     pub(crate) fn send_ctrl(&mut self, ds: u8, bbs: u16) -> [u8; 16] {
-        let ce = self.completion_request(bbs);
+        let ce = self.completion_request(bbs, 1);
         wqe::encode_ctrl(wqe::opcode::SEND, self.pi, self.sqn, ds, ce)
     }
 
-    /// Counts one more WQE of `bbs` basic blocks towards the next completion request and says
-    /// whether this one asks for a CQE: every `cqe_every` WQEs, and always when the ring is
-    /// nearly full, so the space is reported back before the driver runs out of it.
+    /// Counts one more WQE of `bbs` basic blocks carrying `packets` towards the next completion
+    /// request and says whether this one asks for a CQE: once `cqe_every` packets have gone
+    /// without one, and always when the ring is nearly full, so the space is reported back
+    /// before the driver runs out of it.
     #[inline]
-    pub(crate) fn completion_request(&mut self, bbs: u16) -> u8 {
-        self.since_cqe += 1;
+    pub(crate) fn completion_request(&mut self, bbs: u16, packets: u16) -> u8 {
+        self.since_cqe = self.since_cqe.saturating_add(packets);
         let free_after = self.free().saturating_sub(bbs);
         if self.since_cqe >= self.cqe_every || free_after < 2 * (MAX_WQE / WQE_BB) as u16 {
             self.since_cqe = 0;
@@ -230,5 +238,103 @@ impl<B: Backend> TxQueue<B> {
         }
         wqe[at..bbs * WQE_BB].fill(0);
         Some(size)
+    }
+}
+
+impl<B: Backend> TxQueue<B> {
+    /// The pool place `m` (of `len` bytes) is kept by if it may ride in a multi-packet WQE
+    /// whose Ethernet segment asks for checksums `csum` (IPv4 header, L4): a sendable,
+    /// single-segment packet without a VLAN tag to insert and with the same checksum requests.
+    #[inline]
+    fn multi_packet_place(&mut self, m: &Mbuf, len: usize, csum: (bool, bool)) -> Option<u32> {
+        if !(ETH_HEADER..=self.max_frame).contains(&len)
+            || m.flags.tx_vlan.is_some()
+            || (m.flags.tx_ip_csum, m.flags.tx_l4_csum) != csum
+        {
+            return None;
+        }
+        self.inflight.run_place(m)
+    }
+
+    /// Builds an enhanced multi-packet WQE at the producer index into `wqe` from the packets at
+    /// the front of `pkts`, as many as qualify in a row and fit one WQE and the ring: each one
+    /// 16-byte data segment, or carried whole in an inline segment in `Full` mode when within
+    /// `inline_max` and there is room. The packets taken are kept in flight by buffer index
+    /// (their `Mbuf`s are left empty). Returns the packets taken, their bytes and the WQE's
+    /// size in bytes; `None`, with nothing changed, unless at least two packets qualify (one
+    /// goes better as a SEND, BlueFlame included).
+    #[inline]
+    pub(crate) fn multi_packet_wqe(
+        &mut self,
+        pkts: &mut [Mbuf],
+        wqe: &mut [u8; MAX_WQE],
+    ) -> Option<(usize, u64, usize)> {
+        let [first, second, ..] = pkts else {
+            return None;
+        };
+        let csum = (first.flags.tx_ip_csum, first.flags.tx_l4_csum);
+        // Control, Ethernet and two data segments fill one basic block.
+        if self.free() == 0
+            || self
+                .multi_packet_place(first, first.pkt_len(), csum)
+                .is_none()
+            || self
+                .multi_packet_place(second, second.pkt_len(), csum)
+                .is_none()
+        {
+            return None;
+        }
+        let room = MAX_DS.min(usize::from(self.free()) * WQE_BB / WQE_DS);
+        let mut ds = MULTI_PACKET_HEAD_DS;
+        let mut taken = 0;
+        let mut bytes = 0u64;
+        for m in pkts.iter_mut() {
+            let len = m.pkt_len();
+            let Some(place) = self.multi_packet_place(m, len, csum) else {
+                break;
+            };
+            let at = ds * WQE_DS;
+            let inline_ds = wqe::inline_seg_ds(len);
+            // The first packet leaves room for the second's data segment at least.
+            let spare = usize::from(taken == 0);
+            if self.inline == InlineMode::Full
+                && len <= self.inline_max
+                && ds + inline_ds + spare <= room
+            {
+                let end = at + inline_ds * WQE_DS;
+                wqe[end - WQE_DS..end].fill(0);
+                wqe[at..at + 4].copy_from_slice(&(INLINE_SEG | len as u32).to_be_bytes());
+                m.read(0, &mut wqe[at + 4..at + 4 + len]);
+                ds += inline_ds;
+                self.stats.inline_packets += 1;
+            } else if ds < room {
+                wqe[at..at + WQE_DS].copy_from_slice(&wqe::encode_data(
+                    len as u32,
+                    m.lkey(),
+                    m.data_iova(),
+                ));
+                ds += 1;
+            } else {
+                break;
+            }
+            // A single-segment packet always has its index to give.
+            let _ = self.inflight.keep_in_run(place, m);
+            taken += 1;
+            bytes += len as u64;
+        }
+        let size = ds * WQE_DS;
+        let bbs = size.div_ceil(WQE_BB);
+        wqe[size..bbs * WQE_BB].fill(0);
+        let ce = self.completion_request(bbs as u16, taken as u16);
+        wqe[..WQE_DS].copy_from_slice(&wqe::encode_ctrl(
+            wqe::opcode::ENHANCED_MPSW,
+            self.pi,
+            self.sqn,
+            ds as u8,
+            ce,
+        ));
+        wqe[WQE_DS..2 * WQE_DS].copy_from_slice(&wqe::encode_eth(csum.0, csum.1, None, 0, [0, 0]));
+        self.stats.multi_packet_wqes += 1;
+        Some((taken, bytes, size))
     }
 }

@@ -286,6 +286,23 @@ fn rings_wrap_a_thousand_times_and_cross_the_16_bit_index() {
 }
 
 #[test]
+fn multi_packet_wqes_wrap_the_ring_and_the_16_bit_index() {
+    // Runs of inline and pointer packets in WQEs of up to 14 basic blocks, over a 64-entry
+    // ring: 70,000 packets take over 100,000 basic blocks, so WQEs straddle the ring's end and
+    // the 16-bit WQE index wraps.
+    let config = PortConfig {
+        ring_size: 64,
+        pool_buffers: 1024,
+        inline: InlineMode::Full,
+        tx_multi_packet: true,
+        ..PortConfig::default()
+    };
+    let (v, sent) = verified_run(config, 70_000, vec![200, 64, 1000]);
+    assert_eq!(sent, 70_000);
+    assert_eq!((v.good, v.corrupt, v.duplicate, v.gaps), (70_000, 0, 0, 0));
+}
+
+#[test]
 fn mixed_sizes_up_to_jumbo_arrive_verified() {
     let config = PortConfig {
         ring_size: 256,
