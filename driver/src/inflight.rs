@@ -138,22 +138,19 @@ impl InFlight {
         let mut chain = Chain::default();
         for slot in slots {
             let entry = std::mem::replace(&mut self.slots[slot], EMPTY);
-            if entry >= WHOLE {
-                if entry == WHOLE {
-                    self.whole[slot] = None;
-                }
-                continue;
-            }
-            if entry & RUN != 0 {
+            // Kept indexes sit below RUN; runs, whole packets and empty slots above it.
+            if entry < RUN {
+                chain.add(&self.pools, entry);
+            } else if entry < WHOLE {
                 let mask = self.runs.len() - 1;
                 for _ in 0..entry as u32 {
                     let kept = std::mem::replace(&mut self.runs[self.run_head & mask], EMPTY);
                     self.run_head = self.run_head.wrapping_add(1);
                     chain.add(&self.pools, kept);
                 }
-                continue;
+            } else if entry == WHOLE {
+                self.whole[slot] = None;
             }
-            chain.add(&self.pools, entry);
         }
         chain.finish(&self.pools);
     }

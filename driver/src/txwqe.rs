@@ -141,7 +141,9 @@ impl<B: Backend> TxQueue<B> {
     /// before the driver runs out of it.
     #[inline]
     pub(crate) fn completion_request(&mut self, bbs: u16, packets: u16) -> u8 {
-        self.since_cqe = self.since_cqe.saturating_add(packets);
+        // Reset at `cqe_every` (at most the ring size, 32768): adding a WQE's packets (at most
+        // 61) cannot overflow.
+        self.since_cqe += packets;
         let free_after = self.free().saturating_sub(bbs);
         if self.since_cqe >= self.cqe_every || free_after < 2 * (MAX_WQE / WQE_BB) as u16 {
             self.since_cqe = 0;
@@ -256,10 +258,21 @@ impl<B: Backend> TxQueue<B> {
         self.inflight.run_place(m)
     }
 
+    /// The 16-byte segments a packet of `len` bytes takes in a multi-packet WQE: its bytes in
+    /// an inline segment in `Full` mode within `inline_max`, else one data segment.
+    #[inline]
+    fn run_segment_ds(&self, len: usize) -> usize {
+        if self.inline == InlineMode::Full && len <= self.inline_max {
+            wqe::inline_seg_ds(len)
+        } else {
+            1
+        }
+    }
+
     /// Builds an enhanced multi-packet WQE at the producer index into `wqe` from the packets at
     /// the front of `pkts`, as many as qualify in a row and fit one WQE and the ring: each one
     /// 16-byte data segment, or carried whole in an inline segment in `Full` mode when within
-    /// `inline_max` and there is room. The packets taken are kept in flight by buffer index
+    /// `inline_max` (a packet that does not fit ends the WQE). The packets taken are kept in flight by buffer index
     /// (their `Mbuf`s are left empty). Returns the packets taken, their bytes and the WQE's
     /// size in bytes; `None`, with nothing changed, unless at least two packets qualify (one
     /// goes better as a SEND, BlueFlame included).
@@ -273,50 +286,42 @@ impl<B: Backend> TxQueue<B> {
             return None;
         };
         let csum = (first.flags.tx_ip_csum, first.flags.tx_l4_csum);
-        // Control, Ethernet and two data segments fill one basic block.
-        if self.free() == 0
-            || self
-                .multi_packet_place(first, first.pkt_len(), csum)
-                .is_none()
-            || self
-                .multi_packet_place(second, second.pkt_len(), csum)
-                .is_none()
+        let room = MAX_DS.min(usize::from(self.free()) * WQE_BB / WQE_DS);
+        let (first_len, second_len) = (first.pkt_len(), second.pkt_len());
+        if MULTI_PACKET_HEAD_DS + self.run_segment_ds(first_len) + self.run_segment_ds(second_len)
+            > room
+            || self.multi_packet_place(first, first_len, csum).is_none()
+            || self.multi_packet_place(second, second_len, csum).is_none()
         {
             return None;
         }
-        let room = MAX_DS.min(usize::from(self.free()) * WQE_BB / WQE_DS);
         let mut ds = MULTI_PACKET_HEAD_DS;
         let mut taken = 0;
         let mut bytes = 0u64;
         for m in pkts.iter_mut() {
             let len = m.pkt_len();
+            let segment_ds = self.run_segment_ds(len);
+            if ds + segment_ds > room {
+                break;
+            }
             let Some(place) = self.multi_packet_place(m, len, csum) else {
                 break;
             };
             let at = ds * WQE_DS;
-            let inline_ds = wqe::inline_seg_ds(len);
-            // The first packet leaves room for the second's data segment at least.
-            let spare = usize::from(taken == 0);
-            if self.inline == InlineMode::Full
-                && len <= self.inline_max
-                && ds + inline_ds + spare <= room
-            {
-                let end = at + inline_ds * WQE_DS;
+            if segment_ds > 1 {
+                let end = at + segment_ds * WQE_DS;
                 wqe[end - WQE_DS..end].fill(0);
                 wqe[at..at + 4].copy_from_slice(&(INLINE_SEG | len as u32).to_be_bytes());
                 m.read(0, &mut wqe[at + 4..at + 4 + len]);
-                ds += inline_ds;
                 self.stats.inline_packets += 1;
-            } else if ds < room {
+            } else {
                 wqe[at..at + WQE_DS].copy_from_slice(&wqe::encode_data(
                     len as u32,
                     m.lkey(),
                     m.data_iova(),
                 ));
-                ds += 1;
-            } else {
-                break;
             }
+            ds += segment_ds;
             // A single-segment packet always has its index to give.
             let _ = self.inflight.keep_in_run(place, m);
             taken += 1;
