@@ -2,7 +2,8 @@
 //! pair so every ratio compares figures taken under the same load.
 //!
 //! - driver-side ns (and cycles at the CPU's reported clock) per packet inside `tx_burst` /
-//!   `rx_burst` only, at bursts 1, 8, 32 and 64 and each inline mode, with the model on its own
+//!   `rx_burst` only, at bursts 1, 8, 32 and 64 and each inline mode (and for TX also with
+//!   enhanced multi-packet WQEs: `mpw` by pointer, `mpw-full` inline), with the model on its own
 //!   threads; beside a baseline measured in the same run (copying a 64-byte descriptor into a
 //!   64-byte-aligned ring slot: the floor for building one WQE) and their ratio;
 //! - PCIe transactions per packet from the model's counters;
@@ -33,22 +34,52 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 const USAGE: &str =
-    "usage: cxdirect-bench [--rounds N] [--iterations N] [--callgrind [--packets N]]
+    "usage: cxdirect-bench [--rounds N] [--iterations N] [--callgrind [--packets N] [--multi-packet]]
   --rounds N      timed rounds of 256 packets per configuration (default 200)
   --iterations N  ping-pong round trips per variant (default 5000)
   --only tx|rx|model
                   measure one path only (for profiling; model: the end-to-end runs)
   --callgrind     io forwarding between the two ports for --packets (default 200000), for
-                  valgrind --tool=callgrind; prints `forwarded=N`";
+                  valgrind --tool=callgrind; prints `forwarded=N`
+  --multi-packet  with --callgrind: send runs in enhanced multi-packet WQEs";
 
 /// Packets per timed round: a quarter of the ring, so a round never waits for ring space.
 const ROUND: usize = 256;
 const RING: u32 = 1024;
 const BURSTS: [usize; 4] = [1, 8, 32, 64];
-const MODES: [(InlineMode, &str); 3] = [
-    (InlineMode::None, "none"),
-    (InlineMode::Headers, "headers"),
-    (InlineMode::Full, "full"),
+/// A way of sending: what goes inline, and whether runs share enhanced multi-packet WQEs.
+struct TxMode {
+    inline: InlineMode,
+    multi_packet: bool,
+    name: &'static str,
+}
+
+const MODES: [TxMode; 5] = [
+    TxMode {
+        inline: InlineMode::None,
+        multi_packet: false,
+        name: "none",
+    },
+    TxMode {
+        inline: InlineMode::Headers,
+        multi_packet: false,
+        name: "headers",
+    },
+    TxMode {
+        inline: InlineMode::Full,
+        multi_packet: false,
+        name: "full",
+    },
+    TxMode {
+        inline: InlineMode::None,
+        multi_packet: true,
+        name: "mpw",
+    },
+    TxMode {
+        inline: InlineMode::Full,
+        multi_packet: true,
+        name: "mpw-full",
+    },
 ];
 
 type Side<B = EmuBackend> = (Port<B>, Queues<B>);
@@ -178,7 +209,7 @@ fn main() -> ExitCode {
 }
 
 fn real_main() -> Result<(), String> {
-    let flags = ["help", "callgrind"];
+    let flags = ["help", "callgrind", "multi-packet"];
     let args = Args::parse(std::env::args().skip(1), &flags)?;
     if args.flag("help") {
         println!("{USAGE}");
@@ -191,7 +222,10 @@ fn real_main() -> Result<(), String> {
         return Err(format!("unknown option --{unknown}\n{USAGE}"));
     }
     if args.flag("callgrind") {
-        return callgrind(args.parse_or("packets", 200_000u64)?);
+        return callgrind(
+            args.parse_or("packets", 200_000u64)?,
+            args.flag("multi-packet"),
+        );
     }
     let rounds: usize = args.parse_or("rounds", 200usize)?;
     let iterations: usize = args.parse_or("iterations", 5000usize)?;
@@ -240,8 +274,9 @@ fn real_main() -> Result<(), String> {
         "irq"
     );
     let mut tx_ns = std::collections::HashMap::new();
-    let modes: &[(InlineMode, &str)] = if only == "rx" { &[] } else { &MODES };
-    for &(mode, name) in modes {
+    let modes: &[TxMode] = if only == "rx" { &[] } else { &MODES };
+    for mode in modes {
+        let name = mode.name;
         for burst in BURSTS {
             let r = tx_run(mode, burst, rounds)?;
             println!(
@@ -281,6 +316,10 @@ fn real_main() -> Result<(), String> {
     metric("tx_b1_over_b32", tx_ns[&("headers", 1)].ns / h32.ns);
     metric("doorbells_per_pkt_b32", h32.per(h32.c.doorbells));
     metric("tx_cqes_per_pkt_b32", h32.per(h32.c.cqes));
+    let m32 = &tx_ns[&("mpw", 32)];
+    metric("tx_b32_mpw_ratio", m32.ratio);
+    metric("tx_b1_over_b32_mpw", tx_ns[&("mpw", 1)].ns / m32.ns);
+    metric("wqe_bytes_per_pkt_b32_mpw", m32.per(m32.c.wqe_fetch_bytes));
     let lone = lone_packets(2000)?;
     println!(
         "lone packets (each sent after the previous one left): BlueFlame writes/pkt {:.4}, WQE DMA reads/pkt {:.4}, doorbells/pkt {:.4}",
@@ -625,6 +664,13 @@ fn config(inline: InlineMode) -> PortConfig {
     }
 }
 
+fn tx_config(mode: &TxMode) -> PortConfig {
+    PortConfig {
+        tx_multi_packet: mode.multi_packet,
+        ..config(mode.inline)
+    }
+}
+
 /// Fills `out` with `n` 64-byte frames from `pool`.
 fn frames(
     pool: &cxdirect::Mempool,
@@ -668,7 +714,7 @@ impl Run {
     }
 }
 
-fn tx_run(inline: InlineMode, burst: usize, rounds: usize) -> Result<Run, String> {
+fn tx_run(mode: &TxMode, burst: usize, rounds: usize) -> Result<Run, String> {
     let threaded = EmuConfig {
         exec: ExecMode::Threaded,
         ..EmuConfig::default()
@@ -678,8 +724,8 @@ fn tx_run(inline: InlineMode, burst: usize, rounds: usize) -> Result<Run, String
         .map_err(|e| e.to_string())?;
     let db =
         Device::bring_up(EmuBackend::new(b.clone(), "b"), options()).map_err(|e| e.to_string())?;
-    let (mut pa, (mut txa, rxa)) = Port::start(da, config(inline)).map_err(|e| e.to_string())?;
-    let pb = Port::start(db, config(inline)).map_err(|e| e.to_string())?;
+    let (mut pa, (mut txa, rxa)) = Port::start(da, tx_config(mode)).map_err(|e| e.to_string())?;
+    let pb = Port::start(db, tx_config(mode)).map_err(|e| e.to_string())?;
     let mut frame = Vec::new();
     build(&mut frame, 64, 0, 0);
     let mut batches: Vec<Vec<Mbuf>> = (0..ROUND / burst)
@@ -983,9 +1029,12 @@ fn bringup_ms() -> Result<f64, String> {
 /// it receives (its own pool's buffers), so packets bounce between the two; `packets` forwards,
 /// then `forwarded=N`. Run under callgrind with collection toggled on in the driver's burst
 /// calls and off inside the model (see `apps/scripts/callgrind-fwd`).
-fn callgrind(packets: u64) -> Result<(), String> {
-    let ((pa, (txa, rxa)), (pb, (txb, rxb)), _a, _b) =
-        pair(ExecMode::Inline, &config(InlineMode::Headers))?;
+fn callgrind(packets: u64, multi_packet: bool) -> Result<(), String> {
+    let config = PortConfig {
+        tx_multi_packet: multi_packet,
+        ..config(InlineMode::Headers)
+    };
+    let ((pa, (txa, rxa)), (pb, (txb, rxb)), _a, _b) = pair(ExecMode::Inline, &config)?;
     let mut frame = Vec::new();
     build(&mut frame, 64, 0, 0);
     let mut pending: [Vec<Mbuf>; 2] = [Vec::with_capacity(1024), Vec::with_capacity(1024)];

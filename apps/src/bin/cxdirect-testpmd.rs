@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 const USAGE: &str = "usage: cxdirect-testpmd --device SPEC [--device SPEC] [--forward-mode io|txonly|rxonly|macswap|flowgen]
        [--burst N] [--txpkts L[,L...]] [--inline-mode none|headers|full] [--inline-max N]
+       [--tx-multi-packet]
        [--rxq N] [--txq N] [--ring N] [--duration S | --packets N] [--stats-period S] [--verify]
        [--flows N] [--emu-exec inline|threaded|polling] [--iommu-mode auto|type1|iommufd|noiommu]
   SPEC: emu (one port, loopback) | emu-pair (two ports back to back) | PCI address";
@@ -22,6 +23,7 @@ struct Settings {
     sizes: Vec<usize>,
     inline: InlineMode,
     inline_max: u16,
+    multi_packet: bool,
     rxq: u16,
     txq: u16,
     ring: u32,
@@ -38,7 +40,7 @@ const CLI: Cli = Cli {
 };
 
 fn main() -> ExitCode {
-    let flags = ["verify", "help"];
+    let flags = ["verify", "help", "tx-multi-packet"];
     let known = [
         "device",
         "forward-mode",
@@ -126,6 +128,7 @@ fn settings(args: &Args) -> Result<Settings, String> {
         sizes,
         inline,
         inline_max: args.parse_or("inline-max", 256u16)?,
+        multi_packet: args.flag("tx-multi-packet"),
         rxq: args.parse_or("rxq", 1u16)?,
         txq: args.parse_or("txq", 1u16)?,
         ring: args.parse_or("ring", 1024u32)?,
@@ -168,6 +171,7 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
         mtu,
         inline: s.inline,
         inline_max: s.inline_max,
+        tx_multi_packet: s.multi_packet,
         pool_buffers: s.ring * 2 * (u32::from(s.rxq) + u32::from(s.txq)) + 8 * s.burst as u32,
         buf_size,
         ..PortConfig::default()
@@ -380,8 +384,9 @@ fn print_stats<B: Backend>(
         let x = port.xstats();
         let db: u64 = x.tx.iter().map(|q| q.doorbells).sum();
         let bf: u64 = x.tx.iter().map(|q| q.blueflame).sum();
+        let mpw: u64 = x.tx.iter().map(|q| q.multi_packet_wqes).sum();
         println!(
-            "port {i} [{:.1}s]: rx {} pkts {} bytes (imissed {}, ierrors {}, rx_nombuf {}) | tx {} pkts {} bytes (oerrors {}, doorbells {db}, blueflame {bf})",
+            "port {i} [{:.1}s]: rx {} pkts {} bytes (imissed {}, ierrors {}, rx_nombuf {}) | tx {} pkts {} bytes (oerrors {}, doorbells {db}, blueflame {bf}, multi-packet WQEs {mpw})",
             elapsed.as_secs_f64(),
             st.ipackets, st.ibytes, st.imissed, st.ierrors, st.rx_nombuf,
             st.opackets, st.obytes, st.oerrors,
