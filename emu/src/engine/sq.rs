@@ -225,7 +225,7 @@ fn execute_one(
     let mut sent = Sent::default();
     let result = match opcode {
         wqe::opcode::NOP => Ok(()),
-        wqe::opcode::SEND => build_frame(
+        wqe::opcode::SEND => match build_frame(
             core,
             sqn,
             pd,
@@ -233,12 +233,15 @@ fn execute_one(
             &s.wqe[..wqe_bytes],
             &mut s.frame,
             &mut s.tagged,
-        )
-        .map(|(len, tagged)| {
-            let frame: &[u8] = if tagged { &s.tagged[..len] } else { &s.frame };
-            transmit(core, frame);
-            sent.count(len);
-        }),
+        ) {
+            Ok((len, tagged)) => {
+                let frame: &[u8] = if tagged { &s.tagged[..len] } else { &s.frame };
+                transmit(core, frame);
+                sent.count(len);
+                Ok(())
+            }
+            Err(syndrome) => Err(syndrome),
+        },
         wqe::opcode::ENHANCED_MPSW if multi_packet => send_multi(
             core,
             SendContext {
@@ -441,6 +444,8 @@ fn send_multi(
 }
 
 /// Appends the bytes data segment `seg` (16 bytes) points at to `frame`, through its memory key.
+// Inlined into both callers: out of line, the memory key walk's callback stays a call per chunk.
+#[inline(always)]
 fn gather(
     core: &mut Core,
     sqn: u32,
@@ -476,6 +481,7 @@ fn gather(
 }
 
 /// Refuses a frame shorter than an Ethernet header or longer than the port carries.
+#[inline]
 fn check_length(core: &Core, frame: &[u8]) -> Result<(), CqeSyndrome> {
     if frame.len() < packet::ETH_HEADER_LEN || frame.len() > core.port.max_frame() {
         return Err(CqeSyndrome::LocalLength);
@@ -485,6 +491,7 @@ fn check_length(core: &Core, frame: &[u8]) -> Result<(), CqeSyndrome> {
 
 /// Inserts the checksums and the VLAN tag `offloads` asks for; returns the length on the wire
 /// and whether the frame is in `tagged` (a tag was inserted).
+#[inline]
 fn apply_offloads(
     offloads: Offloads,
     frame: &mut [u8],
