@@ -223,13 +223,16 @@ fn execute_one(
         }
     }
     let mut sent = Sent::default();
+    let context = SendContext {
+        sqn,
+        pd,
+        min_inline,
+    };
     let result = match opcode {
         wqe::opcode::NOP => Ok(()),
         wqe::opcode::SEND => match build_frame(
             core,
-            sqn,
-            pd,
-            min_inline,
+            context,
             &s.wqe[..wqe_bytes],
             &mut s.frame,
             &mut s.tagged,
@@ -244,11 +247,7 @@ fn execute_one(
         },
         wqe::opcode::ENHANCED_MPSW if multi_packet => send_multi(
             core,
-            SendContext {
-                sqn,
-                pd,
-                min_inline,
-            },
+            context,
             &s.wqe[..wqe_bytes],
             &mut s.frame,
             &mut s.tagged,
@@ -340,9 +339,7 @@ impl Offloads {
 /// returns the length on the wire and whether the frame is in `tagged`.
 fn build_frame(
     core: &mut Core,
-    sqn: u32,
-    pd: u32,
-    min_inline: u8,
+    sq: SendContext,
     w: &[u8],
     frame: &mut Vec<u8>,
     tagged: &mut [u8],
@@ -370,24 +367,18 @@ fn build_frame(
         at += rest.div_ceil(WQE_DS) * WQE_DS;
     }
     while at + 4 <= w.len() {
-        let head = u32::from_be_bytes([w[at], w[at + 1], w[at + 2], w[at + 3]]);
-        if head & INLINE_SEG != 0 {
-            let count = (head & !INLINE_SEG) as usize;
-            if at + 4 + count > w.len() {
-                return Err(CqeSyndrome::LocalLength);
-            }
-            frame.extend_from_slice(&w[at + 4..at + 4 + count]);
-            at += (4 + count).div_ceil(WQE_DS) * WQE_DS;
+        if let Some(next) = take_inline(w, at, frame)? {
+            at = next;
         } else {
             if at + WQE_DS > w.len() {
                 return Err(CqeSyndrome::LocalQpOperation);
             }
-            gather(core, sqn, pd, &w[at..at + WQE_DS], frame)?;
+            gather(core, sq.sqn, sq.pd, &w[at..at + WQE_DS], frame)?;
             at += WQE_DS;
         }
     }
     check_length(core, frame)?;
-    if min_inline > 0 && !inline_covers(frame, inline_len, min_inline) {
+    if sq.min_inline > 0 && !inline_covers(frame, inline_len, sq.min_inline) {
         return Err(CqeSyndrome::LocalQpOperation);
     }
     apply_offloads(offloads, frame, tagged)
@@ -419,14 +410,8 @@ fn send_multi(
     let mut at = 2 * WQE_DS;
     while at < w.len() {
         frame.clear();
-        let head = u32::from_be_bytes([w[at], w[at + 1], w[at + 2], w[at + 3]]);
-        if head & INLINE_SEG != 0 {
-            let count = (head & !INLINE_SEG) as usize;
-            if at + 4 + count > w.len() {
-                return Err(CqeSyndrome::LocalLength);
-            }
-            frame.extend_from_slice(&w[at + 4..at + 4 + count]);
-            at += (4 + count).div_ceil(WQE_DS) * WQE_DS;
+        if let Some(next) = take_inline(w, at, frame)? {
+            at = next;
         } else {
             if sq.min_inline > 0 {
                 // The SQ must see each packet's headers inline; a pointer carries none.
@@ -444,6 +429,23 @@ fn send_multi(
 }
 
 /// Appends the bytes data segment `seg` (16 bytes) points at to `frame`, through its memory key.
+/// When the segment at `at` of WQE `w` (at least four bytes on) is an inline data segment,
+/// appends its bytes to `frame` and returns where the next segment starts; `None` for a data
+/// segment.
+#[inline(always)]
+fn take_inline(w: &[u8], at: usize, frame: &mut Vec<u8>) -> Result<Option<usize>, CqeSyndrome> {
+    let head = u32::from_be_bytes([w[at], w[at + 1], w[at + 2], w[at + 3]]);
+    if head & INLINE_SEG == 0 {
+        return Ok(None);
+    }
+    let count = (head & !INLINE_SEG) as usize;
+    if at + 4 + count > w.len() {
+        return Err(CqeSyndrome::LocalLength);
+    }
+    frame.extend_from_slice(&w[at + 4..at + 4 + count]);
+    Ok(Some(at + (4 + count).div_ceil(WQE_DS) * WQE_DS))
+}
+
 // Inlined into both callers: out of line, the memory key walk's callback stays a call per chunk.
 #[inline(always)]
 fn gather(
