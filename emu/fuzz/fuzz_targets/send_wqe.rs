@@ -19,7 +19,10 @@ fuzz_target!(|data: &[u8]| {
     let key = host.create_mkey(control[1] & 1 != 0, true);
     let mut cq = host.create_cq(4);
     let tisn = host.create_tis();
-    let sq = host.create_sq(cq.cqn, tisn, 4);
+    // Bit 2 lets the SQ take enhanced multi-packet WQEs, so both parsers are fuzzed.
+    let sq = host
+        .try_create_sq(cq.cqn, tisn, 4, control[1] & 4 != 0)
+        .expect("CREATE_SQ");
     let mut rx_cq = host.create_cq(4);
     let mut rq = host.create_rq(rx_cq.cqn, 4, None);
     host.steer_all_to(rq.rqn);
@@ -35,7 +38,11 @@ fuzz_target!(|data: &[u8]| {
     let reg = host.uar_base() + UAR_BF_OFFSET as u64;
     let mut first = [0u8; 64];
     first[..ring.len().min(64)].copy_from_slice(&ring[..ring.len().min(64)]);
-    let bytes: &[u8] = if control[1] & 2 != 0 { &first } else { &first[..8] };
+    let bytes: &[u8] = if control[1] & 2 != 0 {
+        &first
+    } else {
+        &first[..8]
+    };
     let _ = host.dev.mmio_write(reg, bytes);
     while host.poll_cq(&mut cq).is_some() {}
     while host.poll_cq(&mut rx_cq).is_some() {}
