@@ -40,6 +40,8 @@ pub(crate) struct InFlight {
     run_head: usize,
     /// Where the next packet of `runs` goes (wrapping; masked to index).
     run_tail: usize,
+    /// Where the run being built started: `run_tail` as the last WQE's run was closed.
+    run_open: usize,
 }
 
 /// How [`InFlight::keep`] kept a packet.
@@ -63,6 +65,7 @@ impl InFlight {
             runs: vec![EMPTY; runs].into_boxed_slice(),
             run_head: 0,
             run_tail: 0,
+            run_open: 0,
         }
     }
 
@@ -98,24 +101,25 @@ impl InFlight {
     }
 
     /// Adds `m`, a packet of the multi-packet WQE being built, to the runs by its buffer index
-    /// (`place` from [`InFlight::run_place`]); the caller drops the emptied `Mbuf`. False, with
-    /// nothing kept, when `m` has no index to give (it is chained).
+    /// (`place` from [`InFlight::run_place`]); the caller drops the emptied `Mbuf`. A packet
+    /// with no index to give (chained, which `run_place` refuses) is not kept.
     #[inline]
-    pub(crate) fn keep_in_run(&mut self, place: u32, m: &mut Mbuf) -> bool {
-        let Some(index) = m.detach() else {
-            return false;
-        };
-        let mask = self.runs.len() - 1;
-        self.runs[self.run_tail & mask] = u64::from(place) << 32 | u64::from(index);
-        self.run_tail = self.run_tail.wrapping_add(1);
-        true
+    pub(crate) fn keep_in_run(&mut self, place: u32, m: &mut Mbuf) {
+        if let Some(index) = m.detach() {
+            let mask = self.runs.len() - 1;
+            self.runs[self.run_tail & mask] = u64::from(place) << 32 | u64::from(index);
+            self.run_tail = self.run_tail.wrapping_add(1);
+        }
     }
 
-    /// Records at `slot` the multi-packet WQE whose `packets` were just added by
-    /// [`InFlight::keep_in_run`].
+    /// Records at `slot` the multi-packet WQE whose packets [`InFlight::keep_in_run`] kept since
+    /// the last run was closed (counted from the run queue itself, so the count a completion
+    /// takes back is always what was kept).
     #[inline]
-    pub(crate) fn close_run(&mut self, slot: usize, packets: u32) {
-        self.slots[slot] = RUN | u64::from(packets);
+    pub(crate) fn close_run(&mut self, slot: usize) {
+        let packets = self.run_tail.wrapping_sub(self.run_open) as u64;
+        self.slots[slot] = RUN | packets;
+        self.run_open = self.run_tail;
     }
 
     /// The place of `pool` in `pools`, added when there is room.
@@ -182,6 +186,7 @@ impl InFlight {
             self.run_head = self.run_head.wrapping_add(1);
             taken.push(adopt(&self.pools, kept));
         }
+        self.run_open = self.run_tail;
         self.pools.clear();
         taken
     }

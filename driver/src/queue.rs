@@ -263,8 +263,7 @@ impl<B: Backend> TxQueue<B> {
                 {
                     let bbs = size.div_ceil(WQE_BB) as u16;
                     self.write_wqe(self.pi, &scratch.wqe[..usize::from(bbs) * WQE_BB]);
-                    self.inflight
-                        .close_run(usize::from(self.pi & self.mask()), taken as u32);
+                    self.inflight.close_run(usize::from(self.pi & self.mask()));
                     scratch.slots[count..count + taken].fill(KEPT);
                     last_bbs = bbs;
                     last_index = self.pi;

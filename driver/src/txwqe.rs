@@ -322,8 +322,7 @@ impl<B: Backend> TxQueue<B> {
                 ));
             }
             ds += segment_ds;
-            // A single-segment packet always has its index to give.
-            let _ = self.inflight.keep_in_run(place, m);
+            self.inflight.keep_in_run(place, m);
             taken += 1;
             bytes += len as u64;
         }
