@@ -51,6 +51,10 @@ pub struct EmuConfig {
     /// a data segment or an inline segment, behind one control and Ethernet segment. Off
     /// models a device without them (`enhanced_multi_pkt_send_wqe` = 0).
     pub multi_packet_send: bool,
+    /// Report and accept striding (multi-packet) receive queues: one receive WQE is a buffer
+    /// of 512..65,536 strides of 64..8,192 bytes, and each packet takes as many strides as it
+    /// needs. Off models a device without them (`striding_rq` = 0).
+    pub striding_rq: bool,
 }
 
 impl Default for EmuConfig {
@@ -70,6 +74,7 @@ impl Default for EmuConfig {
             health_tick: Duration::from_millis(1),
             poll_window: Duration::ZERO,
             multi_packet_send: true,
+            striding_rq: true,
         }
     }
 }

@@ -102,6 +102,11 @@ counter_set! {
         rx_steer_drops,
         /// Frames dropped because the port was down.
         rx_port_down_drops,
+        /// Frames dropped by a striding RQ because they need more strides than a whole WQE has.
+        rx_striding_too_long,
+        /// Filler completions of striding RQs (the strides a WQE had left when the next frame
+        /// did not fit them).
+        rx_striding_fillers,
         /// Device accesses to host memory refused by the IOMMU model.
         dma_faults,
         /// Doorbells with a producer index the device could not accept.

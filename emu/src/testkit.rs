@@ -844,6 +844,70 @@ impl Host {
         }
     }
 
+    /// Creates a striding RQ (own ring of `2^log` WQEs of 32 bytes: a reserved header and one
+    /// data segment) whose WQEs have `2^(9 + log_strides)` strides of `2^(6 + log_stride)`
+    /// bytes (the raw context fields), and moves it to RDY.
+    pub fn try_create_striding_rq(
+        &mut self,
+        cqn: u32,
+        log: u8,
+        log_strides: u8,
+        log_stride: u8,
+        two_byte_shift: bool,
+    ) -> Result<Rq, CmdFail> {
+        let buf = self.alloc(32 << log, 4096);
+        let dbr = self.alloc(8, 64);
+        let pages = (32u64 << log).div_ceil(4096) as usize;
+        let mut input = Self::input(Opcode::CreateRq, 0, 0x110 + 8 * pages);
+        let mut cmd = CreateRqIn::new(&mut input[..]).expect("layout");
+        {
+            let mut ctx = cmd.ctx_mut();
+            ctx.set_cqn(cqn).set_flush_in_error_en(true);
+            ctx.wq_mut()
+                .set_wq_type(cxdirect_hw::wq::WqType::StridingCyclic as u8)
+                .set_pd(self.pd)
+                .set_dbr_addr(dbr)
+                .set_log_wq_stride(5)
+                .set_log_wq_sz(log)
+                .set_log_wqe_num_of_strides(log_strides)
+                .set_log_wqe_stride_size(log_stride)
+                .set_two_byte_shift_en(two_byte_shift);
+        }
+        for i in 0..pages {
+            cmd.set_pas(i, buf + i as u64 * 4096).expect("room");
+        }
+        let out = self.exec(&input, 16)?;
+        let rqn = CreateRqOut::new(&out[..]).expect("layout").rqn();
+        let mut modify = Self::input(Opcode::ModifyRq, 0, 0x110);
+        let mut m = ModifyRqIn::new(&mut modify[..]).expect("layout");
+        m.set_rq_state(0).set_rqn(rqn);
+        m.ctx_mut().set_state(1);
+        self.exec(&modify, 16)?;
+        Ok(Rq {
+            rqn,
+            buf,
+            dbr,
+            log,
+            pi: 0,
+        })
+    }
+
+    /// Posts one striding receive WQE (its buffer: `len` bytes at `iova`) on an RQ made by
+    /// [`Host::try_create_striding_rq`], and updates the doorbell record.
+    pub fn post_striding_recv(&self, rq: &mut Rq, iova: u64, len: u32, lkey: u32) {
+        let slot = u64::from(rq.pi) & ((1 << rq.log) - 1);
+        let mut seg = [0u8; 16];
+        DataSeg::new(&mut seg[..])
+            .expect("layout")
+            .set_byte_count(len)
+            .set_lkey(lkey)
+            .set_addr(iova);
+        self.write(rq.buf + slot * 32, &[0u8; 16]);
+        self.write(rq.buf + slot * 32 + 16, &seg);
+        rq.pi = rq.pi.wrapping_add(1);
+        self.write_be32(rq.dbr, u32::from(rq.pi));
+    }
+
     /// Creates an RMP of `2^log` one-segment WQEs with limit `lwm`; returns its number and ring.
     pub fn create_rmp(&mut self, log: u8, lwm: u16) -> (u32, Rq) {
         let buf = self.alloc(16 << log, 4096);

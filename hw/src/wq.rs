@@ -201,11 +201,13 @@ layout! {
         log_wq_pg_sz: u8 @ 0x113 [0x5],
         /// Log2 of the number of WQEs.
         log_wq_sz: u8 @ 0x11b [0x5],
-        /// Striding RQ: log2 of the number of strides per WQE, minus 9.
-        log_wqe_num_of_strides: u8 @ 0x135 [0x3],
+        /// Striding RQ: log2 of the number of strides per WQE, minus
+        /// [`striding::LOG_STRIDES_BASE`] (0..=7: 512..=65,536 strides).
+        log_wqe_num_of_strides: u8 @ 0x134 [0x4],
         /// Striding RQ: shift each packet's data by two bytes (aligns the IP header).
         two_byte_shift_en: bool @ 0x138 [0x1],
-        /// Striding RQ: log2 of the stride size in bytes, minus 6.
+        /// Striding RQ: log2 of the stride size in bytes, minus
+        /// [`striding::LOG_STRIDE_BYTES_BASE`] (0..=7: 64..=8,192 bytes).
         log_wqe_stride_size: u8 @ 0x13d [0x3],
     }
     arrays {
@@ -593,5 +595,38 @@ mod tests {
         // The WQ context ends exactly where the page addresses begin.
         assert_eq!(0x100 / 8 + 0x30 + <Wq>::SIZE, 0x880 / 8);
         assert_eq!(&buf[0x118..0x120], &0x1234_5678_9abc_d000u64.to_be_bytes());
+    }
+}
+
+/// Striding (multi-packet) receive queues (`wq_type` [`WqType::StridingCyclic`]): each
+/// receive WQE is one buffer cut into equal strides; a packet takes as many consecutive strides
+/// of the current WQE as it needs, and the WQE is done when all its strides are taken.
+pub mod striding {
+    /// `log_wqe_num_of_strides` counts from this (without `ext_stride_num_range`).
+    pub const LOG_STRIDES_BASE: u8 = 9;
+    /// Most strides per WQE, as a log2.
+    pub const MAX_LOG_STRIDES: u8 = 16;
+    /// `log_wqe_stride_size` counts from this.
+    pub const LOG_STRIDE_BYTES_BASE: u8 = 6;
+    /// Largest stride, as a log2 of bytes.
+    pub const MAX_LOG_STRIDE_BYTES: u8 = 13;
+    /// Size of a cyclic striding receive WQE's header (a reserved next segment) before its
+    /// data segment, in bytes.
+    pub const WQE_HEADER: usize = 16;
+    /// Bit 31 of a striding RQ completion's `byte_cnt`: a filler, which takes the strides left
+    /// in a WQE that the next packet did not fit, and carries no packet.
+    pub const FILLER: u32 = 1 << 31;
+    /// Bits 29:16 of `byte_cnt`: strides the completion took (1 or more).
+    pub const STRIDES_SHIFT: u32 = 16;
+    /// Mask of the stride count once shifted down.
+    pub const STRIDES_MASK: u32 = 0x3fff;
+    /// Bits 15:0 of `byte_cnt`: the packet's length in bytes.
+    pub const LEN_MASK: u32 = 0xffff;
+
+    /// A striding completion's `byte_cnt` word.
+    pub const fn byte_cnt(filler: bool, strides: u32, len: u32) -> u32 {
+        (if filler { FILLER } else { 0 })
+            | (strides & STRIDES_MASK) << STRIDES_SHIFT
+            | (len & LEN_MASK)
     }
 }

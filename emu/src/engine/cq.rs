@@ -11,6 +11,7 @@ use cxdirect_hw::cqe::{
     MINI_CQES_PER_SLOT, MINI_CQE_SIZE,
 };
 use cxdirect_hw::eqe::{cq_error, EventType};
+use cxdirect_hw::wq::striding::{STRIDES_MASK, STRIDES_SHIFT};
 
 /// Why a CQE could not be written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -190,7 +191,12 @@ fn same_session(
 ) -> bool {
     let plain_receive = next[0x3f] >> 4 == CqeOpcode::RespSend as u8 && next[0x3f] & 0x0c == 0;
     let counter = |c: &[u8; CQE_SIZE]| u16::from_be_bytes([c[0x3c], c[0x3d]]);
-    if !plain_receive || counter(next) != counter(last).wrapping_add(1) {
+    // A striding RQ's completion counts strides in byte_cnt bits 29:16 and the next one starts
+    // after them; a cyclic RQ's byte count never reaches those bits, and its next completion
+    // is the next WQE.
+    let last_bytes = u32::from_be_bytes([last[0x2c], last[0x2d], last[0x2e], last[0x2f]]);
+    let step = ((last_bytes >> STRIDES_SHIFT) & STRIDES_MASK).max(1) as u16;
+    if !plain_receive || counter(next) != counter(last).wrapping_add(step) {
         return false;
     }
     let (last, next) = (cqe_words(last), cqe_words(next));
@@ -224,6 +230,10 @@ fn write_session(
         let mut slot = [0u8; CQE_SIZE];
         for (mini, cqe) in slot.chunks_exact_mut(MINI_CQE_SIZE).zip(chunk) {
             mini[..carried.len()].copy_from_slice(&cqe[carried.clone()]);
+            if format == mini_cqe_res_format::CSUM {
+                // The stride index (a striding RQ's first stride; the WQE counter otherwise).
+                mini[2..4].copy_from_slice(&cqe[0x3c..0x3e]);
+            }
             mini[4..].copy_from_slice(&cqe[0x2c..0x30]);
         }
         let offset = mini_array_slot(first);

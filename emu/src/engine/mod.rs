@@ -8,3 +8,4 @@ pub(crate) mod eq;
 pub(crate) mod fetch;
 pub(crate) mod rq;
 pub(crate) mod sq;
+pub(crate) mod striding;

@@ -171,47 +171,23 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
     let cqn = rq.cqn;
     let memory = rq.memory;
     let counter_set = rq.counter_set;
+    let striding = rq.striding;
     if let RqMemory::Rmp(rmpn) = memory {
         if shared_ring_breaks(core, rmpn) {
             add(&core.counters.rx_steer_drops, 1);
             return;
         }
     }
-    let Some(wq) = receive_ring(core, rqn, memory) else {
-        add(&core.counters.rx_steer_drops, 1);
-        return;
-    };
-    // While an RMP's limit is armed, the exact count decides the event: read the record.
-    let limit_armed = match memory {
-        RqMemory::Rmp(rmpn) => core.res.rmps.get(rmpn).is_some_and(|r| r.lwm != 0),
-        RqMemory::Own => false,
-    };
-    let known = wq.posted_end.wrapping_sub(wq.consumed);
-    let available = if known > 0 && u32::from(known) <= wq.entries() && !limit_armed {
-        known
-    } else {
-        let Some(read) = posted(core, wq) else {
-            add(&core.counters.bad_doorbells, 1);
-            add(&core.counters.rx_out_of_buffer, 1);
-            return;
-        };
-        read
-    };
-    if available == 0 {
-        add(&core.counters.rx_out_of_buffer, 1);
-        if let Some(set) = core.res.q_counters.get_mut(counter_set) {
-            set.out_of_buffer = set.out_of_buffer.wrapping_add(1);
-        }
-        core.queue_counters
-            .get_mut(QueueKind::Rq, rqn)
-            .out_of_buffer += 1;
-        if let RqMemory::Rmp(rmpn) = memory {
-            core.queue_counters
-                .get_mut(QueueKind::Rmp, rmpn)
-                .out_of_buffer += 1;
-        }
+    if let Some(striding) = striding {
+        crate::engine::striding::deliver(core, rqn, striding, frame, parsed, hash);
         return;
     }
+    let Some(available) = available_wqes(core, rqn, memory, counter_set) else {
+        return;
+    };
+    let Some(wq) = receive_ring(core, rqn, memory) else {
+        return;
+    };
     let index = wq.consumed;
     let stride = (wq.stride() as usize).min(MAX_RX_WQE);
     let pd = wq.pd;
@@ -272,6 +248,7 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
         index,
         memory,
         hash,
+        strides: None,
     };
     complete(core, &done, frame, parsed, scattered);
     core.receive_scratch = scratch;
@@ -280,10 +257,57 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
     }
 }
 
+/// How many receive WQEs RQ `rqn` has posted past the ones it consumed, from what the device
+/// knows or else its doorbell record; `None`, with the frame counted as dropped (out of
+/// buffer), when there are none or the ring is gone.
+pub(crate) fn available_wqes(
+    core: &mut Core,
+    rqn: u32,
+    memory: RqMemory,
+    counter_set: u32,
+) -> Option<u16> {
+    let Some(wq) = receive_ring(core, rqn, memory) else {
+        add(&core.counters.rx_steer_drops, 1);
+        return None;
+    };
+    // While an RMP's limit is armed, the exact count decides the event: read the record.
+    let limit_armed = match memory {
+        RqMemory::Rmp(rmpn) => core.res.rmps.get(rmpn).is_some_and(|r| r.lwm != 0),
+        RqMemory::Own => false,
+    };
+    let known = wq.posted_end.wrapping_sub(wq.consumed);
+    let available = if known > 0 && u32::from(known) <= wq.entries() && !limit_armed {
+        known
+    } else {
+        let Some(read) = posted(core, wq) else {
+            add(&core.counters.bad_doorbells, 1);
+            add(&core.counters.rx_out_of_buffer, 1);
+            return None;
+        };
+        read
+    };
+    if available == 0 {
+        add(&core.counters.rx_out_of_buffer, 1);
+        if let Some(set) = core.res.q_counters.get_mut(counter_set) {
+            set.out_of_buffer = set.out_of_buffer.wrapping_add(1);
+        }
+        core.queue_counters
+            .get_mut(QueueKind::Rq, rqn)
+            .out_of_buffer += 1;
+        if let RqMemory::Rmp(rmpn) = memory {
+            core.queue_counters
+                .get_mut(QueueKind::Rmp, rmpn)
+                .out_of_buffer += 1;
+        }
+        return None;
+    }
+    Some(available)
+}
+
 /// Reads receive WQE `index` into `out`, and the next `available - 1` WQEs ahead as far as one
 /// read goes; false when it cannot be read.
 #[cold]
-fn read_receive_wqes(
+pub(crate) fn read_receive_wqes(
     core: &mut Core,
     rqn: u32,
     memory: RqMemory,
@@ -304,7 +328,7 @@ fn read_receive_wqes(
 }
 
 /// The ring RQ `rqn` takes its WQEs from: its own, or its RMP's while the RMP is ready.
-fn receive_ring(core: &Core, rqn: u32, memory: RqMemory) -> Option<&WorkQueue> {
+pub(crate) fn receive_ring(core: &Core, rqn: u32, memory: RqMemory) -> Option<&WorkQueue> {
     match memory {
         RqMemory::Own => core.res.rqs.get(rqn).and_then(|r| r.wq.as_ref()),
         RqMemory::Rmp(rmpn) => core
@@ -317,7 +341,11 @@ fn receive_ring(core: &Core, rqn: u32, memory: RqMemory) -> Option<&WorkQueue> {
 }
 
 /// [`receive_ring`], to update.
-fn receive_ring_mut(core: &mut Core, rqn: u32, memory: RqMemory) -> Option<&mut WorkQueue> {
+pub(crate) fn receive_ring_mut(
+    core: &mut Core,
+    rqn: u32,
+    memory: RqMemory,
+) -> Option<&mut WorkQueue> {
     match memory {
         RqMemory::Own => core.res.rqs.get_mut(rqn).and_then(|r| r.wq.as_mut()),
         RqMemory::Rmp(rmpn) => core.res.rmps.get_mut(rmpn).map(|r| &mut r.wq),
@@ -372,6 +400,7 @@ pub(crate) fn land_late_writes(core: &mut Core, rqn: Option<u32>) -> usize {
             index: w.index,
             memory: w.memory,
             hash: w.hash,
+            strides: None,
         };
         complete(core, &done, &w.frame, &parsed, scattered);
     }
@@ -380,17 +409,20 @@ pub(crate) fn land_late_writes(core: &mut Core, rqn: Option<u32>) -> usize {
 }
 
 /// Where a received frame's completion goes.
-struct Delivered {
-    rqn: u32,
-    cqn: u32,
-    index: u16,
-    memory: RqMemory,
-    hash: Option<(u32, u8)>,
+pub(crate) struct Delivered {
+    pub rqn: u32,
+    pub cqn: u32,
+    /// The receive WQE the frame went into.
+    pub index: u16,
+    pub memory: RqMemory,
+    pub hash: Option<(u32, u8)>,
+    /// Striding RQs: the first stride the frame took in WQE `index`, and how many.
+    pub strides: Option<(u16, u32)>,
 }
 
 /// Writes the completion of a frame the device took a WQE for: a receive CQE when the scatter
 /// worked, else an error CQE with the RQ moved to error.
-fn complete(
+pub(crate) fn complete(
     core: &mut Core,
     d: &Delivered,
     frame: &[u8],
@@ -403,15 +435,20 @@ fn complete(
         index,
         memory,
         hash,
+        strides,
     } = *d;
     match scattered {
         Ok(()) => {
             let mut cqe = [0u8; 64];
             fill_rx_cqe(&mut cqe, rqn, index, frame, parsed, hash, memory);
+            if let Some((stride, count)) = strides {
+                crate::engine::striding::place_in_cqe(&mut cqe, index, stride, count, false);
+            }
             add(&core.counters.rx_delivered, 1);
             {
                 let qc = core.queue_counters.get_mut(QueueKind::Rq, rqn);
-                qc.wqes += 1;
+                // A striding RQ counts its WQEs as it finishes them.
+                qc.wqes += u64::from(strides.is_none());
                 qc.frames += 1;
                 qc.bytes += frame.len() as u64;
             }
@@ -491,7 +528,7 @@ fn scatter(
     Ok(())
 }
 
-fn fill_rx_cqe(
+pub(crate) fn fill_rx_cqe(
     cqe: &mut [u8; 64],
     rqn: u32,
     index: u16,

@@ -110,6 +110,9 @@ impl CapSet {
             .set_log_max_vlan_list(8)
             .set_num_of_uars_per_page(1)
             .set_cqe_compression(true)
+            .set_striding_rq(cfg.striding_rq)
+            .set_log_min_stride_sz_rq(cxdirect_hw::wq::striding::LOG_STRIDE_BYTES_BASE)
+            .set_log_max_stride_sz_rq(cxdirect_hw::wq::striding::MAX_LOG_STRIDE_BYTES)
             .set_cqe_compression_max_num(crate::engine::cq::MAX_SESSION)
             .set_device_frequency_khz(1_000_000);
         let mut max_general = [0u8; 0x100];

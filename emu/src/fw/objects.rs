@@ -246,6 +246,32 @@ pub(crate) struct Rq {
     /// Q counter set the RQ counts into (0 = none).
     pub counter_set: u32,
     pub slot: Slot,
+    /// A striding RQ's geometry and place (`None`: one packet per WQE).
+    pub striding: Option<Striding>,
+}
+
+/// A striding (multi-packet) RQ: each WQE is one buffer of `2^log_strides` strides of
+/// `2^log_stride_bytes` bytes, filled packet after packet.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Striding {
+    /// Log2 of the strides per WQE (9..=16).
+    pub log_strides: u8,
+    /// Log2 of the stride size in bytes (6..=13).
+    pub log_stride_bytes: u8,
+    /// Each packet starts two bytes into its first stride (`two_byte_shift_en`).
+    pub two_byte_shift: bool,
+    /// Strides of the current WQE (`consumed`) already taken.
+    pub used: u32,
+}
+
+impl Striding {
+    pub fn strides(&self) -> u32 {
+        1 << self.log_strides
+    }
+
+    pub fn stride_bytes(&self) -> u32 {
+        1 << self.log_stride_bytes
+    }
 }
 
 /// A Q counter set (ALLOC_Q_COUNTER). Counters wrap at 32 bits as the device's do.

@@ -1,7 +1,9 @@
 //! Event, completion, send and receive queues and shared receive memory pools: their creation
 //! (with every parameter checked), state transitions and destruction.
 
-use super::objects::{Cq, CqArm, Eq, QState, QueueBuffer, Rmp, Rq, RqMemory, Sq, WorkQueue};
+use super::objects::{
+    Cq, CqArm, Eq, QState, QueueBuffer, Rmp, Rq, RqMemory, Sq, Striding, WorkQueue,
+};
 use super::pages::{release_context, store_new_context, write_context};
 use super::qcounters;
 use super::transport::table_full;
@@ -14,7 +16,7 @@ use cxdirect_hw::eq::{CreateEqIn, CreateEqOut, DestroyEqIn};
 use cxdirect_hw::wq::{
     CreateRmpIn, CreateRmpOut, CreateRqIn, CreateRqOut, CreateSqIn, CreateSqOut, DestroyRmpIn,
     DestroyRqIn, DestroySqIn, ModifyRmpIn, ModifyRqIn, ModifySqIn, QueryRmpIn, QueryRmpOut,
-    QueryRqIn, QueryRqOut, Wq, MODIFY_RQ_BITMASK_RQ_COUNTER_SET_ID,
+    QueryRqIn, QueryRqOut, Wq, WqType, MODIFY_RQ_BITMASK_RQ_COUNTER_SET_ID,
 };
 
 /// Builds a queue buffer from a page list, checking alignment and coverage.
@@ -77,18 +79,22 @@ fn check_dbr(addr: u64) -> CmdResult {
     Ok(())
 }
 
-/// Checks a work queue context and builds the model's work queue.
+/// Checks a work queue context and builds the model's work queue; `may_stride`: a striding
+/// receive ring (`wq_type` 3) is accepted too (an RQ with its own ring).
 fn work_queue(
     core: &Core,
     wq: Wq<&[u8]>,
     send: bool,
+    may_stride: bool,
     capacity: usize,
     pas: impl Fn(usize) -> Option<u64>,
 ) -> Result<WorkQueue, CmdError> {
-    if wq.wq_type() != 1 {
+    let striding = wq.wq_type() == WqType::StridingCyclic as u8 && may_stride;
+    if wq.wq_type() != WqType::Cyclic as u8 && !striding {
         return Err(bad_param(
             Syndrome::BadWqParams,
-            "only cyclic work queues (wq_type 1) are modelled",
+            "only cyclic work queues (wq_type 1), and cyclic striding RQs (wq_type 3), are \
+             modelled",
         ));
     }
     let log_size = wq.log_wq_sz();
@@ -101,13 +107,16 @@ fn work_queue(
     let log_stride = wq.log_wq_stride();
     let stride_ok = if send {
         log_stride == 6
+    } else if striding {
+        (5..=10).contains(&log_stride)
     } else {
         (4..=10).contains(&log_stride)
     };
     if !stride_ok {
         return Err(bad_param(
             Syndrome::BadWqParams,
-            "WQE stride must be 64 B (send) or 16..1024 B (receive)",
+            "WQE stride must be 64 B (send), 16..1024 B (receive) or 32..1024 B (striding \
+             receive: a 16-byte header and a data segment)",
         ));
     }
     if !core.res.pds.contains(wq.pd()) {
@@ -343,7 +352,7 @@ pub(crate) fn create_sq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
              (enhanced_multi_pkt_send_wqe is 0)",
         ));
     }
-    let wq = work_queue(core, ctx.wq(), true, cmd.pas_capacity(), |i| {
+    let wq = work_queue(core, ctx.wq(), true, false, cmd.pas_capacity(), |i| {
         cmd.pas(i).ok()
     })?;
     let slot = store_new_context(core, &context_bytes(ctx.as_bytes()))?;
@@ -427,11 +436,18 @@ pub(crate) fn create_rq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
                 core,
                 ctx.wq(),
                 false,
+                true,
                 cmd.pas_capacity(),
                 |i| cmd.pas(i).ok(),
             )?),
             RqMemory::Own,
         ),
+        1 if ctx.wq().wq_type() == WqType::StridingCyclic as u8 => {
+            return Err(bad_param(
+                Syndrome::BadWqParams,
+                "a striding RQ (wq_type 3) needs its own ring (mem_rq_type 0), not an RMP",
+            ))
+        }
         1 => {
             let rmpn = ctx.rmpn();
             if !core.res.rmps.contains(rmpn) {
@@ -446,6 +462,7 @@ pub(crate) fn create_rq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
             ))
         }
     };
+    let striding = striding_geometry(core, ctx.wq())?;
     let counter_set = u32::from(ctx.counter_set_id());
     qcounters::attach(core, counter_set)?;
     let slot = match store_new_context(core, &context_bytes(ctx.as_bytes())) {
@@ -464,6 +481,7 @@ pub(crate) fn create_rq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         rqt_users: 0,
         counter_set,
         slot,
+        striding,
     };
     let Some(rqn) = core.res.rqs.insert(rq) else {
         release_context(core, slot);
@@ -480,6 +498,37 @@ pub(crate) fn create_rq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     }
     output_as!(CreateRqOut<&mut [u8]>, output).set_rqn(rqn);
     Ok(())
+}
+
+/// A striding RQ's strides, checked against the capabilities (`None` for a cyclic RQ).
+fn striding_geometry(core: &Core, wq: Wq<&[u8]>) -> Result<Option<Striding>, CmdError> {
+    use cxdirect_hw::wq::striding::{
+        LOG_STRIDES_BASE, LOG_STRIDE_BYTES_BASE, MAX_LOG_STRIDES, MAX_LOG_STRIDE_BYTES,
+    };
+    if wq.wq_type() != WqType::StridingCyclic as u8 {
+        return Ok(None);
+    }
+    if !core.cfg.striding_rq {
+        return Err(bad_param(
+            Syndrome::BadWqParams,
+            "striding RQs are not supported by this device (striding_rq is 0)",
+        ));
+    }
+    let log_strides = wq.log_wqe_num_of_strides() + LOG_STRIDES_BASE;
+    let log_stride_bytes = wq.log_wqe_stride_size() + LOG_STRIDE_BYTES_BASE;
+    if log_strides > MAX_LOG_STRIDES || log_stride_bytes > MAX_LOG_STRIDE_BYTES {
+        return Err(bad_param(
+            Syndrome::BadWqParams,
+            "striding RQ geometry out of range: log_wqe_num_of_strides must be 0..=7 (512..65536 \
+             strides; ext_stride_num_range is 0) and log_wqe_stride_size 0..=7 (64..8192 bytes)",
+        ));
+    }
+    Ok(Some(Striding {
+        log_strides,
+        log_stride_bytes,
+        two_byte_shift: wq.two_byte_shift_en(),
+        used: 0,
+    }))
 }
 
 pub(crate) fn modify_rq(core: &mut Core, input: &[u8]) -> CmdResult {
@@ -512,6 +561,9 @@ pub(crate) fn modify_rq(core: &mut Core, input: &[u8]) -> CmdResult {
     if let Some(wq) = rq.wq.as_mut() {
         if next == QState::Rst || (rq.state == QState::Rst && next == QState::Rdy) {
             wq.restart();
+            if let Some(striding) = rq.striding.as_mut() {
+                striding.used = 0;
+            }
         }
     }
     rq.state = next;
@@ -575,7 +627,7 @@ pub(crate) fn create_rmp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
             "RMPs are created in the RDY state",
         ));
     }
-    let wq = work_queue(core, ctx.wq(), false, cmd.pas_capacity(), |i| {
+    let wq = work_queue(core, ctx.wq(), false, false, cmd.pas_capacity(), |i| {
         cmd.pas(i).ok()
     })?;
     let lwm = ctx.wq().lwm();
