@@ -95,6 +95,12 @@ impl Cqe {
         (self.be32(0x3c) >> 16) as u16
     }
 
+    /// Striding receive queues: the WQE this completion's strides are in (16 bits, wrapping).
+    #[inline]
+    pub fn wqe_id(&self) -> u16 {
+        self.be32(0) as u16
+    }
+
     /// Send or receive queue number (24 bits).
     #[inline]
     pub fn qpn(&self) -> u32 {

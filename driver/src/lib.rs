@@ -26,6 +26,7 @@ mod revoke;
 mod rxirq;
 pub mod shared;
 pub mod stats;
+mod striding;
 mod txwqe;
 pub mod vfio;
 
@@ -45,3 +46,4 @@ pub use recover::{PortRecovery, Recovery};
 pub use revoke::PoolRevocation;
 pub use shared::{SharedRingStats, SharedRxConfig, SharedRxQueue, SharedRxRing};
 pub use stats::{PortStats, QueueXstats};
+pub use striding::RxStriding;

@@ -128,7 +128,15 @@ pub(crate) struct PoolShared {
     next: Box<[AtomicU32]>,
     available: AtomicU32,
     pub(crate) lkey: AtomicU32,
+    /// Buffers several packets share (a striding receive ring's): the references to each.
+    /// A buffer goes back on the stack when its last reference goes. `None`: each buffer has
+    /// one owner.
+    shares: Option<Box<[AtomicU32]>>,
 }
+
+/// The references a striding receive ring holds on a posted buffer: more than the packets one
+/// WQE can carry (at most 65,536), so the count cannot reach zero while the ring holds it.
+pub(crate) const RING_HOLD: u32 = 1 << 24;
 
 impl PoolShared {
     fn pop(&self) -> Option<u32> {
@@ -172,10 +180,56 @@ impl PoolShared {
         self.push_chain(BufferChain::one(index));
     }
 
+    /// Lets go of `refs` references to the buffer at `index`; true when they were the last
+    /// (always, in a pool whose buffers are not shared).
+    #[inline(always)]
+    fn last_reference(&self, index: u32, refs: u32) -> bool {
+        match &self.shares {
+            None => true,
+            Some(shares) => shares[index as usize].fetch_sub(refs, Ordering::AcqRel) == refs,
+        }
+    }
+
+    /// Lets go of `refs` references to the buffer at `index`, returning it to the pool with
+    /// the last.
+    #[inline]
+    pub(crate) fn release(&self, index: u32, refs: u32) {
+        if self.last_reference(index, refs) {
+            self.push(index);
+        }
+    }
+
+    /// Sets the references to the buffer at `index`, just taken off the stack (only this
+    /// caller holds it), to `refs`. Nothing to do in a pool whose buffers are not shared.
+    #[inline]
+    pub(crate) fn set_references(&self, index: u32, refs: u32) {
+        if let Some(shares) = &self.shares {
+            shares[index as usize].store(refs, Ordering::Relaxed);
+        }
+    }
+
+    /// Adds `refs` references to the buffer at `index`, which the caller holds one of.
+    #[inline]
+    pub(crate) fn add_references(&self, index: u32, refs: u32) {
+        if let Some(shares) = &self.shares {
+            shares[index as usize].fetch_add(refs, Ordering::Relaxed);
+        }
+    }
+
+    /// True when several packets may share one buffer (a striding receive ring's pool).
+    #[inline]
+    pub(crate) fn shares_buffers(&self) -> bool {
+        self.shares.is_some()
+    }
+
     /// Links `index` in front of `chain` (both taken off this pool, the chain not yet
     /// returned): the pool's stack will give `index` out before the chain's others.
     #[inline]
     pub(crate) fn link(&self, chain: &mut BufferChain, index: u32) {
+        // A shared buffer joins the chain only with its last reference.
+        if !self.last_reference(index, 1) {
+            return;
+        }
         if chain.count == 0 {
             *chain = BufferChain::one(index);
             return;
@@ -218,7 +272,27 @@ impl PoolShared {
         Mbuf {
             pool: Arc::clone(self),
             index,
-            data_off: HEADROOM,
+            data_off: u32::from(HEADROOM),
+            len,
+            next: None,
+            flags,
+        }
+    }
+
+    /// Part of the shared buffer at `index` (one reference of it, taken by the caller), from
+    /// byte `offset` on, as a packet of `len` bytes with `flags`.
+    #[inline]
+    pub(crate) fn adopt_part(
+        self: &Arc<Self>,
+        index: u32,
+        offset: u32,
+        len: u32,
+        flags: OffloadFlags,
+    ) -> Mbuf {
+        Mbuf {
+            pool: Arc::clone(self),
+            index,
+            data_off: offset,
             len,
             next: None,
             flags,
@@ -306,6 +380,31 @@ impl Mempool {
         Ok(())
     }
 
+    /// A pool of `count` buffers of `buf_size` bytes that several packets share (a striding
+    /// receive ring's): each buffer counts its references.
+    pub(crate) fn new_shared(
+        iommu: Arc<dyn Iommu>,
+        iovas: &Arc<IovaAllocator>,
+        count: u32,
+        buf_size: u32,
+    ) -> Result<Self, DriverError> {
+        let Self { shared } = Self::new(iommu, iovas, count, buf_size)?;
+        let shares = (0..count).map(|_| AtomicU32::new(0)).collect();
+        // A pool just made has no other handle, so it is taken apart and made again shared.
+        let shared = Arc::try_unwrap(shared).map(|mut pool| {
+            pool.shares = Some(shares);
+            pool
+        });
+        match shared {
+            Ok(pool) => Ok(Self {
+                shared: Arc::new(pool),
+            }),
+            Err(_) => Err(DriverError::Invalid(
+                "a new pool was shared before it was returned".into(),
+            )),
+        }
+    }
+
     fn carve(region: PoolMemory, count: u32, buf_size: u32) -> Self {
         let next: Box<[AtomicU32]> = (0..count)
             .map(|i| AtomicU32::new(if i + 1 < count { i + 1 } else { NIL }))
@@ -320,6 +419,7 @@ impl Mempool {
                 next,
                 available: AtomicU32::new(count),
                 lkey: AtomicU32::new(0),
+                shares: None,
             }),
         }
     }
@@ -407,9 +507,31 @@ impl Mempool {
         self.shared.adopt(index, len, flags)
     }
 
+    /// Part of the shared buffer at `index`: see [`PoolShared::adopt_part`].
+    #[inline]
+    pub(crate) fn adopt_part(
+        &self,
+        index: u32,
+        offset: u32,
+        len: u32,
+        flags: OffloadFlags,
+    ) -> Mbuf {
+        self.shared.adopt_part(index, offset, len, flags)
+    }
+
     /// Returns the buffer at `index`, taken by [`Mempool::take_each`], to the pool unused.
     pub(crate) fn give_back(&self, index: u32) {
         self.shared.push(index);
+    }
+
+    /// The buffer at `index`, posted to a receive ring, as an empty [`Mbuf`] whose drop lets
+    /// go of the ring's hold on it (a shared buffer then waits for its packets' references).
+    pub(crate) fn adopt_posted(&self, index: u32) -> Mbuf {
+        if self.shared.shares_buffers() {
+            // The ring's hold becomes the one reference the `Mbuf` holds.
+            let _ = self.shared.last_reference(index, RING_HOLD - 1);
+        }
+        self.adopt(index, 0, OffloadFlags::default())
     }
 
     /// Device address of the first data byte of the buffer at `index` (after the headroom).
@@ -420,6 +542,7 @@ impl Mempool {
 
     #[inline]
     fn wrap(&self, index: u32) -> Mbuf {
+        self.shared.set_references(index, 1);
         self.adopt(index, 0, OffloadFlags::default())
     }
 
@@ -432,7 +555,7 @@ impl Mempool {
 pub struct Mbuf {
     pool: Arc<PoolShared>,
     index: u32,
-    data_off: u16,
+    data_off: u32,
     len: u32,
     /// The rest of a multi-segment packet.
     next: Option<Box<Mbuf>>,
@@ -496,15 +619,25 @@ impl Mbuf {
         self.segments().count()
     }
 
-    /// Largest packet this buffer holds.
+    /// Largest packet this buffer holds. A packet received into a buffer it shares with
+    /// others (a striding receive ring's) may shrink but not grow past its received length.
     #[inline]
     pub fn capacity(&self) -> usize {
-        (self.pool.buf_size - u32::from(self.data_off)) as usize
+        if self.pool.shares_buffers() {
+            return self.len as usize;
+        }
+        self.readable()
+    }
+
+    /// Bytes of the buffer from the packet's first byte to its end.
+    #[inline]
+    fn readable(&self) -> usize {
+        (self.pool.buf_size - self.data_off) as usize
     }
 
     #[inline]
     fn data_offset(&self) -> usize {
-        self.pool.offset(self.index) + usize::from(self.data_off)
+        self.pool.offset(self.index) + self.data_off as usize
     }
 
     /// Replaces the packet with `data`; fails (leaving the packet unchanged) when it does not fit.
@@ -543,7 +676,7 @@ impl Mbuf {
     /// the words would leave the buffer or are not aligned.
     #[inline]
     pub(crate) fn head_words<const N: usize>(&self) -> Option<[u64; N]> {
-        if N * 8 > self.capacity() {
+        if N * 8 > self.readable() {
             return None;
         }
         self.pool.region.read_words(self.data_offset())
@@ -616,7 +749,7 @@ impl Drop for Mbuf {
     #[inline]
     fn drop(&mut self) {
         if self.index != NIL {
-            self.pool.push(self.index);
+            self.pool.release(self.index, 1);
         }
     }
 }

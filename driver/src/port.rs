@@ -15,6 +15,7 @@ use crate::queue::{CqRing, InlineMode, Quarantine, RxQueue, TxQueue, EMPTY_SLOT}
 use crate::rxirq::CompletionInterrupt;
 use crate::shared::{SharedRing, SharedRxConfig, SharedRxQueue, SharedRxRing};
 use crate::stats::{PortStats, QueueXstats, StatsHandle};
+use crate::striding::StridingRx;
 use cxdirect_dma::{DmaRegion, PageKind};
 use cxdirect_hw::caps::wqe_inline_mode;
 use cxdirect_hw::cmd::Opcode;
@@ -24,7 +25,7 @@ use cxdirect_hw::flow::{self, CreateFlowGroupIn, CreateFlowTableIn, SetFteIn};
 use cxdirect_hw::reg::{self, PmtuReg};
 use cxdirect_hw::tir::{self, CreateRqtIn, CreateTirIn, CreateTisIn};
 use cxdirect_hw::vport::ModifyNicVportContextIn;
-use cxdirect_hw::wq::{CreateRqIn, CreateSqIn, RqState, Wq};
+use cxdirect_hw::wq::{CreateRqIn, CreateSqIn, RqState, Wq, WqType};
 use std::sync::Arc;
 
 /// The key the port hashes with unless told otherwise (the widely published default Toeplitz
@@ -62,6 +63,15 @@ pub struct PortConfig {
     /// others, and a lone packet, go in a WQE of their own as before. Packets of a run carry
     /// no headers inline, whatever `inline` says. Default off.
     pub tx_multi_packet: bool,
+    /// Receive into striding (multi-packet) receive queues, where the device offers them
+    /// (`striding_rq`): each receive WQE posts one buffer of many strides from a pool of its
+    /// own, packets fill it one after another, and each received [`crate::Mbuf`] points into
+    /// it (no copy); a buffer is reposted once every packet in it is dropped. One WQE serves
+    /// hundreds of small packets, so receiving posts and the device reads far fewer WQEs.
+    /// Completions are compressed in the checksum format, whose mini-CQEs carry the stride
+    /// index instead of the RSS hash, as DPDK's mlx5 driver does with MPRQ. Not with
+    /// `shared_rx` or `pool_memory`. `None` (default): one pool buffer per packet.
+    pub rx_striding: Option<crate::RxStriding>,
     /// Buffers in the receive pool (at least twice the receive rings' total).
     pub pool_buffers: u32,
     /// Buffer size in bytes (a multiple of 64; must hold an MTU-sized frame plus headroom).
@@ -107,6 +117,7 @@ impl Default for PortConfig {
             inline_max: 256,
             cqe_every: 32,
             tx_multi_packet: false,
+            rx_striding: None,
             pool_buffers: 8192,
             buf_size: 2048,
             rss_key: DEFAULT_RSS_KEY,
@@ -133,6 +144,10 @@ pub struct Port<B: Backend> {
     pub(crate) dev: Device<B>,
     pub(crate) pool: Mempool,
     pub(crate) pool_key: Option<MemoryKey>,
+    /// The striding receive queues' pool and its key (with [`PortConfig::rx_striding`] on a
+    /// device that offers them).
+    pub(crate) stride_pool: Option<Mempool>,
+    stride_pool_key: Option<MemoryKey>,
     tis: u32,
     pub(crate) sqs: Vec<u32>,
     pub(crate) rqs: Vec<u32>,
@@ -256,6 +271,15 @@ impl PortConfig {
         if !(18..=900).contains(&self.inline_max) {
             return Err(invalid("inline_max must be 18..=900 bytes"));
         }
+        if let Some(striding) = &self.rx_striding {
+            striding.validate(self.rx_queues)?;
+            if self.shared_rx.is_some() || self.pool_memory.is_some() {
+                return Err(invalid(
+                    "rx_striding cannot be combined with shared_rx or pool_memory: striding \
+                     queues post buffers of their own pool, in memory the driver allocates",
+                ));
+            }
+        }
         Ok(())
     }
 }
@@ -271,10 +295,24 @@ impl<B: Backend> Port<B> {
                 Mempool::new(iommu, &iovas, config.pool_buffers, config.buf_size)?
             }
         };
+        let stride_pool = match config.rx_striding {
+            Some(striding) if dev.caps().striding_rq() => {
+                let (iommu, iovas) = dev.dma();
+                Some(Mempool::new_shared(
+                    iommu,
+                    &iovas,
+                    striding.buffers,
+                    striding.buffer_bytes(),
+                )?)
+            }
+            _ => None,
+        };
         let mut port = Port {
             dev,
             pool,
             pool_key: None,
+            stride_pool,
+            stride_pool_key: None,
             tis: 0,
             sqs: Vec::new(),
             rqs: Vec::new(),
@@ -309,6 +347,14 @@ impl<B: Backend> Port<B> {
 
     fn build(&mut self) -> Result<Queues<B>, DriverError> {
         self.register_pool()?;
+        if let Some(pool) = &self.stride_pool {
+            let pages = pool.shared().memory().pages();
+            let key = MemoryKey::register_pages(&mut self.dev, &pages, KeyAccess::READ_WRITE)?;
+            pool.shared()
+                .lkey
+                .store(key.lkey(), std::sync::atomic::Ordering::Relaxed);
+            self.stride_pool_key = Some(key);
+        }
         self.set_mtu()?;
         let (_, pd, td) = self.dev.resources();
         let mut cmd = input(Opcode::CreateTis, 0, CreateTisIn::<&[u8]>::SIZE);
@@ -409,13 +455,15 @@ impl<B: Backend> Port<B> {
     }
 
     /// CREATE_CQ of `entries` CQEs on `uar`, reporting to EQ `eqn`; with CQE compression
-    /// (hash-format mini-CQEs) when `compress` and the device supports it.
+    /// when `compress` and the device supports it, in the hash mini-CQE format, or in the
+    /// checksum format (carrying stride indexes) when `striding`.
     pub(crate) fn create_cq(
         &mut self,
         entries: u32,
         uar: u32,
         eqn: u32,
         compress: bool,
+        striding: bool,
     ) -> Result<CqRing, DriverError> {
         let compress = compress && self.dev.caps().cqe_compression();
         let log = entries.trailing_zeros() as u8;
@@ -436,7 +484,11 @@ impl<B: Backend> Port<B> {
                 .set_log_page_size((page.trailing_zeros() - 12) as u8)
                 .set_dbr_addr(dbr.iova())
                 .set_cqe_comp_en(compress)
-                .set_mini_cqe_res_format(mini_cqe_res_format::HASH);
+                .set_mini_cqe_res_format(if striding {
+                    mini_cqe_res_format::CSUM
+                } else {
+                    mini_cqe_res_format::HASH
+                });
             for i in 0..pages {
                 let _ = c.set_pas(i, region.iova() + (i * page) as u64);
             }
@@ -499,7 +551,7 @@ impl<B: Backend> Port<B> {
         let uar = out_u32(&self.dev.exec(&input(Opcode::AllocUar, 0, 16), 16)?);
         self.uars.push(uar);
         let entries = self.config.ring_size;
-        let cq = self.create_cq(entries, uar, 0, false)?;
+        let cq = self.create_cq(entries, uar, 0, false, false)?;
         let ring = self.dma(64 * entries as usize)?;
         let dbr = self.dma(64)?;
         let log = entries.trailing_zeros() as u8;
@@ -542,6 +594,7 @@ impl<B: Backend> Port<B> {
         dbr: &DmaRegion,
         cqn: u32,
         log: u8,
+        striding: Option<&StridingRx>,
     ) -> Result<u32, DriverError> {
         let pages = ring_pages(ring);
         let mut cmd = input(
@@ -557,6 +610,14 @@ impl<B: Backend> Port<B> {
                 .set_mem_rq_type(0)
                 .set_counter_set_id(self.q_counter.as_ref().map_or(0, QCounterSet::id));
             fill_cyclic_wq(ctx.wq_mut(), pd, ring, dbr, log);
+            if let Some(striding) = striding {
+                use cxdirect_hw::wq::striding::{LOG_STRIDES_BASE, LOG_STRIDE_BYTES_BASE};
+                ctx.wq_mut()
+                    .set_wq_type(WqType::StridingCyclic as u8)
+                    .set_log_wq_stride(crate::striding::WQE_BYTES.trailing_zeros() as u8)
+                    .set_log_wqe_num_of_strides(striding.log_strides - LOG_STRIDES_BASE)
+                    .set_log_wqe_stride_size(striding.log_stride_bytes - LOG_STRIDE_BYTES_BASE);
+            }
             for (i, iova) in pages.enumerate() {
                 let _ = c.set_pas(i, iova);
             }
@@ -568,14 +629,38 @@ impl<B: Backend> Port<B> {
     }
 
     fn create_rx(&mut self, pd: u32, index: u16) -> Result<RxQueue<B>, DriverError> {
-        let entries = self.config.ring_size;
+        let geometry = self
+            .config
+            .rx_striding
+            .filter(|_| self.stride_pool.is_some());
+        let striding = geometry.as_ref().map(StridingRx::new);
+        let (entries, wqe_bytes, cq_entries, pool) = match (&geometry, &self.stride_pool) {
+            (Some(g), Some(pool)) => (
+                g.ring_wqes,
+                crate::striding::WQE_BYTES,
+                g.cq_entries(),
+                pool.clone(),
+            ),
+            _ => (
+                self.config.ring_size,
+                16,
+                self.config.ring_size,
+                self.pool.clone(),
+            ),
+        };
         let (uar, _, _) = self.dev.resources();
         let (eqn, interrupt) = self.rx_interrupt(index, uar)?;
-        let cq = self.create_cq(entries, uar, eqn, self.config.rx_cqe_compression)?;
-        let ring = self.dma(16 * entries as usize)?;
+        let cq = self.create_cq(
+            cq_entries,
+            uar,
+            eqn,
+            self.config.rx_cqe_compression,
+            striding.is_some(),
+        )?;
+        let ring = self.dma(wqe_bytes * entries as usize)?;
         let dbr = self.dma(64)?;
         let log = entries.trailing_zeros() as u8;
-        let rqn = self.create_rq(pd, &ring, &dbr, cq.cqn, log)?;
+        let rqn = self.create_rq(pd, &ring, &dbr, cq.cqn, log, striding.as_ref())?;
         let mut rxq = RxQueue {
             _backend: self.dev.backend_arc().clone(),
             ring,
@@ -586,7 +671,7 @@ impl<B: Backend> Port<B> {
             pi: 0,
             ci: 0,
             slots: vec![EMPTY_SLOT; entries as usize],
-            pool: self.pool.clone(),
+            pool,
             stats: Default::default(),
             published: Self::register_stats(&mut self.rx_stats),
             quarantine: self.quarantine.clone(),
@@ -594,6 +679,7 @@ impl<B: Backend> Port<B> {
             in_error: false,
             rebuild: Default::default(),
             rss_place: 0,
+            striding,
         };
         rxq.refill();
         Ok(rxq)
@@ -834,6 +920,13 @@ impl<B: Backend> Port<B> {
         &self.pool
     }
 
+    /// The striding receive queues' pool (buffers of [`crate::RxStriding::buffer_bytes`]),
+    /// when the port receives into striding queues; `None` otherwise (not configured, or the
+    /// device does not offer them and the queues take one buffer per packet).
+    pub fn striding_pool(&self) -> Option<&Mempool> {
+        self.stride_pool.as_ref()
+    }
+
     /// Frames the device dropped since the port started because a receive ring had no posted
     /// buffer (DPDK's `imissed`), summed over every receive queue; `None` when the device has no
     /// Q counter sets. One firmware command per call: read it from the control path (at least
@@ -993,6 +1086,9 @@ impl<B: Backend> Port<B> {
         if let Some(key) = self.pool_key.take() {
             keep(key.deregister(&mut self.dev));
         }
+        if let Some(key) = self.stride_pool_key.take() {
+            keep(key.deregister(&mut self.dev));
+        }
         match first_err {
             Some(e) => Err(e),
             None => Ok(()),
@@ -1021,6 +1117,7 @@ impl<B: Backend> Port<B> {
         self.tis = 0;
         self.uars.clear();
         self.pool_key = None;
+        self.stride_pool_key = None;
         self.tx_stats.clear();
         self.rx_stats.clear();
         flushed += self

@@ -89,7 +89,7 @@ impl<B: Backend> Port<B> {
         for index in 0..self.config().rx_queues {
             let (eqn, interrupt) = self.rx_interrupt(index, uar)?;
             // Each queue's CQ can hold every buffer of the ring: completions never overrun it.
-            let cq = self.create_cq(entries, uar, eqn, false)?;
+            let cq = self.create_cq(entries, uar, eqn, false, false)?;
             let rqn = self.create_shared_rq(cq.cqn, rmpn)?;
             self.rqs.push(rqn);
             queues.push(SharedRxQueue {

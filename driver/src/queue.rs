@@ -11,6 +11,7 @@ use crate::inflight::{InFlight, Kept};
 use crate::mempool::{Mbuf, Mempool, OffloadFlags};
 use crate::rxirq::{self, CompletionInterrupt};
 use crate::stats::StatsHandle;
+use crate::striding::StridingRx;
 use cxdirect_dma::DmaRegion;
 use cxdirect_hw::cqe::CqeOpcode;
 use cxdirect_hw::doorbell::{UAR_BF_OFFSET, UAR_PAGE_SIZE};
@@ -516,7 +517,7 @@ fn posted_buffers<'a>(slots: &'a mut [u32], pool: &'a Mempool) -> impl Iterator<
         .iter_mut()
         .map(|slot| std::mem::replace(slot, EMPTY_SLOT))
         .filter(|&index| index != EMPTY_SLOT)
-        .map(|index| pool.adopt(index, 0, OffloadFlags::default()))
+        .map(|index| pool.adopt_posted(index))
 }
 
 /// A receive queue handle. `Send`: each queue may live on its own thread.
@@ -544,6 +545,8 @@ pub struct RxQueue<B: Backend> {
     /// This RQ's position in the port's RQ list (RSS spreads by position), kept while it is
     /// rebuilt.
     pub(crate) rss_place: usize,
+    /// A striding RQ's geometry and place (`None`: one buffer per packet).
+    pub(crate) striding: Option<StridingRx>,
 }
 
 impl<B: Backend> RxQueue<B> {
@@ -553,6 +556,10 @@ impl<B: Backend> RxQueue<B> {
 
     /// Posts fresh buffers into every empty slot, with one doorbell-record update.
     pub(crate) fn refill(&mut self) {
+        if let Some(striding) = self.striding {
+            self.refill_striding(striding);
+            return;
+        }
         let size = 1u16 << self.log_size;
         let empty = usize::from(size - self.pi.wrapping_sub(self.ci));
         if empty == 0 {
@@ -589,7 +596,11 @@ impl<B: Backend> RxQueue<B> {
     /// many. Refills the ring from the pool afterwards.
     #[inline(never)]
     pub fn rx_burst(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
-        let got = self.receive(out, max);
+        let got = if self.striding.is_some() {
+            self.receive_striding(out, max)
+        } else {
+            self.receive(out, max)
+        };
         self.published.publish(&self.stats);
         got
     }
@@ -743,6 +754,11 @@ impl<B: Backend> RxQueue<B> {
         self.in_error
     }
 
+    /// True when this is a striding receive queue ([`crate::PortConfig::rx_striding`]).
+    pub fn is_striding(&self) -> bool {
+        self.striding.is_some()
+    }
+
     /// The number of the CQ this queue completes on.
     pub fn cqn(&self) -> u32 {
         self.cq.cqn
@@ -765,7 +781,10 @@ impl<B: Backend> RxQueue<B> {
     /// back to the pool it came from first).
     pub(crate) fn set_pool(&mut self, pool: Mempool) {
         self.flush_posted();
-        self.pool = pool;
+        // A striding queue's buffers come from the port's striding pool, which stays.
+        if self.striding.is_none() {
+            self.pool = pool;
+        }
     }
 
     /// Recovery: the ring starts again at index 0 (as the device does after RST) and is
@@ -773,6 +792,10 @@ impl<B: Backend> RxQueue<B> {
     pub(crate) fn restart(&mut self) {
         self.pi = 0;
         self.ci = 0;
+        if let Some(striding) = self.striding.as_mut() {
+            striding.used = 0;
+            striding.pending = 0;
+        }
         let _ = self.dbr.write_u32_be(0, 0);
         self.in_error = false;
         self.stats.recoveries += 1;

@@ -228,7 +228,7 @@ impl<B: Backend> Port<B> {
             q.rebuild = Rebuild::QueueDestroyed;
         }
         let uar = q.uar;
-        self.rebuild_cq(&mut q.cq, &mut q.rebuild, uar, 0)?;
+        self.rebuild_cq(&mut q.cq, &mut q.rebuild, uar, 0, false)?;
         if q.rebuild == Rebuild::CqCreated {
             let (_, pd, _) = self.dev.resources();
             q.sqn = self.create_sq(pd, &q.ring, &q.dbr, q.uar, q.cq.cqn, q.log_size)?;
@@ -264,9 +264,17 @@ impl<B: Backend> Port<B> {
             q.rebuild = Rebuild::QueueDestroyed;
         }
         let eqn = q.interrupt.as_ref().map_or(0, |i| i.eqn());
-        self.rebuild_cq(&mut q.cq, &mut q.rebuild, uar, eqn)?;
+        let striding = q.striding.is_some();
+        self.rebuild_cq(&mut q.cq, &mut q.rebuild, uar, eqn, striding)?;
         if q.rebuild == Rebuild::CqCreated {
-            let rqn = self.create_rq(pd, &q.ring, &q.dbr, q.cq.cqn, q.log_size)?;
+            let rqn = self.create_rq(
+                pd,
+                &q.ring,
+                &q.dbr,
+                q.cq.cqn,
+                q.log_size,
+                q.striding.as_ref(),
+            )?;
             // Keep the RQs in their order: RSS spreads over them by position.
             self.rqs.pop();
             self.rqs.insert(q.rss_place.min(self.rqs.len()), rqn);
@@ -283,15 +291,16 @@ impl<B: Backend> Port<B> {
         Ok(Recovery::rebuilt(flushed, drained_cqes, start))
     }
 
-    /// The CQ steps of a rebuild: the failed CQ destroyed, then its replacement (of the port's
-    /// ring size, on `uar`, reporting to EQ `eqn`) created into `cq`; each step recorded in
-    /// `stage` as it completes.
+    /// The CQ steps of a rebuild: the failed CQ destroyed, then its replacement (of its size,
+    /// on `uar`, reporting to EQ `eqn`, compressed in the checksum format when `striding`)
+    /// created into `cq`; each step recorded in `stage` as it completes.
     fn rebuild_cq(
         &mut self,
         cq: &mut CqRing,
         stage: &mut Rebuild,
         uar: u32,
         eqn: u32,
+        striding: bool,
     ) -> Result<(), DriverError> {
         if *stage == Rebuild::QueueDestroyed {
             let old = cq.cqn;
@@ -302,7 +311,7 @@ impl<B: Backend> Port<B> {
         }
         if *stage == Rebuild::CqDestroyed {
             let compressed = cq.compressed;
-            *cq = self.create_cq(self.config().ring_size, uar, eqn, compressed)?;
+            *cq = self.create_cq(1 << cq.log_size, uar, eqn, compressed, striding)?;
             *stage = Rebuild::CqCreated;
         }
         Ok(())

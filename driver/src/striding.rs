@@ -1,0 +1,335 @@
+//! Striding (multi-packet) receive queues ([`crate::PortConfig::rx_striding`]): each receive
+//! WQE posts one large buffer cut into strides, the device puts packet after packet into it,
+//! and each packet comes out as an [`Mbuf`] pointing into that buffer, with no copy. The
+//! buffer goes back to its pool when the ring is done with it and the last of its packets is
+//! dropped: the ring holds [`RING_HOLD`] references on a posted buffer and each packet one.
+//!
+//! Nothing the device writes is trusted: a completion must name the stride where the previous
+//! one ended, take at least one stride and no more than the WQE has left, and a packet must
+//! fit the strides it took. The queue's own count of taken strides decides which buffer and
+//! offset a packet has, never the device's.
+
+use crate::backend::Backend;
+use crate::cq::Cqe;
+use crate::error::DriverError;
+use crate::mempool::{Mbuf, OffloadFlags, RING_HOLD};
+use crate::queue::{rx_flags, words_from_bytes, RxQueue, EMPTY_SLOT, MAX_BURST};
+use cxdirect_hw::wq::striding::{
+    FILLER, LEN_MASK, LOG_STRIDES_BASE, LOG_STRIDE_BYTES_BASE, MAX_LOG_STRIDES,
+    MAX_LOG_STRIDE_BYTES, STRIDES_MASK, STRIDES_SHIFT, WQE_HEADER,
+};
+use std::sync::atomic::{fence, Ordering};
+
+/// Bytes of one striding receive WQE: a reserved header and one data segment.
+pub(crate) const WQE_BYTES: usize = 32;
+
+/// Geometry of striding receive queues ([`crate::PortConfig::rx_striding`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxStriding {
+    /// Log2 of the strides in one WQE's buffer (9..=16: 512..65,536 strides).
+    pub log_strides: u8,
+    /// Log2 of the stride size in bytes (6..=13: 64..8,192 bytes). A packet takes as many
+    /// whole strides as it needs, so small strides pack small packets densely.
+    pub log_stride_bytes: u8,
+    /// WQEs (buffers) posted per receive queue: a power of two, 2..=1024.
+    pub ring_wqes: u32,
+    /// Buffers of one WQE each in the port's striding pool: at least twice the receive
+    /// queues' `ring_wqes` in all, since a buffer stays out until its last packet is dropped.
+    pub buffers: u32,
+}
+
+impl Default for RxStriding {
+    /// 512 strides of 64 bytes (32 KiB per WQE, up to 512 small packets each), 8 WQEs per
+    /// queue, 64 buffers (2 MiB).
+    fn default() -> Self {
+        Self {
+            log_strides: LOG_STRIDES_BASE,
+            log_stride_bytes: LOG_STRIDE_BYTES_BASE,
+            ring_wqes: 8,
+            buffers: 64,
+        }
+    }
+}
+
+impl RxStriding {
+    /// Bytes of one WQE's buffer.
+    pub fn buffer_bytes(&self) -> u32 {
+        1 << (self.log_strides + self.log_stride_bytes)
+    }
+
+    pub(crate) fn validate(&self, rx_queues: u16) -> Result<(), DriverError> {
+        if !(LOG_STRIDES_BASE..=MAX_LOG_STRIDES).contains(&self.log_strides)
+            || !(LOG_STRIDE_BYTES_BASE..=MAX_LOG_STRIDE_BYTES).contains(&self.log_stride_bytes)
+        {
+            return Err(DriverError::Invalid(format!(
+                "rx_striding: 2^{} strides of 2^{} bytes; give log_strides 9..=16 and \
+                 log_stride_bytes 6..=13",
+                self.log_strides, self.log_stride_bytes
+            )));
+        }
+        if !self.ring_wqes.is_power_of_two() || !(2..=1024).contains(&self.ring_wqes) {
+            return Err(DriverError::Invalid(format!(
+                "rx_striding: ring_wqes {}; give a power of two from 2 to 1024",
+                self.ring_wqes
+            )));
+        }
+        let posted = self.ring_wqes * u32::from(rx_queues);
+        if self.buffers < 2 * posted {
+            return Err(DriverError::Invalid(format!(
+                "rx_striding: {} buffers is fewer than twice the {posted} the receive queues \
+                 post; give at least {}",
+                self.buffers,
+                2 * posted
+            )));
+        }
+        Ok(())
+    }
+
+    /// Completions one ring can have outstanding: every stride a packet of its own.
+    pub(crate) fn cq_entries(&self) -> u32 {
+        self.ring_wqes << self.log_strides
+    }
+}
+
+/// A striding receive queue's geometry and its place in the oldest posted WQE.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StridingRx {
+    pub log_strides: u8,
+    pub log_stride_bytes: u8,
+    /// Strides of the oldest posted WQE already completed.
+    pub used: u32,
+    /// Packets handed out from the oldest posted WQE whose references its buffer does not
+    /// count yet (they are added once per burst).
+    pub pending: u32,
+}
+
+impl StridingRx {
+    pub(crate) fn new(geometry: &RxStriding) -> Self {
+        Self {
+            log_strides: geometry.log_strides,
+            log_stride_bytes: geometry.log_stride_bytes,
+            used: 0,
+            pending: 0,
+        }
+    }
+
+    fn strides(&self) -> u32 {
+        1 << self.log_strides
+    }
+}
+
+/// What one striding completion was, once checked.
+enum Taken {
+    /// A packet: its `Mbuf` is on the output.
+    Packet(u32),
+    /// A filler: strides skipped, no packet.
+    Filler,
+}
+
+impl<B: Backend> RxQueue<B> {
+    /// Posts a fresh buffer into every empty slot of a striding ring (the ring holding
+    /// [`RING_HOLD`] references on each), with one doorbell-record update.
+    pub(crate) fn refill_striding(&mut self, striding: StridingRx) {
+        let size = 1u16 << self.log_size;
+        let empty = usize::from(size - self.pi.wrapping_sub(self.ci));
+        if empty == 0 {
+            return;
+        }
+        let mask = size - 1;
+        let bytes = 1u32 << (striding.log_strides + striding.log_stride_bytes);
+        let Self {
+            ring,
+            slots,
+            pi,
+            pool,
+            ..
+        } = self;
+        let lkey = pool.lkey();
+        let shared = pool.shared();
+        let posted = pool.take_each(empty, |index| {
+            shared.set_references(index, RING_HOLD);
+            let slot = usize::from(*pi & mask);
+            let mut wqe = [0u8; WQE_BYTES];
+            wqe[WQE_HEADER..].copy_from_slice(&cxdirect_hw::wqe::encode_data(
+                bytes,
+                lkey,
+                shared.iova(index),
+            ));
+            let _ = ring.write_words::<4>(slot * WQE_BYTES, &words_from_bytes(&wqe));
+            slots[slot] = index;
+            *pi = pi.wrapping_add(1);
+        });
+        if posted < empty {
+            self.stats.nombuf += 1;
+        }
+        if posted > 0 {
+            fence(Ordering::SeqCst);
+            let _ = self.dbr.write_u32_be(0, u32::from(self.pi));
+        }
+    }
+
+    /// [`RxQueue::rx_burst`] on a striding ring.
+    pub(crate) fn receive_striding(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
+        let Some(mut striding) = self.striding else {
+            return 0;
+        };
+        let mut got = 0;
+        let mut bytes = 0u64;
+        let cqes_before = self.stats.cqes;
+        let minis_before = self.cq.mini_cqes;
+        let limit = max.min(MAX_BURST);
+        while got < limit && !self.in_error {
+            if let Some(run) = self.cq.mini_run(limit - got) {
+                let first = &run.first;
+                let mut looked = 0;
+                if first.qpn() == self.rqn && first.is_receive_ok() {
+                    // Checksum-format mini-CQEs: no RSS hash, the stride index instead.
+                    let flags = OffloadFlags {
+                        rx_rss_hash: None,
+                        ..rx_flags(first)
+                    };
+                    for i in 0..run.len {
+                        looked += 1;
+                        let (word, carried) = run.byte_cnt_and_hash(i);
+                        match self.take_strides(&mut striding, word, carried as u16, flags, out) {
+                            Some(Taken::Packet(len)) => {
+                                got += 1;
+                                bytes += u64::from(len);
+                            }
+                            Some(Taken::Filler) => {}
+                            None => break,
+                        }
+                    }
+                } else {
+                    looked = 1;
+                    self.refuse_striding();
+                }
+                self.cq.consume_run(looked as u32);
+                self.stats.cqes += looked as u64;
+                continue;
+            }
+            let Some(c) = self.cq.peek() else { break };
+            self.cq.consume();
+            self.stats.cqes += 1;
+            if c.qpn() != self.rqn || self.pi == self.ci {
+                self.refuse_striding();
+                break;
+            }
+            if c.is_error() {
+                // The device moved the RQ to error; the buffers stay posted until recovery
+                // flushes them.
+                self.stats.errors += 1;
+                self.stats.last_error_syndrome = c.syndrome();
+                self.in_error = true;
+                break;
+            }
+            if !c.is_receive_ok() || !self.names_oldest_wqe(&c) {
+                self.refuse_striding();
+                break;
+            }
+            match self.take_strides(
+                &mut striding,
+                c.byte_cnt(),
+                c.wqe_counter(),
+                rx_flags(&c),
+                out,
+            ) {
+                Some(Taken::Packet(len)) => {
+                    got += 1;
+                    bytes += u64::from(len);
+                }
+                Some(Taken::Filler) => {}
+                None => break,
+            }
+        }
+        // The packets handed out from the oldest buffer become references it counts.
+        if striding.pending > 0 {
+            if let Some(&index) = self.slots.get(usize::from(self.ci & self.mask_striding())) {
+                if index != EMPTY_SLOT {
+                    self.pool.shared().add_references(index, striding.pending);
+                }
+            }
+            striding.pending = 0;
+        }
+        self.striding = Some(striding);
+        self.stats.packets += got as u64;
+        self.stats.bytes += bytes;
+        self.stats.compressed_cqes += self.cq.mini_cqes - minis_before;
+        if self.stats.cqes != cqes_before {
+            self.cq.update_dbr();
+        }
+        if !self.in_error {
+            self.refill_striding(striding);
+        }
+        got
+    }
+
+    fn mask_striding(&self) -> u16 {
+        (1u16 << self.log_size).wrapping_sub(1)
+    }
+
+    /// A plain completion names the oldest posted WQE (its `wqe_id`, within the ring).
+    fn names_oldest_wqe(&self, c: &Cqe) -> bool {
+        let mask = self.mask_striding();
+        c.wqe_id() & mask == self.ci & mask
+    }
+
+    /// Takes one completion (`word`: its byte count word; `stride`: its first stride) of the
+    /// oldest posted WQE: a packet onto `out`, or a filler. `None`, with the queue stopped,
+    /// for a completion out of step with the strides taken so far.
+    #[inline(always)]
+    fn take_strides(
+        &mut self,
+        striding: &mut StridingRx,
+        word: u32,
+        stride: u16,
+        flags: OffloadFlags,
+        out: &mut Vec<Mbuf>,
+    ) -> Option<Taken> {
+        let strides = (word >> STRIDES_SHIFT) & STRIDES_MASK;
+        let len = word & LEN_MASK;
+        let filler = word & FILLER != 0;
+        let slot = usize::from(self.ci & self.mask_striding());
+        let index = self.slots[slot];
+        let in_step = u32::from(stride) == striding.used
+            && strides != 0
+            && strides <= striding.strides() - striding.used
+            && (filler || (len != 0 && len <= strides << striding.log_stride_bytes))
+            && index != EMPTY_SLOT;
+        if !in_step {
+            self.refuse_striding();
+            return None;
+        }
+        let taken = if filler {
+            Taken::Filler
+        } else {
+            let offset = striding.used << striding.log_stride_bytes;
+            out.push(self.pool.adopt_part(index, offset, len, flags));
+            striding.pending += 1;
+            Taken::Packet(len)
+        };
+        striding.used += strides;
+        if striding.used == striding.strides() {
+            // The device is done with this buffer: the ring lets go of it, less the references
+            // of the packets not yet counted.
+            self.slots[slot] = EMPTY_SLOT;
+            self.pool
+                .shared()
+                .release(index, RING_HOLD - striding.pending);
+            striding.pending = 0;
+            striding.used = 0;
+            self.ci = self.ci.wrapping_add(1);
+        }
+        Some(taken)
+    }
+
+    /// Stops the queue on a completion it refuses, until recovery.
+    #[cold]
+    fn refuse_striding(&mut self) {
+        self.stats.bad_cqes += 1;
+        self.in_error = true;
+        if self.cq.compressed {
+            self.cq.lost_place = true;
+        }
+    }
+}
