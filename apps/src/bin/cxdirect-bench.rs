@@ -34,14 +34,15 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 const USAGE: &str =
-    "usage: cxdirect-bench [--rounds N] [--iterations N] [--callgrind [--packets N] [--multi-packet]]
+    "usage: cxdirect-bench [--rounds N] [--iterations N] [--callgrind [--packets N] [--multi-packet] [--striding]]
   --rounds N      timed rounds of 256 packets per configuration (default 200)
   --iterations N  ping-pong round trips per variant (default 5000)
   --only tx|rx|model
                   measure one path only (for profiling; model: the end-to-end runs)
   --callgrind     io forwarding between the two ports for --packets (default 200000), for
                   valgrind --tool=callgrind; prints `forwarded=N`
-  --multi-packet  with --callgrind: send runs in enhanced multi-packet WQEs";
+  --multi-packet  with --callgrind: send runs in enhanced multi-packet WQEs
+  --striding      with --callgrind: receive into striding receive queues";
 
 /// Packets per timed round: a quarter of the ring, so a round never waits for ring space.
 const ROUND: usize = 256;
@@ -209,7 +210,7 @@ fn main() -> ExitCode {
 }
 
 fn real_main() -> Result<(), String> {
-    let flags = ["help", "callgrind", "multi-packet"];
+    let flags = ["help", "callgrind", "multi-packet", "striding"];
     let args = Args::parse(std::env::args().skip(1), &flags)?;
     if args.flag("help") {
         println!("{USAGE}");
@@ -225,6 +226,7 @@ fn real_main() -> Result<(), String> {
         return callgrind(
             args.parse_or("packets", 200_000u64)?,
             args.flag("multi-packet"),
+            args.flag("striding"),
         );
     }
     let rounds: usize = args.parse_or("rounds", 200usize)?;
@@ -307,7 +309,7 @@ fn real_main() -> Result<(), String> {
         return Ok(());
     }
     if only == "rx" {
-        rx_run(32, rounds * 10, true)?;
+        rx_run(32, rounds * 10, true, false)?;
         return Ok(());
     }
     let h32 = &tx_ns[&("headers", 32)];
@@ -372,7 +374,7 @@ fn real_main() -> Result<(), String> {
     };
     let mut rx = std::collections::HashMap::new();
     for burst in BURSTS {
-        let r = rx_run(burst, rounds, true)?;
+        let r = rx_run(burst, rounds, true, false)?;
         rx_row(&burst.to_string(), &r);
         metric(&format!("rx_b{burst}_ns"), r.ns);
         metric(&format!("rx_b{burst}_ratio"), r.ratio);
@@ -380,14 +382,25 @@ fn real_main() -> Result<(), String> {
         rx.insert(burst, r);
     }
     // The same burst with one plain CQE per packet (PortConfig::rx_cqe_compression off).
-    let plain = rx_run(32, rounds, false)?;
+    let plain = rx_run(32, rounds, false, false)?;
     println!("with plain CQEs (rx_cqe_compression off):");
     rx_row("32", &plain);
+    // Striding receive queues: one WQE (a buffer of 512 strides of 64 bytes) for many packets.
+    let striding = rx_run(32, rounds, true, true)?;
+    println!("striding receive queues (rx_striding, 512 strides of 64 bytes per WQE):");
+    rx_row("32", &striding);
     let r32 = &rx[&32];
     metric("rx_cqe_slots_per_pkt_b32", r32.per(r32.c.cqe_slot_writes));
     metric("rx_b32_plain_cqes_ns", plain.ns);
     metric("rx_b32_plain_cqes_ratio", plain.ratio);
     metric("rx_b32_plain_over_compressed", plain.ns / r32.ns);
+    metric("rx_b32_striding_ns", striding.ns);
+    metric("rx_b32_striding_ratio", striding.ratio);
+    metric("rx_b32_over_striding", r32.ns / striding.ns);
+    metric(
+        "rx_wqe_reads_per_pkt_b32_striding",
+        striding.per(striding.c.rx_wqe_reads),
+    );
     metric("rx_b1_over_b32", rx[&1].ns / rx[&32].ns);
     metric("rx_b32_over_shared_ring", rx[&32].ns / shared_baseline);
 
@@ -807,9 +820,10 @@ fn lone_packets(count: u64) -> Result<Run, String> {
     Ok(run)
 }
 
-fn rx_run(burst: usize, rounds: usize, compression: bool) -> Result<Run, String> {
+fn rx_run(burst: usize, rounds: usize, compression: bool, striding: bool) -> Result<Run, String> {
     let config = PortConfig {
         rx_cqe_compression: compression,
+        rx_striding: striding.then(cxdirect::RxStriding::default),
         ..config(InlineMode::Headers)
     };
     let ((pa, (mut txa, rxa)), (pb, (txb, mut rxb)), _a, b) = pair(ExecMode::Threaded, &config)?;
@@ -1029,9 +1043,10 @@ fn bringup_ms() -> Result<f64, String> {
 /// it receives (its own pool's buffers), so packets bounce between the two; `packets` forwards,
 /// then `forwarded=N`. Run under callgrind with collection toggled on in the driver's burst
 /// calls and off inside the model (see `apps/scripts/callgrind-fwd`).
-fn callgrind(packets: u64, multi_packet: bool) -> Result<(), String> {
+fn callgrind(packets: u64, multi_packet: bool, striding: bool) -> Result<(), String> {
     let config = PortConfig {
         tx_multi_packet: multi_packet,
+        rx_striding: striding.then(cxdirect::RxStriding::default),
         ..config(InlineMode::Headers)
     };
     let ((pa, (txa, rxa)), (pb, (txb, rxb)), _a, _b) = pair(ExecMode::Inline, &config)?;

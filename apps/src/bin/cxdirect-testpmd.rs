@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 const USAGE: &str = "usage: cxdirect-testpmd --device SPEC [--device SPEC] [--forward-mode io|txonly|rxonly|macswap|flowgen]
        [--burst N] [--txpkts L[,L...]] [--inline-mode none|headers|full] [--inline-max N]
-       [--tx-multi-packet]
+       [--tx-multi-packet] [--rx-striding]
        [--rxq N] [--txq N] [--ring N] [--duration S | --packets N] [--stats-period S] [--verify]
        [--flows N] [--emu-exec inline|threaded|polling] [--iommu-mode auto|type1|iommufd|noiommu]
   SPEC: emu (one port, loopback) | emu-pair (two ports back to back) | PCI address";
@@ -24,6 +24,7 @@ struct Settings {
     inline: InlineMode,
     inline_max: u16,
     multi_packet: bool,
+    striding: bool,
     rxq: u16,
     txq: u16,
     ring: u32,
@@ -40,7 +41,7 @@ const CLI: Cli = Cli {
 };
 
 fn main() -> ExitCode {
-    let flags = ["verify", "help", "tx-multi-packet"];
+    let flags = ["verify", "help", "tx-multi-packet", "rx-striding"];
     let known = [
         "device",
         "forward-mode",
@@ -129,6 +130,7 @@ fn settings(args: &Args) -> Result<Settings, String> {
         inline,
         inline_max: args.parse_or("inline-max", 256u16)?,
         multi_packet: args.flag("tx-multi-packet"),
+        striding: args.flag("rx-striding"),
         rxq: args.parse_or("rxq", 1u16)?,
         txq: args.parse_or("txq", 1u16)?,
         ring: args.parse_or("ring", 1024u32)?,
@@ -172,6 +174,11 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
         inline: s.inline,
         inline_max: s.inline_max,
         tx_multi_packet: s.multi_packet,
+        // Enough buffers for every queue's ring twice over.
+        rx_striding: s.striding.then(|| cxdirect::RxStriding {
+            buffers: 16 * u32::from(s.rxq) * cxdirect::RxStriding::default().ring_wqes,
+            ..cxdirect::RxStriding::default()
+        }),
         pool_buffers: s.ring * 2 * (u32::from(s.rxq) + u32::from(s.txq)) + 8 * s.burst as u32,
         buf_size,
         ..PortConfig::default()
