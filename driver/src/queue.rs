@@ -556,16 +556,13 @@ impl<B: Backend> RxQueue<B> {
 
     /// Posts fresh buffers into every empty slot, with one doorbell-record update.
     pub(crate) fn refill(&mut self) {
-        if let Some(striding) = self.striding {
-            self.refill_striding(striding);
-            return;
-        }
         let size = 1u16 << self.log_size;
         let empty = usize::from(size - self.pi.wrapping_sub(self.ci));
         if empty == 0 {
             return;
         }
         let mask = self.mask();
+        let striding = self.striding;
         let Self {
             ring,
             slots,
@@ -578,8 +575,13 @@ impl<B: Backend> RxQueue<B> {
         let room = pool.data_room();
         let posted = pool.take_each(empty, |index| {
             let slot = usize::from(*pi & mask);
-            let seg = wqe::encode_data(room, lkey, pool.data_iova(index));
-            let _ = ring.write_words::<2>(slot * 16, &words_from_bytes(&seg));
+            match &striding {
+                None => {
+                    let seg = wqe::encode_data(room, lkey, pool.data_iova(index));
+                    let _ = ring.write_words::<2>(slot * 16, &words_from_bytes(&seg));
+                }
+                Some(striding) => striding.post(ring, pool.shared(), slot, index, lkey),
+            }
             slots[slot] = index;
             *pi = pi.wrapping_add(1);
         });

@@ -12,13 +12,13 @@
 use crate::backend::Backend;
 use crate::cq::Cqe;
 use crate::error::DriverError;
-use crate::mempool::{Mbuf, OffloadFlags, RING_HOLD};
+use crate::mempool::{Mbuf, OffloadFlags, PoolShared, RING_HOLD};
 use crate::queue::{rx_flags, words_from_bytes, RxQueue, EMPTY_SLOT, MAX_BURST};
+use cxdirect_dma::DmaRegion;
 use cxdirect_hw::wq::striding::{
     FILLER, LEN_MASK, LOG_STRIDES_BASE, LOG_STRIDE_BYTES_BASE, MAX_LOG_STRIDES,
     MAX_LOG_STRIDE_BYTES, STRIDES_MASK, STRIDES_SHIFT, WQE_HEADER,
 };
-use std::sync::atomic::{fence, Ordering};
 
 /// Bytes of one striding receive WQE: a reserved header and one data segment.
 pub(crate) const WQE_BYTES: usize = 32;
@@ -116,6 +116,28 @@ impl StridingRx {
     fn strides(&self) -> u32 {
         1 << self.log_strides
     }
+
+    /// Writes the WQE at ring `slot` posting the buffer at `index` of `pool` (keyed `lkey`),
+    /// on which the ring now holds [`RING_HOLD`] references.
+    #[inline]
+    pub(crate) fn post(
+        &self,
+        ring: &DmaRegion,
+        pool: &PoolShared,
+        slot: usize,
+        index: u32,
+        lkey: u32,
+    ) {
+        pool.set_references(index, RING_HOLD);
+        let bytes = 1u32 << (self.log_strides + self.log_stride_bytes);
+        let mut wqe = [0u8; WQE_BYTES];
+        wqe[WQE_HEADER..].copy_from_slice(&cxdirect_hw::wqe::encode_data(
+            bytes,
+            lkey,
+            pool.iova(index),
+        ));
+        let _ = ring.write_words::<4>(slot * WQE_BYTES, &words_from_bytes(&wqe));
+    }
 }
 
 /// What one striding completion was, once checked.
@@ -127,47 +149,6 @@ enum Taken {
 }
 
 impl<B: Backend> RxQueue<B> {
-    /// Posts a fresh buffer into every empty slot of a striding ring (the ring holding
-    /// [`RING_HOLD`] references on each), with one doorbell-record update.
-    pub(crate) fn refill_striding(&mut self, striding: StridingRx) {
-        let size = 1u16 << self.log_size;
-        let empty = usize::from(size - self.pi.wrapping_sub(self.ci));
-        if empty == 0 {
-            return;
-        }
-        let mask = size - 1;
-        let bytes = 1u32 << (striding.log_strides + striding.log_stride_bytes);
-        let Self {
-            ring,
-            slots,
-            pi,
-            pool,
-            ..
-        } = self;
-        let lkey = pool.lkey();
-        let shared = pool.shared();
-        let posted = pool.take_each(empty, |index| {
-            shared.set_references(index, RING_HOLD);
-            let slot = usize::from(*pi & mask);
-            let mut wqe = [0u8; WQE_BYTES];
-            wqe[WQE_HEADER..].copy_from_slice(&cxdirect_hw::wqe::encode_data(
-                bytes,
-                lkey,
-                shared.iova(index),
-            ));
-            let _ = ring.write_words::<4>(slot * WQE_BYTES, &words_from_bytes(&wqe));
-            slots[slot] = index;
-            *pi = pi.wrapping_add(1);
-        });
-        if posted < empty {
-            self.stats.nombuf += 1;
-        }
-        if posted > 0 {
-            fence(Ordering::SeqCst);
-            let _ = self.dbr.write_u32_be(0, u32::from(self.pi));
-        }
-    }
-
     /// [`RxQueue::rx_burst`] on a striding ring.
     pub(crate) fn receive_striding(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
         let Some(mut striding) = self.striding else {
@@ -259,7 +240,7 @@ impl<B: Backend> RxQueue<B> {
             self.cq.update_dbr();
         }
         if !self.in_error {
-            self.refill_striding(striding);
+            self.refill();
         }
         got
     }

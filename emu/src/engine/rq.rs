@@ -224,19 +224,7 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
         core.receive_scratch = scratch;
         return;
     }
-    let injected = core.faults.take(|f| match f {
-        Fault::ReceiveError { rqn: r, syndrome } if *r == rqn => Some(*syndrome),
-        _ => None,
-    });
-    let unmapped = injected.is_none()
-        && fetched
-        && core
-            .faults
-            .take(|f| {
-                matches!(f, Fault::UnmappedDma { queue: DmaQueue::Receive(r) } if *r == rqn)
-                    .then_some(())
-            })
-            .is_some();
+    let (injected, unmapped) = receive_faults(core, rqn, fetched);
     let scattered = match injected {
         Some(syndrome) => Err(syndrome),
         None if fetched => scatter(core, wqe, pd, frame, unmapped),
@@ -255,6 +243,30 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
     if let RqMemory::Rmp(rmpn) = memory {
         check_limit(core, rmpn, available - 1);
     }
+}
+
+/// The faults armed for a receive on RQ `rqn`: an error syndrome to complete with
+/// ([`Fault::ReceiveError`]), else, when its WQE was `fetched`, whether its writes go to an
+/// unmapped IOVA ([`Fault::UnmappedDma`]).
+pub(crate) fn receive_faults(
+    core: &mut Core,
+    rqn: u32,
+    fetched: bool,
+) -> (Option<CqeSyndrome>, bool) {
+    let injected = core.faults.take(|f| match f {
+        Fault::ReceiveError { rqn: r, syndrome } if *r == rqn => Some(*syndrome),
+        _ => None,
+    });
+    let unmapped = injected.is_none()
+        && fetched
+        && core
+            .faults
+            .take(|f| {
+                matches!(f, Fault::UnmappedDma { queue: DmaQueue::Receive(r) } if *r == rqn)
+                    .then_some(())
+            })
+            .is_some();
+    (injected, unmapped)
 }
 
 /// How many receive WQEs RQ `rqn` has posted past the ones it consumed, from what the device

@@ -6,7 +6,7 @@
 //! taken.
 
 use crate::counters::{add, QueueKind};
-use crate::faults::{DmaQueue, Fault, UNMAPPED_IOVA};
+use crate::faults::UNMAPPED_IOVA;
 use crate::fw::mkey::translate;
 use crate::fw::objects::{RqMemory, Striding};
 use crate::fw::Core;
@@ -15,7 +15,9 @@ use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome};
 use cxdirect_hw::wq::striding::{byte_cnt, WQE_HEADER};
 use cxdirect_hw::wqe::{DataSeg, INVALID_LKEY, WQE_DS};
 
-use super::rq::{available_wqes, complete, read_receive_wqes, receive_ring_mut, Delivered};
+use super::rq::{
+    available_wqes, complete, read_receive_wqes, receive_faults, receive_ring_mut, Delivered,
+};
 
 /// Puts a striding completion's place into `cqe`: WQE `wqe`, first stride `stride`, `count`
 /// strides taken, and whether it is a filler (the length then reads 0).
@@ -73,19 +75,7 @@ pub(crate) fn deliver(
     let mut wqe = [0u8; WQE_HEADER + WQE_DS];
     let fetched = wq.fetched.copy_held(index, &mut wqe)
         || read_receive_wqes(core, rqn, RqMemory::Own, index, available, &mut wqe);
-    let injected = core.faults.take(|f| match f {
-        Fault::ReceiveError { rqn: r, syndrome } if *r == rqn => Some(*syndrome),
-        _ => None,
-    });
-    let unmapped = injected.is_none()
-        && fetched
-        && core
-            .faults
-            .take(|f| {
-                matches!(f, Fault::UnmappedDma { queue: DmaQueue::Receive(r) } if *r == rqn)
-                    .then_some(())
-            })
-            .is_some();
+    let (injected, unmapped) = receive_faults(core, rqn, fetched);
     let offset = u64::from(used * striding.stride_bytes() + shift);
     let written = match injected {
         Some(syndrome) => Err(syndrome),
