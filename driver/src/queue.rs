@@ -550,7 +550,7 @@ pub struct RxQueue<B: Backend> {
 }
 
 impl<B: Backend> RxQueue<B> {
-    fn mask(&self) -> u16 {
+    pub(crate) fn mask(&self) -> u16 {
         (1u16 << self.log_size).wrapping_sub(1)
     }
 
@@ -626,7 +626,7 @@ impl<B: Backend> RxQueue<B> {
     /// refused completion may belong to a session whose title lied about its size, so where the
     /// device writes next is unknown: recovery then creates the CQ again.
     #[cold]
-    fn refuse(&mut self) {
+    pub(crate) fn refuse(&mut self) {
         self.stats.bad_cqes += 1;
         self.in_error = true;
         if self.cq.compressed {
@@ -688,8 +688,23 @@ impl<B: Backend> RxQueue<B> {
             out.push(self.pool.adopt(index, bytes, rx_flags(&c)));
             got += 1;
         }
+        self.finish_burst(got, received_bytes, cqes_before, minis_before);
+        got
+    }
+
+    /// Ends a receive burst that took `got` packets of `bytes` in all: counts them, reports the
+    /// consumer index when CQEs were consumed (`cqes_before`, `minis_before`: the counters when
+    /// it began) and refills the ring unless the queue stopped.
+    #[inline(always)]
+    pub(crate) fn finish_burst(
+        &mut self,
+        got: usize,
+        bytes: u64,
+        cqes_before: u64,
+        minis_before: u64,
+    ) {
         self.stats.packets += got as u64;
-        self.stats.bytes += received_bytes;
+        self.stats.bytes += bytes;
         self.stats.compressed_cqes += self.cq.mini_cqes - minis_before;
         // Only a burst that consumed CQEs has a consumer index to report.
         if self.stats.cqes != cqes_before {
@@ -698,7 +713,6 @@ impl<B: Backend> RxQueue<B> {
         if !self.in_error {
             self.refill();
         }
-        got
     }
 
     /// Receives the completions of `run` (one mini-CQE array of a compressed session) onto

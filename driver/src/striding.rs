@@ -183,7 +183,7 @@ impl<B: Backend> RxQueue<B> {
                     }
                 } else {
                     looked = 1;
-                    self.refuse_striding();
+                    self.refuse();
                 }
                 self.cq.consume_run(looked as u32);
                 self.stats.cqes += looked as u64;
@@ -193,7 +193,7 @@ impl<B: Backend> RxQueue<B> {
             self.cq.consume();
             self.stats.cqes += 1;
             if c.qpn() != self.rqn || self.pi == self.ci {
-                self.refuse_striding();
+                self.refuse();
                 break;
             }
             if c.is_error() {
@@ -205,7 +205,7 @@ impl<B: Backend> RxQueue<B> {
                 break;
             }
             if !c.is_receive_ok() || !self.names_oldest_wqe(&c) {
-                self.refuse_striding();
+                self.refuse();
                 break;
             }
             match self.take_strides(
@@ -225,7 +225,7 @@ impl<B: Backend> RxQueue<B> {
         }
         // The packets handed out from the oldest buffer become references it counts.
         if striding.pending > 0 {
-            if let Some(&index) = self.slots.get(usize::from(self.ci & self.mask_striding())) {
+            if let Some(&index) = self.slots.get(usize::from(self.ci & self.mask())) {
                 if index != EMPTY_SLOT {
                     self.pool.shared().add_references(index, striding.pending);
                 }
@@ -233,25 +233,13 @@ impl<B: Backend> RxQueue<B> {
             striding.pending = 0;
         }
         self.striding = Some(striding);
-        self.stats.packets += got as u64;
-        self.stats.bytes += bytes;
-        self.stats.compressed_cqes += self.cq.mini_cqes - minis_before;
-        if self.stats.cqes != cqes_before {
-            self.cq.update_dbr();
-        }
-        if !self.in_error {
-            self.refill();
-        }
+        self.finish_burst(got, bytes, cqes_before, minis_before);
         got
-    }
-
-    fn mask_striding(&self) -> u16 {
-        (1u16 << self.log_size).wrapping_sub(1)
     }
 
     /// A plain completion names the oldest posted WQE (its `wqe_id`, within the ring).
     fn names_oldest_wqe(&self, c: &Cqe) -> bool {
-        let mask = self.mask_striding();
+        let mask = self.mask();
         c.wqe_id() & mask == self.ci & mask
     }
 
@@ -270,7 +258,7 @@ impl<B: Backend> RxQueue<B> {
         let strides = (word >> STRIDES_SHIFT) & STRIDES_MASK;
         let len = word & LEN_MASK;
         let filler = word & FILLER != 0;
-        let slot = usize::from(self.ci & self.mask_striding());
+        let slot = usize::from(self.ci & self.mask());
         let index = self.slots[slot];
         let in_step = u32::from(stride) == striding.used
             && strides != 0
@@ -278,7 +266,7 @@ impl<B: Backend> RxQueue<B> {
             && (filler || (len != 0 && len <= strides << striding.log_stride_bytes))
             && index != EMPTY_SLOT;
         if !in_step {
-            self.refuse_striding();
+            self.refuse();
             return None;
         }
         let taken = if filler {
@@ -302,15 +290,5 @@ impl<B: Backend> RxQueue<B> {
             self.ci = self.ci.wrapping_add(1);
         }
         Some(taken)
-    }
-
-    /// Stops the queue on a completion it refuses, until recovery.
-    #[cold]
-    fn refuse_striding(&mut self) {
-        self.stats.bad_cqes += 1;
-        self.in_error = true;
-        if self.cq.compressed {
-            self.cq.lost_place = true;
-        }
     }
 }

@@ -830,11 +830,7 @@ impl Host {
         }
         let out = self.exec(&input, 16).expect("CREATE_RQ");
         let rqn = CreateRqOut::new(&out[..]).expect("layout").rqn();
-        let mut modify = Self::input(Opcode::ModifyRq, 0, 0x110);
-        let mut m = ModifyRqIn::new(&mut modify[..]).expect("layout");
-        m.set_rq_state(0).set_rqn(rqn);
-        m.ctx_mut().set_state(1);
-        self.exec(&modify, 16).expect("MODIFY_RQ RST->RDY");
+        self.rq_ready(rqn).expect("MODIFY_RQ RST->RDY");
         Rq {
             rqn,
             buf,
@@ -878,11 +874,7 @@ impl Host {
         }
         let out = self.exec(&input, 16)?;
         let rqn = CreateRqOut::new(&out[..]).expect("layout").rqn();
-        let mut modify = Self::input(Opcode::ModifyRq, 0, 0x110);
-        let mut m = ModifyRqIn::new(&mut modify[..]).expect("layout");
-        m.set_rq_state(0).set_rqn(rqn);
-        m.ctx_mut().set_state(1);
-        self.exec(&modify, 16)?;
+        self.rq_ready(rqn)?;
         Ok(Rq {
             rqn,
             buf,
@@ -890,6 +882,15 @@ impl Host {
             log,
             pi: 0,
         })
+    }
+
+    /// MODIFY_RQ RST->RDY.
+    fn rq_ready(&mut self, rqn: u32) -> Result<(), CmdFail> {
+        let mut modify = Self::input(Opcode::ModifyRq, 0, 0x110);
+        let mut m = ModifyRqIn::new(&mut modify[..]).expect("layout");
+        m.set_rq_state(0).set_rqn(rqn);
+        m.ctx_mut().set_state(1);
+        self.exec(&modify, 16).map(|_| ())
     }
 
     /// Posts one striding receive WQE (its buffer: `len` bytes at `iova`) on an RQ made by

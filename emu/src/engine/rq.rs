@@ -515,29 +515,48 @@ fn scatter(
         if n == 0 {
             continue;
         }
-        let piece = &frame[done..done + n];
-        translate(
+        write_payload(
             core,
             seg.lkey(),
             pd,
             seg.addr(),
-            n as u64,
-            true,
-            |iova, off, len| {
-                add(&core.counters.payload_writes, 1);
-                add(&core.counters.payload_write_bytes, len);
-                let iova = if unmapped { UNMAPPED_IOVA + off } else { iova };
-                core.dma_write(iova, &piece[off as usize..(off + len) as usize])
-                    .map_err(|_| crate::fw::mkey::KeyFault::Bounds)
-            },
-        )
-        .map_err(|_| CqeSyndrome::LocalProtection)?;
+            &frame[done..done + n],
+            unmapped,
+        )?;
         done += n;
     }
     if done < frame.len() {
         return Err(CqeSyndrome::LocalLength);
     }
     Ok(())
+}
+
+/// Writes `data` at `addr` through memory key `lkey` of protection domain `pd`; `unmapped`:
+/// the writes go to an IOVA no mapping covers ([`Fault::UnmappedDma`]).
+pub(crate) fn write_payload(
+    core: &Core,
+    lkey: u32,
+    pd: u32,
+    addr: u64,
+    data: &[u8],
+    unmapped: bool,
+) -> Result<(), CqeSyndrome> {
+    translate(
+        core,
+        lkey,
+        pd,
+        addr,
+        data.len() as u64,
+        true,
+        |iova, off, len| {
+            add(&core.counters.payload_writes, 1);
+            add(&core.counters.payload_write_bytes, len);
+            let iova = if unmapped { UNMAPPED_IOVA + off } else { iova };
+            core.dma_write(iova, &data[off as usize..(off + len) as usize])
+                .map_err(|_| crate::fw::mkey::KeyFault::Bounds)
+        },
+    )
+    .map_err(|_| CqeSyndrome::LocalProtection)
 }
 
 pub(crate) fn fill_rx_cqe(

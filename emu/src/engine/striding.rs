@@ -6,8 +6,6 @@
 //! taken.
 
 use crate::counters::{add, QueueKind};
-use crate::faults::UNMAPPED_IOVA;
-use crate::fw::mkey::translate;
 use crate::fw::objects::{RqMemory, Striding};
 use crate::fw::Core;
 use crate::packet::Parsed;
@@ -16,7 +14,8 @@ use cxdirect_hw::wq::striding::{byte_cnt, WQE_HEADER};
 use cxdirect_hw::wqe::{DataSeg, INVALID_LKEY, WQE_DS};
 
 use super::rq::{
-    available_wqes, complete, read_receive_wqes, receive_faults, receive_ring_mut, Delivered,
+    available_wqes, complete, read_receive_wqes, receive_faults, receive_ring_mut, write_payload,
+    Delivered,
 };
 
 /// Puts a striding completion's place into `cqe`: WQE `wqe`, first stride `stride`, `count`
@@ -121,22 +120,14 @@ fn write_frame(
     if seg.lkey() == INVALID_LKEY || u64::from(seg.byte_count()) < buffer {
         return Err(CqeSyndrome::LocalLength);
     }
-    translate(
+    write_payload(
         core,
         seg.lkey(),
         pd,
         seg.addr().wrapping_add(offset),
-        frame.len() as u64,
-        true,
-        |iova, off, len| {
-            add(&core.counters.payload_writes, 1);
-            add(&core.counters.payload_write_bytes, len);
-            let iova = if unmapped { UNMAPPED_IOVA + off } else { iova };
-            core.dma_write(iova, &frame[off as usize..(off + len) as usize])
-                .map_err(|_| crate::fw::mkey::KeyFault::Bounds)
-        },
+        frame,
+        unmapped,
     )
-    .map_err(|_| CqeSyndrome::LocalProtection)
 }
 
 /// Closes the current WQE with a filler completion for its strides from `used` on; false
