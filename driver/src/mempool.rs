@@ -194,9 +194,27 @@ impl PoolShared {
     /// the last.
     #[inline]
     pub(crate) fn release(&self, index: u32, refs: u32) {
+        if self.shares.is_none() {
+            self.push(index);
+        } else {
+            self.release_shared(index, refs);
+        }
+    }
+
+    /// [`PoolShared::release`] in a pool whose buffers are shared. Out of line: it keeps an
+    /// `Mbuf`'s drop, and the plain pools' path, small.
+    #[inline(never)]
+    fn release_shared(&self, index: u32, refs: u32) {
         if self.last_reference(index, refs) {
             self.push(index);
         }
+    }
+
+    /// Lets go of one reference to the buffer at `index` of a pool whose buffers are shared;
+    /// true when it was the last. Out of line, as [`PoolShared::release_shared`].
+    #[inline(never)]
+    fn last_shared_reference(&self, index: u32) -> bool {
+        self.last_reference(index, 1)
     }
 
     /// Sets the references to the buffer at `index`, just taken off the stack (only this
@@ -227,7 +245,7 @@ impl PoolShared {
     #[inline]
     pub(crate) fn link(&self, chain: &mut BufferChain, index: u32) {
         // A shared buffer joins the chain only with its last reference.
-        if !self.last_reference(index, 1) {
+        if self.shares.is_some() && !self.last_shared_reference(index) {
             return;
         }
         if chain.count == 0 {

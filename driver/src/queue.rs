@@ -136,6 +136,8 @@ pub struct TxQueue<B: Backend> {
     pub(crate) cq: CqRing,
     pub(crate) sqn: u32,
     pub(crate) log_size: u8,
+    /// WQEBBs in the ring less one (`2^log_size - 1`), kept so the fast path does not shift.
+    pub(crate) ring_mask: u16,
     pub(crate) uar: u32,
     pub(crate) pi: u16,
     pub(crate) ci: u16,
@@ -182,13 +184,17 @@ const REFUSED: u32 = u32::MAX;
 const KEPT: u32 = u32::MAX - 1;
 
 impl<B: Backend> TxQueue<B> {
+    #[inline(always)]
     pub(crate) fn mask(&self) -> u16 {
-        (1u16 << self.log_size).wrapping_sub(1)
+        self.ring_mask
     }
 
     /// WQEBBs free in the ring.
+    #[inline(always)]
     pub(crate) fn free(&self) -> u16 {
-        (1u16 << self.log_size).wrapping_sub(self.pi.wrapping_sub(self.ci))
+        self.ring_mask
+            .wrapping_add(1)
+            .wrapping_sub(self.pi.wrapping_sub(self.ci))
     }
 
     /// Takes completions: buffers up to each reported WQE go back to their pool.
@@ -529,6 +535,8 @@ pub struct RxQueue<B: Backend> {
     pub(crate) cq: CqRing,
     pub(crate) rqn: u32,
     pub(crate) log_size: u8,
+    /// WQEs in the ring less one (`2^log_size - 1`), kept so the fast path does not shift.
+    pub(crate) ring_mask: u16,
     pub(crate) pi: u16,
     pub(crate) ci: u16,
     /// The pool index of the buffer posted in each ring slot, or [`EMPTY_SLOT`]. Posted
@@ -550,14 +558,15 @@ pub struct RxQueue<B: Backend> {
 }
 
 impl<B: Backend> RxQueue<B> {
+    #[inline(always)]
     pub(crate) fn mask(&self) -> u16 {
-        (1u16 << self.log_size).wrapping_sub(1)
+        self.ring_mask
     }
 
     /// Posts fresh buffers into every empty slot, with one doorbell-record update.
     pub(crate) fn refill(&mut self) {
-        let size = 1u16 << self.log_size;
-        let empty = usize::from(size - self.pi.wrapping_sub(self.ci));
+        let size = self.ring_mask.wrapping_add(1);
+        let empty = usize::from(size.wrapping_sub(self.pi.wrapping_sub(self.ci)));
         if empty == 0 {
             return;
         }
@@ -573,18 +582,22 @@ impl<B: Backend> RxQueue<B> {
         // One key for the whole pool, registered before the queue started.
         let lkey = pool.lkey();
         let room = pool.data_room();
-        let posted = pool.take_each(empty, |index| {
-            let slot = usize::from(*pi & mask);
-            match &striding {
-                None => {
-                    let seg = wqe::encode_data(room, lkey, pool.data_iova(index));
-                    let _ = ring.write_words::<2>(slot * 16, &words_from_bytes(&seg));
-                }
-                Some(striding) => striding.post(ring, pool.shared(), slot, index, lkey),
-            }
-            slots[slot] = index;
-            *pi = pi.wrapping_add(1);
-        });
+        // The ring's kind is chosen once, outside the per-buffer loop.
+        let posted = match &striding {
+            None => pool.take_each(empty, |index| {
+                let slot = usize::from(*pi & mask);
+                let seg = wqe::encode_data(room, lkey, pool.data_iova(index));
+                let _ = ring.write_words::<2>(slot * 16, &words_from_bytes(&seg));
+                slots[slot] = index;
+                *pi = pi.wrapping_add(1);
+            }),
+            Some(striding) => pool.take_each(empty, |index| {
+                let slot = usize::from(*pi & mask);
+                striding.post(ring, pool.shared(), slot, index, lkey);
+                slots[slot] = index;
+                *pi = pi.wrapping_add(1);
+            }),
+        };
         if posted < empty {
             self.stats.nombuf += 1;
         }
