@@ -272,7 +272,7 @@ impl PortConfig {
             return Err(invalid("inline_max must be 18..=900 bytes"));
         }
         if let Some(striding) = &self.rx_striding {
-            striding.validate(self.rx_queues)?;
+            striding.validate(self.rx_queues, caps.log_max_cq_sz())?;
             if self.shared_rx.is_some() || self.pool_memory.is_some() {
                 return Err(invalid(
                     "rx_striding cannot be combined with shared_rx or pool_memory: striding \

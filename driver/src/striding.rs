@@ -31,7 +31,9 @@ pub struct RxStriding {
     /// Log2 of the stride size in bytes (6..=13: 64..8,192 bytes). A packet takes as many
     /// whole strides as it needs, so small strides pack small packets densely.
     pub log_stride_bytes: u8,
-    /// WQEs (buffers) posted per receive queue: a power of two, 2..=1024.
+    /// WQEs (buffers) posted per receive queue: a power of two, 2..=1024. The queue's CQ has
+    /// one entry per stride of the ring (`ring_wqes << log_strides`), which must not pass the
+    /// device's `log_max_cq_sz` (2^22 on the model).
     pub ring_wqes: u32,
     /// Buffers of one WQE each in the port's striding pool: at least twice the receive
     /// queues' `ring_wqes` in all, since a buffer stays out until its last packet is dropped.
@@ -57,7 +59,9 @@ impl RxStriding {
         1 << (self.log_strides + self.log_stride_bytes)
     }
 
-    pub(crate) fn validate(&self, rx_queues: u16) -> Result<(), DriverError> {
+    /// Checks the geometry for `rx_queues` queues on a device whose CQs hold at most
+    /// `2^log_max_cq_size` entries.
+    pub(crate) fn validate(&self, rx_queues: u16, log_max_cq_size: u8) -> Result<(), DriverError> {
         if !(LOG_STRIDES_BASE..=MAX_LOG_STRIDES).contains(&self.log_strides)
             || !(LOG_STRIDE_BYTES_BASE..=MAX_LOG_STRIDE_BYTES).contains(&self.log_stride_bytes)
         {
@@ -71,6 +75,15 @@ impl RxStriding {
             return Err(DriverError::Invalid(format!(
                 "rx_striding: ring_wqes {}; give a power of two from 2 to 1024",
                 self.ring_wqes
+            )));
+        }
+        // Each stride of the ring may complete on its own, so the CQ needs one entry per stride.
+        let cq_entries = u64::from(self.ring_wqes) << self.log_strides;
+        if cq_entries > 1u64 << log_max_cq_size {
+            return Err(DriverError::Invalid(format!(
+                "rx_striding: ring_wqes {} of 2^{} strides need a CQ of {cq_entries} entries, \
+                 more than the device's 2^{log_max_cq_size}; give fewer ring_wqes or log_strides",
+                self.ring_wqes, self.log_strides
             )));
         }
         let posted = self.ring_wqes * u32::from(rx_queues);

@@ -224,6 +224,16 @@ fn bad_geometry_and_combinations_are_refused_with_a_reason() {
             },
             "twice",
         ),
+        (
+            // 2^10 WQEs of 2^16 strides: a CQ of 2^26 entries, past the model's 2^22.
+            RxStriding {
+                log_strides: 16,
+                ring_wqes: 1024,
+                buffers: 2048,
+                ..RxStriding::default()
+            },
+            "more than the device's 2^22",
+        ),
     ] {
         let dev = Device::bring_up(EmuBackend::new(a.clone(), "a"), Options::default()).unwrap();
         let config = PortConfig {
