@@ -298,6 +298,7 @@ fn bytes<const N: usize>(buf: &[u8], off: usize) -> Option<[u8; N]> {
 
 /// Parses what the NIC needs from `frame`. Never fails: an unknown or short part stops the parse
 /// and leaves the later fields at their defaults (see [`Parsed`]).
+#[inline]
 pub fn parse(frame: &[u8]) -> Parsed {
     let mut parsed = Parsed {
         frame_len: frame.len(),

@@ -359,7 +359,7 @@ pub(crate) fn set_root(core: &mut Core, input: &[u8]) -> CmdResult {
 pub(crate) fn frame_match_words(parsed: &Parsed) -> [u64; MATCH_WORDS] {
     let mut outer = FteMatchSetLyr24::zeroed();
     {
-        let mac = |b: [u8; 6]| b.iter().fold(0u64, |acc, x| acc << 8 | u64::from(*x));
+        let mac = |b: [u8; 6]| u64::from_be_bytes([0, 0, b[0], b[1], b[2], b[3], b[4], b[5]]);
         outer
             .set_dmac(mac(parsed.dst_mac))
             .set_smac(mac(parsed.src_mac))
