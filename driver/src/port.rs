@@ -969,15 +969,20 @@ impl<B: Backend> Port<B> {
     }
 
     /// Destroys the port's steering (rules, groups, tables, TIRs, the RQ table): frames are
-    /// dropped by the device from here on, and the RQs are named by nothing any more.
+    /// dropped by the device from here on, and the RQs are named by nothing any more. An object
+    /// the device refuses to destroy is kept, with what depends on it, and the next call tries
+    /// it again (a recovery that failed here resumes here); the first refusal is returned.
     pub(crate) fn destroy_steering(&mut self) -> Result<(), DriverError> {
         let mut first_err = None;
-        let mut keep = |r: Result<(), DriverError>| {
-            if let Err(e) = r {
+        let mut refused = |r: Result<(), DriverError>| match r {
+            Ok(()) => false,
+            Err(e) => {
                 first_err.get_or_insert(e);
+                true
             }
         };
-        for (table, index) in std::mem::take(&mut self.entries) {
+        let mut entries = std::mem::take(&mut self.entries);
+        entries.retain(|&(table, index)| {
             let mut cmd = input(
                 Opcode::DeleteFlowTableEntry,
                 0,
@@ -990,9 +995,11 @@ impl<B: Backend> Port<B> {
                         .set_flow_index(index);
                 })
                 .ok();
-            keep(self.dev.exec(&cmd, 16).map(|_| ()));
-        }
-        for (table, group) in std::mem::take(&mut self.groups) {
+            refused(self.dev.exec(&cmd, 16).map(|_| ()))
+        });
+        self.entries = entries;
+        let mut groups = std::mem::take(&mut self.groups);
+        groups.retain(|&(table, group)| {
             let mut cmd = input(
                 Opcode::DestroyFlowGroup,
                 0,
@@ -1005,11 +1012,13 @@ impl<B: Backend> Port<B> {
                         .set_group_id(group);
                 })
                 .ok();
-            keep(self.dev.exec(&cmd, 16).map(|_| ()));
-        }
+            refused(self.dev.exec(&cmd, 16).map(|_| ()))
+        });
+        self.groups = groups;
         // The root first: a table that is root cannot be destroyed; tables in creation order
         // reversed so forwarded-to tables go last.
-        for table in std::mem::take(&mut self.tables).into_iter().rev() {
+        let mut tables = std::mem::take(&mut self.tables);
+        for at in (0..tables.len()).rev() {
             let mut cmd = input(
                 Opcode::DestroyFlowTable,
                 0,
@@ -1018,16 +1027,21 @@ impl<B: Backend> Port<B> {
             flow::DestroyFlowTableIn::new(&mut cmd[..])
                 .map(|mut c| {
                     c.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
-                        .set_table_id(table);
+                        .set_table_id(tables[at]);
                 })
                 .ok();
-            keep(self.dev.exec(&cmd, 16).map(|_| ()));
+            if !refused(self.dev.exec(&cmd, 16).map(|_| ())) {
+                tables.remove(at);
+            }
         }
-        for tirn in std::mem::take(&mut self.tirs) {
-            keep(self.destroy(Opcode::DestroyTir, tirn, 8));
-        }
-        if let Some(rqt) = self.rqt.take() {
-            keep(self.destroy(Opcode::DestroyRqt, rqt, 8));
+        self.tables = tables;
+        let mut tirs = std::mem::take(&mut self.tirs);
+        tirs.retain(|&tirn| refused(self.destroy(Opcode::DestroyTir, tirn, 8)));
+        self.tirs = tirs;
+        if let Some(rqt) = self.rqt {
+            if !refused(self.destroy(Opcode::DestroyRqt, rqt, 8)) {
+                self.rqt = None;
+            }
         }
         match first_err {
             Some(e) => Err(e),

@@ -182,6 +182,38 @@ fn a_cq_error_naming_a_cq_the_port_does_not_have_is_ignored() {
     close(a);
 }
 
+/// Taking the steering down before a queue is rebuilt can fail on any of its commands (here
+/// the device refuses one rule, one TIR or the RQ table): the objects it could not destroy are
+/// kept and destroyed by the next attempt, so nothing is left on the device and the rebuild
+/// completes.
+#[test]
+fn steering_the_device_refused_to_destroy_is_destroyed_by_the_next_attempt() {
+    let (mut a, mut b, _ma, mb) = pair();
+    let objects = mb.object_counts();
+    for refused in [
+        Opcode::DeleteFlowTableEntry,
+        Opcode::DestroyTir,
+        Opcode::DestroyRqt,
+    ] {
+        let old_cq = b.1 .1[1].cqn();
+        mb.inject(Fault::CqOverrun { cqn: old_cq });
+        send(&mut a, 0, 4, 9001);
+        assert_eq!(b.0.failed_cqs(), vec![old_cq], "{refused:?}");
+        fails_on(&mb, refused, || b.0.recover_rx(&mut b.1 .1[1]));
+        assert!(b.1 .1[1].in_error(), "{refused:?}: stopped until rebuilt");
+        let r = b.0.recover_rx(&mut b.1 .1[1]).unwrap();
+        assert!(r.cq_recreated, "{refused:?}");
+        assert!(!b.1 .1[1].in_error(), "{refused:?}");
+        assert_eq!(
+            mb.object_counts(),
+            objects,
+            "{refused:?}: nothing left over on the device"
+        );
+        assert!(b.0.failed_cqs().is_empty(), "{refused:?}");
+    }
+    every_queue_receives_then_close(a, b, 200, 6);
+}
+
 /// Arms the device to refuse `refused` and checks that `attempt` fails on that command.
 fn fails_on(
     model: &Model,
