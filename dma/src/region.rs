@@ -396,6 +396,45 @@ impl DmaRegion {
         Ok(())
     }
 
+    /// Writes `byte` at `offset` and at each `stride` bytes after it, `count` times in all
+    /// (the ownership byte of consecutive CQE slots, say), with one bounds check.
+    ///
+    /// # Errors
+    ///
+    /// [`DmaError::OutOfBounds`] when the last byte written would leave the region (or
+    /// `stride` is 0 with `count` above 1); nothing is written then.
+    #[inline]
+    pub fn write_byte_strided(
+        &self,
+        offset: usize,
+        stride: usize,
+        count: usize,
+        byte: u8,
+    ) -> Result<(), DmaError> {
+        if count == 0 {
+            return Ok(());
+        }
+        let span = stride
+            .checked_mul(count - 1)
+            .filter(|_| stride > 0 || count == 1)
+            .and_then(|last| last.checked_add(1));
+        let Some(span) = span else {
+            return Err(DmaError::OutOfBounds {
+                offset,
+                len: usize::MAX,
+                region_len: self.len,
+            });
+        };
+        self.check(offset, span, 1)?;
+        let base = self.ptr.as_ptr();
+        for k in 0..count {
+            // SAFETY: `check` proved `offset..offset + stride * (count - 1) + 1` lies inside the
+            // live mapping, and `offset + stride * k` for `k < count` is inside that range.
+            unsafe { base.add(offset + stride * k).write_volatile(byte) };
+        }
+        Ok(())
+    }
+
     /// Reads the big-endian 32-bit word at `offset` with one volatile load (doorbell records,
     /// CQE/EQE fields).
     ///

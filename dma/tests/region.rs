@@ -347,6 +347,47 @@ fn out_of_bounds_and_misaligned_accesses_are_errors() {
 }
 
 #[test]
+fn strided_byte_stores_touch_exactly_their_bytes_or_nothing() {
+    let _serial = serial();
+    let iommu = FakeIommu::new();
+    let iovas = allocator(&iommu);
+    let region = DmaRegion::new(iommu.clone(), &iovas, 4096, PageKind::Small).unwrap();
+
+    // The last byte of slots 2..=5 of 64 bytes, as a CQ's ownership bytes.
+    region.write_byte_strided(2 * 64 + 63, 64, 4, 0xf1).unwrap();
+    let mut all = vec![0u8; 4096];
+    region.read(0, &mut all).unwrap();
+    for (at, &b) in all.iter().enumerate() {
+        let expected = if (2..=5).contains(&(at / 64)) && at % 64 == 63 {
+            0xf1
+        } else {
+            0
+        };
+        assert_eq!(b, expected, "byte {at}");
+    }
+    // Ending on the region's last byte is fine; one stride further is refused whole.
+    region
+        .write_byte_strided(4095 - 64 * 3, 64, 4, 0xaa)
+        .unwrap();
+    assert!(matches!(
+        region.write_byte_strided(4095 - 64 * 3, 64, 5, 0xbb),
+        Err(DmaError::OutOfBounds { .. })
+    ));
+    assert!(matches!(
+        region.write_byte_strided(0, usize::MAX, 3, 0xbb),
+        Err(DmaError::OutOfBounds { .. })
+    ));
+    assert!(matches!(
+        region.write_byte_strided(0, 0, 2, 0xbb),
+        Err(DmaError::OutOfBounds { .. })
+    ));
+    region.write_byte_strided(4096, 64, 0, 0xbb).unwrap();
+    region.read(0, &mut all).unwrap();
+    assert!(!all.contains(&0xbb), "refused stores wrote nothing");
+    assert_eq!(all.iter().filter(|&&b| b == 0xaa).count(), 4);
+}
+
+#[test]
 fn zero_length_is_refused() {
     let _serial = serial();
     let iommu = FakeIommu::new();

@@ -499,11 +499,19 @@ impl CqRing {
             return;
         };
         let mask = (1u32 << self.log_size) - 1;
-        for k in 0..n {
-            let index = self.ci.wrapping_add(k);
-            let offset = (index & mask) as usize * CQE_SIZE + CQE_SIZE - 1;
+        // At most two stretches: up to the ring's end, then from its start with the owner bit
+        // of the next pass.
+        let mut done = 0;
+        while done < n {
+            let index = self.ci.wrapping_add(done);
+            let slot = index & mask;
+            let count = (n - done).min(mask + 1 - slot);
             let invalid = (CqeOpcode::Invalid as u8) << 4 | ((index >> self.log_size) & 1) as u8;
-            let _ = self.region.write(offset, &[invalid]);
+            let last_byte = slot as usize * CQE_SIZE + CQE_SIZE - 1;
+            let _ = self
+                .region
+                .write_byte_strided(last_byte, CQE_SIZE, count as usize, invalid);
+            done += count;
         }
         self.ci = self.ci.wrapping_add(n);
         self.mini_cqes += u64::from(n);
