@@ -334,6 +334,15 @@ impl Host {
         self.write(addr, block.as_bytes());
     }
 
+    /// A work queue's ring of `ring_bytes` (page-aligned), its doorbell record, the ring's page
+    /// count, and the create command `opcode`'s input with room for that many page addresses.
+    fn ring_input(&mut self, opcode: Opcode, ring_bytes: u64) -> (u64, u64, usize, Vec<u8>) {
+        let buf = self.alloc(ring_bytes, 4096);
+        let dbr = self.alloc(8, 64);
+        let pages = ring_bytes.div_ceil(4096) as usize;
+        (buf, dbr, pages, Self::input(opcode, 0, 0x110 + 8 * pages))
+    }
+
     /// A command input of `size` bytes with the opcode (and op_mod) set.
     pub fn input(opcode: Opcode, op_mod: u16, size: usize) -> Vec<u8> {
         let mut buf = vec![0u8; size];
@@ -639,10 +648,7 @@ impl Host {
         log: u8,
         multi_packet: bool,
     ) -> Result<Sq, CmdFail> {
-        let buf = self.alloc(64 << log, 4096);
-        let dbr = self.alloc(8, 64);
-        let pages = (64u64 << log).div_ceil(4096) as usize;
-        let mut input = Self::input(Opcode::CreateSq, 0, 0x110 + 8 * pages);
+        let (buf, dbr, pages, mut input) = self.ring_input(Opcode::CreateSq, 64 << log);
         let mut cmd = CreateSqIn::new(&mut input[..]).expect("layout");
         {
             let mut ctx = cmd.ctx_mut();
@@ -851,10 +857,7 @@ impl Host {
         log_stride: u8,
         two_byte_shift: bool,
     ) -> Result<Rq, CmdFail> {
-        let buf = self.alloc(32 << log, 4096);
-        let dbr = self.alloc(8, 64);
-        let pages = (32u64 << log).div_ceil(4096) as usize;
-        let mut input = Self::input(Opcode::CreateRq, 0, 0x110 + 8 * pages);
+        let (buf, dbr, pages, mut input) = self.ring_input(Opcode::CreateRq, 32 << log);
         let mut cmd = CreateRqIn::new(&mut input[..]).expect("layout");
         {
             let mut ctx = cmd.ctx_mut();
@@ -911,10 +914,7 @@ impl Host {
 
     /// Creates an RMP of `2^log` one-segment WQEs with limit `lwm`; returns its number and ring.
     pub fn create_rmp(&mut self, log: u8, lwm: u16) -> (u32, Rq) {
-        let buf = self.alloc(16 << log, 4096);
-        let dbr = self.alloc(8, 64);
-        let pages = (16u64 << log).div_ceil(4096) as usize;
-        let mut input = Self::input(Opcode::CreateRmp, 0, 0x110 + 8 * pages);
+        let (buf, dbr, pages, mut input) = self.ring_input(Opcode::CreateRmp, 16 << log);
         let mut cmd = CreateRmpIn::new(&mut input[..]).expect("layout");
         {
             let mut ctx = cmd.ctx_mut();
@@ -957,6 +957,16 @@ impl Host {
         self.write(rq.buf + slot * 16, &seg);
         rq.pi = rq.pi.wrapping_add(1);
         self.write_be32(rq.dbr, u32::from(rq.pi));
+    }
+
+    /// Puts `frames` on the wire towards this (wired) device and has it take them in one
+    /// receive pass.
+    pub fn arrive(&self, frames: &[Vec<u8>]) {
+        let (wire, port) = self.dev.wire().expect("wired");
+        for frame in frames {
+            wire.transmit(port, frame).expect("transmit");
+        }
+        self.dev.poll();
     }
 
     /// A direct TIR to `rqn` with a catch-all flow entry to it, made root; returns the TIR.

@@ -34,15 +34,6 @@ fn rig(cq_log: u8, rq_log: u8, format: u8) -> Rig {
 }
 
 impl Rig {
-    /// Puts `frames` on the wire and has the model take them in one receive pass.
-    fn arrive(&self, frames: &[Vec<u8>]) {
-        let (wire, port) = self.h.dev.wire().expect("wired");
-        for frame in frames {
-            wire.transmit(port, frame).expect("transmit");
-        }
-        self.h.dev.poll();
-    }
-
     fn slot(&self, slot: u32) -> Vec<u8> {
         self.h.cq_slot(&self.cq, slot)
     }
@@ -81,7 +72,7 @@ fn non_ip_frame() -> Vec<u8> {
 fn a_receive_pass_writes_one_title_and_mini_cqe_arrays() {
     let r = rig(6, 6, mini_cqe_res_format::HASH);
     let batch = frames((0..20).map(|i| 60 + i * 3));
-    r.arrive(&batch);
+    r.h.arrive(&batch);
 
     let title = r.slot(0);
     let t = Cqe64::new(&title[..]).unwrap();
@@ -110,7 +101,7 @@ fn a_receive_pass_writes_one_title_and_mini_cqe_arrays() {
     );
 
     // A lone frame later is a plain CQE right after the session.
-    r.arrive(&frames([100]));
+    r.h.arrive(&frames([100]));
     let plain = r.slot(20);
     let p = Cqe64::new(&plain[..]).unwrap();
     assert_eq!(p.cqe_format(), cqe_format::NO_INLINE_DATA);
@@ -128,7 +119,7 @@ fn completions_with_other_flags_start_a_new_session() {
     let mut batch = frames([80, 81, 82]);
     batch.push(non_ip_frame());
     batch.extend(frames([90, 91, 92]));
-    r.arrive(&batch);
+    r.h.arrive(&batch);
     let at = |slot| {
         let bytes = r.slot(slot);
         let c = Cqe64::new(&bytes[..]).unwrap();
@@ -143,20 +134,20 @@ fn completions_with_other_flags_start_a_new_session() {
 #[test]
 fn sessions_close_at_the_session_limit_and_at_the_ring_size() {
     let r = rig(7, 7, mini_cqe_res_format::HASH);
-    r.arrive(&frames((0..70).map(|_| 64)));
+    r.h.arrive(&frames((0..70).map(|_| 64)));
     let count = |slot| Cqe64::new(&r.slot(slot)[..]).unwrap().byte_cnt();
     assert_eq!(count(0), 64, "cqe_compression_max_num");
     assert_eq!(count(64), 6);
 
     let small = rig(4, 4, mini_cqe_res_format::HASH);
-    small.arrive(&frames((0..16).map(|_| 64)));
+    small.h.arrive(&frames((0..16).map(|_| 64)));
     assert_eq!(Cqe64::new(&small.slot(0)[..]).unwrap().byte_cnt(), 16);
 }
 
 #[test]
 fn a_checksum_format_cq_is_accepted_and_other_formats_are_refused() {
     let r = rig(6, 6, mini_cqe_res_format::CSUM);
-    r.arrive(&frames([70, 71]));
+    r.h.arrive(&frames([70, 71]));
     let title = r.slot(0);
     assert_eq!(Cqe64::new(&title[..]).unwrap().byte_cnt(), 2);
     assert_eq!(r.mini_byte_counts(0, 2), [112, 113]);
@@ -172,8 +163,8 @@ fn a_checksum_format_cq_is_accepted_and_other_formats_are_refused() {
 fn a_session_with_no_room_is_lost_and_stops_its_queue() {
     let r = rig(4, 5, mini_cqe_res_format::HASH);
     // 16 entries, nothing consumed: a second session of 16 overruns.
-    r.arrive(&frames((0..16).map(|_| 64)));
-    r.arrive(&frames((0..16).map(|_| 64)));
+    r.h.arrive(&frames((0..16).map(|_| 64)));
+    r.h.arrive(&frames((0..16).map(|_| 64)));
     let c = r.h.dev.counters();
     assert_eq!(c.cq_overruns, 1);
     assert_eq!(c.completions_lost, 16);
@@ -188,7 +179,7 @@ fn an_injected_session_patch_lands_on_the_slot_it_names() {
         slot: 8,
         patch: vec![(7, 0)],
     });
-    r.arrive(&frames((0..10).map(|_| 64)));
+    r.h.arrive(&frames((0..10).map(|_| 64)));
     let counts = r.mini_byte_counts(0, 10);
     assert_eq!(counts[8], 0, "second array, first mini-CQE's byte count");
     assert_eq!(counts[9], 106);

@@ -50,14 +50,6 @@ fn rig(config: EmuConfig, format: Option<u8>, shift: bool, posted: usize) -> Rig
 }
 
 impl Rig {
-    fn arrive(&self, frames: &[Vec<u8>]) {
-        let (wire, port) = self.h.dev.wire().expect("wired");
-        for frame in frames {
-            wire.transmit(port, frame).expect("transmit");
-        }
-        self.h.dev.poll();
-    }
-
     /// The next plain completion: (wqe_id, stride index, filler, strides, length).
     fn next(&mut self) -> (u16, u16, bool, u32, u32) {
         let cqe = self.h.poll_cq(&mut self.cq).expect("a completion");
@@ -87,7 +79,7 @@ fn frames_fill_consecutive_strides_of_one_wqe_and_land_where_their_completions_s
     let mut r = rig(EmuConfig::default(), None, false, 2);
     // 60 + 42 bytes of headers: 1, 2, 16 and 1 strides.
     let sent = frames(&[18, 86, 980, 18]);
-    r.arrive(&sent);
+    r.h.arrive(&sent);
     let mut stride = 0u16;
     for frame in &sent {
         let (wqe, at, filler, strides, len) = r.next();
@@ -116,12 +108,12 @@ fn a_frame_that_does_not_fit_closes_the_wqe_with_a_filler_and_starts_the_next() 
     let mut r = rig(EmuConfig::default(), None, false, 2);
     // 31 frames of 16 strides leave 16; the next needs 18.
     let big = udp_frame(980, 1);
-    r.arrive(&vec![big.clone(); 31]);
+    r.h.arrive(&vec![big.clone(); 31]);
     for i in 0..31u16 {
         assert_eq!(r.next(), (0, i * 16, false, 16, big.len() as u32));
     }
     let longer = udp_frame(1100, 2);
-    r.arrive(std::slice::from_ref(&longer));
+    r.h.arrive(std::slice::from_ref(&longer));
     let (wqe, at, filler, strides, _) = r.next();
     assert_eq!((wqe, at, filler, strides), (0, 496, true, 16));
     assert_eq!(r.next(), (1, 0, false, 18, longer.len() as u32));
@@ -139,7 +131,7 @@ fn a_frame_that_does_not_fit_closes_the_wqe_with_a_filler_and_starts_the_next() 
 fn a_wqe_filled_exactly_is_done_without_a_filler() {
     let mut r = rig(EmuConfig::default(), None, false, 2);
     let big = udp_frame(980, 1);
-    r.arrive(&vec![big.clone(); 33]);
+    r.h.arrive(&vec![big.clone(); 33]);
     for i in 0..32u16 {
         assert_eq!(r.next(), (0, i * 16, false, 16, big.len() as u32));
     }
@@ -159,7 +151,7 @@ fn with_the_two_byte_shift_each_frame_starts_two_bytes_into_its_stride() {
     let mut r = rig(EmuConfig::default(), None, true, 1);
     // 63 bytes fit one stride alone, not with the shift; 62 still do.
     let sent = frames(&[21, 20]);
-    r.arrive(&sent);
+    r.h.arrive(&sent);
     assert_eq!(r.next(), (0, 0, false, 2, 63));
     assert_eq!(r.next(), (0, 2, false, 1, 62));
     assert_eq!(r.h.read(r.bufs[0] + 2, 63), sent[0]);
@@ -177,7 +169,7 @@ fn a_compressed_session_carries_each_stride_index_in_its_mini_cqes() {
     // 1, 2, 1, 2... strides.
     let lens: Vec<usize> = (0..10).map(|i| if i % 2 == 0 { 18 } else { 86 }).collect();
     let sent = frames(&lens);
-    r.arrive(&sent);
+    r.h.arrive(&sent);
     let title = r.h.cq_slot(&r.cq, 0);
     let t = Cqe64::new(&title[..]).unwrap();
     assert_eq!(t.cqe_format(), cxdirect_hw::cqe::cqe_format::COMPRESSED);
@@ -202,11 +194,11 @@ fn a_compressed_session_carries_each_stride_index_in_its_mini_cqes() {
 fn a_frame_without_a_next_wqe_is_dropped_after_the_filler() {
     let mut r = rig(EmuConfig::default(), None, false, 1);
     let big = udp_frame(980, 1);
-    r.arrive(&vec![big.clone(); 31]);
+    r.h.arrive(&vec![big.clone(); 31]);
     for _ in 0..31 {
         r.next();
     }
-    r.arrive(&[udp_frame(1100, 2)]);
+    r.h.arrive(&[udp_frame(1100, 2)]);
     let (wqe, at, filler, strides, _) = r.next();
     assert_eq!((wqe, at, filler, strides), (0, 496, true, 16));
     assert!(r.h.poll_cq(&mut r.cq).is_none());
@@ -214,7 +206,7 @@ fn a_frame_without_a_next_wqe_is_dropped_after_the_filler() {
     // Posting the next WQE lets frames in again, from its first stride.
     let key = r.key;
     r.h.post_striding_recv(&mut r.rq, r.bufs[1], WQE_BYTES as u32, key);
-    r.arrive(&[udp_frame(18, 3)]);
+    r.h.arrive(&[udp_frame(18, 3)]);
     assert_eq!(r.next(), (1, 0, false, 1, 60));
 }
 
@@ -223,7 +215,7 @@ fn a_too_short_buffer_completes_in_error() {
     let mut r = rig(EmuConfig::default(), None, false, 0);
     let key = r.key;
     r.h.post_striding_recv(&mut r.rq, r.bufs[0], WQE_BYTES as u32 - 64, key);
-    r.arrive(&[udp_frame(18, 3)]);
+    r.h.arrive(&[udp_frame(18, 3)]);
     let cqe = r.h.poll_cq(&mut r.cq).expect("error completion");
     let c = Cqe64::new(&cqe[..]).unwrap();
     assert_eq!(c.opcode(), CqeOpcode::RespErr as u8);

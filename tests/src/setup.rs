@@ -1,9 +1,9 @@
-//! Bring-up shared by the hostile-device tests and the fuzz targets: short timeouts, so a case
-//! that goes wrong fails in seconds, and a small port.
+//! Bring-up shared by the tests and the fuzz targets: short timeouts, so a case that goes wrong
+//! fails in seconds, a small port, and a pair of ports started back to back.
 
-use cxdirect::{Device, Options, PortConfig};
+use cxdirect::{Device, Options, Port, PortConfig, Queues};
 use cxdirect_apps::emulated::EmuBackend;
-use cxdirect_emu::Device as Model;
+use cxdirect_emu::{Device as Model, EmuConfig};
 use std::time::Duration;
 
 /// Driver options with a 2-second bring-up timeout and commands timing out after
@@ -33,4 +33,23 @@ pub fn small_port() -> PortConfig {
         pool_buffers: 256,
         ..PortConfig::default()
     }
+}
+
+/// A started port and its queues.
+pub type Ports = (Port<EmuBackend>, Queues<EmuBackend>);
+
+/// Two models wired back to back (both configured as `model`), the driver brought up on each
+/// with 5-second command timeouts and a port started on each with `config`; the models come
+/// last, in the ports' order. Panics when a step fails.
+pub fn started_pair(model: EmuConfig, config: PortConfig) -> (Ports, Ports, [Model; 2]) {
+    let (a, b) = Model::pair(model.clone(), model);
+    let opts = Options {
+        cmd_timeout: Duration::from_secs(5),
+        ..Options::default()
+    };
+    let da = Device::bring_up(EmuBackend::new(a.clone(), "a"), opts.clone()).unwrap();
+    let db = Device::bring_up(EmuBackend::new(b.clone(), "b"), opts).unwrap();
+    let pa = Port::start(da, config.clone()).unwrap();
+    let pb = Port::start(db, config).unwrap();
+    (pa, pb, [a, b])
 }

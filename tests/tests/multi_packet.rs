@@ -1,26 +1,10 @@
 //! Enhanced multi-packet send WQEs through the driver: runs of a burst share one WQE, every
 //! packet arrives intact and in order, and every buffer goes back to its pool.
 
-use cxdirect::{Device, InlineMode, Mbuf, Options, Port, PortConfig};
-use cxdirect_apps::emulated::EmuBackend;
+use cxdirect::{InlineMode, Mbuf, PortConfig};
 use cxdirect_emu::counters::QueueKind;
-use cxdirect_emu::{Device as Model, EmuConfig};
-use std::time::Duration;
-
-type Ports = (Port<EmuBackend>, cxdirect::Queues<EmuBackend>);
-
-fn pair(model: EmuConfig, config: PortConfig) -> (Ports, Ports, Model) {
-    let (a, b) = Model::pair(model.clone(), model);
-    let opts = Options {
-        cmd_timeout: Duration::from_secs(5),
-        ..Options::default()
-    };
-    let da = Device::bring_up(EmuBackend::new(a.clone(), "a"), opts.clone()).unwrap();
-    let db = Device::bring_up(EmuBackend::new(b, "b"), opts).unwrap();
-    let pa = Port::start(da, config.clone()).unwrap();
-    let pb = Port::start(db, config).unwrap();
-    (pa, pb, a)
-}
+use cxdirect_emu::EmuConfig;
+use cxdirect_tests::setup::started_pair as pair;
 
 /// How packet `i` of the mixed burst is sent.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -99,7 +83,7 @@ fn runs_of_a_burst_share_multi_packet_wqes_in_every_inline_mode() {
             tx_multi_packet: true,
             ..PortConfig::default()
         };
-        let ((pa, (mut txa, rxa)), (pb, (txb, mut rxb)), model_a) =
+        let ((pa, (mut txa, rxa)), (pb, (txb, mut rxb)), [model_a, _]) =
             pair(EmuConfig::default(), config);
         let pool = pa.pool().clone();
         let idle = pool.available();
@@ -231,7 +215,7 @@ fn without_the_device_capability_each_packet_gets_its_own_wqe() {
         multi_packet_send: false,
         ..EmuConfig::default()
     };
-    let ((pa, (mut txa, rxa)), (pb, (txb, mut rxb)), model_a) = pair(model, config);
+    let ((pa, (mut txa, rxa)), (pb, (txb, mut rxb)), [model_a, _]) = pair(model, config);
     let pool = pa.pool().clone();
     let mut batch = Vec::new();
     let mut expected = Vec::new();

@@ -7,22 +7,8 @@ use cxdirect::{Device, Mbuf, Options, Port, PortConfig, RxStriding};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::counters::QueueKind;
 use cxdirect_emu::{Device as Model, EmuConfig, Fault};
+use cxdirect_tests::setup::started_pair as pair;
 use std::time::Duration;
-
-type Ports = (Port<EmuBackend>, cxdirect::Queues<EmuBackend>);
-
-fn pair(model: EmuConfig, config: PortConfig) -> (Ports, Ports, Model) {
-    let (a, b) = Model::pair(model.clone(), model);
-    let opts = Options {
-        cmd_timeout: Duration::from_secs(5),
-        ..Options::default()
-    };
-    let da = Device::bring_up(EmuBackend::new(a, "a"), opts.clone()).unwrap();
-    let db = Device::bring_up(EmuBackend::new(b.clone(), "b"), opts).unwrap();
-    let pa = Port::start(da, config.clone()).unwrap();
-    let pb = Port::start(db, config).unwrap();
-    (pa, pb, b)
-}
 
 fn striding_config() -> PortConfig {
     PortConfig {
@@ -55,7 +41,7 @@ fn send(pool: &cxdirect::Mempool, tx: &mut cxdirect::TxQueue<EmuBackend>, frames
 
 #[test]
 fn packets_fill_strides_arrive_intact_and_buffers_return_with_their_last_packet() {
-    let ((pa, (mut txa, _rxa)), (pb, (_txb, mut rxb)), model_b) =
+    let ((pa, (mut txa, _rxa)), (pb, (_txb, mut rxb)), [_, model_b]) =
         pair(EmuConfig::default(), striding_config());
     assert!(rxb[0].is_striding());
     let stride_pool = pb.striding_pool().expect("striding pool").clone();
@@ -140,7 +126,7 @@ fn packets_received_into_strides_can_be_forwarded_with_and_without_multi_packet_
 
 #[test]
 fn a_completion_out_of_step_is_refused_and_recovery_reposts_the_ring() {
-    let ((pa, (mut txa, _rxa)), (mut pb, (_txb, mut rxb)), model_b) =
+    let ((pa, (mut txa, _rxa)), (mut pb, (_txb, mut rxb)), [_, model_b]) =
         pair(EmuConfig::default(), striding_config());
     let stride_pool = pb.striding_pool().expect("striding pool").clone();
     let idle = stride_pool.available();

@@ -4,20 +4,11 @@ use cxdirect::{Device, InlineMode, Mbuf, Options, Port, PortConfig, TxQueue};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::counters::CountersSnapshot;
 use cxdirect_emu::{Device as Model, EmuConfig};
+use cxdirect_tests::setup::{started_pair, Ports};
 use std::time::Duration;
 
-type Ports = (Port<EmuBackend>, cxdirect::Queues<EmuBackend>);
-
 fn pair(config: PortConfig) -> (Ports, Ports, Model, Model) {
-    let (a, b) = Model::pair(EmuConfig::default(), EmuConfig::default());
-    let opts = Options {
-        cmd_timeout: Duration::from_secs(5),
-        ..Options::default()
-    };
-    let da = Device::bring_up(EmuBackend::new(a.clone(), "a"), opts.clone()).unwrap();
-    let db = Device::bring_up(EmuBackend::new(b.clone(), "b"), opts).unwrap();
-    let pa = Port::start(da, config.clone()).unwrap();
-    let pb = Port::start(db, config).unwrap();
+    let (pa, pb, [a, b]) = started_pair(EmuConfig::default(), config);
     (pa, pb, a, b)
 }
 
