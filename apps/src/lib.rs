@@ -110,3 +110,30 @@ pub fn open_ports(specs: &[String], emu_exec: &str, iommu_mode: &str) -> Result<
     }
     Ok(Ports::Pci(backends))
 }
+
+/// Empty receive polls between two looks at the clock in [`poll_rx`]: a clock read costs about
+/// as much as an empty poll, and a latency measurement should time the driver, not the clock.
+const POLLS_PER_CLOCK_READ: u32 = 256;
+
+/// Polls `queue` (bursts of up to `max` packets into `got`) until something arrives, and
+/// returns how many arrived; `None` once `deadline` has passed with nothing. The clock is read
+/// only every [`POLLS_PER_CLOCK_READ`] empty polls, so the deadline may be overrun by that many
+/// polls (microseconds).
+pub fn poll_rx<B: cxdirect::Backend>(
+    queue: &mut cxdirect::RxQueue<B>,
+    got: &mut Vec<cxdirect::Mbuf>,
+    max: usize,
+    deadline: std::time::Instant,
+) -> Option<usize> {
+    let mut empty = 0u32;
+    loop {
+        let n = queue.rx_burst(got, max);
+        if n > 0 {
+            return Some(n);
+        }
+        empty = empty.wrapping_add(1);
+        if empty % POLLS_PER_CLOCK_READ == 0 && std::time::Instant::now() > deadline {
+            return None;
+        }
+    }
+}

@@ -714,3 +714,40 @@ fn buffers_of_many_pools_in_flight_at_once_each_go_back_to_their_own_pool() {
         );
     }
 }
+
+/// The programs' receive poll (`cxdirect_apps::poll_rx`) returns what arrives, and gives up
+/// once its deadline has passed with nothing, losing nothing that arrives later.
+#[test]
+fn poll_rx_returns_what_arrives_and_gives_up_at_its_deadline() {
+    let config = PortConfig {
+        ring_size: 64,
+        pool_buffers: 512,
+        ..PortConfig::default()
+    };
+    let model = EmuConfig {
+        exec: cxdirect_emu::ExecMode::Threaded,
+        poll_window: Duration::from_millis(5),
+        ..EmuConfig::default()
+    };
+    let ((pa, (mut txa, rxa)), (pb, (txb, mut rxb)), _) = started_pair(model, config);
+    let mut got: Vec<Mbuf> = Vec::new();
+    let start = std::time::Instant::now();
+    let none = cxdirect_apps::poll_rx(&mut rxb[0], &mut got, 4, start + Duration::from_millis(20));
+    assert_eq!(none, None, "nothing was sent");
+    assert!(
+        start.elapsed() >= Duration::from_millis(20),
+        "gave up only once the deadline had passed"
+    );
+    assert!(got.is_empty());
+    let sent = frame(64, 7, 1000);
+    send_all(&mut txa[0], pa.pool(), std::slice::from_ref(&sent));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let n = cxdirect_apps::poll_rx(&mut rxb[0], &mut got, 4, deadline);
+    assert_eq!(n, Some(1), "the frame sent arrived");
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].to_vec(), sent);
+    drop(got);
+    drop((txa, rxa, txb, rxb));
+    pa.close().unwrap().teardown().unwrap();
+    pb.close().unwrap().teardown().unwrap();
+}

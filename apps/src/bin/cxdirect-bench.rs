@@ -20,6 +20,7 @@ use cxdirect::{
 };
 use cxdirect_apps::args::Args;
 use cxdirect_apps::emulated::EmuBackend;
+use cxdirect_apps::poll_rx;
 use cxdirect_apps::testpmd::build;
 use cxdirect_dma::Iommu;
 use cxdirect_emu::counters::CountersSnapshot;
@@ -1005,19 +1006,15 @@ fn driver_pingpong(
         while !batch.is_empty() {
             txa[0].tx_burst(&mut batch);
         }
-        while rxb[0].rx_burst(&mut got, 4) == 0 {
-            if Instant::now() > deadline {
-                return Err(format!("ping-pong iteration {i}: nothing arrived"));
-            }
+        if poll_rx(&mut rxb[0], &mut got, 4, deadline).is_none() {
+            return Err(format!("ping-pong iteration {i}: nothing arrived"));
         }
         batch.append(&mut got);
         while !batch.is_empty() {
             txb[0].tx_burst(&mut batch);
         }
-        while rxa[0].rx_burst(&mut got, 4) == 0 {
-            if Instant::now() > deadline {
-                return Err(format!("ping-pong iteration {i}: no echo"));
-            }
+        if poll_rx(&mut rxa[0], &mut got, 4, deadline).is_none() {
+            return Err(format!("ping-pong iteration {i}: no echo"));
         }
         rtts.push(start.elapsed().as_nanos() as u64);
         got.clear();

@@ -5,6 +5,7 @@
 use cxdirect::{Backend, Device, InlineMode, Mbuf, Options, Port, PortConfig, Queues};
 use cxdirect_apps::args::Args;
 use cxdirect_apps::emulated::{open_emulated, Spec};
+use cxdirect_apps::poll_rx;
 use cxdirect_apps::testpmd::{build, HEADER_LEN, MIN_LEN};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -119,31 +120,21 @@ fn run<B: Backend>(
             ports[0].1 .0[0].tx_burst(&mut batch);
         }
         // Port 1 echoes.
-        loop {
-            got.clear();
-            if ports[1].1 .1[0].rx_burst(&mut got, 4) > 0 {
-                break;
-            }
-            if start.elapsed() > timeout {
-                return Err(format!(
-                    "iteration {i}: port 1 received nothing within {timeout:?}"
-                ));
-            }
+        got.clear();
+        if poll_rx(&mut ports[1].1 .1[0], &mut got, 4, start + timeout).is_none() {
+            return Err(format!(
+                "iteration {i}: port 1 received nothing within {timeout:?}"
+            ));
         }
         batch.append(&mut got);
         while !batch.is_empty() {
             ports[1].1 .0[0].tx_burst(&mut batch);
         }
-        loop {
-            got.clear();
-            if ports[0].1 .1[0].rx_burst(&mut got, 4) > 0 {
-                break;
-            }
-            if start.elapsed() > timeout {
-                return Err(format!(
-                    "iteration {i}: the echo did not come back within {timeout:?}"
-                ));
-            }
+        got.clear();
+        if poll_rx(&mut ports[0].1 .1[0], &mut got, 4, start + timeout).is_none() {
+            return Err(format!(
+                "iteration {i}: the echo did not come back within {timeout:?}"
+            ));
         }
         rtts.push(start.elapsed().as_nanos() as u64);
         let mut seq = [0u8; 4];
