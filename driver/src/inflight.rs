@@ -76,13 +76,26 @@ impl InFlight {
         if !m.is_chained() {
             if let Some(place) = self.place_of(m.pool_shared()) {
                 if let Some(index) = m.detach() {
-                    self.slots[slot] = (place as u64) << 32 | u64::from(index);
+                    self.keep_index(slot, place as u32, index);
                     return Kept::Index;
                 }
             }
         }
-        self.slots[slot] = WHOLE;
+        self.keep_whole_later(slot);
         Kept::Whole
+    }
+
+    /// Records the buffer at `index` of the pool at `place` (from [`InFlight::place_of`]) as
+    /// sent from `slot`; the caller has handed it over.
+    #[inline(always)]
+    pub(crate) fn keep_index(&mut self, slot: usize, place: u32, index: u32) {
+        self.slots[slot] = u64::from(place) << 32 | u64::from(index);
+    }
+
+    /// Marks `slot` as holding a packet the caller hands to [`InFlight::keep_whole`] next.
+    #[inline]
+    pub(crate) fn keep_whole_later(&mut self, slot: usize) {
+        self.slots[slot] = WHOLE;
     }
 
     /// Keeps `m`, for which [`InFlight::keep`] answered [`Kept::Whole`] at `slot`.
@@ -106,10 +119,17 @@ impl InFlight {
     #[inline]
     pub(crate) fn keep_in_run(&mut self, place: u32, m: &mut Mbuf) {
         if let Some(index) = m.detach() {
-            let mask = self.runs.len() - 1;
-            self.runs[self.run_tail & mask] = u64::from(place) << 32 | u64::from(index);
-            self.run_tail = self.run_tail.wrapping_add(1);
+            self.keep_index_in_run(place, index);
         }
+    }
+
+    /// Adds the buffer at `index` of the pool at `place` to the runs (see
+    /// [`InFlight::keep_in_run`]); the caller has handed it over.
+    #[inline(always)]
+    pub(crate) fn keep_index_in_run(&mut self, place: u32, index: u32) {
+        let mask = self.runs.len() - 1;
+        self.runs[self.run_tail & mask] = u64::from(place) << 32 | u64::from(index);
+        self.run_tail = self.run_tail.wrapping_add(1);
     }
 
     /// Records at `slot` the multi-packet WQE whose packets [`InFlight::keep_in_run`] kept since
@@ -124,7 +144,7 @@ impl InFlight {
 
     /// The place of `pool` in `pools`, added when there is room.
     #[inline]
-    fn place_of(&mut self, pool: &Arc<PoolShared>) -> Option<usize> {
+    pub(crate) fn place_of(&mut self, pool: &Arc<PoolShared>) -> Option<usize> {
         if let Some(place) = self.pools.iter().position(|p| Arc::ptr_eq(p, pool)) {
             return Some(place);
         }

@@ -7,6 +7,7 @@
 //! with every firmware page reclaimed.
 
 pub mod backend;
+pub mod burst;
 mod cmd;
 pub mod cq;
 pub mod device;
@@ -27,10 +28,12 @@ mod rxirq;
 pub mod shared;
 pub mod stats;
 mod striding;
+mod txsource;
 mod txwqe;
 pub mod vfio;
 
 pub use backend::{Backend, BackendError, Interrupt};
+pub use burst::{BurstPacket, PacketBurst};
 pub use cq::Cqe;
 pub use device::{
     Device, DeviceInfo, DeviceRecovery, EventCounts, Options, RmpStatus, TeardownReport,

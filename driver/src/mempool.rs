@@ -322,6 +322,77 @@ impl PoolShared {
         index as usize * self.buf_size as usize
     }
 
+    /// Bytes of the buffer at `data_off` (within it) on: room for a packet starting there.
+    #[inline]
+    pub(crate) fn readable(&self, data_off: u32) -> usize {
+        (self.buf_size - data_off) as usize
+    }
+
+    /// The first `N * 8` bytes of buffer `index` from byte `data_off` on, as `N` words in
+    /// memory order: see [`Mbuf::head_words`].
+    #[inline]
+    pub(crate) fn head_words<const N: usize>(&self, index: u32, data_off: u32) -> Option<[u64; N]> {
+        if N * 8 > self.readable(data_off) {
+            return None;
+        }
+        self.region
+            .read_words(self.offset(index) + data_off as usize)
+    }
+
+    /// Copies bytes of the `len`-byte packet at `data_off` in buffer `index`, from `offset`
+    /// on, into `out`; returns how many were copied (0 past the packet's end).
+    #[inline]
+    pub(crate) fn read_packet(
+        &self,
+        index: u32,
+        data_off: u32,
+        len: u32,
+        offset: usize,
+        out: &mut [u8],
+    ) -> usize {
+        let n = out.len().min((len as usize).saturating_sub(offset));
+        let at = self.offset(index) + data_off as usize + offset;
+        if n > 0 && self.region.read(at, &mut out[..n]).is_err() {
+            return 0;
+        }
+        n
+    }
+
+    /// Overwrites bytes of the `len`-byte packet at `data_off` in buffer `index`, at `offset`
+    /// (the write must end within the packet).
+    pub(crate) fn write_packet(
+        &self,
+        index: u32,
+        data_off: u32,
+        len: u32,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<(), DriverError> {
+        if offset
+            .checked_add(data.len())
+            .is_none_or(|end| end > len as usize)
+        {
+            return Err(DriverError::Invalid(format!(
+                "write of {} bytes at {offset} past the {len}-byte packet",
+                data.len(),
+            )));
+        }
+        self.region
+            .write(self.offset(index) + data_off as usize + offset, data)
+    }
+
+    /// Device address of byte `data_off` of buffer `index`.
+    #[inline]
+    pub(crate) fn data_iova(&self, index: u32, data_off: u32) -> u64 {
+        self.iova(index) + u64::from(data_off)
+    }
+
+    /// The memory key the pool is registered under.
+    #[inline]
+    pub(crate) fn lkey(&self) -> u32 {
+        self.lkey.load(Ordering::Relaxed)
+    }
+
     #[inline]
     pub(crate) fn iova(&self, index: u32) -> u64 {
         self.base_iova + self.offset(index) as u64
@@ -567,6 +638,11 @@ impl Mempool {
     pub(crate) fn shared(&self) -> &PoolShared {
         &self.shared
     }
+
+    /// The pool's shared part, to hold on to.
+    pub(crate) fn shared_arc(&self) -> &Arc<PoolShared> {
+        &self.shared
+    }
 }
 
 /// A packet in a pool buffer. Returns the buffer to its pool when dropped.
@@ -626,6 +702,12 @@ impl Mbuf {
         std::iter::successors(Some(self), |m| m.next.as_deref())
     }
 
+    /// The segment after this one, when chained.
+    #[inline]
+    pub(crate) fn next_segment(&self) -> Option<&Mbuf> {
+        self.next.as_deref()
+    }
+
     /// True when further segments follow this one.
     #[inline]
     pub fn is_chained(&self) -> bool {
@@ -650,7 +732,13 @@ impl Mbuf {
     /// Bytes of the buffer from the packet's first byte to its end.
     #[inline]
     fn readable(&self) -> usize {
-        (self.pool.buf_size - self.data_off) as usize
+        self.pool.readable(self.data_off)
+    }
+
+    /// Offset of the packet's first byte in its buffer.
+    #[inline]
+    pub(crate) fn data_off(&self) -> u32 {
+        self.data_off
     }
 
     #[inline]
@@ -675,17 +763,8 @@ impl Mbuf {
     /// Copies packet bytes from `offset` into `out`; returns how many were copied.
     #[inline]
     pub fn read(&self, offset: usize, out: &mut [u8]) -> usize {
-        let n = out.len().min(self.len().saturating_sub(offset));
-        if n > 0
-            && self
-                .pool
-                .region
-                .read(self.data_offset() + offset, &mut out[..n])
-                .is_err()
-        {
-            return 0;
-        }
-        n
+        self.pool
+            .read_packet(self.index, self.data_off, self.len, offset, out)
     }
 
     /// The first `N * 8` bytes of the buffer from the packet's first byte, as `N` words in memory
@@ -694,23 +773,13 @@ impl Mbuf {
     /// the words would leave the buffer or are not aligned.
     #[inline]
     pub(crate) fn head_words<const N: usize>(&self) -> Option<[u64; N]> {
-        if N * 8 > self.readable() {
-            return None;
-        }
-        self.pool.region.read_words(self.data_offset())
+        self.pool.head_words(self.index, self.data_off)
     }
 
     /// Overwrites packet bytes at `offset` (within the current length).
     pub fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), DriverError> {
-        if offset + data.len() > self.len() {
-            return Err(DriverError::Invalid(format!(
-                "write of {} bytes at {offset} past the {}-byte packet",
-                data.len(),
-                self.len()
-            )));
-        }
-        self.pool.region.write(self.data_offset() + offset, data)?;
-        Ok(())
+        self.pool
+            .write_packet(self.index, self.data_off, self.len, offset, data)
     }
 
     /// The packet's bytes (every segment), copied.
@@ -732,7 +801,7 @@ impl Mbuf {
 
     #[inline]
     pub(crate) fn data_iova(&self) -> u64 {
-        self.pool.iova(self.index) + u64::from(self.data_off)
+        self.pool.data_iova(self.index, self.data_off)
     }
 
     pub(crate) fn set_len(&mut self, len: u32) {
@@ -741,7 +810,7 @@ impl Mbuf {
 
     #[inline]
     pub(crate) fn lkey(&self) -> u32 {
-        self.pool.lkey.load(Ordering::Relaxed)
+        self.pool.lkey()
     }
 
     /// The pool this buffer belongs to.

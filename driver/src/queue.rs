@@ -4,14 +4,16 @@
 //! value the device writes (CQE owner, opcode, WQE counter, byte count) is checked before use.
 
 use crate::backend::Backend;
+use crate::burst::{BurstEntry, PacketBurst};
 pub(crate) use crate::cq::CqRing;
 use crate::cq::{Cqe, MiniRun};
 use crate::error::DriverError;
 use crate::inflight::{InFlight, Kept};
-use crate::mempool::{Mbuf, Mempool, OffloadFlags};
+use crate::mempool::{Mbuf, Mempool, OffloadFlags, HEADROOM};
 use crate::rxirq::{self, CompletionInterrupt};
 use crate::stats::StatsHandle;
 use crate::striding::StridingRx;
+use crate::txsource::{BurstSource, SendPacket, TxSource, KEPT, REFUSED};
 use cxdirect_dma::DmaRegion;
 use cxdirect_hw::cqe::CqeOpcode;
 use cxdirect_hw::doorbell::{UAR_BF_OFFSET, UAR_PAGE_SIZE};
@@ -20,6 +22,49 @@ use std::os::fd::BorrowedFd;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// What the send loop did with one packet.
+enum Written {
+    /// Its WQE is in the ring: basic blocks, packet bytes.
+    Wqe(u16, usize),
+    /// Not sendable by the port (shorter than an Ethernet header or longer than the frame).
+    Refused,
+    /// The ring has no room for its WQE now.
+    NoRoom,
+}
+
+/// Where a received packet's data starts in a plain (not striding) ring's buffer.
+const HEADROOM_U32: u32 = HEADROOM as u32;
+
+/// Where a receive burst puts its packets: an [`Mbuf`] each onto a `Vec`, or by buffer index
+/// into a [`PacketBurst`] (bound to the queue's pool beforehand).
+pub(crate) trait RxSink {
+    /// Takes the received packet of `len` bytes at `data_off` in `pool`'s buffer `index`
+    /// (holding one reference to it), with `flags`.
+    fn accept(&mut self, pool: &Mempool, index: u32, data_off: u32, len: u32, flags: OffloadFlags);
+}
+
+impl RxSink for Vec<Mbuf> {
+    #[inline(always)]
+    fn accept(&mut self, pool: &Mempool, index: u32, data_off: u32, len: u32, flags: OffloadFlags) {
+        self.push(pool.adopt_part(index, data_off, len, flags));
+    }
+}
+
+impl RxSink for PacketBurst {
+    #[inline(always)]
+    fn accept(&mut self, _: &Mempool, index: u32, data_off: u32, len: u32, flags: OffloadFlags) {
+        PacketBurst::accept(
+            self,
+            BurstEntry {
+                index,
+                data_off,
+                len,
+                flags,
+            },
+        );
+    }
+}
 
 /// How much of each packet a send WQE carries inline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,24 +209,18 @@ pub struct TxQueue<B: Backend> {
 pub(crate) struct TxScratch {
     /// The WQE being built.
     wqe: [u8; MAX_WQE],
-    /// Per packet of the burst: its ring slot when it is kept whole, [`KEPT`] when it is kept
-    /// by buffer index, [`REFUSED`] when it was dropped instead of sent.
-    slots: [u32; MAX_BURST],
+    /// Per packet of the burst, what became of it (see [`REFUSED`]).
+    fates: [u32; MAX_BURST],
 }
 
 impl Default for TxScratch {
     fn default() -> Self {
         Self {
             wqe: [0; MAX_WQE],
-            slots: [REFUSED; MAX_BURST],
+            fates: [REFUSED; MAX_BURST],
         }
     }
 }
-
-/// A packet the burst dropped instead of sending.
-const REFUSED: u32 = u32::MAX;
-/// A packet sent and kept in flight by its buffer index.
-const KEPT: u32 = u32::MAX - 1;
 
 impl<B: Backend> TxQueue<B> {
     #[inline(always)]
@@ -247,9 +286,23 @@ impl<B: Backend> TxQueue<B> {
         taken
     }
 
-    fn send(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
+    /// As [`TxQueue::tx_burst`], from the front of `burst`: the packets taken (sent, or
+    /// refused and freed) leave the burst, the rest stay in order. Each packet sent is kept in
+    /// flight by its buffer index, with no [`Mbuf`] to empty and drop.
+    #[inline(never)]
+    pub fn tx_burst_from(&mut self, burst: &mut PacketBurst) -> usize {
+        let taken = match BurstSource::new(burst, &mut self.inflight) {
+            Some(mut source) => self.send(&mut source),
+            None => 0,
+        };
+        burst.remove_front(taken);
+        self.published.publish(&self.stats);
+        taken
+    }
+
+    fn send<S: TxSource>(&mut self, pkts: &mut S) -> usize {
         self.reap();
-        if self.in_error || pkts.is_empty() {
+        if self.in_error || pkts.count() == 0 {
             return 0;
         }
         let mut last_bbs = 0u16;
@@ -257,21 +310,21 @@ impl<B: Backend> TxQueue<B> {
         let mut posted = 0usize;
         let mut bytes = 0u64;
         let mut count = 0usize;
-        let mut whole = false;
+        let mut sorted = false;
         // Taken out for the burst so `build` can borrow the queue; put back at the end.
         let Some(mut scratch) = self.scratch.take() else {
             return 0;
         };
-        let limit = pkts.len().min(MAX_BURST);
+        let limit = pkts.count().min(MAX_BURST);
         while count < limit {
             if self.multi_packet {
                 if let Some((taken, run_bytes, size)) =
-                    self.multi_packet_wqe(&mut pkts[count..limit], &mut scratch.wqe)
+                    self.multi_packet_wqe(pkts, count, limit, &mut scratch.wqe)
                 {
                     let bbs = size.div_ceil(WQE_BB) as u16;
                     self.write_wqe(self.pi, &scratch.wqe[..usize::from(bbs) * WQE_BB]);
                     self.inflight.close_run(usize::from(self.pi & self.mask()));
-                    scratch.slots[count..count + taken].fill(KEPT);
+                    scratch.fates[count..count + taken].fill(KEPT);
                     last_bbs = bbs;
                     last_index = self.pi;
                     self.pi = self.pi.wrapping_add(bbs);
@@ -281,57 +334,55 @@ impl<B: Backend> TxQueue<B> {
                     continue;
                 }
             }
-            let m = &pkts[count];
-            let len = m.pkt_len();
-            if len < ETH_HEADER || len > self.max_frame {
-                self.stats.errors += 1;
-                scratch.slots[count] = REFUSED;
-                count += 1;
-                continue;
-            }
             let index = self.pi;
-            let bbs = if let Some(words) = self.single_bb_wqe(m, len) {
-                self.write_bb(index, &words);
-                1
-            } else if let Some((blocks, bbs)) = self.full_inline_wqe(m, len) {
-                for (bb, block) in blocks.iter().take(usize::from(bbs)).enumerate() {
-                    self.write_bb(index.wrapping_add(bb as u16), block);
+            let written = {
+                let m = pkts.packet(count);
+                let len = m.pkt_len();
+                if len < ETH_HEADER || len > self.max_frame {
+                    Written::Refused
+                } else if let Some(words) = self.single_bb_wqe(&m, len) {
+                    self.write_bb(index, &words);
+                    Written::Wqe(1, len)
+                } else if let Some((blocks, bbs)) = self.full_inline_wqe(&m, len) {
+                    for (bb, block) in blocks.iter().take(usize::from(bbs)).enumerate() {
+                        self.write_bb(index.wrapping_add(bb as u16), block);
+                    }
+                    Written::Wqe(bbs, len)
+                } else if let Some(size) = self.build(&m, &mut scratch.wqe) {
+                    let bbs = size.div_ceil(WQE_BB) as u16;
+                    self.write_wqe(index, &scratch.wqe[..usize::from(bbs) * WQE_BB]);
+                    Written::Wqe(bbs, len)
+                } else {
+                    Written::NoRoom
                 }
-                bbs
-            } else {
-                let Some(size) = self.build(m, &mut scratch.wqe) else {
-                    // Does not fit the ring now: stop here, the rest stay queued.
-                    break;
-                };
-                let bbs = size.div_ceil(WQE_BB) as u16;
-                self.write_wqe(index, &scratch.wqe[..usize::from(bbs) * WQE_BB]);
-                bbs
+            };
+            let (bbs, len) = match written {
+                Written::Wqe(bbs, len) => (bbs, len),
+                Written::Refused => {
+                    self.stats.errors += 1;
+                    scratch.fates[count] = REFUSED;
+                    sorted = true;
+                    count += 1;
+                    continue;
+                }
+                // Does not fit the ring now: stop here, the rest stay queued.
+                Written::NoRoom => break,
             };
             last_bbs = bbs;
             last_index = index;
             let slot = usize::from(index & self.mask());
-            scratch.slots[count] = match self.inflight.keep(slot, &mut pkts[count]) {
+            scratch.fates[count] = match pkts.keep(count, slot, &mut self.inflight) {
                 Kept::Index => KEPT,
                 Kept::Whole => slot as u32,
             };
-            whole |= scratch.slots[count] != KEPT;
+            sorted |= scratch.fates[count] != KEPT;
             // Later WQEs of the same packet's slot range hold no buffer.
             self.pi = self.pi.wrapping_add(bbs);
             bytes += len as u64;
             posted += 1;
             count += 1;
         }
-        if whole {
-            for (&slot, m) in scratch.slots[..count].iter().zip(pkts.drain(..count)) {
-                if slot != REFUSED && slot != KEPT {
-                    self.inflight.keep_whole(slot as usize, m);
-                }
-            }
-        } else {
-            // Kept by index (their emptied `Mbuf`s only let go of their pool) or refused
-            // (dropped, their buffers freed).
-            pkts.drain(..count);
-        }
+        pkts.finish(count, &scratch.fates, sorted, &mut self.inflight);
         if posted > 0 {
             self.stats.packets += posted as u64;
             self.stats.bytes += bytes;
@@ -620,6 +671,26 @@ impl<B: Backend> RxQueue<B> {
         got
     }
 
+    /// As [`RxQueue::rx_burst`], onto the end of `burst`: up to `max` packets and the burst's
+    /// room, each kept by buffer index rather than as an [`Mbuf`]. Fails, with nothing
+    /// received, when `burst` holds packets of a pool other than this queue's.
+    #[inline(never)]
+    pub fn rx_burst_into(
+        &mut self,
+        burst: &mut PacketBurst,
+        max: usize,
+    ) -> Result<usize, DriverError> {
+        burst.receive_from(&self.pool)?;
+        let max = max.min(burst.room());
+        let got = if self.striding.is_some() {
+            self.receive_striding(burst, max)
+        } else {
+            self.receive(burst, max)
+        };
+        self.published.publish(&self.stats);
+        Ok(got)
+    }
+
     /// Takes the buffer posted at the consumer index (its ring slot and pool index) for the
     /// completion being read, moving the consumer index on; `None`, with the queue stopped,
     /// when the device completed a slot with no buffer posted.
@@ -647,7 +718,7 @@ impl<B: Backend> RxQueue<B> {
         }
     }
 
-    fn receive(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
+    fn receive(&mut self, out: &mut impl RxSink, max: usize) -> usize {
         if self.in_error {
             return 0;
         }
@@ -698,7 +769,7 @@ impl<B: Backend> RxQueue<B> {
                 break;
             }
             received_bytes += u64::from(bytes);
-            out.push(self.pool.adopt(index, bytes, rx_flags(&c)));
+            out.accept(&self.pool, index, HEADROOM_U32, bytes, rx_flags(&c));
             got += 1;
         }
         self.finish_burst(got, received_bytes, cqes_before, minis_before);
@@ -733,7 +804,7 @@ impl<B: Backend> RxQueue<B> {
     /// one's byte count and buffer on its own. Consumes what it looked at; a refusal sets
     /// `in_error` as [`RxQueue::receive`] does.
     #[inline(always)]
-    fn receive_run(&mut self, run: &MiniRun, room: u32, out: &mut Vec<Mbuf>) -> RunTaken {
+    fn receive_run(&mut self, run: &MiniRun, room: u32, out: &mut impl RxSink) -> RunTaken {
         let mut taken = RunTaken::default();
         let first = &run.first;
         let posted = usize::from(self.pi.wrapping_sub(self.ci));
@@ -769,7 +840,7 @@ impl<B: Backend> RxQueue<B> {
                 rx_rss_hash: hashed.then_some(hash),
                 ..flags
             };
-            out.push(self.pool.adopt(index, bytes, flags));
+            out.accept(&self.pool, index, HEADROOM_U32, bytes, flags);
             taken.accepted += 1;
         }
         self.cq.consume_run(looked as u32);

@@ -12,8 +12,8 @@
 use crate::backend::Backend;
 use crate::cq::Cqe;
 use crate::error::DriverError;
-use crate::mempool::{Mbuf, OffloadFlags, PoolShared, RING_HOLD};
-use crate::queue::{rx_flags, words_from_bytes, RxQueue, EMPTY_SLOT, MAX_BURST};
+use crate::mempool::{OffloadFlags, PoolShared, RING_HOLD};
+use crate::queue::{rx_flags, words_from_bytes, RxQueue, RxSink, EMPTY_SLOT, MAX_BURST};
 use cxdirect_dma::DmaRegion;
 use cxdirect_hw::wq::striding::{
     FILLER, LEN_MASK, LOG_STRIDES_BASE, LOG_STRIDE_BYTES_BASE, MAX_LOG_STRIDES,
@@ -163,7 +163,7 @@ enum Taken {
 
 impl<B: Backend> RxQueue<B> {
     /// [`RxQueue::rx_burst`] on a striding ring.
-    pub(crate) fn receive_striding(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
+    pub(crate) fn receive_striding(&mut self, out: &mut impl RxSink, max: usize) -> usize {
         let Some(mut striding) = self.striding else {
             return 0;
         };
@@ -266,7 +266,7 @@ impl<B: Backend> RxQueue<B> {
         word: u32,
         stride: u16,
         flags: OffloadFlags,
-        out: &mut Vec<Mbuf>,
+        out: &mut impl RxSink,
     ) -> Option<Taken> {
         let strides = (word >> STRIDES_SHIFT) & STRIDES_MASK;
         let len = word & LEN_MASK;
@@ -286,7 +286,7 @@ impl<B: Backend> RxQueue<B> {
             Taken::Filler
         } else {
             let offset = striding.used << striding.log_stride_bytes;
-            out.push(self.pool.adopt_part(index, offset, len, flags));
+            out.accept(&self.pool, index, offset, len, flags);
             striding.pending += 1;
             Taken::Packet(len)
         };

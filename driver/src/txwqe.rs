@@ -3,10 +3,11 @@
 //! registers and every other shape laid out byte by byte.
 
 use crate::backend::Backend;
-use crate::mempool::Mbuf;
+use crate::inflight::InFlight;
 use crate::queue::{
     bytes_from_words, words_from_bytes, InlineMode, TxQueue, ETH_HEADER, ETH_INLINE, MAX_WQE,
 };
+use crate::txsource::{SendPacket, TxSource};
 use cxdirect_hw::wqe::{self, INLINE_SEG, WQE_BB, WQE_DS};
 
 /// Most 16-byte segments one WQE may have: the control segment's `ds` is six bits.
@@ -26,10 +27,10 @@ pub(crate) const FULL_INLINE_WORDS_MAX: usize = ETH_INLINE + 2 * WQE_BB - INLINE
 /// requests) at bytes 16..48 of `wqe`: two bytes at the segment's end, the other sixteen in the
 /// segment after it.
 #[inline]
-fn put_inline_headers(m: &Mbuf, packet: &[u8], wqe: &mut [u8]) {
+fn put_inline_headers(m: &impl SendPacket, packet: &[u8], wqe: &mut [u8]) {
     wqe[16..32].copy_from_slice(&wqe::encode_eth(
-        m.flags.tx_ip_csum,
-        m.flags.tx_l4_csum,
+        m.flags().tx_ip_csum,
+        m.flags().tx_l4_csum,
         None,
         ETH_INLINE as u16,
         [packet[0], packet[1]],
@@ -44,8 +45,12 @@ impl<B: Backend> TxQueue<B> {
     /// the packet through [`TxQueue::build`] instead (other shapes, a packet not on an 8-byte
     /// boundary, or a full ring); nothing is changed then.
     #[inline]
-    pub(crate) fn single_bb_wqe(&mut self, m: &Mbuf, len: usize) -> Option<[u64; WQE_BB / 8]> {
-        if m.is_chained() || m.flags.tx_vlan.is_some() || self.free() == 0 {
+    pub(crate) fn single_bb_wqe(
+        &mut self,
+        m: &impl SendPacket,
+        len: usize,
+    ) -> Option<[u64; WQE_BB / 8]> {
+        if m.is_chained() || m.flags().tx_vlan.is_some() || self.free() == 0 {
             return None;
         }
         let headers_inline = match self.inline {
@@ -71,8 +76,8 @@ impl<B: Backend> TxQueue<B> {
             4
         } else {
             wqe[16..32].copy_from_slice(&wqe::encode_eth(
-                m.flags.tx_ip_csum,
-                m.flags.tx_l4_csum,
+                m.flags().tx_ip_csum,
+                m.flags().tx_l4_csum,
                 None,
                 0,
                 [0, 0],
@@ -93,7 +98,7 @@ impl<B: Backend> TxQueue<B> {
     #[inline]
     pub(crate) fn full_inline_wqe(
         &mut self,
-        m: &Mbuf,
+        m: &impl SendPacket,
         len: usize,
     ) -> Option<([[u64; WQE_BB / 8]; 2], u16)> {
         if self.inline != InlineMode::Full
@@ -101,7 +106,7 @@ impl<B: Backend> TxQueue<B> {
             || len <= ETH_INLINE
             || len > FULL_INLINE_WORDS_MAX
             || m.is_chained()
-            || m.flags.tx_vlan.is_some()
+            || m.flags().tx_vlan.is_some()
         {
             return None;
         }
@@ -157,10 +162,11 @@ impl<B: Backend> TxQueue<B> {
     /// `None` when the ring has no room for it. Every byte up to the end of the WQE's last
     /// basic block is written (padding zeroed), so nothing stale reaches the ring.
     #[inline]
-    pub(crate) fn build(&mut self, m: &Mbuf, wqe: &mut [u8; MAX_WQE]) -> Option<usize> {
-        let head = m.len();
+    pub(crate) fn build(&mut self, m: &impl SendPacket, wqe: &mut [u8; MAX_WQE]) -> Option<usize> {
+        let head = m.head_len();
         let chained = m.is_chained();
-        let vlan = m.flags.tx_vlan;
+        let vlan = m.flags().tx_vlan;
+        let tail = || m.tail().into_iter().flat_map(|t| t.segments());
         // Inlined bytes always come from the first segment.
         let headers = if vlan.is_some() {
             0
@@ -183,11 +189,7 @@ impl<B: Backend> TxQueue<B> {
         } else {
             0
         };
-        let extra_segments = if chained {
-            m.segments().skip(1).filter(|s| !s.is_empty()).count()
-        } else {
-            0
-        };
+        let extra_segments = tail().filter(|s| !s.is_empty()).count();
         let size =
             32 + eth_extra + data_inline_room + (usize::from(rest > 0) + extra_segments) * WQE_DS;
         let bbs = size.div_ceil(WQE_BB);
@@ -196,8 +198,8 @@ impl<B: Backend> TxQueue<B> {
         }
         wqe[..16].copy_from_slice(&self.send_ctrl((size / WQE_DS) as u8, bbs as u16));
         wqe[16..32].copy_from_slice(&wqe::encode_eth(
-            m.flags.tx_ip_csum,
-            m.flags.tx_l4_csum,
+            m.flags().tx_ip_csum,
+            m.flags().tx_l4_csum,
             vlan,
             eth_inline as u16,
             [0, 0],
@@ -228,15 +230,13 @@ impl<B: Backend> TxQueue<B> {
             ));
             at += WQE_DS;
         }
-        if chained {
-            for seg in m.segments().skip(1).filter(|s| !s.is_empty()) {
-                wqe[at..at + WQE_DS].copy_from_slice(&wqe::encode_data(
-                    seg.len() as u32,
-                    seg.lkey(),
-                    seg.data_iova(),
-                ));
-                at += WQE_DS;
-            }
+        for seg in tail().filter(|s| !s.is_empty()) {
+            wqe[at..at + WQE_DS].copy_from_slice(&wqe::encode_data(
+                seg.len() as u32,
+                seg.lkey(),
+                seg.data_iova(),
+            ));
+            at += WQE_DS;
         }
         wqe[at..bbs * WQE_BB].fill(0);
         Some(size)
@@ -248,14 +248,22 @@ impl<B: Backend> TxQueue<B> {
     /// whose Ethernet segment asks for checksums `csum` (IPv4 header, L4): a sendable,
     /// single-segment packet without a VLAN tag to insert and with the same checksum requests.
     #[inline]
-    fn multi_packet_place(&mut self, m: &Mbuf, len: usize, csum: (bool, bool)) -> Option<u32> {
-        if !(ETH_HEADER..=self.max_frame).contains(&len)
-            || m.flags.tx_vlan.is_some()
-            || (m.flags.tx_ip_csum, m.flags.tx_l4_csum) != csum
+    fn multi_packet_place<S: TxSource>(
+        max_frame: usize,
+        inflight: &mut InFlight,
+        pkts: &S,
+        m: &S::Packet<'_>,
+        len: usize,
+        csum: (bool, bool),
+    ) -> Option<u32> {
+        let flags = m.flags();
+        if !(ETH_HEADER..=max_frame).contains(&len)
+            || flags.tx_vlan.is_some()
+            || (flags.tx_ip_csum, flags.tx_l4_csum) != csum
         {
             return None;
         }
-        self.inflight.run_place(m)
+        pkts.run_place(m, inflight)
     }
 
     /// The 16-byte segments a packet of `len` bytes takes in a multi-packet WQE: its bytes in
@@ -277,52 +285,84 @@ impl<B: Backend> TxQueue<B> {
     /// size in bytes; `None`, with nothing changed, unless at least two packets qualify (one
     /// goes better as a SEND, BlueFlame included).
     #[inline]
-    pub(crate) fn multi_packet_wqe(
+    pub(crate) fn multi_packet_wqe<S: TxSource>(
         &mut self,
-        pkts: &mut [Mbuf],
+        pkts: &mut S,
+        from: usize,
+        limit: usize,
         wqe: &mut [u8; MAX_WQE],
     ) -> Option<(usize, u64, usize)> {
-        let [first, second, ..] = pkts else {
-            return None;
-        };
-        let csum = (first.flags.tx_ip_csum, first.flags.tx_l4_csum);
-        let room = MAX_DS.min(usize::from(self.free()) * WQE_BB / WQE_DS);
-        let (first_len, second_len) = (first.pkt_len(), second.pkt_len());
-        if MULTI_PACKET_HEAD_DS + self.run_segment_ds(first_len) + self.run_segment_ds(second_len)
-            > room
-            || self.multi_packet_place(first, first_len, csum).is_none()
-            || self.multi_packet_place(second, second_len, csum).is_none()
-        {
+        if limit < from + 2 {
             return None;
         }
+        let room = MAX_DS.min(usize::from(self.free()) * WQE_BB / WQE_DS);
+        let max_frame = self.max_frame;
+        let csum = {
+            let (first, second) = (pkts.packet(from), pkts.packet(from + 1));
+            let flags = first.flags();
+            let csum = (flags.tx_ip_csum, flags.tx_l4_csum);
+            let (first_len, second_len) = (first.pkt_len(), second.pkt_len());
+            if MULTI_PACKET_HEAD_DS
+                + self.run_segment_ds(first_len)
+                + self.run_segment_ds(second_len)
+                > room
+                || Self::multi_packet_place(
+                    max_frame,
+                    &mut self.inflight,
+                    pkts,
+                    &first,
+                    first_len,
+                    csum,
+                )
+                .is_none()
+                || Self::multi_packet_place(
+                    max_frame,
+                    &mut self.inflight,
+                    pkts,
+                    &second,
+                    second_len,
+                    csum,
+                )
+                .is_none()
+            {
+                return None;
+            }
+            csum
+        };
         let mut ds = MULTI_PACKET_HEAD_DS;
         let mut taken = 0;
         let mut bytes = 0u64;
-        for m in pkts.iter_mut() {
-            let len = m.pkt_len();
-            let segment_ds = self.run_segment_ds(len);
-            if ds + segment_ds > room {
-                break;
-            }
-            let Some(place) = self.multi_packet_place(m, len, csum) else {
-                break;
+        for i in from..limit {
+            let (len, place) = {
+                let m = pkts.packet(i);
+                let len = m.pkt_len();
+                let segment_ds = self.run_segment_ds(len);
+                if ds + segment_ds > room {
+                    break;
+                }
+                let Some(place) =
+                    Self::multi_packet_place(max_frame, &mut self.inflight, pkts, &m, len, csum)
+                else {
+                    break;
+                };
+                let at = ds * WQE_DS;
+                if segment_ds > 1 {
+                    let end = at + segment_ds * WQE_DS;
+                    wqe[end - WQE_DS..end].fill(0);
+                    wqe[at..at + 4].copy_from_slice(&(INLINE_SEG | len as u32).to_be_bytes());
+                    m.read(0, &mut wqe[at + 4..at + 4 + len]);
+                    self.stats.inline_packets += 1;
+                } else {
+                    wqe[at..at + WQE_DS].copy_from_slice(&wqe::encode_data(
+                        len as u32,
+                        m.lkey(),
+                        m.data_iova(),
+                    ));
+                }
+                ds += segment_ds;
+                (len, place)
             };
-            let at = ds * WQE_DS;
-            if segment_ds > 1 {
-                let end = at + segment_ds * WQE_DS;
-                wqe[end - WQE_DS..end].fill(0);
-                wqe[at..at + 4].copy_from_slice(&(INLINE_SEG | len as u32).to_be_bytes());
-                m.read(0, &mut wqe[at + 4..at + 4 + len]);
-                self.stats.inline_packets += 1;
-            } else {
-                wqe[at..at + WQE_DS].copy_from_slice(&wqe::encode_data(
-                    len as u32,
-                    m.lkey(),
-                    m.data_iova(),
-                ));
-            }
-            ds += segment_ds;
-            self.inflight.keep_in_run(place, m);
+            pkts.keep_in_run(i, place, &mut self.inflight);
             taken += 1;
             bytes += len as u64;
         }

@@ -16,7 +16,8 @@
 //! (see `apps/scripts/callgrind-fwd`).
 
 use cxdirect::{
-    Backend, BackendError, Device, InlineMode, Interrupt, Mbuf, Options, Port, PortConfig, Queues,
+    Backend, BackendError, Device, InlineMode, Interrupt, Mbuf, Options, PacketBurst, Port,
+    PortConfig, Queues,
 };
 use cxdirect_apps::args::Args;
 use cxdirect_apps::emulated::EmuBackend;
@@ -35,7 +36,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 const USAGE: &str =
-    "usage: cxdirect-bench [--rounds N] [--iterations N] [--callgrind [--packets N] [--multi-packet] [--striding]]
+    "usage: cxdirect-bench [--rounds N] [--iterations N] [--callgrind [--packets N] [--multi-packet] [--striding] [--burst]]
   --rounds N      timed rounds of 256 packets per configuration (default 200)
   --iterations N  ping-pong round trips per variant (default 5000)
   --only tx|rx|model
@@ -43,7 +44,9 @@ const USAGE: &str =
   --callgrind     io forwarding between the two ports for --packets (default 200000), for
                   valgrind --tool=callgrind; prints `forwarded=N`
   --multi-packet  with --callgrind: send runs in enhanced multi-packet WQEs
-  --striding      with --callgrind: receive into striding receive queues";
+  --striding      with --callgrind: receive into striding receive queues
+  --burst         with --callgrind: forward through packet bursts (rx_burst_into, tx_burst_from)
+                  instead of Vec<Mbuf>";
 
 /// Packets per timed round: a quarter of the ring, so a round never waits for ring space.
 const ROUND: usize = 256;
@@ -211,7 +214,7 @@ fn main() -> ExitCode {
 }
 
 fn real_main() -> Result<(), String> {
-    let flags = ["help", "callgrind", "multi-packet", "striding"];
+    let flags = ["help", "callgrind", "multi-packet", "striding", "burst"];
     let args = Args::parse(std::env::args().skip(1), &flags)?;
     if args.flag("help") {
         println!("{USAGE}");
@@ -228,6 +231,7 @@ fn real_main() -> Result<(), String> {
             args.parse_or("packets", 200_000u64)?,
             args.flag("multi-packet"),
             args.flag("striding"),
+            args.flag("burst"),
         );
     }
     let rounds: usize = args.parse_or("rounds", 200usize)?;
@@ -1040,7 +1044,7 @@ fn bringup_ms() -> Result<f64, String> {
 /// it receives (its own pool's buffers), so packets bounce between the two; `packets` forwards,
 /// then `forwarded=N`. Run under callgrind with collection toggled on in the driver's burst
 /// calls and off inside the model (see `apps/scripts/callgrind-fwd`).
-fn callgrind(packets: u64, multi_packet: bool, striding: bool) -> Result<(), String> {
+fn callgrind(packets: u64, multi_packet: bool, striding: bool, burst: bool) -> Result<(), String> {
     let config = PortConfig {
         tx_multi_packet: multi_packet,
         rx_striding: striding.then(cxdirect::RxStriding::default),
@@ -1054,17 +1058,32 @@ fn callgrind(packets: u64, multi_packet: bool, striding: bool) -> Result<(), Str
     let mut sides = [(txa, rxa), (txb, rxb)];
     let mut forwarded = 0u64;
     let deadline = Instant::now() + Duration::from_secs(1200);
+    let mut bursts = [PacketBurst::new(), PacketBurst::new()];
+    if burst {
+        for m in pending[0].drain(..) {
+            bursts[0]
+                .push(m)
+                .map_err(|_| "a packet did not fit the burst".to_string())?;
+        }
+    }
     while forwarded < packets {
         for (side, (tx, rx)) in sides.iter_mut().enumerate() {
-            tx[0].tx_burst(&mut pending[side]);
-            forwarded += rx[0].rx_burst(&mut pending[side], 32) as u64;
+            if burst {
+                tx[0].tx_burst_from(&mut bursts[side]);
+                forwarded += rx[0]
+                    .rx_burst_into(&mut bursts[side], 32)
+                    .map_err(|e| e.to_string())? as u64;
+            } else {
+                tx[0].tx_burst(&mut pending[side]);
+                forwarded += rx[0].rx_burst(&mut pending[side], 32) as u64;
+            }
         }
         if Instant::now() > deadline {
             return Err("forwarding stalled".into());
         }
     }
     println!("forwarded={forwarded}");
-    drop(pending);
+    drop((pending, bursts));
     let [a, b] = sides;
     close((pa, a))?;
     close((pb, b))?;
