@@ -293,7 +293,8 @@ impl<B: Backend> TxQueue<B> {
     pub fn tx_burst_from(&mut self, burst: &mut PacketBurst) -> usize {
         let taken = match BurstSource::new(burst, &mut self.inflight) {
             Some(mut source) => self.send(&mut source),
-            None => 0,
+            // Nothing to send: completions are still taken, as `tx_burst` takes them.
+            None => self.send(&mut Vec::new()),
         };
         burst.remove_front(taken);
         self.published.publish(&self.stats);

@@ -187,10 +187,10 @@ pub(crate) struct BurstSource<'b> {
 }
 
 impl<'b> BurstSource<'b> {
-    /// The packets of `burst`; `None` for an empty one.
+    /// The packets of `burst`; `None` for an empty one (which then takes no pool place).
     #[inline]
     pub(crate) fn new(burst: &'b PacketBurst, inflight: &mut InFlight) -> Option<Self> {
-        let (pool, entries) = burst.parts()?;
+        let (pool, entries) = burst.parts().filter(|(_, entries)| !entries.is_empty())?;
         let place = inflight.place_of(pool).map(|p| p as u32);
         Some(Self {
             pool,
