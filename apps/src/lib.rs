@@ -137,3 +137,9 @@ pub fn poll_rx<B: cxdirect::Backend>(
         }
     }
 }
+
+/// The README's Rust code blocks, compiled and run as doctests so the first program it shows
+/// keeps working.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
