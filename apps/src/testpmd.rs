@@ -12,34 +12,22 @@ pub const MAGIC: [u8; 4] = *b"cxdt";
 pub const MIN_LEN: usize = HEADER_LEN + 10;
 
 /// What a port does with packets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ForwardMode {
     /// Forward received packets unchanged to the other port.
     Io,
     /// Only send generated packets.
+    #[value(name = "txonly")]
     TxOnly,
     /// Only receive.
+    #[value(name = "rxonly")]
     RxOnly,
     /// Forward with source and destination MAC swapped.
+    #[value(name = "macswap")]
     MacSwap,
     /// Send generated packets over many flows (UDP source ports).
+    #[value(name = "flowgen")]
     FlowGen,
-}
-
-impl std::str::FromStr for ForwardMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "io" => Ok(Self::Io),
-            "txonly" => Ok(Self::TxOnly),
-            "rxonly" => Ok(Self::RxOnly),
-            "macswap" => Ok(Self::MacSwap),
-            "flowgen" => Ok(Self::FlowGen),
-            other => Err(format!(
-                "unknown forward mode `{other}`: use io, txonly, rxonly, macswap or flowgen"
-            )),
-        }
-    }
 }
 
 /// Builds generated packets: flows `0..flows`, sizes cycling through `sizes`.
