@@ -1,5 +1,5 @@
 //! The programs' command lines: `--help` with its option groups, usage errors that exit 2 and
-//! name the flag and the reason.
+//! name the flag and the reason, and testpmd's summary line.
 
 use std::process::Command;
 
@@ -270,4 +270,74 @@ fn usage_errors_exit_2_and_say_which_flag_and_why() {
         assert_eq!(code, 2, "{args:?}: {stderr}");
         assert!(stderr.contains(wanted), "{args:?}: {stderr}");
     }
+}
+
+/// testpmd's last line, whose format scripts read: `summary: tx=N rx=N lost=N corrupt=N
+/// duplicate=N oerrors=N imissed=N mpps=X.XXX`.
+fn summary_fields(stdout: &str) -> Vec<(String, String)> {
+    let line = stdout.lines().last().unwrap_or_default();
+    let fields = line
+        .strip_prefix("summary: ")
+        .unwrap_or_else(|| panic!("{stdout}"));
+    fields
+        .split(' ')
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or_else(|| panic!("{line}"));
+            (k.to_string(), v.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn testpmd_with_four_send_queues_reports_no_reorder_as_duplicates() {
+    // Flows pinned to send queues: each flow leaves in order, whichever queue the threaded model
+    // serves first.
+    let (code, stdout, stderr) = run(
+        TESTPMD,
+        &[
+            "--device",
+            "emu",
+            "--emu-exec",
+            "threaded",
+            "--txq",
+            "4",
+            "--rxq",
+            "1",
+            "--packets",
+            "20000",
+            "--verify",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let fields = summary_fields(&stdout);
+    let keys: Vec<&str> = fields.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "tx",
+            "rx",
+            "lost",
+            "corrupt",
+            "duplicate",
+            "oerrors",
+            "imissed",
+            "mpps"
+        ]
+    );
+    let value = |k: &str| fields.iter().find(|(key, _)| key == k).unwrap().1.clone();
+    assert_eq!(
+        ["tx", "rx", "lost", "corrupt", "duplicate"].map(value),
+        ["20000", "20000", "0", "0", "0"]
+    );
+    let mpps = value("mpps");
+    assert!(
+        mpps.parse::<f64>().is_ok() && mpps.split_once('.').unwrap().1.len() == 3,
+        "{mpps}"
+    );
+    assert!(
+        stdout.contains(
+            "verify: good 20000 corrupt 0 duplicate 0 gaps 0 reordered 0 out-of-window 0"
+        ),
+        "{stdout}"
+    );
 }

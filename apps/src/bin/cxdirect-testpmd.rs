@@ -1,6 +1,9 @@
 //! cxdirect-testpmd: moves packets through one or two ports in a DPDK testpmd-like way and
 //! reports port statistics periodically and at exit. With `--verify` every generated packet
 //! carries a flow id, a sequence number and a pattern, and every received packet is checked.
+//! Flow `f` is sent on send queue `f % txq`, so a flow leaves in order, as DPDK's testpmd pins a
+//! flow to a queue; the checker still takes a packet that arrives late (within a window of
+//! sequence numbers) as filling its gap, and counts as a duplicate only one that arrives twice.
 //! Last line: `summary: tx=N rx=N lost=N corrupt=N duplicate=N oerrors=N imissed=N mpps=X`.
 
 use clap::error::ErrorKind;
@@ -29,7 +32,7 @@ struct Cli {
     /// Frame sizes in bytes, no FCS, sent in turn (each 52..=9018)
     #[arg(long, value_name = "L[,L...]", value_delimiter = ',', default_value = "64", value_parser = cli::frame_size(cli::MAX_JUMBO_FRAME), help_heading = TRAFFIC)]
     txpkts: Vec<u16>,
-    /// Flows (UDP source ports) the generator cycles through (1..=65535) [default: 64 with flowgen, else 1]
+    /// Flows (UDP source ports) the generator cycles through (1..=65535) [default: 64 with flowgen, else one per send queue]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..), help_heading = TRAFFIC)]
     flows: Option<u16>,
     /// What a send WQE carries inline: none, headers or full (the whole packet within --inline-max)
@@ -44,7 +47,7 @@ struct Cli {
     /// Receive queues per port (1..=64)
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = cli::queue_count(), help_heading = QUEUES)]
     rxq: u16,
-    /// Send queues per port (1..=64)
+    /// Send queues per port; flow f is sent on queue f % N (1..=64)
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = cli::queue_count(), help_heading = QUEUES)]
     txq: u16,
     /// Entries per queue ring (a power of two, 64..=32768)
@@ -144,7 +147,7 @@ impl From<&Cli> for Settings {
             stats_period: (cli.stats_period > 0.0)
                 .then(|| Duration::from_secs_f64(cli.stats_period)),
             verify: cli.verify,
-            flows: cli.flows.unwrap_or(if flowgen { 64 } else { 1 }),
+            flows: cli.flows.unwrap_or(if flowgen { 64 } else { cli.txq }),
         }
     }
 }
@@ -203,10 +206,15 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
     let tx_port = 0;
     let rx_port = ports.len() - 1;
     let mut received: Vec<Mbuf> = Vec::with_capacity(cxdirect::queue::MAX_BURST);
-    let mut pending: Vec<Vec<Mbuf>> = (0..ports.len())
-        .map(|_| Vec::with_capacity(cxdirect::queue::MAX_BURST * 2))
+    // Packets waiting to be sent, per port and send queue: a generated packet on its flow's
+    // queue, a forwarded one on the queue numbered as the one it arrived on.
+    let mut pending: Vec<Vec<Vec<Mbuf>>> = (0..ports.len())
+        .map(|_| {
+            (0..s.txq)
+                .map(|_| Vec::with_capacity(cxdirect::queue::MAX_BURST * 2))
+                .collect()
+        })
         .collect();
-    let mut turn = 0usize;
     let start = Instant::now();
     let mut last_stats = start;
     let mut rx_count = vec![0u64; ports.len()];
@@ -215,7 +223,7 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
     if forwarding {
         // Start the loop with traffic, as testpmd's --tx-first does.
         let pool = ports[tx_port].0.pool().clone();
-        testpmd::generate(
+        testpmd::generate_pinned(
             &mut generator,
             &pool,
             &mut pending[tx_port],
@@ -253,7 +261,7 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
             && s.packets.is_none_or(|n| generator.generated() < n)
         {
             let pool = ports[tx_port].0.pool().clone();
-            testpmd::generate(
+            testpmd::generate_pinned(
                 &mut generator,
                 &pool,
                 &mut pending[tx_port],
@@ -263,38 +271,36 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
         }
         for p in 0..ports.len() {
             // Send what is waiting for this port.
-            if !pending[p].is_empty() {
-                let before = pending[p].len();
-                let (_, (tx, _)) = &mut ports[p];
-                testpmd::send_some(tx, &mut pending[p], &mut turn);
-                progress |= pending[p].len() != before;
-            }
+            let (_, (tx, _)) = &mut ports[p];
+            progress |= testpmd::send_batches(tx, &mut pending[p]) > 0;
             // A queue stopped by an error completion is recovered before it is used again.
             let (port, queues) = &mut ports[p];
             recoveries += testpmd::recover_stopped(port, queues)
                 .map_err(|e| format!("queue recovery: {e}"))?
                 .len() as u64;
-            // Receive.
-            received.clear();
-            let (_, (_, rx)) = &mut ports[p];
-            let got = testpmd::receive_all(rx, &mut received, s.burst);
-            if got == 0 {
-                continue;
-            }
-            progress = true;
-            rx_count[p] += got as u64;
+            // Receive, queue by queue.
             let out = if ports.len() == 2 { 1 - p } else { p };
-            for mut m in received.drain(..) {
-                if s.verify && !forwarding {
-                    verifier.check(&m);
+            for q in 0..usize::from(s.rxq) {
+                received.clear();
+                let got = ports[p].1 .1[q].rx_burst(&mut received, s.burst);
+                if got == 0 {
+                    continue;
                 }
-                match s.mode {
-                    ForwardMode::Io => pending[out].push(m),
-                    ForwardMode::MacSwap => {
-                        testpmd::mac_swap(&mut m);
-                        pending[out].push(m);
+                progress = true;
+                rx_count[p] += got as u64;
+                let to = &mut pending[out][q % usize::from(s.txq)];
+                for mut m in received.drain(..) {
+                    if s.verify && !forwarding {
+                        verifier.check(&m);
                     }
-                    _ => drop(m),
+                    match s.mode {
+                        ForwardMode::Io => to.push(m),
+                        ForwardMode::MacSwap => {
+                            testpmd::mac_swap(&mut m);
+                            to.push(m);
+                        }
+                        _ => drop(m),
+                    }
                 }
             }
         }
@@ -351,8 +357,13 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
     let mpps = rx as f64 / elapsed.as_secs_f64() / 1e6;
     if s.verify && !forwarding {
         println!(
-            "verify: good {} corrupt {} duplicate {} gaps {}",
-            verifier.good, verifier.corrupt, verifier.duplicate, verifier.gaps
+            "verify: good {} corrupt {} duplicate {} gaps {} reordered {} out-of-window {}",
+            verifier.good,
+            verifier.corrupt,
+            verifier.duplicate,
+            verifier.gaps,
+            verifier.reordered,
+            verifier.out_of_window
         );
     }
     if recoveries > 0 {
@@ -364,7 +375,10 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
         "summary: tx={sent} rx={rx} lost={lost} corrupt={} duplicate={} oerrors={} imissed={imissed} mpps={mpps:.3}",
         verifier.corrupt, verifier.duplicate, totals.oerrors
     );
-    let clean = lost == 0 && verifier.corrupt == 0 && verifier.duplicate == 0;
+    let clean = lost == 0
+        && verifier.corrupt == 0
+        && verifier.duplicate == 0
+        && verifier.out_of_window == 0;
     Ok(if !s.verify || clean {
         ExitCode::SUCCESS
     } else {
