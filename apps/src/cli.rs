@@ -95,7 +95,7 @@ impl EmuExec {
 #[derive(Args, Debug, Clone)]
 #[command(next_help_heading = DEVICES)]
 pub struct DeviceArgs {
-    /// Port to open (repeatable): emu (one port, looped back), emu-pair (two ports wired back to back) or a PCI address [pci:]DOMAIN:BUS:DEV.FN[,iommu=MODE]
+    /// Port to open (repeatable): emu (one port, looped back), emu-pair (two ports wired back to back) or a PCI address such as 0000:06:00.0 or 06:00.0,iommu=type1
     #[arg(long = "device", value_name = "SPEC", required = true, value_parser = parse_device_spec)]
     pub devices: Vec<String>,
     /// IOMMU interface for PCI devices: auto, type1, iommufd or noiommu (a spec's own iommu= wins)

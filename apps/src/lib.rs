@@ -103,7 +103,7 @@ const POLLS_PER_CLOCK_READ: u32 = 256;
 
 /// Polls `queue` (bursts of up to `max` packets into `got`) until something arrives, and
 /// returns how many arrived; `None` once `deadline` has passed with nothing. The clock is read
-/// only every [`POLLS_PER_CLOCK_READ`] empty polls, so the deadline may be overrun by that many
+/// only every `POLLS_PER_CLOCK_READ` (256) empty polls, so the deadline may be overrun by that many
 /// polls (microseconds).
 pub fn poll_rx<B: cxdirect::Backend>(
     queue: &mut cxdirect::RxQueue<B>,

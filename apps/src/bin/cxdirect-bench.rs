@@ -64,7 +64,7 @@ struct Cli {
     /// With --callgrind: receive into striding receive queues
     #[arg(long, requires = "callgrind", help_heading = CALLGRIND)]
     striding: bool,
-    /// With --callgrind: forward through packet bursts (rx_burst_into, tx_burst_from) instead of Vec<Mbuf>
+    /// With --callgrind: forward through packet bursts (rx_burst_into, tx_burst_from), not vectors of Mbuf
     #[arg(long, requires = "callgrind", help_heading = CALLGRIND)]
     packet_bursts: bool,
 }
