@@ -116,6 +116,17 @@ impl FaultClass {
     }
 }
 
+/// Fault classes by name on a command line (`--class`).
+impl clap::ValueEnum for FaultClass {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Self::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.name()))
+    }
+}
+
 /// What one class's run found.
 #[derive(Debug, Clone, Default)]
 pub struct ClassReport {

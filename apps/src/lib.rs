@@ -1,8 +1,8 @@
 //! cxdirect-apps: DPDK-like programs built on cxdirect — info, devbind and, as they arrive,
-//! testpmd, pingpong, shared-rx, dmabuf-rx and bench — plus what they share: device specs
-//! (`emu`, `emu-pair`, PCI addresses) and the emulated backend.
+//! testpmd, pingpong, shared-rx, dmabuf-rx and bench — plus what they share: command-line
+//! option groups ([`cli`]), device specs (`emu`, `emu-pair`, PCI addresses) and the emulated
+//! backend.
 
-pub mod args;
 pub mod cli;
 pub mod devbind;
 pub mod emulated;
@@ -51,37 +51,20 @@ pub enum OpenError {
     Open(String),
 }
 
-/// How long a polling model's device thread keeps looking for work after its last piece.
-pub const EMU_POLL_WINDOW: std::time::Duration = std::time::Duration::from_millis(50);
-
-/// The model configuration an `--emu-exec` value names: `inline` (device work in the driver's
-/// calls), `threaded` (a device thread woken by each doorbell) or `polling` (a device thread
-/// that keeps polling for [`EMU_POLL_WINDOW`] after work, as a real device's engines run).
-pub fn emu_config(emu_exec: &str) -> Result<cxdirect_emu::EmuConfig, String> {
-    let (exec, poll_window) = match emu_exec {
-        "inline" => (cxdirect_emu::ExecMode::Inline, std::time::Duration::ZERO),
-        "threaded" => (cxdirect_emu::ExecMode::Threaded, std::time::Duration::ZERO),
-        "polling" => (cxdirect_emu::ExecMode::Threaded, EMU_POLL_WINDOW),
-        other => {
-            return Err(format!(
-                "--emu-exec `{other}`: use inline, threaded or polling"
-            ))
-        }
-    };
-    Ok(cxdirect_emu::EmuConfig {
-        exec,
-        poll_window,
-        ..cxdirect_emu::EmuConfig::default()
-    })
-}
-
-/// Opens one or two ports from `specs`: emulated ones executing as `emu_exec` says (see
-/// [`emu_config`]), or PCI functions through VFIO with `iommu_mode` unless a spec names one.
-pub fn open_ports(specs: &[String], emu_exec: &str, iommu_mode: &str) -> Result<Ports, OpenError> {
+/// Opens one or two ports from `specs`: emulated ones executing as `emu_exec` says, or PCI
+/// functions through VFIO with `iommu_mode` unless a spec names one.
+pub fn open_ports(
+    specs: &[String],
+    emu_exec: cli::EmuExec,
+    iommu_mode: cli::IommuMode,
+) -> Result<Ports, OpenError> {
     if specs.is_empty() || specs.len() > 2 {
-        return Err(OpenError::Usage("give one or two --device options".into()));
+        return Err(OpenError::Usage(format!(
+            "--device: give one or two devices, not {}",
+            specs.len()
+        )));
     }
-    let model = emu_config(emu_exec).map_err(OpenError::Usage)?;
+    let model = emu_exec.config();
     let parsed: Vec<emulated::Spec> = specs.iter().map(|s| emulated::Spec::parse(s)).collect();
     let pci = parsed
         .iter()
@@ -93,19 +76,22 @@ pub fn open_ports(specs: &[String], emu_exec: &str, iommu_mode: &str) -> Result<
             .flat_map(|s| emulated::open_emulated(s, model.clone()))
             .collect();
         if backends.len() > 2 {
-            return Err(OpenError::Usage("at most two ports".into()));
+            return Err(OpenError::Usage(
+                "--device: at most two ports (emu-pair is two)".into(),
+            ));
         }
         return Ok(Ports::Emulated(backends));
     }
     if pci != parsed.len() {
         return Err(OpenError::Usage(
-            "do not mix emulated and PCI devices".into(),
+            "--device: do not mix emulated and PCI devices".into(),
         ));
     }
     let mut backends = Vec::new();
     for spec in specs {
         backends.push(
-            vfio_open(spec, iommu_mode).map_err(|e| OpenError::Open(format!("{spec}: {e}")))?,
+            vfio_open(spec, iommu_mode.as_str())
+                .map_err(|e| OpenError::Open(format!("{spec}: {e}")))?,
         );
     }
     Ok(Ports::Pci(backends))
@@ -117,7 +103,7 @@ const POLLS_PER_CLOCK_READ: u32 = 256;
 
 /// Polls `queue` (bursts of up to `max` packets into `got`) until something arrives, and
 /// returns how many arrived; `None` once `deadline` has passed with nothing. The clock is read
-/// only every [`POLLS_PER_CLOCK_READ`] empty polls, so the deadline may be overrun by that many
+/// only every `POLLS_PER_CLOCK_READ` (256) empty polls, so the deadline may be overrun by that many
 /// polls (microseconds).
 pub fn poll_rx<B: cxdirect::Backend>(
     queue: &mut cxdirect::RxQueue<B>,

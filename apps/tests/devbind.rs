@@ -742,26 +742,38 @@ fn binary_end_to_end() {
     let (code, _, stderr) = run_tool(&["--sysfs", root, "--bind", "06:00.0"]);
     assert_eq!(code, 1);
     assert!(stderr.contains("--force"), "{stderr}");
-    let (code, _, stderr) = run_tool(&["--sysfs", root, "--bind", "6-0-0"]);
-    assert_eq!(code, 1);
-    assert!(stderr.contains("'6-0-0' is not a PCI address"), "{stderr}");
+    // A malformed address is refused while the command line is read: a usage error naming
+    // the flag, before sysfs is touched.
+    let before = fake.snapshot();
+    let (code, stdout, stderr) = run_tool(&["--sysfs", root, "--bind", "6-0-0"]);
+    assert_eq!((code, stdout.as_str()), (2, ""));
+    assert!(
+        stderr.contains("for '--bind <BDF>': '6-0-0' is not a PCI address"),
+        "{stderr}"
+    );
+    assert_eq!(fake.snapshot(), before);
 
-    // Usage errors: exit 2 with the usage text.
-    for args in [
-        vec!["--frobnicate"],
-        vec!["--bind"],
-        vec!["--bind", "--force"],
-        vec!["--bind", PF0, "--unbind", PF0],
-        vec!["--force"],
+    // Usage errors: exit 2, naming the flag and what is wrong.
+    for (args, why) in [
+        (vec!["--frobnicate"], "unexpected argument '--frobnicate'"),
+        (vec!["--bind"], "a value is required for '--bind <BDF>'"),
+        (
+            vec!["--bind", "--force"],
+            "a value is required for '--bind <BDF>'",
+        ),
+        (
+            vec!["--bind", PF0, "--unbind", PF0],
+            "'--bind <BDF>' cannot be used with '--unbind <BDF>'",
+        ),
+        (vec!["--force"], "required arguments were not provided"),
     ] {
         let (code, stdout, stderr) = run_tool(&args);
         assert_eq!((code, stdout.as_str()), (2, ""), "{args:?}");
-        assert!(
-            stderr.contains("Usage: cxdirect-devbind"),
-            "{args:?}: {stderr}"
-        );
+        assert!(stderr.contains(why), "{args:?}: {stderr}");
+        assert!(stderr.contains("try '--help'"), "{args:?}: {stderr}");
     }
     let (code, stdout, _) = run_tool(&["--help"]);
     assert_eq!(code, 0);
-    assert!(stdout.starts_with("Usage: cxdirect-devbind"));
+    assert!(stdout.contains("Usage: cxdirect-devbind"), "{stdout}");
+    assert!(stdout.contains("-b, --bind <BDF>"), "{stdout}");
 }

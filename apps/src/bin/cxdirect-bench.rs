@@ -15,11 +15,12 @@
 //! between the two ports for a fixed packet count, for `valgrind --tool=callgrind`
 //! (see `apps/scripts/callgrind-fwd`).
 
+use clap::{Parser, ValueEnum};
 use cxdirect::{
     Backend, BackendError, Device, InlineMode, Interrupt, Mbuf, Options, PacketBurst, Port,
     PortConfig, Queues,
 };
-use cxdirect_apps::args::Args;
+use cxdirect_apps::cli::RUN;
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_apps::poll_rx;
 use cxdirect_apps::testpmd::build;
@@ -35,18 +36,62 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-const USAGE: &str =
-    "usage: cxdirect-bench [--rounds N] [--iterations N] [--callgrind [--packets N] [--multi-packet] [--striding] [--burst]]
-  --rounds N      timed rounds of 256 packets per configuration (default 200)
-  --iterations N  ping-pong round trips per variant (default 5000)
-  --only tx|rx|model
-                  measure one path only (for profiling; model: the end-to-end runs)
-  --callgrind     io forwarding between the two ports for --packets (default 200000), for
-                  valgrind --tool=callgrind; prints `forwarded=N`
-  --multi-packet  with --callgrind: send runs in enhanced multi-packet WQEs
-  --striding      with --callgrind: receive into striding receive queues
-  --burst         with --callgrind: forward through packet bursts (rx_burst_into, tx_burst_from)
-                  instead of Vec<Mbuf>";
+/// Help heading of the callgrind run's options.
+const CALLGRIND: &str = "Callgrind run";
+
+/// Measures how close the fast path is to its floor, on the emulated pair
+#[derive(Parser, Debug)]
+#[command(name = "cxdirect-bench", version)]
+struct Cli {
+    /// Timed rounds of 256 packets per configuration (5..)
+    #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u32).range(5..), help_heading = RUN)]
+    rounds: u32,
+    /// Ping-pong round trips per variant (100..)
+    #[arg(long, value_name = "N", default_value_t = 5000, value_parser = clap::value_parser!(u32).range(100..), help_heading = RUN)]
+    iterations: u32,
+    /// Measure one path only, for profiling: all, tx, rx or model (the end-to-end runs)
+    #[arg(long, value_name = "PATH", value_enum, hide_possible_values = true, default_value_t = Only::All, help_heading = RUN)]
+    only: Only,
+    /// Instead, io forwarding between the two ports for --packets, for valgrind --tool=callgrind; prints forwarded=N
+    #[arg(long, help_heading = CALLGRIND)]
+    callgrind: bool,
+    /// Packets to forward with --callgrind (1..)
+    #[arg(long, value_name = "N", default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..), requires = "callgrind", help_heading = CALLGRIND)]
+    packets: u64,
+    /// With --callgrind: send runs in enhanced multi-packet WQEs
+    #[arg(long, requires = "callgrind", help_heading = CALLGRIND)]
+    multi_packet: bool,
+    /// With --callgrind: receive into striding receive queues
+    #[arg(long, requires = "callgrind", help_heading = CALLGRIND)]
+    striding: bool,
+    /// With --callgrind: forward through packet bursts (rx_burst_into, tx_burst_from), not vectors of Mbuf
+    #[arg(long, requires = "callgrind", help_heading = CALLGRIND)]
+    packet_bursts: bool,
+}
+
+/// Which path a run measures.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Only {
+    /// Every figure.
+    All,
+    /// The send path.
+    Tx,
+    /// The receive path.
+    Rx,
+    /// The end-to-end model runs.
+    Model,
+}
+
+impl Only {
+    fn name(self) -> &'static str {
+        match self {
+            Self::All => "all",
+            Self::Tx => "tx",
+            Self::Rx => "rx",
+            Self::Model => "model",
+        }
+    }
+}
 
 /// Packets per timed round: a quarter of the ring, so a round never waits for ring space.
 const ROUND: usize = 256;
@@ -214,37 +259,18 @@ fn main() -> ExitCode {
 }
 
 fn real_main() -> Result<(), String> {
-    let flags = ["help", "callgrind", "multi-packet", "striding", "burst"];
-    let args = Args::parse(std::env::args().skip(1), &flags)?;
-    if args.flag("help") {
-        println!("{USAGE}");
-        return Ok(());
-    }
-    if let Some(unknown) = args
-        .unknown(&["rounds", "iterations", "packets", "only"], &flags)
-        .first()
-    {
-        return Err(format!("unknown option --{unknown}\n{USAGE}"));
-    }
-    if args.flag("callgrind") {
+    let cli = Cli::parse();
+    if cli.callgrind {
         return callgrind(
-            args.parse_or("packets", 200_000u64)?,
-            args.flag("multi-packet"),
-            args.flag("striding"),
-            args.flag("burst"),
+            cli.packets,
+            cli.multi_packet,
+            cli.striding,
+            cli.packet_bursts,
         );
     }
-    let rounds: usize = args.parse_or("rounds", 200usize)?;
-    let iterations: usize = args.parse_or("iterations", 5000usize)?;
-    if rounds < 5 || iterations < 100 {
-        return Err("--rounds must be at least 5 and --iterations at least 100".into());
-    }
-    let only = args.get("only").unwrap_or("all").to_string();
-    if !["all", "tx", "rx", "model"].contains(&only.as_str()) {
-        return Err(format!(
-            "--only `{only}`: use tx, rx or model (for profiling one path)"
-        ));
-    }
+    let rounds = cli.rounds as usize;
+    let iterations = cli.iterations as usize;
+    let only = cli.only.name();
     if only == "model" {
         return end_to_end(rounds);
     }

@@ -5,9 +5,9 @@
 //! The receiving port's whole buffer pool is the imported range, registered as one memory key.
 //! Last line: `summary: source=S bytes=N verified=yes|no errors=N mbps=X`.
 
+use clap::{Parser, ValueEnum};
 use cxdirect::{Backend, Device, Mbuf, Options, Port, PortConfig, RxQueue, TxQueue};
-use cxdirect_apps::args::Args;
-use cxdirect_apps::cli::{Cli, RunOnPorts};
+use cxdirect_apps::cli::{self, DeviceArgs, RunOnPorts, RUN, TRAFFIC};
 use cxdirect_apps::testpmd::{build_to, HEADER_LEN};
 use cxdirect_dma::cuda::CudaMemory;
 use cxdirect_dma::{export, DmaBuf, DmaBufMapping, DmaBufMode};
@@ -15,17 +15,64 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: cxdirect-dmabuf-rx --device SPEC [--device SPEC]
-       --source udmabuf|dma-heap|memfd|cuda --size BYTES [--bytes N] [--payload BYTES]
-       [--verify] [--emu-exec inline|threaded|polling] [--iommu-mode auto|type1|iommufd|noiommu]
-  SPEC: emu (one port, loopback) | emu-pair (two ports back to back) | PCI address
-  The last (or only) device receives into the dmabuf; the first sends.
-  --size: bytes of dmabuf memory (the receive pool); --bytes: stream length (default --size)";
-
 /// Buffer size carved from the dmabuf, in bytes.
 const BUF_SIZE: u32 = 2048;
 /// UDP destination port of the stream.
 const STREAM_PORT: u16 = 5201;
+
+/// Receives a UDP stream straight into dmabuf memory and checks its pattern where it landed
+#[derive(Parser, Debug)]
+#[command(name = "cxdirect-dmabuf-rx", version)]
+#[command(
+    after_help = "SPEC: emu (one port, loopback) | emu-pair (two ports back to back) | PCI address. \
+The last (or only) device receives into the dmabuf; the first sends."
+)]
+struct Cli {
+    #[command(flatten)]
+    devices: DeviceArgs,
+    /// Who exports the memory: udmabuf, dma-heap (the system heap), memfd or cuda (GPU memory)
+    #[arg(long, value_name = "SOURCE", value_enum, hide_possible_values = true, help_heading = TRAFFIC)]
+    source: Source,
+    /// Bytes of dmabuf memory, the receive pool (a multiple of 4096, at least 1 MiB)
+    #[arg(long, value_name = "BYTES", default_value_t = 64 << 20, value_parser = parse_memory_size, help_heading = TRAFFIC)]
+    size: u64,
+    /// Bytes of stream to receive (1..) [default: --size]
+    #[arg(long, value_name = "N", value_parser = cli::at_least_one(), help_heading = TRAFFIC)]
+    bytes: Option<u64>,
+    /// Stream bytes per packet (64..=1458)
+    #[arg(long, value_name = "BYTES", default_value_t = 1458, value_parser = clap::value_parser!(u16).range(64..=1458), help_heading = TRAFFIC)]
+    payload: u16,
+    /// Check the stream's pattern in the memory it landed in
+    #[arg(long, help_heading = RUN)]
+    verify: bool,
+}
+
+/// Who exports the dmabuf.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum Source {
+    /// A udmabuf over a memfd.
+    Udmabuf,
+    /// The system dma-heap.
+    DmaHeap,
+    /// A memfd imported as it is.
+    Memfd,
+    /// GPU memory through CUDA.
+    Cuda,
+}
+
+/// A dmabuf size: a multiple of 4096 bytes, at least 1 MiB.
+fn parse_memory_size(text: &str) -> Result<u64, String> {
+    let n: u64 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of bytes"))?;
+    if n >= 1 << 20 && n % 4096 == 0 {
+        Ok(n)
+    } else {
+        Err(format!(
+            "{n} bytes: give a multiple of 4096, at least 1 MiB (1048576)"
+        ))
+    }
+}
 
 struct Settings {
     source: String,
@@ -35,54 +82,21 @@ struct Settings {
     verify: bool,
 }
 
-const CLI: Cli = Cli {
-    name: "cxdirect-dmabuf-rx",
-    usage: USAGE,
-};
-
 fn main() -> ExitCode {
-    let flags = ["help", "verify"];
-    let known = [
-        "device",
-        "source",
-        "size",
-        "bytes",
-        "payload",
-        "emu-exec",
-        "iommu-mode",
-    ];
-    let args = match CLI.parse(&flags, &known) {
-        Ok(args) => args,
-        Err(code) => return code,
-    };
-    match settings(&args) {
-        Ok(settings) => CLI.run_on_ports(&args, &settings),
-        Err(e) => CLI.usage_error(&e),
-    }
-}
-
-fn settings(args: &Args) -> Result<Settings, String> {
-    let source = args.get("source").ok_or("give --source")?.to_string();
-    if !["udmabuf", "dma-heap", "memfd", "cuda"].contains(&source.as_str()) {
-        return Err(format!(
-            "--source `{source}`: use udmabuf, dma-heap, memfd or cuda"
-        ));
-    }
-    let size = args.parse_or("size", 64u64 << 20)?;
-    if size < 1 << 20 || size % 4096 != 0 {
-        return Err("--size must be a multiple of 4096 and at least 1 MiB".into());
-    }
-    let payload = args.parse_or("payload", 1458usize)?;
-    if !(64..=1458).contains(&payload) {
-        return Err("--payload must be 64..=1458 bytes".into());
-    }
-    Ok(Settings {
+    let cli = Cli::parse();
+    let source = cli
+        .source
+        .to_possible_value()
+        .map(|v| v.get_name().to_string())
+        .unwrap_or_default();
+    let settings = Settings {
         source,
-        size,
-        bytes: args.parse_or("bytes", size)?,
-        payload,
-        verify: args.flag("verify"),
-    })
+        size: cli.size,
+        bytes: cli.bytes.unwrap_or(cli.size),
+        payload: usize::from(cli.payload),
+        verify: cli.verify,
+    };
+    cli::run_on_ports::<Cli>(&cli.devices, &settings)
 }
 
 /// Stream byte `k`.

@@ -11,38 +11,29 @@
 //! `summary: classes=N injections=N recovered=N lost_beyond_flushed=N duplicates=N leaked=N`.
 //! Exits 1 when any of the last three is not 0 or a class cannot run.
 
-use cxdirect_apps::cli::Cli;
+use clap::Parser;
+use cxdirect_apps::cli::RUN;
 use cxdirect_apps::faults::{run_class, FaultClass};
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: cxdirect-faults [--injections N] [--class NAME]
-  Runs every fault class (or only NAME) on the built-in emulated pair.
-  classes: tx_error_cqe rx_error_cqe tx_corrupt_cqe rx_corrupt_cqe dropped_doorbell
-           command_timeout corrupt_command_output bogus_event health_fatal
-           health_stall not_responding cq_overrun dma_unmapped dmabuf_revoked
-           shared_ring_error";
-
-const CLI: Cli = Cli {
-    name: "cxdirect-faults",
-    usage: USAGE,
-};
+/// Runs the fault matrix: every class of fault injected under verified traffic on the emulated pair
+#[derive(Parser, Debug)]
+#[command(name = "cxdirect-faults", version)]
+struct Cli {
+    /// Injections per fault class (1..)
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..), help_heading = RUN)]
+    injections: u32,
+    /// Run only this fault class [default: all]
+    #[arg(long, value_name = "NAME", value_enum, help_heading = RUN)]
+    class: Option<FaultClass>,
+}
 
 fn main() -> ExitCode {
-    let args = match CLI.parse(&["help"], &["injections", "class"]) {
-        Ok(args) => args,
-        Err(code) => return code,
-    };
-    let injections: u32 = match args.parse_or("injections", 20) {
-        Ok(n) if n > 0 => n,
-        Ok(_) => return CLI.usage_error("--injections must be at least 1"),
-        Err(e) => return CLI.usage_error(&e),
-    };
-    let classes: Vec<FaultClass> = match args.get("class") {
+    let cli = Cli::parse();
+    let injections = cli.injections;
+    let classes: Vec<FaultClass> = match cli.class {
         None => FaultClass::ALL.to_vec(),
-        Some(name) => match FaultClass::ALL.iter().find(|c| c.name() == name) {
-            Some(&c) => vec![c],
-            None => return CLI.usage_error(&format!("unknown fault class {name:?}")),
-        },
+        Some(class) => vec![class],
     };
     println!(
         "{:<24} {:>5} {:>5} {:>10} {:>10} {:>7} {:>7} {:>6} {:>5} {:>4} {:>4} {:>6}",

@@ -2,53 +2,47 @@
 //! interface, capabilities, port, firmware pages, bring-up time), tears it down, and ends with a
 //! machine-readable `summary:` line per device.
 
+use clap::Parser;
 use cxdirect::{Backend, Device, DriverError, Options};
-use cxdirect_apps::args::Args;
+use cxdirect_apps::cli::{self, DeviceArgs, RUN};
 use cxdirect_apps::emulated::{open_emulated, Spec};
-use cxdirect_emu::EmuConfig;
 use std::process::ExitCode;
 use std::time::Duration;
 
-const USAGE: &str = "usage: cxdirect-info --device SPEC [--device SPEC ...] [--iommu-mode auto|type1|iommufd|noiommu] [--init-timeout-ms N]
-  SPEC: emu | emu-pair | PCI address such as 0000:06:00.0";
+/// Brings ConnectX functions up, reports what they offer, and tears them down
+#[derive(Parser, Debug)]
+#[command(name = "cxdirect-info", version)]
+// Bring-up is timed: by default the model answers commands within the doorbell write.
+#[command(mut_arg("emu_exec", |arg| arg.default_value("inline")))]
+#[command(
+    after_help = "SPEC: emu | emu-pair | PCI address such as 0000:06:00.0; give as many as wanted."
+)]
+struct Cli {
+    #[command(flatten)]
+    devices: DeviceArgs,
+    /// How long the device may take to leave its initializing state, in milliseconds (1..)
+    #[arg(long, value_name = "MS", default_value_t = 120_000, value_parser = cli::at_least_one(), help_heading = RUN)]
+    init_timeout_ms: u64,
+}
 
 fn main() -> ExitCode {
-    let args = match Args::parse(std::env::args().skip(1), &["help"]) {
-        Ok(a) => a,
-        Err(e) => return usage(&e),
-    };
-    if args.flag("help") {
-        println!("{USAGE}");
-        return ExitCode::SUCCESS;
-    }
-    let unknown = args.unknown(&["device", "iommu-mode", "init-timeout-ms"], &["help"]);
-    if !unknown.is_empty() {
-        return usage(&format!("unknown option --{}", unknown[0]));
-    }
-    if args.all("device").is_empty() {
-        return usage("--device is required");
-    }
-    let timeout = match args.parse_or("init-timeout-ms", 120_000u64) {
-        Ok(ms) => Duration::from_millis(ms),
-        Err(e) => return usage(&e),
-    };
+    let cli = Cli::parse();
     let options = Options {
-        init_timeout: timeout,
+        init_timeout: Duration::from_millis(cli.init_timeout_ms),
         ..Options::default()
     };
     let mut failed = false;
-    for spec in args.all("device") {
+    for spec in &cli.devices.devices {
         let parsed = Spec::parse(spec);
         match &parsed {
             Spec::Emu | Spec::EmuPair => {
-                for backend in open_emulated(&parsed, EmuConfig::default()) {
+                for backend in open_emulated(&parsed, cli.devices.emu_exec.config()) {
                     let name = backend.name();
                     failed |= report(&name, Device::bring_up(backend, options.clone())).is_err();
                 }
             }
             Spec::Pci(pci) => {
-                let mode = args.get("iommu-mode").unwrap_or("auto");
-                let spec = cxdirect_apps::with_iommu_mode(pci, mode);
+                let spec = cxdirect_apps::with_iommu_mode(pci, cli.devices.iommu_mode.as_str());
                 failed |= report(pci, Device::open(&spec, options.clone())).is_err();
             }
         }
@@ -58,11 +52,6 @@ fn main() -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
-}
-
-fn usage(msg: &str) -> ExitCode {
-    eprintln!("cxdirect-info: {msg}\n{USAGE}");
-    ExitCode::from(2)
 }
 
 fn report<B: Backend>(name: &str, opened: Result<Device<B>, DriverError>) -> Result<(), ()> {

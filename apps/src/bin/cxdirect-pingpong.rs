@@ -2,95 +2,87 @@
 //! echoes it back, port 0 times the round trip; repeated `--iterations` times. Prints min, p50,
 //! p99 and max, and ends with `summary: iterations=N p50_ns=X p99_ns=X`.
 
+use clap::error::ErrorKind;
+use clap::{Parser, ValueEnum};
 use cxdirect::{Backend, Device, InlineMode, Mbuf, Options, Port, PortConfig, Queues};
-use cxdirect_apps::args::Args;
+use cxdirect_apps::cli::{self, DeviceArgs, FrameSizeArgs, RUN, TRAFFIC};
 use cxdirect_apps::emulated::{open_emulated, Spec};
 use cxdirect_apps::poll_rx;
-use cxdirect_apps::testpmd::{build, HEADER_LEN, MIN_LEN};
+use cxdirect_apps::testpmd::{build, HEADER_LEN};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-const USAGE: &str =
-    "usage: cxdirect-pingpong --device SPEC [--device SPEC] [--size N] [--iterations N]
-       [--inline on|off] [--blueflame on|off] [--emu-exec inline|threaded|polling] [--iommu-mode MODE]
-  SPEC: emu-pair, or two PCI addresses wired to each other";
+/// Times round trips between two ports: port 0 sends, port 1 echoes, port 0 measures
+#[derive(Parser, Debug)]
+#[command(name = "cxdirect-pingpong", version)]
+#[command(after_help = "SPEC: emu-pair, or two PCI addresses wired to each other.")]
+struct Cli {
+    #[command(flatten)]
+    devices: DeviceArgs,
+    #[command(flatten)]
+    size: FrameSizeArgs,
+    /// Send the whole packet inside the WQE: on or off
+    #[arg(long, value_name = "ON|OFF", value_enum, hide_possible_values = true, default_value_t = Switch::On, help_heading = TRAFFIC)]
+    inline: Switch,
+    /// Write the WQE through the BlueFlame register: on or off
+    #[arg(long, value_name = "ON|OFF", value_enum, hide_possible_values = true, default_value_t = Switch::On, help_heading = TRAFFIC)]
+    blueflame: Switch,
+    /// Round trips to time (1..)
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = cli::at_least_one(), help_heading = RUN)]
+    iterations: u64,
+}
+
+/// A feature switched on or off.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Switch {
+    /// Switched on.
+    On,
+    /// Switched off.
+    Off,
+}
 
 fn main() -> ExitCode {
-    match real_main() {
-        Ok(code) => code,
-        Err(msg) => {
-            eprintln!("cxdirect-pingpong: {msg}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn on_off(args: &Args, name: &str) -> Result<bool, String> {
-    match args.get(name).unwrap_or("on") {
-        "on" => Ok(true),
-        "off" => Ok(false),
-        other => Err(format!("--{name} `{other}`: use on or off")),
-    }
-}
-
-fn real_main() -> Result<ExitCode, String> {
-    let args = Args::parse(std::env::args().skip(1), &["help"])?;
-    if args.flag("help") {
-        println!("{USAGE}");
-        return Ok(ExitCode::SUCCESS);
-    }
-    let known = [
-        "device",
-        "size",
-        "iterations",
-        "inline",
-        "blueflame",
-        "emu-exec",
-        "iommu-mode",
-    ];
-    if let Some(unknown) = args.unknown(&known, &["help"]).first() {
-        eprintln!("cxdirect-pingpong: unknown option --{unknown}\n{USAGE}");
-        return Ok(ExitCode::from(2));
-    }
-    let size: usize = args.parse_or("size", 64usize)?;
-    if !(MIN_LEN..=1514).contains(&size) {
-        return Err(format!("--size must be {MIN_LEN}..=1514 bytes"));
-    }
-    let iterations: usize = args.parse_or("iterations", 10_000usize)?;
-    if iterations == 0 {
-        return Err("--iterations must be at least 1".into());
-    }
+    let cli = Cli::parse();
     let config = PortConfig {
         ring_size: 256,
         pool_buffers: 2048,
-        inline: if on_off(&args, "inline")? {
-            InlineMode::Full
-        } else {
-            InlineMode::None
+        inline: match cli.inline {
+            Switch::On => InlineMode::Full,
+            Switch::Off => InlineMode::None,
         },
-        blueflame: on_off(&args, "blueflame")?,
+        blueflame: cli.blueflame == Switch::On,
         cqe_every: 1,
         ..PortConfig::default()
     };
-    let model = cxdirect_apps::emu_config(args.get("emu-exec").unwrap_or("threaded"))?;
-    let specs: Vec<Spec> = args.all("device").iter().map(|s| Spec::parse(s)).collect();
-    match specs.as_slice() {
+    let (size, iterations) = (cli.size.bytes(), cli.iterations as usize);
+    let mode = cli.devices.iommu_mode.as_str();
+    let specs: Vec<Spec> = cli.devices.devices.iter().map(|s| Spec::parse(s)).collect();
+    let outcome = match specs.as_slice() {
         [Spec::EmuPair] => {
-            let backends = open_emulated(&Spec::EmuPair, model);
+            let backends = open_emulated(&Spec::EmuPair, cli.devices.emu_exec.config());
             run(backends, &config, size, iterations)
         }
         [Spec::Pci(a), Spec::Pci(b)] => {
-            let mode = args.get("iommu-mode").unwrap_or("auto");
-            let backends = vec![
-                cxdirect_apps::vfio_open(a, mode).map_err(|e| format!("{a}: {e}"))?,
-                cxdirect_apps::vfio_open(b, mode).map_err(|e| format!("{b}: {e}"))?,
-            ];
-            run(backends, &config, size, iterations)
+            let opened = cxdirect_apps::vfio_open(a, mode)
+                .map_err(|e| format!("{a}: {e}"))
+                .and_then(|first| {
+                    let second =
+                        cxdirect_apps::vfio_open(b, mode).map_err(|e| format!("{b}: {e}"))?;
+                    Ok(vec![first, second])
+                });
+            opened.and_then(|backends| run(backends, &config, size, iterations))
         }
-        _ => Err(format!(
-            "give --device emu-pair, or two PCI addresses\n{USAGE}"
-        )),
-    }
+        _ => {
+            return cli::usage_error::<Cli>(
+                ErrorKind::ValueValidation,
+                "--device: give emu-pair, or two PCI addresses wired to each other",
+            )
+        }
+    };
+    outcome.unwrap_or_else(|msg| {
+        eprintln!("cxdirect-pingpong: {msg}");
+        ExitCode::FAILURE
+    })
 }
 
 fn run<B: Backend>(

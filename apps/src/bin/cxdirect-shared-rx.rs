@@ -7,11 +7,12 @@
 //! content, and that its flow arrived on its own queue).
 //! Last line: `summary: rx=N drops=N limit_events=N refills=N`.
 
+use clap::error::ErrorKind;
+use clap::{Parser, ValueEnum};
 use cxdirect::{
     Backend, Device, Event, Mbuf, Options, Port, PortConfig, SharedQueues, SharedRxConfig, TxQueue,
 };
-use cxdirect_apps::args::Args;
-use cxdirect_apps::cli::{Cli, RunOnPorts};
+use cxdirect_apps::cli::{self, BurstArgs, DeviceArgs, FrameSizeArgs, RunOnPorts, QUEUES, TRAFFIC};
 use cxdirect_apps::testpmd::{self, Generator, Verifier};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use std::process::ExitCode;
@@ -19,17 +20,53 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const USAGE: &str =
-    "usage: cxdirect-shared-rx --device SPEC [--device SPEC] [--queues N] [--ring N] [--lwm N]
-       [--packets N] [--burst N] [--size BYTES] [--pace credits|none] [--emu-exec inline|threaded|polling]
-       [--iommu-mode auto|type1|iommufd|noiommu]
-  SPEC: emu (one port, loopback) | emu-pair (two ports back to back) | PCI address
-  The last (or only) device receives; the first sends.";
-
 /// Flow `f` goes to UDP port `BASE_PORT + f`, steered to queue `f`.
 const BASE_PORT: u16 = 7000;
 /// The async event vector's token in epoll; queue `q` is `q + 1`.
 const EVENT_TOKEN: u64 = 0;
+
+/// Most receive queues on the shared ring: each takes its own completion vector.
+const MAX_SHARED_QUEUES: u16 = 16;
+
+/// Receives flows on queues that share one buffer ring, refilled on the low-watermark event
+#[derive(Parser, Debug)]
+#[command(name = "cxdirect-shared-rx", version)]
+#[command(
+    after_help = "SPEC: emu (one port, loopback) | emu-pair (two ports back to back) | PCI address. \
+The last (or only) device receives; the first sends."
+)]
+struct Cli {
+    #[command(flatten)]
+    devices: DeviceArgs,
+    #[command(flatten)]
+    burst: BurstArgs,
+    #[command(flatten)]
+    size: FrameSizeArgs,
+    /// Packets to send and receive (1..)
+    #[arg(long, value_name = "N", default_value_t = 1_000_000, value_parser = cli::at_least_one(), help_heading = TRAFFIC)]
+    packets: u64,
+    /// How the sender is paced: credits (within the buffers the receiver posted) or none
+    #[arg(long, value_name = "HOW", value_enum, hide_possible_values = true, default_value_t = Pace::Credits, help_heading = TRAFFIC)]
+    pace: Pace,
+    /// Receive queues on the shared ring, one flow each (1..=16)
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=i64::from(MAX_SHARED_QUEUES)), help_heading = QUEUES)]
+    queues: u16,
+    /// Buffers on the shared ring (a power of two, 64..=32768)
+    #[arg(long, value_name = "N", default_value = "512", value_parser = cli::parse_ring, help_heading = QUEUES)]
+    ring: u32,
+    /// Low watermark: posted buffers left when the limit event asks for a refill (1..ring) [default: ring / 4]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), help_heading = QUEUES)]
+    lwm: Option<u32>,
+}
+
+/// How the sender is paced.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Pace {
+    /// Within the buffers the receiver has posted.
+    Credits,
+    /// As fast as it can.
+    None,
+}
 
 struct Settings {
     queues: u16,
@@ -41,70 +78,25 @@ struct Settings {
     credits: bool,
 }
 
-const CLI: Cli = Cli {
-    name: "cxdirect-shared-rx",
-    usage: USAGE,
-};
-
 fn main() -> ExitCode {
-    let flags = ["help"];
-    let known = [
-        "device",
-        "queues",
-        "ring",
-        "lwm",
-        "packets",
-        "burst",
-        "size",
-        "pace",
-        "emu-exec",
-        "iommu-mode",
-    ];
-    let args = match CLI.parse(&flags, &known) {
-        Ok(args) => args,
-        Err(code) => return code,
-    };
-    match settings(&args) {
-        Ok(settings) => CLI.run_on_ports(&args, &settings),
-        Err(e) => CLI.usage_error(&e),
+    let cli = Cli::parse();
+    let lwm = cli.lwm.unwrap_or(cli.ring / 4);
+    if lwm >= cli.ring {
+        return cli::usage_error::<Cli>(
+            ErrorKind::ValueValidation,
+            format!("--lwm {lwm}: give 1..{} (below --ring)", cli.ring),
+        );
     }
-}
-
-fn settings(args: &Args) -> Result<Settings, String> {
-    let queues = args.parse_or("queues", 4u16)?;
-    if !(1..=16).contains(&queues) {
-        return Err("--queues must be 1..=16".into());
-    }
-    let ring = args.parse_or("ring", 512u32)?;
-    let lwm = args.parse_or("lwm", ring / 4)?;
-    if lwm == 0 || lwm >= ring {
-        return Err(format!("--lwm must be 1..{ring} (below the ring size)"));
-    }
-    let burst = args.parse_or("burst", 32usize)?;
-    if !(1..=cxdirect::queue::MAX_BURST).contains(&burst) {
-        return Err(format!(
-            "--burst must be 1..={}",
-            cxdirect::queue::MAX_BURST
-        ));
-    }
-    let size = args.parse_or("size", 64usize)?;
-    if !(testpmd::MIN_LEN..=1514).contains(&size) {
-        return Err(format!("--size must be {}..=1514", testpmd::MIN_LEN));
-    }
-    let credits = match args.get("pace").unwrap_or("credits") {
-        "credits" => true,
-        "none" => false,
-        other => return Err(format!("--pace `{other}`: use credits or none")),
-    };
-    Ok(Settings {
-        queues,
-        ring,
+    let settings = Settings {
+        queues: cli.queues,
+        ring: cli.ring,
         lwm,
-        packets: args.parse_or("packets", 1_000_000u64)?,
-        burst,
-        size,
-        credits,
-    })
+        packets: cli.packets,
+        burst: cli.burst.packets(),
+        size: cli.size.bytes(),
+        credits: cli.pace == Pace::Credits,
+    };
+    cli::run_on_ports::<Cli>(&cli.devices, &settings)
 }
 
 /// What the receiver tells the sender.

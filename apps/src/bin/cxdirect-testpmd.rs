@@ -1,21 +1,95 @@
 //! cxdirect-testpmd: moves packets through one or two ports in a DPDK testpmd-like way and
 //! reports port statistics periodically and at exit. With `--verify` every generated packet
 //! carries a flow id, a sequence number and a pattern, and every received packet is checked.
+//! Flow `f` is sent on send queue `f % txq`, so a flow leaves in order, as DPDK's testpmd pins a
+//! flow to a queue; the checker still takes a packet that arrives late (within a window of
+//! sequence numbers) as filling its gap, and counts as a duplicate only one that arrives twice.
 //! Last line: `summary: tx=N rx=N lost=N corrupt=N duplicate=N oerrors=N imissed=N mpps=X`.
 
+use clap::error::ErrorKind;
+use clap::{Parser, ValueEnum};
 use cxdirect::{Backend, Device, InlineMode, Mbuf, Options, Port, PortConfig, PortStats, Queues};
-use cxdirect_apps::args::Args;
-use cxdirect_apps::cli::{Cli, RunOnPorts};
+use cxdirect_apps::cli::{self, BurstArgs, DeviceArgs, RunOnPorts, QUEUES, RUN, TRAFFIC};
 use cxdirect_apps::testpmd::{self, ForwardMode, Generator, Verifier};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: cxdirect-testpmd --device SPEC [--device SPEC] [--forward-mode io|txonly|rxonly|macswap|flowgen]
-       [--burst N] [--txpkts L[,L...]] [--inline-mode none|headers|full] [--inline-max N]
-       [--tx-multi-packet] [--rx-striding]
-       [--rxq N] [--txq N] [--ring N] [--duration S | --packets N] [--stats-period S] [--verify]
-       [--flows N] [--emu-exec inline|threaded|polling] [--iommu-mode auto|type1|iommufd|noiommu]
-  SPEC: emu (one port, loopback) | emu-pair (two ports back to back) | PCI address";
+/// Moves packets through one or two ports as DPDK's testpmd does, and checks them with --verify
+#[derive(Parser, Debug)]
+#[command(name = "cxdirect-testpmd", version)]
+#[command(
+    after_help = "SPEC: emu (one port, loopback) | emu-pair (two ports back to back) | PCI address. \
+The first port sends, the last (or only) one receives."
+)]
+struct Cli {
+    #[command(flatten)]
+    devices: DeviceArgs,
+    #[command(flatten)]
+    burst: BurstArgs,
+    /// What the ports do: io, txonly, rxonly, macswap (forward with MACs swapped) or flowgen (many flows)
+    #[arg(long, value_name = "MODE", value_enum, hide_possible_values = true, default_value_t = ForwardMode::TxOnly, help_heading = TRAFFIC)]
+    forward_mode: ForwardMode,
+    /// Frame sizes in bytes, no FCS, sent in turn (each 52..=9018)
+    #[arg(long, value_name = "L[,L...]", value_delimiter = ',', default_value = "64", value_parser = cli::frame_size(cli::MAX_JUMBO_FRAME), help_heading = TRAFFIC)]
+    txpkts: Vec<u16>,
+    /// Flows (UDP source ports) the generator cycles through (1..=65535) [default: 64 with flowgen, else one per send queue]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..), help_heading = TRAFFIC)]
+    flows: Option<u16>,
+    /// What a send WQE carries inline: none, headers or full (the whole packet within --inline-max)
+    #[arg(long, value_name = "MODE", value_enum, hide_possible_values = true, default_value_t = Inline::Headers, help_heading = TRAFFIC)]
+    inline_mode: Inline,
+    /// Largest packet sent inline with --inline-mode full, in bytes (18..=900)
+    #[arg(long, value_name = "BYTES", default_value_t = 256, value_parser = clap::value_parser!(u16).range(18..=900), help_heading = TRAFFIC)]
+    inline_max: u16,
+    /// Send runs of packets in enhanced multi-packet WQEs
+    #[arg(long, help_heading = TRAFFIC)]
+    tx_multi_packet: bool,
+    /// Receive queues per port (1..=64)
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = cli::queue_count(), help_heading = QUEUES)]
+    rxq: u16,
+    /// Send queues per port; flow f is sent on queue f % N (1..=64)
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = cli::queue_count(), help_heading = QUEUES)]
+    txq: u16,
+    /// Entries per queue ring (a power of two, 64..=32768)
+    #[arg(long, value_name = "N", default_value = "1024", value_parser = cli::parse_ring, help_heading = QUEUES)]
+    ring: u32,
+    /// Receive into striding (multi-packet) receive queues
+    #[arg(long, help_heading = QUEUES)]
+    rx_striding: bool,
+    /// How long to run, in seconds (above 0) [default: 5 unless --packets]
+    #[arg(long, value_name = "S", value_parser = cli::parse_seconds, conflicts_with = "packets", help_heading = RUN)]
+    duration: Option<Duration>,
+    /// Packets to send (txonly, flowgen) or receive (other modes), then stop (1..)
+    #[arg(long, value_name = "N", value_parser = cli::at_least_one(), help_heading = RUN)]
+    packets: Option<u64>,
+    /// Print port statistics every S seconds (0: only at the end)
+    #[arg(long, value_name = "S", default_value_t = 0.0, value_parser = parse_period, help_heading = RUN)]
+    stats_period: f64,
+    /// Check every received packet's content, and each flow for duplicates and gaps; exit 1 on a fault
+    #[arg(long, help_heading = RUN)]
+    verify: bool,
+}
+
+/// What a send WQE carries inline.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum Inline {
+    /// Nothing: the device reads the whole packet.
+    None,
+    /// The headers the device needs.
+    Headers,
+    /// The whole packet when within --inline-max.
+    Full,
+}
+
+/// A statistics period: 0 (off) or a positive number of seconds.
+fn parse_period(text: &str) -> Result<f64, String> {
+    if text.parse::<f64>() == Ok(0.0) {
+        return Ok(0.0);
+    }
+    cli::parse_seconds(text)
+        .map(|d| d.as_secs_f64())
+        .map_err(|e| format!("{e}, or 0 for none"))
+}
 
 struct Settings {
     mode: ForwardMode,
@@ -35,123 +109,47 @@ struct Settings {
     flows: u16,
 }
 
-const CLI: Cli = Cli {
-    name: "cxdirect-testpmd",
-    usage: USAGE,
-};
-
 fn main() -> ExitCode {
-    let flags = ["verify", "help", "tx-multi-packet", "rx-striding"];
-    let known = [
-        "device",
-        "forward-mode",
-        "burst",
-        "txpkts",
-        "inline-mode",
-        "inline-max",
-        "rxq",
-        "txq",
-        "ring",
-        "duration",
-        "packets",
-        "stats-period",
-        "flows",
-        "emu-exec",
-        "iommu-mode",
-    ];
-    let args = match CLI.parse(&flags, &known) {
-        Ok(args) => args,
-        Err(code) => return code,
-    };
-    match settings(&args) {
-        Ok(settings) => CLI.run_on_ports(&args, &settings),
-        Err(e) => CLI.usage_error(&e),
+    let cli = Cli::parse();
+    let settings = Settings::from(&cli);
+    if settings.verify && matches!(settings.mode, ForwardMode::Io | ForwardMode::MacSwap) {
+        return cli::usage_error::<Cli>(
+            ErrorKind::ArgumentConflict,
+            "--verify checks generated traffic: use it with --forward-mode txonly, flowgen or rxonly",
+        );
     }
+    cli::run_on_ports::<Cli>(&cli.devices, &settings)
 }
 
-fn settings(args: &Args) -> Result<Settings, String> {
-    let sizes: Vec<usize> = match args.get("txpkts") {
-        None => vec![64],
-        Some(list) => list
-            .split(',')
-            .map(|s| {
-                s.trim()
-                    .parse::<usize>()
-                    .map_err(|_| format!("--txpkts: `{s}` is not a size"))
-            })
-            .collect::<Result<_, _>>()?,
-    };
-    let max = *sizes.iter().max().unwrap_or(&64);
-    if max > 9018 {
-        return Err(format!(
-            "--txpkts: {max} bytes exceeds the largest frame (9018)"
-        ));
-    }
-    let sizes = sizes.into_iter().map(|s| s.max(testpmd::MIN_LEN)).collect();
-    let inline = match args.get("inline-mode").unwrap_or("headers") {
-        "none" => InlineMode::None,
-        "headers" => InlineMode::Headers,
-        "full" => InlineMode::Full,
-        other => {
-            return Err(format!(
-                "--inline-mode `{other}`: use none, headers or full"
-            ))
-        }
-    };
-    let duration = args
-        .get("duration")
-        .map(|v| v.parse::<f64>().map_err(|_| format!("--duration `{v}`")))
-        .transpose()?;
-    let packets = args
-        .get("packets")
-        .map(|v| v.parse::<u64>().map_err(|_| format!("--packets `{v}`")))
-        .transpose()?;
-    if duration.is_some() && packets.is_some() {
-        return Err("give --duration or --packets, not both".into());
-    }
-    let stats = args
-        .get("stats-period")
-        .map(|v| {
-            v.parse::<f64>()
-                .map_err(|_| format!("--stats-period `{v}`"))
-        })
-        .transpose()?;
-    let burst = args.parse_or("burst", 32usize)?;
-    if !(1..=cxdirect::queue::MAX_BURST).contains(&burst) {
-        return Err(format!(
-            "--burst must be 1..={}",
-            cxdirect::queue::MAX_BURST
-        ));
-    }
-    Ok(Settings {
-        mode: args.parse_or("forward-mode", ForwardMode::TxOnly)?,
-        burst,
-        sizes,
-        inline,
-        inline_max: args.parse_or("inline-max", 256u16)?,
-        multi_packet: args.flag("tx-multi-packet"),
-        striding: args.flag("rx-striding"),
-        rxq: args.parse_or("rxq", 1u16)?,
-        txq: args.parse_or("txq", 1u16)?,
-        ring: args.parse_or("ring", 1024u32)?,
-        duration: Some(
-            duration
-                .map(Duration::from_secs_f64)
-                .unwrap_or(Duration::from_secs(5)),
-        )
-        .filter(|_| packets.is_none()),
-        packets,
-        stats_period: stats.filter(|s| *s > 0.0).map(Duration::from_secs_f64),
-        verify: args.flag("verify"),
-        flows: args.parse_or(
-            "flows",
-            if args.get("forward-mode") == Some("flowgen") {
-                64u16
-            } else {
-                1
+impl From<&Cli> for Settings {
+    fn from(cli: &Cli) -> Self {
+        let flowgen = cli.forward_mode == ForwardMode::FlowGen;
+        Settings {
+            mode: cli.forward_mode,
+            burst: cli.burst.packets(),
+            sizes: cli.txpkts.iter().map(|&s| usize::from(s)).collect(),
+            inline: match cli.inline_mode {
+                Inline::None => InlineMode::None,
+                Inline::Headers => InlineMode::Headers,
+                Inline::Full => InlineMode::Full,
             },
-        )?,
-    })
+            inline_max: cli.inline_max,
+            multi_packet: cli.tx_multi_packet,
+            striding: cli.rx_striding,
+            rxq: cli.rxq,
+            txq: cli.txq,
+            ring: cli.ring,
+            duration: match cli.packets {
+                Some(_) => None,
+                None => Some(cli.duration.unwrap_or(Duration::from_secs(5))),
+            },
+            packets: cli.packets,
+            stats_period: (cli.stats_period > 0.0)
+                .then(|| Duration::from_secs_f64(cli.stats_period)),
+            verify: cli.verify,
+            flows: cli.flows.unwrap_or(if flowgen { 64 } else { cli.txq }),
+        }
+    }
 }
 
 impl RunOnPorts for Settings {
@@ -208,10 +206,15 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
     let tx_port = 0;
     let rx_port = ports.len() - 1;
     let mut received: Vec<Mbuf> = Vec::with_capacity(cxdirect::queue::MAX_BURST);
-    let mut pending: Vec<Vec<Mbuf>> = (0..ports.len())
-        .map(|_| Vec::with_capacity(cxdirect::queue::MAX_BURST * 2))
+    // Packets waiting to be sent, per port and send queue: a generated packet on its flow's
+    // queue, a forwarded one on the queue numbered as the one it arrived on.
+    let mut pending: Vec<Vec<Vec<Mbuf>>> = (0..ports.len())
+        .map(|_| {
+            (0..s.txq)
+                .map(|_| Vec::with_capacity(cxdirect::queue::MAX_BURST * 2))
+                .collect()
+        })
         .collect();
-    let mut turn = 0usize;
     let start = Instant::now();
     let mut last_stats = start;
     let mut rx_count = vec![0u64; ports.len()];
@@ -220,7 +223,7 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
     if forwarding {
         // Start the loop with traffic, as testpmd's --tx-first does.
         let pool = ports[tx_port].0.pool().clone();
-        testpmd::generate(
+        testpmd::generate_pinned(
             &mut generator,
             &pool,
             &mut pending[tx_port],
@@ -258,7 +261,7 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
             && s.packets.is_none_or(|n| generator.generated() < n)
         {
             let pool = ports[tx_port].0.pool().clone();
-            testpmd::generate(
+            testpmd::generate_pinned(
                 &mut generator,
                 &pool,
                 &mut pending[tx_port],
@@ -268,38 +271,36 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
         }
         for p in 0..ports.len() {
             // Send what is waiting for this port.
-            if !pending[p].is_empty() {
-                let before = pending[p].len();
-                let (_, (tx, _)) = &mut ports[p];
-                testpmd::send_some(tx, &mut pending[p], &mut turn);
-                progress |= pending[p].len() != before;
-            }
+            let (_, (tx, _)) = &mut ports[p];
+            progress |= testpmd::send_batches(tx, &mut pending[p]) > 0;
             // A queue stopped by an error completion is recovered before it is used again.
             let (port, queues) = &mut ports[p];
             recoveries += testpmd::recover_stopped(port, queues)
                 .map_err(|e| format!("queue recovery: {e}"))?
                 .len() as u64;
-            // Receive.
-            received.clear();
-            let (_, (_, rx)) = &mut ports[p];
-            let got = testpmd::receive_all(rx, &mut received, s.burst);
-            if got == 0 {
-                continue;
-            }
-            progress = true;
-            rx_count[p] += got as u64;
+            // Receive, queue by queue.
             let out = if ports.len() == 2 { 1 - p } else { p };
-            for mut m in received.drain(..) {
-                if s.verify && !forwarding {
-                    verifier.check(&m);
+            for q in 0..usize::from(s.rxq) {
+                received.clear();
+                let got = ports[p].1 .1[q].rx_burst(&mut received, s.burst);
+                if got == 0 {
+                    continue;
                 }
-                match s.mode {
-                    ForwardMode::Io => pending[out].push(m),
-                    ForwardMode::MacSwap => {
-                        testpmd::mac_swap(&mut m);
-                        pending[out].push(m);
+                progress = true;
+                rx_count[p] += got as u64;
+                let to = &mut pending[out][q % usize::from(s.txq)];
+                for mut m in received.drain(..) {
+                    if s.verify && !forwarding {
+                        verifier.check(&m);
                     }
-                    _ => drop(m),
+                    match s.mode {
+                        ForwardMode::Io => to.push(m),
+                        ForwardMode::MacSwap => {
+                            testpmd::mac_swap(&mut m);
+                            to.push(m);
+                        }
+                        _ => drop(m),
+                    }
                 }
             }
         }
@@ -356,8 +357,13 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
     let mpps = rx as f64 / elapsed.as_secs_f64() / 1e6;
     if s.verify && !forwarding {
         println!(
-            "verify: good {} corrupt {} duplicate {} gaps {}",
-            verifier.good, verifier.corrupt, verifier.duplicate, verifier.gaps
+            "verify: good {} corrupt {} duplicate {} gaps {} reordered {} out-of-window {}",
+            verifier.good,
+            verifier.corrupt,
+            verifier.duplicate,
+            verifier.gaps,
+            verifier.reordered,
+            verifier.out_of_window
         );
     }
     if recoveries > 0 {
@@ -369,7 +375,10 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
         "summary: tx={sent} rx={rx} lost={lost} corrupt={} duplicate={} oerrors={} imissed={imissed} mpps={mpps:.3}",
         verifier.corrupt, verifier.duplicate, totals.oerrors
     );
-    let clean = lost == 0 && verifier.corrupt == 0 && verifier.duplicate == 0;
+    let clean = lost == 0
+        && verifier.corrupt == 0
+        && verifier.duplicate == 0
+        && verifier.out_of_window == 0;
     Ok(if !s.verify || clean {
         ExitCode::SUCCESS
     } else {
