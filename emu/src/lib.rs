@@ -38,6 +38,7 @@ pub(crate) mod engine;
 pub mod faults;
 pub(crate) mod fw;
 pub mod irq;
+pub(crate) mod objects;
 pub mod packet;
 pub mod pcap;
 pub mod pci;
