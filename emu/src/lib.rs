@@ -43,6 +43,8 @@ pub mod packet;
 pub mod pcap;
 pub mod pci;
 pub mod rss;
+#[cfg(feature = "server")]
+pub mod server;
 pub mod testkit;
 pub mod wire;
 
