@@ -835,7 +835,7 @@ fn rx_run(burst: usize, rounds: usize, compression: bool, striding: bool) -> Res
     let mut frame = Vec::new();
     build(&mut frame, 64, 0, 0);
     let mut batch = Vec::with_capacity(ROUND);
-    let mut got: Vec<Mbuf> = Vec::with_capacity(ROUND + cxdirect::queue::MAX_BURST);
+    let mut got: Vec<Mbuf> = Vec::with_capacity(ROUND + cxdirect::ring::MAX_BURST);
     let mut per_round = Rounds::default();
     let mut baseline = Baseline::new();
     let mut delivered = 0u64;
@@ -913,7 +913,7 @@ fn e2e_ns(exec: ExecMode, rounds: usize) -> Result<(f64, f64), String> {
     let mut frame = Vec::new();
     build(&mut frame, 64, 0, 0);
     let mut batch = Vec::with_capacity(32);
-    let mut got: Vec<Mbuf> = Vec::with_capacity(ROUND + cxdirect::queue::MAX_BURST);
+    let mut got: Vec<Mbuf> = Vec::with_capacity(ROUND + cxdirect::ring::MAX_BURST);
     let mut per_round = Vec::with_capacity(rounds);
     let mut doorbell_per_round = Vec::with_capacity(rounds);
     for _ in 0..rounds {

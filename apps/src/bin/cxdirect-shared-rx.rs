@@ -81,11 +81,8 @@ fn settings(args: &Args) -> Result<Settings, String> {
         return Err(format!("--lwm must be 1..{ring} (below the ring size)"));
     }
     let burst = args.parse_or("burst", 32usize)?;
-    if !(1..=cxdirect::queue::MAX_BURST).contains(&burst) {
-        return Err(format!(
-            "--burst must be 1..={}",
-            cxdirect::queue::MAX_BURST
-        ));
+    if !(1..=cxdirect::ring::MAX_BURST).contains(&burst) {
+        return Err(format!("--burst must be 1..={}", cxdirect::ring::MAX_BURST));
     }
     let size = args.parse_or("size", 64usize)?;
     if !(testpmd::MIN_LEN..=1514).contains(&size) {

@@ -117,11 +117,8 @@ fn settings(args: &Args) -> Result<Settings, String> {
         })
         .transpose()?;
     let burst = args.parse_or("burst", 32usize)?;
-    if !(1..=cxdirect::queue::MAX_BURST).contains(&burst) {
-        return Err(format!(
-            "--burst must be 1..={}",
-            cxdirect::queue::MAX_BURST
-        ));
+    if !(1..=cxdirect::ring::MAX_BURST).contains(&burst) {
+        return Err(format!("--burst must be 1..={}", cxdirect::ring::MAX_BURST));
     }
     Ok(Settings {
         mode: args.parse_or("forward-mode", ForwardMode::TxOnly)?,
@@ -163,9 +160,8 @@ impl RunOnPorts for Settings {
 fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
     let max_len = *s.sizes.iter().max().unwrap_or(&64);
     let mtu = (max_len.saturating_sub(18)).max(1500) as u16;
-    let buf_size = ((u32::from(mtu) + 18 + u32::from(cxdirect::mempool::HEADROOM)).div_ceil(64)
-        * 64)
-        .max(2048);
+    let buf_size =
+        ((u32::from(mtu) + 18 + u32::from(cxdirect::mem::HEADROOM)).div_ceil(64) * 64).max(2048);
     let config = PortConfig {
         rx_queues: s.rxq,
         tx_queues: s.txq,
@@ -207,9 +203,9 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
     let mut verifier = Verifier::default();
     let tx_port = 0;
     let rx_port = ports.len() - 1;
-    let mut received: Vec<Mbuf> = Vec::with_capacity(cxdirect::queue::MAX_BURST);
+    let mut received: Vec<Mbuf> = Vec::with_capacity(cxdirect::ring::MAX_BURST);
     let mut pending: Vec<Vec<Mbuf>> = (0..ports.len())
-        .map(|_| Vec::with_capacity(cxdirect::queue::MAX_BURST * 2))
+        .map(|_| Vec::with_capacity(cxdirect::ring::MAX_BURST * 2))
         .collect();
     let mut turn = 0usize;
     let start = Instant::now();

@@ -1,0 +1,11 @@
+//! Sending: the [`TxQueue`], WQE composition, doorbell and BlueFlame, the buffers in flight,
+//! and the sources a burst is sent from.
+
+mod inflight;
+mod queue;
+mod source;
+mod wqe;
+
+pub use queue::{InlineMode, TxQueue};
+
+pub(crate) use inflight::InFlight;
