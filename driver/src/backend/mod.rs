@@ -1,7 +1,6 @@
 //! The one seam between the driver and a device: BAR0 access, config space, the IOMMU, MSI-X
-//! interrupts and function reset. Real hardware is reached through VFIO
-//! ([`crate::backend::vfio`]); tests and the emulated device specs plug in the in-process model. The driver
-//! is generic over [`Backend`], so the hardware path is monomorphised and pays nothing for it.
+//! interrupts and function reset. Real hardware is reached through VFIO ([`vfio`]); tests and
+//! the emulated device specs plug in the in-process model. The driver is generic over [`Backend`], so the hardware path is monomorphised and pays nothing for it.
 //!
 //! MMIO is expressed as the bytes a CPU load or store moves at a BAR0 offset: device registers
 //! are big-endian, so `u32::from_be_bytes(backend.read32(off))` is the register's value.

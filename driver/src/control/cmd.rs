@@ -379,3 +379,10 @@ pub(crate) fn input(opcode: cxdirect_hw::cmd::Opcode, op_mod: u16, size: usize) 
 pub(crate) fn out_u32(out: &[u8]) -> u32 {
     u32::from_be_bytes([out[8], out[9], out[10], out[11]]) & 0x00ff_ffff
 }
+
+/// A DESTROY_* command input for object `id`, its number at input byte `at`.
+pub(crate) fn destroy_input(op: cxdirect_hw::cmd::Opcode, id: u32, at: usize) -> Vec<u8> {
+    let mut cmd = input(op, 0, 16);
+    cmd[at..at + 4].copy_from_slice(&id.to_be_bytes());
+    cmd
+}

@@ -5,6 +5,7 @@ use super::compressed::{MiniRun, Session, FORMAT_MASK};
 use super::cqe::Cqe;
 use cxdirect_dma::DmaRegion;
 use cxdirect_hw::cqe::{self, CqeOpcode, CQE_SIZE, MINI_CQES_PER_SLOT};
+use cxdirect_hw::doorbell::{cq_arm_cmd, CqArm};
 use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 
@@ -23,23 +24,23 @@ const GAP_PATIENCE: Duration = Duration::from_millis(250);
 
 /// A completion queue ring, driver side.
 pub(crate) struct CqRing {
-    pub region: DmaRegion,
-    pub dbr: DmaRegion,
-    pub log_size: u8,
-    pub ci: u32,
-    pub cqn: u32,
+    pub(super) region: DmaRegion,
+    pub(super) dbr: DmaRegion,
+    pub(super) log_size: u8,
+    pub(super) ci: u32,
+    pub(super) cqn: u32,
     /// Polls in a row that found nothing, for the skipped-entry check.
-    pub idle_polls: u32,
+    pub(super) idle_polls: u32,
     /// Created with CQE compression (hash-format mini-CQEs): only then is a compressed
     /// session accepted.
-    pub compressed: bool,
+    pub(super) compressed: bool,
     /// The compressed session being read, if any.
     session: Option<Session>,
     /// A compressed title was refused: where the device writes next is unknown, so only a new
     /// CQ puts the queue back in step (recovery re-creates it).
-    pub lost_place: bool,
+    pub(super) lost_place: bool,
     /// Completions taken from mini-CQEs so far.
-    pub mini_cqes: u64,
+    pub(super) mini_cqes: u64,
     /// When a compressed CQ first saw the gap [`CqRing::skipped_entry`] looks for.
     gap_since: Option<Instant>,
 }
@@ -322,5 +323,54 @@ impl CqRing {
     /// while the device may still write them.
     pub(crate) fn take_memory(&mut self) -> [DmaRegion; 2] {
         [self.region.take(), self.dbr.take()]
+    }
+
+    /// The CQ's number.
+    #[inline(always)]
+    pub(crate) fn cqn(&self) -> u32 {
+        self.cqn
+    }
+
+    /// The ring holds `2^log_size` CQEs.
+    pub(crate) fn log_size(&self) -> u8 {
+        self.log_size
+    }
+
+    /// Created with CQE compression.
+    pub(crate) fn is_compressed(&self) -> bool {
+        self.compressed
+    }
+
+    /// True once a compressed title was refused, or a consumer refused a completion of a
+    /// compressed CQ ([`CqRing::lose_place`]): only a new CQ puts the queue back in step.
+    pub(crate) fn lost_place(&self) -> bool {
+        self.lost_place
+    }
+
+    /// A consumer refused a completion: on a compressed CQ it may belong to a session whose
+    /// title lied about its size, so where the device writes next is unknown.
+    #[cold]
+    pub(crate) fn lose_place(&mut self) {
+        if self.compressed {
+            self.lost_place = true;
+        }
+    }
+
+    /// Completions taken from mini-CQEs so far.
+    #[inline(always)]
+    pub(crate) fn mini_cqes(&self) -> u64 {
+        self.mini_cqes
+    }
+
+    /// Writes the arm word asking for one event at the next completion after the consumer
+    /// index (doorbell record word 1, event sequence number `sn`) and returns it, for the UAR
+    /// doorbell that must follow.
+    pub(crate) fn write_arm(&self, sn: u8) -> CqArm {
+        let word = CqArm::new()
+            .with_ci(self.ci & 0x00ff_ffff)
+            .with_cmd(cq_arm_cmd::NEXT)
+            .with_sn(sn & 3);
+        let _ = self.dbr.write_u32_be(4, word.into_bits());
+        word
     }
 }

@@ -1,10 +1,11 @@
-//! Packet buffers: the shared state of a [`super::Mempool`], and the [`Mbuf`] that carries a packet and returns its
-//! buffer to the pool when dropped. Taking and returning buffers is lock-free and does not
-//! allocate.
+//! Packet buffers: the shared state of a [`super::Mempool`], and the [`Mbuf`] that carries a
+//! packet and returns its buffer to the pool when dropped. Taking and returning buffers is
+//! lock-free and does not allocate.
 //!
 //! Buffer memory is device-visible, so an `Mbuf` never hands out a reference to it: data goes in
 //! and out by copy (volatile accesses underneath).
 
+use super::flags::OffloadFlags;
 use crate::error::DriverError;
 use cxdirect_dma::{DmaBufMapping, DmaRegion, PageList};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -15,27 +16,6 @@ pub const HEADROOM: u16 = 128;
 pub(super) const NIL: u32 = u32::MAX;
 /// Most buffers taken from the shared stack in one exchange.
 pub(super) const BULK: usize = 64;
-
-/// Offload requests and results carried by an [`Mbuf`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct OffloadFlags {
-    /// Send: ask the device to compute the IPv4 header checksum.
-    pub tx_ip_csum: bool,
-    /// Send: ask the device to compute the TCP/UDP checksum.
-    pub tx_l4_csum: bool,
-    /// Send: insert this VLAN tag (TCI).
-    pub tx_vlan: Option<u16>,
-    /// Receive: the device verified the IPv4 header checksum (or the packet is IPv6).
-    pub rx_ip_csum_good: bool,
-    /// Receive: the device verified the TCP/UDP checksum.
-    pub rx_l4_csum_good: bool,
-    /// Receive: RSS hash, when the device computed one.
-    pub rx_rss_hash: Option<u32>,
-    /// Receive: L3 type as the CQE reports it (0 none, 1 IPv6, 2 IPv4).
-    pub rx_l3_type: u8,
-    /// Receive: L4 type as the CQE reports it (0 none, 1-4 TCP kinds, 2 UDP).
-    pub rx_l4_type: u8,
-}
 
 /// Where a pool's buffers live: memory the driver allocated, or an imported dmabuf range.
 pub(crate) enum PoolMemory {
@@ -126,7 +106,7 @@ pub(crate) struct PoolShared {
     pub(super) head: AtomicU64,
     pub(super) next: Box<[AtomicU32]>,
     pub(super) available: AtomicU32,
-    pub(crate) lkey: AtomicU32,
+    pub(super) lkey: AtomicU32,
     /// Buffers several packets share (a striding receive ring's): the references to each.
     /// A buffer goes back on the stack when its last reference goes. `None`: each buffer has
     /// one owner.
@@ -386,7 +366,12 @@ impl PoolShared {
         self.iova(index) + u64::from(data_off)
     }
 
-    /// The memory key the pool is registered under.
+    /// Records the memory key the pool was registered under (read by every send).
+    pub(crate) fn set_lkey(&self, lkey: u32) {
+        self.lkey.store(lkey, Ordering::Relaxed);
+    }
+
+    /// The memory key the pool is registered under (0 before registration).
     #[inline]
     pub(crate) fn lkey(&self) -> u32 {
         self.lkey.load(Ordering::Relaxed)

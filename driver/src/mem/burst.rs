@@ -5,7 +5,8 @@
 //! themselves. Packets leave a burst as [`Mbuf`]s when they are wanted one by one; dropping or
 //! clearing a burst returns its buffers to their pool in one exchange.
 
-use super::buffer::{BufferChain, Mbuf, OffloadFlags, PoolShared};
+use super::buffer::{BufferChain, Mbuf, PoolShared};
+use super::flags::OffloadFlags;
 use super::pool::Mempool;
 use crate::error::DriverError;
 use crate::ring::MAX_BURST;
@@ -15,12 +16,37 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BurstEntry {
     /// The buffer's index in the burst's pool.
-    pub(crate) index: u32,
+    index: u32,
     /// Offset of the packet's first byte in the buffer.
-    pub(crate) data_off: u32,
+    data_off: u32,
     /// Packet length in bytes.
-    pub(crate) len: u32,
-    pub(crate) flags: OffloadFlags,
+    len: u32,
+    flags: OffloadFlags,
+}
+
+impl BurstEntry {
+    /// The packet of `len` bytes at `data_off` in buffer `index`, with `flags`.
+    #[inline(always)]
+    pub(crate) fn new(index: u32, data_off: u32, len: u32, flags: OffloadFlags) -> Self {
+        Self {
+            index,
+            data_off,
+            len,
+            flags,
+        }
+    }
+
+    /// The buffer's index in the burst's pool.
+    #[inline(always)]
+    pub(crate) fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// The packet as an [`Mbuf`] of `pool` (taking over the burst's reference to the buffer).
+    #[inline]
+    pub(crate) fn into_mbuf(self, pool: &Arc<PoolShared>) -> Mbuf {
+        pool.adopt_part(self.index, self.data_off, self.len, self.flags)
+    }
 }
 
 /// Up to [`MAX_BURST`] single-segment packets, all from one pool, in order: what
@@ -51,11 +77,40 @@ impl std::fmt::Debug for PacketBurst {
 /// One packet of a [`PacketBurst`], read-only: see [`PacketBurst::get`].
 #[derive(Clone, Copy)]
 pub struct BurstPacket<'a> {
-    pub(crate) pool: &'a PoolShared,
-    pub(crate) entry: &'a BurstEntry,
+    pool: &'a PoolShared,
+    entry: &'a BurstEntry,
 }
 
-impl BurstPacket<'_> {
+impl<'a> BurstPacket<'a> {
+    /// The packet `entry` of a burst of `pool`.
+    #[inline(always)]
+    pub(crate) fn new(pool: &'a PoolShared, entry: &'a BurstEntry) -> Self {
+        Self { pool, entry }
+    }
+
+    /// The first `N` words of the packet, as a send WQE inlines them.
+    #[inline(always)]
+    pub(crate) fn head_words<const N: usize>(&self) -> Option<[u64; N]> {
+        self.pool.head_words(self.entry.index, self.entry.data_off)
+    }
+
+    /// The memory key the packet's pool is registered under.
+    #[inline(always)]
+    pub(crate) fn lkey(&self) -> u32 {
+        self.pool.lkey()
+    }
+
+    /// The device address of the packet's first byte.
+    #[inline(always)]
+    pub(crate) fn data_iova(&self) -> u64 {
+        self.pool.data_iova(self.entry.index, self.entry.data_off)
+    }
+
+    /// Offload requests, by reference (the send path reads them in place).
+    #[inline(always)]
+    pub(crate) fn flags_ref(&self) -> &'a OffloadFlags {
+        &self.entry.flags
+    }
     /// Packet length in bytes.
     #[inline]
     pub fn len(&self) -> usize {

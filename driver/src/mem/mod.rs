@@ -4,11 +4,13 @@
 
 mod buffer;
 mod burst;
+mod flags;
 mod pool;
 mod quarantine;
 
-pub use buffer::{Mbuf, OffloadFlags, HEADROOM};
+pub use buffer::{Mbuf, HEADROOM};
 pub use burst::{BurstPacket, PacketBurst};
+pub use flags::OffloadFlags;
 pub use pool::Mempool;
 
 pub(crate) use buffer::{BufferChain, PoolShared, RING_HOLD};

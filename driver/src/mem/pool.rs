@@ -1,7 +1,8 @@
 //! A [`Mempool`]: fixed-size buffers carved from one DMA region and registered as one memory
 //! key (MTT). Taking and returning buffers is lock-free and does not allocate.
 
-use super::buffer::{Mbuf, OffloadFlags, PoolMemory, PoolShared, BULK, HEADROOM, NIL, RING_HOLD};
+use super::buffer::{Mbuf, PoolMemory, PoolShared, BULK, HEADROOM, NIL, RING_HOLD};
+use super::flags::OffloadFlags;
 use crate::error::DriverError;
 use cxdirect_dma::{DmaBufMapping, DmaRegion, Iommu, IovaAllocator, PageKind};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -24,8 +25,8 @@ impl std::fmt::Debug for Mempool {
 }
 
 impl Mempool {
-    /// Allocates the pool's memory (hugepages when available). Register it with a device
-    /// ([`crate::Device::register_mempool`]) before queues use it.
+    /// Allocates the pool's memory (hugepages when available). It is registered with a device
+    /// (a memory key, [`crate::MemoryKey`]) before queues use it: [`crate::Port::start`] does so.
     pub fn new(
         iommu: Arc<dyn Iommu>,
         iovas: &Arc<IovaAllocator>,

@@ -63,7 +63,7 @@ pub struct PortConfig {
     /// needs `Options::msix_vectors` ≥ `rx_queues + 1`), so idle receivers can sleep.
     pub rx_interrupts: bool,
     /// Draw every receive queue's buffers from one shared ring instead of a ring per queue;
-    /// the queues then come from [`Port::take_shared_rx`].
+    /// the queues then come from [`crate::Port::take_shared_rx`].
     pub shared_rx: Option<SharedRxConfig>,
     /// Steer UDP/IPv4 frames to destination port `base + i` straight to receive queue `i`
     /// (ahead of RSS; other frames are hashed as usual). `None`: RSS only.

@@ -5,17 +5,19 @@
 use super::config::PortConfig;
 use super::restart::SharedRestart;
 use super::stats::{PortStats, QueueXstats};
+use super::steering::Steering;
 use super::wq::{fill_cyclic_wq, ring_pages};
 use crate::backend::Backend;
-use crate::control::{input, out_u32, Device, KeyAccess, MemoryKey, QCounterSet};
+use crate::control::{destroy_input, input, out_u32, Device, KeyAccess, MemoryKey, QCounterSet};
 use crate::cq::CqRing;
 use crate::error::{invalid, DriverError};
 use crate::mem::{Mempool, Quarantine};
 use crate::ring::StatsHandle;
 use crate::rx::{
-    CompletionInterrupt, RxQueue, SharedRing, SharedRxQueue, SharedRxRing, StridingRx, EMPTY_SLOT,
+    CompletionInterrupt, ReceiveQueueParts, RxQueue, SharedRing, SharedRxQueue, SharedRxRing,
+    StridingRx,
 };
-use crate::tx::{InFlight, TxQueue};
+use crate::tx::{SendQueueParts, TxQueue};
 use cxdirect_dma::{DmaRegion, PageKind};
 use cxdirect_hw::caps::wqe_inline_mode;
 use cxdirect_hw::cmd::Opcode;
@@ -56,11 +58,7 @@ pub struct Port<B: Backend> {
     /// restart is unfinished): the next call resumes there.
     pub(super) shared_restart: Option<SharedRestart>,
     pub(super) uars: Vec<u32>,
-    pub(super) rqt: Option<u32>,
-    pub(super) tirs: Vec<u32>,
-    pub(super) tables: Vec<u32>,
-    pub(super) groups: Vec<(u32, u32)>,
-    pub(super) entries: Vec<(u32, u32)>,
+    pub(super) steering: Steering,
     pub(super) q_counter: Option<QCounterSet>,
     pub(super) tx_stats: Vec<StatsHandle>,
     pub(super) rx_stats: Vec<StatsHandle>,
@@ -115,11 +113,7 @@ impl<B: Backend> Port<B> {
             shared_failed: false,
             shared_restart: None,
             uars: Vec::new(),
-            rqt: None,
-            tirs: Vec::new(),
-            tables: Vec::new(),
-            groups: Vec::new(),
-            entries: Vec::new(),
+            steering: Steering::default(),
             q_counter: None,
             tx_stats: Vec::new(),
             rx_stats: Vec::new(),
@@ -144,9 +138,7 @@ impl<B: Backend> Port<B> {
         if let Some(pool) = &self.stride_pool {
             let pages = pool.shared().memory().pages();
             let key = MemoryKey::register_pages(&mut self.dev, &pages, KeyAccess::READ_WRITE)?;
-            pool.shared()
-                .lkey
-                .store(key.lkey(), std::sync::atomic::Ordering::Relaxed);
+            pool.shared().set_lkey(key.lkey());
             self.stride_pool_key = Some(key);
         }
         self.set_mtu()?;
@@ -189,10 +181,7 @@ impl<B: Backend> Port<B> {
                 MemoryKey::register_pages(&mut self.dev, &pages, self.config.pool_access)?
             }
         };
-        self.pool
-            .shared()
-            .lkey
-            .store(key.lkey(), std::sync::atomic::Ordering::Relaxed);
+        self.pool.shared().set_lkey(key.lkey());
         self.pool_key = Some(key);
         Ok(())
     }
@@ -349,34 +338,24 @@ impl<B: Backend> Port<B> {
         let ring = self.dma(64 * entries as usize)?;
         let dbr = self.dma(64)?;
         let log = entries.trailing_zeros() as u8;
-        let sqn = self.create_sq(pd, &ring, &dbr, uar, cq.cqn, log)?;
-        Ok(TxQueue {
+        let sqn = self.create_sq(pd, &ring, &dbr, uar, cq.cqn(), log)?;
+        Ok(TxQueue::new(SendQueueParts {
             backend: self.dev.backend_arc().clone(),
             ring,
             dbr,
+            log_size: log,
             cq,
             sqn,
-            log_size: log,
-            ring_mask: (entries - 1) as u16,
             uar,
-            pi: 0,
-            ci: 0,
-            inflight: InFlight::new(entries as usize),
-            bf_half: false,
             blueflame: self.config.blueflame,
             inline: self.config.inline,
             inline_max: usize::from(self.config.inline_max),
             multi_packet: self.multi_packet_send(),
             cqe_every: self.config.cqe_every,
-            since_cqe: 0,
             max_frame: usize::from(self.config.mtu) + 18,
-            stats: Default::default(),
             published: Self::register_stats(&mut self.tx_stats),
             quarantine: self.quarantine.clone(),
-            in_error: false,
-            rebuild: Default::default(),
-            scratch: Some(Box::default()),
-        })
+        }))
     }
 
     /// CREATE_RQ (cyclic, its own ring of 2^`log` entries, doorbell record `dbr`) completing
@@ -455,30 +434,20 @@ impl<B: Backend> Port<B> {
         let ring = self.dma(wqe_bytes * entries as usize)?;
         let dbr = self.dma(64)?;
         let log = entries.trailing_zeros() as u8;
-        let rqn = self.create_rq(pd, &ring, &dbr, cq.cqn, log, striding.as_ref())?;
-        let mut rxq = RxQueue {
-            _backend: self.dev.backend_arc().clone(),
+        let rqn = self.create_rq(pd, &ring, &dbr, cq.cqn(), log, striding.as_ref())?;
+        Ok(RxQueue::new(ReceiveQueueParts {
+            backend: self.dev.backend_arc().clone(),
             ring,
             dbr,
+            log_size: log,
             cq,
             rqn,
-            log_size: log,
-            ring_mask: (entries - 1) as u16,
-            pi: 0,
-            ci: 0,
-            slots: vec![EMPTY_SLOT; entries as usize],
             pool,
-            stats: Default::default(),
             published: Self::register_stats(&mut self.rx_stats),
             quarantine: self.quarantine.clone(),
             interrupt,
-            in_error: false,
-            rebuild: Default::default(),
-            rss_place: 0,
             striding,
-        };
-        rxq.refill();
-        Ok(rxq)
+        }))
     }
 
     /// A fresh shared stats block, remembered in `list` for [`Port::stats`].
@@ -539,8 +508,17 @@ impl<B: Backend> Port<B> {
     }
 
     pub(crate) fn destroy(&mut self, op: Opcode, id: u32, at: usize) -> Result<(), DriverError> {
-        let mut cmd = input(op, 0, 16);
-        cmd[at..at + 4].copy_from_slice(&id.to_be_bytes());
-        self.dev.exec(&cmd, 16).map(|_| ())
+        self.dev.exec(&destroy_input(op, id, at), 16).map(|_| ())
+    }
+
+    /// Builds the port's steering around its RQs (see [`Steering::build`]).
+    pub(super) fn create_steering(&mut self, td: u32) -> Result<(), DriverError> {
+        self.steering
+            .build(&mut self.dev, &self.config, &self.rqs, td)
+    }
+
+    /// Destroys the port's steering (see [`Steering::destroy`]).
+    pub(super) fn destroy_steering(&mut self) -> Result<(), DriverError> {
+        self.steering.destroy(&mut self.dev)
     }
 }

@@ -135,10 +135,13 @@ impl<B: Backend> Port<B> {
     /// that failed (buffers already flushed stay flushed) and calling again resumes there; the
     /// [`Recovery`] of a resumed call counts only what that call flushed.
     pub fn recover_tx(&mut self, q: &mut TxQueue<B>) -> Result<Recovery, DriverError> {
-        if self.failed_cqs.contains(&q.cq.cqn) || q.rebuild != Rebuild::Idle || q.cq.lost_place {
+        if self.failed_cqs.contains(&q.cqn())
+            || q.rebuild_stage() != Rebuild::Idle
+            || q.cq_lost_place()
+        {
             return self.recreate_tx(q);
         }
-        self.recover_queue(WorkQueue::Send(q.sqn), q)
+        self.recover_queue(WorkQueue::Send(q.sqn()), q)
     }
 
     /// Recovers a receive queue that reports [`RxQueue::in_error`] (or any of this port's
@@ -153,10 +156,13 @@ impl<B: Backend> Port<B> {
     ///
     /// As [`Port::recover_tx`].
     pub fn recover_rx(&mut self, q: &mut RxQueue<B>) -> Result<Recovery, DriverError> {
-        if self.failed_cqs.contains(&q.cq.cqn) || q.rebuild != Rebuild::Idle || q.cq.lost_place {
+        if self.failed_cqs.contains(&q.cqn())
+            || q.rebuild_stage() != Rebuild::Idle
+            || q.cq_lost_place()
+        {
             return self.recreate_rx(q);
         }
-        self.recover_queue(WorkQueue::Receive(q.rqn), q)
+        self.recover_queue(WorkQueue::Receive(q.rqn()), q)
     }
 
     /// Recovers a queue of the shared receive ring that reports
@@ -171,7 +177,7 @@ impl<B: Backend> Port<B> {
     /// As [`Port::recover_tx`].
     pub fn recover_shared_rx(&mut self, q: &mut SharedRxQueue<B>) -> Result<Recovery, DriverError> {
         self.refuse_unfinished_restart()?;
-        self.recover_queue(WorkQueue::Receive(q.rqn), q)
+        self.recover_queue(WorkQueue::Receive(q.rqn()), q)
     }
 
     /// The one recovery sequence: RST (from ERR, or from RDY when the device says the queue
@@ -215,25 +221,28 @@ impl<B: Backend> Port<B> {
     fn recreate_tx(&mut self, q: &mut TxQueue<B>) -> Result<Recovery, DriverError> {
         let start = Instant::now();
         let (mut drained_cqes, mut flushed) = (0, 0);
-        if q.rebuild == Rebuild::Idle {
-            let old_sq = q.sqn;
+        if q.rebuild_stage() == Rebuild::Idle {
+            let old_sq = q.sqn();
             if !self.sqs.contains(&old_sq) {
                 return Err(DriverError::Invalid(format!(
                     "send queue {old_sq:#x} is not one of this port's"
                 )));
             }
-            q.in_error = true;
+            q.stop();
             self.destroy(Opcode::DestroySq, old_sq, 8)?;
             self.sqs.retain(|&n| n != old_sq);
             (drained_cqes, flushed) = q.drain_and_flush();
-            q.rebuild = Rebuild::QueueDestroyed;
+            q.set_rebuild_stage(Rebuild::QueueDestroyed);
         }
-        let uar = q.uar;
-        self.rebuild_cq(&mut q.cq, &mut q.rebuild, uar, 0, false)?;
-        if q.rebuild == Rebuild::CqCreated {
+        let uar = q.uar();
+        let (cq, stage) = q.cq_for_rebuild();
+        self.rebuild_cq(cq, stage, uar, 0, false)?;
+        if q.rebuild_stage() == Rebuild::CqCreated {
             let (_, pd, _) = self.dev.resources();
-            q.sqn = self.create_sq(pd, &q.ring, &q.dbr, q.uar, q.cq.cqn, q.log_size)?;
-            q.rebuild = Rebuild::Idle;
+            let (ring, dbr, log_size) = q.ring_memory();
+            let sqn = self.create_sq(pd, ring, dbr, uar, q.cqn(), log_size)?;
+            q.set_sqn(sqn);
+            q.set_rebuild_stage(Rebuild::Idle);
         }
         q.restart();
         Ok(Recovery::rebuilt(flushed, drained_cqes, start))
@@ -248,45 +257,40 @@ impl<B: Backend> Port<B> {
         let start = Instant::now();
         let (mut drained_cqes, mut flushed) = (0, 0);
         let (uar, pd, td) = self.dev.resources();
-        if q.rebuild == Rebuild::Idle {
-            let old_rq = q.rqn;
+        if q.rebuild_stage() == Rebuild::Idle {
+            let old_rq = q.rqn();
             let Some(at) = self.rqs.iter().position(|&n| n == old_rq) else {
                 return Err(DriverError::Invalid(format!(
                     "receive queue {old_rq:#x} is not one of this port's"
                 )));
             };
-            q.in_error = true;
+            q.stop();
             self.destroy_steering()?;
             self.destroy(Opcode::DestroyRq, old_rq, 8)?;
             self.rqs.remove(at);
             // Its place, which RSS spreads by, is kept for the new RQ.
-            q.rss_place = at;
+            q.set_rss_place(at);
             (drained_cqes, flushed) = q.drain_and_flush();
-            q.rebuild = Rebuild::QueueDestroyed;
+            q.set_rebuild_stage(Rebuild::QueueDestroyed);
         }
-        let eqn = q.interrupt.as_ref().map_or(0, |i| i.eqn());
-        let striding = q.striding.is_some();
-        self.rebuild_cq(&mut q.cq, &mut q.rebuild, uar, eqn, striding)?;
-        if q.rebuild == Rebuild::CqCreated {
-            let rqn = self.create_rq(
-                pd,
-                &q.ring,
-                &q.dbr,
-                q.cq.cqn,
-                q.log_size,
-                q.striding.as_ref(),
-            )?;
+        let eqn = q.interrupt_eqn();
+        let striding = q.striding().is_some();
+        let (cq, stage) = q.cq_for_rebuild();
+        self.rebuild_cq(cq, stage, uar, eqn, striding)?;
+        if q.rebuild_stage() == Rebuild::CqCreated {
+            let (ring, dbr, log_size) = q.ring_memory();
+            let rqn = self.create_rq(pd, ring, dbr, q.cqn(), log_size, q.striding())?;
             // Keep the RQs in their order: RSS spreads over them by position.
             self.rqs.pop();
-            self.rqs.insert(q.rss_place.min(self.rqs.len()), rqn);
-            q.rqn = rqn;
-            q.rebuild = Rebuild::QueueCreated;
+            self.rqs.insert(q.rss_place().min(self.rqs.len()), rqn);
+            q.set_rqn(rqn);
+            q.set_rebuild_stage(Rebuild::QueueCreated);
         }
-        if q.rebuild == Rebuild::QueueCreated {
+        if q.rebuild_stage() == Rebuild::QueueCreated {
             // Whatever a failed attempt built is taken down first.
             self.destroy_steering()?;
             self.create_steering(td)?;
-            q.rebuild = Rebuild::Idle;
+            q.set_rebuild_stage(Rebuild::Idle);
         }
         q.restart();
         Ok(Recovery::rebuilt(flushed, drained_cqes, start))
@@ -304,15 +308,15 @@ impl<B: Backend> Port<B> {
         striding: bool,
     ) -> Result<(), DriverError> {
         if *stage == Rebuild::QueueDestroyed {
-            let old = cq.cqn;
+            let old = cq.cqn();
             self.destroy(Opcode::DestroyCq, old, 8)?;
             self.cqs.retain(|&n| n != old);
             self.failed_cqs.retain(|&n| n != old);
             *stage = Rebuild::CqDestroyed;
         }
         if *stage == Rebuild::CqDestroyed {
-            let compressed = cq.compressed;
-            *cq = self.create_cq(1 << cq.log_size, uar, eqn, compressed, striding)?;
+            let compressed = cq.is_compressed();
+            *cq = self.create_cq(1 << cq.log_size(), uar, eqn, compressed, striding)?;
             *stage = Rebuild::CqCreated;
         }
         Ok(())

@@ -4,7 +4,7 @@
 use cxdirect_hw::wq::RmpState;
 use std::time::{Duration, Instant};
 
-/// What creating a shared ring again ([`Port::restart_shared_ring`]) did.
+/// What creating a shared ring again ([`crate::Port::restart_shared_ring`]) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SharedRingRestart {
     /// Buffers returned to the pool without carrying a packet: those the queues' leftover

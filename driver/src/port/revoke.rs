@@ -90,16 +90,16 @@ impl<B: Backend> Port<B> {
         }
         let (mut drained_cqes, mut flushed) = (0, 0);
         for q in queues.0.iter_mut() {
-            self.stop_wq(WorkQueue::Send(q.sqn))?;
+            self.stop_wq(WorkQueue::Send(q.sqn()))?;
             let (d, f) = q.drain_and_flush();
             (drained_cqes, flushed) = (drained_cqes + d, flushed + f);
-            q.in_error = true;
+            q.stop();
         }
         for q in queues.1.iter_mut() {
-            self.stop_wq(WorkQueue::Receive(q.rqn))?;
+            self.stop_wq(WorkQueue::Receive(q.rqn()))?;
             let (d, f) = q.drain_and_flush();
             (drained_cqes, flushed) = (drained_cqes + d, flushed + f);
-            q.in_error = true;
+            q.stop();
         }
         let keys = self.dev.revoke_memory(&mapping)?;
         // The pool's key went with the revocation.
@@ -152,12 +152,12 @@ impl<B: Backend> Port<B> {
             return Err(e);
         }
         for q in queues.0.iter_mut() {
-            self.modify_sq(q.sqn, RqState::Rst, RqState::Rdy)?;
+            self.modify_sq(q.sqn(), RqState::Rst, RqState::Rdy)?;
             q.restart();
         }
         for q in queues.1.iter_mut() {
             q.set_pool(self.pool.clone());
-            self.modify_rq(q.rqn, RqState::Rst, RqState::Rdy)?;
+            self.modify_rq(q.rqn(), RqState::Rst, RqState::Rdy)?;
             q.restart();
         }
         Ok(start.elapsed())

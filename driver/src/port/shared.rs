@@ -38,26 +38,21 @@ impl<B: Backend> Port<B> {
             let (eqn, interrupt) = self.rx_interrupt(index, uar)?;
             // Each queue's CQ can hold every buffer of the ring: completions never overrun it.
             let cq = self.create_cq(entries, uar, eqn, false, false)?;
-            let rqn = self.create_shared_rq(cq.cqn, rmpn)?;
+            let rqn = self.create_shared_rq(cq.cqn(), rmpn)?;
             self.rqs.push(rqn);
-            queues.push(SharedRxQueue {
-                _backend: self.dev.backend_arc().clone(),
-                ring: shared.clone(),
+            queues.push(SharedRxQueue::new(
+                self.dev.backend_arc().clone(),
+                shared.clone(),
                 cq,
                 rqn,
-                stats: Default::default(),
-                published: Self::register_stats(&mut self.rx_stats),
+                Self::register_stats(&mut self.rx_stats),
                 interrupt,
-                in_error: false,
-                quarantine: self.quarantine.clone(),
-            });
+                self.quarantine.clone(),
+            ));
         }
         shared.refill(u32::MAX);
         self.shared_handles = Some((
-            SharedRxRing {
-                _backend: self.dev.backend_arc().clone(),
-                ring: shared,
-            },
+            SharedRxRing::new(self.dev.backend_arc().clone(), shared),
             queues,
         ));
         Ok(())
@@ -238,8 +233,8 @@ impl<B: Backend> Port<B> {
         queues: &mut [SharedRxQueue<B>],
     ) -> Result<SharedRingRestart, DriverError> {
         let shared = self.shared_ring()?.clone();
-        let foreign = !Arc::ptr_eq(&ring.ring, &shared)
-            || queues.iter().any(|q| !Arc::ptr_eq(&q.ring, &shared));
+        let foreign = !Arc::ptr_eq(ring.shared_ring(), &shared)
+            || queues.iter().any(|q| !q.draws_from(&shared));
         if foreign || queues.len() != usize::from(self.config().rx_queues) {
             return Err(invalid(format!(
                 "restarting the shared ring takes its handle and all {} of its queues, as \
@@ -253,11 +248,7 @@ impl<B: Backend> Port<B> {
             let started = Instant::now();
             let device_state = self.dev.query_rmp(shared.rmpn())?.state;
             self.shared_restart = Some(SharedRestart {
-                places: queues
-                    .iter()
-                    .map(|q| q.cq.cqn)
-                    .zip(places.clone())
-                    .collect(),
+                places: queues.iter().map(|q| q.cqn()).zip(places.clone()).collect(),
                 stage: RestartStage::TearingDown,
                 device_state,
                 flushed: 0,
@@ -285,13 +276,14 @@ impl<B: Backend> Port<B> {
             .iter()
             .map(|q| {
                 let at = match &self.shared_restart {
-                    Some(progress) => progress.place_of(q.cq.cqn),
-                    None => self.rqs.iter().position(|&n| n == q.rqn),
+                    Some(progress) => progress.place_of(q.cqn()),
+                    None => self.rqs.iter().position(|&n| n == q.rqn()),
                 };
                 at.ok_or_else(|| {
                     invalid(format!(
                         "receive queue {:#x} (CQ {:#x}) is not one of this port's",
-                        q.rqn, q.cq.cqn
+                        q.rqn(),
+                        q.cqn()
                     ))
                 })
             })
@@ -312,7 +304,7 @@ impl<B: Backend> Port<B> {
                 if self.rqs[at] == NO_RQ {
                     continue; // destroyed by an earlier call
                 }
-                self.destroy(Opcode::DestroyRq, q.rqn, 8)?;
+                self.destroy(Opcode::DestroyRq, q.rqn(), 8)?;
                 self.rqs[at] = NO_RQ;
                 let (drained, returned) = q.drain_completions();
                 self.restart_progress(|p| {
@@ -344,8 +336,9 @@ impl<B: Backend> Port<B> {
                 if self.rqs[at] != NO_RQ {
                     continue; // created by an earlier call
                 }
-                q.rqn = self.create_shared_rq(q.cq.cqn, rmpn)?;
-                self.rqs[at] = q.rqn;
+                let rqn = self.create_shared_rq(q.cqn(), rmpn)?;
+                q.set_rqn(rqn);
+                self.rqs[at] = rqn;
                 q.restart();
             }
             ring.refill(u32::MAX);

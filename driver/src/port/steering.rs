@@ -1,16 +1,34 @@
 //! Receive steering: TIRs over the RQ table with Toeplitz RSS, the NIC receive flow tables
 //! and their rules, built around the port's RQs and destroyed before them.
 
-use super::create::Port;
+use super::config::PortConfig;
 use crate::backend::Backend;
-use crate::control::{input, out_u32};
+use crate::control::{destroy_input, input, out_u32, Device};
 use crate::error::{invalid, DriverError};
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::flow::{self, CreateFlowGroupIn, CreateFlowTableIn, SetFteIn};
 use cxdirect_hw::tir::{self, CreateRqtIn, CreateTirIn};
 
-impl<B: Backend> Port<B> {
-    fn create_tir(&mut self, td: u32, kind: TirKind) -> Result<u32, DriverError> {
+/// A port's receive steering: the RQ table, the TIRs over it, the NIC receive flow tables, and
+/// their groups and rules. Each list holds the objects the device has that are not yet
+/// destroyed.
+#[derive(Default)]
+pub(super) struct Steering {
+    rqt: Option<u32>,
+    tirs: Vec<u32>,
+    tables: Vec<u32>,
+    groups: Vec<(u32, u32)>,
+    entries: Vec<(u32, u32)>,
+}
+
+impl Steering {
+    fn create_tir<B: Backend>(
+        &mut self,
+        dev: &mut Device<B>,
+        rss_key: &[u8; 40],
+        td: u32,
+        kind: TirKind,
+    ) -> Result<u32, DriverError> {
         let mut cmd = input(Opcode::CreateTir, 0, CreateTirIn::<&[u8]>::SIZE);
         {
             let mut c = CreateTirIn::new(&mut cmd[..]).map_err(|_| invalid("TIR input"))?;
@@ -24,7 +42,7 @@ impl<B: Backend> Port<B> {
                     ctx.set_disp_type(1)
                         .set_indirect_table(rqt)
                         .set_rx_hash_fn(2);
-                    ctx.set_rx_hash_toeplitz_key_bytes(&self.config.rss_key);
+                    ctx.set_rx_hash_toeplitz_key_bytes(rss_key);
                     let fields = tir::HASH_FIELD_SEL_SRC_IP
                         | tir::HASH_FIELD_SEL_DST_IP
                         | if l4.is_some() {
@@ -39,12 +57,17 @@ impl<B: Backend> Port<B> {
                 }
             }
         }
-        let tirn = out_u32(&self.dev.exec(&cmd, 16)?);
+        let tirn = out_u32(&dev.exec(&cmd, 16)?);
         self.tirs.push(tirn);
         Ok(tirn)
     }
 
-    fn create_table(&mut self, level: u8, log_size: u8) -> Result<u32, DriverError> {
+    fn create_table<B: Backend>(
+        &mut self,
+        dev: &mut Device<B>,
+        level: u8,
+        log_size: u8,
+    ) -> Result<u32, DriverError> {
         let mut cmd = input(Opcode::CreateFlowTable, 0, CreateFlowTableIn::<&[u8]>::SIZE);
         CreateFlowTableIn::new(&mut cmd[..])
             .map(|mut c| {
@@ -54,15 +77,16 @@ impl<B: Backend> Port<B> {
                     .set_log_size(log_size);
             })
             .ok();
-        let id = out_u32(&self.dev.exec(&cmd, 16)?);
+        let id = out_u32(&dev.exec(&cmd, 16)?);
         self.tables.push(id);
         Ok(id)
     }
 
     /// A group of one entry at `index` matching `mask`/`value` (outer headers), forwarding to
     /// `dest` (a TIR, or a flow table).
-    fn add_rule(
+    fn add_rule<B: Backend>(
         &mut self,
+        dev: &mut Device<B>,
         table: u32,
         index: u32,
         fill: impl Fn(&mut cxdirect_hw::flow::FteMatchSetLyr24<&mut [u8]>, bool),
@@ -78,7 +102,7 @@ impl<B: Backend> Port<B> {
                 .set_match_criteria_enable(flow::MATCH_OUTER_HEADERS);
             fill(&mut c.match_criteria_mut().outer_headers_mut(), true);
         }
-        let group = out_u32(&self.dev.exec(&cmd, 16)?);
+        let group = out_u32(&dev.exec(&cmd, 16)?);
         self.groups.push((table, group));
         let mut cmd = input(Opcode::SetFlowTableEntry, 0, SetFteIn::<&[u8]>::SIZE + 8);
         {
@@ -93,18 +117,27 @@ impl<B: Backend> Port<B> {
             fill(&mut ctx.match_value_mut().outer_headers_mut(), false);
             let _ = ctx.set_destination(0, flow::dest_format_entry(dest.0, dest.1));
         }
-        self.dev.exec(&cmd, 16)?;
+        dev.exec(&cmd, 16)?;
         self.entries.push((table, index));
         Ok(())
     }
 
-    pub(crate) fn create_steering(&mut self, td: u32) -> Result<(), DriverError> {
-        let rqs = self.rqs.clone();
+    /// Builds the steering around `rqs` (in RSS order) in transport domain `td`: one TIR when
+    /// there is one RQ, else an RQ table with TIRs hashing by traffic type (and per-port UDP
+    /// rules when `config` asks for them), under a root table taking everything (promiscuous)
+    /// or the port's MAC, broadcast and multicast.
+    pub(super) fn build<B: Backend>(
+        &mut self,
+        dev: &mut Device<B>,
+        config: &PortConfig,
+        rqs: &[u32],
+        td: u32,
+    ) -> Result<(), DriverError> {
         // Where accepted frames go: one RQ, or RSS over all of them by traffic type.
         let classify = if rqs.len() == 1 {
             (
                 flow::FLOW_DESTINATION_TYPE_TIR,
-                self.create_tir(td, TirKind::Direct(rqs[0]))?,
+                self.create_tir(dev, &config.rss_key, td, TirKind::Direct(rqs[0]))?,
             )
         } else {
             let mut cmd = input(
@@ -121,17 +154,19 @@ impl<B: Backend> Port<B> {
                     let _ = c.set_rq_num(i, rqn);
                 }
             }
-            let rqt = out_u32(&self.dev.exec(&cmd, 16)?);
+            let rqt = out_u32(&dev.exec(&cmd, 16)?);
             self.rqt = Some(rqt);
             // Per-port UDP rules first (lower index matches first), then 7 RSS rules.
-            let rules = rqs.len() * usize::from(self.config.udp_port_queues.is_some()) + 7;
-            let table = self.create_table(1, rules.next_power_of_two().trailing_zeros() as u8)?;
+            let rules = rqs.len() * usize::from(config.udp_port_queues.is_some()) + 7;
+            let table =
+                self.create_table(dev, 1, rules.next_power_of_two().trailing_zeros() as u8)?;
             let mut index = 0;
-            if let Some(base) = self.config.udp_port_queues {
+            if let Some(base) = config.udp_port_queues {
                 for (i, &rqn) in rqs.iter().enumerate() {
-                    let tirn = self.create_tir(td, TirKind::Direct(rqn))?;
+                    let tirn = self.create_tir(dev, &config.rss_key, td, TirKind::Direct(rqn))?;
                     let port = base + i as u16;
                     self.add_rule(
+                        dev,
                         table,
                         index,
                         move |m, mask| {
@@ -147,6 +182,8 @@ impl<B: Backend> Port<B> {
             for (version, l3) in [(4u8, 0u8), (6, 1)] {
                 for (proto, l4) in [(17u8, 1u8), (6, 0)] {
                     let tirn = self.create_tir(
+                        dev,
+                        &config.rss_key,
                         td,
                         TirKind::Hash {
                             rqt,
@@ -155,6 +192,7 @@ impl<B: Backend> Port<B> {
                         },
                     )?;
                     self.add_rule(
+                        dev,
                         table,
                         index,
                         move |m, mask| {
@@ -165,8 +203,14 @@ impl<B: Backend> Port<B> {
                     )?;
                     index += 1;
                 }
-                let tirn = self.create_tir(td, TirKind::Hash { rqt, l3, l4: None })?;
+                let tirn = self.create_tir(
+                    dev,
+                    &config.rss_key,
+                    td,
+                    TirKind::Hash { rqt, l3, l4: None },
+                )?;
                 self.add_rule(
+                    dev,
                     table,
                     index,
                     move |m, mask| {
@@ -176,8 +220,9 @@ impl<B: Backend> Port<B> {
                 )?;
                 index += 1;
             }
-            let other = self.create_tir(td, TirKind::Direct(rqs[0]))?;
+            let other = self.create_tir(dev, &config.rss_key, td, TirKind::Direct(rqs[0]))?;
             self.add_rule(
+                dev,
                 table,
                 index,
                 |_, _| {},
@@ -186,16 +231,17 @@ impl<B: Backend> Port<B> {
             (flow::FLOW_DESTINATION_TYPE_FLOW_TABLE, table)
         };
         // The root: everything (promiscuous), or the port's MAC plus broadcast and multicast.
-        let root = self.create_table(0, 4)?;
-        if self.config.promiscuous {
-            self.add_rule(root, 0, |_, _| {}, classify)?;
+        let root = self.create_table(dev, 0, 4)?;
+        if config.promiscuous {
+            self.add_rule(dev, root, 0, |_, _| {}, classify)?;
         } else {
             let mac = u64::from_be_bytes({
                 let mut b = [0u8; 8];
-                b[2..].copy_from_slice(&self.dev.info().mac);
+                b[2..].copy_from_slice(&dev.info().mac);
                 b
             });
             self.add_rule(
+                dev,
                 root,
                 0,
                 move |m, mask| {
@@ -205,6 +251,7 @@ impl<B: Backend> Port<B> {
             )?;
             // The group bit of the destination MAC covers broadcast and every multicast.
             self.add_rule(
+                dev,
                 root,
                 1,
                 |m, _| {
@@ -224,7 +271,7 @@ impl<B: Backend> Port<B> {
                     .set_table_id(root);
             })
             .ok();
-        self.dev.exec(&cmd, 16)?;
+        dev.exec(&cmd, 16)?;
         Ok(())
     }
 
@@ -232,7 +279,7 @@ impl<B: Backend> Port<B> {
     /// dropped by the device from here on, and the RQs are named by nothing any more. An object
     /// the device refuses to destroy is kept, with what depends on it, and the next call tries
     /// it again (a recovery that failed here resumes here); the first refusal is returned.
-    pub(crate) fn destroy_steering(&mut self) -> Result<(), DriverError> {
+    pub(super) fn destroy<B: Backend>(&mut self, dev: &mut Device<B>) -> Result<(), DriverError> {
         let mut first_err = None;
         let mut refused = |r: Result<(), DriverError>| match r {
             Ok(()) => false,
@@ -255,7 +302,7 @@ impl<B: Backend> Port<B> {
                         .set_flow_index(index);
                 })
                 .ok();
-            refused(self.dev.exec(&cmd, 16).map(|_| ()))
+            refused(dev.exec(&cmd, 16).map(|_| ()))
         });
         self.entries = entries;
         let mut groups = std::mem::take(&mut self.groups);
@@ -272,7 +319,7 @@ impl<B: Backend> Port<B> {
                         .set_group_id(group);
                 })
                 .ok();
-            refused(self.dev.exec(&cmd, 16).map(|_| ()))
+            refused(dev.exec(&cmd, 16).map(|_| ()))
         });
         self.groups = groups;
         // The root first: a table that is root cannot be destroyed; tables in creation order
@@ -290,16 +337,24 @@ impl<B: Backend> Port<B> {
                         .set_table_id(tables[at]);
                 })
                 .ok();
-            if !refused(self.dev.exec(&cmd, 16).map(|_| ())) {
+            if !refused(dev.exec(&cmd, 16).map(|_| ())) {
                 tables.remove(at);
             }
         }
         self.tables = tables;
         let mut tirs = std::mem::take(&mut self.tirs);
-        tirs.retain(|&tirn| refused(self.destroy(Opcode::DestroyTir, tirn, 8)));
+        tirs.retain(|&tirn| {
+            refused(
+                dev.exec(&destroy_input(Opcode::DestroyTir, tirn, 8), 16)
+                    .map(|_| ()),
+            )
+        });
         self.tirs = tirs;
         if let Some(rqt) = self.rqt {
-            if !refused(self.destroy(Opcode::DestroyRqt, rqt, 8)) {
+            if !refused(
+                dev.exec(&destroy_input(Opcode::DestroyRqt, rqt, 8), 16)
+                    .map(|_| ()),
+            ) {
                 self.rqt = None;
             }
         }
@@ -307,6 +362,11 @@ impl<B: Backend> Port<B> {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+
+    /// After a function reset: the device holds none of these objects any more.
+    pub(super) fn forget(&mut self) {
+        *self = Self::default();
     }
 }
 

@@ -74,11 +74,7 @@ impl<B: Backend> Port<B> {
     /// numbers are forgotten, and buffers the shared ring and the quarantine held go back to
     /// the pool; returns how many.
     pub(crate) fn forget_objects_after_reset(&mut self) -> usize {
-        self.entries.clear();
-        self.groups.clear();
-        self.tables.clear();
-        self.tirs.clear();
-        self.rqt = None;
+        self.steering.forget();
         self.rqs.clear();
         self.shared_handles = None;
         let mut flushed = self.shared.take().map_or(0, |ring| ring.flush());

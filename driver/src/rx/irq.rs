@@ -5,7 +5,7 @@
 use crate::backend::{Backend, Interrupt};
 use crate::cq::{CqRing, Event, EventQueue};
 use crate::error::DriverError;
-use cxdirect_hw::doorbell::{cq_arm_cmd, CqArm, UAR_CQ_DOORBELL, UAR_PAGE_SIZE};
+use cxdirect_hw::doorbell::{UAR_CQ_DOORBELL, UAR_PAGE_SIZE};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
@@ -52,16 +52,12 @@ impl<B: Backend> CompletionInterrupt<B> {
     /// Asks for one event at the next completion after `cq`'s consumer index: the arm word in
     /// the CQ's doorbell record, then the UAR doorbell.
     pub(crate) fn arm(&mut self, cq: &CqRing) {
-        let word = CqArm::new()
-            .with_ci(cq.ci & 0x00ff_ffff)
-            .with_cmd(cq_arm_cmd::NEXT)
-            .with_sn(self.sn & 3);
-        let _ = cq.dbr.write_u32_be(4, word.into_bits());
+        let word = cq.write_arm(self.sn);
         // The record before the doorbell that makes the device read it.
         fence(Ordering::SeqCst);
         self.backend.write64(
             self.uar as usize * UAR_PAGE_SIZE + UAR_CQ_DOORBELL,
-            word.doorbell(cq.cqn).to_be_bytes(),
+            word.doorbell(cq.cqn()).to_be_bytes(),
         );
         self.armed = true;
     }

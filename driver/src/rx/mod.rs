@@ -12,6 +12,6 @@ pub use shared::{SharedRingStats, SharedRxConfig, SharedRxQueue, SharedRxRing};
 pub use striding::RxStriding;
 
 pub(crate) use irq::CompletionInterrupt;
-pub(crate) use queue::EMPTY_SLOT;
+pub(crate) use queue::ReceiveQueueParts;
 pub(crate) use shared::SharedRing;
 pub(crate) use striding::{StridingRx, WQE_BYTES};

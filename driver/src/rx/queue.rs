@@ -6,18 +6,19 @@ use super::irq::{self, CompletionInterrupt};
 use super::sink::RxSink;
 use super::striding::StridingRx;
 use crate::backend::Backend;
-use crate::cq::{rx_flags, CqRing, Cqe, MiniRun};
+use crate::cq::{rx_flags, CqRing, MiniRun};
 use crate::error::DriverError;
-use crate::mem::{Mbuf, Mempool, OffloadFlags, PacketBurst, Quarantine, HEADROOM, RING_HOLD};
+use crate::mem::{Mbuf, Mempool, OffloadFlags, PacketBurst, Quarantine, HEADROOM};
 use crate::ring::{words_from_bytes, QueueStats, Rebuild, StatsHandle, MAX_BURST};
 use cxdirect_dma::DmaRegion;
-use cxdirect_hw::wq::striding::{FILLER, LEN_MASK, STRIDES_MASK, STRIDES_SHIFT};
 use cxdirect_hw::wqe;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::fence;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+
+mod strides;
 
 /// Where a received packet's data starts in a plain (not striding) ring's buffer.
 const HEADROOM_U32: u32 = HEADROOM as u32;
@@ -42,41 +43,87 @@ fn posted_buffers<'a>(slots: &'a mut [u32], pool: &'a Mempool) -> impl Iterator<
         .map(|index| pool.adopt_posted(index))
 }
 
-/// A receive queue handle. `Send`: each queue may live on its own thread.
-pub struct RxQueue<B: Backend> {
-    /// Keeps the function open as long as the ring exists (receive needs no MMIO).
-    pub(crate) _backend: Arc<B>,
+/// What a port hands a new receive queue: the objects it created for it and the pool it
+/// posts from.
+pub(crate) struct ReceiveQueueParts<B: Backend> {
+    pub(crate) backend: Arc<B>,
+    /// The ring (`2^log_size` WQEs) and its doorbell record.
     pub(crate) ring: DmaRegion,
     pub(crate) dbr: DmaRegion,
+    pub(crate) log_size: u8,
     pub(crate) cq: CqRing,
     pub(crate) rqn: u32,
-    pub(crate) log_size: u8,
-    /// WQEs in the ring less one (`2^log_size - 1`), kept so the fast path does not shift.
-    pub(crate) ring_mask: u16,
-    pub(crate) pi: u16,
-    pub(crate) ci: u16,
-    /// The pool index of the buffer posted in each ring slot, or [`EMPTY_SLOT`]. Posted
-    /// buffers are kept as bare indexes of `pool` (the ring owns them) and become [`Mbuf`]s
-    /// only when received.
-    pub(crate) slots: Vec<u32>,
     pub(crate) pool: Mempool,
-    pub(crate) stats: QueueStats,
     pub(crate) published: StatsHandle,
     pub(crate) quarantine: Quarantine,
     pub(crate) interrupt: Option<CompletionInterrupt<B>>,
-    pub(crate) in_error: bool,
-    pub(crate) rebuild: Rebuild,
+    /// A striding RQ's geometry (`None`: one buffer per packet).
+    pub(crate) striding: Option<StridingRx>,
+}
+
+/// A receive queue handle. `Send`: each queue may live on its own thread.
+pub struct RxQueue<B: Backend> {
+    /// Keeps the function open as long as the ring exists (receive needs no MMIO).
+    _backend: Arc<B>,
+    ring: DmaRegion,
+    dbr: DmaRegion,
+    cq: CqRing,
+    rqn: u32,
+    log_size: u8,
+    /// WQEs in the ring less one (`2^log_size - 1`), kept so the fast path does not shift.
+    ring_mask: u16,
+    pi: u16,
+    ci: u16,
+    /// The pool index of the buffer posted in each ring slot, or [`EMPTY_SLOT`]. Posted
+    /// buffers are kept as bare indexes of `pool` (the ring owns them) and become [`Mbuf`]s
+    /// only when received.
+    slots: Vec<u32>,
+    pool: Mempool,
+    stats: QueueStats,
+    published: StatsHandle,
+    quarantine: Quarantine,
+    interrupt: Option<CompletionInterrupt<B>>,
+    in_error: bool,
+    rebuild: Rebuild,
     /// This RQ's position in the port's RQ list (RSS spreads by position), kept while it is
     /// rebuilt.
-    pub(crate) rss_place: usize,
+    rss_place: usize,
     /// A striding RQ's geometry and place (`None`: one buffer per packet).
-    pub(crate) striding: Option<StridingRx>,
+    striding: Option<StridingRx>,
 }
 
 impl<B: Backend> RxQueue<B> {
     #[inline(always)]
     pub(crate) fn mask(&self) -> u16 {
         self.ring_mask
+    }
+
+    /// A receive queue over what the port created, its ring filled from its pool.
+    pub(crate) fn new(parts: ReceiveQueueParts<B>) -> Self {
+        let entries = 1u32 << parts.log_size;
+        let mut queue = Self {
+            _backend: parts.backend,
+            ring: parts.ring,
+            dbr: parts.dbr,
+            cq: parts.cq,
+            rqn: parts.rqn,
+            log_size: parts.log_size,
+            ring_mask: (entries - 1) as u16,
+            pi: 0,
+            ci: 0,
+            slots: vec![EMPTY_SLOT; entries as usize],
+            pool: parts.pool,
+            stats: QueueStats::default(),
+            published: parts.published,
+            quarantine: parts.quarantine,
+            interrupt: parts.interrupt,
+            in_error: false,
+            rebuild: Rebuild::Idle,
+            rss_place: 0,
+            striding: parts.striding,
+        };
+        queue.refill();
+        queue
     }
 
     /// Posts fresh buffers into every empty slot, with one doorbell-record update.
@@ -178,9 +225,7 @@ impl<B: Backend> RxQueue<B> {
     pub(crate) fn refuse(&mut self) {
         self.stats.bad_cqes += 1;
         self.in_error = true;
-        if self.cq.compressed {
-            self.cq.lost_place = true;
-        }
+        self.cq.lose_place();
     }
 
     fn receive(&mut self, out: &mut impl RxSink, max: usize) -> usize {
@@ -189,7 +234,7 @@ impl<B: Backend> RxQueue<B> {
         }
         let mut got = 0;
         let cqes_before = self.stats.cqes;
-        let minis_before = self.cq.mini_cqes;
+        let minis_before = self.cq.mini_cqes();
         let room = self.pool.data_room();
         let mut received_bytes = 0u64;
         let limit = max.min(MAX_BURST);
@@ -254,7 +299,7 @@ impl<B: Backend> RxQueue<B> {
     ) {
         self.stats.packets += got as u64;
         self.stats.bytes += bytes;
-        self.stats.compressed_cqes += self.cq.mini_cqes - minis_before;
+        self.stats.compressed_cqes += self.cq.mini_cqes() - minis_before;
         // Only a burst that consumed CQEs has a consumer index to report.
         if self.stats.cqes != cqes_before {
             self.cq.update_dbr();
@@ -326,7 +371,62 @@ impl<B: Backend> RxQueue<B> {
 
     /// The number of the CQ this queue completes on.
     pub fn cqn(&self) -> u32 {
-        self.cq.cqn
+        self.cq.cqn()
+    }
+
+    /// Stops receiving until [`RxQueue::restart`] (the device is about to have the RQ in RST).
+    pub(crate) fn stop(&mut self) {
+        self.in_error = true;
+    }
+
+    /// Recovery: how far a rebuild of the RQ and its CQ has got.
+    pub(crate) fn rebuild_stage(&self) -> Rebuild {
+        self.rebuild
+    }
+
+    /// Recovery: records how far a rebuild has got.
+    pub(crate) fn set_rebuild_stage(&mut self, stage: Rebuild) {
+        self.rebuild = stage;
+    }
+
+    /// Recovery: the CQ, with the rebuild stage its re-creation advances.
+    pub(crate) fn cq_for_rebuild(&mut self) -> (&mut CqRing, &mut Rebuild) {
+        (&mut self.cq, &mut self.rebuild)
+    }
+
+    /// True when the CQ lost its place ([`CqRing::lost_place`]): only a new CQ helps.
+    pub(crate) fn cq_lost_place(&self) -> bool {
+        self.cq.lost_place()
+    }
+
+    /// The ring, its doorbell record and its log2 size in WQEs: what an RQ is created over.
+    pub(crate) fn ring_memory(&self) -> (&DmaRegion, &DmaRegion, u8) {
+        (&self.ring, &self.dbr, self.log_size)
+    }
+
+    /// A striding RQ's geometry and place (`None`: one buffer per packet).
+    pub(crate) fn striding(&self) -> Option<&StridingRx> {
+        self.striding.as_ref()
+    }
+
+    /// The EQ the CQ reports to (0: none, no interrupt mode).
+    pub(crate) fn interrupt_eqn(&self) -> u32 {
+        self.interrupt.as_ref().map_or(0, |i| i.eqn())
+    }
+
+    /// This RQ's position in the port's RQ list (RSS spreads by position).
+    pub(crate) fn rss_place(&self) -> usize {
+        self.rss_place
+    }
+
+    /// Recovery: the RQ destroyed from `place` of the port's RQ list, kept for its successor.
+    pub(crate) fn set_rss_place(&mut self, place: usize) {
+        self.rss_place = place;
+    }
+
+    /// Recovery: the RQ created again over the same ring.
+    pub(crate) fn set_rqn(&mut self, rqn: u32) {
+        self.rqn = rqn;
     }
 
     /// Recovery: takes every completion left on the CQ without acting on it; returns how many.
@@ -396,7 +496,7 @@ impl<B: Backend> RxQueue<B> {
     /// what is pending, after epoll reported the fd readable). Returns true when it fired.
     pub fn wait_interrupt(&mut self, timeout: Duration) -> Result<bool, DriverError> {
         let irq = self.interrupt.as_mut().ok_or_else(irq::not_enabled)?;
-        Ok(irq.wait(self.cq.cqn, timeout))
+        Ok(irq.wait(self.cq.cqn(), timeout))
     }
 
     /// The completion interrupt's eventfd, for poll/epoll (`None` without receive interrupts).
@@ -419,158 +519,5 @@ impl<B: Backend> Drop for RxQueue<B> {
             [&mut self.ring, &mut self.dbr],
             self.cq.take_memory(),
         );
-    }
-}
-
-/// What one striding completion was, once checked.
-enum Taken {
-    /// A packet: its `Mbuf` is on the output.
-    Packet(u32),
-    /// A filler: strides skipped, no packet.
-    Filler,
-}
-
-impl<B: Backend> RxQueue<B> {
-    /// [`RxQueue::rx_burst`] on a striding ring.
-    pub(crate) fn receive_striding(&mut self, out: &mut impl RxSink, max: usize) -> usize {
-        let Some(mut striding) = self.striding else {
-            return 0;
-        };
-        let mut got = 0;
-        let mut bytes = 0u64;
-        let cqes_before = self.stats.cqes;
-        let minis_before = self.cq.mini_cqes;
-        let limit = max.min(MAX_BURST);
-        while got < limit && !self.in_error {
-            if let Some(run) = self.cq.mini_run(limit - got) {
-                let first = &run.first;
-                let mut looked = 0;
-                if first.qpn() == self.rqn && first.is_receive_ok() {
-                    // Checksum-format mini-CQEs: no RSS hash, the stride index instead.
-                    let flags = OffloadFlags {
-                        rx_rss_hash: None,
-                        ..rx_flags(first)
-                    };
-                    for i in 0..run.len {
-                        looked += 1;
-                        let (word, carried) = run.byte_cnt_and_hash(i);
-                        match self.take_strides(&mut striding, word, carried as u16, flags, out) {
-                            Some(Taken::Packet(len)) => {
-                                got += 1;
-                                bytes += u64::from(len);
-                            }
-                            Some(Taken::Filler) => {}
-                            None => break,
-                        }
-                    }
-                } else {
-                    looked = 1;
-                    self.refuse();
-                }
-                self.cq.consume_run(looked as u32);
-                self.stats.cqes += looked as u64;
-                continue;
-            }
-            let Some(c) = self.cq.peek() else { break };
-            self.cq.consume();
-            self.stats.cqes += 1;
-            if c.qpn() != self.rqn || self.pi == self.ci {
-                self.refuse();
-                break;
-            }
-            if c.is_error() {
-                // The device moved the RQ to error; the buffers stay posted until recovery
-                // flushes them.
-                self.stats.errors += 1;
-                self.stats.last_error_syndrome = c.syndrome();
-                self.in_error = true;
-                break;
-            }
-            if !c.is_receive_ok() || !self.names_oldest_wqe(&c) {
-                self.refuse();
-                break;
-            }
-            match self.take_strides(
-                &mut striding,
-                c.byte_cnt(),
-                c.wqe_counter(),
-                rx_flags(&c),
-                out,
-            ) {
-                Some(Taken::Packet(len)) => {
-                    got += 1;
-                    bytes += u64::from(len);
-                }
-                Some(Taken::Filler) => {}
-                None => break,
-            }
-        }
-        // The packets handed out from the oldest buffer become references it counts.
-        if striding.pending > 0 {
-            if let Some(&index) = self.slots.get(usize::from(self.ci & self.mask())) {
-                if index != EMPTY_SLOT {
-                    self.pool.shared().add_references(index, striding.pending);
-                }
-            }
-            striding.pending = 0;
-        }
-        self.striding = Some(striding);
-        self.finish_burst(got, bytes, cqes_before, minis_before);
-        got
-    }
-
-    /// A plain completion names the oldest posted WQE (its `wqe_id`, within the ring).
-    fn names_oldest_wqe(&self, c: &Cqe) -> bool {
-        let mask = self.mask();
-        c.wqe_id() & mask == self.ci & mask
-    }
-
-    /// Takes one completion (`word`: its byte count word; `stride`: its first stride) of the
-    /// oldest posted WQE: a packet onto `out`, or a filler. `None`, with the queue stopped,
-    /// for a completion out of step with the strides taken so far.
-    #[inline(always)]
-    fn take_strides(
-        &mut self,
-        striding: &mut StridingRx,
-        word: u32,
-        stride: u16,
-        flags: OffloadFlags,
-        out: &mut impl RxSink,
-    ) -> Option<Taken> {
-        let strides = (word >> STRIDES_SHIFT) & STRIDES_MASK;
-        let len = word & LEN_MASK;
-        let filler = word & FILLER != 0;
-        let slot = usize::from(self.ci & self.mask());
-        let index = self.slots[slot];
-        let in_step = u32::from(stride) == striding.used
-            && strides != 0
-            && strides <= striding.strides() - striding.used
-            && (filler || (len != 0 && len <= strides << striding.log_stride_bytes))
-            && index != EMPTY_SLOT;
-        if !in_step {
-            self.refuse();
-            return None;
-        }
-        let taken = if filler {
-            Taken::Filler
-        } else {
-            let offset = striding.used << striding.log_stride_bytes;
-            out.accept(&self.pool, index, offset, len, flags);
-            striding.pending += 1;
-            Taken::Packet(len)
-        };
-        striding.used += strides;
-        if striding.used == striding.strides() {
-            // The device is done with this buffer: the ring lets go of it, less the references
-            // of the packets not yet counted.
-            self.slots[slot] = EMPTY_SLOT;
-            self.pool
-                .shared()
-                .release(index, RING_HOLD - striding.pending);
-            striding.pending = 0;
-            striding.used = 0;
-            self.ci = self.ci.wrapping_add(1);
-        }
-        Some(taken)
     }
 }

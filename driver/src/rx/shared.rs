@@ -225,11 +225,24 @@ impl SharedRing {
 
 /// The application's handle on a shared receive ring: posts buffers. `Send`; one per ring.
 pub struct SharedRxRing<B: Backend> {
-    pub(crate) _backend: Arc<B>,
-    pub(crate) ring: Arc<SharedRing>,
+    pub(super) _backend: Arc<B>,
+    pub(super) ring: Arc<SharedRing>,
 }
 
 impl<B: Backend> SharedRxRing<B> {
+    /// The application's handle on `ring`.
+    pub(crate) fn new(backend: Arc<B>, ring: Arc<SharedRing>) -> Self {
+        Self {
+            _backend: backend,
+            ring,
+        }
+    }
+
+    /// The ring this handle posts to.
+    pub(crate) fn shared_ring(&self) -> &Arc<SharedRing> {
+        &self.ring
+    }
+
     /// Posts buffers from the pool until the ring is full (or the pool is empty), with one
     /// doorbell-record update. Returns how many were posted.
     pub fn refill(&mut self) -> u32 {
@@ -266,17 +279,17 @@ impl<B: Backend> SharedRxRing<B> {
 /// A receive queue drawing from a shared ring: its own RQ and CQ. `Send`: each queue may live
 /// on its own thread; queues of one ring take the ring's lock once per burst.
 pub struct SharedRxQueue<B: Backend> {
-    pub(crate) _backend: Arc<B>,
-    pub(crate) ring: Arc<SharedRing>,
-    pub(crate) cq: CqRing,
-    pub(crate) rqn: u32,
-    pub(crate) stats: QueueStats,
-    pub(crate) published: StatsHandle,
-    pub(crate) interrupt: Option<CompletionInterrupt<B>>,
+    pub(super) _backend: Arc<B>,
+    pub(super) ring: Arc<SharedRing>,
+    pub(super) cq: CqRing,
+    pub(super) rqn: u32,
+    pub(super) stats: QueueStats,
+    pub(super) published: StatsHandle,
+    pub(super) interrupt: Option<CompletionInterrupt<B>>,
     /// Set by an error completion or a completion the driver refused: nothing is received
     /// until [`crate::Port::recover_shared_rx`].
-    pub(crate) in_error: bool,
-    pub(crate) quarantine: Quarantine,
+    pub(super) in_error: bool,
+    pub(super) quarantine: Quarantine,
 }
 
 impl<B: Backend> Drop for SharedRxQueue<B> {
@@ -290,6 +303,44 @@ impl<B: Backend> Drop for SharedRxQueue<B> {
 }
 
 impl<B: Backend> SharedRxQueue<B> {
+    /// A queue drawing from `ring` through RQ `rqn`, completing on `cq`.
+    pub(crate) fn new(
+        backend: Arc<B>,
+        ring: Arc<SharedRing>,
+        cq: CqRing,
+        rqn: u32,
+        published: StatsHandle,
+        interrupt: Option<CompletionInterrupt<B>>,
+        quarantine: Quarantine,
+    ) -> Self {
+        Self {
+            _backend: backend,
+            ring,
+            cq,
+            rqn,
+            stats: QueueStats::default(),
+            published,
+            interrupt,
+            in_error: false,
+            quarantine,
+        }
+    }
+
+    /// True when this queue draws from `ring`.
+    pub(crate) fn draws_from(&self, ring: &Arc<SharedRing>) -> bool {
+        Arc::ptr_eq(&self.ring, ring)
+    }
+
+    /// The number of the CQ this queue completes on.
+    pub(crate) fn cqn(&self) -> u32 {
+        self.cq.cqn()
+    }
+
+    /// The RQ created again on a new ring.
+    pub(crate) fn set_rqn(&mut self, rqn: u32) {
+        self.rqn = rqn;
+    }
+
     /// Receives up to `max` packets (at most [`MAX_BURST`]) onto the end of `out`; returns how
     /// many. Does not refill the ring: that is [`SharedRxRing::refill`]'s job.
     #[inline(never)]
@@ -387,7 +438,7 @@ impl<B: Backend> SharedRxQueue<B> {
     /// what is pending, after epoll reported the fd readable). Returns true when it fired.
     pub fn wait_interrupt(&mut self, timeout: Duration) -> Result<bool, DriverError> {
         let irq = self.interrupt.as_mut().ok_or_else(irq::not_enabled)?;
-        Ok(irq.wait(self.cq.cqn, timeout))
+        Ok(irq.wait(self.cq.cqn(), timeout))
     }
 
     /// The completion interrupt's eventfd, for poll/epoll (`None` without receive interrupts).
@@ -418,7 +469,7 @@ impl<B: Backend> SharedRxQueue<B> {
         let mut st = self.ring.lock();
         let mask = self.ring.mask();
         let (mut drained, mut returned) = (0, 0);
-        while drained < 1usize << self.cq.log_size {
+        while drained < 1usize << self.cq.log_size() {
             let Some(c) = self.cq.peek_or_skipped() else {
                 break;
             };

@@ -20,14 +20,6 @@ impl RxSink for Vec<Mbuf> {
 impl RxSink for PacketBurst {
     #[inline(always)]
     fn accept(&mut self, _: &Mempool, index: u32, data_off: u32, len: u32, flags: OffloadFlags) {
-        PacketBurst::accept(
-            self,
-            BurstEntry {
-                index,
-                data_off,
-                len,
-                flags,
-            },
-        );
+        PacketBurst::accept(self, BurstEntry::new(index, data_off, len, flags));
     }
 }

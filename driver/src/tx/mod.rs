@@ -4,8 +4,7 @@
 mod inflight;
 mod queue;
 mod source;
-mod wqe;
 
 pub use queue::{InlineMode, TxQueue};
 
-pub(crate) use inflight::InFlight;
+pub(crate) use queue::SendQueueParts;

@@ -11,9 +11,11 @@ use crate::ring::{QueueStats, Rebuild, StatsHandle, MAX_BURST};
 use cxdirect_dma::DmaRegion;
 use cxdirect_hw::cqe::CqeOpcode;
 use cxdirect_hw::doorbell::{UAR_BF_OFFSET, UAR_PAGE_SIZE};
-use cxdirect_hw::wqe::{self, WQE_BB};
+use cxdirect_hw::wqe::{ETH_L2_INLINE_HEADER_SIZE, WQE_BB};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
+
+mod wqe;
 
 /// What the send loop did with one packet.
 enum Written {
@@ -38,34 +40,59 @@ pub enum InlineMode {
 
 /// A send queue handle. `Send`: each queue may live on its own thread.
 pub struct TxQueue<B: Backend> {
+    backend: Arc<B>,
+    ring: DmaRegion,
+    dbr: DmaRegion,
+    cq: CqRing,
+    sqn: u32,
+    log_size: u8,
+    /// WQEBBs in the ring less one (`2^log_size - 1`), kept so the fast path does not shift.
+    ring_mask: u16,
+    uar: u32,
+    pi: u16,
+    ci: u16,
+    /// Buffers in flight, by WQE index.
+    inflight: InFlight,
+    bf_half: bool,
+    blueflame: bool,
+    inline: InlineMode,
+    inline_max: usize,
+    /// Runs of packets go in enhanced multi-packet WQEs (the SQ allows them).
+    multi_packet: bool,
+    cqe_every: u16,
+    since_cqe: u16,
+    max_frame: usize,
+    stats: QueueStats,
+    published: StatsHandle,
+    quarantine: Quarantine,
+    in_error: bool,
+    rebuild: Rebuild,
+    scratch: Option<Box<TxScratch>>,
+}
+
+/// What a port hands a new send queue: the objects it created for it and the settings it
+/// sends with.
+pub(crate) struct SendQueueParts<B: Backend> {
     pub(crate) backend: Arc<B>,
+    /// The ring (`2^log_size` WQEBBs) and its doorbell record.
     pub(crate) ring: DmaRegion,
     pub(crate) dbr: DmaRegion,
+    pub(crate) log_size: u8,
     pub(crate) cq: CqRing,
     pub(crate) sqn: u32,
-    pub(crate) log_size: u8,
-    /// WQEBBs in the ring less one (`2^log_size - 1`), kept so the fast path does not shift.
-    pub(crate) ring_mask: u16,
+    /// The UAR page the SQ rings its doorbell through.
     pub(crate) uar: u32,
-    pub(crate) pi: u16,
-    pub(crate) ci: u16,
-    /// Buffers in flight, by WQE index.
-    pub(crate) inflight: InFlight,
-    pub(crate) bf_half: bool,
     pub(crate) blueflame: bool,
     pub(crate) inline: InlineMode,
+    /// Longest packet sent fully inline, in bytes.
     pub(crate) inline_max: usize,
-    /// Runs of packets go in enhanced multi-packet WQEs (the SQ allows them).
     pub(crate) multi_packet: bool,
+    /// Completions asked for every this many WQEs.
     pub(crate) cqe_every: u16,
-    pub(crate) since_cqe: u16,
+    /// Longest frame sent, in bytes.
     pub(crate) max_frame: usize,
-    pub(crate) stats: QueueStats,
     pub(crate) published: StatsHandle,
     pub(crate) quarantine: Quarantine,
-    pub(crate) in_error: bool,
-    pub(crate) rebuild: Rebuild,
-    pub(crate) scratch: Option<Box<TxScratch>>,
 }
 
 /// Where a burst is assembled, kept with the queue so a burst starts without zeroing anything.
@@ -86,6 +113,38 @@ impl Default for TxScratch {
 }
 
 impl<B: Backend> TxQueue<B> {
+    /// A send queue over what the port created, starting at ring index 0.
+    pub(crate) fn new(parts: SendQueueParts<B>) -> Self {
+        let entries = 1u32 << parts.log_size;
+        Self {
+            backend: parts.backend,
+            ring: parts.ring,
+            dbr: parts.dbr,
+            cq: parts.cq,
+            sqn: parts.sqn,
+            log_size: parts.log_size,
+            ring_mask: (entries - 1) as u16,
+            uar: parts.uar,
+            pi: 0,
+            ci: 0,
+            inflight: InFlight::new(entries as usize),
+            bf_half: false,
+            blueflame: parts.blueflame,
+            inline: parts.inline,
+            inline_max: parts.inline_max,
+            multi_packet: parts.multi_packet,
+            cqe_every: parts.cqe_every,
+            since_cqe: 0,
+            max_frame: parts.max_frame,
+            stats: QueueStats::default(),
+            published: parts.published,
+            quarantine: parts.quarantine,
+            in_error: false,
+            rebuild: Rebuild::Idle,
+            scratch: Some(Box::default()),
+        }
+    }
+
     #[inline(always)]
     pub(crate) fn mask(&self) -> u16 {
         self.ring_mask
@@ -319,7 +378,7 @@ impl<B: Backend> TxQueue<B> {
 
     /// The number of the CQ this queue completes on.
     pub fn cqn(&self) -> u32 {
-        self.cq.cqn
+        self.cq.cqn()
     }
 
     /// Recovery: takes every completion left on the CQ without acting on it (the ring is being
@@ -336,6 +395,46 @@ impl<B: Backend> TxQueue<B> {
         self.stats.flushed += flushed as u64;
         self.published.publish(&self.stats);
         flushed
+    }
+
+    /// Stops sending until [`TxQueue::restart`] (the device is about to have the SQ in RST).
+    pub(crate) fn stop(&mut self) {
+        self.in_error = true;
+    }
+
+    /// Recovery: how far a rebuild of the SQ and its CQ has got.
+    pub(crate) fn rebuild_stage(&self) -> Rebuild {
+        self.rebuild
+    }
+
+    /// Recovery: records how far a rebuild has got.
+    pub(crate) fn set_rebuild_stage(&mut self, stage: Rebuild) {
+        self.rebuild = stage;
+    }
+
+    /// Recovery: the CQ, with the rebuild stage its re-creation advances.
+    pub(crate) fn cq_for_rebuild(&mut self) -> (&mut CqRing, &mut Rebuild) {
+        (&mut self.cq, &mut self.rebuild)
+    }
+
+    /// True when the CQ lost its place ([`CqRing::lost_place`]): only a new CQ helps.
+    pub(crate) fn cq_lost_place(&self) -> bool {
+        self.cq.lost_place()
+    }
+
+    /// The UAR page the SQ rings its doorbell through.
+    pub(crate) fn uar(&self) -> u32 {
+        self.uar
+    }
+
+    /// The ring, its doorbell record and its log2 size in WQEBBs: what an SQ is created over.
+    pub(crate) fn ring_memory(&self) -> (&DmaRegion, &DmaRegion, u8) {
+        (&self.ring, &self.dbr, self.log_size)
+    }
+
+    /// Recovery: the SQ created again over the same ring.
+    pub(crate) fn set_sqn(&mut self, sqn: u32) {
+        self.sqn = sqn;
     }
 
     /// Recovery: the ring starts again at index 0, as the device does after RST.
@@ -368,4 +467,4 @@ const BF_HALF: usize = 256;
 /// Bytes of an Ethernet header: the shortest frame a send queue takes.
 pub(crate) const ETH_HEADER: usize = 14;
 /// Bytes of packet headers inlined in the Ethernet segment (Ethernet + VLAN).
-pub(crate) const ETH_INLINE: usize = wqe::ETH_L2_INLINE_HEADER_SIZE;
+pub(crate) const ETH_INLINE: usize = ETH_L2_INLINE_HEADER_SIZE;

@@ -80,11 +80,11 @@ impl SendPacket for &Mbuf {
 impl SendPacket for BurstPacket<'_> {
     #[inline(always)]
     fn head_len(&self) -> usize {
-        self.entry.len as usize
+        self.len()
     }
     #[inline(always)]
     fn pkt_len(&self) -> usize {
-        self.entry.len as usize
+        self.len()
     }
     #[inline(always)]
     fn is_chained(&self) -> bool {
@@ -92,19 +92,19 @@ impl SendPacket for BurstPacket<'_> {
     }
     #[inline(always)]
     fn flags(&self) -> &OffloadFlags {
-        &self.entry.flags
+        self.flags_ref()
     }
     #[inline(always)]
     fn head_words<const N: usize>(&self) -> Option<[u64; N]> {
-        self.pool.head_words(self.entry.index, self.entry.data_off)
+        BurstPacket::head_words(self)
     }
     #[inline(always)]
     fn lkey(&self) -> u32 {
-        self.pool.lkey()
+        BurstPacket::lkey(self)
     }
     #[inline(always)]
     fn data_iova(&self) -> u64 {
-        self.pool.data_iova(self.entry.index, self.entry.data_off)
+        BurstPacket::data_iova(self)
     }
     #[inline(always)]
     fn read(&self, offset: usize, out: &mut [u8]) -> usize {
@@ -213,16 +213,13 @@ impl TxSource for BurstSource<'_> {
     }
     #[inline(always)]
     fn packet(&self, i: usize) -> BurstPacket<'_> {
-        BurstPacket {
-            pool: self.pool,
-            entry: &self.entries[i],
-        }
+        BurstPacket::new(self.pool, &self.entries[i])
     }
     #[inline(always)]
     fn keep(&mut self, i: usize, slot: usize, inflight: &mut InFlight) -> Kept {
         match self.place {
             Some(place) => {
-                inflight.keep_index(slot, place, self.entries[i].index);
+                inflight.keep_index(slot, place, self.entries[i].index());
                 Kept::Index
             }
             None => {
@@ -237,7 +234,7 @@ impl TxSource for BurstSource<'_> {
     }
     #[inline(always)]
     fn keep_in_run(&mut self, i: usize, place: u32, inflight: &mut InFlight) {
-        inflight.keep_index_in_run(place, self.entries[i].index);
+        inflight.keep_index_in_run(place, self.entries[i].index());
     }
     /// Leaves the burst itself alone: the caller removes the packets once the source is gone.
     #[inline(always)]
@@ -253,7 +250,7 @@ impl TxSource for BurstSource<'_> {
         release_entries(self.pool, refused);
         for (&fate, e) in fates[..count].iter().zip(&self.entries[..count]) {
             if fate != REFUSED && fate != KEPT {
-                let whole = self.pool.adopt_part(e.index, e.data_off, e.len, e.flags);
+                let whole = e.into_mbuf(self.pool);
                 inflight.keep_whole(fate as usize, whole);
             }
         }

@@ -3,13 +3,14 @@
 use std::fmt;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
-use std::ptr::{self, NonNull};
+use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use cxdirect_dma::{Iommu, IovaRange};
 use vfio_bindings::bindings::vfio as k;
 
+use super::bar::{Bar0, MappedBar, MmioAccess};
 use super::error::VfioError;
 use super::pci::{check_function, is_noiommu_group, PciAddress};
 use super::sys::{DeviceInfo, IrqInfo, IrqSet, RegionInfo, VfioSys, PROC_STATUS_PATH};
@@ -31,58 +32,8 @@ const CAP_IPC_LOCK: u32 = 14;
 const PCI_COMMAND: u16 = 0x04;
 const PCI_COMMAND_MASTER: u16 = 1 << 2;
 
-/// How BAR0 is reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MmioAccess {
-    /// Mapped into the process: loads and stores go straight to the device.
-    Mapped,
-    /// Not mappable: each access is a `pread`/`pwrite` on the device file (a system call).
-    ReadWrite,
-}
-
-/// BAR0 mapped into the process; unmapped on drop.
-struct MappedBar<S: VfioSys> {
-    sys: Arc<S>,
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: the pointer is to device memory, not to Rust data; volatile loads and stores to it are
-// valid from any thread (the device serialises them), and the mapping lives until drop.
-unsafe impl<S: VfioSys> Send for MappedBar<S> {}
-// SAFETY: as above: shared access is only ever volatile loads and stores through raw pointers.
-unsafe impl<S: VfioSys> Sync for MappedBar<S> {}
-
-impl<S: VfioSys> MappedBar<S> {
-    /// The address of `width` bytes at `offset`, when inside the BAR and naturally aligned.
-    #[inline]
-    fn at(&self, offset: usize, width: usize) -> Option<*mut u8> {
-        let end = offset.checked_add(width)?;
-        if end > self.len {
-            return None;
-        }
-        let p = self.ptr.as_ptr().wrapping_add(offset);
-        (p as usize % width == 0).then_some(p)
-    }
-}
-
-impl<S: VfioSys> Drop for MappedBar<S> {
-    fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` came from `mmap` of this `sys`; the owner is being dropped, so no
-        // access can follow.
-        let _ = unsafe { self.sys.munmap(self.ptr, self.len) };
-    }
-}
-
-/// BAR0: its size and where it sits in the device file, and the mapping if there is one.
-struct Bar0<S: VfioSys> {
-    len: usize,
-    offset: u64,
-    map: Option<MappedBar<S>>,
-}
-
 /// A ConnectX function opened through VFIO. Implements [`Backend`]; generic over the syscall
-/// seam so the whole open sequence can run against [`FakeSys`](super::testing::FakeSys).
+/// seam so the whole open sequence can run against `testing::FakeSys`.
 pub struct VfioDevice<S: VfioSys = RealSys> {
     bdf: PciAddress,
     kind: IommuKind,

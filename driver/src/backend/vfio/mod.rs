@@ -12,11 +12,13 @@
 //!   `/proc/self/pagemap`) and can reach all memory, so it is used only when asked for.
 //!
 //! Everything the layer asks of the kernel goes through the [`VfioSys`] seam: [`RealSys`] on a
-//! real host, [`testing::FakeSys`] in tests.
+//! real host, `testing::FakeSys` in tests (built for the crate's own tests and with the
+//! `testing` feature).
 //!
 //! This is one of the rooms where `unsafe` lives: ioctls, `mmap` of BAR0 and volatile register
 //! accesses through raw pointers (never references).
 
+mod bar;
 mod device;
 mod error;
 mod iommufd;
@@ -32,7 +34,8 @@ mod type1;
 use std::fmt;
 use std::str::FromStr;
 
-pub use device::{MmioAccess, VfioDevice, MIN_BAR0_LEN, MIN_MEMLOCK_BYTES};
+pub use bar::MmioAccess;
+pub use device::{VfioDevice, MIN_BAR0_LEN, MIN_MEMLOCK_BYTES};
 pub use error::VfioError;
 pub use error::{GroupMember, PciAddress};
 pub use real::RealSys;

@@ -1,6 +1,6 @@
 //! The syscall seam: every file, ioctl and mapping the VFIO layer asks of the kernel goes through
 //! one trait, [`VfioSys`]. [`RealSys`](super::RealSys) forwards to Linux;
-//! [`FakeSys`](super::testing::FakeSys) plays a scripted kernel so the whole open sequence and
+//! `testing::FakeSys` plays a scripted kernel so the whole open sequence and
 //! every error path can be tested without a device.
 //!
 //! The methods are typed per request (one method per VFIO or iommufd ioctl the driver uses), so a

@@ -2,11 +2,11 @@
 //! common shapes (one basic block; a short packet carried whole in two) built as words in
 //! registers and every other shape laid out byte by byte.
 
-use super::inflight::InFlight;
-use super::queue::{InlineMode, TxQueue, ETH_HEADER, ETH_INLINE, MAX_WQE};
-use super::source::{SendPacket, TxSource};
+use super::{InlineMode, TxQueue, ETH_HEADER, ETH_INLINE, MAX_WQE};
 use crate::backend::Backend;
 use crate::ring::{bytes_from_words, words_from_bytes};
+use crate::tx::inflight::InFlight;
+use crate::tx::source::{SendPacket, TxSource};
 use cxdirect_hw::wqe::{self, INLINE_SEG, WQE_BB, WQE_DS};
 
 /// Most 16-byte segments one WQE may have: the control segment's `ds` is six bits.
