@@ -127,7 +127,7 @@ pub fn poll_rx<B: cxdirect::Backend>(
 ) -> Option<usize> {
     let mut empty = 0u32;
     loop {
-        let n = queue.rx_burst(got, max);
+        let n = queue.rx_burst(got, max).expect(testpmd::VEC_TAKES_ANY_POOL);
         if n > 0 {
             return Some(n);
         }

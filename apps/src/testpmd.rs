@@ -240,8 +240,13 @@ pub fn generate(
 
 /// Receives from every queue of a port into `out`.
 pub fn receive_all<B: Backend>(rx: &mut [RxQueue<B>], out: &mut Vec<Mbuf>, burst: usize) -> usize {
-    rx.iter_mut().map(|q| q.rx_burst(out, burst)).sum()
+    rx.iter_mut()
+        .map(|q| q.rx_burst(out, burst).expect(VEC_TAKES_ANY_POOL))
+        .sum()
 }
+
+/// Why receiving into a `Vec<Mbuf>` cannot fail: only a `PacketBurst` is bound to one pool.
+pub const VEC_TAKES_ANY_POOL: &str = "a Vec<Mbuf> takes packets of any pool";
 
 /// Sends as much of `batch` as the queues take, spreading over them in turn.
 pub fn send_some<B: Backend>(
@@ -267,16 +272,16 @@ pub fn recover_stopped<B: Backend>(
     let mut done = Vec::new();
     // A failed CQ stops its queue without an error completion: only the event tells.
     for cqn in port.failed_cqs() {
-        if let Some(q) = queues.0.iter_mut().find(|q| q.cqn() == cqn) {
+        if let Some(q) = queues.tx.iter_mut().find(|q| q.cqn() == cqn) {
             done.push(port.recover_tx(q)?);
-        } else if let Some(q) = queues.1.iter_mut().find(|q| q.cqn() == cqn) {
+        } else if let Some(q) = queues.rx.iter_mut().find(|q| q.cqn() == cqn) {
             done.push(port.recover_rx(q)?);
         }
     }
-    for q in queues.0.iter_mut().filter(|q| q.in_error()) {
+    for q in queues.tx.iter_mut().filter(|q| q.in_error()) {
         done.push(port.recover_tx(q)?);
     }
-    for q in queues.1.iter_mut().filter(|q| q.in_error()) {
+    for q in queues.rx.iter_mut().filter(|q| q.in_error()) {
         done.push(port.recover_rx(q)?);
     }
     Ok(done)

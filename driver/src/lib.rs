@@ -36,8 +36,10 @@ pub use error::{CmdError, CmdFailure, DriverError, HealthFailure};
 pub use mem::{BurstPacket, Mbuf, Mempool, OffloadFlags, PacketBurst};
 pub use port::{
     PoolRevocation, Port, PortConfig, PortRecovery, PortStats, QueueXstats, Queues, Recovery,
-    SharedQueues, SharedRingRestart,
+    SharedQueues, SharedRingRestart, Started,
 };
 pub use ring::QueueStats;
-pub use rx::{RxQueue, RxStriding, SharedRingStats, SharedRxConfig, SharedRxQueue, SharedRxRing};
-pub use tx::{InlineMode, TxQueue};
+pub use rx::{
+    RxQueue, RxSink, RxStriding, SharedRingStats, SharedRxConfig, SharedRxQueue, SharedRxRing,
+};
+pub use tx::{InlineMode, TxQueue, TxSource};

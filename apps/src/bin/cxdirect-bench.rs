@@ -17,7 +17,7 @@
 
 use cxdirect::{
     Backend, BackendError, Device, InlineMode, Interrupt, Mbuf, Options, PacketBurst, Port,
-    PortConfig, Queues,
+    PortConfig, Queues, Started,
 };
 use cxdirect_apps::args::Args;
 use cxdirect_apps::emulated::EmuBackend;
@@ -45,8 +45,8 @@ const USAGE: &str =
                   valgrind --tool=callgrind; prints `forwarded=N`
   --multi-packet  with --callgrind: send runs in enhanced multi-packet WQEs
   --striding      with --callgrind: receive into striding receive queues
-  --burst         with --callgrind: forward through packet bursts (rx_burst_into, tx_burst_from)
-                  instead of Vec<Mbuf>";
+  --burst         with --callgrind: forward through packet bursts (rx_burst, tx_burst with a
+                  PacketBurst) instead of Vec<Mbuf>";
 
 /// Packets per timed round: a quarter of the ring, so a round never waits for ring space.
 const ROUND: usize = 256;
@@ -87,7 +87,7 @@ const MODES: [TxMode; 5] = [
     },
 ];
 
-type Side<B = EmuBackend> = (Port<B>, Queues<B>);
+type Side<B = EmuBackend> = Started<B>;
 
 /// A send doorbell or BlueFlame write held back: BAR offset, bytes, whole 64 B or first 8 B.
 type HeldDoorbell = (usize, [u8; 64], bool);
@@ -665,7 +665,7 @@ fn pair_with(cfg: EmuConfig, config: &PortConfig) -> Result<(Side, Side, Model, 
 }
 
 fn close<B: Backend>(side: Side<B>) -> Result<(), String> {
-    let (port, queues) = side;
+    let Started { port, queues } = side;
     drop(queues);
     port.close()
         .and_then(|d| d.teardown())
@@ -742,7 +742,13 @@ fn tx_run(mode: &TxMode, burst: usize, rounds: usize) -> Result<Run, String> {
         .map_err(|e| e.to_string())?;
     let db =
         Device::bring_up(EmuBackend::new(b.clone(), "b"), options()).map_err(|e| e.to_string())?;
-    let (mut pa, (mut txa, rxa)) = Port::start(da, tx_config(mode)).map_err(|e| e.to_string())?;
+    let Started {
+        port: mut pa,
+        queues: Queues {
+            tx: mut txa,
+            rx: rxa,
+        },
+    } = Port::start(da, tx_config(mode)).map_err(|e| e.to_string())?;
     let pb = Port::start(db, tx_config(mode)).map_err(|e| e.to_string())?;
     let mut frame = Vec::new();
     build(&mut frame, 64, 0, 0);
@@ -792,7 +798,10 @@ fn tx_run(mode: &TxMode, burst: usize, rounds: usize) -> Result<Run, String> {
         packets: (rounds * (ROUND / burst * burst)) as u64,
         c,
     };
-    close((pa, (txa, rxa)))?;
+    close(Started {
+        port: pa,
+        queues: Queues { tx: txa, rx: rxa },
+    })?;
     close(pb)?;
     Ok(run)
 }
@@ -800,7 +809,18 @@ fn tx_run(mode: &TxMode, burst: usize, rounds: usize) -> Result<Run, String> {
 /// Packets sent one at a time, each after the model has sent the previous one: the BlueFlame
 /// case (headers inline, BlueFlame on).
 fn lone_packets(count: u64) -> Result<Run, String> {
-    let ((pa, (mut txa, rxa)), pb, a, _b) = pair(ExecMode::Threaded, &config(InlineMode::Headers))?;
+    let (
+        Started {
+            port: pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: rxa,
+            },
+        },
+        pb,
+        a,
+        _b,
+    ) = pair(ExecMode::Threaded, &config(InlineMode::Headers))?;
     let mut frame = Vec::new();
     build(&mut frame, 64, 0, 0);
     let mut batch = Vec::with_capacity(1);
@@ -820,7 +840,10 @@ fn lone_packets(count: u64) -> Result<Run, String> {
         packets: count,
         c: a.counters().since(&before),
     };
-    close((pa, (txa, rxa)))?;
+    close(Started {
+        port: pa,
+        queues: Queues { tx: txa, rx: rxa },
+    })?;
     close(pb)?;
     Ok(run)
 }
@@ -831,7 +854,24 @@ fn rx_run(burst: usize, rounds: usize, compression: bool, striding: bool) -> Res
         rx_striding: striding.then(cxdirect::RxStriding::default),
         ..config(InlineMode::Headers)
     };
-    let ((pa, (mut txa, rxa)), (pb, (txb, mut rxb)), _a, b) = pair(ExecMode::Threaded, &config)?;
+    let (
+        Started {
+            port: pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: rxa,
+            },
+        },
+        Started {
+            port: pb,
+            queues: Queues {
+                tx: txb,
+                rx: mut rxb,
+            },
+        },
+        _a,
+        b,
+    ) = pair(ExecMode::Threaded, &config)?;
     let mut frame = Vec::new();
     build(&mut frame, 64, 0, 0);
     let mut batch = Vec::with_capacity(ROUND);
@@ -852,7 +892,9 @@ fn rx_run(burst: usize, rounds: usize, compression: bool, striding: bool) -> Res
         wait_for(&b, delivered, |c| c.rx_delivered)?;
         let start = Instant::now();
         while got.len() < ROUND {
-            rxb[0].rx_burst(&mut got, burst);
+            rxb[0]
+                .rx_burst(&mut got, burst)
+                .expect(cxdirect_apps::testpmd::VEC_TAKES_ANY_POOL);
         }
         let elapsed = start.elapsed();
         let baseline_ns = baseline.round();
@@ -870,8 +912,14 @@ fn rx_run(burst: usize, rounds: usize, compression: bool, striding: bool) -> Res
         packets: (rounds * ROUND) as u64,
         c,
     };
-    close((pa, (txa, rxa)))?;
-    close((pb, (txb, rxb)))?;
+    close(Started {
+        port: pa,
+        queues: Queues { tx: txa, rx: rxa },
+    })?;
+    close(Started {
+        port: pb,
+        queues: Queues { tx: txb, rx: rxb },
+    })?;
     Ok(run)
 }
 
@@ -908,8 +956,20 @@ fn e2e_ns(exec: ExecMode, rounds: usize) -> Result<(f64, f64), String> {
         .map_err(|e| e.to_string())?;
     let db = Device::bring_up(EmuBackend::new(b, "b"), options()).map_err(|e| e.to_string())?;
     let config = config(InlineMode::Headers);
-    let (mut pa, (mut txa, rxa)) = Port::start(da, config.clone()).map_err(|e| e.to_string())?;
-    let (pb, (txb, mut rxb)) = Port::start(db, config).map_err(|e| e.to_string())?;
+    let Started {
+        port: mut pa,
+        queues: Queues {
+            tx: mut txa,
+            rx: rxa,
+        },
+    } = Port::start(da, config.clone()).map_err(|e| e.to_string())?;
+    let Started {
+        port: pb,
+        queues: Queues {
+            tx: txb,
+            rx: mut rxb,
+        },
+    } = Port::start(db, config).map_err(|e| e.to_string())?;
     let mut frame = Vec::new();
     build(&mut frame, 64, 0, 0);
     let mut batch = Vec::with_capacity(32);
@@ -927,7 +987,9 @@ fn e2e_ns(exec: ExecMode, rounds: usize) -> Result<(f64, f64), String> {
                 sent += 32;
             }
             txa[0].tx_burst(&mut batch);
-            rxb[0].rx_burst(&mut got, 32);
+            rxb[0]
+                .rx_burst(&mut got, 32)
+                .expect(cxdirect_apps::testpmd::VEC_TAKES_ANY_POOL);
             if Instant::now() > deadline {
                 return Err("end-to-end run stalled".into());
             }
@@ -937,8 +999,14 @@ fn e2e_ns(exec: ExecMode, rounds: usize) -> Result<(f64, f64), String> {
         doorbell_per_round.push(passed as f64 / ROUND as f64);
         got.clear();
     }
-    close((pa, (txa, rxa)))?;
-    close((pb, (txb, rxb)))?;
+    close(Started {
+        port: pa,
+        queues: Queues { tx: txa, rx: rxa },
+    })?;
+    close(Started {
+        port: pb,
+        queues: Queues { tx: txb, rx: rxb },
+    })?;
     Ok((median(per_round), median(doorbell_per_round)))
 }
 
@@ -997,7 +1065,24 @@ fn driver_pingpong(
         cqe_every: 1,
         ..PortConfig::default()
     };
-    let ((pa, (mut txa, mut rxa)), (pb, (mut txb, mut rxb)), _a, _b) = pair_with(model, &config)?;
+    let (
+        Started {
+            port: pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: mut rxa,
+            },
+        },
+        Started {
+            port: pb,
+            queues: Queues {
+                tx: mut txb,
+                rx: mut rxb,
+            },
+        },
+        _a,
+        _b,
+    ) = pair_with(model, &config)?;
     let mut frame = Vec::new();
     let mut batch: Vec<Mbuf> = Vec::with_capacity(4);
     let mut got: Vec<Mbuf> = Vec::with_capacity(4);
@@ -1023,8 +1108,14 @@ fn driver_pingpong(
         rtts.push(start.elapsed().as_nanos() as u64);
         got.clear();
     }
-    close((pa, (txa, rxa)))?;
-    close((pb, (txb, rxb)))?;
+    close(Started {
+        port: pa,
+        queues: Queues { tx: txa, rx: rxa },
+    })?;
+    close(Started {
+        port: pb,
+        queues: Queues { tx: txb, rx: rxb },
+    })?;
     Ok(percentiles(rtts))
 }
 
@@ -1050,7 +1141,18 @@ fn callgrind(packets: u64, multi_packet: bool, striding: bool, burst: bool) -> R
         rx_striding: striding.then(cxdirect::RxStriding::default),
         ..config(InlineMode::Headers)
     };
-    let ((pa, (txa, rxa)), (pb, (txb, rxb)), _a, _b) = pair(ExecMode::Inline, &config)?;
+    let (
+        Started {
+            port: pa,
+            queues: Queues { tx: txa, rx: rxa },
+        },
+        Started {
+            port: pb,
+            queues: Queues { tx: txb, rx: rxb },
+        },
+        _a,
+        _b,
+    ) = pair(ExecMode::Inline, &config)?;
     let mut frame = Vec::new();
     build(&mut frame, 64, 0, 0);
     let mut pending: [Vec<Mbuf>; 2] = [Vec::with_capacity(1024), Vec::with_capacity(1024)];
@@ -1069,13 +1171,16 @@ fn callgrind(packets: u64, multi_packet: bool, striding: bool, burst: bool) -> R
     while forwarded < packets {
         for (side, (tx, rx)) in sides.iter_mut().enumerate() {
             if burst {
-                tx[0].tx_burst_from(&mut bursts[side]);
+                tx[0].tx_burst(&mut bursts[side]);
                 forwarded += rx[0]
-                    .rx_burst_into(&mut bursts[side], 32)
+                    .rx_burst(&mut bursts[side], 32)
                     .map_err(|e| e.to_string())? as u64;
             } else {
                 tx[0].tx_burst(&mut pending[side]);
-                forwarded += rx[0].rx_burst(&mut pending[side], 32) as u64;
+                forwarded += rx[0]
+                    .rx_burst(&mut pending[side], 32)
+                    .expect(cxdirect_apps::testpmd::VEC_TAKES_ANY_POOL)
+                    as u64;
             }
         }
         if Instant::now() > deadline {
@@ -1084,8 +1189,14 @@ fn callgrind(packets: u64, multi_packet: bool, striding: bool, burst: bool) -> R
     }
     println!("forwarded={forwarded}");
     drop((pending, bursts));
-    let [a, b] = sides;
-    close((pa, a))?;
-    close((pb, b))?;
+    let [(txa, rxa), (txb, rxb)] = sides;
+    close(Started {
+        port: pa,
+        queues: Queues { tx: txa, rx: rxa },
+    })?;
+    close(Started {
+        port: pb,
+        queues: Queues { tx: txb, rx: rxb },
+    })?;
     Ok(())
 }

@@ -3,7 +3,7 @@
 //! carries a flow id, a sequence number and a pattern, and every received packet is checked.
 //! Last line: `summary: tx=N rx=N lost=N corrupt=N duplicate=N oerrors=N imissed=N mpps=X`.
 
-use cxdirect::{Backend, Device, InlineMode, Mbuf, Options, Port, PortConfig, PortStats, Queues};
+use cxdirect::{Backend, Device, InlineMode, Mbuf, Options, Port, PortConfig, PortStats, Started};
 use cxdirect_apps::args::Args;
 use cxdirect_apps::cli::{Cli, RunOnPorts};
 use cxdirect_apps::testpmd::{self, ForwardMode, Generator, Verifier};
@@ -183,12 +183,12 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
         msix_vectors: 1,
         ..Options::default()
     };
-    let mut ports: Vec<(Port<B>, Queues<B>)> = Vec::new();
+    let mut ports: Vec<Started<B>> = Vec::new();
     for b in backends {
         let name = b.name();
         let dev = Device::bring_up(b, options.clone())
             .map_err(|e| format!("{name}: bring-up failed: {e}"))?;
-        let (port, queues) = Port::start(dev, config.clone())
+        let Started { port, queues } = Port::start(dev, config.clone())
             .map_err(|e| format!("{name}: port start failed: {e}"))?;
         println!(
             "port {} ({name}): {} rx queues, {} tx queues, ring {}, MTU {mtu}",
@@ -197,7 +197,7 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
             s.txq,
             s.ring
         );
-        ports.push((port, queues));
+        ports.push(Started { port, queues });
     }
     let mut generator = Generator::new(s.sizes.clone(), s.flows)?;
     let mut verifier = Verifier::default();
@@ -215,7 +215,7 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
     let forwarding = matches!(s.mode, ForwardMode::Io | ForwardMode::MacSwap);
     if forwarding {
         // Start the loop with traffic, as testpmd's --tx-first does.
-        let pool = ports[tx_port].0.pool().clone();
+        let pool = ports[tx_port].port.pool().clone();
         testpmd::generate(
             &mut generator,
             &pool,
@@ -253,7 +253,7 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
             && in_flight + s.burst as u64 <= credit
             && s.packets.is_none_or(|n| generator.generated() < n)
         {
-            let pool = ports[tx_port].0.pool().clone();
+            let pool = ports[tx_port].port.pool().clone();
             testpmd::generate(
                 &mut generator,
                 &pool,
@@ -266,18 +266,18 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
             // Send what is waiting for this port.
             if !pending[p].is_empty() {
                 let before = pending[p].len();
-                let (_, (tx, _)) = &mut ports[p];
+                let tx = &mut ports[p].queues.tx;
                 testpmd::send_some(tx, &mut pending[p], &mut turn);
                 progress |= pending[p].len() != before;
             }
             // A queue stopped by an error completion is recovered before it is used again.
-            let (port, queues) = &mut ports[p];
+            let Started { port, queues } = &mut ports[p];
             recoveries += testpmd::recover_stopped(port, queues)
                 .map_err(|e| format!("queue recovery: {e}"))?
                 .len() as u64;
             // Receive.
             received.clear();
-            let (_, (_, rx)) = &mut ports[p];
+            let rx = &mut ports[p].queues.rx;
             let got = testpmd::receive_all(rx, &mut received, s.burst);
             if got == 0 {
                 continue;
@@ -330,7 +330,7 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
     }
     let imissed = totals.imissed;
     drop(pending);
-    for (port, queues) in ports {
+    for Started { port, queues } in ports {
         drop(queues);
         let dev = port
             .close()
@@ -374,12 +374,9 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
 }
 
 /// Prints each port's statistics and returns them.
-fn print_stats<B: Backend>(
-    ports: &mut [(Port<B>, Queues<B>)],
-    elapsed: Duration,
-) -> Vec<PortStats> {
+fn print_stats<B: Backend>(ports: &mut [Started<B>], elapsed: Duration) -> Vec<PortStats> {
     let mut all = Vec::with_capacity(ports.len());
-    for (i, (port, _)) in ports.iter_mut().enumerate() {
+    for (i, Started { port, .. }) in ports.iter_mut().enumerate() {
         let st = port.stats().unwrap_or_else(|e| {
             eprintln!("port {i}: reading the device's drop counter failed: {e}");
             PortStats::from_xstats(&port.xstats())

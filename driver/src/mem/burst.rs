@@ -50,7 +50,7 @@ impl BurstEntry {
 }
 
 /// Up to [`MAX_BURST`] single-segment packets, all from one pool, in order: what
-/// [`crate::RxQueue::rx_burst_into`] receives into and [`crate::TxQueue::tx_burst_from`] sends
+/// [`crate::RxQueue::rx_burst`] can receive into and [`crate::TxQueue::tx_burst`] send
 /// from. A burst holds its packets' buffers; [`PacketBurst::clear`] or dropping it returns
 /// them. It allocates once, when made.
 pub struct PacketBurst {

@@ -29,12 +29,30 @@ use cxdirect_hw::vport::ModifyNicVportContextIn;
 use cxdirect_hw::wq::{CreateRqIn, CreateSqIn, RqState, WqType};
 use std::sync::Arc;
 
-/// The queue handles a started port gives the application: send queues, then receive queues
-/// (none when the port runs a shared receive ring: see [`Port::take_shared_rx`]).
-pub type Queues<B> = (Vec<TxQueue<B>>, Vec<RxQueue<B>>);
+/// A started port and the queue handles it gives the application ([`Port::start`]).
+pub struct Started<B: Backend> {
+    /// The port: its objects, recovery, statistics, and [`Port::close`].
+    pub port: Port<B>,
+    /// Its send and receive queues.
+    pub queues: Queues<B>,
+}
 
-/// A shared receive ring's handles: the ring (to refill) and the queues drawing from it.
-pub type SharedQueues<B> = (SharedRxRing<B>, Vec<SharedRxQueue<B>>);
+/// The queue handles a started port gives the application. Each may move to its own thread.
+pub struct Queues<B: Backend> {
+    /// Send queues, [`PortConfig::tx_queues`] of them.
+    pub tx: Vec<TxQueue<B>>,
+    /// Receive queues, [`PortConfig::rx_queues`] of them; none when the port runs a shared
+    /// receive ring (see [`Port::take_shared_rx`]).
+    pub rx: Vec<RxQueue<B>>,
+}
+
+/// A shared receive ring's handles ([`Port::take_shared_rx`]).
+pub struct SharedQueues<B: Backend> {
+    /// The ring, to refill.
+    pub ring: SharedRxRing<B>,
+    /// The queues drawing from it, [`PortConfig::rx_queues`] of them.
+    pub rx: Vec<SharedRxQueue<B>>,
+}
 
 /// The objects behind a running port, destroyed in reverse order by [`Port::close`].
 pub struct Port<B: Backend> {
@@ -78,7 +96,13 @@ pub(crate) const NO_RQ: u32 = u32::MAX;
 
 impl<B: Backend> Port<B> {
     /// Creates the port's objects and queues on a brought-up device.
-    pub fn start(dev: Device<B>, config: PortConfig) -> Result<(Self, Queues<B>), DriverError> {
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Invalid`] when `config` does not fit itself or the device; the failing
+    /// command's error otherwise (what was created is destroyed again; the device keeps
+    /// working).
+    pub fn start(dev: Device<B>, config: PortConfig) -> Result<Started<B>, DriverError> {
         config.validate(&dev)?;
         let pool = match &config.pool_memory {
             Some(mapping) => Mempool::from_dmabuf(Arc::clone(mapping), config.buf_size)?,
@@ -124,7 +148,7 @@ impl<B: Backend> Port<B> {
             config,
         };
         match port.build() {
-            Ok(queues) => Ok((port, queues)),
+            Ok(queues) => Ok(Started { port, queues }),
             Err(e) => {
                 // Undo what was created; the device keeps working.
                 let _ = port.destroy_objects();
@@ -166,7 +190,7 @@ impl<B: Backend> Port<B> {
         }
         self.create_steering(td)?;
         self.dev.set_port_admin(true)?;
-        Ok((tx, rx))
+        Ok(Queues { tx, rx })
     }
 
     /// CREATE_MKEY in MTT mode over the pool's memory (its dmabuf range, when it has one).

@@ -13,7 +13,7 @@ mod teardown;
 mod wq;
 
 pub use config::{PortConfig, DEFAULT_RSS_KEY};
-pub use create::{Port, Queues, SharedQueues};
+pub use create::{Port, Queues, SharedQueues, Started};
 pub use recover::{PortRecovery, Recovery};
 pub use restart::SharedRingRestart;
 pub use revoke::PoolRevocation;

@@ -86,10 +86,10 @@ impl<B: Backend> Port<B> {
         let reset = self.dev.begin_recovery()?;
         // The device reaches no host memory any more: what the old queues held may go back.
         let mut flushed = 0;
-        for mut q in queues.0.drain(..) {
+        for mut q in queues.tx.drain(..) {
             flushed += q.flush_in_flight();
         }
-        for mut q in queues.1.drain(..) {
+        for mut q in queues.rx.drain(..) {
             flushed += q.flush_posted();
         }
         flushed += self.forget_objects_after_reset();

@@ -89,13 +89,13 @@ impl<B: Backend> Port<B> {
             return Err(cxdirect_dma::DmaBufError::Pinned.into());
         }
         let (mut drained_cqes, mut flushed) = (0, 0);
-        for q in queues.0.iter_mut() {
+        for q in queues.tx.iter_mut() {
             self.stop_wq(WorkQueue::Send(q.sqn()))?;
             let (d, f) = q.drain_and_flush();
             (drained_cqes, flushed) = (drained_cqes + d, flushed + f);
             q.stop();
         }
-        for q in queues.1.iter_mut() {
+        for q in queues.rx.iter_mut() {
             self.stop_wq(WorkQueue::Receive(q.rqn()))?;
             let (d, f) = q.drain_and_flush();
             (drained_cqes, flushed) = (drained_cqes + d, flushed + f);
@@ -151,11 +151,11 @@ impl<B: Backend> Port<B> {
             self.config.pool_memory = old_memory;
             return Err(e);
         }
-        for q in queues.0.iter_mut() {
+        for q in queues.tx.iter_mut() {
             self.modify_sq(q.sqn(), RqState::Rst, RqState::Rdy)?;
             q.restart();
         }
-        for q in queues.1.iter_mut() {
+        for q in queues.rx.iter_mut() {
             q.set_pool(self.pool.clone());
             self.modify_rq(q.rqn(), RqState::Rst, RqState::Rdy)?;
             q.restart();

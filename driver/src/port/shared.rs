@@ -51,10 +51,10 @@ impl<B: Backend> Port<B> {
             ));
         }
         shared.refill(u32::MAX);
-        self.shared_handles = Some((
-            SharedRxRing::new(self.dev.backend_arc().clone(), shared),
-            queues,
-        ));
+        self.shared_handles = Some(SharedQueues {
+            ring: SharedRxRing::new(self.dev.backend_arc().clone(), shared),
+            rx: queues,
+        });
         Ok(())
     }
 

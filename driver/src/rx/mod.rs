@@ -9,6 +9,7 @@ mod striding;
 
 pub use queue::RxQueue;
 pub use shared::{SharedRingStats, SharedRxConfig, SharedRxQueue, SharedRxRing};
+pub use sink::RxSink;
 pub use striding::RxStriding;
 
 pub(crate) use irq::CompletionInterrupt;

@@ -8,7 +8,7 @@ use super::striding::StridingRx;
 use crate::backend::Backend;
 use crate::cq::{rx_flags, CqRing, MiniRun};
 use crate::error::DriverError;
-use crate::mem::{Mbuf, Mempool, OffloadFlags, PacketBurst, Quarantine, HEADROOM};
+use crate::mem::{Mbuf, Mempool, OffloadFlags, Quarantine, HEADROOM};
 use crate::ring::{words_from_bytes, QueueStats, Rebuild, StatsHandle, MAX_BURST};
 use cxdirect_dma::DmaRegion;
 use cxdirect_hw::wqe;
@@ -170,34 +170,21 @@ impl<B: Backend> RxQueue<B> {
         }
     }
 
-    /// Receives up to `max` packets (at most [`MAX_BURST`]) onto the end of `out`; returns how
-    /// many. Refills the ring from the pool afterwards.
+    /// Receives up to `max` packets (at most [`MAX_BURST`], and no more than a
+    /// [`crate::PacketBurst`] has room for) onto the end of `sink`; returns how many. Refills the ring
+    /// from the pool afterwards.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Invalid`], with nothing received, when `sink` is a [`crate::PacketBurst`]
+    /// holding packets of a pool other than this queue's.
     #[inline(never)]
-    pub fn rx_burst(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
+    pub fn rx_burst(&mut self, sink: &mut impl RxSink, max: usize) -> Result<usize, DriverError> {
+        let max = max.min(sink.bind(&self.pool)?);
         let got = if self.striding.is_some() {
-            self.receive_striding(out, max)
+            self.receive_striding(sink, max)
         } else {
-            self.receive(out, max)
-        };
-        self.published.publish(&self.stats);
-        got
-    }
-
-    /// As [`RxQueue::rx_burst`], onto the end of `burst`: up to `max` packets and the burst's
-    /// room, each kept by buffer index rather than as an [`Mbuf`]. Fails, with nothing
-    /// received, when `burst` holds packets of a pool other than this queue's.
-    #[inline(never)]
-    pub fn rx_burst_into(
-        &mut self,
-        burst: &mut PacketBurst,
-        max: usize,
-    ) -> Result<usize, DriverError> {
-        burst.receive_from(&self.pool)?;
-        let max = max.min(burst.room());
-        let got = if self.striding.is_some() {
-            self.receive_striding(burst, max)
-        } else {
-            self.receive(burst, max)
+            self.receive(sink, max)
         };
         self.published.publish(&self.stats);
         Ok(got)

@@ -12,6 +12,7 @@
 
 use super::irq;
 use super::irq::CompletionInterrupt;
+use super::sink::RxSink;
 use crate::backend::Backend;
 use crate::cq::{rx_flags, CqRing};
 use crate::error::DriverError;
@@ -145,6 +146,11 @@ impl SharedRing {
 
     fn mask(&self) -> u16 {
         (1u16 << self.log_size).wrapping_sub(1)
+    }
+
+    /// The pool the ring posts buffers from.
+    pub(crate) fn pool(&self) -> &Mempool {
+        &self.pool
     }
 
     pub(crate) fn rmpn(&self) -> u32 {
@@ -341,16 +347,23 @@ impl<B: Backend> SharedRxQueue<B> {
         self.rqn = rqn;
     }
 
-    /// Receives up to `max` packets (at most [`MAX_BURST`]) onto the end of `out`; returns how
-    /// many. Does not refill the ring: that is [`SharedRxRing::refill`]'s job.
+    /// Receives up to `max` packets (at most [`MAX_BURST`], and no more than a
+    /// [`crate::PacketBurst`] has room for) onto the end of `sink`; returns how many. Does not
+    /// refill the ring: that is [`SharedRxRing::refill`]'s job.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Invalid`], with nothing received, when `sink` is a
+    /// [`crate::PacketBurst`] holding packets of a pool other than the ring's.
     #[inline(never)]
-    pub fn rx_burst(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
-        let got = self.receive(out, max);
+    pub fn rx_burst(&mut self, sink: &mut impl RxSink, max: usize) -> Result<usize, DriverError> {
+        let max = max.min(sink.bind(self.ring.pool())?);
+        let got = self.receive(sink, max);
         self.published.publish(&self.stats);
-        got
+        Ok(got)
     }
 
-    fn receive(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
+    fn receive(&mut self, out: &mut impl RxSink, max: usize) -> usize {
         if self.in_error {
             return 0;
         }
@@ -414,7 +427,7 @@ impl<B: Backend> SharedRxQueue<B> {
             m.flags = rx_flags(&c);
             stats.packets += 1;
             stats.bytes += u64::from(bytes);
-            out.push(m);
+            out.accept_mbuf(m);
             got += 1;
             if got >= max.min(MAX_BURST) {
                 break;

@@ -5,6 +5,6 @@ mod inflight;
 mod queue;
 mod source;
 
-pub use queue::{InlineMode, TxQueue};
+pub use queue::{InlineMode, TxQueue, TxSource};
 
 pub(crate) use queue::SendQueueParts;

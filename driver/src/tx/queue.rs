@@ -3,7 +3,7 @@
 //! owner, opcode, WQE counter) is checked before use.
 
 use super::inflight::{InFlight, Kept};
-use super::source::{BurstSource, SendPacket, TxSource, KEPT, REFUSED};
+use super::source::{PacketSource, SendPacket, KEPT, REFUSED};
 use crate::backend::Backend;
 use crate::cq::CqRing;
 use crate::mem::{Mbuf, PacketBurst, Quarantine};
@@ -68,6 +68,53 @@ pub struct TxQueue<B: Backend> {
     in_error: bool,
     rebuild: Rebuild,
     scratch: Option<Box<TxScratch>>,
+}
+
+/// What [`TxQueue::tx_burst`] sends from: a `Vec<Mbuf>` (packets of any shape and pool) or a
+/// [`PacketBurst`] (single-segment packets of one pool, kept by buffer index). The packets
+/// sent, and those refused and freed, leave the front of the source; the rest stay, in order.
+///
+/// Sealed: the queue hands each packet's buffer to the device and keeps it in flight until the
+/// device reports it sent, so a source must give up buffers it owns, exactly once, in a way the
+/// queue can return to their pool. Only the driver's own types can promise that.
+pub trait TxSource: sealed::SendFrom {}
+
+impl TxSource for Vec<Mbuf> {}
+impl TxSource for PacketBurst {}
+
+mod sealed {
+    use super::TxQueue;
+    use crate::backend::Backend;
+    use crate::mem::{Mbuf, PacketBurst};
+    use crate::tx::source::BurstSource;
+
+    /// How a [`super::TxSource`] is sent from (not nameable outside the crate).
+    pub trait SendFrom {
+        /// Sends from the front of the source on `queue`; returns the packets taken.
+        fn send_on<B: Backend>(&mut self, queue: &mut TxQueue<B>) -> usize;
+    }
+
+    impl SendFrom for Vec<Mbuf> {
+        #[inline(always)]
+        fn send_on<B: Backend>(&mut self, queue: &mut TxQueue<B>) -> usize {
+            queue.send(self)
+        }
+    }
+
+    impl SendFrom for PacketBurst {
+        /// Each packet sent is kept in flight by its buffer index, with no [`Mbuf`] to empty
+        /// and drop.
+        #[inline(always)]
+        fn send_on<B: Backend>(&mut self, queue: &mut TxQueue<B>) -> usize {
+            let taken = match BurstSource::new(self, queue.inflight_mut()) {
+                Some(mut source) => queue.send(&mut source),
+                // Nothing to send: completions are still taken, as for a `Vec`.
+                None => queue.send(&mut Vec::new()),
+            };
+            self.remove_front(taken);
+            taken
+        }
+    }
 }
 
 /// What a port hands a new send queue: the objects it created for it and the settings it
@@ -197,33 +244,26 @@ impl<B: Backend> TxQueue<B> {
         }
     }
 
-    /// Sends packets from the front of `pkts` (up to [`MAX_BURST`] per call, fewer when the ring
-    /// is full) and returns how many were taken; the rest stay in `pkts`. A packet the port
-    /// cannot send (shorter than an Ethernet header or longer than the frame size) is dropped
-    /// and counted in `errors`; it counts as taken.
+    /// Sends packets from the front of `source` (up to [`MAX_BURST`] per call, fewer when the
+    /// ring is full) and returns how many were taken; the rest stay in `source`, in order. A
+    /// packet the port cannot send (shorter than an Ethernet header or longer than the frame
+    /// size) is dropped and counted in `errors`; it counts as taken. Completions are taken
+    /// first, also when `source` is empty.
     #[inline(never)]
-    pub fn tx_burst(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
-        let taken = self.send(pkts);
+    pub fn tx_burst(&mut self, source: &mut impl TxSource) -> usize {
+        let taken = source.send_on(self);
         self.published.publish(&self.stats);
         taken
     }
 
-    /// As [`TxQueue::tx_burst`], from the front of `burst`: the packets taken (sent, or
-    /// refused and freed) leave the burst, the rest stay in order. Each packet sent is kept in
-    /// flight by its buffer index, with no [`Mbuf`] to empty and drop.
-    #[inline(never)]
-    pub fn tx_burst_from(&mut self, burst: &mut PacketBurst) -> usize {
-        let taken = match BurstSource::new(burst, &mut self.inflight) {
-            Some(mut source) => self.send(&mut source),
-            // Nothing to send: completions are still taken, as `tx_burst` takes them.
-            None => self.send(&mut Vec::new()),
-        };
-        burst.remove_front(taken);
-        self.published.publish(&self.stats);
-        taken
+    /// The buffers in flight, for a source to learn its pool's place in.
+    #[inline(always)]
+    fn inflight_mut(&mut self) -> &mut InFlight {
+        &mut self.inflight
     }
 
-    fn send<S: TxSource>(&mut self, pkts: &mut S) -> usize {
+    /// The send loop, over any packet source.
+    fn send<S: PacketSource>(&mut self, pkts: &mut S) -> usize {
         self.reap();
         if self.in_error || pkts.count() == 0 {
             return 0;

@@ -1,8 +1,9 @@
 //! What a send burst takes its packets from: a `Vec<Mbuf>` (any shape, any pools) or a
-//! [`PacketBurst`] (single-segment packets of one pool, held by buffer index). The send loop
-//! and the WQE builders are written once over [`TxSource`] and [`SendPacket`]; the burst's
-//! instance learns its pool's in-flight place once per burst instead of once per packet, and
-//! hands buffers over by index with no `Mbuf` to empty and drop.
+//! [`PacketBurst`] (single-segment packets of one pool, held by buffer index), both
+//! [`super::TxSource`]s. The send loop and the WQE builders are written once over [`PacketSource`]
+//! and [`SendPacket`]; the burst's instance learns its pool's in-flight place once per burst
+//! instead of once per packet, and hands buffers over by index with no `Mbuf` to empty and
+//! drop.
 
 use super::inflight::{InFlight, Kept};
 use crate::mem::{
@@ -117,31 +118,31 @@ impl SendPacket for BurstPacket<'_> {
 }
 
 /// The packets of one send burst, in order; the send loop hands each one it sends to the
-/// queue's [`InFlight`] and, at the end, [`TxSource::finish`] removes the ones it took.
-pub(crate) trait TxSource {
+/// queue's [`InFlight`] and, at the end, [`PacketSource::finish`] removes the ones it took.
+pub(crate) trait PacketSource {
     /// A packet, borrowed from the source.
     type Packet<'a>: SendPacket
     where
         Self: 'a;
     /// Packets waiting.
     fn count(&self) -> usize;
-    /// Packet `i` (less than [`TxSource::count`]).
+    /// Packet `i` (less than [`PacketSource::count`]).
     fn packet(&self, i: usize) -> Self::Packet<'_>;
     /// Hands packet `i`, sent from ring `slot`, to `inflight`: by buffer index, or (for
-    /// [`Kept::Whole`]) whole in [`TxSource::finish`].
+    /// [`Kept::Whole`]) whole in [`PacketSource::finish`].
     fn keep(&mut self, i: usize, slot: usize, inflight: &mut InFlight) -> Kept;
     /// The pool place packet `m` is kept by in a multi-packet WQE; `None` when it cannot ride
     /// in one.
     fn run_place(&self, m: &Self::Packet<'_>, inflight: &mut InFlight) -> Option<u32>;
     /// Hands packet `i` to `inflight`'s runs by buffer index (`place` from
-    /// [`TxSource::run_place`]).
+    /// [`PacketSource::run_place`]).
     fn keep_in_run(&mut self, i: usize, place: u32, inflight: &mut InFlight);
     /// Removes the first `count` packets, whose fates `fates` holds ([`KEPT`], [`REFUSED`],
     /// or the ring slot to keep the packet whole at); `sorted`: some were not [`KEPT`].
     fn finish(&mut self, count: usize, fates: &[u32], sorted: bool, inflight: &mut InFlight);
 }
 
-impl TxSource for Vec<Mbuf> {
+impl PacketSource for Vec<Mbuf> {
     type Packet<'a> = &'a Mbuf;
 
     #[inline(always)]
@@ -181,7 +182,7 @@ impl TxSource for Vec<Mbuf> {
 
 /// A [`PacketBurst`] being sent, with its pool's place in the queue's [`InFlight`] (`None`
 /// when the queue keeps indexes of as many pools as it can: its packets are then kept whole).
-pub(crate) struct BurstSource<'b> {
+pub(super) struct BurstSource<'b> {
     pool: &'b Arc<PoolShared>,
     entries: &'b [BurstEntry],
     place: Option<u32>,
@@ -190,7 +191,7 @@ pub(crate) struct BurstSource<'b> {
 impl<'b> BurstSource<'b> {
     /// The packets of `burst`; `None` for an empty one (which then takes no pool place).
     #[inline]
-    pub(crate) fn new(burst: &'b PacketBurst, inflight: &mut InFlight) -> Option<Self> {
+    pub(super) fn new(burst: &'b PacketBurst, inflight: &mut InFlight) -> Option<Self> {
         let (pool, entries) = burst.parts().filter(|(_, entries)| !entries.is_empty())?;
         let place = inflight.place_of(pool).map(|p| p as u32);
         Some(Self {
@@ -201,7 +202,7 @@ impl<'b> BurstSource<'b> {
     }
 }
 
-impl TxSource for BurstSource<'_> {
+impl PacketSource for BurstSource<'_> {
     type Packet<'a>
         = BurstPacket<'a>
     where

@@ -6,7 +6,7 @@ use super::{InlineMode, TxQueue, ETH_HEADER, ETH_INLINE, MAX_WQE};
 use crate::backend::Backend;
 use crate::ring::{bytes_from_words, words_from_bytes};
 use crate::tx::inflight::InFlight;
-use crate::tx::source::{SendPacket, TxSource};
+use crate::tx::source::{PacketSource, SendPacket};
 use cxdirect_hw::wqe::{self, INLINE_SEG, WQE_BB, WQE_DS};
 
 /// Most 16-byte segments one WQE may have: the control segment's `ds` is six bits.
@@ -247,7 +247,7 @@ impl<B: Backend> TxQueue<B> {
     /// whose Ethernet segment asks for checksums `csum` (IPv4 header, L4): a sendable,
     /// single-segment packet without a VLAN tag to insert and with the same checksum requests.
     #[inline]
-    fn multi_packet_place<S: TxSource>(
+    fn multi_packet_place<S: PacketSource>(
         max_frame: usize,
         inflight: &mut InFlight,
         pkts: &S,
@@ -284,7 +284,7 @@ impl<B: Backend> TxQueue<B> {
     /// size in bytes; `None`, with nothing changed, unless at least two packets qualify (one
     /// goes better as a SEND, BlueFlame included).
     #[inline]
-    pub(crate) fn multi_packet_wqe<S: TxSource>(
+    pub(crate) fn multi_packet_wqe<S: PacketSource>(
         &mut self,
         pkts: &mut S,
         from: usize,
