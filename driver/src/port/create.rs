@@ -302,7 +302,7 @@ impl<B: Backend> Port<B> {
         }
         let cqn = out_u32(&self.dev.exec(&cmd, 16)?);
         self.cqs.push(cqn);
-        Ok(CqRing::new(region, dbr, log, cqn, compress))
+        CqRing::new(region, dbr, log, cqn, compress)
     }
 
     /// CREATE_SQ over `ring` (2^`log` WQEBBs, doorbell record `dbr`, doorbells on `uar`)
@@ -363,7 +363,7 @@ impl<B: Backend> Port<B> {
         let dbr = self.dma(64)?;
         let log = entries.trailing_zeros() as u8;
         let sqn = self.create_sq(pd, &ring, &dbr, uar, cq.cqn(), log)?;
-        Ok(TxQueue::new(SendQueueParts {
+        TxQueue::new(SendQueueParts {
             backend: self.dev.backend_arc().clone(),
             ring,
             dbr,
@@ -379,7 +379,7 @@ impl<B: Backend> Port<B> {
             max_frame: usize::from(self.config.mtu) + 18,
             published: Self::register_stats(&mut self.tx_stats),
             quarantine: self.quarantine.clone(),
-        }))
+        })
     }
 
     /// CREATE_RQ (cyclic, its own ring of 2^`log` entries, doorbell record `dbr`) completing
@@ -459,7 +459,7 @@ impl<B: Backend> Port<B> {
         let dbr = self.dma(64)?;
         let log = entries.trailing_zeros() as u8;
         let rqn = self.create_rq(pd, &ring, &dbr, cq.cqn(), log, striding.as_ref())?;
-        Ok(RxQueue::new(ReceiveQueueParts {
+        RxQueue::new(ReceiveQueueParts {
             backend: self.dev.backend_arc().clone(),
             ring,
             dbr,
@@ -471,7 +471,7 @@ impl<B: Backend> Port<B> {
             quarantine: self.quarantine.clone(),
             interrupt,
             striding,
-        }))
+        })
     }
 
     /// A fresh shared stats block, remembered in `list` for [`Port::stats`].

@@ -30,7 +30,7 @@ impl<B: Backend> Port<B> {
         let ring = self.dma(16 * entries as usize)?;
         let dbr = self.dma(64)?;
         let rmpn = self.create_rmp(pd, &ring, &dbr, log, config.limit)?;
-        let shared = Arc::new(SharedRing::new(rmpn, log, ring, dbr, self.pool.clone()));
+        let shared = Arc::new(SharedRing::new(rmpn, log, ring, dbr, self.pool.clone())?);
         self.shared = Some(shared.clone());
         let (uar, _, _) = self.dev.resources();
         let mut queues = Vec::new();
