@@ -1,6 +1,9 @@
-//! What every work queue ring shares: the burst bound, index and word helpers, per-queue
-//! counters and the state of a rebuild.
+//! What every queue ring shares: the burst bound, index and word helpers, the ring and
+//! doorbell record handles every write goes through, per-queue counters and the state of a
+//! rebuild.
 
+use crate::error::{invalid, DriverError};
+use cxdirect_dma::DmaRegion;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -145,5 +148,149 @@ impl SharedQueueStats {
             recoveries: self.recoveries.load(Relaxed),
             last_error_syndrome: self.last_error_syndrome.load(Relaxed),
         }
+    }
+}
+
+/// A queue's ring in DMA memory: `2^log_size` slots of `SLOT` bytes each (a power of two, at
+/// least 8). It is built only over a region that holds every slot, and it masks every index it
+/// is given, so an access within one slot is in bounds and aligned by construction and cannot
+/// fail. (The region refuses accesses only once a dropped queue handed it to its quarantine;
+/// that queue touches its ring no more.)
+pub(crate) struct SlotRing<const SLOT: usize> {
+    region: DmaRegion,
+    /// Slots less one.
+    mask: u32,
+}
+
+impl<const SLOT: usize> SlotRing<SLOT> {
+    /// The ring of `2^log_size` slots over `region`.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Invalid`] when `region` cannot hold every slot.
+    pub(crate) fn new(region: DmaRegion, log_size: u8) -> Result<Self, DriverError> {
+        const { assert!(SLOT.is_power_of_two() && SLOT >= 8) };
+        if log_size >= 24 || (SLOT << log_size) > region.len() {
+            return Err(invalid(format!(
+                "a ring of 2^{log_size} slots of {SLOT} bytes does not fit its {}-byte region",
+                region.len()
+            )));
+        }
+        Ok(Self {
+            region,
+            mask: (1u32 << log_size) - 1,
+        })
+    }
+
+    /// The ring's memory, for the commands that create its queue and for reads that check
+    /// what the device wrote.
+    #[inline(always)]
+    pub(crate) fn region(&self) -> &DmaRegion {
+        &self.region
+    }
+
+    /// The ring's memory, leaving the ring empty: for a quarantine to keep while the device
+    /// may still use it.
+    pub(crate) fn take_region(&mut self) -> DmaRegion {
+        self.region.take()
+    }
+
+    /// Where slot `index` (masked) starts in the region.
+    #[inline(always)]
+    pub(crate) fn offset(&self, index: u32) -> usize {
+        (index & self.mask) as usize * SLOT
+    }
+
+    /// Writes `words` at the start of slot `index` (masked); `words` fits one slot.
+    #[inline(always)]
+    pub(crate) fn write_words<const N: usize>(&self, index: u32, words: &[u64; N]) {
+        const { assert!(N * 8 <= SLOT) };
+        let written = self.region.write_words(self.offset(index), words);
+        debug_assert!(written.is_ok(), "a slot write left its ring: {written:?}");
+    }
+
+    /// Writes `bytes` at byte `at` of slot `index` (masked); they end within the slot.
+    #[inline(always)]
+    pub(crate) fn write_bytes(&self, index: u32, at: usize, bytes: &[u8]) {
+        debug_assert!(at + bytes.len() <= SLOT, "a write spans slots");
+        let written = self.region.write(self.offset(index) + at, bytes);
+        debug_assert!(written.is_ok(), "a slot write left its ring: {written:?}");
+    }
+
+    /// Writes `byte` at byte `at` of `count` consecutive slots from `first` (masked), which do
+    /// not wrap past the ring's end.
+    #[inline]
+    pub(crate) fn write_byte_each(&self, first: u32, at: usize, count: u32, byte: u8) {
+        debug_assert!(
+            (first & self.mask) + count <= self.mask + 1,
+            "the slots wrap"
+        );
+        debug_assert!(at < SLOT, "the byte lies past its slot");
+        let written =
+            self.region
+                .write_byte_strided(self.offset(first) + at, SLOT, count as usize, byte);
+        debug_assert!(written.is_ok(), "a slot write left its ring: {written:?}");
+    }
+
+    /// Copies bytes from byte `at` of slot `index` (masked) into `out`; they end within the
+    /// slot.
+    #[inline(always)]
+    pub(crate) fn read_bytes(&self, index: u32, at: usize, out: &mut [u8]) {
+        debug_assert!(at + out.len() <= SLOT, "a read spans slots");
+        let read = self.region.read(self.offset(index) + at, out);
+        debug_assert!(read.is_ok(), "a slot read left its ring: {read:?}");
+    }
+
+    /// The first `N` words of slot `index` (masked).
+    #[inline(always)]
+    pub(crate) fn read_words<const N: usize>(&self, index: u32) -> [u64; N] {
+        const { assert!(N * 8 <= SLOT) };
+        // In bounds by construction; zeros only from a quarantined ring, which nothing reads.
+        self.region.read_words(self.offset(index)).unwrap_or([0; N])
+    }
+}
+
+/// A queue's doorbell record: two big-endian 32-bit words in DMA memory that the device reads
+/// (a receive queue's counter in word 0, a send queue's in word 1; a CQ's consumer index in
+/// word 0 and its arm word in word 1). Built only over at least 8 bytes, and the word number is
+/// masked, so setting a word cannot fail.
+pub(crate) struct DoorbellRecord {
+    region: DmaRegion,
+}
+
+impl DoorbellRecord {
+    /// The record at the start of `region`.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Invalid`] when `region` is shorter than the record.
+    pub(crate) fn new(region: DmaRegion) -> Result<Self, DriverError> {
+        if region.len() < 8 {
+            return Err(invalid(format!(
+                "a doorbell record does not fit its {}-byte region",
+                region.len()
+            )));
+        }
+        Ok(Self { region })
+    }
+
+    /// The record's memory, for the commands that name its address.
+    pub(crate) fn region(&self) -> &DmaRegion {
+        &self.region
+    }
+
+    /// The record's memory, leaving the record empty: for a quarantine to keep.
+    pub(crate) fn take_region(&mut self) -> DmaRegion {
+        self.region.take()
+    }
+
+    /// Sets word `word` (0 or 1) to `value`, big-endian, with one store.
+    #[inline(always)]
+    pub(crate) fn set(&self, word: usize, value: u32) {
+        let written = self.region.write_u32_be((word & 1) * 4, value);
+        debug_assert!(
+            written.is_ok(),
+            "a doorbell record write failed: {written:?}"
+        );
     }
 }

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 mod events;
 mod keys;
+mod open;
 mod reset;
 mod setup;
 

@@ -6,7 +6,6 @@ mod cmd;
 mod device;
 mod health;
 mod mkey;
-mod open;
 mod pages;
 mod qcounter;
 

@@ -3,6 +3,8 @@
 
 use super::compressed::{MiniRun, Session, FORMAT_MASK};
 use super::cqe::Cqe;
+use crate::error::DriverError;
+use crate::ring::{DoorbellRecord, SlotRing};
 use cxdirect_dma::DmaRegion;
 use cxdirect_hw::cqe::{self, CqeOpcode, CQE_SIZE, MINI_CQES_PER_SLOT};
 use cxdirect_hw::doorbell::{cq_arm_cmd, CqArm};
@@ -24,8 +26,8 @@ const GAP_PATIENCE: Duration = Duration::from_millis(250);
 
 /// A completion queue ring, driver side.
 pub(crate) struct CqRing {
-    pub(super) region: DmaRegion,
-    pub(super) dbr: DmaRegion,
+    pub(super) region: SlotRing<CQE_SIZE>,
+    pub(super) dbr: DoorbellRecord,
     pub(super) log_size: u8,
     pub(super) ci: u32,
     pub(super) cqn: u32,
@@ -48,16 +50,20 @@ pub(crate) struct CqRing {
 impl CqRing {
     /// A ring of `2^log_size` CQEs starting at consumer index 0; `compressed` when it was
     /// created with CQE compression in the hash mini-CQE format.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Invalid`] when `region` cannot hold the CQEs.
     pub(crate) fn new(
         region: DmaRegion,
         dbr: DmaRegion,
         log_size: u8,
         cqn: u32,
         compressed: bool,
-    ) -> Self {
-        Self {
-            region,
-            dbr,
+    ) -> Result<Self, DriverError> {
+        Ok(Self {
+            region: SlotRing::new(region, log_size)?,
+            dbr: DoorbellRecord::new(dbr)?,
             log_size,
             ci: 0,
             cqn,
@@ -67,12 +73,12 @@ impl CqRing {
             lost_place: false,
             mini_cqes: 0,
             gap_since: None,
-        }
+        })
     }
 
     #[inline]
     fn slot_offset(&self, index: u32) -> usize {
-        (index & ((1 << self.log_size) - 1)) as usize * CQE_SIZE
+        self.region.offset(index)
     }
 
     /// The owner bit a CQE written for consumer index `index` carries.
@@ -85,6 +91,7 @@ impl CqRing {
     fn op_own_at(&self, index: u32) -> Option<u8> {
         let last = self
             .region
+            .region()
             .read_u64_be(self.slot_offset(index) + CQE_SIZE - 8)
             .ok()?;
         Some(last as u8)
@@ -185,16 +192,18 @@ impl CqRing {
         bytes[CQE_SIZE - 1] = invalid;
         // The damaged owner bit is the next pass's: marked in the ring too, the slot cannot
         // pass for a later entry when the ring looks ahead from the end of this pass.
-        let _ = self
-            .region
-            .write(self.slot_offset(self.ci) + CQE_SIZE - 1, &[invalid]);
+        self.region.write_bytes(self.ci, CQE_SIZE - 1, &[invalid]);
         Some(Cqe::from_bytes(bytes))
     }
 
     #[inline(always)]
     fn copy(&self, index: u32) -> Option<Cqe> {
         fence(Ordering::Acquire);
-        let words = self.region.read_words(self.slot_offset(index)).ok()?;
+        let words = self
+            .region
+            .region()
+            .read_words(self.slot_offset(index))
+            .ok()?;
         Some(Cqe::from_words(words))
     }
 
@@ -266,10 +275,8 @@ impl CqRing {
             let slot = index & mask;
             let count = (n - done).min(mask + 1 - slot);
             let invalid = (CqeOpcode::Invalid as u8) << 4 | ((index >> self.log_size) & 1) as u8;
-            let last_byte = slot as usize * CQE_SIZE + CQE_SIZE - 1;
-            let _ = self
-                .region
-                .write_byte_strided(last_byte, CQE_SIZE, count as usize, invalid);
+            self.region
+                .write_byte_each(slot, CQE_SIZE - 1, count, invalid);
             done += count;
         }
         self.ci = self.ci.wrapping_add(n);
@@ -287,6 +294,7 @@ impl CqRing {
                 .wrapping_add(cqe::mini_array_slot(session.taken));
             session.minis = self
                 .region
+                .region()
                 .read_words((slot & mask) as usize * CQE_SIZE)
                 .unwrap_or([0; MINI_CQES_PER_SLOT as usize]);
         }
@@ -300,7 +308,7 @@ impl CqRing {
             // must be visible before the device may write there again.
             fence(Ordering::Release);
         }
-        let _ = self.dbr.write_u32_be(0, self.ci & 0x00ff_ffff);
+        self.dbr.set(0, self.ci & 0x00ff_ffff);
     }
 
     /// Takes every CQE software owns without reading it (the queue is being reset and its
@@ -322,7 +330,7 @@ impl CqRing {
     /// The ring's memory and doorbell record, leaving both empty: for a quarantine to keep
     /// while the device may still write them.
     pub(crate) fn take_memory(&mut self) -> [DmaRegion; 2] {
-        [self.region.take(), self.dbr.take()]
+        [self.region.take_region(), self.dbr.take_region()]
     }
 
     /// The CQ's number.
@@ -370,7 +378,7 @@ impl CqRing {
             .with_ci(self.ci & 0x00ff_ffff)
             .with_cmd(cq_arm_cmd::NEXT)
             .with_sn(sn & 3);
-        let _ = self.dbr.write_u32_be(4, word.into_bits());
+        self.dbr.set(1, word.into_bits());
         word
     }
 }

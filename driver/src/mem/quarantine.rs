@@ -17,17 +17,17 @@ pub(crate) struct Quarantined {
 }
 
 impl Quarantined {
-    /// Keeps `buffers`, the memory of `rings` (which are left empty) and `cq_memory` (a CQ's
-    /// ring and doorbell record, see [`crate::cq::CqRing::take_memory`]).
+    /// Keeps `buffers`, a queue's ring and doorbell record (`rings`), and `cq_memory` (its
+    /// CQ's, see [`crate::cq::CqRing::take_memory`]).
     pub(crate) fn keep(
         &mut self,
         buffers: impl Iterator<Item = Mbuf>,
-        rings: [&mut DmaRegion; 2],
+        rings: [DmaRegion; 2],
         cq_memory: [DmaRegion; 2],
     ) {
         self.buffers.extend(buffers);
         self.keep_cq(cq_memory);
-        self.rings.extend(rings.into_iter().map(DmaRegion::take));
+        self.rings.extend(rings);
     }
 
     /// Keeps a CQ's ring and doorbell record (see [`crate::cq::CqRing::take_memory`]).

@@ -2,19 +2,15 @@
 //! it, receive steering and RSS, shared receive rings, recovery, pool revocation and statistics.
 
 mod config;
-mod create;
-mod recover;
+mod objects;
 mod restart;
-mod revoke;
-mod shared;
 mod stats;
 mod steering;
-mod teardown;
 mod wq;
 
 pub use config::{PortConfig, DEFAULT_RSS_KEY};
-pub use create::{Port, Queues, SharedQueues, Started};
-pub use recover::{PortRecovery, Recovery};
+pub use objects::recover::{PortRecovery, Recovery};
+pub use objects::revoke::PoolRevocation;
+pub use objects::{Port, Queues, SharedQueues, Started};
 pub use restart::SharedRingRestart;
-pub use revoke::PoolRevocation;
 pub use stats::{PortStats, QueueXstats};

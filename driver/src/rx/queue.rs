@@ -4,12 +4,14 @@
 
 use super::irq::{self, CompletionInterrupt};
 use super::sink::RxSink;
-use super::striding::StridingRx;
+use super::striding::{StridingRx, WQE_BYTES};
 use crate::backend::Backend;
 use crate::cq::{rx_flags, CqRing, MiniRun};
 use crate::error::DriverError;
 use crate::mem::{Mbuf, Mempool, OffloadFlags, Quarantine, HEADROOM};
-use crate::ring::{words_from_bytes, QueueStats, Rebuild, StatsHandle, MAX_BURST};
+use crate::ring::{
+    words_from_bytes, DoorbellRecord, QueueStats, Rebuild, SlotRing, StatsHandle, MAX_BURST,
+};
 use cxdirect_dma::DmaRegion;
 use cxdirect_hw::wqe;
 use std::os::fd::BorrowedFd;
@@ -43,6 +45,30 @@ fn posted_buffers<'a>(slots: &'a mut [u32], pool: &'a Mempool) -> impl Iterator<
         .map(|index| pool.adopt_posted(index))
 }
 
+/// A receive queue's ring: 16-byte WQEs of one buffer each, or a striding ring's larger ones.
+enum RecvRing {
+    Plain(SlotRing<16>),
+    Striding(SlotRing<WQE_BYTES>),
+}
+
+impl RecvRing {
+    /// The ring's memory.
+    fn region(&self) -> &DmaRegion {
+        match self {
+            RecvRing::Plain(ring) => ring.region(),
+            RecvRing::Striding(ring) => ring.region(),
+        }
+    }
+
+    /// The ring's memory, leaving the ring empty: for the quarantine.
+    fn take_region(&mut self) -> DmaRegion {
+        match self {
+            RecvRing::Plain(ring) => ring.take_region(),
+            RecvRing::Striding(ring) => ring.take_region(),
+        }
+    }
+}
+
 /// What a port hands a new receive queue: the objects it created for it and the pool it
 /// posts from.
 pub(crate) struct ReceiveQueueParts<B: Backend> {
@@ -65,8 +91,8 @@ pub(crate) struct ReceiveQueueParts<B: Backend> {
 pub struct RxQueue<B: Backend> {
     /// Keeps the function open as long as the ring exists (receive needs no MMIO).
     _backend: Arc<B>,
-    ring: DmaRegion,
-    dbr: DmaRegion,
+    ring: RecvRing,
+    dbr: DoorbellRecord,
     cq: CqRing,
     rqn: u32,
     log_size: u8,
@@ -99,12 +125,19 @@ impl<B: Backend> RxQueue<B> {
     }
 
     /// A receive queue over what the port created, its ring filled from its pool.
-    pub(crate) fn new(parts: ReceiveQueueParts<B>) -> Self {
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Invalid`] when the ring's memory cannot hold its WQEs.
+    pub(crate) fn new(parts: ReceiveQueueParts<B>) -> Result<Self, DriverError> {
         let entries = 1u32 << parts.log_size;
         let mut queue = Self {
             _backend: parts.backend,
-            ring: parts.ring,
-            dbr: parts.dbr,
+            ring: match parts.striding {
+                Some(_) => RecvRing::Striding(SlotRing::new(parts.ring, parts.log_size)?),
+                None => RecvRing::Plain(SlotRing::new(parts.ring, parts.log_size)?),
+            },
+            dbr: DoorbellRecord::new(parts.dbr)?,
             cq: parts.cq,
             rqn: parts.rqn,
             log_size: parts.log_size,
@@ -123,7 +156,7 @@ impl<B: Backend> RxQueue<B> {
             striding: parts.striding,
         };
         queue.refill();
-        queue
+        Ok(queue)
     }
 
     /// Posts fresh buffers into every empty slot, with one doorbell-record update.
@@ -146,27 +179,29 @@ impl<B: Backend> RxQueue<B> {
         let lkey = pool.lkey();
         let room = pool.data_room();
         // The ring's kind is chosen once, outside the per-buffer loop.
-        let posted = match &striding {
-            None => pool.take_each(empty, |index| {
+        let posted = match (&striding, &*ring) {
+            (None, RecvRing::Plain(ring)) => pool.take_each(empty, |index| {
                 let slot = usize::from(*pi & mask);
                 let seg = wqe::encode_data(room, lkey, pool.data_iova(index));
-                let _ = ring.write_words::<2>(slot * 16, &words_from_bytes(&seg));
+                ring.write_words::<2>(u32::from(*pi), &words_from_bytes(&seg));
                 slots[slot] = index;
                 *pi = pi.wrapping_add(1);
             }),
-            Some(striding) => pool.take_each(empty, |index| {
+            (Some(striding), RecvRing::Striding(ring)) => pool.take_each(empty, |index| {
                 let slot = usize::from(*pi & mask);
-                striding.post(ring, pool.shared(), slot, index, lkey);
+                striding.post(ring, pool.shared(), *pi, index, lkey);
                 slots[slot] = index;
                 *pi = pi.wrapping_add(1);
             }),
+            // `new` gives a striding queue a striding ring and a plain one a plain ring.
+            _ => 0,
         };
         if posted < empty {
             self.stats.nombuf += 1;
         }
         if posted > 0 {
             fence(Ordering::SeqCst);
-            let _ = self.dbr.write_u32_be(0, u32::from(self.pi));
+            self.dbr.set(0, u32::from(self.pi));
         }
     }
 
@@ -388,7 +423,7 @@ impl<B: Backend> RxQueue<B> {
 
     /// The ring, its doorbell record and its log2 size in WQEs: what an RQ is created over.
     pub(crate) fn ring_memory(&self) -> (&DmaRegion, &DmaRegion, u8) {
-        (&self.ring, &self.dbr, self.log_size)
+        (self.ring.region(), self.dbr.region(), self.log_size)
     }
 
     /// A striding RQ's geometry and place (`None`: one buffer per packet).
@@ -448,7 +483,7 @@ impl<B: Backend> RxQueue<B> {
             striding.used = 0;
             striding.pending = 0;
         }
-        let _ = self.dbr.write_u32_be(0, 0);
+        self.dbr.set(0, 0);
         self.in_error = false;
         self.stats.recoveries += 1;
         self.refill();
@@ -503,7 +538,7 @@ impl<B: Backend> Drop for RxQueue<B> {
         let mut q = self.quarantine.lock().unwrap_or_else(|e| e.into_inner());
         q.keep(
             posted_buffers(&mut self.slots, &self.pool),
-            [&mut self.ring, &mut self.dbr],
+            [self.ring.take_region(), self.dbr.take_region()],
             self.cq.take_memory(),
         );
     }

@@ -17,7 +17,7 @@ use crate::backend::Backend;
 use crate::cq::{rx_flags, CqRing};
 use crate::error::DriverError;
 use crate::mem::{Mbuf, Mempool, Quarantine};
-use crate::ring::{QueueStats, StatsHandle, MAX_BURST};
+use crate::ring::{DoorbellRecord, QueueStats, SlotRing, StatsHandle, MAX_BURST};
 use cxdirect_dma::DmaRegion;
 use cxdirect_hw::wqe;
 use std::os::fd::BorrowedFd;
@@ -108,24 +108,30 @@ struct RingState {
 /// the buffers alive until the device can no longer write them).
 pub(crate) struct SharedRing {
     log_size: u8,
-    ring: DmaRegion,
-    dbr: DmaRegion,
+    ring: SlotRing<16>,
+    dbr: DoorbellRecord,
     pool: Mempool,
     state: Mutex<RingState>,
 }
 
 impl SharedRing {
+    /// The ring of RMP `rmpn`: `2^log_size` 16-byte WQEs in `ring`, doorbell record `dbr`,
+    /// buffers from `pool`; nothing posted yet.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Invalid`] when `ring` cannot hold its WQEs.
     pub(crate) fn new(
         rmpn: u32,
         log_size: u8,
         ring: DmaRegion,
         dbr: DmaRegion,
         pool: Mempool,
-    ) -> Self {
-        Self {
+    ) -> Result<Self, DriverError> {
+        Ok(Self {
             log_size,
-            ring,
-            dbr,
+            ring: SlotRing::new(ring, log_size)?,
+            dbr: DoorbellRecord::new(dbr)?,
             pool,
             state: Mutex::new(RingState {
                 rmpn,
@@ -135,7 +141,7 @@ impl SharedRing {
                 flushed: false,
                 stats: SharedRingStats::default(),
             }),
-        }
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, RingState> {
@@ -159,7 +165,7 @@ impl SharedRing {
 
     /// The ring's memory and doorbell record, for creating its RMP again.
     pub(crate) fn memory(&self) -> (&DmaRegion, &DmaRegion) {
-        (&self.ring, &self.dbr)
+        (self.ring.region(), self.dbr.region())
     }
 
     /// After [`SharedRing::flush`], with the device's RMP created again over the same memory
@@ -170,7 +176,7 @@ impl SharedRing {
         st.pi = 0;
         st.outstanding = 0;
         st.flushed = false;
-        let _ = self.dbr.write_u32_be(0, 0);
+        self.dbr.set(0, 0);
     }
 
     pub(crate) fn log_size(&self) -> u8 {
@@ -198,9 +204,8 @@ impl SharedRing {
                 break;
             };
             let seg = wqe::encode_data(m.capacity() as u32, m.lkey(), m.data_iova());
-            let _ = self
-                .ring
-                .write_words::<2>(slot * 16, &crate::ring::words_from_bytes(&seg));
+            self.ring
+                .write_words::<2>(u32::from(st.pi), &crate::ring::words_from_bytes(&seg));
             let counter = st.pi;
             st.slots[slot] = Some((counter, m));
             st.pi = st.pi.wrapping_add(1);
@@ -210,7 +215,7 @@ impl SharedRing {
         if posted > 0 {
             // WQEs before the record that makes them visible.
             fence(Ordering::SeqCst);
-            let _ = self.dbr.write_u32_be(0, u32::from(st.pi));
+            self.dbr.set(0, u32::from(st.pi));
             st.stats.refills += 1;
             st.stats.posted += u64::from(posted);
         }

@@ -11,8 +11,7 @@
 
 use crate::error::DriverError;
 use crate::mem::{PoolShared, RING_HOLD};
-use crate::ring::words_from_bytes;
-use cxdirect_dma::DmaRegion;
+use crate::ring::{words_from_bytes, SlotRing};
 use cxdirect_hw::wq::striding::{
     LOG_STRIDES_BASE, LOG_STRIDE_BYTES_BASE, MAX_LOG_STRIDES, MAX_LOG_STRIDE_BYTES, WQE_HEADER,
 };
@@ -132,9 +131,9 @@ impl StridingRx {
     #[inline]
     pub(crate) fn post(
         &self,
-        ring: &DmaRegion,
+        ring: &SlotRing<WQE_BYTES>,
         pool: &PoolShared,
-        slot: usize,
+        slot: u16,
         index: u32,
         lkey: u32,
     ) {
@@ -146,6 +145,6 @@ impl StridingRx {
             lkey,
             pool.iova(index),
         ));
-        let _ = ring.write_words::<4>(slot * WQE_BYTES, &words_from_bytes(&wqe));
+        ring.write_words::<4>(u32::from(slot), &words_from_bytes(&wqe));
     }
 }

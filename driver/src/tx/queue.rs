@@ -6,8 +6,9 @@ use super::inflight::{InFlight, Kept};
 use super::source::{PacketSource, SendPacket, KEPT, REFUSED};
 use crate::backend::Backend;
 use crate::cq::CqRing;
+use crate::error::DriverError;
 use crate::mem::{Mbuf, PacketBurst, Quarantine};
-use crate::ring::{QueueStats, Rebuild, StatsHandle, MAX_BURST};
+use crate::ring::{DoorbellRecord, QueueStats, Rebuild, SlotRing, StatsHandle, MAX_BURST};
 use cxdirect_dma::DmaRegion;
 use cxdirect_hw::cqe::CqeOpcode;
 use cxdirect_hw::doorbell::{UAR_BF_OFFSET, UAR_PAGE_SIZE};
@@ -41,8 +42,8 @@ pub enum InlineMode {
 /// A send queue handle. `Send`: each queue may live on its own thread.
 pub struct TxQueue<B: Backend> {
     backend: Arc<B>,
-    ring: DmaRegion,
-    dbr: DmaRegion,
+    ring: SlotRing<WQE_BB>,
+    dbr: DoorbellRecord,
     cq: CqRing,
     sqn: u32,
     log_size: u8,
@@ -161,12 +162,16 @@ impl Default for TxScratch {
 
 impl<B: Backend> TxQueue<B> {
     /// A send queue over what the port created, starting at ring index 0.
-    pub(crate) fn new(parts: SendQueueParts<B>) -> Self {
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Invalid`] when the ring's memory cannot hold its WQEBBs.
+    pub(crate) fn new(parts: SendQueueParts<B>) -> Result<Self, DriverError> {
         let entries = 1u32 << parts.log_size;
-        Self {
+        Ok(Self {
             backend: parts.backend,
-            ring: parts.ring,
-            dbr: parts.dbr,
+            ring: SlotRing::new(parts.ring, parts.log_size)?,
+            dbr: DoorbellRecord::new(parts.dbr)?,
             cq: parts.cq,
             sqn: parts.sqn,
             log_size: parts.log_size,
@@ -189,7 +194,7 @@ impl<B: Backend> TxQueue<B> {
             in_error: false,
             rebuild: Rebuild::Idle,
             scratch: Some(Box::default()),
-        }
+        })
     }
 
     #[inline(always)]
@@ -358,26 +363,24 @@ impl<B: Backend> TxQueue<B> {
     /// Writes `wqe` (whole basic blocks) at ring index `index`, wrapping block by block.
     fn write_wqe(&self, index: u16, wqe: &[u8]) {
         for (bb, block) in wqe.chunks_exact(WQE_BB).enumerate() {
-            let at = usize::from(index.wrapping_add(bb as u16) & self.mask()) * WQE_BB;
-            let _ = self.ring.write(at, block);
+            self.ring
+                .write_bytes(u32::from(index.wrapping_add(bb as u16)), 0, block);
         }
     }
 
     /// Writes one basic block at ring index `index` (wrapped to the ring) with one bounds check.
     #[inline]
     fn write_bb(&self, index: u16, words: &[u64; WQE_BB / 8]) {
-        let at = usize::from(index & self.mask()) * WQE_BB;
-        let _ = self.ring.write_words(at, words);
+        self.ring.write_words(u32::from(index), words);
     }
 
     /// Publishes the burst: doorbell record, then one UAR write carrying the first basic block
     /// of the burst's last WQE (at ring index `last_index`): all of it as BlueFlame when that
     /// WQE is alone and fits one basic block, else its first 8 bytes.
     fn ring_doorbell(&mut self, last_index: u16, last_bbs: u16, alone: bool) {
-        let last_at = usize::from(last_index & self.mask()) * WQE_BB;
         // WQEs before the record, the record before the doorbell.
         fence(Ordering::SeqCst);
-        let _ = self.dbr.write_u32_be(4, u32::from(self.pi));
+        self.dbr.set(1, u32::from(self.pi));
         fence(Ordering::SeqCst);
         let offset = self.uar as usize * UAR_PAGE_SIZE
             + UAR_BF_OFFSET
@@ -386,11 +389,11 @@ impl<B: Backend> TxQueue<B> {
         self.stats.doorbells += 1;
         if self.blueflame && alone && last_bbs == 1 {
             let mut last = [0u8; WQE_BB];
-            let _ = self.ring.read(last_at, &mut last);
+            self.ring.read_bytes(u32::from(last_index), 0, &mut last);
             self.backend.write_bf(offset, &last);
             self.stats.blueflame += 1;
         } else {
-            let first: [u64; 1] = self.ring.read_words(last_at).unwrap_or_default();
+            let first: [u64; 1] = self.ring.read_words(u32::from(last_index));
             self.backend.write64(offset, first[0].to_ne_bytes());
         }
     }
@@ -469,7 +472,7 @@ impl<B: Backend> TxQueue<B> {
 
     /// The ring, its doorbell record and its log2 size in WQEBBs: what an SQ is created over.
     pub(crate) fn ring_memory(&self) -> (&DmaRegion, &DmaRegion, u8) {
-        (&self.ring, &self.dbr, self.log_size)
+        (self.ring.region(), self.dbr.region(), self.log_size)
     }
 
     /// Recovery: the SQ created again over the same ring.
@@ -482,7 +485,7 @@ impl<B: Backend> TxQueue<B> {
         self.pi = 0;
         self.ci = 0;
         self.since_cqe = 0;
-        let _ = self.dbr.write_u32_be(4, 0);
+        self.dbr.set(1, 0);
         self.in_error = false;
         self.stats.recoveries += 1;
         self.published.publish(&self.stats);
@@ -495,7 +498,7 @@ impl<B: Backend> Drop for TxQueue<B> {
         let mut q = self.quarantine.lock().unwrap_or_else(|e| e.into_inner());
         q.keep(
             self.inflight.take_all().into_iter(),
-            [&mut self.ring, &mut self.dbr],
+            [self.ring.take_region(), self.dbr.take_region()],
             self.cq.take_memory(),
         );
     }

@@ -1,6 +1,6 @@
 //! Opening a real function by its spec: VFIO, then bring-up.
 
-use super::device::{Device, Options};
+use super::{Device, Options};
 use crate::backend::vfio::{DeviceSpec, RealSys, VfioDevice};
 use crate::error::DriverError;
 

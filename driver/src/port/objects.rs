@@ -1,6 +1,8 @@
 //! An Ethernet port on a brought-up function: the objects behind it (TIS, SQs and RQs with
 //! their CQs, TIRs over an RQ table with Toeplitz RSS, NIC receive steering, vport MTU, port up)
-//! created in order, the queue handles given to the application, and teardown in reverse order.
+//! created in order and the queue handles given to the application. What the port does later
+//! lives beside it, in its own files: the shared receive ring, recovery, pool revocation, and
+//! teardown in reverse order.
 
 use super::config::PortConfig;
 use super::restart::SharedRestart;
@@ -29,6 +31,11 @@ use cxdirect_hw::vport::ModifyNicVportContextIn;
 use cxdirect_hw::wq::{CreateRqIn, CreateSqIn, RqState, WqType};
 use std::sync::Arc;
 
+pub(super) mod recover;
+pub(super) mod revoke;
+mod shared;
+mod teardown;
+
 /// A started port and the queue handles it gives the application ([`Port::start`]).
 pub struct Started<B: Backend> {
     /// The port: its objects, recovery, statistics, and [`Port::close`].
@@ -56,38 +63,38 @@ pub struct SharedQueues<B: Backend> {
 
 /// The objects behind a running port, destroyed in reverse order by [`Port::close`].
 pub struct Port<B: Backend> {
-    pub(super) dev: Device<B>,
-    pub(super) pool: Mempool,
-    pub(super) pool_key: Option<MemoryKey>,
+    dev: Device<B>,
+    pool: Mempool,
+    pool_key: Option<MemoryKey>,
     /// The striding receive queues' pool and its key (with [`PortConfig::rx_striding`] on a
     /// device that offers them).
-    pub(super) stride_pool: Option<Mempool>,
-    pub(super) stride_pool_key: Option<MemoryKey>,
-    pub(super) tis: u32,
-    pub(super) sqs: Vec<u32>,
-    pub(super) rqs: Vec<u32>,
-    pub(super) cqs: Vec<u32>,
+    stride_pool: Option<Mempool>,
+    stride_pool_key: Option<MemoryKey>,
+    tis: u32,
+    sqs: Vec<u32>,
+    rqs: Vec<u32>,
+    cqs: Vec<u32>,
     /// This port's CQs the device reported in error, until their queues are recovered.
-    pub(super) failed_cqs: Vec<u32>,
+    failed_cqs: Vec<u32>,
     /// Set when the device reported the shared ring broken (SRQ catastrophic error), until
     /// [`Port::restart_shared_ring`] creates it again.
-    pub(super) shared_failed: bool,
+    shared_failed: bool,
     /// How far a [`Port::restart_shared_ring`] that failed partway had got (`None` when no
     /// restart is unfinished): the next call resumes there.
-    pub(super) shared_restart: Option<SharedRestart>,
-    pub(super) uars: Vec<u32>,
-    pub(super) steering: Steering,
-    pub(super) q_counter: Option<QCounterSet>,
-    pub(super) tx_stats: Vec<StatsHandle>,
-    pub(super) rx_stats: Vec<StatsHandle>,
-    pub(super) quarantine: Quarantine,
+    shared_restart: Option<SharedRestart>,
+    uars: Vec<u32>,
+    steering: Steering,
+    q_counter: Option<QCounterSet>,
+    tx_stats: Vec<StatsHandle>,
+    rx_stats: Vec<StatsHandle>,
+    quarantine: Quarantine,
     /// Completion EQs of receive queues in interrupt mode.
-    pub(super) eqs: Vec<u32>,
+    eqs: Vec<u32>,
     /// The shared receive ring, kept until its RMP is destroyed.
-    pub(super) shared: Option<Arc<SharedRing>>,
+    shared: Option<Arc<SharedRing>>,
     /// The shared ring's handles, until the application takes them.
-    pub(super) shared_handles: Option<SharedQueues<B>>,
-    pub(super) config: PortConfig,
+    shared_handles: Option<SharedQueues<B>>,
+    config: PortConfig,
 }
 
 /// The place in a port's RQ list of an RQ an unfinished shared-ring restart destroyed: never a
@@ -302,7 +309,7 @@ impl<B: Backend> Port<B> {
         }
         let cqn = out_u32(&self.dev.exec(&cmd, 16)?);
         self.cqs.push(cqn);
-        Ok(CqRing::new(region, dbr, log, cqn, compress))
+        CqRing::new(region, dbr, log, cqn, compress)
     }
 
     /// CREATE_SQ over `ring` (2^`log` WQEBBs, doorbell record `dbr`, doorbells on `uar`)
@@ -363,7 +370,7 @@ impl<B: Backend> Port<B> {
         let dbr = self.dma(64)?;
         let log = entries.trailing_zeros() as u8;
         let sqn = self.create_sq(pd, &ring, &dbr, uar, cq.cqn(), log)?;
-        Ok(TxQueue::new(SendQueueParts {
+        TxQueue::new(SendQueueParts {
             backend: self.dev.backend_arc().clone(),
             ring,
             dbr,
@@ -379,7 +386,7 @@ impl<B: Backend> Port<B> {
             max_frame: usize::from(self.config.mtu) + 18,
             published: Self::register_stats(&mut self.tx_stats),
             quarantine: self.quarantine.clone(),
-        }))
+        })
     }
 
     /// CREATE_RQ (cyclic, its own ring of 2^`log` entries, doorbell record `dbr`) completing
@@ -459,7 +466,7 @@ impl<B: Backend> Port<B> {
         let dbr = self.dma(64)?;
         let log = entries.trailing_zeros() as u8;
         let rqn = self.create_rq(pd, &ring, &dbr, cq.cqn(), log, striding.as_ref())?;
-        Ok(RxQueue::new(ReceiveQueueParts {
+        RxQueue::new(ReceiveQueueParts {
             backend: self.dev.backend_arc().clone(),
             ring,
             dbr,
@@ -471,7 +478,7 @@ impl<B: Backend> Port<B> {
             quarantine: self.quarantine.clone(),
             interrupt,
             striding,
-        }))
+        })
     }
 
     /// A fresh shared stats block, remembered in `list` for [`Port::stats`].

@@ -3,12 +3,12 @@
 //! and the states of its queues, and flushing its buffers back to the pool once the device can
 //! no longer write them.
 
-use super::create::{Port, SharedQueues, NO_RQ};
-use super::restart::{RestartStage, SharedRestart, SharedRingRestart};
-use super::wq::{fill_cyclic_wq, ring_pages};
+use super::{Port, SharedQueues, NO_RQ};
 use crate::backend::Backend;
 use crate::control::{input, out_u32, QCounterSet, RmpStatus};
 use crate::error::{invalid, DriverError};
+use crate::port::restart::{RestartStage, SharedRestart, SharedRingRestart};
+use crate::port::wq::{fill_cyclic_wq, ring_pages};
 use crate::rx::{SharedRing, SharedRxConfig, SharedRxQueue, SharedRxRing};
 use cxdirect_dma::DmaRegion;
 use cxdirect_hw::cmd::Opcode;
@@ -30,7 +30,7 @@ impl<B: Backend> Port<B> {
         let ring = self.dma(16 * entries as usize)?;
         let dbr = self.dma(64)?;
         let rmpn = self.create_rmp(pd, &ring, &dbr, log, config.limit)?;
-        let shared = Arc::new(SharedRing::new(rmpn, log, ring, dbr, self.pool.clone()));
+        let shared = Arc::new(SharedRing::new(rmpn, log, ring, dbr, self.pool.clone())?);
         self.shared = Some(shared.clone());
         let (uar, _, _) = self.dev.resources();
         let mut queues = Vec::new();

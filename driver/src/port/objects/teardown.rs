@@ -1,7 +1,7 @@
 //! Stopping a port: its objects destroyed in reverse order of creation, or forgotten after a
 //! function reset.
 
-use super::create::{Port, Queues, NO_RQ};
+use super::{Port, Queues, NO_RQ};
 use crate::backend::Backend;
 use crate::control::Device;
 use crate::error::DriverError;

@@ -3,8 +3,8 @@
 //! memory: queues stopped, completions taken, buffers returned, and only then keys destroyed
 //! and the range unmapped.
 
-use super::create::{Port, Queues};
 use super::recover::{Recoverable, WorkQueue};
+use super::{Port, Queues};
 use crate::backend::Backend;
 use crate::error::DriverError;
 use crate::mem::Mempool;

@@ -5,7 +5,7 @@
 //! move it back to RDY. Nothing a queue held is lost or handed out twice: buffers are freed only
 //! once the device can no longer reach them through the queue.
 
-use super::create::{Port, Queues};
+use super::{Port, Queues};
 use crate::backend::Backend;
 use crate::control::{input, DeviceRecovery};
 use crate::cq::CqRing;
