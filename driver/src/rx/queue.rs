@@ -176,8 +176,8 @@ impl<B: Backend> RxQueue<B> {
     ///
     /// # Errors
     ///
-    /// [`DriverError::Invalid`], with nothing received, when `sink` is a [`crate::PacketBurst`]
-    /// holding packets of a pool other than this queue's.
+    /// [`DriverError::PoolMismatch`], with nothing received, when `sink` is a
+    /// [`crate::PacketBurst`] holding packets of a pool other than this queue's.
     #[inline(never)]
     pub fn rx_burst(&mut self, sink: &mut impl RxSink, max: usize) -> Result<usize, DriverError> {
         let max = max.min(sink.bind(&self.pool)?);
