@@ -268,7 +268,7 @@ pub enum DriverError {
     /// A command's input or output buffer is too short for the layout written or read in it.
     /// Built by the driver, so this is a fault in the driver (or in a caller of
     /// [`crate::Device::exec`]), not in the device or the configuration.
-    #[error("{} {what} is too short for its layout: an internal fault, please report it", opcode_name(*.opcode))]
+    #[error("{} {what} is too short for its layout: an internal fault in the code that built the command (the driver's, or a caller's of Device::exec)", opcode_name(*.opcode))]
     CommandLayout {
         /// The command.
         opcode: u16,
@@ -389,7 +389,8 @@ mod tests {
         let layout = DriverError::layout(Opcode::CreateCq, "input");
         assert_eq!(
             layout.to_string(),
-            "CREATE_CQ input is too short for its layout: an internal fault, please report it"
+            "CREATE_CQ input is too short for its layout: an internal fault in the code that \
+             built the command (the driver's, or a caller's of Device::exec)"
         );
         let internal = DriverError::Internal("a new pool was shared before it was returned");
         assert!(internal.to_string().starts_with("internal fault: "));
