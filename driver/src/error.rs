@@ -118,8 +118,47 @@ impl std::fmt::Display for HealthFailure {
     }
 }
 
+/// A value the caller gave that is out of range: a field of [`crate::PortConfig`],
+/// [`crate::SharedRxConfig`], [`crate::RxStriding`] or [`crate::Options`], or an argument
+/// such as a pool's buffer size or a page list's page size. Checked before the device is
+/// touched, so nothing was created.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{field} = {value}: {allowed}")]
+pub struct ConfigError {
+    /// The field or argument, as the caller names it: `"ring_size"`, `"rx_striding.ring_wqes"`,
+    /// `"shared_rx.limit"`, `"msix_vectors"`, `"buf_size"`, `"page_size"`.
+    pub field: &'static str,
+    /// The value given (for a list, its length; for an address, the address).
+    pub value: u64,
+    /// What the field takes here and why, with the other values it depends on (the device's
+    /// limits, other fields), written for a person to act on.
+    pub allowed: String,
+}
+
+/// Which kind of queue a [`DriverError::NoSuchQueue`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueKind {
+    /// A send queue (SQ).
+    Send,
+    /// A receive queue (RQ), plain, striding or drawing from a shared ring.
+    Receive,
+    /// A shared receive ring (RMP).
+    SharedRing,
+}
+
+impl std::fmt::Display for QueueKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            QueueKind::Send => "send queue",
+            QueueKind::Receive => "receive queue",
+            QueueKind::SharedRing => "shared receive ring",
+        })
+    }
+}
+
 /// Errors of the driver layer.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum DriverError {
     /// The backend (VFIO or the emulated device) failed.
     #[error(transparent)]
@@ -156,12 +195,204 @@ pub enum DriverError {
         /// The value.
         value: u64,
     },
-    /// A request the caller made that cannot be honoured.
-    #[error("invalid request: {0}")]
-    Invalid(String),
+    /// A configuration value or argument is out of range; nothing was created.
+    #[error("invalid configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// The device, or the driver, does not do what was asked (a device capability or port
+    /// type the driver needs, or a combination of features the driver does not support).
+    #[error("{what} is not supported: {why}")]
+    Unsupported {
+        /// What was asked.
+        what: &'static str,
+        /// Why it cannot be done, and what to do instead.
+        why: &'static str,
+    },
+    /// The call needs a feature the port or queue was started without.
+    #[error("{what} is not enabled: {how}")]
+    NotEnabled {
+        /// The feature.
+        what: &'static str,
+        /// How to enable it (the configuration field to set).
+        how: &'static str,
+    },
+    /// The object is not in the state the call needs; nothing was changed.
+    #[error("{what} is {state}; it must be {needed}")]
+    WrongState {
+        /// The object.
+        what: &'static str,
+        /// The state it is in.
+        state: String,
+        /// The state the call needs, and how to get there.
+        needed: &'static str,
+    },
+    /// A queue or ring number that names none of this port's (or device's) own.
+    #[error("{kind} {number:#x} is not one of this port's")]
+    NoSuchQueue {
+        /// What kind of queue was named.
+        kind: QueueKind,
+        /// The number given (SQ, RQ or RMP number).
+        number: u32,
+    },
+    /// Handles given to a call are not those the call needs (another port's, or not all of
+    /// them); nothing was changed.
+    #[error("wrong handles: {needed}")]
+    WrongHandles {
+        /// Which handles the call takes.
+        needed: String,
+    },
+    /// A [`crate::PacketBurst`] holding packets of one pool was given to a queue that
+    /// receives into another; the burst is left as it was.
+    #[error("the burst holds {held} packets of another pool: send, clear or drain it before receiving from this queue")]
+    PoolMismatch {
+        /// Packets the burst holds.
+        held: usize,
+    },
+    /// Data does not fit the room it was meant for; nothing was written.
+    #[error("{what} needs {need} bytes, {capacity} available")]
+    BufferTooSmall {
+        /// What was to be placed.
+        what: &'static str,
+        /// Bytes needed (for a write, its offset plus its length).
+        need: usize,
+        /// Bytes of room.
+        capacity: usize,
+    },
+    /// A packet index past the end of a [`crate::PacketBurst`].
+    #[error("no packet {index} in a burst of {len}")]
+    NoSuchPacket {
+        /// The index given.
+        index: usize,
+        /// Packets the burst holds.
+        len: usize,
+    },
+    /// A command's input or output buffer is too short for the layout written or read in it.
+    /// Built by the driver, so this is a fault in the driver (or in a caller of
+    /// [`crate::Device::exec`]), not in the device or the configuration.
+    #[error("{} {what} is too short for its layout: an internal fault in the code that built the command (the driver's, or a caller's of Device::exec)", opcode_name(*.opcode))]
+    CommandLayout {
+        /// The command.
+        opcode: u16,
+        /// Which buffer or part of it (`"input"`, `"output"`, `"MTT"`).
+        what: &'static str,
+    },
+    /// The driver's own bookkeeping broke an invariant: an internal fault, not a device or
+    /// caller error.
+    #[error("internal fault: {0}; please report it")]
+    Internal(&'static str),
 }
 
-/// A [`DriverError::Invalid`] saying `msg`.
-pub(crate) fn invalid(msg: impl Into<String>) -> DriverError {
-    DriverError::Invalid(msg.into())
+impl DriverError {
+    /// A [`DriverError::Config`] for `field` holding `value`, saying what it takes.
+    pub(crate) fn config(
+        field: &'static str,
+        value: impl Into<u64>,
+        allowed: impl Into<String>,
+    ) -> Self {
+        DriverError::Config(ConfigError {
+            field,
+            value: value.into(),
+            allowed: allowed.into(),
+        })
+    }
+
+    /// A [`DriverError::CommandLayout`] for command `opcode`.
+    pub(crate) fn layout(opcode: Opcode, what: &'static str) -> Self {
+        DriverError::CommandLayout {
+            opcode: opcode as u16,
+            what,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{RxStriding, SharedRxConfig};
+
+    #[test]
+    fn a_caller_matches_a_config_error_by_field_and_reads_what_to_give() {
+        let shared = SharedRxConfig {
+            ring_size: 64,
+            limit: 64,
+        };
+        let err = shared.validate(15).unwrap_err();
+        let DriverError::Config(ConfigError {
+            field: "shared_rx.limit",
+            value: 64,
+            allowed,
+        }) = &err
+        else {
+            panic!("not the limit's config error: {err:?}");
+        };
+        assert!(allowed.contains("below the ring size 64"), "{allowed}");
+        assert_eq!(
+            err.to_string(),
+            "invalid configuration: shared_rx.limit = 64: must be below the ring size 64"
+        );
+
+        // The device's limit is part of what the message says.
+        let big = SharedRxConfig {
+            ring_size: 1 << 12,
+            limit: 16,
+        };
+        let err = big.validate(10).unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                DriverError::Config(ConfigError {
+                    field: "shared_rx.ring_size",
+                    value: 4096,
+                    ..
+                })
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("2^10"), "{err}");
+    }
+
+    #[test]
+    fn each_striding_field_is_named_on_its_own() {
+        let cases = [
+            (
+                "rx_striding.log_strides",
+                RxStriding {
+                    log_strides: 17,
+                    ..RxStriding::default()
+                },
+            ),
+            (
+                "rx_striding.log_stride_bytes",
+                RxStriding {
+                    log_stride_bytes: 5,
+                    ..RxStriding::default()
+                },
+            ),
+            (
+                "rx_striding.ring_wqes",
+                RxStriding {
+                    ring_wqes: 3,
+                    ..RxStriding::default()
+                },
+            ),
+        ];
+        for (field, striding) in cases {
+            match striding.validate(1, 22) {
+                Err(DriverError::Config(e)) => assert_eq!(e.field, field, "{e}"),
+                other => panic!("{field}: {other:?}"),
+            }
+        }
+        assert!(RxStriding::default().validate(1, 22).is_ok());
+    }
+
+    #[test]
+    fn internal_faults_say_so() {
+        let layout = DriverError::layout(Opcode::CreateCq, "input");
+        assert_eq!(
+            layout.to_string(),
+            "CREATE_CQ input is too short for its layout: an internal fault in the code that \
+             built the command (the driver's, or a caller's of Device::exec)"
+        );
+        let internal = DriverError::Internal("a new pool was shared before it was returned");
+        assert!(internal.to_string().starts_with("internal fault: "));
+    }
 }

@@ -32,7 +32,7 @@ pub use control::{
     TeardownReport,
 };
 pub use cq::{Cqe, Event};
-pub use error::{CmdError, CmdFailure, DriverError, HealthFailure};
+pub use error::{CmdError, CmdFailure, ConfigError, DriverError, HealthFailure, QueueKind};
 pub use mem::{BurstPacket, Mbuf, Mempool, OffloadFlags, PacketBurst};
 pub use port::{
     PoolRevocation, Port, PortConfig, PortRecovery, PortStats, QueueXstats, Queues, Recovery,

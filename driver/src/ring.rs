@@ -2,7 +2,7 @@
 //! doorbell record handles every write goes through, per-queue counters and the state of a
 //! rebuild.
 
-use crate::error::{invalid, DriverError};
+use crate::error::DriverError;
 use cxdirect_dma::DmaRegion;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -167,14 +167,13 @@ impl<const SLOT: usize> SlotRing<SLOT> {
     ///
     /// # Errors
     ///
-    /// [`DriverError::Invalid`] when `region` cannot hold every slot.
+    /// [`DriverError::Internal`] when `region` cannot hold every slot.
     pub(crate) fn new(region: DmaRegion, log_size: u8) -> Result<Self, DriverError> {
         const { assert!(SLOT.is_power_of_two() && SLOT >= 8) };
         if log_size >= 24 || (SLOT << log_size) > region.len() {
-            return Err(invalid(format!(
-                "a ring of 2^{log_size} slots of {SLOT} bytes does not fit its {}-byte region",
-                region.len()
-            )));
+            return Err(DriverError::Internal(
+                "a ring's slots do not fit the memory allocated for them",
+            ));
         }
         Ok(Self {
             region,
@@ -263,13 +262,12 @@ impl DoorbellRecord {
     ///
     /// # Errors
     ///
-    /// [`DriverError::Invalid`] when `region` is shorter than the record.
+    /// [`DriverError::Internal`] when `region` is shorter than the record.
     pub(crate) fn new(region: DmaRegion) -> Result<Self, DriverError> {
         if region.len() < 8 {
-            return Err(invalid(format!(
-                "a doorbell record does not fit its {}-byte region",
-                region.len()
-            )));
+            return Err(DriverError::Internal(
+                "a doorbell record does not fit the memory allocated for it",
+            ));
         }
         Ok(Self { region })
     }

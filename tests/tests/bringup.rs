@@ -1,7 +1,10 @@
 //! The driver against the in-process model: bring-up, teardown, page requests, command errors,
 //! firmware that never starts, and health failures.
 
-use cxdirect::{Backend, CmdFailure, Device, DriverError, Event, HealthFailure, Options};
+use cxdirect::{
+    Backend, CmdFailure, ConfigError, Device, DriverError, Event, HealthFailure, Options, Port,
+    PortConfig, SharedRxConfig,
+};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::{Device as Model, EmuConfig};
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
@@ -282,4 +285,95 @@ fn a_page_request_past_the_limit_is_refused_and_counted() {
     let report = dev.teardown().expect("teardown");
     assert_eq!(report.pages_kept, 0);
     assert_eq!(model.firmware_pages_held(), 0);
+}
+
+#[test]
+fn a_port_config_out_of_range_is_refused_naming_the_field_and_value() {
+    let model = Model::loopback(EmuConfig::default());
+    let cases = [
+        (
+            PortConfig {
+                ring_size: 100,
+                ..PortConfig::default()
+            },
+            "ring_size",
+            100,
+            "power of two",
+        ),
+        (
+            PortConfig {
+                rx_queues: 0,
+                ..PortConfig::default()
+            },
+            "rx_queues",
+            0,
+            "1..=64",
+        ),
+        (
+            PortConfig {
+                mtu: 9961,
+                ..PortConfig::default()
+            },
+            "mtu",
+            9961,
+            "68..=9960",
+        ),
+        (
+            PortConfig {
+                mtu: 9000,
+                ..PortConfig::default()
+            },
+            "buf_size",
+            2048,
+            "MTU 9000",
+        ),
+        (
+            PortConfig {
+                cqe_every: 0,
+                ..PortConfig::default()
+            },
+            "cqe_every",
+            0,
+            "give 1..=",
+        ),
+        (
+            PortConfig {
+                shared_rx: Some(SharedRxConfig {
+                    ring_size: 64,
+                    limit: 64,
+                }),
+                ..PortConfig::default()
+            },
+            "shared_rx.limit",
+            64,
+            "below the ring size",
+        ),
+    ];
+    for (config, field, value, says) in cases {
+        let dev = Device::bring_up(EmuBackend::new(model.clone(), "emu"), options()).unwrap();
+        let err = Port::start(dev, config).err().expect("refused");
+        match &err {
+            DriverError::Config(ConfigError {
+                field: f,
+                value: v,
+                allowed,
+            }) => {
+                assert_eq!((*f, *v), (field, value), "{err}");
+                assert!(allowed.contains(says), "{field}: {allowed}");
+            }
+            other => panic!("{field}: not a config error: {other}"),
+        }
+    }
+}
+
+#[test]
+fn a_command_buffer_shorter_than_its_layout_is_an_internal_fault() {
+    let model = Model::loopback(EmuConfig::default());
+    let mut dev = Device::bring_up(EmuBackend::new(model, "emu"), options()).unwrap();
+    let err = dev.exec(&input(Opcode::Nop, 8), 16).unwrap_err();
+    assert!(
+        matches!(err, DriverError::CommandLayout { opcode, .. } if opcode == Opcode::Nop as u16),
+        "{err}"
+    );
+    assert!(err.to_string().contains("internal fault"), "{err}");
 }

@@ -3,7 +3,9 @@
 //! burst refuses packets it cannot hold and hands them back; a burst of another pool is refused
 //! by a receive queue with a reason; unsendable packets are freed.
 
-use cxdirect::{InlineMode, Mbuf, PacketBurst, PortConfig, Queues, RxStriding, Started};
+use cxdirect::{
+    DriverError, InlineMode, Mbuf, PacketBurst, PortConfig, Queues, RxStriding, Started,
+};
 use cxdirect_emu::EmuConfig;
 use cxdirect_tests::setup::started_pair as pair;
 
@@ -153,11 +155,17 @@ fn a_burst_takes_single_segment_packets_of_one_pool_and_gives_back_the_rest() {
     drop((other, chained));
 
     burst.write(0, 6, &[0xaa; 6]).unwrap();
+    let past_end = burst.write(0, sent[0].len() - 2, &[0; 4]).unwrap_err();
     assert!(
-        burst.write(0, sent[0].len() - 2, &[0; 4]).is_err(),
-        "past the end"
+        matches!(past_end, DriverError::BufferTooSmall { need, capacity, .. }
+            if need == sent[0].len() + 2 && capacity == sent[0].len()),
+        "past the end: {past_end}"
     );
-    assert!(burst.write(5, 0, &[0]).is_err(), "no such packet");
+    let no_packet = burst.write(5, 0, &[0]).unwrap_err();
+    assert!(
+        matches!(no_packet, DriverError::NoSuchPacket { index: 5, len: 2 }),
+        "no such packet: {no_packet}"
+    );
     burst.flags_mut(1).unwrap().tx_l4_csum = true;
 
     let mut out = Vec::new();
@@ -213,6 +221,10 @@ fn a_receive_queue_refuses_a_burst_of_another_pool_and_loses_nothing() {
     let err = rxb[0]
         .rx_burst(&mut burst, 64)
         .expect_err("port A's packet in port B's burst");
+    assert!(
+        matches!(err, DriverError::PoolMismatch { held: 1 }),
+        "{err}"
+    );
     assert!(
         err.to_string().contains("another pool"),
         "the error says why: {err}"

@@ -3,8 +3,8 @@
 //! interrupts.
 
 use cxdirect::{
-    Device, DriverError, Event, Mbuf, Options, Port, PortConfig, Queues, SharedQueues,
-    SharedRxConfig, Started, TxQueue,
+    ConfigError, Device, DriverError, Event, Mbuf, Options, Port, PortConfig, QueueKind, Queues,
+    SharedQueues, SharedRxConfig, Started, TxQueue,
 };
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::{Device as Model, EmuConfig, Fault};
@@ -215,7 +215,11 @@ fn the_limit_fires_once_per_arm_never_above_it_and_can_be_rearmed() {
     assert_eq!(rig.receive_all().len(), 48);
     assert!(matches!(
         rig.rx_port.set_shared_limit(64),
-        Err(DriverError::Invalid(_))
+        Err(DriverError::Config(ConfigError {
+            field: "limit",
+            value: 64,
+            ..
+        }))
     ));
     rig.rx_port.close().unwrap();
 }
@@ -281,8 +285,12 @@ fn a_ring_in_error_takes_its_queues_with_it_and_flushes_every_buffer_to_the_pool
     rig.ring.refill();
 
     // Flushing a ring the device may still write is refused.
-    let refused = rig.rx_port.flush_shared_ring().unwrap_err().to_string();
-    assert!(refused.contains("stop it first"), "{refused}");
+    let refused = rig.rx_port.flush_shared_ring().unwrap_err();
+    assert!(
+        matches!(&refused, DriverError::WrongState { state, .. } if state.starts_with("Rdy")),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("stop it first"), "{refused}");
 
     // The device refuses to destroy a ring that still has queues.
     let mut destroy = vec![0u8; 16];
@@ -355,8 +363,12 @@ fn a_blocked_receiver_wakes_on_the_completion_interrupt() {
 
     // Without receive interrupts the calls say what to turn on.
     let mut plain = self::rig(64, 0, false);
-    let err = plain.queues[0].arm_interrupt().unwrap_err().to_string();
-    assert!(err.contains("PortConfig::rx_interrupts"), "{err}");
+    let err = plain.queues[0].arm_interrupt().unwrap_err();
+    assert!(matches!(err, DriverError::NotEnabled { .. }), "{err}");
+    assert!(
+        err.to_string().contains("PortConfig::rx_interrupts"),
+        "{err}"
+    );
     assert!(plain.queues[0].interrupt_fd().is_none());
 }
 
@@ -406,8 +418,18 @@ fn a_plain_receive_queue_sleeps_on_its_interrupt_too() {
     // More queues than vectors is refused before anything is created.
     let (_, c) = Model::pair(EmuConfig::default(), EmuConfig::default());
     let dc = Device::bring_up(EmuBackend::new(c, "c"), Options::default()).unwrap();
-    let err = Port::start(dc, config).err().expect("refused").to_string();
-    assert!(err.contains("Options::msix_vectors"), "{err}");
+    let err = Port::start(dc, config).err().expect("refused");
+    assert!(
+        matches!(
+            &err,
+            DriverError::Config(ConfigError {
+                field: "msix_vectors",
+                ..
+            })
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("Options::msix_vectors"), "{err}");
 }
 
 /// The device breaks the ring on its own (an SRQ catastrophic error): the port learns it from
@@ -437,9 +459,15 @@ fn a_ring_the_device_broke_is_created_again_and_every_queue_receives() {
     let refused = rig
         .rx_port
         .restart_shared_ring(&rig.ring, &mut rig.queues[..3])
-        .unwrap_err()
-        .to_string();
-    assert!(refused.contains("all 4 of its queues"), "{refused}");
+        .unwrap_err();
+    assert!(
+        matches!(refused, DriverError::WrongHandles { .. }),
+        "{refused}"
+    );
+    assert!(
+        refused.to_string().contains("all 4 of its queues"),
+        "{refused}"
+    );
     assert_eq!(rig.ring.outstanding(), posted);
 
     let restart = rig
@@ -509,15 +537,29 @@ fn a_restart_refused_partway_resumes_where_it_stopped() {
             for (i, &rqn) in old_rqs.iter().enumerate() {
                 let state = rig.rx_port.rx_queue_state(rqn);
                 assert_eq!(state.is_ok(), i >= 2, "{step}: RQ {i}: {state:?}");
+                if i < 2 {
+                    assert!(
+                        matches!(state, Err(DriverError::NoSuchQueue {
+                            kind: QueueKind::Receive,
+                            number,
+                        }) if number == rqn),
+                        "{step}: RQ {i}: {state:?}"
+                    );
+                }
             }
         }
         let refused_recovery = rig
             .rx_port
             .recover_shared_rx(&mut rig.queues[3])
-            .unwrap_err()
-            .to_string();
+            .unwrap_err();
         assert!(
-            refused_recovery.contains("restart_shared_ring again"),
+            matches!(refused_recovery, DriverError::WrongState { .. }),
+            "{step}: {refused_recovery}"
+        );
+        assert!(
+            refused_recovery
+                .to_string()
+                .contains("restart_shared_ring again"),
             "{step}: {refused_recovery}"
         );
 
@@ -659,7 +701,10 @@ fn shared_ring_queues_receive_into_packet_bursts_and_refuse_a_burst_of_another_p
         .unwrap();
     rig.send(40, 4);
     let err = rig.queues[0].rx_burst(&mut foreign, 32).unwrap_err();
-    assert!(matches!(err, DriverError::Invalid(_)), "{err}");
+    assert!(
+        matches!(err, DriverError::PoolMismatch { held: 1 }),
+        "{err}"
+    );
     assert_eq!(foreign.len(), 1, "the foreign burst is left alone");
     foreign.clear();
 

@@ -3,7 +3,10 @@
 //! its pool only when its last packet is dropped, forwarding such packets works, a completion
 //! out of step is refused and recovered from, and a device without the capability falls back.
 
-use cxdirect::{Device, Mbuf, Options, Port, PortConfig, Queues, RxStriding, Started};
+use cxdirect::{
+    ConfigError, Device, DriverError, Mbuf, Options, Port, PortConfig, Queues, RxStriding,
+    SharedRxConfig, Started,
+};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::counters::QueueKind;
 use cxdirect_emu::{Device as Model, EmuConfig, Fault};
@@ -89,7 +92,10 @@ fn packets_fill_strides_arrive_intact_and_buffers_return_with_their_last_packet(
     assert!(u64::from(idle - stride_pool.available()) >= wqes);
     // A received packet can be rewritten and shrunk, never grown into its neighbour.
     let mut first = got.remove(0);
-    assert!(first.set_data(&[0u8; 61]).is_err());
+    assert!(matches!(
+        first.set_data(&[0u8; 61]),
+        Err(DriverError::BufferTooSmall { need: 61, capacity, .. }) if capacity == first.len()
+    ));
     first.set_data(&[7u8; 42]).unwrap();
     assert_eq!(got[0].to_vec(), sent[1], "the next packet is untouched");
     drop(first);
@@ -251,12 +257,13 @@ fn a_device_without_striding_queues_gets_one_buffer_per_packet() {
 #[test]
 fn bad_geometry_and_combinations_are_refused_with_a_reason() {
     let (a, _b) = Model::pair(EmuConfig::default(), EmuConfig::default());
-    for (striding, needle) in [
+    for (striding, field, needle) in [
         (
             RxStriding {
                 log_strides: 8,
                 ..RxStriding::default()
             },
+            "rx_striding.log_strides",
             "log_strides",
         ),
         (
@@ -264,6 +271,7 @@ fn bad_geometry_and_combinations_are_refused_with_a_reason() {
                 ring_wqes: 3,
                 ..RxStriding::default()
             },
+            "rx_striding.ring_wqes",
             "ring_wqes",
         ),
         (
@@ -271,6 +279,7 @@ fn bad_geometry_and_combinations_are_refused_with_a_reason() {
                 buffers: 8,
                 ..RxStriding::default()
             },
+            "rx_striding.buffers",
             "twice",
         ),
         (
@@ -281,6 +290,7 @@ fn bad_geometry_and_combinations_are_refused_with_a_reason() {
                 buffers: 2048,
                 ..RxStriding::default()
             },
+            "rx_striding.ring_wqes",
             "more than the device's 2^22",
         ),
     ] {
@@ -289,7 +299,21 @@ fn bad_geometry_and_combinations_are_refused_with_a_reason() {
             rx_striding: Some(striding),
             ..PortConfig::default()
         };
-        let err = Port::start(dev, config).err().expect("refused").to_string();
-        assert!(err.contains(needle), "{err}");
+        let err = Port::start(dev, config).err().expect("refused");
+        assert!(
+            matches!(&err, DriverError::Config(ConfigError { field: f, .. }) if *f == field),
+            "{field}: {err}"
+        );
+        assert!(err.to_string().contains(needle), "{err}");
     }
+    // Striding queues post buffers of their own pool: no shared ring draws from it.
+    let dev = Device::bring_up(EmuBackend::new(a.clone(), "a"), Options::default()).unwrap();
+    let config = PortConfig {
+        rx_striding: Some(RxStriding::default()),
+        shared_rx: Some(SharedRxConfig::default()),
+        ..PortConfig::default()
+    };
+    let err = Port::start(dev, config).err().expect("refused");
+    assert!(matches!(err, DriverError::Unsupported { .. }), "{err}");
+    assert!(err.to_string().contains("shared_rx"), "{err}");
 }

@@ -211,10 +211,10 @@ impl CmdQueue {
         };
         let fail = |failure| DriverError::Command(CmdError { opcode, failure });
         if input.len() < CMD_INLINE_BYTES || outlen < CMD_INLINE_BYTES {
-            return Err(DriverError::Invalid(format!(
-                "command {opcode:#x}: input ({}) and output ({outlen}) must be at least 16 bytes",
-                input.len()
-            )));
+            return Err(DriverError::CommandLayout {
+                opcode,
+                what: "input or output (under the 16 inline bytes)",
+            });
         }
         if !self.unanswered.is_empty() {
             self.reclaim_answered();

@@ -63,17 +63,18 @@ impl MemoryKey {
     ///
     /// # Errors
     ///
-    /// [`DriverError::Invalid`] for a revoked mapping or one larger than the device's keys,
-    /// [`DriverError::Command`] when the device refuses.
+    /// [`DriverError::DmaBuf`] for a revoked mapping, [`DriverError::Config`] for one larger
+    /// than the device's keys, [`DriverError::Command`] when the device refuses.
     pub fn register<B: Backend>(
         dev: &mut Device<B>,
         mapping: &Arc<DmaBufMapping>,
         access: KeyAccess,
     ) -> Result<Self, DriverError> {
         if mapping.is_revoked() {
-            return Err(DriverError::Invalid(
-                "cannot register a revoked dmabuf mapping: import and map the buffer again".into(),
-            ));
+            return Err(cxdirect_dma::DmaBufError::Revoked {
+                exporter: mapping.dmabuf().exporter().to_string(),
+            }
+            .into());
         }
         let key = Self::create(dev, &mapping.pages(), access)?;
         mapping.key_registered();
@@ -113,30 +114,44 @@ impl MemoryKey {
         let page = pages.page_size;
         let len = pages.len() as u64;
         let Some(start) = pages.start_iova().filter(|_| len > 0) else {
-            return Err(DriverError::Invalid(
-                "cannot register an empty page list".into(),
+            return Err(DriverError::config(
+                "pages",
+                len,
+                "the page list covers no bytes; give at least one page",
             ));
         };
         if !page.is_power_of_two() || !(4096..=1 << 30).contains(&page) {
-            return Err(DriverError::Invalid(format!(
-                "page size {page}: memory keys take powers of two from 4 KiB to 1 GiB"
-            )));
+            return Err(DriverError::config(
+                "page_size",
+                page as u64,
+                "memory keys take powers of two from 4 KiB to 1 GiB",
+            ));
         }
-        if pages.iovas.iter().any(|iova| iova % page as u64 != 0) {
-            return Err(DriverError::Invalid(
-                "page list holds an address that is not page aligned".into(),
+        if let Some(iova) = pages.iovas.iter().find(|&iova| iova % page as u64 != 0) {
+            return Err(DriverError::config(
+                "iovas",
+                *iova,
+                format!("an address of the page list is not aligned to its {page}-byte pages"),
             ));
         }
         let max_log = dev.caps().log_max_mrw_sz();
         if len >> max_log.min(63) != 0 {
-            return Err(DriverError::Invalid(format!(
-                "{len} bytes is larger than the device's memory keys (2^{max_log} bytes): \
-                 register the memory in parts"
-            )));
+            return Err(DriverError::config(
+                "pages",
+                len,
+                format!(
+                    "the page list covers that many bytes, more than the device's memory keys \
+                     (2^{max_log} bytes): register the memory in parts"
+                ),
+            ));
         }
         let entries = pages.iovas.len();
         let octwords = u32::try_from(entries.div_ceil(2)).map_err(|_| {
-            DriverError::Invalid(format!("{entries} translation entries are too many"))
+            DriverError::config(
+                "iovas",
+                entries as u64,
+                "translation entries are too many: register the memory in parts",
+            )
         })?;
         let (_, pd, _) = dev.resources();
         let mut cmd = input(
@@ -146,7 +161,7 @@ impl MemoryKey {
         );
         {
             let mut c = CreateMkeyIn::new(&mut cmd[..])
-                .map_err(|_| DriverError::Invalid("CREATE_MKEY input too short".into()))?;
+                .map_err(|_| DriverError::layout(Opcode::CreateMkey, "input"))?;
             c.set_translations_octword_actual_size(octwords);
             c.memory_key_mkey_entry_mut()
                 .set_access_mode(MKC_ACCESS_MODE_MTT)
@@ -161,7 +176,7 @@ impl MemoryKey {
                 .set_translations_octword_size(octwords);
             for (i, iova) in pages.iovas.iter().enumerate() {
                 c.set_mtt(i, mtt_entry(*iova, access.read, access.write))
-                    .map_err(|_| DriverError::Invalid("MTT past the command input".into()))?;
+                    .map_err(|_| DriverError::layout(Opcode::CreateMkey, "MTT"))?;
             }
         }
         let out = dev.exec(&cmd, 16)?;

@@ -31,13 +31,13 @@ impl QCounterSet {
             AllocQCounterOut::<&[u8]>::SIZE,
         )?;
         let id = AllocQCounterOut::new(&out[..])
-            .map_err(|_| DriverError::Invalid("ALLOC_Q_COUNTER output too short".into()))?
+            .map_err(|_| DriverError::layout(Opcode::AllocQCounter, "output"))?
             .counter_set_id();
         if id == 0 {
-            return Err(DriverError::Invalid(
-                "device returned Q counter set 0, which means \"none\"; the firmware is misbehaving"
-                    .into(),
-            ));
+            return Err(DriverError::BadDeviceValue {
+                what: "Q counter set id (0 means none: the firmware is misbehaving)",
+                value: 0,
+            });
         }
         Ok(Some(Self {
             id,
@@ -65,7 +65,7 @@ impl QCounterSet {
             .ok();
         let out = dev.exec(&cmd, QueryQCounterOut::<&[u8]>::SIZE)?;
         let now = QueryQCounterOut::new(&out[..])
-            .map_err(|_| DriverError::Invalid("QUERY_Q_COUNTER output too short".into()))?
+            .map_err(|_| DriverError::layout(Opcode::QueryQCounter, "output"))?
             .out_of_buffer();
         self.total_out_of_buffer += u64::from(now.wrapping_sub(self.last_out_of_buffer));
         self.last_out_of_buffer = now;

@@ -53,7 +53,7 @@ impl CqRing {
     ///
     /// # Errors
     ///
-    /// [`DriverError::Invalid`] when `region` cannot hold the CQEs.
+    /// [`DriverError::Internal`] when `region` cannot hold the CQEs.
     pub(crate) fn new(
         region: DmaRegion,
         dbr: DmaRegion,

@@ -351,10 +351,11 @@ impl PoolShared {
             .checked_add(data.len())
             .is_none_or(|end| end > len as usize)
         {
-            return Err(DriverError::Invalid(format!(
-                "write of {} bytes at {offset} past the {len}-byte packet",
-                data.len(),
-            )));
+            return Err(DriverError::BufferTooSmall {
+                what: "a write into the packet (its offset plus its length)",
+                need: offset.saturating_add(data.len()),
+                capacity: len as usize,
+            });
         }
         self.region
             .write(self.offset(index) + data_off as usize + offset, data)
@@ -491,11 +492,11 @@ impl Mbuf {
     /// Replaces the packet with `data`; fails (leaving the packet unchanged) when it does not fit.
     pub fn set_data(&mut self, data: &[u8]) -> Result<(), DriverError> {
         if data.len() > self.capacity() {
-            return Err(DriverError::Invalid(format!(
-                "packet of {} bytes does not fit a {}-byte buffer",
-                data.len(),
-                self.capacity()
-            )));
+            return Err(DriverError::BufferTooSmall {
+                what: "the packet's data",
+                need: data.len(),
+                capacity: self.capacity(),
+            });
         }
         self.pool.region.write(self.data_offset(), data)?;
         self.len = data.len() as u32;

@@ -187,10 +187,10 @@ impl PacketBurst {
     /// Overwrites bytes of packet `i` at `offset` (the write must end within the packet).
     pub fn write(&mut self, i: usize, offset: usize, data: &[u8]) -> Result<(), DriverError> {
         let (Some(pool), Some(e)) = (self.pool.as_deref(), self.entries.get(i)) else {
-            return Err(DriverError::Invalid(format!(
-                "no packet {i} in a burst of {}",
-                self.entries.len()
-            )));
+            return Err(DriverError::NoSuchPacket {
+                index: i,
+                len: self.entries.len(),
+            });
         };
         pool.write_packet(e.index, e.data_off, e.len, offset, data)
     }
@@ -255,11 +255,9 @@ impl PacketBurst {
         let shared = pool.shared_arc();
         match &self.pool {
             Some(p) if Arc::ptr_eq(p, shared) => Ok(()),
-            Some(_) if !self.entries.is_empty() => Err(DriverError::Invalid(format!(
-                "the burst holds {} packets of another pool: send, clear or drain it before \
-                 receiving from this queue",
-                self.entries.len()
-            ))),
+            Some(_) if !self.entries.is_empty() => Err(DriverError::PoolMismatch {
+                held: self.entries.len(),
+            }),
             _ => {
                 self.pool = Some(Arc::clone(shared));
                 Ok(())

@@ -34,9 +34,11 @@ impl Mempool {
         buf_size: u32,
     ) -> Result<Self, DriverError> {
         if count == 0 || count == NIL {
-            return Err(DriverError::Invalid(format!(
-                "mempool of {count} buffers: give 1..2^32-1"
-            )));
+            return Err(DriverError::config(
+                "count",
+                count,
+                "give 1..2^32-1 buffers",
+            ));
         }
         Self::check_buf_size(buf_size)?;
         let len = count as usize * buf_size as usize;
@@ -51,25 +53,28 @@ impl Mempool {
     ///
     /// # Errors
     ///
-    /// [`DriverError::Invalid`] for a buffer size out of range or a range too small for one
-    /// buffer.
+    /// [`DriverError::Config`] for a buffer size out of range, [`DriverError::BufferTooSmall`]
+    /// for a range too small for one buffer.
     pub fn from_dmabuf(mapping: Arc<DmaBufMapping>, buf_size: u32) -> Result<Self, DriverError> {
         Self::check_buf_size(buf_size)?;
         let count = u32::try_from(mapping.len() / buf_size as usize).unwrap_or(NIL - 1);
         if count == 0 {
-            return Err(DriverError::Invalid(format!(
-                "a {}-byte dmabuf range holds no {buf_size}-byte buffer",
-                mapping.len()
-            )));
+            return Err(DriverError::BufferTooSmall {
+                what: "a pool buffer in the dmabuf range",
+                need: buf_size as usize,
+                capacity: mapping.len(),
+            });
         }
         Ok(Self::carve(PoolMemory::DmaBuf(mapping), count, buf_size))
     }
 
     fn check_buf_size(buf_size: u32) -> Result<(), DriverError> {
         if !(256..=65536).contains(&buf_size) || buf_size % 64 != 0 {
-            return Err(DriverError::Invalid(format!(
-                "mempool buffer size {buf_size}: give a multiple of 64 from 256 to 65536 bytes"
-            )));
+            return Err(DriverError::config(
+                "buf_size",
+                buf_size,
+                "give a multiple of 64 from 256 to 65536 bytes",
+            ));
         }
         Ok(())
     }
@@ -93,8 +98,8 @@ impl Mempool {
             Ok(pool) => Ok(Self {
                 shared: Arc::new(pool),
             }),
-            Err(_) => Err(DriverError::Invalid(
-                "a new pool was shared before it was returned".into(),
+            Err(_) => Err(DriverError::Internal(
+                "a new pool was shared before it was returned",
             )),
         }
     }

@@ -2,7 +2,7 @@
 
 use crate::backend::Backend;
 use crate::control::{Device, KeyAccess};
-use crate::error::{invalid, DriverError};
+use crate::error::DriverError;
 use crate::rx::SharedRxConfig;
 use crate::tx::InlineMode;
 use std::sync::Arc;
@@ -116,33 +116,54 @@ impl PortConfig {
     /// device is touched.
     pub(super) fn validate<B: Backend>(&self, dev: &Device<B>) -> Result<(), DriverError> {
         let caps = dev.caps();
-        if !(1..=64).contains(&self.rx_queues) || !(1..=64).contains(&self.tx_queues) {
-            return Err(invalid("rx_queues and tx_queues must be 1..=64"));
+        if !(1..=64).contains(&self.rx_queues) {
+            return Err(DriverError::config(
+                "rx_queues",
+                self.rx_queues,
+                "give 1..=64",
+            ));
+        }
+        if !(1..=64).contains(&self.tx_queues) {
+            return Err(DriverError::config(
+                "tx_queues",
+                self.tx_queues,
+                "give 1..=64",
+            ));
         }
         if !self.ring_size.is_power_of_two() || !(64..=32768).contains(&self.ring_size) {
-            return Err(invalid(format!(
-                "ring size {}: give a power of two from 64 to 32768",
-                self.ring_size
-            )));
+            return Err(DriverError::config(
+                "ring_size",
+                self.ring_size,
+                "give a power of two from 64 to 32768",
+            ));
         }
         if self.ring_size.trailing_zeros() > u32::from(caps.log_max_wq_sz()) {
-            return Err(invalid(format!(
-                "ring size {} exceeds the device's 2^{}",
+            return Err(DriverError::config(
+                "ring_size",
                 self.ring_size,
-                caps.log_max_wq_sz()
-            )));
+                format!(
+                    "exceeds the device's 2^{}; give at most {}",
+                    caps.log_max_wq_sz(),
+                    1u32 << caps.log_max_wq_sz()
+                ),
+            ));
         }
         let frame = u32::from(self.mtu) + 18;
         if self.mtu < 68 || frame + 4 > 9982 {
-            return Err(invalid(format!("MTU {}: give 68..=9960", self.mtu)));
+            return Err(DriverError::config("mtu", self.mtu, "give 68..=9960"));
         }
         if frame + u32::from(crate::mem::HEADROOM) > self.buf_size {
-            return Err(invalid(format!(
-                "buffer size {} cannot hold an MTU {} frame ({frame} bytes) plus {} bytes of headroom",
+            return Err(DriverError::config(
+                "buf_size",
                 self.buf_size,
-                self.mtu,
-                crate::mem::HEADROOM
-            )));
+                format!(
+                    "cannot hold an MTU {} frame ({frame} bytes) plus {} bytes of headroom; give \
+                     at least {}",
+                    self.mtu,
+                    crate::mem::HEADROOM,
+                    frame + u32::from(crate::mem::HEADROOM)
+                ),
+            ));
         }
         let rx_buffers = match &self.shared_rx {
             Some(shared) => {
@@ -158,46 +179,74 @@ impl PortConfig {
             None => self.pool_buffers,
         };
         if pool_buffers < 2 * rx_buffers {
-            let source = if self.pool_memory.is_some() {
-                "the dmabuf range holds a pool of"
-            } else {
-                "pool of"
-            };
-            return Err(invalid(format!(
-                "{source} {pool_buffers} buffers is smaller than twice the receive rings ({})",
-                2 * rx_buffers
-            )));
+            return Err(match &self.pool_memory {
+                Some(mapping) => DriverError::config(
+                    "pool_memory",
+                    mapping.len() as u64,
+                    format!(
+                        "the dmabuf range's bytes hold {pool_buffers} buffers of {} bytes, fewer \
+                         than twice the receive rings ({}); give a longer range",
+                        self.buf_size,
+                        2 * rx_buffers
+                    ),
+                ),
+                None => DriverError::config(
+                    "pool_buffers",
+                    pool_buffers,
+                    format!(
+                        "smaller than twice the receive rings; give at least {}",
+                        2 * rx_buffers
+                    ),
+                ),
+            });
         }
         if self.rx_interrupts && dev.msix_vectors() < usize::from(self.rx_queues) + 1 {
-            return Err(invalid(format!(
-                "receive interrupts for {} queues need {} MSI-X vectors, {} are enabled: set \
-                 Options::msix_vectors",
-                self.rx_queues,
-                self.rx_queues + 1,
-                dev.msix_vectors()
-            )));
+            return Err(DriverError::config(
+                "msix_vectors",
+                dev.msix_vectors() as u64,
+                format!(
+                    "receive interrupts for {} queues need {} MSI-X vectors: set \
+                     Options::msix_vectors",
+                    self.rx_queues,
+                    self.rx_queues + 1
+                ),
+            ));
         }
         if let Some(base) = self.udp_port_queues {
             if u32::from(base) + u32::from(self.rx_queues) > 0x10000 {
-                return Err(invalid(format!(
-                    "UDP ports {base}.. for {} queues run past 65535",
-                    self.rx_queues
-                )));
+                return Err(DriverError::config(
+                    "udp_port_queues",
+                    base,
+                    format!(
+                        "UDP ports {base}.. for {} queues run past 65535; give at most {}",
+                        self.rx_queues,
+                        0x10000 - u32::from(self.rx_queues)
+                    ),
+                ));
             }
         }
         if self.cqe_every == 0 || u32::from(self.cqe_every) > self.ring_size {
-            return Err(invalid("cqe_every must be 1..=ring size"));
+            return Err(DriverError::config(
+                "cqe_every",
+                self.cqe_every,
+                format!("give 1..={} (the ring size)", self.ring_size),
+            ));
         }
         if !(18..=900).contains(&self.inline_max) {
-            return Err(invalid("inline_max must be 18..=900 bytes"));
+            return Err(DriverError::config(
+                "inline_max",
+                self.inline_max,
+                "give 18..=900 bytes",
+            ));
         }
         if let Some(striding) = &self.rx_striding {
             striding.validate(self.rx_queues, caps.log_max_cq_sz())?;
             if self.shared_rx.is_some() || self.pool_memory.is_some() {
-                return Err(invalid(
-                    "rx_striding cannot be combined with shared_rx or pool_memory: striding \
-                     queues post buffers of their own pool, in memory the driver allocates",
-                ));
+                return Err(DriverError::Unsupported {
+                    what: "rx_striding combined with shared_rx or pool_memory",
+                    why: "striding queues post buffers of their own pool, in memory the driver \
+                          allocates",
+                });
             }
         }
         Ok(())

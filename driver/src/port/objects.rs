@@ -12,7 +12,7 @@ use super::wq::{fill_cyclic_wq, ring_pages};
 use crate::backend::Backend;
 use crate::control::{destroy_input, input, out_u32, Device, KeyAccess, MemoryKey, QCounterSet};
 use crate::cq::CqRing;
-use crate::error::{invalid, DriverError};
+use crate::error::DriverError;
 use crate::mem::{Mempool, Quarantine};
 use crate::ring::StatsHandle;
 use crate::rx::{
@@ -106,7 +106,8 @@ impl<B: Backend> Port<B> {
     ///
     /// # Errors
     ///
-    /// [`DriverError::Invalid`] when `config` does not fit itself or the device; the failing
+    /// [`DriverError::Config`] when `config` does not fit itself or the device
+    /// ([`DriverError::Unsupported`] for features that do not combine); the failing
     /// command's error otherwise (what was created is destroyed again; the device keeps
     /// working).
     pub fn start(dev: Device<B>, config: PortConfig) -> Result<Started<B>, DriverError> {
@@ -260,10 +261,13 @@ impl<B: Backend> Port<B> {
         let vector = index + 1;
         let eq = self.dev.create_eq(6, 0, vector)?;
         self.eqs.push(eq.eqn);
-        let irq = self
-            .dev
-            .interrupt(vector)?
-            .ok_or_else(|| invalid(format!("MSI-X vector {vector} is not enabled")))?;
+        let irq = self.dev.interrupt(vector)?.ok_or_else(|| {
+            DriverError::config(
+                "msix_vectors",
+                self.dev.msix_vectors() as u64,
+                format!("vector {vector} is not enabled: raise Options::msix_vectors above it"),
+            )
+        })?;
         let irq = CompletionInterrupt::new(self.dev.backend_arc().clone(), eq, irq, uar);
         Ok((irq.eqn(), Some(irq)))
     }
@@ -290,7 +294,8 @@ impl<B: Backend> Port<B> {
         let pages = region.len().div_ceil(page);
         let mut cmd = input(Opcode::CreateCq, 0, CreateCqIn::<&[u8]>::SIZE + 8 * pages);
         {
-            let mut c = CreateCqIn::new(&mut cmd[..]).map_err(|_| invalid("CQ input"))?;
+            let mut c = CreateCqIn::new(&mut cmd[..])
+                .map_err(|_| DriverError::layout(Opcode::CreateCq, "input"))?;
             c.cq_context_mut()
                 .set_log_cq_size(log)
                 .set_uar_page(uar)
@@ -327,7 +332,8 @@ impl<B: Backend> Port<B> {
         let pages = ring.len().div_ceil(page);
         let mut cmd = input(Opcode::CreateSq, 0, CreateSqIn::<&[u8]>::SIZE + 8 * pages);
         {
-            let mut c = CreateSqIn::new(&mut cmd[..]).map_err(|_| invalid("SQ input"))?;
+            let mut c = CreateSqIn::new(&mut cmd[..])
+                .map_err(|_| DriverError::layout(Opcode::CreateSq, "input"))?;
             let mut ctx = c.ctx_mut();
             ctx.set_cqn(cqn)
                 .set_tis_lst_sz(1)
@@ -408,7 +414,8 @@ impl<B: Backend> Port<B> {
             CreateRqIn::<&[u8]>::SIZE + 8 * pages.len(),
         );
         {
-            let mut c = CreateRqIn::new(&mut cmd[..]).map_err(|_| invalid("RQ input"))?;
+            let mut c = CreateRqIn::new(&mut cmd[..])
+                .map_err(|_| DriverError::layout(Opcode::CreateRq, "input"))?;
             let mut ctx = c.ctx_mut();
             ctx.set_cqn(cqn)
                 .set_flush_in_error_en(true)

@@ -4,7 +4,7 @@
 use super::config::PortConfig;
 use crate::backend::Backend;
 use crate::control::{destroy_input, input, out_u32, Device};
-use crate::error::{invalid, DriverError};
+use crate::error::DriverError;
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::flow::{self, CreateFlowGroupIn, CreateFlowTableIn, SetFteIn};
 use cxdirect_hw::tir::{self, CreateRqtIn, CreateTirIn};
@@ -31,7 +31,8 @@ impl Steering {
     ) -> Result<u32, DriverError> {
         let mut cmd = input(Opcode::CreateTir, 0, CreateTirIn::<&[u8]>::SIZE);
         {
-            let mut c = CreateTirIn::new(&mut cmd[..]).map_err(|_| invalid("TIR input"))?;
+            let mut c = CreateTirIn::new(&mut cmd[..])
+                .map_err(|_| DriverError::layout(Opcode::CreateTir, "input"))?;
             let mut ctx = c.ctx_mut();
             ctx.set_transport_domain(td);
             match kind {
@@ -94,7 +95,8 @@ impl Steering {
     ) -> Result<(), DriverError> {
         let mut cmd = input(Opcode::CreateFlowGroup, 0, CreateFlowGroupIn::<&[u8]>::SIZE);
         {
-            let mut c = CreateFlowGroupIn::new(&mut cmd[..]).map_err(|_| invalid("group input"))?;
+            let mut c = CreateFlowGroupIn::new(&mut cmd[..])
+                .map_err(|_| DriverError::layout(Opcode::CreateFlowGroup, "input"))?;
             c.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
                 .set_table_id(table)
                 .set_start_flow_index(index)
@@ -106,7 +108,8 @@ impl Steering {
         self.groups.push((table, group));
         let mut cmd = input(Opcode::SetFlowTableEntry, 0, SetFteIn::<&[u8]>::SIZE + 8);
         {
-            let mut c = SetFteIn::new(&mut cmd[..]).map_err(|_| invalid("entry input"))?;
+            let mut c = SetFteIn::new(&mut cmd[..])
+                .map_err(|_| DriverError::layout(Opcode::SetFlowTableEntry, "input"))?;
             c.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
                 .set_table_id(table)
                 .set_flow_index(index);
@@ -146,7 +149,8 @@ impl Steering {
                 CreateRqtIn::<&[u8]>::SIZE + 4 * rqs.len(),
             );
             {
-                let mut c = CreateRqtIn::new(&mut cmd[..]).map_err(|_| invalid("RQT input"))?;
+                let mut c = CreateRqtIn::new(&mut cmd[..])
+                    .map_err(|_| DriverError::layout(Opcode::CreateRqt, "input"))?;
                 c.rqt_context_mut()
                     .set_rqt_max_size(rqs.len() as u16)
                     .set_rqt_actual_size(rqs.len() as u16);

@@ -101,9 +101,9 @@ impl<B: Backend> CompletionInterrupt<B> {
 
 /// The error for a queue whose port was started without receive interrupts.
 pub(crate) fn not_enabled() -> DriverError {
-    DriverError::Invalid(
-        "receive interrupts are off for this queue: set PortConfig::rx_interrupts and give \
-         Options::msix_vectors at least receive queues + 1"
-            .into(),
-    )
+    DriverError::NotEnabled {
+        what: "receive interrupts for this queue",
+        how: "set PortConfig::rx_interrupts and give Options::msix_vectors at least receive \
+              queues + 1",
+    }
 }

@@ -128,7 +128,7 @@ impl<B: Backend> RxQueue<B> {
     ///
     /// # Errors
     ///
-    /// [`DriverError::Invalid`] when the ring's memory cannot hold its WQEs.
+    /// [`DriverError::Internal`] when the ring's memory cannot hold its WQEs.
     pub(crate) fn new(parts: ReceiveQueueParts<B>) -> Result<Self, DriverError> {
         let entries = 1u32 << parts.log_size;
         let mut queue = Self {
@@ -211,8 +211,8 @@ impl<B: Backend> RxQueue<B> {
     ///
     /// # Errors
     ///
-    /// [`DriverError::Invalid`], with nothing received, when `sink` is a [`crate::PacketBurst`]
-    /// holding packets of a pool other than this queue's.
+    /// [`DriverError::PoolMismatch`], with nothing received, when `sink` is a
+    /// [`crate::PacketBurst`] holding packets of a pool other than this queue's.
     #[inline(never)]
     pub fn rx_burst(&mut self, sink: &mut impl RxSink, max: usize) -> Result<usize, DriverError> {
         let max = max.min(sink.bind(&self.pool)?);

@@ -48,22 +48,28 @@ impl Default for SharedRxConfig {
 impl SharedRxConfig {
     pub(crate) fn validate(&self, log_max_wq: u8) -> Result<(), DriverError> {
         if !self.ring_size.is_power_of_two() || !(64..=32768).contains(&self.ring_size) {
-            return Err(DriverError::Invalid(format!(
-                "shared ring size {}: give a power of two from 64 to 32768",
-                self.ring_size
-            )));
+            return Err(DriverError::config(
+                "shared_rx.ring_size",
+                self.ring_size,
+                "give a power of two from 64 to 32768",
+            ));
         }
         if self.ring_size.trailing_zeros() > u32::from(log_max_wq) {
-            return Err(DriverError::Invalid(format!(
-                "shared ring size {} exceeds the device's 2^{log_max_wq}",
-                self.ring_size
-            )));
+            return Err(DriverError::config(
+                "shared_rx.ring_size",
+                self.ring_size,
+                format!(
+                    "exceeds the device's 2^{log_max_wq}; give at most {}",
+                    1u32 << log_max_wq
+                ),
+            ));
         }
         if self.limit >= self.ring_size {
-            return Err(DriverError::Invalid(format!(
-                "shared ring limit {} must be below the ring size {}",
-                self.limit, self.ring_size
-            )));
+            return Err(DriverError::config(
+                "shared_rx.limit",
+                self.limit,
+                format!("must be below the ring size {}", self.ring_size),
+            ));
         }
         Ok(())
     }
@@ -120,7 +126,7 @@ impl SharedRing {
     ///
     /// # Errors
     ///
-    /// [`DriverError::Invalid`] when `ring` cannot hold its WQEs.
+    /// [`DriverError::Internal`] when `ring` cannot hold its WQEs.
     pub(crate) fn new(
         rmpn: u32,
         log_size: u8,
@@ -358,7 +364,7 @@ impl<B: Backend> SharedRxQueue<B> {
     ///
     /// # Errors
     ///
-    /// [`DriverError::Invalid`], with nothing received, when `sink` is a
+    /// [`DriverError::PoolMismatch`], with nothing received, when `sink` is a
     /// [`crate::PacketBurst`] holding packets of a pool other than the ring's.
     #[inline(never)]
     pub fn rx_burst(&mut self, sink: &mut impl RxSink, max: usize) -> Result<usize, DriverError> {

@@ -58,38 +58,50 @@ impl RxStriding {
     /// Checks the geometry for `rx_queues` queues on a device whose CQs hold at most
     /// `2^log_max_cq_size` entries.
     pub(crate) fn validate(&self, rx_queues: u16, log_max_cq_size: u8) -> Result<(), DriverError> {
-        if !(LOG_STRIDES_BASE..=MAX_LOG_STRIDES).contains(&self.log_strides)
-            || !(LOG_STRIDE_BYTES_BASE..=MAX_LOG_STRIDE_BYTES).contains(&self.log_stride_bytes)
-        {
-            return Err(DriverError::Invalid(format!(
-                "rx_striding: 2^{} strides of 2^{} bytes; give log_strides 9..=16 and \
-                 log_stride_bytes 6..=13",
-                self.log_strides, self.log_stride_bytes
-            )));
+        if !(LOG_STRIDES_BASE..=MAX_LOG_STRIDES).contains(&self.log_strides) {
+            return Err(DriverError::config(
+                "rx_striding.log_strides",
+                self.log_strides,
+                format!("give {LOG_STRIDES_BASE}..={MAX_LOG_STRIDES}"),
+            ));
+        }
+        if !(LOG_STRIDE_BYTES_BASE..=MAX_LOG_STRIDE_BYTES).contains(&self.log_stride_bytes) {
+            return Err(DriverError::config(
+                "rx_striding.log_stride_bytes",
+                self.log_stride_bytes,
+                format!("give {LOG_STRIDE_BYTES_BASE}..={MAX_LOG_STRIDE_BYTES}"),
+            ));
         }
         if !self.ring_wqes.is_power_of_two() || !(2..=1024).contains(&self.ring_wqes) {
-            return Err(DriverError::Invalid(format!(
-                "rx_striding: ring_wqes {}; give a power of two from 2 to 1024",
-                self.ring_wqes
-            )));
+            return Err(DriverError::config(
+                "rx_striding.ring_wqes",
+                self.ring_wqes,
+                "give a power of two from 2 to 1024",
+            ));
         }
         // Each stride of the ring may complete on its own, so the CQ needs one entry per stride.
         let cq_entries = u64::from(self.ring_wqes) << self.log_strides;
         if cq_entries > 1u64 << log_max_cq_size {
-            return Err(DriverError::Invalid(format!(
-                "rx_striding: ring_wqes {} of 2^{} strides need a CQ of {cq_entries} entries, \
-                 more than the device's 2^{log_max_cq_size}; give fewer ring_wqes or log_strides",
-                self.ring_wqes, self.log_strides
-            )));
+            return Err(DriverError::config(
+                "rx_striding.ring_wqes",
+                self.ring_wqes,
+                format!(
+                    "{} WQEs of 2^{} strides need a CQ of {cq_entries} entries, more than the \
+                     device's 2^{log_max_cq_size}; give fewer ring_wqes or log_strides",
+                    self.ring_wqes, self.log_strides
+                ),
+            ));
         }
         let posted = self.ring_wqes * u32::from(rx_queues);
         if self.buffers < 2 * posted {
-            return Err(DriverError::Invalid(format!(
-                "rx_striding: {} buffers is fewer than twice the {posted} the receive queues \
-                 post; give at least {}",
+            return Err(DriverError::config(
+                "rx_striding.buffers",
                 self.buffers,
-                2 * posted
-            )));
+                format!(
+                    "fewer than twice the {posted} the receive queues post; give at least {}",
+                    2 * posted
+                ),
+            ));
         }
         Ok(())
     }

@@ -165,7 +165,7 @@ impl<B: Backend> TxQueue<B> {
     ///
     /// # Errors
     ///
-    /// [`DriverError::Invalid`] when the ring's memory cannot hold its WQEBBs.
+    /// [`DriverError::Internal`] when the ring's memory cannot hold its WQEBBs.
     pub(crate) fn new(parts: SendQueueParts<B>) -> Result<Self, DriverError> {
         let entries = 1u32 << parts.log_size;
         Ok(Self {

@@ -6,7 +6,7 @@ use super::{record, Device, RmpStatus, ASYNC_EVENTS, MAX_FAILED_CQS};
 use crate::backend::{Backend, Interrupt};
 use crate::control::cmd::input;
 use crate::cq::{Event, EventQueue};
-use crate::error::{DriverError, HealthFailure};
+use crate::error::{DriverError, HealthFailure, QueueKind};
 use cxdirect_dma::{DmaRegion, PageKind};
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::eq::{CreateEqIn, CreateEqOut};
@@ -35,10 +35,11 @@ impl<B: Backend> Device<B> {
         vector: u16,
     ) -> Result<EventQueue, DriverError> {
         if usize::from(vector) >= self.interrupts.len() || vector > 255 {
-            return Err(DriverError::Invalid(format!(
-                "MSI-X vector {vector} is not enabled ({} are): raise Options::msix_vectors",
-                self.interrupts.len()
-            )));
+            return Err(DriverError::config(
+                "msix_vectors",
+                self.interrupts.len() as u64,
+                format!("vector {vector} is not enabled: raise Options::msix_vectors above it"),
+            ));
         }
         let log = log_size.clamp(4, 12);
         let len = (64usize << log).max(4096);
@@ -49,8 +50,8 @@ impl<B: Backend> Device<B> {
         }
         let mut cmd = input(Opcode::CreateEq, 0, CreateEqIn::<&[u8]>::SIZE + 8);
         {
-            let mut c =
-                CreateEqIn::new(&mut cmd[..]).map_err(|_| DriverError::Invalid("EQ".into()))?;
+            let mut c = CreateEqIn::new(&mut cmd[..])
+                .map_err(|_| DriverError::layout(Opcode::CreateEq, "input"))?;
             c.set_event_bitmask(bitmask);
             c.eq_context_entry_mut()
                 .set_log_eq_size(log)
@@ -125,7 +126,10 @@ impl<B: Backend> Device<B> {
             .iter()
             .find(|&&(n, _)| n == rmpn)
             .map(|&(_, e)| e)
-            .ok_or_else(|| DriverError::Invalid(format!("no shared ring {rmpn} on this device")))?;
+            .ok_or(DriverError::NoSuchQueue {
+                kind: QueueKind::SharedRing,
+                number: rmpn,
+            })?;
         let mut cmd = input(Opcode::QueryRmp, 0, 16);
         cmd[8..12].copy_from_slice(&rmpn.to_be_bytes());
         let out = self.exec(&cmd, QueryRmpOut::<&[u8]>::SIZE)?;

@@ -34,9 +34,10 @@ impl<B: Backend> Device<B> {
         self.caps_general = self.query_caps(cap_type::GENERAL_DEVICE, true)?;
         let general = CmdHcaCap::new(&self.caps_general[..]).map_err(|_| bad_caps())?;
         if general.port_type() != port_type::ETHERNET {
-            return Err(DriverError::Invalid(
-                "the port is not Ethernet (port_type InfiniBand): set LINK_TYPE to ETH with mlxconfig".into(),
-            ));
+            return Err(DriverError::Unsupported {
+                what: "a port that is not Ethernet (port_type InfiniBand)",
+                why: "the driver speaks Ethernet only; set LINK_TYPE to ETH with mlxconfig",
+            });
         }
         self.set_caps()?;
         self.caps_ethernet = self.query_caps(cap_type::ETHERNET_OFFLOADS, true)?;
@@ -122,7 +123,7 @@ impl<B: Backend> Device<B> {
         );
         {
             let mut m = hca::ManagePagesIn::new(&mut cmd[..])
-                .map_err(|_| DriverError::Invalid("page list".into()))?;
+                .map_err(|_| DriverError::layout(Opcode::ManagePages, "input page list"))?;
             m.set_input_num_entries(count as u32);
             for (i, &p) in pages.iter().enumerate() {
                 let _ = m.set_pas(i, p);
@@ -151,7 +152,7 @@ impl<B: Backend> Device<B> {
             .ok();
         let out = self.exec(&cmd, 16 + 8 * count)?;
         let out = hca::ManagePagesOut::new(&out[..])
-            .map_err(|_| DriverError::Invalid("page list".into()))?;
+            .map_err(|_| DriverError::layout(Opcode::ManagePages, "output page list"))?;
         let returned = out.output_num_entries() as usize;
         if returned > count {
             return Err(DriverError::BadDeviceValue {

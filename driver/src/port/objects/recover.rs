@@ -9,7 +9,7 @@ use super::{Port, Queues};
 use crate::backend::Backend;
 use crate::control::{input, DeviceRecovery};
 use crate::cq::CqRing;
-use crate::error::DriverError;
+use crate::error::{DriverError, QueueKind};
 use crate::ring::Rebuild;
 use crate::rx::{RxQueue, SharedRxQueue};
 use crate::tx::TxQueue;
@@ -129,11 +129,11 @@ impl<B: Backend> Port<B> {
     ///
     /// # Errors
     ///
-    /// [`DriverError::Invalid`] when the queue is not one of this port's; a command error when
-    /// the device refuses the state changes (the queue then stays in error, its buffers held).
-    /// When the queue and its CQ were being created again, the queue stays stopped at the step
-    /// that failed (buffers already flushed stay flushed) and calling again resumes there; the
-    /// [`Recovery`] of a resumed call counts only what that call flushed.
+    /// [`DriverError::NoSuchQueue`] when the queue is not one of this port's; a command error
+    /// when the device refuses the state changes (the queue then stays in error, its buffers
+    /// held). When the queue and its CQ were being created again, the queue stays stopped at the
+    /// step that failed (buffers already flushed stay flushed) and calling again resumes there;
+    /// the [`Recovery`] of a resumed call counts only what that call flushed.
     pub fn recover_tx(&mut self, q: &mut TxQueue<B>) -> Result<Recovery, DriverError> {
         if self.failed_cqs.contains(&q.cqn())
             || q.rebuild_stage() != Rebuild::Idle
@@ -189,14 +189,12 @@ impl<B: Backend> Port<B> {
         q: &mut impl Recoverable,
     ) -> Result<Recovery, DriverError> {
         let start = Instant::now();
-        let (owned, what, number) = match wq {
-            WorkQueue::Send(n) => (self.sqs.contains(&n), "send", n),
-            WorkQueue::Receive(n) => (self.rqs.contains(&n), "receive", n),
+        let (owned, kind, number) = match wq {
+            WorkQueue::Send(n) => (self.sqs.contains(&n), QueueKind::Send, n),
+            WorkQueue::Receive(n) => (self.rqs.contains(&n), QueueKind::Receive, n),
         };
         if !owned {
-            return Err(DriverError::Invalid(format!(
-                "{what} queue {number:#x} is not one of this port's"
-            )));
+            return Err(DriverError::NoSuchQueue { kind, number });
         }
         // Restarting would post buffers no key translates any more.
         self.refuse_revoked_pool()?;
@@ -224,9 +222,10 @@ impl<B: Backend> Port<B> {
         if q.rebuild_stage() == Rebuild::Idle {
             let old_sq = q.sqn();
             if !self.sqs.contains(&old_sq) {
-                return Err(DriverError::Invalid(format!(
-                    "send queue {old_sq:#x} is not one of this port's"
-                )));
+                return Err(DriverError::NoSuchQueue {
+                    kind: QueueKind::Send,
+                    number: old_sq,
+                });
             }
             q.stop();
             self.destroy(Opcode::DestroySq, old_sq, 8)?;
@@ -260,9 +259,10 @@ impl<B: Backend> Port<B> {
         if q.rebuild_stage() == Rebuild::Idle {
             let old_rq = q.rqn();
             let Some(at) = self.rqs.iter().position(|&n| n == old_rq) else {
-                return Err(DriverError::Invalid(format!(
-                    "receive queue {old_rq:#x} is not one of this port's"
-                )));
+                return Err(DriverError::NoSuchQueue {
+                    kind: QueueKind::Receive,
+                    number: old_rq,
+                });
             };
             q.stop();
             self.destroy_steering()?;

@@ -67,22 +67,26 @@ impl<B: Backend> Port<B> {
     ///
     /// # Errors
     ///
-    /// [`DriverError::Invalid`] when the pool is not in a dmabuf or the port runs a shared
-    /// receive ring (recover that one with [`Port::recover`] after the revocation);
+    /// [`DriverError::NotEnabled`] when the pool is not in a dmabuf;
+    /// [`DriverError::Unsupported`] when the port runs a shared receive ring (recover that one
+    /// with [`Port::recover`] after the revocation);
     /// [`DriverError::DmaBuf`] when it was already revoked or is pinned (nothing stopped); a
     /// command error when a queue cannot be stopped or a key destroyed (the memory then stays
     /// mapped).
     pub fn revoke_pool(&mut self, queues: &mut Queues<B>) -> Result<PoolRevocation, DriverError> {
         let start = Instant::now();
         let Some(mapping) = self.pool.dmabuf().cloned() else {
-            return Err(DriverError::Invalid(
-                "the port's pool is not in a dmabuf: nothing to revoke".into(),
-            ));
+            return Err(DriverError::NotEnabled {
+                what: "pool memory in a dmabuf (so there is nothing to revoke)",
+                how: "give the port its pool with PortConfig::pool_memory",
+            });
         };
         if self.shared.is_some() {
-            return Err(DriverError::Invalid(
-                "revoking the pool of a port with a shared receive ring is not supported".into(),
-            ));
+            return Err(DriverError::Unsupported {
+                what: "revoking the pool of a port with a shared receive ring",
+                why: "only plain queues are stopped and flushed here; revoke the memory with \
+                      Device::revoke_memory, then rebuild the port with Port::recover",
+            });
         }
         self.refuse_revoked_pool()?;
         if mapping.mode() == cxdirect_dma::DmaBufMode::Pinned {
@@ -121,8 +125,8 @@ impl<B: Backend> Port<B> {
     ///
     /// # Errors
     ///
-    /// [`DriverError::Invalid`] when the pool was not revoked (use [`Port::revoke_pool`]
-    /// first) or `mapping` holds no buffer; [`DriverError::DmaBuf`] for a revoked `mapping`;
+    /// [`DriverError::WrongState`] when the pool was not revoked (use [`Port::revoke_pool`]
+    /// first), [`DriverError::BufferTooSmall`] when `mapping` holds no buffer; [`DriverError::DmaBuf`] for a revoked `mapping`;
     /// a command error when the key or a queue's state change fails (the queues then stay
     /// stopped; call again).
     pub fn replace_pool_memory(
@@ -132,9 +136,11 @@ impl<B: Backend> Port<B> {
     ) -> Result<Duration, DriverError> {
         let start = Instant::now();
         if !self.pool_revoked() {
-            return Err(DriverError::Invalid(
-                "the pool's memory was not revoked: revoke it with Port::revoke_pool first".into(),
-            ));
+            return Err(DriverError::WrongState {
+                what: "the pool's memory",
+                state: "not revoked".into(),
+                needed: "revoked: revoke it with Port::revoke_pool first",
+            });
         }
         if mapping.is_revoked() {
             return Err(cxdirect_dma::DmaBufError::Revoked {

@@ -6,7 +6,7 @@
 use super::{Port, SharedQueues, NO_RQ};
 use crate::backend::Backend;
 use crate::control::{input, out_u32, QCounterSet, RmpStatus};
-use crate::error::{invalid, DriverError};
+use crate::error::{DriverError, QueueKind};
 use crate::port::restart::{RestartStage, SharedRestart, SharedRingRestart};
 use crate::port::wq::{fill_cyclic_wq, ring_pages};
 use crate::rx::{SharedRing, SharedRxConfig, SharedRxQueue, SharedRxRing};
@@ -75,7 +75,8 @@ impl<B: Backend> Port<B> {
             CreateRmpIn::<&[u8]>::SIZE + 8 * pages.len(),
         );
         {
-            let mut c = CreateRmpIn::new(&mut cmd[..]).map_err(|_| invalid("RMP input"))?;
+            let mut c = CreateRmpIn::new(&mut cmd[..])
+                .map_err(|_| DriverError::layout(Opcode::CreateRmp, "input"))?;
             let mut ctx = c.ctx_mut();
             ctx.set_state(RmpState::Rdy as u8)
                 .set_basic_cyclic_rcv_wqe(true);
@@ -94,7 +95,8 @@ impl<B: Backend> Port<B> {
     fn create_shared_rq(&mut self, cqn: u32, rmpn: u32) -> Result<u32, DriverError> {
         let mut cmd = input(Opcode::CreateRq, 0, CreateRqIn::<&[u8]>::SIZE);
         {
-            let mut c = CreateRqIn::new(&mut cmd[..]).map_err(|_| invalid("RQ input"))?;
+            let mut c = CreateRqIn::new(&mut cmd[..])
+                .map_err(|_| DriverError::layout(Opcode::CreateRq, "input"))?;
             c.ctx_mut()
                 .set_cqn(cqn)
                 .set_flush_in_error_en(true)
@@ -117,8 +119,9 @@ impl<B: Backend> Port<B> {
     }
 
     fn shared_ring(&self) -> Result<&Arc<SharedRing>, DriverError> {
-        self.shared.as_ref().ok_or_else(|| {
-            invalid("the port has no shared receive ring: set PortConfig::shared_rx")
+        self.shared.as_ref().ok_or(DriverError::NotEnabled {
+            what: "a shared receive ring on this port",
+            how: "set PortConfig::shared_rx",
         })
     }
 
@@ -129,9 +132,11 @@ impl<B: Backend> Port<B> {
         let ring = self.shared_ring()?.clone();
         let size = 1u32 << ring.log_size();
         if limit >= size {
-            return Err(invalid(format!(
-                "shared ring limit {limit} must be below the ring size {size}"
-            )));
+            return Err(DriverError::config(
+                "limit",
+                limit,
+                format!("must be below the ring size {size}; 0 disarms"),
+            ));
         }
         self.modify_rmp(ring.rmpn(), RmpState::Rdy, Some(limit as u16))
     }
@@ -144,7 +149,8 @@ impl<B: Backend> Port<B> {
     ) -> Result<(), DriverError> {
         let mut cmd = input(Opcode::ModifyRmp, 0, ModifyRmpIn::<&[u8]>::SIZE);
         {
-            let mut m = ModifyRmpIn::new(&mut cmd[..]).map_err(|_| invalid("RMP input"))?;
+            let mut m = ModifyRmpIn::new(&mut cmd[..])
+                .map_err(|_| DriverError::layout(Opcode::ModifyRmp, "input"))?;
             m.set_rmp_state(RmpState::Rdy as u8).set_rmpn(rmpn);
             m.bitmask_mut().set_lwm(limit.is_some());
             let mut ctx = m.ctx_mut();
@@ -177,12 +183,14 @@ impl<B: Backend> Port<B> {
         let ring = self.shared_ring()?.clone();
         let status = self.dev.query_rmp(ring.rmpn())?;
         if status.state != RmpState::Err {
-            return Err(invalid(format!(
-                "shared ring {} is {:?}: the device may still write its buffers; stop it first \
-                 (Port::stop_shared_ring)",
-                ring.rmpn(),
-                status.state
-            )));
+            return Err(DriverError::WrongState {
+                what: "the shared receive ring",
+                state: format!(
+                    "{:?} (the device may still write its buffers)",
+                    status.state
+                ),
+                needed: "in error: stop it first (Port::stop_shared_ring)",
+            });
         }
         Ok(ring.flush())
     }
@@ -223,8 +231,8 @@ impl<B: Backend> Port<B> {
     ///
     /// # Errors
     ///
-    /// [`DriverError::Invalid`] when the port has no shared ring or `handles` are not its
-    /// own, or not every queue is given; the pool's dmabuf error when its memory was revoked;
+    /// [`DriverError::NotEnabled`] when the port has no shared ring,
+    /// [`DriverError::WrongHandles`] when `handles` are not its own or not every queue is given; the pool's dmabuf error when its memory was revoked;
     /// a command error when the device refuses a step (call again to resume; or
     /// [`Port::recover`] rebuilds the whole port).
     pub fn restart_shared_ring(
@@ -236,11 +244,13 @@ impl<B: Backend> Port<B> {
         let foreign = !Arc::ptr_eq(ring.shared_ring(), &shared)
             || queues.iter().any(|q| !q.draws_from(&shared));
         if foreign || queues.len() != usize::from(self.config().rx_queues) {
-            return Err(invalid(format!(
-                "restarting the shared ring takes its handle and all {} of its queues, as \
-                 Port::take_shared_rx gave them",
-                self.config().rx_queues
-            )));
+            return Err(DriverError::WrongHandles {
+                needed: format!(
+                    "restarting the shared ring takes its handle and all {} of its queues, as \
+                     Port::take_shared_rx gave them",
+                    self.config().rx_queues
+                ),
+            });
         }
         let places = self.shared_queue_places(queues)?;
         self.refuse_revoked_pool()?;
@@ -257,10 +267,9 @@ impl<B: Backend> Port<B> {
             });
         }
         self.resume_shared_restart(&shared, queues, &places)?;
-        let done = self
-            .shared_restart
-            .take()
-            .ok_or_else(|| invalid("the shared ring's restart lost its progress"))?;
+        let done = self.shared_restart.take().ok_or(DriverError::Internal(
+            "the shared ring's restart lost its progress",
+        ))?;
         Ok(SharedRingRestart {
             flushed: done.flushed,
             drained_cqes: done.drained_cqes,
@@ -279,12 +288,9 @@ impl<B: Backend> Port<B> {
                     Some(progress) => progress.place_of(q.cqn()),
                     None => self.rqs.iter().position(|&n| n == q.rqn()),
                 };
-                at.ok_or_else(|| {
-                    invalid(format!(
-                        "receive queue {:#x} (CQ {:#x}) is not one of this port's",
-                        q.rqn(),
-                        q.cqn()
-                    ))
+                at.ok_or(DriverError::NoSuchQueue {
+                    kind: QueueKind::Receive,
+                    number: q.rqn(),
                 })
             })
             .collect()
@@ -364,10 +370,12 @@ impl<B: Backend> Port<B> {
     /// be destroyed, or not yet created).
     pub(crate) fn refuse_unfinished_restart(&self) -> Result<(), DriverError> {
         match self.shared_restart {
-            Some(_) => Err(invalid(
-                "the shared ring's restart stopped partway: call Port::restart_shared_ring \
-                 again with the ring's handles to finish it",
-            )),
+            Some(_) => Err(DriverError::WrongState {
+                what: "the shared receive ring",
+                state: "partly restarted (a restart stopped partway)".into(),
+                needed: "restarted: call Port::restart_shared_ring again with the ring's \
+                         handles to finish it",
+            }),
             None => Ok(()),
         }
     }
@@ -375,7 +383,10 @@ impl<B: Backend> Port<B> {
     /// The state of receive queue `rqn` as the device reports it (QUERY_RQ).
     pub fn rx_queue_state(&mut self, rqn: u32) -> Result<RqState, DriverError> {
         if rqn == NO_RQ || !self.rqs.contains(&rqn) {
-            return Err(invalid(format!("RQ {rqn} is not a queue of this port")));
+            return Err(DriverError::NoSuchQueue {
+                kind: QueueKind::Receive,
+                number: rqn,
+            });
         }
         let mut cmd = input(Opcode::QueryRq, 0, QueryRqIn::<&[u8]>::SIZE);
         QueryRqIn::new(&mut cmd[..])
