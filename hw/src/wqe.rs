@@ -35,8 +35,10 @@ pub mod opcode {
     pub const SEND: u8 = 0x0a;
     /// Send with immediate.
     pub const SEND_IMM: u8 = 0x0b;
-    /// Large send offload (TSO).
-    pub const TSO: u8 = 0x0e;
+    /// Large send offload (`MLX5_OPCODE_LSO`, TCP segmentation): the Ethernet segment carries
+    /// the MSS and the packet's Ethernet, IP and TCP headers inline; the data segments carry the
+    /// payload, which the device cuts into MSS-sized frames, each with the headers replicated.
+    pub const LSO: u8 = 0x0e;
     /// RDMA read.
     pub const RDMA_READ: u8 = 0x10;
     /// Enhanced multi-packet send.
@@ -120,7 +122,8 @@ layout! {
         l3_inner_csum: bool @ 0x23 [0x1],
         /// Software parser flags.
         swp_flags: u8 @ 0x28 [0x8],
-        /// Maximum segment size for TSO, in bytes.
+        /// Maximum segment size of an LSO WQE: TCP payload bytes per frame (1..=65535; 0 is
+        /// refused). Ignored by other opcodes.
         mss: u16 @ 0x30 [0x10],
         /// Metadata matched by egress flow steering.
         flow_table_metadata: u32 @ 0x40 [0x20],
@@ -251,7 +254,7 @@ mod encoder_tests {
                 completion::ALWAYS,
             ),
             (opcode::NOP, 0, 0xff_ffff, 63, 0),
-            (opcode::TSO, 0xffff, 1, 1, completion::ALWAYS_AND_EVENT),
+            (opcode::LSO, 0xffff, 1, 1, completion::ALWAYS_AND_EVENT),
         ] {
             let mut view = [0u8; 16];
             CtrlSeg::new(&mut view[..])
