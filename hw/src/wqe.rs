@@ -229,6 +229,22 @@ pub fn encode_eth(
     seg
 }
 
+/// The 16 bytes of an LSO WQE's Ethernet segment, encoded directly (what [`EthSeg`]'s setters
+/// produce): checksum requests, the MSS (TCP payload bytes per frame), and `inline_hdr_sz`
+/// header bytes inlined, the first two of them (`first_two`) in the segment's last two bytes.
+#[inline]
+pub fn encode_eth_lso(
+    l3_csum: bool,
+    l4_csum: bool,
+    mss: u16,
+    inline_hdr_sz: u16,
+    first_two: [u8; 2],
+) -> [u8; 16] {
+    let mut seg = encode_eth(l3_csum, l4_csum, None, inline_hdr_sz, first_two);
+    seg[6..8].copy_from_slice(&mss.to_be_bytes());
+    seg
+}
+
 /// The 16 bytes of a data segment, encoded directly (what [`DataSeg`]'s setters produce).
 #[inline]
 pub fn encode_data(byte_count: u32, lkey: u32, addr: u64) -> [u8; 16] {
@@ -288,6 +304,17 @@ mod encoder_tests {
                 view[14..16].copy_from_slice(&[0xaa, 0x55]);
             }
             assert_eq!(encode_eth(l3, l4, vlan, sz, [0xaa, 0x55]), view);
+        }
+        for (l3, l4, mss, sz) in [(true, true, 1448u16, 66u16), (false, false, 0xffff, 54)] {
+            let mut view = [0u8; 16];
+            EthSeg::new(&mut view[..])
+                .unwrap()
+                .set_l3_csum(l3)
+                .set_l4_csum(l4)
+                .set_mss(mss)
+                .set_inline_hdr_sz(sz);
+            view[14..16].copy_from_slice(&[0x12, 0x34]);
+            assert_eq!(encode_eth_lso(l3, l4, mss, sz, [0x12, 0x34]), view);
         }
         let mut view = [0u8; 16];
         DataSeg::new(&mut view[..])
