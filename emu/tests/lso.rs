@@ -32,7 +32,11 @@ struct Rig {
 }
 
 fn rig() -> Rig {
-    let dev = Device::new(EmuConfig::default());
+    rig_with(EmuConfig::default())
+}
+
+fn rig_with(config: EmuConfig) -> Rig {
+    let dev = Device::new(config);
     let wire = Arc::new(Wire::pair());
     dev.attach(wire.clone(), PortId::A, &[]);
     let mut h = Host::new(dev, MEM);
@@ -302,6 +306,28 @@ fn the_ethernet_capabilities_report_max_lso_cap() {
         .unwrap();
     let caps = PerProtocolNetworkingOffloadCaps::new(&out[0x10..]).unwrap();
     assert_eq!(caps.max_lso_cap(), 18, "LSO messages up to 256 KiB");
+}
+
+#[test]
+fn a_device_without_lso_reports_no_max_lso_cap_and_refuses_the_opcode() {
+    let mut r = rig_with(EmuConfig {
+        lso: false,
+        ..EmuConfig::default()
+    });
+    let out =
+        r.h.exec(
+            &Host::input(Opcode::QueryHcaCap, (0x1 << 1) | 1, 16),
+            0x1010,
+        )
+        .unwrap();
+    let caps = PerProtocolNetworkingOffloadCaps::new(&out[0x10..]).unwrap();
+    assert_eq!(caps.max_lso_cap(), 0);
+    let headers = tcp_headers(false);
+    let message = payload(3000);
+    let syndrome = refused(&mut r, |h, sq, key| {
+        Lso::new(&headers, &message).build(h, sq, key)
+    });
+    assert_eq!(syndrome, CqeSyndrome::LocalQpOperation as u8);
 }
 
 /// Posts `wqe` on a fresh SQ and returns the error CQE's syndrome; checks that nothing went on

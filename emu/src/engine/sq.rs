@@ -222,7 +222,7 @@ fn execute_one(
             &mut s.tagged,
             &mut sent,
         ),
-        wqe::opcode::LSO => send_lso(
+        wqe::opcode::LSO if core.cfg.lso => send_lso(
             core,
             context,
             &s.wqe[..wqe_bytes],

@@ -109,7 +109,7 @@ impl CapSet {
             .set_vlan_cap(true)
             .set_wqe_vlan_insert(true)
             .set_self_lb_en_modifiable(true)
-            .set_max_lso_cap(LOG_MAX_LSO)
+            .set_max_lso_cap(if cfg.lso { LOG_MAX_LSO } else { 0 })
             .set_multi_pkt_send_wqe(0)
             .set_enhanced_multi_pkt_send_wqe(cfg.multi_packet_send)
             .set_wqe_inline_mode(wqe_inline_mode::NOT_REQUIRED)
