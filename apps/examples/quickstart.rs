@@ -1,7 +1,7 @@
 //! The README's first program: start a port on each of two modelled functions wired back to
 //! back, send a burst from one, receive it on the other, close both.
 
-use cxdirect::{Device, Mbuf, Options, Port, PortConfig};
+use cxdirect::{Device, Mbuf, Options, Port, PortConfig, Started};
 use cxdirect_apps::emulated::{open_emulated, Spec};
 use cxdirect_emu::EmuConfig;
 
@@ -10,9 +10,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut functions = open_emulated(&Spec::EmuPair, EmuConfig::default());
     let (b, a) = (functions.pop().unwrap(), functions.pop().unwrap());
     let config = PortConfig::default();
-    let (sender, (mut tx, _)) =
-        Port::start(Device::bring_up(a, Options::default())?, config.clone())?;
-    let (receiver, (_, mut rx)) = Port::start(Device::bring_up(b, Options::default())?, config)?;
+    let Started {
+        port: sender,
+        queues: mut sending,
+    } = Port::start(Device::bring_up(a, Options::default())?, config.clone())?;
+    let Started {
+        port: receiver,
+        queues: mut receiving,
+    } = Port::start(Device::bring_up(b, Options::default())?, config)?;
 
     // 32 broadcast frames of 64 bytes, numbered in their last byte.
     let mut burst: Vec<Mbuf> = Vec::new();
@@ -26,20 +31,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         burst.push(m);
     }
     while !burst.is_empty() {
-        tx[0].tx_burst(&mut burst); // sent packets leave the vector
+        sending.tx[0].tx_burst(&mut burst); // sent packets leave the vector
     }
 
     // Receive them on the other port, in order.
     let mut got: Vec<Mbuf> = Vec::new();
     while got.len() < 32 {
-        rx[0].rx_burst(&mut got, 32);
+        receiving.rx[0].rx_burst(&mut got, 32)?;
     }
     for (i, m) in got.iter().enumerate() {
         assert_eq!(m.to_vec()[63], i as u8);
     }
     println!("received {} frames", got.len());
 
-    drop((got, tx, rx));
+    drop((got, sending, receiving));
     sender.close()?.teardown()?;
     receiver.close()?.teardown()?;
     Ok(())

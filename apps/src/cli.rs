@@ -21,7 +21,7 @@ pub const QUEUES: &str = "Queues";
 pub const RUN: &str = "Run";
 
 /// Most packets one burst call moves, as the driver takes them.
-pub const MAX_BURST: u16 = cxdirect::queue::MAX_BURST as u16;
+pub const MAX_BURST: u16 = cxdirect::ring::MAX_BURST as u16;
 /// Most send or receive queues a port takes (`PortConfig::rx_queues`, `tx_queues`).
 pub const MAX_QUEUES: u16 = 64;
 /// Smallest ring a queue takes, in entries (a power of two).
@@ -111,7 +111,7 @@ fn parse_device_spec(spec: &str) -> Result<String, String> {
     match spec {
         "emu" | "emu-pair" => Ok(spec.to_string()),
         pci => pci
-            .parse::<cxdirect::vfio::DeviceSpec>()
+            .parse::<cxdirect::backend::vfio::DeviceSpec>()
             .map(|_| spec.to_string())
             .map_err(|e| format!("{e}; or give emu or emu-pair")),
     }

@@ -30,12 +30,12 @@ pub const DEFAULT_SYSFS_ROOT: &str = "/sys";
 pub const VFIO_PCI_DRIVER: &str = "vfio-pci";
 
 /// The PCI vendor id of NVIDIA networking (formerly Mellanox), shared by every ConnectX.
-pub const CONNECTX_VENDOR_ID: u16 = cxdirect::vfio::pci::MELLANOX_VENDOR_ID;
+pub const CONNECTX_VENDOR_ID: u16 = cxdirect::backend::vfio::pci::MELLANOX_VENDOR_ID;
 
 /// The ConnectX model name of a PCI vendor/device id pair, or `None` when the pair is not a
 /// ConnectX the driver knows (the driver's own table, so the tool and the driver agree).
 pub fn connectx_model(vendor: u16, device: u16) -> Option<&'static str> {
-    cxdirect::vfio::pci::connectx_model(vendor, device)
+    cxdirect::backend::vfio::pci::connectx_model(vendor, device)
 }
 
 /// Drivers that may hold a function sharing an IOMMU group with one used through VFIO: the kernel
@@ -63,14 +63,14 @@ impl Bdf {
     /// domain 0), in hexadecimal, either case.
     pub fn parse(text: &str) -> Result<Self, DevbindError> {
         // One parser for PCI addresses: the driver's, so both accept exactly the same spellings.
-        match cxdirect::vfio::PciAddress::parse(text) {
+        match cxdirect::backend::vfio::PciAddress::parse(text) {
             Ok(a) => Ok(Self {
                 domain: a.domain(),
                 bus: a.bus(),
                 device: a.device(),
                 function: a.function(),
             }),
-            Err(cxdirect::vfio::VfioError::BadAddress { reason, .. }) => {
+            Err(cxdirect::backend::vfio::VfioError::BadAddress { reason, .. }) => {
                 Err(DevbindError::BadBdf {
                     input: text.to_string(),
                     reason: reason.to_string(),

@@ -17,8 +17,8 @@ use crate::emulated::EmuBackend;
 use crate::testpmd::{Generator, Verifier};
 use cxdirect::{
     Device, DriverError, Mbuf, Mempool, Options, PoolRevocation, Port, PortConfig, PortRecovery,
-    QueueStats, Queues, Recovery, RxQueue, SharedQueues, SharedRxConfig, SharedRxQueue,
-    SharedRxRing, TxQueue,
+    QueueStats, Recovery, RxQueue, SharedQueues, SharedRxConfig, SharedRxQueue, SharedRxRing,
+    Started, TxQueue,
 };
 use cxdirect_dma::{export, DmaBuf, DmaBufMapping, DmaBufMode};
 use cxdirect_emu::counters::CountersSnapshot;
@@ -171,7 +171,7 @@ impl ClassReport {
     }
 }
 
-type Side = (Port<EmuBackend>, Queues<EmuBackend>);
+type Side = Started<EmuBackend>;
 
 /// Frames sent between injections.
 const FRAMES_PER_ROUND: u64 = 256;
@@ -286,7 +286,7 @@ impl Rig {
         let buf = dmabuf.then(pool_dmabuf).transpose()?;
         let a = start(&model_a, "a")?;
         let mut b = start_with(&model_b, "b", buf.as_ref(), shared)?;
-        let shared = b.0.take_shared_rx();
+        let shared = b.port.take_shared_rx();
         Ok(Self {
             a_start: model_a.counters(),
             b_start: model_b.counters(),
@@ -308,11 +308,11 @@ impl Rig {
     }
 
     fn tx(&mut self) -> &mut TxQueue<EmuBackend> {
-        &mut self.a.1 .0[0]
+        &mut self.a.queues.tx[0]
     }
 
     fn rx(&mut self) -> &mut RxQueue<EmuBackend> {
-        &mut self.b.1 .1[0]
+        &mut self.b.queues.rx[0]
     }
 
     /// Sends `count` frames in bursts, receiving as they arrive, recovering a queue that stops;
@@ -326,7 +326,7 @@ impl Rig {
         while self.generator.generated() < target || !batch.is_empty() {
             crate::testpmd::generate(
                 &mut self.generator,
-                self.a.0.pool(),
+                self.a.port.pool(),
                 &mut batch,
                 BURST,
                 Some(target),
@@ -357,7 +357,7 @@ impl Rig {
         let mut batch: Vec<Mbuf> = Vec::with_capacity(BURST);
         crate::testpmd::generate(
             &mut self.generator,
-            self.a.0.pool(),
+            self.a.port.pool(),
             &mut batch,
             BURST,
             None,
@@ -386,14 +386,17 @@ impl Rig {
     fn receive(&mut self, received: &mut Vec<Mbuf>) {
         received.clear();
         match self.shared.as_mut() {
-            Some((ring, queues)) => {
+            Some(SharedQueues { ring, rx: queues }) => {
                 for q in queues.iter_mut() {
-                    q.rx_burst(received, BURST);
+                    q.rx_burst(received, BURST)
+                        .expect(crate::testpmd::VEC_TAKES_ANY_POOL);
                 }
                 ring.refill();
             }
             None => {
-                self.rx().rx_burst(received, BURST);
+                self.rx()
+                    .rx_burst(received, BURST)
+                    .expect(crate::testpmd::VEC_TAKES_ANY_POOL);
             }
         }
         for m in received.drain(..) {
@@ -423,27 +426,27 @@ impl Rig {
         if self.watch_health {
             self.recover_failed_ports()?;
         }
-        let mut done = crate::testpmd::recover_stopped(&mut self.a.0, &mut self.a.1)
+        let mut done = crate::testpmd::recover_stopped(&mut self.a.port, &mut self.a.queues)
             .map_err(|e| format!("recovery on port a: {e}"))?;
-        if self.b.0.pool_revoke_requested() {
+        if self.b.port.pool_revoke_requested() {
             // The exporter wants its memory back: stop using it before anything else.
             let r = self
                 .b
-                .0
-                .revoke_pool(&mut self.b.1)
+                .port
+                .revoke_pool(&mut self.b.queues)
                 .map_err(|e| format!("revoking port b's pool: {e}"))?;
             self.rx_drained += r.drained_cqes as u64;
             self.revocations.push(r);
         }
-        if self.b.0.pool_revoked() {
+        if self.b.port.pool_revoked() {
             // Port b's queues wait for the application to give it memory again.
             return Ok(done);
         }
-        let mut on_b = crate::testpmd::recover_stopped(&mut self.b.0, &mut self.b.1)
+        let mut on_b = crate::testpmd::recover_stopped(&mut self.b.port, &mut self.b.queues)
             .map_err(|e| format!("recovery on port b: {e}"))?;
-        if let Some((ring, queues)) = self.shared.as_mut() {
+        if let Some(SharedQueues { ring, rx: queues }) = self.shared.as_mut() {
             on_b.extend(
-                recover_shared(&mut self.b.0, ring, queues)
+                recover_shared(&mut self.b.port, ring, queues)
                     .map_err(|e| format!("shared ring recovery on port b: {e}"))?,
             );
         }
@@ -457,15 +460,15 @@ impl Rig {
     fn recover_failed_ports(&mut self) -> Result<(), String> {
         for on_b in [false, true] {
             let side = if on_b { &mut self.b } else { &mut self.a };
-            match side.0.device().check_health() {
+            match side.port.device().check_health() {
                 Ok(()) => continue,
                 Err(DriverError::Failed(_)) => {}
                 Err(e) => return Err(format!("health check: {e}")),
             }
             // Port a only sends and port b only receives: keep what the old queues counted.
             if on_b {
-                let driver_cqes: u64 = side.1 .1.iter().map(|q| q.stats().cqes).sum();
-                for q in &side.1 .1 {
+                let driver_cqes: u64 = side.queues.rx.iter().map(|q| q.stats().cqes).sum();
+                for q in &side.queues.rx {
                     let s = q.stats();
                     self.retired.rx_errors += s.errors;
                     self.retired.rx_bad_cqes += s.bad_cqes;
@@ -475,7 +478,7 @@ impl Rig {
                     written.saturating_sub(self.retired.rx_cqes + driver_cqes + self.rx_drained);
                 self.retired.rx_cqes += driver_cqes;
             } else {
-                for q in &side.1 .0 {
+                for q in &side.queues.tx {
                     let s = q.stats();
                     self.retired.tx_packets += s.packets;
                     self.retired.tx_errors += s.errors + q.in_flight() as u64;
@@ -483,8 +486,8 @@ impl Rig {
             }
             let name = if on_b { "b" } else { "a" };
             let recovery = side
-                .0
-                .recover(&mut side.1)
+                .port
+                .recover(&mut side.queues)
                 .map_err(|e| format!("recovering port {name}: {e}"))?;
             self.port_recoveries.push(recovery);
         }
@@ -508,11 +511,11 @@ impl Rig {
     /// same buffer) and gives port b the new memory; returns how long that took.
     fn reimport_pool(&mut self) -> Result<Duration, String> {
         let buf = self.dmabuf.clone().ok_or("the rig has no dmabuf")?;
-        let mapping = map_revocable(self.b.0.device(), &buf)?;
-        self.retired_pools.push(self.b.0.pool().clone());
+        let mapping = map_revocable(self.b.port.device(), &buf)?;
+        self.retired_pools.push(self.b.port.pool().clone());
         self.b
-            .0
-            .replace_pool_memory(&mut self.b.1, mapping)
+            .port
+            .replace_pool_memory(&mut self.b.queues, mapping)
             .map_err(|e| format!("giving port b new pool memory: {e}"))
     }
 
@@ -520,10 +523,10 @@ impl Rig {
     fn finish(mut self, report: &mut ClassReport) -> Result<(), String> {
         let mut received = Vec::new();
         self.settle(&mut received)?;
-        let tx = self.a.0.xstats().tx[0];
+        let tx = self.a.port.xstats().tx[0];
         let rx = self
             .b
-            .0
+            .port
             .xstats()
             .rx
             .iter()
@@ -559,7 +562,7 @@ impl Rig {
         let on_shared_ring = self
             .shared
             .as_ref()
-            .map_or(0, |(ring, _)| u64::from(ring.outstanding()));
+            .map_or(0, |shared| u64::from(shared.ring.outstanding()));
         report.leaked = leaked(&self.a)
             + leaked(&self.b).saturating_sub(on_shared_ring)
             + self
@@ -567,12 +570,12 @@ impl Rig {
                 .iter()
                 .map(|p| u64::from(p.capacity() - p.available()))
                 .sum::<u64>();
-        self.a.1 .0.clear();
-        self.a.1 .1.clear();
-        self.b.1 .0.clear();
-        self.b.1 .1.clear();
+        self.a.queues.tx.clear();
+        self.a.queues.rx.clear();
+        self.b.queues.tx.clear();
+        self.b.queues.rx.clear();
         self.shared = None;
-        for (name, port) in [("a", self.a.0), ("b", self.b.0)] {
+        for (name, port) in [("a", self.a.port), ("b", self.b.port)] {
             port.close()
                 .and_then(|dev| dev.teardown())
                 .map_err(|e| format!("closing {name}: {e}"))?;
@@ -583,9 +586,9 @@ impl Rig {
 
 /// Buffers of a side's pool that are neither free, posted for receive nor in flight.
 fn leaked(side: &Side) -> u64 {
-    let pool = side.0.pool();
-    let posted: usize = side.1 .1.iter().map(RxQueue::posted).sum();
-    let in_flight: usize = side.1 .0.iter().map(TxQueue::in_flight).sum();
+    let pool = side.port.pool();
+    let posted: usize = side.queues.rx.iter().map(RxQueue::posted).sum();
+    let in_flight: usize = side.queues.tx.iter().map(TxQueue::in_flight).sum();
     u64::from(pool.capacity())
         .saturating_sub(u64::from(pool.available()) + (posted + in_flight) as u64)
 }
@@ -630,8 +633,13 @@ pub fn run_class(class: FaultClass, injections: u32) -> Result<ClassReport, Stri
             }
             FaultClass::SharedRingError => {
                 let fault = match rig.shared.as_ref() {
-                    Some((ring, _)) if i % 2 == 1 => Fault::SharedRingError { rmpn: ring.id() },
-                    Some((_, queues)) => Fault::ReceiveError {
+                    Some(SharedQueues { ring, rx: _ }) if i % 2 == 1 => {
+                        Fault::SharedRingError { rmpn: ring.id() }
+                    }
+                    Some(SharedQueues {
+                        ring: _,
+                        rx: queues,
+                    }) => Fault::ReceiveError {
                         rqn: queues[0].rqn(),
                         syndrome: SYNDROMES[(i / 2) % SYNDROMES.len()],
                     },
@@ -646,9 +654,9 @@ pub fn run_class(class: FaultClass, injections: u32) -> Result<ClassReport, Stri
             }
             FaultClass::CqOverrun => {
                 let (model, cqn) = if i % 2 == 0 {
-                    (&rig.model_a, rig.a.1 .0[0].cqn())
+                    (&rig.model_a, rig.a.queues.tx[0].cqn())
                 } else {
-                    (&rig.model_b, rig.b.1 .1[0].cqn())
+                    (&rig.model_b, rig.b.queues.rx[0].cqn())
                 };
                 model.inject(Fault::CqOverrun { cqn });
                 let recoveries = rig.traffic(FRAMES_PER_ROUND)?;
@@ -667,7 +675,7 @@ pub fn run_class(class: FaultClass, injections: u32) -> Result<ClassReport, Stri
                 }
                 rig.dmabuf
                     .as_ref()
-                    .and_then(|_| rig.b.0.pool().dmabuf())
+                    .and_then(|_| rig.b.port.pool().dmabuf())
                     .ok_or("port b's pool is not in a dmabuf")?
                     .request_revoke();
                 report.injections += 1;
@@ -675,7 +683,7 @@ pub fn run_class(class: FaultClass, injections: u32) -> Result<ClassReport, Stri
                 // is dropped by the device.
                 rig.traffic(FRAMES_PER_ROUND / 2)?;
                 let revoked: Vec<PoolRevocation> = rig.revocations.drain(..).collect();
-                if revoked.len() != 1 || !rig.b.0.pool_revoked() {
+                if revoked.len() != 1 || !rig.b.port.pool_revoked() {
                     return Err(format!(
                         "revocation {i}: port b did not revoke ({revoked:?})"
                     ));
@@ -729,14 +737,14 @@ pub fn run_class(class: FaultClass, injections: u32) -> Result<ClassReport, Stri
                 let start = Instant::now();
                 // QUERY_Q_COUNTER: the damaged or missing answer must come back as an error or a
                 // value, and the next command must work.
-                let _ = rig.a.0.rx_missed();
-                let late_before = rig.a.0.device().commands_answered_late();
+                let _ = rig.a.port.rx_missed();
+                let late_before = rig.a.port.device().commands_answered_late();
                 // A late answer lands as this command is posted, and its slot comes back
                 // at the one after.
-                let answered = rig.a.0.rx_missed().is_ok() && rig.a.0.rx_missed().is_ok();
+                let answered = rig.a.port.rx_missed().is_ok() && rig.a.port.rx_missed().is_ok();
                 let slot_back = class != FaultClass::CommandTimeout
                     || i % 2 == 0
-                    || rig.a.0.device().commands_answered_late() == late_before + 1;
+                    || rig.a.port.device().commands_answered_late() == late_before + 1;
                 if answered && slot_back {
                     report.recoveries += 1;
                     report.recover_us.push(start.elapsed().as_secs_f64() * 1e6);
@@ -764,8 +772,8 @@ pub fn run_class(class: FaultClass, injections: u32) -> Result<ClassReport, Stri
                     data,
                 });
                 let start = Instant::now();
-                let polled = rig.a.0.device().poll_events();
-                if polled.is_ok() && rig.a.0.rx_missed().is_ok() {
+                let polled = rig.a.port.device().poll_events();
+                if polled.is_ok() && rig.a.port.rx_missed().is_ok() {
                     report.recoveries += 1;
                     report.recover_us.push(start.elapsed().as_secs_f64() * 1e6);
                 }

@@ -25,12 +25,12 @@ pub fn with_iommu_mode(spec: &str, mode: &str) -> String {
 pub fn vfio_open(
     spec: &str,
     mode: &str,
-) -> Result<cxdirect::vfio::VfioDevice, cxdirect::vfio::VfioError> {
-    let spec: cxdirect::vfio::DeviceSpec = with_iommu_mode(spec, mode).parse()?;
-    cxdirect::vfio::VfioDevice::open(
+) -> Result<cxdirect::backend::vfio::VfioDevice, cxdirect::backend::vfio::VfioError> {
+    let spec: cxdirect::backend::vfio::DeviceSpec = with_iommu_mode(spec, mode).parse()?;
+    cxdirect::backend::vfio::VfioDevice::open(
         &spec.address.to_string(),
         spec.iommu,
-        cxdirect::vfio::RealSys,
+        cxdirect::backend::vfio::RealSys,
     )
 }
 
@@ -39,7 +39,7 @@ pub enum Ports {
     /// Modelled functions (`emu`, `emu-pair`).
     Emulated(Vec<emulated::EmuBackend>),
     /// PCI functions opened through VFIO.
-    Pci(Vec<cxdirect::vfio::VfioDevice>),
+    Pci(Vec<cxdirect::backend::vfio::VfioDevice>),
 }
 
 /// Why [`open_ports`] gave no ports.
@@ -113,7 +113,7 @@ pub fn poll_rx<B: cxdirect::Backend>(
 ) -> Option<usize> {
     let mut empty = 0u32;
     loop {
-        let n = queue.rx_burst(got, max);
+        let n = queue.rx_burst(got, max).expect(testpmd::VEC_TAKES_ANY_POOL);
         if n > 0 {
             return Some(n);
         }

@@ -379,6 +379,9 @@ pub fn generate_pinned(
     made
 }
 
+/// Why receiving into a `Vec<Mbuf>` cannot fail: only a `PacketBurst` is bound to one pool.
+pub const VEC_TAKES_ANY_POOL: &str = "a Vec<Mbuf> takes packets of any pool";
+
 /// Sends as much of each queue's batch (`batches[q]` on `tx[q]`) as the queue takes; returns
 /// how many packets left.
 pub fn send_batches<B: Backend>(tx: &mut [TxQueue<B>], batches: &mut [Vec<Mbuf>]) -> usize {
@@ -399,16 +402,16 @@ pub fn recover_stopped<B: Backend>(
     let mut done = Vec::new();
     // A failed CQ stops its queue without an error completion: only the event tells.
     for cqn in port.failed_cqs() {
-        if let Some(q) = queues.0.iter_mut().find(|q| q.cqn() == cqn) {
+        if let Some(q) = queues.tx.iter_mut().find(|q| q.cqn() == cqn) {
             done.push(port.recover_tx(q)?);
-        } else if let Some(q) = queues.1.iter_mut().find(|q| q.cqn() == cqn) {
+        } else if let Some(q) = queues.rx.iter_mut().find(|q| q.cqn() == cqn) {
             done.push(port.recover_rx(q)?);
         }
     }
-    for q in queues.0.iter_mut().filter(|q| q.in_error()) {
+    for q in queues.tx.iter_mut().filter(|q| q.in_error()) {
         done.push(port.recover_tx(q)?);
     }
-    for q in queues.1.iter_mut().filter(|q| q.in_error()) {
+    for q in queues.rx.iter_mut().filter(|q| q.in_error()) {
         done.push(port.recover_rx(q)?);
     }
     Ok(done)

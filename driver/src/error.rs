@@ -126,7 +126,7 @@ pub enum DriverError {
     Backend(#[from] BackendError),
     /// The PCI function could not be opened through VFIO.
     #[error(transparent)]
-    Vfio(#[from] crate::vfio::VfioError),
+    Vfio(#[from] crate::backend::vfio::VfioError),
     /// DMA memory could not be had.
     #[error(transparent)]
     Dma(#[from] DmaError),
@@ -159,4 +159,9 @@ pub enum DriverError {
     /// A request the caller made that cannot be honoured.
     #[error("invalid request: {0}")]
     Invalid(String),
+}
+
+/// A [`DriverError::Invalid`] saying `msg`.
+pub(crate) fn invalid(msg: impl Into<String>) -> DriverError {
+    DriverError::Invalid(msg.into())
 }

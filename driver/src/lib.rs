@@ -5,48 +5,41 @@
 //! [`Device::bring_up`] takes a function from reset to initialized (command interface, firmware
 //! pages, capabilities, async event queue on MSI-X vector 0) and [`Device::teardown`] returns it,
 //! with every firmware page reclaimed.
+//!
+//! The modules follow a packet's path, and each imports only from those below it:
+//!
+//! - [`backend`]: the seam to the device (MMIO, DMA, interrupts), with [`backend::vfio`];
+//! - [`control`]: the function's bring-up, teardown, commands, events, pages and keys;
+//! - [`port`]: a port's objects, steering, shared rings, recovery and statistics;
+//! - [`tx`] and [`rx`]: the send and receive queues, the fast path;
+//! - [`cq`]: completion and event queue rings and CQE decoding;
+//! - [`mem`]: buffer pools, [`Mbuf`] and [`PacketBurst`];
+//! - [`ring`]: what every work queue ring shares (burst bound, counters, word helpers).
 
 pub mod backend;
-pub mod burst;
-mod cmd;
+pub mod control;
 pub mod cq;
-pub mod device;
-pub mod eq;
 pub mod error;
-mod inflight;
-pub mod mempool;
-pub mod mkey;
-mod open;
-mod pages;
+pub mod mem;
 pub mod port;
-mod port_shared;
-mod qcounter;
-pub mod queue;
-mod recover;
-mod revoke;
-mod rxirq;
-pub mod shared;
-pub mod stats;
-mod striding;
-mod txsource;
-mod txwqe;
-pub mod vfio;
+pub mod ring;
+pub mod rx;
+pub mod tx;
 
 pub use backend::{Backend, BackendError, Interrupt};
-pub use burst::{BurstPacket, PacketBurst};
-pub use cq::Cqe;
-pub use device::{
-    Device, DeviceInfo, DeviceRecovery, EventCounts, Options, RmpStatus, TeardownReport,
+pub use control::{
+    Device, DeviceInfo, DeviceRecovery, EventCounts, KeyAccess, MemoryKey, Options, RmpStatus,
+    TeardownReport,
 };
-pub use eq::Event;
+pub use cq::{Cqe, Event};
 pub use error::{CmdError, CmdFailure, DriverError, HealthFailure};
-pub use mempool::{Mbuf, Mempool, OffloadFlags};
-pub use mkey::{KeyAccess, MemoryKey};
-pub use port::{Port, PortConfig, Queues, SharedQueues};
-pub use port_shared::SharedRingRestart;
-pub use queue::{InlineMode, QueueStats, RxQueue, TxQueue};
-pub use recover::{PortRecovery, Recovery};
-pub use revoke::PoolRevocation;
-pub use shared::{SharedRingStats, SharedRxConfig, SharedRxQueue, SharedRxRing};
-pub use stats::{PortStats, QueueXstats};
-pub use striding::RxStriding;
+pub use mem::{BurstPacket, Mbuf, Mempool, OffloadFlags, PacketBurst};
+pub use port::{
+    PoolRevocation, Port, PortConfig, PortRecovery, PortStats, QueueXstats, Queues, Recovery,
+    SharedQueues, SharedRingRestart, Started,
+};
+pub use ring::QueueStats;
+pub use rx::{
+    RxQueue, RxSink, RxStriding, SharedRingStats, SharedRxConfig, SharedRxQueue, SharedRxRing,
+};
+pub use tx::{InlineMode, TxQueue, TxSource};

@@ -4,12 +4,12 @@
 
 use std::os::fd::AsRawFd;
 
-use cxdirect::vfio::pci::{connectx_model, CONNECTX_DEVICES};
-use cxdirect::vfio::sys::{DeviceInfo, IrqInfo, IrqSet, RegionInfo};
-use cxdirect::vfio::testing::{
+use cxdirect::backend::vfio::pci::{connectx_model, CONNECTX_DEVICES};
+use cxdirect::backend::vfio::sys::{DeviceInfo, IrqInfo, IrqSet, RegionInfo};
+use cxdirect::backend::vfio::testing::{
     type1_info_bytes, FakeSys, FAKE_BAR0_LEN, FAKE_IOVA_RANGES, FAKE_MSIX_VECTORS,
 };
-use cxdirect::vfio::{
+use cxdirect::backend::vfio::{
     IommuKind, IommuMode, MmioAccess, PciAddress, VfioDevice, VfioError, MIN_BAR0_LEN,
 };
 use cxdirect::Backend;

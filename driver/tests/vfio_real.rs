@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 use std::ptr;
 
-use cxdirect::vfio::sys::{Access, VfioSys};
-use cxdirect::vfio::RealSys;
+use cxdirect::backend::vfio::sys::{Access, VfioSys};
+use cxdirect::backend::vfio::RealSys;
 
 /// A scratch directory removed on drop.
 struct Scratch(PathBuf);

@@ -7,7 +7,7 @@ use cxdirect_hw::eqe::{port_change, EventType};
 
 /// The event types the driver's async EQ subscribes to (the model posts a raw event only to an
 /// EQ subscribed to its type; types 64 and up go to the async EQ).
-pub const SUBSCRIBED: [EventType; 10] = cxdirect::device::ASYNC_EVENTS;
+pub const SUBSCRIBED: [EventType; 10] = cxdirect::control::ASYNC_EVENTS;
 
 /// True when the model posts an event of this type to the driver's async EQ.
 pub fn delivered(event_type: u8) -> bool {

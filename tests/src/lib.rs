@@ -60,7 +60,7 @@ pub fn send_and_receive(
         tx.tx_burst(&mut batch);
     }
     let mut got = Vec::new();
-    while rx.rx_burst(&mut got, 64) > 0 {}
+    while rx.rx_burst(&mut got, 64).unwrap() > 0 {}
     got.len()
 }
 

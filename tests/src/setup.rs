@@ -1,7 +1,7 @@
 //! Bring-up shared by the tests and the fuzz targets: short timeouts, so a case that goes wrong
 //! fails in seconds, a small port, and a pair of ports started back to back.
 
-use cxdirect::{Device, Options, Port, PortConfig, Queues};
+use cxdirect::{Device, Options, Port, PortConfig, Started};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::{Device as Model, EmuConfig};
 use std::time::Duration;
@@ -36,7 +36,7 @@ pub fn small_port() -> PortConfig {
 }
 
 /// A started port and its queues.
-pub type Ports = (Port<EmuBackend>, Queues<EmuBackend>);
+pub type Ports = Started<EmuBackend>;
 
 /// Two models wired back to back (both configured as `model`), the driver brought up on each
 /// with 5-second command timeouts and a port started on each with `config`; the models come

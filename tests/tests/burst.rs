@@ -1,9 +1,9 @@
-//! Packet bursts through the driver: io forwarding by `rx_burst_into` and `tx_burst_from` in
+//! Packet bursts through the driver: io forwarding by `rx_burst` and `tx_burst` with bursts in
 //! every send and receive mode delivers every frame intact and in order and loses no buffer; a
 //! burst refuses packets it cannot hold and hands them back; a burst of another pool is refused
 //! by a receive queue with a reason; unsendable packets are freed.
 
-use cxdirect::{InlineMode, Mbuf, PacketBurst, PortConfig, RxStriding};
+use cxdirect::{InlineMode, Mbuf, PacketBurst, PortConfig, Queues, RxStriding, Started};
 use cxdirect_emu::EmuConfig;
 use cxdirect_tests::setup::started_pair as pair;
 
@@ -48,8 +48,25 @@ fn io_forwarding_through_bursts_delivers_every_frame_in_order_in_every_mode() {
         (InlineMode::Headers, true, true),
     ] {
         let mode = format!("{inline:?} mpw={mpw} striding={striding}");
-        let ((pa, (mut txa, mut rxa)), (pb, (mut txb, mut rxb)), _) =
-            pair(EmuConfig::default(), config(inline, mpw, striding));
+        let (
+            Started {
+                port: pa,
+                queues:
+                    Queues {
+                        tx: mut txa,
+                        rx: mut rxa,
+                    },
+            },
+            Started {
+                port: pb,
+                queues:
+                    Queues {
+                        tx: mut txb,
+                        rx: mut rxb,
+                    },
+            },
+            _,
+        ) = pair(EmuConfig::default(), config(inline, mpw, striding));
         let sent = frames(0, 2000);
         let mut burst = PacketBurst::new();
         let mut back: Vec<Mbuf> = Vec::new();
@@ -60,9 +77,9 @@ fn io_forwarding_through_bursts_delivers_every_frame_in_order_in_every_mode() {
             // Port B sends back out whatever it receives, burst by burst.
             let mut spins = 0;
             while back.len() < expected {
-                rxb[0].rx_burst_into(&mut burst, 64).unwrap();
-                txb[0].tx_burst_from(&mut burst);
-                rxa[0].rx_burst(&mut back, 256);
+                rxb[0].rx_burst(&mut burst, 64).unwrap();
+                txb[0].tx_burst(&mut burst);
+                rxa[0].rx_burst(&mut back, 256).unwrap();
                 spins += 1;
                 assert!(spins < 1_000_000, "{mode}: forwarding stalled");
             }
@@ -97,7 +114,17 @@ fn io_forwarding_through_bursts_delivers_every_frame_in_order_in_every_mode() {
 
 #[test]
 fn a_burst_takes_single_segment_packets_of_one_pool_and_gives_back_the_rest() {
-    let ((pa, (txa, rxa)), (pb, (txb, rxb)), _) = pair(
+    let (
+        Started {
+            port: pa,
+            queues: Queues { tx: txa, rx: rxa },
+        },
+        Started {
+            port: pb,
+            queues: Queues { tx: txb, rx: rxb },
+        },
+        _,
+    ) = pair(
         EmuConfig::default(),
         config(InlineMode::Headers, false, false),
     );
@@ -157,7 +184,23 @@ fn a_burst_takes_single_segment_packets_of_one_pool_and_gives_back_the_rest() {
 
 #[test]
 fn a_receive_queue_refuses_a_burst_of_another_pool_and_loses_nothing() {
-    let ((pa, (mut txa, rxa)), (pb, (txb, mut rxb)), _) = pair(
+    let (
+        Started {
+            port: pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: rxa,
+            },
+        },
+        Started {
+            port: pb,
+            queues: Queues {
+                tx: txb,
+                rx: mut rxb,
+            },
+        },
+        _,
+    ) = pair(
         EmuConfig::default(),
         config(InlineMode::Headers, false, false),
     );
@@ -168,7 +211,7 @@ fn a_receive_queue_refuses_a_burst_of_another_pool_and_loses_nothing() {
         .push(mbufs(pa.pool(), &sent[..1]).pop().unwrap())
         .unwrap();
     let err = rxb[0]
-        .rx_burst_into(&mut burst, 64)
+        .rx_burst(&mut burst, 64)
         .expect_err("port A's packet in port B's burst");
     assert!(
         err.to_string().contains("another pool"),
@@ -178,7 +221,7 @@ fn a_receive_queue_refuses_a_burst_of_another_pool_and_loses_nothing() {
     burst.clear();
     let mut spins = 0;
     while burst.len() < sent.len() {
-        rxb[0].rx_burst_into(&mut burst, 64).unwrap();
+        rxb[0].rx_burst(&mut burst, 64).unwrap();
         spins += 1;
         assert!(spins < 1_000_000, "receive stalled at {}", burst.len());
     }
@@ -193,7 +236,23 @@ fn a_receive_queue_refuses_a_burst_of_another_pool_and_loses_nothing() {
 
 #[test]
 fn unsendable_packets_leave_the_burst_counted_and_freed() {
-    let ((pa, (mut txa, rxa)), (pb, (txb, mut rxb)), _) = pair(
+    let (
+        Started {
+            port: pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: rxa,
+            },
+        },
+        Started {
+            port: pb,
+            queues: Queues {
+                tx: txb,
+                rx: mut rxb,
+            },
+        },
+        _,
+    ) = pair(
         EmuConfig::default(),
         config(InlineMode::Headers, false, false),
     );
@@ -209,7 +268,7 @@ fn unsendable_packets_leave_the_burst_counted_and_freed() {
     burst
         .push(mbufs(pool, std::slice::from_ref(&ok)).pop().unwrap())
         .unwrap();
-    assert_eq!(txa[0].tx_burst_from(&mut burst), 3, "all three taken");
+    assert_eq!(txa[0].tx_burst(&mut burst), 3, "all three taken");
     assert!(burst.is_empty());
     assert_eq!(txa[0].stats().errors, 2, "two refused");
     assert_eq!(txa[0].stats().packets, 1, "one sent");
@@ -221,7 +280,7 @@ fn unsendable_packets_leave_the_burst_counted_and_freed() {
     let mut got = Vec::new();
     let mut spins = 0;
     while got.is_empty() {
-        rxb[0].rx_burst(&mut got, 8);
+        rxb[0].rx_burst(&mut got, 8).unwrap();
         spins += 1;
         assert!(spins < 1_000_000, "the good frame never arrived");
     }

@@ -3,7 +3,7 @@
 //! (`Port::failed_cqs`), and recovery destroys the queue and its CQ and creates both again —
 //! for a receive queue with the port's steering rebuilt around the new RQ.
 
-use cxdirect::{Device, DriverError, Mbuf, Options, Port, PortConfig, Queues, Recovery};
+use cxdirect::{Device, DriverError, Mbuf, Options, Port, PortConfig, Recovery, Started};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::{Device as Model, EmuConfig, Fault};
 use cxdirect_hw::cmd::Opcode;
@@ -11,7 +11,7 @@ use cxdirect_hw::eqe::EventType;
 use cxdirect_tests::udp_frame;
 use std::time::Duration;
 
-type Side = (Port<EmuBackend>, Queues<EmuBackend>);
+type Side = Started<EmuBackend>;
 
 fn start(model: &Model, name: &str, config: PortConfig) -> Side {
     let options = Options {
@@ -47,17 +47,17 @@ fn pair() -> (Side, Side, Model, Model) {
 fn send(a: &mut Side, first: u32, count: u32, dport: u16) {
     let mut batch: Vec<Mbuf> = (first..first + count)
         .map(|seq| {
-            let mut m = a.0.pool().alloc().unwrap();
+            let mut m = a.port.pool().alloc().unwrap();
             m.set_data(&udp_frame(seq, dport)).unwrap();
             m
         })
         .collect();
-    cxdirect_tests::send_all(&mut a.1 .0[0], &mut batch);
+    cxdirect_tests::send_all(&mut a.queues.tx[0], &mut batch);
 }
 
 fn receive_all(b: &mut Side, queue: usize) -> Vec<Mbuf> {
     let mut got = Vec::new();
-    while b.1 .1[queue].rx_burst(&mut got, 64) > 0 {}
+    while b.queues.rx[queue].rx_burst(&mut got, 64).unwrap() > 0 {}
     got
 }
 
@@ -73,7 +73,7 @@ fn every_queue_receives_then_close(mut a: Side, mut b: Side, first: u32, count: 
             assert_eq!(m.to_vec(), udp_frame(first + i as u32, 9000 + queue));
         }
     }
-    let pool = b.0.pool().clone();
+    let pool = b.port.pool().clone();
     close(b);
     close(a);
     assert_eq!(
@@ -84,7 +84,7 @@ fn every_queue_receives_then_close(mut a: Side, mut b: Side, first: u32, count: 
 }
 
 fn close(side: Side) {
-    let (port, queues) = side;
+    let Started { port, queues } = side;
     drop(queues);
     port.close().unwrap().teardown().unwrap();
 }
@@ -92,7 +92,7 @@ fn close(side: Side) {
 #[test]
 fn a_receive_queue_whose_cq_overran_is_rebuilt_and_steering_reaches_it_again() {
     let (mut a, mut b, _ma, mb) = pair();
-    let old_cq = b.1 .1[2].cqn();
+    let old_cq = b.queues.rx[2].cqn();
     let objects = mb.object_counts();
     mb.inject(Fault::CqOverrun { cqn: old_cq });
     send(&mut a, 0, 8, 9002);
@@ -103,11 +103,11 @@ fn a_receive_queue_whose_cq_overran_is_rebuilt_and_steering_reaches_it_again() {
     assert!(seen.completions_lost >= 1, "{seen:?}");
     assert_eq!(seen.completions_lost, seen.rx_delivered, "{seen:?}");
     assert!(receive_all(&mut b, 2).is_empty(), "no completion came");
-    assert!(!b.1 .1[2].in_error(), "no error CQE tells the queue");
-    assert_eq!(b.0.failed_cqs(), vec![old_cq], "the CQ error event does");
-    assert_eq!(b.0.device().event_counts().cq_errors, 1);
+    assert!(!b.queues.rx[2].in_error(), "no error CQE tells the queue");
+    assert_eq!(b.port.failed_cqs(), vec![old_cq], "the CQ error event does");
+    assert_eq!(b.port.device().event_counts().cq_errors, 1);
 
-    let r = b.0.recover_rx(&mut b.1 .1[2]).unwrap();
+    let r = b.port.recover_rx(&mut b.queues.rx[2]).unwrap();
     assert!(r.cq_recreated, "{r:?}");
     assert_eq!(
         r.flushed, 64,
@@ -115,13 +115,16 @@ fn a_receive_queue_whose_cq_overran_is_rebuilt_and_steering_reaches_it_again() {
     );
     // (The device may hand the freed numbers out again: what matters is that the new CQ and
     // RQ work, and that nothing the port created is left over.)
-    assert_eq!(b.1 .1[2].posted(), 64, "refilled");
+    assert_eq!(b.queues.rx[2].posted(), 64, "refilled");
     assert_eq!(
         mb.object_counts(),
         objects,
         "one CQ and one RQ for one of each"
     );
-    assert!(b.0.failed_cqs().is_empty(), "recovered CQs are forgotten");
+    assert!(
+        b.port.failed_cqs().is_empty(),
+        "recovered CQs are forgotten"
+    );
 
     // Steering was rebuilt around the new RQ: every queue gets its flow again.
     every_queue_receives_then_close(a, b, 100, 10);
@@ -130,7 +133,7 @@ fn a_receive_queue_whose_cq_overran_is_rebuilt_and_steering_reaches_it_again() {
 #[test]
 fn a_send_queue_whose_cq_overran_is_rebuilt_and_its_buffers_flushed_once() {
     let (mut a, mut b, ma, _mb) = pair();
-    let old_cq = a.1 .0[0].cqn();
+    let old_cq = a.queues.tx[0].cqn();
 
     ma.inject(Fault::CqOverrun { cqn: old_cq });
     // The 32nd WQE asks for the first completion: it finds the CQ full and the SQ stops.
@@ -141,17 +144,17 @@ fn a_send_queue_whose_cq_overran_is_rebuilt_and_its_buffers_flushed_once() {
         "the SQ stopped at the lost completion"
     );
     assert_eq!(receive_all(&mut b, 0).len(), 32);
-    assert_eq!(a.0.failed_cqs(), vec![old_cq]);
-    assert_eq!(a.1 .0[0].in_flight(), 48);
+    assert_eq!(a.port.failed_cqs(), vec![old_cq]);
+    assert_eq!(a.queues.tx[0].in_flight(), 48);
 
-    let r = a.0.recover_tx(&mut a.1 .0[0]).unwrap();
+    let r = a.port.recover_tx(&mut a.queues.tx[0]).unwrap();
     assert!(r.cq_recreated, "{r:?}");
     assert_eq!(r.flushed, 48);
-    let stats = a.1 .0[0].stats();
+    let stats = a.queues.tx[0].stats();
     assert_eq!((stats.flushed, stats.errors), (48, 48), "{stats:?}");
     // Every buffer is free again but those port a's own receive ring holds.
-    let posted = a.1 .1[0].posted() as u32;
-    assert_eq!(a.0.pool().available() + posted, a.0.pool().capacity());
+    let posted = a.queues.rx[0].posted() as u32;
+    assert_eq!(a.port.pool().available() + posted, a.port.pool().capacity());
 
     send(&mut a, 100, 40, 9000);
     assert_eq!(receive_all(&mut b, 0).len(), 40, "sending works again");
@@ -170,9 +173,9 @@ fn a_cq_error_naming_a_cq_the_port_does_not_have_is_ignored() {
         sub_type: 0,
         data,
     });
-    assert!(a.0.failed_cqs().is_empty());
+    assert!(a.port.failed_cqs().is_empty());
     assert_eq!(
-        a.0.device().event_counts().cq_errors,
+        a.port.device().event_counts().cq_errors,
         1,
         "counted all the same"
     );
@@ -195,21 +198,24 @@ fn steering_the_device_refused_to_destroy_is_destroyed_by_the_next_attempt() {
         Opcode::DestroyTir,
         Opcode::DestroyRqt,
     ] {
-        let old_cq = b.1 .1[1].cqn();
+        let old_cq = b.queues.rx[1].cqn();
         mb.inject(Fault::CqOverrun { cqn: old_cq });
         send(&mut a, 0, 4, 9001);
-        assert_eq!(b.0.failed_cqs(), vec![old_cq], "{refused:?}");
-        fails_on(&mb, refused, || b.0.recover_rx(&mut b.1 .1[1]));
-        assert!(b.1 .1[1].in_error(), "{refused:?}: stopped until rebuilt");
-        let r = b.0.recover_rx(&mut b.1 .1[1]).unwrap();
+        assert_eq!(b.port.failed_cqs(), vec![old_cq], "{refused:?}");
+        fails_on(&mb, refused, || b.port.recover_rx(&mut b.queues.rx[1]));
+        assert!(
+            b.queues.rx[1].in_error(),
+            "{refused:?}: stopped until rebuilt"
+        );
+        let r = b.port.recover_rx(&mut b.queues.rx[1]).unwrap();
         assert!(r.cq_recreated, "{refused:?}");
-        assert!(!b.1 .1[1].in_error(), "{refused:?}");
+        assert!(!b.queues.rx[1].in_error(), "{refused:?}");
         assert_eq!(
             mb.object_counts(),
             objects,
             "{refused:?}: nothing left over on the device"
         );
-        assert!(b.0.failed_cqs().is_empty(), "{refused:?}");
+        assert!(b.port.failed_cqs().is_empty(), "{refused:?}");
     }
     every_queue_receives_then_close(a, b, 200, 6);
 }
@@ -237,34 +243,34 @@ fn fails_on(
 fn a_receive_queue_rebuild_that_fails_partway_resumes_where_it_stopped() {
     let (mut a, mut b, _ma, mb) = pair();
     let objects = mb.object_counts();
-    let old_cq = b.1 .1[1].cqn();
+    let old_cq = b.queues.rx[1].cqn();
     mb.inject(Fault::CqOverrun { cqn: old_cq });
     send(&mut a, 0, 4, 9001);
-    assert_eq!(b.0.failed_cqs(), vec![old_cq]);
+    assert_eq!(b.port.failed_cqs(), vec![old_cq]);
 
     // Each attempt fails one step further on: the CQ, the RQ, then the steering (its TIR).
     for refused in [Opcode::CreateCq, Opcode::CreateRq, Opcode::CreateTir] {
-        fails_on(&mb, refused, || b.0.recover_rx(&mut b.1 .1[1]));
-        assert!(b.1 .1[1].in_error(), "stopped until rebuilt");
+        fails_on(&mb, refused, || b.port.recover_rx(&mut b.queues.rx[1]));
+        assert!(b.queues.rx[1].in_error(), "stopped until rebuilt");
         let mut got = Vec::new();
-        assert_eq!(b.1 .1[1].rx_burst(&mut got, 64), 0);
+        assert_eq!(b.queues.rx[1].rx_burst(&mut got, 64).unwrap(), 0);
         assert_eq!(
-            b.1 .1[1].stats().flushed,
+            b.queues.rx[1].stats().flushed,
             64,
             "the posted buffers are flushed once, by the first attempt"
         );
     }
-    let r = b.0.recover_rx(&mut b.1 .1[1]).unwrap();
+    let r = b.port.recover_rx(&mut b.queues.rx[1]).unwrap();
     assert!(r.cq_recreated);
     assert_eq!(r.flushed, 0, "nothing left to flush when it resumed");
-    assert!(!b.1 .1[1].in_error());
-    assert_eq!(b.1 .1[1].posted(), 64);
+    assert!(!b.queues.rx[1].in_error());
+    assert_eq!(b.queues.rx[1].posted(), 64);
     assert_eq!(
         mb.object_counts(),
         objects,
         "nothing created twice or left over"
     );
-    assert!(b.0.failed_cqs().is_empty());
+    assert!(b.port.failed_cqs().is_empty());
 
     every_queue_receives_then_close(a, b, 200, 6);
 }
@@ -273,26 +279,30 @@ fn a_receive_queue_rebuild_that_fails_partway_resumes_where_it_stopped() {
 fn a_send_queue_rebuild_that_fails_partway_resumes_where_it_stopped() {
     let (mut a, mut b, ma, _mb) = pair();
     let objects = ma.object_counts();
-    let old_cq = a.1 .0[0].cqn();
+    let old_cq = a.queues.tx[0].cqn();
     ma.inject(Fault::CqOverrun { cqn: old_cq });
     send(&mut a, 0, 40, 9000);
     assert_eq!(receive_all(&mut b, 0).len(), 32);
-    assert_eq!(a.0.failed_cqs(), vec![old_cq]);
+    assert_eq!(a.port.failed_cqs(), vec![old_cq]);
 
     for refused in [Opcode::DestroyCq, Opcode::CreateCq, Opcode::CreateSq] {
-        fails_on(&ma, refused, || a.0.recover_tx(&mut a.1 .0[0]));
-        assert!(a.1 .0[0].in_error());
-        let mut batch = vec![a.0.pool().alloc().unwrap()];
-        assert_eq!(a.1 .0[0].tx_burst(&mut batch), 0, "refused while stopped");
+        fails_on(&ma, refused, || a.port.recover_tx(&mut a.queues.tx[0]));
+        assert!(a.queues.tx[0].in_error());
+        let mut batch = vec![a.port.pool().alloc().unwrap()];
+        assert_eq!(
+            a.queues.tx[0].tx_burst(&mut batch),
+            0,
+            "refused while stopped"
+        );
         assert_eq!(batch.len(), 1, "and handed back");
     }
-    assert_eq!(a.1 .0[0].stats().flushed, 40, "flushed once");
-    a.0.recover_tx(&mut a.1 .0[0]).unwrap();
-    assert!(!a.1 .0[0].in_error());
+    assert_eq!(a.queues.tx[0].stats().flushed, 40, "flushed once");
+    a.port.recover_tx(&mut a.queues.tx[0]).unwrap();
+    assert!(!a.queues.tx[0].in_error());
     assert_eq!(ma.object_counts(), objects);
     send(&mut a, 100, 40, 9000);
     assert_eq!(receive_all(&mut b, 0).len(), 40, "sending works again");
-    let pool = a.0.pool().clone();
+    let pool = a.port.pool().clone();
     close(b);
     close(a);
     assert_eq!(

@@ -3,13 +3,13 @@
 //! burst size, across many passes of the ring; it refuses a session whose title or mini-CQEs
 //! carry values it cannot trust, and recovery puts the queue back in step.
 
-use cxdirect::{Mbuf, Port, PortConfig, Queues, Recovery};
+use cxdirect::{Mbuf, Port, PortConfig, Recovery, Started};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::{Device as Model, EmuConfig, ExecMode, Fault};
 use cxdirect_tests::setup::{bring_up, small_port};
 use cxdirect_tests::udp_frame_sized;
 
-type Side = (Port<EmuBackend>, Queues<EmuBackend>);
+type Side = Started<EmuBackend>;
 
 /// Ports a (sending) and b (receiving), 64-entry rings, on an inline-executing model pair.
 fn pair(b_config: PortConfig) -> (Side, Side, Model) {
@@ -33,18 +33,18 @@ fn frame(seq: u32) -> Vec<u8> {
 fn send(a: &mut Side, first: u32, count: u32) {
     let mut batch: Vec<Mbuf> = (first..first + count)
         .map(|seq| {
-            let mut m = a.0.pool().alloc().unwrap();
+            let mut m = a.port.pool().alloc().unwrap();
             m.set_data(&frame(seq)).unwrap();
             m
         })
         .collect();
-    cxdirect_tests::send_all(&mut a.1 .0[0], &mut batch);
+    cxdirect_tests::send_all(&mut a.queues.tx[0], &mut batch);
 }
 
 /// Receives on b with bursts of `burst` until nothing more comes.
 fn receive(b: &mut Side, burst: usize) -> Vec<Mbuf> {
     let mut got = Vec::new();
-    while b.1 .1[0].rx_burst(&mut got, burst) > 0 {}
+    while b.queues.rx[0].rx_burst(&mut got, burst).unwrap() > 0 {}
     got
 }
 
@@ -60,8 +60,8 @@ fn check_frames(got: &[Mbuf], first: u32) {
 }
 
 fn close_balanced(a: Side, b: Side) {
-    let pool = b.0.pool().clone();
-    for (port, queues) in [b, a] {
+    let pool = b.port.pool().clone();
+    for Started { port, queues } in [b, a] {
         drop(queues);
         port.close().unwrap().teardown().unwrap();
     }
@@ -75,7 +75,7 @@ fn close_balanced(a: Side, b: Side) {
 /// Recovers b's stopped receive queue, which must get a new CQ (where the device writes next
 /// was unknown); returns what recovery did.
 fn recover_with_new_cq(b: &mut Side) -> Recovery {
-    let r = b.0.recover_rx(&mut b.1 .1[0]).unwrap();
+    let r = b.port.recover_rx(&mut b.queues.rx[0]).unwrap();
     assert!(
         r.cq_recreated,
         "where the device writes next is unknown: {r:?}"
@@ -87,7 +87,7 @@ fn recover_with_new_cq(b: &mut Side) -> Recovery {
 fn frames_arrive(a: &mut Side, b: &mut Side, first: u32, count: u32) {
     send(a, first, count);
     let got = receive(b, 64);
-    assert_eq!(got.len(), count as usize, "{:?}", b.1 .1[0].stats());
+    assert_eq!(got.len(), count as usize, "{:?}", b.queues.rx[0].stats());
     check_frames(&got, first);
 }
 
@@ -122,7 +122,7 @@ fn compressed_sessions_arrive_intact_across_bursts_and_ring_passes() {
             sent_sizes.push(n);
         }
     }
-    let stats = b.1 .1[0].stats();
+    let stats = b.queues.rx[0].stats();
     assert_eq!(stats.packets, u64::from(seq));
     assert_eq!(stats.bad_cqes, 0);
     let c = mb.counters();
@@ -158,7 +158,7 @@ fn with_compression_off_every_completion_is_a_plain_cqe() {
         (c.cqes, c.cqe_slot_writes, c.compressed_sessions),
         (32, 32, 0)
     );
-    assert_eq!(b.1 .1[0].stats().compressed_cqes, 0);
+    assert_eq!(b.queues.rx[0].stats().compressed_cqes, 0);
     drop(got);
     close_balanced(a, b);
 }
@@ -166,7 +166,7 @@ fn with_compression_off_every_completion_is_a_plain_cqe() {
 #[test]
 fn a_title_claiming_more_completions_than_the_ring_holds_is_refused_and_the_cq_rebuilt() {
     let (mut a, mut b, mb) = pair(small_port());
-    let cqn = b.1 .1[0].cqn();
+    let cqn = b.queues.rx[0].cqn();
     // byte_cnt of the title: 4096 completions in a 64-entry CQ.
     mb.inject(Fault::CorruptSession {
         cqn,
@@ -178,7 +178,7 @@ fn a_title_claiming_more_completions_than_the_ring_holds_is_refused_and_the_cq_r
         receive(&mut b, 64).is_empty(),
         "nothing from a session it cannot place"
     );
-    let q = &b.1 .1[0];
+    let q = &b.queues.rx[0];
     assert!(q.in_error());
     assert_eq!(q.stats().bad_cqes, 1);
 
@@ -191,7 +191,7 @@ fn a_title_claiming_more_completions_than_the_ring_holds_is_refused_and_the_cq_r
 #[test]
 fn a_mini_cqe_with_an_impossible_byte_count_stops_the_queue_at_that_completion() {
     let (mut a, mut b, mb) = pair(small_port());
-    let cqn = b.1 .1[0].cqn();
+    let cqn = b.queues.rx[0].cqn();
     // The third mini-CQE of the first array (bytes 16..24) says 4 GiB.
     mb.inject(Fault::CorruptSession {
         cqn,
@@ -202,7 +202,7 @@ fn a_mini_cqe_with_an_impossible_byte_count_stops_the_queue_at_that_completion()
     let got = receive(&mut b, 64);
     assert_eq!(got.len(), 2, "the two completions before it");
     check_frames(&got, 0);
-    let q = &b.1 .1[0];
+    let q = &b.queues.rx[0];
     assert!(q.in_error());
     assert_eq!(q.stats().bad_cqes, 1);
 
@@ -245,8 +245,8 @@ fn a_receiver_polling_while_the_device_writes_sessions_never_refuses_one() {
                 seq += 32;
                 sent += 32;
             }
-            b.1 .1[0].rx_burst(&mut got, 32);
-            let q = &b.1 .1[0];
+            b.queues.rx[0].rx_burst(&mut got, 32).unwrap();
+            let q = &b.queues.rx[0];
             assert!(!q.in_error(), "refused a completion: {:?}", q.stats());
             assert!(
                 std::time::Instant::now() < deadline,
@@ -258,7 +258,7 @@ fn a_receiver_polling_while_the_device_writes_sessions_never_refuses_one() {
         got.clear();
     }
     assert!(mb.counters().compressed_sessions > 0);
-    assert_eq!(b.1 .1[0].stats().bad_cqes, 0);
+    assert_eq!(b.queues.rx[0].stats().bad_cqes, 0);
     close_balanced(a, b);
 }
 
@@ -286,15 +286,15 @@ fn compressed_completions_carry_each_frames_own_hash_and_the_titles_offload_resu
         let mut batch: Vec<Mbuf> = frames
             .iter()
             .map(|f| {
-                let mut m = a.0.pool().alloc().unwrap();
+                let mut m = a.port.pool().alloc().unwrap();
                 m.set_data(f).unwrap();
                 m
             })
             .collect();
-        cxdirect_tests::send_all(&mut a.1 .0[0], &mut batch);
+        cxdirect_tests::send_all(&mut a.queues.tx[0], &mut batch);
         let mut got = Vec::new();
-        for q in b.1 .1.iter_mut() {
-            while q.rx_burst(&mut got, 64) > 0 {}
+        for q in b.queues.rx.iter_mut() {
+            while q.rx_burst(&mut got, 64).unwrap() > 0 {}
         }
         assert_eq!(got.len(), frames.len());
         let mut by_frame: Vec<_> = got
@@ -331,7 +331,7 @@ fn a_title_with_the_wrong_owner_bit_is_noticed_and_the_cq_rebuilt() {
     // the queue would wait at the slot after the title while the device writes past the
     // session.
     let (mut a, mut b, mb) = pair(small_port());
-    let cqn = b.1 .1[0].cqn();
+    let cqn = b.queues.rx[0].cqn();
     let title_op_own = (2u8 << 4) | (3 << 2); // receive, compressed format, first pass
     mb.inject(Fault::CorruptSession {
         cqn,
@@ -343,18 +343,21 @@ fn a_title_with_the_wrong_owner_bit_is_noticed_and_the_cq_rebuilt() {
     // owner 1): the queue can only wait. The next frame's completion, written past the
     // session, shows the title was skipped.
     let mut got = Vec::new();
-    b.1 .1[0].rx_burst(&mut got, 64);
+    b.queues.rx[0].rx_burst(&mut got, 64).unwrap();
     send(&mut a, 8, 1);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while !b.1 .1[0].in_error() && std::time::Instant::now() < deadline {
-        b.1 .1[0].rx_burst(&mut got, 64);
+    while !b.queues.rx[0].in_error() && std::time::Instant::now() < deadline {
+        b.queues.rx[0].rx_burst(&mut got, 64).unwrap();
     }
     assert!(
         got.is_empty(),
         "{} frames from a session it cannot place",
         got.len()
     );
-    assert!(b.1 .1[0].in_error(), "the skipped title was not noticed");
+    assert!(
+        b.queues.rx[0].in_error(),
+        "the skipped title was not noticed"
+    );
     recover_with_new_cq(&mut b);
     frames_arrive(&mut a, &mut b, 100, 20);
     close_balanced(a, b);
@@ -366,7 +369,7 @@ fn a_title_overstating_its_session_is_refused_where_its_arrays_run_out_and_the_c
     // the device never wrote, whose byte count the queue refuses. The device's next entry is
     // at slot 8, the driver's would be at 44: only a new CQ puts them back in step.
     let (mut a, mut b, mb) = pair(small_port());
-    let cqn = b.1 .1[0].cqn();
+    let cqn = b.queues.rx[0].cqn();
     mb.inject(Fault::CorruptSession {
         cqn,
         slot: 0,
@@ -376,7 +379,7 @@ fn a_title_overstating_its_session_is_refused_where_its_arrays_run_out_and_the_c
     let got = receive(&mut b, 64);
     assert_eq!(got.len(), 8, "the eight the device wrote");
     check_frames(&got, 0);
-    assert!(b.1 .1[0].in_error());
+    assert!(b.queues.rx[0].in_error());
     recover_with_new_cq(&mut b);
     drop(got);
     frames_arrive(&mut a, &mut b, 100, 20);

@@ -4,7 +4,7 @@
 //! case the memory must stay the device's until the device is done with it (or a function reset
 //! ends everything), and nothing may be lost for good.
 
-use cxdirect::{CmdFailure, Device, DriverError, Options, Port, PortConfig};
+use cxdirect::{CmdFailure, Device, DriverError, Options, Port, PortConfig, Started};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_dma::DmaRegion;
 use cxdirect_emu::{Device as Model, EmuConfig, Fault};
@@ -239,7 +239,7 @@ fn a_device_dropped_without_teardown_resets_the_function_before_freeing_its_memo
 fn a_port_and_its_queues_dropped_without_close_leave_nothing_behind() {
     let model = Model::loopback(EmuConfig::default());
     let dev = bring_up(&model, LONG);
-    let (port, queues) = Port::start(dev, port_config()).unwrap();
+    let Started { port, queues } = Port::start(dev, port_config()).unwrap();
     assert!(model.object_counts().iter().sum::<usize>() > 0);
     drop(port);
     assert_eq!(model.firmware_pages_held(), 0);
@@ -251,19 +251,25 @@ fn a_port_and_its_queues_dropped_without_close_leave_nothing_behind() {
 #[test]
 fn a_receive_queue_handle_dropped_while_its_queue_runs_keeps_its_rings_until_close() {
     let (model_a, model_b) = Model::pair(EmuConfig::default(), EmuConfig::default());
-    let (port_a, mut queues_a) = Port::start(bring_up(&model_a, LONG), port_config()).unwrap();
-    let (port_b, mut queues_b) = Port::start(bring_up(&model_b, LONG), port_config()).unwrap();
+    let Started {
+        port: port_a,
+        queues: mut queues_a,
+    } = Port::start(bring_up(&model_a, LONG), port_config()).unwrap();
+    let Started {
+        port: port_b,
+        queues: mut queues_b,
+    } = Port::start(bring_up(&model_b, LONG), port_config()).unwrap();
     let mapped = model_b.iommu().mapping_count();
     // The receive queue stays in the device: frames for it are still received into its
     // buffers and completed into its CQ.
-    drop(queues_b.1.pop().expect("one receive queue"));
+    drop(queues_b.rx.pop().expect("one receive queue"));
     assert_eq!(model_b.iommu().mapping_count(), mapped, "rings kept mapped");
     let before = model_b.counters();
     for seq in 0..8 {
         let mut m = port_a.pool().alloc().unwrap();
         m.set_data(&udp_frame(seq, 9000)).unwrap();
         let mut batch = vec![m];
-        queues_a.0[0].tx_burst(&mut batch);
+        queues_a.tx[0].tx_burst(&mut batch);
         assert!(batch.is_empty());
     }
     let deadline = Instant::now() + Duration::from_secs(10);

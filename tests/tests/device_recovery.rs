@@ -3,7 +3,7 @@
 //! `Port::recover`, which re-creates its queues: traffic resumes both ways, every buffer the
 //! old queues held is back in the pool, and nothing the reset freed stays mapped.
 
-use cxdirect::{Device, DriverError, HealthFailure, Options, Port, PortConfig, Queues};
+use cxdirect::{Device, DriverError, HealthFailure, Options, Port, PortConfig, Started};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::{Device as Model, EmuConfig};
 use cxdirect_hw::init_seg::health_syndrome;
@@ -11,7 +11,7 @@ use cxdirect_hw::reg;
 use cxdirect_tests::send_and_receive;
 use std::time::{Duration, Instant};
 
-type Side = (Port<EmuBackend>, Queues<EmuBackend>);
+type Side = Started<EmuBackend>;
 
 fn options() -> Options {
     Options {
@@ -52,9 +52,9 @@ fn wait_for_failure(dev: &mut Device<EmuBackend>) -> HealthFailure {
 
 /// Buffers of the side's pool that are neither free, posted nor in flight.
 fn unaccounted(side: &Side) -> usize {
-    let pool = side.0.pool();
-    let posted: usize = side.1 .1.iter().map(|q| q.posted()).sum();
-    let in_flight: usize = side.1 .0.iter().map(|q| q.in_flight()).sum();
+    let pool = side.port.pool();
+    let posted: usize = side.queues.rx.iter().map(|q| q.posted()).sum();
+    let in_flight: usize = side.queues.tx.iter().map(|q| q.in_flight()).sum();
     pool.capacity() as usize - pool.available() as usize - posted - in_flight
 }
 
@@ -62,19 +62,19 @@ fn unaccounted(side: &Side) -> usize {
 /// 64 frames each way between the two ports arrive.
 fn assert_traffic_both_ways(a: &mut Side, b: &mut Side) {
     assert_eq!(
-        send_and_receive(&mut a.1 .0[0], a.0.pool(), &mut b.1 .1[0], 64),
+        send_and_receive(&mut a.queues.tx[0], a.port.pool(), &mut b.queues.rx[0], 64),
         64,
         "a to b"
     );
     assert_eq!(
-        send_and_receive(&mut b.1 .0[0], b.0.pool(), &mut a.1 .1[0], 64),
+        send_and_receive(&mut b.queues.tx[0], b.port.pool(), &mut a.queues.rx[0], 64),
         64,
         "b to a"
     );
 }
 
 fn close_clean(side: Side, model: &Model) {
-    let (port, queues) = side;
+    let Started { port, queues } = side;
     drop(queues);
     let dev = port.close().expect("close");
     let report = dev.teardown().expect("teardown");
@@ -94,27 +94,27 @@ fn fail_and_recover(
 ) {
     let objects = model.object_counts();
     let pages = model.firmware_pages_held();
-    let held: usize = side.1 .1.iter().map(|q| q.posted()).sum::<usize>()
-        + side.1 .0.iter().map(|q| q.in_flight()).sum::<usize>();
+    let held: usize = side.queues.rx.iter().map(|q| q.posted()).sum::<usize>()
+        + side.queues.tx.iter().map(|q| q.in_flight()).sum::<usize>();
     fail(model);
-    assert_eq!(wait_for_failure(side.0.device()), expected);
+    assert_eq!(wait_for_failure(side.port.device()), expected);
     // A failed device refuses commands with the failure, without touching it.
-    match side.0.rx_missed() {
+    match side.port.rx_missed() {
         Err(DriverError::Failed(why)) => assert_eq!(why, expected),
         other => panic!("a command on a failed device: {other:?}"),
     }
-    let recovery = side.0.recover(&mut side.1).expect("recover");
+    let recovery = side.port.recover(&mut side.queues).expect("recover");
     assert_eq!(recovery.device.failure, Some(expected), "{recovery:?}");
     assert_eq!(recovery.device.keys_lost, 1, "the pool's key: {recovery:?}");
     assert_eq!(recovery.device.pages_released, pages, "{recovery:?}");
     assert_eq!(recovery.flushed, held, "every buffer the old queues held");
     assert_eq!(
-        (side.1 .0.len(), side.1 .1.len()),
+        (side.queues.tx.len(), side.queues.rx.len()),
         (1, 1),
         "new queue handles"
     );
-    side.0.device().check_health().expect("healthy again");
-    assert_eq!(side.0.device().info().resets, 1);
+    side.port.device().check_health().expect("healthy again");
+    assert_eq!(side.port.device().info().resets, 1);
     assert_eq!(
         model.object_counts(),
         objects,
@@ -132,7 +132,7 @@ fn fail_and_recover(
 fn a_receiving_port_whose_firmware_reports_a_fatal_syndrome_is_reset_and_resumes() {
     let (mut a, mut b, model_a, model_b) = pair();
     assert_eq!(
-        send_and_receive(&mut a.1 .0[0], a.0.pool(), &mut b.1 .1[0], 16),
+        send_and_receive(&mut a.queues.tx[0], a.port.pool(), &mut b.queues.rx[0], 16),
         16
     );
     fail_and_recover(
@@ -152,7 +152,7 @@ fn a_sending_port_whose_health_counter_stops_is_reset_and_resumes() {
     let (mut a, mut b, model_a, model_b) = pair();
     // Frames in flight on the send ring when the firmware hangs.
     assert_eq!(
-        send_and_receive(&mut a.1 .0[0], a.0.pool(), &mut b.1 .1[0], 40),
+        send_and_receive(&mut a.queues.tx[0], a.port.pool(), &mut b.queues.rx[0], 40),
         40
     );
     fail_and_recover(
@@ -162,7 +162,7 @@ fn a_sending_port_whose_health_counter_stops_is_reset_and_resumes() {
         HealthFailure::CounterStalled,
     );
     assert_eq!(
-        a.1 .0[0].stats().packets,
+        a.queues.tx[0].stats().packets,
         0,
         "the new queue counts from zero"
     );

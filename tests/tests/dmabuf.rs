@@ -9,7 +9,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cxdirect::{Device, KeyAccess, Mbuf, MemoryKey, Options, Port, PortConfig, RxQueue, TxQueue};
+use cxdirect::{
+    Device, KeyAccess, Mbuf, MemoryKey, Options, Port, PortConfig, Queues, RxQueue, Started,
+    TxQueue,
+};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_dma::{export, DmaBuf, DmaBufMapping, DmaBufMode};
 use cxdirect_emu::{Device as Model, EmuConfig};
@@ -113,8 +116,20 @@ fn pair(mode: DmaBufMode, access: KeyAccess) -> Pair {
         pool_buffers: 1024,
         ..PortConfig::default()
     };
-    let (tx_port, (mut a_tx, mut a_rx)) = Port::start(da, base.clone()).unwrap();
-    let (rx_port, (mut b_tx, mut b_rx)) = Port::start(
+    let Started {
+        port: tx_port,
+        queues: Queues {
+            tx: mut a_tx,
+            rx: mut a_rx,
+        },
+    } = Port::start(da, base.clone()).unwrap();
+    let Started {
+        port: rx_port,
+        queues: Queues {
+            tx: mut b_tx,
+            rx: mut b_rx,
+        },
+    } = Port::start(
         db,
         PortConfig {
             pool_memory: Some(mapping.clone()),
@@ -151,7 +166,7 @@ fn send_all(tx: &mut TxQueue<EmuBackend>, mut batch: Vec<Mbuf>) {
 
 fn receive(rx: &mut RxQueue<EmuBackend>) -> Vec<Mbuf> {
     let mut got = Vec::new();
-    while rx.rx_burst(&mut got, 32) > 0 {}
+    while rx.rx_burst(&mut got, 32).unwrap() > 0 {}
     got
 }
 
@@ -190,7 +205,7 @@ fn packets_land_in_the_dmabuf_and_are_sent_from_it() {
     send_all(&mut p.echo_tx, got);
     let mut echoed = Vec::new();
     for _ in 0..10_000 {
-        p.echo_rx.rx_burst(&mut echoed, 64);
+        p.echo_rx.rx_burst(&mut echoed, 64).unwrap();
         if echoed.len() == 40 {
             break;
         }
@@ -320,7 +335,10 @@ fn revoking_the_pool_stops_its_queues_first_and_new_memory_restarts_them() {
             .collect();
         send_all(&mut tx, batch);
     };
-    let mut queues = (vec![echo_tx], vec![rx]);
+    let mut queues = Queues {
+        tx: vec![echo_tx],
+        rx: vec![rx],
+    };
     // Ten frames completed and not yet taken when the exporter asks for the memory back.
     send(0, 10);
     assert!(!rx_port.pool_revoke_requested());
@@ -340,9 +358,9 @@ fn revoking_the_pool_stops_its_queues_first_and_new_memory_restarts_them() {
         old_pool.capacity(),
         "all back, none twice"
     );
-    assert!(queues.1[0].in_error() && queues.0[0].in_error());
+    assert!(queues.rx[0].in_error() && queues.tx[0].in_error());
     assert!(
-        rx_port.recover_rx(&mut queues.1[0]).is_err(),
+        rx_port.recover_rx(&mut queues.rx[0]).is_err(),
         "no restart over revoked memory"
     );
     assert!(rx_port.revoke_pool(&mut queues).is_err(), "revoked already");
@@ -351,7 +369,7 @@ fn revoking_the_pool_stops_its_queues_first_and_new_memory_restarts_them() {
     let watched = rx_model.iommu().watch(mapping.iova(), mapping.len() as u64);
     let drops = rx_model.counters().rx_steer_drops;
     send(10, 5);
-    assert!(receive(&mut queues.1[0]).is_empty());
+    assert!(receive(&mut queues.rx[0]).is_empty());
     assert_eq!(rx_model.counters().rx_steer_drops - drops, 5);
     assert_eq!(watched.load(Ordering::Relaxed), 0);
 
@@ -368,9 +386,9 @@ fn revoking_the_pool_stops_its_queues_first_and_new_memory_restarts_them() {
         .unwrap();
     assert!(!rx_port.pool_revoked());
     assert_eq!(rx_port.pool().capacity(), 256);
-    assert_eq!(queues.1[0].posted(), 64);
+    assert_eq!(queues.rx[0].posted(), 64);
     send(100, 20);
-    let got = receive(&mut queues.1[0]);
+    let got = receive(&mut queues.rx[0]);
     assert_eq!(got.len(), 20, "traffic resumed on the new memory");
     for (i, m) in got.iter().enumerate() {
         let want = udp_frame(100 + i as u32, 7000);

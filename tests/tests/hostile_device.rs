@@ -3,7 +3,9 @@
 //! use, report a clear error, and keep working (or fail cleanly and come back after a reset).
 //! Property tests with modest case counts: each case brings a function up on a fresh model.
 
-use cxdirect::{CmdFailure, Device, DriverError, Event, EventCounts, Port, TeardownReport};
+use cxdirect::{
+    CmdFailure, Device, DriverError, Event, EventCounts, Port, Queues, Started, TeardownReport,
+};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::{Device as Model, EmuConfig, Fault};
 use cxdirect_hw::cmd::Opcode;
@@ -174,7 +176,7 @@ proptest! {
             arm();
         }
         match Port::start(dev.take().unwrap(), small_port()) {
-            Ok((port, queues)) => {
+            Ok(Started { port, queues }) => {
                 drop(queues);
                 if phase == 1 {
                     arm();
@@ -265,7 +267,7 @@ fn a_swallowed_command_during_port_start_fails_the_start_naming_the_command() {
     clean_teardown(again, &model);
 }
 
-type Ports = (Port<EmuBackend>, cxdirect::Queues<EmuBackend>);
+type Ports = Started<EmuBackend>;
 
 /// An emulated pair with small rings, both ports started.
 fn pair() -> (Ports, Ports, Model, Model) {
@@ -291,7 +293,24 @@ fn pair() -> (Ports, Ports, Model, Model) {
 /// for good, reported no error, and `Port::recover_rx` could not move the CQ past that slot.
 #[test]
 fn a_receive_cqe_written_with_opcode_invalid_is_noticed_and_recovered_from() {
-    let ((pa, (mut txa, _rxa)), (mut pb, (_txb, mut rxb)), _, model_b) = pair();
+    let (
+        Started {
+            port: pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: _rxa,
+            },
+        },
+        Started {
+            port: mut pb,
+            queues: Queues {
+                tx: _txb,
+                rx: mut rxb,
+            },
+        },
+        _,
+        model_b,
+    ) = pair();
     assert_eq!(
         cxdirect_tests::send_and_receive(&mut txa[0], pa.pool(), &mut rxb[0], 4),
         4,
@@ -362,7 +381,24 @@ fn a_teardown_the_device_kept_pages_through_resets_the_function_and_it_comes_bac
 /// check, refuses the entry, and recovery moves past it.
 #[test]
 fn a_receive_cqe_with_the_wrong_owner_bit_is_noticed_and_recovered_from() {
-    let ((pa, (mut txa, _rxa)), (mut pb, (_txb, mut rxb)), _, model_b) = pair();
+    let (
+        Started {
+            port: pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: _rxa,
+            },
+        },
+        Started {
+            port: mut pb,
+            queues: Queues {
+                tx: _txb,
+                rx: mut rxb,
+            },
+        },
+        _,
+        model_b,
+    ) = pair();
     assert_eq!(
         cxdirect_tests::send_and_receive(&mut txa[0], pa.pool(), &mut rxb[0], 4),
         4,
@@ -379,7 +415,7 @@ fn a_receive_cqe_with_the_wrong_owner_bit_is_noticed_and_recovered_from() {
     // legally writes a session's arrays before its title).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while !rxb[0].in_error() && std::time::Instant::now() < deadline {
-        rxb[0].rx_burst(&mut got, 64);
+        rxb[0].rx_burst(&mut got, 64).unwrap();
     }
     assert!(got.is_empty(), "{} frames received out of order", got.len());
     let stats = rxb[0].stats();

@@ -3,13 +3,13 @@
 //! receive's payload write in flight (`Fault::LateReceive`) and lands it later; the buffer it
 //! lands in must be one nobody else holds.
 
-use cxdirect::{Device, Mbuf, Options, Port, PortConfig, Queues};
+use cxdirect::{Device, Mbuf, Options, Port, PortConfig, Started};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::{Device as Model, EmuConfig, Fault};
 use cxdirect_tests::udp_frame;
 use std::time::Duration;
 
-type Side = (Port<EmuBackend>, Queues<EmuBackend>);
+type Side = Started<EmuBackend>;
 
 fn start(model: &Model, name: &str) -> Side {
     let options = Options {
@@ -26,10 +26,10 @@ fn start(model: &Model, name: &str) -> Side {
 }
 
 fn send_one(a: &mut Side, seq: u32) {
-    let mut m = a.0.pool().alloc().unwrap();
+    let mut m = a.port.pool().alloc().unwrap();
     m.set_data(&udp_frame(seq, 9000)).unwrap();
     let mut batch = vec![m];
-    a.1 .0[0].tx_burst(&mut batch);
+    a.queues.tx[0].tx_burst(&mut batch);
     assert!(batch.is_empty());
 }
 
@@ -47,7 +47,7 @@ fn late_write_in_flight() -> LateWrite {
     let mut a = start(&model_a, "a");
     let b = start(&model_b, "b");
     model_b.inject(Fault::LateReceive {
-        rqn: b.1 .1[0].rqn(),
+        rqn: b.queues.rx[0].rqn(),
     });
     let writes = model_b.counters().payload_writes;
     send_one(&mut a, 7);
@@ -61,7 +61,7 @@ fn late_write_in_flight() -> LateWrite {
 
 /// Takes every free buffer of `b`'s pool and fills it with a pattern.
 fn take_every_free_buffer(b: &Side) -> Vec<Mbuf> {
-    let pool = b.0.pool();
+    let pool = b.port.pool();
     let fill = vec![0xa5u8; pool.data_room() as usize];
     let mut held = Vec::new();
     while let Some(mut m) = pool.alloc() {
@@ -92,8 +92,8 @@ fn a_late_write_lands_in_a_quarantined_buffer_after_its_queue_handle_is_dropped(
 
     // The application drops its receive queue while the write is in flight: the ring's
     // buffers stay out of the pool until the port has destroyed the RQ.
-    b.1 .1.clear();
-    assert_eq!(b.0.pool().available(), 256 - 64);
+    b.queues.rx.clear();
+    assert_eq!(b.port.pool().available(), 256 - 64);
     let held = take_every_free_buffer(&b);
     assert_eq!(held.len(), 192);
 
@@ -102,8 +102,8 @@ fn a_late_write_lands_in_a_quarantined_buffer_after_its_queue_handle_is_dropped(
     assert!(untouched(&held), "in a buffer nobody holds");
     drop(held);
 
-    let pool = b.0.pool().clone();
-    let (port, queues) = b;
+    let pool = b.port.pool().clone();
+    let Started { port, queues } = b;
     drop(queues);
     port.close().unwrap().teardown().unwrap();
     assert_eq!(
@@ -111,7 +111,7 @@ fn a_late_write_lands_in_a_quarantined_buffer_after_its_queue_handle_is_dropped(
         pool.capacity(),
         "the quarantine came back whole"
     );
-    let (port, queues) = a;
+    let Started { port, queues } = a;
     drop(queues);
     port.close().unwrap().teardown().unwrap();
 }
@@ -125,12 +125,16 @@ fn recovery_takes_back_buffers_only_after_a_late_write_landed() {
         writes,
     } = late_write_in_flight();
     let mut got = Vec::new();
-    assert_eq!(b.1 .1[0].rx_burst(&mut got, 32), 0, "nothing completed yet");
+    assert_eq!(
+        b.queues.rx[0].rx_burst(&mut got, 32).unwrap(),
+        0,
+        "nothing completed yet"
+    );
 
     // Reset the queue while the write is in flight: the device finishes it before the RQ
     // leaves RDY, so its completion is among those recovery drains, and every buffer the
     // pool gets back is one the device is done with.
-    let r = b.0.recover_rx(&mut b.1 .1[0]).unwrap();
+    let r = b.port.recover_rx(&mut b.queues.rx[0]).unwrap();
     assert_eq!(mb.counters().payload_writes, writes + 1);
     assert_eq!(r.drained_cqes, 1, "{r:?}");
     assert_eq!(r.flushed, 64, "{r:?}");
@@ -141,10 +145,10 @@ fn recovery_takes_back_buffers_only_after_a_late_write_landed() {
 
     // The queue works again.
     send_one(&mut a, 8);
-    assert_eq!(b.1 .1[0].rx_burst(&mut got, 32), 1);
+    assert_eq!(b.queues.rx[0].rx_burst(&mut got, 32).unwrap(), 1);
     assert_eq!(got[0].to_vec(), udp_frame(8, 9000));
     drop(got);
-    for (port, queues) in [b, a] {
+    for Started { port, queues } in [b, a] {
         drop(queues);
         port.close().unwrap().teardown().unwrap();
     }

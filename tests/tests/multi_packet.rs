@@ -1,7 +1,7 @@
 //! Enhanced multi-packet send WQEs through the driver: runs of a burst share one WQE, every
 //! packet arrives intact and in order, and every buffer goes back to its pool.
 
-use cxdirect::{InlineMode, Mbuf, PortConfig};
+use cxdirect::{InlineMode, Mbuf, PortConfig, Queues, Started};
 use cxdirect_emu::counters::QueueKind;
 use cxdirect_emu::EmuConfig;
 use cxdirect_tests::setup::started_pair as pair;
@@ -83,8 +83,25 @@ fn runs_of_a_burst_share_multi_packet_wqes_in_every_inline_mode() {
             tx_multi_packet: true,
             ..PortConfig::default()
         };
-        let ((pa, (mut txa, rxa)), (pb, (txb, mut rxb)), [model_a, _]) =
-            pair(EmuConfig::default(), config);
+        let (
+            Started {
+                port: pa,
+                queues:
+                    Queues {
+                        tx: mut txa,
+                        rx: rxa,
+                    },
+            },
+            Started {
+                port: pb,
+                queues:
+                    Queues {
+                        tx: txb,
+                        rx: mut rxb,
+                    },
+            },
+            [model_a, _],
+        ) = pair(EmuConfig::default(), config);
         let pool = pa.pool().clone();
         let idle = pool.available();
         let before = model_a.counters();
@@ -99,7 +116,7 @@ fn runs_of_a_burst_share_multi_packet_wqes_in_every_inline_mode() {
                 expected.push(frame);
             }
             cxdirect_tests::send_all(&mut txa[0], &mut batch);
-            while rxb[0].rx_burst(&mut got, 256) > 0 {}
+            while rxb[0].rx_burst(&mut got, 256).unwrap() > 0 {}
         }
         assert_eq!(got.len(), count, "{inline:?}: every packet arrived");
         for (i, m) in got.iter().enumerate() {
@@ -175,7 +192,20 @@ fn buffers_of_runs_in_flight_when_the_queue_goes_are_all_returned() {
         tx_multi_packet: true,
         ..PortConfig::default()
     };
-    let ((pa, (mut txa, rxa)), (pb, (txb, rxb)), _) = pair(EmuConfig::default(), config);
+    let (
+        Started {
+            port: pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: rxa,
+            },
+        },
+        Started {
+            port: pb,
+            queues: Queues { tx: txb, rx: rxb },
+        },
+        _,
+    ) = pair(EmuConfig::default(), config);
     let pool = pa.pool().clone();
     let idle = pool.available();
     let frame = cxdirect_tests::udp_frame_sized(64, 1, 4000, 9000);
@@ -215,7 +245,23 @@ fn without_the_device_capability_each_packet_gets_its_own_wqe() {
         multi_packet_send: false,
         ..EmuConfig::default()
     };
-    let ((pa, (mut txa, rxa)), (pb, (txb, mut rxb)), [model_a, _]) = pair(model, config);
+    let (
+        Started {
+            port: pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: rxa,
+            },
+        },
+        Started {
+            port: pb,
+            queues: Queues {
+                tx: txb,
+                rx: mut rxb,
+            },
+        },
+        [model_a, _],
+    ) = pair(model, config);
     let pool = pa.pool().clone();
     let mut batch = Vec::new();
     let mut expected = Vec::new();
@@ -228,7 +274,7 @@ fn without_the_device_capability_each_packet_gets_its_own_wqe() {
     }
     cxdirect_tests::send_all(&mut txa[0], &mut batch);
     let mut got = Vec::new();
-    while rxb[0].rx_burst(&mut got, 64) > 0 {}
+    while rxb[0].rx_burst(&mut got, 64).unwrap() > 0 {}
     let got: Vec<Vec<u8>> = got.iter().map(Mbuf::to_vec).collect();
     assert_eq!(got, expected);
     assert_eq!(txa[0].stats().multi_packet_wqes, 0);

@@ -3,7 +3,8 @@
 //! interrupts.
 
 use cxdirect::{
-    Device, DriverError, Event, Mbuf, Options, Port, PortConfig, SharedRxConfig, TxQueue,
+    Device, DriverError, Event, Mbuf, Options, Port, PortConfig, Queues, SharedQueues,
+    SharedRxConfig, Started, TxQueue,
 };
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::{Device as Model, EmuConfig, Fault};
@@ -46,8 +47,14 @@ fn rig(ring_size: u32, limit: u32, interrupts: bool) -> Rig {
         pool_buffers: 4096,
         ..PortConfig::default()
     };
-    let (tx_port, (mut txs, _)) = Port::start(da, base.clone()).unwrap();
-    let (mut rx_port, (_, rx)) = Port::start(
+    let Started {
+        port: tx_port,
+        queues: Queues { tx: mut txs, rx: _ },
+    } = Port::start(da, base.clone()).unwrap();
+    let Started {
+        port: mut rx_port,
+        queues: Queues { tx: _, rx },
+    } = Port::start(
         db,
         PortConfig {
             rx_queues: QUEUES,
@@ -62,7 +69,7 @@ fn rig(ring_size: u32, limit: u32, interrupts: bool) -> Rig {
         rx.is_empty(),
         "a shared-ring port hands its queues out separately"
     );
-    let (ring, queues) = rx_port.take_shared_rx().expect("shared ring handles");
+    let SharedQueues { ring, rx: queues } = rx_port.take_shared_rx().expect("shared ring handles");
     assert!(rx_port.take_shared_rx().is_none(), "handed out once");
     Rig {
         tx_port,
@@ -100,7 +107,7 @@ impl Rig {
         let mut got = Vec::new();
         let mut burst = Vec::new();
         for (q, queue) in self.queues.iter_mut().enumerate() {
-            while queue.rx_burst(&mut burst, 32) > 0 {}
+            while queue.rx_burst(&mut burst, 32).unwrap() > 0 {}
             for m in burst.drain(..) {
                 let data = m.to_vec();
                 let seq = u32::from_be_bytes([data[42], data[43], data[44], data[45]]);
@@ -334,9 +341,9 @@ fn a_blocked_receiver_wakes_on_the_completion_interrupt() {
         let mut got = Vec::new();
         queue.arm_interrupt().unwrap();
         // Nothing yet: the ring is idle, so sleep on the vector.
-        assert_eq!(queue.rx_burst(&mut got, 32), 0);
+        assert_eq!(queue.rx_burst(&mut got, 32).unwrap(), 0);
         let woke = queue.wait_interrupt(Duration::from_secs(20)).unwrap();
-        queue.rx_burst(&mut got, 32);
+        queue.rx_burst(&mut got, 32).unwrap();
         (woke, got.len(), queue.interrupts())
     });
     std::thread::sleep(Duration::from_millis(50));
@@ -370,15 +377,21 @@ fn a_plain_receive_queue_sleeps_on_its_interrupt_too() {
         udp_port_queues: Some(BASE_PORT),
         ..PortConfig::default()
     };
-    let (pa, (mut txa, _)) = Port::start(da, config.clone()).unwrap();
-    let (_pb, (_, mut rxb)) = Port::start(db, config.clone()).unwrap();
+    let Started {
+        port: pa,
+        queues: Queues { tx: mut txa, rx: _ },
+    } = Port::start(da, config.clone()).unwrap();
+    let Started {
+        port: _pb,
+        queues: Queues { tx: _, rx: mut rxb },
+    } = Port::start(db, config.clone()).unwrap();
     let mut queue = rxb.remove(1);
     let receiver = std::thread::spawn(move || {
         let mut got = Vec::new();
         queue.arm_interrupt().unwrap();
-        assert_eq!(queue.rx_burst(&mut got, 32), 0);
+        assert_eq!(queue.rx_burst(&mut got, 32).unwrap(), 0);
         let woke = queue.wait_interrupt(Duration::from_secs(20)).unwrap();
-        queue.rx_burst(&mut got, 32);
+        queue.rx_burst(&mut got, 32).unwrap();
         (woke, got.len())
     });
     std::thread::sleep(Duration::from_millis(50));
@@ -608,4 +621,68 @@ fn a_shared_ring_queue_in_error_stops_alone_and_recovers() {
     let got = rig.receive_all();
     assert_eq!(got.len(), 40, "every queue receives again");
     assert_eq!(got.iter().filter(|&&(q, _)| q == 1).count(), 10);
+}
+
+#[test]
+fn shared_ring_queues_receive_into_packet_bursts_and_refuse_a_burst_of_another_pool() {
+    let mut rig = rig(256, 0, false);
+    rig.send(0, 40);
+    let mut bursts: Vec<cxdirect::PacketBurst> =
+        (0..QUEUES).map(|_| cxdirect::PacketBurst::new()).collect();
+    let mut spins = 0;
+    while bursts.iter().map(cxdirect::PacketBurst::len).sum::<usize>() < 40 {
+        for (queue, burst) in rig.queues.iter_mut().zip(bursts.iter_mut()) {
+            queue.rx_burst(burst, 32).unwrap();
+        }
+        spins += 1;
+        assert!(spins < 100_000, "receive stalled");
+    }
+    for (q, burst) in bursts.iter().enumerate() {
+        assert_eq!(burst.len(), 10, "queue {q} receives its ten frames");
+        for i in 0..burst.len() {
+            let data = burst.get(i).unwrap().to_vec();
+            let seq = u32::from_be_bytes([data[42], data[43], data[44], data[45]]);
+            assert_eq!(
+                seq % u32::from(QUEUES),
+                q as u32,
+                "frame {seq} on queue {q}"
+            );
+            assert_eq!(data, frame(seq, BASE_PORT + q as u16), "frame {seq} intact");
+        }
+    }
+    assert_eq!(rig.unaccounted(), 40, "the bursts hold the forty buffers");
+
+    // A burst holding packets of another pool takes nothing, and nothing is lost.
+    let mut foreign = cxdirect::PacketBurst::new();
+    foreign
+        .push(rig.tx_port.pool().alloc().expect("tx buffer"))
+        .unwrap();
+    rig.send(40, 4);
+    let err = rig.queues[0].rx_burst(&mut foreign, 32).unwrap_err();
+    assert!(matches!(err, DriverError::Invalid(_)), "{err}");
+    assert_eq!(foreign.len(), 1, "the foreign burst is left alone");
+    foreign.clear();
+
+    for burst in &mut bursts {
+        burst.clear();
+    }
+    let mut got = Vec::new();
+    let mut spins = 0;
+    while got.len() < 4 {
+        for queue in &mut rig.queues {
+            queue.rx_burst(&mut got, 32).unwrap();
+        }
+        spins += 1;
+        assert!(
+            spins < 100_000,
+            "the frames sent after the refusal stay receivable"
+        );
+    }
+    drop(got);
+    assert_eq!(
+        rig.unaccounted(),
+        0,
+        "every buffer back in the pool or on the ring"
+    );
+    rig.close_clean("bursts");
 }

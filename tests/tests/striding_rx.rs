@@ -3,7 +3,7 @@
 //! its pool only when its last packet is dropped, forwarding such packets works, a completion
 //! out of step is refused and recovered from, and a device without the capability falls back.
 
-use cxdirect::{Device, Mbuf, Options, Port, PortConfig, RxStriding};
+use cxdirect::{Device, Mbuf, Options, Port, PortConfig, Queues, RxStriding, Started};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::counters::QueueKind;
 use cxdirect_emu::{Device as Model, EmuConfig, Fault};
@@ -41,8 +41,23 @@ fn send(pool: &cxdirect::Mempool, tx: &mut cxdirect::TxQueue<EmuBackend>, frames
 
 #[test]
 fn packets_fill_strides_arrive_intact_and_buffers_return_with_their_last_packet() {
-    let ((pa, (mut txa, _rxa)), (pb, (_txb, mut rxb)), [_, model_b]) =
-        pair(EmuConfig::default(), striding_config());
+    let (
+        Started {
+            port: pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: _rxa,
+            },
+        },
+        Started {
+            port: pb,
+            queues: Queues {
+                tx: _txb,
+                rx: mut rxb,
+            },
+        },
+        [_, model_b],
+    ) = pair(EmuConfig::default(), striding_config());
     assert!(rxb[0].is_striding());
     let stride_pool = pb.striding_pool().expect("striding pool").clone();
     let idle = stride_pool.available();
@@ -50,7 +65,7 @@ fn packets_fill_strides_arrive_intact_and_buffers_return_with_their_last_packet(
     let mut got: Vec<Mbuf> = Vec::new();
     for chunk in sent.chunks(30) {
         send(pa.pool(), &mut txa[0], chunk);
-        while rxb[0].rx_burst(&mut got, 64) > 0 {}
+        while rxb[0].rx_burst(&mut got, 64).unwrap() > 0 {}
     }
     assert_eq!(got.len(), sent.len(), "every packet arrived");
     for (i, (m, f)) in got.iter().zip(&sent).enumerate() {
@@ -90,8 +105,25 @@ fn packets_received_into_strides_can_be_forwarded_with_and_without_multi_packet_
             cqe_every: 1,
             ..striding_config()
         };
-        let ((pa, (mut txa, mut rxa)), (pb, (mut txb, mut rxb)), _) =
-            pair(EmuConfig::default(), config);
+        let (
+            Started {
+                port: pa,
+                queues:
+                    Queues {
+                        tx: mut txa,
+                        rx: mut rxa,
+                    },
+            },
+            Started {
+                port: pb,
+                queues:
+                    Queues {
+                        tx: mut txb,
+                        rx: mut rxb,
+                    },
+            },
+            _,
+        ) = pair(EmuConfig::default(), config);
         let stride_pool = pb.striding_pool().expect("striding pool").clone();
         let idle = stride_pool.available();
         let sent = frames(7, 600);
@@ -99,9 +131,9 @@ fn packets_received_into_strides_can_be_forwarded_with_and_without_multi_packet_
         for chunk in sent.chunks(20) {
             send(pa.pool(), &mut txa[0], chunk);
             let mut got = Vec::new();
-            while rxb[0].rx_burst(&mut got, 64) > 0 {}
+            while rxb[0].rx_burst(&mut got, 64).unwrap() > 0 {}
             cxdirect_tests::send_all(&mut txb[0], &mut got);
-            while rxa[0].rx_burst(&mut back, 64) > 0 {}
+            while rxa[0].rx_burst(&mut back, 64).unwrap() > 0 {}
         }
         assert_eq!(back.len(), sent.len(), "multi-packet {tx_multi_packet}");
         for (m, f) in back.iter().zip(&sent) {
@@ -126,13 +158,28 @@ fn packets_received_into_strides_can_be_forwarded_with_and_without_multi_packet_
 
 #[test]
 fn a_completion_out_of_step_is_refused_and_recovery_reposts_the_ring() {
-    let ((pa, (mut txa, _rxa)), (mut pb, (_txb, mut rxb)), [_, model_b]) =
-        pair(EmuConfig::default(), striding_config());
+    let (
+        Started {
+            port: pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: _rxa,
+            },
+        },
+        Started {
+            port: mut pb,
+            queues: Queues {
+                tx: _txb,
+                rx: mut rxb,
+            },
+        },
+        [_, model_b],
+    ) = pair(EmuConfig::default(), striding_config());
     let stride_pool = pb.striding_pool().expect("striding pool").clone();
     let idle = stride_pool.available();
     let mut got = Vec::new();
     send(pa.pool(), &mut txa[0], &frames(0, 3));
-    while rxb[0].rx_burst(&mut got, 64) > 0 {}
+    while rxb[0].rx_burst(&mut got, 64).unwrap() > 0 {}
     assert_eq!(got.len(), 3);
     // The next completion names stride 0x0100, not where the last one ended.
     model_b.inject(Fault::CorruptCqe {
@@ -142,7 +189,7 @@ fn a_completion_out_of_step_is_refused_and_recovery_reposts_the_ring() {
     send(pa.pool(), &mut txa[0], &frames(3, 1));
     let mut refused = Vec::new();
     for _ in 0..100 {
-        rxb[0].rx_burst(&mut refused, 64);
+        rxb[0].rx_burst(&mut refused, 64).unwrap();
         if rxb[0].in_error() {
             break;
         }
@@ -155,7 +202,7 @@ fn a_completion_out_of_step_is_refused_and_recovery_reposts_the_ring() {
     let sent = frames(10, 40);
     send(pa.pool(), &mut txa[0], &sent);
     let mut after = Vec::new();
-    while rxb[0].rx_burst(&mut after, 64) > 0 {}
+    while rxb[0].rx_burst(&mut after, 64).unwrap() > 0 {}
     assert_eq!(after.len(), sent.len());
     for (m, f) in after.iter().zip(&sent) {
         assert_eq!(&m.to_vec(), f);
@@ -175,13 +222,29 @@ fn a_device_without_striding_queues_gets_one_buffer_per_packet() {
         striding_rq: false,
         ..EmuConfig::default()
     };
-    let ((pa, (mut txa, _rxa)), (pb, (_txb, mut rxb)), _) = pair(model, striding_config());
+    let (
+        Started {
+            port: pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: _rxa,
+            },
+        },
+        Started {
+            port: pb,
+            queues: Queues {
+                tx: _txb,
+                rx: mut rxb,
+            },
+        },
+        _,
+    ) = pair(model, striding_config());
     assert!(!rxb[0].is_striding());
     assert!(pb.striding_pool().is_none());
     let sent = frames(0, 50);
     send(pa.pool(), &mut txa[0], &sent);
     let mut got = Vec::new();
-    while rxb[0].rx_burst(&mut got, 64) > 0 {}
+    while rxb[0].rx_burst(&mut got, 64).unwrap() > 0 {}
     assert_eq!(got.len(), sent.len());
 }
 

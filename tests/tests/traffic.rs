@@ -1,6 +1,6 @@
 //! Packets through the driver's rings and the model: send on one function, receive on the other.
 
-use cxdirect::{Device, InlineMode, Mbuf, Options, Port, PortConfig, TxQueue};
+use cxdirect::{Device, InlineMode, Mbuf, Options, Port, PortConfig, Queues, Started, TxQueue};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::counters::CountersSnapshot;
 use cxdirect_emu::{Device as Model, EmuConfig};
@@ -41,7 +41,26 @@ fn frames_cross_the_pair_through_the_driver_in_every_inline_mode() {
             pool_buffers: 2048,
             ..PortConfig::default()
         };
-        let ((pa, (mut txa, _rxa)), (pb, (_txb, mut rxb)), model_a, _) = pair(config);
+        let (
+            Started {
+                port: pa,
+                queues:
+                    Queues {
+                        tx: mut txa,
+                        rx: _rxa,
+                    },
+            },
+            Started {
+                port: pb,
+                queues:
+                    Queues {
+                        tx: _txb,
+                        rx: mut rxb,
+                    },
+            },
+            model_a,
+            _,
+        ) = pair(config);
         let sizes = [60usize, 64, 128, 256, 512, 1000, 1514];
         let frames: Vec<Vec<u8>> = (0..300)
             .map(|i| frame(sizes[i % sizes.len()], i as u32, 1000))
@@ -50,7 +69,7 @@ fn frames_cross_the_pair_through_the_driver_in_every_inline_mode() {
         let mut got: Vec<Mbuf> = Vec::new();
         for chunk in frames.chunks(32) {
             send_all(&mut txa[0], pa.pool(), chunk);
-            while rxb[0].rx_burst(&mut got, 256) > 0 {}
+            while rxb[0].rx_burst(&mut got, 256).unwrap() > 0 {}
         }
         assert_eq!(got.len(), frames.len(), "{inline:?}: every frame arrived");
         for (i, m) in got.iter().enumerate() {
@@ -101,7 +120,24 @@ fn every_short_length_goes_whole_in_the_wqe_across_the_ring_s_end() {
         pool_buffers: 1024,
         ..PortConfig::default()
     };
-    let ((pa, (mut txa, _rxa)), (pb, (_txb, mut rxb)), model_a, _) = pair(config);
+    let (
+        Started {
+            port: pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: _rxa,
+            },
+        },
+        Started {
+            port: pb,
+            queues: Queues {
+                tx: _txb,
+                rx: mut rxb,
+            },
+        },
+        model_a,
+        _,
+    ) = pair(config);
     let frames: Vec<Vec<u8>> = (0..3)
         .flat_map(|pass| (14..=130).map(move |len| (pass, len)))
         .map(|(pass, len)| raw_frame(len, pass * 1000 + len as u32))
@@ -113,7 +149,7 @@ fn every_short_length_goes_whole_in_the_wqe_across_the_ring_s_end() {
         send_all(&mut txa[0], pa.pool(), chunk);
         let mut idle = 0;
         while got.len() < (i * 13 + chunk.len()).min(frames.len()) {
-            if rxb[0].rx_burst(&mut got, 256) == 0 {
+            if rxb[0].rx_burst(&mut got, 256).unwrap() == 0 {
                 idle += 1;
                 assert!(idle < 100_000, "frames stopped arriving at {}", got.len());
             }
@@ -148,7 +184,24 @@ fn a_lone_packet_goes_by_blueflame_and_bursts_ring_one_doorbell() {
         pool_buffers: 2048,
         ..PortConfig::default()
     };
-    let ((pa, (mut txa, _rxa)), (pb, (_txb, mut rxb)), model_a, _) = pair(config);
+    let (
+        Started {
+            port: pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: _rxa,
+            },
+        },
+        Started {
+            port: pb,
+            queues: Queues {
+                tx: _txb,
+                rx: mut rxb,
+            },
+        },
+        model_a,
+        _,
+    ) = pair(config);
     let before = model_a.counters();
     send_all(&mut txa[0], pa.pool(), &[frame(60, 1, 1)]);
     let lone = model_a.counters().since(&before);
@@ -164,7 +217,7 @@ fn a_lone_packet_goes_by_blueflame_and_bursts_ring_one_doorbell() {
     assert_eq!(spent.doorbells, 1, "one doorbell for a burst of 32");
     assert_eq!(spent.bf_writes, 0);
     let mut got = Vec::new();
-    while rxb[0].rx_burst(&mut got, 64) > 0 {}
+    while rxb[0].rx_burst(&mut got, 64).unwrap() > 0 {}
     assert_eq!(got.len(), 33);
     assert!(
         txa[0].stats().cqes <= 2,
@@ -183,7 +236,24 @@ fn rss_spreads_four_flows_over_four_queues() {
         pool_buffers: 4096,
         ..PortConfig::default()
     };
-    let ((pa, (mut txa, _rxa)), (pb, (_txb, mut rxb)), _, _) = pair(config);
+    let (
+        Started {
+            port: pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: _rxa,
+            },
+        },
+        Started {
+            port: pb,
+            queues: Queues {
+                tx: _txb,
+                rx: mut rxb,
+            },
+        },
+        _,
+        _,
+    ) = pair(config);
     // Eight flows, 50 packets each.
     let mut frames = Vec::new();
     for round in 0..50u32 {
@@ -197,7 +267,7 @@ fn rss_spreads_four_flows_over_four_queues() {
     let mut per_queue = Vec::new();
     for q in rxb.iter_mut() {
         let mut got = Vec::new();
-        while q.rx_burst(&mut got, 256) > 0 {}
+        while q.rx_burst(&mut got, 256).unwrap() > 0 {}
         assert!(got.iter().all(|m| m.flags.rx_rss_hash.is_some()));
         per_queue.push(got.len());
     }
@@ -231,8 +301,20 @@ fn verified_run(
     let ring = u64::from(config.ring_size);
     let da = Device::bring_up(EmuBackend::new(a, "a"), opts.clone()).unwrap();
     let db = Device::bring_up(EmuBackend::new(b, "b"), opts).unwrap();
-    let (pa, (mut txa, rxa)) = Port::start(da, config.clone()).unwrap();
-    let (pb, (txb, mut rxb)) = Port::start(db, config).unwrap();
+    let Started {
+        port: pa,
+        queues: Queues {
+            tx: mut txa,
+            rx: rxa,
+        },
+    } = Port::start(da, config.clone()).unwrap();
+    let Started {
+        port: pb,
+        queues: Queues {
+            tx: txb,
+            rx: mut rxb,
+        },
+    } = Port::start(db, config).unwrap();
     let mut generator = Generator::new(sizes, 1).unwrap();
     let mut verifier = Verifier::default();
     let mut pending = Vec::new();
@@ -247,7 +329,7 @@ fn verified_run(
             txa[0].tx_burst(&mut pending);
         }
         got.clear();
-        received += rxb[0].rx_burst(&mut got, 64) as u64;
+        received += rxb[0].rx_burst(&mut got, 64).unwrap() as u64;
         for m in &got {
             verifier.check(m);
         }
@@ -316,7 +398,24 @@ fn an_oversized_packet_is_refused_and_counted() {
         buf_size: 4096,
         ..PortConfig::default()
     };
-    let ((pa, (mut txa, _rxa)), (pb, (_txb, mut rxb)), model_a, _) = pair(config);
+    let (
+        Started {
+            port: pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: _rxa,
+            },
+        },
+        Started {
+            port: pb,
+            queues: Queues {
+                tx: _txb,
+                rx: mut rxb,
+            },
+        },
+        model_a,
+        _,
+    ) = pair(config);
     let before = model_a.counters();
     let mut batch = Vec::new();
     let mut big = pa.pool().alloc().unwrap();
@@ -338,7 +437,7 @@ fn an_oversized_packet_is_refused_and_counted() {
         "the oversized packet never reached the device"
     );
     let mut got = Vec::new();
-    while rxb[0].rx_burst(&mut got, 8) > 0 {}
+    while rxb[0].rx_burst(&mut got, 8).unwrap() > 0 {}
     assert_eq!(got.len(), 1);
     drop((txa, rxb, got));
     pa.close().unwrap().teardown().unwrap();
@@ -353,7 +452,24 @@ fn an_empty_pool_shows_in_rx_nombuf_and_recovers() {
         pool_buffers: 128,
         ..PortConfig::default()
     };
-    let ((pa, (mut txa, _rxa)), (mut pb, (_txb, mut rxb)), _, model_b) = pair(config);
+    let (
+        Started {
+            port: pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: _rxa,
+            },
+        },
+        Started {
+            port: mut pb,
+            queues: Queues {
+                tx: _txb,
+                rx: mut rxb,
+            },
+        },
+        _,
+        model_b,
+    ) = pair(config);
     let tx_pool = pa.pool().clone();
     let mut held = Vec::new();
     let mut sent = 0u32;
@@ -361,7 +477,7 @@ fn an_empty_pool_shows_in_rx_nombuf_and_recovers() {
         let frames: Vec<Vec<u8>> = (0..32).map(|i| frame(80, sent + i, 1)).collect();
         sent += 32;
         send_all(&mut txa[0], &tx_pool, &frames);
-        while rxb[0].rx_burst(&mut held, 64) > 0 {}
+        while rxb[0].rx_burst(&mut held, 64).unwrap() > 0 {}
     }
     assert!(rxb[0].stats().nombuf > 0, "refill found the pool empty");
     assert!(
@@ -381,11 +497,11 @@ fn an_empty_pool_shows_in_rx_nombuf_and_recovers() {
     assert_eq!(missed, model_b.counters().rx_out_of_buffer);
     // Give the buffers back: the ring refills and traffic flows again.
     held.clear();
-    rxb[0].rx_burst(&mut held, 64);
+    rxb[0].rx_burst(&mut held, 64).unwrap();
     assert_eq!(rxb[0].posted(), 64, "ring full again");
     let frames: Vec<Vec<u8>> = (0..32).map(|i| frame(80, 10_000 + i, 1)).collect();
     send_all(&mut txa[0], &tx_pool, &frames);
-    while rxb[0].rx_burst(&mut held, 64) > 0 {}
+    while rxb[0].rx_burst(&mut held, 64).unwrap() > 0 {}
     assert_eq!(
         held.len(),
         32,
@@ -412,7 +528,24 @@ fn port_stats_sum_queues_running_on_their_own_threads() {
         pool_buffers: 1024,
         ..PortConfig::default()
     };
-    let ((mut pa, (mut txa, _rxa)), (mut pb, (_txb, mut rxb)), _, model_b) = pair(config);
+    let (
+        Started {
+            port: mut pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: _rxa,
+            },
+        },
+        Started {
+            port: mut pb,
+            queues: Queues {
+                tx: _txb,
+                rx: mut rxb,
+            },
+        },
+        _,
+        model_b,
+    ) = pair(config);
     let tx_pool = pa.pool().clone();
     let mut tx = txa.remove(0);
     let mut rx = rxb.remove(0);
@@ -436,7 +569,7 @@ fn port_stats_sum_queues_running_on_their_own_threads() {
             let mut idle_since_done = 0;
             while idle_since_done < 1000 {
                 got.clear();
-                let n = rx.rx_burst(&mut got, 64);
+                let n = rx.rx_burst(&mut got, 64).unwrap();
                 received += n as u64;
                 if n == 0 && done.load(Ordering::Acquire) {
                     idle_since_done += 1;
@@ -485,7 +618,24 @@ fn checksum_offload_and_vlan_insertion_are_done_by_the_device() {
         pool_buffers: 1024,
         ..PortConfig::default()
     };
-    let ((pa, (mut txa, _rxa)), (pb, (_txb, mut rxb)), _, _) = pair(config);
+    let (
+        Started {
+            port: pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: _rxa,
+            },
+        },
+        Started {
+            port: pb,
+            queues: Queues {
+                tx: _txb,
+                rx: mut rxb,
+            },
+        },
+        _,
+        _,
+    ) = pair(config);
     let good = frame(200, 7, 4242);
     let mut blank = good.clone();
     blank[24..26].copy_from_slice(&[0, 0]); // IPv4 header checksum
@@ -502,7 +652,7 @@ fn checksum_offload_and_vlan_insertion_are_done_by_the_device() {
         txa[0].tx_burst(&mut batch);
     }
     let mut got = Vec::new();
-    while rxb[0].rx_burst(&mut got, 8) > 0 {}
+    while rxb[0].rx_burst(&mut got, 8).unwrap() > 0 {}
     assert_eq!(got.len(), 2);
     assert_eq!(got[0].to_vec(), good, "the device filled in both checksums");
     assert!(got[0].flags.rx_ip_csum_good && got[0].flags.rx_l4_csum_good);
@@ -528,7 +678,26 @@ fn a_multi_segment_packet_is_gathered_into_one_frame() {
             pool_buffers: 1024,
             ..PortConfig::default()
         };
-        let ((pa, (mut txa, _rxa)), (pb, (_txb, mut rxb)), _, _) = pair(config);
+        let (
+            Started {
+                port: pa,
+                queues:
+                    Queues {
+                        tx: mut txa,
+                        rx: _rxa,
+                    },
+            },
+            Started {
+                port: pb,
+                queues:
+                    Queues {
+                        tx: _txb,
+                        rx: mut rxb,
+                    },
+            },
+            _,
+            _,
+        ) = pair(config);
         let whole = frame(1400, 3, 777);
         // Headers in one buffer, the payload split over two more.
         let mut head = pa.pool().alloc().unwrap();
@@ -546,7 +715,7 @@ fn a_multi_segment_packet_is_gathered_into_one_frame() {
             txa[0].tx_burst(&mut batch);
         }
         let mut got = Vec::new();
-        while rxb[0].rx_burst(&mut got, 8) > 0 {}
+        while rxb[0].rx_burst(&mut got, 8).unwrap() > 0 {}
         assert_eq!(got.len(), 1, "{inline:?}");
         assert_eq!(
             got[0].to_vec(),
@@ -569,7 +738,24 @@ fn every_sent_buffer_goes_back_to_the_pool_single_or_chained() {
         cqe_every: 128,
         ..PortConfig::default()
     };
-    let ((pa, (mut txa, rxa)), (pb, (txb, mut rxb)), _, _) = pair(config);
+    let (
+        Started {
+            port: pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: rxa,
+            },
+        },
+        Started {
+            port: pb,
+            queues: Queues {
+                tx: txb,
+                rx: mut rxb,
+            },
+        },
+        _,
+        _,
+    ) = pair(config);
     let pool = pa.pool().clone();
     let idle = pool.available();
     let whole = frame(900, 1, 5);
@@ -595,7 +781,7 @@ fn every_sent_buffer_goes_back_to_the_pool_single_or_chained() {
         }
         while !batch.is_empty() {
             txa[0].tx_burst(&mut batch);
-            rxb[0].rx_burst(&mut got, 64);
+            rxb[0].rx_burst(&mut got, 64).unwrap();
             got.clear();
         }
     }
@@ -638,9 +824,18 @@ fn buffers_of_many_pools_in_flight_at_once_each_go_back_to_their_own_pool() {
     let (first, second, _, _) = pair(config.clone());
     let (third, fourth, _, _) = pair(config.clone());
     let (fifth, sixth, _, _) = pair(config);
-    let ((pa, (mut txa, rxa)), others) = (first, [second, third, fourth, fifth, sixth]);
+    let (
+        Started {
+            port: pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: rxa,
+            },
+        },
+        others,
+    ) = (first, [second, third, fourth, fifth, sixth]);
     let mut pools = vec![pa.pool().clone()];
-    pools.extend(others.iter().map(|(p, _)| p.pool().clone()));
+    pools.extend(others.iter().map(|s| s.port.pool().clone()));
     let idle: Vec<u32> = pools.iter().map(cxdirect::Mempool::available).collect();
     let payload = frame(300, 7, 5);
     let packet = |pool: &cxdirect::Mempool, chained: bool| {
@@ -703,8 +898,8 @@ fn buffers_of_many_pools_in_flight_at_once_each_go_back_to_their_own_pool() {
     }
     drop((txa, rxa));
     port.close().unwrap().teardown().unwrap();
-    for (p, _) in others {
-        p.close().unwrap().teardown().unwrap();
+    for s in others {
+        s.port.close().unwrap().teardown().unwrap();
     }
     for (i, pool) in pools.iter().enumerate() {
         assert_eq!(
@@ -729,7 +924,23 @@ fn poll_rx_returns_what_arrives_and_gives_up_at_its_deadline() {
         poll_window: Duration::from_millis(5),
         ..EmuConfig::default()
     };
-    let ((pa, (mut txa, rxa)), (pb, (txb, mut rxb)), _) = started_pair(model, config);
+    let (
+        Started {
+            port: pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: rxa,
+            },
+        },
+        Started {
+            port: pb,
+            queues: Queues {
+                tx: txb,
+                rx: mut rxb,
+            },
+        },
+        _,
+    ) = started_pair(model, config);
     let mut got: Vec<Mbuf> = Vec::new();
     let start = std::time::Instant::now();
     let none = cxdirect_apps::poll_rx(&mut rxb[0], &mut got, 4, start + Duration::from_millis(20));

@@ -18,7 +18,7 @@
 use clap::{Parser, ValueEnum};
 use cxdirect::{
     Backend, BackendError, Device, InlineMode, Interrupt, Mbuf, Options, PacketBurst, Port,
-    PortConfig, Queues,
+    PortConfig, Queues, Started,
 };
 use cxdirect_apps::cli::RUN;
 use cxdirect_apps::emulated::EmuBackend;
@@ -64,7 +64,7 @@ struct Cli {
     /// With --callgrind: receive into striding receive queues
     #[arg(long, requires = "callgrind", help_heading = CALLGRIND)]
     striding: bool,
-    /// With --callgrind: forward through packet bursts (rx_burst_into, tx_burst_from), not vectors of Mbuf
+    /// With --callgrind: forward through packet bursts (rx_burst, tx_burst with a PacketBurst), not vectors of Mbuf
     #[arg(long, requires = "callgrind", help_heading = CALLGRIND)]
     packet_bursts: bool,
 }
@@ -132,7 +132,7 @@ const MODES: [TxMode; 5] = [
     },
 ];
 
-type Side<B = EmuBackend> = (Port<B>, Queues<B>);
+type Side<B = EmuBackend> = Started<B>;
 
 /// A send doorbell or BlueFlame write held back: BAR offset, bytes, whole 64 B or first 8 B.
 type HeldDoorbell = (usize, [u8; 64], bool);
@@ -691,7 +691,7 @@ fn pair_with(cfg: EmuConfig, config: &PortConfig) -> Result<(Side, Side, Model, 
 }
 
 fn close<B: Backend>(side: Side<B>) -> Result<(), String> {
-    let (port, queues) = side;
+    let Started { port, queues } = side;
     drop(queues);
     port.close()
         .and_then(|d| d.teardown())
@@ -768,7 +768,13 @@ fn tx_run(mode: &TxMode, burst: usize, rounds: usize) -> Result<Run, String> {
         .map_err(|e| e.to_string())?;
     let db =
         Device::bring_up(EmuBackend::new(b.clone(), "b"), options()).map_err(|e| e.to_string())?;
-    let (mut pa, (mut txa, rxa)) = Port::start(da, tx_config(mode)).map_err(|e| e.to_string())?;
+    let Started {
+        port: mut pa,
+        queues: Queues {
+            tx: mut txa,
+            rx: rxa,
+        },
+    } = Port::start(da, tx_config(mode)).map_err(|e| e.to_string())?;
     let pb = Port::start(db, tx_config(mode)).map_err(|e| e.to_string())?;
     let mut frame = Vec::new();
     build(&mut frame, 64, 0, 0);
@@ -818,7 +824,10 @@ fn tx_run(mode: &TxMode, burst: usize, rounds: usize) -> Result<Run, String> {
         packets: (rounds * (ROUND / burst * burst)) as u64,
         c,
     };
-    close((pa, (txa, rxa)))?;
+    close(Started {
+        port: pa,
+        queues: Queues { tx: txa, rx: rxa },
+    })?;
     close(pb)?;
     Ok(run)
 }
@@ -826,7 +835,18 @@ fn tx_run(mode: &TxMode, burst: usize, rounds: usize) -> Result<Run, String> {
 /// Packets sent one at a time, each after the model has sent the previous one: the BlueFlame
 /// case (headers inline, BlueFlame on).
 fn lone_packets(count: u64) -> Result<Run, String> {
-    let ((pa, (mut txa, rxa)), pb, a, _b) = pair(ExecMode::Threaded, &config(InlineMode::Headers))?;
+    let (
+        Started {
+            port: pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: rxa,
+            },
+        },
+        pb,
+        a,
+        _b,
+    ) = pair(ExecMode::Threaded, &config(InlineMode::Headers))?;
     let mut frame = Vec::new();
     build(&mut frame, 64, 0, 0);
     let mut batch = Vec::with_capacity(1);
@@ -846,7 +866,10 @@ fn lone_packets(count: u64) -> Result<Run, String> {
         packets: count,
         c: a.counters().since(&before),
     };
-    close((pa, (txa, rxa)))?;
+    close(Started {
+        port: pa,
+        queues: Queues { tx: txa, rx: rxa },
+    })?;
     close(pb)?;
     Ok(run)
 }
@@ -857,11 +880,28 @@ fn rx_run(burst: usize, rounds: usize, compression: bool, striding: bool) -> Res
         rx_striding: striding.then(cxdirect::RxStriding::default),
         ..config(InlineMode::Headers)
     };
-    let ((pa, (mut txa, rxa)), (pb, (txb, mut rxb)), _a, b) = pair(ExecMode::Threaded, &config)?;
+    let (
+        Started {
+            port: pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: rxa,
+            },
+        },
+        Started {
+            port: pb,
+            queues: Queues {
+                tx: txb,
+                rx: mut rxb,
+            },
+        },
+        _a,
+        b,
+    ) = pair(ExecMode::Threaded, &config)?;
     let mut frame = Vec::new();
     build(&mut frame, 64, 0, 0);
     let mut batch = Vec::with_capacity(ROUND);
-    let mut got: Vec<Mbuf> = Vec::with_capacity(ROUND + cxdirect::queue::MAX_BURST);
+    let mut got: Vec<Mbuf> = Vec::with_capacity(ROUND + cxdirect::ring::MAX_BURST);
     let mut per_round = Rounds::default();
     let mut baseline = Baseline::new();
     let mut delivered = 0u64;
@@ -878,7 +918,9 @@ fn rx_run(burst: usize, rounds: usize, compression: bool, striding: bool) -> Res
         wait_for(&b, delivered, |c| c.rx_delivered)?;
         let start = Instant::now();
         while got.len() < ROUND {
-            rxb[0].rx_burst(&mut got, burst);
+            rxb[0]
+                .rx_burst(&mut got, burst)
+                .expect(cxdirect_apps::testpmd::VEC_TAKES_ANY_POOL);
         }
         let elapsed = start.elapsed();
         let baseline_ns = baseline.round();
@@ -896,8 +938,14 @@ fn rx_run(burst: usize, rounds: usize, compression: bool, striding: bool) -> Res
         packets: (rounds * ROUND) as u64,
         c,
     };
-    close((pa, (txa, rxa)))?;
-    close((pb, (txb, rxb)))?;
+    close(Started {
+        port: pa,
+        queues: Queues { tx: txa, rx: rxa },
+    })?;
+    close(Started {
+        port: pb,
+        queues: Queues { tx: txb, rx: rxb },
+    })?;
     Ok(run)
 }
 
@@ -934,12 +982,24 @@ fn e2e_ns(exec: ExecMode, rounds: usize) -> Result<(f64, f64), String> {
         .map_err(|e| e.to_string())?;
     let db = Device::bring_up(EmuBackend::new(b, "b"), options()).map_err(|e| e.to_string())?;
     let config = config(InlineMode::Headers);
-    let (mut pa, (mut txa, rxa)) = Port::start(da, config.clone()).map_err(|e| e.to_string())?;
-    let (pb, (txb, mut rxb)) = Port::start(db, config).map_err(|e| e.to_string())?;
+    let Started {
+        port: mut pa,
+        queues: Queues {
+            tx: mut txa,
+            rx: rxa,
+        },
+    } = Port::start(da, config.clone()).map_err(|e| e.to_string())?;
+    let Started {
+        port: pb,
+        queues: Queues {
+            tx: txb,
+            rx: mut rxb,
+        },
+    } = Port::start(db, config).map_err(|e| e.to_string())?;
     let mut frame = Vec::new();
     build(&mut frame, 64, 0, 0);
     let mut batch = Vec::with_capacity(32);
-    let mut got: Vec<Mbuf> = Vec::with_capacity(ROUND + cxdirect::queue::MAX_BURST);
+    let mut got: Vec<Mbuf> = Vec::with_capacity(ROUND + cxdirect::ring::MAX_BURST);
     let mut per_round = Vec::with_capacity(rounds);
     let mut doorbell_per_round = Vec::with_capacity(rounds);
     for _ in 0..rounds {
@@ -953,7 +1013,9 @@ fn e2e_ns(exec: ExecMode, rounds: usize) -> Result<(f64, f64), String> {
                 sent += 32;
             }
             txa[0].tx_burst(&mut batch);
-            rxb[0].rx_burst(&mut got, 32);
+            rxb[0]
+                .rx_burst(&mut got, 32)
+                .expect(cxdirect_apps::testpmd::VEC_TAKES_ANY_POOL);
             if Instant::now() > deadline {
                 return Err("end-to-end run stalled".into());
             }
@@ -963,8 +1025,14 @@ fn e2e_ns(exec: ExecMode, rounds: usize) -> Result<(f64, f64), String> {
         doorbell_per_round.push(passed as f64 / ROUND as f64);
         got.clear();
     }
-    close((pa, (txa, rxa)))?;
-    close((pb, (txb, rxb)))?;
+    close(Started {
+        port: pa,
+        queues: Queues { tx: txa, rx: rxa },
+    })?;
+    close(Started {
+        port: pb,
+        queues: Queues { tx: txb, rx: rxb },
+    })?;
     Ok((median(per_round), median(doorbell_per_round)))
 }
 
@@ -1023,7 +1091,24 @@ fn driver_pingpong(
         cqe_every: 1,
         ..PortConfig::default()
     };
-    let ((pa, (mut txa, mut rxa)), (pb, (mut txb, mut rxb)), _a, _b) = pair_with(model, &config)?;
+    let (
+        Started {
+            port: pa,
+            queues: Queues {
+                tx: mut txa,
+                rx: mut rxa,
+            },
+        },
+        Started {
+            port: pb,
+            queues: Queues {
+                tx: mut txb,
+                rx: mut rxb,
+            },
+        },
+        _a,
+        _b,
+    ) = pair_with(model, &config)?;
     let mut frame = Vec::new();
     let mut batch: Vec<Mbuf> = Vec::with_capacity(4);
     let mut got: Vec<Mbuf> = Vec::with_capacity(4);
@@ -1049,8 +1134,14 @@ fn driver_pingpong(
         rtts.push(start.elapsed().as_nanos() as u64);
         got.clear();
     }
-    close((pa, (txa, rxa)))?;
-    close((pb, (txb, rxb)))?;
+    close(Started {
+        port: pa,
+        queues: Queues { tx: txa, rx: rxa },
+    })?;
+    close(Started {
+        port: pb,
+        queues: Queues { tx: txb, rx: rxb },
+    })?;
     Ok(percentiles(rtts))
 }
 
@@ -1076,7 +1167,18 @@ fn callgrind(packets: u64, multi_packet: bool, striding: bool, burst: bool) -> R
         rx_striding: striding.then(cxdirect::RxStriding::default),
         ..config(InlineMode::Headers)
     };
-    let ((pa, (txa, rxa)), (pb, (txb, rxb)), _a, _b) = pair(ExecMode::Inline, &config)?;
+    let (
+        Started {
+            port: pa,
+            queues: Queues { tx: txa, rx: rxa },
+        },
+        Started {
+            port: pb,
+            queues: Queues { tx: txb, rx: rxb },
+        },
+        _a,
+        _b,
+    ) = pair(ExecMode::Inline, &config)?;
     let mut frame = Vec::new();
     build(&mut frame, 64, 0, 0);
     let mut pending: [Vec<Mbuf>; 2] = [Vec::with_capacity(1024), Vec::with_capacity(1024)];
@@ -1095,13 +1197,16 @@ fn callgrind(packets: u64, multi_packet: bool, striding: bool, burst: bool) -> R
     while forwarded < packets {
         for (side, (tx, rx)) in sides.iter_mut().enumerate() {
             if burst {
-                tx[0].tx_burst_from(&mut bursts[side]);
+                tx[0].tx_burst(&mut bursts[side]);
                 forwarded += rx[0]
-                    .rx_burst_into(&mut bursts[side], 32)
+                    .rx_burst(&mut bursts[side], 32)
                     .map_err(|e| e.to_string())? as u64;
             } else {
                 tx[0].tx_burst(&mut pending[side]);
-                forwarded += rx[0].rx_burst(&mut pending[side], 32) as u64;
+                forwarded += rx[0]
+                    .rx_burst(&mut pending[side], 32)
+                    .expect(cxdirect_apps::testpmd::VEC_TAKES_ANY_POOL)
+                    as u64;
             }
         }
         if Instant::now() > deadline {
@@ -1110,8 +1215,14 @@ fn callgrind(packets: u64, multi_packet: bool, striding: bool, burst: bool) -> R
     }
     println!("forwarded={forwarded}");
     drop((pending, bursts));
-    let [a, b] = sides;
-    close((pa, a))?;
-    close((pb, b))?;
+    let [(txa, rxa), (txb, rxb)] = sides;
+    close(Started {
+        port: pa,
+        queues: Queues { tx: txa, rx: rxa },
+    })?;
+    close(Started {
+        port: pb,
+        queues: Queues { tx: txb, rx: rxb },
+    })?;
     Ok(())
 }

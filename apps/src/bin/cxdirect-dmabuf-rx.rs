@@ -6,7 +6,9 @@
 //! Last line: `summary: source=S bytes=N verified=yes|no errors=N mbps=X`.
 
 use clap::{Parser, ValueEnum};
-use cxdirect::{Backend, Device, Mbuf, Options, Port, PortConfig, RxQueue, TxQueue};
+use cxdirect::{
+    Backend, Device, Mbuf, Options, Port, PortConfig, Queues, RxQueue, Started, TxQueue,
+};
 use cxdirect_apps::cli::{self, DeviceArgs, RunOnPorts, RUN, TRAFFIC};
 use cxdirect_apps::testpmd::{build_to, HEADER_LEN};
 use cxdirect_dma::cuda::CudaMemory;
@@ -194,8 +196,13 @@ fn run<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<ExitCode, Strin
         pool_memory: Some(imported.mapping.clone()),
         ..PortConfig::default()
     };
-    let (mut rx_port, (mut rx_txqs, mut rxqs)) =
-        Port::start(rx_dev, rx_config).map_err(|e| format!("{rx_name}: port start failed: {e}"))?;
+    let Started {
+        port: mut rx_port,
+        queues: Queues {
+            tx: mut rx_txqs,
+            rx: mut rxqs,
+        },
+    } = Port::start(rx_dev, rx_config).map_err(|e| format!("{rx_name}: port start failed: {e}"))?;
     println!(
         "port rx ({rx_name}): pool of {} buffers in the dmabuf, key {:#x}, ring {ring_size}",
         rx_port.pool().capacity(),
@@ -211,8 +218,14 @@ fn run<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<ExitCode, Strin
                 pool_buffers: 4096,
                 ..PortConfig::default()
             };
-            let (port, (mut txqs, _)) =
-                Port::start(dev, config).map_err(|e| format!("{name}: port start failed: {e}"))?;
+            let Started {
+                port,
+                queues:
+                    Queues {
+                        tx: mut txqs,
+                        rx: _,
+                    },
+            } = Port::start(dev, config).map_err(|e| format!("{name}: port start failed: {e}"))?;
             Some((port, txqs.remove(0)))
         }
         None => None,
@@ -314,7 +327,9 @@ fn stream<B: Backend>(
         tx.tx_burst(&mut batch);
         in_flight += (before - batch.len()) as u64;
         got.clear();
-        let n = rx.rx_burst(&mut got, 64);
+        let n = rx
+            .rx_burst(&mut got, 64)
+            .expect(cxdirect_apps::testpmd::VEC_TAKES_ANY_POOL);
         if n > 0 {
             idle_since = Instant::now();
         } else if idle_since.elapsed() > Duration::from_secs(5) {

@@ -4,7 +4,7 @@
 
 use clap::error::ErrorKind;
 use clap::{Parser, ValueEnum};
-use cxdirect::{Backend, Device, InlineMode, Mbuf, Options, Port, PortConfig, Queues};
+use cxdirect::{Backend, Device, InlineMode, Mbuf, Options, Port, PortConfig, Started};
 use cxdirect_apps::cli::{self, DeviceArgs, FrameSizeArgs, RUN, TRAFFIC};
 use cxdirect_apps::emulated::{open_emulated, Spec};
 use cxdirect_apps::poll_rx;
@@ -91,7 +91,7 @@ fn run<B: Backend>(
     size: usize,
     iterations: usize,
 ) -> Result<ExitCode, String> {
-    let mut ports: Vec<(Port<B>, Queues<B>)> = Vec::new();
+    let mut ports: Vec<Started<B>> = Vec::new();
     for b in backends {
         let name = b.name();
         let dev = Device::bring_up(b, Options::default()).map_err(|e| format!("{name}: {e}"))?;
@@ -104,26 +104,26 @@ fn run<B: Backend>(
     let timeout = Duration::from_secs(2);
     for i in 0..iterations {
         build(&mut frame, size, 0, i as u32);
-        let mut m = ports[0].0.pool().alloc().ok_or("port 0 pool empty")?;
+        let mut m = ports[0].port.pool().alloc().ok_or("port 0 pool empty")?;
         m.set_data(&frame).map_err(|e| e.to_string())?;
         batch.push(m);
         let start = Instant::now();
         while !batch.is_empty() {
-            ports[0].1 .0[0].tx_burst(&mut batch);
+            ports[0].queues.tx[0].tx_burst(&mut batch);
         }
         // Port 1 echoes.
         got.clear();
-        if poll_rx(&mut ports[1].1 .1[0], &mut got, 4, start + timeout).is_none() {
+        if poll_rx(&mut ports[1].queues.rx[0], &mut got, 4, start + timeout).is_none() {
             return Err(format!(
                 "iteration {i}: port 1 received nothing within {timeout:?}"
             ));
         }
         batch.append(&mut got);
         while !batch.is_empty() {
-            ports[1].1 .0[0].tx_burst(&mut batch);
+            ports[1].queues.tx[0].tx_burst(&mut batch);
         }
         got.clear();
-        if poll_rx(&mut ports[0].1 .1[0], &mut got, 4, start + timeout).is_none() {
+        if poll_rx(&mut ports[0].queues.rx[0], &mut got, 4, start + timeout).is_none() {
             return Err(format!(
                 "iteration {i}: the echo did not come back within {timeout:?}"
             ));
@@ -139,7 +139,7 @@ fn run<B: Backend>(
         }
         got.clear();
     }
-    for (port, queues) in ports {
+    for Started { port, queues } in ports {
         drop(queues);
         port.close()
             .and_then(|d| d.teardown())

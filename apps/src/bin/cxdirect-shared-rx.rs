@@ -10,7 +10,8 @@
 use clap::error::ErrorKind;
 use clap::{Parser, ValueEnum};
 use cxdirect::{
-    Backend, Device, Event, Mbuf, Options, Port, PortConfig, SharedQueues, SharedRxConfig, TxQueue,
+    Backend, Device, Event, Mbuf, Options, Port, PortConfig, Queues, SharedQueues, SharedRxConfig,
+    Started, TxQueue,
 };
 use cxdirect_apps::cli::{self, BurstArgs, DeviceArgs, FrameSizeArgs, RunOnPorts, QUEUES, TRAFFIC};
 use cxdirect_apps::testpmd::{self, Generator, Verifier};
@@ -136,9 +137,14 @@ fn run<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<ExitCode, Strin
     let rx_name = rx_backend.name();
     let rx_dev = Device::bring_up(rx_backend, options.clone())
         .map_err(|e| format!("{rx_name}: bring-up failed: {e}"))?;
-    let (mut rx_port, (mut rx_txqs, _)) =
-        Port::start(rx_dev, rx_config).map_err(|e| format!("{rx_name}: port start failed: {e}"))?;
-    let (ring, queues) = rx_port
+    let Started {
+        port: mut rx_port,
+        queues: Queues {
+            tx: mut rx_txqs,
+            rx: _,
+        },
+    } = Port::start(rx_dev, rx_config).map_err(|e| format!("{rx_name}: port start failed: {e}"))?;
+    let SharedQueues { ring, rx: queues } = rx_port
         .take_shared_rx()
         .ok_or("the port gave no shared ring")?;
     println!(
@@ -159,8 +165,14 @@ fn run<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<ExitCode, Strin
                 pool_buffers: 1024,
                 ..PortConfig::default()
             };
-            let (port, (mut txqs, _)) =
-                Port::start(dev, config).map_err(|e| format!("{name}: port start failed: {e}"))?;
+            let Started {
+                port,
+                queues:
+                    Queues {
+                        tx: mut txqs,
+                        rx: _,
+                    },
+            } = Port::start(dev, config).map_err(|e| format!("{name}: port start failed: {e}"))?;
             println!("port tx ({name})");
             (Some(port), txqs.remove(0))
         }
@@ -185,7 +197,7 @@ fn run<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<ExitCode, Strin
         })
     };
     let started = Instant::now();
-    let outcome = receive(&mut rx_port, (ring, queues), &credits, s);
+    let outcome = receive(&mut rx_port, SharedQueues { ring, rx: queues }, &credits, s);
     credits.stop.store(true, Ordering::Release);
     let sent = sender.join().map_err(|_| "the sender thread panicked")??;
     let elapsed = started.elapsed();
@@ -294,7 +306,11 @@ fn drain<B: Backend>(
 ) -> u64 {
     let mut got = 0u64;
     for (q, queue) in queues.iter_mut().enumerate() {
-        while queue.rx_burst(burst, max) > 0 {
+        while queue
+            .rx_burst(burst, max)
+            .expect(cxdirect_apps::testpmd::VEC_TAKES_ANY_POOL)
+            > 0
+        {
             for m in burst.drain(..) {
                 if report.verifier.check(&m) != Some(q as u16) {
                     report.misrouted += 1;
@@ -325,7 +341,10 @@ struct Report {
 
 fn receive<B: Backend>(
     port: &mut Port<B>,
-    (mut ring, mut queues): SharedQueues<B>,
+    SharedQueues {
+        mut ring,
+        rx: mut queues,
+    }: SharedQueues<B>,
     credits: &Credits,
     s: &Settings,
 ) -> Result<Report, String> {

@@ -8,7 +8,7 @@
 
 use clap::error::ErrorKind;
 use clap::{Parser, ValueEnum};
-use cxdirect::{Backend, Device, InlineMode, Mbuf, Options, Port, PortConfig, PortStats, Queues};
+use cxdirect::{Backend, Device, InlineMode, Mbuf, Options, Port, PortConfig, PortStats, Started};
 use cxdirect_apps::cli::{self, BurstArgs, DeviceArgs, RunOnPorts, QUEUES, RUN, TRAFFIC};
 use cxdirect_apps::testpmd::{self, ForwardMode, Generator, Verifier};
 use std::process::ExitCode;
@@ -161,9 +161,8 @@ impl RunOnPorts for Settings {
 fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
     let max_len = *s.sizes.iter().max().unwrap_or(&64);
     let mtu = (max_len.saturating_sub(18)).max(1500) as u16;
-    let buf_size = ((u32::from(mtu) + 18 + u32::from(cxdirect::mempool::HEADROOM)).div_ceil(64)
-        * 64)
-        .max(2048);
+    let buf_size =
+        ((u32::from(mtu) + 18 + u32::from(cxdirect::mem::HEADROOM)).div_ceil(64) * 64).max(2048);
     let config = PortConfig {
         rx_queues: s.rxq,
         tx_queues: s.txq,
@@ -185,12 +184,12 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
         msix_vectors: 1,
         ..Options::default()
     };
-    let mut ports: Vec<(Port<B>, Queues<B>)> = Vec::new();
+    let mut ports: Vec<Started<B>> = Vec::new();
     for b in backends {
         let name = b.name();
         let dev = Device::bring_up(b, options.clone())
             .map_err(|e| format!("{name}: bring-up failed: {e}"))?;
-        let (port, queues) = Port::start(dev, config.clone())
+        let Started { port, queues } = Port::start(dev, config.clone())
             .map_err(|e| format!("{name}: port start failed: {e}"))?;
         println!(
             "port {} ({name}): {} rx queues, {} tx queues, ring {}, MTU {mtu}",
@@ -199,19 +198,19 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
             s.txq,
             s.ring
         );
-        ports.push((port, queues));
+        ports.push(Started { port, queues });
     }
     let mut generator = Generator::new(s.sizes.clone(), s.flows)?;
     let mut verifier = Verifier::default();
     let tx_port = 0;
     let rx_port = ports.len() - 1;
-    let mut received: Vec<Mbuf> = Vec::with_capacity(cxdirect::queue::MAX_BURST);
+    let mut received: Vec<Mbuf> = Vec::with_capacity(cxdirect::ring::MAX_BURST);
     // Packets waiting to be sent, per port and send queue: a generated packet on its flow's
     // queue, a forwarded one on the queue numbered as the one it arrived on.
     let mut pending: Vec<Vec<Vec<Mbuf>>> = (0..ports.len())
         .map(|_| {
             (0..s.txq)
-                .map(|_| Vec::with_capacity(cxdirect::queue::MAX_BURST * 2))
+                .map(|_| Vec::with_capacity(cxdirect::ring::MAX_BURST * 2))
                 .collect()
         })
         .collect();
@@ -222,7 +221,7 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
     let forwarding = matches!(s.mode, ForwardMode::Io | ForwardMode::MacSwap);
     if forwarding {
         // Start the loop with traffic, as testpmd's --tx-first does.
-        let pool = ports[tx_port].0.pool().clone();
+        let pool = ports[tx_port].port.pool().clone();
         testpmd::generate_pinned(
             &mut generator,
             &pool,
@@ -260,7 +259,7 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
             && in_flight + s.burst as u64 <= credit
             && s.packets.is_none_or(|n| generator.generated() < n)
         {
-            let pool = ports[tx_port].0.pool().clone();
+            let pool = ports[tx_port].port.pool().clone();
             testpmd::generate_pinned(
                 &mut generator,
                 &pool,
@@ -271,10 +270,10 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
         }
         for p in 0..ports.len() {
             // Send what is waiting for this port.
-            let (_, (tx, _)) = &mut ports[p];
+            let tx = &mut ports[p].queues.tx;
             progress |= testpmd::send_batches(tx, &mut pending[p]) > 0;
             // A queue stopped by an error completion is recovered before it is used again.
-            let (port, queues) = &mut ports[p];
+            let Started { port, queues } = &mut ports[p];
             recoveries += testpmd::recover_stopped(port, queues)
                 .map_err(|e| format!("queue recovery: {e}"))?
                 .len() as u64;
@@ -282,7 +281,9 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
             let out = if ports.len() == 2 { 1 - p } else { p };
             for q in 0..usize::from(s.rxq) {
                 received.clear();
-                let got = ports[p].1 .1[q].rx_burst(&mut received, s.burst);
+                let got = ports[p].queues.rx[q]
+                    .rx_burst(&mut received, s.burst)
+                    .expect(testpmd::VEC_TAKES_ANY_POOL);
                 if got == 0 {
                     continue;
                 }
@@ -335,7 +336,7 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
     }
     let imissed = totals.imissed;
     drop(pending);
-    for (port, queues) in ports {
+    for Started { port, queues } in ports {
         drop(queues);
         let dev = port
             .close()
@@ -387,12 +388,9 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
 }
 
 /// Prints each port's statistics and returns them.
-fn print_stats<B: Backend>(
-    ports: &mut [(Port<B>, Queues<B>)],
-    elapsed: Duration,
-) -> Vec<PortStats> {
+fn print_stats<B: Backend>(ports: &mut [Started<B>], elapsed: Duration) -> Vec<PortStats> {
     let mut all = Vec::with_capacity(ports.len());
-    for (i, (port, _)) in ports.iter_mut().enumerate() {
+    for (i, Started { port, .. }) in ports.iter_mut().enumerate() {
         let st = port.stats().unwrap_or_else(|e| {
             eprintln!("port {i}: reading the device's drop counter failed: {e}");
             PortStats::from_xstats(&port.xstats())

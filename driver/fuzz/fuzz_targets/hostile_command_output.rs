@@ -11,7 +11,7 @@
 
 #![no_main]
 
-use cxdirect::{Device, Port};
+use cxdirect::{Device, Port, Started};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::{Device as Model, EmuConfig, Fault};
 use cxdirect_hw::reg;
@@ -97,7 +97,7 @@ fuzz_target!(|data: &[u8]| {
                 arm();
             }
             match Port::start(dev, small_port()) {
-                Ok((port, queues)) => {
+                Ok(Started { port, queues }) => {
                     drop(queues);
                     if phase == 1 {
                         arm();

@@ -19,7 +19,7 @@
 
 #![no_main]
 
-use cxdirect::{Device, Mbuf, Port, PortConfig, Queues, RxQueue, TxQueue};
+use cxdirect::{Device, Mbuf, Port, PortConfig, Queues, RxQueue, Started, TxQueue};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::{Device as Model, EmuConfig, Fault};
 use cxdirect_tests::setup;
@@ -53,7 +53,7 @@ fn config() -> PortConfig {
 }
 
 fn one(queues: Queues<EmuBackend>) -> (TxQueue<EmuBackend>, RxQueue<EmuBackend>) {
-    let (mut tx, mut rx) = queues;
+    let Queues { mut tx, mut rx } = queues;
     (tx.remove(0), rx.remove(0))
 }
 
@@ -66,8 +66,14 @@ fn pair() -> Pair {
     let opts = setup::options(Duration::from_secs(2));
     let da = Device::bring_up(EmuBackend::new(model_a.clone(), "a"), opts.clone()).unwrap();
     let db = Device::bring_up(EmuBackend::new(model_b.clone(), "b"), opts).unwrap();
-    let (pa, qa) = Port::start(da, config()).unwrap();
-    let (pb, qb) = Port::start(db, config()).unwrap();
+    let Started {
+        port: pa,
+        queues: qa,
+    } = Port::start(da, config()).unwrap();
+    let Started {
+        port: pb,
+        queues: qb,
+    } = Port::start(db, config()).unwrap();
     let (txa, rxa) = one(qa);
     let (txb, rxb) = one(qb);
     Pair {
@@ -143,8 +149,8 @@ impl Pair {
     fn receive(&mut self, got: &mut Vec<Mbuf>) {
         for _ in 0..4 {
             let before = got.len();
-            self.rxb.rx_burst(got, 64);
-            self.rxa.rx_burst(got, 64);
+            self.rxb.rx_burst(got, 64).unwrap();
+            self.rxa.rx_burst(got, 64).unwrap();
             if self.rxb.in_error() || self.rxa.in_error() {
                 self.recover();
             } else if got.len() == before {

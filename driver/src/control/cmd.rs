@@ -1,0 +1,388 @@
+//! The command interface, driver side: one command at a time, input and output carried inline
+//! and in mailbox chains, completion seen through the entry's ownership bit (polled, or after
+//! an interrupt once the async EQ exists), and every byte the device wrote back checked before
+//! it is believed.
+//!
+//! A command that times out may still be answered: firmware that was only slow writes its
+//! output and hands the entry back later. Until then its slot and the mailboxes it named are
+//! the device's, so the next command goes to another slot with fresh mailboxes, and the late
+//! answer lands where nothing else is kept. A slot comes back when its entry does (or at a
+//! function reset, which ends every command).
+
+use crate::backend::Backend;
+use crate::error::{CmdError, CmdFailure, DriverError};
+use cxdirect_dma::{DmaRegion, Iommu, IovaAllocator, PageKind};
+use cxdirect_hw::cmd::{
+    CmdLayout, CmdMailbox, CmdStatus, DeliveryStatus, CMD_INLINE_BYTES, CMD_OWNER_HW,
+    CMD_TYPE_PCIE, MAILBOX_ALIGN, MAILBOX_BLOCK_SIZE, MAILBOX_DATA_BYTES,
+};
+use cxdirect_hw::init_seg;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Mailbox blocks kept ready for each direction; larger commands get a region of their own.
+const POOL_BLOCKS: usize = 64;
+/// Offset of the `status_own` byte in a command entry.
+const STATUS_OWN: usize = 0x3f;
+
+/// A command the device took and did not answer in time: its slot, and the mailbox memory it
+/// may still write, are kept until the entry comes back or the function is reset.
+struct Unanswered {
+    slot: usize,
+    mailboxes: Vec<DmaRegion>,
+}
+
+/// The command queue and its mailbox pool.
+pub(crate) struct CmdQueue {
+    queue: DmaRegion,
+    /// Mailbox pools, allocated on first use; a pool an unanswered command named is moved out.
+    pool_in: Option<DmaRegion>,
+    pool_out: Option<DmaRegion>,
+    iommu: Arc<dyn Iommu>,
+    iovas: Arc<IovaAllocator>,
+    stride: usize,
+    /// Slots the device offers (1..=32).
+    slots: usize,
+    token: u8,
+    unanswered: Vec<Unanswered>,
+    /// Commands executed.
+    pub executed: u64,
+    /// Timed-out commands the device answered later (their slots came back).
+    pub late_answers: u64,
+}
+
+/// Mailbox blocks for one direction of one command: the pool, or a region of its own.
+enum Blocks {
+    Pool,
+    Own(DmaRegion),
+}
+
+impl CmdQueue {
+    /// Allocates the queue page and tells the device where it is.
+    pub fn new<B: Backend>(
+        backend: &B,
+        iommu: Arc<dyn Iommu>,
+        iovas: Arc<IovaAllocator>,
+    ) -> Result<Self, DriverError> {
+        let queue = DmaRegion::new(iommu.clone(), &iovas, 4096, PageKind::Small)?;
+        let geometry = u32::from_be_bytes(backend.read32(init_seg::CMDQ_ADDR_L_SZ));
+        let log_stride = geometry & 0xf;
+        let log_size = (geometry >> 4) & 0xf;
+        if !(6..=12).contains(&log_stride)
+            || log_size > 5
+            || (1usize << (log_stride + log_size)) > queue.len()
+        {
+            return Err(DriverError::BadDeviceValue {
+                what: "command queue geometry",
+                value: u64::from(geometry),
+            });
+        }
+        let iova = queue.iova();
+        backend.write32(init_seg::CMDQ_ADDR_H, ((iova >> 32) as u32).to_be_bytes());
+        backend.write32(
+            init_seg::CMDQ_ADDR_L_SZ,
+            ((iova as u32) & 0xffff_f000).to_be_bytes(),
+        );
+        Ok(Self {
+            queue,
+            pool_in: None,
+            pool_out: None,
+            iommu,
+            iovas,
+            stride: 1 << log_stride,
+            slots: 1 << log_size,
+            token: 0,
+            unanswered: Vec::new(),
+            executed: 0,
+            late_answers: 0,
+        })
+    }
+
+    /// Slots held by commands the device took and has not answered.
+    pub fn unanswered(&self) -> usize {
+        self.unanswered.len()
+    }
+
+    /// After a function reset: no command is in the device any more, so the memory unanswered
+    /// commands named may be freed.
+    pub fn forget_after_reset(&mut self) {
+        self.unanswered.clear();
+    }
+
+    fn blocks_for(&mut self, len: usize, input: bool) -> Result<Blocks, DriverError> {
+        let count = len
+            .saturating_sub(CMD_INLINE_BYTES)
+            .div_ceil(MAILBOX_DATA_BYTES);
+        if count <= POOL_BLOCKS {
+            let pool = if input {
+                &mut self.pool_in
+            } else {
+                &mut self.pool_out
+            };
+            if pool.is_none() {
+                *pool = Some(DmaRegion::new(
+                    self.iommu.clone(),
+                    &self.iovas,
+                    POOL_BLOCKS * MAILBOX_ALIGN,
+                    PageKind::Small,
+                )?);
+            }
+            return Ok(Blocks::Pool);
+        }
+        let region = DmaRegion::new(
+            self.iommu.clone(),
+            &self.iovas,
+            count * MAILBOX_ALIGN,
+            PageKind::Auto,
+        )?;
+        Ok(Blocks::Own(region))
+    }
+
+    fn region<'a>(&'a self, blocks: &'a Blocks, input: bool) -> &'a DmaRegion {
+        match (blocks, input) {
+            (Blocks::Own(r), _) => r,
+            (Blocks::Pool, true) => self.pool_in.as_ref().expect("allocated by blocks_for"),
+            (Blocks::Pool, false) => self.pool_out.as_ref().expect("allocated by blocks_for"),
+        }
+    }
+
+    /// Takes back the slots whose late answer has arrived (the device handed the entry back,
+    /// its last write); their mailboxes are freed.
+    fn reclaim_answered(&mut self) {
+        let queue = &self.queue;
+        let stride = self.stride;
+        let before = self.unanswered.len();
+        self.unanswered.retain(|u| {
+            let mut own = [CMD_OWNER_HW];
+            let _ = queue.read(u.slot * stride + STATUS_OWN, &mut own);
+            own[0] & CMD_OWNER_HW != 0
+        });
+        self.late_answers += (before - self.unanswered.len()) as u64;
+    }
+
+    /// Lays out a chain of `len` data bytes (taken from `data` when given) with `token`.
+    fn write_chain(
+        region: &DmaRegion,
+        data: Option<&[u8]>,
+        len: usize,
+        token: u8,
+    ) -> Result<(), DriverError> {
+        let count = len.div_ceil(MAILBOX_DATA_BYTES);
+        let mut block = CmdMailbox::zeroed();
+        for i in 0..count {
+            block.as_bytes_mut().fill(0);
+            if let Some(data) = data {
+                let chunk = &data[i * MAILBOX_DATA_BYTES..len.min((i + 1) * MAILBOX_DATA_BYTES)];
+                block.data_bytes_mut()[..chunk.len()].copy_from_slice(chunk);
+            }
+            let next = if i + 1 < count {
+                region.iova() + ((i + 1) * MAILBOX_ALIGN) as u64
+            } else {
+                0
+            };
+            block
+                .set_next(next)
+                .set_block_num(i as u32)
+                .set_token(token);
+            region.write(i * MAILBOX_ALIGN, block.as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// Executes one command and returns its whole output (`outlen` bytes) when it succeeded.
+    /// `idle` runs between checks of the entry (event processing, interrupt waits); it returns
+    /// true when it already waited, so the poll loop does not also spin.
+    ///
+    /// Errors other than [`DriverError::Command`] (and [`CmdFailure::NoFreeSlot`]) mean the
+    /// command was never posted; a [`DriverError::Command`] error means the device took it.
+    pub fn exec<B: Backend>(
+        &mut self,
+        backend: &B,
+        input: &[u8],
+        outlen: usize,
+        timeout: Duration,
+        idle: &mut dyn FnMut() -> bool,
+    ) -> Result<Vec<u8>, DriverError> {
+        let opcode = if input.len() >= 2 {
+            u16::from_be_bytes([input[0], input[1]])
+        } else {
+            0
+        };
+        let fail = |failure| DriverError::Command(CmdError { opcode, failure });
+        if input.len() < CMD_INLINE_BYTES || outlen < CMD_INLINE_BYTES {
+            return Err(DriverError::Invalid(format!(
+                "command {opcode:#x}: input ({}) and output ({outlen}) must be at least 16 bytes",
+                input.len()
+            )));
+        }
+        if !self.unanswered.is_empty() {
+            self.reclaim_answered();
+        }
+        let slot = (0..self.slots)
+            .find(|s| self.unanswered.iter().all(|u| u.slot != *s))
+            .ok_or(fail(CmdFailure::NoFreeSlot(self.slots)))?;
+        self.token = self.token.wrapping_add(1).max(1);
+        let token = self.token;
+        let in_extra = input.len() - CMD_INLINE_BYTES;
+        let out_extra = outlen - CMD_INLINE_BYTES;
+        let blocks_in = self.blocks_for(input.len(), true)?;
+        let blocks_out = self.blocks_for(outlen, false)?;
+        let (in_iova, out_iova) = {
+            let (region_in, region_out) = (
+                self.region(&blocks_in, true),
+                self.region(&blocks_out, false),
+            );
+            Self::write_chain(region_in, Some(&input[CMD_INLINE_BYTES..]), in_extra, token)?;
+            Self::write_chain(region_out, None, out_extra, token)?;
+            (region_in.iova(), region_out.iova())
+        };
+        let mut entry = CmdLayout::zeroed();
+        entry
+            .set_kind(CMD_TYPE_PCIE)
+            .set_inlen(input.len() as u32)
+            .set_in_ptr(if in_extra > 0 { in_iova } else { 0 })
+            .set_outlen(outlen as u32)
+            .set_out_ptr(if out_extra > 0 { out_iova } else { 0 })
+            .set_token(token)
+            .set_status_own(CMD_OWNER_HW);
+        entry.set_inline_input(&input[..CMD_INLINE_BYTES]);
+        let at = slot * self.stride;
+        self.queue.write(at, entry.as_bytes())?;
+        // The entry and mailboxes must be visible before the doorbell.
+        fence(Ordering::SeqCst);
+        backend.write32(init_seg::CMD_DBELL, (1u32 << slot).to_be_bytes());
+
+        if !self.wait_for_answer(at, timeout, idle) {
+            // The device may still answer into this slot and these mailboxes.
+            let mut mailboxes = Vec::with_capacity(2);
+            for (blocks, input, used) in [
+                (blocks_in, true, in_extra > 0),
+                (blocks_out, false, out_extra > 0),
+            ] {
+                match blocks {
+                    Blocks::Own(region) => mailboxes.push(region),
+                    Blocks::Pool if !used => {}
+                    Blocks::Pool if input => mailboxes.extend(self.pool_in.take()),
+                    Blocks::Pool => mailboxes.extend(self.pool_out.take()),
+                }
+            }
+            self.unanswered.push(Unanswered { slot, mailboxes });
+            return Err(fail(CmdFailure::Timeout(timeout)));
+        }
+        fence(Ordering::SeqCst);
+        let mut back = CmdLayout::zeroed();
+        self.queue
+            .read(at, back.as_bytes_mut())
+            .map_err(|_| fail(CmdFailure::BadOutput("command entry unreadable")))?;
+        let delivery = back.delivery_status_raw();
+        if delivery != 0 {
+            return Err(fail(CmdFailure::Delivery(
+                DeliveryStatus::try_from(delivery).map_err(|_| delivery),
+            )));
+        }
+        if back.token() != token {
+            return Err(fail(CmdFailure::BadOutput("entry token changed")));
+        }
+        let mut output = vec![0u8; outlen];
+        output[..CMD_INLINE_BYTES].copy_from_slice(&back.inline_output());
+        let region = self.region(&blocks_out, false);
+        let mut block = CmdMailbox::zeroed();
+        for i in 0..out_extra.div_ceil(MAILBOX_DATA_BYTES) {
+            region
+                .read(
+                    i * MAILBOX_ALIGN,
+                    &mut block.as_bytes_mut()[..MAILBOX_BLOCK_SIZE],
+                )
+                .map_err(|_| fail(CmdFailure::BadOutput("output mailbox unreadable")))?;
+            if block.token() != token || block.block_num() != i as u32 {
+                return Err(fail(CmdFailure::BadOutput(
+                    "output mailbox token or block number changed",
+                )));
+            }
+            let start = CMD_INLINE_BYTES + i * MAILBOX_DATA_BYTES;
+            let end = outlen.min(start + MAILBOX_DATA_BYTES);
+            output[start..end].copy_from_slice(&block.data_bytes()[..end - start]);
+        }
+        self.executed += 1;
+        let status = output[0];
+        if status != CmdStatus::Ok as u8 {
+            let syndrome = u32::from_be_bytes([output[4], output[5], output[6], output[7]]);
+            return Err(fail(CmdFailure::Status {
+                status: CmdStatus::try_from(status).map_err(|_| status),
+                syndrome,
+            }));
+        }
+        Ok(output)
+    }
+
+    /// Polls the entry at `at` until the device hands it back (true) or `timeout` passes.
+    fn wait_for_answer(
+        &self,
+        at: usize,
+        timeout: Duration,
+        idle: &mut dyn FnMut() -> bool,
+    ) -> bool {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            let mut own = [CMD_OWNER_HW];
+            let _ = self.queue.read(at + STATUS_OWN, &mut own);
+            if own[0] & CMD_OWNER_HW == 0 {
+                return true;
+            }
+            if start.elapsed() > timeout {
+                return false;
+            }
+            if !idle() {
+                spins += 1;
+                if spins < 64 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::sleep(Duration::from_micros(if spins < 256 { 1 } else { 100 }));
+                }
+            }
+        }
+    }
+
+    /// Gives up the queue page and every mailbox for good, unmapped never: for when the device
+    /// may still write them and no function reset could stop it.
+    pub fn leak(&mut self) {
+        for unanswered in self.unanswered.drain(..) {
+            unanswered.mailboxes.into_iter().for_each(DmaRegion::leak);
+        }
+        self.pool_in.take().into_iter().for_each(DmaRegion::leak);
+        self.pool_out.take().into_iter().for_each(DmaRegion::leak);
+        self.queue.take().leak();
+    }
+}
+
+impl Drop for CmdQueue {
+    fn drop(&mut self) {
+        if !self.unanswered.is_empty() {
+            // No reset ended the unanswered commands: the device may still write their entries
+            // and mailboxes, so that memory is never unmapped or reused.
+            self.leak();
+        }
+    }
+}
+
+/// A zeroed command input of `size` bytes (at least the 16-byte header) with opcode and op_mod set.
+pub(crate) fn input(opcode: cxdirect_hw::cmd::Opcode, op_mod: u16, size: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; size.max(16)];
+    buf[0..2].copy_from_slice(&(opcode as u16).to_be_bytes());
+    buf[6..8].copy_from_slice(&op_mod.to_be_bytes());
+    buf
+}
+
+/// The 24-bit object number a CREATE_* command answers with (output bytes 8..12).
+pub(crate) fn out_u32(out: &[u8]) -> u32 {
+    u32::from_be_bytes([out[8], out[9], out[10], out[11]]) & 0x00ff_ffff
+}
+
+/// A DESTROY_* command input for object `id`, its number at input byte `at`.
+pub(crate) fn destroy_input(op: cxdirect_hw::cmd::Opcode, id: u32, at: usize) -> Vec<u8> {
+    let mut cmd = input(op, 0, 16);
+    cmd[at..at + 4].copy_from_slice(&id.to_be_bytes());
+    cmd
+}

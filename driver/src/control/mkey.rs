@@ -1,0 +1,225 @@
+//! Memory keys: CREATE_MKEY in MTT mode over a page list (driver-allocated memory, or a range of
+//! an imported dmabuf), deregistration, and revocation of the keys over a revocable dmabuf.
+//!
+//! The MTT is what the device translates through: one big-endian entry per page with the read
+//! and write bits, the key's start address the IOVA of the range's first byte and its length
+//! the trimmed length, so a device access outside the range, or a write through a read-only key,
+//! ends in a local protection error rather than touching memory.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use cxdirect_dma::{DmaBufMapping, PageList};
+use cxdirect_hw::cmd::Opcode;
+use cxdirect_hw::mkey::{mkey_from_index, mtt_entry, CreateMkeyIn, MKC_ACCESS_MODE_MTT};
+
+use super::cmd::input;
+use super::device::{Device, RegisteredKey};
+use crate::backend::Backend;
+use crate::error::DriverError;
+
+/// What a memory key lets the device do with the memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyAccess {
+    /// The device may read (send from) the memory.
+    pub read: bool,
+    /// The device may write (receive into) the memory.
+    pub write: bool,
+}
+
+impl KeyAccess {
+    /// Read and write: receive and send buffers.
+    pub const READ_WRITE: Self = Self {
+        read: true,
+        write: true,
+    };
+    /// Read only: send buffers; a receive into them fails with a local protection error.
+    pub const READ_ONLY: Self = Self {
+        read: true,
+        write: false,
+    };
+}
+
+/// A memory key registered with a device: `lkey()` goes into WQE data segments.
+///
+/// Deregister it with [`MemoryKey::deregister`]. A key that is simply dropped stays in the device
+/// (and keeps its dmabuf range mapped) until [`Device::teardown`].
+#[derive(Debug)]
+pub struct MemoryKey {
+    index: u32,
+    lkey: u32,
+    start: u64,
+    len: u64,
+    entries: usize,
+    access: KeyAccess,
+    valid: Arc<AtomicBool>,
+}
+
+impl MemoryKey {
+    /// Registers `[0, len)` of an imported dmabuf range: the MTT holds the mapping's trimmed page
+    /// list ([`DmaBufMapping::pages`]), the key's start address is [`DmaBufMapping::iova`].
+    /// The key keeps the mapping alive; a revocable mapping can be taken away with
+    /// [`Device::revoke_memory`].
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Invalid`] for a revoked mapping or one larger than the device's keys,
+    /// [`DriverError::Command`] when the device refuses.
+    pub fn register<B: Backend>(
+        dev: &mut Device<B>,
+        mapping: &Arc<DmaBufMapping>,
+        access: KeyAccess,
+    ) -> Result<Self, DriverError> {
+        if mapping.is_revoked() {
+            return Err(DriverError::Invalid(
+                "cannot register a revoked dmabuf mapping: import and map the buffer again".into(),
+            ));
+        }
+        let key = Self::create(dev, &mapping.pages(), access)?;
+        mapping.key_registered();
+        dev.keys_mut().push(RegisteredKey {
+            index: key.index,
+            mapping: Some(Arc::clone(mapping)),
+            valid: Arc::clone(&key.valid),
+        });
+        Ok(key)
+    }
+
+    /// Registers memory described by a page list (a [`cxdirect_dma::DmaRegion`]'s pages, for
+    /// instance).
+    ///
+    /// # Errors
+    ///
+    /// As [`MemoryKey::register`].
+    pub fn register_pages<B: Backend>(
+        dev: &mut Device<B>,
+        pages: &PageList,
+        access: KeyAccess,
+    ) -> Result<Self, DriverError> {
+        let key = Self::create(dev, pages, access)?;
+        dev.keys_mut().push(RegisteredKey {
+            index: key.index,
+            mapping: None,
+            valid: Arc::clone(&key.valid),
+        });
+        Ok(key)
+    }
+
+    fn create<B: Backend>(
+        dev: &mut Device<B>,
+        pages: &PageList,
+        access: KeyAccess,
+    ) -> Result<Self, DriverError> {
+        let page = pages.page_size;
+        let len = pages.len() as u64;
+        let Some(start) = pages.start_iova().filter(|_| len > 0) else {
+            return Err(DriverError::Invalid(
+                "cannot register an empty page list".into(),
+            ));
+        };
+        if !page.is_power_of_two() || !(4096..=1 << 30).contains(&page) {
+            return Err(DriverError::Invalid(format!(
+                "page size {page}: memory keys take powers of two from 4 KiB to 1 GiB"
+            )));
+        }
+        if pages.iovas.iter().any(|iova| iova % page as u64 != 0) {
+            return Err(DriverError::Invalid(
+                "page list holds an address that is not page aligned".into(),
+            ));
+        }
+        let max_log = dev.caps().log_max_mrw_sz();
+        if len >> max_log.min(63) != 0 {
+            return Err(DriverError::Invalid(format!(
+                "{len} bytes is larger than the device's memory keys (2^{max_log} bytes): \
+                 register the memory in parts"
+            )));
+        }
+        let entries = pages.iovas.len();
+        let octwords = u32::try_from(entries.div_ceil(2)).map_err(|_| {
+            DriverError::Invalid(format!("{entries} translation entries are too many"))
+        })?;
+        let (_, pd, _) = dev.resources();
+        let mut cmd = input(
+            Opcode::CreateMkey,
+            0,
+            CreateMkeyIn::<&[u8]>::SIZE + 8 * entries.next_multiple_of(2),
+        );
+        {
+            let mut c = CreateMkeyIn::new(&mut cmd[..])
+                .map_err(|_| DriverError::Invalid("CREATE_MKEY input too short".into()))?;
+            c.set_translations_octword_actual_size(octwords);
+            c.memory_key_mkey_entry_mut()
+                .set_access_mode(MKC_ACCESS_MODE_MTT)
+                .set_lr(access.read)
+                .set_lw(access.write)
+                .set_pd(pd)
+                .set_qpn(0x00ff_ffff)
+                .set_mkey_7_0(0)
+                .set_start_addr(start)
+                .set_len(len)
+                .set_log_page_size(page.trailing_zeros() as u8)
+                .set_translations_octword_size(octwords);
+            for (i, iova) in pages.iovas.iter().enumerate() {
+                c.set_mtt(i, mtt_entry(*iova, access.read, access.write))
+                    .map_err(|_| DriverError::Invalid("MTT past the command input".into()))?;
+            }
+        }
+        let out = dev.exec(&cmd, 16)?;
+        let index = super::cmd::out_u32(&out);
+        Ok(Self {
+            index,
+            lkey: mkey_from_index(index, 0),
+            start,
+            len,
+            entries,
+            access,
+            valid: Arc::new(AtomicBool::new(true)),
+        })
+    }
+
+    /// The key data segments name (`index << 8 | variant`).
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+
+    /// Device address of the key's first byte (an IOVA).
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// Bytes the key covers.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True for an empty key (never: registration refuses one).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// MTT entries programmed (pages covered).
+    pub fn entries(&self) -> usize {
+        self.entries
+    }
+
+    /// What the key allows.
+    pub fn access(&self) -> KeyAccess {
+        self.access
+    }
+
+    /// False once the key was revoked ([`Device::revoke_memory`]) or deregistered.
+    pub fn is_valid(&self) -> bool {
+        self.valid.load(Ordering::Acquire)
+    }
+
+    /// Destroys the key in the device (a revoked key is already gone) and lets go of its
+    /// memory.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Command`] when DESTROY_MKEY fails; the key then stays registered and is
+    /// destroyed at teardown.
+    pub fn deregister<B: Backend>(self, dev: &mut Device<B>) -> Result<(), DriverError> {
+        dev.destroy_key(self.index)
+    }
+}

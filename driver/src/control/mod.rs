@@ -1,0 +1,20 @@
+//! Control of the function: bring-up and teardown, health, reset, the command queue, the
+//! async event queue and its events, firmware pages, memory keys, Q counters, and opening a
+//! VFIO device.
+
+mod cmd;
+mod device;
+mod health;
+mod mkey;
+mod open;
+mod pages;
+mod qcounter;
+
+pub use device::{
+    Device, DeviceInfo, DeviceRecovery, EventCounts, Options, RmpStatus, TeardownReport,
+    ASYNC_EVENTS,
+};
+pub use mkey::{KeyAccess, MemoryKey};
+
+pub(crate) use cmd::{destroy_input, input, out_u32};
+pub(crate) use qcounter::QCounterSet;

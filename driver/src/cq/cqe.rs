@@ -1,0 +1,165 @@
+//! [`Cqe`], a copy of one 64-byte CQE whose fields are read from the copy only. The device
+//! writes CQEs on its own schedule, so nothing here trusts what it reads: the queues check every
+//! field that selects host state (WQE counter, queue number, byte count) against what they
+//! posted.
+
+use crate::mem::OffloadFlags;
+use crate::ring::{bytes_from_words, words_from_bytes};
+use cxdirect_hw::cqe::{CqeOpcode, CQE_SIZE};
+
+/// A copy of one 64-byte CQE as the device wrote it, kept as the eight words it was read with
+/// (memory order). Any bytes are a valid `Cqe`: accessors only decode, and callers check the
+/// decoded values before using them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Cqe {
+    pub(super) words: [u64; CQE_SIZE / 8],
+}
+
+impl std::fmt::Debug for Cqe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cqe")
+            .field("opcode", &self.opcode())
+            .field("wqe_counter", &self.wqe_counter())
+            .field("qpn", &self.qpn())
+            .field("byte_cnt", &self.byte_cnt())
+            .finish()
+    }
+}
+
+impl Cqe {
+    /// A CQE from its 64 bytes as they sit in the ring.
+    pub fn from_bytes(bytes: [u8; CQE_SIZE]) -> Self {
+        Self {
+            words: words_from_bytes(&bytes),
+        }
+    }
+
+    /// A CQE from the eight words it was read with (memory order).
+    #[inline]
+    pub(crate) const fn from_words(words: [u64; CQE_SIZE / 8]) -> Self {
+        Self { words }
+    }
+
+    /// The raw bytes.
+    pub fn to_bytes(&self) -> [u8; CQE_SIZE] {
+        let mut bytes = [0u8; CQE_SIZE];
+        bytes_from_words(self.words, &mut bytes);
+        bytes
+    }
+
+    /// The byte at offset `at` (0..64).
+    #[inline]
+    fn byte(&self, at: usize) -> u8 {
+        self.words[at / 8].to_ne_bytes()[at % 8]
+    }
+
+    /// The big-endian 32-bit field at offset `at` (a multiple of 4).
+    #[inline]
+    fn be32(&self, at: usize) -> u32 {
+        let word = self.words[at / 8].to_ne_bytes();
+        let i = at % 8;
+        u32::from_be_bytes([word[i], word[i + 1], word[i + 2], word[i + 3]])
+    }
+
+    /// Opcode, bits 7:4 of the last byte (0..=15; see [`CqeOpcode`]).
+    #[inline]
+    pub fn opcode(&self) -> u8 {
+        self.byte(0x3f) >> 4
+    }
+
+    /// True for a send completion without error ([`CqeOpcode::Req`]).
+    #[inline]
+    pub fn is_send_ok(&self) -> bool {
+        self.opcode() == CqeOpcode::Req as u8
+    }
+
+    /// True for a receive completion of a frame ([`CqeOpcode::RespSend`]).
+    #[inline]
+    pub fn is_receive_ok(&self) -> bool {
+        self.opcode() == CqeOpcode::RespSend as u8
+    }
+
+    /// True for an error completion ([`CqeOpcode::ReqErr`] or [`CqeOpcode::RespErr`]).
+    #[inline]
+    pub fn is_error(&self) -> bool {
+        let op = self.opcode();
+        op == CqeOpcode::ReqErr as u8 || op == CqeOpcode::RespErr as u8
+    }
+
+    /// Index (16 bits, wrapping) of the WQE this CQE completes.
+    #[inline]
+    pub fn wqe_counter(&self) -> u16 {
+        (self.be32(0x3c) >> 16) as u16
+    }
+
+    /// Striding receive queues: the WQE this completion's strides are in (16 bits, wrapping).
+    #[inline]
+    pub fn wqe_id(&self) -> u16 {
+        self.be32(0) as u16
+    }
+
+    /// Send or receive queue number (24 bits).
+    #[inline]
+    pub fn qpn(&self) -> u32 {
+        self.be32(0x38) & 0x00ff_ffff
+    }
+
+    /// Shared receive ring (RMP) number the buffer came from (24 bits; receive only).
+    #[inline]
+    pub fn srqn(&self) -> u32 {
+        self.be32(0x20) & 0x00ff_ffff
+    }
+
+    /// Bytes received (receive only; the device's word, unchecked).
+    #[inline]
+    pub fn byte_cnt(&self) -> u32 {
+        self.be32(0x2c)
+    }
+
+    /// Syndrome of an error CQE (`LOCAL_PROT_ERR` 0x04, `WR_FLUSH_ERR` 0x05, ...).
+    #[inline]
+    pub fn syndrome(&self) -> u8 {
+        self.byte(ERR_CQE_SYNDROME)
+    }
+
+    /// L3 header type (0 none, 1 IPv6, 2 IPv4).
+    pub fn l3_type(&self) -> u8 {
+        (self.byte(0x1d) >> 2) & 0x3
+    }
+
+    /// L4 header type (0 none, 1 TCP, 2 UDP, 3-4 TCP with flags).
+    pub fn l4_type(&self) -> u8 {
+        (self.byte(0x1d) >> 4) & 0x7
+    }
+
+    /// The device verified the IP header checksum.
+    pub fn l3_ok(&self) -> bool {
+        self.byte(0x1c) & 0x02 != 0
+    }
+
+    /// The device verified the TCP/UDP checksum.
+    pub fn l4_ok(&self) -> bool {
+        self.byte(0x1c) & 0x04 != 0
+    }
+
+    /// RSS hash, when the device computed one (non-zero hash type).
+    pub fn rss_hash(&self) -> Option<u32> {
+        (self.byte(0x10) != 0).then(|| self.be32(0x0c))
+    }
+}
+
+/// Byte of an error CQE that holds its syndrome.
+pub(crate) const ERR_CQE_SYNDROME: usize = 0x37;
+
+/// A receive CQE's packet types, checksum results and RSS hash, as a buffer's flags.
+#[inline]
+pub(crate) fn rx_flags(c: &Cqe) -> OffloadFlags {
+    OffloadFlags {
+        rx_l3_type: c.l3_type(),
+        rx_l4_type: c.l4_type(),
+        rx_ip_csum_good: c.l3_ok(),
+        rx_l4_csum_good: c.l4_ok(),
+        rx_rss_hash: c.rss_hash(),
+        ..OffloadFlags::default()
+    }
+}

@@ -1,0 +1,18 @@
+//! Packet memory: the buffer pool, the [`Mbuf`] that carries one packet, the [`PacketBurst`]
+//! that carries many by buffer index, and the quarantine that keeps what the device may still
+//! touch.
+
+mod buffer;
+mod burst;
+mod flags;
+mod pool;
+mod quarantine;
+
+pub use buffer::{Mbuf, HEADROOM};
+pub use burst::{BurstPacket, PacketBurst};
+pub use flags::OffloadFlags;
+pub use pool::Mempool;
+
+pub(crate) use buffer::{BufferChain, PoolShared, RING_HOLD};
+pub(crate) use burst::{release_entries, BurstEntry};
+pub(crate) use quarantine::Quarantine;

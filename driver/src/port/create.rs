@@ -1,0 +1,548 @@
+//! An Ethernet port on a brought-up function: the objects behind it (TIS, SQs and RQs with
+//! their CQs, TIRs over an RQ table with Toeplitz RSS, NIC receive steering, vport MTU, port up)
+//! created in order, the queue handles given to the application, and teardown in reverse order.
+
+use super::config::PortConfig;
+use super::restart::SharedRestart;
+use super::stats::{PortStats, QueueXstats};
+use super::steering::Steering;
+use super::wq::{fill_cyclic_wq, ring_pages};
+use crate::backend::Backend;
+use crate::control::{destroy_input, input, out_u32, Device, KeyAccess, MemoryKey, QCounterSet};
+use crate::cq::CqRing;
+use crate::error::{invalid, DriverError};
+use crate::mem::{Mempool, Quarantine};
+use crate::ring::StatsHandle;
+use crate::rx::{
+    CompletionInterrupt, ReceiveQueueParts, RxQueue, SharedRing, SharedRxQueue, SharedRxRing,
+    StridingRx,
+};
+use crate::tx::{SendQueueParts, TxQueue};
+use cxdirect_dma::{DmaRegion, PageKind};
+use cxdirect_hw::caps::wqe_inline_mode;
+use cxdirect_hw::cmd::Opcode;
+use cxdirect_hw::cq::CreateCqIn;
+use cxdirect_hw::cqe::mini_cqe_res_format;
+use cxdirect_hw::reg::{self, PmtuReg};
+use cxdirect_hw::tir::CreateTisIn;
+use cxdirect_hw::vport::ModifyNicVportContextIn;
+use cxdirect_hw::wq::{CreateRqIn, CreateSqIn, RqState, WqType};
+use std::sync::Arc;
+
+/// A started port and the queue handles it gives the application ([`Port::start`]).
+pub struct Started<B: Backend> {
+    /// The port: its objects, recovery, statistics, and [`Port::close`].
+    pub port: Port<B>,
+    /// Its send and receive queues.
+    pub queues: Queues<B>,
+}
+
+/// The queue handles a started port gives the application. Each may move to its own thread.
+pub struct Queues<B: Backend> {
+    /// Send queues, [`PortConfig::tx_queues`] of them.
+    pub tx: Vec<TxQueue<B>>,
+    /// Receive queues, [`PortConfig::rx_queues`] of them; none when the port runs a shared
+    /// receive ring (see [`Port::take_shared_rx`]).
+    pub rx: Vec<RxQueue<B>>,
+}
+
+/// A shared receive ring's handles ([`Port::take_shared_rx`]).
+pub struct SharedQueues<B: Backend> {
+    /// The ring, to refill.
+    pub ring: SharedRxRing<B>,
+    /// The queues drawing from it, [`PortConfig::rx_queues`] of them.
+    pub rx: Vec<SharedRxQueue<B>>,
+}
+
+/// The objects behind a running port, destroyed in reverse order by [`Port::close`].
+pub struct Port<B: Backend> {
+    pub(super) dev: Device<B>,
+    pub(super) pool: Mempool,
+    pub(super) pool_key: Option<MemoryKey>,
+    /// The striding receive queues' pool and its key (with [`PortConfig::rx_striding`] on a
+    /// device that offers them).
+    pub(super) stride_pool: Option<Mempool>,
+    pub(super) stride_pool_key: Option<MemoryKey>,
+    pub(super) tis: u32,
+    pub(super) sqs: Vec<u32>,
+    pub(super) rqs: Vec<u32>,
+    pub(super) cqs: Vec<u32>,
+    /// This port's CQs the device reported in error, until their queues are recovered.
+    pub(super) failed_cqs: Vec<u32>,
+    /// Set when the device reported the shared ring broken (SRQ catastrophic error), until
+    /// [`Port::restart_shared_ring`] creates it again.
+    pub(super) shared_failed: bool,
+    /// How far a [`Port::restart_shared_ring`] that failed partway had got (`None` when no
+    /// restart is unfinished): the next call resumes there.
+    pub(super) shared_restart: Option<SharedRestart>,
+    pub(super) uars: Vec<u32>,
+    pub(super) steering: Steering,
+    pub(super) q_counter: Option<QCounterSet>,
+    pub(super) tx_stats: Vec<StatsHandle>,
+    pub(super) rx_stats: Vec<StatsHandle>,
+    pub(super) quarantine: Quarantine,
+    /// Completion EQs of receive queues in interrupt mode.
+    pub(super) eqs: Vec<u32>,
+    /// The shared receive ring, kept until its RMP is destroyed.
+    pub(super) shared: Option<Arc<SharedRing>>,
+    /// The shared ring's handles, until the application takes them.
+    pub(super) shared_handles: Option<SharedQueues<B>>,
+    pub(super) config: PortConfig,
+}
+
+/// The place in a port's RQ list of an RQ an unfinished shared-ring restart destroyed: never a
+/// queue number, which is 24 bits wide (0 included).
+pub(crate) const NO_RQ: u32 = u32::MAX;
+
+impl<B: Backend> Port<B> {
+    /// Creates the port's objects and queues on a brought-up device.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Invalid`] when `config` does not fit itself or the device; the failing
+    /// command's error otherwise (what was created is destroyed again; the device keeps
+    /// working).
+    pub fn start(dev: Device<B>, config: PortConfig) -> Result<Started<B>, DriverError> {
+        config.validate(&dev)?;
+        let pool = match &config.pool_memory {
+            Some(mapping) => Mempool::from_dmabuf(Arc::clone(mapping), config.buf_size)?,
+            None => {
+                let (iommu, iovas) = dev.dma();
+                Mempool::new(iommu, &iovas, config.pool_buffers, config.buf_size)?
+            }
+        };
+        let stride_pool = match config.rx_striding {
+            Some(striding) if dev.caps().striding_rq() => {
+                let (iommu, iovas) = dev.dma();
+                Some(Mempool::new_shared(
+                    iommu,
+                    &iovas,
+                    striding.buffers,
+                    striding.buffer_bytes(),
+                )?)
+            }
+            _ => None,
+        };
+        let mut port = Port {
+            dev,
+            pool,
+            pool_key: None,
+            stride_pool,
+            stride_pool_key: None,
+            tis: 0,
+            sqs: Vec::new(),
+            rqs: Vec::new(),
+            cqs: Vec::new(),
+            failed_cqs: Vec::new(),
+            shared_failed: false,
+            shared_restart: None,
+            uars: Vec::new(),
+            steering: Steering::default(),
+            q_counter: None,
+            tx_stats: Vec::new(),
+            rx_stats: Vec::new(),
+            quarantine: Default::default(),
+            eqs: Vec::new(),
+            shared: None,
+            shared_handles: None,
+            config,
+        };
+        match port.build() {
+            Ok(queues) => Ok(Started { port, queues }),
+            Err(e) => {
+                // Undo what was created; the device keeps working.
+                let _ = port.destroy_objects();
+                Err(e)
+            }
+        }
+    }
+
+    pub(super) fn build(&mut self) -> Result<Queues<B>, DriverError> {
+        self.register_pool()?;
+        if let Some(pool) = &self.stride_pool {
+            let pages = pool.shared().memory().pages();
+            let key = MemoryKey::register_pages(&mut self.dev, &pages, KeyAccess::READ_WRITE)?;
+            pool.shared().set_lkey(key.lkey());
+            self.stride_pool_key = Some(key);
+        }
+        self.set_mtu()?;
+        let (_, pd, td) = self.dev.resources();
+        let mut cmd = input(Opcode::CreateTis, 0, CreateTisIn::<&[u8]>::SIZE);
+        CreateTisIn::new(&mut cmd[..])
+            .map(|mut c| {
+                c.ctx_mut().set_transport_domain(td);
+            })
+            .ok();
+        self.tis = out_u32(&self.dev.exec(&cmd, 16)?);
+        let mut tx = Vec::new();
+        for _ in 0..self.config.tx_queues {
+            tx.push(self.create_tx(pd)?);
+        }
+        self.q_counter = QCounterSet::alloc(&mut self.dev)?;
+        let mut rx = Vec::new();
+        match self.config.shared_rx {
+            Some(shared) => self.create_shared_rx(pd, shared)?,
+            None => {
+                for index in 0..self.config.rx_queues {
+                    rx.push(self.create_rx(pd, index)?);
+                }
+            }
+        }
+        self.create_steering(td)?;
+        self.dev.set_port_admin(true)?;
+        Ok(Queues { tx, rx })
+    }
+
+    /// CREATE_MKEY in MTT mode over the pool's memory (its dmabuf range, when it has one).
+    pub(crate) fn register_pool(&mut self) -> Result<(), DriverError> {
+        let key = match self.pool.dmabuf() {
+            Some(mapping) => {
+                let mapping = Arc::clone(mapping);
+                MemoryKey::register(&mut self.dev, &mapping, self.config.pool_access)?
+            }
+            None => {
+                let pages = self.pool.shared().memory().pages();
+                MemoryKey::register_pages(&mut self.dev, &pages, self.config.pool_access)?
+            }
+        };
+        self.pool.shared().set_lkey(key.lkey());
+        self.pool_key = Some(key);
+        Ok(())
+    }
+
+    fn set_mtu(&mut self) -> Result<(), DriverError> {
+        let hw_mtu = self.config.mtu + 22;
+        let mut data = [0u8; 16];
+        PmtuReg::new(&mut data[..])
+            .map(|mut r| {
+                r.set_local_port(1).set_admin_mtu(hw_mtu);
+            })
+            .ok();
+        self.dev.access_reg(reg::REG_PMTU, true, &data)?;
+        let mut cmd = input(
+            Opcode::ModifyNicVportContext,
+            0,
+            ModifyNicVportContextIn::<&[u8]>::SIZE,
+        );
+        ModifyNicVportContextIn::new(&mut cmd[..])
+            .map(|mut c| {
+                c.field_select_mut().set_mtu(true);
+                c.nic_vport_context_mut().set_mtu(hw_mtu);
+            })
+            .ok();
+        self.dev.exec(&cmd, 16)?;
+        Ok(())
+    }
+
+    pub(crate) fn dma(&self, len: usize) -> Result<DmaRegion, DriverError> {
+        let (iommu, iovas) = self.dev.dma();
+        Ok(DmaRegion::new(iommu, &iovas, len, PageKind::Auto)?)
+    }
+
+    /// A completion EQ on vector `1 + index` for receive queue `index` when the port runs
+    /// receive interrupts: its number (for the queue's CQ) and the interrupt. Without receive
+    /// interrupts: EQ 0 and none (such CQs are never armed, so they raise no events).
+    pub(crate) fn rx_interrupt(
+        &mut self,
+        index: u16,
+        uar: u32,
+    ) -> Result<(u32, Option<CompletionInterrupt<B>>), DriverError> {
+        if !self.config.rx_interrupts {
+            return Ok((0, None));
+        }
+        let vector = index + 1;
+        let eq = self.dev.create_eq(6, 0, vector)?;
+        self.eqs.push(eq.eqn);
+        let irq = self
+            .dev
+            .interrupt(vector)?
+            .ok_or_else(|| invalid(format!("MSI-X vector {vector} is not enabled")))?;
+        let irq = CompletionInterrupt::new(self.dev.backend_arc().clone(), eq, irq, uar);
+        Ok((irq.eqn(), Some(irq)))
+    }
+
+    /// CREATE_CQ of `entries` CQEs on `uar`, reporting to EQ `eqn`; with CQE compression
+    /// when `compress` and the device supports it, in the hash mini-CQE format, or in the
+    /// checksum format (carrying stride indexes) when `striding`.
+    pub(crate) fn create_cq(
+        &mut self,
+        entries: u32,
+        uar: u32,
+        eqn: u32,
+        compress: bool,
+        striding: bool,
+    ) -> Result<CqRing, DriverError> {
+        let compress = compress && self.dev.caps().cqe_compression();
+        let log = entries.trailing_zeros() as u8;
+        let region = self.dma(64 * entries as usize)?;
+        for i in 0..entries as usize {
+            region.write(i * 64 + 63, &[cxdirect_hw::cqe::CQE_INITIAL_OP_OWN])?;
+        }
+        let dbr = self.dma(64)?;
+        let page = region.page_size();
+        let pages = region.len().div_ceil(page);
+        let mut cmd = input(Opcode::CreateCq, 0, CreateCqIn::<&[u8]>::SIZE + 8 * pages);
+        {
+            let mut c = CreateCqIn::new(&mut cmd[..]).map_err(|_| invalid("CQ input"))?;
+            c.cq_context_mut()
+                .set_log_cq_size(log)
+                .set_uar_page(uar)
+                .set_c_eqn(eqn as u8)
+                .set_log_page_size((page.trailing_zeros() - 12) as u8)
+                .set_dbr_addr(dbr.iova())
+                .set_cqe_comp_en(compress)
+                .set_mini_cqe_res_format(if striding {
+                    mini_cqe_res_format::CSUM
+                } else {
+                    mini_cqe_res_format::HASH
+                });
+            for i in 0..pages {
+                let _ = c.set_pas(i, region.iova() + (i * page) as u64);
+            }
+        }
+        let cqn = out_u32(&self.dev.exec(&cmd, 16)?);
+        self.cqs.push(cqn);
+        Ok(CqRing::new(region, dbr, log, cqn, compress))
+    }
+
+    /// CREATE_SQ over `ring` (2^`log` WQEBBs, doorbell record `dbr`, doorbells on `uar`)
+    /// completing on `cqn`, then RST→RDY; the SQ number is remembered in `sqs`.
+    pub(crate) fn create_sq(
+        &mut self,
+        pd: u32,
+        ring: &DmaRegion,
+        dbr: &DmaRegion,
+        uar: u32,
+        cqn: u32,
+        log: u8,
+    ) -> Result<u32, DriverError> {
+        let page = ring.page_size();
+        let pages = ring.len().div_ceil(page);
+        let mut cmd = input(Opcode::CreateSq, 0, CreateSqIn::<&[u8]>::SIZE + 8 * pages);
+        {
+            let mut c = CreateSqIn::new(&mut cmd[..]).map_err(|_| invalid("SQ input"))?;
+            let mut ctx = c.ctx_mut();
+            ctx.set_cqn(cqn)
+                .set_tis_lst_sz(1)
+                .set_tis_num_0(self.tis)
+                .set_flush_in_error_en(true)
+                .set_allow_multi_pkt_send_wqe(self.multi_packet_send());
+            ctx.wq_mut()
+                .set_wq_type(1)
+                .set_pd(pd)
+                .set_uar_page(uar)
+                .set_dbr_addr(dbr.iova())
+                .set_log_wq_stride(6)
+                .set_log_wq_pg_sz((page.trailing_zeros() - 12) as u8)
+                .set_log_wq_sz(log);
+            for i in 0..pages {
+                let _ = c.set_pas(i, ring.iova() + (i * page) as u64);
+            }
+        }
+        let sqn = out_u32(&self.dev.exec(&cmd, 16)?);
+        self.sqs.push(sqn);
+        self.modify_sq(sqn, RqState::Rst, RqState::Rdy)?;
+        Ok(sqn)
+    }
+
+    /// Whether send queues use enhanced multi-packet WQEs: asked for, offered by the device,
+    /// and possible without inlined headers.
+    fn multi_packet_send(&self) -> bool {
+        let caps = self.dev.eth_caps();
+        self.config.tx_multi_packet
+            && caps.enhanced_multi_pkt_send_wqe()
+            && caps.wqe_inline_mode() == wqe_inline_mode::NOT_REQUIRED
+    }
+
+    fn create_tx(&mut self, pd: u32) -> Result<TxQueue<B>, DriverError> {
+        let uar = out_u32(&self.dev.exec(&input(Opcode::AllocUar, 0, 16), 16)?);
+        self.uars.push(uar);
+        let entries = self.config.ring_size;
+        let cq = self.create_cq(entries, uar, 0, false, false)?;
+        let ring = self.dma(64 * entries as usize)?;
+        let dbr = self.dma(64)?;
+        let log = entries.trailing_zeros() as u8;
+        let sqn = self.create_sq(pd, &ring, &dbr, uar, cq.cqn(), log)?;
+        Ok(TxQueue::new(SendQueueParts {
+            backend: self.dev.backend_arc().clone(),
+            ring,
+            dbr,
+            log_size: log,
+            cq,
+            sqn,
+            uar,
+            blueflame: self.config.blueflame,
+            inline: self.config.inline,
+            inline_max: usize::from(self.config.inline_max),
+            multi_packet: self.multi_packet_send(),
+            cqe_every: self.config.cqe_every,
+            max_frame: usize::from(self.config.mtu) + 18,
+            published: Self::register_stats(&mut self.tx_stats),
+            quarantine: self.quarantine.clone(),
+        }))
+    }
+
+    /// CREATE_RQ (cyclic, its own ring of 2^`log` entries, doorbell record `dbr`) completing
+    /// on `cqn` and counted in the port's Q counter set, then RST→RDY; the RQ number is
+    /// remembered in `rqs`.
+    pub(crate) fn create_rq(
+        &mut self,
+        pd: u32,
+        ring: &DmaRegion,
+        dbr: &DmaRegion,
+        cqn: u32,
+        log: u8,
+        striding: Option<&StridingRx>,
+    ) -> Result<u32, DriverError> {
+        let pages = ring_pages(ring);
+        let mut cmd = input(
+            Opcode::CreateRq,
+            0,
+            CreateRqIn::<&[u8]>::SIZE + 8 * pages.len(),
+        );
+        {
+            let mut c = CreateRqIn::new(&mut cmd[..]).map_err(|_| invalid("RQ input"))?;
+            let mut ctx = c.ctx_mut();
+            ctx.set_cqn(cqn)
+                .set_flush_in_error_en(true)
+                .set_mem_rq_type(0)
+                .set_counter_set_id(self.q_counter.as_ref().map_or(0, QCounterSet::id));
+            fill_cyclic_wq(ctx.wq_mut(), pd, ring, dbr, log);
+            if let Some(striding) = striding {
+                use cxdirect_hw::wq::striding::{LOG_STRIDES_BASE, LOG_STRIDE_BYTES_BASE};
+                ctx.wq_mut()
+                    .set_wq_type(WqType::StridingCyclic as u8)
+                    .set_log_wq_stride(crate::rx::WQE_BYTES.trailing_zeros() as u8)
+                    .set_log_wqe_num_of_strides(striding.log_strides - LOG_STRIDES_BASE)
+                    .set_log_wqe_stride_size(striding.log_stride_bytes - LOG_STRIDE_BYTES_BASE);
+            }
+            for (i, iova) in pages.enumerate() {
+                let _ = c.set_pas(i, iova);
+            }
+        }
+        let rqn = out_u32(&self.dev.exec(&cmd, 16)?);
+        self.rqs.push(rqn);
+        self.modify_rq(rqn, RqState::Rst, RqState::Rdy)?;
+        Ok(rqn)
+    }
+
+    fn create_rx(&mut self, pd: u32, index: u16) -> Result<RxQueue<B>, DriverError> {
+        let geometry = self
+            .config
+            .rx_striding
+            .filter(|_| self.stride_pool.is_some());
+        let striding = geometry.as_ref().map(StridingRx::new);
+        let (entries, wqe_bytes, cq_entries, pool) = match (&geometry, &self.stride_pool) {
+            (Some(g), Some(pool)) => (
+                g.ring_wqes,
+                crate::rx::WQE_BYTES,
+                g.cq_entries(),
+                pool.clone(),
+            ),
+            _ => (
+                self.config.ring_size,
+                16,
+                self.config.ring_size,
+                self.pool.clone(),
+            ),
+        };
+        let (uar, _, _) = self.dev.resources();
+        let (eqn, interrupt) = self.rx_interrupt(index, uar)?;
+        let cq = self.create_cq(
+            cq_entries,
+            uar,
+            eqn,
+            self.config.rx_cqe_compression,
+            striding.is_some(),
+        )?;
+        let ring = self.dma(wqe_bytes * entries as usize)?;
+        let dbr = self.dma(64)?;
+        let log = entries.trailing_zeros() as u8;
+        let rqn = self.create_rq(pd, &ring, &dbr, cq.cqn(), log, striding.as_ref())?;
+        Ok(RxQueue::new(ReceiveQueueParts {
+            backend: self.dev.backend_arc().clone(),
+            ring,
+            dbr,
+            log_size: log,
+            cq,
+            rqn,
+            pool,
+            published: Self::register_stats(&mut self.rx_stats),
+            quarantine: self.quarantine.clone(),
+            interrupt,
+            striding,
+        }))
+    }
+
+    /// A fresh shared stats block, remembered in `list` for [`Port::stats`].
+    pub(crate) fn register_stats(list: &mut Vec<StatsHandle>) -> StatsHandle {
+        let handle = StatsHandle::default();
+        list.push(handle.clone());
+        handle
+    }
+
+    /// The device, for commands and events.
+    pub fn device(&mut self) -> &mut Device<B> {
+        &mut self.dev
+    }
+
+    /// The receive pool.
+    pub fn pool(&self) -> &Mempool {
+        &self.pool
+    }
+
+    /// The striding receive queues' pool (buffers of [`crate::RxStriding::buffer_bytes`]),
+    /// when the port receives into striding queues; `None` otherwise (not configured, or the
+    /// device does not offer them and the queues take one buffer per packet).
+    pub fn striding_pool(&self) -> Option<&Mempool> {
+        self.stride_pool.as_ref()
+    }
+
+    /// Frames the device dropped since the port started because a receive ring had no posted
+    /// buffer (DPDK's `imissed`), summed over every receive queue; `None` when the device has no
+    /// Q counter sets. One firmware command per call: read it from the control path (at least
+    /// once per 2^32 drops), not per burst.
+    pub fn rx_missed(&mut self) -> Result<Option<u64>, DriverError> {
+        match self.q_counter.as_mut() {
+            Some(set) => set.out_of_buffer(&mut self.dev).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The port's statistics: every queue's counters as of its last burst, and `imissed` read
+    /// from the device (one firmware command; call it from the control path, not per burst).
+    pub fn stats(&mut self) -> Result<PortStats, DriverError> {
+        let mut stats = PortStats::from_xstats(&self.xstats());
+        stats.imissed = self.rx_missed()?.unwrap_or(0);
+        Ok(stats)
+    }
+
+    /// Per-queue extended statistics (doorbells, BlueFlame writes, inline packets, CQEs, ...)
+    /// as of each queue's last burst. Needs no device access.
+    pub fn xstats(&self) -> QueueXstats {
+        QueueXstats {
+            tx: self.tx_stats.iter().map(|s| s.read()).collect(),
+            rx: self.rx_stats.iter().map(|s| s.read()).collect(),
+        }
+    }
+
+    /// The configuration the port runs with.
+    pub fn config(&self) -> &PortConfig {
+        &self.config
+    }
+
+    pub(crate) fn destroy(&mut self, op: Opcode, id: u32, at: usize) -> Result<(), DriverError> {
+        self.dev.exec(&destroy_input(op, id, at), 16).map(|_| ())
+    }
+
+    /// Builds the port's steering around its RQs (see [`Steering::build`]).
+    pub(super) fn create_steering(&mut self, td: u32) -> Result<(), DriverError> {
+        self.steering
+            .build(&mut self.dev, &self.config, &self.rqs, td)
+    }
+
+    /// Destroys the port's steering (see [`Steering::destroy`]).
+    pub(super) fn destroy_steering(&mut self) -> Result<(), DriverError> {
+        self.steering.destroy(&mut self.dev)
+    }
+}
