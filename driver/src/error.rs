@@ -159,6 +159,10 @@ pub enum DriverError {
     /// A request the caller made that cannot be honoured.
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// The configuration asks for a feature the device does not offer (named by the
+    /// capability that says so).
+    #[error("the device does not offer {0}")]
+    Unsupported(&'static str),
 }
 
 /// A [`DriverError::Invalid`] saying `msg`.
