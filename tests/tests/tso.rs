@@ -284,3 +284,45 @@ fn tso_needs_the_port_to_ask_and_the_device_to_offer_it() {
         Ok(_) => panic!("a port with TSO started on a device without LSO"),
     }
 }
+
+#[test]
+fn a_vlan_tag_to_insert_rides_in_every_segment() {
+    let (
+        Started {
+            port: pa,
+            queues: Queues { tx: mut txa, .. },
+        },
+        Started {
+            port: _pb,
+            queues: Queues { rx: mut rxb, .. },
+        },
+        _,
+    ) = started_pair(EmuConfig::default(), tso_port());
+    let pool = pa.pool().clone();
+    let message = payload(3000);
+    let mut packet = tcp_headers(message.len());
+    packet.extend_from_slice(&message);
+    let mut m = chained(&pool, &packet, 1900);
+    m.flags.tx_tso_mss = Some(MSS);
+    m.flags.tx_vlan = Some(0x2007);
+    m.flags.tx_ip_csum = true;
+    m.flags.tx_l4_csum = true;
+    cxdirect_tests::send_all(&mut txa[0], &mut vec![m]);
+    let got = receive_all(&mut rxb[0]);
+    assert_eq!(got.len(), 3);
+    let mut joined = Vec::new();
+    for (i, seg) in got.iter().enumerate() {
+        let bytes = seg.to_vec();
+        assert_eq!(&bytes[12..16], &[0x81, 0x00, 0x20, 0x07], "segment {i} tag");
+        assert_eq!(
+            &bytes[16..18],
+            &[0x08, 0x00],
+            "segment {i} EtherType after it"
+        );
+        let seq = u32::from_be_bytes([bytes[42], bytes[43], bytes[44], bytes[45]]);
+        assert_eq!(seq, SEQ.wrapping_add(i as u32 * u32::from(MSS)));
+        assert!(seg.flags.rx_ip_csum_good && seg.flags.rx_l4_csum_good);
+        joined.extend_from_slice(&bytes[HEADERS + 4..]);
+    }
+    assert!(joined == message);
+}
