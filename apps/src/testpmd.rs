@@ -1,6 +1,13 @@
 //! The engine of `cxdirect-testpmd`: forwarding modes over one or two ports, a traffic
 //! generator whose packets carry a flow id, a sequence number and a pattern, and a verifier that
 //! checks every received packet's content and tells duplicates from packets that arrived late.
+//!
+//! With TCP segmentation offload the generator builds TCP/IPv4 packets larger than the MTU
+//! and the device cuts them into segments; every segment names its packet by itself (the TCP
+//! acknowledgment number carries the flow and the upper half of the packet's sequence number,
+//! the TCP sequence number its lower half and the segment's offset in the payload), so the
+//! verifier checks each segment's bytes where they belong and counts a packet once all of its
+//! segments arrived in order.
 
 use cxdirect::{Backend, Mbuf, Mempool, Port, Queues, Recovery, TxQueue};
 
@@ -8,8 +15,19 @@ use cxdirect::{Backend, Mbuf, Mempool, Port, Queues, Recovery, TxQueue};
 pub const HEADER_LEN: usize = 42;
 /// Marks a generated payload.
 pub const MAGIC: [u8; 4] = *b"cxdt";
+/// Bytes of the verification stamp at the start of a generated payload: [`MAGIC`], the flow
+/// (2 bytes) and the sequence number (4 bytes).
+const STAMP_LEN: usize = 10;
 /// Smallest packet the generator builds (headers plus the verification stamp).
-pub const MIN_LEN: usize = HEADER_LEN + 10;
+pub const MIN_LEN: usize = HEADER_LEN + STAMP_LEN;
+/// Bytes of generated TCP packet headers (with TCP segmentation offload): Ethernet, IPv4, TCP.
+pub const TCP_HEADER_LEN: usize = 54;
+/// Smallest TCP packet the generator builds.
+pub const MIN_TCP_LEN: usize = TCP_HEADER_LEN + STAMP_LEN;
+/// TCP destination port of generated TCP packets.
+const TCP_PORT: u16 = 5201;
+const TCP_ACK: u8 = 0x10;
+const TCP_PSH: u8 = 0x08;
 
 /// What a port does with packets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -38,6 +56,10 @@ pub struct Generator {
     turn: usize,
     frame: Vec<u8>,
     dst_port_base: Option<u16>,
+    /// TCP segmentation offload at this MSS: TCP packets instead of UDP.
+    tso_mss: Option<u16>,
+    /// Frames the generated packets make on the wire (one each without TSO).
+    wire_frames: u64,
 }
 
 impl Generator {
@@ -56,7 +78,41 @@ impl Generator {
             turn: 0,
             frame: Vec::with_capacity(16 * 1024),
             dst_port_base: None,
+            tso_mss: None,
+            wire_frames: 0,
         })
+    }
+
+    /// Generates TCP/IPv4 packets (each size at least [`MIN_TCP_LEN`]) handed over for TCP
+    /// segmentation offload at `mss` bytes (1..): each leaves the port as
+    /// [`segments`]`(len, mss)` frames.
+    pub fn with_tso(mut self, mss: u16) -> Result<Self, String> {
+        if mss == 0 {
+            return Err("--tso: the MSS must be at least 1 byte".into());
+        }
+        if self.sizes.iter().any(|&s| s < MIN_TCP_LEN) {
+            return Err(format!(
+                "--txpkts: with --tso every size must be at least {MIN_TCP_LEN} bytes"
+            ));
+        }
+        if self
+            .sizes
+            .iter()
+            .any(|&s| s - TCP_HEADER_LEN > usize::from(u16::MAX))
+        {
+            return Err(format!(
+                "--txpkts: with --tso no payload may exceed {} bytes",
+                u16::MAX
+            ));
+        }
+        self.tso_mss = Some(mss);
+        Ok(self)
+    }
+
+    /// Frames the packets generated so far put on the wire: [`Generator::generated`] without
+    /// TSO, their segments with it.
+    pub fn wire_frames(&self) -> u64 {
+        self.wire_frames
     }
 
     /// Sends flow `f` to UDP destination port `base + f` (instead of port 9), so a port's
@@ -85,10 +141,25 @@ impl Generator {
         let dport = self
             .dst_port_base
             .map_or(DISCARD_PORT, |b| b.wrapping_add(flow));
-        build_to(&mut self.frame, len, flow, seq, dport);
-        m.set_data(&self.frame)?;
-        m.flags.tx_ip_csum = false;
-        m.flags.tx_l4_csum = false;
+        match self.tso_mss {
+            Some(mss) => {
+                build_tcp(&mut self.frame, len, flow, seq);
+                m.set_data(&self.frame)?;
+                // The device fills in every segment's checksums.
+                m.flags.tx_ip_csum = true;
+                m.flags.tx_l4_csum = true;
+                m.flags.tx_tso_mss = Some(mss);
+                self.wire_frames += segments(len, mss);
+            }
+            None => {
+                build_to(&mut self.frame, len, flow, seq, dport);
+                m.set_data(&self.frame)?;
+                m.flags.tx_ip_csum = false;
+                m.flags.tx_l4_csum = false;
+                m.flags.tx_tso_mss = None;
+                self.wire_frames += 1;
+            }
+        }
         self.next_seq[usize::from(flow)] = seq.wrapping_add(1);
         Ok(())
     }
@@ -127,13 +198,7 @@ pub fn build_to(out: &mut Vec<u8>, len: usize, flow: u16, seq: u32, dport: u16) 
     out[34..36].copy_from_slice(&(10_000u16.wrapping_add(flow.wrapping_mul(7919))).to_be_bytes());
     out[36..38].copy_from_slice(&dport.to_be_bytes());
     out[38..40].copy_from_slice(&(ip_len - 20).to_be_bytes());
-    let payload = &mut out[HEADER_LEN..];
-    payload[0..4].copy_from_slice(&MAGIC);
-    payload[4..6].copy_from_slice(&flow.to_be_bytes());
-    payload[6..10].copy_from_slice(&seq.to_be_bytes());
-    for (i, b) in payload[10..].iter_mut().enumerate() {
-        *b = pattern(flow, seq, i);
-    }
+    stamp(&mut out[HEADER_LEN..], flow, seq);
     // IPv4 header checksum; UDP checksum 0 (none), valid for IPv4.
     let mut sum = 0u32;
     for chunk in out[14..34].chunks(2) {
@@ -143,6 +208,63 @@ pub fn build_to(out: &mut Vec<u8>, len: usize, flow: u16, seq: u32, dport: u16) 
         sum = (sum & 0xffff) + (sum >> 16);
     }
     out[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+}
+
+/// Frames a generated TCP packet of `len` bytes makes with TCP segmentation offload at `mss`.
+pub fn segments(len: usize, mss: u16) -> u64 {
+    len.saturating_sub(TCP_HEADER_LEN)
+        .div_ceil(usize::from(mss.max(1)))
+        .max(1) as u64
+}
+
+/// Writes a generated TCP/IPv4 packet of `len` bytes (at least [`MIN_TCP_LEN`], payload at
+/// most 65,535 bytes) into `out`, checksums and lengths left for the device: the TCP
+/// acknowledgment number is `flow << 16` plus the upper half of `seq`, the TCP sequence number
+/// the lower half of `seq` shifted up 16 bits (so a segment's sequence number adds its payload
+/// offset in the lower half), flags ACK and PSH.
+pub fn build_tcp(out: &mut Vec<u8>, len: usize, flow: u16, seq: u32) {
+    out.clear();
+    out.resize(len, 0);
+    out[0..6].copy_from_slice(&[0x02, 0xcd, 0, 0, 0, 0x02]);
+    out[6..12].copy_from_slice(&[0x02, 0xcd, 0, 0, 0, 0x01]);
+    out[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    out[14] = 0x45;
+    let ip_len = (len - 14).min(usize::from(u16::MAX)) as u16;
+    out[16..18].copy_from_slice(&ip_len.to_be_bytes());
+    out[18..20].copy_from_slice(&(seq as u16).to_be_bytes());
+    out[20] = 0x40; // don't fragment
+    out[22] = 64;
+    out[23] = 6;
+    out[26..30].copy_from_slice(&[198, 18, 0, 1]);
+    out[30..34].copy_from_slice(&[198, 18, 0, 2]);
+    out[34..36].copy_from_slice(&(10_000u16.wrapping_add(flow.wrapping_mul(7919))).to_be_bytes());
+    out[36..38].copy_from_slice(&TCP_PORT.to_be_bytes());
+    out[38..42].copy_from_slice(&((seq & 0xffff) << 16).to_be_bytes());
+    out[42..46].copy_from_slice(&(u32::from(flow) << 16 | seq >> 16).to_be_bytes());
+    out[46] = 5 << 4;
+    out[47] = TCP_ACK | TCP_PSH;
+    out[48..50].copy_from_slice(&u16::MAX.to_be_bytes());
+    stamp(&mut out[TCP_HEADER_LEN..], flow, seq);
+}
+
+/// Writes the verification stamp and pattern of packet `seq` of `flow` over `payload`.
+fn stamp(payload: &mut [u8], flow: u16, seq: u32) {
+    payload[0..4].copy_from_slice(&MAGIC);
+    payload[4..6].copy_from_slice(&flow.to_be_bytes());
+    payload[6..10].copy_from_slice(&seq.to_be_bytes());
+    for (i, b) in payload[STAMP_LEN..].iter_mut().enumerate() {
+        *b = pattern(flow, seq, i);
+    }
+}
+
+/// The byte at `offset` of the payload of packet `seq` of `flow`.
+fn payload_byte(flow: u16, seq: u32, offset: usize) -> u8 {
+    match offset {
+        0..4 => MAGIC[offset],
+        4..6 => flow.to_be_bytes()[offset - 4],
+        6..STAMP_LEN => seq.to_be_bytes()[offset - 6],
+        _ => pattern(flow, seq, offset - STAMP_LEN),
+    }
 }
 
 /// Sequence numbers of a flow the [`Verifier`] remembers below the newest one seen: a packet
@@ -259,7 +381,18 @@ pub struct Verifier {
     /// Packets more than [`REORDER_WINDOW`] behind the newest of their flow: neither `good`
     /// nor `duplicate`, since which they are can no longer be told; `gaps` stays as it was.
     pub out_of_window: u64,
+    /// TCP segmentation offload: per flow, the packet whose segments are arriving.
+    partial: Vec<Option<Partial>>,
     buf: Vec<u8>,
+}
+
+/// A TCP packet of a flow whose segments are arriving: which one, the payload offset the next
+/// segment must start at, and whether every segment so far was there and intact.
+#[derive(Debug, Clone, Copy)]
+struct Partial {
+    seq: u32,
+    next: usize,
+    intact: bool,
 }
 
 impl Verifier {
@@ -282,6 +415,76 @@ impl Verifier {
             .any(|(i, &b)| b != pattern(flow, seq, i))
         {
             self.corrupt += 1;
+            return None;
+        }
+        self.record(flow, seq);
+        Some(flow)
+    }
+
+    /// Checks one segment of a generated TCP packet sent with TCP segmentation offload (see
+    /// [`build_tcp`]): its headers, and its payload bytes against what the packet holds at the
+    /// segment's offset. A packet counts (as [`Verifier::check`] counts one) when its last
+    /// segment (PSH) arrives and every segment before it arrived intact and in order; returns
+    /// its flow then.
+    pub fn check_segment(&mut self, m: &Mbuf) -> Option<u16> {
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.resize(m.len(), 0);
+        m.read(0, &mut buf);
+        let flow = self.check_segment_bytes(&buf);
+        self.buf = buf;
+        flow
+    }
+
+    /// As [`Verifier::check_segment`], for a segment's bytes `b`.
+    pub fn check_segment_bytes(&mut self, b: &[u8]) -> Option<u16> {
+        let len = b.len();
+        if len < TCP_HEADER_LEN
+            || b[12..14] != 0x0800u16.to_be_bytes()
+            || b[14] != 0x45
+            || b[23] != 6
+            || usize::from(u16::from_be_bytes([b[16], b[17]])) != len - 14
+        {
+            self.corrupt += 1;
+            return None;
+        }
+        let tcp_seq = u32::from_be_bytes([b[38], b[39], b[40], b[41]]);
+        let ack = u32::from_be_bytes([b[42], b[43], b[44], b[45]]);
+        let flow = (ack >> 16) as u16;
+        let seq = (ack & 0xffff) << 16 | tcp_seq >> 16;
+        let offset = (tcp_seq & 0xffff) as usize;
+        let last = b[47] & TCP_PSH != 0;
+        let intact = b[TCP_HEADER_LEN..]
+            .iter()
+            .enumerate()
+            .all(|(i, &byte)| byte == payload_byte(flow, seq, offset + i));
+        let payload = len - TCP_HEADER_LEN;
+        let f = usize::from(flow);
+        if self.partial.len() <= f {
+            self.partial.resize(f + 1, None);
+        }
+        let continues = matches!(self.partial[f], Some(p) if p.seq == seq && p.next == offset);
+        let state = match self.partial[f] {
+            Some(p) if continues => Partial {
+                seq,
+                next: offset + payload,
+                intact: p.intact && intact,
+            },
+            // A new packet, or one whose earlier segments went missing.
+            _ => Partial {
+                seq,
+                next: offset + payload,
+                intact: offset == 0 && intact,
+            },
+        };
+        if !intact {
+            self.corrupt += 1;
+        }
+        if !last {
+            self.partial[f] = Some(state);
+            return None;
+        }
+        self.partial[f] = None;
+        if !state.intact {
             return None;
         }
         self.record(flow, seq);
@@ -514,6 +717,80 @@ mod tests {
         assert_eq!(fresh.record(2, u32::MAX), Arrival::OutOfWindow);
         assert_eq!(counts(&v), (10_000, 0, 0, 0, 2));
         assert_eq!(counts(&fresh), (1, 0, 10, 0, 1));
+    }
+
+    /// `packet` cut into segments of `mss` payload bytes as the device does it (lengths,
+    /// sequence numbers, PSH only on the last).
+    fn cut(packet: &[u8], mss: usize) -> Vec<Vec<u8>> {
+        let payload = &packet[TCP_HEADER_LEN..];
+        let chunks: Vec<&[u8]> = payload.chunks(mss).collect();
+        let n = chunks.len();
+        chunks
+            .iter()
+            .enumerate()
+            .map(|(i, chunk)| {
+                let mut s = packet[..TCP_HEADER_LEN].to_vec();
+                s.extend_from_slice(chunk);
+                let ip_len = (s.len() - 14) as u16;
+                s[16..18].copy_from_slice(&ip_len.to_be_bytes());
+                let seq = u32::from_be_bytes([s[38], s[39], s[40], s[41]]) + (i * mss) as u32;
+                s[38..42].copy_from_slice(&seq.to_be_bytes());
+                if i + 1 < n {
+                    s[47] &= !TCP_PSH;
+                }
+                s
+            })
+            .collect()
+    }
+
+    #[test]
+    fn tcp_segments_are_checked_where_they_belong_and_count_whole_packets() {
+        let mut v = Verifier::default();
+        // Flow 3 has reached sequence number 0x1fffe: its packets cross a 16-bit boundary.
+        v.flows.resize_with(4, FlowWindow::default);
+        v.flows[3].next = 0x0001_fffe;
+        let mut packet = Vec::new();
+        assert_eq!(segments(9000, 1460), 7);
+        assert_eq!(segments(MIN_TCP_LEN, 1460), 1);
+        for seq in [0x0001_fffe, 0x0001_ffff, 0x0002_0000] {
+            build_tcp(&mut packet, 9000, 3, seq);
+            let segs = cut(&packet, 1460);
+            assert_eq!(segs.len() as u64, segments(9000, 1460));
+            let flows: Vec<_> = segs.iter().map(|s| v.check_segment_bytes(s)).collect();
+            assert!(
+                flows[..6].iter().all(Option::is_none),
+                "not done before the last"
+            );
+            assert_eq!(flows[6], Some(3), "the last completes it");
+        }
+        assert_eq!(counts(&v), (3, 0, 0, 0, 0));
+        assert_eq!(v.corrupt, 0);
+
+        // A segment lost in the middle: the packet does not count, the next one shows the gap.
+        build_tcp(&mut packet, 5000, 3, 0x0002_0001);
+        let segs = cut(&packet, 1460);
+        for (i, s) in segs.iter().enumerate() {
+            if i != 1 {
+                assert_eq!(v.check_segment_bytes(s), None);
+            }
+        }
+        build_tcp(&mut packet, 200, 3, 0x0002_0002);
+        assert_eq!(cut(&packet, 1460), [packet.clone()], "one segment: itself");
+        assert_eq!(v.check_segment_bytes(&packet), Some(3));
+        assert_eq!(counts(&v), (4, 0, 1, 0, 0), "one packet missing");
+
+        // A byte changed in a later segment: corrupt, and the packet does not count.
+        build_tcp(&mut packet, 5000, 3, 0x0002_0003);
+        let mut segs = cut(&packet, 1460);
+        segs[2][TCP_HEADER_LEN + 100] ^= 1;
+        let done: Vec<_> = segs.iter().map(|s| v.check_segment_bytes(s)).collect();
+        assert!(done.iter().all(Option::is_none));
+        assert_eq!(v.corrupt, 1, "the segment with the changed byte");
+        // The same packet sent again, whole, counts.
+        for s in &cut(&packet, 1460) {
+            v.check_segment_bytes(s);
+        }
+        assert_eq!(counts(&v), (5, 0, 1, 0, 0));
     }
 
     #[test]

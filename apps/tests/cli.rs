@@ -341,3 +341,56 @@ fn testpmd_with_four_send_queues_reports_no_reorder_as_duplicates() {
         "{stdout}"
     );
 }
+
+#[test]
+fn testpmd_with_tso_sends_packets_larger_than_the_mtu_and_verifies_every_segment() {
+    // Sizes 9000, 3000 and 1514 cut at MSS 1448 make 7, 3 and 2 segments: 12 per 3 packets.
+    let (code, stdout, stderr) = run(
+        TESTPMD,
+        &[
+            "--device",
+            "emu-pair",
+            "--tso",
+            "1448",
+            "--txpkts",
+            "9000,3000,1514",
+            "--txq",
+            "2",
+            "--rxq",
+            "2",
+            "--packets",
+            "3000",
+            "--verify",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("tso: 3000 packets handed over as 12000 segments of MSS 1448"),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .contains("verify: good 3000 corrupt 0 duplicate 0 gaps 0 reordered 0 out-of-window 0"),
+        "{stdout}"
+    );
+    let fields = summary_fields(&stdout);
+    let value = |k: &str| fields.iter().find(|(key, _)| key == k).unwrap().1.clone();
+    assert_eq!(
+        ["tx", "rx", "lost", "oerrors", "imissed"].map(value),
+        ["12000", "12000", "0", "0", "0"]
+    );
+    // Too small a packet, and an MSS no 1500-byte MTU frame holds.
+    for (args, wanted) in [
+        (
+            &["--tso", "1448", "--txpkts", "60"][..],
+            "at least 64 bytes",
+        ),
+        (&["--tso", "1461"], "'--tso <MSS>'"),
+    ] {
+        let mut argv = vec!["--device", "emu"];
+        argv.extend(args);
+        let (code, _, stderr) = run(TESTPMD, &argv);
+        assert_ne!(code, 0, "{argv:?}");
+        assert!(stderr.contains(wanted), "{argv:?}: {stderr}");
+    }
+}

@@ -67,6 +67,11 @@ pub struct QueueStats {
     /// Syndrome of the last error CQE (0 when none: 0x04 local protection, 0x05 flushed,
     /// 0x01 local length; the mlx5 error CQE's `syndrome` byte).
     pub last_error_syndrome: u8,
+    /// Send: packets sent with TCP segmentation offload (one LSO WQE each; counted once in
+    /// `packets`, and by their bytes as handed over in `bytes`).
+    pub tso_packets: u64,
+    /// Send: why the last refused packet was refused (counted in `errors`), when one was.
+    pub last_refusal: Option<crate::tx::TxRefusal>,
 }
 
 /// How far destroying and re-creating a queue and its failed CQ has got, so that a recovery
@@ -103,6 +108,9 @@ pub(crate) struct SharedQueueStats {
     flushed: AtomicU64,
     recoveries: AtomicU64,
     last_error_syndrome: std::sync::atomic::AtomicU8,
+    tso_packets: AtomicU64,
+    /// [`QueueStats::last_refusal`] as [`crate::tx::TxRefusal::code`] (0: none).
+    last_refusal: std::sync::atomic::AtomicU8,
 }
 
 /// Shared handle the queue publishes into and the port reads from.
@@ -127,6 +135,9 @@ impl SharedQueueStats {
         self.recoveries.store(s.recoveries, Relaxed);
         self.last_error_syndrome
             .store(s.last_error_syndrome, Relaxed);
+        self.tso_packets.store(s.tso_packets, Relaxed);
+        self.last_refusal
+            .store(s.last_refusal.map_or(0, |r| r.code()), Relaxed);
     }
 
     /// The counters as last published (each field as of some burst end; fields may be from
@@ -147,6 +158,8 @@ impl SharedQueueStats {
             flushed: self.flushed.load(Relaxed),
             recoveries: self.recoveries.load(Relaxed),
             last_error_syndrome: self.last_error_syndrome.load(Relaxed),
+            tso_packets: self.tso_packets.load(Relaxed),
+            last_refusal: crate::tx::TxRefusal::from_code(self.last_refusal.load(Relaxed)),
         }
     }
 }

@@ -51,6 +51,10 @@ pub struct EmuConfig {
     /// a data segment or an inline segment, behind one control and Ethernet segment. Off
     /// models a device without them (`enhanced_multi_pkt_send_wqe` = 0).
     pub multi_packet_send: bool,
+    /// Report and accept LSO send WQEs (opcode 0x0e, TCP segmentation) of messages up to
+    /// 256 KiB (`max_lso_cap` = 18). Off models a device without LSO (`max_lso_cap` = 0): an
+    /// LSO WQE then ends in a local QP operation error.
+    pub lso: bool,
     /// Report and accept striding (multi-packet) receive queues: one receive WQE is a buffer
     /// of 512..65,536 strides of 64..8,192 bytes, and each packet takes as many strides as it
     /// needs. Off models a device without them (`striding_rq` = 0).
@@ -74,6 +78,7 @@ impl Default for EmuConfig {
             health_tick: Duration::from_millis(1),
             poll_window: Duration::ZERO,
             multi_packet_send: true,
+            lso: true,
             striding_rq: true,
         }
     }

@@ -35,8 +35,10 @@ pub mod opcode {
     pub const SEND: u8 = 0x0a;
     /// Send with immediate.
     pub const SEND_IMM: u8 = 0x0b;
-    /// Large send offload (TSO).
-    pub const TSO: u8 = 0x0e;
+    /// Large send offload (`MLX5_OPCODE_LSO`, TCP segmentation): the Ethernet segment carries
+    /// the MSS and the packet's Ethernet, IP and TCP headers inline; the data segments carry the
+    /// payload, which the device cuts into MSS-sized frames, each with the headers replicated.
+    pub const LSO: u8 = 0x0e;
     /// RDMA read.
     pub const RDMA_READ: u8 = 0x10;
     /// Enhanced multi-packet send.
@@ -120,7 +122,8 @@ layout! {
         l3_inner_csum: bool @ 0x23 [0x1],
         /// Software parser flags.
         swp_flags: u8 @ 0x28 [0x8],
-        /// Maximum segment size for TSO, in bytes.
+        /// Maximum segment size of an LSO WQE: TCP payload bytes per frame (1..=65535; 0 is
+        /// refused). Ignored by other opcodes.
         mss: u16 @ 0x30 [0x10],
         /// Metadata matched by egress flow steering.
         flow_table_metadata: u32 @ 0x40 [0x20],
@@ -226,6 +229,22 @@ pub fn encode_eth(
     seg
 }
 
+/// The 16 bytes of an LSO WQE's Ethernet segment, encoded directly (what [`EthSeg`]'s setters
+/// produce): checksum requests, the MSS (TCP payload bytes per frame), and `inline_hdr_sz`
+/// header bytes inlined, the first two of them (`first_two`) in the segment's last two bytes.
+#[inline]
+pub fn encode_eth_lso(
+    l3_csum: bool,
+    l4_csum: bool,
+    mss: u16,
+    inline_hdr_sz: u16,
+    first_two: [u8; 2],
+) -> [u8; 16] {
+    let mut seg = encode_eth(l3_csum, l4_csum, None, inline_hdr_sz, first_two);
+    seg[6..8].copy_from_slice(&mss.to_be_bytes());
+    seg
+}
+
 /// The 16 bytes of a data segment, encoded directly (what [`DataSeg`]'s setters produce).
 #[inline]
 pub fn encode_data(byte_count: u32, lkey: u32, addr: u64) -> [u8; 16] {
@@ -251,7 +270,7 @@ mod encoder_tests {
                 completion::ALWAYS,
             ),
             (opcode::NOP, 0, 0xff_ffff, 63, 0),
-            (opcode::TSO, 0xffff, 1, 1, completion::ALWAYS_AND_EVENT),
+            (opcode::LSO, 0xffff, 1, 1, completion::ALWAYS_AND_EVENT),
         ] {
             let mut view = [0u8; 16];
             CtrlSeg::new(&mut view[..])
@@ -285,6 +304,17 @@ mod encoder_tests {
                 view[14..16].copy_from_slice(&[0xaa, 0x55]);
             }
             assert_eq!(encode_eth(l3, l4, vlan, sz, [0xaa, 0x55]), view);
+        }
+        for (l3, l4, mss, sz) in [(true, true, 1448u16, 66u16), (false, false, 0xffff, 54)] {
+            let mut view = [0u8; 16];
+            EthSeg::new(&mut view[..])
+                .unwrap()
+                .set_l3_csum(l3)
+                .set_l4_csum(l4)
+                .set_mss(mss)
+                .set_inline_hdr_sz(sz);
+            view[14..16].copy_from_slice(&[0x12, 0x34]);
+            assert_eq!(encode_eth_lso(l3, l4, mss, sz, [0x12, 0x34]), view);
         }
         let mut view = [0u8; 16];
         DataSeg::new(&mut view[..])

@@ -44,6 +44,9 @@ struct Cli {
     /// Send runs of packets in enhanced multi-packet WQEs
     #[arg(long, help_heading = TRAFFIC)]
     tx_multi_packet: bool,
+    /// Generate TCP/IPv4 packets of the --txpkts sizes (which may exceed the 1500-byte MTU) and send them with TCP segmentation offload at this MSS (1..=1460); the receiver checks every segment
+    #[arg(long, value_name = "MSS", value_parser = clap::value_parser!(u16).range(1..=1460), help_heading = TRAFFIC)]
+    tso: Option<u16>,
     /// Receive queues per port (1..=64)
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = cli::queue_count(), help_heading = QUEUES)]
     rxq: u16,
@@ -98,6 +101,7 @@ struct Settings {
     inline: InlineMode,
     inline_max: u16,
     multi_packet: bool,
+    tso: Option<u16>,
     striding: bool,
     rxq: u16,
     txq: u16,
@@ -135,6 +139,7 @@ impl From<&Cli> for Settings {
             },
             inline_max: cli.inline_max,
             multi_packet: cli.tx_multi_packet,
+            tso: cli.tso,
             striding: cli.rx_striding,
             rxq: cli.rxq,
             txq: cli.txq,
@@ -160,9 +165,15 @@ impl RunOnPorts for Settings {
 
 fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
     let max_len = *s.sizes.iter().max().unwrap_or(&64);
-    let mtu = (max_len.saturating_sub(18)).max(1500) as u16;
-    let buf_size =
-        ((u32::from(mtu) + 18 + u32::from(cxdirect::mem::HEADROOM)).div_ceil(64) * 64).max(2048);
+    // With TSO the packets handed over may exceed the MTU: the device cuts them to it.
+    let mtu = if s.tso.is_some() {
+        1500
+    } else {
+        (max_len.saturating_sub(18)).max(1500) as u16
+    };
+    // A buffer holds a whole packet as handed over.
+    let largest = max_len.max(usize::from(mtu) + 18) as u32;
+    let buf_size = ((largest + u32::from(cxdirect::mem::HEADROOM)).div_ceil(64) * 64).max(2048);
     let config = PortConfig {
         rx_queues: s.rxq,
         tx_queues: s.txq,
@@ -171,6 +182,7 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
         inline: s.inline,
         inline_max: s.inline_max,
         tx_multi_packet: s.multi_packet,
+        tx_tso: s.tso.is_some(),
         // Enough buffers for every queue's ring twice over.
         rx_striding: s.striding.then(|| cxdirect::RxStriding {
             buffers: 16 * u32::from(s.rxq) * cxdirect::RxStriding::default().ring_wqes,
@@ -201,6 +213,16 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
         ports.push(Started { port, queues });
     }
     let mut generator = Generator::new(s.sizes.clone(), s.flows)?;
+    if let Some(mss) = s.tso {
+        generator = generator.with_tso(mss)?;
+    }
+    // Frames a burst of generated packets can put on the wire (segments, with TSO).
+    let burst_frames = s.burst as u64
+        * s.sizes
+            .iter()
+            .map(|&len| s.tso.map_or(1, |mss| testpmd::segments(len, mss)))
+            .max()
+            .unwrap_or(1);
     let mut verifier = Verifier::default();
     let tx_port = 0;
     let rx_port = ports.len() - 1;
@@ -237,7 +259,8 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
     loop {
         let now = Instant::now();
         let time_up = s.duration.is_some_and(|d| now.duration_since(start) >= d);
-        let all_in = generator.generated() <= rx_count[rx_port];
+        // Counted in frames on the wire: with TSO a packet arrives as several.
+        let all_in = generator.wire_frames() <= rx_count[rx_port];
         match (s.packets, time_up) {
             (Some(n), _)
                 if (generating && generator.generated() >= n && all_in)
@@ -252,11 +275,13 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
         let mut progress = false;
         // Both ends are in this process: keep no more packets in flight than the receiving
         // rings hold, so a slower receiver is paced instead of overrun.
-        let in_flight = generator.generated().saturating_sub(rx_count[rx_port]);
-        let credit = u64::from(s.ring) * u64::from(s.rxq);
+        let in_flight = generator.wire_frames().saturating_sub(rx_count[rx_port]);
+        // A burst of TCP segments is large and its flows may crowd one queue: count one ring.
+        let queues_filled = if s.tso.is_some() { 1 } else { s.rxq };
+        let credit = u64::from(s.ring) * u64::from(queues_filled);
         if generating
             && !stop_generating
-            && in_flight + s.burst as u64 <= credit
+            && in_flight + burst_frames <= credit
             && s.packets.is_none_or(|n| generator.generated() < n)
         {
             let pool = ports[tx_port].port.pool().clone();
@@ -292,7 +317,11 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
                 let to = &mut pending[out][q % usize::from(s.txq)];
                 for mut m in received.drain(..) {
                     if s.verify && !forwarding {
-                        verifier.check(&m);
+                        if s.tso.is_some() {
+                            verifier.check_segment(&m);
+                        } else {
+                            verifier.check(&m);
+                        }
                     }
                     match s.mode {
                         ForwardMode::Io => to.push(m),
@@ -346,7 +375,7 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
     }
     let rx = rx_count[rx_port];
     let sent = if generating {
-        generator.generated()
+        generator.wire_frames()
     } else {
         totals.opackets
     };
@@ -365,6 +394,13 @@ fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
             verifier.gaps,
             verifier.reordered,
             verifier.out_of_window
+        );
+    }
+    if let (Some(mss), true) = (s.tso, generating) {
+        println!(
+            "tso: {} packets handed over as {} segments of MSS {mss} (tx and rx below count segments)",
+            generator.generated(),
+            generator.wire_frames()
         );
     }
     if recoveries > 0 {

@@ -78,6 +78,12 @@ pub struct PortConfig {
     /// CQE lines instead of 32), when it supports it (`cqe_compression`). Default on, as in
     /// DPDK's mlx5 driver. Queues of a shared receive ring do not use it.
     pub rx_cqe_compression: bool,
+    /// Let send queues take packets asking for TCP segmentation offload
+    /// ([`crate::OffloadFlags::tx_tso_mss`], as DPDK's `RTE_ETH_TX_OFFLOAD_TCP_TSO`): each
+    /// such packet goes in one LSO WQE and the device cuts it into MSS-sized frames. The port
+    /// does not start on a device that reports no LSO (`max_lso_cap` 0). Without it a TSO
+    /// packet is refused. Default off.
+    pub tx_tso: bool,
     /// What the pool's memory key lets the device do (default read and write).
     /// [`KeyAccess::READ_ONLY`] suits memory the NIC must never write (send-only GPU buffers):
     /// receives into it then complete with a local protection error.
@@ -96,6 +102,7 @@ impl Default for PortConfig {
             inline_max: 256,
             cqe_every: 32,
             tx_multi_packet: false,
+            tx_tso: false,
             rx_striding: None,
             pool_buffers: 8192,
             buf_size: 2048,
@@ -231,6 +238,12 @@ impl PortConfig {
                 self.cqe_every,
                 format!("give 1..={} (the ring size)", self.ring_size),
             ));
+        }
+        if self.tx_tso && dev.eth_caps().max_lso_cap() == 0 {
+            return Err(DriverError::Unsupported {
+                what: "TCP segmentation offload (tx_tso)",
+                why: "the device reports max_lso_cap 0; start the port without tx_tso",
+            });
         }
         if !(18..=900).contains(&self.inline_max) {
             return Err(DriverError::config(

@@ -367,6 +367,16 @@ impl<B: Backend> Port<B> {
             && caps.wqe_inline_mode() == wqe_inline_mode::NOT_REQUIRED
     }
 
+    /// The largest LSO message send queues take, in bytes: `2^max_lso_cap` with
+    /// [`PortConfig::tx_tso`](crate::PortConfig::tx_tso), else 0 (no TSO).
+    fn max_lso(&self) -> usize {
+        if !self.config.tx_tso {
+            return 0;
+        }
+        // The field is five bits; anything past 2^30 is more than a packet can be anyway.
+        1usize << self.dev.eth_caps().max_lso_cap().min(30)
+    }
+
     fn create_tx(&mut self, pd: u32) -> Result<TxQueue<B>, DriverError> {
         let uar = out_u32(&self.dev.exec(&input(Opcode::AllocUar, 0, 16), 16)?);
         self.uars.push(uar);
@@ -390,6 +400,7 @@ impl<B: Backend> Port<B> {
             multi_packet: self.multi_packet_send(),
             cqe_every: self.config.cqe_every,
             max_frame: usize::from(self.config.mtu) + 18,
+            max_lso: self.max_lso(),
             published: Self::register_stats(&mut self.tx_stats),
             quarantine: self.quarantine.clone(),
         })

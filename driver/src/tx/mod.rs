@@ -2,9 +2,11 @@
 //! and the sources a burst is sent from.
 
 mod inflight;
+mod lso;
 mod queue;
 mod source;
 
+pub use lso::{TxRefusal, MAX_TSO_HEADERS};
 pub use queue::{InlineMode, TxQueue, TxSource};
 
 pub(crate) use queue::SendQueueParts;

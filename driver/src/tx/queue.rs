@@ -3,6 +3,7 @@
 //! owner, opcode, WQE counter) is checked before use.
 
 use super::inflight::{InFlight, Kept};
+use super::lso::TxRefusal;
 use super::source::{PacketSource, SendPacket, KEPT, REFUSED};
 use crate::backend::Backend;
 use crate::cq::CqRing;
@@ -22,8 +23,8 @@ mod wqe;
 enum Written {
     /// Its WQE is in the ring: basic blocks, packet bytes.
     Wqe(u16, usize),
-    /// Not sendable by the port (shorter than an Ethernet header or longer than the frame).
-    Refused,
+    /// Not sendable by the port, for this reason.
+    Refused(TxRefusal),
     /// The ring has no room for its WQE now.
     NoRoom,
 }
@@ -63,6 +64,8 @@ pub struct TxQueue<B: Backend> {
     cqe_every: u16,
     since_cqe: u16,
     max_frame: usize,
+    /// Largest LSO message in bytes; 0 when the port sends without TSO.
+    max_lso: usize,
     stats: QueueStats,
     published: StatsHandle,
     quarantine: Quarantine,
@@ -139,6 +142,8 @@ pub(crate) struct SendQueueParts<B: Backend> {
     pub(crate) cqe_every: u16,
     /// Longest frame sent, in bytes.
     pub(crate) max_frame: usize,
+    /// Largest LSO (TSO) message in bytes; 0 when the port was started without TSO.
+    pub(crate) max_lso: usize,
     pub(crate) published: StatsHandle,
     pub(crate) quarantine: Quarantine,
 }
@@ -188,6 +193,7 @@ impl<B: Backend> TxQueue<B> {
             cqe_every: parts.cqe_every,
             since_cqe: 0,
             max_frame: parts.max_frame,
+            max_lso: parts.max_lso,
             stats: QueueStats::default(),
             published: parts.published,
             quarantine: parts.quarantine,
@@ -251,8 +257,9 @@ impl<B: Backend> TxQueue<B> {
 
     /// Sends packets from the front of `source` (up to [`MAX_BURST`] per call, fewer when the
     /// ring is full) and returns how many were taken; the rest stay in `source`, in order. A
-    /// packet the port cannot send (shorter than an Ethernet header or longer than the frame
-    /// size) is dropped and counted in `errors`; it counts as taken. Completions are taken
+    /// packet the port cannot send (shorter than an Ethernet header, longer than the frame
+    /// size without TSO, or one TSO cannot take: see [`TxRefusal`]) is dropped and counted in
+    /// `errors`, its reason kept in `last_refusal`; it counts as taken. Completions are taken
     /// first, also when `source` is empty.
     #[inline(never)]
     pub fn tx_burst(&mut self, source: &mut impl TxSource) -> usize {
@@ -306,8 +313,18 @@ impl<B: Backend> TxQueue<B> {
             let written = {
                 let m = pkts.packet(count);
                 let len = m.pkt_len();
-                if len < ETH_HEADER || len > self.max_frame {
-                    Written::Refused
+                if let Some(mss) = m.flags().tx_tso_mss {
+                    match self.lso_wqe(&m, mss, &mut scratch.wqe) {
+                        Ok(Some(size)) => {
+                            let bbs = size.div_ceil(WQE_BB) as u16;
+                            self.write_wqe(index, &scratch.wqe[..usize::from(bbs) * WQE_BB]);
+                            Written::Wqe(bbs, len)
+                        }
+                        Ok(None) => Written::NoRoom,
+                        Err(refusal) => Written::Refused(refusal),
+                    }
+                } else if len < ETH_HEADER || len > self.max_frame {
+                    Written::Refused(TxRefusal::Length)
                 } else if let Some(words) = self.single_bb_wqe(&m, len) {
                     self.write_bb(index, &words);
                     Written::Wqe(1, len)
@@ -326,8 +343,9 @@ impl<B: Backend> TxQueue<B> {
             };
             let (bbs, len) = match written {
                 Written::Wqe(bbs, len) => (bbs, len),
-                Written::Refused => {
+                Written::Refused(refusal) => {
                     self.stats.errors += 1;
+                    self.stats.last_refusal = Some(refusal);
                     scratch.fates[count] = REFUSED;
                     sorted = true;
                     count += 1;

@@ -1,6 +1,8 @@
 //! A hostile driver's send queue: arbitrary WQE bytes in the ring, an arbitrary producer
 //! index, fetched or written as BlueFlame. The model must complete, fail with an error CQE, or
-//! refuse the doorbell — never panic, hang, or touch memory outside the IOMMU.
+//! refuse the doorbell — never panic, hang, or touch memory outside the IOMMU. Opcodes come
+//! from the input bytes, so every send opcode the model knows (NOP, SEND, LSO, enhanced
+//! multi-packet send) is reached along with unknown ones.
 
 #![no_main]
 

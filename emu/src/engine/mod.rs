@@ -9,6 +9,7 @@
 pub(crate) mod cq;
 pub(crate) mod eq;
 pub(crate) mod fetch;
+pub(crate) mod lso;
 pub(crate) mod rq;
 pub(crate) mod sq;
 pub(crate) mod striding;

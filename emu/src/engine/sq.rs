@@ -2,14 +2,17 @@
 //! the BlueFlame copy), parse its control, Ethernet, data and inline segments, gather the frame
 //! through memory keys, apply checksum offload and VLAN insertion, put it on the wire, and write
 //! the CQEs the WQE asked for. An enhanced multi-packet WQE (on an SQ that allows them) carries
-//! one packet per data or inline segment behind one Ethernet segment. A malformed WQE ends in an
-//! error CQE and the SQ in error.
+//! one packet per data or inline segment behind one Ethernet segment. An LSO WQE carries one
+//! TCP packet larger than a frame, cut into MSS-sized frames (see [`super::lso`]). A malformed
+//! WQE ends in an error CQE and the SQ in error.
 
 use crate::counters::{add, QueueKind};
 use crate::engine::fetch::read_wqes;
+use crate::engine::lso::{self, HeaderLayout, SegmentPlace};
 use crate::faults::{DmaQueue, Fault, UNMAPPED_IOVA};
 use crate::fw::mkey::{translate, KeyFault};
 use crate::fw::Core;
+use crate::objects::limits::MAX_LSO_BYTES;
 use crate::objects::queue_state::{Fetched, SendScratch, MAX_FRAME_BYTES, MAX_WQE};
 use crate::objects::QState;
 use crate::packet;
@@ -219,6 +222,17 @@ fn execute_one(
             &mut s.tagged,
             &mut sent,
         ),
+        wqe::opcode::LSO if core.cfg.lso => send_lso(
+            core,
+            context,
+            &s.wqe[..wqe_bytes],
+            LsoBuffers {
+                headers: &mut s.lso_headers,
+                payload: &mut s.lso_payload,
+                frame: &mut s.frame,
+            },
+            &mut sent,
+        ),
         _ => Err(CqeSyndrome::LocalQpOperation),
     };
     {
@@ -336,7 +350,14 @@ fn build_frame(
             if at + WQE_DS > w.len() {
                 return Err(CqeSyndrome::LocalQpOperation);
             }
-            gather(core, sq.sqn, sq.pd, &w[at..at + WQE_DS], frame)?;
+            gather(
+                core,
+                sq.sqn,
+                sq.pd,
+                &w[at..at + WQE_DS],
+                frame,
+                MAX_FRAME_BYTES,
+            )?;
             at += WQE_DS;
         }
     }
@@ -380,7 +401,14 @@ fn send_multi(
                 // The SQ must see each packet's headers inline; a pointer carries none.
                 return Err(CqeSyndrome::LocalQpOperation);
             }
-            gather(core, sq.sqn, sq.pd, &w[at..at + WQE_DS], frame)?;
+            gather(
+                core,
+                sq.sqn,
+                sq.pd,
+                &w[at..at + WQE_DS],
+                frame,
+                MAX_FRAME_BYTES,
+            )?;
             at += WQE_DS;
         }
         check_length(core, frame)?;
@@ -391,7 +419,111 @@ fn send_multi(
     Ok(())
 }
 
-/// Appends the bytes data segment `seg` (16 bytes) points at to `frame`, through its memory key.
+/// The scratch buffers an LSO WQE is built in.
+struct LsoBuffers<'a> {
+    headers: &'a mut Vec<u8>,
+    payload: &'a mut Vec<u8>,
+    frame: &'a mut Vec<u8>,
+}
+
+/// Sends an LSO WQE `w` (control segment included): the Ethernet segment gives the MSS and
+/// inlines the packet's headers (Ethernet to TCP, exactly); the data and inline segments after
+/// them carry the TCP payload, sent as frames of at most MSS payload bytes, each behind the
+/// headers rewritten for it (see [`lso`]) and with the checksums the Ethernet segment asks for.
+///
+/// Everything is checked and the whole payload gathered before the first frame goes out, so a
+/// refused WQE sends nothing: an MSS of 0, headers that are not TCP over IPv4 or IPv6, or a VLAN
+/// insertion request instead of inlined headers are local QP operation errors; an inline header
+/// size that runs past the WQE or does not end where the TCP header ends, a message over
+/// [`MAX_LSO_BYTES`] or a frame over the port's MTU are local length errors.
+fn send_lso(
+    core: &mut Core,
+    sq: SendContext,
+    w: &[u8],
+    bufs: LsoBuffers<'_>,
+    sent: &mut Sent,
+) -> Result<(), CqeSyndrome> {
+    let LsoBuffers {
+        headers,
+        payload,
+        frame,
+    } = bufs;
+    if w.len() < 2 * WQE_DS {
+        return Err(CqeSyndrome::LocalQpOperation);
+    }
+    let eth = EthSeg::new(&w[WQE_DS..2 * WQE_DS]).map_err(|_| CqeSyndrome::LocalQpOperation)?;
+    let offloads = Offloads::of(&eth);
+    let mss = usize::from(eth.mss());
+    if mss == 0 || offloads.vlan.is_some() {
+        return Err(CqeSyndrome::LocalQpOperation);
+    }
+    let header_len = usize::from(eth.inline_hdr_sz());
+    headers.clear();
+    let first = header_len.min(2);
+    headers.extend_from_slice(&w[WQE_DS + 14..WQE_DS + 14 + first]);
+    let rest = header_len - first;
+    let mut at = 2 * WQE_DS;
+    if at + rest > w.len() {
+        return Err(CqeSyndrome::LocalLength);
+    }
+    headers.extend_from_slice(&w[at..at + rest]);
+    at += rest.div_ceil(WQE_DS) * WQE_DS;
+    let layout = HeaderLayout::parse(headers).map_err(|e| match e {
+        lso::HeaderError::NotTcp => CqeSyndrome::LocalQpOperation,
+        lso::HeaderError::Length => CqeSyndrome::LocalLength,
+    })?;
+    let payload_limit = MAX_LSO_BYTES - header_len;
+    payload.clear();
+    while at + 4 <= w.len() {
+        if let Some(next) = take_inline(w, at, payload)? {
+            at = next;
+        } else {
+            if at + WQE_DS > w.len() {
+                return Err(CqeSyndrome::LocalQpOperation);
+            }
+            gather(
+                core,
+                sq.sqn,
+                sq.pd,
+                &w[at..at + WQE_DS],
+                payload,
+                payload_limit,
+            )?;
+            at += WQE_DS;
+        }
+        if payload.len() > payload_limit {
+            return Err(CqeSyndrome::LocalLength);
+        }
+    }
+    if header_len + mss.min(payload.len()) > core.port.max_frame() {
+        return Err(CqeSyndrome::LocalLength);
+    }
+    // A message with no payload still goes out, as one frame of headers.
+    let segments = payload.len().div_ceil(mss).max(1);
+    for index in 0..segments {
+        let start = index * mss;
+        let end = (start + mss).min(payload.len());
+        frame.clear();
+        frame.extend_from_slice(headers);
+        frame.extend_from_slice(&payload[start..end]);
+        let place = SegmentPlace {
+            // Past 2^16 segments (an MSS under 4 bytes) the IPv4 identification wraps, as the
+            // 16-bit field does.
+            index: index as u16,
+            payload_before: start as u32,
+            last: index + 1 == segments,
+        };
+        lso::rewrite_segment(frame, layout, place);
+        if offloads.l3_csum || offloads.l4_csum {
+            // The headers were checked above, so the offload can parse every segment.
+            let _ = packet::insert_checksums(frame, offloads.l3_csum, offloads.l4_csum);
+        }
+        transmit(core, frame);
+        sent.count(frame.len());
+    }
+    Ok(())
+}
+
 /// When the segment at `at` of WQE `w` (at least four bytes on) is an inline data segment,
 /// appends its bytes to `frame` and returns where the next segment starts; `None` for a data
 /// segment.
@@ -409,7 +541,9 @@ fn take_inline(w: &[u8], at: usize, frame: &mut Vec<u8>) -> Result<Option<usize>
     Ok(Some(at + (4 + count).div_ceil(WQE_DS) * WQE_DS))
 }
 
-// Inlined into both callers: out of line, the memory key walk's callback stays a call per chunk.
+/// Appends the bytes data segment `seg` (16 bytes) points at to `frame`, through its memory key,
+/// refusing (local length error) to grow `frame` past `limit` bytes.
+// Inlined into its callers: out of line, the memory key walk's callback stays a call per chunk.
 #[inline(always)]
 fn gather(
     core: &mut Core,
@@ -417,11 +551,12 @@ fn gather(
     pd: u32,
     seg: &[u8],
     frame: &mut Vec<u8>,
+    limit: usize,
 ) -> Result<(), CqeSyndrome> {
     let seg = wqe::DataSeg::new(seg).map_err(|_| CqeSyndrome::LocalQpOperation)?;
     let (len, lkey, addr) = (seg.byte_count() as usize, seg.lkey(), seg.addr());
     let start = frame.len();
-    if start + len > MAX_FRAME_BYTES {
+    if start + len > limit {
         return Err(CqeSyndrome::LocalLength);
     }
     frame.resize(start + len, 0);

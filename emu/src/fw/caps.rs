@@ -11,7 +11,7 @@ use cxdirect_hw::hca::{cap_type, QueryHcaCapOut, SetHcaCapIn};
 use cxdirect_hw::layout::{read_field, FieldKind, Layout};
 
 pub(crate) use crate::objects::limits::{
-    LOG_BF_REG_SIZE, LOG_MAX_CQ_SZ, LOG_MAX_EQ, LOG_MAX_EQ_SZ, LOG_MAX_KLM_LIST_SIZE,
+    LOG_BF_REG_SIZE, LOG_MAX_CQ_SZ, LOG_MAX_EQ, LOG_MAX_EQ_SZ, LOG_MAX_KLM_LIST_SIZE, LOG_MAX_LSO,
     LOG_MAX_MRW_SZ, LOG_MAX_RQT_SIZE, LOG_MAX_WQ_SZ, MAX_Q_COUNTERS, MAX_WQE_SZ_RQ, MAX_WQE_SZ_SQ,
 };
 use crate::objects::queue_state::MAX_SESSION;
@@ -109,7 +109,7 @@ impl CapSet {
             .set_vlan_cap(true)
             .set_wqe_vlan_insert(true)
             .set_self_lb_en_modifiable(true)
-            .set_max_lso_cap(0)
+            .set_max_lso_cap(if cfg.lso { LOG_MAX_LSO } else { 0 })
             .set_multi_pkt_send_wqe(0)
             .set_enhanced_multi_pkt_send_wqe(cfg.multi_packet_send)
             .set_wqe_inline_mode(wqe_inline_mode::NOT_REQUIRED)

@@ -16,6 +16,10 @@ pub(crate) const LOG_MAX_RQT_SIZE: u8 = 11;
 pub(crate) const MAX_WQE_SZ_SQ: u16 = 1024;
 /// Largest receive WQE in bytes.
 pub(crate) const MAX_WQE_SZ_RQ: u16 = 1024;
+/// Log2 of the largest LSO message (headers and payload) in bytes (`max_lso_cap`): 256 KiB.
+pub(crate) const LOG_MAX_LSO: u8 = 18;
+/// The largest LSO message in bytes.
+pub(crate) const MAX_LSO_BYTES: usize = 1 << LOG_MAX_LSO;
 /// Log2 of the BlueFlame register size in bytes.
 pub(crate) const LOG_BF_REG_SIZE: u8 = 9;
 /// Log2 of the largest memory key length in bytes.

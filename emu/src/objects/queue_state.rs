@@ -3,7 +3,7 @@
 //! buffers, receives still in flight). It lives here, beside the objects, because the firmware
 //! creates and resets it when it creates and resets the objects.
 
-use super::limits::{MAX_WQE_SZ_RQ, MAX_WQE_SZ_SQ};
+use super::limits::{MAX_LSO_BYTES, MAX_WQE_SZ_RQ, MAX_WQE_SZ_SQ};
 use super::RqMemory;
 use cxdirect_hw::cqe::{mini_cqe_res_format, CQE_SIZE};
 
@@ -117,6 +117,11 @@ pub(crate) struct SendScratch {
     pub frame: Vec<u8>,
     /// The frame with a VLAN tag inserted.
     pub tagged: Vec<u8>,
+    /// An LSO WQE's inlined headers.
+    pub lso_headers: Vec<u8>,
+    /// An LSO WQE's payload, gathered whole before it is cut into segments (up to
+    /// [`MAX_LSO_BYTES`]).
+    pub lso_payload: Vec<u8>,
     /// WQEs read ahead of the one being executed.
     pub fetched: Fetched,
 }
@@ -127,6 +132,8 @@ impl Default for SendScratch {
             wqe: vec![0; MAX_WQE],
             frame: Vec::with_capacity(16 * 1024),
             tagged: vec![0; MAX_FRAME_BYTES + 4],
+            lso_headers: Vec::with_capacity(MAX_WQE),
+            lso_payload: Vec::with_capacity(MAX_LSO_BYTES),
             fetched: Fetched::default(),
         }
     }
@@ -139,6 +146,8 @@ impl SendScratch {
             wqe: Vec::new(),
             frame: Vec::new(),
             tagged: Vec::new(),
+            lso_headers: Vec::new(),
+            lso_payload: Vec::new(),
             fetched: Fetched::default(),
         }
     }

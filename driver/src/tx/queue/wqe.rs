@@ -6,6 +6,7 @@ use super::{InlineMode, TxQueue, ETH_HEADER, ETH_INLINE, MAX_WQE};
 use crate::backend::Backend;
 use crate::ring::{bytes_from_words, words_from_bytes};
 use crate::tx::inflight::InFlight;
+use crate::tx::lso::{tcp_headers_len, TxRefusal, MAX_TSO_HEADERS};
 use crate::tx::source::{PacketSource, SendPacket};
 use cxdirect_hw::wqe::{self, INLINE_SEG, WQE_BB, WQE_DS};
 
@@ -242,7 +243,102 @@ impl<B: Backend> TxQueue<B> {
     }
 }
 
+/// Bytes of an 802.1Q tag.
+const VLAN_TAG: usize = 4;
+
 impl<B: Backend> TxQueue<B> {
+    /// Builds the LSO WQE for `m` (TCP segmentation with `mss` payload bytes per frame) at the
+    /// producer index into `wqe`: the packet's Ethernet, IP and TCP headers inline in the
+    /// Ethernet segment (with the VLAN tag to insert put in them, as the device takes no
+    /// insertion request with LSO), then one data segment per stretch of buffer after them.
+    /// Returns the WQE's size in bytes, `Ok(None)` when the ring has no room for it, or why the
+    /// packet cannot be sent this way; nothing is changed unless a WQE is built. Every byte up
+    /// to the end of the WQE's last basic block is written.
+    #[inline]
+    pub(crate) fn lso_wqe(
+        &mut self,
+        m: &impl SendPacket,
+        mss: u16,
+        wqe: &mut [u8; MAX_WQE],
+    ) -> Result<Option<usize>, TxRefusal> {
+        if self.max_lso == 0 {
+            return Err(TxRefusal::TsoOff);
+        }
+        let head = m.head_len();
+        let mut headers = [0u8; MAX_TSO_HEADERS + VLAN_TAG];
+        let read = m.read(0, &mut headers[..head.min(MAX_TSO_HEADERS)]);
+        let header_len = tcp_headers_len(&headers[..read])?;
+        let vlan = m.flags().tx_vlan;
+        let inline_len = match vlan {
+            Some(tci) => {
+                headers.copy_within(12..header_len, 12 + VLAN_TAG);
+                headers[12..14].copy_from_slice(&0x8100u16.to_be_bytes());
+                headers[14..16].copy_from_slice(&tci.to_be_bytes());
+                header_len + VLAN_TAG
+            }
+            None => header_len,
+        };
+        let len = m.pkt_len();
+        let payload = len - header_len;
+        if mss == 0 || inline_len + usize::from(mss).min(payload) > self.max_frame {
+            return Err(TxRefusal::TsoMss);
+        }
+        if len + (inline_len - header_len) > self.max_lso {
+            return Err(TxRefusal::TsoTooLong);
+        }
+        let rest = head - header_len;
+        let tail = || m.tail().into_iter().flat_map(|t| t.segments());
+        let extra_segments = tail().filter(|s| !s.is_empty()).count();
+        // Header bytes past the two the Ethernet segment holds, padded to whole segments.
+        let inline_room = (inline_len - 2).div_ceil(WQE_DS) * WQE_DS;
+        let size = 32 + inline_room + (usize::from(rest > 0) + extra_segments) * WQE_DS;
+        if size > MAX_WQE {
+            return Err(TxRefusal::TsoTooLong);
+        }
+        let bbs = size.div_ceil(WQE_BB);
+        if bbs as u16 > self.free() {
+            return Ok(None);
+        }
+        let ce = self.completion_request(bbs as u16, 1);
+        wqe[..16].copy_from_slice(&wqe::encode_ctrl(
+            wqe::opcode::LSO,
+            self.pi,
+            self.sqn,
+            (size / WQE_DS) as u8,
+            ce,
+        ));
+        let flags = m.flags();
+        wqe[16..32].copy_from_slice(&wqe::encode_eth_lso(
+            flags.tx_ip_csum,
+            flags.tx_l4_csum,
+            mss,
+            inline_len as u16,
+            [headers[0], headers[1]],
+        ));
+        wqe[32..32 + inline_room].fill(0);
+        wqe[32..30 + inline_len].copy_from_slice(&headers[2..inline_len]);
+        let mut at = 32 + inline_room;
+        if rest > 0 {
+            wqe[at..at + WQE_DS].copy_from_slice(&wqe::encode_data(
+                rest as u32,
+                m.lkey(),
+                m.data_iova() + header_len as u64,
+            ));
+            at += WQE_DS;
+        }
+        for seg in tail().filter(|s| !s.is_empty()) {
+            wqe[at..at + WQE_DS].copy_from_slice(&wqe::encode_data(
+                seg.len() as u32,
+                seg.lkey(),
+                seg.data_iova(),
+            ));
+            at += WQE_DS;
+        }
+        wqe[at..bbs * WQE_BB].fill(0);
+        self.stats.tso_packets += 1;
+        Ok(Some(size))
+    }
+
     /// The pool place `m` (of `len` bytes) is kept by if it may ride in a multi-packet WQE
     /// whose Ethernet segment asks for checksums `csum` (IPv4 header, L4): a sendable,
     /// single-segment packet without a VLAN tag to insert and with the same checksum requests.
@@ -258,6 +354,7 @@ impl<B: Backend> TxQueue<B> {
         let flags = m.flags();
         if !(ETH_HEADER..=max_frame).contains(&len)
             || flags.tx_vlan.is_some()
+            || flags.tx_tso_mss.is_some()
             || (flags.tx_ip_csum, flags.tx_l4_csum) != csum
         {
             return None;
