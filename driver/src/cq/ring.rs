@@ -22,6 +22,9 @@ const COMPRESSED_LOOK_AHEAD: u32 = 128;
 /// emulated device's thread may be descheduled between the two writes on a loaded machine.
 const GAP_PATIENCE: Duration = Duration::from_millis(250);
 
+#[cfg(test)]
+mod tests;
+
 /// A completion queue ring, driver side.
 pub(crate) struct CqRing {
     pub(super) region: DmaRegion,

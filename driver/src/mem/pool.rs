@@ -8,6 +8,9 @@ use cxdirect_dma::{DmaBufMapping, DmaRegion, Iommu, IovaAllocator, PageKind};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
+#[cfg(test)]
+mod tests;
+
 /// A pool of `count` DMA buffers of `buf_size` bytes.
 #[derive(Clone)]
 pub struct Mempool {
