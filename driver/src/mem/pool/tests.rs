@@ -209,7 +209,7 @@ fn stress(pool: &Mempool, threads: u32, ops: u32, max_held: usize) {
 fn threads_taking_and_returning_in_bulk_never_share_a_buffer() {
     // Room for each thread to hold a share, so the pool runs dry now and then.
     let p = pool(256, 256);
-    stress(&p, 8, 20_000, 48);
+    stress(&p, 8, 100_000, 48);
 }
 
 #[test]
@@ -217,7 +217,7 @@ fn a_small_pool_contended_by_many_threads_never_shares_a_buffer() {
     // Few buffers and short holds: the stack's head changes hands constantly (where an
     // untagged head would be fooled by a buffer taken and returned in between).
     let p = pool(16, 256);
-    stress(&p, 6, 40_000, 4);
+    stress(&p, 6, 150_000, 4);
 }
 
 #[test]
