@@ -365,6 +365,14 @@ impl CqRing {
         self.mini_cqes
     }
 
+    /// Writes the 64 bytes `cqe` into the slot of consumer index `index`, as the device does.
+    #[cfg(test)]
+    pub(crate) fn device_writes(&self, index: u32, cqe: &[u8; CQE_SIZE]) {
+        self.region
+            .write(self.slot_offset(index), cqe)
+            .expect("a slot of the ring");
+    }
+
     /// Writes the arm word asking for one event at the next completion after the consumer
     /// index (doorbell record word 1, event sequence number `sn`) and returns it, for the UAR
     /// doorbell that must follow.

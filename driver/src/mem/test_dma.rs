@@ -37,6 +37,11 @@ fn space() -> &'static (Arc<dyn Iommu>, Arc<IovaAllocator>) {
     })
 }
 
+/// The IOMMU test regions are mapped through (no device behind it).
+pub(crate) fn iommu() -> Arc<dyn Iommu> {
+    Arc::clone(&space().0)
+}
+
 /// A zeroed region of at least `len` bytes in small pages (kept small: it is locked memory).
 pub(crate) fn region(len: usize) -> DmaRegion {
     let (iommu, iovas) = space();
