@@ -7,8 +7,6 @@ mod burst;
 mod flags;
 mod pool;
 mod quarantine;
-#[cfg(test)]
-pub(crate) mod test_dma;
 
 pub use buffer::{Mbuf, HEADROOM};
 pub use burst::{BurstPacket, PacketBurst};

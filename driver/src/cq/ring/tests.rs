@@ -2,7 +2,7 @@
 //! wrap flips the expected bit, and compressed sessions are unpacked, given back and checked.
 
 use super::CqRing;
-use crate::mem::test_dma::region;
+use crate::test_support::region;
 use cxdirect_hw::cqe::{cqe_format, CqeOpcode, CQE_INITIAL_OP_OWN, CQE_SIZE, MINI_CQES_PER_SLOT};
 
 /// A ring of `2^log_size` CQEs with every slot as the port leaves it before the device writes.

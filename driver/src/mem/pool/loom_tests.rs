@@ -7,8 +7,8 @@
 //! interleaving the pool must hold each buffer exactly once.
 
 use super::Mempool;
-use crate::mem::test_dma::pool;
 use crate::mem::{Mbuf, PacketBurst, HEADROOM};
+use crate::test_support::pool;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 

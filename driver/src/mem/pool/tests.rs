@@ -6,8 +6,8 @@
 //! buffer (an ABA on the stack's head, a chain linked wrong) trip the swap.
 
 use super::Mempool;
-use crate::mem::test_dma::pool;
 use crate::mem::{Mbuf, PacketBurst, HEADROOM};
+use crate::test_support::pool;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};

@@ -2,8 +2,8 @@
 //! their own pool exactly once when their slots complete.
 
 use super::{InFlight, Kept, MAX_POOLS};
-use crate::mem::test_dma::pool;
 use crate::mem::{Mbuf, Mempool};
+use crate::test_support::pool;
 
 /// Keeps a fresh buffer of `pool` at `slot` as a send would, dropping what is left of it.
 fn send_one(table: &mut InFlight, slot: usize, pool: &Mempool) -> Kept {

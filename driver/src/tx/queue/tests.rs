@@ -3,52 +3,13 @@
 //! WQE not in flight is refused.
 
 use super::{SendQueueParts, TxQueue};
-use crate::backend::{Backend, BackendError, Interrupt};
 use crate::cq::CqRing;
-use crate::mem::test_dma::{iommu, pool, region};
 use crate::mem::{Mbuf, Mempool};
+use crate::test_support::{pool, region, NoDevice};
 use crate::tx::InlineMode;
-use cxdirect_dma::Iommu;
 use cxdirect_hw::cqe::{CqeOpcode, CQE_INITIAL_OP_OWN, CQE_SIZE};
 use cxdirect_hw::wqe::WQE_BB;
 use std::sync::Arc;
-
-/// A function whose registers take every store and read as zero: doorbells go nowhere.
-struct NoDevice;
-
-impl Backend for NoDevice {
-    fn name(&self) -> String {
-        "no device".into()
-    }
-    fn bar0_len(&self) -> usize {
-        1 << 20
-    }
-    fn read32(&self, _offset: usize) -> [u8; 4] {
-        [0; 4]
-    }
-    fn write32(&self, _offset: usize, _bytes: [u8; 4]) {}
-    fn write64(&self, _offset: usize, _bytes: [u8; 8]) {}
-    fn write_bf(&self, _offset: usize, _wqe: &[u8; 64]) {}
-    fn config_read(&self, _offset: u16, buf: &mut [u8]) -> Result<(), BackendError> {
-        buf.fill(0);
-        Ok(())
-    }
-    fn config_write(&self, _offset: u16, _data: &[u8]) -> Result<(), BackendError> {
-        Ok(())
-    }
-    fn iommu(&self) -> Arc<dyn Iommu> {
-        iommu()
-    }
-    fn enable_msix(&self, _vectors: u16) -> Result<Vec<Interrupt>, BackendError> {
-        Ok(Vec::new())
-    }
-    fn disable_msix(&self) -> Result<(), BackendError> {
-        Ok(())
-    }
-    fn reset(&self) -> Result<(), BackendError> {
-        Ok(())
-    }
-}
 
 /// WQEBBs in the test ring.
 const LOG_SIZE: u8 = 4;
