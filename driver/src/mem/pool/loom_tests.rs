@@ -9,7 +9,7 @@
 use super::Mempool;
 use crate::mem::{Mbuf, PacketBurst, HEADROOM};
 use crate::test_support::pool;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Who holds each buffer of a pool (0: the pool). Plain atomics: loom runs one thread at a
@@ -77,11 +77,21 @@ fn assert_whole(pool: &Mempool, owners: &Owners) {
     assert!(pool.alloc().is_none());
 }
 
+/// Runs `f` under every interleaving loom explores and checks that it explored many.
 fn model(f: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
     // Bugs of a two-thread stack show within a few preemptions; unbounded takes far longer.
     builder.preemption_bound = Some(3);
-    builder.check(f);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&runs);
+    builder.check(move || {
+        counted.fetch_add(1, Ordering::Relaxed);
+        f();
+    });
+    let runs = runs.load(Ordering::Relaxed);
+    eprintln!("loom explored {runs} interleavings");
+    // One run would mean the threads' operations never raced: a model that tests nothing.
+    assert!(runs > 100, "only {runs} interleavings explored");
 }
 
 #[test]
