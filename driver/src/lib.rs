@@ -26,6 +26,9 @@ pub mod ring;
 pub mod rx;
 pub mod tx;
 
+#[cfg(test)]
+mod test_support;
+
 pub use backend::{Backend, BackendError, Interrupt};
 pub use control::{
     Device, DeviceInfo, DeviceRecovery, EventCounts, KeyAccess, MemoryKey, Options, RmpStatus,

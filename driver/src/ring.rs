@@ -10,6 +10,9 @@ use std::sync::Arc;
 /// Most packets one `tx_burst` or `rx_burst` call moves.
 pub const MAX_BURST: usize = 256;
 
+#[cfg(test)]
+mod tests;
+
 /// The first `N * 8` bytes of `bytes` as `N` words in memory order (what a volatile word store
 /// of each writes back); words past the end of a shorter `bytes` stay zero.
 #[inline]

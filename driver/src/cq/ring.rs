@@ -24,6 +24,9 @@ const COMPRESSED_LOOK_AHEAD: u32 = 128;
 /// emulated device's thread may be descheduled between the two writes on a loaded machine.
 const GAP_PATIENCE: Duration = Duration::from_millis(250);
 
+#[cfg(test)]
+mod tests;
+
 /// A completion queue ring, driver side.
 pub(crate) struct CqRing {
     pub(super) region: SlotRing<CQE_SIZE>,
@@ -368,6 +371,14 @@ impl CqRing {
     #[inline(always)]
     pub(crate) fn mini_cqes(&self) -> u64 {
         self.mini_cqes
+    }
+
+    /// Writes the 64 bytes `cqe` into the slot of consumer index `index`, as the device does.
+    #[cfg(test)]
+    pub(crate) fn device_writes(&self, index: u32, cqe: &[u8; CQE_SIZE]) {
+        self.region
+            .write(self.slot_offset(index), cqe)
+            .expect("a slot of the ring");
     }
 
     /// Writes the arm word asking for one event at the next completion after the consumer

@@ -8,7 +8,12 @@
 use super::flags::OffloadFlags;
 use crate::error::DriverError;
 use cxdirect_dma::{DmaBufMapping, DmaRegion, PageList};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+// The free stack's atomics are loom's when model-checked (`--cfg loom`; see the pool's tests).
+#[cfg(loom)]
+use loom::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::Ordering;
+#[cfg(not(loom))]
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
 
 /// Headroom kept before packet data in every buffer, in bytes (room to prepend headers).

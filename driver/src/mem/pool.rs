@@ -5,8 +5,17 @@ use super::buffer::{Mbuf, PoolMemory, PoolShared, BULK, HEADROOM, NIL, RING_HOLD
 use super::flags::OffloadFlags;
 use crate::error::DriverError;
 use cxdirect_dma::{DmaBufMapping, DmaRegion, Iommu, IovaAllocator, PageKind};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+#[cfg(loom)]
+use loom::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::Ordering;
+#[cfg(not(loom))]
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
+
+#[cfg(all(test, loom))]
+mod loom_tests;
+#[cfg(all(test, not(loom)))]
+mod tests;
 
 /// A pool of `count` DMA buffers of `buf_size` bytes.
 #[derive(Clone)]

@@ -21,6 +21,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod strides;
+#[cfg(test)]
+mod tests;
 
 /// Where a received packet's data starts in a plain (not striding) ring's buffer.
 const HEADROOM_U32: u32 = HEADROOM as u32;

@@ -24,6 +24,9 @@ const RUN: u64 = 1 << 62;
 /// Most packets one basic block of a multi-packet WQE carries (one 16-byte segment each).
 const RUN_PACKETS_PER_BB: usize = 4;
 
+#[cfg(test)]
+mod tests;
+
 /// What a send queue has in flight, by WQE index (the slot of the packet's first WQEBB).
 pub(crate) struct InFlight {
     /// Per slot: [`EMPTY`], [`WHOLE`], or the pool's place in `pools` (high 32 bits) and the
@@ -181,7 +184,8 @@ impl InFlight {
 
     /// Packets in flight.
     pub(crate) fn count(&self) -> usize {
-        let single = self.slots.iter().filter(|&&e| e != EMPTY && e & RUN == 0);
+        // Kept indexes sit below RUN; a whole packet's mark has the RUN bit set too.
+        let single = self.slots.iter().filter(|&&e| e < RUN || e == WHOLE);
         single.count() + self.run_tail.wrapping_sub(self.run_head)
     }
 

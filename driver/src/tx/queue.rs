@@ -17,6 +17,8 @@ use cxdirect_hw::wqe::{ETH_L2_INLINE_HEADER_SIZE, WQE_BB};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
+#[cfg(test)]
+mod tests;
 mod wqe;
 
 /// What the send loop did with one packet.
