@@ -1135,8 +1135,9 @@ fn every_object_command_refuses_a_bad_reference() {
         h.exec(&reg, 0x20),
         Err(status(CmdStatus::BadParameter, Syndrome::BadRegister))
     );
-    let mut cap = Host::input(Opcode::QueryHcaCap, 0x7 << 1, 16);
-    cap[6..8].copy_from_slice(&(0x7u16 << 1).to_be_bytes());
+    // RoCE capabilities (type 4): not advertised, not modelled.
+    let mut cap = Host::input(Opcode::QueryHcaCap, 0x4 << 1, 16);
+    cap[6..8].copy_from_slice(&(0x4u16 << 1).to_be_bytes());
     assert_eq!(
         h.exec(&cap, 0x1010),
         Err(status(CmdStatus::BadParameter, Syndrome::BadOpMod))

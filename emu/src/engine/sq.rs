@@ -2,8 +2,9 @@
 //! the BlueFlame copy), parse its control, Ethernet, data and inline segments, gather the frame
 //! through memory keys, apply checksum offload and VLAN insertion, put it on the wire, and write
 //! the CQEs the WQE asked for. An enhanced multi-packet WQE (on an SQ that allows them) carries
-//! one packet per data or inline segment behind one Ethernet segment. A malformed WQE ends in an
-//! error CQE and the SQ in error.
+//! one packet per data or inline segment behind one Ethernet segment. A TSO WQE carries one TCP
+//! message that leaves as segments of at most the Ethernet segment's MSS each. A malformed WQE
+//! ends in an error CQE and the SQ in error.
 
 use crate::counters::{add, QueueKind};
 use crate::engine::fetch::{read_wqes, Fetched};
@@ -17,6 +18,8 @@ use cxdirect_hw::wqe::{self, CtrlSeg, EthSeg, ETH_WQE_INSERT_VLAN, INLINE_SEG, W
 
 /// Largest send WQE the model parses (the `max_wqe_sz_sq` capability).
 const MAX_WQE: usize = crate::fw::caps::MAX_WQE_SZ_SQ as usize;
+/// Largest TSO message (headers and payload) in bytes: `max_lso_cap` is its log2.
+const MAX_LSO_BYTES: usize = 1 << crate::fw::caps::LOG_MAX_LSO;
 
 /// Scratch space reused for every WQE, so the send path does not allocate.
 #[derive(Debug)]
@@ -24,6 +27,8 @@ pub(crate) struct SendScratch {
     wqe: Vec<u8>,
     frame: Vec<u8>,
     tagged: Vec<u8>,
+    /// One TSO segment being built (headers, then its share of the payload).
+    segment: Vec<u8>,
     fetched: Fetched,
 }
 
@@ -33,6 +38,7 @@ impl Default for SendScratch {
             wqe: vec![0; MAX_WQE],
             frame: Vec::with_capacity(16 * 1024),
             tagged: vec![0; MAX_FRAME_BYTES + 4],
+            segment: Vec::with_capacity(MAX_FRAME_BYTES),
             fetched: Fetched::default(),
         }
     }
@@ -45,6 +51,7 @@ impl SendScratch {
             wqe: Vec::new(),
             frame: Vec::new(),
             tagged: Vec::new(),
+            segment: Vec::new(),
             fetched: Fetched::default(),
         }
     }
@@ -245,6 +252,15 @@ fn execute_one(
             }
             Err(syndrome) => Err(syndrome),
         },
+        wqe::opcode::TSO => send_tso(
+            core,
+            context,
+            &s.wqe[..wqe_bytes],
+            &mut s.frame,
+            &mut s.segment,
+            &mut s.tagged,
+            &mut sent,
+        ),
         wqe::opcode::ENHANCED_MPSW if multi_packet => send_multi(
             core,
             context,
@@ -344,6 +360,96 @@ fn build_frame(
     frame: &mut Vec<u8>,
     tagged: &mut [u8],
 ) -> Result<(usize, bool), CqeSyndrome> {
+    let (offloads, inline_len) = assemble(core, sq, w, frame)?;
+    check_length(core, frame)?;
+    if sq.min_inline > 0 && !inline_covers(frame, inline_len, sq.min_inline) {
+        return Err(CqeSyndrome::LocalQpOperation);
+    }
+    apply_offloads(offloads, frame, tagged)
+}
+
+/// TCP header flags TSO keeps only on the last segment (FIN, PSH) and only on the first (CWR).
+const TCP_FIN: u8 = 0x01;
+const TCP_PSH: u8 = 0x08;
+const TCP_CWR: u8 = 0x80;
+
+/// Sends the TCP message of a TSO WQE `w` as segments of at most the Ethernet segment's MSS of
+/// payload each, as ConnectX does: the message's headers (which the WQE inlines) are replicated
+/// in every segment with the IP length fields set to the segment's, the IPv4 identification
+/// and the TCP sequence number advanced, FIN and PSH kept only on the last segment and CWR only
+/// on the first; the checksums the Ethernet segment asks for are computed per segment.
+#[allow(clippy::too_many_arguments)]
+fn send_tso(
+    core: &mut Core,
+    sq: SendContext,
+    w: &[u8],
+    frame: &mut Vec<u8>,
+    segment: &mut Vec<u8>,
+    tagged: &mut [u8],
+    sent: &mut Sent,
+) -> Result<(), CqeSyndrome> {
+    let (offloads, inline_len) = assemble(core, sq, w, frame)?;
+    let mss = EthSeg::new(&w[WQE_DS..2 * WQE_DS])
+        .map_err(|_| CqeSyndrome::LocalQpOperation)?
+        .mss() as usize;
+    let p = packet::parse(frame);
+    let ipv4 = p.l3 == packet::L3Kind::Ipv4;
+    let tcp = p.l4 == packet::L4Kind::Tcp;
+    let headers = p.l4_offset + p.l4_len;
+    // The headers must be whole, and inline: the device reads them from the WQE.
+    if mss == 0 || !tcp || p.is_fragment() || headers > frame.len() || inline_len < headers {
+        return Err(CqeSyndrome::LocalQpOperation);
+    }
+    if frame.len() > MAX_LSO_BYTES || headers + mss > core.port.max_frame() {
+        return Err(CqeSyndrome::LocalLength);
+    }
+    let (l3, l4) = (p.l3_offset, p.l4_offset);
+    let ip_id = u16::from_be_bytes([frame[l3 + 4], frame[l3 + 5]]);
+    let seq = u32::from_be_bytes([frame[l4 + 4], frame[l4 + 5], frame[l4 + 6], frame[l4 + 7]]);
+    let flags = frame[l4 + 13];
+    let payload = frame.len() - headers;
+    let count = payload.div_ceil(mss).max(1);
+    for i in 0..count {
+        let start = headers + i * mss;
+        let end = (start + mss).min(frame.len());
+        segment.clear();
+        segment.extend_from_slice(&frame[..headers]);
+        segment.extend_from_slice(&frame[start..end]);
+        let ip_len = segment.len() - l3;
+        if ipv4 {
+            segment[l3 + 2..l3 + 4].copy_from_slice(&(ip_len as u16).to_be_bytes());
+            segment[l3 + 4..l3 + 6].copy_from_slice(&ip_id.wrapping_add(i as u16).to_be_bytes());
+        } else {
+            let payload_len = ip_len - packet::IPV6_HEADER_LEN;
+            segment[l3 + 4..l3 + 6].copy_from_slice(&(payload_len as u16).to_be_bytes());
+        }
+        segment[l4 + 4..l4 + 8].copy_from_slice(&seq.wrapping_add((i * mss) as u32).to_be_bytes());
+        let mut f = flags;
+        if i + 1 < count {
+            f &= !(TCP_FIN | TCP_PSH);
+        }
+        if i > 0 {
+            f &= !TCP_CWR;
+        }
+        segment[l4 + 13] = f;
+        check_length(core, segment)?;
+        let (len, in_tagged) = apply_offloads(offloads, segment, tagged)?;
+        let wire: &[u8] = if in_tagged { &tagged[..len] } else { segment };
+        transmit(core, wire);
+        sent.count(len);
+    }
+    Ok(())
+}
+
+/// Gathers the frame (or TSO message) a send WQE `w` describes into `frame`: the inline headers
+/// of its Ethernet segment, then each inline and data segment. Returns the WQE's offloads and
+/// how many bytes it inlined.
+fn assemble(
+    core: &mut Core,
+    sq: SendContext,
+    w: &[u8],
+    frame: &mut Vec<u8>,
+) -> Result<(Offloads, usize), CqeSyndrome> {
     frame.clear();
     if w.len() < 2 * WQE_DS {
         return Err(CqeSyndrome::LocalQpOperation);
@@ -377,11 +483,7 @@ fn build_frame(
             at += WQE_DS;
         }
     }
-    check_length(core, frame)?;
-    if sq.min_inline > 0 && !inline_covers(frame, inline_len, sq.min_inline) {
-        return Err(CqeSyndrome::LocalQpOperation);
-    }
-    apply_offloads(offloads, frame, tagged)
+    Ok((offloads, inline_len))
 }
 
 /// Sends every packet of an enhanced multi-packet WQE `w` (control segment included). The
@@ -458,7 +560,8 @@ fn gather(
     let seg = wqe::DataSeg::new(seg).map_err(|_| CqeSyndrome::LocalQpOperation)?;
     let (len, lkey, addr) = (seg.byte_count() as usize, seg.lkey(), seg.addr());
     let start = frame.len();
-    if start + len > MAX_FRAME_BYTES {
+    // A TSO message may be this long; a frame is held to the port's length afterwards.
+    if start + len > MAX_LSO_BYTES {
         return Err(CqeSyndrome::LocalLength);
     }
     frame.resize(start + len, 0);

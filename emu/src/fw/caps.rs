@@ -6,7 +6,9 @@
 
 use super::{bad_param, input_as, output_as, CmdResult, Core, Syndrome};
 use crate::config::EmuConfig;
-use cxdirect_hw::caps::{port_type, wqe_inline_mode, CmdHcaCap, PerProtocolNetworkingOffloadCaps};
+use cxdirect_hw::caps::{
+    port_type, wqe_inline_mode, CmdHcaCap, FlowTableNicCap, PerProtocolNetworkingOffloadCaps,
+};
 use cxdirect_hw::hca::{cap_type, QueryHcaCapOut, SetHcaCapIn};
 use cxdirect_hw::layout::{read_field, FieldKind, Layout};
 
@@ -33,6 +35,17 @@ pub(crate) const LOG_MAX_KLM_LIST_SIZE: u8 = 16;
 /// Q counter sets a function may allocate (`max_qp_cnt`; set ids 1..=this).
 pub(crate) const MAX_Q_COUNTERS: u16 = 64;
 
+/// Log2 of the largest TSO message in bytes (`max_lso_cap`): 256 KiB.
+pub(crate) const LOG_MAX_LSO: u8 = 18;
+/// Deepest flow table level the model accepts (Linux's kernel namespace starts at level 12).
+pub(crate) const MAX_FT_LEVEL: u8 = 64;
+/// Log2 of the number of flow tables (the size of the model's flow table table).
+pub(crate) const LOG_MAX_FT_NUM: u8 = 10;
+/// Log2 of the number of destinations of one flow entry.
+pub(crate) const LOG_MAX_FLOW_DESTINATION: u8 = 6;
+/// Log2 of the number of flow entries.
+pub(crate) const LOG_MAX_FLOW: u8 = 16;
+
 /// Fields SET_HCA_CAP may change (up to their maximum value).
 const SETTABLE_GENERAL: &[&str] = &[
     "cmdif_checksum",
@@ -51,6 +64,9 @@ pub(crate) struct CapSet {
     pub max_general: [u8; 0x100],
     pub current_general: [u8; 0x100],
     pub ethernet: [u8; 0x100],
+    /// NIC flow table capabilities: receive tables only, chained by forwarding entries and
+    /// table misses, with a settable root; no counters and no in-place modification.
+    pub flow_table: Box<[u8; 0x1000]>,
     pub context_slot: Option<super::pages::Slot>,
 }
 
@@ -126,7 +142,7 @@ impl CapSet {
             .set_vlan_cap(true)
             .set_wqe_vlan_insert(true)
             .set_self_lb_en_modifiable(true)
-            .set_max_lso_cap(0)
+            .set_max_lso_cap(LOG_MAX_LSO)
             .set_multi_pkt_send_wqe(0)
             .set_enhanced_multi_pkt_send_wqe(cfg.multi_packet_send)
             .set_wqe_inline_mode(wqe_inline_mode::NOT_REQUIRED)
@@ -134,10 +150,22 @@ impl CapSet {
         let mut ethernet = [0u8; 0x100];
         let n = e.as_bytes().len().min(0x100);
         ethernet[..n].copy_from_slice(&e.as_bytes()[..n]);
+        let mut f = FlowTableNicCap::zeroed();
+        f.flow_table_properties_nic_receive_mut()
+            .set_ft_support(true)
+            .set_modify_root(true)
+            .set_log_max_ft_size(super::steering::LOG_MAX_FT_SIZE)
+            .set_max_ft_level(MAX_FT_LEVEL)
+            .set_log_max_ft_num(LOG_MAX_FT_NUM)
+            .set_log_max_destination(LOG_MAX_FLOW_DESTINATION)
+            .set_log_max_flow(LOG_MAX_FLOW);
+        let mut flow_table = Box::new([0u8; 0x1000]);
+        flow_table.copy_from_slice(f.as_bytes());
         Self {
             max_general,
             current_general,
             ethernet,
+            flow_table,
             context_slot: None,
         }
     }
@@ -161,6 +189,7 @@ pub(crate) fn query_hca_cap(core: &mut Core, op_mod: u16, output: &mut [u8]) -> 
         cap_type::GENERAL_DEVICE if current => &core.hca.caps.current_general,
         cap_type::GENERAL_DEVICE => &core.hca.caps.max_general,
         cap_type::ETHERNET_OFFLOADS => &core.hca.caps.ethernet,
+        cap_type::FLOW_TABLE => &core.hca.caps.flow_table[..],
         _ => {
             return Err(bad_param(
                 Syndrome::BadOpMod,

@@ -7,8 +7,8 @@ use super::Core;
 use crate::counters::add;
 use crate::faults::Fault;
 use cxdirect_hw::cmd::{
-    xor8, CmdLayout, CmdMailbox, DeliveryStatus, CMD_INLINE_BYTES, CMD_OWNER_HW, CMD_TYPE_PCIE,
-    MAILBOX_ALIGN, MAILBOX_BLOCK_SIZE, MAILBOX_DATA_BYTES,
+    xor8, CmdLayout, CmdMailbox, DeliveryStatus, CMD_INLINE_BYTES, CMD_OWNER_HW, CMD_STATUS_BYTES,
+    CMD_TYPE_PCIE, MAILBOX_ALIGN, MAILBOX_BLOCK_SIZE, MAILBOX_DATA_BYTES,
 };
 use cxdirect_hw::eqe::EventType;
 
@@ -147,7 +147,8 @@ fn deliver(core: &mut Core, entry: &CmdLayout, checksums: bool) -> Result<Vec<u8
     if inlen > MAX_CMD_LEN {
         return Err(DeliveryStatus::InputLengthError);
     }
-    if outlen > MAX_CMD_LEN {
+    // An output that cannot hold the status cannot report any: the delivery status does.
+    if !(CMD_STATUS_BYTES..=MAX_CMD_LEN).contains(&outlen) {
         return Err(DeliveryStatus::OutputLengthError);
     }
     let mut input = vec![0u8; inlen];

@@ -7,8 +7,8 @@ use crate::fw::pages;
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
 use cxdirect_hw::eqe::{port_change, EventType};
 use cxdirect_hw::hca::{
-    query_pages_op_mod, EnableHcaIn, QueryIssiOut, QueryPagesIn, QueryPagesOut, SetIssiIn,
-    TeardownHcaOut,
+    query_pages_op_mod, EnableHcaIn, QueryAdapterIn, QueryAdapterOut, QueryIssiOut, QueryPagesIn,
+    QueryPagesOut, SetDriverVersionIn, SetIssiIn, TeardownHcaOut, DRIVER_VERSION_BYTES, PSID_BYTES,
 };
 use cxdirect_hw::reg::{self, AccessRegisterIn, AccessRegisterOut, PaosReg, PmtuReg};
 use cxdirect_hw::vport::{
@@ -50,7 +50,16 @@ pub(crate) struct Hca {
     pub last_error: Option<CmdError>,
     /// Pages lost because DISABLE_HCA came before they were reclaimed.
     pub pages_leaked: u64,
+    /// The text SET_DRIVER_VERSION gave last (NUL-padded).
+    pub driver_version: [u8; DRIVER_VERSION_BYTES],
 }
+
+/// The board's PSID (parameter set id) QUERY_ADAPTER reports.
+pub(crate) const BOARD_PSID: &[u8] = b"CXDIRECT_EMU_01";
+/// IEEE vendor id (OUI) QUERY_ADAPTER reports: Mellanox's.
+pub(crate) const IEEE_VENDOR_ID: u32 = 0x00_02c9;
+/// PCI vendor id of the adapter's vendor-specific data.
+pub(crate) const VSD_VENDOR_ID: u16 = 0x15b3;
 
 impl Hca {
     pub fn new(cfg: &EmuConfig) -> Self {
@@ -67,6 +76,7 @@ impl Hca {
             cmdq_addr: 0,
             last_error: None,
             pages_leaked: 0,
+            driver_version: [0; DRIVER_VERSION_BYTES],
         }
     }
 
@@ -201,10 +211,46 @@ pub(crate) fn disable_hca(core: &mut Core, input: &[u8]) -> CmdResult {
         ));
     }
     destroy_all_objects(core);
-    core.hca.pages_leaked += core.pages.held() as u64;
+    let held = core.pages.held();
+    if held == 0 {
+        log::info!(
+            "function {}: DISABLE_HCA with every firmware page returned",
+            core.port_name()
+        );
+    } else {
+        log::warn!(
+            "function {}: DISABLE_HCA with {held} firmware pages never returned",
+            core.port_name()
+        );
+    }
+    core.hca.pages_leaked += held as u64;
     core.pages.clear();
     core.hca.state = HcaState::Disabled;
     core.hca.issi = 0;
+    Ok(())
+}
+
+pub(crate) fn set_driver_version(core: &mut Core, input: &[u8]) -> CmdResult {
+    let cmd = input_as!(SetDriverVersionIn<&[u8]>, input);
+    let mut text = [0u8; DRIVER_VERSION_BYTES];
+    for (i, byte) in text.iter_mut().enumerate() {
+        *byte = cmd.driver_version(i).unwrap_or(0);
+    }
+    core.hca.driver_version = text;
+    Ok(())
+}
+
+pub(crate) fn query_adapter(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let _ = input_as!(QueryAdapterIn<&[u8]>, input);
+    let _ = core;
+    let mut out = output_as!(QueryAdapterOut<&mut [u8]>, output);
+    let mut block = out.query_adapter_struct_mut();
+    block
+        .set_ieee_vendor_id(IEEE_VENDOR_ID)
+        .set_vsd_vendor_id(VSD_VENDOR_ID);
+    for i in 0..PSID_BYTES {
+        let _ = block.set_vsd_contd_psid(i, BOARD_PSID.get(i).copied().unwrap_or(0));
+    }
     Ok(())
 }
 

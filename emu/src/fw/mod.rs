@@ -21,7 +21,7 @@ use crate::counters::{add, Counters, QueueCounterTable};
 use crate::dma::{DmaError, Iommu};
 use crate::irq::InterruptSink;
 use crate::wire::Wire;
-use cxdirect_hw::cmd::{CmdIn, CmdOut, CmdStatus, Opcode};
+use cxdirect_hw::cmd::{CmdIn, CmdStatus, Opcode, CMD_STATUS_BYTES};
 use objects::Resources;
 use std::sync::Arc;
 
@@ -188,6 +188,15 @@ impl Core {
         }
     }
 
+    /// The function's name in the model's log: its MAC address.
+    pub fn port_name(&self) -> String {
+        let m = self.cfg.mac;
+        format!(
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            m[0], m[1], m[2], m[3], m[4], m[5]
+        )
+    }
+
     /// Function-level reset: every object and page dropped, back to initializing.
     pub fn reset(&mut self) {
         self.hca = hca::Hca::new(&self.cfg);
@@ -257,16 +266,15 @@ impl Core {
             add(&self.counters.command_errors, 1);
             output.fill(0);
         }
-        if let Ok(mut out) = CmdOut::new(&mut output[..]) {
-            match result {
-                Ok(()) => {
-                    out.set_status(CmdStatus::Ok as u8).set_syndrome(0);
-                }
-                Err(err) => {
-                    out.set_status(err.status as u8)
-                        .set_syndrome(err.syndrome as u32);
-                }
-            }
+        // Status and syndrome go where every output has them, whatever the output's layout:
+        // a command refused for its output length still says so.
+        let (status, syndrome) = match result {
+            Ok(()) => (CmdStatus::Ok as u8, 0),
+            Err(err) => (err.status as u8, err.syndrome as u32),
+        };
+        if let Some(head) = output.get_mut(..CMD_STATUS_BYTES) {
+            head[0] = status;
+            head[4..8].copy_from_slice(&syndrome.to_be_bytes());
         }
         self.hca.last_error = result.err();
         pages::verify_contexts(self);
@@ -288,11 +296,11 @@ impl Core {
                 "refused by an injected fault",
             ));
         }
-        if CmdOut::new(&output[..]).is_err() {
+        if output.len() < CMD_STATUS_BYTES {
             return Err(CmdError::new(
                 CmdStatus::BadOutputLength,
                 Syndrome::OutputTooShort,
-                "output shorter than a command status header",
+                "output shorter than a command status and syndrome",
             ));
         }
         let opcode = Opcode::try_from(header.opcode()).map_err(|_| {
@@ -312,6 +320,8 @@ impl Core {
             Opcode::QueryPages => hca::query_pages(self, input, output),
             Opcode::ManagePages => pages::manage_pages(self, input, output),
             Opcode::QueryHcaCap => caps::query_hca_cap(self, op_mod, output),
+            Opcode::QueryAdapter => hca::query_adapter(self, input, output),
+            Opcode::SetDriverVersion => hca::set_driver_version(self, input),
             Opcode::SetHcaCap => caps::set_hca_cap(self, op_mod, input),
             Opcode::InitHca => hca::init_hca(self),
             Opcode::TeardownHca => hca::teardown_hca(self, output),
