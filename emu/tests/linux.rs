@@ -372,3 +372,254 @@ fn tso_sends_one_tcp_message_as_mss_sized_segments() {
     }
     assert!(h.poll_cq(&mut rx_cq).is_none(), "three segments, no more");
 }
+
+#[test]
+fn a_drop_rq_without_a_protection_domain_is_created_and_receives_nothing() {
+    let mut h = host();
+    h.bring_up();
+    let key = h.create_mkey(true, true);
+    let mut cq = h.create_cq(6);
+    // mlx5e's drop RQ: a cyclic RQ whose work queue names no PD.
+    let pd = h.pd;
+    h.pd = 0;
+    let mut rq = h.create_rq(cq.cqn, 0, None);
+    h.pd = pd;
+    h.steer_all_to(rq.rqn);
+    let buf = h.alloc(2048, 64);
+    h.post_recv(&mut rq, buf, 2048, key);
+    h.arrive(&[cxdirect_emu::testkit::udp_frame(64, 1)]);
+    // The buffer's key belongs to another PD: the receive fails protection, nothing lands.
+    let cqe = h.poll_cq(&mut cq).expect("a completion");
+    assert_ne!(
+        cqe[63] >> 4,
+        cxdirect_hw::cqe::CqeOpcode::RespSend as u8,
+        "no frame is received through a queue without a PD"
+    );
+    assert!(h.read(buf, 64).iter().all(|&b| b == 0));
+}
+
+#[test]
+fn the_command_that_creates_the_command_eq_gets_no_completion_event() {
+    use cxdirect_hw::eqe::EventType;
+    let mut h = initialized_host();
+    let out = h.simple(Opcode::AllocUar, 0).unwrap();
+    h.uar = hca::AllocUarOut::new(&out[..]).unwrap().uar();
+    // Linux creates its command EQ while it still polls: CREATE_EQ completes by polling only,
+    // and an event for it, read once the EQ is armed, would complete a later command early.
+    h.create_async_eq(6, 1 << EventType::Cmd as u8);
+    let events = h.drain_eq();
+    assert!(
+        events
+            .iter()
+            .all(|(kind, _, _)| *kind != EventType::Cmd as u8),
+        "no CMD event for the CREATE_EQ itself: {events:?}"
+    );
+    // From the next command on, each completion is announced.
+    h.simple(Opcode::Nop, 0).unwrap();
+    let events = h.drain_eq();
+    assert_eq!(
+        events
+            .iter()
+            .filter(|(kind, _, _)| *kind == EventType::Cmd as u8)
+            .count(),
+        1,
+        "one CMD event for the NOP: {events:?}"
+    );
+}
+
+/// ACCESS_REG read of register `id` with `data` (the register's bytes), `reg_bytes` long.
+fn read_register(h: &mut Host, id: u16, data: &[u8], reg_bytes: usize) -> Result<Vec<u8>, CmdFail> {
+    use cxdirect_hw::reg::{AccessRegisterIn, ACCESS_REG_OP_MOD_READ};
+    let mut input = Host::input(Opcode::AccessReg, ACCESS_REG_OP_MOD_READ, 0x10 + reg_bytes);
+    AccessRegisterIn::new(&mut input[..])
+        .unwrap()
+        .set_register_id(id);
+    input[0x10..0x10 + data.len()].copy_from_slice(data);
+    h.exec(&input, 0x10 + reg_bytes)
+        .map(|out| out[0x10..].to_vec())
+}
+
+#[test]
+fn ptys_and_ppcnt_are_answered_as_mlx5e_reads_them() {
+    use cxdirect_hw::reg::{
+        ppcnt_grp, Eth8023CntrsGrpDataLayout, PpcntReg, PtysReg, PPCNT_COUNTER_SET_OFFSET,
+        PTYS_PROTO_MASK_ETH, REG_PPCNT, REG_PTYS,
+    };
+    let mut h = host();
+    h.bring_up();
+    // PTYS: the Ethernet protocols of the port, as mlx5e reads them for the link speed.
+    let mut ptys = PtysReg::zeroed();
+    ptys.set_local_port(1).set_proto_mask(PTYS_PROTO_MASK_ETH);
+    let out = read_register(&mut h, REG_PTYS, ptys.as_bytes(), 0x40).expect("PTYS read");
+    let ptys = PtysReg::new(&out[..]).unwrap();
+    assert_ne!(ptys.eth_proto_capability(), 0, "some protocol is supported");
+    assert_eq!(ptys.eth_proto_admin(), ptys.eth_proto_capability());
+    // PPCNT: every group mlx5e reads is answered; the IEEE 802.3 group counts what was sent.
+    let frames = [
+        udp_frame_to(&[0xff; 6], 100),
+        udp_frame_to(&[0x02, 0, 0, 0, 0, 7], 200),
+    ];
+    send_frames(&mut h, &frames);
+    for grp in [
+        ppcnt_grp::IEEE_802_3,
+        ppcnt_grp::RFC_2863,
+        ppcnt_grp::RFC_2819,
+        ppcnt_grp::RFC_3635,
+        ppcnt_grp::ETHERNET_EXTENDED,
+        ppcnt_grp::PER_PRIORITY,
+        ppcnt_grp::PHYSICAL_LAYER,
+    ] {
+        let mut req = PpcntReg::zeroed();
+        req.set_local_port(1).set_grp(grp);
+        let out = read_register(&mut h, REG_PPCNT, req.as_bytes(), 0x100)
+            .unwrap_or_else(|e| panic!("PPCNT group {grp:#x}: {e:?}"));
+        if grp == ppcnt_grp::IEEE_802_3 {
+            let c = Eth8023CntrsGrpDataLayout::new(&out[PPCNT_COUNTER_SET_OFFSET..]).unwrap();
+            assert_eq!(c.a_frames_transmitted_ok_low(), 2);
+            assert_eq!(
+                c.a_octets_transmitted_ok_low() as usize,
+                frames[0].len() + frames[1].len()
+            );
+        }
+    }
+}
+
+/// A UDP test frame to destination MAC `dst` with `payload` bytes.
+fn udp_frame_to(dst: &[u8; 6], payload: usize) -> Vec<u8> {
+    let mut f = cxdirect_emu::testkit::udp_frame(payload, 3);
+    f[..6].copy_from_slice(dst);
+    f
+}
+
+/// Sends `frames` on a fresh SQ of `h` (a loopback host: they come back to its port).
+fn send_frames(h: &mut Host, frames: &[Vec<u8>]) {
+    let key = h.create_mkey(true, true);
+    let mut cq = h.create_cq(6);
+    let tisn = h.create_tis();
+    let mut sq = h.create_sq(cq.cqn, tisn, 6);
+    for frame in frames {
+        let payload = h.alloc(frame.len() as u64, 64);
+        let wqe = h.build_send(&sq, frame, payload, key, true);
+        h.post(&mut sq, &wqe, false);
+        let cqe = h.poll_cq(&mut cq).expect("send completion");
+        assert_eq!(cqe[63] >> 4, cxdirect_hw::cqe::CqeOpcode::Req as u8);
+    }
+}
+
+#[test]
+fn query_vport_counter_counts_each_cast_both_ways() {
+    use cxdirect_hw::vport::{QueryVportCounterIn, QueryVportCounterOut};
+    let mut h = host();
+    h.bring_up();
+    let frames = [
+        udp_frame_to(&[0xff; 6], 100),
+        udp_frame_to(&[0x01, 0, 0x5e, 0, 0, 1], 150),
+        udp_frame_to(&[0x02, 0, 0, 0, 0, 7], 200),
+        udp_frame_to(&[0x02, 0, 0, 0, 0, 8], 250),
+    ];
+    send_frames(&mut h, &frames);
+    let input = Host::input(
+        Opcode::QueryVportCounter,
+        0,
+        QueryVportCounterIn::<&[u8]>::SIZE,
+    );
+    let out = h
+        .exec(&input, QueryVportCounterOut::<&[u8]>::SIZE)
+        .expect("QUERY_VPORT_COUNTER");
+    let out = QueryVportCounterOut::new(&out[..]).unwrap();
+    let len = |i: usize| frames[i].len() as u64;
+    // Sent, and (over the loopback wire) received: one broadcast, one multicast, two unicast.
+    for (c, packets, octets) in [
+        (out.transmitted_eth_broadcast(), 1, len(0)),
+        (out.received_eth_broadcast(), 1, len(0)),
+        (out.transmitted_eth_multicast(), 1, len(1)),
+        (out.received_eth_multicast(), 1, len(1)),
+        (out.transmitted_eth_unicast(), 2, len(2) + len(3)),
+        (out.received_eth_unicast(), 2, len(2) + len(3)),
+    ] {
+        assert_eq!((c.packets(), c.octets()), (packets, octets));
+    }
+    assert_eq!(out.received_errors().packets(), 0);
+}
+
+#[test]
+fn an_sq_naming_tis_zero_is_created_and_sends() {
+    let mut h = host();
+    h.bring_up();
+    // mlx5e's internal SQ (ICOSQ) names no TIS: tis_num_0 is 0.
+    let key = h.create_mkey(true, true);
+    let mut cq = h.create_cq(6);
+    let mut sq = h.create_sq(cq.cqn, 0, 6);
+    let frame = udp_frame_to(&[0x02, 0, 0, 0, 0, 9], 64);
+    let payload = h.alloc(frame.len() as u64, 64);
+    let wqe = h.build_send(&sq, &frame, payload, key, true);
+    h.post(&mut sq, &wqe, false);
+    let cqe = h.poll_cq(&mut cq).expect("send completion");
+    assert_eq!(cqe[63] >> 4, cxdirect_hw::cqe::CqeOpcode::Req as u8);
+}
+
+#[test]
+fn modify_tir_changes_the_self_loopback_block_and_refuses_lro() {
+    use cxdirect_hw::tir::ModifyTirIn;
+    let mut h = host();
+    h.bring_up();
+    let mut cq = h.create_cq(6);
+    let mut rq = h.create_rq(cq.cqn, 6, None);
+    let tirn = h.steer_all_to(rq.rqn);
+    // mlx5e's "refresh tir" on open: self_lb_en with the new block bits.
+    let mut input = Host::input(Opcode::ModifyTir, 0, ModifyTirIn::<&[u8]>::SIZE);
+    {
+        let mut cmd = ModifyTirIn::new(&mut input[..]).unwrap();
+        cmd.set_tirn(tirn);
+        cmd.bitmask_mut().set_self_lb_en(true);
+        cmd.ctx_mut().set_self_lb_block(0b11);
+    }
+    h.exec(&input, 16).expect("MODIFY_TIR self_lb_en");
+    // The block is in force: the port's own frames (a loopback wire) no longer reach the TIR.
+    let key = h.create_mkey(true, true);
+    let buf = h.alloc(2048, 64);
+    h.post_recv(&mut rq, buf, 2048, key);
+    send_frames(&mut h, &[udp_frame_to(&[0x02, 0, 0, 0, 0, 7], 100)]);
+    assert!(h.poll_cq(&mut cq).is_none(), "own frame blocked");
+    // Packet merging is not modelled: asking for it is refused, asking it off is fine.
+    let mut lro = Host::input(Opcode::ModifyTir, 0, ModifyTirIn::<&[u8]>::SIZE);
+    {
+        let mut cmd = ModifyTirIn::new(&mut lro[..]).unwrap();
+        cmd.set_tirn(tirn);
+        cmd.bitmask_mut().set_packet_merge(true);
+        cmd.ctx_mut().set_lro_enable_mask(1);
+    }
+    assert_eq!(
+        h.exec(&lro, 16),
+        Err(status(CmdStatus::BadParameter, Syndrome::BadSteeringParams))
+    );
+    ModifyTirIn::new(&mut lro[..])
+        .unwrap()
+        .ctx_mut()
+        .set_lro_enable_mask(0);
+    h.exec(&lro, 16).expect("packet merging off");
+}
+
+#[test]
+fn pfcc_is_read_and_written_back() {
+    use cxdirect_hw::reg::{AccessRegisterIn, PfccReg, ACCESS_REG_OP_MOD_WRITE, REG_PFCC};
+    let mut h = host();
+    h.bring_up();
+    let mut req = PfccReg::zeroed();
+    req.set_local_port(1);
+    let out = read_register(&mut h, REG_PFCC, req.as_bytes(), 0x20).expect("PFCC read");
+    assert!(!PfccReg::new(&out[..]).unwrap().pptx());
+    let mut input = Host::input(Opcode::AccessReg, ACCESS_REG_OP_MOD_WRITE, 0x30);
+    AccessRegisterIn::new(&mut input[..])
+        .unwrap()
+        .set_register_id(REG_PFCC);
+    PfccReg::new(&mut input[0x10..])
+        .unwrap()
+        .set_local_port(1)
+        .set_pptx(true)
+        .set_pprx(true);
+    h.exec(&input, 0x30).expect("PFCC write");
+    let out = read_register(&mut h, REG_PFCC, req.as_bytes(), 0x20).unwrap();
+    let r = PfccReg::new(&out[..]).unwrap();
+    assert!(r.pptx() && r.pprx());
+}

@@ -841,7 +841,9 @@ fn completion_events_and_interrupts() {
     let sink = Arc::new(RecordingSink::new());
     h.dev.set_interrupt_sink(sink.clone());
     h.bring_up();
-    // Every command so far completed with a CMD event once the EQ existed.
+    // Every command delivered once the EQ existed completes with a CMD event (the CREATE_EQ
+    // itself, delivered before, does not).
+    h.simple(Opcode::Nop, 0).unwrap();
     let cmd_events = h
         .drain_eq()
         .iter()

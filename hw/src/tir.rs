@@ -347,3 +347,33 @@ mod tests {
         assert_eq!(L4ProtType::try_from(1), Ok(L4ProtType::Udp));
     }
 }
+
+layout! {
+    /// Which parts of the TIR context MODIFY_TIR changes.
+    pub struct ModifyTirBitmask("modify_tir_bitmask", 0x8) {
+        /// The self-loopback block (`self_lb_block`).
+        self_lb_en: bool @ 0x3b [0x1],
+        /// The RX hash: function, key and field selectors.
+        hash: bool @ 0x3d [0x1],
+        /// Packet merging (LRO): `lro_enable_mask` and its parameters.
+        packet_merge: bool @ 0x3f [0x1],
+    }
+}
+
+layout! {
+    /// MODIFY_TIR input: the parts of `ctx` that `bitmask` names replace the TIR's.
+    pub struct ModifyTirIn("modify_tir_in", 0x110) {
+        /// Command opcode: [`Opcode::ModifyTir`](crate::cmd::Opcode::ModifyTir).
+        opcode: u16 @ 0x00 [0x10],
+        /// Operation modifier (0).
+        op_mod: u16 @ 0x30 [0x10],
+        /// The TIR to modify.
+        tirn: u32 @ 0x48 [0x18],
+    }
+    nested {
+        /// What to modify.
+        bitmask: ModifyTirBitmask @ 0x80,
+        /// The new values.
+        ctx: Tirc @ 0x100,
+    }
+}

@@ -72,6 +72,8 @@ fn shared_ring_breaks(core: &mut Core, rmpn: u32) -> bool {
 /// wire), which TIRs with `self_lb_block` refuse.
 pub(crate) fn receive(core: &mut Core, frame: &[u8], own: bool) {
     add(&core.counters.rx_frames, 1);
+    add(&core.counters.rx_bytes, frame.len() as u64);
+    crate::counters::count_cast(&core.counters, false, frame);
     if !core.port.oper_up {
         add(&core.counters.rx_port_down_drops, 1);
         return;

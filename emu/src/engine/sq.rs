@@ -628,6 +628,7 @@ fn inline_covers(frame: &[u8], inline_len: usize, mode: u8) -> bool {
 fn transmit(core: &mut Core, frame: &[u8]) {
     add(&core.counters.tx_frames, 1);
     add(&core.counters.tx_bytes, frame.len() as u64);
+    crate::counters::count_cast(&core.counters, true, frame);
     if let Some((wire, port)) = &core.wire {
         let _ = wire.transmit(*port, frame);
     }

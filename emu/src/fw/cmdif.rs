@@ -24,6 +24,11 @@ pub(crate) struct PendingAnswer {
     entry: CmdLayout,
     outcome: Result<Vec<u8>, DeliveryStatus>,
     checksums: bool,
+    /// An EQ took CMD events when the command was delivered: its completion is announced by
+    /// one. A command delivered before (the CREATE_EQ that makes the command EQ, every command
+    /// of a driver still polling) gets no event, so a polling driver never sees a second
+    /// completion for it.
+    event: bool,
 }
 
 /// Processes every slot whose bit is set in `mask`, after writing any answer held back.
@@ -64,6 +69,7 @@ fn process_slot(core: &mut Core, slot: u32) {
         return;
     }
     let checksums = core.hca.caps.checksums_on();
+    let event = crate::engine::eq::subscribed(core, EventType::Cmd);
     let mut outcome = deliver(core, &entry, checksums);
     let patch = core.faults.take(|f| match f {
         Fault::CorruptCommandOutput { patch } => Some(patch.clone()),
@@ -81,6 +87,7 @@ fn process_slot(core: &mut Core, slot: u32) {
         entry,
         outcome,
         checksums,
+        event,
     };
     if core
         .faults
@@ -100,6 +107,7 @@ fn answer(core: &mut Core, command: PendingAnswer) {
         mut entry,
         outcome,
         checksums,
+        event,
     } = command;
     let status = match outcome {
         Ok(output) => {
@@ -129,6 +137,9 @@ fn answer(core: &mut Core, command: PendingAnswer) {
         entry.set_sig(sig);
     }
     let _ = core.dma_write(entry_addr(core, slot), entry.as_bytes());
+    if !event {
+        return;
+    }
     let mut data = [0u8; 28];
     data[..4].copy_from_slice(&(1u32 << slot).to_be_bytes());
     crate::engine::eq::post_subscribed_event(core, EventType::Cmd, 0, &data);

@@ -262,9 +262,21 @@ impl Core {
         // A command sees, and may destroy, CQs with every completion taken so far written.
         crate::engine::cq::flush_all(self);
         let result = self.dispatch(input, output);
-        if result.is_err() {
+        if let Err(err) = result {
             add(&self.counters.command_errors, 1);
             output.fill(0);
+            let opcode = CmdIn::new(input).map(|h| h.opcode()).unwrap_or(0);
+            let op_mod = CmdIn::new(input).map(|h| h.op_mod()).unwrap_or(0);
+            log::info!(
+                "function {}: command {} ({opcode:#x}) op_mod {op_mod:#x} refused: {} ({:#x}), {}",
+                self.port_name(),
+                Opcode::try_from(opcode)
+                    .map(Opcode::name)
+                    .unwrap_or("unknown"),
+                err.status.name(),
+                err.syndrome as u32,
+                err.what
+            );
         }
         // Status and syndrome go where every output has them, whatever the output's layout:
         // a command refused for its output length still says so.
@@ -329,6 +341,7 @@ impl Core {
             Opcode::QueryNicVportContext => hca::query_nic_vport_context(self, input, output),
             Opcode::ModifyNicVportContext => hca::modify_nic_vport_context(self, input),
             Opcode::QueryVportState => hca::query_vport_state(self, input, output),
+            Opcode::QueryVportCounter => hca::query_vport_counter(self, input, output),
             Opcode::AllocUar => transport::alloc_uar(self, output),
             Opcode::DeallocUar => transport::dealloc_uar(self, input),
             Opcode::AllocPd => transport::alloc_pd(self, output),
@@ -353,6 +366,7 @@ impl Core {
             Opcode::CreateTis => transport::create_tis(self, input, output),
             Opcode::DestroyTis => transport::destroy_tis(self, input),
             Opcode::CreateTir => transport::create_tir(self, input, output),
+            Opcode::ModifyTir => transport::modify_tir(self, input),
             Opcode::DestroyTir => transport::destroy_tir(self, input),
             Opcode::CreateRqt => transport::create_rqt(self, input, output),
             Opcode::DestroyRqt => transport::destroy_rqt(self, input),

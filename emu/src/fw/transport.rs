@@ -123,6 +123,74 @@ pub(crate) fn destroy_tis(core: &mut Core, input: &[u8]) -> CmdResult {
     Ok(())
 }
 
+/// Reads and checks an indirect TIR's hash: function, key and outer field selector.
+fn tir_hash(
+    ctx: &cxdirect_hw::tir::Tirc<&[u8]>,
+    rqtn: u32,
+) -> Result<TirDispatch, super::CmdError> {
+    let hash_fn = ctx.rx_hash_fn();
+    if hash_fn > 2 {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "rx_hash_fn must be 0, 1 or 2",
+        ));
+    }
+    let sel = ctx.rx_hash_field_selector_outer();
+    if sel.l3_prot_type() > 1 || sel.l4_prot_type() > 1 || sel.selected_fields() > 0x1f {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "bad RX hash field selector",
+        ));
+    }
+    Ok(TirDispatch::Indirect {
+        rqtn,
+        hash_fn,
+        key: ctx.rx_hash_toeplitz_key_bytes(),
+        l3: sel.l3_prot_type(),
+        l4: sel.l4_prot_type(),
+        fields: sel.selected_fields(),
+    })
+}
+
+/// MODIFY_TIR: the self-loopback block and an indirect TIR's hash may change; packet merging
+/// (LRO) may only be asked off, as the model merges nothing.
+pub(crate) fn modify_tir(core: &mut Core, input: &[u8]) -> CmdResult {
+    let cmd = input_as!(cxdirect_hw::tir::ModifyTirIn<&[u8]>, input);
+    let tirn = cmd.tirn();
+    let bitmask = cmd.bitmask();
+    let ctx = cmd.ctx();
+    let tir = core.res.tirs.get(tirn).ok_or(bad_res("no such TIR"))?;
+    if bitmask.packet_merge() && ctx.lro_enable_mask() != 0 {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "packet merging (LRO) is not modelled",
+        ));
+    }
+    let dispatch = if bitmask.hash() {
+        match tir.dispatch {
+            TirDispatch::Indirect { rqtn, .. } => Some(tir_hash(&ctx, rqtn)?),
+            TirDispatch::Direct { .. } => {
+                return Err(bad_param(
+                    Syndrome::BadSteeringParams,
+                    "a direct TIR has no hash to modify",
+                ))
+            }
+        }
+    } else {
+        None
+    };
+    let self_lb_block = ctx.self_lb_block();
+    if let Some(tir) = core.res.tirs.get_mut(tirn) {
+        if bitmask.self_lb_en() {
+            tir.self_lb_block = self_lb_block;
+        }
+        if let Some(dispatch) = dispatch {
+            tir.dispatch = dispatch;
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn create_tir(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
     let cmd = input_as!(CreateTirIn<&[u8]>, input);
     let ctx = cmd.ctx();
@@ -145,28 +213,7 @@ pub(crate) fn create_tir(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
                     "indirect TIR names an RQ table that does not exist",
                 ));
             }
-            let hash_fn = ctx.rx_hash_fn();
-            if hash_fn > 2 {
-                return Err(bad_param(
-                    Syndrome::BadSteeringParams,
-                    "rx_hash_fn must be 0, 1 or 2",
-                ));
-            }
-            let sel = ctx.rx_hash_field_selector_outer();
-            if sel.l3_prot_type() > 1 || sel.l4_prot_type() > 1 || sel.selected_fields() > 0x1f {
-                return Err(bad_param(
-                    Syndrome::BadSteeringParams,
-                    "bad RX hash field selector",
-                ));
-            }
-            TirDispatch::Indirect {
-                rqtn,
-                hash_fn,
-                key: ctx.rx_hash_toeplitz_key_bytes(),
-                l3: sel.l3_prot_type(),
-                l4: sel.l4_prot_type(),
-                fields: sel.selected_fields(),
-            }
+            tir_hash(&ctx, rqtn)?
         }
         _ => {
             return Err(bad_param(

@@ -39,6 +39,8 @@ pub fn checks() -> usize {
         tir::RxHashFieldSelect,
         tir::Tirc,
         tir::CreateTirIn,
+        tir::ModifyTirBitmask,
+        tir::ModifyTirIn,
         tir::CreateTirOut,
         tir::DestroyTirIn,
         tir::Rqtc,
