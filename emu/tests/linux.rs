@@ -623,3 +623,118 @@ fn pfcc_is_read_and_written_back() {
     let r = PfccReg::new(&out[..]).unwrap();
     assert!(r.pptx() && r.pprx());
 }
+
+#[test]
+fn modify_rqt_moves_an_indirect_tir_from_the_drop_rq_to_the_channels() {
+    use cxdirect_hw::tir::{CreateRqtIn, CreateRqtOut, CreateTirIn, CreateTirOut, ModifyRqtIn};
+    let mut h = host();
+    h.bring_up();
+    let key = h.create_mkey(true, true);
+    // mlx5e's RSS table first points at the drop RQ, then, once the channels are open, at them.
+    let mut drop_cq = h.create_cq(6);
+    let drop_rq = h.create_rq(drop_cq.cqn, 0, None);
+    let mut cq = h.create_cq(6);
+    let mut rq = h.create_rq(cq.cqn, 6, None);
+    let mut input = Host::input(Opcode::CreateRqt, 0, 0x110 + 4);
+    {
+        let mut cmd = CreateRqtIn::new(&mut input[..]).unwrap();
+        cmd.rqt_context_mut()
+            .set_rqt_max_size(4)
+            .set_rqt_actual_size(1);
+        cmd.set_rq_num(0, drop_rq.rqn).unwrap();
+    }
+    let out = h.exec(&input, 16).unwrap();
+    let rqtn = CreateRqtOut::new(&out[..]).unwrap().rqtn();
+    let mut input = Host::input(Opcode::CreateTir, 0, 0x110);
+    CreateTirIn::new(&mut input[..])
+        .unwrap()
+        .ctx_mut()
+        .set_disp_type(1)
+        .set_indirect_table(rqtn)
+        .set_transport_domain(h.td);
+    let out = h.exec(&input, 16).unwrap();
+    let tirn = CreateTirOut::new(&out[..]).unwrap().tirn();
+    h.steer_to_tir(tirn);
+    let buf = h.alloc(2048, 64);
+    h.post_recv(&mut rq, buf, 2048, key);
+
+    let mut modify = Host::input(Opcode::ModifyRqt, 0, 0x110 + 8);
+    {
+        let mut cmd = ModifyRqtIn::new(&mut modify[..]).unwrap();
+        cmd.set_rqtn(rqtn);
+        cmd.bitmask_mut().set_rqn_list(true);
+        cmd.ctx_mut().set_rqt_max_size(4).set_rqt_actual_size(1);
+        cmd.set_rq_num(0, rq.rqn).unwrap();
+    }
+    h.exec(&modify, 16).expect("MODIFY_RQT");
+    let frame = udp_frame_to(&[0x02, 0, 0, 0, 0, 7], 100);
+    h.arrive(std::slice::from_ref(&frame));
+    let cqe = h
+        .poll_cq(&mut cq)
+        .expect("the frame reached the channel's RQ");
+    assert_eq!(cqe[63] >> 4, cxdirect_hw::cqe::CqeOpcode::RespSend as u8);
+    assert_eq!(h.read(buf, frame.len()), frame);
+    assert!(h.poll_cq(&mut drop_cq).is_none());
+    // The drop RQ is no longer referenced: it can go; the channel's RQ cannot while listed.
+    let mut destroy = Host::input(Opcode::DestroyRq, 0, 16);
+    destroy[8..12].copy_from_slice(&drop_rq.rqn.to_be_bytes());
+    h.exec(&destroy, 16)
+        .expect("DESTROY_RQ of the unlisted drop RQ");
+    // More entries than the table's maximum are refused.
+    {
+        let mut cmd = ModifyRqtIn::new(&mut modify[..]).unwrap();
+        cmd.ctx_mut().set_rqt_actual_size(5);
+    }
+    assert_eq!(
+        h.exec(&modify, 16),
+        Err(status(CmdStatus::BadParameter, Syndrome::BadSteeringParams))
+    );
+}
+
+#[test]
+fn query_sq_reports_the_state_mlx5e_recovers_from() {
+    use cxdirect_hw::wq::{QuerySqIn, QuerySqOut};
+    let mut h = host();
+    h.bring_up();
+    let cq = h.create_cq(6);
+    let tisn = h.create_tis();
+    let sq = h.create_sq(cq.cqn, tisn, 6);
+    let mut input = Host::input(Opcode::QuerySq, 0, QuerySqIn::<&[u8]>::SIZE);
+    QuerySqIn::new(&mut input[..]).unwrap().set_sqn(sq.sqn);
+    let out = h.exec(&input, QuerySqOut::<&[u8]>::SIZE).expect("QUERY_SQ");
+    let out = QuerySqOut::new(&out[..]).unwrap();
+    let ctx = out.sq_context();
+    assert_eq!(ctx.state(), 1, "ready");
+    assert_eq!(ctx.cqn(), cq.cqn);
+    assert_eq!(ctx.tis_num_0(), tisn);
+}
+
+#[test]
+fn the_receive_cqe_carries_the_packets_checksum_for_checksum_complete() {
+    use cxdirect_emu::packet::ones_complement_sum;
+    use cxdirect_hw::cqe::Cqe64;
+    let mut h = host();
+    h.bring_up();
+    let key = h.create_mkey(true, true);
+    let mut cq = h.create_cq(6);
+    let mut rq = h.create_rq(cq.cqn, 6, None);
+    h.steer_all_to(rq.rqn);
+    let buf = h.alloc(2048, 64);
+    h.post_recv(&mut rq, buf, 2048, key);
+    let frame = udp_frame_to(&[0x02, 0, 0, 0, 0, 7], 101);
+    h.arrive(std::slice::from_ref(&frame));
+    let cqe = h.poll_cq(&mut cq).expect("received");
+    let c = Cqe64::new(&cqe[..]).unwrap();
+    // mlx5e sets skb->csum from it (CHECKSUM_COMPLETE): the sum of everything after the
+    // Ethernet header, so the IP header (whose own checksum is right) sums to 0xffff and the
+    // rest is the UDP segment's sum.
+    assert_eq!(c.check_sum(), ones_complement_sum(&frame[14..], 0));
+    assert_ne!(c.check_sum(), 0);
+    let ip_header = ones_complement_sum(&frame[14..34], 0);
+    assert_eq!(ip_header, 0xffff);
+    assert_eq!(
+        c.check_sum(),
+        ones_complement_sum(&frame[34..], ip_header),
+        "the packet's sum chains the header's and the segment's"
+    );
+}

@@ -588,6 +588,13 @@ pub(crate) fn fill_rx_cqe(
     if let Some((value, kind)) = hash {
         c.set_rss_hash_result(value).set_rss_hash_type(kind);
     }
+    // The one's-complement sum (not inverted) of the IP packet, from its header to the frame's
+    // end: Linux's mlx5e hands it to the stack as CHECKSUM_COMPLETE.
+    if matches!(parsed.l3, L3Kind::Ipv4 | L3Kind::Ipv6) {
+        if let Some(ip) = frame.get(parsed.l3_offset..) {
+            c.set_check_sum(packet::ones_complement_sum(ip, 0));
+        }
+    }
     if let RqMemory::Rmp(rmpn) = memory {
         c.set_srqn(rmpn);
     }

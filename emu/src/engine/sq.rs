@@ -187,7 +187,7 @@ fn execute_one(
         return Err(());
     };
     let mask = sq.wq.entries() - 1;
-    let (cqn, pd, min_inline, multi_packet) = (sq.cqn, sq.wq.pd, sq.min_inline, sq.multi_packet);
+    let (cqn, pd, min_inline) = (sq.cqn, sq.wq.pd, sq.min_inline);
     // First basic block: from the BlueFlame copy when it matches, else fetched.
     let from_bf = bf.map(|b| b.bytes);
     match from_bf {
@@ -209,6 +209,12 @@ fn execute_one(
     }
     let wqe_bytes = ds * WQE_DS;
     if ds == 0 || wqe_bytes > MAX_WQE || ctrl.qpn_or_sqn() != sqn || ctrl.wqe_index() != index {
+        log::info!(
+            "function {}: SQ {sqn:#x} WQE {index}: bad control segment (opcode {opcode:#x}, ds {ds}, sqn {:#x}, index {})",
+            core.port_name(),
+            ctrl.qpn_or_sqn(),
+            ctrl.wqe_index()
+        );
         return fail(core, sqn, index, opcode, CqeSyndrome::LocalQpOperation, cqn);
     }
     let bbs = wqe::wqebbs(ds) as u16;
@@ -261,7 +267,9 @@ fn execute_one(
             &mut s.tagged,
             &mut sent,
         ),
-        wqe::opcode::ENHANCED_MPSW if multi_packet => send_multi(
+        // The capability allows them on every SQ: the SQ's allow_multi_pkt_send_wqe is for
+        // the legacy multi-packet WQE, and Linux's mlx5e never sets it.
+        wqe::opcode::ENHANCED_MPSW if core.cfg.multi_packet_send => send_multi(
             core,
             context,
             &s.wqe[..wqe_bytes],
@@ -280,6 +288,11 @@ fn execute_one(
         }
     }
     if let Err(syndrome) = result {
+        log::info!(
+            "function {}: SQ {sqn:#x} WQE {index} (opcode {opcode:#x}, ds {ds}) failed: {syndrome:?}; first bytes {:02x?}",
+            core.port_name(),
+            &s.wqe[..wqe_bytes.min(64)]
+        );
         return fail(core, sqn, index, opcode, syndrome, cqn);
     }
     if let Some(sq) = core.res.sqs.get_mut(sqn) {

@@ -575,6 +575,22 @@ pub(crate) fn modify_rq(core: &mut Core, input: &[u8]) -> CmdResult {
     Ok(())
 }
 
+pub(crate) fn query_sq(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let sqn = input_as!(cxdirect_hw::wq::QuerySqIn<&[u8]>, input).sqn();
+    let sq = core.res.sqs.get(sqn).ok_or(bad_res("no such SQ"))?;
+    let (state, cqn, tisn, multi) = (sq.state as u8, sq.cqn, sq.tisn, sq.multi_packet);
+    let min_inline = sq.min_inline;
+    let mut out = output_as!(cxdirect_hw::wq::QuerySqOut<&mut [u8]>, output);
+    out.sq_context_mut()
+        .set_state(state)
+        .set_cqn(cqn)
+        .set_tis_num_0(tisn)
+        .set_tis_lst_sz(u16::from(tisn != 0))
+        .set_min_wqe_inline_mode(min_inline)
+        .set_allow_multi_pkt_send_wqe(multi);
+    Ok(())
+}
+
 pub(crate) fn query_rq(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
     let rqn = input_as!(QueryRqIn<&[u8]>, input).rqn();
     let rq = core.res.rqs.get(rqn).ok_or(bad_res("no such RQ"))?;

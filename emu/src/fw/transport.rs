@@ -301,9 +301,61 @@ pub(crate) fn create_rqt(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
     let rqtn = core
         .res
         .rqts
-        .insert(Rqt { rqs, tir_users: 0 })
+        .insert(Rqt {
+            rqs,
+            max,
+            tir_users: 0,
+        })
         .ok_or(table_full("RQ table table full"))?;
     output_as!(CreateRqtOut<&mut [u8]>, output).set_rqtn(rqtn);
+    Ok(())
+}
+
+/// MODIFY_RQT: the RQ list may be replaced, up to the table's maximum size.
+pub(crate) fn modify_rqt(core: &mut Core, input: &[u8]) -> CmdResult {
+    let cmd = input_as!(cxdirect_hw::tir::ModifyRqtIn<&[u8]>, input);
+    let rqtn = cmd.rqtn();
+    let max = core
+        .res
+        .rqts
+        .get(rqtn)
+        .ok_or(bad_res("no such RQ table"))?
+        .max;
+    if !cmd.bitmask().rqn_list() {
+        return Ok(());
+    }
+    let actual = usize::from(cmd.ctx().rqt_actual_size());
+    if actual == 0 || actual > max {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "RQ table size must be 1..=the table's max_size",
+        ));
+    }
+    let mut rqs = Vec::with_capacity(actual);
+    for i in 0..actual {
+        let rqn = cmd
+            .rq_num(i)
+            .map_err(|_| bad_param(Syndrome::BadSteeringParams, "RQ table entry past the input"))?
+            & 0x00ff_ffff;
+        if !core.res.rqs.contains(rqn) {
+            return Err(bad_res("RQ table names an RQ that does not exist"));
+        }
+        rqs.push(rqn);
+    }
+    for rqn in &rqs {
+        if let Some(rq) = core.res.rqs.get_mut(*rqn) {
+            rq.rqt_users += 1;
+        }
+    }
+    let old = match core.res.rqts.get_mut(rqtn) {
+        Some(rqt) => std::mem::replace(&mut rqt.rqs, rqs),
+        None => Vec::new(),
+    };
+    for rqn in old {
+        if let Some(rq) = core.res.rqs.get_mut(rqn) {
+            rq.rqt_users = rq.rqt_users.saturating_sub(1);
+        }
+    }
     Ok(())
 }
 
