@@ -94,6 +94,32 @@ counter_set! {
         tx_bytes,
         /// Frames taken from the wire.
         rx_frames,
+        /// Bytes of the frames taken from the wire.
+        rx_bytes,
+        /// Unicast frames sent (destination MAC with the group bit clear).
+        tx_unicast_frames,
+        /// Bytes of the unicast frames sent.
+        tx_unicast_bytes,
+        /// Multicast frames sent (group bit set, not broadcast).
+        tx_multicast_frames,
+        /// Bytes of the multicast frames sent.
+        tx_multicast_bytes,
+        /// Broadcast frames sent.
+        tx_broadcast_frames,
+        /// Bytes of the broadcast frames sent.
+        tx_broadcast_bytes,
+        /// Unicast frames taken from the wire.
+        rx_unicast_frames,
+        /// Bytes of the unicast frames taken from the wire.
+        rx_unicast_bytes,
+        /// Multicast frames taken from the wire.
+        rx_multicast_frames,
+        /// Bytes of the multicast frames taken from the wire.
+        rx_multicast_bytes,
+        /// Broadcast frames taken from the wire.
+        rx_broadcast_frames,
+        /// Bytes of the broadcast frames taken from the wire.
+        rx_broadcast_bytes,
         /// Frames delivered into receive buffers.
         rx_delivered,
         /// Frames dropped: no receive WQE posted (out of buffer).
@@ -236,6 +262,30 @@ impl QueueCounterTable {
         self.sets.clear();
         self.recent = [usize::MAX; RECENT_SETS];
     }
+}
+
+/// Reads a counter of the function's core.
+#[inline]
+pub(crate) fn get(counter: &AtomicU64) -> u64 {
+    counter.load(Ordering::Relaxed)
+}
+
+/// Counts `frame` in the unicast, multicast or broadcast pair of `tx` (sent) or not (received),
+/// by its destination MAC address.
+#[inline]
+pub(crate) fn count_cast(counters: &Counters, tx: bool, frame: &[u8]) {
+    let broadcast = frame.len() >= 6 && frame[..6] == [0xff; 6];
+    let multicast = !broadcast && frame.first().is_some_and(|b| b & 1 != 0);
+    let (frames, bytes) = match (tx, broadcast, multicast) {
+        (true, true, _) => (&counters.tx_broadcast_frames, &counters.tx_broadcast_bytes),
+        (true, _, true) => (&counters.tx_multicast_frames, &counters.tx_multicast_bytes),
+        (true, _, _) => (&counters.tx_unicast_frames, &counters.tx_unicast_bytes),
+        (false, true, _) => (&counters.rx_broadcast_frames, &counters.rx_broadcast_bytes),
+        (false, _, true) => (&counters.rx_multicast_frames, &counters.rx_multicast_bytes),
+        (false, _, _) => (&counters.rx_unicast_frames, &counters.rx_unicast_bytes),
+    };
+    add(frames, 1);
+    add(bytes, frame.len() as u64);
 }
 
 /// Adds `n` to a counter of the function's core. Every writer of these counters holds the

@@ -847,7 +847,9 @@ fn completion_events_and_interrupts() {
     let sink = Arc::new(RecordingSink::new());
     h.dev.set_interrupt_sink(sink.clone());
     h.bring_up();
-    // Every command so far completed with a CMD event once the EQ existed.
+    // Every command delivered once the EQ existed completes with a CMD event (the CREATE_EQ
+    // itself, delivered before, does not).
+    h.simple(Opcode::Nop, 0).unwrap();
     let cmd_events = h
         .drain_eq()
         .iter()
@@ -1312,8 +1314,9 @@ fn every_object_command_refuses_a_bad_reference() {
         h.exec(&reg, 0x20),
         Err(status(CmdStatus::BadParameter, Syndrome::BadRegister))
     );
-    let mut cap = Host::input(Opcode::QueryHcaCap, 0x7 << 1, 16);
-    cap[6..8].copy_from_slice(&(0x7u16 << 1).to_be_bytes());
+    // RoCE capabilities (type 4): not advertised, not modelled.
+    let mut cap = Host::input(Opcode::QueryHcaCap, 0x4 << 1, 16);
+    cap[6..8].copy_from_slice(&(0x4u16 << 1).to_be_bytes());
     assert_eq!(
         h.exec(&cap, 0x1010),
         Err(status(CmdStatus::BadParameter, Syndrome::BadOpMod))

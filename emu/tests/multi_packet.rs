@@ -122,15 +122,6 @@ fn malformed_multi_packet_wqes_end_in_error_completions() {
     let frame = udp_frame(100, 1);
     let packets = [MultiPacket::Pointer(&frame), MultiPacket::Inline(&frame)];
 
-    // An SQ created without allow_multi_pkt_send_wqe.
-    let mut cq = r.h.create_cq(6);
-    let mut sq = r.h.create_sq(cq.cqn, r.tisn, 6);
-    let wqe = r.h.build_multi_packet(&sq, &packets, r.key, false);
-    assert_eq!(
-        refused(&mut r, &mut sq, &mut cq, &wqe),
-        (CqeSyndrome::LocalQpOperation as u8, 0)
-    );
-
     // An inline segment claiming more bytes than the WQE holds.
     let mut cq = r.h.create_cq(6);
     let mut sq = r.h.try_create_sq(cq.cqn, r.tisn, 6, true).unwrap();
@@ -195,6 +186,38 @@ fn a_device_without_multi_packet_wqes_refuses_sqs_that_allow_them() {
             syndrome: Syndrome::BadWqParams as u32,
         })
     );
-    r.h.try_create_sq(cq.cqn, r.tisn, 6, false)
-        .expect("an SQ without them is created");
+    let mut cq = cq;
+    let mut sq =
+        r.h.try_create_sq(cq.cqn, r.tisn, 6, false)
+            .expect("an SQ without them is created");
+    // And the WQE itself is refused: the device has no enhanced multi-packet send.
+    let frame = udp_frame(100, 1);
+    let wqe =
+        r.h.build_multi_packet(&sq, &[MultiPacket::Pointer(&frame)], r.key, false);
+    assert_eq!(
+        refused(&mut r, &mut sq, &mut cq, &wqe),
+        (CqeSyndrome::LocalQpOperation as u8, 0)
+    );
+}
+
+#[test]
+fn enhanced_multi_packet_wqes_need_no_sq_flag_where_the_device_offers_them() {
+    // Linux's mlx5e sends enhanced multi-packet WQEs on SQs created without
+    // allow_multi_pkt_send_wqe (that flag is for the legacy multi-packet WQE): the
+    // enhanced_multi_pkt_send_wqe capability is what allows them.
+    let mut r = rig(EmuConfig::default());
+    let mut cq = r.h.create_cq(6);
+    let mut sq = r.h.create_sq(cq.cqn, r.tisn, 6);
+    let frame = udp_frame(100, 1);
+    let wqe = r.h.build_multi_packet(
+        &sq,
+        &[MultiPacket::Pointer(&frame), MultiPacket::Inline(&frame)],
+        r.key,
+        true,
+    );
+    let before = r.h.dev.counters();
+    r.h.post(&mut sq, &wqe, false);
+    let cqe = r.h.poll_cq(&mut cq).expect("send completion");
+    assert_eq!(Cqe64::new(&cqe[..]).unwrap().opcode(), CqeOpcode::Req as u8);
+    assert_eq!(r.h.dev.counters().since(&before).tx_frames, 2);
 }

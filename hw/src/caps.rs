@@ -476,3 +476,49 @@ layout! {
         lro_timer_supported_periods: u32 @ 0x180 [0x20],
     }
 }
+
+layout! {
+    /// Flow table properties of one table type (`flow_table_prop_layout`): what tables of that
+    /// type support and how many of them, their entries and levels there may be.
+    pub struct FlowTablePropLayout("flow_table_prop_layout", 0x40) {
+        /// Flow tables of this type are supported.
+        ft_support: bool @ 0x0 [0x1],
+        /// Flow counters may be attached to entries.
+        flow_counter: bool @ 0x2 [0x1],
+        /// An existing flow entry may be modified in place.
+        flow_modify_en: bool @ 0x3 [0x1],
+        /// SET_FLOW_TABLE_ROOT may change the root table.
+        modify_root: bool @ 0x4 [0x1],
+        /// A table's miss may forward to an identified table.
+        identified_miss_table_mode: bool @ 0x5 [0x1],
+        /// MODIFY_FLOW_TABLE is supported.
+        flow_table_modify: bool @ 0x6 [0x1],
+        /// Log2 of the largest flow table, in entries.
+        log_max_ft_size: u8 @ 0x22 [0x6],
+        /// Deepest table level.
+        max_ft_level: u8 @ 0x38 [0x8],
+        /// Log2 of the number of flow tables.
+        log_max_ft_num: u8 @ 0x78 [0x8],
+        /// Log2 of the number of flow counters.
+        log_max_flow_counter: u8 @ 0x90 [0x8],
+        /// Log2 of the number of destinations of one flow entry.
+        log_max_destination: u8 @ 0x98 [0x8],
+        /// Log2 of the number of flow entries.
+        log_max_flow: u8 @ 0xb8 [0x8],
+    }
+}
+
+layout! {
+    /// NIC flow table capabilities (`MLX5_CAP_FLOW_TABLE`): the receive and transmit tables'
+    /// properties.
+    pub struct FlowTableNicCap("flow_table_nic_cap", 0x1000) {
+        /// A flow entry may forward to several TIRs.
+        nic_rx_multi_path_tirs: bool @ 0x0 [0x1],
+    }
+    nested {
+        /// NIC receive tables.
+        flow_table_properties_nic_receive: FlowTablePropLayout @ 0x200,
+        /// NIC transmit tables.
+        flow_table_properties_nic_transmit: FlowTablePropLayout @ 0x800,
+    }
+}

@@ -153,6 +153,11 @@ layout! {
     }
 }
 
+/// Bytes of every command output that hold its status and syndrome. Some outputs are shorter
+/// than [`CmdOut`] (`enable_hca_out` and `disable_hca_out` are 12 bytes), none is shorter than
+/// this: an output length below it is a delivery error.
+pub const CMD_STATUS_BYTES: usize = 8;
+
 /// Declares a `#[repr]` enum of device codes with their manual names and a checked conversion.
 macro_rules! device_codes {
     (

@@ -8,7 +8,7 @@
 //! (answered with MANAGE_PAGES give or take), and shutdown is TEARDOWN_HCA, MANAGE_PAGES (take
 //! back everything), DISABLE_HCA.
 
-use crate::caps::{CmdHcaCap, PerProtocolNetworkingOffloadCaps};
+use crate::caps::{CmdHcaCap, FlowTableNicCap, PerProtocolNetworkingOffloadCaps};
 use crate::layout;
 
 /// QUERY_PAGES op_mod values (`MLX5_QUERY_PAGES_IN_OP_MOD_*`): which stage's page count to ask
@@ -291,6 +291,8 @@ layout! {
         cmd_hca_cap: CmdHcaCap @ 0x0,
         /// Ethernet offload capabilities ([`cap_type::ETHERNET_OFFLOADS`]).
         per_protocol_networking_offload_caps: PerProtocolNetworkingOffloadCaps @ 0x0,
+        /// NIC flow table capabilities ([`cap_type::FLOW_TABLE`]).
+        flow_table_nic_cap: FlowTableNicCap @ 0x0,
     }
 }
 
@@ -436,5 +438,64 @@ layout! {
         op_mod: u16 @ 0x30 [0x10],
         /// The transport domain to free.
         transport_domain: u32 @ 0x48 [0x18],
+    }
+}
+
+layout! {
+    /// SET_DRIVER_VERSION input: the driver's name and version as text, kept by the device for
+    /// its own reports (issued after INIT_HCA when `driver_version` is advertised).
+    pub struct SetDriverVersionIn("set_driver_version_in", 0x50) {
+        /// Command opcode: [`Opcode::SetDriverVersion`](crate::cmd::Opcode::SetDriverVersion).
+        opcode: u16 @ 0x00 [0x10],
+        /// Operation modifier (0).
+        op_mod: u16 @ 0x30 [0x10],
+    }
+    arrays {
+        /// Byte `index` (0..64) of the version text, NUL-padded.
+        driver_version: u8 @ 0x80 [0x8],
+    }
+}
+
+/// Bytes of [`SetDriverVersionIn::driver_version`].
+pub const DRIVER_VERSION_BYTES: usize = 64;
+
+layout! {
+    /// QUERY_ADAPTER input.
+    pub struct QueryAdapterIn("query_adapter_in", 0x10) {
+        /// Command opcode: [`Opcode::QueryAdapter`](crate::cmd::Opcode::QueryAdapter).
+        opcode: u16 @ 0x00 [0x10],
+        /// Operation modifier (0).
+        op_mod: u16 @ 0x30 [0x10],
+    }
+}
+
+layout! {
+    /// The adapter's identity in QUERY_ADAPTER's output: vendor ids and the board's PSID.
+    pub struct QueryAdapterParamBlock("query_adapter_param_block", 0x100) {
+        /// IEEE vendor id (OUI) of the adapter's vendor.
+        ieee_vendor_id: u32 @ 0xc8 [0x18],
+        /// PCI vendor id the vendor-specific data belongs to.
+        vsd_vendor_id: u16 @ 0xf0 [0x10],
+    }
+    arrays {
+        /// Byte `index` (0..16) of the board's PSID (parameter set id), NUL-padded ASCII.
+        vsd_contd_psid: u8 @ 0x780 [0x8],
+    }
+}
+
+/// Bytes of [`QueryAdapterParamBlock::vsd_contd_psid`].
+pub const PSID_BYTES: usize = 16;
+
+layout! {
+    /// QUERY_ADAPTER output.
+    pub struct QueryAdapterOut("query_adapter_out", 0x110) {
+        /// Command status (see [`CmdStatus`](crate::cmd::CmdStatus)).
+        status: u8 @ 0x00 [0x8],
+        /// Firmware syndrome identifying the failure when status is not OK.
+        syndrome: u32 @ 0x20 [0x20],
+    }
+    nested {
+        /// The adapter's identity.
+        query_adapter_struct: QueryAdapterParamBlock @ 0x80,
     }
 }

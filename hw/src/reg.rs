@@ -112,3 +112,122 @@ layout! {
         oper_mtu: u16 @ 0x60 [0x10],
     }
 }
+
+/// [`PtysReg::proto_mask`] bit: the Ethernet fields are valid (`MLX5_PTYS_EN`).
+pub const PTYS_PROTO_MASK_ETH: u8 = 1 << 2;
+/// Bit of the legacy `eth_proto_*` masks for 100GBASE-CR4 (`MLX5E_100GBASE_CR4`).
+pub const ETH_PROTO_100GBASE_CR4: u32 = 1 << 20;
+
+layout! {
+    /// PTYS: port type and speed, as legacy Ethernet protocol masks (the extended masks are
+    /// used only when PCAM says so).
+    pub struct PtysReg("ptys_reg", 0x40) {
+        /// Auto-negotiation disabled by software.
+        an_disable_admin: bool @ 0x1 [0x1],
+        /// Auto-negotiation may be disabled.
+        an_disable_cap: bool @ 0x2 [0x1],
+        /// Local port number (1-based).
+        local_port: u8 @ 0x8 [0x8],
+        /// Which protocol fields are valid: [`PTYS_PROTO_MASK_ETH`].
+        proto_mask: u8 @ 0x1d [0x3],
+        /// Auto-negotiation status (0 when not negotiated).
+        an_status: u8 @ 0x20 [0x4],
+        /// Ethernet protocols the port supports (legacy mask).
+        eth_proto_capability: u32 @ 0x60 [0x20],
+        /// Ethernet protocols software allows (legacy mask).
+        eth_proto_admin: u32 @ 0xc0 [0x20],
+        /// The Ethernet protocol in operation (legacy mask; 0 while the link is down).
+        eth_proto_oper: u32 @ 0x120 [0x20],
+        /// Connector type (0: unknown or not applicable).
+        connector_type: u8 @ 0x17c [0x4],
+    }
+}
+
+/// Values of [`PpcntReg::grp`] (`MLX5_*_COUNTERS_GROUP` in Linux `include/linux/mlx5/device.h`).
+pub mod ppcnt_grp {
+    /// IEEE 802.3 counters: [`Eth8023CntrsGrpDataLayout`](super::Eth8023CntrsGrpDataLayout).
+    pub const IEEE_802_3: u8 = 0x0;
+    /// RFC 2863 (interface MIB) counters.
+    pub const RFC_2863: u8 = 0x1;
+    /// RFC 2819 (RMON) counters.
+    pub const RFC_2819: u8 = 0x2;
+    /// RFC 3635 (Ethernet-like MIB) counters.
+    pub const RFC_3635: u8 = 0x3;
+    /// Ethernet extended counters.
+    pub const ETHERNET_EXTENDED: u8 = 0x5;
+    /// Ethernet discard counters.
+    pub const ETHERNET_DISCARD: u8 = 0x6;
+    /// Per-priority counters (one set per `prio_tc`).
+    pub const PER_PRIORITY: u8 = 0x10;
+    /// Per-traffic-class counters (one set per `prio_tc`).
+    pub const PER_TRAFFIC_CLASS: u8 = 0x11;
+    /// Physical layer counters.
+    pub const PHYSICAL_LAYER: u8 = 0x12;
+    /// Per-traffic-class congestion counters.
+    pub const PER_TRAFFIC_CLASS_CONGESTION: u8 = 0x13;
+    /// Physical layer statistical counters.
+    pub const PHYSICAL_LAYER_STATISTICAL: u8 = 0x16;
+}
+
+layout! {
+    /// PPCNT: port performance counters of one group (`grp`), in `counter_set` from byte 8.
+    pub struct PpcntReg("ppcnt_reg", 0x100) {
+        /// Switch partition id (0).
+        swid: u8 @ 0x0 [0x8],
+        /// Local port number (1-based).
+        local_port: u8 @ 0x8 [0x8],
+        /// Port number access type (0: local port).
+        pnat: u8 @ 0x10 [0x2],
+        /// Counter group: see [`ppcnt_grp`].
+        grp: u8 @ 0x1a [0x6],
+        /// Clear the counters after reading them.
+        clr: bool @ 0x20 [0x1],
+        /// Priority or traffic class of the per-priority and per-class groups.
+        prio_tc: u8 @ 0x3b [0x5],
+    }
+}
+
+/// Byte offset of [`PpcntReg`]'s counter set.
+pub const PPCNT_COUNTER_SET_OFFSET: usize = 8;
+
+layout! {
+    /// The IEEE 802.3 counter group of PPCNT: 64-bit counters as high and low words.
+    pub struct Eth8023CntrsGrpDataLayout("eth_802_3_cntrs_grp_data_layout", 0xf8) {
+        /// Frames transmitted without error, high word.
+        a_frames_transmitted_ok_high: u32 @ 0x0 [0x20],
+        /// Frames transmitted without error, low word.
+        a_frames_transmitted_ok_low: u32 @ 0x20 [0x20],
+        /// Frames received without error, high word.
+        a_frames_received_ok_high: u32 @ 0x40 [0x20],
+        /// Frames received without error, low word.
+        a_frames_received_ok_low: u32 @ 0x60 [0x20],
+        /// Octets of frames transmitted without error, high word.
+        a_octets_transmitted_ok_high: u32 @ 0x100 [0x20],
+        /// Octets of frames transmitted without error, low word.
+        a_octets_transmitted_ok_low: u32 @ 0x120 [0x20],
+        /// Octets of frames received without error, high word.
+        a_octets_received_ok_high: u32 @ 0x140 [0x20],
+        /// Octets of frames received without error, low word.
+        a_octets_received_ok_low: u32 @ 0x160 [0x20],
+    }
+}
+
+layout! {
+    /// PFCC: port flow control (global pause and per-priority flow control).
+    pub struct PfccReg("pfcc_reg", 0x20) {
+        /// Local port number (1-based).
+        local_port: u8 @ 0x8 [0x8],
+        /// Priorities whose `pfctx` bits a write changes.
+        prio_mask_tx: u8 @ 0x28 [0x8],
+        /// Priorities whose `pfcrx` bits a write changes.
+        prio_mask_rx: u8 @ 0x38 [0x8],
+        /// Global pause: send pause frames.
+        pptx: bool @ 0x40 [0x1],
+        /// Per-priority flow control: priorities that send PFC frames.
+        pfctx: u8 @ 0x48 [0x8],
+        /// Global pause: honour received pause frames.
+        pprx: bool @ 0x60 [0x1],
+        /// Per-priority flow control: priorities that honour PFC frames.
+        pfcrx: u8 @ 0x68 [0x8],
+    }
+}

@@ -347,3 +347,64 @@ mod tests {
         assert_eq!(L4ProtType::try_from(1), Ok(L4ProtType::Udp));
     }
 }
+
+layout! {
+    /// Which parts of the TIR context MODIFY_TIR changes.
+    pub struct ModifyTirBitmask("modify_tir_bitmask", 0x8) {
+        /// The self-loopback block (`self_lb_block`).
+        self_lb_en: bool @ 0x3b [0x1],
+        /// The RX hash: function, key and field selectors.
+        hash: bool @ 0x3d [0x1],
+        /// Packet merging (LRO): `lro_enable_mask` and its parameters.
+        packet_merge: bool @ 0x3f [0x1],
+    }
+}
+
+layout! {
+    /// MODIFY_TIR input: the parts of `ctx` that `bitmask` names replace the TIR's.
+    pub struct ModifyTirIn("modify_tir_in", 0x110) {
+        /// Command opcode: [`Opcode::ModifyTir`](crate::cmd::Opcode::ModifyTir).
+        opcode: u16 @ 0x00 [0x10],
+        /// Operation modifier (0).
+        op_mod: u16 @ 0x30 [0x10],
+        /// The TIR to modify.
+        tirn: u32 @ 0x48 [0x18],
+    }
+    nested {
+        /// What to modify.
+        bitmask: ModifyTirBitmask @ 0x80,
+        /// The new values.
+        ctx: Tirc @ 0x100,
+    }
+}
+
+layout! {
+    /// Which parts of the RQ table MODIFY_RQT changes.
+    pub struct RqtBitmask("rqt_bitmask", 0x8) {
+        /// The RQ list (`rqt_actual_size` and the RQ numbers).
+        rqn_list: bool @ 0x3f [0x1],
+    }
+}
+
+layout! {
+    /// MODIFY_RQT input: the context and RQ numbers, as in CREATE_RQT, replace what `bitmask`
+    /// names.
+    pub struct ModifyRqtIn("modify_rqt_in", 0x110) {
+        /// Command opcode: [`Opcode::ModifyRqt`](crate::cmd::Opcode::ModifyRqt).
+        opcode: u16 @ 0x00 [0x10],
+        /// Operation modifier (0).
+        op_mod: u16 @ 0x30 [0x10],
+        /// The RQ table to modify.
+        rqtn: u32 @ 0x48 [0x18],
+    }
+    nested {
+        /// What to modify.
+        bitmask: RqtBitmask @ 0x80,
+        /// The new context.
+        ctx: Rqtc @ 0x100,
+    }
+    arrays {
+        /// The new RQ numbers (`ctx.rq_num`): low 24 bits; `ctx.rqt_actual_size` of them.
+        rq_num: u32 @ 0x880 [0x20],
+    }
+}

@@ -253,3 +253,60 @@ layout! {
         state: u8 @ 0x7c [0x4],
     }
 }
+
+layout! {
+    /// A packet and octet count pair (`traffic_counter`).
+    pub struct TrafficCounter("traffic_counter", 0x10) {
+        /// Packets.
+        packets: u64 @ 0x0 [0x40],
+        /// Octets (bytes) of those packets.
+        octets: u64 @ 0x40 [0x40],
+    }
+}
+
+layout! {
+    /// QUERY_VPORT_COUNTER input.
+    pub struct QueryVportCounterIn("query_vport_counter_in", 0x20) {
+        /// Command opcode:
+        /// [`Opcode::QueryVportCounter`](crate::cmd::Opcode::QueryVportCounter).
+        opcode: u16 @ 0x0 [0x10],
+        /// Operation modifier (0).
+        op_mod: u16 @ 0x30 [0x10],
+        /// Query another function's vport (e-switch managers only).
+        other_vport: bool @ 0x40 [0x1],
+        /// Port number (0 or 1 on a single-port function).
+        port_num: u8 @ 0x4c [0x4],
+        /// The vport, when `other_vport` is set.
+        vport_number: u16 @ 0x50 [0x10],
+        /// Clear the counters after reading them.
+        clear: bool @ 0xc0 [0x1],
+    }
+}
+
+layout! {
+    /// QUERY_VPORT_COUNTER output: the vport's traffic by cast type, and its errors.
+    pub struct QueryVportCounterOut("query_vport_counter_out", 0x210) {
+        /// Command status (see [`CmdStatus`](crate::cmd::CmdStatus)).
+        status: u8 @ 0x0 [0x8],
+        /// Firmware syndrome identifying the failure when status is not OK.
+        syndrome: u32 @ 0x20 [0x20],
+    }
+    nested {
+        /// Frames received with errors.
+        received_errors: TrafficCounter @ 0x80,
+        /// Frames that failed to transmit.
+        transmit_errors: TrafficCounter @ 0x100,
+        /// Broadcast frames received.
+        received_eth_broadcast: TrafficCounter @ 0x380,
+        /// Broadcast frames transmitted.
+        transmitted_eth_broadcast: TrafficCounter @ 0x400,
+        /// Unicast frames received.
+        received_eth_unicast: TrafficCounter @ 0x480,
+        /// Unicast frames transmitted.
+        transmitted_eth_unicast: TrafficCounter @ 0x500,
+        /// Multicast frames received.
+        received_eth_multicast: TrafficCounter @ 0x580,
+        /// Multicast frames transmitted.
+        transmitted_eth_multicast: TrafficCounter @ 0x600,
+    }
+}

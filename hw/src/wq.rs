@@ -517,6 +517,32 @@ layout! {
 }
 
 layout! {
+    /// QUERY_SQ input.
+    pub struct QuerySqIn("query_sq_in", 0x10) {
+        /// Command opcode: [`Opcode::QuerySq`](crate::cmd::Opcode::QuerySq).
+        opcode: u16 @ 0x00 [0x10],
+        /// Operation modifier (0).
+        op_mod: u16 @ 0x30 [0x10],
+        /// The SQ to query.
+        sqn: u32 @ 0x48 [0x18],
+    }
+}
+
+layout! {
+    /// QUERY_SQ output.
+    pub struct QuerySqOut("query_sq_out", 0x110) {
+        /// Command status (see [`CmdStatus`](crate::cmd::CmdStatus)).
+        status: u8 @ 0x00 [0x8],
+        /// Firmware syndrome identifying the failure when status is not OK.
+        syndrome: u32 @ 0x20 [0x20],
+    }
+    nested {
+        /// The SQ's current context.
+        sq_context: Sqc @ 0x100,
+    }
+}
+
+layout! {
     /// QUERY_RMP input.
     pub struct QueryRmpIn("query_rmp_in", 0x10) {
         /// Command opcode: [`Opcode::QueryRmp`](crate::cmd::Opcode::QueryRmp).

@@ -252,6 +252,13 @@ impl Device {
         lock(&self.shared.core).pages.held()
     }
 
+    /// The text the driver gave with SET_DRIVER_VERSION, up to its first NUL.
+    pub fn driver_version(&self) -> String {
+        let text = lock(&self.shared.core).hca.driver_version;
+        let end = text.iter().position(|&b| b == 0).unwrap_or(text.len());
+        String::from_utf8_lossy(&text[..end]).into_owned()
+    }
+
     /// Pages the device still held when DISABLE_HCA or reset dropped them (a driver leak).
     pub fn firmware_pages_leaked(&self) -> u64 {
         lock(&self.shared.core).hca.pages_leaked

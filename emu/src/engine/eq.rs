@@ -79,6 +79,12 @@ pub(crate) fn post_subscribed_raw(core: &mut Core, event: u8, sub_type: u8, data
     }
 }
 
+/// True when some EQ takes events of type `event`.
+pub(crate) fn subscribed(core: &Core, event: EventType) -> bool {
+    let bit = 1u64 << (event as u8);
+    core.res.eqs.iter().any(|(_, eq)| eq.event_mask & bit != 0)
+}
+
 /// Same as [`post_subscribed_event`]; named for asynchronous (non-completion) events.
 pub(crate) fn post_async_event(core: &mut Core, event: EventType, sub_type: u8, data: &[u8; 28]) {
     post_subscribed_event(core, event, sub_type, data);

@@ -70,6 +70,8 @@ fn shared_ring_breaks(core: &mut Core, rmpn: u32) -> bool {
 /// wire), which TIRs with `self_lb_block` refuse.
 pub(crate) fn receive(core: &mut Core, frame: &[u8], own: bool) {
     add(&core.counters.rx_frames, 1);
+    add(&core.counters.rx_bytes, frame.len() as u64);
+    crate::counters::count_cast(&core.counters, false, frame);
     if !core.port.oper_up {
         add(&core.counters.rx_port_down_drops, 1);
         return;
@@ -554,6 +556,13 @@ pub(crate) fn fill_rx_cqe(
         .set_l4_hdr_type(parsed.l4_hdr_type());
     if let Some((value, kind)) = hash {
         c.set_rss_hash_result(value).set_rss_hash_type(kind);
+    }
+    // The one's-complement sum (not inverted) of the IP packet, from its header to the frame's
+    // end: Linux's mlx5e hands it to the stack as CHECKSUM_COMPLETE.
+    if matches!(parsed.l3, L3Kind::Ipv4 | L3Kind::Ipv6) {
+        if let Some(ip) = frame.get(parsed.l3_offset..) {
+            c.set_check_sum(packet::ones_complement_sum(ip, 0));
+        }
     }
     if let RqMemory::Rmp(rmpn) = memory {
         c.set_srqn(rmpn);

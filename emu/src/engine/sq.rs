@@ -149,7 +149,7 @@ fn execute_one(
         return Err(());
     };
     let mask = sq.wq.entries() - 1;
-    let (cqn, pd, min_inline, multi_packet) = (sq.cqn, sq.wq.pd, sq.min_inline, sq.multi_packet);
+    let (cqn, pd, min_inline) = (sq.cqn, sq.wq.pd, sq.min_inline);
     // First basic block: from the BlueFlame copy when it matches, else fetched.
     let from_bf = bf.map(|b| b.bytes);
     match from_bf {
@@ -171,6 +171,12 @@ fn execute_one(
     }
     let wqe_bytes = ds * WQE_DS;
     if ds == 0 || wqe_bytes > MAX_WQE || ctrl.qpn_or_sqn() != sqn || ctrl.wqe_index() != index {
+        log::info!(
+            "function {}: SQ {sqn:#x} WQE {index}: bad control segment (opcode {opcode:#x}, ds {ds}, sqn {:#x}, index {})",
+            core.port_name(),
+            ctrl.qpn_or_sqn(),
+            ctrl.wqe_index()
+        );
         return fail(core, sqn, index, opcode, CqeSyndrome::LocalQpOperation, cqn);
     }
     let bbs = wqe::wqebbs(ds) as u16;
@@ -214,7 +220,9 @@ fn execute_one(
             }
             Err(syndrome) => Err(syndrome),
         },
-        wqe::opcode::ENHANCED_MPSW if multi_packet => send_multi(
+        // The capability allows them on every SQ: the SQ's allow_multi_pkt_send_wqe is for
+        // the legacy multi-packet WQE, and Linux's mlx5e never sets it.
+        wqe::opcode::ENHANCED_MPSW if core.cfg.multi_packet_send => send_multi(
             core,
             context,
             &s.wqe[..wqe_bytes],
@@ -244,6 +252,11 @@ fn execute_one(
         }
     }
     if let Err(syndrome) = result {
+        log::info!(
+            "function {}: SQ {sqn:#x} WQE {index} (opcode {opcode:#x}, ds {ds}) failed: {syndrome:?}; first bytes {:02x?}",
+            core.port_name(),
+            &s.wqe[..wqe_bytes.min(64)]
+        );
         return fail(core, sqn, index, opcode, syndrome, cqn);
     }
     if let Some(sq) = core.res.sqs.get_mut(sqn) {
@@ -623,6 +636,7 @@ fn inline_covers(frame: &[u8], inline_len: usize, mode: u8) -> bool {
 fn transmit(core: &mut Core, frame: &[u8]) {
     add(&core.counters.tx_frames, 1);
     add(&core.counters.tx_bytes, frame.len() as u64);
+    crate::counters::count_cast(&core.counters, true, frame);
     if let Some((wire, port)) = &core.wire {
         let _ = wire.transmit(*port, frame);
     }

@@ -6,7 +6,9 @@
 
 use super::{bad_param, input_as, output_as, CmdResult, Core, Syndrome};
 use crate::config::EmuConfig;
-use cxdirect_hw::caps::{port_type, wqe_inline_mode, CmdHcaCap, PerProtocolNetworkingOffloadCaps};
+use cxdirect_hw::caps::{
+    port_type, wqe_inline_mode, CmdHcaCap, FlowTableNicCap, PerProtocolNetworkingOffloadCaps,
+};
 use cxdirect_hw::hca::{cap_type, QueryHcaCapOut, SetHcaCapIn};
 use cxdirect_hw::layout::{read_field, FieldKind, Layout};
 
@@ -15,6 +17,15 @@ pub(crate) use crate::objects::limits::{
     LOG_MAX_MRW_SZ, LOG_MAX_RQT_SIZE, LOG_MAX_WQ_SZ, MAX_Q_COUNTERS, MAX_WQE_SZ_RQ, MAX_WQE_SZ_SQ,
 };
 use crate::objects::queue_state::MAX_SESSION;
+
+/// Deepest flow table level the model accepts (Linux's kernel namespace starts at level 12).
+pub(crate) const MAX_FT_LEVEL: u8 = 64;
+/// Log2 of the number of flow tables (the size of the model's flow table table).
+pub(crate) const LOG_MAX_FT_NUM: u8 = 10;
+/// Log2 of the number of destinations of one flow entry.
+pub(crate) const LOG_MAX_FLOW_DESTINATION: u8 = 6;
+/// Log2 of the number of flow entries.
+pub(crate) const LOG_MAX_FLOW: u8 = 16;
 
 /// Fields SET_HCA_CAP may change (up to their maximum value).
 const SETTABLE_GENERAL: &[&str] = &[
@@ -34,6 +45,9 @@ pub(crate) struct CapSet {
     pub max_general: [u8; 0x100],
     pub current_general: [u8; 0x100],
     pub ethernet: [u8; 0x100],
+    /// NIC flow table capabilities: receive tables only, chained by forwarding entries and
+    /// table misses, with a settable root; no counters and no in-place modification.
+    pub flow_table: Box<[u8; 0x1000]>,
     pub context_slot: Option<super::pages::Slot>,
 }
 
@@ -117,10 +131,22 @@ impl CapSet {
         let mut ethernet = [0u8; 0x100];
         let n = e.as_bytes().len().min(0x100);
         ethernet[..n].copy_from_slice(&e.as_bytes()[..n]);
+        let mut f = FlowTableNicCap::zeroed();
+        f.flow_table_properties_nic_receive_mut()
+            .set_ft_support(true)
+            .set_modify_root(true)
+            .set_log_max_ft_size(super::steering::LOG_MAX_FT_SIZE)
+            .set_max_ft_level(MAX_FT_LEVEL)
+            .set_log_max_ft_num(LOG_MAX_FT_NUM)
+            .set_log_max_destination(LOG_MAX_FLOW_DESTINATION)
+            .set_log_max_flow(LOG_MAX_FLOW);
+        let mut flow_table = Box::new([0u8; 0x1000]);
+        flow_table.copy_from_slice(f.as_bytes());
         Self {
             max_general,
             current_general,
             ethernet,
+            flow_table,
             context_slot: None,
         }
     }
@@ -144,6 +170,7 @@ pub(crate) fn query_hca_cap(core: &mut Core, op_mod: u16, output: &mut [u8]) -> 
         cap_type::GENERAL_DEVICE if current => &core.hca.caps.current_general,
         cap_type::GENERAL_DEVICE => &core.hca.caps.max_general,
         cap_type::ETHERNET_OFFLOADS => &core.hca.caps.ethernet,
+        cap_type::FLOW_TABLE => &core.hca.caps.flow_table[..],
         _ => {
             return Err(bad_param(
                 Syndrome::BadOpMod,

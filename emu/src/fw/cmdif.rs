@@ -7,8 +7,8 @@ use super::{Core, EngineRequests};
 use crate::counters::add;
 use crate::faults::Fault;
 use cxdirect_hw::cmd::{
-    xor8, CmdLayout, CmdMailbox, DeliveryStatus, CMD_INLINE_BYTES, CMD_OWNER_HW, CMD_TYPE_PCIE,
-    MAILBOX_ALIGN, MAILBOX_BLOCK_SIZE, MAILBOX_DATA_BYTES,
+    xor8, CmdLayout, CmdMailbox, DeliveryStatus, CMD_INLINE_BYTES, CMD_OWNER_HW, CMD_STATUS_BYTES,
+    CMD_TYPE_PCIE, MAILBOX_ALIGN, MAILBOX_BLOCK_SIZE, MAILBOX_DATA_BYTES,
 };
 use cxdirect_hw::eqe::EventType;
 
@@ -24,6 +24,11 @@ pub(crate) struct PendingAnswer {
     entry: CmdLayout,
     outcome: Result<Vec<u8>, DeliveryStatus>,
     checksums: bool,
+    /// An EQ took CMD events when the command was delivered: its completion is announced by
+    /// one. A command delivered before (the CREATE_EQ that makes the command EQ, every command
+    /// of a driver still polling) gets no event, so a polling driver never sees a second
+    /// completion for it.
+    event: bool,
 }
 
 /// Processes every slot whose bit is set in `mask`, after writing any answer held back.
@@ -64,6 +69,7 @@ fn process_slot(core: &mut Core, slot: u32) {
         return;
     }
     let checksums = core.hca.caps.checksums_on();
+    let event = crate::engine::eq::subscribed(core, EventType::Cmd);
     let mut outcome = deliver(core, &entry, checksums);
     let patch = core.faults.take(|f| match f {
         Fault::CorruptCommandOutput { patch } => Some(patch.clone()),
@@ -81,6 +87,7 @@ fn process_slot(core: &mut Core, slot: u32) {
         entry,
         outcome,
         checksums,
+        event,
     };
     if core
         .faults
@@ -100,6 +107,7 @@ fn answer(core: &mut Core, command: PendingAnswer) {
         mut entry,
         outcome,
         checksums,
+        event,
     } = command;
     let status = match outcome {
         Ok(output) => {
@@ -129,6 +137,9 @@ fn answer(core: &mut Core, command: PendingAnswer) {
         entry.set_sig(sig);
     }
     let _ = core.dma_write(entry_addr(core, slot), entry.as_bytes());
+    if !event {
+        return;
+    }
     let mut data = [0u8; 28];
     data[..4].copy_from_slice(&(1u32 << slot).to_be_bytes());
     core.post_async_event(EventType::Cmd, 0, &data);
@@ -147,7 +158,8 @@ fn deliver(core: &mut Core, entry: &CmdLayout, checksums: bool) -> Result<Vec<u8
     if inlen > MAX_CMD_LEN {
         return Err(DeliveryStatus::InputLengthError);
     }
-    if outlen > MAX_CMD_LEN {
+    // An output that cannot hold the status cannot report any: the delivery status does.
+    if !(CMD_STATUS_BYTES..=MAX_CMD_LEN).contains(&outlen) {
         return Err(DeliveryStatus::OutputLengthError);
     }
     let mut input = vec![0u8; inlen];

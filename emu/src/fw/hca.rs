@@ -6,17 +6,22 @@ use super::{
     Syndrome,
 };
 use crate::config::EmuConfig;
+use crate::counters::get;
 use crate::fw::pages;
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
 use cxdirect_hw::eqe::{port_change, EventType};
 use cxdirect_hw::hca::{
-    query_pages_op_mod, EnableHcaIn, QueryIssiOut, QueryPagesIn, QueryPagesOut, SetIssiIn,
-    TeardownHcaOut,
+    query_pages_op_mod, EnableHcaIn, QueryAdapterIn, QueryAdapterOut, QueryIssiOut, QueryPagesIn,
+    QueryPagesOut, SetDriverVersionIn, SetIssiIn, TeardownHcaOut, DRIVER_VERSION_BYTES, PSID_BYTES,
 };
-use cxdirect_hw::reg::{self, AccessRegisterIn, AccessRegisterOut, PaosReg, PmtuReg};
+use cxdirect_hw::reg::{
+    self, AccessRegisterIn, AccessRegisterOut, Eth8023CntrsGrpDataLayout, PaosReg, PfccReg,
+    PmtuReg, PpcntReg, PtysReg,
+};
 use cxdirect_hw::vport::{
-    ModifyNicVportContextIn, QueryNicVportContextIn, QueryNicVportContextOut, QueryVportStateIn,
-    QueryVportStateOut, VPORT_STATE_DOWN, VPORT_STATE_UP,
+    ModifyNicVportContextIn, QueryNicVportContextIn, QueryNicVportContextOut, QueryVportCounterIn,
+    QueryVportCounterOut, QueryVportStateIn, QueryVportStateOut, TrafficCounter, VPORT_STATE_DOWN,
+    VPORT_STATE_UP,
 };
 use std::time::{Duration, Instant};
 
@@ -53,7 +58,33 @@ pub(crate) struct Hca {
     pub last_error: Option<CmdError>,
     /// Pages lost because DISABLE_HCA came before they were reclaimed.
     pub pages_leaked: u64,
+    /// The text SET_DRIVER_VERSION gave last (NUL-padded).
+    pub driver_version: [u8; DRIVER_VERSION_BYTES],
 }
+
+/// The Ethernet protocols the port reports in PTYS (legacy mask): one, 100GBASE-CR4.
+const PORT_PROTOCOLS: u32 = reg::ETH_PROTO_100GBASE_CR4;
+/// PPCNT counter groups the model answers (every one Linux's mlx5e reads without PCAM).
+const PPCNT_GROUPS: &[u8] = &[
+    reg::ppcnt_grp::IEEE_802_3,
+    reg::ppcnt_grp::RFC_2863,
+    reg::ppcnt_grp::RFC_2819,
+    reg::ppcnt_grp::RFC_3635,
+    reg::ppcnt_grp::ETHERNET_EXTENDED,
+    reg::ppcnt_grp::ETHERNET_DISCARD,
+    reg::ppcnt_grp::PER_PRIORITY,
+    reg::ppcnt_grp::PER_TRAFFIC_CLASS,
+    reg::ppcnt_grp::PHYSICAL_LAYER,
+    reg::ppcnt_grp::PER_TRAFFIC_CLASS_CONGESTION,
+    reg::ppcnt_grp::PHYSICAL_LAYER_STATISTICAL,
+];
+
+/// The board's PSID (parameter set id) QUERY_ADAPTER reports.
+pub(crate) const BOARD_PSID: &[u8] = b"CXDIRECT_EMU_01";
+/// IEEE vendor id (OUI) QUERY_ADAPTER reports: Mellanox's.
+pub(crate) const IEEE_VENDOR_ID: u32 = 0x00_02c9;
+/// PCI vendor id of the adapter's vendor-specific data.
+pub(crate) const VSD_VENDOR_ID: u16 = 0x15b3;
 
 impl Hca {
     pub fn new(cfg: &EmuConfig) -> Self {
@@ -70,6 +101,7 @@ impl Hca {
             cmdq_addr: 0,
             last_error: None,
             pages_leaked: 0,
+            driver_version: [0; DRIVER_VERSION_BYTES],
         }
     }
 
@@ -158,6 +190,12 @@ pub(crate) struct PortState {
     pub promisc_mc: bool,
     pub promisc_all: bool,
     pub roce_en: bool,
+    /// Global pause settings (PFCC): kept and reported; the wire never sends pause frames.
+    pub pause_tx: bool,
+    pub pause_rx: bool,
+    /// Per-priority flow control settings (PFCC), one bit per priority.
+    pub pfc_tx: u8,
+    pub pfc_rx: u8,
 }
 
 impl PortState {
@@ -174,6 +212,10 @@ impl PortState {
             promisc_mc: false,
             promisc_all: false,
             roce_en: false,
+            pause_tx: false,
+            pause_rx: false,
+            pfc_tx: 0,
+            pfc_rx: 0,
         }
     }
 
@@ -204,10 +246,46 @@ pub(crate) fn disable_hca(core: &mut Core, input: &[u8]) -> CmdResult {
         ));
     }
     destroy_all_objects(core);
-    core.hca.pages_leaked += core.pages.held() as u64;
+    let held = core.pages.held();
+    if held == 0 {
+        log::info!(
+            "function {}: DISABLE_HCA with every firmware page returned",
+            core.port_name()
+        );
+    } else {
+        log::warn!(
+            "function {}: DISABLE_HCA with {held} firmware pages never returned",
+            core.port_name()
+        );
+    }
+    core.hca.pages_leaked += held as u64;
     core.pages.clear();
     core.hca.state = HcaState::Disabled;
     core.hca.issi = 0;
+    Ok(())
+}
+
+pub(crate) fn set_driver_version(core: &mut Core, input: &[u8]) -> CmdResult {
+    let cmd = input_as!(SetDriverVersionIn<&[u8]>, input);
+    let mut text = [0u8; DRIVER_VERSION_BYTES];
+    for (i, byte) in text.iter_mut().enumerate() {
+        *byte = cmd.driver_version(i).unwrap_or(0);
+    }
+    core.hca.driver_version = text;
+    Ok(())
+}
+
+pub(crate) fn query_adapter(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let _ = input_as!(QueryAdapterIn<&[u8]>, input);
+    let _ = core;
+    let mut out = output_as!(QueryAdapterOut<&mut [u8]>, output);
+    let mut block = out.query_adapter_struct_mut();
+    block
+        .set_ieee_vendor_id(IEEE_VENDOR_ID)
+        .set_vsd_vendor_id(VSD_VENDOR_ID);
+    for i in 0..PSID_BYTES {
+        let _ = block.set_vsd_contd_psid(i, BOARD_PSID.get(i).copied().unwrap_or(0));
+    }
     Ok(())
 }
 
@@ -393,8 +471,91 @@ pub(crate) fn access_reg(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
                     .set_oper_mtu(core.port.admin_mtu);
             }
         }
+        reg::REG_PTYS => {
+            let req = PtysReg::new(data)
+                .map_err(|_| bad_param(Syndrome::BadRegister, "PTYS data too short"))?;
+            if req.proto_mask() & reg::PTYS_PROTO_MASK_ETH == 0 {
+                return Err(bad_param(
+                    Syndrome::BadRegister,
+                    "PTYS proto_mask must name Ethernet",
+                ));
+            }
+            if write && req.eth_proto_admin() & !PORT_PROTOCOLS != 0 {
+                return Err(bad_param(
+                    Syndrome::BadRegister,
+                    "PTYS eth_proto_admin names a protocol the port lacks",
+                ));
+            }
+            if let Ok(mut r) = PtysReg::new(&mut reply[..]) {
+                r.set_local_port(1)
+                    .set_proto_mask(reg::PTYS_PROTO_MASK_ETH)
+                    .set_eth_proto_capability(PORT_PROTOCOLS)
+                    .set_eth_proto_admin(PORT_PROTOCOLS)
+                    .set_eth_proto_oper(if core.port.oper_up { PORT_PROTOCOLS } else { 0 });
+            }
+        }
+        reg::REG_PPCNT if !write => {
+            let req = PpcntReg::new(data)
+                .map_err(|_| bad_param(Syndrome::BadRegister, "PPCNT data too short"))?;
+            let grp = req.grp();
+            if !PPCNT_GROUPS.contains(&grp) {
+                return Err(bad_param(
+                    Syndrome::BadRegister,
+                    "PPCNT counter group not modelled",
+                ));
+            }
+            let prio_tc = req.prio_tc();
+            if let Ok(mut r) = PpcntReg::new(&mut reply[..]) {
+                r.set_local_port(1).set_grp(grp).set_prio_tc(prio_tc);
+            }
+            // Groups other than IEEE 802.3 read as zeros: the model counts nothing they hold
+            // (no errors, pauses or per-priority traffic).
+            if grp == reg::ppcnt_grp::IEEE_802_3 {
+                let set = reply
+                    .get_mut(reg::PPCNT_COUNTER_SET_OFFSET..)
+                    .unwrap_or(&mut []);
+                if let Ok(mut c) = Eth8023CntrsGrpDataLayout::new(set) {
+                    let n = &core.counters;
+                    let (tx_f, tx_b) = (get(&n.tx_frames), get(&n.tx_bytes));
+                    let (rx_f, rx_b) = (get(&n.rx_delivered), get(&n.rx_bytes));
+                    c.set_a_frames_transmitted_ok_high((tx_f >> 32) as u32)
+                        .set_a_frames_transmitted_ok_low(tx_f as u32)
+                        .set_a_octets_transmitted_ok_high((tx_b >> 32) as u32)
+                        .set_a_octets_transmitted_ok_low(tx_b as u32)
+                        .set_a_frames_received_ok_high((rx_f >> 32) as u32)
+                        .set_a_frames_received_ok_low(rx_f as u32)
+                        .set_a_octets_received_ok_high((rx_b >> 32) as u32)
+                        .set_a_octets_received_ok_low(rx_b as u32);
+                }
+            }
+        }
+        reg::REG_PFCC => {
+            let req = PfccReg::new(data)
+                .map_err(|_| bad_param(Syndrome::BadRegister, "PFCC data too short"))?;
+            // The wire never congests: pause settings are kept and reported, and change nothing.
+            if write {
+                core.port.pause_tx = req.pptx();
+                core.port.pause_rx = req.pprx();
+                let (mtx, mrx) = (req.prio_mask_tx(), req.prio_mask_rx());
+                core.port.pfc_tx = (core.port.pfc_tx & !mtx) | (req.pfctx() & mtx);
+                core.port.pfc_rx = (core.port.pfc_rx & !mrx) | (req.pfcrx() & mrx);
+            }
+            if let Ok(mut r) = PfccReg::new(&mut reply[..]) {
+                r.set_local_port(1)
+                    .set_pptx(core.port.pause_tx)
+                    .set_pprx(core.port.pause_rx)
+                    .set_pfctx(core.port.pfc_tx)
+                    .set_pfcrx(core.port.pfc_rx);
+            }
+        }
         reg::REG_HOST_ENDIANNESS => {}
-        _ => return Err(bad_param(Syndrome::BadRegister, "register not modelled")),
+        other => {
+            log::info!(
+                "function {}: ACCESS_REG register {other:#06x} not modelled",
+                core.port_name()
+            );
+            return Err(bad_param(Syndrome::BadRegister, "register not modelled"));
+        }
     }
     let mut out = output_as!(AccessRegisterOut<&mut [u8]>, output);
     let _ = &mut out;
@@ -467,5 +628,30 @@ pub(crate) fn query_vport_state(core: &mut Core, input: &[u8], output: &mut [u8]
     let state = |up| if up { VPORT_STATE_UP } else { VPORT_STATE_DOWN };
     out.set_admin_state(state(core.port.admin_up))
         .set_state(state(core.port.oper_up));
+    Ok(())
+}
+
+pub(crate) fn query_vport_counter(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let cmd = input_as!(QueryVportCounterIn<&[u8]>, input);
+    check_own_vport(cmd.other_vport(), cmd.vport_number())?;
+    let n = &core.counters;
+    let pairs = [
+        (get(&n.rx_unicast_frames), get(&n.rx_unicast_bytes)),
+        (get(&n.tx_unicast_frames), get(&n.tx_unicast_bytes)),
+        (get(&n.rx_multicast_frames), get(&n.rx_multicast_bytes)),
+        (get(&n.tx_multicast_frames), get(&n.tx_multicast_bytes)),
+        (get(&n.rx_broadcast_frames), get(&n.rx_broadcast_bytes)),
+        (get(&n.tx_broadcast_frames), get(&n.tx_broadcast_bytes)),
+    ];
+    let mut out = output_as!(QueryVportCounterOut<&mut [u8]>, output);
+    let set = |mut c: TrafficCounter<&mut [u8]>, (packets, octets): (u64, u64)| {
+        c.set_packets(packets).set_octets(octets);
+    };
+    set(out.received_eth_unicast_mut(), pairs[0]);
+    set(out.transmitted_eth_unicast_mut(), pairs[1]);
+    set(out.received_eth_multicast_mut(), pairs[2]);
+    set(out.transmitted_eth_multicast_mut(), pairs[3]);
+    set(out.received_eth_broadcast_mut(), pairs[4]);
+    set(out.transmitted_eth_broadcast_mut(), pairs[5]);
     Ok(())
 }

@@ -27,7 +27,7 @@ use crate::irq::InterruptSink;
 use crate::objects::queue_state::{LateWrite, ReceiveScratch, SendScratch};
 use crate::objects::{Resources, WorkQueue};
 use crate::wire::Wire;
-use cxdirect_hw::cmd::{CmdIn, CmdOut, CmdStatus, Opcode};
+use cxdirect_hw::cmd::{CmdIn, CmdStatus, Opcode, CMD_STATUS_BYTES};
 use cxdirect_hw::eqe::EventType;
 use std::sync::Arc;
 
@@ -217,6 +217,15 @@ impl Core {
         }
     }
 
+    /// The function's name in the model's log: its MAC address.
+    pub fn port_name(&self) -> String {
+        let m = self.cfg.mac;
+        format!(
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            m[0], m[1], m[2], m[3], m[4], m[5]
+        )
+    }
+
     /// Function-level reset: every object and page dropped, back to initializing.
     pub fn reset(&mut self) {
         self.hca = hca::Hca::new(&self.cfg);
@@ -282,20 +291,31 @@ impl Core {
         // A command sees, and may destroy, CQs with every completion taken so far written.
         self.flush_completions();
         let result = self.dispatch(input, output);
-        if result.is_err() {
+        if let Err(err) = result {
             add(&self.counters.command_errors, 1);
             output.fill(0);
+            let opcode = CmdIn::new(input).map(|h| h.opcode()).unwrap_or(0);
+            let op_mod = CmdIn::new(input).map(|h| h.op_mod()).unwrap_or(0);
+            log::info!(
+                "function {}: command {} ({opcode:#x}) op_mod {op_mod:#x} refused: {} ({:#x}), {}",
+                self.port_name(),
+                Opcode::try_from(opcode)
+                    .map(Opcode::name)
+                    .unwrap_or("unknown"),
+                err.status.name(),
+                err.syndrome as u32,
+                err.what
+            );
         }
-        if let Ok(mut out) = CmdOut::new(&mut output[..]) {
-            match result {
-                Ok(()) => {
-                    out.set_status(CmdStatus::Ok as u8).set_syndrome(0);
-                }
-                Err(err) => {
-                    out.set_status(err.status as u8)
-                        .set_syndrome(err.syndrome as u32);
-                }
-            }
+        // Status and syndrome go where every output has them, whatever the output's layout:
+        // a command refused for its output length still says so.
+        let (status, syndrome) = match result {
+            Ok(()) => (CmdStatus::Ok as u8, 0),
+            Err(err) => (err.status as u8, err.syndrome as u32),
+        };
+        if let Some(head) = output.get_mut(..CMD_STATUS_BYTES) {
+            head[0] = status;
+            head[4..8].copy_from_slice(&syndrome.to_be_bytes());
         }
         self.hca.last_error = result.err();
         pages::verify_contexts(self);
@@ -317,11 +337,11 @@ impl Core {
                 "refused by an injected fault",
             ));
         }
-        if CmdOut::new(&output[..]).is_err() {
+        if output.len() < CMD_STATUS_BYTES {
             return Err(CmdError::new(
                 CmdStatus::BadOutputLength,
                 Syndrome::OutputTooShort,
-                "output shorter than a command status header",
+                "output shorter than a command status and syndrome",
             ));
         }
         let opcode = Opcode::try_from(header.opcode()).map_err(|_| {
@@ -341,6 +361,8 @@ impl Core {
             Opcode::QueryPages => hca::query_pages(self, input, output),
             Opcode::ManagePages => pages::manage_pages(self, input, output),
             Opcode::QueryHcaCap => caps::query_hca_cap(self, op_mod, output),
+            Opcode::QueryAdapter => hca::query_adapter(self, input, output),
+            Opcode::SetDriverVersion => hca::set_driver_version(self, input),
             Opcode::SetHcaCap => caps::set_hca_cap(self, op_mod, input),
             Opcode::InitHca => hca::init_hca(self),
             Opcode::TeardownHca => hca::teardown_hca(self, output),
@@ -348,6 +370,7 @@ impl Core {
             Opcode::QueryNicVportContext => hca::query_nic_vport_context(self, input, output),
             Opcode::ModifyNicVportContext => hca::modify_nic_vport_context(self, input),
             Opcode::QueryVportState => hca::query_vport_state(self, input, output),
+            Opcode::QueryVportCounter => hca::query_vport_counter(self, input, output),
             Opcode::AllocUar => transport::alloc_uar(self, output),
             Opcode::DeallocUar => transport::dealloc_uar(self, input),
             Opcode::AllocPd => transport::alloc_pd(self, output),
@@ -360,6 +383,7 @@ impl Core {
             Opcode::DestroyCq => queues::destroy_cq(self, input),
             Opcode::CreateSq => queues::create_sq(self, input, output),
             Opcode::ModifySq => queues::modify_sq(self, input),
+            Opcode::QuerySq => queues::query_sq(self, input, output),
             Opcode::DestroySq => queues::destroy_sq(self, input),
             Opcode::CreateRq => queues::create_rq(self, input, output),
             Opcode::ModifyRq => queues::modify_rq(self, input),
@@ -372,8 +396,10 @@ impl Core {
             Opcode::CreateTis => transport::create_tis(self, input, output),
             Opcode::DestroyTis => transport::destroy_tis(self, input),
             Opcode::CreateTir => transport::create_tir(self, input, output),
+            Opcode::ModifyTir => transport::modify_tir(self, input),
             Opcode::DestroyTir => transport::destroy_tir(self, input),
             Opcode::CreateRqt => transport::create_rqt(self, input, output),
+            Opcode::ModifyRqt => transport::modify_rqt(self, input),
             Opcode::DestroyRqt => transport::destroy_rqt(self, input),
             Opcode::CreateFlowTable => steering::create_flow_table(self, input, output),
             Opcode::DestroyFlowTable => steering::destroy_flow_table(self, input),

@@ -54,6 +54,14 @@ impl Pages {
             .sum()
     }
 
+    /// Context slots in use, over every page.
+    fn used_slots(&self) -> usize {
+        self.given
+            .values()
+            .map(|p| p.used.count_ones() as usize)
+            .sum()
+    }
+
     fn empty_pages(&self) -> usize {
         self.given.values().filter(|p| p.used == 0).count()
     }
@@ -178,6 +186,25 @@ fn fatal(core: &mut Core, syndrome: u8) {
     core.hca.set_fatal(syndrome);
 }
 
+/// A driver whose bring-up failed after INIT_HCA takes every page back without TEARDOWN_HCA
+/// (Linux does, then sends DISABLE_HCA). When the take asks for more than the empty pages and
+/// nothing but the HCA's own context is left in the rest, the firmware gives up that context
+/// (as a teardown would) so every page can go back; pages holding objects' contexts are kept.
+fn abandon_unused_init(core: &mut Core, wanted: usize) {
+    if core.hca.state != super::hca::HcaState::Initialized
+        || wanted <= core.pages.empty_pages()
+        || core.pages.used_slots() != 1
+    {
+        return;
+    }
+    if let Some(slot) = core.hca.caps.context_slot.take() {
+        core.pages.free_slot(slot);
+        core.pages.regular_request = 0;
+        super::hca::set_oper(core, false);
+        core.hca.state = super::hca::HcaState::TornDown;
+    }
+}
+
 /// MANAGE_PAGES: give (op_mod 1), take (op_mod 2) or report an allocation failure (op_mod 0).
 pub(crate) fn manage_pages(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
     let cmd = input_as!(ManagePagesIn<&[u8]>, input);
@@ -236,6 +263,8 @@ pub(crate) fn manage_pages(core: &mut Core, input: &[u8], output: &mut [u8]) -> 
             Ok(())
         }
         manage_pages_op_mod::TAKE => {
+            let _ = output_as!(ManagePagesOut<&mut [u8]>, output);
+            abandon_unused_init(core, count);
             let mut out = output_as!(ManagePagesOut<&mut [u8]>, output);
             let room = out.pas_capacity();
             let mut returned = 0usize;

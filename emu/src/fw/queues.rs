@@ -121,7 +121,9 @@ fn work_queue(
              receive: a 16-byte header and a data segment)",
         ));
     }
-    if !core.res.pds.contains(wq.pd()) {
+    // PD 0 names no domain: accepted (Linux's drop RQ sets none), but no memory key matches
+    // it, so the queue can carry nothing.
+    if wq.pd() != 0 && !core.res.pds.contains(wq.pd()) {
         return Err(bad_res("work queue protection domain does not exist"));
     }
     if send && !core.res.uars.contains(wq.uar_page()) {
@@ -340,8 +342,10 @@ pub(crate) fn create_sq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     if !core.res.cqs.contains(cqn) {
         return Err(bad_res("SQ's CQ does not exist"));
     }
+    // TIS 0 is the function's default transport: Linux's internal SQs (UMR and NOP only)
+    // name no TIS of their own.
     let tisn = ctx.tis_num_0();
-    if !core.res.tises.contains(tisn) {
+    if tisn != 0 && !core.res.tises.contains(tisn) {
         return Err(bad_res("SQ's TIS does not exist"));
     }
     let multi_packet = ctx.allow_multi_pkt_send_wqe();
@@ -568,6 +572,22 @@ pub(crate) fn modify_rq(core: &mut Core, input: &[u8]) -> CmdResult {
     }
     rq.state = next;
     write_context(core, slot, &bytes);
+    Ok(())
+}
+
+pub(crate) fn query_sq(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let sqn = input_as!(cxdirect_hw::wq::QuerySqIn<&[u8]>, input).sqn();
+    let sq = core.res.sqs.get(sqn).ok_or(bad_res("no such SQ"))?;
+    let (state, cqn, tisn, multi) = (sq.state as u8, sq.cqn, sq.tisn, sq.multi_packet);
+    let min_inline = sq.min_inline;
+    let mut out = output_as!(cxdirect_hw::wq::QuerySqOut<&mut [u8]>, output);
+    out.sq_context_mut()
+        .set_state(state)
+        .set_cqn(cqn)
+        .set_tis_num_0(tisn)
+        .set_tis_lst_sz(u16::from(tisn != 0))
+        .set_min_wqe_inline_mode(min_inline)
+        .set_allow_multi_pkt_send_wqe(multi);
     Ok(())
 }
 

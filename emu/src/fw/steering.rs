@@ -15,7 +15,7 @@ use cxdirect_hw::flow::{
 
 const MATCH_PARAM_SIZE: usize = 0x200;
 /// Largest flow table: 2^16 entries.
-const LOG_MAX_FT_SIZE: u8 = 16;
+pub(crate) const LOG_MAX_FT_SIZE: u8 = 16;
 /// Deepest chain of table-to-table forwarding a frame may follow.
 const MAX_HOPS: usize = 8;
 
@@ -43,6 +43,12 @@ pub(crate) fn create_flow_table(core: &mut Core, input: &[u8], output: &mut [u8]
         return Err(bad_param(
             Syndrome::BadSteeringParams,
             "flow table log_size above 16",
+        ));
+    }
+    if ctx.level() > super::caps::MAX_FT_LEVEL {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "flow table level above max_ft_level",
         ));
     }
     let miss_action = ctx.table_miss_action();
@@ -202,6 +208,12 @@ pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
         return Err(bad_param(
             Syndrome::BadSteeringParams,
             "forward action with an empty destination list",
+        ));
+    }
+    if count > 1 << super::caps::LOG_MAX_FLOW_DESTINATION {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "more destinations than log_max_destination allows",
         ));
     }
     let level = core

@@ -123,6 +123,74 @@ pub(crate) fn destroy_tis(core: &mut Core, input: &[u8]) -> CmdResult {
     Ok(())
 }
 
+/// Reads and checks an indirect TIR's hash: function, key and outer field selector.
+fn tir_hash(
+    ctx: &cxdirect_hw::tir::Tirc<&[u8]>,
+    rqtn: u32,
+) -> Result<TirDispatch, super::CmdError> {
+    let hash_fn = ctx.rx_hash_fn();
+    if hash_fn > 2 {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "rx_hash_fn must be 0, 1 or 2",
+        ));
+    }
+    let sel = ctx.rx_hash_field_selector_outer();
+    if sel.l3_prot_type() > 1 || sel.l4_prot_type() > 1 || sel.selected_fields() > 0x1f {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "bad RX hash field selector",
+        ));
+    }
+    Ok(TirDispatch::Indirect {
+        rqtn,
+        hash_fn,
+        key: ctx.rx_hash_toeplitz_key_bytes(),
+        l3: sel.l3_prot_type(),
+        l4: sel.l4_prot_type(),
+        fields: sel.selected_fields(),
+    })
+}
+
+/// MODIFY_TIR: the self-loopback block and an indirect TIR's hash may change; packet merging
+/// (LRO) may only be asked off, as the model merges nothing.
+pub(crate) fn modify_tir(core: &mut Core, input: &[u8]) -> CmdResult {
+    let cmd = input_as!(cxdirect_hw::tir::ModifyTirIn<&[u8]>, input);
+    let tirn = cmd.tirn();
+    let bitmask = cmd.bitmask();
+    let ctx = cmd.ctx();
+    let tir = core.res.tirs.get(tirn).ok_or(bad_res("no such TIR"))?;
+    if bitmask.packet_merge() && ctx.lro_enable_mask() != 0 {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "packet merging (LRO) is not modelled",
+        ));
+    }
+    let dispatch = if bitmask.hash() {
+        match tir.dispatch {
+            TirDispatch::Indirect { rqtn, .. } => Some(tir_hash(&ctx, rqtn)?),
+            TirDispatch::Direct { .. } => {
+                return Err(bad_param(
+                    Syndrome::BadSteeringParams,
+                    "a direct TIR has no hash to modify",
+                ))
+            }
+        }
+    } else {
+        None
+    };
+    let self_lb_block = ctx.self_lb_block();
+    if let Some(tir) = core.res.tirs.get_mut(tirn) {
+        if bitmask.self_lb_en() {
+            tir.self_lb_block = self_lb_block;
+        }
+        if let Some(dispatch) = dispatch {
+            tir.dispatch = dispatch;
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn create_tir(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
     let cmd = input_as!(CreateTirIn<&[u8]>, input);
     let ctx = cmd.ctx();
@@ -145,28 +213,7 @@ pub(crate) fn create_tir(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
                     "indirect TIR names an RQ table that does not exist",
                 ));
             }
-            let hash_fn = ctx.rx_hash_fn();
-            if hash_fn > 2 {
-                return Err(bad_param(
-                    Syndrome::BadSteeringParams,
-                    "rx_hash_fn must be 0, 1 or 2",
-                ));
-            }
-            let sel = ctx.rx_hash_field_selector_outer();
-            if sel.l3_prot_type() > 1 || sel.l4_prot_type() > 1 || sel.selected_fields() > 0x1f {
-                return Err(bad_param(
-                    Syndrome::BadSteeringParams,
-                    "bad RX hash field selector",
-                ));
-            }
-            TirDispatch::Indirect {
-                rqtn,
-                hash_fn,
-                key: ctx.rx_hash_toeplitz_key_bytes(),
-                l3: sel.l3_prot_type(),
-                l4: sel.l4_prot_type(),
-                fields: sel.selected_fields(),
-            }
+            tir_hash(&ctx, rqtn)?
         }
         _ => {
             return Err(bad_param(
@@ -254,9 +301,61 @@ pub(crate) fn create_rqt(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
     let rqtn = core
         .res
         .rqts
-        .insert(Rqt { rqs, tir_users: 0 })
+        .insert(Rqt {
+            rqs,
+            max,
+            tir_users: 0,
+        })
         .ok_or(table_full("RQ table table full"))?;
     output_as!(CreateRqtOut<&mut [u8]>, output).set_rqtn(rqtn);
+    Ok(())
+}
+
+/// MODIFY_RQT: the RQ list may be replaced, up to the table's maximum size.
+pub(crate) fn modify_rqt(core: &mut Core, input: &[u8]) -> CmdResult {
+    let cmd = input_as!(cxdirect_hw::tir::ModifyRqtIn<&[u8]>, input);
+    let rqtn = cmd.rqtn();
+    let max = core
+        .res
+        .rqts
+        .get(rqtn)
+        .ok_or(bad_res("no such RQ table"))?
+        .max;
+    if !cmd.bitmask().rqn_list() {
+        return Ok(());
+    }
+    let actual = usize::from(cmd.ctx().rqt_actual_size());
+    if actual == 0 || actual > max {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "RQ table size must be 1..=the table's max_size",
+        ));
+    }
+    let mut rqs = Vec::with_capacity(actual);
+    for i in 0..actual {
+        let rqn = cmd
+            .rq_num(i)
+            .map_err(|_| bad_param(Syndrome::BadSteeringParams, "RQ table entry past the input"))?
+            & 0x00ff_ffff;
+        if !core.res.rqs.contains(rqn) {
+            return Err(bad_res("RQ table names an RQ that does not exist"));
+        }
+        rqs.push(rqn);
+    }
+    for rqn in &rqs {
+        if let Some(rq) = core.res.rqs.get_mut(*rqn) {
+            rq.rqt_users += 1;
+        }
+    }
+    let old = match core.res.rqts.get_mut(rqtn) {
+        Some(rqt) => std::mem::replace(&mut rqt.rqs, rqs),
+        None => Vec::new(),
+    };
+    for rqn in old {
+        if let Some(rq) = core.res.rqs.get_mut(rqn) {
+            rq.rqt_users = rq.rqt_users.saturating_sub(1);
+        }
+    }
     Ok(())
 }
 

@@ -333,6 +333,8 @@ pub(crate) struct Tir {
 #[derive(Debug)]
 pub(crate) struct Rqt {
     pub rqs: Vec<u32>,
+    /// Most entries the table may hold (`rqt_max_size`, fixed at creation).
+    pub max: usize,
     pub tir_users: u32,
 }
 

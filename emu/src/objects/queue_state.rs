@@ -78,6 +78,12 @@ impl Compression {
         for range in per_completion(format) {
             mask[range].fill(0);
         }
+        // A hash-format mini-CQE has no room for the packet checksum: it is not compared, and
+        // every completion of a session reads the title's (Linux turns CHECKSUM_COMPLETE off for
+        // such queues, or uses the checksum format).
+        if format != mini_cqe_res_format::CSUM {
+            mask[CHECK_SUM_BYTES].fill(0);
+        }
         Self {
             format,
             held: Vec::with_capacity(usize::from(MAX_SESSION)),
@@ -85,6 +91,9 @@ impl Compression {
         }
     }
 }
+
+/// Bytes of a CQE holding the packet checksum (`check_sum`).
+const CHECK_SUM_BYTES: std::ops::Range<usize> = 0x14..0x16;
 
 /// A CQE's bytes as eight 64-bit words, in memory order.
 pub(crate) fn cqe_words(cqe: &[u8; CQE_SIZE]) -> [u64; CQE_SIZE / 8] {
@@ -101,7 +110,7 @@ pub(crate) fn cqe_words(cqe: &[u8; CQE_SIZE]) -> [u64; CQE_SIZE / 8] {
 /// the WQE counter and the owner byte always, and what the mini-CQE format carries.
 pub(crate) fn per_completion(format: u8) -> [std::ops::Range<usize>; 4] {
     let carried = if format == mini_cqe_res_format::CSUM {
-        0x14..0x16
+        CHECK_SUM_BYTES
     } else {
         0x0c..0x10
     };

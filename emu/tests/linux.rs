@@ -1,0 +1,740 @@
+//! The model read as Linux's mlx5_core reads it: each test is a divergence the kernel's own
+//! driver exposed, sent with the lengths and fields that driver uses (its layouts are the
+//! `mlx5_ifc.h` ones, whose output sizes are not always our driver's).
+
+use cxdirect_emu::testkit::{CmdFail, Host};
+use cxdirect_emu::{Device, EmuConfig, Syndrome};
+use cxdirect_hw::caps::{CmdHcaCap, FlowTableNicCap};
+use cxdirect_hw::cmd::{CmdStatus, Opcode};
+use cxdirect_hw::hca::{self, query_pages_op_mod, QueryAdapterOut, SetDriverVersionIn, PSID_BYTES};
+
+const MEM: usize = 64 << 20;
+
+/// Size of `enable_hca_out` and `disable_hca_out` in `mlx5_ifc.h`: status, syndrome and one
+/// reserved dword.
+const ENABLE_HCA_OUT_BYTES: usize = 12;
+
+fn host() -> Host {
+    Host::new(Device::loopback(EmuConfig::default()), MEM)
+}
+
+fn status(code: CmdStatus, syndrome: Syndrome) -> CmdFail {
+    CmdFail::Status {
+        status: code as u8,
+        syndrome: syndrome as u32,
+    }
+}
+
+#[test]
+fn enable_and_disable_hca_accept_their_twelve_byte_outputs() {
+    let mut h = host();
+    h.start_cmdif();
+    h.exec(&Host::input(Opcode::EnableHca, 0, 16), ENABLE_HCA_OUT_BYTES)
+        .expect("ENABLE_HCA with a 12-byte output");
+    // The function really is enabled: the commands of the enabled state are answered.
+    let out = h
+        .exec(&Host::input(Opcode::QueryIssi, 0, 16), 0x70)
+        .expect("QUERY_ISSI after ENABLE_HCA");
+    assert_eq!(
+        hca::QueryIssiOut::new(&out[..])
+            .unwrap()
+            .supported_issi_dw0()
+            & 0b11,
+        0b11
+    );
+    assert_eq!(h.query_pages(query_pages_op_mod::BOOT), 16);
+    h.exec(
+        &Host::input(Opcode::DisableHca, 0, 16),
+        ENABLE_HCA_OUT_BYTES,
+    )
+    .expect("DISABLE_HCA with a 12-byte output");
+    // And disabled again: only ENABLE_HCA is accepted.
+    assert_eq!(
+        h.exec(&Host::input(Opcode::QueryIssi, 0, 16), 0x70),
+        Err(status(CmdStatus::BadSystemState, Syndrome::WrongHcaState))
+    );
+}
+
+#[test]
+fn a_refused_command_never_reads_as_success() {
+    let mut h = host();
+    h.start_cmdif();
+    h.exec(&Host::input(Opcode::EnableHca, 0, 16), ENABLE_HCA_OUT_BYTES)
+        .unwrap();
+    // QUERY_ISSI's output is 0x70 bytes: 12 cannot hold it, and the status says so.
+    assert_eq!(
+        h.exec(&Host::input(Opcode::QueryIssi, 0, 16), ENABLE_HCA_OUT_BYTES),
+        Err(status(CmdStatus::BadOutputLength, Syndrome::OutputTooShort))
+    );
+    // A command refused for the HCA's state, with a 12-byte output, still carries its status.
+    assert_eq!(
+        h.exec(&Host::input(Opcode::AllocPd, 0, 16), ENABLE_HCA_OUT_BYTES),
+        Err(status(CmdStatus::BadSystemState, Syndrome::WrongHcaState))
+    );
+    // An output too short for the status itself cannot carry a command status: the entry's
+    // delivery status reports the output length instead.
+    assert!(matches!(
+        h.exec(&Host::input(Opcode::Nop, 0, 16), 4),
+        Err(CmdFail::Delivery(_))
+    ));
+}
+
+/// ENABLE_HCA, ISSI 1, boot pages, the capabilities set as read, init pages and INIT_HCA: the
+/// bring-up up to where Linux starts asking what the device can do.
+fn initialized_host() -> Host {
+    let h = host();
+    h.start_cmdif();
+    initialized_host_on(h)
+}
+
+/// As [`initialized_host`], on a host whose command interface already runs.
+fn initialized_host_on(mut h: Host) -> Host {
+    h.exec(&Host::input(Opcode::EnableHca, 0, 16), ENABLE_HCA_OUT_BYTES)
+        .unwrap();
+    let mut set_issi = Host::input(Opcode::SetIssi, 0, 16);
+    hca::SetIssiIn::new(&mut set_issi[..])
+        .unwrap()
+        .set_current_issi(1);
+    h.exec(&set_issi, 16).unwrap();
+    let boot = h.query_pages(query_pages_op_mod::BOOT);
+    h.give_pages(boot as usize).unwrap();
+    let caps = h
+        .exec(&Host::input(Opcode::QueryHcaCap, 1, 16), 0x1010)
+        .unwrap();
+    let mut set = Host::input(Opcode::SetHcaCap, 0, 0x1010);
+    set[0x10..0x110].copy_from_slice(&caps[0x10..0x110]);
+    h.exec(&set, 16).unwrap();
+    let init = h.query_pages(query_pages_op_mod::INIT);
+    h.give_pages(init as usize).unwrap();
+    h.simple(Opcode::InitHca, 0).unwrap();
+    h
+}
+
+#[test]
+fn set_driver_version_is_answered_and_kept() {
+    let mut h = initialized_host();
+    let general = h
+        .exec(
+            &Host::input(
+                Opcode::QueryHcaCap,
+                hca::query_cap_op_mod(hca::cap_type::GENERAL_DEVICE, true),
+                16,
+            ),
+            0x1010,
+        )
+        .unwrap();
+    assert!(
+        CmdHcaCap::new(&general[0x10..]).unwrap().driver_version(),
+        "driver_version is advertised"
+    );
+    let text = b"Linux,mlx5_core,6.12.117";
+    let mut input = Host::input(
+        Opcode::SetDriverVersion,
+        0,
+        SetDriverVersionIn::<&[u8]>::SIZE,
+    );
+    let mut cmd = SetDriverVersionIn::new(&mut input[..]).unwrap();
+    for (i, &b) in text.iter().enumerate() {
+        cmd.set_driver_version(i, b).unwrap();
+    }
+    h.exec(&input, 16).expect("SET_DRIVER_VERSION");
+    assert_eq!(h.dev.driver_version(), "Linux,mlx5_core,6.12.117");
+}
+
+#[test]
+fn the_flow_table_capabilities_nic_flow_table_advertises_are_answered() {
+    let mut h = initialized_host();
+    let general = h
+        .exec(
+            &Host::input(
+                Opcode::QueryHcaCap,
+                hca::query_cap_op_mod(hca::cap_type::GENERAL_DEVICE, true),
+                16,
+            ),
+            0x1010,
+        )
+        .unwrap();
+    assert!(CmdHcaCap::new(&general[0x10..]).unwrap().nic_flow_table());
+    // Linux asks for the current values only (op_mod 0xf).
+    let op_mod = hca::query_cap_op_mod(hca::cap_type::FLOW_TABLE, true);
+    assert_eq!(op_mod, 0xf);
+    let out = h
+        .exec(&Host::input(Opcode::QueryHcaCap, op_mod, 16), 0x1010)
+        .expect("QUERY_HCA_CAP for the flow table capabilities");
+    let caps = FlowTableNicCap::new(&out[0x10..]).unwrap();
+    let rx = caps.flow_table_properties_nic_receive();
+    assert!(rx.ft_support());
+    // Without a settable root no received frame would ever reach the tables.
+    assert!(rx.modify_root());
+    // Linux's kernel namespace needs level 12 and deeper.
+    assert!(
+        rx.max_ft_level() >= 12,
+        "max_ft_level {}",
+        rx.max_ft_level()
+    );
+    assert_eq!(rx.log_max_ft_size(), 16);
+    assert!(rx.log_max_ft_num() > 0 && rx.log_max_flow() > 0 && rx.log_max_destination() > 0);
+    // Nothing the model does not do: no counters, no in-place modification, no transmit tables.
+    assert!(!rx.flow_counter() && !rx.flow_modify_en() && !rx.flow_table_modify());
+    assert!(!caps.flow_table_properties_nic_transmit().ft_support());
+}
+
+#[test]
+fn query_adapter_reports_the_board() {
+    let mut h = initialized_host();
+    let out = h
+        .exec(
+            &Host::input(Opcode::QueryAdapter, 0, 16),
+            QueryAdapterOut::<&[u8]>::SIZE,
+        )
+        .expect("QUERY_ADAPTER");
+    let out = QueryAdapterOut::new(&out[..]).unwrap();
+    let block = out.query_adapter_struct();
+    assert_eq!(block.vsd_vendor_id(), 0x15b3);
+    let psid: Vec<u8> = (0..PSID_BYTES)
+        .map(|i| block.vsd_contd_psid(i).unwrap())
+        .take_while(|&b| b != 0)
+        .collect();
+    assert!(!psid.is_empty(), "the PSID is not empty");
+    assert!(psid.iter().all(|b| b.is_ascii_graphic()), "{psid:?}");
+}
+
+#[test]
+fn every_page_comes_back_after_a_bring_up_that_failed_past_init_hca() {
+    let mut h = initialized_host();
+    let held = h.dev.firmware_pages_held();
+    assert!(held >= 80);
+    // Linux's failed probe: no TEARDOWN_HCA, the pages taken back in chunks, then DISABLE_HCA.
+    let mut back = 0;
+    loop {
+        let got = h.take_pages(32);
+        if got == 0 {
+            break;
+        }
+        back += got;
+    }
+    assert_eq!(back, held, "every page came back");
+    assert_eq!(h.dev.firmware_pages_held(), 0);
+    h.exec(
+        &Host::input(Opcode::DisableHca, 0, 16),
+        ENABLE_HCA_OUT_BYTES,
+    )
+    .expect("DISABLE_HCA");
+    assert_eq!(h.dev.firmware_pages_leaked(), 0);
+    // And the function comes up again from there.
+    let mut again = initialized_host_on(h);
+    again
+        .simple(Opcode::AllocPd, 0)
+        .expect("ALLOC_PD after the second INIT_HCA");
+}
+
+#[test]
+fn pages_holding_objects_stay_with_the_device_when_taken_early() {
+    let mut h = host();
+    h.bring_up();
+    let held = h.dev.firmware_pages_held();
+    while h.take_pages(32) > 0 {}
+    // The EQ's context keeps its page (and the HCA its own): the function still works.
+    assert!(h.dev.firmware_pages_held() >= 1);
+    assert!(h.dev.firmware_pages_held() < held);
+    h.simple(Opcode::AllocPd, 0).expect("still initialized");
+}
+
+/// An IPv4/TCP message: Ethernet, IPv4 (identification `ip_id`) and TCP (sequence `seq`, flags
+/// `flags`) headers, then `payload` bytes of a pattern; lengths as Linux leaves them in a TSO
+/// message (the whole message's), checksums zero.
+fn tcp_message(payload: usize, ip_id: u16, seq: u32, flags: u8) -> Vec<u8> {
+    let mut f = Vec::with_capacity(54 + payload);
+    f.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x02, 0x02, 0, 0, 0, 0, 0x01, 0x08, 0x00]);
+    let total = (20 + 20 + payload) as u16;
+    f.extend_from_slice(&[0x45, 0, (total >> 8) as u8, total as u8]);
+    f.extend_from_slice(&ip_id.to_be_bytes());
+    f.extend_from_slice(&[0x40, 0, 64, 6, 0, 0, 192, 168, 77, 1, 192, 168, 77, 2]);
+    f.extend_from_slice(&[0x9c, 0x40, 0x14, 0x51]);
+    f.extend_from_slice(&seq.to_be_bytes());
+    f.extend_from_slice(&[0, 0, 0, 0, 0x50, flags, 0x01, 0xf5, 0, 0, 0, 0]);
+    f.extend((0..payload).map(|i| (i * 7 + i / 251) as u8));
+    f
+}
+
+#[test]
+fn tso_sends_one_tcp_message_as_mss_sized_segments() {
+    use cxdirect_emu::packet;
+    use cxdirect_hw::cqe::{Cqe64, CqeOpcode};
+    use cxdirect_hw::wqe::{self, CtrlSeg, DataSeg, EthSeg};
+
+    let mut h = host();
+    h.bring_up();
+    let eth = h
+        .exec(
+            &Host::input(
+                Opcode::QueryHcaCap,
+                hca::query_cap_op_mod(hca::cap_type::ETHERNET_OFFLOADS, true),
+                16,
+            ),
+            0x1010,
+        )
+        .unwrap();
+    let max_lso = cxdirect_hw::caps::PerProtocolNetworkingOffloadCaps::new(&eth[0x10..])
+        .unwrap()
+        .max_lso_cap();
+    assert!(
+        max_lso >= 16,
+        "max_lso_cap {max_lso}: Linux's 64 KiB messages fit"
+    );
+
+    let key = h.create_mkey(true, true);
+    let mut tx_cq = h.create_cq(6);
+    let tisn = h.create_tis();
+    let mut sq = h.create_sq(tx_cq.cqn, tisn, 6);
+    let mut rx_cq = h.create_cq(6);
+    let mut rq = h.create_rq(rx_cq.cqn, 6, None);
+    h.steer_all_to(rq.rqn);
+    let bufs: Vec<u64> = (0..8).map(|_| h.alloc(2048, 64)).collect();
+    for &b in &bufs {
+        h.post_recv(&mut rq, b, 2048, key);
+    }
+
+    const HEADERS: usize = 54;
+    const MSS: usize = 1448;
+    // FIN, PSH, ACK and CWR: FIN and PSH belong on the last segment only, CWR on the first only.
+    let flags = 0x80 | 0x10 | 0x08 | 0x01;
+    let message = tcp_message(4000, 0x1234, 0xffff_f000, flags);
+    let payload_iova = h.alloc(message.len() as u64, 64);
+    h.write(payload_iova, &message[HEADERS..]);
+    // Control, Ethernet (two header bytes inline), 52 more inline header bytes, one data segment.
+    let inline_tail = HEADERS - 2;
+    let ds = 2 + inline_tail.div_ceil(16) + 1;
+    let mut w = vec![0u8; ds.div_ceil(4) * 64];
+    CtrlSeg::new(&mut w[..16])
+        .unwrap()
+        .set_opcode(wqe::opcode::LSO)
+        .set_wqe_index(sq.pi)
+        .set_qpn_or_sqn(sq.sqn)
+        .set_ds(ds as u8)
+        .set_ce(2);
+    EthSeg::new(&mut w[16..32])
+        .unwrap()
+        .set_l3_csum(true)
+        .set_l4_csum(true)
+        .set_mss(MSS as u16)
+        .set_inline_hdr_sz(HEADERS as u16);
+    w[30..32].copy_from_slice(&message[..2]);
+    w[32..32 + inline_tail].copy_from_slice(&message[2..HEADERS]);
+    let at = 32 + inline_tail.div_ceil(16) * 16;
+    DataSeg::new(&mut w[at..at + 16])
+        .unwrap()
+        .set_byte_count((message.len() - HEADERS) as u32)
+        .set_lkey(key)
+        .set_addr(payload_iova);
+    h.post(&mut sq, &w, false);
+    let cqe = h.poll_cq(&mut tx_cq).expect("send completion");
+    assert_eq!(cqe[63] >> 4, CqeOpcode::Req as u8, "the TSO WQE completed");
+
+    let payload = &message[HEADERS..];
+    let sizes = [MSS, MSS, payload.len() - 2 * MSS];
+    for (i, &size) in sizes.iter().enumerate() {
+        let cqe = h.poll_cq(&mut rx_cq).expect("a segment arrived");
+        let c = Cqe64::new(&cqe[..]).unwrap();
+        assert_eq!(c.byte_cnt() as usize, HEADERS + size, "segment {i}: length");
+        assert!(c.l3_ok() && c.l4_ok(), "segment {i}: checksums verified");
+        let seg = h.read(bufs[i], HEADERS + size);
+        assert_eq!(&seg[..12], &message[..12], "segment {i}: MACs replicated");
+        assert_eq!(
+            u16::from_be_bytes([seg[16], seg[17]]) as usize,
+            20 + 20 + size,
+            "segment {i}: IPv4 total length"
+        );
+        assert_eq!(
+            u16::from_be_bytes([seg[18], seg[19]]),
+            0x1234 + i as u16,
+            "segment {i}: IPv4 identification advanced"
+        );
+        assert_eq!(
+            u32::from_be_bytes([seg[38], seg[39], seg[40], seg[41]]),
+            0xffff_f000u32.wrapping_add((i * MSS) as u32),
+            "segment {i}: TCP sequence advanced (and wrapped)"
+        );
+        let want_flags = match i {
+            0 => 0x80 | 0x10,
+            2 => 0x10 | 0x08 | 0x01,
+            _ => 0x10,
+        };
+        assert_eq!(seg[47], want_flags, "segment {i}: TCP flags");
+        assert_eq!(
+            &seg[HEADERS..],
+            &payload[i * MSS..i * MSS + size],
+            "segment {i}: its share of the payload"
+        );
+        let parsed = packet::parse(&seg);
+        assert!(packet::ipv4_header_checksum_ok(&seg, &parsed));
+        assert!(packet::l4_checksum_ok(&seg, &parsed));
+    }
+    assert!(h.poll_cq(&mut rx_cq).is_none(), "three segments, no more");
+}
+
+#[test]
+fn a_drop_rq_without_a_protection_domain_is_created_and_receives_nothing() {
+    let mut h = host();
+    h.bring_up();
+    let key = h.create_mkey(true, true);
+    let mut cq = h.create_cq(6);
+    // mlx5e's drop RQ: a cyclic RQ whose work queue names no PD.
+    let pd = h.pd;
+    h.pd = 0;
+    let mut rq = h.create_rq(cq.cqn, 0, None);
+    h.pd = pd;
+    h.steer_all_to(rq.rqn);
+    let buf = h.alloc(2048, 64);
+    h.post_recv(&mut rq, buf, 2048, key);
+    h.arrive(&[cxdirect_emu::testkit::udp_frame(64, 1)]);
+    // The buffer's key belongs to another PD: the receive fails protection, nothing lands.
+    let cqe = h.poll_cq(&mut cq).expect("a completion");
+    assert_ne!(
+        cqe[63] >> 4,
+        cxdirect_hw::cqe::CqeOpcode::RespSend as u8,
+        "no frame is received through a queue without a PD"
+    );
+    assert!(h.read(buf, 64).iter().all(|&b| b == 0));
+}
+
+#[test]
+fn the_command_that_creates_the_command_eq_gets_no_completion_event() {
+    use cxdirect_hw::eqe::EventType;
+    let mut h = initialized_host();
+    let out = h.simple(Opcode::AllocUar, 0).unwrap();
+    h.uar = hca::AllocUarOut::new(&out[..]).unwrap().uar();
+    // Linux creates its command EQ while it still polls: CREATE_EQ completes by polling only,
+    // and an event for it, read once the EQ is armed, would complete a later command early.
+    h.create_async_eq(6, 1 << EventType::Cmd as u8);
+    let events = h.drain_eq();
+    assert!(
+        events
+            .iter()
+            .all(|(kind, _, _)| *kind != EventType::Cmd as u8),
+        "no CMD event for the CREATE_EQ itself: {events:?}"
+    );
+    // From the next command on, each completion is announced.
+    h.simple(Opcode::Nop, 0).unwrap();
+    let events = h.drain_eq();
+    assert_eq!(
+        events
+            .iter()
+            .filter(|(kind, _, _)| *kind == EventType::Cmd as u8)
+            .count(),
+        1,
+        "one CMD event for the NOP: {events:?}"
+    );
+}
+
+/// ACCESS_REG read of register `id` with `data` (the register's bytes), `reg_bytes` long.
+fn read_register(h: &mut Host, id: u16, data: &[u8], reg_bytes: usize) -> Result<Vec<u8>, CmdFail> {
+    use cxdirect_hw::reg::{AccessRegisterIn, ACCESS_REG_OP_MOD_READ};
+    let mut input = Host::input(Opcode::AccessReg, ACCESS_REG_OP_MOD_READ, 0x10 + reg_bytes);
+    AccessRegisterIn::new(&mut input[..])
+        .unwrap()
+        .set_register_id(id);
+    input[0x10..0x10 + data.len()].copy_from_slice(data);
+    h.exec(&input, 0x10 + reg_bytes)
+        .map(|out| out[0x10..].to_vec())
+}
+
+#[test]
+fn ptys_and_ppcnt_are_answered_as_mlx5e_reads_them() {
+    use cxdirect_hw::reg::{
+        ppcnt_grp, Eth8023CntrsGrpDataLayout, PpcntReg, PtysReg, PPCNT_COUNTER_SET_OFFSET,
+        PTYS_PROTO_MASK_ETH, REG_PPCNT, REG_PTYS,
+    };
+    let mut h = host();
+    h.bring_up();
+    // PTYS: the Ethernet protocols of the port, as mlx5e reads them for the link speed.
+    let mut ptys = PtysReg::zeroed();
+    ptys.set_local_port(1).set_proto_mask(PTYS_PROTO_MASK_ETH);
+    let out = read_register(&mut h, REG_PTYS, ptys.as_bytes(), 0x40).expect("PTYS read");
+    let ptys = PtysReg::new(&out[..]).unwrap();
+    assert_ne!(ptys.eth_proto_capability(), 0, "some protocol is supported");
+    assert_eq!(ptys.eth_proto_admin(), ptys.eth_proto_capability());
+    // PPCNT: every group mlx5e reads is answered; the IEEE 802.3 group counts what was sent.
+    let frames = [
+        udp_frame_to(&[0xff; 6], 100),
+        udp_frame_to(&[0x02, 0, 0, 0, 0, 7], 200),
+    ];
+    send_frames(&mut h, &frames);
+    for grp in [
+        ppcnt_grp::IEEE_802_3,
+        ppcnt_grp::RFC_2863,
+        ppcnt_grp::RFC_2819,
+        ppcnt_grp::RFC_3635,
+        ppcnt_grp::ETHERNET_EXTENDED,
+        ppcnt_grp::PER_PRIORITY,
+        ppcnt_grp::PHYSICAL_LAYER,
+    ] {
+        let mut req = PpcntReg::zeroed();
+        req.set_local_port(1).set_grp(grp);
+        let out = read_register(&mut h, REG_PPCNT, req.as_bytes(), 0x100)
+            .unwrap_or_else(|e| panic!("PPCNT group {grp:#x}: {e:?}"));
+        if grp == ppcnt_grp::IEEE_802_3 {
+            let c = Eth8023CntrsGrpDataLayout::new(&out[PPCNT_COUNTER_SET_OFFSET..]).unwrap();
+            assert_eq!(c.a_frames_transmitted_ok_low(), 2);
+            assert_eq!(
+                c.a_octets_transmitted_ok_low() as usize,
+                frames[0].len() + frames[1].len()
+            );
+        }
+    }
+}
+
+/// A UDP test frame to destination MAC `dst` with `payload` bytes.
+fn udp_frame_to(dst: &[u8; 6], payload: usize) -> Vec<u8> {
+    let mut f = cxdirect_emu::testkit::udp_frame(payload, 3);
+    f[..6].copy_from_slice(dst);
+    f
+}
+
+/// Sends `frames` on a fresh SQ of `h` (a loopback host: they come back to its port).
+fn send_frames(h: &mut Host, frames: &[Vec<u8>]) {
+    let key = h.create_mkey(true, true);
+    let mut cq = h.create_cq(6);
+    let tisn = h.create_tis();
+    let mut sq = h.create_sq(cq.cqn, tisn, 6);
+    for frame in frames {
+        let payload = h.alloc(frame.len() as u64, 64);
+        let wqe = h.build_send(&sq, frame, payload, key, true);
+        h.post(&mut sq, &wqe, false);
+        let cqe = h.poll_cq(&mut cq).expect("send completion");
+        assert_eq!(cqe[63] >> 4, cxdirect_hw::cqe::CqeOpcode::Req as u8);
+    }
+}
+
+#[test]
+fn query_vport_counter_counts_each_cast_both_ways() {
+    use cxdirect_hw::vport::{QueryVportCounterIn, QueryVportCounterOut};
+    let mut h = host();
+    h.bring_up();
+    let frames = [
+        udp_frame_to(&[0xff; 6], 100),
+        udp_frame_to(&[0x01, 0, 0x5e, 0, 0, 1], 150),
+        udp_frame_to(&[0x02, 0, 0, 0, 0, 7], 200),
+        udp_frame_to(&[0x02, 0, 0, 0, 0, 8], 250),
+    ];
+    send_frames(&mut h, &frames);
+    let input = Host::input(
+        Opcode::QueryVportCounter,
+        0,
+        QueryVportCounterIn::<&[u8]>::SIZE,
+    );
+    let out = h
+        .exec(&input, QueryVportCounterOut::<&[u8]>::SIZE)
+        .expect("QUERY_VPORT_COUNTER");
+    let out = QueryVportCounterOut::new(&out[..]).unwrap();
+    let len = |i: usize| frames[i].len() as u64;
+    // Sent, and (over the loopback wire) received: one broadcast, one multicast, two unicast.
+    for (c, packets, octets) in [
+        (out.transmitted_eth_broadcast(), 1, len(0)),
+        (out.received_eth_broadcast(), 1, len(0)),
+        (out.transmitted_eth_multicast(), 1, len(1)),
+        (out.received_eth_multicast(), 1, len(1)),
+        (out.transmitted_eth_unicast(), 2, len(2) + len(3)),
+        (out.received_eth_unicast(), 2, len(2) + len(3)),
+    ] {
+        assert_eq!((c.packets(), c.octets()), (packets, octets));
+    }
+    assert_eq!(out.received_errors().packets(), 0);
+}
+
+#[test]
+fn an_sq_naming_tis_zero_is_created_and_sends() {
+    let mut h = host();
+    h.bring_up();
+    // mlx5e's internal SQ (ICOSQ) names no TIS: tis_num_0 is 0.
+    let key = h.create_mkey(true, true);
+    let mut cq = h.create_cq(6);
+    let mut sq = h.create_sq(cq.cqn, 0, 6);
+    let frame = udp_frame_to(&[0x02, 0, 0, 0, 0, 9], 64);
+    let payload = h.alloc(frame.len() as u64, 64);
+    let wqe = h.build_send(&sq, &frame, payload, key, true);
+    h.post(&mut sq, &wqe, false);
+    let cqe = h.poll_cq(&mut cq).expect("send completion");
+    assert_eq!(cqe[63] >> 4, cxdirect_hw::cqe::CqeOpcode::Req as u8);
+}
+
+#[test]
+fn modify_tir_changes_the_self_loopback_block_and_refuses_lro() {
+    use cxdirect_hw::tir::ModifyTirIn;
+    let mut h = host();
+    h.bring_up();
+    let mut cq = h.create_cq(6);
+    let mut rq = h.create_rq(cq.cqn, 6, None);
+    let tirn = h.steer_all_to(rq.rqn);
+    // mlx5e's "refresh tir" on open: self_lb_en with the new block bits.
+    let mut input = Host::input(Opcode::ModifyTir, 0, ModifyTirIn::<&[u8]>::SIZE);
+    {
+        let mut cmd = ModifyTirIn::new(&mut input[..]).unwrap();
+        cmd.set_tirn(tirn);
+        cmd.bitmask_mut().set_self_lb_en(true);
+        cmd.ctx_mut().set_self_lb_block(0b11);
+    }
+    h.exec(&input, 16).expect("MODIFY_TIR self_lb_en");
+    // The block is in force: the port's own frames (a loopback wire) no longer reach the TIR.
+    let key = h.create_mkey(true, true);
+    let buf = h.alloc(2048, 64);
+    h.post_recv(&mut rq, buf, 2048, key);
+    send_frames(&mut h, &[udp_frame_to(&[0x02, 0, 0, 0, 0, 7], 100)]);
+    assert!(h.poll_cq(&mut cq).is_none(), "own frame blocked");
+    // Packet merging is not modelled: asking for it is refused, asking it off is fine.
+    let mut lro = Host::input(Opcode::ModifyTir, 0, ModifyTirIn::<&[u8]>::SIZE);
+    {
+        let mut cmd = ModifyTirIn::new(&mut lro[..]).unwrap();
+        cmd.set_tirn(tirn);
+        cmd.bitmask_mut().set_packet_merge(true);
+        cmd.ctx_mut().set_lro_enable_mask(1);
+    }
+    assert_eq!(
+        h.exec(&lro, 16),
+        Err(status(CmdStatus::BadParameter, Syndrome::BadSteeringParams))
+    );
+    ModifyTirIn::new(&mut lro[..])
+        .unwrap()
+        .ctx_mut()
+        .set_lro_enable_mask(0);
+    h.exec(&lro, 16).expect("packet merging off");
+}
+
+#[test]
+fn pfcc_is_read_and_written_back() {
+    use cxdirect_hw::reg::{AccessRegisterIn, PfccReg, ACCESS_REG_OP_MOD_WRITE, REG_PFCC};
+    let mut h = host();
+    h.bring_up();
+    let mut req = PfccReg::zeroed();
+    req.set_local_port(1);
+    let out = read_register(&mut h, REG_PFCC, req.as_bytes(), 0x20).expect("PFCC read");
+    assert!(!PfccReg::new(&out[..]).unwrap().pptx());
+    let mut input = Host::input(Opcode::AccessReg, ACCESS_REG_OP_MOD_WRITE, 0x30);
+    AccessRegisterIn::new(&mut input[..])
+        .unwrap()
+        .set_register_id(REG_PFCC);
+    PfccReg::new(&mut input[0x10..])
+        .unwrap()
+        .set_local_port(1)
+        .set_pptx(true)
+        .set_pprx(true);
+    h.exec(&input, 0x30).expect("PFCC write");
+    let out = read_register(&mut h, REG_PFCC, req.as_bytes(), 0x20).unwrap();
+    let r = PfccReg::new(&out[..]).unwrap();
+    assert!(r.pptx() && r.pprx());
+}
+
+#[test]
+fn modify_rqt_moves_an_indirect_tir_from_the_drop_rq_to_the_channels() {
+    use cxdirect_hw::tir::{CreateRqtIn, CreateRqtOut, CreateTirIn, CreateTirOut, ModifyRqtIn};
+    let mut h = host();
+    h.bring_up();
+    let key = h.create_mkey(true, true);
+    // mlx5e's RSS table first points at the drop RQ, then, once the channels are open, at them.
+    let mut drop_cq = h.create_cq(6);
+    let drop_rq = h.create_rq(drop_cq.cqn, 0, None);
+    let mut cq = h.create_cq(6);
+    let mut rq = h.create_rq(cq.cqn, 6, None);
+    let mut input = Host::input(Opcode::CreateRqt, 0, 0x110 + 4);
+    {
+        let mut cmd = CreateRqtIn::new(&mut input[..]).unwrap();
+        cmd.rqt_context_mut()
+            .set_rqt_max_size(4)
+            .set_rqt_actual_size(1);
+        cmd.set_rq_num(0, drop_rq.rqn).unwrap();
+    }
+    let out = h.exec(&input, 16).unwrap();
+    let rqtn = CreateRqtOut::new(&out[..]).unwrap().rqtn();
+    let mut input = Host::input(Opcode::CreateTir, 0, 0x110);
+    CreateTirIn::new(&mut input[..])
+        .unwrap()
+        .ctx_mut()
+        .set_disp_type(1)
+        .set_indirect_table(rqtn)
+        .set_transport_domain(h.td);
+    let out = h.exec(&input, 16).unwrap();
+    let tirn = CreateTirOut::new(&out[..]).unwrap().tirn();
+    h.steer_to_tir(tirn);
+    let buf = h.alloc(2048, 64);
+    h.post_recv(&mut rq, buf, 2048, key);
+
+    let mut modify = Host::input(Opcode::ModifyRqt, 0, 0x110 + 8);
+    {
+        let mut cmd = ModifyRqtIn::new(&mut modify[..]).unwrap();
+        cmd.set_rqtn(rqtn);
+        cmd.bitmask_mut().set_rqn_list(true);
+        cmd.ctx_mut().set_rqt_max_size(4).set_rqt_actual_size(1);
+        cmd.set_rq_num(0, rq.rqn).unwrap();
+    }
+    h.exec(&modify, 16).expect("MODIFY_RQT");
+    let frame = udp_frame_to(&[0x02, 0, 0, 0, 0, 7], 100);
+    h.arrive(std::slice::from_ref(&frame));
+    let cqe = h
+        .poll_cq(&mut cq)
+        .expect("the frame reached the channel's RQ");
+    assert_eq!(cqe[63] >> 4, cxdirect_hw::cqe::CqeOpcode::RespSend as u8);
+    assert_eq!(h.read(buf, frame.len()), frame);
+    assert!(h.poll_cq(&mut drop_cq).is_none());
+    // The drop RQ is no longer referenced: it can go; the channel's RQ cannot while listed.
+    let mut destroy = Host::input(Opcode::DestroyRq, 0, 16);
+    destroy[8..12].copy_from_slice(&drop_rq.rqn.to_be_bytes());
+    h.exec(&destroy, 16)
+        .expect("DESTROY_RQ of the unlisted drop RQ");
+    // More entries than the table's maximum are refused.
+    {
+        let mut cmd = ModifyRqtIn::new(&mut modify[..]).unwrap();
+        cmd.ctx_mut().set_rqt_actual_size(5);
+    }
+    assert_eq!(
+        h.exec(&modify, 16),
+        Err(status(CmdStatus::BadParameter, Syndrome::BadSteeringParams))
+    );
+}
+
+#[test]
+fn query_sq_reports_the_state_mlx5e_recovers_from() {
+    use cxdirect_hw::wq::{QuerySqIn, QuerySqOut};
+    let mut h = host();
+    h.bring_up();
+    let cq = h.create_cq(6);
+    let tisn = h.create_tis();
+    let sq = h.create_sq(cq.cqn, tisn, 6);
+    let mut input = Host::input(Opcode::QuerySq, 0, QuerySqIn::<&[u8]>::SIZE);
+    QuerySqIn::new(&mut input[..]).unwrap().set_sqn(sq.sqn);
+    let out = h.exec(&input, QuerySqOut::<&[u8]>::SIZE).expect("QUERY_SQ");
+    let out = QuerySqOut::new(&out[..]).unwrap();
+    let ctx = out.sq_context();
+    assert_eq!(ctx.state(), 1, "ready");
+    assert_eq!(ctx.cqn(), cq.cqn);
+    assert_eq!(ctx.tis_num_0(), tisn);
+}
+
+#[test]
+fn the_receive_cqe_carries_the_packets_checksum_for_checksum_complete() {
+    use cxdirect_emu::packet::ones_complement_sum;
+    use cxdirect_hw::cqe::Cqe64;
+    let mut h = host();
+    h.bring_up();
+    let key = h.create_mkey(true, true);
+    let mut cq = h.create_cq(6);
+    let mut rq = h.create_rq(cq.cqn, 6, None);
+    h.steer_all_to(rq.rqn);
+    let buf = h.alloc(2048, 64);
+    h.post_recv(&mut rq, buf, 2048, key);
+    let frame = udp_frame_to(&[0x02, 0, 0, 0, 0, 7], 101);
+    h.arrive(std::slice::from_ref(&frame));
+    let cqe = h.poll_cq(&mut cq).expect("received");
+    let c = Cqe64::new(&cqe[..]).unwrap();
+    // mlx5e sets skb->csum from it (CHECKSUM_COMPLETE): the sum of everything after the
+    // Ethernet header, so the IP header (whose own checksum is right) sums to 0xffff and the
+    // rest is the UDP segment's sum.
+    assert_eq!(c.check_sum(), ones_complement_sum(&frame[14..], 0));
+    assert_ne!(c.check_sum(), 0);
+    let ip_header = ones_complement_sum(&frame[14..34], 0);
+    assert_eq!(ip_header, 0xffff);
+    assert_eq!(
+        c.check_sum(),
+        ones_complement_sum(&frame[34..], ip_header),
+        "the packet's sum chains the header's and the segment's"
+    );
+}
