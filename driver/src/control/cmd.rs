@@ -9,6 +9,8 @@
 //! answer lands where nothing else is kept. A slot comes back when its entry does (or at a
 //! function reset, which ends every command).
 
+use crate::backend::barrier::{rmb, wmb};
+use crate::backend::registers::Registers;
 use crate::backend::Backend;
 use crate::error::{CmdError, CmdFailure, DriverError};
 use cxdirect_dma::{DmaRegion, Iommu, IovaAllocator, PageKind};
@@ -16,8 +18,8 @@ use cxdirect_hw::cmd::{
     CmdLayout, CmdMailbox, CmdStatus, DeliveryStatus, CMD_INLINE_BYTES, CMD_OWNER_HW,
     CMD_TYPE_PCIE, MAILBOX_ALIGN, MAILBOX_BLOCK_SIZE, MAILBOX_DATA_BYTES,
 };
-use cxdirect_hw::init_seg;
-use std::sync::atomic::{fence, Ordering};
+use cxdirect_hw::init_seg::{CmdDoorbell, CmdqAddrHigh, CmdqAddrLowSize};
+use cxdirect_hw::mmio::Register;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -66,24 +68,23 @@ impl CmdQueue {
         iovas: Arc<IovaAllocator>,
     ) -> Result<Self, DriverError> {
         let queue = DmaRegion::new(iommu.clone(), &iovas, 4096, PageKind::Small)?;
-        let geometry = u32::from_be_bytes(backend.read32(init_seg::CMDQ_ADDR_L_SZ));
-        let log_stride = geometry & 0xf;
-        let log_size = (geometry >> 4) & 0xf;
+        let registers = Registers::init_seg(backend);
+        let geometry = registers.read::<CmdqAddrLowSize>();
+        let log_stride = geometry.log_cmdq_stride();
+        let log_size = geometry.log_cmdq_size();
         if !(6..=12).contains(&log_stride)
             || log_size > 5
             || (1usize << (log_stride + log_size)) > queue.len()
         {
             return Err(DriverError::BadDeviceValue {
                 what: "command queue geometry",
-                value: u64::from(geometry),
+                value: u64::from(geometry.to_raw()),
             });
         }
         let iova = queue.iova();
-        backend.write32(init_seg::CMDQ_ADDR_H, ((iova >> 32) as u32).to_be_bytes());
-        backend.write32(
-            init_seg::CMDQ_ADDR_L_SZ,
-            ((iova as u32) & 0xffff_f000).to_be_bytes(),
-        );
+        registers.write(CmdqAddrHigh::new().with_address_high((iova >> 32) as u32));
+        // The queue is 4 KiB aligned: its low address bits are the register's bits 31:12.
+        registers.write(CmdqAddrLowSize::new().with_cmdq_addr_l((iova as u32) >> 12));
         Ok(Self {
             queue,
             pool_in: None,
@@ -249,9 +250,9 @@ impl CmdQueue {
         entry.set_inline_input(&input[..CMD_INLINE_BYTES]);
         let at = slot * self.stride;
         self.queue.write(at, entry.as_bytes())?;
-        // The entry and mailboxes must be visible before the doorbell.
-        fence(Ordering::SeqCst);
-        backend.write32(init_seg::CMD_DBELL, (1u32 << slot).to_be_bytes());
+        // The entry and mailboxes must reach the device before the doorbell that makes it read them.
+        wmb();
+        Registers::init_seg(backend).write(CmdDoorbell::slot(slot));
 
         if !self.wait_for_answer(at, timeout, idle) {
             // The device may still answer into this slot and these mailboxes.
@@ -270,7 +271,8 @@ impl CmdQueue {
             self.unanswered.push(Unanswered { slot, mailboxes });
             return Err(fail(CmdFailure::Timeout(timeout)));
         }
-        fence(Ordering::SeqCst);
+        // The entry and output mailboxes are read only after the ownership bit handed them back.
+        rmb();
         let mut back = CmdLayout::zeroed();
         self.queue
             .read(at, back.as_bytes_mut())

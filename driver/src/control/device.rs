@@ -6,6 +6,7 @@
 use super::cmd::{input, CmdQueue};
 use super::health::{health_counter, wake_firmware};
 use super::pages::FwPages;
+use crate::backend::registers::Registers;
 use crate::backend::{Backend, Interrupt};
 use crate::cq::{Event, EventQueue};
 use crate::error::{DriverError, HealthFailure};
@@ -15,7 +16,7 @@ use cxdirect_hw::caps::{CmdHcaCap, PerProtocolNetworkingOffloadCaps};
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::hca::{self};
-use cxdirect_hw::init_seg;
+use cxdirect_hw::init_seg::FwRev;
 use cxdirect_hw::reg::{self, AccessRegisterIn, PaosReg, PmtuReg};
 use cxdirect_hw::vport::{QueryNicVportContextOut, QueryVportStateOut, VPORT_STATE_UP};
 use cxdirect_hw::wq::RmpState;
@@ -229,8 +230,7 @@ impl<B: Backend> Device<B> {
         let started = Instant::now();
         let backend = Arc::new(backend);
         let cmdif = wake_firmware(&*backend, options.init_timeout)?;
-        let cmdif_rev = (cmdif >> 16) as u16;
-        let fw_rev = u32::from_be_bytes(backend.read32(init_seg::FW_REV));
+        let fw_rev = Registers::init_seg(&*backend).read::<FwRev>();
         let iommu = backend.iommu();
         let iovas = Arc::new(
             IovaAllocator::new(&iommu.iova_ranges()).map_err(cxdirect_dma::DmaError::from)?,
@@ -260,12 +260,8 @@ impl<B: Backend> Device<B> {
             unreported: Vec::new(),
             events: EventCounts::default(),
             info: DeviceInfo {
-                fw_version: (
-                    (fw_rev & 0xffff) as u16,
-                    (fw_rev >> 16) as u16,
-                    (cmdif & 0xffff) as u16,
-                ),
-                cmdif_rev,
+                fw_version: (fw_rev.major(), fw_rev.minor(), cmdif.fw_rev_subminor()),
+                cmdif_rev: cmdif.cmdif_rev(),
                 ..DeviceInfo::default()
             },
             shared_rings: Vec::new(),

@@ -3,10 +3,10 @@
 
 use super::compressed::{MiniRun, Session, FORMAT_MASK};
 use super::cqe::Cqe;
+use crate::backend::barrier::{dma_rmb, dma_wmb};
 use cxdirect_dma::DmaRegion;
 use cxdirect_hw::cqe::{self, CqeOpcode, CQE_SIZE, MINI_CQES_PER_SLOT};
 use cxdirect_hw::doorbell::{cq_arm_cmd, CqArm};
-use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 
 /// Empty polls after which a CQ looks ahead for an entry the device skipped.
@@ -170,8 +170,8 @@ impl CqRing {
             }
         }
         self.gap_since = None;
-        // The device writes in order: once the next entry is visible, this one is final.
-        fence(Ordering::Acquire);
+        // The device writes in order: this entry is read again only after the later one was seen.
+        dma_rmb();
         if cqe::sw_owns(self.op_own_at(self.ci)?, self.ci, self.log_size) {
             return self.copy(self.ci);
         }
@@ -193,7 +193,8 @@ impl CqRing {
 
     #[inline(always)]
     fn copy(&self, index: u32) -> Option<Cqe> {
-        fence(Ordering::Acquire);
+        // The entry's body is read only after its owner byte said the device wrote it.
+        dma_rmb();
         let words = self.region.read_words(self.slot_offset(index)).ok()?;
         Some(Cqe::from_words(words))
     }
@@ -297,8 +298,8 @@ impl CqRing {
     pub(crate) fn update_dbr(&self) {
         if self.compressed {
             // The slots a session covered were given back with stores to the ring: they
-            // must be visible before the device may write there again.
-            fence(Ordering::Release);
+            // must reach the device before the record that lets it write there again.
+            dma_wmb();
         }
         let _ = self.dbr.write_u32_be(0, self.ci & 0x00ff_ffff);
     }

@@ -5,6 +5,7 @@
 use super::irq::{self, CompletionInterrupt};
 use super::sink::RxSink;
 use super::striding::StridingRx;
+use crate::backend::barrier::dma_wmb;
 use crate::backend::Backend;
 use crate::cq::{rx_flags, CqRing, MiniRun};
 use crate::error::DriverError;
@@ -13,8 +14,6 @@ use crate::ring::{words_from_bytes, QueueStats, Rebuild, StatsHandle, MAX_BURST}
 use cxdirect_dma::DmaRegion;
 use cxdirect_hw::wqe;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::fence;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -165,7 +164,8 @@ impl<B: Backend> RxQueue<B> {
             self.stats.nombuf += 1;
         }
         if posted > 0 {
-            fence(Ordering::SeqCst);
+            // The receive WQEs must reach the device before the record that publishes them.
+            dma_wmb();
             let _ = self.dbr.write_u32_be(0, u32::from(self.pi));
         }
     }
