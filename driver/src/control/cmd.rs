@@ -15,11 +15,12 @@ use crate::backend::Backend;
 use crate::error::{CmdError, CmdFailure, DriverError};
 use cxdirect_dma::{DmaRegion, Iommu, IovaAllocator, PageKind};
 use cxdirect_hw::cmd::{
-    CmdLayout, CmdMailbox, CmdStatus, DeliveryStatus, CMD_INLINE_BYTES, CMD_OWNER_HW,
-    CMD_TYPE_PCIE, MAILBOX_ALIGN, MAILBOX_BLOCK_SIZE, MAILBOX_DATA_BYTES,
+    CmdIn, CmdLayout, CmdMailbox, CmdOut, CmdStatus, DeliveryStatus, CMD_INLINE_BYTES,
+    CMD_OWNER_HW, CMD_TYPE_PCIE, MAILBOX_ALIGN, MAILBOX_BLOCK_SIZE, MAILBOX_DATA_BYTES,
 };
 use cxdirect_hw::init_seg::{CmdDoorbell, CmdqAddrHigh, CmdqAddrLowSize};
 use cxdirect_hw::mmio::Register;
+use cxdirect_hw::LayoutError;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -205,11 +206,7 @@ impl CmdQueue {
         timeout: Duration,
         idle: &mut dyn FnMut() -> bool,
     ) -> Result<Vec<u8>, DriverError> {
-        let opcode = if input.len() >= 2 {
-            u16::from_be_bytes([input[0], input[1]])
-        } else {
-            0
-        };
+        let opcode = CmdIn::new(input).map_or(0, |header| header.opcode());
         let fail = |failure| DriverError::Command(CmdError { opcode, failure });
         if input.len() < CMD_INLINE_BYTES || outlen < CMD_INLINE_BYTES {
             return Err(DriverError::Invalid(format!(
@@ -307,12 +304,14 @@ impl CmdQueue {
             output[start..end].copy_from_slice(&block.data_bytes()[..end - start]);
         }
         self.executed += 1;
-        let status = output[0];
+        // `outlen` (and so the output) is at least the 16-byte header, checked above.
+        let header = CmdOut::new(&output[..])
+            .map_err(|_| fail(CmdFailure::BadOutput("output shorter than its header")))?;
+        let status = header.status();
         if status != CmdStatus::Ok as u8 {
-            let syndrome = u32::from_be_bytes([output[4], output[5], output[6], output[7]]);
             return Err(fail(CmdFailure::Status {
                 status: CmdStatus::try_from(status).map_err(|_| status),
-                syndrome,
+                syndrome: header.syndrome(),
             }));
         }
         Ok(output)
@@ -377,9 +376,18 @@ pub(crate) fn input(opcode: cxdirect_hw::cmd::Opcode, op_mod: u16, size: usize) 
     buf
 }
 
-/// The 24-bit object number a CREATE_* command answers with (output bytes 8..12).
-pub(crate) fn out_u32(out: &[u8]) -> u32 {
-    u32::from_be_bytes([out[8], out[9], out[10], out[11]]) & 0x00ff_ffff
+/// The error for a command output shorter than the layout it is read through. The queue hands
+/// back the `outlen` bytes asked for, so this means the caller asked for fewer bytes than the
+/// command's output layout holds.
+pub(crate) fn output_too_short(error: LayoutError) -> DriverError {
+    let (layout, len) = match error {
+        LayoutError::TooShort { layout, len, .. }
+        | LayoutError::IndexOutOfRange { layout, len, .. } => (layout, len),
+    };
+    DriverError::BadDeviceValue {
+        what: layout,
+        value: len as u64,
+    }
 }
 
 /// A DESTROY_* command input for object `id`, its number at input byte `at`.

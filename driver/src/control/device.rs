@@ -3,7 +3,7 @@
 //! INIT_HCA, UAR, PD, transport domain, async EQ on MSI-X vector 0), firmware page requests,
 //! health monitoring, and teardown.
 
-use super::cmd::{input, CmdQueue};
+use super::cmd::{input, output_too_short, CmdQueue};
 use super::health::{health_counter, wake_firmware};
 use super::pages::FwPages;
 use crate::backend::registers::Registers;
@@ -17,7 +17,7 @@ use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::hca::{self};
 use cxdirect_hw::init_seg::FwRev;
-use cxdirect_hw::reg::{self, AccessRegisterIn, PaosReg, PmtuReg};
+use cxdirect_hw::reg::{self, AccessRegisterIn, AccessRegisterOut, PaosReg, PmtuReg};
 use cxdirect_hw::vport::{QueryNicVportContextOut, QueryVportStateOut, VPORT_STATE_UP};
 use cxdirect_hw::wq::RmpState;
 use std::sync::atomic::AtomicBool;
@@ -314,8 +314,12 @@ impl<B: Backend> Device<B> {
             .ok();
         cmd[0x10..0x20].copy_from_slice(data);
         let out = self.exec(&cmd, 0x20)?;
+        let out = AccessRegisterOut::new(&out[..]).map_err(output_too_short)?;
         let mut reply = [0u8; 16];
-        reply.copy_from_slice(&out[0x10..0x20]);
+        for (i, dword) in reply.chunks_exact_mut(4).enumerate() {
+            let word = out.register_data(i).map_err(output_too_short)?;
+            dword.copy_from_slice(&word.to_be_bytes());
+        }
         Ok(reply)
     }
 

@@ -7,13 +7,14 @@ use super::create::{Port, SharedQueues, NO_RQ};
 use super::restart::{RestartStage, SharedRestart, SharedRingRestart};
 use super::wq::{fill_cyclic_wq, ring_pages};
 use crate::backend::Backend;
-use crate::control::{input, out_u32, QCounterSet, RmpStatus};
+use crate::control::{input, output_too_short, QCounterSet, RmpStatus};
 use crate::error::{invalid, DriverError};
 use crate::rx::{SharedRing, SharedRxConfig, SharedRxQueue, SharedRxRing};
 use cxdirect_dma::DmaRegion;
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::wq::{
-    CreateRmpIn, CreateRqIn, ModifyRmpIn, QueryRqIn, QueryRqOut, RmpState, RqState,
+    CreateRmpIn, CreateRmpOut, CreateRqIn, CreateRqOut, ModifyRmpIn, QueryRqIn, QueryRqOut,
+    RmpState, RqState,
 };
 use std::sync::Arc;
 use std::time::Instant;
@@ -85,7 +86,10 @@ impl<B: Backend> Port<B> {
                 let _ = c.set_pas(i, iova);
             }
         }
-        let rmpn = out_u32(&self.dev.exec(&cmd, 16)?);
+        let out = self.dev.exec(&cmd, CreateRmpOut::<&[u8]>::SIZE)?;
+        let rmpn = CreateRmpOut::new(&out[..])
+            .map_err(output_too_short)?
+            .rmpn();
         self.dev.register_shared_ring(rmpn, 1 << log);
         Ok(rmpn)
     }
@@ -102,7 +106,8 @@ impl<B: Backend> Port<B> {
                 .set_rmpn(rmpn)
                 .set_counter_set_id(self.q_counter.as_ref().map_or(0, QCounterSet::id));
         }
-        let rqn = out_u32(&self.dev.exec(&cmd, 16)?);
+        let out = self.dev.exec(&cmd, CreateRqOut::<&[u8]>::SIZE)?;
+        let rqn = CreateRqOut::new(&out[..]).map_err(output_too_short)?.rqn();
         if let Err(e) = self.modify_rq(rqn, RqState::Rst, RqState::Rdy) {
             let _ = self.destroy(Opcode::DestroyRq, rqn, 8);
             return Err(e);
