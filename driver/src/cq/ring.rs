@@ -1,11 +1,11 @@
 //! Completion queues, driver side: the ring software reads by owner bit, with compressed
 //! sessions unpacked into one CQE per completion.
 
-use super::compressed::{MiniRun, Session, FORMAT_MASK};
+use super::compressed::{MiniRun, Session};
 use super::cqe::Cqe;
 use crate::backend::barrier::{dma_rmb, dma_wmb};
 use cxdirect_dma::DmaRegion;
-use cxdirect_hw::cqe::{self, CqeOpcode, CQE_SIZE, MINI_CQES_PER_SLOT};
+use cxdirect_hw::cqe::{self, op_own, CqeOpcode, CQE_SIZE, MINI_CQES_PER_SLOT};
 use cxdirect_hw::doorbell::{cq_arm_cmd, CqArm};
 use std::time::{Duration, Instant};
 
@@ -81,13 +81,16 @@ impl CqRing {
         ((index >> self.log_size) & 1) as u8
     }
 
+    /// The `op_own` byte of the entry at `index`, read with one aligned word load.
     #[inline(always)]
     fn op_own_at(&self, index: u32) -> Option<u8> {
-        let last = self
+        const WORD: usize = op_own::BYTE / 8 * 8;
+        const SHIFT: usize = 8 * (7 - op_own::BYTE % 8);
+        let word = self
             .region
-            .read_u64_be(self.slot_offset(index) + CQE_SIZE - 8)
+            .read_u64_be(self.slot_offset(index) + WORD)
             .ok()?;
-        Some(last as u8)
+        Some((word >> SHIFT) as u8)
     }
 
     /// The next CQE software owns (copied), without consuming it.
@@ -110,14 +113,15 @@ impl CqRing {
         // One word load for the owner byte; the rest only once it is ours.
         let op_own = self.op_own_at(self.ci)?;
         if cqe::sw_owns(op_own, self.ci, self.log_size)
-            || (op_own & 1 == self.owner_for(self.ci) && op_own >> 4 == CqeOpcode::Invalid as u8)
+            || (op_own::owner(op_own) == self.owner_for(self.ci)
+                && op_own::opcode(op_own) == CqeOpcode::Invalid as u8)
         {
             self.idle_polls = 0;
             if self.gap_since.is_some() {
                 self.gap_since = None;
             }
             let cqe = self.copy(self.ci)?;
-            if op_own & FORMAT_MASK == cqe::cqe_format::COMPRESSED << 2 {
+            if op_own::format(op_own) == cqe::cqe_format::COMPRESSED {
                 return Some(self.open_session(cqe));
             }
             return Some(cqe);
@@ -180,14 +184,14 @@ impl CqRing {
         if self.compressed {
             self.lost_place = true;
         }
-        let invalid = (CqeOpcode::Invalid as u8) << 4 | self.owner_for(self.ci);
+        let invalid = op_own::with(CqeOpcode::Invalid as u8, self.owner_for(self.ci));
         let mut bytes = self.copy(self.ci)?.to_bytes();
-        bytes[CQE_SIZE - 1] = invalid;
+        bytes[op_own::BYTE] = invalid;
         // The damaged owner bit is the next pass's: marked in the ring too, the slot cannot
         // pass for a later entry when the ring looks ahead from the end of this pass.
         let _ = self
             .region
-            .write(self.slot_offset(self.ci) + CQE_SIZE - 1, &[invalid]);
+            .write(self.slot_offset(self.ci) + op_own::BYTE, &[invalid]);
         Some(Cqe::from_bytes(bytes))
     }
 
@@ -213,7 +217,7 @@ impl CqRing {
         let (true, Some(minis)) = (plausible, first_array) else {
             self.lost_place = true;
             let mut bytes = title.to_bytes();
-            bytes[CQE_SIZE - 1] = (CqeOpcode::Invalid as u8) << 4 | self.owner_for(self.ci);
+            bytes[op_own::BYTE] = op_own::with(CqeOpcode::Invalid as u8, self.owner_for(self.ci));
             return Cqe::from_bytes(bytes);
         };
         let session = Session::new(title, minis, self.ci, count);
@@ -266,8 +270,11 @@ impl CqRing {
             let index = self.ci.wrapping_add(done);
             let slot = index & mask;
             let count = (n - done).min(mask + 1 - slot);
-            let invalid = (CqeOpcode::Invalid as u8) << 4 | ((index >> self.log_size) & 1) as u8;
-            let last_byte = slot as usize * CQE_SIZE + CQE_SIZE - 1;
+            let invalid = op_own::with(
+                CqeOpcode::Invalid as u8,
+                ((index >> self.log_size) & 1) as u8,
+            );
+            let last_byte = slot as usize * CQE_SIZE + op_own::BYTE;
             let _ = self
                 .region
                 .write_byte_strided(last_byte, CQE_SIZE, count as usize, invalid);
