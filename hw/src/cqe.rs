@@ -266,36 +266,44 @@ pub mod op_own {
             && BYTE == super::CQE_SIZE - 1
     );
 
+    // Shifts and widths as plain constants, so the decoders below compile to one shift and
+    // one mask each.
+    const OPCODE_SHIFT: u32 = OPCODE.byte_shift();
+    const OPCODE_BITS: u8 = OPCODE.mask() as u8;
+    const FORMAT_SHIFT: u32 = FORMAT.byte_shift();
+    const FORMAT_BITS: u8 = FORMAT.mask() as u8;
+    const OWNER_SHIFT: u32 = OWNER.byte_shift();
+    const OWNER_BITS: u8 = OWNER.mask() as u8;
+
     /// The opcode bits of `op_own` in place (mask of [`opcode`]).
-    pub const OPCODE_MASK: u8 = (OPCODE.mask() as u8) << OPCODE.byte_shift();
+    pub const OPCODE_MASK: u8 = OPCODE_BITS << OPCODE_SHIFT;
     /// The format bits of `op_own` in place (mask of [`format`]).
-    pub const FORMAT_MASK: u8 = (FORMAT.mask() as u8) << FORMAT.byte_shift();
+    pub const FORMAT_MASK: u8 = FORMAT_BITS << FORMAT_SHIFT;
     /// The owner bit of `op_own` in place.
-    pub const OWNER_MASK: u8 = (OWNER.mask() as u8) << OWNER.byte_shift();
+    pub const OWNER_MASK: u8 = OWNER_BITS << OWNER_SHIFT;
 
     /// The CQE opcode (see [`super::CqeOpcode`]).
     #[inline(always)]
     pub const fn opcode(op_own: u8) -> u8 {
-        (op_own >> OPCODE.byte_shift()) & OPCODE.mask() as u8
+        (op_own >> OPCODE_SHIFT) & OPCODE_BITS
     }
 
     /// The CQE format (see [`super::cqe_format`]).
     #[inline(always)]
     pub const fn format(op_own: u8) -> u8 {
-        (op_own >> FORMAT.byte_shift()) & FORMAT.mask() as u8
+        (op_own >> FORMAT_SHIFT) & FORMAT_BITS
     }
 
     /// The owner bit (0 or 1).
     #[inline(always)]
     pub const fn owner(op_own: u8) -> u8 {
-        (op_own >> OWNER.byte_shift()) & OWNER.mask() as u8
+        (op_own >> OWNER_SHIFT) & OWNER_BITS
     }
 
     /// An `op_own` byte with `opcode` and `owner` (0 or 1), format 0 and no solicited event.
     #[inline(always)]
     pub const fn with(opcode: u8, owner: u8) -> u8 {
-        ((opcode & OPCODE.mask() as u8) << OPCODE.byte_shift())
-            | ((owner & OWNER.mask() as u8) << OWNER.byte_shift())
+        ((opcode & OPCODE_BITS) << OPCODE_SHIFT) | ((owner & OWNER_BITS) << OWNER_SHIFT)
     }
 }
 

@@ -54,38 +54,45 @@ pub struct FieldInfo {
 
 impl FieldInfo {
     /// Byte offset of the big-endian dword that holds the field's first bit.
+    #[inline(always)]
     pub const fn dword_byte(&self) -> usize {
         self.bit_offset / 32 * 4
     }
 
     /// True when the field lies inside one big-endian dword.
+    #[inline(always)]
     pub const fn in_one_dword(&self) -> bool {
         self.bit_offset % 32 + self.width <= 32
     }
 
     /// Right shift that brings the field down to bit 0 of its dword (for a field
     /// [`in_one_dword`](Self::in_one_dword)).
+    #[inline(always)]
     pub const fn dword_shift(&self) -> u32 {
         (32 - self.bit_offset % 32 - self.width) as u32
     }
 
     /// Byte offset of the byte that holds the field's first bit.
+    #[inline(always)]
     pub const fn byte(&self) -> usize {
         self.bit_offset / 8
     }
 
     /// True when the field lies inside one byte.
+    #[inline(always)]
     pub const fn in_one_byte(&self) -> bool {
         self.bit_offset % 8 + self.width <= 8
     }
 
     /// Right shift that brings the field down to bit 0 of its byte (for a field
     /// [`in_one_byte`](Self::in_one_byte)).
+    #[inline(always)]
     pub const fn byte_shift(&self) -> u32 {
         (8 - self.bit_offset % 8 - self.width) as u32
     }
 
     /// All-ones mask of the field's width, at bit 0.
+    #[inline(always)]
     pub const fn mask(&self) -> u64 {
         mask(self.width)
     }

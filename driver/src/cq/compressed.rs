@@ -27,6 +27,10 @@ const _: () = assert!(
 );
 /// The CQE word that holds `op_own` (its last byte).
 const OP_OWN_WORD: usize = op_own::BYTE / 8;
+/// The CQE words whose high halves hold the hash, the byte count and the WQE counter.
+const HASH_WORD: usize = TITLE_HASH.dword_byte() / 8;
+const BYTE_CNT_WORD: usize = TITLE_BYTE_CNT.dword_byte() / 8;
+const WQE_COUNTER_WORD: usize = TITLE_WQE_COUNTER.dword_byte() / 8;
 
 /// A compressed session being read (CQE compression): the title CQE, the mini-CQE array in
 /// use, and how far the queue has got. Each completion is handed out as the title with that
@@ -72,17 +76,18 @@ impl Session {
         let mini = self.minis[(self.taken % MINI_CQES_PER_SLOT) as usize].to_ne_bytes();
         let mut words = self.title;
         // Hash format: the mini-CQE carries the RSS hash and the byte count.
-        let hash = TITLE_HASH.dword_byte() / 8;
-        words[hash] = put_high_half(words[hash], mini_dword(&mini, MINI_HASH));
-        let byte_cnt = TITLE_BYTE_CNT.dword_byte() / 8;
-        words[byte_cnt] = put_high_half(words[byte_cnt], mini_dword(&mini, MINI_BYTE_CNT));
+        words[HASH_WORD] = put_high_half(words[HASH_WORD], mini_dword(&mini, MINI_HASH));
+        words[BYTE_CNT_WORD] =
+            put_high_half(words[BYTE_CNT_WORD], mini_dword(&mini, MINI_BYTE_CNT));
         let counter = self
             .first_counter
             .wrapping_add(self.taken as u16)
             .to_be_bytes();
-        let at = TITLE_WQE_COUNTER.dword_byte() / 8;
-        let tail = words[at].to_ne_bytes();
-        words[at] = put_high_half(words[at], [counter[0], counter[1], tail[6], tail[7]]);
+        let tail = words[WQE_COUNTER_WORD].to_ne_bytes();
+        words[WQE_COUNTER_WORD] = put_high_half(
+            words[WQE_COUNTER_WORD],
+            [counter[0], counter[1], tail[6], tail[7]],
+        );
         Cqe::from_words(words)
     }
 }

@@ -11,45 +11,50 @@ use cxdirect_hw::layout::{field, FieldInfo};
 /// Where each field the queues read sits in a CQE, taken from the `hw::cqe` tables when the
 /// driver is compiled: the accessors below decode with these constant offsets, shifts and masks.
 mod at {
-    use super::*;
+    use super::{field, Cqe64, ErrCqe, FieldInfo};
 
-    pub(super) const OPCODE: FieldInfo = field::<Cqe64>("opcode");
-    pub(super) const WQE_COUNTER: FieldInfo = field::<Cqe64>("wqe_counter");
-    pub(super) const WQE_ID: FieldInfo = field::<Cqe64>("wqe_id");
-    pub(super) const QPN: FieldInfo = field::<Cqe64>("qpn");
-    pub(super) const SRQN: FieldInfo = field::<Cqe64>("srqn");
-    pub(super) const BYTE_CNT: FieldInfo = field::<Cqe64>("byte_cnt");
-    pub(super) const SYNDROME: FieldInfo = field::<ErrCqe>("syndrome");
-    pub(super) const L3_HDR_TYPE: FieldInfo = field::<Cqe64>("l3_hdr_type");
-    pub(super) const L4_HDR_TYPE: FieldInfo = field::<Cqe64>("l4_hdr_type");
-    pub(super) const L3_OK: FieldInfo = field::<Cqe64>("l3_ok");
-    pub(super) const L4_OK: FieldInfo = field::<Cqe64>("l4_ok");
-    pub(super) const RSS_HASH_TYPE: FieldInfo = field::<Cqe64>("rss_hash_type");
-    pub(super) const RSS_HASH_RESULT: FieldInfo = field::<Cqe64>("rss_hash_result");
+    /// A field that lies in one byte (or one big-endian dword): where that byte (dword) is, the
+    /// shift that brings the field to bit 0, and its mask.
+    #[derive(Clone, Copy)]
+    pub(super) struct Bits {
+        pub(super) at: usize,
+        pub(super) shift: u32,
+        pub(super) mask: u32,
+    }
 
-    // Byte fields are read from one byte, the others from one dword.
-    const _: () = {
-        let bytes = [
-            OPCODE,
-            SYNDROME,
-            L3_HDR_TYPE,
-            L4_HDR_TYPE,
-            L3_OK,
-            L4_OK,
-            RSS_HASH_TYPE,
-        ];
-        let mut i = 0;
-        while i < bytes.len() {
-            assert!(bytes[i].in_one_byte());
-            i += 1;
+    /// `f`, read from its byte.
+    const fn in_byte(f: FieldInfo) -> Bits {
+        assert!(f.in_one_byte());
+        Bits {
+            at: f.byte(),
+            shift: f.byte_shift(),
+            mask: f.mask() as u32,
         }
-        let dwords = [WQE_COUNTER, WQE_ID, QPN, SRQN, BYTE_CNT, RSS_HASH_RESULT];
-        let mut i = 0;
-        while i < dwords.len() {
-            assert!(dwords[i].in_one_dword());
-            i += 1;
+    }
+
+    /// `f`, read from its dword.
+    const fn in_dword(f: FieldInfo) -> Bits {
+        assert!(f.in_one_dword());
+        Bits {
+            at: f.dword_byte(),
+            shift: f.dword_shift(),
+            mask: f.mask() as u32,
         }
-    };
+    }
+
+    pub(super) const OPCODE: Bits = in_byte(field::<Cqe64>("opcode"));
+    pub(super) const SYNDROME: Bits = in_byte(field::<ErrCqe>("syndrome"));
+    pub(super) const L3_HDR_TYPE: Bits = in_byte(field::<Cqe64>("l3_hdr_type"));
+    pub(super) const L4_HDR_TYPE: Bits = in_byte(field::<Cqe64>("l4_hdr_type"));
+    pub(super) const L3_OK: Bits = in_byte(field::<Cqe64>("l3_ok"));
+    pub(super) const L4_OK: Bits = in_byte(field::<Cqe64>("l4_ok"));
+    pub(super) const RSS_HASH_TYPE: Bits = in_byte(field::<Cqe64>("rss_hash_type"));
+    pub(super) const WQE_COUNTER: Bits = in_dword(field::<Cqe64>("wqe_counter"));
+    pub(super) const WQE_ID: Bits = in_dword(field::<Cqe64>("wqe_id"));
+    pub(super) const QPN: Bits = in_dword(field::<Cqe64>("qpn"));
+    pub(super) const SRQN: Bits = in_dword(field::<Cqe64>("srqn"));
+    pub(super) const BYTE_CNT: Bits = in_dword(field::<Cqe64>("byte_cnt"));
+    pub(super) const RSS_HASH_RESULT: Bits = in_dword(field::<Cqe64>("rss_hash_result"));
 }
 
 /// A copy of one 64-byte CQE as the device wrote it, kept as the eight words it was read with
@@ -108,14 +113,14 @@ impl Cqe {
 
     /// Field `f` (lying in one byte) of this CQE.
     #[inline(always)]
-    fn byte_field(&self, f: FieldInfo) -> u8 {
-        (self.byte(f.byte()) >> f.byte_shift()) & f.mask() as u8
+    fn byte_field(&self, f: at::Bits) -> u8 {
+        (self.byte(f.at) >> f.shift) & f.mask as u8
     }
 
     /// Field `f` (lying in one dword) of this CQE.
     #[inline(always)]
-    fn dword_field(&self, f: FieldInfo) -> u32 {
-        (self.be32(f.dword_byte()) >> f.dword_shift()) & f.mask() as u32
+    fn dword_field(&self, f: at::Bits) -> u32 {
+        (self.be32(f.at) >> f.shift) & f.mask
     }
 
     /// Opcode, bits 7:4 of the last byte (0..=15; see [`CqeOpcode`]).
