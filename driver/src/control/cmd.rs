@@ -247,7 +247,7 @@ impl CmdQueue {
         entry.set_inline_input(&input[..CMD_INLINE_BYTES]);
         let at = slot * self.stride;
         self.queue.write(at, entry.as_bytes())?;
-        // The entry and mailboxes must reach the device before the doorbell that makes it read them.
+        // The entry and mailboxes must reach the device before the doorbell that posts them.
         wmb();
         Registers::init_seg(backend).write(CmdDoorbell::slot(slot));
 
