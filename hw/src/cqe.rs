@@ -244,14 +244,77 @@ layout! {
     }
 }
 
+/// The `op_own` byte's fields, from the [`Cqe64`] table: opcode, format and owner share the
+/// CQE's last byte, which software reads first (alone) to learn whether the entry is written.
+pub mod op_own {
+    use super::Cqe64;
+    use crate::layout::{field, FieldInfo};
+
+    const OPCODE: FieldInfo = field::<Cqe64>("opcode");
+    const FORMAT: FieldInfo = field::<Cqe64>("cqe_format");
+    const OWNER: FieldInfo = field::<Cqe64>("owner");
+
+    /// Byte offset of `op_own` in a CQE (its last byte).
+    pub const BYTE: usize = OWNER.byte();
+
+    const _: () = assert!(
+        OPCODE.byte() == BYTE
+            && FORMAT.byte() == BYTE
+            && OPCODE.in_one_byte()
+            && FORMAT.in_one_byte()
+            && OWNER.in_one_byte()
+            && BYTE == super::CQE_SIZE - 1
+    );
+
+    // Shifts and widths as plain constants, so the decoders below compile to one shift and
+    // one mask each.
+    const OPCODE_SHIFT: u32 = OPCODE.byte_shift();
+    const OPCODE_BITS: u8 = OPCODE.mask() as u8;
+    const FORMAT_SHIFT: u32 = FORMAT.byte_shift();
+    const FORMAT_BITS: u8 = FORMAT.mask() as u8;
+    const OWNER_SHIFT: u32 = OWNER.byte_shift();
+    const OWNER_BITS: u8 = OWNER.mask() as u8;
+
+    /// The opcode bits of `op_own` in place (mask of [`opcode`]).
+    pub const OPCODE_MASK: u8 = OPCODE_BITS << OPCODE_SHIFT;
+    /// The format bits of `op_own` in place (mask of [`format`]).
+    pub const FORMAT_MASK: u8 = FORMAT_BITS << FORMAT_SHIFT;
+    /// The owner bit of `op_own` in place.
+    pub const OWNER_MASK: u8 = OWNER_BITS << OWNER_SHIFT;
+
+    /// The CQE opcode (see [`super::CqeOpcode`]).
+    #[inline(always)]
+    pub const fn opcode(op_own: u8) -> u8 {
+        (op_own >> OPCODE_SHIFT) & OPCODE_BITS
+    }
+
+    /// The CQE format (see [`super::cqe_format`]).
+    #[inline(always)]
+    pub const fn format(op_own: u8) -> u8 {
+        (op_own >> FORMAT_SHIFT) & FORMAT_BITS
+    }
+
+    /// The owner bit (0 or 1).
+    #[inline(always)]
+    pub const fn owner(op_own: u8) -> u8 {
+        (op_own >> OWNER_SHIFT) & OWNER_BITS
+    }
+
+    /// An `op_own` byte with `opcode` and `owner` (0 or 1), format 0 and no solicited event.
+    #[inline(always)]
+    pub const fn with(opcode: u8, owner: u8) -> u8 {
+        ((opcode & OPCODE_BITS) << OPCODE_SHIFT) | ((owner & OWNER_BITS) << OWNER_SHIFT)
+    }
+}
+
 /// True when software owns the CQE whose last byte (`op_own`) is `op_own`, at consumer index
 /// `ci` of a CQ with `2^log_size` entries.
+#[inline(always)]
 pub const fn sw_owns(op_own: u8, ci: u32, log_size: u8) -> bool {
-    let owner = op_own & 1;
-    let opcode = op_own >> 4;
-    opcode != CqeOpcode::Invalid as u8 && owner as u32 == (ci >> log_size) & 1
+    op_own::opcode(op_own) != CqeOpcode::Invalid as u8
+        && op_own::owner(op_own) as u32 == (ci >> log_size) & 1
 }
 
 /// The `op_own` byte of a CQE slot that has never been written: opcode invalid, owner set so a
 /// first pass (which expects owner 0) does not mistake it for a completion.
-pub const CQE_INITIAL_OP_OWN: u8 = (CqeOpcode::Invalid as u8) << 4 | 1;
+pub const CQE_INITIAL_OP_OWN: u8 = op_own::with(CqeOpcode::Invalid as u8, 1);

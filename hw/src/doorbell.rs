@@ -4,6 +4,7 @@
 //! Ordering the driver must keep: write WQEs, store fence, update the doorbell record, store
 //! fence, then write the UAR register.
 
+use crate::mmio::registers;
 use bitfield_struct::bitfield;
 
 /// Size of a UAR page in bytes; UAR page `n` sits at BAR0 + `n * UAR_PAGE_SIZE`.
@@ -16,6 +17,18 @@ pub const UAR_EQ_UPDATE_CI_ARM: usize = 0x40;
 pub const UAR_EQ_UPDATE_CI: usize = 0x48;
 /// UAR offset of the first BlueFlame / send doorbell register.
 pub const UAR_BF_OFFSET: usize = 0x800;
+/// Bytes of one BlueFlame buffer: each BlueFlame register (`bf_reg_size`, 512 bytes with the
+/// `log_bf_reg_size` of 9 every ConnectX reports) is double-buffered, and successive doorbells
+/// alternate between its two halves.
+pub const BF_BUFFER_SIZE: usize = 256;
+
+/// Byte offset in BAR0 of BlueFlame buffer `odd` (0 or 1, alternating) of the first BlueFlame
+/// register of UAR page `uar_page`: where a send doorbell (the first 8 bytes of the last WQE) or
+/// a whole BlueFlame WQE is written.
+pub const fn bf_buffer_offset(uar_page: u32, odd: bool) -> usize {
+    uar_page as usize * UAR_PAGE_SIZE + UAR_BF_OFFSET + if odd { BF_BUFFER_SIZE } else { 0 }
+}
+
 /// How many consumed EQEs software may leave unreported before it must write the EQ doorbell.
 pub const EQ_CI_UPDATE_INTERVAL: u32 = 128;
 
@@ -83,4 +96,44 @@ pub const fn wq_dbrec_value(counter: u16) -> [u8; 4] {
 /// The value of a CQ doorbell record's consumer-index word.
 pub const fn cq_dbrec_ci(ci: u32) -> [u8; 4] {
     (ci & 0x00ff_ffff).to_be_bytes()
+}
+
+/// The 64-bit CQ doorbell at [`UAR_CQ_DOORBELL`]: the arm word in the high half, the CQ number
+/// in the low half (the value [`CqArm::doorbell`] computes).
+#[bitfield(u64)]
+#[derive(PartialEq, Eq)]
+pub struct CqDoorbell {
+    /// The CQ's number.
+    #[bits(24)]
+    pub cqn: u32,
+    #[bits(8)]
+    __: u8,
+    /// The arm request, as written to the CQ doorbell record's arm word.
+    #[bits(32)]
+    pub arm: CqArm,
+}
+
+/// The EQ doorbell at [`UAR_EQ_UPDATE_CI_ARM`]: reports the consumer index and re-arms the EQ.
+#[bitfield(u32)]
+#[derive(PartialEq, Eq)]
+pub struct EqUpdateCiArm {
+    /// Consumer index and EQ number.
+    #[bits(32)]
+    pub word: EqDoorbell,
+}
+
+/// The EQ doorbell at [`UAR_EQ_UPDATE_CI`]: reports the consumer index only.
+#[bitfield(u32)]
+#[derive(PartialEq, Eq)]
+pub struct EqUpdateCi {
+    /// Consumer index and EQ number.
+    #[bits(32)]
+    pub word: EqDoorbell,
+}
+
+// The UAR page's registers: type, width, offset in the page, Linux name.
+registers! {
+    CqDoorbell: u64 @ UAR_CQ_DOORBELL => "MLX5_CQ_DOORBELL",
+    EqUpdateCiArm: u32 @ UAR_EQ_UPDATE_CI_ARM => "MLX5_EQ_DOORBEL_OFFSET",
+    EqUpdateCi: u32 @ UAR_EQ_UPDATE_CI => "MLX5_EQ_DOORBEL_OFFSET + 8",
 }

@@ -2,10 +2,12 @@
 //! firmware version, hands the device its command queue, rings command doorbells and watches
 //! firmware health (Linux `struct mlx5_init_seg` and `struct health_buffer` in `device.h`).
 //!
-//! The driver reaches these registers with 32-bit MMIO accesses at the offsets below; the device
-//! model keeps the same bytes in an [`InitSeg`] view.
+//! The driver reaches these registers with 32-bit MMIO accesses through the register table at
+//! the end of this module (each type below implements [`crate::mmio::Register`] with its BAR0
+//! offset); the device model keeps the same bytes in an [`InitSeg`] view.
 
 use crate::layout;
+use crate::mmio::registers;
 use bitfield_struct::bitfield;
 
 /// BAR0 offset of `fw_rev` (minor in 31:16, major in 15:0).
@@ -118,6 +120,120 @@ pub struct Initializing {
     /// it reads clear.
     #[bits(1)]
     pub initializing: bool,
+}
+
+/// `cmdq_addr_h`: bits 63:32 of the command queue's bus address.
+#[bitfield(u32)]
+#[derive(PartialEq, Eq)]
+pub struct CmdqAddrHigh {
+    /// Bits 63:32 of the address.
+    #[bits(32)]
+    pub address_high: u32,
+}
+
+/// `cmd_dbell`: one bit per command queue slot; writing bit `n` posts slot `n`.
+#[bitfield(u32)]
+#[derive(PartialEq, Eq)]
+pub struct CmdDoorbell {
+    /// Bit `n` set posts slot `n` (0..32).
+    #[bits(32)]
+    pub slots: u32,
+}
+
+impl CmdDoorbell {
+    /// The doorbell value that posts `slot` alone (0..32).
+    pub const fn slot(slot: usize) -> Self {
+        Self::new().with_slots(1u32 << (slot & 31))
+    }
+}
+
+/// `health_counter`: advances while firmware is alive.
+#[bitfield(u32)]
+#[derive(PartialEq, Eq)]
+pub struct HealthCounter {
+    /// The counter; software watches that it keeps changing ([`HEALTH_COUNTER_MASK`]).
+    #[bits(24)]
+    pub counter: u32,
+    #[bits(8)]
+    __: u8,
+}
+
+/// `health_buffer.fw_ver`: the firmware version as the health buffer reports it; all ones
+/// ([`DEAD_READ`]) when the function is not answering.
+#[bitfield(u32)]
+#[derive(PartialEq, Eq)]
+pub struct HealthFwVer {
+    /// The raw version word.
+    #[bits(32)]
+    pub fw_ver: u32,
+}
+
+impl HealthFwVer {
+    /// True when the read came back all ones: surprise removal, or a reset in progress.
+    pub const fn is_dead_read(self) -> bool {
+        self.into_bits() == DEAD_READ
+    }
+}
+
+/// `health_buffer.rfr_severity` and the three reserved bytes after it.
+#[bitfield(u32)]
+#[derive(PartialEq, Eq)]
+pub struct HealthRfrSeverity {
+    #[bits(31)]
+    __: u32,
+    /// Recovery flow required: the device must be reset and reloaded (Linux
+    /// `MLX5_RFR_BIT_OFFSET`, bit 7 of the byte).
+    #[bits(1)]
+    pub rfr: bool,
+}
+
+/// `health_buffer` dword 0x3c: `irisc_index`, `synd` and `ext_synd`.
+#[bitfield(u32)]
+#[derive(PartialEq, Eq)]
+pub struct HealthSyndrome {
+    /// Extended syndrome with device-specific detail.
+    #[bits(16)]
+    pub ext_synd: u16,
+    /// Health syndrome: 0 healthy, otherwise the fatal error class (see [`health_syndrome`]).
+    #[bits(8)]
+    pub synd: u8,
+    /// Index of the internal processor that raised the event.
+    #[bits(8)]
+    pub irisc_index: u8,
+}
+
+/// `internal_timer_h`: bits 63:32 of the free-running device clock.
+#[bitfield(u32)]
+#[derive(PartialEq, Eq)]
+pub struct InternalTimerHigh {
+    /// Bits 63:32 of the clock, in device ticks.
+    #[bits(32)]
+    pub ticks_high: u32,
+}
+
+/// `internal_timer_l`: bits 31:0 of the free-running device clock.
+#[bitfield(u32)]
+#[derive(PartialEq, Eq)]
+pub struct InternalTimerLow {
+    /// Bits 31:0 of the clock, in device ticks.
+    #[bits(32)]
+    pub ticks_low: u32,
+}
+
+// The initialization segment's registers: type, width, BAR0 offset, Linux name.
+registers! {
+    FwRev: u32 @ FW_REV => "fw_rev",
+    CmdifRevFwSub: u32 @ CMDIF_REV_FW_SUB => "cmdif_rev_fw_sub",
+    CmdqAddrHigh: u32 @ CMDQ_ADDR_H => "cmdq_addr_h",
+    CmdqAddrLowSize: u32 @ CMDQ_ADDR_L_SZ => "cmdq_addr_l_sz",
+    CmdDoorbell: u32 @ CMD_DBELL => "cmd_dbell",
+    Initializing: u32 @ INITIALIZING => "initializing",
+    HealthFwVer: u32 @ HEALTH_FW_VER => "health.fw_ver",
+    HealthRfrSeverity: u32 @ HEALTH_BUFFER + 0x38 => "health.rfr_severity",
+    HealthSyndrome: u32 @ HEALTH_BUFFER + 0x3c => "health.irisc_index/synd/ext_synd",
+    InternalTimerHigh: u32 @ INTERNAL_TIMER_H => "internal_timer_h",
+    InternalTimerLow: u32 @ INTERNAL_TIMER_L => "internal_timer_l",
+    HealthCounter: u32 @ HEALTH_COUNTER => "health_counter",
 }
 
 layout! {

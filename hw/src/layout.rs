@@ -52,6 +52,83 @@ pub struct FieldInfo {
     pub kind: FieldKind,
 }
 
+impl FieldInfo {
+    /// Byte offset of the big-endian dword that holds the field's first bit.
+    #[inline(always)]
+    pub const fn dword_byte(&self) -> usize {
+        self.bit_offset / 32 * 4
+    }
+
+    /// True when the field lies inside one big-endian dword.
+    #[inline(always)]
+    pub const fn in_one_dword(&self) -> bool {
+        self.bit_offset % 32 + self.width <= 32
+    }
+
+    /// Right shift that brings the field down to bit 0 of its dword (for a field
+    /// [`in_one_dword`](Self::in_one_dword)).
+    #[inline(always)]
+    pub const fn dword_shift(&self) -> u32 {
+        (32 - self.bit_offset % 32 - self.width) as u32
+    }
+
+    /// Byte offset of the byte that holds the field's first bit.
+    #[inline(always)]
+    pub const fn byte(&self) -> usize {
+        self.bit_offset / 8
+    }
+
+    /// True when the field lies inside one byte.
+    #[inline(always)]
+    pub const fn in_one_byte(&self) -> bool {
+        self.bit_offset % 8 + self.width <= 8
+    }
+
+    /// Right shift that brings the field down to bit 0 of its byte (for a field
+    /// [`in_one_byte`](Self::in_one_byte)).
+    #[inline(always)]
+    pub const fn byte_shift(&self) -> u32 {
+        (8 - self.bit_offset % 8 - self.width) as u32
+    }
+
+    /// All-ones mask of the field's width, at bit 0.
+    #[inline(always)]
+    pub const fn mask(&self) -> u64 {
+        mask(self.width)
+    }
+}
+
+/// Row `name` of layout `L`'s field table, found at compile time when used in a `const` (a name
+/// not in the table fails the build). For code that decodes a layout from words of its own on a
+/// hot path: its offsets, shifts and masks then come from the one table, as constants.
+pub const fn field<L: Layout>(name: &str) -> FieldInfo {
+    let fields = L::FIELDS;
+    let mut i = 0;
+    while i < fields.len() {
+        if str_eq(fields[i].name, name) {
+            return fields[i];
+        }
+        i += 1;
+    }
+    panic!("no such field in the layout's table");
+}
+
+/// `a == b`, usable in constants.
+const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// What kind of field a [`FieldInfo`] row describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FieldKind {

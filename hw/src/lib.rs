@@ -29,6 +29,7 @@ pub mod hca;
 pub mod init_seg;
 pub mod layout;
 pub mod mkey;
+pub mod mmio;
 pub mod reg;
 pub mod tir;
 pub mod vport;

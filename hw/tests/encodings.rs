@@ -222,3 +222,49 @@ fn mini_cqe_arrays_sit_inside_their_session() {
         (0x0102, 0x0304, 60)
     );
 }
+
+#[test]
+fn op_own_helpers_agree_with_the_cqe_table() {
+    use cxdirect_hw::cqe::op_own;
+    let mut cqe = cqe::Cqe64::zeroed();
+    cqe.set_opcode(CqeOpcode::RespErr as u8)
+        .set_cqe_format(cqe::cqe_format::COMPRESSED)
+        .set_se(true)
+        .set_owner(true);
+    let byte = cqe.as_bytes()[op_own::BYTE];
+    assert_eq!(op_own::BYTE, 0x3f);
+    assert_eq!(op_own::opcode(byte), CqeOpcode::RespErr as u8);
+    assert_eq!(op_own::format(byte), cqe::cqe_format::COMPRESSED);
+    assert_eq!(op_own::owner(byte), 1);
+    assert_eq!(
+        (op_own::OPCODE_MASK, op_own::FORMAT_MASK, op_own::OWNER_MASK),
+        (0xf0, 0x0c, 0x01)
+    );
+    let built = op_own::with(CqeOpcode::Invalid as u8, 1);
+    cqe.as_bytes_mut()[op_own::BYTE] = built;
+    assert_eq!(cqe.opcode(), CqeOpcode::Invalid as u8);
+    assert_eq!(cqe.cqe_format(), 0);
+    assert!(cqe.owner() && !cqe.se());
+    assert_eq!(built, cqe::CQE_INITIAL_OP_OWN);
+}
+
+#[test]
+fn field_lookup_returns_the_table_row() {
+    use cxdirect_hw::layout::field;
+    use cxdirect_hw::Layout;
+    const BYTE_CNT: cxdirect_hw::FieldInfo = field::<cqe::Cqe64>("byte_cnt");
+    let row = cqe::Cqe64::FIELDS
+        .iter()
+        .find(|f| f.name == "byte_cnt")
+        .unwrap();
+    assert_eq!(BYTE_CNT, *row);
+    assert_eq!((BYTE_CNT.dword_byte(), BYTE_CNT.dword_shift()), (0x2c, 0));
+    assert!(BYTE_CNT.in_one_dword() && !BYTE_CNT.in_one_byte());
+    let l4 = field::<cqe::Cqe64>("l4_hdr_type");
+    assert_eq!((l4.byte(), l4.byte_shift(), l4.mask()), (0x1d, 4, 0x7));
+    let qpn = field::<cqe::Cqe64>("qpn");
+    assert_eq!(
+        (qpn.dword_byte(), qpn.dword_shift(), qpn.mask()),
+        (0x38, 0, 0xff_ffff)
+    );
+}

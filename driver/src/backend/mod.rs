@@ -2,9 +2,12 @@
 //! interrupts and function reset. Real hardware is reached through VFIO ([`vfio`]); tests and
 //! the emulated device specs plug in the in-process model. The driver is generic over [`Backend`], so the hardware path is monomorphised and pays nothing for it.
 //!
-//! MMIO is expressed as the bytes a CPU load or store moves at a BAR0 offset: device registers
-//! are big-endian, so `u32::from_be_bytes(backend.read32(off))` is the register's value.
+//! MMIO is expressed as the bytes a CPU load or store moves at a BAR0 offset; the rest of the
+//! driver reads and writes registers as their `hw` types through `registers::Registers`, and
+//! orders its accesses with the fences in `barrier`.
 
+pub(crate) mod barrier;
+pub(crate) mod registers;
 pub mod vfio;
 
 use cxdirect_dma::Iommu;

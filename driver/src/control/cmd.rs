@@ -9,15 +9,18 @@
 //! answer lands where nothing else is kept. A slot comes back when its entry does (or at a
 //! function reset, which ends every command).
 
+use crate::backend::barrier::{rmb, wmb};
+use crate::backend::registers::Registers;
 use crate::backend::Backend;
 use crate::error::{CmdError, CmdFailure, DriverError};
 use cxdirect_dma::{DmaRegion, Iommu, IovaAllocator, PageKind};
 use cxdirect_hw::cmd::{
-    CmdLayout, CmdMailbox, CmdStatus, DeliveryStatus, CMD_INLINE_BYTES, CMD_OWNER_HW,
-    CMD_TYPE_PCIE, MAILBOX_ALIGN, MAILBOX_BLOCK_SIZE, MAILBOX_DATA_BYTES,
+    CmdIn, CmdLayout, CmdMailbox, CmdOut, CmdStatus, DeliveryStatus, CMD_INLINE_BYTES,
+    CMD_OWNER_HW, CMD_TYPE_PCIE, MAILBOX_ALIGN, MAILBOX_BLOCK_SIZE, MAILBOX_DATA_BYTES,
 };
-use cxdirect_hw::init_seg;
-use std::sync::atomic::{fence, Ordering};
+use cxdirect_hw::init_seg::{CmdDoorbell, CmdqAddrHigh, CmdqAddrLowSize};
+use cxdirect_hw::mmio::Register;
+use cxdirect_hw::LayoutError;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -66,24 +69,23 @@ impl CmdQueue {
         iovas: Arc<IovaAllocator>,
     ) -> Result<Self, DriverError> {
         let queue = DmaRegion::new(iommu.clone(), &iovas, 4096, PageKind::Small)?;
-        let geometry = u32::from_be_bytes(backend.read32(init_seg::CMDQ_ADDR_L_SZ));
-        let log_stride = geometry & 0xf;
-        let log_size = (geometry >> 4) & 0xf;
+        let registers = Registers::init_seg(backend);
+        let geometry = registers.read::<CmdqAddrLowSize>();
+        let log_stride = geometry.log_cmdq_stride();
+        let log_size = geometry.log_cmdq_size();
         if !(6..=12).contains(&log_stride)
             || log_size > 5
             || (1usize << (log_stride + log_size)) > queue.len()
         {
             return Err(DriverError::BadDeviceValue {
                 what: "command queue geometry",
-                value: u64::from(geometry),
+                value: u64::from(geometry.to_raw()),
             });
         }
         let iova = queue.iova();
-        backend.write32(init_seg::CMDQ_ADDR_H, ((iova >> 32) as u32).to_be_bytes());
-        backend.write32(
-            init_seg::CMDQ_ADDR_L_SZ,
-            ((iova as u32) & 0xffff_f000).to_be_bytes(),
-        );
+        registers.write(CmdqAddrHigh::new().with_address_high((iova >> 32) as u32));
+        // The queue is 4 KiB aligned: its low address bits are the register's bits 31:12.
+        registers.write(CmdqAddrLowSize::new().with_cmdq_addr_l((iova as u32) >> 12));
         Ok(Self {
             queue,
             pool_in: None,
@@ -204,11 +206,7 @@ impl CmdQueue {
         timeout: Duration,
         idle: &mut dyn FnMut() -> bool,
     ) -> Result<Vec<u8>, DriverError> {
-        let opcode = if input.len() >= 2 {
-            u16::from_be_bytes([input[0], input[1]])
-        } else {
-            0
-        };
+        let opcode = CmdIn::new(input).map_or(0, |header| header.opcode());
         let fail = |failure| DriverError::Command(CmdError { opcode, failure });
         if input.len() < CMD_INLINE_BYTES || outlen < CMD_INLINE_BYTES {
             return Err(DriverError::CommandLayout {
@@ -249,9 +247,9 @@ impl CmdQueue {
         entry.set_inline_input(&input[..CMD_INLINE_BYTES]);
         let at = slot * self.stride;
         self.queue.write(at, entry.as_bytes())?;
-        // The entry and mailboxes must be visible before the doorbell.
-        fence(Ordering::SeqCst);
-        backend.write32(init_seg::CMD_DBELL, (1u32 << slot).to_be_bytes());
+        // The entry and mailboxes must reach the device before the doorbell that posts them.
+        wmb();
+        Registers::init_seg(backend).write(CmdDoorbell::slot(slot));
 
         if !self.wait_for_answer(at, timeout, idle) {
             // The device may still answer into this slot and these mailboxes.
@@ -270,7 +268,8 @@ impl CmdQueue {
             self.unanswered.push(Unanswered { slot, mailboxes });
             return Err(fail(CmdFailure::Timeout(timeout)));
         }
-        fence(Ordering::SeqCst);
+        // The entry and output mailboxes are read only after the ownership bit handed them back.
+        rmb();
         let mut back = CmdLayout::zeroed();
         self.queue
             .read(at, back.as_bytes_mut())
@@ -305,12 +304,14 @@ impl CmdQueue {
             output[start..end].copy_from_slice(&block.data_bytes()[..end - start]);
         }
         self.executed += 1;
-        let status = output[0];
+        // `outlen` (and so the output) is at least the 16-byte header, checked above.
+        let header = CmdOut::new(&output[..])
+            .map_err(|_| fail(CmdFailure::BadOutput("output shorter than its header")))?;
+        let status = header.status();
         if status != CmdStatus::Ok as u8 {
-            let syndrome = u32::from_be_bytes([output[4], output[5], output[6], output[7]]);
             return Err(fail(CmdFailure::Status {
                 status: CmdStatus::try_from(status).map_err(|_| status),
-                syndrome,
+                syndrome: header.syndrome(),
             }));
         }
         Ok(output)
@@ -375,9 +376,18 @@ pub(crate) fn input(opcode: cxdirect_hw::cmd::Opcode, op_mod: u16, size: usize) 
     buf
 }
 
-/// The 24-bit object number a CREATE_* command answers with (output bytes 8..12).
-pub(crate) fn out_u32(out: &[u8]) -> u32 {
-    u32::from_be_bytes([out[8], out[9], out[10], out[11]]) & 0x00ff_ffff
+/// The error for a command output shorter than the layout it is read through. The queue hands
+/// back the `outlen` bytes asked for, so this means the caller asked for fewer bytes than the
+/// command's output layout holds.
+pub(crate) fn output_too_short(error: LayoutError) -> DriverError {
+    let (layout, len) = match error {
+        LayoutError::TooShort { layout, len, .. }
+        | LayoutError::IndexOutOfRange { layout, len, .. } => (layout, len),
+    };
+    DriverError::BadDeviceValue {
+        what: layout,
+        value: len as u64,
+    }
 }
 
 /// A DESTROY_* command input for object `id`, its number at input byte `at`.

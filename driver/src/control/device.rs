@@ -3,9 +3,10 @@
 //! INIT_HCA, UAR, PD, transport domain, async EQ on MSI-X vector 0), firmware page requests,
 //! health monitoring, and teardown.
 
-use super::cmd::{input, CmdQueue};
+use super::cmd::{input, output_too_short, CmdQueue};
 use super::health::{health_counter, wake_firmware};
 use super::pages::FwPages;
+use crate::backend::registers::Registers;
 use crate::backend::{Backend, Interrupt};
 use crate::cq::{Event, EventQueue};
 use crate::error::{DriverError, HealthFailure};
@@ -15,8 +16,8 @@ use cxdirect_hw::caps::{CmdHcaCap, PerProtocolNetworkingOffloadCaps};
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::hca::{self};
-use cxdirect_hw::init_seg;
-use cxdirect_hw::reg::{self, AccessRegisterIn, PaosReg, PmtuReg};
+use cxdirect_hw::init_seg::FwRev;
+use cxdirect_hw::reg::{self, AccessRegisterIn, AccessRegisterOut, PaosReg, PmtuReg};
 use cxdirect_hw::vport::{QueryNicVportContextOut, QueryVportStateOut, VPORT_STATE_UP};
 use cxdirect_hw::wq::RmpState;
 use std::sync::atomic::AtomicBool;
@@ -230,8 +231,7 @@ impl<B: Backend> Device<B> {
         let started = Instant::now();
         let backend = Arc::new(backend);
         let cmdif = wake_firmware(&*backend, options.init_timeout)?;
-        let cmdif_rev = (cmdif >> 16) as u16;
-        let fw_rev = u32::from_be_bytes(backend.read32(init_seg::FW_REV));
+        let fw_rev = Registers::init_seg(&*backend).read::<FwRev>();
         let iommu = backend.iommu();
         let iovas = Arc::new(
             IovaAllocator::new(&iommu.iova_ranges()).map_err(cxdirect_dma::DmaError::from)?,
@@ -261,12 +261,8 @@ impl<B: Backend> Device<B> {
             unreported: Vec::new(),
             events: EventCounts::default(),
             info: DeviceInfo {
-                fw_version: (
-                    (fw_rev & 0xffff) as u16,
-                    (fw_rev >> 16) as u16,
-                    (cmdif & 0xffff) as u16,
-                ),
-                cmdif_rev,
+                fw_version: (fw_rev.major(), fw_rev.minor(), cmdif.fw_rev_subminor()),
+                cmdif_rev: cmdif.cmdif_rev(),
                 ..DeviceInfo::default()
             },
             shared_rings: Vec::new(),
@@ -319,8 +315,12 @@ impl<B: Backend> Device<B> {
             .ok();
         cmd[0x10..0x20].copy_from_slice(data);
         let out = self.exec(&cmd, 0x20)?;
+        let out = AccessRegisterOut::new(&out[..]).map_err(output_too_short)?;
         let mut reply = [0u8; 16];
-        reply.copy_from_slice(&out[0x10..0x20]);
+        for (i, dword) in reply.chunks_exact_mut(4).enumerate() {
+            let word = out.register_data(i).map_err(output_too_short)?;
+            dword.copy_from_slice(&word.to_be_bytes());
+        }
         Ok(reply)
     }
 

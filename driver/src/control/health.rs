@@ -1,30 +1,33 @@
 //! The firmware's liveness as the init segment shows it: bus mastering on, `initializing`
 //! waited out, the command interface revision checked, and the health counter.
 
+use crate::backend::registers::Registers;
 use crate::backend::Backend;
 use crate::error::{DriverError, HealthFailure};
-use cxdirect_hw::init_seg;
+use cxdirect_hw::init_seg::{self, CmdifRevFwSub, HealthCounter, Initializing};
+use cxdirect_hw::mmio::Register;
 use std::time::{Duration, Instant};
 
 /// Bus mastering on, `initializing` waited out and the command interface revision checked, as
-/// every bring-up (first, or after a reset) starts; returns the CMDIF_REV_FW_SUB word.
+/// every bring-up (first, or after a reset) starts; returns the CMDIF_REV_FW_SUB register.
 pub(crate) fn wake_firmware<B: Backend>(
     backend: &B,
     timeout: Duration,
-) -> Result<u32, DriverError> {
+) -> Result<CmdifRevFwSub, DriverError> {
     enable_bus_master(backend)?;
     wait_for_firmware(backend, timeout)?;
-    let cmdif = u32::from_be_bytes(backend.read32(init_seg::CMDIF_REV_FW_SUB));
-    let cmdif_rev = (cmdif >> 16) as u16;
-    if cmdif_rev != init_seg::CMDIF_REV {
-        return Err(DriverError::CmdifRevision(cmdif_rev));
+    let cmdif = Registers::init_seg(backend).read::<CmdifRevFwSub>();
+    if cmdif.cmdif_rev() != init_seg::CMDIF_REV {
+        return Err(DriverError::CmdifRevision(cmdif.cmdif_rev()));
     }
     Ok(cmdif)
 }
 
-/// The firmware's health counter as the init segment shows it.
+/// The firmware's health counter as the init segment shows it (24 bits).
 pub(crate) fn health_counter<B: Backend>(backend: &B) -> u32 {
-    u32::from_be_bytes(backend.read32(init_seg::HEALTH_COUNTER)) & init_seg::HEALTH_COUNTER_MASK
+    Registers::init_seg(backend)
+        .read::<HealthCounter>()
+        .counter()
 }
 
 /// Sets memory decoding and bus mastering in the Command register.
@@ -40,11 +43,11 @@ fn enable_bus_master<B: Backend>(backend: &B) -> Result<(), DriverError> {
 fn wait_for_firmware<B: Backend>(backend: &B, timeout: Duration) -> Result<(), DriverError> {
     let start = Instant::now();
     loop {
-        let word = u32::from_be_bytes(backend.read32(init_seg::INITIALIZING));
-        if word == init_seg::DEAD_READ {
+        let word = Registers::init_seg(backend).read::<Initializing>();
+        if word.to_raw() == init_seg::DEAD_READ {
             return Err(DriverError::Failed(HealthFailure::NotResponding));
         }
-        if word >> 31 == 0 {
+        if !word.initializing() {
             return Ok(());
         }
         if start.elapsed() > timeout {

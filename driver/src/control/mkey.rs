@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use cxdirect_dma::{DmaBufMapping, PageList};
 use cxdirect_hw::cmd::Opcode;
-use cxdirect_hw::mkey::{mkey_from_index, mtt_entry, CreateMkeyIn, MKC_ACCESS_MODE_MTT};
+use cxdirect_hw::mkey::{
+    mkey_from_index, mtt_entry, CreateMkeyIn, CreateMkeyOut, MKC_ACCESS_MODE_MTT,
+};
 
 use super::cmd::input;
 use super::device::{Device, RegisteredKey};
@@ -179,8 +181,10 @@ impl MemoryKey {
                     .map_err(|_| DriverError::layout(Opcode::CreateMkey, "MTT"))?;
             }
         }
-        let out = dev.exec(&cmd, 16)?;
-        let index = super::cmd::out_u32(&out);
+        let out = dev.exec(&cmd, CreateMkeyOut::<&[u8]>::SIZE)?;
+        let index = CreateMkeyOut::new(&out[..])
+            .map_err(super::cmd::output_too_short)?
+            .mkey_index();
         Ok(Self {
             index,
             lkey: mkey_from_index(index, 0),

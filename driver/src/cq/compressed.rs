@@ -2,7 +2,35 @@
 //! CQE per completion.
 
 use super::cqe::Cqe;
-use cxdirect_hw::cqe::{CQE_SIZE, MINI_CQES_PER_SLOT};
+use cxdirect_hw::cqe::{op_own, Cqe64, MiniCqe8, CQE_SIZE, MINI_CQES_PER_SLOT};
+use cxdirect_hw::layout::{field, FieldInfo};
+
+/// Where a session's completion differs from its title, from the `hw::cqe` tables: each
+/// mini-CQE field replaces the title's field of the same meaning, a dword in the high half of one
+/// of the CQE's eight words (as [`put_high_half`] writes it).
+const TITLE_HASH: FieldInfo = field::<Cqe64>("rss_hash_result");
+const TITLE_BYTE_CNT: FieldInfo = field::<Cqe64>("byte_cnt");
+const TITLE_WQE_COUNTER: FieldInfo = field::<Cqe64>("wqe_counter");
+const MINI_HASH: usize = field::<MiniCqe8>("rx_hash_result").dword_byte();
+const MINI_BYTE_CNT: usize = field::<MiniCqe8>("byte_cnt").dword_byte();
+const _: () = assert!(
+    TITLE_HASH.dword_byte() % 8 == 4
+        && TITLE_BYTE_CNT.dword_byte() % 8 == 4
+        && TITLE_WQE_COUNTER.dword_byte() % 8 == 4
+        && TITLE_HASH.width == 32
+        && TITLE_BYTE_CNT.width == 32
+        && TITLE_WQE_COUNTER.width == 16
+        && TITLE_WQE_COUNTER.dword_shift() == 16
+        && op_own::BYTE == CQE_SIZE - 1
+        && MINI_HASH + 4 <= 8
+        && MINI_BYTE_CNT + 4 <= 8
+);
+/// The CQE word that holds `op_own` (its last byte).
+const OP_OWN_WORD: usize = op_own::BYTE / 8;
+/// The CQE words whose high halves hold the hash, the byte count and the WQE counter.
+const HASH_WORD: usize = TITLE_HASH.dword_byte() / 8;
+const BYTE_CNT_WORD: usize = TITLE_BYTE_CNT.dword_byte() / 8;
+const WQE_COUNTER_WORD: usize = TITLE_WQE_COUNTER.dword_byte() / 8;
 
 /// A compressed session being read (CQE compression): the title CQE, the mini-CQE array in
 /// use, and how far the queue has got. Each completion is handed out as the title with that
@@ -27,10 +55,10 @@ impl Session {
     pub(super) fn new(title: Cqe, minis: Cqe, start: u32, count: u32) -> Self {
         let mut words = title.words;
         // Every completion is handed out in the plain format.
-        let tail = words[7].to_ne_bytes();
-        words[7] = put_high_half(
-            words[7],
-            [tail[4], tail[5], tail[6], tail[7] & !FORMAT_MASK],
+        let tail = words[OP_OWN_WORD].to_ne_bytes();
+        words[OP_OWN_WORD] = put_high_half(
+            words[OP_OWN_WORD],
+            [tail[4], tail[5], tail[6], tail[7] & !op_own::FORMAT_MASK],
         );
         Self {
             title: words,
@@ -47,16 +75,19 @@ impl Session {
     pub(super) fn current(&self) -> Cqe {
         let mini = self.minis[(self.taken % MINI_CQES_PER_SLOT) as usize].to_ne_bytes();
         let mut words = self.title;
-        // Hash format: the mini-CQE's first four bytes are the RSS hash (CQE bytes 0x0c..0x10),
-        // its last four the byte count (0x2c..0x30).
-        words[1] = put_high_half(words[1], [mini[0], mini[1], mini[2], mini[3]]);
-        words[5] = put_high_half(words[5], [mini[4], mini[5], mini[6], mini[7]]);
+        // Hash format: the mini-CQE carries the RSS hash and the byte count.
+        words[HASH_WORD] = put_high_half(words[HASH_WORD], mini_dword(&mini, MINI_HASH));
+        words[BYTE_CNT_WORD] =
+            put_high_half(words[BYTE_CNT_WORD], mini_dword(&mini, MINI_BYTE_CNT));
         let counter = self
             .first_counter
             .wrapping_add(self.taken as u16)
             .to_be_bytes();
-        let tail = words[7].to_ne_bytes();
-        words[7] = put_high_half(words[7], [counter[0], counter[1], tail[6], tail[7]]);
+        let tail = words[WQE_COUNTER_WORD].to_ne_bytes();
+        words[WQE_COUNTER_WORD] = put_high_half(
+            words[WQE_COUNTER_WORD],
+            [counter[0], counter[1], tail[6], tail[7]],
+        );
         Cqe::from_words(words)
     }
 }
@@ -83,8 +114,8 @@ impl MiniRun {
     pub fn byte_cnt_and_hash(&self, i: usize) -> (u32, u32) {
         let mini = self.minis[(self.from + i) % MINI_CQES_PER_SLOT as usize].to_ne_bytes();
         (
-            u32::from_be_bytes([mini[4], mini[5], mini[6], mini[7]]),
-            u32::from_be_bytes([mini[0], mini[1], mini[2], mini[3]]),
+            u32::from_be_bytes(mini_dword(&mini, MINI_BYTE_CNT)),
+            u32::from_be_bytes(mini_dword(&mini, MINI_HASH)),
         )
     }
 }
@@ -97,5 +128,8 @@ pub(super) fn put_high_half(word: u64, half: [u8; 4]) -> u64 {
     u64::from_ne_bytes(bytes)
 }
 
-/// Bits 3:2 of `op_own`: the CQE format.
-pub(super) const FORMAT_MASK: u8 = 0x0c;
+/// The four bytes of a mini-CQE (memory order) at byte `at` (0 or 4).
+#[inline(always)]
+fn mini_dword(mini: &[u8; 8], at: usize) -> [u8; 4] {
+    [mini[at], mini[at + 1], mini[at + 2], mini[at + 3]]
+}

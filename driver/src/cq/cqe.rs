@@ -5,7 +5,57 @@
 
 use crate::mem::OffloadFlags;
 use crate::ring::{bytes_from_words, words_from_bytes};
-use cxdirect_hw::cqe::{CqeOpcode, CQE_SIZE};
+use cxdirect_hw::cqe::{Cqe64, CqeOpcode, ErrCqe, CQE_SIZE};
+use cxdirect_hw::layout::{field, FieldInfo};
+
+/// Where each field the queues read sits in a CQE, taken from the `hw::cqe` tables when the
+/// driver is compiled: the accessors below decode with these constant offsets, shifts and masks.
+mod at {
+    use super::{field, Cqe64, ErrCqe, FieldInfo};
+
+    /// A field that lies in one byte (or one big-endian dword): where that byte (dword) is, the
+    /// shift that brings the field to bit 0, and its mask.
+    #[derive(Clone, Copy)]
+    pub(super) struct Bits {
+        pub(super) at: usize,
+        pub(super) shift: u32,
+        pub(super) mask: u32,
+    }
+
+    /// `f`, read from its byte.
+    const fn in_byte(f: FieldInfo) -> Bits {
+        assert!(f.in_one_byte());
+        Bits {
+            at: f.byte(),
+            shift: f.byte_shift(),
+            mask: f.mask() as u32,
+        }
+    }
+
+    /// `f`, read from its dword.
+    const fn in_dword(f: FieldInfo) -> Bits {
+        assert!(f.in_one_dword());
+        Bits {
+            at: f.dword_byte(),
+            shift: f.dword_shift(),
+            mask: f.mask() as u32,
+        }
+    }
+
+    pub(super) const OPCODE: Bits = in_byte(field::<Cqe64>("opcode"));
+    pub(super) const SYNDROME: Bits = in_byte(field::<ErrCqe>("syndrome"));
+    pub(super) const L3_HDR_TYPE: Bits = in_byte(field::<Cqe64>("l3_hdr_type"));
+    pub(super) const L4_HDR_TYPE: Bits = in_byte(field::<Cqe64>("l4_hdr_type"));
+    pub(super) const L3_OK: Bits = in_byte(field::<Cqe64>("l3_ok"));
+    pub(super) const L4_OK: Bits = in_byte(field::<Cqe64>("l4_ok"));
+    pub(super) const RSS_HASH_TYPE: Bits = in_byte(field::<Cqe64>("rss_hash_type"));
+    pub(super) const WQE_COUNTER: Bits = in_dword(field::<Cqe64>("wqe_counter"));
+    pub(super) const WQE_ID: Bits = in_dword(field::<Cqe64>("wqe_id"));
+    pub(super) const QPN: Bits = in_dword(field::<Cqe64>("qpn"));
+    pub(super) const SRQN: Bits = in_dword(field::<Cqe64>("srqn"));
+    pub(super) const BYTE_CNT: Bits = in_dword(field::<Cqe64>("byte_cnt"));
+    pub(super) const RSS_HASH_RESULT: Bits = in_dword(field::<Cqe64>("rss_hash_result"));
+}
 
 /// A copy of one 64-byte CQE as the device wrote it, kept as the eight words it was read with
 /// (memory order). Any bytes are a valid `Cqe`: accessors only decode, and callers check the
@@ -61,10 +111,22 @@ impl Cqe {
         u32::from_be_bytes([word[i], word[i + 1], word[i + 2], word[i + 3]])
     }
 
+    /// Field `f` (lying in one byte) of this CQE.
+    #[inline(always)]
+    fn byte_field(&self, f: at::Bits) -> u8 {
+        (self.byte(f.at) >> f.shift) & f.mask as u8
+    }
+
+    /// Field `f` (lying in one dword) of this CQE.
+    #[inline(always)]
+    fn dword_field(&self, f: at::Bits) -> u32 {
+        (self.be32(f.at) >> f.shift) & f.mask
+    }
+
     /// Opcode, bits 7:4 of the last byte (0..=15; see [`CqeOpcode`]).
     #[inline]
     pub fn opcode(&self) -> u8 {
-        self.byte(0x3f) >> 4
+        self.byte_field(at::OPCODE)
     }
 
     /// True for a send completion without error ([`CqeOpcode::Req`]).
@@ -89,67 +151,64 @@ impl Cqe {
     /// Index (16 bits, wrapping) of the WQE this CQE completes.
     #[inline]
     pub fn wqe_counter(&self) -> u16 {
-        (self.be32(0x3c) >> 16) as u16
+        self.dword_field(at::WQE_COUNTER) as u16
     }
 
     /// Striding receive queues: the WQE this completion's strides are in (16 bits, wrapping).
     #[inline]
     pub fn wqe_id(&self) -> u16 {
-        self.be32(0) as u16
+        self.dword_field(at::WQE_ID) as u16
     }
 
     /// Send or receive queue number (24 bits).
     #[inline]
     pub fn qpn(&self) -> u32 {
-        self.be32(0x38) & 0x00ff_ffff
+        self.dword_field(at::QPN)
     }
 
     /// Shared receive ring (RMP) number the buffer came from (24 bits; receive only).
     #[inline]
     pub fn srqn(&self) -> u32 {
-        self.be32(0x20) & 0x00ff_ffff
+        self.dword_field(at::SRQN)
     }
 
     /// Bytes received (receive only; the device's word, unchecked).
     #[inline]
     pub fn byte_cnt(&self) -> u32 {
-        self.be32(0x2c)
+        self.dword_field(at::BYTE_CNT)
     }
 
     /// Syndrome of an error CQE (`LOCAL_PROT_ERR` 0x04, `WR_FLUSH_ERR` 0x05, ...).
     #[inline]
     pub fn syndrome(&self) -> u8 {
-        self.byte(ERR_CQE_SYNDROME)
+        self.byte_field(at::SYNDROME)
     }
 
     /// L3 header type (0 none, 1 IPv6, 2 IPv4).
     pub fn l3_type(&self) -> u8 {
-        (self.byte(0x1d) >> 2) & 0x3
+        self.byte_field(at::L3_HDR_TYPE)
     }
 
     /// L4 header type (0 none, 1 TCP, 2 UDP, 3-4 TCP with flags).
     pub fn l4_type(&self) -> u8 {
-        (self.byte(0x1d) >> 4) & 0x7
+        self.byte_field(at::L4_HDR_TYPE)
     }
 
     /// The device verified the IP header checksum.
     pub fn l3_ok(&self) -> bool {
-        self.byte(0x1c) & 0x02 != 0
+        self.byte_field(at::L3_OK) != 0
     }
 
     /// The device verified the TCP/UDP checksum.
     pub fn l4_ok(&self) -> bool {
-        self.byte(0x1c) & 0x04 != 0
+        self.byte_field(at::L4_OK) != 0
     }
 
     /// RSS hash, when the device computed one (non-zero hash type).
     pub fn rss_hash(&self) -> Option<u32> {
-        (self.byte(0x10) != 0).then(|| self.be32(0x0c))
+        (self.byte_field(at::RSS_HASH_TYPE) != 0).then(|| self.dword_field(at::RSS_HASH_RESULT))
     }
 }
-
-/// Byte of an error CQE that holds its syndrome.
-pub(crate) const ERR_CQE_SYNDROME: usize = 0x37;
 
 /// A receive CQE's packet types, checksum results and RSS hash, as a buffer's flags.
 #[inline]

@@ -1,11 +1,11 @@
 //! Event queues, driver side: reading EQEs by owner bit, checking what the device wrote, and
 //! reporting the consumer index back (re-arming the interrupt).
 
+use crate::backend::barrier::dma_rmb;
+use crate::backend::registers::Registers;
 use crate::backend::Backend;
 use cxdirect_dma::DmaRegion;
-use cxdirect_hw::doorbell::{
-    EqDoorbell, EQ_CI_UPDATE_INTERVAL, UAR_EQ_UPDATE_CI, UAR_EQ_UPDATE_CI_ARM, UAR_PAGE_SIZE,
-};
+use cxdirect_hw::doorbell::{EqDoorbell, EqUpdateCi, EqUpdateCiArm, EQ_CI_UPDATE_INTERVAL};
 use cxdirect_hw::eqe::{port_change, EventType, EQE_DATA_OFFSET, EQE_SIZE};
 
 /// Largest page request the driver accepts in one event (4 GiB of pages).
@@ -93,15 +93,12 @@ impl EventQueue {
         let db = EqDoorbell::new()
             .with_eqn(self.eqn as u8)
             .with_ci(self.ci & 0x00ff_ffff);
-        let offset = if arm {
-            UAR_EQ_UPDATE_CI_ARM
+        let uar = Registers::uar(backend, self.uar);
+        if arm {
+            uar.write(EqUpdateCiArm::new().with_word(db));
         } else {
-            UAR_EQ_UPDATE_CI
-        };
-        backend.write32(
-            self.uar as usize * UAR_PAGE_SIZE + offset,
-            db.into_bits().to_be_bytes(),
-        );
+            uar.write(EqUpdateCi::new().with_word(db));
+        }
         self.since_update = 0;
     }
 
@@ -130,8 +127,8 @@ impl EventQueue {
             if owner != (self.ci >> self.log_size) & 1 {
                 break;
             }
-            // Read the rest only after seeing the owner bit flip.
-            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+            // The rest of the entry is read only after the owner bit says the device wrote it.
+            dma_rmb();
             if self.region.read(offset, &mut eqe).is_err() {
                 break;
             }

@@ -1,14 +1,14 @@
 //! Completion queues, driver side: the ring software reads by owner bit, with compressed
 //! sessions unpacked into one CQE per completion.
 
-use super::compressed::{MiniRun, Session, FORMAT_MASK};
+use super::compressed::{MiniRun, Session};
 use super::cqe::Cqe;
+use crate::backend::barrier::{dma_rmb, dma_wmb};
 use crate::error::DriverError;
 use crate::ring::{DoorbellRecord, SlotRing};
 use cxdirect_dma::DmaRegion;
-use cxdirect_hw::cqe::{self, CqeOpcode, CQE_SIZE, MINI_CQES_PER_SLOT};
+use cxdirect_hw::cqe::{self, op_own, CqeOpcode, CQE_SIZE, MINI_CQES_PER_SLOT};
 use cxdirect_hw::doorbell::{cq_arm_cmd, CqArm};
-use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 
 /// Empty polls after which a CQ looks ahead for an entry the device skipped.
@@ -90,14 +90,17 @@ impl CqRing {
         ((index >> self.log_size) & 1) as u8
     }
 
+    /// The `op_own` byte of the entry at `index`, read with one aligned word load.
     #[inline(always)]
     fn op_own_at(&self, index: u32) -> Option<u8> {
-        let last = self
+        const WORD: usize = op_own::BYTE / 8 * 8;
+        const SHIFT: usize = 8 * (7 - op_own::BYTE % 8);
+        let word = self
             .region
             .region()
-            .read_u64_be(self.slot_offset(index) + CQE_SIZE - 8)
+            .read_u64_be(self.slot_offset(index) + WORD)
             .ok()?;
-        Some(last as u8)
+        Some((word >> SHIFT) as u8)
     }
 
     /// The next CQE software owns (copied), without consuming it.
@@ -120,14 +123,15 @@ impl CqRing {
         // One word load for the owner byte; the rest only once it is ours.
         let op_own = self.op_own_at(self.ci)?;
         if cqe::sw_owns(op_own, self.ci, self.log_size)
-            || (op_own & 1 == self.owner_for(self.ci) && op_own >> 4 == CqeOpcode::Invalid as u8)
+            || (op_own::owner(op_own) == self.owner_for(self.ci)
+                && op_own::opcode(op_own) == CqeOpcode::Invalid as u8)
         {
             self.idle_polls = 0;
             if self.gap_since.is_some() {
                 self.gap_since = None;
             }
             let cqe = self.copy(self.ci)?;
-            if op_own & FORMAT_MASK == cqe::cqe_format::COMPRESSED << 2 {
+            if op_own::format(op_own) == cqe::cqe_format::COMPRESSED {
                 return Some(self.open_session(cqe));
             }
             return Some(cqe);
@@ -180,8 +184,8 @@ impl CqRing {
             }
         }
         self.gap_since = None;
-        // The device writes in order: once the next entry is visible, this one is final.
-        fence(Ordering::Acquire);
+        // The device writes in order: this entry is read again only after the later one was seen.
+        dma_rmb();
         if cqe::sw_owns(self.op_own_at(self.ci)?, self.ci, self.log_size) {
             return self.copy(self.ci);
         }
@@ -190,18 +194,19 @@ impl CqRing {
         if self.compressed {
             self.lost_place = true;
         }
-        let invalid = (CqeOpcode::Invalid as u8) << 4 | self.owner_for(self.ci);
+        let invalid = op_own::with(CqeOpcode::Invalid as u8, self.owner_for(self.ci));
         let mut bytes = self.copy(self.ci)?.to_bytes();
-        bytes[CQE_SIZE - 1] = invalid;
+        bytes[op_own::BYTE] = invalid;
         // The damaged owner bit is the next pass's: marked in the ring too, the slot cannot
         // pass for a later entry when the ring looks ahead from the end of this pass.
-        self.region.write_bytes(self.ci, CQE_SIZE - 1, &[invalid]);
+        self.region.write_bytes(self.ci, op_own::BYTE, &[invalid]);
         Some(Cqe::from_bytes(bytes))
     }
 
     #[inline(always)]
     fn copy(&self, index: u32) -> Option<Cqe> {
-        fence(Ordering::Acquire);
+        // The entry's body is read only after its owner byte said the device wrote it.
+        dma_rmb();
         let words = self
             .region
             .region()
@@ -224,7 +229,7 @@ impl CqRing {
         let (true, Some(minis)) = (plausible, first_array) else {
             self.lost_place = true;
             let mut bytes = title.to_bytes();
-            bytes[CQE_SIZE - 1] = (CqeOpcode::Invalid as u8) << 4 | self.owner_for(self.ci);
+            bytes[op_own::BYTE] = op_own::with(CqeOpcode::Invalid as u8, self.owner_for(self.ci));
             return Cqe::from_bytes(bytes);
         };
         let session = Session::new(title, minis, self.ci, count);
@@ -277,9 +282,12 @@ impl CqRing {
             let index = self.ci.wrapping_add(done);
             let slot = index & mask;
             let count = (n - done).min(mask + 1 - slot);
-            let invalid = (CqeOpcode::Invalid as u8) << 4 | ((index >> self.log_size) & 1) as u8;
+            let invalid = op_own::with(
+                CqeOpcode::Invalid as u8,
+                ((index >> self.log_size) & 1) as u8,
+            );
             self.region
-                .write_byte_each(slot, CQE_SIZE - 1, count, invalid);
+                .write_byte_each(slot, op_own::BYTE, count, invalid);
             done += count;
         }
         self.ci = self.ci.wrapping_add(n);
@@ -308,8 +316,8 @@ impl CqRing {
     pub(crate) fn update_dbr(&self) {
         if self.compressed {
             // The slots a session covered were given back with stores to the ring: they
-            // must be visible before the device may write there again.
-            fence(Ordering::Release);
+            // must reach the device before the record that lets it write there again.
+            dma_wmb();
         }
         self.dbr.set(0, self.ci & 0x00ff_ffff);
     }

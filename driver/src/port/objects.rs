@@ -10,7 +10,9 @@ use super::stats::{PortStats, QueueXstats};
 use super::steering::Steering;
 use super::wq::{fill_cyclic_wq, ring_pages};
 use crate::backend::Backend;
-use crate::control::{destroy_input, input, out_u32, Device, KeyAccess, MemoryKey, QCounterSet};
+use crate::control::{
+    destroy_input, input, output_too_short, Device, KeyAccess, MemoryKey, QCounterSet,
+};
 use crate::cq::CqRing;
 use crate::error::DriverError;
 use crate::mem::{Mempool, Quarantine};
@@ -23,12 +25,13 @@ use crate::tx::{SendQueueParts, TxQueue};
 use cxdirect_dma::{DmaRegion, PageKind};
 use cxdirect_hw::caps::wqe_inline_mode;
 use cxdirect_hw::cmd::Opcode;
-use cxdirect_hw::cq::CreateCqIn;
+use cxdirect_hw::cq::{CreateCqIn, CreateCqOut};
 use cxdirect_hw::cqe::mini_cqe_res_format;
+use cxdirect_hw::hca::AllocUarOut;
 use cxdirect_hw::reg::{self, PmtuReg};
-use cxdirect_hw::tir::CreateTisIn;
+use cxdirect_hw::tir::{CreateTisIn, CreateTisOut};
 use cxdirect_hw::vport::ModifyNicVportContextIn;
-use cxdirect_hw::wq::{CreateRqIn, CreateSqIn, RqState, WqType};
+use cxdirect_hw::wq::{CreateRqIn, CreateRqOut, CreateSqIn, CreateSqOut, RqState, WqType};
 use std::sync::Arc;
 
 pub(super) mod recover;
@@ -181,7 +184,10 @@ impl<B: Backend> Port<B> {
                 c.ctx_mut().set_transport_domain(td);
             })
             .ok();
-        self.tis = out_u32(&self.dev.exec(&cmd, 16)?);
+        let out = self.dev.exec(&cmd, CreateTisOut::<&[u8]>::SIZE)?;
+        self.tis = CreateTisOut::new(&out[..])
+            .map_err(output_too_short)?
+            .tisn();
         let mut tx = Vec::new();
         for _ in 0..self.config.tx_queues {
             tx.push(self.create_tx(pd)?);
@@ -312,7 +318,8 @@ impl<B: Backend> Port<B> {
                 let _ = c.set_pas(i, region.iova() + (i * page) as u64);
             }
         }
-        let cqn = out_u32(&self.dev.exec(&cmd, 16)?);
+        let out = self.dev.exec(&cmd, CreateCqOut::<&[u8]>::SIZE)?;
+        let cqn = CreateCqOut::new(&out[..]).map_err(output_too_short)?.cqn();
         self.cqs.push(cqn);
         CqRing::new(region, dbr, log, cqn, compress)
     }
@@ -352,7 +359,8 @@ impl<B: Backend> Port<B> {
                 let _ = c.set_pas(i, ring.iova() + (i * page) as u64);
             }
         }
-        let sqn = out_u32(&self.dev.exec(&cmd, 16)?);
+        let out = self.dev.exec(&cmd, CreateSqOut::<&[u8]>::SIZE)?;
+        let sqn = CreateSqOut::new(&out[..]).map_err(output_too_short)?.sqn();
         self.sqs.push(sqn);
         self.modify_sq(sqn, RqState::Rst, RqState::Rdy)?;
         Ok(sqn)
@@ -378,7 +386,10 @@ impl<B: Backend> Port<B> {
     }
 
     fn create_tx(&mut self, pd: u32) -> Result<TxQueue<B>, DriverError> {
-        let uar = out_u32(&self.dev.exec(&input(Opcode::AllocUar, 0, 16), 16)?);
+        let out = self
+            .dev
+            .exec(&input(Opcode::AllocUar, 0, 16), AllocUarOut::<&[u8]>::SIZE)?;
+        let uar = AllocUarOut::new(&out[..]).map_err(output_too_short)?.uar();
         self.uars.push(uar);
         let entries = self.config.ring_size;
         let cq = self.create_cq(entries, uar, 0, false, false)?;
@@ -445,7 +456,8 @@ impl<B: Backend> Port<B> {
                 let _ = c.set_pas(i, iova);
             }
         }
-        let rqn = out_u32(&self.dev.exec(&cmd, 16)?);
+        let out = self.dev.exec(&cmd, CreateRqOut::<&[u8]>::SIZE)?;
+        let rqn = CreateRqOut::new(&out[..]).map_err(output_too_short)?.rqn();
         self.rqs.push(rqn);
         self.modify_rq(rqn, RqState::Rst, RqState::Rdy)?;
         Ok(rqn)

@@ -3,11 +3,13 @@
 
 use super::config::PortConfig;
 use crate::backend::Backend;
-use crate::control::{destroy_input, input, out_u32, Device};
+use crate::control::{destroy_input, input, output_too_short, Device};
 use crate::error::DriverError;
 use cxdirect_hw::cmd::Opcode;
-use cxdirect_hw::flow::{self, CreateFlowGroupIn, CreateFlowTableIn, SetFteIn};
-use cxdirect_hw::tir::{self, CreateRqtIn, CreateTirIn};
+use cxdirect_hw::flow::{
+    self, CreateFlowGroupIn, CreateFlowGroupOut, CreateFlowTableIn, CreateFlowTableOut, SetFteIn,
+};
+use cxdirect_hw::tir::{self, CreateRqtIn, CreateRqtOut, CreateTirIn, CreateTirOut};
 
 /// A port's receive steering: the RQ table, the TIRs over it, the NIC receive flow tables, and
 /// their groups and rules. Each list holds the objects the device has that are not yet
@@ -58,7 +60,10 @@ impl Steering {
                 }
             }
         }
-        let tirn = out_u32(&dev.exec(&cmd, 16)?);
+        let out = dev.exec(&cmd, CreateTirOut::<&[u8]>::SIZE)?;
+        let tirn = CreateTirOut::new(&out[..])
+            .map_err(output_too_short)?
+            .tirn();
         self.tirs.push(tirn);
         Ok(tirn)
     }
@@ -78,7 +83,10 @@ impl Steering {
                     .set_log_size(log_size);
             })
             .ok();
-        let id = out_u32(&dev.exec(&cmd, 16)?);
+        let out = dev.exec(&cmd, CreateFlowTableOut::<&[u8]>::SIZE)?;
+        let id = CreateFlowTableOut::new(&out[..])
+            .map_err(output_too_short)?
+            .table_id();
         self.tables.push(id);
         Ok(id)
     }
@@ -104,7 +112,10 @@ impl Steering {
                 .set_match_criteria_enable(flow::MATCH_OUTER_HEADERS);
             fill(&mut c.match_criteria_mut().outer_headers_mut(), true);
         }
-        let group = out_u32(&dev.exec(&cmd, 16)?);
+        let out = dev.exec(&cmd, CreateFlowGroupOut::<&[u8]>::SIZE)?;
+        let group = CreateFlowGroupOut::new(&out[..])
+            .map_err(output_too_short)?
+            .group_id();
         self.groups.push((table, group));
         let mut cmd = input(Opcode::SetFlowTableEntry, 0, SetFteIn::<&[u8]>::SIZE + 8);
         {
@@ -158,7 +169,10 @@ impl Steering {
                     let _ = c.set_rq_num(i, rqn);
                 }
             }
-            let rqt = out_u32(&dev.exec(&cmd, 16)?);
+            let out = dev.exec(&cmd, CreateRqtOut::<&[u8]>::SIZE)?;
+            let rqt = CreateRqtOut::new(&out[..])
+                .map_err(output_too_short)?
+                .rqtn();
             self.rqt = Some(rqt);
             // Per-port UDP rules first (lower index matches first), then 7 RSS rules.
             let rules = rqs.len() * usize::from(config.udp_port_queues.is_some()) + 7;

@@ -2,12 +2,13 @@
 //! CQ reports completions to its own EQ, bound to its own MSI-X vector, so a thread with nothing
 //! to receive can arm the CQ and sleep on the vector's eventfd instead of spinning.
 
+use crate::backend::barrier::wmb;
+use crate::backend::registers::Registers;
 use crate::backend::{Backend, Interrupt};
 use crate::cq::{CqRing, Event, EventQueue};
 use crate::error::DriverError;
-use cxdirect_hw::doorbell::{UAR_CQ_DOORBELL, UAR_PAGE_SIZE};
+use cxdirect_hw::doorbell::CqDoorbell;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,12 +54,10 @@ impl<B: Backend> CompletionInterrupt<B> {
     /// the CQ's doorbell record, then the UAR doorbell.
     pub(crate) fn arm(&mut self, cq: &CqRing) {
         let word = cq.write_arm(self.sn);
-        // The record before the doorbell that makes the device read it.
-        fence(Ordering::SeqCst);
-        self.backend.write64(
-            self.uar as usize * UAR_PAGE_SIZE + UAR_CQ_DOORBELL,
-            word.doorbell(cq.cqn()).to_be_bytes(),
-        );
+        // The arm record must reach the device before the doorbell that makes it read it.
+        wmb();
+        Registers::uar(&*self.backend, self.uar)
+            .write64(CqDoorbell::new().with_arm(word).with_cqn(cq.cqn()));
         self.armed = true;
     }
 

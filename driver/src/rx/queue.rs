@@ -5,6 +5,7 @@
 use super::irq::{self, CompletionInterrupt};
 use super::sink::RxSink;
 use super::striding::{StridingRx, WQE_BYTES};
+use crate::backend::barrier::dma_wmb;
 use crate::backend::Backend;
 use crate::cq::{rx_flags, CqRing, MiniRun};
 use crate::error::DriverError;
@@ -15,8 +16,6 @@ use crate::ring::{
 use cxdirect_dma::DmaRegion;
 use cxdirect_hw::wqe;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::fence;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -202,7 +201,8 @@ impl<B: Backend> RxQueue<B> {
             self.stats.nombuf += 1;
         }
         if posted > 0 {
-            fence(Ordering::SeqCst);
+            // The receive WQEs must reach the device before the record that publishes them.
+            dma_wmb();
             self.dbr.set(0, u32::from(self.pi));
         }
     }

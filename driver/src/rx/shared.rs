@@ -13,6 +13,7 @@
 use super::irq;
 use super::irq::CompletionInterrupt;
 use super::sink::RxSink;
+use crate::backend::barrier::dma_wmb;
 use crate::backend::Backend;
 use crate::cq::{rx_flags, CqRing};
 use crate::error::DriverError;
@@ -21,7 +22,6 @@ use crate::ring::{DoorbellRecord, QueueStats, SlotRing, StatsHandle, MAX_BURST};
 use cxdirect_dma::DmaRegion;
 use cxdirect_hw::wqe;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -219,8 +219,8 @@ impl SharedRing {
             posted += 1;
         }
         if posted > 0 {
-            // WQEs before the record that makes them visible.
-            fence(Ordering::SeqCst);
+            // The receive WQEs must reach the device before the record that publishes them.
+            dma_wmb();
             self.dbr.set(0, u32::from(st.pi));
             st.stats.refills += 1;
             st.stats.posted += u64::from(posted);

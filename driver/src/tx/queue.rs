@@ -5,6 +5,7 @@
 use super::inflight::{InFlight, Kept};
 use super::lso::TxRefusal;
 use super::source::{PacketSource, SendPacket, KEPT, REFUSED};
+use crate::backend::barrier::{dma_wmb, wmb};
 use crate::backend::Backend;
 use crate::cq::CqRing;
 use crate::error::DriverError;
@@ -12,9 +13,8 @@ use crate::mem::{Mbuf, PacketBurst, Quarantine};
 use crate::ring::{DoorbellRecord, QueueStats, Rebuild, SlotRing, StatsHandle, MAX_BURST};
 use cxdirect_dma::DmaRegion;
 use cxdirect_hw::cqe::CqeOpcode;
-use cxdirect_hw::doorbell::{UAR_BF_OFFSET, UAR_PAGE_SIZE};
+use cxdirect_hw::doorbell::bf_buffer_offset;
 use cxdirect_hw::wqe::{ETH_L2_INLINE_HEADER_SIZE, WQE_BB};
-use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
 #[cfg(test)]
@@ -398,13 +398,12 @@ impl<B: Backend> TxQueue<B> {
     /// of the burst's last WQE (at ring index `last_index`): all of it as BlueFlame when that
     /// WQE is alone and fits one basic block, else its first 8 bytes.
     fn ring_doorbell(&mut self, last_index: u16, last_bbs: u16, alone: bool) {
-        // WQEs before the record, the record before the doorbell.
-        fence(Ordering::SeqCst);
+        // The burst's WQEs must reach the device before the record that publishes them.
+        dma_wmb();
         self.dbr.set(1, u32::from(self.pi));
-        fence(Ordering::SeqCst);
-        let offset = self.uar as usize * UAR_PAGE_SIZE
-            + UAR_BF_OFFSET
-            + if self.bf_half { BF_HALF } else { 0 };
+        // The record must reach the device before the doorbell that makes it read the ring.
+        wmb();
+        let offset = bf_buffer_offset(self.uar, self.bf_half);
         self.bf_half = !self.bf_half;
         self.stats.doorbells += 1;
         if self.blueflame && alone && last_bbs == 1 {
@@ -526,7 +525,6 @@ impl<B: Backend> Drop for TxQueue<B> {
 
 /// Largest send WQE the driver builds, in bytes.
 pub(crate) const MAX_WQE: usize = 1024;
-const BF_HALF: usize = 256;
 /// Bytes of an Ethernet header: the shortest frame a send queue takes.
 pub(crate) const ETH_HEADER: usize = 14;
 /// Bytes of packet headers inlined in the Ethernet segment (Ethernet + VLAN).

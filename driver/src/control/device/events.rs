@@ -3,6 +3,7 @@
 
 use super::super::health::health_counter;
 use super::{record, Device, RmpStatus, ASYNC_EVENTS, MAX_FAILED_CQS};
+use crate::backend::registers::Registers;
 use crate::backend::{Backend, Interrupt};
 use crate::control::cmd::input;
 use crate::cq::{Event, EventQueue};
@@ -11,7 +12,7 @@ use cxdirect_dma::{DmaRegion, PageKind};
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::eq::{CreateEqIn, CreateEqOut};
 use cxdirect_hw::eqe::{event_bit, EventType};
-use cxdirect_hw::init_seg;
+use cxdirect_hw::init_seg::{HealthFwVer, HealthSyndrome};
 use cxdirect_hw::wq::{QueryRmpOut, RmpState};
 use std::time::{Duration, Instant};
 
@@ -280,12 +281,11 @@ impl<B: Backend> Device<B> {
         if let Some(f) = self.health.failed {
             return Err(DriverError::Failed(f));
         }
-        let fw = u32::from_be_bytes(self.backend.read32(init_seg::HEALTH_FW_VER));
-        let failure = if fw == init_seg::DEAD_READ {
+        let registers = Registers::init_seg(&*self.backend);
+        let failure = if registers.read::<HealthFwVer>().is_dead_read() {
             Some(HealthFailure::NotResponding)
         } else {
-            let synd_word = u32::from_be_bytes(self.backend.read32(init_seg::HEALTH_SYND & !3));
-            let synd = (synd_word >> 16) as u8;
+            let synd = registers.read::<HealthSyndrome>().synd();
             let counter = health_counter(&*self.backend);
             if synd != 0 {
                 Some(HealthFailure::Syndrome(synd))

@@ -3,7 +3,7 @@
 
 use super::Device;
 use crate::backend::Backend;
-use crate::control::cmd::input;
+use crate::control::cmd::{input, output_too_short};
 use crate::error::DriverError;
 use cxdirect_hw::caps::{port_type, CmdHcaCap};
 use cxdirect_hw::cmd::Opcode;
@@ -74,8 +74,10 @@ impl<B: Backend> Device<B> {
             &input(Opcode::QueryHcaCap, query_cap_op_mod(kind, current), 16),
             QueryHcaCapOut::<&[u8]>::SIZE,
         )?;
+        let out = QueryHcaCapOut::new(&out[..]).map_err(output_too_short)?;
         let mut caps = [0u8; 0x100];
-        caps.copy_from_slice(&out[0x10..0x110]);
+        let len = caps.len();
+        caps.copy_from_slice(&out.capability().as_bytes()[..len]);
         Ok(caps)
     }
 

@@ -5,7 +5,7 @@
 
 use super::{Port, SharedQueues, NO_RQ};
 use crate::backend::Backend;
-use crate::control::{input, out_u32, QCounterSet, RmpStatus};
+use crate::control::{input, output_too_short, QCounterSet, RmpStatus};
 use crate::error::{DriverError, QueueKind};
 use crate::port::restart::{RestartStage, SharedRestart, SharedRingRestart};
 use crate::port::wq::{fill_cyclic_wq, ring_pages};
@@ -13,7 +13,8 @@ use crate::rx::{SharedRing, SharedRxConfig, SharedRxQueue, SharedRxRing};
 use cxdirect_dma::DmaRegion;
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::wq::{
-    CreateRmpIn, CreateRqIn, ModifyRmpIn, QueryRqIn, QueryRqOut, RmpState, RqState,
+    CreateRmpIn, CreateRmpOut, CreateRqIn, CreateRqOut, ModifyRmpIn, QueryRqIn, QueryRqOut,
+    RmpState, RqState,
 };
 use std::sync::Arc;
 use std::time::Instant;
@@ -86,7 +87,10 @@ impl<B: Backend> Port<B> {
                 let _ = c.set_pas(i, iova);
             }
         }
-        let rmpn = out_u32(&self.dev.exec(&cmd, 16)?);
+        let out = self.dev.exec(&cmd, CreateRmpOut::<&[u8]>::SIZE)?;
+        let rmpn = CreateRmpOut::new(&out[..])
+            .map_err(output_too_short)?
+            .rmpn();
         self.dev.register_shared_ring(rmpn, 1 << log);
         Ok(rmpn)
     }
@@ -104,7 +108,8 @@ impl<B: Backend> Port<B> {
                 .set_rmpn(rmpn)
                 .set_counter_set_id(self.q_counter.as_ref().map_or(0, QCounterSet::id));
         }
-        let rqn = out_u32(&self.dev.exec(&cmd, 16)?);
+        let out = self.dev.exec(&cmd, CreateRqOut::<&[u8]>::SIZE)?;
+        let rqn = CreateRqOut::new(&out[..]).map_err(output_too_short)?.rqn();
         if let Err(e) = self.modify_rq(rqn, RqState::Rst, RqState::Rdy) {
             let _ = self.destroy(Opcode::DestroyRq, rqn, 8);
             return Err(e);
