@@ -247,13 +247,14 @@ fn revocation_waits_for_the_keys_then_unmaps() {
 }
 
 /// Real udmabufs where the host has `/dev/udmabuf` (the QEMU rig's guest runs the same path
-/// through `cxdirect-dmabuf-rx`).
+/// through `cxdirect-dmabuf-rx`). Ignored unless asked for (`-- --ignored`, as `.ci/run` does
+/// where the device is present) rather than probed at build time: a build script cannot watch
+/// for the device appearing without rebuilding the crate on every build (cargo counts a missing
+/// path as changed, and `/dev` itself changes all the time).
 #[test]
+#[ignore = "needs /dev/udmabuf, readable and writable: modprobe udmabuf, then run with --ignored"]
 fn a_udmabuf_imports_with_its_exporter_and_falls_back_to_its_memfd() {
-    let Ok(udmabuf) = export::udmabuf(8 * 4096) else {
-        eprintln!("no /dev/udmabuf on this host: udmabuf import is exercised in the QEMU rig");
-        return;
-    };
+    let udmabuf = export::udmabuf(8 * 4096).expect("a udmabuf from /dev/udmabuf");
     let buf = DmaBuf::import_with_backing(udmabuf.dmabuf, udmabuf.memfd, 0).unwrap();
     assert_eq!(buf.exporter(), "udmabuf");
     assert_eq!(buf.size(), 8 * 4096);

@@ -41,10 +41,13 @@ pub(crate) mod engine;
 pub mod faults;
 pub(crate) mod fw;
 pub mod irq;
+pub(crate) mod objects;
 pub mod packet;
 pub mod pcap;
 pub mod pci;
 pub mod rss;
+#[cfg(feature = "server")]
+pub mod server;
 pub mod testkit;
 pub mod wire;
 

@@ -16,7 +16,13 @@ use cxdirect_hw::tir::{
 use cxdirect_hw::wq::{
     ModifyRmpIn, ModifyRqIn, ModifySqIn, QueryRmpOut, MODIFY_RQ_BITMASK_RQ_COUNTER_SET_ID,
 };
+use cxdirect_hw::wqe::EthSeg;
+use etherparse::{
+    EtherType, IpNumber, LinkHeader, NetHeaders, PacketBuilder, PacketHeaders, TransportHeader,
+};
+use pcap_parser::{Linktype, PcapCapture};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const MEM: usize = 64 << 20;
 
@@ -926,10 +932,37 @@ fn firmware_pages_unmapped_early_are_detected() {
     );
 }
 
-#[test]
-fn the_wire_capture_opens_in_tshark() {
+/// A capture of frames the device put on its wire, and what it must hold.
+struct DeviceCapture {
+    /// The pcap file (removed on drop).
+    path: std::path::PathBuf,
+    /// The frames as they must appear on the wire, in order.
+    frames: Vec<Vec<u8>>,
+    /// Wall-clock time before the wire existed and after the last frame was flushed.
+    window: (Duration, Duration),
+}
+
+impl Drop for DeviceCapture {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn wall_clock() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+}
+
+/// Sends frames through the device onto a loopback wire with a pcap tap: IPv4/UDP frames of
+/// several sizes with their checksums filled in by the host, then a UDP and a TCP frame whose
+/// checksums the host left zero and the send WQE asks the device to fill in. The frames on the
+/// wire, checksums included, are built by `etherparse`, independently of the model.
+fn capture_through_the_device(tag: &str) -> DeviceCapture {
+    let start = wall_clock();
     let dev = Device::loopback(EmuConfig::default());
-    let path = std::env::temp_dir().join(format!("cxdirect-model-{}.pcap", std::process::id()));
+    let path =
+        std::env::temp_dir().join(format!("cxdirect-model-{tag}-{}.pcap", std::process::id()));
     let (wire, _) = dev.wire().unwrap();
     wire.set_pcap(cxdirect_emu::pcap::PcapWriter::create(&path).unwrap())
         .unwrap();
@@ -937,18 +970,161 @@ fn the_wire_capture_opens_in_tshark() {
     h.bring_up();
     let key = h.create_mkey(false, true);
     let mut tx = tx_path(&mut h, key);
-    let sizes = [60usize, 128, 1000, 1514];
-    for &n in &sizes {
-        send(&mut h, &mut tx, &udp_frame(n - 42, 3));
+    let mut frames = Vec::new();
+    for &n in &[60usize, 128, 1000, 1514] {
+        let frame = udp_frame(n - 42, 3);
+        send(&mut h, &mut tx, &frame);
+        frames.push(frame);
+    }
+    let payload: Vec<u8> = (0..200u8).collect();
+    let udp = PacketBuilder::ethernet2([0x02, 0, 0, 0, 0, 0x0a], [0x02, 0, 0, 0, 0, 0x0b])
+        .ipv4([192, 168, 7, 1], [192, 168, 7, 2], 32)
+        .udp(4791, 9);
+    let tcp = PacketBuilder::ethernet2([0x02, 0, 0, 0, 0, 0x0a], [0x02, 0, 0, 0, 0, 0x0b])
+        .ipv4([192, 168, 7, 1], [192, 168, 7, 2], 32)
+        .tcp(40_000, 80, 0x0102_0304, 8192)
+        .ack(0x0a0b_0c0d)
+        .psh();
+    let mut udp_frame_built = Vec::new();
+    udp.write(&mut udp_frame_built, &payload).unwrap();
+    let mut tcp_frame_built = Vec::new();
+    tcp.write(&mut tcp_frame_built, &payload).unwrap();
+    // IPv4 header checksum at 24, UDP checksum at 40, TCP checksum at 50.
+    for (built, l4_checksum) in [(udp_frame_built, 40), (tcp_frame_built, 50)] {
+        let mut unsummed = built.clone();
+        unsummed[24..26].fill(0);
+        unsummed[l4_checksum..l4_checksum + 2].fill(0);
+        send_with_checksum_offload(&mut h, &mut tx, &unsummed);
+        frames.push(built);
     }
     wire.flush_pcap().unwrap();
+    DeviceCapture {
+        path,
+        frames,
+        window: (start, wall_clock()),
+    }
+}
+
+/// Sends `frame` asking the device to compute its IPv4 and TCP/UDP checksums.
+fn send_with_checksum_offload(h: &mut Host, tx: &mut Tx, frame: &[u8]) -> Vec<u8> {
+    let payload = h.alloc(frame.len() as u64, 64);
+    let mut wqe = h.build_send(&tx.sq, frame, payload, tx.key, true);
+    EthSeg::new(&mut wqe[16..32])
+        .unwrap()
+        .set_l3_csum(true)
+        .set_l4_csum(true);
+    h.post(&mut tx.sq, &wqe, false);
+    h.poll_cq(&mut tx.cq).expect("send completion")
+}
+
+/// The device's capture read by an independent pcap reader (`pcap-parser`) and packet parser
+/// (`etherparse`): header, frame count, lengths, timestamps, and every frame's Ethernet, IPv4,
+/// UDP and TCP fields and checksums.
+#[test]
+fn the_wire_capture_reads_back_in_independent_parsers() {
+    let capture = capture_through_the_device("independent");
+    let bytes = std::fs::read(&capture.path).unwrap();
+    let file = PcapCapture::from_file(&bytes).expect("a pcap file");
+    assert_eq!(
+        (file.header.version_major, file.header.version_minor),
+        (2, 4)
+    );
+    assert_eq!(file.header.network, Linktype::ETHERNET);
+    assert!(!file.header.is_nanosecond_precision());
+    assert_eq!(file.blocks.len(), capture.frames.len(), "frame count");
+    let (start, end) = capture.window;
+    let mut previous = Duration::ZERO;
+    for (i, (block, sent)) in file.blocks.iter().zip(&capture.frames).enumerate() {
+        assert_eq!(block.origlen as usize, sent.len(), "frame {i} length");
+        assert_eq!(
+            block.caplen as usize,
+            sent.len(),
+            "frame {i} captured length"
+        );
+        assert_eq!(block.data, &sent[..], "frame {i} bytes");
+        let at = Duration::new(u64::from(block.ts_sec), block.ts_usec * 1000);
+        assert!(block.ts_usec < 1_000_000, "frame {i} microseconds");
+        assert!(at >= previous, "frame {i}: timestamps go forward");
+        // Records keep whole microseconds.
+        assert!(
+            at + Duration::from_micros(1) > start && at <= end,
+            "frame {i} at {at:?}, outside the test's run {start:?}..{end:?}"
+        );
+        previous = at;
+        check_headers(i, block.data);
+    }
+}
+
+/// Parses one captured frame as Ethernet II / IPv4 / UDP or TCP and checks its lengths and
+/// checksums against values `etherparse` computes.
+fn check_headers(i: usize, frame: &[u8]) {
+    let headers = PacketHeaders::from_ethernet_slice(frame)
+        .unwrap_or_else(|e| panic!("frame {i} does not parse: {e:?}"));
+    let Some(LinkHeader::Ethernet2(eth)) = &headers.link else {
+        panic!("frame {i}: no Ethernet II header");
+    };
+    assert_eq!(eth.ether_type, EtherType::IPV4, "frame {i} EtherType");
+    assert_eq!(eth.source[0] & 1, 0, "frame {i}: unicast source MAC");
+    let Some(NetHeaders::Ipv4(ip, _)) = &headers.net else {
+        panic!("frame {i}: no IPv4 header");
+    };
+    assert_eq!(
+        usize::from(ip.total_len),
+        frame.len() - 14,
+        "frame {i} IPv4 length"
+    );
+    assert_eq!(
+        ip.header_checksum,
+        ip.calc_header_checksum(),
+        "frame {i} IPv4 header checksum"
+    );
+    let payload = headers.payload.slice();
+    match &headers.transport {
+        Some(TransportHeader::Udp(udp)) => {
+            assert_eq!(ip.protocol, IpNumber::UDP, "frame {i} IP protocol");
+            assert_eq!(
+                usize::from(udp.length),
+                frame.len() - 34,
+                "frame {i} UDP length"
+            );
+            assert_eq!(
+                udp.checksum,
+                udp.calc_checksum_ipv4(ip, payload).unwrap(),
+                "frame {i} UDP checksum"
+            );
+        }
+        Some(TransportHeader::Tcp(tcp)) => {
+            assert_eq!(ip.protocol, IpNumber::TCP, "frame {i} IP protocol");
+            assert_eq!(
+                (tcp.source_port, tcp.destination_port),
+                (40_000, 80),
+                "frame {i} TCP ports"
+            );
+            assert!(tcp.ack && tcp.psh, "frame {i} TCP flags");
+            assert_eq!(
+                tcp.checksum,
+                tcp.calc_checksum_ipv4(ip, payload).unwrap(),
+                "frame {i} TCP checksum"
+            );
+        }
+        other => panic!("frame {i}: neither UDP nor TCP: {other:?}"),
+    }
+}
+
+/// The same capture as read by tshark, a second independent reader.
+#[test]
+#[cfg_attr(
+    not(has_tshark),
+    ignore = "needs tshark on PATH: apt-get install tshark"
+)]
+fn the_wire_capture_opens_in_tshark() {
+    let capture = capture_through_the_device("tshark");
     let out = std::process::Command::new("tshark")
         .args(["-r"])
-        .arg(&path)
+        .arg(&capture.path)
         .args(["-T", "fields", "-e", "frame.len"])
         .output()
         .expect("tshark must be installed (apt-get install -y tshark)");
-    let _ = std::fs::remove_file(&path);
     assert!(
         out.status.success(),
         "tshark failed: {}",
@@ -958,6 +1134,7 @@ fn the_wire_capture_opens_in_tshark() {
         .lines()
         .map(|l| l.trim().parse().unwrap())
         .collect();
+    let sizes: Vec<usize> = capture.frames.iter().map(Vec::len).collect();
     assert_eq!(lens, sizes);
 }
 

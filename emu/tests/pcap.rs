@@ -1,5 +1,5 @@
-//! Tests of the pcap writer and reader, including a cross-check against tshark, an independent
-//! reader of the format.
+//! Tests of the pcap writer and reader, including cross-checks against independent readers of
+//! the format: the `pcap-parser` crate (every machine) and tshark (where it is installed).
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -515,43 +515,109 @@ fn tshark_lengths(path: &std::path::Path) -> Vec<(usize, usize)> {
         .collect()
 }
 
-#[test]
-fn tshark_reads_our_files() {
+/// Capture files of the same frames under different snapshot lengths.
+struct Written {
+    /// Each file with its snapshot length.
+    files: Vec<(u32, TempFile)>,
+    /// The frames written to each, with their timestamps.
+    frames: Vec<(Duration, Vec<u8>)>,
+}
+
+/// Writes one capture file per snapshot length (the default, and 100 bytes) of frames of sizes
+/// from the smallest Ethernet header to a 16 KiB jumbo frame, 10 µs apart.
+fn write_sized_captures(tag: &str) -> Written {
     let sizes = [14usize, 60, 64, 128, 1514, 1518, 9000, 9018, 16_406];
     let start = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("clock after 1970");
+    let frames: Vec<(Duration, Vec<u8>)> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| {
+            (
+                start + Duration::from_micros(i as u64 * 10),
+                frame(len, i as u8),
+            )
+        })
+        .collect();
+    let files = [DEFAULT_SNAPLEN, 100]
+        .into_iter()
+        .map(|snap| {
+            let path = temp_path(&format!("{tag}-{snap}"));
+            let file = TempFile(path.clone());
+            let mut w = PcapWriter::create_with_snaplen(&path, snap).expect("create");
+            for (ts, f) in &frames {
+                w.write_frame(*ts, f).expect("write");
+            }
+            w.flush().expect("flush");
+            (snap, file)
+        })
+        .collect();
+    Written { files, frames }
+}
 
-    let path = temp_path("tshark");
-    let _cleanup = TempFile(path.clone());
-    let mut w = PcapWriter::create(&path).expect("create");
-    for (i, &len) in sizes.iter().enumerate() {
-        let ts = start + Duration::from_micros(i as u64 * 10);
-        w.write_frame(ts, &frame(len, i as u8)).expect("write");
+#[test]
+fn an_independent_reader_reads_our_files() {
+    let written = write_sized_captures("independent");
+    for (snap, file) in &written.files {
+        let bytes = std::fs::read(&file.0).expect("read back");
+        let capture = pcap_parser::PcapCapture::from_file(&bytes)
+            .unwrap_or_else(|e| panic!("snaplen {snap}: not a pcap file to pcap-parser: {e:?}"));
+        let header = &capture.header;
+        assert_eq!((header.version_major, header.version_minor), (2, 4));
+        assert_eq!(header.snaplen, *snap);
+        assert_eq!(header.network, pcap_parser::Linktype::ETHERNET);
+        assert!(!header.is_nanosecond_precision() && !header.is_bigendian());
+        assert_eq!(
+            capture.blocks.len(),
+            written.frames.len(),
+            "snaplen {snap}: frame count"
+        );
+        let mut previous = Duration::ZERO;
+        for (i, (block, (ts, f))) in capture.blocks.iter().zip(&written.frames).enumerate() {
+            let kept = f.len().min(*snap as usize);
+            assert_eq!(block.origlen as usize, f.len(), "snaplen {snap}, frame {i}");
+            assert_eq!(block.caplen as usize, kept, "snaplen {snap}, frame {i}");
+            assert_eq!(block.data, &f[..kept], "snaplen {snap}, frame {i} bytes");
+            let at = Duration::new(u64::from(block.ts_sec), block.ts_usec * 1000);
+            // Records keep whole microseconds.
+            assert_eq!(
+                at.as_micros(),
+                ts.as_micros(),
+                "snaplen {snap}, frame {i} time"
+            );
+            assert!(
+                at > previous,
+                "snaplen {snap}, frame {i}: timestamps go forward"
+            );
+            previous = at;
+            let eth = etherparse::Ethernet2HeaderSlice::from_slice(block.data)
+                .unwrap_or_else(|e| panic!("snaplen {snap}, frame {i}: {e:?}"));
+            assert_eq!(eth.destination(), [0x02, 0, 0, 0, 0, 0x02]);
+            assert_eq!(eth.source(), [0x02, 0, 0, 0, 0, 0x01]);
+            assert_eq!(eth.ether_type(), etherparse::EtherType(0x88b5));
+        }
     }
-    w.flush().expect("flush");
-    drop(w);
+}
 
-    let seen = tshark_lengths(&path);
-    assert_eq!(seen.len(), sizes.len(), "frame count seen by tshark");
-    for (&(len, cap), &size) in seen.iter().zip(&sizes) {
-        assert_eq!((len, cap), (size, size));
-    }
-
-    // With a small snapshot length tshark must see the original lengths and the cut captures.
-    let snap = 100u32;
-    let path = temp_path("tshark-snap");
-    let _cleanup_snap = TempFile(path.clone());
-    let mut w = PcapWriter::create_with_snaplen(&path, snap).expect("create");
-    for (i, &len) in sizes.iter().enumerate() {
-        w.write_frame(start, &frame(len, i as u8)).expect("write");
-    }
-    w.flush().expect("flush");
-    drop(w);
-
-    let seen = tshark_lengths(&path);
-    assert_eq!(seen.len(), sizes.len(), "frame count seen by tshark");
-    for (&(len, cap), &size) in seen.iter().zip(&sizes) {
-        assert_eq!((len, cap), (size, size.min(snap as usize)));
+#[test]
+#[cfg_attr(
+    not(has_tshark),
+    ignore = "needs tshark on PATH: apt-get install tshark"
+)]
+fn tshark_reads_our_files() {
+    let written = write_sized_captures("tshark");
+    for (snap, file) in &written.files {
+        // tshark must see the original lengths and, under a small snapshot length, the cut
+        // captures.
+        let seen = tshark_lengths(&file.0);
+        assert_eq!(
+            seen.len(),
+            written.frames.len(),
+            "frame count seen by tshark"
+        );
+        for (&(len, cap), (_, f)) in seen.iter().zip(&written.frames) {
+            assert_eq!((len, cap), (f.len(), f.len().min(*snap as usize)));
+        }
     }
 }

@@ -2,12 +2,9 @@
 //! BAR0 plumbing into the model, BAR access splitting, MSI-X eventfds with masking, DMA maps of
 //! memfd pages into the model's IOMMU, reset, and the cross-process cable.
 
-#[allow(dead_code)]
-#[path = "../src/server/mod.rs"]
-mod server;
-
 use cxdirect_emu::device::{MmioError, MSIX_PBA_OFFSET};
 use cxdirect_emu::pci;
+use cxdirect_emu::server;
 use cxdirect_emu::wire::{PortId, Wire};
 use cxdirect_emu::{Device, EmuConfig, ExecMode};
 use cxdirect_hw::init_seg;

@@ -14,12 +14,7 @@
 //! socket that could not be served), 2 for a bad command line. See [`server`] for how the device
 //! is served.
 
-// The module is shared with the integration tests (`tests/server*.rs` include it the same way),
-// which use accessors this program does not.
-#[allow(dead_code)]
-#[path = "../server/mod.rs"]
-mod server;
-
+use cxdirect_emu::server;
 use server::cli::{self, Command};
 use server::logger::{self, PROGRAM};
 use std::process::ExitCode;

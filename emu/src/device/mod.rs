@@ -9,7 +9,7 @@ use crate::config::{EmuConfig, ExecMode};
 use crate::counters::{Counters, CountersSnapshot, QueueCountersSnapshot, QueueKind};
 use crate::dma::Iommu;
 use crate::engine;
-use crate::fw::{cmdif, objects::FIRST_UAR, Core};
+use crate::fw::{cmdif, Core};
 use crate::irq::InterruptSink;
 use crate::pci::{ConfigSpace, FunctionLayout, MsixTable};
 use crate::wire::{PortId, Wire};
@@ -29,12 +29,7 @@ pub const MSIX_TABLE_OFFSET: u64 = 0x2000;
 /// BAR0 offset of the MSI-X pending bit array.
 pub const MSIX_PBA_OFFSET: u64 = 0x3000;
 /// Size of one BlueFlame register in bytes (two halves used alternately).
-pub const BF_REG_SIZE: usize = 1 << crate::fw::caps::LOG_BF_REG_SIZE;
-
-/// Number of UAR pages BAR0 holds after the init segment and MSI-X pages.
-pub(crate) fn uar_page_count(bar0_size: u64) -> u32 {
-    (bar0_size / UAR_PAGE_SIZE as u64).saturating_sub(u64::from(FIRST_UAR)) as u32
-}
+pub const BF_REG_SIZE: usize = 1 << crate::objects::limits::LOG_BF_REG_SIZE;
 
 /// An MMIO access the model refuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]

@@ -4,8 +4,9 @@
 
 use crate::counters::{add, QueueKind};
 use crate::faults::Fault;
-use crate::fw::objects::CqArm;
 use crate::fw::Core;
+use crate::objects::queue_state::{cqe_words, per_completion, Compression, MAX_SESSION};
+use crate::objects::CqArm;
 use cxdirect_hw::cqe::{
     cqe_format, mini_array_slot, mini_cqe_res_format, Cqe64, CqeOpcode, CQE_SIZE,
     MINI_CQES_PER_SLOT, MINI_CQE_SIZE,
@@ -22,56 +23,6 @@ pub(crate) enum CqFault {
     Overrun,
     /// The CQ buffer is not reachable.
     Dma,
-}
-
-/// Most completions one compressed session holds (the `cqe_compression_max_num` capability);
-/// a CQ smaller than this closes its sessions at its own size.
-pub(crate) const MAX_SESSION: u16 = 64;
-
-/// CQE compression state of a CQ created with `cqe_comp_en`: receive completions that may
-/// share one title are held here until the session closes.
-#[derive(Debug)]
-pub(crate) struct Compression {
-    /// What each mini-CQE carries besides the byte count (`mini_cqe_res_format`).
-    pub format: u8,
-    /// Completions of the open session, oldest first, as full CQEs (owner bit unset).
-    pub held: Vec<[u8; CQE_SIZE]>,
-    /// The bytes completions of one session share, as a mask over a CQE's eight 64-bit words.
-    shared: [u64; CQE_SIZE / 8],
-}
-
-impl Compression {
-    pub(crate) fn new(format: u8) -> Self {
-        let mut mask = [0xffu8; CQE_SIZE];
-        for range in per_completion(format) {
-            mask[range].fill(0);
-        }
-        // A hash-format mini-CQE has no room for the packet checksum: it is not compared, and
-        // every completion of a session reads the title's (Linux turns CHECKSUM_COMPLETE off for
-        // such queues, or uses the checksum format).
-        if format != mini_cqe_res_format::CSUM {
-            mask[CHECK_SUM_BYTES].fill(0);
-        }
-        Self {
-            format,
-            held: Vec::with_capacity(usize::from(MAX_SESSION)),
-            shared: cqe_words(&mask),
-        }
-    }
-}
-
-/// Bytes of a CQE holding the packet checksum (`check_sum`).
-const CHECK_SUM_BYTES: std::ops::Range<usize> = 0x14..0x16;
-
-/// A CQE's bytes as eight 64-bit words, in memory order.
-fn cqe_words(cqe: &[u8; CQE_SIZE]) -> [u64; CQE_SIZE / 8] {
-    let mut words = [0u64; CQE_SIZE / 8];
-    for (word, bytes) in words.iter_mut().zip(cqe.chunks_exact(8)) {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(bytes);
-        *word = u64::from_ne_bytes(b);
-    }
-    words
 }
 
 /// Writes `cqe` (opcode and fields set; the owner bit is filled in here) to CQ `cqn`, after
@@ -178,17 +129,6 @@ pub(crate) fn flush(core: &mut Core, cqn: u32) {
     if let Some(compression) = compression_of(core, cqn) {
         compression.held = held;
     }
-}
-
-/// Byte ranges of a receive CQE that differ within one compressed session: the byte count,
-/// the WQE counter and the owner byte always, and what the mini-CQE format carries.
-fn per_completion(format: u8) -> [std::ops::Range<usize>; 4] {
-    let carried = if format == mini_cqe_res_format::CSUM {
-        CHECK_SUM_BYTES
-    } else {
-        0x0c..0x10
-    };
-    [carried, 0x2c..0x30, 0x3c..0x3e, 0x3f..0x40]
 }
 
 /// Whether `next` may follow `last` in one session: a plain receive completion of the next

@@ -2,49 +2,12 @@
 //! device are all written before it learns of them, so the engines read several in one DMA
 //! read, a read request at a time, and take the next ones from what was read.
 
-use crate::fw::objects::WorkQueue;
 use crate::fw::Core;
+use crate::objects::queue_state::Fetched;
+use crate::objects::WorkQueue;
 
 /// Largest WQE fetch, in bytes: one PCIe read request at the usual maximum read request size.
 pub(crate) const FETCH_BYTES: usize = 512;
-
-/// WQEs read from a ring ahead of their use.
-#[derive(Debug, Default)]
-pub(crate) struct Fetched {
-    bytes: Vec<u8>,
-    /// Ring counter of the first WQE held.
-    first: u16,
-    /// WQEs held.
-    count: u16,
-    /// Bytes per WQE held.
-    stride: usize,
-}
-
-impl Fetched {
-    /// Forgets what was read (the ring was reset, or another ring is fetched from next).
-    pub(crate) fn clear(&mut self) {
-        self.count = 0;
-    }
-
-    /// Copies the first `out.len()` bytes of WQE `index` into `out` when held; false if not.
-    #[inline]
-    pub(crate) fn copy_held(&self, index: u16, out: &mut [u8]) -> bool {
-        let at = usize::from(index.wrapping_sub(self.first));
-        if at >= usize::from(self.count) || out.len() > self.stride {
-            return false;
-        }
-        match self
-            .bytes
-            .get(at * self.stride..at * self.stride + out.len())
-        {
-            Some(held) => {
-                out.copy_from_slice(held);
-                true
-            }
-            None => false,
-        }
-    }
-}
 
 /// Reads WQE `index` of `wq` (a WQE, or a send WQEBB), when [`Fetched::copy_held`] does not
 /// hold it, copying its first `out.len()` bytes into `out`: one DMA read of it and of as many of

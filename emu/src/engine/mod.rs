@@ -2,6 +2,9 @@
 //! and execute send WQEs, steer and scatter received frames, write CQEs and EQEs, raise MSI-X.
 //! Every value read from host memory (WQEs, doorbell records) is checked before use; a bad one
 //! becomes an error completion, never a model panic.
+//!
+//! The engines read the firmware's core and object tables; the firmware reaches the engines
+//! only through [`EngineRequests`], implemented here.
 
 pub(crate) mod cq;
 pub(crate) mod eq;
@@ -9,3 +12,30 @@ pub(crate) mod fetch;
 pub(crate) mod rq;
 pub(crate) mod sq;
 pub(crate) mod striding;
+
+use crate::fw::{Core, EngineRequests};
+use crate::objects::WorkQueue;
+use cxdirect_hw::eqe::EventType;
+
+/// The firmware's requests, answered by the engines that own the work.
+impl EngineRequests for Core {
+    fn post_async_event(&mut self, event: EventType, sub_type: u8, data: &[u8; 28]) {
+        eq::post_async_event(self, event, sub_type, data);
+    }
+
+    fn flush_completions(&mut self) {
+        cq::flush_all(self);
+    }
+
+    fn land_late_writes(&mut self, rqn: Option<u32>) -> usize {
+        rq::land_late_writes(self, rqn)
+    }
+
+    fn rmp_rqs_enter_error(&mut self, rmpn: u32) {
+        rq::rmp_rqs_enter_error(self, rmpn);
+    }
+
+    fn posted_wqes(&self, wq: &WorkQueue) -> Option<u16> {
+        rq::posted(self, wq)
+    }
+}

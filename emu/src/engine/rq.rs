@@ -7,17 +7,15 @@ use crate::counters::{add, QueueKind};
 use crate::engine::fetch::read_wqes;
 use crate::faults::{DmaQueue, Fault, UNMAPPED_IOVA};
 use crate::fw::mkey::translate;
-use crate::fw::objects::{QState, RqMemory, TirDispatch, WorkQueue};
 use crate::fw::steering::{frame_match_words, steer, Verdict};
 use crate::fw::Core;
+use crate::objects::queue_state::{LateWrite, ReceiveScratch, MAX_RX_WQE};
+use crate::objects::{QState, RqMemory, TirDispatch, WorkQueue};
 use crate::packet::{self, L3Kind, L4Kind, Parsed};
 use crate::rss;
 use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome, ErrCqe};
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::wqe::{DataSeg, INVALID_LKEY, WQE_DS};
-
-/// Largest receive WQE the model reads (the `max_wqe_sz_rq` capability).
-const MAX_RX_WQE: usize = crate::fw::caps::MAX_WQE_SZ_RQ as usize;
 
 /// Posted receive WQEs of a work queue: its doorbell record counter less what the device took.
 /// `None` when the record cannot be read or claims more than the ring holds.
@@ -364,35 +362,6 @@ pub(crate) fn receive_ring_mut(
         RqMemory::Own => core.res.rqs.get_mut(rqn).and_then(|r| r.wq.as_mut()),
         RqMemory::Rmp(rmpn) => core.res.rmps.get_mut(rmpn).map(|r| &mut r.wq),
     }
-}
-
-/// Where a receive WQE is read, kept by the core between frames.
-#[derive(Debug)]
-pub(crate) struct ReceiveScratch {
-    wqe: Vec<u8>,
-}
-
-impl Default for ReceiveScratch {
-    /// Room for the largest WQE.
-    fn default() -> Self {
-        Self {
-            wqe: vec![0; MAX_RX_WQE],
-        }
-    }
-}
-
-/// A receive the device started and has not finished ([`Fault::LateReceive`]): the WQE is
-/// taken; the payload write and the completion are still in flight.
-#[derive(Debug)]
-pub(crate) struct LateWrite {
-    rqn: u32,
-    cqn: u32,
-    index: u16,
-    pd: u32,
-    memory: RqMemory,
-    hash: Option<(u32, u8)>,
-    wqe: Vec<u8>,
-    frame: Vec<u8>,
 }
 
 /// Lands the late writes of RQ `rqn` (every RQ when `None`): each payload goes where its WQE

@@ -7,55 +7,18 @@
 //! ends in an error CQE and the SQ in error.
 
 use crate::counters::{add, QueueKind};
-use crate::engine::fetch::{read_wqes, Fetched};
+use crate::engine::fetch::read_wqes;
 use crate::faults::{DmaQueue, Fault, UNMAPPED_IOVA};
 use crate::fw::mkey::{translate, KeyFault};
-use crate::fw::objects::QState;
 use crate::fw::Core;
+use crate::objects::queue_state::{Fetched, SendScratch, MAX_WQE};
+
+/// Largest TSO message (headers and payload) in bytes: `max_lso_cap` is its log2.
+const MAX_LSO_BYTES: usize = 1 << crate::fw::caps::LOG_MAX_LSO;
+use crate::objects::QState;
 use crate::packet;
 use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome, ErrCqe};
 use cxdirect_hw::wqe::{self, CtrlSeg, EthSeg, ETH_WQE_INSERT_VLAN, INLINE_SEG, WQE_BB, WQE_DS};
-
-/// Largest send WQE the model parses (the `max_wqe_sz_sq` capability).
-const MAX_WQE: usize = crate::fw::caps::MAX_WQE_SZ_SQ as usize;
-/// Largest TSO message (headers and payload) in bytes: `max_lso_cap` is its log2.
-const MAX_LSO_BYTES: usize = 1 << crate::fw::caps::LOG_MAX_LSO;
-
-/// Scratch space reused for every WQE, so the send path does not allocate.
-#[derive(Debug)]
-pub(crate) struct SendScratch {
-    wqe: Vec<u8>,
-    frame: Vec<u8>,
-    tagged: Vec<u8>,
-    /// One TSO segment being built (headers, then its share of the payload).
-    segment: Vec<u8>,
-    fetched: Fetched,
-}
-
-impl Default for SendScratch {
-    fn default() -> Self {
-        Self {
-            wqe: vec![0; MAX_WQE],
-            frame: Vec::with_capacity(16 * 1024),
-            tagged: vec![0; MAX_FRAME_BYTES + 4],
-            segment: Vec::with_capacity(MAX_FRAME_BYTES),
-            fetched: Fetched::default(),
-        }
-    }
-}
-
-impl SendScratch {
-    /// An empty stand-in, holding no memory, while the real scratch is in use.
-    fn placeholder() -> Self {
-        Self {
-            wqe: Vec::new(),
-            frame: Vec::new(),
-            tagged: Vec::new(),
-            segment: Vec::new(),
-            fetched: Fetched::default(),
-        }
-    }
-}
 
 /// A BlueFlame copy of the WQE the doorbell announced.
 pub(crate) struct BlueFlame<'a> {
@@ -320,9 +283,6 @@ fn execute_one(
 fn ctrl_se(wqe: &[u8]) -> bool {
     wqe[11] & 2 != 0
 }
-
-/// Largest frame the send path assembles, in bytes.
-const MAX_FRAME_BYTES: usize = 16 * 1024 + 64;
 
 /// What one WQE put on the wire: frames and their bytes.
 #[derive(Default)]

@@ -6,8 +6,8 @@
 //! taken.
 
 use crate::counters::{add, QueueKind};
-use crate::fw::objects::{RqMemory, Striding};
 use crate::fw::Core;
+use crate::objects::{RqMemory, Striding};
 use crate::packet::Parsed;
 use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome};
 use cxdirect_hw::wq::striding::{byte_cnt, WQE_HEADER};

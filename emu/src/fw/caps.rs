@@ -12,28 +12,11 @@ use cxdirect_hw::caps::{
 use cxdirect_hw::hca::{cap_type, QueryHcaCapOut, SetHcaCapIn};
 use cxdirect_hw::layout::{read_field, FieldKind, Layout};
 
-/// Log2 of the number of EQs.
-pub(crate) const LOG_MAX_EQ: u8 = 6;
-/// Log2 of the largest EQ.
-pub(crate) const LOG_MAX_EQ_SZ: u8 = 16;
-/// Log2 of the largest CQ.
-pub(crate) const LOG_MAX_CQ_SZ: u8 = 22;
-/// Log2 of the largest work queue (SQ, RQ, RMP).
-pub(crate) const LOG_MAX_WQ_SZ: u8 = 16;
-/// Log2 of the largest RQ table.
-pub(crate) const LOG_MAX_RQT_SIZE: u8 = 11;
-/// Largest send WQE in bytes.
-pub(crate) const MAX_WQE_SZ_SQ: u16 = 1024;
-/// Largest receive WQE in bytes.
-pub(crate) const MAX_WQE_SZ_RQ: u16 = 1024;
-/// Log2 of the BlueFlame register size in bytes.
-pub(crate) const LOG_BF_REG_SIZE: u8 = 9;
-/// Log2 of the largest memory key length in bytes.
-pub(crate) const LOG_MAX_MRW_SZ: u8 = 48;
-/// Log2 of the largest KLM list.
-pub(crate) const LOG_MAX_KLM_LIST_SIZE: u8 = 16;
-/// Q counter sets a function may allocate (`max_qp_cnt`; set ids 1..=this).
-pub(crate) const MAX_Q_COUNTERS: u16 = 64;
+pub(crate) use crate::objects::limits::{
+    LOG_BF_REG_SIZE, LOG_MAX_CQ_SZ, LOG_MAX_EQ, LOG_MAX_EQ_SZ, LOG_MAX_KLM_LIST_SIZE,
+    LOG_MAX_MRW_SZ, LOG_MAX_RQT_SIZE, LOG_MAX_WQ_SZ, MAX_Q_COUNTERS, MAX_WQE_SZ_RQ, MAX_WQE_SZ_SQ,
+};
+use crate::objects::queue_state::MAX_SESSION;
 
 /// Log2 of the largest TSO message in bytes (`max_lso_cap`): 256 KiB.
 pub(crate) const LOG_MAX_LSO: u8 = 18;
@@ -129,7 +112,7 @@ impl CapSet {
             .set_striding_rq(cfg.striding_rq)
             .set_log_min_stride_sz_rq(cxdirect_hw::wq::striding::LOG_STRIDE_BYTES_BASE)
             .set_log_max_stride_sz_rq(cxdirect_hw::wq::striding::MAX_LOG_STRIDE_BYTES)
-            .set_cqe_compression_max_num(crate::engine::cq::MAX_SESSION)
+            .set_cqe_compression_max_num(MAX_SESSION)
             .set_device_frequency_khz(1_000_000);
         let mut max_general = [0u8; 0x100];
         max_general.copy_from_slice(g.as_bytes());

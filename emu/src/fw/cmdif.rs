@@ -3,7 +3,7 @@
 //! signatures), gather the input, execute, scatter the output, hand the entry back, and post a
 //! CMD event when an EQ asked for them.
 
-use super::Core;
+use super::{Core, EngineRequests};
 use crate::counters::add;
 use crate::faults::Fault;
 use cxdirect_hw::cmd::{
@@ -142,7 +142,7 @@ fn answer(core: &mut Core, command: PendingAnswer) {
     }
     let mut data = [0u8; 28];
     data[..4].copy_from_slice(&(1u32 << slot).to_be_bytes());
-    crate::engine::eq::post_subscribed_event(core, EventType::Cmd, 0, &data);
+    core.post_async_event(EventType::Cmd, 0, &data);
 }
 
 /// Checks delivery, gathers the input and executes; returns the whole output.

@@ -1,7 +1,10 @@
 //! The HCA life cycle (enable, ISSI, pages, init, teardown, disable), the health state behind
 //! the init segment, the port (PAOS, PMTU) and the NIC vport context.
 
-use super::{bad_param, bad_sys_state, input_as, output_as, CmdError, CmdResult, Core, Syndrome};
+use super::{
+    bad_param, bad_sys_state, input_as, output_as, CmdError, CmdResult, Core, EngineRequests,
+    Syndrome,
+};
 use crate::config::EmuConfig;
 use crate::counters::get;
 use crate::fw::pages;
@@ -378,7 +381,7 @@ fn destroy_all_objects(core: &mut Core) {
     for slot in slots {
         core.pages.free_slot(slot);
     }
-    core.res = super::objects::Resources::new(&core.cfg);
+    core.res = crate::objects::Resources::new(&core.cfg);
 }
 
 /// Sets the port's operational state, posting a PORT_CHANGE event on a change.
@@ -394,7 +397,7 @@ pub(crate) fn set_oper(core: &mut Core, up: bool) {
     } else {
         port_change::DOWN
     };
-    crate::engine::eq::post_async_event(core, EventType::PortChange, sub, &data);
+    core.post_async_event(EventType::PortChange, sub, &data);
 }
 
 pub(crate) fn access_reg(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {

@@ -1,10 +1,10 @@
 //! Memory keys: CREATE/QUERY/DESTROY_MKEY and the translation the engines use to turn a
 //! key-relative address into IOVAs, with protection-domain, bounds and access checks.
 
-use super::objects::Mkey;
 use super::pages::{release_context, store_new_context};
 use super::transport::table_full;
 use super::{bad_param, bad_res, input_as, output_as, CmdResult, Core, Syndrome};
+use crate::objects::Mkey;
 use cxdirect_hw::mkey::{
     CreateMkeyIn, CreateMkeyOut, DestroyMkeyIn, QueryMkeyIn, QueryMkeyOut, QuerySpecialContextsOut,
     MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA, MTT_READ, MTT_WRITE,

@@ -1,15 +1,19 @@
-//! The model's firmware: the command interface, the HCA life cycle, firmware pages, object
-//! tables and the commands that create, modify, query and destroy objects.
+//! The model's firmware: the command interface, the HCA life cycle, firmware pages and the
+//! commands that create, modify, query and destroy objects (whose tables live in
+//! [`objects`](crate::objects)).
 //!
 //! Every command handler reads the driver's input through `cxdirect-hw` layouts, checks every
 //! value before it touches model state, and fails with a command status and a syndrome (see
 //! [`Syndrome`]) — never a panic, whatever the bytes.
+//!
+//! The firmware never calls the queue engines by name: what it needs of them (events, writing
+//! held completions, landing receives in flight) it asks through [`EngineRequests`], which the
+//! engines implement for [`Core`]. The dependency runs one way, engines to firmware.
 
 pub(crate) mod caps;
 pub(crate) mod cmdif;
 pub(crate) mod hca;
 pub mod mkey;
-pub(crate) mod objects;
 pub(crate) mod pages;
 pub(crate) mod qcounters;
 pub(crate) mod queues;
@@ -20,9 +24,11 @@ use crate::config::EmuConfig;
 use crate::counters::{add, Counters, QueueCounterTable};
 use crate::dma::{DmaError, Iommu};
 use crate::irq::InterruptSink;
+use crate::objects::queue_state::{LateWrite, ReceiveScratch, SendScratch};
+use crate::objects::{Resources, WorkQueue};
 use crate::wire::Wire;
 use cxdirect_hw::cmd::{CmdIn, CmdStatus, Opcode, CMD_STATUS_BYTES};
-use objects::Resources;
+use cxdirect_hw::eqe::EventType;
 use std::sync::Arc;
 
 /// Syndromes the model reports with failed commands: which check failed. The values are the
@@ -135,6 +141,29 @@ pub(crate) const fn bad_sys_state(what: &'static str) -> CmdError {
     CmdError::new(CmdStatus::BadSystemState, Syndrome::WrongHcaState, what)
 }
 
+/// What the firmware asks of the queue engines while it executes a command. The engines
+/// implement it for [`Core`], so the firmware reaches them without naming them.
+pub(crate) trait EngineRequests {
+    /// Posts an event to the EQ subscribed to its type (the async EQ), if any.
+    fn post_async_event(&mut self, event: EventType, sub_type: u8, data: &[u8; 28]);
+
+    /// Writes every compressed session the receive pass left open, so that a command sees, and
+    /// may destroy, CQs with every completion taken so far written.
+    fn flush_completions(&mut self);
+
+    /// Lands the receive writes still in flight for RQ `rqn` (every RQ when `None`), with their
+    /// completions, as hardware finishes in-flight DMA before a queue changes state or goes
+    /// away. Returns how many landed.
+    fn land_late_writes(&mut self, rqn: Option<u32>) -> usize;
+
+    /// Moves every RQ that draws from RMP `rmpn` to the error state.
+    fn rmp_rqs_enter_error(&mut self, rmpn: u32);
+
+    /// Posted receive WQEs of `wq`: its doorbell record counter less what the device took;
+    /// `None` when the record cannot be read or claims more than the ring holds.
+    fn posted_wqes(&self, wq: &WorkQueue) -> Option<u16>;
+}
+
 /// Everything behind the function's lock: firmware state, objects and engine state.
 pub(crate) struct Core {
     pub cfg: EmuConfig,
@@ -150,13 +179,13 @@ pub(crate) struct Core {
     pub msix_enabled: bool,
     pub wire: Option<(Arc<Wire>, crate::wire::PortId)>,
     /// Scratch buffers of the send engine, reused for every WQE.
-    pub send_scratch: crate::engine::sq::SendScratch,
+    pub send_scratch: SendScratch,
     /// Where the receive engine reads each WQE, reused so a frame costs no zeroing.
-    pub receive_scratch: crate::engine::rq::ReceiveScratch,
+    pub receive_scratch: ReceiveScratch,
     /// Faults armed by tests and the fault matrix.
     pub faults: crate::faults::Faults,
     /// Receives whose payload write is still in flight ([`crate::Fault::LateReceive`]).
-    pub late_writes: Vec<crate::engine::rq::LateWrite>,
+    pub late_writes: Vec<LateWrite>,
     /// Commands whose answer is held back ([`crate::Fault::LateCommand`]).
     pub late_commands: Vec<cmdif::PendingAnswer>,
     /// CQs holding an open compressed session, written when the receive pass ends.
@@ -260,7 +289,7 @@ impl Core {
         add(&self.counters.commands, 1);
         output.fill(0);
         // A command sees, and may destroy, CQs with every completion taken so far written.
-        crate::engine::cq::flush_all(self);
+        self.flush_completions();
         let result = self.dispatch(input, output);
         if let Err(err) = result {
             add(&self.counters.command_errors, 1);

@@ -4,8 +4,9 @@
 //! and read back through the IOMMU, so a driver that frees or unmaps firmware pages early is
 //! caught (the device reports a fatal health syndrome).
 
-use super::{bad_param, input_as, output_as, CmdResult, Core, Syndrome};
+use super::{bad_param, input_as, output_as, CmdResult, Core, EngineRequests, Syndrome};
 use crate::counters::add;
+pub(crate) use crate::objects::context::{Slot, SLOT_SIZE};
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::hca::{manage_pages_op_mod, ManagePagesIn, ManagePagesOut};
 use cxdirect_hw::init_seg::health_syndrome;
@@ -13,8 +14,6 @@ use std::collections::BTreeMap;
 
 /// Size of a firmware page in bytes.
 pub(crate) const FW_PAGE_SIZE: u64 = 4096;
-/// Size of one context slot in bytes.
-pub(crate) const SLOT_SIZE: u64 = 256;
 /// Context slots per page: the last slot's space holds the page's tag.
 const SLOTS_PER_PAGE: u32 = (FW_PAGE_SIZE / SLOT_SIZE) as u32 - 1;
 /// Where in each page the firmware keeps the tag it checks the page by.
@@ -23,19 +22,6 @@ const TAG_OFFSET: u64 = FW_PAGE_SIZE - SLOT_SIZE;
 const FULL: u16 = (1 << SLOTS_PER_PAGE) - 1;
 /// When fewer free slots remain, the firmware asks for more pages.
 const LOW_SLOTS: usize = 32;
-
-/// Where an object's context lives: a page and a slot in it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Slot {
-    pub page: u64,
-    pub index: u32,
-}
-
-impl Slot {
-    pub fn addr(self) -> u64 {
-        self.page + u64::from(self.index) * SLOT_SIZE
-    }
-}
 
 #[derive(Debug, Default)]
 struct PageUse {
@@ -157,7 +143,7 @@ fn post_page_request(core: &mut Core, num_pages: i32) {
     let mut data = [0u8; 28];
     data[2..4].copy_from_slice(&0u16.to_be_bytes());
     data[4..8].copy_from_slice(&num_pages.to_be_bytes());
-    crate::engine::eq::post_async_event(core, EventType::PageRequest, 0, &data);
+    core.post_async_event(EventType::PageRequest, 0, &data);
 }
 
 /// The tag the firmware writes into a page it was given.

@@ -1,9 +1,9 @@
 //! Q counter sets: ALLOC_Q_COUNTER, QUERY_Q_COUNTER, DEALLOC_Q_COUNTER. An RQ names its set in
 //! `rqc.counter_set_id`; the receive engine counts `out_of_buffer` there.
 
-use super::objects::QCounter;
 use super::transport::{in_use, table_full};
 use super::{bad_res, input_as, output_as, CmdResult, Core};
+use crate::objects::QCounter;
 use cxdirect_hw::counters::{
     AllocQCounterOut, DeallocQCounterIn, QueryQCounterIn, QueryQCounterOut,
 };

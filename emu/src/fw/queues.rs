@@ -1,14 +1,16 @@
 //! Event, completion, send and receive queues and shared receive memory pools: their creation
 //! (with every parameter checked), state transitions and destruction.
 
-use super::objects::{
-    Cq, CqArm, Eq, QState, QueueBuffer, Rmp, Rq, RqMemory, Sq, Striding, WorkQueue,
-};
 use super::pages::{release_context, store_new_context, write_context};
 use super::qcounters;
 use super::transport::table_full;
 use super::{
-    bad_param, bad_res, bad_state, input_as, output_as, CmdError, CmdResult, Core, Syndrome,
+    bad_param, bad_res, bad_state, input_as, output_as, CmdError, CmdResult, Core, EngineRequests,
+    Syndrome,
+};
+use crate::objects::queue_state::Compression;
+use crate::objects::{
+    Cq, CqArm, Eq, QState, QueueBuffer, Rmp, Rq, RqMemory, Sq, Striding, WorkQueue,
 };
 use cxdirect_hw::cq::{CreateCqIn, CreateCqOut, DestroyCqIn};
 use cxdirect_hw::cqe::mini_cqe_res_format;
@@ -268,9 +270,7 @@ pub(crate) fn create_cq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         in_error: false,
         users: 0,
         slot,
-        compression: ctx
-            .cqe_comp_en()
-            .then(|| crate::engine::cq::Compression::new(format)),
+        compression: ctx.cqe_comp_en().then(|| Compression::new(format)),
     };
     let Some(cqn) = core.res.cqs.insert(cq) else {
         release_context(core, slot);
@@ -540,7 +540,7 @@ pub(crate) fn modify_rq(core: &mut Core, input: &[u8]) -> CmdResult {
     let rqn = cmd.rqn();
     if core.res.rqs.contains(rqn) {
         // Writes in flight land before the queue changes state.
-        crate::engine::rq::land_late_writes(core, Some(rqn));
+        core.land_late_writes(Some(rqn));
     }
     let rq = core.res.rqs.get(rqn).ok_or(bad_res("no such RQ"))?;
     claimed_state_matches(
@@ -621,7 +621,7 @@ pub(crate) fn destroy_rq(core: &mut Core, input: &[u8]) -> CmdResult {
         ));
     }
     // Writes in flight land before the queue goes away.
-    crate::engine::rq::land_late_writes(core, Some(rqn));
+    core.land_late_writes(Some(rqn));
     let rq = core.res.rqs.remove(rqn).ok_or(bad_res("no such RQ"))?;
     if let Some(cq) = core.res.cqs.get_mut(rq.cqn) {
         cq.users = cq.users.saturating_sub(1);
@@ -713,7 +713,7 @@ pub(crate) fn modify_rmp(core: &mut Core, input: &[u8]) -> CmdResult {
     rmp.state = next;
     write_context(core, slot, &bytes);
     if entering_error {
-        crate::engine::rq::rmp_rqs_enter_error(core, rmpn);
+        core.rmp_rqs_enter_error(rmpn);
     }
     Ok(())
 }
@@ -721,7 +721,7 @@ pub(crate) fn modify_rmp(core: &mut Core, input: &[u8]) -> CmdResult {
 pub(crate) fn query_rmp(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
     let rmpn = input_as!(QueryRmpIn<&[u8]>, input).rmpn();
     let rmp = core.res.rmps.get(rmpn).ok_or(bad_res("no such RMP"))?;
-    let posted = crate::engine::rq::posted(core, &rmp.wq).unwrap_or(0);
+    let posted = core.posted_wqes(&rmp.wq).unwrap_or(0);
     let (state, lwm, log_sz, log_stride, dbr, pd, consumed) = (
         rmp.state as u8,
         rmp.lwm,

@@ -1,9 +1,9 @@
 //! NIC receive flow steering: flow tables, groups (a match mask over an index range), entries
 //! (a match value and an action) and the root table. Received frames are matched here.
 
-use super::objects::{FlowEntry, FlowGroup, FlowTable, MATCH_WORDS};
 use super::transport::table_full;
 use super::{bad_param, bad_res, bad_state, input_as, output_as, CmdResult, Core, Syndrome};
+use crate::objects::{FlowEntry, FlowGroup, FlowTable, MATCH_WORDS};
 use crate::packet::{IpAddrs, L3Kind, L4Kind, Parsed};
 use cxdirect_hw::flow::{
     CreateFlowGroupIn, CreateFlowGroupOut, CreateFlowTableIn, CreateFlowTableOut, DeleteFteIn,
@@ -366,7 +366,7 @@ pub(crate) fn set_root(core: &mut Core, input: &[u8]) -> CmdResult {
     Ok(())
 }
 
-/// The match parameter words of a received frame ([`match_word`](super::objects::match_word) order): its outer headers;
+/// The match parameter words of a received frame ([`match_word`](crate::objects::match_word) order): its outer headers;
 /// the misc and inner parts, which a frame without tunnels leaves zero, stay zero.
 pub(crate) fn frame_match_words(parsed: &Parsed) -> [u64; MATCH_WORDS] {
     let mut outer = FteMatchSetLyr24::zeroed();

@@ -1,9 +1,9 @@
 //! UARs, protection domains, transport domains, TISs, TIRs and RQ tables.
 
-use super::objects::{Rqt, Tir, TirDispatch, Tis};
 use super::{
     bad_param, bad_res, bad_state, input_as, output_as, CmdError, CmdResult, Core, Syndrome,
 };
+use crate::objects::{Rqt, Tir, TirDispatch, Tis};
 use cxdirect_hw::cmd::CmdStatus;
 use cxdirect_hw::hca::{
     AllocPdOut, AllocTransportDomainOut, AllocUarOut, DeallocPdIn, DeallocTransportDomainIn,

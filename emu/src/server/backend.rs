@@ -16,9 +16,9 @@ use super::bar::{self, MmioTarget};
 use super::dma::{GuestMemory, Mapped};
 use super::irq::MsixEventfds;
 use super::layout::{self, BAR0_REGION, CONFIG_REGION};
-use cxdirect_emu::device::{MmioError, MSIX_PBA_OFFSET};
-use cxdirect_emu::pci::{COMMAND_MEMORY_SPACE, REG_COMMAND};
-use cxdirect_emu::Device;
+use crate::device::{MmioError, MSIX_PBA_OFFSET};
+use crate::pci::{COMMAND_MEMORY_SPACE, REG_COMMAND};
+use crate::Device;
 use std::fs::File;
 use std::io;
 use std::sync::Arc;
@@ -183,11 +183,11 @@ impl EmuBackend {
 /// The MSI-X vector count the function's config space advertises (Message Control's table
 /// size field plus one).
 pub fn device_msix_vectors(device: &Device) -> u16 {
-    use cxdirect_emu::pci::{MSIX_CAP_OFFSET, MSIX_MSG_CTRL};
+    use crate::pci::{MSIX_CAP_OFFSET, MSIX_MSG_CTRL};
     let mut ctrl = [0u8; 2];
     match device.config_read(MSIX_CAP_OFFSET + MSIX_MSG_CTRL, &mut ctrl) {
         Ok(()) => (u16::from_le_bytes(ctrl) & 0x07ff) + 1,
-        Err(_) => cxdirect_emu::pci::DEFAULT_MSIX_VECTORS,
+        Err(_) => crate::pci::DEFAULT_MSIX_VECTORS,
     }
 }
 

@@ -25,8 +25,8 @@
 //! An access that runs past the end of BAR0 is refused whole; the model never sees it. Nothing
 //! here allocates: the pieces come from an iterator over offsets.
 
-use cxdirect_emu::device::{MmioError, BF_REG_SIZE, MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET};
-use cxdirect_emu::Device;
+use crate::device::{MmioError, BF_REG_SIZE, MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET};
+use crate::Device;
 use cxdirect_hw::doorbell::{UAR_BF_OFFSET, UAR_PAGE_SIZE};
 use std::ops::Range;
 use thiserror::Error;

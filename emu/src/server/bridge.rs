@@ -14,7 +14,7 @@
 //! Both processes must name the sockets the same way relative to their working directories (the
 //! paths are made absolute, not canonical), so that they agree on who listens.
 
-use cxdirect_emu::wire::{PortId, Wire, MAX_FRAME_LEN};
+use crate::wire::{PortId, Wire, MAX_FRAME_LEN};
 use std::io::{self, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! model's IOMMU.
 //!
 //! This is the server's DMA room, the only module with `unsafe`: `mmap`/`munmap` of the client's
-//! files and [`Iommu::map`](cxdirect_emu::dma::Iommu::map), whose contract is that the memory stay
+//! files and [`Iommu::map`](crate::dma::Iommu::map), whose contract is that the memory stay
 //! valid while mapped. The invariant that keeps it sound: **a mapping leaves the model's IOMMU
 //! before its memory is unmapped here.** `Iommu::unmap` takes the IOMMU's write lock, so once it
 //! returns no device access through that mapping is in flight (accesses hold the read lock for
@@ -26,8 +26,8 @@
 //! would kill the process with SIGBUS). A client that shrinks the file afterwards can still do
 //! that; QEMU's memfd backend seals its files against shrinking by default.
 
-use cxdirect_emu::dma::{Access, MapError};
-use cxdirect_emu::Device;
+use crate::dma::{Access, MapError};
+use crate::Device;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::fd::AsRawFd;

@@ -21,7 +21,7 @@
 //! The pending bits are what the client reads from the PBA page of BAR0 (QEMU forwards PBA reads
 //! to the server); see [`MsixEventfds::pba_qword`].
 
-use cxdirect_emu::irq::InterruptSink;
+use crate::irq::InterruptSink;
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsRawFd;

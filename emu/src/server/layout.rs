@@ -14,7 +14,7 @@
 //! capability, as its config space says), MSI-X reports the model's vector count, and the error
 //! and request indices report 0 (no AER, no device request notifications).
 
-use cxdirect_emu::Device;
+use crate::Device;
 use vfio_bindings::bindings::vfio::{
     vfio_region_info, VFIO_IRQ_INFO_AUTOMASKED, VFIO_IRQ_INFO_EVENTFD, VFIO_IRQ_INFO_MASKABLE,
     VFIO_IRQ_INFO_NORESIZE, VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX,
@@ -33,7 +33,7 @@ pub const REGION_COUNT: u32 = VFIO_PCI_NUM_REGIONS;
 /// IRQ index of MSI-X.
 pub const MSIX_IRQ: u32 = VFIO_PCI_MSIX_IRQ_INDEX;
 /// Size of PCI Express configuration space in bytes.
-pub const CONFIG_SPACE_SIZE: u64 = cxdirect_emu::pci::CONFIG_SPACE_SIZE as u64;
+pub const CONFIG_SPACE_SIZE: u64 = crate::pci::CONFIG_SPACE_SIZE as u64;
 
 /// The regions of `device`, in index order, as the `vfio_user` server announces them.
 ///

@@ -1,8 +1,8 @@
 //! The vfio-user server that puts the modelled ConnectX-6 Dx behind QEMU's `vfio-user-pci`.
 //!
-//! This module belongs to the `cxdirect-emu-server` binary only (the library does not export
-//! it); the binary declares it with `#[path]`, and so do the integration tests that drive the
-//! backend directly.
+//! The `cxdirect-emu-server` binary is a thin `main` over [`app::run`]; the integration tests
+//! drive the backend directly. Built with the `server` feature (on by default), which brings in
+//! the vfio-user dependencies.
 //!
 //! The protocol itself (framing, version negotiation, region and IRQ info replies) comes from the
 //! `vfio_user` crate's [`Server`](vfio_user::Server). What the crate leaves to us is the device:
@@ -13,7 +13,7 @@
 //! | BAR0 accesses | [`bar`] | splits whatever access size the client sends into accesses the model's registers take |
 //! | MSI-X | [`irq`] | the client's eventfds, `SET_IRQS` trigger/mask/unmask semantics, the pending bits the PBA shows |
 //! | DMA | [`dma`] | maps the client's file descriptors and enters them into the model's IOMMU (the only `unsafe` here) |
-//! | the backend | [`backend`] | [`ServerBackend`](vfio_user::ServerBackend) over one [`Device`](cxdirect_emu::Device) |
+//! | the backend | [`backend`] | [`ServerBackend`](vfio_user::ServerBackend) over one [`Device`](crate::Device) |
 //! | sessions | [`session`] | the listening socket, waiting for a client, running one connection, why it ended |
 //! | cross-process cable | [`bridge`] | `--wire pair:OTHER.sock`: frames between two server processes over a side channel |
 //! | command line | [`cli`] | options and their checks |

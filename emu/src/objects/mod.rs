@@ -1,8 +1,18 @@
 //! Object tables and the objects the firmware creates: UARs, PDs, transport domains, EQs, CQs,
 //! SQs, RQs, RMPs, TISs, TIRs, RQTs, flow tables and memory keys.
+//!
+//! The firmware (`fw`) creates, modifies and destroys these objects; the queue engines
+//! (`engine`) run them. Both read this room; it reads neither, so the firmware never calls the
+//! engines by name (it asks through [`fw::EngineRequests`](crate::fw::EngineRequests)).
 
-use super::pages::Slot;
+pub(crate) mod context;
+pub(crate) mod limits;
+pub(crate) mod queue_state;
+
 use crate::config::EmuConfig;
+pub(crate) use context::Slot;
+use cxdirect_hw::doorbell::UAR_PAGE_SIZE;
+use queue_state::{Compression, Fetched};
 use std::collections::BTreeMap;
 
 /// A numbered table of objects. Numbers start at `base` so that different object types rarely
@@ -176,7 +186,7 @@ pub(crate) struct Cq {
     pub users: u32,
     pub slot: Slot,
     /// Set when created with `cqe_comp_en`.
-    pub compression: Option<crate::engine::cq::Compression>,
+    pub compression: Option<Compression>,
 }
 
 /// The work queue part shared by SQs, RQs and RMPs.
@@ -196,7 +206,7 @@ pub(crate) struct WorkQueue {
     /// receive WQEs rather than reading the record for every frame.
     pub posted_end: u16,
     /// Receive queues: WQEs read ahead of their frames.
-    pub fetched: crate::engine::fetch::Fetched,
+    pub fetched: Fetched,
 }
 
 impl WorkQueue {
@@ -440,14 +450,19 @@ pub(crate) struct Resources {
 /// the MSI-X table and PBA.
 pub(crate) const FIRST_UAR: u32 = 4;
 
+/// Number of UAR pages BAR0 holds after the init segment and MSI-X pages.
+pub(crate) fn uar_page_count(bar0_size: u64) -> u32 {
+    (bar0_size / UAR_PAGE_SIZE as u64).saturating_sub(u64::from(FIRST_UAR)) as u32
+}
+
 impl Resources {
     pub fn new(cfg: &EmuConfig) -> Self {
-        let uar_pages = crate::device::uar_page_count(cfg.bar0_size);
+        let uar_pages = uar_page_count(cfg.bar0_size);
         Self {
             uars: Table::new(FIRST_UAR, uar_pages),
             pds: Table::new(1, 1 << 16),
             tds: Table::new(1, 1 << 16),
-            eqs: Table::new(0, 1 << crate::fw::caps::LOG_MAX_EQ),
+            eqs: Table::new(0, 1 << limits::LOG_MAX_EQ),
             cqs: Table::new(0x400, 1 << 16),
             sqs: Table::new(0x800, 1 << 16),
             rqs: Table::new(0x1000, 1 << 16),
@@ -458,7 +473,7 @@ impl Resources {
             flow_tables: Table::new(0x10, 1 << 10),
             mkeys: Table::new(0x10, 1 << 16),
             // Set 0 means "no counter set" in an RQ context.
-            q_counters: Table::new(1, u32::from(crate::fw::caps::MAX_Q_COUNTERS)),
+            q_counters: Table::new(1, u32::from(limits::MAX_Q_COUNTERS)),
             next_group: 1,
             rx_root: None,
         }

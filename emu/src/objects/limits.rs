@@ -1,0 +1,26 @@
+//! The function's limits: the sizes of its object tables, queues and WQEs. The firmware reports
+//! them as capabilities (`fw::caps`) and its command handlers and the queue engines enforce
+//! them, so a driver that trusts the caps stays inside them.
+
+/// Log2 of the number of EQs.
+pub(crate) const LOG_MAX_EQ: u8 = 6;
+/// Log2 of the largest EQ.
+pub(crate) const LOG_MAX_EQ_SZ: u8 = 16;
+/// Log2 of the largest CQ.
+pub(crate) const LOG_MAX_CQ_SZ: u8 = 22;
+/// Log2 of the largest work queue (SQ, RQ, RMP).
+pub(crate) const LOG_MAX_WQ_SZ: u8 = 16;
+/// Log2 of the largest RQ table.
+pub(crate) const LOG_MAX_RQT_SIZE: u8 = 11;
+/// Largest send WQE in bytes.
+pub(crate) const MAX_WQE_SZ_SQ: u16 = 1024;
+/// Largest receive WQE in bytes.
+pub(crate) const MAX_WQE_SZ_RQ: u16 = 1024;
+/// Log2 of the BlueFlame register size in bytes.
+pub(crate) const LOG_BF_REG_SIZE: u8 = 9;
+/// Log2 of the largest memory key length in bytes.
+pub(crate) const LOG_MAX_MRW_SZ: u8 = 48;
+/// Log2 of the largest KLM list.
+pub(crate) const LOG_MAX_KLM_LIST_SIZE: u8 = 16;
+/// Q counter sets a function may allocate (`max_qp_cnt`; set ids 1..=this).
+pub(crate) const MAX_Q_COUNTERS: u16 = 64;
