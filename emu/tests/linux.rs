@@ -738,3 +738,105 @@ fn the_receive_cqe_carries_the_packets_checksum_for_checksum_complete() {
         "the packet's sum chains the header's and the segment's"
     );
 }
+
+/// Posts `message` (its first `headers` bytes inline) as one TSO WQE with `mss` on `sq`.
+fn post_tso(
+    h: &mut Host,
+    sq: &mut cxdirect_emu::testkit::Sq,
+    key: u32,
+    message: &[u8],
+    headers: usize,
+    mss: u16,
+) {
+    use cxdirect_hw::wqe::{self, CtrlSeg, DataSeg, EthSeg};
+    let payload_iova = h.alloc(message.len() as u64, 64);
+    h.write(payload_iova, &message[headers..]);
+    let inline_tail = headers - 2;
+    let ds = 2 + inline_tail.div_ceil(16) + 1;
+    let mut w = vec![0u8; ds.div_ceil(4) * 64];
+    CtrlSeg::new(&mut w[..16])
+        .unwrap()
+        .set_opcode(wqe::opcode::LSO)
+        .set_wqe_index(sq.pi)
+        .set_qpn_or_sqn(sq.sqn)
+        .set_ds(ds as u8)
+        .set_ce(2);
+    EthSeg::new(&mut w[16..32])
+        .unwrap()
+        .set_l4_csum(true)
+        .set_mss(mss)
+        .set_inline_hdr_sz(headers as u16);
+    w[30..32].copy_from_slice(&message[..2]);
+    w[32..32 + inline_tail].copy_from_slice(&message[2..headers]);
+    let at = 32 + inline_tail.div_ceil(16) * 16;
+    DataSeg::new(&mut w[at..at + 16])
+        .unwrap()
+        .set_byte_count((message.len() - headers) as u32)
+        .set_lkey(key)
+        .set_addr(payload_iova);
+    h.post(sq, &w, false);
+}
+
+#[test]
+fn tso_over_ipv6_sets_each_segments_payload_length() {
+    use cxdirect_emu::packet;
+    use cxdirect_hw::cqe::{Cqe64, CqeOpcode};
+    let mut h = host();
+    h.bring_up();
+    let key = h.create_mkey(true, true);
+    let mut tx_cq = h.create_cq(6);
+    let tisn = h.create_tis();
+    let mut sq = h.create_sq(tx_cq.cqn, tisn, 6);
+    let mut rx_cq = h.create_cq(6);
+    let mut rq = h.create_rq(rx_cq.cqn, 6, None);
+    h.steer_all_to(rq.rqn);
+    let bufs: Vec<u64> = (0..4).map(|_| h.alloc(2048, 64)).collect();
+    for &b in &bufs {
+        h.post_recv(&mut rq, b, 2048, key);
+    }
+    // Ethernet, IPv6 (payload length of the whole message), TCP with PSH and ACK.
+    const HEADERS: usize = 14 + 40 + 20;
+    const MSS: usize = 1000;
+    let payload = 2500;
+    let mut m = vec![0x02, 0, 0, 0, 0, 0x02, 0x02, 0, 0, 0, 0, 0x01, 0x86, 0xdd];
+    m.extend_from_slice(&[0x60, 0, 0, 0]);
+    m.extend_from_slice(&((20 + payload) as u16).to_be_bytes());
+    m.extend_from_slice(&[6, 64]);
+    m.extend_from_slice(&[0xfd; 16]);
+    m.extend_from_slice(&[0xfe; 16]);
+    m.extend_from_slice(&[0x9c, 0x40, 0x14, 0x51, 0, 0, 0, 100, 0, 0, 0, 0, 0x50, 0x18]);
+    m.extend_from_slice(&[0x01, 0xf5, 0, 0, 0, 0]);
+    m.extend((0..payload).map(|i| (i % 253) as u8));
+    post_tso(&mut h, &mut sq, key, &m, HEADERS, MSS as u16);
+    let cqe = h.poll_cq(&mut tx_cq).expect("send completion");
+    assert_eq!(cqe[63] >> 4, CqeOpcode::Req as u8);
+    for (i, size) in [MSS, MSS, payload - 2 * MSS].into_iter().enumerate() {
+        let cqe = h.poll_cq(&mut rx_cq).expect("a segment arrived");
+        let c = Cqe64::new(&cqe[..]).unwrap();
+        assert_eq!(c.byte_cnt() as usize, HEADERS + size);
+        let seg = h.read(bufs[i], HEADERS + size);
+        assert_eq!(
+            u16::from_be_bytes([seg[18], seg[19]]) as usize,
+            20 + size,
+            "segment {i}: IPv6 payload length"
+        );
+        assert_eq!(
+            u32::from_be_bytes([seg[58], seg[59], seg[60], seg[61]]),
+            100 + (i * MSS) as u32
+        );
+        assert_eq!(
+            seg[67] & 0x08 != 0,
+            i == 2,
+            "segment {i}: PSH only on the last"
+        );
+        let parsed = packet::parse(&seg);
+        assert!(
+            packet::l4_checksum_ok(&seg, &parsed),
+            "segment {i}: TCP checksum"
+        );
+        assert_eq!(
+            &seg[HEADERS..],
+            &m[HEADERS + i * MSS..HEADERS + i * MSS + size]
+        );
+    }
+}
