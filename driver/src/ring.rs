@@ -298,6 +298,15 @@ impl DoorbellRecord {
         self.region.take()
     }
 
+    /// Word `word` (0 or 1) as the device reads it (big-endian), for tests that check what
+    /// the driver told the device.
+    #[cfg(test)]
+    pub(crate) fn word(&self, word: usize) -> u32 {
+        self.region
+            .read_u32_be((word & 1) * 4)
+            .expect("a doorbell record word")
+    }
+
     /// Sets word `word` (0 or 1) to `value`, big-endian, with one store.
     #[inline(always)]
     pub(crate) fn set(&self, word: usize, value: u32) {

@@ -370,7 +370,8 @@ fn a_port_config_out_of_range_is_refused_naming_the_field_and_value() {
 fn a_command_buffer_shorter_than_its_layout_is_an_internal_fault() {
     let model = Model::loopback(EmuConfig::default());
     let mut dev = Device::bring_up(EmuBackend::new(model, "emu"), options()).unwrap();
-    let err = dev.exec(&input(Opcode::Nop, 8), 16).unwrap_err();
+    // A whole header in, but room for only half the output header.
+    let err = dev.exec(&input(Opcode::Nop, 16), 8).unwrap_err();
     assert!(
         matches!(err, DriverError::CommandLayout { opcode, .. } if opcode == Opcode::Nop as u16),
         "{err}"

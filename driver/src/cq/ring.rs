@@ -384,9 +384,7 @@ impl CqRing {
     /// Writes the 64 bytes `cqe` into the slot of consumer index `index`, as the device does.
     #[cfg(test)]
     pub(crate) fn device_writes(&self, index: u32, cqe: &[u8; CQE_SIZE]) {
-        self.region
-            .write(self.slot_offset(index), cqe)
-            .expect("a slot of the ring");
+        self.region.write_bytes(index, 0, cqe);
     }
 
     /// Writes the arm word asking for one event at the next completion after the consumer

@@ -75,6 +75,8 @@ fn published_counters_read_back_field_by_field() {
         flushed: 12,
         recoveries: 13,
         last_error_syndrome: 14,
+        tso_packets: 15,
+        last_refusal: Some(crate::tx::TxRefusal::TsoMss),
     };
     let shared = SharedQueueStats::default();
     assert_eq!(shared.read(), QueueStats::default());
@@ -83,6 +85,7 @@ fn published_counters_read_back_field_by_field() {
     let later = QueueStats {
         packets: u64::MAX,
         last_error_syndrome: 0x05,
+        last_refusal: Some(crate::tx::TxRefusal::TsoTooLong),
         ..stats
     };
     shared.publish(&later);

@@ -14,7 +14,7 @@ fn ring(log_size: u8, compressed: bool) -> CqRing {
             .write(slot * CQE_SIZE + CQE_SIZE - 1, &[CQE_INITIAL_OP_OWN])
             .unwrap();
     }
-    CqRing::new(memory, region(64), log_size, 7, compressed)
+    CqRing::new(memory, region(64), log_size, 7, compressed).expect("a ring over its memory")
 }
 
 /// A CQE's bytes: `opcode`, owner bit `owner`, `format`, WQE counter and byte count.
@@ -45,21 +45,19 @@ fn write_receive(ring: &CqRing, index: u32, wqe_counter: u16, byte_cnt: u32) {
 }
 
 fn write_slot(ring: &CqRing, index: u32, bytes: &[u8; CQE_SIZE]) {
-    ring.region.write(ring.slot_offset(index), bytes).unwrap();
+    ring.region.write_bytes(index, 0, bytes);
 }
 
 /// The `op_own` byte of the slot of consumer index `index`.
 fn op_own(ring: &CqRing, index: u32) -> u8 {
     let mut byte = [0u8];
-    ring.region
-        .read(ring.slot_offset(index) + CQE_SIZE - 1, &mut byte)
-        .unwrap();
+    ring.region.read_bytes(index, CQE_SIZE - 1, &mut byte);
     byte[0]
 }
 
 /// The consumer index as the doorbell record tells the device.
 fn dbr_ci(ring: &CqRing) -> u32 {
-    ring.dbr.read_u32_be(0).unwrap()
+    ring.dbr.word(0)
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The pool's lock-free stack model-checked with loom: every interleaving (up to a bound on
 //! preemptions) of two threads taking and returning buffers, singly and in bulk, with the
 //! stack's atomics replaced by loom's. Run with
-//! `RUSTFLAGS="--cfg loom" cargo test -p cxdirect --lib --release mem::pool::loom_tests`.
+//! `RUSTFLAGS="--cfg loom" cargo test -p cxdirect --lib mem::pool::loom_tests`.
 //!
 //! Each buffer has an owner flag (as in the threaded stress test); at the end of every
 //! interleaving the pool must hold each buffer exactly once.

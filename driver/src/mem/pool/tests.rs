@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 const TIME_BOUND: Duration = Duration::from_secs(2);
 
 /// Who holds each buffer of a pool (0: the pool).
-struct Owners {
+struct BufferOwners {
     marks: Vec<AtomicU32>,
     buf_size: usize,
 }
 
-impl Owners {
+impl BufferOwners {
     fn new(pool: &Mempool) -> Self {
         Self {
             marks: (0..pool.capacity()).map(|_| AtomicU32::new(0)).collect(),
@@ -83,7 +83,7 @@ impl Held {
 /// took.
 fn churn(
     pool: &Mempool,
-    owners: &Owners,
+    owners: &BufferOwners,
     me: u32,
     ops: u32,
     max_held: usize,
@@ -165,7 +165,7 @@ fn churn(
 
 /// Runs `threads` churning threads on `pool` at once and checks that the pool ends whole.
 fn stress(pool: &Mempool, threads: u32, ops: u32, max_held: usize) {
-    let owners = Owners::new(pool);
+    let owners = BufferOwners::new(pool);
     let start = Barrier::new(threads as usize);
     let deadline = Instant::now() + TIME_BOUND;
     let taken: u64 = std::thread::scope(|s| {

@@ -2,7 +2,7 @@
 //! taken in ring order from the buffer posted in each slot, the ring is refilled to its size,
 //! and a completion out of order is refused.
 
-use super::{ReceiveQueueParts, RxQueue};
+use super::{ReceiveQueueParts, RecvRing, RxQueue};
 use crate::cq::CqRing;
 use crate::mem::{Mbuf, Mempool};
 use crate::test_support::{pool, region, NoDevice};
@@ -30,14 +30,15 @@ fn queue(pool: &Mempool) -> RxQueue<NoDevice> {
         ring: region(usize::from(ENTRIES) * RX_WQE),
         dbr: region(64),
         log_size: LOG_SIZE,
-        cq: CqRing::new(cq_memory, region(64), LOG_SIZE, 4, false),
+        cq: CqRing::new(cq_memory, region(64), LOG_SIZE, 4, false).expect("a CQ over its memory"),
         rqn: RQN,
         pool: pool.clone(),
         published: Arc::default(),
         quarantine: Arc::default(),
         interrupt: None,
         striding: None,
-    });
+    })
+    .expect("a receive queue over its memory");
     assert_eq!((queue.ci, queue.pi), (0, ENTRIES), "filled on creation");
     queue.ci = 0u16.wrapping_sub(ENTRIES);
     queue.pi = 0;
@@ -58,9 +59,11 @@ fn complete(queue: &RxQueue<NoDevice>, cq_index: u32, wqe_counter: u16, byte_cnt
 
 /// The device address the WQE at ring index `index` gives the device to write.
 fn posted_address(queue: &RxQueue<NoDevice>, index: u16) -> u64 {
-    let at = usize::from(index & queue.mask()) * RX_WQE + 8;
+    let RecvRing::Plain(ring) = &queue.ring else {
+        panic!("the test queue has a plain ring of {RX_WQE}-byte WQEs");
+    };
     let mut address = [0u8; 8];
-    queue.ring.read(at, &mut address).unwrap();
+    ring.read_bytes(u32::from(index), 8, &mut address);
     u64::from_be_bytes(address)
 }
 
@@ -94,7 +97,7 @@ fn completions_across_the_counter_wrap_take_each_slots_buffer_in_order() {
         // Refilled to the ring's size, and the device told the producer index.
         assert_eq!(rx.posted(), usize::from(ENTRIES));
         assert_eq!(rx.pi, rx.ci.wrapping_add(ENTRIES));
-        assert_eq!(rx.dbr.read_u32_be(0).unwrap(), u32::from(rx.pi));
+        assert_eq!(rx.dbr.word(0), u32::from(rx.pi));
         received += u32::from(n);
         drop(out);
         assert_eq!(p.available(), 48 - u32::from(ENTRIES));
