@@ -30,7 +30,7 @@ fn device(model: &Model, name: &str) -> Device<EmuBackend> {
 }
 
 fn payload_memory(dev: &Device<EmuBackend>, buffers: u32) -> Arc<DmaBufMapping> {
-    let size = u64::from(buffers * PAYLOAD_BYTES);
+    let size = (u64::from(buffers * PAYLOAD_BYTES)).next_multiple_of(4096);
     let buf = match export::udmabuf(size) {
         Ok(u) => DmaBuf::import_with_backing(u.dmabuf, u.memfd, 0).unwrap(),
         Err(_) => DmaBuf::from_memfd(export::memfd("devmem", size).unwrap()).unwrap(),
@@ -59,6 +59,11 @@ struct Rig {
 /// Two ports on a wire; the receiver has a split queue of `ring` WQEs with `header_bytes`
 /// headers over `buffers` payload buffers, and UDP port 7000 steered to it.
 fn rig(header_bytes: u32, ring: u32, buffers: u32) -> Rig {
+    rig_with(header_bytes, ring, buffers, PAYLOAD_BYTES)
+}
+
+/// As [`rig`], with payload buffers of `payload_bytes` carved from the same memory.
+fn rig_with(header_bytes: u32, ring: u32, buffers: u32, payload_bytes: u32) -> Rig {
     let (a, b) = Model::pair(EmuConfig::default(), EmuConfig::default());
     let base = PortConfig {
         ring_size: 64,
@@ -84,7 +89,7 @@ fn rig(header_bytes: u32, ring: u32, buffers: u32) -> Rig {
             header_bytes,
             header_buffers: 256,
             payload_memory: Arc::clone(&mapping),
-            payload_bytes: PAYLOAD_BYTES,
+            payload_bytes,
         })
         .unwrap();
     let rule = rx_port
@@ -453,5 +458,36 @@ fn other_flows_keep_their_queues_and_removing_the_rule_sends_the_flow_back() {
     assert_eq!(back.len(), 2);
     assert_eq!(back[0].to_vec(), udp_frame_sized(700, 50, 4000, FLOW_PORT));
     drop((split, plain, back));
+    r.close();
+}
+
+#[test]
+fn a_frame_longer_than_both_buffers_stops_the_queue_until_it_is_recovered() {
+    // 64 header bytes and 1,024 payload bytes hold frames of up to 1,088 bytes.
+    let mut r = rig_with(64, 16, 32, 1024);
+    r.send(0, 2, 1000, FLOW_PORT);
+    r.send(2, 1, 1400, FLOW_PORT);
+    r.send(3, 2, 1000, FLOW_PORT);
+    let got = r.receive_split();
+    assert_eq!(got.len(), 2, "the frames before the long one");
+    assert!(r.split.in_error());
+    let s = r.split.stats();
+    assert_eq!(
+        (s.errors, s.last_error_syndrome),
+        (1, 0x01),
+        "local length: {s:?}"
+    );
+    assert_eq!(r.split.give_back(&tokens(&got)).unwrap(), 2);
+    let rec = r.rx_port.recover_split_rx(&mut r.split).unwrap();
+    assert!(!r.split.in_error());
+    assert_eq!(rec.flushed, 16 - 3, "the WQEs still posted after the error");
+    assert_eq!(r.split.posted(), 16);
+    r.send(10, 3, 1000, FLOW_PORT);
+    let again = r.receive_split();
+    assert_eq!(again.len(), 3, "traffic resumed on the same rule");
+    for (i, p) in again.iter().enumerate() {
+        r.check(p, 10 + i as u32, 1000);
+    }
+    drop((got, again));
     r.close();
 }

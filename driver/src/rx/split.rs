@@ -6,7 +6,6 @@
 //! token was given back. Nothing here allocates, locks or formats while receiving; the byte
 //! count the device writes is checked against both buffers before use.
 
-use super::irq::CompletionInterrupt;
 use crate::backend::Backend;
 use crate::cq::{rx_flags, CqRing};
 use crate::error::DriverError;
@@ -111,7 +110,6 @@ pub(crate) struct SplitQueueParts<B: Backend> {
     pub(crate) payload_bytes: u32,
     pub(crate) published: StatsHandle,
     pub(crate) quarantine: Quarantine,
-    pub(crate) interrupt: Option<CompletionInterrupt<B>>,
 }
 
 /// A split receive queue handle (see the module documentation). `Send`: it may live on its
@@ -137,7 +135,6 @@ pub struct SplitRxQueue<B: Backend> {
     queue_stats: QueueStats,
     published: StatsHandle,
     quarantine: Quarantine,
-    _interrupt: Option<CompletionInterrupt<B>>,
     in_error: bool,
 }
 
@@ -171,7 +168,6 @@ impl<B: Backend> SplitRxQueue<B> {
             queue_stats: QueueStats::default(),
             published: parts.published,
             quarantine: parts.quarantine,
-            _interrupt: parts.interrupt,
             in_error: false,
         };
         q.refill();
@@ -320,11 +316,8 @@ impl<B: Backend> SplitRxQueue<B> {
         self.in_error = true;
     }
 
+    /// Publishes the queue's counters for [`crate::Port::xstats`].
     fn publish(&mut self) {
-        let c = self.buffers.counts();
-        self.stats.tokens_outstanding = c.outstanding;
-        self.stats.tokens_highest = c.highest;
-        self.stats.tokens_given_back = c.given_back;
         self.queue_stats.bytes = self.stats.header_bytes + self.stats.payload_bytes;
         self.published.publish(&self.queue_stats);
     }
@@ -371,9 +364,14 @@ impl<B: Backend> SplitRxQueue<B> {
     }
 
     /// The queue's counters.
-    pub fn stats(&mut self) -> SplitRxStats {
-        self.publish();
-        self.stats
+    pub fn stats(&self) -> SplitRxStats {
+        let c = self.buffers.counts();
+        SplitRxStats {
+            tokens_outstanding: c.outstanding,
+            tokens_highest: c.highest,
+            tokens_given_back: c.given_back,
+            ..self.stats
+        }
     }
 
     /// The queue's RQ number (what [`crate::Port::steer`] takes).
@@ -420,6 +418,18 @@ impl<B: Backend> SplitRxQueue<B> {
     /// Stops receiving (the device is about to have, or has, the RQ in RST).
     pub(crate) fn stop(&mut self) {
         self.in_error = true;
+    }
+
+    /// Recovery, with the RQ back in RDY after [`SplitRxQueue::drain_and_flush`]: the ring
+    /// starts again at index 0 (as the device does after RST) and is refilled.
+    pub(crate) fn restart(&mut self) {
+        self.pi = 0;
+        self.ci = 0;
+        self.dbr.set(0, 0);
+        self.in_error = false;
+        self.queue_stats.recoveries += 1;
+        self.refill();
+        self.publish();
     }
 
     /// Once the device can no longer write the ring's buffers: completions left on the CQ are

@@ -209,7 +209,6 @@ impl<B: Backend> Port<B> {
             payload_bytes: config.payload_bytes,
             published: Self::register_stats(&mut self.rx_stats),
             quarantine: self.quarantine.clone(),
-            interrupt: None,
         })
     }
 
@@ -285,6 +284,48 @@ impl<B: Backend> Port<B> {
     /// True when a flow rule steers to RQ `rqn`.
     pub fn is_steered(&self, rqn: u32) -> bool {
         self.flows.steers_to(rqn)
+    }
+
+    /// Recovers a split queue that reports [`SplitRxQueue::in_error`] (an error completion,
+    /// such as a frame longer than its two buffers, or a completion the driver refused): the
+    /// RQ goes to RST, the completions left are taken without delivery and the posted buffers
+    /// freed (tokens lent stay lent), then RDY, and the ring is refilled. Its flow rules stay.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::NoSuchQueue`] for a queue of another port; [`DriverError::DmaBuf`] when
+    /// its payload memory was revoked; a command error (the queue then stays stopped; call
+    /// again).
+    pub fn recover_split_rx(
+        &mut self,
+        q: &mut SplitRxQueue<B>,
+    ) -> Result<super::recover::Recovery, DriverError> {
+        let start = Instant::now();
+        let rqn = q.rqn();
+        let Some(record) = self.splits.iter().find(|r| r.rqn == rqn) else {
+            return Err(DriverError::NoSuchQueue {
+                kind: QueueKind::Receive,
+                number: rqn,
+            });
+        };
+        if record.payload.is_revoked() {
+            return Err(cxdirect_dma::DmaBufError::Revoked {
+                exporter: record.payload.dmabuf().exporter().to_string(),
+            }
+            .into());
+        }
+        q.stop();
+        let device_state = self.stop_wq(WorkQueue::Receive(rqn))?;
+        let (drained_cqes, flushed) = q.drain_and_flush();
+        self.modify_rq(rqn, RqState::Rst, RqState::Rdy)?;
+        q.restart();
+        Ok(super::recover::Recovery {
+            flushed,
+            drained_cqes,
+            device_state,
+            took: start.elapsed(),
+            cq_recreated: false,
+        })
     }
 
     /// Takes a split queue's payload memory away from the device (the exporter asked for it
