@@ -583,9 +583,12 @@ impl<B: Backend> Port<B> {
     /// Destroys the port's steering (see [`Steering::destroy`]); flow rules leave the root
     /// table first and keep their TIRs.
     pub(super) fn destroy_steering(&mut self) -> Result<(), DriverError> {
-        if let Some(root) = self.steering.root() {
-            self.flows.uninstall_all(&mut self.dev, root)?;
-        }
-        self.steering.destroy(&mut self.dev)
+        let flows = match self.steering.root() {
+            Some(root) => self.flows.uninstall_all(&mut self.dev, root),
+            None => Ok(()),
+        };
+        // A root that still holds a flow rule is refused, and tried again at the next call.
+        let steering = self.steering.destroy(&mut self.dev);
+        flows.and(steering)
     }
 }
