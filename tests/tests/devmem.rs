@@ -491,3 +491,105 @@ fn a_frame_longer_than_both_buffers_stops_the_queue_until_it_is_recovered() {
     drop((got, again));
     r.close();
 }
+
+/// A TCP/IPv6 frame of `len` bytes (at least 74) from `src` port `sport` to `dst` port `dport`.
+fn tcp6_frame(len: usize, src: [u8; 16], dst: [u8; 16], sport: u16, dport: u16) -> Vec<u8> {
+    let mut f = vec![0u8; len];
+    f[0..6].copy_from_slice(&[0xff; 6]);
+    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x0a]);
+    f[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+    f[14] = 0x60;
+    f[18..20].copy_from_slice(&((len - 54) as u16).to_be_bytes());
+    f[20] = 6;
+    f[21] = 64;
+    f[22..38].copy_from_slice(&src);
+    f[38..54].copy_from_slice(&dst);
+    f[54..56].copy_from_slice(&sport.to_be_bytes());
+    f[56..58].copy_from_slice(&dport.to_be_bytes());
+    f[66] = 0x50; // a 20-byte TCP header
+    f[67] = 0x18;
+    for (i, b) in f[74..].iter_mut().enumerate() {
+        *b = i as u8;
+    }
+    cxdirect_emu::packet::insert_checksums(&mut f, true, true).unwrap();
+    f
+}
+
+#[test]
+fn ipv6_tcp_and_ipv4_source_rules_match_every_field_they_name() {
+    let mut r = rig(128, 64, 128);
+    let (a, b): (std::net::Ipv6Addr, std::net::Ipv6Addr) =
+        ("fe80::1".parse().unwrap(), "2001:db8::7".parse().unwrap());
+    r.rx_port
+        .steer(
+            FlowMatch {
+                ip: IpVersion::V6,
+                protocol: FlowProtocol::Tcp,
+                dst_addr: Some(a.into()),
+                src_addr: Some(b.into()),
+                dst_port: Some(80),
+                src_port: Some(1234),
+            },
+            r.split.rqn(),
+        )
+        .unwrap();
+    // IPv4 UDP from 10.0.0.1 port 4000, to any port.
+    r.rx_port
+        .steer(
+            FlowMatch {
+                ip: IpVersion::V4,
+                protocol: FlowProtocol::Udp,
+                dst_addr: None,
+                src_addr: Some("10.0.0.1".parse().unwrap()),
+                dst_port: None,
+                src_port: Some(4000),
+            },
+            r.split.rqn(),
+        )
+        .unwrap();
+    let frames = [
+        (tcp6_frame(400, b.octets(), a.octets(), 1234, 80), true),
+        (tcp6_frame(400, b.octets(), a.octets(), 1235, 80), false),
+        (tcp6_frame(400, b.octets(), a.octets(), 1234, 81), false),
+        (tcp6_frame(400, a.octets(), a.octets(), 1234, 80), false),
+        (tcp6_frame(400, b.octets(), b.octets(), 1234, 80), false),
+        (udp_frame_sized(400, 1, 4000, 1), true),
+        (udp_frame_sized(400, 2, 4001, 1), false),
+    ];
+    let mut batch: Vec<Mbuf> = frames
+        .iter()
+        .map(|(f, _)| {
+            let mut m = r.tx_port.pool().alloc().unwrap();
+            m.set_data(f).unwrap();
+            m
+        })
+        .collect();
+    send_all(&mut r.tx, &mut batch);
+    let split = r.receive_split();
+    let plain = r.receive_plain();
+    let want_split: Vec<&Vec<u8>> = frames.iter().filter(|(_, s)| *s).map(|(f, _)| f).collect();
+    let want_plain: Vec<&Vec<u8>> = frames.iter().filter(|(_, s)| !*s).map(|(f, _)| f).collect();
+    assert_eq!(split.len(), want_split.len());
+    for (p, want) in split.iter().zip(want_split) {
+        let mut whole = p.header.to_vec();
+        whole.extend(r.payload(&p.payload.unwrap()));
+        assert_eq!(&whole, want);
+    }
+    assert_eq!(
+        measured_headers(&split),
+        [74, 42],
+        "TCP/IPv6 and UDP/IPv4 headers measured"
+    );
+    let got: Vec<Vec<u8>> = plain.iter().map(Mbuf::to_vec).collect();
+    assert_eq!(got.iter().collect::<Vec<_>>(), want_plain);
+    drop((split, plain));
+    r.close();
+}
+
+/// Each packet's measured header length ([`SplitPacket::headers_len`]).
+fn measured_headers(packets: &[SplitPacket]) -> Vec<usize> {
+    packets
+        .iter()
+        .filter_map(SplitPacket::headers_len)
+        .collect()
+}
