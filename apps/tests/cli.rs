@@ -19,6 +19,7 @@ const INFO: &str = env!("CARGO_BIN_EXE_cxdirect-info");
 const DEVBIND: &str = env!("CARGO_BIN_EXE_cxdirect-devbind");
 const SHARED_RX: &str = env!("CARGO_BIN_EXE_cxdirect-shared-rx");
 const DMABUF_RX: &str = env!("CARGO_BIN_EXE_cxdirect-dmabuf-rx");
+const DEVMEM_RX: &str = env!("CARGO_BIN_EXE_cxdirect-devmem-rx");
 const BENCH: &str = env!("CARGO_BIN_EXE_cxdirect-bench");
 const FAULTS: &str = env!("CARGO_BIN_EXE_cxdirect-faults");
 
@@ -30,7 +31,7 @@ fn every_program_prints_its_help_in_groups() {
         "--iommu-mode <MODE>",
         "--emu-exec <MODE>",
     ];
-    let programs: [(&str, &str, &[&str]); 8] = [
+    let programs: [(&str, &str, &[&str]); 9] = [
         (
             TESTPMD,
             "cxdirect-testpmd",
@@ -70,6 +71,20 @@ fn every_program_prints_its_help_in_groups() {
             DMABUF_RX,
             "cxdirect-dmabuf-rx",
             &["Traffic:", "--source <SOURCE>", "Run:"],
+        ),
+        (
+            DEVMEM_RX,
+            "cxdirect-devmem-rx",
+            &[
+                "Traffic:",
+                "--source <SOURCE>",
+                "--header-bytes <N>",
+                "--flow <FLOW>",
+                "Run:",
+                "--validate",
+                "--hold <N>",
+                "--bench <ROUNDS>",
+            ],
         ),
         (
             BENCH,
@@ -222,6 +237,21 @@ fn usage_errors_exit_2_and_say_which_flag_and_why() {
             &["--source <SOURCE>", "required"],
         ),
         (
+            DEVMEM_RX,
+            &["--source", "memfd", "--header-bytes", "96"],
+            &["'--header-bytes <N>'", "power of two from 64 to 1024"],
+        ),
+        (
+            DEVMEM_RX,
+            &["--source", "memfd", "--flow", "tcp:80"],
+            &["'--flow <FLOW>'", "udp:PORT"],
+        ),
+        (
+            DEVMEM_RX,
+            &["--source", "memfd", "--flow", "udp:0"],
+            &["'--flow <FLOW>'", "1..=65535"],
+        ),
+        (
             INFO,
             &["--init-timeout-ms", "0"],
             &["'--init-timeout-ms <MS>'", "1.."],
@@ -235,7 +265,7 @@ fn usage_errors_exit_2_and_say_which_flag_and_why() {
     for (bin, args, wanted) in cases {
         // The port programs need a device: every case but the device ones gets `emu`.
         let mut argv: Vec<&str> = Vec::new();
-        if [TESTPMD, SHARED_RX, PINGPONG, DMABUF_RX, INFO].contains(bin)
+        if [TESTPMD, SHARED_RX, PINGPONG, DMABUF_RX, DEVMEM_RX, INFO].contains(bin)
             && !args.contains(&"--device")
         {
             argv.extend(emu);
@@ -253,6 +283,7 @@ fn usage_errors_exit_2_and_say_which_flag_and_why() {
         (INFO, &[]),
         (SHARED_RX, &[]),
         (DMABUF_RX, &["--source", "memfd"]),
+        (DEVMEM_RX, &["--source", "memfd"]),
     ];
     for (bin, args) in no_device {
         let (code, _, stderr) = run(bin, args);
@@ -393,4 +424,81 @@ fn testpmd_with_tso_sends_packets_larger_than_the_mtu_and_verifies_every_segment
         assert_ne!(code, 0, "{argv:?}");
         assert!(stderr.contains(wanted), "{argv:?}: {stderr}");
     }
+}
+
+#[test]
+fn devmem_rx_verifies_a_stream_split_between_host_and_dmabuf_memory() {
+    // 4 MiB of stream in 1458-byte packets: 42 bytes of headers and 86 of payload in each
+    // 128-byte header buffer, 1372 in the dmabuf; 300 tokens held back at any time.
+    let (code, stdout, stderr) = run(
+        DEVMEM_RX,
+        &[
+            "--device",
+            "emu-pair",
+            "--source",
+            "memfd",
+            "--size",
+            "4194304",
+            "--header-bytes",
+            "128",
+            "--flow",
+            "udp:5201",
+            "--validate",
+            "--hold",
+            "300",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let fields = summary_fields(&stdout);
+    let keys: Vec<&str> = fields.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "source",
+            "packets",
+            "payload_bytes",
+            "header_bytes",
+            "verified",
+            "errors",
+            "tokens_max",
+            "mbps"
+        ]
+    );
+    let value = |k: &str| fields.iter().find(|(key, _)| key == k).unwrap().1.clone();
+    let packets: u64 = value("packets").parse().unwrap();
+    // 4194304 = 2876 full packets of 1458 stream bytes and one of 1496.
+    assert_eq!(packets, 2877);
+    assert_eq!(
+        ["source", "payload_bytes", "verified", "errors"].map(value),
+        ["memfd", "4194304", "yes", "0"]
+    );
+    assert_eq!(value("header_bytes"), (packets * 128).to_string());
+    let held: u64 = value("tokens_max").parse().unwrap();
+    assert!((300..=300 + 64).contains(&held), "{held}");
+    assert!(stdout.contains("imissed=0"), "{stdout}");
+}
+
+#[test]
+fn devmem_rx_bench_prints_split_and_plain_figures() {
+    let (code, stdout, stderr) = run(
+        DEVMEM_RX,
+        &[
+            "--device", "emu-pair", "--source", "memfd", "--size", "2097152", "--bench", "5",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    for name in [
+        "devmem_rx_split_ns",
+        "devmem_rx_plain_ns",
+        "devmem_rx_split_over_plain",
+        "devmem_give_back_ns",
+    ] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("metric {name}=")))
+            .unwrap_or_else(|| panic!("no {name} in\n{stdout}"));
+        let value: f64 = line.split('=').nth(1).unwrap().parse().unwrap();
+        assert!(value > 0.0, "{line}");
+    }
+    assert!(stdout.contains("metric devmem_cpu_copied_bytes_per_payload_byte=0.0000"));
 }

@@ -257,6 +257,18 @@ pub enum DriverError {
         /// Bytes of room.
         capacity: usize,
     },
+    /// A payload token given to a split receive queue ([`crate::SplitRxQueue::give_back`])
+    /// that the queue did not lend, or that was given back already; no token of the call was
+    /// taken back.
+    #[error("payload token of buffer {buffer} (queue tag {queue}) refused: {why}")]
+    BadToken {
+        /// The tag of the queue that lent the token.
+        queue: u32,
+        /// The token's payload buffer.
+        buffer: u32,
+        /// Why it was refused.
+        why: &'static str,
+    },
     /// A packet index past the end of a [`crate::PacketBurst`].
     #[error("no packet {index} in a burst of {len}")]
     NoSuchPacket {

@@ -38,11 +38,13 @@ pub use cq::{Cqe, Event};
 pub use error::{CmdError, CmdFailure, ConfigError, DriverError, HealthFailure, QueueKind};
 pub use mem::{BurstPacket, Mbuf, Mempool, OffloadFlags, PacketBurst};
 pub use port::{
-    PoolRevocation, Port, PortConfig, PortRecovery, PortStats, QueueXstats, Queues, Recovery,
-    SharedQueues, SharedRingRestart, Started,
+    FlowMatch, FlowProtocol, FlowRule, IpVersion, PoolRevocation, Port, PortConfig, PortRecovery,
+    PortStats, QueueXstats, Queues, Recovery, SharedQueues, SharedRingRestart, SplitRxConfig,
+    Started,
 };
 pub use ring::QueueStats;
 pub use rx::{
-    RxQueue, RxSink, RxStriding, SharedRingStats, SharedRxConfig, SharedRxQueue, SharedRxRing,
+    PayloadToken, RxQueue, RxSink, RxStriding, SharedRingStats, SharedRxConfig, SharedRxQueue,
+    SharedRxRing, SplitPacket, SplitRxQueue, SplitRxStats,
 };
 pub use tx::{InlineMode, TxQueue, TxSource};

@@ -293,6 +293,9 @@ pub struct Iommu {
     /// Ranges whose device accesses are counted ([`Iommu::watch`]); `watching` says whether
     /// there are any, so unwatched accesses pay one load.
     watches: RwLock<Vec<(u64, u64, Arc<AtomicU64>)>>,
+    /// Ranges whose written bytes are counted ([`Iommu::watch_written`]); also behind
+    /// `watching`.
+    byte_watches: RwLock<Vec<(u64, u64, Arc<AtomicU64>)>>,
     watching: std::sync::atomic::AtomicBool,
     /// Map-table index of the mapping each 4 KiB page last hit, in a small table indexed by
     /// a hash of the page number: a packet's accesses go to a few regions (ring, doorbell
@@ -389,6 +392,38 @@ impl Iommu {
             .push((iova, iova.saturating_add(len), counter.clone()));
         self.watching.store(true, Ordering::Release);
         counter
+    }
+
+    /// Counts the bytes every device write puts into `[iova, iova + len)` from now on (the
+    /// part of each write that falls inside the range), in the returned counter: tests use it
+    /// to prove which bytes of a frame landed where (headers in host memory, payload in a
+    /// dmabuf).
+    pub fn watch_written(&self, iova: u64, len: u64) -> Arc<AtomicU64> {
+        let counter = Arc::new(AtomicU64::new(0));
+        self.byte_watches
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((iova, iova.saturating_add(len), counter.clone()));
+        self.watching.store(true, Ordering::Release);
+        counter
+    }
+
+    fn note_written(&self, iova: u64, len: usize) {
+        if !self.watching.load(Ordering::Acquire) {
+            return;
+        }
+        let end = iova.saturating_add(len as u64);
+        for (start, stop, counter) in self
+            .byte_watches
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            let (from, to) = (iova.max(*start), end.min(*stop));
+            if from < to {
+                counter.fetch_add(to - from, Ordering::Relaxed);
+            }
+        }
     }
 
     fn note_access(&self, iova: u64, len: usize) {
@@ -514,6 +549,7 @@ impl Iommu {
             return Ok(());
         }
         self.note_access(iova, data.len());
+        self.note_written(iova, data.len());
         let maps = self.maps.read().unwrap_or_else(|e| e.into_inner());
         let src = data.as_ptr();
         let result = self.walk(&maps, iova, data.len(), true, |host, offset, n| {

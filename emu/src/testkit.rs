@@ -944,6 +944,54 @@ impl Host {
         )
     }
 
+    /// Creates an RQ (own ring of `2^log` WQEs of `2^log_stride` bytes, room for
+    /// `2^(log_stride - 4)` data segments each) and moves it to RDY.
+    pub fn create_rq_segments(&mut self, cqn: u32, log: u8, log_stride: u8) -> Rq {
+        let (buf, dbr, pages, mut input) =
+            self.ring_input(Opcode::CreateRq, 1 << (log + log_stride));
+        let mut cmd = CreateRqIn::new(&mut input[..]).expect("layout");
+        cmd.ctx_mut()
+            .set_cqn(cqn)
+            .set_flush_in_error_en(true)
+            .wq_mut()
+            .set_wq_type(1)
+            .set_pd(self.pd)
+            .set_dbr_addr(dbr)
+            .set_log_wq_stride(log_stride)
+            .set_log_wq_sz(log);
+        for i in 0..pages {
+            cmd.set_pas(i, buf + i as u64 * 4096).expect("room");
+        }
+        let out = self.exec(&input, 16).expect("CREATE_RQ");
+        let rqn = CreateRqOut::new(&out[..]).expect("layout").rqn();
+        self.rq_ready(rqn).expect("MODIFY_RQ RST->RDY");
+        Rq {
+            rqn,
+            buf,
+            dbr,
+            log,
+            pi: 0,
+        }
+    }
+
+    /// Posts one receive WQE of `2^log_stride` bytes (an RQ made by
+    /// [`Host::create_rq_segments`]) whose data segments are `segments` (IOVA, length, lkey),
+    /// the rest of the WQE left zero, and updates the doorbell record.
+    pub fn post_recv_segments(&self, rq: &mut Rq, log_stride: u8, segments: &[(u64, u32, u32)]) {
+        let slot = u64::from(rq.pi) & ((1 << rq.log) - 1);
+        let mut wqe = vec![0u8; 1 << log_stride];
+        for (seg, &(iova, len, lkey)) in wqe.chunks_exact_mut(16).zip(segments) {
+            DataSeg::new(seg)
+                .expect("layout")
+                .set_byte_count(len)
+                .set_lkey(lkey)
+                .set_addr(iova);
+        }
+        self.write(rq.buf + (slot << log_stride), &wqe);
+        rq.pi = rq.pi.wrapping_add(1);
+        self.write_be32(rq.dbr, u32::from(rq.pi));
+    }
+
     /// Posts one receive WQE (a single data segment of `len` bytes at `iova`) and updates the
     /// doorbell record.
     pub fn post_recv(&self, rq: &mut Rq, iova: u64, len: u32, lkey: u32) {

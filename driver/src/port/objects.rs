@@ -5,6 +5,7 @@
 //! teardown in reverse order.
 
 use super::config::PortConfig;
+use super::flow::FlowRules;
 use super::restart::SharedRestart;
 use super::stats::{PortStats, QueueXstats};
 use super::steering::Steering;
@@ -37,6 +38,7 @@ use std::sync::Arc;
 pub(super) mod recover;
 pub(super) mod revoke;
 mod shared;
+pub(super) mod split;
 mod teardown;
 
 /// A started port and the queue handles it gives the application ([`Port::start`]).
@@ -87,6 +89,11 @@ pub struct Port<B: Backend> {
     shared_restart: Option<SharedRestart>,
     uars: Vec<u32>,
     steering: Steering,
+    /// Flow rules ([`Port::steer`]), installed in the root table while steering is built.
+    flows: FlowRules,
+    /// Split receive queues ([`Port::create_split_rx`]): their RQs (reached only by flow
+    /// rules) and memory keys.
+    splits: Vec<split::SplitRecord>,
     q_counter: Option<QCounterSet>,
     tx_stats: Vec<StatsHandle>,
     rx_stats: Vec<StatsHandle>,
@@ -149,6 +156,8 @@ impl<B: Backend> Port<B> {
             shared_restart: None,
             uars: Vec::new(),
             steering: Steering::default(),
+            flows: FlowRules::default(),
+            splits: Vec::new(),
             q_counter: None,
             tx_stats: Vec::new(),
             rx_stats: Vec::new(),
@@ -573,13 +582,25 @@ impl<B: Backend> Port<B> {
     }
 
     /// Builds the port's steering around its RQs (see [`Steering::build`]).
+    /// Flow rules go into the new root table.
     pub(super) fn create_steering(&mut self, td: u32) -> Result<(), DriverError> {
         self.steering
-            .build(&mut self.dev, &self.config, &self.rqs, td)
+            .build(&mut self.dev, &self.config, &self.rqs, td)?;
+        match self.steering.root() {
+            Some(root) => self.flows.install_all(&mut self.dev, root),
+            None => Ok(()),
+        }
     }
 
-    /// Destroys the port's steering (see [`Steering::destroy`]).
+    /// Destroys the port's steering (see [`Steering::destroy`]); flow rules leave the root
+    /// table first and keep their TIRs.
     pub(super) fn destroy_steering(&mut self) -> Result<(), DriverError> {
-        self.steering.destroy(&mut self.dev)
+        let flows = match self.steering.root() {
+            Some(root) => self.flows.uninstall_all(&mut self.dev, root),
+            None => Ok(()),
+        };
+        // A root that still holds a flow rule is refused, and tried again at the next call.
+        let steering = self.steering.destroy(&mut self.dev);
+        flows.and(steering)
     }
 }

@@ -16,6 +16,9 @@ use cxdirect_hw::tir::{self, CreateRqtIn, CreateRqtOut, CreateTirIn, CreateTirOu
 /// destroyed.
 #[derive(Default)]
 pub(super) struct Steering {
+    /// The root table, while it exists: flow rules ([`crate::Port::steer`]) go into its first
+    /// [`FLOW_RULE_SLOTS`] entries.
+    root: Option<u32>,
     rqt: Option<u32>,
     tirs: Vec<u32>,
     tables: Vec<u32>,
@@ -23,7 +26,19 @@ pub(super) struct Steering {
     entries: Vec<(u32, u32)>,
 }
 
+/// Log2 of the root table's entries.
+const ROOT_LOG_SIZE: u8 = 10;
+
+/// Root table entries kept for flow rules, from index 0: they match before the port's own
+/// rules (the device takes the lowest matching index), which sit in the last two entries.
+pub(super) const FLOW_RULE_SLOTS: u32 = (1 << ROOT_LOG_SIZE) - 2;
+
 impl Steering {
+    /// The root table, while the steering is built.
+    pub(super) fn root(&self) -> Option<u32> {
+        self.root
+    }
+
     fn create_tir<B: Backend>(
         &mut self,
         dev: &mut Device<B>,
@@ -249,9 +264,10 @@ impl Steering {
             (flow::FLOW_DESTINATION_TYPE_FLOW_TABLE, table)
         };
         // The root: everything (promiscuous), or the port's MAC plus broadcast and multicast.
-        let root = self.create_table(dev, 0, 4)?;
+        let root = self.create_table(dev, 0, ROOT_LOG_SIZE)?;
+        let own = FLOW_RULE_SLOTS;
         if config.promiscuous {
-            self.add_rule(dev, root, 0, |_, _| {}, classify)?;
+            self.add_rule(dev, root, own, |_, _| {}, classify)?;
         } else {
             let mac = u64::from_be_bytes({
                 let mut b = [0u8; 8];
@@ -261,7 +277,7 @@ impl Steering {
             self.add_rule(
                 dev,
                 root,
-                0,
+                own,
                 move |m, mask| {
                     m.set_dmac(if mask { 0xffff_ffff_ffff } else { mac });
                 },
@@ -271,7 +287,7 @@ impl Steering {
             self.add_rule(
                 dev,
                 root,
-                1,
+                own + 1,
                 |m, _| {
                     m.set_dmac(0x0100_0000_0000);
                 },
@@ -290,6 +306,7 @@ impl Steering {
             })
             .ok();
         dev.exec(&cmd, 16)?;
+        self.root = Some(root);
         Ok(())
     }
 
@@ -360,6 +377,7 @@ impl Steering {
             }
         }
         self.tables = tables;
+        self.root = self.root.filter(|root| self.tables.contains(root));
         let mut tirs = std::mem::take(&mut self.tirs);
         tirs.retain(|&tirn| {
             refused(

@@ -10,6 +10,13 @@ use cxdirect_hw::cmd::Opcode;
 impl<B: Backend> Port<B> {
     pub(super) fn destroy_objects(&mut self) -> Result<(), DriverError> {
         let mut first_err = self.destroy_steering().err();
+        // Flow rules' TIRs name split and plain RQs alike.
+        if let Err(e) = self.flows.destroy_all(&mut self.dev) {
+            first_err.get_or_insert(e);
+        }
+        if let Err(e) = self.destroy_splits() {
+            first_err.get_or_insert(e);
+        }
         let mut keep = |r: Result<(), DriverError>| {
             if let Err(e) = r {
                 first_err.get_or_insert(e);
@@ -75,6 +82,8 @@ impl<B: Backend> Port<B> {
     /// the pool; returns how many.
     pub(crate) fn forget_objects_after_reset(&mut self) -> usize {
         self.steering.forget();
+        self.flows.forget();
+        self.splits.clear();
         self.rqs.clear();
         self.shared_handles = None;
         let mut flushed = self.shared.take().map_or(0, |ring| ring.flush());

@@ -1,0 +1,424 @@
+//! Flow rules: a TCP or UDP flow (IPv4 or IPv6 addresses and ports) steered to one receive
+//! queue by an entry in the port's root flow table, ahead of the port's own rules. Each rule
+//! has a direct TIR to its queue's RQ and a flow group of one entry with the rule's mask; the
+//! entries go when the port's steering is taken down (recovery) and come back when it is
+//! built again, so a rule outlives a rebuild.
+
+use crate::backend::Backend;
+use crate::control::{destroy_input, input, out_u32, Device};
+use crate::error::DriverError;
+use cxdirect_hw::cmd::Opcode;
+use cxdirect_hw::flow::{self, CreateFlowGroupIn, FteMatchSetLyr24, SetFteIn};
+use cxdirect_hw::tir::CreateTirIn;
+use std::net::IpAddr;
+
+/// The transport protocol a [`FlowMatch`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlowProtocol {
+    /// TCP (IP protocol 6).
+    Tcp,
+    /// UDP (IP protocol 17).
+    Udp,
+}
+
+/// The IP version a [`FlowMatch`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpVersion {
+    /// IPv4.
+    V4,
+    /// IPv6.
+    V6,
+}
+
+/// What a flow rule ([`crate::Port::steer`]) matches in a received frame's outer headers:
+/// always the IP version and the transport protocol, and each address and port that is set.
+/// Addresses must be of `ip`'s version. Frames of a flow with IP options or fragments match by
+/// the same fields (a fragment after the first carries no ports, so it does not match a rule
+/// that names ports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowMatch {
+    /// IPv4 or IPv6.
+    pub ip: IpVersion,
+    /// TCP or UDP.
+    pub protocol: FlowProtocol,
+    /// The destination address, or any.
+    pub dst_addr: Option<IpAddr>,
+    /// The source address, or any.
+    pub src_addr: Option<IpAddr>,
+    /// The destination port, or any.
+    pub dst_port: Option<u16>,
+    /// The source port, or any.
+    pub src_port: Option<u16>,
+}
+
+impl FlowMatch {
+    /// A UDP flow over IPv4 to destination port `port`, from anywhere.
+    pub fn udp4_to_port(port: u16) -> Self {
+        Self {
+            ip: IpVersion::V4,
+            protocol: FlowProtocol::Udp,
+            dst_addr: None,
+            src_addr: None,
+            dst_port: Some(port),
+            src_port: None,
+        }
+    }
+
+    /// Refuses addresses of the other IP version.
+    pub(crate) fn validate(&self) -> Result<(), DriverError> {
+        for (field, addr) in [("dst_addr", self.dst_addr), ("src_addr", self.src_addr)] {
+            let fits = match (self.ip, addr) {
+                (_, None) => true,
+                (IpVersion::V4, Some(a)) => a.is_ipv4(),
+                (IpVersion::V6, Some(a)) => a.is_ipv6(),
+            };
+            if !fits {
+                return Err(DriverError::config(
+                    field,
+                    0u32,
+                    "give an address of the rule's IP version (FlowMatch::ip)",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the rule's mask (`mask`) or value into the outer-header match set.
+    fn fill(&self, m: &mut FteMatchSetLyr24<&mut [u8]>, mask: bool) {
+        let (version, proto) = match (self.ip, self.protocol) {
+            (IpVersion::V4, p) => (4, p),
+            (IpVersion::V6, p) => (6, p),
+        };
+        let proto = match proto {
+            FlowProtocol::Tcp => 6,
+            FlowProtocol::Udp => 17,
+        };
+        m.set_ip_version(if mask { 0xf } else { version })
+            .set_ip_protocol(if mask { 0xff } else { proto });
+        let port = |p: u16| if mask { 0xffff } else { p };
+        match self.protocol {
+            FlowProtocol::Tcp => {
+                if let Some(p) = self.dst_port {
+                    m.set_tcp_dport(port(p));
+                }
+                if let Some(p) = self.src_port {
+                    m.set_tcp_sport(port(p));
+                }
+            }
+            FlowProtocol::Udp => {
+                if let Some(p) = self.dst_port {
+                    m.set_udp_dport(port(p));
+                }
+                if let Some(p) = self.src_port {
+                    m.set_udp_sport(port(p));
+                }
+            }
+        }
+        if let Some(addr) = self.dst_addr {
+            set_addr(&mut m.dst_ipv4_dst_ipv6_mut(), addr, mask);
+        }
+        if let Some(addr) = self.src_addr {
+            set_addr(&mut m.src_ipv4_src_ipv6_mut(), addr, mask);
+        }
+    }
+}
+
+fn set_addr(field: &mut flow::Ipv6LayoutIpv4LayoutAuto<&mut [u8]>, addr: IpAddr, mask: bool) {
+    match addr {
+        IpAddr::V4(a) => {
+            field
+                .ipv4_layout_mut()
+                .set_ipv4(if mask { u32::MAX } else { u32::from(a) });
+        }
+        IpAddr::V6(a) => {
+            field
+                .ipv6_layout_mut()
+                .set_addr(if mask { [0xff; 16] } else { a.octets() });
+        }
+    }
+}
+
+/// A flow rule installed by [`crate::Port::steer`]; give it to [`crate::Port::remove_flow`]
+/// to remove it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct FlowRule {
+    /// The root table entry the rule holds (0..[`FLOW_RULE_LIMIT`]).
+    index: u32,
+    /// The RQ it steers to.
+    rqn: u32,
+    /// Which port's rules it belongs to.
+    owner: u64,
+}
+
+impl FlowRule {
+    /// The RQ number the rule steers to.
+    pub fn rqn(&self) -> u32 {
+        self.rqn
+    }
+
+    /// The rule's entry in the port's root flow table (lower entries match first).
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+}
+
+/// Most flow rules a port holds at once.
+pub const FLOW_RULE_LIMIT: u32 = super::steering::FLOW_RULE_SLOTS;
+
+/// One rule: what it matches, its TIR, and its group while installed.
+struct Rule {
+    flow: FlowMatch,
+    rqn: u32,
+    tirn: u32,
+    group: Option<u32>,
+    entry: bool,
+}
+
+/// A port's flow rules, by root table index.
+pub(super) struct FlowRules {
+    rules: Vec<Option<Rule>>,
+    owner: u64,
+}
+
+impl Default for FlowRules {
+    fn default() -> Self {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
+        Self {
+            rules: Vec::new(),
+            owner: NEXT_OWNER.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+}
+
+impl FlowRules {
+    /// Adds a rule steering `flow` to RQ `rqn` in transport domain `td`, installed in `root`
+    /// when the steering is built (`None`: installed at the next build).
+    pub(super) fn add<B: Backend>(
+        &mut self,
+        dev: &mut Device<B>,
+        flow: FlowMatch,
+        rqn: u32,
+        td: u32,
+        root: Option<u32>,
+    ) -> Result<FlowRule, DriverError> {
+        flow.validate()?;
+        let index = match self.rules.iter().position(Option::is_none) {
+            Some(i) => i,
+            None if (self.rules.len() as u32) < FLOW_RULE_LIMIT => {
+                self.rules.push(None);
+                self.rules.len() - 1
+            }
+            None => {
+                return Err(DriverError::config(
+                    "flow rules",
+                    FLOW_RULE_LIMIT + 1,
+                    format!("a port holds at most {FLOW_RULE_LIMIT} flow rules"),
+                ))
+            }
+        };
+        let mut cmd = input(Opcode::CreateTir, 0, CreateTirIn::<&[u8]>::SIZE);
+        CreateTirIn::new(&mut cmd[..])
+            .map_err(|_| DriverError::layout(Opcode::CreateTir, "input"))?
+            .ctx_mut()
+            .set_transport_domain(td)
+            .set_disp_type(0)
+            .set_inline_rqn(rqn);
+        let tirn = out_u32(&dev.exec(&cmd, 16)?);
+        let mut rule = Rule {
+            flow,
+            rqn,
+            tirn,
+            group: None,
+            entry: false,
+        };
+        if let Some(root) = root {
+            if let Err(e) = install(dev, &mut rule, root, index as u32) {
+                let _ = uninstall(dev, &mut rule, root, index as u32);
+                let _ = dev.exec(&destroy_input(Opcode::DestroyTir, tirn, 8), 16);
+                return Err(e);
+            }
+        }
+        self.rules[index] = Some(rule);
+        Ok(FlowRule {
+            index: index as u32,
+            rqn,
+            owner: self.owner,
+        })
+    }
+
+    /// Removes `rule` from `root` (when installed) and destroys its TIR.
+    pub(super) fn remove<B: Backend>(
+        &mut self,
+        dev: &mut Device<B>,
+        rule: &FlowRule,
+        root: Option<u32>,
+    ) -> Result<(), DriverError> {
+        let held = self
+            .rules
+            .get_mut(rule.index as usize)
+            .filter(|_| rule.owner == self.owner);
+        let Some(slot) = held.filter(|r| r.as_ref().is_some_and(|r| r.rqn == rule.rqn)) else {
+            return Err(DriverError::WrongHandles {
+                needed: "a flow rule this port's Port::steer returned and not yet removed".into(),
+            });
+        };
+        if let (Some(r), Some(root)) = (slot.as_mut(), root) {
+            uninstall(dev, r, root, rule.index)?;
+        }
+        if let Some(r) = slot.as_ref() {
+            dev.exec(&destroy_input(Opcode::DestroyTir, r.tirn, 8), 16)?;
+        }
+        *slot = None;
+        Ok(())
+    }
+
+    /// True when a rule steers to RQ `rqn`.
+    pub(super) fn steers_to(&self, rqn: u32) -> bool {
+        self.rules.iter().flatten().any(|r| r.rqn == rqn)
+    }
+
+    /// Installs every rule in the freshly built `root` table.
+    pub(super) fn install_all<B: Backend>(
+        &mut self,
+        dev: &mut Device<B>,
+        root: u32,
+    ) -> Result<(), DriverError> {
+        for (index, rule) in self.rules.iter_mut().enumerate() {
+            if let Some(rule) = rule {
+                install(dev, rule, root, index as u32)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes every rule's entry and group out of `root` (their TIRs stay); the first refusal is
+    /// returned, with the rest still tried.
+    pub(super) fn uninstall_all<B: Backend>(
+        &mut self,
+        dev: &mut Device<B>,
+        root: u32,
+    ) -> Result<(), DriverError> {
+        let mut first = Ok(());
+        for (index, rule) in self.rules.iter_mut().enumerate() {
+            if let Some(rule) = rule {
+                if let Err(e) = uninstall(dev, rule, root, index as u32) {
+                    if first.is_ok() {
+                        first = Err(e);
+                    }
+                }
+            }
+        }
+        first
+    }
+
+    /// Destroys every rule's TIR (after [`FlowRules::uninstall_all`]) and forgets the rules.
+    pub(super) fn destroy_all<B: Backend>(
+        &mut self,
+        dev: &mut Device<B>,
+    ) -> Result<(), DriverError> {
+        let mut first = Ok(());
+        for slot in self.rules.iter_mut() {
+            if let Some(rule) = slot.take() {
+                if let Err(e) = dev.exec(&destroy_input(Opcode::DestroyTir, rule.tirn, 8), 16) {
+                    if first.is_ok() {
+                        first = Err(e);
+                    }
+                }
+            }
+        }
+        self.rules.clear();
+        first
+    }
+
+    /// After a function reset: the device holds none of the rules' objects any more.
+    pub(super) fn forget(&mut self) {
+        self.rules.clear();
+    }
+}
+
+/// A group of one entry at `index` of `root` with the rule's mask, and the entry forwarding to
+/// the rule's TIR.
+fn install<B: Backend>(
+    dev: &mut Device<B>,
+    rule: &mut Rule,
+    root: u32,
+    index: u32,
+) -> Result<(), DriverError> {
+    let flow = rule.flow;
+    if rule.group.is_none() {
+        let mut cmd = input(Opcode::CreateFlowGroup, 0, CreateFlowGroupIn::<&[u8]>::SIZE);
+        {
+            let mut c = CreateFlowGroupIn::new(&mut cmd[..])
+                .map_err(|_| DriverError::layout(Opcode::CreateFlowGroup, "input"))?;
+            c.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
+                .set_table_id(root)
+                .set_start_flow_index(index)
+                .set_end_flow_index(index)
+                .set_match_criteria_enable(flow::MATCH_OUTER_HEADERS);
+            flow.fill(&mut c.match_criteria_mut().outer_headers_mut(), true);
+        }
+        rule.group = Some(out_u32(&dev.exec(&cmd, 16)?));
+    }
+    if !rule.entry {
+        let mut cmd = input(Opcode::SetFlowTableEntry, 0, SetFteIn::<&[u8]>::SIZE + 8);
+        {
+            let mut c = SetFteIn::new(&mut cmd[..])
+                .map_err(|_| DriverError::layout(Opcode::SetFlowTableEntry, "input"))?;
+            c.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
+                .set_table_id(root)
+                .set_flow_index(index);
+            let mut ctx = c.flow_context_all_mut();
+            ctx.set_group_id(rule.group.unwrap_or(0))
+                .set_action(flow::FLOW_CONTEXT_ACTION_FWD_DEST)
+                .set_destination_list_size(1);
+            flow.fill(&mut ctx.match_value_mut().outer_headers_mut(), false);
+            ctx.set_destination(
+                0,
+                flow::dest_format_entry(flow::FLOW_DESTINATION_TYPE_TIR, rule.tirn),
+            )
+            .map_err(|_| DriverError::layout(Opcode::SetFlowTableEntry, "destination"))?;
+        }
+        dev.exec(&cmd, 16)?;
+        rule.entry = true;
+    }
+    Ok(())
+}
+
+/// Deletes the rule's entry and destroys its group (each only when it exists).
+fn uninstall<B: Backend>(
+    dev: &mut Device<B>,
+    rule: &mut Rule,
+    root: u32,
+    index: u32,
+) -> Result<(), DriverError> {
+    if rule.entry {
+        let mut cmd = input(
+            Opcode::DeleteFlowTableEntry,
+            0,
+            flow::DeleteFteIn::<&[u8]>::SIZE,
+        );
+        flow::DeleteFteIn::new(&mut cmd[..])
+            .map_err(|_| DriverError::layout(Opcode::DeleteFlowTableEntry, "input"))?
+            .set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
+            .set_table_id(root)
+            .set_flow_index(index);
+        dev.exec(&cmd, 16)?;
+        rule.entry = false;
+    }
+    if let Some(group) = rule.group {
+        let mut cmd = input(
+            Opcode::DestroyFlowGroup,
+            0,
+            flow::DestroyFlowGroupIn::<&[u8]>::SIZE,
+        );
+        flow::DestroyFlowGroupIn::new(&mut cmd[..])
+            .map_err(|_| DriverError::layout(Opcode::DestroyFlowGroup, "input"))?
+            .set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
+            .set_table_id(root)
+            .set_group_id(group);
+        dev.exec(&cmd, 16)?;
+        rule.group = None;
+    }
+    Ok(())
+}
