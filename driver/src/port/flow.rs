@@ -5,11 +5,11 @@
 //! built again, so a rule outlives a rebuild.
 
 use crate::backend::Backend;
-use crate::control::{destroy_input, input, out_u32, Device};
+use crate::control::{destroy_input, input, output_too_short, Device};
 use crate::error::DriverError;
 use cxdirect_hw::cmd::Opcode;
-use cxdirect_hw::flow::{self, CreateFlowGroupIn, FteMatchSetLyr24, SetFteIn};
-use cxdirect_hw::tir::CreateTirIn;
+use cxdirect_hw::flow::{self, CreateFlowGroupIn, CreateFlowGroupOut, FteMatchSetLyr24, SetFteIn};
+use cxdirect_hw::tir::{CreateTirIn, CreateTirOut};
 use std::net::IpAddr;
 
 /// The transport protocol a [`FlowMatch`] names.
@@ -224,7 +224,10 @@ impl FlowRules {
             .set_transport_domain(td)
             .set_disp_type(0)
             .set_inline_rqn(rqn);
-        let tirn = out_u32(&dev.exec(&cmd, 16)?);
+        let out = dev.exec(&cmd, CreateTirOut::<&[u8]>::SIZE)?;
+        let tirn = CreateTirOut::new(&out[..])
+            .map_err(output_too_short)?
+            .tirn();
         let mut rule = Rule {
             flow,
             rqn,
@@ -358,7 +361,12 @@ fn install<B: Backend>(
                 .set_match_criteria_enable(flow::MATCH_OUTER_HEADERS);
             flow.fill(&mut c.match_criteria_mut().outer_headers_mut(), true);
         }
-        rule.group = Some(out_u32(&dev.exec(&cmd, 16)?));
+        let out = dev.exec(&cmd, CreateFlowGroupOut::<&[u8]>::SIZE)?;
+        rule.group = Some(
+            CreateFlowGroupOut::new(&out[..])
+                .map_err(output_too_short)?
+                .group_id(),
+        );
     }
     if !rule.entry {
         let mut cmd = input(Opcode::SetFlowTableEntry, 0, SetFteIn::<&[u8]>::SIZE + 8);

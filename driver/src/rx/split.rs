@@ -6,6 +6,7 @@
 //! token was given back. Nothing here allocates, locks or formats while receiving; the byte
 //! count the device writes is checked against both buffers before use.
 
+use crate::backend::barrier::dma_wmb;
 use crate::backend::Backend;
 use crate::cq::{rx_flags, CqRing};
 use crate::error::DriverError;
@@ -13,7 +14,7 @@ use crate::mem::{Mbuf, Mempool, Quarantine};
 use crate::ring::{words_from_bytes, DoorbellRecord, QueueStats, SlotRing, StatsHandle, MAX_BURST};
 use cxdirect_dma::{DmaBufMapping, DmaRegion};
 use cxdirect_hw::wqe;
-use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 mod headers;
@@ -223,7 +224,8 @@ impl<B: Backend> SplitRxQueue<B> {
             self.queue_stats.nombuf += 1;
         }
         if posted > 0 {
-            fence(Ordering::SeqCst);
+            // The receive WQEs must reach the device before the record that publishes them.
+            dma_wmb();
             self.dbr.set(0, u32::from(self.pi));
         }
     }

@@ -6,7 +6,7 @@ use super::recover::WorkQueue;
 use super::revoke::PoolRevocation;
 use super::Port;
 use crate::backend::Backend;
-use crate::control::{input, out_u32, KeyAccess, MemoryKey};
+use crate::control::{input, output_too_short, KeyAccess, MemoryKey};
 use crate::error::{DriverError, QueueKind};
 use crate::mem::{Mempool, HEADROOM};
 use crate::port::flow::{FlowMatch, FlowRule};
@@ -14,7 +14,7 @@ use crate::port::wq::{fill_cyclic_wq, ring_pages};
 use crate::rx::{SplitQueueParts, SplitRxQueue, SPLIT_HEADER_BYTES, SPLIT_WQE_BYTES};
 use cxdirect_dma::{DmaBufMapping, DmaBufMode};
 use cxdirect_hw::cmd::Opcode;
-use cxdirect_hw::wq::{CreateRqIn, RqState};
+use cxdirect_hw::wq::{CreateRqIn, CreateRqOut, RqState};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -192,7 +192,8 @@ impl<B: Backend> Port<B> {
                 let _ = c.set_pas(i, iova);
             }
         }
-        let rqn = out_u32(&self.dev.exec(&cmd, 16)?);
+        let out = self.dev.exec(&cmd, CreateRqOut::<&[u8]>::SIZE)?;
+        let rqn = CreateRqOut::new(&out[..]).map_err(output_too_short)?.rqn();
         record.rqn = rqn;
         self.modify_rq(rqn, RqState::Rst, RqState::Rdy)?;
         SplitRxQueue::new(SplitQueueParts {
