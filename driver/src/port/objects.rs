@@ -7,7 +7,6 @@
 use super::config::PortConfig;
 use super::flow::FlowRules;
 use super::restart::SharedRestart;
-use super::stats::{PortStats, QueueXstats};
 use super::steering::Steering;
 use super::wq::{fill_cyclic_wq, ring_pages};
 use crate::backend::Backend;
@@ -39,6 +38,7 @@ pub(super) mod recover;
 pub(super) mod revoke;
 mod shared;
 pub(super) mod split;
+mod statistics;
 mod teardown;
 
 /// A started port and the queue handles it gives the application ([`Port::start`]).
@@ -542,34 +542,6 @@ impl<B: Backend> Port<B> {
     /// device does not offer them and the queues take one buffer per packet).
     pub fn striding_pool(&self) -> Option<&Mempool> {
         self.stride_pool.as_ref()
-    }
-
-    /// Frames the device dropped since the port started because a receive ring had no posted
-    /// buffer (DPDK's `imissed`), summed over every receive queue; `None` when the device has no
-    /// Q counter sets. One firmware command per call: read it from the control path (at least
-    /// once per 2^32 drops), not per burst.
-    pub fn rx_missed(&mut self) -> Result<Option<u64>, DriverError> {
-        match self.q_counter.as_mut() {
-            Some(set) => set.out_of_buffer(&mut self.dev).map(Some),
-            None => Ok(None),
-        }
-    }
-
-    /// The port's statistics: every queue's counters as of its last burst, and `imissed` read
-    /// from the device (one firmware command; call it from the control path, not per burst).
-    pub fn stats(&mut self) -> Result<PortStats, DriverError> {
-        let mut stats = PortStats::from_xstats(&self.xstats());
-        stats.imissed = self.rx_missed()?.unwrap_or(0);
-        Ok(stats)
-    }
-
-    /// Per-queue extended statistics (doorbells, BlueFlame writes, inline packets, CQEs, ...)
-    /// as of each queue's last burst. Needs no device access.
-    pub fn xstats(&self) -> QueueXstats {
-        QueueXstats {
-            tx: self.tx_stats.iter().map(|s| s.read()).collect(),
-            rx: self.rx_stats.iter().map(|s| s.read()).collect(),
-        }
     }
 
     /// The configuration the port runs with.
