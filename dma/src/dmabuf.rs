@@ -534,7 +534,7 @@ impl HostView {
                 offset,
             )
         }
-        .map_err(|e| format!("mmap: {e}"))?;
+        .map_err(|e| format!("mmap: {}", errno_text(e)))?;
         Ok(Self {
             ptr: ptr.cast(),
             len,
@@ -819,6 +819,21 @@ impl Drop for DmaBufMapping {
         }
         // Cannot fail: allocated by `map`, given back only here.
         let _ = self.iovas.free(self.iova, self.span_len as u64);
+    }
+}
+
+/// `e` as text, with the raw number when the C library has no name for it (nix then reports
+/// `UnknownErrno` and drops the number): read from `errno` itself, which nothing has touched
+/// since the failed call. The kernel's internal `ENOTSUPP` (524), which some drivers return to
+/// userspace, is named.
+fn errno_text(e: nix::errno::Errno) -> String {
+    if e != nix::errno::Errno::UnknownErrno {
+        return e.to_string();
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(524) => "errno 524 (ENOTSUPP: the driver does not support this operation)".into(),
+        Some(n) => format!("errno {n} (no name in the C library)"),
+        None => e.to_string(),
     }
 }
 
