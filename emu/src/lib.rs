@@ -54,5 +54,5 @@ pub mod wire;
 pub use config::{EmuConfig, ExecMode};
 pub use device::Device;
 pub use faults::{DmaQueue, Fault};
-pub use fw::mkey::RESERVED_LKEY;
+pub use fw::mkey::{RemoteAccess, RESERVED_LKEY};
 pub use fw::{CmdError, Syndrome};

@@ -22,7 +22,7 @@ use cxdirect_hw::wq::{
 };
 
 /// Builds a queue buffer from a page list, checking alignment and coverage.
-fn queue_buffer(
+pub(crate) fn queue_buffer(
     log_page_rel: u8,
     page_offset: u8,
     size: u64,
@@ -71,7 +71,7 @@ fn queue_buffer(
     })
 }
 
-fn check_dbr(addr: u64) -> CmdResult {
+pub(crate) fn check_dbr(addr: u64) -> CmdResult {
     if addr == 0 || addr % 8 != 0 {
         return Err(bad_param(
             Syndrome::BadAddress,
@@ -146,7 +146,7 @@ fn work_queue(
 }
 
 /// Context bytes an object keeps in firmware pages: its context layout as created.
-fn context_bytes(bytes: &[u8]) -> Vec<u8> {
+pub(crate) fn context_bytes(bytes: &[u8]) -> Vec<u8> {
     bytes[..bytes.len().min(super::pages::SLOT_SIZE as usize)].to_vec()
 }
 

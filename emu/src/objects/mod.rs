@@ -8,6 +8,7 @@
 pub(crate) mod context;
 pub(crate) mod limits;
 pub(crate) mod queue_state;
+pub(crate) mod rc;
 
 use crate::config::EmuConfig;
 pub(crate) use context::Slot;
@@ -440,6 +441,9 @@ pub(crate) struct Resources {
     pub flow_tables: Table<FlowTable>,
     pub mkeys: Table<Mkey>,
     pub q_counters: Table<QCounter>,
+    pub qps: Table<rc::Qp>,
+    /// The port's RoCE address (GID) table.
+    pub gids: rc::GidTable,
     /// Flow group numbers are global; they map to their table.
     pub next_group: u32,
     /// Root table of NIC receive steering.
@@ -474,6 +478,8 @@ impl Resources {
             mkeys: Table::new(0x10, 1 << 16),
             // Set 0 means "no counter set" in an RQ context.
             q_counters: Table::new(1, u32::from(limits::MAX_Q_COUNTERS)),
+            qps: Table::new(0x4000, 1 << limits::LOG_MAX_QP),
+            gids: rc::GidTable::new(),
             next_group: 1,
             rx_root: None,
         }
