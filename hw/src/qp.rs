@@ -126,6 +126,8 @@ pub mod optpar {
     pub const RNR_RETRY: u32 = 1 << 13;
     /// Local ACK timeout.
     pub const ACK_TIMEOUT: u32 = 1 << 14;
+    /// LAG transmit port affinity.
+    pub const LAG_TX_AFF: u32 = 1 << 15;
     /// Primary port.
     pub const PRI_PORT: u32 = 1 << 16;
     /// SRQ number.

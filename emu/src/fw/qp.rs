@@ -211,15 +211,17 @@ fn attach(core: &mut Core, qpn: u32, add: bool) {
 }
 
 /// The state a transition starts from (`None`: any state) and leads to, and the optional
-/// attributes it takes for RC.
+/// attributes it takes for RC: Linux's `opt_mask` table, plus the counter set that mlx5_ib
+/// binds with its own bit after that table filtered the rest.
 fn transition(opcode: Opcode) -> (Option<&'static [u8]>, u8, u32) {
     const ACCESS: u32 = optpar::RRE | optpar::RAE | optpar::RWE;
+    const COUNTER: u32 = optpar::COUNTER_SET_ID;
     match opcode {
-        Opcode::Rst2initQp => (Some(&[state::RST]), state::INIT, 0),
+        Opcode::Rst2initQp => (Some(&[state::RST]), state::INIT, COUNTER),
         Opcode::Init2rtrQp => (
             Some(&[state::INIT]),
             state::RTR,
-            optpar::ALT_ADDR_PATH | ACCESS | optpar::PKEY_INDEX,
+            optpar::ALT_ADDR_PATH | ACCESS | optpar::PKEY_INDEX | optpar::LAG_TX_AFF | COUNTER,
         ),
         Opcode::Rtr2rtsQp => (
             Some(&[state::RTR]),
@@ -229,7 +231,7 @@ fn transition(opcode: Opcode) -> (Option<&'static [u8]>, u8, u32) {
         Opcode::Rts2rtsQp => (
             Some(&[state::RTS]),
             state::RTS,
-            ACCESS | optpar::RNR_TIMEOUT | optpar::PM_STATE | optpar::ALT_ADDR_PATH,
+            ACCESS | optpar::RNR_TIMEOUT | optpar::PM_STATE | optpar::ALT_ADDR_PATH | COUNTER,
         ),
         Opcode::Sqerr2rtsQp => (
             Some(&[state::SQER]),

@@ -208,6 +208,10 @@ pub(crate) struct WorkQueue {
     pub posted_end: u16,
     /// Receive queues: WQEs read ahead of their frames.
     pub fetched: Fetched,
+    /// Linked-list RMPs (`wq_type` 0, an RC SRQ): the index of the next WQE the device takes.
+    /// Each WQE starts with a next segment naming the WQE after it; its data segments follow.
+    /// `None` for a cyclic ring.
+    pub linked_head: Option<u16>,
 }
 
 impl WorkQueue {
@@ -224,6 +228,9 @@ impl WorkQueue {
         self.consumed = 0;
         self.posted_end = 0;
         self.fetched.clear();
+        if self.linked_head.is_some() {
+            self.linked_head = Some(0);
+        }
     }
 }
 
