@@ -215,6 +215,14 @@ fn rc_qp_walks_to_rts_and_query_reports_every_attribute() {
     simple_qp_cmd(&mut h, Opcode::Qp2rstQp, qpn).expect("2RST");
     assert_eq!(qp_state(&mut h, qpn), state::RST);
     to_rts(&mut h, qpn);
+    // The QP's protection domain stays while the QP lives.
+    let mut dealloc_pd = Host::input(Opcode::DeallocPd, 0, 0x10);
+    dealloc_pd[0x09..0x0c].copy_from_slice(&h.pd.to_be_bytes()[1..]);
+    refused(
+        h.exec(&dealloc_pd, 16),
+        CmdStatus::BadResourceState,
+        Syndrome::ObjectInUse,
+    );
     simple_qp_cmd(&mut h, Opcode::DestroyQp, qpn).expect("DESTROY_QP");
     assert_eq!(h.dev.qp_count(), 0);
 }
