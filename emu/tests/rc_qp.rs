@@ -197,6 +197,14 @@ fn rc_qp_walks_to_rts_and_query_reports_every_attribute() {
     assert_eq!(ctx.min_rnr_nak(), 12);
     assert!(ctx.rre() && ctx.rwe() && !ctx.rae());
     assert_eq!((ctx.log_rq_size(), ctx.log_sq_size()), (4, 4));
+    // An older header's query_qp_out (0x110 bytes, ending at the page list) carries the same
+    // context.
+    let mut short = Host::input(Opcode::QueryQp, 0, 0x10);
+    cxdirect_hw::qp::QueryQpIn::new(&mut short[..])
+        .expect("layout")
+        .set_qpn(qpn);
+    let old = h.exec(&short, 0x110).expect("QUERY_QP, 0x110-byte output");
+    assert_eq!(old[QPC_BYTE..0x100], out[QPC_BYTE..0x100]);
     let path = ctx.primary_address_path();
     assert!(path.fl());
     assert_eq!(path.ack_timeout(), 14);
