@@ -59,6 +59,11 @@ pub struct EmuConfig {
     /// of 512..65,536 strides of 64..8,192 bytes, and each packet takes as many strides as it
     /// needs. Off models a device without them (`striding_rq` = 0).
     pub striding_rq: bool,
+    /// Report RoCE (`roce` = 1 and the RoCE capability page) and accept the RoCE address table
+    /// commands. Off by default: RC QPs exist as objects (their commands work, loopback paths
+    /// included) but no RoCE packet is sent or received yet, and Linux's mlx5_core/mlx5_ib
+    /// would build RoCE state on a device that advertises it.
+    pub roce: bool,
 }
 
 impl Default for EmuConfig {
@@ -80,6 +85,7 @@ impl Default for EmuConfig {
             multi_packet_send: true,
             lso: true,
             striding_rq: true,
+            roce: false,
         }
     }
 }

@@ -18,18 +18,20 @@
 //! | firmware | 22.39.1002, command interface revision 5, 32 command slots of 64 bytes |
 //! | pages | 16 boot, 64 init; more asked for by PAGE_REQUEST (16 at a time) when context space runs low, offered back when 32 pages lie empty |
 //! | ISSI | 0 and 1 |
-//! | general caps (max = current unless noted) | log_max_eq 6, log_max_eq_sz 16, log_max_cq 16, log_max_cq_sz 22, log_max_sq/rq 16, log_max_wq_sz 16, log_max_rmp 12, log_max_tir/tis/rqt 12, log_max_rqt_size 11, log_max_mkey 16, log_max_mrw_sz 48, log_max_pd/transport_domain 16, log_bf_reg_size 9, max_wqe_sz_sq/rq 1024, cqe_version 1, port_type Ethernet, num_ports 1, cmdif_checksum max 3 / current 0, uar_4k, end_pad, cq_oi, basic_cyclic_rcv_wqe, nic_flow_table, max_qp_cnt 64 (Q counter sets counting out_of_buffer), modify_rq_counter_set_id, cqe_compression (cqe_compression_max_num 64; basic layout, hash or checksum mini-CQEs, the latter carrying the stride index), striding_rq (cyclic striding RQs of 512..65,536 strides of 64..8,192 bytes, two-byte shift; no `ext_stride_num_range`; off with `EmuConfig::striding_rq`) |
+//! | general caps (max = current unless noted) | log_max_eq 6, log_max_eq_sz 16, log_max_cq 16, log_max_cq_sz 22, log_max_sq/rq 16, log_max_wq_sz 16, log_max_rmp 12, log_max_tir/tis/rqt 12, log_max_rqt_size 11, log_max_mkey 16, log_max_mrw_sz 48, log_max_pd/transport_domain 16, log_bf_reg_size 9, max_wqe_sz_sq/rq 1024, cqe_version 1, port_type Ethernet, num_ports 1, cmdif_checksum max 3 / current 0, uar_4k, end_pad, cq_oi, basic_cyclic_rcv_wqe, nic_flow_table, max_qp_cnt 64 (Q counter sets counting out_of_buffer), modify_rq_counter_set_id, cqe_compression (cqe_compression_max_num 64; basic layout, hash or checksum mini-CQEs, the latter carrying the stride index), striding_rq (cyclic striding RQs of 512..65,536 strides of 64..8,192 bytes, two-byte shift; no `ext_stride_num_range`; off with `EmuConfig::striding_rq`), log_max_qp 16, log_max_msg 30, log_max_ra_req_qp/ra_res_qp 4, roce 0 (1 with `EmuConfig::roce`) |
+//! | RoCE caps (type 4, only with `EmuConfig::roce`) | RoCE v2, IPv4 and IPv6 L3 types, UDP port 4791, source ports 0xc000..0xffff, roce_address_table_size 128, fl_rc_qp_when_roce_disabled/enabled, sw_r_roce_src_udp_port max 1 / current 0 (the one settable field) |
+//! | RC QPs | CREATE_QP (RC only; own receive ring, RMP via `rq_type` 1, or zero-length), RST2INIT, INIT2RTR, RTR2RTS, RTS2RTS, SQERR2RTS, 2ERR, 2RST, QUERY_QP, DESTROY_QP: the state machine and Linux's optional-attribute masks enforced, paths force-loopback or RoCE v2 (RoCE enabled on the vport, source GID in the table); SET/QUERY_ROCE_ADDRESS with `EmuConfig::roce`. No RoCE packet is sent or received yet |
 //! | Ethernet caps | csum_cap, vlan_cap, wqe_vlan_insert, self_lb_en_modifiable, wqe_inline_mode = not required, max_lso_cap 18 (LSO messages up to 256 KiB, cut by MSS with headers replicated, IPv4 id and TCP sequence advanced, FIN/PSH on the last segment and CWR on the first, checksums per segment; 0 with `EmuConfig::lso` off), enhanced multi-packet send WQE on any SQ (unless `EmuConfig::multi_packet_send` is off; the legacy multi-packet WQE is not offered) |
 //! | flow table caps (type 7) | NIC receive only: ft_support, modify_root, log_max_ft_size 16, max_ft_level 64, log_max_ft_num 10, log_max_destination 6, log_max_flow 16; no flow counters, no in-place modification, no transmit tables |
 //! | other commands | SET_DRIVER_VERSION (kept), QUERY_ADAPTER (PSID `CXDIRECT_EMU_01`), QUERY_VPORT_COUNTER (packets and octets by cast type), QUERY_SQ, MODIFY_TIR (self-loopback block, hash; LRO refused), MODIFY_RQT; any other opcode is refused with BAD_OP |
-//! | SET_HCA_CAP | may change cmdif_checksum, log_uar_page_sz, uar_4k, cache_line_128byte, driver_version, disable_link_up, log_max_qp, pkey_table_size (each up to its maximum); any other change is refused |
+//! | SET_HCA_CAP | may change cmdif_checksum, log_uar_page_sz, uar_4k, cache_line_128byte, driver_version, disable_link_up, log_max_qp, pkey_table_size (each up to its maximum), and the RoCE page's sw_r_roce_src_udp_port; any other change is refused |
 //! | reserved lkey | [`RESERVED_LKEY`] (QUERY_SPECIAL_CONTEXTS): addresses are IOVAs |
 //! | port | one Ethernet port; PMTU max 9982 (frames up to 9978 bytes without FCS), default admin MTU 1522; link up after INIT_HCA when a wire is attached; ACCESS_REG: PAOS, PMTU, PTYS (100GBASE-CR4), PFCC (kept, no pause frames), PPCNT (IEEE 802.3 group counted, the other groups Linux reads as zeros) |
 //! | receive CQEs | checksum flags and the packet's one's-complement sum from the IP header (`check_sum`, for CHECKSUM_COMPLETE) |
 //!
 //! Queues: CQs and EQs of 64-byte entries; cyclic work queues only (send stride 64 bytes,
-//! receive stride 16..1024 bytes); RMPs cyclic (linked-list SRQs are refused with a clear
-//! syndrome); page offsets inside queue pages must be 0. Steering: NIC receive flow tables with
+//! receive stride 16..1024 bytes); RMPs cyclic or linked lists (the RC SRQ form: a next
+//! segment heads each WQE and the device follows the list from WQE 0); page offsets inside queue pages must be 0. Steering: NIC receive flow tables with
 //! groups over the outer L2-L4 headers, entries that forward to TIRs or deeper tables, direct and
 //! indirect TIRs with Toeplitz RSS over IPv4/IPv6 TCP/UDP. Memory keys in PA or MTT mode.
 
@@ -54,5 +56,5 @@ pub mod wire;
 pub use config::{EmuConfig, ExecMode};
 pub use device::Device;
 pub use faults::{DmaQueue, Fault};
-pub use fw::mkey::RESERVED_LKEY;
+pub use fw::mkey::{RemoteAccess, RESERVED_LKEY};
 pub use fw::{CmdError, Syndrome};

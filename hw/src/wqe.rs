@@ -29,8 +29,13 @@ pub const ETH_INLINE_HEADER_START: usize = 2;
 pub mod opcode {
     /// No operation: completes without sending.
     pub const NOP: u8 = 0x00;
-    /// RDMA write.
+    /// Send with invalidate: the peer invalidates the rkey in the control segment's `imm`.
+    pub const SEND_INVAL: u8 = 0x01;
+    /// RDMA write: ctrl, [`RaddrSeg`](super::RaddrSeg), then the local data.
     pub const RDMA_WRITE: u8 = 0x08;
+    /// RDMA write with immediate (in the control segment's `imm`): consumes a receive WQE at
+    /// the peer.
+    pub const RDMA_WRITE_IMM: u8 = 0x09;
     /// Send (an Ethernet frame on an Ethernet SQ).
     pub const SEND: u8 = 0x0a;
     /// Send with immediate.
@@ -39,8 +44,13 @@ pub mod opcode {
     /// the MSS and the packet's Ethernet, IP and TCP headers inline; the data segments carry the
     /// payload, which the device cuts into MSS-sized frames, each with the headers replicated.
     pub const LSO: u8 = 0x0e;
-    /// RDMA read.
+    /// RDMA read: ctrl, [`RaddrSeg`](super::RaddrSeg), then where the data lands.
     pub const RDMA_READ: u8 = 0x10;
+    /// Atomic compare and swap (8 bytes): ctrl, [`RaddrSeg`](super::RaddrSeg),
+    /// [`AtomicSeg`](super::AtomicSeg), then an 8-byte data segment for the original value.
+    pub const ATOMIC_CS: u8 = 0x11;
+    /// Atomic fetch and add (8 bytes): laid out as [`ATOMIC_CS`].
+    pub const ATOMIC_FA: u8 = 0x12;
     /// Enhanced multi-packet send.
     pub const ENHANCED_MPSW: u8 = 0x29;
 }
@@ -323,5 +333,36 @@ mod encoder_tests {
             .set_lkey(0x1234_5678)
             .set_addr(0x0102_0304_0506_0708);
         assert_eq!(encode_data(1514, 0x1234_5678, 0x0102_0304_0506_0708), view);
+    }
+}
+
+layout! {
+    /// Remote address segment of RDMA READ, WRITE and atomic WQEs (`mlx5_wqe_raddr_seg`).
+    pub struct RaddrSeg("mlx5_wqe_raddr_seg", 16) {
+        /// Remote virtual address (in the rkey's address space).
+        raddr: u64 @ 0x00 [0x40],
+        /// Remote memory key.
+        rkey: u32 @ 0x40 [0x20],
+    }
+}
+
+layout! {
+    /// Atomic segment (`mlx5_wqe_atomic_seg`): follows the remote address segment.
+    pub struct AtomicSeg("mlx5_wqe_atomic_seg", 16) {
+        /// Compare and swap: the value swapped in; fetch and add: the value added.
+        swap_add: u64 @ 0x00 [0x40],
+        /// Compare and swap: the value compared with (unused by fetch and add).
+        compare: u64 @ 0x40 [0x40],
+    }
+}
+
+layout! {
+    /// Next segment of a linked-list SRQ / RMP receive WQE (`mlx5_wqe_srq_next_seg`): the first
+    /// 16 bytes, before the data segments.
+    pub struct SrqNextSeg("mlx5_wqe_srq_next_seg", 16) {
+        /// Index of the next free WQE in the list.
+        next_wqe_index: u16 @ 0x10 [0x10],
+        /// WQE signature when enabled.
+        signature: u8 @ 0x20 [0x8],
     }
 }

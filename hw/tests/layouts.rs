@@ -10,6 +10,8 @@ mod device;
 mod hca;
 #[path = "groups/queues.rs"]
 mod queues;
+#[path = "groups/rdma.rs"]
+mod rdma;
 #[path = "groups/steering.rs"]
 mod steering;
 
@@ -34,8 +36,14 @@ fn device_layouts_match_reference() {
 }
 
 #[test]
+fn rdma_layouts_match_reference() {
+    rdma::checks();
+}
+
+#[test]
 fn at_least_300_field_checks_in_all() {
-    let total = hca::checks() + queues::checks() + steering::checks() + device::checks();
+    let total =
+        hca::checks() + queues::checks() + steering::checks() + device::checks() + rdma::checks();
     println!("{total} field checks against the reference headers");
     assert!(total >= 300, "only {total} field checks");
 }

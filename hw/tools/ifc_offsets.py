@@ -20,11 +20,31 @@ MEMBER = re.compile(
 HEAD = re.compile(r"^\s*(struct|union)\s+mlx5_ifc_(\w+?)_bits\s*\{")
 
 
+DEFINES = {}
+
+
+def count_of(dim):
+    """Element count of an array dimension; a flexible array (`[]`) has none in the size, and a
+    named constant is looked up among the header's `#define`s and enumerators."""
+    if not dim:
+        return 0
+    try:
+        return int(DEFINES.get(dim, dim), 0)
+    except ValueError:
+        # An expression this tool does not evaluate: the struct holding it gets a wrong size, so
+        # say so.
+        print(f"warning: array size {dim} not understood; taken as 0", file=sys.stderr)
+        return 0
+
+
 def parse(path):
     types = {}
     cur = None
     for line in open(path, encoding="utf-8", errors="replace"):
         line = line.split("/*")[0]
+        named = re.match(r"^\s*(?:#define\s+)?(\w+)\s*=?\s*(0x[0-9a-fA-F]+|\d+)\s*,?\s*$", line)
+        if named:
+            DEFINES[named.group(1)] = named.group(2)
         if cur is None:
             m = HEAD.match(line)
             if m:
@@ -40,11 +60,15 @@ def parse(path):
         dims = [d.strip() for d in re.findall(r"\[([^\]]*)\]", m.group(5))]
         if m.group(1):
             # u8 name[WIDTH] or u8 name[COUNT][WIDTH]
-            width = int(dims[-1], 0)
-            count = int(dims[0], 0) if len(dims) == 2 else 1
+            if dims == [""]:
+                # u8 name[]: a flexible run of bytes
+                width, count = 8, 0
+            else:
+                width = int(dims[-1], 0)
+                count = count_of(dims[0]) if len(dims) == 2 else 1
             cur[2].append(("bits", m.group(4), width, count))
         else:
-            count = int(dims[0], 0) if dims else 1
+            count = count_of(dims[0]) if dims else 1
             cur[2].append((m.group(2), m.group(4), m.group(3), count))
     return types
 

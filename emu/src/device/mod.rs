@@ -335,6 +335,27 @@ impl Device {
         ]
     }
 
+    /// The check an RC responder makes before a peer's RDMA READ, WRITE or atomic touches
+    /// memory: key `rkey` exists, belongs to `pd`, grants `access` and covers
+    /// `[addr, addr + len)`. A refusal is the remote access error the requester completes with.
+    pub fn check_remote_access(
+        &self,
+        rkey: u32,
+        pd: u32,
+        addr: u64,
+        len: u64,
+        access: crate::RemoteAccess,
+    ) -> Result<(), cxdirect_hw::cqe::CqeSyndrome> {
+        let core = lock(&self.shared.core);
+        crate::fw::mkey::check_remote(&core, rkey, pd, addr, len, access)
+            .map_err(|_| cxdirect_hw::cqe::CqeSyndrome::RemoteAccess)
+    }
+
+    /// Number of live RC QPs.
+    pub fn qp_count(&self) -> usize {
+        lock(&self.shared.core).res.qps.len()
+    }
+
     /// What the model holds for memory key `lkey` (index and variant), or `None` when there
     /// is no such key: for tests that check what the driver programmed.
     pub fn memory_key(&self, lkey: u32) -> Option<MemoryKeyView> {

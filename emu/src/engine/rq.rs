@@ -15,7 +15,7 @@ use crate::packet::{self, L3Kind, L4Kind, Parsed};
 use crate::rss;
 use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome, ErrCqe};
 use cxdirect_hw::eqe::EventType;
-use cxdirect_hw::wqe::{DataSeg, INVALID_LKEY, WQE_DS};
+use cxdirect_hw::wqe::{DataSeg, SrqNextSeg, INVALID_LKEY, WQE_DS};
 
 /// Posted receive WQEs of a work queue: its doorbell record counter less what the device took.
 /// `None` when the record cannot be read or claims more than the ring holds.
@@ -188,7 +188,11 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
     let Some(wq) = receive_ring(core, rqn, memory) else {
         return;
     };
-    let index = wq.consumed;
+    let consumed = wq.consumed;
+    // A linked-list RMP hands out the WQE at its list head; a cyclic ring the next in order.
+    let linked = wq.linked_head;
+    let index = linked.unwrap_or(consumed);
+    let entries = wq.entries();
     let stride = (wq.stride() as usize).min(MAX_RX_WQE);
     let pd = wq.pd;
     // Swapped out for unallocated placeholders while in use.
@@ -199,11 +203,29 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
     let wqe = &mut scratch.wqe[..stride];
     // The WQE is consumed whatever happens next.
     let held = receive_ring_mut(core, rqn, memory).is_some_and(|wq| {
-        wq.consumed = index.wrapping_add(1);
-        wq.posted_end = index.wrapping_add(available);
-        wq.fetched.copy_held(index, wqe)
+        wq.consumed = consumed.wrapping_add(1);
+        wq.posted_end = consumed.wrapping_add(available);
+        linked.is_none() && wq.fetched.copy_held(index, wqe)
     });
-    let fetched = held || read_receive_wqes(core, rqn, memory, index, available, wqe);
+    // List order is not index order, so a linked list is read a WQE at a time.
+    let ahead = if linked.is_some() { 1 } else { available };
+    let mut fetched = held || read_receive_wqes(core, rqn, memory, index, ahead, wqe);
+    // A linked WQE starts with its next segment; the data segments follow it.
+    let data_at = if linked.is_some() && fetched {
+        let next = SrqNextSeg::new(&wqe[..]).map_or(u16::MAX, |seg| seg.next_wqe_index());
+        if u32::from(next) < entries {
+            if let Some(wq) = receive_ring_mut(core, rqn, memory) {
+                wq.linked_head = Some(next);
+            }
+        } else {
+            // A next index past the ring: the WQE cannot be used.
+            fetched = false;
+        }
+        WQE_DS.min(wqe.len())
+    } else {
+        0
+    };
+    let wqe = &wqe[data_at..];
     if fetched
         && core
             .faults

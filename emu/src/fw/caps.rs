@@ -14,9 +14,11 @@ use cxdirect_hw::layout::{read_field, FieldKind, Layout};
 
 pub(crate) use crate::objects::limits::{
     LOG_BF_REG_SIZE, LOG_MAX_CQ_SZ, LOG_MAX_EQ, LOG_MAX_EQ_SZ, LOG_MAX_KLM_LIST_SIZE, LOG_MAX_LSO,
-    LOG_MAX_MRW_SZ, LOG_MAX_RQT_SIZE, LOG_MAX_WQ_SZ, MAX_Q_COUNTERS, MAX_WQE_SZ_RQ, MAX_WQE_SZ_SQ,
+    LOG_MAX_MRW_SZ, LOG_MAX_MSG, LOG_MAX_QP, LOG_MAX_RA_QP, LOG_MAX_RQT_SIZE, LOG_MAX_WQ_SZ,
+    MAX_Q_COUNTERS, MAX_WQE_SZ_RQ, MAX_WQE_SZ_SQ, ROCE_ADDRESS_TABLE_SIZE,
 };
 use crate::objects::queue_state::MAX_SESSION;
+use cxdirect_hw::roce::{roce_version_cap, RoceCap, ROCE_V2_UDP_DPORT};
 
 /// Deepest flow table level the model accepts (Linux's kernel namespace starts at level 12).
 pub(crate) const MAX_FT_LEVEL: u8 = 64;
@@ -48,6 +50,10 @@ pub(crate) struct CapSet {
     /// NIC flow table capabilities: receive tables only, chained by forwarding entries and
     /// table misses, with a settable root; no counters and no in-place modification.
     pub flow_table: Box<[u8; 0x1000]>,
+    /// RoCE capabilities, maximum and current (`sw_r_roce_src_udp_port` is off until
+    /// SET_HCA_CAP turns it on); reported only with [`EmuConfig::roce`].
+    pub max_roce: [u8; 0x100],
+    pub current_roce: [u8; 0x100],
     pub context_slot: Option<super::pages::Slot>,
 }
 
@@ -62,7 +68,10 @@ impl CapSet {
             .set_log_max_mrw_sz(LOG_MAX_MRW_SZ)
             .set_log_max_klm_list_size(LOG_MAX_KLM_LIST_SIZE)
             .set_log_max_qp_sz(LOG_MAX_WQ_SZ)
-            .set_log_max_qp(16)
+            .set_log_max_qp(LOG_MAX_QP)
+            .set_log_max_ra_req_qp(LOG_MAX_RA_QP)
+            .set_log_max_ra_res_qp(LOG_MAX_RA_QP)
+            .set_roce(cfg.roce)
             .set_log_max_srq_sz(LOG_MAX_WQ_SZ)
             .set_log_max_srq(12)
             .set_max_indirection(16)
@@ -70,7 +79,7 @@ impl CapSet {
             .set_nic_flow_table(true)
             .set_port_type(port_type::ETHERNET)
             .set_num_ports(1)
-            .set_log_max_msg(30)
+            .set_log_max_msg(LOG_MAX_MSG)
             .set_max_tc(8)
             .set_cqe_version(1)
             .set_cmdif_checksum(3)
@@ -142,11 +151,29 @@ impl CapSet {
             .set_log_max_flow(LOG_MAX_FLOW);
         let mut flow_table = Box::new([0u8; 0x1000]);
         flow_table.copy_from_slice(f.as_bytes());
+        let mut r = RoceCap::zeroed();
+        r.set_sw_r_roce_src_udp_port(true)
+            .set_fl_rc_qp_when_roce_disabled(true)
+            .set_fl_rc_qp_when_roce_enabled(true)
+            .set_qp_ts_format(1)
+            .set_l3_type(0b11)
+            .set_roce_version(roce_version_cap::V2)
+            .set_r_roce_dest_udp_port(ROCE_V2_UDP_DPORT)
+            .set_r_roce_min_src_udp_port(0xc000)
+            .set_r_roce_max_src_udp_port(0xffff)
+            .set_roce_address_table_size(ROCE_ADDRESS_TABLE_SIZE);
+        let mut max_roce = [0u8; 0x100];
+        max_roce.copy_from_slice(r.as_bytes());
+        r.set_sw_r_roce_src_udp_port(false);
+        let mut current_roce = [0u8; 0x100];
+        current_roce.copy_from_slice(r.as_bytes());
         Self {
             max_general,
             current_general,
             ethernet,
             flow_table,
+            max_roce,
+            current_roce,
             context_slot: None,
         }
     }
@@ -171,6 +198,8 @@ pub(crate) fn query_hca_cap(core: &mut Core, op_mod: u16, output: &mut [u8]) -> 
         cap_type::GENERAL_DEVICE => &core.hca.caps.max_general,
         cap_type::ETHERNET_OFFLOADS => &core.hca.caps.ethernet,
         cap_type::FLOW_TABLE => &core.hca.caps.flow_table[..],
+        cap_type::ROCE if core.cfg.roce && current => &core.hca.caps.current_roce,
+        cap_type::ROCE if core.cfg.roce => &core.hca.caps.max_roce,
         _ => {
             return Err(bad_param(
                 Syndrome::BadOpMod,
@@ -239,6 +268,23 @@ pub(crate) fn set_hca_cap(core: &mut Core, op_mod: u16, input: &[u8]) -> CmdResu
                     "Ethernet offload capabilities are read-only",
                 ));
             }
+            Ok(())
+        }
+        cap_type::ROCE if core.cfg.roce => {
+            let want = RoceCap::new(requested)
+                .map_err(|_| bad_param(Syndrome::InputTooShort, "RoCE capability page"))?
+                .sw_r_roce_src_udp_port();
+            let mut next = RoceCap::new(core.hca.caps.current_roce)
+                .map_err(|_| bad_param(Syndrome::InputTooShort, "RoCE capability page"))?;
+            next.set_sw_r_roce_src_udp_port(want);
+            // Only the UDP source port choice is settable.
+            if requested != next.as_bytes() {
+                return Err(bad_param(
+                    Syndrome::CapReadOnly,
+                    "SET_HCA_CAP changed a read-only RoCE capability",
+                ));
+            }
+            core.hca.caps.current_roce = next.into_inner();
             Ok(())
         }
         _ => Err(bad_param(

@@ -230,3 +230,50 @@ pub(crate) fn translate(
     }
     Ok(())
 }
+
+/// What a peer asks of a memory key through an RC QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteAccess {
+    /// RDMA READ: the key must grant remote read.
+    Read,
+    /// RDMA WRITE (and WRITE with immediate): the key must grant remote write.
+    Write,
+    /// Compare-and-swap or fetch-and-add on 8 bytes: the key must grant atomics, and the
+    /// address must be 8-byte aligned.
+    Atomic,
+}
+
+/// Checks a peer's access to `[addr, addr + len)` through `rkey` for a QP in protection domain
+/// `pd`: the key exists, is of that PD, grants `access` remotely and covers the range (the
+/// MTT entries' own read/write bits are checked when the data moves, by [`translate`]). The
+/// responder answers a refusal with a remote access error NAK; the requester then completes
+/// with [`CqeSyndrome::RemoteAccess`](cxdirect_hw::cqe::CqeSyndrome::RemoteAccess).
+pub(crate) fn check_remote(
+    core: &Core,
+    rkey: u32,
+    pd: u32,
+    addr: u64,
+    len: u64,
+    access: RemoteAccess,
+) -> Result<(), KeyFault> {
+    let key = core.res.mkeys.get(rkey >> 8).ok_or(KeyFault::NoKey)?;
+    if key.variant != (rkey & 0xff) as u8 || key.free {
+        return Err(KeyFault::NoKey);
+    }
+    if key.pd != pd {
+        return Err(KeyFault::WrongPd);
+    }
+    let granted = match access {
+        RemoteAccess::Read => key.remote_read,
+        RemoteAccess::Write => key.remote_write,
+        RemoteAccess::Atomic => key.atomic && addr % 8 == 0 && len == 8,
+    };
+    if !granted {
+        return Err(KeyFault::Access);
+    }
+    let end = addr.checked_add(len).ok_or(KeyFault::Bounds)?;
+    if !key.length64 && (addr < key.start || end > key.start + key.len) {
+        return Err(KeyFault::Bounds);
+    }
+    Ok(())
+}

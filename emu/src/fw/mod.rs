@@ -16,7 +16,9 @@ pub(crate) mod hca;
 pub mod mkey;
 pub(crate) mod pages;
 pub(crate) mod qcounters;
+pub(crate) mod qp;
 pub(crate) mod queues;
+pub(crate) mod roce;
 pub(crate) mod steering;
 pub(crate) mod transport;
 
@@ -98,6 +100,22 @@ pub enum Syndrome {
     BadMkeyParams = 0x0c0d_0080,
     /// A vport other than this function's own.
     BadVport = 0x0c0d_0090,
+    /// A QP service type other than RC.
+    UnsupportedServiceType = 0x0c0d_00a0,
+    /// A QP transition from a state that does not allow it.
+    BadQpTransition = 0x0c0d_00a1,
+    /// A mandatory attribute of a QP transition is missing (zero where zero is not allowed).
+    MissingQpAttribute = 0x0c0d_00a2,
+    /// An `opt_param_mask` bit the transition does not take.
+    BadQpOptParam = 0x0c0d_00a3,
+    /// A path MTU that is no MTU code or above what the port carries.
+    BadPathMtu = 0x0c0d_00a4,
+    /// A RoCE address (GID) index past the port's table, or one that holds no address.
+    BadGidIndex = 0x0c0d_00a5,
+    /// RoCE is not supported, or not enabled on the vport.
+    RoceDisabled = 0x0c0d_00a6,
+    /// A QP attribute out of range (sizes, RDMA limits, receive queue kind).
+    BadQpParams = 0x0c0d_00a7,
     /// Refused on purpose: [`crate::Fault::RefuseCommand`], [`crate::Fault::RefuseCommandAfter`].
     Refused = 0x0c0d_00f0,
 }
@@ -415,6 +433,18 @@ impl Core {
             Opcode::AllocQCounter => qcounters::alloc_q_counter(self, output),
             Opcode::DeallocQCounter => qcounters::dealloc_q_counter(self, input),
             Opcode::QueryQCounter => qcounters::query_q_counter(self, input, output),
+            Opcode::CreateQp => qp::create_qp(self, input, output),
+            Opcode::Rst2initQp
+            | Opcode::Init2rtrQp
+            | Opcode::Rtr2rtsQp
+            | Opcode::Rts2rtsQp
+            | Opcode::Sqerr2rtsQp
+            | Opcode::Qp2errQp
+            | Opcode::Qp2rstQp => qp::modify_qp(self, opcode, input),
+            Opcode::QueryQp => qp::query_qp(self, input, output),
+            Opcode::DestroyQp => qp::destroy_qp(self, input),
+            Opcode::SetRoceAddress => roce::set_roce_address(self, input),
+            Opcode::QueryRoceAddress => roce::query_roce_address(self, input, output),
             Opcode::Nop => Ok(()),
             _ => Err(CmdError::new(
                 CmdStatus::BadOpcode,

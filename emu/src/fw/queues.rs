@@ -22,7 +22,7 @@ use cxdirect_hw::wq::{
 };
 
 /// Builds a queue buffer from a page list, checking alignment and coverage.
-fn queue_buffer(
+pub(crate) fn queue_buffer(
     log_page_rel: u8,
     page_offset: u8,
     size: u64,
@@ -71,7 +71,7 @@ fn queue_buffer(
     })
 }
 
-fn check_dbr(addr: u64) -> CmdResult {
+pub(crate) fn check_dbr(addr: u64) -> CmdResult {
     if addr == 0 || addr % 8 != 0 {
         return Err(bad_param(
             Syndrome::BadAddress,
@@ -82,21 +82,24 @@ fn check_dbr(addr: u64) -> CmdResult {
 }
 
 /// Checks a work queue context and builds the model's work queue; `may_stride`: a striding
-/// receive ring (`wq_type` 3) is accepted too (an RQ with its own ring).
+/// receive ring (`wq_type` 3) is accepted too (an RQ with its own ring); `may_link`: a linked
+/// list (`wq_type` 0) is accepted too (an RMP, as Linux creates an RC SRQ).
 fn work_queue(
     core: &Core,
     wq: Wq<&[u8]>,
     send: bool,
     may_stride: bool,
+    may_link: bool,
     capacity: usize,
     pas: impl Fn(usize) -> Option<u64>,
 ) -> Result<WorkQueue, CmdError> {
     let striding = wq.wq_type() == WqType::StridingCyclic as u8 && may_stride;
-    if wq.wq_type() != WqType::Cyclic as u8 && !striding {
+    let linked = wq.wq_type() == WqType::LinkedList as u8 && may_link;
+    if wq.wq_type() != WqType::Cyclic as u8 && !striding && !linked {
         return Err(bad_param(
             Syndrome::BadWqParams,
-            "only cyclic work queues (wq_type 1), and cyclic striding RQs (wq_type 3), are \
-             modelled",
+            "only cyclic work queues (wq_type 1), cyclic striding RQs (wq_type 3) and \
+             linked-list RMPs (wq_type 0) are modelled",
         ));
     }
     let log_size = wq.log_wq_sz();
@@ -142,11 +145,13 @@ fn work_queue(
         consumed: 0,
         posted_end: 0,
         fetched: Default::default(),
+        // The device starts at WQE 0, as software builds the free list from there.
+        linked_head: linked.then_some(0),
     })
 }
 
 /// Context bytes an object keeps in firmware pages: its context layout as created.
-fn context_bytes(bytes: &[u8]) -> Vec<u8> {
+pub(crate) fn context_bytes(bytes: &[u8]) -> Vec<u8> {
     bytes[..bytes.len().min(super::pages::SLOT_SIZE as usize)].to_vec()
 }
 
@@ -356,9 +361,15 @@ pub(crate) fn create_sq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
              (enhanced_multi_pkt_send_wqe is 0)",
         ));
     }
-    let wq = work_queue(core, ctx.wq(), true, false, cmd.pas_capacity(), |i| {
-        cmd.pas(i).ok()
-    })?;
+    let wq = work_queue(
+        core,
+        ctx.wq(),
+        true,
+        false,
+        false,
+        cmd.pas_capacity(),
+        |i| cmd.pas(i).ok(),
+    )?;
     let slot = store_new_context(core, &context_bytes(ctx.as_bytes()))?;
     let sq = Sq {
         multi_packet,
@@ -441,6 +452,7 @@ pub(crate) fn create_rq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
                 ctx.wq(),
                 false,
                 true,
+                false,
                 cmd.pas_capacity(),
                 |i| cmd.pas(i).ok(),
             )?),
@@ -647,9 +659,15 @@ pub(crate) fn create_rmp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
             "RMPs are created in the RDY state",
         ));
     }
-    let wq = work_queue(core, ctx.wq(), false, false, cmd.pas_capacity(), |i| {
-        cmd.pas(i).ok()
-    })?;
+    let wq = work_queue(
+        core,
+        ctx.wq(),
+        false,
+        false,
+        true,
+        cmd.pas_capacity(),
+        |i| cmd.pas(i).ok(),
+    )?;
     let lwm = ctx.wq().lwm();
     if u32::from(lwm) > wq.entries() {
         return Err(bad_param(

@@ -59,6 +59,7 @@ pub(crate) fn dealloc_pd(core: &mut Core, input: &[u8]) -> CmdResult {
     let used = core.res.mkeys.iter().any(|(_, m)| m.pd == pd)
         || core.res.sqs.iter().any(|(_, s)| s.wq.pd == pd)
         || core.res.rmps.iter().any(|(_, r)| r.wq.pd == pd)
+        || core.res.qps.iter().any(|(_, q)| q.pd == pd)
         || core
             .res
             .rqs

@@ -28,3 +28,12 @@ pub(crate) const LOG_MAX_MRW_SZ: u8 = 48;
 pub(crate) const LOG_MAX_KLM_LIST_SIZE: u8 = 16;
 /// Q counter sets a function may allocate (`max_qp_cnt`; set ids 1..=this).
 pub(crate) const MAX_Q_COUNTERS: u16 = 64;
+/// Log2 of the number of QPs (`log_max_qp`).
+pub(crate) const LOG_MAX_QP: u8 = 16;
+/// Log2 of the largest message (`log_max_msg`): 1 GiB.
+pub(crate) const LOG_MAX_MSG: u8 = 30;
+/// Log2 of outstanding RDMA reads and atomics per QP, as requester and as responder
+/// (`log_max_ra_req_qp`, `log_max_ra_res_qp`).
+pub(crate) const LOG_MAX_RA_QP: u8 = 4;
+/// Entries of the port's RoCE address (GID) table (`roce_address_table_size`).
+pub(crate) const ROCE_ADDRESS_TABLE_SIZE: u16 = 128;

@@ -8,6 +8,7 @@
 pub(crate) mod context;
 pub(crate) mod limits;
 pub(crate) mod queue_state;
+pub(crate) mod rc;
 
 use crate::config::EmuConfig;
 pub(crate) use context::Slot;
@@ -207,6 +208,10 @@ pub(crate) struct WorkQueue {
     pub posted_end: u16,
     /// Receive queues: WQEs read ahead of their frames.
     pub fetched: Fetched,
+    /// Linked-list RMPs (`wq_type` 0, an RC SRQ): the index of the next WQE the device takes.
+    /// Each WQE starts with a next segment naming the WQE after it; its data segments follow.
+    /// `None` for a cyclic ring.
+    pub linked_head: Option<u16>,
 }
 
 impl WorkQueue {
@@ -223,6 +228,9 @@ impl WorkQueue {
         self.consumed = 0;
         self.posted_end = 0;
         self.fetched.clear();
+        if self.linked_head.is_some() {
+            self.linked_head = Some(0);
+        }
     }
 }
 
@@ -440,6 +448,9 @@ pub(crate) struct Resources {
     pub flow_tables: Table<FlowTable>,
     pub mkeys: Table<Mkey>,
     pub q_counters: Table<QCounter>,
+    pub qps: Table<rc::Qp>,
+    /// The port's RoCE address (GID) table.
+    pub gids: rc::GidTable,
     /// Flow group numbers are global; they map to their table.
     pub next_group: u32,
     /// Root table of NIC receive steering.
@@ -474,6 +485,8 @@ impl Resources {
             mkeys: Table::new(0x10, 1 << 16),
             // Set 0 means "no counter set" in an RQ context.
             q_counters: Table::new(1, u32::from(limits::MAX_Q_COUNTERS)),
+            qps: Table::new(0x4000, 1 << limits::LOG_MAX_QP),
+            gids: rc::GidTable::new(),
             next_group: 1,
             rx_root: None,
         }

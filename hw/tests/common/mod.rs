@@ -19,12 +19,14 @@ fn reference() -> &'static HashMap<(String, String), (usize, usize)> {
         let mut table = HashMap::new();
         // One file per group of layouts; rows are `STRUCT FIELD BIT_OFFSET WIDTH` in hex bits.
         // hca, queues and steering come from Linux mlx5_ifc.h through hw/tools/ifc_offsets.py;
+        // rdma comes from a newer mlx5_ifc.h (6.12) by the same tool;
         // device holds the byte layouts of device.h / mlx5dv.h structures, converted to bits.
         for text in [
             include_str!("../ifc/hca.txt"),
             include_str!("../ifc/queues.txt"),
             include_str!("../ifc/steering.txt"),
             include_str!("../ifc/device.txt"),
+            include_str!("../ifc/rdma.txt"),
         ] {
             for line in text.lines() {
                 let line = line.trim();

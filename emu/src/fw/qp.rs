@@ -1,0 +1,540 @@
+//! RC QP commands: CREATE_QP, the state transitions (RST2INIT, INIT2RTR, RTR2RTS, RTS2RTS,
+//! SQERR2RTS, 2ERR, 2RST), QUERY_QP and DESTROY_QP.
+//!
+//! Each transition reads its mandatory attributes from `qpc` and only the optional ones its
+//! `opt_param_mask` names, and allows only the optional bits Linux mlx5_ib allows for RC
+//! (`opt_mask[][]` in `drivers/infiniband/hw/mlx5/qp.c`). A refused command changes nothing.
+
+use super::pages::{release_context, store_new_context, write_context};
+use super::queues::{check_dbr, context_bytes, queue_buffer};
+use super::{bad_param, bad_res, input_as, output_as, CmdError, CmdResult, Core, Syndrome};
+use crate::objects::limits::{LOG_MAX_MSG, LOG_MAX_RA_QP, LOG_MAX_WQ_SZ};
+use crate::objects::rc::{Qp, RcPath, RcReceive};
+use crate::objects::QueueBuffer;
+use cxdirect_hw::cmd::{CmdStatus, Opcode};
+use cxdirect_hw::layout::Layout;
+use cxdirect_hw::qp::{
+    mtu, optpar, rq_type, service_type, state, Ads, CreateQpIn, CreateQpOut, DestroyQpIn, Qpc,
+    QueryQpIn, Rst2initQpIn,
+};
+
+/// Bytes of a RoCE v2 packet around its payload on an Ethernet port: Ethernet header, IPv6
+/// header (the larger), UDP, BTH and ICRC. A path MTU must fit the port's frame with these.
+const ROCE_V2_OVERHEAD: usize = 14 + 40 + 8 + 12 + 4;
+
+/// Byte offset of `qpc` in every QP command input and in QUERY_QP's output.
+const QPC_BYTE: usize = 0x18;
+
+fn bad_qp_state(what: &'static str) -> CmdError {
+    CmdError::new(CmdStatus::BadQpState, Syndrome::BadQpTransition, what)
+}
+
+fn missing(what: &'static str) -> CmdError {
+    bad_param(Syndrome::MissingQpAttribute, what)
+}
+
+/// The largest path MTU code the port carries.
+fn port_max_mtu(core: &Core) -> u8 {
+    let frame = core.port.max_frame();
+    (mtu::MTU_256..=mtu::MTU_4096)
+        .rev()
+        .find(|&code| (128usize << code) + ROCE_V2_OVERHEAD <= frame)
+        .unwrap_or(0)
+}
+
+pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let cmd = input_as!(CreateQpIn<&[u8]>, input);
+    let ctx = cmd.qpc();
+    if ctx.st() != service_type::RC {
+        return Err(bad_param(
+            Syndrome::UnsupportedServiceType,
+            "only RC QPs are modelled",
+        ));
+    }
+    if cmd.wq_umem_valid() || ctx.dbr_umem_valid() {
+        return Err(bad_param(
+            Syndrome::BadQpParams,
+            "umem-backed QP buffers are not modelled",
+        ));
+    }
+    if !core.res.pds.contains(ctx.pd()) {
+        return Err(bad_res("QP's PD does not exist"));
+    }
+    if !core.res.uars.contains(ctx.uar_page()) {
+        return Err(bad_res("QP's UAR page not allocated"));
+    }
+    if ctx.log_msg_max() > LOG_MAX_MSG {
+        return Err(bad_param(
+            Syndrome::BadQpParams,
+            "log_msg_max above log_max_msg",
+        ));
+    }
+    let log_sq_size = if ctx.no_sq() {
+        None
+    } else {
+        if ctx.log_sq_size() > LOG_MAX_WQ_SZ {
+            return Err(bad_param(
+                Syndrome::BadQueueSize,
+                "send queue above log_max_qp_sz",
+            ));
+        }
+        if !core.res.cqs.contains(ctx.cqn_snd()) {
+            return Err(bad_res("QP's send CQ does not exist"));
+        }
+        Some(ctx.log_sq_size())
+    };
+    let receive = match ctx.rq_type() {
+        rq_type::REGULAR => {
+            if ctx.log_rq_size() > LOG_MAX_WQ_SZ || (16u32 << ctx.log_rq_stride()) > 1024 {
+                return Err(bad_param(
+                    Syndrome::BadQueueSize,
+                    "receive queue or stride above the caps",
+                ));
+            }
+            RcReceive::Own {
+                log_size: ctx.log_rq_size(),
+                log_stride: ctx.log_rq_stride(),
+            }
+        }
+        rq_type::SRQ => {
+            if !core.res.rmps.contains(ctx.srqn_rmpn_xrqn()) {
+                return Err(bad_res("QP's SRQ (RMP) does not exist"));
+            }
+            RcReceive::Shared(ctx.srqn_rmpn_xrqn())
+        }
+        rq_type::ZERO_LEN => RcReceive::None,
+        _ => {
+            return Err(bad_param(
+                Syndrome::BadQpParams,
+                "cross-channel receive queues are not modelled",
+            ))
+        }
+    };
+    if receive != RcReceive::None && !core.res.cqs.contains(ctx.cqn_rcv()) {
+        return Err(bad_res("QP's receive CQ does not exist"));
+    }
+    let rq_bytes = receive.ring_bytes();
+    let sq_bytes = log_sq_size.map_or(0, |log| 64u64 << log);
+    let size = rq_bytes + sq_bytes;
+    let buf = if size == 0 {
+        QueueBuffer {
+            pas: Vec::new(),
+            log_page: 12,
+            offset: 0,
+            size: 0,
+        }
+    } else {
+        queue_buffer(
+            ctx.log_page_size(),
+            ctx.page_offset(),
+            size,
+            cmd.pas_capacity(),
+            |i| cmd.pas(i).ok(),
+        )?
+    };
+    // A QP with a ring of its own needs a doorbell record.
+    if size != 0 {
+        check_dbr(ctx.dbr_addr())?;
+    }
+    let mut stored = context_bytes(ctx.as_bytes());
+    Qpc::new(&mut stored[..])
+        .map_err(|_| missing("qpc"))?
+        .set_state(state::RST);
+    let slot = store_new_context(core, &stored)?;
+    let qp = Qp {
+        state: state::RST,
+        pd: ctx.pd(),
+        uar: ctx.uar_page(),
+        cqn_snd: ctx.cqn_snd(),
+        cqn_rcv: ctx.cqn_rcv(),
+        buf,
+        dbr: ctx.dbr_addr(),
+        log_sq_size,
+        receive,
+        user_index: ctx.user_index(),
+        log_msg_max: ctx.log_msg_max(),
+        mtu: 0,
+        remote_qpn: 0,
+        q_key: 0,
+        path: RcPath::default(),
+        next_send_psn: 0,
+        next_rcv_psn: 0,
+        retry_count: 0,
+        rnr_retry: 0,
+        min_rnr_nak: 0,
+        log_sra_max: 0,
+        log_rra_max: 0,
+        log_ack_req_freq: 0,
+        rre: false,
+        rwe: false,
+        rae: false,
+        slot,
+    };
+    let Some(qpn) = core.res.qps.insert(qp) else {
+        release_context(core, slot);
+        return Err(CmdError::new(
+            CmdStatus::NoResources,
+            Syndrome::TableFull,
+            "QP table full",
+        ));
+    };
+    attach(core, qpn, true);
+    output_as!(CreateQpOut<&mut [u8]>, output).set_qpn(qpn);
+    Ok(())
+}
+
+/// Counts (or, `add` false, uncounts) QP `qpn` as a user of its CQs and RMP.
+fn attach(core: &mut Core, qpn: u32, add: bool) {
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return;
+    };
+    let (snd, rcv, receive) = (qp.log_sq_size.map(|_| qp.cqn_snd), qp.cqn_rcv, qp.receive);
+    let rcv = (receive != RcReceive::None).then_some(rcv);
+    for cqn in [snd, rcv].into_iter().flatten() {
+        if let Some(cq) = core.res.cqs.get_mut(cqn) {
+            cq.users = if add {
+                cq.users + 1
+            } else {
+                cq.users.saturating_sub(1)
+            };
+        }
+    }
+    if let RcReceive::Shared(rmpn) = receive {
+        if let Some(rmp) = core.res.rmps.get_mut(rmpn) {
+            rmp.rq_users = if add {
+                rmp.rq_users + 1
+            } else {
+                rmp.rq_users.saturating_sub(1)
+            };
+        }
+    }
+}
+
+/// The state a transition starts from (`None`: any state) and leads to, and the optional
+/// attributes it takes for RC: Linux's `opt_mask` table, plus the counter set that mlx5_ib
+/// binds with its own bit after that table filtered the rest.
+fn transition(opcode: Opcode) -> (Option<&'static [u8]>, u8, u32) {
+    const ACCESS: u32 = optpar::RRE | optpar::RAE | optpar::RWE;
+    const COUNTER: u32 = optpar::COUNTER_SET_ID;
+    match opcode {
+        Opcode::Rst2initQp => (Some(&[state::RST]), state::INIT, COUNTER),
+        Opcode::Init2rtrQp => (
+            Some(&[state::INIT]),
+            state::RTR,
+            optpar::ALT_ADDR_PATH | ACCESS | optpar::PKEY_INDEX | optpar::LAG_TX_AFF | COUNTER,
+        ),
+        Opcode::Rtr2rtsQp => (
+            Some(&[state::RTR]),
+            state::RTS,
+            optpar::ALT_ADDR_PATH | ACCESS | optpar::PM_STATE | optpar::RNR_TIMEOUT,
+        ),
+        Opcode::Rts2rtsQp => (
+            Some(&[state::RTS]),
+            state::RTS,
+            ACCESS | optpar::RNR_TIMEOUT | optpar::PM_STATE | optpar::ALT_ADDR_PATH | COUNTER,
+        ),
+        Opcode::Sqerr2rtsQp => (
+            Some(&[state::SQER]),
+            state::RTS,
+            ACCESS | optpar::RNR_TIMEOUT,
+        ),
+        Opcode::Qp2errQp => (None, state::ERR, 0),
+        _ => (None, state::RST, 0),
+    }
+}
+
+/// Reads the primary path's fields into `path`.
+fn read_path(path: &mut RcPath, ads: &Ads<&[u8]>) {
+    path.loopback = ads.fl();
+    path.gid_index = ads.src_addr_index();
+    path.rgid = ads.rgid();
+    path.rmac = ads.rmac();
+    path.udp_sport = ads.udp_sport();
+    path.hop_limit = ads.hop_limit();
+    path.tclass = ads.tclass();
+    path.flow_label = ads.flow_label();
+}
+
+/// Checks the primary path INIT2RTR gives: a loopback path, or a RoCE path on an enabled
+/// port whose source GID is in the table.
+fn check_path(core: &Core, ads: &Ads<&[u8]>) -> CmdResult {
+    if ads.fl() {
+        return Ok(());
+    }
+    if ads.rgid().iter().all(|&b| b == 0) {
+        return Err(missing(
+            "INIT2RTR without a destination GID (or force loopback)",
+        ));
+    }
+    if !core.cfg.roce || !core.port.roce_en {
+        return Err(bad_param(
+            Syndrome::RoceDisabled,
+            "a RoCE path while RoCE is disabled on the vport",
+        ));
+    }
+    if core
+        .res
+        .gids
+        .valid(usize::from(ads.src_addr_index()))
+        .is_none()
+    {
+        return Err(bad_param(
+            Syndrome::BadGidIndex,
+            "source GID index past the table or unset",
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdResult {
+    // Every transition input starts with opcode, uid, op_mod and qpn; those that carry a
+    // context have it (and opt_param_mask) where RST2INIT_QP does.
+    let (qpn, mask, with_ctx) = match opcode {
+        Opcode::Qp2errQp | Opcode::Qp2rstQp => {
+            let cmd = input_as!(cxdirect_hw::qp::Qp2errIn<&[u8]>, input);
+            (cmd.qpn(), 0, false)
+        }
+        _ => {
+            let cmd = input_as!(Rst2initQpIn<&[u8]>, input);
+            (cmd.qpn(), cmd.opt_param_mask(), true)
+        }
+    };
+    let (from, to, optional) = transition(opcode);
+    let qp = core.res.qps.get(qpn).ok_or(bad_res("no such QP"))?;
+    if let Some(from) = from {
+        if !from.contains(&qp.state) {
+            return Err(bad_qp_state("transition not allowed from the QP's state"));
+        }
+    }
+    if mask & !optional != 0 {
+        return Err(bad_param(
+            Syndrome::BadQpOptParam,
+            "opt_param_mask names an attribute this transition does not take",
+        ));
+    }
+    let mut next = Qp { ..clone_attrs(qp) };
+    if with_ctx {
+        let ctx = Qpc::new(&input[QPC_BYTE..]).map_err(|_| missing("qpc"))?;
+        apply(core, opcode, mask, &ctx, &mut next)?;
+    }
+    next.state = to;
+    if to == state::RST {
+        next.next_send_psn = 0;
+        next.next_rcv_psn = 0;
+    }
+    let slot = next.slot;
+    let bytes = context_of(&next);
+    let qp = core.res.qps.get_mut(qpn).ok_or(bad_res("no such QP"))?;
+    *qp = next;
+    write_context(core, slot, &bytes);
+    Ok(())
+}
+
+/// A copy of a QP's attributes (the buffer's page list included) to change before committing.
+fn clone_attrs(qp: &Qp) -> Qp {
+    Qp {
+        state: qp.state,
+        pd: qp.pd,
+        uar: qp.uar,
+        cqn_snd: qp.cqn_snd,
+        cqn_rcv: qp.cqn_rcv,
+        buf: qp.buf.clone(),
+        dbr: qp.dbr,
+        log_sq_size: qp.log_sq_size,
+        receive: qp.receive,
+        user_index: qp.user_index,
+        log_msg_max: qp.log_msg_max,
+        mtu: qp.mtu,
+        remote_qpn: qp.remote_qpn,
+        q_key: qp.q_key,
+        path: qp.path,
+        next_send_psn: qp.next_send_psn,
+        next_rcv_psn: qp.next_rcv_psn,
+        retry_count: qp.retry_count,
+        rnr_retry: qp.rnr_retry,
+        min_rnr_nak: qp.min_rnr_nak,
+        log_sra_max: qp.log_sra_max,
+        log_rra_max: qp.log_rra_max,
+        log_ack_req_freq: qp.log_ack_req_freq,
+        rre: qp.rre,
+        rwe: qp.rwe,
+        rae: qp.rae,
+        slot: qp.slot,
+    }
+}
+
+/// Reads a transition's attributes from `ctx` into `qp`; fails without side effects.
+fn apply(core: &Core, opcode: Opcode, mask: u32, ctx: &Qpc<&[u8]>, qp: &mut Qp) -> CmdResult {
+    let ads = ctx.primary_address_path();
+    let access = |qp: &mut Qp, mandatory: bool| {
+        if mandatory || mask & optpar::RRE != 0 {
+            qp.rre = ctx.rre();
+        }
+        if mandatory || mask & optpar::RWE != 0 {
+            qp.rwe = ctx.rwe();
+        }
+        if mandatory || mask & optpar::RAE != 0 {
+            qp.rae = ctx.rae();
+        }
+    };
+    if mask & optpar::RNR_TIMEOUT != 0 {
+        qp.min_rnr_nak = ctx.min_rnr_nak();
+    }
+    match opcode {
+        Opcode::Rst2initQp => {
+            // Port and access flags are mandatory (IB_QP_PORT, IB_QP_ACCESS_FLAGS).
+            if ads.vhca_port_num() != 1 {
+                return Err(missing("RST2INIT without port 1 in the primary path"));
+            }
+            qp.path.port = ads.vhca_port_num();
+            qp.path.pkey_index = ads.pkey_index();
+            access(qp, true);
+        }
+        Opcode::Init2rtrQp => {
+            let code = ctx.mtu();
+            if code == 0 {
+                return Err(missing("INIT2RTR without a path MTU"));
+            }
+            if mtu::bytes(code).is_none() || code > port_max_mtu(core) {
+                return Err(bad_param(
+                    Syndrome::BadPathMtu,
+                    "path MTU unknown or above the port's",
+                ));
+            }
+            if ctx.remote_qpn() == 0 {
+                return Err(missing("INIT2RTR without a destination QP"));
+            }
+            if ctx.log_rra_max() > LOG_MAX_RA_QP {
+                return Err(bad_param(
+                    Syndrome::BadQpParams,
+                    "log_rra_max above log_max_ra_res_qp",
+                ));
+            }
+            if ctx.log_msg_max() > LOG_MAX_MSG {
+                return Err(bad_param(
+                    Syndrome::BadQpParams,
+                    "log_msg_max above log_max_msg",
+                ));
+            }
+            check_path(core, &ads)?;
+            qp.mtu = code;
+            qp.log_msg_max = ctx.log_msg_max();
+            qp.remote_qpn = ctx.remote_qpn();
+            qp.next_rcv_psn = ctx.next_rcv_psn();
+            qp.log_rra_max = ctx.log_rra_max();
+            qp.min_rnr_nak = ctx.min_rnr_nak();
+            read_path(&mut qp.path, &ads);
+            if mask & optpar::PKEY_INDEX != 0 {
+                qp.path.pkey_index = ads.pkey_index();
+            }
+            access(qp, false);
+        }
+        Opcode::Rtr2rtsQp => {
+            if ctx.log_sra_max() > LOG_MAX_RA_QP {
+                return Err(bad_param(
+                    Syndrome::BadQpParams,
+                    "log_sra_max above log_max_ra_req_qp",
+                ));
+            }
+            qp.next_send_psn = ctx.next_send_psn();
+            qp.retry_count = ctx.retry_count();
+            qp.rnr_retry = ctx.rnr_retry();
+            qp.log_sra_max = ctx.log_sra_max();
+            qp.log_ack_req_freq = ctx.log_ack_req_freq();
+            qp.path.ack_timeout = ads.ack_timeout();
+            access(qp, false);
+        }
+        Opcode::Rts2rtsQp | Opcode::Sqerr2rtsQp => access(qp, false),
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The QP's context as QUERY_QP reports it.
+fn context_of(qp: &Qp) -> Vec<u8> {
+    let mut ctx = Qpc::zeroed();
+    ctx.set_state(qp.state)
+        .set_st(service_type::RC)
+        .set_pd(qp.pd)
+        .set_uar_page(qp.uar)
+        .set_cqn_snd(qp.cqn_snd)
+        .set_cqn_rcv(qp.cqn_rcv)
+        .set_dbr_addr(qp.dbr)
+        .set_user_index(qp.user_index)
+        .set_no_sq(qp.log_sq_size.is_none())
+        .set_log_sq_size(qp.log_sq_size.unwrap_or(0))
+        .set_log_msg_max(qp.log_msg_max)
+        .set_mtu(qp.mtu)
+        .set_remote_qpn(qp.remote_qpn)
+        .set_q_key(qp.q_key)
+        .set_next_send_psn(qp.next_send_psn)
+        .set_next_rcv_psn(qp.next_rcv_psn)
+        .set_retry_count(qp.retry_count)
+        .set_rnr_retry(qp.rnr_retry)
+        .set_min_rnr_nak(qp.min_rnr_nak)
+        .set_log_sra_max(qp.log_sra_max)
+        .set_log_rra_max(qp.log_rra_max)
+        .set_log_ack_req_freq(qp.log_ack_req_freq)
+        .set_rre(qp.rre)
+        .set_rwe(qp.rwe)
+        .set_rae(qp.rae);
+    match qp.receive {
+        RcReceive::Own {
+            log_size,
+            log_stride,
+        } => {
+            ctx.set_rq_type(rq_type::REGULAR)
+                .set_log_rq_size(log_size)
+                .set_log_rq_stride(log_stride);
+        }
+        RcReceive::Shared(rmpn) => {
+            ctx.set_rq_type(rq_type::SRQ).set_srqn_rmpn_xrqn(rmpn);
+        }
+        RcReceive::None => {
+            ctx.set_rq_type(rq_type::ZERO_LEN);
+        }
+    }
+    let p = qp.path;
+    ctx.primary_address_path_mut()
+        .set_fl(p.loopback)
+        .set_src_addr_index(p.gid_index)
+        .set_rgid(p.rgid)
+        .set_rmac(p.rmac)
+        .set_udp_sport(p.udp_sport)
+        .set_hop_limit(p.hop_limit)
+        .set_tclass(p.tclass)
+        .set_flow_label(p.flow_label)
+        .set_vhca_port_num(p.port)
+        .set_pkey_index(p.pkey_index)
+        .set_ack_timeout(p.ack_timeout)
+        .set_grh(!p.loopback);
+    ctx.layout_bytes().to_vec()
+}
+
+pub(crate) fn query_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let qpn = input_as!(QueryQpIn<&[u8]>, input).qpn();
+    let qp = core.res.qps.get(qpn).ok_or(bad_res("no such QP"))?;
+    let ctx = context_of(qp);
+    // Older headers end query_qp_out at the page list (0x110 bytes); newer ones add an
+    // extension: either length carries the whole context.
+    let out = output
+        .get_mut(QPC_BYTE..QPC_BYTE + <Qpc as Layout>::SIZE)
+        .ok_or(CmdError::new(
+            CmdStatus::BadOutputLength,
+            Syndrome::OutputTooShort,
+            "output shorter than query_qp_out's context",
+        ))?;
+    out.copy_from_slice(&ctx);
+    Ok(())
+}
+
+pub(crate) fn destroy_qp(core: &mut Core, input: &[u8]) -> CmdResult {
+    let qpn = input_as!(DestroyQpIn<&[u8]>, input).qpn();
+    if !core.res.qps.contains(qpn) {
+        return Err(bad_res("no such QP"));
+    }
+    attach(core, qpn, false);
+    let qp = core.res.qps.remove(qpn).ok_or(bad_res("no such QP"))?;
+    release_context(core, qp.slot);
+    Ok(())
+}

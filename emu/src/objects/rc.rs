@@ -1,0 +1,114 @@
+//! Reliable-connected QPs and the port's RoCE address table: what the RC transport runs on.
+
+use super::{QueueBuffer, Slot};
+use crate::objects::limits::ROCE_ADDRESS_TABLE_SIZE;
+
+/// Where an RC QP's receives come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RcReceive {
+    /// The QP's own ring: `2^log_size` WQEs of `16 << log_stride` bytes at the buffer's start.
+    Own { log_size: u8, log_stride: u8 },
+    /// The RMP (SRQ) with this number.
+    Shared(u32),
+    /// No receive queue: every arriving SEND is refused.
+    None,
+}
+
+/// The primary address path of an RC QP (RoCE v2).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct RcPath {
+    /// Force loopback: packets return to this port.
+    pub loopback: bool,
+    /// Index of the source GID in the port's RoCE address table.
+    pub gid_index: u8,
+    /// Destination GID (an IPv6 or IPv4-mapped address).
+    pub rgid: [u8; 16],
+    /// Peer MAC address.
+    pub rmac: [u8; 6],
+    /// UDP source port of RoCE v2 packets.
+    pub udp_sport: u16,
+    pub hop_limit: u8,
+    pub tclass: u8,
+    pub flow_label: u32,
+    /// Port number (1).
+    pub port: u8,
+    pub pkey_index: u16,
+    /// Local ACK timeout: 4.096 us << value (0 = none).
+    pub ack_timeout: u8,
+}
+
+/// An RC QP: its queues, state and every attribute the transport needs.
+#[derive(Debug)]
+pub(crate) struct Qp {
+    /// QP state (`cxdirect_hw::qp::state`).
+    pub state: u8,
+    pub pd: u32,
+    pub uar: u32,
+    pub cqn_snd: u32,
+    pub cqn_rcv: u32,
+    /// Work queue buffer: the receive ring first, then the send ring.
+    pub buf: QueueBuffer,
+    /// Doorbell record: receive counter at +0, send counter at +4.
+    pub dbr: u64,
+    /// Log2 of the send ring's WQEBBs; `None` without a send queue.
+    pub log_sq_size: Option<u8>,
+    pub receive: RcReceive,
+    pub user_index: u32,
+    pub log_msg_max: u8,
+    /// Path MTU code (`cxdirect_hw::qp::mtu`; 0 until INIT2RTR).
+    pub mtu: u8,
+    pub remote_qpn: u32,
+    pub q_key: u32,
+    pub path: RcPath,
+    pub next_send_psn: u32,
+    pub next_rcv_psn: u32,
+    pub retry_count: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_nak: u8,
+    pub log_sra_max: u8,
+    pub log_rra_max: u8,
+    pub log_ack_req_freq: u8,
+    /// Remote read, write and atomic enables.
+    pub rre: bool,
+    pub rwe: bool,
+    pub rae: bool,
+    pub slot: Slot,
+}
+
+impl RcReceive {
+    /// Bytes of the QP's own receive ring at the start of its buffer (0 without one).
+    pub fn ring_bytes(self) -> u64 {
+        match self {
+            RcReceive::Own {
+                log_size,
+                log_stride,
+            } => (1u64 << log_size) * (16u64 << log_stride),
+            _ => 0,
+        }
+    }
+}
+
+/// One RoCE address table entry, as SET_ROCE_ADDRESS gave it (`roce_addr_layout` bytes; all
+/// zero when unset).
+pub(crate) type GidEntry = [u8; 0x20];
+
+/// The port's RoCE address (GID) table.
+#[derive(Debug)]
+pub(crate) struct GidTable {
+    pub entries: Vec<GidEntry>,
+}
+
+impl GidTable {
+    pub fn new() -> Self {
+        Self {
+            entries: vec![[0; 0x20]; usize::from(ROCE_ADDRESS_TABLE_SIZE)],
+        }
+    }
+
+    /// The entry at `index` if it holds an address.
+    pub fn valid(&self, index: usize) -> Option<&GidEntry> {
+        self.entries
+            .get(index)
+            .filter(|entry| entry[..16].iter().any(|&b| b != 0))
+    }
+}
