@@ -353,8 +353,8 @@ impl<B: Backend> TxQueue<B> {
     ) -> Option<u32> {
         let flags = m.flags();
         if !(ETH_HEADER..=max_frame).contains(&len)
-            || flags.tx_vlan.is_some()
-            || flags.tx_tso_mss.is_some()
+            // One test for both offloads that change a WQE's shape.
+            || (flags.tx_vlan.is_some() | flags.tx_tso_mss.is_some())
             || (flags.tx_ip_csum, flags.tx_l4_csum) != csum
         {
             return None;
