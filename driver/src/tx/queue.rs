@@ -316,15 +316,8 @@ impl<B: Backend> TxQueue<B> {
                 let m = pkts.packet(count);
                 let len = m.pkt_len();
                 if let Some(mss) = m.flags().tx_tso_mss {
-                    match self.lso_wqe(&m, mss, &mut scratch.wqe) {
-                        Ok(Some(size)) => {
-                            let bbs = size.div_ceil(WQE_BB) as u16;
-                            self.write_wqe(index, &scratch.wqe[..usize::from(bbs) * WQE_BB]);
-                            Written::Wqe(bbs, len)
-                        }
-                        Ok(None) => Written::NoRoom,
-                        Err(refusal) => Written::Refused(refusal),
-                    }
+                    // Rare next to plain sends: built out of line, keeping the loop small.
+                    self.write_lso(&m, mss, len, &mut scratch.wqe)
                 } else if len < ETH_HEADER || len > self.max_frame {
                     Written::Refused(TxRefusal::Length)
                 } else if let Some(words) = self.single_bb_wqe(&m, len) {
@@ -346,8 +339,7 @@ impl<B: Backend> TxQueue<B> {
             let (bbs, len) = match written {
                 Written::Wqe(bbs, len) => (bbs, len),
                 Written::Refused(refusal) => {
-                    self.stats.errors += 1;
-                    self.stats.last_refusal = Some(refusal);
+                    self.count_refusal(refusal);
                     scratch.fates[count] = REFUSED;
                     sorted = true;
                     count += 1;
@@ -378,6 +370,37 @@ impl<B: Backend> TxQueue<B> {
         }
         self.scratch = Some(scratch);
         count
+    }
+
+    /// Writes the LSO WQE of `m` (`len` bytes, TSO with `mss`) at the producer index, or says
+    /// why it is refused or that the ring has no room for it. Out of line so that the loop
+    /// sending everything else stays small.
+    #[cold]
+    #[inline(never)]
+    fn write_lso(
+        &mut self,
+        m: &impl SendPacket,
+        mss: u16,
+        len: usize,
+        wqe: &mut [u8; MAX_WQE],
+    ) -> Written {
+        match self.lso_wqe(m, mss, wqe) {
+            Ok(Some(size)) => {
+                let bbs = size.div_ceil(WQE_BB) as u16;
+                self.write_wqe(self.pi, &wqe[..usize::from(bbs) * WQE_BB]);
+                Written::Wqe(bbs, len)
+            }
+            Ok(None) => Written::NoRoom,
+            Err(refusal) => Written::Refused(refusal),
+        }
+    }
+
+    /// Counts a refused packet and keeps why (refusals are rare: out of the loop's way).
+    #[cold]
+    #[inline(never)]
+    fn count_refusal(&mut self, refusal: TxRefusal) {
+        self.stats.errors += 1;
+        self.stats.last_refusal = Some(refusal);
     }
 
     /// Writes `wqe` (whole basic blocks) at ring index `index`, wrapping block by block.

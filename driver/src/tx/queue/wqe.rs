@@ -353,8 +353,8 @@ impl<B: Backend> TxQueue<B> {
     ) -> Option<u32> {
         let flags = m.flags();
         if !(ETH_HEADER..=max_frame).contains(&len)
-            || flags.tx_vlan.is_some()
-            || flags.tx_tso_mss.is_some()
+            // One test for both offloads that change a WQE's shape.
+            || (flags.tx_vlan.is_some() | flags.tx_tso_mss.is_some())
             || (flags.tx_ip_csum, flags.tx_l4_csum) != csum
         {
             return None;
@@ -362,11 +362,23 @@ impl<B: Backend> TxQueue<B> {
         pkts.run_place(m, inflight)
     }
 
-    /// The 16-byte segments a packet of `len` bytes takes in a multi-packet WQE: its bytes in
-    /// an inline segment in `Full` mode within `inline_max`, else one data segment.
+    /// The longest packet a multi-packet WQE carries inline, in bytes: `inline_max` in `Full`
+    /// mode, else 0 (none: every packet it takes has at least an Ethernet header).
     #[inline]
-    fn run_segment_ds(&self, len: usize) -> usize {
-        if self.inline == InlineMode::Full && len <= self.inline_max {
+    fn run_inline_max(&self) -> usize {
+        if self.inline == InlineMode::Full {
+            self.inline_max
+        } else {
+            0
+        }
+    }
+
+    /// The 16-byte segments a packet of `len` bytes takes in a multi-packet WQE: its bytes in
+    /// an inline segment when within `inline_max` (from [`TxQueue::run_inline_max`]), else one
+    /// data segment.
+    #[inline]
+    fn run_segment_ds(inline_max: usize, len: usize) -> usize {
+        if len <= inline_max {
             wqe::inline_seg_ds(len)
         } else {
             1
@@ -393,14 +405,16 @@ impl<B: Backend> TxQueue<B> {
         }
         let room = MAX_DS.min(usize::from(self.free()) * WQE_BB / WQE_DS);
         let max_frame = self.max_frame;
+        // Read once: the loop below borrows the queue mutably between packets.
+        let inline_max = self.run_inline_max();
         let csum = {
             let (first, second) = (pkts.packet(from), pkts.packet(from + 1));
             let flags = first.flags();
             let csum = (flags.tx_ip_csum, flags.tx_l4_csum);
             let (first_len, second_len) = (first.pkt_len(), second.pkt_len());
             if MULTI_PACKET_HEAD_DS
-                + self.run_segment_ds(first_len)
-                + self.run_segment_ds(second_len)
+                + Self::run_segment_ds(inline_max, first_len)
+                + Self::run_segment_ds(inline_max, second_len)
                 > room
                 || Self::multi_packet_place(
                     max_frame,
@@ -432,7 +446,7 @@ impl<B: Backend> TxQueue<B> {
             let (len, place) = {
                 let m = pkts.packet(i);
                 let len = m.pkt_len();
-                let segment_ds = self.run_segment_ds(len);
+                let segment_ds = Self::run_segment_ds(inline_max, len);
                 if ds + segment_ds > room {
                     break;
                 }
