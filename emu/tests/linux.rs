@@ -261,7 +261,6 @@ fn tcp_message(payload: usize, ip_id: u16, seq: u32, flags: u8) -> Vec<u8> {
 fn tso_sends_one_tcp_message_as_mss_sized_segments() {
     use cxdirect_emu::packet;
     use cxdirect_hw::cqe::{Cqe64, CqeOpcode};
-    use cxdirect_hw::wqe::{self, CtrlSeg, DataSeg, EthSeg};
 
     let mut h = host();
     h.bring_up();
@@ -300,34 +299,7 @@ fn tso_sends_one_tcp_message_as_mss_sized_segments() {
     // FIN, PSH, ACK and CWR: FIN and PSH belong on the last segment only, CWR on the first only.
     let flags = 0x80 | 0x10 | 0x08 | 0x01;
     let message = tcp_message(4000, 0x1234, 0xffff_f000, flags);
-    let payload_iova = h.alloc(message.len() as u64, 64);
-    h.write(payload_iova, &message[HEADERS..]);
-    // Control, Ethernet (two header bytes inline), 52 more inline header bytes, one data segment.
-    let inline_tail = HEADERS - 2;
-    let ds = 2 + inline_tail.div_ceil(16) + 1;
-    let mut w = vec![0u8; ds.div_ceil(4) * 64];
-    CtrlSeg::new(&mut w[..16])
-        .unwrap()
-        .set_opcode(wqe::opcode::LSO)
-        .set_wqe_index(sq.pi)
-        .set_qpn_or_sqn(sq.sqn)
-        .set_ds(ds as u8)
-        .set_ce(2);
-    EthSeg::new(&mut w[16..32])
-        .unwrap()
-        .set_l3_csum(true)
-        .set_l4_csum(true)
-        .set_mss(MSS as u16)
-        .set_inline_hdr_sz(HEADERS as u16);
-    w[30..32].copy_from_slice(&message[..2]);
-    w[32..32 + inline_tail].copy_from_slice(&message[2..HEADERS]);
-    let at = 32 + inline_tail.div_ceil(16) * 16;
-    DataSeg::new(&mut w[at..at + 16])
-        .unwrap()
-        .set_byte_count((message.len() - HEADERS) as u32)
-        .set_lkey(key)
-        .set_addr(payload_iova);
-    h.post(&mut sq, &w, false);
+    post_tso(&mut h, &mut sq, key, &message, HEADERS, MSS as u16, true);
     let cqe = h.poll_cq(&mut tx_cq).expect("send completion");
     assert_eq!(cqe[63] >> 4, CqeOpcode::Req as u8, "the TSO WQE completed");
 
@@ -739,7 +711,9 @@ fn the_receive_cqe_carries_the_packets_checksum_for_checksum_complete() {
     );
 }
 
-/// Posts `message` (its first `headers` bytes inline) as one TSO WQE with `mss` on `sq`.
+/// Posts `message` (its first `headers` bytes inline: control, Ethernet with two header bytes,
+/// the rest of the headers, one data segment for the payload) as one TSO WQE with `mss` on
+/// `sq`, asking for the L4 checksums and, with `l3_csum`, the IPv4 header's.
 fn post_tso(
     h: &mut Host,
     sq: &mut cxdirect_emu::testkit::Sq,
@@ -747,6 +721,7 @@ fn post_tso(
     message: &[u8],
     headers: usize,
     mss: u16,
+    l3_csum: bool,
 ) {
     use cxdirect_hw::wqe::{self, CtrlSeg, DataSeg, EthSeg};
     let payload_iova = h.alloc(message.len() as u64, 64);
@@ -763,6 +738,7 @@ fn post_tso(
         .set_ce(2);
     EthSeg::new(&mut w[16..32])
         .unwrap()
+        .set_l3_csum(l3_csum)
         .set_l4_csum(true)
         .set_mss(mss)
         .set_inline_hdr_sz(headers as u16);
@@ -807,7 +783,7 @@ fn tso_over_ipv6_sets_each_segments_payload_length() {
     m.extend_from_slice(&[0x9c, 0x40, 0x14, 0x51, 0, 0, 0, 100, 0, 0, 0, 0, 0x50, 0x18]);
     m.extend_from_slice(&[0x01, 0xf5, 0, 0, 0, 0]);
     m.extend((0..payload).map(|i| (i % 253) as u8));
-    post_tso(&mut h, &mut sq, key, &m, HEADERS, MSS as u16);
+    post_tso(&mut h, &mut sq, key, &m, HEADERS, MSS as u16, false);
     let cqe = h.poll_cq(&mut tx_cq).expect("send completion");
     assert_eq!(cqe[63] >> 4, CqeOpcode::Req as u8);
     for (i, size) in [MSS, MSS, payload - 2 * MSS].into_iter().enumerate() {
