@@ -26,6 +26,17 @@ pub fn bring_up(model: &Model, name: &str) -> Device<EmuBackend> {
     .expect("bring-up on a well-behaved model")
 }
 
+/// Brings the driver up on `model` (named `name` in errors) with the default bring-up timeout
+/// and 10-second commands, room for tests that make many objects; panics when that fails.
+pub fn bring_up_patient(model: &Model, name: &str) -> Device<EmuBackend> {
+    let opts = Options {
+        cmd_timeout: Duration::from_secs(10),
+        ..Options::default()
+    };
+    Device::bring_up(EmuBackend::new(model.clone(), name), opts)
+        .expect("bring-up on a well-behaved model")
+}
+
 /// A small port: one queue each way, 64-entry rings, 256 buffers.
 pub fn small_port() -> PortConfig {
     PortConfig {
