@@ -10,9 +10,9 @@ use cxdirect::{
     Backend, Device, Mbuf, Options, Port, PortConfig, Queues, RxQueue, Started, TxQueue,
 };
 use cxdirect_apps::cli::{self, DeviceArgs, RunOnPorts, RUN, TRAFFIC};
+use cxdirect_apps::dmabuf::{self, Imported};
 use cxdirect_apps::testpmd::{build_to, HEADER_LEN};
-use cxdirect_dma::cuda::CudaMemory;
-use cxdirect_dma::{export, DmaBuf, DmaBufMapping, DmaBufMode};
+use cxdirect_dma::DmaBufMode;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -106,51 +106,9 @@ fn stream_byte(k: u64) -> u8 {
     (k % 251) as u8
 }
 
-/// The imported memory and what the CPU reads it through.
-struct Imported {
-    mapping: Arc<DmaBufMapping>,
-    /// Set for GPU memory: the CPU reads it with cuMemcpyDtoH.
-    gpu: Option<CudaMemory>,
-}
-
-impl Imported {
-    fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), String> {
-        match &self.gpu {
-            Some(gpu) => gpu
-                .copy_to_host(self.mapping.offset() as usize + offset, out)
-                .map_err(|e| e.to_string()),
-            None => self.mapping.read(offset, out).map_err(|e| e.to_string()),
-        }
-    }
-}
-
 /// Exports `size` bytes from the source, imports the dmabuf and maps it for the device.
 fn import<B: Backend>(dev: &Device<B>, s: &Settings) -> Result<Imported, String> {
-    let mut gpu = None;
-    let buf = match s.source.as_str() {
-        "udmabuf" => {
-            let u = export::udmabuf(s.size).map_err(|e| e.to_string())?;
-            DmaBuf::import_with_backing(u.dmabuf, u.memfd, 0)
-        }
-        "dma-heap" => {
-            DmaBuf::import(export::dma_heap("system", s.size).map_err(|e| e.to_string())?)
-        }
-        "memfd" => DmaBuf::from_memfd(
-            export::memfd("cxdirect-dmabuf-rx", s.size).map_err(|e| e.to_string())?,
-        ),
-        _ => {
-            let memory = CudaMemory::alloc(0, s.size as usize).map_err(|e| e.to_string())?;
-            println!(
-                "cuda: allocated {} bytes at GPU address {:#x}",
-                memory.size(),
-                memory.device_ptr()
-            );
-            let fd = memory.export_dmabuf().map_err(|e| e.to_string())?;
-            gpu = Some(memory);
-            DmaBuf::import(fd)
-        }
-    }
-    .map_err(|e| e.to_string())?;
+    let (buf, gpu) = dmabuf::export_and_import(&s.source, s.size, "cxdirect-dmabuf-rx")?;
     println!(
         "imported: exporter={} size={} kind={:?}",
         buf.exporter(),
