@@ -831,19 +831,8 @@ impl Host {
                 }
             }
         }
-        for i in 0..pages {
-            cmd.set_pas(i, buf + i as u64 * 4096).expect("room");
-        }
-        let out = self.exec(&input, 16).expect("CREATE_RQ");
-        let rqn = CreateRqOut::new(&out[..]).expect("layout").rqn();
-        self.rq_ready(rqn).expect("MODIFY_RQ RST->RDY");
-        Rq {
-            rqn,
-            buf,
-            dbr,
-            log,
-            pi: 0,
-        }
+        self.submit_rq(input, pages, buf, dbr, log)
+            .expect("CREATE_RQ, then MODIFY_RQ RST->RDY")
     }
 
     /// Creates a striding RQ (own ring of `2^log` WQEs of 32 bytes: a reserved header and one
@@ -872,6 +861,20 @@ impl Host {
                 .set_log_wqe_stride_size(log_stride)
                 .set_two_byte_shift_en(two_byte_shift);
         }
+        self.submit_rq(input, pages, buf, dbr, log)
+    }
+
+    /// Completes a CREATE_RQ `input` with the `pages` 4 KiB pages of the ring at `buf` (`2^log`
+    /// WQEs, doorbell record `dbr`), runs it and moves the RQ to RDY.
+    fn submit_rq(
+        &mut self,
+        mut input: Vec<u8>,
+        pages: usize,
+        buf: u64,
+        dbr: u64,
+        log: u8,
+    ) -> Result<Rq, CmdFail> {
+        let mut cmd = CreateRqIn::new(&mut input[..]).expect("layout");
         for i in 0..pages {
             cmd.set_pas(i, buf + i as u64 * 4096).expect("room");
         }
@@ -959,19 +962,8 @@ impl Host {
             .set_dbr_addr(dbr)
             .set_log_wq_stride(log_stride)
             .set_log_wq_sz(log);
-        for i in 0..pages {
-            cmd.set_pas(i, buf + i as u64 * 4096).expect("room");
-        }
-        let out = self.exec(&input, 16).expect("CREATE_RQ");
-        let rqn = CreateRqOut::new(&out[..]).expect("layout").rqn();
-        self.rq_ready(rqn).expect("MODIFY_RQ RST->RDY");
-        Rq {
-            rqn,
-            buf,
-            dbr,
-            log,
-            pi: 0,
-        }
+        self.submit_rq(input, pages, buf, dbr, log)
+            .expect("CREATE_RQ, then MODIFY_RQ RST->RDY")
     }
 
     /// Posts one receive WQE of `2^log_stride` bytes (an RQ made by
