@@ -416,9 +416,7 @@ impl Host {
         self.exec(&set_issi, 16).expect("SET_ISSI");
         let boot = self.query_pages(hca::query_pages_op_mod::BOOT);
         self.give_pages(boot as usize).expect("boot pages");
-        let caps = self
-            .exec(&Self::input(Opcode::QueryHcaCap, 1, 16), 0x1010)
-            .expect("QUERY_HCA_CAP");
+        let caps = self.query_cap(hca::cap_type::GENERAL_DEVICE, true);
         let mut set = Self::input(Opcode::SetHcaCap, 0, 0x1010);
         set[0x10..0x110].copy_from_slice(&caps[0x10..0x110]);
         self.exec(&set, 16).expect("SET_HCA_CAP");
@@ -888,6 +886,15 @@ impl Host {
             log,
             pi: 0,
         })
+    }
+
+    /// QUERY_HCA_CAP of `cap_type` (one of [`hca::cap_type`]), its current values or (with
+    /// `current` false) its maximum ones: the command's output, the capabilities from byte
+    /// 0x10. Panics when the device refuses.
+    pub fn query_cap(&mut self, cap_type: u16, current: bool) -> Vec<u8> {
+        let op_mod = hca::query_cap_op_mod(cap_type, current);
+        self.exec(&Self::input(Opcode::QueryHcaCap, op_mod, 16), 0x1010)
+            .expect("QUERY_HCA_CAP")
     }
 
     /// MODIFY_RQ RST->RDY.

@@ -98,9 +98,7 @@ fn initialized_host_on(mut h: Host) -> Host {
     h.exec(&set_issi, 16).unwrap();
     let boot = h.query_pages(query_pages_op_mod::BOOT);
     h.give_pages(boot as usize).unwrap();
-    let caps = h
-        .exec(&Host::input(Opcode::QueryHcaCap, 1, 16), 0x1010)
-        .unwrap();
+    let caps = h.query_cap(hca::cap_type::GENERAL_DEVICE, true);
     let mut set = Host::input(Opcode::SetHcaCap, 0, 0x1010);
     set[0x10..0x110].copy_from_slice(&caps[0x10..0x110]);
     h.exec(&set, 16).unwrap();
@@ -113,16 +111,7 @@ fn initialized_host_on(mut h: Host) -> Host {
 #[test]
 fn set_driver_version_is_answered_and_kept() {
     let mut h = initialized_host();
-    let general = h
-        .exec(
-            &Host::input(
-                Opcode::QueryHcaCap,
-                hca::query_cap_op_mod(hca::cap_type::GENERAL_DEVICE, true),
-                16,
-            ),
-            0x1010,
-        )
-        .unwrap();
+    let general = h.query_cap(hca::cap_type::GENERAL_DEVICE, true);
     assert!(
         CmdHcaCap::new(&general[0x10..]).unwrap().driver_version(),
         "driver_version is advertised"
@@ -144,16 +133,7 @@ fn set_driver_version_is_answered_and_kept() {
 #[test]
 fn the_flow_table_capabilities_nic_flow_table_advertises_are_answered() {
     let mut h = initialized_host();
-    let general = h
-        .exec(
-            &Host::input(
-                Opcode::QueryHcaCap,
-                hca::query_cap_op_mod(hca::cap_type::GENERAL_DEVICE, true),
-                16,
-            ),
-            0x1010,
-        )
-        .unwrap();
+    let general = h.query_cap(hca::cap_type::GENERAL_DEVICE, true);
     assert!(CmdHcaCap::new(&general[0x10..]).unwrap().nic_flow_table());
     // Linux asks for the current values only (op_mod 0xf).
     let op_mod = hca::query_cap_op_mod(hca::cap_type::FLOW_TABLE, true);
@@ -264,16 +244,7 @@ fn tso_sends_one_tcp_message_as_mss_sized_segments() {
 
     let mut h = host();
     h.bring_up();
-    let eth = h
-        .exec(
-            &Host::input(
-                Opcode::QueryHcaCap,
-                hca::query_cap_op_mod(hca::cap_type::ETHERNET_OFFLOADS, true),
-                16,
-            ),
-            0x1010,
-        )
-        .unwrap();
+    let eth = h.query_cap(hca::cap_type::ETHERNET_OFFLOADS, true);
     let max_lso = cxdirect_hw::caps::PerProtocolNetworkingOffloadCaps::new(&eth[0x10..])
         .unwrap()
         .max_lso_cap();

@@ -1353,9 +1353,7 @@ fn each_command_fails_cleanly_on_bad_parameters() {
     );
     h.give_pages(16).unwrap();
     // SET_HCA_CAP: a read-only field, and a settable one above its maximum.
-    let caps = h
-        .exec(&Host::input(Opcode::QueryHcaCap, 1, 16), 0x1010)
-        .unwrap();
+    let caps = h.query_cap(cxdirect_hw::hca::cap_type::GENERAL_DEVICE, true);
     let mut set = Host::input(Opcode::SetHcaCap, 0, 0x1010);
     set[0x10..0x110].copy_from_slice(&caps[0x10..0x110]);
     cxdirect_hw::caps::CmdHcaCap::new(&mut set[0x10..0x110])
@@ -1475,9 +1473,7 @@ fn command_signatures_are_checked_once_enabled() {
     h.start_cmdif();
     h.simple(Opcode::EnableHca, 0).unwrap();
     h.give_pages(16).unwrap();
-    let caps = h
-        .exec(&Host::input(Opcode::QueryHcaCap, 1, 16), 0x1010)
-        .unwrap();
+    let caps = h.query_cap(cxdirect_hw::hca::cap_type::GENERAL_DEVICE, true);
     let mut set = Host::input(Opcode::SetHcaCap, 0, 0x1010);
     set[0x10..0x110].copy_from_slice(&caps[0x10..0x110]);
     cxdirect_hw::caps::CmdHcaCap::new(&mut set[0x10..0x110])
