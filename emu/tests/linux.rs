@@ -2,7 +2,7 @@
 //! driver exposed, sent with the lengths and fields that driver uses (its layouts are the
 //! `mlx5_ifc.h` ones, whose output sizes are not always our driver's).
 
-use cxdirect_emu::testkit::{CmdFail, Host};
+use cxdirect_emu::testkit::{CmdFail, Cq, Host, Sq};
 use cxdirect_emu::{Device, EmuConfig, Syndrome};
 use cxdirect_hw::caps::{CmdHcaCap, FlowTableNicCap};
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
@@ -253,17 +253,13 @@ fn tso_sends_one_tcp_message_as_mss_sized_segments() {
         "max_lso_cap {max_lso}: Linux's 64 KiB messages fit"
     );
 
-    let key = h.create_mkey(true, true);
-    let mut tx_cq = h.create_cq(6);
-    let tisn = h.create_tis();
-    let mut sq = h.create_sq(tx_cq.cqn, tisn, 6);
-    let mut rx_cq = h.create_cq(6);
-    let mut rq = h.create_rq(rx_cq.cqn, 6, None);
-    h.steer_all_to(rq.rqn);
-    let bufs: Vec<u64> = (0..8).map(|_| h.alloc(2048, 64)).collect();
-    for &b in &bufs {
-        h.post_recv(&mut rq, b, 2048, key);
-    }
+    let TsoLoop {
+        key,
+        mut tx_cq,
+        mut sq,
+        mut rx_cq,
+        bufs,
+    } = tso_loop(&mut h, 8);
 
     const HEADERS: usize = 54;
     const MSS: usize = 1448;
@@ -682,12 +678,46 @@ fn the_receive_cqe_carries_the_packets_checksum_for_checksum_complete() {
     );
 }
 
+/// What the TSO tests send and receive through.
+struct TsoLoop {
+    /// A memory key for all of the host's memory.
+    key: u32,
+    tx_cq: Cq,
+    sq: Sq,
+    rx_cq: Cq,
+    /// The receive buffers posted, 2048 bytes each, in the order frames fill them.
+    bufs: Vec<u64>,
+}
+
+/// An SQ and an RQ (every frame steered to it), each with its CQ, all of 2^6 entries, and
+/// `buffers` receive buffers posted, on the brought-up `h`.
+fn tso_loop(h: &mut Host, buffers: usize) -> TsoLoop {
+    let key = h.create_mkey(true, true);
+    let tx_cq = h.create_cq(6);
+    let tisn = h.create_tis();
+    let sq = h.create_sq(tx_cq.cqn, tisn, 6);
+    let rx_cq = h.create_cq(6);
+    let mut rq = h.create_rq(rx_cq.cqn, 6, None);
+    h.steer_all_to(rq.rqn);
+    let bufs: Vec<u64> = (0..buffers).map(|_| h.alloc(2048, 64)).collect();
+    for &b in &bufs {
+        h.post_recv(&mut rq, b, 2048, key);
+    }
+    TsoLoop {
+        key,
+        tx_cq,
+        sq,
+        rx_cq,
+        bufs,
+    }
+}
+
 /// Posts `message` (its first `headers` bytes inline: control, Ethernet with two header bytes,
 /// the rest of the headers, one data segment for the payload) as one TSO WQE with `mss` on
 /// `sq`, asking for the L4 checksums and, with `l3_csum`, the IPv4 header's.
 fn post_tso(
     h: &mut Host,
-    sq: &mut cxdirect_emu::testkit::Sq,
+    sq: &mut Sq,
     key: u32,
     message: &[u8],
     headers: usize,
@@ -730,17 +760,13 @@ fn tso_over_ipv6_sets_each_segments_payload_length() {
     use cxdirect_hw::cqe::{Cqe64, CqeOpcode};
     let mut h = host();
     h.bring_up();
-    let key = h.create_mkey(true, true);
-    let mut tx_cq = h.create_cq(6);
-    let tisn = h.create_tis();
-    let mut sq = h.create_sq(tx_cq.cqn, tisn, 6);
-    let mut rx_cq = h.create_cq(6);
-    let mut rq = h.create_rq(rx_cq.cqn, 6, None);
-    h.steer_all_to(rq.rqn);
-    let bufs: Vec<u64> = (0..4).map(|_| h.alloc(2048, 64)).collect();
-    for &b in &bufs {
-        h.post_recv(&mut rq, b, 2048, key);
-    }
+    let TsoLoop {
+        key,
+        mut tx_cq,
+        mut sq,
+        mut rx_cq,
+        bufs,
+    } = tso_loop(&mut h, 4);
     // Ethernet, IPv6 (payload length of the whole message), TCP with PSH and ACK.
     const HEADERS: usize = 14 + 40 + 20;
     const MSS: usize = 1000;
