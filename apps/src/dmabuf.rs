@@ -1,9 +1,37 @@
 //! Dmabuf memory for the programs that receive into it (dmabuf-rx, devmem-rx): exported by the
 //! source a program names, imported, and read back by the CPU to check what landed there.
 
+use clap::ValueEnum;
 use cxdirect_dma::cuda::CudaMemory;
 use cxdirect_dma::{export, DmaBuf, DmaBufMapping};
 use std::sync::Arc;
+
+/// Who exports the dmabuf: a program's `--source`.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum Source {
+    /// A udmabuf over a memfd.
+    Udmabuf,
+    /// The system dma-heap.
+    DmaHeap,
+    /// A memfd imported as it is.
+    Memfd,
+    /// GPU memory through CUDA.
+    Cuda,
+}
+
+/// A dmabuf size: a multiple of 4096 bytes, at least 1 MiB.
+pub fn parse_memory_size(text: &str) -> Result<u64, String> {
+    let n: u64 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of bytes"))?;
+    if n >= 1 << 20 && n % 4096 == 0 {
+        Ok(n)
+    } else {
+        Err(format!(
+            "{n} bytes: give a multiple of 4096, at least 1 MiB (1048576)"
+        ))
+    }
+}
 
 /// Exports `size` bytes (a multiple of 4096) from `source` (`udmabuf`, `dma-heap` for the
 /// system heap, `memfd` named `memfd_name`, anything else GPU memory through CUDA) and imports

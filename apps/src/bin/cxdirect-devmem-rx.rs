@@ -19,7 +19,7 @@ use cxdirect::{
     SplitPacket, SplitRxConfig, SplitRxQueue, Started, TxQueue,
 };
 use cxdirect_apps::cli::{self, DeviceArgs, RunOnPorts, RUN, TRAFFIC};
-use cxdirect_apps::dmabuf::{self, Imported};
+use cxdirect_apps::dmabuf::{self, parse_memory_size, Imported, Source};
 use cxdirect_apps::testpmd::{build_to, HEADER_LEN, VEC_TAKES_ANY_POOL};
 use cxdirect_dma::DmaBufMode;
 use std::collections::VecDeque;
@@ -69,33 +69,6 @@ struct Cli {
     /// Instead, time rx_burst on the split queue against the plain queue over N rounds of 256 packets (5..)
     #[arg(long, value_name = "ROUNDS", value_parser = clap::value_parser!(u32).range(5..), help_heading = RUN)]
     bench: Option<u32>,
-}
-
-/// Who exports the dmabuf.
-#[derive(ValueEnum, Clone, Copy, Debug)]
-enum Source {
-    /// A udmabuf over a memfd.
-    Udmabuf,
-    /// The system dma-heap.
-    DmaHeap,
-    /// A memfd imported as it is.
-    Memfd,
-    /// GPU memory through CUDA.
-    Cuda,
-}
-
-/// A dmabuf size: a multiple of 4096 bytes, at least 1 MiB.
-fn parse_memory_size(text: &str) -> Result<u64, String> {
-    let n: u64 = text
-        .parse()
-        .map_err(|_| format!("`{text}` is not a number of bytes"))?;
-    if n >= 1 << 20 && n % 4096 == 0 {
-        Ok(n)
-    } else {
-        Err(format!(
-            "{n} bytes: give a multiple of 4096, at least 1 MiB (1048576)"
-        ))
-    }
 }
 
 /// A header buffer size: a power of two from 64 to 1024.

@@ -10,7 +10,7 @@ use cxdirect::{
     Backend, Device, Mbuf, Options, Port, PortConfig, Queues, RxQueue, Started, TxQueue,
 };
 use cxdirect_apps::cli::{self, DeviceArgs, RunOnPorts, RUN, TRAFFIC};
-use cxdirect_apps::dmabuf::{self, Imported};
+use cxdirect_apps::dmabuf::{self, parse_memory_size, Imported, Source};
 use cxdirect_apps::testpmd::{build_to, HEADER_LEN};
 use cxdirect_dma::DmaBufMode;
 use std::process::ExitCode;
@@ -47,33 +47,6 @@ struct Cli {
     /// Check the stream's pattern in the memory it landed in
     #[arg(long, help_heading = RUN)]
     verify: bool,
-}
-
-/// Who exports the dmabuf.
-#[derive(ValueEnum, Clone, Copy, Debug)]
-enum Source {
-    /// A udmabuf over a memfd.
-    Udmabuf,
-    /// The system dma-heap.
-    DmaHeap,
-    /// A memfd imported as it is.
-    Memfd,
-    /// GPU memory through CUDA.
-    Cuda,
-}
-
-/// A dmabuf size: a multiple of 4096 bytes, at least 1 MiB.
-fn parse_memory_size(text: &str) -> Result<u64, String> {
-    let n: u64 = text
-        .parse()
-        .map_err(|_| format!("`{text}` is not a number of bytes"))?;
-    if n >= 1 << 20 && n % 4096 == 0 {
-        Ok(n)
-    } else {
-        Err(format!(
-            "{n} bytes: give a multiple of 4096, at least 1 MiB (1048576)"
-        ))
-    }
 }
 
 struct Settings {
