@@ -8,7 +8,8 @@ use crate::dma::{Access, HostRegion};
 use crate::pci;
 use crate::Device;
 use cxdirect_hw::cmd::{
-    xor8, CmdLayout, CmdMailbox, Opcode, CMD_TYPE_PCIE, MAILBOX_BLOCK_SIZE, MAILBOX_DATA_BYTES,
+    xor8, CmdLayout, CmdMailbox, CmdStatus, Opcode, CMD_TYPE_PCIE, MAILBOX_BLOCK_SIZE,
+    MAILBOX_DATA_BYTES,
 };
 use cxdirect_hw::cq::{CreateCqIn, CreateCqOut};
 use cxdirect_hw::doorbell::{
@@ -48,6 +49,16 @@ pub enum CmdFail {
     },
     /// The entry was still owned by the device afterwards.
     NoCompletion,
+}
+
+impl CmdFail {
+    /// The failure a command the device refused with `status` and `syndrome` reads as.
+    pub fn status(status: CmdStatus, syndrome: crate::Syndrome) -> Self {
+        CmdFail::Status {
+            status: status as u8,
+            syndrome: syndrome as u32,
+        }
+    }
 }
 
 /// A completion queue created by [`Host::create_cq`].

@@ -18,13 +18,6 @@ fn host() -> Host {
     Host::new(Device::loopback(EmuConfig::default()), MEM)
 }
 
-fn status(code: CmdStatus, syndrome: Syndrome) -> CmdFail {
-    CmdFail::Status {
-        status: code as u8,
-        syndrome: syndrome as u32,
-    }
-}
-
 #[test]
 fn enable_and_disable_hca_accept_their_twelve_byte_outputs() {
     let mut h = host();
@@ -51,7 +44,10 @@ fn enable_and_disable_hca_accept_their_twelve_byte_outputs() {
     // And disabled again: only ENABLE_HCA is accepted.
     assert_eq!(
         h.exec(&Host::input(Opcode::QueryIssi, 0, 16), 0x70),
-        Err(status(CmdStatus::BadSystemState, Syndrome::WrongHcaState))
+        Err(CmdFail::status(
+            CmdStatus::BadSystemState,
+            Syndrome::WrongHcaState
+        ))
     );
 }
 
@@ -64,12 +60,18 @@ fn a_refused_command_never_reads_as_success() {
     // QUERY_ISSI's output is 0x70 bytes: 12 cannot hold it, and the status says so.
     assert_eq!(
         h.exec(&Host::input(Opcode::QueryIssi, 0, 16), ENABLE_HCA_OUT_BYTES),
-        Err(status(CmdStatus::BadOutputLength, Syndrome::OutputTooShort))
+        Err(CmdFail::status(
+            CmdStatus::BadOutputLength,
+            Syndrome::OutputTooShort
+        ))
     );
     // A command refused for the HCA's state, with a 12-byte output, still carries its status.
     assert_eq!(
         h.exec(&Host::input(Opcode::AllocPd, 0, 16), ENABLE_HCA_OUT_BYTES),
-        Err(status(CmdStatus::BadSystemState, Syndrome::WrongHcaState))
+        Err(CmdFail::status(
+            CmdStatus::BadSystemState,
+            Syndrome::WrongHcaState
+        ))
     );
     // An output too short for the status itself cannot carry a command status: the entry's
     // delivery status reports the output length instead.
@@ -530,7 +532,10 @@ fn modify_tir_changes_the_self_loopback_block_and_refuses_lro() {
     }
     assert_eq!(
         h.exec(&lro, 16),
-        Err(status(CmdStatus::BadParameter, Syndrome::BadSteeringParams))
+        Err(CmdFail::status(
+            CmdStatus::BadParameter,
+            Syndrome::BadSteeringParams
+        ))
     );
     ModifyTirIn::new(&mut lro[..])
         .unwrap()
@@ -626,7 +631,10 @@ fn modify_rqt_moves_an_indirect_tir_from_the_drop_rq_to_the_channels() {
     }
     assert_eq!(
         h.exec(&modify, 16),
-        Err(status(CmdStatus::BadParameter, Syndrome::BadSteeringParams))
+        Err(CmdFail::status(
+            CmdStatus::BadParameter,
+            Syndrome::BadSteeringParams
+        ))
     );
 }
 
