@@ -222,15 +222,8 @@ fn open<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<(Ends<B>, Impo
     );
     let (tx_port, tx) = match backends.pop() {
         Some(b) => {
-            let name = b.name();
-            let dev = Device::bring_up(b, Options::default())
-                .map_err(|e| format!("{name}: bring-up failed: {e}"))?;
-            let Started {
-                port,
-                queues: Queues { tx: mut txqs, .. },
-            } = Port::start(dev, PortConfig::default())
-                .map_err(|e| format!("{name}: port start failed: {e}"))?;
-            (Some(port), txqs.remove(0))
+            let (port, tx) = cli::start_sender(b, PortConfig::default())?;
+            (Some(port), tx)
         }
         None => (None, rx_txqs.remove(0)),
     };

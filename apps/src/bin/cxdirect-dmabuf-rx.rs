@@ -141,23 +141,12 @@ fn run<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<ExitCode, Strin
     );
     let tx_side = match backends.pop() {
         Some(b) => {
-            let name = b.name();
-            let dev = Device::bring_up(b, Options::default())
-                .map_err(|e| format!("{name}: bring-up failed: {e}"))?;
             let config = PortConfig {
                 ring_size: 1024,
                 pool_buffers: 4096,
                 ..PortConfig::default()
             };
-            let Started {
-                port,
-                queues:
-                    Queues {
-                        tx: mut txqs,
-                        rx: _,
-                    },
-            } = Port::start(dev, config).map_err(|e| format!("{name}: port start failed: {e}"))?;
-            Some((port, txqs.remove(0)))
+            Some(cli::start_sender(b, config)?)
         }
         None => None,
     };
