@@ -7,7 +7,7 @@ use crate::{open_ports, OpenError, Ports};
 use clap::builder::TypedValueParser;
 use clap::error::ErrorKind;
 use clap::{Args, CommandFactory, ValueEnum};
-use cxdirect::Backend;
+use cxdirect::{Backend, Device, Options, Port, PortConfig, Queues, Started, TxQueue};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -226,6 +226,23 @@ pub fn run_on_ports<C: CommandFactory>(
         eprintln!("{}: {msg}", C::command().get_name());
         ExitCode::FAILURE
     })
+}
+
+/// Brings the driver up on `backend` with default options and starts a port with `config`,
+/// for a program's sending side: the port and its first send queue (its receive queues are
+/// dropped). An error names the port.
+pub fn start_sender<B: Backend>(
+    backend: B,
+    config: PortConfig,
+) -> Result<(Port<B>, TxQueue<B>), String> {
+    let name = backend.name();
+    let dev = Device::bring_up(backend, Options::default())
+        .map_err(|e| format!("{name}: bring-up failed: {e}"))?;
+    let Started {
+        port,
+        queues: Queues { tx: mut txqs, .. },
+    } = Port::start(dev, config).map_err(|e| format!("{name}: port start failed: {e}"))?;
+    Ok((port, txqs.remove(0)))
 }
 
 #[cfg(test)]

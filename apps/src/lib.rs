@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod devbind;
+pub mod dmabuf;
 pub mod emulated;
 pub mod faults;
 pub mod testpmd;

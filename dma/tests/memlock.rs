@@ -30,53 +30,10 @@ unsafe impl Iommu for AcceptAll {
     }
 }
 
-#[repr(C)]
-struct CapHeader {
-    version: u32,
-    pid: i32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
-}
-
-const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-const CAP_IPC_LOCK: u32 = 14;
-
 /// Removes CAP_IPC_LOCK from this thread's effective set, so the memlock limit applies even when
-/// the tests run as root. Returns false when that could not be done.
-fn drop_ipc_lock() -> bool {
-    let mut header = CapHeader {
-        version: LINUX_CAPABILITY_VERSION_3,
-        pid: 0,
-    };
-    let mut data = [CapData::default(); 2];
-    // SAFETY: capget writes one header and two data structs (version 3), which these are.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_capget,
-            &mut header as *mut CapHeader,
-            data.as_mut_ptr(),
-        )
-    };
-    if rc != 0 {
-        return false;
-    }
-    data[0].effective &= !(1 << CAP_IPC_LOCK);
-    // SAFETY: capset reads one header and two data structs (version 3), which these are.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_capset,
-            &mut header as *mut CapHeader,
-            data.as_ptr(),
-        )
-    };
-    rc == 0
-}
+/// the tests run as root.
+#[path = "../capabilities.rs"]
+mod capabilities;
 
 fn set_memlock_soft_limit(bytes: u64) {
     let mut limit = libc::rlimit {
@@ -100,7 +57,7 @@ fn set_memlock_soft_limit(bytes: u64) {
 )]
 fn memlock_limit_is_a_clear_error_and_leaks_nothing() {
     assert!(
-        drop_ipc_lock(),
+        capabilities::drop_ipc_lock(),
         "CAP_IPC_LOCK could not be dropped, though the build probe could drop it"
     );
     set_memlock_soft_limit(64 << 10);

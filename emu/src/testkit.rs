@@ -8,7 +8,8 @@ use crate::dma::{Access, HostRegion};
 use crate::pci;
 use crate::Device;
 use cxdirect_hw::cmd::{
-    xor8, CmdLayout, CmdMailbox, Opcode, CMD_TYPE_PCIE, MAILBOX_BLOCK_SIZE, MAILBOX_DATA_BYTES,
+    xor8, CmdLayout, CmdMailbox, CmdStatus, Opcode, CMD_TYPE_PCIE, MAILBOX_BLOCK_SIZE,
+    MAILBOX_DATA_BYTES,
 };
 use cxdirect_hw::cq::{CreateCqIn, CreateCqOut};
 use cxdirect_hw::doorbell::{
@@ -48,6 +49,16 @@ pub enum CmdFail {
     },
     /// The entry was still owned by the device afterwards.
     NoCompletion,
+}
+
+impl CmdFail {
+    /// The failure a command the device refused with `status` and `syndrome` reads as.
+    pub fn status(status: CmdStatus, syndrome: crate::Syndrome) -> Self {
+        CmdFail::Status {
+            status: status as u8,
+            syndrome: syndrome as u32,
+        }
+    }
 }
 
 /// A completion queue created by [`Host::create_cq`].
@@ -416,9 +427,7 @@ impl Host {
         self.exec(&set_issi, 16).expect("SET_ISSI");
         let boot = self.query_pages(hca::query_pages_op_mod::BOOT);
         self.give_pages(boot as usize).expect("boot pages");
-        let caps = self
-            .exec(&Self::input(Opcode::QueryHcaCap, 1, 16), 0x1010)
-            .expect("QUERY_HCA_CAP");
+        let caps = self.query_cap(hca::cap_type::GENERAL_DEVICE, true);
         let mut set = Self::input(Opcode::SetHcaCap, 0, 0x1010);
         set[0x10..0x110].copy_from_slice(&caps[0x10..0x110]);
         self.exec(&set, 16).expect("SET_HCA_CAP");
@@ -831,19 +840,8 @@ impl Host {
                 }
             }
         }
-        for i in 0..pages {
-            cmd.set_pas(i, buf + i as u64 * 4096).expect("room");
-        }
-        let out = self.exec(&input, 16).expect("CREATE_RQ");
-        let rqn = CreateRqOut::new(&out[..]).expect("layout").rqn();
-        self.rq_ready(rqn).expect("MODIFY_RQ RST->RDY");
-        Rq {
-            rqn,
-            buf,
-            dbr,
-            log,
-            pi: 0,
-        }
+        self.submit_rq(input, pages, buf, dbr, log)
+            .expect("CREATE_RQ, then MODIFY_RQ RST->RDY")
     }
 
     /// Creates a striding RQ (own ring of `2^log` WQEs of 32 bytes: a reserved header and one
@@ -872,6 +870,20 @@ impl Host {
                 .set_log_wqe_stride_size(log_stride)
                 .set_two_byte_shift_en(two_byte_shift);
         }
+        self.submit_rq(input, pages, buf, dbr, log)
+    }
+
+    /// Completes a CREATE_RQ `input` with the `pages` 4 KiB pages of the ring at `buf` (`2^log`
+    /// WQEs, doorbell record `dbr`), runs it and moves the RQ to RDY.
+    fn submit_rq(
+        &mut self,
+        mut input: Vec<u8>,
+        pages: usize,
+        buf: u64,
+        dbr: u64,
+        log: u8,
+    ) -> Result<Rq, CmdFail> {
+        let mut cmd = CreateRqIn::new(&mut input[..]).expect("layout");
         for i in 0..pages {
             cmd.set_pas(i, buf + i as u64 * 4096).expect("room");
         }
@@ -885,6 +897,15 @@ impl Host {
             log,
             pi: 0,
         })
+    }
+
+    /// QUERY_HCA_CAP of `cap_type` (one of [`hca::cap_type`]), its current values or (with
+    /// `current` false) its maximum ones: the command's output, the capabilities from byte
+    /// 0x10. Panics when the device refuses.
+    pub fn query_cap(&mut self, cap_type: u16, current: bool) -> Vec<u8> {
+        let op_mod = hca::query_cap_op_mod(cap_type, current);
+        self.exec(&Self::input(Opcode::QueryHcaCap, op_mod, 16), 0x1010)
+            .expect("QUERY_HCA_CAP")
     }
 
     /// MODIFY_RQ RST->RDY.
@@ -959,19 +980,8 @@ impl Host {
             .set_dbr_addr(dbr)
             .set_log_wq_stride(log_stride)
             .set_log_wq_sz(log);
-        for i in 0..pages {
-            cmd.set_pas(i, buf + i as u64 * 4096).expect("room");
-        }
-        let out = self.exec(&input, 16).expect("CREATE_RQ");
-        let rqn = CreateRqOut::new(&out[..]).expect("layout").rqn();
-        self.rq_ready(rqn).expect("MODIFY_RQ RST->RDY");
-        Rq {
-            rqn,
-            buf,
-            dbr,
-            log,
-            pi: 0,
-        }
+        self.submit_rq(input, pages, buf, dbr, log)
+            .expect("CREATE_RQ, then MODIFY_RQ RST->RDY")
     }
 
     /// Posts one receive WQE of `2^log_stride` bytes (an RQ made by

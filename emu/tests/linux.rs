@@ -2,7 +2,7 @@
 //! driver exposed, sent with the lengths and fields that driver uses (its layouts are the
 //! `mlx5_ifc.h` ones, whose output sizes are not always our driver's).
 
-use cxdirect_emu::testkit::{CmdFail, Host};
+use cxdirect_emu::testkit::{CmdFail, Cq, Host, Sq};
 use cxdirect_emu::{Device, EmuConfig, Syndrome};
 use cxdirect_hw::caps::{CmdHcaCap, FlowTableNicCap};
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
@@ -16,13 +16,6 @@ const ENABLE_HCA_OUT_BYTES: usize = 12;
 
 fn host() -> Host {
     Host::new(Device::loopback(EmuConfig::default()), MEM)
-}
-
-fn status(code: CmdStatus, syndrome: Syndrome) -> CmdFail {
-    CmdFail::Status {
-        status: code as u8,
-        syndrome: syndrome as u32,
-    }
 }
 
 #[test]
@@ -51,7 +44,10 @@ fn enable_and_disable_hca_accept_their_twelve_byte_outputs() {
     // And disabled again: only ENABLE_HCA is accepted.
     assert_eq!(
         h.exec(&Host::input(Opcode::QueryIssi, 0, 16), 0x70),
-        Err(status(CmdStatus::BadSystemState, Syndrome::WrongHcaState))
+        Err(CmdFail::status(
+            CmdStatus::BadSystemState,
+            Syndrome::WrongHcaState
+        ))
     );
 }
 
@@ -64,12 +60,18 @@ fn a_refused_command_never_reads_as_success() {
     // QUERY_ISSI's output is 0x70 bytes: 12 cannot hold it, and the status says so.
     assert_eq!(
         h.exec(&Host::input(Opcode::QueryIssi, 0, 16), ENABLE_HCA_OUT_BYTES),
-        Err(status(CmdStatus::BadOutputLength, Syndrome::OutputTooShort))
+        Err(CmdFail::status(
+            CmdStatus::BadOutputLength,
+            Syndrome::OutputTooShort
+        ))
     );
     // A command refused for the HCA's state, with a 12-byte output, still carries its status.
     assert_eq!(
         h.exec(&Host::input(Opcode::AllocPd, 0, 16), ENABLE_HCA_OUT_BYTES),
-        Err(status(CmdStatus::BadSystemState, Syndrome::WrongHcaState))
+        Err(CmdFail::status(
+            CmdStatus::BadSystemState,
+            Syndrome::WrongHcaState
+        ))
     );
     // An output too short for the status itself cannot carry a command status: the entry's
     // delivery status reports the output length instead.
@@ -98,9 +100,7 @@ fn initialized_host_on(mut h: Host) -> Host {
     h.exec(&set_issi, 16).unwrap();
     let boot = h.query_pages(query_pages_op_mod::BOOT);
     h.give_pages(boot as usize).unwrap();
-    let caps = h
-        .exec(&Host::input(Opcode::QueryHcaCap, 1, 16), 0x1010)
-        .unwrap();
+    let caps = h.query_cap(hca::cap_type::GENERAL_DEVICE, true);
     let mut set = Host::input(Opcode::SetHcaCap, 0, 0x1010);
     set[0x10..0x110].copy_from_slice(&caps[0x10..0x110]);
     h.exec(&set, 16).unwrap();
@@ -113,16 +113,7 @@ fn initialized_host_on(mut h: Host) -> Host {
 #[test]
 fn set_driver_version_is_answered_and_kept() {
     let mut h = initialized_host();
-    let general = h
-        .exec(
-            &Host::input(
-                Opcode::QueryHcaCap,
-                hca::query_cap_op_mod(hca::cap_type::GENERAL_DEVICE, true),
-                16,
-            ),
-            0x1010,
-        )
-        .unwrap();
+    let general = h.query_cap(hca::cap_type::GENERAL_DEVICE, true);
     assert!(
         CmdHcaCap::new(&general[0x10..]).unwrap().driver_version(),
         "driver_version is advertised"
@@ -144,16 +135,7 @@ fn set_driver_version_is_answered_and_kept() {
 #[test]
 fn the_flow_table_capabilities_nic_flow_table_advertises_are_answered() {
     let mut h = initialized_host();
-    let general = h
-        .exec(
-            &Host::input(
-                Opcode::QueryHcaCap,
-                hca::query_cap_op_mod(hca::cap_type::GENERAL_DEVICE, true),
-                16,
-            ),
-            0x1010,
-        )
-        .unwrap();
+    let general = h.query_cap(hca::cap_type::GENERAL_DEVICE, true);
     assert!(CmdHcaCap::new(&general[0x10..]).unwrap().nic_flow_table());
     // Linux asks for the current values only (op_mod 0xf).
     let op_mod = hca::query_cap_op_mod(hca::cap_type::FLOW_TABLE, true);
@@ -261,20 +243,10 @@ fn tcp_message(payload: usize, ip_id: u16, seq: u32, flags: u8) -> Vec<u8> {
 fn tso_sends_one_tcp_message_as_mss_sized_segments() {
     use cxdirect_emu::packet;
     use cxdirect_hw::cqe::{Cqe64, CqeOpcode};
-    use cxdirect_hw::wqe::{self, CtrlSeg, DataSeg, EthSeg};
 
     let mut h = host();
     h.bring_up();
-    let eth = h
-        .exec(
-            &Host::input(
-                Opcode::QueryHcaCap,
-                hca::query_cap_op_mod(hca::cap_type::ETHERNET_OFFLOADS, true),
-                16,
-            ),
-            0x1010,
-        )
-        .unwrap();
+    let eth = h.query_cap(hca::cap_type::ETHERNET_OFFLOADS, true);
     let max_lso = cxdirect_hw::caps::PerProtocolNetworkingOffloadCaps::new(&eth[0x10..])
         .unwrap()
         .max_lso_cap();
@@ -283,51 +255,20 @@ fn tso_sends_one_tcp_message_as_mss_sized_segments() {
         "max_lso_cap {max_lso}: Linux's 64 KiB messages fit"
     );
 
-    let key = h.create_mkey(true, true);
-    let mut tx_cq = h.create_cq(6);
-    let tisn = h.create_tis();
-    let mut sq = h.create_sq(tx_cq.cqn, tisn, 6);
-    let mut rx_cq = h.create_cq(6);
-    let mut rq = h.create_rq(rx_cq.cqn, 6, None);
-    h.steer_all_to(rq.rqn);
-    let bufs: Vec<u64> = (0..8).map(|_| h.alloc(2048, 64)).collect();
-    for &b in &bufs {
-        h.post_recv(&mut rq, b, 2048, key);
-    }
+    let TsoLoop {
+        key,
+        mut tx_cq,
+        mut sq,
+        mut rx_cq,
+        bufs,
+    } = tso_loop(&mut h, 8);
 
     const HEADERS: usize = 54;
     const MSS: usize = 1448;
     // FIN, PSH, ACK and CWR: FIN and PSH belong on the last segment only, CWR on the first only.
     let flags = 0x80 | 0x10 | 0x08 | 0x01;
     let message = tcp_message(4000, 0x1234, 0xffff_f000, flags);
-    let payload_iova = h.alloc(message.len() as u64, 64);
-    h.write(payload_iova, &message[HEADERS..]);
-    // Control, Ethernet (two header bytes inline), 52 more inline header bytes, one data segment.
-    let inline_tail = HEADERS - 2;
-    let ds = 2 + inline_tail.div_ceil(16) + 1;
-    let mut w = vec![0u8; ds.div_ceil(4) * 64];
-    CtrlSeg::new(&mut w[..16])
-        .unwrap()
-        .set_opcode(wqe::opcode::LSO)
-        .set_wqe_index(sq.pi)
-        .set_qpn_or_sqn(sq.sqn)
-        .set_ds(ds as u8)
-        .set_ce(2);
-    EthSeg::new(&mut w[16..32])
-        .unwrap()
-        .set_l3_csum(true)
-        .set_l4_csum(true)
-        .set_mss(MSS as u16)
-        .set_inline_hdr_sz(HEADERS as u16);
-    w[30..32].copy_from_slice(&message[..2]);
-    w[32..32 + inline_tail].copy_from_slice(&message[2..HEADERS]);
-    let at = 32 + inline_tail.div_ceil(16) * 16;
-    DataSeg::new(&mut w[at..at + 16])
-        .unwrap()
-        .set_byte_count((message.len() - HEADERS) as u32)
-        .set_lkey(key)
-        .set_addr(payload_iova);
-    h.post(&mut sq, &w, false);
+    post_tso(&mut h, &mut sq, key, &message, HEADERS, MSS as u16, true);
     let cqe = h.poll_cq(&mut tx_cq).expect("send completion");
     assert_eq!(cqe[63] >> 4, CqeOpcode::Req as u8, "the TSO WQE completed");
 
@@ -591,7 +532,10 @@ fn modify_tir_changes_the_self_loopback_block_and_refuses_lro() {
     }
     assert_eq!(
         h.exec(&lro, 16),
-        Err(status(CmdStatus::BadParameter, Syndrome::BadSteeringParams))
+        Err(CmdFail::status(
+            CmdStatus::BadParameter,
+            Syndrome::BadSteeringParams
+        ))
     );
     ModifyTirIn::new(&mut lro[..])
         .unwrap()
@@ -687,7 +631,10 @@ fn modify_rqt_moves_an_indirect_tir_from_the_drop_rq_to_the_channels() {
     }
     assert_eq!(
         h.exec(&modify, 16),
-        Err(status(CmdStatus::BadParameter, Syndrome::BadSteeringParams))
+        Err(CmdFail::status(
+            CmdStatus::BadParameter,
+            Syndrome::BadSteeringParams
+        ))
     );
 }
 
@@ -739,14 +686,51 @@ fn the_receive_cqe_carries_the_packets_checksum_for_checksum_complete() {
     );
 }
 
-/// Posts `message` (its first `headers` bytes inline) as one TSO WQE with `mss` on `sq`.
+/// What the TSO tests send and receive through.
+struct TsoLoop {
+    /// A memory key for all of the host's memory.
+    key: u32,
+    tx_cq: Cq,
+    sq: Sq,
+    rx_cq: Cq,
+    /// The receive buffers posted, 2048 bytes each, in the order frames fill them.
+    bufs: Vec<u64>,
+}
+
+/// An SQ and an RQ (every frame steered to it), each with its CQ, all of 2^6 entries, and
+/// `buffers` receive buffers posted, on the brought-up `h`.
+fn tso_loop(h: &mut Host, buffers: usize) -> TsoLoop {
+    let key = h.create_mkey(true, true);
+    let tx_cq = h.create_cq(6);
+    let tisn = h.create_tis();
+    let sq = h.create_sq(tx_cq.cqn, tisn, 6);
+    let rx_cq = h.create_cq(6);
+    let mut rq = h.create_rq(rx_cq.cqn, 6, None);
+    h.steer_all_to(rq.rqn);
+    let bufs: Vec<u64> = (0..buffers).map(|_| h.alloc(2048, 64)).collect();
+    for &b in &bufs {
+        h.post_recv(&mut rq, b, 2048, key);
+    }
+    TsoLoop {
+        key,
+        tx_cq,
+        sq,
+        rx_cq,
+        bufs,
+    }
+}
+
+/// Posts `message` (its first `headers` bytes inline: control, Ethernet with two header bytes,
+/// the rest of the headers, one data segment for the payload) as one TSO WQE with `mss` on
+/// `sq`, asking for the L4 checksums and, with `l3_csum`, the IPv4 header's.
 fn post_tso(
     h: &mut Host,
-    sq: &mut cxdirect_emu::testkit::Sq,
+    sq: &mut Sq,
     key: u32,
     message: &[u8],
     headers: usize,
     mss: u16,
+    l3_csum: bool,
 ) {
     use cxdirect_hw::wqe::{self, CtrlSeg, DataSeg, EthSeg};
     let payload_iova = h.alloc(message.len() as u64, 64);
@@ -763,6 +747,7 @@ fn post_tso(
         .set_ce(2);
     EthSeg::new(&mut w[16..32])
         .unwrap()
+        .set_l3_csum(l3_csum)
         .set_l4_csum(true)
         .set_mss(mss)
         .set_inline_hdr_sz(headers as u16);
@@ -783,17 +768,13 @@ fn tso_over_ipv6_sets_each_segments_payload_length() {
     use cxdirect_hw::cqe::{Cqe64, CqeOpcode};
     let mut h = host();
     h.bring_up();
-    let key = h.create_mkey(true, true);
-    let mut tx_cq = h.create_cq(6);
-    let tisn = h.create_tis();
-    let mut sq = h.create_sq(tx_cq.cqn, tisn, 6);
-    let mut rx_cq = h.create_cq(6);
-    let mut rq = h.create_rq(rx_cq.cqn, 6, None);
-    h.steer_all_to(rq.rqn);
-    let bufs: Vec<u64> = (0..4).map(|_| h.alloc(2048, 64)).collect();
-    for &b in &bufs {
-        h.post_recv(&mut rq, b, 2048, key);
-    }
+    let TsoLoop {
+        key,
+        mut tx_cq,
+        mut sq,
+        mut rx_cq,
+        bufs,
+    } = tso_loop(&mut h, 4);
     // Ethernet, IPv6 (payload length of the whole message), TCP with PSH and ACK.
     const HEADERS: usize = 14 + 40 + 20;
     const MSS: usize = 1000;
@@ -807,7 +788,7 @@ fn tso_over_ipv6_sets_each_segments_payload_length() {
     m.extend_from_slice(&[0x9c, 0x40, 0x14, 0x51, 0, 0, 0, 100, 0, 0, 0, 0, 0x50, 0x18]);
     m.extend_from_slice(&[0x01, 0xf5, 0, 0, 0, 0]);
     m.extend((0..payload).map(|i| (i % 253) as u8));
-    post_tso(&mut h, &mut sq, key, &m, HEADERS, MSS as u16);
+    post_tso(&mut h, &mut sq, key, &m, HEADERS, MSS as u16, false);
     let cqe = h.poll_cq(&mut tx_cq).expect("send completion");
     assert_eq!(cqe[63] >> 4, CqeOpcode::Req as u8);
     for (i, size) in [MSS, MSS, payload - 2 * MSS].into_iter().enumerate() {

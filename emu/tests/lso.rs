@@ -10,7 +10,6 @@ use cxdirect_emu::testkit::{self as support, Host};
 use cxdirect_emu::wire::{PortId, Wire};
 use cxdirect_emu::{Device, EmuConfig};
 use cxdirect_hw::caps::PerProtocolNetworkingOffloadCaps;
-use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome, ErrCqe};
 use cxdirect_hw::wqe::{opcode, CtrlSeg, DataSeg, EthSeg, INLINE_SEG};
 use etherparse::{NetHeaders, PacketBuilder, PacketHeaders, TcpOptionElement, TransportHeader};
@@ -299,11 +298,7 @@ fn without_checksum_flags_the_checksums_are_left_as_given() {
 fn the_ethernet_capabilities_report_max_lso_cap() {
     let mut r = rig();
     let out =
-        r.h.exec(
-            &Host::input(Opcode::QueryHcaCap, (0x1 << 1) | 1, 16),
-            0x1010,
-        )
-        .unwrap();
+        r.h.query_cap(cxdirect_hw::hca::cap_type::ETHERNET_OFFLOADS, true);
     let caps = PerProtocolNetworkingOffloadCaps::new(&out[0x10..]).unwrap();
     assert_eq!(caps.max_lso_cap(), 18, "LSO messages up to 256 KiB");
 }
@@ -315,11 +310,7 @@ fn a_device_without_lso_reports_no_max_lso_cap_and_refuses_the_opcode() {
         ..EmuConfig::default()
     });
     let out =
-        r.h.exec(
-            &Host::input(Opcode::QueryHcaCap, (0x1 << 1) | 1, 16),
-            0x1010,
-        )
-        .unwrap();
+        r.h.query_cap(cxdirect_hw::hca::cap_type::ETHERNET_OFFLOADS, true);
     let caps = PerProtocolNetworkingOffloadCaps::new(&out[0x10..]).unwrap();
     assert_eq!(caps.max_lso_cap(), 0);
     let headers = tcp_headers(false);

@@ -30,13 +30,6 @@ fn host() -> Host {
     Host::new(Device::loopback(EmuConfig::default()), MEM)
 }
 
-fn status(code: CmdStatus, syndrome: Syndrome) -> CmdFail {
-    CmdFail::Status {
-        status: code as u8,
-        syndrome: syndrome as u32,
-    }
-}
-
 #[test]
 fn bring_up_and_teardown_return_every_page() {
     let mut h = host();
@@ -67,7 +60,10 @@ fn life_cycle_order_is_enforced() {
     h.start_cmdif();
     assert_eq!(
         h.simple(Opcode::AllocPd, 0),
-        Err(status(CmdStatus::BadSystemState, Syndrome::WrongHcaState))
+        Err(CmdFail::status(
+            CmdStatus::BadSystemState,
+            Syndrome::WrongHcaState
+        ))
     );
     h.simple(Opcode::EnableHca, 0).unwrap();
     assert_eq!(h.query_pages(query_pages_op_mod::BOOT), 16);
@@ -75,19 +71,28 @@ fn life_cycle_order_is_enforced() {
     // SET_HCA_CAP needs the boot pages first; INIT_HCA needs the init pages.
     assert_eq!(
         h.exec(&Host::input(Opcode::SetHcaCap, 0, 0x1010), 16),
-        Err(status(CmdStatus::BadSystemState, Syndrome::WrongHcaState))
+        Err(CmdFail::status(
+            CmdStatus::BadSystemState,
+            Syndrome::WrongHcaState
+        ))
     );
     h.give_pages(16).unwrap();
     assert_eq!(h.query_pages(query_pages_op_mod::BOOT), 0);
     assert_eq!(
         h.simple(Opcode::InitHca, 0),
-        Err(status(CmdStatus::BadSystemState, Syndrome::PagesMissing))
+        Err(CmdFail::status(
+            CmdStatus::BadSystemState,
+            Syndrome::PagesMissing
+        ))
     );
     h.give_pages(64).unwrap();
     h.simple(Opcode::InitHca, 0).unwrap();
     assert_eq!(
         h.simple(Opcode::InitHca, 0),
-        Err(status(CmdStatus::BadSystemState, Syndrome::WrongHcaState))
+        Err(CmdFail::status(
+            CmdStatus::BadSystemState,
+            Syndrome::WrongHcaState
+        ))
     );
 }
 
@@ -99,20 +104,32 @@ fn pages_are_checked_when_given() {
     let page = h.alloc(4096, 4096);
     assert_eq!(
         h.give_these(&[page + 8]),
-        Err(status(CmdStatus::BadParameter, Syndrome::PageMisaligned))
+        Err(CmdFail::status(
+            CmdStatus::BadParameter,
+            Syndrome::PageMisaligned
+        ))
     );
     assert_eq!(
         h.give_these(&[page, page]),
-        Err(status(CmdStatus::BadParameter, Syndrome::PageDuplicate))
+        Err(CmdFail::status(
+            CmdStatus::BadParameter,
+            Syndrome::PageDuplicate
+        ))
     );
     h.give_these(&[page]).unwrap();
     assert_eq!(
         h.give_these(&[page]),
-        Err(status(CmdStatus::BadParameter, Syndrome::PageDuplicate))
+        Err(CmdFail::status(
+            CmdStatus::BadParameter,
+            Syndrome::PageDuplicate
+        ))
     );
     assert_eq!(
         h.give_these(&[0x4000]),
-        Err(status(CmdStatus::BadParameter, Syndrome::PageUnreachable))
+        Err(CmdFail::status(
+            CmdStatus::BadParameter,
+            Syndrome::PageUnreachable
+        ))
     );
 }
 
@@ -195,13 +212,19 @@ fn malformed_entries_and_chains_get_delivery_errors() {
     // Unknown opcode and short input are command statuses, not delivery errors.
     assert_eq!(
         h.exec(&[0x77, 0x77, 0, 0, 0, 0, 0, 0], 16),
-        Err(status(CmdStatus::BadInputLength, Syndrome::InputTooShort))
+        Err(CmdFail::status(
+            CmdStatus::BadInputLength,
+            Syndrome::InputTooShort
+        ))
     );
     let mut unknown = Host::input(Opcode::Nop, 0, 16);
     unknown[0..2].copy_from_slice(&0x7777u16.to_be_bytes());
     assert_eq!(
         h.exec(&unknown, 16),
-        Err(status(CmdStatus::BadOpcode, Syndrome::UnknownOpcode))
+        Err(CmdFail::status(
+            CmdStatus::BadOpcode,
+            Syndrome::UnknownOpcode
+        ))
     );
 }
 
@@ -222,7 +245,10 @@ fn object_rules_are_enforced() {
     }
     assert_eq!(
         h.exec(&input, 16),
-        Err(status(CmdStatus::BadResource, Syndrome::NoSuchObject))
+        Err(CmdFail::status(
+            CmdStatus::BadResource,
+            Syndrome::NoSuchObject
+        ))
     );
     let cq = h.create_cq(4);
     // An EQ with a CQ attached cannot be destroyed.
@@ -230,7 +256,10 @@ fn object_rules_are_enforced() {
     destroy[0xb] = h.eqn as u8;
     assert_eq!(
         h.exec(&destroy, 16),
-        Err(status(CmdStatus::BadResourceState, Syndrome::ObjectInUse))
+        Err(CmdFail::status(
+            CmdStatus::BadResourceState,
+            Syndrome::ObjectInUse
+        ))
     );
     // An SQ must use 64-byte WQE strides.
     let tisn = h.create_tis();
@@ -250,7 +279,10 @@ fn object_rules_are_enforced() {
     }
     assert_eq!(
         h.exec(&sq_in, 16),
-        Err(status(CmdStatus::BadParameter, Syndrome::BadWqParams))
+        Err(CmdFail::status(
+            CmdStatus::BadParameter,
+            Syndrome::BadWqParams
+        ))
     );
     let sq = h.create_sq(cq.cqn, tisn, 4);
     // MODIFY_SQ must name the current state; ERR -> RDY is not allowed.
@@ -262,14 +294,20 @@ fn object_rules_are_enforced() {
     }
     assert_eq!(
         h.exec(&modify, 16),
-        Err(status(CmdStatus::BadResourceState, Syndrome::StateMismatch))
+        Err(CmdFail::status(
+            CmdStatus::BadResourceState,
+            Syndrome::StateMismatch
+        ))
     );
     // The CQ is in use by the SQ.
     let mut destroy_cq = Host::input(Opcode::DestroyCq, 0, 16);
     destroy_cq[8..12].copy_from_slice(&cq.cqn.to_be_bytes());
     assert_eq!(
         h.exec(&destroy_cq, 16),
-        Err(status(CmdStatus::BadResourceState, Syndrome::ObjectInUse))
+        Err(CmdFail::status(
+            CmdStatus::BadResourceState,
+            Syndrome::ObjectInUse
+        ))
     );
     let mut destroy_sq = Host::input(Opcode::DestroySq, 0, 16);
     destroy_sq[8..12].copy_from_slice(&sq.sqn.to_be_bytes());
@@ -785,7 +823,10 @@ fn q_counter_sets_count_drops_for_the_rqs_that_name_them() {
     assert_ne!(set, 0, "set 0 means none");
     assert_eq!(
         query(&mut h, set.wrapping_add(1), false),
-        Err(status(CmdStatus::BadResource, Syndrome::NoSuchObject))
+        Err(CmdFail::status(
+            CmdStatus::BadResource,
+            Syndrome::NoSuchObject
+        ))
     );
     let key = h.create_mkey(false, true);
     let mut tx = tx_path(&mut h, key);
@@ -806,7 +847,10 @@ fn q_counter_sets_count_drops_for_the_rqs_that_name_them() {
     }
     assert_eq!(
         h.exec(&modify, 16),
-        Err(status(CmdStatus::BadResource, Syndrome::NoSuchObject))
+        Err(CmdFail::status(
+            CmdStatus::BadResource,
+            Syndrome::NoSuchObject
+        ))
     );
     ModifyRqIn::new(&mut modify[..])
         .unwrap()
@@ -821,7 +865,10 @@ fn q_counter_sets_count_drops_for_the_rqs_that_name_them() {
     // A set an RQ names cannot be freed; once the RQ names none (set 0) it can.
     assert_eq!(
         dealloc(&mut h, set),
-        Err(status(CmdStatus::BadResourceState, Syndrome::ObjectInUse))
+        Err(CmdFail::status(
+            CmdStatus::BadResourceState,
+            Syndrome::ObjectInUse
+        ))
     );
     ModifyRqIn::new(&mut modify[..])
         .unwrap()
@@ -837,7 +884,10 @@ fn q_counter_sets_count_drops_for_the_rqs_that_name_them() {
     );
     assert_eq!(
         query(&mut h, set, false),
-        Err(status(CmdStatus::BadResource, Syndrome::NoSuchObject))
+        Err(CmdFail::status(
+            CmdStatus::BadResource,
+            Syndrome::NoSuchObject
+        ))
     );
 }
 
@@ -1253,7 +1303,10 @@ fn every_object_command_refuses_a_bad_reference() {
         .set_transport_domain(bogus);
     assert_eq!(
         h.exec(&tis, 16),
-        Err(status(CmdStatus::BadResource, Syndrome::NoSuchObject))
+        Err(CmdFail::status(
+            CmdStatus::BadResource,
+            Syndrome::NoSuchObject
+        ))
     );
     let mut tir = Host::input(Opcode::CreateTir, 0, 0x110);
     CreateTirIn::new(&mut tir[..])
@@ -1264,7 +1317,10 @@ fn every_object_command_refuses_a_bad_reference() {
         .set_transport_domain(h.td);
     assert_eq!(
         h.exec(&tir, 16),
-        Err(status(CmdStatus::BadResource, Syndrome::NoSuchObject))
+        Err(CmdFail::status(
+            CmdStatus::BadResource,
+            Syndrome::NoSuchObject
+        ))
     );
     let mut rqt = Host::input(Opcode::CreateRqt, 0, 0x118);
     {
@@ -1276,7 +1332,10 @@ fn every_object_command_refuses_a_bad_reference() {
     }
     assert_eq!(
         h.exec(&rqt, 16),
-        Err(status(CmdStatus::BadResource, Syndrome::NoSuchObject))
+        Err(CmdFail::status(
+            CmdStatus::BadResource,
+            Syndrome::NoSuchObject
+        ))
     );
     let mut mkey = Host::input(Opcode::CreateMkey, 0, 0x110);
     cxdirect_hw::mkey::CreateMkeyIn::new(&mut mkey[..])
@@ -1286,7 +1345,10 @@ fn every_object_command_refuses_a_bad_reference() {
         .set_access_mode(0);
     assert_eq!(
         h.exec(&mkey, 16),
-        Err(status(CmdStatus::BadResource, Syndrome::NoSuchObject))
+        Err(CmdFail::status(
+            CmdStatus::BadResource,
+            Syndrome::NoSuchObject
+        ))
     );
     let mut root = Host::input(Opcode::SetFlowTableRoot, 0, 0x40);
     cxdirect_hw::flow::SetFlowTableRootIn::new(&mut root[..])
@@ -1294,7 +1356,10 @@ fn every_object_command_refuses_a_bad_reference() {
         .set_table_id(bogus);
     assert_eq!(
         h.exec(&root, 16),
-        Err(status(CmdStatus::BadResource, Syndrome::NoSuchObject))
+        Err(CmdFail::status(
+            CmdStatus::BadResource,
+            Syndrome::NoSuchObject
+        ))
     );
     // Vport and register commands refuse what they do not model.
     let mut vport = Host::input(Opcode::QueryNicVportContext, 0, 16);
@@ -1304,7 +1369,7 @@ fn every_object_command_refuses_a_bad_reference() {
         .set_vport_number(3);
     assert_eq!(
         h.exec(&vport, 0x110),
-        Err(status(CmdStatus::BadParameter, Syndrome::BadVport))
+        Err(CmdFail::status(CmdStatus::BadParameter, Syndrome::BadVport))
     );
     let mut reg = Host::input(Opcode::AccessReg, 1, 0x20);
     cxdirect_hw::reg::AccessRegisterIn::new(&mut reg[..])
@@ -1312,14 +1377,17 @@ fn every_object_command_refuses_a_bad_reference() {
         .set_register_id(0x9999);
     assert_eq!(
         h.exec(&reg, 0x20),
-        Err(status(CmdStatus::BadParameter, Syndrome::BadRegister))
+        Err(CmdFail::status(
+            CmdStatus::BadParameter,
+            Syndrome::BadRegister
+        ))
     );
     // RoCE capabilities (type 4): not advertised, not modelled.
     let mut cap = Host::input(Opcode::QueryHcaCap, 0x4 << 1, 16);
     cap[6..8].copy_from_slice(&(0x4u16 << 1).to_be_bytes());
     assert_eq!(
         h.exec(&cap, 0x1010),
-        Err(status(CmdStatus::BadParameter, Syndrome::BadOpMod))
+        Err(CmdFail::status(CmdStatus::BadParameter, Syndrome::BadOpMod))
     );
 }
 
@@ -1327,7 +1395,7 @@ fn every_object_command_refuses_a_bad_reference() {
 fn each_command_fails_cleanly_on_bad_parameters() {
     let mut h = host();
     h.start_cmdif();
-    let bad_param = |syn: Syndrome| status(CmdStatus::BadParameter, syn);
+    let bad_param = |syn: Syndrome| CmdFail::status(CmdStatus::BadParameter, syn);
     let mut enable = Host::input(Opcode::EnableHca, 0, 16);
     cxdirect_hw::hca::EnableHcaIn::new(&mut enable[..])
         .unwrap()
@@ -1335,7 +1403,10 @@ fn each_command_fails_cleanly_on_bad_parameters() {
     assert_eq!(h.exec(&enable, 16), Err(bad_param(Syndrome::BadFunctionId)));
     assert_eq!(
         h.exec(&Host::input(Opcode::QueryIssi, 0, 16), 0x70),
-        Err(status(CmdStatus::BadSystemState, Syndrome::WrongHcaState))
+        Err(CmdFail::status(
+            CmdStatus::BadSystemState,
+            Syndrome::WrongHcaState
+        ))
     );
     h.simple(Opcode::EnableHca, 0).unwrap();
     let mut issi = Host::input(Opcode::SetIssi, 0, 16);
@@ -1349,13 +1420,14 @@ fn each_command_fails_cleanly_on_bad_parameters() {
     );
     assert_eq!(
         h.simple(Opcode::TeardownHca, 0),
-        Err(status(CmdStatus::BadSystemState, Syndrome::WrongHcaState))
+        Err(CmdFail::status(
+            CmdStatus::BadSystemState,
+            Syndrome::WrongHcaState
+        ))
     );
     h.give_pages(16).unwrap();
     // SET_HCA_CAP: a read-only field, and a settable one above its maximum.
-    let caps = h
-        .exec(&Host::input(Opcode::QueryHcaCap, 1, 16), 0x1010)
-        .unwrap();
+    let caps = h.query_cap(cxdirect_hw::hca::cap_type::GENERAL_DEVICE, true);
     let mut set = Host::input(Opcode::SetHcaCap, 0, 0x1010);
     set[0x10..0x110].copy_from_slice(&caps[0x10..0x110]);
     cxdirect_hw::caps::CmdHcaCap::new(&mut set[0x10..0x110])
@@ -1475,9 +1547,7 @@ fn command_signatures_are_checked_once_enabled() {
     h.start_cmdif();
     h.simple(Opcode::EnableHca, 0).unwrap();
     h.give_pages(16).unwrap();
-    let caps = h
-        .exec(&Host::input(Opcode::QueryHcaCap, 1, 16), 0x1010)
-        .unwrap();
+    let caps = h.query_cap(cxdirect_hw::hca::cap_type::GENERAL_DEVICE, true);
     let mut set = Host::input(Opcode::SetHcaCap, 0, 0x1010);
     set[0x10..0x110].copy_from_slice(&caps[0x10..0x110]);
     cxdirect_hw::caps::CmdHcaCap::new(&mut set[0x10..0x110])

@@ -36,6 +36,16 @@ pub fn udp_frame_sized(len: usize, seq: u32, sport: u16, dport: u16) -> Vec<u8> 
     f
 }
 
+/// A dmabuf of `size` bytes (a multiple of 4096): a udmabuf when the host can export one, else
+/// a memfd named `memfd_name`.
+pub fn dmabuf(size: u64, memfd_name: &str) -> std::sync::Arc<cxdirect_dma::DmaBuf> {
+    use cxdirect_dma::{export, DmaBuf};
+    match export::udmabuf(size) {
+        Ok(u) => DmaBuf::import_with_backing(u.dmabuf, u.memfd, 0).unwrap(),
+        Err(_) => DmaBuf::from_memfd(export::memfd(memfd_name, size).unwrap()).unwrap(),
+    }
+}
+
 /// Sends `count` frames ([`udp_frame`] 0..count to port 9000) from `tx` and returns how many
 /// `rx` received. Meant for the inline-executing emulated pair, where a burst has reached the
 /// peer's ring when `tx_burst` returns.

@@ -3,11 +3,9 @@
 //! burst refuses packets it cannot hold and hands them back; a burst of another pool is refused
 //! by a receive queue with a reason; unsendable packets are freed.
 
-use cxdirect::{
-    DriverError, InlineMode, Mbuf, PacketBurst, PortConfig, Queues, RxStriding, Started,
-};
+use cxdirect::{DriverError, InlineMode, Mbuf, PacketBurst, PortConfig, RxStriding};
 use cxdirect_emu::EmuConfig;
-use cxdirect_tests::setup::started_pair as pair;
+use cxdirect_tests::setup::started_sides as pair;
 
 fn config(inline: InlineMode, tx_multi_packet: bool, striding: bool) -> PortConfig {
     PortConfig {
@@ -50,25 +48,8 @@ fn io_forwarding_through_bursts_delivers_every_frame_in_order_in_every_mode() {
         (InlineMode::Headers, true, true),
     ] {
         let mode = format!("{inline:?} mpw={mpw} striding={striding}");
-        let (
-            Started {
-                port: pa,
-                queues:
-                    Queues {
-                        tx: mut txa,
-                        rx: mut rxa,
-                    },
-            },
-            Started {
-                port: pb,
-                queues:
-                    Queues {
-                        tx: mut txb,
-                        rx: mut rxb,
-                    },
-            },
-            _,
-        ) = pair(EmuConfig::default(), config(inline, mpw, striding));
+        let ((pa, mut txa, mut rxa), (pb, mut txb, mut rxb), _) =
+            pair(EmuConfig::default(), config(inline, mpw, striding));
         let sent = frames(0, 2000);
         let mut burst = PacketBurst::new();
         let mut back: Vec<Mbuf> = Vec::new();
@@ -116,17 +97,7 @@ fn io_forwarding_through_bursts_delivers_every_frame_in_order_in_every_mode() {
 
 #[test]
 fn a_burst_takes_single_segment_packets_of_one_pool_and_gives_back_the_rest() {
-    let (
-        Started {
-            port: pa,
-            queues: Queues { tx: txa, rx: rxa },
-        },
-        Started {
-            port: pb,
-            queues: Queues { tx: txb, rx: rxb },
-        },
-        _,
-    ) = pair(
+    let ((pa, txa, rxa), (pb, txb, rxb), _) = pair(
         EmuConfig::default(),
         config(InlineMode::Headers, false, false),
     );
@@ -192,23 +163,7 @@ fn a_burst_takes_single_segment_packets_of_one_pool_and_gives_back_the_rest() {
 
 #[test]
 fn a_receive_queue_refuses_a_burst_of_another_pool_and_loses_nothing() {
-    let (
-        Started {
-            port: pa,
-            queues: Queues {
-                tx: mut txa,
-                rx: rxa,
-            },
-        },
-        Started {
-            port: pb,
-            queues: Queues {
-                tx: txb,
-                rx: mut rxb,
-            },
-        },
-        _,
-    ) = pair(
+    let ((pa, mut txa, rxa), (pb, txb, mut rxb), _) = pair(
         EmuConfig::default(),
         config(InlineMode::Headers, false, false),
     );
@@ -248,23 +203,7 @@ fn a_receive_queue_refuses_a_burst_of_another_pool_and_loses_nothing() {
 
 #[test]
 fn unsendable_packets_leave_the_burst_counted_and_freed() {
-    let (
-        Started {
-            port: pa,
-            queues: Queues {
-                tx: mut txa,
-                rx: rxa,
-            },
-        },
-        Started {
-            port: pb,
-            queues: Queues {
-                tx: txb,
-                rx: mut rxb,
-            },
-        },
-        _,
-    ) = pair(
+    let ((pa, mut txa, rxa), (pb, txb, mut rxb), _) = pair(
         EmuConfig::default(),
         config(InlineMode::Headers, false, false),
     );

@@ -6,35 +6,24 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use cxdirect::{
-    Device, DriverError, FlowMatch, FlowProtocol, FlowRule, IpVersion, Mbuf, Options, PayloadToken,
-    Port, PortConfig, Queues, RxQueue, SplitPacket, SplitRxConfig, SplitRxQueue, Started, TxQueue,
+    Device, DriverError, FlowMatch, FlowProtocol, FlowRule, IpVersion, Mbuf, PayloadToken, Port,
+    PortConfig, Queues, RxQueue, SplitPacket, SplitRxConfig, SplitRxQueue, Started, TxQueue,
 };
 use cxdirect_apps::emulated::EmuBackend;
-use cxdirect_dma::{export, DmaBuf, DmaBufMapping, DmaBufMode};
+use cxdirect_dma::{DmaBufMapping, DmaBufMode};
 use cxdirect_emu::{Device as Model, EmuConfig};
+use cxdirect_tests::setup::bring_up_patient;
 use cxdirect_tests::{send_all, udp_frame_sized};
 
 const FLOW_PORT: u16 = 7000;
 const OTHER_PORT: u16 = 9000;
 const PAYLOAD_BYTES: u32 = 2048;
 
-fn device(model: &Model, name: &str) -> Device<EmuBackend> {
-    let opts = Options {
-        cmd_timeout: Duration::from_secs(10),
-        ..Options::default()
-    };
-    Device::bring_up(EmuBackend::new(model.clone(), name), opts).unwrap()
-}
-
 fn payload_memory(dev: &Device<EmuBackend>, buffers: u32) -> Arc<DmaBufMapping> {
     let size = (u64::from(buffers * PAYLOAD_BYTES)).next_multiple_of(4096);
-    let buf = match export::udmabuf(size) {
-        Ok(u) => DmaBuf::import_with_backing(u.dmabuf, u.memfd, 0).unwrap(),
-        Err(_) => DmaBuf::from_memfd(export::memfd("devmem", size).unwrap()).unwrap(),
-    };
+    let buf = cxdirect_tests::dmabuf(size, "devmem");
     let (iommu, iovas) = dev.dma();
     Arc::new(
         buf.map(iommu, &iovas, 0, size, DmaBufMode::Revocable)
@@ -73,11 +62,11 @@ fn rig_with(header_bytes: u32, ring: u32, buffers: u32, payload_bytes: u32) -> R
     let Started {
         port: tx_port,
         queues: Queues { tx: mut a_tx, .. },
-    } = Port::start(device(&a, "tx"), base.clone()).unwrap();
+    } = Port::start(bring_up_patient(&a, "tx"), base.clone()).unwrap();
     let Started {
         port: mut rx_port,
         queues: Queues { rx: mut b_rx, .. },
-    } = Port::start(device(&b, "rx"), base).unwrap();
+    } = Port::start(bring_up_patient(&b, "rx"), base).unwrap();
     let mapping = payload_memory(rx_port.device(), buffers);
     // A sentinel everywhere, so a byte the device wrote where it should not shows.
     mapping

@@ -7,34 +7,17 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use cxdirect::{
-    Device, KeyAccess, Mbuf, MemoryKey, Options, Port, PortConfig, Queues, RxQueue, Started,
-    TxQueue,
+    Device, KeyAccess, Mbuf, MemoryKey, Port, PortConfig, Queues, RxQueue, Started, TxQueue,
 };
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_dma::{export, DmaBuf, DmaBufMapping, DmaBufMode};
 use cxdirect_emu::{Device as Model, EmuConfig};
+use cxdirect_tests::setup::bring_up_patient;
 use cxdirect_tests::udp_frame;
 
 const PAGE: u64 = 4096;
-
-fn device(model: &Model, name: &str) -> Device<EmuBackend> {
-    let opts = Options {
-        cmd_timeout: Duration::from_secs(10),
-        ..Options::default()
-    };
-    Device::bring_up(EmuBackend::new(model.clone(), name), opts).unwrap()
-}
-
-/// A dmabuf of `size` bytes: a udmabuf when the host can export one, else a memfd.
-fn buffer(size: u64) -> Arc<DmaBuf> {
-    match export::udmabuf(size) {
-        Ok(u) => DmaBuf::import_with_backing(u.dmabuf, u.memfd, 0).unwrap(),
-        Err(_) => DmaBuf::from_memfd(export::memfd("test", size).unwrap()).unwrap(),
-    }
-}
 
 fn map(
     dev: &Device<EmuBackend>,
@@ -50,10 +33,10 @@ fn map(
 #[test]
 fn the_mtt_of_a_range_inside_a_dmabuf_is_its_trimmed_page_list() {
     let model = Model::new(EmuConfig::default());
-    let mut dev = device(&model, "mtt");
+    let mut dev = bring_up_patient(&model, "mtt");
     let keys_before = model.object_counts()[5];
     let mappings_before = model.iommu().mapping_count();
-    let buf = buffer(16 * PAGE);
+    let buf = cxdirect_tests::dmabuf(16 * PAGE, "test");
     // 300 bytes into page 1, ending 1,000 bytes into page 6.
     let (offset, len) = (PAGE + 300, 5 * PAGE - 300 + 1000);
     let mapping = map(&dev, &buf, offset, len, DmaBufMode::Pinned);
@@ -107,9 +90,9 @@ struct Pair {
 
 fn pair(mode: DmaBufMode, access: KeyAccess) -> Pair {
     let (a, b) = Model::pair(EmuConfig::default(), EmuConfig::default());
-    let da = device(&a, "tx");
-    let db = device(&b, "rx");
-    let buf = buffer(256 * 2048);
+    let da = bring_up_patient(&a, "tx");
+    let db = bring_up_patient(&b, "rx");
+    let buf = cxdirect_tests::dmabuf(256 * 2048, "test");
     let mapping = map(&db, &buf, 0, 256 * 2048, mode);
     let base = PortConfig {
         ring_size: 64,
@@ -285,7 +268,7 @@ fn a_revoked_dmabuf_is_never_touched_again_and_its_queue_reports_errors() {
 #[test]
 fn a_one_gib_registration_spans_many_mailboxes_and_deregistration_frees_everything() {
     let model = Model::new(EmuConfig::default());
-    let mut dev = device(&model, "big");
+    let mut dev = bring_up_patient(&model, "big");
     let pages_before = model.firmware_pages_held();
     let keys_before = model.object_counts()[5];
     let mappings_before = model.iommu().mapping_count();

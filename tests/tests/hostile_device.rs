@@ -4,7 +4,7 @@
 //! Property tests with modest case counts: each case brings a function up on a fresh model.
 
 use cxdirect::{
-    CmdFailure, Device, DriverError, Event, EventCounts, Port, Queues, Started, TeardownReport,
+    CmdFailure, Device, DriverError, Event, EventCounts, Port, Started, TeardownReport,
 };
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::{Device as Model, EmuConfig, Fault};
@@ -12,7 +12,7 @@ use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::eqe::{port_change, EventType};
 use cxdirect_hw::reg;
 use cxdirect_tests::events::{delivered, expected, SUBSCRIBED};
-use cxdirect_tests::setup::{self, options, small_port};
+use cxdirect_tests::setup::{self, options, side, small_port, Side};
 use proptest::prelude::*;
 use std::time::Duration;
 
@@ -267,10 +267,8 @@ fn a_swallowed_command_during_port_start_fails_the_start_naming_the_command() {
     clean_teardown(again, &model);
 }
 
-type Ports = Started<EmuBackend>;
-
 /// An emulated pair with small rings, both ports started.
-fn pair() -> (Ports, Ports, Model, Model) {
+fn pair() -> (Side, Side, Model, Model) {
     let (a, b) = Model::pair(EmuConfig::default(), EmuConfig::default());
     let da = Device::bring_up(
         EmuBackend::new(a.clone(), "a"),
@@ -284,7 +282,7 @@ fn pair() -> (Ports, Ports, Model, Model) {
     .unwrap();
     let pa = Port::start(da, small_port()).unwrap();
     let pb = Port::start(db, small_port()).unwrap();
-    (pa, pb, a, b)
+    (side(pa), side(pb), a, b)
 }
 
 /// Found by the `hostile_rx_cqe` fuzz target (input `00 00 ff ff`: one frame, receive CQE byte
@@ -293,24 +291,7 @@ fn pair() -> (Ports, Ports, Model, Model) {
 /// for good, reported no error, and `Port::recover_rx` could not move the CQ past that slot.
 #[test]
 fn a_receive_cqe_written_with_opcode_invalid_is_noticed_and_recovered_from() {
-    let (
-        Started {
-            port: pa,
-            queues: Queues {
-                tx: mut txa,
-                rx: _rxa,
-            },
-        },
-        Started {
-            port: mut pb,
-            queues: Queues {
-                tx: _txb,
-                rx: mut rxb,
-            },
-        },
-        _,
-        model_b,
-    ) = pair();
+    let ((pa, mut txa, _rxa), (mut pb, _txb, mut rxb), _, model_b) = pair();
     assert_eq!(
         cxdirect_tests::send_and_receive(&mut txa[0], pa.pool(), &mut rxb[0], 4),
         4,
@@ -381,24 +362,7 @@ fn a_teardown_the_device_kept_pages_through_resets_the_function_and_it_comes_bac
 /// check, refuses the entry, and recovery moves past it.
 #[test]
 fn a_receive_cqe_with_the_wrong_owner_bit_is_noticed_and_recovered_from() {
-    let (
-        Started {
-            port: pa,
-            queues: Queues {
-                tx: mut txa,
-                rx: _rxa,
-            },
-        },
-        Started {
-            port: mut pb,
-            queues: Queues {
-                tx: _txb,
-                rx: mut rxb,
-            },
-        },
-        _,
-        model_b,
-    ) = pair();
+    let ((pa, mut txa, _rxa), (mut pb, _txb, mut rxb), _, model_b) = pair();
     assert_eq!(
         cxdirect_tests::send_and_receive(&mut txa[0], pa.pool(), &mut rxb[0], 4),
         4,

@@ -1,10 +1,10 @@
 //! Enhanced multi-packet send WQEs through the driver: runs of a burst share one WQE, every
 //! packet arrives intact and in order, and every buffer goes back to its pool.
 
-use cxdirect::{InlineMode, Mbuf, PortConfig, Queues, Started};
+use cxdirect::{InlineMode, Mbuf, PortConfig};
 use cxdirect_emu::counters::QueueKind;
 use cxdirect_emu::EmuConfig;
-use cxdirect_tests::setup::started_pair as pair;
+use cxdirect_tests::setup::started_sides as pair;
 
 /// How packet `i` of the mixed burst is sent.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -83,25 +83,8 @@ fn runs_of_a_burst_share_multi_packet_wqes_in_every_inline_mode() {
             tx_multi_packet: true,
             ..PortConfig::default()
         };
-        let (
-            Started {
-                port: pa,
-                queues:
-                    Queues {
-                        tx: mut txa,
-                        rx: rxa,
-                    },
-            },
-            Started {
-                port: pb,
-                queues:
-                    Queues {
-                        tx: txb,
-                        rx: mut rxb,
-                    },
-            },
-            [model_a, _],
-        ) = pair(EmuConfig::default(), config);
+        let ((pa, mut txa, rxa), (pb, txb, mut rxb), [model_a, _]) =
+            pair(EmuConfig::default(), config);
         let pool = pa.pool().clone();
         let idle = pool.available();
         let before = model_a.counters();
@@ -192,20 +175,7 @@ fn buffers_of_runs_in_flight_when_the_queue_goes_are_all_returned() {
         tx_multi_packet: true,
         ..PortConfig::default()
     };
-    let (
-        Started {
-            port: pa,
-            queues: Queues {
-                tx: mut txa,
-                rx: rxa,
-            },
-        },
-        Started {
-            port: pb,
-            queues: Queues { tx: txb, rx: rxb },
-        },
-        _,
-    ) = pair(EmuConfig::default(), config);
+    let ((pa, mut txa, rxa), (pb, txb, rxb), _) = pair(EmuConfig::default(), config);
     let pool = pa.pool().clone();
     let idle = pool.available();
     let frame = cxdirect_tests::udp_frame_sized(64, 1, 4000, 9000);
@@ -245,23 +215,7 @@ fn without_the_device_capability_each_packet_gets_its_own_wqe() {
         multi_packet_send: false,
         ..EmuConfig::default()
     };
-    let (
-        Started {
-            port: pa,
-            queues: Queues {
-                tx: mut txa,
-                rx: rxa,
-            },
-        },
-        Started {
-            port: pb,
-            queues: Queues {
-                tx: txb,
-                rx: mut rxb,
-            },
-        },
-        [model_a, _],
-    ) = pair(model, config);
+    let ((pa, mut txa, rxa), (pb, txb, mut rxb), [model_a, _]) = pair(model, config);
     let pool = pa.pool().clone();
     let mut batch = Vec::new();
     let mut expected = Vec::new();

@@ -4,13 +4,12 @@
 //! out of step is refused and recovered from, and a device without the capability falls back.
 
 use cxdirect::{
-    ConfigError, Device, DriverError, Mbuf, Options, Port, PortConfig, Queues, RxStriding,
-    SharedRxConfig, Started,
+    ConfigError, Device, DriverError, Mbuf, Options, Port, PortConfig, RxStriding, SharedRxConfig,
 };
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::counters::QueueKind;
 use cxdirect_emu::{Device as Model, EmuConfig, Fault};
-use cxdirect_tests::setup::started_pair as pair;
+use cxdirect_tests::setup::started_sides as pair;
 use std::time::Duration;
 
 fn striding_config() -> PortConfig {
@@ -44,23 +43,8 @@ fn send(pool: &cxdirect::Mempool, tx: &mut cxdirect::TxQueue<EmuBackend>, frames
 
 #[test]
 fn packets_fill_strides_arrive_intact_and_buffers_return_with_their_last_packet() {
-    let (
-        Started {
-            port: pa,
-            queues: Queues {
-                tx: mut txa,
-                rx: _rxa,
-            },
-        },
-        Started {
-            port: pb,
-            queues: Queues {
-                tx: _txb,
-                rx: mut rxb,
-            },
-        },
-        [_, model_b],
-    ) = pair(EmuConfig::default(), striding_config());
+    let ((pa, mut txa, _rxa), (pb, _txb, mut rxb), [_, model_b]) =
+        pair(EmuConfig::default(), striding_config());
     assert!(rxb[0].is_striding());
     let stride_pool = pb.striding_pool().expect("striding pool").clone();
     let idle = stride_pool.available();
@@ -111,25 +95,8 @@ fn packets_received_into_strides_can_be_forwarded_with_and_without_multi_packet_
             cqe_every: 1,
             ..striding_config()
         };
-        let (
-            Started {
-                port: pa,
-                queues:
-                    Queues {
-                        tx: mut txa,
-                        rx: mut rxa,
-                    },
-            },
-            Started {
-                port: pb,
-                queues:
-                    Queues {
-                        tx: mut txb,
-                        rx: mut rxb,
-                    },
-            },
-            _,
-        ) = pair(EmuConfig::default(), config);
+        let ((pa, mut txa, mut rxa), (pb, mut txb, mut rxb), _) =
+            pair(EmuConfig::default(), config);
         let stride_pool = pb.striding_pool().expect("striding pool").clone();
         let idle = stride_pool.available();
         let sent = frames(7, 600);
@@ -164,23 +131,8 @@ fn packets_received_into_strides_can_be_forwarded_with_and_without_multi_packet_
 
 #[test]
 fn a_completion_out_of_step_is_refused_and_recovery_reposts_the_ring() {
-    let (
-        Started {
-            port: pa,
-            queues: Queues {
-                tx: mut txa,
-                rx: _rxa,
-            },
-        },
-        Started {
-            port: mut pb,
-            queues: Queues {
-                tx: _txb,
-                rx: mut rxb,
-            },
-        },
-        [_, model_b],
-    ) = pair(EmuConfig::default(), striding_config());
+    let ((pa, mut txa, _rxa), (mut pb, _txb, mut rxb), [_, model_b]) =
+        pair(EmuConfig::default(), striding_config());
     let stride_pool = pb.striding_pool().expect("striding pool").clone();
     let idle = stride_pool.available();
     let mut got = Vec::new();
@@ -228,23 +180,7 @@ fn a_device_without_striding_queues_gets_one_buffer_per_packet() {
         striding_rq: false,
         ..EmuConfig::default()
     };
-    let (
-        Started {
-            port: pa,
-            queues: Queues {
-                tx: mut txa,
-                rx: _rxa,
-            },
-        },
-        Started {
-            port: pb,
-            queues: Queues {
-                tx: _txb,
-                rx: mut rxb,
-            },
-        },
-        _,
-    ) = pair(model, striding_config());
+    let ((pa, mut txa, _rxa), (pb, _txb, mut rxb), _) = pair(model, striding_config());
     assert!(!rxb[0].is_striding());
     assert!(pb.striding_pool().is_none());
     let sent = frames(0, 50);

@@ -1,14 +1,14 @@
 //! Packets through the driver's rings and the model: send on one function, receive on the other.
 
-use cxdirect::{Device, InlineMode, Mbuf, Options, Port, PortConfig, Queues, Started, TxQueue};
+use cxdirect::{Device, InlineMode, Mbuf, Options, Port, PortConfig, TxQueue};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::counters::CountersSnapshot;
 use cxdirect_emu::{Device as Model, EmuConfig};
-use cxdirect_tests::setup::{started_pair, Ports};
+use cxdirect_tests::setup::{side, started_sides, Side};
 use std::time::Duration;
 
-fn pair(config: PortConfig) -> (Ports, Ports, Model, Model) {
-    let (pa, pb, [a, b]) = started_pair(EmuConfig::default(), config);
+fn pair(config: PortConfig) -> (Side, Side, Model, Model) {
+    let (pa, pb, [a, b]) = started_sides(EmuConfig::default(), config);
     (pa, pb, a, b)
 }
 
@@ -41,26 +41,7 @@ fn frames_cross_the_pair_through_the_driver_in_every_inline_mode() {
             pool_buffers: 2048,
             ..PortConfig::default()
         };
-        let (
-            Started {
-                port: pa,
-                queues:
-                    Queues {
-                        tx: mut txa,
-                        rx: _rxa,
-                    },
-            },
-            Started {
-                port: pb,
-                queues:
-                    Queues {
-                        tx: _txb,
-                        rx: mut rxb,
-                    },
-            },
-            model_a,
-            _,
-        ) = pair(config);
+        let ((pa, mut txa, _rxa), (pb, _txb, mut rxb), model_a, _) = pair(config);
         let sizes = [60usize, 64, 128, 256, 512, 1000, 1514];
         let frames: Vec<Vec<u8>> = (0..300)
             .map(|i| frame(sizes[i % sizes.len()], i as u32, 1000))
@@ -120,24 +101,7 @@ fn every_short_length_goes_whole_in_the_wqe_across_the_ring_s_end() {
         pool_buffers: 1024,
         ..PortConfig::default()
     };
-    let (
-        Started {
-            port: pa,
-            queues: Queues {
-                tx: mut txa,
-                rx: _rxa,
-            },
-        },
-        Started {
-            port: pb,
-            queues: Queues {
-                tx: _txb,
-                rx: mut rxb,
-            },
-        },
-        model_a,
-        _,
-    ) = pair(config);
+    let ((pa, mut txa, _rxa), (pb, _txb, mut rxb), model_a, _) = pair(config);
     let frames: Vec<Vec<u8>> = (0..3)
         .flat_map(|pass| (14..=130).map(move |len| (pass, len)))
         .map(|(pass, len)| raw_frame(len, pass * 1000 + len as u32))
@@ -184,24 +148,7 @@ fn a_lone_packet_goes_by_blueflame_and_bursts_ring_one_doorbell() {
         pool_buffers: 2048,
         ..PortConfig::default()
     };
-    let (
-        Started {
-            port: pa,
-            queues: Queues {
-                tx: mut txa,
-                rx: _rxa,
-            },
-        },
-        Started {
-            port: pb,
-            queues: Queues {
-                tx: _txb,
-                rx: mut rxb,
-            },
-        },
-        model_a,
-        _,
-    ) = pair(config);
+    let ((pa, mut txa, _rxa), (pb, _txb, mut rxb), model_a, _) = pair(config);
     let before = model_a.counters();
     send_all(&mut txa[0], pa.pool(), &[frame(60, 1, 1)]);
     let lone = model_a.counters().since(&before);
@@ -236,24 +183,7 @@ fn rss_spreads_four_flows_over_four_queues() {
         pool_buffers: 4096,
         ..PortConfig::default()
     };
-    let (
-        Started {
-            port: pa,
-            queues: Queues {
-                tx: mut txa,
-                rx: _rxa,
-            },
-        },
-        Started {
-            port: pb,
-            queues: Queues {
-                tx: _txb,
-                rx: mut rxb,
-            },
-        },
-        _,
-        _,
-    ) = pair(config);
+    let ((pa, mut txa, _rxa), (pb, _txb, mut rxb), _, _) = pair(config);
     // Eight flows, 50 packets each.
     let mut frames = Vec::new();
     for round in 0..50u32 {
@@ -301,20 +231,8 @@ fn verified_run(
     let ring = u64::from(config.ring_size);
     let da = Device::bring_up(EmuBackend::new(a, "a"), opts.clone()).unwrap();
     let db = Device::bring_up(EmuBackend::new(b, "b"), opts).unwrap();
-    let Started {
-        port: pa,
-        queues: Queues {
-            tx: mut txa,
-            rx: rxa,
-        },
-    } = Port::start(da, config.clone()).unwrap();
-    let Started {
-        port: pb,
-        queues: Queues {
-            tx: txb,
-            rx: mut rxb,
-        },
-    } = Port::start(db, config).unwrap();
+    let (pa, mut txa, rxa) = side(Port::start(da, config.clone()).unwrap());
+    let (pb, txb, mut rxb) = side(Port::start(db, config).unwrap());
     let mut generator = Generator::new(sizes, 1).unwrap();
     let mut verifier = Verifier::default();
     let mut pending = Vec::new();
@@ -398,24 +316,7 @@ fn an_oversized_packet_is_refused_and_counted() {
         buf_size: 4096,
         ..PortConfig::default()
     };
-    let (
-        Started {
-            port: pa,
-            queues: Queues {
-                tx: mut txa,
-                rx: _rxa,
-            },
-        },
-        Started {
-            port: pb,
-            queues: Queues {
-                tx: _txb,
-                rx: mut rxb,
-            },
-        },
-        model_a,
-        _,
-    ) = pair(config);
+    let ((pa, mut txa, _rxa), (pb, _txb, mut rxb), model_a, _) = pair(config);
     let before = model_a.counters();
     let mut batch = Vec::new();
     let mut big = pa.pool().alloc().unwrap();
@@ -452,24 +353,7 @@ fn an_empty_pool_shows_in_rx_nombuf_and_recovers() {
         pool_buffers: 128,
         ..PortConfig::default()
     };
-    let (
-        Started {
-            port: pa,
-            queues: Queues {
-                tx: mut txa,
-                rx: _rxa,
-            },
-        },
-        Started {
-            port: mut pb,
-            queues: Queues {
-                tx: _txb,
-                rx: mut rxb,
-            },
-        },
-        _,
-        model_b,
-    ) = pair(config);
+    let ((pa, mut txa, _rxa), (mut pb, _txb, mut rxb), _, model_b) = pair(config);
     let tx_pool = pa.pool().clone();
     let mut held = Vec::new();
     let mut sent = 0u32;
@@ -528,24 +412,7 @@ fn port_stats_sum_queues_running_on_their_own_threads() {
         pool_buffers: 1024,
         ..PortConfig::default()
     };
-    let (
-        Started {
-            port: mut pa,
-            queues: Queues {
-                tx: mut txa,
-                rx: _rxa,
-            },
-        },
-        Started {
-            port: mut pb,
-            queues: Queues {
-                tx: _txb,
-                rx: mut rxb,
-            },
-        },
-        _,
-        model_b,
-    ) = pair(config);
+    let ((mut pa, mut txa, _rxa), (mut pb, _txb, mut rxb), _, model_b) = pair(config);
     let tx_pool = pa.pool().clone();
     let mut tx = txa.remove(0);
     let mut rx = rxb.remove(0);
@@ -618,24 +485,7 @@ fn checksum_offload_and_vlan_insertion_are_done_by_the_device() {
         pool_buffers: 1024,
         ..PortConfig::default()
     };
-    let (
-        Started {
-            port: pa,
-            queues: Queues {
-                tx: mut txa,
-                rx: _rxa,
-            },
-        },
-        Started {
-            port: pb,
-            queues: Queues {
-                tx: _txb,
-                rx: mut rxb,
-            },
-        },
-        _,
-        _,
-    ) = pair(config);
+    let ((pa, mut txa, _rxa), (pb, _txb, mut rxb), _, _) = pair(config);
     let good = frame(200, 7, 4242);
     let mut blank = good.clone();
     blank[24..26].copy_from_slice(&[0, 0]); // IPv4 header checksum
@@ -678,26 +528,7 @@ fn a_multi_segment_packet_is_gathered_into_one_frame() {
             pool_buffers: 1024,
             ..PortConfig::default()
         };
-        let (
-            Started {
-                port: pa,
-                queues:
-                    Queues {
-                        tx: mut txa,
-                        rx: _rxa,
-                    },
-            },
-            Started {
-                port: pb,
-                queues:
-                    Queues {
-                        tx: _txb,
-                        rx: mut rxb,
-                    },
-            },
-            _,
-            _,
-        ) = pair(config);
+        let ((pa, mut txa, _rxa), (pb, _txb, mut rxb), _, _) = pair(config);
         let whole = frame(1400, 3, 777);
         // Headers in one buffer, the payload split over two more.
         let mut head = pa.pool().alloc().unwrap();
@@ -738,24 +569,7 @@ fn every_sent_buffer_goes_back_to_the_pool_single_or_chained() {
         cqe_every: 128,
         ..PortConfig::default()
     };
-    let (
-        Started {
-            port: pa,
-            queues: Queues {
-                tx: mut txa,
-                rx: rxa,
-            },
-        },
-        Started {
-            port: pb,
-            queues: Queues {
-                tx: txb,
-                rx: mut rxb,
-            },
-        },
-        _,
-        _,
-    ) = pair(config);
+    let ((pa, mut txa, rxa), (pb, txb, mut rxb), _, _) = pair(config);
     let pool = pa.pool().clone();
     let idle = pool.available();
     let whole = frame(900, 1, 5);
@@ -824,18 +638,9 @@ fn buffers_of_many_pools_in_flight_at_once_each_go_back_to_their_own_pool() {
     let (first, second, _, _) = pair(config.clone());
     let (third, fourth, _, _) = pair(config.clone());
     let (fifth, sixth, _, _) = pair(config);
-    let (
-        Started {
-            port: pa,
-            queues: Queues {
-                tx: mut txa,
-                rx: rxa,
-            },
-        },
-        others,
-    ) = (first, [second, third, fourth, fifth, sixth]);
+    let ((pa, mut txa, rxa), others) = (first, [second, third, fourth, fifth, sixth]);
     let mut pools = vec![pa.pool().clone()];
-    pools.extend(others.iter().map(|s| s.port.pool().clone()));
+    pools.extend(others.iter().map(|(other, _, _)| other.pool().clone()));
     let idle: Vec<u32> = pools.iter().map(cxdirect::Mempool::available).collect();
     let payload = frame(300, 7, 5);
     let packet = |pool: &cxdirect::Mempool, chained: bool| {
@@ -898,8 +703,8 @@ fn buffers_of_many_pools_in_flight_at_once_each_go_back_to_their_own_pool() {
     }
     drop((txa, rxa));
     port.close().unwrap().teardown().unwrap();
-    for s in others {
-        s.port.close().unwrap().teardown().unwrap();
+    for (other, _, _) in others {
+        other.close().unwrap().teardown().unwrap();
     }
     for (i, pool) in pools.iter().enumerate() {
         assert_eq!(
@@ -924,23 +729,7 @@ fn poll_rx_returns_what_arrives_and_gives_up_at_its_deadline() {
         poll_window: Duration::from_millis(5),
         ..EmuConfig::default()
     };
-    let (
-        Started {
-            port: pa,
-            queues: Queues {
-                tx: mut txa,
-                rx: rxa,
-            },
-        },
-        Started {
-            port: pb,
-            queues: Queues {
-                tx: txb,
-                rx: mut rxb,
-            },
-        },
-        _,
-    ) = started_pair(model, config);
+    let ((pa, mut txa, rxa), (pb, txb, mut rxb), _) = started_sides(model, config);
     let mut got: Vec<Mbuf> = Vec::new();
     let start = std::time::Instant::now();
     let none = cxdirect_apps::poll_rx(&mut rxb[0], &mut got, 4, start + Duration::from_millis(20));

@@ -4,11 +4,11 @@
 //! cannot take are refused with a typed reason, and the queue goes on sending.
 
 use cxdirect::tx::TxRefusal;
-use cxdirect::{DriverError, Mbuf, Mempool, PortConfig, Queues, Started};
+use cxdirect::{DriverError, Mbuf, Mempool, PortConfig};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::counters::QueueKind;
 use cxdirect_emu::EmuConfig;
-use cxdirect_tests::setup::{bring_up, started_pair};
+use cxdirect_tests::setup::{bring_up, started_sides};
 
 const MSS: u16 = 1448;
 const MESSAGE: usize = 64 << 10;
@@ -83,17 +83,11 @@ fn receive_all(rx: &mut cxdirect::RxQueue<EmuBackend>) -> Vec<Mbuf> {
 #[test]
 fn a_64_kib_tcp_packet_arrives_as_mss_sized_segments() {
     let (
-        Started {
-            port: pa,
-            queues: Queues { tx: mut txa, .. },
-        },
-        Started {
-            // Held: a dropped port takes its link down.
-            port: _pb,
-            queues: Queues { rx: mut rxb, .. },
-        },
+        (pa, mut txa, _),
+        // Held: a dropped port takes its link down.
+        (_pb, _, mut rxb),
         [model_a, _],
-    ) = started_pair(EmuConfig::default(), tso_port());
+    ) = started_sides(EmuConfig::default(), tso_port());
     let pool = pa.pool().clone();
     let idle = pool.available();
     let message = payload(MESSAGE);
@@ -173,17 +167,11 @@ fn a_64_kib_tcp_packet_arrives_as_mss_sized_segments() {
 #[test]
 fn packets_tso_cannot_take_are_refused_with_their_reason_and_the_queue_goes_on() {
     let (
-        Started {
-            port: pa,
-            queues: Queues { tx: mut txa, .. },
-        },
-        Started {
-            // Held: a dropped port takes its link down.
-            port: _pb,
-            queues: Queues { rx: mut rxb, .. },
-        },
+        (pa, mut txa, _),
+        // Held: a dropped port takes its link down.
+        (_pb, _, mut rxb),
         _,
-    ) = started_pair(EmuConfig::default(), tso_port());
+    ) = started_sides(EmuConfig::default(), tso_port());
     let pool = pa.pool().clone();
     let message = payload(10_000);
     let mut good = tcp_headers(message.len());
@@ -251,17 +239,11 @@ fn packets_tso_cannot_take_are_refused_with_their_reason_and_the_queue_goes_on()
 fn tso_needs_the_port_to_ask_and_the_device_to_offer_it() {
     // A port started without tx_tso refuses TSO packets.
     let (
-        Started {
-            port: pa,
-            queues: Queues { tx: mut txa, .. },
-        },
-        Started {
-            // Held: a dropped port takes its link down.
-            port: _pb,
-            queues: Queues { rx: mut rxb, .. },
-        },
+        (pa, mut txa, _),
+        // Held: a dropped port takes its link down.
+        (_pb, _, mut rxb),
         _,
-    ) = started_pair(EmuConfig::default(), PortConfig::default());
+    ) = started_sides(EmuConfig::default(), PortConfig::default());
     let pool = pa.pool().clone();
     let mut packet = tcp_headers(5000);
     packet.extend_from_slice(&payload(5000));
@@ -290,17 +272,7 @@ fn tso_needs_the_port_to_ask_and_the_device_to_offer_it() {
 
 #[test]
 fn a_vlan_tag_to_insert_rides_in_every_segment() {
-    let (
-        Started {
-            port: pa,
-            queues: Queues { tx: mut txa, .. },
-        },
-        Started {
-            port: _pb,
-            queues: Queues { rx: mut rxb, .. },
-        },
-        _,
-    ) = started_pair(EmuConfig::default(), tso_port());
+    let ((pa, mut txa, _), (_pb, _, mut rxb), _) = started_sides(EmuConfig::default(), tso_port());
     let pool = pa.pool().clone();
     let message = payload(3000);
     let mut packet = tcp_headers(message.len());

@@ -18,7 +18,7 @@
 use clap::{Parser, ValueEnum};
 use cxdirect::{
     Backend, BackendError, Device, InlineMode, Interrupt, Mbuf, Options, PacketBurst, Port,
-    PortConfig, Queues, Started,
+    PortConfig, Queues, RxQueue, Started, TxQueue,
 };
 use cxdirect_apps::cli::RUN;
 use cxdirect_apps::emulated::EmuBackend;
@@ -690,6 +690,18 @@ fn pair_with(cfg: EmuConfig, config: &PortConfig) -> Result<(Side, Side, Model, 
     Ok((pa, pb, a, b))
 }
 
+/// [`close`] for a port whose queues were taken out of its [`Started`].
+fn close_parts<B: Backend>(
+    port: Port<B>,
+    tx: Vec<TxQueue<B>>,
+    rx: Vec<RxQueue<B>>,
+) -> Result<(), String> {
+    close(Started {
+        port,
+        queues: Queues { tx, rx },
+    })
+}
+
 fn close<B: Backend>(side: Side<B>) -> Result<(), String> {
     let Started { port, queues } = side;
     drop(queues);
@@ -824,10 +836,7 @@ fn tx_run(mode: &TxMode, burst: usize, rounds: usize) -> Result<Run, String> {
         packets: (rounds * (ROUND / burst * burst)) as u64,
         c,
     };
-    close(Started {
-        port: pa,
-        queues: Queues { tx: txa, rx: rxa },
-    })?;
+    close_parts(pa, txa, rxa)?;
     close(pb)?;
     Ok(run)
 }
@@ -866,10 +875,7 @@ fn lone_packets(count: u64) -> Result<Run, String> {
         packets: count,
         c: a.counters().since(&before),
     };
-    close(Started {
-        port: pa,
-        queues: Queues { tx: txa, rx: rxa },
-    })?;
+    close_parts(pa, txa, rxa)?;
     close(pb)?;
     Ok(run)
 }
@@ -938,14 +944,8 @@ fn rx_run(burst: usize, rounds: usize, compression: bool, striding: bool) -> Res
         packets: (rounds * ROUND) as u64,
         c,
     };
-    close(Started {
-        port: pa,
-        queues: Queues { tx: txa, rx: rxa },
-    })?;
-    close(Started {
-        port: pb,
-        queues: Queues { tx: txb, rx: rxb },
-    })?;
+    close_parts(pa, txa, rxa)?;
+    close_parts(pb, txb, rxb)?;
     Ok(run)
 }
 
@@ -1025,14 +1025,8 @@ fn e2e_ns(exec: ExecMode, rounds: usize) -> Result<(f64, f64), String> {
         doorbell_per_round.push(passed as f64 / ROUND as f64);
         got.clear();
     }
-    close(Started {
-        port: pa,
-        queues: Queues { tx: txa, rx: rxa },
-    })?;
-    close(Started {
-        port: pb,
-        queues: Queues { tx: txb, rx: rxb },
-    })?;
+    close_parts(pa, txa, rxa)?;
+    close_parts(pb, txb, rxb)?;
     Ok((median(per_round), median(doorbell_per_round)))
 }
 
@@ -1134,14 +1128,8 @@ fn driver_pingpong(
         rtts.push(start.elapsed().as_nanos() as u64);
         got.clear();
     }
-    close(Started {
-        port: pa,
-        queues: Queues { tx: txa, rx: rxa },
-    })?;
-    close(Started {
-        port: pb,
-        queues: Queues { tx: txb, rx: rxb },
-    })?;
+    close_parts(pa, txa, rxa)?;
+    close_parts(pb, txb, rxb)?;
     Ok(percentiles(rtts))
 }
 
@@ -1216,13 +1204,7 @@ fn callgrind(packets: u64, multi_packet: bool, striding: bool, burst: bool) -> R
     println!("forwarded={forwarded}");
     drop((pending, bursts));
     let [(txa, rxa), (txb, rxb)] = sides;
-    close(Started {
-        port: pa,
-        queues: Queues { tx: txa, rx: rxa },
-    })?;
-    close(Started {
-        port: pb,
-        queues: Queues { tx: txb, rx: rxb },
-    })?;
+    close_parts(pa, txa, rxa)?;
+    close_parts(pb, txb, rxb)?;
     Ok(())
 }

@@ -19,9 +19,9 @@ use cxdirect::{
     SplitPacket, SplitRxConfig, SplitRxQueue, Started, TxQueue,
 };
 use cxdirect_apps::cli::{self, DeviceArgs, RunOnPorts, RUN, TRAFFIC};
+use cxdirect_apps::dmabuf::{self, parse_memory_size, Imported, Source};
 use cxdirect_apps::testpmd::{build_to, HEADER_LEN, VEC_TAKES_ANY_POOL};
-use cxdirect_dma::cuda::CudaMemory;
-use cxdirect_dma::{export, DmaBuf, DmaBufMapping, DmaBufMode};
+use cxdirect_dma::DmaBufMode;
 use std::collections::VecDeque;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -69,33 +69,6 @@ struct Cli {
     /// Instead, time rx_burst on the split queue against the plain queue over N rounds of 256 packets (5..)
     #[arg(long, value_name = "ROUNDS", value_parser = clap::value_parser!(u32).range(5..), help_heading = RUN)]
     bench: Option<u32>,
-}
-
-/// Who exports the dmabuf.
-#[derive(ValueEnum, Clone, Copy, Debug)]
-enum Source {
-    /// A udmabuf over a memfd.
-    Udmabuf,
-    /// The system dma-heap.
-    DmaHeap,
-    /// A memfd imported as it is.
-    Memfd,
-    /// GPU memory through CUDA.
-    Cuda,
-}
-
-/// A dmabuf size: a multiple of 4096 bytes, at least 1 MiB.
-fn parse_memory_size(text: &str) -> Result<u64, String> {
-    let n: u64 = text
-        .parse()
-        .map_err(|_| format!("`{text}` is not a number of bytes"))?;
-    if n >= 1 << 20 && n % 4096 == 0 {
-        Ok(n)
-    } else {
-        Err(format!(
-            "{n} bytes: give a multiple of 4096, at least 1 MiB (1048576)"
-        ))
-    }
 }
 
 /// A header buffer size: a power of two from 64 to 1024.
@@ -159,54 +132,9 @@ fn stream_byte(k: u64) -> u8 {
     (k % 251) as u8
 }
 
-/// The imported memory and what the CPU reads it through.
-struct Imported {
-    mapping: Arc<DmaBufMapping>,
-    /// Set for GPU memory: the CPU reads it with cuMemcpyDtoH.
-    gpu: Option<CudaMemory>,
-}
-
-impl Imported {
-    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), String> {
-        match &self.gpu {
-            Some(gpu) => gpu
-                .copy_to_host(self.mapping.offset() as usize + offset as usize, out)
-                .map_err(|e| e.to_string()),
-            None => self
-                .mapping
-                .read(offset as usize, out)
-                .map_err(|e| e.to_string()),
-        }
-    }
-}
-
 /// Exports `size` bytes from the source, imports the dmabuf and maps it for the device.
 fn import<B: Backend>(dev: &Device<B>, s: &Settings) -> Result<Imported, String> {
-    let mut gpu = None;
-    let buf = match s.source.as_str() {
-        "udmabuf" => {
-            let u = export::udmabuf(s.size).map_err(|e| e.to_string())?;
-            DmaBuf::import_with_backing(u.dmabuf, u.memfd, 0)
-        }
-        "dma-heap" => {
-            DmaBuf::import(export::dma_heap("system", s.size).map_err(|e| e.to_string())?)
-        }
-        "memfd" => DmaBuf::from_memfd(
-            export::memfd("cxdirect-devmem-rx", s.size).map_err(|e| e.to_string())?,
-        ),
-        _ => {
-            let memory = CudaMemory::alloc(0, s.size as usize).map_err(|e| e.to_string())?;
-            println!(
-                "cuda: allocated {} bytes at GPU address {:#x}",
-                memory.size(),
-                memory.device_ptr()
-            );
-            let fd = memory.export_dmabuf().map_err(|e| e.to_string())?;
-            gpu = Some(memory);
-            DmaBuf::import(fd)
-        }
-    }
-    .map_err(|e| e.to_string())?;
+    let (buf, gpu) = dmabuf::export_and_import(&s.source, s.size, "cxdirect-devmem-rx")?;
     let (iommu, iovas) = dev.dma();
     let mapping = buf
         .map(iommu, &iovas, 0, s.size, DmaBufMode::Pinned)
@@ -294,15 +222,8 @@ fn open<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<(Ends<B>, Impo
     );
     let (tx_port, tx) = match backends.pop() {
         Some(b) => {
-            let name = b.name();
-            let dev = Device::bring_up(b, Options::default())
-                .map_err(|e| format!("{name}: bring-up failed: {e}"))?;
-            let Started {
-                port,
-                queues: Queues { tx: mut txqs, .. },
-            } = Port::start(dev, PortConfig::default())
-                .map_err(|e| format!("{name}: port start failed: {e}"))?;
-            (Some(port), txqs.remove(0))
+            let (port, tx) = cli::start_sender(b, PortConfig::default())?;
+            (Some(port), tx)
         }
         None => (None, rx_txqs.remove(0)),
     };
@@ -509,7 +430,7 @@ fn stream<B: Backend>(
             if let Some(t) = p.payload {
                 if s.validate {
                     let seen = &mut landed[..t.len() as usize];
-                    imported.read(t.offset(), seen)?;
+                    imported.read(t.offset() as usize, seen)?;
                     if let Some(at) = first_wrong(seen, end) {
                         r.error(|| {
                             format!(
@@ -541,7 +462,7 @@ fn stream<B: Backend>(
     if s.validate {
         for (t, start) in &held {
             let seen = &mut landed[..t.len() as usize];
-            imported.read(t.offset(), seen)?;
+            imported.read(t.offset() as usize, seen)?;
             if first_wrong(seen, *start).is_some() {
                 r.error(|| format!("held token at offset {} was overwritten", t.offset()));
             }

@@ -10,9 +10,9 @@ use cxdirect::{
     Backend, Device, Mbuf, Options, Port, PortConfig, Queues, RxQueue, Started, TxQueue,
 };
 use cxdirect_apps::cli::{self, DeviceArgs, RunOnPorts, RUN, TRAFFIC};
+use cxdirect_apps::dmabuf::{self, parse_memory_size, Imported, Source};
 use cxdirect_apps::testpmd::{build_to, HEADER_LEN};
-use cxdirect_dma::cuda::CudaMemory;
-use cxdirect_dma::{export, DmaBuf, DmaBufMapping, DmaBufMode};
+use cxdirect_dma::DmaBufMode;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,33 +49,6 @@ struct Cli {
     verify: bool,
 }
 
-/// Who exports the dmabuf.
-#[derive(ValueEnum, Clone, Copy, Debug)]
-enum Source {
-    /// A udmabuf over a memfd.
-    Udmabuf,
-    /// The system dma-heap.
-    DmaHeap,
-    /// A memfd imported as it is.
-    Memfd,
-    /// GPU memory through CUDA.
-    Cuda,
-}
-
-/// A dmabuf size: a multiple of 4096 bytes, at least 1 MiB.
-fn parse_memory_size(text: &str) -> Result<u64, String> {
-    let n: u64 = text
-        .parse()
-        .map_err(|_| format!("`{text}` is not a number of bytes"))?;
-    if n >= 1 << 20 && n % 4096 == 0 {
-        Ok(n)
-    } else {
-        Err(format!(
-            "{n} bytes: give a multiple of 4096, at least 1 MiB (1048576)"
-        ))
-    }
-}
-
 struct Settings {
     source: String,
     size: u64,
@@ -106,51 +79,9 @@ fn stream_byte(k: u64) -> u8 {
     (k % 251) as u8
 }
 
-/// The imported memory and what the CPU reads it through.
-struct Imported {
-    mapping: Arc<DmaBufMapping>,
-    /// Set for GPU memory: the CPU reads it with cuMemcpyDtoH.
-    gpu: Option<CudaMemory>,
-}
-
-impl Imported {
-    fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), String> {
-        match &self.gpu {
-            Some(gpu) => gpu
-                .copy_to_host(self.mapping.offset() as usize + offset, out)
-                .map_err(|e| e.to_string()),
-            None => self.mapping.read(offset, out).map_err(|e| e.to_string()),
-        }
-    }
-}
-
 /// Exports `size` bytes from the source, imports the dmabuf and maps it for the device.
 fn import<B: Backend>(dev: &Device<B>, s: &Settings) -> Result<Imported, String> {
-    let mut gpu = None;
-    let buf = match s.source.as_str() {
-        "udmabuf" => {
-            let u = export::udmabuf(s.size).map_err(|e| e.to_string())?;
-            DmaBuf::import_with_backing(u.dmabuf, u.memfd, 0)
-        }
-        "dma-heap" => {
-            DmaBuf::import(export::dma_heap("system", s.size).map_err(|e| e.to_string())?)
-        }
-        "memfd" => DmaBuf::from_memfd(
-            export::memfd("cxdirect-dmabuf-rx", s.size).map_err(|e| e.to_string())?,
-        ),
-        _ => {
-            let memory = CudaMemory::alloc(0, s.size as usize).map_err(|e| e.to_string())?;
-            println!(
-                "cuda: allocated {} bytes at GPU address {:#x}",
-                memory.size(),
-                memory.device_ptr()
-            );
-            let fd = memory.export_dmabuf().map_err(|e| e.to_string())?;
-            gpu = Some(memory);
-            DmaBuf::import(fd)
-        }
-    }
-    .map_err(|e| e.to_string())?;
+    let (buf, gpu) = dmabuf::export_and_import(&s.source, s.size, "cxdirect-dmabuf-rx")?;
     println!(
         "imported: exporter={} size={} kind={:?}",
         buf.exporter(),
@@ -210,23 +141,12 @@ fn run<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<ExitCode, Strin
     );
     let tx_side = match backends.pop() {
         Some(b) => {
-            let name = b.name();
-            let dev = Device::bring_up(b, Options::default())
-                .map_err(|e| format!("{name}: bring-up failed: {e}"))?;
             let config = PortConfig {
                 ring_size: 1024,
                 pool_buffers: 4096,
                 ..PortConfig::default()
             };
-            let Started {
-                port,
-                queues:
-                    Queues {
-                        tx: mut txqs,
-                        rx: _,
-                    },
-            } = Port::start(dev, config).map_err(|e| format!("{name}: port start failed: {e}"))?;
-            Some((port, txqs.remove(0)))
+            Some(cli::start_sender(b, config)?)
         }
         None => None,
     };

@@ -158,23 +158,14 @@ fn run<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<ExitCode, Strin
     let (tx_port, tx_queue) = match backends.pop() {
         Some(b) => {
             let name = b.name();
-            let dev = Device::bring_up(b, Options::default())
-                .map_err(|e| format!("{name}: bring-up failed: {e}"))?;
             let config = PortConfig {
                 ring_size: 256,
                 pool_buffers: 1024,
                 ..PortConfig::default()
             };
-            let Started {
-                port,
-                queues:
-                    Queues {
-                        tx: mut txqs,
-                        rx: _,
-                    },
-            } = Port::start(dev, config).map_err(|e| format!("{name}: port start failed: {e}"))?;
+            let (port, tx) = cli::start_sender(b, config)?;
             println!("port tx ({name})");
-            (Some(port), txqs.remove(0))
+            (Some(port), tx)
         }
         None => (None, rx_txqs.remove(0)),
     };

@@ -31,7 +31,7 @@ use cxdirect_hw::hca::AllocUarOut;
 use cxdirect_hw::reg::{self, PmtuReg};
 use cxdirect_hw::tir::{CreateTisIn, CreateTisOut};
 use cxdirect_hw::vport::ModifyNicVportContextIn;
-use cxdirect_hw::wq::{CreateRqIn, CreateRqOut, CreateSqIn, CreateSqOut, RqState, WqType};
+use cxdirect_hw::wq::{CreateRqIn, CreateRqOut, CreateSqIn, CreateSqOut, RqState, Wq, WqType};
 use std::sync::Arc;
 
 pub(super) mod recover;
@@ -438,6 +438,32 @@ impl<B: Backend> Port<B> {
         log: u8,
         striding: Option<&StridingRx>,
     ) -> Result<u32, DriverError> {
+        let rqn = self.create_rq_in_rst(pd, ring, dbr, cqn, log, |mut wq| {
+            if let Some(striding) = striding {
+                use cxdirect_hw::wq::striding::{LOG_STRIDES_BASE, LOG_STRIDE_BYTES_BASE};
+                wq.set_wq_type(WqType::StridingCyclic as u8)
+                    .set_log_wq_stride(crate::rx::WQE_BYTES.trailing_zeros() as u8)
+                    .set_log_wqe_num_of_strides(striding.log_strides - LOG_STRIDES_BASE)
+                    .set_log_wqe_stride_size(striding.log_stride_bytes - LOG_STRIDE_BYTES_BASE);
+            }
+        })?;
+        self.rqs.push(rqn);
+        self.modify_rq(rqn, RqState::Rst, RqState::Rdy)?;
+        Ok(rqn)
+    }
+
+    /// CREATE_RQ as [`Self::create_rq`] makes it, its work queue then changed by `shape_wq`
+    /// (striding, a wider stride); returns the RQ number, the RQ still in RST and remembered
+    /// nowhere yet.
+    pub(crate) fn create_rq_in_rst(
+        &mut self,
+        pd: u32,
+        ring: &DmaRegion,
+        dbr: &DmaRegion,
+        cqn: u32,
+        log: u8,
+        shape_wq: impl FnOnce(Wq<&mut [u8]>),
+    ) -> Result<u32, DriverError> {
         let pages = ring_pages(ring);
         let mut cmd = input(
             Opcode::CreateRq,
@@ -453,23 +479,13 @@ impl<B: Backend> Port<B> {
                 .set_mem_rq_type(0)
                 .set_counter_set_id(self.q_counter.as_ref().map_or(0, QCounterSet::id));
             fill_cyclic_wq(ctx.wq_mut(), pd, ring, dbr, log);
-            if let Some(striding) = striding {
-                use cxdirect_hw::wq::striding::{LOG_STRIDES_BASE, LOG_STRIDE_BYTES_BASE};
-                ctx.wq_mut()
-                    .set_wq_type(WqType::StridingCyclic as u8)
-                    .set_log_wq_stride(crate::rx::WQE_BYTES.trailing_zeros() as u8)
-                    .set_log_wqe_num_of_strides(striding.log_strides - LOG_STRIDES_BASE)
-                    .set_log_wqe_stride_size(striding.log_stride_bytes - LOG_STRIDE_BYTES_BASE);
-            }
+            shape_wq(ctx.wq_mut());
             for (i, iova) in pages.enumerate() {
                 let _ = c.set_pas(i, iova);
             }
         }
         let out = self.dev.exec(&cmd, CreateRqOut::<&[u8]>::SIZE)?;
-        let rqn = CreateRqOut::new(&out[..]).map_err(output_too_short)?.rqn();
-        self.rqs.push(rqn);
-        self.modify_rq(rqn, RqState::Rst, RqState::Rdy)?;
-        Ok(rqn)
+        Ok(CreateRqOut::new(&out[..]).map_err(output_too_short)?.rqn())
     }
 
     fn create_rx(&mut self, pd: u32, index: u16) -> Result<RxQueue<B>, DriverError> {

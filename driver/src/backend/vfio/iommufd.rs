@@ -13,7 +13,7 @@ use super::sys::{
     IoasMap, VfioSys, IOMMUFD_PATH, IOMMU_IOAS_MAP_FIXED_IOVA, IOMMU_IOAS_MAP_READABLE,
     IOMMU_IOAS_MAP_WRITEABLE,
 };
-use super::type1::map_error;
+use super::type1::{map_error, refuse_empty, unmap_outcome};
 
 /// Most IOVA ranges accepted from the kernel.
 const MAX_RANGES: usize = 4096;
@@ -154,6 +154,21 @@ fn ioas_ranges<S: VfioSys>(
     })
 }
 
+impl<S: VfioSys> IommufdIoas<S> {
+    /// The kernel mapped `len` bytes at `at` rather than the fixed `iova` asked for: cannot
+    /// happen with FIXED_IOVA; undoes it rather than leave a stray mapping, and says so.
+    fn undo_misplaced(&self, iova: u64, len: usize, at: u64) -> IommuError {
+        let _ = self
+            .sys
+            .ioas_unmap(&self.iommufd, self.ioas_id, at, len as u64);
+        IommuError::MapRefused {
+            iova,
+            len: len as u64,
+            reason: format!("the kernel mapped at {at:#x} instead"),
+        }
+    }
+}
+
 // SAFETY: `map` asks iommufd to map exactly `[host, host + len)` at the fixed IOVA `iova`, and
 // `unmap` returns `Ok` only when the kernel reports the whole range unmapped, after which the
 // IOMMU no longer translates it. The IOAS lives as long as this object holds the iommufd open.
@@ -163,13 +178,7 @@ unsafe impl<S: VfioSys> Iommu for IommufdIoas<S> {
     }
 
     unsafe fn map(&self, iova: u64, host: *mut u8, len: usize) -> Result<(), IommuError> {
-        if len == 0 {
-            return Err(IommuError::MapRefused {
-                iova,
-                len: 0,
-                reason: "zero length".into(),
-            });
-        }
+        refuse_empty(iova, len)?;
         let map = IoasMap {
             ioas_id: self.ioas_id,
             flags: IOMMU_IOAS_MAP_FIXED_IOVA | IOMMU_IOAS_MAP_READABLE | IOMMU_IOAS_MAP_WRITEABLE,
@@ -181,17 +190,7 @@ unsafe impl<S: VfioSys> Iommu for IommufdIoas<S> {
         // `Iommu::map` requires.
         match unsafe { self.sys.ioas_map(&self.iommufd, &map) } {
             Ok(at) if at == iova => Ok(()),
-            Ok(at) => {
-                // Cannot happen with FIXED_IOVA; undo rather than leave a stray mapping.
-                let _ = self
-                    .sys
-                    .ioas_unmap(&self.iommufd, self.ioas_id, at, len as u64);
-                Err(IommuError::MapRefused {
-                    iova,
-                    len: len as u64,
-                    reason: format!("the kernel mapped at {at:#x} instead"),
-                })
-            }
+            Ok(at) => Err(self.undo_misplaced(iova, len, at)),
             Err(e) => Err(map_error(iova, len, e)),
         }
     }
@@ -212,16 +211,7 @@ unsafe impl<S: VfioSys> Iommu for IommufdIoas<S> {
         };
         match self.sys.ioas_map_file(&self.iommufd, fd, &map) {
             Ok(at) if at == iova => Ok(()),
-            Ok(at) => {
-                let _ = self
-                    .sys
-                    .ioas_unmap(&self.iommufd, self.ioas_id, at, len as u64);
-                Err(IommuError::MapRefused {
-                    iova,
-                    len: len as u64,
-                    reason: format!("the kernel mapped at {at:#x} instead"),
-                })
-            }
+            Ok(at) => Err(self.undo_misplaced(iova, len, at)),
             Err(e) if e.raw_os_error() == Some(libc::ENOTTY) => Err(IommuError::FileMapUnsupported {
                 reason: "this kernel has no IOMMU_IOAS_MAP_FILE (added in Linux 6.13)".into(),
             }),
@@ -232,22 +222,11 @@ unsafe impl<S: VfioSys> Iommu for IommufdIoas<S> {
     }
 
     fn unmap(&self, iova: u64, len: usize) -> Result<(), IommuError> {
-        let want = len as u64;
-        match self.sys.ioas_unmap(&self.iommufd, self.ioas_id, iova, want) {
-            Ok(done) if done == want => Ok(()),
-            Ok(done) => Err(IommuError::UnmapRefused {
-                iova,
-                len: want,
-                reason: format!(
-                    "only {done:#x} bytes were mapped there (nothing in the range is reachable \
-                     by the device any more)"
-                ),
-            }),
-            Err(e) => Err(IommuError::UnmapRefused {
-                iova,
-                len: want,
-                reason: e.to_string(),
-            }),
-        }
+        unmap_outcome(
+            iova,
+            len,
+            self.sys
+                .ioas_unmap(&self.iommufd, self.ioas_id, iova, len as u64),
+        )
     }
 }

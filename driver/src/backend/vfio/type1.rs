@@ -313,6 +313,44 @@ fn parse_iova_cap(buf: &[u8], offset: usize) -> Result<Vec<IovaRange>, String> {
         .collect()
 }
 
+/// Refuses a mapping of no bytes, which the kernel would refuse less clearly.
+pub(crate) fn refuse_empty(iova: u64, len: usize) -> Result<(), IommuError> {
+    if len == 0 {
+        return Err(IommuError::MapRefused {
+            iova,
+            len: 0,
+            reason: "zero length".into(),
+        });
+    }
+    Ok(())
+}
+
+/// What the kernel's answer to unmapping `len` bytes at `iova` (the bytes it unmapped) means:
+/// anything short of the whole range is a refusal.
+pub(crate) fn unmap_outcome(
+    iova: u64,
+    len: usize,
+    done: io::Result<u64>,
+) -> Result<(), IommuError> {
+    let want = len as u64;
+    match done {
+        Ok(done) if done == want => Ok(()),
+        Ok(done) => Err(IommuError::UnmapRefused {
+            iova,
+            len: want,
+            reason: format!(
+                "only {done:#x} bytes were mapped there (nothing in the range is reachable \
+                     by the device any more)"
+            ),
+        }),
+        Err(e) => Err(IommuError::UnmapRefused {
+            iova,
+            len: want,
+            reason: e.to_string(),
+        }),
+    }
+}
+
 /// How a refused mapping reads to the user.
 pub(crate) fn map_error(iova: u64, len: usize, e: io::Error) -> IommuError {
     let len = len as u64;
@@ -348,13 +386,7 @@ unsafe impl<S: VfioSys> Iommu for Type1Container<S> {
     }
 
     unsafe fn map(&self, iova: u64, host: *mut u8, len: usize) -> Result<(), IommuError> {
-        if len == 0 {
-            return Err(IommuError::MapRefused {
-                iova,
-                len: 0,
-                reason: "zero length".into(),
-            });
-        }
+        refuse_empty(iova, len)?;
         let map = DmaMap {
             vaddr: host as u64,
             iova,
@@ -367,22 +399,10 @@ unsafe impl<S: VfioSys> Iommu for Type1Container<S> {
     }
 
     fn unmap(&self, iova: u64, len: usize) -> Result<(), IommuError> {
-        let want = len as u64;
-        match self.sys.unmap_dma(&self.container, iova, want) {
-            Ok(done) if done == want => Ok(()),
-            Ok(done) => Err(IommuError::UnmapRefused {
-                iova,
-                len: want,
-                reason: format!(
-                    "only {done:#x} bytes were mapped there (nothing in the range is reachable \
-                     by the device any more)"
-                ),
-            }),
-            Err(e) => Err(IommuError::UnmapRefused {
-                iova,
-                len: want,
-                reason: e.to_string(),
-            }),
-        }
+        unmap_outcome(
+            iova,
+            len,
+            self.sys.unmap_dma(&self.container, iova, len as u64),
+        )
     }
 }

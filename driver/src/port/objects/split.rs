@@ -6,15 +6,14 @@ use super::recover::WorkQueue;
 use super::revoke::PoolRevocation;
 use super::Port;
 use crate::backend::Backend;
-use crate::control::{input, output_too_short, KeyAccess, MemoryKey};
+use crate::control::{KeyAccess, MemoryKey};
 use crate::error::{DriverError, QueueKind};
 use crate::mem::{Mempool, HEADROOM};
 use crate::port::flow::{FlowMatch, FlowRule};
-use crate::port::wq::{fill_cyclic_wq, ring_pages};
 use crate::rx::{SplitQueueParts, SplitRxQueue, SPLIT_HEADER_BYTES, SPLIT_WQE_BYTES};
 use cxdirect_dma::{DmaBufMapping, DmaBufMode};
 use cxdirect_hw::cmd::Opcode;
-use cxdirect_hw::wq::{CreateRqIn, CreateRqOut, RqState};
+use cxdirect_hw::wq::RqState;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -170,30 +169,10 @@ impl<B: Backend> Port<B> {
         let ring = self.dma(SPLIT_WQE_BYTES * config.ring_size as usize)?;
         let dbr = self.dma(64)?;
         let log = config.ring_size.trailing_zeros() as u8;
-        let pages = ring_pages(&ring);
-        let mut cmd = input(
-            Opcode::CreateRq,
-            0,
-            CreateRqIn::<&[u8]>::SIZE + 8 * pages.len(),
-        );
-        {
-            let mut c = CreateRqIn::new(&mut cmd[..])
-                .map_err(|_| DriverError::layout(Opcode::CreateRq, "input"))?;
-            let mut ctx = c.ctx_mut();
-            ctx.set_cqn(cq.cqn())
-                .set_flush_in_error_en(true)
-                .set_mem_rq_type(0)
-                .set_counter_set_id(self.q_counter.as_ref().map_or(0, |s| s.id()));
-            fill_cyclic_wq(ctx.wq_mut(), pd, &ring, &dbr, log);
+        let rqn = self.create_rq_in_rst(pd, &ring, &dbr, cq.cqn(), log, |mut wq| {
             // Two 16-byte data segments per WQE.
-            ctx.wq_mut()
-                .set_log_wq_stride(SPLIT_WQE_BYTES.trailing_zeros() as u8);
-            for (i, iova) in pages.enumerate() {
-                let _ = c.set_pas(i, iova);
-            }
-        }
-        let out = self.dev.exec(&cmd, CreateRqOut::<&[u8]>::SIZE)?;
-        let rqn = CreateRqOut::new(&out[..]).map_err(output_too_short)?.rqn();
+            wq.set_log_wq_stride(SPLIT_WQE_BYTES.trailing_zeros() as u8);
+        })?;
         record.rqn = rqn;
         self.modify_rq(rqn, RqState::Rst, RqState::Rdy)?;
         SplitRxQueue::new(SplitQueueParts {
