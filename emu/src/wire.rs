@@ -256,6 +256,8 @@ impl Port {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    // Inlined into `transmit` as it was before the impaired path became a second caller.
+    #[inline(always)]
     fn deliver(&self, frame: &[u8], fifo_capacity: usize) {
         let len = frame.len() as u64;
         let mut queue = self.lock();
@@ -461,7 +463,7 @@ impl Wire {
         AtomicCounters::add(&sender.counters.tx_frames, 1);
         AtomicCounters::add(&sender.counters.tx_bytes, len as u64);
         if let Some(impairer) = &sender.impairer {
-            impairer.transmit(frame, |crossing| self.arrive(receiver, crossing));
+            self.transmit_impaired(impairer, receiver, frame);
             return Ok(());
         }
         if self.tap_enabled.load(Ordering::Acquire) {
@@ -469,6 +471,13 @@ impl Wire {
         }
         receiver.deliver(frame, self.fifo_capacity);
         Ok(())
+    }
+
+    /// The impaired path of `transmit`, out of line so the perfect wire's path stays as it was.
+    #[cold]
+    #[inline(never)]
+    fn transmit_impaired(&self, impairer: &Impairer, receiver: &Port, frame: &[u8]) {
+        impairer.transmit(frame, |crossing| self.arrive(receiver, crossing));
     }
 
     /// A frame reaching the far end of an impaired wire: the tap sees it, then the peer's FIFO.
