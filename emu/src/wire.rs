@@ -616,8 +616,11 @@ impl Wire {
         Ok(self.port(port)?.counters.snapshot())
     }
 
-    /// Records every frame put on the wire from now on into `writer`, replacing any tap already
-    /// set. Safe to call while other threads transmit.
+    /// Records every frame that crosses the wire from now on into `writer`, replacing any tap
+    /// already set. Safe to call while other threads transmit.
+    ///
+    /// The tap sits at the far end of the cable: on an impaired wire it records frames after
+    /// the impairments, as they reached the peer port (see [`Wire::transmit`]).
     ///
     /// Timestamps are wall-clock times since the UNIX epoch: the wall clock when the wire was
     /// created plus the monotonic time elapsed since, so they never run backwards. Frames from
