@@ -473,47 +473,6 @@ impl Wire {
         Ok(())
     }
 
-    /// The impaired path of `transmit`, out of line so the perfect wire's path stays as it was.
-    #[cold]
-    #[inline(never)]
-    fn transmit_impaired(&self, impairer: &Impairer, receiver: &Port, frame: &[u8]) {
-        impairer.transmit(frame, |crossing| self.arrive(receiver, crossing));
-    }
-
-    /// A frame reaching the far end of an impaired wire: the tap sees it, then the peer's FIFO.
-    fn arrive(&self, receiver: &Port, frame: &[u8]) {
-        if self.tap_enabled.load(Ordering::Acquire) {
-            self.record(frame);
-        }
-        receiver.deliver(frame, self.fifo_capacity);
-    }
-
-    /// Delivers at once every frame the impairments hold back on the frames `from` sends (see
-    /// [`Impairments::delay_frames`], [`Impairments::reorder_probability`]), in the order they
-    /// would have crossed had enough later frames been sent. Returns how many were held; 0 on
-    /// a perfect wire.
-    pub fn release_held(&self, from: PortId) -> Result<usize, WireError> {
-        let sender = self.port(from)?;
-        let Some(impairer) = &sender.impairer else {
-            return Ok(0);
-        };
-        let receiver = self
-            .ports
-            .get(sender.peer)
-            .ok_or_else(|| self.unknown(from))?;
-        Ok(impairer.release_all(|crossing| self.arrive(receiver, crossing)))
-    }
-
-    /// What the impairments did to the frames `from` sent; all zero on a perfect wire.
-    pub fn impairment_counters(&self, from: PortId) -> Result<ImpairmentCounters, WireError> {
-        Ok(self
-            .port(from)?
-            .impairer
-            .as_ref()
-            .map(|impairer| impairer.counters())
-            .unwrap_or_default())
-    }
-
     /// Takes the oldest frame queued at `port` into `buf`, returning `Ok(false)` if none is
     /// queued.
     ///
