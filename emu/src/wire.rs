@@ -11,6 +11,10 @@
 //! Frame buffers are recycled per port, so once a wire has warmed up, transmit and receive copy
 //! bytes without allocating. Locks are per port and held only for a copy and a queue operation; a
 //! pcap tap ([`Wire::set_pcap`]) has its own lock, which is not touched while no tap is set.
+//!
+//! A wire is perfect unless [`WireConfig::impairments`] asks otherwise: then frames are dropped,
+//! duplicated, reordered, corrupted or delayed, reproducibly from a seed (see [`Impairments`]).
+//! A perfect wire pays one branch per frame for the feature.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -20,6 +24,11 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::pcap::{PcapError, PcapWriter};
+
+mod impair;
+
+use impair::Impairer;
+pub use impair::{ImpairmentCounters, Impairments};
 
 /// Length of an Ethernet II header (two MAC addresses and the EtherType), in bytes.
 pub const ETHERNET_HEADER_LEN: usize = 14;
@@ -108,23 +117,34 @@ pub enum WireError {
     /// A FIFO capacity of zero frames was configured.
     #[error("a wire's receive FIFO must hold at least one frame")]
     InvalidFifoCapacity,
+    /// An impairment is out of range: a probability outside 0.0..=1.0 (or NaN), a reordering
+    /// without a window, or holds whose sum overflows.
+    #[error("wire impairment `{field}` is out of range")]
+    InvalidImpairment {
+        /// The [`Impairments`] field at fault.
+        field: &'static str,
+    },
     /// The pcap tap failed to write or flush; it has been removed and the wire runs on without it.
     #[error("pcap tap failed and was removed: {0}")]
     Pcap(#[from] PcapError),
 }
 
 /// Configuration of a new wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WireConfig {
     /// Receive FIFO depth per port, in frames (at least 1). Frames arriving at a full FIFO are
     /// dropped and counted.
     pub fifo_capacity: usize,
+    /// What the wire does wrong on purpose, in every direction; [`Impairments::NONE`] (the
+    /// default) for a perfect wire.
+    pub impairments: Impairments,
 }
 
 impl Default for WireConfig {
     fn default() -> Self {
         Self {
             fifo_capacity: DEFAULT_FIFO_CAPACITY,
+            impairments: Impairments::NONE,
         }
     }
 }
@@ -208,10 +228,12 @@ struct Port {
     queue: Mutex<PortQueue>,
     arrived: Condvar,
     counters: AtomicCounters,
+    /// The impairments of the frames this port sends; `None` on a perfect wire.
+    impairer: Option<Box<Impairer>>,
 }
 
 impl Port {
-    fn new(peer: usize, fifo_capacity: usize) -> Self {
+    fn new(peer: usize, fifo_capacity: usize, impairer: Option<Box<Impairer>>) -> Self {
         Self {
             peer,
             queue: Mutex::new(PortQueue {
@@ -224,6 +246,7 @@ impl Port {
             }),
             arrived: Condvar::new(),
             counters: AtomicCounters::default(),
+            impairer,
         }
     }
 
@@ -233,6 +256,8 @@ impl Port {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    // Inlined into `transmit` as it was before the impaired path became a second caller.
+    #[inline(always)]
     fn deliver(&self, frame: &[u8], fifo_capacity: usize) {
         let len = frame.len() as u64;
         let mut queue = self.lock();
@@ -312,33 +337,42 @@ impl Wire {
     /// A one-port wire ([`PortId::LOOPBACK`]) whose port receives its own frames, with the
     /// default FIFO depth of [`DEFAULT_FIFO_CAPACITY`] frames.
     pub fn loopback() -> Wire {
-        Self::build(&[0], DEFAULT_FIFO_CAPACITY)
+        Self::build(&[0], WireConfig::default())
     }
 
     /// Two ports, [`PortId::A`] and [`PortId::B`], back to back: A's frames arrive at B and B's
     /// at A. Default FIFO depth of [`DEFAULT_FIFO_CAPACITY`] frames.
     pub fn pair() -> Wire {
-        Self::build(&[1, 0], DEFAULT_FIFO_CAPACITY)
+        Self::build(&[1, 0], WireConfig::default())
     }
 
     /// Like [`Wire::loopback`] with the given configuration.
     pub fn loopback_with(config: WireConfig) -> Result<Wire, WireError> {
-        Ok(Self::build(&[0], Self::check(config)?))
+        Self::check(&config)?;
+        Ok(Self::build(&[0], config))
     }
 
     /// Like [`Wire::pair`] with the given configuration.
     pub fn pair_with(config: WireConfig) -> Result<Wire, WireError> {
-        Ok(Self::build(&[1, 0], Self::check(config)?))
+        Self::check(&config)?;
+        Ok(Self::build(&[1, 0], config))
     }
 
-    fn check(config: WireConfig) -> Result<usize, WireError> {
+    fn check(config: &WireConfig) -> Result<(), WireError> {
         if config.fifo_capacity == 0 {
             return Err(WireError::InvalidFifoCapacity);
         }
-        Ok(config.fifo_capacity)
+        config
+            .impairments
+            .validate()
+            .map_err(|field| WireError::InvalidImpairment { field })
     }
 
-    fn build(peers: &[usize], fifo_capacity: usize) -> Wire {
+    fn build(peers: &[usize], config: WireConfig) -> Wire {
+        let WireConfig {
+            fifo_capacity,
+            impairments,
+        } = config;
         let created = Instant::now();
         // A clock set before 1970 only makes capture dates wrong, not the wire: start from zero.
         let created_wall = SystemTime::now()
@@ -347,7 +381,12 @@ impl Wire {
         Wire {
             ports: peers
                 .iter()
-                .map(|&peer| Port::new(peer, fifo_capacity))
+                .enumerate()
+                .map(|(index, &peer)| {
+                    let impairer = (!impairments.is_none())
+                        .then(|| Box::new(Impairer::new(impairments, index)));
+                    Port::new(peer, fifo_capacity, impairer)
+                })
                 .collect(),
             fifo_capacity,
             created,
@@ -400,7 +439,12 @@ impl Wire {
     /// The bytes are copied; the caller keeps its buffer. The frame is queued at the peer port,
     /// or dropped and counted there if its FIFO is full: a wire does not block, so a drop is
     /// still `Ok`. Frames of a bad size are refused with an error and counted as `rejected` on
-    /// the sending port. A pcap tap, if set, records every frame put on the wire, dropped or not.
+    /// the sending port.
+    ///
+    /// A pcap tap, if set, records what arrives at the far end of the cable: every frame that
+    /// reaches the peer port, whether its FIFO then takes it or drops it. On an impaired wire the
+    /// tap sits after the impairments: it shows frames as they crossed (corrupted, duplicated,
+    /// reordered, when released from a hold) and never shows frames the impairments dropped.
     pub fn transmit(&self, from: PortId, frame: &[u8]) -> Result<(), WireError> {
         let sender = self.port(from)?;
         let len = frame.len();
@@ -418,6 +462,10 @@ impl Wire {
             .ok_or_else(|| self.unknown(from))?;
         AtomicCounters::add(&sender.counters.tx_frames, 1);
         AtomicCounters::add(&sender.counters.tx_bytes, len as u64);
+        if let Some(impairer) = &sender.impairer {
+            self.transmit_impaired(impairer, receiver, frame);
+            return Ok(());
+        }
         if self.tap_enabled.load(Ordering::Acquire) {
             self.record(frame);
         }
@@ -527,8 +575,11 @@ impl Wire {
         Ok(self.port(port)?.counters.snapshot())
     }
 
-    /// Records every frame put on the wire from now on into `writer`, replacing any tap already
-    /// set. Safe to call while other threads transmit.
+    /// Records every frame that crosses the wire from now on into `writer`, replacing any tap
+    /// already set. Safe to call while other threads transmit.
+    ///
+    /// The tap sits at the far end of the cable: on an impaired wire it records frames after
+    /// the impairments, as they reached the peer port (see [`Wire::transmit`]).
     ///
     /// Timestamps are wall-clock times since the UNIX epoch: the wall clock when the wire was
     /// created plus the monotonic time elapsed since, so they never run backwards. Frames from

@@ -163,7 +163,11 @@ fn receive_replaces_old_buffer_contents() {
 
 #[test]
 fn full_fifo_drops_and_counts() {
-    let wire = Wire::pair_with(WireConfig { fifo_capacity: 8 }).expect("config");
+    let wire = Wire::pair_with(WireConfig {
+        fifo_capacity: 8,
+        ..WireConfig::default()
+    })
+    .expect("config");
     assert_eq!(wire.fifo_capacity(), 8);
     for seq in 0..20 {
         // A full FIFO is not the sender's error: a real wire does not push back.
@@ -199,9 +203,17 @@ fn full_fifo_drops_and_counts() {
 
 #[test]
 fn zero_capacity_is_refused() {
-    let err = Wire::loopback_with(WireConfig { fifo_capacity: 0 }).unwrap_err();
+    let err = Wire::loopback_with(WireConfig {
+        fifo_capacity: 0,
+        ..WireConfig::default()
+    })
+    .unwrap_err();
     assert!(matches!(err, WireError::InvalidFifoCapacity), "{err:?}");
-    let err = Wire::pair_with(WireConfig { fifo_capacity: 0 }).unwrap_err();
+    let err = Wire::pair_with(WireConfig {
+        fifo_capacity: 0,
+        ..WireConfig::default()
+    })
+    .unwrap_err();
     assert!(matches!(err, WireError::InvalidFifoCapacity), "{err:?}");
     assert_eq!(WireConfig::default().fifo_capacity, DEFAULT_FIFO_CAPACITY);
 }
@@ -285,6 +297,7 @@ fn concurrent_transmit_delivers_everything_once() {
     let wire = Arc::new(
         Wire::pair_with(WireConfig {
             fifo_capacity: 2 * PER_THREAD as usize,
+            ..WireConfig::default()
         })
         .expect("config"),
     );
@@ -355,6 +368,7 @@ fn both_ports_transmit_at_once() {
     let wire = Arc::new(
         Wire::pair_with(WireConfig {
             fifo_capacity: N as usize,
+            ..WireConfig::default()
         })
         .expect("cfg"),
     );
@@ -461,7 +475,11 @@ impl SharedBuf {
 
 #[test]
 fn pcap_tap_records_every_transmitted_frame() {
-    let wire = Wire::pair_with(WireConfig { fifo_capacity: 1 }).expect("config");
+    let wire = Wire::pair_with(WireConfig {
+        fifo_capacity: 1,
+        ..WireConfig::default()
+    })
+    .expect("config");
     let buf = SharedBuf::default();
     assert!(!wire.has_pcap());
     let before = SystemTime::now()
