@@ -168,6 +168,7 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         rre: false,
         rwe: false,
         rae: false,
+        sq_consumed: 0,
         slot,
     };
     let Some(qpn) = core.res.qps.insert(qp) else {
@@ -359,6 +360,7 @@ fn clone_attrs(qp: &Qp) -> Qp {
         rre: qp.rre,
         rwe: qp.rwe,
         rae: qp.rae,
+        sq_consumed: qp.sq_consumed,
         slot: qp.slot,
     }
 }

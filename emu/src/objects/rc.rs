@@ -72,6 +72,8 @@ pub(crate) struct Qp {
     pub rre: bool,
     pub rwe: bool,
     pub rae: bool,
+    /// Send WQEBB counter the requester has executed up to (wraps at 16 bits).
+    pub sq_consumed: u16,
     pub slot: Slot,
 }
 

@@ -1,0 +1,538 @@
+//! The RoCE v2 RC requester: on a send doorbell for an RC QP, fetch each new WQE from the
+//! QP's send ring, gather its message (data segments through memory keys, or inline bytes),
+//! and cut it into RoCE v2 packets of at most the path MTU: Ethernet, IPv4 or IPv6, UDP to
+//! port 4791, BTH, RETH and ImmDt where the opcode carries them, the payload padded to four
+//! bytes, and the invariant CRC (ICRC) as the last four bytes.
+
+use crate::counters::add;
+use crate::fw::mkey::translate;
+use crate::fw::Core;
+use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome, ErrCqe};
+use cxdirect_hw::qp::state;
+use cxdirect_hw::roce::{gid_is_ipv4_mapped, RoceAddrLayout, ROCE_V2_UDP_DPORT};
+use cxdirect_hw::wqe::{self, opcode, CtrlSeg, DataSeg, RaddrSeg, INLINE_SEG, WQE_BB, WQE_DS};
+
+/// RC BTH opcodes (IBA, `include/rdma/ib_pack.h`).
+pub(crate) mod bth_opcode {
+    /// SEND first packet.
+    pub const SEND_FIRST: u8 = 0x00;
+    /// SEND middle packet.
+    pub const SEND_MIDDLE: u8 = 0x01;
+    /// SEND last packet.
+    pub const SEND_LAST: u8 = 0x02;
+    /// SEND last packet with immediate.
+    pub const SEND_LAST_IMM: u8 = 0x03;
+    /// SEND in one packet.
+    pub const SEND_ONLY: u8 = 0x04;
+    /// SEND in one packet with immediate.
+    pub const SEND_ONLY_IMM: u8 = 0x05;
+    /// RDMA WRITE first packet (with RETH).
+    pub const WRITE_FIRST: u8 = 0x06;
+    /// RDMA WRITE middle packet.
+    pub const WRITE_MIDDLE: u8 = 0x07;
+    /// RDMA WRITE last packet.
+    pub const WRITE_LAST: u8 = 0x08;
+    /// RDMA WRITE last packet with immediate.
+    pub const WRITE_LAST_IMM: u8 = 0x09;
+    /// RDMA WRITE in one packet (with RETH).
+    pub const WRITE_ONLY: u8 = 0x0a;
+    /// RDMA WRITE in one packet with RETH and immediate.
+    pub const WRITE_ONLY_IMM: u8 = 0x0b;
+}
+
+/// Length of the Base Transport Header.
+pub(crate) const BTH_LEN: usize = 12;
+/// Length of the RDMA Extended Transport Header.
+pub(crate) const RETH_LEN: usize = 16;
+/// Length of the Immediate Data header.
+pub(crate) const IMM_LEN: usize = 4;
+/// Length of the ICRC trailer.
+pub(crate) const ICRC_LEN: usize = 4;
+/// PSNs are 24 bits.
+pub(crate) const PSN_MASK: u32 = 0x00ff_ffff;
+/// Default partition key.
+const DEFAULT_PKEY: u16 = 0xffff;
+/// BTH AckReq bit in the PSN word.
+const ACK_REQ: u32 = 0x8000_0000;
+
+/// The CRC-32 (IEEE 802.3, reflected) lookup table.
+const CRC_TABLE: [u32; 256] = {
+    let mut table = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 {
+                0xedb8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
+            k += 1;
+        }
+        table[i] = c;
+        i += 1;
+    }
+    table
+};
+
+/// Runs the CRC-32 register `crc` (not inverted) over `bytes`.
+fn crc32_update(mut crc: u32, bytes: &[u8]) -> u32 {
+    for &b in bytes {
+        crc = CRC_TABLE[((crc ^ u32::from(b)) & 0xff) as usize] ^ (crc >> 8);
+    }
+    crc
+}
+
+/// The ICRC of a RoCE v2 packet: `frame` from its Ethernet header to the end of its padded
+/// payload (ICRC excluded), `l3` the offset of its IP header. The variant fields are masked
+/// to ones (IPv4 TOS, TTL and checksum; IPv6 traffic class, flow label and hop limit; the UDP
+/// checksum; the BTH reserved byte before the destination QP), eight bytes of ones stand for
+/// the absent LRH, and the CRC-32 is taken over it all. Returned in wire byte order.
+pub(crate) fn icrc(frame: &[u8], l3: usize) -> [u8; 4] {
+    let mut crc = crc32_update(0xffff_ffff, &[0xff; 8]);
+    let ip = &frame[l3..];
+    let (ip_len, mut head) = if ip[0] >> 4 == 4 {
+        let mut h = [0u8; 20];
+        h.copy_from_slice(&ip[..20]);
+        h[1] = 0xff;
+        h[8] = 0xff;
+        h[10] = 0xff;
+        h[11] = 0xff;
+        let mut buf = [0u8; 40];
+        buf[..20].copy_from_slice(&h);
+        (20, buf)
+    } else {
+        let mut h = [0u8; 40];
+        h.copy_from_slice(&ip[..40]);
+        h[0] |= 0x0f;
+        h[1] = 0xff;
+        h[2] = 0xff;
+        h[3] = 0xff;
+        h[7] = 0xff;
+        (40, h)
+    };
+    crc = crc32_update(crc, &head[..ip_len]);
+    head[..8].copy_from_slice(&ip[ip_len..ip_len + 8]);
+    head[6] = 0xff;
+    head[7] = 0xff;
+    crc = crc32_update(crc, &head[..8]);
+    let bth = &ip[ip_len + 8..];
+    let mut masked_bth = [0u8; BTH_LEN];
+    masked_bth.copy_from_slice(&bth[..BTH_LEN]);
+    masked_bth[4] = 0xff;
+    crc = crc32_update(crc, &masked_bth);
+    crc = crc32_update(crc, &bth[BTH_LEN..]);
+    (!crc).to_le_bytes()
+}
+
+/// Bytes of path MTU code `code` (1 = 256 ... 5 = 4096).
+pub(crate) fn mtu_bytes(code: u8) -> usize {
+    256usize << code.clamp(1, 5).saturating_sub(1)
+}
+
+/// The addresses a QP's packets carry.
+struct Addresses {
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src_gid: [u8; 16],
+    dst_gid: [u8; 16],
+}
+
+/// Source and destination addresses of `qpn`'s path: the source GID and MAC from the RoCE
+/// address table entry, the destination from the path (this port's own on a loopback path).
+fn addresses(core: &Core, qpn: u32) -> Option<Addresses> {
+    let qp = core.res.qps.get(qpn)?;
+    let path = qp.path;
+    let (src_gid, src_mac) = match core.res.gids.valid(usize::from(path.gid_index)) {
+        Some(entry) => {
+            let layout = RoceAddrLayout::new(&entry[..]).ok()?;
+            let mac = layout.source_mac();
+            let mac = if mac == [0; 6] { core.cfg.mac } else { mac };
+            (layout.gid(), mac)
+        }
+        None => ([0; 16], core.cfg.mac),
+    };
+    let (dst_gid, dst_mac) = if path.loopback {
+        (src_gid, src_mac)
+    } else {
+        (path.rgid, path.rmac)
+    };
+    Some(Addresses {
+        src_mac,
+        dst_mac,
+        src_gid,
+        dst_gid,
+    })
+}
+
+/// One RC packet's transport fields.
+pub(crate) struct Transport {
+    pub opcode: u8,
+    pub dest_qpn: u32,
+    pub psn: u32,
+    pub ack_req: bool,
+    pub solicited: bool,
+    /// RETH (virtual address, rkey, DMA length), when the opcode carries one.
+    pub reth: Option<(u64, u32, u32)>,
+    /// AETH (syndrome << 24 | MSN), when the opcode carries one.
+    pub aeth: Option<u32>,
+    /// Immediate data, when the opcode carries it.
+    pub imm: Option<u32>,
+}
+
+/// Builds a RoCE v2 frame for QP `qpn`'s path into `out` (cleared first): headers from `t`,
+/// then `payload`, the pad and the ICRC.
+pub(crate) fn build_frame(
+    core: &Core,
+    qpn: u32,
+    t: &Transport,
+    payload: &[u8],
+    out: &mut Vec<u8>,
+) -> bool {
+    let Some(addr) = addresses(core, qpn) else {
+        return false;
+    };
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return false;
+    };
+    let path = qp.path;
+    let v4 = gid_is_ipv4_mapped(&addr.dst_gid);
+    let pad = (4 - payload.len() % 4) % 4;
+    let ext =
+        t.reth.map_or(0, |_| RETH_LEN) + t.aeth.map_or(0, |_| 4) + t.imm.map_or(0, |_| IMM_LEN);
+    let udp_len = 8 + BTH_LEN + ext + payload.len() + pad + ICRC_LEN;
+    out.clear();
+    out.extend_from_slice(&addr.dst_mac);
+    out.extend_from_slice(&addr.src_mac);
+    let l3 = 14;
+    if v4 {
+        out.extend_from_slice(&0x0800u16.to_be_bytes());
+        let total = (20 + udp_len) as u16;
+        let mut ip = [0u8; 20];
+        ip[0] = 0x45;
+        ip[1] = path.tclass;
+        ip[2..4].copy_from_slice(&total.to_be_bytes());
+        ip[6] = 0x40;
+        ip[8] = if path.hop_limit == 0 {
+            64
+        } else {
+            path.hop_limit
+        };
+        ip[9] = 17;
+        ip[12..16].copy_from_slice(&addr.src_gid[12..16]);
+        ip[16..20].copy_from_slice(&addr.dst_gid[12..16]);
+        let sum = ip_checksum(&ip);
+        ip[10..12].copy_from_slice(&sum.to_be_bytes());
+        out.extend_from_slice(&ip);
+    } else {
+        out.extend_from_slice(&0x86ddu16.to_be_bytes());
+        let word = (6u32 << 28) | (u32::from(path.tclass) << 20) | (path.flow_label & 0xf_ffff);
+        out.extend_from_slice(&word.to_be_bytes());
+        out.extend_from_slice(&(udp_len as u16).to_be_bytes());
+        out.push(17);
+        out.push(if path.hop_limit == 0 {
+            64
+        } else {
+            path.hop_limit
+        });
+        out.extend_from_slice(&addr.src_gid);
+        out.extend_from_slice(&addr.dst_gid);
+    }
+    out.extend_from_slice(&path.udp_sport.to_be_bytes());
+    out.extend_from_slice(&ROCE_V2_UDP_DPORT.to_be_bytes());
+    out.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    out.extend_from_slice(&[0, 0]);
+    out.push(t.opcode);
+    out.push((u8::from(t.solicited) << 7) | ((pad as u8) << 4));
+    out.extend_from_slice(&DEFAULT_PKEY.to_be_bytes());
+    out.extend_from_slice(&(t.dest_qpn & PSN_MASK).to_be_bytes());
+    let psn_word = (t.psn & PSN_MASK) | if t.ack_req { ACK_REQ } else { 0 };
+    out.extend_from_slice(&psn_word.to_be_bytes());
+    if let Some((va, rkey, len)) = t.reth {
+        out.extend_from_slice(&va.to_be_bytes());
+        out.extend_from_slice(&rkey.to_be_bytes());
+        out.extend_from_slice(&len.to_be_bytes());
+    }
+    if let Some(aeth) = t.aeth {
+        out.extend_from_slice(&aeth.to_be_bytes());
+    }
+    if let Some(imm) = t.imm {
+        out.extend_from_slice(&imm.to_be_bytes());
+    }
+    out.extend_from_slice(payload);
+    out.extend(std::iter::repeat_n(0u8, pad));
+    let crc = icrc(out, l3);
+    out.extend_from_slice(&crc);
+    true
+}
+
+/// The IPv4 header checksum of `header` (its checksum field zero).
+fn ip_checksum(header: &[u8]) -> u16 {
+    let mut sum: u32 = header
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// What the requester knows of a WQE it is sending.
+struct Request {
+    opcode: u8,
+    index: u16,
+    bbs: u16,
+    imm: u32,
+    solicited: bool,
+    remote: Option<(u64, u32)>,
+}
+
+/// Send doorbell for RC QP `qpn` on UAR `uar`: executes every WQE posted since the last one.
+pub(crate) fn doorbell(core: &mut Core, uar: u32, qpn: u32) {
+    let Some(qp) = core.res.qps.get(qpn) else {
+        add(&core.counters.bad_doorbells, 1);
+        return;
+    };
+    let Some(log_sq) = qp.log_sq_size else {
+        add(&core.counters.bad_doorbells, 1);
+        return;
+    };
+    if qp.uar != uar || qp.state != state::RTS {
+        add(&core.counters.bad_doorbells, 1);
+        return;
+    }
+    let dbr = qp.dbr;
+    let Ok(word) = core.dma_read_be32(dbr + 4) else {
+        return;
+    };
+    let pi = word as u16;
+    let entries = 1u32 << log_sq;
+    if u32::from(pi.wrapping_sub(qp.sq_consumed)) > entries {
+        add(&core.counters.bad_doorbells, 1);
+        return;
+    }
+    let mut scratch = std::mem::take(&mut core.rc_scratch);
+    while let Some(qp) = core.res.qps.get(qpn) {
+        let index = qp.sq_consumed;
+        if index == pi || qp.state != state::RTS {
+            break;
+        }
+        match execute(core, qpn, index, &mut scratch) {
+            Ok(bbs) => {
+                if let Some(qp) = core.res.qps.get_mut(qpn) {
+                    qp.sq_consumed = index.wrapping_add(bbs);
+                }
+            }
+            Err((opcode, syndrome)) => {
+                fail(core, qpn, index, opcode, syndrome);
+                break;
+            }
+        }
+    }
+    core.rc_scratch = scratch;
+}
+
+/// Reusable buffers of the RC requester.
+#[derive(Default)]
+pub(crate) struct RcScratch {
+    wqe: Vec<u8>,
+    message: Vec<u8>,
+    frame: Vec<u8>,
+}
+
+/// Reads WQEBB `bb` of QP `qpn`'s send ring into `out` (one WQEBB).
+fn read_bb(core: &Core, qpn: u32, bb: u16, out: &mut [u8]) -> Result<(), ()> {
+    let qp = core.res.qps.get(qpn).ok_or(())?;
+    let log_sq = qp.log_sq_size.ok_or(())?;
+    let slot = u64::from(bb) & ((1u64 << log_sq) - 1);
+    let offset = qp.receive.ring_bytes() + slot * WQE_BB as u64;
+    let addr = qp.buf.addr(offset).ok_or(())?;
+    core.dma_read(addr, out).map_err(|_| ())
+}
+
+type WqeError = (u8, CqeSyndrome);
+
+/// Executes the WQE at `index`; returns its WQEBBs.
+fn execute(core: &mut Core, qpn: u32, index: u16, s: &mut RcScratch) -> Result<u16, WqeError> {
+    s.wqe.resize(WQE_BB, 0);
+    read_bb(core, qpn, index, &mut s.wqe[..WQE_BB])
+        .map_err(|_| (0, CqeSyndrome::LocalProtection))?;
+    let ctrl = CtrlSeg::new(&s.wqe[..16]).map_err(|_| (0, CqeSyndrome::LocalQpOperation))?;
+    let (op, ds) = (ctrl.opcode(), usize::from(ctrl.ds()));
+    let (imm, solicited) = (ctrl.imm(), ctrl.se());
+    let (ctrl_qpn, ctrl_index) = (ctrl.qpn_or_sqn(), ctrl.wqe_index());
+    let bad = (op, CqeSyndrome::LocalQpOperation);
+    if ds == 0 || ctrl_qpn != qpn || ctrl_index != index {
+        return Err(bad);
+    }
+    let bbs = wqe::wqebbs(ds) as u16;
+    s.wqe.resize(usize::from(bbs) * WQE_BB, 0);
+    for i in 1..bbs {
+        let range = usize::from(i) * WQE_BB..usize::from(i + 1) * WQE_BB;
+        read_bb(core, qpn, index.wrapping_add(i), &mut s.wqe[range])
+            .map_err(|_| (op, CqeSyndrome::LocalProtection))?;
+    }
+    let mut req = Request {
+        opcode: op,
+        index,
+        bbs,
+        imm,
+        solicited,
+        remote: None,
+    };
+    let mut at = WQE_DS;
+    match op {
+        opcode::SEND | opcode::SEND_IMM => {}
+        opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
+            if ds < 2 {
+                return Err(bad);
+            }
+            let raddr = RaddrSeg::new(&s.wqe[at..at + WQE_DS]).map_err(|_| bad)?;
+            req.remote = Some((raddr.raddr(), raddr.rkey()));
+            at += WQE_DS;
+        }
+        _ => return Err(bad),
+    }
+    gather(core, qpn, &s.wqe[..ds * WQE_DS], at, &mut s.message).map_err(|syn| (op, syn))?;
+    send_message(core, qpn, &req, s);
+    Ok(req.bbs)
+}
+
+/// Gathers the message of the data and inline segments of `wqe` from byte `at` on.
+fn gather(
+    core: &Core,
+    qpn: u32,
+    wqe: &[u8],
+    mut at: usize,
+    message: &mut Vec<u8>,
+) -> Result<(), CqeSyndrome> {
+    message.clear();
+    let qp = core.res.qps.get(qpn).ok_or(CqeSyndrome::LocalQpOperation)?;
+    let pd = qp.pd;
+    let max = 1usize << qp.log_msg_max.min(31);
+    while at + 4 <= wqe.len() {
+        let head = u32::from_be_bytes([wqe[at], wqe[at + 1], wqe[at + 2], wqe[at + 3]]);
+        if head & INLINE_SEG != 0 {
+            let len = (head & !INLINE_SEG) as usize;
+            let end = at + 4 + len;
+            if end > wqe.len() {
+                return Err(CqeSyndrome::LocalLength);
+            }
+            message.extend_from_slice(&wqe[at + 4..end]);
+            at += wqe::inline_seg_ds(len) * WQE_DS;
+        } else {
+            if at + WQE_DS > wqe.len() {
+                break;
+            }
+            let seg = DataSeg::new(&wqe[at..at + WQE_DS]).map_err(|_| CqeSyndrome::LocalLength)?;
+            let len = seg.byte_count() as usize;
+            at += WQE_DS;
+            if len == 0 {
+                continue;
+            }
+            if message.len() + len > max {
+                return Err(CqeSyndrome::LocalLength);
+            }
+            let start = message.len();
+            message.resize(start + len, 0);
+            let dest = &mut message[start..];
+            translate(
+                core,
+                seg.lkey(),
+                pd,
+                seg.addr(),
+                len as u64,
+                false,
+                |iova, offset, bytes| {
+                    let range = offset as usize..(offset + bytes) as usize;
+                    core.dma_read(iova, &mut dest[range])
+                        .map_err(|_| crate::fw::mkey::KeyFault::Bounds)
+                },
+            )
+            .map_err(|_| CqeSyndrome::LocalProtection)?;
+        }
+    }
+    if message.len() > max {
+        return Err(CqeSyndrome::LocalLength);
+    }
+    Ok(())
+}
+
+/// Cuts the gathered message into packets and transmits them.
+fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcScratch) {
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return;
+    };
+    let mtu = mtu_bytes(qp.mtu);
+    let dest_qpn = qp.remote_qpn;
+    let mut psn = qp.next_send_psn & PSN_MASK;
+    let total = s.message.len();
+    let packets = total.div_ceil(mtu).max(1);
+    let write = req.remote.is_some();
+    let with_imm = matches!(req.opcode, opcode::SEND_IMM | opcode::RDMA_WRITE_IMM);
+    for n in 0..packets {
+        let first = n == 0;
+        let last = n + 1 == packets;
+        let bth = match (write, first, last, with_imm) {
+            (false, true, true, false) => bth_opcode::SEND_ONLY,
+            (false, true, true, true) => bth_opcode::SEND_ONLY_IMM,
+            (false, true, false, _) => bth_opcode::SEND_FIRST,
+            (false, false, false, _) => bth_opcode::SEND_MIDDLE,
+            (false, false, true, false) => bth_opcode::SEND_LAST,
+            (false, false, true, true) => bth_opcode::SEND_LAST_IMM,
+            (true, true, true, false) => bth_opcode::WRITE_ONLY,
+            (true, true, true, true) => bth_opcode::WRITE_ONLY_IMM,
+            (true, true, false, _) => bth_opcode::WRITE_FIRST,
+            (true, false, false, _) => bth_opcode::WRITE_MIDDLE,
+            (true, false, true, false) => bth_opcode::WRITE_LAST,
+            (true, false, true, true) => bth_opcode::WRITE_LAST_IMM,
+        };
+        let t = Transport {
+            opcode: bth,
+            dest_qpn,
+            psn,
+            ack_req: last,
+            solicited: last && req.solicited,
+            reth: match req.remote {
+                Some((va, rkey)) if first => Some((va, rkey, total as u32)),
+                _ => None,
+            },
+            aeth: None,
+            imm: (last && with_imm).then_some(req.imm),
+        };
+        let range = (n * mtu).min(total)..((n + 1) * mtu).min(total);
+        let mut frame = std::mem::take(&mut s.frame);
+        if build_frame(core, qpn, &t, &s.message[range], &mut frame) {
+            crate::engine::sq::transmit(core, &frame);
+        }
+        s.frame = frame;
+        psn = (psn + 1) & PSN_MASK;
+    }
+    if let Some(qp) = core.res.qps.get_mut(qpn) {
+        qp.next_send_psn = psn;
+    }
+    let _ = req.index;
+}
+
+/// Writes an error CQE for the WQE at `index` and moves the QP to error.
+fn fail(core: &mut Core, qpn: u32, index: u16, opcode: u8, syndrome: CqeSyndrome) {
+    add(&core.counters.error_cqes, 1);
+    let Some(qp) = core.res.qps.get_mut(qpn) else {
+        return;
+    };
+    qp.state = state::ERR;
+    let cqn = qp.cqn_snd;
+    let mut cqe = [0u8; 64];
+    if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
+        err.set_syndrome(syndrome as u8)
+            .set_s_wqe_opcode(opcode)
+            .set_qpn(qpn)
+            .set_wqe_counter(index)
+            .set_opcode(CqeOpcode::ReqErr as u8);
+    }
+    if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
+        add(&core.counters.completions_lost, 1);
+    }
+}

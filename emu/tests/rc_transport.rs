@@ -1,0 +1,387 @@
+//! The RoCE v2 RC transport on the wire: what an RC QP's send doorbell puts on the wire
+//! (packets cut by path MTU, opcodes, PSNs, headers and ICRC, recomputed here with an
+//! independent CRC-32).
+
+use cxdirect_emu::testkit::{Cq, Host, Sq};
+use cxdirect_emu::wire::{PortId, Wire};
+use cxdirect_emu::{Device, EmuConfig};
+use cxdirect_hw::cmd::Opcode;
+use cxdirect_hw::qp::{mtu, rq_type, service_type, CreateQpIn, CreateQpOut, Qpc, Rst2initQpIn};
+use cxdirect_hw::roce::{roce_version, SetRoceAddressIn};
+use cxdirect_hw::vport::ModifyNicVportContextIn;
+use cxdirect_hw::wqe::{opcode, CtrlSeg, DataSeg, RaddrSeg};
+use std::sync::Arc;
+
+const MEM: usize = 8 << 20;
+const OWN_GID: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1];
+const PEER_GID: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 2];
+const OWN_GID6: [u8; 16] = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+const PEER_GID6: [u8; 16] = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+const OWN_MAC: [u8; 6] = [0x02, 0xcd, 0, 0, 0, 1];
+const PEER_MAC: [u8; 6] = [0x02, 0xcd, 0, 0, 0, 2];
+const UDP_SPORT: u16 = 0xc123;
+const REMOTE_QPN: u32 = 0x4abc;
+/// Bytes of the QP's own receive ring, before its send ring (16 WQEs of 64 bytes).
+const RQ_BYTES: u64 = 16 * 64;
+
+/// A function on port A of a pair wire whose port B nobody takes from: every frame it sends
+/// waits there for the test.
+fn host() -> (Host, Arc<Wire>) {
+    let cfg = EmuConfig {
+        roce: true,
+        ..EmuConfig::default()
+    };
+    let dev = Device::new(cfg);
+    let wire = Arc::new(Wire::pair());
+    dev.attach(wire.clone(), PortId::A, &[]);
+    let mut h = Host::new(dev, MEM);
+    h.bring_up();
+    enable_roce(&mut h);
+    (h, wire)
+}
+
+fn enable_roce(h: &mut Host) {
+    let mut input = Host::input(Opcode::ModifyNicVportContext, 0, 0x200);
+    let mut cmd = ModifyNicVportContextIn::new(&mut input[..]).expect("layout");
+    cmd.field_select_mut().set_roce_en(true);
+    cmd.nic_vport_context_mut().set_roce_en(true);
+    h.exec(&input, 16)
+        .expect("MODIFY_NIC_VPORT_CONTEXT roce_en");
+}
+
+fn set_gid(h: &mut Host, index: u16, gid: [u8; 16], l3: u8) {
+    let mut input = Host::input(Opcode::SetRoceAddress, 0, 0x30);
+    let mut cmd = SetRoceAddressIn::new(&mut input[..]).expect("layout");
+    cmd.set_roce_address_index(index).set_vhca_port_num(1);
+    cmd.roce_address_mut()
+        .set_gid(gid)
+        .set_source_mac(OWN_MAC)
+        .set_roce_l3_type(l3)
+        .set_roce_version(roce_version::V2);
+    h.exec(&input, 16).expect("SET_ROCE_ADDRESS");
+}
+
+/// An RC QP in RTS over RoCE v2 (GID `gid_index`, peer `peer_gid`), path MTU `mtu_code`,
+/// first PSN `psn`; its send ring as an [`Sq`] for posting.
+fn rc_qp(h: &mut Host, cq: &Cq, gid_index: u8, peer_gid: [u8; 16], mtu_code: u8, psn: u32) -> Sq {
+    let buf = h.alloc(8192, 4096);
+    let dbr = h.alloc(8, 64);
+    let mut input = Host::input(Opcode::CreateQp, 0, 0x110 + 16);
+    let mut cmd = CreateQpIn::new(&mut input[..]).expect("layout");
+    cmd.qpc_mut()
+        .set_st(service_type::RC)
+        .set_pm_state(3)
+        .set_pd(h.pd)
+        .set_uar_page(h.uar)
+        .set_cqn_snd(cq.cqn)
+        .set_cqn_rcv(cq.cqn)
+        .set_rq_type(rq_type::REGULAR)
+        .set_log_rq_size(4)
+        .set_log_rq_stride(2)
+        .set_log_sq_size(4)
+        .set_log_msg_max(20)
+        .set_ts_format(1)
+        .set_dbr_addr(dbr);
+    cmd.set_pas(0, buf).expect("room");
+    cmd.set_pas(1, buf + 4096).expect("room");
+    let out = h.exec(&input, 16).expect("CREATE_QP");
+    let qpn = CreateQpOut::new(&out[..]).expect("layout").qpn();
+    modify(h, Opcode::Rst2initQp, qpn, |c| {
+        c.set_rre(true).set_rwe(true);
+        c.primary_address_path_mut().set_vhca_port_num(1);
+    });
+    modify(h, Opcode::Init2rtrQp, qpn, |c| {
+        c.set_mtu(mtu_code)
+            .set_log_msg_max(20)
+            .set_remote_qpn(REMOTE_QPN)
+            .set_min_rnr_nak(12)
+            .set_next_rcv_psn(0);
+        c.primary_address_path_mut()
+            .set_vhca_port_num(1)
+            .set_src_addr_index(gid_index)
+            .set_rgid(peer_gid)
+            .set_rmac(PEER_MAC)
+            .set_udp_sport(UDP_SPORT)
+            .set_hop_limit(64);
+    });
+    modify(h, Opcode::Rtr2rtsQp, qpn, |c| {
+        c.set_next_send_psn(psn).set_retry_count(7).set_rnr_retry(7);
+        c.primary_address_path_mut()
+            .set_vhca_port_num(1)
+            .set_ack_timeout(14);
+    });
+    Sq {
+        sqn: qpn,
+        buf: buf + RQ_BYTES,
+        dbr,
+        log: 4,
+        pi: 0,
+        bf_toggle: false,
+    }
+}
+
+fn modify(h: &mut Host, opcode: Opcode, qpn: u32, fill: impl FnOnce(&mut Qpc<&mut [u8]>)) {
+    let mut input = Host::input(opcode, 0, 0x110);
+    let mut cmd = Rst2initQpIn::new(&mut input[..]).expect("layout");
+    cmd.set_qpn(qpn);
+    fill(&mut cmd.qpc_mut());
+    h.exec(&input, 16).expect("QP transition");
+}
+
+/// A one-WQEBB WQE: ctrl, the remote address segment for writes, one data segment.
+fn wqe(sq: &Sq, op: u8, imm: u32, remote: Option<(u64, u32)>, local: (u64, u32, u32)) -> Vec<u8> {
+    let mut w = vec![0u8; 64];
+    let ds = if remote.is_some() { 3 } else { 2 };
+    CtrlSeg::new(&mut w[..16])
+        .expect("layout")
+        .set_opcode(op)
+        .set_wqe_index(sq.pi)
+        .set_qpn_or_sqn(sq.sqn)
+        .set_ds(ds)
+        .set_ce(2)
+        .set_imm(imm);
+    let mut at = 16;
+    if let Some((raddr, rkey)) = remote {
+        RaddrSeg::new(&mut w[at..at + 16])
+            .expect("layout")
+            .set_raddr(raddr)
+            .set_rkey(rkey);
+        at += 16;
+    }
+    DataSeg::new(&mut w[at..at + 16])
+        .expect("layout")
+        .set_byte_count(local.2)
+        .set_lkey(local.1)
+        .set_addr(local.0);
+    w
+}
+
+fn destroy_qp(h: &mut Host, qpn: u32) {
+    let mut input = Host::input(Opcode::DestroyQp, 0, 0x10);
+    cxdirect_hw::qp::Qp2errIn::new(&mut input[..])
+        .expect("layout")
+        .set_qpn(qpn);
+    h.exec(&input, 16).expect("DESTROY_QP");
+}
+
+fn take_frames(wire: &Wire) -> Vec<Vec<u8>> {
+    let mut frames = Vec::new();
+    loop {
+        let mut frame = Vec::new();
+        if !wire.receive(PortId::B, &mut frame).expect("receive") {
+            return frames;
+        }
+        frames.push(frame);
+    }
+}
+
+/// A RoCE v2 packet taken apart.
+#[derive(Debug)]
+struct Roce {
+    opcode: u8,
+    pad: usize,
+    dest_qpn: u32,
+    ack_req: bool,
+    psn: u32,
+    /// Bytes after the BTH, before the pad and ICRC.
+    rest: Vec<u8>,
+}
+
+/// Parses `frame` as Ethernet/IPv4 or IPv6/UDP 4791/BTH, checking every header field the path
+/// sets and the ICRC, recomputed here with the crc32fast crate.
+fn parse(frame: &[u8], v4: bool) -> Roce {
+    assert_eq!(&frame[..6], &PEER_MAC, "destination MAC");
+    assert_eq!(&frame[6..12], &OWN_MAC, "source MAC");
+    let mut masked = Vec::new();
+    masked.extend_from_slice(&[0xff; 8]);
+    let l4 = if v4 {
+        assert_eq!(&frame[12..14], &[0x08, 0x00]);
+        let ip = &frame[14..34];
+        assert_eq!(ip[0], 0x45);
+        assert_eq!(ip[9], 17);
+        assert_eq!(
+            u16::from_be_bytes([ip[2], ip[3]]) as usize,
+            frame.len() - 14
+        );
+        assert_eq!(&ip[12..16], &OWN_GID[12..]);
+        assert_eq!(&ip[16..20], &PEER_GID[12..]);
+        let sum: u32 = ip
+            .chunks(2)
+            .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+            .sum();
+        assert_eq!((sum & 0xffff) + (sum >> 16), 0xffff, "IPv4 header checksum");
+        let mut m = ip.to_vec();
+        m[1] = 0xff;
+        m[8] = 0xff;
+        m[10] = 0xff;
+        m[11] = 0xff;
+        masked.extend_from_slice(&m);
+        34
+    } else {
+        assert_eq!(&frame[12..14], &[0x86, 0xdd]);
+        let ip = &frame[14..54];
+        assert_eq!(ip[0] >> 4, 6);
+        assert_eq!(ip[6], 17);
+        assert_eq!(
+            u16::from_be_bytes([ip[4], ip[5]]) as usize,
+            frame.len() - 54
+        );
+        assert_eq!(&ip[8..24], &OWN_GID6);
+        assert_eq!(&ip[24..40], &PEER_GID6);
+        let mut m = ip.to_vec();
+        m[0] |= 0x0f;
+        m[1] = 0xff;
+        m[2] = 0xff;
+        m[3] = 0xff;
+        m[7] = 0xff;
+        masked.extend_from_slice(&m);
+        54
+    };
+    let udp = &frame[l4..l4 + 8];
+    assert_eq!(u16::from_be_bytes([udp[0], udp[1]]), UDP_SPORT);
+    assert_eq!(u16::from_be_bytes([udp[2], udp[3]]), 4791);
+    assert_eq!(
+        u16::from_be_bytes([udp[4], udp[5]]) as usize,
+        frame.len() - l4
+    );
+    let mut m = udp.to_vec();
+    m[6] = 0xff;
+    m[7] = 0xff;
+    masked.extend_from_slice(&m);
+    let bth = &frame[l4 + 8..];
+    let mut m = bth[..frame.len() - l4 - 8 - 4].to_vec();
+    m[4] = 0xff;
+    masked.extend_from_slice(&m);
+    let want = crc32fast::hash(&masked).to_le_bytes();
+    assert_eq!(&frame[frame.len() - 4..], &want, "ICRC");
+    assert_eq!(u16::from_be_bytes([bth[2], bth[3]]), 0xffff, "P_Key");
+    assert_eq!(bth[1] & 0x0f, 0, "transport header version");
+    let pad = usize::from((bth[1] >> 4) & 3);
+    let qpn_word = u32::from_be_bytes([bth[4], bth[5], bth[6], bth[7]]);
+    let psn_word = u32::from_be_bytes([bth[8], bth[9], bth[10], bth[11]]);
+    let body = &bth[12..bth.len() - 4];
+    assert!(
+        body[body.len() - pad..].iter().all(|&b| b == 0),
+        "pad bytes zero"
+    );
+    Roce {
+        opcode: bth[0],
+        pad,
+        dest_qpn: qpn_word & 0xff_ffff,
+        ack_req: psn_word & 0x8000_0000 != 0,
+        psn: psn_word & 0xff_ffff,
+        rest: body[..body.len() - pad].to_vec(),
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// Posts one WQE of `op` carrying `len` bytes and returns the packets it sent, parsed; checks
+/// that the payloads put together are the message.
+fn send_one(
+    h: &mut Host,
+    wire: &Wire,
+    sq: &mut Sq,
+    op: u8,
+    len: usize,
+    v4: bool,
+) -> (Vec<Roce>, Vec<u8>) {
+    let lkey = h.create_mkey(false, true);
+    let data = pattern(len, len as u8);
+    let src = h.alloc(len.max(1) as u64, 64);
+    h.write(src, &data);
+    let remote = matches!(op, opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM)
+        .then_some((0x1234_5678_9000u64, 0xabcdu32));
+    let w = wqe(sq, op, 0xfeed_f00d, remote, (src, lkey, len as u32));
+    h.post(sq, &w, false);
+    let packets: Vec<Roce> = take_frames(wire).iter().map(|f| parse(f, v4)).collect();
+    (packets, data)
+}
+
+#[test]
+fn sends_and_writes_are_cut_by_path_mtu_with_opcodes_psns_headers_and_icrc() {
+    let (mut h, wire) = host();
+    set_gid(&mut h, 0, OWN_GID, cxdirect_hw::roce::l3_type::IPV4);
+    let cq = h.create_cq(6);
+    let first_psn = 0xff_fffe;
+    let mut sq = rc_qp(&mut h, &cq, 0, PEER_GID, mtu::MTU_1024, first_psn);
+    let mtu_bytes = 1024;
+    let mut psn = first_psn;
+    let cases = [
+        (opcode::SEND, [0x04, 0x00, 0x01, 0x02]),
+        (opcode::SEND_IMM, [0x05, 0x00, 0x01, 0x03]),
+        (opcode::RDMA_WRITE, [0x0a, 0x06, 0x07, 0x08]),
+        (opcode::RDMA_WRITE_IMM, [0x0b, 0x06, 0x07, 0x09]),
+    ];
+    for (op, [only, first, middle, last]) in cases {
+        for len in [
+            0,
+            1,
+            mtu_bytes - 1,
+            mtu_bytes,
+            mtu_bytes + 1,
+            3 * mtu_bytes + 5,
+        ] {
+            let (packets, data) = send_one(&mut h, &wire, &mut sq, op, len, true);
+            let count = len.div_ceil(mtu_bytes).max(1);
+            assert_eq!(packets.len(), count, "op {op:#x} len {len}");
+            let mut got = Vec::new();
+            for (n, p) in packets.iter().enumerate() {
+                let is_first = n == 0;
+                let is_last = n + 1 == count;
+                let want = match (is_first, is_last) {
+                    (true, true) => only,
+                    (true, false) => first,
+                    (false, false) => middle,
+                    (false, true) => last,
+                };
+                assert_eq!(p.opcode, want, "op {op:#x} len {len} packet {n}");
+                assert_eq!(p.psn, psn, "PSN wraps at 2^24");
+                psn = (psn + 1) & 0xff_ffff;
+                assert_eq!(p.ack_req, is_last, "AckReq on the last packet only");
+                assert_eq!(p.dest_qpn, REMOTE_QPN);
+                let mut rest = &p.rest[..];
+                let write = matches!(op, opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM);
+                if write && is_first {
+                    assert_eq!(&rest[..8], &0x1234_5678_9000u64.to_be_bytes(), "RETH va");
+                    assert_eq!(&rest[8..12], &0xabcdu32.to_be_bytes(), "RETH rkey");
+                    assert_eq!(&rest[12..16], &(len as u32).to_be_bytes(), "RETH length");
+                    rest = &rest[16..];
+                }
+                let imm = matches!(op, opcode::SEND_IMM | opcode::RDMA_WRITE_IMM);
+                if imm && is_last {
+                    assert_eq!(&rest[..4], &0xfeed_f00du32.to_be_bytes(), "ImmDt");
+                    rest = &rest[4..];
+                }
+                assert!(rest.len() <= mtu_bytes);
+                assert_eq!(p.pad, (4 - rest.len() % 4) % 4);
+                got.extend_from_slice(rest);
+            }
+            assert_eq!(got, data, "op {op:#x} len {len}: payload intact");
+        }
+    }
+    assert!(psn < first_psn, "the PSN wrapped past 2^24");
+    destroy_qp(&mut h, sq.sqn);
+    h.teardown();
+}
+
+#[test]
+fn an_ipv6_path_sends_ipv6_packets_with_a_matching_icrc() {
+    let (mut h, wire) = host();
+    set_gid(&mut h, 1, OWN_GID6, cxdirect_hw::roce::l3_type::IPV6);
+    let cq = h.create_cq(6);
+    let mut sq = rc_qp(&mut h, &cq, 1, PEER_GID6, mtu::MTU_256, 7);
+    let (packets, data) = send_one(&mut h, &wire, &mut sq, opcode::SEND, 600, false);
+    let opcodes: Vec<u8> = packets.iter().map(|p| p.opcode).collect();
+    assert_eq!(opcodes, [0x00, 0x01, 0x02]);
+    let psns: Vec<u32> = packets.iter().map(|p| p.psn).collect();
+    assert_eq!(psns, [7, 8, 9]);
+    let got: Vec<u8> = packets.iter().flat_map(|p| p.rest.clone()).collect();
+    assert_eq!(got, data);
+    destroy_qp(&mut h, sq.sqn);
+    h.teardown();
+}
