@@ -2,15 +2,18 @@
 //! (packets cut by path MTU, opcodes, PSNs, headers and ICRC, recomputed here with an
 //! independent CRC-32).
 
-use cxdirect_emu::testkit::{Cq, Host, Sq};
+use cxdirect_emu::pcap::PcapWriter;
+use cxdirect_emu::testkit::{Cq, Host, Sq, IOVA_BASE};
 use cxdirect_emu::wire::{PortId, Wire};
 use cxdirect_emu::{Device, EmuConfig};
 use cxdirect_hw::cmd::Opcode;
+use cxdirect_hw::mkey::{mkey_from_index, CreateMkeyIn, CreateMkeyOut, MKC_ACCESS_MODE_PA};
 use cxdirect_hw::qp::{mtu, rq_type, service_type, CreateQpIn, CreateQpOut, Qpc, Rst2initQpIn};
 use cxdirect_hw::roce::{roce_version, SetRoceAddressIn};
 use cxdirect_hw::vport::ModifyNicVportContextIn;
-use cxdirect_hw::wqe::{opcode, CtrlSeg, DataSeg, RaddrSeg};
-use std::sync::Arc;
+use cxdirect_hw::wqe::{opcode, CtrlSeg, DataSeg, RaddrSeg, INVALID_LKEY};
+use std::io::Write;
+use std::sync::{Arc, Mutex};
 
 const MEM: usize = 8 << 20;
 const OWN_GID: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1];
@@ -64,6 +67,23 @@ fn set_gid(h: &mut Host, index: u16, gid: [u8; 16], l3: u8) {
 /// An RC QP in RTS over RoCE v2 (GID `gid_index`, peer `peer_gid`), path MTU `mtu_code`,
 /// first PSN `psn`; its send ring as an [`Sq`] for posting.
 fn rc_qp(h: &mut Host, cq: &Cq, gid_index: u8, peer_gid: [u8; 16], mtu_code: u8, psn: u32) -> Sq {
+    let sq = create_qp(h, cq);
+    let path = Path {
+        gid_index,
+        peer_gid,
+        peer_mac: PEER_MAC,
+        remote_qpn: REMOTE_QPN,
+        mtu_code,
+        send_psn: psn,
+        receive_psn: 0,
+    };
+    connect(h, sq.sqn, &path);
+    sq
+}
+
+/// CREATE_QP: a 16-entry receive ring of 64-byte WQEs, then a 16-WQEBB send ring; the send
+/// ring as an [`Sq`] (its doorbell record's receive counter is at `dbr`).
+fn create_qp(h: &mut Host, cq: &Cq) -> Sq {
     let buf = h.alloc(8192, 4096);
     let dbr = h.alloc(8, 64);
     let mut input = Host::input(Opcode::CreateQp, 0, 0x110 + 16);
@@ -86,30 +106,6 @@ fn rc_qp(h: &mut Host, cq: &Cq, gid_index: u8, peer_gid: [u8; 16], mtu_code: u8,
     cmd.set_pas(1, buf + 4096).expect("room");
     let out = h.exec(&input, 16).expect("CREATE_QP");
     let qpn = CreateQpOut::new(&out[..]).expect("layout").qpn();
-    modify(h, Opcode::Rst2initQp, qpn, |c| {
-        c.set_rre(true).set_rwe(true);
-        c.primary_address_path_mut().set_vhca_port_num(1);
-    });
-    modify(h, Opcode::Init2rtrQp, qpn, |c| {
-        c.set_mtu(mtu_code)
-            .set_log_msg_max(20)
-            .set_remote_qpn(REMOTE_QPN)
-            .set_min_rnr_nak(12)
-            .set_next_rcv_psn(0);
-        c.primary_address_path_mut()
-            .set_vhca_port_num(1)
-            .set_src_addr_index(gid_index)
-            .set_rgid(peer_gid)
-            .set_rmac(PEER_MAC)
-            .set_udp_sport(UDP_SPORT)
-            .set_hop_limit(64);
-    });
-    modify(h, Opcode::Rtr2rtsQp, qpn, |c| {
-        c.set_next_send_psn(psn).set_retry_count(7).set_rnr_retry(7);
-        c.primary_address_path_mut()
-            .set_vhca_port_num(1)
-            .set_ack_timeout(14);
-    });
     Sq {
         sqn: qpn,
         buf: buf + RQ_BYTES,
@@ -118,6 +114,47 @@ fn rc_qp(h: &mut Host, cq: &Cq, gid_index: u8, peer_gid: [u8; 16], mtu_code: u8,
         pi: 0,
         bf_toggle: false,
     }
+}
+
+/// Where a QP's path leads.
+struct Path {
+    gid_index: u8,
+    peer_gid: [u8; 16],
+    peer_mac: [u8; 6],
+    remote_qpn: u32,
+    mtu_code: u8,
+    send_psn: u32,
+    receive_psn: u32,
+}
+
+/// RST2INIT (remote read and write allowed), INIT2RTR over `path`, RTR2RTS.
+fn connect(h: &mut Host, qpn: u32, path: &Path) {
+    modify(h, Opcode::Rst2initQp, qpn, |c| {
+        c.set_rre(true).set_rwe(true);
+        c.primary_address_path_mut().set_vhca_port_num(1);
+    });
+    modify(h, Opcode::Init2rtrQp, qpn, |c| {
+        c.set_mtu(path.mtu_code)
+            .set_log_msg_max(20)
+            .set_remote_qpn(path.remote_qpn)
+            .set_min_rnr_nak(12)
+            .set_next_rcv_psn(path.receive_psn);
+        c.primary_address_path_mut()
+            .set_vhca_port_num(1)
+            .set_src_addr_index(path.gid_index)
+            .set_rgid(path.peer_gid)
+            .set_rmac(path.peer_mac)
+            .set_udp_sport(UDP_SPORT)
+            .set_hop_limit(64);
+    });
+    modify(h, Opcode::Rtr2rtsQp, qpn, |c| {
+        c.set_next_send_psn(path.send_psn)
+            .set_retry_count(7)
+            .set_rnr_retry(7);
+        c.primary_address_path_mut()
+            .set_vhca_port_num(1)
+            .set_ack_timeout(14);
+    });
 }
 
 fn modify(h: &mut Host, opcode: Opcode, qpn: u32, fill: impl FnOnce(&mut Qpc<&mut [u8]>)) {
@@ -187,13 +224,42 @@ struct Roce {
     rest: Vec<u8>,
 }
 
+/// The ICRC of RoCE v2 frame `frame` (IPv4 or IPv6, untagged), computed here from the IBA
+/// rules with the crc32fast crate: eight bytes of ones for the LRH, then the IP, UDP and
+/// transport headers with their variant fields set to ones, then the payload and pad.
+fn expected_icrc(frame: &[u8]) -> [u8; 4] {
+    let mut masked = vec![0xff; 8];
+    let l4 = if frame[12..14] == [0x08, 0x00] {
+        let mut m = frame[14..34].to_vec();
+        m[1] = 0xff;
+        m[8] = 0xff;
+        m[10] = 0xff;
+        m[11] = 0xff;
+        masked.extend_from_slice(&m);
+        34
+    } else {
+        let mut m = frame[14..54].to_vec();
+        m[0] |= 0x0f;
+        m[1] = 0xff;
+        m[2] = 0xff;
+        m[3] = 0xff;
+        m[7] = 0xff;
+        masked.extend_from_slice(&m);
+        54
+    };
+    let mut m = frame[l4..frame.len() - 4].to_vec();
+    m[6] = 0xff;
+    m[7] = 0xff;
+    m[8 + 4] = 0xff;
+    masked.extend_from_slice(&m);
+    crc32fast::hash(&masked).to_le_bytes()
+}
+
 /// Parses `frame` as Ethernet/IPv4 or IPv6/UDP 4791/BTH, checking every header field the path
 /// sets and the ICRC, recomputed here with the crc32fast crate.
 fn parse(frame: &[u8], v4: bool) -> Roce {
     assert_eq!(&frame[..6], &PEER_MAC, "destination MAC");
     assert_eq!(&frame[6..12], &OWN_MAC, "source MAC");
-    let mut masked = Vec::new();
-    masked.extend_from_slice(&[0xff; 8]);
     let l4 = if v4 {
         assert_eq!(&frame[12..14], &[0x08, 0x00]);
         let ip = &frame[14..34];
@@ -210,12 +276,6 @@ fn parse(frame: &[u8], v4: bool) -> Roce {
             .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
             .sum();
         assert_eq!((sum & 0xffff) + (sum >> 16), 0xffff, "IPv4 header checksum");
-        let mut m = ip.to_vec();
-        m[1] = 0xff;
-        m[8] = 0xff;
-        m[10] = 0xff;
-        m[11] = 0xff;
-        masked.extend_from_slice(&m);
         34
     } else {
         assert_eq!(&frame[12..14], &[0x86, 0xdd]);
@@ -228,13 +288,6 @@ fn parse(frame: &[u8], v4: bool) -> Roce {
         );
         assert_eq!(&ip[8..24], &OWN_GID6);
         assert_eq!(&ip[24..40], &PEER_GID6);
-        let mut m = ip.to_vec();
-        m[0] |= 0x0f;
-        m[1] = 0xff;
-        m[2] = 0xff;
-        m[3] = 0xff;
-        m[7] = 0xff;
-        masked.extend_from_slice(&m);
         54
     };
     let udp = &frame[l4..l4 + 8];
@@ -244,16 +297,8 @@ fn parse(frame: &[u8], v4: bool) -> Roce {
         u16::from_be_bytes([udp[4], udp[5]]) as usize,
         frame.len() - l4
     );
-    let mut m = udp.to_vec();
-    m[6] = 0xff;
-    m[7] = 0xff;
-    masked.extend_from_slice(&m);
     let bth = &frame[l4 + 8..];
-    let mut m = bth[..frame.len() - l4 - 8 - 4].to_vec();
-    m[4] = 0xff;
-    masked.extend_from_slice(&m);
-    let want = crc32fast::hash(&masked).to_le_bytes();
-    assert_eq!(&frame[frame.len() - 4..], &want, "ICRC");
+    assert_eq!(&frame[frame.len() - 4..], &expected_icrc(frame), "ICRC");
     assert_eq!(u16::from_be_bytes([bth[2], bth[3]]), 0xffff, "P_Key");
     assert_eq!(bth[1] & 0x0f, 0, "transport header version");
     let pad = usize::from((bth[1] >> 4) & 3);
@@ -384,4 +429,275 @@ fn an_ipv6_path_sends_ipv6_packets_with_a_matching_icrc() {
     assert_eq!(got, data);
     destroy_qp(&mut h, sq.sqn);
     h.teardown();
+}
+
+/// A pcap sink the test reads back.
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("capture").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Two functions back to back, each with one RC QP connected to the other's, path MTU 1024.
+struct Pair {
+    a: Host,
+    b: Host,
+    cq_a: Cq,
+    cq_b: Cq,
+    sq_a: Sq,
+    sq_b: Sq,
+    wire: Arc<Wire>,
+    capture: Capture,
+}
+
+const MTU: usize = 1024;
+/// Bytes of the biggest message the tests move.
+const BIG: usize = 1 << 20;
+
+fn pair(send_psn: u32) -> Pair {
+    let cfg = |mac| EmuConfig {
+        roce: true,
+        mac,
+        ..EmuConfig::default()
+    };
+    let (da, db) = Device::pair(cfg(OWN_MAC), cfg(PEER_MAC));
+    let (wire, _) = da.wire().expect("wired");
+    let capture = Capture::default();
+    wire.set_pcap(PcapWriter::new(capture.clone()).expect("pcap header"))
+        .expect("tap");
+    let mut a = Host::new(da, MEM);
+    let mut b = Host::new(db, MEM);
+    for (h, gid) in [(&mut a, OWN_GID), (&mut b, PEER_GID)] {
+        h.bring_up();
+        enable_roce(h);
+        set_gid(h, 0, gid, cxdirect_hw::roce::l3_type::IPV4);
+    }
+    let cq_a = a.create_cq(8);
+    let cq_b = b.create_cq(8);
+    let sq_a = create_qp(&mut a, &cq_a);
+    let sq_b = create_qp(&mut b, &cq_b);
+    let path = |peer_gid, peer_mac, remote_qpn, send_psn, receive_psn| Path {
+        gid_index: 0,
+        peer_gid,
+        peer_mac,
+        remote_qpn,
+        mtu_code: mtu::MTU_1024,
+        send_psn,
+        receive_psn,
+    };
+    connect(
+        &mut a,
+        sq_a.sqn,
+        &path(PEER_GID, PEER_MAC, sq_b.sqn, send_psn, 0),
+    );
+    connect(
+        &mut b,
+        sq_b.sqn,
+        &path(OWN_GID, OWN_MAC, sq_a.sqn, 0, send_psn),
+    );
+    Pair {
+        a,
+        b,
+        cq_a,
+        cq_b,
+        sq_a,
+        sq_b,
+        wire,
+        capture,
+    }
+}
+
+impl Pair {
+    /// Lets both functions take what reached them until the wire is quiet.
+    fn settle(&self) {
+        for _ in 0..4 {
+            self.b.dev.poll();
+            self.a.dev.poll();
+        }
+    }
+
+    /// Every frame on the wire so far: each must be RoCE v2 with a correct ICRC.
+    fn check_captured_icrcs(&self) -> usize {
+        self.wire.flush_pcap().expect("flush");
+        let bytes = self.capture.0.lock().expect("capture").clone();
+        let capture = pcap_parser::PcapCapture::from_file(&bytes).expect("a pcap file");
+        for (i, block) in capture.blocks.iter().enumerate() {
+            let f = block.data;
+            assert_eq!(block.caplen, block.origlen, "frame {i} captured whole");
+            assert_eq!(&f[36..38], &4791u16.to_be_bytes(), "frame {i}: UDP 4791");
+            assert_eq!(&f[f.len() - 4..], &expected_icrc(f), "frame {i}: ICRC");
+        }
+        capture.blocks.len()
+    }
+
+    fn teardown(mut self) {
+        destroy_qp(&mut self.a, self.sq_a.sqn);
+        destroy_qp(&mut self.b, self.sq_b.sqn);
+        self.a.teardown();
+        self.b.teardown();
+    }
+}
+
+/// Posts a one-segment receive WQE at the QP's own ring (16 entries of 64 bytes at the
+/// buffer's start) and bumps the doorbell record's receive counter.
+fn post_recv(h: &Host, sq: &Sq, rq_pi: &mut u16, addr: u64, len: u32, lkey: u32) {
+    let mut w = [0u8; 64];
+    DataSeg::new(&mut w[..16])
+        .expect("layout")
+        .set_byte_count(len)
+        .set_lkey(lkey)
+        .set_addr(addr);
+    DataSeg::new(&mut w[16..32])
+        .expect("layout")
+        .set_lkey(INVALID_LKEY);
+    let slot = u64::from(*rq_pi) & 15;
+    h.write(sq.buf - RQ_BYTES + slot * 64, &w);
+    *rq_pi = rq_pi.wrapping_add(1);
+    h.write_be32(sq.dbr, u32::from(*rq_pi));
+}
+
+/// A PA memory key over all host memory with local and the given remote rights, in `pd`.
+fn remote_key(h: &mut Host, remote_write: bool, pd: u32) -> u32 {
+    let mut input = Host::input(Opcode::CreateMkey, 0, 0x110);
+    let mut cmd = CreateMkeyIn::new(&mut input[..]).expect("layout");
+    cmd.memory_key_mkey_entry_mut()
+        .set_access_mode(MKC_ACCESS_MODE_PA)
+        .set_lr(true)
+        .set_lw(true)
+        .set_rr(true)
+        .set_rw(remote_write)
+        .set_pd(pd)
+        .set_qpn(0xff_ffff)
+        .set_mkey_7_0(0x5a)
+        .set_start_addr(IOVA_BASE)
+        .set_len(MEM as u64);
+    let out = h.exec(&input, 16).expect("CREATE_MKEY");
+    mkey_from_index(
+        CreateMkeyOut::new(&out[..]).expect("layout").mkey_index(),
+        0x5a,
+    )
+}
+
+/// Every CQE waiting on `cq`.
+fn drain(h: &Host, cq: &mut Cq) -> Vec<Vec<u8>> {
+    std::iter::from_fn(|| h.poll_cq(cq)).collect()
+}
+
+fn cqe_opcode(cqe: &[u8]) -> u8 {
+    cqe[63] >> 4
+}
+
+fn be32(bytes: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+}
+
+fn wqe_counter(cqe: &[u8]) -> u16 {
+    u16::from_be_bytes([cqe[60], cqe[61]])
+}
+
+#[test]
+fn send_write_and_write_with_immediate_arrive_intact_with_completions_on_both_sides() {
+    let mut p = pair(0xff_fc00);
+    let lkey_a = p.a.create_mkey(false, true);
+    let lkey_b = p.b.create_mkey(false, true);
+    let pd_b = p.b.pd;
+    let rkey_b = remote_key(&mut p.b, true, pd_b);
+    let src = p.a.alloc(BIG as u64, 4096);
+    let dst = p.b.alloc(BIG as u64 + 64, 4096);
+    let mut rq_pi = 0u16;
+    let mut sent = 0u32;
+    for op in [
+        opcode::SEND,
+        opcode::SEND_IMM,
+        opcode::RDMA_WRITE,
+        opcode::RDMA_WRITE_IMM,
+    ] {
+        for len in [0, 1, MTU - 1, MTU, MTU + 1, BIG] {
+            let what = format!("op {op:#x} len {len}");
+            let data = pattern(len, op ^ len as u8);
+            p.a.write(src, &data);
+            p.b.write(dst, &vec![0xee; len + 64]);
+            let consumes_receive = op != opcode::RDMA_WRITE;
+            if consumes_receive {
+                post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, BIG as u32, lkey_b);
+            }
+            let remote =
+                (op == opcode::RDMA_WRITE || op == opcode::RDMA_WRITE_IMM).then_some((dst, rkey_b));
+            let index = p.sq_a.pi;
+            let w = wqe(
+                &p.sq_a,
+                op,
+                0x1234_0000 | u32::from(index),
+                remote,
+                (src, lkey_a, len as u32),
+            );
+            p.a.post(&mut p.sq_a, &w, false);
+            p.settle();
+            sent += 1;
+            assert_eq!(p.b.read(dst, len), data, "{what}: bytes intact");
+            assert_eq!(
+                p.b.read(dst + len as u64, 64),
+                vec![0xee; 64],
+                "{what}: nothing past the end"
+            );
+            let resp = drain(&p.b, &mut p.cq_b);
+            if consumes_receive {
+                assert_eq!(resp.len(), 1, "{what}: one responder CQE");
+                let c = &resp[0];
+                let want = match op {
+                    opcode::SEND => 2,
+                    opcode::SEND_IMM => 3,
+                    _ => 1,
+                };
+                assert_eq!(cqe_opcode(c), want, "{what}: responder CQE opcode");
+                assert_eq!(be32(c, 44), len as u32, "{what}: byte count");
+                assert_eq!(be32(c, 56) & 0xff_ffff, p.sq_b.sqn, "{what}: QPN");
+                assert_eq!(
+                    wqe_counter(c),
+                    rq_pi.wrapping_sub(1),
+                    "{what}: receive WQE counter"
+                );
+                assert_eq!(be32(c, 32) & 0xff_ffff, 0, "{what}: no SRQ");
+                if op != opcode::SEND {
+                    assert_eq!(
+                        be32(c, 36),
+                        0x1234_0000 | u32::from(index),
+                        "{what}: immediate"
+                    );
+                }
+            } else {
+                assert!(
+                    resp.is_empty(),
+                    "{what}: a plain WRITE completes nothing at the responder"
+                );
+            }
+            let req = drain(&p.a, &mut p.cq_a);
+            assert_eq!(req.len(), 1, "{what}: one requester CQE");
+            assert_eq!(cqe_opcode(&req[0]), 0, "{what}: REQ");
+            assert_eq!(wqe_counter(&req[0]), index, "{what}: requester WQE counter");
+            assert_eq!(be32(&req[0], 56), (u32::from(op) << 24) | p.sq_a.sqn);
+        }
+    }
+    let frames = p.check_captured_icrcs();
+    assert!(
+        frames > 4 * (BIG / MTU) + sent as usize,
+        "every packet and ACK captured ({frames})"
+    );
+    let counters = p.b.dev.counters();
+    assert_eq!(counters.roce_icrc_drops, 0);
+    assert_eq!(counters.roce_rx_drops, 0);
+    assert_eq!(
+        counters.roce_acks_sent,
+        u64::from(sent),
+        "one coalesced ACK per message"
+    );
+    p.teardown();
 }

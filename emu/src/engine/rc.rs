@@ -7,7 +7,8 @@
 use crate::counters::add;
 use crate::fw::mkey::translate;
 use crate::fw::Core;
-use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome, ErrCqe};
+use crate::objects::rc::Outstanding;
+use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome, ErrCqe};
 use cxdirect_hw::qp::state;
 use cxdirect_hw::roce::{gid_is_ipv4_mapped, RoceAddrLayout, ROCE_V2_UDP_DPORT};
 use cxdirect_hw::wqe::{self, opcode, CtrlSeg, DataSeg, RaddrSeg, INLINE_SEG, WQE_BB, WQE_DS};
@@ -286,6 +287,7 @@ struct Request {
     bbs: u16,
     imm: u32,
     solicited: bool,
+    signaled: bool,
     remote: Option<(u64, u32)>,
 }
 
@@ -299,7 +301,15 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, qpn: u32) {
         add(&core.counters.bad_doorbells, 1);
         return;
     };
-    if qp.uar != uar || qp.state != state::RTS {
+    if qp.uar != uar {
+        add(&core.counters.bad_doorbells, 1);
+        return;
+    }
+    if qp.state == state::ERR {
+        flush(core, qpn);
+        return;
+    }
+    if qp.state != state::RTS {
         add(&core.counters.bad_doorbells, 1);
         return;
     }
@@ -327,6 +337,10 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, qpn: u32) {
             }
             Err((opcode, syndrome)) => {
                 fail(core, qpn, index, opcode, syndrome);
+                if let Some(qp) = core.res.qps.get_mut(qpn) {
+                    qp.sq_consumed = index.wrapping_add(1);
+                }
+                flush(core, qpn);
                 break;
             }
         }
@@ -340,6 +354,8 @@ pub(crate) struct RcScratch {
     wqe: Vec<u8>,
     message: Vec<u8>,
     frame: Vec<u8>,
+    /// The responder's ACK and NAK frames.
+    pub ack: Vec<u8>,
 }
 
 /// Reads WQEBB `bb` of QP `qpn`'s send ring into `out` (one WQEBB).
@@ -362,6 +378,7 @@ fn execute(core: &mut Core, qpn: u32, index: u16, s: &mut RcScratch) -> Result<u
     let ctrl = CtrlSeg::new(&s.wqe[..16]).map_err(|_| (0, CqeSyndrome::LocalQpOperation))?;
     let (op, ds) = (ctrl.opcode(), usize::from(ctrl.ds()));
     let (imm, solicited) = (ctrl.imm(), ctrl.se());
+    let signaled = ctrl.ce() >= wqe::completion::ALWAYS;
     let (ctrl_qpn, ctrl_index) = (ctrl.qpn_or_sqn(), ctrl.wqe_index());
     let bad = (op, CqeSyndrome::LocalQpOperation);
     if ds == 0 || ctrl_qpn != qpn || ctrl_index != index {
@@ -380,6 +397,7 @@ fn execute(core: &mut Core, qpn: u32, index: u16, s: &mut RcScratch) -> Result<u
         bbs,
         imm,
         solicited,
+        signaled,
         remote: None,
     };
     let mut at = WQE_DS;
@@ -512,8 +530,142 @@ fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcScratch) {
     }
     if let Some(qp) = core.res.qps.get_mut(qpn) {
         qp.next_send_psn = psn;
+        qp.req.outstanding.push_back(Outstanding {
+            index: req.index,
+            opcode: req.opcode,
+            last_psn: psn.wrapping_sub(1) & PSN_MASK,
+            signaled: req.signaled,
+            bytes: total as u32,
+        });
     }
-    let _ = req.index;
+}
+
+/// An ACK or NAK (AETH `syndrome`) for `psn` reached requester QP `qpn`: every WQE whose last
+/// packet it acknowledges retires in order, with a CQE when signalled. A NAK for a remote
+/// access error, invalid request or remote operational error completes the WQE it names in
+/// error, moves the QP to error and flushes every WQE after it.
+pub(crate) fn acknowledge(core: &mut Core, qpn: u32, psn: u32, syndrome: u8) {
+    use crate::engine::rc_resp::aeth;
+    let kind = syndrome & aeth::TYPE_MASK;
+    let error = match syndrome {
+        aeth::NAK_REMOTE_ACCESS => Some(CqeSyndrome::RemoteAccess),
+        aeth::NAK_INVALID_REQUEST => Some(CqeSyndrome::RemoteInvalidRequest),
+        aeth::NAK_REMOTE_OPERATION => Some(CqeSyndrome::RemoteOperation),
+        _ => None,
+    };
+    // A NAK acknowledges the packets before the PSN it names; an ACK, that PSN too.
+    let acked_through = if kind == 0 {
+        psn
+    } else {
+        psn.wrapping_sub(1) & PSN_MASK
+    };
+    loop {
+        let Some(qp) = core.res.qps.get_mut(qpn) else {
+            return;
+        };
+        let Some(&front) = qp.req.outstanding.front() else {
+            break;
+        };
+        // `front.last_psn` at or before `acked_through`, in 24-bit sequence space.
+        if acked_through.wrapping_sub(front.last_psn) & PSN_MASK >= 1 << 23 {
+            break;
+        }
+        qp.req.outstanding.pop_front();
+        if front.signaled {
+            requester_cqe(core, qpn, &front);
+        }
+    }
+    if let Some(syndrome) = error {
+        let front = core
+            .res
+            .qps
+            .get_mut(qpn)
+            .and_then(|qp| qp.req.outstanding.pop_front());
+        if let Some(front) = front {
+            fail(core, qpn, front.index, front.opcode, syndrome);
+        }
+        flush(core, qpn);
+    }
+}
+
+/// Writes the requester CQE of a WQE that completed.
+fn requester_cqe(core: &mut Core, qpn: u32, done: &Outstanding) {
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return;
+    };
+    let cqn = qp.cqn_snd;
+    let mut cqe = [0u8; 64];
+    if let Ok(mut c) = Cqe64::new(&mut cqe[..]) {
+        c.set_opcode(CqeOpcode::Req as u8)
+            .set_sop_drop(done.opcode)
+            .set_qpn(qpn)
+            .set_wqe_counter(done.index)
+            .set_byte_cnt(done.bytes);
+    }
+    if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
+        add(&core.counters.completions_lost, 1);
+    }
+}
+
+/// Completes every WQE still outstanding, then every WQE posted and not executed, with the
+/// flush syndrome (the QP is in error).
+fn flush(core: &mut Core, qpn: u32) {
+    while let Some(front) = core
+        .res
+        .qps
+        .get_mut(qpn)
+        .and_then(|qp| qp.req.outstanding.pop_front())
+    {
+        flushed(core, qpn, front.index, front.opcode);
+    }
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return;
+    };
+    let Ok(word) = core.dma_read_be32(qp.dbr + 4) else {
+        return;
+    };
+    let pi = word as u16;
+    let entries = qp.log_sq_size.map_or(0, |log| 1u32 << log);
+    let mut index = qp.sq_consumed;
+    if u32::from(pi.wrapping_sub(index)) > entries {
+        return;
+    }
+    let mut ctrl = [0u8; 16];
+    while index != pi {
+        let mut bb = [0u8; WQE_BB];
+        if read_bb(core, qpn, index, &mut bb).is_err() {
+            break;
+        }
+        ctrl.copy_from_slice(&bb[..16]);
+        let Ok(seg) = CtrlSeg::new(&ctrl[..]) else {
+            break;
+        };
+        let (op, ds) = (seg.opcode(), usize::from(seg.ds()));
+        flushed(core, qpn, index, op);
+        index = index.wrapping_add((wqe::wqebbs(ds) as u16).max(1));
+    }
+    if let Some(qp) = core.res.qps.get_mut(qpn) {
+        qp.sq_consumed = pi;
+    }
+}
+
+/// The flush-error CQE of one WQE.
+fn flushed(core: &mut Core, qpn: u32, index: u16, opcode: u8) {
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return;
+    };
+    let cqn = qp.cqn_snd;
+    let mut cqe = [0u8; 64];
+    if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
+        err.set_syndrome(CqeSyndrome::WrFlushed as u8)
+            .set_s_wqe_opcode(opcode)
+            .set_qpn(qpn)
+            .set_wqe_counter(index)
+            .set_opcode(CqeOpcode::ReqErr as u8);
+    }
+    if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
+        add(&core.counters.completions_lost, 1);
+    }
 }
 
 /// Writes an error CQE for the WQE at `index` and moves the QP to error.

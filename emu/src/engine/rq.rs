@@ -80,6 +80,10 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8], own: bool) {
         add(&core.counters.rx_steer_drops, 1);
         return;
     }
+    // RoCE v2 goes to the QP its BTH names, not through Ethernet steering.
+    if crate::engine::rc_resp::receive(core, frame) {
+        return;
+    }
     let parsed = packet::parse(frame);
     let words = frame_match_words(&parsed);
     let tirs = match steer(core, &words) {

@@ -74,6 +74,10 @@ pub(crate) struct Qp {
     pub rae: bool,
     /// Send WQEBB counter the requester has executed up to (wraps at 16 bits).
     pub sq_consumed: u16,
+    /// Responder state.
+    pub resp: Responder,
+    /// Requester state: WQEs sent and not yet acknowledged.
+    pub req: Requester,
     pub slot: Slot,
 }
 
@@ -113,4 +117,59 @@ impl GidTable {
             .get(index)
             .filter(|entry| entry[..16].iter().any(|&b| b != 0))
     }
+}
+
+/// What the responder of an RC QP is in the middle of.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Responder {
+    /// Receive WQEs consumed from the QP's own ring (wraps at 16 bits).
+    pub rq_consumed: u16,
+    /// Message sequence number: messages completed, mod 2^24.
+    pub msn: u32,
+    /// A sequence-error NAK was sent and no packet in sequence arrived since.
+    pub nak_sent: bool,
+    /// The receive WQE a multi-packet SEND scatters into, and the bytes it took so far.
+    pub recv: Option<ReceiveInProgress>,
+    /// The RDMA WRITE in progress: next virtual address, rkey, bytes in all, bytes so far.
+    pub write: Option<WriteInProgress>,
+}
+
+/// A receive WQE being filled.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReceiveInProgress {
+    /// WQE counter of the receive WQE.
+    pub index: u16,
+    /// Bytes scattered so far.
+    pub bytes: u32,
+}
+
+/// An RDMA WRITE being received.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WriteInProgress {
+    pub va: u64,
+    pub rkey: u32,
+    pub total: u32,
+    pub done: u32,
+}
+
+/// A send WQE on the wire, waiting for its acknowledgement.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Outstanding {
+    /// WQE counter (the WQEBB index of its control segment).
+    pub index: u16,
+    /// The WQE's opcode.
+    pub opcode: u8,
+    /// PSN of its last packet.
+    pub last_psn: u32,
+    /// A CQE is asked for on success.
+    pub signaled: bool,
+    /// Message bytes.
+    pub bytes: u32,
+}
+
+/// What the requester of an RC QP waits for.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Requester {
+    /// WQEs sent and not acknowledged, oldest first.
+    pub outstanding: std::collections::VecDeque<Outstanding>,
 }
