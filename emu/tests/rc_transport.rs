@@ -7,8 +7,11 @@ use cxdirect_emu::testkit::{Cq, Host, Sq, IOVA_BASE};
 use cxdirect_emu::wire::{PortId, Wire};
 use cxdirect_emu::{Device, EmuConfig};
 use cxdirect_hw::cmd::Opcode;
+use cxdirect_hw::hca::AllocPdOut;
 use cxdirect_hw::mkey::{mkey_from_index, CreateMkeyIn, CreateMkeyOut, MKC_ACCESS_MODE_PA};
-use cxdirect_hw::qp::{mtu, rq_type, service_type, CreateQpIn, CreateQpOut, Qpc, Rst2initQpIn};
+use cxdirect_hw::qp::{
+    mtu, rq_type, service_type, state, CreateQpIn, CreateQpOut, Qpc, Rst2initQpIn,
+};
 use cxdirect_hw::roce::{roce_version, SetRoceAddressIn};
 use cxdirect_hw::vport::ModifyNicVportContextIn;
 use cxdirect_hw::wqe::{opcode, CtrlSeg, DataSeg, RaddrSeg, INVALID_LKEY};
@@ -699,5 +702,220 @@ fn send_write_and_write_with_immediate_arrive_intact_with_completions_on_both_si
         u64::from(sent),
         "one coalesced ACK per message"
     );
+    p.teardown();
+}
+
+fn qp_state(h: &mut Host, qpn: u32) -> u8 {
+    let mut input = Host::input(Opcode::QueryQp, 0, 0x10);
+    cxdirect_hw::qp::Qp2errIn::new(&mut input[..])
+        .expect("layout")
+        .set_qpn(qpn);
+    let out = h.exec(&input, 0x1d0).expect("QUERY_QP");
+    Qpc::new(&out[0x18..]).expect("layout").state()
+}
+
+/// The error CQE fields: (opcode, syndrome, WQE opcode, WQE counter).
+fn err_fields(cqe: &[u8]) -> (u8, u8, u8, u16) {
+    (cqe_opcode(cqe), cqe[55], cqe[56], wqe_counter(cqe))
+}
+
+#[test]
+fn a_refused_remote_access_naks_fails_the_wqe_flushes_the_rest_and_writes_nothing() {
+    for case in ["outside the key", "no remote write", "other PD"] {
+        let mut p = pair(100);
+        let lkey_a = p.a.create_mkey(false, true);
+        let lkey_b = p.b.create_mkey(false, true);
+        let dst = p.b.alloc(4096, 4096);
+        p.b.write(dst, &[0xee; 4096]);
+        let (rkey, raddr) = match case {
+            "outside the key" => {
+                let pd = p.b.pd;
+                (remote_key(&mut p.b, true, pd), IOVA_BASE + MEM as u64 - 100)
+            }
+            "no remote write" => {
+                let pd = p.b.pd;
+                (remote_key(&mut p.b, false, pd), dst)
+            }
+            _ => {
+                let out = p.b.simple(Opcode::AllocPd, 0).expect("ALLOC_PD");
+                let other = AllocPdOut::new(&out[..]).expect("layout").pd();
+                (remote_key(&mut p.b, true, other), dst)
+            }
+        };
+        let mut rq_pi = 0;
+        post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+        let src = p.a.alloc(4096, 4096);
+        p.a.write(src, &pattern(2000, 9));
+        let w = wqe(
+            &p.sq_a,
+            opcode::RDMA_WRITE,
+            0,
+            Some((raddr, rkey)),
+            (src, lkey_a, 2000),
+        );
+        p.a.write_wqe(&mut p.sq_a, &w);
+        let s = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 16));
+        p.a.post(&mut p.sq_a, &s, false);
+        p.settle();
+        let req = drain(&p.a, &mut p.cq_a);
+        assert_eq!(req.len(), 2, "{case}: the failed WQE and the flushed one");
+        assert_eq!(
+            err_fields(&req[0]),
+            (13, 0x13, opcode::RDMA_WRITE, 0),
+            "{case}: REQ_ERR with REMOTE_ACCESS_ERR"
+        );
+        assert_eq!(
+            err_fields(&req[1]),
+            (13, 0x05, opcode::SEND, 1),
+            "{case}: WR_FLUSH_ERR"
+        );
+        assert_eq!(
+            qp_state(&mut p.a, p.sq_a.sqn),
+            state::ERR,
+            "{case}: QP in error"
+        );
+        assert_eq!(
+            p.b.read(dst, 4096),
+            vec![0xee; 4096],
+            "{case}: target untouched"
+        );
+        assert!(
+            drain(&p.b, &mut p.cq_b).is_empty(),
+            "{case}: nothing received"
+        );
+        assert!(p.b.dev.counters().roce_naks_sent >= 1, "{case}: NAK sent");
+        // Later WQEs on the QP in error are flushed at once.
+        let s = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 16));
+        p.a.post(&mut p.sq_a, &s, false);
+        let req = drain(&p.a, &mut p.cq_a);
+        assert_eq!(req.len(), 1);
+        assert_eq!(err_fields(&req[0]), (13, 0x05, opcode::SEND, 2), "{case}");
+        p.check_captured_icrcs();
+        p.teardown();
+    }
+}
+
+#[test]
+fn a_send_without_a_receive_wqe_gets_an_rnr_nak_and_completes_nothing() {
+    let mut p = pair(5);
+    let lkey_a = p.a.create_mkey(false, true);
+    let src = p.a.alloc(4096, 4096);
+    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 64));
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    let counters = p.b.dev.counters();
+    assert_eq!(counters.roce_rnr_naks_sent, 1);
+    assert_eq!(counters.roce_acks_sent, 0);
+    assert!(drain(&p.b, &mut p.cq_b).is_empty());
+    assert!(
+        drain(&p.a, &mut p.cq_a).is_empty(),
+        "the WQE waits for a retry"
+    );
+    p.wire.flush_pcap().expect("flush");
+    let bytes = p.capture.0.lock().expect("capture").clone();
+    let capture = pcap_parser::PcapCapture::from_file(&bytes).expect("a pcap file");
+    let nak = capture.blocks.last().expect("frames").data;
+    assert_eq!(nak[42], 0x11, "an acknowledgement");
+    assert_eq!(be32(nak, 50) & 0xff_ffff, 5, "for the SEND's PSN");
+    assert_eq!(
+        nak[54],
+        0x20 | 12,
+        "RNR NAK with the QP's min_rnr_nak timer"
+    );
+    assert_eq!(&nak[nak.len() - 4..], &expected_icrc(nak));
+    p.teardown();
+}
+
+/// A SEND_ONLY to `dest_qpn` built entirely here, ICRC included.
+fn hand_built_send(dest_qpn: u32, psn: u32, payload: &[u8]) -> Vec<u8> {
+    let pad = (4 - payload.len() % 4) % 4;
+    let udp_len = 8 + 12 + payload.len() + pad + 4;
+    let mut f = Vec::new();
+    f.extend_from_slice(&PEER_MAC);
+    f.extend_from_slice(&OWN_MAC);
+    f.extend_from_slice(&[0x08, 0x00]);
+    let mut ip = [0u8; 20];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&((20 + udp_len) as u16).to_be_bytes());
+    ip[8] = 64;
+    ip[9] = 17;
+    ip[12..16].copy_from_slice(&OWN_GID[12..]);
+    ip[16..20].copy_from_slice(&PEER_GID[12..]);
+    let sum: u32 = ip
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+        .sum();
+    let sum = (sum & 0xffff) + (sum >> 16);
+    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&1234u16.to_be_bytes());
+    f.extend_from_slice(&4791u16.to_be_bytes());
+    f.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(&[0x04, (pad as u8) << 4, 0xff, 0xff]);
+    f.extend_from_slice(&dest_qpn.to_be_bytes());
+    f.extend_from_slice(&(0x8000_0000 | psn).to_be_bytes());
+    f.extend_from_slice(payload);
+    f.extend(std::iter::repeat_n(0, pad));
+    f.extend_from_slice(&[0; 4]);
+    let crc = expected_icrc(&f);
+    let n = f.len();
+    f[n - 4..].copy_from_slice(&crc);
+    f
+}
+
+#[test]
+fn a_bad_icrc_is_dropped_and_counted_and_a_good_one_is_taken() {
+    let mut p = pair(77);
+    let lkey_b = p.b.create_mkey(false, true);
+    let dst = p.b.alloc(4096, 4096);
+    let mut rq_pi = 0;
+    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    let payload = pattern(101, 3);
+    let good = hand_built_send(p.sq_b.sqn, 77, &payload);
+    let mut bad = good.clone();
+    bad[60] ^= 0x01;
+    for frame in [&bad, &good] {
+        p.wire.transmit(PortId::A, frame).expect("transmit");
+        p.b.dev.poll();
+        if std::ptr::eq(frame, &bad) {
+            assert_eq!(
+                p.b.dev.counters().roce_icrc_drops,
+                1,
+                "the bad ICRC counted"
+            );
+            assert!(drain(&p.b, &mut p.cq_b).is_empty(), "and dropped");
+        }
+    }
+    let resp = drain(&p.b, &mut p.cq_b);
+    assert_eq!(resp.len(), 1, "the good copy is received");
+    assert_eq!(be32(&resp[0], 44), 101);
+    assert_eq!(p.b.read(dst, 101), payload);
+    assert_eq!(p.b.dev.counters().roce_icrc_drops, 1);
+    assert_eq!(p.b.dev.counters().roce_acks_sent, 1);
+    p.teardown();
+}
+
+#[test]
+fn duplicates_are_acked_again_and_a_gap_gets_one_sequence_nak() {
+    let mut p = pair(10);
+    let lkey_b = p.b.create_mkey(false, true);
+    let dst = p.b.alloc(4096, 4096);
+    let mut rq_pi = 0;
+    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    let first = hand_built_send(p.sq_b.sqn, 10, &pattern(8, 1));
+    let ahead = hand_built_send(p.sq_b.sqn, 12, &pattern(8, 2));
+    for frame in [&first, &first, &ahead, &ahead] {
+        p.wire.transmit(PortId::A, frame).expect("transmit");
+    }
+    p.b.dev.poll();
+    let c = p.b.dev.counters();
+    assert_eq!(c.roce_duplicates, 1, "the repeated PSN 10");
+    assert_eq!(c.roce_acks_sent, 2, "the ACK and the re-ACK");
+    assert_eq!(
+        c.roce_naks_sent, 1,
+        "one NAK for the gap, however many packets follow it"
+    );
+    assert_eq!(drain(&p.b, &mut p.cq_b).len(), 1, "one message received");
     p.teardown();
 }
