@@ -14,7 +14,8 @@ use cxdirect_hw::qp::{
 };
 use cxdirect_hw::roce::{roce_version, SetRoceAddressIn};
 use cxdirect_hw::vport::ModifyNicVportContextIn;
-use cxdirect_hw::wqe::{opcode, CtrlSeg, DataSeg, RaddrSeg, INVALID_LKEY};
+use cxdirect_hw::wq::{CreateRmpIn, CreateRmpOut, WqType};
+use cxdirect_hw::wqe::{opcode, CtrlSeg, DataSeg, RaddrSeg, SrqNextSeg, INVALID_LKEY};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
@@ -87,6 +88,11 @@ fn rc_qp(h: &mut Host, cq: &Cq, gid_index: u8, peer_gid: [u8; 16], mtu_code: u8,
 /// CREATE_QP: a 16-entry receive ring of 64-byte WQEs, then a 16-WQEBB send ring; the send
 /// ring as an [`Sq`] (its doorbell record's receive counter is at `dbr`).
 fn create_qp(h: &mut Host, cq: &Cq) -> Sq {
+    create_qp_on(h, cq, None)
+}
+
+/// [`create_qp`], its receives from RMP `rmpn` when given.
+fn create_qp_on(h: &mut Host, cq: &Cq, rmpn: Option<u32>) -> Sq {
     let buf = h.alloc(8192, 4096);
     let dbr = h.alloc(8, 64);
     let mut input = Host::input(Opcode::CreateQp, 0, 0x110 + 16);
@@ -98,7 +104,8 @@ fn create_qp(h: &mut Host, cq: &Cq) -> Sq {
         .set_uar_page(h.uar)
         .set_cqn_snd(cq.cqn)
         .set_cqn_rcv(cq.cqn)
-        .set_rq_type(rq_type::REGULAR)
+        .set_rq_type(rmpn.map_or(rq_type::REGULAR, |_| rq_type::SRQ))
+        .set_srqn_rmpn_xrqn(rmpn.unwrap_or(0))
         .set_log_rq_size(4)
         .set_log_rq_stride(2)
         .set_log_sq_size(4)
@@ -466,6 +473,11 @@ const MTU: usize = 1024;
 const BIG: usize = 1 << 20;
 
 fn pair(send_psn: u32) -> Pair {
+    pair_with(send_psn, |_| None)
+}
+
+/// [`pair`], B's QP taking its receives from the RMP `make_rmp` creates on B, if any.
+fn pair_with(send_psn: u32, make_rmp: impl FnOnce(&mut Host) -> Option<u32>) -> Pair {
     let cfg = |mac| EmuConfig {
         roce: true,
         mac,
@@ -486,7 +498,8 @@ fn pair(send_psn: u32) -> Pair {
     let cq_a = a.create_cq(8);
     let cq_b = b.create_cq(8);
     let sq_a = create_qp(&mut a, &cq_a);
-    let sq_b = create_qp(&mut b, &cq_b);
+    let rmpn = make_rmp(&mut b);
+    let sq_b = create_qp_on(&mut b, &cq_b, rmpn);
     let path = |peer_gid, peer_mac, remote_qpn, send_psn, receive_psn| Path {
         gid_index: 0,
         peer_gid,
@@ -917,5 +930,86 @@ fn duplicates_are_acked_again_and_a_gap_gets_one_sequence_nak() {
         "one NAK for the gap, however many packets follow it"
     );
     assert_eq!(drain(&p.b, &mut p.cq_b).len(), 1, "one message received");
+    p.teardown();
+}
+
+#[test]
+fn sends_on_a_qp_with_a_linked_list_rmp_take_its_wqes_in_list_order() {
+    let ring = std::cell::Cell::new((0u64, 0u64, 0u32));
+    let mut p = pair_with(300, |b| {
+        let buf = b.alloc(4096, 4096);
+        let dbr = b.alloc(8, 64);
+        let mut input = Host::input(Opcode::CreateRmp, 0, 0x110 + 8);
+        {
+            let mut cmd = CreateRmpIn::new(&mut input[..]).expect("layout");
+            let mut ctx = cmd.ctx_mut();
+            ctx.set_state(1);
+            ctx.wq_mut()
+                .set_wq_type(WqType::LinkedList as u8)
+                .set_pd(b.pd)
+                .set_dbr_addr(dbr)
+                .set_log_wq_stride(5)
+                .set_log_wq_sz(2);
+            cmd.set_pas(0, buf).expect("room");
+        }
+        let out = b.exec(&input, 16).expect("CREATE_RMP");
+        let rmpn = CreateRmpOut::new(&out[..]).expect("layout").rmpn();
+        ring.set((buf, dbr, rmpn));
+        Some(rmpn)
+    });
+    let (buf, dbr, rmpn) = ring.get();
+    let lkey_a = p.a.create_mkey(false, true);
+    let lkey_b = p.b.create_mkey(false, true);
+    // The list runs 0 → 2 → 1 → 3.
+    let next = [2u16, 3, 1, 0];
+    let bufs: Vec<u64> = (0..4).map(|_| p.b.alloc(4096, 64)).collect();
+    for (index, &to) in next.iter().enumerate() {
+        let mut w = [0u8; 32];
+        SrqNextSeg::new(&mut w[..16])
+            .expect("layout")
+            .set_next_wqe_index(to);
+        DataSeg::new(&mut w[16..])
+            .expect("layout")
+            .set_byte_count(4096)
+            .set_lkey(lkey_b)
+            .set_addr(bufs[index]);
+        p.b.write(buf + index as u64 * 32, &w);
+    }
+    p.b.write_be32(dbr, 3);
+    let src = p.a.alloc(4096, 64);
+    for (n, want_index) in [0u16, 2, 1].into_iter().enumerate() {
+        let data = pattern(1500 + n, n as u8);
+        p.a.write(src, &data);
+        let w = wqe(
+            &p.sq_a,
+            opcode::SEND,
+            0,
+            None,
+            (src, lkey_a, data.len() as u32),
+        );
+        p.a.post(&mut p.sq_a, &w, false);
+        p.settle();
+        let resp = drain(&p.b, &mut p.cq_b);
+        assert_eq!(resp.len(), 1, "message {n}");
+        assert_eq!(wqe_counter(&resp[0]), want_index, "message {n}: list order");
+        assert_eq!(
+            be32(&resp[0], 32) & 0xff_ffff,
+            rmpn,
+            "message {n}: SRQ number"
+        );
+        assert_eq!(be32(&resp[0], 44), data.len() as u32);
+        assert_eq!(p.b.read(bufs[usize::from(want_index)], data.len()), data);
+        assert_eq!(
+            drain(&p.a, &mut p.cq_a).len(),
+            1,
+            "message {n}: requester CQE"
+        );
+    }
+    // Three posted, three taken: the fourth SEND finds none.
+    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 8));
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    assert_eq!(p.b.dev.counters().roce_rnr_naks_sent, 1);
+    p.check_captured_icrcs();
     p.teardown();
 }

@@ -15,10 +15,11 @@ use crate::engine::rc::{
 use crate::fw::mkey::{check_remote, translate, translate_remote, KeyFault, RemoteAccess};
 use crate::fw::Core;
 use crate::objects::rc::{RcReceive, ReceiveInProgress, WriteInProgress};
+use crate::objects::QState;
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome, ErrCqe};
 use cxdirect_hw::qp::state;
 use cxdirect_hw::roce::ROCE_V2_UDP_DPORT;
-use cxdirect_hw::wqe::{DataSeg, INVALID_LKEY, WQE_DS};
+use cxdirect_hw::wqe::{DataSeg, SrqNextSeg, INVALID_LKEY, WQE_DS};
 
 /// AETH syndromes (IBA; Linux `rxe_hdr.h`).
 pub(crate) mod aeth {
@@ -261,21 +262,21 @@ fn packet(core: &mut Core, qpn: u32, opcode: u8, rest: &[u8]) -> Outcome {
                 .and_then(|qp| qp.resp.write.take())
                 .map_or(0, |w| w.total);
             if imm {
-                let Some(index) = take_receive(core, qpn) else {
+                let Some(recv) = take_receive(core, qpn) else {
                     return rnr(core, qpn);
                 };
-                responder_cqe(core, qpn, CqeOpcode::RespWrImm, index, total, imm_data);
+                responder_cqe(core, qpn, CqeOpcode::RespWrImm, recv.index, total, imm_data);
             }
             message_done(core, qpn);
         }
         return Outcome::Done;
     }
     if first {
-        let Some(index) = take_receive(core, qpn) else {
+        let Some(recv) = take_receive(core, qpn) else {
             return rnr(core, qpn);
         };
         if let Some(qp) = core.res.qps.get_mut(qpn) {
-            qp.resp.recv = Some(ReceiveInProgress { index, bytes: 0 });
+            qp.resp.recv = Some(recv);
         }
     }
     if let Err(syndrome) = scatter(core, qpn, rest) {
@@ -366,65 +367,114 @@ fn write_data(core: &mut Core, qpn: u32, data: &[u8], last: bool) -> Result<(), 
     Ok(())
 }
 
-/// Receive WQEs posted on the QP's own ring and not yet taken (0 without an own ring, or when
-/// the doorbell record cannot be read or claims more than the ring holds).
+/// Receive WQEs posted and not yet taken, on the QP's own ring or its RMP (0 without either,
+/// with the RMP not ready, or when the doorbell record cannot be read or claims more than the
+/// ring holds).
 fn posted_receives(core: &Core, qpn: u32) -> u16 {
     let Some(qp) = core.res.qps.get(qpn) else {
         return 0;
     };
-    let RcReceive::Own { log_size, .. } = qp.receive else {
-        return 0;
-    };
-    let Ok(word) = core.dma_read_be32(qp.dbr) else {
-        return 0;
-    };
-    let posted = (word as u16).wrapping_sub(qp.resp.rq_consumed);
-    if u32::from(posted) > 1 << log_size {
-        return 0;
+    match qp.receive {
+        RcReceive::Own { log_size, .. } => {
+            let Ok(word) = core.dma_read_be32(qp.dbr) else {
+                return 0;
+            };
+            let posted = (word as u16).wrapping_sub(qp.resp.rq_consumed);
+            if u32::from(posted) > 1 << log_size {
+                return 0;
+            }
+            posted
+        }
+        RcReceive::Shared(rmpn) => core
+            .res
+            .rmps
+            .get(rmpn)
+            .filter(|rmp| rmp.state == QState::Rdy)
+            .and_then(|rmp| crate::engine::rq::posted(core, &rmp.wq))
+            .unwrap_or(0),
+        RcReceive::None => 0,
     }
-    posted
 }
 
 fn receive_available(core: &Core, qpn: u32) -> bool {
     posted_receives(core, qpn) > 0
 }
 
-/// Takes the next receive WQE of the QP's own ring; its WQE counter.
-fn take_receive(core: &mut Core, qpn: u32) -> Option<u16> {
-    if posted_receives(core, qpn) == 0 {
+/// Takes the next receive WQE of the QP's own ring or RMP (a linked-list RMP's list head);
+/// where it is. `None` when none is posted.
+fn take_receive(core: &mut Core, qpn: u32) -> Option<ReceiveInProgress> {
+    let posted = posted_receives(core, qpn);
+    if posted == 0 {
         return None;
     }
     let qp = core.res.qps.get_mut(qpn)?;
-    let index = qp.resp.rq_consumed;
-    qp.resp.rq_consumed = index.wrapping_add(1);
-    Some(index)
+    match qp.receive {
+        RcReceive::Own {
+            log_size,
+            log_stride,
+        } => {
+            let index = qp.resp.rq_consumed;
+            qp.resp.rq_consumed = index.wrapping_add(1);
+            let stride = 16usize << log_stride;
+            let slot = u64::from(index) & ((1u64 << log_size) - 1);
+            let addr = qp.buf.addr(slot * stride as u64)?;
+            Some(ReceiveInProgress {
+                index,
+                addr,
+                len: stride,
+                data_at: 0,
+                pd: qp.pd,
+                bytes: 0,
+            })
+        }
+        RcReceive::Shared(rmpn) => {
+            let rmp = core.res.rmps.get_mut(rmpn)?;
+            let wq = &mut rmp.wq;
+            let index = wq.linked_head.unwrap_or(wq.consumed);
+            wq.consumed = wq.consumed.wrapping_add(1);
+            let stride = wq.stride() as usize;
+            let slot = u64::from(index) & u64::from(wq.entries() - 1);
+            let addr = wq.buf.addr(slot * stride as u64)?;
+            let (pd, linked, entries) = (wq.pd, wq.linked_head.is_some(), wq.entries());
+            let mut data_at = 0;
+            if linked {
+                // The WQE's next segment names the new list head.
+                let mut next = [0u8; WQE_DS];
+                core.dma_read(addr, &mut next).ok()?;
+                let next = SrqNextSeg::new(&next[..]).ok()?.next_wqe_index();
+                if u32::from(next) >= entries {
+                    return None;
+                }
+                if let Some(rmp) = core.res.rmps.get_mut(rmpn) {
+                    rmp.wq.linked_head = Some(next);
+                }
+                data_at = WQE_DS;
+            }
+            crate::engine::rq::check_limit(core, rmpn, posted - 1);
+            Some(ReceiveInProgress {
+                index,
+                addr,
+                len: stride,
+                data_at,
+                pd,
+                bytes: 0,
+            })
+        }
+        RcReceive::None => None,
+    }
 }
 
 /// Scatters `data` into the receive WQE in progress, after the bytes it already holds.
 fn scatter(core: &mut Core, qpn: u32, data: &[u8]) -> Result<(), CqeSyndrome> {
     let qp = core.res.qps.get(qpn).ok_or(CqeSyndrome::LocalQpOperation)?;
     let recv = qp.resp.recv.ok_or(CqeSyndrome::LocalQpOperation)?;
-    let RcReceive::Own {
-        log_size,
-        log_stride,
-    } = qp.receive
-    else {
-        return Err(CqeSyndrome::LocalQpOperation);
-    };
-    let stride = 16usize << log_stride;
-    let slot = u64::from(recv.index) & ((1u64 << log_size) - 1);
-    let mut wqe = [0u8; 16 << 7];
-    let wqe = &mut wqe[..stride.min(16 << 7)];
-    let addr = qp
-        .buf
-        .addr(slot * stride as u64)
-        .ok_or(CqeSyndrome::LocalProtection)?;
-    core.dma_read(addr, wqe)
+    let mut wqe = [0u8; MAX_RECEIVE_WQE];
+    let wqe = &mut wqe[..recv.len.min(MAX_RECEIVE_WQE)];
+    core.dma_read(recv.addr, wqe)
         .map_err(|_| CqeSyndrome::LocalProtection)?;
-    let pd = qp.pd;
     let mut skip = recv.bytes as usize;
     let mut left = data;
-    for seg in wqe.chunks_exact(WQE_DS) {
+    for seg in wqe[recv.data_at.min(wqe.len())..].chunks_exact(WQE_DS) {
         if left.is_empty() {
             break;
         }
@@ -442,7 +492,7 @@ fn scatter(core: &mut Core, qpn: u32, data: &[u8]) -> Result<(), CqeSyndrome> {
         translate(
             core,
             lkey,
-            pd,
+            recv.pd,
             seg.addr() + skip as u64,
             n as u64,
             true,
@@ -468,6 +518,9 @@ fn scatter(core: &mut Core, qpn: u32, data: &[u8]) -> Result<(), CqeSyndrome> {
     }
     Ok(())
 }
+
+/// Largest receive WQE the responder reads (a 2 KiB stride: 128 data segments).
+const MAX_RECEIVE_WQE: usize = 2048;
 
 /// Writes a responder CQE to the QP's receive CQ.
 fn responder_cqe(core: &mut Core, qpn: u32, op: CqeOpcode, index: u16, bytes: u32, imm: u32) {

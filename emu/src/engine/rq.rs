@@ -597,7 +597,7 @@ pub(crate) fn fill_rx_cqe(
 
 /// Raises the RMP's limit event once when its posted WQEs fall below the armed watermark, and
 /// disarms it (the limit then reads 0 until the driver arms it again).
-fn check_limit(core: &mut Core, rmpn: u32, posted_now: u16) {
+pub(crate) fn check_limit(core: &mut Core, rmpn: u32, posted_now: u16) {
     let Some(rmp) = core.res.rmps.get_mut(rmpn) else {
         return;
     };

@@ -137,8 +137,16 @@ pub(crate) struct Responder {
 /// A receive WQE being filled.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ReceiveInProgress {
-    /// WQE counter of the receive WQE.
+    /// WQE counter of the receive WQE (its index in the ring or RMP).
     pub index: u16,
+    /// Bus address of the WQE.
+    pub addr: u64,
+    /// Bytes of the WQE, its data segments from `data_at` on.
+    pub len: usize,
+    /// Offset of the first data segment (16 past a linked-list RMP's next segment).
+    pub data_at: usize,
+    /// Protection domain of the ring the WQE came from (the QP's, or the RMP's).
+    pub pd: u32,
     /// Bytes scattered so far.
     pub bytes: u32,
 }
