@@ -15,7 +15,7 @@ use cxdirect_hw::qp::{
 use cxdirect_hw::roce::{roce_version, SetRoceAddressIn};
 use cxdirect_hw::vport::ModifyNicVportContextIn;
 use cxdirect_hw::wq::{CreateRmpIn, CreateRmpOut, WqType};
-use cxdirect_hw::wqe::{opcode, CtrlSeg, DataSeg, RaddrSeg, SrqNextSeg, INVALID_LKEY};
+use cxdirect_hw::wqe::{opcode, AtomicSeg, CtrlSeg, DataSeg, RaddrSeg, SrqNextSeg, INVALID_LKEY};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
@@ -137,10 +137,10 @@ struct Path {
     receive_psn: u32,
 }
 
-/// RST2INIT (remote read and write allowed), INIT2RTR over `path`, RTR2RTS.
+/// RST2INIT (remote read, write and atomics allowed), INIT2RTR over `path`, RTR2RTS.
 fn connect(h: &mut Host, qpn: u32, path: &Path) {
     modify(h, Opcode::Rst2initQp, qpn, |c| {
-        c.set_rre(true).set_rwe(true);
+        c.set_rre(true).set_rwe(true).set_rae(true);
         c.primary_address_path_mut().set_vhca_port_num(1);
     });
     modify(h, Opcode::Init2rtrQp, qpn, |c| {
@@ -580,7 +580,8 @@ fn post_recv(h: &Host, sq: &Sq, rq_pi: &mut u16, addr: u64, len: u32, lkey: u32)
     h.write_be32(sq.dbr, u32::from(*rq_pi));
 }
 
-/// A PA memory key over all host memory with local and the given remote rights, in `pd`.
+/// A PA memory key over all host memory in `pd`: local rights, remote read and atomics, and
+/// remote write when `remote_write`.
 fn remote_key(h: &mut Host, remote_write: bool, pd: u32) -> u32 {
     let mut input = Host::input(Opcode::CreateMkey, 0, 0x110);
     let mut cmd = CreateMkeyIn::new(&mut input[..]).expect("layout");
@@ -590,6 +591,7 @@ fn remote_key(h: &mut Host, remote_write: bool, pd: u32) -> u32 {
         .set_lw(true)
         .set_rr(true)
         .set_rw(remote_write)
+        .set_a(true)
         .set_pd(pd)
         .set_qpn(0xff_ffff)
         .set_mkey_7_0(0x5a)
@@ -1010,6 +1012,149 @@ fn sends_on_a_qp_with_a_linked_list_rmp_take_its_wqes_in_list_order() {
     p.a.post(&mut p.sq_a, &w, false);
     p.settle();
     assert_eq!(p.b.dev.counters().roce_rnr_naks_sent, 1);
+    p.check_captured_icrcs();
+    p.teardown();
+}
+
+/// An atomic WQE: ctrl, remote address, atomic segment, one 8-byte local data segment.
+fn atomic_wqe(
+    sq: &Sq,
+    op: u8,
+    remote: (u64, u32),
+    swap_add: u64,
+    compare: u64,
+    local: (u64, u32),
+) -> Vec<u8> {
+    let mut w = vec![0u8; 64];
+    CtrlSeg::new(&mut w[..16])
+        .expect("layout")
+        .set_opcode(op)
+        .set_wqe_index(sq.pi)
+        .set_qpn_or_sqn(sq.sqn)
+        .set_ds(4)
+        .set_ce(2);
+    RaddrSeg::new(&mut w[16..32])
+        .expect("layout")
+        .set_raddr(remote.0)
+        .set_rkey(remote.1);
+    AtomicSeg::new(&mut w[32..48])
+        .expect("layout")
+        .set_swap_add(swap_add)
+        .set_compare(compare);
+    DataSeg::new(&mut w[48..64])
+        .expect("layout")
+        .set_byte_count(8)
+        .set_lkey(local.1)
+        .set_addr(local.0);
+    w
+}
+
+#[test]
+fn rdma_read_brings_remote_bytes_back_in_segmented_responses() {
+    let mut p = pair(0xff_ff00);
+    let lkey_a = p.a.create_mkey(false, true);
+    let pd_b = p.b.pd;
+    let rkey_b = remote_key(&mut p.b, false, pd_b);
+    let remote = p.b.alloc(BIG as u64, 4096);
+    let local = p.a.alloc(BIG as u64 + 64, 4096);
+    for len in [0, 1, MTU - 1, MTU, MTU + 1, BIG] {
+        let data = pattern(len, 0x40 ^ len as u8);
+        p.b.write(remote, &data);
+        p.a.write(local, &vec![0xee; len + 64]);
+        let index = p.sq_a.pi;
+        let w = wqe(
+            &p.sq_a,
+            opcode::RDMA_READ,
+            0,
+            Some((remote, rkey_b)),
+            (local, lkey_a, len as u32),
+        );
+        p.a.post(&mut p.sq_a, &w, false);
+        p.settle();
+        assert_eq!(p.a.read(local, len), data, "len {len}: bytes read");
+        assert_eq!(
+            p.a.read(local + len as u64, 64),
+            vec![0xee; 64],
+            "len {len}: nothing past"
+        );
+        let req = drain(&p.a, &mut p.cq_a);
+        assert_eq!(req.len(), 1, "len {len}: one requester CQE");
+        assert_eq!(cqe_opcode(&req[0]), 0);
+        assert_eq!(wqe_counter(&req[0]), index);
+        assert_eq!(be32(&req[0], 44), len as u32, "len {len}: byte count");
+        assert_eq!(
+            be32(&req[0], 56),
+            (u32::from(opcode::RDMA_READ) << 24) | p.sq_a.sqn
+        );
+        assert!(
+            drain(&p.b, &mut p.cq_b).is_empty(),
+            "a READ completes nothing at the responder"
+        );
+    }
+    // Responses, not ACKs: one response per MTU of every READ, one request each.
+    let frames = p.check_captured_icrcs();
+    assert_eq!(frames, 6 + (1 + 1 + 1 + 1 + 2 + BIG / MTU));
+    p.teardown();
+}
+
+#[test]
+fn atomics_compare_swap_and_fetch_add_return_the_original_value() {
+    let mut p = pair(1000);
+    let lkey_a = p.a.create_mkey(false, true);
+    let pd_b = p.b.pd;
+    let rkey_b = remote_key(&mut p.b, false, pd_b);
+    let target = p.b.alloc(64, 64);
+    p.b.write(target, &100u64.to_be_bytes());
+    let result = p.a.alloc(64, 64);
+    let steps = [
+        (opcode::ATOMIC_FA, 5, 0, 100u64, 105u64),
+        (opcode::ATOMIC_CS, 7, 105, 105, 7),
+        (opcode::ATOMIC_CS, 9, 1, 7, 7),
+        (opcode::ATOMIC_FA, u64::MAX, 0, 7, 6),
+    ];
+    for (op, swap_add, compare, original, after) in steps {
+        let index = p.sq_a.pi;
+        let w = atomic_wqe(
+            &p.sq_a,
+            op,
+            (target, rkey_b),
+            swap_add,
+            compare,
+            (result, lkey_a),
+        );
+        p.a.post(&mut p.sq_a, &w, false);
+        p.settle();
+        assert_eq!(
+            p.a.read(result, 8),
+            original.to_be_bytes(),
+            "op {op:#x}: original"
+        );
+        assert_eq!(
+            p.b.read(target, 8),
+            after.to_be_bytes(),
+            "op {op:#x}: target after"
+        );
+        let req = drain(&p.a, &mut p.cq_a);
+        assert_eq!(req.len(), 1);
+        assert_eq!(cqe_opcode(&req[0]), 0);
+        assert_eq!(wqe_counter(&req[0]), index);
+        assert_eq!(be32(&req[0], 44), 8);
+    }
+    // An unaligned target is refused: remote access error.
+    let w = atomic_wqe(
+        &p.sq_a,
+        opcode::ATOMIC_FA,
+        (target + 4, rkey_b),
+        1,
+        0,
+        (result, lkey_a),
+    );
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    let req = drain(&p.a, &mut p.cq_a);
+    assert_eq!(req.len(), 1);
+    assert_eq!(err_fields(&req[0]), (13, 0x13, opcode::ATOMIC_FA, 4));
+    assert_eq!(p.b.read(target, 8), 6u64.to_be_bytes());
     p.check_captured_icrcs();
     p.teardown();
 }

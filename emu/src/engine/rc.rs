@@ -11,7 +11,9 @@ use crate::objects::rc::Outstanding;
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome, ErrCqe};
 use cxdirect_hw::qp::state;
 use cxdirect_hw::roce::{gid_is_ipv4_mapped, RoceAddrLayout, ROCE_V2_UDP_DPORT};
-use cxdirect_hw::wqe::{self, opcode, CtrlSeg, DataSeg, RaddrSeg, INLINE_SEG, WQE_BB, WQE_DS};
+use cxdirect_hw::wqe::{
+    self, opcode, AtomicSeg, CtrlSeg, DataSeg, RaddrSeg, INLINE_SEG, WQE_BB, WQE_DS,
+};
 
 /// RC BTH opcodes (IBA, `include/rdma/ib_pack.h`).
 pub(crate) mod bth_opcode {
@@ -39,6 +41,22 @@ pub(crate) mod bth_opcode {
     pub const WRITE_ONLY: u8 = 0x0a;
     /// RDMA WRITE in one packet with RETH and immediate.
     pub const WRITE_ONLY_IMM: u8 = 0x0b;
+    /// RDMA READ request (with RETH).
+    pub const READ_REQUEST: u8 = 0x0c;
+    /// READ response first packet (with AETH).
+    pub const READ_RESPONSE_FIRST: u8 = 0x0d;
+    /// READ response middle packet.
+    pub const READ_RESPONSE_MIDDLE: u8 = 0x0e;
+    /// READ response last packet (with AETH).
+    pub const READ_RESPONSE_LAST: u8 = 0x0f;
+    /// READ response in one packet (with AETH).
+    pub const READ_RESPONSE_ONLY: u8 = 0x10;
+    /// Atomic acknowledgement (AETH and the original value).
+    pub const ATOMIC_ACKNOWLEDGE: u8 = 0x12;
+    /// Compare and swap request (AtomicETH).
+    pub const COMPARE_SWAP: u8 = 0x13;
+    /// Fetch and add request (AtomicETH).
+    pub const FETCH_ADD: u8 = 0x14;
 }
 
 /// Length of the Base Transport Header.
@@ -47,6 +65,8 @@ pub(crate) const BTH_LEN: usize = 12;
 pub(crate) const RETH_LEN: usize = 16;
 /// Length of the Immediate Data header.
 pub(crate) const IMM_LEN: usize = 4;
+/// Length of the Atomic Extended Transport Header.
+pub(crate) const ATOMIC_ETH_LEN: usize = 28;
 /// Length of the ICRC trailer.
 pub(crate) const ICRC_LEN: usize = 4;
 /// PSNs are 24 bits.
@@ -180,6 +200,10 @@ pub(crate) struct Transport {
     pub aeth: Option<u32>,
     /// Immediate data, when the opcode carries it.
     pub imm: Option<u32>,
+    /// AtomicETH (virtual address, rkey, swap or add value, compare value).
+    pub atomic: Option<(u64, u32, u64, u64)>,
+    /// AtomicAckETH: the original value at the target.
+    pub atomic_ack: Option<u64>,
 }
 
 /// Builds a RoCE v2 frame for QP `qpn`'s path into `out` (cleared first): headers from `t`,
@@ -200,8 +224,11 @@ pub(crate) fn build_frame(
     let path = qp.path;
     let v4 = gid_is_ipv4_mapped(&addr.dst_gid);
     let pad = (4 - payload.len() % 4) % 4;
-    let ext =
-        t.reth.map_or(0, |_| RETH_LEN) + t.aeth.map_or(0, |_| 4) + t.imm.map_or(0, |_| IMM_LEN);
+    let ext = t.reth.map_or(0, |_| RETH_LEN)
+        + t.aeth.map_or(0, |_| 4)
+        + t.atomic.map_or(0, |_| ATOMIC_ETH_LEN)
+        + t.atomic_ack.map_or(0, |_| 8)
+        + t.imm.map_or(0, |_| IMM_LEN);
     let udp_len = 8 + BTH_LEN + ext + payload.len() + pad + ICRC_LEN;
     out.clear();
     out.extend_from_slice(&addr.dst_mac);
@@ -257,6 +284,15 @@ pub(crate) fn build_frame(
     }
     if let Some(aeth) = t.aeth {
         out.extend_from_slice(&aeth.to_be_bytes());
+    }
+    if let Some(orig) = t.atomic_ack {
+        out.extend_from_slice(&orig.to_be_bytes());
+    }
+    if let Some((va, rkey, swap_add, compare)) = t.atomic {
+        out.extend_from_slice(&va.to_be_bytes());
+        out.extend_from_slice(&rkey.to_be_bytes());
+        out.extend_from_slice(&swap_add.to_be_bytes());
+        out.extend_from_slice(&compare.to_be_bytes());
     }
     if let Some(imm) = t.imm {
         out.extend_from_slice(&imm.to_be_bytes());
@@ -354,8 +390,10 @@ pub(crate) struct RcScratch {
     wqe: Vec<u8>,
     message: Vec<u8>,
     frame: Vec<u8>,
-    /// The responder's ACK and NAK frames.
+    /// The responder's ACK, NAK and response frames.
     pub ack: Vec<u8>,
+    /// The responder's READ response payload.
+    pub response: Vec<u8>,
 }
 
 /// Reads WQEBB `bb` of QP `qpn`'s send ring into `out` (one WQEBB).
@@ -410,6 +448,35 @@ fn execute(core: &mut Core, qpn: u32, index: u16, s: &mut RcScratch) -> Result<u
             let raddr = RaddrSeg::new(&s.wqe[at..at + WQE_DS]).map_err(|_| bad)?;
             req.remote = Some((raddr.raddr(), raddr.rkey()));
             at += WQE_DS;
+        }
+        opcode::RDMA_READ => {
+            if ds < 2 {
+                return Err(bad);
+            }
+            let raddr = RaddrSeg::new(&s.wqe[at..at + WQE_DS]).map_err(|_| bad)?;
+            let (va, rkey) = (raddr.raddr(), raddr.rkey());
+            let bytes = local_bytes(&s.wqe[..ds * WQE_DS], at + WQE_DS).ok_or(bad)?;
+            send_read(core, qpn, &req, va, rkey, bytes);
+            return Ok(req.bbs);
+        }
+        opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
+            if ds < 4 {
+                return Err(bad);
+            }
+            let raddr = RaddrSeg::new(&s.wqe[at..at + WQE_DS]).map_err(|_| bad)?;
+            let atomic = AtomicSeg::new(&s.wqe[at + WQE_DS..at + 2 * WQE_DS]).map_err(|_| bad)?;
+            let bytes = local_bytes(&s.wqe[..ds * WQE_DS], at + 2 * WQE_DS).ok_or(bad)?;
+            if bytes != 8 {
+                return Err((op, CqeSyndrome::LocalLength));
+            }
+            let eth = (
+                raddr.raddr(),
+                raddr.rkey(),
+                atomic.swap_add(),
+                atomic.compare(),
+            );
+            send_atomic(core, qpn, &req, eth);
+            return Ok(req.bbs);
         }
         _ => return Err(bad),
     }
@@ -486,6 +553,7 @@ fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcScratch) {
     let mtu = mtu_bytes(qp.mtu);
     let dest_qpn = qp.remote_qpn;
     let mut psn = qp.next_send_psn & PSN_MASK;
+    let first_psn = psn;
     let total = s.message.len();
     let packets = total.div_ceil(mtu).max(1);
     let write = req.remote.is_some();
@@ -519,6 +587,8 @@ fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcScratch) {
             },
             aeth: None,
             imm: (last && with_imm).then_some(req.imm),
+            atomic: None,
+            atomic_ack: None,
         };
         let range = (n * mtu).min(total)..((n + 1) * mtu).min(total);
         let mut frame = std::mem::take(&mut s.frame);
@@ -533,6 +603,7 @@ fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcScratch) {
         qp.req.outstanding.push_back(Outstanding {
             index: req.index,
             opcode: req.opcode,
+            first_psn,
             last_psn: psn.wrapping_sub(1) & PSN_MASK,
             signaled: req.signaled,
             bytes: total as u32,
@@ -568,6 +639,10 @@ pub(crate) fn acknowledge(core: &mut Core, qpn: u32, psn: u32, syndrome: u8) {
         };
         // `front.last_psn` at or before `acked_through`, in 24-bit sequence space.
         if acked_through.wrapping_sub(front.last_psn) & PSN_MASK >= 1 << 23 {
+            break;
+        }
+        // A READ or atomic completes by its response, never by a later ACK.
+        if expects_response(front.opcode) {
             break;
         }
         qp.req.outstanding.pop_front();
@@ -686,5 +761,244 @@ fn fail(core: &mut Core, qpn: u32, index: u16, opcode: u8, syndrome: CqeSyndrome
     }
     if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
         add(&core.counters.completions_lost, 1);
+    }
+}
+
+/// WQEs a response (READ data, atomic original value) completes, rather than an ACK.
+fn expects_response(opcode: u8) -> bool {
+    matches!(
+        opcode,
+        opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA
+    )
+}
+
+/// Bytes of the local data segments of `wqe` from byte `at` on (where a READ or atomic
+/// response lands); `None` for an inline segment there.
+fn local_bytes(wqe: &[u8], mut at: usize) -> Option<u32> {
+    let mut total = 0u32;
+    while at + WQE_DS <= wqe.len() {
+        let seg = DataSeg::new(&wqe[at..at + WQE_DS]).ok()?;
+        if seg.byte_count() & INLINE_SEG != 0 {
+            return None;
+        }
+        total = total.checked_add(seg.byte_count())?;
+        at += WQE_DS;
+    }
+    Some(total)
+}
+
+/// Sends the READ request of `req` for `bytes` at `va` through `rkey`: one packet, the PSNs
+/// of all its response packets reserved.
+fn send_read(core: &mut Core, qpn: u32, req: &Request, va: u64, rkey: u32, bytes: u32) {
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return;
+    };
+    let mtu = mtu_bytes(qp.mtu);
+    let psn = qp.next_send_psn & PSN_MASK;
+    let responses = (bytes as usize).div_ceil(mtu).max(1) as u32;
+    let t = Transport {
+        opcode: bth_opcode::READ_REQUEST,
+        dest_qpn: qp.remote_qpn,
+        psn,
+        ack_req: true,
+        solicited: false,
+        reth: Some((va, rkey, bytes)),
+        aeth: None,
+        imm: None,
+        atomic: None,
+        atomic_ack: None,
+    };
+    transmit_request(core, qpn, &t, req, psn, responses, bytes);
+}
+
+/// Sends the atomic request of `req` (AtomicETH `eth`).
+fn send_atomic(core: &mut Core, qpn: u32, req: &Request, eth: (u64, u32, u64, u64)) {
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return;
+    };
+    let psn = qp.next_send_psn & PSN_MASK;
+    let t = Transport {
+        opcode: if req.opcode == opcode::ATOMIC_CS {
+            bth_opcode::COMPARE_SWAP
+        } else {
+            bth_opcode::FETCH_ADD
+        },
+        dest_qpn: qp.remote_qpn,
+        psn,
+        ack_req: true,
+        solicited: false,
+        reth: None,
+        aeth: None,
+        imm: None,
+        atomic: Some(eth),
+        atomic_ack: None,
+    };
+    transmit_request(core, qpn, &t, req, psn, 1, 8);
+}
+
+/// Transmits a one-packet request taking `psns` PSNs from `psn` on, and records it outstanding.
+fn transmit_request(
+    core: &mut Core,
+    qpn: u32,
+    t: &Transport,
+    req: &Request,
+    psn: u32,
+    psns: u32,
+    bytes: u32,
+) {
+    let mut frame = std::mem::take(&mut core.rc_scratch.frame);
+    if build_frame(core, qpn, t, &[], &mut frame) {
+        crate::engine::sq::transmit(core, &frame);
+    }
+    core.rc_scratch.frame = frame;
+    if let Some(qp) = core.res.qps.get_mut(qpn) {
+        qp.next_send_psn = (psn + psns) & PSN_MASK;
+        qp.req.outstanding.push_back(Outstanding {
+            index: req.index,
+            opcode: req.opcode,
+            first_psn: psn,
+            last_psn: (psn + psns - 1) & PSN_MASK,
+            signaled: req.signaled,
+            bytes,
+        });
+    }
+}
+
+/// A READ response packet (`opcode`, `psn`, payload `data`) or an atomic acknowledgement
+/// (`data` the original value) reached requester QP `qpn`: earlier WQEs are acknowledged by
+/// it, the data lands in the WQE's local buffers, and the last packet completes the WQE.
+pub(crate) fn response(core: &mut Core, qpn: u32, opcode: u8, psn: u32, data: &[u8]) {
+    use bth_opcode::*;
+    let Some(awaited) = first_awaiting_response(core, qpn) else {
+        add(&core.counters.roce_rx_drops, 1);
+        return;
+    };
+    // Everything before the response's WQE is acknowledged by it.
+    acknowledge_before(core, qpn, awaited.first_psn);
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return;
+    };
+    let Some(&front) = qp.req.outstanding.front() else {
+        return;
+    };
+    let offset_packets = psn.wrapping_sub(front.first_psn) & PSN_MASK;
+    let span = front.last_psn.wrapping_sub(front.first_psn) & PSN_MASK;
+    if offset_packets > span {
+        add(&core.counters.roce_rx_drops, 1);
+        return;
+    }
+    let last = match opcode {
+        READ_RESPONSE_ONLY | READ_RESPONSE_LAST | ATOMIC_ACKNOWLEDGE => true,
+        READ_RESPONSE_FIRST | READ_RESPONSE_MIDDLE => false,
+        _ => return,
+    };
+    let offset = offset_packets as usize * mtu_bytes(qp.mtu);
+    if let Err(syndrome) = scatter_local(core, qpn, front.index, offset, data) {
+        if let Some(qp) = core.res.qps.get_mut(qpn) {
+            qp.req.outstanding.pop_front();
+        }
+        fail(core, qpn, front.index, front.opcode, syndrome);
+        flush(core, qpn);
+        return;
+    }
+    if last {
+        if let Some(qp) = core.res.qps.get_mut(qpn) {
+            qp.req.outstanding.pop_front();
+        }
+        if front.signaled {
+            requester_cqe(core, qpn, &front);
+        }
+    }
+}
+
+/// The first outstanding WQE that waits for a response.
+fn first_awaiting_response(core: &Core, qpn: u32) -> Option<Outstanding> {
+    let qp = core.res.qps.get(qpn)?;
+    qp.req
+        .outstanding
+        .iter()
+        .find(|o| expects_response(o.opcode))
+        .copied()
+}
+
+/// Retires, in order, every outstanding WQE before the one whose first PSN is `psn`.
+fn acknowledge_before(core: &mut Core, qpn: u32, psn: u32) {
+    loop {
+        let Some(qp) = core.res.qps.get_mut(qpn) else {
+            return;
+        };
+        let Some(&front) = qp.req.outstanding.front() else {
+            return;
+        };
+        if front.first_psn == psn {
+            return;
+        }
+        qp.req.outstanding.pop_front();
+        if front.signaled {
+            requester_cqe(core, qpn, &front);
+        }
+    }
+}
+
+/// Writes `data` at byte `offset` of the local buffers of the READ or atomic WQE at `index`
+/// (re-read from the send ring, which the driver does not reuse before the completion).
+fn scatter_local(
+    core: &Core,
+    qpn: u32,
+    index: u16,
+    offset: usize,
+    data: &[u8],
+) -> Result<(), CqeSyndrome> {
+    let mut wqe = [0u8; 4 * WQE_BB];
+    read_bb(core, qpn, index, &mut wqe[..WQE_BB]).map_err(|_| CqeSyndrome::LocalProtection)?;
+    let ctrl = CtrlSeg::new(&wqe[..16]).map_err(|_| CqeSyndrome::LocalQpOperation)?;
+    let (op, ds) = (ctrl.opcode(), usize::from(ctrl.ds()));
+    let bbs = wqe::wqebbs(ds);
+    if bbs > 4 {
+        return Err(CqeSyndrome::LocalLength);
+    }
+    for i in 1..bbs {
+        read_bb(
+            core,
+            qpn,
+            index.wrapping_add(i as u16),
+            &mut wqe[i * WQE_BB..(i + 1) * WQE_BB],
+        )
+        .map_err(|_| CqeSyndrome::LocalProtection)?;
+    }
+    let pd = core.res.qps.get(qpn).map_or(0, |qp| qp.pd);
+    let mut at = if op == opcode::RDMA_READ { 2 } else { 3 } * WQE_DS;
+    let mut skip = offset;
+    let mut left = data;
+    while !left.is_empty() && at + WQE_DS <= ds * WQE_DS {
+        let seg = DataSeg::new(&wqe[at..at + WQE_DS]).map_err(|_| CqeSyndrome::LocalLength)?;
+        at += WQE_DS;
+        let cap = seg.byte_count() as usize;
+        if skip >= cap {
+            skip -= cap;
+            continue;
+        }
+        let n = (cap - skip).min(left.len());
+        let (now, later) = left.split_at(n);
+        translate(
+            core,
+            seg.lkey(),
+            pd,
+            seg.addr() + skip as u64,
+            n as u64,
+            true,
+            |iova, off, bytes| {
+                core.dma_write(iova, &now[off as usize..(off + bytes) as usize])
+                    .map_err(|_| crate::fw::mkey::KeyFault::Bounds)
+            },
+        )
+        .map_err(|_| CqeSyndrome::LocalProtection)?;
+        left = later;
+        skip = 0;
+    }
+    if left.is_empty() {
+        Ok(())
+    } else {
+        Err(CqeSyndrome::LocalLength)
     }
 }

@@ -167,7 +167,9 @@ pub(crate) struct Outstanding {
     pub index: u16,
     /// The WQE's opcode.
     pub opcode: u8,
-    /// PSN of its last packet.
+    /// PSN of its first packet (a READ's first response).
+    pub first_psn: u32,
+    /// PSN of its last packet (a READ's last response).
     pub last_psn: u32,
     /// A CQE is asked for on success.
     pub signaled: bool,
