@@ -162,6 +162,8 @@ counter_set! {
         roce_naks_sent,
         /// RoCE RNR NAKs sent (no receive WQE posted).
         roce_rnr_naks_sent,
+        /// RC WQEs sent again (ACK timeout, RNR wait over, or sequence NAK).
+        roce_retransmits,
     }
 }
 

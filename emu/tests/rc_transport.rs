@@ -80,6 +80,9 @@ fn rc_qp(h: &mut Host, cq: &Cq, gid_index: u8, peer_gid: [u8; 16], mtu_code: u8,
         mtu_code,
         send_psn: psn,
         receive_psn: 0,
+        retry_count: 7,
+        rnr_retry: 7,
+        ack_timeout: 20,
     };
     connect(h, sq.sqn, &path);
     sq
@@ -135,6 +138,12 @@ struct Path {
     mtu_code: u8,
     send_psn: u32,
     receive_psn: u32,
+    /// Retransmissions after an ACK timeout (`retry_count`).
+    retry_count: u8,
+    /// RNR NAKs accepted (`rnr_retry`, 7 = without limit).
+    rnr_retry: u8,
+    /// Local ACK timeout code: 4.096 us << code.
+    ack_timeout: u8,
 }
 
 /// RST2INIT (remote read, write and atomics allowed), INIT2RTR over `path`, RTR2RTS.
@@ -147,7 +156,7 @@ fn connect(h: &mut Host, qpn: u32, path: &Path) {
         c.set_mtu(path.mtu_code)
             .set_log_msg_max(20)
             .set_remote_qpn(path.remote_qpn)
-            .set_min_rnr_nak(12)
+            .set_min_rnr_nak(MIN_RNR_NAK)
             .set_next_rcv_psn(path.receive_psn);
         c.primary_address_path_mut()
             .set_vhca_port_num(1)
@@ -159,11 +168,11 @@ fn connect(h: &mut Host, qpn: u32, path: &Path) {
     });
     modify(h, Opcode::Rtr2rtsQp, qpn, |c| {
         c.set_next_send_psn(path.send_psn)
-            .set_retry_count(7)
-            .set_rnr_retry(7);
+            .set_retry_count(path.retry_count)
+            .set_rnr_retry(path.rnr_retry);
         c.primary_address_path_mut()
             .set_vhca_port_num(1)
-            .set_ack_timeout(14);
+            .set_ack_timeout(path.ack_timeout);
     });
 }
 
@@ -469,6 +478,10 @@ struct Pair {
 }
 
 const MTU: usize = 1024;
+/// The RNR timer code every QP asks for: 20.48 ms.
+const MIN_RNR_NAK: u8 = 22;
+/// Long enough for an RNR timer to run out.
+const PAST_RNR: std::time::Duration = std::time::Duration::from_millis(50);
 /// Bytes of the biggest message the tests move.
 const BIG: usize = 1 << 20;
 
@@ -476,8 +489,21 @@ fn pair(send_psn: u32) -> Pair {
     pair_with(send_psn, |_| None)
 }
 
+/// [`pair`] with A's retry limits: `rnr_retry` RNR NAKs accepted.
+fn pair_with_rnr_retry(send_psn: u32, rnr_retry: u8) -> Pair {
+    pair_full(send_psn, rnr_retry, |_| None)
+}
+
 /// [`pair`], B's QP taking its receives from the RMP `make_rmp` creates on B, if any.
 fn pair_with(send_psn: u32, make_rmp: impl FnOnce(&mut Host) -> Option<u32>) -> Pair {
+    pair_full(send_psn, 7, make_rmp)
+}
+
+fn pair_full(
+    send_psn: u32,
+    rnr_retry: u8,
+    make_rmp: impl FnOnce(&mut Host) -> Option<u32>,
+) -> Pair {
     let cfg = |mac| EmuConfig {
         roce: true,
         mac,
@@ -508,6 +534,10 @@ fn pair_with(send_psn: u32, make_rmp: impl FnOnce(&mut Host) -> Option<u32>) -> 
         mtu_code: mtu::MTU_1024,
         send_psn,
         receive_psn,
+        retry_count: 7,
+        rnr_retry,
+        // About 4.4 s: no retransmission while a test runs.
+        ack_timeout: 20,
     };
     connect(
         &mut a,
@@ -834,7 +864,7 @@ fn a_send_without_a_receive_wqe_gets_an_rnr_nak_and_completes_nothing() {
     assert_eq!(be32(nak, 50) & 0xff_ffff, 5, "for the SEND's PSN");
     assert_eq!(
         nak[54],
-        0x20 | 12,
+        0x20 | MIN_RNR_NAK,
         "RNR NAK with the QP's min_rnr_nak timer"
     );
     assert_eq!(&nak[nak.len() - 4..], &expected_icrc(nak));
@@ -1157,4 +1187,113 @@ fn atomics_compare_swap_and_fetch_add_return_the_original_value() {
     assert_eq!(p.b.read(target, 8), 6u64.to_be_bytes());
     p.check_captured_icrcs();
     p.teardown();
+}
+
+#[test]
+fn an_rnr_nak_is_retried_after_the_rnr_timer_and_then_completes() {
+    let mut p = pair(40);
+    let lkey_a = p.a.create_mkey(false, true);
+    let lkey_b = p.b.create_mkey(false, true);
+    let src = p.a.alloc(4096, 64);
+    let dst = p.b.alloc(4096, 64);
+    let data = pattern(300, 5);
+    p.a.write(src, &data);
+    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 300));
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    assert_eq!(p.b.dev.counters().roce_rnr_naks_sent, 1);
+    assert!(drain(&p.a, &mut p.cq_a).is_empty());
+    let mut rq_pi = 0;
+    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    std::thread::sleep(PAST_RNR);
+    p.settle();
+    assert!(p.a.dev.counters().roce_retransmits >= 1, "sent again");
+    assert_eq!(p.b.read(dst, 300), data);
+    assert_eq!(drain(&p.b, &mut p.cq_b).len(), 1);
+    let req = drain(&p.a, &mut p.cq_a);
+    assert_eq!(req.len(), 1);
+    assert_eq!(cqe_opcode(&req[0]), 0, "completed after the retry");
+    p.check_captured_icrcs();
+    p.teardown();
+}
+
+#[test]
+fn rnr_retries_exhausted_fail_the_wqe_and_the_qp() {
+    let mut p = pair_with_rnr_retry(40, 1);
+    let lkey_a = p.a.create_mkey(false, true);
+    let src = p.a.alloc(4096, 64);
+    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 16));
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    assert!(drain(&p.a, &mut p.cq_a).is_empty(), "one RNR retry left");
+    std::thread::sleep(PAST_RNR);
+    p.settle();
+    assert_eq!(p.b.dev.counters().roce_rnr_naks_sent, 2);
+    let req = drain(&p.a, &mut p.cq_a);
+    assert_eq!(req.len(), 1);
+    assert_eq!(
+        err_fields(&req[0]),
+        (13, 0x16, opcode::SEND, 0),
+        "RNR retry exceeded"
+    );
+    assert_eq!(qp_state(&mut p.a, p.sq_a.sqn), state::ERR);
+    p.teardown();
+}
+
+#[test]
+fn an_unacknowledged_send_is_retransmitted_on_ack_timeout_until_retries_run_out() {
+    let (mut h, wire) = host();
+    set_gid(&mut h, 0, OWN_GID, cxdirect_hw::roce::l3_type::IPV4);
+    let mut cq = h.create_cq(6);
+    let mut sq = create_qp(&mut h, &cq);
+    let path = Path {
+        gid_index: 0,
+        peer_gid: PEER_GID,
+        peer_mac: PEER_MAC,
+        remote_qpn: REMOTE_QPN,
+        mtu_code: mtu::MTU_1024,
+        send_psn: 0xff_ffff,
+        receive_psn: 0,
+        retry_count: 2,
+        rnr_retry: 7,
+        // 4.096 us << 13: about 34 ms.
+        ack_timeout: 13,
+    };
+    connect(&mut h, sq.sqn, &path);
+    let lkey = h.create_mkey(false, true);
+    let src = h.alloc(4096, 64);
+    h.write(src, &pattern(1500, 1));
+    let w = wqe(&sq, opcode::SEND, 0, None, (src, lkey, 1500));
+    h.post(&mut sq, &w, false);
+    let first = take_frames(&wire);
+    assert_eq!(first.len(), 2, "FIRST and LAST");
+    h.dev.poll();
+    assert!(take_frames(&wire).is_empty(), "nothing before the timeout");
+    for retry in 0..2 {
+        std::thread::sleep(std::time::Duration::from_millis(80));
+        h.dev.poll();
+        let again = take_frames(&wire);
+        assert_eq!(
+            again, first,
+            "retry {retry}: the same packets, the same PSNs"
+        );
+        assert!(
+            drain(&h, &mut cq).is_empty(),
+            "retry {retry}: not failed yet"
+        );
+    }
+    std::thread::sleep(std::time::Duration::from_millis(80));
+    h.dev.poll();
+    assert!(take_frames(&wire).is_empty(), "no third retry");
+    let req = drain(&h, &mut cq);
+    assert_eq!(req.len(), 1);
+    assert_eq!(
+        err_fields(&req[0]),
+        (13, 0x15, opcode::SEND, 0),
+        "retry exceeded"
+    );
+    assert_eq!(qp_state(&mut h, sq.sqn), state::ERR);
+    assert_eq!(h.dev.counters().roce_retransmits, 2);
+    destroy_qp(&mut h, sq.sqn);
+    h.teardown();
 }

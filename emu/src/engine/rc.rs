@@ -14,6 +14,7 @@ use cxdirect_hw::roce::{gid_is_ipv4_mapped, RoceAddrLayout, ROCE_V2_UDP_DPORT};
 use cxdirect_hw::wqe::{
     self, opcode, AtomicSeg, CtrlSeg, DataSeg, RaddrSeg, INLINE_SEG, WQE_BB, WQE_DS,
 };
+use std::time::{Duration, Instant};
 
 /// RC BTH opcodes (IBA, `include/rdma/ib_pack.h`).
 pub(crate) mod bth_opcode {
@@ -325,6 +326,8 @@ struct Request {
     solicited: bool,
     signaled: bool,
     remote: Option<(u64, u32)>,
+    /// A retransmission from this PSN (the WQE is already outstanding).
+    resend_psn: Option<u32>,
 }
 
 /// Send doorbell for RC QP `qpn` on UAR `uar`: executes every WQE posted since the last one.
@@ -365,7 +368,7 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, qpn: u32) {
         if index == pi || qp.state != state::RTS {
             break;
         }
-        match execute(core, qpn, index, &mut scratch) {
+        match execute(core, qpn, index, None, &mut scratch) {
             Ok(bbs) => {
                 if let Some(qp) = core.res.qps.get_mut(qpn) {
                     qp.sq_consumed = index.wrapping_add(bbs);
@@ -409,7 +412,13 @@ fn read_bb(core: &Core, qpn: u32, bb: u16, out: &mut [u8]) -> Result<(), ()> {
 type WqeError = (u8, CqeSyndrome);
 
 /// Executes the WQE at `index`; returns its WQEBBs.
-fn execute(core: &mut Core, qpn: u32, index: u16, s: &mut RcScratch) -> Result<u16, WqeError> {
+fn execute(
+    core: &mut Core,
+    qpn: u32,
+    index: u16,
+    resend_psn: Option<u32>,
+    s: &mut RcScratch,
+) -> Result<u16, WqeError> {
     s.wqe.resize(WQE_BB, 0);
     read_bb(core, qpn, index, &mut s.wqe[..WQE_BB])
         .map_err(|_| (0, CqeSyndrome::LocalProtection))?;
@@ -437,6 +446,7 @@ fn execute(core: &mut Core, qpn: u32, index: u16, s: &mut RcScratch) -> Result<u
         solicited,
         signaled,
         remote: None,
+        resend_psn,
     };
     let mut at = WQE_DS;
     match op {
@@ -552,7 +562,7 @@ fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcScratch) {
     };
     let mtu = mtu_bytes(qp.mtu);
     let dest_qpn = qp.remote_qpn;
-    let mut psn = qp.next_send_psn & PSN_MASK;
+    let mut psn = req.resend_psn.unwrap_or(qp.next_send_psn) & PSN_MASK;
     let first_psn = psn;
     let total = s.message.len();
     let packets = total.div_ceil(mtu).max(1);
@@ -597,6 +607,10 @@ fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcScratch) {
         }
         s.frame = frame;
         psn = (psn + 1) & PSN_MASK;
+    }
+    arm_ack_timer(core, qpn);
+    if req.resend_psn.is_some() {
+        return;
     }
     if let Some(qp) = core.res.qps.get_mut(qpn) {
         qp.next_send_psn = psn;
@@ -649,6 +663,22 @@ pub(crate) fn acknowledge(core: &mut Core, qpn: u32, psn: u32, syndrome: u8) {
         if front.signaled {
             requester_cqe(core, qpn, &front);
         }
+    }
+    let now = Instant::now();
+    if let Some(qp) = core.res.qps.get_mut(qpn) {
+        qp.req.retries_left = qp.retry_count;
+        qp.req.ack_deadline = (!qp.req.outstanding.is_empty())
+            .then(|| now + ack_timeout(qp.path.ack_timeout))
+            .filter(|_| qp.path.ack_timeout != 0);
+    }
+    if kind == aeth::RNR_NAK {
+        rnr_nak(core, qpn, syndrome & 0x1f, now);
+        return;
+    }
+    if syndrome == aeth::NAK_PSN_SEQ {
+        // The responder lost a packet: go back to the first unacknowledged one.
+        resend_outstanding(core, qpn);
+        return;
     }
     if let Some(syndrome) = error {
         let front = core
@@ -794,7 +824,7 @@ fn send_read(core: &mut Core, qpn: u32, req: &Request, va: u64, rkey: u32, bytes
         return;
     };
     let mtu = mtu_bytes(qp.mtu);
-    let psn = qp.next_send_psn & PSN_MASK;
+    let psn = req.resend_psn.unwrap_or(qp.next_send_psn) & PSN_MASK;
     let responses = (bytes as usize).div_ceil(mtu).max(1) as u32;
     let t = Transport {
         opcode: bth_opcode::READ_REQUEST,
@@ -816,7 +846,7 @@ fn send_atomic(core: &mut Core, qpn: u32, req: &Request, eth: (u64, u32, u64, u6
     let Some(qp) = core.res.qps.get(qpn) else {
         return;
     };
-    let psn = qp.next_send_psn & PSN_MASK;
+    let psn = req.resend_psn.unwrap_or(qp.next_send_psn) & PSN_MASK;
     let t = Transport {
         opcode: if req.opcode == opcode::ATOMIC_CS {
             bth_opcode::COMPARE_SWAP
@@ -851,6 +881,10 @@ fn transmit_request(
         crate::engine::sq::transmit(core, &frame);
     }
     core.rc_scratch.frame = frame;
+    arm_ack_timer(core, qpn);
+    if req.resend_psn.is_some() {
+        return;
+    }
     if let Some(qp) = core.res.qps.get_mut(qpn) {
         qp.next_send_psn = (psn + psns) & PSN_MASK;
         qp.req.outstanding.push_back(Outstanding {
@@ -1000,5 +1034,132 @@ fn scatter_local(
         Ok(())
     } else {
         Err(CqeSyndrome::LocalLength)
+    }
+}
+
+/// The local ACK timeout of code `code`: 4.096 us << code.
+pub(crate) fn ack_timeout(code: u8) -> Duration {
+    Duration::from_nanos(4096u64 << code.min(31))
+}
+
+/// The RNR timer of code `code` (IBA table 45): 0 is 655.36 ms, 1..=31 run from 0.01 ms to
+/// 491.52 ms.
+pub(crate) fn rnr_delay(code: u8) -> Duration {
+    const MICROS: [u32; 32] = [
+        655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840,
+        5120, 7680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840,
+        245_760, 327_680, 491_520,
+    ];
+    Duration::from_micros(u64::from(MICROS[usize::from(code & 0x1f)]))
+}
+
+/// `rnr_retry` that means retry without limit.
+const RNR_RETRY_FOREVER: u8 = 7;
+
+/// Starts the ACK timer of QP `qpn` (a QP with `ack_timeout` 0 has none).
+fn arm_ack_timer(core: &mut Core, qpn: u32) {
+    if let Some(qp) = core.res.qps.get_mut(qpn) {
+        if qp.path.ack_timeout != 0 {
+            qp.req.ack_deadline = Some(Instant::now() + ack_timeout(qp.path.ack_timeout));
+        }
+        if qp.req.outstanding.is_empty() {
+            qp.req.retries_left = qp.retry_count;
+            qp.req.rnr_retries_left = qp.rnr_retry;
+        }
+    }
+}
+
+/// An RNR NAK with timer code `code`: wait, then send again from the NAKed WQE; past the
+/// QP's `rnr_retry` NAKs, fail it (RNR retry exceeded).
+fn rnr_nak(core: &mut Core, qpn: u32, code: u8, now: Instant) {
+    let Some(qp) = core.res.qps.get_mut(qpn) else {
+        return;
+    };
+    qp.req.ack_deadline = None;
+    if qp.rnr_retry != RNR_RETRY_FOREVER {
+        if qp.req.rnr_retries_left == 0 {
+            exhausted(core, qpn, CqeSyndrome::RnrRetryExceeded);
+            return;
+        }
+        qp.req.rnr_retries_left -= 1;
+    }
+    qp.req.rnr_until = Some(now + rnr_delay(code));
+}
+
+/// Retries ran out: the oldest WQE completes with `syndrome`, the QP goes to error and every
+/// other WQE is flushed.
+fn exhausted(core: &mut Core, qpn: u32, syndrome: CqeSyndrome) {
+    let front = core.res.qps.get_mut(qpn).and_then(|qp| {
+        qp.req.ack_deadline = None;
+        qp.req.rnr_until = None;
+        qp.req.outstanding.pop_front()
+    });
+    if let Some(front) = front {
+        fail(core, qpn, front.index, front.opcode, syndrome);
+    }
+    flush(core, qpn);
+}
+
+/// Go-back-N: sends every outstanding WQE again, with the PSNs it had.
+fn resend_outstanding(core: &mut Core, qpn: u32) {
+    let mut scratch = std::mem::take(&mut core.rc_scratch);
+    let mut n = 0;
+    while let Some(o) = core
+        .res
+        .qps
+        .get(qpn)
+        .and_then(|qp| qp.req.outstanding.get(n).copied())
+    {
+        add(&core.counters.roce_retransmits, 1);
+        if let Err((opcode, syndrome)) =
+            execute(core, qpn, o.index, Some(o.first_psn), &mut scratch)
+        {
+            fail(core, qpn, o.index, opcode, syndrome);
+            flush(core, qpn);
+            break;
+        }
+        n += 1;
+    }
+    core.rc_scratch = scratch;
+}
+
+/// Runs the RC timers of every QP due at `now`: an expired ACK timer sends the outstanding
+/// WQEs again (up to `retry_count` times, then retry exceeded); an expired RNR wait sends
+/// them again. Returns whether anything was sent.
+pub(crate) fn run_timers(core: &mut Core, now: Instant) -> bool {
+    if core.res.qps.len() == 0 {
+        return false;
+    }
+    let mut sent = false;
+    let mut qpn_due = None;
+    loop {
+        // One QP at a time: a retransmission changes the table's QPs' state.
+        let next = core.res.qps.iter().find_map(|(qpn, qp)| {
+            let due = |at: Option<Instant>| at.is_some_and(|t| t <= now);
+            (qp.state == state::RTS
+                && !qp.req.outstanding.is_empty()
+                && (due(qp.req.ack_deadline) || due(qp.req.rnr_until))
+                && Some(qpn) != qpn_due)
+                .then_some(qpn)
+        });
+        let Some(qpn) = next else {
+            return sent;
+        };
+        qpn_due = Some(qpn);
+        let Some(qp) = core.res.qps.get_mut(qpn) else {
+            continue;
+        };
+        if qp.req.rnr_until.is_some_and(|t| t <= now) {
+            qp.req.rnr_until = None;
+        } else {
+            if qp.req.retries_left == 0 {
+                exhausted(core, qpn, CqeSyndrome::RetryExceeded);
+                sent = true;
+                continue;
+            }
+            qp.req.retries_left -= 1;
+        }
+        resend_outstanding(core, qpn);
+        sent = true;
     }
 }

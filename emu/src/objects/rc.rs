@@ -182,4 +182,12 @@ pub(crate) struct Outstanding {
 pub(crate) struct Requester {
     /// WQEs sent and not acknowledged, oldest first.
     pub outstanding: std::collections::VecDeque<Outstanding>,
+    /// When the oldest outstanding packet times out (no ACK timer: `None`).
+    pub ack_deadline: Option<std::time::Instant>,
+    /// Retransmissions left after a timeout before the QP fails (from `retry_count`).
+    pub retries_left: u8,
+    /// When to send again after an RNR NAK.
+    pub rnr_until: Option<std::time::Instant>,
+    /// RNR NAKs still accepted (from `rnr_retry`; 7 means without limit).
+    pub rnr_retries_left: u8,
 }
