@@ -1364,3 +1364,122 @@ fn a_sequence_nak_sends_every_unacknowledged_wqe_again_and_one_ack_retires_them_
     destroy_qp(&mut h, sq.sqn);
     h.teardown();
 }
+
+/// Runs tshark over the pcap file `path`: per frame, its protocol stack, BTH opcode, PSN,
+/// destination QP and ICRC as tshark decodes them.
+fn tshark_roce_fields(path: &std::path::Path) -> Vec<Vec<String>> {
+    let output = std::process::Command::new("tshark")
+        .arg("-r")
+        .arg(path)
+        .args(["-T", "fields", "-E", "separator=/t"])
+        .args(["-e", "frame.protocols", "-e", "infiniband.bth.opcode"])
+        .args(["-e", "infiniband.bth.psn", "-e", "infiniband.bth.destqp"])
+        .args(["-e", "infiniband.invariant.crc"])
+        .output()
+        .expect("tshark runs (install it with `apt-get install -y tshark`)");
+    assert!(
+        output.status.success(),
+        "tshark failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .expect("tshark prints UTF-8")
+        .lines()
+        .map(|line| line.split('\t').map(str::to_owned).collect())
+        .collect()
+}
+
+/// A number as tshark prints it: decimal, or hexadecimal after `0x`.
+fn tshark_number(field: &str) -> u64 {
+    match field.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => field.parse(),
+    }
+    .unwrap_or_else(|e| panic!("bad tshark number {field:?}: {e}"))
+}
+
+#[test]
+#[cfg_attr(
+    not(has_tshark),
+    ignore = "needs tshark on PATH: apt-get install tshark"
+)]
+fn tshark_decodes_the_capture_as_infiniband_over_udp_4791() {
+    let mut p = pair(0xff_fffe);
+    let lkey_a = p.a.create_mkey(false, true);
+    let lkey_b = p.b.create_mkey(false, true);
+    let pd_b = p.b.pd;
+    let rkey_b = remote_key(&mut p.b, true, pd_b);
+    let src = p.a.alloc(8192, 4096);
+    let dst = p.b.alloc(8192, 4096);
+    p.a.write(src, &pattern(3000, 7));
+    let mut rq_pi = 0;
+    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 8192, lkey_b);
+    let posts = [
+        wqe(&p.sq_a, opcode::SEND_IMM, 5, None, (src, lkey_a, 3000)),
+        wqe(
+            &p.sq_a,
+            opcode::RDMA_WRITE,
+            0,
+            Some((dst, rkey_b)),
+            (src, lkey_a, 2000),
+        ),
+        wqe(
+            &p.sq_a,
+            opcode::RDMA_READ,
+            0,
+            Some((dst, rkey_b)),
+            (src, lkey_a, 1500),
+        ),
+    ];
+    for (n, w) in posts.iter().enumerate() {
+        let mut w = w.clone();
+        CtrlSeg::new(&mut w[..16])
+            .expect("layout")
+            .set_wqe_index(n as u16);
+        p.a.post(&mut p.sq_a, &w, false);
+        p.settle();
+    }
+    assert_eq!(drain(&p.a, &mut p.cq_a).len(), 3, "every WQE completed");
+    p.wire.flush_pcap().expect("flush");
+    let bytes = p.capture.0.lock().expect("capture").clone();
+    let path = std::env::temp_dir().join(format!("cxdirect-rc-{}.pcap", std::process::id()));
+    std::fs::write(&path, &bytes).expect("write the capture");
+    let seen = tshark_roce_fields(&path);
+    let _ = std::fs::remove_file(&path);
+    let frames = pcap_parser::PcapCapture::from_file(&bytes).expect("a pcap file");
+    assert_eq!(seen.len(), frames.blocks.len(), "tshark saw every frame");
+    assert!(
+        seen.len() >= 3 + 1 + 2 + 1 + 2 + 1,
+        "requests, ACKs and responses"
+    );
+    for (i, (fields, block)) in seen.iter().zip(&frames.blocks).enumerate() {
+        let f = block.data;
+        assert!(
+            fields[0].contains("udp:infiniband"),
+            "frame {i}: decoded as InfiniBand over UDP: {}",
+            fields[0]
+        );
+        assert_eq!(
+            tshark_number(&fields[1]),
+            u64::from(f[42]),
+            "frame {i}: opcode"
+        );
+        assert_eq!(
+            tshark_number(&fields[2]),
+            u64::from(be32(f, 50) & 0xff_ffff),
+            "frame {i}: PSN"
+        );
+        assert_eq!(
+            tshark_number(&fields[3]),
+            u64::from(be32(f, 46) & 0xff_ffff),
+            "frame {i}: destination QP"
+        );
+        assert_eq!(
+            tshark_number(&fields[4]),
+            u64::from(be32(f, f.len() - 4)),
+            "frame {i}: ICRC field"
+        );
+        assert_eq!(&f[f.len() - 4..], &expected_icrc(f), "frame {i}: ICRC");
+    }
+    p.teardown();
+}
