@@ -149,6 +149,21 @@ counter_set! {
         limit_events,
         /// PAGE_REQUEST events raised.
         page_requests,
+        /// RoCE packets dropped for a bad invariant CRC.
+        roce_icrc_drops,
+        /// RoCE packets dropped otherwise (no such QP, QP not receiving, malformed, out of
+        /// sequence).
+        roce_rx_drops,
+        /// RoCE packets that repeated a PSN already received (answered by an ACK).
+        roce_duplicates,
+        /// RoCE ACKs sent.
+        roce_acks_sent,
+        /// RoCE NAKs sent (sequence error, remote access, invalid request).
+        roce_naks_sent,
+        /// RoCE RNR NAKs sent (no receive WQE posted).
+        roce_rnr_naks_sent,
+        /// RC WQEs sent again (ACK timeout, RNR wait over, or sequence NAK).
+        roce_retransmits,
     }
 }
 

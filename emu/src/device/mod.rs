@@ -635,9 +635,20 @@ fn wake_peers(link: &Link) {
 impl Device {
     /// Delivers every frame waiting at this function's port (for inline execution, when frames
     /// were put on the wire by something other than a modelled peer).
+    /// Also runs the RC transport's timers (ACK timeout, RNR wait) that are due, delivering
+    /// what they send.
     pub fn poll(&self) {
         pump_rx(&self.shared);
+        if run_rc_timers(&self.shared) {
+            self.pump_after_send();
+        }
     }
+}
+
+/// Runs the function's due RC timers; whether they sent anything.
+fn run_rc_timers(shared: &Shared) -> bool {
+    let mut core = lock(&shared.core);
+    engine::rc::run_timers(&mut core, std::time::Instant::now())
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

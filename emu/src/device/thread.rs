@@ -4,7 +4,7 @@
 //! function to the other without waking a second thread. After work it keeps looking for more
 //! for the functions' poll window, then sleeps until a doorbell wakes it.
 
-use super::{lock, pump_rx_from, wake_peers, Shared};
+use super::{lock, pump_rx_from, run_rc_timers, wake_peers, Shared};
 use crate::engine;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
@@ -145,6 +145,9 @@ fn serve_once(shared: &Shared) -> bool {
             bytes: &db.bf[..db.bf_len],
         });
         engine::sq::doorbell(&mut core, db.uar, db.first8, bf);
+    }
+    if run_rc_timers(shared) {
+        did_work = true;
     }
     let link = lock(&shared.link).clone();
     if let Some(link) = link {

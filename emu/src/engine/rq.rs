@@ -80,6 +80,10 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8], own: bool) {
         add(&core.counters.rx_steer_drops, 1);
         return;
     }
+    // RoCE v2 goes to the QP its BTH names, not through Ethernet steering.
+    if crate::engine::rc_resp::receive(core, frame) {
+        return;
+    }
     let parsed = packet::parse(frame);
     let words = frame_match_words(&parsed);
     let tirs = match steer(core, &words) {
@@ -593,7 +597,7 @@ pub(crate) fn fill_rx_cqe(
 
 /// Raises the RMP's limit event once when its posted WQEs fall below the armed watermark, and
 /// disarms it (the limit then reads 0 until the driver arms it again).
-fn check_limit(core: &mut Core, rmpn: u32, posted_now: u16) {
+pub(crate) fn check_limit(core: &mut Core, rmpn: u32, posted_now: u16) {
     let Some(rmp) = core.res.rmps.get_mut(rmpn) else {
         return;
     };

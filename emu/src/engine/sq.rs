@@ -42,6 +42,10 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, first8: [u8; 8], bf: Option<Bl
     {
         return;
     }
+    if !core.res.sqs.contains(sqn) && core.res.qps.contains(sqn) {
+        crate::engine::rc::doorbell(core, uar, sqn);
+        return;
+    }
     let Some(sq) = core.res.sqs.get(sqn) else {
         add(&core.counters.bad_doorbells, 1);
         return;
@@ -633,7 +637,7 @@ fn inline_covers(frame: &[u8], inline_len: usize, mode: u8) -> bool {
     inline_len >= needed.max(packet::ETH_HEADER_LEN)
 }
 
-fn transmit(core: &mut Core, frame: &[u8]) {
+pub(crate) fn transmit(core: &mut Core, frame: &[u8]) {
     add(&core.counters.tx_frames, 1);
     add(&core.counters.tx_bytes, frame.len() as u64);
     crate::counters::count_cast(&core.counters, true, frame);

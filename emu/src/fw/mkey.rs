@@ -205,6 +205,36 @@ pub(crate) fn translate(
     if !key.length64 && (addr < key.start || end > key.start + key.len) {
         return Err(KeyFault::Bounds);
     }
+    walk(key, addr, len, write, each)
+}
+
+/// Writes (`write`) or reads `[addr, addr + len)` through `rkey` for a peer of an RC QP in
+/// protection domain `pd`, after [`check_remote`] granted the access: `each` as for
+/// [`translate`].
+#[inline(always)]
+pub(crate) fn translate_remote(
+    core: &Core,
+    rkey: u32,
+    pd: u32,
+    addr: u64,
+    len: u64,
+    access: RemoteAccess,
+    each: impl FnMut(u64, u64, u64) -> Result<(), KeyFault>,
+) -> Result<(), KeyFault> {
+    check_remote(core, rkey, pd, addr, len, access)?;
+    let key = core.res.mkeys.get(rkey >> 8).ok_or(KeyFault::NoKey)?;
+    walk(key, addr, len, access != RemoteAccess::Read, each)
+}
+
+/// Walks `[addr, addr + len)` of `key` (its range already checked), page by page.
+#[inline(always)]
+fn walk(
+    key: &Mkey,
+    addr: u64,
+    len: u64,
+    write: bool,
+    mut each: impl FnMut(u64, u64, u64) -> Result<(), KeyFault>,
+) -> Result<(), KeyFault> {
     if key.access_mode == MKC_ACCESS_MODE_PA {
         return each(addr, 0, len);
     }

@@ -198,6 +198,8 @@ pub(crate) struct Core {
     pub wire: Option<(Arc<Wire>, crate::wire::PortId)>,
     /// Scratch buffers of the send engine, reused for every WQE.
     pub send_scratch: SendScratch,
+    /// Scratch buffers of the RC requester and responder, reused for every message.
+    pub rc_scratch: crate::engine::rc::RcScratch,
     /// Where the receive engine reads each WQE, reused so a frame costs no zeroing.
     pub receive_scratch: ReceiveScratch,
     /// Faults armed by tests and the fault matrix.
@@ -227,6 +229,7 @@ impl Core {
             msix_enabled: false,
             wire: None,
             send_scratch: Default::default(),
+            rc_scratch: Default::default(),
             receive_scratch: Default::default(),
             faults: Default::default(),
             late_writes: Vec::new(),

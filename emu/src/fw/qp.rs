@@ -168,6 +168,9 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         rre: false,
         rwe: false,
         rae: false,
+        sq_consumed: 0,
+        resp: Default::default(),
+        req: Default::default(),
         slot,
     };
     let Some(qpn) = core.res.qps.insert(qp) else {
@@ -359,6 +362,9 @@ fn clone_attrs(qp: &Qp) -> Qp {
         rre: qp.rre,
         rwe: qp.rwe,
         rae: qp.rae,
+        sq_consumed: qp.sq_consumed,
+        resp: qp.resp.clone(),
+        req: qp.req.clone(),
         slot: qp.slot,
     }
 }

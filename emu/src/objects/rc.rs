@@ -72,6 +72,12 @@ pub(crate) struct Qp {
     pub rre: bool,
     pub rwe: bool,
     pub rae: bool,
+    /// Send WQEBB counter the requester has executed up to (wraps at 16 bits).
+    pub sq_consumed: u16,
+    /// Responder state.
+    pub resp: Responder,
+    /// Requester state: WQEs sent and not yet acknowledged.
+    pub req: Requester,
     pub slot: Slot,
 }
 
@@ -111,4 +117,77 @@ impl GidTable {
             .get(index)
             .filter(|entry| entry[..16].iter().any(|&b| b != 0))
     }
+}
+
+/// What the responder of an RC QP is in the middle of.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Responder {
+    /// Receive WQEs consumed from the QP's own ring (wraps at 16 bits).
+    pub rq_consumed: u16,
+    /// Message sequence number: messages completed, mod 2^24.
+    pub msn: u32,
+    /// A sequence-error NAK was sent and no packet in sequence arrived since.
+    pub nak_sent: bool,
+    /// The receive WQE a multi-packet SEND scatters into, and the bytes it took so far.
+    pub recv: Option<ReceiveInProgress>,
+    /// The RDMA WRITE in progress: next virtual address, rkey, bytes in all, bytes so far.
+    pub write: Option<WriteInProgress>,
+}
+
+/// A receive WQE being filled.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReceiveInProgress {
+    /// WQE counter of the receive WQE (its index in the ring or RMP).
+    pub index: u16,
+    /// Bus address of the WQE.
+    pub addr: u64,
+    /// Bytes of the WQE, its data segments from `data_at` on.
+    pub len: usize,
+    /// Offset of the first data segment (16 past a linked-list RMP's next segment).
+    pub data_at: usize,
+    /// Protection domain of the ring the WQE came from (the QP's, or the RMP's).
+    pub pd: u32,
+    /// Bytes scattered so far.
+    pub bytes: u32,
+}
+
+/// An RDMA WRITE being received.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WriteInProgress {
+    pub va: u64,
+    pub rkey: u32,
+    pub total: u32,
+    pub done: u32,
+}
+
+/// A send WQE on the wire, waiting for its acknowledgement.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Outstanding {
+    /// WQE counter (the WQEBB index of its control segment).
+    pub index: u16,
+    /// The WQE's opcode.
+    pub opcode: u8,
+    /// PSN of its first packet (a READ's first response).
+    pub first_psn: u32,
+    /// PSN of its last packet (a READ's last response).
+    pub last_psn: u32,
+    /// A CQE is asked for on success.
+    pub signaled: bool,
+    /// Message bytes.
+    pub bytes: u32,
+}
+
+/// What the requester of an RC QP waits for.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Requester {
+    /// WQEs sent and not acknowledged, oldest first.
+    pub outstanding: std::collections::VecDeque<Outstanding>,
+    /// When the oldest outstanding packet times out (no ACK timer: `None`).
+    pub ack_deadline: Option<std::time::Instant>,
+    /// Retransmissions left after a timeout before the QP fails (from `retry_count`).
+    pub retries_left: u8,
+    /// When to send again after an RNR NAK.
+    pub rnr_until: Option<std::time::Instant>,
+    /// RNR NAKs still accepted (from `rnr_retry`; 7 means without limit).
+    pub rnr_retries_left: u8,
 }

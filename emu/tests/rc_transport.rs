@@ -1,0 +1,1487 @@
+//! The RoCE v2 RC transport on the wire: what an RC QP's send doorbell puts on the wire
+//! (packets cut by path MTU, opcodes, PSNs, headers and ICRC, recomputed here with an
+//! independent CRC-32).
+
+use cxdirect_emu::pcap::PcapWriter;
+use cxdirect_emu::testkit::{Cq, Host, Sq, IOVA_BASE};
+use cxdirect_emu::wire::{PortId, Wire};
+use cxdirect_emu::{Device, EmuConfig};
+use cxdirect_hw::cmd::Opcode;
+use cxdirect_hw::hca::AllocPdOut;
+use cxdirect_hw::mkey::{mkey_from_index, CreateMkeyIn, CreateMkeyOut, MKC_ACCESS_MODE_PA};
+use cxdirect_hw::qp::{
+    mtu, rq_type, service_type, state, CreateQpIn, CreateQpOut, Qpc, Rst2initQpIn,
+};
+use cxdirect_hw::roce::{roce_version, SetRoceAddressIn};
+use cxdirect_hw::vport::ModifyNicVportContextIn;
+use cxdirect_hw::wq::{CreateRmpIn, CreateRmpOut, WqType};
+use cxdirect_hw::wqe::{opcode, AtomicSeg, CtrlSeg, DataSeg, RaddrSeg, SrqNextSeg, INVALID_LKEY};
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+const MEM: usize = 8 << 20;
+const OWN_GID: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1];
+const PEER_GID: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 2];
+const OWN_GID6: [u8; 16] = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+const PEER_GID6: [u8; 16] = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+const OWN_MAC: [u8; 6] = [0x02, 0xcd, 0, 0, 0, 1];
+const PEER_MAC: [u8; 6] = [0x02, 0xcd, 0, 0, 0, 2];
+const UDP_SPORT: u16 = 0xc123;
+const REMOTE_QPN: u32 = 0x4abc;
+/// Bytes of the QP's own receive ring, before its send ring (16 WQEs of 64 bytes).
+const RQ_BYTES: u64 = 16 * 64;
+
+/// A function on port A of a pair wire whose port B nobody takes from: every frame it sends
+/// waits there for the test.
+fn host() -> (Host, Arc<Wire>) {
+    let cfg = EmuConfig {
+        roce: true,
+        ..EmuConfig::default()
+    };
+    let dev = Device::new(cfg);
+    let wire = Arc::new(Wire::pair());
+    dev.attach(wire.clone(), PortId::A, &[]);
+    let mut h = Host::new(dev, MEM);
+    h.bring_up();
+    enable_roce(&mut h);
+    (h, wire)
+}
+
+fn enable_roce(h: &mut Host) {
+    let mut input = Host::input(Opcode::ModifyNicVportContext, 0, 0x200);
+    let mut cmd = ModifyNicVportContextIn::new(&mut input[..]).expect("layout");
+    cmd.field_select_mut().set_roce_en(true);
+    cmd.nic_vport_context_mut().set_roce_en(true);
+    h.exec(&input, 16)
+        .expect("MODIFY_NIC_VPORT_CONTEXT roce_en");
+}
+
+fn set_gid(h: &mut Host, index: u16, gid: [u8; 16], l3: u8) {
+    let mut input = Host::input(Opcode::SetRoceAddress, 0, 0x30);
+    let mut cmd = SetRoceAddressIn::new(&mut input[..]).expect("layout");
+    cmd.set_roce_address_index(index).set_vhca_port_num(1);
+    cmd.roce_address_mut()
+        .set_gid(gid)
+        .set_source_mac(OWN_MAC)
+        .set_roce_l3_type(l3)
+        .set_roce_version(roce_version::V2);
+    h.exec(&input, 16).expect("SET_ROCE_ADDRESS");
+}
+
+/// An RC QP in RTS over RoCE v2 (GID `gid_index`, peer `peer_gid`), path MTU `mtu_code`,
+/// first PSN `psn`; its send ring as an [`Sq`] for posting.
+fn rc_qp(h: &mut Host, cq: &Cq, gid_index: u8, peer_gid: [u8; 16], mtu_code: u8, psn: u32) -> Sq {
+    let sq = create_qp(h, cq);
+    let path = Path {
+        gid_index,
+        peer_gid,
+        peer_mac: PEER_MAC,
+        remote_qpn: REMOTE_QPN,
+        mtu_code,
+        send_psn: psn,
+        receive_psn: 0,
+        retry_count: 7,
+        rnr_retry: 7,
+        ack_timeout: 20,
+    };
+    connect(h, sq.sqn, &path);
+    sq
+}
+
+/// CREATE_QP: a 16-entry receive ring of 64-byte WQEs, then a 16-WQEBB send ring; the send
+/// ring as an [`Sq`] (its doorbell record's receive counter is at `dbr`).
+fn create_qp(h: &mut Host, cq: &Cq) -> Sq {
+    create_qp_on(h, cq, None)
+}
+
+/// [`create_qp`], its receives from RMP `rmpn` when given.
+fn create_qp_on(h: &mut Host, cq: &Cq, rmpn: Option<u32>) -> Sq {
+    let buf = h.alloc(8192, 4096);
+    let dbr = h.alloc(8, 64);
+    let mut input = Host::input(Opcode::CreateQp, 0, 0x110 + 16);
+    let mut cmd = CreateQpIn::new(&mut input[..]).expect("layout");
+    cmd.qpc_mut()
+        .set_st(service_type::RC)
+        .set_pm_state(3)
+        .set_pd(h.pd)
+        .set_uar_page(h.uar)
+        .set_cqn_snd(cq.cqn)
+        .set_cqn_rcv(cq.cqn)
+        .set_rq_type(rmpn.map_or(rq_type::REGULAR, |_| rq_type::SRQ))
+        .set_srqn_rmpn_xrqn(rmpn.unwrap_or(0))
+        .set_log_rq_size(4)
+        .set_log_rq_stride(2)
+        .set_log_sq_size(4)
+        .set_log_msg_max(20)
+        .set_ts_format(1)
+        .set_dbr_addr(dbr);
+    cmd.set_pas(0, buf).expect("room");
+    cmd.set_pas(1, buf + 4096).expect("room");
+    let out = h.exec(&input, 16).expect("CREATE_QP");
+    let qpn = CreateQpOut::new(&out[..]).expect("layout").qpn();
+    Sq {
+        sqn: qpn,
+        buf: buf + RQ_BYTES,
+        dbr,
+        log: 4,
+        pi: 0,
+        bf_toggle: false,
+    }
+}
+
+/// Where a QP's path leads.
+struct Path {
+    gid_index: u8,
+    peer_gid: [u8; 16],
+    peer_mac: [u8; 6],
+    remote_qpn: u32,
+    mtu_code: u8,
+    send_psn: u32,
+    receive_psn: u32,
+    /// Retransmissions after an ACK timeout (`retry_count`).
+    retry_count: u8,
+    /// RNR NAKs accepted (`rnr_retry`, 7 = without limit).
+    rnr_retry: u8,
+    /// Local ACK timeout code: 4.096 us << code.
+    ack_timeout: u8,
+}
+
+/// RST2INIT (remote read, write and atomics allowed), INIT2RTR over `path`, RTR2RTS.
+fn connect(h: &mut Host, qpn: u32, path: &Path) {
+    modify(h, Opcode::Rst2initQp, qpn, |c| {
+        c.set_rre(true).set_rwe(true).set_rae(true);
+        c.primary_address_path_mut().set_vhca_port_num(1);
+    });
+    modify(h, Opcode::Init2rtrQp, qpn, |c| {
+        c.set_mtu(path.mtu_code)
+            .set_log_msg_max(20)
+            .set_remote_qpn(path.remote_qpn)
+            .set_min_rnr_nak(MIN_RNR_NAK)
+            .set_next_rcv_psn(path.receive_psn);
+        c.primary_address_path_mut()
+            .set_vhca_port_num(1)
+            .set_src_addr_index(path.gid_index)
+            .set_rgid(path.peer_gid)
+            .set_rmac(path.peer_mac)
+            .set_udp_sport(UDP_SPORT)
+            .set_hop_limit(64);
+    });
+    modify(h, Opcode::Rtr2rtsQp, qpn, |c| {
+        c.set_next_send_psn(path.send_psn)
+            .set_retry_count(path.retry_count)
+            .set_rnr_retry(path.rnr_retry);
+        c.primary_address_path_mut()
+            .set_vhca_port_num(1)
+            .set_ack_timeout(path.ack_timeout);
+    });
+}
+
+fn modify(h: &mut Host, opcode: Opcode, qpn: u32, fill: impl FnOnce(&mut Qpc<&mut [u8]>)) {
+    let mut input = Host::input(opcode, 0, 0x110);
+    let mut cmd = Rst2initQpIn::new(&mut input[..]).expect("layout");
+    cmd.set_qpn(qpn);
+    fill(&mut cmd.qpc_mut());
+    h.exec(&input, 16).expect("QP transition");
+}
+
+/// A one-WQEBB WQE: ctrl, the remote address segment for writes, one data segment.
+fn wqe(sq: &Sq, op: u8, imm: u32, remote: Option<(u64, u32)>, local: (u64, u32, u32)) -> Vec<u8> {
+    let mut w = vec![0u8; 64];
+    let ds = if remote.is_some() { 3 } else { 2 };
+    CtrlSeg::new(&mut w[..16])
+        .expect("layout")
+        .set_opcode(op)
+        .set_wqe_index(sq.pi)
+        .set_qpn_or_sqn(sq.sqn)
+        .set_ds(ds)
+        .set_ce(2)
+        .set_imm(imm);
+    let mut at = 16;
+    if let Some((raddr, rkey)) = remote {
+        RaddrSeg::new(&mut w[at..at + 16])
+            .expect("layout")
+            .set_raddr(raddr)
+            .set_rkey(rkey);
+        at += 16;
+    }
+    DataSeg::new(&mut w[at..at + 16])
+        .expect("layout")
+        .set_byte_count(local.2)
+        .set_lkey(local.1)
+        .set_addr(local.0);
+    w
+}
+
+fn destroy_qp(h: &mut Host, qpn: u32) {
+    let mut input = Host::input(Opcode::DestroyQp, 0, 0x10);
+    cxdirect_hw::qp::Qp2errIn::new(&mut input[..])
+        .expect("layout")
+        .set_qpn(qpn);
+    h.exec(&input, 16).expect("DESTROY_QP");
+}
+
+fn take_frames(wire: &Wire) -> Vec<Vec<u8>> {
+    let mut frames = Vec::new();
+    loop {
+        let mut frame = Vec::new();
+        if !wire.receive(PortId::B, &mut frame).expect("receive") {
+            return frames;
+        }
+        frames.push(frame);
+    }
+}
+
+/// A RoCE v2 packet taken apart.
+#[derive(Debug)]
+struct Roce {
+    opcode: u8,
+    pad: usize,
+    dest_qpn: u32,
+    ack_req: bool,
+    psn: u32,
+    /// Bytes after the BTH, before the pad and ICRC.
+    rest: Vec<u8>,
+}
+
+/// The ICRC of RoCE v2 frame `frame` (IPv4 or IPv6, untagged), computed here from the IBA
+/// rules with the crc32fast crate: eight bytes of ones for the LRH, then the IP, UDP and
+/// transport headers with their variant fields set to ones, then the payload and pad.
+fn expected_icrc(frame: &[u8]) -> [u8; 4] {
+    let mut masked = vec![0xff; 8];
+    let l4 = if frame[12..14] == [0x08, 0x00] {
+        let mut m = frame[14..34].to_vec();
+        m[1] = 0xff;
+        m[8] = 0xff;
+        m[10] = 0xff;
+        m[11] = 0xff;
+        masked.extend_from_slice(&m);
+        34
+    } else {
+        let mut m = frame[14..54].to_vec();
+        m[0] |= 0x0f;
+        m[1] = 0xff;
+        m[2] = 0xff;
+        m[3] = 0xff;
+        m[7] = 0xff;
+        masked.extend_from_slice(&m);
+        54
+    };
+    let mut m = frame[l4..frame.len() - 4].to_vec();
+    m[6] = 0xff;
+    m[7] = 0xff;
+    m[8 + 4] = 0xff;
+    masked.extend_from_slice(&m);
+    crc32fast::hash(&masked).to_le_bytes()
+}
+
+/// Parses `frame` as Ethernet/IPv4 or IPv6/UDP 4791/BTH, checking every header field the path
+/// sets and the ICRC, recomputed here with the crc32fast crate.
+fn parse(frame: &[u8], v4: bool) -> Roce {
+    assert_eq!(&frame[..6], &PEER_MAC, "destination MAC");
+    assert_eq!(&frame[6..12], &OWN_MAC, "source MAC");
+    let l4 = if v4 {
+        assert_eq!(&frame[12..14], &[0x08, 0x00]);
+        let ip = &frame[14..34];
+        assert_eq!(ip[0], 0x45);
+        assert_eq!(ip[9], 17);
+        assert_eq!(
+            u16::from_be_bytes([ip[2], ip[3]]) as usize,
+            frame.len() - 14
+        );
+        assert_eq!(&ip[12..16], &OWN_GID[12..]);
+        assert_eq!(&ip[16..20], &PEER_GID[12..]);
+        let sum: u32 = ip
+            .chunks(2)
+            .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+            .sum();
+        assert_eq!((sum & 0xffff) + (sum >> 16), 0xffff, "IPv4 header checksum");
+        34
+    } else {
+        assert_eq!(&frame[12..14], &[0x86, 0xdd]);
+        let ip = &frame[14..54];
+        assert_eq!(ip[0] >> 4, 6);
+        assert_eq!(ip[6], 17);
+        assert_eq!(
+            u16::from_be_bytes([ip[4], ip[5]]) as usize,
+            frame.len() - 54
+        );
+        assert_eq!(&ip[8..24], &OWN_GID6);
+        assert_eq!(&ip[24..40], &PEER_GID6);
+        54
+    };
+    let udp = &frame[l4..l4 + 8];
+    assert_eq!(u16::from_be_bytes([udp[0], udp[1]]), UDP_SPORT);
+    assert_eq!(u16::from_be_bytes([udp[2], udp[3]]), 4791);
+    assert_eq!(
+        u16::from_be_bytes([udp[4], udp[5]]) as usize,
+        frame.len() - l4
+    );
+    let bth = &frame[l4 + 8..];
+    assert_eq!(&frame[frame.len() - 4..], &expected_icrc(frame), "ICRC");
+    assert_eq!(u16::from_be_bytes([bth[2], bth[3]]), 0xffff, "P_Key");
+    assert_eq!(bth[1] & 0x0f, 0, "transport header version");
+    let pad = usize::from((bth[1] >> 4) & 3);
+    let qpn_word = u32::from_be_bytes([bth[4], bth[5], bth[6], bth[7]]);
+    let psn_word = u32::from_be_bytes([bth[8], bth[9], bth[10], bth[11]]);
+    let body = &bth[12..bth.len() - 4];
+    assert!(
+        body[body.len() - pad..].iter().all(|&b| b == 0),
+        "pad bytes zero"
+    );
+    Roce {
+        opcode: bth[0],
+        pad,
+        dest_qpn: qpn_word & 0xff_ffff,
+        ack_req: psn_word & 0x8000_0000 != 0,
+        psn: psn_word & 0xff_ffff,
+        rest: body[..body.len() - pad].to_vec(),
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// Posts one WQE of `op` carrying `len` bytes and returns the packets it sent, parsed; checks
+/// that the payloads put together are the message.
+fn send_one(
+    h: &mut Host,
+    wire: &Wire,
+    sq: &mut Sq,
+    op: u8,
+    len: usize,
+    v4: bool,
+) -> (Vec<Roce>, Vec<u8>) {
+    let lkey = h.create_mkey(false, true);
+    let data = pattern(len, len as u8);
+    let src = h.alloc(len.max(1) as u64, 64);
+    h.write(src, &data);
+    let remote = matches!(op, opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM)
+        .then_some((0x1234_5678_9000u64, 0xabcdu32));
+    let w = wqe(sq, op, 0xfeed_f00d, remote, (src, lkey, len as u32));
+    h.post(sq, &w, false);
+    let packets: Vec<Roce> = take_frames(wire).iter().map(|f| parse(f, v4)).collect();
+    (packets, data)
+}
+
+#[test]
+fn sends_and_writes_are_cut_by_path_mtu_with_opcodes_psns_headers_and_icrc() {
+    let (mut h, wire) = host();
+    set_gid(&mut h, 0, OWN_GID, cxdirect_hw::roce::l3_type::IPV4);
+    let cq = h.create_cq(6);
+    let first_psn = 0xff_fffe;
+    let mut sq = rc_qp(&mut h, &cq, 0, PEER_GID, mtu::MTU_1024, first_psn);
+    let mtu_bytes = 1024;
+    let mut psn = first_psn;
+    let cases = [
+        (opcode::SEND, [0x04, 0x00, 0x01, 0x02]),
+        (opcode::SEND_IMM, [0x05, 0x00, 0x01, 0x03]),
+        (opcode::RDMA_WRITE, [0x0a, 0x06, 0x07, 0x08]),
+        (opcode::RDMA_WRITE_IMM, [0x0b, 0x06, 0x07, 0x09]),
+    ];
+    for (op, [only, first, middle, last]) in cases {
+        for len in [
+            0,
+            1,
+            mtu_bytes - 1,
+            mtu_bytes,
+            mtu_bytes + 1,
+            3 * mtu_bytes + 5,
+        ] {
+            let (packets, data) = send_one(&mut h, &wire, &mut sq, op, len, true);
+            let count = len.div_ceil(mtu_bytes).max(1);
+            assert_eq!(packets.len(), count, "op {op:#x} len {len}");
+            let mut got = Vec::new();
+            for (n, p) in packets.iter().enumerate() {
+                let is_first = n == 0;
+                let is_last = n + 1 == count;
+                let want = match (is_first, is_last) {
+                    (true, true) => only,
+                    (true, false) => first,
+                    (false, false) => middle,
+                    (false, true) => last,
+                };
+                assert_eq!(p.opcode, want, "op {op:#x} len {len} packet {n}");
+                assert_eq!(p.psn, psn, "PSN wraps at 2^24");
+                psn = (psn + 1) & 0xff_ffff;
+                assert_eq!(p.ack_req, is_last, "AckReq on the last packet only");
+                assert_eq!(p.dest_qpn, REMOTE_QPN);
+                let mut rest = &p.rest[..];
+                let write = matches!(op, opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM);
+                if write && is_first {
+                    assert_eq!(&rest[..8], &0x1234_5678_9000u64.to_be_bytes(), "RETH va");
+                    assert_eq!(&rest[8..12], &0xabcdu32.to_be_bytes(), "RETH rkey");
+                    assert_eq!(&rest[12..16], &(len as u32).to_be_bytes(), "RETH length");
+                    rest = &rest[16..];
+                }
+                let imm = matches!(op, opcode::SEND_IMM | opcode::RDMA_WRITE_IMM);
+                if imm && is_last {
+                    assert_eq!(&rest[..4], &0xfeed_f00du32.to_be_bytes(), "ImmDt");
+                    rest = &rest[4..];
+                }
+                assert!(rest.len() <= mtu_bytes);
+                assert_eq!(p.pad, (4 - rest.len() % 4) % 4);
+                got.extend_from_slice(rest);
+            }
+            assert_eq!(got, data, "op {op:#x} len {len}: payload intact");
+        }
+    }
+    assert!(psn < first_psn, "the PSN wrapped past 2^24");
+    destroy_qp(&mut h, sq.sqn);
+    h.teardown();
+}
+
+#[test]
+fn an_ipv6_path_sends_ipv6_packets_with_a_matching_icrc() {
+    let (mut h, wire) = host();
+    set_gid(&mut h, 1, OWN_GID6, cxdirect_hw::roce::l3_type::IPV6);
+    let cq = h.create_cq(6);
+    let mut sq = rc_qp(&mut h, &cq, 1, PEER_GID6, mtu::MTU_256, 7);
+    let (packets, data) = send_one(&mut h, &wire, &mut sq, opcode::SEND, 600, false);
+    let opcodes: Vec<u8> = packets.iter().map(|p| p.opcode).collect();
+    assert_eq!(opcodes, [0x00, 0x01, 0x02]);
+    let psns: Vec<u32> = packets.iter().map(|p| p.psn).collect();
+    assert_eq!(psns, [7, 8, 9]);
+    let got: Vec<u8> = packets.iter().flat_map(|p| p.rest.clone()).collect();
+    assert_eq!(got, data);
+    destroy_qp(&mut h, sq.sqn);
+    h.teardown();
+}
+
+/// A pcap sink the test reads back.
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("capture").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Two functions back to back, each with one RC QP connected to the other's, path MTU 1024.
+struct Pair {
+    a: Host,
+    b: Host,
+    cq_a: Cq,
+    cq_b: Cq,
+    sq_a: Sq,
+    sq_b: Sq,
+    wire: Arc<Wire>,
+    capture: Capture,
+}
+
+const MTU: usize = 1024;
+/// The RNR timer code every QP asks for: 20.48 ms.
+const MIN_RNR_NAK: u8 = 22;
+/// Long enough for an RNR timer to run out.
+const PAST_RNR: std::time::Duration = std::time::Duration::from_millis(50);
+/// Bytes of the biggest message the tests move.
+const BIG: usize = 1 << 20;
+
+fn pair(send_psn: u32) -> Pair {
+    pair_with(send_psn, |_| None)
+}
+
+/// [`pair`] with A's retry limits: `rnr_retry` RNR NAKs accepted.
+fn pair_with_rnr_retry(send_psn: u32, rnr_retry: u8) -> Pair {
+    pair_full(send_psn, rnr_retry, |_| None)
+}
+
+/// [`pair`], B's QP taking its receives from the RMP `make_rmp` creates on B, if any.
+fn pair_with(send_psn: u32, make_rmp: impl FnOnce(&mut Host) -> Option<u32>) -> Pair {
+    pair_full(send_psn, 7, make_rmp)
+}
+
+fn pair_full(
+    send_psn: u32,
+    rnr_retry: u8,
+    make_rmp: impl FnOnce(&mut Host) -> Option<u32>,
+) -> Pair {
+    let cfg = |mac| EmuConfig {
+        roce: true,
+        mac,
+        ..EmuConfig::default()
+    };
+    let (da, db) = Device::pair(cfg(OWN_MAC), cfg(PEER_MAC));
+    let (wire, _) = da.wire().expect("wired");
+    let capture = Capture::default();
+    wire.set_pcap(PcapWriter::new(capture.clone()).expect("pcap header"))
+        .expect("tap");
+    let mut a = Host::new(da, MEM);
+    let mut b = Host::new(db, MEM);
+    for (h, gid) in [(&mut a, OWN_GID), (&mut b, PEER_GID)] {
+        h.bring_up();
+        enable_roce(h);
+        set_gid(h, 0, gid, cxdirect_hw::roce::l3_type::IPV4);
+    }
+    let cq_a = a.create_cq(8);
+    let cq_b = b.create_cq(8);
+    let sq_a = create_qp(&mut a, &cq_a);
+    let rmpn = make_rmp(&mut b);
+    let sq_b = create_qp_on(&mut b, &cq_b, rmpn);
+    let path = |peer_gid, peer_mac, remote_qpn, send_psn, receive_psn| Path {
+        gid_index: 0,
+        peer_gid,
+        peer_mac,
+        remote_qpn,
+        mtu_code: mtu::MTU_1024,
+        send_psn,
+        receive_psn,
+        retry_count: 7,
+        rnr_retry,
+        // About 4.4 s: no retransmission while a test runs.
+        ack_timeout: 20,
+    };
+    connect(
+        &mut a,
+        sq_a.sqn,
+        &path(PEER_GID, PEER_MAC, sq_b.sqn, send_psn, 0),
+    );
+    connect(
+        &mut b,
+        sq_b.sqn,
+        &path(OWN_GID, OWN_MAC, sq_a.sqn, 0, send_psn),
+    );
+    Pair {
+        a,
+        b,
+        cq_a,
+        cq_b,
+        sq_a,
+        sq_b,
+        wire,
+        capture,
+    }
+}
+
+impl Pair {
+    /// Lets both functions take what reached them until the wire is quiet.
+    fn settle(&self) {
+        for _ in 0..4 {
+            self.b.dev.poll();
+            self.a.dev.poll();
+        }
+    }
+
+    /// Every frame on the wire so far: each must be RoCE v2 with a correct ICRC.
+    fn check_captured_icrcs(&self) -> usize {
+        self.wire.flush_pcap().expect("flush");
+        let bytes = self.capture.0.lock().expect("capture").clone();
+        let capture = pcap_parser::PcapCapture::from_file(&bytes).expect("a pcap file");
+        for (i, block) in capture.blocks.iter().enumerate() {
+            let f = block.data;
+            assert_eq!(block.caplen, block.origlen, "frame {i} captured whole");
+            assert_eq!(&f[36..38], &4791u16.to_be_bytes(), "frame {i}: UDP 4791");
+            assert_eq!(&f[f.len() - 4..], &expected_icrc(f), "frame {i}: ICRC");
+        }
+        capture.blocks.len()
+    }
+
+    fn teardown(mut self) {
+        destroy_qp(&mut self.a, self.sq_a.sqn);
+        destroy_qp(&mut self.b, self.sq_b.sqn);
+        self.a.teardown();
+        self.b.teardown();
+    }
+}
+
+/// Posts a one-segment receive WQE at the QP's own ring (16 entries of 64 bytes at the
+/// buffer's start) and bumps the doorbell record's receive counter.
+fn post_recv(h: &Host, sq: &Sq, rq_pi: &mut u16, addr: u64, len: u32, lkey: u32) {
+    let mut w = [0u8; 64];
+    DataSeg::new(&mut w[..16])
+        .expect("layout")
+        .set_byte_count(len)
+        .set_lkey(lkey)
+        .set_addr(addr);
+    DataSeg::new(&mut w[16..32])
+        .expect("layout")
+        .set_lkey(INVALID_LKEY);
+    let slot = u64::from(*rq_pi) & 15;
+    h.write(sq.buf - RQ_BYTES + slot * 64, &w);
+    *rq_pi = rq_pi.wrapping_add(1);
+    h.write_be32(sq.dbr, u32::from(*rq_pi));
+}
+
+/// A PA memory key over all host memory in `pd`: local rights, remote read and atomics, and
+/// remote write when `remote_write`.
+fn remote_key(h: &mut Host, remote_write: bool, pd: u32) -> u32 {
+    let mut input = Host::input(Opcode::CreateMkey, 0, 0x110);
+    let mut cmd = CreateMkeyIn::new(&mut input[..]).expect("layout");
+    cmd.memory_key_mkey_entry_mut()
+        .set_access_mode(MKC_ACCESS_MODE_PA)
+        .set_lr(true)
+        .set_lw(true)
+        .set_rr(true)
+        .set_rw(remote_write)
+        .set_a(true)
+        .set_pd(pd)
+        .set_qpn(0xff_ffff)
+        .set_mkey_7_0(0x5a)
+        .set_start_addr(IOVA_BASE)
+        .set_len(MEM as u64);
+    let out = h.exec(&input, 16).expect("CREATE_MKEY");
+    mkey_from_index(
+        CreateMkeyOut::new(&out[..]).expect("layout").mkey_index(),
+        0x5a,
+    )
+}
+
+/// Every CQE waiting on `cq`.
+fn drain(h: &Host, cq: &mut Cq) -> Vec<Vec<u8>> {
+    std::iter::from_fn(|| h.poll_cq(cq)).collect()
+}
+
+fn cqe_opcode(cqe: &[u8]) -> u8 {
+    cqe[63] >> 4
+}
+
+fn be32(bytes: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+}
+
+fn wqe_counter(cqe: &[u8]) -> u16 {
+    u16::from_be_bytes([cqe[60], cqe[61]])
+}
+
+#[test]
+fn send_write_and_write_with_immediate_arrive_intact_with_completions_on_both_sides() {
+    let mut p = pair(0xff_fc00);
+    let lkey_a = p.a.create_mkey(false, true);
+    let lkey_b = p.b.create_mkey(false, true);
+    let pd_b = p.b.pd;
+    let rkey_b = remote_key(&mut p.b, true, pd_b);
+    let src = p.a.alloc(BIG as u64, 4096);
+    let dst = p.b.alloc(BIG as u64 + 64, 4096);
+    let mut rq_pi = 0u16;
+    let mut sent = 0u32;
+    for op in [
+        opcode::SEND,
+        opcode::SEND_IMM,
+        opcode::RDMA_WRITE,
+        opcode::RDMA_WRITE_IMM,
+    ] {
+        for len in [0, 1, MTU - 1, MTU, MTU + 1, BIG] {
+            let what = format!("op {op:#x} len {len}");
+            let data = pattern(len, op ^ len as u8);
+            p.a.write(src, &data);
+            p.b.write(dst, &vec![0xee; len + 64]);
+            let consumes_receive = op != opcode::RDMA_WRITE;
+            if consumes_receive {
+                post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, BIG as u32, lkey_b);
+            }
+            let remote =
+                (op == opcode::RDMA_WRITE || op == opcode::RDMA_WRITE_IMM).then_some((dst, rkey_b));
+            let index = p.sq_a.pi;
+            let w = wqe(
+                &p.sq_a,
+                op,
+                0x1234_0000 | u32::from(index),
+                remote,
+                (src, lkey_a, len as u32),
+            );
+            p.a.post(&mut p.sq_a, &w, false);
+            p.settle();
+            sent += 1;
+            assert_eq!(p.b.read(dst, len), data, "{what}: bytes intact");
+            assert_eq!(
+                p.b.read(dst + len as u64, 64),
+                vec![0xee; 64],
+                "{what}: nothing past the end"
+            );
+            let resp = drain(&p.b, &mut p.cq_b);
+            if consumes_receive {
+                assert_eq!(resp.len(), 1, "{what}: one responder CQE");
+                let c = &resp[0];
+                let want = match op {
+                    opcode::SEND => 2,
+                    opcode::SEND_IMM => 3,
+                    _ => 1,
+                };
+                assert_eq!(cqe_opcode(c), want, "{what}: responder CQE opcode");
+                assert_eq!(be32(c, 44), len as u32, "{what}: byte count");
+                assert_eq!(be32(c, 56) & 0xff_ffff, p.sq_b.sqn, "{what}: QPN");
+                assert_eq!(
+                    wqe_counter(c),
+                    rq_pi.wrapping_sub(1),
+                    "{what}: receive WQE counter"
+                );
+                assert_eq!(be32(c, 32) & 0xff_ffff, 0, "{what}: no SRQ");
+                if op != opcode::SEND {
+                    assert_eq!(
+                        be32(c, 36),
+                        0x1234_0000 | u32::from(index),
+                        "{what}: immediate"
+                    );
+                }
+            } else {
+                assert!(
+                    resp.is_empty(),
+                    "{what}: a plain WRITE completes nothing at the responder"
+                );
+            }
+            let req = drain(&p.a, &mut p.cq_a);
+            assert_eq!(req.len(), 1, "{what}: one requester CQE");
+            assert_eq!(cqe_opcode(&req[0]), 0, "{what}: REQ");
+            assert_eq!(wqe_counter(&req[0]), index, "{what}: requester WQE counter");
+            assert_eq!(be32(&req[0], 56), (u32::from(op) << 24) | p.sq_a.sqn);
+        }
+    }
+    let frames = p.check_captured_icrcs();
+    assert!(
+        frames > 4 * (BIG / MTU) + sent as usize,
+        "every packet and ACK captured ({frames})"
+    );
+    let counters = p.b.dev.counters();
+    assert_eq!(counters.roce_icrc_drops, 0);
+    assert_eq!(counters.roce_rx_drops, 0);
+    assert_eq!(
+        counters.roce_acks_sent,
+        u64::from(sent),
+        "one coalesced ACK per message"
+    );
+    p.teardown();
+}
+
+fn qp_state(h: &mut Host, qpn: u32) -> u8 {
+    let mut input = Host::input(Opcode::QueryQp, 0, 0x10);
+    cxdirect_hw::qp::Qp2errIn::new(&mut input[..])
+        .expect("layout")
+        .set_qpn(qpn);
+    let out = h.exec(&input, 0x1d0).expect("QUERY_QP");
+    Qpc::new(&out[0x18..]).expect("layout").state()
+}
+
+/// The error CQE fields: (opcode, syndrome, WQE opcode, WQE counter).
+fn err_fields(cqe: &[u8]) -> (u8, u8, u8, u16) {
+    (cqe_opcode(cqe), cqe[55], cqe[56], wqe_counter(cqe))
+}
+
+#[test]
+fn a_refused_remote_access_naks_fails_the_wqe_flushes_the_rest_and_writes_nothing() {
+    for case in ["outside the key", "no remote write", "other PD"] {
+        let mut p = pair(100);
+        let lkey_a = p.a.create_mkey(false, true);
+        let lkey_b = p.b.create_mkey(false, true);
+        let dst = p.b.alloc(4096, 4096);
+        p.b.write(dst, &[0xee; 4096]);
+        let (rkey, raddr) = match case {
+            "outside the key" => {
+                let pd = p.b.pd;
+                (remote_key(&mut p.b, true, pd), IOVA_BASE + MEM as u64 - 100)
+            }
+            "no remote write" => {
+                let pd = p.b.pd;
+                (remote_key(&mut p.b, false, pd), dst)
+            }
+            _ => {
+                let out = p.b.simple(Opcode::AllocPd, 0).expect("ALLOC_PD");
+                let other = AllocPdOut::new(&out[..]).expect("layout").pd();
+                (remote_key(&mut p.b, true, other), dst)
+            }
+        };
+        let mut rq_pi = 0;
+        post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+        let src = p.a.alloc(4096, 4096);
+        p.a.write(src, &pattern(2000, 9));
+        let w = wqe(
+            &p.sq_a,
+            opcode::RDMA_WRITE,
+            0,
+            Some((raddr, rkey)),
+            (src, lkey_a, 2000),
+        );
+        p.a.write_wqe(&mut p.sq_a, &w);
+        let s = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 16));
+        p.a.post(&mut p.sq_a, &s, false);
+        p.settle();
+        let req = drain(&p.a, &mut p.cq_a);
+        assert_eq!(req.len(), 2, "{case}: the failed WQE and the flushed one");
+        assert_eq!(
+            err_fields(&req[0]),
+            (13, 0x13, opcode::RDMA_WRITE, 0),
+            "{case}: REQ_ERR with REMOTE_ACCESS_ERR"
+        );
+        assert_eq!(
+            err_fields(&req[1]),
+            (13, 0x05, opcode::SEND, 1),
+            "{case}: WR_FLUSH_ERR"
+        );
+        assert_eq!(
+            qp_state(&mut p.a, p.sq_a.sqn),
+            state::ERR,
+            "{case}: QP in error"
+        );
+        assert_eq!(
+            p.b.read(dst, 4096),
+            vec![0xee; 4096],
+            "{case}: target untouched"
+        );
+        assert!(
+            drain(&p.b, &mut p.cq_b).is_empty(),
+            "{case}: nothing received"
+        );
+        assert!(p.b.dev.counters().roce_naks_sent >= 1, "{case}: NAK sent");
+        // Later WQEs on the QP in error are flushed at once.
+        let s = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 16));
+        p.a.post(&mut p.sq_a, &s, false);
+        let req = drain(&p.a, &mut p.cq_a);
+        assert_eq!(req.len(), 1);
+        assert_eq!(err_fields(&req[0]), (13, 0x05, opcode::SEND, 2), "{case}");
+        p.check_captured_icrcs();
+        p.teardown();
+    }
+}
+
+#[test]
+fn a_send_without_a_receive_wqe_gets_an_rnr_nak_and_completes_nothing() {
+    let mut p = pair(5);
+    let lkey_a = p.a.create_mkey(false, true);
+    let src = p.a.alloc(4096, 4096);
+    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 64));
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    let counters = p.b.dev.counters();
+    assert_eq!(counters.roce_rnr_naks_sent, 1);
+    assert_eq!(counters.roce_acks_sent, 0);
+    assert!(drain(&p.b, &mut p.cq_b).is_empty());
+    assert!(
+        drain(&p.a, &mut p.cq_a).is_empty(),
+        "the WQE waits for a retry"
+    );
+    p.wire.flush_pcap().expect("flush");
+    let bytes = p.capture.0.lock().expect("capture").clone();
+    let capture = pcap_parser::PcapCapture::from_file(&bytes).expect("a pcap file");
+    let nak = capture.blocks.last().expect("frames").data;
+    assert_eq!(nak[42], 0x11, "an acknowledgement");
+    assert_eq!(be32(nak, 50) & 0xff_ffff, 5, "for the SEND's PSN");
+    assert_eq!(
+        nak[54],
+        0x20 | MIN_RNR_NAK,
+        "RNR NAK with the QP's min_rnr_nak timer"
+    );
+    assert_eq!(&nak[nak.len() - 4..], &expected_icrc(nak));
+    p.teardown();
+}
+
+/// A SEND_ONLY to `dest_qpn` built entirely here, ICRC included.
+fn hand_built_send(dest_qpn: u32, psn: u32, payload: &[u8]) -> Vec<u8> {
+    let pad = (4 - payload.len() % 4) % 4;
+    let udp_len = 8 + 12 + payload.len() + pad + 4;
+    let mut f = Vec::new();
+    f.extend_from_slice(&PEER_MAC);
+    f.extend_from_slice(&OWN_MAC);
+    f.extend_from_slice(&[0x08, 0x00]);
+    let mut ip = [0u8; 20];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&((20 + udp_len) as u16).to_be_bytes());
+    ip[8] = 64;
+    ip[9] = 17;
+    ip[12..16].copy_from_slice(&OWN_GID[12..]);
+    ip[16..20].copy_from_slice(&PEER_GID[12..]);
+    let sum: u32 = ip
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+        .sum();
+    let sum = (sum & 0xffff) + (sum >> 16);
+    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&1234u16.to_be_bytes());
+    f.extend_from_slice(&4791u16.to_be_bytes());
+    f.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(&[0x04, (pad as u8) << 4, 0xff, 0xff]);
+    f.extend_from_slice(&dest_qpn.to_be_bytes());
+    f.extend_from_slice(&(0x8000_0000 | psn).to_be_bytes());
+    f.extend_from_slice(payload);
+    f.extend(std::iter::repeat_n(0, pad));
+    f.extend_from_slice(&[0; 4]);
+    let crc = expected_icrc(&f);
+    let n = f.len();
+    f[n - 4..].copy_from_slice(&crc);
+    f
+}
+
+#[test]
+fn a_bad_icrc_is_dropped_and_counted_and_a_good_one_is_taken() {
+    let mut p = pair(77);
+    let lkey_b = p.b.create_mkey(false, true);
+    let dst = p.b.alloc(4096, 4096);
+    let mut rq_pi = 0;
+    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    let payload = pattern(101, 3);
+    let good = hand_built_send(p.sq_b.sqn, 77, &payload);
+    let mut bad = good.clone();
+    bad[60] ^= 0x01;
+    for frame in [&bad, &good] {
+        p.wire.transmit(PortId::A, frame).expect("transmit");
+        p.b.dev.poll();
+        if std::ptr::eq(frame, &bad) {
+            assert_eq!(
+                p.b.dev.counters().roce_icrc_drops,
+                1,
+                "the bad ICRC counted"
+            );
+            assert!(drain(&p.b, &mut p.cq_b).is_empty(), "and dropped");
+        }
+    }
+    let resp = drain(&p.b, &mut p.cq_b);
+    assert_eq!(resp.len(), 1, "the good copy is received");
+    assert_eq!(be32(&resp[0], 44), 101);
+    assert_eq!(p.b.read(dst, 101), payload);
+    assert_eq!(p.b.dev.counters().roce_icrc_drops, 1);
+    assert_eq!(p.b.dev.counters().roce_acks_sent, 1);
+    p.teardown();
+}
+
+#[test]
+fn duplicates_are_acked_again_and_a_gap_gets_one_sequence_nak() {
+    let mut p = pair(10);
+    let lkey_b = p.b.create_mkey(false, true);
+    let dst = p.b.alloc(4096, 4096);
+    let mut rq_pi = 0;
+    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    let first = hand_built_send(p.sq_b.sqn, 10, &pattern(8, 1));
+    let ahead = hand_built_send(p.sq_b.sqn, 12, &pattern(8, 2));
+    for frame in [&first, &first, &ahead, &ahead] {
+        p.wire.transmit(PortId::A, frame).expect("transmit");
+    }
+    p.b.dev.poll();
+    let c = p.b.dev.counters();
+    assert_eq!(c.roce_duplicates, 1, "the repeated PSN 10");
+    assert_eq!(c.roce_acks_sent, 2, "the ACK and the re-ACK");
+    assert_eq!(
+        c.roce_naks_sent, 1,
+        "one NAK for the gap, however many packets follow it"
+    );
+    assert_eq!(drain(&p.b, &mut p.cq_b).len(), 1, "one message received");
+    p.teardown();
+}
+
+#[test]
+fn sends_on_a_qp_with_a_linked_list_rmp_take_its_wqes_in_list_order() {
+    let ring = std::cell::Cell::new((0u64, 0u64, 0u32));
+    let mut p = pair_with(300, |b| {
+        let buf = b.alloc(4096, 4096);
+        let dbr = b.alloc(8, 64);
+        let mut input = Host::input(Opcode::CreateRmp, 0, 0x110 + 8);
+        {
+            let mut cmd = CreateRmpIn::new(&mut input[..]).expect("layout");
+            let mut ctx = cmd.ctx_mut();
+            ctx.set_state(1);
+            ctx.wq_mut()
+                .set_wq_type(WqType::LinkedList as u8)
+                .set_pd(b.pd)
+                .set_dbr_addr(dbr)
+                .set_log_wq_stride(5)
+                .set_log_wq_sz(2);
+            cmd.set_pas(0, buf).expect("room");
+        }
+        let out = b.exec(&input, 16).expect("CREATE_RMP");
+        let rmpn = CreateRmpOut::new(&out[..]).expect("layout").rmpn();
+        ring.set((buf, dbr, rmpn));
+        Some(rmpn)
+    });
+    let (buf, dbr, rmpn) = ring.get();
+    let lkey_a = p.a.create_mkey(false, true);
+    let lkey_b = p.b.create_mkey(false, true);
+    // The list runs 0 → 2 → 1 → 3.
+    let next = [2u16, 3, 1, 0];
+    let bufs: Vec<u64> = (0..4).map(|_| p.b.alloc(4096, 64)).collect();
+    for (index, &to) in next.iter().enumerate() {
+        let mut w = [0u8; 32];
+        SrqNextSeg::new(&mut w[..16])
+            .expect("layout")
+            .set_next_wqe_index(to);
+        DataSeg::new(&mut w[16..])
+            .expect("layout")
+            .set_byte_count(4096)
+            .set_lkey(lkey_b)
+            .set_addr(bufs[index]);
+        p.b.write(buf + index as u64 * 32, &w);
+    }
+    p.b.write_be32(dbr, 3);
+    let src = p.a.alloc(4096, 64);
+    for (n, want_index) in [0u16, 2, 1].into_iter().enumerate() {
+        let data = pattern(1500 + n, n as u8);
+        p.a.write(src, &data);
+        let w = wqe(
+            &p.sq_a,
+            opcode::SEND,
+            0,
+            None,
+            (src, lkey_a, data.len() as u32),
+        );
+        p.a.post(&mut p.sq_a, &w, false);
+        p.settle();
+        let resp = drain(&p.b, &mut p.cq_b);
+        assert_eq!(resp.len(), 1, "message {n}");
+        assert_eq!(wqe_counter(&resp[0]), want_index, "message {n}: list order");
+        assert_eq!(
+            be32(&resp[0], 32) & 0xff_ffff,
+            rmpn,
+            "message {n}: SRQ number"
+        );
+        assert_eq!(be32(&resp[0], 44), data.len() as u32);
+        assert_eq!(p.b.read(bufs[usize::from(want_index)], data.len()), data);
+        assert_eq!(
+            drain(&p.a, &mut p.cq_a).len(),
+            1,
+            "message {n}: requester CQE"
+        );
+    }
+    // Three posted, three taken: the fourth SEND finds none.
+    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 8));
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    assert_eq!(p.b.dev.counters().roce_rnr_naks_sent, 1);
+    p.check_captured_icrcs();
+    p.teardown();
+}
+
+/// An atomic WQE: ctrl, remote address, atomic segment, one 8-byte local data segment.
+fn atomic_wqe(
+    sq: &Sq,
+    op: u8,
+    remote: (u64, u32),
+    swap_add: u64,
+    compare: u64,
+    local: (u64, u32),
+) -> Vec<u8> {
+    let mut w = vec![0u8; 64];
+    CtrlSeg::new(&mut w[..16])
+        .expect("layout")
+        .set_opcode(op)
+        .set_wqe_index(sq.pi)
+        .set_qpn_or_sqn(sq.sqn)
+        .set_ds(4)
+        .set_ce(2);
+    RaddrSeg::new(&mut w[16..32])
+        .expect("layout")
+        .set_raddr(remote.0)
+        .set_rkey(remote.1);
+    AtomicSeg::new(&mut w[32..48])
+        .expect("layout")
+        .set_swap_add(swap_add)
+        .set_compare(compare);
+    DataSeg::new(&mut w[48..64])
+        .expect("layout")
+        .set_byte_count(8)
+        .set_lkey(local.1)
+        .set_addr(local.0);
+    w
+}
+
+#[test]
+fn rdma_read_brings_remote_bytes_back_in_segmented_responses() {
+    let mut p = pair(0xff_ff00);
+    let lkey_a = p.a.create_mkey(false, true);
+    let pd_b = p.b.pd;
+    let rkey_b = remote_key(&mut p.b, false, pd_b);
+    let remote = p.b.alloc(BIG as u64, 4096);
+    let local = p.a.alloc(BIG as u64 + 64, 4096);
+    for len in [0, 1, MTU - 1, MTU, MTU + 1, BIG] {
+        let data = pattern(len, 0x40 ^ len as u8);
+        p.b.write(remote, &data);
+        p.a.write(local, &vec![0xee; len + 64]);
+        let index = p.sq_a.pi;
+        let w = wqe(
+            &p.sq_a,
+            opcode::RDMA_READ,
+            0,
+            Some((remote, rkey_b)),
+            (local, lkey_a, len as u32),
+        );
+        p.a.post(&mut p.sq_a, &w, false);
+        p.settle();
+        assert_eq!(p.a.read(local, len), data, "len {len}: bytes read");
+        assert_eq!(
+            p.a.read(local + len as u64, 64),
+            vec![0xee; 64],
+            "len {len}: nothing past"
+        );
+        let req = drain(&p.a, &mut p.cq_a);
+        assert_eq!(req.len(), 1, "len {len}: one requester CQE");
+        assert_eq!(cqe_opcode(&req[0]), 0);
+        assert_eq!(wqe_counter(&req[0]), index);
+        assert_eq!(be32(&req[0], 44), len as u32, "len {len}: byte count");
+        assert_eq!(
+            be32(&req[0], 56),
+            (u32::from(opcode::RDMA_READ) << 24) | p.sq_a.sqn
+        );
+        assert!(
+            drain(&p.b, &mut p.cq_b).is_empty(),
+            "a READ completes nothing at the responder"
+        );
+    }
+    // Responses, not ACKs: one response per MTU of every READ, one request each.
+    let frames = p.check_captured_icrcs();
+    assert_eq!(frames, 6 + (1 + 1 + 1 + 1 + 2 + BIG / MTU));
+    p.teardown();
+}
+
+#[test]
+fn atomics_compare_swap_and_fetch_add_return_the_original_value() {
+    let mut p = pair(1000);
+    let lkey_a = p.a.create_mkey(false, true);
+    let pd_b = p.b.pd;
+    let rkey_b = remote_key(&mut p.b, false, pd_b);
+    let target = p.b.alloc(64, 64);
+    p.b.write(target, &100u64.to_be_bytes());
+    let result = p.a.alloc(64, 64);
+    let steps = [
+        (opcode::ATOMIC_FA, 5, 0, 100u64, 105u64),
+        (opcode::ATOMIC_CS, 7, 105, 105, 7),
+        (opcode::ATOMIC_CS, 9, 1, 7, 7),
+        (opcode::ATOMIC_FA, u64::MAX, 0, 7, 6),
+    ];
+    for (op, swap_add, compare, original, after) in steps {
+        let index = p.sq_a.pi;
+        let w = atomic_wqe(
+            &p.sq_a,
+            op,
+            (target, rkey_b),
+            swap_add,
+            compare,
+            (result, lkey_a),
+        );
+        p.a.post(&mut p.sq_a, &w, false);
+        p.settle();
+        assert_eq!(
+            p.a.read(result, 8),
+            original.to_be_bytes(),
+            "op {op:#x}: original"
+        );
+        assert_eq!(
+            p.b.read(target, 8),
+            after.to_be_bytes(),
+            "op {op:#x}: target after"
+        );
+        let req = drain(&p.a, &mut p.cq_a);
+        assert_eq!(req.len(), 1);
+        assert_eq!(cqe_opcode(&req[0]), 0);
+        assert_eq!(wqe_counter(&req[0]), index);
+        assert_eq!(be32(&req[0], 44), 8);
+    }
+    // An unaligned target is refused: remote access error.
+    let w = atomic_wqe(
+        &p.sq_a,
+        opcode::ATOMIC_FA,
+        (target + 4, rkey_b),
+        1,
+        0,
+        (result, lkey_a),
+    );
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    let req = drain(&p.a, &mut p.cq_a);
+    assert_eq!(req.len(), 1);
+    assert_eq!(err_fields(&req[0]), (13, 0x13, opcode::ATOMIC_FA, 4));
+    assert_eq!(p.b.read(target, 8), 6u64.to_be_bytes());
+    p.check_captured_icrcs();
+    p.teardown();
+}
+
+#[test]
+fn an_rnr_nak_is_retried_after_the_rnr_timer_and_then_completes() {
+    let mut p = pair(40);
+    let lkey_a = p.a.create_mkey(false, true);
+    let lkey_b = p.b.create_mkey(false, true);
+    let src = p.a.alloc(4096, 64);
+    let dst = p.b.alloc(4096, 64);
+    let data = pattern(300, 5);
+    p.a.write(src, &data);
+    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 300));
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    assert_eq!(p.b.dev.counters().roce_rnr_naks_sent, 1);
+    assert!(drain(&p.a, &mut p.cq_a).is_empty());
+    let mut rq_pi = 0;
+    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    std::thread::sleep(PAST_RNR);
+    p.settle();
+    assert!(p.a.dev.counters().roce_retransmits >= 1, "sent again");
+    assert_eq!(p.b.read(dst, 300), data);
+    assert_eq!(drain(&p.b, &mut p.cq_b).len(), 1);
+    let req = drain(&p.a, &mut p.cq_a);
+    assert_eq!(req.len(), 1);
+    assert_eq!(cqe_opcode(&req[0]), 0, "completed after the retry");
+    p.check_captured_icrcs();
+    p.teardown();
+}
+
+#[test]
+fn rnr_retries_exhausted_fail_the_wqe_and_the_qp() {
+    let mut p = pair_with_rnr_retry(40, 1);
+    let lkey_a = p.a.create_mkey(false, true);
+    let src = p.a.alloc(4096, 64);
+    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 16));
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    assert!(drain(&p.a, &mut p.cq_a).is_empty(), "one RNR retry left");
+    std::thread::sleep(PAST_RNR);
+    p.settle();
+    assert_eq!(p.b.dev.counters().roce_rnr_naks_sent, 2);
+    let req = drain(&p.a, &mut p.cq_a);
+    assert_eq!(req.len(), 1);
+    assert_eq!(
+        err_fields(&req[0]),
+        (13, 0x16, opcode::SEND, 0),
+        "RNR retry exceeded"
+    );
+    assert_eq!(qp_state(&mut p.a, p.sq_a.sqn), state::ERR);
+    p.teardown();
+}
+
+#[test]
+fn an_unacknowledged_send_is_retransmitted_on_ack_timeout_until_retries_run_out() {
+    let (mut h, wire) = host();
+    set_gid(&mut h, 0, OWN_GID, cxdirect_hw::roce::l3_type::IPV4);
+    let mut cq = h.create_cq(6);
+    let mut sq = create_qp(&mut h, &cq);
+    let path = Path {
+        gid_index: 0,
+        peer_gid: PEER_GID,
+        peer_mac: PEER_MAC,
+        remote_qpn: REMOTE_QPN,
+        mtu_code: mtu::MTU_1024,
+        send_psn: 0xff_ffff,
+        receive_psn: 0,
+        retry_count: 2,
+        rnr_retry: 7,
+        // 4.096 us << 13: about 34 ms.
+        ack_timeout: 13,
+    };
+    connect(&mut h, sq.sqn, &path);
+    let lkey = h.create_mkey(false, true);
+    let src = h.alloc(4096, 64);
+    h.write(src, &pattern(1500, 1));
+    let w = wqe(&sq, opcode::SEND, 0, None, (src, lkey, 1500));
+    h.post(&mut sq, &w, false);
+    let first = take_frames(&wire);
+    assert_eq!(first.len(), 2, "FIRST and LAST");
+    h.dev.poll();
+    assert!(take_frames(&wire).is_empty(), "nothing before the timeout");
+    for retry in 0..2 {
+        std::thread::sleep(std::time::Duration::from_millis(80));
+        h.dev.poll();
+        let again = take_frames(&wire);
+        assert_eq!(
+            again, first,
+            "retry {retry}: the same packets, the same PSNs"
+        );
+        assert!(
+            drain(&h, &mut cq).is_empty(),
+            "retry {retry}: not failed yet"
+        );
+    }
+    std::thread::sleep(std::time::Duration::from_millis(80));
+    h.dev.poll();
+    assert!(take_frames(&wire).is_empty(), "no third retry");
+    let req = drain(&h, &mut cq);
+    assert_eq!(req.len(), 1);
+    assert_eq!(
+        err_fields(&req[0]),
+        (13, 0x15, opcode::SEND, 0),
+        "retry exceeded"
+    );
+    assert_eq!(qp_state(&mut h, sq.sqn), state::ERR);
+    assert_eq!(h.dev.counters().roce_retransmits, 2);
+    destroy_qp(&mut h, sq.sqn);
+    h.teardown();
+}
+
+/// An acknowledgement (AETH `syndrome`, MSN `msn`) for `psn` to `dest_qpn`, built here.
+fn hand_built_ack(dest_qpn: u32, psn: u32, syndrome: u8, msn: u32) -> Vec<u8> {
+    let mut f = hand_built_send(dest_qpn, psn, &[]);
+    // SEND_ONLY without payload becomes ACKNOWLEDGE with an AETH: 4 more bytes.
+    let n = f.len();
+    f.truncate(n - 4);
+    f[42] = 0x11;
+    f[50] &= 0x7f;
+    f.extend_from_slice(&((u32::from(syndrome) << 24) | msn).to_be_bytes());
+    f.extend_from_slice(&[0; 4]);
+    let ip_len = (f.len() - 14) as u16;
+    f[16..18].copy_from_slice(&ip_len.to_be_bytes());
+    f[24..26].copy_from_slice(&[0, 0]);
+    let sum: u32 = f[14..34]
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+        .sum();
+    let sum = (sum & 0xffff) + (sum >> 16);
+    f[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    let udp_len = (f.len() - 34) as u16;
+    f[38..40].copy_from_slice(&udp_len.to_be_bytes());
+    let crc = expected_icrc(&f);
+    let n = f.len();
+    f[n - 4..].copy_from_slice(&crc);
+    f
+}
+
+#[test]
+fn a_sequence_nak_sends_every_unacknowledged_wqe_again_and_one_ack_retires_them_all() {
+    let (mut h, wire) = host();
+    set_gid(&mut h, 0, OWN_GID, cxdirect_hw::roce::l3_type::IPV4);
+    let mut cq = h.create_cq(6);
+    let mut sq = rc_qp(&mut h, &cq, 0, PEER_GID, mtu::MTU_1024, 0xff_fffe);
+    let lkey = h.create_mkey(false, true);
+    let src = h.alloc(4096, 64);
+    h.write(src, &pattern(64, 2));
+    let mut sent = Vec::new();
+    for _ in 0..3 {
+        let w = wqe(&sq, opcode::SEND, 0, None, (src, lkey, 64));
+        h.post(&mut sq, &w, false);
+        sent.extend(take_frames(&wire));
+    }
+    let psns: Vec<u32> = sent.iter().map(|f| parse(f, true).psn).collect();
+    assert_eq!(psns, [0xff_fffe, 0xff_ffff, 0]);
+    // The first arrived; the responder expects the second.
+    let nak = hand_built_ack(sq.sqn, 0xff_ffff, 0x60, 1);
+    wire.transmit(PortId::B, &nak).expect("transmit");
+    h.dev.poll();
+    let req = drain(&h, &mut cq);
+    assert_eq!(req.len(), 1, "the NAK acknowledges the first WQE");
+    assert_eq!((cqe_opcode(&req[0]), wqe_counter(&req[0])), (0, 0));
+    assert_eq!(
+        take_frames(&wire),
+        sent[1..],
+        "the second and third again, same PSNs"
+    );
+    let ack = hand_built_ack(sq.sqn, 0, 0x1f, 3);
+    wire.transmit(PortId::B, &ack).expect("transmit");
+    h.dev.poll();
+    let req = drain(&h, &mut cq);
+    let counters: Vec<u16> = req.iter().map(|c| wqe_counter(c)).collect();
+    assert_eq!(counters, [1, 2], "one coalesced ACK retires both, in order");
+    assert!(req.iter().all(|c| cqe_opcode(c) == 0));
+    destroy_qp(&mut h, sq.sqn);
+    h.teardown();
+}
+
+/// Runs tshark over the pcap file `path`: per frame, its protocol stack, BTH opcode, PSN,
+/// destination QP and ICRC as tshark decodes them.
+fn tshark_roce_fields(path: &std::path::Path) -> Vec<Vec<String>> {
+    let output = std::process::Command::new("tshark")
+        .arg("-r")
+        .arg(path)
+        .args(["-T", "fields", "-E", "separator=/t"])
+        .args(["-e", "frame.protocols", "-e", "infiniband.bth.opcode"])
+        .args(["-e", "infiniband.bth.psn", "-e", "infiniband.bth.destqp"])
+        .args(["-e", "infiniband.invariant.crc"])
+        .output()
+        .expect("tshark runs (install it with `apt-get install -y tshark`)");
+    assert!(
+        output.status.success(),
+        "tshark failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .expect("tshark prints UTF-8")
+        .lines()
+        .map(|line| line.split('\t').map(str::to_owned).collect())
+        .collect()
+}
+
+/// A number as tshark prints it: decimal, or hexadecimal after `0x`.
+fn tshark_number(field: &str) -> u64 {
+    match field.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => field.parse(),
+    }
+    .unwrap_or_else(|e| panic!("bad tshark number {field:?}: {e}"))
+}
+
+#[test]
+#[cfg_attr(
+    not(has_tshark),
+    ignore = "needs tshark on PATH: apt-get install tshark"
+)]
+fn tshark_decodes_the_capture_as_infiniband_over_udp_4791() {
+    let mut p = pair(0xff_fffe);
+    let lkey_a = p.a.create_mkey(false, true);
+    let lkey_b = p.b.create_mkey(false, true);
+    let pd_b = p.b.pd;
+    let rkey_b = remote_key(&mut p.b, true, pd_b);
+    let src = p.a.alloc(8192, 4096);
+    let dst = p.b.alloc(8192, 4096);
+    p.a.write(src, &pattern(3000, 7));
+    let mut rq_pi = 0;
+    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 8192, lkey_b);
+    let posts = [
+        wqe(&p.sq_a, opcode::SEND_IMM, 5, None, (src, lkey_a, 3000)),
+        wqe(
+            &p.sq_a,
+            opcode::RDMA_WRITE,
+            0,
+            Some((dst, rkey_b)),
+            (src, lkey_a, 2000),
+        ),
+        wqe(
+            &p.sq_a,
+            opcode::RDMA_READ,
+            0,
+            Some((dst, rkey_b)),
+            (src, lkey_a, 1500),
+        ),
+    ];
+    for (n, w) in posts.iter().enumerate() {
+        let mut w = w.clone();
+        CtrlSeg::new(&mut w[..16])
+            .expect("layout")
+            .set_wqe_index(n as u16);
+        p.a.post(&mut p.sq_a, &w, false);
+        p.settle();
+    }
+    assert_eq!(drain(&p.a, &mut p.cq_a).len(), 3, "every WQE completed");
+    p.wire.flush_pcap().expect("flush");
+    let bytes = p.capture.0.lock().expect("capture").clone();
+    let path = std::env::temp_dir().join(format!("cxdirect-rc-{}.pcap", std::process::id()));
+    std::fs::write(&path, &bytes).expect("write the capture");
+    let seen = tshark_roce_fields(&path);
+    let _ = std::fs::remove_file(&path);
+    let frames = pcap_parser::PcapCapture::from_file(&bytes).expect("a pcap file");
+    assert_eq!(seen.len(), frames.blocks.len(), "tshark saw every frame");
+    // SEND 3 packets and an ACK, WRITE 2 and an ACK, READ a request and 2 responses.
+    assert_eq!(
+        seen.len(),
+        3 + 1 + 2 + 1 + 1 + 2,
+        "requests, ACKs and responses"
+    );
+    for (i, (fields, block)) in seen.iter().zip(&frames.blocks).enumerate() {
+        let f = block.data;
+        assert!(
+            fields[0].contains("udp:infiniband"),
+            "frame {i}: decoded as InfiniBand over UDP: {}",
+            fields[0]
+        );
+        assert_eq!(
+            tshark_number(&fields[1]),
+            u64::from(f[42]),
+            "frame {i}: opcode"
+        );
+        assert_eq!(
+            tshark_number(&fields[2]),
+            u64::from(be32(f, 50) & 0xff_ffff),
+            "frame {i}: PSN"
+        );
+        assert_eq!(
+            tshark_number(&fields[3]),
+            u64::from(be32(f, 46) & 0xff_ffff),
+            "frame {i}: destination QP"
+        );
+        assert_eq!(
+            tshark_number(&fields[4]),
+            u64::from(be32(f, f.len() - 4)),
+            "frame {i}: ICRC field"
+        );
+        assert_eq!(&f[f.len() - 4..], &expected_icrc(f), "frame {i}: ICRC");
+    }
+    p.teardown();
+}
