@@ -1298,6 +1298,78 @@ fn an_unacknowledged_send_is_retransmitted_on_ack_timeout_until_retries_run_out(
     h.teardown();
 }
 
+fn to_error(h: &mut Host, qpn: u32) {
+    let mut input = Host::input(Opcode::Qp2errQp, 0, 0x10);
+    cxdirect_hw::qp::Qp2errIn::new(&mut input[..])
+        .expect("layout")
+        .set_qpn(qpn);
+    h.exec(&input, 16).expect("2ERR_QP");
+}
+
+#[test]
+fn qp_to_error_flushes_every_outstanding_and_posted_send_and_every_posted_receive() {
+    let (mut h, wire) = host();
+    set_gid(&mut h, 0, OWN_GID, cxdirect_hw::roce::l3_type::IPV4);
+    let mut cq = h.create_cq(6);
+    let mut sq = rc_qp(&mut h, &cq, 0, PEER_GID, mtu::MTU_1024, 100);
+    let lkey = h.create_mkey(false, true);
+    let src = h.alloc(4096, 64);
+    let mut rq_pi = 0;
+    for _ in 0..3 {
+        post_recv(&h, &sq, &mut rq_pi, src, 4096, lkey);
+    }
+    let ops = [
+        opcode::SEND,
+        opcode::RDMA_WRITE,
+        opcode::SEND_IMM,
+        opcode::SEND,
+        opcode::RDMA_WRITE,
+    ];
+    // Three sent and never acknowledged (nobody answers on port B)...
+    for &op in &ops[..3] {
+        let remote = (op == opcode::RDMA_WRITE).then_some((0x1000, 0x77));
+        let w = wqe(&sq, op, 0, remote, (src, lkey, 100));
+        h.post(&mut sq, &w, false);
+    }
+    assert_eq!(take_frames(&wire).len(), 3, "three messages sent");
+    // ...and two posted in the ring and its doorbell record, the doorbell never rung.
+    for &op in &ops[3..] {
+        let remote = (op == opcode::RDMA_WRITE).then_some((0x1000, 0x77));
+        let w = wqe(&sq, op, 0, remote, (src, lkey, 100));
+        h.write(sq.buf + u64::from(sq.pi & 15) * 64, &w);
+        sq.pi = sq.pi.wrapping_add(1);
+    }
+    h.write_be32(sq.dbr + 4, u32::from(sq.pi));
+    assert!(drain(&h, &mut cq).is_empty(), "nothing completed yet");
+    to_error(&mut h, sq.sqn);
+    assert_eq!(qp_state(&mut h, sq.sqn), state::ERR);
+    let cqes = drain(&h, &mut cq);
+    let sends: Vec<_> = cqes.iter().filter(|c| cqe_opcode(c) == 13).collect();
+    let receives: Vec<_> = cqes.iter().filter(|c| cqe_opcode(c) == 14).collect();
+    assert_eq!(cqes.len(), 8, "five sends and three receives: {cqes:?}");
+    assert_eq!(sends.len(), 5, "every send WQE flushed once");
+    for (i, (c, &op)) in sends.iter().zip(&ops).enumerate() {
+        assert_eq!(err_fields(c), (13, 0x5, op, i as u16), "send WQE {i}");
+        assert_eq!(be32(c, 56) & 0xff_ffff, sq.sqn, "send WQE {i}: QPN");
+    }
+    assert_eq!(receives.len(), 3, "every receive WQE flushed once");
+    for (i, c) in receives.iter().enumerate() {
+        assert_eq!(c[55], 0x5, "receive WQE {i}: flush syndrome");
+        assert_eq!(wqe_counter(c), i as u16, "receive WQE {i}");
+        assert_eq!(be32(c, 56) & 0xff_ffff, sq.sqn, "receive WQE {i}: QPN");
+    }
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    h.dev.poll();
+    to_error(&mut h, sq.sqn);
+    assert!(drain(&h, &mut cq).is_empty(), "nothing flushed twice");
+    assert!(
+        take_frames(&wire).is_empty(),
+        "nothing sent after the error"
+    );
+    destroy_qp(&mut h, sq.sqn);
+    h.teardown();
+}
+
 /// An acknowledgement (AETH `syndrome`, MSN `msn`) for `psn` to `dest_qpn`, built here.
 fn hand_built_ack(dest_qpn: u32, psn: u32, syndrome: u8, msn: u32) -> Vec<u8> {
     let mut f = hand_built_send(dest_qpn, psn, &[]);

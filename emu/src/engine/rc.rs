@@ -712,6 +712,17 @@ fn requester_cqe(core: &mut Core, qpn: u32, done: &Outstanding) {
     }
 }
 
+/// QP `qpn` went to error by command (2ERR_QP): every send WQE outstanding or posted and
+/// every receive WQE posted complete with the flush syndrome, and no timer runs for it.
+pub(crate) fn flush_on_error(core: &mut Core, qpn: u32) {
+    flush(core, qpn);
+    if let Some(qp) = core.res.qps.get_mut(qpn) {
+        qp.req.ack_deadline = None;
+        qp.req.rnr_until = None;
+    }
+    crate::engine::rc_resp::flush_receives(core, qpn);
+}
+
 /// Completes every WQE still outstanding, then every WQE posted and not executed, with the
 /// flush syndrome (the QP is in error).
 fn flush(core: &mut Core, qpn: u32) {

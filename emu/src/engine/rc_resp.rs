@@ -582,6 +582,53 @@ fn responder_cqe(core: &mut Core, qpn: u32, op: CqeOpcode, index: u16, bytes: u3
     }
 }
 
+/// The QP went to error by command: the receive WQE a multi-packet SEND was filling, then
+/// every receive WQE posted on the QP's own ring, complete with the flush syndrome. A shared
+/// receive queue's WQEs belong to no QP and stay posted.
+pub(crate) fn flush_receives(core: &mut Core, qpn: u32) {
+    let Some(qp) = core.res.qps.get_mut(qpn) else {
+        return;
+    };
+    qp.resp.write = None;
+    if let Some(filling) = qp.resp.recv.take() {
+        flushed_receive(core, qpn, filling.index);
+    }
+    let own = core
+        .res
+        .qps
+        .get(qpn)
+        .is_some_and(|qp| matches!(qp.receive, RcReceive::Own { .. }));
+    if !own {
+        return;
+    }
+    for _ in 0..posted_receives(core, qpn) {
+        let Some(qp) = core.res.qps.get_mut(qpn) else {
+            return;
+        };
+        let index = qp.resp.rq_consumed;
+        qp.resp.rq_consumed = index.wrapping_add(1);
+        flushed_receive(core, qpn, index);
+    }
+}
+
+/// The flush-error CQE of receive WQE `index`.
+fn flushed_receive(core: &mut Core, qpn: u32, index: u16) {
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return;
+    };
+    let cqn = qp.cqn_rcv;
+    let mut cqe = [0u8; 64];
+    if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
+        err.set_syndrome(CqeSyndrome::WrFlushed as u8)
+            .set_qpn(qpn)
+            .set_wqe_counter(index)
+            .set_opcode(CqeOpcode::RespErr as u8);
+    }
+    if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
+        add(&core.counters.completions_lost, 1);
+    }
+}
+
 /// A receive WQE that could not take its message: an error CQE, the QP to error.
 fn responder_error(core: &mut Core, qpn: u32, index: u16, syndrome: CqeSyndrome) {
     add(&core.counters.error_cqes, 1);

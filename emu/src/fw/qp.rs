@@ -330,6 +330,9 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
     let qp = core.res.qps.get_mut(qpn).ok_or(bad_res("no such QP"))?;
     *qp = next;
     write_context(core, slot, &bytes);
+    if to == state::ERR {
+        crate::engine::rc::flush_on_error(core, qpn);
+    }
     Ok(())
 }
 
