@@ -1346,7 +1346,7 @@ fn qp_to_error_flushes_every_outstanding_and_posted_send_and_every_posted_receiv
     let cqes = drain(&h, &mut cq);
     let sends: Vec<_> = cqes.iter().filter(|c| cqe_opcode(c) == 13).collect();
     let receives: Vec<_> = cqes.iter().filter(|c| cqe_opcode(c) == 14).collect();
-    assert_eq!(cqes.len(), 8, "five sends and three receives: {cqes:?}");
+    assert_eq!(cqes.len(), 8, "five sends and three receives");
     assert_eq!(sends.len(), 5, "every send WQE flushed once");
     for (i, (c, &op)) in sends.iter().zip(&ops).enumerate() {
         assert_eq!(err_fields(c), (13, 0x5, op, i as u16), "send WQE {i}");
@@ -1366,6 +1366,70 @@ fn qp_to_error_flushes_every_outstanding_and_posted_send_and_every_posted_receiv
         take_frames(&wire).is_empty(),
         "nothing sent after the error"
     );
+    destroy_qp(&mut h, sq.sqn);
+    h.teardown();
+}
+
+#[test]
+fn a_failed_two_wqebb_wqe_is_skipped_whole_and_the_wqes_after_it_are_flushed() {
+    let (mut h, wire) = host();
+    set_gid(&mut h, 0, OWN_GID, cxdirect_hw::roce::l3_type::IPV4);
+    let mut cq = h.create_cq(6);
+    let mut sq = rc_qp(&mut h, &cq, 0, PEER_GID, mtu::MTU_1024, 100);
+    let lkey = h.create_mkey(false, true);
+    let src = h.alloc(4096, 64);
+    // A SEND of ctrl and four data segments (two WQEBBs), the last one's key unknown.
+    let mut bad = vec![0u8; 128];
+    CtrlSeg::new(&mut bad[..16])
+        .expect("layout")
+        .set_opcode(opcode::SEND)
+        .set_wqe_index(sq.pi)
+        .set_qpn_or_sqn(sq.sqn)
+        .set_ds(5)
+        .set_ce(2);
+    for (i, key) in [lkey, lkey, lkey, lkey ^ 0x00ff_ff00]
+        .into_iter()
+        .enumerate()
+    {
+        let at = 16 + 16 * i;
+        DataSeg::new(&mut bad[at..at + 16])
+            .expect("layout")
+            .set_byte_count(10)
+            .set_lkey(key)
+            .set_addr(src);
+    }
+    h.write_wqe(&mut sq, &bad);
+    let send = wqe(&sq, opcode::SEND, 0, None, (src, lkey, 10));
+    h.write_wqe(&mut sq, &send);
+    let write = wqe(
+        &sq,
+        opcode::RDMA_WRITE,
+        0,
+        Some((0x1000, 0x77)),
+        (src, lkey, 10),
+    );
+    h.write_wqe(&mut sq, &write);
+    assert_eq!(sq.pi, 4, "two WQEBBs, then one and one");
+    h.ring(&mut sq, &write, false);
+    assert!(take_frames(&wire).is_empty(), "nothing sent");
+    let cqes = drain(&h, &mut cq);
+    assert_eq!(cqes.len(), 3, "one error, two flushes");
+    let (op, syndrome, wqe_op, counter) = err_fields(&cqes[0]);
+    assert_eq!(
+        (op, wqe_op, counter),
+        (13, opcode::SEND, 0),
+        "the bad WQE fails"
+    );
+    assert_ne!(syndrome, 0x5, "failed, not flushed");
+    assert_eq!(
+        err_fields(&cqes[1]),
+        (13, 0x5, opcode::SEND, 2),
+        "after both its WQEBBs"
+    );
+    assert_eq!(err_fields(&cqes[2]), (13, 0x5, opcode::RDMA_WRITE, 3));
+    assert_eq!(qp_state(&mut h, sq.sqn), state::ERR);
+    to_error(&mut h, sq.sqn);
+    assert!(drain(&h, &mut cq).is_empty(), "nothing flushed twice");
     destroy_qp(&mut h, sq.sqn);
     h.teardown();
 }

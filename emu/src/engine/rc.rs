@@ -376,8 +376,9 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, qpn: u32) {
             }
             Err((opcode, syndrome)) => {
                 fail(core, qpn, index, opcode, syndrome);
+                let bbs = wqe_span(core, qpn, index, pi);
                 if let Some(qp) = core.res.qps.get_mut(qpn) {
-                    qp.sq_consumed = index.wrapping_add(1);
+                    qp.sq_consumed = index.wrapping_add(bbs);
                 }
                 flush(core, qpn);
                 break;
@@ -385,6 +386,24 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, qpn: u32) {
         }
     }
     core.rc_scratch = scratch;
+}
+
+/// WQEBBs the WQE at `index` takes by its control segment's `ds` (1 when that cannot be
+/// read), ending no later than the producer index `pi`.
+fn wqe_span(core: &Core, qpn: u32, index: u16, pi: u16) -> u16 {
+    let mut bb = [0u8; WQE_BB];
+    let ds = read_bb(core, qpn, index, &mut bb)
+        .ok()
+        .and_then(|()| CtrlSeg::new(&bb[..16]).ok().map(|c| usize::from(c.ds())))
+        .unwrap_or(0);
+    span(ds, index, pi)
+}
+
+/// WQEBBs of a WQE of `ds` 16-byte units at `index`: at least 1, and no further than the
+/// producer index `pi` (a malformed `ds` never skips past what was posted).
+fn span(ds: usize, index: u16, pi: u16) -> u16 {
+    let bbs = u16::try_from(wqe::wqebbs(ds)).unwrap_or(u16::MAX);
+    bbs.clamp(1, pi.wrapping_sub(index).max(1))
 }
 
 /// Reusable buffers of the RC requester.
@@ -758,7 +777,7 @@ fn flush(core: &mut Core, qpn: u32) {
         };
         let (op, ds) = (seg.opcode(), usize::from(seg.ds()));
         flushed(core, qpn, index, op);
-        index = index.wrapping_add((wqe::wqebbs(ds) as u16).max(1));
+        index = index.wrapping_add(span(ds, index, pi));
     }
     if let Some(qp) = core.res.qps.get_mut(qpn) {
         qp.sq_consumed = pi;
