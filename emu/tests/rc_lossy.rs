@@ -28,7 +28,7 @@ const MESSAGES: u16 = 200;
 /// The biggest message: sizes cycle through 1..=3 * MTU.
 const MAX_LEN: usize = 3 * MTU;
 /// Messages posted and not yet completed at the requester, at most.
-const IN_FLIGHT: u16 = 6;
+const IN_FLIGHT: u16 = 12;
 /// ACK timeout code: 4.096 us << 9, about 2 ms, so that a lost packet costs little time.
 const ACK_TIMEOUT: u8 = 9;
 /// How long a test may take to move everything before it fails.
@@ -385,14 +385,25 @@ fn run(impairments: Impairments) -> (ImpairmentCounters, u64) {
             "message {i}: nothing past its end"
         );
     }
-    let counters = b.dev.counters();
-    assert_eq!(counters.roce_icrc_drops, 0, "no corruption asked for");
+    if impairments.corrupt_probability == 0.0 {
+        assert_eq!(
+            b.dev.counters().roce_icrc_drops,
+            0,
+            "no corruption asked for"
+        );
+        assert_eq!(
+            a.dev.counters().roce_icrc_drops,
+            0,
+            "no corruption asked for"
+        );
+    }
     let mut done = wire.impairment_counters(PortId::A).expect("port");
     let back = wire.impairment_counters(PortId::B).expect("port");
     done.frames += back.frames;
     done.dropped += back.dropped;
     done.duplicated += back.duplicated;
     done.reordered += back.reordered;
+    done.corrupted += back.corrupted;
     let retransmits = a.dev.counters().roce_retransmits;
     destroy_qp(&mut a, sq_a.sqn);
     destroy_qp(&mut b, sq_b.sqn);
@@ -458,5 +469,22 @@ fn drop_duplication_and_reordering_together() {
         wire.dropped > 10 && wire.duplicated > 10 && wire.reordered > 10,
         "every impairment happened: {wire:?}"
     );
+    assert!(retransmits > 0, "lost packets were sent again");
+}
+
+/// Corrupted and delayed frames as well: a flipped bit anywhere in a frame, the IP version
+/// or header length included, costs that frame and nothing else.
+#[test]
+fn corruption_and_delay_with_everything_else() {
+    let (wire, retransmits) = run(impaired(|i| {
+        i.drop_probability = 0.05;
+        i.duplicate_probability = 0.05;
+        i.reorder_probability = 0.05;
+        i.reorder_window = 4;
+        i.corrupt_probability = 0.05;
+        i.delay_frames = 1;
+        i.delay_jitter_frames = 3;
+    }));
+    assert!(wire.corrupted > 10, "frames were corrupted: {wire:?}");
     assert!(retransmits > 0, "lost packets were sent again");
 }

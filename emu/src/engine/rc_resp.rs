@@ -54,16 +54,19 @@ struct Offsets {
 fn roce_offsets(frame: &[u8]) -> Option<Offsets> {
     let ethertype = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
     let l3 = 14;
+    // The IP version must agree with the ethertype, and an IPv4 header carry no options:
+    // the ICRC covers exactly the header these offsets name.
+    let version = frame.get(l3)? >> 4;
     let udp = match ethertype {
         0x0800 => {
             let ihl = usize::from(frame.get(l3)? & 0x0f) * 4;
-            if *frame.get(l3 + 9)? != 17 || ihl < 20 {
+            if version != 4 || *frame.get(l3 + 9)? != 17 || ihl != 20 {
                 return None;
             }
             l3 + ihl
         }
         0x86dd => {
-            if *frame.get(l3 + 6)? != 17 {
+            if version != 6 || *frame.get(l3 + 6)? != 17 {
                 return None;
             }
             l3 + 40
