@@ -338,6 +338,7 @@ fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcScratch) {
             last_psn: psn.wrapping_sub(1) & PSN_MASK,
             signaled: req.signaled,
             bytes: total as u32,
+            responses: 0,
         });
     }
 }
@@ -434,6 +435,7 @@ fn transmit_request(
             last_psn: (psn + psns - 1) & PSN_MASK,
             signaled: req.signaled,
             bytes,
+            responses: 0,
         });
     }
 }

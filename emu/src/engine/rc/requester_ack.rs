@@ -4,7 +4,7 @@
 
 use super::packet::{aeth, bth_opcode, mtu_bytes, PSN_MASK};
 use super::requester::{read_bb, span};
-use super::retransmit::{ack_timeout, resend_outstanding, rnr_nak};
+use super::retransmit::{progressed, resend_outstanding, rnr_nak};
 use crate::counters::add;
 use crate::fw::mkey::translate;
 use crate::fw::Core;
@@ -52,12 +52,7 @@ pub(crate) fn acknowledge(core: &mut Core, qpn: u32, psn: u32, syndrome: u8) {
         }
     }
     let now = Instant::now();
-    if let Some(qp) = core.res.qps.get_mut(qpn) {
-        qp.req.retries_left = qp.retry_count;
-        qp.req.ack_deadline = (!qp.req.outstanding.is_empty())
-            .then(|| now + ack_timeout(qp.path.ack_timeout))
-            .filter(|_| qp.path.ack_timeout != 0);
-    }
+    progressed(core, qpn, now);
     if kind == aeth::RNR_NAK {
         rnr_nak(core, qpn, syndrome & 0x1f, now);
         return;
@@ -201,50 +196,60 @@ fn expects_response(opcode: u8) -> bool {
 }
 
 /// A READ response packet (`opcode`, `psn`, payload `data`) or an atomic acknowledgement
-/// (`data` the original value) reached requester QP `qpn`: earlier WQEs are acknowledged by
-/// it, the data lands in the WQE's local buffers, and the last packet completes the WQE.
+/// (`data` the original value) reached requester QP `qpn`. It must be the next response the
+/// first WQE awaiting one expects: a duplicate (a replay of what landed already), a response
+/// past a lost one, or one of the wrong kind is dropped, and the ACK timer asks again. Earlier
+/// WQEs are acknowledged by it, the data lands in the WQE's local buffers, and the last packet
+/// completes the WQE.
 pub(crate) fn response(core: &mut Core, qpn: u32, opcode: u8, psn: u32, data: &[u8]) {
     use bth_opcode::*;
+    let (first, last) = match opcode {
+        READ_RESPONSE_ONLY | ATOMIC_ACKNOWLEDGE => (true, true),
+        READ_RESPONSE_FIRST => (true, false),
+        READ_RESPONSE_MIDDLE => (false, false),
+        READ_RESPONSE_LAST => (false, true),
+        _ => return,
+    };
     let Some(awaited) = first_awaiting_response(core, qpn) else {
         add(&core.counters.roce_rx_drops, 1);
         return;
     };
+    let expected = (awaited.first_psn + awaited.responses) & PSN_MASK;
+    let is_atomic = awaited.opcode != opcode::RDMA_READ;
+    if psn != expected
+        || is_atomic != (opcode == ATOMIC_ACKNOWLEDGE)
+        || first != (awaited.responses == 0)
+        || last != (psn == awaited.last_psn)
+    {
+        add(&core.counters.roce_rx_drops, 1);
+        return;
+    }
     // Everything before the response's WQE is acknowledged by it.
     acknowledge_before(core, qpn, awaited.first_psn);
     let Some(qp) = core.res.qps.get(qpn) else {
         return;
     };
-    let Some(&front) = qp.req.outstanding.front() else {
-        return;
-    };
-    let offset_packets = psn.wrapping_sub(front.first_psn) & PSN_MASK;
-    let span = front.last_psn.wrapping_sub(front.first_psn) & PSN_MASK;
-    if offset_packets > span {
-        add(&core.counters.roce_rx_drops, 1);
-        return;
-    }
-    let last = match opcode {
-        READ_RESPONSE_ONLY | READ_RESPONSE_LAST | ATOMIC_ACKNOWLEDGE => true,
-        READ_RESPONSE_FIRST | READ_RESPONSE_MIDDLE => false,
-        _ => return,
-    };
-    let offset = offset_packets as usize * mtu_bytes(qp.mtu);
-    if let Err(syndrome) = scatter_local(core, qpn, front.index, offset, data) {
+    let offset = awaited.responses as usize * mtu_bytes(qp.mtu);
+    if let Err(syndrome) = scatter_local(core, qpn, awaited.index, offset, data) {
         if let Some(qp) = core.res.qps.get_mut(qpn) {
             qp.req.outstanding.pop_front();
         }
-        fail(core, qpn, front.index, front.opcode, syndrome);
+        fail(core, qpn, awaited.index, awaited.opcode, syndrome);
         flush(core, qpn);
         return;
     }
+    let Some(qp) = core.res.qps.get_mut(qpn) else {
+        return;
+    };
     if last {
-        if let Some(qp) = core.res.qps.get_mut(qpn) {
-            qp.req.outstanding.pop_front();
+        qp.req.outstanding.pop_front();
+        if awaited.signaled {
+            requester_cqe(core, qpn, &awaited);
         }
-        if front.signaled {
-            requester_cqe(core, qpn, &front);
-        }
+    } else if let Some(front) = qp.req.outstanding.front_mut() {
+        front.responses += 1;
     }
+    progressed(core, qpn, Instant::now());
 }
 
 /// The first outstanding WQE that waits for a response.

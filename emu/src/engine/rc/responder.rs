@@ -13,7 +13,7 @@ use super::packet::{
     IMM_LEN, PSN_MASK, RETH_LEN,
 };
 use super::requester_ack::{acknowledge, response};
-use super::responder_read_atomic::{atomic, read};
+use super::responder_read_atomic::{atomic, read, replay_atomic, replay_read};
 use super::responder_recv::{
     receive_available, responder_cqe, responder_error, scatter, take_receive,
 };
@@ -115,9 +115,15 @@ fn respond(core: &mut Core, qpn: u32, opcode: u8, psn: u32, ack_req: bool, rest:
     let behind = expected.wrapping_sub(psn) & PSN_MASK;
     if psn != expected {
         if behind != 0 && behind < 1 << 23 {
-            // A duplicate: the ACK for it was lost, or the requester retried.
+            // A duplicate: the ACK or response for it was lost, or the requester retried.
+            // A READ is answered again from memory, an atomic with the value it found; any
+            // other request by an ACK of everything received.
             add(&core.counters.roce_duplicates, 1);
-            send_ack(core, qpn, expected.wrapping_sub(1) & PSN_MASK, aeth::ACK);
+            match opcode {
+                bth_opcode::READ_REQUEST => replay_read(core, qpn, psn, rest),
+                bth_opcode::COMPARE_SWAP | bth_opcode::FETCH_ADD => replay_atomic(core, qpn, psn),
+                _ => send_ack(core, qpn, expected.wrapping_sub(1) & PSN_MASK, aeth::ACK),
+            }
         } else {
             add(&core.counters.roce_rx_drops, 1);
             let first = core

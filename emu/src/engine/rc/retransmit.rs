@@ -40,6 +40,17 @@ pub(super) fn arm_ack_timer(core: &mut Core, qpn: u32) {
     }
 }
 
+/// The peer answered QP `qpn` at `now` (an ACK, a NAK, a response): the retries start over,
+/// and the ACK timer runs again while anything is outstanding.
+pub(super) fn progressed(core: &mut Core, qpn: u32, now: Instant) {
+    if let Some(qp) = core.res.qps.get_mut(qpn) {
+        qp.req.retries_left = qp.retry_count;
+        qp.req.ack_deadline = (!qp.req.outstanding.is_empty())
+            .then(|| now + ack_timeout(qp.path.ack_timeout))
+            .filter(|_| qp.path.ack_timeout != 0);
+    }
+}
+
 /// An RNR NAK with timer code `code`: wait, then send again from the NAKed WQE; past the
 /// QP's `rnr_retry` NAKs, fail it (RNR retry exceeded).
 pub(super) fn rnr_nak(core: &mut Core, qpn: u32, code: u8, now: Instant) {
