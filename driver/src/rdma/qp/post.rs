@@ -19,6 +19,8 @@ struct BlockWriter<'a, const SLOT: usize> {
     ring: &'a crate::ring::SlotRing<SLOT>,
     first: u32,
     block: [u8; WQE_BB],
+    /// The block written last (what BlueFlame copies for a one-block WQE).
+    last: [u8; WQE_BB],
     blocks: u32,
     at: usize,
 }
@@ -57,6 +59,7 @@ impl<const SLOT: usize> BlockWriter<'_, SLOT> {
         self.ring
             .write_words(self.first.wrapping_add(self.blocks), &words);
         self.blocks += 1;
+        self.last = self.block;
         self.block = [0; WQE_BB];
         self.at = 0;
     }
@@ -64,11 +67,10 @@ impl<const SLOT: usize> BlockWriter<'_, SLOT> {
     /// Writes the last, partial block; returns the last block written.
     #[inline(always)]
     fn finish(&mut self) -> [u8; WQE_BB] {
-        let last = self.block;
         if self.at > 0 {
             self.flush();
         }
-        last
+        self.last
     }
 }
 
@@ -224,6 +226,7 @@ impl<B: Backend> RcQueuePair<B> {
             ring: &self.sq,
             first: pi,
             block: [0; WQE_BB],
+            last: [0; WQE_BB],
             blocks: 0,
             at: 0,
         };

@@ -1,0 +1,552 @@
+//! RDMA through the driver's `rdma` room against the model: two functions on the pair wire,
+//! RoCE v2 RC queue pairs between them.
+
+use cxdirect::rdma::{
+    CompletionQueue, ConnectParams, MemoryRegion, Payload, ProtectionDomain, QpCaps, QpState,
+    RcQueuePair, RecvRequest, Roce, SendOp, SendRequest, Sge, SharedReceiveQueue, SrqCaps,
+    WcOpcode, WcStatus, WorkCompletion,
+};
+use cxdirect::{Device, DriverError, Event, KeyAccess};
+use cxdirect_apps::emulated::EmuBackend;
+use cxdirect_emu::{Device as Model, EmuConfig, ExecMode};
+use cxdirect_tests::setup::bring_up_patient;
+
+type Qp = RcQueuePair<EmuBackend>;
+
+/// Every right: local read and write, remote read, write and atomics.
+const ALL: KeyAccess = KeyAccess {
+    read: true,
+    write: true,
+    remote_read: true,
+    remote_write: true,
+    remote_atomic: true,
+};
+
+/// The path MTU the tests connect with.
+const MTU: usize = 1024;
+
+/// One function: its device, RoCE, a PD and a CQ.
+struct Side {
+    dev: Device<EmuBackend>,
+    roce: Roce,
+    pd: ProtectionDomain,
+    cq: CompletionQueue,
+}
+
+impl Side {
+    fn new(model: &Model, name: &str, ip: &str) -> Self {
+        let mut dev = bring_up_patient(model, name);
+        let roce = Roce::enable(&mut dev, ip.parse().unwrap()).expect("RoCE");
+        let pd = ProtectionDomain::alloc(&mut dev).expect("PD");
+        let cq = CompletionQueue::create(&mut dev, 1024).expect("CQ");
+        Side { dev, roce, pd, cq }
+    }
+
+    fn qp(&mut self, caps: QpCaps) -> Qp {
+        RcQueuePair::create(
+            &mut self.dev,
+            &self.pd,
+            &mut self.cq,
+            None,
+            caps,
+            &self.roce,
+        )
+        .expect("QP")
+    }
+
+    fn mr(&mut self, len: usize, access: KeyAccess) -> MemoryRegion {
+        MemoryRegion::alloc(&mut self.dev, &self.pd, len, access).expect("MR")
+    }
+
+    /// Polls until `n` completions came (panics after many empty polls).
+    fn wait(&mut self, n: usize) -> Vec<WorkCompletion> {
+        let mut got = Vec::new();
+        let mut batch = [WorkCompletion::default(); 32];
+        let mut idle = 0;
+        while got.len() < n {
+            let k = self.cq.poll(&mut batch).expect("poll");
+            got.extend_from_slice(&batch[..k]);
+            if k == 0 {
+                idle += 1;
+                assert!(
+                    idle < 200_000,
+                    "{} of {n} completions came: {got:?}",
+                    got.len()
+                );
+                std::thread::yield_now();
+            }
+        }
+        got
+    }
+
+    /// Polls once more and asserts nothing else came.
+    fn nothing_more(&mut self) {
+        let mut batch = [WorkCompletion::default(); 4];
+        assert_eq!(self.cq.poll(&mut batch).expect("poll"), 0, "{batch:?}");
+    }
+}
+
+fn pair() -> (Side, Side, [Model; 2]) {
+    // The device thread serves both functions: a frame one sends while receiving (an ACK, a
+    // READ response) reaches the other without either side ringing a doorbell.
+    let cfg = EmuConfig {
+        roce: true,
+        exec: ExecMode::Threaded,
+        ..EmuConfig::default()
+    };
+    let (a, b) = Model::pair(cfg.clone(), cfg);
+    let sa = Side::new(&a, "a", "10.0.0.1");
+    let sb = Side::new(&b, "b", "10.0.0.2");
+    (sa, sb, [a, b])
+}
+
+fn connect(a: &mut Side, qa: &mut Qp, b: &mut Side, qb: &mut Qp) {
+    let (ea, eb) = (qa.local_endpoint(), qb.local_endpoint());
+    qa.connect(&mut a.dev, &eb, ConnectParams::default())
+        .expect("connect a");
+    qb.connect(&mut b.dev, &ea, ConnectParams::default())
+        .expect("connect b");
+}
+
+/// A pattern that differs per message and per byte.
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
+        .collect()
+}
+
+fn read(mr: &MemoryRegion, offset: usize, len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    mr.read(offset, &mut out).unwrap();
+    out
+}
+
+/// Posts one signalled request of `op` over `list`.
+fn post(qp: &mut Qp, wr_id: u64, op: SendOp, list: &[Sge]) {
+    qp.post_send(&[SendRequest::new(wr_id, op, Payload::Gather(list))])
+        .expect("post_send");
+}
+
+const SIZES: [usize; 6] = [0, 1, MTU - 1, MTU, MTU + 1, 1 << 20];
+
+#[test]
+fn every_opcode_at_every_size_moves_the_bytes_it_names() {
+    let (mut a, mut b, _models) = pair();
+    let mut qa = a.qp(QpCaps::default());
+    let mut qb = b.qp(QpCaps::default());
+    connect(&mut a, &mut qa, &mut b, &mut qb);
+    assert_eq!(qa.state(), QpState::ReadyToSend);
+    let len = (1 << 20) + 4096;
+    let (src, dst) = (a.mr(len, ALL), b.mr(len, ALL));
+    for (round, &size) in SIZES.iter().enumerate() {
+        let seed = round as u8 * 7 + 1;
+        // RDMA WRITE.
+        let data = pattern(size, seed);
+        src.write(0, &data).unwrap();
+        post(
+            &mut qa,
+            1,
+            SendOp::Write(dst.remote(8)),
+            &[src.sge(0, size as u32)],
+        );
+        let wc = a.wait(1);
+        assert_eq!(
+            (wc[0].wr_id, wc[0].status, wc[0].opcode),
+            (1, WcStatus::Success, WcOpcode::RdmaWrite),
+            "{size}"
+        );
+        assert_eq!(read(&dst, 8, size), data, "WRITE of {size} bytes");
+
+        // RDMA WRITE with immediate: consumes a receive.
+        let data = pattern(size, seed + 1);
+        src.write(0, &data).unwrap();
+        qb.post_recv(&[RecvRequest {
+            wr_id: 50,
+            sg_list: &[],
+        }])
+        .unwrap();
+        let op = SendOp::WriteImm(dst.remote(16), 0xabcd_0000 + size as u32);
+        post(&mut qa, 2, op, &[src.sge(0, size as u32)]);
+        assert_eq!(a.wait(1)[0].status, WcStatus::Success);
+        let wc = b.wait(1)[0];
+        assert_eq!(
+            (wc.wr_id, wc.opcode, wc.byte_len, wc.imm, wc.status),
+            (
+                50,
+                WcOpcode::RecvRdmaWithImm,
+                size as u32,
+                Some(0xabcd_0000 + size as u32),
+                WcStatus::Success
+            ),
+            "{size}"
+        );
+        assert_eq!(read(&dst, 16, size), data, "WRITE_IMM of {size} bytes");
+
+        // SEND and SEND with immediate.
+        for (imm, wr_id) in [(None, 3u64), (Some(0x1234_5678u32), 4)] {
+            let data = pattern(size, seed + 2 + wr_id as u8);
+            src.write(100, &data).unwrap();
+            qb.post_recv(&[RecvRequest {
+                wr_id: 60 + wr_id,
+                sg_list: &[dst.sge(32, len as u32 - 64)],
+            }])
+            .unwrap();
+            let op = imm.map_or(SendOp::Send, SendOp::SendImm);
+            post(&mut qa, wr_id, op, &[src.sge(100, size as u32)]);
+            let wc = a.wait(1)[0];
+            assert_eq!(
+                (wc.wr_id, wc.opcode, wc.status),
+                (wr_id, WcOpcode::Send, WcStatus::Success)
+            );
+            let wc = b.wait(1)[0];
+            assert_eq!(
+                (wc.wr_id, wc.opcode, wc.byte_len, wc.imm, wc.status, wc.qpn),
+                (
+                    60 + wr_id,
+                    WcOpcode::Recv,
+                    size as u32,
+                    imm,
+                    WcStatus::Success,
+                    qb.qpn()
+                ),
+                "SEND {size}"
+            );
+            assert_eq!(read(&dst, 32, size), data, "SEND of {size} bytes");
+        }
+
+        // RDMA READ: the peer's bytes into local memory.
+        let data = pattern(size, seed + 9);
+        dst.write(64, &data).unwrap();
+        post(
+            &mut qa,
+            5,
+            SendOp::Read(dst.remote(64)),
+            &[src.sge(200, size as u32)],
+        );
+        let wc = a.wait(1)[0];
+        assert_eq!(
+            (wc.wr_id, wc.opcode, wc.status, wc.byte_len),
+            (5, WcOpcode::RdmaRead, WcStatus::Success, size as u32),
+            "READ {size}"
+        );
+        assert_eq!(read(&src, 200, size), data, "READ of {size} bytes");
+    }
+    // Atomics on an 8-byte word of the peer.
+    dst.write(0, &100u64.to_be_bytes()).unwrap();
+    let op = SendOp::FetchAdd {
+        remote: dst.remote(0),
+        add: 5,
+    };
+    post(&mut qa, 6, op, &[src.sge(0, 8)]);
+    let wc = a.wait(1)[0];
+    assert_eq!(
+        (wc.opcode, wc.status, wc.byte_len),
+        (WcOpcode::FetchAdd, WcStatus::Success, 8)
+    );
+    assert_eq!(
+        read(&src, 0, 8),
+        100u64.to_be_bytes(),
+        "the original value came back"
+    );
+    let op = SendOp::CompareSwap {
+        remote: dst.remote(0),
+        compare: 105,
+        swap: 7,
+    };
+    post(&mut qa, 7, op, &[src.sge(8, 8)]);
+    let wc = a.wait(1)[0];
+    assert_eq!(
+        (wc.opcode, wc.status),
+        (WcOpcode::CompSwap, WcStatus::Success)
+    );
+    assert_eq!(read(&src, 8, 8), 105u64.to_be_bytes());
+    assert_eq!(read(&dst, 0, 8), 7u64.to_be_bytes(), "swapped");
+    a.nothing_more();
+    b.nothing_more();
+}
+
+#[test]
+fn inline_data_lands_as_gathered_data_does_and_bad_requests_post_nothing() {
+    let (mut a, mut b, _models) = pair();
+    let caps = QpCaps {
+        max_inline_data: 256,
+        ..QpCaps::default()
+    };
+    let mut qa = a.qp(caps);
+    let mut qb = b.qp(QpCaps::default());
+    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let (src, dst) = (a.mr(8192, ALL), b.mr(8192, ALL));
+    for (round, size) in [0usize, 1, 12, 60, 61, 200, 256].into_iter().enumerate() {
+        let data = pattern(size, round as u8 + 3);
+        // Inline WRITE to offset 0, the same bytes gathered to offset 4096.
+        src.write(0, &data).unwrap();
+        let inline = SendRequest::new(1, SendOp::Write(dst.remote(0)), Payload::Inline(&data));
+        let sge = [src.sge(0, size as u32)];
+        let gather = SendRequest::new(2, SendOp::Write(dst.remote(4096)), Payload::Gather(&sge));
+        qa.post_send(&[inline, gather]).unwrap();
+        let wcs = a.wait(2);
+        assert!(
+            wcs.iter().all(|wc| wc.status == WcStatus::Success),
+            "{wcs:?}"
+        );
+        assert_eq!(read(&dst, 0, size), data, "inline WRITE of {size}");
+        assert_eq!(read(&dst, 4096, size), data, "gathered WRITE of {size}");
+        // An inline SEND fills a receive like a gathered one.
+        qb.post_recv(&[RecvRequest {
+            wr_id: 9,
+            sg_list: &[dst.sge(6000, 2000)],
+        }])
+        .unwrap();
+        qa.post_send(&[SendRequest::new(
+            3,
+            SendOp::SendImm(7),
+            Payload::Inline(&data),
+        )])
+        .unwrap();
+        assert_eq!(a.wait(1)[0].status, WcStatus::Success);
+        let wc = b.wait(1)[0];
+        assert_eq!((wc.byte_len, wc.imm), (size as u32, Some(7)));
+        assert_eq!(read(&dst, 6000, size), data, "inline SEND of {size}");
+    }
+    // A gather list split over three entries arrives as one message.
+    src.write(0, &pattern(3000, 1)).unwrap();
+    let sges = [src.sge(0, 1000), src.sge(1000, 0), src.sge(1000, 2000)];
+    post(&mut qa, 4, SendOp::Write(dst.remote(100)), &sges[..2]);
+    post(&mut qa, 5, SendOp::Write(dst.remote(1100)), &sges[2..]);
+    assert_eq!(a.wait(2).len(), 2);
+    assert_eq!(read(&dst, 100, 3000), pattern(3000, 1));
+
+    // Requests past the QP's limits, or that do not fit their operation: refused, nothing
+    // posted (the ring is untouched: the next good request completes alone).
+    let big = vec![0u8; 257];
+    let sge = [src.sge(0, 8)];
+    let too_many = [src.sge(0, 1); 3];
+    let bad: [SendRequest; 4] = [
+        SendRequest::new(10, SendOp::Write(dst.remote(0)), Payload::Inline(&big)),
+        SendRequest::new(11, SendOp::Read(dst.remote(0)), Payload::Inline(&big[..8])),
+        SendRequest::new(12, SendOp::Send, Payload::Gather(&too_many)),
+        SendRequest::new(
+            13,
+            SendOp::FetchAdd {
+                remote: dst.remote(0),
+                add: 1,
+            },
+            Payload::Gather(&sge[..0]),
+        ),
+    ];
+    for wr in bad {
+        let good = SendRequest::new(20, SendOp::Write(dst.remote(0)), Payload::Gather(&sge));
+        let err = qa.post_send(&[good, wr]).unwrap_err();
+        assert!(
+            matches!(err, DriverError::BadWorkRequest { index: 1, .. }),
+            "{}: {err}",
+            wr.wr_id
+        );
+    }
+    assert_eq!(qa.outstanding(), (0, 0), "nothing was posted");
+    a.nothing_more();
+    let too_many_recv = [dst.sge(0, 1); 3];
+    let err = qb
+        .post_recv(&[RecvRequest {
+            wr_id: 1,
+            sg_list: &too_many_recv,
+        }])
+        .unwrap_err();
+    assert!(
+        matches!(err, DriverError::BadWorkRequest { index: 0, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_completion_every_nth_request_retires_the_unsignalled_ones_before_it() {
+    let (mut a, mut b, _models) = pair();
+    let caps = QpCaps {
+        max_send_wr: 64,
+        ..QpCaps::default()
+    };
+    let mut qa = a.qp(caps);
+    let mut qb = b.qp(QpCaps::default());
+    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let (src, dst) = (a.mr(1 << 16, ALL), b.mr(1 << 16, ALL));
+    src.write(0, &pattern(1 << 16, 5)).unwrap();
+    const EVERY: u64 = 16;
+    let mut signalled = Vec::new();
+    for round in 0..10u64 {
+        let mut wrs = Vec::new();
+        let sges: Vec<_> = (0..32u64).map(|i| [src.sge(i * 64, 64)]).collect();
+        for i in 0..32u64 {
+            let id = round * 32 + i;
+            let mut wr = SendRequest::new(
+                id,
+                SendOp::Write(dst.remote((id % 1000) * 64)),
+                Payload::Gather(&sges[i as usize]),
+            );
+            wr.signaled = id % EVERY == EVERY - 1;
+            wrs.push(wr);
+        }
+        qa.post_send(&wrs).unwrap();
+        let wcs = a.wait(2);
+        for wc in &wcs {
+            assert_eq!(wc.status, WcStatus::Success);
+            signalled.push(wc.wr_id);
+        }
+        assert_eq!(
+            qa.outstanding().0,
+            0,
+            "the ring is free again after its completions"
+        );
+    }
+    let expect: Vec<u64> = (0..320).filter(|id| id % EVERY == EVERY - 1).collect();
+    assert_eq!(
+        signalled, expect,
+        "one completion per {EVERY} requests, in order"
+    );
+    a.nothing_more();
+}
+
+#[test]
+fn four_queue_pairs_share_a_receive_queue_and_its_limit_fires_once_per_arming() {
+    let (mut a, mut b, _models) = pair();
+    let mut srq = SharedReceiveQueue::create(
+        &mut b.dev,
+        &b.pd,
+        SrqCaps {
+            max_wr: 64,
+            max_sge: 1,
+        },
+    )
+    .unwrap();
+    let mut senders = Vec::new();
+    let mut receivers = Vec::new();
+    for _ in 0..4 {
+        let mut qa = a.qp(QpCaps::default());
+        let mut qb = RcQueuePair::create(
+            &mut b.dev,
+            &b.pd,
+            &mut b.cq,
+            Some(&srq),
+            QpCaps::default(),
+            &b.roce,
+        )
+        .unwrap();
+        connect(&mut a, &mut qa, &mut b, &mut qb);
+        senders.push(qa);
+        receivers.push(qb);
+    }
+    // A receive on a QP that uses the SRQ is refused.
+    let dst = b.mr(64 * 256, ALL);
+    let err = receivers[0]
+        .post_recv(&[RecvRequest {
+            wr_id: 0,
+            sg_list: &[dst.sge(0, 256)],
+        }])
+        .unwrap_err();
+    assert!(matches!(err, DriverError::BadWorkRequest { .. }), "{err}");
+
+    let src = a.mr(4096, ALL);
+    src.write(0, &pattern(4096, 9)).unwrap();
+    let mut next_wr = 0u64;
+    let mut post_recvs = |srq: &mut SharedReceiveQueue<EmuBackend>, n: u64| {
+        let sges: Vec<_> = (next_wr..next_wr + n)
+            .map(|i| [dst.sge((i % 64) * 256, 256)])
+            .collect();
+        let wrs: Vec<_> = sges
+            .iter()
+            .enumerate()
+            .map(|(k, sg_list)| RecvRequest {
+                wr_id: 1000 + next_wr + k as u64,
+                sg_list,
+            })
+            .collect();
+        srq.post_recv(&wrs).unwrap();
+        next_wr += n;
+    };
+    post_recvs(&mut srq, 32);
+    srq.arm_limit(&mut b.dev, 8).unwrap();
+    let limits = |dev: &mut Device<EmuBackend>| {
+        dev.poll_events()
+            .unwrap()
+            .into_iter()
+            .filter(|e| matches!(e, Event::SrqLimit { .. }))
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        limits(&mut b.dev).is_empty(),
+        "armed above what is posted: no event yet"
+    );
+    let mut received = Vec::new();
+    let mut send =
+        |a: &mut Side, b: &mut Side, senders: &mut Vec<Qp>, n: usize, sent: &mut usize| {
+            for _ in 0..n {
+                let k = *sent % 4;
+                post(
+                    &mut senders[k],
+                    *sent as u64,
+                    SendOp::Send,
+                    &[src.sge(k as u64, 100)],
+                );
+                assert_eq!(a.wait(1)[0].status, WcStatus::Success);
+                *sent += 1;
+            }
+            received.extend(b.wait(n));
+        };
+    let mut sent = 0;
+    send(&mut a, &mut b, &mut senders, 25, &mut sent);
+    assert_eq!(
+        limits(&mut b.dev),
+        vec![Event::SrqLimit { srq: srq.srqn() }],
+        "one event when fewer than 8 stayed posted"
+    );
+    send(&mut a, &mut b, &mut senders, 5, &mut sent);
+    assert!(
+        limits(&mut b.dev).is_empty(),
+        "one-shot: no event until armed again"
+    );
+    // Refill (the completed WQEs are linked back in), arm again, fall below again.
+    post_recvs(&mut srq, 40);
+    srq.arm_limit(&mut b.dev, 4).unwrap();
+    send(&mut a, &mut b, &mut senders, 39, &mut sent);
+    assert_eq!(
+        limits(&mut b.dev),
+        vec![Event::SrqLimit { srq: srq.srqn() }]
+    );
+    // Every receive: once, from the SRQ, on one of the four QPs, in posting order.
+    let qpns: Vec<u32> = receivers.iter().map(|q| q.qpn()).collect();
+    let ids: Vec<u64> = received.iter().map(|wc| wc.wr_id).collect();
+    assert_eq!(ids, (1000..1000 + 69).collect::<Vec<_>>());
+    for wc in &received {
+        assert_eq!(
+            (wc.status, wc.srqn, wc.byte_len),
+            (WcStatus::Success, Some(srq.srqn()), 100)
+        );
+        assert!(qpns.contains(&wc.qpn));
+    }
+    for (i, q) in qpns.iter().enumerate() {
+        let n = received.iter().filter(|wc| wc.qpn == *q).count();
+        assert_eq!(
+            n,
+            69 / 4 + usize::from(i < 69 % 4),
+            "QP {i} received its share"
+        );
+    }
+    // Teardown in order; the receives still posted come back from the SRQ.
+    for q in receivers {
+        q.destroy(&mut b.dev, &mut b.cq).unwrap();
+    }
+    let left = srq.destroy(&mut b.dev).unwrap();
+    assert_eq!(left.len(), 72 - 69);
+    for q in senders {
+        q.destroy(&mut a.dev, &mut a.cq).unwrap();
+    }
+    src.deregister(&mut a.dev).unwrap();
+    dst.deregister(&mut b.dev).unwrap();
+    for side in [a, b] {
+        let Side {
+            mut dev, pd, cq, ..
+        } = side;
+        cq.destroy(&mut dev).unwrap();
+        pd.dealloc(&mut dev).unwrap();
+        dev.teardown().unwrap();
+    }
+}
