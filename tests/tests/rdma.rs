@@ -2,8 +2,8 @@
 //! RoCE v2 RC queue pairs between them.
 
 use cxdirect::rdma::{
-    CompletionQueue, ConnectParams, MemoryRegion, Payload, ProtectionDomain, QpCaps, QpState,
-    RcQueuePair, RecvRequest, Roce, SendOp, SendRequest, Sge, SharedReceiveQueue, SrqCaps,
+    CompletionQueue, ConnectParams, MemoryRegion, MrSource, Payload, ProtectionDomain, QpCaps,
+    QpState, RcQueuePair, RecvRequest, Roce, SendOp, SendRequest, Sge, SharedReceiveQueue, SrqCaps,
     WcOpcode, WcStatus, WorkCompletion,
 };
 use cxdirect::{Device, DriverError, Event, KeyAccess};
@@ -549,4 +549,184 @@ fn four_queue_pairs_share_a_receive_queue_and_its_limit_fires_once_per_arming() 
         pd.dealloc(&mut dev).unwrap();
         dev.teardown().unwrap();
     }
+}
+
+#[test]
+fn rkey_abuse_fails_with_a_remote_access_error_flushes_the_rest_and_reset_reconnects() {
+    let (mut a, mut b, _models) = pair();
+    let mut qa = a.qp(QpCaps::default());
+    let mut qb = b.qp(QpCaps::default());
+    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let src = a.mr(8192, ALL);
+    let dst = b.mr(8192, ALL);
+    // Readable by peers, not writable.
+    let read_only = KeyAccess {
+        remote_write: false,
+        ..ALL
+    };
+    let guarded = b.mr(4096, read_only);
+    guarded.write(0, &[0x5a; 64]).unwrap();
+    src.write(0, &pattern(4096, 4)).unwrap();
+    // Receives posted on A: the QP's error must return them too.
+    let recv_sge = [src.sge(4096, 512)];
+    let recvs: Vec<_> = (0..3)
+        .map(|i| RecvRequest {
+            wr_id: 500 + i,
+            sg_list: &recv_sge,
+        })
+        .collect();
+    qa.post_recv(&recvs).unwrap();
+    let sge = [src.sge(0, 64)];
+    let wr = |id: u64, remote, signaled: bool| SendRequest {
+        signaled,
+        ..SendRequest::new(id, SendOp::Write(remote), Payload::Gather(&sge))
+    };
+    let bad_key = cxdirect::rdma::RemoteAddr {
+        rkey: dst.rkey() ^ 0x0000_0100,
+        ..dst.remote(0)
+    };
+    let wrs = [
+        wr(1, dst.remote(0), true),
+        wr(2, dst.remote(64), false),
+        wr(3, guarded.remote(0), true),
+        wr(4, dst.remote(128), true),
+        wr(5, dst.remote(192), false),
+        wr(6, bad_key, true),
+    ];
+    qa.post_send(&wrs).unwrap();
+    let wcs = a.wait(5);
+    let got: Vec<(u64, WcStatus)> = wcs.iter().map(|wc| (wc.wr_id, wc.status)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (1, WcStatus::Success),
+            (3, WcStatus::RemAccessErr),
+            (4, WcStatus::WrFlushErr),
+            (5, WcStatus::WrFlushErr),
+            (6, WcStatus::WrFlushErr),
+        ],
+        "the refused WRITE fails, every later request is flushed (signalled or not)"
+    );
+    assert_eq!(wcs[1].opcode, WcOpcode::RdmaWrite);
+    assert_eq!(qa.state(), QpState::Error);
+    assert_eq!(
+        read(&guarded, 0, 64),
+        vec![0x5a; 64],
+        "the guarded memory is untouched"
+    );
+    assert_eq!(read(&dst, 0, 128), pattern(4096, 4)[..64].repeat(2));
+
+    // Reset: the posted receives come back flushed, then the QP connects again.
+    qa.reset(&mut a.dev, &mut a.cq).unwrap();
+    let flushed = a.wait(3);
+    let got: Vec<(u64, WcStatus, WcOpcode)> = flushed
+        .iter()
+        .map(|wc| (wc.wr_id, wc.status, wc.opcode))
+        .collect();
+    assert_eq!(
+        got,
+        (500..503)
+            .map(|id| (id, WcStatus::WrFlushErr, WcOpcode::Recv))
+            .collect::<Vec<_>>()
+    );
+    a.nothing_more();
+    assert_eq!(qa.state(), QpState::Reset);
+    assert_eq!(qa.outstanding(), (0, 0));
+    qb.reset(&mut b.dev, &mut b.cq).unwrap();
+    b.nothing_more();
+    connect(&mut a, &mut qa, &mut b, &mut qb);
+    for round in 0..3u8 {
+        let data = pattern(3000, 40 + round);
+        src.write(0, &data).unwrap();
+        qb.post_recv(&[RecvRequest {
+            wr_id: 7,
+            sg_list: &[dst.sge(4096, 4096)],
+        }])
+        .unwrap();
+        post(&mut qa, 8, SendOp::Send, &[src.sge(0, 3000)]);
+        assert_eq!(a.wait(1)[0].status, WcStatus::Success);
+        let wc = b.wait(1)[0];
+        assert_eq!(
+            (wc.wr_id, wc.byte_len, wc.status),
+            (7, 3000, WcStatus::Success)
+        );
+        assert_eq!(
+            read(&dst, 4096, 3000),
+            data,
+            "after reconnect, round {round}"
+        );
+    }
+}
+
+#[test]
+fn a_region_deregistered_under_a_peers_writes_refuses_them_and_its_memory_stays_untouched() {
+    let (mut a, mut b, _models) = pair();
+    let mut qa = a.qp(QpCaps::default());
+    let mut qb = b.qp(QpCaps::default());
+    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let src = a.mr(8192, ALL);
+    // The peer writes into a memfd dmabuf on B.
+    const LEN: u64 = 16 * 4096;
+    let fd = cxdirect_dma::export::memfd("rdma-target", LEN).unwrap();
+    let exporter = std::fs::File::from(fd.try_clone().unwrap());
+    let buf = cxdirect_dma::DmaBuf::from_memfd(fd).unwrap();
+    let (iommu, iovas) = b.dev.dma();
+    let mapping = std::sync::Arc::new(
+        buf.map(iommu, &iovas, 0, LEN, cxdirect_dma::DmaBufMode::Pinned)
+            .unwrap(),
+    );
+    let mr = MemoryRegion::register(&mut b.dev, &b.pd, MrSource::DmaBuf(&mapping), ALL).unwrap();
+    let exporter_bytes = |offset: u64, len: usize| {
+        use std::os::unix::fs::FileExt;
+        let mut out = vec![0u8; len];
+        exporter.read_exact_at(&mut out, offset).unwrap();
+        out
+    };
+    // WRITEs land in the exporter's own memory.
+    let data = pattern(LEN as usize / 2, 11);
+    src.write(0, &data[..8192]).unwrap();
+    for k in 0..4u64 {
+        post(
+            &mut qa,
+            k,
+            SendOp::Write(mr.remote(k * 8192)),
+            &[src.sge(0, 8192)],
+        );
+    }
+    assert!(a.wait(4).iter().all(|wc| wc.status == WcStatus::Success));
+    for k in 0..4u64 {
+        assert_eq!(
+            exporter_bytes(k * 8192, 8192),
+            data[..8192],
+            "block {k} in the memfd"
+        );
+    }
+    // Deregistered: the peer's next WRITEs are refused and nothing reaches the memory.
+    let remote = mr.remote(0);
+    mr.deregister(&mut b.dev).unwrap();
+    let before = exporter_bytes(0, LEN as usize);
+    src.write(0, &[0xee; 8192]).unwrap();
+    for k in 0..3u64 {
+        let at = cxdirect::rdma::RemoteAddr {
+            addr: remote.addr + k * 4096,
+            ..remote
+        };
+        post(&mut qa, 10 + k, SendOp::Write(at), &[src.sge(0, 4096)]);
+    }
+    let got: Vec<WcStatus> = a.wait(3).iter().map(|wc| wc.status).collect();
+    assert_eq!(
+        got,
+        [
+            WcStatus::RemAccessErr,
+            WcStatus::WrFlushErr,
+            WcStatus::WrFlushErr
+        ]
+    );
+    assert_eq!(
+        exporter_bytes(0, LEN as usize),
+        before,
+        "the freed range is untouched"
+    );
+    qa.reset(&mut a.dev, &mut a.cq).unwrap();
+    a.nothing_more();
 }
