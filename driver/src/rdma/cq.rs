@@ -17,6 +17,9 @@ use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::cq::{CreateCqIn, CreateCqOut};
 use cxdirect_hw::cqe::{CqeOpcode, CQE_INITIAL_OP_OWN, CQE_SIZE};
 
+#[cfg(test)]
+mod tests;
+
 /// A CQE the driver refused: what was wrong and the value the device wrote.
 type Refusal = (&'static str, u64);
 
@@ -104,6 +107,21 @@ impl CompletionQueue {
             refused: None,
             bad_cqes: 0,
         })
+    }
+
+    /// A CQ over `ring`, as [`CompletionQueue::create`] makes it.
+    #[cfg(test)]
+    fn over(ring: CqRing) -> Self {
+        Self {
+            cqn: ring.cqn(),
+            entries: 1 << ring.log_size(),
+            ring,
+            qps: Vec::new(),
+            last: 0,
+            deferred: VecDeque::new(),
+            refused: None,
+            bad_cqes: 0,
+        }
     }
 
     /// The CQ number.
@@ -340,7 +358,8 @@ fn send_done(qp: &QpTrack, cqe: &Cqe, wc: &mut WorkCompletion, error: bool) -> R
     Ok(())
 }
 
-/// A receive completion: the QP's next receive, or the SRQ WQE the counter names.
+/// A receive completion: the QP's next receive, or the SRQ WQE the counter names. Nothing
+/// is retired unless every field passed.
 #[inline]
 fn recv_done(qp: &QpTrack, cqe: &Cqe, wc: &mut WorkCompletion, opcode: u8) -> Result<(), Refusal> {
     let error = opcode == CqeOpcode::RespErr as u8;
@@ -350,19 +369,15 @@ fn recv_done(qp: &QpTrack, cqe: &Cqe, wc: &mut WorkCompletion, opcode: u8) -> Re
             if !error && cqe.srqn() != srq.srqn {
                 return Err(("receive CQE SRQ number", u64::from(cqe.srqn())));
             }
-            wc.srqn = Some(srq.srqn);
-            srq.take(counter)
+            srq.posted(counter)
                 .ok_or(("receive CQE SRQ WQE counter", u64::from(counter)))?
         }
         None => {
             let rq = &qp.rq;
-            let ci = rq.ci();
-            if rq.outstanding() == 0 || counter != ci as u16 {
+            if rq.outstanding() == 0 || counter != rq.ci() as u16 {
                 return Err(("receive CQE WQE counter", u64::from(counter)));
             }
-            let posted = rq.received(ci);
-            rq.retire(ci.wrapping_add(1));
-            posted
+            rq.received(rq.ci())
         }
     };
     wc.wr_id = wr_id;
@@ -371,17 +386,27 @@ fn recv_done(qp: &QpTrack, cqe: &Cqe, wc: &mut WorkCompletion, opcode: u8) -> Re
         let syndrome = cqe.syndrome();
         wc.status = WcStatus::from_syndrome(syndrome);
         wc.vendor_err = syndrome;
-        return Ok(());
+    } else {
+        let bytes = cqe.byte_cnt();
+        if opcode == CqeOpcode::RespWrImm as u8 {
+            wc.opcode = WcOpcode::RecvRdmaWithImm;
+        } else if bytes > len {
+            return Err(("receive CQE byte count", u64::from(bytes)));
+        }
+        wc.byte_len = bytes;
+        if opcode != CqeOpcode::RespSend as u8 {
+            wc.imm = Some(cqe.imm());
+        }
     }
-    let bytes = cqe.byte_cnt();
-    if opcode == CqeOpcode::RespWrImm as u8 {
-        wc.opcode = WcOpcode::RecvRdmaWithImm;
-    } else if bytes > len {
-        return Err(("receive CQE byte count", u64::from(bytes)));
-    }
-    wc.byte_len = bytes;
-    if opcode != CqeOpcode::RespSend as u8 {
-        wc.imm = Some(cqe.imm());
+    match &qp.srq {
+        Some(srq) => {
+            wc.srqn = Some(srq.srqn);
+            // Checked above; a concurrent take (another CQ of the same SRQ naming the same
+            // WQE) makes this one the duplicate.
+            srq.take(counter)
+                .ok_or(("receive CQE SRQ WQE counter", u64::from(counter)))?;
+        }
+        None => qp.rq.retire(qp.rq.ci().wrapping_add(1)),
     }
     Ok(())
 }

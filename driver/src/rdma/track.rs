@@ -222,6 +222,20 @@ impl SrqTrack {
         self.posted[i].store(true, Ordering::Release);
     }
 
+    /// WQE `index` as posted (work request id and bytes), without taking it; `None` when it
+    /// is out of range or not posted.
+    #[inline]
+    pub(super) fn posted(&self, index: u16) -> Option<(u64, u32)> {
+        let i = usize::from(index);
+        if !self.posted.get(i)?.load(Ordering::Acquire) {
+            return None;
+        }
+        Some((
+            self.wr_id[i].load(Ordering::Relaxed),
+            self.len[i].load(Ordering::Relaxed),
+        ))
+    }
+
     /// Takes WQE `index` that a completion names: its work request id and posted bytes, or
     /// `None` when it is out of range or not posted (a completion for it came already).
     #[inline]
