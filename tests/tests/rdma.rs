@@ -2,9 +2,9 @@
 //! RoCE v2 RC queue pairs between them.
 
 use cxdirect::rdma::{
-    CompletionQueue, ConnectParams, MemoryRegion, MrSource, Payload, ProtectionDomain, QpCaps,
-    QpState, RcQueuePair, RecvRequest, Roce, SendOp, SendRequest, Sge, SharedReceiveQueue, SrqCaps,
-    WcOpcode, WcStatus, WorkCompletion,
+    CompletionQueue, ConnectParams, MemoryRegion, MrSource, PathMtu, Payload, ProtectionDomain,
+    QpCaps, QpState, RcQueuePair, RecvRequest, Roce, SendOp, SendRequest, Sge, SharedReceiveQueue,
+    SrqCaps, WcOpcode, WcStatus, WorkCompletion,
 };
 use cxdirect::{Device, DriverError, Event, KeyAccess};
 use cxdirect_apps::emulated::EmuBackend;
@@ -58,18 +58,18 @@ impl Side {
         MemoryRegion::alloc(&mut self.dev, &self.pd, len, access).expect("MR")
     }
 
-    /// Polls until `n` completions came (panics after many empty polls).
+    /// Polls until `n` completions came (panics when they take more than 20 s: the device
+    /// thread shares a loaded machine, so the bound is generous).
     fn wait(&mut self, n: usize) -> Vec<WorkCompletion> {
+        let start = std::time::Instant::now();
         let mut got = Vec::new();
         let mut batch = [WorkCompletion::default(); 32];
-        let mut idle = 0;
         while got.len() < n {
             let k = self.cq.poll(&mut batch).expect("poll");
             got.extend_from_slice(&batch[..k]);
             if k == 0 {
-                idle += 1;
                 assert!(
-                    idle < 200_000,
+                    start.elapsed() < std::time::Duration::from_secs(20),
                     "{} of {n} completions came: {got:?}",
                     got.len()
                 );
@@ -729,4 +729,140 @@ fn a_region_deregistered_under_a_peers_writes_refuses_them_and_its_memory_stays_
     );
     qa.reset(&mut a.dev, &mut a.cq).unwrap();
     a.nothing_more();
+}
+
+#[test]
+fn roce_is_refused_clearly_without_the_capability_and_runs_over_ipv6_gids() {
+    let model = Model::new(EmuConfig::default());
+    let mut dev = bring_up_patient(&model, "no-roce");
+    let err = Roce::enable(&mut dev, "10.0.0.9".parse().unwrap()).unwrap_err();
+    assert!(
+        matches!(err, DriverError::Unsupported { what: "RoCE", .. }),
+        "{err}"
+    );
+    dev.teardown().unwrap();
+
+    let cfg = EmuConfig {
+        roce: true,
+        exec: ExecMode::Threaded,
+        ..EmuConfig::default()
+    };
+    let (ma, mb) = Model::pair(cfg.clone(), cfg);
+    let mut a = Side::new(&ma, "a6", "fd00::1");
+    let mut b = Side::new(&mb, "b6", "fd00::2");
+    assert_eq!(
+        a.roce.gid(),
+        "fd00::1".parse::<std::net::Ipv6Addr>().unwrap().octets()
+    );
+    assert_eq!(
+        a.roce.gid_index(),
+        3,
+        "the RoCE v2 entry of the address, as Linux places it"
+    );
+    let mut qa = a.qp(QpCaps::default());
+    let mut qb = b.qp(QpCaps::default());
+    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let (src, dst) = (a.mr(4096, ALL), b.mr(4096, ALL));
+    src.write(0, &pattern(2000, 6)).unwrap();
+    qb.post_recv(&[RecvRequest {
+        wr_id: 1,
+        sg_list: &[dst.sge(0, 4096)],
+    }])
+    .unwrap();
+    post(&mut qa, 2, SendOp::Send, &[src.sge(0, 2000)]);
+    assert_eq!(a.wait(1)[0].status, WcStatus::Success);
+    assert_eq!(b.wait(1)[0].byte_len, 2000);
+    assert_eq!(read(&dst, 0, 2000), pattern(2000, 6));
+    // Remote rights without local write are refused, as ibv_reg_mr refuses them.
+    let no_local_write = KeyAccess {
+        write: false,
+        ..ALL
+    };
+    let err = MemoryRegion::alloc(&mut a.dev, &a.pd, 4096, no_local_write).unwrap_err();
+    assert!(matches!(err, DriverError::Config(_)), "{err}");
+}
+
+#[test]
+fn destroying_a_queue_pair_returns_its_posted_receives_through_flush_completions() {
+    let (mut a, mut b, models) = pair();
+    let mut qa = a.qp(QpCaps::default());
+    let mut qb = b.qp(QpCaps::default());
+    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let dst = b.mr(4096, ALL);
+    let sges: Vec<_> = (0..5u64).map(|i| [dst.sge(i * 512, 512)]).collect();
+    let recvs: Vec<_> = sges
+        .iter()
+        .enumerate()
+        .map(|(i, sg_list)| RecvRequest {
+            wr_id: 70 + i as u64,
+            sg_list,
+        })
+        .collect();
+    qb.post_recv(&recvs).unwrap();
+    // Another QP on the same CQ keeps its completion through the drain.
+    let mut qc = b.qp(QpCaps::default());
+    let mut qd = a.qp(QpCaps::default());
+    connect(&mut b, &mut qc, &mut a, &mut qd);
+    let (src, far) = (b.mr(4096, ALL), a.mr(4096, ALL));
+    post(&mut qc, 99, SendOp::Write(far.remote(0)), &[src.sge(0, 16)]);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let qps_before = models[1].qp_count();
+    qb.destroy(&mut b.dev, &mut b.cq).unwrap();
+    assert_eq!(
+        models[1].qp_count(),
+        qps_before - 1,
+        "the QP is gone from the device"
+    );
+    let mut wcs = b.wait(6);
+    wcs.sort_by_key(|wc| wc.wr_id);
+    let got: Vec<(u64, WcStatus)> = wcs.iter().map(|wc| (wc.wr_id, wc.status)).collect();
+    let mut want: Vec<(u64, WcStatus)> = (70..75).map(|id| (id, WcStatus::WrFlushErr)).collect();
+    want.push((99, WcStatus::Success));
+    assert_eq!(
+        got, want,
+        "every receive flushed once, the other QP's completion kept"
+    );
+    b.nothing_more();
+}
+
+#[test]
+fn a_connection_to_a_qp_that_does_not_exist_fails_its_send_with_retries_exceeded() {
+    let (mut a, mut b, _models) = pair();
+    let mut qa = a.qp(QpCaps::default());
+    let qb = b.qp(QpCaps::default());
+    let nowhere = cxdirect::rdma::Endpoint {
+        qpn: qb.qpn() + 0x100,
+        ..qb.local_endpoint()
+    };
+    let params = ConnectParams {
+        ack_timeout: 8,
+        retry_count: 1,
+        ..ConnectParams::default()
+    };
+    qa.connect(&mut a.dev, &nowhere, params).unwrap();
+    let src = a.mr(4096, ALL);
+    post(&mut qa, 1, SendOp::Send, &[src.sge(0, 64)]);
+    let wc = a.wait(1)[0];
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::RetryExcErr));
+    assert_eq!(qa.state(), QpState::Error);
+    // Out-of-range connection parameters are refused before anything is sent.
+    qa.reset(&mut a.dev, &mut a.cq).unwrap();
+    for bad in [
+        ConnectParams {
+            retry_count: 8,
+            ..params
+        },
+        ConnectParams {
+            ack_timeout: 32,
+            ..params
+        },
+        ConnectParams {
+            mtu: PathMtu::Mtu4096,
+            ..params
+        },
+    ] {
+        let err = qa.connect(&mut a.dev, &nowhere, bad).unwrap_err();
+        assert!(matches!(err, DriverError::Config(_)), "{err}");
+        assert_eq!(qa.state(), QpState::Reset);
+    }
 }

@@ -209,43 +209,42 @@ impl CompletionQueue {
         Ok(n)
     }
 
-    /// The queue pair `qpn` names, if it completes here.
+    /// Where the queue pair `qpn` names is in the list, if it completes here.
     #[inline]
-    fn find(&mut self, qpn: u32) -> Option<Arc<QpTrack>> {
-        if let Some(qp) = self.qps.get(self.last) {
-            if qp.qpn == qpn {
-                return Some(Arc::clone(qp));
-            }
+    fn find(&mut self, qpn: u32) -> Option<usize> {
+        if self.qps.get(self.last).is_some_and(|qp| qp.qpn == qpn) {
+            return Some(self.last);
         }
         let at = self.qps.iter().position(|qp| qp.qpn == qpn)?;
         self.last = at;
-        Some(Arc::clone(&self.qps[at]))
+        Some(at)
     }
 
     /// The completion `cqe` reports, after checking it against what was posted.
     #[inline]
     fn decode(&mut self, cqe: &Cqe) -> Result<WorkCompletion, Refusal> {
         let qpn = cqe.qpn();
-        let qp = self
+        let at = self
             .find(qpn)
             .ok_or(("CQE QP number (no QP of this CQ)", u64::from(qpn)))?;
+        let qp = &self.qps[at];
         let opcode = cqe.opcode();
         let mut wc = WorkCompletion {
             qpn,
             ..WorkCompletion::default()
         };
         match CqeOpcode::try_from(opcode) {
-            Ok(CqeOpcode::Req) => send_done(&qp, cqe, &mut wc, false)?,
+            Ok(CqeOpcode::Req) => send_done(qp, cqe, &mut wc, false)?,
             Ok(CqeOpcode::ReqErr) => {
                 qp.failed.store(true, Ordering::Relaxed);
-                send_done(&qp, cqe, &mut wc, true)?;
+                send_done(qp, cqe, &mut wc, true)?;
             }
             Ok(CqeOpcode::RespSend | CqeOpcode::RespSendImm | CqeOpcode::RespWrImm) => {
-                recv_done(&qp, cqe, &mut wc, opcode)?;
+                recv_done(qp, cqe, &mut wc, opcode)?;
             }
             Ok(CqeOpcode::RespErr) => {
                 qp.failed.store(true, Ordering::Relaxed);
-                recv_done(&qp, cqe, &mut wc, opcode)?;
+                recv_done(qp, cqe, &mut wc, opcode)?;
             }
             _ => return Err(("CQE opcode", u64::from(opcode))),
         }
