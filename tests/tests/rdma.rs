@@ -759,6 +759,14 @@ fn roce_is_refused_clearly_without_the_capability_and_runs_over_ipv6_gids() {
         3,
         "the RoCE v2 entry of the address, as Linux places it"
     );
+    // Bring-up let software choose the QPs' UDP source ports (SET_HCA_CAP of the RoCE page).
+    let mut query = [0u8; 16];
+    query[0..2].copy_from_slice(&(cxdirect_hw::cmd::Opcode::QueryHcaCap as u16).to_be_bytes());
+    let op_mod = cxdirect_hw::hca::query_cap_op_mod(cxdirect_hw::hca::cap_type::ROCE, true);
+    query[6..8].copy_from_slice(&op_mod.to_be_bytes());
+    let out = a.dev.exec(&query, 0x1010).unwrap();
+    let caps = cxdirect_hw::roce::RoceCap::new(&out[0x10..0x110]).unwrap();
+    assert!(caps.sw_r_roce_src_udp_port());
     let mut qa = a.qp(QpCaps::default());
     let mut qb = b.qp(QpCaps::default());
     connect(&mut a, &mut qa, &mut b, &mut qb);
