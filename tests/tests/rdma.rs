@@ -130,6 +130,15 @@ fn post(qp: &mut Qp, wr_id: u64, op: SendOp, list: &[Sge]) {
 const SIZES: [usize; 6] = [0, 1, MTU - 1, MTU, MTU + 1, 1 << 20];
 
 #[test]
+fn the_handles_move_between_threads() {
+    fn send<T: Send>() {}
+    send::<Qp>();
+    send::<CompletionQueue>();
+    send::<SharedReceiveQueue<EmuBackend>>();
+    send::<MemoryRegion>();
+}
+
+#[test]
 fn every_opcode_at_every_size_moves_the_bytes_it_names() {
     let (mut a, mut b, _models) = pair();
     let mut qa = a.qp(QpCaps::default());
@@ -383,6 +392,9 @@ fn a_completion_every_nth_request_retires_the_unsignalled_ones_before_it() {
                 Payload::Gather(&sges[i as usize]),
             );
             wr.signaled = id % EVERY == EVERY - 1;
+            // Fenced and solicited requests are taken as any other.
+            wr.fence = id % 5 == 0;
+            wr.solicited = id % 7 == 0;
             wrs.push(wr);
         }
         qa.post_send(&wrs).unwrap();
