@@ -886,3 +886,41 @@ fn a_connection_to_a_qp_that_does_not_exist_fails_its_send_with_retries_exceeded
         assert_eq!(qa.state(), QpState::Reset);
     }
 }
+
+#[test]
+fn receives_posted_before_connect_take_the_first_sends_or_come_back_flushed() {
+    let (mut a, mut b, _models) = pair();
+    let mut qa = a.qp(QpCaps::default());
+    let mut qb = b.qp(QpCaps::default());
+    let (src, dst) = (a.mr(4096, ALL), b.mr(4096, ALL));
+    let sge = [dst.sge(0, 4096)];
+    qb.post_recv(&[RecvRequest {
+        wr_id: 1,
+        sg_list: &sge,
+    }])
+    .unwrap();
+    connect(&mut a, &mut qa, &mut b, &mut qb);
+    src.write(0, &pattern(500, 2)).unwrap();
+    post(&mut qa, 2, SendOp::Send, &[src.sge(0, 500)]);
+    assert_eq!(a.wait(1)[0].status, WcStatus::Success);
+    let wc = b.wait(1)[0];
+    assert_eq!((wc.wr_id, wc.byte_len), (1, 500));
+    assert_eq!(read(&dst, 0, 500), pattern(500, 2));
+    // Posted in reset and never connected: destroy returns them flushed.
+    let mut qc = b.qp(QpCaps::default());
+    qc.post_recv(&[
+        RecvRequest {
+            wr_id: 3,
+            sg_list: &sge,
+        },
+        RecvRequest {
+            wr_id: 4,
+            sg_list: &sge,
+        },
+    ])
+    .unwrap();
+    qc.destroy(&mut b.dev, &mut b.cq).unwrap();
+    let got: Vec<(u64, WcStatus)> = b.wait(2).iter().map(|wc| (wc.wr_id, wc.status)).collect();
+    assert_eq!(got, [(3, WcStatus::WrFlushErr), (4, WcStatus::WrFlushErr)]);
+    b.nothing_more();
+}

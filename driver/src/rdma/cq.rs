@@ -153,6 +153,12 @@ impl CompletionQueue {
         self.last = 0;
     }
 
+    /// Queues `wc` for the next [`CompletionQueue::poll`] (a completion the driver makes: a
+    /// receive flushed from a queue pair the device never took it from).
+    pub(super) fn defer(&mut self, wc: WorkCompletion) {
+        self.deferred.push_back(wc);
+    }
+
     pub(super) fn has(&self, qpn: u32) -> bool {
         self.qps.iter().any(|qp| qp.qpn == qpn)
     }

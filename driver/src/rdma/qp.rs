@@ -12,12 +12,14 @@ use super::pd::ProtectionDomain;
 use super::roce::Roce;
 use super::srq::SharedReceiveQueue;
 use super::track::{QpTrack, SlotTrack};
+use super::wc::{WcOpcode, WcStatus, WorkCompletion};
 use crate::backend::Backend;
 use crate::control::{destroy_input, input, output_too_short, Device};
 use crate::error::DriverError;
 use crate::ring::{DoorbellRecord, SlotRing};
 use cxdirect_dma::{DmaRegion, PageKind};
 use cxdirect_hw::cmd::Opcode;
+use cxdirect_hw::cqe::CqeSyndrome;
 use cxdirect_hw::hca::AllocUarOut;
 use cxdirect_hw::qp::{pm_state, rq_type, service_type, CreateQpIn, CreateQpOut};
 use cxdirect_hw::wqe::{WQE_BB, WQE_DS};
@@ -365,7 +367,25 @@ impl<B: Backend> RcQueuePair<B> {
                 needed: format!("the completion queue {:#x} of QP {:#x}", self.cqn, self.qpn),
             });
         }
-        if self.state == QpState::Reset && self.track.sq.outstanding() == 0 {
+        if self.state == QpState::Reset {
+            // A QP in reset takes nothing from its rings (and 2ERR does not apply to it): the
+            // receives posted before connect() come back flushed from here.
+            let rq = &self.track.rq;
+            let (ci, pi) = (rq.ci(), rq.pi());
+            let mut index = ci;
+            while index != pi {
+                let (wr_id, _) = rq.received(index);
+                cq.defer(WorkCompletion {
+                    wr_id,
+                    status: WcStatus::WrFlushErr,
+                    opcode: WcOpcode::Recv,
+                    vendor_err: CqeSyndrome::WrFlushed as u8,
+                    qpn: self.qpn,
+                    ..WorkCompletion::default()
+                });
+                index = index.wrapping_add(1);
+            }
+            rq.retire(pi);
             return Ok(());
         }
         self.to_error(dev)?;

@@ -295,7 +295,9 @@ impl<B: Backend> RcQueuePair<B> {
     }
 
     /// Posts `wrs` on the QP's own receive ring (one doorbell record update). Every request is
-    /// checked first: on an error nothing is posted.
+    /// checked first: on an error nothing is posted. Receives may be posted before
+    /// [`RcQueuePair::connect`] (as krping and rping post theirs), so that the peer's first
+    /// SEND finds one.
     ///
     /// # Errors
     ///
