@@ -924,3 +924,93 @@ fn receives_posted_before_connect_take_the_first_sends_or_come_back_flushed() {
     assert_eq!(got, [(3, WcStatus::WrFlushErr), (4, WcStatus::WrFlushErr)]);
     b.nothing_more();
 }
+
+#[test]
+fn over_a_wire_that_drops_duplicates_and_reorders_every_message_arrives_once_and_intact() {
+    use cxdirect_emu::wire::{Impairments, PortId, Wire, WireConfig};
+    let cfg = EmuConfig {
+        roce: true,
+        exec: ExecMode::Threaded,
+        ..EmuConfig::default()
+    };
+    let mut cfg_b = cfg.clone();
+    cfg_b.mac[5] ^= 1;
+    let (ma, mb) = (Model::new(cfg), Model::new(cfg_b));
+    let wire = std::sync::Arc::new(
+        Wire::pair_with(WireConfig {
+            impairments: Impairments {
+                seed: 35,
+                drop_probability: 0.01,
+                duplicate_probability: 0.01,
+                reorder_probability: 0.01,
+                reorder_window: 3,
+                ..Impairments::NONE
+            },
+            ..WireConfig::default()
+        })
+        .unwrap(),
+    );
+    ma.attach(wire.clone(), PortId::A, &[&mb]);
+    mb.attach(wire, PortId::B, &[&ma]);
+    let mut a = Side::new(&ma, "lossy-a", "10.0.1.1");
+    let mut b = Side::new(&mb, "lossy-b", "10.0.1.2");
+    let mut qa = a.qp(QpCaps::default());
+    let mut qb = b.qp(QpCaps::default());
+    let params = ConnectParams {
+        // About 4 ms: a lost packet is sent again soon.
+        ack_timeout: 10,
+        ..ConnectParams::default()
+    };
+    let (ea, eb) = (qa.local_endpoint(), qb.local_endpoint());
+    qa.connect(&mut a.dev, &eb, params).unwrap();
+    qb.connect(&mut b.dev, &ea, params).unwrap();
+    const SIZE: usize = 3000;
+    const MESSAGES: u64 = 200;
+    let src = a.mr(SIZE * 4, ALL);
+    let dst = b.mr(SIZE * 4, ALL);
+    let mut received = Vec::new();
+    for m in 0..MESSAGES {
+        let data = pattern(SIZE, m as u8);
+        src.write(0, &data).unwrap();
+        if m % 2 == 0 {
+            qb.post_recv(&[RecvRequest {
+                wr_id: m,
+                sg_list: &[dst.sge(0, SIZE as u32)],
+            }])
+            .unwrap();
+            post(&mut qa, m, SendOp::Send, &[src.sge(0, SIZE as u32)]);
+        } else {
+            post(
+                &mut qa,
+                m,
+                SendOp::Write(dst.remote(SIZE as u64)),
+                &[src.sge(0, SIZE as u32)],
+            );
+        }
+        let wc = a.wait(1)[0];
+        assert_eq!((wc.wr_id, wc.status), (m, WcStatus::Success), "message {m}");
+        if m % 2 == 0 {
+            let wc = b.wait(1)[0];
+            assert_eq!(
+                (wc.wr_id, wc.byte_len, wc.status),
+                (m, SIZE as u32, WcStatus::Success)
+            );
+            received.push(wc.wr_id);
+            assert_eq!(read(&dst, 0, SIZE), data, "SEND {m} intact");
+        } else {
+            assert_eq!(read(&dst, SIZE, SIZE), data, "WRITE {m} intact");
+        }
+    }
+    assert_eq!(
+        received,
+        (0..MESSAGES).step_by(2).collect::<Vec<_>>(),
+        "each SEND once"
+    );
+    a.nothing_more();
+    b.nothing_more();
+    let retransmits = ma.counters().roce_retransmits + mb.counters().roce_retransmits;
+    assert!(
+        retransmits > 0,
+        "the wire lost packets and they were sent again"
+    );
+}
