@@ -1014,3 +1014,85 @@ fn over_a_wire_that_drops_duplicates_and_reorders_every_message_arrives_once_and
         "the wire lost packets and they were sent again"
     );
 }
+
+#[test]
+fn a_small_srq_recycles_its_wqes_through_the_free_list_for_many_messages() {
+    let (mut a, mut b, _models) = pair();
+    let mut srq = SharedReceiveQueue::create(
+        &mut b.dev,
+        &b.pd,
+        SrqCaps {
+            max_wr: 7,
+            max_sge: 2,
+        },
+    )
+    .unwrap();
+    let mut pairs = Vec::new();
+    for _ in 0..2 {
+        let mut qa = a.qp(QpCaps::default());
+        let mut qb = RcQueuePair::create(
+            &mut b.dev,
+            &b.pd,
+            &mut b.cq,
+            Some(&srq),
+            QpCaps::default(),
+            &b.roce,
+        )
+        .unwrap();
+        connect(&mut a, &mut qa, &mut b, &mut qb);
+        pairs.push((qa, qb));
+    }
+    let src = a.mr(4096, ALL);
+    let dst = b.mr(8 * 1024, ALL);
+    // Two scatter entries per receive: 300 bytes, then the rest of a 1 KiB slot.
+    let sges: Vec<[cxdirect::rdma::Sge; 2]> = (0..8u64)
+        .map(|k| [dst.sge(k * 1024, 300), dst.sge(k * 1024 + 300, 724)])
+        .collect();
+    let wrs: Vec<RecvRequest> = (0..7)
+        .map(|k| RecvRequest {
+            wr_id: k,
+            sg_list: &sges[k as usize],
+        })
+        .collect();
+    srq.post_recv(&wrs).unwrap();
+    assert_eq!(
+        srq.room(),
+        0,
+        "7 receives fill an SRQ of 8 WQEs (one is the list's tail)"
+    );
+    let err = srq.post_recv(&wrs[..1]).unwrap_err();
+    assert!(matches!(err, DriverError::QueueFull { .. }), "{err}");
+    let mut slot_of = std::collections::HashMap::new();
+    for k in 0..7u64 {
+        slot_of.insert(k, k);
+    }
+    let mut next_id = 7u64;
+    for m in 0..60u64 {
+        let data = pattern(800, m as u8);
+        src.write(0, &data).unwrap();
+        post(
+            &mut pairs[(m % 2) as usize].0,
+            m,
+            SendOp::Send,
+            &[src.sge(0, 800)],
+        );
+        assert_eq!(a.wait(1)[0].status, WcStatus::Success);
+        let wc = b.wait(1)[0];
+        assert_eq!(
+            (wc.status, wc.byte_len, wc.srqn),
+            (WcStatus::Success, 800, Some(srq.srqn()))
+        );
+        let slot = slot_of.remove(&wc.wr_id).expect("a posted receive, once");
+        assert_eq!(read(&dst, slot as usize * 1024, 800), data, "message {m}");
+        // Post its replacement into the same memory: the WQE just used is linked back first.
+        srq.post_recv(&[RecvRequest {
+            wr_id: next_id,
+            sg_list: &sges[slot as usize],
+        }])
+        .unwrap();
+        slot_of.insert(next_id, slot);
+        next_id += 1;
+    }
+    assert_eq!(srq.room(), 0);
+    b.nothing_more();
+}
