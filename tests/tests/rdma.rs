@@ -1066,7 +1066,6 @@ fn a_small_srq_recycles_its_wqes_through_the_free_list_for_many_messages() {
     for k in 0..7u64 {
         slot_of.insert(k, k);
     }
-    let mut next_id = 7u64;
     for m in 0..60u64 {
         let data = pattern(800, m as u8);
         src.write(0, &data).unwrap();
@@ -1085,13 +1084,13 @@ fn a_small_srq_recycles_its_wqes_through_the_free_list_for_many_messages() {
         let slot = slot_of.remove(&wc.wr_id).expect("a posted receive, once");
         assert_eq!(read(&dst, slot as usize * 1024, 800), data, "message {m}");
         // Post its replacement into the same memory: the WQE just used is linked back first.
+        let next_id = 7 + m;
         srq.post_recv(&[RecvRequest {
             wr_id: next_id,
             sg_list: &sges[slot as usize],
         }])
         .unwrap();
         slot_of.insert(next_id, slot);
-        next_id += 1;
     }
     assert_eq!(srq.room(), 0);
     b.nothing_more();
