@@ -1095,3 +1095,36 @@ fn a_small_srq_recycles_its_wqes_through_the_free_list_for_many_messages() {
     assert_eq!(srq.room(), 0);
     b.nothing_more();
 }
+
+#[test]
+fn a_queue_pairs_affiliated_async_errors_arrive_as_events_naming_it() {
+    use cxdirect_hw::eqe::EventType;
+    let (mut a, mut b, models) = pair();
+    let mut qa = a.qp(QpCaps::default());
+    let mut qb = b.qp(QpCaps::default());
+    connect(&mut a, &mut qa, &mut b, &mut qb);
+    // What a ConnectX writes for a QP's fatal, invalid-request and access errors (the QPN in
+    // the last dword of the event data).
+    for kind in [
+        EventType::WqCatastrophicError,
+        EventType::WqInvalidRequestError,
+        EventType::WqAccessError,
+    ] {
+        let mut data = [0u8; 28];
+        data[24..28].copy_from_slice(&qa.qpn().to_be_bytes());
+        models[0].inject(cxdirect_emu::Fault::RawEvent {
+            event_type: kind as u8,
+            sub_type: 0,
+            data,
+        });
+        let events = a.dev.poll_events().unwrap();
+        assert_eq!(
+            events,
+            vec![Event::QueueError {
+                kind,
+                number: qa.qpn()
+            }],
+            "{kind:?}"
+        );
+    }
+}
