@@ -84,6 +84,11 @@ pub enum QpState {
 }
 
 /// A reliable-connected queue pair (`ibv_qp` of type `IBV_QPT_RC`) over RoCE v2.
+///
+/// Post from one thread at a time (it is `Send`); its completion queue may be polled on
+/// another. Destroy it with [`RcQueuePair::destroy`]: one simply dropped stays in the device
+/// (and listed on its CQ) until [`Device::teardown`], its rings leaked rather than freed under
+/// the device.
 pub struct RcQueuePair<B: Backend> {
     backend: Arc<B>,
     qpn: u32,
