@@ -1128,3 +1128,46 @@ fn a_queue_pairs_affiliated_async_errors_arrive_as_events_naming_it() {
         );
     }
 }
+
+#[test]
+fn unsignalled_requests_alone_never_fill_the_ring_for_good() {
+    let (mut a, mut b, _models) = pair();
+    let caps = QpCaps {
+        max_send_wr: 16,
+        ..QpCaps::default()
+    };
+    let mut qa = a.qp(caps);
+    let mut qb = b.qp(QpCaps::default());
+    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let (src, dst) = (a.mr(4096, ALL), b.mr(4096, ALL));
+    let sge = [src.sge(0, 32)];
+    let start = std::time::Instant::now();
+    let mut batch = [WorkCompletion::default(); 8];
+    let mut posted = 0u64;
+    while posted < 1000 {
+        let mut wr = SendRequest::new(
+            posted,
+            SendOp::Write(dst.remote(posted % 64 * 32)),
+            Payload::Gather(&sge),
+        );
+        wr.signaled = false;
+        match qa.post_send(&[wr]) {
+            Ok(()) => posted += 1,
+            Err(DriverError::QueueFull { .. }) => {
+                assert!(start.elapsed().as_secs() < 20, "the ring stayed full");
+                std::thread::yield_now();
+            }
+            Err(e) => panic!("{e}"),
+        }
+        assert_eq!(
+            a.cq.poll(&mut batch).unwrap(),
+            0,
+            "an unsignalled request makes no work completion"
+        );
+    }
+    post(&mut qa, 5000, SendOp::Write(dst.remote(0)), &sge);
+    let wc = a.wait(1)[0];
+    assert_eq!((wc.wr_id, wc.status), (5000, WcStatus::Success));
+    assert_eq!(qa.outstanding().0, 0);
+    a.nothing_more();
+}

@@ -193,10 +193,12 @@ impl CompletionQueue {
             self.ring.consume();
             consumed = true;
             match decoded {
-                Ok(wc) => {
+                Ok(Some(wc)) => {
                     out[n] = wc;
                     n += 1;
                 }
+                // A CQE the driver asked for on an unsignalled request: ring reclaimed.
+                Ok(None) => {}
                 Err(refusal) => {
                     self.bad_cqes += 1;
                     if n == 0 {
@@ -226,9 +228,10 @@ impl CompletionQueue {
         Some(at)
     }
 
-    /// The completion `cqe` reports, after checking it against what was posted.
+    /// The completion `cqe` reports (none for a CQE the driver asked for on an unsignalled
+    /// request), after checking it against what was posted.
     #[inline]
-    fn decode(&mut self, cqe: &Cqe) -> Result<WorkCompletion, Refusal> {
+    fn decode(&mut self, cqe: &Cqe) -> Result<Option<WorkCompletion>, Refusal> {
         let qpn = cqe.qpn();
         let at = self
             .find(qpn)
@@ -240,7 +243,11 @@ impl CompletionQueue {
             ..WorkCompletion::default()
         };
         match CqeOpcode::try_from(opcode) {
-            Ok(CqeOpcode::Req) => send_done(qp, cqe, &mut wc, false)?,
+            Ok(CqeOpcode::Req) => {
+                if !send_done(qp, cqe, &mut wc, false)? {
+                    return Ok(None);
+                }
+            }
             Ok(CqeOpcode::ReqErr) => {
                 qp.failed.store(true, Ordering::Relaxed);
                 send_done(qp, cqe, &mut wc, true)?;
@@ -254,7 +261,7 @@ impl CompletionQueue {
             }
             _ => return Err(("CQE opcode", u64::from(opcode))),
         }
-        Ok(wc)
+        Ok(Some(wc))
     }
 
     /// Polls until queue pair `qpn` has nothing outstanding (its flush completions taken) or
@@ -308,9 +315,15 @@ impl CompletionQueue {
 
 /// A send completion for the WQE at the CQE's counter: earlier unsignalled WQEs retire with
 /// it silently (a signalled one skipped, or a counter that is not a WQE's first block of
-/// those outstanding, is refused and nothing retires).
+/// those outstanding, is refused and nothing retires). False when it makes no work
+/// completion: the WQE was unsignalled, its CQE asked for by the driver.
 #[inline]
-fn send_done(qp: &QpTrack, cqe: &Cqe, wc: &mut WorkCompletion, error: bool) -> Result<(), Refusal> {
+fn send_done(
+    qp: &QpTrack,
+    cqe: &Cqe,
+    wc: &mut WorkCompletion,
+    error: bool,
+) -> Result<bool, Refusal> {
     let sq = &qp.sq;
     let ci = sq.ci();
     let outstanding = sq.outstanding();
@@ -340,6 +353,10 @@ fn send_done(qp: &QpTrack, cqe: &Cqe, wc: &mut WorkCompletion, error: bool) -> R
             return Err(("send CQE WQE counter (inside a WQE)", u64::from(counter)));
         }
     };
+    if !error && !done.signaled {
+        sq.retire(at.wrapping_add(u32::from(done.bbs)));
+        return Ok(false);
+    }
     wc.wr_id = done.wr_id;
     wc.opcode = done.op;
     if error {
@@ -360,7 +377,7 @@ fn send_done(qp: &QpTrack, cqe: &Cqe, wc: &mut WorkCompletion, error: bool) -> R
         };
     }
     sq.retire(at.wrapping_add(u32::from(done.bbs)));
-    Ok(())
+    Ok(true)
 }
 
 /// A receive completion: the QP's next receive, or the SRQ WQE the counter names. Nothing

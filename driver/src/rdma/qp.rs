@@ -103,6 +103,8 @@ pub struct RcQueuePair<B: Backend> {
     /// Receive WQE stride in 16-byte segments.
     rq_segs: u32,
     bf_half: bool,
+    /// Send blocks posted since the last WQE that asked for a CQE.
+    unsignaled_run: u32,
     caps: QpCaps,
     state: QpState,
     psn: u32,
@@ -282,6 +284,7 @@ impl<B: Backend> RcQueuePair<B> {
             dbr: DoorbellRecord::new(dbr)?,
             rq_segs,
             bf_half: false,
+            unsignaled_run: 0,
             caps,
             state: QpState::Reset,
             psn: initial_psn(qpn),
@@ -358,6 +361,7 @@ impl<B: Backend> RcQueuePair<B> {
         self.track.sq.clear();
         self.track.rq.clear();
         self.track.failed.store(false, Ordering::Relaxed);
+        self.unsignaled_run = 0;
         self.dbr.set(0, 0);
         self.dbr.set(1, 0);
         self.psn = initial_psn(self.qpn ^ self.psn);

@@ -44,6 +44,7 @@ fn cq() -> (CompletionQueue, Arc<QpTrack>, Arc<SrqTrack>) {
                 op: WcOpcode::RdmaWrite,
                 bbs: 1,
                 signaled: i != 1,
+                forced: false,
                 len: 64,
             },
         );

@@ -123,13 +123,18 @@ impl<B: Backend> RcQueuePair<B> {
         let mut last = [0u8; WQE_BB];
         let mut last_blocks = 0;
         let mut last_ctrl = 0u32;
+        // However the application signals, a CQE comes at least every half ring, so that the
+        // ring is always reclaimed (an unsignalled request's CQE makes no work completion).
+        let half = sq.entries() / 2;
         for wr in wrs {
             // Checked above.
             let Ok(shape) = self.shape(wr) else {
                 return Err(DriverError::Internal("a checked work request changed"));
             };
+            let blocks = shape.ds.div_ceil(4);
+            let forced = !wr.signaled && self.unsignaled_run + blocks >= half;
             last_ctrl = pi;
-            (last, last_blocks) = self.write_send(pi, wr, &shape);
+            (last, last_blocks) = self.write_send(pi, wr, &shape, wr.signaled || forced);
             self.track.sq.record_send(
                 pi,
                 SentWqe {
@@ -137,9 +142,15 @@ impl<B: Backend> RcQueuePair<B> {
                     op: shape.wc,
                     bbs: last_blocks as u16,
                     signaled: wr.signaled,
+                    forced,
                     len: shape.len,
                 },
             );
+            self.unsignaled_run = if wr.signaled || forced {
+                0
+            } else {
+                self.unsignaled_run + last_blocks
+            };
             pi = pi.wrapping_add(last_blocks);
         }
         self.track.sq.publish(pi);
@@ -206,10 +217,17 @@ impl<B: Backend> RcQueuePair<B> {
         })
     }
 
-    /// Writes the WQE of `wr` at block `pi`; returns its last block and its block count.
+    /// Writes the WQE of `wr` at block `pi`, asking for a CQE when `cqe`; returns its last
+    /// block and its block count.
     #[inline]
-    fn write_send(&self, pi: u32, wr: &SendRequest<'_>, shape: &Shape) -> ([u8; WQE_BB], u32) {
-        let ce = if wr.signaled { completion::ALWAYS } else { 0 };
+    fn write_send(
+        &self,
+        pi: u32,
+        wr: &SendRequest<'_>,
+        shape: &Shape,
+        cqe: bool,
+    ) -> ([u8; WQE_BB], u32) {
+        let ce = if cqe { completion::ALWAYS } else { 0 };
         let mut ctrl = encode_ctrl(shape.opcode, pi as u16, self.qpn, shape.ds as u8, ce);
         if wr.fence {
             ctrl[11] |= fence_mode::SMALL_AND_FENCE << 5;
