@@ -353,6 +353,32 @@ fn inline_data_lands_as_gathered_data_does_and_bad_requests_post_nothing() {
         );
     }
     assert_eq!(qa.outstanding(), (0, 0), "nothing was posted");
+    // One doorbell per call; BlueFlame only for a call of one one-block WQE.
+    let before = qa.stats();
+    post(&mut qa, 30, SendOp::Write(dst.remote(0)), &sge);
+    let two = [
+        SendRequest::new(31, SendOp::Write(dst.remote(0)), Payload::Gather(&sge)),
+        SendRequest::new(32, SendOp::Write(dst.remote(8)), Payload::Gather(&sge)),
+    ];
+    qa.post_send(&two).unwrap();
+    let long = [5u8; 100];
+    qa.post_send(&[SendRequest::new(
+        33,
+        SendOp::Write(dst.remote(0)),
+        Payload::Inline(&long),
+    )])
+    .unwrap();
+    assert_eq!(a.wait(4).len(), 4);
+    let after = qa.stats();
+    assert_eq!(
+        (
+            after.sends - before.sends,
+            after.doorbells - before.doorbells,
+            after.blueflame - before.blueflame
+        ),
+        (4, 3, 1),
+        "a lone one-block WQE by BlueFlame, a pair and a two-block WQE by the doorbell"
+    );
     a.nothing_more();
     let too_many_recv = [dst.sge(0, 1); 3];
     let err = qb

@@ -49,7 +49,7 @@ mod wr;
 pub use cq::CompletionQueue;
 pub use mr::{MemoryRegion, MrSource};
 pub use pd::ProtectionDomain;
-pub use qp::{ConnectParams, Endpoint, QpCaps, QpState, RcQueuePair};
+pub use qp::{ConnectParams, Endpoint, QpCaps, QpState, QpStats, RcQueuePair};
 pub use roce::Roce;
 pub use srq::{SharedReceiveQueue, SrqCaps};
 pub use wc::{WcOpcode, WcStatus, WorkCompletion};

@@ -69,6 +69,19 @@ impl Default for QpCaps {
     }
 }
 
+/// Counters of a queue pair's send side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QpStats {
+    /// Send requests posted.
+    pub sends: u64,
+    /// Send doorbells rung (one per `post_send` call that posted anything).
+    pub doorbells: u64,
+    /// Doorbells that carried their WQE whole (BlueFlame: a call of one one-block WQE).
+    pub blueflame: u64,
+    /// Receives posted on the QP's own ring.
+    pub recvs: u64,
+}
+
 /// A queue pair's state as the driver drives it (`enum ibv_qp_state`, the states this
 /// driver uses).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +118,7 @@ pub struct RcQueuePair<B: Backend> {
     bf_half: bool,
     /// Send blocks posted since the last WQE that asked for a CQE.
     unsignaled_run: u32,
+    stats: QpStats,
     caps: QpCaps,
     state: QpState,
     psn: u32,
@@ -285,6 +299,7 @@ impl<B: Backend> RcQueuePair<B> {
             rq_segs,
             bf_half: false,
             unsignaled_run: 0,
+            stats: QpStats::default(),
             caps,
             state: QpState::Reset,
             psn: initial_psn(qpn),
@@ -308,6 +323,11 @@ impl<B: Backend> RcQueuePair<B> {
     /// The sizes it was created with.
     pub fn caps(&self) -> QpCaps {
         self.caps
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> QpStats {
+        self.stats
     }
 
     /// The SRQ it receives from, if any.

@@ -154,7 +154,11 @@ impl<B: Backend> RcQueuePair<B> {
             pi = pi.wrapping_add(last_blocks);
         }
         self.track.sq.publish(pi);
-        self.ring_send_doorbell(pi, last_ctrl, &last, wrs.len() == 1 && last_blocks == 1);
+        let blueflame = wrs.len() == 1 && last_blocks == 1;
+        self.ring_send_doorbell(pi, last_ctrl, &last, blueflame);
+        self.stats.sends += wrs.len() as u64;
+        self.stats.doorbells += 1;
+        self.stats.blueflame += u64::from(blueflame);
         Ok(())
     }
 
@@ -362,6 +366,7 @@ impl<B: Backend> RcQueuePair<B> {
         rq.publish(pi);
         dma_wmb();
         self.dbr.set(0, pi & 0xffff);
+        self.stats.recvs += wrs.len() as u64;
         Ok(())
     }
 }
