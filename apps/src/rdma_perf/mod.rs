@@ -9,6 +9,7 @@
 //! aside, halved for the operations timed as round trips (WRITE and SEND ping-pong).
 
 pub mod cli;
+pub mod engine;
 pub mod run;
 
 use clap::ValueEnum;
