@@ -257,6 +257,29 @@ pub enum DriverError {
         /// Bytes of room.
         capacity: usize,
     },
+    /// A work request refused before anything of its call was posted (RDMA `post_send`,
+    /// `post_recv`): more gather entries or inline bytes than the queue takes, an operation
+    /// the payload does not fit, a receive on a queue pair that uses a shared receive queue.
+    #[error("work request {index} of the call refused, nothing posted: {why}")]
+    BadWorkRequest {
+        /// The request's place in the call's slice.
+        index: usize,
+        /// What is wrong, and the limit it broke.
+        why: &'static str,
+    },
+    /// A work queue has no room for the call's requests; nothing was posted. Poll the
+    /// completion queue and post again.
+    #[error("{what} is full: {outstanding} outstanding of {capacity}, {asked} more asked")]
+    QueueFull {
+        /// The queue.
+        what: &'static str,
+        /// Entries (send: 64-byte blocks) outstanding.
+        outstanding: u32,
+        /// Entries the queue holds.
+        capacity: u32,
+        /// Entries the call needed.
+        asked: u32,
+    },
     /// A payload token given to a split receive queue ([`crate::SplitRxQueue::give_back`])
     /// that the queue did not lend, or that was given back already; no token of the call was
     /// taken back.

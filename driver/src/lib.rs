@@ -13,6 +13,8 @@
 //! - [`port`]: a port's objects, steering, shared rings, recovery and statistics;
 //! - [`tx`] and [`rx`]: the send and receive queues, the fast path;
 //! - [`cq`]: completion and event queue rings and CQE decoding;
+//! - [`rdma`]: RoCE v2 verbs: protection domains, memory regions, completion queues, RC queue
+//!   pairs and shared receive queues;
 //! - [`mem`]: buffer pools, [`Mbuf`] and [`PacketBurst`];
 //! - [`ring`]: what every work queue ring shares (burst bound, counters, word helpers).
 
@@ -22,6 +24,7 @@ pub mod cq;
 pub mod error;
 pub mod mem;
 pub mod port;
+pub mod rdma;
 pub mod ring;
 pub mod rx;
 pub mod tx;

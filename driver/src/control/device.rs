@@ -197,6 +197,9 @@ pub struct Device<B: Backend> {
     info: DeviceInfo,
     /// Shared receive rings (RMP number, entries) whose limit events the driver reports.
     shared_rings: Vec<(u32, u32)>,
+    /// Those of the shared rings that are RDMA SRQs (their limit events are
+    /// [`Event::SrqLimit`]).
+    srqs: Vec<u32>,
     /// Memory keys the device translates through.
     keys: Vec<RegisteredKey>,
     /// CQs a CQ error event named (number, syndrome), until the port takes them; bounded by
@@ -266,6 +269,7 @@ impl<B: Backend> Device<B> {
                 ..DeviceInfo::default()
             },
             shared_rings: Vec::new(),
+            srqs: Vec::new(),
             failed_cqs: Vec::new(),
             failed_rings: Vec::new(),
             keys: Vec::new(),
@@ -557,7 +561,7 @@ fn record(events: &mut EventCounts, pending_pages: &mut Vec<i32>, ev: Event) {
         Event::PortChange { .. } => events.port_changes += 1,
         Event::CqError { .. } => events.cq_errors += 1,
         Event::QueueError { .. } => events.queue_errors += 1,
-        Event::SharedRingLow { .. } => events.limits += 1,
+        Event::SharedRingLow { .. } | Event::SrqLimit { .. } => events.limits += 1,
         Event::Invalid { .. } => events.invalid += 1,
         Event::Completion { .. } | Event::Other(_) => {}
     }

@@ -20,13 +20,20 @@ use super::device::{Device, RegisteredKey};
 use crate::backend::Backend;
 use crate::error::DriverError;
 
-/// What a memory key lets the device do with the memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a memory key lets the device do with the memory: local reads and writes (through the
+/// key as an lkey) and, for RDMA, remote reads, writes and atomics (through it as an rkey).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct KeyAccess {
     /// The device may read (send from) the memory.
     pub read: bool,
     /// The device may write (receive into) the memory.
     pub write: bool,
+    /// A peer may RDMA READ the memory (`rr`).
+    pub remote_read: bool,
+    /// A peer may RDMA WRITE the memory (`rw`); needs `write`, as verbs require.
+    pub remote_write: bool,
+    /// A peer may run atomics on the memory (`a`); needs `write`.
+    pub remote_atomic: bool,
 }
 
 impl KeyAccess {
@@ -34,12 +41,24 @@ impl KeyAccess {
     pub const READ_WRITE: Self = Self {
         read: true,
         write: true,
+        remote_read: false,
+        remote_write: false,
+        remote_atomic: false,
     };
     /// Read only: send buffers; a receive into them fails with a local protection error.
     pub const READ_ONLY: Self = Self {
         read: true,
         write: false,
+        remote_read: false,
+        remote_write: false,
+        remote_atomic: false,
     };
+
+    /// True when a remote right is asked for without local write, which verbs refuse
+    /// (`ibv_reg_mr` fails with EINVAL): a peer's WRITE or atomic writes the memory.
+    pub fn remote_needs_write(&self) -> bool {
+        (self.remote_write || self.remote_atomic) && !self.write
+    }
 }
 
 /// A memory key registered with a device: `lkey()` goes into WQE data segments.
@@ -72,20 +91,7 @@ impl MemoryKey {
         mapping: &Arc<DmaBufMapping>,
         access: KeyAccess,
     ) -> Result<Self, DriverError> {
-        if mapping.is_revoked() {
-            return Err(cxdirect_dma::DmaBufError::Revoked {
-                exporter: mapping.dmabuf().exporter().to_string(),
-            }
-            .into());
-        }
-        let key = Self::create(dev, &mapping.pages(), access)?;
-        mapping.key_registered();
-        dev.keys_mut().push(RegisteredKey {
-            index: key.index,
-            mapping: Some(Arc::clone(mapping)),
-            valid: Arc::clone(&key.valid),
-        });
-        Ok(key)
+        Self::register_in(dev, mapping, access, None)
     }
 
     /// Registers memory described by a page list (a [`cxdirect_dma::DmaRegion`]'s pages, for
@@ -99,7 +105,49 @@ impl MemoryKey {
         pages: &PageList,
         access: KeyAccess,
     ) -> Result<Self, DriverError> {
-        let key = Self::create(dev, pages, access)?;
+        Self::register_pages_in(dev, pages, access, None)
+    }
+
+    /// As [`MemoryKey::register`], in protection domain `pd` (`None`: the device's own, from
+    /// bring-up). RDMA keys live in the PD of the queue pairs that use them.
+    ///
+    /// # Errors
+    ///
+    /// As [`MemoryKey::register`].
+    pub fn register_in<B: Backend>(
+        dev: &mut Device<B>,
+        mapping: &Arc<DmaBufMapping>,
+        access: KeyAccess,
+        pd: Option<u32>,
+    ) -> Result<Self, DriverError> {
+        if mapping.is_revoked() {
+            return Err(cxdirect_dma::DmaBufError::Revoked {
+                exporter: mapping.dmabuf().exporter().to_string(),
+            }
+            .into());
+        }
+        let key = Self::create(dev, &mapping.pages(), access, pd)?;
+        mapping.key_registered();
+        dev.keys_mut().push(RegisteredKey {
+            index: key.index,
+            mapping: Some(Arc::clone(mapping)),
+            valid: Arc::clone(&key.valid),
+        });
+        Ok(key)
+    }
+
+    /// As [`MemoryKey::register_pages`], in protection domain `pd` (`None`: the device's own).
+    ///
+    /// # Errors
+    ///
+    /// As [`MemoryKey::register`].
+    pub fn register_pages_in<B: Backend>(
+        dev: &mut Device<B>,
+        pages: &PageList,
+        access: KeyAccess,
+        pd: Option<u32>,
+    ) -> Result<Self, DriverError> {
+        let key = Self::create(dev, pages, access, pd)?;
         dev.keys_mut().push(RegisteredKey {
             index: key.index,
             mapping: None,
@@ -112,7 +160,15 @@ impl MemoryKey {
         dev: &mut Device<B>,
         pages: &PageList,
         access: KeyAccess,
+        pd: Option<u32>,
     ) -> Result<Self, DriverError> {
+        if access.remote_needs_write() {
+            return Err(DriverError::config(
+                "access",
+                0u64,
+                "remote write and remote atomic need local write (as ibv_reg_mr requires)",
+            ));
+        }
         let page = pages.page_size;
         let len = pages.len() as u64;
         let Some(start) = pages.start_iova().filter(|_| len > 0) else {
@@ -155,7 +211,7 @@ impl MemoryKey {
                 "translation entries are too many: register the memory in parts",
             )
         })?;
-        let (_, pd, _) = dev.resources();
+        let pd = pd.unwrap_or(dev.resources().1);
         let mut cmd = input(
             Opcode::CreateMkey,
             0,
@@ -169,6 +225,9 @@ impl MemoryKey {
                 .set_access_mode(MKC_ACCESS_MODE_MTT)
                 .set_lr(access.read)
                 .set_lw(access.write)
+                .set_rr(access.remote_read)
+                .set_rw(access.remote_write)
+                .set_a(access.remote_atomic)
                 .set_pd(pd)
                 .set_qpn(0x00ff_ffff)
                 .set_mkey_7_0(0)

@@ -55,6 +55,8 @@ mod at {
     pub(super) const SRQN: Bits = in_dword(field::<Cqe64>("srqn"));
     pub(super) const BYTE_CNT: Bits = in_dword(field::<Cqe64>("byte_cnt"));
     pub(super) const RSS_HASH_RESULT: Bits = in_dword(field::<Cqe64>("rss_hash_result"));
+    pub(super) const IMM: Bits = in_dword(field::<Cqe64>("imm_inval_pkey"));
+    pub(super) const VENDOR_SYNDROME: Bits = in_byte(field::<ErrCqe>("vendor_err_synd"));
 }
 
 /// A copy of one 64-byte CQE as the device wrote it, kept as the eight words it was read with
@@ -182,6 +184,19 @@ impl Cqe {
     #[inline]
     pub fn syndrome(&self) -> u8 {
         self.byte_field(at::SYNDROME)
+    }
+
+    /// Immediate data of an RDMA receive completion with immediate (`imm_inval_pkey`, host
+    /// order; the device's word, unchecked).
+    #[inline]
+    pub fn imm(&self) -> u32 {
+        self.dword_field(at::IMM)
+    }
+
+    /// Vendor syndrome of an error CQE.
+    #[inline]
+    pub fn vendor_syndrome(&self) -> u8 {
+        self.byte_field(at::VENDOR_SYNDROME)
     }
 
     /// L3 header type (0 none, 1 IPv6, 2 IPv4).

@@ -45,7 +45,15 @@ pub enum Event {
         /// event (QUERY_RMP; 0..ring size).
         posted: u32,
     },
-    /// A queue hit a catastrophic error.
+    /// An RDMA shared receive queue fell below the limit armed with
+    /// [`crate::rdma::SharedReceiveQueue::arm_limit`] (SRQ_RQ_LIMIT,
+    /// `IBV_EVENT_SRQ_LIMIT_REACHED`); the limit is one-shot.
+    SrqLimit {
+        /// The SRQ's number ([`crate::rdma::SharedReceiveQueue::srqn`]).
+        srq: u32,
+    },
+    /// A queue hit a catastrophic error (for an RDMA queue pair, `number` is its QPN:
+    /// `IBV_EVENT_QP_FATAL`, `_QP_REQ_ERR`, `_QP_ACCESS_ERR`).
     QueueError {
         /// The event type.
         kind: EventType,

@@ -113,9 +113,17 @@ impl<B: Backend> Device<B> {
         self.shared_rings.push((rmpn, entries));
     }
 
+    /// Starts reporting limit events of the RDMA SRQ `rmpn` (of `entries` WQEs) as
+    /// [`Event::SrqLimit`].
+    pub(crate) fn register_srq(&mut self, rmpn: u32, entries: u32) {
+        self.shared_rings.push((rmpn, entries));
+        self.srqs.push(rmpn);
+    }
+
     /// Stops reporting limit events of the shared ring `rmpn`.
     pub(crate) fn unregister_shared_ring(&mut self, rmpn: u32) {
         self.shared_rings.retain(|&(n, _)| n != rmpn);
+        self.srqs.retain(|&n| n != rmpn);
         self.failed_rings.retain(|&n| n != rmpn);
     }
 
@@ -223,6 +231,8 @@ impl<B: Backend> Device<B> {
                     *ev = Event::Invalid {
                         raw_type: EventType::SrqRqLimit as u8,
                     };
+                } else if self.srqs.contains(&ring) {
+                    *ev = Event::SrqLimit { srq: ring };
                 }
             }
             record(&mut self.events, &mut self.pending_pages, *ev);

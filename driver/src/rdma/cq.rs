@@ -1,0 +1,387 @@
+//! Completion queues for RDMA: created with CREATE_CQ, shared by any number of queue pairs,
+//! polled into [`WorkCompletion`]s after every CQE field was checked against what was posted.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::track::QpTrack;
+use super::wc::{WcOpcode, WcStatus, WorkCompletion};
+use crate::backend::Backend;
+use crate::control::{destroy_input, input, output_too_short, Device};
+use crate::cq::{CqRing, Cqe};
+use crate::error::DriverError;
+use cxdirect_dma::{DmaRegion, PageKind};
+use cxdirect_hw::cmd::Opcode;
+use cxdirect_hw::cq::{CreateCqIn, CreateCqOut};
+use cxdirect_hw::cqe::{CqeOpcode, CQE_INITIAL_OP_OWN, CQE_SIZE};
+
+/// A CQE the driver refused: what was wrong and the value the device wrote.
+type Refusal = (&'static str, u64);
+
+/// A completion queue (`ibv_cq`) for RC queue pairs. Poll it from one thread at a time (it
+/// is `Send`); the queue pairs completing on it may post from other threads.
+pub struct CompletionQueue {
+    ring: CqRing,
+    cqn: u32,
+    entries: u32,
+    /// Queue pairs completing here (few; searched from the last one found).
+    qps: Vec<Arc<QpTrack>>,
+    last: usize,
+    /// Completions collected while a queue pair was reset or destroyed, returned first.
+    deferred: VecDeque<WorkCompletion>,
+    /// A refused CQE met after completions were already gathered: reported by the next poll.
+    refused: Option<Refusal>,
+    bad_cqes: u64,
+}
+
+impl std::fmt::Debug for CompletionQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompletionQueue")
+            .field("cqn", &self.cqn)
+            .field("entries", &self.entries)
+            .field("qps", &self.qps.len())
+            .finish()
+    }
+}
+
+impl CompletionQueue {
+    /// CREATE_CQ of at least `entries` CQEs (rounded up to a power of two, 2 to 2^22).
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Config`] for a size outside the device's range; [`DriverError::Command`]
+    /// when the device refuses.
+    pub fn create<B: Backend>(dev: &mut Device<B>, entries: u32) -> Result<Self, DriverError> {
+        let max_log = dev.caps().log_max_cq_sz().min(22);
+        let entries = entries.max(2).next_power_of_two();
+        if entries > 1 << max_log {
+            return Err(DriverError::config(
+                "entries",
+                entries,
+                format!("a CQ holds at most 2^{max_log} entries"),
+            ));
+        }
+        let log = entries.trailing_zeros() as u8;
+        let (iommu, iovas) = dev.dma();
+        let region = DmaRegion::new(
+            iommu.clone(),
+            &iovas,
+            CQE_SIZE * entries as usize,
+            PageKind::Auto,
+        )?;
+        for i in 0..entries as usize {
+            region.write(i * CQE_SIZE + CQE_SIZE - 1, &[CQE_INITIAL_OP_OWN])?;
+        }
+        let dbr = DmaRegion::new(iommu, &iovas, 64, PageKind::Small)?;
+        let page = region.page_size();
+        let pages = region.len().div_ceil(page);
+        let (uar, _, _) = dev.resources();
+        let mut cmd = input(Opcode::CreateCq, 0, CreateCqIn::<&[u8]>::SIZE + 8 * pages);
+        {
+            let mut c = CreateCqIn::new(&mut cmd[..])
+                .map_err(|_| DriverError::layout(Opcode::CreateCq, "input"))?;
+            c.cq_context_mut()
+                .set_log_cq_size(log)
+                .set_uar_page(uar)
+                .set_c_eqn(0)
+                .set_log_page_size((page.trailing_zeros() - 12) as u8)
+                .set_dbr_addr(dbr.iova());
+            for i in 0..pages {
+                let _ = c.set_pas(i, region.iova() + (i * page) as u64);
+            }
+        }
+        let out = dev.exec(&cmd, CreateCqOut::<&[u8]>::SIZE)?;
+        let cqn = CreateCqOut::new(&out[..]).map_err(output_too_short)?.cqn();
+        Ok(Self {
+            ring: CqRing::new(region, dbr, log, cqn, false)?,
+            cqn,
+            entries,
+            qps: Vec::new(),
+            last: 0,
+            deferred: VecDeque::new(),
+            refused: None,
+            bad_cqes: 0,
+        })
+    }
+
+    /// The CQ number.
+    pub fn cqn(&self) -> u32 {
+        self.cqn
+    }
+
+    /// CQEs the ring holds.
+    pub fn entries(&self) -> u32 {
+        self.entries
+    }
+
+    /// CQEs refused so far (each reported once as an error by [`CompletionQueue::poll`]).
+    pub fn bad_cqes(&self) -> u64 {
+        self.bad_cqes
+    }
+
+    /// Queue pairs completing on this CQ.
+    pub fn queue_pairs(&self) -> usize {
+        self.qps.len()
+    }
+
+    pub(super) fn attach(&mut self, qp: Arc<QpTrack>) {
+        self.qps.push(qp);
+    }
+
+    pub(super) fn detach(&mut self, qpn: u32) {
+        self.qps.retain(|qp| qp.qpn != qpn);
+        self.last = 0;
+    }
+
+    pub(super) fn has(&self, qpn: u32) -> bool {
+        self.qps.iter().any(|qp| qp.qpn == qpn)
+    }
+
+    /// Takes up to `out.len()` completions, oldest first; returns how many.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::BadDeviceValue`] for a CQE the driver refused (an unknown opcode or QP,
+    /// a WQE counter that names nothing outstanding, a byte count past the posted buffers):
+    /// it is consumed and counted in [`CompletionQueue::bad_cqes`]; when completions were
+    /// gathered before it, they are returned first and the error by the next call.
+    #[inline]
+    pub fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, DriverError> {
+        if let Some((what, value)) = self.refused.take() {
+            return Err(DriverError::BadDeviceValue { what, value });
+        }
+        let mut n = 0;
+        while n < out.len() {
+            let Some(wc) = self.deferred.pop_front() else {
+                break;
+            };
+            out[n] = wc;
+            n += 1;
+        }
+        let mut consumed = false;
+        while n < out.len() {
+            let Some(cqe) = self.ring.peek() else {
+                break;
+            };
+            let decoded = self.decode(&cqe);
+            self.ring.consume();
+            consumed = true;
+            match decoded {
+                Ok(wc) => {
+                    out[n] = wc;
+                    n += 1;
+                }
+                Err(refusal) => {
+                    self.bad_cqes += 1;
+                    if n == 0 {
+                        self.ring.update_dbr();
+                        let (what, value) = refusal;
+                        return Err(DriverError::BadDeviceValue { what, value });
+                    }
+                    self.refused = Some(refusal);
+                    break;
+                }
+            }
+        }
+        if consumed {
+            self.ring.update_dbr();
+        }
+        Ok(n)
+    }
+
+    /// The queue pair `qpn` names, if it completes here.
+    #[inline]
+    fn find(&mut self, qpn: u32) -> Option<Arc<QpTrack>> {
+        if let Some(qp) = self.qps.get(self.last) {
+            if qp.qpn == qpn {
+                return Some(Arc::clone(qp));
+            }
+        }
+        let at = self.qps.iter().position(|qp| qp.qpn == qpn)?;
+        self.last = at;
+        Some(Arc::clone(&self.qps[at]))
+    }
+
+    /// The completion `cqe` reports, after checking it against what was posted.
+    #[inline]
+    fn decode(&mut self, cqe: &Cqe) -> Result<WorkCompletion, Refusal> {
+        let qpn = cqe.qpn();
+        let qp = self
+            .find(qpn)
+            .ok_or(("CQE QP number (no QP of this CQ)", u64::from(qpn)))?;
+        let opcode = cqe.opcode();
+        let mut wc = WorkCompletion {
+            qpn,
+            ..WorkCompletion::default()
+        };
+        match CqeOpcode::try_from(opcode) {
+            Ok(CqeOpcode::Req) => send_done(&qp, cqe, &mut wc, false)?,
+            Ok(CqeOpcode::ReqErr) => {
+                qp.failed.store(true, Ordering::Relaxed);
+                send_done(&qp, cqe, &mut wc, true)?;
+            }
+            Ok(CqeOpcode::RespSend | CqeOpcode::RespSendImm | CqeOpcode::RespWrImm) => {
+                recv_done(&qp, cqe, &mut wc, opcode)?;
+            }
+            Ok(CqeOpcode::RespErr) => {
+                qp.failed.store(true, Ordering::Relaxed);
+                recv_done(&qp, cqe, &mut wc, opcode)?;
+            }
+            _ => return Err(("CQE opcode", u64::from(opcode))),
+        }
+        Ok(wc)
+    }
+
+    /// Polls until queue pair `qpn` has nothing outstanding (its flush completions taken) or
+    /// `timeout` passes, keeping every completion met for the next [`CompletionQueue::poll`].
+    /// Returns true when it drained.
+    pub(super) fn drain_qp(&mut self, qp: &QpTrack, timeout: Duration) -> bool {
+        let start = Instant::now();
+        let mut batch = [WorkCompletion::default(); 16];
+        loop {
+            let srq_free = qp.srq.is_some() || qp.rq.outstanding() == 0;
+            if qp.sq.outstanding() == 0 && srq_free {
+                return true;
+            }
+            match self.poll(&mut batch) {
+                Ok(0) => {
+                    if start.elapsed() > timeout {
+                        return false;
+                    }
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                Ok(n) => self.deferred.extend(&batch[..n]),
+                // Counted; the rest of the ring is still taken.
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// DESTROY_CQ, once no queue pair completes here.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::WrongState`] while queue pairs use it; [`DriverError::Command`] when
+    /// the device refuses (the CQ's memory is then leaked, not freed under the device).
+    pub fn destroy<B: Backend>(mut self, dev: &mut Device<B>) -> Result<(), DriverError> {
+        if !self.qps.is_empty() {
+            return Err(DriverError::WrongState {
+                what: "the completion queue",
+                state: format!("used by {} queue pairs", self.qps.len()),
+                needed: "unused: destroy its queue pairs first",
+            });
+        }
+        let result = dev.exec(&destroy_input(Opcode::DestroyCq, self.cqn, 8), 16);
+        if result.is_err() {
+            for region in self.ring.take_memory() {
+                region.leak();
+            }
+        }
+        result.map(|_| ())
+    }
+}
+
+/// A send completion for the WQE at the CQE's counter: earlier unsignalled WQEs retire with
+/// it silently (a signalled one skipped, or a counter that is not a WQE's first block of
+/// those outstanding, is refused and nothing retires).
+#[inline]
+fn send_done(qp: &QpTrack, cqe: &Cqe, wc: &mut WorkCompletion, error: bool) -> Result<(), Refusal> {
+    let sq = &qp.sq;
+    let ci = sq.ci();
+    let outstanding = sq.outstanding();
+    let counter = cqe.wqe_counter();
+    let distance = u32::from(counter.wrapping_sub(ci as u16));
+    if distance >= outstanding {
+        return Err(("send CQE WQE counter (not outstanding)", u64::from(counter)));
+    }
+    let target = ci.wrapping_add(distance);
+    let mut at = ci;
+    let done = loop {
+        let w = sq.sent(at);
+        if w.bbs == 0 {
+            return Err(("send CQE WQE counter (ring damaged)", u64::from(counter)));
+        }
+        if at == target {
+            break w;
+        }
+        if w.signaled && !error {
+            return Err((
+                "send CQE WQE counter (skips a signalled WQE)",
+                u64::from(counter),
+            ));
+        }
+        at = at.wrapping_add(u32::from(w.bbs));
+        if at.wrapping_sub(ci) > distance {
+            return Err(("send CQE WQE counter (inside a WQE)", u64::from(counter)));
+        }
+    };
+    wc.wr_id = done.wr_id;
+    wc.opcode = done.op;
+    if error {
+        let syndrome = cqe.syndrome();
+        wc.status = WcStatus::from_syndrome(syndrome);
+        wc.vendor_err = syndrome;
+    } else {
+        wc.byte_len = match done.op {
+            WcOpcode::RdmaRead => {
+                let bytes = cqe.byte_cnt();
+                if bytes > done.len {
+                    return Err(("READ CQE byte count", u64::from(bytes)));
+                }
+                bytes
+            }
+            WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
+            _ => 0,
+        };
+    }
+    sq.retire(at.wrapping_add(u32::from(done.bbs)));
+    Ok(())
+}
+
+/// A receive completion: the QP's next receive, or the SRQ WQE the counter names.
+#[inline]
+fn recv_done(qp: &QpTrack, cqe: &Cqe, wc: &mut WorkCompletion, opcode: u8) -> Result<(), Refusal> {
+    let error = opcode == CqeOpcode::RespErr as u8;
+    let counter = cqe.wqe_counter();
+    let (wr_id, len) = match &qp.srq {
+        Some(srq) => {
+            if !error && cqe.srqn() != srq.srqn {
+                return Err(("receive CQE SRQ number", u64::from(cqe.srqn())));
+            }
+            wc.srqn = Some(srq.srqn);
+            srq.take(counter)
+                .ok_or(("receive CQE SRQ WQE counter", u64::from(counter)))?
+        }
+        None => {
+            let rq = &qp.rq;
+            let ci = rq.ci();
+            if rq.outstanding() == 0 || counter != ci as u16 {
+                return Err(("receive CQE WQE counter", u64::from(counter)));
+            }
+            let posted = rq.received(ci);
+            rq.retire(ci.wrapping_add(1));
+            posted
+        }
+    };
+    wc.wr_id = wr_id;
+    wc.opcode = WcOpcode::Recv;
+    if error {
+        let syndrome = cqe.syndrome();
+        wc.status = WcStatus::from_syndrome(syndrome);
+        wc.vendor_err = syndrome;
+        return Ok(());
+    }
+    let bytes = cqe.byte_cnt();
+    if opcode == CqeOpcode::RespWrImm as u8 {
+        wc.opcode = WcOpcode::RecvRdmaWithImm;
+    } else if bytes > len {
+        return Err(("receive CQE byte count", u64::from(bytes)));
+    }
+    wc.byte_len = bytes;
+    if opcode != CqeOpcode::RespSend as u8 {
+        wc.imm = Some(cqe.imm());
+    }
+    Ok(())
+}

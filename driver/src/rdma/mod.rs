@@ -1,0 +1,49 @@
+//! RDMA over RoCE v2: reliable-connected queue pairs with verbs a libibverbs user recognises.
+//!
+//! - [`Roce`]: RoCE enabled on the function's vport (MODIFY_NIC_VPORT_CONTEXT `roce_en`), its
+//!   capabilities checked, and the port's GID table programmed with SET_ROCE_ADDRESS from the
+//!   port's MAC and an IPv4 or IPv6 address the application gives;
+//! - [`ProtectionDomain`] (ALLOC_PD) and [`MemoryRegion`] (CREATE_MKEY with remote rights) over
+//!   driver DMA memory, a [`crate::Mempool`] or an imported dmabuf;
+//! - [`CompletionQueue`], shared by any number of queue pairs, polled into [`WorkCompletion`]s;
+//! - [`RcQueuePair`]: created in RST, [`RcQueuePair::connect`] walks RST→INIT→RTR→RTS to a
+//!   peer's [`Endpoint`]; [`RcQueuePair::post_send`] and [`RcQueuePair::post_recv`] ring one
+//!   doorbell per call (BlueFlame for a lone one-block WQE);
+//! - [`SharedReceiveQueue`]: a linked-list RMP (what Linux creates for a basic SRQ) with a
+//!   one-shot limit event, [`crate::Event::SrqLimit`].
+//!
+//! Post and poll neither allocate, lock nor format. Every field of a CQE is checked against
+//! what was posted before it selects a work request; a CQE naming an unknown QP, a WQE that is
+//! not outstanding or a byte count larger than the posted buffers is a
+//! [`crate::DriverError::BadDeviceValue`], never a panic.
+//!
+//! Where this differs from libibverbs:
+//! - one [`CompletionQueue`] takes both the send and the receive completions of a queue pair
+//!   (`send_cq == recv_cq`, as `ibv_rc_pingpong` uses it);
+//! - inline data is given as bytes ([`Payload::Inline`]), not read through the gather list's
+//!   addresses (which are device addresses here);
+//! - [`RcQueuePair::reset`] and [`RcQueuePair::destroy`] take the queue pair's completion
+//!   queue: they move the QP to error, collect its flush completions (the next
+//!   [`CompletionQueue::poll`] returns them, with any other QP's completions met meanwhile),
+//!   then reset or destroy it, so that nothing posted is lost or handed out twice;
+//! - work request ids of buffers still posted to a [`SharedReceiveQueue`] come back from
+//!   [`SharedReceiveQueue::destroy`].
+
+mod cq;
+mod mr;
+mod pd;
+mod qp;
+mod roce;
+mod srq;
+mod track;
+mod wc;
+mod wr;
+
+pub use cq::CompletionQueue;
+pub use mr::{MemoryRegion, MrSource};
+pub use pd::ProtectionDomain;
+pub use qp::{ConnectParams, Endpoint, QpCaps, QpState, RcQueuePair};
+pub use roce::Roce;
+pub use srq::{SharedReceiveQueue, SrqCaps};
+pub use wc::{WcOpcode, WcStatus, WorkCompletion};
+pub use wr::{PathMtu, Payload, RecvRequest, RemoteAddr, SendOp, SendRequest, Sge};

@@ -1,0 +1,224 @@
+//! RoCE on a function: the vport's `roce_en`, the RoCE capabilities, and the port's GID table.
+//!
+//! The table is filled as Linux fills it for a port with one IP address: entries 0 and 1 are
+//! the link-local GID made from the MAC (RoCE v1, then v2), entries 2 and 3 the application's
+//! address (v1, then v2; an IPv4 address as an IPv4-mapped GID). Queue pairs use entry 3, the
+//! RoCE v2 entry of the address, as `ibv_query_gid` users pick it.
+
+use std::net::IpAddr;
+
+use super::wr::PathMtu;
+use crate::backend::Backend;
+use crate::control::{input, output_too_short, Device};
+use crate::error::DriverError;
+use cxdirect_hw::caps::port_type;
+use cxdirect_hw::cmd::Opcode;
+use cxdirect_hw::hca::{cap_type, query_cap_op_mod, QueryHcaCapOut};
+use cxdirect_hw::roce::{l3_type, roce_version, roce_version_cap, RoceCap, SetRoceAddressIn};
+use cxdirect_hw::vport::ModifyNicVportContextIn;
+
+/// GID table entries this driver programs (link-local v1 and v2, the address v1 and v2).
+const GID_ENTRIES: u16 = 4;
+/// The entry queue pairs use: the RoCE v2 GID of the application's address.
+const GID_INDEX: u8 = 3;
+
+/// RoCE enabled on a function, with its GID programmed ([`Roce::enable`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Roce {
+    gid: [u8; 16],
+    gid_index: u8,
+    mac: [u8; 6],
+    max_path_mtu: PathMtu,
+    log_max_msg: u8,
+    log_max_rd_atomic: u8,
+    log_max_dest_rd_atomic: u8,
+}
+
+impl Roce {
+    /// Enables RoCE v2 on `dev`'s vport and programs its GID table from the port's MAC and
+    /// `address` (the address peers reach this function at), then sets the port up.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Unsupported`] when the function has no RoCE (general cap `roce` clear,
+    /// not an Ethernet port, no RoCE v2, no room for four GIDs, or the address's IP version
+    /// not offered); [`DriverError::Command`] when the device refuses a command.
+    pub fn enable<B: Backend>(dev: &mut Device<B>, address: IpAddr) -> Result<Self, DriverError> {
+        let (log_max_msg, log_max_rd_atomic, log_max_dest_rd_atomic) = {
+            let caps = dev.caps();
+            if caps.port_type() != port_type::ETHERNET {
+                return Err(DriverError::Unsupported {
+                    what: "RoCE",
+                    why: "the port is not an Ethernet port (general cap port_type)",
+                });
+            }
+            if !caps.roce() {
+                return Err(DriverError::Unsupported {
+                    what: "RoCE",
+                    why: "the function does not offer it (general cap roce is clear)",
+                });
+            }
+            (
+                caps.log_max_msg(),
+                caps.log_max_ra_req_qp(),
+                caps.log_max_ra_res_qp(),
+            )
+        };
+        let out = dev.exec(
+            &input(
+                Opcode::QueryHcaCap,
+                query_cap_op_mod(cap_type::ROCE, true),
+                16,
+            ),
+            QueryHcaCapOut::<&[u8]>::SIZE,
+        )?;
+        let out = QueryHcaCapOut::new(&out[..]).map_err(output_too_short)?;
+        let page = out.capability();
+        let caps = RoceCap::new(page.as_bytes()).map_err(|_| DriverError::BadDeviceValue {
+            what: "RoCE capability page length",
+            value: 0,
+        })?;
+        if caps.roce_version() & roce_version_cap::V2 == 0 {
+            return Err(DriverError::Unsupported {
+                what: "RoCE v2",
+                why: "the RoCE capabilities do not list version 2",
+            });
+        }
+        if caps.roce_address_table_size() < GID_ENTRIES {
+            return Err(DriverError::Unsupported {
+                what: "RoCE",
+                why: "the GID table has fewer than the 4 entries a port with one address needs",
+            });
+        }
+        let l3 = match address {
+            IpAddr::V4(_) => l3_type::IPV4,
+            IpAddr::V6(_) => l3_type::IPV6,
+        };
+        if caps.l3_type() & (1 << l3) == 0 {
+            return Err(DriverError::Unsupported {
+                what: "RoCE over this IP version",
+                why: "the RoCE capabilities do not list its L3 type",
+            });
+        }
+        let mut cmd = input(
+            Opcode::ModifyNicVportContext,
+            0,
+            ModifyNicVportContextIn::<&[u8]>::SIZE,
+        );
+        {
+            let mut c = ModifyNicVportContextIn::new(&mut cmd[..])
+                .map_err(|_| DriverError::layout(Opcode::ModifyNicVportContext, "input"))?;
+            c.field_select_mut().set_roce_en(true);
+            c.nic_vport_context_mut().set_roce_en(true);
+        }
+        dev.exec(&cmd, 16)?;
+        let mac = dev.info().mac;
+        let link_local = link_local_gid(mac);
+        let gid = match address {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+            IpAddr::V6(v6) => v6.octets(),
+        };
+        for (index, entry, version) in [
+            (0, link_local, roce_version::V1),
+            (1, link_local, roce_version::V2),
+            (2, gid, roce_version::V1),
+            (3, gid, roce_version::V2),
+        ] {
+            set_gid(dev, index, entry, mac, version)?;
+        }
+        dev.set_port_admin(true)?;
+        let max_path_mtu = PathMtu::largest_for(u32::from(dev.info().port_mtu)).ok_or(
+            DriverError::Unsupported {
+                what: "RoCE",
+                why: "the port MTU is too small for 256-byte RoCE packets",
+            },
+        )?;
+        Ok(Self {
+            gid,
+            gid_index: GID_INDEX,
+            mac,
+            max_path_mtu,
+            log_max_msg,
+            log_max_rd_atomic,
+            log_max_dest_rd_atomic,
+        })
+    }
+
+    /// The GID queue pairs send from (16 bytes, network order; IPv4-mapped for IPv4).
+    pub fn gid(&self) -> [u8; 16] {
+        self.gid
+    }
+
+    /// Its index in the port's GID table (the QP path's `src_addr_index`).
+    pub fn gid_index(&self) -> u8 {
+        self.gid_index
+    }
+
+    /// The port's MAC address.
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// The largest path MTU the port's frame carries.
+    pub fn max_path_mtu(&self) -> PathMtu {
+        self.max_path_mtu
+    }
+
+    /// Log2 of the largest message in bytes (general cap `log_max_msg`).
+    pub fn log_max_msg(&self) -> u8 {
+        self.log_max_msg
+    }
+
+    /// Log2 of the most outstanding RDMA READs and atomics a QP may issue.
+    pub fn log_max_rd_atomic(&self) -> u8 {
+        self.log_max_rd_atomic
+    }
+
+    /// Log2 of the most outstanding RDMA READs and atomics a QP may serve.
+    pub fn log_max_dest_rd_atomic(&self) -> u8 {
+        self.log_max_dest_rd_atomic
+    }
+}
+
+/// The link-local GID of `mac`: fe80::/64 with the modified EUI-64 of the MAC.
+fn link_local_gid(mac: [u8; 6]) -> [u8; 16] {
+    let mut gid = [0u8; 16];
+    gid[0] = 0xfe;
+    gid[1] = 0x80;
+    gid[8] = mac[0] ^ 0x02;
+    gid[9] = mac[1];
+    gid[10] = mac[2];
+    gid[11] = 0xff;
+    gid[12] = 0xfe;
+    gid[13] = mac[3];
+    gid[14] = mac[4];
+    gid[15] = mac[5];
+    gid
+}
+
+/// SET_ROCE_ADDRESS of entry `index`.
+fn set_gid<B: Backend>(
+    dev: &mut Device<B>,
+    index: u16,
+    gid: [u8; 16],
+    mac: [u8; 6],
+    version: u8,
+) -> Result<(), DriverError> {
+    let l3 = if cxdirect_hw::roce::gid_is_ipv4_mapped(&gid) {
+        l3_type::IPV4
+    } else {
+        l3_type::IPV6
+    };
+    let mut cmd = input(Opcode::SetRoceAddress, 0, SetRoceAddressIn::<&[u8]>::SIZE);
+    {
+        let mut c = SetRoceAddressIn::new(&mut cmd[..])
+            .map_err(|_| DriverError::layout(Opcode::SetRoceAddress, "input"))?;
+        c.set_roce_address_index(index).set_vhca_port_num(1);
+        c.roce_address_mut()
+            .set_gid(gid)
+            .set_source_mac(mac)
+            .set_roce_l3_type(l3)
+            .set_roce_version(version);
+    }
+    dev.exec(&cmd, 16).map(|_| ())
+}
