@@ -4,6 +4,7 @@
 //! program registers.
 
 pub mod endpoint;
+pub mod verbs;
 
 use clap::ValueEnum;
 

@@ -1,0 +1,101 @@
+//! The RDMA programs end to end on two emulated ports: krping validating every ping, and
+//! rdma-perf printing perftest's columns and its summary for each operation and mode.
+
+use std::process::Command;
+
+const KRPING: &str = env!("CARGO_BIN_EXE_cxdirect-krping");
+
+/// Runs program `bin` with `args`; returns its exit status, stdout and stderr.
+fn run(bin: &str, args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(bin).args(args).output().unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The value of `key=` in a summary line.
+fn field<'a>(summary: &'a str, key: &str) -> &'a str {
+    summary
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+        .unwrap_or_else(|| panic!("no {key}= in {summary:?}"))
+}
+
+#[test]
+fn krping_emu_pair_validates_1000_pings_without_an_error() {
+    let (code, stdout, stderr) = run(
+        KRPING,
+        &["--device", "emu-pair", "--count", "1000", "--validate"],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let last = stdout.lines().last().unwrap();
+    assert!(last.starts_with("summary: "), "{stdout}");
+    assert_eq!(field(last, "count"), "1000");
+    assert_eq!(field(last, "size"), "64");
+    assert_eq!(field(last, "validated"), "yes");
+    assert_eq!(field(last, "errors"), "0");
+    assert!(field(last, "usec_per_iter").parse::<f64>().unwrap() > 0.0);
+}
+
+#[test]
+fn krping_verbose_prints_rpings_data_from_both_sides() {
+    let (code, stdout, stderr) = run(
+        KRPING,
+        &[
+            "--device",
+            "emu-pair",
+            "--count",
+            "3",
+            "--size",
+            "40",
+            "--verbose",
+            "--validate",
+            "--emu-exec",
+            "inline",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let pings: Vec<&str> = stdout.lines().filter(|l| l.contains("ping data")).collect();
+    assert_eq!(
+        pings,
+        [
+            "server ping data (64B max): |rdma-ping-0: ABCDEFGHIJKLMNOPQRSTUVWXYZ|",
+            "ping data (64B max): |rdma-ping-0: ABCDEFGHIJKLMNOPQRSTUVWXYZ|",
+            "server ping data (64B max): |rdma-ping-1: BCDEFGHIJKLMNOPQRSTUVWXYZ[|",
+            "ping data (64B max): |rdma-ping-1: BCDEFGHIJKLMNOPQRSTUVWXYZ[|",
+            "server ping data (64B max): |rdma-ping-2: CDEFGHIJKLMNOPQRSTUVWXYZ[\\|",
+            "ping data (64B max): |rdma-ping-2: CDEFGHIJKLMNOPQRSTUVWXYZ[\\|",
+        ]
+    );
+    assert!(stdout.contains("server: LID 0x0000, QPN 0x"), "{stdout}");
+}
+
+#[test]
+fn krping_moves_buffers_larger_than_the_path_mtu_from_memfd_memory() {
+    let (code, stdout, stderr) = run(
+        KRPING,
+        &[
+            "--device",
+            "emu-pair",
+            "--count",
+            "20",
+            "--size",
+            "70000",
+            "--validate",
+            "--memory",
+            "memfd",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let last = stdout.lines().last().unwrap();
+    assert_eq!(
+        (
+            field(last, "count"),
+            field(last, "size"),
+            field(last, "errors")
+        ),
+        ("20", "70000", "0")
+    );
+}
