@@ -4,6 +4,7 @@
 use std::process::Command;
 
 const KRPING: &str = env!("CARGO_BIN_EXE_cxdirect-krping");
+const RDMA_PERF: &str = env!("CARGO_BIN_EXE_cxdirect-rdma-perf");
 
 /// Runs program `bin` with `args`; returns its exit status, stdout and stderr.
 fn run(bin: &str, args: &[&str]) -> (i32, String, String) {
@@ -98,4 +99,89 @@ fn krping_moves_buffers_larger_than_the_path_mtu_from_memfd_memory() {
         ),
         ("20", "70000", "0")
     );
+}
+
+#[test]
+fn rdma_perf_prints_perftests_columns_and_a_summary_for_each_op_and_mode() {
+    for op in ["write", "read", "send"] {
+        for mode in ["bw", "lat"] {
+            let args = [
+                "--device", "emu-pair", "--op", op, "--mode", mode, "--size", "64", "--iters",
+                "300",
+            ];
+            let (code, stdout, stderr) = run(RDMA_PERF, &args);
+            assert_eq!(code, 0, "{op} {mode}: {stdout}{stderr}");
+            let lines: Vec<&str> = stdout.lines().collect();
+            let header = if mode == "bw" {
+                " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
+            } else {
+                " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]"
+            };
+            let at = lines
+                .iter()
+                .position(|l| l.starts_with(header))
+                .unwrap_or_else(|| panic!("{op} {mode}: no header in\n{stdout}"));
+            // The report line: the size, the iterations, then the figures, all numbers.
+            let report: Vec<&str> = lines[at + 1].split_whitespace().collect();
+            assert_eq!(
+                &report[..2],
+                ["64", "300"],
+                "{op} {mode}: {}",
+                lines[at + 1]
+            );
+            let columns = if mode == "bw" { 5 } else { 9 };
+            assert_eq!(report.len(), columns, "{op} {mode}: {}", lines[at + 1]);
+            assert!(
+                report[2..]
+                    .iter()
+                    .all(|v| v.parse::<f64>().is_ok_and(|x| x > 0.0)),
+                "{op} {mode}: {}",
+                lines[at + 1]
+            );
+            let summary = lines.last().unwrap();
+            assert!(summary.starts_with("summary: "), "{op} {mode}: {stdout}");
+            assert_eq!((field(summary, "op"), field(summary, "mode")), (op, mode));
+            assert_eq!(
+                (field(summary, "size"), field(summary, "iters")),
+                ("64", "300")
+            );
+            assert!(
+                stdout.contains(" local address: LID 0x0000 QPN 0x"),
+                "{stdout}"
+            );
+        }
+    }
+}
+
+#[test]
+fn rdma_perf_spreads_a_bandwidth_run_over_queue_pairs_on_an_inline_model() {
+    let (code, stdout, stderr) = run(
+        RDMA_PERF,
+        &[
+            "--device",
+            "emu-pair",
+            "--op",
+            "send",
+            "--mode",
+            "bw",
+            "--size",
+            "2048",
+            "--iters",
+            "500",
+            "--qps",
+            "3",
+            "--emu-exec",
+            "inline",
+            "--inline",
+            "0",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert_eq!(stdout.matches(" remote address: ").count(), 3, "{stdout}");
+    let summary = stdout.lines().last().unwrap();
+    assert_eq!(
+        (field(summary, "qps"), field(summary, "iters")),
+        ("3", "500")
+    );
+    assert!(field(summary, "bw_avg_gbps").parse::<f64>().unwrap() > 0.0);
 }
