@@ -1,5 +1,6 @@
-//! cxdirect-apps: DPDK-like programs built on cxdirect — info, devbind and, as they arrive,
-//! testpmd, pingpong, shared-rx, dmabuf-rx and bench — plus what they share: command-line
+//! cxdirect-apps: DPDK-like programs built on cxdirect — info, devbind, testpmd, pingpong,
+//! shared-rx, dmabuf-rx, devmem-rx, bench, faults — and rdma-core-like ones — krping and
+//! rdma-perf ([`krping`], [`rdma_perf`], sharing [`rdma`]) — plus what they share: command-line
 //! option groups ([`cli`]), device specs (`emu`, `emu-pair`, PCI addresses) and the emulated
 //! backend.
 
@@ -8,6 +9,9 @@ pub mod devbind;
 pub mod dmabuf;
 pub mod emulated;
 pub mod faults;
+pub mod krping;
+pub mod rdma;
+pub mod rdma_perf;
 pub mod testpmd;
 
 /// `spec` with `,iommu=MODE` appended when it names no IOMMU mode itself: a program's

@@ -22,6 +22,8 @@ const DMABUF_RX: &str = env!("CARGO_BIN_EXE_cxdirect-dmabuf-rx");
 const DEVMEM_RX: &str = env!("CARGO_BIN_EXE_cxdirect-devmem-rx");
 const BENCH: &str = env!("CARGO_BIN_EXE_cxdirect-bench");
 const FAULTS: &str = env!("CARGO_BIN_EXE_cxdirect-faults");
+const KRPING: &str = env!("CARGO_BIN_EXE_cxdirect-krping");
+const RDMA_PERF: &str = env!("CARGO_BIN_EXE_cxdirect-rdma-perf");
 
 #[test]
 fn every_program_prints_its_help_in_groups() {
@@ -31,7 +33,7 @@ fn every_program_prints_its_help_in_groups() {
         "--iommu-mode <MODE>",
         "--emu-exec <MODE>",
     ];
-    let programs: [(&str, &str, &[&str]); 9] = [
+    let programs: [(&str, &str, &[&str]); 11] = [
         (
             TESTPMD,
             "cxdirect-testpmd",
@@ -95,6 +97,36 @@ fn every_program_prints_its_help_in_groups() {
             FAULTS,
             "cxdirect-faults",
             &["Run:", "--injections <N>", "--class <NAME>"],
+        ),
+        (
+            KRPING,
+            "cxdirect-krping",
+            &[
+                "--server",
+                "--client",
+                "Traffic:",
+                "--size <N>",
+                "--count <N>",
+                "--memory <KIND>",
+                "Run:",
+                "--validate",
+                "--verbose",
+                "--port <PORT>",
+            ],
+        ),
+        (
+            RDMA_PERF,
+            "cxdirect-rdma-perf",
+            &[
+                "Traffic:",
+                "--op <OP>",
+                "--mode <MODE>",
+                "--size <N>",
+                "--inline <N>",
+                "--qps <N>",
+                "Run:",
+                "--iters <N>",
+            ],
         ),
     ];
     for (bin, name, wanted) in programs {
@@ -260,6 +292,43 @@ fn usage_errors_exit_2_and_say_which_flag_and_why() {
             INFO,
             &["--iommu-mode", "off"],
             &["'--iommu-mode <MODE>'", "type1"],
+        ),
+        (
+            KRPING,
+            &["--device", "emu-pair", "--size", "8"],
+            &["'--size <N>'", "16..=16777216"],
+        ),
+        (
+            KRPING,
+            &["--device", "emu-pair", "--server"],
+            &["emu-pair runs both sides", "leave out --server"],
+        ),
+        (
+            KRPING,
+            &["--device", "0000:06:00.0"],
+            &["--server or --client"],
+        ),
+        (
+            KRPING,
+            &["--device", "emu-pair", "--server", "--client"],
+            &["'--server' cannot be used with '--client'"],
+        ),
+        (
+            RDMA_PERF,
+            &["--device", "emu-pair", "--op", "write", "--mode", "fast"],
+            &["'--mode <MODE>'", "bw, lat"],
+        ),
+        (
+            RDMA_PERF,
+            &["--device", "emu", "--op", "write", "--mode", "bw"],
+            &["--device", "emu-pair, or two PCI addresses"],
+        ),
+        (
+            RDMA_PERF,
+            &[
+                "--device", "emu-pair", "--op", "read", "--mode", "lat", "--inline", "8",
+            ],
+            &["--inline", "no data to inline"],
         ),
     ];
     for (bin, args, wanted) in cases {

@@ -1,0 +1,423 @@
+//! Running krping on devices: opening the ports, registering the buffers, connecting the queue
+//! pairs and driving [`super::protocol`] over them.
+
+use super::cli::{Cli, Plan};
+use super::protocol::{
+    run_pair, run_side, Buffer, Client, Completion, KrpingQp, Options, Role, Server,
+};
+use super::Summary;
+use crate::emulated::{open_emulated, Spec};
+use crate::rdma::endpoint::{dial, serve, CONNECT_PATIENCE};
+use crate::rdma::verbs::{
+    emulated_idle_hook, local_endpoint, IdleHook, RdmaBuffer, RdmaPort, REMOTE_READ_WRITE,
+};
+use crate::rdma::{MemoryKind, BUFFER_INFO_LEN};
+use cxdirect::control::KeyAccess;
+use cxdirect::rdma::{
+    ConnectParams, Payload, QpCaps, RcQueuePair, RecvRequest, RemoteAddr, SendOp, SendRequest,
+    WcOpcode, WcStatus, WorkCompletion,
+};
+use cxdirect::Backend;
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::time::{Duration, Instant};
+
+/// How long neither side may complete anything before the run is declared stalled.
+pub const PATIENCE: Duration = Duration::from_secs(5);
+/// Receive slots of [`BUFFER_INFO_LEN`] bytes each side keeps (it posts at most two at once).
+const RECV_SLOTS: u32 = 4;
+/// The address the server's port takes (its GID), and the client's.
+pub const SERVER_ADDRESS: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 168, 77, 1));
+/// See [`SERVER_ADDRESS`].
+pub const CLIENT_ADDRESS: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 168, 77, 2));
+
+/// One side's queue pair, buffers and completion queue on a device.
+pub struct VerbsSide<B: Backend> {
+    port: RdmaPort<B>,
+    qp: RcQueuePair<B>,
+    start: RdmaBuffer,
+    rdma: RdmaBuffer,
+    recv: RdmaBuffer,
+    recv_posted: u64,
+}
+
+impl<B: Backend> VerbsSide<B> {
+    /// Opens `backend` with `address` as its GID address and sets up a side with `size`-byte
+    /// buffers of `memory` (the client's start buffer, which the CPU fills, stays in host
+    /// memory when `memory` is GPU memory).
+    pub fn open(
+        backend: B,
+        address: IpAddr,
+        size: u32,
+        memory: MemoryKind,
+    ) -> Result<Self, String> {
+        let mut port = RdmaPort::open(backend, address, 64)?;
+        let size = size as usize;
+        let start_kind = if memory == MemoryKind::Cuda {
+            MemoryKind::Host
+        } else {
+            memory
+        };
+        let start = port.buffer(start_kind, size, REMOTE_READ_WRITE)?;
+        let rdma = port.buffer(memory, size, REMOTE_READ_WRITE)?;
+        let recv = port.buffer(
+            MemoryKind::Host,
+            RECV_SLOTS as usize * BUFFER_INFO_LEN,
+            KeyAccess::READ_WRITE,
+        )?;
+        let qp = port.queue_pair(QpCaps {
+            max_send_wr: 16,
+            max_recv_wr: RECV_SLOTS,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: BUFFER_INFO_LEN as u32,
+        })?;
+        Ok(Self {
+            port,
+            qp,
+            start,
+            rdma,
+            recv,
+            recv_posted: 0,
+        })
+    }
+
+    /// Connects the queue pair to the peer's endpoint with `ibv_rc_pingpong`'s attributes.
+    pub fn connect(&mut self, remote: &crate::rdma::endpoint::Endpoint) -> Result<(), String> {
+        self.port
+            .connect(&mut self.qp, remote, ConnectParams::default())
+    }
+
+    /// The endpoint the peer connects to.
+    pub fn endpoint(&self) -> crate::rdma::endpoint::Endpoint {
+        local_endpoint(&self.qp)
+    }
+
+    /// Destroys everything and closes the device.
+    pub fn close(self) -> Result<(), String> {
+        self.port
+            .close(vec![self.qp], vec![self.start, self.rdma, self.recv])
+    }
+
+    fn buffer(&self, buffer: Buffer) -> &RdmaBuffer {
+        match buffer {
+            Buffer::Start => &self.start,
+            Buffer::Rdma => &self.rdma,
+        }
+    }
+
+    fn post_one(&mut self, op: SendOp, payload: Payload<'_>) -> Result<(), String> {
+        self.qp
+            .post_send(&[SendRequest::new(0, op, payload)])
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl<B: Backend> KrpingQp for VerbsSide<B> {
+    type Error = String;
+
+    fn advertise(&self, buffer: Buffer) -> crate::rdma::BufferInfo {
+        self.buffer(buffer).advertise()
+    }
+
+    fn store(&mut self, buffer: Buffer, data: &[u8]) -> Result<(), String> {
+        self.buffer(buffer).store(data)
+    }
+
+    fn load(&mut self, buffer: Buffer, out: &mut [u8]) -> Result<(), String> {
+        self.buffer(buffer).load(0, out)
+    }
+
+    fn post_send(&mut self, message: &[u8; BUFFER_INFO_LEN]) -> Result<(), String> {
+        self.post_one(SendOp::Send, Payload::Inline(message))
+    }
+
+    fn post_recv(&mut self) -> Result<(), String> {
+        let slot = self.recv_posted % u64::from(RECV_SLOTS);
+        let sge = [self
+            .recv
+            .mr
+            .sge(slot * BUFFER_INFO_LEN as u64, BUFFER_INFO_LEN as u32)];
+        self.qp
+            .post_recv(&[RecvRequest {
+                wr_id: slot,
+                sg_list: &sge,
+            }])
+            .map_err(|e| e.to_string())?;
+        self.recv_posted += 1;
+        Ok(())
+    }
+
+    fn post_read(&mut self, into: Buffer, from: crate::rdma::BufferInfo) -> Result<(), String> {
+        let sge = [self.buffer(into).mr.sge(0, from.size)];
+        let remote = RemoteAddr {
+            addr: from.addr,
+            rkey: from.rkey,
+        };
+        self.post_one(SendOp::Read(remote), Payload::Gather(&sge))
+    }
+
+    fn post_write(&mut self, from: Buffer, to: crate::rdma::BufferInfo) -> Result<(), String> {
+        let sge = [self.buffer(from).mr.sge(0, to.size)];
+        let remote = RemoteAddr {
+            addr: to.addr,
+            rkey: to.rkey,
+        };
+        self.post_one(SendOp::Write(remote), Payload::Gather(&sge))
+    }
+
+    fn poll(&mut self) -> Result<Option<Completion>, String> {
+        let mut wc = [WorkCompletion::default(); 1];
+        if self.port.cq.poll(&mut wc).map_err(|e| e.to_string())? == 0 {
+            self.port.idle();
+            return Ok(None);
+        }
+        let wc = wc[0];
+        if wc.status != WcStatus::Success {
+            return Err(format!(
+                "{:?} completed with {:?} (vendor syndrome {:#x})",
+                wc.opcode, wc.status, wc.vendor_err
+            ));
+        }
+        Ok(Some(match wc.opcode {
+            WcOpcode::Send => Completion::Sent,
+            WcOpcode::RdmaRead => Completion::Read,
+            WcOpcode::RdmaWrite => Completion::Written,
+            WcOpcode::Recv => {
+                let len = (wc.byte_len as usize).min(BUFFER_INFO_LEN);
+                let mut bytes = [0u8; BUFFER_INFO_LEN];
+                let slot = wc.wr_id.min(u64::from(RECV_SLOTS) - 1) as usize;
+                self.recv.load(slot * BUFFER_INFO_LEN, &mut bytes[..len])?;
+                Completion::Received {
+                    bytes,
+                    // A longer message than an advertisement is refused by the protocol.
+                    len: wc.byte_len as usize,
+                }
+            }
+            other => return Err(format!("an unexpected {other:?} completion")),
+        }))
+    }
+}
+
+/// Runs what `plan` says and returns the run's summary; an error says what failed.
+pub fn run(cli: &Cli, plan: &Plan) -> Result<Summary, String> {
+    let options = cli.options();
+    let mut out = std::io::stdout();
+    match plan {
+        Plan::Pair => {
+            let config = cxdirect_emu::EmuConfig {
+                roce: true,
+                ..cli.devices.emu_exec.config()
+            };
+            let mut backends = open_emulated(&Spec::EmuPair, config).into_iter();
+            let (Some(a), Some(b)) = (backends.next(), backends.next()) else {
+                return Err("emu-pair gave fewer than two ports".into());
+            };
+            let exec = cli.devices.emu_exec;
+            let hooks = [emulated_idle_hook(&a, exec), emulated_idle_hook(&b, exec)];
+            run_pair_on(a, b, hooks, options, cli.memory, &mut out)
+        }
+        Plan::Server(spec) | Plan::Client(spec) => {
+            let backend = crate::vfio_open(spec, cli.devices.iommu_mode.as_str())
+                .map_err(|e| format!("{spec}: {e}"))?;
+            let exchange = Exchange {
+                tcp: (cli.address, cli.port),
+                server: matches!(plan, Plan::Server(_)),
+            };
+            run_one(backend, None, exchange, options, cli.memory, &mut out)
+        }
+    }
+}
+
+/// Both sides in this process: the server on `server_backend`, the client on
+/// `client_backend`, each with its idle hook.
+pub fn run_pair_on<B: Backend>(
+    server_backend: B,
+    client_backend: B,
+    idle_hooks: [Option<IdleHook>; 2],
+    options: Options,
+    memory: MemoryKind,
+    out: &mut dyn Write,
+) -> Result<Summary, String> {
+    let [server_idle, client_idle] = idle_hooks;
+    let mut server_side = VerbsSide::open(server_backend, SERVER_ADDRESS, options.size, memory)?;
+    server_side.port.set_idle(server_idle);
+    let mut client_side = VerbsSide::open(client_backend, CLIENT_ADDRESS, options.size, memory)?;
+    client_side.port.set_idle(client_idle);
+    let mut server = Server::new(options);
+    let mut client = Client::new(options);
+    server.start(&mut server_side).map_err(|e| e.to_string())?;
+    client.start(&mut client_side).map_err(|e| e.to_string())?;
+    let (s_end, c_end) = (server_side.endpoint(), client_side.endpoint());
+    writeln!(out, "server: {}", s_end.describe()).map_err(|e| e.to_string())?;
+    writeln!(out, "client: {}", c_end.describe()).map_err(|e| e.to_string())?;
+    server_side.connect(&c_end)?;
+    client_side.connect(&s_end)?;
+    let began = Instant::now();
+    let outcome = run_pair(
+        &mut client,
+        &mut client_side,
+        &mut server,
+        &mut server_side,
+        out,
+        PATIENCE,
+    );
+    let elapsed = began.elapsed();
+    let closed = server_side.close().and(client_side.close());
+    outcome.map_err(|e| e.to_string())?;
+    closed?;
+    Ok(summary(
+        options,
+        client.pings(),
+        client.errors(),
+        options.validate,
+        elapsed,
+    ))
+}
+
+/// How a side that runs alone reaches its peer.
+#[derive(Clone, Copy, Debug)]
+pub struct Exchange {
+    /// Where the server listens for the endpoint exchange and the client connects.
+    pub tcp: (IpAddr, u16),
+    /// Whether this side is the server.
+    pub server: bool,
+}
+
+/// One side in this process, the other elsewhere: the endpoints are traded over TCP, the
+/// server's line sent only once its queue pair is connected.
+pub fn run_one<B: Backend>(
+    backend: B,
+    idle: Option<IdleHook>,
+    exchange: Exchange,
+    options: Options,
+    memory: MemoryKind,
+    out: &mut dyn Write,
+) -> Result<Summary, String> {
+    let address = if exchange.server {
+        SERVER_ADDRESS
+    } else {
+        CLIENT_ADDRESS
+    };
+    let mut side = VerbsSide::open(backend, address, options.size, memory)?;
+    side.port.set_idle(idle);
+    let local = side.endpoint();
+    writeln!(out, "  local address: {}", local.describe()).map_err(|e| e.to_string())?;
+    let tcp = exchange.tcp;
+    let outcome = if exchange.server {
+        let mut srv = Server::new(options);
+        srv.start(&mut side).map_err(|e| e.to_string())?;
+        let listener = TcpListener::bind(tcp).map_err(|e| format!("listening on {tcp:?}: {e}"))?;
+        let (remote, _stream) =
+            serve(&listener, &local, |remote| side.connect(remote)).map_err(|e| e.to_string())?;
+        writeln!(out, " remote address: {}", remote.describe()).map_err(|e| e.to_string())?;
+        let began = Instant::now();
+        let ran = run_side(Role::Server(&mut srv), &mut side, out, PATIENCE);
+        ran.map(|()| summary(options, srv.pings(), 0, false, began.elapsed()))
+    } else {
+        let mut cl = Client::new(options);
+        cl.start(&mut side).map_err(|e| e.to_string())?;
+        let (remote, _stream) = dial(tcp, &local, CONNECT_PATIENCE).map_err(|e| e.to_string())?;
+        writeln!(out, " remote address: {}", remote.describe()).map_err(|e| e.to_string())?;
+        side.connect(&remote)?;
+        let began = Instant::now();
+        let ran = run_side(Role::Client(&mut cl), &mut side, out, PATIENCE);
+        ran.map(|()| {
+            summary(
+                options,
+                cl.pings(),
+                cl.errors(),
+                options.validate,
+                began.elapsed(),
+            )
+        })
+    };
+    let closed = side.close();
+    let summary = outcome.map_err(|e| e.to_string())?;
+    closed?;
+    Ok(summary)
+}
+
+fn summary(options: Options, count: u64, errors: u64, validated: bool, took: Duration) -> Summary {
+    Summary {
+        count,
+        size: options.size,
+        validated,
+        errors,
+        usec_per_iter: took.as_secs_f64() * 1e6 / count.max(1) as f64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::EmuExec;
+
+    fn pair(exec: EmuExec) -> (crate::emulated::EmuBackend, crate::emulated::EmuBackend) {
+        let config = cxdirect_emu::EmuConfig {
+            roce: true,
+            ..exec.config()
+        };
+        let mut ports = open_emulated(&Spec::EmuPair, config).into_iter();
+        (ports.next().unwrap(), ports.next().unwrap())
+    }
+
+    fn options(count: u64) -> Options {
+        Options {
+            size: 256,
+            count,
+            validate: true,
+            verbose: false,
+        }
+    }
+
+    /// Each side on its own thread, as two processes would run them, trading endpoints over
+    /// loopback TCP.
+    #[test]
+    fn two_sides_apart_trade_endpoints_over_tcp_and_run() {
+        let (a, b) = pair(EmuExec::Threaded);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let tcp = (IpAddr::V4(Ipv4Addr::LOCALHOST), port);
+        let server = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let exchange = Exchange { tcp, server: true };
+            let s = run_one(a, None, exchange, options(200), MemoryKind::Host, &mut out);
+            (s, String::from_utf8(out).unwrap())
+        });
+        let mut out = Vec::new();
+        let exchange = Exchange { tcp, server: false };
+        let client = run_one(b, None, exchange, options(200), MemoryKind::Host, &mut out).unwrap();
+        let (server, server_out) = server.join().unwrap();
+        let server = server.unwrap();
+        assert_eq!(
+            (client.count, client.errors, client.validated),
+            (200, 0, true)
+        );
+        assert_eq!((server.count, server.validated), (200, false));
+        let client_out = String::from_utf8(out).unwrap();
+        // Each side printed its own endpoint and the other's, the same QPN seen from both.
+        let qpn = |text: &str, which: &str| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with(which))
+                .and_then(|l| l.split("QPN ").nth(1))
+                .map(|q| q[..8].to_string())
+                .unwrap()
+        };
+        assert_eq!(qpn(&client_out, "remote"), qpn(&server_out, "local"));
+        assert_eq!(qpn(&server_out, "remote"), qpn(&client_out, "local"));
+    }
+
+    #[test]
+    fn an_inline_model_runs_through_its_idle_hooks() {
+        let (a, b) = pair(EmuExec::Inline);
+        let hooks = [
+            emulated_idle_hook(&a, EmuExec::Inline),
+            emulated_idle_hook(&b, EmuExec::Inline),
+        ];
+        assert!(hooks.iter().all(Option::is_some));
+        let s = run_pair_on(a, b, hooks, options(50), MemoryKind::Host, &mut Vec::new()).unwrap();
+        assert_eq!((s.count, s.errors), (50, 0));
+    }
+}
