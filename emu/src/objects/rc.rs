@@ -220,4 +220,7 @@ pub(crate) struct Requester {
     pub rnr_until: Option<std::time::Instant>,
     /// RNR NAKs still accepted (from `rnr_retry`; 7 means without limit).
     pub rnr_retries_left: u8,
+    /// The PSN the last ACK or NAK acknowledged everything up to (inclusive), for the WQEs
+    /// after a READ or atomic that retire once its response comes.
+    pub acked_psn: Option<u32>,
 }

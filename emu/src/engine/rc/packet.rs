@@ -5,6 +5,7 @@
 
 use crate::fw::Core;
 use cxdirect_hw::roce::{gid_is_ipv4_mapped, RoceAddrLayout, ROCE_V2_UDP_DPORT};
+
 /// RC BTH opcodes (IBA, `include/rdma/ib_pack.h`).
 pub(crate) mod bth_opcode {
     /// SEND first packet.

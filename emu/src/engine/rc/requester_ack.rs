@@ -3,7 +3,7 @@
 //! (success, error, flush) are written.
 
 use super::packet::{aeth, bth_opcode, mtu_bytes, PSN_MASK};
-use super::requester::{read_bb, span};
+use super::requester::{read_bb, resume, span};
 use super::retransmit::{progressed, resend_outstanding, rnr_nak};
 use crate::counters::add;
 use crate::fw::mkey::translate;
@@ -13,6 +13,7 @@ use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome, ErrCqe};
 use cxdirect_hw::qp::state;
 use cxdirect_hw::wqe::{self, opcode, CtrlSeg, DataSeg, WQE_BB, WQE_DS};
 use std::time::Instant;
+
 /// An ACK or NAK (AETH `syndrome`) for `psn` reached requester QP `qpn`: every WQE whose last
 /// packet it acknowledges retires in order, with a CQE when signalled. A NAK for a remote
 /// access error, invalid request or remote operational error completes the WQE it names in
@@ -31,26 +32,10 @@ pub(crate) fn acknowledge(core: &mut Core, qpn: u32, psn: u32, syndrome: u8) {
     } else {
         psn.wrapping_sub(1) & PSN_MASK
     };
-    loop {
-        let Some(qp) = core.res.qps.get_mut(qpn) else {
-            return;
-        };
-        let Some(&front) = qp.req.outstanding.front() else {
-            break;
-        };
-        // `front.last_psn` at or before `acked_through`, in 24-bit sequence space.
-        if acked_through.wrapping_sub(front.last_psn) & PSN_MASK >= 1 << 23 {
-            break;
-        }
-        // A READ or atomic completes by its response, never by a later ACK.
-        if expects_response(front.opcode) {
-            break;
-        }
-        qp.req.outstanding.pop_front();
-        if front.signaled {
-            requester_cqe(core, qpn, &front);
-        }
+    if let Some(qp) = core.res.qps.get_mut(qpn) {
+        qp.req.acked_psn = Some(acked_through);
     }
+    let blocked = retire_acked(core, qpn, acked_through);
     let now = Instant::now();
     progressed(core, qpn, now);
     if kind == aeth::RNR_NAK {
@@ -59,6 +44,13 @@ pub(crate) fn acknowledge(core: &mut Core, qpn: u32, psn: u32, syndrome: u8) {
     }
     if syndrome == aeth::NAK_PSN_SEQ {
         // The responder lost a packet: go back to the first unacknowledged one.
+        resend_outstanding(core, qpn);
+        return;
+    }
+    if kind == 0 && blocked {
+        // The responder acknowledged past a READ or atomic whose response never came: the
+        // response was lost (an implied NAK). Go back to it.
+        add(&core.counters.roce_implied_naks, 1);
         resend_outstanding(core, qpn);
         return;
     }
@@ -72,6 +64,32 @@ pub(crate) fn acknowledge(core: &mut Core, qpn: u32, psn: u32, syndrome: u8) {
             fail(core, qpn, front.index, front.opcode, syndrome);
         }
         flush(core, qpn);
+    }
+}
+
+/// Retires, in order, every outstanding WQE whose last packet is at or before `acked_through`
+/// and that an ACK completes; true when a READ or atomic, which only its response completes,
+/// stops that before the acknowledged PSN.
+fn retire_acked(core: &mut Core, qpn: u32, acked_through: u32) -> bool {
+    loop {
+        let Some(qp) = core.res.qps.get_mut(qpn) else {
+            return false;
+        };
+        let Some(&front) = qp.req.outstanding.front() else {
+            return false;
+        };
+        // `front.last_psn` at or before `acked_through`, in 24-bit sequence space.
+        if acked_through.wrapping_sub(front.last_psn) & PSN_MASK >= 1 << 23 {
+            return false;
+        }
+        // A READ or atomic completes by its response, never by a later ACK.
+        if expects_response(front.opcode) {
+            return true;
+        }
+        qp.req.outstanding.pop_front();
+        if front.signaled {
+            requester_cqe(core, qpn, &front);
+        }
     }
 }
 
@@ -188,7 +206,7 @@ pub(super) fn fail(core: &mut Core, qpn: u32, index: u16, opcode: u8, syndrome: 
 }
 
 /// WQEs a response (READ data, atomic original value) completes, rather than an ACK.
-fn expects_response(opcode: u8) -> bool {
+pub(super) fn expects_response(opcode: u8) -> bool {
     matches!(
         opcode,
         opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA
@@ -246,7 +264,15 @@ pub(crate) fn response(core: &mut Core, qpn: u32, opcode: u8, psn: u32, data: &[
         if awaited.signaled {
             requester_cqe(core, qpn, &awaited);
         }
-    } else if let Some(front) = qp.req.outstanding.front_mut() {
+        // WQEs after it that an ACK covered already retire now.
+        if let Some(acked) = core.res.qps.get(qpn).and_then(|qp| qp.req.acked_psn) {
+            retire_acked(core, qpn, acked);
+        }
+        progressed(core, qpn, Instant::now());
+        resume(core, qpn);
+        return;
+    }
+    if let Some(front) = qp.req.outstanding.front_mut() {
         front.responses += 1;
     }
     progressed(core, qpn, Instant::now());

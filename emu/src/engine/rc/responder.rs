@@ -23,6 +23,7 @@ use crate::fw::Core;
 use crate::objects::rc::WriteInProgress;
 use cxdirect_hw::cqe::CqeOpcode;
 use cxdirect_hw::qp::state;
+
 /// Takes `frame` when it is RoCE v2 and RoCE is enabled on the function; false when it is
 /// not RoCE, for Ethernet steering to handle.
 pub(crate) fn receive(core: &mut Core, frame: &[u8]) -> bool {

@@ -10,6 +10,7 @@ use crate::objects::QState;
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome, ErrCqe};
 use cxdirect_hw::qp::state;
 use cxdirect_hw::wqe::{DataSeg, SrqNextSeg, INVALID_LKEY, WQE_DS};
+
 /// Receive WQEs posted and not yet taken, on the QP's own ring or its RMP (0 without either,
 /// with the RMP not ready, or when the doorbell record cannot be read or claims more than the
 /// ring holds).

@@ -8,6 +8,7 @@ use crate::fw::Core;
 use cxdirect_hw::cqe::CqeSyndrome;
 use cxdirect_hw::qp::state;
 use std::time::{Duration, Instant};
+
 /// The local ACK timeout of code `code`: 4.096 us << code.
 pub(crate) fn ack_timeout(code: u8) -> Duration {
     Duration::from_nanos(4096u64 << code.min(31))
