@@ -1782,3 +1782,141 @@ fn a_duplicate_atomic_is_answered_with_the_saved_result_and_never_executed_twice
     p.check_captured_icrcs();
     p.teardown();
 }
+
+#[test]
+fn a_send_with_invalidate_frees_the_rkey_and_reports_it_in_the_cqe() {
+    for len in [100, MTU + 500] {
+        let mut p = pair(300);
+        let lkey_a = p.a.create_mkey(false, true);
+        let lkey_b = p.b.create_mkey(false, true);
+        let pd_b = p.b.pd;
+        let rkey_b = remote_key(&mut p.b, true, pd_b);
+        let dst = p.b.alloc(4096, 4096);
+        let target = p.b.alloc(4096, 4096);
+        p.b.write(target, &[0xee; 4096]);
+        let src = p.a.alloc(4096, 4096);
+        p.a.write(src, &pattern(len, 4));
+        // The key works before.
+        let w = wqe(
+            &p.sq_a,
+            opcode::RDMA_WRITE,
+            0,
+            Some((target, rkey_b)),
+            (src, lkey_a, 64),
+        );
+        p.a.post(&mut p.sq_a, &w, false);
+        p.settle();
+        assert_eq!(p.b.read(target, 64), pattern(64, 4), "len {len}: written");
+        assert_eq!(drain(&p.a, &mut p.cq_a).len(), 1);
+        let mut rq_pi = 0;
+        post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+        let w = wqe(
+            &p.sq_a,
+            opcode::SEND_INVAL,
+            rkey_b,
+            None,
+            (src, lkey_a, len as u32),
+        );
+        p.a.post(&mut p.sq_a, &w, false);
+        p.settle();
+        let resp = drain(&p.b, &mut p.cq_b);
+        assert_eq!(resp.len(), 1, "len {len}: one receive");
+        assert_eq!(cqe_opcode(&resp[0]), 4, "len {len}: RESP_SEND_INV");
+        assert_eq!(
+            be32(&resp[0], 36),
+            rkey_b,
+            "len {len}: the invalidated rkey"
+        );
+        assert_eq!(be32(&resp[0], 44), len as u32, "len {len}: byte count");
+        assert_eq!(p.b.read(dst, len), pattern(len, 4), "len {len}: data");
+        let req = drain(&p.a, &mut p.cq_a);
+        assert_eq!(req.len(), 1);
+        assert_eq!(cqe_opcode(&req[0]), 0, "len {len}: the SEND completed");
+        assert_eq!(
+            be32(&req[0], 56),
+            (u32::from(opcode::SEND_INVAL) << 24) | p.sq_a.sqn
+        );
+        assert!(
+            mkey_free(&mut p.b, rkey_b),
+            "len {len}: QUERY_MKEY says free"
+        );
+        // The key is gone: a WRITE through it is refused, nothing lands.
+        let index = p.sq_a.pi;
+        let w = wqe(
+            &p.sq_a,
+            opcode::RDMA_WRITE,
+            0,
+            Some((target + 1024, rkey_b)),
+            (src, lkey_a, 64),
+        );
+        p.a.post(&mut p.sq_a, &w, false);
+        p.settle();
+        let req = drain(&p.a, &mut p.cq_a);
+        assert_eq!(req.len(), 1);
+        assert_eq!(
+            err_fields(&req[0]),
+            (13, 0x13, opcode::RDMA_WRITE, index),
+            "len {len}: remote access error through the invalidated key"
+        );
+        assert_eq!(p.b.read(target + 1024, 64), vec![0xee; 64]);
+        p.check_captured_icrcs();
+        p.teardown();
+    }
+}
+
+#[test]
+fn a_send_with_invalidate_of_a_key_in_another_pd_fails_both_sides() {
+    let mut p = pair(300);
+    let lkey_a = p.a.create_mkey(false, true);
+    let lkey_b = p.b.create_mkey(false, true);
+    let out = p.b.simple(Opcode::AllocPd, 0).expect("ALLOC_PD");
+    let other = AllocPdOut::new(&out[..]).expect("layout").pd();
+    let foreign = remote_key(&mut p.b, true, other);
+    let dst = p.b.alloc(4096, 4096);
+    let mut rq_pi = 0;
+    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    let src = p.a.alloc(4096, 4096);
+    let w = wqe(
+        &p.sq_a,
+        opcode::SEND_INVAL,
+        foreign,
+        None,
+        (src, lkey_a, 32),
+    );
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    let resp = drain(&p.b, &mut p.cq_b);
+    assert_eq!(resp.len(), 1);
+    assert_eq!(
+        (cqe_opcode(&resp[0]), resp[0][55]),
+        (14, 0x12),
+        "RESP_ERR with the remote invalid request syndrome"
+    );
+    assert_eq!(qp_state(&mut p.b, p.sq_b.sqn), state::ERR);
+    let req = drain(&p.a, &mut p.cq_a);
+    assert_eq!(req.len(), 1);
+    assert_eq!(err_fields(&req[0]), (13, 0x12, opcode::SEND_INVAL, 0));
+    assert_eq!(
+        p.b.dev.counters().roce_naks_sent,
+        1,
+        "an invalid request NAK"
+    );
+    assert!(
+        !mkey_free(&mut p.b, foreign),
+        "a key of another PD stays valid"
+    );
+    p.teardown();
+}
+
+/// Whether QUERY_MKEY reports `key` free (invalidated).
+fn mkey_free(h: &mut Host, key: u32) -> bool {
+    let mut input = Host::input(Opcode::QueryMkey, 0, 0x10);
+    cxdirect_hw::mkey::QueryMkeyIn::new(&mut input[..])
+        .expect("layout")
+        .set_mkey_index(key >> 8);
+    let out = h.exec(&input, 0x130).expect("QUERY_MKEY");
+    cxdirect_hw::mkey::QueryMkeyOut::new(&out[..])
+        .expect("layout")
+        .memory_key_mkey_entry()
+        .free()
+}

@@ -201,7 +201,7 @@ pub(super) fn execute(
     }
     let mut at = WQE_DS;
     match op {
-        opcode::SEND | opcode::SEND_IMM => {}
+        opcode::SEND | opcode::SEND_IMM | opcode::SEND_INVAL => {}
         opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
             if ds < 2 {
                 return Err(bad);
@@ -318,11 +318,16 @@ fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcScratch) {
     let total = s.message.len();
     let packets = total.div_ceil(mtu).max(1);
     let write = req.remote.is_some();
-    let with_imm = matches!(req.opcode, opcode::SEND_IMM | opcode::RDMA_WRITE_IMM);
+    // A SEND with invalidate carries the rkey from the control segment's `imm` in an IETH
+    // where a SEND with immediate carries its ImmDt.
+    let invalidate = req.opcode == opcode::SEND_INVAL;
+    let with_imm = invalidate || matches!(req.opcode, opcode::SEND_IMM | opcode::RDMA_WRITE_IMM);
     for n in 0..packets {
         let first = n == 0;
         let last = n + 1 == packets;
         let bth = match (write, first, last, with_imm) {
+            (false, true, true, true) if invalidate => bth_opcode::SEND_ONLY_INV,
+            (false, false, true, true) if invalidate => bth_opcode::SEND_LAST_INV,
             (false, true, true, false) => bth_opcode::SEND_ONLY,
             (false, true, true, true) => bth_opcode::SEND_ONLY_IMM,
             (false, true, false, _) => bth_opcode::SEND_FIRST,

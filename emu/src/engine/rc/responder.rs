@@ -21,7 +21,7 @@ use crate::counters::add;
 use crate::fw::mkey::{check_remote, translate_remote, KeyFault, RemoteAccess};
 use crate::fw::Core;
 use crate::objects::rc::WriteInProgress;
-use cxdirect_hw::cqe::CqeOpcode;
+use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome};
 use cxdirect_hw::qp::state;
 
 /// Takes `frame` when it is RoCE v2 and RoCE is enabled on the function; false when it is
@@ -173,6 +173,9 @@ fn respond(core: &mut Core, qpn: u32, opcode: u8, psn: u32, ack_req: bool, rest:
 pub(super) fn packet(core: &mut Core, qpn: u32, opcode: u8, rest: &[u8]) -> Outcome {
     use bth_opcode::*;
     let (first, last, imm, write) = match opcode {
+        // The IETH takes the ImmDt's place; `invalidate` below tells them apart.
+        SEND_LAST_INV => (false, true, true, false),
+        SEND_ONLY_INV => (true, true, true, false),
         SEND_FIRST => (true, false, false, false),
         SEND_MIDDLE => (false, false, false, false),
         SEND_LAST => (false, true, false, false),
@@ -272,14 +275,21 @@ pub(super) fn packet(core: &mut Core, qpn: u32, opcode: u8, rest: &[u8]) -> Outc
         return Outcome::Nak(aeth::NAK_INVALID_REQUEST);
     }
     if last {
-        if let Some(recv) = core.res.qps.get_mut(qpn).and_then(|qp| qp.resp.recv.take()) {
-            let op = if imm {
-                CqeOpcode::RespSendImm
-            } else {
-                CqeOpcode::RespSend
-            };
-            responder_cqe(core, qpn, op, recv.index, recv.bytes, imm_data);
+        let invalidate = matches!(opcode, SEND_LAST_INV | SEND_ONLY_INV);
+        let Some(recv) = core.res.qps.get_mut(qpn).and_then(|qp| qp.resp.recv.take()) else {
+            message_done(core, qpn);
+            return Outcome::Done;
+        };
+        if invalidate && invalidate_rkey(core, qpn, imm_data).is_err() {
+            responder_error(core, qpn, recv.index, CqeSyndrome::RemoteInvalidRequest);
+            return Outcome::Nak(aeth::NAK_INVALID_REQUEST);
         }
+        let op = match (imm, invalidate) {
+            (_, true) => CqeOpcode::RespSendInv,
+            (true, false) => CqeOpcode::RespSendImm,
+            (false, false) => CqeOpcode::RespSend,
+        };
+        responder_cqe(core, qpn, op, recv.index, recv.bytes, imm_data);
         message_done(core, qpn);
     }
     Outcome::Done
@@ -306,6 +316,22 @@ pub(super) fn message_done(core: &mut Core, qpn: u32) {
     if let Some(qp) = core.res.qps.get_mut(qpn) {
         qp.resp.msn = (qp.resp.msn + 1) & PSN_MASK;
     }
+}
+
+/// Invalidates `rkey` for a SEND with invalidate received on QP `qpn`: the key must exist
+/// (index and variant), be valid, and belong to the QP's protection domain; it is then free,
+/// and every later access through it fails (a remote one with a remote access NAK).
+fn invalidate_rkey(core: &mut Core, qpn: u32, rkey: u32) -> Result<(), KeyFault> {
+    let pd = core.res.qps.get(qpn).ok_or(KeyFault::NoKey)?.pd;
+    let key = core.res.mkeys.get_mut(rkey >> 8).ok_or(KeyFault::NoKey)?;
+    if key.variant != (rkey & 0xff) as u8 || key.free {
+        return Err(KeyFault::NoKey);
+    }
+    if key.pd != pd {
+        return Err(KeyFault::WrongPd);
+    }
+    key.free = true;
+    Ok(())
 }
 
 /// The RNR NAK of `qpn`: its RNR timer code in the syndrome's low five bits.

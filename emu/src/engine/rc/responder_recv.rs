@@ -190,7 +190,11 @@ pub(super) fn responder_cqe(
             .set_qpn(qpn)
             .set_wqe_counter(index)
             .set_srqn(srqn);
-        if matches!(op, CqeOpcode::RespSendImm | CqeOpcode::RespWrImm) {
+        // The immediate, or the rkey a SEND with invalidate invalidated.
+        if matches!(
+            op,
+            CqeOpcode::RespSendImm | CqeOpcode::RespWrImm | CqeOpcode::RespSendInv
+        ) {
             c.set_imm_inval_pkey(imm);
         }
     }
