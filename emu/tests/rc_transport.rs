@@ -1920,3 +1920,201 @@ fn mkey_free(h: &mut Host, key: u32) -> bool {
         .memory_key_mkey_entry()
         .free()
 }
+
+/// ALLOC_Q_COUNTER: a new counter set's id.
+fn alloc_q_counter(h: &mut Host) -> u8 {
+    let out = h
+        .exec(&Host::input(Opcode::AllocQCounter, 0, 16), 16)
+        .expect("ALLOC_Q_COUNTER");
+    cxdirect_hw::counters::AllocQCounterOut::new(&out[..])
+        .expect("layout")
+        .counter_set_id()
+}
+
+/// QUERY_Q_COUNTER of set `id`, clearing it when `clear`: the raw output.
+fn query_q_counter(h: &mut Host, id: u8, clear: bool) -> Vec<u8> {
+    let mut input = Host::input(Opcode::QueryQCounter, 0, 0x20);
+    cxdirect_hw::counters::QueryQCounterIn::new(&mut input[..])
+        .expect("layout")
+        .set_counter_set_id(id)
+        .set_clear(clear);
+    h.exec(&input, 0x100).expect("QUERY_Q_COUNTER")
+}
+
+/// RTS2RTS naming counter set `id` (the optional counter set attribute).
+fn bind_counter_set(h: &mut Host, qpn: u32, id: u8) {
+    let mut input = Host::input(Opcode::Rts2rtsQp, 0, 0x110);
+    let mut cmd = cxdirect_hw::qp::Rts2rtsQpIn::new(&mut input[..]).expect("layout");
+    cmd.set_qpn(qpn)
+        .set_opt_param_mask(cxdirect_hw::qp::optpar::COUNTER_SET_ID);
+    cmd.qpc_mut().set_counter_set_id(id);
+    h.exec(&input, 16).expect("RTS2RTS with a counter set");
+}
+
+#[test]
+fn the_rc_transport_counts_in_the_q_counter_set_each_qp_names() {
+    use cxdirect_hw::counters::QueryQCounterOut;
+    let mut p = pair_with_rnr_retry(700, 7);
+    let set_a = alloc_q_counter(&mut p.a);
+    let set_b = alloc_q_counter(&mut p.b);
+    bind_counter_set(&mut p.a, p.sq_a.sqn, set_a);
+    bind_counter_set(&mut p.b, p.sq_b.sqn, set_b);
+    let lkey_a = p.a.create_mkey(false, true);
+    let lkey_b = p.b.create_mkey(false, true);
+    let pd_b = p.b.pd;
+    let rkey_b = remote_key(&mut p.b, true, pd_b);
+    let read_only_b = remote_key(&mut p.b, false, pd_b);
+    let src = p.a.alloc(4096, 4096);
+    let dst = p.b.alloc(4096, 4096);
+    let target = p.b.alloc(64, 64);
+    // A SEND before any receive is posted: one RNR NAK, then success.
+    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 64));
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    let mut rq_pi = 0;
+    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    std::thread::sleep(PAST_RNR);
+    p.settle();
+    // One WRITE, two READs, one atomic.
+    let w = wqe(
+        &p.sq_a,
+        opcode::RDMA_WRITE,
+        0,
+        Some((dst, rkey_b)),
+        (src, lkey_a, 2000),
+    );
+    p.a.post(&mut p.sq_a, &w, false);
+    for _ in 0..2 {
+        let w = wqe(
+            &p.sq_a,
+            opcode::RDMA_READ,
+            0,
+            Some((dst, rkey_b)),
+            (src, lkey_a, 100),
+        );
+        p.a.post(&mut p.sq_a, &w, false);
+        p.settle();
+    }
+    let w = atomic_wqe(
+        &p.sq_a,
+        opcode::ATOMIC_FA,
+        (target, rkey_b),
+        1,
+        0,
+        (src, lkey_a),
+    );
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    assert_eq!(drain(&p.a, &mut p.cq_a).len(), 5, "all completed");
+    // A READ request again: a duplicate. A SEND far ahead: out of sequence, one NAK.
+    let read = p
+        .captured()
+        .into_iter()
+        .find(|f| bth_of(f).0 == READ_REQUEST)
+        .expect("a READ request");
+    p.wire.transmit(PortId::A, &read).expect("transmit");
+    let ahead = hand_built_send(p.sq_b.sqn, 0x1000, &pattern(8, 1));
+    p.wire.transmit(PortId::A, &ahead).expect("transmit");
+    p.wire.transmit(PortId::A, &ahead).expect("transmit");
+    p.settle();
+    // A WRITE through a key without remote write: refused; the SEND after it is flushed.
+    let w = wqe(
+        &p.sq_a,
+        opcode::RDMA_WRITE,
+        0,
+        Some((dst, read_only_b)),
+        (src, lkey_a, 16),
+    );
+    p.a.write_wqe(&mut p.sq_a, &w);
+    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 16));
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    let errors = drain(&p.a, &mut p.cq_a);
+    assert_eq!(errors.len(), 2, "the refused WRITE and the flushed SEND");
+
+    let out = query_q_counter(&mut p.b, set_b, true);
+    let b = QueryQCounterOut::new(&out[..]).expect("layout");
+    assert_eq!(b.rx_write_requests(), 2, "B: WRITEs received");
+    assert_eq!(b.rx_read_requests(), 2, "B: READs received (new ones)");
+    assert_eq!(b.rx_atomic_requests(), 1, "B: atomics received");
+    assert_eq!(b.duplicate_request(), 1, "B: the repeated READ");
+    // Both packets past the gap, and the SEND that followed the refused WRITE on the wire (the
+    // refused WRITE's PSN stays expected).
+    assert_eq!(b.out_of_sequence(), 3, "B: packets past the expected PSN");
+    assert_eq!(b.resp_remote_access_errors(), 1, "B: the refused WRITE");
+    assert_eq!(b.resp_cqe_error(), 0, "B: no receive failed");
+    let out = query_q_counter(&mut p.a, set_a, false);
+    let a = QueryQCounterOut::new(&out[..]).expect("layout");
+    assert_eq!(a.rnr_nak_retry_err(), 1, "A: the RNR NAK");
+    assert_eq!(a.packet_seq_err(), 1, "A: the sequence NAK");
+    assert_eq!(a.req_remote_access_errors(), 1, "A: the remote access NAK");
+    assert_eq!(a.req_cqe_error(), 1, "A: the refused WRITE's CQE");
+    assert_eq!(a.req_cqe_flush_error(), 1, "A: the flushed SEND");
+    assert_eq!(a.local_ack_timeout_err(), 0, "A: no ACK timeout");
+    assert_eq!(a.duplicate_request(), 0, "A received no request");
+    // Cleared by the first query; counting again from zero.
+    let out = query_q_counter(&mut p.b, set_b, false);
+    let b = QueryQCounterOut::new(&out[..]).expect("layout");
+    assert_eq!(
+        (
+            b.rx_write_requests(),
+            b.duplicate_request(),
+            b.out_of_sequence()
+        ),
+        (0, 0, 0),
+        "B: cleared"
+    );
+    // A QP names the set: it cannot go while the QP does.
+    let mut input = Host::input(Opcode::DeallocQCounter, 0, 16);
+    input[11] = set_b;
+    assert!(p.b.exec(&input, 16).is_err(), "a set a QP names stays");
+    p.teardown();
+}
+
+#[test]
+fn ack_timeouts_and_retries_exceeded_count_in_the_qps_set() {
+    use cxdirect_hw::counters::QueryQCounterOut;
+    let (mut h, wire) = host();
+    set_gid(&mut h, 0, OWN_GID, cxdirect_hw::roce::l3_type::IPV4);
+    let mut cq = h.create_cq(6);
+    let mut sq = create_qp(&mut h, &cq);
+    let set = alloc_q_counter(&mut h);
+    let path = Path {
+        gid_index: 0,
+        peer_gid: PEER_GID,
+        peer_mac: PEER_MAC,
+        remote_qpn: REMOTE_QPN,
+        mtu_code: mtu::MTU_1024,
+        send_psn: 5,
+        receive_psn: 0,
+        retry_count: 1,
+        rnr_retry: 7,
+        // 4.096 us << 12: about 17 ms.
+        ack_timeout: 12,
+    };
+    connect(&mut h, sq.sqn, &path);
+    bind_counter_set(&mut h, sq.sqn, set);
+    let lkey = h.create_mkey(false, true);
+    let src = h.alloc(4096, 64);
+    let w = wqe(&sq, opcode::SEND, 0, None, (src, lkey, 100));
+    h.post(&mut sq, &w, false);
+    for _ in 0..3 {
+        std::thread::sleep(std::time::Duration::from_millis(40));
+        h.dev.poll();
+    }
+    take_frames(&wire);
+    let req = drain(&h, &mut cq);
+    assert_eq!(req.len(), 1);
+    assert_eq!(err_fields(&req[0]), (13, 0x15, opcode::SEND, 0));
+    let out = query_q_counter(&mut h, set, false);
+    let c = QueryQCounterOut::new(&out[..]).expect("layout");
+    assert_eq!(
+        c.local_ack_timeout_err(),
+        1,
+        "one timeout with a retry left"
+    );
+    assert_eq!(c.req_transport_retries_exceeded(), 1);
+    assert_eq!(c.req_cqe_error(), 1);
+    destroy_qp(&mut h, sq.sqn);
+    h.teardown();
+}

@@ -16,7 +16,24 @@ pub(crate) mod responder_read_atomic;
 pub(crate) mod responder_recv;
 pub(crate) mod retransmit;
 
+use crate::fw::Core;
+use crate::objects::rc::RcQCounters;
+
 pub(crate) use requester::{doorbell, RcScratch};
 pub(crate) use requester_ack::flush_on_error;
 pub(crate) use responder::receive;
 pub(crate) use retransmit::run_timers;
+
+/// Adds one to `counter` of the Q counter set QP `qpn` names (`counter_set_id`), if any.
+fn count(core: &mut Core, qpn: u32, counter: fn(&mut RcQCounters) -> &mut u32) {
+    let Some(id) = core.res.qps.get(qpn).map(|qp| qp.counter_set) else {
+        return;
+    };
+    if id == 0 {
+        return;
+    }
+    if let Some(set) = core.res.q_counters.get_mut(id) {
+        let value = counter(&mut set.rc);
+        *value = value.wrapping_add(1);
+    }
+}

@@ -2,6 +2,7 @@
 //! responses and atomic acknowledgements land in the WQE's local buffers, and the completions
 //! (success, error, flush) are written.
 
+use super::count;
 use super::packet::{aeth, bth_opcode, mtu_bytes, PSN_MASK};
 use super::requester::{read_bb, resume, span};
 use super::retransmit::{progressed, resend_outstanding, rnr_nak};
@@ -44,6 +45,7 @@ pub(crate) fn acknowledge(core: &mut Core, qpn: u32, psn: u32, syndrome: u8) {
     }
     if syndrome == aeth::NAK_PSN_SEQ {
         // The responder lost a packet: go back to the first unacknowledged one.
+        count(core, qpn, |c| &mut c.packet_seq_err);
         resend_outstanding(core, qpn);
         return;
     }
@@ -51,10 +53,18 @@ pub(crate) fn acknowledge(core: &mut Core, qpn: u32, psn: u32, syndrome: u8) {
         // The responder acknowledged past a READ or atomic whose response never came: the
         // response was lost (an implied NAK). Go back to it.
         add(&core.counters.roce_implied_naks, 1);
+        count(core, qpn, |c| &mut c.implied_nak_seq_err);
         resend_outstanding(core, qpn);
         return;
     }
     if let Some(syndrome) = error {
+        match syndrome {
+            CqeSyndrome::RemoteAccess => count(core, qpn, |c| &mut c.req_remote_access_errors),
+            CqeSyndrome::RemoteInvalidRequest => {
+                count(core, qpn, |c| &mut c.req_remote_invalid_request)
+            }
+            _ => count(core, qpn, |c| &mut c.req_remote_operation_errors),
+        }
         let front = core
             .res
             .qps
@@ -167,6 +177,7 @@ pub(super) fn flush(core: &mut Core, qpn: u32) {
 
 /// The flush-error CQE of one WQE.
 pub(super) fn flushed(core: &mut Core, qpn: u32, index: u16, opcode: u8) {
+    count(core, qpn, |c| &mut c.req_cqe_flush_error);
     let Some(qp) = core.res.qps.get(qpn) else {
         return;
     };
@@ -187,6 +198,13 @@ pub(super) fn flushed(core: &mut Core, qpn: u32, index: u16, opcode: u8) {
 /// Writes an error CQE for the WQE at `index` and moves the QP to error.
 pub(super) fn fail(core: &mut Core, qpn: u32, index: u16, opcode: u8, syndrome: CqeSyndrome) {
     add(&core.counters.error_cqes, 1);
+    count(core, qpn, |c| &mut c.req_cqe_error);
+    match syndrome {
+        CqeSyndrome::LocalLength => count(core, qpn, |c| &mut c.req_local_length_error),
+        CqeSyndrome::LocalProtection => count(core, qpn, |c| &mut c.req_local_protection),
+        CqeSyndrome::RetryExceeded => count(core, qpn, |c| &mut c.req_transport_retries_exceeded),
+        _ => {}
+    }
     let Some(qp) = core.res.qps.get_mut(qpn) else {
         return;
     };

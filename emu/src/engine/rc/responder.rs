@@ -8,6 +8,7 @@
 //! the next one that does (coalesced). ACKs, NAKs and responses arriving for the QP go to the
 //! requester ([`super::requester_ack`]).
 
+use super::count;
 use super::packet::{
     aeth, bth_opcode, build_frame, icrc, roce_offsets, Transport, ACKNOWLEDGE, BTH_LEN, ICRC_LEN,
     IMM_LEN, PSN_MASK, RETH_LEN,
@@ -120,6 +121,7 @@ fn respond(core: &mut Core, qpn: u32, opcode: u8, psn: u32, ack_req: bool, rest:
             // A READ is answered again from memory, an atomic with the value it found; any
             // other request by an ACK of everything received.
             add(&core.counters.roce_duplicates, 1);
+            count(core, qpn, |c| &mut c.duplicate_request);
             match opcode {
                 bth_opcode::READ_REQUEST => replay_read(core, qpn, psn, rest),
                 bth_opcode::COMPARE_SWAP | bth_opcode::FETCH_ADD => replay_atomic(core, qpn, psn),
@@ -127,6 +129,7 @@ fn respond(core: &mut Core, qpn: u32, opcode: u8, psn: u32, ack_req: bool, rest:
             }
         } else {
             add(&core.counters.roce_rx_drops, 1);
+            count(core, qpn, |c| &mut c.out_of_sequence);
             let first = core
                 .res
                 .qps
@@ -138,6 +141,16 @@ fn respond(core: &mut Core, qpn: u32, opcode: u8, psn: u32, ack_req: bool, rest:
             }
         }
         return;
+    }
+    match opcode {
+        bth_opcode::READ_REQUEST => count(core, qpn, |c| &mut c.rx_read_requests),
+        bth_opcode::COMPARE_SWAP | bth_opcode::FETCH_ADD => {
+            count(core, qpn, |c| &mut c.rx_atomic_requests)
+        }
+        bth_opcode::WRITE_FIRST | bth_opcode::WRITE_ONLY | bth_opcode::WRITE_ONLY_IMM => {
+            count(core, qpn, |c| &mut c.rx_write_requests)
+        }
+        _ => {}
     }
     let outcome = match opcode {
         bth_opcode::READ_REQUEST => read(core, qpn, psn, rest),
@@ -161,8 +174,15 @@ fn respond(core: &mut Core, qpn: u32, opcode: u8, psn: u32, ack_req: bool, rest:
             }
         }
         Outcome::Nak(syndrome) => {
-            if syndrome & aeth::TYPE_MASK == aeth::RNR_NAK {
-                add(&core.counters.roce_rnr_naks_sent, 1);
+            match syndrome {
+                aeth::NAK_REMOTE_ACCESS => count(core, qpn, |c| &mut c.resp_remote_access_errors),
+                aeth::NAK_INVALID_REQUEST => {
+                    count(core, qpn, |c| &mut c.resp_remote_invalid_request)
+                }
+                _ if syndrome & aeth::TYPE_MASK == aeth::RNR_NAK => {
+                    add(&core.counters.roce_rnr_naks_sent, 1);
+                }
+                _ => {}
             }
             send_ack(core, qpn, psn, syndrome);
         }

@@ -2,6 +2,7 @@
 //! receive queue (cyclic or linked list), filled through their lkeys, completed with responder
 //! CQEs, flushed when the QP goes to error.
 
+use super::count;
 use crate::counters::add;
 use crate::fw::mkey::{translate, KeyFault};
 use crate::fw::Core;
@@ -234,6 +235,7 @@ pub(crate) fn flush_receives(core: &mut Core, qpn: u32) {
 
 /// The flush-error CQE of receive WQE `index`.
 fn flushed_receive(core: &mut Core, qpn: u32, index: u16) {
+    count(core, qpn, |c| &mut c.resp_cqe_flush_error);
     let Some(qp) = core.res.qps.get(qpn) else {
         return;
     };
@@ -253,6 +255,12 @@ fn flushed_receive(core: &mut Core, qpn: u32, index: u16) {
 /// A receive WQE that could not take its message: an error CQE, the QP to error.
 pub(super) fn responder_error(core: &mut Core, qpn: u32, index: u16, syndrome: CqeSyndrome) {
     add(&core.counters.error_cqes, 1);
+    count(core, qpn, |c| &mut c.resp_cqe_error);
+    match syndrome {
+        CqeSyndrome::LocalLength => count(core, qpn, |c| &mut c.resp_local_length_error),
+        CqeSyndrome::LocalProtection => count(core, qpn, |c| &mut c.resp_local_protection),
+        _ => {}
+    }
     let Some(qp) = core.res.qps.get_mut(qpn) else {
         return;
     };

@@ -1,6 +1,7 @@
 //! The RC requester's timers: the local ACK timeout, RNR waits, go-back-N retransmission and
 //! what happens when the retries run out.
 
+use super::count;
 use super::requester::execute;
 use super::requester_ack::{fail, flush};
 use crate::counters::add;
@@ -67,6 +68,7 @@ pub(super) fn rnr_nak(core: &mut Core, qpn: u32, code: u8, now: Instant) {
         qp.req.rnr_retries_left -= 1;
     }
     qp.req.rnr_until = Some(now + rnr_delay(code));
+    count(core, qpn, |c| &mut c.rnr_nak_retry_err);
 }
 
 /// Retries ran out: the oldest WQE completes with `syndrome`, the QP goes to error and every
@@ -141,6 +143,7 @@ pub(crate) fn run_timers(core: &mut Core, now: Instant) -> bool {
                 continue;
             }
             qp.req.retries_left -= 1;
+            count(core, qpn, |c| &mut c.local_ack_timeout_err);
         }
         resend_outstanding(core, qpn);
         sent = true;
