@@ -5,7 +5,7 @@
 
 use cxdirect_emu::testkit::{Cq, Host, Sq, IOVA_BASE};
 use cxdirect_emu::wire::{ImpairmentCounters, Impairments, PortId, Wire, WireConfig};
-use cxdirect_emu::{Device, EmuConfig};
+use cxdirect_emu::{Device, EmuConfig, ExecMode};
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::mkey::{mkey_from_index, CreateMkeyIn, CreateMkeyOut, MKC_ACCESS_MODE_PA};
 use cxdirect_hw::qp::{mtu, rq_type, service_type, CreateQpIn, CreateQpOut, Qpc, Rst2initQpIn};
@@ -260,9 +260,15 @@ struct Link {
 }
 
 fn link(impairments: Impairments) -> Link {
+    link_on(impairments, ExecMode::Inline)
+}
+
+/// [`link`], the functions' work running as `exec` says.
+fn link_on(impairments: Impairments, exec: ExecMode) -> Link {
     let cfg = |mac| EmuConfig {
         roce: true,
         mac,
+        exec,
         ..EmuConfig::default()
     };
     let da = Device::new(cfg(MAC_A));
@@ -786,4 +792,70 @@ fn reads_and_atomics_with_drop_duplication_and_reordering_together() {
         "every impairment happened: {wire:?}"
     );
     assert!(retransmits > 0, "lost packets were sent again");
+}
+
+/// Behind a device thread (as behind the vfio-user server) nobody calls `poll`: the thread
+/// itself must send again what was lost, when the ACK timer runs out. Every second frame
+/// each port sends is dropped, so SENDs and ACKs go missing with nothing after them to
+/// reveal the gap; only the timer recovers them.
+#[test]
+fn the_device_thread_sends_lost_frames_again_without_a_poll() {
+    let mut link = link_on(impaired(|i| i.drop_every = 2), ExecMode::Threaded);
+    let lkey_a = link.a.create_mkey(false, true);
+    let lkey_b = link.b.create_mkey(false, true);
+    let src = link.a.alloc(4096, 4096);
+    let dst = link.b.alloc(4096 * 4, 4096);
+    let mut rq_pi = 0u16;
+    for i in 0..4u16 {
+        // One packet each: a message of two would lose one of them every time it is sent.
+        let mut want = message(i);
+        want.truncate(MTU / 2);
+        let at = dst + 4096 * u64::from(i);
+        post_recv(&link.b, &link.sq_b, &mut rq_pi, at, 4096, lkey_b);
+        link.a.write(src, &want);
+        let w = wqe(
+            &link.sq_a,
+            opcode::SEND,
+            None,
+            (src, lkey_a, want.len() as u32),
+        );
+        link.a.post(&mut link.sq_a, &w, false);
+        // Only memory is read here: the CQs, never the device.
+        let started = Instant::now();
+        let done = loop {
+            if let Some(c) = link.a.poll_cq(&mut link.cq_a) {
+                break c;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "message {i} never completed; {:?}",
+                link.a.dev.counters()
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        };
+        assert_eq!(cqe_opcode(&done), 0, "message {i}: completed, no error");
+        assert_eq!(wqe_counter(&done), i);
+        let received = loop {
+            if let Some(c) = link.b.poll_cq(&mut link.cq_b) {
+                break c;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "message {i} not received"
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        };
+        assert_eq!(cqe_opcode(&received), 2, "message {i}: received");
+        assert_eq!(link.b.read(at, want.len()), want, "message {i}: intact");
+    }
+    let wire = link.wire.impairment_counters(PortId::A).expect("port");
+    assert!(wire.dropped > 0, "frames were lost: {wire:?}");
+    let a = link.a.dev.counters();
+    assert!(a.roce_retransmits > 0, "the timer sent them again");
+    assert_eq!(
+        a.roce_naks_sent + link.b.dev.counters().roce_naks_sent,
+        0,
+        "no NAK revealed a gap"
+    );
+    link.finish();
 }

@@ -22,7 +22,7 @@ use crate::objects::rc::RcQCounters;
 pub(crate) use requester::{doorbell, RcScratch};
 pub(crate) use requester_ack::flush_on_error;
 pub(crate) use responder::receive;
-pub(crate) use retransmit::run_timers;
+pub(crate) use retransmit::{next_deadline, run_timers};
 
 /// Adds one to `counter` of the Q counter set QP `qpn` names (`counter_set_id`), if any.
 fn count(core: &mut Core, qpn: u32, counter: fn(&mut RcQCounters) -> &mut u32) {

@@ -108,6 +108,19 @@ pub(super) fn resend_outstanding(core: &mut Core, qpn: u32) {
     core.rc_scratch = scratch;
 }
 
+/// When the earliest RC timer of the function runs out (an ACK timeout or the end of an RNR
+/// wait of a QP with WQEs outstanding); `None` when none is armed. A device thread sleeps no
+/// longer than this, so that a lost packet is sent again though nobody polls.
+pub(crate) fn next_deadline(core: &Core) -> Option<Instant> {
+    core.res
+        .qps
+        .iter()
+        .filter(|(_, qp)| qp.state == state::RTS && !qp.req.outstanding.is_empty())
+        .flat_map(|(_, qp)| [qp.req.ack_deadline, qp.req.rnr_until])
+        .flatten()
+        .min()
+}
+
 /// Runs the RC timers of every QP due at `now`: an expired ACK timer sends the outstanding
 /// WQEs again (up to `retry_count` times, then retry exceeded); an expired RNR wait sends
 /// them again. Returns whether anything was sent.
