@@ -7,6 +7,7 @@ use cxdirect_emu::testkit::{Cq, Host, Sq, IOVA_BASE};
 use cxdirect_emu::wire::{PortId, Wire};
 use cxdirect_emu::{Device, EmuConfig};
 use cxdirect_hw::cmd::Opcode;
+use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::hca::AllocPdOut;
 use cxdirect_hw::mkey::{mkey_from_index, CreateMkeyIn, CreateMkeyOut, MKC_ACCESS_MODE_PA};
 use cxdirect_hw::qp::{
@@ -824,9 +825,24 @@ fn a_refused_remote_access_naks_fails_the_wqe_flushes_the_rest_and_writes_nothin
             vec![0xee; 4096],
             "{case}: target untouched"
         );
-        assert!(
-            drain(&p.b, &mut p.cq_b).is_empty(),
-            "{case}: nothing received"
+        // The refusal is fatal to B's QP too: its posted receive is flushed, never filled,
+        // and B's driver hears of the access violation.
+        let resp = drain(&p.b, &mut p.cq_b);
+        assert_eq!(resp.len(), 1, "{case}: the posted receive only");
+        assert_eq!(
+            (cqe_opcode(&resp[0]), resp[0][55]),
+            (14, 0x05),
+            "{case}: flushed, nothing received"
+        );
+        assert_eq!(
+            qp_state(&mut p.b, p.sq_b.sqn),
+            state::ERR,
+            "{case}: B in error"
+        );
+        assert_eq!(
+            qp_events(&mut p.b),
+            [(EventType::WqAccessError as u8, p.sq_b.sqn)],
+            "{case}: an access violation event for B's QP"
         );
         assert!(p.b.dev.counters().roce_naks_sent >= 1, "{case}: NAK sent");
         // Later WQEs on the QP in error are flushed at once.
@@ -2038,9 +2054,7 @@ fn the_rc_transport_counts_in_the_q_counter_set_each_qp_names() {
     assert_eq!(b.rx_read_requests(), 2, "B: READs received (new ones)");
     assert_eq!(b.rx_atomic_requests(), 1, "B: atomics received");
     assert_eq!(b.duplicate_request(), 1, "B: the repeated READ");
-    // Both packets past the gap, and the SEND that followed the refused WRITE on the wire (the
-    // refused WRITE's PSN stays expected).
-    assert_eq!(b.out_of_sequence(), 3, "B: packets past the expected PSN");
+    assert_eq!(b.out_of_sequence(), 2, "B: both packets past the gap");
     assert_eq!(b.resp_remote_access_errors(), 1, "B: the refused WRITE");
     assert_eq!(b.resp_cqe_error(), 0, "B: no receive failed");
     let out = query_q_counter(&mut p.a, set_a, false);
@@ -2117,4 +2131,143 @@ fn ack_timeouts_and_retries_exceeded_count_in_the_qps_set() {
     assert_eq!(c.req_cqe_error(), 1);
     destroy_qp(&mut h, sq.sqn);
     h.teardown();
+}
+
+/// The QP events on the host's async EQ since the last look: (event type, QP number), the
+/// queue kind checked to be a QP's.
+fn qp_events(h: &mut Host) -> Vec<(u8, u32)> {
+    h.drain_eq()
+        .into_iter()
+        .filter(|(kind, _, _)| {
+            [
+                EventType::WqCatastrophicError,
+                EventType::WqInvalidRequestError,
+                EventType::WqAccessError,
+                EventType::SrqLastWqe,
+            ]
+            .iter()
+            .any(|&e| e as u8 == *kind)
+        })
+        .map(|(kind, _, data)| {
+            assert_eq!(data[20], 0, "event {kind:#x}: a QP's");
+            (kind, be32(&data, 24) & 0xff_ffff)
+        })
+        .collect()
+}
+
+#[test]
+fn a_malformed_request_takes_the_responder_to_error_with_an_invalid_request_event() {
+    let mut p = pair(60);
+    let lkey_b = p.b.create_mkey(false, true);
+    let dst = p.b.alloc(4096, 4096);
+    let mut rq_pi = 0;
+    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    p.b.drain_eq();
+    // A SEND_ONLY whose opcode says MIDDLE: no message is open, an invalid request.
+    let mut middle = hand_built_send(p.sq_b.sqn, 60, &pattern(16, 1));
+    middle[42] = 0x01;
+    let n = middle.len();
+    let crc = expected_icrc(&middle);
+    middle[n - 4..].copy_from_slice(&crc);
+    p.wire.transmit(PortId::A, &middle).expect("transmit");
+    p.settle();
+    assert_eq!(qp_state(&mut p.b, p.sq_b.sqn), state::ERR);
+    assert_eq!(
+        qp_events(&mut p.b),
+        [(EventType::WqInvalidRequestError as u8, p.sq_b.sqn)]
+    );
+    let resp = drain(&p.b, &mut p.cq_b);
+    assert_eq!(resp.len(), 2, "both posted receives flushed");
+    assert!(resp.iter().all(|c| (cqe_opcode(c), c[55]) == (14, 0x05)));
+    p.teardown();
+}
+
+#[test]
+fn a_completion_the_cq_cannot_take_is_a_wq_catastrophic_error() {
+    let mut p = pair(80);
+    let lkey_a = p.a.create_mkey(false, true);
+    let lkey_b = p.b.create_mkey(false, true);
+    let dst = p.b.alloc(4096, 4096);
+    let mut rq_pi = 0;
+    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    p.b.drain_eq();
+    // B's CQ overruns: the receive's completion has nowhere to go.
+    p.b.dev
+        .inject(cxdirect_emu::Fault::CqOverrun { cqn: p.cq_b.cqn });
+    let src = p.a.alloc(64, 64);
+    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 32));
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    assert!(p.b.dev.counters().completions_lost >= 1);
+    assert_eq!(qp_state(&mut p.b, p.sq_b.sqn), state::ERR);
+    assert_eq!(
+        qp_events(&mut p.b),
+        [(EventType::WqCatastrophicError as u8, p.sq_b.sqn)]
+    );
+    p.teardown();
+}
+
+/// A cyclic RMP of four 32-byte WQEs on `b`, for a QP's receives.
+fn cyclic_rmp(b: &mut Host) -> u32 {
+    let buf = b.alloc(4096, 4096);
+    let dbr = b.alloc(8, 64);
+    let mut input = Host::input(Opcode::CreateRmp, 0, 0x110 + 8);
+    {
+        let mut cmd = CreateRmpIn::new(&mut input[..]).expect("layout");
+        let mut ctx = cmd.ctx_mut();
+        ctx.set_state(1);
+        ctx.wq_mut()
+            .set_wq_type(WqType::Cyclic as u8)
+            .set_pd(b.pd)
+            .set_dbr_addr(dbr)
+            .set_log_wq_stride(5)
+            .set_log_wq_sz(2);
+        cmd.set_pas(0, buf).expect("room");
+    }
+    let out = b.exec(&input, 16).expect("CREATE_RMP");
+    CreateRmpOut::new(&out[..]).expect("layout").rmpn()
+}
+
+#[test]
+fn a_qp_on_an_srq_reports_its_last_wqe_reached_when_it_goes_to_error() {
+    // By command.
+    let mut p = pair_with(20, |b| Some(cyclic_rmp(b)));
+    p.b.drain_eq();
+    to_error(&mut p.b, p.sq_b.sqn);
+    assert_eq!(
+        qp_events(&mut p.b),
+        [(EventType::SrqLastWqe as u8, p.sq_b.sqn)],
+        "2ERR_QP"
+    );
+    // A QP with its own receive ring reports nothing of the kind.
+    to_error(&mut p.a, p.sq_a.sqn);
+    assert!(qp_events(&mut p.a).is_empty(), "no SRQ, no last WQE event");
+    p.teardown();
+    // On its own: a refused remote access.
+    let mut p = pair_with(20, |b| Some(cyclic_rmp(b)));
+    let lkey_a = p.a.create_mkey(false, true);
+    let pd_b = p.b.pd;
+    let read_only = remote_key(&mut p.b, false, pd_b);
+    let dst = p.b.alloc(4096, 4096);
+    let src = p.a.alloc(64, 64);
+    p.b.drain_eq();
+    let w = wqe(
+        &p.sq_a,
+        opcode::RDMA_WRITE,
+        0,
+        Some((dst, read_only)),
+        (src, lkey_a, 16),
+    );
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    assert_eq!(
+        qp_events(&mut p.b),
+        [
+            (EventType::WqAccessError as u8, p.sq_b.sqn),
+            (EventType::SrqLastWqe as u8, p.sq_b.sqn)
+        ],
+        "the access violation, then the last WQE reached"
+    );
+    p.teardown();
 }

@@ -6,9 +6,11 @@
 //! The rooms: [`packet`] builds and parses frames; [`requester`] segments WQEs into packets;
 //! [`requester_ack`] retires them and writes their completions; [`retransmit`] runs the
 //! timers; [`responder`] takes received frames in PSN order; [`responder_recv`] owns the
-//! receive WQEs; [`responder_read_atomic`] answers READs and atomics.
+//! receive WQEs; [`responder_read_atomic`] answers READs and atomics; [`qp_error`] takes a
+//! QP to error and raises its asynchronous events.
 
 pub(crate) mod packet;
+pub(crate) mod qp_error;
 pub(crate) mod requester;
 pub(crate) mod requester_ack;
 pub(crate) mod responder;

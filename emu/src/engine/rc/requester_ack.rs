@@ -4,6 +4,7 @@
 
 use super::count;
 use super::packet::{aeth, bth_opcode, mtu_bytes, PSN_MASK};
+use super::qp_error::{enter_error, errored, post_cqe};
 use super::requester::{read_bb, resume, span};
 use super::retransmit::{progressed, resend_outstanding, rnr_nak};
 use crate::counters::add;
@@ -11,7 +12,6 @@ use crate::fw::mkey::translate;
 use crate::fw::Core;
 use crate::objects::rc::Outstanding;
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome, ErrCqe};
-use cxdirect_hw::qp::state;
 use cxdirect_hw::wqe::{self, opcode, CtrlSeg, DataSeg, WQE_BB, WQE_DS};
 use std::time::Instant;
 
@@ -117,20 +117,14 @@ fn requester_cqe(core: &mut Core, qpn: u32, done: &Outstanding) {
             .set_wqe_counter(done.index)
             .set_byte_cnt(done.bytes);
     }
-    if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
-        add(&core.counters.completions_lost, 1);
-    }
+    post_cqe(core, qpn, cqn, &mut cqe);
 }
 
 /// QP `qpn` went to error by command (2ERR_QP): every send WQE outstanding or posted and
 /// every receive WQE posted complete with the flush syndrome, and no timer runs for it.
 pub(crate) fn flush_on_error(core: &mut Core, qpn: u32) {
     flush(core, qpn);
-    if let Some(qp) = core.res.qps.get_mut(qpn) {
-        qp.req.ack_deadline = None;
-        qp.req.rnr_until = None;
-    }
-    super::responder_recv::flush_receives(core, qpn);
+    errored(core, qpn);
 }
 
 /// Completes every WQE still outstanding, then every WQE posted and not executed, with the
@@ -190,9 +184,7 @@ pub(super) fn flushed(core: &mut Core, qpn: u32, index: u16, opcode: u8) {
             .set_wqe_counter(index)
             .set_opcode(CqeOpcode::ReqErr as u8);
     }
-    if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
-        add(&core.counters.completions_lost, 1);
-    }
+    post_cqe(core, qpn, cqn, &mut cqe);
 }
 
 /// Writes an error CQE for the WQE at `index` and moves the QP to error.
@@ -205,10 +197,9 @@ pub(super) fn fail(core: &mut Core, qpn: u32, index: u16, opcode: u8, syndrome: 
         CqeSyndrome::RetryExceeded => count(core, qpn, |c| &mut c.req_transport_retries_exceeded),
         _ => {}
     }
-    let Some(qp) = core.res.qps.get_mut(qpn) else {
+    let Some(qp) = core.res.qps.get(qpn) else {
         return;
     };
-    qp.state = state::ERR;
     let cqn = qp.cqn_snd;
     let mut cqe = [0u8; 64];
     if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
@@ -218,9 +209,8 @@ pub(super) fn fail(core: &mut Core, qpn: u32, index: u16, opcode: u8, syndrome: 
             .set_wqe_counter(index)
             .set_opcode(CqeOpcode::ReqErr as u8);
     }
-    if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
-        add(&core.counters.completions_lost, 1);
-    }
+    post_cqe(core, qpn, cqn, &mut cqe);
+    enter_error(core, qpn, None);
 }
 
 /// WQEs a response (READ data, atomic original value) completes, rather than an ACK.

@@ -13,6 +13,7 @@ use super::packet::{
     aeth, bth_opcode, build_frame, icrc, roce_offsets, Transport, ACKNOWLEDGE, BTH_LEN, ICRC_LEN,
     IMM_LEN, PSN_MASK, RETH_LEN,
 };
+use super::qp_error::enter_error;
 use super::requester_ack::{acknowledge, response};
 use super::responder_read_atomic::{atomic, read, replay_atomic, replay_read};
 use super::responder_recv::{
@@ -23,6 +24,7 @@ use crate::fw::mkey::{check_remote, translate_remote, KeyFault, RemoteAccess};
 use crate::fw::Core;
 use crate::objects::rc::WriteInProgress;
 use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome};
+use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::qp::state;
 
 /// Takes `frame` when it is RoCE v2 and RoCE is enabled on the function; false when it is
@@ -174,17 +176,28 @@ fn respond(core: &mut Core, qpn: u32, opcode: u8, psn: u32, ack_req: bool, rest:
             }
         }
         Outcome::Nak(syndrome) => {
-            match syndrome {
-                aeth::NAK_REMOTE_ACCESS => count(core, qpn, |c| &mut c.resp_remote_access_errors),
+            let event = match syndrome {
+                aeth::NAK_REMOTE_ACCESS => {
+                    count(core, qpn, |c| &mut c.resp_remote_access_errors);
+                    Some(EventType::WqAccessError)
+                }
                 aeth::NAK_INVALID_REQUEST => {
-                    count(core, qpn, |c| &mut c.resp_remote_invalid_request)
+                    count(core, qpn, |c| &mut c.resp_remote_invalid_request);
+                    Some(EventType::WqInvalidRequestError)
                 }
-                _ if syndrome & aeth::TYPE_MASK == aeth::RNR_NAK => {
-                    add(&core.counters.roce_rnr_naks_sent, 1);
+                aeth::NAK_REMOTE_OPERATION => Some(EventType::WqCatastrophicError),
+                _ => {
+                    if syndrome & aeth::TYPE_MASK == aeth::RNR_NAK {
+                        add(&core.counters.roce_rnr_naks_sent, 1);
+                    }
+                    None
                 }
-                _ => {}
-            }
+            };
             send_ack(core, qpn, psn, syndrome);
+            // A refused request is fatal to the responder's QP, as on the device.
+            if event.is_some() {
+                enter_error(core, qpn, event);
+            }
         }
     }
 }

@@ -3,13 +3,13 @@
 //! CQEs, flushed when the QP goes to error.
 
 use super::count;
+use super::qp_error::post_cqe;
 use crate::counters::add;
 use crate::fw::mkey::{translate, KeyFault};
 use crate::fw::Core;
 use crate::objects::rc::{RcReceive, ReceiveInProgress};
 use crate::objects::QState;
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome, ErrCqe};
-use cxdirect_hw::qp::state;
 use cxdirect_hw::wqe::{DataSeg, SrqNextSeg, INVALID_LKEY, WQE_DS};
 
 /// Receive WQEs posted and not yet taken, on the QP's own ring or its RMP (0 without either,
@@ -199,9 +199,7 @@ pub(super) fn responder_cqe(
             c.set_imm_inval_pkey(imm);
         }
     }
-    if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
-        add(&core.counters.completions_lost, 1);
-    }
+    post_cqe(core, qpn, cqn, &mut cqe);
 }
 
 /// The QP went to error by command: the receive WQE a multi-packet SEND was filling, then
@@ -247,12 +245,11 @@ fn flushed_receive(core: &mut Core, qpn: u32, index: u16) {
             .set_wqe_counter(index)
             .set_opcode(CqeOpcode::RespErr as u8);
     }
-    if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
-        add(&core.counters.completions_lost, 1);
-    }
+    post_cqe(core, qpn, cqn, &mut cqe);
 }
 
-/// A receive WQE that could not take its message: an error CQE, the QP to error.
+/// A receive WQE that could not take its message: an error CQE (the responder's NAK then
+/// takes the QP to error).
 pub(super) fn responder_error(core: &mut Core, qpn: u32, index: u16, syndrome: CqeSyndrome) {
     add(&core.counters.error_cqes, 1);
     count(core, qpn, |c| &mut c.resp_cqe_error);
@@ -261,10 +258,9 @@ pub(super) fn responder_error(core: &mut Core, qpn: u32, index: u16, syndrome: C
         CqeSyndrome::LocalProtection => count(core, qpn, |c| &mut c.resp_local_protection),
         _ => {}
     }
-    let Some(qp) = core.res.qps.get_mut(qpn) else {
+    let Some(qp) = core.res.qps.get(qpn) else {
         return;
     };
-    qp.state = state::ERR;
     let cqn = qp.cqn_rcv;
     let mut cqe = [0u8; 64];
     if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
@@ -273,7 +269,5 @@ pub(super) fn responder_error(core: &mut Core, qpn: u32, index: u16, syndrome: C
             .set_wqe_counter(index)
             .set_opcode(CqeOpcode::RespErr as u8);
     }
-    if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
-        add(&core.counters.completions_lost, 1);
-    }
+    post_cqe(core, qpn, cqn, &mut cqe);
 }
