@@ -164,6 +164,9 @@ counter_set! {
         roce_rnr_naks_sent,
         /// RC WQEs sent again (ACK timeout, RNR wait over, or sequence NAK).
         roce_retransmits,
+        /// ACKs past a READ or atomic whose response never came (implied NAKs): the requester
+        /// went back to it.
+        roce_implied_naks,
     }
 }
 

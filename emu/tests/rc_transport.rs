@@ -7,6 +7,7 @@ use cxdirect_emu::testkit::{Cq, Host, Sq, IOVA_BASE};
 use cxdirect_emu::wire::{PortId, Wire};
 use cxdirect_emu::{Device, EmuConfig};
 use cxdirect_hw::cmd::Opcode;
+use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::hca::AllocPdOut;
 use cxdirect_hw::mkey::{mkey_from_index, CreateMkeyIn, CreateMkeyOut, MKC_ACCESS_MODE_PA};
 use cxdirect_hw::qp::{
@@ -824,9 +825,24 @@ fn a_refused_remote_access_naks_fails_the_wqe_flushes_the_rest_and_writes_nothin
             vec![0xee; 4096],
             "{case}: target untouched"
         );
-        assert!(
-            drain(&p.b, &mut p.cq_b).is_empty(),
-            "{case}: nothing received"
+        // The refusal is fatal to B's QP too: its posted receive is flushed, never filled,
+        // and B's driver hears of the access violation.
+        let resp = drain(&p.b, &mut p.cq_b);
+        assert_eq!(resp.len(), 1, "{case}: the posted receive only");
+        assert_eq!(
+            (cqe_opcode(&resp[0]), resp[0][55]),
+            (14, 0x05),
+            "{case}: flushed, nothing received"
+        );
+        assert_eq!(
+            qp_state(&mut p.b, p.sq_b.sqn),
+            state::ERR,
+            "{case}: B in error"
+        );
+        assert_eq!(
+            qp_events(&mut p.b),
+            [(EventType::WqAccessError as u8, p.sq_b.sqn)],
+            "{case}: an access violation event for B's QP"
         );
         assert!(p.b.dev.counters().roce_naks_sent >= 1, "{case}: NAK sent");
         // Later WQEs on the QP in error are flushed at once.
@@ -1852,5 +1868,478 @@ fn a_qp_reset_and_connected_again_starts_both_rings_from_wqe_zero() {
     );
     assert_eq!((cqe_opcode(&resp[0]), wqe_counter(&resp[0])), (2, 0));
     assert_eq!(p.b.read(dst, 300), data);
+    p.teardown();
+}
+
+#[test]
+fn a_send_with_invalidate_frees_the_rkey_and_reports_it_in_the_cqe() {
+    for len in [100, MTU + 500] {
+        let mut p = pair(300);
+        let lkey_a = p.a.create_mkey(false, true);
+        let lkey_b = p.b.create_mkey(false, true);
+        let pd_b = p.b.pd;
+        let rkey_b = remote_key(&mut p.b, true, pd_b);
+        let dst = p.b.alloc(4096, 4096);
+        let target = p.b.alloc(4096, 4096);
+        p.b.write(target, &[0xee; 4096]);
+        let src = p.a.alloc(4096, 4096);
+        p.a.write(src, &pattern(len, 4));
+        // The key works before.
+        let w = wqe(
+            &p.sq_a,
+            opcode::RDMA_WRITE,
+            0,
+            Some((target, rkey_b)),
+            (src, lkey_a, 64),
+        );
+        p.a.post(&mut p.sq_a, &w, false);
+        p.settle();
+        assert_eq!(p.b.read(target, 64), pattern(64, 4), "len {len}: written");
+        assert_eq!(drain(&p.a, &mut p.cq_a).len(), 1);
+        let mut rq_pi = 0;
+        post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+        let w = wqe(
+            &p.sq_a,
+            opcode::SEND_INVAL,
+            rkey_b,
+            None,
+            (src, lkey_a, len as u32),
+        );
+        p.a.post(&mut p.sq_a, &w, false);
+        p.settle();
+        let resp = drain(&p.b, &mut p.cq_b);
+        assert_eq!(resp.len(), 1, "len {len}: one receive");
+        assert_eq!(cqe_opcode(&resp[0]), 4, "len {len}: RESP_SEND_INV");
+        assert_eq!(
+            be32(&resp[0], 36),
+            rkey_b,
+            "len {len}: the invalidated rkey"
+        );
+        assert_eq!(be32(&resp[0], 44), len as u32, "len {len}: byte count");
+        assert_eq!(p.b.read(dst, len), pattern(len, 4), "len {len}: data");
+        let req = drain(&p.a, &mut p.cq_a);
+        assert_eq!(req.len(), 1);
+        assert_eq!(cqe_opcode(&req[0]), 0, "len {len}: the SEND completed");
+        assert_eq!(
+            be32(&req[0], 56),
+            (u32::from(opcode::SEND_INVAL) << 24) | p.sq_a.sqn
+        );
+        assert!(
+            mkey_free(&mut p.b, rkey_b),
+            "len {len}: QUERY_MKEY says free"
+        );
+        // The key is gone: a WRITE through it is refused, nothing lands.
+        let index = p.sq_a.pi;
+        let w = wqe(
+            &p.sq_a,
+            opcode::RDMA_WRITE,
+            0,
+            Some((target + 1024, rkey_b)),
+            (src, lkey_a, 64),
+        );
+        p.a.post(&mut p.sq_a, &w, false);
+        p.settle();
+        let req = drain(&p.a, &mut p.cq_a);
+        assert_eq!(req.len(), 1);
+        assert_eq!(
+            err_fields(&req[0]),
+            (13, 0x13, opcode::RDMA_WRITE, index),
+            "len {len}: remote access error through the invalidated key"
+        );
+        assert_eq!(p.b.read(target + 1024, 64), vec![0xee; 64]);
+        p.check_captured_icrcs();
+        p.teardown();
+    }
+}
+
+#[test]
+fn a_send_with_invalidate_of_a_key_in_another_pd_fails_both_sides() {
+    let mut p = pair(300);
+    let lkey_a = p.a.create_mkey(false, true);
+    let lkey_b = p.b.create_mkey(false, true);
+    let out = p.b.simple(Opcode::AllocPd, 0).expect("ALLOC_PD");
+    let other = AllocPdOut::new(&out[..]).expect("layout").pd();
+    let foreign = remote_key(&mut p.b, true, other);
+    let dst = p.b.alloc(4096, 4096);
+    let mut rq_pi = 0;
+    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    let src = p.a.alloc(4096, 4096);
+    let w = wqe(
+        &p.sq_a,
+        opcode::SEND_INVAL,
+        foreign,
+        None,
+        (src, lkey_a, 32),
+    );
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    let resp = drain(&p.b, &mut p.cq_b);
+    assert_eq!(resp.len(), 1);
+    assert_eq!(
+        (cqe_opcode(&resp[0]), resp[0][55]),
+        (14, 0x12),
+        "RESP_ERR with the remote invalid request syndrome"
+    );
+    assert_eq!(qp_state(&mut p.b, p.sq_b.sqn), state::ERR);
+    let req = drain(&p.a, &mut p.cq_a);
+    assert_eq!(req.len(), 1);
+    assert_eq!(err_fields(&req[0]), (13, 0x12, opcode::SEND_INVAL, 0));
+    assert_eq!(
+        p.b.dev.counters().roce_naks_sent,
+        1,
+        "an invalid request NAK"
+    );
+    assert!(
+        !mkey_free(&mut p.b, foreign),
+        "a key of another PD stays valid"
+    );
+    p.teardown();
+}
+
+/// Whether QUERY_MKEY reports `key` free (invalidated).
+fn mkey_free(h: &mut Host, key: u32) -> bool {
+    let mut input = Host::input(Opcode::QueryMkey, 0, 0x10);
+    cxdirect_hw::mkey::QueryMkeyIn::new(&mut input[..])
+        .expect("layout")
+        .set_mkey_index(key >> 8);
+    let out = h.exec(&input, 0x130).expect("QUERY_MKEY");
+    cxdirect_hw::mkey::QueryMkeyOut::new(&out[..])
+        .expect("layout")
+        .memory_key_mkey_entry()
+        .free()
+}
+
+/// ALLOC_Q_COUNTER: a new counter set's id.
+fn alloc_q_counter(h: &mut Host) -> u8 {
+    let out = h
+        .exec(&Host::input(Opcode::AllocQCounter, 0, 16), 16)
+        .expect("ALLOC_Q_COUNTER");
+    cxdirect_hw::counters::AllocQCounterOut::new(&out[..])
+        .expect("layout")
+        .counter_set_id()
+}
+
+/// QUERY_Q_COUNTER of set `id`, clearing it when `clear`: the raw output.
+fn query_q_counter(h: &mut Host, id: u8, clear: bool) -> Vec<u8> {
+    let mut input = Host::input(Opcode::QueryQCounter, 0, 0x20);
+    cxdirect_hw::counters::QueryQCounterIn::new(&mut input[..])
+        .expect("layout")
+        .set_counter_set_id(id)
+        .set_clear(clear);
+    h.exec(&input, 0x100).expect("QUERY_Q_COUNTER")
+}
+
+/// RTS2RTS naming counter set `id` (the optional counter set attribute).
+fn bind_counter_set(h: &mut Host, qpn: u32, id: u8) {
+    let mut input = Host::input(Opcode::Rts2rtsQp, 0, 0x110);
+    let mut cmd = cxdirect_hw::qp::Rts2rtsQpIn::new(&mut input[..]).expect("layout");
+    cmd.set_qpn(qpn)
+        .set_opt_param_mask(cxdirect_hw::qp::optpar::COUNTER_SET_ID);
+    cmd.qpc_mut().set_counter_set_id(id);
+    h.exec(&input, 16).expect("RTS2RTS with a counter set");
+}
+
+#[test]
+fn the_rc_transport_counts_in_the_q_counter_set_each_qp_names() {
+    use cxdirect_hw::counters::QueryQCounterOut;
+    let mut p = pair_with_rnr_retry(700, 7);
+    let set_a = alloc_q_counter(&mut p.a);
+    let set_b = alloc_q_counter(&mut p.b);
+    bind_counter_set(&mut p.a, p.sq_a.sqn, set_a);
+    bind_counter_set(&mut p.b, p.sq_b.sqn, set_b);
+    let lkey_a = p.a.create_mkey(false, true);
+    let lkey_b = p.b.create_mkey(false, true);
+    let pd_b = p.b.pd;
+    let rkey_b = remote_key(&mut p.b, true, pd_b);
+    let read_only_b = remote_key(&mut p.b, false, pd_b);
+    let src = p.a.alloc(4096, 4096);
+    let dst = p.b.alloc(4096, 4096);
+    let target = p.b.alloc(64, 64);
+    // A SEND before any receive is posted: one RNR NAK, then success.
+    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 64));
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    let mut rq_pi = 0;
+    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    std::thread::sleep(PAST_RNR);
+    p.settle();
+    // One WRITE, two READs, one atomic.
+    let w = wqe(
+        &p.sq_a,
+        opcode::RDMA_WRITE,
+        0,
+        Some((dst, rkey_b)),
+        (src, lkey_a, 2000),
+    );
+    p.a.post(&mut p.sq_a, &w, false);
+    for _ in 0..2 {
+        let w = wqe(
+            &p.sq_a,
+            opcode::RDMA_READ,
+            0,
+            Some((dst, rkey_b)),
+            (src, lkey_a, 100),
+        );
+        p.a.post(&mut p.sq_a, &w, false);
+        p.settle();
+    }
+    let w = atomic_wqe(
+        &p.sq_a,
+        opcode::ATOMIC_FA,
+        (target, rkey_b),
+        1,
+        0,
+        (src, lkey_a),
+    );
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    assert_eq!(drain(&p.a, &mut p.cq_a).len(), 5, "all completed");
+    // A READ request again: a duplicate. A SEND far ahead: out of sequence, one NAK.
+    let read = p
+        .captured()
+        .into_iter()
+        .find(|f| bth_of(f).0 == READ_REQUEST)
+        .expect("a READ request");
+    p.wire.transmit(PortId::A, &read).expect("transmit");
+    let ahead = hand_built_send(p.sq_b.sqn, 0x1000, &pattern(8, 1));
+    p.wire.transmit(PortId::A, &ahead).expect("transmit");
+    p.wire.transmit(PortId::A, &ahead).expect("transmit");
+    p.settle();
+    // A WRITE through a key without remote write: refused; the SEND after it is flushed.
+    let w = wqe(
+        &p.sq_a,
+        opcode::RDMA_WRITE,
+        0,
+        Some((dst, read_only_b)),
+        (src, lkey_a, 16),
+    );
+    p.a.write_wqe(&mut p.sq_a, &w);
+    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 16));
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    let errors = drain(&p.a, &mut p.cq_a);
+    assert_eq!(errors.len(), 2, "the refused WRITE and the flushed SEND");
+
+    let out = query_q_counter(&mut p.b, set_b, true);
+    let b = QueryQCounterOut::new(&out[..]).expect("layout");
+    assert_eq!(b.rx_write_requests(), 2, "B: WRITEs received");
+    assert_eq!(b.rx_read_requests(), 2, "B: READs received (new ones)");
+    assert_eq!(b.rx_atomic_requests(), 1, "B: atomics received");
+    assert_eq!(b.duplicate_request(), 1, "B: the repeated READ");
+    assert_eq!(b.out_of_sequence(), 2, "B: both packets past the gap");
+    assert_eq!(b.resp_remote_access_errors(), 1, "B: the refused WRITE");
+    assert_eq!(b.resp_cqe_error(), 0, "B: no receive failed");
+    let out = query_q_counter(&mut p.a, set_a, false);
+    let a = QueryQCounterOut::new(&out[..]).expect("layout");
+    assert_eq!(a.rnr_nak_retry_err(), 1, "A: the RNR NAK");
+    assert_eq!(a.packet_seq_err(), 1, "A: the sequence NAK");
+    assert_eq!(a.req_remote_access_errors(), 1, "A: the remote access NAK");
+    assert_eq!(a.req_cqe_error(), 1, "A: the refused WRITE's CQE");
+    assert_eq!(a.req_cqe_flush_error(), 1, "A: the flushed SEND");
+    assert_eq!(a.local_ack_timeout_err(), 0, "A: no ACK timeout");
+    assert_eq!(a.duplicate_request(), 0, "A received no request");
+    // Cleared by the first query; counting again from zero.
+    let out = query_q_counter(&mut p.b, set_b, false);
+    let b = QueryQCounterOut::new(&out[..]).expect("layout");
+    assert_eq!(
+        (
+            b.rx_write_requests(),
+            b.duplicate_request(),
+            b.out_of_sequence()
+        ),
+        (0, 0, 0),
+        "B: cleared"
+    );
+    // A QP names the set: it cannot go while the QP does.
+    let mut input = Host::input(Opcode::DeallocQCounter, 0, 16);
+    input[11] = set_b;
+    assert!(p.b.exec(&input, 16).is_err(), "a set a QP names stays");
+    p.teardown();
+}
+
+#[test]
+fn ack_timeouts_and_retries_exceeded_count_in_the_qps_set() {
+    use cxdirect_hw::counters::QueryQCounterOut;
+    let (mut h, wire) = host();
+    set_gid(&mut h, 0, OWN_GID, cxdirect_hw::roce::l3_type::IPV4);
+    let mut cq = h.create_cq(6);
+    let mut sq = create_qp(&mut h, &cq);
+    let set = alloc_q_counter(&mut h);
+    let path = Path {
+        gid_index: 0,
+        peer_gid: PEER_GID,
+        peer_mac: PEER_MAC,
+        remote_qpn: REMOTE_QPN,
+        mtu_code: mtu::MTU_1024,
+        send_psn: 5,
+        receive_psn: 0,
+        retry_count: 1,
+        rnr_retry: 7,
+        // 4.096 us << 12: about 17 ms.
+        ack_timeout: 12,
+    };
+    connect(&mut h, sq.sqn, &path);
+    bind_counter_set(&mut h, sq.sqn, set);
+    let lkey = h.create_mkey(false, true);
+    let src = h.alloc(4096, 64);
+    let w = wqe(&sq, opcode::SEND, 0, None, (src, lkey, 100));
+    h.post(&mut sq, &w, false);
+    for _ in 0..3 {
+        std::thread::sleep(std::time::Duration::from_millis(40));
+        h.dev.poll();
+    }
+    take_frames(&wire);
+    let req = drain(&h, &mut cq);
+    assert_eq!(req.len(), 1);
+    assert_eq!(err_fields(&req[0]), (13, 0x15, opcode::SEND, 0));
+    let out = query_q_counter(&mut h, set, false);
+    let c = QueryQCounterOut::new(&out[..]).expect("layout");
+    assert_eq!(
+        c.local_ack_timeout_err(),
+        1,
+        "one timeout with a retry left"
+    );
+    assert_eq!(c.req_transport_retries_exceeded(), 1);
+    assert_eq!(c.req_cqe_error(), 1);
+    destroy_qp(&mut h, sq.sqn);
+    h.teardown();
+}
+
+/// The QP events on the host's async EQ since the last look: (event type, QP number), the
+/// queue kind checked to be a QP's.
+fn qp_events(h: &mut Host) -> Vec<(u8, u32)> {
+    h.drain_eq()
+        .into_iter()
+        .filter(|(kind, _, _)| {
+            [
+                EventType::WqCatastrophicError,
+                EventType::WqInvalidRequestError,
+                EventType::WqAccessError,
+                EventType::SrqLastWqe,
+            ]
+            .iter()
+            .any(|&e| e as u8 == *kind)
+        })
+        .map(|(kind, _, data)| {
+            assert_eq!(data[20], 0, "event {kind:#x}: a QP's");
+            (kind, be32(&data, 24) & 0xff_ffff)
+        })
+        .collect()
+}
+
+#[test]
+fn a_malformed_request_takes_the_responder_to_error_with_an_invalid_request_event() {
+    let mut p = pair(60);
+    let lkey_b = p.b.create_mkey(false, true);
+    let dst = p.b.alloc(4096, 4096);
+    let mut rq_pi = 0;
+    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    p.b.drain_eq();
+    // A SEND_ONLY whose opcode says MIDDLE: no message is open, an invalid request.
+    let mut middle = hand_built_send(p.sq_b.sqn, 60, &pattern(16, 1));
+    middle[42] = 0x01;
+    let n = middle.len();
+    let crc = expected_icrc(&middle);
+    middle[n - 4..].copy_from_slice(&crc);
+    p.wire.transmit(PortId::A, &middle).expect("transmit");
+    p.settle();
+    assert_eq!(qp_state(&mut p.b, p.sq_b.sqn), state::ERR);
+    assert_eq!(
+        qp_events(&mut p.b),
+        [(EventType::WqInvalidRequestError as u8, p.sq_b.sqn)]
+    );
+    let resp = drain(&p.b, &mut p.cq_b);
+    assert_eq!(resp.len(), 2, "both posted receives flushed");
+    assert!(resp.iter().all(|c| (cqe_opcode(c), c[55]) == (14, 0x05)));
+    p.teardown();
+}
+
+#[test]
+fn a_completion_the_cq_cannot_take_is_a_wq_catastrophic_error() {
+    let mut p = pair(80);
+    let lkey_a = p.a.create_mkey(false, true);
+    let lkey_b = p.b.create_mkey(false, true);
+    let dst = p.b.alloc(4096, 4096);
+    let mut rq_pi = 0;
+    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    p.b.drain_eq();
+    // B's CQ overruns: the receive's completion has nowhere to go.
+    p.b.dev
+        .inject(cxdirect_emu::Fault::CqOverrun { cqn: p.cq_b.cqn });
+    let src = p.a.alloc(64, 64);
+    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 32));
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    assert!(p.b.dev.counters().completions_lost >= 1);
+    assert_eq!(qp_state(&mut p.b, p.sq_b.sqn), state::ERR);
+    assert_eq!(
+        qp_events(&mut p.b),
+        [(EventType::WqCatastrophicError as u8, p.sq_b.sqn)]
+    );
+    p.teardown();
+}
+
+/// A cyclic RMP of four 32-byte WQEs on `b`, for a QP's receives.
+fn cyclic_rmp(b: &mut Host) -> u32 {
+    let buf = b.alloc(4096, 4096);
+    let dbr = b.alloc(8, 64);
+    let mut input = Host::input(Opcode::CreateRmp, 0, 0x110 + 8);
+    {
+        let mut cmd = CreateRmpIn::new(&mut input[..]).expect("layout");
+        let mut ctx = cmd.ctx_mut();
+        ctx.set_state(1);
+        ctx.wq_mut()
+            .set_wq_type(WqType::Cyclic as u8)
+            .set_pd(b.pd)
+            .set_dbr_addr(dbr)
+            .set_log_wq_stride(5)
+            .set_log_wq_sz(2);
+        cmd.set_pas(0, buf).expect("room");
+    }
+    let out = b.exec(&input, 16).expect("CREATE_RMP");
+    CreateRmpOut::new(&out[..]).expect("layout").rmpn()
+}
+
+#[test]
+fn a_qp_on_an_srq_reports_its_last_wqe_reached_when_it_goes_to_error() {
+    // By command.
+    let mut p = pair_with(20, |b| Some(cyclic_rmp(b)));
+    p.b.drain_eq();
+    to_error(&mut p.b, p.sq_b.sqn);
+    assert_eq!(
+        qp_events(&mut p.b),
+        [(EventType::SrqLastWqe as u8, p.sq_b.sqn)],
+        "2ERR_QP"
+    );
+    // A QP with its own receive ring reports nothing of the kind.
+    to_error(&mut p.a, p.sq_a.sqn);
+    assert!(qp_events(&mut p.a).is_empty(), "no SRQ, no last WQE event");
+    p.teardown();
+    // On its own: a refused remote access.
+    let mut p = pair_with(20, |b| Some(cyclic_rmp(b)));
+    let lkey_a = p.a.create_mkey(false, true);
+    let pd_b = p.b.pd;
+    let read_only = remote_key(&mut p.b, false, pd_b);
+    let dst = p.b.alloc(4096, 4096);
+    let src = p.a.alloc(64, 64);
+    p.b.drain_eq();
+    let w = wqe(
+        &p.sq_a,
+        opcode::RDMA_WRITE,
+        0,
+        Some((dst, read_only)),
+        (src, lkey_a, 16),
+    );
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    assert_eq!(
+        qp_events(&mut p.b),
+        [
+            (EventType::WqAccessError as u8, p.sq_b.sqn),
+            (EventType::SrqLastWqe as u8, p.sq_b.sqn)
+        ],
+        "the access violation, then the last WQE reached"
+    );
     p.teardown();
 }

@@ -162,8 +162,19 @@ fn serve_once(shared: &Shared) -> bool {
     did_work
 }
 
-/// Sleeps until kicked (or [`SLEEP_LIMIT`]), unless work arrived meanwhile.
+/// Sleeps until kicked, [`SLEEP_LIMIT`] or the earliest RC timer of the functions served
+/// (an ACK timeout or RNR wait: it fires though nobody polls), unless work arrived meanwhile.
 fn sleep(state: &EngineState) {
+    // Read before the sleep lock: a timer armed later comes with a doorbell, which kicks.
+    let timeout = lock(&state.members)
+        .iter()
+        .filter_map(Weak::upgrade)
+        .filter_map(|shared| engine::rc::next_deadline(&lock(&shared.core)))
+        .min()
+        .map_or(SLEEP_LIMIT, |at| {
+            at.saturating_duration_since(Instant::now())
+                .min(SLEEP_LIMIT)
+        });
     let guard = lock(&state.sleep_lock);
     state.sleeping.store(true, Ordering::SeqCst);
     fence(Ordering::SeqCst);
@@ -177,7 +188,7 @@ fn sleep(state: &EngineState) {
                     .is_some_and(|l| l.wire.pending(l.port).unwrap_or(0) > 0)
         });
     if !waiting && !state.stop.load(Ordering::SeqCst) {
-        let _ = state.work.wait_timeout(guard, SLEEP_LIMIT);
+        let _ = state.work.wait_timeout(guard, timeout);
     }
     state.sleeping.store(false, Ordering::SeqCst);
 }

@@ -1,5 +1,6 @@
 //! Q counter sets: ALLOC_Q_COUNTER, QUERY_Q_COUNTER, DEALLOC_Q_COUNTER. An RQ names its set in
-//! `rqc.counter_set_id`; the receive engine counts `out_of_buffer` there.
+//! `rqc.counter_set_id`, an RC QP in `qpc.counter_set_id`; the receive engine counts
+//! `out_of_buffer` there, the RC transport its own counters.
 
 use super::transport::{in_use, table_full};
 use super::{bad_res, input_as, output_as, CmdResult, Core};
@@ -26,8 +27,8 @@ pub(crate) fn dealloc_q_counter(core: &mut Core, input: &[u8]) -> CmdResult {
         .q_counters
         .get(id)
         .ok_or(bad_res("no such Q counter set"))?;
-    if set.rq_users > 0 {
-        return Err(in_use("Q counter set still named by an RQ"));
+    if set.users > 0 {
+        return Err(in_use("Q counter set still named by an RQ or QP"));
     }
     core.res.q_counters.remove(id);
     Ok(())
@@ -41,14 +42,41 @@ pub(crate) fn query_q_counter(core: &mut Core, input: &[u8], output: &mut [u8]) 
         .q_counters
         .get_mut(id)
         .ok_or(bad_res("no such Q counter set"))?;
-    output_as!(QueryQCounterOut<&mut [u8]>, output).set_out_of_buffer(set.out_of_buffer);
+    let rc = set.rc;
+    output_as!(QueryQCounterOut<&mut [u8]>, output)
+        .set_out_of_buffer(set.out_of_buffer)
+        .set_rx_write_requests(rc.rx_write_requests)
+        .set_rx_read_requests(rc.rx_read_requests)
+        .set_rx_atomic_requests(rc.rx_atomic_requests)
+        .set_out_of_sequence(rc.out_of_sequence)
+        .set_duplicate_request(rc.duplicate_request)
+        .set_rnr_nak_retry_err(rc.rnr_nak_retry_err)
+        .set_packet_seq_err(rc.packet_seq_err)
+        .set_implied_nak_seq_err(rc.implied_nak_seq_err)
+        .set_local_ack_timeout_err(rc.local_ack_timeout_err)
+        .set_resp_local_length_error(rc.resp_local_length_error)
+        .set_req_local_length_error(rc.req_local_length_error)
+        .set_resp_local_protection(rc.resp_local_protection)
+        .set_req_local_protection(rc.req_local_protection)
+        .set_resp_cqe_error(rc.resp_cqe_error)
+        .set_req_cqe_error(rc.req_cqe_error)
+        .set_req_remote_invalid_request(rc.req_remote_invalid_request)
+        .set_resp_remote_invalid_request(rc.resp_remote_invalid_request)
+        .set_req_remote_access_errors(rc.req_remote_access_errors)
+        .set_resp_remote_access_errors(rc.resp_remote_access_errors)
+        .set_req_remote_operation_errors(rc.req_remote_operation_errors)
+        .set_req_transport_retries_exceeded(rc.req_transport_retries_exceeded)
+        .set_resp_cqe_flush_error(rc.resp_cqe_flush_error)
+        .set_req_cqe_flush_error(rc.req_cqe_flush_error);
     if cmd.clear() {
         set.out_of_buffer = 0;
+        set.rc = Default::default();
     }
     Ok(())
 }
 
-/// Checks that an RQ context's counter set exists (0 = none) and takes a reference on it.
+/// Checks that an RQ or QP context's counter set exists (0 = none) and takes a reference on
+/// it.
 pub(crate) fn attach(core: &mut Core, id: u32) -> CmdResult {
     if id == 0 {
         return Ok(());
@@ -57,14 +85,14 @@ pub(crate) fn attach(core: &mut Core, id: u32) -> CmdResult {
         .res
         .q_counters
         .get_mut(id)
-        .ok_or(bad_res("RQ's Q counter set does not exist"))?;
-    set.rq_users += 1;
+        .ok_or(bad_res("the Q counter set named does not exist"))?;
+    set.users += 1;
     Ok(())
 }
 
-/// Drops an RQ's reference on its counter set.
+/// Drops an RQ's or QP's reference on its counter set.
 pub(crate) fn detach(core: &mut Core, id: u32) {
     if let Some(set) = core.res.q_counters.get_mut(id) {
-        set.rq_users = set.rq_users.saturating_sub(1);
+        set.users = set.users.saturating_sub(1);
     }
 }

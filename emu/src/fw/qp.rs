@@ -171,6 +171,7 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         sq_consumed: 0,
         resp: Default::default(),
         req: Default::default(),
+        counter_set: 0,
         slot,
     };
     let Some(qpn) = core.res.qps.insert(qp) else {
@@ -331,6 +332,12 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
         next.resp = Default::default();
         next.req = Default::default();
     }
+    let (old_set, new_set) = (qp.counter_set, next.counter_set);
+    if new_set != old_set {
+        // Checked first: a missing set refuses the command before anything changes.
+        super::qcounters::attach(core, new_set)?;
+        super::qcounters::detach(core, old_set);
+    }
     let slot = next.slot;
     let bytes = context_of(&next);
     let qp = core.res.qps.get_mut(qpn).ok_or(bad_res("no such QP"))?;
@@ -374,12 +381,20 @@ fn clone_attrs(qp: &Qp) -> Qp {
         sq_consumed: qp.sq_consumed,
         resp: qp.resp.clone(),
         req: qp.req.clone(),
+        counter_set: qp.counter_set,
         slot: qp.slot,
     }
 }
 
 /// Reads a transition's attributes from `ctx` into `qp`; fails without side effects.
 fn apply(core: &Core, opcode: Opcode, mask: u32, ctx: &Qpc<&[u8]>, qp: &mut Qp) -> CmdResult {
+    // RST2INIT and INIT2RTR always carry the counter set (mlx5_ib writes it there without
+    // an optional-parameter bit); RTS2RTS only with the bit.
+    let counter = matches!(opcode, Opcode::Rst2initQp | Opcode::Init2rtrQp)
+        || mask & optpar::COUNTER_SET_ID != 0;
+    if counter {
+        qp.counter_set = u32::from(ctx.counter_set_id());
+    }
     let ads = ctx.primary_address_path();
     let access = |qp: &mut Qp, mandatory: bool| {
         if mandatory || mask & optpar::RRE != 0 {
@@ -492,7 +507,8 @@ fn context_of(qp: &Qp) -> Vec<u8> {
         .set_log_ack_req_freq(qp.log_ack_req_freq)
         .set_rre(qp.rre)
         .set_rwe(qp.rwe)
-        .set_rae(qp.rae);
+        .set_rae(qp.rae)
+        .set_counter_set_id(qp.counter_set as u8);
     match qp.receive {
         RcReceive::Own {
             log_size,
@@ -550,6 +566,7 @@ pub(crate) fn destroy_qp(core: &mut Core, input: &[u8]) -> CmdResult {
     }
     attach(core, qpn, false);
     let qp = core.res.qps.remove(qpn).ok_or(bad_res("no such QP"))?;
+    super::qcounters::detach(core, qp.counter_set);
     release_context(core, qp.slot);
     Ok(())
 }

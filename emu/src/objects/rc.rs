@@ -78,6 +78,8 @@ pub(crate) struct Qp {
     pub resp: Responder,
     /// Requester state: WQEs sent and not yet acknowledged.
     pub req: Requester,
+    /// The Q counter set the QP counts in (`counter_set_id`; 0: none).
+    pub counter_set: u32,
     pub slot: Slot,
 }
 
@@ -220,4 +222,36 @@ pub(crate) struct Requester {
     pub rnr_until: Option<std::time::Instant>,
     /// RNR NAKs still accepted (from `rnr_retry`; 7 means without limit).
     pub rnr_retries_left: u8,
+    /// The PSN the last ACK or NAK acknowledged everything up to (inclusive), for the WQEs
+    /// after a READ or atomic that retire once its response comes.
+    pub acked_psn: Option<u32>,
+}
+
+/// The RC transport's counters in a Q counter set, named as QUERY_Q_COUNTER reports them
+/// (`query_q_counter_out`); each wraps at 32 bits.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RcQCounters {
+    pub rx_write_requests: u32,
+    pub rx_read_requests: u32,
+    pub rx_atomic_requests: u32,
+    pub out_of_sequence: u32,
+    pub duplicate_request: u32,
+    pub rnr_nak_retry_err: u32,
+    pub packet_seq_err: u32,
+    pub implied_nak_seq_err: u32,
+    pub local_ack_timeout_err: u32,
+    pub resp_local_length_error: u32,
+    pub req_local_length_error: u32,
+    pub resp_local_protection: u32,
+    pub req_local_protection: u32,
+    pub resp_cqe_error: u32,
+    pub req_cqe_error: u32,
+    pub req_remote_invalid_request: u32,
+    pub resp_remote_invalid_request: u32,
+    pub req_remote_access_errors: u32,
+    pub resp_remote_access_errors: u32,
+    pub req_remote_operation_errors: u32,
+    pub req_transport_retries_exceeded: u32,
+    pub resp_cqe_flush_error: u32,
+    pub req_cqe_flush_error: u32,
 }

@@ -6,9 +6,11 @@
 //! The rooms: [`packet`] builds and parses frames; [`requester`] segments WQEs into packets;
 //! [`requester_ack`] retires them and writes their completions; [`retransmit`] runs the
 //! timers; [`responder`] takes received frames in PSN order; [`responder_recv`] owns the
-//! receive WQEs; [`responder_read_atomic`] answers READs and atomics.
+//! receive WQEs; [`responder_read_atomic`] answers READs and atomics; [`qp_error`] takes a
+//! QP to error and raises its asynchronous events.
 
 pub(crate) mod packet;
+pub(crate) mod qp_error;
 pub(crate) mod requester;
 pub(crate) mod requester_ack;
 pub(crate) mod responder;
@@ -16,7 +18,24 @@ pub(crate) mod responder_read_atomic;
 pub(crate) mod responder_recv;
 pub(crate) mod retransmit;
 
+use crate::fw::Core;
+use crate::objects::rc::RcQCounters;
+
 pub(crate) use requester::{doorbell, RcScratch};
 pub(crate) use requester_ack::flush_on_error;
 pub(crate) use responder::receive;
-pub(crate) use retransmit::run_timers;
+pub(crate) use retransmit::{next_deadline, run_timers};
+
+/// Adds one to `counter` of the Q counter set QP `qpn` names (`counter_set_id`), if any.
+fn count(core: &mut Core, qpn: u32, counter: fn(&mut RcQCounters) -> &mut u32) {
+    let Some(id) = core.res.qps.get(qpn).map(|qp| qp.counter_set) else {
+        return;
+    };
+    if id == 0 {
+        return;
+    }
+    if let Some(set) = core.res.q_counters.get_mut(id) {
+        let value = counter(&mut set.rc);
+        *value = value.wrapping_add(1);
+    }
+}

@@ -5,6 +5,7 @@
 
 use crate::fw::Core;
 use cxdirect_hw::roce::{gid_is_ipv4_mapped, RoceAddrLayout, ROCE_V2_UDP_DPORT};
+
 /// RC BTH opcodes (IBA, `include/rdma/ib_pack.h`).
 pub(crate) mod bth_opcode {
     /// SEND first packet.
@@ -47,6 +48,10 @@ pub(crate) mod bth_opcode {
     pub const COMPARE_SWAP: u8 = 0x13;
     /// Fetch and add request (AtomicETH).
     pub const FETCH_ADD: u8 = 0x14;
+    /// Last packet of a SEND with invalidate (IETH).
+    pub const SEND_LAST_INV: u8 = 0x16;
+    /// The only packet of a SEND with invalidate (IETH).
+    pub const SEND_ONLY_INV: u8 = 0x17;
 }
 
 /// Length of the Base Transport Header.
@@ -188,7 +193,8 @@ pub(crate) struct Transport {
     pub reth: Option<(u64, u32, u32)>,
     /// AETH (syndrome << 24 | MSN), when the opcode carries one.
     pub aeth: Option<u32>,
-    /// Immediate data, when the opcode carries it.
+    /// Immediate data, or the IETH (the rkey to invalidate) of a SEND with invalidate: both
+    /// take the same four bytes after the BTH.
     pub imm: Option<u32>,
     /// AtomicETH (virtual address, rkey, swap or add value, compare value).
     pub atomic: Option<(u64, u32, u64, u64)>,

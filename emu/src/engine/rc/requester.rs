@@ -4,17 +4,19 @@
 //! atomic goes as one request packet with the PSNs of its responses reserved.
 
 use super::packet::{bth_opcode, build_frame, mtu_bytes, Transport, PSN_MASK};
-use super::requester_ack::{fail, flush};
+use super::requester_ack::{expects_response, fail, flush};
 use super::retransmit::arm_ack_timer;
 use crate::counters::add;
 use crate::fw::mkey::translate;
 use crate::fw::Core;
+use crate::objects::limits::LOG_MAX_RA_QP;
 use crate::objects::rc::Outstanding;
 use cxdirect_hw::cqe::CqeSyndrome;
 use cxdirect_hw::qp::state;
 use cxdirect_hw::wqe::{
     self, opcode, AtomicSeg, CtrlSeg, DataSeg, RaddrSeg, INLINE_SEG, WQE_BB, WQE_DS,
 };
+
 /// What the requester knows of a WQE it is sending.
 struct Request {
     opcode: u8,
@@ -34,11 +36,7 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, qpn: u32) {
         add(&core.counters.bad_doorbells, 1);
         return;
     };
-    let Some(log_sq) = qp.log_sq_size else {
-        add(&core.counters.bad_doorbells, 1);
-        return;
-    };
-    if qp.uar != uar {
+    if qp.log_sq_size.is_none() || qp.uar != uar {
         add(&core.counters.bad_doorbells, 1);
         return;
     }
@@ -50,8 +48,19 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, qpn: u32) {
         add(&core.counters.bad_doorbells, 1);
         return;
     }
-    let dbr = qp.dbr;
-    let Ok(word) = core.dma_read_be32(dbr + 4) else {
+    run_posted(core, qpn);
+}
+
+/// Executes the WQEs posted on RC QP `qpn` in RTS since the last one executed, stopping at a
+/// READ or atomic while `2^log_sra_max` of those wait for their responses.
+fn run_posted(core: &mut Core, qpn: u32) {
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return;
+    };
+    let (Some(log_sq), true) = (qp.log_sq_size, qp.state == state::RTS) else {
+        return;
+    };
+    let Ok(word) = core.dma_read_be32(qp.dbr + 4) else {
         return;
     };
     let pi = word as u16;
@@ -67,11 +76,13 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, qpn: u32) {
             break;
         }
         match execute(core, qpn, index, None, &mut scratch) {
-            Ok(bbs) => {
+            Ok(Some(bbs)) => {
                 if let Some(qp) = core.res.qps.get_mut(qpn) {
                     qp.sq_consumed = index.wrapping_add(bbs);
                 }
             }
+            // Resumed when a response retires one of the READs or atomics outstanding.
+            Ok(None) => break,
             Err((opcode, syndrome)) => {
                 fail(core, qpn, index, opcode, syndrome);
                 let bbs = wqe_span(core, qpn, index, pi);
@@ -84,6 +95,25 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, qpn: u32) {
         }
     }
     core.rc_scratch = scratch;
+}
+
+/// A READ or atomic of QP `qpn` completed: WQEs held back by the limit on outstanding ones
+/// go now.
+pub(super) fn resume(core: &mut Core, qpn: u32) {
+    run_posted(core, qpn);
+}
+
+/// Whether QP `qpn` has as many READs and atomics awaiting responses as `log_sra_max` allows.
+fn at_read_limit(core: &Core, qpn: u32) -> bool {
+    core.res.qps.get(qpn).is_none_or(|qp| {
+        let waiting = qp
+            .req
+            .outstanding
+            .iter()
+            .filter(|o| expects_response(o.opcode))
+            .count();
+        waiting >= 1 << qp.log_sra_max.min(LOG_MAX_RA_QP)
+    })
 }
 
 /// WQEBBs the WQE at `index` takes by its control segment's `ds` (1 when that cannot be
@@ -128,14 +158,15 @@ pub(super) fn read_bb(core: &Core, qpn: u32, bb: u16, out: &mut [u8]) -> Result<
 
 type WqeError = (u8, CqeSyndrome);
 
-/// Executes the WQE at `index`; returns its WQEBBs.
+/// Executes the WQE at `index`; returns its WQEBBs, or `None` for a new READ or atomic held
+/// back by the limit on outstanding ones (a retransmission, `resend_psn`, never is).
 pub(super) fn execute(
     core: &mut Core,
     qpn: u32,
     index: u16,
     resend_psn: Option<u32>,
     s: &mut RcScratch,
-) -> Result<u16, WqeError> {
+) -> Result<Option<u16>, WqeError> {
     s.wqe.resize(WQE_BB, 0);
     read_bb(core, qpn, index, &mut s.wqe[..WQE_BB])
         .map_err(|_| (0, CqeSyndrome::LocalProtection))?;
@@ -165,9 +196,12 @@ pub(super) fn execute(
         remote: None,
         resend_psn,
     };
+    if expects_response(op) && resend_psn.is_none() && at_read_limit(core, qpn) {
+        return Ok(None);
+    }
     let mut at = WQE_DS;
     match op {
-        opcode::SEND | opcode::SEND_IMM => {}
+        opcode::SEND | opcode::SEND_IMM | opcode::SEND_INVAL => {}
         opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
             if ds < 2 {
                 return Err(bad);
@@ -184,7 +218,7 @@ pub(super) fn execute(
             let (va, rkey) = (raddr.raddr(), raddr.rkey());
             let bytes = local_bytes(&s.wqe[..ds * WQE_DS], at + WQE_DS).ok_or(bad)?;
             send_read(core, qpn, &req, va, rkey, bytes);
-            return Ok(req.bbs);
+            return Ok(Some(req.bbs));
         }
         opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
             if ds < 4 {
@@ -203,13 +237,13 @@ pub(super) fn execute(
                 atomic.compare(),
             );
             send_atomic(core, qpn, &req, eth);
-            return Ok(req.bbs);
+            return Ok(Some(req.bbs));
         }
         _ => return Err(bad),
     }
     gather(core, qpn, &s.wqe[..ds * WQE_DS], at, &mut s.message).map_err(|syn| (op, syn))?;
     send_message(core, qpn, &req, s);
-    Ok(req.bbs)
+    Ok(Some(req.bbs))
 }
 
 /// Gathers the message of the data and inline segments of `wqe` from byte `at` on.
@@ -284,11 +318,16 @@ fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcScratch) {
     let total = s.message.len();
     let packets = total.div_ceil(mtu).max(1);
     let write = req.remote.is_some();
-    let with_imm = matches!(req.opcode, opcode::SEND_IMM | opcode::RDMA_WRITE_IMM);
+    // A SEND with invalidate carries the rkey from the control segment's `imm` in an IETH
+    // where a SEND with immediate carries its ImmDt.
+    let invalidate = req.opcode == opcode::SEND_INVAL;
+    let with_imm = invalidate || matches!(req.opcode, opcode::SEND_IMM | opcode::RDMA_WRITE_IMM);
     for n in 0..packets {
         let first = n == 0;
         let last = n + 1 == packets;
         let bth = match (write, first, last, with_imm) {
+            (false, true, true, true) if invalidate => bth_opcode::SEND_ONLY_INV,
+            (false, false, true, true) if invalidate => bth_opcode::SEND_LAST_INV,
             (false, true, true, false) => bth_opcode::SEND_ONLY,
             (false, true, true, true) => bth_opcode::SEND_ONLY_IMM,
             (false, true, false, _) => bth_opcode::SEND_FIRST,

@@ -2,17 +2,19 @@
 //! responses and atomic acknowledgements land in the WQE's local buffers, and the completions
 //! (success, error, flush) are written.
 
+use super::count;
 use super::packet::{aeth, bth_opcode, mtu_bytes, PSN_MASK};
-use super::requester::{read_bb, span};
+use super::qp_error::{enter_error, errored, post_cqe};
+use super::requester::{read_bb, resume, span};
 use super::retransmit::{progressed, resend_outstanding, rnr_nak};
 use crate::counters::add;
 use crate::fw::mkey::translate;
 use crate::fw::Core;
 use crate::objects::rc::Outstanding;
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome, ErrCqe};
-use cxdirect_hw::qp::state;
 use cxdirect_hw::wqe::{self, opcode, CtrlSeg, DataSeg, WQE_BB, WQE_DS};
 use std::time::Instant;
+
 /// An ACK or NAK (AETH `syndrome`) for `psn` reached requester QP `qpn`: every WQE whose last
 /// packet it acknowledges retires in order, with a CQE when signalled. A NAK for a remote
 /// access error, invalid request or remote operational error completes the WQE it names in
@@ -31,26 +33,10 @@ pub(crate) fn acknowledge(core: &mut Core, qpn: u32, psn: u32, syndrome: u8) {
     } else {
         psn.wrapping_sub(1) & PSN_MASK
     };
-    loop {
-        let Some(qp) = core.res.qps.get_mut(qpn) else {
-            return;
-        };
-        let Some(&front) = qp.req.outstanding.front() else {
-            break;
-        };
-        // `front.last_psn` at or before `acked_through`, in 24-bit sequence space.
-        if acked_through.wrapping_sub(front.last_psn) & PSN_MASK >= 1 << 23 {
-            break;
-        }
-        // A READ or atomic completes by its response, never by a later ACK.
-        if expects_response(front.opcode) {
-            break;
-        }
-        qp.req.outstanding.pop_front();
-        if front.signaled {
-            requester_cqe(core, qpn, &front);
-        }
+    if let Some(qp) = core.res.qps.get_mut(qpn) {
+        qp.req.acked_psn = Some(acked_through);
     }
+    let blocked = retire_acked(core, qpn, acked_through);
     let now = Instant::now();
     progressed(core, qpn, now);
     if kind == aeth::RNR_NAK {
@@ -59,10 +45,26 @@ pub(crate) fn acknowledge(core: &mut Core, qpn: u32, psn: u32, syndrome: u8) {
     }
     if syndrome == aeth::NAK_PSN_SEQ {
         // The responder lost a packet: go back to the first unacknowledged one.
+        count(core, qpn, |c| &mut c.packet_seq_err);
+        resend_outstanding(core, qpn);
+        return;
+    }
+    if kind == 0 && blocked {
+        // The responder acknowledged past a READ or atomic whose response never came: the
+        // response was lost (an implied NAK). Go back to it.
+        add(&core.counters.roce_implied_naks, 1);
+        count(core, qpn, |c| &mut c.implied_nak_seq_err);
         resend_outstanding(core, qpn);
         return;
     }
     if let Some(syndrome) = error {
+        match syndrome {
+            CqeSyndrome::RemoteAccess => count(core, qpn, |c| &mut c.req_remote_access_errors),
+            CqeSyndrome::RemoteInvalidRequest => {
+                count(core, qpn, |c| &mut c.req_remote_invalid_request)
+            }
+            _ => count(core, qpn, |c| &mut c.req_remote_operation_errors),
+        }
         let front = core
             .res
             .qps
@@ -72,6 +74,32 @@ pub(crate) fn acknowledge(core: &mut Core, qpn: u32, psn: u32, syndrome: u8) {
             fail(core, qpn, front.index, front.opcode, syndrome);
         }
         flush(core, qpn);
+    }
+}
+
+/// Retires, in order, every outstanding WQE whose last packet is at or before `acked_through`
+/// and that an ACK completes; true when a READ or atomic, which only its response completes,
+/// stops that before the acknowledged PSN.
+fn retire_acked(core: &mut Core, qpn: u32, acked_through: u32) -> bool {
+    loop {
+        let Some(qp) = core.res.qps.get_mut(qpn) else {
+            return false;
+        };
+        let Some(&front) = qp.req.outstanding.front() else {
+            return false;
+        };
+        // `front.last_psn` at or before `acked_through`, in 24-bit sequence space.
+        if acked_through.wrapping_sub(front.last_psn) & PSN_MASK >= 1 << 23 {
+            return false;
+        }
+        // A READ or atomic completes by its response, never by a later ACK.
+        if expects_response(front.opcode) {
+            return true;
+        }
+        qp.req.outstanding.pop_front();
+        if front.signaled {
+            requester_cqe(core, qpn, &front);
+        }
     }
 }
 
@@ -89,20 +117,14 @@ fn requester_cqe(core: &mut Core, qpn: u32, done: &Outstanding) {
             .set_wqe_counter(done.index)
             .set_byte_cnt(done.bytes);
     }
-    if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
-        add(&core.counters.completions_lost, 1);
-    }
+    post_cqe(core, qpn, cqn, &mut cqe);
 }
 
 /// QP `qpn` went to error by command (2ERR_QP): every send WQE outstanding or posted and
 /// every receive WQE posted complete with the flush syndrome, and no timer runs for it.
 pub(crate) fn flush_on_error(core: &mut Core, qpn: u32) {
     flush(core, qpn);
-    if let Some(qp) = core.res.qps.get_mut(qpn) {
-        qp.req.ack_deadline = None;
-        qp.req.rnr_until = None;
-    }
-    super::responder_recv::flush_receives(core, qpn);
+    errored(core, qpn);
 }
 
 /// Completes every WQE still outstanding, then every WQE posted and not executed, with the
@@ -149,6 +171,7 @@ pub(super) fn flush(core: &mut Core, qpn: u32) {
 
 /// The flush-error CQE of one WQE.
 pub(super) fn flushed(core: &mut Core, qpn: u32, index: u16, opcode: u8) {
+    count(core, qpn, |c| &mut c.req_cqe_flush_error);
     let Some(qp) = core.res.qps.get(qpn) else {
         return;
     };
@@ -161,18 +184,22 @@ pub(super) fn flushed(core: &mut Core, qpn: u32, index: u16, opcode: u8) {
             .set_wqe_counter(index)
             .set_opcode(CqeOpcode::ReqErr as u8);
     }
-    if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
-        add(&core.counters.completions_lost, 1);
-    }
+    post_cqe(core, qpn, cqn, &mut cqe);
 }
 
 /// Writes an error CQE for the WQE at `index` and moves the QP to error.
 pub(super) fn fail(core: &mut Core, qpn: u32, index: u16, opcode: u8, syndrome: CqeSyndrome) {
     add(&core.counters.error_cqes, 1);
-    let Some(qp) = core.res.qps.get_mut(qpn) else {
+    count(core, qpn, |c| &mut c.req_cqe_error);
+    match syndrome {
+        CqeSyndrome::LocalLength => count(core, qpn, |c| &mut c.req_local_length_error),
+        CqeSyndrome::LocalProtection => count(core, qpn, |c| &mut c.req_local_protection),
+        CqeSyndrome::RetryExceeded => count(core, qpn, |c| &mut c.req_transport_retries_exceeded),
+        _ => {}
+    }
+    let Some(qp) = core.res.qps.get(qpn) else {
         return;
     };
-    qp.state = state::ERR;
     let cqn = qp.cqn_snd;
     let mut cqe = [0u8; 64];
     if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
@@ -182,13 +209,12 @@ pub(super) fn fail(core: &mut Core, qpn: u32, index: u16, opcode: u8, syndrome: 
             .set_wqe_counter(index)
             .set_opcode(CqeOpcode::ReqErr as u8);
     }
-    if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
-        add(&core.counters.completions_lost, 1);
-    }
+    post_cqe(core, qpn, cqn, &mut cqe);
+    enter_error(core, qpn, None);
 }
 
 /// WQEs a response (READ data, atomic original value) completes, rather than an ACK.
-fn expects_response(opcode: u8) -> bool {
+pub(super) fn expects_response(opcode: u8) -> bool {
     matches!(
         opcode,
         opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA
@@ -246,7 +272,15 @@ pub(crate) fn response(core: &mut Core, qpn: u32, opcode: u8, psn: u32, data: &[
         if awaited.signaled {
             requester_cqe(core, qpn, &awaited);
         }
-    } else if let Some(front) = qp.req.outstanding.front_mut() {
+        // WQEs after it that an ACK covered already retire now.
+        if let Some(acked) = core.res.qps.get(qpn).and_then(|qp| qp.req.acked_psn) {
+            retire_acked(core, qpn, acked);
+        }
+        progressed(core, qpn, Instant::now());
+        resume(core, qpn);
+        return;
+    }
+    if let Some(front) = qp.req.outstanding.front_mut() {
         front.responses += 1;
     }
     progressed(core, qpn, Instant::now());

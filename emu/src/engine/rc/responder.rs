@@ -8,10 +8,12 @@
 //! the next one that does (coalesced). ACKs, NAKs and responses arriving for the QP go to the
 //! requester ([`super::requester_ack`]).
 
+use super::count;
 use super::packet::{
     aeth, bth_opcode, build_frame, icrc, roce_offsets, Transport, ACKNOWLEDGE, BTH_LEN, ICRC_LEN,
     IMM_LEN, PSN_MASK, RETH_LEN,
 };
+use super::qp_error::enter_error;
 use super::requester_ack::{acknowledge, response};
 use super::responder_read_atomic::{atomic, read, replay_atomic, replay_read};
 use super::responder_recv::{
@@ -21,8 +23,10 @@ use crate::counters::add;
 use crate::fw::mkey::{check_remote, translate_remote, KeyFault, RemoteAccess};
 use crate::fw::Core;
 use crate::objects::rc::WriteInProgress;
-use cxdirect_hw::cqe::CqeOpcode;
+use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome};
+use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::qp::state;
+
 /// Takes `frame` when it is RoCE v2 and RoCE is enabled on the function; false when it is
 /// not RoCE, for Ethernet steering to handle.
 pub(crate) fn receive(core: &mut Core, frame: &[u8]) -> bool {
@@ -119,6 +123,7 @@ fn respond(core: &mut Core, qpn: u32, opcode: u8, psn: u32, ack_req: bool, rest:
             // A READ is answered again from memory, an atomic with the value it found; any
             // other request by an ACK of everything received.
             add(&core.counters.roce_duplicates, 1);
+            count(core, qpn, |c| &mut c.duplicate_request);
             match opcode {
                 bth_opcode::READ_REQUEST => replay_read(core, qpn, psn, rest),
                 bth_opcode::COMPARE_SWAP | bth_opcode::FETCH_ADD => replay_atomic(core, qpn, psn),
@@ -126,6 +131,7 @@ fn respond(core: &mut Core, qpn: u32, opcode: u8, psn: u32, ack_req: bool, rest:
             }
         } else {
             add(&core.counters.roce_rx_drops, 1);
+            count(core, qpn, |c| &mut c.out_of_sequence);
             let first = core
                 .res
                 .qps
@@ -137,6 +143,16 @@ fn respond(core: &mut Core, qpn: u32, opcode: u8, psn: u32, ack_req: bool, rest:
             }
         }
         return;
+    }
+    match opcode {
+        bth_opcode::READ_REQUEST => count(core, qpn, |c| &mut c.rx_read_requests),
+        bth_opcode::COMPARE_SWAP | bth_opcode::FETCH_ADD => {
+            count(core, qpn, |c| &mut c.rx_atomic_requests)
+        }
+        bth_opcode::WRITE_FIRST | bth_opcode::WRITE_ONLY | bth_opcode::WRITE_ONLY_IMM => {
+            count(core, qpn, |c| &mut c.rx_write_requests)
+        }
+        _ => {}
     }
     let outcome = match opcode {
         bth_opcode::READ_REQUEST => read(core, qpn, psn, rest),
@@ -160,10 +176,28 @@ fn respond(core: &mut Core, qpn: u32, opcode: u8, psn: u32, ack_req: bool, rest:
             }
         }
         Outcome::Nak(syndrome) => {
-            if syndrome & aeth::TYPE_MASK == aeth::RNR_NAK {
-                add(&core.counters.roce_rnr_naks_sent, 1);
-            }
+            let event = match syndrome {
+                aeth::NAK_REMOTE_ACCESS => {
+                    count(core, qpn, |c| &mut c.resp_remote_access_errors);
+                    Some(EventType::WqAccessError)
+                }
+                aeth::NAK_INVALID_REQUEST => {
+                    count(core, qpn, |c| &mut c.resp_remote_invalid_request);
+                    Some(EventType::WqInvalidRequestError)
+                }
+                aeth::NAK_REMOTE_OPERATION => Some(EventType::WqCatastrophicError),
+                _ => {
+                    if syndrome & aeth::TYPE_MASK == aeth::RNR_NAK {
+                        add(&core.counters.roce_rnr_naks_sent, 1);
+                    }
+                    None
+                }
+            };
             send_ack(core, qpn, psn, syndrome);
+            // A refused request is fatal to the responder's QP, as on the device.
+            if event.is_some() {
+                enter_error(core, qpn, event);
+            }
         }
     }
 }
@@ -172,6 +206,9 @@ fn respond(core: &mut Core, qpn: u32, opcode: u8, psn: u32, ack_req: bool, rest:
 pub(super) fn packet(core: &mut Core, qpn: u32, opcode: u8, rest: &[u8]) -> Outcome {
     use bth_opcode::*;
     let (first, last, imm, write) = match opcode {
+        // The IETH takes the ImmDt's place; `invalidate` below tells them apart.
+        SEND_LAST_INV => (false, true, true, false),
+        SEND_ONLY_INV => (true, true, true, false),
         SEND_FIRST => (true, false, false, false),
         SEND_MIDDLE => (false, false, false, false),
         SEND_LAST => (false, true, false, false),
@@ -271,14 +308,21 @@ pub(super) fn packet(core: &mut Core, qpn: u32, opcode: u8, rest: &[u8]) -> Outc
         return Outcome::Nak(aeth::NAK_INVALID_REQUEST);
     }
     if last {
-        if let Some(recv) = core.res.qps.get_mut(qpn).and_then(|qp| qp.resp.recv.take()) {
-            let op = if imm {
-                CqeOpcode::RespSendImm
-            } else {
-                CqeOpcode::RespSend
-            };
-            responder_cqe(core, qpn, op, recv.index, recv.bytes, imm_data);
+        let invalidate = matches!(opcode, SEND_LAST_INV | SEND_ONLY_INV);
+        let Some(recv) = core.res.qps.get_mut(qpn).and_then(|qp| qp.resp.recv.take()) else {
+            message_done(core, qpn);
+            return Outcome::Done;
+        };
+        if invalidate && invalidate_rkey(core, qpn, imm_data).is_err() {
+            responder_error(core, qpn, recv.index, CqeSyndrome::RemoteInvalidRequest);
+            return Outcome::Nak(aeth::NAK_INVALID_REQUEST);
         }
+        let op = match (imm, invalidate) {
+            (_, true) => CqeOpcode::RespSendInv,
+            (true, false) => CqeOpcode::RespSendImm,
+            (false, false) => CqeOpcode::RespSend,
+        };
+        responder_cqe(core, qpn, op, recv.index, recv.bytes, imm_data);
         message_done(core, qpn);
     }
     Outcome::Done
@@ -305,6 +349,22 @@ pub(super) fn message_done(core: &mut Core, qpn: u32) {
     if let Some(qp) = core.res.qps.get_mut(qpn) {
         qp.resp.msn = (qp.resp.msn + 1) & PSN_MASK;
     }
+}
+
+/// Invalidates `rkey` for a SEND with invalidate received on QP `qpn`: the key must exist
+/// (index and variant), be valid, and belong to the QP's protection domain; it is then free,
+/// and every later access through it fails (a remote one with a remote access NAK).
+fn invalidate_rkey(core: &mut Core, qpn: u32, rkey: u32) -> Result<(), KeyFault> {
+    let pd = core.res.qps.get(qpn).ok_or(KeyFault::NoKey)?.pd;
+    let key = core.res.mkeys.get_mut(rkey >> 8).ok_or(KeyFault::NoKey)?;
+    if key.variant != (rkey & 0xff) as u8 || key.free {
+        return Err(KeyFault::NoKey);
+    }
+    if key.pd != pd {
+        return Err(KeyFault::WrongPd);
+    }
+    key.free = true;
+    Ok(())
 }
 
 /// The RNR NAK of `qpn`: its RNR timer code in the syndrome's low five bits.

@@ -2,14 +2,16 @@
 //! receive queue (cyclic or linked list), filled through their lkeys, completed with responder
 //! CQEs, flushed when the QP goes to error.
 
+use super::count;
+use super::qp_error::post_cqe;
 use crate::counters::add;
 use crate::fw::mkey::{translate, KeyFault};
 use crate::fw::Core;
 use crate::objects::rc::{RcReceive, ReceiveInProgress};
 use crate::objects::QState;
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome, ErrCqe};
-use cxdirect_hw::qp::state;
 use cxdirect_hw::wqe::{DataSeg, SrqNextSeg, INVALID_LKEY, WQE_DS};
+
 /// Receive WQEs posted and not yet taken, on the QP's own ring or its RMP (0 without either,
 /// with the RMP not ready, or when the doorbell record cannot be read or claims more than the
 /// ring holds).
@@ -189,13 +191,15 @@ pub(super) fn responder_cqe(
             .set_qpn(qpn)
             .set_wqe_counter(index)
             .set_srqn(srqn);
-        if matches!(op, CqeOpcode::RespSendImm | CqeOpcode::RespWrImm) {
+        // The immediate, or the rkey a SEND with invalidate invalidated.
+        if matches!(
+            op,
+            CqeOpcode::RespSendImm | CqeOpcode::RespWrImm | CqeOpcode::RespSendInv
+        ) {
             c.set_imm_inval_pkey(imm);
         }
     }
-    if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
-        add(&core.counters.completions_lost, 1);
-    }
+    post_cqe(core, qpn, cqn, &mut cqe);
 }
 
 /// The QP went to error by command: the receive WQE a multi-packet SEND was filling, then
@@ -229,6 +233,7 @@ pub(crate) fn flush_receives(core: &mut Core, qpn: u32) {
 
 /// The flush-error CQE of receive WQE `index`.
 fn flushed_receive(core: &mut Core, qpn: u32, index: u16) {
+    count(core, qpn, |c| &mut c.resp_cqe_flush_error);
     let Some(qp) = core.res.qps.get(qpn) else {
         return;
     };
@@ -240,18 +245,22 @@ fn flushed_receive(core: &mut Core, qpn: u32, index: u16) {
             .set_wqe_counter(index)
             .set_opcode(CqeOpcode::RespErr as u8);
     }
-    if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
-        add(&core.counters.completions_lost, 1);
-    }
+    post_cqe(core, qpn, cqn, &mut cqe);
 }
 
-/// A receive WQE that could not take its message: an error CQE, the QP to error.
+/// A receive WQE that could not take its message: an error CQE (the responder's NAK then
+/// takes the QP to error).
 pub(super) fn responder_error(core: &mut Core, qpn: u32, index: u16, syndrome: CqeSyndrome) {
     add(&core.counters.error_cqes, 1);
-    let Some(qp) = core.res.qps.get_mut(qpn) else {
+    count(core, qpn, |c| &mut c.resp_cqe_error);
+    match syndrome {
+        CqeSyndrome::LocalLength => count(core, qpn, |c| &mut c.resp_local_length_error),
+        CqeSyndrome::LocalProtection => count(core, qpn, |c| &mut c.resp_local_protection),
+        _ => {}
+    }
+    let Some(qp) = core.res.qps.get(qpn) else {
         return;
     };
-    qp.state = state::ERR;
     let cqn = qp.cqn_rcv;
     let mut cqe = [0u8; 64];
     if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
@@ -260,7 +269,5 @@ pub(super) fn responder_error(core: &mut Core, qpn: u32, index: u16, syndrome: C
             .set_wqe_counter(index)
             .set_opcode(CqeOpcode::RespErr as u8);
     }
-    if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
-        add(&core.counters.completions_lost, 1);
-    }
+    post_cqe(core, qpn, cqn, &mut cqe);
 }

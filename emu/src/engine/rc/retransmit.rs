@@ -1,6 +1,7 @@
 //! The RC requester's timers: the local ACK timeout, RNR waits, go-back-N retransmission and
 //! what happens when the retries run out.
 
+use super::count;
 use super::requester::execute;
 use super::requester_ack::{fail, flush};
 use crate::counters::add;
@@ -8,6 +9,7 @@ use crate::fw::Core;
 use cxdirect_hw::cqe::CqeSyndrome;
 use cxdirect_hw::qp::state;
 use std::time::{Duration, Instant};
+
 /// The local ACK timeout of code `code`: 4.096 us << code.
 pub(crate) fn ack_timeout(code: u8) -> Duration {
     Duration::from_nanos(4096u64 << code.min(31))
@@ -66,6 +68,7 @@ pub(super) fn rnr_nak(core: &mut Core, qpn: u32, code: u8, now: Instant) {
         qp.req.rnr_retries_left -= 1;
     }
     qp.req.rnr_until = Some(now + rnr_delay(code));
+    count(core, qpn, |c| &mut c.rnr_nak_retry_err);
 }
 
 /// Retries ran out: the oldest WQE completes with `syndrome`, the QP goes to error and every
@@ -105,6 +108,19 @@ pub(super) fn resend_outstanding(core: &mut Core, qpn: u32) {
     core.rc_scratch = scratch;
 }
 
+/// When the earliest RC timer of the function runs out (an ACK timeout or the end of an RNR
+/// wait of a QP with WQEs outstanding); `None` when none is armed. A device thread sleeps no
+/// longer than this, so that a lost packet is sent again though nobody polls.
+pub(crate) fn next_deadline(core: &Core) -> Option<Instant> {
+    core.res
+        .qps
+        .iter()
+        .filter(|(_, qp)| qp.state == state::RTS && !qp.req.outstanding.is_empty())
+        .flat_map(|(_, qp)| [qp.req.ack_deadline, qp.req.rnr_until])
+        .flatten()
+        .min()
+}
+
 /// Runs the RC timers of every QP due at `now`: an expired ACK timer sends the outstanding
 /// WQEs again (up to `retry_count` times, then retry exceeded); an expired RNR wait sends
 /// them again. Returns whether anything was sent.
@@ -140,6 +156,7 @@ pub(crate) fn run_timers(core: &mut Core, now: Instant) -> bool {
                 continue;
             }
             qp.req.retries_left -= 1;
+            count(core, qpn, |c| &mut c.local_ack_timeout_err);
         }
         resend_outstanding(core, qpn);
         sent = true;
