@@ -1621,3 +1621,164 @@ fn tshark_decodes_the_capture_as_infiniband_over_udp_4791() {
     }
     p.teardown();
 }
+
+impl Pair {
+    /// Every frame on the wire so far, in order, both directions.
+    fn captured(&self) -> Vec<Vec<u8>> {
+        self.wire.flush_pcap().expect("flush");
+        let bytes = self.capture.0.lock().expect("capture").clone();
+        let capture = pcap_parser::PcapCapture::from_file(&bytes).expect("a pcap file");
+        capture.blocks.iter().map(|b| b.data.to_vec()).collect()
+    }
+}
+
+/// Opcode and PSN of an IPv4 RoCE v2 frame.
+fn bth_of(frame: &[u8]) -> (u8, u32) {
+    (frame[42], be32(frame, 50) & 0xff_ffff)
+}
+
+/// The payload of an IPv4 RoCE v2 frame after the BTH and `skip` header bytes, before the pad
+/// and ICRC.
+fn payload_of(frame: &[u8], skip: usize) -> Vec<u8> {
+    let pad = usize::from((frame[43] >> 4) & 3);
+    frame[54 + skip..frame.len() - 4 - pad].to_vec()
+}
+
+const READ_REQUEST: u8 = 0x0c;
+const READ_RESPONSE_FIRST: u8 = 0x0d;
+const READ_RESPONSE_LAST: u8 = 0x0f;
+const ATOMIC_ACKNOWLEDGE: u8 = 0x12;
+const FETCH_ADD: u8 = 0x14;
+
+#[test]
+fn a_duplicate_read_is_answered_again_from_memory_from_its_psn() {
+    let mut p = pair(500);
+    let lkey_a = p.a.create_mkey(false, true);
+    let pd_b = p.b.pd;
+    let rkey_b = remote_key(&mut p.b, false, pd_b);
+    let remote = p.b.alloc(4096, 4096);
+    let local = p.a.alloc(4096, 4096);
+    let len = MTU + 100;
+    p.b.write(remote, &pattern(len, 1));
+    let w = wqe(
+        &p.sq_a,
+        opcode::RDMA_READ,
+        0,
+        Some((remote, rkey_b)),
+        (local, lkey_a, len as u32),
+    );
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    assert_eq!(p.a.read(local, len), pattern(len, 1));
+    assert_eq!(drain(&p.a, &mut p.cq_a).len(), 1, "the READ completed");
+    let request = p
+        .captured()
+        .into_iter()
+        .find(|f| bth_of(f).0 == READ_REQUEST)
+        .expect("the READ request on the wire");
+    assert_eq!(bth_of(&request).1, 500);
+    let before = p.captured().len();
+    // The memory changed since; the requester's copy of the request arrives again.
+    p.b.write(remote, &pattern(len, 2));
+    p.wire.transmit(PortId::A, &request).expect("transmit");
+    p.settle();
+    let c = p.b.dev.counters();
+    assert_eq!(c.roce_duplicates, 1, "the repeated READ counted");
+    let replay: Vec<_> = p.captured().split_off(before);
+    let responses: Vec<_> = replay.iter().skip(1).map(|f| bth_of(f)).collect();
+    assert_eq!(
+        responses,
+        [(READ_RESPONSE_FIRST, 500), (READ_RESPONSE_LAST, 501)],
+        "answered again from the duplicate's PSN: {replay:?}"
+    );
+    let mut data = payload_of(&replay[1], 4);
+    data.extend(payload_of(&replay[2], 4));
+    assert_eq!(data, pattern(len, 2), "read again from memory");
+    assert!(
+        drain(&p.a, &mut p.cq_a).is_empty(),
+        "the requester completed the READ once"
+    );
+    assert_eq!(
+        p.a.read(local, len),
+        pattern(len, 1),
+        "a response to a WQE already completed lands nowhere"
+    );
+    // The responder still expects the PSN after the READ: a SEND there is taken.
+    let lkey_b = p.b.create_mkey(false, true);
+    let dst = p.b.alloc(4096, 4096);
+    let mut rq_pi = 0;
+    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    let src = p.a.alloc(64, 64);
+    p.a.write(src, &pattern(40, 3));
+    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 40));
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    assert_eq!(p.b.read(dst, 40), pattern(40, 3));
+    assert_eq!(drain(&p.b, &mut p.cq_b).len(), 1);
+    assert_eq!(drain(&p.a, &mut p.cq_a).len(), 1);
+    p.check_captured_icrcs();
+    p.teardown();
+}
+
+#[test]
+fn a_duplicate_atomic_is_answered_with_the_saved_result_and_never_executed_twice() {
+    let mut p = pair(900);
+    let lkey_a = p.a.create_mkey(false, true);
+    let pd_b = p.b.pd;
+    let rkey_b = remote_key(&mut p.b, false, pd_b);
+    let target = p.b.alloc(64, 64);
+    p.b.write(target, &100u64.to_be_bytes());
+    let result = p.a.alloc(64, 64);
+    let w = atomic_wqe(
+        &p.sq_a,
+        opcode::ATOMIC_FA,
+        (target, rkey_b),
+        5,
+        0,
+        (result, lkey_a),
+    );
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    assert_eq!(p.b.read(target, 8), 105u64.to_be_bytes());
+    assert_eq!(drain(&p.a, &mut p.cq_a).len(), 1);
+    let request = p
+        .captured()
+        .into_iter()
+        .find(|f| bth_of(f).0 == FETCH_ADD)
+        .expect("the FETCH_ADD on the wire");
+    for copy in 1..=3u64 {
+        let before = p.captured().len();
+        p.wire.transmit(PortId::A, &request).expect("transmit");
+        p.settle();
+        assert_eq!(
+            p.b.read(target, 8),
+            105u64.to_be_bytes(),
+            "copy {copy}: not executed again"
+        );
+        let replay = p.captured().split_off(before);
+        assert_eq!(replay.len(), 2, "copy {copy}: the request and one answer");
+        assert_eq!(bth_of(&replay[1]), (ATOMIC_ACKNOWLEDGE, 900));
+        assert_eq!(
+            payload_of(&replay[1], 4),
+            100u64.to_be_bytes(),
+            "copy {copy}: the value the first execution found"
+        );
+        assert_eq!(p.b.dev.counters().roce_duplicates, copy);
+    }
+    // A duplicate PSN the responder answered no atomic at is dropped unanswered.
+    let mut stranger = request.clone();
+    stranger[50..54].copy_from_slice(&(0x8000_0000u32 | 899).to_be_bytes());
+    let n = stranger.len();
+    let crc = expected_icrc(&stranger);
+    stranger[n - 4..].copy_from_slice(&crc);
+    let before = p.captured().len();
+    let drops = p.b.dev.counters().roce_rx_drops;
+    p.wire.transmit(PortId::A, &stranger).expect("transmit");
+    p.settle();
+    assert_eq!(p.captured().len(), before + 1, "no answer");
+    assert_eq!(p.b.dev.counters().roce_rx_drops, drops + 1);
+    assert_eq!(p.b.read(target, 8), 105u64.to_be_bytes());
+    assert!(drain(&p.a, &mut p.cq_a).is_empty());
+    p.check_captured_icrcs();
+    p.teardown();
+}

@@ -11,7 +11,6 @@ pub(crate) mod eq;
 pub(crate) mod fetch;
 pub(crate) mod lso;
 pub(crate) mod rc;
-pub(crate) mod rc_resp;
 pub(crate) mod rq;
 pub(crate) mod sq;
 pub(crate) mod striding;

@@ -81,7 +81,7 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8], own: bool) {
         return;
     }
     // RoCE v2 goes to the QP its BTH names, not through Ethernet steering.
-    if crate::engine::rc_resp::receive(core, frame) {
+    if crate::engine::rc::receive(core, frame) {
         return;
     }
     let parsed = packet::parse(frame);

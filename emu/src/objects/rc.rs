@@ -1,7 +1,7 @@
 //! Reliable-connected QPs and the port's RoCE address table: what the RC transport runs on.
 
 use super::{QueueBuffer, Slot};
-use crate::objects::limits::ROCE_ADDRESS_TABLE_SIZE;
+use crate::objects::limits::{LOG_MAX_RA_QP, ROCE_ADDRESS_TABLE_SIZE};
 
 /// Where an RC QP's receives come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,6 +132,34 @@ pub(crate) struct Responder {
     pub recv: Option<ReceiveInProgress>,
     /// The RDMA WRITE in progress: next virtual address, rkey, bytes in all, bytes so far.
     pub write: Option<WriteInProgress>,
+    /// The READ and atomic requests answered last, oldest overwritten first: a duplicate of
+    /// one is answered again from them (a READ from memory, an atomic with the value it
+    /// found), never executed twice.
+    pub answered: [Option<Answered>; RESPONDER_RESOURCES],
+    /// Slot of `answered` the next request takes.
+    pub answered_next: usize,
+}
+
+/// READ and atomic requests a responder remembers: the most the QP may have outstanding
+/// (`2^log_max_ra_res_qp`).
+pub(crate) const RESPONDER_RESOURCES: usize = 1 << LOG_MAX_RA_QP;
+
+/// A READ or atomic request the responder answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answered {
+    /// An RDMA READ whose responses took PSNs `first_psn..=last_psn` (mod 2^24).
+    Read { first_psn: u32, last_psn: u32 },
+    /// An atomic at `psn` that found `original` at its target.
+    Atomic { psn: u32, original: u64 },
+}
+
+impl Responder {
+    /// Remembers a READ or atomic request just answered.
+    pub fn remember(&mut self, answered: Answered) {
+        let slot = self.answered_next % RESPONDER_RESOURCES;
+        self.answered[slot] = Some(answered);
+        self.answered_next = (slot + 1) % RESPONDER_RESOURCES;
+    }
 }
 
 /// A receive WQE being filled.
@@ -175,6 +203,8 @@ pub(crate) struct Outstanding {
     pub signaled: bool,
     /// Message bytes.
     pub bytes: u32,
+    /// READ response packets (or atomic acknowledgements) taken so far, in PSN order.
+    pub responses: u32,
 }
 
 /// What the requester of an RC QP waits for.

@@ -1,0 +1,441 @@
+//! The RC requester's send side: on a send doorbell for an RC QP, fetch each new WQE from the
+//! QP's send ring, gather its message (data segments through memory keys, or inline bytes),
+//! and cut it into packets of at most the path MTU (FIRST/MIDDLE/LAST/ONLY); a READ or an
+//! atomic goes as one request packet with the PSNs of its responses reserved.
+
+use super::packet::{bth_opcode, build_frame, mtu_bytes, Transport, PSN_MASK};
+use super::requester_ack::{fail, flush};
+use super::retransmit::arm_ack_timer;
+use crate::counters::add;
+use crate::fw::mkey::translate;
+use crate::fw::Core;
+use crate::objects::rc::Outstanding;
+use cxdirect_hw::cqe::CqeSyndrome;
+use cxdirect_hw::qp::state;
+use cxdirect_hw::wqe::{
+    self, opcode, AtomicSeg, CtrlSeg, DataSeg, RaddrSeg, INLINE_SEG, WQE_BB, WQE_DS,
+};
+/// What the requester knows of a WQE it is sending.
+struct Request {
+    opcode: u8,
+    index: u16,
+    bbs: u16,
+    imm: u32,
+    solicited: bool,
+    signaled: bool,
+    remote: Option<(u64, u32)>,
+    /// A retransmission from this PSN (the WQE is already outstanding).
+    resend_psn: Option<u32>,
+}
+
+/// Send doorbell for RC QP `qpn` on UAR `uar`: executes every WQE posted since the last one.
+pub(crate) fn doorbell(core: &mut Core, uar: u32, qpn: u32) {
+    let Some(qp) = core.res.qps.get(qpn) else {
+        add(&core.counters.bad_doorbells, 1);
+        return;
+    };
+    let Some(log_sq) = qp.log_sq_size else {
+        add(&core.counters.bad_doorbells, 1);
+        return;
+    };
+    if qp.uar != uar {
+        add(&core.counters.bad_doorbells, 1);
+        return;
+    }
+    if qp.state == state::ERR {
+        flush(core, qpn);
+        return;
+    }
+    if qp.state != state::RTS {
+        add(&core.counters.bad_doorbells, 1);
+        return;
+    }
+    let dbr = qp.dbr;
+    let Ok(word) = core.dma_read_be32(dbr + 4) else {
+        return;
+    };
+    let pi = word as u16;
+    let entries = 1u32 << log_sq;
+    if u32::from(pi.wrapping_sub(qp.sq_consumed)) > entries {
+        add(&core.counters.bad_doorbells, 1);
+        return;
+    }
+    let mut scratch = std::mem::take(&mut core.rc_scratch);
+    while let Some(qp) = core.res.qps.get(qpn) {
+        let index = qp.sq_consumed;
+        if index == pi || qp.state != state::RTS {
+            break;
+        }
+        match execute(core, qpn, index, None, &mut scratch) {
+            Ok(bbs) => {
+                if let Some(qp) = core.res.qps.get_mut(qpn) {
+                    qp.sq_consumed = index.wrapping_add(bbs);
+                }
+            }
+            Err((opcode, syndrome)) => {
+                fail(core, qpn, index, opcode, syndrome);
+                let bbs = wqe_span(core, qpn, index, pi);
+                if let Some(qp) = core.res.qps.get_mut(qpn) {
+                    qp.sq_consumed = index.wrapping_add(bbs);
+                }
+                flush(core, qpn);
+                break;
+            }
+        }
+    }
+    core.rc_scratch = scratch;
+}
+
+/// WQEBBs the WQE at `index` takes by its control segment's `ds` (1 when that cannot be
+/// read), ending no later than the producer index `pi`.
+fn wqe_span(core: &Core, qpn: u32, index: u16, pi: u16) -> u16 {
+    let mut bb = [0u8; WQE_BB];
+    let ds = read_bb(core, qpn, index, &mut bb)
+        .ok()
+        .and_then(|()| CtrlSeg::new(&bb[..16]).ok().map(|c| usize::from(c.ds())))
+        .unwrap_or(0);
+    span(ds, index, pi)
+}
+
+/// WQEBBs of a WQE of `ds` 16-byte units at `index`: at least 1, and no further than the
+/// producer index `pi` (a malformed `ds` never skips past what was posted).
+pub(super) fn span(ds: usize, index: u16, pi: u16) -> u16 {
+    let bbs = u16::try_from(wqe::wqebbs(ds)).unwrap_or(u16::MAX);
+    bbs.clamp(1, pi.wrapping_sub(index).max(1))
+}
+
+/// Reusable buffers of the RC requester.
+#[derive(Default)]
+pub(crate) struct RcScratch {
+    wqe: Vec<u8>,
+    message: Vec<u8>,
+    frame: Vec<u8>,
+    /// The responder's ACK, NAK and response frames.
+    pub ack: Vec<u8>,
+    /// The responder's READ response payload.
+    pub response: Vec<u8>,
+}
+
+/// Reads WQEBB `bb` of QP `qpn`'s send ring into `out` (one WQEBB).
+pub(super) fn read_bb(core: &Core, qpn: u32, bb: u16, out: &mut [u8]) -> Result<(), ()> {
+    let qp = core.res.qps.get(qpn).ok_or(())?;
+    let log_sq = qp.log_sq_size.ok_or(())?;
+    let slot = u64::from(bb) & ((1u64 << log_sq) - 1);
+    let offset = qp.receive.ring_bytes() + slot * WQE_BB as u64;
+    let addr = qp.buf.addr(offset).ok_or(())?;
+    core.dma_read(addr, out).map_err(|_| ())
+}
+
+type WqeError = (u8, CqeSyndrome);
+
+/// Executes the WQE at `index`; returns its WQEBBs.
+pub(super) fn execute(
+    core: &mut Core,
+    qpn: u32,
+    index: u16,
+    resend_psn: Option<u32>,
+    s: &mut RcScratch,
+) -> Result<u16, WqeError> {
+    s.wqe.resize(WQE_BB, 0);
+    read_bb(core, qpn, index, &mut s.wqe[..WQE_BB])
+        .map_err(|_| (0, CqeSyndrome::LocalProtection))?;
+    let ctrl = CtrlSeg::new(&s.wqe[..16]).map_err(|_| (0, CqeSyndrome::LocalQpOperation))?;
+    let (op, ds) = (ctrl.opcode(), usize::from(ctrl.ds()));
+    let (imm, solicited) = (ctrl.imm(), ctrl.se());
+    let signaled = ctrl.ce() >= wqe::completion::ALWAYS;
+    let (ctrl_qpn, ctrl_index) = (ctrl.qpn_or_sqn(), ctrl.wqe_index());
+    let bad = (op, CqeSyndrome::LocalQpOperation);
+    if ds == 0 || ctrl_qpn != qpn || ctrl_index != index {
+        return Err(bad);
+    }
+    let bbs = wqe::wqebbs(ds) as u16;
+    s.wqe.resize(usize::from(bbs) * WQE_BB, 0);
+    for i in 1..bbs {
+        let range = usize::from(i) * WQE_BB..usize::from(i + 1) * WQE_BB;
+        read_bb(core, qpn, index.wrapping_add(i), &mut s.wqe[range])
+            .map_err(|_| (op, CqeSyndrome::LocalProtection))?;
+    }
+    let mut req = Request {
+        opcode: op,
+        index,
+        bbs,
+        imm,
+        solicited,
+        signaled,
+        remote: None,
+        resend_psn,
+    };
+    let mut at = WQE_DS;
+    match op {
+        opcode::SEND | opcode::SEND_IMM => {}
+        opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
+            if ds < 2 {
+                return Err(bad);
+            }
+            let raddr = RaddrSeg::new(&s.wqe[at..at + WQE_DS]).map_err(|_| bad)?;
+            req.remote = Some((raddr.raddr(), raddr.rkey()));
+            at += WQE_DS;
+        }
+        opcode::RDMA_READ => {
+            if ds < 2 {
+                return Err(bad);
+            }
+            let raddr = RaddrSeg::new(&s.wqe[at..at + WQE_DS]).map_err(|_| bad)?;
+            let (va, rkey) = (raddr.raddr(), raddr.rkey());
+            let bytes = local_bytes(&s.wqe[..ds * WQE_DS], at + WQE_DS).ok_or(bad)?;
+            send_read(core, qpn, &req, va, rkey, bytes);
+            return Ok(req.bbs);
+        }
+        opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
+            if ds < 4 {
+                return Err(bad);
+            }
+            let raddr = RaddrSeg::new(&s.wqe[at..at + WQE_DS]).map_err(|_| bad)?;
+            let atomic = AtomicSeg::new(&s.wqe[at + WQE_DS..at + 2 * WQE_DS]).map_err(|_| bad)?;
+            let bytes = local_bytes(&s.wqe[..ds * WQE_DS], at + 2 * WQE_DS).ok_or(bad)?;
+            if bytes != 8 {
+                return Err((op, CqeSyndrome::LocalLength));
+            }
+            let eth = (
+                raddr.raddr(),
+                raddr.rkey(),
+                atomic.swap_add(),
+                atomic.compare(),
+            );
+            send_atomic(core, qpn, &req, eth);
+            return Ok(req.bbs);
+        }
+        _ => return Err(bad),
+    }
+    gather(core, qpn, &s.wqe[..ds * WQE_DS], at, &mut s.message).map_err(|syn| (op, syn))?;
+    send_message(core, qpn, &req, s);
+    Ok(req.bbs)
+}
+
+/// Gathers the message of the data and inline segments of `wqe` from byte `at` on.
+fn gather(
+    core: &Core,
+    qpn: u32,
+    wqe: &[u8],
+    mut at: usize,
+    message: &mut Vec<u8>,
+) -> Result<(), CqeSyndrome> {
+    message.clear();
+    let qp = core.res.qps.get(qpn).ok_or(CqeSyndrome::LocalQpOperation)?;
+    let pd = qp.pd;
+    let max = 1usize << qp.log_msg_max.min(31);
+    while at + 4 <= wqe.len() {
+        let head = u32::from_be_bytes([wqe[at], wqe[at + 1], wqe[at + 2], wqe[at + 3]]);
+        if head & INLINE_SEG != 0 {
+            let len = (head & !INLINE_SEG) as usize;
+            let end = at + 4 + len;
+            if end > wqe.len() {
+                return Err(CqeSyndrome::LocalLength);
+            }
+            message.extend_from_slice(&wqe[at + 4..end]);
+            at += wqe::inline_seg_ds(len) * WQE_DS;
+        } else {
+            if at + WQE_DS > wqe.len() {
+                break;
+            }
+            let seg = DataSeg::new(&wqe[at..at + WQE_DS]).map_err(|_| CqeSyndrome::LocalLength)?;
+            let len = seg.byte_count() as usize;
+            at += WQE_DS;
+            if len == 0 {
+                continue;
+            }
+            if message.len() + len > max {
+                return Err(CqeSyndrome::LocalLength);
+            }
+            let start = message.len();
+            message.resize(start + len, 0);
+            let dest = &mut message[start..];
+            translate(
+                core,
+                seg.lkey(),
+                pd,
+                seg.addr(),
+                len as u64,
+                false,
+                |iova, offset, bytes| {
+                    let range = offset as usize..(offset + bytes) as usize;
+                    core.dma_read(iova, &mut dest[range])
+                        .map_err(|_| crate::fw::mkey::KeyFault::Bounds)
+                },
+            )
+            .map_err(|_| CqeSyndrome::LocalProtection)?;
+        }
+    }
+    if message.len() > max {
+        return Err(CqeSyndrome::LocalLength);
+    }
+    Ok(())
+}
+
+/// Cuts the gathered message into packets and transmits them.
+fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcScratch) {
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return;
+    };
+    let mtu = mtu_bytes(qp.mtu);
+    let dest_qpn = qp.remote_qpn;
+    let mut psn = req.resend_psn.unwrap_or(qp.next_send_psn) & PSN_MASK;
+    let first_psn = psn;
+    let total = s.message.len();
+    let packets = total.div_ceil(mtu).max(1);
+    let write = req.remote.is_some();
+    let with_imm = matches!(req.opcode, opcode::SEND_IMM | opcode::RDMA_WRITE_IMM);
+    for n in 0..packets {
+        let first = n == 0;
+        let last = n + 1 == packets;
+        let bth = match (write, first, last, with_imm) {
+            (false, true, true, false) => bth_opcode::SEND_ONLY,
+            (false, true, true, true) => bth_opcode::SEND_ONLY_IMM,
+            (false, true, false, _) => bth_opcode::SEND_FIRST,
+            (false, false, false, _) => bth_opcode::SEND_MIDDLE,
+            (false, false, true, false) => bth_opcode::SEND_LAST,
+            (false, false, true, true) => bth_opcode::SEND_LAST_IMM,
+            (true, true, true, false) => bth_opcode::WRITE_ONLY,
+            (true, true, true, true) => bth_opcode::WRITE_ONLY_IMM,
+            (true, true, false, _) => bth_opcode::WRITE_FIRST,
+            (true, false, false, _) => bth_opcode::WRITE_MIDDLE,
+            (true, false, true, false) => bth_opcode::WRITE_LAST,
+            (true, false, true, true) => bth_opcode::WRITE_LAST_IMM,
+        };
+        let t = Transport {
+            opcode: bth,
+            dest_qpn,
+            psn,
+            ack_req: last,
+            solicited: last && req.solicited,
+            reth: match req.remote {
+                Some((va, rkey)) if first => Some((va, rkey, total as u32)),
+                _ => None,
+            },
+            aeth: None,
+            imm: (last && with_imm).then_some(req.imm),
+            atomic: None,
+            atomic_ack: None,
+        };
+        let range = (n * mtu).min(total)..((n + 1) * mtu).min(total);
+        let mut frame = std::mem::take(&mut s.frame);
+        if build_frame(core, qpn, &t, &s.message[range], &mut frame) {
+            crate::engine::sq::transmit(core, &frame);
+        }
+        s.frame = frame;
+        psn = (psn + 1) & PSN_MASK;
+    }
+    arm_ack_timer(core, qpn);
+    if req.resend_psn.is_some() {
+        return;
+    }
+    if let Some(qp) = core.res.qps.get_mut(qpn) {
+        qp.next_send_psn = psn;
+        qp.req.outstanding.push_back(Outstanding {
+            index: req.index,
+            opcode: req.opcode,
+            first_psn,
+            last_psn: psn.wrapping_sub(1) & PSN_MASK,
+            signaled: req.signaled,
+            bytes: total as u32,
+            responses: 0,
+        });
+    }
+}
+
+/// Bytes of the local data segments of `wqe` from byte `at` on (where a READ or atomic
+/// response lands); `None` for an inline segment there.
+fn local_bytes(wqe: &[u8], mut at: usize) -> Option<u32> {
+    let mut total = 0u32;
+    while at + WQE_DS <= wqe.len() {
+        let seg = DataSeg::new(&wqe[at..at + WQE_DS]).ok()?;
+        if seg.byte_count() & INLINE_SEG != 0 {
+            return None;
+        }
+        total = total.checked_add(seg.byte_count())?;
+        at += WQE_DS;
+    }
+    Some(total)
+}
+
+/// Sends the READ request of `req` for `bytes` at `va` through `rkey`: one packet, the PSNs
+/// of all its response packets reserved.
+fn send_read(core: &mut Core, qpn: u32, req: &Request, va: u64, rkey: u32, bytes: u32) {
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return;
+    };
+    let mtu = mtu_bytes(qp.mtu);
+    let psn = req.resend_psn.unwrap_or(qp.next_send_psn) & PSN_MASK;
+    let responses = (bytes as usize).div_ceil(mtu).max(1) as u32;
+    let t = Transport {
+        opcode: bth_opcode::READ_REQUEST,
+        dest_qpn: qp.remote_qpn,
+        psn,
+        ack_req: true,
+        solicited: false,
+        reth: Some((va, rkey, bytes)),
+        aeth: None,
+        imm: None,
+        atomic: None,
+        atomic_ack: None,
+    };
+    transmit_request(core, qpn, &t, req, psn, responses, bytes);
+}
+
+/// Sends the atomic request of `req` (AtomicETH `eth`).
+fn send_atomic(core: &mut Core, qpn: u32, req: &Request, eth: (u64, u32, u64, u64)) {
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return;
+    };
+    let psn = req.resend_psn.unwrap_or(qp.next_send_psn) & PSN_MASK;
+    let t = Transport {
+        opcode: if req.opcode == opcode::ATOMIC_CS {
+            bth_opcode::COMPARE_SWAP
+        } else {
+            bth_opcode::FETCH_ADD
+        },
+        dest_qpn: qp.remote_qpn,
+        psn,
+        ack_req: true,
+        solicited: false,
+        reth: None,
+        aeth: None,
+        imm: None,
+        atomic: Some(eth),
+        atomic_ack: None,
+    };
+    transmit_request(core, qpn, &t, req, psn, 1, 8);
+}
+
+/// Transmits a one-packet request taking `psns` PSNs from `psn` on, and records it outstanding.
+fn transmit_request(
+    core: &mut Core,
+    qpn: u32,
+    t: &Transport,
+    req: &Request,
+    psn: u32,
+    psns: u32,
+    bytes: u32,
+) {
+    let mut frame = std::mem::take(&mut core.rc_scratch.frame);
+    if build_frame(core, qpn, t, &[], &mut frame) {
+        crate::engine::sq::transmit(core, &frame);
+    }
+    core.rc_scratch.frame = frame;
+    arm_ack_timer(core, qpn);
+    if req.resend_psn.is_some() {
+        return;
+    }
+    if let Some(qp) = core.res.qps.get_mut(qpn) {
+        qp.next_send_psn = (psn + psns) & PSN_MASK;
+        qp.req.outstanding.push_back(Outstanding {
+            index: req.index,
+            opcode: req.opcode,
+            first_psn: psn,
+            last_psn: (psn + psns - 1) & PSN_MASK,
+            signaled: req.signaled,
+            bytes,
+            responses: 0,
+        });
+    }
+}

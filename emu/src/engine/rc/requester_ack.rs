@@ -1,0 +1,345 @@
+//! The RC requester's acknowledgements: ACKs and NAKs retire outstanding WQEs in order, READ
+//! responses and atomic acknowledgements land in the WQE's local buffers, and the completions
+//! (success, error, flush) are written.
+
+use super::packet::{aeth, bth_opcode, mtu_bytes, PSN_MASK};
+use super::requester::{read_bb, span};
+use super::retransmit::{progressed, resend_outstanding, rnr_nak};
+use crate::counters::add;
+use crate::fw::mkey::translate;
+use crate::fw::Core;
+use crate::objects::rc::Outstanding;
+use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome, ErrCqe};
+use cxdirect_hw::qp::state;
+use cxdirect_hw::wqe::{self, opcode, CtrlSeg, DataSeg, WQE_BB, WQE_DS};
+use std::time::Instant;
+/// An ACK or NAK (AETH `syndrome`) for `psn` reached requester QP `qpn`: every WQE whose last
+/// packet it acknowledges retires in order, with a CQE when signalled. A NAK for a remote
+/// access error, invalid request or remote operational error completes the WQE it names in
+/// error, moves the QP to error and flushes every WQE after it.
+pub(crate) fn acknowledge(core: &mut Core, qpn: u32, psn: u32, syndrome: u8) {
+    let kind = syndrome & aeth::TYPE_MASK;
+    let error = match syndrome {
+        aeth::NAK_REMOTE_ACCESS => Some(CqeSyndrome::RemoteAccess),
+        aeth::NAK_INVALID_REQUEST => Some(CqeSyndrome::RemoteInvalidRequest),
+        aeth::NAK_REMOTE_OPERATION => Some(CqeSyndrome::RemoteOperation),
+        _ => None,
+    };
+    // A NAK acknowledges the packets before the PSN it names; an ACK, that PSN too.
+    let acked_through = if kind == 0 {
+        psn
+    } else {
+        psn.wrapping_sub(1) & PSN_MASK
+    };
+    loop {
+        let Some(qp) = core.res.qps.get_mut(qpn) else {
+            return;
+        };
+        let Some(&front) = qp.req.outstanding.front() else {
+            break;
+        };
+        // `front.last_psn` at or before `acked_through`, in 24-bit sequence space.
+        if acked_through.wrapping_sub(front.last_psn) & PSN_MASK >= 1 << 23 {
+            break;
+        }
+        // A READ or atomic completes by its response, never by a later ACK.
+        if expects_response(front.opcode) {
+            break;
+        }
+        qp.req.outstanding.pop_front();
+        if front.signaled {
+            requester_cqe(core, qpn, &front);
+        }
+    }
+    let now = Instant::now();
+    progressed(core, qpn, now);
+    if kind == aeth::RNR_NAK {
+        rnr_nak(core, qpn, syndrome & 0x1f, now);
+        return;
+    }
+    if syndrome == aeth::NAK_PSN_SEQ {
+        // The responder lost a packet: go back to the first unacknowledged one.
+        resend_outstanding(core, qpn);
+        return;
+    }
+    if let Some(syndrome) = error {
+        let front = core
+            .res
+            .qps
+            .get_mut(qpn)
+            .and_then(|qp| qp.req.outstanding.pop_front());
+        if let Some(front) = front {
+            fail(core, qpn, front.index, front.opcode, syndrome);
+        }
+        flush(core, qpn);
+    }
+}
+
+/// Writes the requester CQE of a WQE that completed.
+fn requester_cqe(core: &mut Core, qpn: u32, done: &Outstanding) {
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return;
+    };
+    let cqn = qp.cqn_snd;
+    let mut cqe = [0u8; 64];
+    if let Ok(mut c) = Cqe64::new(&mut cqe[..]) {
+        c.set_opcode(CqeOpcode::Req as u8)
+            .set_sop_drop(done.opcode)
+            .set_qpn(qpn)
+            .set_wqe_counter(done.index)
+            .set_byte_cnt(done.bytes);
+    }
+    if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
+        add(&core.counters.completions_lost, 1);
+    }
+}
+
+/// QP `qpn` went to error by command (2ERR_QP): every send WQE outstanding or posted and
+/// every receive WQE posted complete with the flush syndrome, and no timer runs for it.
+pub(crate) fn flush_on_error(core: &mut Core, qpn: u32) {
+    flush(core, qpn);
+    if let Some(qp) = core.res.qps.get_mut(qpn) {
+        qp.req.ack_deadline = None;
+        qp.req.rnr_until = None;
+    }
+    super::responder_recv::flush_receives(core, qpn);
+}
+
+/// Completes every WQE still outstanding, then every WQE posted and not executed, with the
+/// flush syndrome (the QP is in error).
+pub(super) fn flush(core: &mut Core, qpn: u32) {
+    while let Some(front) = core
+        .res
+        .qps
+        .get_mut(qpn)
+        .and_then(|qp| qp.req.outstanding.pop_front())
+    {
+        flushed(core, qpn, front.index, front.opcode);
+    }
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return;
+    };
+    let Ok(word) = core.dma_read_be32(qp.dbr + 4) else {
+        return;
+    };
+    let pi = word as u16;
+    let entries = qp.log_sq_size.map_or(0, |log| 1u32 << log);
+    let mut index = qp.sq_consumed;
+    if u32::from(pi.wrapping_sub(index)) > entries {
+        return;
+    }
+    let mut ctrl = [0u8; 16];
+    while index != pi {
+        let mut bb = [0u8; WQE_BB];
+        if read_bb(core, qpn, index, &mut bb).is_err() {
+            break;
+        }
+        ctrl.copy_from_slice(&bb[..16]);
+        let Ok(seg) = CtrlSeg::new(&ctrl[..]) else {
+            break;
+        };
+        let (op, ds) = (seg.opcode(), usize::from(seg.ds()));
+        flushed(core, qpn, index, op);
+        index = index.wrapping_add(span(ds, index, pi));
+    }
+    if let Some(qp) = core.res.qps.get_mut(qpn) {
+        qp.sq_consumed = pi;
+    }
+}
+
+/// The flush-error CQE of one WQE.
+pub(super) fn flushed(core: &mut Core, qpn: u32, index: u16, opcode: u8) {
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return;
+    };
+    let cqn = qp.cqn_snd;
+    let mut cqe = [0u8; 64];
+    if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
+        err.set_syndrome(CqeSyndrome::WrFlushed as u8)
+            .set_s_wqe_opcode(opcode)
+            .set_qpn(qpn)
+            .set_wqe_counter(index)
+            .set_opcode(CqeOpcode::ReqErr as u8);
+    }
+    if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
+        add(&core.counters.completions_lost, 1);
+    }
+}
+
+/// Writes an error CQE for the WQE at `index` and moves the QP to error.
+pub(super) fn fail(core: &mut Core, qpn: u32, index: u16, opcode: u8, syndrome: CqeSyndrome) {
+    add(&core.counters.error_cqes, 1);
+    let Some(qp) = core.res.qps.get_mut(qpn) else {
+        return;
+    };
+    qp.state = state::ERR;
+    let cqn = qp.cqn_snd;
+    let mut cqe = [0u8; 64];
+    if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
+        err.set_syndrome(syndrome as u8)
+            .set_s_wqe_opcode(opcode)
+            .set_qpn(qpn)
+            .set_wqe_counter(index)
+            .set_opcode(CqeOpcode::ReqErr as u8);
+    }
+    if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
+        add(&core.counters.completions_lost, 1);
+    }
+}
+
+/// WQEs a response (READ data, atomic original value) completes, rather than an ACK.
+fn expects_response(opcode: u8) -> bool {
+    matches!(
+        opcode,
+        opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA
+    )
+}
+
+/// A READ response packet (`opcode`, `psn`, payload `data`) or an atomic acknowledgement
+/// (`data` the original value) reached requester QP `qpn`. It must be the next response the
+/// first WQE awaiting one expects: a duplicate (a replay of what landed already), a response
+/// past a lost one, or one of the wrong kind is dropped, and the ACK timer asks again. Earlier
+/// WQEs are acknowledged by it, the data lands in the WQE's local buffers, and the last packet
+/// completes the WQE.
+pub(crate) fn response(core: &mut Core, qpn: u32, opcode: u8, psn: u32, data: &[u8]) {
+    use bth_opcode::*;
+    let (first, last) = match opcode {
+        READ_RESPONSE_ONLY | ATOMIC_ACKNOWLEDGE => (true, true),
+        READ_RESPONSE_FIRST => (true, false),
+        READ_RESPONSE_MIDDLE => (false, false),
+        READ_RESPONSE_LAST => (false, true),
+        _ => return,
+    };
+    let Some(awaited) = first_awaiting_response(core, qpn) else {
+        add(&core.counters.roce_rx_drops, 1);
+        return;
+    };
+    let expected = (awaited.first_psn + awaited.responses) & PSN_MASK;
+    let is_atomic = awaited.opcode != opcode::RDMA_READ;
+    if psn != expected
+        || is_atomic != (opcode == ATOMIC_ACKNOWLEDGE)
+        || first != (awaited.responses == 0)
+        || last != (psn == awaited.last_psn)
+    {
+        add(&core.counters.roce_rx_drops, 1);
+        return;
+    }
+    // Everything before the response's WQE is acknowledged by it.
+    acknowledge_before(core, qpn, awaited.first_psn);
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return;
+    };
+    let offset = awaited.responses as usize * mtu_bytes(qp.mtu);
+    if let Err(syndrome) = scatter_local(core, qpn, awaited.index, offset, data) {
+        if let Some(qp) = core.res.qps.get_mut(qpn) {
+            qp.req.outstanding.pop_front();
+        }
+        fail(core, qpn, awaited.index, awaited.opcode, syndrome);
+        flush(core, qpn);
+        return;
+    }
+    let Some(qp) = core.res.qps.get_mut(qpn) else {
+        return;
+    };
+    if last {
+        qp.req.outstanding.pop_front();
+        if awaited.signaled {
+            requester_cqe(core, qpn, &awaited);
+        }
+    } else if let Some(front) = qp.req.outstanding.front_mut() {
+        front.responses += 1;
+    }
+    progressed(core, qpn, Instant::now());
+}
+
+/// The first outstanding WQE that waits for a response.
+fn first_awaiting_response(core: &Core, qpn: u32) -> Option<Outstanding> {
+    let qp = core.res.qps.get(qpn)?;
+    qp.req
+        .outstanding
+        .iter()
+        .find(|o| expects_response(o.opcode))
+        .copied()
+}
+
+/// Retires, in order, every outstanding WQE before the one whose first PSN is `psn`.
+fn acknowledge_before(core: &mut Core, qpn: u32, psn: u32) {
+    loop {
+        let Some(qp) = core.res.qps.get_mut(qpn) else {
+            return;
+        };
+        let Some(&front) = qp.req.outstanding.front() else {
+            return;
+        };
+        if front.first_psn == psn {
+            return;
+        }
+        qp.req.outstanding.pop_front();
+        if front.signaled {
+            requester_cqe(core, qpn, &front);
+        }
+    }
+}
+
+/// Writes `data` at byte `offset` of the local buffers of the READ or atomic WQE at `index`
+/// (re-read from the send ring, which the driver does not reuse before the completion).
+fn scatter_local(
+    core: &Core,
+    qpn: u32,
+    index: u16,
+    offset: usize,
+    data: &[u8],
+) -> Result<(), CqeSyndrome> {
+    let mut wqe = [0u8; 4 * WQE_BB];
+    read_bb(core, qpn, index, &mut wqe[..WQE_BB]).map_err(|_| CqeSyndrome::LocalProtection)?;
+    let ctrl = CtrlSeg::new(&wqe[..16]).map_err(|_| CqeSyndrome::LocalQpOperation)?;
+    let (op, ds) = (ctrl.opcode(), usize::from(ctrl.ds()));
+    let bbs = wqe::wqebbs(ds);
+    if bbs > 4 {
+        return Err(CqeSyndrome::LocalLength);
+    }
+    for i in 1..bbs {
+        read_bb(
+            core,
+            qpn,
+            index.wrapping_add(i as u16),
+            &mut wqe[i * WQE_BB..(i + 1) * WQE_BB],
+        )
+        .map_err(|_| CqeSyndrome::LocalProtection)?;
+    }
+    let pd = core.res.qps.get(qpn).map_or(0, |qp| qp.pd);
+    let mut at = if op == opcode::RDMA_READ { 2 } else { 3 } * WQE_DS;
+    let mut skip = offset;
+    let mut left = data;
+    while !left.is_empty() && at + WQE_DS <= ds * WQE_DS {
+        let seg = DataSeg::new(&wqe[at..at + WQE_DS]).map_err(|_| CqeSyndrome::LocalLength)?;
+        at += WQE_DS;
+        let cap = seg.byte_count() as usize;
+        if skip >= cap {
+            skip -= cap;
+            continue;
+        }
+        let n = (cap - skip).min(left.len());
+        let (now, later) = left.split_at(n);
+        translate(
+            core,
+            seg.lkey(),
+            pd,
+            seg.addr() + skip as u64,
+            n as u64,
+            true,
+            |iova, off, bytes| {
+                core.dma_write(iova, &now[off as usize..(off + bytes) as usize])
+                    .map_err(|_| crate::fw::mkey::KeyFault::Bounds)
+            },
+        )
+        .map_err(|_| CqeSyndrome::LocalProtection)?;
+        left = later;
+        skip = 0;
+    }
+    if left.is_empty() {
+        Ok(())
+    } else {
+        Err(CqeSyndrome::LocalLength)
+    }
+}

@@ -1,0 +1,378 @@
+//! The RC responder: a UDP 4791 frame reaching a function with RoCE enabled goes to the QP its
+//! BTH names, not through Ethernet steering. The ICRC is checked (a bad one is dropped and
+//! counted), then the PSN: a duplicate is answered by an ACK, the first packet out of sequence
+//! by a sequence-error NAK (later ones are dropped silently until the expected PSN arrives). A
+//! SEND scatters into a receive WQE (no WQE: an RNR NAK); a WRITE lands through the rkey after
+//! [`check_remote`] (refused: a remote access NAK, nothing written). A packet asking for an
+//! acknowledgement gets an ACK carrying the MSN; packets that do not ask are acknowledged with
+//! the next one that does (coalesced). ACKs, NAKs and responses arriving for the QP go to the
+//! requester ([`super::requester_ack`]).
+
+use super::packet::{
+    aeth, bth_opcode, build_frame, icrc, roce_offsets, Transport, ACKNOWLEDGE, BTH_LEN, ICRC_LEN,
+    IMM_LEN, PSN_MASK, RETH_LEN,
+};
+use super::requester_ack::{acknowledge, response};
+use super::responder_read_atomic::{atomic, read, replay_atomic, replay_read};
+use super::responder_recv::{
+    receive_available, responder_cqe, responder_error, scatter, take_receive,
+};
+use crate::counters::add;
+use crate::fw::mkey::{check_remote, translate_remote, KeyFault, RemoteAccess};
+use crate::fw::Core;
+use crate::objects::rc::WriteInProgress;
+use cxdirect_hw::cqe::CqeOpcode;
+use cxdirect_hw::qp::state;
+/// Takes `frame` when it is RoCE v2 and RoCE is enabled on the function; false when it is
+/// not RoCE, for Ethernet steering to handle.
+pub(crate) fn receive(core: &mut Core, frame: &[u8]) -> bool {
+    if !core.cfg.roce || !core.port.roce_en {
+        return false;
+    }
+    let Some(at) = roce_offsets(frame) else {
+        return false;
+    };
+    if at.end > frame.len() || at.end < at.bth + BTH_LEN + ICRC_LEN {
+        add(&core.counters.roce_rx_drops, 1);
+        return true;
+    }
+    let body_end = at.end - ICRC_LEN;
+    if icrc(&frame[..body_end], at.l3) != frame[body_end..at.end] {
+        add(&core.counters.roce_icrc_drops, 1);
+        return true;
+    }
+    let bth = &frame[at.bth..at.bth + BTH_LEN];
+    let opcode = bth[0];
+    let pad = usize::from((bth[1] >> 4) & 3);
+    let qpn = u32::from_be_bytes([bth[4], bth[5], bth[6], bth[7]]) & PSN_MASK;
+    let psn_word = u32::from_be_bytes([bth[8], bth[9], bth[10], bth[11]]);
+    let (psn, ack_req) = (psn_word & PSN_MASK, psn_word & 0x8000_0000 != 0);
+    let Some(qp) = core.res.qps.get(qpn) else {
+        add(&core.counters.roce_rx_drops, 1);
+        return true;
+    };
+    let qp_state = qp.state;
+    let rest_start = at.bth + BTH_LEN;
+    if body_end < rest_start + pad {
+        add(&core.counters.roce_rx_drops, 1);
+        return true;
+    }
+    let rest = &frame[rest_start..body_end - pad];
+    if (bth_opcode::READ_RESPONSE_FIRST..=bth_opcode::ATOMIC_ACKNOWLEDGE).contains(&opcode)
+        && opcode != ACKNOWLEDGE
+    {
+        if qp_state != state::RTS {
+            add(&core.counters.roce_rx_drops, 1);
+            return true;
+        }
+        // FIRST, LAST and ONLY carry an AETH before the data; an atomic ACK one before the
+        // original value.
+        let skip = if opcode == bth_opcode::READ_RESPONSE_MIDDLE {
+            0
+        } else {
+            4
+        };
+        if rest.len() < skip {
+            add(&core.counters.roce_rx_drops, 1);
+            return true;
+        }
+        response(core, qpn, opcode, psn, &rest[skip..]);
+        return true;
+    }
+    if opcode == ACKNOWLEDGE {
+        if rest.len() < 4 || qp_state != state::RTS {
+            add(&core.counters.roce_rx_drops, 1);
+            return true;
+        }
+        let word = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]);
+        acknowledge(core, qpn, psn, (word >> 24) as u8);
+        return true;
+    }
+    if qp_state != state::RTR && qp_state != state::RTS {
+        add(&core.counters.roce_rx_drops, 1);
+        return true;
+    }
+    respond(core, qpn, opcode, psn, ack_req, rest);
+    true
+}
+
+/// What a packet did at the responder.
+pub(super) enum Outcome {
+    /// Taken; acknowledge when asked.
+    Done,
+    /// Answered with responses taking this many PSNs (a READ, an atomic).
+    Responded(u32),
+    /// Refused with this NAK syndrome (the PSN is not consumed).
+    Nak(u8),
+}
+
+/// The responder's handling of an in-sequence check and then the packet.
+fn respond(core: &mut Core, qpn: u32, opcode: u8, psn: u32, ack_req: bool, rest: &[u8]) {
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return;
+    };
+    let expected = qp.next_rcv_psn & PSN_MASK;
+    let behind = expected.wrapping_sub(psn) & PSN_MASK;
+    if psn != expected {
+        if behind != 0 && behind < 1 << 23 {
+            // A duplicate: the ACK or response for it was lost, or the requester retried.
+            // A READ is answered again from memory, an atomic with the value it found; any
+            // other request by an ACK of everything received.
+            add(&core.counters.roce_duplicates, 1);
+            match opcode {
+                bth_opcode::READ_REQUEST => replay_read(core, qpn, psn, rest),
+                bth_opcode::COMPARE_SWAP | bth_opcode::FETCH_ADD => replay_atomic(core, qpn, psn),
+                _ => send_ack(core, qpn, expected.wrapping_sub(1) & PSN_MASK, aeth::ACK),
+            }
+        } else {
+            add(&core.counters.roce_rx_drops, 1);
+            let first = core
+                .res
+                .qps
+                .get_mut(qpn)
+                .map(|qp| !std::mem::replace(&mut qp.resp.nak_sent, true))
+                .unwrap_or(false);
+            if first {
+                send_ack(core, qpn, expected, aeth::NAK_PSN_SEQ);
+            }
+        }
+        return;
+    }
+    let outcome = match opcode {
+        bth_opcode::READ_REQUEST => read(core, qpn, psn, rest),
+        bth_opcode::COMPARE_SWAP | bth_opcode::FETCH_ADD => atomic(core, qpn, opcode, psn, rest),
+        _ => packet(core, qpn, opcode, rest),
+    };
+    match outcome {
+        Outcome::Done => {
+            if let Some(qp) = core.res.qps.get_mut(qpn) {
+                qp.next_rcv_psn = (expected + 1) & PSN_MASK;
+                qp.resp.nak_sent = false;
+            }
+            if ack_req {
+                send_ack(core, qpn, psn, aeth::ACK);
+            }
+        }
+        Outcome::Responded(psns) => {
+            if let Some(qp) = core.res.qps.get_mut(qpn) {
+                qp.next_rcv_psn = (expected + psns) & PSN_MASK;
+                qp.resp.nak_sent = false;
+            }
+        }
+        Outcome::Nak(syndrome) => {
+            if syndrome & aeth::TYPE_MASK == aeth::RNR_NAK {
+                add(&core.counters.roce_rnr_naks_sent, 1);
+            }
+            send_ack(core, qpn, psn, syndrome);
+        }
+    }
+}
+
+/// Executes one in-sequence request packet.
+pub(super) fn packet(core: &mut Core, qpn: u32, opcode: u8, rest: &[u8]) -> Outcome {
+    use bth_opcode::*;
+    let (first, last, imm, write) = match opcode {
+        SEND_FIRST => (true, false, false, false),
+        SEND_MIDDLE => (false, false, false, false),
+        SEND_LAST => (false, true, false, false),
+        SEND_LAST_IMM => (false, true, true, false),
+        SEND_ONLY => (true, true, false, false),
+        SEND_ONLY_IMM => (true, true, true, false),
+        WRITE_FIRST => (true, false, false, true),
+        WRITE_MIDDLE => (false, false, false, true),
+        WRITE_LAST => (false, true, false, true),
+        WRITE_LAST_IMM => (false, true, true, true),
+        WRITE_ONLY => (true, true, false, true),
+        WRITE_ONLY_IMM => (true, true, true, true),
+        _ => return Outcome::Nak(aeth::NAK_INVALID_REQUEST),
+    };
+    let mut rest = rest;
+    let mut reth = None;
+    if write && first {
+        if rest.len() < RETH_LEN {
+            return Outcome::Nak(aeth::NAK_INVALID_REQUEST);
+        }
+        let va = u64::from_be_bytes(rest[..8].try_into().unwrap_or_default());
+        let rkey = u32::from_be_bytes([rest[8], rest[9], rest[10], rest[11]]);
+        let len = u32::from_be_bytes([rest[12], rest[13], rest[14], rest[15]]);
+        reth = Some((va, rkey, len));
+        rest = &rest[RETH_LEN..];
+    }
+    let mut imm_data = 0;
+    if imm {
+        if rest.len() < IMM_LEN {
+            return Outcome::Nak(aeth::NAK_INVALID_REQUEST);
+        }
+        imm_data = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]);
+        rest = &rest[IMM_LEN..];
+    }
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return Outcome::Nak(aeth::NAK_INVALID_REQUEST);
+    };
+    let in_send = qp.resp.recv.is_some();
+    let in_write = qp.resp.write.is_some();
+    // A FIRST or ONLY while a message is open, or a MIDDLE or LAST of none, is out of order.
+    if first == (in_send || in_write) || (!first && write != in_write) {
+        return Outcome::Nak(aeth::NAK_INVALID_REQUEST);
+    }
+    if write {
+        if let Some((va, rkey, len)) = reth {
+            if !qp.rwe
+                || check_remote(core, rkey, qp.pd, va, u64::from(len), RemoteAccess::Write).is_err()
+            {
+                return Outcome::Nak(aeth::NAK_REMOTE_ACCESS);
+            }
+            set_write(core, qpn, va, rkey, len);
+        }
+        // With immediate, the receive WQE must be there before the last data lands.
+        if imm && !receive_available(core, qpn) {
+            if first {
+                clear_write(core, qpn);
+            }
+            return rnr(core, qpn);
+        }
+        if let Err(syndrome) = write_data(core, qpn, rest, last) {
+            clear_write(core, qpn);
+            return Outcome::Nak(syndrome);
+        }
+        if last {
+            let total = core
+                .res
+                .qps
+                .get_mut(qpn)
+                .and_then(|qp| qp.resp.write.take())
+                .map_or(0, |w| w.total);
+            if imm {
+                let Some(recv) = take_receive(core, qpn) else {
+                    return rnr(core, qpn);
+                };
+                responder_cqe(core, qpn, CqeOpcode::RespWrImm, recv.index, total, imm_data);
+            }
+            message_done(core, qpn);
+        }
+        return Outcome::Done;
+    }
+    if first {
+        let Some(recv) = take_receive(core, qpn) else {
+            return rnr(core, qpn);
+        };
+        if let Some(qp) = core.res.qps.get_mut(qpn) {
+            qp.resp.recv = Some(recv);
+        }
+    }
+    if let Err(syndrome) = scatter(core, qpn, rest) {
+        let index = core
+            .res
+            .qps
+            .get_mut(qpn)
+            .and_then(|qp| qp.resp.recv.take())
+            .map_or(0, |r| r.index);
+        responder_error(core, qpn, index, syndrome);
+        return Outcome::Nak(aeth::NAK_INVALID_REQUEST);
+    }
+    if last {
+        if let Some(recv) = core.res.qps.get_mut(qpn).and_then(|qp| qp.resp.recv.take()) {
+            let op = if imm {
+                CqeOpcode::RespSendImm
+            } else {
+                CqeOpcode::RespSend
+            };
+            responder_cqe(core, qpn, op, recv.index, recv.bytes, imm_data);
+        }
+        message_done(core, qpn);
+    }
+    Outcome::Done
+}
+
+fn set_write(core: &mut Core, qpn: u32, va: u64, rkey: u32, total: u32) {
+    if let Some(qp) = core.res.qps.get_mut(qpn) {
+        qp.resp.write = Some(WriteInProgress {
+            va,
+            rkey,
+            total,
+            done: 0,
+        });
+    }
+}
+
+fn clear_write(core: &mut Core, qpn: u32) {
+    if let Some(qp) = core.res.qps.get_mut(qpn) {
+        qp.resp.write = None;
+    }
+}
+
+pub(super) fn message_done(core: &mut Core, qpn: u32) {
+    if let Some(qp) = core.res.qps.get_mut(qpn) {
+        qp.resp.msn = (qp.resp.msn + 1) & PSN_MASK;
+    }
+}
+
+/// The RNR NAK of `qpn`: its RNR timer code in the syndrome's low five bits.
+fn rnr(core: &Core, qpn: u32) -> Outcome {
+    let timer = core.res.qps.get(qpn).map_or(0, |qp| qp.min_rnr_nak & 0x1f);
+    Outcome::Nak(aeth::RNR_NAK | timer)
+}
+
+/// Lands `data` of the WRITE in progress through its rkey; on `last` the bytes must add up
+/// to the RETH length.
+fn write_data(core: &mut Core, qpn: u32, data: &[u8], last: bool) -> Result<(), u8> {
+    let qp = core.res.qps.get(qpn).ok_or(aeth::NAK_INVALID_REQUEST)?;
+    let w = qp.resp.write.ok_or(aeth::NAK_INVALID_REQUEST)?;
+    let len = data.len() as u32;
+    if w.done + len > w.total || (last && w.done + len != w.total) {
+        return Err(aeth::NAK_INVALID_REQUEST);
+    }
+    if len > 0 {
+        translate_remote(
+            core,
+            w.rkey,
+            qp.pd,
+            w.va + u64::from(w.done),
+            u64::from(len),
+            RemoteAccess::Write,
+            |iova, offset, bytes| {
+                core.dma_write(iova, &data[offset as usize..(offset + bytes) as usize])
+                    .map_err(|_| KeyFault::Bounds)
+            },
+        )
+        .map_err(|_| aeth::NAK_REMOTE_ACCESS)?;
+    }
+    if let Some(w) = core
+        .res
+        .qps
+        .get_mut(qpn)
+        .and_then(|qp| qp.resp.write.as_mut())
+    {
+        w.done += len;
+    }
+    Ok(())
+}
+
+/// Sends an ACK or NAK (`syndrome`) for `psn` to QP `qpn`'s peer, with the QP's MSN.
+pub(crate) fn send_ack(core: &mut Core, qpn: u32, psn: u32, syndrome: u8) {
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return;
+    };
+    if syndrome == aeth::ACK {
+        add(&core.counters.roce_acks_sent, 1);
+    } else if syndrome & aeth::TYPE_MASK != aeth::RNR_NAK {
+        add(&core.counters.roce_naks_sent, 1);
+    }
+    let t = Transport {
+        opcode: ACKNOWLEDGE,
+        dest_qpn: qp.remote_qpn,
+        psn,
+        ack_req: false,
+        solicited: false,
+        reth: None,
+        aeth: Some((u32::from(syndrome) << 24) | (qp.resp.msn & PSN_MASK)),
+        imm: None,
+        atomic: None,
+        atomic_ack: None,
+    };
+    let mut frame = std::mem::take(&mut core.rc_scratch.ack);
+    if build_frame(core, qpn, &t, &[], &mut frame) {
+        crate::engine::sq::transmit(core, &frame);
+    }
+    core.rc_scratch.ack = frame;
+}

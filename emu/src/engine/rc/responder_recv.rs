@@ -1,0 +1,266 @@
+//! The RC responder's receive WQEs: taken in order from the QP's own ring or its shared
+//! receive queue (cyclic or linked list), filled through their lkeys, completed with responder
+//! CQEs, flushed when the QP goes to error.
+
+use crate::counters::add;
+use crate::fw::mkey::{translate, KeyFault};
+use crate::fw::Core;
+use crate::objects::rc::{RcReceive, ReceiveInProgress};
+use crate::objects::QState;
+use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome, ErrCqe};
+use cxdirect_hw::qp::state;
+use cxdirect_hw::wqe::{DataSeg, SrqNextSeg, INVALID_LKEY, WQE_DS};
+/// Receive WQEs posted and not yet taken, on the QP's own ring or its RMP (0 without either,
+/// with the RMP not ready, or when the doorbell record cannot be read or claims more than the
+/// ring holds).
+fn posted_receives(core: &Core, qpn: u32) -> u16 {
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return 0;
+    };
+    match qp.receive {
+        RcReceive::Own { log_size, .. } => {
+            let Ok(word) = core.dma_read_be32(qp.dbr) else {
+                return 0;
+            };
+            let posted = (word as u16).wrapping_sub(qp.resp.rq_consumed);
+            if u32::from(posted) > 1 << log_size {
+                return 0;
+            }
+            posted
+        }
+        RcReceive::Shared(rmpn) => core
+            .res
+            .rmps
+            .get(rmpn)
+            .filter(|rmp| rmp.state == QState::Rdy)
+            .and_then(|rmp| crate::engine::rq::posted(core, &rmp.wq))
+            .unwrap_or(0),
+        RcReceive::None => 0,
+    }
+}
+
+pub(super) fn receive_available(core: &Core, qpn: u32) -> bool {
+    posted_receives(core, qpn) > 0
+}
+
+/// Takes the next receive WQE of the QP's own ring or RMP (a linked-list RMP's list head);
+/// where it is. `None` when none is posted.
+pub(super) fn take_receive(core: &mut Core, qpn: u32) -> Option<ReceiveInProgress> {
+    let posted = posted_receives(core, qpn);
+    if posted == 0 {
+        return None;
+    }
+    let qp = core.res.qps.get_mut(qpn)?;
+    match qp.receive {
+        RcReceive::Own {
+            log_size,
+            log_stride,
+        } => {
+            let index = qp.resp.rq_consumed;
+            qp.resp.rq_consumed = index.wrapping_add(1);
+            let stride = 16usize << log_stride;
+            let slot = u64::from(index) & ((1u64 << log_size) - 1);
+            let addr = qp.buf.addr(slot * stride as u64)?;
+            Some(ReceiveInProgress {
+                index,
+                addr,
+                len: stride,
+                data_at: 0,
+                pd: qp.pd,
+                bytes: 0,
+            })
+        }
+        RcReceive::Shared(rmpn) => {
+            let rmp = core.res.rmps.get_mut(rmpn)?;
+            let wq = &mut rmp.wq;
+            let index = wq.linked_head.unwrap_or(wq.consumed);
+            wq.consumed = wq.consumed.wrapping_add(1);
+            let stride = wq.stride() as usize;
+            let slot = u64::from(index) & u64::from(wq.entries() - 1);
+            let addr = wq.buf.addr(slot * stride as u64)?;
+            let (pd, linked, entries) = (wq.pd, wq.linked_head.is_some(), wq.entries());
+            let mut data_at = 0;
+            if linked {
+                // The WQE's next segment names the new list head.
+                let mut next = [0u8; WQE_DS];
+                core.dma_read(addr, &mut next).ok()?;
+                let next = SrqNextSeg::new(&next[..]).ok()?.next_wqe_index();
+                if u32::from(next) >= entries {
+                    return None;
+                }
+                if let Some(rmp) = core.res.rmps.get_mut(rmpn) {
+                    rmp.wq.linked_head = Some(next);
+                }
+                data_at = WQE_DS;
+            }
+            crate::engine::rq::check_limit(core, rmpn, posted - 1);
+            Some(ReceiveInProgress {
+                index,
+                addr,
+                len: stride,
+                data_at,
+                pd,
+                bytes: 0,
+            })
+        }
+        RcReceive::None => None,
+    }
+}
+
+/// Scatters `data` into the receive WQE in progress, after the bytes it already holds.
+pub(super) fn scatter(core: &mut Core, qpn: u32, data: &[u8]) -> Result<(), CqeSyndrome> {
+    let qp = core.res.qps.get(qpn).ok_or(CqeSyndrome::LocalQpOperation)?;
+    let recv = qp.resp.recv.ok_or(CqeSyndrome::LocalQpOperation)?;
+    let mut wqe = [0u8; MAX_RECEIVE_WQE];
+    let wqe = &mut wqe[..recv.len.min(MAX_RECEIVE_WQE)];
+    core.dma_read(recv.addr, wqe)
+        .map_err(|_| CqeSyndrome::LocalProtection)?;
+    let mut skip = recv.bytes as usize;
+    let mut left = data;
+    for seg in wqe[recv.data_at.min(wqe.len())..].chunks_exact(WQE_DS) {
+        if left.is_empty() {
+            break;
+        }
+        let seg = DataSeg::new(seg).map_err(|_| CqeSyndrome::LocalLength)?;
+        let (cap, lkey) = (seg.byte_count() as usize, seg.lkey());
+        if lkey == INVALID_LKEY || cap == 0 {
+            break;
+        }
+        if skip >= cap {
+            skip -= cap;
+            continue;
+        }
+        let n = (cap - skip).min(left.len());
+        let (now, later) = left.split_at(n);
+        translate(
+            core,
+            lkey,
+            recv.pd,
+            seg.addr() + skip as u64,
+            n as u64,
+            true,
+            |iova, offset, bytes| {
+                core.dma_write(iova, &now[offset as usize..(offset + bytes) as usize])
+                    .map_err(|_| KeyFault::Bounds)
+            },
+        )
+        .map_err(|_| CqeSyndrome::LocalProtection)?;
+        left = later;
+        skip = 0;
+    }
+    if !left.is_empty() {
+        return Err(CqeSyndrome::LocalLength);
+    }
+    if let Some(r) = core
+        .res
+        .qps
+        .get_mut(qpn)
+        .and_then(|qp| qp.resp.recv.as_mut())
+    {
+        r.bytes += data.len() as u32;
+    }
+    Ok(())
+}
+
+/// Largest receive WQE the responder reads (a 2 KiB stride: 128 data segments).
+const MAX_RECEIVE_WQE: usize = 2048;
+
+/// Writes a responder CQE to the QP's receive CQ.
+pub(super) fn responder_cqe(
+    core: &mut Core,
+    qpn: u32,
+    op: CqeOpcode,
+    index: u16,
+    bytes: u32,
+    imm: u32,
+) {
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return;
+    };
+    let cqn = qp.cqn_rcv;
+    let srqn = match qp.receive {
+        RcReceive::Shared(rmpn) => rmpn,
+        _ => 0,
+    };
+    let mut cqe = [0u8; 64];
+    if let Ok(mut c) = Cqe64::new(&mut cqe[..]) {
+        c.set_opcode(op as u8)
+            .set_byte_cnt(bytes)
+            .set_qpn(qpn)
+            .set_wqe_counter(index)
+            .set_srqn(srqn);
+        if matches!(op, CqeOpcode::RespSendImm | CqeOpcode::RespWrImm) {
+            c.set_imm_inval_pkey(imm);
+        }
+    }
+    if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
+        add(&core.counters.completions_lost, 1);
+    }
+}
+
+/// The QP went to error by command: the receive WQE a multi-packet SEND was filling, then
+/// every receive WQE posted on the QP's own ring, complete with the flush syndrome. A shared
+/// receive queue's WQEs belong to no QP and stay posted.
+pub(crate) fn flush_receives(core: &mut Core, qpn: u32) {
+    let Some(qp) = core.res.qps.get_mut(qpn) else {
+        return;
+    };
+    qp.resp.write = None;
+    if let Some(filling) = qp.resp.recv.take() {
+        flushed_receive(core, qpn, filling.index);
+    }
+    let own = core
+        .res
+        .qps
+        .get(qpn)
+        .is_some_and(|qp| matches!(qp.receive, RcReceive::Own { .. }));
+    if !own {
+        return;
+    }
+    for _ in 0..posted_receives(core, qpn) {
+        let Some(qp) = core.res.qps.get_mut(qpn) else {
+            return;
+        };
+        let index = qp.resp.rq_consumed;
+        qp.resp.rq_consumed = index.wrapping_add(1);
+        flushed_receive(core, qpn, index);
+    }
+}
+
+/// The flush-error CQE of receive WQE `index`.
+fn flushed_receive(core: &mut Core, qpn: u32, index: u16) {
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return;
+    };
+    let cqn = qp.cqn_rcv;
+    let mut cqe = [0u8; 64];
+    if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
+        err.set_syndrome(CqeSyndrome::WrFlushed as u8)
+            .set_qpn(qpn)
+            .set_wqe_counter(index)
+            .set_opcode(CqeOpcode::RespErr as u8);
+    }
+    if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
+        add(&core.counters.completions_lost, 1);
+    }
+}
+
+/// A receive WQE that could not take its message: an error CQE, the QP to error.
+pub(super) fn responder_error(core: &mut Core, qpn: u32, index: u16, syndrome: CqeSyndrome) {
+    add(&core.counters.error_cqes, 1);
+    let Some(qp) = core.res.qps.get_mut(qpn) else {
+        return;
+    };
+    qp.state = state::ERR;
+    let cqn = qp.cqn_rcv;
+    let mut cqe = [0u8; 64];
+    if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
+        err.set_syndrome(syndrome as u8)
+            .set_qpn(qpn)
+            .set_wqe_counter(index)
+            .set_opcode(CqeOpcode::RespErr as u8);
+    }
+    if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
+        add(&core.counters.completions_lost, 1);
+    }
+}

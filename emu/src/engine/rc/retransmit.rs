@@ -1,0 +1,147 @@
+//! The RC requester's timers: the local ACK timeout, RNR waits, go-back-N retransmission and
+//! what happens when the retries run out.
+
+use super::requester::execute;
+use super::requester_ack::{fail, flush};
+use crate::counters::add;
+use crate::fw::Core;
+use cxdirect_hw::cqe::CqeSyndrome;
+use cxdirect_hw::qp::state;
+use std::time::{Duration, Instant};
+/// The local ACK timeout of code `code`: 4.096 us << code.
+pub(crate) fn ack_timeout(code: u8) -> Duration {
+    Duration::from_nanos(4096u64 << code.min(31))
+}
+
+/// The RNR timer of code `code` (IBA table 45): 0 is 655.36 ms, 1..=31 run from 0.01 ms to
+/// 491.52 ms.
+pub(crate) fn rnr_delay(code: u8) -> Duration {
+    const MICROS: [u32; 32] = [
+        655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840,
+        5120, 7680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840,
+        245_760, 327_680, 491_520,
+    ];
+    Duration::from_micros(u64::from(MICROS[usize::from(code & 0x1f)]))
+}
+
+/// `rnr_retry` that means retry without limit.
+const RNR_RETRY_FOREVER: u8 = 7;
+
+/// Starts the ACK timer of QP `qpn` (a QP with `ack_timeout` 0 has none).
+pub(super) fn arm_ack_timer(core: &mut Core, qpn: u32) {
+    if let Some(qp) = core.res.qps.get_mut(qpn) {
+        if qp.path.ack_timeout != 0 {
+            qp.req.ack_deadline = Some(Instant::now() + ack_timeout(qp.path.ack_timeout));
+        }
+        if qp.req.outstanding.is_empty() {
+            qp.req.retries_left = qp.retry_count;
+            qp.req.rnr_retries_left = qp.rnr_retry;
+        }
+    }
+}
+
+/// The peer answered QP `qpn` at `now` (an ACK, a NAK, a response): the retries start over,
+/// and the ACK timer runs again while anything is outstanding.
+pub(super) fn progressed(core: &mut Core, qpn: u32, now: Instant) {
+    if let Some(qp) = core.res.qps.get_mut(qpn) {
+        qp.req.retries_left = qp.retry_count;
+        qp.req.ack_deadline = (!qp.req.outstanding.is_empty())
+            .then(|| now + ack_timeout(qp.path.ack_timeout))
+            .filter(|_| qp.path.ack_timeout != 0);
+    }
+}
+
+/// An RNR NAK with timer code `code`: wait, then send again from the NAKed WQE; past the
+/// QP's `rnr_retry` NAKs, fail it (RNR retry exceeded).
+pub(super) fn rnr_nak(core: &mut Core, qpn: u32, code: u8, now: Instant) {
+    let Some(qp) = core.res.qps.get_mut(qpn) else {
+        return;
+    };
+    qp.req.ack_deadline = None;
+    if qp.rnr_retry != RNR_RETRY_FOREVER {
+        if qp.req.rnr_retries_left == 0 {
+            exhausted(core, qpn, CqeSyndrome::RnrRetryExceeded);
+            return;
+        }
+        qp.req.rnr_retries_left -= 1;
+    }
+    qp.req.rnr_until = Some(now + rnr_delay(code));
+}
+
+/// Retries ran out: the oldest WQE completes with `syndrome`, the QP goes to error and every
+/// other WQE is flushed.
+fn exhausted(core: &mut Core, qpn: u32, syndrome: CqeSyndrome) {
+    let front = core.res.qps.get_mut(qpn).and_then(|qp| {
+        qp.req.ack_deadline = None;
+        qp.req.rnr_until = None;
+        qp.req.outstanding.pop_front()
+    });
+    if let Some(front) = front {
+        fail(core, qpn, front.index, front.opcode, syndrome);
+    }
+    flush(core, qpn);
+}
+
+/// Go-back-N: sends every outstanding WQE again, with the PSNs it had.
+pub(super) fn resend_outstanding(core: &mut Core, qpn: u32) {
+    let mut scratch = std::mem::take(&mut core.rc_scratch);
+    let mut n = 0;
+    while let Some(o) = core
+        .res
+        .qps
+        .get(qpn)
+        .and_then(|qp| qp.req.outstanding.get(n).copied())
+    {
+        add(&core.counters.roce_retransmits, 1);
+        if let Err((opcode, syndrome)) =
+            execute(core, qpn, o.index, Some(o.first_psn), &mut scratch)
+        {
+            fail(core, qpn, o.index, opcode, syndrome);
+            flush(core, qpn);
+            break;
+        }
+        n += 1;
+    }
+    core.rc_scratch = scratch;
+}
+
+/// Runs the RC timers of every QP due at `now`: an expired ACK timer sends the outstanding
+/// WQEs again (up to `retry_count` times, then retry exceeded); an expired RNR wait sends
+/// them again. Returns whether anything was sent.
+pub(crate) fn run_timers(core: &mut Core, now: Instant) -> bool {
+    if core.res.qps.len() == 0 {
+        return false;
+    }
+    let mut sent = false;
+    let mut qpn_due = None;
+    loop {
+        // One QP at a time: a retransmission changes the table's QPs' state.
+        let next = core.res.qps.iter().find_map(|(qpn, qp)| {
+            let due = |at: Option<Instant>| at.is_some_and(|t| t <= now);
+            (qp.state == state::RTS
+                && !qp.req.outstanding.is_empty()
+                && (due(qp.req.ack_deadline) || due(qp.req.rnr_until))
+                && Some(qpn) != qpn_due)
+                .then_some(qpn)
+        });
+        let Some(qpn) = next else {
+            return sent;
+        };
+        qpn_due = Some(qpn);
+        let Some(qp) = core.res.qps.get_mut(qpn) else {
+            continue;
+        };
+        if qp.req.rnr_until.is_some_and(|t| t <= now) {
+            qp.req.rnr_until = None;
+        } else {
+            if qp.req.retries_left == 0 {
+                exhausted(core, qpn, CqeSyndrome::RetryExceeded);
+                sent = true;
+                continue;
+            }
+            qp.req.retries_left -= 1;
+        }
+        resend_outstanding(core, qpn);
+        sent = true;
+    }
+}
