@@ -66,7 +66,15 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, qpn: u32) {
         if index == pi || qp.state != state::RTS {
             break;
         }
-        match execute(core, qpn, index, None, &mut scratch) {
+        // A WQE whose `ds` runs past the producer index was never wholly posted: it fails as
+        // malformed instead of running WQEBBs the driver has not written.
+        let outcome = match wqe_head(core, qpn, index) {
+            Some((op, ds)) if wqe::wqebbs(ds) > usize::from(pi.wrapping_sub(index)) => {
+                Err((op, CqeSyndrome::LocalQpOperation))
+            }
+            _ => execute(core, qpn, index, None, &mut scratch),
+        };
+        match outcome {
             Ok(bbs) => {
                 if let Some(qp) = core.res.qps.get_mut(qpn) {
                     qp.sq_consumed = index.wrapping_add(bbs);
@@ -86,14 +94,19 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, qpn: u32) {
     core.rc_scratch = scratch;
 }
 
+/// The opcode and `ds` of the WQE at `index`, from its control segment; `None` when that
+/// cannot be read.
+fn wqe_head(core: &Core, qpn: u32, index: u16) -> Option<(u8, usize)> {
+    let mut bb = [0u8; WQE_BB];
+    read_bb(core, qpn, index, &mut bb).ok()?;
+    let ctrl = CtrlSeg::new(&bb[..16]).ok()?;
+    Some((ctrl.opcode(), usize::from(ctrl.ds())))
+}
+
 /// WQEBBs the WQE at `index` takes by its control segment's `ds` (1 when that cannot be
 /// read), ending no later than the producer index `pi`.
 fn wqe_span(core: &Core, qpn: u32, index: u16, pi: u16) -> u16 {
-    let mut bb = [0u8; WQE_BB];
-    let ds = read_bb(core, qpn, index, &mut bb)
-        .ok()
-        .and_then(|()| CtrlSeg::new(&bb[..16]).ok().map(|c| usize::from(c.ds())))
-        .unwrap_or(0);
+    let ds = wqe_head(core, qpn, index).map_or(0, |(_, ds)| ds);
     span(ds, index, pi)
 }
 

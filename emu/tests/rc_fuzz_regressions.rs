@@ -1,0 +1,75 @@
+//! What the RC fuzz targets (`roce_responder`, `rc_send_wqe`) found, each kept as a test.
+
+use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, RcPath, GID_A, MAC_A};
+use cxdirect_emu::wire::PortId;
+use cxdirect_emu::EmuConfig;
+use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome, ErrCqe};
+use cxdirect_hw::wqe::{opcode, CtrlSeg};
+
+const MEM: usize = 4 << 20;
+
+fn pair() -> RcPair {
+    RcPair::new(
+        EmuConfig::default(),
+        MEM,
+        6,
+        4,
+        4,
+        RcPath::to(GID_A, MAC_A, 0),
+    )
+}
+
+fn drain(h: &cxdirect_emu::testkit::Host, cq: &mut cxdirect_emu::testkit::Cq) -> Vec<Vec<u8>> {
+    std::iter::from_fn(|| h.poll_cq(cq)).collect()
+}
+
+/// A WQE whose `ds` claims 15 WQEBBs with only one posted used to run: its message went out
+/// with WQEBBs the driver never wrote, and the requester's consumer index jumped past the
+/// producer index, so it went on to execute whatever lay in the ring beyond. It now fails as
+/// malformed, nothing is sent, and what follows is flushed.
+#[test]
+fn a_wqe_whose_ds_runs_past_the_producer_index_fails_without_sending() {
+    let mut p = pair();
+    let lkey = p.a.create_mkey(false, false);
+    let src = p.a.alloc(4096, 64);
+    let buf = p.b.alloc(4096, 64);
+    let recv_lkey = p.b.create_mkey(false, true);
+    p.b.post_rc_recv(&mut p.qp_b, buf, 4096, recv_lkey);
+    let mut w = rc_wqe(&p.qp_a.sq, opcode::SEND, 0, None, None, (src, lkey, 64));
+    CtrlSeg::new(&mut w[..16]).expect("layout").set_ds(58);
+    // A valid SEND in a slot the long WQE covers, never posted: it must not run either.
+    let mut stray = p.qp_a.sq.pi;
+    stray = stray.wrapping_add(5);
+    let mut hidden = rc_wqe(&p.qp_a.sq, opcode::SEND, 0, None, None, (src, lkey, 64));
+    CtrlSeg::new(&mut hidden[..16])
+        .expect("layout")
+        .set_wqe_index(stray)
+        .set_ds(2);
+    p.a.write(p.qp_a.sq.buf + u64::from(stray) * 64, &hidden);
+    p.a.post(&mut p.qp_a.sq, &w, false);
+    p.settle();
+    let cqes = drain(&p.a, &mut p.cq_a);
+    assert_eq!(cqes.len(), 1, "one completion: {cqes:02x?}");
+    let view = Cqe64::new(&cqes[0][..]).expect("layout");
+    assert_eq!(view.opcode(), CqeOpcode::ReqErr as u8);
+    assert_eq!(view.wqe_counter(), 0, "the malformed WQE's own index");
+    assert_eq!(
+        ErrCqe::new(&cqes[0][..]).expect("layout").syndrome(),
+        CqeSyndrome::LocalQpOperation as u8
+    );
+    let sent = p.wire.counters(PortId::A).expect("port A").tx_frames;
+    assert_eq!(sent, 0, "nothing went on the wire");
+    assert!(drain(&p.b, &mut p.cq_b).is_empty(), "nothing received");
+    // The QP is in error: the next WQE is flushed.
+    let next = rc_wqe(&p.qp_a.sq, opcode::SEND, 0, None, None, (src, lkey, 64));
+    p.a.post(&mut p.qp_a.sq, &next, false);
+    p.settle();
+    let cqes = drain(&p.a, &mut p.cq_a);
+    assert_eq!(cqes.len(), 1, "the next WQE flushed: {cqes:02x?}");
+    assert_eq!(
+        ErrCqe::new(&cqes[0][..]).expect("layout").syndrome(),
+        CqeSyndrome::WrFlushed as u8
+    );
+    assert_eq!(Cqe64::new(&cqes[0][..]).expect("layout").wqe_counter(), 1);
+    p.teardown();
+}
