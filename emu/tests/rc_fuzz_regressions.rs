@@ -73,3 +73,60 @@ fn a_wqe_whose_ds_runs_past_the_producer_index_fails_without_sending() {
     assert_eq!(Cqe64::new(&cqes[0][..]).expect("layout").wqe_counter(), 1);
     p.teardown();
 }
+
+/// A READ still waiting for its response when a later WQE of the same doorbell turned out
+/// malformed: the malformed WQE's error CQE used to come first and the READ's flush after it,
+/// out of posting order (a driver retiring WQEs up to each CQE's counter would then see the
+/// ring go backwards). Now the READ is flushed first, then the error, each once.
+#[test]
+fn a_wqe_failing_behind_an_outstanding_read_completes_after_it() {
+    let mut p = pair();
+    let lkey = p.a.create_mkey(false, true);
+    let local = p.a.alloc(4096, 64);
+    let remote = p.b.alloc(4096, 64);
+    let pd_b = p.b.pd;
+    let rights = cxdirect_emu::testkit::rc::RemoteRights {
+        read: true,
+        ..Default::default()
+    };
+    let rkey = p.b.create_remote_mkey(pd_b, remote, 4096, rights, 0x21);
+    let read = rc_wqe(
+        &p.qp_a.sq,
+        opcode::RDMA_READ,
+        0,
+        Some((remote, rkey)),
+        None,
+        (local, lkey, 64),
+    );
+    p.a.write_wqe(&mut p.qp_a.sq, &read);
+    // An atomic needs four 16-byte units; this one claims three.
+    let mut atomic = rc_wqe(
+        &p.qp_a.sq,
+        opcode::ATOMIC_CS,
+        0,
+        Some((remote, rkey)),
+        Some((1, 0)),
+        (local, lkey, 8),
+    );
+    CtrlSeg::new(&mut atomic[..16]).expect("layout").set_ds(3);
+    p.a.write_wqe(&mut p.qp_a.sq, &atomic);
+    p.a.ring(&mut p.qp_a.sq, &atomic, false);
+    p.settle();
+    let cqes = drain(&p.a, &mut p.cq_a);
+    let seen: Vec<(u16, u8)> = cqes
+        .iter()
+        .map(|c| {
+            let counter = Cqe64::new(&c[..]).expect("layout").wqe_counter();
+            (counter, ErrCqe::new(&c[..]).expect("layout").syndrome())
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (0, CqeSyndrome::WrFlushed as u8),
+            (1, CqeSyndrome::LocalQpOperation as u8)
+        ],
+        "the READ flushed, then the malformed atomic's error, in posting order"
+    );
+    p.teardown();
+}

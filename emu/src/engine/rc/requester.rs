@@ -4,7 +4,7 @@
 //! atomic goes as one request packet with the PSNs of its responses reserved.
 
 use super::packet::{bth_opcode, build_frame, mtu_bytes, Transport, PSN_MASK};
-use super::requester_ack::{fail, flush};
+use super::requester_ack::{fail_in_order, flush};
 use super::retransmit::arm_ack_timer;
 use crate::counters::add;
 use crate::fw::mkey::translate;
@@ -81,12 +81,11 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, qpn: u32) {
                 }
             }
             Err((opcode, syndrome)) => {
-                fail(core, qpn, index, opcode, syndrome);
                 let bbs = wqe_span(core, qpn, index, pi);
                 if let Some(qp) = core.res.qps.get_mut(qpn) {
                     qp.sq_consumed = index.wrapping_add(bbs);
                 }
-                flush(core, qpn);
+                fail_in_order(core, qpn, index, opcode, syndrome);
                 break;
             }
         }
