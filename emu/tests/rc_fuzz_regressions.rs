@@ -8,6 +8,16 @@ use cxdirect_hw::wqe::{opcode, CtrlSeg};
 
 const MEM: usize = 4 << 20;
 
+/// The process's peak resident memory so far (`VmHWM`), in KiB.
+fn peak_resident_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM")
+}
+
 fn pair() -> RcPair {
     RcPair::new(
         EmuConfig::default(),
@@ -128,5 +138,42 @@ fn a_wqe_failing_behind_an_outstanding_read_completes_after_it() {
         ],
         "the READ flushed, then the malformed atomic's error, in posting order"
     );
+    p.teardown();
+}
+
+/// A data segment claiming 512 MiB through the reserved lkey (which reaches any IOVA) used to
+/// have the requester allocate (and zero) the whole claimed length before reading a byte; a hostile
+/// driver could make the model allocate up to 2 GiB per WQE. The message now grows as its
+/// bytes are read: the read fails at the end of the mapped memory and the WQE completes with a
+/// local protection error, having used no more than that memory.
+#[test]
+fn a_data_segment_claiming_more_than_mapped_memory_allocates_no_more_than_that() {
+    let mut p = pair();
+    let src = p.a.alloc(4096, 64);
+    let claimed = 512u32 << 20;
+    let w = rc_wqe(
+        &p.qp_a.sq,
+        opcode::SEND,
+        0,
+        None,
+        None,
+        (src, cxdirect_emu::RESERVED_LKEY, claimed),
+    );
+    let before = peak_resident_kib();
+    p.a.post(&mut p.qp_a.sq, &w, false);
+    p.settle();
+    let grown = peak_resident_kib() - before;
+    assert!(
+        grown < 64 << 10,
+        "peak resident memory grew by {grown} KiB for a segment over {MEM} bytes of memory"
+    );
+    let cqes = drain(&p.a, &mut p.cq_a);
+    assert_eq!(cqes.len(), 1, "{cqes:02x?}");
+    assert_eq!(
+        ErrCqe::new(&cqes[0][..]).expect("layout").syndrome(),
+        CqeSyndrome::LocalProtection as u8
+    );
+    let sent = p.wire.counters(PortId::A).expect("port A").tx_frames;
+    assert_eq!(sent, 0, "nothing went on the wire");
     p.teardown();
 }

@@ -224,6 +224,9 @@ pub(super) fn execute(
     Ok(req.bbs)
 }
 
+/// Bytes a gather reads (and its message grows by) at a time.
+const GATHER_PIECE: u64 = 64 << 10;
+
 /// Gathers the message of the data and inline segments of `wqe` from byte `at` on.
 fn gather(
     core: &Core,
@@ -260,8 +263,6 @@ fn gather(
                 return Err(CqeSyndrome::LocalLength);
             }
             let start = message.len();
-            message.resize(start + len, 0);
-            let dest = &mut message[start..];
             translate(
                 core,
                 seg.lkey(),
@@ -270,9 +271,19 @@ fn gather(
                 len as u64,
                 false,
                 |iova, offset, bytes| {
-                    let range = offset as usize..(offset + bytes) as usize;
-                    core.dma_read(iova, &mut dest[range])
-                        .map_err(|_| crate::fw::mkey::KeyFault::Bounds)
+                    // The message grows as its bytes are read, a piece at a time: a segment
+                    // claiming more than the memory behind its key costs no more than that
+                    // memory, not an allocation of the claimed length.
+                    let mut done = 0;
+                    while done < bytes {
+                        let piece = (bytes - done).min(GATHER_PIECE);
+                        let at = start + (offset + done) as usize;
+                        message.resize(at + piece as usize, 0);
+                        core.dma_read(iova + done, &mut message[at..])
+                            .map_err(|_| crate::fw::mkey::KeyFault::Bounds)?;
+                        done += piece;
+                    }
+                    Ok(())
                 },
             )
             .map_err(|_| CqeSyndrome::LocalProtection)?;
