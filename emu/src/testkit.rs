@@ -32,6 +32,8 @@ use cxdirect_hw::wq::{
 use cxdirect_hw::wqe::{CtrlSeg, DataSeg, EthSeg};
 use std::sync::Arc;
 
+pub mod rc;
+
 /// IOVA where the host memory is mapped.
 pub const IOVA_BASE: u64 = 0x10_0000_0000;
 

@@ -4,7 +4,7 @@
 //! atomic goes as one request packet with the PSNs of its responses reserved.
 
 use super::packet::{bth_opcode, build_frame, mtu_bytes, Transport, PSN_MASK};
-use super::requester_ack::{expects_response, fail, flush};
+use super::requester_ack::{expects_response, fail_in_order, flush};
 use super::retransmit::arm_ack_timer;
 use crate::counters::add;
 use crate::fw::mkey::translate;
@@ -75,7 +75,15 @@ fn run_posted(core: &mut Core, qpn: u32) {
         if index == pi || qp.state != state::RTS {
             break;
         }
-        match execute(core, qpn, index, None, &mut scratch) {
+        // A WQE whose `ds` runs past the producer index was never wholly posted: it fails as
+        // malformed instead of running WQEBBs the driver has not written.
+        let outcome = match wqe_head(core, qpn, index) {
+            Some((op, ds)) if wqe::wqebbs(ds) > usize::from(pi.wrapping_sub(index)) => {
+                Err((op, CqeSyndrome::LocalQpOperation))
+            }
+            _ => execute(core, qpn, index, None, &mut scratch),
+        };
+        match outcome {
             Ok(Some(bbs)) => {
                 if let Some(qp) = core.res.qps.get_mut(qpn) {
                     qp.sq_consumed = index.wrapping_add(bbs);
@@ -84,12 +92,11 @@ fn run_posted(core: &mut Core, qpn: u32) {
             // Resumed when a response retires one of the READs or atomics outstanding.
             Ok(None) => break,
             Err((opcode, syndrome)) => {
-                fail(core, qpn, index, opcode, syndrome);
                 let bbs = wqe_span(core, qpn, index, pi);
                 if let Some(qp) = core.res.qps.get_mut(qpn) {
                     qp.sq_consumed = index.wrapping_add(bbs);
                 }
-                flush(core, qpn);
+                fail_in_order(core, qpn, index, opcode, syndrome);
                 break;
             }
         }
@@ -116,14 +123,19 @@ fn at_read_limit(core: &Core, qpn: u32) -> bool {
     })
 }
 
+/// The opcode and `ds` of the WQE at `index`, from its control segment; `None` when that
+/// cannot be read.
+fn wqe_head(core: &Core, qpn: u32, index: u16) -> Option<(u8, usize)> {
+    let mut bb = [0u8; WQE_BB];
+    read_bb(core, qpn, index, &mut bb).ok()?;
+    let ctrl = CtrlSeg::new(&bb[..16]).ok()?;
+    Some((ctrl.opcode(), usize::from(ctrl.ds())))
+}
+
 /// WQEBBs the WQE at `index` takes by its control segment's `ds` (1 when that cannot be
 /// read), ending no later than the producer index `pi`.
 fn wqe_span(core: &Core, qpn: u32, index: u16, pi: u16) -> u16 {
-    let mut bb = [0u8; WQE_BB];
-    let ds = read_bb(core, qpn, index, &mut bb)
-        .ok()
-        .and_then(|()| CtrlSeg::new(&bb[..16]).ok().map(|c| usize::from(c.ds())))
-        .unwrap_or(0);
+    let ds = wqe_head(core, qpn, index).map_or(0, |(_, ds)| ds);
     span(ds, index, pi)
 }
 
@@ -246,6 +258,9 @@ pub(super) fn execute(
     Ok(Some(req.bbs))
 }
 
+/// Bytes a gather reads (and its message grows by) at a time.
+const GATHER_PIECE: u64 = 64 << 10;
+
 /// Gathers the message of the data and inline segments of `wqe` from byte `at` on.
 fn gather(
     core: &Core,
@@ -282,8 +297,6 @@ fn gather(
                 return Err(CqeSyndrome::LocalLength);
             }
             let start = message.len();
-            message.resize(start + len, 0);
-            let dest = &mut message[start..];
             translate(
                 core,
                 seg.lkey(),
@@ -292,9 +305,19 @@ fn gather(
                 len as u64,
                 false,
                 |iova, offset, bytes| {
-                    let range = offset as usize..(offset + bytes) as usize;
-                    core.dma_read(iova, &mut dest[range])
-                        .map_err(|_| crate::fw::mkey::KeyFault::Bounds)
+                    // The message grows as its bytes are read, a piece at a time: a segment
+                    // claiming more than the memory behind its key costs no more than that
+                    // memory, not an allocation of the claimed length.
+                    let mut done = 0;
+                    while done < bytes {
+                        let piece = (bytes - done).min(GATHER_PIECE);
+                        let at = start + (offset + done) as usize;
+                        message.resize(at + piece as usize, 0);
+                        core.dma_read(iova + done, &mut message[at..])
+                            .map_err(|_| crate::fw::mkey::KeyFault::Bounds)?;
+                        done += piece;
+                    }
+                    Ok(())
                 },
             )
             .map_err(|_| CqeSyndrome::LocalProtection)?;

@@ -187,6 +187,32 @@ pub(super) fn flushed(core: &mut Core, qpn: u32, index: u16, opcode: u8) {
     post_cqe(core, qpn, cqn, &mut cqe);
 }
 
+/// WQE `index` failed with `syndrome` while WQEs before it (and perhaps it, on a
+/// retransmission) still await acknowledgement: those before it are flushed first, so that
+/// completions keep posting order; then it completes in error, once, the QP goes to error and
+/// every WQE after it is flushed. The consumer index must already be past it.
+pub(super) fn fail_in_order(
+    core: &mut Core,
+    qpn: u32,
+    index: u16,
+    opcode: u8,
+    syndrome: CqeSyndrome,
+) {
+    while let Some(front) = core
+        .res
+        .qps
+        .get_mut(qpn)
+        .and_then(|qp| qp.req.outstanding.pop_front())
+    {
+        if front.index == index {
+            break;
+        }
+        flushed(core, qpn, front.index, front.opcode);
+    }
+    fail(core, qpn, index, opcode, syndrome);
+    flush(core, qpn);
+}
+
 /// Writes an error CQE for the WQE at `index` and moves the QP to error.
 pub(super) fn fail(core: &mut Core, qpn: u32, index: u16, opcode: u8, syndrome: CqeSyndrome) {
     add(&core.counters.error_cqes, 1);

@@ -3,7 +3,7 @@
 
 use super::count;
 use super::requester::execute;
-use super::requester_ack::{fail, flush};
+use super::requester_ack::{fail, fail_in_order, flush};
 use crate::counters::add;
 use crate::fw::Core;
 use cxdirect_hw::cqe::CqeSyndrome;
@@ -99,8 +99,7 @@ pub(super) fn resend_outstanding(core: &mut Core, qpn: u32) {
         if let Err((opcode, syndrome)) =
             execute(core, qpn, o.index, Some(o.first_psn), &mut scratch)
         {
-            fail(core, qpn, o.index, opcode, syndrome);
-            flush(core, qpn);
+            fail_in_order(core, qpn, o.index, opcode, syndrome);
             break;
         }
         n += 1;
