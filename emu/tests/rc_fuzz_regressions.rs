@@ -25,7 +25,11 @@ fn pair() -> RcPair {
         6,
         4,
         4,
-        RcPath::to(GID_A, MAC_A, 0),
+        RcPath {
+            // Several READs and atomics outstanding, so a later WQE can fail behind one.
+            log_sra_max: 2,
+            ..RcPath::to(GID_A, MAC_A, 0)
+        },
     )
 }
 

@@ -73,11 +73,15 @@ pub struct RcPath {
     pub ack_timeout: u8,
     /// RNR timer code the QP's RNR NAKs ask for (0..=31).
     pub min_rnr_nak: u8,
+    /// READs and atomics outstanding at once as requester: `2^log_sra_max` (0..=7; the
+    /// device holds back further ones until a response retires one).
+    pub log_sra_max: u8,
 }
 
 impl RcPath {
     /// A path to `remote_qpn` at `peer_gid`/`peer_mac`, MTU 1024, PSNs from 0, seven retries,
-    /// RNR retries without limit, an ACK timeout of about 4.4 s and the shortest RNR timer.
+    /// RNR retries without limit, an ACK timeout of about 4.4 s, the shortest RNR timer and
+    /// one READ or atomic outstanding.
     pub fn to(peer_gid: [u8; 16], peer_mac: [u8; 6], remote_qpn: u32) -> Self {
         Self {
             gid_index: 0,
@@ -91,6 +95,7 @@ impl RcPath {
             rnr_retry: 7,
             ack_timeout: 20,
             min_rnr_nak: 1,
+            log_sra_max: 0,
         }
     }
 }
@@ -202,7 +207,8 @@ impl Host {
         self.modify_qp(Opcode::Rtr2rtsQp, qpn, |c| {
             c.set_next_send_psn(path.send_psn)
                 .set_retry_count(path.retry_count)
-                .set_rnr_retry(path.rnr_retry);
+                .set_rnr_retry(path.rnr_retry)
+                .set_log_sra_max(path.log_sra_max);
             c.primary_address_path_mut()
                 .set_vhca_port_num(1)
                 .set_ack_timeout(path.ack_timeout);
