@@ -2343,3 +2343,44 @@ fn a_qp_on_an_srq_reports_its_last_wqe_reached_when_it_goes_to_error() {
     );
     p.teardown();
 }
+
+#[test]
+fn a_qp_names_only_a_counter_set_that_exists_and_query_qp_reports_it() {
+    use cxdirect_emu::testkit::CmdFail;
+    let mut p = pair(30);
+    let query_set = |h: &mut Host, qpn: u32| {
+        let mut input = Host::input(Opcode::QueryQp, 0, 0x10);
+        cxdirect_hw::qp::Qp2errIn::new(&mut input[..])
+            .expect("layout")
+            .set_qpn(qpn);
+        let out = h.exec(&input, 0x1d0).expect("QUERY_QP");
+        Qpc::new(&out[0x18..]).expect("layout").counter_set_id()
+    };
+    let set = alloc_q_counter(&mut p.a);
+    let mut input = Host::input(Opcode::Rts2rtsQp, 0, 0x110);
+    let mut cmd = cxdirect_hw::qp::Rts2rtsQpIn::new(&mut input[..]).expect("layout");
+    cmd.set_qpn(p.sq_a.sqn)
+        .set_opt_param_mask(cxdirect_hw::qp::optpar::COUNTER_SET_ID);
+    cmd.qpc_mut().set_counter_set_id(set + 1);
+    assert_eq!(
+        p.a.exec(&input, 16).map(|_| ()),
+        Err(CmdFail::status(
+            cxdirect_hw::cmd::CmdStatus::BadResource,
+            cxdirect_emu::Syndrome::NoSuchObject
+        )),
+        "a set that does not exist"
+    );
+    assert_eq!(query_set(&mut p.a, p.sq_a.sqn), 0, "nothing changed");
+    assert_eq!(qp_state(&mut p.a, p.sq_a.sqn), state::RTS);
+    bind_counter_set(&mut p.a, p.sq_a.sqn, set);
+    assert_eq!(query_set(&mut p.a, p.sq_a.sqn), set);
+    // Once the QP is gone, so is its hold on the set.
+    destroy_qp(&mut p.a, p.sq_a.sqn);
+    let mut input = Host::input(Opcode::DeallocQCounter, 0, 16);
+    input[11] = set;
+    p.a.exec(&input, 16)
+        .expect("DEALLOC_Q_COUNTER once no QP names it");
+    destroy_qp(&mut p.b, p.sq_b.sqn);
+    p.a.teardown();
+    p.b.teardown();
+}
