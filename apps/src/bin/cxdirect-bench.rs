@@ -26,8 +26,11 @@ use cxdirect_apps::poll_rx;
 use cxdirect_apps::testpmd::build;
 use cxdirect_dma::Iommu;
 use cxdirect_emu::counters::CountersSnapshot;
+use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, RcPath, RemoteRights, GID_A, MAC_A};
 use cxdirect_emu::{Device as Model, EmuConfig, ExecMode};
 use cxdirect_hw::doorbell::{UAR_BF_OFFSET, UAR_PAGE_SIZE};
+use cxdirect_hw::qp::mtu;
+use cxdirect_hw::wqe::{opcode, CtrlSeg};
 use std::hint::black_box;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -52,6 +55,11 @@ struct Cli {
     /// Measure one path only, for profiling: all, tx, rx or model (the end-to-end runs)
     #[arg(long, value_name = "PATH", value_enum, hide_possible_values = true, default_value_t = Only::All, help_heading = RUN)]
     only: Only,
+    /// Instead, the model's RoCE v2 RC speed: 64-byte RDMA WRITE messages per second and 1 MiB
+    /// WRITE throughput between two functions (driven by the model's test kit, inline on one
+    /// core), beside the model's Ethernet packet rate in the same run
+    #[arg(long, conflicts_with = "callgrind", help_heading = RUN)]
+    rc_write: bool,
     /// Instead, io forwarding between the two ports for --packets, for valgrind --tool=callgrind; prints forwarded=N
     #[arg(long, help_heading = CALLGRIND)]
     callgrind: bool,
@@ -270,6 +278,9 @@ fn real_main() -> Result<(), String> {
     }
     let rounds = cli.rounds as usize;
     let iterations = cli.iterations as usize;
+    if cli.rc_write {
+        return rc_write(rounds);
+    }
     let only = cli.only.name();
     if only == "model" {
         return end_to_end(rounds);
@@ -1207,4 +1218,142 @@ fn callgrind(packets: u64, multi_packet: bool, striding: bool, burst: bool) -> R
     close_parts(pa, txa, rxa)?;
     close_parts(pb, txb, rxb)?;
     Ok(())
+}
+
+/// 64-byte RDMA WRITE messages timed per run of the RC section.
+const RC_SMALL_MESSAGES: u32 = 200_000;
+/// Bytes of the big RDMA WRITE messages, and how many are timed.
+const RC_BIG_BYTES: u32 = 1 << 20;
+const RC_BIG_MESSAGES: u32 = 200;
+/// WQEs posted per doorbell for small messages; only the last asks for a completion (RC
+/// completes in order).
+const RC_BATCH: u16 = 32;
+/// Log2 of the send ring (WQEBBs): room for a round.
+const RC_LOG_SQ: u8 = 6;
+
+/// The RC section: the model's Ethernet rate (as `--only model` measures it), then RDMA WRITE
+/// between two functions, each alone on one core (inline execution).
+fn rc_write(rounds: usize) -> Result<(), String> {
+    println!("# the model's RoCE v2 RC speed beside its Ethernet rate, one run, inline execution (one core)");
+    let (_, model_ns) = e2e_ns(ExecMode::Inline, rounds)?;
+    println!(
+        "Ethernet: 64-byte packets, tx on port 0, rx on port 1: the model's own share {model_ns:.0} ns/pkt = {:.3} Mpps",
+        1e3 / model_ns
+    );
+    metric("model_mpps", 1e3 / model_ns);
+    let small = rc_write_run(64, RC_SMALL_MESSAGES, mtu::MTU_1024)?;
+    println!(
+        "RC RDMA WRITE 64 B, path MTU 1024: {:.3} M messages/s ({:.0} ns per message, WQE written to completion read; median round of {RC_BATCH}), the model's own share {:.0} ns = {:.3} M messages/s",
+        1e3 / small.wall_ns,
+        small.wall_ns,
+        small.model_ns,
+        1e3 / small.model_ns
+    );
+    metric("rc_write_64_mmsgs", 1e3 / small.wall_ns);
+    metric("rc_write_64_model_mmsgs", 1e3 / small.model_ns);
+    for (code, bytes) in [(mtu::MTU_1024, 1024), (mtu::MTU_4096, 4096)] {
+        let big = rc_write_run(RC_BIG_BYTES, RC_BIG_MESSAGES, code)?;
+        let gbps = |ns: f64| f64::from(RC_BIG_BYTES) * 8.0 / ns;
+        println!(
+            "RC RDMA WRITE 1 MiB, path MTU {bytes}: {:.2} Gbit/s ({:.0} us per message, median of {RC_BIG_MESSAGES}), the model's own share {:.2} Gbit/s",
+            gbps(big.wall_ns),
+            big.wall_ns / 1e3,
+            gbps(big.model_ns)
+        );
+        metric(&format!("rc_write_1m_mtu{bytes}_gbps"), gbps(big.wall_ns));
+        metric(
+            &format!("rc_write_1m_mtu{bytes}_model_gbps"),
+            gbps(big.model_ns),
+        );
+    }
+    Ok(())
+}
+
+/// Nanoseconds per message of an RC run (medians over its rounds): the whole round, and the
+/// part spent inside the model (the doorbell and the polls that deliver frames and
+/// acknowledgements; not the test kit's writing of WQEs and reading of CQEs).
+struct RcRun {
+    wall_ns: f64,
+    model_ns: f64,
+}
+
+/// `messages` RDMA WRITEs of `bytes` each from A to B over a path of MTU `mtu_code`, in rounds
+/// of [`RC_BATCH`] WQEs (one for messages over 4 KiB) behind one doorbell, only the last
+/// asking for a completion; a round ends when that completion is read. Every completion is
+/// checked, and the last message's bytes at B.
+fn rc_write_run(bytes: u32, messages: u32, mtu_code: u8) -> Result<RcRun, String> {
+    let message_bytes = u64::from(bytes);
+    let mem = (2 * message_bytes + (16 << 20)) as usize;
+    let path = RcPath {
+        mtu_code,
+        ..RcPath::to(GID_A, MAC_A, 0)
+    };
+    let mut p = RcPair::new(EmuConfig::default(), mem, 12, RC_LOG_SQ, 4, path);
+    let lkey = p.a.create_mkey(false, false);
+    let src = p.a.alloc(message_bytes, 4096);
+    let pattern: Vec<u8> = (0..bytes).map(|i| (i * 7 + 1) as u8).collect();
+    p.a.write(src, &pattern);
+    let dst = p.b.alloc(message_bytes, 4096);
+    let pd_b = p.b.pd;
+    let rights = RemoteRights {
+        write: true,
+        ..RemoteRights::default()
+    };
+    let rkey =
+        p.b.create_remote_mkey(pd_b, dst, message_bytes, rights, 0x3c);
+    let batch = if bytes > 4096 { 1 } else { RC_BATCH };
+    let rounds = messages.div_ceil(u32::from(batch));
+    let mut wall = Vec::with_capacity(rounds as usize);
+    let mut model = Vec::with_capacity(rounds as usize);
+    for round in 0..rounds {
+        let start = Instant::now();
+        let mut last = [0u8; 64];
+        for i in 0..batch {
+            let mut w = rc_wqe(
+                &p.qp_a.sq,
+                opcode::RDMA_WRITE,
+                0,
+                Some((dst, rkey)),
+                None,
+                (src, lkey, bytes),
+            );
+            if i + 1 < batch {
+                CtrlSeg::new(&mut w[..16])
+                    .map_err(|e| e.to_string())?
+                    .set_ce(0);
+            }
+            p.a.write_wqe(&mut p.qp_a.sq, &w);
+            last = w;
+        }
+        let mut inside = Duration::ZERO;
+        let t = Instant::now();
+        p.a.ring(&mut p.qp_a.sq, &last, false);
+        inside += t.elapsed();
+        let deadline = start + Duration::from_secs(10);
+        let cqe = loop {
+            let t = Instant::now();
+            p.b.dev.poll();
+            p.a.dev.poll();
+            inside += t.elapsed();
+            if let Some(cqe) = p.a.poll_cq(&mut p.cq_a) {
+                break cqe;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("RC round {round} of {rounds} stalled"));
+            }
+        };
+        if cqe[63] >> 4 != 0 {
+            return Err(format!("RDMA WRITE completed in error: {cqe:02x?}"));
+        }
+        wall.push(start.elapsed().as_nanos() as f64 / f64::from(batch));
+        model.push(inside.as_nanos() as f64 / f64::from(batch));
+    }
+    if p.b.read(dst, bytes as usize) != pattern {
+        return Err("the written bytes differ from the source".into());
+    }
+    p.teardown();
+    Ok(RcRun {
+        wall_ns: median(wall),
+        model_ns: median(model),
+    })
 }
