@@ -79,6 +79,21 @@ const PPCNT_GROUPS: &[u8] = &[
     reg::ppcnt_grp::PHYSICAL_LAYER_STATISTICAL,
 ];
 
+/// The node description the NODE_DESC register holds (NUL-padded to 64 bytes): what an RDMA
+/// stack shows as the device's `node_desc`.
+pub(crate) const NODE_DESCRIPTION: &[u8] = b"MT4125 ConnectX6DX cxdirect device model";
+/// Bytes of the NODE_DESC register (`struct mlx5_reg_node_desc` in Linux's mlx5_ib).
+const NODE_DESC_BYTES: usize = 64;
+
+/// The port's node GUID: its MAC address widened to EUI-64 (`ff:fe` in the middle), as
+/// ConnectX firmware derives it. The system image GUID is the same (one function per port).
+/// `mac` holds the address in its low 48 bits.
+pub(crate) fn node_guid(mac: u64) -> u64 {
+    let oui = (mac >> 24) & 0xff_ffff;
+    let nic = mac & 0xff_ffff;
+    (oui << 40) | (0xfffe << 24) | nic
+}
+
 /// The board's PSID (parameter set id) QUERY_ADAPTER reports.
 pub(crate) const BOARD_PSID: &[u8] = b"CXDIRECT_EMU_01";
 /// IEEE vendor id (OUI) QUERY_ADAPTER reports: Mellanox's.
@@ -549,6 +564,14 @@ pub(crate) fn access_reg(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
             }
         }
         reg::REG_HOST_ENDIANNESS => {}
+        // Read only: the description is the firmware's own.
+        reg::REG_NODE_DESC if !write => {
+            let n = NODE_DESCRIPTION.len().min(reply.len());
+            reply[..n].copy_from_slice(&NODE_DESCRIPTION[..n]);
+            if reply.len() < NODE_DESC_BYTES {
+                return Err(bad_param(Syndrome::BadRegister, "NODE_DESC reads 64 bytes"));
+            }
+        }
         other => {
             log::info!(
                 "function {}: ACCESS_REG register {other:#06x} not modelled",
@@ -587,7 +610,9 @@ pub(crate) fn query_nic_vport_context(
         .set_promisc_uc(core.port.promisc_uc)
         .set_promisc_mc(core.port.promisc_mc)
         .set_promisc_all(core.port.promisc_all)
-        .set_roce_en(core.port.roce_en);
+        .set_roce_en(core.port.roce_en)
+        .set_node_guid(node_guid(core.port.mac))
+        .set_system_image_guid(node_guid(core.port.mac));
     ctx.permanent_address_mut().set_mac(core.port.mac);
     Ok(())
 }

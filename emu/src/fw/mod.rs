@@ -21,6 +21,7 @@ pub(crate) mod queues;
 pub(crate) mod roce;
 pub(crate) mod steering;
 pub(crate) mod transport;
+pub(crate) mod xrc;
 
 use crate::config::EmuConfig;
 use crate::counters::{add, Counters, QueueCounterTable};
@@ -396,6 +397,8 @@ impl Core {
             Opcode::DeallocUar => transport::dealloc_uar(self, input),
             Opcode::AllocPd => transport::alloc_pd(self, output),
             Opcode::DeallocPd => transport::dealloc_pd(self, input),
+            Opcode::AllocXrcd => transport::alloc_xrcd(self, output),
+            Opcode::DeallocXrcd => transport::dealloc_xrcd(self, input),
             Opcode::AllocTransportDomain => transport::alloc_td(self, output),
             Opcode::DeallocTransportDomain => transport::dealloc_td(self, input),
             Opcode::CreateEq => queues::create_eq(self, input, output),
@@ -446,6 +449,8 @@ impl Core {
             | Opcode::Qp2rstQp => qp::modify_qp(self, opcode, input),
             Opcode::QueryQp => qp::query_qp(self, input, output),
             Opcode::DestroyQp => qp::destroy_qp(self, input),
+            Opcode::CreateXrcSrq => xrc::create_xrc_srq(self, input, output),
+            Opcode::DestroyXrcSrq => xrc::destroy_xrc_srq(self, input),
             Opcode::SetRoceAddress => roce::set_roce_address(self, input),
             Opcode::QueryRoceAddress => roce::query_roce_address(self, input, output),
             Opcode::Nop => Ok(()),
