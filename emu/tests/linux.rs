@@ -1056,3 +1056,56 @@ fn the_gsi_qp_walks_to_rts_as_the_mad_layer_opens_it() {
     h.exec(&destroy, 16).expect("DESTROY_QP");
     assert_eq!(h.dev.qp_count(), 0);
 }
+
+/// The RDMA core reads P_Key index 0 of every port when mlx5_ib registers a RoCE device
+/// (QUERY_HCA_VPORT_PKEY, one entry, a 20-byte output), and fails the registration when the
+/// read is refused. An Ethernet port's table holds the default P_Key there and nothing else.
+#[test]
+fn query_hca_vport_pkey_answers_the_default_pkey_as_the_rdma_core_reads_it() {
+    use cxdirect_hw::vport::QueryHcaVportPkeyIn;
+    let mut h = host();
+    h.bring_up();
+    let query = |h: &mut Host, index: u16, outlen: usize| {
+        let mut input = Host::input(Opcode::QueryHcaVportPkey, 0, 16);
+        QueryHcaVportPkeyIn::new(&mut input[..])
+            .unwrap()
+            .set_pkey_index(index);
+        h.exec(&input, outlen)
+    };
+    let out = query(&mut h, 0, 16 + 4).expect("P_Key 0");
+    assert_eq!(u32::from_be_bytes(out[16..20].try_into().unwrap()), 0xffff);
+    let out = query(&mut h, 1, 16 + 4).expect("P_Key 1");
+    assert_eq!(u32::from_be_bytes(out[16..20].try_into().unwrap()), 0);
+    // The whole table: 128 entries (pkey_table_size 0), the default one first.
+    let out = query(&mut h, 0xffff, 16 + 128 * 4).expect("whole table");
+    assert_eq!(u32::from_be_bytes(out[16..20].try_into().unwrap()), 0xffff);
+    assert!(out[20..].iter().all(|&b| b == 0));
+    assert_eq!(
+        query(&mut h, 0xffff, 16 + 4),
+        Err(CmdFail::status(
+            CmdStatus::BadOutputLength,
+            Syndrome::OutputTooShort
+        ))
+    );
+    assert_eq!(
+        query(&mut h, 128, 16 + 4),
+        Err(CmdFail::status(
+            CmdStatus::BadParameter,
+            Syndrome::BadPkeyIndex
+        ))
+    );
+}
+
+/// When the RDMA core registers a RoCE device it asks the port's performance management
+/// agent for its ClassPortInfo; mlx5_ib answers that from the vport counters when
+/// `vport_counters` is reported, and otherwise forwards the MAD to the firmware (MAD_IFC, which
+/// an Ethernet port does not serve). The counters it would read are answered.
+#[test]
+fn vport_counters_are_reported_so_mlx5_ib_serves_port_counter_mads_itself() {
+    let mut h = host();
+    h.bring_up();
+    let caps = h.query_cap(hca::cap_type::GENERAL_DEVICE, true);
+    assert!(CmdHcaCap::new(&caps[0x10..]).unwrap().vport_counters());
+    let input = Host::input(Opcode::QueryVportCounter, 0, 0x20);
+    h.exec(&input, 0x210).expect("QUERY_VPORT_COUNTER");
+}

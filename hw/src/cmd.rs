@@ -262,6 +262,7 @@ device_codes! {
         ModifyNicVportContext = 0x755 => "MODIFY_NIC_VPORT_CONTEXT",
         QueryRoceAddress = 0x760 => "QUERY_ROCE_ADDRESS",
         SetRoceAddress = 0x761 => "SET_ROCE_ADDRESS",
+        QueryHcaVportPkey = 0x765 => "QUERY_HCA_VPORT_PKEY",
         QueryVportCounter = 0x770 => "QUERY_VPORT_COUNTER",
         AllocQCounter = 0x771 => "ALLOC_Q_COUNTER",
         DeallocQCounter = 0x772 => "DEALLOC_Q_COUNTER",

@@ -79,6 +79,9 @@ impl CapSet {
             // reloaded by a UMR WQE.
             .set_umr_modify_entity_size_disabled(true)
             .set_umr_modify_atomic_disabled(true)
+            // QUERY_VPORT_COUNTER is answered: mlx5_ib serves the RDMA core's performance
+            // management queries (port counters) from it instead of a MAD_IFC.
+            .set_vport_counters(true)
             .set_log_max_srq_sz(LOG_MAX_WQ_SZ)
             .set_log_max_srq(12)
             .set_max_indirection(16)

@@ -19,8 +19,9 @@ use cxdirect_hw::reg::{
     PmtuReg, PpcntReg, PtysReg,
 };
 use cxdirect_hw::vport::{
-    ModifyNicVportContextIn, QueryNicVportContextIn, QueryNicVportContextOut, QueryVportCounterIn,
-    QueryVportCounterOut, QueryVportStateIn, QueryVportStateOut, TrafficCounter, VPORT_STATE_DOWN,
+    ModifyNicVportContextIn, QueryHcaVportPkeyIn, QueryHcaVportPkeyOut, QueryNicVportContextIn,
+    QueryNicVportContextOut, QueryVportCounterIn, QueryVportCounterOut, QueryVportStateIn,
+    QueryVportStateOut, TrafficCounter, DEFAULT_PKEY, PKEY_INDEX_ALL, VPORT_STATE_DOWN,
     VPORT_STATE_UP,
 };
 use std::time::{Duration, Instant};
@@ -614,6 +615,44 @@ pub(crate) fn query_nic_vport_context(
         .set_node_guid(node_guid(core.port.mac))
         .set_system_image_guid(node_guid(core.port.mac));
     ctx.permanent_address_mut().set_mac(core.port.mac);
+    Ok(())
+}
+
+/// QUERY_HCA_VPORT_PKEY: the port's P_Key table (`128 << pkey_table_size` entries) holds the
+/// default P_Key at index 0 and nothing else, as on any Ethernet port; Linux's RDMA core reads
+/// index 0 when it registers a RoCE device.
+pub(crate) fn query_hca_vport_pkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let cmd = input_as!(QueryHcaVportPkeyIn<&[u8]>, input);
+    check_own_vport(cmd.other_vport(), cmd.vport_number())?;
+    if cmd.port_num() > 1 {
+        return Err(bad_param(Syndrome::BadVport, "no such port"));
+    }
+    let entries = 128usize << core.hca.caps.general().pkey_table_size().min(8);
+    let index = usize::from(cmd.pkey_index());
+    let (first, count) = if cmd.pkey_index() == PKEY_INDEX_ALL {
+        (0, entries)
+    } else if index < entries {
+        (index, 1)
+    } else {
+        return Err(bad_param(
+            Syndrome::BadPkeyIndex,
+            "P_Key index past the table",
+        ));
+    };
+    let header = <QueryHcaVportPkeyOut as cxdirect_hw::Layout>::SIZE;
+    if output.len() < header + count * 4 {
+        return Err(CmdError::new(
+            CmdStatus::BadOutputLength,
+            Syndrome::OutputTooShort,
+            "output shorter than the P_Keys asked for",
+        ));
+    }
+    let mut out = output_as!(QueryHcaVportPkeyOut<&mut [u8]>, output);
+    for i in 0..count {
+        let pkey = if first + i == 0 { DEFAULT_PKEY } else { 0 };
+        out.set_pkey(i, u32::from(pkey))
+            .map_err(|_| bad_param(Syndrome::OutputTooShort, "P_Key array"))?;
+    }
     Ok(())
 }
 

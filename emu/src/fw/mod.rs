@@ -111,6 +111,8 @@ pub enum Syndrome {
     BadQpOptParam = 0x0c0d_00a3,
     /// A path MTU that is no MTU code or above what the port carries.
     BadPathMtu = 0x0c0d_00a4,
+    /// A P_Key index past the port's P_Key table.
+    BadPkeyIndex = 0x0c0d_00a8,
     /// A RoCE address (GID) index past the port's table, or one that holds no address.
     BadGidIndex = 0x0c0d_00a5,
     /// RoCE is not supported, or not enabled on the vport.
@@ -391,6 +393,7 @@ impl Core {
             Opcode::AccessReg => hca::access_reg(self, input, output),
             Opcode::QueryNicVportContext => hca::query_nic_vport_context(self, input, output),
             Opcode::ModifyNicVportContext => hca::modify_nic_vport_context(self, input),
+            Opcode::QueryHcaVportPkey => hca::query_hca_vport_pkey(self, input, output),
             Opcode::QueryVportState => hca::query_vport_state(self, input, output),
             Opcode::QueryVportCounter => hca::query_vport_counter(self, input, output),
             Opcode::AllocUar => transport::alloc_uar(self, output),

@@ -37,5 +37,7 @@ pub fn checks() -> usize {
         qp::CreateXrcSrqIn,
         qp::CreateXrcSrqOut,
         qp::DestroyXrcSrqIn,
+        vport::QueryHcaVportPkeyIn,
+        vport::QueryHcaVportPkeyOut,
     )
 }
