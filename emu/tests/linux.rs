@@ -1044,6 +1044,18 @@ fn the_gsi_qp_walks_to_rts_as_the_mad_layer_opens_it() {
     assert_eq!(ctx.state(), state::RTS);
     assert_eq!(ctx.q_key(), IB_QP1_QKEY);
     assert_eq!(ctx.next_send_psn(), 0x123);
+    // No MAD is carried: a send doorbell on the GSI QP is refused and counted, and nothing
+    // completes.
+    let mut wqe = [0u8; 8];
+    wqe[0..4].copy_from_slice(&0x0au32.to_be_bytes());
+    wqe[4..8].copy_from_slice(&((qpn << 8) | 1).to_be_bytes());
+    h.write_be32(dbr + 4, 1);
+    let refused = h.dev.counters().bad_doorbells;
+    let doorbell = h.uar_base() + cxdirect_hw::doorbell::UAR_BF_OFFSET as u64;
+    h.dev.mmio_write(doorbell, &wqe).expect("doorbell");
+    assert_eq!(h.dev.counters().bad_doorbells, refused + 1);
+    let mut cq = cq;
+    assert!(h.poll_cq(&mut cq).is_none(), "no completion");
     // An optional attribute is refused: QP1 takes none.
     let mut input = Host::input(Opcode::Rts2rtsQp, 0, 0x110);
     Rst2initQpIn::new(&mut input[..])
