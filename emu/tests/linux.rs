@@ -1069,6 +1069,40 @@ fn the_gsi_qp_walks_to_rts_as_the_mad_layer_opens_it() {
     assert_eq!(h.dev.qp_count(), 0);
 }
 
+/// A driver that tears the function down with its QPs still there (a GSI QP and an RC QP)
+/// gets every firmware page back: TEARDOWN_HCA frees the QPs' contexts as it does every other
+/// object's.
+#[test]
+fn teardown_returns_the_pages_of_qps_left_behind() {
+    use cxdirect_hw::qp::{service_type, CreateQpIn};
+    let mut h = host();
+    h.bring_up();
+    let cq = h.create_cq(6);
+    for st in [service_type::QP1, service_type::RC] {
+        let (buf, dbr) = ring_and_dbr(&mut h);
+        let mut input = Host::input(Opcode::CreateQp, 0, 0x110 + 8);
+        let mut cmd = CreateQpIn::new(&mut input[..]).unwrap();
+        cmd.qpc_mut()
+            .set_st(st)
+            .set_pm_state(3)
+            .set_pd(h.pd)
+            .set_uar_page(h.uar)
+            .set_cqn_snd(cq.cqn)
+            .set_cqn_rcv(cq.cqn)
+            .set_log_rq_size(3)
+            .set_log_rq_stride(2)
+            .set_log_sq_size(3)
+            .set_dbr_addr(dbr);
+        cmd.set_pas(0, buf).unwrap();
+        h.exec(&input, 16).expect("CREATE_QP");
+    }
+    assert_eq!(h.dev.qp_count(), 2);
+    // Every page given comes back after TEARDOWN_HCA (checked inside), none is lost.
+    h.teardown();
+    assert_eq!(h.dev.firmware_pages_held(), 0);
+    assert_eq!(h.dev.firmware_pages_leaked(), 0);
+}
+
 /// The RDMA core reads P_Key index 0 of every port when mlx5_ib registers a RoCE device
 /// (QUERY_HCA_VPORT_PKEY, one entry, a 20-byte output), and fails the registration when the
 /// read is refused. An Ethernet port's table holds the default P_Key there and nothing else.
@@ -1120,4 +1154,23 @@ fn vport_counters_are_reported_so_mlx5_ib_serves_port_counter_mads_itself() {
     assert!(CmdHcaCap::new(&caps[0x10..]).unwrap().vport_counters());
     let input = Host::input(Opcode::QueryVportCounter, 0, 0x20);
     h.exec(&input, 0x210).expect("QUERY_VPORT_COUNTER");
+}
+
+/// Reading a RoCE port's error counters (`/sys/class/infiniband/*/ports/1/counters/`) makes
+/// the RDMA core ask for PMA PortCounters, which mlx5_ib answers from the PPCNT InfiniBand port
+/// counters group (0x20). The model's port sees none of those errors: zeros, not a refusal.
+#[test]
+fn ppcnt_answers_the_infiniband_port_counters_mlx5_ib_reads() {
+    use cxdirect_hw::reg::{ppcnt_grp, PpcntReg, REG_PPCNT};
+    let mut h = host();
+    h.bring_up();
+    let mut req = PpcntReg::zeroed();
+    req.set_local_port(1)
+        .set_grp(ppcnt_grp::INFINIBAND_PORT_COUNTERS);
+    let out = read_register(&mut h, REG_PPCNT, req.as_bytes(), 0x100).expect("PPCNT group 0x20");
+    let reply = PpcntReg::new(&out[..]).unwrap();
+    assert_eq!(reply.grp(), ppcnt_grp::INFINIBAND_PORT_COUNTERS);
+    assert!(out[cxdirect_hw::reg::PPCNT_COUNTER_SET_OFFSET..]
+        .iter()
+        .all(|&b| b == 0));
 }

@@ -65,7 +65,8 @@ pub(crate) struct Hca {
 
 /// The Ethernet protocols the port reports in PTYS (legacy mask): one, 100GBASE-CR4.
 const PORT_PROTOCOLS: u32 = reg::ETH_PROTO_100GBASE_CR4;
-/// PPCNT counter groups the model answers (every one Linux's mlx5e reads without PCAM).
+/// PPCNT counter groups the model answers (every one Linux's mlx5e reads without PCAM, and the
+/// InfiniBand port counters mlx5_ib reads for the RDMA core's PortCounters).
 const PPCNT_GROUPS: &[u8] = &[
     reg::ppcnt_grp::IEEE_802_3,
     reg::ppcnt_grp::RFC_2863,
@@ -78,6 +79,7 @@ const PPCNT_GROUPS: &[u8] = &[
     reg::ppcnt_grp::PHYSICAL_LAYER,
     reg::ppcnt_grp::PER_TRAFFIC_CLASS_CONGESTION,
     reg::ppcnt_grp::PHYSICAL_LAYER_STATISTICAL,
+    reg::ppcnt_grp::INFINIBAND_PORT_COUNTERS,
 ];
 
 /// The node description the NODE_DESC register holds (NUL-padded to 64 bytes): what an RDMA
@@ -394,6 +396,8 @@ fn destroy_all_objects(core: &mut Core) {
     slots.extend(core.res.rqs.iter().map(|(_, o)| o.slot));
     slots.extend(core.res.rmps.iter().map(|(_, o)| o.slot));
     slots.extend(core.res.mkeys.iter().map(|(_, o)| o.slot));
+    slots.extend(core.res.qps.iter().map(|(_, o)| o.slot));
+    slots.extend(core.res.gsi_qps.iter().map(|(_, o)| o.slot));
     for slot in slots {
         core.pages.free_slot(slot);
     }
