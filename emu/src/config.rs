@@ -59,10 +59,10 @@ pub struct EmuConfig {
     /// of 512..65,536 strides of 64..8,192 bytes, and each packet takes as many strides as it
     /// needs. Off models a device without them (`striding_rq` = 0).
     pub striding_rq: bool,
-    /// Report RoCE (`roce` = 1 and the RoCE capability page) and accept the RoCE address table
-    /// commands. Off by default: RC QPs exist as objects (their commands work, loopback paths
-    /// included) but no RoCE packet is sent or received yet, and Linux's mlx5_core/mlx5_ib
-    /// would build RoCE state on a device that advertises it.
+    /// Report RoCE (`roce` = 1, the RoCE capability page, and the XRC domains Linux's mlx5_ib
+    /// needs on a RoCE port) and accept the RoCE address table commands, RoCE paths and RoCE v2
+    /// packets. On by default, as on a ConnectX-6 Dx; off models a device without RoCE (RC QPs
+    /// then take force-loopback paths only, and Linux's mlx5_ib binds as raw Ethernet).
     pub roce: bool,
 }
 
@@ -85,7 +85,7 @@ impl Default for EmuConfig {
             multi_packet_send: true,
             lso: true,
             striding_rq: true,
-            roce: false,
+            roce: true,
         }
     }
 }

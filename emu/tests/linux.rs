@@ -821,3 +821,356 @@ fn tso_over_ipv6_sets_each_segments_payload_length() {
         );
     }
 }
+
+/// mlx5_ib reads the node description from the NODE_DESC register (64 bytes) when it
+/// registers a RoCE device, and fails the probe if the read is refused.
+#[test]
+fn node_desc_is_read_as_mlx5_ib_reads_it() {
+    use cxdirect_hw::reg::REG_NODE_DESC;
+    let mut h = host();
+    h.bring_up();
+    let out = read_register(&mut h, REG_NODE_DESC, &[0u8; 64], 64).expect("NODE_DESC read");
+    let text = out.split(|&b| b == 0).next().unwrap();
+    assert!(
+        std::str::from_utf8(text).unwrap().contains("ConnectX6DX"),
+        "description {text:?}"
+    );
+    assert_eq!(out.len(), 64);
+    assert!(out[text.len()..].iter().all(|&b| b == 0), "NUL-padded");
+}
+
+/// mlx5_ib takes the node GUID and the system image GUID of an Ethernet port from the NIC
+/// vport context: both are the port's MAC widened to EUI-64, not zero.
+#[test]
+fn the_nic_vport_context_carries_the_node_guid() {
+    use cxdirect_hw::vport::{QueryNicVportContextIn, QueryNicVportContextOut};
+    let mut h = host();
+    h.bring_up();
+    let input = Host::input(
+        Opcode::QueryNicVportContext,
+        0,
+        <QueryNicVportContextIn as cxdirect_hw::Layout>::SIZE,
+    );
+    let out = h
+        .exec(
+            &input,
+            <QueryNicVportContextOut as cxdirect_hw::Layout>::SIZE,
+        )
+        .unwrap();
+    let out = QueryNicVportContextOut::new(&out[..]).unwrap();
+    let ctx = out.nic_vport_context();
+    let mac = ctx.permanent_address().mac();
+    let guid = ctx.node_guid();
+    assert_eq!(
+        guid,
+        ((mac >> 24) << 40) | (0xfffe << 24) | (mac & 0xff_ffff),
+        "node GUID {guid:#x} from MAC {mac:#x}"
+    );
+    assert_eq!(ctx.system_image_guid(), guid);
+}
+
+/// A RoCE device as mlx5_ib probes it: RoCE on by default, XRC reported (mlx5_ib refuses the
+/// device without it) and two XRC domains allocated and freed; UMR reported unable to load
+/// translations, so Linux keeps no UMR memory key cache the model could not fill.
+#[test]
+fn a_roce_device_reports_xrc_domains_and_no_umr_translation_loads() {
+    use cxdirect_hw::hca::{AllocXrcdOut, DeallocXrcdIn};
+    let mut h = host();
+    h.bring_up();
+    let caps = h.query_cap(hca::cap_type::GENERAL_DEVICE, true);
+    let caps = CmdHcaCap::new(&caps[0x10..]).unwrap();
+    assert!(caps.roce(), "RoCE is on by default");
+    assert!(caps.xrc());
+    assert_ne!(caps.log_max_xrcd(), 0);
+    assert!(caps.umr_modify_entity_size_disabled());
+    let mut xrcds = Vec::new();
+    for _ in 0..2 {
+        let out = h.simple(Opcode::AllocXrcd, 0).expect("ALLOC_XRCD");
+        xrcds.push(AllocXrcdOut::new(&out[..]).unwrap().xrcd());
+    }
+    assert_ne!(xrcds[0], xrcds[1]);
+    for &xrcd in &xrcds {
+        let mut input = Host::input(Opcode::DeallocXrcd, 0, 16);
+        DeallocXrcdIn::new(&mut input[..]).unwrap().set_xrcd(xrcd);
+        h.exec(&input, 16).expect("DEALLOC_XRCD");
+        // Freed once: a second free names no domain.
+        assert_eq!(
+            h.exec(&input, 16),
+            Err(CmdFail::status(
+                CmdStatus::BadResource,
+                Syndrome::NoSuchObject
+            ))
+        );
+    }
+}
+
+/// mlx5_ib reads the RoCE page's `l3_type` as `MLX5_ROCE_L3_TYPE_IPV4_CAP` (bit 1) and
+/// `_IPV6_CAP` (bit 2): a port without both is raw Ethernet to it, with no RoCE GIDs, and its
+/// registration then fails (a port without MADs that claims a MAD size).
+#[test]
+fn the_roce_page_advertises_ipv4_and_ipv6_gids_as_mlx5_ib_reads_them() {
+    use cxdirect_hw::roce::RoceCap;
+    let mut h = host();
+    h.bring_up();
+    let page = h.query_cap(hca::cap_type::ROCE, true);
+    let roce = RoceCap::new(&page[0x10..]).unwrap();
+    assert_eq!(roce.l3_type() & 0b110, 0b110, "IPv4 and IPv6 bits");
+    assert_eq!(roce.roce_version() & (1 << 2), 1 << 2, "RoCE v2 bit");
+}
+
+/// A page for a small ring and an 8-byte doorbell record.
+fn ring_and_dbr(h: &mut Host) -> (u64, u64) {
+    (h.alloc(4096, 4096), h.alloc(8, 64))
+}
+
+/// CREATE_XRC_SRQ as mlx5_ib sends it for its device-wide XRC SRQ (s0) before the first QP:
+/// two 32-byte WQEs, one page, the XRC domain, PD and CQ it names.
+fn create_xrc_srq(h: &mut Host, xrcd: u32, cqn: u32) -> Result<u32, CmdFail> {
+    use cxdirect_hw::qp::{CreateXrcSrqIn, CreateXrcSrqOut};
+    let (buf, dbr) = ring_and_dbr(h);
+    let mut input = Host::input(Opcode::CreateXrcSrq, 0, 0x110 + 8);
+    let mut cmd = CreateXrcSrqIn::new(&mut input[..]).unwrap();
+    cmd.xrc_srq_context_entry_mut()
+        .set_log_xrc_srq_size(1)
+        .set_log_rq_stride(1)
+        .set_log_page_size(0)
+        .set_xrcd(xrcd)
+        .set_cqn(cqn)
+        .set_pd(h.pd)
+        .set_db_record_addr_h((dbr >> 32) as u32)
+        .set_db_record_addr_l((dbr as u32) >> 2);
+    cmd.set_pas(0, buf).unwrap();
+    let out = h.exec(&input, 16)?;
+    Ok(CreateXrcSrqOut::new(&out[..]).unwrap().xrc_srqn())
+}
+
+/// mlx5_ib makes an XRC SRQ and a basic SRQ (an RMP) before its first QP, the MAD layer's
+/// GSI QP included, and keeps both in one SRQ number space: the two numbers differ, and the
+/// XRC SRQ holds its XRC domain and CQ until destroyed.
+#[test]
+fn an_xrc_srq_is_created_as_mlx5_ib_creates_its_own_and_holds_its_domain() {
+    use cxdirect_hw::hca::{AllocXrcdOut, DeallocXrcdIn};
+    use cxdirect_hw::qp::DestroyXrcSrqIn;
+    let mut h = host();
+    h.bring_up();
+    let cq = h.create_cq(1);
+    let out = h.simple(Opcode::AllocXrcd, 0).unwrap();
+    let xrcd = AllocXrcdOut::new(&out[..]).unwrap().xrcd();
+    let srqn = create_xrc_srq(&mut h, xrcd, cq.cqn).expect("CREATE_XRC_SRQ");
+    let (rmpn, _) = h.create_rmp(1, 0);
+    assert_ne!(srqn, rmpn, "XRC SRQs and RMPs share one number space");
+    // An unknown XRC domain is refused.
+    assert_eq!(
+        create_xrc_srq(&mut h, xrcd + 100, cq.cqn),
+        Err(CmdFail::status(
+            CmdStatus::BadResource,
+            Syndrome::NoSuchObject
+        ))
+    );
+    let mut free_xrcd = Host::input(Opcode::DeallocXrcd, 0, 16);
+    DeallocXrcdIn::new(&mut free_xrcd[..])
+        .unwrap()
+        .set_xrcd(xrcd);
+    assert!(h.exec(&free_xrcd, 16).is_err(), "domain held by the SRQ");
+    let mut destroy = Host::input(Opcode::DestroyXrcSrq, 0, 16);
+    DestroyXrcSrqIn::new(&mut destroy[..])
+        .unwrap()
+        .set_xrc_srqn(srqn);
+    h.exec(&destroy, 16).expect("DESTROY_XRC_SRQ");
+    assert!(h.exec(&destroy, 16).is_err(), "destroyed once");
+    h.exec(&free_xrcd, 16)
+        .expect("domain free once the SRQ is gone");
+}
+
+/// The MAD layer opens a GSI QP (QP1) on every RoCE port, and mlx5_ib creates it as a
+/// hardware QP of service type QP1: a kernel QP (fre, rlky) with its own receive ring, then
+/// RST2INIT with the port, P_Key index and Q_Key, INIT2RTR and RTR2RTS with no optional
+/// attribute (Linux's opt_mask table has none for QP1) and the MTU Linux gives special QPs.
+#[test]
+fn the_gsi_qp_walks_to_rts_as_the_mad_layer_opens_it() {
+    use cxdirect_hw::qp::{
+        service_type, state, CreateQpIn, CreateQpOut, Qp2errIn, Qpc, Rst2initQpIn,
+    };
+    const IB_QP1_QKEY: u32 = 0x8001_0000;
+    const MTU_256: u8 = 1;
+    let mut h = host();
+    h.bring_up();
+    let cq = h.create_cq(6);
+    let (buf, dbr) = ring_and_dbr(&mut h);
+    let mut input = Host::input(Opcode::CreateQp, 0, 0x110 + 8);
+    let mut cmd = CreateQpIn::new(&mut input[..]).unwrap();
+    cmd.qpc_mut()
+        .set_st(service_type::QP1)
+        .set_pm_state(3)
+        .set_pd(h.pd)
+        .set_uar_page(h.uar)
+        .set_cqn_snd(cq.cqn)
+        .set_cqn_rcv(cq.cqn)
+        .set_log_rq_size(3)
+        .set_log_rq_stride(2)
+        .set_log_sq_size(3)
+        .set_ts_format(1)
+        .set_dbr_addr(dbr);
+    cmd.set_pas(0, buf).unwrap();
+    let out = h.exec(&input, 16).expect("CREATE_QP of a GSI QP");
+    let qpn = CreateQpOut::new(&out[..]).unwrap().qpn();
+    let step = |h: &mut Host, opcode: Opcode, fill: &dyn Fn(&mut Qpc<&mut [u8]>)| {
+        let mut input = Host::input(opcode, 0, 0x110);
+        let mut cmd = Rst2initQpIn::new(&mut input[..]).unwrap();
+        cmd.set_qpn(qpn);
+        let mut ctx = cmd.qpc_mut();
+        ctx.set_st(service_type::QP1)
+            .set_pm_state(3)
+            .set_mtu(MTU_256)
+            .set_log_msg_max(8);
+        ctx.primary_address_path_mut().set_vhca_port_num(1);
+        fill(&mut ctx);
+        h.exec(&input, 16)
+    };
+    step(&mut h, Opcode::Rst2initQp, &|c| {
+        c.set_q_key(IB_QP1_QKEY);
+    })
+    .expect("RST2INIT");
+    step(&mut h, Opcode::Init2rtrQp, &|_| {}).expect("INIT2RTR");
+    step(&mut h, Opcode::Rtr2rtsQp, &|c| {
+        c.set_next_send_psn(0x123);
+    })
+    .expect("RTR2RTS");
+    let mut query = Host::input(Opcode::QueryQp, 0, 16);
+    Qp2errIn::new(&mut query[..]).unwrap().set_qpn(qpn);
+    let out = h.exec(&query, 0x1d0).expect("QUERY_QP");
+    let ctx = Qpc::new(&out[0x18..]).unwrap();
+    assert_eq!(ctx.st(), service_type::QP1);
+    assert_eq!(ctx.state(), state::RTS);
+    assert_eq!(ctx.q_key(), IB_QP1_QKEY);
+    assert_eq!(ctx.next_send_psn(), 0x123);
+    // No MAD is carried: a send doorbell on the GSI QP is refused and counted, and nothing
+    // completes.
+    let mut wqe = [0u8; 8];
+    wqe[0..4].copy_from_slice(&0x0au32.to_be_bytes());
+    wqe[4..8].copy_from_slice(&((qpn << 8) | 1).to_be_bytes());
+    h.write_be32(dbr + 4, 1);
+    let refused = h.dev.counters().bad_doorbells;
+    let doorbell = h.uar_base() + cxdirect_hw::doorbell::UAR_BF_OFFSET as u64;
+    h.dev.mmio_write(doorbell, &wqe).expect("doorbell");
+    assert_eq!(h.dev.counters().bad_doorbells, refused + 1);
+    let mut cq = cq;
+    assert!(h.poll_cq(&mut cq).is_none(), "no completion");
+    // An optional attribute is refused: QP1 takes none.
+    let mut input = Host::input(Opcode::Rts2rtsQp, 0, 0x110);
+    Rst2initQpIn::new(&mut input[..])
+        .unwrap()
+        .set_qpn(qpn)
+        .set_opt_param_mask(cxdirect_hw::qp::optpar::RNR_TIMEOUT);
+    assert!(h.exec(&input, 16).is_err());
+    let mut destroy = Host::input(Opcode::DestroyQp, 0, 16);
+    Qp2errIn::new(&mut destroy[..]).unwrap().set_qpn(qpn);
+    h.exec(&destroy, 16).expect("DESTROY_QP");
+    assert_eq!(h.dev.qp_count(), 0);
+}
+
+/// A driver that tears the function down with its QPs still there (a GSI QP and an RC QP)
+/// gets every firmware page back: TEARDOWN_HCA frees the QPs' contexts as it does every other
+/// object's.
+#[test]
+fn teardown_returns_the_pages_of_qps_left_behind() {
+    use cxdirect_hw::qp::{service_type, CreateQpIn};
+    let mut h = host();
+    h.bring_up();
+    let cq = h.create_cq(6);
+    for st in [service_type::QP1, service_type::RC] {
+        let (buf, dbr) = ring_and_dbr(&mut h);
+        let mut input = Host::input(Opcode::CreateQp, 0, 0x110 + 8);
+        let mut cmd = CreateQpIn::new(&mut input[..]).unwrap();
+        cmd.qpc_mut()
+            .set_st(st)
+            .set_pm_state(3)
+            .set_pd(h.pd)
+            .set_uar_page(h.uar)
+            .set_cqn_snd(cq.cqn)
+            .set_cqn_rcv(cq.cqn)
+            .set_log_rq_size(3)
+            .set_log_rq_stride(2)
+            .set_log_sq_size(3)
+            .set_dbr_addr(dbr);
+        cmd.set_pas(0, buf).unwrap();
+        h.exec(&input, 16).expect("CREATE_QP");
+    }
+    assert_eq!(h.dev.qp_count(), 2);
+    // Every page given comes back after TEARDOWN_HCA (checked inside), none is lost.
+    h.teardown();
+    assert_eq!(h.dev.firmware_pages_held(), 0);
+    assert_eq!(h.dev.firmware_pages_leaked(), 0);
+}
+
+/// The RDMA core reads P_Key index 0 of every port when mlx5_ib registers a RoCE device
+/// (QUERY_HCA_VPORT_PKEY, one entry, a 20-byte output), and fails the registration when the
+/// read is refused. An Ethernet port's table holds the default P_Key there and nothing else.
+#[test]
+fn query_hca_vport_pkey_answers_the_default_pkey_as_the_rdma_core_reads_it() {
+    use cxdirect_hw::vport::QueryHcaVportPkeyIn;
+    let mut h = host();
+    h.bring_up();
+    let query = |h: &mut Host, index: u16, outlen: usize| {
+        let mut input = Host::input(Opcode::QueryHcaVportPkey, 0, 16);
+        QueryHcaVportPkeyIn::new(&mut input[..])
+            .unwrap()
+            .set_pkey_index(index);
+        h.exec(&input, outlen)
+    };
+    let out = query(&mut h, 0, 16 + 4).expect("P_Key 0");
+    assert_eq!(u32::from_be_bytes(out[16..20].try_into().unwrap()), 0xffff);
+    let out = query(&mut h, 1, 16 + 4).expect("P_Key 1");
+    assert_eq!(u32::from_be_bytes(out[16..20].try_into().unwrap()), 0);
+    // The whole table: 128 entries (pkey_table_size 0), the default one first.
+    let out = query(&mut h, 0xffff, 16 + 128 * 4).expect("whole table");
+    assert_eq!(u32::from_be_bytes(out[16..20].try_into().unwrap()), 0xffff);
+    assert!(out[20..].iter().all(|&b| b == 0));
+    assert_eq!(
+        query(&mut h, 0xffff, 16 + 4),
+        Err(CmdFail::status(
+            CmdStatus::BadOutputLength,
+            Syndrome::OutputTooShort
+        ))
+    );
+    assert_eq!(
+        query(&mut h, 128, 16 + 4),
+        Err(CmdFail::status(
+            CmdStatus::BadParameter,
+            Syndrome::BadPkeyIndex
+        ))
+    );
+}
+
+/// When the RDMA core registers a RoCE device it asks the port's performance management
+/// agent for its ClassPortInfo; mlx5_ib answers that from the vport counters when
+/// `vport_counters` is reported, and otherwise forwards the MAD to the firmware (MAD_IFC, which
+/// an Ethernet port does not serve). The counters it would read are answered.
+#[test]
+fn vport_counters_are_reported_so_mlx5_ib_serves_port_counter_mads_itself() {
+    let mut h = host();
+    h.bring_up();
+    let caps = h.query_cap(hca::cap_type::GENERAL_DEVICE, true);
+    assert!(CmdHcaCap::new(&caps[0x10..]).unwrap().vport_counters());
+    let input = Host::input(Opcode::QueryVportCounter, 0, 0x20);
+    h.exec(&input, 0x210).expect("QUERY_VPORT_COUNTER");
+}
+
+/// Reading a RoCE port's error counters (`/sys/class/infiniband/*/ports/1/counters/`) makes
+/// the RDMA core ask for PMA PortCounters, which mlx5_ib answers from the PPCNT InfiniBand port
+/// counters group (0x20). The model's port sees none of those errors: zeros, not a refusal.
+#[test]
+fn ppcnt_answers_the_infiniband_port_counters_mlx5_ib_reads() {
+    use cxdirect_hw::reg::{ppcnt_grp, PpcntReg, REG_PPCNT};
+    let mut h = host();
+    h.bring_up();
+    let mut req = PpcntReg::zeroed();
+    req.set_local_port(1)
+        .set_grp(ppcnt_grp::INFINIBAND_PORT_COUNTERS);
+    let out = read_register(&mut h, REG_PPCNT, req.as_bytes(), 0x100).expect("PPCNT group 0x20");
+    let reply = PpcntReg::new(&out[..]).unwrap();
+    assert_eq!(reply.grp(), ppcnt_grp::INFINIBAND_PORT_COUNTERS);
+    assert!(out[cxdirect_hw::reg::PPCNT_COUNTER_SET_OFFSET..]
+        .iter()
+        .all(|&b| b == 0));
+}

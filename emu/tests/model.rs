@@ -1382,9 +1382,10 @@ fn every_object_command_refuses_a_bad_reference() {
             Syndrome::BadRegister
         ))
     );
-    // RoCE capabilities (type 4): not advertised, not modelled.
-    let mut cap = Host::input(Opcode::QueryHcaCap, 0x4 << 1, 16);
-    cap[6..8].copy_from_slice(&(0x4u16 << 1).to_be_bytes());
+    // On-demand paging capabilities (type 2): not advertised, not modelled. (RoCE's, type 4,
+    // are answered with RoCE on, the default; `rc_qp` checks they are refused with it off.)
+    let mut cap = Host::input(Opcode::QueryHcaCap, 0x2 << 1, 16);
+    cap[6..8].copy_from_slice(&(0x2u16 << 1).to_be_bytes());
     assert_eq!(
         h.exec(&cap, 0x1010),
         Err(CmdFail::status(CmdStatus::BadParameter, Syndrome::BadOpMod))

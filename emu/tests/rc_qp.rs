@@ -647,7 +647,7 @@ fn roce_caps_follow_the_switch_and_the_source_port_choice_is_settable() {
         .exec(&Host::input(Opcode::QueryHcaCap, 1, 16), 0x1010)
         .expect("QUERY_HCA_CAP");
     let g = CmdHcaCap::new(&general[0x10..0x110]).expect("layout");
-    assert!(!g.roce(), "RoCE stays off until the transport exists");
+    assert!(!g.roce(), "RoCE is reported only when it is switched on");
     assert!(g.log_max_qp() > 0 && g.log_max_msg() > 0 && g.log_max_ra_req_qp() > 0);
     refused(
         off.exec(

@@ -226,6 +226,12 @@ layout! {
         ipoib_enhanced_offloads: bool @ 0x203 [0x1],
         /// Basic IPoIB offloads (checksum, LSO) are supported.
         ipoib_basic_offloads: bool @ 0x204 [0x1],
+        /// A UMR cannot change a memory key's entity (page) size, so it cannot load or enable
+        /// a translation list: Linux then registers memory by CREATE_MKEY and keeps no UMR
+        /// memory key cache.
+        umr_modify_entity_size_disabled: bool @ 0x207 [0x1],
+        /// A UMR cannot change a memory key's atomic access.
+        umr_modify_atomic_disabled: bool @ 0x208 [0x1],
         /// Fence needed after a UMR: see [`umr_fence`].
         umr_fence: u8 @ 0x20a [0x2],
         /// DC initiators may scatter response data to the CQE.

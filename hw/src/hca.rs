@@ -405,6 +405,30 @@ layout! {
 }
 
 layout! {
+    /// ALLOC_XRCD output.
+    pub struct AllocXrcdOut("alloc_xrcd_out", 0x10) {
+        /// Command status (see [`CmdStatus`](crate::cmd::CmdStatus)).
+        status: u8 @ 0x00 [0x8],
+        /// Firmware syndrome identifying the failure when status is not OK.
+        syndrome: u32 @ 0x20 [0x20],
+        /// Number of the new XRC domain.
+        xrcd: u32 @ 0x48 [0x18],
+    }
+}
+
+layout! {
+    /// DEALLOC_XRCD input.
+    pub struct DeallocXrcdIn("dealloc_xrcd_in", 0x10) {
+        /// Command opcode: [`Opcode::DeallocXrcd`](crate::cmd::Opcode::DeallocXrcd).
+        opcode: u16 @ 0x00 [0x10],
+        /// Operation modifier (0).
+        op_mod: u16 @ 0x30 [0x10],
+        /// The XRC domain to free.
+        xrcd: u32 @ 0x48 [0x18],
+    }
+}
+
+layout! {
     /// ALLOC_TRANSPORT_DOMAIN input.
     pub struct AllocTransportDomainIn("alloc_transport_domain_in", 0x10) {
         /// Command opcode:

@@ -706,3 +706,96 @@ layout! {
         syndrome: u32 @ 0x20 [0x20],
     }
 }
+
+layout! {
+    /// XRC SRQ context (`xrc_srqc`): a shared receive queue of linked-list WQEs (next segment,
+    /// then data segments) that XRC target QPs of one XRC domain draw from.
+    pub struct XrcSrqc("xrc_srqc", 0x40) {
+        /// State (0 = good, 1 = error); read back by QUERY_XRC_SRQ.
+        state: u8 @ 0x00 [0x4],
+        /// Log2 of the number of WQEs.
+        log_xrc_srq_size: u8 @ 0x04 [0x4],
+        /// WQEs carry a signature.
+        wq_signature: bool @ 0x20 [0x1],
+        /// Physically contiguous buffer.
+        cont_srq: bool @ 0x21 [0x1],
+        /// Reserved lkey allowed in data segments.
+        rlky: bool @ 0x23 [0x1],
+        /// Cyclic WQEs without a next segment.
+        basic_cyclic_rcv_wqe: bool @ 0x24 [0x1],
+        /// Log2 of the WQE stride in 16-byte units.
+        log_rq_stride: u8 @ 0x25 [0x3],
+        /// The XRC domain.
+        xrcd: u32 @ 0x28 [0x18],
+        /// Offset of the buffer in its first page, in 64-byte units.
+        page_offset: u8 @ 0x40 [0x6],
+        /// The doorbell record is a DevX umem.
+        dbr_umem_valid: bool @ 0x47 [0x1],
+        /// Completion queue of the XRC SRQ's receives.
+        cqn: u32 @ 0x48 [0x18],
+        /// `user_index` is the XRC SRQ number.
+        user_index_equal_xrc_srqn: bool @ 0x80 [0x1],
+        /// Log2 of the buffer's page size, less 12.
+        log_page_size: u8 @ 0x82 [0x6],
+        /// Index CQEs carry for receives of this XRC SRQ.
+        user_index: u32 @ 0x88 [0x18],
+        /// Protection domain of the WQEs' memory keys.
+        pd: u32 @ 0xc8 [0x18],
+        /// Limit (low watermark) that raises an event when the posted WQEs fall below it.
+        lwm: u16 @ 0xe0 [0x10],
+        /// WQE counter.
+        wqe_cnt: u16 @ 0xf0 [0x10],
+        /// Doorbell record address, bits 63..32.
+        db_record_addr_h: u32 @ 0x140 [0x20],
+        /// Doorbell record address, bits 31..2.
+        db_record_addr_l: u32 @ 0x160 [0x1e],
+    }
+}
+
+layout! {
+    /// CREATE_XRC_SRQ input: the context, then the buffer's page addresses.
+    pub struct CreateXrcSrqIn("create_xrc_srq_in", 0x110) {
+        /// Command opcode: [`Opcode::CreateXrcSrq`](crate::cmd::Opcode::CreateXrcSrq).
+        opcode: u16 @ 0x00 [0x10],
+        /// User context id of the issuer (0 = the function itself).
+        uid: u16 @ 0x10 [0x10],
+        /// Opcode modifier (0).
+        op_mod: u16 @ 0x30 [0x10],
+        /// The buffer is a DevX umem.
+        xrc_srq_umem_valid: bool @ 0x2e0 [0x1],
+    }
+    nested {
+        /// The new XRC SRQ's context.
+        xrc_srq_context_entry: XrcSrqc @ 0x80,
+    }
+    arrays {
+        /// Bus addresses of the buffer's pages, each aligned to the context's page size.
+        pas: u64 @ 0x880 [0x40],
+    }
+}
+
+layout! {
+    /// CREATE_XRC_SRQ output.
+    pub struct CreateXrcSrqOut("create_xrc_srq_out", 0x10) {
+        /// Command status (see [`CmdStatus`](crate::cmd::CmdStatus)).
+        status: u8 @ 0x00 [0x8],
+        /// Failure syndrome (0 on success).
+        syndrome: u32 @ 0x20 [0x20],
+        /// Number of the new XRC SRQ (shares the SRQ and RMP number space).
+        xrc_srqn: u32 @ 0x48 [0x18],
+    }
+}
+
+layout! {
+    /// DESTROY_XRC_SRQ input.
+    pub struct DestroyXrcSrqIn("destroy_xrc_srq_in", 0x10) {
+        /// Command opcode: [`Opcode::DestroyXrcSrq`](crate::cmd::Opcode::DestroyXrcSrq).
+        opcode: u16 @ 0x00 [0x10],
+        /// User context id of the issuer (0 = the function itself).
+        uid: u16 @ 0x10 [0x10],
+        /// Opcode modifier (0).
+        op_mod: u16 @ 0x30 [0x10],
+        /// The XRC SRQ's number.
+        xrc_srqn: u32 @ 0x48 [0x18],
+    }
+}

@@ -167,6 +167,9 @@ pub mod ppcnt_grp {
     pub const PER_TRAFFIC_CLASS_CONGESTION: u8 = 0x13;
     /// Physical layer statistical counters.
     pub const PHYSICAL_LAYER_STATISTICAL: u8 = 0x16;
+    /// InfiniBand port counters (symbol, link and receive errors, transmit discards): what
+    /// Linux's mlx5_ib answers a PMA PortCounters query with, on RoCE ports too.
+    pub const INFINIBAND_PORT_COUNTERS: u8 = 0x20;
 }
 
 layout! {

@@ -12,12 +12,23 @@ pub mod roce_version {
     pub const V2: u8 = 2;
 }
 
-/// Bits of [`RoceCap::roce_version`] and [`RoceCap::l3_type`] advertise what the device supports.
+/// Bits of [`RoceCap::roce_version`]: the RoCE versions the device supports
+/// (`MLX5_ROCE_VERSION_*_CAP`, one bit per [`roce_version`] value).
 pub mod roce_version_cap {
     /// RoCE v1 supported.
     pub const V1: u8 = 1 << 0;
     /// RoCE v2 supported.
     pub const V2: u8 = 1 << 2;
+}
+
+/// Bits of [`RoceCap::l3_type`]: the L3 types of RoCE addresses the device supports
+/// (`MLX5_ROCE_L3_TYPE_*_CAP`). Not one bit per [`l3_type`] value: bit 0 is not an L3 type,
+/// and Linux's mlx5_ib treats a port without both bits as raw Ethernet, not RoCE.
+pub mod l3_type_cap {
+    /// IPv4 (IPv4-mapped GIDs) supported.
+    pub const IPV4: u8 = 1 << 1;
+    /// IPv6 supported.
+    pub const IPV6: u8 = 1 << 2;
 }
 
 /// Values of [`RoceAddrLayout::roce_l3_type`] (`MLX5_ROCE_L3_TYPE_*`).
@@ -54,7 +65,7 @@ layout! {
         qp_ooo_transmit_default: bool @ 0x08 [0x1],
         /// Timestamp formats QPs support.
         qp_ts_format: u8 @ 0x1e [0x2],
-        /// L3 types supported (bit per [`l3_type`] value).
+        /// L3 types supported (see [`l3_type_cap`]).
         l3_type: u8 @ 0x8c [0x4],
         /// RoCE versions supported (see [`roce_version_cap`]).
         roce_version: u8 @ 0x98 [0x8],

@@ -1,5 +1,6 @@
 //! Virtual ports: the NIC vport context (MTU, GUIDs, promiscuous modes, MAC addresses, change
-//! events) with QUERY/MODIFY_NIC_VPORT_CONTEXT, and QUERY_VPORT_STATE.
+//! events) with QUERY/MODIFY_NIC_VPORT_CONTEXT, QUERY_VPORT_STATE, and the HCA vport's P_Key
+//! table (QUERY_HCA_VPORT_PKEY).
 
 use crate::layout;
 
@@ -308,5 +309,44 @@ layout! {
         received_eth_multicast: TrafficCounter @ 0x580,
         /// Multicast frames transmitted.
         transmitted_eth_multicast: TrafficCounter @ 0x600,
+    }
+}
+
+/// The default P_Key (full membership of the default partition), the only one an Ethernet port
+/// holds: at index 0 of its table.
+pub const DEFAULT_PKEY: u16 = 0xffff;
+
+/// `pkey_index` of QUERY_HCA_VPORT_PKEY that asks for the whole table.
+pub const PKEY_INDEX_ALL: u16 = 0xffff;
+
+layout! {
+    /// QUERY_HCA_VPORT_PKEY input.
+    pub struct QueryHcaVportPkeyIn("query_hca_vport_pkey_in", 0x10) {
+        /// Command opcode: [`Opcode::QueryHcaVportPkey`](crate::cmd::Opcode::QueryHcaVportPkey).
+        opcode: u16 @ 0x00 [0x10],
+        /// Operation modifier (0).
+        op_mod: u16 @ 0x30 [0x10],
+        /// Query the vport named by `vport_number` rather than the function's own.
+        other_vport: bool @ 0x40 [0x1],
+        /// Port number on a two-port device (0 otherwise).
+        port_num: u8 @ 0x4c [0x4],
+        /// The vport, with `other_vport`.
+        vport_number: u16 @ 0x50 [0x10],
+        /// Index of the P_Key, or [`PKEY_INDEX_ALL`] for the whole table.
+        pkey_index: u16 @ 0x70 [0x10],
+    }
+}
+
+layout! {
+    /// QUERY_HCA_VPORT_PKEY output: the header, then one dword per P_Key asked for.
+    pub struct QueryHcaVportPkeyOut("query_hca_vport_pkey_out", 0x10) {
+        /// Command status (see [`CmdStatus`](crate::cmd::CmdStatus)).
+        status: u8 @ 0x00 [0x8],
+        /// Failure syndrome (0 on success).
+        syndrome: u32 @ 0x20 [0x20],
+    }
+    arrays {
+        /// The P_Keys (`struct pkey`: the key in the low 16 bits of each dword).
+        pkey: u32 @ 0x80 [0x20],
     }
 }

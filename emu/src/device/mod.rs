@@ -351,9 +351,10 @@ impl Device {
             .map_err(|_| cxdirect_hw::cqe::CqeSyndrome::RemoteAccess)
     }
 
-    /// Number of live RC QPs.
+    /// Number of live QPs: RC and GSI (QP1).
     pub fn qp_count(&self) -> usize {
-        lock(&self.shared.core).res.qps.len()
+        let core = lock(&self.shared.core);
+        core.res.qps.len() + core.res.gsi_qps.len()
     }
 
     /// What the model holds for memory key `lkey` (index and variant), or `None` when there

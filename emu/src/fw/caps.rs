@@ -15,10 +15,10 @@ use cxdirect_hw::layout::{read_field, FieldKind, Layout};
 pub(crate) use crate::objects::limits::{
     LOG_BF_REG_SIZE, LOG_MAX_CQ_SZ, LOG_MAX_EQ, LOG_MAX_EQ_SZ, LOG_MAX_KLM_LIST_SIZE, LOG_MAX_LSO,
     LOG_MAX_MRW_SZ, LOG_MAX_MSG, LOG_MAX_QP, LOG_MAX_RA_QP, LOG_MAX_RQT_SIZE, LOG_MAX_WQ_SZ,
-    MAX_Q_COUNTERS, MAX_WQE_SZ_RQ, MAX_WQE_SZ_SQ, ROCE_ADDRESS_TABLE_SIZE,
+    LOG_MAX_XRCD, MAX_Q_COUNTERS, MAX_WQE_SZ_RQ, MAX_WQE_SZ_SQ, ROCE_ADDRESS_TABLE_SIZE,
 };
 use crate::objects::queue_state::MAX_SESSION;
-use cxdirect_hw::roce::{roce_version_cap, RoceCap, ROCE_V2_UDP_DPORT};
+use cxdirect_hw::roce::{l3_type_cap, roce_version_cap, RoceCap, ROCE_V2_UDP_DPORT};
 
 /// Deepest flow table level the model accepts (Linux's kernel namespace starts at level 12).
 pub(crate) const MAX_FT_LEVEL: u8 = 64;
@@ -72,6 +72,16 @@ impl CapSet {
             .set_log_max_ra_req_qp(LOG_MAX_RA_QP)
             .set_log_max_ra_res_qp(LOG_MAX_RA_QP)
             .set_roce(cfg.roce)
+            // Linux's mlx5_ib refuses a RoCE port without XRC domains; XRC QPs are refused.
+            .set_xrc(cfg.roce)
+            .set_log_max_xrcd(if cfg.roce { LOG_MAX_XRCD } else { 0 })
+            // No UMR QP is modelled: memory keys are made by CREATE_MKEY, never enabled or
+            // reloaded by a UMR WQE.
+            .set_umr_modify_entity_size_disabled(true)
+            .set_umr_modify_atomic_disabled(true)
+            // QUERY_VPORT_COUNTER is answered: mlx5_ib serves the RDMA core's performance
+            // management queries (port counters) from it instead of a MAD_IFC.
+            .set_vport_counters(true)
             .set_log_max_srq_sz(LOG_MAX_WQ_SZ)
             .set_log_max_srq(12)
             .set_max_indirection(16)
@@ -156,7 +166,7 @@ impl CapSet {
             .set_fl_rc_qp_when_roce_disabled(true)
             .set_fl_rc_qp_when_roce_enabled(true)
             .set_qp_ts_format(1)
-            .set_l3_type(0b11)
+            .set_l3_type(l3_type_cap::IPV4 | l3_type_cap::IPV6)
             .set_roce_version(roce_version_cap::V2)
             .set_r_roce_dest_udp_port(ROCE_V2_UDP_DPORT)
             .set_r_roce_min_src_udp_port(0xc000)

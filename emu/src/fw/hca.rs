@@ -19,8 +19,9 @@ use cxdirect_hw::reg::{
     PmtuReg, PpcntReg, PtysReg,
 };
 use cxdirect_hw::vport::{
-    ModifyNicVportContextIn, QueryNicVportContextIn, QueryNicVportContextOut, QueryVportCounterIn,
-    QueryVportCounterOut, QueryVportStateIn, QueryVportStateOut, TrafficCounter, VPORT_STATE_DOWN,
+    ModifyNicVportContextIn, QueryHcaVportPkeyIn, QueryHcaVportPkeyOut, QueryNicVportContextIn,
+    QueryNicVportContextOut, QueryVportCounterIn, QueryVportCounterOut, QueryVportStateIn,
+    QueryVportStateOut, TrafficCounter, DEFAULT_PKEY, PKEY_INDEX_ALL, VPORT_STATE_DOWN,
     VPORT_STATE_UP,
 };
 use std::time::{Duration, Instant};
@@ -64,7 +65,8 @@ pub(crate) struct Hca {
 
 /// The Ethernet protocols the port reports in PTYS (legacy mask): one, 100GBASE-CR4.
 const PORT_PROTOCOLS: u32 = reg::ETH_PROTO_100GBASE_CR4;
-/// PPCNT counter groups the model answers (every one Linux's mlx5e reads without PCAM).
+/// PPCNT counter groups the model answers (every one Linux's mlx5e reads without PCAM, and the
+/// InfiniBand port counters mlx5_ib reads for the RDMA core's PortCounters).
 const PPCNT_GROUPS: &[u8] = &[
     reg::ppcnt_grp::IEEE_802_3,
     reg::ppcnt_grp::RFC_2863,
@@ -77,7 +79,23 @@ const PPCNT_GROUPS: &[u8] = &[
     reg::ppcnt_grp::PHYSICAL_LAYER,
     reg::ppcnt_grp::PER_TRAFFIC_CLASS_CONGESTION,
     reg::ppcnt_grp::PHYSICAL_LAYER_STATISTICAL,
+    reg::ppcnt_grp::INFINIBAND_PORT_COUNTERS,
 ];
+
+/// The node description the NODE_DESC register holds (NUL-padded to 64 bytes): what an RDMA
+/// stack shows as the device's `node_desc`.
+pub(crate) const NODE_DESCRIPTION: &[u8] = b"MT4125 ConnectX6DX cxdirect device model";
+/// Bytes of the NODE_DESC register (`struct mlx5_reg_node_desc` in Linux's mlx5_ib).
+const NODE_DESC_BYTES: usize = 64;
+
+/// The port's node GUID: its MAC address widened to EUI-64 (`ff:fe` in the middle), as
+/// ConnectX firmware derives it. The system image GUID is the same (one function per port).
+/// `mac` holds the address in its low 48 bits.
+pub(crate) fn node_guid(mac: u64) -> u64 {
+    let oui = (mac >> 24) & 0xff_ffff;
+    let nic = mac & 0xff_ffff;
+    (oui << 40) | (0xfffe << 24) | nic
+}
 
 /// The board's PSID (parameter set id) QUERY_ADAPTER reports.
 pub(crate) const BOARD_PSID: &[u8] = b"CXDIRECT_EMU_01";
@@ -378,6 +396,8 @@ fn destroy_all_objects(core: &mut Core) {
     slots.extend(core.res.rqs.iter().map(|(_, o)| o.slot));
     slots.extend(core.res.rmps.iter().map(|(_, o)| o.slot));
     slots.extend(core.res.mkeys.iter().map(|(_, o)| o.slot));
+    slots.extend(core.res.qps.iter().map(|(_, o)| o.slot));
+    slots.extend(core.res.gsi_qps.iter().map(|(_, o)| o.slot));
     for slot in slots {
         core.pages.free_slot(slot);
     }
@@ -549,6 +569,14 @@ pub(crate) fn access_reg(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
             }
         }
         reg::REG_HOST_ENDIANNESS => {}
+        // Read only: the description is the firmware's own.
+        reg::REG_NODE_DESC if !write => {
+            let n = NODE_DESCRIPTION.len().min(reply.len());
+            reply[..n].copy_from_slice(&NODE_DESCRIPTION[..n]);
+            if reply.len() < NODE_DESC_BYTES {
+                return Err(bad_param(Syndrome::BadRegister, "NODE_DESC reads 64 bytes"));
+            }
+        }
         other => {
             log::info!(
                 "function {}: ACCESS_REG register {other:#06x} not modelled",
@@ -587,8 +615,48 @@ pub(crate) fn query_nic_vport_context(
         .set_promisc_uc(core.port.promisc_uc)
         .set_promisc_mc(core.port.promisc_mc)
         .set_promisc_all(core.port.promisc_all)
-        .set_roce_en(core.port.roce_en);
+        .set_roce_en(core.port.roce_en)
+        .set_node_guid(node_guid(core.port.mac))
+        .set_system_image_guid(node_guid(core.port.mac));
     ctx.permanent_address_mut().set_mac(core.port.mac);
+    Ok(())
+}
+
+/// QUERY_HCA_VPORT_PKEY: the port's P_Key table (`128 << pkey_table_size` entries) holds the
+/// default P_Key at index 0 and nothing else, as on any Ethernet port; Linux's RDMA core reads
+/// index 0 when it registers a RoCE device.
+pub(crate) fn query_hca_vport_pkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let cmd = input_as!(QueryHcaVportPkeyIn<&[u8]>, input);
+    check_own_vport(cmd.other_vport(), cmd.vport_number())?;
+    if cmd.port_num() > 1 {
+        return Err(bad_param(Syndrome::BadVport, "no such port"));
+    }
+    let entries = 128usize << core.hca.caps.general().pkey_table_size().min(8);
+    let index = usize::from(cmd.pkey_index());
+    let (first, count) = if cmd.pkey_index() == PKEY_INDEX_ALL {
+        (0, entries)
+    } else if index < entries {
+        (index, 1)
+    } else {
+        return Err(bad_param(
+            Syndrome::BadPkeyIndex,
+            "P_Key index past the table",
+        ));
+    };
+    let header = <QueryHcaVportPkeyOut as cxdirect_hw::Layout>::SIZE;
+    if output.len() < header + count * 4 {
+        return Err(CmdError::new(
+            CmdStatus::BadOutputLength,
+            Syndrome::OutputTooShort,
+            "output shorter than the P_Keys asked for",
+        ));
+    }
+    let mut out = output_as!(QueryHcaVportPkeyOut<&mut [u8]>, output);
+    for i in 0..count {
+        let pkey = if first + i == 0 { DEFAULT_PKEY } else { 0 };
+        out.set_pkey(i, u32::from(pkey))
+            .map_err(|_| bad_param(Syndrome::OutputTooShort, "P_Key array"))?;
+    }
     Ok(())
 }
 

@@ -21,6 +21,7 @@ pub(crate) mod queues;
 pub(crate) mod roce;
 pub(crate) mod steering;
 pub(crate) mod transport;
+pub(crate) mod xrc;
 
 use crate::config::EmuConfig;
 use crate::counters::{add, Counters, QueueCounterTable};
@@ -110,6 +111,8 @@ pub enum Syndrome {
     BadQpOptParam = 0x0c0d_00a3,
     /// A path MTU that is no MTU code or above what the port carries.
     BadPathMtu = 0x0c0d_00a4,
+    /// A P_Key index past the port's P_Key table.
+    BadPkeyIndex = 0x0c0d_00a8,
     /// A RoCE address (GID) index past the port's table, or one that holds no address.
     BadGidIndex = 0x0c0d_00a5,
     /// RoCE is not supported, or not enabled on the vport.
@@ -390,12 +393,15 @@ impl Core {
             Opcode::AccessReg => hca::access_reg(self, input, output),
             Opcode::QueryNicVportContext => hca::query_nic_vport_context(self, input, output),
             Opcode::ModifyNicVportContext => hca::modify_nic_vport_context(self, input),
+            Opcode::QueryHcaVportPkey => hca::query_hca_vport_pkey(self, input, output),
             Opcode::QueryVportState => hca::query_vport_state(self, input, output),
             Opcode::QueryVportCounter => hca::query_vport_counter(self, input, output),
             Opcode::AllocUar => transport::alloc_uar(self, output),
             Opcode::DeallocUar => transport::dealloc_uar(self, input),
             Opcode::AllocPd => transport::alloc_pd(self, output),
             Opcode::DeallocPd => transport::dealloc_pd(self, input),
+            Opcode::AllocXrcd => transport::alloc_xrcd(self, output),
+            Opcode::DeallocXrcd => transport::dealloc_xrcd(self, input),
             Opcode::AllocTransportDomain => transport::alloc_td(self, output),
             Opcode::DeallocTransportDomain => transport::dealloc_td(self, input),
             Opcode::CreateEq => queues::create_eq(self, input, output),
@@ -446,6 +452,8 @@ impl Core {
             | Opcode::Qp2rstQp => qp::modify_qp(self, opcode, input),
             Opcode::QueryQp => qp::query_qp(self, input, output),
             Opcode::DestroyQp => qp::destroy_qp(self, input),
+            Opcode::CreateXrcSrq => xrc::create_xrc_srq(self, input, output),
+            Opcode::DestroyXrcSrq => xrc::destroy_xrc_srq(self, input),
             Opcode::SetRoceAddress => roce::set_roce_address(self, input),
             Opcode::QueryRoceAddress => roce::query_roce_address(self, input, output),
             Opcode::Nop => Ok(()),

@@ -1,9 +1,14 @@
-//! RC QP commands: CREATE_QP, the state transitions (RST2INIT, INIT2RTR, RTR2RTS, RTS2RTS,
+//! QP commands: CREATE_QP, the state transitions (RST2INIT, INIT2RTR, RTR2RTS, RTS2RTS,
 //! SQERR2RTS, 2ERR, 2RST), QUERY_QP and DESTROY_QP.
 //!
 //! Each transition reads its mandatory attributes from `qpc` and only the optional ones its
 //! `opt_param_mask` names, and allows only the optional bits Linux mlx5_ib allows for RC
 //! (`opt_mask[][]` in `drivers/infiniband/hw/mlx5/qp.c`). A refused command changes nothing.
+//!
+//! Besides RC QPs, the model creates general services QPs (QP1, the GSI QP Linux's MAD layer
+//! opens on every RoCE port): their commands and state machine work (no optional attributes,
+//! as in Linux's table; port, P_Key index and Q_Key at RST2INIT), but no MAD is carried. A
+//! send doorbell on one is refused and counted, and no RoCE packet reaches one.
 
 use super::pages::{release_context, store_new_context, write_context};
 use super::queues::{check_dbr, context_bytes, queue_buffer};
@@ -45,10 +50,11 @@ fn port_max_mtu(core: &Core) -> u8 {
 pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
     let cmd = input_as!(CreateQpIn<&[u8]>, input);
     let ctx = cmd.qpc();
-    if ctx.st() != service_type::RC {
+    let service = ctx.st();
+    if service != service_type::RC && service != service_type::QP1 {
         return Err(bad_param(
             Syndrome::UnsupportedServiceType,
-            "only RC QPs are modelled",
+            "only RC and GSI (QP1) QPs are modelled",
         ));
     }
     if cmd.wq_umem_valid() || ctx.dbr_umem_valid() {
@@ -142,6 +148,7 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         .set_state(state::RST);
     let slot = store_new_context(core, &stored)?;
     let qp = Qp {
+        service,
         state: state::RST,
         pd: ctx.pd(),
         uar: ctx.uar_page(),
@@ -174,7 +181,12 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         counter_set: 0,
         slot,
     };
-    let Some(qpn) = core.res.qps.insert(qp) else {
+    let table = if service == service_type::QP1 {
+        &mut core.res.gsi_qps
+    } else {
+        &mut core.res.qps
+    };
+    let Some(qpn) = table.insert(qp) else {
         release_context(core, slot);
         return Err(CmdError::new(
             CmdStatus::NoResources,
@@ -187,9 +199,28 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     Ok(())
 }
 
+/// QP `qpn`, RC or GSI.
+fn find(core: &Core, qpn: u32) -> Option<&Qp> {
+    core.res.qps.get(qpn).or_else(|| core.res.gsi_qps.get(qpn))
+}
+
+/// QP `qpn`, RC or GSI, to change.
+fn find_mut(core: &mut Core, qpn: u32) -> Option<&mut Qp> {
+    if core.res.qps.contains(qpn) {
+        core.res.qps.get_mut(qpn)
+    } else {
+        core.res.gsi_qps.get_mut(qpn)
+    }
+}
+
+/// True when QP `qpn` is a GSI QP (QP1).
+pub(crate) fn is_gsi(core: &Core, qpn: u32) -> bool {
+    core.res.gsi_qps.contains(qpn)
+}
+
 /// Counts (or, `add` false, uncounts) QP `qpn` as a user of its CQs and RMP.
 fn attach(core: &mut Core, qpn: u32, add: bool) {
-    let Some(qp) = core.res.qps.get(qpn) else {
+    let Some(qp) = find(core, qpn) else {
         return;
     };
     let (snd, rcv, receive) = (qp.log_sq_size.map(|_| qp.cqn_snd), qp.cqn_rcv, qp.receive);
@@ -304,7 +335,10 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
         }
     };
     let (from, to, optional) = transition(opcode);
-    let qp = core.res.qps.get(qpn).ok_or(bad_res("no such QP"))?;
+    let qp = find(core, qpn).ok_or(bad_res("no such QP"))?;
+    // Linux's opt_mask table has no optional attribute for QP1.
+    let gsi = qp.service == service_type::QP1;
+    let optional = if gsi { 0 } else { optional };
     if let Some(from) = from {
         if !from.contains(&qp.state) {
             return Err(bad_qp_state("transition not allowed from the QP's state"));
@@ -319,7 +353,11 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
     let mut next = Qp { ..clone_attrs(qp) };
     if with_ctx {
         let ctx = Qpc::new(&input[QPC_BYTE..]).map_err(|_| missing("qpc"))?;
-        apply(core, opcode, mask, &ctx, &mut next)?;
+        if gsi {
+            apply_gsi(core, opcode, &ctx, &mut next)?;
+        } else {
+            apply(core, opcode, mask, &ctx, &mut next)?;
+        }
     }
     next.state = to;
     if to == state::RST {
@@ -340,10 +378,10 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
     }
     let slot = next.slot;
     let bytes = context_of(&next);
-    let qp = core.res.qps.get_mut(qpn).ok_or(bad_res("no such QP"))?;
+    let qp = find_mut(core, qpn).ok_or(bad_res("no such QP"))?;
     *qp = next;
     write_context(core, slot, &bytes);
-    if to == state::ERR {
+    if to == state::ERR && !gsi {
         crate::engine::rc::flush_on_error(core, qpn);
     }
     Ok(())
@@ -352,6 +390,7 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
 /// A copy of a QP's attributes (the buffer's page list included) to change before committing.
 fn clone_attrs(qp: &Qp) -> Qp {
     Qp {
+        service: qp.service,
         state: qp.state,
         pd: qp.pd,
         uar: qp.uar,
@@ -480,11 +519,46 @@ fn apply(core: &Core, opcode: Opcode, mask: u32, ctx: &Qpc<&[u8]>, qp: &mut Qp) 
     Ok(())
 }
 
+/// Reads a GSI QP's transition attributes: the port, P_Key index and Q_Key at RST2INIT, the
+/// MTU Linux gives special QPs (256 bytes) at every transition, the send PSN at RTR2RTS.
+fn apply_gsi(core: &Core, opcode: Opcode, ctx: &Qpc<&[u8]>, qp: &mut Qp) -> CmdResult {
+    let ads = ctx.primary_address_path();
+    if ctx.mtu() != 0 {
+        if mtu::bytes(ctx.mtu()).is_none() || ctx.mtu() > port_max_mtu(core) {
+            return Err(bad_param(
+                Syndrome::BadPathMtu,
+                "path MTU unknown or above the port's",
+            ));
+        }
+        if ctx.log_msg_max() > LOG_MAX_MSG {
+            return Err(bad_param(
+                Syndrome::BadQpParams,
+                "log_msg_max above log_max_msg",
+            ));
+        }
+        qp.mtu = ctx.mtu();
+        qp.log_msg_max = ctx.log_msg_max();
+    }
+    match opcode {
+        Opcode::Rst2initQp => {
+            if ads.vhca_port_num() != 1 {
+                return Err(missing("RST2INIT without port 1 in the primary path"));
+            }
+            qp.path.port = ads.vhca_port_num();
+            qp.path.pkey_index = ads.pkey_index();
+            qp.q_key = ctx.q_key();
+        }
+        Opcode::Rtr2rtsQp => qp.next_send_psn = ctx.next_send_psn(),
+        _ => {}
+    }
+    Ok(())
+}
+
 /// The QP's context as QUERY_QP reports it.
 fn context_of(qp: &Qp) -> Vec<u8> {
     let mut ctx = Qpc::zeroed();
     ctx.set_state(qp.state)
-        .set_st(service_type::RC)
+        .set_st(qp.service)
         .set_pd(qp.pd)
         .set_uar_page(qp.uar)
         .set_cqn_snd(qp.cqn_snd)
@@ -544,7 +618,7 @@ fn context_of(qp: &Qp) -> Vec<u8> {
 
 pub(crate) fn query_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
     let qpn = input_as!(QueryQpIn<&[u8]>, input).qpn();
-    let qp = core.res.qps.get(qpn).ok_or(bad_res("no such QP"))?;
+    let qp = find(core, qpn).ok_or(bad_res("no such QP"))?;
     let ctx = context_of(qp);
     // Older headers end query_qp_out at the page list (0x110 bytes); newer ones add an
     // extension: either length carries the whole context.
@@ -561,11 +635,16 @@ pub(crate) fn query_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdR
 
 pub(crate) fn destroy_qp(core: &mut Core, input: &[u8]) -> CmdResult {
     let qpn = input_as!(DestroyQpIn<&[u8]>, input).qpn();
-    if !core.res.qps.contains(qpn) {
+    if find(core, qpn).is_none() {
         return Err(bad_res("no such QP"));
     }
     attach(core, qpn, false);
-    let qp = core.res.qps.remove(qpn).ok_or(bad_res("no such QP"))?;
+    let table = if is_gsi(core, qpn) {
+        &mut core.res.gsi_qps
+    } else {
+        &mut core.res.qps
+    };
+    let qp = table.remove(qpn).ok_or(bad_res("no such QP"))?;
     super::qcounters::detach(core, qp.counter_set);
     release_context(core, qp.slot);
     Ok(())

@@ -54,6 +54,25 @@ pub(crate) fn set_roce_address(core: &mut Core, input: &[u8]) -> CmdResult {
         bytes.copy_from_slice(&entry.as_bytes()[..0x20]);
     }
     core.res.gids.entries[index] = bytes;
+    // What the table holds, for whoever reads the model's log (the QEMU rig checks the kernel's
+    // RoCE GIDs arrived here).
+    if set {
+        log::info!(
+            "function {}: RoCE address {index} = {} (RoCE v{})",
+            core.port_name(),
+            std::net::Ipv6Addr::from(gid),
+            if entry.roce_version() == roce_version::V2 {
+                2
+            } else {
+                1
+            }
+        );
+    } else {
+        log::info!(
+            "function {}: RoCE address {index} cleared",
+            core.port_name()
+        );
+    }
     Ok(())
 }
 

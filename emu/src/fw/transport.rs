@@ -6,8 +6,8 @@ use super::{
 use crate::objects::{Rqt, Tir, TirDispatch, Tis};
 use cxdirect_hw::cmd::CmdStatus;
 use cxdirect_hw::hca::{
-    AllocPdOut, AllocTransportDomainOut, AllocUarOut, DeallocPdIn, DeallocTransportDomainIn,
-    DeallocUarIn,
+    AllocPdOut, AllocTransportDomainOut, AllocUarOut, AllocXrcdOut, DeallocPdIn,
+    DeallocTransportDomainIn, DeallocUarIn, DeallocXrcdIn,
 };
 use cxdirect_hw::tir::{
     CreateRqtIn, CreateRqtOut, CreateTirIn, CreateTirOut, CreateTisIn, CreateTisOut, DestroyRqtIn,
@@ -60,6 +60,8 @@ pub(crate) fn dealloc_pd(core: &mut Core, input: &[u8]) -> CmdResult {
         || core.res.sqs.iter().any(|(_, s)| s.wq.pd == pd)
         || core.res.rmps.iter().any(|(_, r)| r.wq.pd == pd)
         || core.res.qps.iter().any(|(_, q)| q.pd == pd)
+        || core.res.gsi_qps.iter().any(|(_, q)| q.pd == pd)
+        || core.res.xrc_srqs.iter().any(|(_, s)| s.pd == pd)
         || core
             .res
             .rqs
@@ -72,6 +74,38 @@ pub(crate) fn dealloc_pd(core: &mut Core, input: &[u8]) -> CmdResult {
         .pds
         .remove(pd)
         .ok_or(bad_res("no such protection domain"))?;
+    Ok(())
+}
+
+/// ALLOC_XRCD: an XRC domain. Only reported (`xrc`) with RoCE: Linux's mlx5_ib allocates two
+/// when it probes a RoCE port and refuses the port without them.
+pub(crate) fn alloc_xrcd(core: &mut Core, output: &mut [u8]) -> CmdResult {
+    if !core.cfg.roce {
+        return Err(CmdError::new(
+            CmdStatus::BadOpcode,
+            Syndrome::UnknownOpcode,
+            "XRC is reported only with RoCE",
+        ));
+    }
+    let xrcd = core
+        .res
+        .xrcds
+        .insert(())
+        .ok_or(table_full("no free XRC domain"))?;
+    output_as!(AllocXrcdOut<&mut [u8]>, output).set_xrcd(xrcd);
+    Ok(())
+}
+
+/// DEALLOC_XRCD.
+pub(crate) fn dealloc_xrcd(core: &mut Core, input: &[u8]) -> CmdResult {
+    let xrcd = input_as!(DeallocXrcdIn<&[u8]>, input).xrcd();
+    if super::xrc::xrcd_in_use(core, xrcd) {
+        return Err(in_use("XRC domain still named by an XRC SRQ"));
+    }
+    core.res
+        .xrcds
+        .remove(xrcd)
+        .ok_or(bad_res("no such XRC domain"))?;
     Ok(())
 }
 

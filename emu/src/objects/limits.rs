@@ -37,3 +37,6 @@ pub(crate) const LOG_MAX_MSG: u8 = 30;
 pub(crate) const LOG_MAX_RA_QP: u8 = 4;
 /// Entries of the port's RoCE address (GID) table (`roce_address_table_size`).
 pub(crate) const ROCE_ADDRESS_TABLE_SIZE: u16 = 128;
+
+/// Log2 of the number of XRC domains (`log_max_xrcd`).
+pub(crate) const LOG_MAX_XRCD: u8 = 16;

@@ -312,6 +312,15 @@ pub(crate) struct Rmp {
     pub slot: Slot,
 }
 
+/// An XRC SRQ of one XRC domain: its ring, doorbell record and page list are checked when it
+/// is created, and kept nowhere, since no XRC QP is modelled to draw from it.
+#[derive(Debug)]
+pub(crate) struct XrcSrq {
+    pub xrcd: u32,
+    pub pd: u32,
+    pub cqn: u32,
+}
+
 #[derive(Debug)]
 pub(crate) struct Tis {
     pub td: u32,
@@ -439,6 +448,10 @@ pub(crate) struct Mkey {
 pub(crate) struct Resources {
     pub uars: Table<()>,
     pub pds: Table<u32>,
+    /// XRC domains (ALLOC_XRCD): numbers XRC SRQs name; no XRC QP is modelled.
+    pub xrcds: Table<()>,
+    /// XRC SRQs, numbered apart from the RMPs (one SRQ number space, as Linux keeps it).
+    pub xrc_srqs: Table<XrcSrq>,
     pub tds: Table<u32>,
     pub eqs: Table<Eq>,
     pub cqs: Table<Cq>,
@@ -452,6 +465,10 @@ pub(crate) struct Resources {
     pub mkeys: Table<Mkey>,
     pub q_counters: Table<QCounter>,
     pub qps: Table<rc::Qp>,
+    /// General services QPs (QP1, `st` 0x8): the one Linux's MAD layer opens per RoCE port.
+    /// Numbered apart from the RC QPs so that the RC transport never takes one for its own;
+    /// no MAD is carried (see `fw::qp`).
+    pub gsi_qps: Table<rc::Qp>,
     /// The port's RoCE address (GID) table.
     pub gids: rc::GidTable,
     /// Flow group numbers are global; they map to their table.
@@ -459,6 +476,9 @@ pub(crate) struct Resources {
     /// Root table of NIC receive steering.
     pub rx_root: Option<u32>,
 }
+
+/// First number of a GSI QP: past every RC QP number (`0x4000 + 2^log_max_qp`).
+pub(crate) const GSI_QPN_BASE: u32 = 0x40_0000;
 
 /// First UAR index handed out: BAR0 pages 0 and 1 hold the initialization segment, pages 2 and 3
 /// the MSI-X table and PBA.
@@ -475,12 +495,14 @@ impl Resources {
         Self {
             uars: Table::new(FIRST_UAR, uar_pages),
             pds: Table::new(1, 1 << 16),
+            xrcds: Table::new(1, 1 << limits::LOG_MAX_XRCD),
             tds: Table::new(1, 1 << 16),
             eqs: Table::new(0, 1 << limits::LOG_MAX_EQ),
             cqs: Table::new(0x400, 1 << 16),
             sqs: Table::new(0x800, 1 << 16),
             rqs: Table::new(0x1000, 1 << 16),
             rmps: Table::new(0x1800, 1 << 12),
+            xrc_srqs: Table::new(0x3800, 1 << 10),
             tises: Table::new(0x2000, 1 << 12),
             tirs: Table::new(0x2800, 1 << 12),
             rqts: Table::new(0x3000, 1 << 12),
@@ -489,6 +511,7 @@ impl Resources {
             // Set 0 means "no counter set" in an RQ context.
             q_counters: Table::new(1, u32::from(limits::MAX_Q_COUNTERS)),
             qps: Table::new(0x4000, 1 << limits::LOG_MAX_QP),
+            gsi_qps: Table::new(GSI_QPN_BASE, 16),
             gids: rc::GidTable::new(),
             next_group: 1,
             rx_root: None,

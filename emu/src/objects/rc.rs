@@ -40,6 +40,8 @@ pub(crate) struct RcPath {
 /// An RC QP: its queues, state and every attribute the transport needs.
 #[derive(Debug)]
 pub(crate) struct Qp {
+    /// Service type (`cxdirect_hw::qp::service_type`): RC, or QP1 for a GSI QP.
+    pub service: u8,
     /// QP state (`cxdirect_hw::qp::state`).
     pub state: u8,
     pub pd: u32,

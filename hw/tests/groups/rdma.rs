@@ -31,5 +31,13 @@ pub fn checks() -> usize {
         roce::SetRoceAddressOut,
         roce::QueryRoceAddressIn,
         roce::QueryRoceAddressOut,
+        hca::AllocXrcdOut,
+        hca::DeallocXrcdIn,
+        qp::XrcSrqc,
+        qp::CreateXrcSrqIn,
+        qp::CreateXrcSrqOut,
+        qp::DestroyXrcSrqIn,
+        vport::QueryHcaVportPkeyIn,
+        vport::QueryHcaVportPkeyOut,
     )
 }

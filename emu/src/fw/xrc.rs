@@ -1,0 +1,93 @@
+//! XRC SRQs: CREATE_XRC_SRQ and DESTROY_XRC_SRQ.
+//!
+//! Linux's mlx5_ib makes one XRC SRQ (and one basic SRQ, an RMP) before its first QP, and
+//! names the basic one in every kernel QP it creates. The model keeps an XRC SRQ as a checked
+//! object in the SRQ number space; no XRC QP exists to draw from it (CREATE_QP refuses the XRC
+//! service types), so its receives never complete.
+
+use super::queues::{check_dbr, queue_buffer};
+use super::{bad_param, bad_res, input_as, output_as, CmdResult, Core, Syndrome};
+use crate::objects::limits::LOG_MAX_WQ_SZ;
+use crate::objects::XrcSrq;
+use cxdirect_hw::qp::{CreateXrcSrqIn, CreateXrcSrqOut, DestroyXrcSrqIn};
+
+/// Largest receive WQE (`max_wqe_sz_rq`), in bytes.
+const MAX_WQE_BYTES: u32 = crate::objects::limits::MAX_WQE_SZ_RQ as u32;
+
+pub(crate) fn create_xrc_srq(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let cmd = input_as!(CreateXrcSrqIn<&[u8]>, input);
+    let ctx = cmd.xrc_srq_context_entry();
+    if cmd.xrc_srq_umem_valid() || ctx.dbr_umem_valid() {
+        return Err(bad_param(
+            Syndrome::BadWqParams,
+            "umem-backed XRC SRQ buffers are not modelled",
+        ));
+    }
+    if ctx.basic_cyclic_rcv_wqe() {
+        return Err(bad_param(
+            Syndrome::BadWqParams,
+            "cyclic XRC SRQs are not modelled",
+        ));
+    }
+    if !core.res.xrcds.contains(ctx.xrcd()) {
+        return Err(bad_res("XRC SRQ's XRC domain does not exist"));
+    }
+    if !core.res.pds.contains(ctx.pd()) {
+        return Err(bad_res("XRC SRQ's PD does not exist"));
+    }
+    if !core.res.cqs.contains(ctx.cqn()) {
+        return Err(bad_res("XRC SRQ's CQ does not exist"));
+    }
+    let log_size = ctx.log_xrc_srq_size();
+    let stride = 16u32 << ctx.log_rq_stride();
+    if log_size > LOG_MAX_WQ_SZ || stride > MAX_WQE_BYTES {
+        return Err(bad_param(
+            Syndrome::BadQueueSize,
+            "XRC SRQ size or stride above the caps",
+        ));
+    }
+    let dbr = (u64::from(ctx.db_record_addr_h()) << 32) | (u64::from(ctx.db_record_addr_l()) << 2);
+    check_dbr(dbr)?;
+    // Checked (page list covering the ring, pages aligned) and not kept: nothing reads it.
+    queue_buffer(
+        ctx.log_page_size(),
+        ctx.page_offset(),
+        u64::from(stride) << log_size,
+        cmd.pas_capacity(),
+        |i| cmd.pas(i).ok(),
+    )?;
+    let srq = XrcSrq {
+        xrcd: ctx.xrcd(),
+        pd: ctx.pd(),
+        cqn: ctx.cqn(),
+    };
+    let cqn = srq.cqn;
+    let srqn = core
+        .res
+        .xrc_srqs
+        .insert(srq)
+        .ok_or(super::transport::table_full("XRC SRQ table full"))?;
+    if let Some(cq) = core.res.cqs.get_mut(cqn) {
+        cq.users += 1;
+    }
+    output_as!(CreateXrcSrqOut<&mut [u8]>, output).set_xrc_srqn(srqn);
+    Ok(())
+}
+
+pub(crate) fn destroy_xrc_srq(core: &mut Core, input: &[u8]) -> CmdResult {
+    let srqn = input_as!(DestroyXrcSrqIn<&[u8]>, input).xrc_srqn();
+    let srq = core
+        .res
+        .xrc_srqs
+        .remove(srqn)
+        .ok_or(bad_res("no such XRC SRQ"))?;
+    if let Some(cq) = core.res.cqs.get_mut(srq.cqn) {
+        cq.users = cq.users.saturating_sub(1);
+    }
+    Ok(())
+}
+
+/// True when an XRC SRQ names XRC domain `xrcd`.
+pub(crate) fn xrcd_in_use(core: &Core, xrcd: u32) -> bool {
+    core.res.xrc_srqs.iter().any(|(_, s)| s.xrcd == xrcd)
+}
