@@ -1621,3 +1621,75 @@ fn tshark_decodes_the_capture_as_infiniband_over_udp_4791() {
     }
     p.teardown();
 }
+
+#[test]
+fn a_qp_reset_and_connected_again_starts_both_rings_from_wqe_zero() {
+    // Linux's mlx5_ib, moving a QP to RESET, sets its send and receive heads and both
+    // doorbell record counters back to 0: the device's rings must start again from WQE 0.
+    let mut p = pair(0x100);
+    let lkey_a = p.a.create_mkey(false, true);
+    let lkey_b = p.b.create_mkey(false, true);
+    let src = p.a.alloc(4096, 4096);
+    let dst = p.b.alloc(4096, 4096);
+    let mut rq_pi = 0u16;
+    // Three SENDs, so that both rings have moved past WQE 0.
+    for i in 0..3u8 {
+        p.a.write(src, &pattern(100, i));
+        post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+        let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 100));
+        p.a.post(&mut p.sq_a, &w, false);
+        p.settle();
+        assert_eq!(drain(&p.a, &mut p.cq_a).len(), 1);
+        assert_eq!(drain(&p.b, &mut p.cq_b).len(), 1);
+    }
+    // Both QPs to RESET and connected again, rings and doorbell records back at 0.
+    for (h, sq) in [(&mut p.a, &mut p.sq_a), (&mut p.b, &mut p.sq_b)] {
+        let mut input = Host::input(Opcode::Qp2rstQp, 0, 0x10);
+        input[8..12].copy_from_slice(&sq.sqn.to_be_bytes());
+        h.exec(&input, 16).expect("2RST_QP");
+        h.write_be32(sq.dbr, 0);
+        h.write_be32(sq.dbr + 4, 0);
+        sq.pi = 0;
+    }
+    rq_pi = 0;
+    let path = |peer_gid, peer_mac, remote_qpn, send_psn, receive_psn| Path {
+        gid_index: 0,
+        peer_gid,
+        peer_mac,
+        remote_qpn,
+        mtu_code: mtu::MTU_1024,
+        send_psn,
+        receive_psn,
+        retry_count: 7,
+        rnr_retry: 7,
+        ack_timeout: 20,
+    };
+    connect(
+        &mut p.a,
+        p.sq_a.sqn,
+        &path(PEER_GID, PEER_MAC, p.sq_b.sqn, 0x500, 0),
+    );
+    connect(
+        &mut p.b,
+        p.sq_b.sqn,
+        &path(OWN_GID, OWN_MAC, p.sq_a.sqn, 0, 0x500),
+    );
+    let data = pattern(300, 77);
+    p.a.write(src, &data);
+    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 300));
+    p.a.post(&mut p.sq_a, &w, false);
+    p.settle();
+    let req = drain(&p.a, &mut p.cq_a);
+    assert_eq!(req.len(), 1, "the first WQE after the reset is executed");
+    assert_eq!((cqe_opcode(&req[0]), wqe_counter(&req[0])), (0, 0));
+    let resp = drain(&p.b, &mut p.cq_b);
+    assert_eq!(
+        resp.len(),
+        1,
+        "the first receive WQE after the reset is taken"
+    );
+    assert_eq!((cqe_opcode(&resp[0]), wqe_counter(&resp[0])), (2, 0));
+    assert_eq!(p.b.read(dst, 300), data);
+    p.teardown();
+}

@@ -17,6 +17,9 @@ use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::cq::{CreateCqIn, CreateCqOut};
 use cxdirect_hw::cqe::{CqeOpcode, CQE_INITIAL_OP_OWN, CQE_SIZE};
 
+#[cfg(test)]
+mod tests;
+
 /// A CQE the driver refused: what was wrong and the value the device wrote.
 type Refusal = (&'static str, u64);
 
@@ -106,6 +109,21 @@ impl CompletionQueue {
         })
     }
 
+    /// A CQ over `ring`, as [`CompletionQueue::create`] makes it.
+    #[cfg(test)]
+    fn over(ring: CqRing) -> Self {
+        Self {
+            cqn: ring.cqn(),
+            entries: 1 << ring.log_size(),
+            ring,
+            qps: Vec::new(),
+            last: 0,
+            deferred: VecDeque::new(),
+            refused: None,
+            bad_cqes: 0,
+        }
+    }
+
     /// The CQ number.
     pub fn cqn(&self) -> u32 {
         self.cqn
@@ -133,6 +151,12 @@ impl CompletionQueue {
     pub(super) fn detach(&mut self, qpn: u32) {
         self.qps.retain(|qp| qp.qpn != qpn);
         self.last = 0;
+    }
+
+    /// Queues `wc` for the next [`CompletionQueue::poll`] (a completion the driver makes: a
+    /// receive flushed from a queue pair the device never took it from).
+    pub(super) fn defer(&mut self, wc: WorkCompletion) {
+        self.deferred.push_back(wc);
     }
 
     pub(super) fn has(&self, qpn: u32) -> bool {
@@ -169,10 +193,12 @@ impl CompletionQueue {
             self.ring.consume();
             consumed = true;
             match decoded {
-                Ok(wc) => {
+                Ok(Some(wc)) => {
                     out[n] = wc;
                     n += 1;
                 }
+                // A CQE the driver asked for on an unsignalled request: ring reclaimed.
+                Ok(None) => {}
                 Err(refusal) => {
                     self.bad_cqes += 1;
                     if n == 0 {
@@ -191,47 +217,51 @@ impl CompletionQueue {
         Ok(n)
     }
 
-    /// The queue pair `qpn` names, if it completes here.
+    /// Where the queue pair `qpn` names is in the list, if it completes here.
     #[inline]
-    fn find(&mut self, qpn: u32) -> Option<Arc<QpTrack>> {
-        if let Some(qp) = self.qps.get(self.last) {
-            if qp.qpn == qpn {
-                return Some(Arc::clone(qp));
-            }
+    fn find(&mut self, qpn: u32) -> Option<usize> {
+        if self.qps.get(self.last).is_some_and(|qp| qp.qpn == qpn) {
+            return Some(self.last);
         }
         let at = self.qps.iter().position(|qp| qp.qpn == qpn)?;
         self.last = at;
-        Some(Arc::clone(&self.qps[at]))
+        Some(at)
     }
 
-    /// The completion `cqe` reports, after checking it against what was posted.
+    /// The completion `cqe` reports (none for a CQE the driver asked for on an unsignalled
+    /// request), after checking it against what was posted.
     #[inline]
-    fn decode(&mut self, cqe: &Cqe) -> Result<WorkCompletion, Refusal> {
+    fn decode(&mut self, cqe: &Cqe) -> Result<Option<WorkCompletion>, Refusal> {
         let qpn = cqe.qpn();
-        let qp = self
+        let at = self
             .find(qpn)
             .ok_or(("CQE QP number (no QP of this CQ)", u64::from(qpn)))?;
+        let qp = &self.qps[at];
         let opcode = cqe.opcode();
         let mut wc = WorkCompletion {
             qpn,
             ..WorkCompletion::default()
         };
         match CqeOpcode::try_from(opcode) {
-            Ok(CqeOpcode::Req) => send_done(&qp, cqe, &mut wc, false)?,
+            Ok(CqeOpcode::Req) => {
+                if !send_done(qp, cqe, &mut wc, false)? {
+                    return Ok(None);
+                }
+            }
             Ok(CqeOpcode::ReqErr) => {
                 qp.failed.store(true, Ordering::Relaxed);
-                send_done(&qp, cqe, &mut wc, true)?;
+                send_done(qp, cqe, &mut wc, true)?;
             }
             Ok(CqeOpcode::RespSend | CqeOpcode::RespSendImm | CqeOpcode::RespWrImm) => {
-                recv_done(&qp, cqe, &mut wc, opcode)?;
+                recv_done(qp, cqe, &mut wc, opcode)?;
             }
             Ok(CqeOpcode::RespErr) => {
                 qp.failed.store(true, Ordering::Relaxed);
-                recv_done(&qp, cqe, &mut wc, opcode)?;
+                recv_done(qp, cqe, &mut wc, opcode)?;
             }
             _ => return Err(("CQE opcode", u64::from(opcode))),
         }
-        Ok(wc)
+        Ok(Some(wc))
     }
 
     /// Polls until queue pair `qpn` has nothing outstanding (its flush completions taken) or
@@ -285,9 +315,15 @@ impl CompletionQueue {
 
 /// A send completion for the WQE at the CQE's counter: earlier unsignalled WQEs retire with
 /// it silently (a signalled one skipped, or a counter that is not a WQE's first block of
-/// those outstanding, is refused and nothing retires).
+/// those outstanding, is refused and nothing retires). False when it makes no work
+/// completion: the WQE was unsignalled, its CQE asked for by the driver.
 #[inline]
-fn send_done(qp: &QpTrack, cqe: &Cqe, wc: &mut WorkCompletion, error: bool) -> Result<(), Refusal> {
+fn send_done(
+    qp: &QpTrack,
+    cqe: &Cqe,
+    wc: &mut WorkCompletion,
+    error: bool,
+) -> Result<bool, Refusal> {
     let sq = &qp.sq;
     let ci = sq.ci();
     let outstanding = sq.outstanding();
@@ -317,6 +353,10 @@ fn send_done(qp: &QpTrack, cqe: &Cqe, wc: &mut WorkCompletion, error: bool) -> R
             return Err(("send CQE WQE counter (inside a WQE)", u64::from(counter)));
         }
     };
+    if !error && !done.signaled {
+        sq.retire(at.wrapping_add(u32::from(done.bbs)));
+        return Ok(false);
+    }
     wc.wr_id = done.wr_id;
     wc.opcode = done.op;
     if error {
@@ -337,10 +377,11 @@ fn send_done(qp: &QpTrack, cqe: &Cqe, wc: &mut WorkCompletion, error: bool) -> R
         };
     }
     sq.retire(at.wrapping_add(u32::from(done.bbs)));
-    Ok(())
+    Ok(true)
 }
 
-/// A receive completion: the QP's next receive, or the SRQ WQE the counter names.
+/// A receive completion: the QP's next receive, or the SRQ WQE the counter names. Nothing
+/// is retired unless every field passed.
 #[inline]
 fn recv_done(qp: &QpTrack, cqe: &Cqe, wc: &mut WorkCompletion, opcode: u8) -> Result<(), Refusal> {
     let error = opcode == CqeOpcode::RespErr as u8;
@@ -350,19 +391,15 @@ fn recv_done(qp: &QpTrack, cqe: &Cqe, wc: &mut WorkCompletion, opcode: u8) -> Re
             if !error && cqe.srqn() != srq.srqn {
                 return Err(("receive CQE SRQ number", u64::from(cqe.srqn())));
             }
-            wc.srqn = Some(srq.srqn);
-            srq.take(counter)
+            srq.posted(counter)
                 .ok_or(("receive CQE SRQ WQE counter", u64::from(counter)))?
         }
         None => {
             let rq = &qp.rq;
-            let ci = rq.ci();
-            if rq.outstanding() == 0 || counter != ci as u16 {
+            if rq.outstanding() == 0 || counter != rq.ci() as u16 {
                 return Err(("receive CQE WQE counter", u64::from(counter)));
             }
-            let posted = rq.received(ci);
-            rq.retire(ci.wrapping_add(1));
-            posted
+            rq.received(rq.ci())
         }
     };
     wc.wr_id = wr_id;
@@ -371,17 +408,27 @@ fn recv_done(qp: &QpTrack, cqe: &Cqe, wc: &mut WorkCompletion, opcode: u8) -> Re
         let syndrome = cqe.syndrome();
         wc.status = WcStatus::from_syndrome(syndrome);
         wc.vendor_err = syndrome;
-        return Ok(());
+    } else {
+        let bytes = cqe.byte_cnt();
+        if opcode == CqeOpcode::RespWrImm as u8 {
+            wc.opcode = WcOpcode::RecvRdmaWithImm;
+        } else if bytes > len {
+            return Err(("receive CQE byte count", u64::from(bytes)));
+        }
+        wc.byte_len = bytes;
+        if opcode != CqeOpcode::RespSend as u8 {
+            wc.imm = Some(cqe.imm());
+        }
     }
-    let bytes = cqe.byte_cnt();
-    if opcode == CqeOpcode::RespWrImm as u8 {
-        wc.opcode = WcOpcode::RecvRdmaWithImm;
-    } else if bytes > len {
-        return Err(("receive CQE byte count", u64::from(bytes)));
-    }
-    wc.byte_len = bytes;
-    if opcode != CqeOpcode::RespSend as u8 {
-        wc.imm = Some(cqe.imm());
+    match &qp.srq {
+        Some(srq) => {
+            wc.srqn = Some(srq.srqn);
+            // Checked above; a concurrent take (another CQ of the same SRQ naming the same
+            // WQE) makes this one the duplicate.
+            srq.take(counter)
+                .ok_or(("receive CQE SRQ WQE counter", u64::from(counter)))?;
+        }
+        None => qp.rq.retire(qp.rq.ci().wrapping_add(1)),
     }
     Ok(())
 }

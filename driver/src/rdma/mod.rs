@@ -27,7 +27,14 @@
 //!   [`CompletionQueue::poll`] returns them, with any other QP's completions met meanwhile),
 //!   then reset or destroy it, so that nothing posted is lost or handed out twice;
 //! - work request ids of buffers still posted to a [`SharedReceiveQueue`] come back from
-//!   [`SharedReceiveQueue::destroy`].
+//!   [`SharedReceiveQueue::destroy`];
+//! - RoCE is enabled with [`Roce::enable`] on a [`crate::Device`] (for a started port, on
+//!   [`crate::Port::device`]); the [`Roce`] it returns is what queue pairs are created with;
+//! - a queue pair's affiliated async errors (`IBV_EVENT_QP_FATAL`, `_QP_REQ_ERR`,
+//!   `_QP_ACCESS_ERR`) are [`crate::Event::QueueError`] with the QPN as `number`, from
+//!   [`crate::Device::poll_events`];
+//! - [`MemoryRegion`] access is [`crate::KeyAccess`] (`write` is `IBV_ACCESS_LOCAL_WRITE`; local
+//!   read is always granted by `ibv_reg_mr`, here it is `read`).
 
 mod cq;
 mod mr;
@@ -42,7 +49,7 @@ mod wr;
 pub use cq::CompletionQueue;
 pub use mr::{MemoryRegion, MrSource};
 pub use pd::ProtectionDomain;
-pub use qp::{ConnectParams, Endpoint, QpCaps, QpState, RcQueuePair};
+pub use qp::{ConnectParams, Endpoint, QpCaps, QpState, QpStats, RcQueuePair};
 pub use roce::Roce;
 pub use srq::{SharedReceiveQueue, SrqCaps};
 pub use wc::{WcOpcode, WcStatus, WorkCompletion};

@@ -12,12 +12,14 @@ use super::pd::ProtectionDomain;
 use super::roce::Roce;
 use super::srq::SharedReceiveQueue;
 use super::track::{QpTrack, SlotTrack};
+use super::wc::{WcOpcode, WcStatus, WorkCompletion};
 use crate::backend::Backend;
 use crate::control::{destroy_input, input, output_too_short, Device};
 use crate::error::DriverError;
 use crate::ring::{DoorbellRecord, SlotRing};
 use cxdirect_dma::{DmaRegion, PageKind};
 use cxdirect_hw::cmd::Opcode;
+use cxdirect_hw::cqe::CqeSyndrome;
 use cxdirect_hw::hca::AllocUarOut;
 use cxdirect_hw::qp::{pm_state, rq_type, service_type, CreateQpIn, CreateQpOut};
 use cxdirect_hw::wqe::{WQE_BB, WQE_DS};
@@ -67,6 +69,19 @@ impl Default for QpCaps {
     }
 }
 
+/// Counters of a queue pair's send side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QpStats {
+    /// Send requests posted.
+    pub sends: u64,
+    /// Send doorbells rung (one per `post_send` call that posted anything).
+    pub doorbells: u64,
+    /// Doorbells that carried their WQE whole (BlueFlame: a call of one one-block WQE).
+    pub blueflame: u64,
+    /// Receives posted on the QP's own ring.
+    pub recvs: u64,
+}
+
 /// A queue pair's state as the driver drives it (`enum ibv_qp_state`, the states this
 /// driver uses).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +97,11 @@ pub enum QpState {
 }
 
 /// A reliable-connected queue pair (`ibv_qp` of type `IBV_QPT_RC`) over RoCE v2.
+///
+/// Post from one thread at a time (it is `Send`); its completion queue may be polled on
+/// another. Destroy it with [`RcQueuePair::destroy`]: one simply dropped stays in the device
+/// (and listed on its CQ) until [`Device::teardown`], its rings leaked rather than freed under
+/// the device.
 pub struct RcQueuePair<B: Backend> {
     backend: Arc<B>,
     qpn: u32,
@@ -96,6 +116,9 @@ pub struct RcQueuePair<B: Backend> {
     /// Receive WQE stride in 16-byte segments.
     rq_segs: u32,
     bf_half: bool,
+    /// Send blocks posted since the last WQE that asked for a CQE.
+    unsignaled_run: u32,
+    stats: QpStats,
     caps: QpCaps,
     state: QpState,
     psn: u32,
@@ -275,6 +298,8 @@ impl<B: Backend> RcQueuePair<B> {
             dbr: DoorbellRecord::new(dbr)?,
             rq_segs,
             bf_half: false,
+            unsignaled_run: 0,
+            stats: QpStats::default(),
             caps,
             state: QpState::Reset,
             psn: initial_psn(qpn),
@@ -298,6 +323,11 @@ impl<B: Backend> RcQueuePair<B> {
     /// The sizes it was created with.
     pub fn caps(&self) -> QpCaps {
         self.caps
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> QpStats {
+        self.stats
     }
 
     /// The SRQ it receives from, if any.
@@ -351,6 +381,7 @@ impl<B: Backend> RcQueuePair<B> {
         self.track.sq.clear();
         self.track.rq.clear();
         self.track.failed.store(false, Ordering::Relaxed);
+        self.unsignaled_run = 0;
         self.dbr.set(0, 0);
         self.dbr.set(1, 0);
         self.psn = initial_psn(self.qpn ^ self.psn);
@@ -365,7 +396,25 @@ impl<B: Backend> RcQueuePair<B> {
                 needed: format!("the completion queue {:#x} of QP {:#x}", self.cqn, self.qpn),
             });
         }
-        if self.state == QpState::Reset && self.track.sq.outstanding() == 0 {
+        if self.state == QpState::Reset {
+            // A QP in reset takes nothing from its rings (and 2ERR does not apply to it): the
+            // receives posted before connect() come back flushed from here.
+            let rq = &self.track.rq;
+            let (ci, pi) = (rq.ci(), rq.pi());
+            let mut index = ci;
+            while index != pi {
+                let (wr_id, _) = rq.received(index);
+                cq.defer(WorkCompletion {
+                    wr_id,
+                    status: WcStatus::WrFlushErr,
+                    opcode: WcOpcode::Recv,
+                    vendor_err: CqeSyndrome::WrFlushed as u8,
+                    qpn: self.qpn,
+                    ..WorkCompletion::default()
+                });
+                index = index.wrapping_add(1);
+            }
+            rq.retire(pi);
             return Ok(());
         }
         self.to_error(dev)?;

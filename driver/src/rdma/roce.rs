@@ -64,19 +64,10 @@ impl Roce {
                 caps.log_max_ra_res_qp(),
             )
         };
-        let out = dev.exec(
-            &input(
-                Opcode::QueryHcaCap,
-                query_cap_op_mod(cap_type::ROCE, true),
-                16,
-            ),
-            QueryHcaCapOut::<&[u8]>::SIZE,
-        )?;
-        let out = QueryHcaCapOut::new(&out[..]).map_err(output_too_short)?;
-        let page = out.capability();
-        let caps = RoceCap::new(page.as_bytes()).map_err(|_| DriverError::BadDeviceValue {
+        let current = roce_caps(dev, true)?;
+        let caps = RoceCap::new(&current[..]).map_err(|_| DriverError::BadDeviceValue {
             what: "RoCE capability page length",
-            value: 0,
+            value: current.len() as u64,
         })?;
         if caps.roce_version() & roce_version_cap::V2 == 0 {
             return Err(DriverError::Unsupported {
@@ -178,6 +169,22 @@ impl Roce {
     pub fn log_max_dest_rd_atomic(&self) -> u8 {
         self.log_max_dest_rd_atomic
     }
+}
+
+/// The RoCE capability page: the values in force (`current`) or the most the device offers.
+fn roce_caps<B: Backend>(dev: &mut Device<B>, current: bool) -> Result<[u8; 0x100], DriverError> {
+    let out = dev.exec(
+        &input(
+            Opcode::QueryHcaCap,
+            query_cap_op_mod(cap_type::ROCE, current),
+            16,
+        ),
+        QueryHcaCapOut::<&[u8]>::SIZE,
+    )?;
+    let out = QueryHcaCapOut::new(&out[..]).map_err(output_too_short)?;
+    let mut page = [0u8; 0x100];
+    page.copy_from_slice(&out.capability().as_bytes()[..0x100]);
+    Ok(page)
 }
 
 /// The link-local GID of `mac`: fe80::/64 with the modified EUI-64 of the MAC.

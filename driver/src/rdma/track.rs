@@ -14,6 +14,8 @@ mod meta {
     pub const BBS: u32 = 0xff;
     /// The request asked for a completion.
     pub const SIGNALED: u32 = 1 << 8;
+    /// The driver asked for a CQE of an unsignalled request, to reclaim the ring.
+    pub const FORCED: u32 = 1 << 9;
     /// Shift of the [`super::WcOpcode`] code.
     pub const OP_SHIFT: u32 = 12;
 }
@@ -50,6 +52,9 @@ pub(super) struct SentWqe {
     pub op: WcOpcode,
     pub bbs: u16,
     pub signaled: bool,
+    /// Unsignalled, but its WQE asks for a CQE so that the ring is reclaimed: the CQE retires
+    /// it (and those before it) without a work completion.
+    pub forced: bool,
     /// Bytes of the local list (what a READ may fill).
     pub len: u32,
 }
@@ -112,7 +117,9 @@ impl SlotTrack {
         self.wr_id[slot].store(w.wr_id, Ordering::Relaxed);
         self.len[slot].store(w.len, Ordering::Relaxed);
         let signaled = if w.signaled { meta::SIGNALED } else { 0 };
-        let word = u32::from(w.bbs) & meta::BBS | signaled | op_code(w.op) << meta::OP_SHIFT;
+        let forced = if w.forced { meta::FORCED } else { 0 };
+        let word =
+            u32::from(w.bbs) & meta::BBS | signaled | forced | op_code(w.op) << meta::OP_SHIFT;
         self.meta[slot].store(word, Ordering::Relaxed);
     }
 
@@ -141,6 +148,7 @@ impl SlotTrack {
             op: op_from(word >> meta::OP_SHIFT & 0xf),
             bbs: (word & meta::BBS) as u16,
             signaled: word & meta::SIGNALED != 0,
+            forced: word & meta::FORCED != 0,
             len: self.len[slot].load(Ordering::Relaxed),
         }
     }
@@ -220,6 +228,20 @@ impl SrqTrack {
         self.wr_id[i].store(wr_id, Ordering::Relaxed);
         self.len[i].store(len, Ordering::Relaxed);
         self.posted[i].store(true, Ordering::Release);
+    }
+
+    /// WQE `index` as posted (work request id and bytes), without taking it; `None` when it
+    /// is out of range or not posted.
+    #[inline]
+    pub(super) fn posted(&self, index: u16) -> Option<(u64, u32)> {
+        let i = usize::from(index);
+        if !self.posted.get(i)?.load(Ordering::Acquire) {
+            return None;
+        }
+        Some((
+            self.wr_id[i].load(Ordering::Relaxed),
+            self.len[i].load(Ordering::Relaxed),
+        ))
     }
 
     /// Takes WQE `index` that a completion names: its work request id and posted bytes, or

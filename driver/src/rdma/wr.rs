@@ -79,6 +79,9 @@ pub struct SendRequest<'a> {
     pub payload: Payload<'a>,
     /// Ask for a completion (`IBV_SEND_SIGNALED`); an unsignalled request completes silently
     /// with the next signalled one (unless the QP fails: then every request completes, flushed).
+    /// However requests are signalled, the driver asks the device for a CQE at least every half
+    /// send ring, so the ring is reclaimed by polling even when nothing is signalled; such a
+    /// CQE makes no work completion.
     pub signaled: bool,
     /// Wait for every earlier READ and atomic to finish first (`IBV_SEND_FENCE`).
     pub fence: bool,

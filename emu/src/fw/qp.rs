@@ -322,8 +322,14 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
     }
     next.state = to;
     if to == state::RST {
+        // A QP in reset has empty rings: software (Linux's mlx5_ib sets its heads and both
+        // doorbell record counters to 0) starts posting again from WQE 0, and so does the
+        // device, with no message half sent or received.
         next.next_send_psn = 0;
         next.next_rcv_psn = 0;
+        next.sq_consumed = 0;
+        next.resp = Default::default();
+        next.req = Default::default();
     }
     let slot = next.slot;
     let bytes = context_of(&next);

@@ -10,6 +10,7 @@ use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::hca::{
     self, cap_type, query_cap_op_mod, QueryHcaCapOut, QueryIssiOut, QueryPagesOut,
 };
+use cxdirect_hw::roce::RoceCap;
 
 impl<B: Backend> Device<B> {
     pub(super) fn setup_function(&mut self) -> Result<(), DriverError> {
@@ -39,7 +40,11 @@ impl<B: Backend> Device<B> {
                 why: "the driver speaks Ethernet only; set LINK_TYPE to ETH with mlxconfig",
             });
         }
+        let roce = general.roce();
         self.set_caps()?;
+        if roce {
+            self.set_roce_caps()?;
+        }
         self.caps_ethernet = self.query_caps(cap_type::ETHERNET_OFFLOADS, true)?;
         self.info.pages_init = self.satisfy_startup_pages(hca::query_pages_op_mod::INIT)?;
         self.exec(&input(Opcode::InitHca, 0, 16), 16)?;
@@ -95,6 +100,29 @@ impl<B: Backend> Device<B> {
         self.exec(&set, 16)?;
         self.caps_general.copy_from_slice(&set[0x10..0x110]);
         Ok(())
+    }
+
+    /// As rdma-core's VFIO provider and Linux do before INIT_HCA: when the device lets
+    /// software choose a RoCE QP's UDP source port (`ads.udp_sport`, which the RDMA queue
+    /// pairs spread by QPN) but does not yet, SET_HCA_CAP(ROCE) turns that on.
+    fn set_roce_caps(&mut self) -> Result<(), DriverError> {
+        let current = self.query_caps(cap_type::ROCE, true)?;
+        let offered = self.query_caps(cap_type::ROCE, false)?;
+        let wanted =
+            |page: &[u8; 0x100]| RoceCap::new(&page[..]).is_ok_and(|c| c.sw_r_roce_src_udp_port());
+        if wanted(&current) || !wanted(&offered) {
+            return Ok(());
+        }
+        let mut set = input(
+            Opcode::SetHcaCap,
+            hca::set_cap_op_mod(cap_type::ROCE),
+            hca::SetHcaCapIn::<&[u8]>::SIZE,
+        );
+        set[0x10..0x110].copy_from_slice(&current);
+        if let Ok(mut caps) = RoceCap::new(&mut set[0x10..0x110]) {
+            caps.set_sw_r_roce_src_udp_port(true);
+        }
+        self.exec(&set, 16).map(|_| ())
     }
 
     /// QUERY_PAGES for boot or init pages and gives them; returns the count.

@@ -19,6 +19,8 @@ struct BlockWriter<'a, const SLOT: usize> {
     ring: &'a crate::ring::SlotRing<SLOT>,
     first: u32,
     block: [u8; WQE_BB],
+    /// The block written last (what BlueFlame copies for a one-block WQE).
+    last: [u8; WQE_BB],
     blocks: u32,
     at: usize,
 }
@@ -57,6 +59,7 @@ impl<const SLOT: usize> BlockWriter<'_, SLOT> {
         self.ring
             .write_words(self.first.wrapping_add(self.blocks), &words);
         self.blocks += 1;
+        self.last = self.block;
         self.block = [0; WQE_BB];
         self.at = 0;
     }
@@ -64,11 +67,10 @@ impl<const SLOT: usize> BlockWriter<'_, SLOT> {
     /// Writes the last, partial block; returns the last block written.
     #[inline(always)]
     fn finish(&mut self) -> [u8; WQE_BB] {
-        let last = self.block;
         if self.at > 0 {
             self.flush();
         }
-        last
+        self.last
     }
 }
 
@@ -121,13 +123,18 @@ impl<B: Backend> RcQueuePair<B> {
         let mut last = [0u8; WQE_BB];
         let mut last_blocks = 0;
         let mut last_ctrl = 0u32;
+        // However the application signals, a CQE comes at least every half ring, so that the
+        // ring is always reclaimed (an unsignalled request's CQE makes no work completion).
+        let half = sq.entries() / 2;
         for wr in wrs {
             // Checked above.
             let Ok(shape) = self.shape(wr) else {
                 return Err(DriverError::Internal("a checked work request changed"));
             };
+            let blocks = shape.ds.div_ceil(4);
+            let forced = !wr.signaled && self.unsignaled_run + blocks >= half;
             last_ctrl = pi;
-            (last, last_blocks) = self.write_send(pi, wr, &shape);
+            (last, last_blocks) = self.write_send(pi, wr, &shape, wr.signaled || forced);
             self.track.sq.record_send(
                 pi,
                 SentWqe {
@@ -135,13 +142,23 @@ impl<B: Backend> RcQueuePair<B> {
                     op: shape.wc,
                     bbs: last_blocks as u16,
                     signaled: wr.signaled,
+                    forced,
                     len: shape.len,
                 },
             );
+            self.unsignaled_run = if wr.signaled || forced {
+                0
+            } else {
+                self.unsignaled_run + last_blocks
+            };
             pi = pi.wrapping_add(last_blocks);
         }
         self.track.sq.publish(pi);
-        self.ring_send_doorbell(pi, last_ctrl, &last, wrs.len() == 1 && last_blocks == 1);
+        let blueflame = wrs.len() == 1 && last_blocks == 1;
+        self.ring_send_doorbell(pi, last_ctrl, &last, blueflame);
+        self.stats.sends += wrs.len() as u64;
+        self.stats.doorbells += 1;
+        self.stats.blueflame += u64::from(blueflame);
         Ok(())
     }
 
@@ -204,10 +221,17 @@ impl<B: Backend> RcQueuePair<B> {
         })
     }
 
-    /// Writes the WQE of `wr` at block `pi`; returns its last block and its block count.
+    /// Writes the WQE of `wr` at block `pi`, asking for a CQE when `cqe`; returns its last
+    /// block and its block count.
     #[inline]
-    fn write_send(&self, pi: u32, wr: &SendRequest<'_>, shape: &Shape) -> ([u8; WQE_BB], u32) {
-        let ce = if wr.signaled { completion::ALWAYS } else { 0 };
+    fn write_send(
+        &self,
+        pi: u32,
+        wr: &SendRequest<'_>,
+        shape: &Shape,
+        cqe: bool,
+    ) -> ([u8; WQE_BB], u32) {
+        let ce = if cqe { completion::ALWAYS } else { 0 };
         let mut ctrl = encode_ctrl(shape.opcode, pi as u16, self.qpn, shape.ds as u8, ce);
         if wr.fence {
             ctrl[11] |= fence_mode::SMALL_AND_FENCE << 5;
@@ -224,6 +248,7 @@ impl<B: Backend> RcQueuePair<B> {
             ring: &self.sq,
             first: pi,
             block: [0; WQE_BB],
+            last: [0; WQE_BB],
             blocks: 0,
             at: 0,
         };
@@ -292,7 +317,9 @@ impl<B: Backend> RcQueuePair<B> {
     }
 
     /// Posts `wrs` on the QP's own receive ring (one doorbell record update). Every request is
-    /// checked first: on an error nothing is posted.
+    /// checked first: on an error nothing is posted. Receives may be posted before
+    /// [`RcQueuePair::connect`] (as krping and rping post theirs), so that the peer's first
+    /// SEND finds one.
     ///
     /// # Errors
     ///
@@ -339,6 +366,7 @@ impl<B: Backend> RcQueuePair<B> {
         rq.publish(pi);
         dma_wmb();
         self.dbr.set(0, pi & 0xffff);
+        self.stats.recvs += wrs.len() as u64;
         Ok(())
     }
 }
