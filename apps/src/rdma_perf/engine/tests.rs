@@ -200,3 +200,16 @@ fn a_peer_that_never_answers_stalls_the_run() {
     let err = bandwidth(&mut a, &mut b, Op::Write, 1, 1000, PATIENCE).unwrap_err();
     assert!(matches!(err, EngineError::Stalled(_)), "{err}");
 }
+
+#[test]
+fn latency_ping_pongs_signal_one_message_in_cq_mod_and_the_last() {
+    for op in [Op::Write, Op::Send] {
+        let (mut a, mut b, link) = pair(1);
+        latency(&mut a, &mut b, op, 250, PATIENCE).unwrap();
+        // Messages 100, 200 and 250 on each side.
+        assert_eq!(link.borrow().signaled, [3, 3], "{op:?}");
+    }
+    let (mut a, mut b, link) = pair(1);
+    latency(&mut a, &mut b, Op::Read, 250, PATIENCE).unwrap();
+    assert_eq!(link.borrow().signaled, [250, 0]);
+}
