@@ -11,6 +11,9 @@
 //!   between two threads;
 //! - the model's own throughput (inline and threaded execution) and bring-up time.
 //!
+//! `--rc-write` instead measures the model's RoCE v2 RC transport through its test kit (64-byte
+//! RDMA WRITE messages per second, 1 MiB WRITE throughput) beside its Ethernet packet rate.
+//!
 //! Each figure is also printed as `metric NAME=VALUE`. `--callgrind` instead runs io forwarding
 //! between the two ports for a fixed packet count, for `valgrind --tool=callgrind`
 //! (see `apps/scripts/callgrind-fwd`).
