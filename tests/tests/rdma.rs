@@ -782,7 +782,10 @@ fn a_region_deregistered_under_a_peers_writes_refuses_them_and_its_memory_stays_
 
 #[test]
 fn roce_is_refused_clearly_without_the_capability_and_runs_over_ipv6_gids() {
-    let model = Model::new(EmuConfig::default());
+    let model = Model::new(EmuConfig {
+        roce: false,
+        ..EmuConfig::default()
+    });
     let mut dev = bring_up_patient(&model, "no-roce");
     let err = Roce::enable(&mut dev, "10.0.0.9".parse().unwrap()).unwrap_err();
     assert!(

@@ -14,7 +14,9 @@ use crate::error::DriverError;
 use cxdirect_hw::caps::port_type;
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::hca::{cap_type, query_cap_op_mod, QueryHcaCapOut};
-use cxdirect_hw::roce::{l3_type, roce_version, roce_version_cap, RoceCap, SetRoceAddressIn};
+use cxdirect_hw::roce::{
+    l3_type, l3_type_cap, roce_version, roce_version_cap, RoceCap, SetRoceAddressIn,
+};
 use cxdirect_hw::vport::ModifyNicVportContextIn;
 
 /// GID table entries this driver programs (link-local v1 and v2, the address v1 and v2).
@@ -81,11 +83,13 @@ impl Roce {
                 why: "the GID table has fewer than the 4 entries a port with one address needs",
             });
         }
-        let l3 = match address {
-            IpAddr::V4(_) => l3_type::IPV4,
-            IpAddr::V6(_) => l3_type::IPV6,
+        // The capability is a bit mask (`MLX5_ROCE_L3_TYPE_*_CAP`: IPv4 bit 1, IPv6 bit 2), not
+        // one bit per `roce_l3_type` value.
+        let l3_cap = match address {
+            IpAddr::V4(_) => l3_type_cap::IPV4,
+            IpAddr::V6(_) => l3_type_cap::IPV6,
         };
-        if caps.l3_type() & (1 << l3) == 0 {
+        if caps.l3_type() & l3_cap == 0 {
             return Err(DriverError::Unsupported {
                 what: "RoCE over this IP version",
                 why: "the RoCE capabilities do not list its L3 type",

@@ -379,7 +379,9 @@ fn write_data(core: &mut Core, qpn: u32, data: &[u8], last: bool) -> Result<(), 
     let qp = core.res.qps.get(qpn).ok_or(aeth::NAK_INVALID_REQUEST)?;
     let w = qp.resp.write.ok_or(aeth::NAK_INVALID_REQUEST)?;
     let len = data.len() as u32;
-    if w.done + len > w.total || (last && w.done + len != w.total) {
+    // The peer chose `total` (the RETH length, up to 2^32 - 1): add without wrapping.
+    let landed = w.done.checked_add(len).ok_or(aeth::NAK_INVALID_REQUEST)?;
+    if landed > w.total || (last && landed != w.total) {
         return Err(aeth::NAK_INVALID_REQUEST);
     }
     if len > 0 {
@@ -387,7 +389,7 @@ fn write_data(core: &mut Core, qpn: u32, data: &[u8], last: bool) -> Result<(), 
             core,
             w.rkey,
             qp.pd,
-            w.va + u64::from(w.done),
+            w.va.wrapping_add(u64::from(w.done)),
             u64::from(len),
             RemoteAccess::Write,
             |iova, offset, bytes| {
