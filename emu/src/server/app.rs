@@ -78,10 +78,12 @@ fn default_mac() -> [u8; 6] {
     EmuConfig::default().mac
 }
 
+/// The functions' configuration: `roce` turns RoCE on; it never turns off what the model's
+/// default configuration offers.
 fn config(mac: [u8; 6], roce: bool) -> EmuConfig {
     EmuConfig {
         mac,
-        roce,
+        roce: roce || EmuConfig::default().roce,
         exec: ExecMode::Threaded,
         ..EmuConfig::default()
     }

@@ -34,6 +34,7 @@ Serves the cxdirect ConnectX-6 Dx device model to QEMU over vfio-user
   --mac MAC          permanent MAC address of the next function (default 02:cd:00:00:00:01;
                      a second function gets the first's with the last bit flipped)
   --roce             offer RoCE v2 (general cap roce, the RoCE capability page, the GID table)
+                     even where the model's default configuration does not
   -v, -vv            more logging (per-request lines; vfio_user message traces)
   -h, --help         this text
 
@@ -66,7 +67,7 @@ pub struct Options {
     pub macs: Vec<[u8; 6]>,
     /// 0, 1 (`-v`) or 2 (`-vv`).
     pub verbosity: u8,
-    /// Whether the functions offer RoCE v2 (`--roce`).
+    /// Whether the functions offer RoCE v2 whatever the model's default (`--roce`).
     pub roce: bool,
 }
 
