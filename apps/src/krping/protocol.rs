@@ -435,6 +435,9 @@ impl Server {
 /// Empty steps between two looks at the clock while waiting.
 const STEPS_PER_CLOCK_READ: u32 = 1024;
 
+/// Empty steps between two yields of the CPU in [`run_side`].
+const EMPTY_STEPS_PER_YIELD: u32 = 16;
+
 /// Declares a run stalled once no step has made progress for its patience; reads the clock only
 /// every [`STEPS_PER_CLOCK_READ`] empty steps.
 struct Watchdog {
@@ -501,7 +504,7 @@ pub enum Role<'a> {
 }
 
 /// Runs one side alone (the other is in another process) until it is done; `patience` as in
-/// [`run_pair`].
+/// [`run_pair`]. While it waits, it yields the CPU every [`EMPTY_STEPS_PER_YIELD`] empty steps.
 pub fn run_side<Q: KrpingQp>(
     mut role: Role<'_>,
     qp: &mut Q,
@@ -517,6 +520,11 @@ pub fn run_side<Q: KrpingQp>(
             Role::Server(s) => s.step(qp, out)?,
         };
         watchdog.observe(progressed)?;
+        // The peer is another process, perhaps on this very CPU: while this side waits for it,
+        // let it run rather than spin out the time slice.
+        if !progressed && watchdog.idle % EMPTY_STEPS_PER_YIELD == 0 {
+            std::thread::yield_now();
+        }
     }
 }
 

@@ -78,9 +78,12 @@ fn default_mac() -> [u8; 6] {
     EmuConfig::default().mac
 }
 
-fn config(mac: [u8; 6]) -> EmuConfig {
+/// The functions' configuration: `roce` turns RoCE on; it never turns off what the model's
+/// default configuration offers.
+fn config(mac: [u8; 6], roce: bool) -> EmuConfig {
     EmuConfig {
         mac,
+        roce: roce || EmuConfig::default().roce,
         exec: ExecMode::Threaded,
         ..EmuConfig::default()
     }
@@ -94,7 +97,7 @@ pub fn build(opts: &Options) -> Result<Build, AppError> {
         if second_mac == first_mac {
             second_mac[5] ^= 1;
         }
-        let (da, db) = Device::pair(config(first_mac), config(second_mac));
+        let (da, db) = Device::pair(config(first_mac, opts.roce), config(second_mac, opts.roce));
         let wire = da.wire().map(|(w, _)| w);
         return Ok(Build {
             functions: vec![
@@ -115,7 +118,7 @@ pub fn build(opts: &Options) -> Result<Build, AppError> {
         });
     }
     let socket = opts.sockets.first().cloned().unwrap_or_default();
-    let cfg = config(first_mac);
+    let cfg = config(first_mac, opts.roce);
     let (device, bridge, cable) = match &opts.wire {
         WireSpec::Default | WireSpec::Loopback => {
             (Device::loopback(cfg), None, "loopback".to_string())

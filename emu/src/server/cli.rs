@@ -3,7 +3,7 @@
 //! ```text
 //! cxdirect-emu-server --socket PATH [--socket PATH2]
 //!                     [--wire loopback | --wire none | --wire pair:OTHER.sock]
-//!                     [--pcap FILE] [--mac XX:XX:XX:XX:XX:XX]... [-v|-vv]
+//!                     [--pcap FILE] [--mac XX:XX:XX:XX:XX:XX]... [--roce] [-v|-vv]
 //! ```
 //!
 //! One `--socket` serves one function; its port is a loopback plug unless `--wire` says
@@ -19,7 +19,7 @@ use thiserror::Error;
 /// The usage text printed by `--help`.
 pub const USAGE: &str = "\
 usage: cxdirect-emu-server --socket PATH [--socket PATH2] [--wire loopback|none|pair:OTHER.sock]
-                           [--pcap FILE] [--mac XX:XX:XX:XX:XX:XX]... [-v|-vv]
+                           [--pcap FILE] [--mac XX:XX:XX:XX:XX:XX]... [--roce] [-v|-vv]
 
 Serves the cxdirect ConnectX-6 Dx device model to QEMU over vfio-user
 (QEMU >= 10.1: -device '{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"PATH\"}}').
@@ -33,6 +33,8 @@ Serves the cxdirect ConnectX-6 Dx device model to QEMU over vfio-user
   --pcap FILE        record every frame on the wire to FILE (classic pcap)
   --mac MAC          permanent MAC address of the next function (default 02:cd:00:00:00:01;
                      a second function gets the first's with the last bit flipped)
+  --roce             offer RoCE v2 (general cap roce, the RoCE capability page, the GID table)
+                     even where the model's default configuration does not
   -v, -vv            more logging (per-request lines; vfio_user message traces)
   -h, --help         this text
 
@@ -65,6 +67,8 @@ pub struct Options {
     pub macs: Vec<[u8; 6]>,
     /// 0, 1 (`-v`) or 2 (`-vv`).
     pub verbosity: u8,
+    /// Whether the functions offer RoCE v2 whatever the model's default (`--roce`).
+    pub roce: bool,
 }
 
 /// What to do.
@@ -141,6 +145,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, CliErr
     let mut pcap = None;
     let mut macs = Vec::new();
     let mut verbosity = 0u8;
+    let mut roce = false;
     while let Some(arg) = args.next() {
         let text = arg.to_str().map(str::to_owned);
         let (name, inline) = match text.as_deref() {
@@ -163,6 +168,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, CliErr
             "-h" | "--help" => return Ok(Command::Help),
             "-v" | "--verbose" => verbosity = verbosity.saturating_add(1),
             "-vv" => verbosity = verbosity.saturating_add(2),
+            "--roce" => roce = true,
             "--socket" => {
                 let path = PathBuf::from(value("--socket")?);
                 if sockets.contains(&path) {
@@ -224,6 +230,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, CliErr
         pcap,
         macs,
         verbosity,
+        roce,
     }))
 }
 
@@ -283,6 +290,11 @@ mod tests {
         assert_eq!(o.wire, WireSpec::PairWith("/b".into()));
         assert_eq!(o.macs, vec![[2, 0, 0, 0, 0, 7]]);
         assert_eq!(o.verbosity, 1);
+        assert!(!o.roce);
+        let Ok(Command::Run(o)) = run(&["--socket", "/a", "--roce"]) else {
+            panic!("parse failed")
+        };
+        assert!(o.roce);
         assert_eq!(run(&[]), Err(CliError::NoSocket));
         assert_eq!(
             run(&["--socket"]),
