@@ -6,6 +6,10 @@
 //! device) is injected `--injections` times under one verified,
 //! sequenced flow; the driver detects and recovers; every lost frame must be accounted for by a
 //! counter (flushed, completed in error, dropped by the device, drained by recovery).
+//! The RDMA classes (RoCE frames lost, duplicated, reordered or corrupted on the wire, a
+//! receiver without receives, retries exhausted under a cut wire, a QP's fatal error) run
+//! krping-style traffic over an RC queue pair instead and count messages: each delivered once
+//! and intact, or failed, flushed and sent again after the application reconnects.
 //! Per class: injections, recoveries, time to recover p50/p99, frames sent/received/accounted,
 //! and the three that must be 0. Last line:
 //! `summary: classes=N injections=N recovered=N lost_beyond_flushed=N duplicates=N leaked=N`.
