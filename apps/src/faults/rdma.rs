@@ -801,10 +801,11 @@ pub(super) fn run_class(class: FaultClass, injections: u32) -> Result<ClassRepor
             retry_count: 2,
             ..base_params()
         },
-        // Finite RNR retries first (1.28 ms apart), then retries without limit.
+        // Finite RNR retries first, 2.56 ms apart (the receive comes after two, with three to
+        // spare), then retries without limit, 0.64 ms apart.
         FaultClass::RdmaRnr => ConnectParams {
-            rnr_timer: 14,
-            rnr_retry: 4,
+            rnr_timer: 16,
+            rnr_retry: 5,
             ..base_params()
         },
         _ => base_params(),
@@ -855,6 +856,7 @@ pub(super) fn run_class(class: FaultClass, injections: u32) -> Result<ClassRepor
             for i in 0..n {
                 if i == finite {
                     rig.reconnect(ConnectParams {
+                        rnr_timer: 12,
                         rnr_retry: 7,
                         ..rig.params
                     })?;
