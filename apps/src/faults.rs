@@ -12,6 +12,9 @@
 //! - `lost_beyond_flushed` is whatever neither explains; `duplicates` and `corrupt` come from
 //!   the verifier; `leaked` is buffers of either pool neither free, posted nor in flight once the
 //!   run is over.
+//!
+//! The RDMA classes ([`rdma`]) run krping-style traffic over one RC queue pair on each function
+//! instead, and account for messages rather than frames.
 
 use crate::emulated::EmuBackend;
 use crate::testpmd::{Generator, Verifier};
@@ -28,6 +31,8 @@ use cxdirect_hw::init_seg::health_syndrome;
 use cxdirect_hw::wq::RqState;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+mod rdma;
 
 /// One class of injected fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,11 +77,35 @@ pub enum FaultClass {
     /// device breaking the ring itself (an SRQ catastrophic error: the ring and its queue go
     /// to error, and the ring is created again).
     SharedRingError,
+    /// RDMA: frames of the RC transport lost on the wire (2%, seeded): sent again after the
+    /// ACK timeout or a sequence NAK.
+    RdmaFrameLoss,
+    /// RDMA: frames delivered twice by the wire (3%): the responder acknowledges the repeat
+    /// and delivers nothing twice.
+    RdmaDuplicate,
+    /// RDMA: frames held back behind up to three later ones (3%): the requester goes back (on
+    /// the responder's sequence NAK, or its ACK timeout when nothing followed the held frame)
+    /// and the late copy is dropped as a repeat.
+    RdmaReorder,
+    /// RDMA: one bit of a frame flipped on the wire (2%): the responder drops it on its
+    /// invariant CRC and it is sent again.
+    RdmaIcrcCorrupt,
+    /// RDMA: a SEND finds no receive posted for a while: RNR NAKs, retried with a finite
+    /// `rnr_retry`, then with retries without limit (7), until the receive comes.
+    RdmaRnr,
+    /// RDMA: the wire is cut until a request exhausts its `retry_count`: it completes with
+    /// retry exceeded and the QP goes to error; both QPs are reset and connected again, and
+    /// the iteration's messages sent again.
+    RdmaRetryExceeded,
+    /// RDMA: a QP fails with a WQ catastrophic error (the async QP fatal event) at its next
+    /// doorbell: both QPs are reset and connected again, and the iteration's messages sent
+    /// again.
+    RdmaQpFatal,
 }
 
 impl FaultClass {
-    /// Every class, in the order the matrix runs them.
-    pub const ALL: [FaultClass; 15] = [
+    /// Every class, in the order the matrix runs them: the device classes, then the RDMA ones.
+    pub const ALL: [FaultClass; 22] = [
         FaultClass::TxErrorCqe,
         FaultClass::RxErrorCqe,
         FaultClass::TxCorruptCqe,
@@ -92,7 +121,30 @@ impl FaultClass {
         FaultClass::DmaUnmapped,
         FaultClass::DmabufRevoked,
         FaultClass::SharedRingError,
+        FaultClass::RdmaFrameLoss,
+        FaultClass::RdmaDuplicate,
+        FaultClass::RdmaReorder,
+        FaultClass::RdmaIcrcCorrupt,
+        FaultClass::RdmaRnr,
+        FaultClass::RdmaRetryExceeded,
+        FaultClass::RdmaQpFatal,
     ];
+
+    /// The RDMA classes: faults of the RC transport under krping-style traffic.
+    pub const RDMA: [FaultClass; 7] = [
+        FaultClass::RdmaFrameLoss,
+        FaultClass::RdmaDuplicate,
+        FaultClass::RdmaReorder,
+        FaultClass::RdmaIcrcCorrupt,
+        FaultClass::RdmaRnr,
+        FaultClass::RdmaRetryExceeded,
+        FaultClass::RdmaQpFatal,
+    ];
+
+    /// Whether this is one of the [`FaultClass::RDMA`] classes.
+    pub fn is_rdma(self) -> bool {
+        Self::RDMA.contains(&self)
+    }
 
     /// Name as printed.
     pub fn name(self) -> &'static str {
@@ -112,6 +164,13 @@ impl FaultClass {
             FaultClass::DmaUnmapped => "dma_unmapped",
             FaultClass::DmabufRevoked => "dmabuf_revoked",
             FaultClass::SharedRingError => "shared_ring_error",
+            FaultClass::RdmaFrameLoss => "rdma_frame_loss",
+            FaultClass::RdmaDuplicate => "rdma_duplicate",
+            FaultClass::RdmaReorder => "rdma_reorder",
+            FaultClass::RdmaIcrcCorrupt => "rdma_icrc_corrupt",
+            FaultClass::RdmaRnr => "rdma_rnr",
+            FaultClass::RdmaRetryExceeded => "rdma_retry_exceeded",
+            FaultClass::RdmaQpFatal => "rdma_qp_fatal",
         }
     }
 }
@@ -138,11 +197,13 @@ pub struct ClassReport {
     pub recoveries: u64,
     /// Time from detecting each fault to the queue or interface working again, in µs.
     pub recover_us: Vec<f64>,
-    /// Frames the driver accepted for sending.
+    /// Frames the driver accepted for sending (RDMA classes: messages posted, SEND, READ or
+    /// WRITE).
     pub sent: u64,
-    /// Frames the verifier saw intact and in order.
+    /// Frames the verifier saw intact and in order (RDMA: messages whose delivery was checked).
     pub received: u64,
-    /// Frames lost and accounted for by a counter (flushed, errored, dropped, drained).
+    /// Frames lost and accounted for by a counter (flushed, errored, dropped, drained); RDMA:
+    /// messages whose request completed in error or flushed, sent again by the application.
     pub accounted: u64,
     /// Frames lost that no counter explains (must be 0).
     pub lost_beyond_flushed: u64,
@@ -154,7 +215,10 @@ pub struct ClassReport {
     pub leaked: u64,
     /// What the device side shows of the class's faults, where it has a counter of its own:
     /// CQ overruns (`cq_overrun`), buffer accesses the IOMMU refused (`dma_unmapped`), memory
-    /// keys destroyed by revocation (`dmabuf_revoked`); 0 for the other classes.
+    /// keys destroyed by revocation (`dmabuf_revoked`); for the RDMA classes, retransmissions
+    /// (`rdma_frame_loss`, `rdma_reorder`), repeated PSNs received (`rdma_duplicate`), packets dropped on a bad ICRC (`rdma_icrc_corrupt`), RNR NAKs sent
+    /// (`rdma_rnr`), completions in error other than flushes (`rdma_retry_exceeded`), QP fatal
+    /// events seen (`rdma_qp_fatal`); 0 for the other classes.
     pub evidence: u64,
 }
 
@@ -602,6 +666,9 @@ const SYNDROMES: [CqeSyndrome; 4] = [
 
 /// Runs one class: `injections` faults, each followed by a round of verified traffic.
 pub fn run_class(class: FaultClass, injections: u32) -> Result<ClassReport, String> {
+    if class.is_rdma() {
+        return rdma::run_class(class, injections);
+    }
     let mut rig = Rig::new(
         class == FaultClass::DmabufRevoked,
         class == FaultClass::SharedRingError,
@@ -806,6 +873,13 @@ pub fn run_class(class: FaultClass, injections: u32) -> Result<ClassReport, Stri
                 rig.port_recoveries.clear();
                 rig.traffic(FRAMES_PER_ROUND)?;
             }
+            FaultClass::RdmaFrameLoss
+            | FaultClass::RdmaDuplicate
+            | FaultClass::RdmaReorder
+            | FaultClass::RdmaIcrcCorrupt
+            | FaultClass::RdmaRnr
+            | FaultClass::RdmaRetryExceeded
+            | FaultClass::RdmaQpFatal => return rdma::run_class(class, injections),
         }
         report.injections += rig.model_a.faults_taken() + rig.model_b.faults_taken() - taken_before;
     }

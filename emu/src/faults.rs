@@ -121,6 +121,15 @@ pub enum Fault {
         /// Shared receive ring (RMP) number.
         rmpn: u32,
     },
+    /// The next send doorbell for RC QP `qpn` (in RTS) finds the QP broken, as a WQ
+    /// catastrophic error leaves it: the QP moves to error on its own, a
+    /// WQ_CATASTROPHIC_ERROR event naming it (`IBV_EVENT_QP_FATAL`) is posted to the async EQ,
+    /// and every send WQE outstanding or posted, and every receive WQE posted, completes with
+    /// the flush syndrome.
+    RcQpFatal {
+        /// The RC queue pair's number.
+        qpn: u32,
+    },
     /// An event of `event_type` with `data` is posted to the EQ subscribed to that type (the
     /// async EQ for everything but completions).
     RawEvent {

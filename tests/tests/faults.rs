@@ -6,7 +6,8 @@ use cxdirect_apps::faults::{run_class, FaultClass};
 
 #[test]
 fn every_fault_class_is_recovered_without_unaccounted_loss() {
-    for class in FaultClass::ALL {
+    // The RDMA classes account for messages, not frames: apps/tests/faults_rdma.rs.
+    for class in FaultClass::ALL.into_iter().filter(|c| !c.is_rdma()) {
         // The command-timeout class waits out a 100 ms timeout per injection.
         let injections = if class == FaultClass::CommandTimeout {
             2

@@ -1211,3 +1211,67 @@ fn unsignalled_requests_alone_never_fill_the_ring_for_good() {
     assert_eq!(qa.outstanding().0, 0);
     a.nothing_more();
 }
+
+#[test]
+fn a_qp_failing_on_its_own_raises_its_fatal_event_flushes_everything_and_reconnects() {
+    use cxdirect_hw::eqe::EventType;
+    let (mut a, mut b, models) = pair();
+    let mut qa = a.qp(QpCaps::default());
+    let mut qb = b.qp(QpCaps::default());
+    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let (src, dst) = (a.mr(4096, ALL), b.mr(4096, ALL));
+    let recv_sge = [src.sge(2048, 512)];
+    qa.post_recv(&[
+        RecvRequest {
+            wr_id: 70,
+            sg_list: &recv_sge,
+        },
+        RecvRequest {
+            wr_id: 71,
+            sg_list: &recv_sge,
+        },
+    ])
+    .unwrap();
+    models[0].inject(cxdirect_emu::Fault::RcQpFatal { qpn: qa.qpn() });
+    // The doorbell of these two finds the QP broken: neither is sent.
+    src.write(0, &pattern(64, 9)).unwrap();
+    qa.post_send(&[
+        SendRequest::new(
+            1,
+            SendOp::Write(dst.remote(0)),
+            Payload::Gather(&[src.sge(0, 64)]),
+        ),
+        SendRequest::new(2, SendOp::Send, Payload::Gather(&[src.sge(0, 64)])),
+    ])
+    .unwrap();
+    let mut got: Vec<(u64, WcStatus)> = a.wait(4).iter().map(|wc| (wc.wr_id, wc.status)).collect();
+    got.sort_unstable_by_key(|&(id, _)| id);
+    assert_eq!(
+        got,
+        [1, 2, 70, 71].map(|id| (id, WcStatus::WrFlushErr)),
+        "every posted request flushed once"
+    );
+    a.nothing_more();
+    assert_eq!(qa.state(), QpState::Error);
+    assert_eq!(
+        a.dev.poll_events().unwrap(),
+        vec![Event::QueueError {
+            kind: EventType::WqCatastrophicError,
+            number: qa.qpn()
+        }]
+    );
+    assert_eq!(
+        read(&dst, 0, 64),
+        vec![0; 64],
+        "nothing of the WRITE landed"
+    );
+    // Both reset (nothing handed out again) and connected anew: the pair works.
+    qa.reset(&mut a.dev, &mut a.cq).unwrap();
+    a.nothing_more();
+    qb.reset(&mut b.dev, &mut b.cq).unwrap();
+    b.nothing_more();
+    connect(&mut a, &mut qa, &mut b, &mut qb);
+    post(&mut qa, 3, SendOp::Write(dst.remote(0)), &[src.sge(0, 64)]);
+    assert_eq!(a.wait(1)[0].status, WcStatus::Success);
+    assert_eq!(read(&dst, 0, 64), pattern(64, 9));
+}

@@ -6,8 +6,14 @@
 //! device) is injected `--injections` times under one verified,
 //! sequenced flow; the driver detects and recovers; every lost frame must be accounted for by a
 //! counter (flushed, completed in error, dropped by the device, drained by recovery).
+//! The RDMA classes (RoCE frames lost, duplicated, reordered or corrupted on the wire, a
+//! receiver without receives, retries exhausted under a cut wire, a QP's fatal error) run
+//! krping-style traffic over an RC queue pair instead and count messages: each delivered once
+//! and intact, or failed, flushed and sent again after the application reconnects.
 //! Per class: injections, recoveries, time to recover p50/p99, frames sent/received/accounted,
-//! and the three that must be 0. Last line:
+//! the three that must be 0, and the device's own count of the class's faults where it keeps
+//! one (`evid`: CQ overruns, refused DMA, revoked keys; for RDMA, retransmissions, repeated
+//! PSNs, ICRC drops, RNR NAKs, retry-exceeded completions, QP fatal events). Last line:
 //! `summary: classes=N injections=N recovered=N lost_beyond_flushed=N duplicates=N leaked=N`.
 //! Exits 1 when any of the last three is not 0 or a class cannot run.
 
@@ -36,7 +42,7 @@ fn main() -> ExitCode {
         Some(class) => vec![class],
     };
     println!(
-        "{:<24} {:>5} {:>5} {:>10} {:>10} {:>7} {:>7} {:>6} {:>5} {:>4} {:>4} {:>6}",
+        "{:<24} {:>5} {:>5} {:>10} {:>10} {:>7} {:>7} {:>6} {:>5} {:>4} {:>4} {:>6} {:>5}",
         "class",
         "inj",
         "recov",
@@ -48,7 +54,8 @@ fn main() -> ExitCode {
         "lost",
         "dup",
         "corr",
-        "leaked"
+        "leaked",
+        "evid"
     );
     let (mut injected, mut recovered, mut lost, mut duplicates, mut leaked) = (0, 0, 0, 0, 0);
     let mut failed = false;
@@ -57,7 +64,7 @@ fn main() -> ExitCode {
             Ok(r) => {
                 let (p50, p99) = r.recover_p50_p99();
                 println!(
-                    "{:<24} {:>5} {:>5} {:>10.1} {:>10.1} {:>7} {:>7} {:>6} {:>5} {:>4} {:>4} {:>6}",
+                    "{:<24} {:>5} {:>5} {:>10.1} {:>10.1} {:>7} {:>7} {:>6} {:>5} {:>4} {:>4} {:>6} {:>5}",
                     r.name,
                     r.injections,
                     r.recoveries,
@@ -69,7 +76,8 @@ fn main() -> ExitCode {
                     r.lost_beyond_flushed,
                     r.duplicates,
                     r.corrupt,
-                    r.leaked
+                    r.leaked,
+                    r.evidence
                 );
                 injected += r.injections;
                 recovered += r.recoveries;

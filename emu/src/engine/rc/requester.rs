@@ -4,6 +4,7 @@
 //! atomic goes as one request packet with the PSNs of its responses reserved.
 
 use super::packet::{bth_opcode, build_frame, mtu_bytes, Transport, PSN_MASK};
+use super::qp_error::enter_error;
 use super::requester_ack::{expects_response, fail_in_order, flush};
 use super::retransmit::arm_ack_timer;
 use crate::counters::add;
@@ -11,7 +12,9 @@ use crate::fw::mkey::translate;
 use crate::fw::Core;
 use crate::objects::limits::LOG_MAX_RA_QP;
 use crate::objects::rc::Outstanding;
+use crate::Fault;
 use cxdirect_hw::cqe::CqeSyndrome;
+use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::qp::state;
 use cxdirect_hw::wqe::{
     self, opcode, AtomicSeg, CtrlSeg, DataSeg, RaddrSeg, INLINE_SEG, WQE_BB, WQE_DS,
@@ -46,6 +49,15 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, qpn: u32) {
     }
     if qp.state != state::RTS {
         add(&core.counters.bad_doorbells, 1);
+        return;
+    }
+    if core
+        .faults
+        .take(|f| matches!(f, Fault::RcQpFatal { qpn: q } if *q == qpn).then_some(()))
+        .is_some()
+    {
+        enter_error(core, qpn, Some(EventType::WqCatastrophicError));
+        flush(core, qpn);
         return;
     }
     run_posted(core, qpn);
