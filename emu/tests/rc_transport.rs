@@ -18,6 +18,7 @@ use cxdirect_hw::vport::ModifyNicVportContextIn;
 use cxdirect_hw::wq::{CreateRmpIn, CreateRmpOut, WqType};
 use cxdirect_hw::wqe::{opcode, AtomicSeg, CtrlSeg, DataSeg, RaddrSeg, SrqNextSeg, INVALID_LKEY};
 use std::io::Write;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 const MEM: usize = 8 << 20;
@@ -790,6 +791,12 @@ fn a_refused_remote_access_naks_fails_the_wqe_flushes_the_rest_and_writes_nothin
         };
         let mut rq_pi = 0;
         post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+        // Every device access to the receive buffer or to the range the WRITE names, counted
+        // at the IOMMU.
+        let touched = [
+            p.b.dev.iommu().watch(dst, 4096),
+            p.b.dev.iommu().watch(raddr, 2000),
+        ];
         let src = p.a.alloc(4096, 4096);
         p.a.write(src, &pattern(2000, 9));
         let w = wqe(
@@ -824,6 +831,11 @@ fn a_refused_remote_access_naks_fails_the_wqe_flushes_the_rest_and_writes_nothin
             p.b.read(dst, 4096),
             vec![0xee; 4096],
             "{case}: target untouched"
+        );
+        assert_eq!(
+            touched.each_ref().map(|w| w.load(Ordering::Relaxed)),
+            [0, 0],
+            "{case}: the IOMMU saw no access to either range"
         );
         // The refusal is fatal to B's QP too: its posted receive is flushed, never filled,
         // and B's driver hears of the access violation.
