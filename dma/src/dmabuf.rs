@@ -462,7 +462,8 @@ fn bad_range(buf: &DmaBuf, offset: u64, len: u64) -> DmaBufError {
 const UNMAPPABLE_HINT: &str = "VFIO type1 and iommufd pin user memory and cannot pin a \
     VM_PFNMAP mapping of RAM (udmabuf since Linux 6.11, dma-heaps, GPU exporters); attaching a \
     dmabuf by descriptor needs iommufd with IOMMU_IOAS_MAP_FILE accepting that exporter's \
-    dmabufs. Run with --iommu-mode iommufd on a kernel that has it, or use a memfd source";
+    dmabufs. Run with --iommu-mode iommufd on a kernel that has it (built with CONFIG_IOMMUFD and \
+    CONFIG_VFIO_DEVICE_CDEV), or use a memfd source";
 
 /// Whether a mapping may be taken away while memory keys use it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -1071,6 +1071,23 @@ fn iommufd_maps_a_file_by_descriptor_and_names_a_kernel_without_it() {
         .unwrap_err();
     assert!(matches!(e, IommuError::FileMapUnsupported { .. }), "{e}");
     assert!(e.to_string().contains("Linux 6.13"), "{e}");
+
+    // An exporter the kernel refuses: the errno, what it means and what to do.
+    for (errno, says) in [
+        (libc::EINVAL, "use a memfd source"),
+        (libc::EOPNOTSUPP, "only vfio-pci's dmabufs are taken"),
+        (libc::ENOMEM, "ulimit -l unlimited"),
+    ] {
+        fake.fail("IOMMU_IOAS_MAP_FILE", errno);
+        let e = iommu
+            .map_file(0x9000_0000, file.as_fd(), 0, 0x1000)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("(os error {errno})")) && e.contains(says),
+            "{e}"
+        );
+    }
 }
 
 // ----- IOVA ranges from the type1 capability chain -----

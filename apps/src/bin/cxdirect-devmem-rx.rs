@@ -149,6 +149,7 @@ fn import<B: Backend>(dev: &Device<B>, s: &Settings) -> Result<Imported, String>
     Ok(Imported {
         mapping: Arc::new(mapping),
         gpu,
+        peer: None,
     })
 }
 

@@ -1,16 +1,20 @@
 //! cxdirect-dmabuf-rx: receives a UDP stream from the other port straight into memory another
-//! device exported as a dmabuf (a udmabuf, the system dma-heap, a memfd, or GPU memory through
-//! CUDA) and checks the stream's repeating pattern in that memory, like ncdevmem's validation
-//! mode: stream byte `k` is `k mod 251`, so a lost, repeated or misplaced packet shows.
+//! device exported as a dmabuf (a udmabuf, the system dma-heap, a memfd, GPU memory through
+//! CUDA, or a BAR of another PCI function exported by vfio-pci) and checks the stream's
+//! repeating pattern in that memory, like ncdevmem's validation mode: stream byte `k` is
+//! `k mod 251`, so a lost, repeated or misplaced packet shows.
 //! The receiving port's whole buffer pool is the imported range, registered as one memory key.
+//! For a peer's BAR a `peer-cksum: CRC BYTES` line gives the POSIX `cksum` of the whole range as
+//! read back through the BAR, to compare with what the device's memory holds elsewhere.
 //! Last line: `summary: source=S bytes=N verified=yes|no errors=N mbps=X`.
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
+use cxdirect::backend::vfio::IommuMode;
 use cxdirect::{
     Backend, Device, Mbuf, Options, Port, PortConfig, Queues, RxQueue, Started, TxQueue,
 };
 use cxdirect_apps::cli::{self, DeviceArgs, RunOnPorts, RUN, TRAFFIC};
-use cxdirect_apps::dmabuf::{self, parse_memory_size, Imported, Source};
+use cxdirect_apps::dmabuf::{self, parse_memory_size, parse_source, Cksum, Imported, SourceSpec};
 use cxdirect_apps::testpmd::{build_to, HEADER_LEN};
 use cxdirect_dma::DmaBufMode;
 use std::process::ExitCode;
@@ -32,9 +36,9 @@ The last (or only) device receives into the dmabuf; the first sends."
 struct Cli {
     #[command(flatten)]
     devices: DeviceArgs,
-    /// Who exports the memory: udmabuf, dma-heap (the system heap), memfd or cuda (GPU memory)
-    #[arg(long, value_name = "SOURCE", value_enum, hide_possible_values = true, help_heading = TRAFFIC)]
-    source: Source,
+    /// Who exports the memory: udmabuf, dma-heap (the system heap), memfd, cuda (GPU memory) or vfio-bar:BDF,bar=N (a BAR of another PCI function bound to vfio-pci, peer to peer)
+    #[arg(long, value_name = "SOURCE", value_parser = parse_source, help_heading = TRAFFIC)]
+    source: SourceSpec,
     /// Bytes of dmabuf memory, the receive pool (a multiple of 4096, at least 1 MiB)
     #[arg(long, value_name = "BYTES", default_value_t = 64 << 20, value_parser = parse_memory_size, help_heading = TRAFFIC)]
     size: u64,
@@ -51,6 +55,8 @@ struct Cli {
 
 struct Settings {
     source: String,
+    spec: SourceSpec,
+    iommu_mode: IommuMode,
     size: u64,
     bytes: u64,
     payload: usize,
@@ -59,13 +65,16 @@ struct Settings {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let source = cli
-        .source
-        .to_possible_value()
-        .map(|v| v.get_name().to_string())
-        .unwrap_or_default();
+    let iommu_mode = cli
+        .devices
+        .iommu_mode
+        .as_str()
+        .parse()
+        .unwrap_or(IommuMode::Auto);
     let settings = Settings {
-        source,
+        source: cli.source.name(),
+        spec: cli.source.clone(),
+        iommu_mode,
         size: cli.size,
         bytes: cli.bytes.unwrap_or(cli.size),
         payload: usize::from(cli.payload),
@@ -81,7 +90,16 @@ fn stream_byte(k: u64) -> u8 {
 
 /// Exports `size` bytes from the source, imports the dmabuf and maps it for the device.
 fn import<B: Backend>(dev: &Device<B>, s: &Settings) -> Result<Imported, String> {
-    let (buf, gpu) = dmabuf::export_and_import(&s.source, s.size, "cxdirect-dmabuf-rx")?;
+    let (buf, gpu, peer) = match &s.spec {
+        SourceSpec::VfioBar { bdf, bar } => {
+            let (buf, peer) = dmabuf::export_and_import_peer(bdf, *bar, s.size, s.iommu_mode)?;
+            (buf, None, Some(peer))
+        }
+        SourceSpec::Exporter(_) => {
+            let (buf, gpu) = dmabuf::export_and_import(&s.source, s.size, "cxdirect-dmabuf-rx")?;
+            (buf, gpu, None)
+        }
+    };
     println!(
         "imported: exporter={} size={} kind={:?}",
         buf.exporter(),
@@ -103,6 +121,7 @@ fn import<B: Backend>(dev: &Device<B>, s: &Settings) -> Result<Imported, String>
     Ok(Imported {
         mapping: Arc::new(mapping),
         gpu,
+        peer,
     })
 }
 
@@ -185,6 +204,10 @@ fn run<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<ExitCode, Strin
         port.close()
             .and_then(|d| d.teardown())
             .map_err(|e| format!("sender: close failed: {e}"))?;
+    }
+    if imported.peer.is_some() {
+        let (crc, len) = range_cksum(&imported, s.size)?;
+        println!("peer-cksum: {crc} {len}");
     }
     drop(imported);
     let verified = s.verify && errors == 0 && received == s.bytes && teardown.pages_kept == 0;
@@ -306,4 +329,18 @@ fn stream<B: Backend>(
         }
     }
     Ok(report)
+}
+
+/// POSIX `cksum` of the first `size` bytes of the imported range, read back by the CPU.
+fn range_cksum(imported: &Imported, size: u64) -> Result<(u32, u64), String> {
+    let mut sum = Cksum::new();
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut at = 0u64;
+    while at < size {
+        let n = (size - at).min(chunk.len() as u64) as usize;
+        imported.read(at as usize, &mut chunk[..n])?;
+        sum.update(&chunk[..n]);
+        at += n as u64;
+    }
+    Ok(sum.finish())
 }

@@ -15,6 +15,24 @@ use super::sys::{
 };
 use super::type1::{map_error, refuse_empty, unmap_outcome};
 
+/// What an errno of `IOMMU_IOAS_MAP_FILE` means, and what to do.
+pub(crate) fn map_file_hint(errno: i32) -> &'static str {
+    match errno {
+        libc::EINVAL => {
+            "this kernel cannot map that kind of file: it takes memfds and hugetlbfs files (Linux \
+             6.13) and, from Linux 6.19, dmabufs whose exporter gives iommufd their physical \
+             ranges (vfio-pci's); attach another exporter through its backing memfd, or use a \
+             memfd source"
+        }
+        libc::EOPNOTSUPP | libc::ENODEV => {
+            "the dmabuf's exporter does not let iommufd map it (from Linux 6.19 only vfio-pci's \
+             dmabufs are taken), or it was revoked; use a memfd source or a vfio-bar source"
+        }
+        libc::ENOMEM => "the pinned-memory limit is too low: raise it with `ulimit -l unlimited`",
+        _ => "the kernel maps memfds and hugetlbfs files, and dmabufs only from exporters iommufd supports",
+    }
+}
+
 /// Most IOVA ranges accepted from the kernel.
 const MAX_RANGES: usize = 4096;
 
@@ -212,11 +230,16 @@ unsafe impl<S: VfioSys> Iommu for IommufdIoas<S> {
         match self.sys.ioas_map_file(&self.iommufd, fd, &map) {
             Ok(at) if at == iova => Ok(()),
             Ok(at) => Err(self.undo_misplaced(iova, len, at)),
-            Err(e) if e.raw_os_error() == Some(libc::ENOTTY) => Err(IommuError::FileMapUnsupported {
-                reason: "this kernel has no IOMMU_IOAS_MAP_FILE (added in Linux 6.13)".into(),
-            }),
+            Err(e) if e.raw_os_error() == Some(libc::ENOTTY) => {
+                Err(IommuError::FileMapUnsupported {
+                    reason: "this kernel has no IOMMU_IOAS_MAP_FILE (added in Linux 6.13)".into(),
+                })
+            }
             Err(e) => Err(IommuError::FileMapUnsupported {
-                reason: format!("IOMMU_IOAS_MAP_FILE refused the descriptor: {e} (the kernel maps memfds and hugetlbfs files, and dmabufs only from exporters iommufd supports)"),
+                reason: format!(
+                    "IOMMU_IOAS_MAP_FILE refused the descriptor: {e}: {}",
+                    map_file_hint(e.raw_os_error().unwrap_or(0))
+                ),
             }),
         }
     }

@@ -106,6 +106,17 @@ pub(crate) fn check_function<S: VfioSys>(
     sys: &S,
     bdf: PciAddress,
 ) -> Result<SysfsFunction, VfioError> {
+    check_vfio_function(sys, bdf, true)
+}
+
+/// Checks that `bdf` exists, is a ConnectX when `connectx_only`, and is bound to a vfio-pci
+/// driver; returns its IOMMU group. Peer devices (memory another device exposes in a BAR) may
+/// be anything vfio-pci drives.
+pub(crate) fn check_vfio_function<S: VfioSys>(
+    sys: &S,
+    bdf: PciAddress,
+    connectx_only: bool,
+) -> Result<SysfsFunction, VfioError> {
     let dir = bdf.sysfs_path();
     if !sys.exists(&dir) {
         return Err(VfioError::NoSuchDevice {
@@ -115,7 +126,7 @@ pub(crate) fn check_function<S: VfioSys>(
     }
     let vendor = read_id(sys, bdf, "vendor")?;
     let device = read_id(sys, bdf, "device")?;
-    if connectx_model(vendor, device).is_none() {
+    if connectx_only && connectx_model(vendor, device).is_none() {
         return Err(VfioError::NotConnectX {
             bdf,
             vendor,

@@ -36,6 +36,7 @@ const VFIO_DEVICE_RESET: u32 = io(k::VFIO_BASE + 11);
 const VFIO_IOMMU_GET_INFO: u32 = io(k::VFIO_BASE + 12);
 const VFIO_IOMMU_MAP_DMA: u32 = io(k::VFIO_BASE + 13);
 const VFIO_IOMMU_UNMAP_DMA: u32 = io(k::VFIO_BASE + 14);
+const VFIO_DEVICE_FEATURE: u32 = io(k::VFIO_BASE + 17);
 const VFIO_DEVICE_BIND_IOMMUFD: u32 = io(k::VFIO_BASE + 18);
 const VFIO_DEVICE_ATTACH_IOMMUFD_PT: u32 = io(k::VFIO_BASE + 19);
 const IOMMU_IOAS_ALLOC: u32 = io(0x81);
@@ -99,6 +100,26 @@ struct IommuIoasMapFile {
     iova: u64,
 }
 
+/// `VFIO_DEVICE_FEATURE_GET` (include/uapi/linux/vfio.h).
+const VFIO_DEVICE_FEATURE_GET: u32 = 1 << 16;
+/// `VFIO_DEVICE_FEATURE_DMA_BUF`, the feature index (Linux 6.19).
+const VFIO_DEVICE_FEATURE_DMA_BUF: u32 = 11;
+
+/// `struct vfio_device_feature` followed by a `struct vfio_device_feature_dma_buf` with one
+/// `struct vfio_region_dma_range`.
+#[repr(C)]
+#[derive(Default)]
+struct DeviceFeatureDmaBuf {
+    argsz: u32,
+    flags: u32,
+    region_index: u32,
+    open_flags: u32,
+    dma_buf_flags: u32,
+    nr_ranges: u32,
+    range_offset: u64,
+    range_length: u64,
+}
+
 /// `struct iommu_ioas_unmap`.
 #[repr(C)]
 #[derive(Default)]
@@ -116,6 +137,7 @@ const _: () = {
     assert!(size_of::<IommuIoasMap>() == 40);
     assert!(size_of::<IommuIoasUnmap>() == 24);
     assert!(size_of::<IommuIoasMapFile>() == 40);
+    assert!(size_of::<DeviceFeatureDmaBuf>() == 8 + 16 + 16);
 };
 
 /// `argsz`/`size` of a kernel structure. All of them are a few dozen bytes.
@@ -458,6 +480,30 @@ unsafe impl VfioSys for RealSys {
         // the file's pages itself, so no process memory is handed over.
         unsafe { ioctl_ptr(iommufd, IOMMU_IOAS_MAP_FILE, &mut arg) }?;
         Ok(arg.iova)
+    }
+
+    fn device_feature_dma_buf(
+        &self,
+        device: &OwnedFd,
+        region_index: u32,
+        offset: u64,
+        length: u64,
+    ) -> io::Result<OwnedFd> {
+        let mut arg = DeviceFeatureDmaBuf {
+            argsz: argsz::<DeviceFeatureDmaBuf>(),
+            flags: VFIO_DEVICE_FEATURE_GET | VFIO_DEVICE_FEATURE_DMA_BUF,
+            region_index,
+            open_flags: (libc::O_RDWR | libc::O_CLOEXEC) as u32,
+            dma_buf_flags: 0,
+            nr_ranges: 1,
+            range_offset: offset,
+            range_length: length,
+        };
+        // SAFETY: the kernel reads one vfio_device_feature with its dma_buf payload and one
+        // range from a live local of exactly `argsz` bytes.
+        let fd = unsafe { ioctl_ptr(device, VFIO_DEVICE_FEATURE, &mut arg) }?;
+        // SAFETY: on success the request returns a new descriptor that nothing else owns.
+        Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
     }
 
     fn ioas_unmap(

@@ -315,6 +315,18 @@ pub unsafe trait VfioSys: Send + Sync + 'static {
         length: u64,
     ) -> io::Result<u64>;
 
+    /// `VFIO_DEVICE_FEATURE` with `GET | VFIO_DEVICE_FEATURE_DMA_BUF` (Linux ≥ 6.19, vfio-pci
+    /// built with `CONFIG_VFIO_PCI_DMABUF`): exports `length` bytes of region `region_index`
+    /// from byte `offset` as a dmabuf, opened read-write and close-on-exec; returns its
+    /// descriptor.
+    fn device_feature_dma_buf(
+        &self,
+        device: &Self::Fd,
+        region_index: u32,
+        offset: u64,
+        length: u64,
+    ) -> io::Result<std::os::fd::OwnedFd>;
+
     /// Maps `len` bytes of `fd` at `offset`, shared, readable and writable.
     fn mmap(&self, fd: &Self::Fd, offset: u64, len: usize) -> io::Result<NonNull<u8>>;
     /// Undoes [`mmap`](VfioSys::mmap).

@@ -1268,6 +1268,45 @@ unsafe impl VfioSys for FakeSys {
         }
     }
 
+    fn device_feature_dma_buf(
+        &self,
+        device: &FakeFd,
+        region_index: u32,
+        offset: u64,
+        length: u64,
+    ) -> io::Result<std::os::fd::OwnedFd> {
+        let mut w = self.lock();
+        w.call(
+            "VFIO_DEVICE_FEATURE_DMA_BUF",
+            device.name(),
+            &format!("{region_index} {offset:#x}+{length:#x}"),
+        )?;
+        Self::expect(device, &DEVICES)?;
+        let region = w
+            .regions
+            .get(&region_index)
+            .copied()
+            .ok_or_else(|| errno(libc::EINVAL))?;
+        // As vfio-pci: the range must lie inside the region, in whole pages.
+        if region.size == 0
+            || offset % 4096 != 0
+            || length % 4096 != 0
+            || offset
+                .checked_add(length)
+                .is_none_or(|end| end > region.size)
+        {
+            return Err(errno(libc::EINVAL));
+        }
+        // A memfd of the range's size stands in for the dmabuf (only its size is looked at).
+        let fd = nix::sys::memfd::memfd_create(
+            c"fake-vfio-dmabuf",
+            nix::sys::memfd::MFdFlags::MFD_CLOEXEC,
+        )
+        .map_err(io::Error::from)?;
+        nix::unistd::ftruncate(&fd, length as libc::off_t).map_err(io::Error::from)?;
+        Ok(fd)
+    }
+
     fn mmap(&self, fd: &FakeFd, offset: u64, len: usize) -> io::Result<NonNull<u8>> {
         let mut w = self.lock();
         w.call(
