@@ -1,7 +1,7 @@
 //! Work requests: what [`super::RcQueuePair::post_send`] and `post_recv` take, and how a
 //! scatter list is laid into a receive WQE.
 
-use cxdirect_hw::wqe::{encode_data, INVALID_LKEY, WQE_DS};
+use cxdirect_hw::wqe::{INVALID_LKEY, WQE_DS};
 
 /// One entry of a gather or scatter list: `length` bytes at device address `addr` of the
 /// memory region whose local key is `lkey` ([`super::MemoryRegion::sge`] builds one).
@@ -161,16 +161,24 @@ pub(super) fn write_scatter(
     let mut len = 0u32;
     let mut k = 0;
     for sge in list {
-        ring.write_bytes(
+        ring.write_words(
             first.wrapping_add(k),
-            0,
-            &encode_data(sge.length, sge.lkey, sge.addr),
+            &data_seg_words(sge.length, sge.lkey, sge.addr),
         );
         len = len.saturating_add(sge.length);
         k += 1;
     }
     if k < segs {
-        ring.write_bytes(first.wrapping_add(k), 0, &encode_data(0, INVALID_LKEY, 0));
+        ring.write_words(first.wrapping_add(k), &data_seg_words(0, INVALID_LKEY, 0));
     }
     len
+}
+
+/// A data segment (byte count, key, address) as the two words its slot holds, in memory order.
+#[inline(always)]
+pub(super) fn data_seg_words(byte_count: u32, lkey: u32, addr: u64) -> [u64; 2] {
+    [
+        (u64::from(byte_count) << 32 | u64::from(lkey)).to_be(),
+        addr.to_be(),
+    ]
 }
