@@ -122,6 +122,28 @@ pub(super) fn resume(core: &mut Core, qpn: u32) {
     run_posted(core, qpn);
 }
 
+/// Whether a WQE of fence mode `fm` waits for every earlier READ and atomic to complete (the
+/// PRM's fence, strong ordering, and small-and-fence modes; the initiator small fence orders
+/// only local memory operations, which this model runs in order anyway).
+fn fenced(fm: u8) -> bool {
+    matches!(
+        fm,
+        wqe::fence_mode::FENCE
+            | wqe::fence_mode::STRONG_ORDERING
+            | wqe::fence_mode::SMALL_AND_FENCE
+    )
+}
+
+/// Whether QP `qpn` has any READ or atomic still awaiting its response.
+fn awaiting_responses(core: &Core, qpn: u32) -> bool {
+    core.res.qps.get(qpn).is_some_and(|qp| {
+        qp.req
+            .outstanding
+            .iter()
+            .any(|o| expects_response(o.opcode))
+    })
+}
+
 /// Whether QP `qpn` has as many READs and atomics awaiting responses as `log_sra_max` allows.
 fn at_read_limit(core: &Core, qpn: u32) -> bool {
     core.res.qps.get(qpn).is_none_or(|qp| {
@@ -183,7 +205,8 @@ pub(super) fn read_bb(core: &Core, qpn: u32, bb: u16, out: &mut [u8]) -> Result<
 type WqeError = (u8, CqeSyndrome);
 
 /// Executes the WQE at `index`; returns its WQEBBs, or `None` for a new READ or atomic held
-/// back by the limit on outstanding ones (a retransmission, `resend_psn`, never is).
+/// back by the limit on outstanding ones, or a fenced WQE held back until the READs and
+/// atomics before it complete (a retransmission, `resend_psn`, never is).
 pub(super) fn execute(
     core: &mut Core,
     qpn: u32,
@@ -196,7 +219,7 @@ pub(super) fn execute(
         .map_err(|_| (0, CqeSyndrome::LocalProtection))?;
     let ctrl = CtrlSeg::new(&s.wqe[..16]).map_err(|_| (0, CqeSyndrome::LocalQpOperation))?;
     let (op, ds) = (ctrl.opcode(), usize::from(ctrl.ds()));
-    let (imm, solicited) = (ctrl.imm(), ctrl.se());
+    let (imm, solicited, fence) = (ctrl.imm(), ctrl.se(), fenced(ctrl.fm()));
     let signaled = ctrl.ce() >= wqe::completion::ALWAYS;
     let (ctrl_qpn, ctrl_index) = (ctrl.qpn_or_sqn(), ctrl.wqe_index());
     let bad = (op, CqeSyndrome::LocalQpOperation);
@@ -220,7 +243,10 @@ pub(super) fn execute(
         remote: None,
         resend_psn,
     };
-    if expects_response(op) && resend_psn.is_none() && at_read_limit(core, qpn) {
+    if resend_psn.is_none()
+        && ((expects_response(op) && at_read_limit(core, qpn))
+            || (fence && awaiting_responses(core, qpn)))
+    {
         return Ok(None);
     }
     let mut at = WQE_DS;
