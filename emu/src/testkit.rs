@@ -438,8 +438,7 @@ impl Host {
         self.simple(Opcode::InitHca, 0).expect("INIT_HCA");
         let out = self.simple(Opcode::AllocUar, 0).expect("ALLOC_UAR");
         self.uar = hca::AllocUarOut::new(&out[..]).expect("layout").uar();
-        let out = self.simple(Opcode::AllocPd, 0).expect("ALLOC_PD");
-        self.pd = hca::AllocPdOut::new(&out[..]).expect("layout").pd();
+        self.pd = self.alloc_pd();
         let out = self
             .simple(Opcode::AllocTransportDomain, 0)
             .expect("ALLOC_TRANSPORT_DOMAIN");
@@ -447,6 +446,12 @@ impl Host {
             .expect("layout")
             .transport_domain();
         self.create_async_eq(6, !0);
+    }
+
+    /// ALLOC_PD: a new protection domain's number (the host's own is [`Host::pd`]).
+    pub fn alloc_pd(&mut self) -> u32 {
+        let out = self.simple(Opcode::AllocPd, 0).expect("ALLOC_PD");
+        hca::AllocPdOut::new(&out[..]).expect("layout").pd()
     }
 
     /// Creates the async EQ (vector 0) subscribed to the events in `mask`, and arms it.

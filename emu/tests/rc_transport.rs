@@ -9,7 +9,6 @@ use cxdirect_emu::wire::{PortId, Wire};
 use cxdirect_emu::{Device, EmuConfig};
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::eqe::EventType;
-use cxdirect_hw::hca::AllocPdOut;
 use cxdirect_hw::qp::{mtu, state, Qpc};
 use cxdirect_hw::wq::WqType;
 use cxdirect_hw::wqe::{opcode, CtrlSeg, DataSeg};
@@ -525,8 +524,7 @@ fn a_refused_remote_access_naks_fails_the_wqe_flushes_the_rest_and_writes_nothin
                 (remote_key(&mut p.b, false, pd), dst)
             }
             _ => {
-                let out = p.b.simple(Opcode::AllocPd, 0).expect("ALLOC_PD");
-                let other = AllocPdOut::new(&out[..]).expect("layout").pd();
+                let other = p.b.alloc_pd();
                 (remote_key(&mut p.b, true, other), dst)
             }
         };
@@ -1634,8 +1632,7 @@ fn a_send_with_invalidate_of_a_key_in_another_pd_fails_both_sides() {
     let (mut p, _) = pair(300);
     let lkey_a = p.a.create_mkey(false, true);
     let lkey_b = p.b.create_mkey(false, true);
-    let out = p.b.simple(Opcode::AllocPd, 0).expect("ALLOC_PD");
-    let other = AllocPdOut::new(&out[..]).expect("layout").pd();
+    let other = p.b.alloc_pd();
     let foreign = remote_key(&mut p.b, true, other);
     let dst = p.b.alloc(4096, 4096);
     p.b.post_rc_recv(&mut p.qp_b, dst, 4096, lkey_b);
