@@ -3,10 +3,12 @@
 //! independent CRC-32).
 
 use cxdirect_emu::pcap::PcapWriter;
-use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, RcPath, RcQp, RemoteRights, UDP_SPORT};
+use cxdirect_emu::testkit::rc::{
+    lone_host, rc_wqe, take_frames, RcPair, RcPath, RcQp, RemoteRights, UDP_SPORT,
+};
 use cxdirect_emu::testkit::{Cq, Host, Sq, IOVA_BASE};
 use cxdirect_emu::wire::{PortId, Wire};
-use cxdirect_emu::{Device, EmuConfig};
+use cxdirect_emu::EmuConfig;
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::qp::{mtu, state, Qpc};
@@ -25,20 +27,10 @@ const OWN_MAC: [u8; 6] = [0x02, 0xcd, 0, 0, 0, 1];
 const PEER_MAC: [u8; 6] = [0x02, 0xcd, 0, 0, 0, 2];
 const REMOTE_QPN: u32 = 0x4abc;
 
-/// A function on port A of a pair wire whose port B nobody takes from: every frame it sends
-/// waits there for the test. RoCE is on, GID index 0 at [`OWN_GID`].
+/// A function alone on port A of a pair wire ([`lone_host`]), RoCE on, GID index 0 at
+/// [`OWN_GID`].
 fn host() -> (Host, Arc<Wire>) {
-    let cfg = EmuConfig {
-        roce: true,
-        ..EmuConfig::default()
-    };
-    let dev = Device::new(cfg);
-    let wire = Arc::new(Wire::pair());
-    dev.attach(wire.clone(), PortId::A, &[]);
-    let mut h = Host::new(dev, MEM);
-    h.bring_up();
-    h.enable_roce(OWN_GID, OWN_MAC);
-    (h, wire)
+    lone_host(EmuConfig::default(), MEM, OWN_GID, OWN_MAC)
 }
 
 /// The path every QP here takes: [`RcPath::to`] with the RNR timer [`MIN_RNR_NAK`].
@@ -61,17 +53,6 @@ fn rc_qp(h: &mut Host, cq: &Cq, gid_index: u8, peer_gid: [u8; 16], mtu_code: u8,
     };
     h.connect_rc(qp.qpn, &path);
     qp
-}
-
-fn take_frames(wire: &Wire) -> Vec<Vec<u8>> {
-    let mut frames = Vec::new();
-    loop {
-        let mut frame = Vec::new();
-        if !wire.receive(PortId::B, &mut frame).expect("receive") {
-            return frames;
-        }
-        frames.push(frame);
-    }
 }
 
 /// A RoCE v2 packet taken apart.

@@ -17,10 +17,10 @@
 
 mod rc_common;
 
-use cxdirect_emu::testkit::rc::{RcPath, GID_A, GID_B, MAC_A, MAC_B};
+use cxdirect_emu::testkit::rc::{lone_host, take_frames, RcPath, GID_A, GID_B, MAC_A, MAC_B};
 use cxdirect_emu::testkit::{Cq, Host, IOVA_BASE};
 use cxdirect_emu::wire::{PortId, Wire};
-use cxdirect_emu::{Device, EmuConfig};
+use cxdirect_emu::EmuConfig;
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome, ErrCqe};
 use cxdirect_hw::wqe::opcode;
 use libfuzzer_sys::arbitrary::{Result as ArbResult, Unstructured};
@@ -73,17 +73,11 @@ struct Setup {
 
 fn setup(receive_psn: u32) -> Setup {
     let cfg = EmuConfig {
-        roce: true,
         mac: MAC_A,
         init_delay: Some(Duration::ZERO),
         ..EmuConfig::default()
     };
-    let dev = Device::new(cfg);
-    let wire = Arc::new(Wire::pair());
-    dev.attach(wire.clone(), PortId::A, &[]);
-    let mut h = Host::new(dev, MEM);
-    h.bring_up();
-    h.enable_roce(GID_A, MAC_A);
+    let (mut h, wire) = lone_host(cfg, MEM, GID_A, MAC_A);
     let cq = h.create_cq(7);
     let (rmpn, mut srq) = h.create_rmp(3, 2);
     let mut qp0 = h.create_rc_qp(&cq, 4, 3, None);
@@ -121,7 +115,7 @@ fn setup(receive_psn: u32) -> Setup {
         let w = cxdirect_emu::testkit::rc::rc_wqe(&qp0.sq, op, 0, remote, atomic, local);
         h.post(&mut qp0.sq, &w, false);
     }
-    drain_wire(&wire);
+    take_frames(&wire);
     let mut writable = vec![
         (windows.window, WINDOW),
         (recv_bufs, u64::from(RECV_BYTES) * 2 * u64::from(RECEIVES)),
@@ -141,17 +135,6 @@ fn setup(receive_psn: u32) -> Setup {
         rmpn,
         windows,
         writable,
-    }
-}
-
-fn drain_wire(wire: &Wire) -> Vec<Vec<u8>> {
-    let mut frames = Vec::new();
-    loop {
-        let mut frame = Vec::new();
-        if !wire.receive(PortId::B, &mut frame).expect("port B") {
-            return frames;
-        }
-        frames.push(frame);
     }
 }
 
@@ -479,7 +462,7 @@ fn still_serves_a_send(s: &mut Setup) {
     t.extend_from_slice(&[0; 3]);
     let mut f = wrap(&t, false);
     seal(&mut f);
-    drain_wire(&s.wire);
+    take_frames(&s.wire);
     s.wire.transmit(PortId::B, &f).expect("transmit");
     h.dev.poll();
     let cqe = h.poll_cq(&mut cq).expect("the SEND completes");
@@ -490,7 +473,7 @@ fn still_serves_a_send(s: &mut Setup) {
     assert_eq!(h.read(buf, message.len()), message, "the SEND landed");
     // Other QPs may resend on their timers meanwhile: only frames to the new QP's peer count.
     let bth_at = 14 + 20 + 8;
-    let acks: Vec<Vec<u8>> = drain_wire(&s.wire)
+    let acks: Vec<Vec<u8>> = take_frames(&s.wire)
         .into_iter()
         .filter(|f| {
             f.len() > bth_at + 12 && f[bth_at + 5..bth_at + 8] == remote.to_be_bytes()[1..]
@@ -521,7 +504,7 @@ fn run(data: &[u8]) -> ArbResult<()> {
         // The wire refuses frames shorter than a header or longer than its maximum.
         let _ = s.wire.transmit(PortId::B, &f);
         s.host.dev.poll();
-        drain_wire(&s.wire);
+        take_frames(&s.wire);
         check_cqes(&mut s, &mut seen);
     }
     let after = s.host.read(IOVA_BASE, MEM);

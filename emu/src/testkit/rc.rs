@@ -340,6 +340,31 @@ pub fn rc_wqe(
     w
 }
 
+/// A function made from `cfg` (RoCE turned on) with `mem` bytes of host memory, brought up
+/// with RoCE enabled at `gid`/`mac`, alone on port A of a pair wire whose port B nobody takes
+/// from: every frame it sends waits there, for [`take_frames`].
+pub fn lone_host(cfg: EmuConfig, mem: usize, gid: [u8; 16], mac: [u8; 6]) -> (Host, Arc<Wire>) {
+    let dev = Device::new(EmuConfig { roce: true, ..cfg });
+    let wire = Arc::new(Wire::pair());
+    dev.attach(wire.clone(), PortId::A, &[]);
+    let mut h = Host::new(dev, mem);
+    h.bring_up();
+    h.enable_roce(gid, mac);
+    (h, wire)
+}
+
+/// Every frame waiting at port B of `wire`, oldest first.
+pub fn take_frames(wire: &Wire) -> Vec<Vec<u8>> {
+    let mut frames = Vec::new();
+    loop {
+        let mut frame = Vec::new();
+        if !wire.receive(PortId::B, &mut frame).expect("port B") {
+            return frames;
+        }
+        frames.push(frame);
+    }
+}
+
 /// Two functions with RoCE enabled on a pair wire (A at [`GID_A`]/[`MAC_A`], B at
 /// [`GID_B`]/[`MAC_B`]), each with one CQ and one RC QP in RTS connected to the other's.
 pub struct RcPair {
