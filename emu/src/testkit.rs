@@ -27,9 +27,9 @@ use cxdirect_hw::reg::{AccessRegisterIn, PmtuReg, ACCESS_REG_OP_MOD_WRITE, REG_P
 use cxdirect_hw::tir::{CreateTirIn, CreateTirOut, CreateTisIn, CreateTisOut};
 use cxdirect_hw::wq::{
     CreateRmpIn, CreateRmpOut, CreateRqIn, CreateRqOut, CreateSqIn, CreateSqOut, ModifyRqIn,
-    ModifySqIn,
+    ModifySqIn, WqType,
 };
-use cxdirect_hw::wqe::{CtrlSeg, DataSeg, EthSeg};
+use cxdirect_hw::wqe::{CtrlSeg, DataSeg, EthSeg, SrqNextSeg};
 use std::sync::Arc;
 
 pub mod rc;
@@ -438,8 +438,7 @@ impl Host {
         self.simple(Opcode::InitHca, 0).expect("INIT_HCA");
         let out = self.simple(Opcode::AllocUar, 0).expect("ALLOC_UAR");
         self.uar = hca::AllocUarOut::new(&out[..]).expect("layout").uar();
-        let out = self.simple(Opcode::AllocPd, 0).expect("ALLOC_PD");
-        self.pd = hca::AllocPdOut::new(&out[..]).expect("layout").pd();
+        self.pd = self.alloc_pd();
         let out = self
             .simple(Opcode::AllocTransportDomain, 0)
             .expect("ALLOC_TRANSPORT_DOMAIN");
@@ -447,6 +446,12 @@ impl Host {
             .expect("layout")
             .transport_domain();
         self.create_async_eq(6, !0);
+    }
+
+    /// ALLOC_PD: a new protection domain's number (the host's own is [`Host::pd`]).
+    pub fn alloc_pd(&mut self) -> u32 {
+        let out = self.simple(Opcode::AllocPd, 0).expect("ALLOC_PD");
+        hca::AllocPdOut::new(&out[..]).expect("layout").pd()
     }
 
     /// Creates the async EQ (vector 0) subscribed to the events in `mask`, and arms it.
@@ -937,16 +942,29 @@ impl Host {
 
     /// Creates an RMP of `2^log` one-segment WQEs with limit `lwm`; returns its number and ring.
     pub fn create_rmp(&mut self, log: u8, lwm: u16) -> (u32, Rq) {
-        let (buf, dbr, pages, mut input) = self.ring_input(Opcode::CreateRmp, 16 << log);
+        self.create_rmp_of(WqType::Cyclic, log, 4, lwm)
+    }
+
+    /// Creates an RMP of `wq_type` (cyclic or linked list) with `2^log` WQEs of
+    /// `2^log_stride` bytes and limit `lwm`; returns its number and ring.
+    pub fn create_rmp_of(
+        &mut self,
+        wq_type: WqType,
+        log: u8,
+        log_stride: u8,
+        lwm: u16,
+    ) -> (u32, Rq) {
+        let (buf, dbr, pages, mut input) =
+            self.ring_input(Opcode::CreateRmp, 1 << (log + log_stride));
         let mut cmd = CreateRmpIn::new(&mut input[..]).expect("layout");
         {
             let mut ctx = cmd.ctx_mut();
             ctx.set_state(1);
             ctx.wq_mut()
-                .set_wq_type(1)
+                .set_wq_type(wq_type as u8)
                 .set_pd(self.pd)
                 .set_dbr_addr(dbr)
-                .set_log_wq_stride(4)
+                .set_log_wq_stride(log_stride)
                 .set_log_wq_sz(log)
                 .set_lwm(lwm);
         }
@@ -965,6 +983,30 @@ impl Host {
                 pi: 0,
             },
         )
+    }
+
+    /// Writes WQE `index` of a linked-list RMP of 32-byte WQEs ([`Host::create_rmp_of`]): a
+    /// next segment naming WQE `next`, then one data segment of `len` bytes at `iova`. The
+    /// doorbell record is left to the caller.
+    pub fn write_linked_recv(
+        &self,
+        rq: &Rq,
+        index: u16,
+        next: u16,
+        iova: u64,
+        len: u32,
+        lkey: u32,
+    ) {
+        let mut wqe = [0u8; 32];
+        SrqNextSeg::new(&mut wqe[..16])
+            .expect("layout")
+            .set_next_wqe_index(next);
+        DataSeg::new(&mut wqe[16..])
+            .expect("layout")
+            .set_byte_count(len)
+            .set_lkey(lkey)
+            .set_addr(iova);
+        self.write(rq.buf + u64::from(index) * 32, &wqe);
     }
 
     /// Creates an RQ (own ring of `2^log` WQEs of `2^log_stride` bytes, room for

@@ -4,10 +4,8 @@
 
 use cxdirect_emu::testkit::{udp_frame, Host};
 use cxdirect_emu::{Device, EmuConfig};
-use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode};
-use cxdirect_hw::wq::{CreateRmpIn, CreateRmpOut, WqType};
-use cxdirect_hw::wqe::{DataSeg, SrqNextSeg};
+use cxdirect_hw::wq::WqType;
 
 const MEM: usize = 8 << 20;
 /// A next segment and one data segment.
@@ -19,23 +17,7 @@ fn linked_list_rmp_is_taken_in_list_order() {
     let mut h = Host::new(Device::loopback(EmuConfig::default()), MEM);
     h.bring_up();
     let key = h.create_mkey(false, true);
-    let ring = h.alloc(4096, 4096);
-    let dbr = h.alloc(8, 64);
-    let mut input = Host::input(Opcode::CreateRmp, 0, 0x110 + 8);
-    {
-        let mut cmd = CreateRmpIn::new(&mut input[..]).expect("layout");
-        let mut ctx = cmd.ctx_mut();
-        ctx.set_state(1);
-        ctx.wq_mut()
-            .set_wq_type(WqType::LinkedList as u8)
-            .set_pd(h.pd)
-            .set_dbr_addr(dbr)
-            .set_log_wq_stride(LOG_STRIDE)
-            .set_log_wq_sz(LOG_SIZE);
-        cmd.set_pas(0, ring).expect("room");
-    }
-    let out = h.exec(&input, 16).expect("CREATE_RMP linked list");
-    let rmpn = CreateRmpOut::new(&out[..]).expect("layout").rmpn();
+    let (rmpn, rmp) = h.create_rmp_of(WqType::LinkedList, LOG_SIZE, LOG_STRIDE, 0);
     let cq = h.create_cq(6);
     let mut cq = cq;
     let rq = h.create_rq(cq.cqn, 0, Some(rmpn));
@@ -44,19 +26,10 @@ fn linked_list_rmp_is_taken_in_list_order() {
     // Software posts WQEs 0, 2 and 1, in that order: the list runs 0 → 2 → 1 → 3.
     let next = [2u16, 3, 1, 0];
     let bufs: Vec<u64> = (0..4).map(|_| h.alloc(2048, 64)).collect();
-    for index in 0..4usize {
-        let mut wqe = [0u8; 32];
-        SrqNextSeg::new(&mut wqe[..16])
-            .expect("layout")
-            .set_next_wqe_index(next[index]);
-        DataSeg::new(&mut wqe[16..])
-            .expect("layout")
-            .set_byte_count(2048)
-            .set_lkey(key)
-            .set_addr(bufs[index]);
-        h.write(ring + index as u64 * 32, &wqe);
+    for (index, &to) in next.iter().enumerate() {
+        h.write_linked_recv(&rmp, index as u16, to, bufs[index], 2048, key);
     }
-    h.write_be32(dbr, 3);
+    h.write_be32(rmp.dbr, 3);
 
     let frames: Vec<Vec<u8>> = (0..3).map(|i| udp_frame(100 + i * 10, i as u8)).collect();
     h.arrive(&frames);

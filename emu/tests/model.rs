@@ -1522,9 +1522,7 @@ fn each_command_fails_cleanly_on_bad_parameters() {
         .set_state(1);
     assert_eq!(h.exec(&rmp, 16), Err(bad_param(Syndrome::BadWqParams)));
     // A memory key whose translations do not cover its pages.
-    let pd = cxdirect_hw::hca::AllocPdOut::new(&h.simple(Opcode::AllocPd, 0).unwrap()[..])
-        .unwrap()
-        .pd();
+    let pd = h.alloc_pd();
     let mut mkey = Host::input(Opcode::CreateMkey, 0, 0x110 + 8);
     {
         let mut cmd = cxdirect_hw::mkey::CreateMkeyIn::new(&mut mkey[..]).unwrap();

@@ -3,20 +3,17 @@
 //! independent CRC-32).
 
 use cxdirect_emu::pcap::PcapWriter;
+use cxdirect_emu::testkit::rc::{
+    lone_host, rc_wqe, take_frames, RcPair, RcPath, RcQp, RemoteRights, UDP_SPORT,
+};
 use cxdirect_emu::testkit::{Cq, Host, Sq, IOVA_BASE};
 use cxdirect_emu::wire::{PortId, Wire};
-use cxdirect_emu::{Device, EmuConfig};
+use cxdirect_emu::EmuConfig;
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::eqe::EventType;
-use cxdirect_hw::hca::AllocPdOut;
-use cxdirect_hw::mkey::{mkey_from_index, CreateMkeyIn, CreateMkeyOut, MKC_ACCESS_MODE_PA};
-use cxdirect_hw::qp::{
-    mtu, rq_type, service_type, state, CreateQpIn, CreateQpOut, Qpc, Rst2initQpIn,
-};
-use cxdirect_hw::roce::{roce_version, SetRoceAddressIn};
-use cxdirect_hw::vport::ModifyNicVportContextIn;
-use cxdirect_hw::wq::{CreateRmpIn, CreateRmpOut, WqType};
-use cxdirect_hw::wqe::{opcode, AtomicSeg, CtrlSeg, DataSeg, RaddrSeg, SrqNextSeg, INVALID_LKEY};
+use cxdirect_hw::qp::{mtu, state, Qpc};
+use cxdirect_hw::wq::WqType;
+use cxdirect_hw::wqe::{opcode, CtrlSeg, DataSeg};
 use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -28,209 +25,34 @@ const OWN_GID6: [u8; 16] = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1
 const PEER_GID6: [u8; 16] = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
 const OWN_MAC: [u8; 6] = [0x02, 0xcd, 0, 0, 0, 1];
 const PEER_MAC: [u8; 6] = [0x02, 0xcd, 0, 0, 0, 2];
-const UDP_SPORT: u16 = 0xc123;
 const REMOTE_QPN: u32 = 0x4abc;
-/// Bytes of the QP's own receive ring, before its send ring (16 WQEs of 64 bytes).
-const RQ_BYTES: u64 = 16 * 64;
 
-/// A function on port A of a pair wire whose port B nobody takes from: every frame it sends
-/// waits there for the test.
+/// A function alone on port A of a pair wire ([`lone_host`]), RoCE on, GID index 0 at
+/// [`OWN_GID`].
 fn host() -> (Host, Arc<Wire>) {
-    let cfg = EmuConfig {
-        roce: true,
-        ..EmuConfig::default()
-    };
-    let dev = Device::new(cfg);
-    let wire = Arc::new(Wire::pair());
-    dev.attach(wire.clone(), PortId::A, &[]);
-    let mut h = Host::new(dev, MEM);
-    h.bring_up();
-    enable_roce(&mut h);
-    (h, wire)
+    lone_host(EmuConfig::default(), MEM, OWN_GID, OWN_MAC)
 }
 
-fn enable_roce(h: &mut Host) {
-    let mut input = Host::input(Opcode::ModifyNicVportContext, 0, 0x200);
-    let mut cmd = ModifyNicVportContextIn::new(&mut input[..]).expect("layout");
-    cmd.field_select_mut().set_roce_en(true);
-    cmd.nic_vport_context_mut().set_roce_en(true);
-    h.exec(&input, 16)
-        .expect("MODIFY_NIC_VPORT_CONTEXT roce_en");
+/// The path every QP here takes: [`RcPath::to`] with the RNR timer [`MIN_RNR_NAK`].
+fn path_to(peer_gid: [u8; 16], peer_mac: [u8; 6], remote_qpn: u32) -> RcPath {
+    RcPath {
+        min_rnr_nak: MIN_RNR_NAK,
+        ..RcPath::to(peer_gid, peer_mac, remote_qpn)
+    }
 }
 
-fn set_gid(h: &mut Host, index: u16, gid: [u8; 16], l3: u8) {
-    let mut input = Host::input(Opcode::SetRoceAddress, 0, 0x30);
-    let mut cmd = SetRoceAddressIn::new(&mut input[..]).expect("layout");
-    cmd.set_roce_address_index(index).set_vhca_port_num(1);
-    cmd.roce_address_mut()
-        .set_gid(gid)
-        .set_source_mac(OWN_MAC)
-        .set_roce_l3_type(l3)
-        .set_roce_version(roce_version::V2);
-    h.exec(&input, 16).expect("SET_ROCE_ADDRESS");
-}
-
-/// An RC QP in RTS over RoCE v2 (GID `gid_index`, peer `peer_gid`), path MTU `mtu_code`,
-/// first PSN `psn`; its send ring as an [`Sq`] for posting.
-fn rc_qp(h: &mut Host, cq: &Cq, gid_index: u8, peer_gid: [u8; 16], mtu_code: u8, psn: u32) -> Sq {
-    let sq = create_qp(h, cq);
-    let path = Path {
+/// An RC QP (16-WQEBB send ring, 16-entry receive ring) in RTS over RoCE v2 (GID
+/// `gid_index`, peer `peer_gid`), path MTU `mtu_code`, first PSN `psn`.
+fn rc_qp(h: &mut Host, cq: &Cq, gid_index: u8, peer_gid: [u8; 16], mtu_code: u8, psn: u32) -> RcQp {
+    let qp = h.create_rc_qp(cq, 4, 4, None);
+    let path = RcPath {
         gid_index,
-        peer_gid,
-        peer_mac: PEER_MAC,
-        remote_qpn: REMOTE_QPN,
         mtu_code,
         send_psn: psn,
-        receive_psn: 0,
-        retry_count: 7,
-        rnr_retry: 7,
-        ack_timeout: 20,
+        ..path_to(peer_gid, PEER_MAC, REMOTE_QPN)
     };
-    connect(h, sq.sqn, &path);
-    sq
-}
-
-/// CREATE_QP: a 16-entry receive ring of 64-byte WQEs, then a 16-WQEBB send ring; the send
-/// ring as an [`Sq`] (its doorbell record's receive counter is at `dbr`).
-fn create_qp(h: &mut Host, cq: &Cq) -> Sq {
-    create_qp_on(h, cq, None)
-}
-
-/// [`create_qp`], its receives from RMP `rmpn` when given.
-fn create_qp_on(h: &mut Host, cq: &Cq, rmpn: Option<u32>) -> Sq {
-    let buf = h.alloc(8192, 4096);
-    let dbr = h.alloc(8, 64);
-    let mut input = Host::input(Opcode::CreateQp, 0, 0x110 + 16);
-    let mut cmd = CreateQpIn::new(&mut input[..]).expect("layout");
-    cmd.qpc_mut()
-        .set_st(service_type::RC)
-        .set_pm_state(3)
-        .set_pd(h.pd)
-        .set_uar_page(h.uar)
-        .set_cqn_snd(cq.cqn)
-        .set_cqn_rcv(cq.cqn)
-        .set_rq_type(rmpn.map_or(rq_type::REGULAR, |_| rq_type::SRQ))
-        .set_srqn_rmpn_xrqn(rmpn.unwrap_or(0))
-        .set_log_rq_size(4)
-        .set_log_rq_stride(2)
-        .set_log_sq_size(4)
-        .set_log_msg_max(20)
-        .set_ts_format(1)
-        .set_dbr_addr(dbr);
-    cmd.set_pas(0, buf).expect("room");
-    cmd.set_pas(1, buf + 4096).expect("room");
-    let out = h.exec(&input, 16).expect("CREATE_QP");
-    let qpn = CreateQpOut::new(&out[..]).expect("layout").qpn();
-    Sq {
-        sqn: qpn,
-        buf: buf + RQ_BYTES,
-        dbr,
-        log: 4,
-        pi: 0,
-        bf_toggle: false,
-    }
-}
-
-/// Where a QP's path leads.
-struct Path {
-    gid_index: u8,
-    peer_gid: [u8; 16],
-    peer_mac: [u8; 6],
-    remote_qpn: u32,
-    mtu_code: u8,
-    send_psn: u32,
-    receive_psn: u32,
-    /// Retransmissions after an ACK timeout (`retry_count`).
-    retry_count: u8,
-    /// RNR NAKs accepted (`rnr_retry`, 7 = without limit).
-    rnr_retry: u8,
-    /// Local ACK timeout code: 4.096 us << code.
-    ack_timeout: u8,
-}
-
-/// RST2INIT (remote read, write and atomics allowed), INIT2RTR over `path`, RTR2RTS.
-fn connect(h: &mut Host, qpn: u32, path: &Path) {
-    modify(h, Opcode::Rst2initQp, qpn, |c| {
-        c.set_rre(true).set_rwe(true).set_rae(true);
-        c.primary_address_path_mut().set_vhca_port_num(1);
-    });
-    modify(h, Opcode::Init2rtrQp, qpn, |c| {
-        c.set_mtu(path.mtu_code)
-            .set_log_msg_max(20)
-            .set_remote_qpn(path.remote_qpn)
-            .set_min_rnr_nak(MIN_RNR_NAK)
-            .set_next_rcv_psn(path.receive_psn);
-        c.primary_address_path_mut()
-            .set_vhca_port_num(1)
-            .set_src_addr_index(path.gid_index)
-            .set_rgid(path.peer_gid)
-            .set_rmac(path.peer_mac)
-            .set_udp_sport(UDP_SPORT)
-            .set_hop_limit(64);
-    });
-    modify(h, Opcode::Rtr2rtsQp, qpn, |c| {
-        c.set_next_send_psn(path.send_psn)
-            .set_retry_count(path.retry_count)
-            .set_rnr_retry(path.rnr_retry);
-        c.primary_address_path_mut()
-            .set_vhca_port_num(1)
-            .set_ack_timeout(path.ack_timeout);
-    });
-}
-
-fn modify(h: &mut Host, opcode: Opcode, qpn: u32, fill: impl FnOnce(&mut Qpc<&mut [u8]>)) {
-    let mut input = Host::input(opcode, 0, 0x110);
-    let mut cmd = Rst2initQpIn::new(&mut input[..]).expect("layout");
-    cmd.set_qpn(qpn);
-    fill(&mut cmd.qpc_mut());
-    h.exec(&input, 16).expect("QP transition");
-}
-
-/// A one-WQEBB WQE: ctrl, the remote address segment for writes, one data segment.
-fn wqe(sq: &Sq, op: u8, imm: u32, remote: Option<(u64, u32)>, local: (u64, u32, u32)) -> Vec<u8> {
-    let mut w = vec![0u8; 64];
-    let ds = if remote.is_some() { 3 } else { 2 };
-    CtrlSeg::new(&mut w[..16])
-        .expect("layout")
-        .set_opcode(op)
-        .set_wqe_index(sq.pi)
-        .set_qpn_or_sqn(sq.sqn)
-        .set_ds(ds)
-        .set_ce(2)
-        .set_imm(imm);
-    let mut at = 16;
-    if let Some((raddr, rkey)) = remote {
-        RaddrSeg::new(&mut w[at..at + 16])
-            .expect("layout")
-            .set_raddr(raddr)
-            .set_rkey(rkey);
-        at += 16;
-    }
-    DataSeg::new(&mut w[at..at + 16])
-        .expect("layout")
-        .set_byte_count(local.2)
-        .set_lkey(local.1)
-        .set_addr(local.0);
-    w
-}
-
-fn destroy_qp(h: &mut Host, qpn: u32) {
-    let mut input = Host::input(Opcode::DestroyQp, 0, 0x10);
-    cxdirect_hw::qp::Qp2errIn::new(&mut input[..])
-        .expect("layout")
-        .set_qpn(qpn);
-    h.exec(&input, 16).expect("DESTROY_QP");
-}
-
-fn take_frames(wire: &Wire) -> Vec<Vec<u8>> {
-    let mut frames = Vec::new();
-    loop {
-        let mut frame = Vec::new();
-        if !wire.receive(PortId::B, &mut frame).expect("receive") {
-            return frames;
-        }
-        frames.push(frame);
-    }
+    h.connect_rc(qp.qpn, &path);
+    qp
 }
 
 /// A RoCE v2 packet taken apart.
@@ -362,7 +184,7 @@ fn send_one(
     h.write(src, &data);
     let remote = matches!(op, opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM)
         .then_some((0x1234_5678_9000u64, 0xabcdu32));
-    let w = wqe(sq, op, 0xfeed_f00d, remote, (src, lkey, len as u32));
+    let w = rc_wqe(sq, op, 0xfeed_f00d, remote, None, (src, lkey, len as u32));
     h.post(sq, &w, false);
     let packets: Vec<Roce> = take_frames(wire).iter().map(|f| parse(f, v4)).collect();
     (packets, data)
@@ -371,10 +193,9 @@ fn send_one(
 #[test]
 fn sends_and_writes_are_cut_by_path_mtu_with_opcodes_psns_headers_and_icrc() {
     let (mut h, wire) = host();
-    set_gid(&mut h, 0, OWN_GID, cxdirect_hw::roce::l3_type::IPV4);
     let cq = h.create_cq(6);
     let first_psn = 0xff_fffe;
-    let mut sq = rc_qp(&mut h, &cq, 0, PEER_GID, mtu::MTU_1024, first_psn);
+    let mut sq = rc_qp(&mut h, &cq, 0, PEER_GID, mtu::MTU_1024, first_psn).sq;
     let mtu_bytes = 1024;
     let mut psn = first_psn;
     let cases = [
@@ -431,16 +252,16 @@ fn sends_and_writes_are_cut_by_path_mtu_with_opcodes_psns_headers_and_icrc() {
         }
     }
     assert!(psn < first_psn, "the PSN wrapped past 2^24");
-    destroy_qp(&mut h, sq.sqn);
+    h.destroy_qp(sq.sqn);
     h.teardown();
 }
 
 #[test]
 fn an_ipv6_path_sends_ipv6_packets_with_a_matching_icrc() {
     let (mut h, wire) = host();
-    set_gid(&mut h, 1, OWN_GID6, cxdirect_hw::roce::l3_type::IPV6);
+    h.set_roce_gid(1, OWN_GID6, OWN_MAC);
     let cq = h.create_cq(6);
-    let mut sq = rc_qp(&mut h, &cq, 1, PEER_GID6, mtu::MTU_256, 7);
+    let mut sq = rc_qp(&mut h, &cq, 1, PEER_GID6, mtu::MTU_256, 7).sq;
     let (packets, data) = send_one(&mut h, &wire, &mut sq, opcode::SEND, 600, false);
     let opcodes: Vec<u8> = packets.iter().map(|p| p.opcode).collect();
     assert_eq!(opcodes, [0x00, 0x01, 0x02]);
@@ -448,7 +269,7 @@ fn an_ipv6_path_sends_ipv6_packets_with_a_matching_icrc() {
     assert_eq!(psns, [7, 8, 9]);
     let got: Vec<u8> = packets.iter().flat_map(|p| p.rest.clone()).collect();
     assert_eq!(got, data);
-    destroy_qp(&mut h, sq.sqn);
+    h.destroy_qp(sq.sqn);
     h.teardown();
 }
 
@@ -467,17 +288,9 @@ impl Write for Capture {
     }
 }
 
-/// Two functions back to back, each with one RC QP connected to the other's, path MTU 1024.
-struct Pair {
-    a: Host,
-    b: Host,
-    cq_a: Cq,
-    cq_b: Cq,
-    sq_a: Sq,
-    sq_b: Sq,
-    wire: Arc<Wire>,
-    capture: Capture,
-}
+/// Two functions back to back ([`RcPair`]: A at [`OWN_GID`], B at [`PEER_GID`]), each with
+/// one RC QP connected to the other's, path MTU 1024, and every frame on the wire captured.
+type Pair = (RcPair, Capture);
 
 const MTU: usize = 1024;
 /// The RNR timer code every QP asks for: 20.48 ms.
@@ -506,134 +319,42 @@ fn pair_full(
     rnr_retry: u8,
     make_rmp: impl FnOnce(&mut Host) -> Option<u32>,
 ) -> Pair {
-    let cfg = |mac| EmuConfig {
-        roce: true,
-        mac,
-        ..EmuConfig::default()
-    };
-    let (da, db) = Device::pair(cfg(OWN_MAC), cfg(PEER_MAC));
-    let (wire, _) = da.wire().expect("wired");
-    let capture = Capture::default();
-    wire.set_pcap(PcapWriter::new(capture.clone()).expect("pcap header"))
-        .expect("tap");
-    let mut a = Host::new(da, MEM);
-    let mut b = Host::new(db, MEM);
-    for (h, gid) in [(&mut a, OWN_GID), (&mut b, PEER_GID)] {
-        h.bring_up();
-        enable_roce(h);
-        set_gid(h, 0, gid, cxdirect_hw::roce::l3_type::IPV4);
-    }
-    let cq_a = a.create_cq(8);
-    let cq_b = b.create_cq(8);
-    let sq_a = create_qp(&mut a, &cq_a);
-    let rmpn = make_rmp(&mut b);
-    let sq_b = create_qp_on(&mut b, &cq_b, rmpn);
-    let path = |peer_gid, peer_mac, remote_qpn, send_psn, receive_psn| Path {
-        gid_index: 0,
-        peer_gid,
-        peer_mac,
-        remote_qpn,
-        mtu_code: mtu::MTU_1024,
+    let path = RcPath {
         send_psn,
-        receive_psn,
-        retry_count: 7,
         rnr_retry,
-        // About 4.4 s: no retransmission while a test runs.
-        ack_timeout: 20,
+        ..path_to(PEER_GID, PEER_MAC, 0)
     };
-    connect(
-        &mut a,
-        sq_a.sqn,
-        &path(PEER_GID, PEER_MAC, sq_b.sqn, send_psn, 0),
-    );
-    connect(
-        &mut b,
-        sq_b.sqn,
-        &path(OWN_GID, OWN_MAC, sq_a.sqn, 0, send_psn),
-    );
-    Pair {
-        a,
-        b,
-        cq_a,
-        cq_b,
-        sq_a,
-        sq_b,
-        wire,
-        capture,
-    }
+    let p = RcPair::with_rmp_b(EmuConfig::default(), MEM, 8, 4, 4, path, make_rmp);
+    let capture = Capture::default();
+    p.wire
+        .set_pcap(PcapWriter::new(capture.clone()).expect("pcap header"))
+        .expect("tap");
+    (p, capture)
 }
 
-impl Pair {
-    /// Lets both functions take what reached them until the wire is quiet.
-    fn settle(&self) {
-        for _ in 0..4 {
-            self.b.dev.poll();
-            self.a.dev.poll();
-        }
+/// Every frame on the wire so far: each must be RoCE v2 with a correct ICRC.
+fn check_captured_icrcs(wire: &Wire, capture: &Capture) -> usize {
+    wire.flush_pcap().expect("flush");
+    let bytes = capture.0.lock().expect("capture").clone();
+    let capture = pcap_parser::PcapCapture::from_file(&bytes).expect("a pcap file");
+    for (i, block) in capture.blocks.iter().enumerate() {
+        let f = block.data;
+        assert_eq!(block.caplen, block.origlen, "frame {i} captured whole");
+        assert_eq!(&f[36..38], &4791u16.to_be_bytes(), "frame {i}: UDP 4791");
+        assert_eq!(&f[f.len() - 4..], &expected_icrc(f), "frame {i}: ICRC");
     }
-
-    /// Every frame on the wire so far: each must be RoCE v2 with a correct ICRC.
-    fn check_captured_icrcs(&self) -> usize {
-        self.wire.flush_pcap().expect("flush");
-        let bytes = self.capture.0.lock().expect("capture").clone();
-        let capture = pcap_parser::PcapCapture::from_file(&bytes).expect("a pcap file");
-        for (i, block) in capture.blocks.iter().enumerate() {
-            let f = block.data;
-            assert_eq!(block.caplen, block.origlen, "frame {i} captured whole");
-            assert_eq!(&f[36..38], &4791u16.to_be_bytes(), "frame {i}: UDP 4791");
-            assert_eq!(&f[f.len() - 4..], &expected_icrc(f), "frame {i}: ICRC");
-        }
-        capture.blocks.len()
-    }
-
-    fn teardown(mut self) {
-        destroy_qp(&mut self.a, self.sq_a.sqn);
-        destroy_qp(&mut self.b, self.sq_b.sqn);
-        self.a.teardown();
-        self.b.teardown();
-    }
-}
-
-/// Posts a one-segment receive WQE at the QP's own ring (16 entries of 64 bytes at the
-/// buffer's start) and bumps the doorbell record's receive counter.
-fn post_recv(h: &Host, sq: &Sq, rq_pi: &mut u16, addr: u64, len: u32, lkey: u32) {
-    let mut w = [0u8; 64];
-    DataSeg::new(&mut w[..16])
-        .expect("layout")
-        .set_byte_count(len)
-        .set_lkey(lkey)
-        .set_addr(addr);
-    DataSeg::new(&mut w[16..32])
-        .expect("layout")
-        .set_lkey(INVALID_LKEY);
-    let slot = u64::from(*rq_pi) & 15;
-    h.write(sq.buf - RQ_BYTES + slot * 64, &w);
-    *rq_pi = rq_pi.wrapping_add(1);
-    h.write_be32(sq.dbr, u32::from(*rq_pi));
+    capture.blocks.len()
 }
 
 /// A PA memory key over all host memory in `pd`: local rights, remote read and atomics, and
 /// remote write when `remote_write`.
 fn remote_key(h: &mut Host, remote_write: bool, pd: u32) -> u32 {
-    let mut input = Host::input(Opcode::CreateMkey, 0, 0x110);
-    let mut cmd = CreateMkeyIn::new(&mut input[..]).expect("layout");
-    cmd.memory_key_mkey_entry_mut()
-        .set_access_mode(MKC_ACCESS_MODE_PA)
-        .set_lr(true)
-        .set_lw(true)
-        .set_rr(true)
-        .set_rw(remote_write)
-        .set_a(true)
-        .set_pd(pd)
-        .set_qpn(0xff_ffff)
-        .set_mkey_7_0(0x5a)
-        .set_start_addr(IOVA_BASE)
-        .set_len(MEM as u64);
-    let out = h.exec(&input, 16).expect("CREATE_MKEY");
-    mkey_from_index(
-        CreateMkeyOut::new(&out[..]).expect("layout").mkey_index(),
-        0x5a,
-    )
+    let rights = RemoteRights {
+        read: true,
+        write: remote_write,
+        atomic: true,
+    };
+    h.create_remote_mkey(pd, IOVA_BASE, MEM as u64, rights, 0x5a)
 }
 
 /// Every CQE waiting on `cq`.
@@ -655,14 +376,13 @@ fn wqe_counter(cqe: &[u8]) -> u16 {
 
 #[test]
 fn send_write_and_write_with_immediate_arrive_intact_with_completions_on_both_sides() {
-    let mut p = pair(0xff_fc00);
+    let (mut p, cap) = pair(0xff_fc00);
     let lkey_a = p.a.create_mkey(false, true);
     let lkey_b = p.b.create_mkey(false, true);
     let pd_b = p.b.pd;
     let rkey_b = remote_key(&mut p.b, true, pd_b);
     let src = p.a.alloc(BIG as u64, 4096);
     let dst = p.b.alloc(BIG as u64 + 64, 4096);
-    let mut rq_pi = 0u16;
     let mut sent = 0u32;
     for op in [
         opcode::SEND,
@@ -677,19 +397,20 @@ fn send_write_and_write_with_immediate_arrive_intact_with_completions_on_both_si
             p.b.write(dst, &vec![0xee; len + 64]);
             let consumes_receive = op != opcode::RDMA_WRITE;
             if consumes_receive {
-                post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, BIG as u32, lkey_b);
+                p.b.post_rc_recv(&mut p.qp_b, dst, BIG as u32, lkey_b);
             }
             let remote =
                 (op == opcode::RDMA_WRITE || op == opcode::RDMA_WRITE_IMM).then_some((dst, rkey_b));
-            let index = p.sq_a.pi;
-            let w = wqe(
-                &p.sq_a,
+            let index = p.qp_a.sq.pi;
+            let w = rc_wqe(
+                &p.qp_a.sq,
                 op,
                 0x1234_0000 | u32::from(index),
                 remote,
+                None,
                 (src, lkey_a, len as u32),
             );
-            p.a.post(&mut p.sq_a, &w, false);
+            p.a.post(&mut p.qp_a.sq, &w, false);
             p.settle();
             sent += 1;
             assert_eq!(p.b.read(dst, len), data, "{what}: bytes intact");
@@ -709,10 +430,10 @@ fn send_write_and_write_with_immediate_arrive_intact_with_completions_on_both_si
                 };
                 assert_eq!(cqe_opcode(c), want, "{what}: responder CQE opcode");
                 assert_eq!(be32(c, 44), len as u32, "{what}: byte count");
-                assert_eq!(be32(c, 56) & 0xff_ffff, p.sq_b.sqn, "{what}: QPN");
+                assert_eq!(be32(c, 56) & 0xff_ffff, p.qp_b.qpn, "{what}: QPN");
                 assert_eq!(
                     wqe_counter(c),
-                    rq_pi.wrapping_sub(1),
+                    p.qp_b.rq_pi.wrapping_sub(1),
                     "{what}: receive WQE counter"
                 );
                 assert_eq!(be32(c, 32) & 0xff_ffff, 0, "{what}: no SRQ");
@@ -733,10 +454,10 @@ fn send_write_and_write_with_immediate_arrive_intact_with_completions_on_both_si
             assert_eq!(req.len(), 1, "{what}: one requester CQE");
             assert_eq!(cqe_opcode(&req[0]), 0, "{what}: REQ");
             assert_eq!(wqe_counter(&req[0]), index, "{what}: requester WQE counter");
-            assert_eq!(be32(&req[0], 56), (u32::from(op) << 24) | p.sq_a.sqn);
+            assert_eq!(be32(&req[0], 56), (u32::from(op) << 24) | p.qp_a.qpn);
         }
     }
-    let frames = p.check_captured_icrcs();
+    let frames = check_captured_icrcs(&p.wire, &cap);
     assert!(
         frames > 4 * (BIG / MTU) + sent as usize,
         "every packet and ACK captured ({frames})"
@@ -769,7 +490,7 @@ fn err_fields(cqe: &[u8]) -> (u8, u8, u8, u16) {
 #[test]
 fn a_refused_remote_access_naks_fails_the_wqe_flushes_the_rest_and_writes_nothing() {
     for case in ["outside the key", "no remote write", "other PD"] {
-        let mut p = pair(100);
+        let (mut p, cap) = pair(100);
         let lkey_a = p.a.create_mkey(false, true);
         let lkey_b = p.b.create_mkey(false, true);
         let dst = p.b.alloc(4096, 4096);
@@ -784,13 +505,11 @@ fn a_refused_remote_access_naks_fails_the_wqe_flushes_the_rest_and_writes_nothin
                 (remote_key(&mut p.b, false, pd), dst)
             }
             _ => {
-                let out = p.b.simple(Opcode::AllocPd, 0).expect("ALLOC_PD");
-                let other = AllocPdOut::new(&out[..]).expect("layout").pd();
+                let other = p.b.alloc_pd();
                 (remote_key(&mut p.b, true, other), dst)
             }
         };
-        let mut rq_pi = 0;
-        post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+        p.b.post_rc_recv(&mut p.qp_b, dst, 4096, lkey_b);
         // Every device access to the receive buffer or to the range the WRITE names, counted
         // at the IOMMU.
         let touched = [
@@ -799,16 +518,17 @@ fn a_refused_remote_access_naks_fails_the_wqe_flushes_the_rest_and_writes_nothin
         ];
         let src = p.a.alloc(4096, 4096);
         p.a.write(src, &pattern(2000, 9));
-        let w = wqe(
-            &p.sq_a,
+        let w = rc_wqe(
+            &p.qp_a.sq,
             opcode::RDMA_WRITE,
             0,
             Some((raddr, rkey)),
+            None,
             (src, lkey_a, 2000),
         );
-        p.a.write_wqe(&mut p.sq_a, &w);
-        let s = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 16));
-        p.a.post(&mut p.sq_a, &s, false);
+        p.a.write_wqe(&mut p.qp_a.sq, &w);
+        let s = rc_wqe(&p.qp_a.sq, opcode::SEND, 0, None, None, (src, lkey_a, 16));
+        p.a.post(&mut p.qp_a.sq, &s, false);
         p.settle();
         let req = drain(&p.a, &mut p.cq_a);
         assert_eq!(req.len(), 2, "{case}: the failed WQE and the flushed one");
@@ -823,7 +543,7 @@ fn a_refused_remote_access_naks_fails_the_wqe_flushes_the_rest_and_writes_nothin
             "{case}: WR_FLUSH_ERR"
         );
         assert_eq!(
-            qp_state(&mut p.a, p.sq_a.sqn),
+            qp_state(&mut p.a, p.qp_a.qpn),
             state::ERR,
             "{case}: QP in error"
         );
@@ -847,34 +567,34 @@ fn a_refused_remote_access_naks_fails_the_wqe_flushes_the_rest_and_writes_nothin
             "{case}: flushed, nothing received"
         );
         assert_eq!(
-            qp_state(&mut p.b, p.sq_b.sqn),
+            qp_state(&mut p.b, p.qp_b.qpn),
             state::ERR,
             "{case}: B in error"
         );
         assert_eq!(
             qp_events(&mut p.b),
-            [(EventType::WqAccessError as u8, p.sq_b.sqn)],
+            [(EventType::WqAccessError as u8, p.qp_b.qpn)],
             "{case}: an access violation event for B's QP"
         );
         assert!(p.b.dev.counters().roce_naks_sent >= 1, "{case}: NAK sent");
         // Later WQEs on the QP in error are flushed at once.
-        let s = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 16));
-        p.a.post(&mut p.sq_a, &s, false);
+        let s = rc_wqe(&p.qp_a.sq, opcode::SEND, 0, None, None, (src, lkey_a, 16));
+        p.a.post(&mut p.qp_a.sq, &s, false);
         let req = drain(&p.a, &mut p.cq_a);
         assert_eq!(req.len(), 1);
         assert_eq!(err_fields(&req[0]), (13, 0x05, opcode::SEND, 2), "{case}");
-        p.check_captured_icrcs();
+        check_captured_icrcs(&p.wire, &cap);
         p.teardown();
     }
 }
 
 #[test]
 fn a_send_without_a_receive_wqe_gets_an_rnr_nak_and_completes_nothing() {
-    let mut p = pair(5);
+    let (mut p, cap) = pair(5);
     let lkey_a = p.a.create_mkey(false, true);
     let src = p.a.alloc(4096, 4096);
-    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 64));
-    p.a.post(&mut p.sq_a, &w, false);
+    let w = rc_wqe(&p.qp_a.sq, opcode::SEND, 0, None, None, (src, lkey_a, 64));
+    p.a.post(&mut p.qp_a.sq, &w, false);
     p.settle();
     let counters = p.b.dev.counters();
     assert_eq!(counters.roce_rnr_naks_sent, 1);
@@ -885,7 +605,7 @@ fn a_send_without_a_receive_wqe_gets_an_rnr_nak_and_completes_nothing() {
         "the WQE waits for a retry"
     );
     p.wire.flush_pcap().expect("flush");
-    let bytes = p.capture.0.lock().expect("capture").clone();
+    let bytes = cap.0.lock().expect("capture").clone();
     let capture = pcap_parser::PcapCapture::from_file(&bytes).expect("a pcap file");
     let nak = capture.blocks.last().expect("frames").data;
     assert_eq!(nak[42], 0x11, "an acknowledgement");
@@ -939,13 +659,12 @@ fn hand_built_send(dest_qpn: u32, psn: u32, payload: &[u8]) -> Vec<u8> {
 
 #[test]
 fn a_bad_icrc_is_dropped_and_counted_and_a_good_one_is_taken() {
-    let mut p = pair(77);
+    let (mut p, _) = pair(77);
     let lkey_b = p.b.create_mkey(false, true);
     let dst = p.b.alloc(4096, 4096);
-    let mut rq_pi = 0;
-    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    p.b.post_rc_recv(&mut p.qp_b, dst, 4096, lkey_b);
     let payload = pattern(101, 3);
-    let good = hand_built_send(p.sq_b.sqn, 77, &payload);
+    let good = hand_built_send(p.qp_b.qpn, 77, &payload);
     let mut bad = good.clone();
     bad[60] ^= 0x01;
     for frame in [&bad, &good] {
@@ -971,13 +690,12 @@ fn a_bad_icrc_is_dropped_and_counted_and_a_good_one_is_taken() {
 
 #[test]
 fn duplicates_are_acked_again_and_a_gap_gets_one_sequence_nak() {
-    let mut p = pair(10);
+    let (mut p, _) = pair(10);
     let lkey_b = p.b.create_mkey(false, true);
     let dst = p.b.alloc(4096, 4096);
-    let mut rq_pi = 0;
-    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
-    let first = hand_built_send(p.sq_b.sqn, 10, &pattern(8, 1));
-    let ahead = hand_built_send(p.sq_b.sqn, 12, &pattern(8, 2));
+    p.b.post_rc_recv(&mut p.qp_b, dst, 4096, lkey_b);
+    let first = hand_built_send(p.qp_b.qpn, 10, &pattern(8, 1));
+    let ahead = hand_built_send(p.qp_b.qpn, 12, &pattern(8, 2));
     for frame in [&first, &first, &ahead, &ahead] {
         p.wire.transmit(PortId::A, frame).expect("transmit");
     }
@@ -995,59 +713,36 @@ fn duplicates_are_acked_again_and_a_gap_gets_one_sequence_nak() {
 
 #[test]
 fn sends_on_a_qp_with_a_linked_list_rmp_take_its_wqes_in_list_order() {
-    let ring = std::cell::Cell::new((0u64, 0u64, 0u32));
-    let mut p = pair_with(300, |b| {
-        let buf = b.alloc(4096, 4096);
-        let dbr = b.alloc(8, 64);
-        let mut input = Host::input(Opcode::CreateRmp, 0, 0x110 + 8);
-        {
-            let mut cmd = CreateRmpIn::new(&mut input[..]).expect("layout");
-            let mut ctx = cmd.ctx_mut();
-            ctx.set_state(1);
-            ctx.wq_mut()
-                .set_wq_type(WqType::LinkedList as u8)
-                .set_pd(b.pd)
-                .set_dbr_addr(dbr)
-                .set_log_wq_stride(5)
-                .set_log_wq_sz(2);
-            cmd.set_pas(0, buf).expect("room");
-        }
-        let out = b.exec(&input, 16).expect("CREATE_RMP");
-        let rmpn = CreateRmpOut::new(&out[..]).expect("layout").rmpn();
-        ring.set((buf, dbr, rmpn));
+    let ring = std::cell::Cell::new(None);
+    let (mut p, cap) = pair_with(300, |b| {
+        let (rmpn, rmp) = b.create_rmp_of(WqType::LinkedList, 2, 5, 0);
+        ring.set(Some(rmp));
         Some(rmpn)
     });
-    let (buf, dbr, rmpn) = ring.get();
+    let rmp = ring.take().expect("made");
+    let (dbr, rmpn) = (rmp.dbr, rmp.rqn);
     let lkey_a = p.a.create_mkey(false, true);
     let lkey_b = p.b.create_mkey(false, true);
     // The list runs 0 → 2 → 1 → 3.
     let next = [2u16, 3, 1, 0];
     let bufs: Vec<u64> = (0..4).map(|_| p.b.alloc(4096, 64)).collect();
     for (index, &to) in next.iter().enumerate() {
-        let mut w = [0u8; 32];
-        SrqNextSeg::new(&mut w[..16])
-            .expect("layout")
-            .set_next_wqe_index(to);
-        DataSeg::new(&mut w[16..])
-            .expect("layout")
-            .set_byte_count(4096)
-            .set_lkey(lkey_b)
-            .set_addr(bufs[index]);
-        p.b.write(buf + index as u64 * 32, &w);
+        p.b.write_linked_recv(&rmp, index as u16, to, bufs[index], 4096, lkey_b);
     }
     p.b.write_be32(dbr, 3);
     let src = p.a.alloc(4096, 64);
     for (n, want_index) in [0u16, 2, 1].into_iter().enumerate() {
         let data = pattern(1500 + n, n as u8);
         p.a.write(src, &data);
-        let w = wqe(
-            &p.sq_a,
+        let w = rc_wqe(
+            &p.qp_a.sq,
             opcode::SEND,
             0,
             None,
+            None,
             (src, lkey_a, data.len() as u32),
         );
-        p.a.post(&mut p.sq_a, &w, false);
+        p.a.post(&mut p.qp_a.sq, &w, false);
         p.settle();
         let resp = drain(&p.b, &mut p.cq_b);
         assert_eq!(resp.len(), 1, "message {n}");
@@ -1066,50 +761,17 @@ fn sends_on_a_qp_with_a_linked_list_rmp_take_its_wqes_in_list_order() {
         );
     }
     // Three posted, three taken: the fourth SEND finds none.
-    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 8));
-    p.a.post(&mut p.sq_a, &w, false);
+    let w = rc_wqe(&p.qp_a.sq, opcode::SEND, 0, None, None, (src, lkey_a, 8));
+    p.a.post(&mut p.qp_a.sq, &w, false);
     p.settle();
     assert_eq!(p.b.dev.counters().roce_rnr_naks_sent, 1);
-    p.check_captured_icrcs();
+    check_captured_icrcs(&p.wire, &cap);
     p.teardown();
-}
-
-/// An atomic WQE: ctrl, remote address, atomic segment, one 8-byte local data segment.
-fn atomic_wqe(
-    sq: &Sq,
-    op: u8,
-    remote: (u64, u32),
-    swap_add: u64,
-    compare: u64,
-    local: (u64, u32),
-) -> Vec<u8> {
-    let mut w = vec![0u8; 64];
-    CtrlSeg::new(&mut w[..16])
-        .expect("layout")
-        .set_opcode(op)
-        .set_wqe_index(sq.pi)
-        .set_qpn_or_sqn(sq.sqn)
-        .set_ds(4)
-        .set_ce(2);
-    RaddrSeg::new(&mut w[16..32])
-        .expect("layout")
-        .set_raddr(remote.0)
-        .set_rkey(remote.1);
-    AtomicSeg::new(&mut w[32..48])
-        .expect("layout")
-        .set_swap_add(swap_add)
-        .set_compare(compare);
-    DataSeg::new(&mut w[48..64])
-        .expect("layout")
-        .set_byte_count(8)
-        .set_lkey(local.1)
-        .set_addr(local.0);
-    w
 }
 
 #[test]
 fn rdma_read_brings_remote_bytes_back_in_segmented_responses() {
-    let mut p = pair(0xff_ff00);
+    let (mut p, cap) = pair(0xff_ff00);
     let lkey_a = p.a.create_mkey(false, true);
     let pd_b = p.b.pd;
     let rkey_b = remote_key(&mut p.b, false, pd_b);
@@ -1119,15 +781,16 @@ fn rdma_read_brings_remote_bytes_back_in_segmented_responses() {
         let data = pattern(len, 0x40 ^ len as u8);
         p.b.write(remote, &data);
         p.a.write(local, &vec![0xee; len + 64]);
-        let index = p.sq_a.pi;
-        let w = wqe(
-            &p.sq_a,
+        let index = p.qp_a.sq.pi;
+        let w = rc_wqe(
+            &p.qp_a.sq,
             opcode::RDMA_READ,
             0,
             Some((remote, rkey_b)),
+            None,
             (local, lkey_a, len as u32),
         );
-        p.a.post(&mut p.sq_a, &w, false);
+        p.a.post(&mut p.qp_a.sq, &w, false);
         p.settle();
         assert_eq!(p.a.read(local, len), data, "len {len}: bytes read");
         assert_eq!(
@@ -1142,7 +805,7 @@ fn rdma_read_brings_remote_bytes_back_in_segmented_responses() {
         assert_eq!(be32(&req[0], 44), len as u32, "len {len}: byte count");
         assert_eq!(
             be32(&req[0], 56),
-            (u32::from(opcode::RDMA_READ) << 24) | p.sq_a.sqn
+            (u32::from(opcode::RDMA_READ) << 24) | p.qp_a.qpn
         );
         assert!(
             drain(&p.b, &mut p.cq_b).is_empty(),
@@ -1150,14 +813,14 @@ fn rdma_read_brings_remote_bytes_back_in_segmented_responses() {
         );
     }
     // Responses, not ACKs: one response per MTU of every READ, one request each.
-    let frames = p.check_captured_icrcs();
+    let frames = check_captured_icrcs(&p.wire, &cap);
     assert_eq!(frames, 6 + (1 + 1 + 1 + 1 + 2 + BIG / MTU));
     p.teardown();
 }
 
 #[test]
 fn atomics_compare_swap_and_fetch_add_return_the_original_value() {
-    let mut p = pair(1000);
+    let (mut p, cap) = pair(1000);
     let lkey_a = p.a.create_mkey(false, true);
     let pd_b = p.b.pd;
     let rkey_b = remote_key(&mut p.b, false, pd_b);
@@ -1171,16 +834,16 @@ fn atomics_compare_swap_and_fetch_add_return_the_original_value() {
         (opcode::ATOMIC_FA, u64::MAX, 0, 7, 6),
     ];
     for (op, swap_add, compare, original, after) in steps {
-        let index = p.sq_a.pi;
-        let w = atomic_wqe(
-            &p.sq_a,
+        let index = p.qp_a.sq.pi;
+        let w = rc_wqe(
+            &p.qp_a.sq,
             op,
-            (target, rkey_b),
-            swap_add,
-            compare,
-            (result, lkey_a),
+            0,
+            Some((target, rkey_b)),
+            Some((swap_add, compare)),
+            (result, lkey_a, 8),
         );
-        p.a.post(&mut p.sq_a, &w, false);
+        p.a.post(&mut p.qp_a.sq, &w, false);
         p.settle();
         assert_eq!(
             p.a.read(result, 8),
@@ -1199,40 +862,39 @@ fn atomics_compare_swap_and_fetch_add_return_the_original_value() {
         assert_eq!(be32(&req[0], 44), 8);
     }
     // An unaligned target is refused: remote access error.
-    let w = atomic_wqe(
-        &p.sq_a,
+    let w = rc_wqe(
+        &p.qp_a.sq,
         opcode::ATOMIC_FA,
-        (target + 4, rkey_b),
-        1,
         0,
-        (result, lkey_a),
+        Some((target + 4, rkey_b)),
+        Some((1, 0)),
+        (result, lkey_a, 8),
     );
-    p.a.post(&mut p.sq_a, &w, false);
+    p.a.post(&mut p.qp_a.sq, &w, false);
     p.settle();
     let req = drain(&p.a, &mut p.cq_a);
     assert_eq!(req.len(), 1);
     assert_eq!(err_fields(&req[0]), (13, 0x13, opcode::ATOMIC_FA, 4));
     assert_eq!(p.b.read(target, 8), 6u64.to_be_bytes());
-    p.check_captured_icrcs();
+    check_captured_icrcs(&p.wire, &cap);
     p.teardown();
 }
 
 #[test]
 fn an_rnr_nak_is_retried_after_the_rnr_timer_and_then_completes() {
-    let mut p = pair(40);
+    let (mut p, cap) = pair(40);
     let lkey_a = p.a.create_mkey(false, true);
     let lkey_b = p.b.create_mkey(false, true);
     let src = p.a.alloc(4096, 64);
     let dst = p.b.alloc(4096, 64);
     let data = pattern(300, 5);
     p.a.write(src, &data);
-    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 300));
-    p.a.post(&mut p.sq_a, &w, false);
+    let w = rc_wqe(&p.qp_a.sq, opcode::SEND, 0, None, None, (src, lkey_a, 300));
+    p.a.post(&mut p.qp_a.sq, &w, false);
     p.settle();
     assert_eq!(p.b.dev.counters().roce_rnr_naks_sent, 1);
     assert!(drain(&p.a, &mut p.cq_a).is_empty());
-    let mut rq_pi = 0;
-    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    p.b.post_rc_recv(&mut p.qp_b, dst, 4096, lkey_b);
     std::thread::sleep(PAST_RNR);
     p.settle();
     assert!(p.a.dev.counters().roce_retransmits >= 1, "sent again");
@@ -1241,17 +903,17 @@ fn an_rnr_nak_is_retried_after_the_rnr_timer_and_then_completes() {
     let req = drain(&p.a, &mut p.cq_a);
     assert_eq!(req.len(), 1);
     assert_eq!(cqe_opcode(&req[0]), 0, "completed after the retry");
-    p.check_captured_icrcs();
+    check_captured_icrcs(&p.wire, &cap);
     p.teardown();
 }
 
 #[test]
 fn rnr_retries_exhausted_fail_the_wqe_and_the_qp() {
-    let mut p = pair_with_rnr_retry(40, 1);
+    let (mut p, _) = pair_with_rnr_retry(40, 1);
     let lkey_a = p.a.create_mkey(false, true);
     let src = p.a.alloc(4096, 64);
-    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 16));
-    p.a.post(&mut p.sq_a, &w, false);
+    let w = rc_wqe(&p.qp_a.sq, opcode::SEND, 0, None, None, (src, lkey_a, 16));
+    p.a.post(&mut p.qp_a.sq, &w, false);
     p.settle();
     assert!(drain(&p.a, &mut p.cq_a).is_empty(), "one RNR retry left");
     std::thread::sleep(PAST_RNR);
@@ -1264,34 +926,27 @@ fn rnr_retries_exhausted_fail_the_wqe_and_the_qp() {
         (13, 0x16, opcode::SEND, 0),
         "RNR retry exceeded"
     );
-    assert_eq!(qp_state(&mut p.a, p.sq_a.sqn), state::ERR);
+    assert_eq!(qp_state(&mut p.a, p.qp_a.qpn), state::ERR);
     p.teardown();
 }
 
 #[test]
 fn an_unacknowledged_send_is_retransmitted_on_ack_timeout_until_retries_run_out() {
     let (mut h, wire) = host();
-    set_gid(&mut h, 0, OWN_GID, cxdirect_hw::roce::l3_type::IPV4);
     let mut cq = h.create_cq(6);
-    let mut sq = create_qp(&mut h, &cq);
-    let path = Path {
-        gid_index: 0,
-        peer_gid: PEER_GID,
-        peer_mac: PEER_MAC,
-        remote_qpn: REMOTE_QPN,
-        mtu_code: mtu::MTU_1024,
+    let mut sq = h.create_rc_qp(&cq, 4, 4, None).sq;
+    let path = RcPath {
         send_psn: 0xff_ffff,
-        receive_psn: 0,
         retry_count: 2,
-        rnr_retry: 7,
         // 4.096 us << 13: about 34 ms.
         ack_timeout: 13,
+        ..path_to(PEER_GID, PEER_MAC, REMOTE_QPN)
     };
-    connect(&mut h, sq.sqn, &path);
+    h.connect_rc(sq.sqn, &path);
     let lkey = h.create_mkey(false, true);
     let src = h.alloc(4096, 64);
     h.write(src, &pattern(1500, 1));
-    let w = wqe(&sq, opcode::SEND, 0, None, (src, lkey, 1500));
+    let w = rc_wqe(&sq, opcode::SEND, 0, None, None, (src, lkey, 1500));
     h.post(&mut sq, &w, false);
     let first = take_frames(&wire);
     assert_eq!(first.len(), 2, "FIRST and LAST");
@@ -1322,7 +977,7 @@ fn an_unacknowledged_send_is_retransmitted_on_ack_timeout_until_retries_run_out(
     );
     assert_eq!(qp_state(&mut h, sq.sqn), state::ERR);
     assert_eq!(h.dev.counters().roce_retransmits, 2);
-    destroy_qp(&mut h, sq.sqn);
+    h.destroy_qp(sq.sqn);
     h.teardown();
 }
 
@@ -1337,14 +992,12 @@ fn to_error(h: &mut Host, qpn: u32) {
 #[test]
 fn qp_to_error_flushes_every_outstanding_and_posted_send_and_every_posted_receive() {
     let (mut h, wire) = host();
-    set_gid(&mut h, 0, OWN_GID, cxdirect_hw::roce::l3_type::IPV4);
     let mut cq = h.create_cq(6);
-    let mut sq = rc_qp(&mut h, &cq, 0, PEER_GID, mtu::MTU_1024, 100);
+    let mut qp = rc_qp(&mut h, &cq, 0, PEER_GID, mtu::MTU_1024, 100);
     let lkey = h.create_mkey(false, true);
     let src = h.alloc(4096, 64);
-    let mut rq_pi = 0;
     for _ in 0..3 {
-        post_recv(&h, &sq, &mut rq_pi, src, 4096, lkey);
+        h.post_rc_recv(&mut qp, src, 4096, lkey);
     }
     let ops = [
         opcode::SEND,
@@ -1356,21 +1009,21 @@ fn qp_to_error_flushes_every_outstanding_and_posted_send_and_every_posted_receiv
     // Three sent and never acknowledged (nobody answers on port B)...
     for &op in &ops[..3] {
         let remote = (op == opcode::RDMA_WRITE).then_some((0x1000, 0x77));
-        let w = wqe(&sq, op, 0, remote, (src, lkey, 100));
-        h.post(&mut sq, &w, false);
+        let w = rc_wqe(&qp.sq, op, 0, remote, None, (src, lkey, 100));
+        h.post(&mut qp.sq, &w, false);
     }
     assert_eq!(take_frames(&wire).len(), 3, "three messages sent");
     // ...and two posted in the ring and its doorbell record, the doorbell never rung.
     for &op in &ops[3..] {
         let remote = (op == opcode::RDMA_WRITE).then_some((0x1000, 0x77));
-        let w = wqe(&sq, op, 0, remote, (src, lkey, 100));
-        h.write(sq.buf + u64::from(sq.pi & 15) * 64, &w);
-        sq.pi = sq.pi.wrapping_add(1);
+        let w = rc_wqe(&qp.sq, op, 0, remote, None, (src, lkey, 100));
+        h.write(qp.sq.buf + u64::from(qp.sq.pi & 15) * 64, &w);
+        qp.sq.pi = qp.sq.pi.wrapping_add(1);
     }
-    h.write_be32(sq.dbr + 4, u32::from(sq.pi));
+    h.write_be32(qp.sq.dbr + 4, u32::from(qp.sq.pi));
     assert!(drain(&h, &mut cq).is_empty(), "nothing completed yet");
-    to_error(&mut h, sq.sqn);
-    assert_eq!(qp_state(&mut h, sq.sqn), state::ERR);
+    to_error(&mut h, qp.sq.sqn);
+    assert_eq!(qp_state(&mut h, qp.sq.sqn), state::ERR);
     let cqes = drain(&h, &mut cq);
     let sends: Vec<_> = cqes.iter().filter(|c| cqe_opcode(c) == 13).collect();
     let receives: Vec<_> = cqes.iter().filter(|c| cqe_opcode(c) == 14).collect();
@@ -1378,32 +1031,31 @@ fn qp_to_error_flushes_every_outstanding_and_posted_send_and_every_posted_receiv
     assert_eq!(sends.len(), 5, "every send WQE flushed once");
     for (i, (c, &op)) in sends.iter().zip(&ops).enumerate() {
         assert_eq!(err_fields(c), (13, 0x5, op, i as u16), "send WQE {i}");
-        assert_eq!(be32(c, 56) & 0xff_ffff, sq.sqn, "send WQE {i}: QPN");
+        assert_eq!(be32(c, 56) & 0xff_ffff, qp.sq.sqn, "send WQE {i}: QPN");
     }
     assert_eq!(receives.len(), 3, "every receive WQE flushed once");
     for (i, c) in receives.iter().enumerate() {
         assert_eq!(c[55], 0x5, "receive WQE {i}: flush syndrome");
         assert_eq!(wqe_counter(c), i as u16, "receive WQE {i}");
-        assert_eq!(be32(c, 56) & 0xff_ffff, sq.sqn, "receive WQE {i}: QPN");
+        assert_eq!(be32(c, 56) & 0xff_ffff, qp.sq.sqn, "receive WQE {i}: QPN");
     }
     std::thread::sleep(std::time::Duration::from_millis(10));
     h.dev.poll();
-    to_error(&mut h, sq.sqn);
+    to_error(&mut h, qp.sq.sqn);
     assert!(drain(&h, &mut cq).is_empty(), "nothing flushed twice");
     assert!(
         take_frames(&wire).is_empty(),
         "nothing sent after the error"
     );
-    destroy_qp(&mut h, sq.sqn);
+    h.destroy_qp(qp.sq.sqn);
     h.teardown();
 }
 
 #[test]
 fn a_failed_two_wqebb_wqe_is_skipped_whole_and_the_wqes_after_it_are_flushed() {
     let (mut h, wire) = host();
-    set_gid(&mut h, 0, OWN_GID, cxdirect_hw::roce::l3_type::IPV4);
     let mut cq = h.create_cq(6);
-    let mut sq = rc_qp(&mut h, &cq, 0, PEER_GID, mtu::MTU_1024, 100);
+    let mut sq = rc_qp(&mut h, &cq, 0, PEER_GID, mtu::MTU_1024, 100).sq;
     let lkey = h.create_mkey(false, true);
     let src = h.alloc(4096, 64);
     // A SEND of ctrl and four data segments (two WQEBBs), the last one's key unknown.
@@ -1427,13 +1079,14 @@ fn a_failed_two_wqebb_wqe_is_skipped_whole_and_the_wqes_after_it_are_flushed() {
             .set_addr(src);
     }
     h.write_wqe(&mut sq, &bad);
-    let send = wqe(&sq, opcode::SEND, 0, None, (src, lkey, 10));
+    let send = rc_wqe(&sq, opcode::SEND, 0, None, None, (src, lkey, 10));
     h.write_wqe(&mut sq, &send);
-    let write = wqe(
+    let write = rc_wqe(
         &sq,
         opcode::RDMA_WRITE,
         0,
         Some((0x1000, 0x77)),
+        None,
         (src, lkey, 10),
     );
     h.write_wqe(&mut sq, &write);
@@ -1458,7 +1111,7 @@ fn a_failed_two_wqebb_wqe_is_skipped_whole_and_the_wqes_after_it_are_flushed() {
     assert_eq!(qp_state(&mut h, sq.sqn), state::ERR);
     to_error(&mut h, sq.sqn);
     assert!(drain(&h, &mut cq).is_empty(), "nothing flushed twice");
-    destroy_qp(&mut h, sq.sqn);
+    h.destroy_qp(sq.sqn);
     h.teardown();
 }
 
@@ -1492,15 +1145,14 @@ fn hand_built_ack(dest_qpn: u32, psn: u32, syndrome: u8, msn: u32) -> Vec<u8> {
 #[test]
 fn a_sequence_nak_sends_every_unacknowledged_wqe_again_and_one_ack_retires_them_all() {
     let (mut h, wire) = host();
-    set_gid(&mut h, 0, OWN_GID, cxdirect_hw::roce::l3_type::IPV4);
     let mut cq = h.create_cq(6);
-    let mut sq = rc_qp(&mut h, &cq, 0, PEER_GID, mtu::MTU_1024, 0xff_fffe);
+    let mut sq = rc_qp(&mut h, &cq, 0, PEER_GID, mtu::MTU_1024, 0xff_fffe).sq;
     let lkey = h.create_mkey(false, true);
     let src = h.alloc(4096, 64);
     h.write(src, &pattern(64, 2));
     let mut sent = Vec::new();
     for _ in 0..3 {
-        let w = wqe(&sq, opcode::SEND, 0, None, (src, lkey, 64));
+        let w = rc_wqe(&sq, opcode::SEND, 0, None, None, (src, lkey, 64));
         h.post(&mut sq, &w, false);
         sent.extend(take_frames(&wire));
     }
@@ -1525,7 +1177,7 @@ fn a_sequence_nak_sends_every_unacknowledged_wqe_again_and_one_ack_retires_them_
     let counters: Vec<u16> = req.iter().map(|c| wqe_counter(c)).collect();
     assert_eq!(counters, [1, 2], "one coalesced ACK retires both, in order");
     assert!(req.iter().all(|c| cqe_opcode(c) == 0));
-    destroy_qp(&mut h, sq.sqn);
+    h.destroy_qp(sq.sqn);
     h.teardown();
 }
 
@@ -1568,7 +1220,7 @@ fn tshark_number(field: &str) -> u64 {
     ignore = "needs tshark on PATH: apt-get install tshark"
 )]
 fn tshark_decodes_the_capture_as_infiniband_over_udp_4791() {
-    let mut p = pair(0xff_fffe);
+    let (mut p, cap) = pair(0xff_fffe);
     let lkey_a = p.a.create_mkey(false, true);
     let lkey_b = p.b.create_mkey(false, true);
     let pd_b = p.b.pd;
@@ -1576,36 +1228,43 @@ fn tshark_decodes_the_capture_as_infiniband_over_udp_4791() {
     let src = p.a.alloc(8192, 4096);
     let dst = p.b.alloc(8192, 4096);
     p.a.write(src, &pattern(3000, 7));
-    let mut rq_pi = 0;
-    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 8192, lkey_b);
+    p.b.post_rc_recv(&mut p.qp_b, dst, 8192, lkey_b);
     let posts = [
-        wqe(&p.sq_a, opcode::SEND_IMM, 5, None, (src, lkey_a, 3000)),
-        wqe(
-            &p.sq_a,
+        rc_wqe(
+            &p.qp_a.sq,
+            opcode::SEND_IMM,
+            5,
+            None,
+            None,
+            (src, lkey_a, 3000),
+        ),
+        rc_wqe(
+            &p.qp_a.sq,
             opcode::RDMA_WRITE,
             0,
             Some((dst, rkey_b)),
+            None,
             (src, lkey_a, 2000),
         ),
-        wqe(
-            &p.sq_a,
+        rc_wqe(
+            &p.qp_a.sq,
             opcode::RDMA_READ,
             0,
             Some((dst, rkey_b)),
+            None,
             (src, lkey_a, 1500),
         ),
     ];
-    for (n, w) in posts.iter().enumerate() {
-        let mut w = w.clone();
+    for (n, mut w) in posts.into_iter().enumerate() {
         CtrlSeg::new(&mut w[..16])
             .expect("layout")
             .set_wqe_index(n as u16);
-        p.a.post(&mut p.sq_a, &w, false);
+        p.a.post(&mut p.qp_a.sq, &w, false);
         p.settle();
     }
     assert_eq!(drain(&p.a, &mut p.cq_a).len(), 3, "every WQE completed");
     p.wire.flush_pcap().expect("flush");
-    let bytes = p.capture.0.lock().expect("capture").clone();
+    let bytes = cap.0.lock().expect("capture").clone();
     let path = std::env::temp_dir().join(format!("cxdirect-rc-{}.pcap", std::process::id()));
     std::fs::write(&path, &bytes).expect("write the capture");
     let seen = tshark_roce_fields(&path);
@@ -1650,14 +1309,12 @@ fn tshark_decodes_the_capture_as_infiniband_over_udp_4791() {
     p.teardown();
 }
 
-impl Pair {
-    /// Every frame on the wire so far, in order, both directions.
-    fn captured(&self) -> Vec<Vec<u8>> {
-        self.wire.flush_pcap().expect("flush");
-        let bytes = self.capture.0.lock().expect("capture").clone();
-        let capture = pcap_parser::PcapCapture::from_file(&bytes).expect("a pcap file");
-        capture.blocks.iter().map(|b| b.data.to_vec()).collect()
-    }
+/// Every frame on the wire so far, in order, both directions.
+fn captured(wire: &Wire, capture: &Capture) -> Vec<Vec<u8>> {
+    wire.flush_pcap().expect("flush");
+    let bytes = capture.0.lock().expect("capture").clone();
+    let capture = pcap_parser::PcapCapture::from_file(&bytes).expect("a pcap file");
+    capture.blocks.iter().map(|b| b.data.to_vec()).collect()
 }
 
 /// Opcode and PSN of an IPv4 RoCE v2 frame.
@@ -1680,7 +1337,7 @@ const FETCH_ADD: u8 = 0x14;
 
 #[test]
 fn a_duplicate_read_is_answered_again_from_memory_from_its_psn() {
-    let mut p = pair(500);
+    let (mut p, cap) = pair(500);
     let lkey_a = p.a.create_mkey(false, true);
     let pd_b = p.b.pd;
     let rkey_b = remote_key(&mut p.b, false, pd_b);
@@ -1688,31 +1345,31 @@ fn a_duplicate_read_is_answered_again_from_memory_from_its_psn() {
     let local = p.a.alloc(4096, 4096);
     let len = MTU + 100;
     p.b.write(remote, &pattern(len, 1));
-    let w = wqe(
-        &p.sq_a,
+    let w = rc_wqe(
+        &p.qp_a.sq,
         opcode::RDMA_READ,
         0,
         Some((remote, rkey_b)),
+        None,
         (local, lkey_a, len as u32),
     );
-    p.a.post(&mut p.sq_a, &w, false);
+    p.a.post(&mut p.qp_a.sq, &w, false);
     p.settle();
     assert_eq!(p.a.read(local, len), pattern(len, 1));
     assert_eq!(drain(&p.a, &mut p.cq_a).len(), 1, "the READ completed");
-    let request = p
-        .captured()
+    let request = captured(&p.wire, &cap)
         .into_iter()
         .find(|f| bth_of(f).0 == READ_REQUEST)
         .expect("the READ request on the wire");
     assert_eq!(bth_of(&request).1, 500);
-    let before = p.captured().len();
+    let before = captured(&p.wire, &cap).len();
     // The memory changed since; the requester's copy of the request arrives again.
     p.b.write(remote, &pattern(len, 2));
     p.wire.transmit(PortId::A, &request).expect("transmit");
     p.settle();
     let c = p.b.dev.counters();
     assert_eq!(c.roce_duplicates, 1, "the repeated READ counted");
-    let replay: Vec<_> = p.captured().split_off(before);
+    let replay: Vec<_> = captured(&p.wire, &cap).split_off(before);
     let responses: Vec<_> = replay.iter().skip(1).map(|f| bth_of(f)).collect();
     assert_eq!(
         responses,
@@ -1734,48 +1391,46 @@ fn a_duplicate_read_is_answered_again_from_memory_from_its_psn() {
     // The responder still expects the PSN after the READ: a SEND there is taken.
     let lkey_b = p.b.create_mkey(false, true);
     let dst = p.b.alloc(4096, 4096);
-    let mut rq_pi = 0;
-    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    p.b.post_rc_recv(&mut p.qp_b, dst, 4096, lkey_b);
     let src = p.a.alloc(64, 64);
     p.a.write(src, &pattern(40, 3));
-    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 40));
-    p.a.post(&mut p.sq_a, &w, false);
+    let w = rc_wqe(&p.qp_a.sq, opcode::SEND, 0, None, None, (src, lkey_a, 40));
+    p.a.post(&mut p.qp_a.sq, &w, false);
     p.settle();
     assert_eq!(p.b.read(dst, 40), pattern(40, 3));
     assert_eq!(drain(&p.b, &mut p.cq_b).len(), 1);
     assert_eq!(drain(&p.a, &mut p.cq_a).len(), 1);
-    p.check_captured_icrcs();
+    check_captured_icrcs(&p.wire, &cap);
     p.teardown();
 }
 
 #[test]
 fn a_duplicate_atomic_is_answered_with_the_saved_result_and_never_executed_twice() {
-    let mut p = pair(900);
+    let (mut p, cap) = pair(900);
     let lkey_a = p.a.create_mkey(false, true);
     let pd_b = p.b.pd;
     let rkey_b = remote_key(&mut p.b, false, pd_b);
     let target = p.b.alloc(64, 64);
     p.b.write(target, &100u64.to_be_bytes());
     let result = p.a.alloc(64, 64);
-    let w = atomic_wqe(
-        &p.sq_a,
+    let w = rc_wqe(
+        &p.qp_a.sq,
         opcode::ATOMIC_FA,
-        (target, rkey_b),
-        5,
         0,
-        (result, lkey_a),
+        Some((target, rkey_b)),
+        Some((5, 0)),
+        (result, lkey_a, 8),
     );
-    p.a.post(&mut p.sq_a, &w, false);
+    p.a.post(&mut p.qp_a.sq, &w, false);
     p.settle();
     assert_eq!(p.b.read(target, 8), 105u64.to_be_bytes());
     assert_eq!(drain(&p.a, &mut p.cq_a).len(), 1);
-    let request = p
-        .captured()
+    let request = captured(&p.wire, &cap)
         .into_iter()
         .find(|f| bth_of(f).0 == FETCH_ADD)
         .expect("the FETCH_ADD on the wire");
     for copy in 1..=3u64 {
-        let before = p.captured().len();
+        let before = captured(&p.wire, &cap).len();
         p.wire.transmit(PortId::A, &request).expect("transmit");
         p.settle();
         assert_eq!(
@@ -1783,7 +1438,7 @@ fn a_duplicate_atomic_is_answered_with_the_saved_result_and_never_executed_twice
             105u64.to_be_bytes(),
             "copy {copy}: not executed again"
         );
-        let replay = p.captured().split_off(before);
+        let replay = captured(&p.wire, &cap).split_off(before);
         assert_eq!(replay.len(), 2, "copy {copy}: the request and one answer");
         assert_eq!(bth_of(&replay[1]), (ATOMIC_ACKNOWLEDGE, 900));
         assert_eq!(
@@ -1799,15 +1454,15 @@ fn a_duplicate_atomic_is_answered_with_the_saved_result_and_never_executed_twice
     let n = stranger.len();
     let crc = expected_icrc(&stranger);
     stranger[n - 4..].copy_from_slice(&crc);
-    let before = p.captured().len();
+    let before = captured(&p.wire, &cap).len();
     let drops = p.b.dev.counters().roce_rx_drops;
     p.wire.transmit(PortId::A, &stranger).expect("transmit");
     p.settle();
-    assert_eq!(p.captured().len(), before + 1, "no answer");
+    assert_eq!(captured(&p.wire, &cap).len(), before + 1, "no answer");
     assert_eq!(p.b.dev.counters().roce_rx_drops, drops + 1);
     assert_eq!(p.b.read(target, 8), 105u64.to_be_bytes());
     assert!(drain(&p.a, &mut p.cq_a).is_empty());
-    p.check_captured_icrcs();
+    check_captured_icrcs(&p.wire, &cap);
     p.teardown();
 }
 
@@ -1815,24 +1470,23 @@ fn a_duplicate_atomic_is_answered_with_the_saved_result_and_never_executed_twice
 fn a_qp_reset_and_connected_again_starts_both_rings_from_wqe_zero() {
     // Linux's mlx5_ib, moving a QP to RESET, sets its send and receive heads and both
     // doorbell record counters back to 0: the device's rings must start again from WQE 0.
-    let mut p = pair(0x100);
+    let (mut p, _) = pair(0x100);
     let lkey_a = p.a.create_mkey(false, true);
     let lkey_b = p.b.create_mkey(false, true);
     let src = p.a.alloc(4096, 4096);
     let dst = p.b.alloc(4096, 4096);
-    let mut rq_pi = 0u16;
     // Three SENDs, so that both rings have moved past WQE 0.
     for i in 0..3u8 {
         p.a.write(src, &pattern(100, i));
-        post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
-        let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 100));
-        p.a.post(&mut p.sq_a, &w, false);
+        p.b.post_rc_recv(&mut p.qp_b, dst, 4096, lkey_b);
+        let w = rc_wqe(&p.qp_a.sq, opcode::SEND, 0, None, None, (src, lkey_a, 100));
+        p.a.post(&mut p.qp_a.sq, &w, false);
         p.settle();
         assert_eq!(drain(&p.a, &mut p.cq_a).len(), 1);
         assert_eq!(drain(&p.b, &mut p.cq_b).len(), 1);
     }
     // Both QPs to RESET and connected again, rings and doorbell records back at 0.
-    for (h, sq) in [(&mut p.a, &mut p.sq_a), (&mut p.b, &mut p.sq_b)] {
+    for (h, sq) in [(&mut p.a, &mut p.qp_a.sq), (&mut p.b, &mut p.qp_b.sq)] {
         let mut input = Host::input(Opcode::Qp2rstQp, 0, 0x10);
         input[8..12].copy_from_slice(&sq.sqn.to_be_bytes());
         h.exec(&input, 16).expect("2RST_QP");
@@ -1840,34 +1494,22 @@ fn a_qp_reset_and_connected_again_starts_both_rings_from_wqe_zero() {
         h.write_be32(sq.dbr + 4, 0);
         sq.pi = 0;
     }
-    rq_pi = 0;
-    let path = |peer_gid, peer_mac, remote_qpn, send_psn, receive_psn| Path {
-        gid_index: 0,
-        peer_gid,
-        peer_mac,
-        remote_qpn,
-        mtu_code: mtu::MTU_1024,
-        send_psn,
-        receive_psn,
-        retry_count: 7,
-        rnr_retry: 7,
-        ack_timeout: 20,
+    p.qp_b.rq_pi = 0;
+    let path_a = RcPath {
+        send_psn: 0x500,
+        ..path_to(PEER_GID, PEER_MAC, p.qp_b.qpn)
     };
-    connect(
-        &mut p.a,
-        p.sq_a.sqn,
-        &path(PEER_GID, PEER_MAC, p.sq_b.sqn, 0x500, 0),
-    );
-    connect(
-        &mut p.b,
-        p.sq_b.sqn,
-        &path(OWN_GID, OWN_MAC, p.sq_a.sqn, 0, 0x500),
-    );
+    let path_b = RcPath {
+        receive_psn: 0x500,
+        ..path_to(OWN_GID, OWN_MAC, p.qp_a.qpn)
+    };
+    p.a.connect_rc(p.qp_a.qpn, &path_a);
+    p.b.connect_rc(p.qp_b.qpn, &path_b);
     let data = pattern(300, 77);
     p.a.write(src, &data);
-    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
-    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 300));
-    p.a.post(&mut p.sq_a, &w, false);
+    p.b.post_rc_recv(&mut p.qp_b, dst, 4096, lkey_b);
+    let w = rc_wqe(&p.qp_a.sq, opcode::SEND, 0, None, None, (src, lkey_a, 300));
+    p.a.post(&mut p.qp_a.sq, &w, false);
     p.settle();
     let req = drain(&p.a, &mut p.cq_a);
     assert_eq!(req.len(), 1, "the first WQE after the reset is executed");
@@ -1886,7 +1528,7 @@ fn a_qp_reset_and_connected_again_starts_both_rings_from_wqe_zero() {
 #[test]
 fn a_send_with_invalidate_frees_the_rkey_and_reports_it_in_the_cqe() {
     for len in [100, MTU + 500] {
-        let mut p = pair(300);
+        let (mut p, cap) = pair(300);
         let lkey_a = p.a.create_mkey(false, true);
         let lkey_b = p.b.create_mkey(false, true);
         let pd_b = p.b.pd;
@@ -1897,27 +1539,28 @@ fn a_send_with_invalidate_frees_the_rkey_and_reports_it_in_the_cqe() {
         let src = p.a.alloc(4096, 4096);
         p.a.write(src, &pattern(len, 4));
         // The key works before.
-        let w = wqe(
-            &p.sq_a,
+        let w = rc_wqe(
+            &p.qp_a.sq,
             opcode::RDMA_WRITE,
             0,
             Some((target, rkey_b)),
+            None,
             (src, lkey_a, 64),
         );
-        p.a.post(&mut p.sq_a, &w, false);
+        p.a.post(&mut p.qp_a.sq, &w, false);
         p.settle();
         assert_eq!(p.b.read(target, 64), pattern(64, 4), "len {len}: written");
         assert_eq!(drain(&p.a, &mut p.cq_a).len(), 1);
-        let mut rq_pi = 0;
-        post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
-        let w = wqe(
-            &p.sq_a,
+        p.b.post_rc_recv(&mut p.qp_b, dst, 4096, lkey_b);
+        let w = rc_wqe(
+            &p.qp_a.sq,
             opcode::SEND_INVAL,
             rkey_b,
             None,
+            None,
             (src, lkey_a, len as u32),
         );
-        p.a.post(&mut p.sq_a, &w, false);
+        p.a.post(&mut p.qp_a.sq, &w, false);
         p.settle();
         let resp = drain(&p.b, &mut p.cq_b);
         assert_eq!(resp.len(), 1, "len {len}: one receive");
@@ -1934,22 +1577,23 @@ fn a_send_with_invalidate_frees_the_rkey_and_reports_it_in_the_cqe() {
         assert_eq!(cqe_opcode(&req[0]), 0, "len {len}: the SEND completed");
         assert_eq!(
             be32(&req[0], 56),
-            (u32::from(opcode::SEND_INVAL) << 24) | p.sq_a.sqn
+            (u32::from(opcode::SEND_INVAL) << 24) | p.qp_a.qpn
         );
         assert!(
             mkey_free(&mut p.b, rkey_b),
             "len {len}: QUERY_MKEY says free"
         );
         // The key is gone: a WRITE through it is refused, nothing lands.
-        let index = p.sq_a.pi;
-        let w = wqe(
-            &p.sq_a,
+        let index = p.qp_a.sq.pi;
+        let w = rc_wqe(
+            &p.qp_a.sq,
             opcode::RDMA_WRITE,
             0,
             Some((target + 1024, rkey_b)),
+            None,
             (src, lkey_a, 64),
         );
-        p.a.post(&mut p.sq_a, &w, false);
+        p.a.post(&mut p.qp_a.sq, &w, false);
         p.settle();
         let req = drain(&p.a, &mut p.cq_a);
         assert_eq!(req.len(), 1);
@@ -1959,31 +1603,30 @@ fn a_send_with_invalidate_frees_the_rkey_and_reports_it_in_the_cqe() {
             "len {len}: remote access error through the invalidated key"
         );
         assert_eq!(p.b.read(target + 1024, 64), vec![0xee; 64]);
-        p.check_captured_icrcs();
+        check_captured_icrcs(&p.wire, &cap);
         p.teardown();
     }
 }
 
 #[test]
 fn a_send_with_invalidate_of_a_key_in_another_pd_fails_both_sides() {
-    let mut p = pair(300);
+    let (mut p, _) = pair(300);
     let lkey_a = p.a.create_mkey(false, true);
     let lkey_b = p.b.create_mkey(false, true);
-    let out = p.b.simple(Opcode::AllocPd, 0).expect("ALLOC_PD");
-    let other = AllocPdOut::new(&out[..]).expect("layout").pd();
+    let other = p.b.alloc_pd();
     let foreign = remote_key(&mut p.b, true, other);
     let dst = p.b.alloc(4096, 4096);
-    let mut rq_pi = 0;
-    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    p.b.post_rc_recv(&mut p.qp_b, dst, 4096, lkey_b);
     let src = p.a.alloc(4096, 4096);
-    let w = wqe(
-        &p.sq_a,
+    let w = rc_wqe(
+        &p.qp_a.sq,
         opcode::SEND_INVAL,
         foreign,
         None,
+        None,
         (src, lkey_a, 32),
     );
-    p.a.post(&mut p.sq_a, &w, false);
+    p.a.post(&mut p.qp_a.sq, &w, false);
     p.settle();
     let resp = drain(&p.b, &mut p.cq_b);
     assert_eq!(resp.len(), 1);
@@ -1992,7 +1635,7 @@ fn a_send_with_invalidate_of_a_key_in_another_pd_fails_both_sides() {
         (14, 0x12),
         "RESP_ERR with the remote invalid request syndrome"
     );
-    assert_eq!(qp_state(&mut p.b, p.sq_b.sqn), state::ERR);
+    assert_eq!(qp_state(&mut p.b, p.qp_b.qpn), state::ERR);
     let req = drain(&p.a, &mut p.cq_a);
     assert_eq!(req.len(), 1);
     assert_eq!(err_fields(&req[0]), (13, 0x12, opcode::SEND_INVAL, 0));
@@ -2054,11 +1697,11 @@ fn bind_counter_set(h: &mut Host, qpn: u32, id: u8) {
 #[test]
 fn the_rc_transport_counts_in_the_q_counter_set_each_qp_names() {
     use cxdirect_hw::counters::QueryQCounterOut;
-    let mut p = pair_with_rnr_retry(700, 7);
+    let (mut p, cap) = pair_with_rnr_retry(700, 7);
     let set_a = alloc_q_counter(&mut p.a);
     let set_b = alloc_q_counter(&mut p.b);
-    bind_counter_set(&mut p.a, p.sq_a.sqn, set_a);
-    bind_counter_set(&mut p.b, p.sq_b.sqn, set_b);
+    bind_counter_set(&mut p.a, p.qp_a.qpn, set_a);
+    bind_counter_set(&mut p.b, p.qp_b.qpn, set_b);
     let lkey_a = p.a.create_mkey(false, true);
     let lkey_b = p.b.create_mkey(false, true);
     let pd_b = p.b.pd;
@@ -2068,66 +1711,67 @@ fn the_rc_transport_counts_in_the_q_counter_set_each_qp_names() {
     let dst = p.b.alloc(4096, 4096);
     let target = p.b.alloc(64, 64);
     // A SEND before any receive is posted: one RNR NAK, then success.
-    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 64));
-    p.a.post(&mut p.sq_a, &w, false);
+    let w = rc_wqe(&p.qp_a.sq, opcode::SEND, 0, None, None, (src, lkey_a, 64));
+    p.a.post(&mut p.qp_a.sq, &w, false);
     p.settle();
-    let mut rq_pi = 0;
-    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    p.b.post_rc_recv(&mut p.qp_b, dst, 4096, lkey_b);
     std::thread::sleep(PAST_RNR);
     p.settle();
     // One WRITE, two READs, one atomic.
-    let w = wqe(
-        &p.sq_a,
+    let w = rc_wqe(
+        &p.qp_a.sq,
         opcode::RDMA_WRITE,
         0,
         Some((dst, rkey_b)),
+        None,
         (src, lkey_a, 2000),
     );
-    p.a.post(&mut p.sq_a, &w, false);
+    p.a.post(&mut p.qp_a.sq, &w, false);
     for _ in 0..2 {
-        let w = wqe(
-            &p.sq_a,
+        let w = rc_wqe(
+            &p.qp_a.sq,
             opcode::RDMA_READ,
             0,
             Some((dst, rkey_b)),
+            None,
             (src, lkey_a, 100),
         );
-        p.a.post(&mut p.sq_a, &w, false);
+        p.a.post(&mut p.qp_a.sq, &w, false);
         p.settle();
     }
-    let w = atomic_wqe(
-        &p.sq_a,
+    let w = rc_wqe(
+        &p.qp_a.sq,
         opcode::ATOMIC_FA,
-        (target, rkey_b),
-        1,
         0,
-        (src, lkey_a),
+        Some((target, rkey_b)),
+        Some((1, 0)),
+        (src, lkey_a, 8),
     );
-    p.a.post(&mut p.sq_a, &w, false);
+    p.a.post(&mut p.qp_a.sq, &w, false);
     p.settle();
     assert_eq!(drain(&p.a, &mut p.cq_a).len(), 5, "all completed");
     // A READ request again: a duplicate. A SEND far ahead: out of sequence, one NAK.
-    let read = p
-        .captured()
+    let read = captured(&p.wire, &cap)
         .into_iter()
         .find(|f| bth_of(f).0 == READ_REQUEST)
         .expect("a READ request");
     p.wire.transmit(PortId::A, &read).expect("transmit");
-    let ahead = hand_built_send(p.sq_b.sqn, 0x1000, &pattern(8, 1));
+    let ahead = hand_built_send(p.qp_b.qpn, 0x1000, &pattern(8, 1));
     p.wire.transmit(PortId::A, &ahead).expect("transmit");
     p.wire.transmit(PortId::A, &ahead).expect("transmit");
     p.settle();
     // A WRITE through a key without remote write: refused; the SEND after it is flushed.
-    let w = wqe(
-        &p.sq_a,
+    let w = rc_wqe(
+        &p.qp_a.sq,
         opcode::RDMA_WRITE,
         0,
         Some((dst, read_only_b)),
+        None,
         (src, lkey_a, 16),
     );
-    p.a.write_wqe(&mut p.sq_a, &w);
-    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 16));
-    p.a.post(&mut p.sq_a, &w, false);
+    p.a.write_wqe(&mut p.qp_a.sq, &w);
+    let w = rc_wqe(&p.qp_a.sq, opcode::SEND, 0, None, None, (src, lkey_a, 16));
+    p.a.post(&mut p.qp_a.sq, &w, false);
     p.settle();
     let errors = drain(&p.a, &mut p.cq_a);
     assert_eq!(errors.len(), 2, "the refused WRITE and the flushed SEND");
@@ -2173,28 +1817,21 @@ fn the_rc_transport_counts_in_the_q_counter_set_each_qp_names() {
 fn ack_timeouts_and_retries_exceeded_count_in_the_qps_set() {
     use cxdirect_hw::counters::QueryQCounterOut;
     let (mut h, wire) = host();
-    set_gid(&mut h, 0, OWN_GID, cxdirect_hw::roce::l3_type::IPV4);
     let mut cq = h.create_cq(6);
-    let mut sq = create_qp(&mut h, &cq);
+    let mut sq = h.create_rc_qp(&cq, 4, 4, None).sq;
     let set = alloc_q_counter(&mut h);
-    let path = Path {
-        gid_index: 0,
-        peer_gid: PEER_GID,
-        peer_mac: PEER_MAC,
-        remote_qpn: REMOTE_QPN,
-        mtu_code: mtu::MTU_1024,
+    let path = RcPath {
         send_psn: 5,
-        receive_psn: 0,
         retry_count: 1,
-        rnr_retry: 7,
         // 4.096 us << 12: about 17 ms.
         ack_timeout: 12,
+        ..path_to(PEER_GID, PEER_MAC, REMOTE_QPN)
     };
-    connect(&mut h, sq.sqn, &path);
+    h.connect_rc(sq.sqn, &path);
     bind_counter_set(&mut h, sq.sqn, set);
     let lkey = h.create_mkey(false, true);
     let src = h.alloc(4096, 64);
-    let w = wqe(&sq, opcode::SEND, 0, None, (src, lkey, 100));
+    let w = rc_wqe(&sq, opcode::SEND, 0, None, None, (src, lkey, 100));
     h.post(&mut sq, &w, false);
     for _ in 0..3 {
         std::thread::sleep(std::time::Duration::from_millis(40));
@@ -2213,7 +1850,7 @@ fn ack_timeouts_and_retries_exceeded_count_in_the_qps_set() {
     );
     assert_eq!(c.req_transport_retries_exceeded(), 1);
     assert_eq!(c.req_cqe_error(), 1);
-    destroy_qp(&mut h, sq.sqn);
+    h.destroy_qp(sq.sqn);
     h.teardown();
 }
 
@@ -2241,25 +1878,24 @@ fn qp_events(h: &mut Host) -> Vec<(u8, u32)> {
 
 #[test]
 fn a_malformed_request_takes_the_responder_to_error_with_an_invalid_request_event() {
-    let mut p = pair(60);
+    let (mut p, _) = pair(60);
     let lkey_b = p.b.create_mkey(false, true);
     let dst = p.b.alloc(4096, 4096);
-    let mut rq_pi = 0;
-    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
-    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    p.b.post_rc_recv(&mut p.qp_b, dst, 4096, lkey_b);
+    p.b.post_rc_recv(&mut p.qp_b, dst, 4096, lkey_b);
     p.b.drain_eq();
     // A SEND_ONLY whose opcode says MIDDLE: no message is open, an invalid request.
-    let mut middle = hand_built_send(p.sq_b.sqn, 60, &pattern(16, 1));
+    let mut middle = hand_built_send(p.qp_b.qpn, 60, &pattern(16, 1));
     middle[42] = 0x01;
     let n = middle.len();
     let crc = expected_icrc(&middle);
     middle[n - 4..].copy_from_slice(&crc);
     p.wire.transmit(PortId::A, &middle).expect("transmit");
     p.settle();
-    assert_eq!(qp_state(&mut p.b, p.sq_b.sqn), state::ERR);
+    assert_eq!(qp_state(&mut p.b, p.qp_b.qpn), state::ERR);
     assert_eq!(
         qp_events(&mut p.b),
-        [(EventType::WqInvalidRequestError as u8, p.sq_b.sqn)]
+        [(EventType::WqInvalidRequestError as u8, p.qp_b.qpn)]
     );
     let resp = drain(&p.b, &mut p.cq_b);
     assert_eq!(resp.len(), 2, "both posted receives flushed");
@@ -2269,87 +1905,71 @@ fn a_malformed_request_takes_the_responder_to_error_with_an_invalid_request_even
 
 #[test]
 fn a_completion_the_cq_cannot_take_is_a_wq_catastrophic_error() {
-    let mut p = pair(80);
+    let (mut p, _) = pair(80);
     let lkey_a = p.a.create_mkey(false, true);
     let lkey_b = p.b.create_mkey(false, true);
     let dst = p.b.alloc(4096, 4096);
-    let mut rq_pi = 0;
-    post_recv(&p.b, &p.sq_b, &mut rq_pi, dst, 4096, lkey_b);
+    p.b.post_rc_recv(&mut p.qp_b, dst, 4096, lkey_b);
     p.b.drain_eq();
     // B's CQ overruns: the receive's completion has nowhere to go.
     p.b.dev
         .inject(cxdirect_emu::Fault::CqOverrun { cqn: p.cq_b.cqn });
     let src = p.a.alloc(64, 64);
-    let w = wqe(&p.sq_a, opcode::SEND, 0, None, (src, lkey_a, 32));
-    p.a.post(&mut p.sq_a, &w, false);
+    let w = rc_wqe(&p.qp_a.sq, opcode::SEND, 0, None, None, (src, lkey_a, 32));
+    p.a.post(&mut p.qp_a.sq, &w, false);
     p.settle();
     assert!(p.b.dev.counters().completions_lost >= 1);
-    assert_eq!(qp_state(&mut p.b, p.sq_b.sqn), state::ERR);
+    assert_eq!(qp_state(&mut p.b, p.qp_b.qpn), state::ERR);
     assert_eq!(
         qp_events(&mut p.b),
-        [(EventType::WqCatastrophicError as u8, p.sq_b.sqn)]
+        [(EventType::WqCatastrophicError as u8, p.qp_b.qpn)]
     );
     p.teardown();
 }
 
 /// A cyclic RMP of four 32-byte WQEs on `b`, for a QP's receives.
 fn cyclic_rmp(b: &mut Host) -> u32 {
-    let buf = b.alloc(4096, 4096);
-    let dbr = b.alloc(8, 64);
-    let mut input = Host::input(Opcode::CreateRmp, 0, 0x110 + 8);
-    {
-        let mut cmd = CreateRmpIn::new(&mut input[..]).expect("layout");
-        let mut ctx = cmd.ctx_mut();
-        ctx.set_state(1);
-        ctx.wq_mut()
-            .set_wq_type(WqType::Cyclic as u8)
-            .set_pd(b.pd)
-            .set_dbr_addr(dbr)
-            .set_log_wq_stride(5)
-            .set_log_wq_sz(2);
-        cmd.set_pas(0, buf).expect("room");
-    }
-    let out = b.exec(&input, 16).expect("CREATE_RMP");
-    CreateRmpOut::new(&out[..]).expect("layout").rmpn()
+    b.create_rmp_of(WqType::Cyclic, 2, 5, 0).0
 }
 
 #[test]
 fn a_qp_on_an_srq_reports_its_last_wqe_reached_when_it_goes_to_error() {
     // By command.
-    let mut p = pair_with(20, |b| Some(cyclic_rmp(b)));
+    let (mut p, _) = pair_with(20, |b| Some(cyclic_rmp(b)));
     p.b.drain_eq();
-    to_error(&mut p.b, p.sq_b.sqn);
+    to_error(&mut p.b, p.qp_b.qpn);
     assert_eq!(
         qp_events(&mut p.b),
-        [(EventType::SrqLastWqe as u8, p.sq_b.sqn)],
+        [(EventType::SrqLastWqe as u8, p.qp_b.qpn)],
         "2ERR_QP"
     );
     // A QP with its own receive ring reports nothing of the kind.
-    to_error(&mut p.a, p.sq_a.sqn);
+    to_error(&mut p.a, p.qp_a.qpn);
     assert!(qp_events(&mut p.a).is_empty(), "no SRQ, no last WQE event");
     p.teardown();
     // On its own: a refused remote access.
-    let mut p = pair_with(20, |b| Some(cyclic_rmp(b)));
+    let (mut p, _) = pair_with(20, |b| Some(cyclic_rmp(b)));
     let lkey_a = p.a.create_mkey(false, true);
     let pd_b = p.b.pd;
     let read_only = remote_key(&mut p.b, false, pd_b);
     let dst = p.b.alloc(4096, 4096);
     let src = p.a.alloc(64, 64);
     p.b.drain_eq();
-    let w = wqe(
-        &p.sq_a,
+    let w = rc_wqe(
+        &p.qp_a.sq,
         opcode::RDMA_WRITE,
         0,
         Some((dst, read_only)),
+        None,
         (src, lkey_a, 16),
     );
-    p.a.post(&mut p.sq_a, &w, false);
+    p.a.post(&mut p.qp_a.sq, &w, false);
     p.settle();
     assert_eq!(
         qp_events(&mut p.b),
         [
-            (EventType::WqAccessError as u8, p.sq_b.sqn),
-            (EventType::SrqLastWqe as u8, p.sq_b.sqn)
+            (EventType::WqAccessError as u8, p.qp_b.qpn),
+            (EventType::SrqLastWqe as u8, p.qp_b.qpn)
         ],
         "the access violation, then the last WQE reached"
     );
@@ -2359,7 +1979,7 @@ fn a_qp_on_an_srq_reports_its_last_wqe_reached_when_it_goes_to_error() {
 #[test]
 fn a_qp_names_only_a_counter_set_that_exists_and_query_qp_reports_it() {
     use cxdirect_emu::testkit::CmdFail;
-    let mut p = pair(30);
+    let (mut p, _) = pair(30);
     let query_set = |h: &mut Host, qpn: u32| {
         let mut input = Host::input(Opcode::QueryQp, 0, 0x10);
         cxdirect_hw::qp::Qp2errIn::new(&mut input[..])
@@ -2371,7 +1991,7 @@ fn a_qp_names_only_a_counter_set_that_exists_and_query_qp_reports_it() {
     let set = alloc_q_counter(&mut p.a);
     let mut input = Host::input(Opcode::Rts2rtsQp, 0, 0x110);
     let mut cmd = cxdirect_hw::qp::Rts2rtsQpIn::new(&mut input[..]).expect("layout");
-    cmd.set_qpn(p.sq_a.sqn)
+    cmd.set_qpn(p.qp_a.qpn)
         .set_opt_param_mask(cxdirect_hw::qp::optpar::COUNTER_SET_ID);
     cmd.qpc_mut().set_counter_set_id(set + 1);
     assert_eq!(
@@ -2382,17 +2002,17 @@ fn a_qp_names_only_a_counter_set_that_exists_and_query_qp_reports_it() {
         )),
         "a set that does not exist"
     );
-    assert_eq!(query_set(&mut p.a, p.sq_a.sqn), 0, "nothing changed");
-    assert_eq!(qp_state(&mut p.a, p.sq_a.sqn), state::RTS);
-    bind_counter_set(&mut p.a, p.sq_a.sqn, set);
-    assert_eq!(query_set(&mut p.a, p.sq_a.sqn), set);
+    assert_eq!(query_set(&mut p.a, p.qp_a.qpn), 0, "nothing changed");
+    assert_eq!(qp_state(&mut p.a, p.qp_a.qpn), state::RTS);
+    bind_counter_set(&mut p.a, p.qp_a.qpn, set);
+    assert_eq!(query_set(&mut p.a, p.qp_a.qpn), set);
     // Once the QP is gone, so is its hold on the set.
-    destroy_qp(&mut p.a, p.sq_a.sqn);
+    p.a.destroy_qp(p.qp_a.qpn);
     let mut input = Host::input(Opcode::DeallocQCounter, 0, 16);
     input[11] = set;
     p.a.exec(&input, 16)
         .expect("DEALLOC_Q_COUNTER once no QP names it");
-    destroy_qp(&mut p.b, p.sq_b.sqn);
+    p.b.destroy_qp(p.qp_b.qpn);
     p.a.teardown();
     p.b.teardown();
 }

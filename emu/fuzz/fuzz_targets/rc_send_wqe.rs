@@ -11,16 +11,17 @@
 
 #![no_main]
 
+mod rc_common;
+
 use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, RcPath, RemoteRights, GID_A, MAC_A};
-use cxdirect_emu::testkit::{Host, IOVA_BASE};
+use cxdirect_emu::testkit::IOVA_BASE;
 use cxdirect_emu::EmuConfig;
-use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome, ErrCqe};
 use cxdirect_hw::doorbell::UAR_BF_OFFSET;
-use cxdirect_hw::hca::AllocPdOut;
 use cxdirect_hw::wqe::{opcode, CtrlSeg, INLINE_SEG, INVALID_LKEY};
 use libfuzzer_sys::arbitrary::{Result as ArbResult, Unstructured};
 use libfuzzer_sys::fuzz_target;
+use rc_common::{check_unchanged, Windows};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
@@ -44,19 +45,9 @@ struct Setup {
     lkey: u32,
     /// The peer's window with every remote right, its read-only window, and a window whose
     /// key is in another PD.
-    window: u64,
-    rkey: u32,
-    read_only: u64,
-    read_key: u32,
-    foreign: u64,
-    foreign_key: u32,
+    windows: Windows,
     writable_a: Vec<(u64, u64)>,
     writable_b: Vec<(u64, u64)>,
-}
-
-fn alloc_pd(h: &mut Host) -> u32 {
-    let out = h.simple(Opcode::AllocPd, 0).expect("ALLOC_PD");
-    AllocPdOut::new(&out[..]).expect("layout").pd()
 }
 
 fn setup(send_psn: u32) -> Setup {
@@ -80,25 +71,9 @@ fn setup(send_psn: u32) -> Setup {
     let pattern: Vec<u8> = (0..REGION).map(|i| (i * 7 + 3) as u8).collect();
     a.write(local, &pattern);
     let b = &mut p.b;
-    let pd_b = b.pd;
-    let all = RemoteRights {
-        read: true,
-        write: true,
-        atomic: true,
-    };
-    let window = b.alloc(WINDOW, 4096);
-    let rkey = b.create_remote_mkey(pd_b, window, WINDOW, all, 0x22);
-    let read_only = b.alloc(WINDOW, 4096);
-    let read_rights = RemoteRights {
-        read: true,
-        ..RemoteRights::default()
-    };
-    let read_key = b.create_remote_mkey(pd_b, read_only, WINDOW, read_rights, 0x33);
-    let other_pd = alloc_pd(b);
-    let foreign = b.alloc(WINDOW, 4096);
-    let foreign_key = b.create_remote_mkey(other_pd, foreign, WINDOW, all, 0x44);
-    for (h, at) in [(&*b, window), (&*b, read_only), (&*b, foreign)] {
-        h.write(at, &pattern[..WINDOW as usize]);
+    let windows = Windows::new(b, WINDOW, [0x22, 0x33, 0x44]);
+    for at in [windows.window, windows.read_only, windows.foreign] {
+        b.write(at, &pattern[..WINDOW as usize]);
     }
     let recv_lkey = b.create_mkey(false, true);
     let recv_bufs = b.alloc(u64::from(RECV_BYTES) << LOG_RQ, 4096);
@@ -117,7 +92,7 @@ fn setup(send_psn: u32) -> Setup {
     ];
     writable_a.extend(p.a.pages.iter().map(|&pg| (pg, 4096)));
     let mut writable_b = vec![
-        (window, WINDOW),
+        (windows.window, WINDOW),
         (recv_bufs, u64::from(RECV_BYTES) << LOG_RQ),
         (p.cq_b.buf, 64 << p.cq_b.log),
         (p.cq_b.dbr, 8),
@@ -128,12 +103,7 @@ fn setup(send_psn: u32) -> Setup {
         p,
         local,
         lkey,
-        window,
-        rkey,
-        read_only,
-        read_key,
-        foreign,
-        foreign_key,
+        windows,
         writable_a,
         writable_b,
     }
@@ -142,19 +112,16 @@ fn setup(send_psn: u32) -> Setup {
 fn remote(u: &mut Unstructured, s: &Setup) -> ArbResult<(u64, u32)> {
     let offset = u64::from(u.int_in_range(0..=WINDOW as u32 + 64)?);
     let addr = match u.int_in_range(0..=5u8)? {
-        0 | 1 => s.window + offset,
-        2 => s.window.wrapping_sub(u64::from(u.int_in_range(1..=64u8)?)),
-        3 => s.read_only + offset,
-        4 => s.foreign + offset,
+        0 | 1 => s.windows.window + offset,
+        2 => s
+            .windows
+            .window
+            .wrapping_sub(u64::from(u.int_in_range(1..=64u8)?)),
+        3 => s.windows.read_only + offset,
+        4 => s.windows.foreign + offset,
         _ => u.arbitrary()?,
     };
-    let key = match u.int_in_range(0..=5u8)? {
-        0 | 1 => s.rkey,
-        2 => s.read_key,
-        3 => s.foreign_key,
-        4 => s.rkey ^ u32::from(u.int_in_range(1..=255u8)?),
-        _ => u.arbitrary()?,
-    };
+    let key = s.windows.pick_key(u)?;
     Ok((addr, key))
 }
 
@@ -359,28 +326,6 @@ fn check_responder(s: &mut Setup, seen: &mut HashSet<u16>) {
     }
 }
 
-/// Every byte of `h`'s memory that differs from `before` lies in one of the `writable`
-/// regions (IOVA, length).
-fn check_memory(h: &Host, before: &[u8], writable: &[(u64, u64)], side: &str) {
-    let after = h.read(IOVA_BASE, MEM);
-    for (page, (x, y)) in before.chunks(4096).zip(after.chunks(4096)).enumerate() {
-        if x == y {
-            continue;
-        }
-        for (i, (a, b)) in x.iter().zip(y).enumerate() {
-            let iova = IOVA_BASE + (page * 4096 + i) as u64;
-            assert!(
-                a == b
-                    || writable
-                        .iter()
-                        .any(|&(start, len)| (start..start + len).contains(&iova)),
-                "{side}: memory at {iova:#x} changed ({a:#04x} -> {b:#04x}) outside what the \
-                 device may write"
-            );
-        }
-    }
-}
-
 fn ring(s: &Setup, pi: u16, first8: [u8; 8]) {
     let h = &s.p.a;
     h.write_be32(s.p.qp_a.sq.dbr + 4, u32::from(pi));
@@ -471,8 +416,10 @@ fn run(data: &[u8]) -> ArbResult<()> {
     s.p.settle();
     check_requester(&mut s, &mut r, Some(sentinel_at));
     check_responder(&mut s, &mut seen);
-    check_memory(&s.p.a, &before_a, &s.writable_a, "requester");
-    check_memory(&s.p.b, &before_b, &s.writable_b, "peer");
+    let after_a = s.p.a.read(IOVA_BASE, MEM);
+    check_unchanged(&before_a, &after_a, &s.writable_a, "requester");
+    let after_b = s.p.b.read(IOVA_BASE, MEM);
+    check_unchanged(&before_b, &after_b, &s.writable_b, "peer");
     Ok(())
 }
 

@@ -15,16 +15,17 @@
 
 #![no_main]
 
-use cxdirect_emu::testkit::rc::{RcPath, RemoteRights, GID_A, GID_B, MAC_A, MAC_B};
+mod rc_common;
+
+use cxdirect_emu::testkit::rc::{lone_host, take_frames, RcPath, GID_A, GID_B, MAC_A, MAC_B};
 use cxdirect_emu::testkit::{Cq, Host, IOVA_BASE};
 use cxdirect_emu::wire::{PortId, Wire};
-use cxdirect_emu::{Device, EmuConfig};
-use cxdirect_hw::cmd::Opcode;
+use cxdirect_emu::EmuConfig;
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome, ErrCqe};
-use cxdirect_hw::hca::AllocPdOut;
 use cxdirect_hw::wqe::opcode;
 use libfuzzer_sys::arbitrary::{Result as ArbResult, Unstructured};
 use libfuzzer_sys::fuzz_target;
+use rc_common::{check_unchanged, Windows};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,37 +65,19 @@ struct Setup {
     cq: Cq,
     qpns: [u32; 2],
     rmpn: u32,
-    /// The remote-writable window and its key (read, write, atomic).
-    window: u64,
-    rkey: u32,
-    /// A window whose key allows remote read only.
-    read_only: u64,
-    read_key: u32,
-    /// A window whose key has every right but lives in another PD.
-    foreign: u64,
-    foreign_key: u32,
+    /// The remote-writable window, the read-only one and the one in another PD.
+    windows: Windows,
     /// Regions the device may write.
     writable: Vec<(u64, u64)>,
 }
 
-fn alloc_pd(h: &mut Host) -> u32 {
-    let out = h.simple(Opcode::AllocPd, 0).expect("ALLOC_PD");
-    AllocPdOut::new(&out[..]).expect("layout").pd()
-}
-
 fn setup(receive_psn: u32) -> Setup {
     let cfg = EmuConfig {
-        roce: true,
         mac: MAC_A,
         init_delay: Some(Duration::ZERO),
         ..EmuConfig::default()
     };
-    let dev = Device::new(cfg);
-    let wire = Arc::new(Wire::pair());
-    dev.attach(wire.clone(), PortId::A, &[]);
-    let mut h = Host::new(dev, MEM);
-    h.bring_up();
-    h.enable_roce(GID_A, MAC_A);
+    let (mut h, wire) = lone_host(cfg, MEM, GID_A, MAC_A);
     let cq = h.create_cq(7);
     let (rmpn, mut srq) = h.create_rmp(3, 2);
     let mut qp0 = h.create_rc_qp(&cq, 4, 3, None);
@@ -107,28 +90,7 @@ fn setup(receive_psn: u32) -> Setup {
         };
         h.connect_rc(qp, &path);
     }
-    let pd = h.pd;
-    let all = RemoteRights {
-        read: true,
-        write: true,
-        atomic: true,
-    };
-    let window = h.alloc(WINDOW, 4096);
-    let rkey = h.create_remote_mkey(pd, window, WINDOW, all, 0x5a);
-    let read_only = h.alloc(WINDOW, 4096);
-    let read_key = h.create_remote_mkey(
-        pd,
-        read_only,
-        WINDOW,
-        RemoteRights {
-            read: true,
-            ..RemoteRights::default()
-        },
-        0x6b,
-    );
-    let other_pd = alloc_pd(&mut h);
-    let foreign = h.alloc(WINDOW, 4096);
-    let foreign_key = h.create_remote_mkey(other_pd, foreign, WINDOW, all, 0x7c);
+    let windows = Windows::new(&mut h, WINDOW, [0x5a, 0x6b, 0x7c]);
     let lkey = h.create_mkey(false, true);
     let recv_bufs = h.alloc(u64::from(RECV_BYTES) * 2 * u64::from(RECEIVES), 4096);
     for i in 0..RECEIVES {
@@ -153,9 +115,9 @@ fn setup(receive_psn: u32) -> Setup {
         let w = cxdirect_emu::testkit::rc::rc_wqe(&qp0.sq, op, 0, remote, atomic, local);
         h.post(&mut qp0.sq, &w, false);
     }
-    drain_wire(&wire);
+    take_frames(&wire);
     let mut writable = vec![
-        (window, WINDOW),
+        (windows.window, WINDOW),
         (recv_bufs, u64::from(RECV_BYTES) * 2 * u64::from(RECEIVES)),
         (read_target, 4096),
         (atomic_target, 8),
@@ -171,24 +133,8 @@ fn setup(receive_psn: u32) -> Setup {
         cq,
         qpns: [qp0.qpn, qp1.qpn],
         rmpn,
-        window,
-        rkey,
-        read_only,
-        read_key,
-        foreign,
-        foreign_key,
+        windows,
         writable,
-    }
-}
-
-fn drain_wire(wire: &Wire) -> Vec<Vec<u8>> {
-    let mut frames = Vec::new();
-    loop {
-        let mut frame = Vec::new();
-        if !wire.receive(PortId::B, &mut frame).expect("port B") {
-            return frames;
-        }
-        frames.push(frame);
     }
 }
 
@@ -278,24 +224,20 @@ struct Psns {
 fn address(u: &mut Unstructured, s: &Setup) -> ArbResult<u64> {
     let offset = u64::from(u.int_in_range(0..=WINDOW as u32 + 64)?);
     Ok(match u.int_in_range(0..=5u8)? {
-        0 => s.window + offset,
-        1 => (s.window + WINDOW).wrapping_sub(u64::from(u.int_in_range(0..=64u8)?)),
-        2 => s.window.wrapping_sub(u64::from(u.int_in_range(1..=64u8)?)),
-        3 => s.read_only + offset,
-        4 => s.foreign + offset,
+        0 => s.windows.window + offset,
+        1 => (s.windows.window + WINDOW).wrapping_sub(u64::from(u.int_in_range(0..=64u8)?)),
+        2 => s
+            .windows
+            .window
+            .wrapping_sub(u64::from(u.int_in_range(1..=64u8)?)),
+        3 => s.windows.read_only + offset,
+        4 => s.windows.foreign + offset,
         _ => u.arbitrary()?,
     })
 }
 
 fn rkey(u: &mut Unstructured, s: &Setup) -> ArbResult<u32> {
-    Ok(match u.int_in_range(0..=5u8)? {
-        0 | 1 => s.rkey,
-        2 => s.read_key,
-        3 => s.foreign_key,
-        // The right index with another variant.
-        4 => s.rkey ^ u32::from(u.int_in_range(1..=255u8)?),
-        _ => u.arbitrary()?,
-    })
+    s.windows.pick_key(u)
 }
 
 /// One structured transport packet (BTH onwards, ICRC excluded) from the input.
@@ -362,7 +304,7 @@ fn structured(u: &mut Unstructured, s: &Setup, psns: &mut Psns) -> ArbResult<(Ve
     }
     if matches!(op, bth::COMPARE_SWAP | bth::FETCH_ADD) || u.ratio(1, 32)? {
         let va = if u.ratio(3, 4)? {
-            s.window + 8 * u64::from(u.int_in_range(0..=(WINDOW / 8) as u32)?)
+            s.windows.window + 8 * u64::from(u.int_in_range(0..=(WINDOW / 8) as u32)?)
         } else {
             address(u, s)?
         };
@@ -520,7 +462,7 @@ fn still_serves_a_send(s: &mut Setup) {
     t.extend_from_slice(&[0; 3]);
     let mut f = wrap(&t, false);
     seal(&mut f);
-    drain_wire(&s.wire);
+    take_frames(&s.wire);
     s.wire.transmit(PortId::B, &f).expect("transmit");
     h.dev.poll();
     let cqe = h.poll_cq(&mut cq).expect("the SEND completes");
@@ -531,7 +473,7 @@ fn still_serves_a_send(s: &mut Setup) {
     assert_eq!(h.read(buf, message.len()), message, "the SEND landed");
     // Other QPs may resend on their timers meanwhile: only frames to the new QP's peer count.
     let bth_at = 14 + 20 + 8;
-    let acks: Vec<Vec<u8>> = drain_wire(&s.wire)
+    let acks: Vec<Vec<u8>> = take_frames(&s.wire)
         .into_iter()
         .filter(|f| {
             f.len() > bth_at + 12 && f[bth_at + 5..bth_at + 8] == remote.to_be_bytes()[1..]
@@ -543,27 +485,6 @@ fn still_serves_a_send(s: &mut Setup) {
     assert_eq!(&ack[bth_at + 5..bth_at + 8], &remote.to_be_bytes()[1..]);
     assert_eq!(&ack[bth_at + 9..bth_at + 12], &5u32.to_be_bytes()[1..]);
     assert_eq!(ack[bth_at + 12], 0x1f, "AETH: ACK");
-}
-
-/// Every byte that differs between `before` and `after` (host memory from [`IOVA_BASE`]) lies
-/// in one of the `writable` regions (IOVA, length).
-fn check_unchanged(before: &[u8], after: &[u8], writable: &[(u64, u64)]) {
-    for (page, (x, y)) in before.chunks(4096).zip(after.chunks(4096)).enumerate() {
-        if x == y {
-            continue;
-        }
-        for (i, (a, b)) in x.iter().zip(y).enumerate() {
-            let iova = IOVA_BASE + (page * 4096 + i) as u64;
-            assert!(
-                a == b
-                    || writable
-                        .iter()
-                        .any(|&(start, len)| (start..start + len).contains(&iova)),
-                "host memory at {iova:#x} changed ({a:#04x} -> {b:#04x}) outside what the \
-                 device may write"
-            );
-        }
-    }
 }
 
 fn run(data: &[u8]) -> ArbResult<()> {
@@ -583,11 +504,11 @@ fn run(data: &[u8]) -> ArbResult<()> {
         // The wire refuses frames shorter than a header or longer than its maximum.
         let _ = s.wire.transmit(PortId::B, &f);
         s.host.dev.poll();
-        drain_wire(&s.wire);
+        take_frames(&s.wire);
         check_cqes(&mut s, &mut seen);
     }
     let after = s.host.read(IOVA_BASE, MEM);
-    check_unchanged(&before, &after, &s.writable);
+    check_unchanged(&before, &after, &s.writable, "host");
     still_serves_a_send(&mut s);
     Ok(())
 }

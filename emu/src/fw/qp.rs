@@ -452,11 +452,7 @@ fn apply(core: &Core, opcode: Opcode, mask: u32, ctx: &Qpc<&[u8]>, qp: &mut Qp) 
     match opcode {
         Opcode::Rst2initQp => {
             // Port and access flags are mandatory (IB_QP_PORT, IB_QP_ACCESS_FLAGS).
-            if ads.vhca_port_num() != 1 {
-                return Err(missing("RST2INIT without port 1 in the primary path"));
-            }
-            qp.path.port = ads.vhca_port_num();
-            qp.path.pkey_index = ads.pkey_index();
+            take_port(qp, &ads)?;
             access(qp, true);
         }
         Opcode::Init2rtrQp => {
@@ -464,12 +460,7 @@ fn apply(core: &Core, opcode: Opcode, mask: u32, ctx: &Qpc<&[u8]>, qp: &mut Qp) 
             if code == 0 {
                 return Err(missing("INIT2RTR without a path MTU"));
             }
-            if mtu::bytes(code).is_none() || code > port_max_mtu(core) {
-                return Err(bad_param(
-                    Syndrome::BadPathMtu,
-                    "path MTU unknown or above the port's",
-                ));
-            }
+            check_path_mtu(core, code)?;
             if ctx.remote_qpn() == 0 {
                 return Err(missing("INIT2RTR without a destination QP"));
             }
@@ -479,12 +470,7 @@ fn apply(core: &Core, opcode: Opcode, mask: u32, ctx: &Qpc<&[u8]>, qp: &mut Qp) 
                     "log_rra_max above log_max_ra_res_qp",
                 ));
             }
-            if ctx.log_msg_max() > LOG_MAX_MSG {
-                return Err(bad_param(
-                    Syndrome::BadQpParams,
-                    "log_msg_max above log_max_msg",
-                ));
-            }
+            check_log_msg_max(ctx)?;
             check_path(core, &ads)?;
             qp.mtu = code;
             qp.log_msg_max = ctx.log_msg_max();
@@ -524,33 +510,51 @@ fn apply(core: &Core, opcode: Opcode, mask: u32, ctx: &Qpc<&[u8]>, qp: &mut Qp) 
 fn apply_gsi(core: &Core, opcode: Opcode, ctx: &Qpc<&[u8]>, qp: &mut Qp) -> CmdResult {
     let ads = ctx.primary_address_path();
     if ctx.mtu() != 0 {
-        if mtu::bytes(ctx.mtu()).is_none() || ctx.mtu() > port_max_mtu(core) {
-            return Err(bad_param(
-                Syndrome::BadPathMtu,
-                "path MTU unknown or above the port's",
-            ));
-        }
-        if ctx.log_msg_max() > LOG_MAX_MSG {
-            return Err(bad_param(
-                Syndrome::BadQpParams,
-                "log_msg_max above log_max_msg",
-            ));
-        }
+        check_path_mtu(core, ctx.mtu())?;
+        check_log_msg_max(ctx)?;
         qp.mtu = ctx.mtu();
         qp.log_msg_max = ctx.log_msg_max();
     }
     match opcode {
         Opcode::Rst2initQp => {
-            if ads.vhca_port_num() != 1 {
-                return Err(missing("RST2INIT without port 1 in the primary path"));
-            }
-            qp.path.port = ads.vhca_port_num();
-            qp.path.pkey_index = ads.pkey_index();
+            take_port(qp, &ads)?;
             qp.q_key = ctx.q_key();
         }
         Opcode::Rtr2rtsQp => qp.next_send_psn = ctx.next_send_psn(),
         _ => {}
     }
+    Ok(())
+}
+
+/// Refuses path MTU code `code` unless it is known and at most the port's.
+fn check_path_mtu(core: &Core, code: u8) -> CmdResult {
+    if mtu::bytes(code).is_none() || code > port_max_mtu(core) {
+        return Err(bad_param(
+            Syndrome::BadPathMtu,
+            "path MTU unknown or above the port's",
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a context whose `log_msg_max` is above the device's.
+fn check_log_msg_max(ctx: &Qpc<&[u8]>) -> CmdResult {
+    if ctx.log_msg_max() > LOG_MAX_MSG {
+        return Err(bad_param(
+            Syndrome::BadQpParams,
+            "log_msg_max above log_max_msg",
+        ));
+    }
+    Ok(())
+}
+
+/// RST2INIT's port (it must be port 1) and P_Key index from the primary path.
+fn take_port(qp: &mut Qp, ads: &Ads<&[u8]>) -> CmdResult {
+    if ads.vhca_port_num() != 1 {
+        return Err(missing("RST2INIT without port 1 in the primary path"));
+    }
+    qp.path.port = ads.vhca_port_num();
+    qp.path.pkey_index = ads.pkey_index();
     Ok(())
 }
 

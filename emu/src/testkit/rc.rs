@@ -27,7 +27,7 @@ pub const MAC_B: [u8; 6] = [0x02, 0xcd, 0, 0, 0, 2];
 /// Port MTU (PMTU `admin_mtu`, bytes with the Ethernet header and FCS) an [`RcPair`] sets
 /// when its path MTU is above 1024 bytes: 9000-byte jumbo frames.
 pub const JUMBO_PORT_MTU: u16 = 9018;
-/// UDP source port of every path made here.
+/// UDP source port of a path made by [`RcPath::to`].
 pub const UDP_SPORT: u16 = 0xc123;
 /// Bytes of one receive WQE of a QP's own ring ([`Host::create_rc_qp`]): four data segments.
 pub const RC_RQ_STRIDE: u64 = 64;
@@ -76,12 +76,16 @@ pub struct RcPath {
     /// READs and atomics outstanding at once as requester: `2^log_sra_max` (0..=7; the
     /// device holds back further ones until a response retires one).
     pub log_sra_max: u8,
+    /// READs and atomics accepted outstanding at once as responder: `2^log_rra_max` (0..=7).
+    pub log_rra_max: u8,
+    /// UDP source port of the QP's packets.
+    pub udp_sport: u16,
 }
 
 impl RcPath {
     /// A path to `remote_qpn` at `peer_gid`/`peer_mac`, MTU 1024, PSNs from 0, seven retries,
-    /// RNR retries without limit, an ACK timeout of about 4.4 s, the shortest RNR timer and
-    /// one READ or atomic outstanding.
+    /// RNR retries without limit, an ACK timeout of about 4.4 s, the shortest RNR timer, one
+    /// READ or atomic outstanding each way and UDP source port [`UDP_SPORT`].
     pub fn to(peer_gid: [u8; 16], peer_mac: [u8; 6], remote_qpn: u32) -> Self {
         Self {
             gid_index: 0,
@@ -96,6 +100,8 @@ impl RcPath {
             ack_timeout: 20,
             min_rnr_nak: 1,
             log_sra_max: 0,
+            log_rra_max: 0,
+            udp_sport: UDP_SPORT,
         }
     }
 }
@@ -121,10 +127,16 @@ impl Host {
         cmd.nic_vport_context_mut().set_roce_en(true);
         self.exec(&input, 16)
             .expect("MODIFY_NIC_VPORT_CONTEXT roce_en");
+        self.set_roce_gid(0, gid, mac);
+    }
+
+    /// SET_ROCE_ADDRESS: GID index `index` to `gid` (RoCE v2; IPv4 when the GID is
+    /// IPv4-mapped, else IPv6) with source MAC `mac`.
+    pub fn set_roce_gid(&mut self, index: u16, gid: [u8; 16], mac: [u8; 6]) {
         let v4 = gid[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
         let mut input = Self::input(Opcode::SetRoceAddress, 0, 0x30);
         let mut cmd = SetRoceAddressIn::new(&mut input[..]).expect("layout");
-        cmd.set_roce_address_index(0).set_vhca_port_num(1);
+        cmd.set_roce_address_index(index).set_vhca_port_num(1);
         cmd.roce_address_mut()
             .set_gid(gid)
             .set_source_mac(mac)
@@ -195,13 +207,14 @@ impl Host {
                 .set_log_msg_max(30)
                 .set_remote_qpn(path.remote_qpn)
                 .set_min_rnr_nak(path.min_rnr_nak)
+                .set_log_rra_max(path.log_rra_max)
                 .set_next_rcv_psn(path.receive_psn);
             c.primary_address_path_mut()
                 .set_vhca_port_num(1)
                 .set_src_addr_index(path.gid_index)
                 .set_rgid(path.peer_gid)
                 .set_rmac(path.peer_mac)
-                .set_udp_sport(UDP_SPORT)
+                .set_udp_sport(path.udp_sport)
                 .set_hop_limit(64);
         });
         self.modify_qp(Opcode::Rtr2rtsQp, qpn, |c| {
@@ -327,6 +340,31 @@ pub fn rc_wqe(
     w
 }
 
+/// A function made from `cfg` (RoCE turned on) with `mem` bytes of host memory, brought up
+/// with RoCE enabled at `gid`/`mac`, alone on port A of a pair wire whose port B nobody takes
+/// from: every frame it sends waits there, for [`take_frames`].
+pub fn lone_host(cfg: EmuConfig, mem: usize, gid: [u8; 16], mac: [u8; 6]) -> (Host, Arc<Wire>) {
+    let dev = Device::new(EmuConfig { roce: true, ..cfg });
+    let wire = Arc::new(Wire::pair());
+    dev.attach(wire.clone(), PortId::A, &[]);
+    let mut h = Host::new(dev, mem);
+    h.bring_up();
+    h.enable_roce(gid, mac);
+    (h, wire)
+}
+
+/// Every frame waiting at port B of `wire`, oldest first.
+pub fn take_frames(wire: &Wire) -> Vec<Vec<u8>> {
+    let mut frames = Vec::new();
+    loop {
+        let mut frame = Vec::new();
+        if !wire.receive(PortId::B, &mut frame).expect("port B") {
+            return frames;
+        }
+        frames.push(frame);
+    }
+}
+
 /// Two functions with RoCE enabled on a pair wire (A at [`GID_A`]/[`MAC_A`], B at
 /// [`GID_B`]/[`MAC_B`]), each with one CQ and one RC QP in RTS connected to the other's.
 pub struct RcPair {
@@ -348,9 +386,10 @@ pub struct RcPair {
 
 impl RcPair {
     /// Two functions made from `cfg` (RoCE turned on, MACs set) with `mem` bytes of host
-    /// memory each, their ports at [`JUMBO_PORT_MTU`] when the path MTU is above 1024; CQs of `2^log_cq` entries, send rings of `2^log_sq` WQEBBs, own receive
-    /// rings of `2^log_rq` WQEs. A's path is `path` towards B (its peer fields filled in), B's
-    /// the same towards A with the two PSNs swapped. With threaded execution both functions
+    /// memory each, their ports at [`JUMBO_PORT_MTU`] when the path MTU is above 1024;
+    /// CQs of `2^log_cq` entries, send rings of `2^log_sq` WQEBBs, own receive rings of
+    /// `2^log_rq` WQEs. A's path is `path` towards B (its peer fields filled in), B's the same
+    /// towards A with the two PSNs swapped. With threaded execution both functions
     /// share one device thread.
     pub fn new(
         cfg: EmuConfig,
@@ -360,6 +399,20 @@ impl RcPair {
         log_rq: u8,
         path: RcPath,
     ) -> Self {
+        Self::with_rmp_b(cfg, mem, log_cq, log_sq, log_rq, path, |_| None)
+    }
+
+    /// [`RcPair::new`], B's QP taking its receives from the RMP `make_rmp` creates on B (after
+    /// A's QP, before B's), if it makes one.
+    pub fn with_rmp_b(
+        cfg: EmuConfig,
+        mem: usize,
+        log_cq: u8,
+        log_sq: u8,
+        log_rq: u8,
+        path: RcPath,
+        make_rmp: impl FnOnce(&mut Host) -> Option<u32>,
+    ) -> Self {
         let side = |mac| EmuConfig {
             roce: true,
             mac,
@@ -368,8 +421,35 @@ impl RcPair {
         let (da, db) = Device::pair(side(MAC_A), side(MAC_B));
         let (wire, port) = da.wire().expect("a pair is wired");
         debug_assert_eq!(port, PortId::A);
-        let mut a = Host::new(da, mem);
-        let mut b = Host::new(db, mem);
+        let (a, b) = (Host::new(da, mem), Host::new(db, mem));
+        Self::build(a, b, wire, (log_cq, log_sq, log_rq), path, make_rmp)
+    }
+
+    /// [`RcPair::new`] on two hosts the caller made, not yet brought up: `a`'s function on
+    /// port A of `wire`, `b`'s on port B, with MACs [`MAC_A`] and [`MAC_B`] and RoCE on (an
+    /// impaired wire, or a device thread each, for instance).
+    pub fn on_hosts(
+        a: Host,
+        b: Host,
+        wire: Arc<Wire>,
+        log_cq: u8,
+        log_sq: u8,
+        log_rq: u8,
+        path: RcPath,
+    ) -> Self {
+        Self::build(a, b, wire, (log_cq, log_sq, log_rq), path, |_| None)
+    }
+
+    /// Brings both hosts up and connects them; `logs` are the CQ, send ring and receive ring
+    /// sizes (log2).
+    fn build(
+        mut a: Host,
+        mut b: Host,
+        wire: Arc<Wire>,
+        (log_cq, log_sq, log_rq): (u8, u8, u8),
+        path: RcPath,
+        make_rmp: impl FnOnce(&mut Host) -> Option<u32>,
+    ) -> Self {
         a.bring_up();
         b.bring_up();
         if path.mtu_code > mtu::MTU_1024 {
@@ -381,7 +461,8 @@ impl RcPair {
         let cq_a = a.create_cq(log_cq);
         let cq_b = b.create_cq(log_cq);
         let qp_a = a.create_rc_qp(&cq_a, log_sq, log_rq, None);
-        let qp_b = b.create_rc_qp(&cq_b, log_sq, log_rq, None);
+        let rmpn = make_rmp(&mut b);
+        let qp_b = b.create_rc_qp(&cq_b, log_sq, log_rq, rmpn);
         let path_a = RcPath {
             peer_gid: GID_B,
             peer_mac: MAC_B,

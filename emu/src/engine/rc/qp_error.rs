@@ -9,6 +9,7 @@
 use crate::counters::add;
 use crate::fw::Core;
 use crate::objects::rc::RcReceive;
+use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome, ErrCqe};
 use cxdirect_hw::eqe::{EqeQpSrq, EventType};
 use cxdirect_hw::qp::state;
 
@@ -62,4 +63,43 @@ pub(super) fn post_cqe(core: &mut Core, qpn: u32, cqn: u32, cqe: &mut [u8; 64]) 
         add(&core.counters.completions_lost, 1);
         enter_error(core, qpn, Some(EventType::WqCatastrophicError));
     }
+}
+
+/// The side of an RC QP an error CQE reports.
+#[derive(Clone, Copy)]
+pub(super) enum ErrorSide {
+    /// A send WQE of opcode `wqe_opcode`: on the send CQ, as a requester error.
+    Requester {
+        /// The WQE's opcode (`s_wqe_opcode`).
+        wqe_opcode: u8,
+    },
+    /// A receive WQE: on the receive CQ, as a responder error.
+    Responder,
+}
+
+/// Writes the error CQE (`syndrome`) of WQE `index` of QP `qpn` to the CQ of `side`, through
+/// [`post_cqe`]. Nothing is written for a QP that does not exist.
+pub(super) fn post_error_cqe(
+    core: &mut Core,
+    qpn: u32,
+    index: u16,
+    syndrome: CqeSyndrome,
+    side: ErrorSide,
+) {
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return;
+    };
+    let (cqn, opcode, wqe_opcode) = match side {
+        ErrorSide::Requester { wqe_opcode } => (qp.cqn_snd, CqeOpcode::ReqErr, wqe_opcode),
+        ErrorSide::Responder => (qp.cqn_rcv, CqeOpcode::RespErr, 0),
+    };
+    let mut cqe = [0u8; 64];
+    if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
+        err.set_syndrome(syndrome as u8)
+            .set_s_wqe_opcode(wqe_opcode)
+            .set_qpn(qpn)
+            .set_wqe_counter(index)
+            .set_opcode(opcode as u8);
+    }
+    post_cqe(core, qpn, cqn, &mut cqe);
 }

@@ -4,14 +4,14 @@
 
 use super::count;
 use super::packet::{aeth, bth_opcode, mtu_bytes, PSN_MASK};
-use super::qp_error::{enter_error, errored, post_cqe};
+use super::qp_error::{enter_error, errored, post_cqe, post_error_cqe, ErrorSide};
 use super::requester::{read_bb, resume, span};
 use super::retransmit::{progressed, resend_outstanding, rnr_nak};
 use crate::counters::add;
 use crate::fw::mkey::translate;
 use crate::fw::Core;
 use crate::objects::rc::Outstanding;
-use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome, ErrCqe};
+use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome};
 use cxdirect_hw::wqe::{self, opcode, CtrlSeg, DataSeg, WQE_BB, WQE_DS};
 use std::time::Instant;
 
@@ -172,19 +172,8 @@ pub(super) fn flush(core: &mut Core, qpn: u32) {
 /// The flush-error CQE of one WQE.
 pub(super) fn flushed(core: &mut Core, qpn: u32, index: u16, opcode: u8) {
     count(core, qpn, |c| &mut c.req_cqe_flush_error);
-    let Some(qp) = core.res.qps.get(qpn) else {
-        return;
-    };
-    let cqn = qp.cqn_snd;
-    let mut cqe = [0u8; 64];
-    if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
-        err.set_syndrome(CqeSyndrome::WrFlushed as u8)
-            .set_s_wqe_opcode(opcode)
-            .set_qpn(qpn)
-            .set_wqe_counter(index)
-            .set_opcode(CqeOpcode::ReqErr as u8);
-    }
-    post_cqe(core, qpn, cqn, &mut cqe);
+    let side = ErrorSide::Requester { wqe_opcode: opcode };
+    post_error_cqe(core, qpn, index, CqeSyndrome::WrFlushed, side);
 }
 
 /// WQE `index` failed with `syndrome` while WQEs before it (and perhaps it, on a
@@ -223,19 +212,8 @@ pub(super) fn fail(core: &mut Core, qpn: u32, index: u16, opcode: u8, syndrome: 
         CqeSyndrome::RetryExceeded => count(core, qpn, |c| &mut c.req_transport_retries_exceeded),
         _ => {}
     }
-    let Some(qp) = core.res.qps.get(qpn) else {
-        return;
-    };
-    let cqn = qp.cqn_snd;
-    let mut cqe = [0u8; 64];
-    if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
-        err.set_syndrome(syndrome as u8)
-            .set_s_wqe_opcode(opcode)
-            .set_qpn(qpn)
-            .set_wqe_counter(index)
-            .set_opcode(CqeOpcode::ReqErr as u8);
-    }
-    post_cqe(core, qpn, cqn, &mut cqe);
+    let side = ErrorSide::Requester { wqe_opcode: opcode };
+    post_error_cqe(core, qpn, index, syndrome, side);
     enter_error(core, qpn, None);
 }
 

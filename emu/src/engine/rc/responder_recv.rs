@@ -3,13 +3,13 @@
 //! CQEs, flushed when the QP goes to error.
 
 use super::count;
-use super::qp_error::post_cqe;
+use super::qp_error::{post_cqe, post_error_cqe, ErrorSide};
 use crate::counters::add;
 use crate::fw::mkey::{translate, KeyFault};
 use crate::fw::Core;
 use crate::objects::rc::{RcReceive, ReceiveInProgress};
 use crate::objects::QState;
-use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome, ErrCqe};
+use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome};
 use cxdirect_hw::wqe::{DataSeg, SrqNextSeg, INVALID_LKEY, WQE_DS};
 
 /// Receive WQEs posted and not yet taken, on the QP's own ring or its RMP (0 without either,
@@ -234,18 +234,13 @@ pub(crate) fn flush_receives(core: &mut Core, qpn: u32) {
 /// The flush-error CQE of receive WQE `index`.
 fn flushed_receive(core: &mut Core, qpn: u32, index: u16) {
     count(core, qpn, |c| &mut c.resp_cqe_flush_error);
-    let Some(qp) = core.res.qps.get(qpn) else {
-        return;
-    };
-    let cqn = qp.cqn_rcv;
-    let mut cqe = [0u8; 64];
-    if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
-        err.set_syndrome(CqeSyndrome::WrFlushed as u8)
-            .set_qpn(qpn)
-            .set_wqe_counter(index)
-            .set_opcode(CqeOpcode::RespErr as u8);
-    }
-    post_cqe(core, qpn, cqn, &mut cqe);
+    post_error_cqe(
+        core,
+        qpn,
+        index,
+        CqeSyndrome::WrFlushed,
+        ErrorSide::Responder,
+    );
 }
 
 /// A receive WQE that could not take its message: an error CQE (the responder's NAK then
@@ -258,16 +253,5 @@ pub(super) fn responder_error(core: &mut Core, qpn: u32, index: u16, syndrome: C
         CqeSyndrome::LocalProtection => count(core, qpn, |c| &mut c.resp_local_protection),
         _ => {}
     }
-    let Some(qp) = core.res.qps.get(qpn) else {
-        return;
-    };
-    let cqn = qp.cqn_rcv;
-    let mut cqe = [0u8; 64];
-    if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
-        err.set_syndrome(syndrome as u8)
-            .set_qpn(qpn)
-            .set_wqe_counter(index)
-            .set_opcode(CqeOpcode::RespErr as u8);
-    }
-    post_cqe(core, qpn, cqn, &mut cqe);
+    post_error_cqe(core, qpn, index, syndrome, ErrorSide::Responder);
 }
