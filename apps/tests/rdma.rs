@@ -24,8 +24,16 @@ fn field<'a>(summary: &'a str, key: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {key}= in {summary:?}"))
 }
 
+/// The `srq: ` line of side `who` (`server` or `client`).
+fn srq_line<'a>(stdout: &'a str, who: &str) -> &'a str {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(who)?.strip_prefix(" srq: "))
+        .unwrap_or_else(|| panic!("no {who} srq line in {stdout}"))
+}
+
 #[test]
-fn krping_emu_pair_validates_1000_pings_without_an_error() {
+fn krping_emu_pair_validates_1000_pings_from_a_shallow_srq_refilled_on_its_limit_event() {
     let (code, stdout, stderr) = run(
         KRPING,
         &["--device", "emu-pair", "--count", "1000", "--validate"],
@@ -33,11 +41,72 @@ fn krping_emu_pair_validates_1000_pings_without_an_error() {
     assert_eq!(code, 0, "{stdout}{stderr}");
     let last = stdout.lines().last().unwrap();
     assert!(last.starts_with("summary: "), "{stdout}");
+    // The fields first, in order, then the SRQ's.
+    let keys: Vec<&str> = last
+        .split_whitespace()
+        .skip(1)
+        .map(|w| w.split('=').next().unwrap())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "count",
+            "size",
+            "validated",
+            "errors",
+            "usec_per_iter",
+            "srq_limit_events"
+        ]
+    );
     assert_eq!(field(last, "count"), "1000");
     assert_eq!(field(last, "size"), "64");
     assert_eq!(field(last, "validated"), "yes");
     assert_eq!(field(last, "errors"), "0");
     assert!(field(last, "usec_per_iter").parse::<f64>().unwrap() > 0.0);
+    // 2,000 messages into each side's SRQ of 16 receives, refilled to 16 after each limit
+    // event: at most 16 messages from one refill to the next.
+    let events: u64 = field(last, "srq_limit_events").parse().unwrap();
+    assert!(events >= 2 * (2000 - 16) / 16, "{last}");
+    let mut sum = 0;
+    for who in ["server", "client"] {
+        let line = srq_line(&stdout, who);
+        assert_eq!((field(line, "depth"), field(line, "limit")), ("16", "4"));
+        let side: u64 = field(line, "limit_events").parse().unwrap();
+        // The events were taken on the async event vector's eventfd.
+        assert!(
+            field(line, "interrupts").parse::<u64>().unwrap() > 0,
+            "{line}"
+        );
+        sum += side;
+    }
+    assert_eq!(sum, events);
+}
+
+#[test]
+fn krping_srq_0_receives_on_the_queue_pairs_own_receive_queue() {
+    let (code, stdout, stderr) = run(
+        KRPING,
+        &[
+            "--device",
+            "emu-pair",
+            "--count",
+            "200",
+            "--validate",
+            "--srq",
+            "0",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let last = stdout.lines().last().unwrap();
+    assert_eq!(
+        (
+            field(last, "count"),
+            field(last, "errors"),
+            field(last, "srq_limit_events")
+        ),
+        ("200", "0", "0")
+    );
+    assert!(!stdout.contains(" srq: "), "{stdout}");
 }
 
 #[test]

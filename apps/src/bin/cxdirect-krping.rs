@@ -1,7 +1,9 @@
 //! cxdirect-krping: krping's RDMA READ / RDMA WRITE ping between a server and a client, on two
 //! emulated ports in one process (`--device emu-pair`) or one side per process on PCI functions
-//! that trade their endpoints over TCP. Ends with `summary: count=N size=N validated=yes|no
-//! errors=N usec_per_iter=X`; exits 1 on any error or mismatch.
+//! that trade their endpoints over TCP. Each side takes its messages from a shallow shared
+//! receive queue refilled on its limit event (`--srq DEPTH`; `--srq 0`: the queue pair's own
+//! receive queue). Ends with `summary: count=N size=N validated=yes|no errors=N
+//! usec_per_iter=X srq_limit_events=N`; exits 1 on any error or mismatch.
 
 use clap::error::ErrorKind;
 use clap::Parser;

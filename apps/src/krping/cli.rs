@@ -1,6 +1,8 @@
 //! cxdirect-krping's command line.
 
 use super::protocol::Options;
+use super::run::SideSetup;
+use super::srq::{DEFAULT_DEPTH, MAX_DEPTH};
 use super::{DEFAULT_SIZE, MAX_SIZE, MIN_SIZE};
 use crate::cli::{at_least_one, DeviceArgs, RUN, TRAFFIC};
 use crate::rdma::endpoint::DEFAULT_PORT;
@@ -31,6 +33,11 @@ pub struct Cli {
     /// Memory the buffers are registered from: host, memfd, udmabuf or cuda
     #[arg(long, value_name = "KIND", value_enum, hide_possible_values = true, default_value_t = MemoryKind::Host, help_heading = TRAFFIC)]
     pub memory: MemoryKind,
+    /// Receives on the shared receive queue each side takes its messages from, refilled on its
+    /// limit event (armed at DEPTH / 4, at least 1); 0 receives on the queue pair's own receive
+    /// queue (0..=1024)
+    #[arg(long, value_name = "DEPTH", default_value_t = DEFAULT_DEPTH, value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_DEPTH)), help_heading = TRAFFIC)]
+    pub srq: u32,
     /// Compare each buffer the server wrote back with the one the client sent
     #[arg(long, help_heading = RUN)]
     pub validate: bool,
@@ -93,6 +100,14 @@ impl Cli {
         }
     }
 
+    /// How each side is set up: memory and receive queue.
+    pub fn setup(&self) -> SideSetup {
+        SideSetup {
+            memory: self.memory,
+            srq_depth: self.srq,
+        }
+    }
+
     /// The protocol options.
     pub fn options(&self) -> Options {
         Options {
@@ -126,7 +141,13 @@ mod tests {
                 verbose: false
             }
         );
-        assert_eq!(cli.memory, MemoryKind::Host);
+        assert_eq!(
+            cli.setup(),
+            SideSetup {
+                memory: MemoryKind::Host,
+                srq_depth: 16
+            }
+        );
         assert_eq!(cli.port, 18515);
         assert_eq!(cli.address.to_string(), "127.0.0.1");
     }
@@ -145,6 +166,8 @@ mod tests {
             "--verbose",
             "--memory",
             "udmabuf",
+            "--srq",
+            "0",
         ])
         .unwrap();
         assert_eq!(cli.plan(), Ok(Plan::Server("0000:06:00.0".into())));
@@ -157,7 +180,13 @@ mod tests {
                 verbose: true
             }
         );
-        assert_eq!(cli.memory, MemoryKind::Udmabuf);
+        assert_eq!(
+            cli.setup(),
+            SideSetup {
+                memory: MemoryKind::Udmabuf,
+                srq_depth: 0
+            }
+        );
         let cli = parse(&["--client", "--device", "06:00.1", "--port", "9999"]).unwrap();
         assert_eq!(cli.plan(), Ok(Plan::Client("06:00.1".into())));
         assert_eq!(cli.port, 9999);
@@ -191,6 +220,7 @@ mod tests {
             (["--size", "16777217"], "--size"),
             (["--count", "0"], "--count"),
             (["--memory", "gpu"], "--memory"),
+            (["--srq", "1025"], "--srq"),
         ] {
             let mut argv = vec!["--device", "emu-pair"];
             argv.extend(args);

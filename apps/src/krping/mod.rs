@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod protocol;
 pub mod run;
+pub mod srq;
 
 use std::fmt;
 
@@ -66,18 +67,23 @@ pub struct Summary {
     pub errors: u64,
     /// Wall-clock time per ping, in microseconds.
     pub usec_per_iter: f64,
+    /// Limit events of the shared receive queues the sides this process ran received from
+    /// (0 when they received on their queue pairs' own receive queues).
+    pub srq_limit_events: u64,
 }
 
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "summary: count={} size={} validated={} errors={} usec_per_iter={:.2}",
+            "summary: count={} size={} validated={} errors={} usec_per_iter={:.2} \
+             srq_limit_events={}",
             self.count,
             self.size,
             if self.validated { "yes" } else { "no" },
             self.errors,
-            self.usec_per_iter
+            self.usec_per_iter,
+            self.srq_limit_events
         )
     }
 }
@@ -141,10 +147,12 @@ mod tests {
             validated: true,
             errors: 0,
             usec_per_iter: 12.345,
+            srq_limit_events: 7,
         };
         assert_eq!(
             s.to_string(),
-            "summary: count=1000 size=64 validated=yes errors=0 usec_per_iter=12.35"
+            "summary: count=1000 size=64 validated=yes errors=0 usec_per_iter=12.35 \
+             srq_limit_events=7"
         );
         let s = Summary {
             validated: false,

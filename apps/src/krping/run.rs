@@ -5,6 +5,7 @@ use super::cli::{Cli, Plan};
 use super::protocol::{
     run_pair, run_side, Buffer, Client, Completion, KrpingQp, Options, Role, Server,
 };
+use super::srq::{SrqReceives, SrqStats};
 use super::Summary;
 use crate::emulated::{open_emulated, Spec};
 use crate::rdma::endpoint::{dial, serve, CONNECT_PATIENCE};
@@ -24,8 +25,22 @@ use std::time::{Duration, Instant};
 
 /// How long neither side may complete anything before the run is declared stalled.
 pub const PATIENCE: Duration = Duration::from_secs(5);
-/// Receive slots of [`BUFFER_INFO_LEN`] bytes each side keeps (it posts at most two at once).
+/// Receive slots of [`BUFFER_INFO_LEN`] bytes each side keeps on its queue pair's own receive
+/// queue (it posts at most two at once).
 const RECV_SLOTS: u32 = 4;
+/// Empty polls of the completion queue between two looks at the async event vector's eventfd
+/// (for the SRQ's limit event).
+const POLLS_PER_EVENT_LOOK: u32 = 16;
+
+/// How a side is set up besides the protocol's options.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SideSetup {
+    /// The memory the buffers are registered from.
+    pub memory: MemoryKind,
+    /// Receives on the shared receive queue the side takes its messages from (0: the queue
+    /// pair's own receive queue).
+    pub srq_depth: u32,
+}
 /// The address the server's port takes (its GID), and the client's.
 pub const SERVER_ADDRESS: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 168, 77, 1));
 /// See [`SERVER_ADDRESS`].
@@ -39,18 +54,17 @@ pub struct VerbsSide<B: Backend> {
     rdma: RdmaBuffer,
     recv: RdmaBuffer,
     recv_posted: u64,
+    srq: Option<SrqReceives<B>>,
+    empty_polls: u32,
 }
 
 impl<B: Backend> VerbsSide<B> {
     /// Opens `backend` with `address` as its GID address and sets up a side with `size`-byte
-    /// buffers of `memory` (the client's start buffer, which the CPU fills, stays in host
-    /// memory when `memory` is GPU memory).
-    pub fn open(
-        backend: B,
-        address: IpAddr,
-        size: u32,
-        memory: MemoryKind,
-    ) -> Result<Self, String> {
+    /// buffers of `setup.memory` (the client's start buffer, which the CPU fills, stays in host
+    /// memory when that is GPU memory), receiving from a shared receive queue of
+    /// `setup.srq_depth` receives (none: 0).
+    pub fn open(backend: B, address: IpAddr, size: u32, setup: SideSetup) -> Result<Self, String> {
+        let memory = setup.memory;
         let mut port = RdmaPort::open(backend, address, 64)?;
         let size = size as usize;
         let start_kind = if memory == MemoryKind::Cuda {
@@ -65,13 +79,18 @@ impl<B: Backend> VerbsSide<B> {
             RECV_SLOTS as usize * BUFFER_INFO_LEN,
             KeyAccess::READ_WRITE,
         )?;
-        let qp = port.queue_pair(QpCaps {
+        let srq = match setup.srq_depth {
+            0 => None,
+            depth => Some(SrqReceives::create(&mut port, depth)?),
+        };
+        let caps = QpCaps {
             max_send_wr: 16,
             max_recv_wr: RECV_SLOTS,
             max_send_sge: 1,
             max_recv_sge: 1,
             max_inline_data: BUFFER_INFO_LEN as u32,
-        })?;
+        };
+        let qp = port.queue_pair_on(caps, srq.as_ref().map(SrqReceives::srq))?;
         Ok(Self {
             port,
             qp,
@@ -79,7 +98,14 @@ impl<B: Backend> VerbsSide<B> {
             rdma,
             recv,
             recv_posted: 0,
+            srq,
+            empty_polls: 0,
         })
+    }
+
+    /// What the side's shared receive queue went through (`None` without one).
+    pub fn srq_stats(&self) -> Option<SrqStats> {
+        self.srq.as_ref().map(SrqReceives::stats)
     }
 
     /// Connects the queue pair to the peer's endpoint with `ibv_rc_pingpong`'s attributes.
@@ -93,10 +119,19 @@ impl<B: Backend> VerbsSide<B> {
         local_endpoint(&self.qp)
     }
 
-    /// Destroys everything and closes the device.
-    pub fn close(self) -> Result<(), String> {
-        self.port
-            .close(vec![self.qp], vec![self.start, self.rdma, self.recv])
+    /// Destroys everything (the queue pair before its SRQ) and closes the device; the first
+    /// failure is returned after everything has been tried.
+    pub fn close(mut self) -> Result<(), String> {
+        let mut first = self.port.destroy_queue_pair(self.qp).err();
+        if let Some(srq) = self.srq {
+            if let Err(e) = srq.destroy(&mut self.port.dev) {
+                first.get_or_insert(format!("{}: closing: {e}", self.port.name()));
+            }
+        }
+        let closed = self
+            .port
+            .close(Vec::new(), vec![self.start, self.rdma, self.recv]);
+        first.map_or(closed, Err)
     }
 
     fn buffer(&self, buffer: Buffer) -> &RdmaBuffer {
@@ -133,6 +168,10 @@ impl<B: Backend> KrpingQp for VerbsSide<B> {
     }
 
     fn post_recv(&mut self) -> Result<(), String> {
+        if let Some(srq) = self.srq.as_mut() {
+            // The SRQ is refilled on its limit event only; the message needs one receive posted.
+            return srq.ensure_posted(&mut self.port.dev, self.qp.qpn(), PATIENCE);
+        }
         let slot = self.recv_posted % u64::from(RECV_SLOTS);
         let sge = [self
             .recv
@@ -170,6 +209,12 @@ impl<B: Backend> KrpingQp for VerbsSide<B> {
         let mut wc = [WorkCompletion::default(); 1];
         if self.port.cq.poll(&mut wc).map_err(|e| e.to_string())? == 0 {
             self.port.idle();
+            if let Some(srq) = self.srq.as_mut() {
+                self.empty_polls = self.empty_polls.wrapping_add(1);
+                if self.empty_polls % POLLS_PER_EVENT_LOOK == 0 {
+                    srq.look(&mut self.port.dev, self.qp.qpn())?;
+                }
+            }
             return Ok(None);
         }
         let wc = wc[0];
@@ -186,8 +231,22 @@ impl<B: Backend> KrpingQp for VerbsSide<B> {
             WcOpcode::Recv => {
                 let len = (wc.byte_len as usize).min(BUFFER_INFO_LEN);
                 let mut bytes = [0u8; BUFFER_INFO_LEN];
-                let slot = wc.wr_id.min(u64::from(RECV_SLOTS) - 1) as usize;
-                self.recv.load(slot * BUFFER_INFO_LEN, &mut bytes[..len])?;
+                match self.srq.as_mut() {
+                    Some(srq) => {
+                        if wc.srqn != Some(srq.srq().srqn()) {
+                            return Err(format!(
+                                "a receive completion from SRQ {:?}, not {:#x}",
+                                wc.srqn,
+                                srq.srq().srqn()
+                            ));
+                        }
+                        srq.take(wc.wr_id, &mut bytes[..len])?;
+                    }
+                    None => {
+                        let slot = wc.wr_id.min(u64::from(RECV_SLOTS) - 1) as usize;
+                        self.recv.load(slot * BUFFER_INFO_LEN, &mut bytes[..len])?;
+                    }
+                }
                 Completion::Received {
                     bytes,
                     // A longer message than an advertisement is refused by the protocol.
@@ -215,7 +274,7 @@ pub fn run(cli: &Cli, plan: &Plan) -> Result<Summary, String> {
             };
             let exec = cli.devices.emu_exec;
             let hooks = [emulated_idle_hook(&a, exec), emulated_idle_hook(&b, exec)];
-            run_pair_on(a, b, hooks, options, cli.memory, &mut out)
+            run_pair_on(a, b, hooks, options, cli.setup(), &mut out)
         }
         Plan::Server(spec) | Plan::Client(spec) => {
             let backend = crate::vfio_open(spec, cli.devices.iommu_mode.as_str())
@@ -224,7 +283,7 @@ pub fn run(cli: &Cli, plan: &Plan) -> Result<Summary, String> {
                 tcp: (cli.address, cli.port),
                 server: matches!(plan, Plan::Server(_)),
             };
-            run_one(backend, None, exchange, options, cli.memory, &mut out)
+            run_one(backend, None, exchange, options, cli.setup(), &mut out)
         }
     }
 }
@@ -236,13 +295,13 @@ pub fn run_pair_on<B: Backend>(
     client_backend: B,
     idle_hooks: [Option<IdleHook>; 2],
     options: Options,
-    memory: MemoryKind,
+    setup: SideSetup,
     out: &mut dyn Write,
 ) -> Result<Summary, String> {
     let [server_idle, client_idle] = idle_hooks;
-    let mut server_side = VerbsSide::open(server_backend, SERVER_ADDRESS, options.size, memory)?;
+    let mut server_side = VerbsSide::open(server_backend, SERVER_ADDRESS, options.size, setup)?;
     server_side.port.set_idle(server_idle);
-    let mut client_side = VerbsSide::open(client_backend, CLIENT_ADDRESS, options.size, memory)?;
+    let mut client_side = VerbsSide::open(client_backend, CLIENT_ADDRESS, options.size, setup)?;
     client_side.port.set_idle(client_idle);
     let mut server = Server::new(options);
     let mut client = Client::new(options);
@@ -263,16 +322,26 @@ pub fn run_pair_on<B: Backend>(
         PATIENCE,
     );
     let elapsed = began.elapsed();
+    let mut limit_events = 0;
+    for (who, side) in [("server", &server_side), ("client", &client_side)] {
+        if let Some(stats) = side.srq_stats() {
+            writeln!(out, "{who} {stats}").map_err(|e| e.to_string())?;
+            limit_events += stats.limit_events;
+        }
+    }
     let closed = server_side.close().and(client_side.close());
     outcome.map_err(|e| e.to_string())?;
     closed?;
-    Ok(summary(
-        options,
-        client.pings(),
-        client.errors(),
-        options.validate,
-        elapsed,
-    ))
+    Ok(Summary {
+        srq_limit_events: limit_events,
+        ..summary(
+            options,
+            client.pings(),
+            client.errors(),
+            options.validate,
+            elapsed,
+        )
+    })
 }
 
 /// How a side that runs alone reaches its peer.
@@ -291,7 +360,7 @@ pub fn run_one<B: Backend>(
     idle: Option<IdleHook>,
     exchange: Exchange,
     options: Options,
-    memory: MemoryKind,
+    setup: SideSetup,
     out: &mut dyn Write,
 ) -> Result<Summary, String> {
     let address = if exchange.server {
@@ -299,7 +368,7 @@ pub fn run_one<B: Backend>(
     } else {
         CLIENT_ADDRESS
     };
-    let mut side = VerbsSide::open(backend, address, options.size, memory)?;
+    let mut side = VerbsSide::open(backend, address, options.size, setup)?;
     side.port.set_idle(idle);
     let local = side.endpoint();
     writeln!(out, "  local address: {}", local.describe()).map_err(|e| e.to_string())?;
@@ -332,10 +401,17 @@ pub fn run_one<B: Backend>(
             )
         })
     };
+    let stats = side.srq_stats();
+    if let Some(stats) = stats {
+        writeln!(out, "{stats}").map_err(|e| e.to_string())?;
+    }
     let closed = side.close();
     let summary = outcome.map_err(|e| e.to_string())?;
     closed?;
-    Ok(summary)
+    Ok(Summary {
+        srq_limit_events: stats.map_or(0, |s| s.limit_events),
+        ..summary
+    })
 }
 
 fn summary(options: Options, count: u64, errors: u64, validated: bool, took: Duration) -> Summary {
@@ -345,6 +421,7 @@ fn summary(options: Options, count: u64, errors: u64, validated: bool, took: Dur
         validated,
         errors,
         usec_per_iter: took.as_secs_f64() * 1e6 / count.max(1) as f64,
+        srq_limit_events: 0,
     }
 }
 
@@ -361,6 +438,11 @@ mod tests {
         let mut ports = open_emulated(&Spec::EmuPair, config).into_iter();
         (ports.next().unwrap(), ports.next().unwrap())
     }
+
+    const SHALLOW_SRQ: SideSetup = SideSetup {
+        memory: MemoryKind::Host,
+        srq_depth: 16,
+    };
 
     fn options(count: u64) -> Options {
         Options {
@@ -383,12 +465,12 @@ mod tests {
         let server = std::thread::spawn(move || {
             let mut out = Vec::new();
             let exchange = Exchange { tcp, server: true };
-            let s = run_one(a, None, exchange, options(200), MemoryKind::Host, &mut out);
+            let s = run_one(a, None, exchange, options(200), SHALLOW_SRQ, &mut out);
             (s, String::from_utf8(out).unwrap())
         });
         let mut out = Vec::new();
         let exchange = Exchange { tcp, server: false };
-        let client = run_one(b, None, exchange, options(200), MemoryKind::Host, &mut out).unwrap();
+        let client = run_one(b, None, exchange, options(200), SHALLOW_SRQ, &mut out).unwrap();
         let (server, server_out) = server.join().unwrap();
         let server = server.unwrap();
         assert_eq!(
@@ -396,7 +478,15 @@ mod tests {
             (200, 0, true)
         );
         assert_eq!((server.count, server.validated), (200, false));
+        // 400 messages into each side's SRQ of 16, refilled to 16 after each limit event: at
+        // most 16 messages from one refill to the next.
+        assert!(client.srq_limit_events >= (400 - 16) / 16, "{client:?}");
+        assert!(server.srq_limit_events >= (400 - 16) / 16, "{server:?}");
         let client_out = String::from_utf8(out).unwrap();
+        assert!(
+            client_out.contains("srq: depth=16 limit=4 "),
+            "{client_out}"
+        );
         // Each side printed its own endpoint and the other's, the same QPN seen from both.
         let qpn = |text: &str, which: &str| {
             text.lines()
@@ -417,7 +507,55 @@ mod tests {
             emulated_idle_hook(&b, EmuExec::Inline),
         ];
         assert!(hooks.iter().all(Option::is_some));
-        let s = run_pair_on(a, b, hooks, options(50), MemoryKind::Host, &mut Vec::new()).unwrap();
-        assert_eq!((s.count, s.errors), (50, 0));
+        let own_queue = SideSetup {
+            memory: MemoryKind::Host,
+            srq_depth: 0,
+        };
+        let mut out = Vec::new();
+        let s = run_pair_on(a, b, hooks, options(50), own_queue, &mut out).unwrap();
+        assert_eq!((s.count, s.errors, s.srq_limit_events), (50, 0, 0));
+        assert!(!String::from_utf8(out).unwrap().contains("srq:"));
+    }
+
+    /// An SRQ of one receive is empty after each message: each receive after the first is
+    /// refilled on a limit event. On an inline model a message's completion is there at the
+    /// first poll after the peer's post, before any look at the events, so the side finds the
+    /// SRQ empty and sleeps on the eventfd until the event.
+    #[test]
+    fn an_srq_of_one_receive_waits_for_each_limit_event_on_the_eventfd() {
+        let (a, b) = pair(EmuExec::Inline);
+        let hooks = [
+            emulated_idle_hook(&a, EmuExec::Inline),
+            emulated_idle_hook(&b, EmuExec::Inline),
+        ];
+        let one = SideSetup {
+            memory: MemoryKind::Host,
+            srq_depth: 1,
+        };
+        let mut out = Vec::new();
+        let s = run_pair_on(a, b, hooks, options(30), one, &mut out).unwrap();
+        assert_eq!((s.count, s.errors), (30, 0));
+        let out = String::from_utf8(out).unwrap();
+        for who in ["server", "client"] {
+            let line = out
+                .lines()
+                .find(|l| l.starts_with(&format!("{who} srq: ")))
+                .unwrap_or_else(|| panic!("no {who} srq line in {out}"));
+            let value = |key: &str| -> u64 {
+                line.split_whitespace()
+                    .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            };
+            // 60 messages each way: the first into the first fill, each of the others into a
+            // refill of one, after the limit event of the message before (the last message's
+            // event may come after the run).
+            assert_eq!(value("refilled"), 59, "{line}");
+            assert!((59..=60).contains(&value("limit_events")), "{line}");
+            assert!(value("dry_waits") > 0, "{line}");
+            assert!(value("interrupts") > 0, "{line}");
+        }
+        assert!(s.srq_limit_events >= 2 * 59, "{s:?}");
     }
 }

@@ -8,7 +8,7 @@ use super::MemoryKind;
 use cxdirect::control::KeyAccess;
 use cxdirect::rdma::{
     CompletionQueue, ConnectParams, MemoryRegion, MrSource, ProtectionDomain, QpCaps, RcQueuePair,
-    Roce,
+    Roce, SharedReceiveQueue,
 };
 use cxdirect::{Backend, Device, Options};
 use cxdirect_dma::cuda::CudaMemory;
@@ -179,15 +179,24 @@ impl<B: Backend> RdmaPort<B> {
 
     /// Creates an RC queue pair with `caps` completing on the port's completion queue.
     pub fn queue_pair(&mut self, caps: QpCaps) -> Result<RcQueuePair<B>, String> {
-        RcQueuePair::create(
-            &mut self.dev,
-            &self.pd,
-            &mut self.cq,
-            None,
-            caps,
-            &self.roce,
-        )
-        .map_err(|e| format!("{}: queue pair: {e}", self.name))
+        self.queue_pair_on(caps, None)
+    }
+
+    /// Creates an RC queue pair with `caps` completing on the port's completion queue and
+    /// receiving from `srq` when one is given (its own receive queue otherwise).
+    pub fn queue_pair_on(
+        &mut self,
+        caps: QpCaps,
+        srq: Option<&SharedReceiveQueue<B>>,
+    ) -> Result<RcQueuePair<B>, String> {
+        RcQueuePair::create(&mut self.dev, &self.pd, &mut self.cq, srq, caps, &self.roce)
+            .map_err(|e| format!("{}: queue pair: {e}", self.name))
+    }
+
+    /// Destroys `qp`, its posted requests flushed (before the SRQ it receives from).
+    pub fn destroy_queue_pair(&mut self, qp: RcQueuePair<B>) -> Result<(), String> {
+        qp.destroy(&mut self.dev, &mut self.cq)
+            .map_err(|e| format!("{}: closing: queue pair: {e}", self.name))
     }
 
     /// Connects `qp` to `remote` with `params`.
