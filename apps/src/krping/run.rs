@@ -372,6 +372,8 @@ pub fn run_one<B: Backend>(
     side.port.set_idle(idle);
     let local = side.endpoint();
     writeln!(out, "  local address: {}", local.describe()).map_err(|e| e.to_string())?;
+    // Which memory the remote side READs from and WRITEs into (the rig checks it).
+    writeln!(out, "  memory: {}", setup.memory.as_str()).map_err(|e| e.to_string())?;
     let tcp = exchange.tcp;
     let outcome = if exchange.server {
         let mut srv = Server::new(options);
