@@ -1333,3 +1333,61 @@ fn seventy_64k_reads_posted_at_once_complete_held_to_the_read_limit_without_a_lo
     );
     assert_eq!(counters.rx_frames, (READS * SIZE / MTU) as u64);
 }
+
+#[test]
+fn twenty_1m_reads_posted_at_once_complete_paced_by_the_responder_without_a_lost_frame() {
+    // Sixteen READs outstanding of 1 MiB each are 16,384 response frames at MTU 1024, four
+    // times the wire's receive FIFO of 4,096 frames: the responder sends them as the
+    // requester's port takes them, never more than it has room for, so none is dropped and
+    // no READ is sent again.
+    const READS: usize = 20;
+    const SIZE: usize = 1 << 20;
+    let (mut a, mut b, models) = pair();
+    let mut qa = a.qp(QpCaps::default());
+    let mut qb = b.qp(QpCaps::default());
+    let params = ConnectParams {
+        max_rd_atomic: 16,
+        max_dest_rd_atomic: 16,
+        ..ConnectParams::default()
+    };
+    let (ea, eb) = (qa.local_endpoint(), qb.local_endpoint());
+    qa.connect(&mut a.dev, &eb, params).expect("connect a");
+    qb.connect(&mut b.dev, &ea, params).expect("connect b");
+    let (dst, src) = (a.mr(READS * SIZE, ALL), b.mr(READS * SIZE, ALL));
+    let data = pattern(READS * SIZE, 9);
+    src.write(0, &data).unwrap();
+    let sges: Vec<[Sge; 1]> = (0..READS)
+        .map(|i| [dst.sge((i * SIZE) as u64, SIZE as u32)])
+        .collect();
+    let wrs: Vec<SendRequest<'_>> = sges
+        .iter()
+        .enumerate()
+        .map(|(i, sge)| {
+            SendRequest::new(
+                i as u64,
+                SendOp::Read(src.remote((i * SIZE) as u64)),
+                Payload::Gather(sge),
+            )
+        })
+        .collect();
+    qa.post_send(&wrs).expect("post_send");
+    let wcs = a.wait(READS);
+    assert!(
+        wcs.iter()
+            .enumerate()
+            .all(|(i, wc)| wc.wr_id == i as u64 && wc.status == WcStatus::Success),
+        "{wcs:?}"
+    );
+    assert!(
+        read(&dst, 0, READS * SIZE) == data,
+        "the READs' bytes differ"
+    );
+    let (wire, port) = models[0].wire().expect("the pair's wire");
+    let counters = wire.counters(port).expect("port counters");
+    assert_eq!(
+        (counters.dropped, models[0].counters().roce_retransmits),
+        (0, 0),
+        "frames dropped at the requester's port, READs sent again"
+    );
+    assert_eq!(counters.rx_frames, (READS * SIZE / MTU) as u64);
+}

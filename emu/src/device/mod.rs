@@ -618,12 +618,17 @@ impl Device {
     }
 }
 
-/// Has each peer of `link` take what reached its port: at once when it runs inline, else by
+/// Has each peer of `link` take what reached its port and continue the responses it owes
+/// (room may have opened at this function's port): at once when it runs inline, else by
 /// waking its device thread if it sleeps.
 fn wake_peers(link: &Link) {
     for peer in link.peers.iter().filter_map(Weak::upgrade) {
         match peer.exec {
-            ExecMode::Inline => pump_rx(&peer),
+            ExecMode::Inline => {
+                pump_rx(&peer);
+                // What it sends now waits at this function's port for its next pass.
+                run_rc_timers(&peer);
+            }
             ExecMode::Threaded => {
                 if let Some(engine) = &peer.engine {
                     engine.kick();
@@ -637,12 +642,11 @@ impl Device {
     /// Delivers every frame waiting at this function's port (for inline execution, when frames
     /// were put on the wire by something other than a modelled peer).
     /// Also runs the RC transport's timers (ACK timeout, RNR wait) that are due, delivering
-    /// what they send.
+    /// what they send, and has peers run inline continue the responses they had no room for.
     pub fn poll(&self) {
         pump_rx(&self.shared);
-        if run_rc_timers(&self.shared) {
-            self.pump_after_send();
-        }
+        run_rc_timers(&self.shared);
+        self.pump_after_send();
     }
 }
 

@@ -146,17 +146,21 @@ fn serve_once(shared: &Shared) -> bool {
         });
         engine::sq::doorbell(&mut core, db.uar, db.first8, bf);
     }
+    let link = lock(&shared.link).clone();
+    // Frames that arrived are taken before the timers run: a response waiting at the port
+    // is progress, not a reason to time out and send again.
+    if let Some(link) = &link {
+        if link.wire.pending(link.port).unwrap_or(0) > 0 {
+            did_work = true;
+            pump_rx_from(shared, link);
+        }
+    }
     if run_rc_timers(shared) {
         did_work = true;
     }
-    let link = lock(&shared.link).clone();
-    if let Some(link) = link {
-        if link.wire.pending(link.port).unwrap_or(0) > 0 {
-            did_work = true;
-            pump_rx_from(shared, &link);
-        }
+    if let Some(link) = &link {
         if did_work {
-            wake_peers(&link);
+            wake_peers(link);
         }
     }
     did_work

@@ -142,6 +142,126 @@ pub(crate) struct Responder {
     pub answered: [Option<Answered>; RESPONDER_RESOURCES],
     /// Slot of `answered` the next request takes.
     pub answered_next: usize,
+    /// Responses and acknowledgements owed to the requester and not yet on the wire, in PSN
+    /// order: the device transmits them as the link takes them.
+    pub owed: OwedQueue,
+}
+
+/// Something the responder owes its requester and has not transmitted yet, because the
+/// wire had no room for it or something before it is still waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Owed {
+    /// The rest of a READ's responses: the next one takes `next_psn` and carries the bytes
+    /// from `offset` (of `len` in all, read at `va` through `rkey`); `msn` is the MSN the
+    /// READ completed with. `replay` marks the answer to a duplicate READ.
+    Read {
+        next_psn: u32,
+        va: u64,
+        rkey: u32,
+        len: u32,
+        offset: u32,
+        msn: u32,
+        replay: bool,
+    },
+    /// An acknowledgement (or NAK) of `psn` carrying the AETH word `aeth`.
+    Ack { psn: u32, aeth: u32 },
+    /// The atomic acknowledgement of `psn`, carrying `aeth` and the value `original` found.
+    AtomicAck { psn: u32, aeth: u32, original: u64 },
+}
+
+impl Owed {
+    /// The PSN the next packet of this takes.
+    pub fn psn(&self) -> u32 {
+        match *self {
+            Owed::Read { next_psn, .. } => next_psn,
+            Owed::Ack { psn, .. } | Owed::AtomicAck { psn, .. } => psn,
+        }
+    }
+}
+
+/// Entries an [`OwedQueue`] holds: every READ and atomic the QP may have outstanding, each
+/// followed by an acknowledgement (consecutive ACKs merge into one), with room to spare.
+pub(crate) const OWED_DEPTH: usize = 4 * RESPONDER_RESOURCES;
+
+/// A fixed ring of [`Owed`] entries, oldest first; it never allocates.
+#[derive(Debug, Clone)]
+pub(crate) struct OwedQueue {
+    entries: [Option<Owed>; OWED_DEPTH],
+    head: usize,
+    len: usize,
+}
+
+impl Default for OwedQueue {
+    fn default() -> Self {
+        Self {
+            entries: [None; OWED_DEPTH],
+            head: 0,
+            len: 0,
+        }
+    }
+}
+
+impl OwedQueue {
+    /// Whether nothing is owed.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether the ring has no free entry.
+    pub fn is_full(&self) -> bool {
+        self.len == OWED_DEPTH
+    }
+
+    /// Appends `owed`; false (nothing appended) when the ring is full.
+    pub fn push_back(&mut self, owed: Owed) -> bool {
+        if self.is_full() {
+            return false;
+        }
+        self.entries[(self.head + self.len) % OWED_DEPTH] = Some(owed);
+        self.len += 1;
+        true
+    }
+
+    /// The oldest entry.
+    pub fn front_mut(&mut self) -> Option<&mut Owed> {
+        if self.len == 0 {
+            return None;
+        }
+        self.entries[self.head].as_mut()
+    }
+
+    /// The newest entry.
+    pub fn back_mut(&mut self) -> Option<&mut Owed> {
+        if self.len == 0 {
+            return None;
+        }
+        self.entries[(self.head + self.len - 1) % OWED_DEPTH].as_mut()
+    }
+
+    /// Removes the oldest entry.
+    pub fn pop_front(&mut self) -> Option<Owed> {
+        if self.len == 0 {
+            return None;
+        }
+        let owed = self.entries[self.head].take();
+        self.head = (self.head + 1) % OWED_DEPTH;
+        self.len -= 1;
+        owed
+    }
+
+    /// Removes the newest entry.
+    pub fn pop_back(&mut self) -> Option<Owed> {
+        if self.len == 0 {
+            return None;
+        }
+        self.len -= 1;
+        self.entries[(self.head + self.len) % OWED_DEPTH].take()
+    }
+
+    /// Forgets every entry.
+    pub fn clear(&mut self) {
+        *self = Self::default();
+    }
 }
 
 /// READ and atomic requests a responder remembers: the most the QP may have outstanding

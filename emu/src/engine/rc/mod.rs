@@ -6,7 +6,8 @@
 //! The rooms: [`packet`] builds and parses frames; [`requester`] segments WQEs into packets;
 //! [`requester_ack`] retires them and writes their completions; [`retransmit`] runs the
 //! timers; [`responder`] takes received frames in PSN order; [`responder_recv`] owns the
-//! receive WQEs; [`responder_read_atomic`] answers READs and atomics; [`qp_error`] takes a
+//! receive WQEs; [`responder_read_atomic`] answers READs and atomics; [`responder_pace`]
+//! transmits responses and acknowledgements as the wire takes them; [`qp_error`] takes a
 //! QP to error and raises its asynchronous events.
 
 pub(crate) mod packet;
@@ -14,6 +15,7 @@ pub(crate) mod qp_error;
 pub(crate) mod requester;
 pub(crate) mod requester_ack;
 pub(crate) mod responder;
+pub(crate) mod responder_pace;
 pub(crate) mod responder_read_atomic;
 pub(crate) mod responder_recv;
 pub(crate) mod retransmit;

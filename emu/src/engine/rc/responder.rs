@@ -10,11 +10,12 @@
 
 use super::count;
 use super::packet::{
-    aeth, bth_opcode, build_frame, icrc, roce_offsets, Transport, ACKNOWLEDGE, BTH_LEN, ICRC_LEN,
-    IMM_LEN, PSN_MASK, RETH_LEN,
+    aeth, bth_opcode, icrc, roce_offsets, ACKNOWLEDGE, BTH_LEN, ICRC_LEN, IMM_LEN, PSN_MASK,
+    RETH_LEN,
 };
 use super::qp_error::enter_error;
 use super::requester_ack::{acknowledge, response};
+use super::responder_pace::owe;
 use super::responder_read_atomic::{atomic, read, replay_atomic, replay_read};
 use super::responder_recv::{
     receive_available, responder_cqe, responder_error, scatter, take_receive,
@@ -22,7 +23,7 @@ use super::responder_recv::{
 use crate::counters::add;
 use crate::fw::mkey::{check_remote, translate_remote, KeyFault, RemoteAccess};
 use crate::fw::Core;
-use crate::objects::rc::WriteInProgress;
+use crate::objects::rc::{Owed, WriteInProgress};
 use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome};
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::qp::state;
@@ -108,6 +109,8 @@ pub(super) enum Outcome {
     Responded(u32),
     /// Refused with this NAK syndrome (the PSN is not consumed).
     Nak(u8),
+    /// Dropped unanswered (the PSN is not consumed): the requester sends it again.
+    Dropped,
 }
 
 /// The responder's handling of an in-sequence check and then the packet.
@@ -175,6 +178,7 @@ fn respond(core: &mut Core, qpn: u32, opcode: u8, psn: u32, ack_req: bool, rest:
                 qp.resp.nak_sent = false;
             }
         }
+        Outcome::Dropped => {}
         Outcome::Nak(syndrome) => {
             let event = match syndrome {
                 aeth::NAK_REMOTE_ACCESS => {
@@ -410,7 +414,8 @@ fn write_data(core: &mut Core, qpn: u32, data: &[u8], last: bool) -> Result<(), 
     Ok(())
 }
 
-/// Sends an ACK or NAK (`syndrome`) for `psn` to QP `qpn`'s peer, with the QP's MSN.
+/// Sends an ACK or NAK (`syndrome`) for `psn` to QP `qpn`'s peer, with the QP's MSN, behind
+/// the responses the QP still owes (an acknowledgement never overtakes a READ's responses).
 pub(crate) fn send_ack(core: &mut Core, qpn: u32, psn: u32, syndrome: u8) {
     let Some(qp) = core.res.qps.get(qpn) else {
         return;
@@ -420,21 +425,8 @@ pub(crate) fn send_ack(core: &mut Core, qpn: u32, psn: u32, syndrome: u8) {
     } else if syndrome & aeth::TYPE_MASK != aeth::RNR_NAK {
         add(&core.counters.roce_naks_sent, 1);
     }
-    let t = Transport {
-        opcode: ACKNOWLEDGE,
-        dest_qpn: qp.remote_qpn,
-        psn,
-        ack_req: false,
-        solicited: false,
-        reth: None,
-        aeth: Some((u32::from(syndrome) << 24) | (qp.resp.msn & PSN_MASK)),
-        imm: None,
-        atomic: None,
-        atomic_ack: None,
-    };
-    let mut frame = std::mem::take(&mut core.rc_scratch.ack);
-    if build_frame(core, qpn, &t, &[], &mut frame) {
-        crate::engine::sq::transmit(core, &frame);
+    let aeth = (u32::from(syndrome) << 24) | (qp.resp.msn & PSN_MASK);
+    if !owe(core, qpn, Owed::Ack { psn, aeth }) {
+        add(&core.counters.roce_rx_drops, 1);
     }
-    core.rc_scratch.ack = frame;
 }

@@ -5,14 +5,13 @@
 //! memory, from the duplicate's PSN; an atomic with the value its first execution found,
 //! never executed twice.
 
-use super::packet::{
-    aeth, bth_opcode, build_frame, mtu_bytes, Transport, ATOMIC_ETH_LEN, PSN_MASK, RETH_LEN,
-};
+use super::packet::{aeth, bth_opcode, mtu_bytes, ATOMIC_ETH_LEN, PSN_MASK, RETH_LEN};
 use super::responder::{message_done, send_ack, Outcome};
+use super::responder_pace::owe;
 use crate::counters::add;
 use crate::fw::mkey::{check_remote, translate_remote, KeyFault, RemoteAccess};
 use crate::fw::Core;
-use crate::objects::rc::Answered;
+use crate::objects::rc::{Answered, Owed};
 
 /// The RETH of a READ request: virtual address, rkey, DMA length.
 fn reth(rest: &[u8]) -> Option<(u64, u32, u32)> {
@@ -24,7 +23,7 @@ fn reth(rest: &[u8]) -> Option<(u64, u32, u32)> {
 }
 
 /// An RDMA READ request: checked against the rkey (remote read), answered with the data in
-/// path-MTU response packets carrying the request's PSN onwards.
+/// path-MTU response packets carrying the request's PSN onwards, as the wire takes them.
 pub(super) fn read(core: &mut Core, qpn: u32, psn: u32, rest: &[u8]) -> Outcome {
     let Some((va, rkey, len)) = reth(rest) else {
         return Outcome::Nak(aeth::NAK_INVALID_REQUEST);
@@ -32,25 +31,48 @@ pub(super) fn read(core: &mut Core, qpn: u32, psn: u32, rest: &[u8]) -> Outcome 
     if let Err(syndrome) = check_read(core, qpn, va, rkey, len) {
         return Outcome::Nak(syndrome);
     }
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return Outcome::Nak(aeth::NAK_INVALID_REQUEST);
+    };
+    if qp.resp.owed.is_full() {
+        // More READs than the responder's resources: dropped unanswered, the PSN not
+        // consumed, so that the requester sends it again once the others are answered.
+        add(&core.counters.roce_rx_drops, 1);
+        return Outcome::Dropped;
+    }
+    let packets = (len as usize).div_ceil(mtu_bytes(qp.mtu)).max(1) as u32;
     message_done(core, qpn);
-    match read_responses(core, qpn, psn, (va, rkey, len)) {
-        Ok(packets) => {
-            if let Some(qp) = core.res.qps.get_mut(qpn) {
-                qp.resp.remember(Answered::Read {
-                    first_psn: psn,
-                    last_psn: (psn + packets - 1) & PSN_MASK,
-                });
-            }
-            Outcome::Responded(packets)
-        }
-        Err(syndrome) => Outcome::Nak(syndrome),
+    let Some(qp) = core.res.qps.get_mut(qpn) else {
+        return Outcome::Nak(aeth::NAK_INVALID_REQUEST);
+    };
+    qp.resp.remember(Answered::Read {
+        first_psn: psn,
+        last_psn: (psn + packets - 1) & PSN_MASK,
+    });
+    let msn = qp.resp.msn;
+    owe(core, qpn, owed_read(psn, (va, rkey, len), msn, false));
+    Outcome::Responded(packets)
+}
+
+/// The responses of a READ checked already (`reth`: address, rkey, length) from `psn` on,
+/// carrying `msn`; `replay` for the answer to a duplicate.
+fn owed_read(psn: u32, (va, rkey, len): (u64, u32, u32), msn: u32, replay: bool) -> Owed {
+    Owed::Read {
+        next_psn: psn,
+        va,
+        rkey,
+        len,
+        offset: 0,
+        msn,
+        replay,
     }
 }
 
 /// A duplicate READ request at `psn`: when it falls within a READ answered before, and its
 /// responses within that READ's PSNs, it is answered again from memory (the data may have
 /// changed since: the responder reads it again, as the standard has it); otherwise dropped.
-/// The expected PSN does not move.
+/// The expected PSN does not move. What the QP still owes from `psn` on is dropped first:
+/// the requester sends again everything after the duplicate, and is answered again.
 pub(super) fn replay_read(core: &mut Core, qpn: u32, psn: u32, rest: &[u8]) {
     let Some((va, rkey, len)) = reth(rest) else {
         add(&core.counters.roce_rx_drops, 1);
@@ -79,8 +101,24 @@ pub(super) fn replay_read(core: &mut Core, qpn: u32, psn: u32, rest: &[u8]) {
         send_ack(core, qpn, psn, syndrome);
         return;
     }
-    if let Err(syndrome) = read_responses(core, qpn, psn, (va, rkey, len)) {
-        send_ack(core, qpn, psn, syndrome);
+    let Some(qp) = core.res.qps.get_mut(qpn) else {
+        return;
+    };
+    // PSNs from `psn` up to the expected one are those the duplicate and what follows it
+    // take again.
+    let expected = qp.next_rcv_psn & PSN_MASK;
+    let behind = |at: u32| expected.wrapping_sub(at) & PSN_MASK;
+    while qp
+        .resp
+        .owed
+        .back_mut()
+        .is_some_and(|back| behind(back.psn()) <= behind(psn))
+    {
+        qp.resp.owed.pop_back();
+    }
+    let msn = qp.resp.msn;
+    if !owe(core, qpn, owed_read(psn, (va, rkey, len), msn, true)) {
+        add(&core.counters.roce_rx_drops, 1);
     }
 }
 
@@ -92,78 +130,6 @@ fn check_read(core: &Core, qpn: u32, va: u64, rkey: u32, len: u32) -> Result<(),
         return Err(aeth::NAK_REMOTE_ACCESS);
     }
     Ok(())
-}
-
-/// Sends the responses of a READ checked already (`reth`: address, rkey, length) from `psn`
-/// on; returns how many. A NAK syndrome when the memory behind the key cannot be read.
-fn read_responses(
-    core: &mut Core,
-    qpn: u32,
-    psn: u32,
-    (va, rkey, len): (u64, u32, u32),
-) -> Result<u32, u8> {
-    let Some(qp) = core.res.qps.get(qpn) else {
-        return Err(aeth::NAK_INVALID_REQUEST);
-    };
-    let (pd, mtu) = (qp.pd, mtu_bytes(qp.mtu));
-    let packets = (len as usize).div_ceil(mtu).max(1);
-    let mut data = std::mem::take(&mut core.rc_scratch.response);
-    let mut frame = std::mem::take(&mut core.rc_scratch.ack);
-    let mut result = Ok(packets as u32);
-    for n in 0..packets {
-        let start = n * mtu;
-        let bytes = (len as usize - start).min(mtu);
-        data.clear();
-        data.resize(bytes, 0);
-        let read = bytes == 0
-            || translate_remote(
-                core,
-                rkey,
-                pd,
-                va + start as u64,
-                bytes as u64,
-                RemoteAccess::Read,
-                |iova, offset, piece| {
-                    core.dma_read(iova, &mut data[offset as usize..(offset + piece) as usize])
-                        .map_err(|_| KeyFault::Bounds)
-                },
-            )
-            .is_ok();
-        if !read {
-            // The key granted the range but the memory behind it cannot be read.
-            result = Err(aeth::NAK_REMOTE_OPERATION);
-            break;
-        }
-        let (first, last) = (n == 0, n + 1 == packets);
-        let opcode = match (first, last) {
-            (true, true) => bth_opcode::READ_RESPONSE_ONLY,
-            (true, false) => bth_opcode::READ_RESPONSE_FIRST,
-            (false, false) => bth_opcode::READ_RESPONSE_MIDDLE,
-            (false, true) => bth_opcode::READ_RESPONSE_LAST,
-        };
-        let Some(qp) = core.res.qps.get(qpn) else {
-            break;
-        };
-        let t = Transport {
-            opcode,
-            dest_qpn: qp.remote_qpn,
-            psn: (psn + n as u32) & PSN_MASK,
-            ack_req: false,
-            solicited: false,
-            reth: None,
-            aeth: (first || last)
-                .then_some((u32::from(aeth::ACK) << 24) | (qp.resp.msn & PSN_MASK)),
-            imm: None,
-            atomic: None,
-            atomic_ack: None,
-        };
-        if build_frame(core, qpn, &t, &data, &mut frame) {
-            crate::engine::sq::transmit(core, &frame);
-        }
-    }
-    core.rc_scratch.response = data;
-    core.rc_scratch.ack = frame;
-    result
 }
 
 /// A compare-and-swap or fetch-and-add on the 8 bytes at the AtomicETH's address, taken as a
@@ -181,6 +147,12 @@ pub(super) fn atomic(core: &mut Core, qpn: u32, opcode: u8, psn: u32, rest: &[u8
         return Outcome::Nak(aeth::NAK_INVALID_REQUEST);
     };
     let pd = qp.pd;
+    if qp.resp.owed.is_full() {
+        // More atomics and READs than the responder's resources: dropped unexecuted, the
+        // PSN not consumed, so that the requester sends it again.
+        add(&core.counters.roce_rx_drops, 1);
+        return Outcome::Dropped;
+    }
     if !qp.rae || check_remote(core, rkey, pd, va, 8, RemoteAccess::Atomic).is_err() {
         return Outcome::Nak(aeth::NAK_REMOTE_ACCESS);
     }
@@ -228,26 +200,22 @@ pub(super) fn replay_atomic(core: &mut Core, qpn: u32, psn: u32) {
     }
 }
 
-/// Sends the atomic acknowledgement of `psn` carrying `original`, with the QP's MSN.
+/// Sends the atomic acknowledgement of `psn` carrying `original`, with the QP's MSN, behind
+/// whatever the QP still owes.
 fn send_atomic_ack(core: &mut Core, qpn: u32, psn: u32, original: u64) {
     let Some(qp) = core.res.qps.get(qpn) else {
         return;
     };
-    let t = Transport {
-        opcode: bth_opcode::ATOMIC_ACKNOWLEDGE,
-        dest_qpn: qp.remote_qpn,
-        psn,
-        ack_req: false,
-        solicited: false,
-        reth: None,
-        aeth: Some((u32::from(aeth::ACK) << 24) | (qp.resp.msn & PSN_MASK)),
-        imm: None,
-        atomic: None,
-        atomic_ack: Some(original),
-    };
-    let mut frame = std::mem::take(&mut core.rc_scratch.ack);
-    if build_frame(core, qpn, &t, &[], &mut frame) {
-        crate::engine::sq::transmit(core, &frame);
+    let aeth = (u32::from(aeth::ACK) << 24) | (qp.resp.msn & PSN_MASK);
+    if !owe(
+        core,
+        qpn,
+        Owed::AtomicAck {
+            psn,
+            aeth,
+            original,
+        },
+    ) {
+        add(&core.counters.roce_rx_drops, 1);
     }
-    core.rc_scratch.ack = frame;
 }

@@ -4,6 +4,7 @@
 use super::count;
 use super::requester::execute;
 use super::requester_ack::{fail, fail_in_order, flush};
+use super::responder_pace::{any_owed, pace_all, PACE_RETRY};
 use crate::counters::add;
 use crate::fw::Core;
 use cxdirect_hw::cqe::CqeSyndrome;
@@ -108,26 +109,30 @@ pub(super) fn resend_outstanding(core: &mut Core, qpn: u32) {
 }
 
 /// When the earliest RC timer of the function runs out (an ACK timeout or the end of an RNR
-/// wait of a QP with WQEs outstanding); `None` when none is armed. A device thread sleeps no
-/// longer than this, so that a lost packet is sent again though nobody polls.
+/// wait of a QP with WQEs outstanding, or soon when a responder waits for room on the wire);
+/// `None` when none is armed. A device thread sleeps no longer than this, so that a lost
+/// packet is sent again though nobody polls.
 pub(crate) fn next_deadline(core: &Core) -> Option<Instant> {
+    let pacing = any_owed(core).then(|| Instant::now() + PACE_RETRY);
     core.res
         .qps
         .iter()
         .filter(|(_, qp)| qp.state == state::RTS && !qp.req.outstanding.is_empty())
         .flat_map(|(_, qp)| [qp.req.ack_deadline, qp.req.rnr_until])
         .flatten()
+        .chain(pacing)
         .min()
 }
 
 /// Runs the RC timers of every QP due at `now`: an expired ACK timer sends the outstanding
 /// WQEs again (up to `retry_count` times, then retry exceeded); an expired RNR wait sends
-/// them again. Returns whether anything was sent.
+/// them again. Responses a responder owes and had no room for are continued first. Returns
+/// whether anything was sent.
 pub(crate) fn run_timers(core: &mut Core, now: Instant) -> bool {
     if core.res.qps.len() == 0 {
         return false;
     }
-    let mut sent = false;
+    let mut sent = pace_all(core);
     let mut qpn_due = None;
     loop {
         // One QP at a time: a retransmission changes the table's QPs' state.
