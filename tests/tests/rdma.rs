@@ -108,6 +108,16 @@ fn connect(a: &mut Side, qa: &mut Qp, b: &mut Side, qb: &mut Qp) {
         .expect("connect b");
 }
 
+/// A pair of functions with one QP each, connected with the default parameters: `caps` sizes
+/// a's QP, b's takes the defaults.
+fn connected_pair(caps: QpCaps) -> (Side, Qp, Side, Qp, [Model; 2]) {
+    let (mut a, mut b, models) = pair();
+    let mut qa = a.qp(caps);
+    let mut qb = b.qp(QpCaps::default());
+    connect(&mut a, &mut qa, &mut b, &mut qb);
+    (a, qa, b, qb, models)
+}
+
 /// A pattern that differs per message and per byte.
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
@@ -140,10 +150,7 @@ fn the_handles_move_between_threads() {
 
 #[test]
 fn every_opcode_at_every_size_moves_the_bytes_it_names() {
-    let (mut a, mut b, _models) = pair();
-    let mut qa = a.qp(QpCaps::default());
-    let mut qb = b.qp(QpCaps::default());
-    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let (mut a, mut qa, mut b, mut qb, _models) = connected_pair(QpCaps::default());
     assert_eq!(qa.state(), QpState::ReadyToSend);
     let len = (1 << 20) + 4096;
     let (src, dst) = (a.mr(len, ALL), b.mr(len, ALL));
@@ -276,14 +283,11 @@ fn every_opcode_at_every_size_moves_the_bytes_it_names() {
 
 #[test]
 fn inline_data_lands_as_gathered_data_does_and_bad_requests_post_nothing() {
-    let (mut a, mut b, _models) = pair();
     let caps = QpCaps {
         max_inline_data: 256,
         ..QpCaps::default()
     };
-    let mut qa = a.qp(caps);
-    let mut qb = b.qp(QpCaps::default());
-    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let (mut a, mut qa, mut b, mut qb, _models) = connected_pair(caps);
     let (src, dst) = (a.mr(8192, ALL), b.mr(8192, ALL));
     for (round, size) in [0usize, 1, 12, 60, 61, 200, 256].into_iter().enumerate() {
         let data = pattern(size, round as u8 + 3);
@@ -395,14 +399,11 @@ fn inline_data_lands_as_gathered_data_does_and_bad_requests_post_nothing() {
 
 #[test]
 fn a_completion_every_nth_request_retires_the_unsignalled_ones_before_it() {
-    let (mut a, mut b, _models) = pair();
     let caps = QpCaps {
         max_send_wr: 64,
         ..QpCaps::default()
     };
-    let mut qa = a.qp(caps);
-    let mut qb = b.qp(QpCaps::default());
-    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let (mut a, mut qa, mut b, _qb, _models) = connected_pair(caps);
     let (src, dst) = (a.mr(1 << 16, ALL), b.mr(1 << 16, ALL));
     src.write(0, &pattern(1 << 16, 5)).unwrap();
     const EVERY: u64 = 16;
@@ -591,10 +592,7 @@ fn four_queue_pairs_share_a_receive_queue_and_its_limit_fires_once_per_arming() 
 
 #[test]
 fn rkey_abuse_fails_with_a_remote_access_error_flushes_the_rest_and_reset_reconnects() {
-    let (mut a, mut b, _models) = pair();
-    let mut qa = a.qp(QpCaps::default());
-    let mut qb = b.qp(QpCaps::default());
-    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let (mut a, mut qa, mut b, mut qb, _models) = connected_pair(QpCaps::default());
     let src = a.mr(8192, ALL);
     let dst = b.mr(8192, ALL);
     // Readable by peers, not writable.
@@ -709,10 +707,7 @@ fn rkey_abuse_fails_with_a_remote_access_error_flushes_the_rest_and_reset_reconn
 
 #[test]
 fn a_region_deregistered_under_a_peers_writes_refuses_them_and_its_memory_stays_untouched() {
-    let (mut a, mut b, _models) = pair();
-    let mut qa = a.qp(QpCaps::default());
-    let mut qb = b.qp(QpCaps::default());
-    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let (mut a, mut qa, mut b, _qb, _models) = connected_pair(QpCaps::default());
     let src = a.mr(8192, ALL);
     // The peer writes into a memfd dmabuf on B.
     const LEN: u64 = 16 * 4096;
@@ -844,10 +839,7 @@ fn roce_is_refused_clearly_without_the_capability_and_runs_over_ipv6_gids() {
 
 #[test]
 fn destroying_a_queue_pair_returns_its_posted_receives_through_flush_completions() {
-    let (mut a, mut b, models) = pair();
-    let mut qa = a.qp(QpCaps::default());
-    let mut qb = b.qp(QpCaps::default());
-    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let (mut a, _qa, mut b, mut qb, models) = connected_pair(QpCaps::default());
     let dst = b.mr(4096, ALL);
     let sges: Vec<_> = (0..5u64).map(|i| [dst.sge(i * 512, 512)]).collect();
     let recvs: Vec<_> = sges
@@ -1139,10 +1131,7 @@ fn a_small_srq_recycles_its_wqes_through_the_free_list_for_many_messages() {
 #[test]
 fn a_queue_pairs_affiliated_async_errors_arrive_as_events_naming_it() {
     use cxdirect_hw::eqe::EventType;
-    let (mut a, mut b, models) = pair();
-    let mut qa = a.qp(QpCaps::default());
-    let mut qb = b.qp(QpCaps::default());
-    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let (mut a, qa, _b, _qb, models) = connected_pair(QpCaps::default());
     // What a ConnectX writes for a QP's fatal, invalid-request and access errors (the QPN in
     // the last dword of the event data).
     for kind in [
@@ -1171,14 +1160,11 @@ fn a_queue_pairs_affiliated_async_errors_arrive_as_events_naming_it() {
 
 #[test]
 fn unsignalled_requests_alone_never_fill_the_ring_for_good() {
-    let (mut a, mut b, _models) = pair();
     let caps = QpCaps {
         max_send_wr: 16,
         ..QpCaps::default()
     };
-    let mut qa = a.qp(caps);
-    let mut qb = b.qp(QpCaps::default());
-    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let (mut a, mut qa, mut b, _qb, _models) = connected_pair(caps);
     let (src, dst) = (a.mr(4096, ALL), b.mr(4096, ALL));
     let sge = [src.sge(0, 32)];
     let start = std::time::Instant::now();
@@ -1215,10 +1201,7 @@ fn unsignalled_requests_alone_never_fill_the_ring_for_good() {
 #[test]
 fn a_qp_failing_on_its_own_raises_its_fatal_event_flushes_everything_and_reconnects() {
     use cxdirect_hw::eqe::EventType;
-    let (mut a, mut b, models) = pair();
-    let mut qa = a.qp(QpCaps::default());
-    let mut qb = b.qp(QpCaps::default());
-    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let (mut a, mut qa, mut b, mut qb, models) = connected_pair(QpCaps::default());
     let (src, dst) = (a.mr(4096, ALL), b.mr(4096, ALL));
     let recv_sge = [src.sge(2048, 512)];
     qa.post_recv(&[
