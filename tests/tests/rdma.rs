@@ -43,15 +43,18 @@ impl Side {
     }
 
     fn qp(&mut self, caps: QpCaps) -> Qp {
-        RcQueuePair::create(
-            &mut self.dev,
-            &self.pd,
-            &mut self.cq,
-            None,
-            caps,
-            &self.roce,
-        )
-        .expect("QP")
+        self.qp_on(None, caps)
+    }
+
+    /// A QP that takes its receives from `srq` when given.
+    fn qp_on(&mut self, srq: Option<&SharedReceiveQueue<EmuBackend>>, caps: QpCaps) -> Qp {
+        RcQueuePair::create(&mut self.dev, &self.pd, &mut self.cq, srq, caps, &self.roce)
+            .expect("QP")
+    }
+
+    fn srq(&mut self, max_wr: u32, max_sge: u32) -> SharedReceiveQueue<EmuBackend> {
+        SharedReceiveQueue::create(&mut self.dev, &self.pd, SrqCaps { max_wr, max_sge })
+            .expect("SRQ")
     }
 
     fn mr(&mut self, len: usize, access: KeyAccess) -> MemoryRegion {
@@ -101,11 +104,14 @@ fn pair() -> (Side, Side, [Model; 2]) {
 }
 
 fn connect(a: &mut Side, qa: &mut Qp, b: &mut Side, qb: &mut Qp) {
+    connect_with(a, qa, b, qb, ConnectParams::default());
+}
+
+/// Connects `qa` on `a` and `qb` on `b` to each other, both with `params`.
+fn connect_with(a: &mut Side, qa: &mut Qp, b: &mut Side, qb: &mut Qp, params: ConnectParams) {
     let (ea, eb) = (qa.local_endpoint(), qb.local_endpoint());
-    qa.connect(&mut a.dev, &eb, ConnectParams::default())
-        .expect("connect a");
-    qb.connect(&mut b.dev, &ea, ConnectParams::default())
-        .expect("connect b");
+    qa.connect(&mut a.dev, &eb, params).expect("connect a");
+    qb.connect(&mut b.dev, &ea, params).expect("connect b");
 }
 
 /// A pair of functions with one QP each, connected with the default parameters: `caps` sizes
@@ -447,28 +453,12 @@ fn a_completion_every_nth_request_retires_the_unsignalled_ones_before_it() {
 #[test]
 fn four_queue_pairs_share_a_receive_queue_and_its_limit_fires_once_per_arming() {
     let (mut a, mut b, _models) = pair();
-    let mut srq = SharedReceiveQueue::create(
-        &mut b.dev,
-        &b.pd,
-        SrqCaps {
-            max_wr: 64,
-            max_sge: 1,
-        },
-    )
-    .unwrap();
+    let mut srq = b.srq(64, 1);
     let mut senders = Vec::new();
     let mut receivers = Vec::new();
     for _ in 0..4 {
         let mut qa = a.qp(QpCaps::default());
-        let mut qb = RcQueuePair::create(
-            &mut b.dev,
-            &b.pd,
-            &mut b.cq,
-            Some(&srq),
-            QpCaps::default(),
-            &b.roce,
-        )
-        .unwrap();
+        let mut qb = b.qp_on(Some(&srq), QpCaps::default());
         connect(&mut a, &mut qa, &mut b, &mut qb);
         senders.push(qa);
         receivers.push(qb);
@@ -993,9 +983,7 @@ fn over_a_wire_that_drops_duplicates_and_reorders_every_message_arrives_once_and
         ack_timeout: 10,
         ..ConnectParams::default()
     };
-    let (ea, eb) = (qa.local_endpoint(), qb.local_endpoint());
-    qa.connect(&mut a.dev, &eb, params).unwrap();
-    qb.connect(&mut b.dev, &ea, params).unwrap();
+    connect_with(&mut a, &mut qa, &mut b, &mut qb, params);
     const SIZE: usize = 3000;
     const MESSAGES: u64 = 200;
     let src = a.mr(SIZE * 4, ALL);
@@ -1050,27 +1038,11 @@ fn over_a_wire_that_drops_duplicates_and_reorders_every_message_arrives_once_and
 #[test]
 fn a_small_srq_recycles_its_wqes_through_the_free_list_for_many_messages() {
     let (mut a, mut b, _models) = pair();
-    let mut srq = SharedReceiveQueue::create(
-        &mut b.dev,
-        &b.pd,
-        SrqCaps {
-            max_wr: 7,
-            max_sge: 2,
-        },
-    )
-    .unwrap();
+    let mut srq = b.srq(7, 2);
     let mut pairs = Vec::new();
     for _ in 0..2 {
         let mut qa = a.qp(QpCaps::default());
-        let mut qb = RcQueuePair::create(
-            &mut b.dev,
-            &b.pd,
-            &mut b.cq,
-            Some(&srq),
-            QpCaps::default(),
-            &b.roce,
-        )
-        .unwrap();
+        let mut qb = b.qp_on(Some(&srq), QpCaps::default());
         connect(&mut a, &mut qa, &mut b, &mut qb);
         pairs.push((qa, qb));
     }
@@ -1275,9 +1247,7 @@ fn seventy_64k_reads_posted_at_once_complete_held_to_the_read_limit_without_a_lo
         max_dest_rd_atomic: 16,
         ..ConnectParams::default()
     };
-    let (ea, eb) = (qa.local_endpoint(), qb.local_endpoint());
-    qa.connect(&mut a.dev, &eb, params).expect("connect a");
-    qb.connect(&mut b.dev, &ea, params).expect("connect b");
+    connect_with(&mut a, &mut qa, &mut b, &mut qb, params);
     let (dst, src) = (a.mr(READS * SIZE, ALL), b.mr(READS * SIZE, ALL));
     let data = pattern(READS * SIZE, 5);
     src.write(0, &data).unwrap();
