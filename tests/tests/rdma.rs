@@ -43,15 +43,18 @@ impl Side {
     }
 
     fn qp(&mut self, caps: QpCaps) -> Qp {
-        RcQueuePair::create(
-            &mut self.dev,
-            &self.pd,
-            &mut self.cq,
-            None,
-            caps,
-            &self.roce,
-        )
-        .expect("QP")
+        self.qp_on(None, caps)
+    }
+
+    /// A QP that takes its receives from `srq` when given.
+    fn qp_on(&mut self, srq: Option<&SharedReceiveQueue<EmuBackend>>, caps: QpCaps) -> Qp {
+        RcQueuePair::create(&mut self.dev, &self.pd, &mut self.cq, srq, caps, &self.roce)
+            .expect("QP")
+    }
+
+    fn srq(&mut self, max_wr: u32, max_sge: u32) -> SharedReceiveQueue<EmuBackend> {
+        SharedReceiveQueue::create(&mut self.dev, &self.pd, SrqCaps { max_wr, max_sge })
+            .expect("SRQ")
     }
 
     fn mr(&mut self, len: usize, access: KeyAccess) -> MemoryRegion {
@@ -101,11 +104,24 @@ fn pair() -> (Side, Side, [Model; 2]) {
 }
 
 fn connect(a: &mut Side, qa: &mut Qp, b: &mut Side, qb: &mut Qp) {
+    connect_with(a, qa, b, qb, ConnectParams::default());
+}
+
+/// Connects `qa` on `a` and `qb` on `b` to each other, both with `params`.
+fn connect_with(a: &mut Side, qa: &mut Qp, b: &mut Side, qb: &mut Qp, params: ConnectParams) {
     let (ea, eb) = (qa.local_endpoint(), qb.local_endpoint());
-    qa.connect(&mut a.dev, &eb, ConnectParams::default())
-        .expect("connect a");
-    qb.connect(&mut b.dev, &ea, ConnectParams::default())
-        .expect("connect b");
+    qa.connect(&mut a.dev, &eb, params).expect("connect a");
+    qb.connect(&mut b.dev, &ea, params).expect("connect b");
+}
+
+/// A pair of functions with one QP each, connected with the default parameters: `caps` sizes
+/// a's QP, b's takes the defaults.
+fn connected_pair(caps: QpCaps) -> (Side, Qp, Side, Qp, [Model; 2]) {
+    let (mut a, mut b, models) = pair();
+    let mut qa = a.qp(caps);
+    let mut qb = b.qp(QpCaps::default());
+    connect(&mut a, &mut qa, &mut b, &mut qb);
+    (a, qa, b, qb, models)
 }
 
 /// A pattern that differs per message and per byte.
@@ -140,10 +156,7 @@ fn the_handles_move_between_threads() {
 
 #[test]
 fn every_opcode_at_every_size_moves_the_bytes_it_names() {
-    let (mut a, mut b, _models) = pair();
-    let mut qa = a.qp(QpCaps::default());
-    let mut qb = b.qp(QpCaps::default());
-    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let (mut a, mut qa, mut b, mut qb, _models) = connected_pair(QpCaps::default());
     assert_eq!(qa.state(), QpState::ReadyToSend);
     let len = (1 << 20) + 4096;
     let (src, dst) = (a.mr(len, ALL), b.mr(len, ALL));
@@ -276,14 +289,11 @@ fn every_opcode_at_every_size_moves_the_bytes_it_names() {
 
 #[test]
 fn inline_data_lands_as_gathered_data_does_and_bad_requests_post_nothing() {
-    let (mut a, mut b, _models) = pair();
     let caps = QpCaps {
         max_inline_data: 256,
         ..QpCaps::default()
     };
-    let mut qa = a.qp(caps);
-    let mut qb = b.qp(QpCaps::default());
-    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let (mut a, mut qa, mut b, mut qb, _models) = connected_pair(caps);
     let (src, dst) = (a.mr(8192, ALL), b.mr(8192, ALL));
     for (round, size) in [0usize, 1, 12, 60, 61, 200, 256].into_iter().enumerate() {
         let data = pattern(size, round as u8 + 3);
@@ -395,14 +405,11 @@ fn inline_data_lands_as_gathered_data_does_and_bad_requests_post_nothing() {
 
 #[test]
 fn a_completion_every_nth_request_retires_the_unsignalled_ones_before_it() {
-    let (mut a, mut b, _models) = pair();
     let caps = QpCaps {
         max_send_wr: 64,
         ..QpCaps::default()
     };
-    let mut qa = a.qp(caps);
-    let mut qb = b.qp(QpCaps::default());
-    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let (mut a, mut qa, mut b, _qb, _models) = connected_pair(caps);
     let (src, dst) = (a.mr(1 << 16, ALL), b.mr(1 << 16, ALL));
     src.write(0, &pattern(1 << 16, 5)).unwrap();
     const EVERY: u64 = 16;
@@ -446,28 +453,12 @@ fn a_completion_every_nth_request_retires_the_unsignalled_ones_before_it() {
 #[test]
 fn four_queue_pairs_share_a_receive_queue_and_its_limit_fires_once_per_arming() {
     let (mut a, mut b, _models) = pair();
-    let mut srq = SharedReceiveQueue::create(
-        &mut b.dev,
-        &b.pd,
-        SrqCaps {
-            max_wr: 64,
-            max_sge: 1,
-        },
-    )
-    .unwrap();
+    let mut srq = b.srq(64, 1);
     let mut senders = Vec::new();
     let mut receivers = Vec::new();
     for _ in 0..4 {
         let mut qa = a.qp(QpCaps::default());
-        let mut qb = RcQueuePair::create(
-            &mut b.dev,
-            &b.pd,
-            &mut b.cq,
-            Some(&srq),
-            QpCaps::default(),
-            &b.roce,
-        )
-        .unwrap();
+        let mut qb = b.qp_on(Some(&srq), QpCaps::default());
         connect(&mut a, &mut qa, &mut b, &mut qb);
         senders.push(qa);
         receivers.push(qb);
@@ -591,10 +582,7 @@ fn four_queue_pairs_share_a_receive_queue_and_its_limit_fires_once_per_arming() 
 
 #[test]
 fn rkey_abuse_fails_with_a_remote_access_error_flushes_the_rest_and_reset_reconnects() {
-    let (mut a, mut b, _models) = pair();
-    let mut qa = a.qp(QpCaps::default());
-    let mut qb = b.qp(QpCaps::default());
-    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let (mut a, mut qa, mut b, mut qb, _models) = connected_pair(QpCaps::default());
     let src = a.mr(8192, ALL);
     let dst = b.mr(8192, ALL);
     // Readable by peers, not writable.
@@ -709,10 +697,7 @@ fn rkey_abuse_fails_with_a_remote_access_error_flushes_the_rest_and_reset_reconn
 
 #[test]
 fn a_region_deregistered_under_a_peers_writes_refuses_them_and_its_memory_stays_untouched() {
-    let (mut a, mut b, _models) = pair();
-    let mut qa = a.qp(QpCaps::default());
-    let mut qb = b.qp(QpCaps::default());
-    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let (mut a, mut qa, mut b, _qb, _models) = connected_pair(QpCaps::default());
     let src = a.mr(8192, ALL);
     // The peer writes into a memfd dmabuf on B.
     const LEN: u64 = 16 * 4096;
@@ -844,10 +829,7 @@ fn roce_is_refused_clearly_without_the_capability_and_runs_over_ipv6_gids() {
 
 #[test]
 fn destroying_a_queue_pair_returns_its_posted_receives_through_flush_completions() {
-    let (mut a, mut b, models) = pair();
-    let mut qa = a.qp(QpCaps::default());
-    let mut qb = b.qp(QpCaps::default());
-    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let (mut a, _qa, mut b, mut qb, models) = connected_pair(QpCaps::default());
     let dst = b.mr(4096, ALL);
     let sges: Vec<_> = (0..5u64).map(|i| [dst.sge(i * 512, 512)]).collect();
     let recvs: Vec<_> = sges
@@ -1001,9 +983,7 @@ fn over_a_wire_that_drops_duplicates_and_reorders_every_message_arrives_once_and
         ack_timeout: 10,
         ..ConnectParams::default()
     };
-    let (ea, eb) = (qa.local_endpoint(), qb.local_endpoint());
-    qa.connect(&mut a.dev, &eb, params).unwrap();
-    qb.connect(&mut b.dev, &ea, params).unwrap();
+    connect_with(&mut a, &mut qa, &mut b, &mut qb, params);
     const SIZE: usize = 3000;
     const MESSAGES: u64 = 200;
     let src = a.mr(SIZE * 4, ALL);
@@ -1058,27 +1038,11 @@ fn over_a_wire_that_drops_duplicates_and_reorders_every_message_arrives_once_and
 #[test]
 fn a_small_srq_recycles_its_wqes_through_the_free_list_for_many_messages() {
     let (mut a, mut b, _models) = pair();
-    let mut srq = SharedReceiveQueue::create(
-        &mut b.dev,
-        &b.pd,
-        SrqCaps {
-            max_wr: 7,
-            max_sge: 2,
-        },
-    )
-    .unwrap();
+    let mut srq = b.srq(7, 2);
     let mut pairs = Vec::new();
     for _ in 0..2 {
         let mut qa = a.qp(QpCaps::default());
-        let mut qb = RcQueuePair::create(
-            &mut b.dev,
-            &b.pd,
-            &mut b.cq,
-            Some(&srq),
-            QpCaps::default(),
-            &b.roce,
-        )
-        .unwrap();
+        let mut qb = b.qp_on(Some(&srq), QpCaps::default());
         connect(&mut a, &mut qa, &mut b, &mut qb);
         pairs.push((qa, qb));
     }
@@ -1139,10 +1103,7 @@ fn a_small_srq_recycles_its_wqes_through_the_free_list_for_many_messages() {
 #[test]
 fn a_queue_pairs_affiliated_async_errors_arrive_as_events_naming_it() {
     use cxdirect_hw::eqe::EventType;
-    let (mut a, mut b, models) = pair();
-    let mut qa = a.qp(QpCaps::default());
-    let mut qb = b.qp(QpCaps::default());
-    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let (mut a, qa, _b, _qb, models) = connected_pair(QpCaps::default());
     // What a ConnectX writes for a QP's fatal, invalid-request and access errors (the QPN in
     // the last dword of the event data).
     for kind in [
@@ -1171,14 +1132,11 @@ fn a_queue_pairs_affiliated_async_errors_arrive_as_events_naming_it() {
 
 #[test]
 fn unsignalled_requests_alone_never_fill_the_ring_for_good() {
-    let (mut a, mut b, _models) = pair();
     let caps = QpCaps {
         max_send_wr: 16,
         ..QpCaps::default()
     };
-    let mut qa = a.qp(caps);
-    let mut qb = b.qp(QpCaps::default());
-    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let (mut a, mut qa, mut b, _qb, _models) = connected_pair(caps);
     let (src, dst) = (a.mr(4096, ALL), b.mr(4096, ALL));
     let sge = [src.sge(0, 32)];
     let start = std::time::Instant::now();
@@ -1215,10 +1173,7 @@ fn unsignalled_requests_alone_never_fill_the_ring_for_good() {
 #[test]
 fn a_qp_failing_on_its_own_raises_its_fatal_event_flushes_everything_and_reconnects() {
     use cxdirect_hw::eqe::EventType;
-    let (mut a, mut b, models) = pair();
-    let mut qa = a.qp(QpCaps::default());
-    let mut qb = b.qp(QpCaps::default());
-    connect(&mut a, &mut qa, &mut b, &mut qb);
+    let (mut a, mut qa, mut b, mut qb, models) = connected_pair(QpCaps::default());
     let (src, dst) = (a.mr(4096, ALL), b.mr(4096, ALL));
     let recv_sge = [src.sge(2048, 512)];
     qa.post_recv(&[
@@ -1292,9 +1247,7 @@ fn seventy_64k_reads_posted_at_once_complete_held_to_the_read_limit_without_a_lo
         max_dest_rd_atomic: 16,
         ..ConnectParams::default()
     };
-    let (ea, eb) = (qa.local_endpoint(), qb.local_endpoint());
-    qa.connect(&mut a.dev, &eb, params).expect("connect a");
-    qb.connect(&mut b.dev, &ea, params).expect("connect b");
+    connect_with(&mut a, &mut qa, &mut b, &mut qb, params);
     let (dst, src) = (a.mr(READS * SIZE, ALL), b.mr(READS * SIZE, ALL));
     let data = pattern(READS * SIZE, 5);
     src.write(0, &data).unwrap();

@@ -30,8 +30,8 @@ use crate::rdma::verbs::{local_endpoint, RdmaBuffer, RdmaPort, REMOTE_READ_WRITE
 use crate::rdma::{MemoryKind, BUFFER_INFO_LEN};
 use cxdirect::control::KeyAccess;
 use cxdirect::rdma::{
-    ConnectParams, Payload, QpCaps, RcQueuePair, RecvRequest, RemoteAddr, SendOp, SendRequest,
-    WcOpcode, WcStatus, WorkCompletion,
+    ConnectParams, Payload, QpCaps, RcQueuePair, RecvRequest, SendOp, SendRequest, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 use cxdirect::Event;
 use cxdirect_emu::counters::CountersSnapshot;
@@ -622,11 +622,7 @@ impl Rig {
                 }
                 msg::READ => {
                     let sge = [self.server.data.mr.sge(0, SIZE as u32)];
-                    let ad = self.client.data.advertise();
-                    let remote = RemoteAddr {
-                        addr: ad.addr,
-                        rkey: ad.rkey,
-                    };
+                    let remote = self.client.data.advertise().remote();
                     self.post_message(m, SendOp::Read(remote), Payload::Gather(&sge));
                 }
                 msg::READ_GO_AHEAD => {
@@ -642,11 +638,7 @@ impl Rig {
                 }
                 msg::WRITE => {
                     let sge = [self.server.data.mr.sge(0, SIZE as u32)];
-                    let ad = self.client.sink.advertise();
-                    let remote = RemoteAddr {
-                        addr: ad.addr,
-                        rkey: ad.rkey,
-                    };
+                    let remote = self.client.sink.advertise().remote();
                     self.post_message(m, SendOp::Write(remote), Payload::Gather(&sge));
                 }
                 _ => self.send_message(m, GO_AHEAD),

@@ -128,6 +128,27 @@ fn protocol_error(side: Side, message: impl Into<String>) -> KrpingError {
     }
 }
 
+/// Posts one SEND of `message` and counts it in `sends_in_flight` until its completion.
+fn post_send_counted<Q: KrpingQp>(
+    qp: &mut Q,
+    message: &[u8; BUFFER_INFO_LEN],
+    side: Side,
+    sends_in_flight: &mut u32,
+) -> Result<(), KrpingError> {
+    qp.post_send(message).map_err(|e| qp_error(side)(&e))?;
+    *sends_in_flight += 1;
+    Ok(())
+}
+
+/// Counts one SEND completion off `sends_in_flight`; one more than were posted is a protocol
+/// error, never a wrapped count.
+fn send_completed(side: Side, sends_in_flight: &mut u32) -> Result<(), KrpingError> {
+    *sends_in_flight = sends_in_flight
+        .checked_sub(1)
+        .ok_or_else(|| protocol_error(side, "a SEND completed twice"))?;
+    Ok(())
+}
+
 /// The go-ahead the server SENDs: krping's server sends its (never filled) advertisement, all
 /// zeros.
 const GO_AHEAD: [u8; BUFFER_INFO_LEN] = [0; BUFFER_INFO_LEN];
@@ -224,10 +245,7 @@ impl Client {
         };
         match (completion, self.state) {
             (Completion::Sent, _) => {
-                self.sends_in_flight = self
-                    .sends_in_flight
-                    .checked_sub(1)
-                    .ok_or_else(|| protocol_error(Side::Client, "a SEND completed twice"))?;
+                send_completed(Side::Client, &mut self.sends_in_flight)?;
             }
             (Completion::Received { .. }, ClientState::AwaitReadGoAhead) => {
                 qp.post_recv().map_err(|e| fail(&e))?;
@@ -255,10 +273,7 @@ impl Client {
         qp: &mut Q,
         message: &[u8; BUFFER_INFO_LEN],
     ) -> Result<(), KrpingError> {
-        qp.post_send(message)
-            .map_err(|e| qp_error(Side::Client)(&e))?;
-        self.sends_in_flight += 1;
-        Ok(())
+        post_send_counted(qp, message, Side::Client, &mut self.sends_in_flight)
     }
 
     fn finish_ping<Q: KrpingQp>(
@@ -348,10 +363,7 @@ impl Server {
         };
         match (completion, self.state) {
             (Completion::Sent, _) => {
-                self.sends_in_flight = self
-                    .sends_in_flight
-                    .checked_sub(1)
-                    .ok_or_else(|| protocol_error(Side::Server, "a SEND completed twice"))?;
+                send_completed(Side::Server, &mut self.sends_in_flight)?;
             }
             (Completion::Received { bytes, len }, ServerState::AwaitSource) => {
                 let source = self.advertisement(&bytes, len)?;
@@ -425,10 +437,7 @@ impl Server {
     }
 
     fn send_go_ahead<Q: KrpingQp>(&mut self, qp: &mut Q) -> Result<(), KrpingError> {
-        qp.post_send(&GO_AHEAD)
-            .map_err(|e| qp_error(Side::Server)(&e))?;
-        self.sends_in_flight += 1;
-        Ok(())
+        post_send_counted(qp, &GO_AHEAD, Side::Server, &mut self.sends_in_flight)
     }
 }
 

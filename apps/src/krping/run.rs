@@ -15,8 +15,8 @@ use crate::rdma::verbs::{
 use crate::rdma::{MemoryKind, BUFFER_INFO_LEN};
 use cxdirect::control::KeyAccess;
 use cxdirect::rdma::{
-    ConnectParams, Payload, QpCaps, RcQueuePair, RecvRequest, RemoteAddr, SendOp, SendRequest,
-    WcOpcode, WcStatus, WorkCompletion,
+    ConnectParams, Payload, QpCaps, RcQueuePair, RecvRequest, SendOp, SendRequest, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 use cxdirect::Backend;
 use std::io::Write;
@@ -189,19 +189,13 @@ impl<B: Backend> KrpingQp for VerbsSide<B> {
 
     fn post_read(&mut self, into: Buffer, from: crate::rdma::BufferInfo) -> Result<(), String> {
         let sge = [self.buffer(into).mr.sge(0, from.size)];
-        let remote = RemoteAddr {
-            addr: from.addr,
-            rkey: from.rkey,
-        };
+        let remote = from.remote();
         self.post_one(SendOp::Read(remote), Payload::Gather(&sge))
     }
 
     fn post_write(&mut self, from: Buffer, to: crate::rdma::BufferInfo) -> Result<(), String> {
         let sge = [self.buffer(from).mr.sge(0, to.size)];
-        let remote = RemoteAddr {
-            addr: to.addr,
-            rkey: to.rkey,
-        };
+        let remote = to.remote();
         self.post_one(SendOp::Write(remote), Payload::Gather(&sge))
     }
 

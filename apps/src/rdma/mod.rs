@@ -7,6 +7,7 @@ pub mod endpoint;
 pub mod verbs;
 
 use clap::ValueEnum;
+use cxdirect::rdma::RemoteAddr;
 
 /// Bytes of a [`BufferInfo`] on the wire.
 pub const BUFFER_INFO_LEN: usize = 16;
@@ -44,6 +45,14 @@ impl BufferInfo {
             rkey: u32::from_be_bytes(rkey.try_into().ok()?),
             size: u32::from_be_bytes(size.try_into().ok()?),
         })
+    }
+
+    /// The buffer as the target of an RDMA READ or WRITE: its start and rkey.
+    pub fn remote(self) -> RemoteAddr {
+        RemoteAddr {
+            addr: self.addr,
+            rkey: self.rkey,
+        }
     }
 
     /// Whether `len` bytes from `offset` lie inside the buffer.

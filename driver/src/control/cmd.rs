@@ -396,3 +396,37 @@ pub(crate) fn destroy_input(op: cxdirect_hw::cmd::Opcode, id: u32, at: usize) ->
     cmd[at..at + 4].copy_from_slice(&id.to_be_bytes());
     cmd
 }
+
+/// The CREATE_CQ input for a CQ of 2^`log_size` 64-byte CQEs in `ring`, its doorbell record at
+/// device address `dbr_iova`, arm doorbells on UAR page `uar` and events to EQ `eqn`; CQE
+/// compression on when `compress`, its mini-CQEs in `mini_cqe_format` (one of
+/// [`cxdirect_hw::cqe::mini_cqe_res_format`]).
+pub(crate) fn create_cq_input(
+    ring: &DmaRegion,
+    dbr_iova: u64,
+    log_size: u8,
+    uar: u32,
+    eqn: u8,
+    compress: bool,
+    mini_cqe_format: u8,
+) -> Result<Vec<u8>, DriverError> {
+    use cxdirect_hw::cmd::Opcode;
+    use cxdirect_hw::cq::CreateCqIn;
+    let page = ring.page_size();
+    let pages = ring.len().div_ceil(page);
+    let mut cmd = input(Opcode::CreateCq, 0, CreateCqIn::<&[u8]>::SIZE + 8 * pages);
+    let mut c = CreateCqIn::new(&mut cmd[..])
+        .map_err(|_| DriverError::layout(Opcode::CreateCq, "input"))?;
+    c.cq_context_mut()
+        .set_log_cq_size(log_size)
+        .set_uar_page(uar)
+        .set_c_eqn(eqn)
+        .set_log_page_size((page.trailing_zeros() - 12) as u8)
+        .set_dbr_addr(dbr_iova)
+        .set_cqe_comp_en(compress)
+        .set_mini_cqe_res_format(mini_cqe_format);
+    for i in 0..pages {
+        let _ = c.set_pas(i, ring.iova() + (i * page) as u64);
+    }
+    Ok(cmd)
+}

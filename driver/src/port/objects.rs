@@ -11,7 +11,8 @@ use super::steering::Steering;
 use super::wq::{fill_cyclic_wq, ring_pages};
 use crate::backend::Backend;
 use crate::control::{
-    destroy_input, input, output_too_short, Device, KeyAccess, MemoryKey, QCounterSet,
+    create_cq_input, destroy_input, input, output_too_short, Device, KeyAccess, MemoryKey,
+    QCounterSet,
 };
 use crate::cq::CqRing;
 use crate::error::DriverError;
@@ -25,7 +26,7 @@ use crate::tx::{SendQueueParts, TxQueue};
 use cxdirect_dma::{DmaRegion, PageKind};
 use cxdirect_hw::caps::wqe_inline_mode;
 use cxdirect_hw::cmd::Opcode;
-use cxdirect_hw::cq::{CreateCqIn, CreateCqOut};
+use cxdirect_hw::cq::CreateCqOut;
 use cxdirect_hw::cqe::mini_cqe_res_format;
 use cxdirect_hw::hca::AllocUarOut;
 use cxdirect_hw::reg::{self, PmtuReg};
@@ -305,28 +306,20 @@ impl<B: Backend> Port<B> {
             region.write(i * 64 + 63, &[cxdirect_hw::cqe::CQE_INITIAL_OP_OWN])?;
         }
         let dbr = self.dma(64)?;
-        let page = region.page_size();
-        let pages = region.len().div_ceil(page);
-        let mut cmd = input(Opcode::CreateCq, 0, CreateCqIn::<&[u8]>::SIZE + 8 * pages);
-        {
-            let mut c = CreateCqIn::new(&mut cmd[..])
-                .map_err(|_| DriverError::layout(Opcode::CreateCq, "input"))?;
-            c.cq_context_mut()
-                .set_log_cq_size(log)
-                .set_uar_page(uar)
-                .set_c_eqn(eqn as u8)
-                .set_log_page_size((page.trailing_zeros() - 12) as u8)
-                .set_dbr_addr(dbr.iova())
-                .set_cqe_comp_en(compress)
-                .set_mini_cqe_res_format(if striding {
-                    mini_cqe_res_format::CSUM
-                } else {
-                    mini_cqe_res_format::HASH
-                });
-            for i in 0..pages {
-                let _ = c.set_pas(i, region.iova() + (i * page) as u64);
-            }
-        }
+        let mini_cqe_format = if striding {
+            mini_cqe_res_format::CSUM
+        } else {
+            mini_cqe_res_format::HASH
+        };
+        let cmd = create_cq_input(
+            &region,
+            dbr.iova(),
+            log,
+            uar,
+            eqn as u8,
+            compress,
+            mini_cqe_format,
+        )?;
         let out = self.dev.exec(&cmd, CreateCqOut::<&[u8]>::SIZE)?;
         let cqn = CreateCqOut::new(&out[..]).map_err(output_too_short)?.cqn();
         self.cqs.push(cqn);

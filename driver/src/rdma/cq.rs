@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 use super::track::QpTrack;
 use super::wc::{WcOpcode, WcStatus, WorkCompletion};
 use crate::backend::Backend;
-use crate::control::{destroy_input, input, output_too_short, Device};
+use crate::control::{create_cq_input, destroy_input, output_too_short, Device};
 use crate::cq::{CqRing, Cqe};
 use crate::error::DriverError;
 use cxdirect_dma::{DmaRegion, PageKind};
 use cxdirect_hw::cmd::Opcode;
-use cxdirect_hw::cq::{CreateCqIn, CreateCqOut};
-use cxdirect_hw::cqe::{CqeOpcode, CQE_INITIAL_OP_OWN, CQE_SIZE};
+use cxdirect_hw::cq::CreateCqOut;
+use cxdirect_hw::cqe::{mini_cqe_res_format, CqeOpcode, CQE_INITIAL_OP_OWN, CQE_SIZE};
 
 #[cfg(test)]
 mod tests;
@@ -78,23 +78,16 @@ impl CompletionQueue {
             region.write(i * CQE_SIZE + CQE_SIZE - 1, &[CQE_INITIAL_OP_OWN])?;
         }
         let dbr = DmaRegion::new(iommu, &iovas, 64, PageKind::Small)?;
-        let page = region.page_size();
-        let pages = region.len().div_ceil(page);
         let (uar, _, _) = dev.resources();
-        let mut cmd = input(Opcode::CreateCq, 0, CreateCqIn::<&[u8]>::SIZE + 8 * pages);
-        {
-            let mut c = CreateCqIn::new(&mut cmd[..])
-                .map_err(|_| DriverError::layout(Opcode::CreateCq, "input"))?;
-            c.cq_context_mut()
-                .set_log_cq_size(log)
-                .set_uar_page(uar)
-                .set_c_eqn(0)
-                .set_log_page_size((page.trailing_zeros() - 12) as u8)
-                .set_dbr_addr(dbr.iova());
-            for i in 0..pages {
-                let _ = c.set_pas(i, region.iova() + (i * page) as u64);
-            }
-        }
+        let cmd = create_cq_input(
+            &region,
+            dbr.iova(),
+            log,
+            uar,
+            0,
+            false,
+            mini_cqe_res_format::HASH,
+        )?;
         let out = dev.exec(&cmd, CreateCqOut::<&[u8]>::SIZE)?;
         let cqn = CreateCqOut::new(&out[..]).map_err(output_too_short)?.cqn();
         Ok(Self {

@@ -226,6 +226,16 @@ struct Scripted<'a> {
     next: Option<Completion>,
 }
 
+impl<'a> Scripted<'a> {
+    /// `qp` that answers its next poll with `completion`.
+    fn once(qp: &'a mut FakeQp, completion: Completion) -> Self {
+        Scripted {
+            inner: qp,
+            next: Some(completion),
+        }
+    }
+}
+
 impl KrpingQp for Scripted<'_> {
     type Error = String;
     fn advertise(&self, buffer: Buffer) -> BufferInfo {
@@ -259,11 +269,7 @@ fn server_take(
     qp: &mut FakeQp,
     completion: Completion,
 ) -> Result<bool, KrpingError> {
-    let mut scripted = Scripted {
-        inner: qp,
-        next: Some(completion),
-    };
-    server.step(&mut scripted, &mut Vec::new())
+    server.step(&mut Scripted::once(qp, completion), &mut Vec::new())
 }
 
 fn client_take(
@@ -271,9 +277,5 @@ fn client_take(
     qp: &mut FakeQp,
     completion: Completion,
 ) -> Result<bool, KrpingError> {
-    let mut scripted = Scripted {
-        inner: qp,
-        next: Some(completion),
-    };
-    client.step(&mut scripted, &mut Vec::new())
+    client.step(&mut Scripted::once(qp, completion), &mut Vec::new())
 }

@@ -112,37 +112,17 @@ impl<B: Backend> RcQueuePair<B> {
     }
 
     fn check(&self, remote: &Endpoint, p: &ConnectParams) -> Result<(), DriverError> {
-        let checks: [(&'static str, u64, bool, &'static str); 8] = [
+        let checks: [FieldCheck; 8] = [
             (
                 "mtu",
                 u64::from(p.mtu.bytes()),
                 p.mtu <= self.roce.max_path_mtu(),
                 "at most the port's path MTU (Roce::max_path_mtu)",
             ),
-            (
-                "ack_timeout",
-                u64::from(p.ack_timeout),
-                p.ack_timeout <= 31,
-                "0 to 31",
-            ),
-            (
-                "retry_count",
-                u64::from(p.retry_count),
-                p.retry_count <= 7,
-                "0 to 7",
-            ),
-            (
-                "rnr_timer",
-                u64::from(p.rnr_timer),
-                p.rnr_timer <= 31,
-                "0 to 31",
-            ),
-            (
-                "rnr_retry",
-                u64::from(p.rnr_retry),
-                p.rnr_retry <= 7,
-                "0 to 7",
-            ),
+            at_most("ack_timeout", p.ack_timeout, 31, "0 to 31"),
+            at_most("retry_count", p.retry_count, 7, "0 to 7"),
+            at_most("rnr_timer", p.rnr_timer, 31, "0 to 31"),
+            at_most("rnr_retry", p.rnr_retry, 7, "0 to 7"),
             (
                 "max_rd_atomic",
                 u64::from(p.max_rd_atomic),
@@ -259,6 +239,14 @@ fn udp_source_port(lqpn: u32, rqpn: u32) -> u16 {
     let mut low = fl & 0x3fff;
     low ^= (fl & 0xf_c000) >> 14;
     (low | 0xc000) as u16
+}
+
+/// One connect parameter checked: its name, its value, whether it is allowed, and what is.
+type FieldCheck = (&'static str, u64, bool, &'static str);
+
+/// The check of a field `value` that may be 0 to `max`.
+fn at_most(field: &'static str, value: u8, max: u8, allowed: &'static str) -> FieldCheck {
+    (field, u64::from(value), value <= max, allowed)
 }
 
 #[cfg(test)]
