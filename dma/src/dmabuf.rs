@@ -249,7 +249,9 @@ impl DmaBuf {
     /// (a udmabuf and the memfd it was made from). Mapping falls back to the backing file where
     /// the IOMMU backend cannot pin the dmabuf's own mapping (VFIO type1 and iommufd refuse the
     /// `VM_PFNMAP` mapping udmabuf gives since Linux 6.11); the CPU still reads through the
-    /// dmabuf. The caller vouches that the pages are the same.
+    /// dmabuf, or through the backing file where the dmabuf has no mapping of its own and the
+    /// IOMMU took it by descriptor (a peer BAR's dmabuf under iommufd). The caller vouches that
+    /// the pages are the same.
     ///
     /// # Errors
     ///
