@@ -249,7 +249,9 @@ impl DmaBuf {
     /// (a udmabuf and the memfd it was made from). Mapping falls back to the backing file where
     /// the IOMMU backend cannot pin the dmabuf's own mapping (VFIO type1 and iommufd refuse the
     /// `VM_PFNMAP` mapping udmabuf gives since Linux 6.11); the CPU still reads through the
-    /// dmabuf. The caller vouches that the pages are the same.
+    /// dmabuf, or through the backing file where the dmabuf has no mapping of its own and the
+    /// IOMMU took it by descriptor (a peer BAR's dmabuf under iommufd). The caller vouches that
+    /// the pages are the same.
     ///
     /// # Errors
     ///
@@ -403,6 +405,10 @@ impl DmaBuf {
             },
             Err(e) => e.clone(),
         };
+        // The backing file's view when the IOMMU would not take it (iommufd refuses a
+        // `VM_PFNMAP` mapping such as a BAR's): the CPU still reads the pages through it once the
+        // descriptor is mapped.
+        let mut backing_cpu_view = None;
         if let Some((backing, at)) = &self.backing {
             match HostView::new(backing.as_fd(), at + span_start, span_len) {
                 Ok(view) => match view.give_to(iommu, iova) {
@@ -421,14 +427,17 @@ impl DmaBuf {
                             },
                         })
                     }
-                    Err(e) => host_err = format!("{host_err}; backing file: {e}"),
+                    Err(e) => {
+                        host_err = format!("{host_err}; backing file: {e}");
+                        backing_cpu_view = Some(view);
+                    }
                 },
                 Err(e) => host_err = format!("{host_err}; backing file: {e}"),
             }
         }
         match iommu.map_file(iova, self.fd(), span_start, span_len) {
             Ok(()) => Ok(Attached {
-                cpu: own_view.ok(),
+                cpu: own_view.ok().or(backing_cpu_view),
                 device: None,
                 how: "descriptor",
             }),
@@ -859,6 +868,75 @@ mod tests {
     fn fdinfo_without_an_exporter_is_not_a_dmabuf() {
         assert_eq!(FdInfo::parse("pos:\t0\nflags:\t02\nmnt_id:\t15\n"), None);
         assert_eq!(FdInfo::parse("size:\tlots\nexp_name:\tsystem\n"), None);
+    }
+
+    /// Refuses every host mapping (as iommufd refuses a BAR's `VM_PFNMAP` mapping) and takes
+    /// descriptors.
+    struct DescriptorOnlyIommu;
+
+    // SAFETY: nothing is ever mapped by address, so no memory is touched.
+    unsafe impl Iommu for DescriptorOnlyIommu {
+        fn iova_ranges(&self) -> Vec<crate::IovaRange> {
+            vec![crate::IovaRange {
+                start: 0x1_0000_0000,
+                end: 0x1_ffff_ffff,
+            }]
+        }
+
+        unsafe fn map(&self, iova: u64, _host: *mut u8, len: usize) -> Result<(), IommuError> {
+            Err(IommuError::MapRefused {
+                iova,
+                len: len as u64,
+                reason: "Bad address (a VM_PFNMAP mapping)".into(),
+            })
+        }
+
+        fn map_file(
+            &self,
+            _iova: u64,
+            _fd: BorrowedFd<'_>,
+            _offset: u64,
+            _len: usize,
+        ) -> Result<(), IommuError> {
+            Ok(())
+        }
+
+        fn unmap(&self, _iova: u64, _len: usize) -> Result<(), IommuError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_buffer_attached_by_descriptor_is_read_through_its_backing_file() {
+        // A descriptor the CPU cannot map shared and writable (a BAR's dmabuf cannot be mapped
+        // at all) whose pages are those of a memfd, the BAR's own mapping for a peer.
+        let backing = crate::export::memfd("bar", 4 * 4096).unwrap();
+        let read_only = fs::File::open(format!("/proc/self/fd/{}", backing.as_raw_fd())).unwrap();
+        let buf = Arc::new(DmaBuf {
+            fd: OwnedFd::from(read_only),
+            size: 4 * 4096,
+            exporter: "vfio_pci_core".into(),
+            name: None,
+            kind: DmaBufKind::DmaBuf,
+            backing: Some((backing.try_clone().unwrap(), 0)),
+        });
+        let iommu: Arc<dyn Iommu> = Arc::new(DescriptorOnlyIommu);
+        let iovas = Arc::new(crate::IovaAllocator::new(&iommu.iova_ranges()).unwrap());
+        let mapping = buf
+            .map(iommu, &iovas, 4096, 4096, DmaBufMode::Pinned)
+            .unwrap();
+        assert_eq!(mapping.attached_by(), "descriptor");
+        assert!(mapping.host_accessible());
+        mapping.write(0, b"peer bytes").unwrap();
+        let mut back = [0u8; 10];
+        mapping.read(0, &mut back).unwrap();
+        assert_eq!(&back, b"peer bytes");
+        // The write went to the backing file, at the range's offset.
+        let mut file = fs::File::from(backing);
+        let mut at = [0u8; 10];
+        std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(4096)).unwrap();
+        std::io::Read::read_exact(&mut file, &mut at).unwrap();
+        assert_eq!(&at, b"peer bytes");
     }
 
     #[test]
