@@ -28,6 +28,10 @@ const TIME_LIMIT: Duration = Duration::from_secs(60);
 const SEED: u64 = 0x5eed_0c10_55e5;
 /// Log2 of the READs and atomics a QP may have outstanding, as requester and as responder.
 const LOG_READS: u8 = 3;
+/// Frames each port's receive FIFO holds.
+const FIFO: usize = 4096;
+/// A receive FIFO smaller than most messages: the requester sends as the far port takes them.
+const TINY_FIFO: usize = 2;
 
 /// A PA memory key over all host memory in the host's PD with remote read, write and
 /// atomics.
@@ -72,11 +76,12 @@ fn is_send(i: u16) -> bool {
 /// Two functions on a pair wire with `impairments` in both directions, each with an RC QP
 /// connected to the other's.
 fn link(impairments: Impairments) -> RcPair {
-    link_on(impairments, ExecMode::Inline)
+    link_on(impairments, ExecMode::Inline, FIFO)
 }
 
-/// [`link`], the functions' work running as `exec` says.
-fn link_on(impairments: Impairments, exec: ExecMode) -> RcPair {
+/// [`link`], the functions' work running as `exec` says, each port's receive FIFO holding
+/// `fifo` frames.
+fn link_on(impairments: Impairments, exec: ExecMode, fifo: usize) -> RcPair {
     let cfg = |mac| EmuConfig {
         roce: true,
         mac,
@@ -87,7 +92,7 @@ fn link_on(impairments: Impairments, exec: ExecMode) -> RcPair {
     let db = Device::new(cfg(MAC_B));
     let wire = Arc::new(
         Wire::pair_with(WireConfig {
-            fifo_capacity: 4096,
+            fifo_capacity: fifo,
             impairments,
         })
         .expect("valid impairments"),
@@ -143,6 +148,11 @@ fn finish(link: RcPair) -> (ImpairmentCounters, u64) {
 /// and checks that each arrived once, in order, intact, with all completions and no error.
 /// Returns what the wire did in both directions, and how many times A sent packets again.
 fn run(impairments: Impairments) -> (ImpairmentCounters, u64) {
+    run_through(impairments, FIFO)
+}
+
+/// [`run`] with each port's receive FIFO holding `fifo` frames.
+fn run_through(impairments: Impairments, fifo: usize) -> (ImpairmentCounters, u64) {
     let RcPair {
         mut a,
         mut b,
@@ -151,7 +161,7 @@ fn run(impairments: Impairments) -> (ImpairmentCounters, u64) {
         mut qp_a,
         mut qp_b,
         wire,
-    } = link(impairments);
+    } = link_on(impairments, ExecMode::Inline, fifo);
     let lkey_a = a.create_mkey(false, true);
     let lkey_b = b.create_mkey(false, true);
     let rkey_b = remote_key(&mut b);
@@ -287,6 +297,28 @@ fn a_clean_wire_moves_every_message() {
     let (wire, retransmits) = run(Impairments::NONE);
     assert_eq!(wire.dropped + wire.duplicated + wire.reordered, 0);
     assert_eq!(retransmits, 0, "nothing lost, nothing sent again");
+}
+
+#[test]
+fn a_two_frame_fifo_takes_every_message_without_a_drop() {
+    // Messages of up to three packets, twelve in flight, into a FIFO of two frames: the
+    // requester sends only what the far port has room for, so nothing is lost or sent again.
+    let (wire, retransmits) = run_through(Impairments::NONE, TINY_FIFO);
+    assert_eq!(wire.dropped + wire.duplicated + wire.reordered, 0);
+    assert_eq!(
+        retransmits, 0,
+        "no frame overflowed the FIFO, nothing sent again"
+    );
+}
+
+#[test]
+fn five_percent_drop_through_a_two_frame_fifo() {
+    // Go-back-N while the requester waits for room: a retransmission drops the unsent rest
+    // and starts again from the first unacknowledged WQE.
+    let impairments = impaired(|i| i.drop_probability = 0.05);
+    let (wire, retransmits) = run_through(impairments, TINY_FIFO);
+    assert!(wire.dropped > 10, "frames were dropped: {wire:?}");
+    assert!(retransmits > 0, "lost packets were sent again");
 }
 
 #[test]
@@ -575,7 +607,7 @@ fn reads_and_atomics_with_drop_duplication_and_reordering_together() {
 /// reveal the gap; only the timer recovers them.
 #[test]
 fn the_device_thread_sends_lost_frames_again_without_a_poll() {
-    let mut link = link_on(impaired(|i| i.drop_every = 2), ExecMode::Threaded);
+    let mut link = link_on(impaired(|i| i.drop_every = 2), ExecMode::Threaded, FIFO);
     let lkey_a = link.a.create_mkey(false, true);
     let lkey_b = link.b.create_mkey(false, true);
     let src = link.a.alloc(4096, 4096);

@@ -347,6 +347,20 @@ pub(crate) struct Requester {
     /// The PSN the last ACK or NAK acknowledged everything up to (inclusive), for the WQEs
     /// after a READ or atomic that retire once its response comes.
     pub acked_psn: Option<u32>,
+    /// The WQE whose packets the wire had no room for yet: later device passes continue it,
+    /// and every WQE after it waits.
+    pub sending: Option<Sending>,
+}
+
+/// Where the requester stopped sending a WQE for lack of room on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Sending {
+    /// The WQE's index in the send ring (WQEBBs).
+    pub index: u16,
+    /// The PSN of the WQE's first packet.
+    pub first_psn: u32,
+    /// The packet of the WQE to send next (0 for its first); its PSN is `first_psn` plus it.
+    pub next_packet: u32,
 }
 
 /// The RC transport's counters in a Q counter set, named as QUERY_Q_COUNTER reports them

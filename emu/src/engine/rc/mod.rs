@@ -3,7 +3,8 @@
 //! checks PSNs, scatters SENDs into receive WQEs, lands WRITEs and answers READs and atomics
 //! through remote keys.
 //!
-//! The rooms: [`packet`] builds and parses frames; [`requester`] segments WQEs into packets;
+//! The rooms: [`packet`] builds and parses frames; [`requester`] segments WQEs into packets
+//! and sends them as the wire takes them;
 //! [`requester_ack`] retires them and writes their completions; [`retransmit`] runs the
 //! timers; [`responder`] takes received frames in PSN order; [`responder_recv`] owns the
 //! receive WQEs; [`responder_read_atomic`] answers READs and atomics; [`responder_pace`]

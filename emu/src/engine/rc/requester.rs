@@ -1,17 +1,19 @@
 //! The RC requester's send side: on a send doorbell for an RC QP, fetch each new WQE from the
 //! QP's send ring, gather its message (data segments through memory keys, or inline bytes),
-//! and cut it into packets of at most the path MTU (FIRST/MIDDLE/LAST/ONLY); a READ or an
+//! and cut it into packets of at most the path MTU (FIRST/MIDDLE/LAST/ONLY), sent only while
+//! the peer's port has room (the rest continued on later device passes); a READ or an
 //! atomic goes as one request packet with the PSNs of its responses reserved.
 
 use super::packet::{bth_opcode, build_frame, mtu_bytes, Transport, PSN_MASK};
 use super::qp_error::enter_error;
 use super::requester_ack::{expects_response, fail_in_order, flush};
+use super::responder_pace::room;
 use super::retransmit::arm_ack_timer;
 use crate::counters::add;
 use crate::fw::mkey::translate;
 use crate::fw::Core;
 use crate::objects::limits::LOG_MAX_RA_QP;
-use crate::objects::rc::Outstanding;
+use crate::objects::rc::{Outstanding, Sending};
 use crate::Fault;
 use cxdirect_hw::cqe::CqeSyndrome;
 use cxdirect_hw::eqe::EventType;
@@ -31,6 +33,8 @@ struct Request {
     remote: Option<(u64, u32)>,
     /// A retransmission from this PSN (the WQE is already outstanding).
     resend_psn: Option<u32>,
+    /// The packet of the message to send first (0, or where the wire had no room before).
+    from_packet: u32,
 }
 
 /// Send doorbell for RC QP `qpn` on UAR `uar`: executes every WQE posted since the last one.
@@ -64,7 +68,8 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, qpn: u32) {
 }
 
 /// Executes the WQEs posted on RC QP `qpn` in RTS since the last one executed, stopping at a
-/// READ or atomic while `2^log_sra_max` of those wait for their responses.
+/// READ or atomic while `2^log_sra_max` of those wait for their responses, and at a WQE the
+/// wire had no room for (continued by [`continue_sending`]).
 fn run_posted(core: &mut Core, qpn: u32) {
     let Some(qp) = core.res.qps.get(qpn) else {
         return;
@@ -72,6 +77,9 @@ fn run_posted(core: &mut Core, qpn: u32) {
     let (Some(log_sq), true) = (qp.log_sq_size, qp.state == state::RTS) else {
         return;
     };
+    if qp.req.sending.is_some() {
+        return;
+    }
     let Ok(word) = core.dma_read_be32(qp.dbr + 4) else {
         return;
     };
@@ -97,8 +105,12 @@ fn run_posted(core: &mut Core, qpn: u32) {
         };
         match outcome {
             Ok(Some(bbs)) => {
-                if let Some(qp) = core.res.qps.get_mut(qpn) {
-                    qp.sq_consumed = index.wrapping_add(bbs);
+                let Some(qp) = core.res.qps.get_mut(qpn) else {
+                    break;
+                };
+                qp.sq_consumed = index.wrapping_add(bbs);
+                if qp.req.sending.is_some() {
+                    break;
                 }
             }
             // Resumed when a response retires one of the READs or atomics outstanding.
@@ -120,6 +132,106 @@ fn run_posted(core: &mut Core, qpn: u32) {
 /// go now.
 pub(super) fn resume(core: &mut Core, qpn: u32) {
     run_posted(core, qpn);
+}
+
+/// Sends again, from their first packets, the outstanding WQEs of QP `qpn` from the `n`th on
+/// (go-back-N), stopping where the wire has no room; returns whether all went. Counted as
+/// retransmissions.
+pub(super) fn resend_from(core: &mut Core, qpn: u32, mut n: usize) -> bool {
+    let mut scratch = std::mem::take(&mut core.rc_scratch);
+    let mut all = true;
+    while let Some(o) = core
+        .res
+        .qps
+        .get(qpn)
+        .and_then(|qp| qp.req.outstanding.get(n).copied())
+    {
+        add(&core.counters.roce_retransmits, 1);
+        if let Err((opcode, syndrome)) =
+            execute(core, qpn, o.index, Some(o.first_psn), &mut scratch)
+        {
+            fail_in_order(core, qpn, o.index, opcode, syndrome);
+            all = false;
+            break;
+        }
+        if core
+            .res
+            .qps
+            .get(qpn)
+            .is_none_or(|qp| qp.req.sending.is_some())
+        {
+            all = false;
+            break;
+        }
+        n += 1;
+    }
+    core.rc_scratch = scratch;
+    all
+}
+
+/// Continues every RC QP's WQE the wire had no room for, in PSN order: the rest of its
+/// packets as far as the wire takes them, then (once it is all sent) the outstanding WQEs
+/// after it that a go-back-N retransmission still owes, then the WQEs posted behind it.
+/// Returns whether anything went out.
+pub(crate) fn continue_sending(core: &mut Core) -> bool {
+    let mut sent = false;
+    let mut after = None;
+    loop {
+        let next = core.res.qps.iter().find_map(|(qpn, qp)| {
+            (after.is_none_or(|a| qpn > a) && qp.req.sending.is_some()).then_some(qpn)
+        });
+        let Some(qpn) = next else {
+            return sent;
+        };
+        after = Some(qpn);
+        let Some(qp) = core.res.qps.get_mut(qpn) else {
+            continue;
+        };
+        let Some(at) = qp.req.sending.take() else {
+            continue;
+        };
+        if qp.state != state::RTS {
+            continue;
+        }
+        let position = qp.req.outstanding.iter().position(|o| o.index == at.index);
+        let Some(position) = position else {
+            continue;
+        };
+        if room(core) == 0 {
+            if let Some(qp) = core.res.qps.get_mut(qpn) {
+                qp.req.sending = Some(at);
+            }
+            continue;
+        }
+        sent = true;
+        let mut scratch = std::mem::take(&mut core.rc_scratch);
+        let outcome = execute_from(
+            core,
+            qpn,
+            at.index,
+            Some(at.first_psn),
+            at.next_packet,
+            &mut scratch,
+        );
+        core.rc_scratch = scratch;
+        if let Err((opcode, syndrome)) = outcome {
+            fail_in_order(core, qpn, at.index, opcode, syndrome);
+            continue;
+        }
+        let paused = core
+            .res
+            .qps
+            .get(qpn)
+            .is_none_or(|qp| qp.req.sending.is_some());
+        if !paused && resend_from(core, qpn, position + 1) {
+            run_posted(core, qpn);
+        }
+    }
+}
+
+/// Whether any RC QP waits for room on the wire to send a WQE's packets.
+pub(crate) fn any_sending(core: &Core) -> bool {
+    core.res.qps.iter().any(|(_, qp)| qp.req.sending.is_some())
 }
 
 /// Whether a WQE of fence mode `fm` waits for every earlier READ and atomic to complete (the
@@ -206,12 +318,25 @@ type WqeError = (u8, CqeSyndrome);
 
 /// Executes the WQE at `index`; returns its WQEBBs, or `None` for a new READ or atomic held
 /// back by the limit on outstanding ones, or a fenced WQE held back until the READs and
-/// atomics before it complete (a retransmission, `resend_psn`, never is).
+/// atomics before it complete (a retransmission, `resend_psn`, never is). Packets the wire
+/// has no room for are left to [`continue_sending`] (the QP's `req.sending`).
 pub(super) fn execute(
     core: &mut Core,
     qpn: u32,
     index: u16,
     resend_psn: Option<u32>,
+    s: &mut RcScratch,
+) -> Result<Option<u16>, WqeError> {
+    execute_from(core, qpn, index, resend_psn, 0, s)
+}
+
+/// [`execute`] from packet `from_packet` of the message on (the earlier ones were sent).
+fn execute_from(
+    core: &mut Core,
+    qpn: u32,
+    index: u16,
+    resend_psn: Option<u32>,
+    from_packet: u32,
     s: &mut RcScratch,
 ) -> Result<Option<u16>, WqeError> {
     s.wqe.resize(WQE_BB, 0);
@@ -242,6 +367,7 @@ pub(super) fn execute(
         signaled,
         remote: None,
         resend_psn,
+        from_packet,
     };
     if resend_psn.is_none()
         && ((expects_response(op) && at_read_limit(core, qpn))
@@ -383,7 +509,18 @@ fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcScratch) {
     // where a SEND with immediate carries its ImmDt.
     let invalidate = req.opcode == opcode::SEND_INVAL;
     let with_imm = invalidate || matches!(req.opcode, opcode::SEND_IMM | opcode::RDMA_WRITE_IMM);
-    for n in 0..packets {
+    let mut paused = None;
+    psn = (psn + req.from_packet) & PSN_MASK;
+    for n in req.from_packet as usize..packets {
+        if room(core) == 0 {
+            // The rest waits for room at the peer's port; later device passes continue it.
+            paused = Some(Sending {
+                index: req.index,
+                first_psn,
+                next_packet: n as u32,
+            });
+            break;
+        }
         let first = n == 0;
         let last = n + 1 == packets;
         let bth = match (write, first, last, with_imm) {
@@ -426,10 +563,15 @@ fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcScratch) {
         psn = (psn + 1) & PSN_MASK;
     }
     arm_ack_timer(core, qpn);
+    let Some(qp) = core.res.qps.get_mut(qpn) else {
+        return;
+    };
+    qp.req.sending = paused;
     if req.resend_psn.is_some() {
         return;
     }
-    if let Some(qp) = core.res.qps.get_mut(qpn) {
+    {
+        let psn = (first_psn + packets as u32) & PSN_MASK;
         qp.next_send_psn = psn;
         qp.req.outstanding.push_back(Outstanding {
             index: req.index,
@@ -517,16 +659,28 @@ fn transmit_request(
     psns: u32,
     bytes: u32,
 ) {
-    let mut frame = std::mem::take(&mut core.rc_scratch.frame);
-    if build_frame(core, qpn, t, &[], &mut frame) {
-        crate::engine::sq::transmit(core, &frame);
+    let paused = room(core) == 0;
+    if !paused {
+        let mut frame = std::mem::take(&mut core.rc_scratch.frame);
+        if build_frame(core, qpn, t, &[], &mut frame) {
+            crate::engine::sq::transmit(core, &frame);
+        }
+        core.rc_scratch.frame = frame;
     }
-    core.rc_scratch.frame = frame;
     arm_ack_timer(core, qpn);
+    let Some(qp) = core.res.qps.get_mut(qpn) else {
+        return;
+    };
+    // Without room the request waits at the head of the QP's send queue.
+    qp.req.sending = paused.then_some(Sending {
+        index: req.index,
+        first_psn: psn,
+        next_packet: 0,
+    });
     if req.resend_psn.is_some() {
         return;
     }
-    if let Some(qp) = core.res.qps.get_mut(qpn) {
+    {
         qp.next_send_psn = (psn + psns) & PSN_MASK;
         qp.req.outstanding.push_back(Outstanding {
             index: req.index,

@@ -19,7 +19,7 @@ use std::time::Duration;
 pub(crate) const PACE_RETRY: Duration = Duration::from_micros(20);
 
 /// Frames the far port of the function's wire can still take (unbounded without a wire).
-fn room(core: &Core) -> usize {
+pub(super) fn room(core: &Core) -> usize {
     let Some((wire, port)) = &core.wire else {
         return usize::MAX;
     };

@@ -2,10 +2,9 @@
 //! what happens when the retries run out.
 
 use super::count;
-use super::requester::execute;
-use super::requester_ack::{fail, fail_in_order, flush};
+use super::requester::{any_sending, continue_sending, resend_from};
+use super::requester_ack::{fail, flush};
 use super::responder_pace::{any_owed, pace_all, PACE_RETRY};
-use crate::counters::add;
 use crate::fw::Core;
 use cxdirect_hw::cqe::CqeSyndrome;
 use cxdirect_hw::qp::state;
@@ -86,26 +85,14 @@ fn exhausted(core: &mut Core, qpn: u32, syndrome: CqeSyndrome) {
     flush(core, qpn);
 }
 
-/// Go-back-N: sends every outstanding WQE again, with the PSNs it had.
+/// Go-back-N: sends every outstanding WQE again, with the PSNs it had, as far as the wire
+/// takes them (the rest continued by later device passes). Whatever was still owed of an
+/// earlier sending is superseded: it is sent again from its first packet in PSN order.
 pub(super) fn resend_outstanding(core: &mut Core, qpn: u32) {
-    let mut scratch = std::mem::take(&mut core.rc_scratch);
-    let mut n = 0;
-    while let Some(o) = core
-        .res
-        .qps
-        .get(qpn)
-        .and_then(|qp| qp.req.outstanding.get(n).copied())
-    {
-        add(&core.counters.roce_retransmits, 1);
-        if let Err((opcode, syndrome)) =
-            execute(core, qpn, o.index, Some(o.first_psn), &mut scratch)
-        {
-            fail_in_order(core, qpn, o.index, opcode, syndrome);
-            break;
-        }
-        n += 1;
+    if let Some(qp) = core.res.qps.get_mut(qpn) {
+        qp.req.sending = None;
     }
-    core.rc_scratch = scratch;
+    resend_from(core, qpn, 0);
 }
 
 /// When the earliest RC timer of the function runs out (an ACK timeout or the end of an RNR
@@ -113,7 +100,7 @@ pub(super) fn resend_outstanding(core: &mut Core, qpn: u32) {
 /// `None` when none is armed. A device thread sleeps no longer than this, so that a lost
 /// packet is sent again though nobody polls.
 pub(crate) fn next_deadline(core: &Core) -> Option<Instant> {
-    let pacing = any_owed(core).then(|| Instant::now() + PACE_RETRY);
+    let pacing = (any_owed(core) || any_sending(core)).then(|| Instant::now() + PACE_RETRY);
     core.res
         .qps
         .iter()
@@ -133,6 +120,7 @@ pub(crate) fn run_timers(core: &mut Core, now: Instant) -> bool {
         return false;
     }
     let mut sent = pace_all(core);
+    sent |= continue_sending(core);
     let mut qpn_due = None;
     loop {
         // One QP at a time: a retransmission changes the table's QPs' state.
