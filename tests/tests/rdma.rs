@@ -1231,14 +1231,10 @@ fn a_qp_failing_on_its_own_raises_its_fatal_event_flushes_everything_and_reconne
     assert_eq!(read(&dst, 0, 64), pattern(64, 9));
 }
 
-#[test]
-fn seventy_64k_reads_posted_at_once_complete_held_to_the_read_limit_without_a_lost_frame() {
-    // The requester keeps 2^log_sra_max READs outstanding (16 here, perftest's), so their
-    // responses (64 frames each at MTU 1024) stay well inside the wire's receive FIFO of
-    // 4,096 frames; with every READ sent at once the 70 responses overflowed it, and each
-    // retransmission overflowed it again.
-    const READS: usize = 70;
-    const SIZE: usize = 64 << 10;
+/// Posts `reads` RDMA READs of `size` bytes each at once on a pair connected with 16 READs
+/// outstanding each way, and checks they all complete in order with their bytes, with no frame
+/// dropped at the requester's port and no READ sent again.
+fn reads_at_once_complete_without_a_lost_frame(reads: usize, size: usize, seed: u8) {
     let (mut a, mut b, models) = pair();
     let mut qa = a.qp(QpCaps::default());
     let mut qb = b.qp(QpCaps::default());
@@ -1248,11 +1244,11 @@ fn seventy_64k_reads_posted_at_once_complete_held_to_the_read_limit_without_a_lo
         ..ConnectParams::default()
     };
     connect_with(&mut a, &mut qa, &mut b, &mut qb, params);
-    let (dst, src) = (a.mr(READS * SIZE, ALL), b.mr(READS * SIZE, ALL));
-    let data = pattern(READS * SIZE, 5);
+    let (dst, src) = (a.mr(reads * size, ALL), b.mr(reads * size, ALL));
+    let data = pattern(reads * size, seed);
     src.write(0, &data).unwrap();
-    let sges: Vec<[Sge; 1]> = (0..READS)
-        .map(|i| [dst.sge((i * SIZE) as u64, SIZE as u32)])
+    let sges: Vec<[Sge; 1]> = (0..reads)
+        .map(|i| [dst.sge((i * size) as u64, size as u32)])
         .collect();
     let wrs: Vec<SendRequest<'_>> = sges
         .iter()
@@ -1260,13 +1256,13 @@ fn seventy_64k_reads_posted_at_once_complete_held_to_the_read_limit_without_a_lo
         .map(|(i, sge)| {
             SendRequest::new(
                 i as u64,
-                SendOp::Read(src.remote((i * SIZE) as u64)),
+                SendOp::Read(src.remote((i * size) as u64)),
                 Payload::Gather(sge),
             )
         })
         .collect();
     qa.post_send(&wrs).expect("post_send");
-    let wcs = a.wait(READS);
+    let wcs = a.wait(reads);
     assert!(
         wcs.iter()
             .enumerate()
@@ -1274,7 +1270,7 @@ fn seventy_64k_reads_posted_at_once_complete_held_to_the_read_limit_without_a_lo
         "{wcs:?}"
     );
     assert!(
-        read(&dst, 0, READS * SIZE) == data,
+        read(&dst, 0, reads * size) == data,
         "the READs' bytes differ"
     );
     let (wire, port) = models[0].wire().expect("the pair's wire");
@@ -1284,7 +1280,16 @@ fn seventy_64k_reads_posted_at_once_complete_held_to_the_read_limit_without_a_lo
         (0, 0),
         "frames dropped at the requester's port, READs sent again"
     );
-    assert_eq!(counters.rx_frames, (READS * SIZE / MTU) as u64);
+    assert_eq!(counters.rx_frames, (reads * size / MTU) as u64);
+}
+
+#[test]
+fn seventy_64k_reads_posted_at_once_complete_held_to_the_read_limit_without_a_lost_frame() {
+    // The requester keeps 2^log_sra_max READs outstanding (16 here, perftest's), so their
+    // responses (64 frames each at MTU 1024) stay well inside the wire's receive FIFO of
+    // 4,096 frames; with every READ sent at once the 70 responses overflowed it, and each
+    // retransmission overflowed it again.
+    reads_at_once_complete_without_a_lost_frame(70, 64 << 10, 5);
 }
 
 #[test]
@@ -1293,56 +1298,7 @@ fn twenty_1m_reads_posted_at_once_complete_paced_by_the_responder_without_a_lost
     // times the wire's receive FIFO of 4,096 frames: the responder sends them as the
     // requester's port takes them, never more than it has room for, so none is dropped and
     // no READ is sent again.
-    const READS: usize = 20;
-    const SIZE: usize = 1 << 20;
-    let (mut a, mut b, models) = pair();
-    let mut qa = a.qp(QpCaps::default());
-    let mut qb = b.qp(QpCaps::default());
-    let params = ConnectParams {
-        max_rd_atomic: 16,
-        max_dest_rd_atomic: 16,
-        ..ConnectParams::default()
-    };
-    let (ea, eb) = (qa.local_endpoint(), qb.local_endpoint());
-    qa.connect(&mut a.dev, &eb, params).expect("connect a");
-    qb.connect(&mut b.dev, &ea, params).expect("connect b");
-    let (dst, src) = (a.mr(READS * SIZE, ALL), b.mr(READS * SIZE, ALL));
-    let data = pattern(READS * SIZE, 9);
-    src.write(0, &data).unwrap();
-    let sges: Vec<[Sge; 1]> = (0..READS)
-        .map(|i| [dst.sge((i * SIZE) as u64, SIZE as u32)])
-        .collect();
-    let wrs: Vec<SendRequest<'_>> = sges
-        .iter()
-        .enumerate()
-        .map(|(i, sge)| {
-            SendRequest::new(
-                i as u64,
-                SendOp::Read(src.remote((i * SIZE) as u64)),
-                Payload::Gather(sge),
-            )
-        })
-        .collect();
-    qa.post_send(&wrs).expect("post_send");
-    let wcs = a.wait(READS);
-    assert!(
-        wcs.iter()
-            .enumerate()
-            .all(|(i, wc)| wc.wr_id == i as u64 && wc.status == WcStatus::Success),
-        "{wcs:?}"
-    );
-    assert!(
-        read(&dst, 0, READS * SIZE) == data,
-        "the READs' bytes differ"
-    );
-    let (wire, port) = models[0].wire().expect("the pair's wire");
-    let counters = wire.counters(port).expect("port counters");
-    assert_eq!(
-        (counters.dropped, models[0].counters().roce_retransmits),
-        (0, 0),
-        "frames dropped at the requester's port, READs sent again"
-    );
-    assert_eq!(counters.rx_frames, (READS * SIZE / MTU) as u64);
+    reads_at_once_complete_without_a_lost_frame(20, 1 << 20, 9);
 }
 
 /// Posts twenty 1 MiB WRITEs (or SENDs, into receives posted first) at once on a fresh pair
