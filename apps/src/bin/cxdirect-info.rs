@@ -55,13 +55,19 @@ fn main() -> ExitCode {
 }
 
 fn report<B: Backend>(name: &str, opened: Result<Device<B>, DriverError>) -> Result<(), ()> {
-    let dev = match opened {
+    let mut dev = match opened {
         Ok(d) => d,
         Err(e) => {
             eprintln!("cxdirect-info: {name}: {e}");
             return Err(());
         }
     };
+    // Bring-up polls the event queue as well as waiting on its vector, so it can finish with
+    // command events taken while their MSI-X messages are still on their way (a loaded or
+    // emulated machine): give the vector a moment to fire before reporting the count.
+    if dev.info().async_interrupts == 0 && dev.event_counts().cmd > 0 && dev.msix_vectors() > 0 {
+        dev.wait_event(Duration::from_secs(1));
+    }
     let info = dev.info().clone();
     let caps = dev.caps();
     let eth = dev.eth_caps();
