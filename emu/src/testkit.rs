@@ -144,6 +144,9 @@ pub struct Host {
     pub pages: Vec<u64>,
     /// Sign command entries and mailboxes (needed once `cmdif_checksum` is on).
     pub sign: bool,
+    /// At bring-up, ask requesters to write atomic results in host order, as Linux's
+    /// mlx5_core does (`handle_hca_cap_atomic`); off: network order, the device's default.
+    pub atomic_host_order: bool,
 }
 
 impl Host {
@@ -174,6 +177,7 @@ impl Host {
             eq_ci: 0,
             pages: Vec::new(),
             sign: false,
+            atomic_host_order: false,
         };
         host.cmdq = host.alloc(4096, 4096);
         host
@@ -433,6 +437,17 @@ impl Host {
         let mut set = Self::input(Opcode::SetHcaCap, 0, 0x1010);
         set[0x10..0x110].copy_from_slice(&caps[0x10..0x110]);
         self.exec(&set, 16).expect("SET_HCA_CAP");
+        if self.atomic_host_order {
+            let mut set = Self::input(
+                Opcode::SetHcaCap,
+                hca::set_cap_op_mod(hca::cap_type::ATOMIC),
+                0x1010,
+            );
+            cxdirect_hw::caps::AtomicCaps::new(&mut set[0x10..0x110])
+                .expect("layout")
+                .set_atomic_req_8b_endianness_mode(cxdirect_hw::caps::atomic_endianness::HOST);
+            self.exec(&set, 16).expect("SET_HCA_CAP (atomic)");
+        }
         let init = self.query_pages(hca::query_pages_op_mod::INIT);
         self.give_pages(init as usize).expect("init pages");
         self.simple(Opcode::InitHca, 0).expect("INIT_HCA");

@@ -528,3 +528,44 @@ layout! {
         flow_table_properties_nic_transmit: FlowTablePropLayout @ 0x800,
     }
 }
+
+/// Values of [`AtomicCaps::atomic_operations`] (`MLX5_ATOMIC_OPS_*`).
+pub mod atomic_ops {
+    /// 8-byte compare-and-swap.
+    pub const CMP_SWAP: u16 = 1 << 0;
+    /// 8-byte fetch-and-add.
+    pub const FETCH_ADD: u16 = 1 << 1;
+}
+
+/// Bits of [`AtomicCaps::atomic_size_qp`] (`MLX5_ATOMIC_SIZE_QP_8BYTES`): operand sizes an RC
+/// QP may use.
+pub const ATOMIC_SIZE_QP_8_BYTES: u16 = 1 << 3;
+
+/// Values of [`AtomicCaps::atomic_req_8b_endianness_mode`]
+/// (`MLX5_ATOMIC_REQ_MODE_*`): the byte order a requester writes an atomic's original value in.
+pub mod atomic_endianness {
+    /// Network (big-endian) order, as the value travels.
+    pub const BIG_ENDIAN: u8 = 0x0;
+    /// The host's order: Linux's mlx5_core asks for it when
+    /// [`super::AtomicCaps::supported_atomic_req_8b_endianness_mode_1`] is set.
+    pub const HOST: u8 = 0x1;
+}
+
+layout! {
+    /// Atomic operation capabilities (`MLX5_CAP_ATOMIC`, `atomic_caps`): valid when
+    /// [`CmdHcaCap::atomic`] is set. mlx5_ib reports `IB_ATOMIC_HCA` only when compare-and-swap
+    /// and fetch-and-add on 8 bytes are supported and the requester answers in host order.
+    pub struct AtomicCaps("atomic_caps", 0x100) {
+        /// The byte order requesters write atomic results in: see [`atomic_endianness`]
+        /// (settable by SET_HCA_CAP).
+        atomic_req_8b_endianness_mode: u8 @ 0x40 [0x2],
+        /// The host-order requester mode may be chosen.
+        supported_atomic_req_8b_endianness_mode_1: bool @ 0x46 [0x1],
+        /// Supported operations: see [`atomic_ops`].
+        atomic_operations: u16 @ 0x90 [0x10],
+        /// Operand sizes on RC QPs (bit n = 2^n bytes).
+        atomic_size_qp: u16 @ 0xb0 [0x10],
+        /// Operand sizes on DC (bit n = 2^n bytes).
+        atomic_size_dc: u16 @ 0xd0 [0x10],
+    }
+}

@@ -7,7 +7,8 @@
 use super::{bad_param, input_as, output_as, CmdResult, Core, Syndrome};
 use crate::config::EmuConfig;
 use cxdirect_hw::caps::{
-    port_type, wqe_inline_mode, CmdHcaCap, FlowTableNicCap, PerProtocolNetworkingOffloadCaps,
+    atomic_endianness, atomic_ops, port_type, wqe_inline_mode, AtomicCaps, CmdHcaCap,
+    FlowTableNicCap, PerProtocolNetworkingOffloadCaps, ATOMIC_SIZE_QP_8_BYTES,
 };
 use cxdirect_hw::hca::{cap_type, QueryHcaCapOut, SetHcaCapIn};
 use cxdirect_hw::layout::{read_field, FieldKind, Layout};
@@ -54,6 +55,11 @@ pub(crate) struct CapSet {
     /// SET_HCA_CAP turns it on); reported only with [`EmuConfig::roce`].
     pub max_roce: [u8; 0x100],
     pub current_roce: [u8; 0x100],
+    /// Atomic capabilities, maximum and current: 8-byte compare-and-swap and fetch-and-add on
+    /// RC QPs, the requester's result order settable (big-endian until SET_HCA_CAP asks for
+    /// the host's); reported with [`EmuConfig::roce`].
+    pub max_atomic: [u8; 0x100],
+    pub current_atomic: [u8; 0x100],
     pub context_slot: Option<super::pages::Slot>,
 }
 
@@ -74,6 +80,8 @@ impl CapSet {
             .set_roce(cfg.roce)
             // Linux's mlx5_ib refuses a RoCE port without XRC domains; XRC QPs are refused.
             .set_xrc(cfg.roce)
+            // RC atomics (compare-and-swap, fetch-and-add) are executed by the responder.
+            .set_atomic(cfg.roce)
             .set_log_max_xrcd(if cfg.roce { LOG_MAX_XRCD } else { 0 })
             // No UMR QP is modelled: memory keys are made by CREATE_MKEY, never enabled or
             // reloaded by a UMR WQE.
@@ -177,7 +185,19 @@ impl CapSet {
         r.set_sw_r_roce_src_udp_port(false);
         let mut current_roce = [0u8; 0x100];
         current_roce.copy_from_slice(r.as_bytes());
+        let mut a = AtomicCaps::zeroed();
+        a.set_supported_atomic_req_8b_endianness_mode_1(true)
+            .set_atomic_operations(atomic_ops::CMP_SWAP | atomic_ops::FETCH_ADD)
+            .set_atomic_size_qp(ATOMIC_SIZE_QP_8_BYTES)
+            .set_atomic_size_dc(ATOMIC_SIZE_QP_8_BYTES);
+        let mut current_atomic = [0u8; 0x100];
+        current_atomic.copy_from_slice(a.as_bytes());
+        a.set_atomic_req_8b_endianness_mode(atomic_endianness::HOST);
+        let mut max_atomic = [0u8; 0x100];
+        max_atomic.copy_from_slice(a.as_bytes());
         Self {
+            max_atomic,
+            current_atomic,
             max_general,
             current_general,
             ethernet,
@@ -197,6 +217,14 @@ impl CapSet {
     pub fn checksums_on(&self) -> bool {
         self.general().cmdif_checksum() != 0
     }
+
+    /// True when requesters write an atomic's original value in the host's (little-endian)
+    /// order, as Linux's mlx5_core asks; false for network order.
+    pub fn atomic_result_host_order(&self) -> bool {
+        AtomicCaps::new(&self.current_atomic[..])
+            .map(|a| a.atomic_req_8b_endianness_mode() == atomic_endianness::HOST)
+            .unwrap_or(false)
+    }
 }
 
 /// QUERY_HCA_CAP: op_mod = cap_type << 1 | current.
@@ -210,6 +238,8 @@ pub(crate) fn query_hca_cap(core: &mut Core, op_mod: u16, output: &mut [u8]) -> 
         cap_type::FLOW_TABLE => &core.hca.caps.flow_table[..],
         cap_type::ROCE if core.cfg.roce && current => &core.hca.caps.current_roce,
         cap_type::ROCE if core.cfg.roce => &core.hca.caps.max_roce,
+        cap_type::ATOMIC if core.cfg.roce && current => &core.hca.caps.current_atomic,
+        cap_type::ATOMIC if core.cfg.roce => &core.hca.caps.max_atomic,
         _ => {
             return Err(bad_param(
                 Syndrome::BadOpMod,
@@ -295,6 +325,24 @@ pub(crate) fn set_hca_cap(core: &mut Core, op_mod: u16, input: &[u8]) -> CmdResu
                 ));
             }
             core.hca.caps.current_roce = next.into_inner();
+            Ok(())
+        }
+        cap_type::ATOMIC if core.cfg.roce => {
+            let want = AtomicCaps::new(requested)
+                .map_err(|_| bad_param(Syndrome::InputTooShort, "atomic capability page"))?
+                .atomic_req_8b_endianness_mode();
+            if want != atomic_endianness::BIG_ENDIAN && want != atomic_endianness::HOST {
+                return Err(bad_param(
+                    Syndrome::CapAboveMax,
+                    "SET_HCA_CAP asked for an atomic result order the device lacks",
+                ));
+            }
+            // Linux sends a page that is zero but for the mode; every other field is
+            // read-only and ignored, as a ConnectX does.
+            let mut next = AtomicCaps::new(core.hca.caps.current_atomic)
+                .map_err(|_| bad_param(Syndrome::InputTooShort, "atomic capability page"))?;
+            next.set_atomic_req_8b_endianness_mode(want);
+            core.hca.caps.current_atomic = next.into_inner();
             Ok(())
         }
         _ => Err(bad_param(

@@ -26,6 +26,7 @@ pub fn checks() -> usize {
         qp::DestroyQpIn,
         qp::DestroyQpOut,
         roce::RoceCap,
+        caps::AtomicCaps,
         roce::RoceAddrLayout,
         roce::SetRoceAddressIn,
         roce::SetRoceAddressOut,

@@ -260,6 +260,16 @@ pub(crate) fn response(core: &mut Core, qpn: u32, opcode: u8, psn: u32, data: &[
         return;
     };
     let offset = awaited.responses as usize * mtu_bytes(qp.mtu);
+    // An atomic's original value travels big-endian; the requester writes it in the order the
+    // driver chose with SET_HCA_CAP (`atomic_req_8B_endianness_mode`).
+    let mut original = [0u8; 8];
+    let data = if is_atomic && data.len() == 8 && core.hca.caps.atomic_result_host_order() {
+        original.copy_from_slice(data);
+        original = u64::from_be_bytes(original).to_le_bytes();
+        &original[..]
+    } else {
+        data
+    };
     if let Err(syndrome) = scatter_local(core, qpn, awaited.index, offset, data) {
         if let Some(qp) = core.res.qps.get_mut(qpn) {
             qp.req.outstanding.pop_front();
