@@ -116,6 +116,23 @@ counter_set! {
         rx_multicast_frames,
         /// Bytes of the multicast frames taken from the wire.
         rx_multicast_bytes,
+        /// RoCE v2 unicast frames sent (UDP port 4791): counted apart from the Ethernet casts,
+        /// as a ConnectX's vport counts RDMA traffic (`transmitted_ib_unicast`).
+        tx_rdma_unicast_frames,
+        /// Bytes of the RoCE v2 unicast frames sent.
+        tx_rdma_unicast_bytes,
+        /// RoCE v2 multicast frames sent.
+        tx_rdma_multicast_frames,
+        /// Bytes of the RoCE v2 multicast frames sent.
+        tx_rdma_multicast_bytes,
+        /// RoCE v2 unicast frames taken from the wire (`received_ib_unicast`).
+        rx_rdma_unicast_frames,
+        /// Bytes of the RoCE v2 unicast frames taken from the wire.
+        rx_rdma_unicast_bytes,
+        /// RoCE v2 multicast frames taken from the wire.
+        rx_rdma_multicast_frames,
+        /// Bytes of the RoCE v2 multicast frames taken from the wire.
+        rx_rdma_multicast_bytes,
         /// Broadcast frames taken from the wire.
         rx_broadcast_frames,
         /// Bytes of the broadcast frames taken from the wire.
@@ -294,6 +311,31 @@ pub(crate) fn get(counter: &AtomicU64) -> u64 {
 pub(crate) fn count_cast(counters: &Counters, tx: bool, frame: &[u8]) {
     let broadcast = frame.len() >= 6 && frame[..6] == [0xff; 6];
     let multicast = !broadcast && frame.first().is_some_and(|b| b & 1 != 0);
+    // RDMA traffic is counted apart: the Ethernet vport counters exclude it (mlx5e's
+    // `rx_vport_unicast_packets` "excluding RDMA traffic"), mlx5_ib's port counters are it.
+    if is_roce_v2(frame) {
+        let (frames, bytes) = match (tx, multicast || broadcast) {
+            (true, false) => (
+                &counters.tx_rdma_unicast_frames,
+                &counters.tx_rdma_unicast_bytes,
+            ),
+            (true, true) => (
+                &counters.tx_rdma_multicast_frames,
+                &counters.tx_rdma_multicast_bytes,
+            ),
+            (false, false) => (
+                &counters.rx_rdma_unicast_frames,
+                &counters.rx_rdma_unicast_bytes,
+            ),
+            (false, true) => (
+                &counters.rx_rdma_multicast_frames,
+                &counters.rx_rdma_multicast_bytes,
+            ),
+        };
+        add(frames, 1);
+        add(bytes, frame.len() as u64);
+        return;
+    }
     let (frames, bytes) = match (tx, broadcast, multicast) {
         (true, true, _) => (&counters.tx_broadcast_frames, &counters.tx_broadcast_bytes),
         (true, _, true) => (&counters.tx_multicast_frames, &counters.tx_multicast_bytes),
@@ -304,6 +346,18 @@ pub(crate) fn count_cast(counters: &Counters, tx: bool, frame: &[u8]) {
     };
     add(frames, 1);
     add(bytes, frame.len() as u64);
+}
+
+/// True when `frame` is RoCE v2: untagged IPv4 or IPv6 carrying UDP to port 4791.
+fn is_roce_v2(frame: &[u8]) -> bool {
+    let at = |i: usize| frame.get(i).copied().unwrap_or(0);
+    let udp = match (at(12), at(13)) {
+        (0x08, 0x00) if at(14) >> 4 == 4 && at(14 + 9) == 17 => 14 + usize::from(at(14) & 0x0f) * 4,
+        (0x86, 0xdd) if at(14) >> 4 == 6 && at(14 + 6) == 17 => 14 + 40,
+        _ => return false,
+    };
+    u16::from_be_bytes([at(udp + 2), at(udp + 3)]) == cxdirect_hw::roce::ROCE_V2_UDP_DPORT
+        && frame.len() >= udp + 8
 }
 
 /// Adds `n` to a counter of the function's core. Every writer of these counters holds the

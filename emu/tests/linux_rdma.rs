@@ -7,6 +7,7 @@ use cxdirect_emu::{Device, EmuConfig};
 use cxdirect_hw::caps::{
     atomic_endianness, atomic_ops, AtomicCaps, CmdHcaCap, ATOMIC_SIZE_QP_8_BYTES,
 };
+use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::hca;
 use cxdirect_hw::wqe::opcode;
 
@@ -90,5 +91,80 @@ fn atomics_are_reported_as_mlx5_ib_requires_them_and_host_order_can_be_chosen() 
     );
     assert_eq!(p.b.read(target, 8), 0x0102_0304_0506_0709u64.to_be_bytes());
 
+    p.teardown();
+}
+
+/// QUERY_VPORT_COUNTER of `h`.
+fn vport_counters(h: &mut Host) -> Vec<u8> {
+    use cxdirect_hw::vport::{QueryVportCounterIn, QueryVportCounterOut};
+    let input = Host::input(
+        Opcode::QueryVportCounter,
+        0,
+        QueryVportCounterIn::<&[u8]>::SIZE,
+    );
+    h.exec(&input, QueryVportCounterOut::<&[u8]>::SIZE)
+        .expect("QUERY_VPORT_COUNTER")
+}
+
+/// mlx5_ib answers the RDMA core's port counters (`port_xmit_data`, `port_rcv_packets`, what
+/// `rdma statistic` and sysfs `ports/1/counters` show) from QUERY_VPORT_COUNTER's
+/// `*_ib_unicast` and `*_ib_multicast` counters; a ConnectX counts RoCE there and leaves it out
+/// of the Ethernet casts mlx5e reports. An RDMA WRITE of 3000 bytes at a 1024-byte MTU is three
+/// packets one way and one ACK back.
+#[test]
+fn roce_traffic_is_counted_in_the_vports_rdma_counters_not_its_ethernet_ones() {
+    use cxdirect_hw::vport::QueryVportCounterOut;
+    let mut p = RcPair::new(
+        EmuConfig::default(),
+        MEM,
+        6,
+        4,
+        4,
+        RcPath::to(GID_A, MAC_A, 0),
+    );
+    let lkey = p.a.create_mkey(false, true);
+    let pd_b = p.b.pd;
+    let rights = RemoteRights {
+        write: true,
+        ..Default::default()
+    };
+    let sink = p.b.alloc(4096, 64);
+    let rkey = p.b.create_remote_mkey(pd_b, sink, 4096, rights, 0x44);
+    let source = p.a.alloc(4096, 64);
+    p.a.write(source, &[0x5a; 3000]);
+    let w = rc_wqe(
+        &p.qp_a.sq,
+        opcode::RDMA_WRITE,
+        0,
+        Some((sink, rkey)),
+        None,
+        (source, lkey, 3000),
+    );
+    p.a.post(&mut p.qp_a.sq, &w, false);
+    p.settle();
+    assert_eq!(drain(&p.a, &mut p.cq_a).len(), 1);
+    assert_eq!(p.b.read(sink, 3000), vec![0x5a; 3000]);
+    let (out_a, out_b) = (vport_counters(&mut p.a), vport_counters(&mut p.b));
+    let (a, b) = (
+        QueryVportCounterOut::new(&out_a[..]).unwrap(),
+        QueryVportCounterOut::new(&out_b[..]).unwrap(),
+    );
+    let sent = a.transmitted_ib_unicast();
+    let got = b.received_ib_unicast();
+    assert_eq!(sent.packets(), 3, "three WRITE packets");
+    assert_eq!(got.packets(), 3);
+    assert_eq!(sent.octets(), got.octets());
+    // The payload and, per packet, Ethernet, IPv4, UDP, BTH and ICRC (RETH on the first).
+    assert_eq!(sent.octets(), 3000 + 3 * (14 + 20 + 8 + 12 + 4) + 16);
+    assert_eq!(b.transmitted_ib_unicast().packets(), 1, "one ACK");
+    assert_eq!(a.received_ib_unicast().packets(), 1);
+    for c in [
+        a.transmitted_eth_unicast(),
+        a.received_eth_unicast(),
+        b.transmitted_eth_unicast(),
+        b.received_eth_unicast(),
+    ] {
+        assert_eq!(c.packets(), 0, "no RoCE frame in the Ethernet counters");
+    }
     p.teardown();
 }

@@ -297,6 +297,14 @@ layout! {
         received_errors: TrafficCounter @ 0x80,
         /// Frames that failed to transmit.
         transmit_errors: TrafficCounter @ 0x100,
+        /// RDMA (RoCE) unicast packets received: mlx5_ib's `port_rcv_data`/`_packets`.
+        received_ib_unicast: TrafficCounter @ 0x180,
+        /// RDMA (RoCE) unicast packets transmitted: mlx5_ib's `port_xmit_data`/`_packets`.
+        transmitted_ib_unicast: TrafficCounter @ 0x200,
+        /// RDMA (RoCE) multicast packets received.
+        received_ib_multicast: TrafficCounter @ 0x280,
+        /// RDMA (RoCE) multicast packets transmitted.
+        transmitted_ib_multicast: TrafficCounter @ 0x300,
         /// Broadcast frames received.
         received_eth_broadcast: TrafficCounter @ 0x380,
         /// Broadcast frames transmitted.

@@ -710,6 +710,22 @@ pub(crate) fn query_vport_counter(core: &mut Core, input: &[u8], output: &mut [u
         (get(&n.tx_multicast_frames), get(&n.tx_multicast_bytes)),
         (get(&n.rx_broadcast_frames), get(&n.rx_broadcast_bytes)),
         (get(&n.tx_broadcast_frames), get(&n.tx_broadcast_bytes)),
+        (
+            get(&n.rx_rdma_unicast_frames),
+            get(&n.rx_rdma_unicast_bytes),
+        ),
+        (
+            get(&n.tx_rdma_unicast_frames),
+            get(&n.tx_rdma_unicast_bytes),
+        ),
+        (
+            get(&n.rx_rdma_multicast_frames),
+            get(&n.rx_rdma_multicast_bytes),
+        ),
+        (
+            get(&n.tx_rdma_multicast_frames),
+            get(&n.tx_rdma_multicast_bytes),
+        ),
     ];
     let mut out = output_as!(QueryVportCounterOut<&mut [u8]>, output);
     let set = |mut c: TrafficCounter<&mut [u8]>, (packets, octets): (u64, u64)| {
@@ -721,5 +737,9 @@ pub(crate) fn query_vport_counter(core: &mut Core, input: &[u8], output: &mut [u
     set(out.transmitted_eth_multicast_mut(), pairs[3]);
     set(out.received_eth_broadcast_mut(), pairs[4]);
     set(out.transmitted_eth_broadcast_mut(), pairs[5]);
+    set(out.received_ib_unicast_mut(), pairs[6]);
+    set(out.transmitted_ib_unicast_mut(), pairs[7]);
+    set(out.received_ib_multicast_mut(), pairs[8]);
+    set(out.transmitted_ib_multicast_mut(), pairs[9]);
     Ok(())
 }
