@@ -253,10 +253,20 @@ fn walk(
             FieldKind::Nested => {
                 let start = f.bit_offset / 8;
                 let len = f.width / 8;
-                let Some(view) = buf.get(start..start + len) else {
+                if buf.len() < start + len {
                     continue;
+                }
+                // A nested layout that closes its parent takes the parent's variable tail too
+                // (SET_FLOW_TABLE_ENTRY's destinations follow its flow context): its own
+                // arrays continue there, as the firmware reads them.
+                let last = !table.iter().any(|g| g.bit_offset >= f.bit_offset + f.width);
+                let has_array = f.nested.iter().any(|g| g.kind == FieldKind::Array);
+                let view = if last && has_array {
+                    &buf[start..]
+                } else {
+                    &buf[start..start + len]
                 };
-                cover(&mut covered, f.bit_offset, f.width);
+                cover(&mut covered, f.bit_offset, view.len() * 8);
                 match choose(&path) {
                     Choice::Layout(fields) => {
                         // A chosen union member stands for the whole union: name it by the
@@ -389,6 +399,29 @@ mod tests {
             .fields
             .iter()
             .all(|(n, _)| !n.contains("per_protocol") && !n.contains("flow_table_nic")));
+    }
+
+    #[test]
+    fn flow_entry_destinations_follow_the_flow_context() {
+        use cxdirect_hw::flow::{dest_format_entry, SetFteIn};
+        let mut buf = vec![0u8; <SetFteIn as Layout>::SIZE + 8];
+        let mut cmd = SetFteIn::new(&mut buf[..]).unwrap();
+        cmd.set_opcode(Opcode::SetFlowTableEntry as u16);
+        cmd.flow_context_mut().set_destination_list_size(1);
+        // The first destination sits just past the fixed part (as the driver and the
+        // firmware's steering code place it).
+        let at = <SetFteIn as Layout>::SIZE;
+        buf[at..at + 8].copy_from_slice(&dest_format_entry(2, 7).to_be_bytes());
+        let d = decode_input(&buf);
+        assert_eq!(
+            field(&d, "flow_context.destination"),
+            Some(&FieldData::Array(vec![dest_format_entry(2, 7)]))
+        );
+        assert!(
+            d.fields.iter().all(|(n, _)| !n.contains('+')),
+            "{:?}",
+            d.fields
+        );
     }
 
     #[test]
