@@ -2,9 +2,10 @@
 //! shared-rx, dmabuf-rx, devmem-rx, bench, faults — and rdma-core-like ones — krping and
 //! rdma-perf ([`krping`], [`rdma_perf`], sharing [`rdma`]) — plus what they share: command-line
 //! option groups ([`cli`]), device specs (`emu`, `emu-pair`, PCI addresses) and the emulated
-//! backend.
+//! backend. [`cmd_diff`] sets two command traces of the model side by side.
 
 pub mod cli;
+pub mod cmd_diff;
 pub mod devbind;
 pub mod dmabuf;
 pub mod emulated;

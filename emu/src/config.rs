@@ -64,6 +64,11 @@ pub struct EmuConfig {
     /// packets. On by default, as on a ConnectX-6 Dx; off models a device without RoCE (RC QPs
     /// then take force-loopback paths only, and Linux's mlx5_ib binds as raw Ethernet).
     pub roce: bool,
+    /// Record every command the function executes, with its decoded input, status and
+    /// syndrome (see [`crate::trace`]). `None` (default): no trace, and no cost beyond one
+    /// branch per command. Functions given clones of one trace share it; each line names its
+    /// function by MAC address.
+    pub command_trace: Option<crate::trace::CommandTrace>,
 }
 
 impl Default for EmuConfig {
@@ -86,6 +91,7 @@ impl Default for EmuConfig {
             lso: true,
             striding_rq: true,
             roce: true,
+            command_trace: None,
         }
     }
 }

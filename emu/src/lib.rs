@@ -51,6 +51,7 @@ pub mod rss;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod testkit;
+pub mod trace;
 pub mod wire;
 
 pub use config::{EmuConfig, ExecMode};
@@ -58,3 +59,4 @@ pub use device::Device;
 pub use faults::{DmaQueue, Fault};
 pub use fw::mkey::{RemoteAccess, RESERVED_LKEY};
 pub use fw::{CmdError, Syndrome};
+pub use trace::CommandTrace;

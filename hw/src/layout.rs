@@ -50,6 +50,9 @@ pub struct FieldInfo {
     pub doc: &'static str,
     /// Scalar, nested layout, or array of scalars.
     pub kind: FieldKind,
+    /// For a [`FieldKind::Nested`] field, the nested layout's own table (so a decoder can walk
+    /// into it without naming its type); empty for scalars and arrays.
+    pub nested: &'static [FieldInfo],
 }
 
 impl FieldInfo {
@@ -348,6 +351,7 @@ macro_rules! layout {
                     width: $width,
                     doc: concat!($($fdoc),*),
                     kind: $crate::layout::FieldKind::Scalar,
+                    nested: &[],
                 },)*
                 $($($crate::layout::FieldInfo {
                     name: stringify!($nfield),
@@ -355,6 +359,7 @@ macro_rules! layout {
                     width: <$nty as $crate::layout::Layout>::SIZE * 8,
                     doc: concat!($($ndoc),*),
                     kind: $crate::layout::FieldKind::Nested,
+                    nested: <$nty as $crate::layout::Layout>::FIELDS,
                 },)*)?
                 $($($crate::layout::FieldInfo {
                     name: stringify!($afield),
@@ -362,6 +367,7 @@ macro_rules! layout {
                     width: $awidth,
                     doc: concat!($($adoc),*),
                     kind: $crate::layout::FieldKind::Array,
+                    nested: &[],
                 },)*)?
             ];
         }

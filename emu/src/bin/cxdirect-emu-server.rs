@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! cxdirect-emu-server --socket PATH [--socket PATH2] [--wire loopback|none|pair:OTHER.sock]
-//!                     [--pcap FILE] [--mac XX:XX:XX:XX:XX:XX]... [-v|-vv]
+//!                     [--pcap FILE] [--mac XX:XX:XX:XX:XX:XX]... [--roce]
+//!                     [--trace-commands FILE] [-v|-vv]
 //! ```
 //!
 //! QEMU (10.1 or later) attaches a served function with

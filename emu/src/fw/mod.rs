@@ -341,6 +341,9 @@ impl Core {
             head[0] = status;
             head[4..8].copy_from_slice(&syndrome.to_be_bytes());
         }
+        if let Some(trace) = &self.cfg.command_trace {
+            trace.record(&self.port_name(), input, status, syndrome);
+        }
         self.hca.last_error = result.err();
         pages::verify_contexts(self);
     }

@@ -17,7 +17,7 @@ use super::cli::{Options, WireSpec};
 use super::session::{self, BindError, Outcome};
 use crate::pcap::{PcapError, PcapWriter};
 use crate::wire::{PortId, Wire, WireError};
-use crate::{Device, EmuConfig, ExecMode};
+use crate::{CommandTrace, Device, EmuConfig, ExecMode};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,6 +44,15 @@ pub enum AppError {
     /// The cross-process cable could not be set up.
     #[error("--wire pair: {0}")]
     Bridge(#[from] super::bridge::BridgeError),
+    /// A command trace file could not be created.
+    #[error("--trace-commands {path}: {source}")]
+    Trace {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// A thread could not be started.
     #[error("cannot start a thread: {0}")]
     Thread(#[source] std::io::Error),
@@ -58,6 +67,8 @@ pub struct Function {
     pub device: Device,
     /// Its MAC address.
     pub mac: [u8; 6],
+    /// Its command trace and the file it goes to (`--trace-commands`).
+    pub trace: Option<(PathBuf, CommandTrace)>,
 }
 
 /// The functions and their cable.
@@ -79,25 +90,45 @@ fn default_mac() -> [u8; 6] {
 }
 
 /// The functions' configuration: `roce` turns RoCE on; it never turns off what the model's
-/// default configuration offers.
-fn config(mac: [u8; 6], roce: bool) -> EmuConfig {
+/// default configuration offers. `trace` records the function's commands.
+fn config(mac: [u8; 6], roce: bool, trace: Option<CommandTrace>) -> EmuConfig {
     EmuConfig {
         mac,
         roce: roce || EmuConfig::default().roce,
         exec: ExecMode::Threaded,
+        command_trace: trace,
         ..EmuConfig::default()
     }
 }
 
+/// Creates the command trace files `opts` asks for, one per function in socket order.
+fn traces(opts: &Options) -> Result<Vec<(PathBuf, CommandTrace)>, AppError> {
+    opts.trace_paths()
+        .into_iter()
+        .map(|path| match CommandTrace::create(&path) {
+            Ok(trace) => Ok((path, trace)),
+            Err(source) => Err(AppError::Trace {
+                path: path.display().to_string(),
+                source,
+            }),
+        })
+        .collect()
+}
+
 /// Builds the functions `opts` asks for, each running its work on its own device thread.
 pub fn build(opts: &Options) -> Result<Build, AppError> {
+    let mut traces = traces(opts)?.into_iter();
     let first_mac = opts.macs.first().copied().unwrap_or_else(default_mac);
     if let [a, b] = opts.sockets.as_slice() {
         let mut second_mac = opts.macs.get(1).copied().unwrap_or(first_mac);
         if second_mac == first_mac {
             second_mac[5] ^= 1;
         }
-        let (da, db) = Device::pair(config(first_mac, opts.roce), config(second_mac, opts.roce));
+        let (ta, tb) = (traces.next(), traces.next());
+        let (da, db) = Device::pair(
+            config(first_mac, opts.roce, ta.as_ref().map(|(_, t)| t.clone())),
+            config(second_mac, opts.roce, tb.as_ref().map(|(_, t)| t.clone())),
+        );
         let wire = da.wire().map(|(w, _)| w);
         return Ok(Build {
             functions: vec![
@@ -105,11 +136,13 @@ pub fn build(opts: &Options) -> Result<Build, AppError> {
                     socket: a.clone(),
                     device: da,
                     mac: first_mac,
+                    trace: ta,
                 },
                 Function {
                     socket: b.clone(),
                     device: db,
                     mac: second_mac,
+                    trace: tb,
                 },
             ],
             wire,
@@ -118,7 +151,8 @@ pub fn build(opts: &Options) -> Result<Build, AppError> {
         });
     }
     let socket = opts.sockets.first().cloned().unwrap_or_default();
-    let cfg = config(first_mac, opts.roce);
+    let trace = traces.next();
+    let cfg = config(first_mac, opts.roce, trace.as_ref().map(|(_, t)| t.clone()));
     let (device, bridge, cable) = match &opts.wire {
         WireSpec::Default | WireSpec::Loopback => {
             (Device::loopback(cfg), None, "loopback".to_string())
@@ -139,6 +173,7 @@ pub fn build(opts: &Options) -> Result<Build, AppError> {
             socket,
             device,
             mac: first_mac,
+            trace,
         }],
         wire,
         bridge,
@@ -317,6 +352,25 @@ pub fn run(opts: &Options) -> Result<Summary, AppError> {
             c.rx_delivered,
             c.dma_faults
         );
+    }
+    for (i, f) in build.functions.iter().enumerate() {
+        if let Some((path, trace)) = &f.trace {
+            if let Err(e) = trace.flush() {
+                log::error!("function {i}: command trace {}: {e}", path.display());
+            }
+            if trace.write_errors() > 0 {
+                log::error!(
+                    "function {i}: {} command trace lines could not be written to {}",
+                    trace.write_errors(),
+                    path.display()
+                );
+            }
+            log::info!(
+                "function {i}: {} commands traced to {}",
+                trace.commands(),
+                path.display()
+            );
+        }
     }
     if let Some(wire) = &build.wire {
         match wire.clear_pcap() {

@@ -3,7 +3,8 @@
 //! ```text
 //! cxdirect-emu-server --socket PATH [--socket PATH2]
 //!                     [--wire loopback | --wire none | --wire pair:OTHER.sock]
-//!                     [--pcap FILE] [--mac XX:XX:XX:XX:XX:XX]... [--roce] [-v|-vv]
+//!                     [--pcap FILE] [--mac XX:XX:XX:XX:XX:XX]... [--roce]
+//!                     [--trace-commands FILE] [-v|-vv]
 //! ```
 //!
 //! One `--socket` serves one function; its port is a loopback plug unless `--wire` says
@@ -19,7 +20,8 @@ use thiserror::Error;
 /// The usage text printed by `--help`.
 pub const USAGE: &str = "\
 usage: cxdirect-emu-server --socket PATH [--socket PATH2] [--wire loopback|none|pair:OTHER.sock]
-                           [--pcap FILE] [--mac XX:XX:XX:XX:XX:XX]... [--roce] [-v|-vv]
+                           [--pcap FILE] [--mac XX:XX:XX:XX:XX:XX]... [--roce]
+                           [--trace-commands FILE] [-v|-vv]
 
 Serves the cxdirect ConnectX-6 Dx device model to QEMU over vfio-user
 (QEMU >= 10.1: -device '{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"PATH\"}}').
@@ -35,6 +37,10 @@ Serves the cxdirect ConnectX-6 Dx device model to QEMU over vfio-user
                      a second function gets the first's with the last bit flipped)
   --roce             offer RoCE v2 (general cap roce, the RoCE capability page, the GID table)
                      even where the model's default configuration does not
+  --trace-commands FILE
+                     record every command each function executes, one JSON object per line
+                     (opcode, op_mod, decoded input, status, syndrome), written as each command
+                     completes; with two sockets function 0 writes FILE.0 and function 1 FILE.1
   -v, -vv            more logging (per-request lines; vfio_user message traces)
   -h, --help         this text
 
@@ -69,6 +75,29 @@ pub struct Options {
     pub verbosity: u8,
     /// Whether the functions offer RoCE v2 whatever the model's default (`--roce`).
     pub roce: bool,
+    /// Where to record the commands the functions execute (`--trace-commands`): see
+    /// [`Options::trace_paths`].
+    pub trace_commands: Option<PathBuf>,
+}
+
+impl Options {
+    /// The command trace file of each function, in socket order: `FILE` for one function,
+    /// `FILE.0` and `FILE.1` for two; empty without `--trace-commands`.
+    pub fn trace_paths(&self) -> Vec<PathBuf> {
+        let Some(file) = &self.trace_commands else {
+            return Vec::new();
+        };
+        if self.sockets.len() < 2 {
+            return vec![file.clone()];
+        }
+        (0..self.sockets.len())
+            .map(|i| {
+                let mut name = file.clone().into_os_string();
+                name.push(format!(".{i}"));
+                PathBuf::from(name)
+            })
+            .collect()
+    }
 }
 
 /// What to do.
@@ -135,6 +164,9 @@ pub enum CliError {
     /// `--pcap` given twice.
     #[error("--pcap is given twice")]
     PcapTwice,
+    /// `--trace-commands` given twice.
+    #[error("--trace-commands is given twice")]
+    TraceTwice,
 }
 
 /// Parses the arguments after the program name.
@@ -146,6 +178,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, CliErr
     let mut macs = Vec::new();
     let mut verbosity = 0u8;
     let mut roce = false;
+    let mut trace_commands = None;
     while let Some(arg) = args.next() {
         let text = arg.to_str().map(str::to_owned);
         let (name, inline) = match text.as_deref() {
@@ -196,6 +229,12 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, CliErr
                     return Err(CliError::PcapTwice);
                 }
             }
+            "--trace-commands" => {
+                let path = PathBuf::from(value("--trace-commands")?);
+                if trace_commands.replace(path).is_some() {
+                    return Err(CliError::TraceTwice);
+                }
+            }
             "--mac" => {
                 let raw = value("--mac")?;
                 let text = raw.to_str().ok_or_else(|| CliError::NotUtf8(raw.clone()))?;
@@ -231,6 +270,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, CliErr
         macs,
         verbosity,
         roce,
+        trace_commands,
     }))
 }
 
@@ -319,5 +359,45 @@ mod tests {
             Err(CliError::BadMac(_))
         ));
         assert_eq!(run(&["--help"]), Ok(Command::Help));
+    }
+
+    #[test]
+    fn trace_commands_names_one_file_per_function() {
+        let Ok(Command::Run(o)) = run(&["--socket", "/a"]) else {
+            panic!("parse failed")
+        };
+        assert!(o.trace_paths().is_empty());
+        let Ok(Command::Run(o)) = run(&["--socket", "/a", "--trace-commands", "/t/cmds.jsonl"])
+        else {
+            panic!("parse failed")
+        };
+        assert_eq!(o.trace_paths(), vec![PathBuf::from("/t/cmds.jsonl")]);
+        let Ok(Command::Run(o)) = run(&[
+            "--socket",
+            "/a",
+            "--socket",
+            "/b",
+            "--trace-commands=/t/cmds.jsonl",
+        ]) else {
+            panic!("parse failed")
+        };
+        assert_eq!(
+            o.trace_paths(),
+            vec![
+                PathBuf::from("/t/cmds.jsonl.0"),
+                PathBuf::from("/t/cmds.jsonl.1")
+            ]
+        );
+        assert_eq!(
+            run(&[
+                "--socket",
+                "/a",
+                "--trace-commands",
+                "x",
+                "--trace-commands",
+                "y"
+            ]),
+            Err(CliError::TraceTwice)
+        );
     }
 }
