@@ -184,6 +184,14 @@ counter_set! {
         /// ACKs past a READ or atomic whose response never came (implied NAKs): the requester
         /// went back to it.
         roce_implied_naks,
+        /// UD and GSI (QP1) datagrams sent.
+        ud_sent,
+        /// UD and GSI datagrams delivered into receive WQEs (completed with success).
+        ud_delivered,
+        /// UD and GSI datagrams dropped for a Q_Key that is not the receiving QP's.
+        ud_qkey_drops,
+        /// UD and GSI datagrams dropped for want of a posted receive WQE (UD has no RNR).
+        ud_no_receive_drops,
     }
 }
 

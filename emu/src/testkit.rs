@@ -33,6 +33,7 @@ use cxdirect_hw::wqe::{CtrlSeg, DataSeg, EthSeg, SrqNextSeg};
 use std::sync::Arc;
 
 pub mod rc;
+pub mod ud;
 
 /// IOVA where the host memory is mapped.
 pub const IOVA_BASE: u64 = 0x10_0000_0000;

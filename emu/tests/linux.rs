@@ -986,6 +986,7 @@ fn an_xrc_srq_is_created_as_mlx5_ib_creates_its_own_and_holds_its_domain() {
 /// hardware QP of service type QP1: a kernel QP (fre, rlky) with its own receive ring, then
 /// RST2INIT with the port, P_Key index and Q_Key, INIT2RTR and RTR2RTS with no optional
 /// attribute (Linux's opt_mask table has none for QP1) and the MTU Linux gives special QPs.
+/// Its send doorbell runs the WQEs posted.
 #[test]
 fn the_gsi_qp_walks_to_rts_as_the_mad_layer_opens_it() {
     use cxdirect_hw::qp::{
@@ -1041,21 +1042,41 @@ fn the_gsi_qp_walks_to_rts_as_the_mad_layer_opens_it() {
     let out = h.exec(&query, 0x1d0).expect("QUERY_QP");
     let ctx = Qpc::new(&out[0x18..]).unwrap();
     assert_eq!(ctx.st(), service_type::QP1);
+    assert_eq!(ctx.primary_address_path().vhca_port_num(), 1);
     assert_eq!(ctx.state(), state::RTS);
     assert_eq!(ctx.q_key(), IB_QP1_QKEY);
     assert_eq!(ctx.next_send_psn(), 0x123);
-    // No MAD is carried: a send doorbell on the GSI QP is refused and counted, and nothing
-    // completes.
-    let mut wqe = [0u8; 8];
+    // The GSI QP carries MADs: a send doorbell runs its WQE. This one is a lone control
+    // segment, without the datagram segment a MAD needs (mlx5_ib `handle_qpt_hw_gsi`): it
+    // completes with a local QP operation error and the send queue goes to SQER, from which
+    // SQERR2RTS brings it back.
+    let mut wqe = [0u8; 16];
     wqe[0..4].copy_from_slice(&0x0au32.to_be_bytes());
     wqe[4..8].copy_from_slice(&((qpn << 8) | 1).to_be_bytes());
+    wqe[11] = 2 << 2;
+    let rq_bytes = 8 * 64;
+    h.write(buf + rq_bytes, &wqe);
     h.write_be32(dbr + 4, 1);
     let refused = h.dev.counters().bad_doorbells;
     let doorbell = h.uar_base() + cxdirect_hw::doorbell::UAR_BF_OFFSET as u64;
-    h.dev.mmio_write(doorbell, &wqe).expect("doorbell");
-    assert_eq!(h.dev.counters().bad_doorbells, refused + 1);
+    h.dev.mmio_write(doorbell, &wqe[..8]).expect("doorbell");
+    assert_eq!(
+        h.dev.counters().bad_doorbells,
+        refused,
+        "the doorbell is taken"
+    );
     let mut cq = cq;
-    assert!(h.poll_cq(&mut cq).is_none(), "no completion");
+    let cqe = h.poll_cq(&mut cq).expect("an error completion");
+    let err = cxdirect_hw::cqe::ErrCqe::new(&cqe[..]).unwrap();
+    assert_eq!(err.opcode(), cxdirect_hw::cqe::CqeOpcode::ReqErr as u8);
+    assert_eq!(
+        err.syndrome(),
+        cxdirect_hw::cqe::CqeSyndrome::LocalQpOperation as u8
+    );
+    assert_eq!(err.qpn(), qpn);
+    let out = h.exec(&query, 0x1d0).expect("QUERY_QP");
+    assert_eq!(Qpc::new(&out[0x18..]).unwrap().state(), state::SQER);
+    step(&mut h, Opcode::Sqerr2rtsQp, &|_| {}).expect("SQERR2RTS");
     // An optional attribute is refused: QP1 takes none.
     let mut input = Host::input(Opcode::Rts2rtsQp, 0, 0x110);
     Rst2initQpIn::new(&mut input[..])

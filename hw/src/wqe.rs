@@ -356,6 +356,80 @@ layout! {
     }
 }
 
+/// Bit 31 of a datagram segment's Q_Key (`IB_QP_SET_QKEY`): send with the QP context's Q_Key
+/// instead of the WQE's (IBA: a Q_Key with its high-order bit set is not used as given).
+pub const QKEY_FROM_QP: u32 = 0x8000_0000;
+
+layout! {
+    /// Datagram segment of a UD or GSI send WQE: the address vector (`struct mlx5_av`,
+    /// `mlx5_wqe_datagram_seg` in Linux `qp.h`; rdma-core `mlx5_wqe_av`), after the control
+    /// segment. Linux's `set_datagram_seg` (mlx5_ib `wr.c`, libmlx5 `qp.c`) copies the address
+    /// handle's vector in and sets the Q_Key and the destination QP with `MLX5_EXTENDED_UD_AV`.
+    pub struct DatagramSeg("mlx5_wqe_datagram_seg", 48) {
+        /// Q_Key to send with; [`QKEY_FROM_QP`] set: the QP's own.
+        q_key: u32 @ 0x00 [0x20],
+        /// Extended address vector (`MLX5_EXTENDED_UD_AV`, bit 31 of `dqp_dct`).
+        extended: bool @ 0x40 [0x1],
+        /// Destination QP number.
+        dest_qpn: u32 @ 0x48 [0x18],
+        /// Static rate (bits 7:4) and service level (bits 3:1) (`stat_rate_sl`).
+        stat_rate_sl: u8 @ 0x60 [0x8],
+        /// Force loopback (bit 7) and source path bits (`fl_mlid`; InfiniBand only).
+        fl_mlid: u8 @ 0x68 [0x8],
+        /// RoCE v2: UDP source port (InfiniBand: the remote LID, `rlid`).
+        udp_sport: u16 @ 0x70 [0x10],
+        /// Destination MAC, bits 47:32.
+        rmac_47_32: u16 @ 0xa0 [0x10],
+        /// Destination MAC, bits 31:0.
+        rmac_31_0: u32 @ 0xb0 [0x20],
+        /// Traffic class (IPv4 TOS / IPv6 traffic class).
+        tclass: u8 @ 0xd0 [0x8],
+        /// Hop limit (IPv4 TTL).
+        hop_limit: u8 @ 0xd8 [0x8],
+        /// A GRH (RoCE: an IP header) is present (bit 30 of `grh_gid_fl`).
+        grh: bool @ 0xe1 [0x1],
+        /// Index of the source GID in the port's RoCE address table (bits 27:20).
+        sgid_index: u8 @ 0xe4 [0x8],
+        /// IPv6 flow label (bits 19:0).
+        flow_label: u32 @ 0xec [0x14],
+    }
+    arrays {
+        /// Byte `index` (0..16) of the destination GID, in network order.
+        rgid: u8 @ 0x100 [0x8],
+    }
+}
+
+impl<T: AsRef<[u8]>> DatagramSeg<T> {
+    /// The 16 bytes of the destination GID in network order.
+    pub fn dgid(&self) -> [u8; 16] {
+        let mut gid = [0; 16];
+        gid.copy_from_slice(&self.as_bytes()[0x20..0x30]);
+        gid
+    }
+
+    /// The destination MAC address.
+    pub fn rmac(&self) -> [u8; 6] {
+        let mut mac = [0; 6];
+        mac[..2].copy_from_slice(&self.rmac_47_32().to_be_bytes());
+        mac[2..].copy_from_slice(&self.rmac_31_0().to_be_bytes());
+        mac
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> DatagramSeg<T> {
+    /// Sets the destination GID from its 16 bytes in network order.
+    pub fn set_dgid(&mut self, gid: [u8; 16]) -> &mut Self {
+        self.as_bytes_mut()[0x20..0x30].copy_from_slice(&gid);
+        self
+    }
+
+    /// Sets the destination MAC address.
+    pub fn set_rmac(&mut self, mac: [u8; 6]) -> &mut Self {
+        self.set_rmac_47_32(u16::from_be_bytes([mac[0], mac[1]]));
+        self.set_rmac_31_0(u32::from_be_bytes([mac[2], mac[3], mac[4], mac[5]]))
+    }
+}
+
 layout! {
     /// Next segment of a linked-list SRQ / RMP receive WQE (`mlx5_wqe_srq_next_seg`): the first
     /// 16 bytes, before the data segments.

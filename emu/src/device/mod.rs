@@ -354,7 +354,7 @@ impl Device {
     /// Number of live QPs: RC and GSI (QP1).
     pub fn qp_count(&self) -> usize {
         let core = lock(&self.shared.core);
-        core.res.qps.len() + core.res.gsi_qps.len()
+        core.res.qps.len() + core.res.ud_qps.len()
     }
 
     /// What the model holds for memory key `lkey` (index and variant), or `None` when there

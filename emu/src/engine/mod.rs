@@ -9,11 +9,14 @@
 pub(crate) mod cq;
 pub(crate) mod eq;
 pub(crate) mod fetch;
+pub(crate) mod gather;
 pub(crate) mod lso;
 pub(crate) mod rc;
+pub(crate) mod roce;
 pub(crate) mod rq;
 pub(crate) mod sq;
 pub(crate) mod striding;
+pub(crate) mod ud;
 
 use crate::fw::{Core, EngineRequests};
 use crate::objects::WorkQueue;

@@ -80,8 +80,9 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8], own: bool) {
         add(&core.counters.rx_steer_drops, 1);
         return;
     }
-    // RoCE v2 goes to the QP its BTH names, not through Ethernet steering.
-    if crate::engine::rc::receive(core, frame) {
+    // RoCE v2 goes to the QP its BTH names, not through Ethernet steering: a UD SEND to a
+    // datagram QP, anything else to an RC QP.
+    if crate::engine::ud::receive(core, frame) || crate::engine::rc::receive(core, frame) {
         return;
     }
     let parsed = packet::parse(frame);

@@ -46,13 +46,8 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, first8: [u8; 8], bf: Option<Bl
         crate::engine::rc::doorbell(core, uar, sqn);
         return;
     }
-    if crate::fw::qp::is_gsi(core, sqn) {
-        // The model carries no MADs: a GSI QP's sends are refused, never executed.
-        log::warn!(
-            "function {}: send doorbell on GSI QP {sqn:#x}: MADs are not modelled",
-            core.port_name()
-        );
-        add(&core.counters.bad_doorbells, 1);
+    if !core.res.sqs.contains(sqn) && crate::fw::qp::is_datagram(core, sqn) {
+        crate::engine::ud::doorbell(core, uar, sqn);
         return;
     }
     let Some(sq) = core.res.sqs.get(sqn) else {

@@ -397,7 +397,7 @@ fn destroy_all_objects(core: &mut Core) {
     slots.extend(core.res.rmps.iter().map(|(_, o)| o.slot));
     slots.extend(core.res.mkeys.iter().map(|(_, o)| o.slot));
     slots.extend(core.res.qps.iter().map(|(_, o)| o.slot));
-    slots.extend(core.res.gsi_qps.iter().map(|(_, o)| o.slot));
+    slots.extend(core.res.ud_qps.iter().map(|(_, o)| o.slot));
     for slot in slots {
         core.pages.free_slot(slot);
     }

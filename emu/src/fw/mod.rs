@@ -17,6 +17,7 @@ pub mod mkey;
 pub(crate) mod pages;
 pub(crate) mod qcounters;
 pub(crate) mod qp;
+pub(crate) mod qp_datagram;
 pub(crate) mod queues;
 pub(crate) mod roce;
 pub(crate) mod steering;
@@ -203,6 +204,8 @@ pub(crate) struct Core {
     pub send_scratch: SendScratch,
     /// Scratch buffers of the RC requester and responder, reused for every message.
     pub rc_scratch: crate::engine::rc::RcScratch,
+    /// Reusable buffers of the UD transport.
+    pub ud_scratch: crate::engine::ud::UdScratch,
     /// Where the receive engine reads each WQE, reused so a frame costs no zeroing.
     pub receive_scratch: ReceiveScratch,
     /// Faults armed by tests and the fault matrix.
@@ -233,6 +236,7 @@ impl Core {
             wire: None,
             send_scratch: Default::default(),
             rc_scratch: Default::default(),
+            ud_scratch: Default::default(),
             receive_scratch: Default::default(),
             faults: Default::default(),
             late_writes: Vec::new(),

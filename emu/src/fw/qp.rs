@@ -5,10 +5,10 @@
 //! `opt_param_mask` names, and allows only the optional bits Linux mlx5_ib allows for RC
 //! (`opt_mask[][]` in `drivers/infiniband/hw/mlx5/qp.c`). A refused command changes nothing.
 //!
-//! Besides RC QPs, the model creates general services QPs (QP1, the GSI QP Linux's MAD layer
-//! opens on every RoCE port): their commands and state machine work (no optional attributes,
-//! as in Linux's table; port, P_Key index and Q_Key at RST2INIT), but no MAD is carried. A
-//! send doorbell on one is refused and counted, and no RoCE packet reaches one.
+//! Besides RC QPs, the model creates datagram QPs: unreliable datagram (UD) QPs and general
+//! services QPs (QP1, the GSI QP Linux's MAD layer opens on every RoCE port). Their
+//! transitions take what Linux gives them ([`super::qp_datagram`]); the UD transport
+//! (`engine::ud`) carries their datagrams and MADs.
 
 use super::pages::{release_context, store_new_context, write_context};
 use super::queues::{check_dbr, context_bytes, queue_buffer};
@@ -39,7 +39,7 @@ fn missing(what: &'static str) -> CmdError {
 }
 
 /// The largest path MTU code the port carries.
-fn port_max_mtu(core: &Core) -> u8 {
+pub(crate) fn port_max_mtu(core: &Core) -> u8 {
     let frame = core.port.max_frame();
     (mtu::MTU_256..=mtu::MTU_4096)
         .rev()
@@ -51,10 +51,21 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     let cmd = input_as!(CreateQpIn<&[u8]>, input);
     let ctx = cmd.qpc();
     let service = ctx.st();
-    if service != service_type::RC && service != service_type::QP1 {
+    if !matches!(
+        service,
+        service_type::RC | service_type::UD | service_type::QP1
+    ) {
         return Err(bad_param(
             Syndrome::UnsupportedServiceType,
-            "only RC and GSI (QP1) QPs are modelled",
+            "only RC, UD and GSI (QP1) QPs are modelled",
+        ));
+    }
+    if ctx.deth_sqpn() != 0 {
+        // The capability (`set_deth_sqpn`) is not reported: on a RoCE port without LAG
+        // mlx5_ib sends MADs through the GSI QP itself (gsi.c, `mlx5_ib_gsi_create_qp`).
+        return Err(bad_param(
+            Syndrome::BadQpParams,
+            "deth_sqpn without the set_deth_sqpn capability",
         ));
     }
     if cmd.wq_umem_valid() || ctx.dbr_umem_valid() {
@@ -181,8 +192,8 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         counter_set: 0,
         slot,
     };
-    let table = if service == service_type::QP1 {
-        &mut core.res.gsi_qps
+    let table = if service != service_type::RC {
+        &mut core.res.ud_qps
     } else {
         &mut core.res.qps
     };
@@ -199,23 +210,23 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     Ok(())
 }
 
-/// QP `qpn`, RC or GSI.
+/// QP `qpn`, RC or datagram.
 fn find(core: &Core, qpn: u32) -> Option<&Qp> {
-    core.res.qps.get(qpn).or_else(|| core.res.gsi_qps.get(qpn))
+    core.res.qps.get(qpn).or_else(|| core.res.ud_qps.get(qpn))
 }
 
-/// QP `qpn`, RC or GSI, to change.
+/// QP `qpn`, RC or datagram, to change.
 fn find_mut(core: &mut Core, qpn: u32) -> Option<&mut Qp> {
     if core.res.qps.contains(qpn) {
         core.res.qps.get_mut(qpn)
     } else {
-        core.res.gsi_qps.get_mut(qpn)
+        core.res.ud_qps.get_mut(qpn)
     }
 }
 
-/// True when QP `qpn` is a GSI QP (QP1).
-pub(crate) fn is_gsi(core: &Core, qpn: u32) -> bool {
-    core.res.gsi_qps.contains(qpn)
+/// True when QP `qpn` is a datagram QP (UD or GSI).
+pub(crate) fn is_datagram(core: &Core, qpn: u32) -> bool {
+    core.res.ud_qps.contains(qpn)
 }
 
 /// Counts (or, `add` false, uncounts) QP `qpn` as a user of its CQs and RMP.
@@ -336,9 +347,12 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
     };
     let (from, to, optional) = transition(opcode);
     let qp = find(core, qpn).ok_or(bad_res("no such QP"))?;
-    // Linux's opt_mask table has no optional attribute for QP1.
-    let gsi = qp.service == service_type::QP1;
-    let optional = if gsi { 0 } else { optional };
+    let datagram = qp.service != service_type::RC;
+    let optional = if datagram {
+        super::qp_datagram::optional(opcode, qp.service)
+    } else {
+        optional
+    };
     if let Some(from) = from {
         if !from.contains(&qp.state) {
             return Err(bad_qp_state("transition not allowed from the QP's state"));
@@ -353,8 +367,8 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
     let mut next = Qp { ..clone_attrs(qp) };
     if with_ctx {
         let ctx = Qpc::new(&input[QPC_BYTE..]).map_err(|_| missing("qpc"))?;
-        if gsi {
-            apply_gsi(core, opcode, &ctx, &mut next)?;
+        if datagram {
+            super::qp_datagram::apply(opcode, mask, &ctx, &mut next)?;
         } else {
             apply(core, opcode, mask, &ctx, &mut next)?;
         }
@@ -381,8 +395,12 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
     let qp = find_mut(core, qpn).ok_or(bad_res("no such QP"))?;
     *qp = next;
     write_context(core, slot, &bytes);
-    if to == state::ERR && !gsi {
-        crate::engine::rc::flush_on_error(core, qpn);
+    if to == state::ERR {
+        if datagram {
+            crate::engine::ud::flush_on_error(core, qpn);
+        } else {
+            crate::engine::rc::flush_on_error(core, qpn);
+        }
     }
     Ok(())
 }
@@ -505,27 +523,6 @@ fn apply(core: &Core, opcode: Opcode, mask: u32, ctx: &Qpc<&[u8]>, qp: &mut Qp) 
     Ok(())
 }
 
-/// Reads a GSI QP's transition attributes: the port, P_Key index and Q_Key at RST2INIT, the
-/// MTU Linux gives special QPs (256 bytes) at every transition, the send PSN at RTR2RTS.
-fn apply_gsi(core: &Core, opcode: Opcode, ctx: &Qpc<&[u8]>, qp: &mut Qp) -> CmdResult {
-    let ads = ctx.primary_address_path();
-    if ctx.mtu() != 0 {
-        check_path_mtu(core, ctx.mtu())?;
-        check_log_msg_max(ctx)?;
-        qp.mtu = ctx.mtu();
-        qp.log_msg_max = ctx.log_msg_max();
-    }
-    match opcode {
-        Opcode::Rst2initQp => {
-            take_port(qp, &ads)?;
-            qp.q_key = ctx.q_key();
-        }
-        Opcode::Rtr2rtsQp => qp.next_send_psn = ctx.next_send_psn(),
-        _ => {}
-    }
-    Ok(())
-}
-
 /// Refuses path MTU code `code` unless it is known and at most the port's.
 fn check_path_mtu(core: &Core, code: u8) -> CmdResult {
     if mtu::bytes(code).is_none() || code > port_max_mtu(core) {
@@ -643,8 +640,8 @@ pub(crate) fn destroy_qp(core: &mut Core, input: &[u8]) -> CmdResult {
         return Err(bad_res("no such QP"));
     }
     attach(core, qpn, false);
-    let table = if is_gsi(core, qpn) {
-        &mut core.res.gsi_qps
+    let table = if is_datagram(core, qpn) {
+        &mut core.res.ud_qps
     } else {
         &mut core.res.qps
     };

@@ -30,6 +30,8 @@ pub(crate) const LOG_MAX_KLM_LIST_SIZE: u8 = 16;
 pub(crate) const MAX_Q_COUNTERS: u16 = 64;
 /// Log2 of the number of QPs (`log_max_qp`).
 pub(crate) const LOG_MAX_QP: u8 = 16;
+/// Log2 of the number of datagram (UD and GSI) QPs, numbered apart from the RC QPs.
+pub(crate) const LOG_MAX_UD_QP: u8 = 12;
 /// Log2 of the largest message (`log_max_msg`): 1 GiB.
 pub(crate) const LOG_MAX_MSG: u8 = 30;
 /// Log2 of outstanding RDMA reads and atomics per QP, as requester and as responder

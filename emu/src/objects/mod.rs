@@ -465,10 +465,11 @@ pub(crate) struct Resources {
     pub mkeys: Table<Mkey>,
     pub q_counters: Table<QCounter>,
     pub qps: Table<rc::Qp>,
-    /// General services QPs (QP1, `st` 0x8): the one Linux's MAD layer opens per RoCE port.
-    /// Numbered apart from the RC QPs so that the RC transport never takes one for its own;
-    /// no MAD is carried (see `fw::qp`).
-    pub gsi_qps: Table<rc::Qp>,
+    /// Datagram QPs: unreliable datagram (UD, `st` 0x2) QPs and general services QPs (QP1,
+    /// `st` 0x8, the one Linux's MAD layer opens per RoCE port). Numbered apart from the RC
+    /// QPs so that the RC transport never takes one for its own; the UD transport
+    /// (`engine::ud`) carries their datagrams.
+    pub ud_qps: Table<rc::Qp>,
     /// The port's RoCE address (GID) table.
     pub gids: rc::GidTable,
     /// Flow group numbers are global; they map to their table.
@@ -477,8 +478,9 @@ pub(crate) struct Resources {
     pub rx_root: Option<u32>,
 }
 
-/// First number of a GSI QP: past every RC QP number (`0x4000 + 2^log_max_qp`).
-pub(crate) const GSI_QPN_BASE: u32 = 0x40_0000;
+/// First number of a datagram (UD or GSI) QP: past every RC QP number
+/// (`0x4000 + 2^log_max_qp`).
+pub(crate) const UD_QPN_BASE: u32 = 0x40_0000;
 
 /// First UAR index handed out: BAR0 pages 0 and 1 hold the initialization segment, pages 2 and 3
 /// the MSI-X table and PBA.
@@ -511,7 +513,7 @@ impl Resources {
             // Set 0 means "no counter set" in an RQ context.
             q_counters: Table::new(1, u32::from(limits::MAX_Q_COUNTERS)),
             qps: Table::new(0x4000, 1 << limits::LOG_MAX_QP),
-            gsi_qps: Table::new(GSI_QPN_BASE, 16),
+            ud_qps: Table::new(UD_QPN_BASE, 1 << limits::LOG_MAX_UD_QP),
             gids: rc::GidTable::new(),
             next_group: 1,
             rx_root: None,

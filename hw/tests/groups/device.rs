@@ -16,6 +16,7 @@ pub fn checks() -> usize {
         wqe::RaddrSeg,
         wqe::AtomicSeg,
         wqe::SrqNextSeg,
+        wqe::DatagramSeg,
         cqe::Cqe64,
         cqe::ErrCqe,
         cqe::MiniCqe8,

@@ -3,7 +3,8 @@
 //! checks PSNs, scatters SENDs into receive WQEs, lands WRITEs and answers READs and atomics
 //! through remote keys.
 //!
-//! The rooms: [`packet`] builds and parses frames; [`requester`] segments WQEs into packets
+//! The rooms: [`packet`] (the engine's RoCE v2 framing, shared with UD) builds and parses
+//! frames; [`requester`] segments WQEs into packets
 //! and sends them as the wire takes them;
 //! [`requester_ack`] retires them and writes their completions; [`retransmit`] runs the
 //! timers; [`responder`] takes received frames in PSN order; [`responder_recv`] owns the
@@ -11,7 +12,6 @@
 //! transmits responses and acknowledgements as the wire takes them; [`qp_error`] takes a
 //! QP to error and raises its asynchronous events.
 
-pub(crate) mod packet;
 pub(crate) mod qp_error;
 pub(crate) mod requester;
 pub(crate) mod requester_ack;
@@ -20,6 +20,9 @@ pub(crate) mod responder_pace;
 pub(crate) mod responder_read_atomic;
 pub(crate) mod responder_recv;
 pub(crate) mod retransmit;
+
+/// RoCE v2 framing lives below both transports; the RC rooms name it as their own.
+pub(crate) use super::roce as packet;
 
 use crate::fw::Core;
 use crate::objects::rc::RcQCounters;

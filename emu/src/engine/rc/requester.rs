@@ -10,7 +10,6 @@ use super::requester_ack::{expects_response, fail_in_order, flush};
 use super::responder_pace::room;
 use super::retransmit::arm_ack_timer;
 use crate::counters::add;
-use crate::fw::mkey::translate;
 use crate::fw::Core;
 use crate::objects::limits::LOG_MAX_RA_QP;
 use crate::objects::rc::{Outstanding, Sending};
@@ -422,75 +421,18 @@ fn execute_from(
     Ok(Some(req.bbs))
 }
 
-/// Bytes a gather reads (and its message grows by) at a time.
-const GATHER_PIECE: u64 = 64 << 10;
-
-/// Gathers the message of the data and inline segments of `wqe` from byte `at` on.
+/// Gathers the message of the data and inline segments of `wqe` from byte `at` on, through
+/// the keys of QP `qpn`'s protection domain and up to its `log_msg_max`.
 fn gather(
     core: &Core,
     qpn: u32,
     wqe: &[u8],
-    mut at: usize,
+    at: usize,
     message: &mut Vec<u8>,
 ) -> Result<(), CqeSyndrome> {
-    message.clear();
     let qp = core.res.qps.get(qpn).ok_or(CqeSyndrome::LocalQpOperation)?;
-    let pd = qp.pd;
     let max = 1usize << qp.log_msg_max.min(31);
-    while at + 4 <= wqe.len() {
-        let head = u32::from_be_bytes([wqe[at], wqe[at + 1], wqe[at + 2], wqe[at + 3]]);
-        if head & INLINE_SEG != 0 {
-            let len = (head & !INLINE_SEG) as usize;
-            let end = at + 4 + len;
-            if end > wqe.len() {
-                return Err(CqeSyndrome::LocalLength);
-            }
-            message.extend_from_slice(&wqe[at + 4..end]);
-            at += wqe::inline_seg_ds(len) * WQE_DS;
-        } else {
-            if at + WQE_DS > wqe.len() {
-                break;
-            }
-            let seg = DataSeg::new(&wqe[at..at + WQE_DS]).map_err(|_| CqeSyndrome::LocalLength)?;
-            let len = seg.byte_count() as usize;
-            at += WQE_DS;
-            if len == 0 {
-                continue;
-            }
-            if message.len() + len > max {
-                return Err(CqeSyndrome::LocalLength);
-            }
-            let start = message.len();
-            translate(
-                core,
-                seg.lkey(),
-                pd,
-                seg.addr(),
-                len as u64,
-                false,
-                |iova, offset, bytes| {
-                    // The message grows as its bytes are read, a piece at a time: a segment
-                    // claiming more than the memory behind its key costs no more than that
-                    // memory, not an allocation of the claimed length.
-                    let mut done = 0;
-                    while done < bytes {
-                        let piece = (bytes - done).min(GATHER_PIECE);
-                        let at = start + (offset + done) as usize;
-                        message.resize(at + piece as usize, 0);
-                        core.dma_read(iova + done, &mut message[at..])
-                            .map_err(|_| crate::fw::mkey::KeyFault::Bounds)?;
-                        done += piece;
-                    }
-                    Ok(())
-                },
-            )
-            .map_err(|_| CqeSyndrome::LocalProtection)?;
-        }
-    }
-    if message.len() > max {
-        return Err(CqeSyndrome::LocalLength);
-    }
-    Ok(())
+    crate::engine::gather::gather(core, qp.pd, max, wqe, at, message)
 }
 
 /// Cuts the gathered message into packets and transmits them.

@@ -1,7 +1,8 @@
-//! RoCE v2 packets of the RC transport: BTH opcodes and AETH syndromes, header lengths, the
-//! invariant CRC (ICRC), building a frame for a QP's path (Ethernet, IPv4 or IPv6, UDP to port
-//! 4791, BTH and the extended headers the opcode carries, the payload padded to four bytes,
-//! the ICRC last) and finding the headers of a received one.
+//! RoCE v2 packets, below the RC and UD transports: BTH opcodes and AETH syndromes, header
+//! lengths, the invariant CRC (ICRC), building a frame along a [`Route`] (Ethernet, IPv4 or
+//! IPv6, UDP to port 4791, BTH and the extended headers the opcode carries, the payload padded
+//! to four bytes, the ICRC last) and finding the headers of a received one. An RC QP's route
+//! is its primary path; a UD datagram's is the address vector of its WQE.
 
 use crate::fw::Core;
 use cxdirect_hw::roce::{gid_is_ipv4_mapped, RoceAddrLayout, ROCE_V2_UDP_DPORT};
@@ -67,7 +68,7 @@ pub(crate) const ICRC_LEN: usize = 4;
 /// PSNs are 24 bits.
 pub(crate) const PSN_MASK: u32 = 0x00ff_ffff;
 /// Default partition key.
-const DEFAULT_PKEY: u16 = 0xffff;
+pub(crate) const DEFAULT_PKEY: u16 = 0xffff;
 /// BTH AckReq bit in the PSN word.
 const ACK_REQ: u32 = 0x8000_0000;
 
@@ -174,38 +175,51 @@ pub(crate) fn mtu_bytes(code: u8) -> usize {
     256usize << code.clamp(1, 5).saturating_sub(1)
 }
 
-/// The addresses a QP's packets carry.
-struct Addresses {
-    src_mac: [u8; 6],
-    dst_mac: [u8; 6],
-    src_gid: [u8; 16],
-    dst_gid: [u8; 16],
+/// Where a packet goes and how its network header reads: the addresses, then the IP fields
+/// (traffic class, hop limit, IPv6 flow label) and the UDP source port.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Route {
+    pub src_mac: [u8; 6],
+    pub dst_mac: [u8; 6],
+    pub src_gid: [u8; 16],
+    pub dst_gid: [u8; 16],
+    pub tclass: u8,
+    /// IPv4 TTL or IPv6 hop limit (0 means 64).
+    pub hop_limit: u8,
+    pub flow_label: u32,
+    pub udp_sport: u16,
 }
 
-/// Source and destination addresses of `qpn`'s path: the source GID and MAC from the RoCE
-/// address table entry, the destination from the path (this port's own on a loopback path).
-fn addresses(core: &Core, qpn: u32) -> Option<Addresses> {
+/// The source GID and MAC of RoCE address table entry `index` (the function's MAC when the
+/// entry names none); `None` for an index past the table or unset.
+pub(crate) fn source(core: &Core, index: u8) -> Option<([u8; 16], [u8; 6])> {
+    let entry = core.res.gids.valid(usize::from(index))?;
+    let layout = RoceAddrLayout::new(&entry[..]).ok()?;
+    let mac = layout.source_mac();
+    let mac = if mac == [0; 6] { core.cfg.mac } else { mac };
+    Some((layout.gid(), mac))
+}
+
+/// The route of RC QP `qpn`'s primary path: the source GID and MAC from the RoCE address
+/// table entry, the destination from the path (this port's own on a loopback path).
+fn rc_route(core: &Core, qpn: u32) -> Option<Route> {
     let qp = core.res.qps.get(qpn)?;
     let path = qp.path;
-    let (src_gid, src_mac) = match core.res.gids.valid(usize::from(path.gid_index)) {
-        Some(entry) => {
-            let layout = RoceAddrLayout::new(&entry[..]).ok()?;
-            let mac = layout.source_mac();
-            let mac = if mac == [0; 6] { core.cfg.mac } else { mac };
-            (layout.gid(), mac)
-        }
-        None => ([0; 16], core.cfg.mac),
-    };
+    let (src_gid, src_mac) = source(core, path.gid_index).unwrap_or(([0; 16], core.cfg.mac));
     let (dst_gid, dst_mac) = if path.loopback {
         (src_gid, src_mac)
     } else {
         (path.rgid, path.rmac)
     };
-    Some(Addresses {
+    Some(Route {
         src_mac,
         dst_mac,
         src_gid,
         dst_gid,
+        tclass: path.tclass,
+        hop_limit: path.hop_limit,
+        flow_label: path.flow_label,
+        udp_sport: path.udp_sport,
     })
 }
 
@@ -229,8 +243,8 @@ pub(crate) struct Transport {
     pub atomic_ack: Option<u64>,
 }
 
-/// Builds a RoCE v2 frame for QP `qpn`'s path into `out` (cleared first): headers from `t`,
-/// then `payload`, the pad and the ICRC.
+/// Builds a RoCE v2 frame for RC QP `qpn`'s path into `out` (cleared first): headers from
+/// `t`, then `payload`, the pad and the ICRC. False (nothing built) without such a QP.
 pub(crate) fn build_frame(
     core: &Core,
     qpn: u32,
@@ -238,14 +252,17 @@ pub(crate) fn build_frame(
     payload: &[u8],
     out: &mut Vec<u8>,
 ) -> bool {
-    let Some(addr) = addresses(core, qpn) else {
+    let Some(route) = rc_route(core, qpn) else {
         return false;
     };
-    let Some(qp) = core.res.qps.get(qpn) else {
-        return false;
-    };
-    let path = qp.path;
-    let v4 = gid_is_ipv4_mapped(&addr.dst_gid);
+    build_routed(&route, t, payload, out);
+    true
+}
+
+/// Builds a RoCE v2 frame along `route` into `out` (cleared first): headers from `t`, then
+/// `payload`, the pad and the ICRC. IPv4 when the destination GID is IPv4-mapped, else IPv6.
+pub(crate) fn build_routed(route: &Route, t: &Transport, payload: &[u8], out: &mut Vec<u8>) {
+    let v4 = gid_is_ipv4_mapped(&route.dst_gid);
     let pad = (4 - payload.len() % 4) % 4;
     let ext = t.reth.map_or(0, |_| RETH_LEN)
         + t.aeth.map_or(0, |_| 4)
@@ -254,43 +271,43 @@ pub(crate) fn build_frame(
         + t.imm.map_or(0, |_| IMM_LEN);
     let udp_len = 8 + BTH_LEN + ext + payload.len() + pad + ICRC_LEN;
     out.clear();
-    out.extend_from_slice(&addr.dst_mac);
-    out.extend_from_slice(&addr.src_mac);
+    out.extend_from_slice(&route.dst_mac);
+    out.extend_from_slice(&route.src_mac);
     let l3 = 14;
     if v4 {
         out.extend_from_slice(&0x0800u16.to_be_bytes());
         let total = (20 + udp_len) as u16;
         let mut ip = [0u8; 20];
         ip[0] = 0x45;
-        ip[1] = path.tclass;
+        ip[1] = route.tclass;
         ip[2..4].copy_from_slice(&total.to_be_bytes());
         ip[6] = 0x40;
-        ip[8] = if path.hop_limit == 0 {
+        ip[8] = if route.hop_limit == 0 {
             64
         } else {
-            path.hop_limit
+            route.hop_limit
         };
         ip[9] = 17;
-        ip[12..16].copy_from_slice(&addr.src_gid[12..16]);
-        ip[16..20].copy_from_slice(&addr.dst_gid[12..16]);
+        ip[12..16].copy_from_slice(&route.src_gid[12..16]);
+        ip[16..20].copy_from_slice(&route.dst_gid[12..16]);
         let sum = ip_checksum(&ip);
         ip[10..12].copy_from_slice(&sum.to_be_bytes());
         out.extend_from_slice(&ip);
     } else {
         out.extend_from_slice(&0x86ddu16.to_be_bytes());
-        let word = (6u32 << 28) | (u32::from(path.tclass) << 20) | (path.flow_label & 0xf_ffff);
+        let word = (6u32 << 28) | (u32::from(route.tclass) << 20) | (route.flow_label & 0xf_ffff);
         out.extend_from_slice(&word.to_be_bytes());
         out.extend_from_slice(&(udp_len as u16).to_be_bytes());
         out.push(17);
-        out.push(if path.hop_limit == 0 {
+        out.push(if route.hop_limit == 0 {
             64
         } else {
-            path.hop_limit
+            route.hop_limit
         });
-        out.extend_from_slice(&addr.src_gid);
-        out.extend_from_slice(&addr.dst_gid);
+        out.extend_from_slice(&route.src_gid);
+        out.extend_from_slice(&route.dst_gid);
     }
-    out.extend_from_slice(&path.udp_sport.to_be_bytes());
+    out.extend_from_slice(&route.udp_sport.to_be_bytes());
     out.extend_from_slice(&ROCE_V2_UDP_DPORT.to_be_bytes());
     out.extend_from_slice(&(udp_len as u16).to_be_bytes());
     out.extend_from_slice(&[0, 0]);
@@ -324,11 +341,10 @@ pub(crate) fn build_frame(
     out.extend(std::iter::repeat_n(0u8, pad));
     let crc = icrc(out, l3);
     out.extend_from_slice(&crc);
-    true
 }
 
 /// The IPv4 header checksum of `header` (its checksum field zero).
-fn ip_checksum(header: &[u8]) -> u16 {
+pub(crate) fn ip_checksum(header: &[u8]) -> u16 {
     let mut sum: u32 = header
         .chunks(2)
         .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
@@ -361,7 +377,7 @@ pub(crate) mod aeth {
 pub(crate) const ACKNOWLEDGE: u8 = 0x11;
 
 /// Where a RoCE v2 frame's headers are.
-pub(super) struct Offsets {
+pub(crate) struct Offsets {
     /// Start of the IP header.
     pub l3: usize,
     /// Start of the BTH.
@@ -371,7 +387,7 @@ pub(super) struct Offsets {
 }
 
 /// The offsets of `frame` when it is UDP to port 4791 over IPv4 or IPv6 (untagged).
-pub(super) fn roce_offsets(frame: &[u8]) -> Option<Offsets> {
+pub(crate) fn roce_offsets(frame: &[u8]) -> Option<Offsets> {
     let ethertype = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
     let l3 = 14;
     // The IP version must agree with the ethertype, and an IPv4 header carry no options:

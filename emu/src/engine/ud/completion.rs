@@ -1,0 +1,132 @@
+//! Completions of datagram QPs: requester and responder CQEs, error CQEs, and the flush of a
+//! QP's posted WQEs when it goes to error (by command) or its send queue to the send queue
+//! error state (a send WQE failed).
+
+use crate::counters::add;
+use crate::fw::Core;
+use crate::objects::rc::RcReceive;
+use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome, ErrCqe};
+use cxdirect_hw::qp::state;
+use cxdirect_hw::wqe::{self, CtrlSeg, WQE_BB};
+
+/// Writes `cqe` to CQ `cqn` for datagram QP `qpn`; a completion that cannot be written is
+/// lost, and the QP goes to error.
+pub(super) fn post_cqe(core: &mut Core, qpn: u32, cqn: u32, cqe: &mut [u8; 64]) {
+    if crate::engine::cq::post(core, cqn, cqe).is_err() {
+        add(&core.counters.completions_lost, 1);
+        if let Some(qp) = core.res.ud_qps.get_mut(qpn) {
+            qp.state = state::ERR;
+        }
+    }
+}
+
+/// Which queue of a datagram QP an error CQE is for.
+#[derive(Clone, Copy)]
+pub(super) enum Side {
+    /// A send WQE of this opcode, on the send CQ.
+    Send(u8),
+    /// A receive WQE, on the receive CQ.
+    Receive,
+}
+
+/// Writes the error CQE (`syndrome`) of WQE `index` of datagram QP `qpn`.
+pub(super) fn post_error_cqe(
+    core: &mut Core,
+    qpn: u32,
+    index: u16,
+    syndrome: CqeSyndrome,
+    side: Side,
+) {
+    let Some(qp) = core.res.ud_qps.get(qpn) else {
+        return;
+    };
+    if syndrome != CqeSyndrome::WrFlushed {
+        add(&core.counters.error_cqes, 1);
+    }
+    let srqn = match qp.receive {
+        RcReceive::Shared(rmpn) => rmpn,
+        _ => 0,
+    };
+    let (cqn, opcode, wqe_opcode, srqn) = match side {
+        Side::Send(op) => (qp.cqn_snd, CqeOpcode::ReqErr, op, 0),
+        Side::Receive => (qp.cqn_rcv, CqeOpcode::RespErr, 0, srqn),
+    };
+    let mut cqe = [0u8; 64];
+    if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
+        err.set_syndrome(syndrome as u8)
+            .set_s_wqe_opcode(wqe_opcode)
+            .set_srqn(srqn)
+            .set_qpn(qpn)
+            .set_wqe_counter(index)
+            .set_opcode(opcode as u8);
+    }
+    post_cqe(core, qpn, cqn, &mut cqe);
+}
+
+/// Datagram QP `qpn` went to error by command (2ERR_QP): every send WQE posted and not yet
+/// executed, then every receive WQE posted on its own ring, completes with the flush
+/// syndrome. A shared receive queue's WQEs belong to no QP and stay posted.
+pub(crate) fn flush_on_error(core: &mut Core, qpn: u32) {
+    flush_sends(core, qpn);
+    let Some(qp) = core.res.ud_qps.get(qpn) else {
+        return;
+    };
+    let RcReceive::Own { log_size, .. } = qp.receive else {
+        return;
+    };
+    let Ok(word) = core.dma_read_be32(qp.dbr) else {
+        return;
+    };
+    let posted = (word as u16).wrapping_sub(qp.resp.rq_consumed);
+    if u32::from(posted) > 1 << log_size {
+        add(&core.counters.bad_doorbells, 1);
+        return;
+    }
+    for _ in 0..posted {
+        let Some(qp) = core.res.ud_qps.get_mut(qpn) else {
+            return;
+        };
+        let index = qp.resp.rq_consumed;
+        qp.resp.rq_consumed = index.wrapping_add(1);
+        post_error_cqe(core, qpn, index, CqeSyndrome::WrFlushed, Side::Receive);
+    }
+}
+
+/// Completes every send WQE posted on datagram QP `qpn` and not executed with the flush
+/// syndrome (the QP, or its send queue, is in error).
+pub(super) fn flush_sends(core: &mut Core, qpn: u32) {
+    let Some(qp) = core.res.ud_qps.get(qpn) else {
+        return;
+    };
+    let Some(log_sq) = qp.log_sq_size else {
+        return;
+    };
+    let Ok(word) = core.dma_read_be32(qp.dbr + 4) else {
+        return;
+    };
+    let pi = word as u16;
+    let mut index = qp.sq_consumed;
+    if u32::from(pi.wrapping_sub(index)) > 1u32 << log_sq {
+        add(&core.counters.bad_doorbells, 1);
+        return;
+    }
+    while index != pi {
+        let mut bb = [0u8; WQE_BB];
+        if super::send::read_bb(core, qpn, index, &mut bb).is_err() {
+            break;
+        }
+        let (op, ds) = CtrlSeg::new(&bb[..16]).map_or((0, 0), |c| (c.opcode(), c.ds()));
+        post_error_cqe(core, qpn, index, CqeSyndrome::WrFlushed, Side::Send(op));
+        index = index.wrapping_add(span(usize::from(ds), index, pi));
+    }
+    if let Some(qp) = core.res.ud_qps.get_mut(qpn) {
+        qp.sq_consumed = pi;
+    }
+}
+
+/// WQEBBs of a WQE of `ds` 16-byte units at `index`: at least 1, and no further than the
+/// producer index `pi` (a malformed `ds` never skips past what was posted).
+pub(super) fn span(ds: usize, index: u16, pi: u16) -> u16 {
+    let bbs = u16::try_from(wqe::wqebbs(ds)).unwrap_or(u16::MAX);
+    bbs.clamp(1, pi.wrapping_sub(index).max(1))
+}
