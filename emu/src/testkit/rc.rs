@@ -245,7 +245,8 @@ impl Host {
     }
 
     /// A PA memory key in `pd` over `len` bytes from IOVA `start`, with local read and write
-    /// and the remote `rights`; `variant` is the key's low byte.
+    /// and the remote `rights`; `variant` is the key's low byte. The key may be invalidated
+    /// remotely (`en_rinval`).
     pub fn create_remote_mkey(
         &mut self,
         pd: u32,
@@ -263,6 +264,7 @@ impl Host {
             .set_rr(rights.read)
             .set_rw(rights.write)
             .set_a(rights.atomic)
+            .set_en_rinval(true)
             .set_pd(pd)
             .set_qpn(0xff_ffff)
             .set_mkey_7_0(variant)

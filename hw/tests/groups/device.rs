@@ -16,6 +16,8 @@ pub fn checks() -> usize {
         wqe::RaddrSeg,
         wqe::AtomicSeg,
         wqe::SrqNextSeg,
+        umr::UmrCtrlSeg,
+        umr::Klm,
         cqe::Cqe64,
         cqe::ErrCqe,
         cqe::MiniCqe8,
