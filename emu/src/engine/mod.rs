@@ -14,6 +14,7 @@ pub(crate) mod rc;
 pub(crate) mod rq;
 pub(crate) mod sq;
 pub(crate) mod striding;
+pub(crate) mod umr;
 
 use crate::fw::{Core, EngineRequests};
 use crate::objects::WorkQueue;

@@ -5,6 +5,11 @@
 //! `opt_param_mask` names, and allows only the optional bits Linux mlx5_ib allows for RC
 //! (`opt_mask[][]` in `drivers/infiniband/hw/mlx5/qp.c`). A refused command changes nothing.
 //!
+//! The REG_UMR QP (service type 0xc), which Linux's mlx5_ib opens before it registers any
+//! memory (`mlx5r_umr_resource_init`), is an RC-table QP without a receive queue or a peer:
+//! its transitions take only the port, and its send queue executes UMR WQEs
+//! (`engine::umr`); no RoCE packet reaches it.
+//!
 //! Besides RC QPs, the model creates general services QPs (QP1, the GSI QP Linux's MAD layer
 //! opens on every RoCE port): their commands and state machine work (no optional attributes,
 //! as in Linux's table; port, P_Key index and Q_Key at RST2INIT), but no MAD is carried. A
@@ -51,10 +56,10 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     let cmd = input_as!(CreateQpIn<&[u8]>, input);
     let ctx = cmd.qpc();
     let service = ctx.st();
-    if service != service_type::RC && service != service_type::QP1 {
+    if ![service_type::RC, service_type::QP1, service_type::REG_UMR].contains(&service) {
         return Err(bad_param(
             Syndrome::UnsupportedServiceType,
-            "only RC and GSI (QP1) QPs are modelled",
+            "only RC, GSI (QP1) and REG_UMR QPs are modelled",
         ));
     }
     if cmd.wq_umem_valid() || ctx.dbr_umem_valid() {
@@ -336,9 +341,15 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
     };
     let (from, to, optional) = transition(opcode);
     let qp = find(core, qpn).ok_or(bad_res("no such QP"))?;
-    // Linux's opt_mask table has no optional attribute for QP1.
+    // Linux's opt_mask table has no optional attribute for QP1 or the REG_UMR QP; mlx5_ib
+    // may still bind a counter set to the latter as to any QP it opens.
     let gsi = qp.service == service_type::QP1;
-    let optional = if gsi { 0 } else { optional };
+    let umr = qp.service == service_type::REG_UMR;
+    let optional = match (gsi, umr) {
+        (true, _) => 0,
+        (_, true) => optional & optpar::COUNTER_SET_ID,
+        _ => optional,
+    };
     if let Some(from) = from {
         if !from.contains(&qp.state) {
             return Err(bad_qp_state("transition not allowed from the QP's state"));
@@ -355,6 +366,8 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
         let ctx = Qpc::new(&input[QPC_BYTE..]).map_err(|_| missing("qpc"))?;
         if gsi {
             apply_gsi(core, opcode, &ctx, &mut next)?;
+        } else if umr {
+            apply_reg_umr(opcode, mask, &ctx, &mut next)?;
         } else {
             apply(core, opcode, mask, &ctx, &mut next)?;
         }
@@ -522,6 +535,22 @@ fn apply_gsi(core: &Core, opcode: Opcode, ctx: &Qpc<&[u8]>, qp: &mut Qp) -> CmdR
         }
         Opcode::Rtr2rtsQp => qp.next_send_psn = ctx.next_send_psn(),
         _ => {}
+    }
+    Ok(())
+}
+
+/// Reads the REG_UMR QP's transition attributes: the port at RST2INIT (Linux's
+/// `mlx5r_umr_qp_rst2rts` gives port 1 and P_Key index 0), the counter set. The MTU (4096) and
+/// `log_msg_max` mlx5_ib writes at every transition mean nothing for a QP without a wire, and
+/// RTR and RTS need no path, peer or PSN.
+fn apply_reg_umr(opcode: Opcode, mask: u32, ctx: &Qpc<&[u8]>, qp: &mut Qp) -> CmdResult {
+    if matches!(opcode, Opcode::Rst2initQp | Opcode::Init2rtrQp)
+        || mask & optpar::COUNTER_SET_ID != 0
+    {
+        qp.counter_set = u32::from(ctx.counter_set_id());
+    }
+    if opcode == Opcode::Rst2initQp {
+        take_port(qp, &ctx.primary_address_path())?;
     }
     Ok(())
 }
