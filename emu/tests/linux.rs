@@ -870,10 +870,11 @@ fn the_nic_vport_context_carries_the_node_guid() {
 }
 
 /// A RoCE device as mlx5_ib probes it: RoCE on by default, XRC reported (mlx5_ib refuses the
-/// device without it) and two XRC domains allocated and freed; UMR reported unable to load
-/// translations, so Linux keeps no UMR memory key cache the model could not fill.
+/// device without it) and two XRC domains allocated and freed; UMR reported able to load
+/// translations (the reserved lkey usable for the list), and the free keys of every order
+/// Linux's mkey cache fills (`set_cache_mkc`) are made.
 #[test]
-fn a_roce_device_reports_xrc_domains_and_no_umr_translation_loads() {
+fn a_roce_device_reports_xrc_domains_and_umr_translation_loads() {
     use cxdirect_hw::hca::{AllocXrcdOut, DeallocXrcdIn};
     let mut h = host();
     h.bring_up();
@@ -882,7 +883,24 @@ fn a_roce_device_reports_xrc_domains_and_no_umr_translation_loads() {
     assert!(caps.roce(), "RoCE is on by default");
     assert!(caps.xrc());
     assert_ne!(caps.log_max_xrcd(), 0);
-    assert!(caps.umr_modify_entity_size_disabled());
+    assert!(!caps.umr_modify_entity_size_disabled());
+    assert!(caps.umr_ptr_rlky());
+    let pd = h.pd;
+    for order in 2..=16u32 {
+        let mut input = Host::input(Opcode::CreateMkey, 0, 0x110);
+        let mut cmd = cxdirect_hw::mkey::CreateMkeyIn::new(&mut input[..]).unwrap();
+        cmd.memory_key_mkey_entry_mut()
+            .set_lr(true)
+            .set_pd(pd)
+            .set_qpn(0xff_ffff)
+            .set_free(true)
+            .set_umr_en(true)
+            .set_access_mode(cxdirect_hw::mkey::MKC_ACCESS_MODE_MTT)
+            .set_translations_octword_size((1 << order) / 2)
+            .set_log_page_size(12)
+            .set_mkey_7_0(order as u8);
+        h.exec(&input, 16).expect("a cache key of every order");
+    }
     let mut xrcds = Vec::new();
     for _ in 0..2 {
         let out = h.simple(Opcode::AllocXrcd, 0).expect("ALLOC_XRCD");

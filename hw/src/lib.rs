@@ -34,6 +34,7 @@ pub mod qp;
 pub mod reg;
 pub mod roce;
 pub mod tir;
+pub mod umr;
 pub mod vport;
 pub mod wq;
 pub mod wqe;

@@ -25,8 +25,14 @@ pub const MKC_ACCESS_MODE_KSM: u8 = 0x3;
 pub const MKC_ACCESS_MODE_MEMIC: u8 = 0x5;
 
 /// MTT entry bit: reads through the page are allowed (`MLX5_MTT_READ`, `rd_en`).
+///
+/// The entry's access bits are access control only for a key created with
+/// [`CreateMkeyIn::pg_access`] set (the page-access mode Linux's mlx5_ib asks for when the
+/// device reports the `pg` capability: `reg_create` then fills entries with
+/// `MLX5_IB_MTT_PRESENT`). Without it an entry is a bare page address and the bits are ignored.
 pub const MTT_READ: u64 = 1 << 0;
-/// MTT entry bit: writes through the page are allowed (`MLX5_MTT_WRITE`, `wr_en`).
+/// MTT entry bit: writes through the page are allowed (`MLX5_MTT_WRITE`, `wr_en`); see
+/// [`MTT_READ`] for when the device reads it.
 pub const MTT_WRITE: u64 = 1 << 1;
 /// Size in bytes of one MTT entry.
 pub const MTT_ENTRY_SIZE: usize = 8;
@@ -49,7 +55,9 @@ pub const fn mkey_variant(mkey: u32) -> u8 {
 }
 
 /// An MTT entry as the 64-bit big-endian value stored in the table: the page address (bits 7:0
-/// dropped) with `rd_en` in bit 0 and `wr_en` in bit 1, as in [`Mtt`].
+/// dropped) with `rd_en` in bit 0 and `wr_en` in bit 1, as in [`Mtt`]. A key created without
+/// `pg_access` ignores both bits: Linux then writes the bare page address (`read` and `write`
+/// false), see [`MTT_READ`].
 pub const fn mtt_entry(addr: u64, read: bool, write: bool) -> u64 {
     (addr & MTT_ADDR_MASK) | (if read { MTT_READ } else { 0 }) | (if write { MTT_WRITE } else { 0 })
 }
@@ -83,6 +91,9 @@ layout! {
         lr: bool @ 0x15 [0x1],
         /// Bits 1:0 of the access mode: `MKC_ACCESS_MODE_*`.
         access_mode_1_0: u8 @ 0x16 [0x2],
+        /// Memory access translation mode (1: addresses are translated by the PCIe ATS of
+        /// the bus, as mlx5_ib asks for `mlx5_umem_needs_ats`); 0: by the IOMMU as usual.
+        ma_translation_mode: u8 @ 0x1a [0x2],
         /// QP the key is bound to (0xffffff: not bound to a QP).
         qpn: u32 @ 0x20 [0x18],
         /// Variant: the low 8 bits of the memory key, chosen by software.
@@ -107,8 +118,11 @@ layout! {
         bsf_octword_size: u32 @ 0x100 [0x20],
         /// Size of the translation table in 16-byte units (two MTT entries each).
         translations_octword_size: u32 @ 0x1a0 [0x20],
+        /// Reads through the key may be relaxed ordered.
+        relaxed_ordering_read: bool @ 0x1d8 [0x1],
         /// Log2 of the page size of MTT translations, in bytes (12 for 4 KiB): absolute, not
-        /// relative to 4 KiB as in the CQ and QP contexts.
+        /// relative to 4 KiB as in the CQ and QP contexts. (Headers after Linux 6.12 widen it
+        /// to six bits, the new high bit at 0x1da, for devices with `umr_log_entity_size_5`.)
         log_page_size: u8 @ 0x1db [0x5],
     }
 }

@@ -49,6 +49,10 @@ pub mod service_type {
     pub const QP1: u8 = 0x8;
     /// Raw Ethernet.
     pub const RAW_ETHERTYPE: u8 = 0x9;
+    /// Memory registration QP (`MLX5_QP_ST_REG_UMR`): its send queue carries only UMR WQEs,
+    /// it has no receive queue and no peer. Linux's mlx5_ib opens one for itself
+    /// (`mlx5r_umr_resource_init`) before it registers any memory.
+    pub const REG_UMR: u8 = 0xc;
 }
 
 /// Path migration states (`qpc.pm_state`, `MLX5_QP_PM_*`).

@@ -51,6 +51,11 @@ pub mod opcode {
     pub const ATOMIC_CS: u8 = 0x11;
     /// Atomic fetch and add (8 bytes): laid out as [`ATOMIC_CS`].
     pub const ATOMIC_FA: u8 = 0x12;
+    /// User-mode memory registration (`MLX5_OPCODE_UMR`): changes the memory key the control
+    /// segment's `imm` names; the segments are in [`umr`](crate::umr). Linux posts it for
+    /// `IB_WR_REG_MR`, `IB_WR_LOCAL_INV` and its own key updates, and reads its requester CQE
+    /// back by the WQE it remembers, not by the CQE's opcode.
+    pub const UMR: u8 = 0x25;
     /// Enhanced multi-packet send.
     pub const ENHANCED_MPSW: u8 = 0x29;
 }

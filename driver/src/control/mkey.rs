@@ -1,10 +1,13 @@
 //! Memory keys: CREATE_MKEY in MTT mode over a page list (driver-allocated memory, or a range of
 //! an imported dmabuf), deregistration, and revocation of the keys over a revocable dmabuf.
 //!
-//! The MTT is what the device translates through: one big-endian entry per page with the read
-//! and write bits, the key's start address the IOVA of the range's first byte and its length
-//! the trimmed length, so a device access outside the range, or a write through a read-only key,
-//! ends in a local protection error rather than touching memory.
+//! The MTT is what the device translates through: one big-endian entry per page, the bare page
+//! address, as Linux's mlx5_ib writes it (`reg_create` / `mlx5_ib_populate_pas`) on a device
+//! without the `pg` (on-demand paging) capability: the entries' rd_en/wr_en bits are access
+//! control only in page-access mode (`pg_access`), which this driver never asks for. The key's
+//! start address is the IOVA of the range's first byte and its length the trimmed length, and
+//! its `lr`/`lw`/`rr`/`rw`/`a` bits say what it allows, so a device access outside the range,
+//! or a write through a read-only key, ends in a protection error rather than touching memory.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -220,7 +223,9 @@ impl MemoryKey {
         {
             let mut c = CreateMkeyIn::new(&mut cmd[..])
                 .map_err(|_| DriverError::layout(Opcode::CreateMkey, "input"))?;
-            c.set_translations_octword_actual_size(octwords);
+            // No page-access mode: the entries are bare addresses (see the module doc).
+            c.set_pg_access(false)
+                .set_translations_octword_actual_size(octwords);
             c.memory_key_mkey_entry_mut()
                 .set_access_mode(MKC_ACCESS_MODE_MTT)
                 .set_lr(access.read)
@@ -236,7 +241,7 @@ impl MemoryKey {
                 .set_log_page_size(page.trailing_zeros() as u8)
                 .set_translations_octword_size(octwords);
             for (i, iova) in pages.iovas.iter().enumerate() {
-                c.set_mtt(i, mtt_entry(*iova, access.read, access.write))
+                c.set_mtt(i, mtt_entry(*iova, false, false))
                     .map_err(|_| DriverError::layout(Opcode::CreateMkey, "MTT"))?;
             }
         }

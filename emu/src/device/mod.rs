@@ -124,6 +124,16 @@ pub struct MemoryKeyView {
     pub local_read: bool,
     /// Local write allowed.
     pub local_write: bool,
+    /// Remote read allowed.
+    pub remote_read: bool,
+    /// Remote write allowed.
+    pub remote_write: bool,
+    /// Protection domain.
+    pub pd: u32,
+    /// The key is free (not valid for any access).
+    pub free: bool,
+    /// Created in page-access mode: the MTT entries' rd_en/wr_en bits are access control.
+    pub pg_access: bool,
 }
 
 impl Device {
@@ -370,6 +380,11 @@ impl Device {
             mtt: key.mtt.clone(),
             local_read: key.local_read,
             local_write: key.local_write,
+            remote_read: key.remote_read,
+            remote_write: key.remote_write,
+            pd: key.pd,
+            free: key.free,
+            pg_access: key.pg_access,
         })
     }
 

@@ -17,6 +17,7 @@ pub(crate) mod rq;
 pub(crate) mod sq;
 pub(crate) mod striding;
 pub(crate) mod ud;
+pub(crate) mod umr;
 
 use crate::fw::{Core, EngineRequests};
 use crate::objects::WorkQueue;

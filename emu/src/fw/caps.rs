@@ -83,10 +83,15 @@ impl CapSet {
             // RC atomics (compare-and-swap, fetch-and-add) are executed by the responder.
             .set_atomic(cfg.roce)
             .set_log_max_xrcd(if cfg.roce { LOG_MAX_XRCD } else { 0 })
-            // No UMR QP is modelled: memory keys are made by CREATE_MKEY, never enabled or
-            // reloaded by a UMR WQE.
-            .set_umr_modify_entity_size_disabled(true)
+            // UMR WQEs change a key's translation, page size, PD and access (the REG_UMR QP
+            // and fast registration on RC QPs, `engine::umr`): Linux's mlx5_ib then loads
+            // MTTs by UMR (`mlx5r_umr_can_load_pas`) and keeps its mkey cache. Atomics are not
+            // changed by UMR; the list pointer may use the reserved lkey (Linux's
+            // `local_dma_lkey`); offsets past 16 bits are not advertised, so a region of 2^16
+            // pages or more is registered by CREATE_MKEY with its list.
+            .set_umr_modify_entity_size_disabled(false)
             .set_umr_modify_atomic_disabled(true)
+            .set_umr_ptr_rlky(true)
             // QUERY_VPORT_COUNTER is answered: mlx5_ib serves the RDMA core's performance
             // management queries (port counters) from it instead of a MAD_IFC.
             .set_vport_counters(true)

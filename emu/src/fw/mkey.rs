@@ -3,11 +3,12 @@
 
 use super::pages::{release_context, store_new_context};
 use super::transport::table_full;
-use super::{bad_param, bad_res, input_as, output_as, CmdResult, Core, Syndrome};
+use super::{bad_param, bad_res, input_as, output_as, CmdError, CmdResult, Core, Syndrome};
 use crate::objects::Mkey;
 use cxdirect_hw::mkey::{
     CreateMkeyIn, CreateMkeyOut, DestroyMkeyIn, QueryMkeyIn, QueryMkeyOut, QuerySpecialContextsOut,
-    MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA, MTT_READ, MTT_WRITE,
+    MKC_ACCESS_MODE_KLM, MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA, MTT_ADDR_MASK, MTT_READ,
+    MTT_WRITE,
 };
 
 /// The reserved lkey the model reports in QUERY_SPECIAL_CONTEXTS: addresses through it are
@@ -35,14 +36,49 @@ pub(crate) enum KeyFault {
     Bounds,
 }
 
+/// Translation entries a key may hold at most (MTT entries or KLMs): 2^22 MTT entries map
+/// 16 GiB in 4 KiB pages. A larger table is refused rather than allocated on a driver's word.
+pub(crate) const MAX_XLT_ENTRIES: usize = 1 << 22;
+
+/// Translation entries per octoword: two MTT entries, or one KLM.
+pub(crate) fn entries_per_octoword(mode: u8) -> usize {
+    if mode == MKC_ACCESS_MODE_KLM {
+        1
+    } else {
+        2
+    }
+}
+
+/// Translation entries a key of `octowords` (`translations_octword_size`) holds in `mode`,
+/// rounded up to the 64-byte unit UMR writes in (`MLX5_UMR_FLEX_ALIGNMENT`: Linux's
+/// `mlx5r_umr_update_mr_pas` pads the list it loads into a key `reg_create` sized by
+/// `get_octo_len` to 64 bytes, so a one-page key takes a four-octoword write).
+pub(crate) fn xlt_capacity(mode: u8, octowords: u32) -> Option<usize> {
+    let octowords = (octowords as usize).checked_next_multiple_of(4)?;
+    let entries = octowords.checked_mul(entries_per_octoword(mode))?;
+    (entries <= MAX_XLT_ENTRIES).then_some(entries)
+}
+
+/// Whether MTT page size `log_page` (absolute log2) is one a key can have: 4 KiB up to the 2^31
+/// the five-bit `log_page_size` field reaches (Linux's `mlx5_umem_find_best_pgsz` picks any of
+/// them, up to the largest the region's alignment allows).
+pub(crate) fn mtt_page_ok(log_page: u32) -> bool {
+    (12..=31).contains(&log_page)
+}
+
+/// CREATE_MKEY, accepting what Linux 6.12's mlx5_ib sends: `reg_create` (an MTT key with its
+/// list, or free and empty for a UMR to load, `umr_en`, `pg_access` as the `pg` capability says,
+/// `ma_translation_mode`, relaxed ordering), `mlx5_ib_get_dma_mr` (PA, `length64`),
+/// `_mlx5_alloc_mkey_descs` (a free, empty MTT or KLM key for fast registration, length 0,
+/// `log_page_size` 0 for KLM) and the mkey cache's `set_cache_mkc`.
 pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
     let cmd = input_as!(CreateMkeyIn<&[u8]>, input);
     let mkc = cmd.memory_key_mkey_entry();
     let mode = mkc.access_mode();
-    if mode != MKC_ACCESS_MODE_MTT && mode != MKC_ACCESS_MODE_PA {
+    if ![MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA, MKC_ACCESS_MODE_KLM].contains(&mode) {
         return Err(bad_param(
             Syndrome::BadMkeyParams,
-            "only PA and MTT access modes are modelled",
+            "only PA, MTT and KLM access modes are modelled",
         ));
     }
     if !core.res.pds.contains(mkc.pd()) {
@@ -54,12 +90,18 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
             "memory key qpn must be 0xffffff (not bound to a QP)",
         ));
     }
-    let log_page = u32::from(mkc.log_page_size());
-    let (start, len, length64) = (mkc.start_addr(), mkc.len(), mkc.length64());
-    if !length64 && (len == 0 || len >> super::caps::LOG_MAX_MRW_SZ != 0) {
+    if mkc.bsf_en() {
         return Err(bad_param(
             Syndrome::BadMkeyParams,
-            "memory key length zero or above 2^log_max_mrw_sz",
+            "signature (BSF) keys are not modelled",
+        ));
+    }
+    let log_page = u32::from(mkc.log_page_size());
+    let (start, len, length64) = (mkc.start_addr(), mkc.len(), mkc.length64());
+    if !length64 && len >> super::caps::LOG_MAX_MRW_SZ != 0 {
+        return Err(bad_param(
+            Syndrome::BadMkeyParams,
+            "memory key length above 2^log_max_mrw_sz",
         ));
     }
     if start.checked_add(len).is_none() {
@@ -68,47 +110,48 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
             "memory key range wraps the address space",
         ));
     }
+    let (free, actual) = (mkc.free(), cmd.translations_octword_actual_size());
     let mut mtt = Vec::new();
-    if mode == MKC_ACCESS_MODE_MTT {
+    let mut klm = Vec::new();
+    let mut capacity = 0;
+    if mode != MKC_ACCESS_MODE_PA {
         if length64 {
             return Err(bad_param(
                 Syndrome::BadMkeyParams,
-                "an MTT key cannot span the whole address space",
+                "a translated key cannot span the whole address space",
             ));
         }
-        if !(12..=30).contains(&log_page) {
+        if mode == MKC_ACCESS_MODE_MTT && !mtt_page_ok(log_page) {
             return Err(bad_param(
                 Syndrome::BadMkeyParams,
-                "MTT page size must be 4 KiB to 1 GiB",
+                "MTT page size must be 4 KiB to 2 GiB",
             ));
         }
-        let page = 1u64 << log_page;
-        let needed = ((start & (page - 1)) + len).div_ceil(page) as usize;
-        let octwords = cmd.translations_octword_actual_size() as usize;
-        if octwords * 2 < needed || mkc.translations_octword_size() as usize * 2 < needed {
+        let size = mkc.translations_octword_size();
+        capacity = xlt_capacity(mode, size).ok_or(bad_param(
+            Syndrome::BadMkeyParams,
+            "translation table above the model's limit",
+        ))?;
+        if actual > size {
             return Err(bad_param(
                 Syndrome::BadMkeyParams,
-                "fewer translation entries than the key's pages",
+                "more translation entries given than the key's table holds",
             ));
         }
-        if needed > cmd.mtt_capacity() {
-            return Err(bad_param(
-                Syndrome::BadMkeyParams,
-                "translation entries run past the input",
-            ));
-        }
-        mtt.reserve_exact(needed);
-        for i in 0..needed {
-            let entry = cmd.mtt(i).map_err(|_| {
-                bad_param(Syndrome::BadMkeyParams, "translation entry past the input")
-            })?;
-            if entry & (page - 1) & !(MTT_READ | MTT_WRITE) != 0 {
+        let given = actual as usize * entries_per_octoword(mode);
+        if mode == MKC_ACCESS_MODE_MTT {
+            let page = 1u64 << log_page;
+            let needed = ((start & (page - 1)) + len).div_ceil(page) as usize;
+            // A valid key must have every page; a free one is loaded later by UMR.
+            if !free && given < needed {
                 return Err(bad_param(
                     Syndrome::BadMkeyParams,
-                    "translation entry not aligned to the key's page size",
+                    "fewer translation entries than the key's pages",
                 ));
             }
-            mtt.push(entry);
+            mtt = read_mtt(&cmd, given, page)?;
+        } else {
+            klm = read_klms(&cmd, given)?;
         }
     }
     let slot = store_new_context(core, mkc.as_bytes())?;
@@ -121,12 +164,17 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
         length64,
         log_page,
         mtt,
+        klm,
+        xlt_capacity: capacity,
+        pg_access: cmd.pg_access(),
+        umr_en: mkc.umr_en(),
+        remote_invalidate: mkc.en_rinval(),
         local_read: mkc.lr(),
         local_write: mkc.lw(),
         remote_read: mkc.rr(),
         remote_write: mkc.rw(),
         atomic: mkc.a(),
-        free: mkc.free(),
+        free,
         slot,
     };
     let Some(index) = core.res.mkeys.insert(key) else {
@@ -135,6 +183,50 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
     };
     output_as!(CreateMkeyOut<&mut [u8]>, output).set_mkey_index(index);
     Ok(())
+}
+
+/// The first `count` MTT entries of CREATE_MKEY's list, each aligned to `page` bytes (its low
+/// eight bits, rd_en/wr_en and reserved, aside).
+fn read_mtt(cmd: &CreateMkeyIn<&[u8]>, count: usize, page: u64) -> Result<Vec<u64>, CmdError> {
+    if count > cmd.mtt_capacity() {
+        return Err(bad_param(
+            Syndrome::BadMkeyParams,
+            "translation entries run past the input",
+        ));
+    }
+    let mut mtt = Vec::with_capacity(count);
+    for i in 0..count {
+        let entry = cmd
+            .mtt(i)
+            .map_err(|_| bad_param(Syndrome::BadMkeyParams, "translation entry past the input"))?;
+        if entry & (page - 1) & MTT_ADDR_MASK != 0 {
+            return Err(bad_param(
+                Syndrome::BadMkeyParams,
+                "translation entry not aligned to the key's page size",
+            ));
+        }
+        mtt.push(entry);
+    }
+    Ok(mtt)
+}
+
+/// The first `count` KLMs of CREATE_MKEY's list (16 bytes each where the MTT entries go).
+fn read_klms(cmd: &CreateMkeyIn<&[u8]>, count: usize) -> Result<Vec<(u32, u32, u64)>, CmdError> {
+    if count * 2 > cmd.mtt_capacity() {
+        return Err(bad_param(
+            Syndrome::BadMkeyParams,
+            "KLM entries run past the input",
+        ));
+    }
+    let mut klm = Vec::with_capacity(count);
+    for i in 0..count {
+        let (a, b) = (cmd.mtt(2 * i), cmd.mtt(2 * i + 1));
+        let (Ok(head), Ok(address)) = (a, b) else {
+            return Err(bad_param(Syndrome::BadMkeyParams, "KLM past the input"));
+        };
+        klm.push(((head >> 32) as u32, head as u32, address));
+    }
+    Ok(klm)
 }
 
 pub(crate) fn query_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
@@ -154,7 +246,11 @@ pub(crate) fn query_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
         .set_len(key.len)
         .set_length64(key.length64)
         .set_log_page_size(key.log_page as u8)
-        .set_translations_octword_size(key.mtt.len().div_ceil(2) as u32)
+        .set_translations_octword_size(
+            (key.xlt_capacity / entries_per_octoword(key.access_mode)) as u32,
+        )
+        .set_umr_en(key.umr_en)
+        .set_en_rinval(key.remote_invalidate)
         .set_lr(key.local_read)
         .set_lw(key.local_write)
         .set_rr(key.remote_read)
@@ -205,7 +301,7 @@ pub(crate) fn translate(
     if !key.length64 && (addr < key.start || end > key.start + key.len) {
         return Err(KeyFault::Bounds);
     }
-    walk(key, addr, len, write, each)
+    walk(core, key, addr, len, write, each)
 }
 
 /// Writes (`write`) or reads `[addr, addr + len)` through `rkey` for a peer of an RC QP in
@@ -223,12 +319,13 @@ pub(crate) fn translate_remote(
 ) -> Result<(), KeyFault> {
     check_remote(core, rkey, pd, addr, len, access)?;
     let key = core.res.mkeys.get(rkey >> 8).ok_or(KeyFault::NoKey)?;
-    walk(key, addr, len, access != RemoteAccess::Read, each)
+    walk(core, key, addr, len, access != RemoteAccess::Read, each)
 }
 
 /// Walks `[addr, addr + len)` of `key` (its range already checked), page by page.
 #[inline(always)]
 fn walk(
+    core: &Core,
     key: &Mkey,
     addr: u64,
     len: u64,
@@ -238,6 +335,76 @@ fn walk(
     if key.access_mode == MKC_ACCESS_MODE_PA {
         return each(addr, 0, len);
     }
+    if key.access_mode == MKC_ACCESS_MODE_KLM {
+        return walk_klm(core, key, addr, len, write, each);
+    }
+    walk_mtt(key, addr, len, write, each)
+}
+
+/// Walks `[addr, addr + len)` of KLM key `key`: its address space is its pieces end to end
+/// from `start`, each reached through the key it names: the reserved lkey (bus addresses, as
+/// kernel ULPs register with their PD's `local_dma_lkey`) or a PA or MTT key of the same PD.
+/// An indirect key never names another indirect key here.
+fn walk_klm(
+    core: &Core,
+    key: &Mkey,
+    addr: u64,
+    len: u64,
+    write: bool,
+    mut each: impl FnMut(u64, u64, u64) -> Result<(), KeyFault>,
+) -> Result<(), KeyFault> {
+    let mut offset = addr - key.start;
+    let mut done = 0u64;
+    for &(bytes, inner, address) in &key.klm {
+        if done == len {
+            break;
+        }
+        let bytes = u64::from(bytes);
+        if offset >= bytes {
+            offset -= bytes;
+            continue;
+        }
+        let piece = (bytes - offset).min(len - done);
+        let at = address.checked_add(offset).ok_or(KeyFault::Bounds)?;
+        let base = done;
+        if inner == RESERVED_LKEY {
+            each(at, base, piece)?;
+        } else {
+            let target = core.res.mkeys.get(inner >> 8).ok_or(KeyFault::NoKey)?;
+            if target.variant != inner as u8 || target.free {
+                return Err(KeyFault::NoKey);
+            }
+            if target.pd != key.pd || target.access_mode == MKC_ACCESS_MODE_KLM {
+                return Err(KeyFault::WrongPd);
+            }
+            let end = at.checked_add(piece).ok_or(KeyFault::Bounds)?;
+            if !target.length64 && (at < target.start || end > target.start + target.len) {
+                return Err(KeyFault::Bounds);
+            }
+            let mut inner_each = |iova, off, n| each(iova, base + off, n);
+            match target.access_mode {
+                MKC_ACCESS_MODE_PA => inner_each(at, 0, piece)?,
+                _ => walk_mtt(target, at, piece, write, &mut inner_each)?,
+            }
+        }
+        done += piece;
+        offset = 0;
+    }
+    if done < len {
+        return Err(KeyFault::Bounds);
+    }
+    Ok(())
+}
+
+/// [`walk`] of an MTT key (a KLM's inner key too).
+#[inline(always)]
+fn walk_mtt(
+    key: &Mkey,
+    addr: u64,
+    len: u64,
+    write: bool,
+    mut each: impl FnMut(u64, u64, u64) -> Result<(), KeyFault>,
+) -> Result<(), KeyFault> {
     let page = 1u64 << key.log_page;
     let base = key.start & !(page - 1);
     let mut done = 0u64;
@@ -245,12 +412,10 @@ fn walk(
         let at = addr + done;
         let index = ((at - base) >> key.log_page) as usize;
         let entry = *key.mtt.get(index).ok_or(KeyFault::Bounds)?;
-        let allowed = if write {
-            entry & MTT_WRITE != 0
-        } else {
-            entry & MTT_READ != 0
-        };
-        if !allowed {
+        // rd_en/wr_en guard the page only in page-access mode; otherwise the entry is a bare
+        // address, as Linux writes it when the device reports no `pg` capability.
+        let bit = if write { MTT_WRITE } else { MTT_READ };
+        if key.pg_access && entry & bit == 0 {
             return Err(KeyFault::Access);
         }
         let in_page = at & (page - 1);

@@ -9,6 +9,12 @@
 //! services QPs (QP1, the GSI QP Linux's MAD layer opens on every RoCE port). Their
 //! transitions take what Linux gives them ([`super::qp_datagram`]); the UD transport
 //! (`engine::ud`) carries their datagrams and MADs.
+//!
+//! The REG_UMR QP (service type 0xc), which Linux's mlx5_ib opens before it registers any
+//! memory (`mlx5r_umr_resource_init`), is an RC-table QP without a receive queue, a peer or a
+//! protection domain (`create_qp_common` leaves its `pd` zero and sets `latency_sensitive`):
+//! its transitions take only the port, and its send queue executes UMR WQEs
+//! (`engine::umr`); no RoCE packet reaches it.
 
 use super::pages::{release_context, store_new_context, write_context};
 use super::queues::{check_dbr, context_bytes, queue_buffer};
@@ -53,11 +59,11 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     let service = ctx.st();
     if !matches!(
         service,
-        service_type::RC | service_type::UD | service_type::QP1
+        service_type::RC | service_type::UD | service_type::QP1 | service_type::REG_UMR
     ) {
         return Err(bad_param(
             Syndrome::UnsupportedServiceType,
-            "only RC, UD and GSI (QP1) QPs are modelled",
+            "only RC, UD, GSI (QP1) and REG_UMR QPs are modelled",
         ));
     }
     if ctx.deth_sqpn() != 0 {
@@ -74,7 +80,8 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
             "umem-backed QP buffers are not modelled",
         ));
     }
-    if !core.res.pds.contains(ctx.pd()) {
+    // The REG_UMR QP has no protection domain: each UMR names the key's own.
+    if service != service_type::REG_UMR && !core.res.pds.contains(ctx.pd()) {
         return Err(bad_res("QP's PD does not exist"));
     }
     if !core.res.uars.contains(ctx.uar_page()) {
@@ -192,7 +199,7 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         counter_set: 0,
         slot,
     };
-    let table = if service != service_type::RC {
+    let table = if matches!(service, service_type::UD | service_type::QP1) {
         &mut core.res.ud_qps
     } else {
         &mut core.res.qps
@@ -347,9 +354,14 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
     };
     let (from, to, optional) = transition(opcode);
     let qp = find(core, qpn).ok_or(bad_res("no such QP"))?;
-    let datagram = qp.service != service_type::RC;
+    let datagram = matches!(qp.service, service_type::UD | service_type::QP1);
+    // Linux's opt_mask table has no optional attribute for the REG_UMR QP; mlx5_ib may still
+    // bind a counter set to it as to any QP it opens.
+    let umr = qp.service == service_type::REG_UMR;
     let optional = if datagram {
         super::qp_datagram::optional(opcode, qp.service)
+    } else if umr {
+        optional & optpar::COUNTER_SET_ID
     } else {
         optional
     };
@@ -369,6 +381,8 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
         let ctx = Qpc::new(&input[QPC_BYTE..]).map_err(|_| missing("qpc"))?;
         if datagram {
             super::qp_datagram::apply(opcode, mask, &ctx, &mut next)?;
+        } else if umr {
+            apply_reg_umr(opcode, mask, &ctx, &mut next)?;
         } else {
             apply(core, opcode, mask, &ctx, &mut next)?;
         }
@@ -519,6 +533,22 @@ fn apply(core: &Core, opcode: Opcode, mask: u32, ctx: &Qpc<&[u8]>, qp: &mut Qp) 
         }
         Opcode::Rts2rtsQp | Opcode::Sqerr2rtsQp => access(qp, false),
         _ => {}
+    }
+    Ok(())
+}
+
+/// Reads the REG_UMR QP's transition attributes: the port at RST2INIT (Linux's
+/// `mlx5r_umr_qp_rst2rts` gives port 1 and P_Key index 0), the counter set. The MTU (4096) and
+/// `log_msg_max` mlx5_ib writes at every transition mean nothing for a QP without a wire, and
+/// RTR and RTS need no path, peer or PSN.
+fn apply_reg_umr(opcode: Opcode, mask: u32, ctx: &Qpc<&[u8]>, qp: &mut Qp) -> CmdResult {
+    if matches!(opcode, Opcode::Rst2initQp | Opcode::Init2rtrQp)
+        || mask & optpar::COUNTER_SET_ID != 0
+    {
+        qp.counter_set = u32::from(ctx.counter_set_id());
+    }
+    if opcode == Opcode::Rst2initQp {
+        take_port(qp, &ctx.primary_address_path())?;
     }
     Ok(())
 }

@@ -424,6 +424,7 @@ pub(crate) struct FlowTable {
     pub referenced: u32,
 }
 
+/// A memory key: its context as CREATE_MKEY gave it and UMR WQEs changed it since.
 #[derive(Debug)]
 pub(crate) struct Mkey {
     pub variant: u8,
@@ -433,7 +434,21 @@ pub(crate) struct Mkey {
     pub len: u64,
     pub length64: bool,
     pub log_page: u32,
+    /// MTT mode: the page addresses loaded so far (CREATE_MKEY's list, then UMR writes); an
+    /// index past the end is a page never loaded, and an access through it fails.
     pub mtt: Vec<u64>,
+    /// KLM mode: the pieces loaded so far, each (bytes, key, address).
+    pub klm: Vec<(u32, u32, u64)>,
+    /// Translation entries the key holds at most (MTT entries or KLMs), from
+    /// `translations_octword_size`.
+    pub xlt_capacity: usize,
+    /// The key was created with `pg_access`: its MTT entries' rd_en/wr_en bits are access
+    /// control. Without it an entry is a bare page address (Linux's `reg_create` with `pg` off).
+    pub pg_access: bool,
+    /// UMR WQEs may change the key (`umr_en`).
+    pub umr_en: bool,
+    /// A SEND with invalidate may free the key (`en_rinval`).
+    pub remote_invalidate: bool,
     pub local_read: bool,
     pub local_write: bool,
     pub remote_read: bool,

@@ -196,6 +196,51 @@ impl Host {
         }
     }
 
+    /// The REG_UMR QP as Linux's `mlx5r_umr_resource_init` opens it (service type 0xc, no
+    /// receive queue, send and receive CQ `cq`, `2^log_sq` WQEBBs, in PD `pd`), taken to RTS
+    /// as `mlx5r_umr_qp_rst2rts` does: RST2INIT with port 1, INIT2RTR and RTR2RTS with nothing
+    /// but the MTU (4096) and `log_msg_max` (12) mlx5_ib writes for this QP type.
+    pub fn create_reg_umr_qp(&mut self, cq: &Cq, log_sq: u8, pd: u32) -> Sq {
+        let size = (64u64 << log_sq).next_multiple_of(4096);
+        let buf = self.alloc(size, 4096);
+        let dbr = self.alloc(8, 64);
+        let pages = (size / 4096) as usize;
+        let mut input = Self::input(Opcode::CreateQp, 0, 0x110 + 8 * pages);
+        let mut cmd = CreateQpIn::new(&mut input[..]).expect("layout");
+        cmd.qpc_mut()
+            .set_st(service_type::REG_UMR)
+            .set_pm_state(3)
+            .set_pd(pd)
+            .set_uar_page(self.uar)
+            .set_cqn_snd(cq.cqn)
+            .set_cqn_rcv(cq.cqn)
+            .set_rq_type(rq_type::ZERO_LEN)
+            .set_log_sq_size(log_sq)
+            .set_ts_format(1)
+            .set_dbr_addr(dbr);
+        for i in 0..pages {
+            cmd.set_pas(i, buf + i as u64 * 4096).expect("room");
+        }
+        let out = self.exec(&input, 16).expect("CREATE_QP REG_UMR");
+        let qpn = CreateQpOut::new(&out[..]).expect("layout").qpn();
+        self.modify_qp(Opcode::Rst2initQp, qpn, |q| {
+            q.primary_address_path_mut().set_vhca_port_num(1);
+        });
+        for op in [Opcode::Init2rtrQp, Opcode::Rtr2rtsQp] {
+            self.modify_qp(op, qpn, |q| {
+                q.set_mtu(mtu::MTU_4096).set_log_msg_max(12);
+            });
+        }
+        Sq {
+            sqn: qpn,
+            buf,
+            dbr,
+            log: log_sq,
+            pi: 0,
+            bf_toggle: false,
+        }
+    }
+
     /// RST2INIT (remote read, write and atomics enabled), INIT2RTR over `path`, RTR2RTS.
     pub fn connect_rc(&mut self, qpn: u32, path: &RcPath) {
         self.modify_qp(Opcode::Rst2initQp, qpn, |c| {
@@ -245,7 +290,8 @@ impl Host {
     }
 
     /// A PA memory key in `pd` over `len` bytes from IOVA `start`, with local read and write
-    /// and the remote `rights`; `variant` is the key's low byte.
+    /// and the remote `rights`; `variant` is the key's low byte. The key may be invalidated
+    /// remotely (`en_rinval`).
     pub fn create_remote_mkey(
         &mut self,
         pd: u32,
@@ -263,6 +309,7 @@ impl Host {
             .set_rr(rights.read)
             .set_rw(rights.write)
             .set_a(rights.atomic)
+            .set_en_rinval(true)
             .set_pd(pd)
             .set_qpn(0xff_ffff)
             .set_mkey_7_0(variant)

@@ -17,6 +17,8 @@ pub fn checks() -> usize {
         wqe::AtomicSeg,
         wqe::SrqNextSeg,
         wqe::DatagramSeg,
+        umr::UmrCtrlSeg,
+        umr::Klm,
         cqe::Cqe64,
         cqe::ErrCqe,
         cqe::MiniCqe8,

@@ -6,7 +6,7 @@
 
 use super::packet::{bth_opcode, build_frame, mtu_bytes, Transport, PSN_MASK};
 use super::qp_error::enter_error;
-use super::requester_ack::{expects_response, fail_in_order, flush};
+use super::requester_ack::{complete_local, expects_response, fail_in_order, flush};
 use super::responder_pace::room;
 use super::retransmit::arm_ack_timer;
 use crate::counters::add;
@@ -16,7 +16,7 @@ use crate::objects::rc::{Outstanding, Sending};
 use crate::Fault;
 use cxdirect_hw::cqe::CqeSyndrome;
 use cxdirect_hw::eqe::EventType;
-use cxdirect_hw::qp::state;
+use cxdirect_hw::qp::{service_type, state};
 use cxdirect_hw::wqe::{
     self, opcode, AtomicSeg, CtrlSeg, DataSeg, RaddrSeg, INLINE_SEG, WQE_BB, WQE_DS,
 };
@@ -145,6 +145,11 @@ pub(super) fn resend_from(core: &mut Core, qpn: u32, mut n: usize) -> bool {
         .get(qpn)
         .and_then(|qp| qp.req.outstanding.get(n).copied())
     {
+        if o.opcode == opcode::UMR {
+            // A local operation took effect once; only its completion waits.
+            n += 1;
+            continue;
+        }
         add(&core.counters.roce_retransmits, 1);
         if let Err((opcode, syndrome)) =
             execute(core, qpn, o.index, Some(o.first_psn), &mut scratch)
@@ -344,6 +349,7 @@ fn execute_from(
     let ctrl = CtrlSeg::new(&s.wqe[..16]).map_err(|_| (0, CqeSyndrome::LocalQpOperation))?;
     let (op, ds) = (ctrl.opcode(), usize::from(ctrl.ds()));
     let (imm, solicited, fence) = (ctrl.imm(), ctrl.se(), fenced(ctrl.fm()));
+    let ctrl_imm = imm;
     let signaled = ctrl.ce() >= wqe::completion::ALWAYS;
     let (ctrl_qpn, ctrl_index) = (ctrl.qpn_or_sqn(), ctrl.wqe_index());
     let bad = (op, CqeSyndrome::LocalQpOperation);
@@ -373,6 +379,25 @@ fn execute_from(
             || (fence && awaiting_responses(core, qpn)))
     {
         return Ok(None);
+    }
+    let Some(service) = core.res.qps.get(qpn).map(|qp| qp.service) else {
+        return Err(bad);
+    };
+    if op == opcode::UMR {
+        // A local operation, in order with the rest: the key changes now, the completion
+        // waits for the WQEs before it.
+        let poster = crate::engine::umr::Poster {
+            pd: core.res.qps.get(qpn).map_or(0, |qp| qp.pd),
+            privileged: service == service_type::REG_UMR,
+        };
+        crate::engine::umr::execute(core, poster, &s.wqe[..ds * WQE_DS], ctrl_imm)
+            .map_err(|syn| (op, syn))?;
+        complete_local(core, qpn, index, op, signaled);
+        return Ok(Some(req.bbs));
+    }
+    if service != service_type::RC {
+        // The REG_UMR QP carries UMR WQEs only.
+        return Err(bad);
     }
     let mut at = WQE_DS;
     match op {

@@ -88,6 +88,11 @@ fn retire_acked(core: &mut Core, qpn: u32, acked_through: u32) -> bool {
         let Some(&front) = qp.req.outstanding.front() else {
             return false;
         };
+        if front.opcode == opcode::UMR {
+            // A local operation at the front: everything before it has completed.
+            retire_local(core, qpn);
+            continue;
+        }
         // `front.last_psn` at or before `acked_through`, in 24-bit sequence space.
         if acked_through.wrapping_sub(front.last_psn) & PSN_MASK >= 1 << 23 {
             return false;
@@ -99,6 +104,55 @@ fn retire_acked(core: &mut Core, qpn: u32, acked_through: u32) -> bool {
         qp.req.outstanding.pop_front();
         if front.signaled {
             requester_cqe(core, qpn, &front);
+        }
+    }
+}
+
+/// A local WQE (a UMR) at `index` of QP `qpn` took effect: it completes now when nothing
+/// before it waits for the peer, else once those before it complete (it waits in the
+/// outstanding list without PSNs of its own, behind the last one's).
+pub(super) fn complete_local(core: &mut Core, qpn: u32, index: u16, opcode: u8, signaled: bool) {
+    let Some(qp) = core.res.qps.get_mut(qpn) else {
+        return;
+    };
+    let done = Outstanding {
+        index,
+        opcode,
+        first_psn: 0,
+        last_psn: 0,
+        signaled,
+        bytes: 0,
+        responses: 0,
+    };
+    match qp.req.outstanding.back() {
+        None => {
+            if signaled {
+                requester_cqe(core, qpn, &done);
+            }
+        }
+        Some(back) => {
+            let psn = back.last_psn;
+            qp.req.outstanding.push_back(Outstanding {
+                first_psn: psn,
+                last_psn: psn,
+                ..done
+            });
+        }
+    }
+}
+
+/// Completes the local WQEs at the front of QP `qpn`'s outstanding list.
+fn retire_local(core: &mut Core, qpn: u32) {
+    while let Some(qp) = core.res.qps.get_mut(qpn) {
+        match qp.req.outstanding.front() {
+            Some(front) if front.opcode == opcode::UMR => {
+                let front = *front;
+                qp.req.outstanding.pop_front();
+                if front.signaled {
+                    requester_cqe(core, qpn, &front);
+                }
+            }
+            _ => return,
         }
     }
 }
@@ -286,6 +340,7 @@ pub(crate) fn response(core: &mut Core, qpn: u32, opcode: u8, psn: u32, data: &[
         if awaited.signaled {
             requester_cqe(core, qpn, &awaited);
         }
+        retire_local(core, qpn);
         // WQEs after it that an ACK covered already retire now.
         if let Some(acked) = core.res.qps.get(qpn).and_then(|qp| qp.req.acked_psn) {
             retire_acked(core, qpn, acked);

@@ -26,6 +26,7 @@ use crate::fw::Core;
 use crate::objects::rc::{Owed, WriteInProgress};
 use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome};
 use cxdirect_hw::eqe::EventType;
+use cxdirect_hw::qp::service_type;
 use cxdirect_hw::qp::state;
 
 /// Takes `frame` when it is RoCE v2 and RoCE is enabled on the function; false when it is
@@ -52,7 +53,13 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8]) -> bool {
     let qpn = u32::from_be_bytes([bth[4], bth[5], bth[6], bth[7]]) & PSN_MASK;
     let psn_word = u32::from_be_bytes([bth[8], bth[9], bth[10], bth[11]]);
     let (psn, ack_req) = (psn_word & PSN_MASK, psn_word & 0x8000_0000 != 0);
-    let Some(qp) = core.res.qps.get(qpn) else {
+    // The REG_UMR QP shares the RC QPs' numbers but has no peer: nothing arrives for it.
+    let Some(qp) = core
+        .res
+        .qps
+        .get(qpn)
+        .filter(|qp| qp.service == service_type::RC)
+    else {
         add(&core.counters.roce_rx_drops, 1);
         return true;
     };
@@ -356,7 +363,9 @@ pub(super) fn message_done(core: &mut Core, qpn: u32) {
 }
 
 /// Invalidates `rkey` for a SEND with invalidate received on QP `qpn`: the key must exist
-/// (index and variant), be valid, and belong to the QP's protection domain; it is then free,
+/// (index and variant), be valid, allow remote invalidation (`en_rinval`, which Linux's
+/// `set_reg_mkey_seg` sets on every fast-registered key) and belong to the QP's protection
+/// domain; it is then free,
 /// and every later access through it fails (a remote one with a remote access NAK).
 fn invalidate_rkey(core: &mut Core, qpn: u32, rkey: u32) -> Result<(), KeyFault> {
     let pd = core.res.qps.get(qpn).ok_or(KeyFault::NoKey)?.pd;
@@ -366,6 +375,9 @@ fn invalidate_rkey(core: &mut Core, qpn: u32, rkey: u32) -> Result<(), KeyFault>
     }
     if key.pd != pd {
         return Err(KeyFault::WrongPd);
+    }
+    if !key.remote_invalidate {
+        return Err(KeyFault::Access);
     }
     key.free = true;
     Ok(())

@@ -1,0 +1,265 @@
+//! UMR (user-mode memory registration) WQEs: a send WQE of opcode `UMR` that changes a memory
+//! key in place, posted on the REG_UMR QP Linux's mlx5_ib opens for itself (enable, disable,
+//! load translations, change PD and access: `mlx5r_umr_post_send` in
+//! `drivers/infiniband/hw/mlx5/umr.c`) and on a kernel ULP's RC QP (fast registration and
+//! local invalidation: `set_reg_wr`, `set_linv_wr` in `wr.c`).
+//!
+//! The WQE is a control segment (its `imm` names the key), a [`UmrCtrlSeg`], the new key fields
+//! as a memory key context, then the translation list, inline or through one data segment.
+//! Every check runs before anything changes: a refused UMR leaves the key as it was, and the
+//! requester reports it with an error CQE.
+
+use crate::fw::mkey::{entries_per_octoword, mtt_page_ok, translate};
+use crate::fw::Core;
+use cxdirect_hw::cqe::CqeSyndrome;
+use cxdirect_hw::mkey::{Mkc, MKC_ACCESS_MODE_KLM, MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA};
+use cxdirect_hw::umr::{
+    flags, mkey_mask, UmrCtrlSeg, OCTOWORD, UMR_CTRL_SEG_SIZE, UMR_MKEY_SEG_SIZE,
+};
+use cxdirect_hw::wqe::{DataSeg, WQE_DS};
+
+/// Where a UMR WQE's segments start: after the control segment.
+const UMR_CTRL_AT: usize = WQE_DS;
+/// Where the memory key segment starts.
+const MKEY_AT: usize = UMR_CTRL_AT + UMR_CTRL_SEG_SIZE;
+/// Where the translation list (inline) or its data segment starts.
+const XLT_AT: usize = MKEY_AT + UMR_MKEY_SEG_SIZE;
+
+/// Mask bits the model applies; the others (signature keys) are refused.
+const APPLIED: u64 = mkey_mask::LEN
+    | mkey_mask::PAGE_SIZE
+    | mkey_mask::START_ADDR
+    | mkey_mask::PD
+    | mkey_mask::EN_RINVAL
+    | mkey_mask::KEY
+    | mkey_mask::QPN
+    | mkey_mask::LR
+    | mkey_mask::LW
+    | mkey_mask::RR
+    | mkey_mask::RW
+    | mkey_mask::A
+    | mkey_mask::SMALL_FENCE
+    | mkey_mask::RELAXED_ORDERING_WRITE
+    | mkey_mask::FREE
+    | mkey_mask::RELAXED_ORDERING_READ;
+
+/// Who posts the UMR: the REG_UMR QP may change any key (Linux's own, on keys of every PD);
+/// an RC QP only keys of its own protection domain.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Poster {
+    /// The posting QP's protection domain (the data segment's lkey is checked in it).
+    pub pd: u32,
+    /// The REG_UMR QP: no PD check on the key.
+    pub privileged: bool,
+}
+
+/// The translation entries a UMR writes: MTT entries or KLMs.
+enum Entries {
+    Mtt(Vec<u64>),
+    Klm(Vec<(u32, u32, u64)>),
+}
+
+/// Executes the UMR WQE `wqe` (its whole bytes, `ds` 16-byte units) whose control segment's
+/// `imm` is `mkey`. Returns the error CQE syndrome of a refused one.
+pub(crate) fn execute(
+    core: &mut Core,
+    poster: Poster,
+    wqe: &[u8],
+    mkey: u32,
+) -> Result<(), CqeSyndrome> {
+    let malformed = CqeSyndrome::LocalQpOperation;
+    let protection = CqeSyndrome::LocalProtection;
+    if wqe.len() < XLT_AT {
+        return Err(malformed);
+    }
+    let ctrl = UmrCtrlSeg::new(&wqe[UMR_CTRL_AT..MKEY_AT]).map_err(|_| malformed)?;
+    let seg = Mkc::new(&wqe[MKEY_AT..XLT_AT]).map_err(|_| malformed)?;
+    let mask = ctrl.mkey_mask();
+    if mask & !APPLIED != 0 {
+        return Err(malformed);
+    }
+    let key = core.res.mkeys.get(mkey >> 8).ok_or(protection)?;
+    // With the KEY bit the UMR gives the key its new variant (fast registration names the key
+    // by it); without, the WQE must name the key as it is.
+    if mask & mkey_mask::KEY == 0 && key.variant != mkey as u8 {
+        return Err(protection);
+    }
+    if !key.umr_en || (!poster.privileged && key.pd != poster.pd) {
+        return Err(protection);
+    }
+    match ctrl.flags() & flags::CHECK_MASK {
+        flags::CHECK_NOT_FREE if !key.free => return Err(protection),
+        flags::CHECK_FREE if key.free => return Err(protection),
+        flags::CHECK_MASK => return Err(malformed),
+        _ => {}
+    }
+    let mode = key.access_mode;
+    let octowords = usize::from(ctrl.xlt_octowords());
+    let entries = if octowords == 0 {
+        None
+    } else {
+        if mode == MKC_ACCESS_MODE_PA {
+            return Err(malformed);
+        }
+        let offset = if ctrl.flags() & flags::TRANSLATION_OFFSET_EN != 0 {
+            usize::try_from(ctrl.translation_offset()).map_err(|_| protection)?
+        } else {
+            0
+        };
+        let per = entries_per_octoword(mode);
+        let first = offset.checked_mul(per).ok_or(protection)?;
+        let count = octowords * per;
+        // The list must fit the key's table: a UMR never grows a key.
+        if first
+            .checked_add(count)
+            .is_none_or(|end| end > key.xlt_capacity)
+        {
+            return Err(protection);
+        }
+        let bytes = octowords * OCTOWORD;
+        let list = read_list(core, poster, wqe, ctrl.flags(), bytes)?;
+        Some((first, decode(mode, &list)))
+    };
+    // The new fields, checked before anything is applied.
+    let pd = seg.pd();
+    if mask & mkey_mask::PD != 0 && !core.res.pds.contains(pd) {
+        return Err(protection);
+    }
+    let log_page = u32::from(seg.log_page_size());
+    if mask & mkey_mask::PAGE_SIZE != 0 && mode == MKC_ACCESS_MODE_MTT && !mtt_page_ok(log_page) {
+        return Err(malformed);
+    }
+    if mask & mkey_mask::LEN != 0
+        && !seg.length64()
+        && (seg.len() >> crate::objects::limits::LOG_MAX_MRW_SZ != 0)
+    {
+        return Err(malformed);
+    }
+    if mask & mkey_mask::QPN != 0 && seg.qpn() != 0x00ff_ffff {
+        return Err(malformed);
+    }
+    let key = core.res.mkeys.get_mut(mkey >> 8).ok_or(protection)?;
+    let (start, len) = (
+        if mask & mkey_mask::START_ADDR != 0 {
+            seg.start_addr()
+        } else {
+            key.start
+        },
+        if mask & mkey_mask::LEN != 0 {
+            seg.len()
+        } else {
+            key.len
+        },
+    );
+    let length64 = if mask & mkey_mask::LEN != 0 {
+        seg.length64()
+    } else {
+        key.length64
+    };
+    if !length64 && start.checked_add(len).is_none() {
+        return Err(malformed);
+    }
+    if length64 && mode != MKC_ACCESS_MODE_PA {
+        return Err(malformed);
+    }
+    if let Some((first, entries)) = entries {
+        match entries {
+            Entries::Mtt(list) => write_at(&mut key.mtt, first, &list),
+            Entries::Klm(list) => write_at(&mut key.klm, first, &list),
+        }
+    }
+    (key.start, key.len, key.length64) = (start, len, length64);
+    if mask & mkey_mask::PAGE_SIZE != 0 && mode == MKC_ACCESS_MODE_MTT {
+        key.log_page = log_page;
+    }
+    if mask & mkey_mask::PD != 0 {
+        key.pd = pd;
+    }
+    if mask & mkey_mask::EN_RINVAL != 0 {
+        key.remote_invalidate = seg.en_rinval();
+    }
+    if mask & mkey_mask::KEY != 0 {
+        key.variant = seg.mkey_7_0();
+    }
+    let access = [
+        (mkey_mask::LR, &mut key.local_read, seg.lr()),
+        (mkey_mask::LW, &mut key.local_write, seg.lw()),
+        (mkey_mask::RR, &mut key.remote_read, seg.rr()),
+        (mkey_mask::RW, &mut key.remote_write, seg.rw()),
+        (mkey_mask::A, &mut key.atomic, seg.a()),
+        (mkey_mask::FREE, &mut key.free, seg.free()),
+    ];
+    for (bit, field, value) in access {
+        if mask & bit != 0 {
+            *field = value;
+        }
+    }
+    Ok(())
+}
+
+/// Writes `list` into `table` from entry `first`, growing it (with empty entries: pages never
+/// loaded) as far as the list reaches; the caller checked the key's capacity.
+fn write_at<T: Copy + Default>(table: &mut Vec<T>, first: usize, list: &[T]) {
+    let end = first + list.len();
+    if table.len() < end {
+        table.resize(end, T::default());
+    }
+    table[first..end].copy_from_slice(list);
+}
+
+/// The `bytes` of translation list of `wqe`: inline after the memory key segment, or through
+/// the data segment there (read through its lkey in the poster's PD).
+fn read_list(
+    core: &Core,
+    poster: Poster,
+    wqe: &[u8],
+    umr_flags: u8,
+    bytes: usize,
+) -> Result<Vec<u8>, CqeSyndrome> {
+    if umr_flags & flags::INLINE != 0 {
+        let list = wqe
+            .get(XLT_AT..XLT_AT + bytes)
+            .ok_or(CqeSyndrome::LocalLength)?;
+        return Ok(list.to_vec());
+    }
+    let seg = wqe
+        .get(XLT_AT..XLT_AT + WQE_DS)
+        .ok_or(CqeSyndrome::LocalQpOperation)?;
+    let data = DataSeg::new(seg).map_err(|_| CqeSyndrome::LocalQpOperation)?;
+    if (data.byte_count() as usize) < bytes {
+        return Err(CqeSyndrome::LocalLength);
+    }
+    let mut list = vec![0u8; bytes];
+    translate(
+        core,
+        data.lkey(),
+        poster.pd,
+        data.addr(),
+        bytes as u64,
+        false,
+        |iova, offset, n| {
+            let at = offset as usize;
+            core.dma_read(iova, &mut list[at..at + n as usize])
+                .map_err(|_| crate::fw::mkey::KeyFault::Bounds)
+        },
+    )
+    .map_err(|_| CqeSyndrome::LocalProtection)?;
+    Ok(list)
+}
+
+/// The list's entries: big-endian 64-bit MTT entries, or 16-byte KLMs.
+fn decode(mode: u8, list: &[u8]) -> Entries {
+    let word = |c: &[u8]| u64::from_be_bytes(c.try_into().unwrap_or([0; 8]));
+    if mode == MKC_ACCESS_MODE_KLM {
+        Entries::Klm(
+            list.chunks_exact(16)
+                .map(|c| {
+                    let head = word(&c[..8]);
+                    ((head >> 32) as u32, head as u32, word(&c[8..]))
+                })
+                .collect(),
+        )
+    } else {
+        Entries::Mtt(list.chunks_exact(8).map(word).collect())
+    }
+}
