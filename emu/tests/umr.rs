@@ -403,7 +403,7 @@ fn the_reg_umr_qp_enables_reloads_rereg_and_revokes_a_key_as_mlx5_ib_does() {
     let umr_pd = p.b.alloc_pd();
     let umr_cq = p.b.create_cq(6);
     let mut umr_cq = umr_cq;
-    let mut umr_sq = p.b.create_reg_umr_qp(&umr_cq, 7, umr_pd);
+    let mut umr_sq = p.b.create_reg_umr_qp(&umr_cq, 7);
     // reg_create with populate false: free, no list, in the UMR PD (create_real_mr's cache
     // miss when UMR can load the list).
     let pages = scattered_pages(&mut p.b);
@@ -749,9 +749,8 @@ fn hostile_umr_wqes_complete_in_error_and_change_nothing() {
 #[test]
 fn a_reg_umr_qp_takes_no_rc_opcode() {
     let mut p = pair();
-    let umr_pd = p.b.alloc_pd();
     let mut cq = p.b.create_cq(6);
-    let mut sq = p.b.create_reg_umr_qp(&cq, 6, umr_pd);
+    let mut sq = p.b.create_reg_umr_qp(&cq, 6);
     let w = rdma_wqe(&sq, opcode::RDMA_WRITE, (0, 0), (0, 0), 0, 0);
     p.b.post(&mut sq, &w, false);
     p.settle();

@@ -197,10 +197,11 @@ impl Host {
     }
 
     /// The REG_UMR QP as Linux's `mlx5r_umr_resource_init` opens it (service type 0xc, no
-    /// receive queue, send and receive CQ `cq`, `2^log_sq` WQEBBs, in PD `pd`), taken to RTS
+    /// receive queue, send and receive CQ `cq`, `2^log_sq` WQEBBs; no PD, as
+    /// `create_qp_common` leaves `pd` zero and sets `latency_sensitive` for it), taken to RTS
     /// as `mlx5r_umr_qp_rst2rts` does: RST2INIT with port 1, INIT2RTR and RTR2RTS with nothing
     /// but the MTU (4096) and `log_msg_max` (12) mlx5_ib writes for this QP type.
-    pub fn create_reg_umr_qp(&mut self, cq: &Cq, log_sq: u8, pd: u32) -> Sq {
+    pub fn create_reg_umr_qp(&mut self, cq: &Cq, log_sq: u8) -> Sq {
         let size = (64u64 << log_sq).next_multiple_of(4096);
         let buf = self.alloc(size, 4096);
         let dbr = self.alloc(8, 64);
@@ -210,7 +211,7 @@ impl Host {
         cmd.qpc_mut()
             .set_st(service_type::REG_UMR)
             .set_pm_state(3)
-            .set_pd(pd)
+            .set_latency_sensitive(true)
             .set_uar_page(self.uar)
             .set_cqn_snd(cq.cqn)
             .set_cqn_rcv(cq.cqn)
