@@ -148,6 +148,9 @@ pub struct Host {
     /// At bring-up, ask requesters to write atomic results in host order, as Linux's
     /// mlx5_core does (`handle_hca_cap_atomic`); off: network order, the device's default.
     pub atomic_host_order: bool,
+    /// The `user_index` the next QP the test kit creates gets (then counts up), as libmlx5
+    /// gives each QP an index of its resource table that every CQE of the QP echoes.
+    pub next_user_index: u32,
 }
 
 impl Host {
@@ -179,6 +182,7 @@ impl Host {
             pages: Vec::new(),
             sign: false,
             atomic_host_order: false,
+            next_user_index: 0x10_0000,
         };
         host.cmdq = host.alloc(4096, 4096);
         host

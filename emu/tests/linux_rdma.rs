@@ -168,3 +168,72 @@ fn roce_traffic_is_counted_in_the_vports_rdma_counters_not_its_ethernet_ones() {
     }
     p.teardown();
 }
+
+/// With `cqe_version` 1 every CQE of a QP carries the QP's `user_index` in `srqn_uidx`:
+/// libmlx5 (`get_resp_ctx_v1`, `get_req_ctx_v1`) finds the QP by it, and a receive through an
+/// SRQ through the QP. `ibv_srq_pingpong` failed with "poll CQ failed -2" when the receive CQE
+/// carried the RMP number there instead.
+#[test]
+fn every_cqe_of_a_qp_carries_its_user_index_receives_through_an_srq_too() {
+    use cxdirect_hw::cqe::Cqe64;
+    use cxdirect_hw::qp::{QueryQpIn, QueryQpOut};
+    use cxdirect_hw::wq::WqType;
+    // A linked-list RMP, as mlx5_ib creates libmlx5's SRQs.
+    let ring = std::cell::Cell::new(None);
+    let mut p = RcPair::with_rmp_b(
+        EmuConfig::default(),
+        MEM,
+        6,
+        4,
+        4,
+        RcPath::to(GID_A, MAC_A, 0),
+        |b| {
+            let (rmpn, rmp) = b.create_rmp_of(WqType::LinkedList, 2, 5, 0);
+            ring.set(Some(rmp));
+            Some(rmpn)
+        },
+    );
+    let rmp = ring.take().expect("made");
+    let user_index = |h: &mut Host, qpn: u32| {
+        let mut input = Host::input(Opcode::QueryQp, 0, QueryQpIn::<&[u8]>::SIZE);
+        QueryQpIn::new(&mut input[..]).unwrap().set_qpn(qpn);
+        let out = h.exec(&input, QueryQpOut::<&[u8]>::SIZE).expect("QUERY_QP");
+        QueryQpOut::new(&out[..]).unwrap().qpc().user_index()
+    };
+    let (uidx_a, uidx_b) = (
+        user_index(&mut p.a, p.qp_a.qpn),
+        user_index(&mut p.b, p.qp_b.qpn),
+    );
+    assert_ne!(uidx_a, 0);
+    assert_ne!(uidx_b, 0);
+    let lkey_a = p.a.create_mkey(false, true);
+    let lkey_b = p.b.create_mkey(false, true);
+    let source = p.a.alloc(4096, 64);
+    let sink = p.b.alloc(4096, 64);
+    p.b.write_linked_recv(&rmp, 0, 1, sink, 256, lkey_b);
+    p.b.write_be32(rmp.dbr, 1);
+    let w = rc_wqe(
+        &p.qp_a.sq,
+        opcode::SEND,
+        0,
+        None,
+        None,
+        (source, lkey_a, 100),
+    );
+    p.a.post(&mut p.qp_a.sq, &w, false);
+    p.settle();
+    let sent = drain(&p.a, &mut p.cq_a);
+    let got = drain(&p.b, &mut p.cq_b);
+    assert_eq!((sent.len(), got.len()), (1, 1));
+    assert_eq!(
+        Cqe64::new(&sent[0][..]).unwrap().srqn(),
+        uidx_a,
+        "requester CQE"
+    );
+    assert_eq!(
+        Cqe64::new(&got[0][..]).unwrap().srqn(),
+        uidx_b,
+        "responder CQE (SRQ)"
+    );
+    p.teardown();
+}

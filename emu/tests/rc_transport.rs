@@ -436,7 +436,12 @@ fn send_write_and_write_with_immediate_arrive_intact_with_completions_on_both_si
                     p.qp_b.rq_pi.wrapping_sub(1),
                     "{what}: receive WQE counter"
                 );
-                assert_eq!(be32(c, 32) & 0xff_ffff, 0, "{what}: no SRQ");
+                // cqe_version 1: the QP's user index, not an SRQ number.
+                assert_eq!(
+                    be32(c, 32) & 0xff_ffff,
+                    p.b.next_user_index - 1,
+                    "{what}: B's QP's user index"
+                );
                 if op != opcode::SEND {
                     assert_eq!(
                         be32(c, 36),
@@ -720,7 +725,7 @@ fn sends_on_a_qp_with_a_linked_list_rmp_take_its_wqes_in_list_order() {
         Some(rmpn)
     });
     let rmp = ring.take().expect("made");
-    let (dbr, rmpn) = (rmp.dbr, rmp.rqn);
+    let dbr = rmp.dbr;
     let lkey_a = p.a.create_mkey(false, true);
     let lkey_b = p.b.create_mkey(false, true);
     // The list runs 0 → 2 → 1 → 3.
@@ -747,10 +752,11 @@ fn sends_on_a_qp_with_a_linked_list_rmp_take_its_wqes_in_list_order() {
         let resp = drain(&p.b, &mut p.cq_b);
         assert_eq!(resp.len(), 1, "message {n}");
         assert_eq!(wqe_counter(&resp[0]), want_index, "message {n}: list order");
+        // cqe_version 1: the QP's user index (libmlx5 finds the SRQ through the QP).
         assert_eq!(
             be32(&resp[0], 32) & 0xff_ffff,
-            rmpn,
-            "message {n}: SRQ number"
+            p.b.next_user_index - 1,
+            "message {n}: user index"
         );
         assert_eq!(be32(&resp[0], 44), data.len() as u32);
         assert_eq!(p.b.read(bufs[usize::from(want_index)], data.len()), data);

@@ -65,6 +65,11 @@ pub mod pm_state {
     pub const MIGRATED: u8 = 0x3;
 }
 
+/// The user index of a QP whose completions are found by QP number (`MLX5_IB_DEFAULT_UIDX`,
+/// what Linux's mlx5_ib gives QPs of kernel consumers). With `cqe_version` 1 every CQE of a QP
+/// carries its `user_index` in `srqn_uidx`; libmlx5 finds the QP (or XRC SRQ) by it.
+pub const USER_INDEX_NONE: u32 = 0x00ff_ffff;
+
 /// Receive queue kinds (`qpc.rq_type`).
 pub mod rq_type {
     /// The QP's own receive ring (`log_rq_size`, `log_rq_stride`).

@@ -168,9 +168,17 @@ impl Cqe {
         self.dword_field(at::QPN)
     }
 
-    /// Shared receive ring (RMP) number the buffer came from (24 bits; receive only).
+    /// Shared receive ring (RMP) number the buffer came from (24 bits; receive only) on an
+    /// Ethernet receive queue.
     #[inline]
     pub fn srqn(&self) -> u32 {
+        self.dword_field(at::SRQN)
+    }
+
+    /// A QP's completion: the QP's `user_index` (24 bits), which a device reporting
+    /// `cqe_version` 1 writes where Ethernet queues' CQEs carry the RMP number (`srqn_uidx`).
+    #[inline]
+    pub fn user_index(&self) -> u32 {
         self.dword_field(at::SRQN)
     }
 

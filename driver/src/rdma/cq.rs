@@ -16,6 +16,7 @@ use cxdirect_dma::{DmaRegion, PageKind};
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::cq::CreateCqOut;
 use cxdirect_hw::cqe::{mini_cqe_res_format, CqeOpcode, CQE_INITIAL_OP_OWN, CQE_SIZE};
+use cxdirect_hw::qp::USER_INDEX_NONE;
 
 #[cfg(test)]
 mod tests;
@@ -230,6 +231,10 @@ impl CompletionQueue {
             .find(qpn)
             .ok_or(("CQE QP number (no QP of this CQ)", u64::from(qpn)))?;
         let qp = &self.qps[at];
+        // Every QP is created with this user index; a CQE naming another is not the QP's.
+        if cqe.user_index() != USER_INDEX_NONE {
+            return Err(("CQE user index", u64::from(cqe.user_index())));
+        }
         let opcode = cqe.opcode();
         let mut wc = WorkCompletion {
             qpn,
@@ -381,9 +386,8 @@ fn recv_done(qp: &QpTrack, cqe: &Cqe, wc: &mut WorkCompletion, opcode: u8) -> Re
     let counter = cqe.wqe_counter();
     let (wr_id, len) = match &qp.srq {
         Some(srq) => {
-            if !error && cqe.srqn() != srq.srqn {
-                return Err(("receive CQE SRQ number", u64::from(cqe.srqn())));
-            }
+            // The CQE names the QP (its user index, checked by the caller), not the SRQ: the
+            // receive came from the SRQ the QP was created on.
             srq.posted(counter)
                 .ok_or(("receive CQE SRQ WQE counter", u64::from(counter)))?
         }

@@ -21,7 +21,7 @@ use cxdirect_dma::{DmaRegion, PageKind};
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::cqe::CqeSyndrome;
 use cxdirect_hw::hca::AllocUarOut;
-use cxdirect_hw::qp::{pm_state, rq_type, service_type, CreateQpIn, CreateQpOut};
+use cxdirect_hw::qp::{pm_state, rq_type, service_type, CreateQpIn, CreateQpOut, USER_INDEX_NONE};
 use cxdirect_hw::wqe::{WQE_BB, WQE_DS};
 
 mod connect;
@@ -253,6 +253,9 @@ impl<B: Backend> RcQueuePair<B> {
                 .set_log_msg_max(roce.log_max_msg())
                 .set_ts_format(1)
                 .set_log_page_size(0)
+                // Completions are found by QP number, as Linux's kernel consumers do: with
+                // `cqe_version` 1 the device echoes this in every CQE (checked on poll).
+                .set_user_index(USER_INDEX_NONE)
                 .set_dbr_addr(dbr.iova());
             match srq {
                 Some(srq) => {

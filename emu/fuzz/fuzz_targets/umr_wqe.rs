@@ -53,7 +53,7 @@ fuzz_target!(|data: &[u8]| {
     let fr = alloc_mr(&mut p.b, pd, 8);
     let plain = p.b.create_mkey(true, true);
     let mut umr_cq = p.b.create_cq(5);
-    let umr_sq = p.b.create_reg_umr_qp(&umr_cq, 5, umr_pd);
+    let umr_sq = p.b.create_reg_umr_qp(&umr_cq, 5);
     let keys = [
         fr,
         fr | 1,

@@ -25,6 +25,14 @@ pub(crate) enum CqFault {
     Dma,
 }
 
+/// Puts a QP's `user_index` into a CQE's `srqn_uidx` (the low 24 bits of dword 0x20), as a
+/// device reporting `cqe_version` 1 does for every completion of a QP, send or receive, error
+/// or not: libmlx5 (`get_resp_ctx_v1`, `get_req_ctx_v1`) finds the QP by it, and through the QP
+/// the SRQ a receive came from. The byte above it is left as the CQE's writer set it.
+pub(crate) fn set_user_index(cqe: &mut [u8; CQE_SIZE], user_index: u32) {
+    cqe[0x21..0x24].copy_from_slice(&(user_index & 0x00ff_ffff).to_be_bytes()[1..]);
+}
+
 /// Writes `cqe` (opcode and fields set; the owner bit is filled in here) to CQ `cqn`, after
 /// any compressed session the CQ holds, so completions keep their order.
 pub(crate) fn post(core: &mut Core, cqn: u32, cqe: &mut [u8; CQE_SIZE]) -> Result<(), CqFault> {

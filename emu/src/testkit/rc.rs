@@ -162,6 +162,7 @@ impl Host {
         cmd.qpc_mut()
             .set_st(service_type::RC)
             .set_pm_state(3)
+            .set_user_index(self.next_user_index)
             .set_pd(self.pd)
             .set_uar_page(self.uar)
             .set_cqn_snd(cq.cqn)
@@ -177,6 +178,7 @@ impl Host {
         for i in 0..pages {
             cmd.set_pas(i, buf + i as u64 * 4096).expect("room");
         }
+        self.next_user_index += 1;
         let out = self.exec(&input, 16).expect("CREATE_QP");
         let qpn = CreateQpOut::new(&out[..]).expect("layout").qpn();
         RcQp {

@@ -59,6 +59,9 @@ pub(super) fn errored(core: &mut Core, qpn: u32) {
 /// Writes `cqe` to CQ `cqn` for QP `qpn`; a completion that cannot be written is lost, and
 /// the QP goes to error with a WQ catastrophic error.
 pub(super) fn post_cqe(core: &mut Core, qpn: u32, cqn: u32, cqe: &mut [u8; 64]) {
+    if let Some(qp) = core.res.qps.get(qpn) {
+        crate::engine::cq::set_user_index(cqe, qp.user_index);
+    }
     if crate::engine::cq::post(core, cqn, cqe).is_err() {
         add(&core.counters.completions_lost, 1);
         enter_error(core, qpn, Some(EventType::WqCatastrophicError));

@@ -12,6 +12,9 @@ use cxdirect_hw::wqe::{self, CtrlSeg, WQE_BB};
 /// Writes `cqe` to CQ `cqn` for datagram QP `qpn`; a completion that cannot be written is
 /// lost, and the QP goes to error.
 pub(super) fn post_cqe(core: &mut Core, qpn: u32, cqn: u32, cqe: &mut [u8; 64]) {
+    if let Some(qp) = core.res.ud_qps.get(qpn) {
+        crate::engine::cq::set_user_index(cqe, qp.user_index);
+    }
     if crate::engine::cq::post(core, cqn, cqe).is_err() {
         add(&core.counters.completions_lost, 1);
         if let Some(qp) = core.res.ud_qps.get_mut(qpn) {
