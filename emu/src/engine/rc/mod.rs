@@ -24,10 +24,10 @@ pub(crate) mod retransmit;
 /// RoCE v2 framing lives below both transports; the RC rooms name it as their own.
 pub(crate) use super::roce as packet;
 
-use crate::fw::Core;
+use crate::function::Core;
 use crate::objects::rc::RcQCounters;
 
-pub(crate) use requester::{doorbell, RcScratch};
+pub(crate) use requester::doorbell;
 pub(crate) use requester_ack::flush_on_error;
 pub(crate) use responder::receive;
 pub(crate) use retransmit::{next_deadline, run_timers};

@@ -10,8 +10,9 @@ use super::requester_ack::{complete_local, expects_response, fail_in_order, flus
 use super::responder_pace::room;
 use super::retransmit::arm_ack_timer;
 use crate::counters::add;
-use crate::fw::Core;
+use crate::function::Core;
 use crate::objects::limits::LOG_MAX_RA_QP;
+use crate::objects::queue_state::RcScratch;
 use crate::objects::rc::{Outstanding, Sending};
 use crate::Fault;
 use cxdirect_hw::cqe::CqeSyndrome;
@@ -294,18 +295,6 @@ fn wqe_span(core: &Core, qpn: u32, index: u16, pi: u16) -> u16 {
 pub(super) fn span(ds: usize, index: u16, pi: u16) -> u16 {
     let bbs = u16::try_from(wqe::wqebbs(ds)).unwrap_or(u16::MAX);
     bbs.clamp(1, pi.wrapping_sub(index).max(1))
-}
-
-/// Reusable buffers of the RC requester.
-#[derive(Default)]
-pub(crate) struct RcScratch {
-    wqe: Vec<u8>,
-    message: Vec<u8>,
-    frame: Vec<u8>,
-    /// The responder's ACK, NAK and response frames.
-    pub ack: Vec<u8>,
-    /// The responder's READ response payload.
-    pub response: Vec<u8>,
 }
 
 /// Reads WQEBB `bb` of QP `qpn`'s send ring into `out` (one WQEBB).

@@ -8,9 +8,9 @@ use super::qp_error::{enter_error, errored, post_cqe, post_error_cqe, ErrorSide}
 use super::requester::{read_bb, resume, span};
 use super::retransmit::{progressed, resend_outstanding, rnr_nak};
 use crate::counters::add;
-use crate::fw::mkey::translate;
-use crate::fw::Core;
+use crate::function::Core;
 use crate::objects::rc::Outstanding;
+use crate::translate::translate;
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome};
 use cxdirect_hw::wqe::{self, opcode, CtrlSeg, DataSeg, WQE_BB, WQE_DS};
 use std::time::Instant;
@@ -433,7 +433,7 @@ fn scatter_local(
             true,
             |iova, off, bytes| {
                 core.dma_write(iova, &now[off as usize..(off + bytes) as usize])
-                    .map_err(|_| crate::fw::mkey::KeyFault::Bounds)
+                    .map_err(|_| crate::translate::KeyFault::Bounds)
             },
         )
         .map_err(|_| CqeSyndrome::LocalProtection)?;

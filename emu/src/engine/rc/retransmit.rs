@@ -5,7 +5,7 @@ use super::count;
 use super::requester::{any_sending, continue_sending, resend_from};
 use super::requester_ack::{fail, flush};
 use super::responder_pace::{any_owed, pace_all, PACE_RETRY};
-use crate::fw::Core;
+use crate::function::Core;
 use cxdirect_hw::cqe::CqeSyndrome;
 use cxdirect_hw::qp::state;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! error state (a send WQE failed).
 
 use crate::counters::add;
-use crate::fw::Core;
+use crate::function::Core;
 use crate::objects::rc::RcReceive;
 use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome, ErrCqe};
 use cxdirect_hw::qp::state;

@@ -19,7 +19,8 @@ use crate::counters::add;
 use crate::engine::roce::{
     build_routed, mtu_bytes, source, Route, Transport, BTH_LEN, ICRC_LEN, PSN_MASK,
 };
-use crate::fw::Core;
+use crate::function::Core;
+use crate::objects::queue_state::UdScratch;
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome};
 use cxdirect_hw::qp::{service_type, state};
 use cxdirect_hw::wqe::{self, opcode, CtrlSeg, DatagramSeg, QKEY_FROM_QP, WQE_BB, WQE_DS};
@@ -31,15 +32,6 @@ const DEFAULT_UDP_SPORT: u16 = 0xc000;
 /// Bytes of a RoCE v2 UD packet around its payload on an Ethernet port: Ethernet, IPv6 (the
 /// larger), UDP, BTH, DETH, immediate and ICRC.
 const UD_OVERHEAD: usize = 14 + 40 + 8 + BTH_LEN + DETH_LEN + 4 + ICRC_LEN;
-
-/// Reusable buffers of the UD transport.
-#[derive(Default)]
-pub(crate) struct UdScratch {
-    wqe: Vec<u8>,
-    message: Vec<u8>,
-    payload: Vec<u8>,
-    frame: Vec<u8>,
-}
 
 /// Send doorbell for datagram QP `qpn` on UAR `uar`: executes every WQE posted since the last
 /// one (a QP in error, or whose send queue is, flushes them instead).
@@ -154,7 +146,7 @@ fn execute(
     let qp = core.res.ud_qps.get(qpn).ok_or(bad)?;
     let (pd, service, qp_q_key, psn) = (qp.pd, qp.service, qp.q_key, qp.next_send_psn);
     // mlx5_ib gives UD QPs MTU 4096 and QP1 256 in the context; the port may carry less.
-    let port_mtu = crate::fw::qp::port_max_mtu(core);
+    let port_mtu = crate::function::hca::port_max_mtu(core);
     let max = mtu_bytes(qp.mtu.min(port_mtu).max(1))
         .min(core.port.max_frame().saturating_sub(UD_OVERHEAD));
     let Some((src_gid, src_mac)) = source(core, av.sgid_index()) else {
