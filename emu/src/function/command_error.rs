@@ -131,3 +131,8 @@ pub(crate) const fn bad_state(syndrome: Syndrome, what: &'static str) -> CmdErro
 pub(crate) const fn bad_sys_state(what: &'static str) -> CmdError {
     CmdError::new(CmdStatus::BadSystemState, Syndrome::WrongHcaState, what)
 }
+
+/// A command refused because the table it adds an object to is full.
+pub(crate) const fn table_full(what: &'static str) -> CmdError {
+    CmdError::new(CmdStatus::NoResources, Syndrome::TableFull, what)
+}

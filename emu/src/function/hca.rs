@@ -2,9 +2,10 @@
 //! vport state. The HCA commands that change them are the firmware's (`fw::hca`).
 
 use super::command_error::{bad_sys_state, CmdError, CmdResult};
-use super::Core;
+use super::{Core, EngineRequests};
 use crate::config::EmuConfig;
 use cxdirect_hw::cmd::Opcode;
+use cxdirect_hw::eqe::{port_change, EventType};
 use cxdirect_hw::hca::DRIVER_VERSION_BYTES;
 use cxdirect_hw::qp::mtu;
 use std::time::{Duration, Instant};
@@ -196,4 +197,20 @@ pub(crate) fn port_max_mtu(core: &Core) -> u8 {
         .rev()
         .find(|&code| (128usize << code) + ROCE_V2_OVERHEAD <= frame)
         .unwrap_or(0)
+}
+
+/// Sets the port's operational state, posting a PORT_CHANGE event on a change.
+pub(crate) fn set_oper(core: &mut Core, up: bool) {
+    if core.port.oper_up == up {
+        return;
+    }
+    core.port.oper_up = up;
+    let mut data = [0u8; 28];
+    data[8] = 1 << 4; // port 1, upper nibble
+    let sub = if up {
+        port_change::ACTIVE
+    } else {
+        port_change::DOWN
+    };
+    core.post_async_event(EventType::PortChange, sub, &data);
 }

@@ -1,12 +1,12 @@
 //! The HCA life cycle (enable, ISSI, pages, init, teardown, disable), the health state behind
 //! the init segment, the port (PAOS, PMTU) and the NIC vport context.
 
-use super::{bad_param, input_as, output_as, CmdError, CmdResult, Core, EngineRequests, Syndrome};
+use super::{bad_param, input_as, output_as, CmdError, CmdResult, Core, Syndrome};
 use crate::counters::get;
+use crate::function::hca::set_oper;
 pub(crate) use crate::function::hca::HcaState;
 use crate::fw::pages;
 use cxdirect_hw::cmd::CmdStatus;
-use cxdirect_hw::eqe::{port_change, EventType};
 use cxdirect_hw::hca::{
     query_pages_op_mod, EnableHcaIn, QueryAdapterIn, QueryAdapterOut, QueryIssiOut, QueryPagesIn,
     QueryPagesOut, SetDriverVersionIn, SetIssiIn, TeardownHcaOut, DRIVER_VERSION_BYTES, PSID_BYTES,
@@ -222,22 +222,6 @@ fn destroy_all_objects(core: &mut Core) {
         core.pages.free_slot(slot);
     }
     core.res = crate::objects::Resources::new(&core.cfg);
-}
-
-/// Sets the port's operational state, posting a PORT_CHANGE event on a change.
-pub(crate) fn set_oper(core: &mut Core, up: bool) {
-    if core.port.oper_up == up {
-        return;
-    }
-    core.port.oper_up = up;
-    let mut data = [0u8; 28];
-    data[8] = 1 << 4; // port 1, upper nibble
-    let sub = if up {
-        port_change::ACTIVE
-    } else {
-        port_change::DOWN
-    };
-    core.post_async_event(EventType::PortChange, sub, &data);
 }
 
 pub(crate) fn access_reg(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {

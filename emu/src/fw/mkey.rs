@@ -3,7 +3,7 @@
 //! [`translate`](crate::translate).
 
 use super::pages::{release_context, store_new_context};
-use super::transport::table_full;
+use super::table_full;
 use super::{bad_param, bad_res, input_as, output_as, CmdError, CmdResult, Core, Syndrome};
 use crate::objects::Mkey;
 use crate::translate::RESERVED_LKEY;

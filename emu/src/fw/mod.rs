@@ -28,7 +28,7 @@ pub(crate) mod xrc;
 
 use crate::counters::add;
 pub(crate) use crate::function::command_error::{
-    bad_param, bad_res, bad_state, bad_sys_state, CmdResult,
+    bad_param, bad_res, bad_state, bad_sys_state, table_full, CmdResult,
 };
 pub use crate::function::command_error::{CmdError, Syndrome};
 pub(crate) use crate::function::{Core, EngineRequests};

@@ -108,7 +108,7 @@ fn fatal(core: &mut Core, syndrome: u8) {
 /// nothing but the HCA's own context is left in the rest, the firmware gives up that context
 /// (as a teardown would) so every page can go back; pages holding objects' contexts are kept.
 fn abandon_unused_init(core: &mut Core, wanted: usize) {
-    if core.hca.state != super::hca::HcaState::Initialized
+    if core.hca.state != crate::function::hca::HcaState::Initialized
         || wanted <= core.pages.empty_pages()
         || core.pages.used_slots() != 1
     {
@@ -117,8 +117,8 @@ fn abandon_unused_init(core: &mut Core, wanted: usize) {
     if let Some(slot) = core.hca.caps.context_slot.take() {
         core.pages.free_slot(slot);
         core.pages.regular_request = 0;
-        super::hca::set_oper(core, false);
-        core.hca.state = super::hca::HcaState::TornDown;
+        crate::function::hca::set_oper(core, false);
+        core.hca.state = crate::function::hca::HcaState::TornDown;
     }
 }
 

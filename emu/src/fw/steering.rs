@@ -2,7 +2,7 @@
 //! (a match value and an action) and the root table: the commands that build them. Received
 //! frames are matched against them in [`steering`](crate::steering).
 
-use super::transport::table_full;
+use super::table_full;
 use super::{bad_param, bad_res, bad_state, input_as, output_as, CmdResult, Core, Syndrome};
 use crate::objects::{FlowEntry, FlowGroup, FlowTable};
 use cxdirect_hw::flow::{

@@ -13,7 +13,7 @@
 //! above the path MTU) completes in error and puts the send queue in the send queue error
 //! state (IBA 10.3.1 for UD): the WQEs after it are flushed, receives go on.
 
-use super::completion::{flush_sends, post_cqe, post_error_cqe, span, Side};
+use super::completion::{flush_sends, post_cqe, post_error_cqe, read_bb, span, Side};
 use super::{DETH_LEN, UD_SEND_ONLY, UD_SEND_ONLY_IMM};
 use crate::counters::add;
 use crate::engine::roce::{
@@ -49,16 +49,6 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, qpn: u32) {
         state::ERR | state::SQER => flush_sends(core, qpn),
         _ => add(&core.counters.bad_doorbells, 1),
     }
-}
-
-/// Reads WQEBB `bb` of datagram QP `qpn`'s send ring into `out` (one WQEBB).
-pub(super) fn read_bb(core: &Core, qpn: u32, bb: u16, out: &mut [u8]) -> Result<(), ()> {
-    let qp = core.res.ud_qps.get(qpn).ok_or(())?;
-    let log_sq = qp.log_sq_size.ok_or(())?;
-    let slot = u64::from(bb) & ((1u64 << log_sq) - 1);
-    let offset = qp.receive.ring_bytes() + slot * WQE_BB as u64;
-    let addr = qp.buf.addr(offset).ok_or(())?;
-    core.dma_read(addr, out).map_err(|_| ())
 }
 
 /// A WQE that failed: its opcode and the syndrome of its error CQE.
