@@ -41,6 +41,7 @@ pub mod device;
 pub mod dma;
 pub(crate) mod engine;
 pub mod faults;
+pub(crate) mod function;
 pub(crate) mod fw;
 pub mod irq;
 pub(crate) mod objects;
@@ -50,13 +51,15 @@ pub mod pci;
 pub mod rss;
 #[cfg(feature = "server")]
 pub mod server;
+pub(crate) mod steering;
 pub mod testkit;
 pub mod trace;
+pub(crate) mod translate;
 pub mod wire;
 
 pub use config::{EmuConfig, ExecMode};
 pub use device::Device;
 pub use faults::{DmaQueue, Fault};
-pub use fw::mkey::{RemoteAccess, RESERVED_LKEY};
-pub use fw::{CmdError, Syndrome};
+pub use function::command_error::{CmdError, Syndrome};
 pub use trace::CommandTrace;
+pub use translate::{RemoteAccess, RESERVED_LKEY};

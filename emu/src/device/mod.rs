@@ -9,7 +9,8 @@ use crate::config::{EmuConfig, ExecMode};
 use crate::counters::{Counters, CountersSnapshot, QueueCountersSnapshot, QueueKind};
 use crate::dma::Iommu;
 use crate::engine;
-use crate::fw::{cmdif, Core};
+use crate::function::Core;
+use crate::fw::cmdif;
 use crate::irq::InterruptSink;
 use crate::pci::{ConfigSpace, FunctionLayout, MsixTable};
 use crate::wire::{PortId, Wire};
@@ -357,7 +358,7 @@ impl Device {
         access: crate::RemoteAccess,
     ) -> Result<(), cxdirect_hw::cqe::CqeSyndrome> {
         let core = lock(&self.shared.core);
-        crate::fw::mkey::check_remote(&core, rkey, pd, addr, len, access)
+        crate::translate::check_remote(&core, rkey, pd, addr, len, access)
             .map_err(|_| cxdirect_hw::cqe::CqeSyndrome::RemoteAccess)
     }
 

@@ -4,7 +4,7 @@
 
 use crate::counters::{add, QueueKind};
 use crate::faults::Fault;
-use crate::fw::Core;
+use crate::function::Core;
 use crate::objects::queue_state::{cqe_words, per_completion, Compression, MAX_SESSION};
 use crate::objects::CqArm;
 use cxdirect_hw::cqe::{

@@ -1,7 +1,7 @@
 //! Event queues: writing EQEs with the right owner bit, arming, interrupts, overrun.
 
 use crate::counters::add;
-use crate::fw::Core;
+use crate::function::Core;
 use cxdirect_hw::eqe::{EventType, EQE_SIZE};
 
 /// Writes one EQE to EQ `eqn` and signals its vector if the EQ is armed.

@@ -2,7 +2,7 @@
 //! device are all written before it learns of them, so the engines read several in one DMA
 //! read, a read request at a time, and take the next ones from what was read.
 
-use crate::fw::Core;
+use crate::function::Core;
 use crate::objects::queue_state::Fetched;
 use crate::objects::WorkQueue;
 

@@ -1,8 +1,8 @@
 //! Gathering a send WQE's message: its data segments read through memory keys and its inline
 //! segments copied, as both RDMA transports (RC and UD) send them.
 
-use crate::fw::mkey::translate;
-use crate::fw::Core;
+use crate::function::Core;
+use crate::translate::translate;
 use cxdirect_hw::cqe::CqeSyndrome;
 use cxdirect_hw::wqe::{self, DataSeg, INLINE_SEG, WQE_DS};
 
@@ -64,7 +64,7 @@ pub(crate) fn gather(
                         let at = start + (offset + done) as usize;
                         message.resize(at + piece as usize, 0);
                         core.dma_read(iova + done, &mut message[at..])
-                            .map_err(|_| crate::fw::mkey::KeyFault::Bounds)?;
+                            .map_err(|_| crate::translate::KeyFault::Bounds)?;
                         done += piece;
                     }
                     Ok(())

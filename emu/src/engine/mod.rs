@@ -19,7 +19,7 @@ pub(crate) mod striding;
 pub(crate) mod ud;
 pub(crate) mod umr;
 
-use crate::fw::{Core, EngineRequests};
+use crate::function::{Core, EngineRequests};
 use crate::objects::WorkQueue;
 use cxdirect_hw::eqe::EventType;
 

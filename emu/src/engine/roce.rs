@@ -4,7 +4,7 @@
 //! to four bytes, the ICRC last) and finding the headers of a received one. An RC QP's route
 //! is its primary path; a UD datagram's is the address vector of its WQE.
 
-use crate::fw::Core;
+use crate::function::Core;
 use cxdirect_hw::roce::{gid_is_ipv4_mapped, RoceAddrLayout, ROCE_V2_UDP_DPORT};
 
 /// RC BTH opcodes (IBA, `include/rdma/ib_pack.h`).

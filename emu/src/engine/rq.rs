@@ -6,13 +6,13 @@
 use crate::counters::{add, QueueKind};
 use crate::engine::fetch::read_wqes;
 use crate::faults::{DmaQueue, Fault, UNMAPPED_IOVA};
-use crate::fw::mkey::translate;
-use crate::fw::steering::{frame_match_words, steer, Verdict};
-use crate::fw::Core;
+use crate::function::Core;
 use crate::objects::queue_state::{LateWrite, ReceiveScratch, MAX_RX_WQE};
 use crate::objects::{QState, RqMemory, TirDispatch, WorkQueue};
 use crate::packet::{self, L3Kind, L4Kind, Parsed};
 use crate::rss;
+use crate::steering::{frame_match_words, steer, Verdict};
+use crate::translate::translate;
 use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome, ErrCqe};
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::wqe::{DataSeg, SrqNextSeg, INVALID_LKEY, WQE_DS};
@@ -551,7 +551,7 @@ pub(crate) fn write_payload(
             add(&core.counters.payload_write_bytes, len);
             let iova = if unmapped { UNMAPPED_IOVA + off } else { iova };
             core.dma_write(iova, &data[off as usize..(off + len) as usize])
-                .map_err(|_| crate::fw::mkey::KeyFault::Bounds)
+                .map_err(|_| crate::translate::KeyFault::Bounds)
         },
     )
     .map_err(|_| CqeSyndrome::LocalProtection)

@@ -10,12 +10,12 @@ use crate::counters::{add, QueueKind};
 use crate::engine::fetch::read_wqes;
 use crate::engine::lso::{self, HeaderLayout, SegmentPlace};
 use crate::faults::{DmaQueue, Fault, UNMAPPED_IOVA};
-use crate::fw::mkey::{translate, KeyFault};
-use crate::fw::Core;
+use crate::function::Core;
 use crate::objects::limits::MAX_LSO_BYTES;
 use crate::objects::queue_state::{Fetched, SendScratch, MAX_FRAME_BYTES, MAX_WQE};
 use crate::objects::QState;
 use crate::packet;
+use crate::translate::{translate, KeyFault};
 use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome, ErrCqe};
 use cxdirect_hw::wqe::{self, CtrlSeg, EthSeg, ETH_WQE_INSERT_VLAN, INLINE_SEG, WQE_BB, WQE_DS};
 
@@ -46,7 +46,7 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, first8: [u8; 8], bf: Option<Bl
         crate::engine::rc::doorbell(core, uar, sqn);
         return;
     }
-    if !core.res.sqs.contains(sqn) && crate::fw::qp::is_datagram(core, sqn) {
+    if !core.res.sqs.contains(sqn) && core.res.ud_qps.contains(sqn) {
         crate::engine::ud::doorbell(core, uar, sqn);
         return;
     }

@@ -6,7 +6,7 @@
 //! taken.
 
 use crate::counters::{add, QueueKind};
-use crate::fw::Core;
+use crate::function::Core;
 use crate::objects::{RqMemory, Striding};
 use crate::packet::Parsed;
 use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome};

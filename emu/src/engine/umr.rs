@@ -9,8 +9,8 @@
 //! Every check runs before anything changes: a refused UMR leaves the key as it was, and the
 //! requester reports it with an error CQE.
 
-use crate::fw::mkey::{entries_per_octoword, mtt_page_ok, translate};
-use crate::fw::Core;
+use crate::function::Core;
+use crate::translate::{entries_per_octoword, mtt_page_ok, translate};
 use cxdirect_hw::cqe::CqeSyndrome;
 use cxdirect_hw::mkey::{Mkc, MKC_ACCESS_MODE_KLM, MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA};
 use cxdirect_hw::umr::{
@@ -240,7 +240,7 @@ fn read_list(
         |iova, offset, n| {
             let at = offset as usize;
             core.dma_read(iova, &mut list[at..at + n as usize])
-                .map_err(|_| crate::fw::mkey::KeyFault::Bounds)
+                .map_err(|_| crate::translate::KeyFault::Bounds)
         },
     )
     .map_err(|_| CqeSyndrome::LocalProtection)?;

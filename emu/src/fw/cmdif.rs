@@ -6,6 +6,7 @@
 use super::{Core, EngineRequests};
 use crate::counters::add;
 use crate::faults::Fault;
+use crate::function::pending_answer::PendingAnswer;
 use cxdirect_hw::cmd::{
     xor8, CmdLayout, CmdMailbox, DeliveryStatus, CMD_INLINE_BYTES, CMD_OWNER_HW, CMD_STATUS_BYTES,
     CMD_TYPE_PCIE, MAILBOX_ALIGN, MAILBOX_BLOCK_SIZE, MAILBOX_DATA_BYTES,
@@ -16,20 +17,6 @@ use cxdirect_hw::eqe::EventType;
 pub(crate) const MAX_CMD_LEN: usize = 16 << 20;
 /// Log2 of the entry stride the model reports (64 bytes).
 pub(crate) const LOG_CMDQ_STRIDE: u8 = 6;
-
-/// A command that ran and the answer it is owed: written at once, or held back by
-/// [`Fault::LateCommand`].
-pub(crate) struct PendingAnswer {
-    slot: u32,
-    entry: CmdLayout,
-    outcome: Result<Vec<u8>, DeliveryStatus>,
-    checksums: bool,
-    /// An EQ took CMD events when the command was delivered: its completion is announced by
-    /// one. A command delivered before (the CREATE_EQ that makes the command EQ, every command
-    /// of a driver still polling) gets no event, so a polling driver never sees a second
-    /// completion for it.
-    event: bool,
-}
 
 /// Processes every slot whose bit is set in `mask`, after writing any answer held back.
 pub(crate) fn ring(core: &mut Core, mask: u32) {
@@ -193,7 +180,7 @@ fn deliver(core: &mut Core, entry: &CmdLayout, checksums: bool) -> Result<Vec<u8
         )?;
     }
     let mut output = vec![0u8; outlen];
-    core.execute(&input, &mut output);
+    super::execute(core, &input, &mut output);
     Ok(output)
 }
 

@@ -6,94 +6,11 @@
 
 use super::{bad_param, input_as, output_as, CmdResult, Core, EngineRequests, Syndrome};
 use crate::counters::add;
+pub(crate) use crate::function::pages::{PageUse, FW_PAGE_SIZE, LOW_SLOTS, TAG_OFFSET};
 pub(crate) use crate::objects::context::{Slot, SLOT_SIZE};
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::hca::{manage_pages_op_mod, ManagePagesIn, ManagePagesOut};
 use cxdirect_hw::init_seg::health_syndrome;
-use std::collections::BTreeMap;
-
-/// Size of a firmware page in bytes.
-pub(crate) const FW_PAGE_SIZE: u64 = 4096;
-/// Context slots per page: the last slot's space holds the page's tag.
-const SLOTS_PER_PAGE: u32 = (FW_PAGE_SIZE / SLOT_SIZE) as u32 - 1;
-/// Where in each page the firmware keeps the tag it checks the page by.
-const TAG_OFFSET: u64 = FW_PAGE_SIZE - SLOT_SIZE;
-/// Every slot of a page in use.
-const FULL: u16 = (1 << SLOTS_PER_PAGE) - 1;
-/// When fewer free slots remain, the firmware asks for more pages.
-const LOW_SLOTS: usize = 32;
-
-#[derive(Debug, Default)]
-struct PageUse {
-    /// Bitmask of used slots.
-    used: u16,
-}
-
-/// Pages the driver has given, and the regular page request outstanding.
-#[derive(Debug, Default)]
-pub(crate) struct Pages {
-    given: BTreeMap<u64, PageUse>,
-    /// Pages ever given since enable (boot and init demands count against this).
-    pub total_given: u64,
-    /// Outstanding regular request: positive = pages wanted, negative = pages to return.
-    pub regular_request: i32,
-    /// Live context slots, with the bytes last written there.
-    live: BTreeMap<u64, Vec<u8>>,
-}
-
-impl Pages {
-    /// Number of pages the device holds now.
-    pub fn held(&self) -> usize {
-        self.given.len()
-    }
-
-    fn free_slots(&self) -> usize {
-        self.given
-            .values()
-            .map(|p| (SLOTS_PER_PAGE - p.used.count_ones()) as usize)
-            .sum()
-    }
-
-    /// Context slots in use, over every page.
-    fn used_slots(&self) -> usize {
-        self.given
-            .values()
-            .map(|p| p.used.count_ones() as usize)
-            .sum()
-    }
-
-    fn empty_pages(&self) -> usize {
-        self.given.values().filter(|p| p.used == 0).count()
-    }
-
-    /// Takes a free slot, if any.
-    pub fn alloc_slot(&mut self) -> Option<Slot> {
-        for (&page, usage) in self.given.iter_mut() {
-            if usage.used != FULL {
-                let index = (!usage.used).trailing_zeros();
-                usage.used |= 1 << index;
-                return Some(Slot { page, index });
-            }
-        }
-        None
-    }
-
-    /// Gives a slot back.
-    pub fn free_slot(&mut self, slot: Slot) {
-        if let Some(usage) = self.given.get_mut(&slot.page) {
-            usage.used &= !(1 << slot.index);
-        }
-        self.live.remove(&slot.addr());
-    }
-
-    /// Forgets every page (function reset, DISABLE_HCA).
-    pub fn clear(&mut self) {
-        self.given.clear();
-        self.live.clear();
-        self.regular_request = 0;
-        self.total_given = 0;
-    }
-}
 
 /// Allocates a context slot and stores `context` in it through the IOMMU.
 pub(crate) fn store_new_context(core: &mut Core, context: &[u8]) -> Result<Slot, super::CmdError> {
@@ -191,7 +108,7 @@ fn fatal(core: &mut Core, syndrome: u8) {
 /// nothing but the HCA's own context is left in the rest, the firmware gives up that context
 /// (as a teardown would) so every page can go back; pages holding objects' contexts are kept.
 fn abandon_unused_init(core: &mut Core, wanted: usize) {
-    if core.hca.state != super::hca::HcaState::Initialized
+    if core.hca.state != crate::function::hca::HcaState::Initialized
         || wanted <= core.pages.empty_pages()
         || core.pages.used_slots() != 1
     {
@@ -200,8 +117,8 @@ fn abandon_unused_init(core: &mut Core, wanted: usize) {
     if let Some(slot) = core.hca.caps.context_slot.take() {
         core.pages.free_slot(slot);
         core.pages.regular_request = 0;
-        super::hca::set_oper(core, false);
-        core.hca.state = super::hca::HcaState::TornDown;
+        crate::function::hca::set_oper(core, false);
+        core.hca.state = crate::function::hca::HcaState::TornDown;
     }
 }
 

@@ -2,7 +2,8 @@
 //! `rqc.counter_set_id`, an RC QP in `qpc.counter_set_id`; the receive engine counts
 //! `out_of_buffer` there, the RC transport its own counters.
 
-use super::transport::{in_use, table_full};
+use super::table_full;
+use super::transport::in_use;
 use super::{bad_res, input_as, output_as, CmdResult, Core};
 use crate::objects::QCounter;
 use cxdirect_hw::counters::{

@@ -19,6 +19,7 @@
 use super::pages::{release_context, store_new_context, write_context};
 use super::queues::{check_dbr, context_bytes, queue_buffer};
 use super::{bad_param, bad_res, input_as, output_as, CmdError, CmdResult, Core, Syndrome};
+use crate::function::hca::port_max_mtu;
 use crate::objects::limits::{LOG_MAX_MSG, LOG_MAX_RA_QP, LOG_MAX_WQ_SZ};
 use crate::objects::rc::{Qp, RcPath, RcReceive};
 use crate::objects::QueueBuffer;
@@ -29,10 +30,6 @@ use cxdirect_hw::qp::{
     QueryQpIn, Rst2initQpIn,
 };
 
-/// Bytes of a RoCE v2 packet around its payload on an Ethernet port: Ethernet header, IPv6
-/// header (the larger), UDP, BTH and ICRC. A path MTU must fit the port's frame with these.
-const ROCE_V2_OVERHEAD: usize = 14 + 40 + 8 + 12 + 4;
-
 /// Byte offset of `qpc` in every QP command input and in QUERY_QP's output.
 const QPC_BYTE: usize = 0x18;
 
@@ -42,15 +39,6 @@ fn bad_qp_state(what: &'static str) -> CmdError {
 
 fn missing(what: &'static str) -> CmdError {
     bad_param(Syndrome::MissingQpAttribute, what)
-}
-
-/// The largest path MTU code the port carries.
-pub(crate) fn port_max_mtu(core: &Core) -> u8 {
-    let frame = core.port.max_frame();
-    (mtu::MTU_256..=mtu::MTU_4096)
-        .rev()
-        .find(|&code| (128usize << code) + ROCE_V2_OVERHEAD <= frame)
-        .unwrap_or(0)
 }
 
 pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {

@@ -3,7 +3,7 @@
 
 use super::pages::{release_context, store_new_context, write_context};
 use super::qcounters;
-use super::transport::table_full;
+use super::table_full;
 use super::{
     bad_param, bad_res, bad_state, input_as, output_as, CmdError, CmdResult, Core, EngineRequests,
     Syndrome,

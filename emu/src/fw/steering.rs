@@ -1,23 +1,20 @@
 //! NIC receive flow steering: flow tables, groups (a match mask over an index range), entries
-//! (a match value and an action) and the root table. Received frames are matched here.
+//! (a match value and an action) and the root table: the commands that build them. Received
+//! frames are matched against them in [`steering`](crate::steering).
 
-use super::transport::table_full;
+use super::table_full;
 use super::{bad_param, bad_res, bad_state, input_as, output_as, CmdResult, Core, Syndrome};
-use crate::objects::{FlowEntry, FlowGroup, FlowTable, MATCH_WORDS};
-use crate::packet::{IpAddrs, L3Kind, L4Kind, Parsed};
+use crate::objects::{FlowEntry, FlowGroup, FlowTable};
 use cxdirect_hw::flow::{
     CreateFlowGroupIn, CreateFlowGroupOut, CreateFlowTableIn, CreateFlowTableOut, DeleteFteIn,
-    DestroyFlowGroupIn, DestroyFlowTableIn, FteMatchSetLyr24, SetFlowTableRootIn, SetFteIn,
+    DestroyFlowGroupIn, DestroyFlowTableIn, SetFlowTableRootIn, SetFteIn,
     FLOW_CONTEXT_ACTION_ALLOW, FLOW_CONTEXT_ACTION_DROP, FLOW_CONTEXT_ACTION_FWD_DEST,
     FLOW_DESTINATION_TYPE_FLOW_TABLE, FLOW_DESTINATION_TYPE_TIR, FLOW_TABLE_MISS_ACTION_DEFAULT,
     FLOW_TABLE_MISS_ACTION_FWD, FLOW_TABLE_TYPE_NIC_RX,
 };
 
 const MATCH_PARAM_SIZE: usize = 0x200;
-/// Largest flow table: 2^16 entries.
-pub(crate) const LOG_MAX_FT_SIZE: u8 = 16;
-/// Deepest chain of table-to-table forwarding a frame may follow.
-const MAX_HOPS: usize = 8;
+pub(crate) use crate::objects::limits::LOG_MAX_FT_SIZE;
 
 fn check_table_type(table_type: u8, other_vport: bool, vport: u16) -> CmdResult {
     if other_vport || vport != 0 {
@@ -364,170 +361,4 @@ pub(crate) fn set_root(core: &mut Core, input: &[u8]) -> CmdResult {
     }
     core.res.rx_root = Some(id);
     Ok(())
-}
-
-/// The match parameter words of a received frame ([`match_word`](crate::objects::match_word) order): its outer headers;
-/// the misc and inner parts, which a frame without tunnels leaves zero, stay zero.
-pub(crate) fn frame_match_words(parsed: &Parsed) -> [u64; MATCH_WORDS] {
-    let mut outer = FteMatchSetLyr24::zeroed();
-    {
-        let mac = |b: [u8; 6]| u64::from_be_bytes([0, 0, b[0], b[1], b[2], b[3], b[4], b[5]]);
-        outer
-            .set_dmac(mac(parsed.dst_mac))
-            .set_smac(mac(parsed.src_mac))
-            .set_ethertype(parsed.ethertype.unwrap_or(0));
-        if let Some(tag) = parsed.vlan {
-            outer
-                .set_cvlan_tag(true)
-                .set_first_vid(tag.vid())
-                .set_first_prio(tag.pcp())
-                .set_first_cfi(tag.dei());
-        }
-        match parsed.l3 {
-            L3Kind::Ipv4 => {
-                outer.set_ip_version(4);
-            }
-            L3Kind::Ipv6 => {
-                outer.set_ip_version(6);
-            }
-            L3Kind::None => {}
-        }
-        if let Some(proto) = parsed.ip_proto {
-            outer.set_ip_protocol(proto);
-        }
-        outer.set_frag(parsed.is_fragment());
-        match parsed.l4 {
-            L4Kind::Tcp => {
-                outer
-                    .set_tcp_sport(parsed.src_port)
-                    .set_tcp_dport(parsed.dst_port)
-                    .set_tcp_flags(u16::from(parsed.tcp_flags));
-            }
-            L4Kind::Udp => {
-                outer
-                    .set_udp_sport(parsed.src_port)
-                    .set_udp_dport(parsed.dst_port);
-            }
-            _ => {}
-        }
-        match parsed.addrs {
-            Some(IpAddrs::V4 { src, dst }) => {
-                outer
-                    .src_ipv4_src_ipv6_mut()
-                    .ipv4_layout_mut()
-                    .set_ipv4(u32::from_be_bytes(src));
-                outer
-                    .dst_ipv4_dst_ipv6_mut()
-                    .ipv4_layout_mut()
-                    .set_ipv4(u32::from_be_bytes(dst));
-            }
-            Some(IpAddrs::V6 { src, dst }) => {
-                outer
-                    .src_ipv4_src_ipv6_mut()
-                    .ipv6_layout_mut()
-                    .set_addr(src);
-                outer
-                    .dst_ipv4_dst_ipv6_mut()
-                    .ipv6_layout_mut()
-                    .set_addr(dst);
-            }
-            None => {}
-        }
-    }
-    let bytes = outer.as_bytes();
-    let mut words = [0u64; MATCH_WORDS];
-    for (word, chunk) in words.iter_mut().zip(bytes.chunks_exact(8)) {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(chunk);
-        *word = u64::from_ne_bytes(b);
-    }
-    words
-}
-
-/// Where steering sent a frame.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    /// To these TIRs.
-    Tirs(TirList),
-    /// Dropped by a rule, by a miss, or for want of a root table.
-    Drop,
-}
-
-/// TIR numbers a rule forwards to: the first few held in place, so steering a frame to a
-/// handful of TIRs (the usual case) allocates nothing.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct TirList {
-    first: [u32; TirList::IN_PLACE],
-    len: usize,
-    more: Vec<u32>,
-}
-
-impl TirList {
-    const IN_PLACE: usize = 4;
-
-    fn push(&mut self, tirn: u32) {
-        match self.first.get_mut(self.len) {
-            Some(slot) => *slot = tirn,
-            None => self.more.push(tirn),
-        }
-        self.len += 1;
-    }
-
-    fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The TIR numbers, in the rule's destination order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = u32> + '_ {
-        self.first[..self.len.min(Self::IN_PLACE)]
-            .iter()
-            .chain(&self.more)
-            .copied()
-    }
-}
-
-/// Runs a frame's match parameter words ([`frame_match_words`]) through the NIC receive tables
-/// from the root.
-pub(crate) fn steer(core: &Core, words: &[u64; MATCH_WORDS]) -> Verdict {
-    let Some(mut table_id) = core.res.rx_root else {
-        return Verdict::Drop;
-    };
-    let mut tirs = TirList::default();
-    for _ in 0..MAX_HOPS {
-        let Some(table) = core.res.flow_tables.get(table_id) else {
-            return Verdict::Drop;
-        };
-        let hit = table.entries.values().find(|entry| {
-            table
-                .groups
-                .get(&entry.group)
-                .is_some_and(|group| group.matches(words, &entry.value))
-        });
-        match hit {
-            Some(entry) if entry.action & FLOW_CONTEXT_ACTION_FWD_DEST != 0 => {
-                let mut next = None;
-                for &(kind, id) in &entry.dests {
-                    if kind == FLOW_DESTINATION_TYPE_TIR {
-                        tirs.push(id);
-                    } else {
-                        next = Some(id);
-                    }
-                }
-                match next {
-                    Some(id) if tirs.is_empty() => table_id = id,
-                    _ => {
-                        return if tirs.is_empty() {
-                            Verdict::Drop
-                        } else {
-                            Verdict::Tirs(tirs)
-                        }
-                    }
-                }
-            }
-            Some(_) => return Verdict::Drop,
-            None if table.miss_action == FLOW_TABLE_MISS_ACTION_FWD => table_id = table.miss_table,
-            None => return Verdict::Drop,
-        }
-    }
-    Verdict::Drop
 }

@@ -1,7 +1,8 @@
 //! UARs, protection domains, transport domains, TISs, TIRs and RQ tables.
 
 use super::{
-    bad_param, bad_res, bad_state, input_as, output_as, CmdError, CmdResult, Core, Syndrome,
+    bad_param, bad_res, bad_state, input_as, output_as, table_full, CmdError, CmdResult, Core,
+    Syndrome,
 };
 use crate::objects::{Rqt, Tir, TirDispatch, Tis};
 use cxdirect_hw::cmd::CmdStatus;
@@ -13,10 +14,6 @@ use cxdirect_hw::tir::{
     CreateRqtIn, CreateRqtOut, CreateTirIn, CreateTirOut, CreateTisIn, CreateTisOut, DestroyRqtIn,
     DestroyTirIn, DestroyTisIn,
 };
-
-pub(crate) const fn table_full(what: &'static str) -> CmdError {
-    CmdError::new(CmdStatus::NoResources, Syndrome::TableFull, what)
-}
 
 pub(crate) const fn in_use(what: &'static str) -> CmdError {
     bad_state(Syndrome::ObjectInUse, what)

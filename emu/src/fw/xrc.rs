@@ -66,7 +66,7 @@ pub(crate) fn create_xrc_srq(core: &mut Core, input: &[u8], output: &mut [u8]) -
         .res
         .xrc_srqs
         .insert(srq)
-        .ok_or(super::transport::table_full("XRC SRQ table full"))?;
+        .ok_or(super::table_full("XRC SRQ table full"))?;
     if let Some(cq) = core.res.cqs.get_mut(cqn) {
         cq.users += 1;
     }

@@ -42,3 +42,5 @@ pub(crate) const ROCE_ADDRESS_TABLE_SIZE: u16 = 128;
 
 /// Log2 of the number of XRC domains (`log_max_xrcd`).
 pub(crate) const LOG_MAX_XRCD: u8 = 16;
+/// Largest flow table: 2^16 entries.
+pub(crate) const LOG_MAX_FT_SIZE: u8 = 16;

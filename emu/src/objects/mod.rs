@@ -2,8 +2,7 @@
 //! SQs, RQs, RMPs, TISs, TIRs, RQTs, flow tables and memory keys.
 //!
 //! The firmware (`fw`) creates, modifies and destroys these objects; the queue engines
-//! (`engine`) run them. Both read this room; it reads neither, so the firmware never calls the
-//! engines by name (it asks through [`fw::EngineRequests`](crate::fw::EngineRequests)).
+//! (`engine`) run them. Both read this room; it reads neither.
 
 pub(crate) mod context;
 pub(crate) mod limits;

@@ -199,3 +199,24 @@ pub(crate) struct LateWrite {
     /// The frame's bytes.
     pub frame: Vec<u8>,
 }
+
+/// Reusable buffers of the RC requester.
+#[derive(Default)]
+pub(crate) struct RcScratch {
+    pub wqe: Vec<u8>,
+    pub message: Vec<u8>,
+    pub frame: Vec<u8>,
+    /// The responder's ACK, NAK and response frames.
+    pub ack: Vec<u8>,
+    /// The responder's READ response payload.
+    pub response: Vec<u8>,
+}
+
+/// Reusable buffers of the UD transport.
+#[derive(Default)]
+pub(crate) struct UdScratch {
+    pub wqe: Vec<u8>,
+    pub message: Vec<u8>,
+    pub payload: Vec<u8>,
+    pub frame: Vec<u8>,
+}

@@ -12,23 +12,27 @@
 //! transmits responses and acknowledgements as the wire takes them; [`qp_error`] takes a
 //! QP to error and raises its asynchronous events.
 
+pub(crate) mod completion;
 pub(crate) mod qp_error;
 pub(crate) mod requester;
 pub(crate) mod requester_ack;
+pub(crate) mod requester_message;
 pub(crate) mod responder;
 pub(crate) mod responder_pace;
 pub(crate) mod responder_read_atomic;
 pub(crate) mod responder_recv;
 pub(crate) mod retransmit;
+pub(crate) mod send_ring;
+pub(crate) mod timer;
 
 /// RoCE v2 framing lives below both transports; the RC rooms name it as their own.
 pub(crate) use super::roce as packet;
 
-use crate::fw::Core;
+use crate::function::Core;
 use crate::objects::rc::RcQCounters;
 
-pub(crate) use requester::{doorbell, RcScratch};
-pub(crate) use requester_ack::flush_on_error;
+pub(crate) use completion::flush_on_error;
+pub(crate) use requester::doorbell;
 pub(crate) use responder::receive;
 pub(crate) use retransmit::{next_deadline, run_timers};
 

@@ -7,7 +7,7 @@
 //! completes flushed and no timer runs.
 
 use crate::counters::add;
-use crate::fw::Core;
+use crate::function::Core;
 use crate::objects::rc::RcReceive;
 use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome, ErrCqe};
 use cxdirect_hw::eqe::{EqeQpSrq, EventType};

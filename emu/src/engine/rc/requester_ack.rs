@@ -2,16 +2,17 @@
 //! responses and atomic acknowledgements land in the WQE's local buffers, and the completions
 //! (success, error, flush) are written.
 
+use super::completion::{expects_response, fail, flush, requester_cqe, retire_local};
 use super::count;
 use super::packet::{aeth, bth_opcode, mtu_bytes, PSN_MASK};
-use super::qp_error::{enter_error, errored, post_cqe, post_error_cqe, ErrorSide};
-use super::requester::{read_bb, resume, span};
+use super::requester::resume;
 use super::retransmit::{progressed, resend_outstanding, rnr_nak};
+use super::send_ring::read_bb;
 use crate::counters::add;
-use crate::fw::mkey::translate;
-use crate::fw::Core;
+use crate::function::Core;
 use crate::objects::rc::Outstanding;
-use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome};
+use crate::translate::translate;
+use cxdirect_hw::cqe::CqeSyndrome;
 use cxdirect_hw::wqe::{self, opcode, CtrlSeg, DataSeg, WQE_BB, WQE_DS};
 use std::time::Instant;
 
@@ -106,177 +107,6 @@ fn retire_acked(core: &mut Core, qpn: u32, acked_through: u32) -> bool {
             requester_cqe(core, qpn, &front);
         }
     }
-}
-
-/// A local WQE (a UMR) at `index` of QP `qpn` took effect: it completes now when nothing
-/// before it waits for the peer, else once those before it complete (it waits in the
-/// outstanding list without PSNs of its own, behind the last one's).
-pub(super) fn complete_local(core: &mut Core, qpn: u32, index: u16, opcode: u8, signaled: bool) {
-    let Some(qp) = core.res.qps.get_mut(qpn) else {
-        return;
-    };
-    let done = Outstanding {
-        index,
-        opcode,
-        first_psn: 0,
-        last_psn: 0,
-        signaled,
-        bytes: 0,
-        responses: 0,
-    };
-    match qp.req.outstanding.back() {
-        None => {
-            if signaled {
-                requester_cqe(core, qpn, &done);
-            }
-        }
-        Some(back) => {
-            let psn = back.last_psn;
-            qp.req.outstanding.push_back(Outstanding {
-                first_psn: psn,
-                last_psn: psn,
-                ..done
-            });
-        }
-    }
-}
-
-/// Completes the local WQEs at the front of QP `qpn`'s outstanding list.
-fn retire_local(core: &mut Core, qpn: u32) {
-    while let Some(qp) = core.res.qps.get_mut(qpn) {
-        match qp.req.outstanding.front() {
-            Some(front) if front.opcode == opcode::UMR => {
-                let front = *front;
-                qp.req.outstanding.pop_front();
-                if front.signaled {
-                    requester_cqe(core, qpn, &front);
-                }
-            }
-            _ => return,
-        }
-    }
-}
-
-/// Writes the requester CQE of a WQE that completed.
-fn requester_cqe(core: &mut Core, qpn: u32, done: &Outstanding) {
-    let Some(qp) = core.res.qps.get(qpn) else {
-        return;
-    };
-    let cqn = qp.cqn_snd;
-    let mut cqe = [0u8; 64];
-    if let Ok(mut c) = Cqe64::new(&mut cqe[..]) {
-        c.set_opcode(CqeOpcode::Req as u8)
-            .set_sop_drop(done.opcode)
-            .set_qpn(qpn)
-            .set_wqe_counter(done.index)
-            .set_byte_cnt(done.bytes);
-    }
-    post_cqe(core, qpn, cqn, &mut cqe);
-}
-
-/// QP `qpn` went to error by command (2ERR_QP): every send WQE outstanding or posted and
-/// every receive WQE posted complete with the flush syndrome, and no timer runs for it.
-pub(crate) fn flush_on_error(core: &mut Core, qpn: u32) {
-    flush(core, qpn);
-    errored(core, qpn);
-}
-
-/// Completes every WQE still outstanding, then every WQE posted and not executed, with the
-/// flush syndrome (the QP is in error).
-pub(super) fn flush(core: &mut Core, qpn: u32) {
-    while let Some(front) = core
-        .res
-        .qps
-        .get_mut(qpn)
-        .and_then(|qp| qp.req.outstanding.pop_front())
-    {
-        flushed(core, qpn, front.index, front.opcode);
-    }
-    let Some(qp) = core.res.qps.get(qpn) else {
-        return;
-    };
-    let Ok(word) = core.dma_read_be32(qp.dbr + 4) else {
-        return;
-    };
-    let pi = word as u16;
-    let entries = qp.log_sq_size.map_or(0, |log| 1u32 << log);
-    let mut index = qp.sq_consumed;
-    if u32::from(pi.wrapping_sub(index)) > entries {
-        return;
-    }
-    let mut ctrl = [0u8; 16];
-    while index != pi {
-        let mut bb = [0u8; WQE_BB];
-        if read_bb(core, qpn, index, &mut bb).is_err() {
-            break;
-        }
-        ctrl.copy_from_slice(&bb[..16]);
-        let Ok(seg) = CtrlSeg::new(&ctrl[..]) else {
-            break;
-        };
-        let (op, ds) = (seg.opcode(), usize::from(seg.ds()));
-        flushed(core, qpn, index, op);
-        index = index.wrapping_add(span(ds, index, pi));
-    }
-    if let Some(qp) = core.res.qps.get_mut(qpn) {
-        qp.sq_consumed = pi;
-    }
-}
-
-/// The flush-error CQE of one WQE.
-pub(super) fn flushed(core: &mut Core, qpn: u32, index: u16, opcode: u8) {
-    count(core, qpn, |c| &mut c.req_cqe_flush_error);
-    let side = ErrorSide::Requester { wqe_opcode: opcode };
-    post_error_cqe(core, qpn, index, CqeSyndrome::WrFlushed, side);
-}
-
-/// WQE `index` failed with `syndrome` while WQEs before it (and perhaps it, on a
-/// retransmission) still await acknowledgement: those before it are flushed first, so that
-/// completions keep posting order; then it completes in error, once, the QP goes to error and
-/// every WQE after it is flushed. The consumer index must already be past it.
-pub(super) fn fail_in_order(
-    core: &mut Core,
-    qpn: u32,
-    index: u16,
-    opcode: u8,
-    syndrome: CqeSyndrome,
-) {
-    while let Some(front) = core
-        .res
-        .qps
-        .get_mut(qpn)
-        .and_then(|qp| qp.req.outstanding.pop_front())
-    {
-        if front.index == index {
-            break;
-        }
-        flushed(core, qpn, front.index, front.opcode);
-    }
-    fail(core, qpn, index, opcode, syndrome);
-    flush(core, qpn);
-}
-
-/// Writes an error CQE for the WQE at `index` and moves the QP to error.
-pub(super) fn fail(core: &mut Core, qpn: u32, index: u16, opcode: u8, syndrome: CqeSyndrome) {
-    add(&core.counters.error_cqes, 1);
-    count(core, qpn, |c| &mut c.req_cqe_error);
-    match syndrome {
-        CqeSyndrome::LocalLength => count(core, qpn, |c| &mut c.req_local_length_error),
-        CqeSyndrome::LocalProtection => count(core, qpn, |c| &mut c.req_local_protection),
-        CqeSyndrome::RetryExceeded => count(core, qpn, |c| &mut c.req_transport_retries_exceeded),
-        _ => {}
-    }
-    let side = ErrorSide::Requester { wqe_opcode: opcode };
-    post_error_cqe(core, qpn, index, syndrome, side);
-    enter_error(core, qpn, None);
-}
-
-/// WQEs a response (READ data, atomic original value) completes, rather than an ACK.
-pub(super) fn expects_response(opcode: u8) -> bool {
-    matches!(
-        opcode,
-        opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA
-    )
 }
 
 /// A READ response packet (`opcode`, `psn`, payload `data`) or an atomic acknowledgement
@@ -433,7 +263,7 @@ fn scatter_local(
             true,
             |iova, off, bytes| {
                 core.dma_write(iova, &now[off as usize..(off + bytes) as usize])
-                    .map_err(|_| crate::fw::mkey::KeyFault::Bounds)
+                    .map_err(|_| crate::translate::KeyFault::Bounds)
             },
         )
         .map_err(|_| CqeSyndrome::LocalProtection)?;

@@ -21,9 +21,9 @@ use super::responder_recv::{
     receive_available, responder_cqe, responder_error, scatter, take_receive,
 };
 use crate::counters::add;
-use crate::fw::mkey::{check_remote, translate_remote, KeyFault, RemoteAccess};
-use crate::fw::Core;
+use crate::function::Core;
 use crate::objects::rc::{Owed, WriteInProgress};
+use crate::translate::{check_remote, translate_remote, KeyFault, RemoteAccess};
 use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome};
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::qp::service_type;

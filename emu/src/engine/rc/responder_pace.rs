@@ -8,9 +8,9 @@
 use super::packet::{aeth, bth_opcode, build_frame, mtu_bytes, Transport, ACKNOWLEDGE, PSN_MASK};
 use super::qp_error::enter_error;
 use crate::counters::add;
-use crate::fw::mkey::{translate_remote, KeyFault, RemoteAccess};
-use crate::fw::Core;
+use crate::function::Core;
 use crate::objects::rc::Owed;
+use crate::translate::{translate_remote, KeyFault, RemoteAccess};
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::qp::state;
 use std::time::Duration;

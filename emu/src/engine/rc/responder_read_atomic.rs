@@ -9,9 +9,9 @@ use super::packet::{aeth, bth_opcode, mtu_bytes, ATOMIC_ETH_LEN, PSN_MASK, RETH_
 use super::responder::{message_done, send_ack, Outcome};
 use super::responder_pace::owe;
 use crate::counters::add;
-use crate::fw::mkey::{check_remote, translate_remote, KeyFault, RemoteAccess};
-use crate::fw::Core;
+use crate::function::Core;
 use crate::objects::rc::{Answered, Owed};
+use crate::translate::{check_remote, translate_remote, KeyFault, RemoteAccess};
 
 /// The RETH of a READ request: virtual address, rkey, DMA length.
 fn reth(rest: &[u8]) -> Option<(u64, u32, u32)> {

@@ -5,10 +5,10 @@
 use super::count;
 use super::qp_error::{post_cqe, post_error_cqe, ErrorSide};
 use crate::counters::add;
-use crate::fw::mkey::{translate, KeyFault};
-use crate::fw::Core;
+use crate::function::Core;
 use crate::objects::rc::{RcReceive, ReceiveInProgress};
 use crate::objects::QState;
+use crate::translate::{translate, KeyFault};
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome};
 use cxdirect_hw::wqe::{DataSeg, SrqNextSeg, INVALID_LKEY, WQE_DS};
 

@@ -3,7 +3,7 @@
 //! error state (a send WQE failed).
 
 use crate::counters::add;
-use crate::fw::Core;
+use crate::function::Core;
 use crate::objects::rc::RcReceive;
 use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome, ErrCqe};
 use cxdirect_hw::qp::state;
@@ -115,7 +115,7 @@ pub(super) fn flush_sends(core: &mut Core, qpn: u32) {
     }
     while index != pi {
         let mut bb = [0u8; WQE_BB];
-        if super::send::read_bb(core, qpn, index, &mut bb).is_err() {
+        if read_bb(core, qpn, index, &mut bb).is_err() {
             break;
         }
         let (op, ds) = CtrlSeg::new(&bb[..16]).map_or((0, 0), |c| (c.opcode(), c.ds()));
@@ -132,4 +132,14 @@ pub(super) fn flush_sends(core: &mut Core, qpn: u32) {
 pub(super) fn span(ds: usize, index: u16, pi: u16) -> u16 {
     let bbs = u16::try_from(wqe::wqebbs(ds)).unwrap_or(u16::MAX);
     bbs.clamp(1, pi.wrapping_sub(index).max(1))
+}
+
+/// Reads WQEBB `bb` of datagram QP `qpn`'s send ring into `out` (one WQEBB).
+pub(super) fn read_bb(core: &Core, qpn: u32, bb: u16, out: &mut [u8]) -> Result<(), ()> {
+    let qp = core.res.ud_qps.get(qpn).ok_or(())?;
+    let log_sq = qp.log_sq_size.ok_or(())?;
+    let slot = u64::from(bb) & ((1u64 << log_sq) - 1);
+    let offset = qp.receive.ring_bytes() + slot * WQE_BB as u64;
+    let addr = qp.buf.addr(offset).ok_or(())?;
+    core.dma_read(addr, out).map_err(|_| ())
 }

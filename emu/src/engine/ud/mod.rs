@@ -14,7 +14,7 @@ pub(crate) mod send;
 
 pub(crate) use completion::flush_on_error;
 pub(crate) use receive::receive;
-pub(crate) use send::{doorbell, UdScratch};
+pub(crate) use send::doorbell;
 
 /// BTH opcode of a UD SEND in one packet (IBA: the UD opcode group 0x60 plus SEND_ONLY).
 pub(crate) const UD_SEND_ONLY: u8 = 0x64;

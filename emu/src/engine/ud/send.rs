@@ -13,13 +13,14 @@
 //! above the path MTU) completes in error and puts the send queue in the send queue error
 //! state (IBA 10.3.1 for UD): the WQEs after it are flushed, receives go on.
 
-use super::completion::{flush_sends, post_cqe, post_error_cqe, span, Side};
+use super::completion::{flush_sends, post_cqe, post_error_cqe, read_bb, span, Side};
 use super::{DETH_LEN, UD_SEND_ONLY, UD_SEND_ONLY_IMM};
 use crate::counters::add;
 use crate::engine::roce::{
     build_routed, mtu_bytes, source, Route, Transport, BTH_LEN, ICRC_LEN, PSN_MASK,
 };
-use crate::fw::Core;
+use crate::function::Core;
+use crate::objects::queue_state::UdScratch;
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome};
 use cxdirect_hw::qp::{service_type, state};
 use cxdirect_hw::wqe::{self, opcode, CtrlSeg, DatagramSeg, QKEY_FROM_QP, WQE_BB, WQE_DS};
@@ -31,15 +32,6 @@ const DEFAULT_UDP_SPORT: u16 = 0xc000;
 /// Bytes of a RoCE v2 UD packet around its payload on an Ethernet port: Ethernet, IPv6 (the
 /// larger), UDP, BTH, DETH, immediate and ICRC.
 const UD_OVERHEAD: usize = 14 + 40 + 8 + BTH_LEN + DETH_LEN + 4 + ICRC_LEN;
-
-/// Reusable buffers of the UD transport.
-#[derive(Default)]
-pub(crate) struct UdScratch {
-    wqe: Vec<u8>,
-    message: Vec<u8>,
-    payload: Vec<u8>,
-    frame: Vec<u8>,
-}
 
 /// Send doorbell for datagram QP `qpn` on UAR `uar`: executes every WQE posted since the last
 /// one (a QP in error, or whose send queue is, flushes them instead).
@@ -57,16 +49,6 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, qpn: u32) {
         state::ERR | state::SQER => flush_sends(core, qpn),
         _ => add(&core.counters.bad_doorbells, 1),
     }
-}
-
-/// Reads WQEBB `bb` of datagram QP `qpn`'s send ring into `out` (one WQEBB).
-pub(super) fn read_bb(core: &Core, qpn: u32, bb: u16, out: &mut [u8]) -> Result<(), ()> {
-    let qp = core.res.ud_qps.get(qpn).ok_or(())?;
-    let log_sq = qp.log_sq_size.ok_or(())?;
-    let slot = u64::from(bb) & ((1u64 << log_sq) - 1);
-    let offset = qp.receive.ring_bytes() + slot * WQE_BB as u64;
-    let addr = qp.buf.addr(offset).ok_or(())?;
-    core.dma_read(addr, out).map_err(|_| ())
 }
 
 /// A WQE that failed: its opcode and the syndrome of its error CQE.
@@ -154,7 +136,7 @@ fn execute(
     let qp = core.res.ud_qps.get(qpn).ok_or(bad)?;
     let (pd, service, qp_q_key, psn) = (qp.pd, qp.service, qp.q_key, qp.next_send_psn);
     // mlx5_ib gives UD QPs MTU 4096 and QP1 256 in the context; the port may carry less.
-    let port_mtu = crate::fw::qp::port_max_mtu(core);
+    let port_mtu = crate::function::hca::port_max_mtu(core);
     let max = mtu_bytes(qp.mtu.min(port_mtu).max(1))
         .min(core.port.max_frame().saturating_sub(UD_OVERHEAD));
     let Some((src_gid, src_mac)) = source(core, av.sgid_index()) else {

@@ -1,0 +1,219 @@
+//! The capability set the model reports: maximum and current pages, built from the model's
+//! limits. QUERY_HCA_CAP and SET_HCA_CAP (`fw::caps`) read and change it; the engines read the
+//! current values they act on (the atomic result order).
+
+use crate::config::EmuConfig;
+use cxdirect_hw::caps::{
+    atomic_endianness, atomic_ops, port_type, wqe_inline_mode, AtomicCaps, CmdHcaCap,
+    FlowTableNicCap, PerProtocolNetworkingOffloadCaps, ATOMIC_SIZE_QP_8_BYTES,
+};
+
+use crate::objects::limits::{
+    LOG_BF_REG_SIZE, LOG_MAX_CQ_SZ, LOG_MAX_EQ, LOG_MAX_EQ_SZ, LOG_MAX_FT_SIZE,
+    LOG_MAX_KLM_LIST_SIZE, LOG_MAX_LSO, LOG_MAX_MRW_SZ, LOG_MAX_MSG, LOG_MAX_QP, LOG_MAX_RA_QP,
+    LOG_MAX_RQT_SIZE, LOG_MAX_WQ_SZ, LOG_MAX_XRCD, MAX_Q_COUNTERS, MAX_WQE_SZ_RQ, MAX_WQE_SZ_SQ,
+    ROCE_ADDRESS_TABLE_SIZE,
+};
+use crate::objects::queue_state::MAX_SESSION;
+use cxdirect_hw::roce::{l3_type_cap, roce_version_cap, RoceCap, ROCE_V2_UDP_DPORT};
+
+/// Deepest flow table level the model accepts (Linux's kernel namespace starts at level 12).
+pub(crate) const MAX_FT_LEVEL: u8 = 64;
+/// Log2 of the number of flow tables (the size of the model's flow table table).
+pub(crate) const LOG_MAX_FT_NUM: u8 = 10;
+/// Log2 of the number of destinations of one flow entry.
+pub(crate) const LOG_MAX_FLOW_DESTINATION: u8 = 6;
+/// Log2 of the number of flow entries.
+pub(crate) const LOG_MAX_FLOW: u8 = 16;
+
+/// Maximum and current capability pages.
+#[derive(Debug)]
+pub(crate) struct CapSet {
+    pub max_general: [u8; 0x100],
+    pub current_general: [u8; 0x100],
+    pub ethernet: [u8; 0x100],
+    /// NIC flow table capabilities: receive tables only, chained by forwarding entries and
+    /// table misses, with a settable root; no counters and no in-place modification.
+    pub flow_table: Box<[u8; 0x1000]>,
+    /// RoCE capabilities, maximum and current (`sw_r_roce_src_udp_port` is off until
+    /// SET_HCA_CAP turns it on); reported only with [`EmuConfig::roce`].
+    pub max_roce: [u8; 0x100],
+    pub current_roce: [u8; 0x100],
+    /// Atomic capabilities, maximum and current: 8-byte compare-and-swap and fetch-and-add on
+    /// RC QPs, the requester's result order settable (big-endian until SET_HCA_CAP asks for
+    /// the host's); reported with [`EmuConfig::roce`].
+    pub max_atomic: [u8; 0x100],
+    pub current_atomic: [u8; 0x100],
+    pub context_slot: Option<crate::objects::Slot>,
+}
+
+impl CapSet {
+    pub fn new(cfg: &EmuConfig) -> Self {
+        let mut g = CmdHcaCap::zeroed();
+        g.set_log_max_cq_sz(LOG_MAX_CQ_SZ)
+            .set_log_max_cq(16)
+            .set_log_max_eq_sz(LOG_MAX_EQ_SZ)
+            .set_log_max_eq(LOG_MAX_EQ)
+            .set_log_max_mkey(16)
+            .set_log_max_mrw_sz(LOG_MAX_MRW_SZ)
+            .set_log_max_klm_list_size(LOG_MAX_KLM_LIST_SIZE)
+            .set_log_max_qp_sz(LOG_MAX_WQ_SZ)
+            .set_log_max_qp(LOG_MAX_QP)
+            .set_log_max_ra_req_qp(LOG_MAX_RA_QP)
+            .set_log_max_ra_res_qp(LOG_MAX_RA_QP)
+            .set_roce(cfg.roce)
+            // Linux's mlx5_ib refuses a RoCE port without XRC domains; XRC QPs are refused.
+            .set_xrc(cfg.roce)
+            // RC atomics (compare-and-swap, fetch-and-add) are executed by the responder.
+            .set_atomic(cfg.roce)
+            .set_log_max_xrcd(if cfg.roce { LOG_MAX_XRCD } else { 0 })
+            // UMR WQEs are executed (the REG_UMR QP, fast registration and local invalidation
+            // on RC QPs: `engine::umr`), but loading translations by UMR is not advertised:
+            // with it, Linux's mlx5_ib fills an mkey cache of thousands of free keys at probe by
+            // asynchronous CREATE_MKEYs and registers user memory through UMR, which Linux's
+            // RDMA programs in the rig could not do on the model (docs/linux-rdma.md). With the
+            // bit set, mlx5_ib registers by CREATE_MKEY with the translation list
+            // (`mlx5r_umr_can_load_pas`) and keeps no cache. The list pointer may use the
+            // reserved lkey (Linux's `local_dma_lkey`).
+            .set_umr_modify_entity_size_disabled(true)
+            .set_umr_modify_atomic_disabled(true)
+            .set_umr_ptr_rlky(true)
+            // QUERY_VPORT_COUNTER is answered: mlx5_ib serves the RDMA core's performance
+            // management queries (port counters) from it instead of a MAD_IFC.
+            .set_vport_counters(true)
+            .set_log_max_srq_sz(LOG_MAX_WQ_SZ)
+            .set_log_max_srq(12)
+            .set_max_indirection(16)
+            .set_end_pad(true)
+            .set_nic_flow_table(true)
+            .set_port_type(port_type::ETHERNET)
+            .set_num_ports(1)
+            .set_log_max_msg(LOG_MAX_MSG)
+            .set_max_tc(8)
+            .set_cqe_version(1)
+            .set_cmdif_checksum(3)
+            .set_wq_signature(false)
+            .set_eth_net_offloads(true)
+            .set_cq_oi(true)
+            .set_cq_moderation(true)
+            .set_pg(false)
+            .set_block_lb_mc(true)
+            .set_uar_4k(true)
+            .set_uar_sz(5)
+            .set_log_pg_sz(12)
+            .set_bf(true)
+            .set_driver_version(true)
+            .set_log_bf_reg_size(LOG_BF_REG_SIZE)
+            .set_max_wqe_sz_sq(MAX_WQE_SZ_SQ)
+            .set_max_wqe_sz_rq(MAX_WQE_SZ_RQ)
+            .set_log_max_transport_domain(16)
+            .set_log_max_pd(16)
+            .set_log_max_rq(16)
+            .set_log_max_sq(16)
+            .set_log_max_tir(12)
+            .set_log_max_tis(12)
+            .set_basic_cyclic_rcv_wqe(true)
+            .set_log_max_rmp(12)
+            .set_max_qp_cnt(MAX_Q_COUNTERS)
+            .set_modify_rq_counter_set_id(true)
+            .set_log_max_rqt(12)
+            .set_log_max_rqt_size(LOG_MAX_RQT_SIZE)
+            .set_log_max_tis_per_sq(0)
+            .set_log_max_wq_sz(LOG_MAX_WQ_SZ)
+            .set_log_max_current_uc_list(4)
+            .set_log_max_current_mc_list(8)
+            .set_log_max_vlan_list(8)
+            .set_num_of_uars_per_page(1)
+            .set_cqe_compression(true)
+            .set_striding_rq(cfg.striding_rq)
+            .set_log_min_stride_sz_rq(cxdirect_hw::wq::striding::LOG_STRIDE_BYTES_BASE)
+            .set_log_max_stride_sz_rq(cxdirect_hw::wq::striding::MAX_LOG_STRIDE_BYTES)
+            .set_cqe_compression_max_num(MAX_SESSION)
+            .set_device_frequency_khz(1_000_000);
+        let mut max_general = [0u8; 0x100];
+        max_general.copy_from_slice(g.as_bytes());
+        g.set_cmdif_checksum(0);
+        let mut current_general = [0u8; 0x100];
+        current_general.copy_from_slice(g.as_bytes());
+
+        let mut e = PerProtocolNetworkingOffloadCaps::zeroed();
+        e.set_csum_cap(true)
+            .set_vlan_cap(true)
+            .set_wqe_vlan_insert(true)
+            .set_self_lb_en_modifiable(true)
+            .set_max_lso_cap(if cfg.lso { LOG_MAX_LSO } else { 0 })
+            .set_multi_pkt_send_wqe(0)
+            .set_enhanced_multi_pkt_send_wqe(cfg.multi_packet_send)
+            .set_wqe_inline_mode(wqe_inline_mode::NOT_REQUIRED)
+            .set_rss_ind_tbl_cap(LOG_MAX_RQT_SIZE);
+        let mut ethernet = [0u8; 0x100];
+        let n = e.as_bytes().len().min(0x100);
+        ethernet[..n].copy_from_slice(&e.as_bytes()[..n]);
+        let mut f = FlowTableNicCap::zeroed();
+        f.flow_table_properties_nic_receive_mut()
+            .set_ft_support(true)
+            .set_modify_root(true)
+            .set_log_max_ft_size(LOG_MAX_FT_SIZE)
+            .set_max_ft_level(MAX_FT_LEVEL)
+            .set_log_max_ft_num(LOG_MAX_FT_NUM)
+            .set_log_max_destination(LOG_MAX_FLOW_DESTINATION)
+            .set_log_max_flow(LOG_MAX_FLOW);
+        let mut flow_table = Box::new([0u8; 0x1000]);
+        flow_table.copy_from_slice(f.as_bytes());
+        let mut r = RoceCap::zeroed();
+        r.set_sw_r_roce_src_udp_port(true)
+            .set_fl_rc_qp_when_roce_disabled(true)
+            .set_fl_rc_qp_when_roce_enabled(true)
+            .set_qp_ts_format(1)
+            .set_l3_type(l3_type_cap::IPV4 | l3_type_cap::IPV6)
+            .set_roce_version(roce_version_cap::V2)
+            .set_r_roce_dest_udp_port(ROCE_V2_UDP_DPORT)
+            .set_r_roce_min_src_udp_port(0xc000)
+            .set_r_roce_max_src_udp_port(0xffff)
+            .set_roce_address_table_size(ROCE_ADDRESS_TABLE_SIZE);
+        let mut max_roce = [0u8; 0x100];
+        max_roce.copy_from_slice(r.as_bytes());
+        r.set_sw_r_roce_src_udp_port(false);
+        let mut current_roce = [0u8; 0x100];
+        current_roce.copy_from_slice(r.as_bytes());
+        let mut a = AtomicCaps::zeroed();
+        a.set_supported_atomic_req_8b_endianness_mode_1(true)
+            .set_atomic_operations(atomic_ops::CMP_SWAP | atomic_ops::FETCH_ADD)
+            .set_atomic_size_qp(ATOMIC_SIZE_QP_8_BYTES)
+            .set_atomic_size_dc(ATOMIC_SIZE_QP_8_BYTES);
+        let mut current_atomic = [0u8; 0x100];
+        current_atomic.copy_from_slice(a.as_bytes());
+        a.set_atomic_req_8b_endianness_mode(atomic_endianness::HOST);
+        let mut max_atomic = [0u8; 0x100];
+        max_atomic.copy_from_slice(a.as_bytes());
+        Self {
+            max_atomic,
+            current_atomic,
+            max_general,
+            current_general,
+            ethernet,
+            flow_table,
+            max_roce,
+            current_roce,
+            context_slot: None,
+        }
+    }
+
+    /// The current general capabilities.
+    pub fn general(&self) -> CmdHcaCap<&[u8]> {
+        CmdHcaCap::new(&self.current_general[..]).expect("capability page has the layout's size")
+    }
+
+    /// True when the driver turned command-interface checksums on.
+    pub fn checksums_on(&self) -> bool {
+        self.general().cmdif_checksum() != 0
+    }
+
+    /// True when requesters write an atomic's original value in the host's (little-endian)
+    /// order, as Linux's mlx5_core asks; false for network order.
+    pub fn atomic_result_host_order(&self) -> bool {
+        AtomicCaps::new(&self.current_atomic[..])
+            .map(|a| a.atomic_req_8b_endianness_mode() == atomic_endianness::HOST)
+            .unwrap_or(false)
+    }
+}

@@ -1,0 +1,216 @@
+//! The function's life-cycle and health state (what the init segment shows) and its port and
+//! vport state. The HCA commands that change them are the firmware's (`fw::hca`).
+
+use super::command_error::{bad_sys_state, CmdError, CmdResult};
+use super::{Core, EngineRequests};
+use crate::config::EmuConfig;
+use cxdirect_hw::cmd::Opcode;
+use cxdirect_hw::eqe::{port_change, EventType};
+use cxdirect_hw::hca::DRIVER_VERSION_BYTES;
+use cxdirect_hw::qp::mtu;
+use std::time::{Duration, Instant};
+
+/// Bytes of a RoCE v2 packet around its payload on an Ethernet port: Ethernet header, IPv6
+/// header (the larger), UDP, BTH and ICRC. A path MTU must fit the port's frame with these.
+const ROCE_V2_OVERHEAD: usize = 14 + 40 + 8 + 12 + 4;
+
+/// Where the function is in its life cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HcaState {
+    /// After reset: only ENABLE_HCA is accepted.
+    Disabled,
+    /// Enabled, not yet initialized: ISSI, pages, capabilities, INIT_HCA.
+    Enabled,
+    /// Initialized: objects may be created.
+    Initialized,
+    /// Torn down: pages may be reclaimed, then DISABLE_HCA.
+    TornDown,
+}
+
+/// Life-cycle and health state.
+#[derive(Debug)]
+pub(crate) struct Hca {
+    pub state: HcaState,
+    pub issi: u16,
+    pub reset_at: Instant,
+    init_delay: Option<Duration>,
+    health_tick: Duration,
+    /// Fatal health syndrome and the health counter value frozen at the failure.
+    fatal: Option<(u8, u32)>,
+    /// The health counter stops advancing (a hung firmware) without a syndrome.
+    pub health_stalled: Option<u32>,
+    /// Every init-segment read returns all-ones and commands go unanswered (the function fell
+    /// off the bus), until a function reset.
+    pub unresponsive: bool,
+    pub caps: super::caps::CapSet,
+    pub cmdq_addr: u64,
+    pub last_error: Option<CmdError>,
+    /// Pages lost because DISABLE_HCA came before they were reclaimed.
+    pub pages_leaked: u64,
+    /// The text SET_DRIVER_VERSION gave last (NUL-padded).
+    pub driver_version: [u8; DRIVER_VERSION_BYTES],
+}
+
+impl Hca {
+    pub fn new(cfg: &EmuConfig) -> Self {
+        Self {
+            state: HcaState::Disabled,
+            issi: 0,
+            reset_at: Instant::now(),
+            init_delay: cfg.init_delay,
+            health_tick: cfg.health_tick.max(Duration::from_micros(1)),
+            fatal: None,
+            health_stalled: None,
+            unresponsive: false,
+            caps: super::caps::CapSet::new(cfg),
+            cmdq_addr: 0,
+            last_error: None,
+            pages_leaked: 0,
+            driver_version: [0; DRIVER_VERSION_BYTES],
+        }
+    }
+
+    /// True while `initializing` reads set.
+    pub fn initializing(&self) -> bool {
+        match self.init_delay {
+            None => true,
+            Some(delay) => self.reset_at.elapsed() < delay,
+        }
+    }
+
+    /// The health counter as the init segment shows it.
+    pub fn health_counter(&self) -> u32 {
+        if let Some((_, frozen)) = self.fatal {
+            return frozen;
+        }
+        if let Some(frozen) = self.health_stalled {
+            return frozen;
+        }
+        (self.reset_at.elapsed().as_nanos() / self.health_tick.as_nanos()) as u32 & 0x00ff_ffff
+    }
+
+    /// Nanoseconds since reset: the internal timer.
+    pub fn internal_timer(&self) -> u64 {
+        self.reset_at.elapsed().as_nanos() as u64
+    }
+
+    pub fn failed(&self) -> bool {
+        self.fatal.is_some() || self.unresponsive
+    }
+
+    pub fn health_syndrome(&self) -> u8 {
+        self.fatal.map(|(s, _)| s).unwrap_or(0)
+    }
+
+    /// Enters the fatal state: the health buffer shows `syndrome`, the counter stops, and the
+    /// command interface stops answering.
+    pub fn set_fatal(&mut self, syndrome: u8) {
+        if self.fatal.is_none() {
+            let counter = self.health_counter();
+            self.fatal = Some((syndrome, counter));
+        }
+    }
+
+    /// Refuses commands the current state does not allow.
+    pub fn check_allowed(&self, op: Opcode) -> CmdResult {
+        use Opcode::*;
+        let ok = match self.state {
+            HcaState::Disabled => matches!(op, EnableHca | Nop),
+            HcaState::Enabled => matches!(
+                op,
+                DisableHca
+                    | QueryIssi
+                    | SetIssi
+                    | QueryPages
+                    | ManagePages
+                    | QueryHcaCap
+                    | SetHcaCap
+                    | AccessReg
+                    | InitHca
+                    | Nop
+            ),
+            HcaState::Initialized => !matches!(op, EnableHca | SetIssi | SetHcaCap | InitHca),
+            HcaState::TornDown => matches!(op, DisableHca | QueryPages | ManagePages | Nop),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(bad_sys_state(
+                "command not allowed in the HCA's current state",
+            ))
+        }
+    }
+}
+
+/// Port and vport state.
+#[derive(Debug)]
+pub(crate) struct PortState {
+    pub admin_up: bool,
+    pub oper_up: bool,
+    pub max_mtu: u16,
+    pub admin_mtu: u16,
+    pub mac: u64,
+    pub vport_mtu: u16,
+    pub promisc_uc: bool,
+    pub promisc_mc: bool,
+    pub promisc_all: bool,
+    pub roce_en: bool,
+    /// Global pause settings (PFCC): kept and reported; the wire never sends pause frames.
+    pub pause_tx: bool,
+    pub pause_rx: bool,
+    /// Per-priority flow control settings (PFCC), one bit per priority.
+    pub pfc_tx: u8,
+    pub pfc_rx: u8,
+}
+
+impl PortState {
+    pub fn new(cfg: &EmuConfig) -> Self {
+        let mac = cfg.mac.iter().fold(0u64, |acc, b| acc << 8 | u64::from(*b));
+        Self {
+            admin_up: true,
+            oper_up: false,
+            max_mtu: (cfg.max_frame + 4).min(u16::MAX as usize) as u16,
+            admin_mtu: 1522,
+            mac,
+            vport_mtu: 1522,
+            promisc_uc: false,
+            promisc_mc: false,
+            promisc_all: false,
+            roce_en: false,
+            pause_tx: false,
+            pause_rx: false,
+            pfc_tx: 0,
+            pfc_rx: 0,
+        }
+    }
+
+    /// Largest frame (without FCS) the port sends or accepts now.
+    pub fn max_frame(&self) -> usize {
+        usize::from(self.admin_mtu).saturating_sub(4)
+    }
+}
+
+/// The largest path MTU code the port carries.
+pub(crate) fn port_max_mtu(core: &Core) -> u8 {
+    let frame = core.port.max_frame();
+    (mtu::MTU_256..=mtu::MTU_4096)
+        .rev()
+        .find(|&code| (128usize << code) + ROCE_V2_OVERHEAD <= frame)
+        .unwrap_or(0)
+}
+
+/// Sets the port's operational state, posting a PORT_CHANGE event on a change.
+pub(crate) fn set_oper(core: &mut Core, up: bool) {
+    if core.port.oper_up == up {
+        return;
+    }
+    core.port.oper_up = up;
+    let mut data = [0u8; 28];
+    data[8] = 1 << 4; // port 1, upper nibble
+    let sub = if up {
+        port_change::ACTIVE
+    } else {
+        port_change::DOWN
+    };
+    core.post_async_event(EventType::PortChange, sub, &data);
+}

@@ -1,0 +1,171 @@
+//! The PCI function's whole state behind its lock ([`Core`]): the firmware's life-cycle, page
+//! and capability state, the object tables, and the queue engines' scratch and held work.
+//!
+//! Both the firmware (`fw`, the commands) and the queue engines (`engine`, the data path) work
+//! on this state; it names neither. The engines never name the firmware; the firmware drives
+//! the engines where a command must (flushing a QP it moves to the error state), and asks the
+//! rest of them through [`EngineRequests`], which the engines implement for [`Core`].
+
+pub(crate) mod caps;
+pub(crate) mod command_error;
+pub(crate) mod hca;
+pub(crate) mod pages;
+pub(crate) mod pending_answer;
+
+use crate::config::EmuConfig;
+use crate::counters::{add, Counters, QueueCounterTable};
+use crate::dma::{DmaError, Iommu};
+use crate::irq::InterruptSink;
+use crate::objects::queue_state::{LateWrite, RcScratch, ReceiveScratch, SendScratch, UdScratch};
+use crate::objects::{Resources, WorkQueue};
+use crate::wire::Wire;
+use cxdirect_hw::eqe::EventType;
+use std::sync::Arc;
+
+/// What the firmware asks of the queue engines while it executes a command. The engines
+/// implement it for [`Core`], so the firmware reaches them without naming them.
+pub(crate) trait EngineRequests {
+    /// Posts an event to the EQ subscribed to its type (the async EQ), if any.
+    fn post_async_event(&mut self, event: EventType, sub_type: u8, data: &[u8; 28]);
+
+    /// Writes every compressed session the receive pass left open, so that a command sees, and
+    /// may destroy, CQs with every completion taken so far written.
+    fn flush_completions(&mut self);
+
+    /// Lands the receive writes still in flight for RQ `rqn` (every RQ when `None`), with their
+    /// completions, as hardware finishes in-flight DMA before a queue changes state or goes
+    /// away. Returns how many landed.
+    fn land_late_writes(&mut self, rqn: Option<u32>) -> usize;
+
+    /// Moves every RQ that draws from RMP `rmpn` to the error state.
+    fn rmp_rqs_enter_error(&mut self, rmpn: u32);
+
+    /// Posted receive WQEs of `wq`: its doorbell record counter less what the device took;
+    /// `None` when the record cannot be read or claims more than the ring holds.
+    fn posted_wqes(&self, wq: &WorkQueue) -> Option<u16>;
+}
+
+/// Everything behind the function's lock: firmware state, objects and engine state.
+pub(crate) struct Core {
+    pub cfg: EmuConfig,
+    pub iommu: Arc<Iommu>,
+    pub counters: Arc<Counters>,
+    pub queue_counters: QueueCounterTable,
+    pub hca: hca::Hca,
+    pub pages: pages::Pages,
+    pub res: Resources,
+    pub port: hca::PortState,
+    pub bus_master: bool,
+    pub sink: Option<Arc<dyn InterruptSink>>,
+    pub msix_enabled: bool,
+    pub wire: Option<(Arc<Wire>, crate::wire::PortId)>,
+    /// Scratch buffers of the send engine, reused for every WQE.
+    pub send_scratch: SendScratch,
+    /// Scratch buffers of the RC requester and responder, reused for every message.
+    pub rc_scratch: RcScratch,
+    /// Reusable buffers of the UD transport.
+    pub ud_scratch: UdScratch,
+    /// Where the receive engine reads each WQE, reused so a frame costs no zeroing.
+    pub receive_scratch: ReceiveScratch,
+    /// Faults armed by tests and the fault matrix.
+    pub faults: crate::faults::Faults,
+    /// Receives whose payload write is still in flight ([`crate::Fault::LateReceive`]).
+    pub late_writes: Vec<LateWrite>,
+    /// Commands whose answer is held back ([`crate::Fault::LateCommand`]).
+    pub late_commands: Vec<pending_answer::PendingAnswer>,
+    /// CQs holding an open compressed session, written when the receive pass ends.
+    pub open_sessions: Vec<u32>,
+}
+
+impl Core {
+    pub fn new(cfg: EmuConfig, iommu: Arc<Iommu>, counters: Arc<Counters>) -> Self {
+        let port = hca::PortState::new(&cfg);
+        Self {
+            hca: hca::Hca::new(&cfg),
+            pages: pages::Pages::default(),
+            res: Resources::new(&cfg),
+            port,
+            cfg,
+            iommu,
+            counters,
+            queue_counters: QueueCounterTable::default(),
+            bus_master: false,
+            sink: None,
+            msix_enabled: false,
+            wire: None,
+            send_scratch: Default::default(),
+            rc_scratch: Default::default(),
+            ud_scratch: Default::default(),
+            receive_scratch: Default::default(),
+            faults: Default::default(),
+            late_writes: Vec::new(),
+            late_commands: Vec::new(),
+            open_sessions: Vec::new(),
+        }
+    }
+
+    /// The function's name in the model's log: its MAC address.
+    pub fn port_name(&self) -> String {
+        let m = self.cfg.mac;
+        format!(
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            m[0], m[1], m[2], m[3], m[4], m[5]
+        )
+    }
+
+    /// Function-level reset: every object and page dropped, back to initializing.
+    pub fn reset(&mut self) {
+        self.hca = hca::Hca::new(&self.cfg);
+        self.pages = pages::Pages::default();
+        self.res = Resources::new(&self.cfg);
+        self.port = hca::PortState::new(&self.cfg);
+        self.queue_counters.clear();
+        self.faults.clear();
+        // A reset stops the function's DMA: writes still in flight never land.
+        self.late_writes.clear();
+        self.late_commands.clear();
+        self.open_sessions.clear();
+        self.bus_master = false;
+        self.msix_enabled = false;
+    }
+
+    /// A device read of host memory: refused while bus mastering is off.
+    pub fn dma_read(&self, iova: u64, buf: &mut [u8]) -> Result<(), DmaError> {
+        if !self.bus_master {
+            add(&self.counters.dma_faults, 1);
+            return Err(DmaError::BusMasterDisabled);
+        }
+        self.iommu
+            .read(iova, buf)
+            .inspect_err(|_| add(&self.counters.dma_faults, 1))
+    }
+
+    /// A device write to host memory: refused while bus mastering is off.
+    pub fn dma_write(&self, iova: u64, data: &[u8]) -> Result<(), DmaError> {
+        if !self.bus_master {
+            add(&self.counters.dma_faults, 1);
+            return Err(DmaError::BusMasterDisabled);
+        }
+        self.iommu
+            .write(iova, data)
+            .inspect_err(|_| add(&self.counters.dma_faults, 1))
+    }
+
+    /// Reads a big-endian 32-bit word of host memory.
+    pub fn dma_read_be32(&self, iova: u64) -> Result<u32, DmaError> {
+        let mut word = [0u8; 4];
+        self.dma_read(iova, &mut word)?;
+        Ok(u32::from_be_bytes(word))
+    }
+
+    /// Signals MSI-X vector `vector` if MSI-X is enabled and a sink is attached.
+    pub fn signal(&self, vector: u16) {
+        match (&self.sink, self.msix_enabled) {
+            (Some(sink), true) if vector < self.cfg.msix_vectors => {
+                add(&self.counters.interrupts, 1);
+                sink.signal(vector);
+            }
+            _ => add(&self.counters.interrupts_suppressed, 1),
+        }
+    }
+}

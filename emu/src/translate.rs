@@ -1,0 +1,259 @@
+//! Memory key translation: turning a key-relative address into IOVAs, with protection-domain,
+//! bounds and access checks, and the geometry of a key's translation table. The data path
+//! (`engine`) translates every gather, scatter and remote access through it; the firmware's
+//! CREATE_MKEY (`fw::mkey`) checks the tables it is given against the same geometry.
+
+use crate::function::Core;
+use crate::objects::Mkey;
+use cxdirect_hw::mkey::{MKC_ACCESS_MODE_KLM, MKC_ACCESS_MODE_PA, MTT_READ, MTT_WRITE};
+
+/// The reserved lkey the model reports in QUERY_SPECIAL_CONTEXTS: addresses through it are
+/// IOVAs, checked only by the IOMMU. Memory key index 2 is never handed out, and the value differs
+/// from the invalid lkey (0x100) that ends receive scatter lists.
+pub const RESERVED_LKEY: u32 = 0x200;
+
+/// Why a memory access through a key was refused: the engines turn this into an error CQE
+/// with the local protection syndrome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyFault {
+    /// No key with that index and variant.
+    NoKey,
+    /// The key belongs to another protection domain.
+    WrongPd,
+    /// The key does not grant the access.
+    Access,
+    /// The range is outside the key.
+    Bounds,
+}
+
+/// Translation entries a key may hold at most (MTT entries or KLMs): 2^22 MTT entries map
+/// 16 GiB in 4 KiB pages. A larger table is refused rather than allocated on a driver's word.
+pub(crate) const MAX_XLT_ENTRIES: usize = 1 << 22;
+
+/// Translation entries per octoword: two MTT entries, or one KLM.
+pub(crate) fn entries_per_octoword(mode: u8) -> usize {
+    if mode == MKC_ACCESS_MODE_KLM {
+        1
+    } else {
+        2
+    }
+}
+
+/// Translation entries a key of `octowords` (`translations_octword_size`) holds in `mode`,
+/// rounded up to the 64-byte unit UMR writes in (`MLX5_UMR_FLEX_ALIGNMENT`: Linux's
+/// `mlx5r_umr_update_mr_pas` pads the list it loads into a key `reg_create` sized by
+/// `get_octo_len` to 64 bytes, so a one-page key takes a four-octoword write).
+pub(crate) fn xlt_capacity(mode: u8, octowords: u32) -> Option<usize> {
+    let octowords = (octowords as usize).checked_next_multiple_of(4)?;
+    let entries = octowords.checked_mul(entries_per_octoword(mode))?;
+    (entries <= MAX_XLT_ENTRIES).then_some(entries)
+}
+
+/// Whether MTT page size `log_page` (absolute log2) is one a key can have: 4 KiB up to the 2^31
+/// the five-bit `log_page_size` field reaches (Linux's `mlx5_umem_find_best_pgsz` picks any of
+/// them, up to the largest the region's alignment allows).
+pub(crate) fn mtt_page_ok(log_page: u32) -> bool {
+    (12..=31).contains(&log_page)
+}
+
+/// Resolves `[addr, addr + len)` through key `lkey` for a queue in protection domain `pd`,
+/// calling `each(iova, offset_in_access, bytes)` for every physically contiguous piece.
+// Inlined, so that `each` (a DMA copy, on every packet's payload) is inlined into it.
+#[inline(always)]
+pub(crate) fn translate(
+    core: &Core,
+    lkey: u32,
+    pd: u32,
+    addr: u64,
+    len: u64,
+    write: bool,
+    mut each: impl FnMut(u64, u64, u64) -> Result<(), KeyFault>,
+) -> Result<(), KeyFault> {
+    if lkey == RESERVED_LKEY {
+        return each(addr, 0, len);
+    }
+    let key = core.res.mkeys.get(lkey >> 8).ok_or(KeyFault::NoKey)?;
+    if key.variant != (lkey & 0xff) as u8 || key.free {
+        return Err(KeyFault::NoKey);
+    }
+    if key.pd != pd {
+        return Err(KeyFault::WrongPd);
+    }
+    if (write && !key.local_write) || (!write && !key.local_read) {
+        return Err(KeyFault::Access);
+    }
+    let end = addr.checked_add(len).ok_or(KeyFault::Bounds)?;
+    if !key.length64 && (addr < key.start || end > key.start + key.len) {
+        return Err(KeyFault::Bounds);
+    }
+    walk(core, key, addr, len, write, each)
+}
+
+/// Writes (`write`) or reads `[addr, addr + len)` through `rkey` for a peer of an RC QP in
+/// protection domain `pd`, after [`check_remote`] granted the access: `each` as for
+/// [`translate`].
+#[inline(always)]
+pub(crate) fn translate_remote(
+    core: &Core,
+    rkey: u32,
+    pd: u32,
+    addr: u64,
+    len: u64,
+    access: RemoteAccess,
+    each: impl FnMut(u64, u64, u64) -> Result<(), KeyFault>,
+) -> Result<(), KeyFault> {
+    check_remote(core, rkey, pd, addr, len, access)?;
+    let key = core.res.mkeys.get(rkey >> 8).ok_or(KeyFault::NoKey)?;
+    walk(core, key, addr, len, access != RemoteAccess::Read, each)
+}
+
+/// Walks `[addr, addr + len)` of `key` (its range already checked), page by page.
+#[inline(always)]
+fn walk(
+    core: &Core,
+    key: &Mkey,
+    addr: u64,
+    len: u64,
+    write: bool,
+    mut each: impl FnMut(u64, u64, u64) -> Result<(), KeyFault>,
+) -> Result<(), KeyFault> {
+    if key.access_mode == MKC_ACCESS_MODE_PA {
+        return each(addr, 0, len);
+    }
+    if key.access_mode == MKC_ACCESS_MODE_KLM {
+        return walk_klm(core, key, addr, len, write, each);
+    }
+    walk_mtt(key, addr, len, write, each)
+}
+
+/// Walks `[addr, addr + len)` of KLM key `key`: its address space is its pieces end to end
+/// from `start`, each reached through the key it names: the reserved lkey (bus addresses, as
+/// kernel ULPs register with their PD's `local_dma_lkey`) or a PA or MTT key of the same PD.
+/// An indirect key never names another indirect key here.
+fn walk_klm(
+    core: &Core,
+    key: &Mkey,
+    addr: u64,
+    len: u64,
+    write: bool,
+    mut each: impl FnMut(u64, u64, u64) -> Result<(), KeyFault>,
+) -> Result<(), KeyFault> {
+    let mut offset = addr - key.start;
+    let mut done = 0u64;
+    for &(bytes, inner, address) in &key.klm {
+        if done == len {
+            break;
+        }
+        let bytes = u64::from(bytes);
+        if offset >= bytes {
+            offset -= bytes;
+            continue;
+        }
+        let piece = (bytes - offset).min(len - done);
+        let at = address.checked_add(offset).ok_or(KeyFault::Bounds)?;
+        let base = done;
+        if inner == RESERVED_LKEY {
+            each(at, base, piece)?;
+        } else {
+            let target = core.res.mkeys.get(inner >> 8).ok_or(KeyFault::NoKey)?;
+            if target.variant != inner as u8 || target.free {
+                return Err(KeyFault::NoKey);
+            }
+            if target.pd != key.pd || target.access_mode == MKC_ACCESS_MODE_KLM {
+                return Err(KeyFault::WrongPd);
+            }
+            let end = at.checked_add(piece).ok_or(KeyFault::Bounds)?;
+            if !target.length64 && (at < target.start || end > target.start + target.len) {
+                return Err(KeyFault::Bounds);
+            }
+            let mut inner_each = |iova, off, n| each(iova, base + off, n);
+            match target.access_mode {
+                MKC_ACCESS_MODE_PA => inner_each(at, 0, piece)?,
+                _ => walk_mtt(target, at, piece, write, &mut inner_each)?,
+            }
+        }
+        done += piece;
+        offset = 0;
+    }
+    if done < len {
+        return Err(KeyFault::Bounds);
+    }
+    Ok(())
+}
+
+/// [`walk`] of an MTT key (a KLM's inner key too).
+#[inline(always)]
+fn walk_mtt(
+    key: &Mkey,
+    addr: u64,
+    len: u64,
+    write: bool,
+    mut each: impl FnMut(u64, u64, u64) -> Result<(), KeyFault>,
+) -> Result<(), KeyFault> {
+    let page = 1u64 << key.log_page;
+    let base = key.start & !(page - 1);
+    let mut done = 0u64;
+    while done < len {
+        let at = addr + done;
+        let index = ((at - base) >> key.log_page) as usize;
+        let entry = *key.mtt.get(index).ok_or(KeyFault::Bounds)?;
+        // rd_en/wr_en guard the page only in page-access mode; otherwise the entry is a bare
+        // address, as Linux writes it when the device reports no `pg` capability.
+        let bit = if write { MTT_WRITE } else { MTT_READ };
+        if key.pg_access && entry & bit == 0 {
+            return Err(KeyFault::Access);
+        }
+        let in_page = at & (page - 1);
+        let piece = (page - in_page).min(len - done);
+        each((entry & !(page - 1)) + in_page, done, piece)?;
+        done += piece;
+    }
+    Ok(())
+}
+
+/// What a peer asks of a memory key through an RC QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteAccess {
+    /// RDMA READ: the key must grant remote read.
+    Read,
+    /// RDMA WRITE (and WRITE with immediate): the key must grant remote write.
+    Write,
+    /// Compare-and-swap or fetch-and-add on 8 bytes: the key must grant atomics, and the
+    /// address must be 8-byte aligned.
+    Atomic,
+}
+
+/// Checks a peer's access to `[addr, addr + len)` through `rkey` for a QP in protection domain
+/// `pd`: the key exists, is of that PD, grants `access` remotely and covers the range (the
+/// MTT entries' own read/write bits are checked when the data moves, by [`translate`]). The
+/// responder answers a refusal with a remote access error NAK; the requester then completes
+/// with [`CqeSyndrome::RemoteAccess`](cxdirect_hw::cqe::CqeSyndrome::RemoteAccess).
+pub(crate) fn check_remote(
+    core: &Core,
+    rkey: u32,
+    pd: u32,
+    addr: u64,
+    len: u64,
+    access: RemoteAccess,
+) -> Result<(), KeyFault> {
+    let key = core.res.mkeys.get(rkey >> 8).ok_or(KeyFault::NoKey)?;
+    if key.variant != (rkey & 0xff) as u8 || key.free {
+        return Err(KeyFault::NoKey);
+    }
+    if key.pd != pd {
+        return Err(KeyFault::WrongPd);
+    }
+    let granted = match access {
+        RemoteAccess::Read => key.remote_read,
+        RemoteAccess::Write => key.remote_write,
+        RemoteAccess::Atomic => key.atomic && addr % 8 == 0 && len == 8,
+    };
+    if !granted {
+        return Err(KeyFault::Access);
+    }
+    let end = addr.checked_add(len).ok_or(KeyFault::Bounds)?;
+    if !key.length64 && (addr < key.start || end > key.start + key.len) {
+        return Err(KeyFault::Bounds);
+    }
+    Ok(())
+}
