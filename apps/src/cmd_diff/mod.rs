@@ -260,10 +260,10 @@ pub fn key_of(cmd: &TracedCommand, rules: &Rules) -> String {
 }
 
 fn allow_for(rules: &Rules, key: &str, opcode: &str, field: &str) -> Option<usize> {
-    rules
-        .allow
-        .iter()
-        .position(|a| (glob(&a.command, key) || glob(&a.command, opcode)) && glob(&a.field, field))
+    rules.allow.iter().position(|a| {
+        a.commands.iter().any(|c| glob(c, key) || glob(c, opcode))
+            && a.fields.iter().any(|f| glob(f, field))
+    })
 }
 
 fn normalise_for(rules: &Rules, key: &str, opcode: &str, field: &str) -> Option<Normalise> {
@@ -308,6 +308,9 @@ fn on_lcs(a: &[String], b: &[String]) -> (Vec<bool>, Vec<bool>) {
     (ina, inb)
 }
 
+/// One field of a pair: name, Linux's value, cxdirect's, whether normalised, whether equal.
+type Verdict<'a> = (&'a str, Option<&'a Value>, Option<&'a Value>, bool, bool);
+
 /// Each field either side sets to non-zero, with both values, whether a `[[normalise]]` rule
 /// compared it for being set only, and whether the two sides agree.
 fn field_verdicts<'a>(
@@ -315,7 +318,7 @@ fn field_verdicts<'a>(
     c: &'a TracedCommand,
     key: &str,
     rules: &Rules,
-) -> Vec<(&'a str, Option<&'a Value>, Option<&'a Value>, bool, bool)> {
+) -> Vec<Verdict<'a>> {
     let mut names: Vec<&String> = l.fields.keys().chain(c.fields.keys()).collect();
     names.sort();
     names.dedup();
