@@ -565,6 +565,21 @@ fn roce_address_table_holds_ipv4_mapped_and_ipv6_gids_and_refuses_past_its_end()
         assert_eq!(entry.roce_version(), roce_version::V2);
         assert_eq!(entry.source_mac(), [0x02, 0xcd, 0, 0, 0, 1]);
     }
+    // A RoCE v1 entry: the caps list version 2 only, so mlx5_ib (mlx5_get_roce_gid_type_mask)
+    // never writes one.
+    let mut input = Host::input(Opcode::SetRoceAddress, 0, 0x30);
+    let mut cmd = SetRoceAddressIn::new(&mut input[..]).expect("layout");
+    cmd.set_roce_address_index(2);
+    cmd.roce_address_mut()
+        .set_gid(ipv6)
+        .set_source_mac([0x02, 0xcd, 0, 0, 0, 1])
+        .set_roce_l3_type(l3_type::IPV6)
+        .set_roce_version(roce_version::V1);
+    refused(
+        h.exec(&input, 16),
+        CmdStatus::BadParameter,
+        Syndrome::BadQpParams,
+    );
     // An L3 type that contradicts the address.
     refused(
         set_gid(&mut h, 2, ipv6, l3_type::IPV4),

@@ -105,7 +105,7 @@ fn destroy(dev: &mut Device<EmuBackend>, r: Rdma) {
 }
 
 /// Runs the jobs on a fresh pair of functions and returns each function's trace.
-fn run_jobs() -> [Vec<String>; 2] {
+pub fn run_jobs() -> [Vec<String>; 2] {
     let traces = [CommandTrace::memory(), CommandTrace::memory()];
     let cfg = |trace: &CommandTrace| EmuConfig {
         roce: true,

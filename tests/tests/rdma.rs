@@ -793,8 +793,9 @@ fn roce_is_refused_clearly_without_the_capability_and_runs_over_ipv6_gids() {
     );
     assert_eq!(
         a.roce.gid_index(),
-        3,
-        "the RoCE v2 entry of the address, as Linux places it"
+        1,
+        "the RoCE v2 entry of the address after the link-local one, as Linux places them on \
+         a function whose RoCE caps list v2 alone"
     );
     // Bring-up let software choose the QPs' UDP source ports (SET_HCA_CAP of the RoCE page).
     let mut query = [0u8; 16];

@@ -87,7 +87,8 @@ fn main() -> ExitCode {
             let a = &rules.allow[i];
             println!(
                 "note: allow entry {} {} matched nothing",
-                a.command, a.field
+                a.commands.join(","),
+                a.fields.join(",")
             );
         }
     }

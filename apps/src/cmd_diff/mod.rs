@@ -3,8 +3,9 @@
 //!
 //! Commands are paired by their *key*: the opcode, plus the values of the fields a `[[role]]`
 //! rule names (CREATE_QP by service type, CREATE_MKEY by access mode, QUERY_HCA_CAP by op_mod,
-//! ...); within one key the n-th command of one side pairs with the n-th of the other, so the
-//! bring-up sequence pairs by order. For each pair every field either side sets is compared
+//! ...); within one key each of cxdirect's commands pairs with the Linux command of that key
+//! it differs from least (Linux's trace holds many runs of each job; the earliest wins a tie,
+//! so the bring-up sequence pairs by order). For each pair every field either side sets is compared
 //! (a field one side leaves out is zero there); `[[normalise]]` rules compare per-object
 //! values (object numbers, addresses, sizes each driver picks) only for being set. A command
 //! with no partner, a different status, and a bring-up command out of order are differences
@@ -259,10 +260,10 @@ pub fn key_of(cmd: &TracedCommand, rules: &Rules) -> String {
 }
 
 fn allow_for(rules: &Rules, key: &str, opcode: &str, field: &str) -> Option<usize> {
-    rules
-        .allow
-        .iter()
-        .position(|a| (glob(&a.command, key) || glob(&a.command, opcode)) && glob(&a.field, field))
+    rules.allow.iter().position(|a| {
+        a.commands.iter().any(|c| glob(c, key) || glob(c, opcode))
+            && a.fields.iter().any(|f| glob(f, field))
+    })
 }
 
 fn normalise_for(rules: &Rules, key: &str, opcode: &str, field: &str) -> Option<Normalise> {
@@ -305,6 +306,80 @@ fn on_lcs(a: &[String], b: &[String]) -> (Vec<bool>, Vec<bool>) {
         }
     }
     (ina, inb)
+}
+
+/// One field of a pair: name, Linux's value, cxdirect's, whether normalised, whether equal.
+type Verdict<'a> = (&'a str, Option<&'a Value>, Option<&'a Value>, bool, bool);
+
+/// Each field either side sets to non-zero, with both values, whether a `[[normalise]]` rule
+/// compared it for being set only, and whether the two sides agree.
+fn field_verdicts<'a>(
+    l: &'a TracedCommand,
+    c: &'a TracedCommand,
+    key: &str,
+    rules: &Rules,
+) -> Vec<Verdict<'a>> {
+    let mut names: Vec<&String> = l.fields.keys().chain(c.fields.keys()).collect();
+    names.sort();
+    names.dedup();
+    let mut out = Vec::new();
+    for name in names {
+        let (lv, cv) = (l.fields.get(name), c.fields.get(name));
+        let lz = lv.is_none_or(Value::is_zero);
+        let cz = cv.is_none_or(Value::is_zero);
+        if lz && cz {
+            continue;
+        }
+        let (normalised, same) = match normalise_for(rules, key, &l.opcode, name) {
+            Some(Normalise::Presence) => (true, lz == cz),
+            None => (false, lv == cv),
+        };
+        out.push((name.as_str(), lv, cv, normalised, same));
+    }
+    out
+}
+
+/// How many fields (and the status) two commands of one key differ in.
+fn distance(l: &TracedCommand, c: &TracedCommand, key: &str, rules: &Rules) -> usize {
+    usize::from(l.status != c.status)
+        + field_verdicts(l, c, key, rules)
+            .iter()
+            .filter(|v| !v.4)
+            .count()
+}
+
+/// Pairs the commands of one key. Linux's trace holds many runs of each job (every perftest
+/// and pingpong run creates its own PD, CQ, QP), cxdirect's one: each of cxdirect's commands,
+/// in order, pairs with the not yet paired Linux command of its key it differs from in the
+/// fewest fields (the earliest on a tie), so a job is compared with the run of Linux's that
+/// did the same thing. What is left over on either side has no partner. Returned in Linux's
+/// order, cxdirect's unpaired commands last.
+fn pair_within_key(
+    linux: &[TracedCommand],
+    cxdirect: &[TracedCommand],
+    ls: &[usize],
+    cs: &[usize],
+    key: &str,
+    rules: &Rules,
+) -> Vec<(Option<usize>, Option<usize>)> {
+    let mut partner: Vec<Option<usize>> = vec![None; ls.len()];
+    let mut lonely = Vec::new();
+    for &c in cs {
+        let best = ls
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| partner[*i].is_none())
+            .min_by_key(|(i, &l)| (distance(&linux[l], &cxdirect[c], key, rules), *i));
+        match best {
+            Some((i, _)) => partner[i] = Some(c),
+            None => lonely.push(c),
+        }
+    }
+    ls.iter()
+        .zip(partner)
+        .map(|(&l, c)| (Some(l), c))
+        .chain(lonely.into_iter().map(|c| (None, Some(c))))
+        .collect()
 }
 
 /// Compares Linux's trace with cxdirect's under `rules`.
@@ -350,10 +425,11 @@ pub fn compare(linux: &[TracedCommand], cxdirect: &[TracedCommand], rules: &Rule
 
     for key in &order {
         let (ls, cs) = &groups[key];
-        for index in 0..ls.len().max(cs.len()) {
-            let (l, c) = match (ls.get(index), cs.get(index)) {
-                (Some(&l), Some(&c)) => (&linux[l], &cxdirect[c]),
-                (Some(&l), None) => {
+        let pairs = pair_within_key(linux, cxdirect, ls, cs, key, rules);
+        for (index, pair) in pairs.into_iter().enumerate() {
+            let (l, c) = match pair {
+                (Some(l), Some(c)) => (&linux[l], &cxdirect[c]),
+                (Some(l), None) => {
                     let cmd = &linux[l];
                     let l = format!("seq {}", cmd.seq);
                     push(
@@ -367,7 +443,7 @@ pub fn compare(linux: &[TracedCommand], cxdirect: &[TracedCommand], rules: &Rule
                     );
                     continue;
                 }
-                (None, Some(&c)) => {
+                (None, Some(c)) => {
                     let cmd = &cxdirect[c];
                     let c = format!("seq {}", cmd.seq);
                     push(
@@ -397,24 +473,11 @@ pub fn compare(linux: &[TracedCommand], cxdirect: &[TracedCommand], rules: &Rule
                     format!("{} syndrome {:#x}", c.status, c.syndrome),
                 );
             }
-            let mut names: Vec<&String> = l.fields.keys().chain(c.fields.keys()).collect();
-            names.sort();
-            names.dedup();
-            for name in names {
-                let (lv, cv) = (l.fields.get(name), c.fields.get(name));
-                let lz = lv.is_none_or(Value::is_zero);
-                let cz = cv.is_none_or(Value::is_zero);
-                if lz && cz {
-                    continue;
-                }
+            for (name, lv, cv, normalised, same) in field_verdicts(l, c, key, rules) {
                 report.fields_compared += 1;
-                let same = match normalise_for(rules, key, opcode, name) {
-                    Some(Normalise::Presence) => {
-                        report.fields_normalised += 1;
-                        lz == cz
-                    }
-                    None => lv == cv,
-                };
+                if normalised {
+                    report.fields_normalised += 1;
+                }
                 if !same {
                     push(&mut report, key, opcode, index, name, show(lv), show(cv));
                 }

@@ -42,13 +42,15 @@ pub struct NormaliseRule {
     pub reason: String,
 }
 
-/// A deliberate difference.
+/// A deliberate difference: any of `fields` in any of `commands`, for one reason (`command`
+/// and `field` in the file may each be one string or a list, so differences of one reason
+/// stay one entry).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Allow {
-    /// A command key (`CREATE_QP[qpc.st=0x0]`) or opcode glob.
-    pub command: String,
-    /// A field path glob, or `(only linux)`, `(only cxdirect)`, `(bring-up order)`, `(status)`.
-    pub field: String,
+    /// Command key (`CREATE_QP[qpc.st=0x0]`) or opcode globs.
+    pub commands: Vec<String>,
+    /// Field path globs, or `(only linux)`, `(only cxdirect)`, `(bring-up order)`, `(status)`.
+    pub fields: Vec<String>,
     /// Why the difference is deliberate (cite the Linux function).
     pub reason: String,
 }
@@ -171,6 +173,23 @@ fn take_str(
     }
 }
 
+fn take_list(
+    entry: &[(String, TomlValue)],
+    table: &'static str,
+    key: &'static str,
+    line: usize,
+) -> Result<Vec<String>, RulesError> {
+    match entry.iter().find(|(k, _)| k == key) {
+        Some((_, TomlValue::Str(s))) => Ok(vec![s.clone()]),
+        Some((_, TomlValue::List(l))) if !l.is_empty() => Ok(l.clone()),
+        Some(_) => Err(RulesError::Syntax {
+            line,
+            what: format!("`{key}` of [[{table}]] must not be an empty list"),
+        }),
+        None => Err(RulesError::Missing { table, key, line }),
+    }
+}
+
 impl Rules {
     /// Parses a rules file's text.
     ///
@@ -233,8 +252,16 @@ impl Rules {
         }
         let mut rules = Rules::default();
         for (table, entry, line) in entries {
-            let command = take_str(&entry, table, "command", line)?;
             let reason = take_str(&entry, table, "reason", line)?;
+            if table == "allow" {
+                rules.allow.push(Allow {
+                    commands: take_list(&entry, table, "command", line)?,
+                    fields: take_list(&entry, table, "field", line)?,
+                    reason,
+                });
+                continue;
+            }
+            let command = take_str(&entry, table, "command", line)?;
             match table {
                 "role" => {
                     let fields = match entry.iter().find(|(k, _)| k == "fields") {
@@ -272,14 +299,7 @@ impl Rules {
                         reason,
                     });
                 }
-                _ => {
-                    let field = take_str(&entry, table, "field", line)?;
-                    rules.allow.push(Allow {
-                        command,
-                        field,
-                        reason,
-                    });
-                }
+                _ => unreachable!("allow entries are read above"),
             }
         }
         Ok(rules)

@@ -1,9 +1,11 @@
 //! RoCE on a function: the vport's `roce_en`, the RoCE capabilities, and the port's GID table.
 //!
-//! The table is filled as Linux fills it for a port with one IP address: entries 0 and 1 are
-//! the link-local GID made from the MAC (RoCE v1, then v2), entries 2 and 3 the application's
-//! address (v1, then v2; an IPv4 address as an IPv4-mapped GID). Queue pairs use entry 3, the
-//! RoCE v2 entry of the address, as `ibv_query_gid` users pick it.
+//! The table is filled as Linux fills it for a port with one IP address: first the link-local
+//! GID made from the MAC, then the application's address (an IPv4 address as an IPv4-mapped
+//! GID), each once per RoCE version the RoCE caps list (v1 before v2). mlx5_ib's
+//! mlx5_get_roce_gid_type_mask hands ib_core only the versions the caps list, so a function
+//! offering v2 alone gets no v1 entries. Queue pairs use the RoCE v2 entry of the address, as
+//! `ibv_query_gid` users pick it.
 
 use std::net::IpAddr;
 
@@ -19,10 +21,9 @@ use cxdirect_hw::roce::{
 };
 use cxdirect_hw::vport::ModifyNicVportContextIn;
 
-/// GID table entries this driver programs (link-local v1 and v2, the address v1 and v2).
+/// GID table entries this driver programs at most (link-local v1 and v2, the address v1 and
+/// v2).
 const GID_ENTRIES: u16 = 4;
-/// The entry queue pairs use: the RoCE v2 GID of the application's address.
-const GID_INDEX: u8 = 3;
 
 /// RoCE enabled on a function, with its GID programmed ([`Roce::enable`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +78,7 @@ impl Roce {
                 why: "the RoCE capabilities do not list version 2",
             });
         }
+        let with_v1 = caps.roce_version() & roce_version_cap::V1 != 0;
         if caps.roce_address_table_size() < GID_ENTRIES {
             return Err(DriverError::Unsupported {
                 what: "RoCE",
@@ -113,14 +115,11 @@ impl Roce {
             IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
             IpAddr::V6(v6) => v6.octets(),
         };
-        for (index, entry, version) in [
-            (0, link_local, roce_version::V1),
-            (1, link_local, roce_version::V2),
-            (2, gid, roce_version::V1),
-            (3, gid, roce_version::V2),
-        ] {
-            set_gid(dev, index, entry, mac, version)?;
+        let entries = gid_entries(link_local, gid, with_v1);
+        for (index, &(entry, version)) in entries.iter().enumerate() {
+            set_gid(dev, index as u16, entry, mac, version)?;
         }
+        let gid_index = (entries.len() - 1) as u8;
         dev.set_port_admin(true)?;
         let max_path_mtu = PathMtu::largest_for(u32::from(dev.info().port_mtu)).ok_or(
             DriverError::Unsupported {
@@ -130,7 +129,7 @@ impl Roce {
         )?;
         Ok(Self {
             gid,
-            gid_index: GID_INDEX,
+            gid_index,
             mac,
             max_path_mtu,
             log_max_msg,
@@ -207,7 +206,21 @@ fn link_local_gid(mac: [u8; 6]) -> [u8; 16] {
     gid
 }
 
-/// SET_ROCE_ADDRESS of entry `index`.
+/// The GID table's entries in order, as (GID, RoCE version): per address, v1 (only when the
+/// caps list it) before v2; the address's v2 entry, the one queue pairs use, is last.
+fn gid_entries(link_local: [u8; 16], gid: [u8; 16], with_v1: bool) -> Vec<([u8; 16], u8)> {
+    let mut out = Vec::with_capacity(4);
+    for g in [link_local, gid] {
+        if with_v1 {
+            out.push((g, roce_version::V1));
+        }
+        out.push((g, roce_version::V2));
+    }
+    out
+}
+
+/// SET_ROCE_ADDRESS of entry `index` on the function's one port. `vhca_port_num` stays 0:
+/// mlx5_ib's set_roce_addr writes it only when the general cap `num_vhca_ports` is set.
 fn set_gid<B: Backend>(
     dev: &mut Device<B>,
     index: u16,
@@ -224,7 +237,7 @@ fn set_gid<B: Backend>(
     {
         let mut c = SetRoceAddressIn::new(&mut cmd[..])
             .map_err(|_| DriverError::layout(Opcode::SetRoceAddress, "input"))?;
-        c.set_roce_address_index(index).set_vhca_port_num(1);
+        c.set_roce_address_index(index);
         c.roce_address_mut()
             .set_gid(gid)
             .set_source_mac(mac)
@@ -232,4 +245,23 @@ fn set_gid<B: Backend>(
             .set_roce_version(version);
     }
     dev.exec(&cmd, 16).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_function_offering_roce_v2_alone_gets_no_v1_entries() {
+        let (ll, gid) = ([0xfe; 16], [0x0a; 16]);
+        // As mlx5_get_roce_gid_type_mask reads the caps: v2 only, then v1 and v2.
+        assert_eq!(
+            gid_entries(ll, gid, false),
+            vec![(ll, roce_version::V2), (gid, roce_version::V2)]
+        );
+        let both = gid_entries(ll, gid, true);
+        assert_eq!(both.len(), 4);
+        assert_eq!(both[3], (gid, roce_version::V2));
+        assert_eq!(both[0], (ll, roce_version::V1));
+    }
 }

@@ -36,6 +36,16 @@ pub(crate) fn set_roce_address(core: &mut Core, input: &[u8]) -> CmdResult {
         if version != roce_version::V1 && version != roce_version::V2 {
             return Err(bad_param(Syndrome::BadQpParams, "unknown RoCE version"));
         }
+        // The RoCE caps list version 2 only (`roce_version_cap::V2`): mlx5_ib's
+        // mlx5_get_roce_gid_type_mask then gives ib_core only RoCE v2 GID types, so Linux
+        // never writes a v1 entry here; one that arrives asks for a version the function
+        // said it does not run.
+        if version == roce_version::V1 {
+            return Err(bad_param(
+                Syndrome::BadQpParams,
+                "RoCE v1 entry on a function whose RoCE caps list version 2 only",
+            ));
+        }
         let l3 = entry.roce_l3_type();
         let want = if gid_is_ipv4_mapped(&gid) {
             l3_type::IPV4

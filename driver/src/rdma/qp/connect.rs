@@ -195,9 +195,9 @@ impl<B: Backend> RcQueuePair<B> {
                 .set_retry_count(p.retry_count)
                 .set_rnr_retry(p.rnr_retry)
                 .set_log_sra_max(log2(p.max_rd_atomic));
-            q.primary_address_path_mut()
-                .set_vhca_port_num(PORT)
-                .set_ack_timeout(p.ack_timeout);
+            // Only the ack timeout of the path: mlx5_ib's __mlx5_ib_modify_qp writes the
+            // whole path (mlx5_set_path, port included) only with IB_QP_AV, at INIT2RTR.
+            q.primary_address_path_mut().set_ack_timeout(p.ack_timeout);
         })
     }
 
