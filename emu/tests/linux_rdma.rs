@@ -237,3 +237,68 @@ fn every_cqe_of_a_qp_carries_its_user_index_receives_through_an_srq_too() {
     );
     p.teardown();
 }
+
+/// rdma_cm's passive side moves its QP from INIT to INIT to set the access flags, P_Key index
+/// and port it accepts with (`cma_modify_qp_init` through `rdma_accept`); mlx5_ib sends that as
+/// INIT2INIT_QP with `opt_mask[INIT][INIT][RC]`. rping's server failed `rdma_accept` with EINVAL
+/// when the model did not know the command.
+#[test]
+fn init2init_changes_only_the_attributes_its_mask_names_as_rdma_cm_accept_sends_it() {
+    use cxdirect_emu::Syndrome;
+    use cxdirect_hw::cmd::CmdStatus;
+    use cxdirect_hw::qp::{optpar, state, Init2initQpIn, QueryQpIn, QueryQpOut};
+    let mut h = Host::new(Device::loopback(EmuConfig::default()), MEM);
+    h.bring_up();
+    let cq = h.create_cq(6);
+    let qp = h.create_rc_qp(&cq, 4, 4, None);
+    let init2init =
+        |h: &mut Host, mask: u32, fill: &dyn Fn(&mut cxdirect_hw::qp::Qpc<&mut [u8]>)| {
+            let mut input = Host::input(Opcode::Init2initQp, 0, Init2initQpIn::<&[u8]>::SIZE);
+            let mut cmd = Init2initQpIn::new(&mut input[..]).unwrap();
+            cmd.set_qpn(qp.qpn).set_opt_param_mask(mask);
+            fill(&mut cmd.qpc_mut());
+            h.exec(&input, 16)
+        };
+    let query = |h: &mut Host| {
+        let mut input = Host::input(Opcode::QueryQp, 0, QueryQpIn::<&[u8]>::SIZE);
+        QueryQpIn::new(&mut input[..]).unwrap().set_qpn(qp.qpn);
+        h.exec(&input, QueryQpOut::<&[u8]>::SIZE).expect("QUERY_QP")
+    };
+    // In RST it is refused.
+    assert_eq!(
+        init2init(&mut h, 0, &|_| {}).map(|_| ()),
+        Err(cxdirect_emu::testkit::CmdFail::status(
+            CmdStatus::BadQpState,
+            Syndrome::BadQpTransition
+        ))
+    );
+    // RST2INIT with no remote access.
+    h.modify_qp(Opcode::Rst2initQp, qp.qpn, |c| {
+        c.primary_address_path_mut().set_vhca_port_num(1);
+    });
+    // INIT2INIT as rdma_cm's accept: remote read and write on, the port and P_Key index 0.
+    init2init(
+        &mut h,
+        optpar::RRE | optpar::RWE | optpar::RAE | optpar::PKEY_INDEX | optpar::PRI_PORT,
+        &|c| {
+            c.set_rre(true).set_rwe(true).set_rae(false);
+            c.primary_address_path_mut().set_vhca_port_num(1);
+        },
+    )
+    .expect("INIT2INIT_QP");
+    let out = query(&mut h);
+    let out = QueryQpOut::new(&out[..]).unwrap();
+    let ctx = out.qpc();
+    assert_eq!(ctx.state(), state::INIT);
+    assert!(ctx.rre() && ctx.rwe() && !ctx.rae());
+    // Without the mask's bits nothing changes, and a bit outside Linux's table is refused.
+    init2init(&mut h, 0, &|c| {
+        c.set_rre(false).set_rwe(false);
+    })
+    .expect("INIT2INIT_QP, empty mask");
+    let out = query(&mut h);
+    let out = QueryQpOut::new(&out[..]).unwrap();
+    let ctx = out.qpc();
+    assert!(ctx.rre() && ctx.rwe());
+    assert!(init2init(&mut h, optpar::RNR_TIMEOUT, &|_| {}).is_err());
+}

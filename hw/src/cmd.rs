@@ -249,6 +249,7 @@ device_codes! {
         Qp2errQp = 0x507 => "2ERR_QP",
         Qp2rstQp = 0x50a => "2RST_QP",
         QueryQp = 0x50b => "QUERY_QP",
+        Init2initQp = 0x50e => "INIT2INIT_QP",
         CreateSrq = 0x700 => "CREATE_SRQ",
         DestroySrq = 0x701 => "DESTROY_SRQ",
         QuerySrq = 0x702 => "QUERY_SRQ",

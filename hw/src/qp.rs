@@ -513,6 +513,41 @@ layout! {
 }
 
 layout! {
+    /// INIT2INIT_QP input: optional attributes (access, P_Key index, port, Q_Key) changed in
+    /// INIT, as rdma_cm's accept does (`cma_modify_qp_init`); the same layout as RST2INIT_QP.
+    pub struct Init2initQpIn("init2init_qp_in", 0x110) {
+        /// Command opcode: [`Opcode::Init2initQp`](crate::cmd::Opcode::Init2initQp).
+        opcode: u16 @ 0x00 [0x10],
+        /// User context id of the issuer (0 = the function itself).
+        uid: u16 @ 0x10 [0x10],
+        /// Opcode modifier (0).
+        op_mod: u16 @ 0x30 [0x10],
+        /// The QP's number.
+        qpn: u32 @ 0x48 [0x18],
+        /// Optional attributes given in `qpc` (see [`optpar`]); mandatory ones need no bit.
+        opt_param_mask: u32 @ 0x80 [0x20],
+        /// Enhanced connection establishment options (0 = none).
+        ece: u32 @ 0xa0 [0x20],
+    }
+    nested {
+        /// QP context carrying the transition's attributes.
+        qpc: Qpc @ 0xc0,
+    }
+}
+
+layout! {
+    /// INIT2INIT_QP output.
+    pub struct Init2initQpOut("init2init_qp_out", 0x10) {
+        /// Command status (see [`CmdStatus`](crate::cmd::CmdStatus)).
+        status: u8 @ 0x00 [0x8],
+        /// Failure syndrome (0 on success).
+        syndrome: u32 @ 0x20 [0x20],
+        /// Enhanced connection establishment options accepted.
+        ece: u32 @ 0x60 [0x20],
+    }
+}
+
+layout! {
     /// INIT2RTR_QP input: the QP transition's attributes in `qpc`.
     pub struct Init2rtrQpIn("init2rtr_qp_in", 0x110) {
         /// Command opcode: [`Opcode::Init2rtrQp`](crate::cmd::Opcode::Init2rtrQp).

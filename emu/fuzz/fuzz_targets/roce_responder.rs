@@ -64,7 +64,8 @@ struct Setup {
     wire: Arc<Wire>,
     cq: Cq,
     qpns: [u32; 2],
-    rmpn: u32,
+    /// The QPs' user indexes, which every CQE of theirs carries.
+    user_indexes: [u32; 2],
     /// The remote-writable window, the read-only one and the one in another PD.
     windows: Windows,
     /// Regions the device may write.
@@ -80,6 +81,7 @@ fn setup(receive_psn: u32) -> Setup {
     let (mut h, wire) = lone_host(cfg, MEM, GID_A, MAC_A);
     let cq = h.create_cq(7);
     let (rmpn, mut srq) = h.create_rmp(3, 2);
+    let first_user_index = h.next_user_index;
     let mut qp0 = h.create_rc_qp(&cq, 4, 3, None);
     let qp1 = h.create_rc_qp(&cq, 4, 3, Some(rmpn));
     for (qp, remote) in [(qp0.qpn, REMOTE_QPNS[0]), (qp1.qpn, REMOTE_QPNS[1])] {
@@ -132,7 +134,7 @@ fn setup(receive_psn: u32) -> Setup {
         wire,
         cq,
         qpns: [qp0.qpn, qp1.qpn],
-        rmpn,
+        user_indexes: [first_user_index, first_user_index + 1],
         windows,
         writable,
     }
@@ -419,8 +421,8 @@ fn check_cqes(s: &mut Setup, seen: &mut Seen) {
                     "receive WQE {index} of QP {qpn:#x} completed twice: {cqe:02x?}"
                 );
                 if o != CqeOpcode::RespErr as u8 {
-                    let want_srqn = if qpn == s.qpns[1] { s.rmpn } else { 0 };
-                    assert_eq!(view.srqn(), want_srqn, "SRQ number: {cqe:02x?}");
+                    let want = s.user_indexes[usize::from(qpn == s.qpns[1])];
+                    assert_eq!(view.srqn(), want, "user index: {cqe:02x?}");
                 }
                 if o == CqeOpcode::RespSend as u8 || o == CqeOpcode::RespSendImm as u8 {
                     assert!(view.byte_cnt() <= RECV_BYTES, "byte count: {cqe:02x?}");

@@ -175,6 +175,7 @@ fn dispatch(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
         Opcode::QueryQCounter => qcounters::query_q_counter(core, input, output),
         Opcode::CreateQp => qp::create_qp(core, input, output),
         Opcode::Rst2initQp
+        | Opcode::Init2initQp
         | Opcode::Init2rtrQp
         | Opcode::Rtr2rtsQp
         | Opcode::Rts2rtsQp

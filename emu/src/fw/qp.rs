@@ -259,6 +259,13 @@ fn transition(opcode: Opcode) -> (Option<&'static [u8]>, u8, u32) {
     const COUNTER: u32 = optpar::COUNTER_SET_ID;
     match opcode {
         Opcode::Rst2initQp => (Some(&[state::RST]), state::INIT, COUNTER),
+        // rdma_cm's accept changes access, P_Key index and port in INIT (`cma_modify_qp_init`);
+        // mlx5_ib's `opt_mask[INIT][INIT][RC]`.
+        Opcode::Init2initQp => (
+            Some(&[state::INIT]),
+            state::INIT,
+            ACCESS | optpar::PKEY_INDEX | optpar::PRI_PORT | optpar::LAG_TX_AFF | COUNTER,
+        ),
         Opcode::Init2rtrQp => (
             Some(&[state::INIT]),
             state::RTR,
@@ -474,6 +481,16 @@ fn apply(core: &Core, opcode: Opcode, mask: u32, ctx: &Qpc<&[u8]>, qp: &mut Qp) 
             // Port and access flags are mandatory (IB_QP_PORT, IB_QP_ACCESS_FLAGS).
             take_port(qp, &ads)?;
             access(qp, true);
+        }
+        Opcode::Init2initQp => {
+            // Only what the mask names changes.
+            if mask & optpar::PRI_PORT != 0 {
+                take_port(qp, &ads)?;
+            }
+            if mask & optpar::PKEY_INDEX != 0 {
+                qp.path.pkey_index = ads.pkey_index();
+            }
+            access(qp, false);
         }
         Opcode::Init2rtrQp => {
             let code = ctx.mtu();

@@ -20,6 +20,7 @@ pub(crate) fn optional(opcode: Opcode, service: u8) -> u32 {
     const COUNTER: u32 = optpar::COUNTER_SET_ID;
     let ud = service == service_type::UD;
     let table = match opcode {
+        Opcode::Init2initQp if ud => optpar::PKEY_INDEX | optpar::Q_KEY | optpar::PRI_PORT,
         Opcode::Init2rtrQp if ud => optpar::PKEY_INDEX | optpar::Q_KEY,
         Opcode::Rtr2rtsQp | Opcode::Rts2rtsQp | Opcode::Sqerr2rtsQp if ud => optpar::Q_KEY,
         _ => 0,
@@ -68,7 +69,7 @@ pub(crate) fn apply(opcode: Opcode, mask: u32, ctx: &Qpc<&[u8]>, qp: &mut Qp) ->
             qp.path.pkey_index = ads.pkey_index();
             qp.q_key = ctx.q_key();
         }
-        Opcode::Init2rtrQp if mask & optpar::PKEY_INDEX != 0 => {
+        Opcode::Init2initQp | Opcode::Init2rtrQp if mask & optpar::PKEY_INDEX != 0 => {
             qp.path.pkey_index = ads.pkey_index();
         }
         Opcode::Rtr2rtsQp => qp.next_send_psn = ctx.next_send_psn(),

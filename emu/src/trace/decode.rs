@@ -103,6 +103,7 @@ fn input_fields(opcode: Opcode) -> &'static [FieldInfo] {
         O::QueryQCounter => cxdirect_hw::counters::QueryQCounterIn::FIELDS,
         O::CreateQp => qp::CreateQpIn::FIELDS,
         O::Rst2initQp => qp::Rst2initQpIn::FIELDS,
+        O::Init2initQp => qp::Init2initQpIn::FIELDS,
         O::Init2rtrQp => qp::Init2rtrQpIn::FIELDS,
         O::Rtr2rtsQp => qp::Rtr2rtsQpIn::FIELDS,
         O::Rts2rtsQp => qp::Rts2rtsQpIn::FIELDS,

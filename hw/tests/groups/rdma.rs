@@ -9,6 +9,8 @@ pub fn checks() -> usize {
         qp::CreateQpOut,
         qp::Rst2initQpIn,
         qp::Rst2initQpOut,
+        qp::Init2initQpIn,
+        qp::Init2initQpOut,
         qp::Init2rtrQpIn,
         qp::Init2rtrQpOut,
         qp::Rtr2rtsQpIn,
