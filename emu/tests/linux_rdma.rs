@@ -302,3 +302,40 @@ fn init2init_changes_only_the_attributes_its_mask_names_as_rdma_cm_accept_sends_
     assert!(ctx.rre() && ctx.rwe());
     assert!(init2init(&mut h, optpar::RNR_TIMEOUT, &|_| {}).is_err());
 }
+
+/// mlx5_ib binds every QP to its port's Q counter set at RST2INIT (`counter_set_id` without an
+/// optional-parameter bit) and leaves the field zero at INIT2RTR; `rdma statistic` then reads
+/// the set. The model took INIT2RTR's zero as a new binding, and Linux's counters stayed 0.
+#[test]
+fn the_counter_set_bound_at_rst2init_stays_through_init2rtr_without_the_bit() {
+    use cxdirect_hw::qp::{Qpc, QueryQpIn, QueryQpOut};
+    let mut h = Host::new(Device::loopback(EmuConfig::default()), MEM);
+    h.bring_up();
+    let out = h
+        .exec(&Host::input(Opcode::AllocQCounter, 0, 16), 16)
+        .expect("ALLOC_Q_COUNTER");
+    let set = cxdirect_hw::counters::AllocQCounterOut::new(&out[..])
+        .unwrap()
+        .counter_set_id();
+    h.enable_roce(GID_A, MAC_A);
+    let cq = h.create_cq(6);
+    let qp = h.create_rc_qp(&cq, 4, 4, None);
+    h.modify_qp(Opcode::Rst2initQp, qp.qpn, |c| {
+        c.set_counter_set_id(set);
+        c.primary_address_path_mut().set_vhca_port_num(1);
+    });
+    h.modify_qp(Opcode::Init2rtrQp, qp.qpn, |c: &mut Qpc<&mut [u8]>| {
+        c.set_mtu(cxdirect_hw::qp::mtu::MTU_1024)
+            .set_log_msg_max(30)
+            .set_remote_qpn(0x42);
+        c.primary_address_path_mut()
+            .set_vhca_port_num(1)
+            .set_rmac([2, 0, 0, 0, 0, 9])
+            .set_rgid(GID_A);
+    });
+    let mut input = Host::input(Opcode::QueryQp, 0, QueryQpIn::<&[u8]>::SIZE);
+    QueryQpIn::new(&mut input[..]).unwrap().set_qpn(qp.qpn);
+    let out = h.exec(&input, QueryQpOut::<&[u8]>::SIZE).expect("QUERY_QP");
+    let out = QueryQpOut::new(&out[..]).unwrap();
+    assert_eq!(out.qpc().counter_set_id(), set);
+}

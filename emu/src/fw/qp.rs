@@ -454,10 +454,10 @@ fn clone_attrs(qp: &Qp) -> Qp {
 
 /// Reads a transition's attributes from `ctx` into `qp`; fails without side effects.
 fn apply(core: &Core, opcode: Opcode, mask: u32, ctx: &Qpc<&[u8]>, qp: &mut Qp) -> CmdResult {
-    // RST2INIT and INIT2RTR always carry the counter set (mlx5_ib writes it there without
-    // an optional-parameter bit); RTS2RTS only with the bit.
-    let counter = matches!(opcode, Opcode::Rst2initQp | Opcode::Init2rtrQp)
-        || mask & optpar::COUNTER_SET_ID != 0;
+    // RST2INIT always carries the counter set (mlx5_ib writes the port's set there without an
+    // optional-parameter bit); later transitions only with the bit (Linux's INIT2RTR leaves
+    // the field zero: reading it there unbound every QP from its set).
+    let counter = opcode == Opcode::Rst2initQp || mask & optpar::COUNTER_SET_ID != 0;
     if counter {
         qp.counter_set = u32::from(ctx.counter_set_id());
     }
@@ -547,9 +547,8 @@ fn apply(core: &Core, opcode: Opcode, mask: u32, ctx: &Qpc<&[u8]>, qp: &mut Qp) 
 /// `log_msg_max` mlx5_ib writes at every transition mean nothing for a QP without a wire, and
 /// RTR and RTS need no path, peer or PSN.
 fn apply_reg_umr(opcode: Opcode, mask: u32, ctx: &Qpc<&[u8]>, qp: &mut Qp) -> CmdResult {
-    if matches!(opcode, Opcode::Rst2initQp | Opcode::Init2rtrQp)
-        || mask & optpar::COUNTER_SET_ID != 0
-    {
+    // The counter set: always at RST2INIT, later only with its optional-parameter bit.
+    if opcode == Opcode::Rst2initQp || mask & optpar::COUNTER_SET_ID != 0 {
         qp.counter_set = u32::from(ctx.counter_set_id());
     }
     if opcode == Opcode::Rst2initQp {

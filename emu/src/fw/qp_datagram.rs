@@ -40,9 +40,8 @@ fn missing(what: &'static str) -> CmdError {
 /// Reads a datagram QP's transition attributes from `ctx` into `qp` (only the optional ones
 /// `mask` names); fails without side effects.
 pub(crate) fn apply(opcode: Opcode, mask: u32, ctx: &Qpc<&[u8]>, qp: &mut Qp) -> CmdResult {
-    if matches!(opcode, Opcode::Rst2initQp | Opcode::Init2rtrQp)
-        || mask & optpar::COUNTER_SET_ID != 0
-    {
+    // The counter set: always at RST2INIT, later only with its optional-parameter bit.
+    if opcode == Opcode::Rst2initQp || mask & optpar::COUNTER_SET_ID != 0 {
         qp.counter_set = u32::from(ctx.counter_set_id());
     }
     let code = ctx.mtu();
