@@ -874,7 +874,7 @@ fn the_nic_vport_context_carries_the_node_guid() {
 /// translations (the reserved lkey usable for the list), and the free keys of every order
 /// Linux's mkey cache fills (`set_cache_mkc`) are made.
 #[test]
-fn a_roce_device_reports_xrc_domains_and_no_umr_translation_loads() {
+fn a_roce_device_reports_xrc_domains_and_umr_translation_loads() {
     use cxdirect_hw::hca::{AllocXrcdOut, DeallocXrcdIn};
     let mut h = host();
     h.bring_up();
@@ -883,7 +883,7 @@ fn a_roce_device_reports_xrc_domains_and_no_umr_translation_loads() {
     assert!(caps.roce(), "RoCE is on by default");
     assert!(caps.xrc());
     assert_ne!(caps.log_max_xrcd(), 0);
-    assert!(caps.umr_modify_entity_size_disabled());
+    assert!(!caps.umr_modify_entity_size_disabled());
     assert!(caps.umr_ptr_rlky());
     let pd = h.pd;
     for order in 2..=16u32 {

@@ -339,3 +339,35 @@ fn the_counter_set_bound_at_rst2init_stays_through_init2rtr_without_the_bit() {
     let out = QueryQpOut::new(&out[..]).unwrap();
     assert_eq!(out.qpc().counter_set_id(), set);
 }
+
+/// Linux drains a QP at every rdma_cm disconnect by moving it to error, posting one more
+/// receive and waiting, without a time limit, for its flush completion (`mlx5_ib_drain_rq`).
+/// No doorbell announces a receive: the device notices it on its own. nvme-rdma's
+/// `nvme disconnect` hung in the kernel when the model never completed that receive.
+#[test]
+fn a_receive_posted_on_a_qp_in_error_completes_flushed() {
+    use cxdirect_hw::cqe::CqeSyndrome;
+    use cxdirect_hw::qp::Qp2errIn;
+    let mut p = RcPair::new(
+        EmuConfig::default(),
+        MEM,
+        6,
+        4,
+        4,
+        RcPath::to(GID_A, MAC_A, 0),
+    );
+    let mut input = Host::input(Opcode::Qp2errQp, 0, Qp2errIn::<&[u8]>::SIZE);
+    Qp2errIn::new(&mut input[..]).unwrap().set_qpn(p.qp_b.qpn);
+    p.b.exec(&input, 16).expect("2ERR_QP");
+    p.settle();
+    drain(&p.b, &mut p.cq_b);
+    let lkey = p.b.create_mkey(false, true);
+    let buf = p.b.alloc(4096, 64);
+    p.b.post_rc_recv(&mut p.qp_b, buf, 256, lkey);
+    p.settle();
+    let flushed = drain(&p.b, &mut p.cq_b);
+    assert_eq!(flushed.len(), 1, "the drain receive completes");
+    assert_eq!(flushed[0][63] >> 4, 14, "responder error CQE");
+    assert_eq!(flushed[0][0x37], CqeSyndrome::WrFlushed as u8, "flushed");
+    p.teardown();
+}

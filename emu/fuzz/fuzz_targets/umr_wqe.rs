@@ -49,7 +49,6 @@ fuzz_target!(|data: &[u8]| {
         RcPath::to(GID_B, MAC_B, 0),
     );
     let pd = p.b.pd;
-    let umr_pd = p.b.alloc_pd();
     let fr = alloc_mr(&mut p.b, pd, 8);
     let plain = p.b.create_mkey(true, true);
     let mut umr_cq = p.b.create_cq(5);

@@ -67,15 +67,14 @@ impl CapSet {
             // RC atomics (compare-and-swap, fetch-and-add) are executed by the responder.
             .set_atomic(cfg.roce)
             .set_log_max_xrcd(if cfg.roce { LOG_MAX_XRCD } else { 0 })
-            // UMR WQEs are executed (the REG_UMR QP, fast registration and local invalidation
-            // on RC QPs: `engine::umr`), but loading translations by UMR is not advertised:
-            // with it, Linux's mlx5_ib fills an mkey cache of thousands of free keys at probe by
-            // asynchronous CREATE_MKEYs and registers user memory through UMR, which Linux's
-            // RDMA programs in the rig could not do on the model (docs/linux-rdma.md). With the
-            // bit set, mlx5_ib registers by CREATE_MKEY with the translation list
-            // (`mlx5r_umr_can_load_pas`) and keeps no cache. The list pointer may use the
-            // reserved lkey (Linux's `local_dma_lkey`).
-            .set_umr_modify_entity_size_disabled(true)
+            // UMR WQEs change a key's translation, page size, PD and access (the REG_UMR QP
+            // and fast registration on RC QPs, `engine::umr`): Linux's mlx5_ib then loads
+            // MTTs by UMR (`mlx5r_umr_can_load_pas`), keeps its mkey cache, and reports
+            // IB_DEVICE_MEM_MGT_EXTENSIONS, which kernel ULPs (nvme-rdma) need for
+            // IB_WR_REG_MR. Atomics are not changed by UMR; the list pointer may use the
+            // reserved lkey (Linux's `local_dma_lkey`); offsets past 16 bits are not
+            // advertised, so a region of 2^16 pages or more is registered by CREATE_MKEY.
+            .set_umr_modify_entity_size_disabled(false)
             .set_umr_modify_atomic_disabled(true)
             .set_umr_ptr_rlky(true)
             // QUERY_VPORT_COUNTER is answered: mlx5_ib serves the RDMA core's performance

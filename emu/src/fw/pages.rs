@@ -47,9 +47,16 @@ pub(crate) fn release_context(core: &mut Core, slot: Slot) {
     }
 }
 
+/// Asks the driver for more pages before the context space runs out: when fewer than half the
+/// used slots (at least [`LOW_SLOTS`]) are free, for as many pages as the function holds (at
+/// least the configured chunk). Growing by a share of what is held keeps
+/// the margin ahead of a driver that creates objects in bursts of asynchronous commands while
+/// its page work waits (mlx5_ib fills its mkey cache with thousands of keys at probe).
 fn maybe_request_pages(core: &mut Core) {
-    if core.pages.regular_request <= 0 && core.pages.free_slots() < LOW_SLOTS {
-        let chunk = core.cfg.page_request_chunk as i32;
+    let low = LOW_SLOTS.max(core.pages.used_slots() / 2);
+    if core.pages.regular_request <= 0 && core.pages.free_slots() < low {
+        let chunk = (core.cfg.page_request_chunk as usize).max(core.pages.held());
+        let chunk = i32::try_from(chunk).unwrap_or(i32::MAX);
         core.pages.regular_request = chunk;
         post_page_request(core, chunk);
     }

@@ -91,10 +91,17 @@ fn default_mac() -> [u8; 6] {
 
 /// The functions' configuration: `roce` turns RoCE on; it never turns off what the model's
 /// default configuration offers. `trace` records the function's commands.
+/// Pages a served function asks for before INIT_HCA (16 MiB): a ConnectX's firmware sizes its
+/// context memory for its object limits up front, and Linux's mlx5_ib creates thousands of
+/// memory keys at probe (its mkey cache, filled by asynchronous CREATE_MKEYs faster than page
+/// requests are answered). The in-process default stays small for tests.
+const SERVED_INIT_PAGES: u32 = 4096;
+
 fn config(mac: [u8; 6], roce: bool, trace: Option<CommandTrace>) -> EmuConfig {
     EmuConfig {
         mac,
         roce: roce || EmuConfig::default().roce,
+        init_pages: SERVED_INIT_PAGES,
         exec: ExecMode::Threaded,
         command_trace: trace,
         ..EmuConfig::default()

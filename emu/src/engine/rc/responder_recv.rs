@@ -15,6 +15,15 @@ use cxdirect_hw::wqe::{DataSeg, SrqNextSeg, INVALID_LKEY, WQE_DS};
 /// Receive WQEs posted and not yet taken, on the QP's own ring or its RMP (0 without either,
 /// with the RMP not ready, or when the doorbell record cannot be read or claims more than the
 /// ring holds).
+/// True when QP `qpn` has receive WQEs of its own ring posted and not yet taken.
+pub(super) fn has_posted_receives(core: &Core, qpn: u32) -> bool {
+    core.res
+        .qps
+        .get(qpn)
+        .is_some_and(|qp| matches!(qp.receive, RcReceive::Own { .. }))
+        && posted_receives(core, qpn) > 0
+}
+
 fn posted_receives(core: &Core, qpn: u32) -> u16 {
     let Some(qp) = core.res.qps.get(qpn) else {
         return 0;
