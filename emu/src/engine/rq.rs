@@ -612,3 +612,53 @@ pub(crate) fn check_limit(core: &mut Core, rmpn: u32, posted_now: u16) {
     data[24..28].copy_from_slice(&(rmpn & 0x00ff_ffff).to_be_bytes());
     crate::engine::eq::post_subscribed_event(core, EventType::SrqRqLimit, 0, &data);
 }
+
+/// A receive WQE a QP took from an RMP.
+pub(crate) struct RmpWqe {
+    /// The WQE's index in the ring.
+    pub index: u16,
+    /// Its address (IOVA).
+    pub addr: u64,
+    /// Its size in bytes (the RMP's stride).
+    pub len: usize,
+    /// Where its data segments start: after the next segment of a linked list.
+    pub data_at: usize,
+    /// The RMP's protection domain.
+    pub pd: u32,
+}
+
+/// Takes the next receive WQE of RMP `rmpn` for a QP, `posted` being how many it holds (at
+/// least one): a cyclic RMP's in order, a linked list's from its head, whose next segment
+/// names the new head; then checks the RMP's limit. `None` when the WQE or its next index
+/// cannot be read.
+pub(crate) fn take_rmp_wqe(core: &mut Core, rmpn: u32, posted: u16) -> Option<RmpWqe> {
+    let rmp = core.res.rmps.get_mut(rmpn)?;
+    let wq = &mut rmp.wq;
+    let index = wq.linked_head.unwrap_or(wq.consumed);
+    wq.consumed = wq.consumed.wrapping_add(1);
+    let stride = wq.stride() as usize;
+    let slot = u64::from(index) & u64::from(wq.entries() - 1);
+    let addr = wq.buf.addr(slot * stride as u64)?;
+    let (pd, linked, entries) = (wq.pd, wq.linked_head.is_some(), wq.entries());
+    let mut data_at = 0;
+    if linked {
+        let mut next = [0u8; WQE_DS];
+        core.dma_read(addr, &mut next).ok()?;
+        let next = SrqNextSeg::new(&next[..]).ok()?.next_wqe_index();
+        if u32::from(next) >= entries {
+            return None;
+        }
+        if let Some(rmp) = core.res.rmps.get_mut(rmpn) {
+            rmp.wq.linked_head = Some(next);
+        }
+        data_at = WQE_DS;
+    }
+    check_limit(core, rmpn, posted - 1);
+    Some(RmpWqe {
+        index,
+        addr,
+        len: stride,
+        data_at,
+        pd,
+    })
+}

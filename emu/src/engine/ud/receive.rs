@@ -28,7 +28,7 @@ use crate::objects::QState;
 use crate::translate::{translate, KeyFault};
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome};
 use cxdirect_hw::qp::{service_type, state};
-use cxdirect_hw::wqe::{DataSeg, SrqNextSeg, INVALID_LKEY, WQE_DS};
+use cxdirect_hw::wqe::{DataSeg, INVALID_LKEY, WQE_DS};
 
 /// RoCE network header types of `flags_rqpn` bits 25:24 (`MLX5_CQE_ROCE_L3_HEADER_TYPE_*`).
 const L3_HEADER_IPV6: u32 = 1;
@@ -194,35 +194,13 @@ fn take_receive(core: &mut Core, qpn: u32) -> Option<Taken> {
         RcReceive::Shared(rmpn) => {
             let rmp = core.res.rmps.get(rmpn).filter(|r| r.state == QState::Rdy)?;
             let posted = crate::engine::rq::posted(core, &rmp.wq).filter(|&p| p > 0)?;
-            let rmp = core.res.rmps.get_mut(rmpn)?;
-            let wq = &mut rmp.wq;
-            let index = wq.linked_head.unwrap_or(wq.consumed);
-            wq.consumed = wq.consumed.wrapping_add(1);
-            let stride = wq.stride() as usize;
-            let slot = u64::from(index) & u64::from(wq.entries() - 1);
-            let addr = wq.buf.addr(slot * stride as u64)?;
-            let (pd, linked, entries) = (wq.pd, wq.linked_head.is_some(), wq.entries());
-            let mut data_at = 0;
-            if linked {
-                // The WQE's next segment names the new list head.
-                let mut next = [0u8; WQE_DS];
-                core.dma_read(addr, &mut next).ok()?;
-                let next = SrqNextSeg::new(&next[..]).ok()?.next_wqe_index();
-                if u32::from(next) >= entries {
-                    return None;
-                }
-                if let Some(rmp) = core.res.rmps.get_mut(rmpn) {
-                    rmp.wq.linked_head = Some(next);
-                }
-                data_at = WQE_DS;
-            }
-            crate::engine::rq::check_limit(core, rmpn, posted - 1);
+            let w = crate::engine::rq::take_rmp_wqe(core, rmpn, posted)?;
             Some(Taken {
-                index,
-                addr,
-                len: stride,
-                data_at,
-                pd,
+                index: w.index,
+                addr: w.addr,
+                len: w.len,
+                data_at: w.data_at,
+                pd: w.pd,
             })
         }
         RcReceive::None => None,
