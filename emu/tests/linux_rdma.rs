@@ -27,7 +27,13 @@ fn atomics_are_reported_as_mlx5_ib_requires_them_and_host_order_can_be_chosen() 
     let mut lone = Host::new(Device::loopback(EmuConfig::default()), MEM);
     lone.bring_up();
     let general = lone.query_cap(hca::cap_type::GENERAL_DEVICE, true);
-    assert!(CmdHcaCap::new(&general[0x10..]).unwrap().atomic());
+    let general = CmdHcaCap::new(&general[0x10..]).unwrap();
+    assert!(general.atomic());
+    // With atomics, mlx5_ib's UMRs set the key's atomic access (`get_umr_update_access_mask`)
+    // and refuse themselves (`umr_check_mkey_mask`, EPERM) where UMR may not change it: every
+    // user registration from its mkey cache then failed ("Couldn't register MR").
+    assert!(!general.umr_modify_atomic_disabled());
+    assert!(!general.umr_modify_entity_size_disabled());
     for current in [false, true] {
         let page = lone.query_cap(hca::cap_type::ATOMIC, current);
         let caps = AtomicCaps::new(&page[0x10..0x110]).unwrap();

@@ -71,11 +71,13 @@ impl CapSet {
             // and fast registration on RC QPs, `engine::umr`): Linux's mlx5_ib then loads
             // MTTs by UMR (`mlx5r_umr_can_load_pas`), keeps its mkey cache, and reports
             // IB_DEVICE_MEM_MGT_EXTENSIONS, which kernel ULPs (nvme-rdma) need for
-            // IB_WR_REG_MR. Atomics are not changed by UMR; the list pointer may use the
-            // reserved lkey (Linux's `local_dma_lkey`); offsets past 16 bits are not
-            // advertised, so a region of 2^16 pages or more is registered by CREATE_MKEY.
+            // IB_WR_REG_MR. A UMR may change a key's atomic access too: with `atomic` set and
+            // this disabled, mlx5_ib's own UMRs (`umr_check_mkey_mask`) fail every user
+            // registration from its cache with EPERM. The list pointer may use the reserved
+            // lkey (Linux's `local_dma_lkey`); offsets past 16 bits are not advertised, so a
+            // region of 2^16 pages or more is registered by CREATE_MKEY.
             .set_umr_modify_entity_size_disabled(false)
-            .set_umr_modify_atomic_disabled(true)
+            .set_umr_modify_atomic_disabled(false)
             .set_umr_ptr_rlky(true)
             // QUERY_VPORT_COUNTER is answered: mlx5_ib serves the RDMA core's performance
             // management queries (port counters) from it instead of a MAD_IFC.
