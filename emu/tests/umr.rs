@@ -15,8 +15,6 @@ use cxdirect_hw::umr::{flags, mkey_mask, UmrCtrlSeg};
 use cxdirect_hw::wqe::{self, opcode, CtrlSeg, DataSeg, RaddrSeg};
 
 const MEM: usize = 8 << 20;
-/// The reserved lkey the model reports (QUERY_SPECIAL_CONTEXTS): a PD's `local_dma_lkey`.
-const RESERVED_LKEY: u32 = 0x200;
 /// `MLX5_IB_MTT_PRESENT`: what Linux ORs into every MTT entry it loads by UMR.
 const MTT_PRESENT: u64 = 3;
 const CQE_REQ_ERR: u8 = 0xd;
@@ -411,8 +409,16 @@ fn the_reg_umr_qp_enables_reloads_rereg_and_revokes_a_key_as_mlx5_ib_does() {
     let len = 3 * 4096 - 0x100;
     let key = reg_create(&mut p.b, umr_pd, iova, len, &[], ALL, false, 0x31).expect("free key");
     assert!(p.b.dev.memory_key(key).expect("held").free);
-    // mlx5r_umr_update_mr_pas(MLX5_IB_UPD_XLT_ENABLE): the list through the reserved lkey,
-    // padded to 64 bytes, translation offset 0, enable + access + PD + translation masks.
+    // mlx5r_umr_update_mr_pas(MLX5_IB_UPD_XLT_ENABLE): the list through the UMR PD's
+    // `local_dma_lkey`, padded to 64 bytes, translation offset 0, enable + access + PD +
+    // translation masks. mlx5 gives kernel PDs no reserved lkey (`local_dma_lkey = 0 /* not
+    // supported */`): ib_alloc_pd makes each a DMA key (mlx5_ib_get_dma_mr) in that PD, while
+    // the REG_UMR QP itself has no PD. The model once checked that key against the QP's PD 0
+    // and refused every user registration Linux made by UMR.
+    let saved_pd = p.b.pd;
+    p.b.pd = umr_pd;
+    let umr_dma_lkey = p.b.create_mkey(false, true);
+    p.b.pd = saved_pd;
     let list = mtt_list(&pages);
     let list_buf = p.b.alloc(64, 64);
     p.b.write(list_buf, &[list.clone(), vec![0; 64 - list.len()]].concat());
@@ -439,7 +445,7 @@ fn the_reg_umr_qp_enables_reloads_rereg_and_revokes_a_key_as_mlx5_ib_does() {
                 .set_qpn(0xff_ffff)
                 .set_mkey_7_0(key as u8);
         },
-        &List::Pointer(list_buf, RESERVED_LKEY, 64),
+        &List::Pointer(list_buf, umr_dma_lkey, 64),
     );
     p.b.post(&mut umr_sq, &enable, false);
     p.settle();

@@ -230,10 +230,20 @@ fn read_list(
         return Err(CqeSyndrome::LocalLength);
     }
     let mut list = vec![0u8; bytes];
+    // The REG_UMR QP has no protection domain (Linux leaves its `pd` zero): its list pointer's
+    // key is taken in its own PD (mlx5_ib points it through its UMR PD's `local_dma_lkey`).
+    let pd = if poster.privileged {
+        core.res
+            .mkeys
+            .get(data.lkey() >> 8)
+            .map_or(poster.pd, |key| key.pd)
+    } else {
+        poster.pd
+    };
     translate(
         core,
         data.lkey(),
-        poster.pd,
+        pd,
         data.addr(),
         bytes as u64,
         false,
