@@ -18,6 +18,9 @@ const SRQ_QPN: u32 = 0x43;
 const SRQN: u32 = 0x9;
 const LOG: u8 = 4;
 
+/// The user index the driver gives every QP, which the device echoes in its CQEs.
+const UIDX: u32 = cxdirect_hw::qp::USER_INDEX_NONE;
+
 /// A CQ with QP `QPN` (three one-block WRITEs, the middle one unsignalled, and two receives
 /// of 100 bytes posted) and QP `SRQ_QPN` on SRQ `SRQN` (WQEs 0 and 1 posted).
 fn cq() -> (CompletionQueue, Arc<QpTrack>, Arc<SrqTrack>) {
@@ -76,10 +79,10 @@ fn write(
     qpn: u32,
     counter: u16,
     bytes: u32,
-    srqn: u32,
+    user_index: u32,
 ) {
     let mut c = [0u8; CQE_SIZE];
-    c[0x20..0x24].copy_from_slice(&srqn.to_be_bytes());
+    c[0x20..0x24].copy_from_slice(&user_index.to_be_bytes());
     c[0x2c..0x30].copy_from_slice(&bytes.to_be_bytes());
     c[0x38..0x3c].copy_from_slice(&qpn.to_be_bytes());
     c[0x3c..0x3e].copy_from_slice(&counter.to_be_bytes());
@@ -99,8 +102,8 @@ fn refused(result: Result<usize, DriverError>, what: &str) {
 #[test]
 fn a_completion_retires_the_unsignalled_requests_before_it() {
     let (mut cq, qp, _) = cq();
-    write(&cq, 0, CqeOpcode::Req, QPN, 0, 0, 0);
-    write(&cq, 1, CqeOpcode::Req, QPN, 2, 0, 0);
+    write(&cq, 0, CqeOpcode::Req, QPN, 0, 0, UIDX);
+    write(&cq, 1, CqeOpcode::Req, QPN, 2, 0, UIDX);
     let mut out = [WorkCompletion::default(); 4];
     assert_eq!(cq.poll(&mut out).unwrap(), 2);
     assert_eq!((out[0].wr_id, out[1].wr_id), (10, 12));
@@ -116,23 +119,23 @@ fn a_completion_retires_the_unsignalled_requests_before_it() {
 fn an_unknown_qp_an_unposted_wqe_or_an_unknown_opcode_is_refused_and_the_queue_goes_on() {
     let (mut cq, qp, _) = cq();
     let mut out = [WorkCompletion::default(); 4];
-    write(&cq, 0, CqeOpcode::Req, 0x777, 0, 0, 0);
+    write(&cq, 0, CqeOpcode::Req, 0x777, 0, 0, UIDX);
     refused(cq.poll(&mut out), "QP number");
-    write(&cq, 1, CqeOpcode::Req, QPN, 7, 0, 0);
+    write(&cq, 1, CqeOpcode::Req, QPN, 7, 0, UIDX);
     refused(cq.poll(&mut out), "not outstanding");
-    write(&cq, 2, CqeOpcode::Req, QPN, 2, 0, 0);
+    write(&cq, 2, CqeOpcode::Req, QPN, 2, 0, UIDX);
     // Counter 2 skips WQE 0, which asked for a completion of its own.
     refused(cq.poll(&mut out), "skips a signalled");
-    write(&cq, 3, CqeOpcode::ResizeCq, QPN, 0, 0, 0);
+    write(&cq, 3, CqeOpcode::ResizeCq, QPN, 0, 0, UIDX);
     refused(cq.poll(&mut out), "opcode");
-    write(&cq, 4, CqeOpcode::RespSend, QPN, 1, 10, 0);
+    write(&cq, 4, CqeOpcode::RespSend, QPN, 1, 10, UIDX);
     refused(cq.poll(&mut out), "receive CQE WQE counter");
-    write(&cq, 5, CqeOpcode::RespSend, QPN, 0, 101, 0);
+    write(&cq, 5, CqeOpcode::RespSend, QPN, 0, 101, UIDX);
     refused(cq.poll(&mut out), "byte count");
     assert_eq!(cq.bad_cqes(), 6);
     // Nothing the refusals named was taken: the right completions still come.
-    write(&cq, 6, CqeOpcode::Req, QPN, 0, 0, 0);
-    write(&cq, 7, CqeOpcode::RespSendImm, QPN, 0, 100, 0);
+    write(&cq, 6, CqeOpcode::Req, QPN, 0, 0, UIDX);
+    write(&cq, 7, CqeOpcode::RespSendImm, QPN, 0, 100, UIDX);
     assert_eq!(cq.poll(&mut out).unwrap(), 2);
     assert_eq!((out[0].wr_id, out[1].wr_id, out[1].byte_len), (10, 20, 100));
     assert_eq!(out[1].opcode, WcOpcode::Recv);
@@ -143,14 +146,14 @@ fn an_unknown_qp_an_unposted_wqe_or_an_unknown_opcode_is_refused_and_the_queue_g
 fn srq_completions_must_name_a_posted_wqe_once_and_the_queues_srq() {
     let (mut cq, _, srq) = cq();
     let mut out = [WorkCompletion::default(); 4];
-    write(&cq, 0, CqeOpcode::RespSend, SRQ_QPN, 1, 50, SRQN + 1);
-    refused(cq.poll(&mut out), "SRQ number");
-    write(&cq, 1, CqeOpcode::RespSend, SRQ_QPN, 1, 101, SRQN);
+    write(&cq, 0, CqeOpcode::RespSend, SRQ_QPN, 1, 50, UIDX - 1);
+    refused(cq.poll(&mut out), "user index");
+    write(&cq, 1, CqeOpcode::RespSend, SRQ_QPN, 1, 101, UIDX);
     refused(cq.poll(&mut out), "byte count");
-    write(&cq, 2, CqeOpcode::RespSend, SRQ_QPN, 3, 50, SRQN);
+    write(&cq, 2, CqeOpcode::RespSend, SRQ_QPN, 3, 50, UIDX);
     refused(cq.poll(&mut out), "SRQ WQE counter");
-    write(&cq, 3, CqeOpcode::RespSend, SRQ_QPN, 1, 50, SRQN);
-    write(&cq, 4, CqeOpcode::RespSend, SRQ_QPN, 1, 50, SRQN);
+    write(&cq, 3, CqeOpcode::RespSend, SRQ_QPN, 1, 50, UIDX);
+    write(&cq, 4, CqeOpcode::RespSend, SRQ_QPN, 1, 50, UIDX);
     // The good completion comes first; the second one for the same WQE is refused next.
     assert_eq!(cq.poll(&mut out).unwrap(), 1);
     assert_eq!(
@@ -172,6 +175,7 @@ fn an_error_completion_flushes_by_the_posted_operation_and_marks_the_qp_failed()
     let (mut cq, qp, _) = cq();
     let mut out = [WorkCompletion::default(); 4];
     let mut c = [0u8; CQE_SIZE];
+    c[0x20..0x24].copy_from_slice(&UIDX.to_be_bytes());
     c[0x37] = 0x13;
     c[0x38..0x3c].copy_from_slice(&(0x08u32 << 24 | QPN).to_be_bytes());
     c[0x3c..0x3e].copy_from_slice(&0u16.to_be_bytes());
