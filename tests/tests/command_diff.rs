@@ -1,6 +1,6 @@
 //! Linux's commands side by side with cxdirect's, on every `cargo test`: the driver runs its
 //! jobs against a model recording its commands, and the comparison against the QEMU rig's
-//! trace of Linux (tests/fixtures/linux-commands-a.jsonl) must find no difference that
+//! trace of Linux (tests/fixtures/linux-commands-a.jsonl.gz) must find no difference that
 //! docs/command-diff.toml does not name with a reason.
 
 #[path = "command_trace.rs"]
@@ -12,7 +12,17 @@ use cxdirect_apps::cmd_diff::{compare, parse_trace, TracedCommand};
 
 fn fixture(name: &str) -> Vec<TracedCommand> {
     let path = format!("{}/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
-    parse_trace(&std::fs::read_to_string(&path).expect("the fixture")).expect("it parses")
+    let text = if name.ends_with(".gz") {
+        use std::io::Read;
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(std::fs::File::open(&path).expect("the fixture"))
+            .read_to_string(&mut text)
+            .expect("the fixture decompresses");
+        text
+    } else {
+        std::fs::read_to_string(&path).expect("the fixture")
+    };
+    parse_trace(&text).expect("it parses")
 }
 
 fn rules() -> Rules {
@@ -27,7 +37,7 @@ fn ours() -> Vec<TracedCommand> {
 
 #[test]
 fn every_difference_from_linux_is_fixed_or_named_with_a_reason() {
-    let linux = fixture("linux-commands-a.jsonl");
+    let linux = fixture("linux-commands-a.jsonl.gz");
     let report = compare(&linux, &ours(), &rules());
     let unexplained: Vec<String> = report
         .differences
