@@ -294,7 +294,13 @@ impl<B: Backend> Device<B> {
         self.info.link_up = QueryVportStateOut::new(&out[..])
             .map(|o| o.state() == VPORT_STATE_UP)
             .unwrap_or(false);
-        let reply = self.access_reg(reg::REG_PMTU, false, &[0u8; 16])?;
+        // The query names port 1, as Linux's mlx5_query_port_pmtu does (the function's one
+        // port; local_port 0 names none).
+        let mut query = [0u8; 16];
+        if let Ok(mut r) = PmtuReg::new(&mut query[..]) {
+            r.set_local_port(1);
+        }
+        let reply = self.access_reg(reg::REG_PMTU, false, &query)?;
         self.info.port_mtu = PmtuReg::new(&reply[..]).map(|r| r.oper_mtu()).unwrap_or(0);
         Ok(())
     }
