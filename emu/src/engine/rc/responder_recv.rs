@@ -167,17 +167,12 @@ pub(super) fn responder_cqe(
         return;
     };
     let cqn = qp.cqn_rcv;
-    let srqn = match qp.receive {
-        RcReceive::Shared(rmpn) => rmpn,
-        _ => 0,
-    };
     let mut cqe = [0u8; 64];
     if let Ok(mut c) = Cqe64::new(&mut cqe[..]) {
         c.set_opcode(op as u8)
             .set_byte_cnt(bytes)
             .set_qpn(qpn)
-            .set_wqe_counter(index)
-            .set_srqn(srqn);
+            .set_wqe_counter(index);
         // The immediate, or the rkey a SEND with invalidate invalidated.
         if matches!(
             op,

@@ -46,19 +46,14 @@ pub(super) fn post_error_cqe(
     if syndrome != CqeSyndrome::WrFlushed {
         add(&core.counters.error_cqes, 1);
     }
-    let srqn = match qp.receive {
-        RcReceive::Shared(rmpn) => rmpn,
-        _ => 0,
-    };
-    let (cqn, opcode, wqe_opcode, srqn) = match side {
-        Side::Send(op) => (qp.cqn_snd, CqeOpcode::ReqErr, op, 0),
-        Side::Receive => (qp.cqn_rcv, CqeOpcode::RespErr, 0, srqn),
+    let (cqn, opcode, wqe_opcode) = match side {
+        Side::Send(op) => (qp.cqn_snd, CqeOpcode::ReqErr, op),
+        Side::Receive => (qp.cqn_rcv, CqeOpcode::RespErr, 0),
     };
     let mut cqe = [0u8; 64];
     if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
         err.set_syndrome(syndrome as u8)
             .set_s_wqe_opcode(wqe_opcode)
-            .set_srqn(srqn)
             .set_qpn(qpn)
             .set_wqe_counter(index)
             .set_opcode(opcode as u8);

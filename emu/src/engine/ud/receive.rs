@@ -279,10 +279,6 @@ fn responder_cqe(core: &mut Core, qpn: u32, done: &Delivered) {
         return;
     };
     let cqn = qp.cqn_rcv;
-    let srqn = match qp.receive {
-        RcReceive::Shared(rmpn) => rmpn,
-        _ => 0,
-    };
     let mut cqe = [0u8; 64];
     if let Ok(mut c) = Cqe64::new(&mut cqe[..]) {
         let op = if done.imm.is_some() {
@@ -298,7 +294,6 @@ fn responder_cqe(core: &mut Core, qpn: u32, done: &Delivered) {
             .set_l4_ok(true)
             .set_qpn(qpn)
             .set_wqe_counter(done.index)
-            .set_srqn(srqn)
             .set_se(done.solicited);
     }
     post_cqe(core, qpn, cqn, &mut cqe);
