@@ -417,7 +417,7 @@ fn create_qp_refusals_create_and_leak_nothing() {
     let cases = [
         (
             QpSpec {
-                st: service_type::UC,
+                st: service_type::DCI,
                 ..spec(&cq)
             },
             CmdStatus::BadParameter,

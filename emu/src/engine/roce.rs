@@ -10,6 +10,9 @@ use cxdirect_hw::roce::{gid_is_ipv4_mapped, RoceAddrLayout, ROCE_V2_UDP_DPORT};
 /// RC BTH opcodes (IBA, `include/rdma/ib_pack.h`).
 pub(crate) mod bth_opcode {
     /// SEND first packet.
+    /// The unreliable-connection (UC) opcodes are the RC SEND and WRITE opcodes (0x00..=0x0b)
+    /// with this prefix (IBA table 38: 0x20..=0x2b).
+    pub const UC: u8 = 0x20;
     pub const SEND_FIRST: u8 = 0x00;
     /// SEND middle packet.
     pub const SEND_MIDDLE: u8 = 0x01;

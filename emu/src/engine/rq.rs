@@ -454,6 +454,7 @@ pub(crate) fn complete(
             if let Some((stride, count)) = strides {
                 crate::engine::striding::place_in_cqe(&mut cqe, index, stride, count, false);
             }
+            stamp_user_index(core, rqn, memory, &mut cqe);
             add(&core.counters.rx_delivered, 1);
             {
                 let qc = core.queue_counters.get_mut(QueueKind::Rq, rqn);
@@ -481,12 +482,25 @@ pub(crate) fn complete(
                     err.set_srqn(rmpn);
                 }
             }
+            stamp_user_index(core, rqn, memory, &mut cqe);
             if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
                 add(&core.counters.completions_lost, 1);
             }
             core.queue_counters.get_mut(QueueKind::Rq, rqn).errors += 1;
             enter_error(core, rqn);
         }
+    }
+}
+
+/// Puts RQ `rqn`'s `user_index` into a CQE of its when the RQ has its own ring, as a
+/// `cqe_version` 1 device does: libmlx5 finds the raw packet QP a receive belongs to by it
+/// (`get_resp_ctx_v1`). An RQ drawing from an RMP keeps the RMP number there.
+fn stamp_user_index(core: &Core, rqn: u32, memory: RqMemory, cqe: &mut [u8; 64]) {
+    if memory != RqMemory::Own {
+        return;
+    }
+    if let Some(rq) = core.res.rqs.get(rqn) {
+        crate::engine::cq::set_user_index(cqe, rq.user_index);
     }
 }
 

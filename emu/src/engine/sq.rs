@@ -276,6 +276,7 @@ fn execute_one(
         cqe[0x38..0x3c].copy_from_slice(&(sqn & 0x00ff_ffff).to_be_bytes());
         cqe[0x3c..0x3e].copy_from_slice(&index.to_be_bytes());
         cqe[0x3f] = (CqeOpcode::Req as u8) << 4 | u8::from(ctrl_se(&s.wqe)) << 1;
+        stamp_user_index(core, sqn, &mut cqe);
         if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
             // The completion has nowhere to go (CQ in error): the SQ stops with it.
             add(&core.counters.completions_lost, 1);
@@ -650,6 +651,14 @@ pub(crate) fn transmit(core: &mut Core, frame: &[u8]) {
     }
 }
 
+/// Puts SQ `sqn`'s `user_index` into a CQE of its, as a `cqe_version` 1 device does: libmlx5
+/// finds the raw packet QP a send completion belongs to by it (`get_req_ctx_v1`).
+fn stamp_user_index(core: &Core, sqn: u32, cqe: &mut [u8; 64]) {
+    if let Some(sq) = core.res.sqs.get(sqn) {
+        crate::engine::cq::set_user_index(cqe, sq.user_index);
+    }
+}
+
 /// Writes an error CQE for the WQE at `index`, moves the SQ to error, and stops the burst.
 fn fail(
     core: &mut Core,
@@ -669,6 +678,7 @@ fn fail(
             .set_wqe_counter(index)
             .set_opcode(CqeOpcode::ReqErr as u8);
     }
+    stamp_user_index(core, sqn, &mut cqe);
     if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
         add(&core.counters.completions_lost, 1);
     }

@@ -5,6 +5,10 @@
 //! `opt_param_mask` names, and allows only the optional bits Linux mlx5_ib allows for RC
 //! (`opt_mask[][]` in `drivers/infiniband/hw/mlx5/qp.c`). A refused command changes nothing.
 //!
+//! UC QPs (service type 0x1, `MLX5_QP_ST_UC`) share the RC table and transitions (with
+//! Linux's UC rows of `opt_mask`); their transport is the RC engine's without acknowledgements
+//! (`engine::rc::unreliable`).
+//!
 //! Besides RC QPs, the model creates datagram QPs: unreliable datagram (UD) QPs and general
 //! services QPs (QP1, the GSI QP Linux's MAD layer opens on every RoCE port). Their
 //! transitions take what Linux gives them ([`super::qp_datagram`]); the UD transport
@@ -47,11 +51,15 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     let service = ctx.st();
     if !matches!(
         service,
-        service_type::RC | service_type::UD | service_type::QP1 | service_type::REG_UMR
+        service_type::RC
+            | service_type::UC
+            | service_type::UD
+            | service_type::QP1
+            | service_type::REG_UMR
     ) {
         return Err(bad_param(
             Syndrome::UnsupportedServiceType,
-            "only RC, UD, GSI (QP1) and REG_UMR QPs are modelled",
+            "only RC, UC, UD, GSI (QP1) and REG_UMR QPs are modelled",
         ));
     }
     if ctx.deth_sqpn() != 0 {
@@ -357,6 +365,10 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
         super::qp_datagram::optional(opcode, qp.service)
     } else if umr {
         optional & optpar::COUNTER_SET_ID
+    } else if qp.service == service_type::UC {
+        // Linux's `opt_mask[][][MLX5_QP_ST_UC]` rows are the RC rows without remote READ
+        // and atomic access and without the RNR timer: UC has neither READs, atomics nor RNR.
+        optional & !(optpar::RRE | optpar::RAE | optpar::RNR_TIMEOUT)
     } else {
         optional
     };

@@ -315,7 +315,10 @@ fn initial_state(raw: u8) -> CmdResult {
     Ok(())
 }
 
-/// The transitions the manual allows for SQs and RQs.
+/// The transitions allowed for SQs and RQs: the manual's, and the ones mlx5_ib's
+/// `modify_raw_packet_qp` asks for when it moves a raw packet QP's SQ and RQ with the QP:
+/// RST2INIT leaves the SQ in RST (RST to RST), 2ERR from RST or INIT moves a queue still in
+/// RST to ERR, and 2ERR from ERR asks for ERR again.
 fn transition(from: QState, to_raw: u8) -> Result<QState, CmdError> {
     let to = QState::from_raw(to_raw).ok_or(bad_param(
         Syndrome::BadStateTransition,
@@ -323,10 +326,13 @@ fn transition(from: QState, to_raw: u8) -> Result<QState, CmdError> {
     ))?;
     let ok = matches!(
         (from, to),
-        (QState::Rst, QState::Rdy)
+        (QState::Rst, QState::Rst)
+            | (QState::Rst, QState::Rdy)
+            | (QState::Rst, QState::Err)
             | (QState::Rdy, QState::Rdy)
             | (QState::Rdy, QState::Err)
             | (QState::Rdy, QState::Rst)
+            | (QState::Err, QState::Err)
             | (QState::Err, QState::Rst)
     );
     if ok {
@@ -378,6 +384,7 @@ pub(crate) fn create_sq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         tisn,
         state: QState::Rst,
         min_inline: ctx.min_wqe_inline_mode(),
+        user_index: ctx.user_index(),
         slot,
     };
     let Some(sqn) = core.res.sqs.insert(sq) else {
@@ -496,6 +503,7 @@ pub(crate) fn create_rq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         tir_users: 0,
         rqt_users: 0,
         counter_set,
+        user_index: ctx.user_index(),
         slot,
         striding,
     };

@@ -242,6 +242,9 @@ pub(crate) struct Sq {
     pub min_inline: u8,
     /// Created with `allow_multi_pkt_send_wqe`: enhanced multi-packet WQEs are accepted.
     pub multi_packet: bool,
+    /// `sqc.user_index` (24 bits): written into every CQE of the SQ (`cqe_version` 1), which
+    /// is how libmlx5 finds a raw packet QP's send completions.
+    pub user_index: u32,
     pub slot: Slot,
 }
 
@@ -262,6 +265,9 @@ pub(crate) struct Rq {
     pub rqt_users: u32,
     /// Q counter set the RQ counts into (0 = none).
     pub counter_set: u32,
+    /// `rqc.user_index` (24 bits): written into the CQEs of an RQ with its own ring
+    /// (`cqe_version` 1), which is how libmlx5 finds a raw packet QP's receive completions.
+    pub user_index: u32,
     pub slot: Slot,
     /// A striding RQ's geometry and place (`None`: one packet per WQE).
     pub striding: Option<Striding>,

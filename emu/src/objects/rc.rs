@@ -136,6 +136,9 @@ pub(crate) struct Responder {
     pub recv: Option<ReceiveInProgress>,
     /// The RDMA WRITE in progress: next virtual address, rkey, bytes in all, bytes so far.
     pub write: Option<WriteInProgress>,
+    /// UC: the receive WQE of a SEND abandoned after a lost packet, emptied; the next SEND
+    /// takes it before any other.
+    pub parked: Option<ReceiveInProgress>,
     /// The READ and atomic requests answered last, oldest overwritten first: a duplicate of
     /// one is answered again from them (a READ from memory, an atomic with the value it
     /// found), never executed twice.

@@ -148,6 +148,18 @@ impl Host {
     /// CREATE_QP (RC, in the host's PD, completions on `cq`): a `2^log_sq`-WQEBB send ring
     /// and either a `2^log_rq`-entry receive ring of its own or receives from RMP `srq`.
     pub fn create_rc_qp(&mut self, cq: &Cq, log_sq: u8, log_rq: u8, srq: Option<u32>) -> RcQp {
+        self.create_connected_qp(service_type::RC, cq, log_sq, log_rq, srq)
+    }
+
+    /// [`Host::create_rc_qp`] with service type `st` (RC or UC, `service_type`).
+    pub fn create_connected_qp(
+        &mut self,
+        st: u8,
+        cq: &Cq,
+        log_sq: u8,
+        log_rq: u8,
+        srq: Option<u32>,
+    ) -> RcQp {
         let rq_bytes = if srq.is_some() {
             0
         } else {
@@ -160,7 +172,7 @@ impl Host {
         let mut input = Self::input(Opcode::CreateQp, 0, 0x110 + 8 * pages);
         let mut cmd = CreateQpIn::new(&mut input[..]).expect("layout");
         cmd.qpc_mut()
-            .set_st(service_type::RC)
+            .set_st(st)
             .set_pm_state(3)
             .set_user_index(self.next_user_index)
             .set_pd(self.pd)

@@ -10,7 +10,9 @@
 //! timers; [`responder`] takes received frames in PSN order; [`responder_recv`] owns the
 //! receive WQEs; [`responder_read_atomic`] answers READs and atomics; [`responder_pace`]
 //! transmits responses and acknowledgements as the wire takes them; [`qp_error`] takes a
-//! QP to error and raises its asynchronous events.
+//! QP to error and raises its asynchronous events; [`unreliable`] is the UC responder (the
+//! requester sends UC through the same rooms, under the UC opcodes and without waiting for
+//! acknowledgements).
 
 pub(crate) mod completion;
 pub(crate) mod qp_error;
@@ -24,6 +26,7 @@ pub(crate) mod responder_recv;
 pub(crate) mod retransmit;
 pub(crate) mod send_ring;
 pub(crate) mod timer;
+pub(crate) mod unreliable;
 
 /// RoCE v2 framing lives below both transports; the RC rooms name it as their own.
 pub(crate) use super::roce as packet;

@@ -351,8 +351,19 @@ fn execute_from(
         complete_local(core, qpn, index, op, signaled);
         return Ok(Some(req.bbs));
     }
-    if service != service_type::RC {
+    let unreliable = service == service_type::UC;
+    if service != service_type::RC && !unreliable {
         // The REG_UMR QP carries UMR WQEs only.
+        return Err(bad);
+    }
+    if unreliable
+        && matches!(
+            op,
+            opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA | opcode::SEND_INVAL
+        )
+    {
+        // UC carries SENDs and WRITEs only (IBA table 38): the WQE completes with a local
+        // QP operation error and the QP goes to error.
         return Err(bad);
     }
     let mut at = WQE_DS;

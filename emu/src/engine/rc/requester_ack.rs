@@ -79,9 +79,9 @@ pub(crate) fn acknowledge(core: &mut Core, qpn: u32, psn: u32, syndrome: u8) {
 }
 
 /// Retires, in order, every outstanding WQE whose last packet is at or before `acked_through`
-/// and that an ACK completes; true when a READ or atomic, which only its response completes,
+/// and that an ACK completes (on UC, that its last packet went out); true when a READ or atomic, which only its response completes,
 /// stops that before the acknowledged PSN.
-fn retire_acked(core: &mut Core, qpn: u32, acked_through: u32) -> bool {
+pub(super) fn retire_acked(core: &mut Core, qpn: u32, acked_through: u32) -> bool {
     loop {
         let Some(qp) = core.res.qps.get_mut(qpn) else {
             return false;

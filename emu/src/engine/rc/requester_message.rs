@@ -3,12 +3,14 @@
 //! ([`requester`](super::requester)).
 
 use super::packet::{bth_opcode, build_frame, mtu_bytes, Transport, PSN_MASK};
+use super::requester_ack::retire_acked;
 use super::responder_pace::room;
 use super::timer::arm_ack_timer;
 use crate::function::Core;
 use crate::objects::queue_state::RcScratch;
 use crate::objects::rc::{Outstanding, Sending};
 use cxdirect_hw::cqe::CqeSyndrome;
+use cxdirect_hw::qp::service_type;
 use cxdirect_hw::wqe::{opcode, DataSeg, INLINE_SEG, WQE_DS};
 
 /// What the requester knows of a WQE it is sending.
@@ -47,6 +49,9 @@ pub(super) fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcS
     };
     let mtu = mtu_bytes(qp.mtu);
     let dest_qpn = qp.remote_qpn;
+    // UC: the same packets under the UC opcodes, asking for no acknowledgement.
+    let unreliable = qp.service == service_type::UC;
+    let prefix = if unreliable { bth_opcode::UC } else { 0 };
     let mut psn = req.resend_psn.unwrap_or(qp.next_send_psn) & PSN_MASK;
     let first_psn = psn;
     let total = s.message.len();
@@ -87,10 +92,10 @@ pub(super) fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcS
             (true, false, true, true) => bth_opcode::WRITE_LAST_IMM,
         };
         let t = Transport {
-            opcode: bth,
+            opcode: bth | prefix,
             dest_qpn,
             psn,
-            ack_req: last,
+            ack_req: last && !unreliable,
             solicited: last && req.solicited,
             reth: match req.remote {
                 Some((va, rkey)) if first => Some((va, rkey, total as u32)),
@@ -109,15 +114,16 @@ pub(super) fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcS
         s.frame = frame;
         psn = (psn + 1) & PSN_MASK;
     }
-    arm_ack_timer(core, qpn);
+    if !unreliable {
+        arm_ack_timer(core, qpn);
+    }
     let Some(qp) = core.res.qps.get_mut(qpn) else {
         return;
     };
+    let last_psn = (first_psn + packets as u32 - 1) & PSN_MASK;
+    let done = paused.is_none();
     qp.req.sending = paused;
-    if req.resend_psn.is_some() {
-        return;
-    }
-    {
+    if req.resend_psn.is_none() {
         let psn = (first_psn + packets as u32) & PSN_MASK;
         qp.next_send_psn = psn;
         qp.req.outstanding.push_back(Outstanding {
@@ -129,6 +135,10 @@ pub(super) fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcS
             bytes: total as u32,
             responses: 0,
         });
+    }
+    if unreliable && done {
+        // No acknowledgement comes on UC: a WQE is complete once its last packet is out.
+        retire_acked(core, qpn, last_psn);
     }
 }
 

@@ -58,7 +58,7 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8]) -> bool {
         .res
         .qps
         .get(qpn)
-        .filter(|qp| qp.service == service_type::RC)
+        .filter(|qp| matches!(qp.service, service_type::RC | service_type::UC))
     else {
         add(&core.counters.roce_rx_drops, 1);
         return true;
@@ -70,6 +70,10 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8]) -> bool {
         return true;
     }
     let rest = &frame[rest_start..body_end - pad];
+    if qp.service == service_type::UC {
+        super::unreliable::receive(core, qpn, qp_state, opcode, psn, rest);
+        return true;
+    }
     if (bth_opcode::READ_RESPONSE_FIRST..=bth_opcode::ATOMIC_ACKNOWLEDGE).contains(&opcode)
         && opcode != ACKNOWLEDGE
     {

@@ -57,6 +57,14 @@ pub(super) fn receive_available(core: &Core, qpn: u32) -> bool {
 /// Takes the next receive WQE of the QP's own ring or RMP (a linked-list RMP's list head);
 /// where it is. `None` when none is posted.
 pub(super) fn take_receive(core: &mut Core, qpn: u32) -> Option<ReceiveInProgress> {
+    if let Some(parked) = core
+        .res
+        .qps
+        .get_mut(qpn)
+        .and_then(|qp| qp.resp.parked.take())
+    {
+        return Some(parked);
+    }
     let posted = posted_receives(core, qpn);
     if posted == 0 {
         return None;
