@@ -22,6 +22,12 @@ use cxdirect_hw::wq::{
 };
 
 /// Builds a queue buffer from a page list, checking alignment and coverage.
+///
+/// `page_offset` places the buffer's start inside its first page, in quanta of 1/64 of the
+/// queue's page size (64 B with 4 KiB pages): mlx5_ib's `mlx5_umem_find_best_quantized_pgoff`
+/// (called for the QP, CQ, SRQ and WQ contexts with a scale of 64) picks the largest page
+/// size whose offset it can express this way, so a buffer that is only partly inside a large
+/// page (a transparent huge page, say) arrives with a non-zero offset.
 pub(crate) fn queue_buffer(
     log_page_rel: u8,
     page_offset: u8,
@@ -29,12 +35,6 @@ pub(crate) fn queue_buffer(
     capacity: usize,
     pas: impl Fn(usize) -> Option<u64>,
 ) -> Result<QueueBuffer, CmdError> {
-    if page_offset != 0 {
-        return Err(bad_param(
-            Syndrome::BadWqParams,
-            "non-zero page_offset is not modelled",
-        ));
-    }
     let log_page = 12 + u32::from(log_page_rel);
     if log_page > 30 {
         return Err(bad_param(
@@ -42,7 +42,8 @@ pub(crate) fn queue_buffer(
             "queue page size above 1 GiB",
         ));
     }
-    let pages = size.div_ceil(1 << log_page) as usize;
+    let offset = u64::from(page_offset) << (log_page - 6);
+    let pages = (offset + size).div_ceil(1 << log_page) as usize;
     if pages > capacity {
         return Err(bad_param(
             Syndrome::PasTooShort,
@@ -66,7 +67,7 @@ pub(crate) fn queue_buffer(
     Ok(QueueBuffer {
         pas: list,
         log_page,
-        offset: 0,
+        offset,
         size,
     })
 }
