@@ -29,9 +29,12 @@
 //! | port | one Ethernet port; node and system image GUID: the MAC widened to EUI-64; PMTU max 9982 (frames up to 9978 bytes without FCS), default admin MTU 1522; link up after INIT_HCA when a wire is attached; ACCESS_REG: PAOS, PMTU, PTYS (100GBASE-CR4), NODE_DESC (read only), PFCC (kept, no pause frames), PPCNT (IEEE 802.3 group counted, the other groups Linux reads as zeros) |
 //! | receive CQEs | checksum flags and the packet's one's-complement sum from the IP header (`check_sum`, for CHECKSUM_COMPLETE) |
 //!
-//! Queues: CQs and EQs of 64-byte entries; cyclic work queues only (send stride 64 bytes,
+//! Queues: EQs of 64-byte entries; CQs of 64- or 128-byte entries (`cqe_sz` 0 or 1; the CQE in
+//! the second half of a 128-byte entry, nothing scattered to the first; not padded, not
+//! compressed, not collapsed); cyclic work queues only (send stride 64 bytes,
 //! receive stride 16..1024 bytes); RMPs cyclic or linked lists (the RC SRQ form: a next
-//! segment heads each WQE and the device follows the list from WQE 0); page offsets inside queue pages must be 0. Steering: NIC receive flow tables with
+//! segment heads each WQE and the device follows the list from WQE 0); queue buffers may start
+//! `page_offset` quanta (1/64 of the queue's page size) into their first page. Steering: NIC receive flow tables with
 //! groups over the outer L2-L4 headers, entries that forward to TIRs or deeper tables, direct and
 //! indirect TIRs with Toeplitz RSS over IPv4/IPv6 TCP/UDP. Memory keys in PA or MTT mode.
 

@@ -260,7 +260,9 @@ fn reserve(core: &mut Core, cqn: u32, n: u32) -> Result<(u32, u8), CqFault> {
     Ok((pi, log_size))
 }
 
-/// Writes one 64-byte slot of CQ `cqn` at producer index `index`.
+/// Writes one 64-byte CQE of CQ `cqn` at producer index `index`: the whole entry of a CQ of
+/// 64-byte entries, the second half of a 128-byte one (where the owner bit is read; the first
+/// half, which would carry data scattered to the CQE, is left alone).
 fn write_slot(core: &mut Core, cqn: u32, index: u32, bytes: &[u8]) -> Result<(), CqFault> {
     let addr = core
         .res
@@ -268,7 +270,9 @@ fn write_slot(core: &mut Core, cqn: u32, index: u32, bytes: &[u8]) -> Result<(),
         .get(cqn)
         .and_then(|c| {
             let mask = (1u32 << c.log_size) - 1;
-            c.buf.addr(u64::from(index & mask) * CQE_SIZE as u64)
+            let cqe_in_entry = c.entry_bytes - CQE_SIZE as u64;
+            c.buf
+                .addr(u64::from(index & mask) * c.entry_bytes + cqe_in_entry)
         })
         .ok_or(CqFault::Dma)?;
     if core.dma_write(addr, bytes).is_err() {

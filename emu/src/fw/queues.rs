@@ -22,6 +22,12 @@ use cxdirect_hw::wq::{
 };
 
 /// Builds a queue buffer from a page list, checking alignment and coverage.
+///
+/// `page_offset` places the buffer's start inside its first page, in quanta of 1/64 of the
+/// queue's page size (64 B with 4 KiB pages): mlx5_ib's `mlx5_umem_find_best_quantized_pgoff`
+/// (called for the QP, CQ, SRQ and WQ contexts with a scale of 64) picks the largest page
+/// size whose offset it can express this way, so a buffer that is only partly inside a large
+/// page (a transparent huge page, say) arrives with a non-zero offset.
 pub(crate) fn queue_buffer(
     log_page_rel: u8,
     page_offset: u8,
@@ -29,12 +35,6 @@ pub(crate) fn queue_buffer(
     capacity: usize,
     pas: impl Fn(usize) -> Option<u64>,
 ) -> Result<QueueBuffer, CmdError> {
-    if page_offset != 0 {
-        return Err(bad_param(
-            Syndrome::BadWqParams,
-            "non-zero page_offset is not modelled",
-        ));
-    }
     let log_page = 12 + u32::from(log_page_rel);
     if log_page > 30 {
         return Err(bad_param(
@@ -42,7 +42,8 @@ pub(crate) fn queue_buffer(
             "queue page size above 1 GiB",
         ));
     }
-    let pages = size.div_ceil(1 << log_page) as usize;
+    let offset = u64::from(page_offset) << (log_page - 6);
+    let pages = (offset + size).div_ceil(1 << log_page) as usize;
     if pages > capacity {
         return Err(bad_param(
             Syndrome::PasTooShort,
@@ -66,7 +67,7 @@ pub(crate) fn queue_buffer(
     Ok(QueueBuffer {
         pas: list,
         log_page,
-        offset: 0,
+        offset,
         size,
     })
 }
@@ -219,15 +220,43 @@ pub(crate) fn destroy_eq(core: &mut Core, input: &[u8]) -> CmdResult {
     Ok(())
 }
 
+/// Bytes of one entry of a CQ created with `cqe_sz` (cqc bits 0x08..0x0b), as mlx5_ib's
+/// `cqe_sz_to_mlx_sz` encodes the CQE size libmlx5 asks for (`get_cqe_size`: 64, or 128 with
+/// `MLX5_CQE_SIZE=128` or `MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE`; the kernel's own CQs are 128
+/// bytes where the cache line is): 0 is 64 bytes, 1 is 128 bytes whose second half holds the
+/// 64-byte CQE (libmlx5's `get_sw_cqe` and mlx5_ib's `get_sw_cqe` look there). Refused: 2,
+/// 128 bytes padded, which needs `cqe_128_always`; compression of 128-byte entries, which
+/// needs `cqe_compression_128` (mlx5_ib's `create_cq_user` checks both before asking); and a
+/// collapsed CQ (`cc`), which this device does not write.
+fn cqe_entry_bytes(cqe_sz: u8, collapsed: bool, compressed: bool) -> Result<u64, CmdError> {
+    if collapsed {
+        return Err(bad_param(
+            Syndrome::BadWqParams,
+            "collapsed CQs (cc) are not supported",
+        ));
+    }
+    match (cqe_sz, compressed) {
+        (0, _) => Ok(64),
+        (1, false) => Ok(128),
+        (1, true) => Err(bad_param(
+            Syndrome::BadWqParams,
+            "compression of 128-byte CQEs is not supported (cqe_compression_128 is 0)",
+        )),
+        (2, _) => Err(bad_param(
+            Syndrome::BadWqParams,
+            "padded 128-byte CQEs (cqe_sz 2) are not supported (cqe_128_always is 0)",
+        )),
+        _ => Err(bad_param(
+            Syndrome::BadWqParams,
+            "cqe_sz must be 0 (64 bytes) or 1 (128 bytes)",
+        )),
+    }
+}
+
 pub(crate) fn create_cq(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
     let cmd = input_as!(CreateCqIn<&[u8]>, input);
     let ctx = cmd.cq_context();
-    if ctx.cqe_sz() != 0 || ctx.cc() {
-        return Err(bad_param(
-            Syndrome::BadWqParams,
-            "only 64-byte, uncollapsed CQEs are modelled",
-        ));
-    }
+    let entry_bytes = cqe_entry_bytes(ctx.cqe_sz(), ctx.cc(), ctx.cqe_comp_en())?;
     let format = ctx.mini_cqe_res_format();
     if ctx.cqe_comp_en()
         && format != mini_cqe_res_format::HASH
@@ -253,7 +282,7 @@ pub(crate) fn create_cq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         return Err(bad_res("CQ UAR page not allocated"));
     }
     check_dbr(ctx.dbr_addr())?;
-    let size = 64u64 << log_size;
+    let size = entry_bytes << log_size;
     let buf = queue_buffer(
         ctx.log_page_size(),
         ctx.page_offset(),
@@ -263,6 +292,7 @@ pub(crate) fn create_cq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     )?;
     let slot = store_new_context(core, &context_bytes(ctx.as_bytes()))?;
     let cq = Cq {
+        entry_bytes,
         buf,
         log_size,
         eqn,

@@ -187,6 +187,8 @@ pub(crate) struct Cq {
     pub slot: Slot,
     /// Set when created with `cqe_comp_en`.
     pub compression: Option<Compression>,
+    /// Bytes of one CQ entry: 64, or 128 (`cqe_sz` 1) with the 64-byte CQE in its second half.
+    pub entry_bytes: u64,
 }
 
 /// The work queue part shared by SQs, RQs and RMPs.
