@@ -4,8 +4,8 @@
 //! This is the server's DMA room, the only module with `unsafe`: `mmap`/`munmap` of the client's
 //! files and [`Iommu::map`](crate::dma::Iommu::map), whose contract is that the memory stay
 //! valid while mapped. The invariant that keeps it sound: **a mapping leaves the model's IOMMU
-//! before its memory is unmapped here.** `Iommu::unmap` takes the IOMMU's write lock, so once it
-//! returns no device access through that mapping is in flight (accesses hold the read lock for
+//! before its memory is unmapped here.** `Iommu::unmap_many` (the windows of one unmap, in one
+//! pass) takes the IOMMU's write lock, so once it returns no device access through that mapping is in flight (accesses hold the read lock for
 //! the whole copy), and `munmap` cannot pull memory out from under the device thread.
 //!
 //! `VFIO_USER_DMA_MAP` brings a file descriptor, an offset in it, a size, an IOVA and READ/WRITE
@@ -27,10 +27,9 @@
 //! | IOMMU entry | one per window: IOVA → host mapping + file offset, with the map's access | as the window |
 //!
 //! Each host mapping counts its windows; unmapping one window takes only its IOMMU entry out, and
-//! the host mapping goes (`munmap`) when its count reaches zero. A write map needs a descriptor
-//! opened for writing. A file is recognised by its
+//! the host mapping goes (`munmap`) when its count reaches zero. A file is recognised by its
 //! device and inode: the mapping holds a reference to the file, so its inode number cannot be
-//! reused while the mapping lives. A map that reaches past the end of every mapping of its file
+//! reused while the mapping lives. A write map needs a descriptor opened for writing. A map that reaches past the end of every mapping of its file
 //! (the file grew) or asks for write access that an existing read-only mapping lacks gets a new
 //! host mapping of the whole file; the old one lives on for its windows. A window's access is the
 //! one its `DMA_MAP` asked for, enforced by the model's IOMMU (a read-only window of a read-write
