@@ -272,6 +272,11 @@ impl MapTable {
         self.entries.clear();
     }
 
+    /// Keeps only the entries `keep` says yes to, in one pass.
+    fn retain(&mut self, mut keep: impl FnMut(u64, &Mapping) -> bool) {
+        self.entries.retain(|(start, m)| keep(*start, m));
+    }
+
     fn len(&self) -> usize {
         self.entries.len()
     }
@@ -379,6 +384,27 @@ impl Iommu {
             }
             _ => Err(MapError::NotMapped { iova, len }),
         }
+    }
+
+    /// Removes every mapping of `mappings`, each given as its start and length, under one lock
+    /// and in one pass over the table (where an [`Iommu::unmap`] each would shift the table once
+    /// per mapping). Refused, removing nothing, when any of them is not exactly one mapping.
+    pub fn unmap_many(&self, mappings: &[(u64, u64)]) -> Result<(), MapError> {
+        let mut maps = self.maps.write().unwrap_or_else(|e| e.into_inner());
+        for &(iova, len) in mappings {
+            match maps.get(iova) {
+                Some(m) if m.len == len => {}
+                _ => return Err(MapError::NotMapped { iova, len }),
+            }
+        }
+        if let [(iova, _)] = mappings {
+            maps.remove(*iova);
+            return Ok(());
+        }
+        let mut starts: Vec<u64> = mappings.iter().map(|&(iova, _)| iova).collect();
+        starts.sort_unstable();
+        maps.retain(|start, _| starts.binary_search(&start).is_err());
+        Ok(())
     }
 
     /// Counts every device access (read or write, allowed or refused) that touches

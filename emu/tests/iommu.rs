@@ -146,3 +146,32 @@ fn a_remembered_mapping_is_looked_up_again_once_the_table_changes() {
     iommu.read(0x40_0010, &mut byte).unwrap();
     assert_eq!(byte, [2]);
 }
+
+#[test]
+fn many_mappings_go_in_one_unmap_or_none_do() {
+    let iommu = Iommu::new();
+    for i in 0..8u64 {
+        let page = HostRegion::new(4096).unwrap();
+        iommu
+            .map_region(0x20_0000 + i * 4096, page, Access::ReadWrite)
+            .unwrap();
+    }
+    // One of them is not a mapping (wrong length): nothing goes.
+    let wrong = [(0x20_0000, 4096), (0x20_0000 + 4096, 8192)];
+    assert!(iommu.unmap_many(&wrong).is_err());
+    assert_eq!(iommu.mapping_count(), 8);
+    // Pages 1, 2 and 6 (given out of order) go; the rest stay reachable.
+    let gone = [
+        (0x20_0000 + 6 * 4096, 4096),
+        (0x20_1000, 4096),
+        (0x20_2000, 4096),
+    ];
+    iommu.unmap_many(&gone).unwrap();
+    assert_eq!(iommu.mapping_count(), 5);
+    for i in 0..8u64 {
+        let mapped = iommu.is_mapped(0x20_0000 + i * 4096, 4096, true);
+        assert_eq!(mapped, ![1, 2, 6].contains(&i), "page {i}");
+    }
+    iommu.unmap_many(&[(0x20_0000, 4096)]).unwrap();
+    assert_eq!(iommu.mapping_count(), 4);
+}

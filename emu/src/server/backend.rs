@@ -5,7 +5,7 @@
 //! | region read/write, config space (index 7) | [`Device::config_read`]/[`Device::config_write`] (any length, any alignment) |
 //! | region read/write, BAR0 (index 0) | [`bar::read`]/[`bar::write`] into [`Device::mmio_read`]/[`Device::mmio_write`], except reads of the PBA page, which show the [`MsixEventfds`] pending bits |
 //! | region read/write, any other index | refused: those regions have size 0 |
-//! | `DMA_MAP`/`DMA_UNMAP` | [`GuestMemory`] (mmap + the model's IOMMU; a map without a file descriptor is accepted with a warning but unreachable) |
+//! | `DMA_MAP`/`DMA_UNMAP` | [`GuestMemory`] (one mmap per client file, each map a window of it in the model's IOMMU; a map without a file descriptor is accepted with a warning but unreachable) |
 //! | `SET_IRQS` | [`MsixEventfds::set_irqs`] |
 //! | `DEVICE_RESET` | [`Device::reset`], pending MSI-X bits cleared; DMA mappings and eventfds stay, as with VFIO |
 //!
@@ -281,10 +281,12 @@ impl ServerBackend for EmuBackend {
             Ok(Mapped::Reachable) => {
                 self.stats.dma_maps += 1;
                 log::debug!(
-                    "{}: DMA map IOVA {address:#x}+{size:#x} (file offset {offset:#x}, {}), {} mappings",
+                    "{}: DMA map IOVA {address:#x}+{size:#x} (file offset {offset:#x}, {}), {} mappings \
+                     in {} host mappings",
                     self.name,
                     if write { "read-write" } else { "read-only" },
-                    self.memory.len()
+                    self.memory.len(),
+                    self.memory.host_mappings()
                 );
                 Ok(())
             }
@@ -306,10 +308,12 @@ impl ServerBackend for EmuBackend {
             Ok(n) => {
                 self.stats.dma_unmaps += 1;
                 log::debug!(
-                    "{}: DMA unmap IOVA {address:#x}+{size:#x}{}: {n} removed, {} left",
+                    "{}: DMA unmap IOVA {address:#x}+{size:#x}{}: {n} removed, {} left in {} host \
+                     mappings",
                     self.name,
                     if all { " (all)" } else { "" },
-                    self.memory.len()
+                    self.memory.len(),
+                    self.memory.host_mappings()
                 );
                 Ok(())
             }

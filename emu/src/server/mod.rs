@@ -12,7 +12,7 @@
 //! | regions and IRQ indices | [`layout`] | the nine VFIO PCI regions (BAR0 trapped, config space, the rest absent) and five IRQ indices (MSI-X with the model's vector count) |
 //! | BAR0 accesses | [`bar`] | splits whatever access size the client sends into accesses the model's registers take |
 //! | MSI-X | [`irq`] | the client's eventfds, `SET_IRQS` trigger/mask/unmask semantics, the pending bits the PBA shows |
-//! | DMA | [`dma`] | maps the client's file descriptors and enters them into the model's IOMMU (the only `unsafe` here) |
+//! | DMA | [`dma`] | maps each client file once and enters every DMA map into the model's IOMMU as a window of it (the only `unsafe` here) |
 //! | the backend | [`backend`] | [`ServerBackend`](vfio_user::ServerBackend) over one [`Device`](crate::Device) |
 //! | sessions | [`session`] | the listening socket, waiting for a client, running one connection, why it ended |
 //! | cross-process cable | [`bridge`] | `--wire pair:OTHER.sock`: frames between two server processes over a side channel |
