@@ -62,6 +62,10 @@ impl CapSet {
             .set_log_max_ra_req_qp(LOG_MAX_RA_QP)
             .set_log_max_ra_res_qp(LOG_MAX_RA_QP)
             .set_roce(cfg.roce)
+            // Unicast local loopback can be disabled per vport (the bit Linux 6.12 calls
+            // `disable_local_lb_uc`): mlx5_nic_vport_update_local_lb writes the vport's
+            // `disable_uc_local_lb` only when it is advertised.
+            .set_disable_local_lb(true)
             // Linux's mlx5_ib refuses a RoCE port without XRC domains; XRC QPs are refused.
             .set_xrc(cfg.roce)
             // RC atomics (compare-and-swap, fetch-and-add) are executed by the responder.
