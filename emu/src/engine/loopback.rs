@@ -76,13 +76,14 @@ pub(crate) struct Route {
 }
 
 /// Whether `mac` is one of the function's own unicast addresses: the vport's permanent
-/// address, the configured one, or the source MAC of an entry of its RoCE address table.
+/// address (as MODIFY_NIC_VPORT_CONTEXT last set it) or the source MAC of an entry of its
+/// RoCE address table.
 pub(crate) fn own_mac(core: &Core, mac: &[u8]) -> bool {
     if mac.len() != 6 || mac[0] & 1 != 0 {
         return false;
     }
     let port = core.port.mac.to_be_bytes();
-    if mac == &port[2..] || mac == core.cfg.mac {
+    if mac == &port[2..] {
         return true;
     }
     core.res.gids.entries.iter().any(|entry| {
