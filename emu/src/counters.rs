@@ -168,6 +168,12 @@ counter_set! {
         page_requests,
         /// RoCE packets dropped for a bad invariant CRC.
         roce_icrc_drops,
+        /// RoCE packets dropped for their destination: a MAC that is not the function's, or
+        /// an IP address that is not in its RoCE address table.
+        roce_address_drops,
+        /// Frames the function sent to itself, delivered inside the device instead of on the
+        /// cable (local loopback).
+        local_loopback_frames,
         /// RoCE packets dropped otherwise (no such QP, QP not receiving, malformed, out of
         /// sequence).
         roce_rx_drops,

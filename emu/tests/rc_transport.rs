@@ -1121,9 +1121,15 @@ fn a_failed_two_wqebb_wqe_is_skipped_whole_and_the_wqes_after_it_are_flushed() {
     h.teardown();
 }
 
-/// An acknowledgement (AETH `syndrome`, MSN `msn`) for `psn` to `dest_qpn`, built here.
+/// An acknowledgement (AETH `syndrome`, MSN `msn`) for `psn` to `dest_qpn`, built here: from
+/// the peer to this function, so its MACs and IP addresses are the SEND's the other way round
+/// (a ConnectX takes RoCE only for its own MAC and GIDs).
 fn hand_built_ack(dest_qpn: u32, psn: u32, syndrome: u8, msn: u32) -> Vec<u8> {
     let mut f = hand_built_send(dest_qpn, psn, &[]);
+    f[..6].copy_from_slice(&OWN_MAC);
+    f[6..12].copy_from_slice(&PEER_MAC);
+    f[26..30].copy_from_slice(&PEER_GID[12..]);
+    f[30..34].copy_from_slice(&OWN_GID[12..]);
     // SEND_ONLY without payload becomes ACKNOWLEDGE with an AETH: 4 more bytes.
     let n = f.len();
     f.truncate(n - 4);

@@ -272,6 +272,8 @@ fn an_ipv6_datagram_carries_the_ipv6_header_in_the_grh_area() {
     let gid_a6 = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
     let gid_b6 = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
     p.a.set_roce_gid(1, gid_a6, MAC_A);
+    // The receiver takes RoCE only for a GID of its own table.
+    p.b.set_roce_gid(1, gid_b6, MAC_B);
     let av = UdAv {
         sgid_index: 1,
         flow_label: 0x12345,

@@ -624,8 +624,10 @@ impl Device {
         }
     }
 
-    /// After an inline send: deliver what reached this port (loopback) and the peers' ports.
+    /// After an inline send: deliver what the function sent itself, what reached this port
+    /// (a loopback wire) and the peers' ports.
     fn pump_after_send(&self) {
+        pump_local(&self.shared);
         let Some(link) = lock(&self.shared.link).clone() else {
             return;
         };
@@ -644,6 +646,7 @@ fn wake_peers(link: &Link) {
                 pump_rx(&peer);
                 // What it sends now waits at this function's port for its next pass.
                 run_rc_timers(&peer);
+                pump_local(&peer);
             }
             ExecMode::Threaded => {
                 if let Some(engine) = &peer.engine {
@@ -664,6 +667,22 @@ impl Device {
         run_rc_timers(&self.shared);
         self.pump_after_send();
     }
+
+    /// Frames the function sent to itself and delivered inside the device (local loopback)
+    /// that its receive path has not taken yet: nonzero only between a send and the next
+    /// receive pass.
+    pub fn local_loopback_pending(&self) -> bool {
+        lock(&self.shared.core).local_loopback.pending()
+    }
+}
+
+/// Receives the frames the function looped to itself; whether there were any.
+fn pump_local(shared: &Shared) -> bool {
+    let mut core = lock(&shared.core);
+    if !core.local_loopback.pending() {
+        return false;
+    }
+    engine::loopback::drain(&mut core)
 }
 
 /// Runs the function's due RC timers; whether they sent anything.
@@ -677,6 +696,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn pump_rx(shared: &Shared) {
+    pump_local(shared);
     if let Some(link) = lock(&shared.link).clone() {
         pump_rx_from(shared, &link);
     }

@@ -4,7 +4,7 @@
 //! function to the other without waking a second thread. After work it keeps looking for more
 //! for the functions' poll window, then sleeps until a doorbell wakes it.
 
-use super::{lock, pump_rx_from, run_rc_timers, wake_peers, Shared};
+use super::{lock, pump_local, pump_rx_from, run_rc_timers, wake_peers, Shared};
 use crate::engine;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
@@ -146,6 +146,8 @@ fn serve_once(shared: &Shared) -> bool {
         });
         engine::sq::doorbell(&mut core, db.uar, db.first8, bf);
     }
+    // What the function sent itself is received first, as it would be inside a device.
+    did_work |= pump_local(shared);
     let link = lock(&shared.link).clone();
     // Frames that arrived are taken before the timers run: a response waiting at the port
     // is progress, not a reason to time out and send again.
@@ -158,6 +160,7 @@ fn serve_once(shared: &Shared) -> bool {
     if run_rc_timers(shared) {
         did_work = true;
     }
+    did_work |= pump_local(shared);
     if let Some(link) = &link {
         if did_work {
             wake_peers(link);
@@ -187,6 +190,7 @@ fn sleep(state: &EngineState) {
         .filter_map(Weak::upgrade)
         .any(|shared| {
             !lock(&shared.pending).is_empty()
+                || lock(&shared.core).local_loopback.pending()
                 || lock(&shared.link)
                     .as_ref()
                     .is_some_and(|l| l.wire.pending(l.port).unwrap_or(0) > 0)

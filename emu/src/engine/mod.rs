@@ -10,6 +10,7 @@ pub(crate) mod cq;
 pub(crate) mod eq;
 pub(crate) mod fetch;
 pub(crate) mod gather;
+pub(crate) mod loopback;
 pub(crate) mod lso;
 pub(crate) mod rc;
 pub(crate) mod roce;

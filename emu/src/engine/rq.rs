@@ -81,7 +81,14 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8], own: bool) {
         return;
     }
     // RoCE v2 goes to the QP its BTH names, not through Ethernet steering: a UD SEND to a
-    // datagram QP, anything else to an RC QP.
+    // datagram QP, anything else to an RC QP; only when it is addressed to this function.
+    if core.cfg.roce && core.port.roce_en {
+        if let Some(at) = crate::engine::roce::roce_offsets(frame) {
+            if !crate::engine::loopback::addressed_here(core, frame, &at) {
+                return;
+            }
+        }
+    }
     if crate::engine::ud::receive(core, frame) || crate::engine::rc::receive(core, frame) {
         return;
     }

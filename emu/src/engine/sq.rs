@@ -646,8 +646,14 @@ pub(crate) fn transmit(core: &mut Core, frame: &[u8]) {
     add(&core.counters.tx_frames, 1);
     add(&core.counters.tx_bytes, frame.len() as u64);
     crate::counters::count_cast(&core.counters, true, frame);
-    if let Some((wire, port)) = &core.wire {
-        let _ = wire.transmit(*port, frame);
+    let route = crate::engine::loopback::route(core, frame);
+    if route.local {
+        crate::engine::loopback::loop_back(core, frame);
+    }
+    if route.cable {
+        if let Some((wire, port)) = &core.wire {
+            let _ = wire.transmit(*port, frame);
+        }
     }
 }
 

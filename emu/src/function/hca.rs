@@ -155,6 +155,13 @@ pub(crate) struct PortState {
     pub promisc_mc: bool,
     pub promisc_all: bool,
     pub roce_en: bool,
+    /// NIC vport `disable_uc_local_lb`: unicast Ethernet the function sends to itself leaves
+    /// on the cable instead of looping back. Set at power-on (Linux's mlx5_ib assumes local
+    /// loopback starts disabled and enables it with `mlx5_nic_vport_update_local_lb`).
+    pub disable_uc_local_lb: bool,
+    /// NIC vport `disable_mc_local_lb`: multicast and broadcast Ethernet the function sends
+    /// is not looped back to it. Set at power-on.
+    pub disable_mc_local_lb: bool,
     /// Global pause settings (PFCC): kept and reported; the wire never sends pause frames.
     pub pause_tx: bool,
     pub pause_rx: bool,
@@ -177,6 +184,8 @@ impl PortState {
             promisc_mc: false,
             promisc_all: false,
             roce_en: false,
+            disable_uc_local_lb: true,
+            disable_mc_local_lb: true,
             pause_tx: false,
             pause_rx: false,
             pfc_tx: 0,

@@ -75,6 +75,8 @@ pub(crate) struct Core {
     pub late_commands: Vec<pending_answer::PendingAnswer>,
     /// CQs holding an open compressed session, written when the receive pass ends.
     pub open_sessions: Vec<u32>,
+    /// Frames the function sent to itself, waiting for its next receive pass.
+    pub local_loopback: crate::engine::loopback::LocalLoopback,
 }
 
 impl Core {
@@ -101,6 +103,7 @@ impl Core {
             late_writes: Vec::new(),
             late_commands: Vec::new(),
             open_sessions: Vec::new(),
+            local_loopback: Default::default(),
         }
     }
 
@@ -125,6 +128,7 @@ impl Core {
         self.late_writes.clear();
         self.late_commands.clear();
         self.open_sessions.clear();
+        self.local_loopback.clear();
         self.bus_master = false;
         self.msix_enabled = false;
     }

@@ -420,6 +420,8 @@ pub(crate) fn query_nic_vport_context(
         .set_promisc_mc(core.port.promisc_mc)
         .set_promisc_all(core.port.promisc_all)
         .set_roce_en(core.port.roce_en)
+        .set_disable_uc_local_lb(core.port.disable_uc_local_lb)
+        .set_disable_mc_local_lb(core.port.disable_mc_local_lb)
         .set_node_guid(node_guid(core.port.mac))
         .set_system_image_guid(node_guid(core.port.mac));
     ctx.permanent_address_mut().set_mac(core.port.mac);
@@ -489,6 +491,13 @@ pub(crate) fn modify_nic_vport_context(core: &mut Core, input: &[u8]) -> CmdResu
     }
     if select.roce_en() {
         core.port.roce_en = ctx.roce_en();
+    }
+    // mlx5_nic_vport_update_local_lb selects each bit only when its cap is advertised.
+    if select.disable_uc_local_lb() {
+        core.port.disable_uc_local_lb = ctx.disable_uc_local_lb();
+    }
+    if select.disable_mc_local_lb() {
+        core.port.disable_mc_local_lb = ctx.disable_mc_local_lb();
     }
     Ok(())
 }
