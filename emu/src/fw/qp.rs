@@ -89,7 +89,9 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     if service != service_type::REG_UMR && !core.res.pds.contains(ctx.pd()) {
         return Err(bad_res("QP's PD does not exist"));
     }
-    if !core.res.uars.contains(ctx.uar_page()) {
+    // Only a send queue is rung through a UAR page: Linux's `create_xrc_tgt_qp` names none
+    // for an XRC target, which has no send queue.
+    if !ctx.no_sq() && !core.res.uars.contains(ctx.uar_page()) {
         return Err(bad_res("QP's UAR page not allocated"));
     }
     if ctx.log_msg_max() > LOG_MAX_MSG {

@@ -54,17 +54,12 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8]) -> bool {
     let psn_word = u32::from_be_bytes([bth[8], bth[9], bth[10], bth[11]]);
     let (psn, ack_req) = (psn_word & PSN_MASK, psn_word & 0x8000_0000 != 0);
     // The REG_UMR QP shares the RC QPs' numbers but has no peer: nothing arrives for it.
-    let Some(qp) = core
-        .res
-        .qps
-        .get(qpn)
-        .filter(|qp| {
-            matches!(
-                qp.service,
-                service_type::RC | service_type::UC | service_type::XRC
-            )
-        })
-    else {
+    let Some(qp) = core.res.qps.get(qpn).filter(|qp| {
+        matches!(
+            qp.service,
+            service_type::RC | service_type::UC | service_type::XRC
+        )
+    }) else {
         add(&core.counters.roce_rx_drops, 1);
         return true;
     };
@@ -297,7 +292,15 @@ pub(super) fn packet(core: &mut Core, qpn: u32, opcode: u8, rest: &[u8]) -> Outc
     if write {
         if let Some((va, rkey, len)) = reth {
             if !qp.rwe
-                || check_remote(core, rkey, qp.responder_pd(), va, u64::from(len), RemoteAccess::Write).is_err()
+                || check_remote(
+                    core,
+                    rkey,
+                    qp.responder_pd(),
+                    va,
+                    u64::from(len),
+                    RemoteAccess::Write,
+                )
+                .is_err()
             {
                 return Outcome::Nak(aeth::NAK_REMOTE_ACCESS);
             }

@@ -126,7 +126,17 @@ pub(super) fn replay_read(core: &mut Core, qpn: u32, psn: u32, rest: &[u8]) {
 /// and the key (its PD, access and range).
 fn check_read(core: &Core, qpn: u32, va: u64, rkey: u32, len: u32) -> Result<(), u8> {
     let qp = core.res.qps.get(qpn).ok_or(aeth::NAK_INVALID_REQUEST)?;
-    if !qp.rre || check_remote(core, rkey, qp.responder_pd(), va, u64::from(len), RemoteAccess::Read).is_err() {
+    if !qp.rre
+        || check_remote(
+            core,
+            rkey,
+            qp.responder_pd(),
+            va,
+            u64::from(len),
+            RemoteAccess::Read,
+        )
+        .is_err()
+    {
         return Err(aeth::NAK_REMOTE_ACCESS);
     }
     Ok(())

@@ -21,7 +21,8 @@ pub(super) fn strip(opcode: u8, rest: &[u8]) -> Option<(u8, &[u8], Option<u32>)>
         return None;
     }
     let rc = opcode - XRC;
-    let request = rc <= READ_REQUEST || matches!(rc, COMPARE_SWAP | FETCH_ADD)
+    let request = rc <= READ_REQUEST
+        || matches!(rc, COMPARE_SWAP | FETCH_ADD)
         || matches!(rc, SEND_LAST_INV | SEND_ONLY_INV);
     if !request {
         return Some((rc, rest, None));
