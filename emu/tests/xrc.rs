@@ -156,7 +156,7 @@ fn create_xrc_tgt(h: &mut Host, c0: &Cq, xrcd: u32, s0: u32) -> u32 {
 }
 
 /// RST2INIT and INIT2RTR as `__mlx5_ib_modify_qp` sends them for `ibv_modify_qp` on an XRC QP
-/// (`ibv_xsrq_pingpong`'s receive QPs stop in RTR; its send QP goes on with [`to_rts`]).
+/// (`ibv_xsrq_pingpong` then takes both its receive and send QPs on with [`to_rts`]).
 fn to_rtr(h: &mut Host, qpn: u32, remote_qpn: u32, gid: [u8; 16], mac: [u8; 6], psn: u32) {
     h.modify_qp(Opcode::Rst2initQp, qpn, |c| {
         c.set_rwe(true).set_rre(true);
@@ -262,7 +262,10 @@ fn rig() -> Rig {
     let other_xrcd = alloc_xrcd(&mut b);
     let foreign = create_xrc_srq(&mut b, other_xrcd, cqs_b[0].cqn, 0x60);
     let tgt = create_xrc_tgt(&mut b, &c0_b, user_xrcd, s0_b);
+    // `ibv_xsrq_pingpong`'s connect_qps: the receive (target) QP to RTR and RTS, then the
+    // send (initiator) QP to RTR and RTS.
     to_rtr(&mut b, tgt, ini.sqn, GID_A, MAC_A, 0x100);
+    to_rts(&mut b, tgt, 0x200);
     to_rtr(&mut a, ini.sqn, tgt, GID_B, MAC_B, 0x200);
     to_rts(&mut a, ini.sqn, 0x100);
     let lkey_a = a.create_mkey(false, true);
@@ -379,7 +382,7 @@ fn xrc_sends_land_in_the_srq_their_xrceth_names_and_complete_on_its_cq() {
     }
     assert!(r.b.poll_cq(&mut r.cqs_b[0]).is_none());
     assert!(r.b.poll_cq(&mut r.cqs_b[1]).is_none());
-    assert_eq!(qp_state(&mut r.b, r.tgt), state::RTR);
+    assert_eq!(qp_state(&mut r.b, r.tgt), state::RTS);
 }
 
 /// A request whose XRCETH names an XRC SRQ of another XRC domain is refused with an

@@ -62,7 +62,7 @@ impl CapSet {
             .set_log_max_ra_req_qp(LOG_MAX_RA_QP)
             .set_log_max_ra_res_qp(LOG_MAX_RA_QP)
             .set_roce(cfg.roce)
-            // Linux's mlx5_ib refuses a RoCE port without XRC domains; XRC QPs are refused.
+            // Linux's mlx5_ib refuses a RoCE port without XRC domains; XRC QPs are modelled.
             .set_xrc(cfg.roce)
             // RC atomics (compare-and-swap, fetch-and-add) are executed by the responder.
             .set_atomic(cfg.roce)
