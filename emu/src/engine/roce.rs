@@ -13,6 +13,9 @@ pub(crate) mod bth_opcode {
     /// The unreliable-connection (UC) opcodes are the RC SEND and WRITE opcodes (0x00..=0x0b)
     /// with this prefix (IBA table 38: 0x20..=0x2b).
     pub const UC: u8 = 0x20;
+    /// The XRC opcodes are the RC opcodes (0x00..=0x17) with this prefix (IBA table 38:
+    /// 0xa0..=0xb7); XRC requests carry an XRCETH after the BTH.
+    pub const XRC: u8 = 0xa0;
     pub const SEND_FIRST: u8 = 0x00;
     /// SEND middle packet.
     pub const SEND_MIDDLE: u8 = 0x01;
@@ -64,6 +67,8 @@ pub(crate) const BTH_LEN: usize = 12;
 pub(crate) const RETH_LEN: usize = 16;
 /// Length of the Immediate Data header.
 pub(crate) const IMM_LEN: usize = 4;
+/// Length of the XRC Extended Transport Header (a reserved byte, then the XRC SRQ number).
+pub(crate) const XRCETH_LEN: usize = 4;
 /// Length of the Atomic Extended Transport Header.
 pub(crate) const ATOMIC_ETH_LEN: usize = 28;
 /// Length of the ICRC trailer.
@@ -227,12 +232,15 @@ fn rc_route(core: &Core, qpn: u32) -> Option<Route> {
 }
 
 /// One RC packet's transport fields.
+#[derive(Clone, Copy)]
 pub(crate) struct Transport {
     pub opcode: u8,
     pub dest_qpn: u32,
     pub psn: u32,
     pub ack_req: bool,
     pub solicited: bool,
+    /// XRCETH (the XRC SRQ number at the target) of an XRC request.
+    pub xrceth: Option<u32>,
     /// RETH (virtual address, rkey, DMA length), when the opcode carries one.
     pub reth: Option<(u64, u32, u32)>,
     /// AETH (syndrome << 24 | MSN), when the opcode carries one.
@@ -247,7 +255,8 @@ pub(crate) struct Transport {
 }
 
 /// Builds a RoCE v2 frame for RC QP `qpn`'s path into `out` (cleared first): headers from
-/// `t`, then `payload`, the pad and the ICRC. False (nothing built) without such a QP.
+/// `t`, then `payload`, the pad and the ICRC. An XRC QP's packets take the XRC opcodes.
+/// False (nothing built) without such a QP.
 pub(crate) fn build_frame(
     core: &Core,
     qpn: u32,
@@ -258,7 +267,20 @@ pub(crate) fn build_frame(
     let Some(route) = rc_route(core, qpn) else {
         return false;
     };
-    build_routed(&route, t, payload, out);
+    let xrc = core
+        .res
+        .qps
+        .get(qpn)
+        .is_some_and(|qp| qp.service == cxdirect_hw::qp::service_type::XRC);
+    if xrc {
+        let t = Transport {
+            opcode: t.opcode | bth_opcode::XRC,
+            ..*t
+        };
+        build_routed(&route, &t, payload, out);
+    } else {
+        build_routed(&route, t, payload, out);
+    }
     true
 }
 
@@ -267,7 +289,8 @@ pub(crate) fn build_frame(
 pub(crate) fn build_routed(route: &Route, t: &Transport, payload: &[u8], out: &mut Vec<u8>) {
     let v4 = gid_is_ipv4_mapped(&route.dst_gid);
     let pad = (4 - payload.len() % 4) % 4;
-    let ext = t.reth.map_or(0, |_| RETH_LEN)
+    let ext = t.xrceth.map_or(0, |_| XRCETH_LEN)
+        + t.reth.map_or(0, |_| RETH_LEN)
         + t.aeth.map_or(0, |_| 4)
         + t.atomic.map_or(0, |_| ATOMIC_ETH_LEN)
         + t.atomic_ack.map_or(0, |_| 8)
@@ -320,6 +343,10 @@ pub(crate) fn build_routed(route: &Route, t: &Transport, payload: &[u8], out: &m
     out.extend_from_slice(&(t.dest_qpn & PSN_MASK).to_be_bytes());
     let psn_word = (t.psn & PSN_MASK) | if t.ack_req { ACK_REQ } else { 0 };
     out.extend_from_slice(&psn_word.to_be_bytes());
+    // The XRCETH comes first after the BTH, before a RETH or AtomicETH (IBA 9.2).
+    if let Some(srqn) = t.xrceth {
+        out.extend_from_slice(&(srqn & PSN_MASK).to_be_bytes());
+    }
     if let Some((va, rkey, len)) = t.reth {
         out.extend_from_slice(&va.to_be_bytes());
         out.extend_from_slice(&rkey.to_be_bytes());

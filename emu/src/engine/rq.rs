@@ -634,7 +634,7 @@ pub(crate) fn check_limit(core: &mut Core, rmpn: u32, posted_now: u16) {
     crate::engine::eq::post_subscribed_event(core, EventType::SrqRqLimit, 0, &data);
 }
 
-/// A receive WQE a QP took from an RMP.
+/// A receive WQE a QP took from an RMP or XRC SRQ.
 pub(crate) struct RmpWqe {
     /// The WQE's index in the ring.
     pub index: u16,
@@ -644,17 +644,39 @@ pub(crate) struct RmpWqe {
     pub len: usize,
     /// Where its data segments start: after the next segment of a linked list.
     pub data_at: usize,
-    /// The RMP's protection domain.
+    /// The ring's protection domain.
     pub pd: u32,
 }
 
+/// A shared receive ring QPs take receive WQEs from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SharedRing {
+    /// An RMP (a basic SRQ), cyclic or linked list.
+    Rmp(u32),
+    /// An XRC SRQ (always a linked list).
+    XrcSrq(u32),
+}
+
+fn shared_ring(core: &mut Core, ring: SharedRing) -> Option<&mut WorkQueue> {
+    match ring {
+        SharedRing::Rmp(n) => core.res.rmps.get_mut(n).map(|r| &mut r.wq),
+        SharedRing::XrcSrq(n) => core.res.xrc_srqs.get_mut(n).map(|s| &mut s.wq),
+    }
+}
+
 /// Takes the next receive WQE of RMP `rmpn` for a QP, `posted` being how many it holds (at
-/// least one): a cyclic RMP's in order, a linked list's from its head, whose next segment
-/// names the new head; then checks the RMP's limit. `None` when the WQE or its next index
-/// cannot be read.
+/// least one): see [`take_shared_wqe`]; then checks the RMP's limit.
 pub(crate) fn take_rmp_wqe(core: &mut Core, rmpn: u32, posted: u16) -> Option<RmpWqe> {
-    let rmp = core.res.rmps.get_mut(rmpn)?;
-    let wq = &mut rmp.wq;
+    let wqe = take_shared_wqe(core, SharedRing::Rmp(rmpn))?;
+    check_limit(core, rmpn, posted - 1);
+    Some(wqe)
+}
+
+/// Takes the next receive WQE of shared ring `ring` for a QP (one is posted): a cyclic
+/// ring's in order, a linked list's from its head, whose next segment names the new head.
+/// `None` when the WQE or its next index cannot be read.
+pub(crate) fn take_shared_wqe(core: &mut Core, ring: SharedRing) -> Option<RmpWqe> {
+    let wq = shared_ring(core, ring)?;
     let index = wq.linked_head.unwrap_or(wq.consumed);
     wq.consumed = wq.consumed.wrapping_add(1);
     let stride = wq.stride() as usize;
@@ -669,12 +691,11 @@ pub(crate) fn take_rmp_wqe(core: &mut Core, rmpn: u32, posted: u16) -> Option<Rm
         if u32::from(next) >= entries {
             return None;
         }
-        if let Some(rmp) = core.res.rmps.get_mut(rmpn) {
-            rmp.wq.linked_head = Some(next);
+        if let Some(wq) = shared_ring(core, ring) {
+            wq.linked_head = Some(next);
         }
         data_at = WQE_DS;
     }
-    check_limit(core, rmpn, posted - 1);
     Some(RmpWqe {
         index,
         addr,

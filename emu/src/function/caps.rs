@@ -66,7 +66,7 @@ impl CapSet {
             // mlx5_nic_vport_update_local_lb writes the vport's bits only when it is set, and
             // setting it changes what Linux and cxdirect echo in SET_HCA_CAP, which the checked-in
             // Linux trace of the rig does not show yet. The vport bits are modelled regardless.
-            // Linux's mlx5_ib refuses a RoCE port without XRC domains; XRC QPs are refused.
+            // Linux's mlx5_ib refuses a RoCE port without XRC domains; XRC QPs are modelled.
             .set_xrc(cfg.roce)
             // RC atomics (compare-and-swap, fetch-and-add) are executed by the responder.
             .set_atomic(cfg.roce)

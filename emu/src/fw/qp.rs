@@ -14,6 +14,14 @@
 //! transitions take what Linux gives them ([`super::qp_datagram`]); the UD transport
 //! (`engine::ud`) carries their datagrams and MADs.
 //!
+//! XRC QPs (service type 0x3, `MLX5_QP_ST_XRC`) are RC-table QPs of an XRC domain (`xrcd`):
+//! an initiator (XRC_INI, with a send queue and no receive queue) sends RC requests that
+//! carry an XRCETH naming the target's XRC SRQ; a target (XRC_TGT, `no_sq`, which Linux's
+//! `create_xrc_tgt_qp` creates with the device's own PD and CQ and no buffer) answers them,
+//! taking SEND receives from that SRQ. Both name an XRC SRQ in `srqn_rmpn_xrqn` with
+//! `rq_type` SRQ (Linux names its own, `devr->s0`); the target does not draw from it. Their
+//! transitions take Linux's XRC rows of `opt_mask`, which are the RC rows.
+//!
 //! The REG_UMR QP (service type 0xc), which Linux's mlx5_ib opens before it registers any
 //! memory (`mlx5r_umr_resource_init`), is an RC-table QP without a receive queue, a peer or a
 //! protection domain (`create_qp_common` leaves its `pd` zero and sets `latency_sensitive`):
@@ -53,13 +61,14 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         service,
         service_type::RC
             | service_type::UC
+            | service_type::XRC
             | service_type::UD
             | service_type::QP1
             | service_type::REG_UMR
     ) {
         return Err(bad_param(
             Syndrome::UnsupportedServiceType,
-            "only RC, UC, UD, GSI (QP1) and REG_UMR QPs are modelled",
+            "only RC, UC, XRC, UD, GSI (QP1) and REG_UMR QPs are modelled",
         ));
     }
     if ctx.deth_sqpn() != 0 {
@@ -80,7 +89,9 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     if service != service_type::REG_UMR && !core.res.pds.contains(ctx.pd()) {
         return Err(bad_res("QP's PD does not exist"));
     }
-    if !core.res.uars.contains(ctx.uar_page()) {
+    // Only a send queue is rung through a UAR page: Linux's `create_xrc_tgt_qp` names none
+    // for an XRC target, which has no send queue.
+    if !ctx.no_sq() && !core.res.uars.contains(ctx.uar_page()) {
         return Err(bad_res("QP's UAR page not allocated"));
     }
     if ctx.log_msg_max() > LOG_MAX_MSG {
@@ -104,6 +115,7 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         Some(ctx.log_sq_size())
     };
     let receive = match ctx.rq_type() {
+        _ if service == service_type::XRC => xrc_receive(core, ctx.rq_type(), &ctx)?,
         rq_type::REGULAR => {
             if ctx.log_rq_size() > LOG_MAX_WQ_SZ || (16u32 << ctx.log_rq_stride()) > 1024 {
                 return Err(bad_param(
@@ -130,7 +142,9 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
             ))
         }
     };
-    if receive != RcReceive::None && !core.res.cqs.contains(ctx.cqn_rcv()) {
+    if !matches!(receive, RcReceive::None | RcReceive::Xrc { .. })
+        && !core.res.cqs.contains(ctx.cqn_rcv())
+    {
         return Err(bad_res("QP's receive CQ does not exist"));
     }
     let rq_bytes = receive.ring_bytes();
@@ -213,6 +227,31 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     Ok(())
 }
 
+/// The receive side of an XRC QP: its XRC domain must exist, and the SRQ it names (with
+/// `rq_type` SRQ, as Linux's `get_rx_type` gives every XRC QP; zero-length is accepted too)
+/// must be an XRC SRQ or an RMP.
+fn xrc_receive(core: &Core, kind: u8, ctx: &Qpc<&[u8]>) -> Result<RcReceive, CmdError> {
+    if !core.res.xrcds.contains(ctx.xrcd()) {
+        return Err(bad_res("XRC QP's XRC domain does not exist"));
+    }
+    let srqn = ctx.srqn_rmpn_xrqn();
+    match kind {
+        rq_type::SRQ if core.res.xrc_srqs.contains(srqn) || core.res.rmps.contains(srqn) => {}
+        rq_type::ZERO_LEN => {}
+        rq_type::SRQ => return Err(bad_res("XRC QP's SRQ does not exist")),
+        _ => {
+            return Err(bad_param(
+                Syndrome::BadQpParams,
+                "an XRC QP has no receive queue of its own",
+            ))
+        }
+    }
+    Ok(RcReceive::Xrc {
+        xrcd: ctx.xrcd(),
+        srqn,
+    })
+}
+
 /// QP `qpn`, RC or datagram.
 fn find(core: &Core, qpn: u32) -> Option<&Qp> {
     core.res.qps.get(qpn).or_else(|| core.res.ud_qps.get(qpn))
@@ -238,7 +277,8 @@ fn attach(core: &mut Core, qpn: u32, add: bool) {
         return;
     };
     let (snd, rcv, receive) = (qp.log_sq_size.map(|_| qp.cqn_snd), qp.cqn_rcv, qp.receive);
-    let rcv = (receive != RcReceive::None).then_some(rcv);
+    // An XRC QP's receives complete on the XRC SRQ's CQ, never on `cqn_rcv`.
+    let rcv = (!matches!(receive, RcReceive::None | RcReceive::Xrc { .. })).then_some(rcv);
     for cqn in [snd, rcv].into_iter().flatten() {
         if let Some(cq) = core.res.cqs.get_mut(cqn) {
             cq.users = if add {
@@ -644,6 +684,11 @@ fn context_of(qp: &Qp) -> Vec<u8> {
         }
         RcReceive::None => {
             ctx.set_rq_type(rq_type::ZERO_LEN);
+        }
+        RcReceive::Xrc { xrcd, srqn } => {
+            ctx.set_rq_type(rq_type::SRQ)
+                .set_srqn_rmpn_xrqn(srqn)
+                .set_xrcd(xrcd);
         }
     }
     let p = qp.path;

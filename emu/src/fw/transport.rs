@@ -60,7 +60,7 @@ pub(crate) fn dealloc_pd(core: &mut Core, input: &[u8]) -> CmdResult {
         || core.res.rmps.iter().any(|(_, r)| r.wq.pd == pd)
         || core.res.qps.iter().any(|(_, q)| q.pd == pd)
         || core.res.ud_qps.iter().any(|(_, q)| q.pd == pd)
-        || core.res.xrc_srqs.iter().any(|(_, s)| s.pd == pd)
+        || core.res.xrc_srqs.iter().any(|(_, s)| s.wq.pd == pd)
         || core
             .res
             .rqs

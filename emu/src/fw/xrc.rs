@@ -1,14 +1,17 @@
 //! XRC SRQs: CREATE_XRC_SRQ and DESTROY_XRC_SRQ.
 //!
 //! Linux's mlx5_ib makes one XRC SRQ (and one basic SRQ, an RMP) before its first QP, and
-//! names the basic one in every kernel QP it creates. The model keeps an XRC SRQ as a checked
-//! object in the SRQ number space; no XRC QP exists to draw from it (CREATE_QP refuses the XRC
-//! service types), so its receives never complete.
+//! names the XRC one in every XRC QP it creates (`create_xrc_tgt_qp`, and `create_user_qp`
+//! for XRC_INI). An XRC SRQ is a linked-list receive ring in the SRQ number space: the XRC
+//! target QPs of its XRC domain take SEND receives from it when a request's XRCETH names it
+//! (`engine::rc::xrc`), and those complete on its CQ with its user index (what Linux's
+//! `create_xrc_srq_cmd` writes from the SRQ's user index; libmlx5 finds the SRQ by it).
 
 use super::queues::{check_dbr, queue_buffer};
 use super::{bad_param, bad_res, input_as, output_as, CmdResult, Core, Syndrome};
 use crate::objects::limits::LOG_MAX_WQ_SZ;
-use crate::objects::XrcSrq;
+use crate::objects::rc::RcReceive;
+use crate::objects::{WorkQueue, XrcSrq};
 use cxdirect_hw::qp::{CreateXrcSrqIn, CreateXrcSrqOut, DestroyXrcSrqIn};
 
 /// Largest receive WQE (`max_wqe_sz_rq`), in bytes.
@@ -48,8 +51,7 @@ pub(crate) fn create_xrc_srq(core: &mut Core, input: &[u8], output: &mut [u8]) -
     }
     let dbr = (u64::from(ctx.db_record_addr_h()) << 32) | (u64::from(ctx.db_record_addr_l()) << 2);
     check_dbr(dbr)?;
-    // Checked (page list covering the ring, pages aligned) and not kept: nothing reads it.
-    queue_buffer(
+    let buf = queue_buffer(
         ctx.log_page_size(),
         ctx.page_offset(),
         u64::from(stride) << log_size,
@@ -58,8 +60,22 @@ pub(crate) fn create_xrc_srq(core: &mut Core, input: &[u8], output: &mut [u8]) -
     )?;
     let srq = XrcSrq {
         xrcd: ctx.xrcd(),
-        pd: ctx.pd(),
+        wq: WorkQueue {
+            buf,
+            log_stride: ctx.log_rq_stride() + 4,
+            log_size,
+            dbr,
+            pd: ctx.pd(),
+            uar: 0,
+            consumed: 0,
+            posted_end: 0,
+            fetched: Default::default(),
+            // A linked list: the device starts at WQE 0, as libmlx5 builds its free list.
+            linked_head: Some(0),
+        },
         cqn: ctx.cqn(),
+        // With `user_index_equal_xrc_srqn` the CQEs carry the SRQ number instead.
+        user_index: ctx.user_index(),
     };
     let cqn = srq.cqn;
     let srqn = core
@@ -69,6 +85,11 @@ pub(crate) fn create_xrc_srq(core: &mut Core, input: &[u8], output: &mut [u8]) -
         .ok_or(super::table_full("XRC SRQ table full"))?;
     if let Some(cq) = core.res.cqs.get_mut(cqn) {
         cq.users += 1;
+    }
+    if ctx.user_index_equal_xrc_srqn() {
+        if let Some(srq) = core.res.xrc_srqs.get_mut(srqn) {
+            srq.user_index = srqn;
+        }
     }
     output_as!(CreateXrcSrqOut<&mut [u8]>, output).set_xrc_srqn(srqn);
     Ok(())
@@ -87,7 +108,12 @@ pub(crate) fn destroy_xrc_srq(core: &mut Core, input: &[u8]) -> CmdResult {
     Ok(())
 }
 
-/// True when an XRC SRQ names XRC domain `xrcd`.
+/// True when an XRC SRQ or an XRC QP names XRC domain `xrcd`.
 pub(crate) fn xrcd_in_use(core: &Core, xrcd: u32) -> bool {
     core.res.xrc_srqs.iter().any(|(_, s)| s.xrcd == xrcd)
+        || core
+            .res
+            .qps
+            .iter()
+            .any(|(_, qp)| matches!(qp.receive, RcReceive::Xrc { xrcd: x, .. } if x == xrcd))
 }

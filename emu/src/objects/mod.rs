@@ -319,13 +319,20 @@ pub(crate) struct Rmp {
     pub slot: Slot,
 }
 
-/// An XRC SRQ of one XRC domain: its ring, doorbell record and page list are checked when it
-/// is created, and kept nowhere, since no XRC QP is modelled to draw from it.
+/// An XRC SRQ of one XRC domain: a linked-list receive ring (each WQE a next segment, then
+/// data segments) that the XRC target QPs of its domain take SEND receives from, the XRC
+/// packet's XRCETH naming it.
 #[derive(Debug)]
 pub(crate) struct XrcSrq {
     pub xrcd: u32,
-    pub pd: u32,
+    /// The ring; its `pd` is the SRQ's protection domain, which also guards remote accesses
+    /// through target QPs naming the SRQ.
+    pub wq: WorkQueue,
+    /// The CQ its receives complete on.
     pub cqn: u32,
+    /// The index its CQEs carry in `srqn_uidx` (`user_index` of the context), by which
+    /// libmlx5 finds the SRQ.
+    pub user_index: u32,
 }
 
 #[derive(Debug)]
@@ -470,7 +477,7 @@ pub(crate) struct Mkey {
 pub(crate) struct Resources {
     pub uars: Table<()>,
     pub pds: Table<u32>,
-    /// XRC domains (ALLOC_XRCD): numbers XRC SRQs name; no XRC QP is modelled.
+    /// XRC domains (ALLOC_XRCD): numbers XRC SRQs and XRC QPs name.
     pub xrcds: Table<()>,
     /// XRC SRQs, numbered apart from the RMPs (one SRQ number space, as Linux keeps it).
     pub xrc_srqs: Table<XrcSrq>,

@@ -12,6 +12,10 @@ pub(crate) enum RcReceive {
     Shared(u32),
     /// No receive queue: every arriving SEND is refused.
     None,
+    /// An XRC QP (service type XRC) of XRC domain `xrcd`: each request's XRCETH names the XRC
+    /// SRQ (of that domain) its receives come from. `srqn` is the SRQ number the context
+    /// names, kept only for QUERY_QP (Linux's mlx5_ib names its own XRC SRQ there).
+    Xrc { xrcd: u32, srqn: u32 },
 }
 
 /// The primary address path of an RC QP (RoCE v2).
@@ -85,6 +89,14 @@ pub(crate) struct Qp {
     pub slot: Slot,
 }
 
+impl Qp {
+    /// The protection domain remote accesses to this QP are checked in: an XRC target's is
+    /// the named XRC SRQ's, any other QP's its own.
+    pub fn responder_pd(&self) -> u32 {
+        self.resp.xrc.map_or(self.pd, |x| x.pd)
+    }
+}
+
 impl RcReceive {
     /// Bytes of the QP's own receive ring at the start of its buffer (0 without one).
     pub fn ring_bytes(self) -> u64 {
@@ -148,6 +160,21 @@ pub(crate) struct Responder {
     /// Responses and acknowledgements owed to the requester and not yet on the wire, in PSN
     /// order: the device transmits them as the link takes them.
     pub owed: OwedQueue,
+    /// XRC target QPs: the XRC SRQ the request being executed names (its XRCETH), as it was
+    /// when the request arrived.
+    pub xrc: Option<XrcTarget>,
+}
+
+/// The XRC SRQ an XRC request names, with what the responder takes from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct XrcTarget {
+    pub srqn: u32,
+    /// The SRQ's protection domain: remote keys are checked against it.
+    pub pd: u32,
+    /// The CQ the SRQ's receives complete on.
+    pub cqn: u32,
+    /// The SRQ's user index, which its CQEs carry.
+    pub user_index: u32,
 }
 
 /// Something the responder owes its requester and has not transmitted yet, because the

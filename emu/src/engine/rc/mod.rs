@@ -12,7 +12,8 @@
 //! transmits responses and acknowledgements as the wire takes them; [`qp_error`] takes a
 //! QP to error and raises its asynchronous events; [`unreliable`] is the UC responder (the
 //! requester sends UC through the same rooms, under the UC opcodes and without waiting for
-//! acknowledgements).
+//! acknowledgements); [`xrc`] is the XRC target's side of the responder (the requester sends
+//! XRC through the same rooms, an XRCETH after each request's BTH).
 
 pub(crate) mod completion;
 pub(crate) mod qp_error;
@@ -27,6 +28,7 @@ pub(crate) mod retransmit;
 pub(crate) mod send_ring;
 pub(crate) mod timer;
 pub(crate) mod unreliable;
+pub(crate) mod xrc;
 
 /// RoCE v2 framing lives below both transports; the RC rooms name it as their own.
 pub(crate) use super::roce as packet;

@@ -59,9 +59,21 @@ pub(super) fn errored(core: &mut Core, qpn: u32) {
 /// Writes `cqe` to CQ `cqn` for QP `qpn`; a completion that cannot be written is lost, and
 /// the QP goes to error with a WQ catastrophic error.
 pub(super) fn post_cqe(core: &mut Core, qpn: u32, cqn: u32, cqe: &mut [u8; 64]) {
-    if let Some(qp) = core.res.qps.get(qpn) {
-        crate::engine::cq::set_user_index(cqe, qp.user_index);
-    }
+    let Some(user_index) = core.res.qps.get(qpn).map(|qp| qp.user_index) else {
+        return;
+    };
+    post_cqe_as(core, qpn, cqn, user_index, cqe);
+}
+
+/// [`post_cqe`] carrying `user_index` rather than the QP's (an XRC SRQ's receives).
+pub(super) fn post_cqe_as(
+    core: &mut Core,
+    qpn: u32,
+    cqn: u32,
+    user_index: u32,
+    cqe: &mut [u8; 64],
+) {
+    crate::engine::cq::set_user_index(cqe, user_index);
     if crate::engine::cq::post(core, cqn, cqe).is_err() {
         add(&core.counters.completions_lost, 1);
         enter_error(core, qpn, Some(EventType::WqCatastrophicError));
@@ -94,7 +106,15 @@ pub(super) fn post_error_cqe(
     };
     let (cqn, opcode, wqe_opcode) = match side {
         ErrorSide::Requester { wqe_opcode } => (qp.cqn_snd, CqeOpcode::ReqErr, wqe_opcode),
-        ErrorSide::Responder => (qp.cqn_rcv, CqeOpcode::RespErr, 0),
+        ErrorSide::Responder => (
+            qp.resp.xrc.map_or(qp.cqn_rcv, |x| x.cqn),
+            CqeOpcode::RespErr,
+            0,
+        ),
+    };
+    let user_index = match (side, qp.resp.xrc) {
+        (ErrorSide::Responder, Some(x)) => x.user_index,
+        _ => qp.user_index,
     };
     let mut cqe = [0u8; 64];
     if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
@@ -104,5 +124,5 @@ pub(super) fn post_error_cqe(
             .set_wqe_counter(index)
             .set_opcode(opcode as u8);
     }
-    post_cqe(core, qpn, cqn, &mut cqe);
+    post_cqe_as(core, qpn, cqn, user_index, &mut cqe);
 }

@@ -329,6 +329,7 @@ fn execute_from(
         remote: None,
         resend_psn,
         from_packet,
+        xrc_srqn: None,
     };
     if resend_psn.is_none()
         && ((expects_response(op) && at_read_limit(core, qpn))
@@ -352,7 +353,8 @@ fn execute_from(
         return Ok(Some(req.bbs));
     }
     let unreliable = service == service_type::UC;
-    if service != service_type::RC && !unreliable {
+    let xrc = service == service_type::XRC;
+    if service != service_type::RC && !unreliable && !xrc {
         // The REG_UMR QP carries UMR WQEs only.
         return Err(bad);
     }
@@ -367,10 +369,20 @@ fn execute_from(
         return Err(bad);
     }
     let mut at = WQE_DS;
+    if xrc {
+        // An XRC initiator's WQE has a 16-byte XRC segment after its control segment, the
+        // target's XRC SRQ number first (libmlx5's `_mlx5_post_send`, IBV_QPT_XRC_SEND).
+        if ds < 2 {
+            return Err(bad);
+        }
+        let seg = &s.wqe[at..at + 4];
+        req.xrc_srqn = Some(u32::from_be_bytes([seg[0], seg[1], seg[2], seg[3]]) & 0x00ff_ffff);
+        at += WQE_DS;
+    }
     match op {
         opcode::SEND | opcode::SEND_IMM | opcode::SEND_INVAL => {}
         opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
-            if ds < 2 {
+            if ds * WQE_DS < at + WQE_DS {
                 return Err(bad);
             }
             let raddr = RaddrSeg::new(&s.wqe[at..at + WQE_DS]).map_err(|_| bad)?;
@@ -378,7 +390,7 @@ fn execute_from(
             at += WQE_DS;
         }
         opcode::RDMA_READ => {
-            if ds < 2 {
+            if ds * WQE_DS < at + WQE_DS {
                 return Err(bad);
             }
             let raddr = RaddrSeg::new(&s.wqe[at..at + WQE_DS]).map_err(|_| bad)?;
@@ -388,7 +400,7 @@ fn execute_from(
             return Ok(Some(req.bbs));
         }
         opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
-            if ds < 4 {
+            if ds * WQE_DS < at + 3 * WQE_DS {
                 return Err(bad);
             }
             let raddr = RaddrSeg::new(&s.wqe[at..at + WQE_DS]).map_err(|_| bad)?;

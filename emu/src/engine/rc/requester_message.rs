@@ -26,6 +26,8 @@ pub(super) struct Request {
     pub(super) resend_psn: Option<u32>,
     /// The packet of the message to send first (0, or where the wire had no room before).
     pub(super) from_packet: u32,
+    /// XRC initiators: the XRC SRQ at the target the WQE's XRC segment names.
+    pub(super) xrc_srqn: Option<u32>,
 }
 
 /// Gathers the message of the data and inline segments of `wqe` from byte `at` on, through
@@ -97,6 +99,7 @@ pub(super) fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcS
             psn,
             ack_req: last && !unreliable,
             solicited: last && req.solicited,
+            xrceth: req.xrc_srqn,
             reth: match req.remote {
                 Some((va, rkey)) if first => Some((va, rkey, total as u32)),
                 _ => None,
@@ -172,6 +175,7 @@ pub(super) fn send_read(core: &mut Core, qpn: u32, req: &Request, va: u64, rkey:
         psn,
         ack_req: true,
         solicited: false,
+        xrceth: req.xrc_srqn,
         reth: Some((va, rkey, bytes)),
         aeth: None,
         imm: None,
@@ -197,6 +201,7 @@ pub(super) fn send_atomic(core: &mut Core, qpn: u32, req: &Request, eth: (u64, u
         psn,
         ack_req: true,
         solicited: false,
+        xrceth: req.xrc_srqn,
         reth: None,
         aeth: None,
         imm: None,

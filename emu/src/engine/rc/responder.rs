@@ -54,12 +54,12 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8]) -> bool {
     let psn_word = u32::from_be_bytes([bth[8], bth[9], bth[10], bth[11]]);
     let (psn, ack_req) = (psn_word & PSN_MASK, psn_word & 0x8000_0000 != 0);
     // The REG_UMR QP shares the RC QPs' numbers but has no peer: nothing arrives for it.
-    let Some(qp) = core
-        .res
-        .qps
-        .get(qpn)
-        .filter(|qp| matches!(qp.service, service_type::RC | service_type::UC))
-    else {
+    let Some(qp) = core.res.qps.get(qpn).filter(|qp| {
+        matches!(
+            qp.service,
+            service_type::RC | service_type::UC | service_type::XRC
+        )
+    }) else {
         add(&core.counters.roce_rx_drops, 1);
         return true;
     };
@@ -70,6 +70,15 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8]) -> bool {
         return true;
     }
     let rest = &frame[rest_start..body_end - pad];
+    let (opcode, rest, xrc_srqn) = if qp.service == service_type::XRC {
+        let Some(stripped) = super::xrc::strip(opcode, rest) else {
+            add(&core.counters.roce_rx_drops, 1);
+            return true;
+        };
+        stripped
+    } else {
+        (opcode, rest, None)
+    };
     if qp.service == service_type::UC {
         super::unreliable::receive(core, qpn, qp_state, opcode, psn, rest);
         return true;
@@ -108,7 +117,7 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8]) -> bool {
         add(&core.counters.roce_rx_drops, 1);
         return true;
     }
-    respond(core, qpn, opcode, psn, ack_req, rest);
+    respond(core, qpn, opcode, psn, ack_req, rest, xrc_srqn);
     true
 }
 
@@ -124,8 +133,17 @@ pub(super) enum Outcome {
     Dropped,
 }
 
-/// The responder's handling of an in-sequence check and then the packet.
-fn respond(core: &mut Core, qpn: u32, opcode: u8, psn: u32, ack_req: bool, rest: &[u8]) {
+/// The responder's handling of an in-sequence check and then the packet (on an XRC target,
+/// once the XRC SRQ `xrc_srqn` its XRCETH names is accepted).
+fn respond(
+    core: &mut Core,
+    qpn: u32,
+    opcode: u8,
+    psn: u32,
+    ack_req: bool,
+    rest: &[u8],
+    xrc_srqn: Option<u32>,
+) {
     let Some(qp) = core.res.qps.get(qpn) else {
         return;
     };
@@ -168,10 +186,14 @@ fn respond(core: &mut Core, qpn: u32, opcode: u8, psn: u32, ack_req: bool, rest:
         }
         _ => {}
     }
-    let outcome = match opcode {
-        bth_opcode::READ_REQUEST => read(core, qpn, psn, rest),
-        bth_opcode::COMPARE_SWAP | bth_opcode::FETCH_ADD => atomic(core, qpn, opcode, psn, rest),
-        _ => packet(core, qpn, opcode, rest),
+    let selected = xrc_srqn.map_or(Ok(()), |srqn| super::xrc::select(core, qpn, srqn));
+    let outcome = match (selected, opcode) {
+        (Err(syndrome), _) => Outcome::Nak(syndrome),
+        (Ok(()), bth_opcode::READ_REQUEST) => read(core, qpn, psn, rest),
+        (Ok(()), bth_opcode::COMPARE_SWAP | bth_opcode::FETCH_ADD) => {
+            atomic(core, qpn, opcode, psn, rest)
+        }
+        (Ok(()), _) => packet(core, qpn, opcode, rest),
     };
     match outcome {
         Outcome::Done => {
@@ -270,7 +292,15 @@ pub(super) fn packet(core: &mut Core, qpn: u32, opcode: u8, rest: &[u8]) -> Outc
     if write {
         if let Some((va, rkey, len)) = reth {
             if !qp.rwe
-                || check_remote(core, rkey, qp.pd, va, u64::from(len), RemoteAccess::Write).is_err()
+                || check_remote(
+                    core,
+                    rkey,
+                    qp.responder_pd(),
+                    va,
+                    u64::from(len),
+                    RemoteAccess::Write,
+                )
+                .is_err()
             {
                 return Outcome::Nak(aeth::NAK_REMOTE_ACCESS);
             }
@@ -372,7 +402,7 @@ pub(super) fn message_done(core: &mut Core, qpn: u32) {
 /// domain; it is then free,
 /// and every later access through it fails (a remote one with a remote access NAK).
 fn invalidate_rkey(core: &mut Core, qpn: u32, rkey: u32) -> Result<(), KeyFault> {
-    let pd = core.res.qps.get(qpn).ok_or(KeyFault::NoKey)?.pd;
+    let pd = core.res.qps.get(qpn).ok_or(KeyFault::NoKey)?.responder_pd();
     let key = core.res.mkeys.get_mut(rkey >> 8).ok_or(KeyFault::NoKey)?;
     if key.variant != (rkey & 0xff) as u8 || key.free {
         return Err(KeyFault::NoKey);
@@ -408,7 +438,7 @@ fn write_data(core: &mut Core, qpn: u32, data: &[u8], last: bool) -> Result<(), 
         translate_remote(
             core,
             w.rkey,
-            qp.pd,
+            qp.responder_pd(),
             w.va.wrapping_add(u64::from(w.done)),
             u64::from(len),
             RemoteAccess::Write,

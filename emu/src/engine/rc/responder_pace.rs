@@ -150,7 +150,7 @@ fn read_response(core: &mut Core, qpn: u32, owed: Owed) -> bool {
     let Some(qp) = core.res.qps.get(qpn) else {
         return false;
     };
-    let (pd, mtu) = (qp.pd, mtu_bytes(qp.mtu) as u32);
+    let (pd, mtu) = (qp.responder_pd(), mtu_bytes(qp.mtu) as u32);
     let bytes = (len - offset).min(mtu);
     let mut data = std::mem::take(&mut core.rc_scratch.response);
     data.clear();
@@ -231,6 +231,7 @@ fn transmit(
         psn,
         ack_req: false,
         solicited: false,
+        xrceth: None,
         reth: None,
         aeth,
         imm: None,

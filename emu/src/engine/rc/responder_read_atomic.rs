@@ -126,7 +126,17 @@ pub(super) fn replay_read(core: &mut Core, qpn: u32, psn: u32, rest: &[u8]) {
 /// and the key (its PD, access and range).
 fn check_read(core: &Core, qpn: u32, va: u64, rkey: u32, len: u32) -> Result<(), u8> {
     let qp = core.res.qps.get(qpn).ok_or(aeth::NAK_INVALID_REQUEST)?;
-    if !qp.rre || check_remote(core, rkey, qp.pd, va, u64::from(len), RemoteAccess::Read).is_err() {
+    if !qp.rre
+        || check_remote(
+            core,
+            rkey,
+            qp.responder_pd(),
+            va,
+            u64::from(len),
+            RemoteAccess::Read,
+        )
+        .is_err()
+    {
         return Err(aeth::NAK_REMOTE_ACCESS);
     }
     Ok(())
@@ -146,7 +156,7 @@ pub(super) fn atomic(core: &mut Core, qpn: u32, opcode: u8, psn: u32, rest: &[u8
     let Some(qp) = core.res.qps.get(qpn) else {
         return Outcome::Nak(aeth::NAK_INVALID_REQUEST);
     };
-    let pd = qp.pd;
+    let pd = qp.responder_pd();
     if qp.resp.owed.is_full() {
         // More atomics and READs than the responder's resources: dropped unexecuted, the
         // PSN not consumed, so that the requester sends it again.

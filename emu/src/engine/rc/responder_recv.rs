@@ -3,8 +3,9 @@
 //! CQEs, flushed when the QP goes to error.
 
 use super::count;
-use super::qp_error::{post_cqe, post_error_cqe, ErrorSide};
+use super::qp_error::{post_cqe, post_cqe_as, post_error_cqe, ErrorSide};
 use crate::counters::add;
+use crate::engine::rq::SharedRing;
 use crate::function::Core;
 use crate::objects::rc::{RcReceive, ReceiveInProgress};
 use crate::objects::QState;
@@ -45,6 +46,13 @@ fn posted_receives(core: &Core, qpn: u32) -> u16 {
             .get(rmpn)
             .filter(|rmp| rmp.state == QState::Rdy)
             .and_then(|rmp| crate::engine::rq::posted(core, &rmp.wq))
+            .unwrap_or(0),
+        // The XRC SRQ the request names.
+        RcReceive::Xrc { .. } => qp
+            .resp
+            .xrc
+            .and_then(|x| core.res.xrc_srqs.get(x.srqn))
+            .and_then(|srq| crate::engine::rq::posted(core, &srq.wq))
             .unwrap_or(0),
         RcReceive::None => 0,
     }
@@ -89,8 +97,16 @@ pub(super) fn take_receive(core: &mut Core, qpn: u32) -> Option<ReceiveInProgres
                 bytes: 0,
             })
         }
-        RcReceive::Shared(rmpn) => {
-            let w = crate::engine::rq::take_rmp_wqe(core, rmpn, posted)?;
+        RcReceive::Shared(_) | RcReceive::Xrc { .. } => {
+            let ring = match (qp.receive, qp.resp.xrc) {
+                (RcReceive::Shared(rmpn), _) => SharedRing::Rmp(rmpn),
+                (_, Some(x)) => SharedRing::XrcSrq(x.srqn),
+                _ => return None,
+            };
+            let w = match ring {
+                SharedRing::Rmp(rmpn) => crate::engine::rq::take_rmp_wqe(core, rmpn, posted)?,
+                SharedRing::XrcSrq(_) => crate::engine::rq::take_shared_wqe(core, ring)?,
+            };
             Some(ReceiveInProgress {
                 index: w.index,
                 addr: w.addr,
@@ -174,7 +190,8 @@ pub(super) fn responder_cqe(
     let Some(qp) = core.res.qps.get(qpn) else {
         return;
     };
-    let cqn = qp.cqn_rcv;
+    let xrc = qp.resp.xrc;
+    let cqn = xrc.map_or(qp.cqn_rcv, |x| x.cqn);
     let mut cqe = [0u8; 64];
     if let Ok(mut c) = Cqe64::new(&mut cqe[..]) {
         c.set_opcode(op as u8)
@@ -189,7 +206,12 @@ pub(super) fn responder_cqe(
             c.set_imm_inval_pkey(imm);
         }
     }
-    post_cqe(core, qpn, cqn, &mut cqe);
+    match xrc {
+        // An XRC SRQ's receive carries the SRQ's user index, by which libmlx5 finds the
+        // SRQ (`get_resp_ctx_v1`, `MLX5_RSC_TYPE_XSRQ`).
+        Some(x) => post_cqe_as(core, qpn, cqn, x.user_index, &mut cqe),
+        None => post_cqe(core, qpn, cqn, &mut cqe),
+    }
 }
 
 /// The QP went to error by command: the receive WQE a multi-packet SEND was filling, then

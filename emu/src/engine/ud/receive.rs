@@ -203,7 +203,8 @@ fn take_receive(core: &mut Core, qpn: u32) -> Option<Taken> {
                 pd: w.pd,
             })
         }
-        RcReceive::None => None,
+        // Datagram QPs are never XRC.
+        RcReceive::None | RcReceive::Xrc { .. } => None,
     }
 }
 

@@ -190,6 +190,7 @@ fn execute(
         psn,
         ack_req: false,
         solicited,
+        xrceth: None,
         reth: None,
         aeth: None,
         imm: None,
