@@ -62,7 +62,7 @@ impl CapSet {
             .set_log_max_ra_req_qp(LOG_MAX_RA_QP)
             .set_log_max_ra_res_qp(LOG_MAX_RA_QP)
             .set_roce(cfg.roce)
-            // `disable_local_lb` (Linux 6.12's `disable_local_lb_uc`) stays clear for now:
+            // `disable_local_lb_uc` (older headers' `disable_local_lb`) stays clear for now:
             // mlx5_nic_vport_update_local_lb writes the vport's bits only when it is set, and
             // setting it changes what Linux and cxdirect echo in SET_HCA_CAP, which the checked-in
             // Linux trace of the rig does not show yet. The vport bits are modelled regardless.
