@@ -320,3 +320,15 @@ fn roce_for_another_mac_or_ip_is_dropped_and_counted_not_delivered() {
     assert_eq!(h.read(dst, 64), vec![0xa5; 64]);
     assert_eq!(h.dev.counters().roce_address_drops, 2);
 }
+
+#[test]
+fn the_general_caps_advertise_both_vport_local_loopback_disables() {
+    // mlx5_nic_vport_update_local_lb (vport.c) selects disable_uc_local_lb /
+    // disable_mc_local_lb only for the caps advertised, and mlx5_ib_alloc_transport_domain
+    // (main.c) counts user transport domains for mlx5_ib_enable_lb only when one is.
+    let (mut h, _wire) = lone_host(EmuConfig::default(), MEM, GID_A, MAC_A);
+    let caps = h.query_cap(cxdirect_hw::hca::cap_type::GENERAL_DEVICE, true);
+    let caps = cxdirect_hw::caps::CmdHcaCap::new(&caps[0x10..]).expect("layout");
+    assert!(caps.disable_local_lb_uc());
+    assert!(caps.disable_local_lb_mc());
+}

@@ -9,8 +9,8 @@
 //!   `mlx5_nic_vport_update_local_lb` (vport.c), called by mlx5_ib's `mlx5_ib_enable_lb` /
 //!   `mlx5_ib_disable_lb` (main.c: enabled when a second user transport domain or a raw packet
 //!   QP allowing self loopback appears) and by mlx5e's loopback self-test; it only writes them
-//!   when the caps `disable_local_lb_uc`/`_mc` are advertised (the model does not advertise
-//!   them yet: see the general caps), and assumes loopback starts off
+//!   when the caps `disable_local_lb_uc`/`_mc` are advertised (the model advertises both),
+//!   and assumes loopback starts off
 //!   (`lb.enabled` false, the self-test queries before enabling), so a new vport starts with
 //!   both bits set. A looped frame is then steered like any other and carries the transport
 //!   domain of the sending SQ's TIS. A TIR of that same transport domain takes it only as
