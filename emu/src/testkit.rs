@@ -660,13 +660,44 @@ impl Host {
 
     /// Creates a TIS in the transport domain.
     pub fn create_tis(&mut self) -> u32 {
+        self.create_tis_in(self.td)
+    }
+
+    /// Creates a TIS in transport domain `td`.
+    pub fn create_tis_in(&mut self, td: u32) -> u32 {
         let mut input = Self::input(Opcode::CreateTis, 0, 0xc0);
         CreateTisIn::new(&mut input[..])
             .expect("layout")
             .ctx_mut()
-            .set_transport_domain(self.td);
+            .set_transport_domain(td);
         let out = self.exec(&input, 16).expect("CREATE_TIS");
         CreateTisOut::new(&out[..]).expect("layout").tisn()
+    }
+
+    /// Allocates another transport domain (as each mlx5_ib user context does) and returns it.
+    pub fn alloc_transport_domain(&mut self) -> u32 {
+        let out = self
+            .simple(Opcode::AllocTransportDomain, 0)
+            .expect("ALLOC_TRANSPORT_DOMAIN");
+        hca::AllocTransportDomainOut::new(&out[..])
+            .expect("layout")
+            .transport_domain()
+    }
+
+    /// `mlx5_nic_vport_update_local_lb(mdev, enable)`: MODIFY_NIC_VPORT_CONTEXT writing
+    /// `disable_uc_local_lb` and `disable_mc_local_lb` = `!enable`.
+    pub fn update_local_lb(&mut self, enable: bool) {
+        let mut input = Self::input(Opcode::ModifyNicVportContext, 0, 0x200);
+        let mut cmd =
+            cxdirect_hw::vport::ModifyNicVportContextIn::new(&mut input[..]).expect("layout");
+        cmd.field_select_mut()
+            .set_disable_uc_local_lb(true)
+            .set_disable_mc_local_lb(true);
+        cmd.nic_vport_context_mut()
+            .set_disable_uc_local_lb(!enable)
+            .set_disable_mc_local_lb(!enable);
+        self.exec(&input, 16)
+            .expect("MODIFY_NIC_VPORT_CONTEXT local_lb");
     }
 
     /// Creates an SQ of `2^log` WQEBBs on CQ `cqn` and TIS `tisn`, and moves it to RDY.
@@ -1093,17 +1124,24 @@ impl Host {
 
     /// A direct TIR to `rqn` with a catch-all flow entry to it, made root; returns the TIR.
     pub fn steer_all_to(&mut self, rqn: u32) -> u32 {
+        let tirn = self.create_direct_tir(rqn, self.td, 0);
+        self.steer_to_tir(tirn);
+        tirn
+    }
+
+    /// A direct TIR to `rqn` in transport domain `td` with `self_lb_block` (an OR of
+    /// `SELF_LB_BLOCK_*`); returns the TIR.
+    pub fn create_direct_tir(&mut self, rqn: u32, td: u32, self_lb_block: u8) -> u32 {
         let mut input = Self::input(Opcode::CreateTir, 0, 0x110);
         CreateTirIn::new(&mut input[..])
             .expect("layout")
             .ctx_mut()
             .set_disp_type(0)
             .set_inline_rqn(rqn)
-            .set_transport_domain(self.td);
+            .set_transport_domain(td)
+            .set_self_lb_block(self_lb_block);
         let out = self.exec(&input, 16).expect("CREATE_TIR");
-        let tirn = CreateTirOut::new(&out[..]).expect("layout").tirn();
-        self.steer_to_tir(tirn);
-        tirn
+        CreateTirOut::new(&out[..]).expect("layout").tirn()
     }
 
     /// A flow table with one catch-all entry to `tirn`, made root.

@@ -501,27 +501,48 @@ fn an_sq_naming_tis_zero_is_created_and_sends() {
 
 #[test]
 fn modify_tir_changes_the_self_loopback_block_and_refuses_lro() {
-    use cxdirect_hw::tir::ModifyTirIn;
-    let mut h = host();
-    h.bring_up();
+    use cxdirect_emu::testkit::rc::{lone_host, take_frames, GID_A, MAC_A};
+    use cxdirect_hw::tir::{ModifyTirIn, SELF_LB_BLOCK_UNICAST};
+    // One function alone on a pair wire with its vport's local loopback on, as
+    // mlx5e_test_loopback_setup leaves it: its SQ's frames to its own MAC stay inside and
+    // meet its TIR of the same transport domain (self loopback).
+    let (mut h, wire) = lone_host(EmuConfig::default(), MEM, GID_A, MAC_A);
+    h.update_local_lb(true);
     let mut cq = h.create_cq(6);
     let mut rq = h.create_rq(cq.cqn, 6, None);
     let tirn = h.steer_all_to(rq.rqn);
-    // mlx5e's "refresh tir" on open: self_lb_en with the new block bits.
-    let mut input = Host::input(Opcode::ModifyTir, 0, ModifyTirIn::<&[u8]>::SIZE);
-    {
-        let mut cmd = ModifyTirIn::new(&mut input[..]).unwrap();
-        cmd.set_tirn(tirn);
-        cmd.bitmask_mut().set_self_lb_en(true);
-        cmd.ctx_mut().set_self_lb_block(0b11);
-    }
-    h.exec(&input, 16).expect("MODIFY_TIR self_lb_en");
-    // The block is in force: the port's own frames (a loopback wire) no longer reach the TIR.
     let key = h.create_mkey(true, true);
-    let buf = h.alloc(2048, 64);
-    h.post_recv(&mut rq, buf, 2048, key);
-    send_frames(&mut h, &[udp_frame_to(&[0x02, 0, 0, 0, 0, 7], 100)]);
-    assert!(h.poll_cq(&mut cq).is_none(), "own frame blocked");
+    for _ in 0..2 {
+        let buf = h.alloc(2048, 64);
+        h.post_recv(&mut rq, buf, 2048, key);
+    }
+    let frame = udp_frame_to(&MAC_A, 100);
+    // self_lb_block 0, as mlx5e creates its TIRs: its own frame is not taken.
+    send_frames(&mut h, std::slice::from_ref(&frame));
+    assert!(h.poll_cq(&mut cq).is_none(), "self loopback not allowed");
+    let modify = |h: &mut Host, bits: u8| {
+        let mut input = Host::input(Opcode::ModifyTir, 0, ModifyTirIn::<&[u8]>::SIZE);
+        {
+            let mut cmd = ModifyTirIn::new(&mut input[..]).unwrap();
+            cmd.set_tirn(tirn);
+            cmd.bitmask_mut().set_self_lb_en(true);
+            cmd.ctx_mut().set_self_lb_block(bits);
+        }
+        h.exec(&input, 16).expect("MODIFY_TIR self_lb_en");
+    };
+    // mlx5e_modify_tirs_lb(mdev, true, false) (the loopback self-test): BLOCK_UNICAST set
+    // allows the own unicast frame back.
+    modify(&mut h, SELF_LB_BLOCK_UNICAST);
+    send_frames(&mut h, std::slice::from_ref(&frame));
+    assert!(h.poll_cq(&mut cq).is_some(), "self loopback allowed");
+    // mlx5e_modify_tirs_lb(mdev, false, false) (its cleanup): refused again.
+    modify(&mut h, 0);
+    send_frames(&mut h, std::slice::from_ref(&frame));
+    assert!(
+        h.poll_cq(&mut cq).is_none(),
+        "self loopback not allowed again"
+    );
+    assert!(take_frames(&wire).is_empty(), "nothing left on the cable");
     // Packet merging is not modelled: asking for it is refused, asking it off is fine.
     let mut lro = Host::input(Opcode::ModifyTir, 0, ModifyTirIn::<&[u8]>::SIZE);
     {
@@ -542,6 +563,37 @@ fn modify_tir_changes_the_self_loopback_block_and_refuses_lro() {
         .ctx_mut()
         .set_lro_enable_mask(0);
     h.exec(&lro, 16).expect("packet merging off");
+}
+
+#[test]
+fn a_loopback_plug_brings_frames_back_from_the_cable_past_any_self_loopback_bits() {
+    use cxdirect_hw::tir::{ModifyTirIn, SELF_LB_BLOCK_MULTICAST, SELF_LB_BLOCK_UNICAST};
+    // What a plug returns left the device: no transport domain goes with it, so the TIR takes
+    // it with its self_lb_block bits clear or set.
+    let mut h = host();
+    h.bring_up();
+    let mut cq = h.create_cq(6);
+    let mut rq = h.create_rq(cq.cqn, 6, None);
+    let tirn = h.steer_all_to(rq.rqn);
+    let key = h.create_mkey(true, true);
+    for _ in 0..2 {
+        let buf = h.alloc(2048, 64);
+        h.post_recv(&mut rq, buf, 2048, key);
+    }
+    let frame = udp_frame_to(&[0x02, 0, 0, 0, 0, 7], 100);
+    send_frames(&mut h, std::slice::from_ref(&frame));
+    assert!(h.poll_cq(&mut cq).is_some(), "bits clear: received");
+    let mut input = Host::input(Opcode::ModifyTir, 0, ModifyTirIn::<&[u8]>::SIZE);
+    {
+        let mut cmd = ModifyTirIn::new(&mut input[..]).unwrap();
+        cmd.set_tirn(tirn);
+        cmd.bitmask_mut().set_self_lb_en(true);
+        cmd.ctx_mut()
+            .set_self_lb_block(SELF_LB_BLOCK_UNICAST | SELF_LB_BLOCK_MULTICAST);
+    }
+    h.exec(&input, 16).expect("MODIFY_TIR self_lb_en");
+    send_frames(&mut h, std::slice::from_ref(&frame));
+    assert!(h.poll_cq(&mut cq).is_some(), "bits set: received");
 }
 
 #[test]

@@ -16,8 +16,7 @@ use cxdirect_emu::EmuConfig;
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::cqe::CqeOpcode;
 use cxdirect_hw::qp::service_type;
-use cxdirect_hw::tir::{ModifyTirIn, SELF_LB_BLOCK_UNICAST};
-use cxdirect_hw::vport::ModifyNicVportContextIn;
+use cxdirect_hw::tir::{ModifyTirIn, SELF_LB_BLOCK_MULTICAST, SELF_LB_BLOCK_UNICAST};
 use cxdirect_hw::wqe::opcode;
 
 const MEM: usize = 8 << 20;
@@ -29,19 +28,6 @@ fn drain(h: &Host, cq: &mut Cq) -> Vec<Vec<u8>> {
 
 fn cqe_opcode(cqe: &[u8]) -> u8 {
     cqe[63] >> 4
-}
-
-/// `mlx5_nic_vport_update_local_lb(mdev, enable)`: MODIFY_NIC_VPORT_CONTEXT writing
-/// `disable_uc_local_lb` = `!enable` (the bit whose cap the model advertises).
-fn update_local_lb(h: &mut Host, enable: bool) {
-    let mut input = Host::input(Opcode::ModifyNicVportContext, 0, 0x200);
-    let mut cmd = ModifyNicVportContextIn::new(&mut input[..]).expect("layout");
-    cmd.field_select_mut().set_disable_uc_local_lb(true);
-    cmd.nic_vport_context_mut()
-        .set_disable_uc_local_lb(!enable)
-        .set_disable_mc_local_lb(!enable);
-    h.exec(&input, 16)
-        .expect("MODIFY_NIC_VPORT_CONTEXT local_lb");
 }
 
 #[test]
@@ -135,11 +121,11 @@ fn ud_send_to_a_qp_of_the_same_function_loops_inside() {
     );
 }
 
-/// An SQ of `h` (through a TIS of its transport domain) sending `frame`, completed.
-fn send_frame(h: &mut Host, frame: &[u8]) {
+/// An SQ of `h` on a TIS of transport domain `td` sending `frame`, completed.
+fn send_frame_in(h: &mut Host, td: u32, frame: &[u8]) {
     let key = h.create_mkey(true, true);
     let mut cq = h.create_cq(6);
-    let tisn = h.create_tis();
+    let tisn = h.create_tis_in(td);
     let mut sq = h.create_sq(cq.cqn, tisn, 6);
     let payload = h.alloc(frame.len() as u64, 64);
     let wqe = h.build_send(&sq, frame, payload, key, true);
@@ -148,8 +134,36 @@ fn send_frame(h: &mut Host, frame: &[u8]) {
     assert_eq!(cqe_opcode(&cqe), CqeOpcode::Req as u8);
 }
 
+/// An SQ of `h` (through a TIS of its own transport domain, as mlx5e's) sending `frame`.
+fn send_frame(h: &mut Host, frame: &[u8]) {
+    let td = h.td;
+    send_frame_in(h, td, frame);
+}
+
+/// `mlx5e_modify_tirs_lb(mdev, enable_uc_lb, enable_mc_lb)` on one TIR: MODIFY_TIR with the
+/// `self_lb_en` bitmask and the bits set for what is enabled.
+fn modify_tir_lb(h: &mut Host, tirn: u32, enable_uc_lb: bool, enable_mc_lb: bool) {
+    let mut bits = 0;
+    if enable_uc_lb {
+        bits |= SELF_LB_BLOCK_UNICAST;
+    }
+    if enable_mc_lb {
+        bits |= SELF_LB_BLOCK_MULTICAST;
+    }
+    let mut input = Host::input(Opcode::ModifyTir, 0, ModifyTirIn::<&[u8]>::SIZE);
+    {
+        let mut cmd = ModifyTirIn::new(&mut input[..]).expect("layout");
+        cmd.set_tirn(tirn);
+        cmd.bitmask_mut().set_self_lb_en(true);
+        cmd.ctx_mut().set_self_lb_block(bits);
+    }
+    h.exec(&input, 16).expect("MODIFY_TIR self_lb_en");
+}
+
 #[test]
-fn mlx5_nic_vport_update_local_lb_and_self_lb_block_decide_whether_own_ethernet_loops() {
+fn mlx5e_self_test_own_unicast_loops_only_with_vport_local_lb_and_the_tirs_allow_bit() {
+    // mlx5e's TIS and TIR share its one transport domain: its own frames coming back are
+    // self loopback, taken only where the TIR's self_lb_block bit allows them.
     let (mut h, wire) = lone_host(EmuConfig::default(), MEM, GID_A, MAC_A);
     let mut cq = h.create_cq(6);
     let mut rq = h.create_rq(cq.cqn, 6, None);
@@ -168,32 +182,89 @@ fn mlx5_nic_vport_update_local_lb_and_self_lb_block_decide_whether_own_ethernet_
     assert_eq!(take_frames(&wire), vec![frame.clone()]);
     assert!(h.poll_cq(&mut cq).is_none());
 
-    // mlx5_ib_enable_lb (a second user transport domain) enables it: the frame arrives on
-    // the function's own RQ and not on the cable.
-    update_local_lb(&mut h, true);
+    // Local loopback enabled (mlx5e_test_loopback_setup's mlx5_nic_vport_update_local_lb):
+    // the frame stays inside, but the TIR of the sender's own transport domain, bits 0 (as
+    // mlx5e runs normally), does not take it.
+    h.update_local_lb(true);
+    let drops = h.dev.counters().rx_steer_drops;
     send_frame(&mut h, &frame);
-    let cqe = h.poll_cq(&mut cq).expect("looped frame received");
+    assert!(take_frames(&wire).is_empty(), "looped inside");
+    assert!(h.poll_cq(&mut cq).is_none(), "self loopback not allowed");
+    assert_eq!(h.dev.counters().rx_steer_drops, drops + 1);
+
+    // mlx5e_modify_tirs_lb(mdev, true, false), as the self-test does: BLOCK_UNICAST set, and
+    // the test packet comes back.
+    modify_tir_lb(&mut h, tirn, true, false);
+    send_frame(&mut h, &frame);
+    let cqe = h.poll_cq(&mut cq).expect("self loopback allowed");
     assert_eq!(cqe_opcode(&cqe), CqeOpcode::RespSend as u8);
     assert!(take_frames(&wire).is_empty());
 
-    // A TIR whose self_lb_block names unicast (mlx5e_modify_tirs_lb / mlx5e_refresh_tirs
-    // write it with MODIFY_TIR's self_lb_en bitmask) refuses the looped frame.
-    let mut input = Host::input(Opcode::ModifyTir, 0, ModifyTirIn::<&[u8]>::SIZE);
-    {
-        let mut cmd = ModifyTirIn::new(&mut input[..]).expect("layout");
-        cmd.set_tirn(tirn);
-        cmd.bitmask_mut().set_self_lb_en(true);
-        cmd.ctx_mut().set_self_lb_block(SELF_LB_BLOCK_UNICAST);
-    }
-    h.exec(&input, 16).expect("MODIFY_TIR self_lb_en");
-    let drops = h.dev.counters().rx_steer_drops;
-    send_frame(&mut h, &frame);
-    assert!(h.poll_cq(&mut cq).is_none(), "blocked by the TIR");
-    assert!(take_frames(&wire).is_empty());
-    assert_eq!(h.dev.counters().rx_steer_drops, drops + 1);
+    // A broadcast leaves on the cable and its looped copy is multicast self loopback, which
+    // only BLOCK_MULTICAST allows.
+    let mut broadcast = frame.clone();
+    broadcast[..6].copy_from_slice(&[0xff; 6]);
+    send_frame(&mut h, &broadcast);
+    assert_eq!(take_frames(&wire), vec![broadcast.clone()]);
+    assert!(
+        h.poll_cq(&mut cq).is_none(),
+        "multicast self loopback not allowed"
+    );
+    modify_tir_lb(&mut h, tirn, true, true);
+    send_frame(&mut h, &broadcast);
+    assert_eq!(take_frames(&wire), vec![broadcast]);
+    assert!(
+        h.poll_cq(&mut cq).is_some(),
+        "multicast self loopback allowed"
+    );
 
-    // mlx5_ib_disable_lb: the frame leaves on the cable again.
-    update_local_lb(&mut h, false);
+    // mlx5e_test_loopback_cleanup: the bits cleared, the vport's loopback off again; the
+    // frame leaves on the cable.
+    modify_tir_lb(&mut h, tirn, false, false);
+    h.update_local_lb(false);
+    send_frame(&mut h, &frame);
+    assert_eq!(take_frames(&wire), vec![frame]);
+    assert!(h.poll_cq(&mut cq).is_none());
+}
+
+#[test]
+fn a_raw_packet_tir_of_another_transport_domain_takes_mlx5e_frames_to_the_own_mac() {
+    // A user context's raw packet QP: its TIR is in the context's own transport domain
+    // (mlx5_ib_alloc_transport_domain, counted by mlx5_ib_enable_lb), self_lb_block 0. The
+    // frames mlx5e sends to the function's MAC, through a TIS of mlx5e's transport domain,
+    // are not self loopback for it: they reach it when the vport allows local loopback.
+    let (mut h, wire) = lone_host(EmuConfig::default(), MEM, GID_A, MAC_A);
+    let user_td = h.alloc_transport_domain();
+    let mut cq = h.create_cq(6);
+    let mut rq = h.create_rq(cq.cqn, 6, None);
+    let tirn = h.create_direct_tir(rq.rqn, user_td, 0);
+    h.steer_to_tir(tirn);
+    let key = h.create_mkey(true, true);
+    for _ in 0..4 {
+        let buf = h.alloc(2048, 64);
+        h.post_recv(&mut rq, buf, 2048, key);
+    }
+    let mut frame = udp_frame(100, 5);
+    frame[..6].copy_from_slice(&MAC_A);
+
+    // mlx5_ib_enable_lb: the second user transport domain enables local loopback.
+    h.update_local_lb(true);
+    send_frame(&mut h, &frame);
+    let cqe = h
+        .poll_cq(&mut cq)
+        .expect("received from another transport domain");
+    assert_eq!(cqe_opcode(&cqe), CqeOpcode::RespSend as u8);
+    assert!(take_frames(&wire).is_empty(), "looped inside");
+
+    // The same frame sent through a TIS of the TIR's own transport domain is self loopback:
+    // not taken with the TIR's bits 0.
+    send_frame_in(&mut h, user_td, &frame);
+    assert!(h.poll_cq(&mut cq).is_none(), "self loopback not allowed");
+    assert!(take_frames(&wire).is_empty());
+
+    // disable_uc_local_lb set (mlx5_ib_disable_lb): mlx5e's frame leaves on the cable and
+    // the raw packet QP does not see it.
+    h.update_local_lb(false);
     send_frame(&mut h, &frame);
     assert_eq!(take_frames(&wire), vec![frame]);
     assert!(h.poll_cq(&mut cq).is_none());
@@ -248,4 +319,16 @@ fn roce_for_another_mac_or_ip_is_dropped_and_counted_not_delivered() {
     assert_eq!(cqe_opcode(&cqe), CqeOpcode::RespSend as u8);
     assert_eq!(h.read(dst, 64), vec![0xa5; 64]);
     assert_eq!(h.dev.counters().roce_address_drops, 2);
+}
+
+#[test]
+fn the_general_caps_advertise_both_vport_local_loopback_disables() {
+    // mlx5_nic_vport_update_local_lb (vport.c) selects disable_uc_local_lb /
+    // disable_mc_local_lb only for the caps advertised, and mlx5_ib_alloc_transport_domain
+    // (main.c) counts user transport domains for mlx5_ib_enable_lb only when one is.
+    let (mut h, _wire) = lone_host(EmuConfig::default(), MEM, GID_A, MAC_A);
+    let caps = h.query_cap(cxdirect_hw::hca::cap_type::GENERAL_DEVICE, true);
+    let caps = cxdirect_hw::caps::CmdHcaCap::new(&caps[0x10..]).expect("layout");
+    assert!(caps.disable_local_lb_uc());
+    assert!(caps.disable_local_lb_mc());
 }

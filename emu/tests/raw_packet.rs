@@ -134,7 +134,7 @@ fn create_raw_qp(h: &mut Host, cq: &Cq, log_sq: u8, log_rq: u8) -> RawQp {
     let rqn = CreateRqOut::new(&out[..]).unwrap().rqn();
 
     // create_raw_packet_qp_tir: direct to the RQ, the context's transport domain, and the
-    // self-loopback bits libmlx5 asked for (none here; `dev->is_rep` would block unicast).
+    // self-loopback bits libmlx5 asked for (none here; `dev->is_rep` would allow unicast).
     let mut input = Host::input(Opcode::CreateTir, 0, 0x110);
     CreateTirIn::new(&mut input[..])
         .unwrap()

@@ -380,10 +380,12 @@ layout! {
         log_max_wq_sz: u8 @ 0x3db [0x5],
         /// NIC vport change events are generated.
         nic_vport_change_event: bool @ 0x3e0 [0x1],
-        /// Unicast local loopback may be disabled per vport (`disable_uc_local_lb`); Linux 6.12
-        /// names this bit `disable_local_lb_uc` and the next one (0x3e2, not in the reference
-        /// header) `disable_local_lb_mc`.
-        disable_local_lb: bool @ 0x3e1 [0x1],
+        /// Unicast local loopback may be disabled per vport (`disable_uc_local_lb`); older
+        /// headers call this bit `disable_local_lb`.
+        disable_local_lb_uc: bool @ 0x3e1 [0x1],
+        /// Multicast and broadcast local loopback may be disabled per vport
+        /// (`disable_mc_local_lb`).
+        disable_local_lb_mc: bool @ 0x3e2 [0x1],
         /// Log2 of the maximum number of VLANs in a vport's allowed list.
         log_max_vlan_list: u8 @ 0x3eb [0x5],
         /// Log2 of the maximum number of multicast MACs in a vport's current list.

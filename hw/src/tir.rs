@@ -76,11 +76,14 @@ pub const LRO_ENABLE_MASK_IPV4_LRO: u8 = 0x1;
 /// `tirc.lro_enable_mask`: LRO for IPv6 packets (`MLX5_TIRC_LRO_ENABLE_MASK_IPV6_LRO`).
 pub const LRO_ENABLE_MASK_IPV6_LRO: u8 = 0x2;
 
-/// `tirc.self_lb_block`: drop unicast packets sent by this transport domain
-/// (`MLX5_TIRC_SELF_LB_BLOCK_BLOCK_UNICAST_`).
+/// `tirc.self_lb_block`: unicast self loopback (a frame sent through a TIS of the TIR's own
+/// transport domain). Despite the name, Linux sets it to allow such frames
+/// (`MLX5_TIRC_SELF_LB_BLOCK_BLOCK_UNICAST`: `mlx5e_modify_tirs_lb` for `enable_uc_lb`,
+/// mlx5_ib's raw packet TIR for `MLX5_QP_FLAG_TIR_ALLOW_SELF_LB_UC`).
 pub const SELF_LB_BLOCK_UNICAST: u8 = 0x1;
-/// `tirc.self_lb_block`: drop multicast packets sent by this transport domain
-/// (`MLX5_TIRC_SELF_LB_BLOCK_BLOCK_MULTICAST_`).
+/// `tirc.self_lb_block`: multicast and broadcast self loopback, set by Linux to allow them
+/// (`MLX5_TIRC_SELF_LB_BLOCK_BLOCK_MULTICAST`: `enable_mc_lb`,
+/// `MLX5_QP_FLAG_TIR_ALLOW_SELF_LB_MC`).
 pub const SELF_LB_BLOCK_MULTICAST: u8 = 0x2;
 
 /// Bytes in `tirc.rx_hash_toeplitz_key` (10 dwords).
@@ -174,7 +177,8 @@ layout! {
         indirect_table: u32 @ 0x108 [0x18],
         /// Hash function: see [`RxHashFn`].
         rx_hash_fn: u8 @ 0x120 [0x4],
-        /// Drop packets sent by this transport domain: an OR of `SELF_LB_BLOCK_*`.
+        /// Which frames sent by this transport domain the TIR takes (self loopback, allowed
+        /// where set, as Linux uses it): an OR of `SELF_LB_BLOCK_*`.
         self_lb_block: u8 @ 0x126 [0x2],
         /// Transport domain the TIR belongs to.
         transport_domain: u32 @ 0x128 [0x18],

@@ -704,13 +704,13 @@ fn pump_rx(shared: &Shared) {
 
 /// Runs every frame waiting at the function's port (of `link`) through its receive engine.
 fn pump_rx_from(shared: &Shared, link: &Link) {
-    // On a one-port wire every frame is the function's own.
-    let own = link.wire.port_count() == 1;
     // One pump at a time takes the function's frames, so they are received in wire order.
     let mut frame = lock(&shared.rx_frame);
     while let Ok(Some(left)) = link.wire.receive_next(link.port, &mut frame) {
         let mut core = lock(&shared.core);
-        engine::rq::receive(&mut core, &frame, own);
+        // Frames from the cable carry no transport domain: even those a loopback plug brings
+        // back left the device, so no TIR's self-loopback check applies to them.
+        engine::rq::receive(&mut core, &frame, None);
         if left == 0 {
             // The wire is empty for now: the compressed sessions this pass opened close, as a
             // device's do when no further completion comes soon. A lone frame's completion is

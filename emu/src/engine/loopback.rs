@@ -9,12 +9,18 @@
 //!   `mlx5_nic_vport_update_local_lb` (vport.c), called by mlx5_ib's `mlx5_ib_enable_lb` /
 //!   `mlx5_ib_disable_lb` (main.c: enabled when a second user transport domain or a raw packet
 //!   QP allowing self loopback appears) and by mlx5e's loopback self-test; it only writes them
-//!   when the caps `disable_local_lb_uc`/`_mc` are advertised (the model does not advertise
-//!   them yet: see the general caps), and assumes loopback starts off
+//!   when the caps `disable_local_lb_uc`/`_mc` are advertised (the model advertises both),
+//!   and assumes loopback starts off
 //!   (`lb.enabled` false, the self-test queries before enabling), so a new vport starts with
-//!   both bits set. A looped frame is then steered like any other, and a TIR whose
-//!   `self_lb_block` names its kind refuses it (`mlx5e_refresh_tirs` / `mlx5e_modify_tirs_lb`
-//!   in en_common.c, and mlx5_ib's raw packet TIR in qp.c, write that field).
+//!   both bits set. A looped frame is then steered like any other and carries the transport
+//!   domain of the sending SQ's TIS. A TIR of that same transport domain takes it only as
+//!   self loopback, when its `self_lb_block` bit for the frame's kind (unicast, or multicast
+//!   and broadcast) is set: Linux sets those bits to allow it (`mlx5e_modify_tirs_lb` in
+//!   en_common.c, called with `enable_uc_lb` by the loopback self-test, and mlx5_ib's raw
+//!   packet TIR in qp.c for `MLX5_QP_FLAG_TIR_ALLOW_SELF_LB_UC`/`_MC`). TIRs of other
+//!   transport domains of the function (another user context's raw packet QP, say) take it
+//!   whatever their bits: that is the local loopback mlx5_ib enables the vport for when a
+//!   second user transport domain appears.
 //! - RoCE (from RC and UD QPs, QP1 included) to the function's own MAC loops whatever the vport
 //!   bits say: mlx5_ib counts only user transport domains and raw packet QPs for
 //!   `mlx5_ib_enable_lb`, never RC or UD QPs, yet kernel consumers with no user context (and
@@ -23,7 +29,8 @@
 //!   groups are not modelled).
 //!
 //! On a one-port wire (a loopback plug) nothing is looped inside: the plug brings every frame
-//! back anyway, and the receive path treats what it returns as the function's own.
+//! back anyway, and what it returns came from the cable, not from a transport domain of the
+//! function, so no TIR's self-loopback check applies to it.
 //!
 //! Looped frames wait in a queue of their own until the function's next receive pass, never
 //! run from inside the send that made them: the RC requester and responder of one function
@@ -35,10 +42,11 @@ use crate::function::Core;
 use cxdirect_hw::roce::RoceAddrLayout;
 use std::collections::VecDeque;
 
-/// Frames looped inside the device and not yet received, with their buffers kept for reuse.
+/// Frames looped inside the device and not yet received, each with the transport domain of
+/// the SQ that sent it (none for RoCE from a QP), with their buffers kept for reuse.
 #[derive(Debug, Default)]
 pub(crate) struct LocalLoopback {
-    queue: VecDeque<Vec<u8>>,
+    queue: VecDeque<(Vec<u8>, Option<u32>)>,
     free: Vec<Vec<u8>>,
 }
 
@@ -50,16 +58,16 @@ impl LocalLoopback {
 
     /// Drops every waiting frame (a function reset).
     pub fn clear(&mut self) {
-        while let Some(buf) = self.queue.pop_front() {
+        while let Some((buf, _)) = self.queue.pop_front() {
             self.free.push(buf);
         }
     }
 
-    fn push(&mut self, frame: &[u8]) {
+    fn push(&mut self, frame: &[u8], td: Option<u32>) {
         let mut buf = self.free.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(frame);
-        self.queue.push_back(buf);
+        self.queue.push_back((buf, td));
     }
 }
 
@@ -149,10 +157,11 @@ pub(crate) fn route(core: &Core, frame: &[u8]) -> Route {
     }
 }
 
-/// Queues `frame` for the function's own receive path.
-pub(crate) fn loop_back(core: &mut Core, frame: &[u8]) {
+/// Queues `frame` for the function's own receive path; `td` is the transport domain of the
+/// sending SQ's TIS (none for RoCE sent by a QP).
+pub(crate) fn loop_back(core: &mut Core, frame: &[u8], td: Option<u32>) {
     add(&core.counters.local_loopback_frames, 1);
-    core.local_loopback.push(frame);
+    core.local_loopback.push(frame, td);
 }
 
 /// Receives the frames looped inside the function (at most [`FRAMES_PER_PASS`], those looped
@@ -160,11 +169,11 @@ pub(crate) fn loop_back(core: &mut Core, frame: &[u8]) {
 pub(crate) fn drain(core: &mut Core) -> bool {
     let mut taken = 0;
     while taken < FRAMES_PER_PASS {
-        let Some(frame) = core.local_loopback.queue.pop_front() else {
+        let Some((frame, td)) = core.local_loopback.queue.pop_front() else {
             break;
         };
         taken += 1;
-        super::rq::receive(core, &frame, true);
+        super::rq::receive(core, &frame, td);
         core.local_loopback.free.push(frame);
     }
     if taken > 0 {

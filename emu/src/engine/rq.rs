@@ -66,9 +66,12 @@ fn shared_ring_breaks(core: &mut Core, rmpn: u32) -> bool {
     true
 }
 
-/// Handles one frame arriving at the port; `own` is true when this function sent it (a loopback
-/// wire), which TIRs with `self_lb_block` refuse.
-pub(crate) fn receive(core: &mut Core, frame: &[u8], own: bool) {
+/// Handles one frame arriving at the port. `sender_td` is, for an Ethernet frame an SQ of this
+/// function looped inside the device, the transport domain of that SQ's TIS; none for frames
+/// from the cable (a loopback plug's included: they left the device) and for RoCE from QPs. A
+/// TIR of that same transport domain takes the frame only as self loopback (see
+/// [`self_loop_allowed`]).
+pub(crate) fn receive(core: &mut Core, frame: &[u8], sender_td: Option<u32>) {
     add(&core.counters.rx_frames, 1);
     add(&core.counters.rx_bytes, frame.len() as u64);
     crate::counters::count_cast(&core.counters, false, frame);
@@ -105,7 +108,7 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8], own: bool) {
         let Some(tir) = core.res.tirs.get(tirn) else {
             continue;
         };
-        if own && self_loop_blocked(tir.self_lb_block, &parsed) {
+        if sender_td == Some(tir.td) && !self_loop_allowed(tir.self_lb_block, &parsed) {
             add(&core.counters.rx_steer_drops, 1);
             continue;
         }
@@ -141,8 +144,15 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8], own: bool) {
     }
 }
 
-/// Whether a TIR's `self_lb_block` bits refuse a frame this function sent itself.
-fn self_loop_blocked(block: u8, parsed: &Parsed) -> bool {
+/// Whether a TIR's `self_lb_block` bits let it take a frame an SQ of its own transport domain
+/// sent (self loopback). Despite the field's name a set bit allows that kind of frame, as
+/// Linux writes it: `mlx5e_modify_tirs_lb` (en_common.c) sets `BLOCK_UNICAST` /
+/// `BLOCK_MULTICAST` for `enable_uc_lb` / `enable_mc_lb` and the loopback self-test
+/// (`mlx5e_test_loopback_setup`, en_selftest.c) enables unicast and expects its packet back;
+/// mlx5_ib's `create_raw_packet_qp_tir` (qp.c) sets them for
+/// `MLX5_QP_FLAG_TIR_ALLOW_SELF_LB_UC` / `_MC`. Frames between different transport domains of
+/// the function are not self loopback and pass whatever the bits say.
+fn self_loop_allowed(block: u8, parsed: &Parsed) -> bool {
     let multicast = parsed.dst_mac[0] & 1 != 0;
     let bit = if multicast {
         cxdirect_hw::tir::SELF_LB_BLOCK_MULTICAST

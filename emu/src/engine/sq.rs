@@ -157,7 +157,10 @@ fn execute_one(
         return Err(());
     };
     let mask = sq.wq.entries() - 1;
-    let (cqn, pd, min_inline) = (sq.cqn, sq.wq.pd, sq.min_inline);
+    let (cqn, pd, min_inline, tisn) = (sq.cqn, sq.wq.pd, sq.min_inline, sq.tisn);
+    // The transport domain of the SQ's TIS goes with every frame it loops inside the device:
+    // a TIR of the same domain takes it only as self loopback (see `rq::receive`).
+    let td = core.res.tises.get(tisn).map(|tis| tis.td);
     // First basic block: from the BlueFlame copy when it matches, else fetched.
     let from_bf = bf.map(|b| b.bytes);
     match from_bf {
@@ -210,6 +213,7 @@ fn execute_one(
         sqn,
         pd,
         min_inline,
+        td,
     };
     let result = match opcode {
         wqe::opcode::NOP => Ok(()),
@@ -222,7 +226,7 @@ fn execute_one(
         ) {
             Ok((len, tagged)) => {
                 let frame: &[u8] = if tagged { &s.tagged[..len] } else { &s.frame };
-                transmit(core, frame);
+                transmit_from(core, frame, td);
                 sent.count(len);
                 Ok(())
             }
@@ -308,12 +312,15 @@ impl Sent {
     }
 }
 
-/// The SQ a WQE runs on: its number, protection domain and minimum inline mode.
+/// The SQ a WQE runs on: its number, protection domain, minimum inline mode and its TIS's
+/// transport domain.
 #[derive(Clone, Copy)]
 struct SendContext {
     sqn: u32,
     pd: u32,
     min_inline: u8,
+    /// The transport domain of the SQ's TIS (none if the TIS is gone).
+    td: Option<u32>,
 }
 
 /// What an Ethernet segment asks of every frame of its WQE.
@@ -435,7 +442,7 @@ fn send_multi(
         }
         check_length(core, frame)?;
         let (len, is_tagged) = apply_offloads(offloads, frame, tagged)?;
-        transmit(core, if is_tagged { &tagged[..len] } else { frame });
+        transmit_from(core, if is_tagged { &tagged[..len] } else { frame }, sq.td);
         sent.count(len);
     }
     Ok(())
@@ -540,7 +547,7 @@ fn send_lso(
             // The headers were checked above, so the offload can parse every segment.
             let _ = packet::insert_checksums(frame, offloads.l3_csum, offloads.l4_csum);
         }
-        transmit(core, frame);
+        transmit_from(core, frame, sq.td);
         sent.count(frame.len());
     }
     Ok(())
@@ -642,13 +649,20 @@ fn inline_covers(frame: &[u8], inline_len: usize, mode: u8) -> bool {
     inline_len >= needed.max(packet::ETH_HEADER_LEN)
 }
 
+/// Sends `frame` from a QP (RoCE): no transport domain goes with it.
 pub(crate) fn transmit(core: &mut Core, frame: &[u8]) {
+    transmit_from(core, frame, None);
+}
+
+/// Sends `frame`, from an SQ whose TIS is of transport domain `td` when given: a copy looped
+/// inside the device carries `td` to the receive path's self-loopback check.
+fn transmit_from(core: &mut Core, frame: &[u8], td: Option<u32>) {
     add(&core.counters.tx_frames, 1);
     add(&core.counters.tx_bytes, frame.len() as u64);
     crate::counters::count_cast(&core.counters, true, frame);
     let route = crate::engine::loopback::route(core, frame);
     if route.local {
-        crate::engine::loopback::loop_back(core, frame);
+        crate::engine::loopback::loop_back(core, frame, td);
     }
     if route.cable {
         if let Some((wire, port)) = &core.wire {

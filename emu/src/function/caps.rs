@@ -62,10 +62,12 @@ impl CapSet {
             .set_log_max_ra_req_qp(LOG_MAX_RA_QP)
             .set_log_max_ra_res_qp(LOG_MAX_RA_QP)
             .set_roce(cfg.roce)
-            // `disable_local_lb` (Linux 6.12's `disable_local_lb_uc`) stays clear for now:
-            // mlx5_nic_vport_update_local_lb writes the vport's bits only when it is set, and
-            // setting it changes what Linux and cxdirect echo in SET_HCA_CAP, which the checked-in
-            // Linux trace of the rig does not show yet. The vport bits are modelled regardless.
+            // The vport's local loopback can be disabled per kind: Linux's
+            // mlx5_nic_vport_update_local_lb (vport.c) writes `disable_uc_local_lb` /
+            // `disable_mc_local_lb` only when these are advertised, and mlx5_ib counts its
+            // transport domains for mlx5_ib_enable_lb only then (main.c).
+            .set_disable_local_lb_uc(true)
+            .set_disable_local_lb_mc(true)
             // Linux's mlx5_ib refuses a RoCE port without XRC domains; XRC QPs are modelled.
             .set_xrc(cfg.roce)
             // RC atomics (compare-and-swap, fetch-and-add) are executed by the responder.

@@ -360,6 +360,8 @@ pub(crate) enum TirDispatch {
 pub(crate) struct Tir {
     pub td: u32,
     pub dispatch: TirDispatch,
+    /// `tirc.self_lb_block`: the kinds of frame (`SELF_LB_BLOCK_*`) the TIR takes from SQs of
+    /// its own transport domain; set means allowed, as Linux writes it.
     pub self_lb_block: u8,
     pub flow_users: u32,
 }
