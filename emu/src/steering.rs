@@ -10,8 +10,10 @@ use cxdirect_hw::flow::{
     FLOW_TABLE_MISS_ACTION_FWD,
 };
 
-/// Deepest chain of table-to-table forwarding a frame may follow.
-const MAX_HOPS: usize = 8;
+/// Longest walk a frame may take through the tables: every hop (a forwarding entry or a miss)
+/// goes to a deeper level (`fw::steering` refuses anything else), so a walk visits at most
+/// one table per level.
+const MAX_HOPS: usize = crate::function::caps::MAX_FT_LEVEL as usize + 1;
 
 /// The match parameter words of a received frame ([`match_word`](crate::objects::match_word) order): its outer headers;
 /// the misc and inner parts, which a frame without tunnels leaves zero, stay zero.

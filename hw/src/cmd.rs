@@ -312,6 +312,7 @@ device_codes! {
         SetFlowTableEntry = 0x936 => "SET_FLOW_TABLE_ENTRY",
         QueryFlowTableEntry = 0x937 => "QUERY_FLOW_TABLE_ENTRY",
         DeleteFlowTableEntry = 0x938 => "DELETE_FLOW_TABLE_ENTRY",
+        ModifyFlowTable = 0x93c => "MODIFY_FLOW_TABLE",
     }
 }
 

@@ -577,6 +577,39 @@ layout! {
     }
 }
 
+/// `modify_flow_table_in.modify_field_select` bit: change the table's miss action and miss
+/// table (`MLX5_MODIFY_FLOW_TABLE_MISS_TABLE_ID`).
+pub const MODIFY_FLOW_TABLE_MISS_TABLE_ID: u16 = 1 << 0;
+/// `modify_field_select` bit: change a LAG demux table's `lag_master_next_table_id`
+/// (`MLX5_MODIFY_FLOW_TABLE_LAG_NEXT_TABLE_ID`).
+pub const MODIFY_FLOW_TABLE_LAG_NEXT_TABLE_ID: u16 = 1 << 15;
+
+layout! {
+    /// MODIFY_FLOW_TABLE input: changes the context fields `modify_field_select` names of an
+    /// existing table (Linux's fs_core re-points a table's miss at the next priority's first
+    /// table when a table is created in front of it or destroyed).
+    pub struct ModifyFlowTableIn("modify_flow_table_in", 0x40) {
+        /// Command opcode: [`Opcode::ModifyFlowTable`](crate::cmd::Opcode::ModifyFlowTable).
+        opcode: u16 @ 0x0 [0x10],
+        /// Operation modifier (0).
+        op_mod: u16 @ 0x30 [0x10],
+        /// Act on the vport in `vport_number` rather than the caller's own.
+        other_vport: bool @ 0x40 [0x1],
+        /// Vport acted on when `other_vport` is set.
+        vport_number: u16 @ 0x50 [0x10],
+        /// Which fields to change: `MODIFY_FLOW_TABLE_*` bits.
+        modify_field_select: u16 @ 0x70 [0x10],
+        /// Type of the table: `FLOW_TABLE_TYPE_*`.
+        table_type: u8 @ 0x80 [0x8],
+        /// The table changed.
+        table_id: u32 @ 0xa8 [0x18],
+    }
+    nested {
+        /// The new values of the selected fields.
+        flow_table_context: FlowTableContext @ 0xc0,
+    }
+}
+
 impl<T: AsRef<[u8]>> FlowContext<T> {
     /// Destination list entry `index` viewed as a [`DestFormatStruct`]; fails past the end of
     /// the buffer.

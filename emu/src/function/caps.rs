@@ -17,8 +17,13 @@ use crate::objects::limits::{
 use crate::objects::queue_state::MAX_SESSION;
 use cxdirect_hw::roce::{l3_type_cap, roce_version_cap, RoceCap, ROCE_V2_UDP_DPORT};
 
-/// Deepest flow table level the model accepts (Linux's kernel namespace starts at level 12).
-pub(crate) const MAX_FT_LEVEL: u8 = 64;
+/// Deepest flow table level the model accepts. Linux 6.12's mlx5_core lays its NIC receive
+/// priorities out level after level (`root_fs` and `set_prio_attrs` in fs_core.c): with the
+/// chaining capabilities, the bypass priorities take levels 0-32, MACsec, LAG, offloads,
+/// ethtool and the kernel's (mlx5e's) priorities follow, and the leftovers and anchor tables
+/// end near level 66. A priority whose `min_ft_level` is above this value is left out of the
+/// tree; 127 keeps every one of them in (the LAG priority needs 119).
+pub(crate) const MAX_FT_LEVEL: u8 = 127;
 /// Log2 of the number of flow tables (the size of the model's flow table table).
 pub(crate) const LOG_MAX_FT_NUM: u8 = 10;
 /// Log2 of the number of destinations of one flow entry.
@@ -33,7 +38,8 @@ pub(crate) struct CapSet {
     pub current_general: [u8; 0x100],
     pub ethernet: [u8; 0x100],
     /// NIC flow table capabilities: receive tables only, chained by forwarding entries and
-    /// table misses, with a settable root; no counters and no in-place modification.
+    /// table misses, with a settable root, entries modifiable in place (SET_FTE op_mod 1) and
+    /// a table's miss re-pointable (MODIFY_FLOW_TABLE); no counters.
     pub flow_table: Box<[u8; 0x1000]>,
     /// RoCE capabilities, maximum and current (`sw_r_roce_src_udp_port` is off until
     /// SET_HCA_CAP turns it on); reported only with [`EmuConfig::roce`].
@@ -160,6 +166,17 @@ impl CapSet {
         f.flow_table_properties_nic_receive_mut()
             .set_ft_support(true)
             .set_modify_root(true)
+            // Linux's fs_core builds its chained NIC receive priorities (bypass, which
+            // mlx5_ib's `ibv_create_flow` rules live in, ethtool, leftovers, ...) only when
+            // these four are set (`FS_CHAINING_CAPS`): without them
+            // `mlx5_get_flow_namespace(MLX5_FLOW_NAMESPACE_BYPASS)` is NULL and
+            // `get_flow_table` fails with EOPNOTSUPP. fs_core then re-points a previous
+            // table's miss by MODIFY_FLOW_TABLE (`connect_prev_fts`), names a miss table at
+            // CREATE_FLOW_TABLE, and adds a destination to an existing entry by SET_FTE op_mod
+            // 1 (`mlx5_cmd_update_fte`); `fw::steering` does all three.
+            .set_flow_modify_en(true)
+            .set_identified_miss_table_mode(true)
+            .set_flow_table_modify(true)
             .set_log_max_ft_size(LOG_MAX_FT_SIZE)
             .set_max_ft_level(MAX_FT_LEVEL)
             .set_log_max_ft_num(LOG_MAX_FT_NUM)

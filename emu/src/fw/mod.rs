@@ -166,6 +166,7 @@ fn dispatch(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
         Opcode::SetFlowTableEntry => steering::set_fte(core, input),
         Opcode::DeleteFlowTableEntry => steering::delete_fte(core, input),
         Opcode::SetFlowTableRoot => steering::set_root(core, input),
+        Opcode::ModifyFlowTable => steering::modify_flow_table(core, input),
         Opcode::CreateMkey => mkey::create_mkey(core, input, output),
         Opcode::QueryMkey => mkey::query_mkey(core, input, output),
         Opcode::DestroyMkey => mkey::destroy_mkey(core, input),

@@ -7,10 +7,11 @@ use super::{bad_param, bad_res, bad_state, input_as, output_as, CmdResult, Core,
 use crate::objects::{FlowEntry, FlowGroup, FlowTable};
 use cxdirect_hw::flow::{
     CreateFlowGroupIn, CreateFlowGroupOut, CreateFlowTableIn, CreateFlowTableOut, DeleteFteIn,
-    DestroyFlowGroupIn, DestroyFlowTableIn, SetFlowTableRootIn, SetFteIn,
+    DestroyFlowGroupIn, DestroyFlowTableIn, ModifyFlowTableIn, SetFlowTableRootIn, SetFteIn,
     FLOW_CONTEXT_ACTION_ALLOW, FLOW_CONTEXT_ACTION_DROP, FLOW_CONTEXT_ACTION_FWD_DEST,
     FLOW_DESTINATION_TYPE_FLOW_TABLE, FLOW_DESTINATION_TYPE_TIR, FLOW_TABLE_MISS_ACTION_DEFAULT,
-    FLOW_TABLE_MISS_ACTION_FWD, FLOW_TABLE_TYPE_NIC_RX,
+    FLOW_TABLE_MISS_ACTION_FWD, FLOW_TABLE_TYPE_NIC_RX, MODIFY_FLOW_TABLE_MISS_TABLE_ID,
+    SET_FTE_MODIFY_ACTION, SET_FTE_MODIFY_DESTINATION_LIST, SET_FTE_MODIFY_FLOW_TAG,
 };
 
 const MATCH_PARAM_SIZE: usize = 0x200;
@@ -50,17 +51,7 @@ pub(crate) fn create_flow_table(core: &mut Core, input: &[u8], output: &mut [u8]
     }
     let miss_action = ctx.table_miss_action();
     let miss_table = ctx.table_miss_id();
-    match miss_action {
-        FLOW_TABLE_MISS_ACTION_DEFAULT => {}
-        FLOW_TABLE_MISS_ACTION_FWD if core.res.flow_tables.contains(miss_table) => {}
-        FLOW_TABLE_MISS_ACTION_FWD => return Err(bad_res("table_miss_id names no flow table")),
-        _ => {
-            return Err(bad_param(
-                Syndrome::BadSteeringParams,
-                "table_miss_action must be 0 or 1",
-            ))
-        }
-    }
+    check_miss(core, ctx.level(), miss_action, miss_table)?;
     let table = FlowTable {
         level: ctx.level(),
         log_size: ctx.log_size(),
@@ -81,6 +72,79 @@ pub(crate) fn create_flow_table(core: &mut Core, input: &[u8], output: &mut [u8]
         }
     }
     output_as!(CreateFlowTableOut<&mut [u8]>, output).set_table_id(id);
+    Ok(())
+}
+
+/// A table miss: the default, or forwarding to an existing table of a deeper level than the
+/// table's own `level` (as entries may only forward deeper, so that a frame's walk through
+/// the tables always ends).
+fn check_miss(core: &Core, level: u8, miss_action: u8, miss_table: u32) -> CmdResult {
+    match miss_action {
+        FLOW_TABLE_MISS_ACTION_DEFAULT => Ok(()),
+        FLOW_TABLE_MISS_ACTION_FWD => match core.res.flow_tables.get(miss_table) {
+            Some(t) if t.level > level => Ok(()),
+            Some(_) => Err(bad_param(
+                Syndrome::BadSteeringParams,
+                "a table's miss may only forward to a deeper-level table",
+            )),
+            None => Err(bad_res("table_miss_id names no flow table")),
+        },
+        _ => Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "table_miss_action must be 0 or 1",
+        )),
+    }
+}
+
+/// MODIFY_FLOW_TABLE: changes the fields `modify_field_select` names. Only the miss
+/// (`MODIFY_FLOW_TABLE_MISS_TABLE_ID`: `table_miss_action` and `table_miss_id`) is modelled;
+/// Linux's fs_core sends exactly that (`mlx5_cmd_modify_flow_table`, from `connect_prev_fts`)
+/// to point the tables of the previous priority at a table created in front of their old
+/// miss target, and back at the next table when that one is destroyed. The LAG demux table's
+/// next table (`MODIFY_FLOW_TABLE_LAG_NEXT_TABLE_ID`) is refused: no LAG demux tables exist.
+pub(crate) fn modify_flow_table(core: &mut Core, input: &[u8]) -> CmdResult {
+    let cmd = input_as!(ModifyFlowTableIn<&[u8]>, input);
+    check_table_type(cmd.table_type(), cmd.other_vport(), cmd.vport_number())?;
+    let select = cmd.modify_field_select();
+    if select != MODIFY_FLOW_TABLE_MISS_TABLE_ID {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "MODIFY_FLOW_TABLE may only change the table's miss",
+        ));
+    }
+    let id = cmd.table_id();
+    let level = core
+        .res
+        .flow_tables
+        .get(id)
+        .ok_or(bad_res("no such flow table"))?
+        .level;
+    let ctx = cmd.flow_table_context();
+    let (miss_action, miss_table) = (ctx.table_miss_action(), ctx.table_miss_id());
+    check_miss(core, level, miss_action, miss_table)?;
+    let table = core
+        .res
+        .flow_tables
+        .get_mut(id)
+        .ok_or(bad_res("no such flow table"))?;
+    let old = (table.miss_action, table.miss_table);
+    table.miss_action = miss_action;
+    table.miss_table = if miss_action == FLOW_TABLE_MISS_ACTION_FWD {
+        miss_table
+    } else {
+        0
+    };
+    // The old miss target is released, the new one held (it may be the same table).
+    if old.0 == FLOW_TABLE_MISS_ACTION_FWD {
+        if let Some(t) = core.res.flow_tables.get_mut(old.1) {
+            t.referenced = t.referenced.saturating_sub(1);
+        }
+    }
+    if miss_action == FLOW_TABLE_MISS_ACTION_FWD {
+        if let Some(t) = core.res.flow_tables.get_mut(miss_table) {
+            t.referenced += 1;
+        }
+    }
     Ok(())
 }
 
@@ -191,8 +255,20 @@ pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
     check_table_type(cmd.table_type(), cmd.other_vport(), cmd.vport_number())?;
     let table_id = cmd.table_id();
     let index = cmd.flow_index();
+    // op_mod 0 sets an entry; 1 modifies an existing one in place (the `flow_modify_en`
+    // capability), changing only what `modify_enable_mask` selects.
+    let modify = match cmd.op_mod() {
+        0 => None,
+        1 => Some(cmd.modify_enable_mask()),
+        _ => {
+            return Err(bad_param(
+                Syndrome::BadOpMod,
+                "SET_FLOW_TABLE_ENTRY op_mod must be 0 or 1",
+            ))
+        }
+    };
     let ctx = cmd.flow_context_all();
-    let action = ctx.action();
+    let mut action = ctx.action();
     let known = FLOW_CONTEXT_ACTION_ALLOW | FLOW_CONTEXT_ACTION_DROP | FLOW_CONTEXT_ACTION_FWD_DEST;
     if action & !known != 0 || action == 0 {
         return Err(bad_param(
@@ -281,6 +357,42 @@ pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
             Syndrome::MatchOutsideCriteria,
             "match value sets bits outside the group's criteria",
         ));
+    }
+    if let Some(mask) = modify {
+        // Linux's `mlx5_cmd_update_fte` sends the whole entry with the parts it changed
+        // selected: the action and the destination list when a rule is added to or removed
+        // from an entry others share (`add_rule_fte`, `del_sw_hw_rule`). The flow tag is not
+        // kept by the model; counters are not modelled (their action bit is refused above).
+        let old = table
+            .entries
+            .get(&index)
+            .ok_or(bad_res("no flow entry at that index to modify"))?;
+        if old.group != group_id || old.value != value {
+            return Err(bad_param(
+                Syndrome::BadSteeringParams,
+                "a modified flow entry keeps its group and match value",
+            ));
+        }
+        let known =
+            SET_FTE_MODIFY_ACTION | SET_FTE_MODIFY_FLOW_TAG | SET_FTE_MODIFY_DESTINATION_LIST;
+        if mask & !known != 0 {
+            return Err(bad_param(
+                Syndrome::BadSteeringParams,
+                "modify_enable_mask selects a part the model does not keep",
+            ));
+        }
+        if mask & SET_FTE_MODIFY_ACTION == 0 {
+            action = old.action;
+        }
+        if mask & SET_FTE_MODIFY_DESTINATION_LIST == 0 {
+            dests = old.dests.clone();
+        }
+        if action & FLOW_CONTEXT_ACTION_FWD_DEST != 0 && dests.is_empty() {
+            return Err(bad_param(
+                Syndrome::BadSteeringParams,
+                "forward action with an empty destination list",
+            ));
+        }
     }
     // Replacing an entry releases what the old one referenced.
     if let Some(old) = core

@@ -96,6 +96,7 @@ fn input_fields(opcode: Opcode) -> &'static [FieldInfo] {
         O::SetFlowTableEntry => flow::SetFteIn::FIELDS,
         O::DeleteFlowTableEntry => flow::DeleteFteIn::FIELDS,
         O::SetFlowTableRoot => flow::SetFlowTableRootIn::FIELDS,
+        O::ModifyFlowTable => flow::ModifyFlowTableIn::FIELDS,
         O::CreateMkey => mkey::CreateMkeyIn::FIELDS,
         O::QueryMkey => mkey::QueryMkeyIn::FIELDS,
         O::DestroyMkey => mkey::DestroyMkeyIn::FIELDS,

@@ -26,6 +26,7 @@ pub fn checks() -> usize {
         SetFteIn,
         DeleteFteIn,
         SetFlowTableRootIn,
+        ModifyFlowTableIn,
         MacAddressLayout,
         NicVportContext,
         QueryNicVportContextIn,
