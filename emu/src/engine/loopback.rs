@@ -36,40 +36,9 @@
 //! run from inside the send that made them: the RC requester and responder of one function
 //! must not re-enter each other in the middle of a message.
 
-use super::roce::Offsets;
+use super::address::own_mac;
 use crate::counters::add;
 use crate::function::Core;
-use cxdirect_hw::roce::RoceAddrLayout;
-use std::collections::VecDeque;
-
-/// Frames looped inside the device and not yet received, each with the transport domain of
-/// the SQ that sent it (none for RoCE from a QP), with their buffers kept for reuse.
-#[derive(Debug, Default)]
-pub(crate) struct LocalLoopback {
-    queue: VecDeque<(Vec<u8>, Option<u32>)>,
-    free: Vec<Vec<u8>>,
-}
-
-impl LocalLoopback {
-    /// Whether a frame waits.
-    pub fn pending(&self) -> bool {
-        !self.queue.is_empty()
-    }
-
-    /// Drops every waiting frame (a function reset).
-    pub fn clear(&mut self) {
-        while let Some((buf, _)) = self.queue.pop_front() {
-            self.free.push(buf);
-        }
-    }
-
-    fn push(&mut self, frame: &[u8], td: Option<u32>) {
-        let mut buf = self.free.pop().unwrap_or_default();
-        buf.clear();
-        buf.extend_from_slice(frame);
-        self.queue.push_back((buf, td));
-    }
-}
 
 /// Largest number of looped frames one receive pass takes: a pass is bounded even while two
 /// QPs of the function keep answering each other; the rest waits for the next pass.
@@ -82,33 +51,6 @@ pub(crate) struct Route {
     pub local: bool,
     /// Out on the cable.
     pub cable: bool,
-}
-
-/// Whether `mac` is one of the function's own unicast addresses: the vport's permanent
-/// address (as MODIFY_NIC_VPORT_CONTEXT last set it) or the source MAC of an entry of its
-/// RoCE address table.
-pub(crate) fn own_mac(core: &Core, mac: &[u8]) -> bool {
-    if mac.len() != 6 || mac[0] & 1 != 0 {
-        return false;
-    }
-    let port = core.port.mac.to_be_bytes();
-    if mac == &port[2..] {
-        return true;
-    }
-    core.res.gids.entries.iter().any(|entry| {
-        entry[..16].iter().any(|&b| b != 0)
-            && RoceAddrLayout::new(&entry[..]).is_ok_and(|l| l.source_mac() == mac)
-    })
-}
-
-/// Whether `gid` (16 bytes; IPv4 as an IPv4-mapped GID) is in the function's RoCE address
-/// table.
-pub(crate) fn own_gid(core: &Core, gid: &[u8]) -> bool {
-    core.res
-        .gids
-        .entries
-        .iter()
-        .any(|entry| entry[..16].iter().any(|&b| b != 0) && entry[..16] == *gid)
 }
 
 /// Whether RoCE takes `frame` on this function (RoCE enabled and a RoCE v2 packet): then the
@@ -169,55 +111,15 @@ pub(crate) fn loop_back(core: &mut Core, frame: &[u8], td: Option<u32>) {
 pub(crate) fn drain(core: &mut Core) -> bool {
     let mut taken = 0;
     while taken < FRAMES_PER_PASS {
-        let Some((frame, td)) = core.local_loopback.queue.pop_front() else {
+        let Some((frame, td)) = core.local_loopback.pop() else {
             break;
         };
         taken += 1;
         super::rq::receive(core, &frame, td);
-        core.local_loopback.free.push(frame);
+        core.local_loopback.recycle(frame);
     }
     if taken > 0 {
         super::cq::flush_all(core);
     }
     taken > 0
-}
-
-/// The destination checks of a received RoCE frame whose headers are at `at`: its
-/// destination MAC is the function's (or multicast, with a multicast destination IP, as RoCE
-/// multicast is sent) and its destination IP is a GID of the function's RoCE address table.
-/// A frame that fails is counted in `roce_address_drops`; false then.
-pub(crate) fn addressed_here(core: &Core, frame: &[u8], at: &Offsets) -> bool {
-    let ok = destination_ok(core, frame, at);
-    if !ok {
-        add(&core.counters.roce_address_drops, 1);
-    }
-    ok
-}
-
-fn destination_ok(core: &Core, frame: &[u8], at: &Offsets) -> bool {
-    let Some(dst_mac) = frame.get(..6) else {
-        return false;
-    };
-    let ip = &frame[at.l3..];
-    let mut gid = [0u8; 16];
-    let multicast_ip = if ip.first().is_some_and(|b| b >> 4 == 4) {
-        let Some(addr) = ip.get(16..20) else {
-            return false;
-        };
-        gid[10] = 0xff;
-        gid[11] = 0xff;
-        gid[12..].copy_from_slice(addr);
-        (0xe0..=0xef).contains(&addr[0])
-    } else {
-        let Some(addr) = ip.get(24..40) else {
-            return false;
-        };
-        gid.copy_from_slice(addr);
-        addr[0] == 0xff
-    };
-    if dst_mac[0] & 1 != 0 {
-        // Multicast RoCE: a multicast MAC carries a multicast IP, never a unicast one.
-        return multicast_ip;
-    }
-    own_mac(core, dst_mac) && own_gid(core, &gid)
 }

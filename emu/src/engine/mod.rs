@@ -6,6 +6,7 @@
 //! The engines read the firmware's core and object tables; the firmware reaches the engines
 //! only through [`EngineRequests`], implemented here.
 
+pub(crate) mod address;
 pub(crate) mod cq;
 pub(crate) mod eq;
 pub(crate) mod fetch;

@@ -87,7 +87,7 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8], sender_td: Option<u32>) {
     // datagram QP, anything else to an RC QP; only when it is addressed to this function.
     if core.cfg.roce && core.port.roce_en {
         if let Some(at) = crate::engine::roce::roce_offsets(frame) {
-            if !crate::engine::loopback::addressed_here(core, frame, &at) {
+            if !crate::engine::address::addressed_here(core, frame, &at) {
                 return;
             }
         }

@@ -9,6 +9,7 @@
 pub(crate) mod caps;
 pub(crate) mod command_error;
 pub(crate) mod hca;
+pub(crate) mod local_loopback;
 pub(crate) mod pages;
 pub(crate) mod pending_answer;
 
@@ -76,7 +77,7 @@ pub(crate) struct Core {
     /// CQs holding an open compressed session, written when the receive pass ends.
     pub open_sessions: Vec<u32>,
     /// Frames the function sent to itself, waiting for its next receive pass.
-    pub local_loopback: crate::engine::loopback::LocalLoopback,
+    pub local_loopback: local_loopback::LocalLoopback,
 }
 
 impl Core {

@@ -80,7 +80,27 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8]) -> bool {
         (opcode, rest, None)
     };
     if qp.service == service_type::UC {
-        super::unreliable::receive(core, qpn, qp_state, opcode, psn, rest);
+        use super::unreliable::{admit, settle, Placed};
+        if let Some(rc_opcode) = admit(core, qpn, qp_state, opcode, psn) {
+            let errors = core
+                .counters
+                .error_cqes
+                .load(std::sync::atomic::Ordering::Relaxed);
+            let placed = match packet(core, qpn, rc_opcode, rest) {
+                Outcome::Done | Outcome::Responded(_) => Placed::Taken,
+                Outcome::Nak(_)
+                    if core
+                        .counters
+                        .error_cqes
+                        .load(std::sync::atomic::Ordering::Relaxed)
+                        != errors =>
+                {
+                    Placed::CompletedInError
+                }
+                Outcome::Nak(_) | Outcome::Dropped => Placed::Refused,
+            };
+            settle(core, qpn, placed);
+        }
         return true;
     }
     if (bth_opcode::READ_RESPONSE_FIRST..=bth_opcode::ATOMIC_ACKNOWLEDGE).contains(&opcode)

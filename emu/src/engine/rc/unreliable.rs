@@ -1,5 +1,5 @@
 //! The UC (unreliable connection) responder: the RC responder's SEND and WRITE handling
-//! ([`packet`]) under the IBA's UC rules (IBA 9.7.5.2 and table 38). Nothing is acknowledged
+//! (its `packet`, which the responder runs between [`admit`] and [`settle`]) under the IBA's UC rules (IBA 9.7.5.2 and table 38). Nothing is acknowledged
 //! or NAKed. A packet out of sequence means packets were lost: the message in progress is
 //! abandoned (a SEND's receive WQE is kept for the next message, nothing completes), the
 //! expected PSN moves to the packet's, and only a FIRST or ONLY packet starts a message again;
@@ -11,16 +11,26 @@
 use super::count;
 use super::packet::{bth_opcode, PSN_MASK};
 use super::qp_error::enter_error;
-use super::responder::{packet, Outcome};
 use crate::counters::add;
 use crate::function::Core;
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::qp::state;
-use std::sync::atomic::Ordering;
 
-/// A UC packet (`opcode` as on the wire, `rest` the bytes after the BTH, pad and ICRC taken
-/// off) reached UC QP `qpn`, in state `qp_state`.
-pub(crate) fn receive(core: &mut Core, qpn: u32, qp_state: u8, opcode: u8, psn: u32, rest: &[u8]) {
+/// How the responder's placement of an admitted UC packet ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Placed {
+    /// Taken (placed, completed when it ended a message).
+    Taken,
+    /// A SEND overran its receive WQE (or could not be scattered): the WQE completed in error.
+    CompletedInError,
+    /// Not taken (no receive WQE, an rkey refused, a length that does not add up).
+    Refused,
+}
+
+/// A UC packet (`opcode` as on the wire) reached UC QP `qpn`, in state `qp_state`, with PSN
+/// `psn`: applies the UC sequence rules and returns the RC opcode to place the packet under,
+/// or `None` when the packet is dropped.
+pub(super) fn admit(core: &mut Core, qpn: u32, qp_state: u8, opcode: u8, psn: u32) -> Option<u8> {
     use bth_opcode::*;
     let rc_opcode = opcode & !UC;
     if opcode & 0xe0 != UC
@@ -30,15 +40,13 @@ pub(crate) fn receive(core: &mut Core, qpn: u32, qp_state: u8, opcode: u8, psn: 
         // Not a UC SEND or WRITE (UC has no READ, atomic or acknowledgement), or the QP is
         // not receiving.
         add(&core.counters.roce_rx_drops, 1);
-        return;
+        return None;
     }
     let first = matches!(
         rc_opcode,
         SEND_FIRST | SEND_ONLY | SEND_ONLY_IMM | WRITE_FIRST | WRITE_ONLY | WRITE_ONLY_IMM
     );
-    let Some(qp) = core.res.qps.get_mut(qpn) else {
-        return;
-    };
+    let qp = core.res.qps.get_mut(qpn)?;
     let open = qp.resp.recv.is_some() || qp.resp.write.is_some();
     let in_sequence = psn == qp.next_rcv_psn & PSN_MASK;
     // Resynchronise on every packet: after a gap the next one expected follows this one.
@@ -57,17 +65,21 @@ pub(crate) fn receive(core: &mut Core, qpn: u32, qp_state: u8, opcode: u8, psn: 
     if !first && !open {
         // The rest of a message whose earlier packets were lost (or dropped).
         add(&core.counters.roce_rx_drops, 1);
-        return;
+        return None;
     }
-    let errors = core.counters.error_cqes.load(Ordering::Relaxed);
-    match packet(core, qpn, rc_opcode, rest) {
-        Outcome::Done | Outcome::Responded(_) => {}
-        Outcome::Nak(_) if core.counters.error_cqes.load(Ordering::Relaxed) != errors => {
-            // A SEND that overran its receive WQE (or could not be scattered): the WQE
-            // completed in error, and the QP goes to error.
+    Some(rc_opcode)
+}
+
+/// Ends an admitted packet on UC QP `qpn` by how its placement went: a SEND completed in error
+/// takes the QP to error, as on RC; a refused packet abandons its message, the QP staying as
+/// it is.
+pub(super) fn settle(core: &mut Core, qpn: u32, placed: Placed) {
+    match placed {
+        Placed::Taken => {}
+        Placed::CompletedInError => {
             enter_error(core, qpn, Some(EventType::WqInvalidRequestError));
         }
-        Outcome::Nak(_) | Outcome::Dropped => {
+        Placed::Refused => {
             add(&core.counters.roce_rx_drops, 1);
             abandon(core, qpn);
         }
