@@ -16,6 +16,8 @@
 //! - [`rdma`]: RoCE v2 verbs: protection domains, memory regions, completion queues, RC queue
 //!   pairs and shared receive queues;
 //! - [`mem`]: buffer pools, [`Mbuf`] and [`PacketBurst`];
+//! - [`net`]: the function's IPv4 address: ARP and ICMP echo answered, peers' MAC addresses
+//!   resolved ([`net::Responder`], [`net::Neighbours`]);
 //! - [`ring`]: what every work queue ring shares (burst bound, counters, word helpers).
 
 pub mod backend;
@@ -23,6 +25,7 @@ pub mod control;
 pub mod cq;
 pub mod error;
 pub mod mem;
+pub mod net;
 pub mod port;
 pub mod rdma;
 pub mod ring;

@@ -1,5 +1,6 @@
-//! Flow rules: a TCP or UDP flow (IPv4 or IPv6 addresses and ports) steered to one receive
-//! queue by an entry in the port's root flow table, ahead of the port's own rules. Each rule
+//! Flow rules: a TCP, UDP or ICMP flow (IPv4 or IPv6 addresses, ports), or every frame of one
+//! EtherType, steered to one receive queue by an entry in the port's root flow table, ahead of
+//! the port's own rules. Each rule
 //! has a direct TIR to its queue's RQ and a flow group of one entry with the rule's mask; the
 //! entries go when the port's steering is taken down (recovery) and come back when it is
 //! built again, so a rule outlives a rebuild.
@@ -19,6 +20,8 @@ pub enum FlowProtocol {
     Tcp,
     /// UDP (IP protocol 17).
     Udp,
+    /// ICMP over IPv4 (IP protocol 1); a rule for it names no ports and is IPv4 only.
+    Icmp,
 }
 
 /// The IP version a [`FlowMatch`] names.
@@ -64,8 +67,24 @@ impl FlowMatch {
         }
     }
 
-    /// Refuses addresses of the other IP version.
+    /// Refuses addresses of the other IP version, and ports or IPv6 for ICMP.
     pub(crate) fn validate(&self) -> Result<(), DriverError> {
+        if self.protocol == FlowProtocol::Icmp {
+            if self.ip != IpVersion::V4 {
+                return Err(DriverError::config(
+                    "ip",
+                    6u32,
+                    "ICMP rules match ICMP over IPv4 (IpVersion::V4)",
+                ));
+            }
+            if self.dst_port.is_some() || self.src_port.is_some() {
+                return Err(DriverError::config(
+                    "dst_port/src_port",
+                    u64::from(self.dst_port.or(self.src_port).unwrap_or(0)),
+                    "ICMP carries no ports: leave them None",
+                ));
+            }
+        }
         for (field, addr) in [("dst_addr", self.dst_addr), ("src_addr", self.src_addr)] {
             let fits = match (self.ip, addr) {
                 (_, None) => true,
@@ -92,6 +111,7 @@ impl FlowMatch {
         let proto = match proto {
             FlowProtocol::Tcp => 6,
             FlowProtocol::Udp => 17,
+            FlowProtocol::Icmp => 1,
         };
         m.set_ip_version(if mask { 0xf } else { version })
             .set_ip_protocol(if mask { 0xff } else { proto });
@@ -113,6 +133,7 @@ impl FlowMatch {
                     m.set_udp_sport(port(p));
                 }
             }
+            FlowProtocol::Icmp => {}
         }
         if let Some(addr) = self.dst_addr {
             set_addr(&mut m.dst_ipv4_dst_ipv6_mut(), addr, mask);
@@ -144,14 +165,17 @@ fn set_addr(field: &mut flow::Ipv6LayoutIpv4LayoutAuto<&mut [u8]>, addr: IpAddr,
 pub struct FlowRule {
     /// The root table entry the rule holds (0..[`FLOW_RULE_LIMIT`]).
     index: u32,
-    /// The RQ it steers to.
+    /// The RQ it steered to when installed.
     rqn: u32,
     /// Which port's rules it belongs to.
     owner: u64,
+    /// Which rule of that port (a slot is reused after a removal).
+    serial: u64,
 }
 
 impl FlowRule {
-    /// The RQ number the rule steers to.
+    /// The RQ number the rule steered to when installed (a receive queue rebuilt after a
+    /// failed CQ gets a new RQ number, and its rules follow it).
     pub fn rqn(&self) -> u32 {
         self.rqn
     }
@@ -165,19 +189,49 @@ impl FlowRule {
 /// Most flow rules a port holds at once.
 pub const FLOW_RULE_LIMIT: u32 = super::steering::FLOW_RULE_SLOTS;
 
-/// One rule: what it matches, its TIR, and its group while installed.
+/// What a rule matches in a frame's outer headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RuleMatch {
+    /// An IP flow.
+    Flow(FlowMatch),
+    /// Every frame of one EtherType (after no VLAN tag).
+    Ethertype(u16),
+}
+
+impl RuleMatch {
+    fn validate(&self) -> Result<(), DriverError> {
+        match self {
+            RuleMatch::Flow(f) => f.validate(),
+            RuleMatch::Ethertype(_) => Ok(()),
+        }
+    }
+
+    fn fill(&self, m: &mut FteMatchSetLyr24<&mut [u8]>, mask: bool) {
+        match self {
+            RuleMatch::Flow(f) => f.fill(m, mask),
+            RuleMatch::Ethertype(t) => {
+                m.set_ethertype(if mask { 0xffff } else { *t });
+            }
+        }
+    }
+}
+
+/// One rule: what it matches, its TIR (while it has one: a rule whose RQ is being rebuilt
+/// has none until the new RQ exists), and its group while installed.
 struct Rule {
-    flow: FlowMatch,
+    flow: RuleMatch,
     rqn: u32,
-    tirn: u32,
+    tirn: Option<u32>,
     group: Option<u32>,
     entry: bool,
+    serial: u64,
 }
 
 /// A port's flow rules, by root table index.
 pub(super) struct FlowRules {
     rules: Vec<Option<Rule>>,
     owner: u64,
+    next_serial: u64,
 }
 
 impl Default for FlowRules {
@@ -187,6 +241,7 @@ impl Default for FlowRules {
         Self {
             rules: Vec::new(),
             owner: NEXT_OWNER.fetch_add(1, Ordering::Relaxed),
+            next_serial: 0,
         }
     }
 }
@@ -197,7 +252,7 @@ impl FlowRules {
     pub(super) fn add<B: Backend>(
         &mut self,
         dev: &mut Device<B>,
-        flow: FlowMatch,
+        flow: RuleMatch,
         rqn: u32,
         td: u32,
         root: Option<u32>,
@@ -217,26 +272,18 @@ impl FlowRules {
                 ))
             }
         };
-        let mut cmd = input(Opcode::CreateTir, 0, CreateTirIn::<&[u8]>::SIZE);
-        CreateTirIn::new(&mut cmd[..])
-            .map_err(|_| DriverError::layout(Opcode::CreateTir, "input"))?
-            .ctx_mut()
-            .set_transport_domain(td)
-            .set_disp_type(0)
-            .set_inline_rqn(rqn);
-        let out = dev.exec(&cmd, CreateTirOut::<&[u8]>::SIZE)?;
-        let tirn = CreateTirOut::new(&out[..])
-            .map_err(output_too_short)?
-            .tirn();
+        let tirn = create_tir(dev, td, rqn)?;
+        self.next_serial += 1;
         let mut rule = Rule {
             flow,
             rqn,
-            tirn,
+            tirn: Some(tirn),
             group: None,
             entry: false,
+            serial: self.next_serial,
         };
         if let Some(root) = root {
-            if let Err(e) = install(dev, &mut rule, root, index as u32) {
+            if let Err(e) = install(dev, &mut rule, root, index as u32, td) {
                 let _ = uninstall(dev, &mut rule, root, index as u32);
                 let _ = dev.exec(&destroy_input(Opcode::DestroyTir, tirn, 8), 16);
                 return Err(e);
@@ -247,6 +294,7 @@ impl FlowRules {
             index: index as u32,
             rqn,
             owner: self.owner,
+            serial: self.next_serial,
         })
     }
 
@@ -261,7 +309,8 @@ impl FlowRules {
             .rules
             .get_mut(rule.index as usize)
             .filter(|_| rule.owner == self.owner);
-        let Some(slot) = held.filter(|r| r.as_ref().is_some_and(|r| r.rqn == rule.rqn)) else {
+        let Some(slot) = held.filter(|r| r.as_ref().is_some_and(|r| r.serial == rule.serial))
+        else {
             return Err(DriverError::WrongHandles {
                 needed: "a flow rule this port's Port::steer returned and not yet removed".into(),
             });
@@ -269,11 +318,40 @@ impl FlowRules {
         if let (Some(r), Some(root)) = (slot.as_mut(), root) {
             uninstall(dev, r, root, rule.index)?;
         }
-        if let Some(r) = slot.as_ref() {
-            dev.exec(&destroy_input(Opcode::DestroyTir, r.tirn, 8), 16)?;
+        if let Some(tirn) = slot.as_ref().and_then(|r| r.tirn) {
+            dev.exec(&destroy_input(Opcode::DestroyTir, tirn, 8), 16)?;
         }
         *slot = None;
         Ok(())
+    }
+
+    /// Before RQ `rqn` is destroyed to be rebuilt (the rules are out of the root table):
+    /// destroys the TIRs of the rules steering to it, which the device would otherwise hold
+    /// against the RQ's destruction. The first refusal is returned (that TIR is kept).
+    pub(super) fn release_tirs<B: Backend>(
+        &mut self,
+        dev: &mut Device<B>,
+        rqn: u32,
+    ) -> Result<(), DriverError> {
+        for rule in self.rules.iter_mut().flatten() {
+            if rule.rqn == rqn {
+                if let Some(tirn) = rule.tirn {
+                    dev.exec(&destroy_input(Opcode::DestroyTir, tirn, 8), 16)?;
+                    rule.tirn = None;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After RQ `old` was rebuilt as `new`: its rules steer to `new` (their TIRs are made
+    /// when they are installed again).
+    pub(super) fn retarget(&mut self, old: u32, new: u32) {
+        for rule in self.rules.iter_mut().flatten() {
+            if rule.rqn == old {
+                rule.rqn = new;
+            }
+        }
     }
 
     /// True when a rule steers to RQ `rqn`.
@@ -286,10 +364,11 @@ impl FlowRules {
         &mut self,
         dev: &mut Device<B>,
         root: u32,
+        td: u32,
     ) -> Result<(), DriverError> {
         for (index, rule) in self.rules.iter_mut().enumerate() {
             if let Some(rule) = rule {
-                install(dev, rule, root, index as u32)?;
+                install(dev, rule, root, index as u32, td)?;
             }
         }
         Ok(())
@@ -322,8 +401,8 @@ impl FlowRules {
     ) -> Result<(), DriverError> {
         let mut first = Ok(());
         for slot in self.rules.iter_mut() {
-            if let Some(rule) = slot.take() {
-                if let Err(e) = dev.exec(&destroy_input(Opcode::DestroyTir, rule.tirn, 8), 16) {
+            if let Some(tirn) = slot.take().and_then(|rule| rule.tirn) {
+                if let Err(e) = dev.exec(&destroy_input(Opcode::DestroyTir, tirn, 8), 16) {
                     if first.is_ok() {
                         first = Err(e);
                     }
@@ -340,15 +419,39 @@ impl FlowRules {
     }
 }
 
-/// A group of one entry at `index` of `root` with the rule's mask, and the entry forwarding to
-/// the rule's TIR.
+/// A direct TIR to RQ `rqn` in transport domain `td`.
+fn create_tir<B: Backend>(dev: &mut Device<B>, td: u32, rqn: u32) -> Result<u32, DriverError> {
+    let mut cmd = input(Opcode::CreateTir, 0, CreateTirIn::<&[u8]>::SIZE);
+    CreateTirIn::new(&mut cmd[..])
+        .map_err(|_| DriverError::layout(Opcode::CreateTir, "input"))?
+        .ctx_mut()
+        .set_transport_domain(td)
+        .set_disp_type(0)
+        .set_inline_rqn(rqn);
+    let out = dev.exec(&cmd, CreateTirOut::<&[u8]>::SIZE)?;
+    Ok(CreateTirOut::new(&out[..])
+        .map_err(output_too_short)?
+        .tirn())
+}
+
+/// The rule's TIR (made first when it has none, in transport domain `td`), a group of one
+/// entry at `index` of `root` with the rule's mask, and the entry forwarding to the TIR.
 fn install<B: Backend>(
     dev: &mut Device<B>,
     rule: &mut Rule,
     root: u32,
     index: u32,
+    td: u32,
 ) -> Result<(), DriverError> {
     let flow = rule.flow;
+    let tirn = match rule.tirn {
+        Some(tirn) => tirn,
+        None => {
+            let tirn = create_tir(dev, td, rule.rqn)?;
+            rule.tirn = Some(tirn);
+            tirn
+        }
+    };
     if rule.group.is_none() {
         let mut cmd = input(Opcode::CreateFlowGroup, 0, CreateFlowGroupIn::<&[u8]>::SIZE);
         {
@@ -383,7 +486,7 @@ fn install<B: Backend>(
             flow.fill(&mut ctx.match_value_mut().outer_headers_mut(), false);
             ctx.set_destination(
                 0,
-                flow::dest_format_entry(flow::FLOW_DESTINATION_TYPE_TIR, rule.tirn),
+                flow::dest_format_entry(flow::FLOW_DESTINATION_TYPE_TIR, tirn),
             )
             .map_err(|_| DriverError::layout(Opcode::SetFlowTableEntry, "destination"))?;
         }

@@ -568,7 +568,7 @@ impl<B: Backend> Port<B> {
         self.steering
             .build(&mut self.dev, &self.config, &self.rqs, td)?;
         match self.steering.root() {
-            Some(root) => self.flows.install_all(&mut self.dev, root),
+            Some(root) => self.flows.install_all(&mut self.dev, root, td),
             None => Ok(()),
         }
     }

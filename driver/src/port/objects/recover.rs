@@ -266,6 +266,9 @@ impl<B: Backend> Port<B> {
             };
             q.stop();
             self.destroy_steering()?;
+            // Flow rules to this queue hold it through their TIRs: those go too, and come
+            // back, to the new RQ, when the steering is built again.
+            self.flows.release_tirs(&mut self.dev, old_rq)?;
             self.destroy(Opcode::DestroyRq, old_rq, 8)?;
             self.rqs.remove(at);
             // Its place, which RSS spreads by, is kept for the new RQ.
@@ -283,6 +286,7 @@ impl<B: Backend> Port<B> {
             // Keep the RQs in their order: RSS spreads over them by position.
             self.rqs.pop();
             self.rqs.insert(q.rss_place().min(self.rqs.len()), rqn);
+            self.flows.retarget(q.rqn(), rqn);
             q.set_rqn(rqn);
             q.set_rebuild_stage(Rebuild::QueueCreated);
         }

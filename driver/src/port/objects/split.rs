@@ -5,11 +5,12 @@
 use super::recover::WorkQueue;
 use super::revoke::PoolRevocation;
 use super::Port;
+use super::NO_RQ;
 use crate::backend::Backend;
 use crate::control::{KeyAccess, MemoryKey};
 use crate::error::{DriverError, QueueKind};
 use crate::mem::{Mempool, HEADROOM};
-use crate::port::flow::{FlowMatch, FlowRule};
+use crate::port::flow::{FlowMatch, FlowRule, RuleMatch};
 use crate::rx::{SplitQueueParts, SplitRxQueue, SPLIT_HEADER_BYTES, SPLIT_WQE_BYTES};
 use cxdirect_dma::{DmaBufMapping, DmaBufMode};
 use cxdirect_hw::cmd::Opcode;
@@ -225,20 +226,38 @@ impl<B: Backend> Port<B> {
         first
     }
 
-    /// Steers `flow` to the split receive queue with RQ number `rqn`
-    /// ([`SplitRxQueue::rqn`]): an entry in the port's root flow table, matched before the
-    /// port's own rules, whatever the destination MAC (as an `rte_flow` pattern without an
-    /// Ethernet item).
-    /// Frames of other flows keep their usual queues. Returns the rule, for
-    /// [`Port::remove_flow`]. The rule survives recovery of the port's plain queues.
+    /// Steers `flow` to the receive queue with RQ number `rqn`: one of the port's split
+    /// receive queues ([`SplitRxQueue::rqn`]) or its plain ones ([`crate::RxQueue::rqn`]).
+    /// The rule is an entry in the port's root flow table, matched before the port's own
+    /// rules, whatever the destination MAC (as an `rte_flow` pattern without an Ethernet
+    /// item). Frames of other flows keep their usual queues. Returns the rule, for
+    /// [`Port::remove_flow`]. The rule survives recovery of the port's plain queues (a plain
+    /// queue rebuilt after a failed CQ takes its rules along to its new RQ).
     ///
     /// # Errors
     ///
-    /// [`DriverError::NoSuchQueue`] when `rqn` is none of this port's split queues;
-    /// [`DriverError::Config`] for addresses of the wrong IP version, or past
-    /// [`crate::port::FLOW_RULE_LIMIT`] rules; a command error (nothing is left installed).
+    /// [`DriverError::NoSuchQueue`] when `rqn` is none of this port's receive queues;
+    /// [`DriverError::Config`] for addresses of the wrong IP version, ports or IPv6 with
+    /// [`crate::FlowProtocol::Icmp`], or past [`crate::port::FLOW_RULE_LIMIT`] rules; a
+    /// command error (nothing is left installed).
     pub fn steer(&mut self, flow: FlowMatch, rqn: u32) -> Result<FlowRule, DriverError> {
-        if !self.splits.iter().any(|r| r.rqn == rqn) {
+        self.steer_match(RuleMatch::Flow(flow), rqn)
+    }
+
+    /// Steers every untagged frame of EtherType `ethertype` (ARP: 0x0806) to the receive
+    /// queue with RQ number `rqn`, as [`Port::steer`] does a flow. Steering IPv4 (0x0800) or
+    /// IPv6 (0x86dd) this way takes all of it from the port's RSS.
+    ///
+    /// # Errors
+    ///
+    /// As [`Port::steer`].
+    pub fn steer_ethertype(&mut self, ethertype: u16, rqn: u32) -> Result<FlowRule, DriverError> {
+        self.steer_match(RuleMatch::Ethertype(ethertype), rqn)
+    }
+
+    fn steer_match(&mut self, flow: RuleMatch, rqn: u32) -> Result<FlowRule, DriverError> {
+        let plain = rqn != NO_RQ && self.rqs.contains(&rqn);
+        if !plain && !self.splits.iter().any(|r| r.rqn == rqn) {
             return Err(DriverError::NoSuchQueue {
                 kind: QueueKind::Receive,
                 number: rqn,
