@@ -1270,3 +1270,44 @@ fn ppcnt_answers_the_infiniband_port_counters_mlx5_ib_reads() {
         .iter()
         .all(|&b| b == 0));
 }
+
+/// A cyclic RQ of 16 one-segment WQEs on a fresh CQ with the given `end_padding_mode`.
+fn create_rq_padded(h: &mut Host, end_padding_mode: u8) -> Result<Vec<u8>, CmdFail> {
+    use cxdirect_hw::wq::CreateRqIn;
+    let cq = h.create_cq(6);
+    let buf = h.alloc(4096, 4096);
+    let dbr = h.alloc(8, 64);
+    let mut input = Host::input(Opcode::CreateRq, 0, 0x110 + 8);
+    let mut cmd = CreateRqIn::new(&mut input[..]).expect("layout");
+    cmd.ctx_mut()
+        .set_cqn(cq.cqn)
+        .wq_mut()
+        .set_wq_type(1)
+        .set_end_padding_mode(end_padding_mode)
+        .set_pd(h.pd)
+        .set_dbr_addr(dbr)
+        .set_log_wq_stride(4)
+        .set_log_wq_sz(4);
+    cmd.set_pas(0, buf).expect("room");
+    h.exec(&input, 16)
+}
+
+/// mlx5e_build_rq_param asks every RQ for end padding to a cache line (end_padding_mode 1,
+/// MLX5_WQ_END_PAD_MODE_ALIGN, offered by the end_pad capability); 2 and 3 are reserved and
+/// refused, as a ConnectX refuses a reserved mode.
+#[test]
+fn an_rq_pads_to_a_cache_line_as_mlx5e_asks_and_a_reserved_padding_mode_is_refused() {
+    let mut h = host();
+    h.bring_up();
+    assert!(create_rq_padded(&mut h, 1).is_ok());
+    for mode in [2, 3] {
+        assert_eq!(
+            create_rq_padded(&mut h, mode),
+            Err(CmdFail::status(
+                CmdStatus::BadParameter,
+                Syndrome::BadWqParams
+            )),
+            "end_padding_mode {mode}"
+        );
+    }
+}

@@ -32,7 +32,9 @@ use cxdirect_hw::hca::AllocUarOut;
 use cxdirect_hw::reg::{self, PmtuReg};
 use cxdirect_hw::tir::{CreateTisIn, CreateTisOut};
 use cxdirect_hw::vport::ModifyNicVportContextIn;
-use cxdirect_hw::wq::{CreateRqIn, CreateRqOut, CreateSqIn, CreateSqOut, RqState, Wq, WqType};
+use cxdirect_hw::wq::{
+    CreateRqIn, CreateRqOut, CreateSqIn, CreateSqOut, EndPadMode, RqState, Wq, WqType,
+};
 use std::sync::Arc;
 
 pub(super) mod recover;
@@ -472,6 +474,12 @@ impl<B: Backend> Port<B> {
                 .set_mem_rq_type(0)
                 .set_counter_set_id(self.q_counter.as_ref().map_or(0, QCounterSet::id));
             fill_cyclic_wq(ctx.wq_mut(), pd, ring, dbr, log);
+            // Writes of received data end on a cache line, as mlx5e asks of every RQ
+            // (mlx5e_build_rq_param sets end_padding_mode ALIGN), where the buffers are whole
+            // cache lines so that the padding stays inside each one.
+            if self.config.buf_size % 64 == 0 {
+                ctx.wq_mut().set_end_padding_mode(EndPadMode::Align as u8);
+            }
             shape_wq(ctx.wq_mut());
             for (i, iova) in pages.enumerate() {
                 let _ = c.set_pas(i, iova);

@@ -17,8 +17,8 @@ use cxdirect_hw::cqe::mini_cqe_res_format;
 use cxdirect_hw::eq::{CreateEqIn, CreateEqOut, DestroyEqIn};
 use cxdirect_hw::wq::{
     CreateRmpIn, CreateRmpOut, CreateRqIn, CreateRqOut, CreateSqIn, CreateSqOut, DestroyRmpIn,
-    DestroyRqIn, DestroySqIn, ModifyRmpIn, ModifyRqIn, ModifySqIn, QueryRmpIn, QueryRmpOut,
-    QueryRqIn, QueryRqOut, Wq, WqType, MODIFY_RQ_BITMASK_RQ_COUNTER_SET_ID,
+    DestroyRqIn, DestroySqIn, EndPadMode, ModifyRmpIn, ModifyRqIn, ModifySqIn, QueryRmpIn,
+    QueryRmpOut, QueryRqIn, QueryRqOut, Wq, WqType, MODIFY_RQ_BITMASK_RQ_COUNTER_SET_ID,
 };
 
 /// Builds a queue buffer from a page list, checking alignment and coverage.
@@ -101,6 +101,15 @@ fn work_queue(
             Syndrome::BadWqParams,
             "only cyclic work queues (wq_type 1), cyclic striding RQs (wq_type 3) and \
              linked-list RMPs (wq_type 0) are modelled",
+        ));
+    }
+    // End padding: none or to a cache line (MLX5_WQ_END_PAD_MODE_NONE / _ALIGN, the latter
+    // what mlx5e_build_rq_param asks of every RQ and what the end_pad capability offers); the
+    // field's other two values are reserved.
+    if wq.end_padding_mode() > EndPadMode::Align as u8 {
+        return Err(bad_param(
+            Syndrome::BadWqParams,
+            "end_padding_mode reserved: 0 (none) or 1 (cache-line align)",
         ));
     }
     let log_size = wq.log_wq_sz();

@@ -10,6 +10,11 @@ use crate::rdma::wr::PathMtu;
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::qp::{pm_state, Qpc, Rst2initQpIn};
 
+/// Log2 of how many packets go between the requester's ACK requests: mlx5_ib's
+/// MLX5_IB_ACK_REQ_FREQ, which __mlx5_ib_modify_qp writes, with the migrated path state, into
+/// every transition.
+const LOG_ACK_REQ_FREQ: u8 = 8;
+
 /// Where a queue pair is reached: what two sides exchange before connecting (as
 /// `ibv_rc_pingpong` exchanges LID:QPN:PSN:GID, with the MAC that RoCE needs as well).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -169,13 +174,16 @@ impl<B: Backend> RcQueuePair<B> {
         let sport = udp_source_port(self.qpn, remote.qpn);
         self.transition(dev, Opcode::Rst2initQp, |q| {
             q.set_pm_state(pm_state::MIGRATED)
+                .set_log_ack_req_freq(LOG_ACK_REQ_FREQ)
                 .set_rre(true)
                 .set_rwe(true)
                 .set_rae(true);
             q.primary_address_path_mut().set_vhca_port_num(PORT);
         })?;
         self.transition(dev, Opcode::Init2rtrQp, |q| {
-            q.set_mtu(p.mtu as u8)
+            q.set_pm_state(pm_state::MIGRATED)
+                .set_log_ack_req_freq(LOG_ACK_REQ_FREQ)
+                .set_mtu(p.mtu as u8)
                 .set_log_msg_max(log_max_msg)
                 .set_remote_qpn(remote.qpn)
                 .set_min_rnr_nak(p.rnr_timer)
@@ -191,7 +199,9 @@ impl<B: Backend> RcQueuePair<B> {
                 .set_tclass(p.traffic_class);
         })?;
         self.transition(dev, Opcode::Rtr2rtsQp, |q| {
-            q.set_next_send_psn(own_psn)
+            q.set_pm_state(pm_state::MIGRATED)
+                .set_log_ack_req_freq(LOG_ACK_REQ_FREQ)
+                .set_next_send_psn(own_psn)
                 .set_retry_count(p.retry_count)
                 .set_rnr_retry(p.rnr_retry)
                 .set_log_sra_max(log2(p.max_rd_atomic));
