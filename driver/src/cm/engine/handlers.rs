@@ -68,40 +68,31 @@ impl Cm {
         req: &Req,
     ) -> Received {
         // `cm_match_req`: a duplicate is a REQ whose (local ID, CA GUID) a connection already
-        // holds as its remote pair.
+        // holds as its remote pair. `cm_enter_timewait` takes a connection out of the remote
+        // tables, so one in timewait matches neither this nor the stale check below.
         if let Some(i) = self.conns.iter().position(|c| {
             c.is_some_and(|c| {
-                c.remote_id == req.local_comm_id && c.remote_guid == req.local_ca_guid
+                c.state != State::Timewait
+                    && c.remote_id == req.local_comm_id
+                    && c.remote_guid == req.local_ca_guid
             })
         }) {
             let c = *self.slot(i);
-            // `cm_dup_req_handler`: MRA from MRA_REQ_SENT, REJ STALE_CONN from timewait,
-            // nothing otherwise (a REP outstanding is retried by its own timer).
-            match c.state {
-                State::ReqRcvd => self.queue(from, Self::mra(&c, msg_response::REQ).encode(c.tid)),
-                State::Timewait => {
-                    let rej = Rej {
-                        local_comm_id: c.local_id,
-                        remote_comm_id: c.remote_id,
-                        message_rejected: msg_response::OTHER,
-                        reason: rej_reason::STALE_CONN,
-                        ari_len: 0,
-                        ari: [0; 72],
-                        private_data: PrivateData::EMPTY,
-                    };
-                    self.queue(from, Message::Rej(rej).encode(c.tid));
-                }
-                _ => {}
+            // `cm_dup_req_handler`: the MRA again from MRA_REQ_SENT, nothing otherwise (a REP
+            // outstanding is retried by its own timer).
+            if c.state == State::ReqRcvd {
+                self.queue(from, Self::mra(&c, msg_response::REQ).encode(c.tid));
             }
             return Err(ReceiveError::Duplicate {
                 id: ConnId(c.local_id),
                 attr: attr::REQ,
             });
         }
-        // Stale: the (CA GUID, QPN) pair belongs to a connection still live or in timewait.
+        // Stale (`cm_insert_remote_qpn`): the (CA GUID, QPN) pair belongs to a live connection.
         if let Some(i) = self.conns.iter().position(|c| {
             c.is_some_and(|c| {
-                c.remote_guid == req.local_ca_guid
+                c.state != State::Timewait
+                    && c.remote_guid == req.local_ca_guid
                     && c.remote_qpn == req.local_qpn
                     && c.remote_id != 0
             })
@@ -262,6 +253,7 @@ impl Cm {
         // Another connection already holds this remote pair: a duplicate REP.
         if self.conns.iter().flatten().any(|o| {
             o.local_id != c.local_id
+                && o.state != State::Timewait
                 && o.remote_id == rep.local_comm_id
                 && o.remote_guid == rep.local_ca_guid
         }) {
@@ -273,6 +265,7 @@ impl Cm {
         if let Some(j) = self.conns.iter().position(|o| {
             o.is_some_and(|o| {
                 o.local_id != c.local_id
+                    && o.state != State::Timewait
                     && o.remote_id != 0
                     && o.remote_guid == rep.local_ca_guid
                     && o.remote_qpn == rep.local_qpn

@@ -300,3 +300,32 @@ fn connection_table_is_bounded() {
         Err(CmError::TableFull { max: 2 })
     );
 }
+
+#[test]
+fn req_reusing_a_live_qp_is_stale_and_the_old_connection_is_torn_down() {
+    let (mut net, c, s) = Net::established();
+    // Same node GUID and QPN, new communication ID: `cm_match_req` finds the pair in use.
+    let again = net
+        .client
+        .connect(SERVER_IP, PORT, SRC_PORT, &QpParams::rping(0x11), &[])
+        .unwrap();
+    net.run(|_, _| false);
+    assert!(net.client_events.iter().any(|e| matches!(
+        e,
+        Event::Rejected { id, reason: rej_reason::STALE_CONN, .. } if *id == again
+    )));
+    // The server sent a DREQ on the old connection (`ib_send_cm_dreq`), which the client
+    // answered.
+    assert!(net.client_events.contains(&Event::Disconnected {
+        id: c,
+        timed_out: false
+    }));
+    assert!(net.server_events.contains(&Event::Disconnected {
+        id: s,
+        timed_out: false
+    }));
+    assert!(!net
+        .server_events
+        .iter()
+        .any(|e| matches!(e, Event::ConnectRequest(_))));
+}
