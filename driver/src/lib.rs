@@ -15,12 +15,15 @@
 //! - [`cq`]: completion and event queue rings and CQE decoding;
 //! - [`rdma`]: RoCE v2 verbs: protection domains, memory regions, completion queues, RC queue
 //!   pairs and shared receive queues;
+//! - [`cm`]: the InfiniBand connection manager (ib_cm / rdma_cm on the wire), pure protocol:
+//!   MADs and time in, MADs and connection events out;
 //! - [`mem`]: buffer pools, [`Mbuf`] and [`PacketBurst`];
 //! - [`net`]: the function's IPv4 address: ARP and ICMP echo answered, peers' MAC addresses
 //!   resolved ([`net::Responder`], [`net::Neighbours`]);
 //! - [`ring`]: what every work queue ring shares (burst bound, counters, word helpers).
 
 pub mod backend;
+pub mod cm;
 pub mod control;
 pub mod cq;
 pub mod error;
@@ -36,6 +39,10 @@ pub mod tx;
 mod test_support;
 
 pub use backend::{Backend, BackendError, Interrupt};
+pub use cm::{
+    Cm, CmError, CmStats, ConnId, ConnectRequest, MadAddress, QpAttributes, QpParams,
+    ReceiveError as CmReceiveError,
+};
 pub use control::{
     Device, DeviceInfo, DeviceRecovery, EventCounts, KeyAccess, MemoryKey, Options, RmpStatus,
     TeardownReport,

@@ -17,6 +17,7 @@
 pub use paste;
 
 pub mod caps;
+pub mod cm;
 pub mod cmd;
 pub mod counters;
 pub mod cq;

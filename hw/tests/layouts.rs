@@ -4,6 +4,8 @@
 #[macro_use]
 mod common;
 
+#[path = "groups/cm.rs"]
+mod cm;
 #[path = "groups/device.rs"]
 mod device;
 #[path = "groups/hca.rs"]
@@ -41,9 +43,18 @@ fn rdma_layouts_match_reference() {
 }
 
 #[test]
+fn cm_layouts_match_reference() {
+    cm::checks();
+}
+
+#[test]
 fn at_least_300_field_checks_in_all() {
-    let total =
-        hca::checks() + queues::checks() + steering::checks() + device::checks() + rdma::checks();
+    let total = hca::checks()
+        + queues::checks()
+        + steering::checks()
+        + device::checks()
+        + rdma::checks()
+        + cm::checks();
     println!("{total} field checks against the reference headers");
     assert!(total >= 300, "only {total} field checks");
 }

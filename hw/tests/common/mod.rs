@@ -27,6 +27,7 @@ fn reference() -> &'static HashMap<(String, String), (usize, usize)> {
             include_str!("../ifc/steering.txt"),
             include_str!("../ifc/device.txt"),
             include_str!("../ifc/rdma.txt"),
+            include_str!("../ifc/cm.txt"),
         ] {
             for line in text.lines() {
                 let line = line.trim();
