@@ -66,7 +66,7 @@ impl Default for ConnectParams {
 }
 
 /// Port of the queue pair's path (the function's only port).
-const PORT: u8 = 1;
+pub(super) const PORT: u8 = 1;
 
 impl<B: Backend> RcQueuePair<B> {
     /// Where peers reach this QP (its QPN, its first PSN, the GID and MAC of its port).
@@ -202,7 +202,7 @@ impl<B: Backend> RcQueuePair<B> {
     }
 
     /// One transition command with `fill` writing its attributes into the QP context.
-    fn transition(
+    pub(super) fn transition(
         &mut self,
         dev: &mut Device<B>,
         op: Opcode,
