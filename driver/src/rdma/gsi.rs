@@ -221,10 +221,9 @@ impl<B: Backend> GsiQueuePair<B> {
         let (_, _, mr) = self.parts();
         mr.read(slot as usize * RECV_STRIDE, &mut buf)?;
         let sender = match wc.datagram {
-            Some(info) if wc.byte_len as usize == RECV_BYTES => match info.network {
-                Some(network) => Some((Grh::parse(&buf[..GRH_AREA], network), info)),
-                None => None,
-            },
+            Some(info) if wc.byte_len as usize == RECV_BYTES => info
+                .network
+                .map(|network| (Grh::parse(&buf[..GRH_AREA], network), info)),
             _ => None,
         };
         // The slot's bytes are copied out: it takes the next datagram now.
