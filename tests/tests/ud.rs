@@ -373,3 +373,17 @@ fn only_a_datagram_with_qp1s_q_key_reaches_the_gsi_queue_pair() {
     qa.destroy(&mut a.dev, &mut a.cq).unwrap();
     gb.destroy(&mut b.dev).unwrap();
 }
+
+#[test]
+fn a_queue_pair_with_more_receives_than_a_poll_batch_is_destroyed_with_all_flushed() {
+    // Destroy collects flush completions in batches of 16; more of them than that must not
+    // keep it handing back what it already collected.
+    let (mut a, _b, _models) = pair();
+    let qp = a.ud(40, 0);
+    qp.destroy(&mut a.dev, &mut a.cq).expect("destroy");
+    let flushed = a.wait(40);
+    assert!(flushed.iter().all(|wc| wc.status == WcStatus::WrFlushErr));
+    let mut slots: Vec<u64> = flushed.iter().map(|wc| wc.wr_id).collect();
+    slots.sort_unstable();
+    assert_eq!(slots, (0..40).collect::<Vec<_>>());
+}

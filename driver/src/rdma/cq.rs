@@ -270,6 +270,23 @@ impl CompletionQueue {
     /// `timeout` passes, keeping every completion met for the next [`CompletionQueue::poll`].
     /// Returns true when it drained.
     pub(super) fn drain_qp(&mut self, qp: &QpTrack, timeout: Duration) -> bool {
+        // The completions kept from before are set aside while polling, so that each poll
+        // reads the ring rather than handing them back again (with more of them than a batch
+        // it would never reach the ring).
+        let earlier = std::mem::take(&mut self.deferred);
+        let mut met = VecDeque::new();
+        let drained = self.drain_into(qp, timeout, &mut met);
+        self.deferred = earlier;
+        self.deferred.extend(met);
+        drained
+    }
+
+    fn drain_into(
+        &mut self,
+        qp: &QpTrack,
+        timeout: Duration,
+        met: &mut VecDeque<WorkCompletion>,
+    ) -> bool {
         let start = Instant::now();
         let mut batch = [WorkCompletion::default(); 16];
         loop {
@@ -284,7 +301,7 @@ impl CompletionQueue {
                     }
                     std::thread::sleep(Duration::from_micros(50));
                 }
-                Ok(n) => self.deferred.extend(&batch[..n]),
+                Ok(n) => met.extend(&batch[..n]),
                 // Counted; the rest of the ring is still taken.
                 Err(_) => {}
             }

@@ -14,7 +14,7 @@ use crate::rdma::track::SentWqe;
 use crate::rdma::wc::WcOpcode;
 use crate::rdma::wr::{Payload, UdSendRequest};
 use cxdirect_hw::cmd::Opcode;
-use cxdirect_hw::qp::pm_state;
+use cxdirect_hw::qp::{pm_state, service_type};
 use cxdirect_hw::wqe::{completion, opcode};
 
 /// `MLX5_EXTENDED_UD_AV`: bit 31 of the datagram segment's `dqp_dct`, set by
@@ -83,8 +83,15 @@ impl<B: Backend> RcQueuePair<B> {
         let (mtu, log_msg) = self.datagram_mtu();
         let gsi = self.transport == Transport::Gsi;
         let psn = if gsi { 0 } else { self.psn };
+        // __mlx5_ib_modify_qp writes the service type into every transition.
+        let st = if gsi {
+            service_type::QP1
+        } else {
+            service_type::UD
+        };
         self.transition(dev, Opcode::Rst2initQp, |q| {
-            q.set_pm_state(pm_state::MIGRATED)
+            q.set_st(st)
+                .set_pm_state(pm_state::MIGRATED)
                 .set_mtu(mtu)
                 .set_log_msg_max(log_msg)
                 .set_q_key(q_key);
@@ -95,13 +102,14 @@ impl<B: Backend> RcQueuePair<B> {
         // mlx5_ib writes the port into the GSI QP's path at every transition (its
         // `qp->port` for the special QPs), not into a UD QP's after RST2INIT.
         self.transition(dev, Opcode::Init2rtrQp, |q| {
-            q.set_mtu(mtu).set_log_msg_max(log_msg);
+            q.set_st(st).set_mtu(mtu).set_log_msg_max(log_msg);
             if gsi {
                 q.primary_address_path_mut().set_vhca_port_num(PORT);
             }
         })?;
         self.transition(dev, Opcode::Rtr2rtsQp, |q| {
-            q.set_mtu(mtu)
+            q.set_st(st)
+                .set_mtu(mtu)
                 .set_log_msg_max(log_msg)
                 .set_next_send_psn(psn);
             if gsi {
