@@ -6,8 +6,8 @@
 //! `cxdirect-cmd-diff --cxdirect FILE`.
 
 use cxdirect::rdma::{
-    CompletionQueue, ConnectParams, MemoryRegion, ProtectionDomain, QpCaps, RcQueuePair, Roce,
-    SharedReceiveQueue, SrqCaps,
+    CompletionQueue, ConnectParams, GsiQueuePair, MemoryRegion, ProtectionDomain, QpCaps,
+    RcQueuePair, Roce, SharedReceiveQueue, SrqCaps, UdQueuePair,
 };
 use cxdirect::{Device, KeyAccess, Port, PortConfig, SharedRxConfig};
 use cxdirect_apps::cmd_diff::rules::Rules;
@@ -104,6 +104,17 @@ fn destroy(dev: &mut Device<EmuBackend>, r: Rdma) {
     pd.dealloc(dev).expect("PD dealloc");
 }
 
+/// The general services QP (QP1) as ib_mad opens it on a RoCE port, and a UD QP through RTS
+/// as perftest's UD runs make one.
+fn datagrams(dev: &mut Device<EmuBackend>, roce: &Roce, r: &mut Rdma) {
+    let gsi = GsiQueuePair::create(dev, &r.pd, roce, 64).expect("GSI QP");
+    let mut ud =
+        UdQueuePair::create(dev, &r.pd, &mut r.cq, None, QpCaps::default(), roce).expect("UD QP");
+    ud.activate(dev, 0x1111_1111).expect("UD activate");
+    ud.destroy(dev, &mut r.cq).expect("UD destroy");
+    gsi.destroy(dev).expect("GSI destroy");
+}
+
 /// Runs the jobs on a fresh pair of functions and returns each function's trace.
 pub fn run_jobs() -> [Vec<String>; 2] {
     let traces = [CommandTrace::memory(), CommandTrace::memory()];
@@ -127,6 +138,7 @@ pub fn run_jobs() -> [Vec<String>; 2] {
     rb.qp
         .connect(&mut db, &ea, ConnectParams::default())
         .expect("connect b");
+    datagrams(&mut da, &roce_a, &mut ra);
     destroy(&mut da, ra);
     destroy(&mut db, rb);
     da.teardown().expect("teardown a");

@@ -56,6 +56,7 @@ mod at {
     pub(super) const BYTE_CNT: Bits = in_dword(field::<Cqe64>("byte_cnt"));
     pub(super) const RSS_HASH_RESULT: Bits = in_dword(field::<Cqe64>("rss_hash_result"));
     pub(super) const IMM: Bits = in_dword(field::<Cqe64>("imm_inval_pkey"));
+    pub(super) const FLAGS_RQPN: Bits = in_dword(field::<Cqe64>("flags_rqpn"));
     pub(super) const VENDOR_SYNDROME: Bits = in_byte(field::<ErrCqe>("vendor_err_synd"));
 }
 
@@ -199,6 +200,13 @@ impl Cqe {
     #[inline]
     pub fn imm(&self) -> u32 {
         self.dword_field(at::IMM)
+    }
+
+    /// A datagram receive's `flags_rqpn` word: source QP (bits 23:0), RoCE L3 header type
+    /// (bits 25:24) and where the GRH is (bits 29:28) (the device's word, unchecked).
+    #[inline]
+    pub fn flags_rqpn(&self) -> u32 {
+        self.dword_field(at::FLAGS_RQPN)
     }
 
     /// Vendor syndrome of an error CQE.

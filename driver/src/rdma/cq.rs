@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::track::QpTrack;
-use super::wc::{WcOpcode, WcStatus, WorkCompletion};
+use super::wc::{DatagramInfo, NetworkHeader, WcOpcode, WcStatus, WorkCompletion};
 use crate::backend::Backend;
 use crate::control::{create_cq_input, destroy_input, output_too_short, Device};
 use crate::cq::{CqRing, Cqe};
@@ -15,7 +15,7 @@ use crate::error::DriverError;
 use cxdirect_dma::{DmaRegion, PageKind};
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::cq::CreateCqOut;
-use cxdirect_hw::cqe::{mini_cqe_res_format, CqeOpcode, CQE_INITIAL_OP_OWN, CQE_SIZE};
+use cxdirect_hw::cqe::{mini_cqe_res_format, CqeOpcode, CqeSyndrome, CQE_INITIAL_OP_OWN, CQE_SIZE};
 use cxdirect_hw::qp::USER_INDEX_NONE;
 
 #[cfg(test)]
@@ -254,7 +254,11 @@ impl CompletionQueue {
                 recv_done(qp, cqe, &mut wc, opcode)?;
             }
             Ok(CqeOpcode::RespErr) => {
-                qp.failed.store(true, Ordering::Relaxed);
+                // A datagram QP keeps receiving after a receive fails (a datagram too long
+                // for its buffer); only a flush says it is in error.
+                if !qp.datagram || cqe.syndrome() == CqeSyndrome::WrFlushed as u8 {
+                    qp.failed.store(true, Ordering::Relaxed);
+                }
                 recv_done(qp, cqe, &mut wc, opcode)?;
             }
             _ => return Err(("CQE opcode", u64::from(opcode))),
@@ -266,6 +270,23 @@ impl CompletionQueue {
     /// `timeout` passes, keeping every completion met for the next [`CompletionQueue::poll`].
     /// Returns true when it drained.
     pub(super) fn drain_qp(&mut self, qp: &QpTrack, timeout: Duration) -> bool {
+        // The completions kept from before are set aside while polling, so that each poll
+        // reads the ring rather than handing them back again (with more of them than a batch
+        // it would never reach the ring).
+        let earlier = std::mem::take(&mut self.deferred);
+        let mut met = VecDeque::new();
+        let drained = self.drain_into(qp, timeout, &mut met);
+        self.deferred = earlier;
+        self.deferred.extend(met);
+        drained
+    }
+
+    fn drain_into(
+        &mut self,
+        qp: &QpTrack,
+        timeout: Duration,
+        met: &mut VecDeque<WorkCompletion>,
+    ) -> bool {
         let start = Instant::now();
         let mut batch = [WorkCompletion::default(); 16];
         loop {
@@ -280,7 +301,7 @@ impl CompletionQueue {
                     }
                     std::thread::sleep(Duration::from_micros(50));
                 }
-                Ok(n) => self.deferred.extend(&batch[..n]),
+                Ok(n) => met.extend(&batch[..n]),
                 // Counted; the rest of the ring is still taken.
                 Err(_) => {}
             }
@@ -378,6 +399,46 @@ fn send_done(
     Ok(true)
 }
 
+/// Bits 29:28 of `flags_rqpn`: the GRH (or IP header) is in the receive buffer
+/// (`MLX5_GRH_IN_BUFFER`; mlx5_ib `handle_responder` reports any nonzero value as `IB_WC_GRH`).
+const GRH_IN_BUFFER: u32 = 1;
+/// Bytes of the GRH area at the start of every datagram receive buffer (`sizeof(struct ib_grh)`).
+const GRH_AREA: u32 = 40;
+
+/// What the CQE of a datagram receive reports of its sender (mlx5_ib `handle_responder`:
+/// `src_qp`, the GRH flag and `network_hdr_type` from `flags_rqpn`, the P_Key from
+/// `imm_inval_pkey`), each field checked.
+#[inline]
+fn datagram_info(cqe: &Cqe, opcode: u8, bytes: u32) -> Result<DatagramInfo, Refusal> {
+    let flags = cqe.flags_rqpn();
+    let network = match (flags >> 28) & 3 {
+        0 => None,
+        GRH_IN_BUFFER => Some(match (flags >> 24) & 3 {
+            0 => NetworkHeader::Grh,
+            1 => NetworkHeader::Ipv6,
+            2 => NetworkHeader::Ipv4,
+            _ => return Err(("datagram CQE RoCE L3 header type", u64::from(flags))),
+        }),
+        // A GRH in the CQE itself (or a reserved value): nowhere this driver reads it from.
+        _ => return Err(("datagram CQE GRH location", u64::from(flags))),
+    };
+    if bytes < GRH_AREA {
+        return Err((
+            "datagram CQE byte count (below the GRH area)",
+            u64::from(bytes),
+        ));
+    }
+    // QP 0 is the subnet management QP, which RoCE has none of.
+    if flags & 0x00ff_ffff == 0 {
+        return Err(("datagram CQE source QP", u64::from(flags)));
+    }
+    Ok(DatagramInfo {
+        src_qp: flags & 0x00ff_ffff,
+        network,
+        pkey: (opcode == CqeOpcode::RespSend as u8).then(|| cqe.imm() as u16),
+    })
+}
+
 /// A receive completion: the QP's next receive, or the SRQ WQE the counter names. Nothing
 /// is retired unless every field passed.
 #[inline]
@@ -415,6 +476,9 @@ fn recv_done(qp: &QpTrack, cqe: &Cqe, wc: &mut WorkCompletion, opcode: u8) -> Re
         wc.byte_len = bytes;
         if opcode != CqeOpcode::RespSend as u8 {
             wc.imm = Some(cqe.imm());
+        }
+        if qp.datagram {
+            wc.datagram = Some(datagram_info(cqe, opcode, bytes)?);
         }
     }
     match &qp.srq {

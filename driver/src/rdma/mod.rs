@@ -9,6 +9,11 @@
 //! - [`RcQueuePair`]: created in RST, [`RcQueuePair::connect`] walks RST→INIT→RTR→RTS to a
 //!   peer's [`Endpoint`]; [`RcQueuePair::post_send`] and [`RcQueuePair::post_recv`] ring one
 //!   doorbell per call (BlueFlame for a lone one-block WQE);
+//! - [`UdQueuePair`]: unreliable datagrams, each [`UdSendRequest`] one SEND to the address an
+//!   [`AddressHandle`] holds; receives start with the 40-byte GRH area ([`Grh::parse`]), and
+//!   their completions carry the sender's QP ([`DatagramInfo`]);
+//! - [`GsiQueuePair`]: the general services QP (QP1) carrying 256-byte MADs, behind the
+//!   [`MadTransport`] trait of [`mad`] that a connection manager is written against;
 //! - [`SharedReceiveQueue`]: a linked-list RMP (what Linux creates for a basic SRQ) with a
 //!   one-shot limit event, [`crate::Event::SrqLimit`].
 //!
@@ -36,15 +41,26 @@
 //! - [`MemoryRegion`] access is [`crate::KeyAccess`] (`write` is `IBV_ACCESS_LOCAL_WRITE`; local
 //!   read is always granted by `ibv_reg_mr`, here it is `read`).
 
+mod ah;
 mod cq;
+mod grh;
+mod gsi;
+pub mod mad;
 mod mr;
 mod pd;
 mod qp;
 mod roce;
 mod srq;
 mod track;
+mod ud;
 mod wc;
 mod wr;
+
+pub use ah::{AddressHandle, AhAttr};
+pub use grh::{gid_ip, Grh};
+pub use gsi::{GsiQueuePair, GsiStats};
+pub use mad::{MadAddress, MadSource, MadTransport};
+pub use ud::{UdQueuePair, GRH_AREA};
 
 pub use cq::CompletionQueue;
 pub use mr::{MemoryRegion, MrSource};
@@ -52,5 +68,8 @@ pub use pd::ProtectionDomain;
 pub use qp::{ConnectParams, Endpoint, QpCaps, QpState, QpStats, RcQueuePair};
 pub use roce::Roce;
 pub use srq::{SharedReceiveQueue, SrqCaps};
-pub use wc::{WcOpcode, WcStatus, WorkCompletion};
-pub use wr::{PathMtu, Payload, RecvRequest, RemoteAddr, SendOp, SendRequest, Sge};
+pub use wc::{DatagramInfo, NetworkHeader, WcOpcode, WcStatus, WorkCompletion};
+pub use wr::{
+    PathMtu, Payload, RecvRequest, RemoteAddr, SendOp, SendRequest, Sge, UdSendRequest,
+    QKEY_FROM_QP,
+};

@@ -25,9 +25,33 @@ use cxdirect_hw::qp::{pm_state, rq_type, service_type, CreateQpIn, CreateQpOut, 
 use cxdirect_hw::wqe::{WQE_BB, WQE_DS};
 
 mod connect;
+mod datagram;
 mod post;
 
 pub use connect::{ConnectParams, Endpoint};
+
+/// What a queue pair carries: the service type its CREATE_QP names and what follows from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Transport {
+    /// Reliable connected (`st` 0x0).
+    Rc,
+    /// Unreliable datagram (`st` 0x2): each send WQE carries an address vector.
+    Ud,
+    /// The general services QP (`st` 0x8, QP1), as mlx5_ib's `mlx5_ib_create_gsi` makes it on
+    /// a RoCE port without LAG: one hardware QP sends and receives every MAD.
+    Gsi,
+}
+
+impl Transport {
+    /// 16-byte segments a send WQE holds before its data: the control segment and then the
+    /// remote address and atomic segments (RC) or the 48-byte datagram segment (UD, GSI).
+    fn header_ds(self) -> u32 {
+        match self {
+            Self::Rc => 3,
+            Self::Ud | Self::Gsi => 4,
+        }
+    }
+}
 
 /// Bytes of a work queue page (the QP's buffer uses 4 KiB pages).
 const PAGE: usize = 4096;
@@ -125,6 +149,7 @@ pub struct RcQueuePair<B: Backend> {
     roce: Roce,
     log_max_msg: u8,
     srqn: Option<u32>,
+    transport: Transport,
     /// Ring memory the device may still reach after a failed destroy is leaked, never freed.
     destroyed: bool,
 }
@@ -156,7 +181,20 @@ impl<B: Backend> RcQueuePair<B> {
         caps: QpCaps,
         roce: &Roce,
     ) -> Result<Self, DriverError> {
-        let max_wqe_bbs = validate(dev, &caps, srq.is_some())?;
+        Self::create_as(dev, pd, cq, srq, caps, roce, Transport::Rc)
+    }
+
+    /// CREATE_QP of `transport`'s service type, as [`RcQueuePair::create`] otherwise.
+    pub(super) fn create_as(
+        dev: &mut Device<B>,
+        pd: &ProtectionDomain,
+        cq: &mut CompletionQueue,
+        srq: Option<&SharedReceiveQueue<B>>,
+        caps: QpCaps,
+        roce: &Roce,
+        transport: Transport,
+    ) -> Result<Self, DriverError> {
+        let max_wqe_bbs = validate(dev, &caps, srq.is_some(), transport)?;
         let log_max_qp_sz = dev.caps().log_max_qp_sz().min(16);
         let sq_bbs = (caps.max_send_wr * max_wqe_bbs)
             .next_power_of_two()
@@ -200,6 +238,7 @@ impl<B: Backend> RcQueuePair<B> {
             roce,
             uar,
             (sq_bbs, rq_entries, rq_segs),
+            transport,
         );
         if created.is_err() {
             let _ = dev.exec(&destroy_input(Opcode::DeallocUar, uar, 8), 16);
@@ -217,6 +256,7 @@ impl<B: Backend> RcQueuePair<B> {
         roce: &Roce,
         uar: u32,
         (sq_bbs, rq_entries, rq_segs): (u32, u32, u32),
+        transport: Transport,
     ) -> Result<Self, DriverError> {
         let (iommu, iovas) = dev.dma();
         let rq_bytes = rq_entries as usize * 16 * rq_segs as usize;
@@ -243,20 +283,37 @@ impl<B: Backend> RcQueuePair<B> {
             let mut c = CreateQpIn::new(&mut cmd[..])
                 .map_err(|_| DriverError::layout(Opcode::CreateQp, "input"))?;
             let mut q = c.qpc_mut();
-            q.set_st(service_type::RC)
+            let st = match transport {
+                Transport::Rc => service_type::RC,
+                Transport::Ud => service_type::UD,
+                Transport::Gsi => service_type::QP1,
+            };
+            q.set_st(st)
                 .set_pm_state(pm_state::MIGRATED)
                 .set_pd(pd.pdn())
                 .set_uar_page(uar)
                 .set_cqn_snd(cq.cqn())
                 .set_cqn_rcv(cq.cqn())
                 .set_log_sq_size(sq_bbs.trailing_zeros() as u8)
-                .set_log_msg_max(roce.log_max_msg())
                 .set_ts_format(1)
                 .set_log_page_size(0)
                 // Completions are found by QP number, as Linux's kernel consumers do: with
                 // `cqe_version` 1 the device echoes this in every CQE (checked on poll).
                 .set_user_index(USER_INDEX_NONE)
                 .set_dbr_addr(dbr.iova());
+            match transport {
+                // mlx5_ib states a datagram QP's message size at RST2INIT, not here
+                // (create_qp_common leaves it; __mlx5_ib_modify_qp sets it per transition).
+                Transport::Rc => {
+                    q.set_log_msg_max(roce.log_max_msg());
+                }
+                Transport::Ud => {}
+                // "Fast registration enabled" and the reserved lkey, as _create_kernel_qp
+                // sets them for every kernel QP, the GSI QP of ib_mad among them.
+                Transport::Gsi => {
+                    q.set_fre(true).set_rlky(true);
+                }
+            }
             match srq {
                 Some(srq) => {
                     q.set_rq_type(rq_type::SRQ).set_srqn_rmpn_xrqn(srq.srqn());
@@ -280,6 +337,7 @@ impl<B: Backend> RcQueuePair<B> {
             rq: SlotTrack::new(rq_entries.max(1)),
             srq: srq.map(|s| Arc::clone(s.track())),
             failed: AtomicBool::new(false),
+            datagram: transport != Transport::Rc,
         });
         let rq = match rq_region {
             Some(region) => Some(SlotRing::new(
@@ -309,6 +367,7 @@ impl<B: Backend> RcQueuePair<B> {
             roce: *roce,
             log_max_msg: roce.log_max_msg(),
             srqn: srq.map(|s| s.srqn()),
+            transport,
             destroyed: false,
         })
     }
@@ -479,22 +538,28 @@ fn validate<B: Backend>(
     dev: &Device<B>,
     caps: &QpCaps,
     with_srq: bool,
+    transport: Transport,
 ) -> Result<u32, DriverError> {
     if caps.max_send_wr == 0 {
         return Err(DriverError::config("max_send_wr", 0u64, "at least 1"));
     }
-    if caps.max_send_sge > MAX_SEND_SGE {
+    // A datagram segment takes the room of one more segment than RC's remote address and
+    // atomic segments.
+    let spare = (transport.header_ds() - 3) * WQE_DS as u32;
+    let max_sge = MAX_SEND_SGE - spare / WQE_DS as u32;
+    let max_inline = MAX_INLINE - spare;
+    if caps.max_send_sge > max_sge {
         return Err(DriverError::config(
             "max_send_sge",
             caps.max_send_sge,
-            format!("at most {MAX_SEND_SGE}"),
+            format!("at most {max_sge}"),
         ));
     }
-    if caps.max_inline_data > MAX_INLINE {
+    if caps.max_inline_data > max_inline {
         return Err(DriverError::config(
             "max_inline_data",
             caps.max_inline_data,
-            format!("at most {MAX_INLINE} bytes"),
+            format!("at most {max_inline} bytes"),
         ));
     }
     if !with_srq && !(1..=MAX_RECV_SGE).contains(&caps.max_recv_sge) {
@@ -507,12 +572,12 @@ fn validate<B: Backend>(
     if !with_srq && caps.max_recv_wr == 0 {
         return Err(DriverError::config("max_recv_wr", 0u64, "at least 1"));
     }
-    // Control, remote address and atomic segments, then the data.
+    // Control, remote address and atomic (or datagram) segments, then the data.
     let data_ds = caps
         .max_send_sge
         .max((4 + caps.max_inline_data).div_ceil(16))
         .max(1);
-    let bytes = (3 + data_ds) * WQE_DS as u32;
+    let bytes = (transport.header_ds() + data_ds) * WQE_DS as u32;
     let max_wqe = u32::from(dev.caps().max_wqe_sz_sq());
     if max_wqe != 0 && bytes > max_wqe {
         return Err(DriverError::config(

@@ -186,6 +186,9 @@ pub(super) struct QpTrack {
     pub srq: Option<std::sync::Arc<SrqTrack>>,
     /// Set by the poller at an error completion: the device moved the QP to error.
     pub failed: AtomicBool,
+    /// A UD or GSI QP: its receive CQEs carry the source QP, the network header type and
+    /// the P_Key, and its receive buffers start with the 40-byte GRH area.
+    pub datagram: bool,
 }
 
 /// A shared receive queue's WQEs: which are posted, their work request ids, and the indexes

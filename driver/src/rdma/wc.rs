@@ -104,4 +104,34 @@ pub struct WorkCompletion {
     pub qpn: u32,
     /// The shared receive queue a receive came from.
     pub srqn: Option<u32>,
+    /// What a successful receive on a UD or GSI queue pair reports of the datagram's sender
+    /// (`ibv_wc`'s `src_qp`, `IBV_WC_GRH`, `pkey_index`); `None` for RC and for send and error
+    /// completions.
+    pub datagram: Option<DatagramInfo>,
+}
+
+/// The network header in front of a received datagram (mlx5's RoCE L3 header type of the
+/// CQE's `flags_rqpn`, Linux `enum rdma_network_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkHeader {
+    /// An InfiniBand GRH (RoCE v1): the 40 bytes are the GRH.
+    Grh,
+    /// RoCE v2 over IPv6: the 40 bytes are the IPv6 header.
+    Ipv6,
+    /// RoCE v2 over IPv4: 20 bytes of no meaning, then the 20-byte IPv4 header.
+    Ipv4,
+}
+
+/// The sender of a datagram as its receive completion reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DatagramInfo {
+    /// The sending QP (24 bits; 1 for a MAD from a GSI QP).
+    pub src_qp: u32,
+    /// The network header written in the first 40 bytes of the receive buffer (parse it with
+    /// [`super::Grh::parse`]); `None` when the device wrote none (`IBV_WC_GRH` clear), then
+    /// the payload still starts 40 bytes in.
+    pub network: Option<NetworkHeader>,
+    /// The BTH's P_Key (`None` for a SEND with immediate, whose CQE carries the immediate in
+    /// its place).
+    pub pkey: Option<u16>,
 }

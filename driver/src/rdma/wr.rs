@@ -103,6 +103,55 @@ impl<'a> SendRequest<'a> {
     }
 }
 
+/// A send work request on a UD or GSI queue pair (`ibv_send_wr` with its `wr.ud` part): one
+/// SEND of at most one path MTU to the queue pair `remote_qpn` behind `ah`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdSendRequest<'a> {
+    /// Returned in the work completion.
+    pub wr_id: u64,
+    /// Where the datagram goes.
+    pub ah: &'a super::AddressHandle,
+    /// The destination QP (24 bits; 1 for a GSI QP).
+    pub remote_qpn: u32,
+    /// The Q_Key the datagram carries; with bit 31 set ([`QKEY_FROM_QP`]) the queue pair's own
+    /// Q_Key instead (IBA 10.2.5, as ib_mad posts every MAD).
+    pub remote_qkey: u32,
+    /// Immediate data (host order), sent as SEND with immediate.
+    pub imm: Option<u32>,
+    /// The message bytes (at most the QP's path MTU: 4096 bytes for UD, 256 for GSI, and the
+    /// port's).
+    pub payload: Payload<'a>,
+    /// Ask for a completion (`IBV_SEND_SIGNALED`); as for [`SendRequest::signaled`].
+    pub signaled: bool,
+    /// Set the solicited-event bit (`IBV_SEND_SOLICITED`).
+    pub solicited: bool,
+}
+
+/// Bit 31 of a send request's Q_Key: send with the queue pair's own Q_Key instead.
+pub const QKEY_FROM_QP: u32 = cxdirect_hw::wqe::QKEY_FROM_QP;
+
+impl<'a> UdSendRequest<'a> {
+    /// A signalled SEND of `payload` to `remote_qpn` behind `ah` with `remote_qkey`.
+    pub fn new(
+        wr_id: u64,
+        ah: &'a super::AddressHandle,
+        remote_qpn: u32,
+        remote_qkey: u32,
+        payload: Payload<'a>,
+    ) -> Self {
+        Self {
+            wr_id,
+            ah,
+            remote_qpn,
+            remote_qkey,
+            imm: None,
+            payload,
+            signaled: true,
+            solicited: false,
+        }
+    }
+}
+
 /// A receive work request (`ibv_recv_wr`): the scatter list an arriving SEND fills.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecvRequest<'a> {

@@ -38,6 +38,7 @@ fn cq() -> (CompletionQueue, Arc<QpTrack>, Arc<SrqTrack>) {
         rq: SlotTrack::new(4),
         srq: None,
         failed: AtomicBool::new(false),
+        datagram: false,
     });
     for i in 0..3 {
         qp.sq.record_send(
@@ -65,6 +66,7 @@ fn cq() -> (CompletionQueue, Arc<QpTrack>, Arc<SrqTrack>) {
         rq: SlotTrack::new(1),
         srq: Some(Arc::clone(&srq)),
         failed: AtomicBool::new(false),
+        datagram: false,
     });
     cq.attach(Arc::clone(&qp));
     cq.attach(on_srq);

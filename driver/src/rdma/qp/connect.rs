@@ -13,7 +13,7 @@ use cxdirect_hw::qp::{pm_state, Qpc, Rst2initQpIn};
 /// Log2 of how many packets go between the requester's ACK requests: mlx5_ib's
 /// MLX5_IB_ACK_REQ_FREQ, which __mlx5_ib_modify_qp writes, with the migrated path state, into
 /// every transition.
-const LOG_ACK_REQ_FREQ: u8 = 8;
+pub(super) const LOG_ACK_REQ_FREQ: u8 = 8;
 
 /// Where a queue pair is reached: what two sides exchange before connecting (as
 /// `ibv_rc_pingpong` exchanges LID:QPN:PSN:GID, with the MAC that RoCE needs as well).
@@ -71,7 +71,7 @@ impl Default for ConnectParams {
 }
 
 /// Port of the queue pair's path (the function's only port).
-const PORT: u8 = 1;
+pub(super) const PORT: u8 = 1;
 
 impl<B: Backend> RcQueuePair<B> {
     /// Where peers reach this QP (its QPN, its first PSN, the GID and MAC of its port).
@@ -212,7 +212,7 @@ impl<B: Backend> RcQueuePair<B> {
     }
 
     /// One transition command with `fill` writing its attributes into the QP context.
-    fn transition(
+    pub(super) fn transition(
         &mut self,
         dev: &mut Device<B>,
         op: Opcode,

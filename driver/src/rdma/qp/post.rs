@@ -17,7 +17,7 @@ use cxdirect_hw::wqe::{completion, fence_mode, opcode, INLINE_SEG, WQE_BB};
 /// ring slot as soon as it is full (one bounds check per block, so one for a WQE of one block).
 /// Every word holds its eight bytes in the order the device reads them: a big-endian field is
 /// stored as `value.to_be()`.
-struct WqeWords<'a, const SLOT: usize> {
+pub(super) struct WqeWords<'a, const SLOT: usize> {
     ring: &'a crate::ring::SlotRing<SLOT>,
     /// Ring index of the WQE's first block.
     first: u32,
@@ -34,7 +34,7 @@ const WQE_WORDS: usize = WQE_BB / 8;
 
 impl<'a, const SLOT: usize> WqeWords<'a, SLOT> {
     #[inline(always)]
-    fn new(ring: &'a crate::ring::SlotRing<SLOT>, first: u32) -> Self {
+    pub(super) fn new(ring: &'a crate::ring::SlotRing<SLOT>, first: u32) -> Self {
         Self {
             ring,
             first,
@@ -46,7 +46,7 @@ impl<'a, const SLOT: usize> WqeWords<'a, SLOT> {
 
     /// Appends one word, in memory order.
     #[inline(always)]
-    fn push(&mut self, word: u64) {
+    pub(super) fn push(&mut self, word: u64) {
         self.block[self.at] = word;
         self.at += 1;
         if self.at == WQE_WORDS {
@@ -56,7 +56,7 @@ impl<'a, const SLOT: usize> WqeWords<'a, SLOT> {
 
     /// Appends a 16-byte segment given as two big-endian 64-bit values.
     #[inline(always)]
-    fn push_segment(&mut self, high: u64, low: u64) {
+    pub(super) fn push_segment(&mut self, high: u64, low: u64) {
         self.push(high.to_be());
         self.push(low.to_be());
     }
@@ -64,7 +64,7 @@ impl<'a, const SLOT: usize> WqeWords<'a, SLOT> {
     /// Appends an inline-data segment: its 4-byte header, `bytes`, and zeros to the next
     /// 16-byte boundary. The bytes go in eight at a time, a block's worth per pass.
     #[inline(always)]
-    fn push_inline(&mut self, bytes: &[u8]) {
+    pub(super) fn push_inline(&mut self, bytes: &[u8]) {
         let header = (bytes.len() as u32 | INLINE_SEG).to_be_bytes();
         let (head, rest) = bytes.split_at(bytes.len().min(4));
         let mut first = [0u8; 8];
@@ -108,7 +108,7 @@ impl<'a, const SLOT: usize> WqeWords<'a, SLOT> {
     /// Zeroes the rest of the last, partial block and writes it; returns the WQE's block
     /// count.
     #[inline(always)]
-    fn finish(mut self) -> u32 {
+    pub(super) fn finish(mut self) -> u32 {
         if self.at > 0 {
             self.flush();
         }
@@ -131,7 +131,14 @@ fn partial_word(bytes: &[u8]) -> u64 {
 /// The control segment's two words: opcode, WQE index, QP number, 16-byte segment count `ds`,
 /// and `flags` (the fence, completion and solicited bits of byte 11), `imm` in bytes 12-15.
 #[inline(always)]
-fn ctrl_words(opcode: u8, index: u16, qpn: u32, ds: u8, flags: u8, imm: u32) -> (u64, u64) {
+pub(super) fn ctrl_words(
+    opcode: u8,
+    index: u16,
+    qpn: u32,
+    ds: u8,
+    flags: u8,
+    imm: u32,
+) -> (u64, u64) {
     let first = (u64::from(index) << 8 | u64::from(opcode)) << 32
         | u64::from((qpn & 0x00ff_ffff) << 8 | u32::from(ds));
     (first, u64::from(flags) << 32 | u64::from(imm))
@@ -234,7 +241,7 @@ impl<B: Backend> RcQueuePair<B> {
         Ok(())
     }
 
-    fn not_connected(&self) -> DriverError {
+    pub(super) fn not_connected(&self) -> DriverError {
         DriverError::WrongState {
             what: "the queue pair",
             state: "in reset".to_string(),
@@ -345,7 +352,7 @@ impl<B: Backend> RcQueuePair<B> {
     /// Publishes the send ring up to `pi` and rings the doorbell with the WQE at block
     /// `last_ctrl` (all of its one block by BlueFlame when `blueflame`, else its first word).
     #[inline]
-    fn ring_send_doorbell(&mut self, pi: u32, last_ctrl: u32, blueflame: bool) {
+    pub(super) fn ring_send_doorbell(&mut self, pi: u32, last_ctrl: u32, blueflame: bool) {
         // The WQEs must reach memory before the record that publishes them.
         dma_wmb();
         self.dbr.set(1, pi & 0xffff);
