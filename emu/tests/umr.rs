@@ -806,3 +806,73 @@ fn a_umr_behind_a_write_awaiting_its_ack_completes_after_it() {
     assert_eq!(done[1][0x38], opcode::UMR, "then the UMR");
     assert!(done.iter().all(|c| cqe_opcode(c) == CQE_REQ));
 }
+
+/// With `umr_extended_translation_offset` advertised, mlx5_ib loads a region of 2^16 pages or
+/// more by UMR (`mlx5r_umr_can_load_pas`), chunk by chunk, each chunk's octoword offset split
+/// into `xlt_offset` and `xlt_offset_47_16` (`mlx5r_umr_update_offset`). A chunk at octoword
+/// 0x10000 (MTT entry 0x20000) lands there: the peer's WRITE at that page of the region reaches
+/// the chunk's pages.
+#[test]
+fn a_umr_past_16_bits_of_translation_offset_loads_where_mlx5_ib_means() {
+    let mut p = pair();
+    let general =
+        p.b.query_cap(cxdirect_hw::hca::cap_type::GENERAL_DEVICE, true);
+    let general = cxdirect_hw::caps::CmdHcaCap::new(&general[0x10..]).unwrap();
+    assert!(general.umr_extended_translation_offset());
+    let user_pd = p.b.pd;
+    let umr_pd = p.b.alloc_pd();
+    let mut umr_cq = p.b.create_cq(6);
+    let mut umr_sq = p.b.create_reg_umr_qp(&umr_cq, 7);
+    // A free key for 2^17 + 2 pages (512 MiB), from reg_create with populate false.
+    let iova = 0x7700_0000_0000u64;
+    let npages = (1u64 << 17) + 2;
+    let len = npages * 4096;
+    let key = reg_create(&mut p.b, umr_pd, iova, len, &[], ALL, false, 0x44).expect("free key");
+    let saved_pd = p.b.pd;
+    p.b.pd = umr_pd;
+    let umr_dma_lkey = p.b.create_mkey(false, true);
+    p.b.pd = saved_pd;
+    // The last chunk: MTT entries 0x20000 and 0x20001 (two pages), padded to 64 bytes.
+    let pages = scattered_pages(&mut p.b);
+    let list = mtt_list(&pages[..2]);
+    let list_buf = p.b.alloc(64, 64);
+    p.b.write(list_buf, &[list.clone(), vec![0; 64 - list.len()]].concat());
+    let offset = 0x1_0000u64;
+    let enable = umr_wqe(
+        &umr_sq,
+        key,
+        wqe::fence_mode::INITIATOR_SMALL,
+        flags::CHECK_NOT_FREE,
+        mkey_mask::KEY
+            | mkey_mask::FREE
+            | ACCESS_MASK
+            | mkey_mask::PD
+            | mkey_mask::LEN
+            | mkey_mask::PAGE_SIZE
+            | mkey_mask::START_ADDR,
+        4,
+        Some(offset),
+        |seg| {
+            set_access(seg, ALL);
+            seg.set_pd(user_pd)
+                .set_start_addr(iova)
+                .set_len(len)
+                .set_log_page_size(12)
+                .set_qpn(0xff_ffff)
+                .set_mkey_7_0(key as u8);
+        },
+        &List::Pointer(list_buf, umr_dma_lkey, 64),
+    );
+    let u = UmrCtrlSeg::new(&enable[16..64]).unwrap();
+    assert_eq!((u.xlt_offset(), u.xlt_offset_47_16()), (0, 1));
+    p.b.post(&mut umr_sq, &enable, false);
+    p.settle();
+    let done = drain(&p.b, &mut umr_cq);
+    assert_eq!(done.len(), 1, "the UMR completed");
+    assert_eq!(cqe_opcode(&done[0]), CQE_REQ, "{:02x?}", &done[0][0x30..]);
+    // Page 0x20000 of the region is the chunk's first page, 0x20001 its second.
+    let at = iova + (offset * 2) * 4096;
+    let data = pattern(4096 + 512, 5);
+    assert_eq!(write_from_a(&mut p, at + 0x100, key, &data), (CQE_REQ, 0));
+    assert_eq!(read_through(&p.b, &pages[..2], 0, 0x100, data.len()), data);
+}

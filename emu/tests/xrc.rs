@@ -13,11 +13,13 @@ use cxdirect_emu::testkit::{Cq, Host, Sq};
 use cxdirect_emu::wire::{PortId, Wire};
 use cxdirect_emu::{Device, EmuConfig, Syndrome};
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
+use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::hca::AllocXrcdOut;
 use cxdirect_hw::qp::{
     mtu, rq_type, service_type, state, CreateQpIn, CreateQpOut, CreateXrcSrqIn, CreateXrcSrqOut,
     QueryQpIn, QueryQpOut,
 };
+use cxdirect_hw::srq::{ArmXrcSrqIn, QueryXrcSrqIn, QueryXrcSrqOut, ARM_XRC_SRQ_OP_MOD_XRC_SRQ};
 use cxdirect_hw::wqe::{opcode, CtrlSeg, DataSeg, SrqNextSeg};
 use std::sync::Arc;
 
@@ -455,4 +457,125 @@ fn xrc_qps_take_the_xrc_rows_of_opt_mask_and_hold_their_domain() {
     let mut cmd = cxdirect_hw::qp::Rst2initQpIn::new(&mut ok[..]).unwrap();
     cmd.set_qpn(r.ini.sqn).set_opt_param_mask(optpar::RWE);
     r.a.exec(&ok, 16).expect("RTS2RTS with access flags");
+}
+
+/// ARM_XRC_SRQ as mlx5_ib's `arm_xrc_srq_cmd` sends it for `ibv_modify_srq` (IBV_SRQ_LIMIT):
+/// op_mod XRC_SRQ, the SRQ, the limit in `lwm`.
+fn arm_xrc_srq_input(srqn: u32, lwm: u16, op_mod: u16) -> Vec<u8> {
+    let mut input = Host::input(Opcode::ArmXrcSrq, op_mod, 0x10);
+    ArmXrcSrqIn::new(&mut input[..])
+        .unwrap()
+        .set_xrc_srqn(srqn)
+        .set_lwm(lwm);
+    input
+}
+
+/// QUERY_XRC_SRQ as mlx5_ib's `query_xrc_srq_cmd` sends it (for `ibv_query_srq`); the whole
+/// output, the context at 0x10.
+fn query_xrc_srq(h: &mut Host, srqn: u32) -> Result<Vec<u8>, CmdFail> {
+    let mut input = Host::input(Opcode::QueryXrcSrq, 0, 0x10);
+    QueryXrcSrqIn::new(&mut input[..])
+        .unwrap()
+        .set_xrc_srqn(srqn);
+    h.exec(&input, 0x110)
+}
+
+fn limit_events(h: &mut Host) -> Vec<u32> {
+    h.drain_eq()
+        .into_iter()
+        .filter(|(t, _, _)| *t == EventType::SrqRqLimit as u8)
+        .map(|(_, _, d)| u32::from_be_bytes([d[24], d[25], d[26], d[27]]))
+        .collect()
+}
+
+/// An XRC SRQ's limit (`arm_xrc_srq_cmd`) is one-shot, as a basic SRQ's: the SEND that leaves
+/// fewer WQEs posted than the limit raises one SRQ limit event naming the SRQ (what Linux's
+/// `srq_event_notifier` looks up, and mlx5_ib reports as IB_EVENT_SRQ_LIMIT_REACHED), and the
+/// limit then reads 0 in QUERY_XRC_SRQ, whose context (`get_srqc`) is the one created.
+#[test]
+fn arm_xrc_srq_raises_one_limit_event_and_query_xrc_srq_reads_the_context() {
+    let mut r = rig();
+    let srqn = r.srqs[0].srqn;
+    for _ in 0..4 {
+        let at = r.b.alloc(4096, 64);
+        post_srq_recv(&r.b, &mut r.srqs[0], at, 4096, r.lkey_b);
+    }
+    r.b.exec(&arm_xrc_srq_input(srqn, 2, ARM_XRC_SRQ_OP_MOD_XRC_SRQ), 16)
+        .expect("ARM_XRC_SRQ");
+    r.b.drain_eq();
+    let out = query_xrc_srq(&mut r.b, srqn).expect("QUERY_XRC_SRQ");
+    let out = QueryXrcSrqOut::new(&out[..]).unwrap();
+    let ctx = out.xrc_srq_context_entry();
+    assert_eq!(ctx.state(), 0, "good");
+    assert_eq!(ctx.lwm(), 2, "the armed limit");
+    assert_eq!(ctx.log_xrc_srq_size(), SRQ_LOG);
+    assert_eq!(ctx.log_rq_stride(), 1);
+    assert_eq!(ctx.log_page_size(), 0);
+    assert_eq!(ctx.page_offset(), 0);
+    assert_eq!(ctx.pd(), r.b.pd);
+    assert_eq!(ctx.cqn(), r.cqs_b[0].cqn);
+    assert_eq!(ctx.user_index(), UIDX[0]);
+    let dbr = (u64::from(ctx.db_record_addr_h()) << 32) | u64::from(ctx.db_record_addr_l() << 2);
+    assert_eq!(dbr, r.srqs[0].dbr);
+    // 4 posted, limit 2: the first two SENDs leave 3 and 2 posted, no event.
+    for i in 0..2u8 {
+        send(&mut r, srqn, &[i; 64]);
+    }
+    settle(&r);
+    assert!(limit_events(&mut r.b).is_empty(), "at or above the limit");
+    // The third leaves 1 < 2: one event, naming the XRC SRQ; the fourth raises nothing.
+    send(&mut r, srqn, &[2; 64]);
+    settle(&r);
+    assert_eq!(limit_events(&mut r.b), vec![srqn]);
+    send(&mut r, srqn, &[3; 64]);
+    settle(&r);
+    assert!(limit_events(&mut r.b).is_empty(), "disarmed after it fired");
+    for _ in 0..4 {
+        let cqe = r.b.poll_cq(&mut r.cqs_b[0]).expect("receive completion");
+        assert_eq!(cqe_opcode(&cqe), 2);
+    }
+    let out = query_xrc_srq(&mut r.b, srqn).expect("QUERY_XRC_SRQ");
+    let out = QueryXrcSrqOut::new(&out[..]).unwrap();
+    assert_eq!(out.xrc_srq_context_entry().lwm(), 0, "one-shot limit");
+    assert_eq!(out.xrc_srq_context_entry().wqe_cnt(), 4, "WQEs consumed");
+    assert_eq!(r.b.dev.counters().limit_events, 1);
+}
+
+/// ARM_XRC_SRQ refuses another op_mod, a limit above the ring and an unknown SRQ; QUERY_XRC_SRQ
+/// an unknown SRQ.
+#[test]
+fn arm_and_query_xrc_srq_refuse_what_linux_never_sends() {
+    let mut r = rig();
+    let srqn = r.srqs[1].srqn;
+    assert_eq!(
+        r.b.exec(&arm_xrc_srq_input(srqn, 1, 0), 16).map(|_| ()),
+        Err(CmdFail::status(CmdStatus::BadParameter, Syndrome::BadOpMod))
+    );
+    assert_eq!(
+        r.b.exec(
+            &arm_xrc_srq_input(srqn, (1 << SRQ_LOG) + 1, ARM_XRC_SRQ_OP_MOD_XRC_SRQ),
+            16
+        )
+        .map(|_| ()),
+        Err(CmdFail::status(
+            CmdStatus::BadParameter,
+            Syndrome::BadWqParams
+        ))
+    );
+    let gone = 0x00ab_cdef;
+    assert_eq!(
+        r.b.exec(&arm_xrc_srq_input(gone, 1, ARM_XRC_SRQ_OP_MOD_XRC_SRQ), 16)
+            .map(|_| ()),
+        Err(CmdFail::status(
+            CmdStatus::BadResource,
+            Syndrome::NoSuchObject
+        ))
+    );
+    assert_eq!(
+        query_xrc_srq(&mut r.b, gone).map(|_| ()),
+        Err(CmdFail::status(
+            CmdStatus::BadResource,
+            Syndrome::NoSuchObject
+        ))
+    );
 }

@@ -257,6 +257,7 @@ device_codes! {
         CreateXrcSrq = 0x705 => "CREATE_XRC_SRQ",
         DestroyXrcSrq = 0x706 => "DESTROY_XRC_SRQ",
         QueryXrcSrq = 0x707 => "QUERY_XRC_SRQ",
+        ArmXrcSrq = 0x708 => "ARM_XRC_SRQ",
         QueryVportState = 0x750 => "QUERY_VPORT_STATE",
         ModifyVportState = 0x751 => "MODIFY_VPORT_STATE",
         QueryNicVportContext = 0x754 => "QUERY_NIC_VPORT_CONTEXT",

@@ -34,6 +34,7 @@ pub mod mmio;
 pub mod qp;
 pub mod reg;
 pub mod roce;
+pub mod srq;
 pub mod tir;
 pub mod umr;
 pub mod vport;

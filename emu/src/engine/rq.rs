@@ -630,17 +630,28 @@ pub(crate) fn fill_rx_cqe(
 /// Raises the RMP's limit event once when its posted WQEs fall below the armed watermark, and
 /// disarms it (the limit then reads 0 until the driver arms it again).
 pub(crate) fn check_limit(core: &mut Core, rmpn: u32, posted_now: u16) {
-    let Some(rmp) = core.res.rmps.get_mut(rmpn) else {
+    check_shared_limit(core, SharedRing::Rmp(rmpn), posted_now);
+}
+
+/// Raises shared ring `ring`'s SRQ limit event (an RMP's or an XRC SRQ's) once when its posted
+/// WQEs fall below the armed watermark, and disarms it. Both live in the SRQ number space
+/// Linux's `srq_event_notifier` looks the event's `qp_srq_n` up in.
+pub(crate) fn check_shared_limit(core: &mut Core, ring: SharedRing, posted_now: u16) {
+    let (lwm, srqn) = match ring {
+        SharedRing::Rmp(n) => (core.res.rmps.get_mut(n).map(|r| &mut r.lwm), n),
+        SharedRing::XrcSrq(n) => (core.res.xrc_srqs.get_mut(n).map(|s| &mut s.lwm), n),
+    };
+    let Some(lwm) = lwm else {
         return;
     };
-    if rmp.lwm == 0 || posted_now >= rmp.lwm {
+    if *lwm == 0 || posted_now >= *lwm {
         return;
     }
-    rmp.lwm = 0;
+    *lwm = 0;
     add(&core.counters.limit_events, 1);
     let mut data = [0u8; 28];
     data[0x14] = 1;
-    data[24..28].copy_from_slice(&(rmpn & 0x00ff_ffff).to_be_bytes());
+    data[24..28].copy_from_slice(&(srqn & 0x00ff_ffff).to_be_bytes());
     crate::engine::eq::post_subscribed_event(core, EventType::SrqRqLimit, 0, &data);
 }
 
@@ -677,8 +688,15 @@ fn shared_ring(core: &mut Core, ring: SharedRing) -> Option<&mut WorkQueue> {
 /// Takes the next receive WQE of RMP `rmpn` for a QP, `posted` being how many it holds (at
 /// least one): see [`take_shared_wqe`]; then checks the RMP's limit.
 pub(crate) fn take_rmp_wqe(core: &mut Core, rmpn: u32, posted: u16) -> Option<RmpWqe> {
-    let wqe = take_shared_wqe(core, SharedRing::Rmp(rmpn))?;
-    check_limit(core, rmpn, posted - 1);
+    take_limited_wqe(core, SharedRing::Rmp(rmpn), posted)
+}
+
+/// Takes the next receive WQE of shared ring `ring` (an RMP or an XRC SRQ) for a QP, `posted`
+/// being how many it holds (at least one, read from its doorbell record): see
+/// [`take_shared_wqe`]; then checks the ring's limit.
+pub(crate) fn take_limited_wqe(core: &mut Core, ring: SharedRing, posted: u16) -> Option<RmpWqe> {
+    let wqe = take_shared_wqe(core, ring)?;
+    check_shared_limit(core, ring, posted - 1);
     Some(wqe)
 }
 

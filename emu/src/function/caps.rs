@@ -86,8 +86,11 @@ impl CapSet {
             // IB_WR_REG_MR. A UMR may change a key's atomic access too: with `atomic` set and
             // this disabled, mlx5_ib's own UMRs (`umr_check_mkey_mask`) fail every user
             // registration from its cache with EPERM. The list pointer may use the reserved
-            // lkey (Linux's `local_dma_lkey`); offsets past 16 bits are not advertised, so a
-            // region of 2^16 pages or more is registered by CREATE_MKEY.
+            // lkey (Linux's `local_dma_lkey`). The list's octoword offset takes its bits 47:16
+            // (`xlt_offset_47_16`) too: mlx5_ib then loads regions of 2^16 pages or more by
+            // UMR in chunks (`mlx5r_umr_can_load_pas`, `mlx5r_umr_update_offset`) from keys of
+            // its larger cache orders (`mkey_max_umr_order`) instead of by CREATE_MKEY.
+            .set_umr_extended_translation_offset(true)
             .set_umr_modify_entity_size_disabled(false)
             .set_umr_modify_atomic_disabled(false)
             .set_umr_ptr_rlky(true)

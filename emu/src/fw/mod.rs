@@ -186,6 +186,8 @@ fn dispatch(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
         Opcode::QueryQp => qp::query_qp(core, input, output),
         Opcode::DestroyQp => qp::destroy_qp(core, input),
         Opcode::CreateXrcSrq => xrc::create_xrc_srq(core, input, output),
+        Opcode::ArmXrcSrq => xrc::arm_xrc_srq(core, input),
+        Opcode::QueryXrcSrq => xrc::query_xrc_srq(core, input, output),
         Opcode::DestroyXrcSrq => xrc::destroy_xrc_srq(core, input),
         Opcode::SetRoceAddress => roce::set_roce_address(core, input),
         Opcode::QueryRoceAddress => roce::query_roce_address(core, input, output),

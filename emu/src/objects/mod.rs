@@ -333,6 +333,13 @@ pub(crate) struct XrcSrq {
     /// The index its CQEs carry in `srqn_uidx` (`user_index` of the context), by which
     /// libmlx5 finds the SRQ.
     pub user_index: u32,
+    /// Armed limit (low watermark) in WQEs, set by ARM_XRC_SRQ (0 = disarmed).
+    pub lwm: u16,
+    /// The buffer's page size as created (`log_page_size`, log2 less 12), read back by
+    /// QUERY_XRC_SRQ.
+    pub log_page_size: u8,
+    /// The buffer's offset in its first page as created (`page_offset`, 1/64 page units).
+    pub page_offset: u8,
 }
 
 #[derive(Debug)]

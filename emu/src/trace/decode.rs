@@ -7,7 +7,7 @@ use cxdirect_hw::cmd::{CmdIn, Opcode};
 use cxdirect_hw::hca::cap_type;
 use cxdirect_hw::layout::{read_field, FieldInfo, FieldKind, Layout};
 use cxdirect_hw::roce::RoceCap;
-use cxdirect_hw::{cq, eq, flow, hca, mkey, qp, reg, roce, tir, vport, wq};
+use cxdirect_hw::{cq, eq, flow, hca, mkey, qp, reg, roce, srq, tir, vport, wq};
 
 /// One decoded field's value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,6 +114,8 @@ fn input_fields(opcode: Opcode) -> &'static [FieldInfo] {
         O::QueryQp => qp::QueryQpIn::FIELDS,
         O::DestroyQp => qp::DestroyQpIn::FIELDS,
         O::CreateXrcSrq => qp::CreateXrcSrqIn::FIELDS,
+        O::ArmXrcSrq => srq::ArmXrcSrqIn::FIELDS,
+        O::QueryXrcSrq => srq::QueryXrcSrqIn::FIELDS,
         O::DestroyXrcSrq => qp::DestroyXrcSrqIn::FIELDS,
         O::SetRoceAddress => roce::SetRoceAddressIn::FIELDS,
         O::QueryRoceAddress => roce::QueryRoceAddressIn::FIELDS,

@@ -40,6 +40,10 @@ pub fn checks() -> usize {
         qp::CreateXrcSrqIn,
         qp::CreateXrcSrqOut,
         qp::DestroyXrcSrqIn,
+        srq::ArmXrcSrqIn,
+        srq::ArmXrcSrqOut,
+        srq::QueryXrcSrqIn,
+        srq::QueryXrcSrqOut,
         vport::QueryHcaVportPkeyIn,
         vport::QueryHcaVportPkeyOut,
     )

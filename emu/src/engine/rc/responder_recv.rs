@@ -103,10 +103,7 @@ pub(super) fn take_receive(core: &mut Core, qpn: u32) -> Option<ReceiveInProgres
                 (_, Some(x)) => SharedRing::XrcSrq(x.srqn),
                 _ => return None,
             };
-            let w = match ring {
-                SharedRing::Rmp(rmpn) => crate::engine::rq::take_rmp_wqe(core, rmpn, posted)?,
-                SharedRing::XrcSrq(_) => crate::engine::rq::take_shared_wqe(core, ring)?,
-            };
+            let w = crate::engine::rq::take_limited_wqe(core, ring, posted)?;
             Some(ReceiveInProgress {
                 index: w.index,
                 addr: w.addr,
