@@ -84,6 +84,29 @@ impl<B: Backend> RcQueuePair<B> {
         }
     }
 
+    /// Sets the first PSN the QP sends with (24 bits), for a connection manager that chose
+    /// it and told the peer (the starting PSN of a CM REQ or REP). The QP must be in
+    /// [`QpState::Reset`]; [`RcQueuePair::local_endpoint`] reports it from then on.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::WrongState`] after the QP left reset; a config error for a PSN past 24
+    /// bits.
+    pub fn set_send_psn(&mut self, psn: u32) -> Result<(), DriverError> {
+        if self.state != QpState::Reset {
+            return Err(DriverError::WrongState {
+                what: "the queue pair",
+                state: format!("{:?}", self.state()),
+                needed: "in reset: the first PSN is set before connecting",
+            });
+        }
+        if psn > 0xff_ffff {
+            return Err(DriverError::config("psn", psn, "0 to 0xffffff"));
+        }
+        self.psn = psn;
+        Ok(())
+    }
+
     /// Connects to `remote`: RST2INIT (remote read, write and atomics allowed: the memory
     /// regions' rights decide), INIT2RTR (path MTU, the peer's QPN, PSN, GID and MAC), RTR2RTS
     /// (own PSN, timeout, retries). The QP must be in [`QpState::Reset`].
