@@ -40,7 +40,7 @@ mod test_support;
 
 pub use backend::{Backend, BackendError, Interrupt};
 pub use cm::{
-    Cm, CmError, CmStats, ConnId, ConnectRequest, MadAddress, QpAttributes, QpParams,
+    Cm, CmAddress, CmError, CmStats, ConnId, ConnectRequest, QpAttributes, QpParams,
     ReceiveError as CmReceiveError,
 };
 pub use control::{

@@ -5,7 +5,7 @@
 //! The peer's MAC comes from its RoCE address here; resolving it by ARP is tested in
 //! `addresses.rs`.
 
-use cxdirect::cm::{Cm, Event, Identity, MadAddress as CmAddress, QpAttributes, QpParams};
+use cxdirect::cm::{Cm, CmAddress, Event, Identity, QpAttributes, QpParams};
 use cxdirect::rdma::{
     CompletionQueue, ConnectParams, Endpoint, GsiQueuePair, MadAddress, MadTransport, MemoryRegion,
     PathMtu, Payload, ProtectionDomain, QpCaps, RcQueuePair, RecvRequest, Roce, SendOp,

@@ -9,7 +9,7 @@
 
 #![no_main]
 
-use cxdirect::cm::{parse, Cm, Event, Identity, MadAddress, QpParams};
+use cxdirect::cm::{parse, Cm, Event, Identity, CmAddress, QpParams};
 use libfuzzer_sys::fuzz_target;
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -54,7 +54,7 @@ impl Sides {
                 assert!(parse(&mad).is_ok(), "client sent an unparsable MAD");
                 self.record(mad);
                 if let Ok(Some(Event::ConnectRequest(r))) =
-                    self.server.receive(self.now, MadAddress::ipv4(CLIENT), &mad)
+                    self.server.receive(self.now, CmAddress::ipv4(CLIENT), &mad)
                 {
                     let _ = self.server.accept(r.id, &QpParams::rping(0x22), &[]);
                 }
@@ -62,7 +62,7 @@ impl Sides {
             for (_, mad) in s.sends {
                 assert!(parse(&mad).is_ok(), "server sent an unparsable MAD");
                 self.record(mad);
-                let _ = self.client.receive(self.now, MadAddress::ipv4(SERVER), &mad);
+                let _ = self.client.receive(self.now, CmAddress::ipv4(SERVER), &mad);
             }
         }
         assert!(self.client.connections() <= MAX_CONNS);
@@ -101,9 +101,9 @@ fuzz_target!(|data: &[u8]| {
                 mad[..n].copy_from_slice(&input[..n]);
                 input = &input[n..];
                 let (side, from) = if op % 8 == 0 {
-                    (&mut s.server, MadAddress::ipv4(CLIENT))
+                    (&mut s.server, CmAddress::ipv4(CLIENT))
                 } else {
-                    (&mut s.client, MadAddress::ipv4(SERVER))
+                    (&mut s.client, CmAddress::ipv4(SERVER))
                 };
                 let _ = side.receive(s.now, from, &mad);
             }
@@ -123,7 +123,7 @@ fuzz_target!(|data: &[u8]| {
                     input = &input[2..];
                 }
                 let side = if op % 8 == 2 { &mut s.server } else { &mut s.client };
-                let _ = side.receive(s.now, MadAddress::ipv4(Ipv4Addr::new(10, 0, 0, 66)), &mad);
+                let _ = side.receive(s.now, CmAddress::ipv4(Ipv4Addr::new(10, 0, 0, 66)), &mad);
             }
             // Time passes (up to about 70 s).
             4 => {

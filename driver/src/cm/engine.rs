@@ -3,7 +3,7 @@
 use super::timing::convert_to_ms;
 use super::wire::{parse, Mad, Message};
 use super::{
-    CmError, CmStats, ConnId, Event, Identity, MadAddress, QpAttributes, ReceiveError, Stage,
+    CmAddress, CmError, CmStats, ConnId, Event, Identity, QpAttributes, ReceiveError, Stage,
     TimedOut,
 };
 use std::collections::VecDeque;
@@ -66,7 +66,7 @@ struct Conn {
     /// 0 until the peer's ID is known (Linux matches `remote_id == 0` the same way).
     remote_id: u32,
     state: State,
-    peer: MadAddress,
+    peer: CmAddress,
     remote_guid: u64,
     remote_qpn: u32,
     local_qpn: u32,
@@ -86,7 +86,7 @@ struct Conn {
 #[derive(Debug, Default)]
 pub struct Poll {
     /// MADs to send on QP1, in order.
-    pub sends: Vec<(MadAddress, Mad)>,
+    pub sends: Vec<(CmAddress, Mad)>,
     /// Timer events (timeouts, DREQs given up).
     pub events: Vec<Event>,
 }
@@ -96,7 +96,7 @@ pub struct Cm {
     me: Identity,
     conns: Vec<Option<Conn>>,
     listeners: Vec<u16>,
-    oneshot: VecDeque<(MadAddress, Mad)>,
+    oneshot: VecDeque<(CmAddress, Mad)>,
     rng: u64,
     stats: CmStats,
 }
@@ -192,7 +192,7 @@ impl Cm {
         self.conns[i].as_mut().unwrap_or_else(|| unreachable!())
     }
 
-    fn queue(&mut self, to: MadAddress, mad: Mad) {
+    fn queue(&mut self, to: CmAddress, mad: Mad) {
         if self.oneshot.len() >= self.me.limits.max_pending_sends {
             self.stats.send_queue_full += 1;
             return;
@@ -314,7 +314,7 @@ impl Cm {
     pub fn receive(
         &mut self,
         now: Duration,
-        from: MadAddress,
+        from: CmAddress,
         mad: &Mad,
     ) -> Result<Option<Event>, ReceiveError> {
         self.stats.received += 1;

@@ -36,14 +36,14 @@ use thiserror::Error;
 
 /// Where a MAD comes from or goes to: the peer port's GID and its QP (1 for every CM MAD).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct MadAddress {
+pub struct CmAddress {
     /// The peer's GID (`::ffff:a.b.c.d` for an IPv4 RoCE v2 port).
     pub gid: Gid,
     /// The peer's QP number: 1 (`remote_cm_qpn = 1`, `cm.c`).
     pub qpn: u32,
 }
 
-impl MadAddress {
+impl CmAddress {
     /// The CM (QP1) of the RoCE v2 port holding `ip`.
     pub fn ipv4(ip: Ipv4Addr) -> Self {
         Self {
@@ -53,7 +53,7 @@ impl MadAddress {
     }
 }
 
-impl core::fmt::Display for MadAddress {
+impl core::fmt::Display for CmAddress {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match gid_ipv4(&self.gid) {
             Some(ip) => write!(f, "{ip}"),
@@ -222,7 +222,7 @@ pub struct ConnectRequest {
     /// The listening port it reached.
     pub port: u16,
     /// Where it came from.
-    pub from: MadAddress,
+    pub from: CmAddress,
     /// rdma_cm's header: the peer's IP and port, and the address it asked for.
     pub cma: CmaHeader,
     /// The peer's node GUID.
@@ -278,7 +278,7 @@ pub struct TimedOut {
     /// The connection (freed).
     pub id: ConnId,
     /// The destination that did not answer.
-    pub peer: MadAddress,
+    pub peer: CmAddress,
     /// What went unanswered.
     pub stage: Stage,
     /// How many times it was sent.

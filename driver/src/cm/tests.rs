@@ -76,23 +76,23 @@ impl Net {
                 return;
             }
             for (to, mad) in c.sends {
-                assert_eq!(to, MadAddress::ipv4(SERVER_IP));
+                assert_eq!(to, CmAddress::ipv4(SERVER_IP));
                 if drop(true, &mad) {
                     continue;
                 }
                 self.log.push((true, mad));
-                let from = MadAddress::ipv4(CLIENT_IP);
+                let from = CmAddress::ipv4(CLIENT_IP);
                 if let Ok(Some(e)) = self.server.receive(self.now, from, &mad) {
                     self.server_events.push(e);
                 }
             }
             for (to, mad) in s.sends {
-                assert_eq!(to, MadAddress::ipv4(CLIENT_IP));
+                assert_eq!(to, CmAddress::ipv4(CLIENT_IP));
                 if drop(false, &mad) {
                     continue;
                 }
                 self.log.push((false, mad));
-                let from = MadAddress::ipv4(SERVER_IP);
+                let from = CmAddress::ipv4(SERVER_IP);
                 if let Ok(Some(e)) = self.client.receive(self.now, from, &mad) {
                     self.client_events.push(e);
                 }

@@ -7,7 +7,7 @@ use crate::cm::timing::{ack_timeout, convert_to_ms};
 use crate::cm::wire::{
     pd_size, CmaHeader, Dreq, Message, Path, PrivateData, Rej, Rep, Req, CMA_HDR_SIZE,
 };
-use crate::cm::{CmError, ConnId, MadAddress, QpAttributes, QpParams, Stage};
+use crate::cm::{CmAddress, CmError, ConnId, QpAttributes, QpParams, Stage};
 use cxdirect_hw::cm::{msg_response, port_space, rej_reason, service_id};
 
 impl Cm {
@@ -38,7 +38,7 @@ impl Cm {
         let local_id = self.new_comm_id();
         let psn = (self.next_rand() >> 40) as u32 & QPN_MASK;
         let me = self.me;
-        let peer = MadAddress::ipv4(dest_ip);
+        let peer = CmAddress::ipv4(dest_ip);
         let mut pd = [0u8; pd_size::REQ];
         pd[..CMA_HDR_SIZE].copy_from_slice(
             &CmaHeader {

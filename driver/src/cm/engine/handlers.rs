@@ -6,7 +6,7 @@ use super::{Cm, Conn, State, QPN_MASK};
 use crate::cm::timing::{ack_timeout, convert_to_ms, MRA_SERVICE_TIMEOUT};
 use crate::cm::wire::{CmaHeader, Dreq, IdPair, Message, Mra, PrivateData, Rej, Rep, Req};
 use crate::cm::{
-    ConnId, ConnectRequest, Event, MadAddress, QpAttributes, ReceiveError, CMA_HDR_SIZE,
+    CmAddress, ConnId, ConnectRequest, Event, QpAttributes, ReceiveError, CMA_HDR_SIZE,
 };
 use cxdirect_hw::cm::{attr, msg_response, port_space, rej_reason};
 use std::time::Duration;
@@ -19,7 +19,7 @@ impl Cm {
     /// remote ID becomes the local one; the received TID is echoed.
     fn issue_rej(
         &mut self,
-        to: MadAddress,
+        to: CmAddress,
         tid: u64,
         (rcv_local, rcv_remote): (u32, u32),
         reason: u16,
@@ -62,7 +62,7 @@ impl Cm {
 
     pub(super) fn on_req(
         &mut self,
-        from: MadAddress,
+        from: CmAddress,
         tid: u64,
         rcv_remote: u32,
         req: &Req,
@@ -216,7 +216,7 @@ impl Cm {
         })))
     }
 
-    pub(super) fn on_rep(&mut self, from: MadAddress, tid: u64, rep: &Rep) -> Received {
+    pub(super) fn on_rep(&mut self, from: CmAddress, tid: u64, rep: &Rep) -> Received {
         let Some(i) = self.acquire(rep.remote_comm_id, 0) else {
             // `cm_dup_rep_handler`: our RTU was lost; send it again from ESTABLISHED.
             return match self.acquire(rep.remote_comm_id, rep.local_comm_id) {
@@ -433,7 +433,7 @@ impl Cm {
     pub(super) fn on_dreq(
         &mut self,
         now: Duration,
-        from: MadAddress,
+        from: CmAddress,
         tid: u64,
         dreq: &Dreq,
     ) -> Received {

@@ -27,7 +27,7 @@ fn client_and_server_connect_and_disconnect() {
         panic!("no connect request: {:?}", net.server_events);
     };
     assert_eq!(req.port, PORT);
-    assert_eq!(req.from, MadAddress::ipv4(CLIENT_IP));
+    assert_eq!(req.from, CmAddress::ipv4(CLIENT_IP));
     assert_eq!(req.cma.src_ip, CLIENT_IP);
     assert_eq!(req.cma.dst_ip, SERVER_IP);
     assert_eq!(req.cma.src_port, SRC_PORT);

@@ -6,8 +6,8 @@ use cxdirect_hw::cm::{attr, msg_response, rej_reason};
 
 const EVIL: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 66);
 
-fn evil() -> MadAddress {
-    MadAddress::ipv4(EVIL)
+fn evil() -> CmAddress {
+    CmAddress::ipv4(EVIL)
 }
 
 /// Asserts both sides of an established pair are untouched and the wire is quiet.
@@ -164,8 +164,8 @@ fn replays_are_duplicates() {
     let (s, _) = net.accept();
     net.run(|_, _| false);
     let log = net.log.clone();
-    let from_client = MadAddress::ipv4(CLIENT_IP);
-    let from_server = MadAddress::ipv4(SERVER_IP);
+    let from_client = CmAddress::ipv4(CLIENT_IP);
+    let from_server = CmAddress::ipv4(SERVER_IP);
     // Replayed REQ: the server knows its (comm ID, GUID); no second connection.
     let req = log.iter().find(|(_, m)| attr_of(m) == attr::REQ).unwrap().1;
     assert!(matches!(
@@ -247,7 +247,7 @@ fn req_flood_is_bounded() {
                     .unwrap()
             });
         for (_, mad) in client.poll(Duration::ZERO).sends {
-            let _ = server.receive(Duration::ZERO, MadAddress::ipv4(CLIENT_IP), &mad);
+            let _ = server.receive(Duration::ZERO, CmAddress::ipv4(CLIENT_IP), &mad);
         }
     }
     assert_eq!(server.connections(), 4);
@@ -288,7 +288,7 @@ fn req_for_another_gid_is_rejected_with_ours() {
         .unwrap();
     let req = client.poll(Duration::ZERO).sends[0].1;
     assert_eq!(
-        server.receive(Duration::ZERO, MadAddress::ipv4(CLIENT_IP), &req),
+        server.receive(Duration::ZERO, CmAddress::ipv4(CLIENT_IP), &req),
         Err(ReceiveError::Refused(rej_reason::INVALID_GID))
     );
     let rej = server.poll(Duration::ZERO).sends[0].1;

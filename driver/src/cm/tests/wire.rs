@@ -132,7 +132,7 @@ fn req_is_byte_for_byte_what_linux_builds() {
     let sends = cm.poll(Duration::ZERO).sends;
     assert_eq!(sends.len(), 1);
     let (to, got) = sends[0];
-    assert_eq!(to, MadAddress::ipv4(SERVER_IP));
+    assert_eq!(to, CmAddress::ipv4(SERVER_IP));
     let psn = u32::from_be_bytes([0, got[68], got[69], got[70]]);
 
     let mut want = [0u8; 256];

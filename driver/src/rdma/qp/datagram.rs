@@ -176,30 +176,17 @@ impl<B: Backend> RcQueuePair<B> {
             let forced = !wr.signaled && self.unsignaled_run + blocks >= half;
             last_ctrl = pi;
             last_blocks = self.write_datagram(pi, wr, &shape, wr.signaled || forced);
-            self.track.sq.record_send(
-                pi,
-                SentWqe {
-                    wr_id: wr.wr_id,
-                    op: WcOpcode::Send,
-                    bbs: last_blocks as u16,
-                    signaled: wr.signaled,
-                    forced,
-                    len: shape.len,
-                },
-            );
-            self.unsignaled_run = if wr.signaled || forced {
-                0
-            } else {
-                self.unsignaled_run + last_blocks
+            let sent = SentWqe {
+                wr_id: wr.wr_id,
+                op: WcOpcode::Send,
+                bbs: last_blocks as u16,
+                signaled: wr.signaled,
+                forced,
+                len: shape.len,
             };
-            pi = pi.wrapping_add(last_blocks);
+            pi = self.record_sent(pi, sent);
         }
-        self.track.sq.publish(pi);
-        let blueflame = wrs.len() == 1 && last_blocks == 1;
-        self.ring_send_doorbell(pi, last_ctrl, blueflame);
-        self.stats.sends += wrs.len() as u64;
-        self.stats.doorbells += 1;
-        self.stats.blueflame += u64::from(blueflame);
+        self.ring_posted(pi, last_ctrl, last_blocks, wrs.len());
         Ok(())
     }
 

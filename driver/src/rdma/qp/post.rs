@@ -214,31 +214,44 @@ impl<B: Backend> RcQueuePair<B> {
             let forced = !wr.signaled && self.unsignaled_run + blocks >= half;
             last_ctrl = pi;
             last_blocks = self.write_send(pi, wr, &shape, wr.signaled || forced);
-            self.track.sq.record_send(
-                pi,
-                SentWqe {
-                    wr_id: wr.wr_id,
-                    op: shape.wc,
-                    bbs: last_blocks as u16,
-                    signaled: wr.signaled,
-                    forced,
-                    len: shape.len,
-                },
-            );
-            self.unsignaled_run = if wr.signaled || forced {
-                0
-            } else {
-                self.unsignaled_run + last_blocks
+            let sent = SentWqe {
+                wr_id: wr.wr_id,
+                op: shape.wc,
+                bbs: last_blocks as u16,
+                signaled: wr.signaled,
+                forced,
+                len: shape.len,
             };
-            pi = pi.wrapping_add(last_blocks);
+            pi = self.record_sent(pi, sent);
         }
+        self.ring_posted(pi, last_ctrl, last_blocks, wrs.len());
+        Ok(())
+    }
+
+    /// Records the WQE written at `pi` for its completion and keeps count of the unsignalled
+    /// blocks since the last CQE asked for; the index after it.
+    #[inline]
+    pub(super) fn record_sent(&mut self, pi: u32, sent: SentWqe) -> u32 {
+        let blocks = u32::from(sent.bbs);
+        self.unsignaled_run = if sent.signaled || sent.forced {
+            0
+        } else {
+            self.unsignaled_run + blocks
+        };
+        self.track.sq.record_send(pi, sent);
+        pi.wrapping_add(blocks)
+    }
+
+    /// Publishes the send queue up to `pi` and rings its doorbell for `posted` requests
+    /// (BlueFlame for a lone one-block WQE, whose control segment is at `last_ctrl`).
+    #[inline]
+    pub(super) fn ring_posted(&mut self, pi: u32, last_ctrl: u32, last_blocks: u32, posted: usize) {
         self.track.sq.publish(pi);
-        let blueflame = wrs.len() == 1 && last_blocks == 1;
+        let blueflame = posted == 1 && last_blocks == 1;
         self.ring_send_doorbell(pi, last_ctrl, blueflame);
-        self.stats.sends += wrs.len() as u64;
+        self.stats.sends += posted as u64;
         self.stats.doorbells += 1;
         self.stats.blueflame += u64::from(blueflame);
-        Ok(())
     }
 
     pub(super) fn not_connected(&self) -> DriverError {
