@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 
 /// How long neither side may complete anything before the run is declared stalled.
 pub const PATIENCE: Duration = Duration::from_secs(5);
+/// How long QP1 stays after a disconnect, as a connection's timewait would keep it answering.
+const LINGER: Duration = Duration::from_millis(200);
 /// How long a server waits for a client's connection request through the connection manager.
 pub const LISTEN_PATIENCE: Duration = Duration::from_secs(60);
 /// Receive slots of [`BUFFER_INFO_LEN`] bytes each side keeps on its queue pair's own receive
@@ -178,12 +180,18 @@ impl<B: Backend> VerbsSide<B> {
         Ok(())
     }
 
-    /// Disconnects `link` (a DREQ unless the peer's came first), waits for it to be down and
+    /// Disconnects `link` (a DREQ unless the peer's came first), waits for it to be down, keeps
+    /// QP1 for [`LINGER`] more (the DREP just posted goes out, a resent DREQ is answered), and
     /// destroys QP1.
     pub fn hang_up(&mut self, mut link: CmLink<B>) -> Result<(), String> {
-        let down = link
+        let mut down = link
             .disconnect()
-            .and_then(|()| self.wait(&mut link, |p| p == Phase::Down, PATIENCE));
+            .and_then(|()| self.wait(&mut link, |p| p == Phase::Down, CONNECT_PATIENCE));
+        let lingered = Instant::now();
+        while down.is_ok() && lingered.elapsed() < LINGER {
+            down = self.turn(&mut link).map(|_| ());
+            std::thread::yield_now();
+        }
         let closed = link.close(&mut self.port.dev);
         down.and(closed)
     }
