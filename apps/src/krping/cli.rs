@@ -16,8 +16,12 @@ use std::net::{IpAddr, Ipv4Addr};
 #[command(name = "cxdirect-krping", version)]
 #[command(after_help = "\
 SPEC: emu-pair runs the server on one port and the client on the other, in this process (no \
---server or --client). A PCI address runs one side, --server or --client, in this process; the \
-two sides trade their endpoints over TCP (--address, --port) before they connect.")]
+--server or --client; with --connect-by cm they connect through the connection manager). A PCI \
+address runs one side, --server or --client, in this process, connected as rping connects by \
+default (--connect-by cm): the server listens on its own IP address (--address) and CM port \
+(--port, 7174), the client (its own IP address given by --local-address) sends a CM REQ there, \
+and each names the peer's MAC (--peer-mac). With --connect-by tcp the two sides trade their \
+endpoints over TCP (--address, --port 18515) instead.")]
 pub struct Cli {
     /// Which side this process runs.
     #[command(flatten)]
@@ -47,7 +51,7 @@ pub struct Cli {
     pub verbose: bool,
     /// How the sides connect: cm (the RDMA connection manager, as rping; the default on a PCI
     /// function) or tcp (endpoints traded over TCP)
-    #[arg(long, value_name = "HOW", value_enum, help_heading = RUN)]
+    #[arg(long, value_name = "HOW", value_enum, hide_possible_values = true, help_heading = RUN)]
     pub connect_by: Option<ConnectBy>,
     /// The server's IP address: with cm, the server function's own (its GID; 192.168.77.1 on
     /// emu-pair), which the client connects to; with tcp, where the endpoint exchange listens
