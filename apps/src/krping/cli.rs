@@ -1,22 +1,27 @@
 //! cxdirect-krping's command line.
 
 use super::protocol::Options;
-use super::run::SideSetup;
+use super::run::{CmSettings, Rendezvous, SideSetup, CLIENT_ADDRESS, SERVER_ADDRESS};
 use super::srq::{DEFAULT_DEPTH, MAX_DEPTH};
 use super::{DEFAULT_SIZE, MAX_SIZE, MIN_SIZE};
 use crate::cli::{at_least_one, DeviceArgs, RUN, TRAFFIC};
+use crate::rdma::cm_link::RPING_PORT;
 use crate::rdma::endpoint::DEFAULT_PORT;
 use crate::rdma::MemoryKind;
-use clap::{Args, Parser};
-use std::net::IpAddr;
+use clap::{Args, Parser, ValueEnum};
+use std::net::{IpAddr, Ipv4Addr};
 
 /// Runs krping's RDMA READ / RDMA WRITE ping between a server and a client
 #[derive(Parser, Debug)]
 #[command(name = "cxdirect-krping", version)]
 #[command(after_help = "\
 SPEC: emu-pair runs the server on one port and the client on the other, in this process (no \
---server or --client). A PCI address runs one side, --server or --client, in this process; the \
-two sides trade their endpoints over TCP (--address, --port) before they connect.")]
+--server or --client; with --connect-by cm they connect through the connection manager). A PCI \
+address runs one side, --server or --client, in this process, connected as rping connects by \
+default (--connect-by cm): the server listens on its own IP address (--address) and CM port \
+(--port, 7174), the client (its own IP address given by --local-address) sends a CM REQ there, \
+and each names the peer's MAC (--peer-mac). With --connect-by tcp the two sides trade their \
+endpoints over TCP (--address, --port 18515) instead.")]
 pub struct Cli {
     /// Which side this process runs.
     #[command(flatten)]
@@ -44,12 +49,53 @@ pub struct Cli {
     /// Print each ping's data (its first 64 bytes)
     #[arg(long, help_heading = RUN)]
     pub verbose: bool,
-    /// Address the server listens on, and the client connects to, for the endpoint exchange
-    #[arg(long, value_name = "IP", default_value = "127.0.0.1", help_heading = RUN)]
-    pub address: IpAddr,
-    /// TCP port of the endpoint exchange
-    #[arg(long, value_name = "PORT", default_value_t = DEFAULT_PORT, help_heading = RUN)]
-    pub port: u16,
+    /// How the sides connect: cm (the RDMA connection manager, as rping; the default on a PCI
+    /// function) or tcp (endpoints traded over TCP)
+    #[arg(long, value_name = "HOW", value_enum, hide_possible_values = true, help_heading = RUN)]
+    pub connect_by: Option<ConnectBy>,
+    /// The server's IP address: with cm, the server function's own (its GID; 192.168.77.1 on
+    /// emu-pair), which the client connects to; with tcp, where the endpoint exchange listens
+    /// (127.0.0.1 by default)
+    #[arg(long, value_name = "IP", help_heading = RUN)]
+    pub address: Option<IpAddr>,
+    /// With cm: the client function's own IPv4 address (its GID; 192.168.77.2 on emu-pair)
+    #[arg(long, value_name = "IP", help_heading = RUN)]
+    pub local_address: Option<Ipv4Addr>,
+    /// With cm: the peer function's MAC address (aa:bb:cc:dd:ee:ff), until it is resolved by
+    /// ARP; needed on a PCI function
+    #[arg(long, value_name = "MAC", value_parser = parse_mac, help_heading = RUN)]
+    pub peer_mac: Option<[u8; 6]>,
+    /// The connection manager's port with cm (7174, rping's), the endpoint exchange's TCP port
+    /// with tcp (18515)
+    #[arg(long, value_name = "PORT", help_heading = RUN)]
+    pub port: Option<u16>,
+}
+
+/// How the two sides find each other.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnectBy {
+    /// The RDMA connection manager: CM MADs on QP1, as rdma_cm applications connect.
+    Cm,
+    /// An endpoint line traded over TCP, as `ibv_rc_pingpong` does.
+    Tcp,
+}
+
+/// Parses a MAC address written as six `:`-separated pairs of hex digits.
+fn parse_mac(text: &str) -> Result<[u8; 6], String> {
+    let bad = || format!("`{text}` is not a MAC address (aa:bb:cc:dd:ee:ff)");
+    let mut mac = [0u8; 6];
+    let mut parts = text.split(':');
+    for byte in &mut mac {
+        let part = parts.next().ok_or_else(bad)?;
+        if part.len() != 2 {
+            return Err(bad());
+        }
+        *byte = u8::from_str_radix(part, 16).map_err(|_| bad())?;
+    }
+    if parts.next().is_some() {
+        return Err(bad());
+    }
+    Ok(mac)
 }
 
 /// `--server` or `--client`: which side a process runs.
@@ -97,6 +143,73 @@ impl Cli {
             _ => Err(format!(
                 "--device {spec}: say which side this process runs, --server or --client"
             )),
+        }
+    }
+
+    /// How the sides of `plan` meet: `None` on emu-pair without `--connect-by cm` (the process
+    /// hands each side the other's endpoint), the TCP exchange, or the connection manager.
+    pub fn rendezvous(&self, plan: &Plan) -> Result<Option<Rendezvous>, String> {
+        let pair = *plan == Plan::Pair;
+        let how = self
+            .connect_by
+            .unwrap_or(if pair { ConnectBy::Tcp } else { ConnectBy::Cm });
+        match how {
+            ConnectBy::Tcp => {
+                if self.local_address.is_some() || self.peer_mac.is_some() {
+                    return Err(
+                        "--local-address and --peer-mac are for --connect-by cm".to_string()
+                    );
+                }
+                if pair {
+                    return Ok(None);
+                }
+                let address = self.address.unwrap_or(IpAddr::from([127, 0, 0, 1]));
+                Ok(Some(Rendezvous::Tcp(
+                    address,
+                    self.port.unwrap_or(DEFAULT_PORT),
+                )))
+            }
+            ConnectBy::Cm => {
+                let v4 = |ip: IpAddr| match ip {
+                    IpAddr::V4(v4) => Ok(v4),
+                    IpAddr::V6(_) => Err(format!(
+                        "--address {ip}: the connection manager connects to IPv4 addresses"
+                    )),
+                };
+                let (server_default, client_default) = match (SERVER_ADDRESS, CLIENT_ADDRESS) {
+                    (IpAddr::V4(s), IpAddr::V4(c)) => (s, c),
+                    _ => unreachable!("the emu-pair addresses are IPv4"),
+                };
+                let server_ip = match (self.address, pair) {
+                    (Some(ip), _) => v4(ip)?,
+                    (None, true) => server_default,
+                    (None, false) => {
+                        return Err(
+                            "--connect-by cm: give the server's IP address, --address".to_string()
+                        )
+                    }
+                };
+                let client_ip =
+                    match (self.local_address, plan) {
+                        (Some(ip), _) => ip,
+                        (None, Plan::Client(_)) => return Err(
+                            "--connect-by cm: give this client's own IP address, --local-address"
+                                .to_string(),
+                        ),
+                        (None, _) => client_default,
+                    };
+                if !pair && self.peer_mac.is_none() {
+                    return Err("--connect-by cm: give the peer's MAC address, --peer-mac \
+                                (it is not resolved by ARP yet)"
+                        .to_string());
+                }
+                Ok(Some(Rendezvous::Cm(CmSettings {
+                    server_ip,
+                    client_ip,
+                    port: self.port.unwrap_or(RPING_PORT),
+                    peer_mac: self.peer_mac,
+                })))
+            }
         }
     }
 
@@ -148,8 +261,7 @@ mod tests {
                 srq_depth: 16
             }
         );
-        assert_eq!(cli.port, 18515);
-        assert_eq!(cli.address.to_string(), "127.0.0.1");
+        assert_eq!(cli.rendezvous(&Plan::Pair), Ok(None));
     }
 
     #[test]
@@ -187,9 +299,99 @@ mod tests {
                 srq_depth: 0
             }
         );
-        let cli = parse(&["--client", "--device", "06:00.1", "--port", "9999"]).unwrap();
-        assert_eq!(cli.plan(), Ok(Plan::Client("06:00.1".into())));
-        assert_eq!(cli.port, 9999);
+        let cli = parse(&[
+            "--client",
+            "--device",
+            "06:00.1",
+            "--port",
+            "9999",
+            "--connect-by",
+            "tcp",
+        ])
+        .unwrap();
+        let plan = cli.plan().unwrap();
+        assert_eq!(plan, Plan::Client("06:00.1".into()));
+        assert_eq!(
+            cli.rendezvous(&plan),
+            Ok(Some(Rendezvous::Tcp(IpAddr::from([127, 0, 0, 1]), 9999)))
+        );
+    }
+
+    #[test]
+    fn a_pci_function_connects_through_the_cm_on_rpings_port_by_default() {
+        let cli = parse(&[
+            "--client",
+            "--device",
+            "06:00.1",
+            "--address",
+            "10.0.0.1",
+            "--local-address",
+            "10.0.0.2",
+            "--peer-mac",
+            "02:aa:bb:cc:dd:0e",
+        ])
+        .unwrap();
+        let plan = cli.plan().unwrap();
+        assert_eq!(
+            cli.rendezvous(&plan),
+            Ok(Some(Rendezvous::Cm(CmSettings {
+                server_ip: Ipv4Addr::new(10, 0, 0, 1),
+                client_ip: Ipv4Addr::new(10, 0, 0, 2),
+                port: 7174,
+                peer_mac: Some([0x02, 0xaa, 0xbb, 0xcc, 0xdd, 0x0e]),
+            })))
+        );
+        let cli = parse(&["--device", "emu-pair", "--connect-by", "cm", "--port", "9"]).unwrap();
+        assert!(matches!(
+            cli.rendezvous(&Plan::Pair),
+            Ok(Some(Rendezvous::Cm(CmSettings {
+                port: 9,
+                peer_mac: None,
+                ..
+            })))
+        ));
+        for (args, says) in [
+            (&["--server", "--device", "06:00.0"][..], "--address"),
+            (
+                &["--client", "--device", "06:00.0", "--address", "10.0.0.1"][..],
+                "--local-address",
+            ),
+            (
+                &["--server", "--device", "06:00.0", "--address", "10.0.0.1"][..],
+                "--peer-mac",
+            ),
+            (
+                &[
+                    "--server",
+                    "--device",
+                    "0:1.0",
+                    "--address",
+                    "::1",
+                    "--peer-mac",
+                    "02:00:00:00:00:01",
+                ][..],
+                "IPv4",
+            ),
+            (
+                &["--device", "emu-pair", "--peer-mac", "02:00:00:00:00:01"][..],
+                "--connect-by cm",
+            ),
+        ] {
+            let cli = parse(args).unwrap();
+            let msg = cli.rendezvous(&cli.plan().unwrap()).unwrap_err();
+            assert!(msg.contains(says), "{args:?}: {msg}");
+        }
+        for mac in [
+            "02:00:00:00:00",
+            "02:00:00:00:00:01:02",
+            "2:00:00:00:00:01",
+            "zz:00:00:00:00:01",
+        ] {
+            assert!(
+                parse(&["--device", "emu-pair", "--peer-mac", mac]).is_err(),
+                "{mac}"
+            );
+        }
     }
 
     #[test]

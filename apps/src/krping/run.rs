@@ -8,6 +8,7 @@ use super::protocol::{
 use super::srq::{SrqReceives, SrqStats};
 use super::Summary;
 use crate::emulated::{open_emulated, Spec};
+use crate::rdma::cm_link::{CmLink, Phase};
 use crate::rdma::endpoint::{dial, serve, CONNECT_PATIENCE};
 use crate::rdma::verbs::{
     emulated_idle_hook, local_endpoint, IdleHook, RdmaBuffer, RdmaPort, REMOTE_READ_WRITE,
@@ -25,6 +26,10 @@ use std::time::{Duration, Instant};
 
 /// How long neither side may complete anything before the run is declared stalled.
 pub const PATIENCE: Duration = Duration::from_secs(5);
+/// How long QP1 stays after a disconnect, as a connection's timewait would keep it answering.
+const LINGER: Duration = Duration::from_millis(200);
+/// How long a server waits for a client's connection request through the connection manager.
+pub const LISTEN_PATIENCE: Duration = Duration::from_secs(60);
 /// Receive slots of [`BUFFER_INFO_LEN`] bytes each side keeps on its queue pair's own receive
 /// queue (it posts at most two at once).
 const RECV_SLOTS: u32 = 4;
@@ -112,6 +117,88 @@ impl<B: Backend> VerbsSide<B> {
     pub fn connect(&mut self, remote: &crate::rdma::endpoint::Endpoint) -> Result<(), String> {
         self.port
             .connect(&mut self.qp, remote, ConnectParams::default())
+    }
+
+    /// The server's connection manager on this side: QP1, listening on `port` for a client
+    /// at `peer_mac`.
+    pub fn listen(
+        &mut self,
+        ip: Ipv4Addr,
+        port: u16,
+        peer_mac: [u8; 6],
+    ) -> Result<CmLink<B>, String> {
+        let p = &mut self.port;
+        CmLink::listen(
+            &mut p.dev,
+            &p.pd,
+            &p.roce,
+            ip,
+            port,
+            peer_mac,
+            self.srq.is_some(),
+        )
+    }
+
+    /// The client's connection manager on this side: QP1, and a REQ for the queue pair to
+    /// `server` port `port` at `peer_mac`.
+    pub fn dial_cm(
+        &mut self,
+        ip: Ipv4Addr,
+        server: Ipv4Addr,
+        port: u16,
+        peer_mac: [u8; 6],
+    ) -> Result<CmLink<B>, String> {
+        let p = &mut self.port;
+        let srq = self.srq.is_some();
+        CmLink::connect(
+            &mut p.dev, &p.pd, &p.roce, ip, server, port, peer_mac, &self.qp, srq,
+        )
+    }
+
+    /// One turn of `link` (the queue pair programmed when the handshake says), then the idle
+    /// hook.
+    pub fn turn(&mut self, link: &mut CmLink<B>) -> Result<Phase, String> {
+        let phase = link.progress(&mut self.port.dev, &mut self.qp)?;
+        self.port.idle();
+        Ok(phase)
+    }
+
+    /// Turns `link` until `done` holds of its phase, for at most `patience`.
+    pub fn wait(
+        &mut self,
+        link: &mut CmLink<B>,
+        done: impl Fn(Phase) -> bool,
+        patience: Duration,
+    ) -> Result<(), String> {
+        let deadline = Instant::now() + patience;
+        while !done(self.turn(link)?) {
+            if Instant::now() >= deadline {
+                return Err(link.stalled(patience));
+            }
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
+
+    /// Disconnects `link` (a DREQ unless the peer's came first), waits for it to be down, keeps
+    /// QP1 for [`LINGER`] more (the DREP just posted goes out, a resent DREQ is answered), and
+    /// destroys QP1.
+    pub fn hang_up(&mut self, mut link: CmLink<B>) -> Result<(), String> {
+        let mut down = link
+            .disconnect()
+            .and_then(|()| self.wait(&mut link, |p| p == Phase::Down, CONNECT_PATIENCE));
+        let lingered = Instant::now();
+        while down.is_ok() && lingered.elapsed() < LINGER {
+            down = self.turn(&mut link).map(|_| ());
+            std::thread::yield_now();
+        }
+        let closed = link.close(&mut self.port.dev);
+        down.and(closed)
+    }
+
+    /// The MAC address of the side's port.
+    pub fn mac(&self) -> [u8; 6] {
+        self.port.roce.mac()
     }
 
     /// The endpoint the peer connects to.
@@ -268,13 +355,21 @@ pub fn run(cli: &Cli, plan: &Plan) -> Result<Summary, String> {
             };
             let exec = cli.devices.emu_exec;
             let hooks = [emulated_idle_hook(&a, exec), emulated_idle_hook(&b, exec)];
-            run_pair_on(a, b, hooks, options, cli.setup(), &mut out)
+            match cli.rendezvous(plan)? {
+                Some(Rendezvous::Cm(cm)) => {
+                    run_pair_through_cm(a, b, hooks, options, cli.setup(), cm, &mut out)
+                }
+                _ => run_pair_on(a, b, hooks, options, cli.setup(), &mut out),
+            }
         }
         Plan::Server(spec) | Plan::Client(spec) => {
+            let via = cli
+                .rendezvous(plan)?
+                .ok_or("a side alone needs a way to meet its peer")?;
             let backend = crate::vfio_open(spec, cli.devices.iommu_mode.as_str())
                 .map_err(|e| format!("{spec}: {e}"))?;
             let exchange = Exchange {
-                tcp: (cli.address, cli.port),
+                via,
                 server: matches!(plan, Plan::Server(_)),
             };
             run_one(backend, None, exchange, options, cli.setup(), &mut out)
@@ -338,11 +433,122 @@ pub fn run_pair_on<B: Backend>(
     })
 }
 
+/// Both sides in this process, connected through the connection manager: the server on
+/// `server_backend` at `cm.server_ip` listens on `cm.port`, the client on `client_backend` at
+/// `cm.client_ip` sends its REQ there; each side's peer MAC is the other port's. The client
+/// disconnects at the end.
+pub fn run_pair_through_cm<B: Backend>(
+    server_backend: B,
+    client_backend: B,
+    idle_hooks: [Option<IdleHook>; 2],
+    options: Options,
+    setup: SideSetup,
+    cm: CmSettings,
+    out: &mut dyn Write,
+) -> Result<Summary, String> {
+    let [server_idle, client_idle] = idle_hooks;
+    let mut s_side = VerbsSide::open(server_backend, cm.server_ip.into(), options.size, setup)?;
+    s_side.port.set_idle(server_idle);
+    let mut c_side = VerbsSide::open(client_backend, cm.client_ip.into(), options.size, setup)?;
+    c_side.port.set_idle(client_idle);
+    let mut server = Server::new(options);
+    let mut client = Client::new(options);
+    server.start(&mut s_side).map_err(|e| e.to_string())?;
+    client.start(&mut c_side).map_err(|e| e.to_string())?;
+    let mut s_link = s_side.listen(cm.server_ip, cm.port, c_side.mac())?;
+    let mut c_link = c_side.dial_cm(cm.client_ip, cm.server_ip, cm.port, s_side.mac())?;
+    // Both links turned in turn until both are up.
+    let deadline = Instant::now() + CONNECT_PATIENCE;
+    loop {
+        let c = c_side.turn(&mut c_link)?;
+        let s = s_side.turn(&mut s_link)?;
+        if (c, s) == (Phase::Up, Phase::Up) {
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Err(c_link.stalled(CONNECT_PATIENCE));
+        }
+    }
+    writeln!(out, "server: {}", s_side.endpoint().describe()).map_err(|e| e.to_string())?;
+    writeln!(out, "client: {}", c_side.endpoint().describe()).map_err(|e| e.to_string())?;
+    let began = Instant::now();
+    let outcome = run_pair(
+        &mut client,
+        &mut c_side,
+        &mut server,
+        &mut s_side,
+        out,
+        PATIENCE,
+    );
+    let elapsed = began.elapsed();
+    // The client's DREQ, the server's DREP.
+    c_link.disconnect()?;
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let c = c_side.turn(&mut c_link)?;
+        let s = s_side.turn(&mut s_link)?;
+        if (c, s) == (Phase::Down, Phase::Down) {
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Err(c_link.stalled(PATIENCE));
+        }
+    }
+    for link in [&s_link, &c_link] {
+        writeln!(out, "{}", link.describe()).map_err(|e| e.to_string())?;
+    }
+    let mut limit_events = 0;
+    for (who, side) in [("server", &s_side), ("client", &c_side)] {
+        if let Some(stats) = side.srq_stats() {
+            writeln!(out, "{who} {stats}").map_err(|e| e.to_string())?;
+            limit_events += stats.limit_events;
+        }
+    }
+    let links = s_link
+        .close(&mut s_side.port.dev)
+        .and(c_link.close(&mut c_side.port.dev));
+    let closed = s_side.close().and(c_side.close());
+    outcome.map_err(|e| e.to_string())?;
+    links.and(closed)?;
+    Ok(Summary {
+        srq_limit_events: limit_events,
+        ..summary(
+            options,
+            client.pings(),
+            client.errors(),
+            options.validate,
+            elapsed,
+        )
+    })
+}
+
+/// How two sides that run apart meet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rendezvous {
+    /// The endpoint exchange over TCP: where the server listens and the client connects.
+    Tcp(IpAddr, u16),
+    /// The connection manager.
+    Cm(CmSettings),
+}
+
+/// Where the connection manager's two sides are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CmSettings {
+    /// The server function's address (its GID), which the client's REQ goes to.
+    pub server_ip: Ipv4Addr,
+    /// The client function's address (its GID).
+    pub client_ip: Ipv4Addr,
+    /// The CM port the server listens on (rping's 7174 by default).
+    pub port: u16,
+    /// The peer's MAC address (a side alone needs it; emu-pair takes the other port's).
+    pub peer_mac: Option<[u8; 6]>,
+}
+
 /// How a side that runs alone reaches its peer.
 #[derive(Clone, Copy, Debug)]
 pub struct Exchange {
-    /// Where the server listens for the endpoint exchange and the client connects.
-    pub tcp: (IpAddr, u16),
+    /// How the sides meet.
+    pub via: Rendezvous,
     /// Whether this side is the server.
     pub server: bool,
 }
@@ -357,6 +563,12 @@ pub fn run_one<B: Backend>(
     setup: SideSetup,
     out: &mut dyn Write,
 ) -> Result<Summary, String> {
+    let tcp = match exchange.via {
+        Rendezvous::Tcp(ip, port) => (ip, port),
+        Rendezvous::Cm(cm) => {
+            return run_one_through_cm(backend, idle, exchange.server, cm, options, setup, out)
+        }
+    };
     let address = if exchange.server {
         SERVER_ADDRESS
     } else {
@@ -368,7 +580,6 @@ pub fn run_one<B: Backend>(
     writeln!(out, "  local address: {}", local.describe()).map_err(|e| e.to_string())?;
     // Which memory the remote side READs from and WRITEs into (the rig checks it).
     writeln!(out, "  memory: {}", setup.memory.as_str()).map_err(|e| e.to_string())?;
-    let tcp = exchange.tcp;
     let outcome = if exchange.server {
         let mut srv = Server::new(options);
         srv.start(&mut side).map_err(|e| e.to_string())?;
@@ -397,12 +608,82 @@ pub fn run_one<B: Backend>(
             )
         })
     };
+    finish(side, outcome.map_err(|e| e.to_string()), out)
+}
+
+/// One side in this process through the connection manager, as rping runs: the server at
+/// `cm.server_ip` accepts the first REQ on `cm.port`; the client at `cm.client_ip` connects
+/// there. Each disconnects when its pings are done (a DREQ, unless the peer's came first).
+pub fn run_one_through_cm<B: Backend>(
+    backend: B,
+    idle: Option<IdleHook>,
+    server: bool,
+    cm: CmSettings,
+    options: Options,
+    setup: SideSetup,
+    out: &mut dyn Write,
+) -> Result<Summary, String> {
+    let peer_mac = cm
+        .peer_mac
+        .ok_or("the connection manager needs the peer's MAC address")?;
+    let own = if server { cm.server_ip } else { cm.client_ip };
+    let mut side = VerbsSide::open(backend, own.into(), options.size, setup)?;
+    side.port.set_idle(idle);
+    writeln!(out, "  memory: {}", setup.memory.as_str()).map_err(|e| e.to_string())?;
+    let mut srv = Server::new(options);
+    let mut cl = Client::new(options);
+    let (link, patience) = if server {
+        srv.start(&mut side).map_err(|e| e.to_string())?;
+        (side.listen(own, cm.port, peer_mac), LISTEN_PATIENCE)
+    } else {
+        cl.start(&mut side).map_err(|e| e.to_string())?;
+        let link = side.dial_cm(own, cm.server_ip, cm.port, peer_mac);
+        (link, CONNECT_PATIENCE)
+    };
+    let mut link = match link {
+        Ok(link) => link,
+        Err(e) => return Err(side.close().err().unwrap_or(e)),
+    };
+    let up = side.wait(&mut link, |p| p == Phase::Up, patience);
+    let outcome = up.and_then(|()| {
+        writeln!(out, "  local address: {}", side.endpoint().describe())
+            .map_err(|e| e.to_string())?;
+        let began = Instant::now();
+        if server {
+            let ran = run_side(Role::Server(&mut srv), &mut side, out, PATIENCE);
+            ran.map_err(|e| e.to_string())?;
+            Ok(summary(options, srv.pings(), 0, false, began.elapsed()))
+        } else {
+            let ran = run_side(Role::Client(&mut cl), &mut side, out, PATIENCE);
+            ran.map_err(|e| e.to_string())?;
+            let took = began.elapsed();
+            Ok(summary(
+                options,
+                cl.pings(),
+                cl.errors(),
+                options.validate,
+                took,
+            ))
+        }
+    });
+    let described = link.describe();
+    let hung_up = side.hang_up(link);
+    writeln!(out, "{described}").map_err(|e| e.to_string())?;
+    finish(side, outcome.and_then(|s| hung_up.map(|()| s)), out)
+}
+
+/// Prints the side's SRQ line, closes it, and returns the run's summary with its limit events.
+fn finish<B: Backend>(
+    side: VerbsSide<B>,
+    outcome: Result<Summary, String>,
+    out: &mut dyn Write,
+) -> Result<Summary, String> {
     let stats = side.srq_stats();
     if let Some(stats) = stats {
         writeln!(out, "{stats}").map_err(|e| e.to_string())?;
     }
     let closed = side.close();
-    let summary = outcome.map_err(|e| e.to_string())?;
+    let summary = outcome?;
     closed?;
     Ok(Summary {
         srq_limit_events: stats.map_or(0, |s| s.limit_events),
@@ -460,12 +741,18 @@ mod tests {
         let tcp = (IpAddr::V4(Ipv4Addr::LOCALHOST), port);
         let server = std::thread::spawn(move || {
             let mut out = Vec::new();
-            let exchange = Exchange { tcp, server: true };
+            let exchange = Exchange {
+                via: Rendezvous::Tcp(tcp.0, tcp.1),
+                server: true,
+            };
             let s = run_one(a, None, exchange, options(200), SHALLOW_SRQ, &mut out);
             (s, String::from_utf8(out).unwrap())
         });
         let mut out = Vec::new();
-        let exchange = Exchange { tcp, server: false };
+        let exchange = Exchange {
+            via: Rendezvous::Tcp(tcp.0, tcp.1),
+            server: false,
+        };
         let client = run_one(b, None, exchange, options(200), SHALLOW_SRQ, &mut out).unwrap();
         let (server, server_out) = server.join().unwrap();
         let server = server.unwrap();
@@ -493,6 +780,136 @@ mod tests {
         };
         assert_eq!(qpn(&client_out, "remote"), qpn(&server_out, "local"));
         assert_eq!(qpn(&server_out, "remote"), qpn(&client_out, "local"));
+    }
+
+    fn cm_settings(port: u16) -> CmSettings {
+        let v4 = |ip| match ip {
+            IpAddr::V4(v4) => v4,
+            IpAddr::V6(_) => unreachable!(),
+        };
+        CmSettings {
+            server_ip: v4(SERVER_ADDRESS),
+            client_ip: v4(CLIENT_ADDRESS),
+            port,
+            peer_mac: None,
+        }
+    }
+
+    /// Both sides in one process connect through the connection manager (REQ, REP, RTU on
+    /// each port's QP1), run 100 validated pings over the RC queue pairs it programmed, and
+    /// disconnect (DREQ, DREP).
+    #[test]
+    fn both_sides_connect_through_the_cm_and_ping() {
+        let (a, b) = pair(EmuExec::Threaded);
+        let mut out = Vec::new();
+        let s = run_pair_through_cm(
+            a,
+            b,
+            [None, None],
+            options(100),
+            SHALLOW_SRQ,
+            cm_settings(7174),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!((s.count, s.errors, s.validated), (100, 0, true));
+        let out = String::from_utf8(out).unwrap();
+        // Each CM sent and received: REQ, RTU, DREQ from the client; REP, DREP from the server.
+        let cm_lines: Vec<&str> = out.lines().filter(|l| l.starts_with("cm: ")).collect();
+        assert_eq!(cm_lines.len(), 2, "{out}");
+        assert!(cm_lines[0].starts_with("cm: 192.168.77.1 "), "{out}");
+        assert!(cm_lines.iter().all(|l| !l.contains("mads_sent=0")), "{out}");
+    }
+
+    /// The same on an inline model, the idle hooks running the model between turns.
+    #[test]
+    fn an_inline_model_connects_through_the_cm_on_its_idle_hooks() {
+        let (a, b) = pair(EmuExec::Inline);
+        let hooks = [
+            emulated_idle_hook(&a, EmuExec::Inline),
+            emulated_idle_hook(&b, EmuExec::Inline),
+        ];
+        let own_queue = SideSetup {
+            memory: MemoryKind::Host,
+            srq_depth: 0,
+        };
+        let mut out = Vec::new();
+        let s = run_pair_through_cm(
+            a,
+            b,
+            hooks,
+            options(100),
+            own_queue,
+            cm_settings(1),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!((s.count, s.errors), (100, 0));
+    }
+
+    /// Each side on its own thread, as two processes run them: the server listens, the client
+    /// connects by the server's address and port, each names the other's MAC.
+    #[test]
+    fn two_sides_apart_connect_through_the_cm() {
+        let (a, b) = pair(EmuExec::Threaded);
+        // The pair's MACs: the default, and the default with its last bit flipped.
+        let a_mac = cxdirect_emu::EmuConfig::default().mac;
+        let mut b_mac = a_mac;
+        b_mac[5] ^= 1;
+        let server = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let cm = CmSettings {
+                peer_mac: Some(b_mac),
+                ..cm_settings(7174)
+            };
+            let exchange = Exchange {
+                via: Rendezvous::Cm(cm),
+                server: true,
+            };
+            let s = run_one(a, None, exchange, options(100), SHALLOW_SRQ, &mut out);
+            (s, String::from_utf8(out).unwrap())
+        });
+        let mut out = Vec::new();
+        let cm = CmSettings {
+            peer_mac: Some(a_mac),
+            ..cm_settings(7174)
+        };
+        let exchange = Exchange {
+            via: Rendezvous::Cm(cm),
+            server: false,
+        };
+        let client = run_one(b, None, exchange, options(100), SHALLOW_SRQ, &mut out).unwrap();
+        let (server, server_out) = server.join().unwrap();
+        let server = server.unwrap_or_else(|e| panic!("{e}\n{server_out}"));
+        assert_eq!(
+            (client.count, client.errors, client.validated),
+            (100, 0, true)
+        );
+        assert_eq!(server.count, 100);
+        let client_out = String::from_utf8(out).unwrap();
+        assert!(client_out.contains("cm: 192.168.77.2 "), "{client_out}");
+    }
+
+    /// A client whose REQ nobody answers gives up with an error naming the address.
+    #[test]
+    fn an_unanswered_connection_request_names_the_peer() {
+        let (_a, b) = pair(EmuExec::Threaded);
+        let cm = CmSettings {
+            server_ip: Ipv4Addr::new(192, 168, 77, 9),
+            peer_mac: Some([2, 0, 0, 0, 0, 9]),
+            ..cm_settings(7174)
+        };
+        let mut side = VerbsSide::open(b, cm.client_ip.into(), 64, SHALLOW_SRQ).unwrap();
+        let mut link = side
+            .dial_cm(cm.client_ip, cm.server_ip, cm.port, [2, 0, 0, 0, 0, 9])
+            .unwrap();
+        let e = side
+            .wait(&mut link, |p| p == Phase::Up, Duration::from_millis(300))
+            .unwrap_err();
+        assert!(e.contains("connecting to 192.168.77.9 port 7174"), "{e}");
+        assert!(e.contains("nothing answered"), "{e}");
+        link.close(&mut side.port.dev).unwrap();
+        side.close().unwrap();
     }
 
     #[test]

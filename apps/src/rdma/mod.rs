@@ -3,6 +3,7 @@
 //! they connect their queue pairs (as `ibv_rc_pingpong` does), and the kinds of memory a
 //! program registers.
 
+pub mod cm_link;
 pub mod endpoint;
 pub mod verbs;
 
