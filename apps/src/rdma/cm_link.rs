@@ -10,7 +10,7 @@
 //! The peer's MAC address is given (RoCE frames need it and QP1 completions do not carry it);
 //! resolving it by ARP from the peer's IP address is the step after this one.
 
-use cxdirect::cm::{Cm, ConnId, Event, Identity, MadAddress as CmAddress, QpAttributes, QpParams};
+use cxdirect::cm::{Cm, CmAddress, ConnId, Event, Identity, QpAttributes, QpParams};
 use cxdirect::rdma::{
     ConnectParams, Endpoint, GsiQueuePair, MadAddress, MadTransport, PathMtu, ProtectionDomain,
     RcQueuePair, Roce,
