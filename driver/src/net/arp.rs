@@ -262,20 +262,9 @@ mod tests {
 
     #[test]
     fn parsing_any_bytes_never_panics() {
-        let mut x = 0x9e37_79b9u32;
-        for len in 0..80 {
-            for _ in 0..200 {
-                let bytes: Vec<u8> = (0..len)
-                    .map(|_| {
-                        x ^= x << 13;
-                        x ^= x >> 17;
-                        x ^= x << 5;
-                        x as u8
-                    })
-                    .collect();
-                let _ = ArpPacket::parse_frame(&bytes);
-                let _ = ArpPacket::parse(&bytes);
-            }
-        }
+        crate::net::random_inputs(0x9e37_79b9, 80, |bytes| {
+            let _ = ArpPacket::parse_frame(bytes);
+            let _ = ArpPacket::parse(bytes);
+        });
     }
 }

@@ -313,20 +313,9 @@ mod tests {
 
     #[test]
     fn parsing_any_bytes_never_panics() {
-        let mut x = 0x1234_5678u32;
-        for len in 0..100 {
-            for _ in 0..200 {
-                let bytes: Vec<u8> = (0..len)
-                    .map(|_| {
-                        x ^= x << 13;
-                        x ^= x >> 17;
-                        x ^= x << 5;
-                        x as u8
-                    })
-                    .collect();
-                let _ = Ipv4Header::parse(&bytes);
-                let _ = IcmpEcho::parse(&bytes);
-            }
-        }
+        crate::net::random_inputs(0x1234_5678, 100, |bytes| {
+            let _ = Ipv4Header::parse(bytes);
+            let _ = IcmpEcho::parse(bytes);
+        });
     }
 }

@@ -22,3 +22,23 @@ pub use neighbour::{
     ArpVerdict, IgnoreReason, NeighbourConfig, NeighbourStats, Neighbours, Resolution,
 };
 pub use responder::{Responder, ResponderStats};
+
+/// Hands `f` 200 pseudo-random inputs of each length below `max_len` (xorshift from `seed`),
+/// for the codecs' never-panic tests.
+#[cfg(test)]
+pub(crate) fn random_inputs(seed: u32, max_len: usize, mut f: impl FnMut(&[u8])) {
+    let mut x = seed;
+    let mut bytes = Vec::with_capacity(max_len);
+    for len in 0..max_len {
+        for _ in 0..200 {
+            bytes.clear();
+            bytes.extend((0..len).map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x as u8
+            }));
+            f(&bytes);
+        }
+    }
+}

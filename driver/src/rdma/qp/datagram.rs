@@ -153,16 +153,8 @@ impl<B: Backend> RcQueuePair<B> {
                 .map_err(|why| DriverError::BadWorkRequest { index, why })?;
             blocks += shape.ds.div_ceil(4);
         }
+        self.check_send_room(blocks)?;
         let sq = &self.track.sq;
-        let outstanding = sq.pi().wrapping_sub(sq.ci());
-        if outstanding + blocks > sq.entries() {
-            return Err(DriverError::QueueFull {
-                what: "the send queue",
-                outstanding,
-                capacity: sq.entries(),
-                asked: blocks,
-            });
-        }
         let mut pi = sq.pi();
         let mut last_blocks = 0;
         let mut last_ctrl = 0u32;

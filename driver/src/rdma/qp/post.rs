@@ -186,16 +186,8 @@ impl<B: Backend> RcQueuePair<B> {
                 first_shape = Some(shape);
             }
         }
+        self.check_send_room(blocks)?;
         let sq = &self.track.sq;
-        let outstanding = sq.pi().wrapping_sub(sq.ci());
-        if outstanding + blocks > sq.entries() {
-            return Err(DriverError::QueueFull {
-                what: "the send queue",
-                outstanding,
-                capacity: sq.entries(),
-                asked: blocks,
-            });
-        }
         let mut pi = sq.pi();
         let mut last_blocks = 0;
         let mut last_ctrl = 0u32;
@@ -225,6 +217,26 @@ impl<B: Backend> RcQueuePair<B> {
             pi = self.record_sent(pi, sent);
         }
         self.ring_posted(pi, last_ctrl, last_blocks, wrs.len());
+        Ok(())
+    }
+
+    /// Whether the send ring has room for `blocks` more WQEBBs.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::QueueFull`] when it does not.
+    #[inline]
+    pub(super) fn check_send_room(&self, blocks: u32) -> Result<(), DriverError> {
+        let sq = &self.track.sq;
+        let outstanding = sq.pi().wrapping_sub(sq.ci());
+        if outstanding + blocks > sq.entries() {
+            return Err(DriverError::QueueFull {
+                what: "the send queue",
+                outstanding,
+                capacity: sq.entries(),
+                asked: blocks,
+            });
+        }
         Ok(())
     }
 
