@@ -20,7 +20,7 @@ SPEC: emu-pair runs the server on one port and the client on the other, in this 
 address runs one side, --server or --client, in this process, connected as rping connects by \
 default (--connect-by cm): the server listens on its own IP address (--address) and CM port \
 (--port, 7174), the client (its own IP address given by --local-address) sends a CM REQ there, \
-and each names the peer's MAC (--peer-mac). With --connect-by tcp the two sides trade their \
+and each finds the other's MAC by ARP (each answers ARP and ICMP echo for its own address; --peer-mac gives the MAC instead). With --connect-by tcp the two sides trade their \
 endpoints over TCP (--address, --port 18515) instead.")]
 pub struct Cli {
     /// Which side this process runs.
@@ -61,8 +61,8 @@ pub struct Cli {
     /// With cm: the client function's own IPv4 address (its GID; 192.168.77.2 on emu-pair)
     #[arg(long, value_name = "IP", help_heading = RUN)]
     pub local_address: Option<Ipv4Addr>,
-    /// With cm: the peer function's MAC address (aa:bb:cc:dd:ee:ff), until it is resolved by
-    /// ARP; needed on a PCI function
+    /// With cm: the peer function's MAC address (aa:bb:cc:dd:ee:ff), instead of resolving it
+    /// by ARP (then this function does not serve its address: no ARP or ICMP answered)
     #[arg(long, value_name = "MAC", value_parser = parse_mac, help_heading = RUN)]
     pub peer_mac: Option<[u8; 6]>,
     /// The connection manager's port with cm (7174, rping's), the endpoint exchange's TCP port
@@ -198,11 +198,6 @@ impl Cli {
                         ),
                         (None, _) => client_default,
                     };
-                if !pair && self.peer_mac.is_none() {
-                    return Err("--connect-by cm: give the peer's MAC address, --peer-mac \
-                                (it is not resolved by ARP yet)"
-                        .to_string());
-                }
                 Ok(Some(Rendezvous::Cm(CmSettings {
                     server_ip,
                     client_ip,
@@ -341,6 +336,15 @@ mod tests {
                 peer_mac: Some([0x02, 0xaa, 0xbb, 0xcc, 0xdd, 0x0e]),
             })))
         );
+        let cli = parse(&["--server", "--device", "06:00.0", "--address", "10.0.0.1"]).unwrap();
+        assert!(matches!(
+            cli.rendezvous(&cli.plan().unwrap()),
+            Ok(Some(Rendezvous::Cm(CmSettings {
+                port: 7174,
+                peer_mac: None,
+                ..
+            })))
+        ));
         let cli = parse(&["--device", "emu-pair", "--connect-by", "cm", "--port", "9"]).unwrap();
         assert!(matches!(
             cli.rendezvous(&Plan::Pair),
@@ -355,10 +359,6 @@ mod tests {
             (
                 &["--client", "--device", "06:00.0", "--address", "10.0.0.1"][..],
                 "--local-address",
-            ),
-            (
-                &["--server", "--device", "06:00.0", "--address", "10.0.0.1"][..],
-                "--peer-mac",
             ),
             (
                 &[

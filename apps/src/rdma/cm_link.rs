@@ -7,10 +7,15 @@
 //! parameters ([`QpParams::rping`]: one RDMA READ each way, 7 retries, 7 RNR retries). Either
 //! side ends with a DREQ answered by a DREP.
 //!
-//! The peer's MAC address is given (RoCE frames need it and QP1 completions do not carry it);
-//! resolving it by ARP from the peer's IP address is the step after this one.
+//! RoCE frames need the peer's MAC address and QP1's completions do not carry it: it is either
+//! given, or resolved by ARP from the peer's IP address through the function's
+//! [`PortAddress`] (the client before its REQ, the server before its REP; a Linux client
+//! ARPs for the server before its REQ, which teaches the server its MAC already).
 
-use cxdirect::cm::{Cm, CmAddress, ConnId, Event, Identity, QpAttributes, QpParams};
+use super::port_address::PortAddress;
+use cxdirect::cm::{
+    gid_ipv4, Cm, CmAddress, ConnId, ConnectRequest, Event, Gid, Identity, QpAttributes, QpParams,
+};
 use cxdirect::rdma::{
     ConnectParams, Endpoint, GsiQueuePair, MadAddress, MadTransport, PathMtu, ProtectionDomain,
     RcQueuePair, Roce,
@@ -40,6 +45,9 @@ const MIN_RNR_TIMER: u8 = 12;
 pub enum Phase {
     /// The server waits for a REQ.
     Listening,
+    /// The peer's MAC address is being resolved by ARP: the client's REQ, or the server's
+    /// accept of a REQ, waits for it.
+    Resolving,
     /// A REQ was sent (client) or accepted (server); the queue pair is programmed once the REP
     /// arrives (client) or was at the accept (server).
     Connecting,
@@ -58,6 +66,15 @@ enum Side {
     Client { peer: Ipv4Addr, port: u16 },
 }
 
+/// What waits for the peer's MAC address.
+#[derive(Clone, Debug)]
+enum Waiting {
+    /// The client's REQ for QP `qpn`, from source port `src_port`.
+    Connect { qpn: u32, src_port: u16 },
+    /// The server's accept of this REQ.
+    Accept(Box<ConnectRequest>),
+}
+
 impl fmt::Display for Side {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -73,7 +90,12 @@ pub struct CmLink<B: Backend> {
     gsi: GsiQueuePair<B>,
     cm: Cm,
     ip: Ipv4Addr,
-    peer_mac: [u8; 6],
+    /// The MAC address the peer was given by (every MAD and the queue pair use it).
+    given_mac: Option<[u8; 6]>,
+    /// The connected peer's GID and MAC, once known.
+    peer: Option<(Gid, [u8; 6])>,
+    /// What waits for the peer's MAC address, while [`Phase::Resolving`].
+    waiting: Option<Waiting>,
     side: Side,
     id: Option<ConnId>,
     phase: Phase,
@@ -118,7 +140,7 @@ impl<B: Backend> CmLink<B> {
         pd: &ProtectionDomain,
         roce: &Roce,
         ip: Ipv4Addr,
-        peer_mac: [u8; 6],
+        peer_mac: Option<[u8; 6]>,
         side: Side,
         srq: bool,
     ) -> Result<Self, String> {
@@ -129,7 +151,9 @@ impl<B: Backend> CmLink<B> {
             gsi,
             cm,
             ip,
-            peer_mac,
+            given_mac: peer_mac,
+            peer: None,
+            waiting: None,
             side,
             id: None,
             phase: Phase::Listening,
@@ -140,15 +164,15 @@ impl<B: Backend> CmLink<B> {
     }
 
     /// The server's side: QP1 on the function whose RoCE address is `ip`, listening on CM port
-    /// `port` for a client at `peer_mac`, for a queue pair that receives from a shared receive
-    /// queue when `srq`.
+    /// `port` for a client at `peer_mac` (resolved by ARP when `None`), for a queue pair that
+    /// receives from a shared receive queue when `srq`.
     pub fn listen(
         dev: &mut Device<B>,
         pd: &ProtectionDomain,
         roce: &Roce,
         ip: Ipv4Addr,
         port: u16,
-        peer_mac: [u8; 6],
+        peer_mac: Option<[u8; 6]>,
         srq: bool,
     ) -> Result<Self, String> {
         let mut link = Self::open(dev, pd, roce, ip, peer_mac, Side::Server { port }, srq)?;
@@ -161,7 +185,8 @@ impl<B: Backend> CmLink<B> {
 
     /// The client's side: QP1 on the function whose RoCE address is `ip`, and a REQ for `qp`
     /// (with rping's parameters) to `peer` port `port` at `peer_mac`, sent at the first
-    /// [`CmLink::progress`]; `srq` as for [`CmLink::listen`].
+    /// [`CmLink::progress`] (after the peer's MAC is resolved by ARP when `peer_mac` is
+    /// `None`); `srq` as for [`CmLink::listen`].
     #[allow(clippy::too_many_arguments)]
     pub fn connect(
         dev: &mut Device<B>,
@@ -170,7 +195,7 @@ impl<B: Backend> CmLink<B> {
         ip: Ipv4Addr,
         peer: Ipv4Addr,
         port: u16,
-        peer_mac: [u8; 6],
+        peer_mac: Option<[u8; 6]>,
         qp: &RcQueuePair<B>,
         srq: bool,
     ) -> Result<Self, String> {
@@ -178,19 +203,65 @@ impl<B: Backend> CmLink<B> {
         let mut link = Self::open(dev, pd, roce, ip, peer_mac, side, srq)?;
         let (low, high) = EPHEMERAL_PORTS;
         let src_port = low + (seed(roce.mac(), ip) % u64::from(high - low)) as u16;
-        match link
-            .cm
-            .connect(peer, port, src_port, &link.qp_params(qp.qpn()), b"")
-        {
-            Ok(id) => {
-                link.id = Some(id);
-                link.phase = Phase::Connecting;
-                Ok(link)
-            }
-            Err(e) => {
+        link.waiting = Some(Waiting::Connect {
+            qpn: qp.qpn(),
+            src_port,
+        });
+        link.phase = Phase::Resolving;
+        if let Some(mac) = peer_mac {
+            if let Err(e) = link.send_req(mac) {
                 let _ = link.gsi.destroy(dev);
-                Err(format!("{ip}: connecting to {peer} port {port}: {e}"))
+                return Err(e);
             }
+        }
+        Ok(link)
+    }
+
+    /// The client's REQ, once the server's MAC address is `mac`.
+    fn send_req(&mut self, mac: [u8; 6]) -> Result<(), String> {
+        let (Some(Waiting::Connect { qpn, src_port }), Side::Client { peer, port }) =
+            (&self.waiting, self.side)
+        else {
+            return Ok(());
+        };
+        let id = self
+            .cm
+            .connect(peer, port, *src_port, &self.qp_params(*qpn), b"")
+            .map_err(|e| self.fail(e))?;
+        self.peer = Some((CmAddress::ipv4(peer).gid, mac));
+        self.waiting = None;
+        self.id = Some(id);
+        self.phase = Phase::Connecting;
+        Ok(())
+    }
+
+    /// The MAC address MADs and RoCE frames to `gid` go to: the given one, the connected
+    /// peer's, or what ARP knows (`None` while it resolves).
+    fn mac_for(
+        &self,
+        address: &mut Option<&mut PortAddress<B>>,
+        gid: &Gid,
+        now: Instant,
+    ) -> Result<Option<[u8; 6]>, String> {
+        if let Some(mac) = self.given_mac {
+            return Ok(Some(mac));
+        }
+        if let Some((peer, mac)) = self.peer {
+            if peer == *gid {
+                return Ok(Some(mac));
+            }
+        }
+        let Some(ip) = gid_ipv4(gid) else {
+            return Err(self.fail(format_args!(
+                "{} is not an IPv4 address: ARP cannot resolve it",
+                std::net::Ipv6Addr::from(*gid)
+            )));
+        };
+        match address {
+            Some(address) => address.mac_of(ip, now),
+            None => Err(self.fail(format_args!(
+                "{ip}'s MAC address: give it, or serve this function's address so ARP resolves it"
+            ))),
         }
     }
 
@@ -233,8 +304,14 @@ impl<B: Backend> CmLink<B> {
     pub fn progress(
         &mut self,
         dev: &mut Device<B>,
+        mut address: Option<&mut PortAddress<B>>,
         qp: &mut RcQueuePair<B>,
     ) -> Result<Phase, String> {
+        let instant = Instant::now();
+        if let Some(address) = address.as_deref_mut() {
+            address.turn(instant)?;
+        }
+        self.resolve_waiting(dev, &mut address, qp, instant)?;
         let now = self.epoch.elapsed();
         let mut got = Vec::new();
         self.gsi
@@ -249,15 +326,67 @@ impl<B: Backend> CmLink<B> {
         }
         let poll = self.cm.poll(now);
         for (to, mad) in poll.sends {
-            let address = MadAddress::gsi(self.peer_mac, to.gid);
+            // A MAD to a peer whose MAC is not known yet (a REJ to a second client) is
+            // dropped: its sender retries.
+            let Some(mac) = self.mac_for(&mut address, &to.gid, instant)? else {
+                continue;
+            };
+            let destination = MadAddress::gsi(mac, to.gid);
             self.gsi
-                .send_mad(&address, &mad)
+                .send_mad(&destination, &mad)
                 .map_err(|e| self.fail(format_args!("sending a CM MAD to {to}: {e}")))?;
         }
         for event in poll.events {
             self.on_event(dev, qp, event)?;
         }
+        self.resolve_waiting(dev, &mut address, qp, instant)?;
         Ok(self.phase)
+    }
+
+    /// Sends the client's REQ or the server's accept when the peer's MAC address became known.
+    fn resolve_waiting(
+        &mut self,
+        dev: &mut Device<B>,
+        address: &mut Option<&mut PortAddress<B>>,
+        qp: &mut RcQueuePair<B>,
+        now: Instant,
+    ) -> Result<(), String> {
+        let gid = match &self.waiting {
+            None => return Ok(()),
+            Some(Waiting::Connect { .. }) => match self.side {
+                Side::Client { peer, .. } => CmAddress::ipv4(peer).gid,
+                Side::Server { .. } => return Ok(()),
+            },
+            Some(Waiting::Accept(req)) => req.from.gid,
+        };
+        let Some(mac) = self.mac_for(address, &gid, now)? else {
+            return Ok(());
+        };
+        match self.waiting.take() {
+            Some(Waiting::Accept(req)) => self.accept(dev, qp, *req, mac),
+            waiting => {
+                self.waiting = waiting;
+                self.send_req(mac)
+            }
+        }
+    }
+
+    /// Accepts `req` from the peer at `mac`, and programs `qp` for it.
+    fn accept(
+        &mut self,
+        dev: &mut Device<B>,
+        qp: &mut RcQueuePair<B>,
+        req: ConnectRequest,
+        mac: [u8; 6],
+    ) -> Result<(), String> {
+        let params = req.negotiate(self.qp_params(qp.qpn()));
+        let attrs = self
+            .cm
+            .accept(req.id, &params, b"")
+            .map_err(|e| self.fail(format_args!("accepting {}: {e}", req.from)))?;
+        self.peer = Some((req.from.gid, mac));
+        self.phase = Phase::Connecting;
+        self.program(dev, qp, &attrs)
     }
 
     fn on_event(
@@ -273,14 +402,11 @@ impl<B: Backend> CmLink<B> {
                     let _ = self.cm.reject(req.id, b"");
                     return Ok(());
                 }
-                let params = req.negotiate(self.qp_params(qp.qpn()));
-                let attrs = self
-                    .cm
-                    .accept(req.id, &params, b"")
-                    .map_err(|e| self.fail(format_args!("accepting {}: {e}", req.from)))?;
                 self.id = Some(req.id);
-                self.phase = Phase::Connecting;
-                self.program(dev, qp, &attrs)
+                // Accepted once the client's MAC address is known (at once when given).
+                self.waiting = Some(Waiting::Accept(Box::new(req)));
+                self.phase = Phase::Resolving;
+                Ok(())
             }
             Event::Established { id, qp: attrs, .. } if Some(id) == self.id => {
                 if !self.programmed {
@@ -315,11 +441,14 @@ impl<B: Backend> CmLink<B> {
     ) -> Result<(), String> {
         qp.set_send_psn(attrs.sq_psn)
             .map_err(|e| self.fail(format_args!("the queue pair's first PSN: {e}")))?;
+        let Some((_, mac)) = self.peer else {
+            return Err(self.fail("programming the queue pair before the peer's MAC is known"));
+        };
         let remote = Endpoint {
             qpn: attrs.remote_qpn,
             psn: attrs.rq_psn,
             gid: attrs.remote_gid,
-            mac: self.peer_mac,
+            mac,
         };
         // The IB enum: 1 = 256 bytes .. 5 = 4096.
         let bytes = 128u32 << attrs.path_mtu.clamp(1, 5);

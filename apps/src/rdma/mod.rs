@@ -5,6 +5,8 @@
 
 pub mod cm_link;
 pub mod endpoint;
+pub mod host;
+pub mod port_address;
 pub mod verbs;
 
 use clap::ValueEnum;

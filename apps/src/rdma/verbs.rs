@@ -4,16 +4,18 @@
 //! close.
 
 use super::endpoint::Endpoint;
+use super::host::DeviceHost;
+use super::port_address::{port_config, PortAddress};
 use super::MemoryKind;
 use cxdirect::control::KeyAccess;
 use cxdirect::rdma::{
     CompletionQueue, ConnectParams, MemoryRegion, MrSource, ProtectionDomain, QpCaps, RcQueuePair,
     Roce, SharedReceiveQueue,
 };
-use cxdirect::{Backend, Device, Options};
+use cxdirect::{Backend, Device, Options, Port};
 use cxdirect_dma::cuda::CudaMemory;
 use cxdirect_dma::{DmaBufMapping, DmaBufMode};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 /// Bytes of a dmabuf-backed buffer are rounded up to whole pages of this size.
@@ -31,8 +33,11 @@ pub const REMOTE_READ_WRITE: KeyAccess = KeyAccess {
 /// A port ready for RDMA: the brought-up device, RoCE with its GID, a protection domain and the
 /// completion queue every queue pair of the program completes on.
 pub struct RdmaPort<B: Backend> {
-    /// The device.
-    pub dev: Device<B>,
+    /// The device (held by the Ethernet port when the port serves its IPv4 address).
+    pub dev: DeviceHost<B>,
+    /// The function's IPv4 address on its Ethernet side (ARP, ICMP), when served
+    /// ([`RdmaPort::open_serving`]).
+    pub address: Option<PortAddress<B>>,
     /// RoCE on the port: its GID and MAC.
     pub roce: Roce,
     /// The protection domain of every buffer and queue pair.
@@ -103,16 +108,48 @@ impl<B: Backend> RdmaPort<B> {
     /// Brings `backend` up, enables RoCE with `address` as the port's address (its GID),
     /// allocates a protection domain and a completion queue of `cq_entries`.
     pub fn open(backend: B, address: IpAddr, cq_entries: u32) -> Result<Self, String> {
+        Self::open_with(backend, address, cq_entries, false)
+    }
+
+    /// As [`RdmaPort::open`], and the function also serves `address` on its Ethernet side (a
+    /// small Ethernet port answers ARP and ICMP echo and resolves peers' MACs: see
+    /// [`PortAddress`]), so a Linux host reaches it with nothing configured by hand.
+    pub fn open_serving(backend: B, address: Ipv4Addr, cq_entries: u32) -> Result<Self, String> {
+        Self::open_with(backend, address.into(), cq_entries, true)
+    }
+
+    fn open_with(
+        backend: B,
+        address: IpAddr,
+        cq_entries: u32,
+        serve: bool,
+    ) -> Result<Self, String> {
         let name = backend.name();
         let fail = |what: &str, e: cxdirect::DriverError| format!("{name}: {what}: {e}");
         let mut dev = Device::bring_up(backend, Options::default())
             .map_err(|e| format!("{name}: bring-up failed: {e}"))?;
         let roce = Roce::enable(&mut dev, address).map_err(|e| fail("enabling RoCE", e))?;
+        let (mut dev, served) = match address {
+            IpAddr::V4(ip) if serve => {
+                let started = Port::start(dev, port_config())
+                    .map_err(|e| fail("the Ethernet port serving the address", e))?;
+                let mut port = started.port;
+                match PortAddress::serve(&mut port, started.queues, ip) {
+                    Ok(served) => (DeviceHost::Ethernet(Box::new(port)), Some(served)),
+                    Err(e) => {
+                        let _ = DeviceHost::Ethernet(Box::new(port)).teardown();
+                        return Err(format!("{name}: {e}"));
+                    }
+                }
+            }
+            _ => (DeviceHost::Bare(Box::new(dev)), None),
+        };
         let pd = ProtectionDomain::alloc(&mut dev).map_err(|e| fail("protection domain", e))?;
         let cq = CompletionQueue::create(&mut dev, cq_entries)
             .map_err(|e| fail("completion queue", e))?;
         Ok(Self {
             dev,
+            address: served,
             roce,
             pd,
             cq,
@@ -232,6 +269,8 @@ impl<B: Backend> RdmaPort<B> {
         }
         note(self.cq.destroy(&mut self.dev), "completion queue");
         note(self.pd.dealloc(&mut self.dev), "protection domain");
+        // The address's queues go before the port that owns them.
+        drop(self.address.take());
         note(self.dev.teardown().map(|_| ()), "device");
         first.map_or(Ok(()), Err)
     }

@@ -549,6 +549,11 @@ impl<B: Backend> Port<B> {
         &mut self.dev
     }
 
+    /// The device, to read its capabilities and identity.
+    pub fn device_ref(&self) -> &Device<B> {
+        &self.dev
+    }
+
     /// The receive pool.
     pub fn pool(&self) -> &Mempool {
         &self.pool

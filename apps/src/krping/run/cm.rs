@@ -5,8 +5,8 @@ use super::*;
 
 /// Both sides in this process, connected through the connection manager: the server on
 /// `server_backend` at `cm.server_ip` listens on `cm.port`, the client on `client_backend` at
-/// `cm.client_ip` sends its REQ there; each side's peer MAC is the other port's. The client
-/// disconnects at the end.
+/// `cm.client_ip` sends its REQ there; each side serves its address and resolves the other's
+/// MAC by ARP. The client disconnects at the end.
 pub fn run_pair_through_cm<B: Backend>(
     server_backend: B,
     client_backend: B,
@@ -17,16 +17,16 @@ pub fn run_pair_through_cm<B: Backend>(
     out: &mut dyn Write,
 ) -> Result<Summary, String> {
     let [server_idle, client_idle] = idle_hooks;
-    let mut s_side = VerbsSide::open(server_backend, cm.server_ip.into(), options.size, setup)?;
+    let mut s_side = VerbsSide::open_serving(server_backend, cm.server_ip, options.size, setup)?;
     s_side.port.set_idle(server_idle);
-    let mut c_side = VerbsSide::open(client_backend, cm.client_ip.into(), options.size, setup)?;
+    let mut c_side = VerbsSide::open_serving(client_backend, cm.client_ip, options.size, setup)?;
     c_side.port.set_idle(client_idle);
     let mut server = Server::new(options);
     let mut client = Client::new(options);
     server.start(&mut s_side).map_err(|e| e.to_string())?;
     client.start(&mut c_side).map_err(|e| e.to_string())?;
-    let mut s_link = s_side.listen(cm.server_ip, cm.port, c_side.mac())?;
-    let mut c_link = c_side.dial_cm(cm.client_ip, cm.server_ip, cm.port, s_side.mac())?;
+    let mut s_link = s_side.listen(cm.server_ip, cm.port, None)?;
+    let mut c_link = c_side.dial_cm(cm.client_ip, cm.server_ip, cm.port, None)?;
     // Both links turned in turn until both are up.
     let deadline = Instant::now() + CONNECT_PATIENCE;
     loop {
@@ -67,6 +67,11 @@ pub fn run_pair_through_cm<B: Backend>(
     for link in [&s_link, &c_link] {
         writeln!(out, "{}", link.describe()).map_err(|e| e.to_string())?;
     }
+    for side in [&s_side, &c_side] {
+        if let Some(address) = side.address_report() {
+            writeln!(out, "{address}").map_err(|e| e.to_string())?;
+        }
+    }
     let mut limit_events = 0;
     for (who, side) in [("server", &s_side), ("client", &c_side)] {
         if let Some(stats) = side.srq_stats() {
@@ -104,11 +109,12 @@ pub fn run_one_through_cm<B: Backend>(
     setup: SideSetup,
     out: &mut dyn Write,
 ) -> Result<Summary, String> {
-    let peer_mac = cm
-        .peer_mac
-        .ok_or("the connection manager needs the peer's MAC address")?;
+    let peer_mac = cm.peer_mac;
     let own = if server { cm.server_ip } else { cm.client_ip };
-    let mut side = VerbsSide::open(backend, own.into(), options.size, setup)?;
+    let mut side = match peer_mac {
+        Some(_) => VerbsSide::open(backend, own.into(), options.size, setup)?,
+        None => VerbsSide::open_serving(backend, own, options.size, setup)?,
+    };
     side.port.set_idle(idle);
     writeln!(out, "  memory: {}", setup.memory.as_str()).map_err(|e| e.to_string())?;
     let mut srv = Server::new(options);
@@ -150,5 +156,8 @@ pub fn run_one_through_cm<B: Backend>(
     let described = link.describe();
     let hung_up = side.hang_up(link);
     writeln!(out, "{described}").map_err(|e| e.to_string())?;
+    if let Some(address) = side.address_report() {
+        writeln!(out, "{address}").map_err(|e| e.to_string())?;
+    }
     finish(side, outcome.and_then(|s| hung_up.map(|()| s)), out)
 }

@@ -71,8 +71,22 @@ impl<B: Backend> VerbsSide<B> {
     /// memory when that is GPU memory), receiving from a shared receive queue of
     /// `setup.srq_depth` receives (none: 0).
     pub fn open(backend: B, address: IpAddr, size: u32, setup: SideSetup) -> Result<Self, String> {
+        Self::open_with(RdmaPort::open(backend, address, 64)?, size, setup)
+    }
+
+    /// As [`VerbsSide::open`], and the function serves `address` on its Ethernet side (ARP
+    /// and ICMP answered, the peer's MAC resolved by ARP: [`RdmaPort::open_serving`]).
+    pub fn open_serving(
+        backend: B,
+        address: Ipv4Addr,
+        size: u32,
+        setup: SideSetup,
+    ) -> Result<Self, String> {
+        Self::open_with(RdmaPort::open_serving(backend, address, 64)?, size, setup)
+    }
+
+    fn open_with(mut port: RdmaPort<B>, size: u32, setup: SideSetup) -> Result<Self, String> {
         let memory = setup.memory;
-        let mut port = RdmaPort::open(backend, address, 64)?;
         let size = size as usize;
         let start_kind = if memory == MemoryKind::Cuda {
             MemoryKind::Host
@@ -122,12 +136,12 @@ impl<B: Backend> VerbsSide<B> {
     }
 
     /// The server's connection manager on this side: QP1, listening on `port` for a client
-    /// at `peer_mac`.
+    /// at `peer_mac` (resolved by ARP when `None`).
     pub fn listen(
         &mut self,
         ip: Ipv4Addr,
         port: u16,
-        peer_mac: [u8; 6],
+        peer_mac: Option<[u8; 6]>,
     ) -> Result<CmLink<B>, String> {
         let p = &mut self.port;
         CmLink::listen(
@@ -142,13 +156,13 @@ impl<B: Backend> VerbsSide<B> {
     }
 
     /// The client's connection manager on this side: QP1, and a REQ for the queue pair to
-    /// `server` port `port` at `peer_mac`.
+    /// `server` port `port` at `peer_mac` (resolved by ARP when `None`).
     pub fn dial_cm(
         &mut self,
         ip: Ipv4Addr,
         server: Ipv4Addr,
         port: u16,
-        peer_mac: [u8; 6],
+        peer_mac: Option<[u8; 6]>,
     ) -> Result<CmLink<B>, String> {
         let p = &mut self.port;
         let srq = self.srq.is_some();
@@ -160,7 +174,7 @@ impl<B: Backend> VerbsSide<B> {
     /// One turn of `link` (the queue pair programmed when the handshake says), then the idle
     /// hook.
     pub fn turn(&mut self, link: &mut CmLink<B>) -> Result<Phase, String> {
-        let phase = link.progress(&mut self.port.dev, &mut self.qp)?;
+        let phase = link.progress(&mut self.port.dev, self.port.address.as_mut(), &mut self.qp)?;
         self.port.idle();
         Ok(phase)
     }
@@ -201,6 +215,11 @@ impl<B: Backend> VerbsSide<B> {
     /// The MAC address of the side's port.
     pub fn mac(&self) -> [u8; 6] {
         self.port.roce.mac()
+    }
+
+    /// The report line of the address the side serves, when it serves one.
+    pub fn address_report(&self) -> Option<String> {
+        self.port.address.as_ref().map(|a| a.describe())
     }
 
     /// The endpoint the peer connects to.
@@ -453,7 +472,7 @@ pub struct CmSettings {
     pub client_ip: Ipv4Addr,
     /// The CM port the server listens on (rping's 7174 by default).
     pub port: u16,
-    /// The peer's MAC address (a side alone needs it; emu-pair takes the other port's).
+    /// The peer's MAC address; `None`: resolved by ARP (the function serves its address).
     pub peer_mac: Option<[u8; 6]>,
 }
 

@@ -187,6 +187,76 @@ fn two_sides_apart_connect_through_the_cm() {
     assert!(client_out.contains("cm: 192.168.77.2 "), "{client_out}");
 }
 
+/// Each side on its own thread with no MAC given: each serves its address, the client
+/// resolves the server's MAC by ARP before its REQ, the server learns the client's from that
+/// ARP request.
+#[test]
+fn two_sides_apart_find_each_other_by_arp() {
+    let (a, b) = pair(EmuExec::Threaded);
+    let server = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let exchange = Exchange {
+            via: Rendezvous::Cm(cm_settings(7174)),
+            server: true,
+        };
+        let s = run_one(a, None, exchange, options(100), SHALLOW_SRQ, &mut out);
+        (s, String::from_utf8(out).unwrap())
+    });
+    let mut out = Vec::new();
+    let exchange = Exchange {
+        via: Rendezvous::Cm(cm_settings(7174)),
+        server: false,
+    };
+    let client = run_one(b, None, exchange, options(100), SHALLOW_SRQ, &mut out);
+    let client_out = String::from_utf8(out).unwrap();
+    let client = client.unwrap_or_else(|e| panic!("{e}\n{client_out}"));
+    let (server, server_out) = server.join().unwrap();
+    let server = server.unwrap_or_else(|e| panic!("{e}\n{server_out}"));
+    assert_eq!(
+        (client.count, client.errors, client.validated),
+        (100, 0, true)
+    );
+    assert_eq!(server.count, 100);
+    // The client asked once and was answered; the server answered and learned from it.
+    assert!(
+        client_out.contains("address: 192.168.77.2 arp_replies=0 arp_requests=1 "),
+        "{client_out}"
+    );
+    assert!(
+        server_out.contains("arp_replies=1 arp_requests=0 echo_replies=0 neighbours=1"),
+        "{server_out}"
+    );
+}
+
+/// A client whose server's address nobody answers by ARP gives up with an error naming it,
+/// after the neighbour table's requests, and sends no REQ.
+#[test]
+fn an_address_no_one_answers_is_named() {
+    let (_a, b) = pair(EmuExec::Threaded);
+    let cm = CmSettings {
+        server_ip: Ipv4Addr::new(192, 168, 77, 9),
+        ..cm_settings(7174)
+    };
+    let mut side = VerbsSide::open_serving(b, cm.client_ip, 64, SHALLOW_SRQ).unwrap();
+    let mut link = side
+        .dial_cm(cm.client_ip, cm.server_ip, cm.port, None)
+        .unwrap();
+    let e = side
+        .wait(&mut link, |p| p == Phase::Up, Duration::from_secs(10))
+        .unwrap_err();
+    assert!(
+        e.contains("192.168.77.9 did not answer ARP: 3 requests sent"),
+        "{e}"
+    );
+    assert!(
+        link.describe().contains("mads_sent=0"),
+        "{}",
+        link.describe()
+    );
+    link.close(&mut side.port.dev).unwrap();
+    side.close().unwrap();
+}
+
 /// A client whose REQ nobody answers gives up with an error naming the address.
 #[test]
 fn an_unanswered_connection_request_names_the_peer() {
@@ -198,7 +268,12 @@ fn an_unanswered_connection_request_names_the_peer() {
     };
     let mut side = VerbsSide::open(b, cm.client_ip.into(), 64, SHALLOW_SRQ).unwrap();
     let mut link = side
-        .dial_cm(cm.client_ip, cm.server_ip, cm.port, [2, 0, 0, 0, 0, 9])
+        .dial_cm(
+            cm.client_ip,
+            cm.server_ip,
+            cm.port,
+            Some([2, 0, 0, 0, 0, 9]),
+        )
         .unwrap();
     let e = side
         .wait(&mut link, |p| p == Phase::Up, Duration::from_millis(300))
