@@ -10,6 +10,7 @@
 
 pub mod cli;
 pub mod engine;
+pub mod perftest;
 pub mod run;
 
 use clap::ValueEnum;
