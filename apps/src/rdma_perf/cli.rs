@@ -362,6 +362,92 @@ mod tests {
     }
 
     #[test]
+    fn perftest_sides_and_their_addresses() {
+        let server = parse(&[
+            "--device",
+            "06:00.0",
+            "--perftest",
+            "--server",
+            "--op",
+            "read",
+            "--mode",
+            "bw",
+            "--local-address",
+            "192.168.77.1",
+            "--peer-mac",
+            "02:00:00:00:00:0b",
+        ])
+        .unwrap();
+        assert!(server.plan().is_ok());
+        assert_eq!(
+            server.perftest_plan(),
+            Ok(Some(PerftestPlan {
+                test: Test::ReadBw,
+                sides: PerftestSides::One(Role::Server),
+                address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                port: 18515,
+                local_address: Some(Ipv4Addr::new(192, 168, 77, 1)),
+                peer_mac: Some([2, 0, 0, 0, 0, 0x0b]),
+            }))
+        );
+        let client = parse(&[
+            "--device",
+            "06:00.0",
+            "--perftest",
+            "--client",
+            "--address",
+            "10.0.0.2",
+            "--port",
+            "5000",
+            "--op",
+            "write",
+            "--mode",
+            "lat",
+            "--local-address",
+            "192.168.77.1",
+            "--peer-mac",
+            "02:00:00:00:00:0b",
+        ])
+        .unwrap();
+        let p = client.perftest_plan().unwrap().unwrap();
+        assert_eq!(
+            (p.test, p.sides, p.address, p.port),
+            (
+                Test::WriteLat,
+                PerftestSides::One(Role::Client),
+                "10.0.0.2".parse().unwrap(),
+                5000
+            )
+        );
+        let pair = parse(&[
+            "--device",
+            "emu-pair",
+            "--perftest",
+            "--op",
+            "send",
+            "--mode",
+            "bw",
+        ])
+        .unwrap();
+        let p = pair.perftest_plan().unwrap().unwrap();
+        assert_eq!((p.test, p.sides), (Test::SendBw, PerftestSides::Pair));
+        assert_eq!(
+            parse(&["--device", "emu-pair", "--op", "send", "--mode", "bw"])
+                .unwrap()
+                .perftest_plan(),
+            Ok(None)
+        );
+        for bad in [
+            "02:00:00:00:00",
+            "02:00:00:00:00:0g",
+            "02:00:00:00:00:00:00",
+            "0200.0000.0000",
+        ] {
+            assert!(parse_mac(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn out_of_range_values_name_the_flag() {
         for (args, flag) in [
             (&["--iters", "4"][..], "--iters"),

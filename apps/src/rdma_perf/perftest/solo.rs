@@ -311,6 +311,87 @@ pub fn write_lat<S: Solo>(
 mod tests {
     use super::*;
 
+    /// A side whose peer is scripted as perftest's `run_iter_lat_write`: it answers each of
+    /// our WRITEs with its own count (the server's answer is the next count, the client's the
+    /// same), and records our posts and what we saw.
+    struct PingPeer {
+        we_serve: bool,
+        iters: u32,
+        /// The last byte of our advertised buffer: the peer's latest count, modulo 256.
+        ours: u8,
+        posts: Vec<(u64, u8)>,
+        completions: u32,
+        loads_before_first_post: u32,
+    }
+
+    impl Solo for PingPeer {
+        type Error = String;
+        fn post(
+            &mut self,
+            qp: usize,
+            op: Op,
+            offset: u64,
+            signaled: bool,
+            stamp: Option<u8>,
+        ) -> Result<(), String> {
+            assert_eq!((qp, op, offset, signaled), (0, Op::Write, 0, true));
+            let s = stamp.ok_or("no stamp")?;
+            self.posts.push((offset, s));
+            let n = self.posts.len() as u32;
+            // perftest's server writes n + 1 after seeing our n; its client writes n after
+            // seeing our n (it went first with 1 when it serves).
+            if self.we_serve {
+                self.ours = n as u8;
+            } else if n < self.iters {
+                self.ours = (n + 1) as u8;
+            }
+            self.completions += 1;
+            Ok(())
+        }
+        fn post_recv(&mut self, _: usize, _: u32) -> Result<(), String> {
+            Err("no receives in a WRITE ping-pong".into())
+        }
+        fn poll(&mut self, out: &mut [Done]) -> Result<usize, String> {
+            if self.completions > 0 && !out.is_empty() {
+                self.completions -= 1;
+                out[0] = Done { qp: 0, recv: false };
+                return Ok(1);
+            }
+            Ok(0)
+        }
+        fn last_byte(&mut self, qp: usize) -> Result<u8, String> {
+            assert_eq!(qp, 0);
+            if self.posts.is_empty() {
+                self.loads_before_first_post += 1;
+            }
+            Ok(self.ours)
+        }
+        fn idle(&mut self) {}
+    }
+
+    #[test]
+    fn write_latency_is_perftests_ping_pong_the_server_first_counts_modulo_256() {
+        for we_serve in [true, false] {
+            let iters = 600;
+            let mut peer = PingPeer {
+                we_serve,
+                iters,
+                // perftest's server (when we are its client) has already written its 1.
+                ours: if we_serve { 0 } else { 1 },
+                posts: Vec::new(),
+                completions: 0,
+                loads_before_first_post: 0,
+            };
+            let r = write_lat(&mut peer, we_serve, iters, 2, Duration::from_secs(5)).unwrap();
+            let want: Vec<(u64, u8)> = (1..=iters).map(|n| (0, n as u8)).collect();
+            assert_eq!(peer.posts, want, "serving: {we_serve}");
+            // The server posts before it looks; the client looks for the server's 1 first.
+            assert_eq!(peer.loads_before_first_post == 0, we_serve);
+            assert_eq!(r.iters, u64::from(iters));
+            assert_eq!(peer.completions, 0);
+        }
+    }
+
     #[test]
     fn messages_step_through_the_cycle_buffer_by_cache_lines() {
         // 64 KiB messages against a 4 KiB cycle buffer: all at the start.
