@@ -1,5 +1,7 @@
 //! cxdirect-rdma-perf: RDMA WRITE, READ or SEND bandwidth or latency between two ports, in
-//! perftest's columns, ending with a `summary:` line.
+//! perftest's columns, ending with a `summary:` line. Both ports in this process by default;
+//! with `--perftest`, one side against Linux's perftest (`ib_write_bw`, `ib_read_bw`,
+//! `ib_send_bw`, `ib_write_lat` run with `-x GID_INDEX`) over perftest's TCP exchange.
 
 use clap::error::ErrorKind;
 use clap::Parser;

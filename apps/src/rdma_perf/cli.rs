@@ -1,8 +1,11 @@
 //! cxdirect-rdma-perf's command line.
 
+use super::perftest::session::{Role, Test};
 use super::{Mode, Op};
 use crate::cli::{DeviceArgs, RUN, TRAFFIC};
-use clap::Parser;
+use crate::rdma::endpoint::DEFAULT_PORT;
+use clap::{Args, Parser};
+use std::net::{IpAddr, Ipv4Addr};
 
 /// perftest's default message size for bandwidth runs, in bytes (`DEF_SIZE_BW`).
 pub const DEFAULT_BW_SIZE: u32 = 65536;
@@ -26,7 +29,16 @@ pub const MAX_QPS: u16 = 16;
 #[command(name = "cxdirect-rdma-perf", version)]
 #[command(after_help = "\
 SPEC: emu-pair, or two PCI addresses wired to each other: the first port is the requester, the \
-second the responder, both in this process.")]
+second the responder, both in this process.
+
+With --perftest the run speaks perftest's out-of-band exchange over TCP (port 18515; no -R), so \
+that Linux's ib_write_bw, ib_read_bw, ib_send_bw (--mode bw) and ib_write_lat (--op write \
+--mode lat) run against it, given -x GID_INDEX (RoCE v2 over IPv4) and the same -s, -n and -q: \
+--server waits for perftest's client (`ib_write_bw -x 3 IP`), --client connects to perftest's \
+server (`ib_write_bw -x 3`). One PCI address runs one side; the port's own IPv4 address (its \
+GID) is --local-address and the peer's MAC --peer-mac. The peer is told version 6.24. Give \
+perftest --report_gbits: a bandwidth server prints the client's report in its units. With \
+emu-pair, both sides run in this process, over loopback TCP.")]
 pub struct Cli {
     /// The two ports.
     #[command(flatten)]
@@ -49,6 +61,81 @@ pub struct Cli {
     /// Queue pairs the messages are spread over (1..=16)
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=i64::from(MAX_QPS)), help_heading = TRAFFIC)]
     pub qps: u16,
+    /// perftest's exchange and the side this process runs.
+    #[command(flatten)]
+    pub perftest: PerftestArgs,
+}
+
+/// The options of a run against perftest.
+#[derive(Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Against perftest")]
+pub struct PerftestArgs {
+    /// Speak perftest's out-of-band exchange (version, keys with the GID, barriers, reports)
+    /// instead of running both ports in this process
+    #[arg(long)]
+    pub perftest: bool,
+    /// Wait for perftest's client (perftest run without a server name)
+    #[arg(long, conflicts_with = "client")]
+    pub server: bool,
+    /// Connect to perftest's server at --address
+    #[arg(long)]
+    pub client: bool,
+    /// With --client, the perftest server's TCP address; with --server, the address to listen
+    /// on (all by default)
+    #[arg(long, value_name = "IP")]
+    pub address: Option<IpAddr>,
+    /// The TCP port of the exchange
+    #[arg(long, value_name = "PORT", default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// The port's own IPv4 address, its GID (192.168.78.1 client, .2 server on emu-pair)
+    #[arg(long, value_name = "IP")]
+    pub local_address: Option<Ipv4Addr>,
+    /// The peer port's MAC address (aa:bb:cc:dd:ee:ff): perftest's keys carry its GID only
+    #[arg(long, value_name = "MAC", value_parser = parse_mac)]
+    pub peer_mac: Option<[u8; 6]>,
+}
+
+/// Parses a MAC address written as six `:`-separated pairs of hex digits.
+pub fn parse_mac(text: &str) -> Result<[u8; 6], String> {
+    let bad = || format!("`{text}` is not a MAC address (aa:bb:cc:dd:ee:ff)");
+    let parts: Vec<&str> = text.split(':').collect();
+    if parts.len() != 6 {
+        return Err(bad());
+    }
+    let mut mac = [0u8; 6];
+    for (byte, part) in mac.iter_mut().zip(parts) {
+        if part.len() != 2 || !part.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad());
+        }
+        *byte = u8::from_str_radix(part, 16).map_err(|_| bad())?;
+    }
+    Ok(mac)
+}
+
+/// Where the sides of a perftest-exchange run are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PerftestSides {
+    /// Both, on emu-pair's two ports, over loopback TCP.
+    Pair,
+    /// One, on a PCI function, in `role`.
+    One(Role),
+}
+
+/// A run against perftest, with every default settled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PerftestPlan {
+    /// The perftest program of the other side.
+    pub test: Test,
+    /// Where the sides are.
+    pub sides: PerftestSides,
+    /// The TCP address: the server's (client), the one listened on (server).
+    pub address: IpAddr,
+    /// The TCP port.
+    pub port: u16,
+    /// The port's own address, on a PCI function.
+    pub local_address: Option<Ipv4Addr>,
+    /// The peer's MAC, on a PCI function.
+    pub peer_mac: Option<[u8; 6]>,
 }
 
 /// A run, with every default settled.
@@ -71,7 +158,26 @@ pub struct Plan {
 impl Cli {
     /// The run the options ask for, or why they do not fit together (a usage error).
     pub fn plan(&self) -> Result<Plan, String> {
+        if self.perftest.perftest {
+            self.perftest_plan()?;
+        } else {
+            let p = &self.perftest;
+            if p.server
+                || p.client
+                || p.address.is_some()
+                || p.local_address.is_some()
+                || p.peer_mac.is_some()
+                || p.port != DEFAULT_PORT
+            {
+                return Err(
+                    "--server, --client, --address, --port, --local-address and \
+                     --peer-mac are for --perftest"
+                        .into(),
+                );
+            }
+        }
         match self.devices.devices.as_slice() {
+            [one] if self.perftest.perftest && one != "emu" => {}
             [one] if one == "emu-pair" => {}
             [a, b] if a != "emu" && a != "emu-pair" && b != "emu" && b != "emu-pair" => {}
             _ => {
@@ -104,6 +210,76 @@ impl Cli {
             inline,
             qps: self.qps,
         })
+    }
+
+    /// The run against perftest the options ask for (`None` without `--perftest`), or why
+    /// they do not fit together.
+    pub fn perftest_plan(&self) -> Result<Option<PerftestPlan>, String> {
+        let p = &self.perftest;
+        if !p.perftest {
+            return Ok(None);
+        }
+        let test = match (self.op, self.mode) {
+            (Op::Write, Mode::Bw) => Test::WriteBw,
+            (Op::Read, Mode::Bw) => Test::ReadBw,
+            (Op::Send, Mode::Bw) => Test::SendBw,
+            (Op::Write, Mode::Lat) => Test::WriteLat,
+            _ => {
+                return Err(
+                    "--perftest: ib_write_bw, ib_read_bw, ib_send_bw (--mode bw) or \
+                     ib_write_lat (--op write --mode lat)"
+                        .into(),
+                )
+            }
+        };
+        let sides = match (self.devices.devices.as_slice(), p.server, p.client) {
+            ([one], false, false) if one == "emu-pair" => PerftestSides::Pair,
+            ([one], _, _) if one == "emu-pair" => {
+                return Err(
+                    "--perftest on emu-pair runs both sides: no --server or --client".into(),
+                )
+            }
+            ([one], true, false) if one != "emu" => PerftestSides::One(Role::Server),
+            ([one], false, true) if one != "emu" => PerftestSides::One(Role::Client),
+            ([one], false, false) if one != "emu" => {
+                return Err("--perftest on a PCI function: give --server or --client".into())
+            }
+            _ => {
+                return Err(
+                    "--perftest: give emu-pair, or one PCI address with --server or \
+                     --client"
+                        .into(),
+                )
+            }
+        };
+        let address = match (sides, p.address) {
+            (PerftestSides::One(Role::Client), None) => {
+                return Err("--perftest --client: give the perftest server's --address".into())
+            }
+            (PerftestSides::Pair, _) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            (_, Some(a)) => a,
+            (_, None) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        };
+        if let PerftestSides::One(_) = sides {
+            if p.local_address.is_none() || p.peer_mac.is_none() {
+                return Err(
+                    "--perftest on a PCI function: give the port's --local-address \
+                     and the peer's --peer-mac"
+                        .into(),
+                );
+            }
+        }
+        if test == Test::WriteLat && self.size == Some(0) {
+            return Err("--size: a WRITE latency run needs a message of a byte or more".into());
+        }
+        Ok(Some(PerftestPlan {
+            test,
+            sides,
+            address,
+            port: p.port,
+            local_address: p.local_address,
+            peer_mac: p.peer_mac,
+        }))
     }
 }
 
@@ -183,6 +359,92 @@ mod tests {
             .plan()
             .unwrap_err()
             .contains("no data to inline"));
+    }
+
+    #[test]
+    fn perftest_sides_and_their_addresses() {
+        let server = parse(&[
+            "--device",
+            "06:00.0",
+            "--perftest",
+            "--server",
+            "--op",
+            "read",
+            "--mode",
+            "bw",
+            "--local-address",
+            "192.168.77.1",
+            "--peer-mac",
+            "02:00:00:00:00:0b",
+        ])
+        .unwrap();
+        assert!(server.plan().is_ok());
+        assert_eq!(
+            server.perftest_plan(),
+            Ok(Some(PerftestPlan {
+                test: Test::ReadBw,
+                sides: PerftestSides::One(Role::Server),
+                address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                port: 18515,
+                local_address: Some(Ipv4Addr::new(192, 168, 77, 1)),
+                peer_mac: Some([2, 0, 0, 0, 0, 0x0b]),
+            }))
+        );
+        let client = parse(&[
+            "--device",
+            "06:00.0",
+            "--perftest",
+            "--client",
+            "--address",
+            "10.0.0.2",
+            "--port",
+            "5000",
+            "--op",
+            "write",
+            "--mode",
+            "lat",
+            "--local-address",
+            "192.168.77.1",
+            "--peer-mac",
+            "02:00:00:00:00:0b",
+        ])
+        .unwrap();
+        let p = client.perftest_plan().unwrap().unwrap();
+        assert_eq!(
+            (p.test, p.sides, p.address, p.port),
+            (
+                Test::WriteLat,
+                PerftestSides::One(Role::Client),
+                "10.0.0.2".parse().unwrap(),
+                5000
+            )
+        );
+        let pair = parse(&[
+            "--device",
+            "emu-pair",
+            "--perftest",
+            "--op",
+            "send",
+            "--mode",
+            "bw",
+        ])
+        .unwrap();
+        let p = pair.perftest_plan().unwrap().unwrap();
+        assert_eq!((p.test, p.sides), (Test::SendBw, PerftestSides::Pair));
+        assert_eq!(
+            parse(&["--device", "emu-pair", "--op", "send", "--mode", "bw"])
+                .unwrap()
+                .perftest_plan(),
+            Ok(None)
+        );
+        for bad in [
+            "02:00:00:00:00",
+            "02:00:00:00:00:0g",
+            "02:00:00:00:00:00:00",
+            "0200.0000.0000",
+        ] {
+            assert!(parse_mac(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

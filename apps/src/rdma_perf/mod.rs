@@ -7,9 +7,15 @@
 //! whole run and its peak over the best window; a latency's minimum, median ("typical"), mean,
 //! standard deviation and 99th / 99.9th percentiles after the two largest samples are set
 //! aside, halved for the operations timed as round trips (WRITE and SEND ping-pong).
+//!
+//! By default both sides run in this process, one port each ([`run`], [`engine`]). With
+//! `--perftest` a side speaks perftest's out-of-band TCP exchange instead ([`perftest`]), so
+//! that Linux's `ib_write_bw`, `ib_read_bw`, `ib_send_bw` and `ib_write_lat` run against it in
+//! either role; on emu-pair both such sides run in this process over loopback TCP.
 
 pub mod cli;
 pub mod engine;
+pub mod perftest;
 pub mod run;
 
 use clap::ValueEnum;

@@ -250,6 +250,9 @@ impl<B: Backend> PerfSide for VerbsPerfSide<B> {
 /// Runs what `plan` says and returns the lines to print (perftest's report and the summary);
 /// an error says what failed.
 pub fn run(cli: &Cli, plan: &Plan) -> Result<Vec<String>, String> {
+    if let Some(pp) = cli.perftest_plan()? {
+        return super::perftest::run::run(cli, plan, &pp);
+    }
     if plan.mode == Mode::Lat && plan.op == Op::Write && plan.size == 0 {
         return Err("--size: a WRITE latency run needs a message of a byte or more".into());
     }
@@ -278,7 +281,7 @@ pub fn run(cli: &Cli, plan: &Plan) -> Result<Vec<String>, String> {
 }
 
 /// perftest's title of a test.
-fn title(plan: &Plan) -> String {
+pub(crate) fn title(plan: &Plan) -> String {
     let verb = match plan.op {
         Op::Write => "RDMA_Write",
         Op::Read => "RDMA_Read",
