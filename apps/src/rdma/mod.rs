@@ -7,6 +7,7 @@ pub mod cm_link;
 pub mod endpoint;
 pub mod host;
 pub mod port_address;
+pub mod served_address;
 pub mod verbs;
 
 use clap::ValueEnum;

@@ -36,7 +36,8 @@ that Linux's ib_write_bw, ib_read_bw, ib_send_bw (--mode bw) and ib_write_lat (-
 --mode lat) run against it, given -x GID_INDEX (RoCE v2 over IPv4) and the same -s, -n and -q: \
 --server waits for perftest's client (`ib_write_bw -x 3 IP`), --client connects to perftest's \
 server (`ib_write_bw -x 3`). One PCI address runs one side; the port's own IPv4 address (its \
-GID) is --local-address and the peer's MAC --peer-mac. The peer is told version 6.24. Give \
+GID) is --local-address; the port answers ARP and ICMP echo for it and finds the peer's MAC by \
+ARP from the GID in its keys (--peer-mac gives it instead). The peer is told version 6.24. Give \
 perftest --report_gbits: a bandwidth server prints the client's report in its units. With \
 emu-pair, both sides run in this process, over loopback TCP.")]
 pub struct Cli {
@@ -90,7 +91,8 @@ pub struct PerftestArgs {
     /// The port's own IPv4 address, its GID (192.168.78.1 client, .2 server on emu-pair)
     #[arg(long, value_name = "IP")]
     pub local_address: Option<Ipv4Addr>,
-    /// The peer port's MAC address (aa:bb:cc:dd:ee:ff): perftest's keys carry its GID only
+    /// The peer port's MAC address (aa:bb:cc:dd:ee:ff), instead of resolving it by ARP from
+    /// the GID perftest's keys carry
     #[arg(long, value_name = "MAC", value_parser = parse_mac)]
     pub peer_mac: Option<[u8; 6]>,
 }
@@ -261,12 +263,8 @@ impl Cli {
             (_, None) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         };
         if let PerftestSides::One(_) = sides {
-            if p.local_address.is_none() || p.peer_mac.is_none() {
-                return Err(
-                    "--perftest on a PCI function: give the port's --local-address \
-                     and the peer's --peer-mac"
-                        .into(),
-                );
+            if p.local_address.is_none() {
+                return Err("--perftest on a PCI function: give the port's --local-address".into());
             }
         }
         if test == Test::WriteLat && self.size == Some(0) {

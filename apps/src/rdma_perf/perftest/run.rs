@@ -43,11 +43,11 @@ pub fn run(cli: &Cli, plan: &Plan, pp: &PerftestPlan) -> Result<Vec<String>, Str
             let server = std::thread::spawn(move || {
                 let hook = emulated_idle_hook(&a, exec);
                 let listener = Ok(listener);
-                let macs = (to_client, from_client);
+                let macs = PeerMac::Trade(to_client, from_client);
                 one_side(a, hook, SERVER_ADDRESS, macs, listener, at, test, &plan_s)
             });
             let hook = emulated_idle_hook(&b, exec);
-            let macs = (to_server, from_server);
+            let macs = PeerMac::Trade(to_server, from_server);
             let client = one_side(b, hook, CLIENT_ADDRESS, macs, Err(()), at, test, plan);
             let server = server
                 .join()
@@ -60,30 +60,35 @@ pub fn run(cli: &Cli, plan: &Plan, pp: &PerftestPlan) -> Result<Vec<String>, Str
             let backend = crate::vfio_open(spec, cli.devices.iommu_mode.as_str())
                 .map_err(|e| format!("{spec}: {e}"))?;
             let local = pp.local_address.ok_or("--local-address is needed")?;
-            let mac = pp.peer_mac.ok_or("--peer-mac is needed")?;
             let at = SocketAddr::new(pp.address, pp.port);
             let listener = match role {
                 Role::Server => Ok(TcpListener::bind(at).map_err(|e| format!("{at}: {e}"))?),
                 Role::Client => Err(()),
             };
-            let (tx, _) = mpsc::channel();
-            let (give, rx) = mpsc::channel();
-            give.send(mac).map_err(|e| e.to_string())?;
-            one_side(backend, None, local, (tx, rx), listener, at, pp.test, plan)
+            // Without --peer-mac the peer's MAC is resolved by ARP once its keys name it.
+            let macs = PeerMac::Given(pp.peer_mac);
+            one_side(backend, None, local, macs, listener, at, pp.test, plan)
         }
         _ => Err("--perftest: give emu-pair, or one PCI address".into()),
     }
 }
 
-/// One side: opens `backend` as `address`, trades MACs over `macs` (this side's out, the
-/// peer's in), accepts on `listener` (server) or connects to `at` (client), runs the session
-/// and returns its lines.
+/// How a side learns its peer's MAC address.
+enum PeerMac {
+    /// Traded with the other side in this process (this side's out, the peer's in).
+    Trade(mpsc::Sender<[u8; 6]>, mpsc::Receiver<[u8; 6]>),
+    /// Given; `None`: resolved by ARP (the side serves its own address).
+    Given(Option<[u8; 6]>),
+}
+
+/// One side: opens `backend` as `address`, learns the peer's MAC as `macs` says, accepts on
+/// `listener` (server) or connects to `at` (client), runs the session and returns its lines.
 #[allow(clippy::too_many_arguments)]
 fn one_side<B: Backend>(
     backend: B,
     idle: Option<IdleHook>,
     address: Ipv4Addr,
-    (to_peer, from_peer): (mpsc::Sender<[u8; 6]>, mpsc::Receiver<[u8; 6]>),
+    macs: PeerMac,
     listener: Result<TcpListener, ()>,
     at: SocketAddr,
     test: Test,
@@ -94,25 +99,31 @@ fn one_side<B: Backend>(
     } else {
         Role::Client
     };
+    let given = match &macs {
+        PeerMac::Trade(..) => Some([0; 6]),
+        PeerMac::Given(mac) => *mac,
+    };
     let mut side = PerftestSide::open(
         backend,
         IpAddr::V4(address),
         (test, role),
         plan,
-        [0; 6],
+        given,
         idle,
     )?;
-    // A peer on another host has no use for our MAC; the send fails harmlessly there.
-    let _ = to_peer.send(side.mac());
-    let peer_mac = from_peer
-        .recv()
-        .map_err(|_| "the peer's MAC never came".to_string());
-    let stream = peer_mac.and_then(|mac| {
-        side.set_peer_mac(mac);
-        match listener {
-            Ok(l) => l.accept().map(|(s, _)| s).map_err(|e| format!("{at}: {e}")),
-            Err(()) => dial(at),
+    let peer_mac = match macs {
+        PeerMac::Trade(to_peer, from_peer) => {
+            let _ = to_peer.send(side.mac());
+            from_peer
+                .recv()
+                .map(|mac| side.set_peer_mac(mac))
+                .map_err(|_| "the peer's MAC never came".to_string())
         }
+        PeerMac::Given(_) => Ok(()),
+    };
+    let stream = peer_mac.and_then(|()| match listener {
+        Ok(l) => l.accept().map(|(s, _)| s).map_err(|e| format!("{at}: {e}")),
+        Err(()) => dial(at),
     });
     let outcome = stream.and_then(|stream| {
         let _ = stream.set_nodelay(true);
@@ -122,10 +133,13 @@ fn one_side<B: Backend>(
         run_session(&mut channel, test, mtu, &mut side).map_err(|e| e.to_string())
     });
     let settings = outcome.as_ref().ok().map(|o| side.settings(&o.agreed));
+    let address = side.address_report();
     let closed = side.close();
     let outcome = outcome?;
     closed?;
-    report(plan, test, role, &outcome, settings.unwrap_or_default())
+    let mut lines = report(plan, test, role, &outcome, settings.unwrap_or_default())?;
+    lines.extend(address);
+    Ok(lines)
 }
 
 /// Connects to perftest's server, retrying while nothing listens there yet.
@@ -201,4 +215,94 @@ fn exchange_line(test: Test, role: Role, a: &Agreed) -> String {
         a.cycle_buffer,
         a.cache_line
     )
+}
+
+#[cfg(test)]
+mod arp_tests {
+    use super::*;
+
+    /// The value of `key=` in a report line.
+    fn field<'a>(line: &'a str, key: &str) -> &'a str {
+        let at = line
+            .find(&format!(" {key}="))
+            .unwrap_or_else(|| panic!("{key} in {line}"));
+        let rest = &line[at + key.len() + 2..];
+        rest.split(' ').next().unwrap_or("")
+    }
+    use crate::cli::EmuExec;
+    use crate::rdma_perf::Mode;
+
+    /// Both sides on emu-pair as on two hosts with no MAC given: each serves its address from
+    /// a thread and finds the other's MAC by ARP from the GID in its keys.
+    #[test]
+    fn sides_find_each_others_mac_by_arp_from_the_keys() {
+        let config = cxdirect_emu::EmuConfig {
+            roce: true,
+            ..EmuExec::Threaded.config()
+        };
+        let mut ports = open_emulated(&Spec::EmuPair, config).into_iter();
+        let (a, b) = (ports.next().unwrap(), ports.next().unwrap());
+        let plan = Plan {
+            op: Op::Write,
+            mode: Mode::Bw,
+            size: 4096,
+            iters: 200,
+            inline: 0,
+            qps: 1,
+        };
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let at = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let macs = PeerMac::Given(None);
+            let run = one_side(
+                a,
+                None,
+                SERVER_ADDRESS,
+                macs,
+                Ok(listener),
+                at,
+                Test::WriteBw,
+                &plan,
+            );
+            run
+        });
+        let client = one_side(
+            b,
+            None,
+            CLIENT_ADDRESS,
+            PeerMac::Given(None),
+            Err(()),
+            at,
+            Test::WriteBw,
+            &plan,
+        );
+        let server = server.join().unwrap();
+        let client = client.unwrap();
+        let server = server.unwrap();
+        let client_address = client.iter().find(|l| l.starts_with("address:")).unwrap();
+        let server_address = server.iter().find(|l| l.starts_with("address:")).unwrap();
+        // The first to resolve asked; the other learned the asker from that request and
+        // answered it, so each holds the other and one request was answered.
+        let count = |line: &str, key: &str| -> u64 {
+            field(line, key)
+                .parse()
+                .unwrap_or_else(|_| panic!("{key} in {line}"))
+        };
+        for line in [client_address, server_address] {
+            assert!(line.contains(" neighbours=1 "), "{line}");
+        }
+        let requests =
+            count(client_address, "arp_requests") + count(server_address, "arp_requests");
+        let replies = count(client_address, "arp_replies") + count(server_address, "arp_replies");
+        assert!(
+            requests >= 1 && replies >= 1,
+            "{client_address} / {server_address}"
+        );
+        assert!(
+            client
+                .iter()
+                .any(|l| l.starts_with("summary: op=write mode=bw size=4096 iters=200")),
+            "{client:?}"
+        );
+    }
 }

@@ -10,6 +10,7 @@
 use super::session::{Agreed, Local, Measured, Role, Test};
 use super::solo::{self, Cycle, Solo};
 use super::wire::Keys;
+use crate::rdma::served_address::ServedAddress;
 use crate::rdma::verbs::{IdleHook, RdmaBuffer, RdmaPort, REMOTE_READ_WRITE};
 use crate::rdma::MemoryKind;
 use crate::rdma_perf::cli::Plan;
@@ -36,6 +37,9 @@ const ACK_TIMEOUT: u8 = 14;
 const RETRIES: u8 = 7;
 const RNR_TIMER: u8 = 12;
 const HOP_LIMIT: u8 = 0xff;
+/// Longest the peer's MAC is waited for by ARP (the neighbour table gives up after its three
+/// requests, a second apart).
+const ARP_PATIENCE: Duration = Duration::from_secs(5);
 
 /// The path MTU of an `ibv_mtu` value (1 = 256 … 5 = 4096).
 pub fn path_mtu(ibv_mtu: u8) -> Option<PathMtu> {
@@ -55,7 +59,10 @@ pub struct PerftestSide<B: Backend> {
     test: Test,
     role: Role,
     plan: Plan,
-    peer_mac: [u8; 6],
+    /// The peer's MAC: given, or `None` to resolve it by ARP through `served`.
+    peer_mac: Option<[u8; 6]>,
+    /// The port's address, answered from a thread of its own (when the MAC is resolved).
+    served: Option<ServedAddress<B>>,
     patience: Duration,
     qps: Vec<RcQueuePair<B>>,
     buffer: Option<RdmaBuffer>,
@@ -68,18 +75,36 @@ pub struct PerftestSide<B: Backend> {
 
 impl<B: Backend> PerftestSide<B> {
     /// Opens `backend` with `address` as its port's address (its GID) for `test` as `role`,
-    /// toward a peer whose MAC is `peer_mac`.
+    /// toward a peer whose MAC is `peer_mac`; with `None` the port serves its IPv4 address
+    /// (ARP and ICMP echo answered from a thread of its own, so a Linux peer resolves it
+    /// whenever it asks) and resolves the peer's MAC by ARP when the keys name its GID.
     pub fn open(
         backend: B,
         address: IpAddr,
         (test, role): (Test, Role),
         plan: &Plan,
-        peer_mac: [u8; 6],
+        peer_mac: Option<[u8; 6]>,
         idle: Option<IdleHook>,
     ) -> Result<Self, String> {
         let per_qp = TX_DEPTH + RX_DEPTH;
         let cq_entries = (u32::from(plan.qps) * per_qp).next_power_of_two();
-        let mut port = RdmaPort::open(backend, address, cq_entries)?;
+        let mut port = match (peer_mac, address) {
+            (None, IpAddr::V4(v4)) => RdmaPort::open_serving(backend, v4, cq_entries)?,
+            (None, IpAddr::V6(_)) => {
+                return Err("ARP resolves IPv4 addresses: give the peer's --peer-mac".into())
+            }
+            (Some(_), _) => RdmaPort::open(backend, address, cq_entries)?,
+        };
+        let served = match port.address.take() {
+            Some(address) => match ServedAddress::start(address) {
+                Ok(served) => Some(served),
+                Err(e) => {
+                    let _ = port.close(Vec::new(), Vec::new());
+                    return Err(e);
+                }
+            },
+            None => None,
+        };
         port.set_idle(idle);
         Ok(Self {
             port,
@@ -87,6 +112,7 @@ impl<B: Backend> PerftestSide<B> {
             role,
             plan: *plan,
             peer_mac,
+            served,
             patience: super::super::run::PATIENCE,
             qps: Vec::new(),
             buffer: None,
@@ -109,7 +135,32 @@ impl<B: Backend> PerftestSide<B> {
 
     /// Sets the MAC the queue pairs send to.
     pub fn set_peer_mac(&mut self, mac: [u8; 6]) {
-        self.peer_mac = mac;
+        self.peer_mac = Some(mac);
+    }
+
+    /// The MAC of the peer whose GID is `gid`: given, or resolved by ARP (and kept).
+    fn peer_mac_for(&mut self, gid: &[u8; 16]) -> Result<[u8; 6], String> {
+        if let Some(mac) = self.peer_mac {
+            return Ok(mac);
+        }
+        let ip = cxdirect::cm::gid_ipv4(gid).ok_or_else(|| {
+            format!(
+                "the peer's GID {} is not an IPv4 address ARP resolves: give --peer-mac",
+                std::net::Ipv6Addr::from(*gid)
+            )
+        })?;
+        let served = self
+            .served
+            .as_ref()
+            .ok_or("the peer's MAC: give --peer-mac, or serve the port's address")?;
+        let mac = served.mac_of(ip, ARP_PATIENCE)?;
+        self.peer_mac = Some(mac);
+        Ok(mac)
+    }
+
+    /// The address's report line, when the port serves its address.
+    pub fn address_report(&self) -> Option<String> {
+        self.served.as_ref().map(ServedAddress::describe)
     }
 
     /// This side's path MTU as `ibv_mtu`.
@@ -168,7 +219,17 @@ impl<B: Backend> PerftestSide<B> {
     }
 
     /// Closes everything.
-    pub fn close(self) -> Result<(), String> {
+    pub fn close(mut self) -> Result<(), String> {
+        let stopped = self.served.take().map(ServedAddress::stop).transpose();
+        let address = match stopped {
+            Ok(address) => address,
+            Err(e) => {
+                let _ = self.port.close(self.qps, self.buffer.into_iter().collect());
+                return Err(e);
+            }
+        };
+        // Its queues go back to the port, which drops them before it closes.
+        self.port.address = address;
         self.port.close(self.qps, self.buffer.into_iter().collect())
     }
 }
@@ -252,7 +313,7 @@ impl<B: Backend> Local for PerftestSide<B> {
                 qpn: r.qpn & 0xff_ffff,
                 psn: r.psn & 0xff_ffff,
                 gid,
-                mac: self.peer_mac,
+                mac: self.peer_mac_for(&gid)?,
             };
             self.qps[i]
                 .connect(&mut self.port.dev, &endpoint, params)
