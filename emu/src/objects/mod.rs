@@ -6,6 +6,7 @@
 
 pub(crate) mod context;
 pub(crate) mod limits;
+pub(crate) mod mcg;
 pub(crate) mod queue_state;
 pub(crate) mod rc;
 
@@ -510,6 +511,8 @@ pub(crate) struct Resources {
     pub ud_qps: Table<rc::Qp>,
     /// The port's RoCE address (GID) table.
     pub gids: rc::GidTable,
+    /// Multicast groups: the UD QPs ATTACH_TO_MCG attached to each multicast GID.
+    pub mcgs: mcg::McastGroups,
     /// Flow group numbers are global; they map to their table.
     pub next_group: u32,
     /// Root table of NIC receive steering.
@@ -553,6 +556,7 @@ impl Resources {
             qps: Table::new(0x4000, 1 << limits::LOG_MAX_QP),
             ud_qps: Table::new(UD_QPN_BASE, 1 << limits::LOG_MAX_UD_QP),
             gids: rc::GidTable::new(),
+            mcgs: mcg::McastGroups::default(),
             next_group: 1,
             rx_root: None,
         }
