@@ -461,7 +461,8 @@ pub(crate) struct Mkey {
     /// MTT mode: the page addresses loaded so far (CREATE_MKEY's list, then UMR writes); an
     /// index past the end is a page never loaded, and an access through it fails.
     pub mtt: Vec<u64>,
-    /// KLM mode: the pieces loaded so far, each (bytes, key, address).
+    /// KLM mode: the pieces loaded so far, each (bytes, key, address); KSM mode: the blocks
+    /// loaded so far, each (reserved, key, address).
     pub klm: Vec<(u32, u32, u64)>,
     /// Translation entries the key holds at most (MTT entries or KLMs), from
     /// `translations_octword_size`.
