@@ -198,6 +198,12 @@ counter_set! {
         ud_qkey_drops,
         /// UD and GSI datagrams dropped for want of a posted receive WQE (UD has no RNR).
         ud_no_receive_drops,
+        /// RoCE multicast datagrams dropped because no QP of the function joined their group
+        /// (ATTACH_TO_MCG).
+        ud_mcast_no_group_drops,
+        /// Multicast datagrams a QP sent and did not receive back because it blocks multicast
+        /// loopback (`block_lb_mc`); the group's other QPs still got theirs.
+        ud_mcast_loopback_blocked,
     }
 }
 

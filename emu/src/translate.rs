@@ -5,7 +5,9 @@
 
 use crate::function::Core;
 use crate::objects::Mkey;
-use cxdirect_hw::mkey::{MKC_ACCESS_MODE_KLM, MKC_ACCESS_MODE_PA, MTT_READ, MTT_WRITE};
+use cxdirect_hw::mkey::{
+    MKC_ACCESS_MODE_KLM, MKC_ACCESS_MODE_KSM, MKC_ACCESS_MODE_PA, MTT_READ, MTT_WRITE,
+};
 
 /// The reserved lkey the model reports in QUERY_SPECIAL_CONTEXTS: addresses through it are
 /// IOVAs, checked only by the IOMMU. Memory key index 2 is never handed out, and the value differs
@@ -30,13 +32,19 @@ pub(crate) enum KeyFault {
 /// 16 GiB in 4 KiB pages. A larger table is refused rather than allocated on a driver's word.
 pub(crate) const MAX_XLT_ENTRIES: usize = 1 << 22;
 
-/// Translation entries per octoword: two MTT entries, or one KLM.
+/// Translation entries per octoword: two MTT entries, or one KLM or KSM entry (16 bytes).
 pub(crate) fn entries_per_octoword(mode: u8) -> usize {
-    if mode == MKC_ACCESS_MODE_KLM {
+    if is_indirect(mode) {
         1
     } else {
         2
     }
+}
+
+/// Whether access mode `mode` reaches memory through other keys (KLM, KSM): its entries are
+/// 16 bytes (byte count or reserved, key, address), as `struct mlx5_klm` / `mlx5_ksm`.
+pub(crate) fn is_indirect(mode: u8) -> bool {
+    mode == MKC_ACCESS_MODE_KLM || mode == MKC_ACCESS_MODE_KSM
 }
 
 /// Translation entries a key of `octowords` (`translations_octword_size`) holds in `mode`,
@@ -123,7 +131,72 @@ fn walk(
     if key.access_mode == MKC_ACCESS_MODE_KLM {
         return walk_klm(core, key, addr, len, write, each);
     }
+    if key.access_mode == MKC_ACCESS_MODE_KSM {
+        return walk_ksm(core, key, addr, len, write, each);
+    }
     walk_mtt(key, addr, len, write, each)
+}
+
+/// Walks `[addr, addr + len)` of KSM key `key`: its address space is blocks of
+/// `2^log_page_size` bytes from `start` (Linux's implicit ODP keys use 2^30,
+/// `MLX5_KSM_PAGE_SHIFT`), block `i` reached at entry `i`'s address through the key it names,
+/// as for a KLM. An entry never loaded (or of length 0 beyond the list) is out of bounds.
+fn walk_ksm(
+    core: &Core,
+    key: &Mkey,
+    addr: u64,
+    len: u64,
+    write: bool,
+    mut each: impl FnMut(u64, u64, u64) -> Result<(), KeyFault>,
+) -> Result<(), KeyFault> {
+    let block = 1u64 << key.log_page;
+    let mut done = 0u64;
+    while done < len {
+        let offset = addr - key.start + done;
+        let index = usize::try_from(offset >> key.log_page).map_err(|_| KeyFault::Bounds)?;
+        let &(_, inner, address) = key.klm.get(index).ok_or(KeyFault::Bounds)?;
+        let in_block = offset & (block - 1);
+        let piece = (block - in_block).min(len - done);
+        let at = address.checked_add(in_block).ok_or(KeyFault::Bounds)?;
+        through(core, key, inner, at, piece, done, write, &mut each)?;
+        done += piece;
+    }
+    Ok(())
+}
+
+/// Reaches `[at, at + piece)` through `inner`, an entry's key of indirect key `key`: the
+/// reserved lkey (bus addresses) or a PA or MTT key of the same PD that covers the range; the
+/// pieces are reported at `base` onward in the access.
+#[allow(clippy::too_many_arguments)]
+fn through(
+    core: &Core,
+    key: &Mkey,
+    inner: u32,
+    at: u64,
+    piece: u64,
+    base: u64,
+    write: bool,
+    each: &mut impl FnMut(u64, u64, u64) -> Result<(), KeyFault>,
+) -> Result<(), KeyFault> {
+    if inner == RESERVED_LKEY {
+        return each(at, base, piece);
+    }
+    let target = core.res.mkeys.get(inner >> 8).ok_or(KeyFault::NoKey)?;
+    if target.variant != inner as u8 || target.free {
+        return Err(KeyFault::NoKey);
+    }
+    if target.pd != key.pd || is_indirect(target.access_mode) {
+        return Err(KeyFault::WrongPd);
+    }
+    let end = at.checked_add(piece).ok_or(KeyFault::Bounds)?;
+    if !target.length64 && (at < target.start || end > target.start + target.len) {
+        return Err(KeyFault::Bounds);
+    }
+    let mut inner_each = |iova, off, n| each(iova, base + off, n);
+    match target.access_mode {
+        MKC_ACCESS_MODE_PA => inner_each(at, 0, piece),
+        _ => walk_mtt(target, at, piece, write, &mut inner_each),
+    }
 }
 
 /// Walks `[addr, addr + len)` of KLM key `key`: its address space is its pieces end to end
@@ -151,27 +224,7 @@ fn walk_klm(
         }
         let piece = (bytes - offset).min(len - done);
         let at = address.checked_add(offset).ok_or(KeyFault::Bounds)?;
-        let base = done;
-        if inner == RESERVED_LKEY {
-            each(at, base, piece)?;
-        } else {
-            let target = core.res.mkeys.get(inner >> 8).ok_or(KeyFault::NoKey)?;
-            if target.variant != inner as u8 || target.free {
-                return Err(KeyFault::NoKey);
-            }
-            if target.pd != key.pd || target.access_mode == MKC_ACCESS_MODE_KLM {
-                return Err(KeyFault::WrongPd);
-            }
-            let end = at.checked_add(piece).ok_or(KeyFault::Bounds)?;
-            if !target.length64 && (at < target.start || end > target.start + target.len) {
-                return Err(KeyFault::Bounds);
-            }
-            let mut inner_each = |iova, off, n| each(iova, base + off, n);
-            match target.access_mode {
-                MKC_ACCESS_MODE_PA => inner_each(at, 0, piece)?,
-                _ => walk_mtt(target, at, piece, write, &mut inner_each)?,
-            }
-        }
+        through(core, key, inner, at, piece, done, write, &mut each)?;
         done += piece;
         offset = 0;
     }

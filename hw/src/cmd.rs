@@ -274,6 +274,8 @@ device_codes! {
         AllocUar = 0x802 => "ALLOC_UAR",
         DeallocUar = 0x803 => "DEALLOC_UAR",
         AccessReg = 0x805 => "ACCESS_REG",
+        AttachToMcg = 0x806 => "ATTACH_TO_MCG",
+        DetachFromMcg = 0x807 => "DETACH_FROM_MCG",
         Nop = 0x80d => "NOP",
         AllocXrcd = 0x80e => "ALLOC_XRCD",
         DeallocXrcd = 0x80f => "DEALLOC_XRCD",

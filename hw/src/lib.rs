@@ -29,6 +29,7 @@ pub mod flow;
 pub mod hca;
 pub mod init_seg;
 pub mod layout;
+pub mod mcg;
 pub mod mkey;
 pub mod mmio;
 pub mod qp;

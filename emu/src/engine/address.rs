@@ -46,29 +46,38 @@ pub(crate) fn addressed_here(core: &Core, frame: &[u8], at: &Offsets) -> bool {
     ok
 }
 
-fn destination_ok(core: &Core, frame: &[u8], at: &Offsets) -> bool {
-    let Some(dst_mac) = frame.get(..6) else {
-        return false;
-    };
-    let ip = &frame[at.l3..];
+/// The destination IP address of a RoCE frame whose headers are at `at`, as a GID (IPv4
+/// as an IPv4-mapped GID), and whether it is a multicast address (IPv4 224.0.0.0/4, IPv6
+/// ff00::/8); `None` for a frame too short to hold it.
+pub(crate) fn destination_gid(frame: &[u8], at: &Offsets) -> Option<([u8; 16], bool)> {
+    let ip = frame.get(at.l3..)?;
     let mut gid = [0u8; 16];
-    let multicast_ip = if ip.first().is_some_and(|b| b >> 4 == 4) {
-        let Some(addr) = ip.get(16..20) else {
-            return false;
-        };
+    let multicast = if ip.first()? >> 4 == 4 {
+        let addr = ip.get(16..20)?;
         gid[10] = 0xff;
         gid[11] = 0xff;
         gid[12..].copy_from_slice(addr);
         (0xe0..=0xef).contains(&addr[0])
     } else {
-        let Some(addr) = ip.get(24..40) else {
-            return false;
-        };
+        let addr = ip.get(24..40)?;
         gid.copy_from_slice(addr);
         addr[0] == 0xff
     };
+    Some((gid, multicast))
+}
+
+fn destination_ok(core: &Core, frame: &[u8], at: &Offsets) -> bool {
+    let Some(dst_mac) = frame.get(..6) else {
+        return false;
+    };
+    let Some((gid, multicast_ip)) = destination_gid(frame, at) else {
+        return false;
+    };
     if dst_mac[0] & 1 != 0 {
-        // Multicast RoCE: a multicast MAC carries a multicast IP, never a unicast one.
+        // Multicast RoCE: a multicast MAC carries a multicast IP, never a unicast one. The
+        // groups the function's QPs joined decide who takes it (`engine::ud`), as a ConnectX
+        // steers RoCE by destination GID: the vport's multicast MAC list (mlx5e's, set by
+        // MODIFY_NIC_VPORT_CONTEXT and its own flow rules) filters Ethernet, not RoCE.
         return multicast_ip;
     }
     own_mac(core, dst_mac) && own_gid(core, &gid)

@@ -25,8 +25,12 @@
 //!   bits say: mlx5_ib counts only user transport domains and raw packet QPs for
 //!   `mlx5_ib_enable_lb`, never RC or UD QPs, yet kernel consumers with no user context (and
 //!   rdma-core's own tests with one context) run RoCE between QPs of one function. The bits
-//!   gate Ethernet local loopback only. RoCE multicast leaves on the cable alone (multicast
-//!   groups are not modelled).
+//!   gate Ethernet local loopback only (they exist for raw Ethernet: mlx5_ib's
+//!   `mlx5_ib_enable_lb` turns them off only for a second user context or a raw packet QP).
+//! - RoCE multicast (a UD datagram to a group's multicast address) leaves on the cable and,
+//!   when a QP of the function joined that group (ATTACH_TO_MCG), a copy loops inside: the
+//!   receive path delivers it to every member but the sending QP itself when that QP blocks
+//!   multicast loopback (`block_lb_mc`, mlx5_ib's IB_QP_CREATE_BLOCK_MULTICAST_LOOPBACK).
 //!
 //! On a one-port wire (a loopback plug) nothing is looped inside: the plug brings every frame
 //! back anyway, and what it returns came from the cable, not from a transport domain of the
@@ -36,8 +40,9 @@
 //! run from inside the send that made them: the RC requester and responder of one function
 //! must not re-enter each other in the middle of a message.
 
-use super::address::own_mac;
+use super::address::{destination_gid, own_mac};
 use crate::counters::add;
+use crate::function::local_loopback::Sender;
 use crate::function::Core;
 
 /// Largest number of looped frames one receive pass takes: a pass is bounded even while two
@@ -75,7 +80,13 @@ pub(crate) fn route(core: &Core, frame: &[u8]) -> Route {
     let dst = &frame[..6];
     let multicast = dst[0] & 1 != 0;
     if is_roce(core, frame) {
-        return if !multicast && own_mac(core, dst) {
+        if multicast {
+            return Route {
+                local: joined_here(core, frame),
+                cable: true,
+            };
+        }
+        return if own_mac(core, dst) {
             Route {
                 local: true,
                 cable: false,
@@ -99,11 +110,18 @@ pub(crate) fn route(core: &Core, frame: &[u8]) -> Route {
     }
 }
 
-/// Queues `frame` for the function's own receive path; `td` is the transport domain of the
-/// sending SQ's TIS (none for RoCE sent by a QP).
-pub(crate) fn loop_back(core: &mut Core, frame: &[u8], td: Option<u32>) {
+/// Whether a QP of the function joined the multicast group RoCE `frame` is addressed to.
+fn joined_here(core: &Core, frame: &[u8]) -> bool {
+    super::roce::roce_offsets(frame)
+        .and_then(|at| destination_gid(frame, &at))
+        .is_some_and(|(gid, _)| !core.res.mcgs.members(&gid).is_empty())
+}
+
+/// Queues `frame` for the function's own receive path; `from` is its sender (the sending SQ's
+/// transport domain, or the sending datagram QP).
+pub(crate) fn loop_back(core: &mut Core, frame: &[u8], from: Option<Sender>) {
     add(&core.counters.local_loopback_frames, 1);
-    core.local_loopback.push(frame, td);
+    core.local_loopback.push(frame, from);
 }
 
 /// Receives the frames looped inside the function (at most [`FRAMES_PER_PASS`], those looped
@@ -111,11 +129,11 @@ pub(crate) fn loop_back(core: &mut Core, frame: &[u8], td: Option<u32>) {
 pub(crate) fn drain(core: &mut Core) -> bool {
     let mut taken = 0;
     while taken < FRAMES_PER_PASS {
-        let Some((frame, td)) = core.local_loopback.pop() else {
+        let Some((frame, from)) = core.local_loopback.pop() else {
             break;
         };
         taken += 1;
-        super::rq::receive(core, &frame, td);
+        super::rq::receive(core, &frame, from);
         core.local_loopback.recycle(frame);
     }
     if taken > 0 {

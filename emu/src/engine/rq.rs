@@ -6,6 +6,7 @@
 use crate::counters::{add, QueueKind};
 use crate::engine::fetch::read_wqes;
 use crate::faults::{DmaQueue, Fault, UNMAPPED_IOVA};
+use crate::function::local_loopback::Sender;
 use crate::function::Core;
 use crate::objects::queue_state::{LateWrite, ReceiveScratch, MAX_RX_WQE};
 use crate::objects::{QState, RqMemory, TirDispatch, WorkQueue};
@@ -66,12 +67,12 @@ fn shared_ring_breaks(core: &mut Core, rmpn: u32) -> bool {
     true
 }
 
-/// Handles one frame arriving at the port. `sender_td` is, for an Ethernet frame an SQ of this
-/// function looped inside the device, the transport domain of that SQ's TIS; none for frames
-/// from the cable (a loopback plug's included: they left the device) and for RoCE from QPs. A
-/// TIR of that same transport domain takes the frame only as self loopback (see
-/// [`self_loop_allowed`]).
-pub(crate) fn receive(core: &mut Core, frame: &[u8], sender_td: Option<u32>) {
+/// Handles one frame arriving at the port. `from` is, for a frame this function looped inside
+/// the device, its sender: for Ethernet the transport domain of the sending SQ's TIS (a TIR of
+/// that same transport domain takes the frame only as self loopback, see
+/// [`self_loop_allowed`]), for a RoCE datagram the sending QP (multicast loopback block). None
+/// for frames from the cable (a loopback plug's included: they left the device) and for RC.
+pub(crate) fn receive(core: &mut Core, frame: &[u8], from: Option<Sender>) {
     add(&core.counters.rx_frames, 1);
     add(&core.counters.rx_bytes, frame.len() as u64);
     crate::counters::count_cast(&core.counters, false, frame);
@@ -92,7 +93,11 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8], sender_td: Option<u32>) {
             }
         }
     }
-    if crate::engine::ud::receive(core, frame) || crate::engine::rc::receive(core, frame) {
+    let from_qp = match from {
+        Some(Sender::Qp(qpn)) => Some(qpn),
+        _ => None,
+    };
+    if crate::engine::ud::receive(core, frame, from_qp) || crate::engine::rc::receive(core, frame) {
         return;
     }
     let parsed = packet::parse(frame);
@@ -108,7 +113,7 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8], sender_td: Option<u32>) {
         let Some(tir) = core.res.tirs.get(tirn) else {
             continue;
         };
-        if sender_td == Some(tir.td) && !self_loop_allowed(tir.self_lb_block, &parsed) {
+        if from == Some(Sender::Sq(tir.td)) && !self_loop_allowed(tir.self_lb_block, &parsed) {
             add(&core.counters.rx_steer_drops, 1);
             continue;
         }

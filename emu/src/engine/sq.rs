@@ -10,6 +10,7 @@ use crate::counters::{add, QueueKind};
 use crate::engine::fetch::read_wqes;
 use crate::engine::lso::{self, HeaderLayout, SegmentPlace};
 use crate::faults::{DmaQueue, Fault, UNMAPPED_IOVA};
+use crate::function::local_loopback::Sender;
 use crate::function::Core;
 use crate::objects::limits::MAX_LSO_BYTES;
 use crate::objects::queue_state::{Fetched, SendScratch, MAX_FRAME_BYTES, MAX_WQE};
@@ -649,20 +650,32 @@ fn inline_covers(frame: &[u8], inline_len: usize, mode: u8) -> bool {
     inline_len >= needed.max(packet::ETH_HEADER_LEN)
 }
 
-/// Sends `frame` from a QP (RoCE): no transport domain goes with it.
+/// Sends `frame` from an RC QP (RoCE): no sender goes with a looped copy.
 pub(crate) fn transmit(core: &mut Core, frame: &[u8]) {
-    transmit_from(core, frame, None);
+    send(core, frame, None);
+}
+
+/// Sends `frame` from datagram QP `qpn`: a multicast copy looped inside the device names the
+/// QP, for its multicast loopback block (`block_lb_mc`).
+pub(crate) fn transmit_from_qp(core: &mut Core, frame: &[u8], qpn: u32) {
+    send(core, frame, Some(Sender::Qp(qpn)));
 }
 
 /// Sends `frame`, from an SQ whose TIS is of transport domain `td` when given: a copy looped
 /// inside the device carries `td` to the receive path's self-loopback check.
 fn transmit_from(core: &mut Core, frame: &[u8], td: Option<u32>) {
+    send(core, frame, td.map(Sender::Sq));
+}
+
+/// Sends `frame` by `from`: into the function's own receive path, out on the cable, or both
+/// (`engine::loopback::route`).
+fn send(core: &mut Core, frame: &[u8], from: Option<Sender>) {
     add(&core.counters.tx_frames, 1);
     add(&core.counters.tx_bytes, frame.len() as u64);
     crate::counters::count_cast(&core.counters, true, frame);
     let route = crate::engine::loopback::route(core, frame);
     if route.local {
-        crate::engine::loopback::loop_back(core, frame, td);
+        crate::engine::loopback::loop_back(core, frame, from);
     }
     if route.cable {
         if let Some((wire, port)) = &core.wire {

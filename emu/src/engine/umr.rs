@@ -12,7 +12,7 @@
 use crate::function::Core;
 use crate::translate::{entries_per_octoword, mtt_page_ok, translate};
 use cxdirect_hw::cqe::CqeSyndrome;
-use cxdirect_hw::mkey::{Mkc, MKC_ACCESS_MODE_KLM, MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA};
+use cxdirect_hw::mkey::{Mkc, MKC_ACCESS_MODE_KSM, MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA};
 use cxdirect_hw::umr::{
     flags, mkey_mask, UmrCtrlSeg, OCTOWORD, UMR_CTRL_SEG_SIZE, UMR_MKEY_SEG_SIZE,
 };
@@ -126,7 +126,8 @@ pub(crate) fn execute(
         return Err(protection);
     }
     let log_page = u32::from(seg.log_page_size());
-    if mask & mkey_mask::PAGE_SIZE != 0 && mode == MKC_ACCESS_MODE_MTT && !mtt_page_ok(log_page) {
+    let sized = matches!(mode, MKC_ACCESS_MODE_MTT | MKC_ACCESS_MODE_KSM);
+    if mask & mkey_mask::PAGE_SIZE != 0 && sized && !mtt_page_ok(log_page) {
         return Err(malformed);
     }
     if mask & mkey_mask::LEN != 0
@@ -169,7 +170,7 @@ pub(crate) fn execute(
         }
     }
     (key.start, key.len, key.length64) = (start, len, length64);
-    if mask & mkey_mask::PAGE_SIZE != 0 && mode == MKC_ACCESS_MODE_MTT {
+    if mask & mkey_mask::PAGE_SIZE != 0 && sized {
         key.log_page = log_page;
     }
     if mask & mkey_mask::PD != 0 {
@@ -257,10 +258,11 @@ fn read_list(
     Ok(list)
 }
 
-/// The list's entries: big-endian 64-bit MTT entries, or 16-byte KLMs.
+/// The list's entries: big-endian 64-bit MTT entries, or 16-byte KLMs or KSM entries (a KSM
+/// entry's first word is reserved).
 fn decode(mode: u8, list: &[u8]) -> Entries {
     let word = |c: &[u8]| u64::from_be_bytes(c.try_into().unwrap_or([0; 8]));
-    if mode == MKC_ACCESS_MODE_KLM {
+    if crate::translate::is_indirect(mode) {
         Entries::Klm(
             list.chunks_exact(16)
                 .map(|c| {

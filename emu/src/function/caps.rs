@@ -10,9 +10,9 @@ use cxdirect_hw::caps::{
 
 use crate::objects::limits::{
     LOG_BF_REG_SIZE, LOG_MAX_CQ_SZ, LOG_MAX_EQ, LOG_MAX_EQ_SZ, LOG_MAX_FT_SIZE,
-    LOG_MAX_KLM_LIST_SIZE, LOG_MAX_LSO, LOG_MAX_MRW_SZ, LOG_MAX_MSG, LOG_MAX_QP, LOG_MAX_RA_QP,
-    LOG_MAX_RQT_SIZE, LOG_MAX_WQ_SZ, LOG_MAX_XRCD, MAX_Q_COUNTERS, MAX_WQE_SZ_RQ, MAX_WQE_SZ_SQ,
-    ROCE_ADDRESS_TABLE_SIZE,
+    LOG_MAX_KLM_LIST_SIZE, LOG_MAX_LSO, LOG_MAX_MCG, LOG_MAX_MRW_SZ, LOG_MAX_MSG, LOG_MAX_QP,
+    LOG_MAX_RA_QP, LOG_MAX_RQT_SIZE, LOG_MAX_WQ_SZ, LOG_MAX_XRCD, MAX_QP_MCG, MAX_Q_COUNTERS,
+    MAX_WQE_SZ_RQ, MAX_WQE_SZ_SQ, ROCE_ADDRESS_TABLE_SIZE,
 };
 use crate::objects::queue_state::MAX_SESSION;
 use cxdirect_hw::roce::{l3_type_cap, roce_version_cap, RoceCap, ROCE_V2_UDP_DPORT};
@@ -113,7 +113,18 @@ impl CapSet {
             .set_cq_oi(true)
             .set_cq_moderation(true)
             .set_pg(false)
+            // A QP created with `block_lb_mc` does not receive the multicast datagrams it sent
+            // itself (mlx5_ib reports IB_DEVICE_BLOCK_MULTICAST_LOOPBACK from this and sets the
+            // bit for IB_QP_CREATE_BLOCK_MULTICAST_LOOPBACK in `create_qp_common`).
             .set_block_lb_mc(true)
+            // Multicast groups (ATTACH_TO_MCG): mlx5_ib reports `max_mcast_grp` and
+            // `max_mcast_qp_attach` from these (`mlx5_ib_query_device`).
+            .set_log_max_mcg(LOG_MAX_MCG)
+            .set_max_qp_mcg(MAX_QP_MCG)
+            // A UD QP's DETH source QP may be set (`deth_sqpn`): mlx5_ib's GSI layer then opens
+            // transmit QPs that send as QP 1 (gsi.c) on an InfiniBand port or with LAG; on
+            // this one Ethernet port without LAG it still sends through the GSI QP itself.
+            .set_set_deth_sqpn(true)
             .set_uar_4k(true)
             .set_uar_sz(5)
             .set_log_pg_sz(12)

@@ -89,6 +89,9 @@ pub enum Syndrome {
     RoceDisabled = 0x0c0d_00a6,
     /// A QP attribute out of range (sizes, RDMA limits, receive queue kind).
     BadQpParams = 0x0c0d_00a7,
+    /// A multicast group command's parameter: a GID that is not multicast, a QP that is not
+    /// UD, a QP not attached to the group it leaves.
+    BadMcgParams = 0x0c0d_00b0,
     /// Refused on purpose: [`crate::Fault::RefuseCommand`], [`crate::Fault::RefuseCommandAfter`].
     Refused = 0x0c0d_00f0,
 }

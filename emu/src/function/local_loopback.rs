@@ -3,11 +3,23 @@
 
 use std::collections::VecDeque;
 
-/// Frames looped inside the device and not yet received, each with the transport domain of
-/// the SQ that sent it (none for RoCE from a QP), with their buffers kept for reuse.
+/// What sent a frame the function looped to itself: the receive path's loopback checks
+/// compare it with the receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sender {
+    /// An SQ whose TIS is of this transport domain (Ethernet): a TIR of the same domain takes
+    /// the frame only as self loopback.
+    Sq(u32),
+    /// The RoCE QP of this number: a multicast datagram is not delivered back to it when it
+    /// blocks multicast loopback.
+    Qp(u32),
+}
+
+/// Frames looped inside the device and not yet received, each with its sender when known,
+/// with their buffers kept for reuse.
 #[derive(Debug, Default)]
 pub(crate) struct LocalLoopback {
-    queue: VecDeque<(Vec<u8>, Option<u32>)>,
+    queue: VecDeque<(Vec<u8>, Option<Sender>)>,
     free: Vec<Vec<u8>>,
 }
 
@@ -24,16 +36,16 @@ impl LocalLoopback {
         }
     }
 
-    /// Queues a copy of `frame`, sent by an SQ of transport domain `td` (none for RoCE).
-    pub fn push(&mut self, frame: &[u8], td: Option<u32>) {
+    /// Queues a copy of `frame`, sent by `from`.
+    pub fn push(&mut self, frame: &[u8], from: Option<Sender>) {
         let mut buf = self.free.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(frame);
-        self.queue.push_back((buf, td));
+        self.queue.push_back((buf, from));
     }
 
-    /// Takes the oldest waiting frame and the transport domain it was sent from.
-    pub fn pop(&mut self) -> Option<(Vec<u8>, Option<u32>)> {
+    /// Takes the oldest waiting frame and its sender.
+    pub fn pop(&mut self) -> Option<(Vec<u8>, Option<Sender>)> {
         self.queue.pop_front()
     }
 

@@ -10,7 +10,8 @@ use crate::translate::RESERVED_LKEY;
 pub(crate) use crate::translate::{entries_per_octoword, mtt_page_ok, xlt_capacity};
 use cxdirect_hw::mkey::{
     CreateMkeyIn, CreateMkeyOut, DestroyMkeyIn, QueryMkeyIn, QueryMkeyOut, QuerySpecialContextsOut,
-    MKC_ACCESS_MODE_KLM, MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA, MTT_ADDR_MASK,
+    MKC_ACCESS_MODE_KLM, MKC_ACCESS_MODE_KSM, MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA,
+    MTT_ADDR_MASK,
 };
 
 /// QUERY_SPECIAL_CONTEXTS: the reserved lkey (no dump-fill or null key is modelled: 0).
@@ -23,15 +24,24 @@ pub(crate) fn query_special_contexts(output: &mut [u8]) -> CmdResult {
 /// list, or free and empty for a UMR to load, `umr_en`, `pg_access` as the `pg` capability says,
 /// `ma_translation_mode`, relaxed ordering), `mlx5_ib_get_dma_mr` (PA, `length64`),
 /// `_mlx5_alloc_mkey_descs` (a free, empty MTT or KLM key for fast registration, length 0,
-/// `log_page_size` 0 for KLM) and the mkey cache's `set_cache_mkc`.
+/// `log_page_size` 0 for KLM) and the mkey cache's `set_cache_mkc`; and KSM keys, whose
+/// entries each map one block of `2^log_page_size` bytes (mlx5_ib's implicit ODP keys,
+/// `MLX5_IMR_KSM_CACHE_ENTRY` in odp.c; UCX's indirect keys through DEVX).
 pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
     let cmd = input_as!(CreateMkeyIn<&[u8]>, input);
     let mkc = cmd.memory_key_mkey_entry();
     let mode = mkc.access_mode();
-    if ![MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA, MKC_ACCESS_MODE_KLM].contains(&mode) {
+    if ![
+        MKC_ACCESS_MODE_MTT,
+        MKC_ACCESS_MODE_PA,
+        MKC_ACCESS_MODE_KLM,
+        MKC_ACCESS_MODE_KSM,
+    ]
+    .contains(&mode)
+    {
         return Err(bad_param(
             Syndrome::BadMkeyParams,
-            "only PA, MTT and KLM access modes are modelled",
+            "only PA, MTT, KLM and KSM access modes are modelled",
         ));
     }
     if !core.res.pds.contains(mkc.pd()) {
@@ -74,10 +84,12 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
                 "a translated key cannot span the whole address space",
             ));
         }
-        if mode == MKC_ACCESS_MODE_MTT && !mtt_page_ok(log_page) {
+        // A KSM block is sized as an MTT page is (Linux's `mlx5_umem_mkc_find_best_pgsz`
+        // bounds both by the same entity-size caps, 4 KiB to 2 GiB without the second page).
+        if matches!(mode, MKC_ACCESS_MODE_MTT | MKC_ACCESS_MODE_KSM) && !mtt_page_ok(log_page) {
             return Err(bad_param(
                 Syndrome::BadMkeyParams,
-                "MTT page size must be 4 KiB to 2 GiB",
+                "MTT page and KSM block sizes must be 4 KiB to 2 GiB",
             ));
         }
         let size = mkc.translations_octword_size();

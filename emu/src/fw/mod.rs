@@ -15,6 +15,7 @@
 pub(crate) mod caps;
 pub(crate) mod cmdif;
 pub(crate) mod hca;
+pub(crate) mod mcg;
 pub mod mkey;
 pub(crate) mod pages;
 pub(crate) mod qcounters;
@@ -191,6 +192,8 @@ fn dispatch(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
         Opcode::DestroyXrcSrq => xrc::destroy_xrc_srq(core, input),
         Opcode::SetRoceAddress => roce::set_roce_address(core, input),
         Opcode::QueryRoceAddress => roce::query_roce_address(core, input, output),
+        Opcode::AttachToMcg => mcg::attach_to_mcg(core, input),
+        Opcode::DetachFromMcg => mcg::detach_from_mcg(core, input),
         Opcode::Nop => Ok(()),
         _ => Err(CmdError::new(
             CmdStatus::BadOpcode,

@@ -71,12 +71,13 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
             "only RC, UC, XRC, UD, GSI (QP1) and REG_UMR QPs are modelled",
         ));
     }
-    if ctx.deth_sqpn() != 0 {
-        // The capability (`set_deth_sqpn`) is not reported: on a RoCE port without LAG
-        // mlx5_ib sends MADs through the GSI QP itself (gsi.c, `mlx5_ib_gsi_create_qp`).
+    if ctx.deth_sqpn() != 0 && service != service_type::UD {
+        // `set_deth_sqpn` names the DETH of UD sends: mlx5_ib sets it only on the UD QPs its
+        // GSI layer sends MADs through (`create_gsi_ud_qp` in gsi.c, `MLX5_IB_QP_CREATE_SQPN_QP1`
+        // in `create_kernel_qp`); any other service carries no DETH of its own to set.
         return Err(bad_param(
             Syndrome::BadQpParams,
-            "deth_sqpn without the set_deth_sqpn capability",
+            "deth_sqpn on a QP that is not UD",
         ));
     }
     if cmd.wq_umem_valid() || ctx.dbr_umem_valid() {
@@ -207,6 +208,8 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         resp: Default::default(),
         req: Default::default(),
         counter_set: 0,
+        block_lb_mc: ctx.block_lb_mc(),
+        deth_sqpn: ctx.deth_sqpn(),
         slot,
     };
     let table = if matches!(service, service_type::UD | service_type::QP1) {
@@ -500,6 +503,8 @@ fn clone_attrs(qp: &Qp) -> Qp {
         resp: qp.resp.clone(),
         req: qp.req.clone(),
         counter_set: qp.counter_set,
+        block_lb_mc: qp.block_lb_mc,
+        deth_sqpn: qp.deth_sqpn,
         slot: qp.slot,
     }
 }
@@ -669,7 +674,9 @@ fn context_of(qp: &Qp) -> Vec<u8> {
         .set_rre(qp.rre)
         .set_rwe(qp.rwe)
         .set_rae(qp.rae)
-        .set_counter_set_id(qp.counter_set as u8);
+        .set_counter_set_id(qp.counter_set as u8)
+        .set_block_lb_mc(qp.block_lb_mc)
+        .set_deth_sqpn(qp.deth_sqpn);
     match qp.receive {
         RcReceive::Own {
             log_size,
@@ -737,6 +744,10 @@ pub(crate) fn destroy_qp(core: &mut Core, input: &[u8]) -> CmdResult {
         &mut core.res.qps
     };
     let qp = table.remove(qpn).ok_or(bad_res("no such QP"))?;
+    // Linux detaches every group first (`ib_uverbs_detach_umcast`; the RDMA core counts
+    // attachments in `qp->usecnt` and refuses to destroy an attached QP); the firmware
+    // forgets any membership left so a later QP of that number joins nothing.
+    core.res.mcgs.forget(qpn);
     super::qcounters::detach(core, qp.counter_set);
     release_context(core, qp.slot);
     Ok(())

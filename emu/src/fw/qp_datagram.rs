@@ -77,5 +77,10 @@ pub(crate) fn apply(opcode: Opcode, mask: u32, ctx: &Qpc<&[u8]>, qp: &mut Qp) ->
     if mask & optpar::Q_KEY != 0 {
         qp.q_key = ctx.q_key();
     }
+    // mlx5_ib writes `deth_sqpn` again at every transition of a QP created with it
+    // (`__mlx5_ib_modify_qp`); only a UD QP carries it (CREATE_QP refused it elsewhere).
+    if qp.service == service_type::UD && ctx.deth_sqpn() != 0 {
+        qp.deth_sqpn = ctx.deth_sqpn();
+    }
     Ok(())
 }

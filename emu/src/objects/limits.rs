@@ -40,6 +40,11 @@ pub(crate) const LOG_MAX_RA_QP: u8 = 4;
 /// Entries of the port's RoCE address (GID) table (`roce_address_table_size`).
 pub(crate) const ROCE_ADDRESS_TABLE_SIZE: u16 = 128;
 
+/// Log2 of the number of multicast groups (`log_max_mcg`).
+pub(crate) const LOG_MAX_MCG: u8 = 12;
+/// QPs one multicast group holds at most (`max_qp_mcg`; a ConnectX reports 240).
+pub(crate) const MAX_QP_MCG: u32 = 240;
+
 /// Log2 of the number of XRC domains (`log_max_xrcd`).
 pub(crate) const LOG_MAX_XRCD: u8 = 16;
 /// Largest flow table: 2^16 entries.

@@ -6,6 +6,7 @@
 
 pub(crate) mod context;
 pub(crate) mod limits;
+pub(crate) mod mcg;
 pub(crate) mod queue_state;
 pub(crate) mod rc;
 
@@ -460,7 +461,8 @@ pub(crate) struct Mkey {
     /// MTT mode: the page addresses loaded so far (CREATE_MKEY's list, then UMR writes); an
     /// index past the end is a page never loaded, and an access through it fails.
     pub mtt: Vec<u64>,
-    /// KLM mode: the pieces loaded so far, each (bytes, key, address).
+    /// KLM mode: the pieces loaded so far, each (bytes, key, address); KSM mode: the blocks
+    /// loaded so far, each (reserved, key, address).
     pub klm: Vec<(u32, u32, u64)>,
     /// Translation entries the key holds at most (MTT entries or KLMs), from
     /// `translations_octword_size`.
@@ -510,6 +512,8 @@ pub(crate) struct Resources {
     pub ud_qps: Table<rc::Qp>,
     /// The port's RoCE address (GID) table.
     pub gids: rc::GidTable,
+    /// Multicast groups: the UD QPs ATTACH_TO_MCG attached to each multicast GID.
+    pub mcgs: mcg::McastGroups,
     /// Flow group numbers are global; they map to their table.
     pub next_group: u32,
     /// Root table of NIC receive steering.
@@ -553,6 +557,7 @@ impl Resources {
             qps: Table::new(0x4000, 1 << limits::LOG_MAX_QP),
             ud_qps: Table::new(UD_QPN_BASE, 1 << limits::LOG_MAX_UD_QP),
             gids: rc::GidTable::new(),
+            mcgs: mcg::McastGroups::default(),
             next_group: 1,
             rx_root: None,
         }

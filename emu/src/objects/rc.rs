@@ -86,6 +86,14 @@ pub(crate) struct Qp {
     pub req: Requester,
     /// The Q counter set the QP counts in (`counter_set_id`; 0: none).
     pub counter_set: u32,
+    /// Multicast loopback blocked (`block_lb_mc`, set by mlx5_ib for
+    /// `IB_QP_CREATE_BLOCK_MULTICAST_LOOPBACK`, which rdma-core names
+    /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`): the QP does not receive the multicast datagrams
+    /// it sent itself; the group's other members on the function still do.
+    pub block_lb_mc: bool,
+    /// A UD QP's DETH source QP number (`deth_sqpn`; 0: the QP's own number). mlx5_ib's GSI
+    /// transmit QPs set 1 (`MLX5_IB_QP_CREATE_SQPN_QP1` in `create_kernel_qp`).
+    pub deth_sqpn: u32,
     pub slot: Slot,
 }
 

@@ -4,11 +4,13 @@
 //! Used by tests and fuzz targets that drive UD without a driver.
 
 use super::rc::{GID_A, GID_B, MAC_A, MAC_B, RC_RQ_STRIDE, UDP_SPORT};
-use super::{Cq, Host, Sq};
+use super::{CmdFail, Cq, Host, Sq};
 use crate::wire::Wire;
 use crate::{Device, EmuConfig};
 use cxdirect_hw::cmd::Opcode;
-use cxdirect_hw::qp::{mtu, service_type, CreateQpIn, CreateQpOut};
+use cxdirect_hw::layout::Layout;
+use cxdirect_hw::mcg::{AttachToMcgIn, DetachFromMcgIn};
+use cxdirect_hw::qp::{mtu, service_type, CreateQpIn, CreateQpOut, Qpc};
 use cxdirect_hw::wqe::{CtrlSeg, DataSeg, DatagramSeg, INVALID_LKEY};
 use std::sync::Arc;
 
@@ -123,6 +125,20 @@ impl Host {
     /// CREATE_QP of service `st` (UD or QP1) in the host's PD, completions on `cq`: a
     /// `2^log_sq`-WQEBB send ring and a `2^log_rq`-entry receive ring of 64-byte WQEs.
     pub fn create_ud_qp(&mut self, cq: &Cq, st: u8, log_sq: u8, log_rq: u8) -> UdQp {
+        self.try_create_ud_qp(cq, st, log_sq, log_rq, |_| {})
+            .expect("CREATE_QP")
+    }
+
+    /// As [`Host::create_ud_qp`], with `fill` setting more of the context (`block_lb_mc`,
+    /// `deth_sqpn`) before the command; the refusal when the device refuses it.
+    pub fn try_create_ud_qp(
+        &mut self,
+        cq: &Cq,
+        st: u8,
+        log_sq: u8,
+        log_rq: u8,
+        fill: impl FnOnce(&mut Qpc<&mut [u8]>),
+    ) -> Result<UdQp, CmdFail> {
         let rq_bytes = RC_RQ_STRIDE << log_rq;
         let size = (rq_bytes + (64u64 << log_sq)).next_multiple_of(4096);
         let buf = self.alloc(size, 4096);
@@ -142,12 +158,13 @@ impl Host {
             .set_log_sq_size(log_sq)
             .set_ts_format(1)
             .set_dbr_addr(dbr);
+        fill(&mut cmd.qpc_mut());
         for i in 0..pages {
             cmd.set_pas(i, buf + i as u64 * 4096).expect("room");
         }
-        let out = self.exec(&input, 16).expect("CREATE_QP");
+        let out = self.exec(&input, 16)?;
         let qpn = CreateQpOut::new(&out[..]).expect("layout").qpn();
-        UdQp {
+        Ok(UdQp {
             qpn,
             sq: Sq {
                 sqn: qpn,
@@ -160,7 +177,28 @@ impl Host {
             rq_buf: buf,
             rq_log: log_rq,
             rq_pi: 0,
-        }
+        })
+    }
+
+    /// ATTACH_TO_MCG: QP `qpn` joins the group of multicast GID `gid`, as
+    /// `mlx5_cmd_attach_mcg` (drivers/infiniband/hw/mlx5/cmd.c) sends it.
+    pub fn attach_mcg(&mut self, qpn: u32, gid: [u8; 16]) -> Result<(), CmdFail> {
+        let mut input = Self::input(Opcode::AttachToMcg, 0, <AttachToMcgIn as Layout>::SIZE);
+        AttachToMcgIn::new(&mut input[..])
+            .expect("layout")
+            .set_qpn(qpn)
+            .set_gid(gid);
+        self.exec(&input, 16).map(|_| ())
+    }
+
+    /// DETACH_FROM_MCG: QP `qpn` leaves the group of `gid` (`mlx5_cmd_detach_mcg`).
+    pub fn detach_mcg(&mut self, qpn: u32, gid: [u8; 16]) -> Result<(), CmdFail> {
+        let mut input = Self::input(Opcode::DetachFromMcg, 0, <DetachFromMcgIn as Layout>::SIZE);
+        DetachFromMcgIn::new(&mut input[..])
+            .expect("layout")
+            .set_qpn(qpn)
+            .set_gid(gid);
+        self.exec(&input, 16).map(|_| ())
     }
 
     /// RST2INIT (port 1, P_Key index 0, Q_Key `q_key`), INIT2RTR and RTR2RTS (send PSN 0), each

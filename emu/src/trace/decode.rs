@@ -118,6 +118,8 @@ fn input_fields(opcode: Opcode) -> &'static [FieldInfo] {
         O::QueryXrcSrq => srq::QueryXrcSrqIn::FIELDS,
         O::DestroyXrcSrq => qp::DestroyXrcSrqIn::FIELDS,
         O::SetRoceAddress => roce::SetRoceAddressIn::FIELDS,
+        O::AttachToMcg => cxdirect_hw::mcg::AttachToMcgIn::FIELDS,
+        O::DetachFromMcg => cxdirect_hw::mcg::DetachFromMcgIn::FIELDS,
         O::QueryRoceAddress => roce::QueryRoceAddressIn::FIELDS,
         _ => CmdIn::FIELDS,
     }

@@ -46,5 +46,9 @@ pub fn checks() -> usize {
         srq::QueryXrcSrqOut,
         vport::QueryHcaVportPkeyIn,
         vport::QueryHcaVportPkeyOut,
+        mcg::AttachToMcgIn,
+        mcg::AttachToMcgOut,
+        mcg::DetachFromMcgIn,
+        mcg::DetachFromMcgOut,
     )
 }

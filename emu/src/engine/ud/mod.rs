@@ -20,6 +20,9 @@ pub(crate) use send::doorbell;
 pub(crate) const UD_SEND_ONLY: u8 = 0x64;
 /// BTH opcode of a UD SEND in one packet with immediate data.
 pub(crate) const UD_SEND_ONLY_IMM: u8 = 0x65;
+/// The destination QP of every multicast packet (`IB_MULTICAST_QPN`, include/rdma/ib_verbs.h;
+/// IBA 10.5): the device delivers it to the QPs attached to the group instead.
+pub(crate) const MULTICAST_QPN: u32 = 0x00ff_ffff;
 /// Length of the Datagram Extended Transport Header: Q_Key, then the source QP.
 pub(crate) const DETH_LEN: usize = 8;
 /// The Q_Key of every MAD sent to or by QP1 (`IB_QP1_QKEY`, Linux `include/rdma/ib_mad.h`).

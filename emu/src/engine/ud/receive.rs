@@ -14,14 +14,21 @@
 //! (`hds_ip_ext`); no VLAN; the local QP's own number in `sop_drop_qpn`; the WQE counter, the
 //! RMP number, the solicited bit.
 //!
+//! A datagram to a multicast address (its BTH naming the multicast QP, 0xFFFFFF) goes to each
+//! UD QP attached to the group of that address (ATTACH_TO_MCG; rdma_cm's group GID is the IP
+//! address, IPv4-mapped for IPv4), each taking its own copy through the same checks, except
+//! the QP that sent it when it blocks multicast loopback. One to a group no QP joined is
+//! dropped and counted.
+//!
 //! A datagram with no receive WQE posted, or the wrong Q_Key, is dropped and counted (UD has
 //! no RNR). One larger than the WQE's buffers completes the WQE with a local length error;
 //! the QP keeps receiving.
 
 use super::completion::{post_cqe, post_error_cqe, Side};
-use super::{DETH_LEN, GRH_LEN, QP1_QKEY, UD_SEND_ONLY, UD_SEND_ONLY_IMM};
+use super::{DETH_LEN, GRH_LEN, MULTICAST_QPN, QP1_QKEY, UD_SEND_ONLY, UD_SEND_ONLY_IMM};
 use crate::counters::add;
-use crate::engine::roce::{icrc, roce_offsets, BTH_LEN, ICRC_LEN, IMM_LEN, PSN_MASK};
+use crate::engine::address::destination_gid;
+use crate::engine::roce::{icrc, roce_offsets, Offsets, BTH_LEN, ICRC_LEN, IMM_LEN, PSN_MASK};
 use crate::function::Core;
 use crate::objects::rc::RcReceive;
 use crate::objects::QState;
@@ -47,9 +54,24 @@ struct Taken {
     pd: u32,
 }
 
-/// Takes `frame` when it is a RoCE v2 UD SEND and RoCE is enabled on the function; false
-/// otherwise (the RC transport or Ethernet steering handles it).
-pub(crate) fn receive(core: &mut Core, frame: &[u8]) -> bool {
+/// A received datagram as each QP it is delivered to takes it.
+struct Datagram<'a> {
+    /// The 40-byte GRH area written ahead of the payload.
+    grh: [u8; GRH_LEN],
+    payload: &'a [u8],
+    v4: bool,
+    q_key: u32,
+    source_qpn: u32,
+    imm: Option<u32>,
+    pkey: u16,
+    solicited: bool,
+}
+
+/// Takes `frame` when it is a RoCE v2 UD SEND, or any RoCE packet to a multicast address,
+/// and RoCE is enabled on the function; false otherwise (the RC transport or Ethernet
+/// steering handles it). `from_qp` is the sending QP of a datagram this function looped to
+/// itself.
+pub(crate) fn receive(core: &mut Core, frame: &[u8], from_qp: Option<u32>) -> bool {
     if !core.cfg.roce || !core.port.roce_en {
         return false;
     }
@@ -59,7 +81,15 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8]) -> bool {
     let Some(&opcode) = frame.get(at.bth) else {
         return false;
     };
+    // The receive path let a multicast MAC through only with a multicast IP: a group's
+    // datagram. Only UD is multicast (IBA 10.5): a group's packet of another transport
+    // belongs to no QP.
+    let multicast = frame[0] & 1 != 0;
     if opcode != UD_SEND_ONLY && opcode != UD_SEND_ONLY_IMM {
+        if multicast {
+            add(&core.counters.roce_rx_drops, 1);
+            return true;
+        }
         return false;
     }
     let imm_len = if opcode == UD_SEND_ONLY_IMM {
@@ -79,47 +109,14 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8]) -> bool {
     }
     let be32 = |o: usize| u32::from_be_bytes([frame[o], frame[o + 1], frame[o + 2], frame[o + 3]]);
     let bth = &frame[at.bth..at.bth + BTH_LEN];
-    let solicited = bth[1] & 0x80 != 0;
     let pad = usize::from((bth[1] >> 4) & 3);
     let pkey = u16::from_be_bytes([bth[2], bth[3]]);
     let dest = be32(at.bth + 4) & PSN_MASK;
-    let q_key = be32(at.bth + BTH_LEN);
-    let source_qpn = be32(at.bth + BTH_LEN + 4) & PSN_MASK;
-    let imm = if imm_len != 0 {
-        be32(at.bth + BTH_LEN + DETH_LEN)
-    } else {
-        0
-    };
     // The P_Key table holds the default P_Key alone; its membership bit does not matter.
     if pkey & 0x7fff != 0x7fff || body_end < headers + pad {
         add(&core.counters.roce_rx_drops, 1);
         return true;
     }
-    let payload = &frame[headers..body_end - pad];
-    let Some(qpn) = target(core, dest) else {
-        add(&core.counters.roce_rx_drops, 1);
-        return true;
-    };
-    let Some(qp) = core.res.ud_qps.get(qpn) else {
-        return true;
-    };
-    if !matches!(qp.state, state::RTR | state::RTS | state::SQER) {
-        add(&core.counters.roce_rx_drops, 1);
-        return true;
-    }
-    let wanted = if qp.service == service_type::QP1 {
-        QP1_QKEY
-    } else {
-        qp.q_key
-    };
-    if q_key != wanted {
-        add(&core.counters.ud_qkey_drops, 1);
-        return true;
-    }
-    let Some(taken) = take_receive(core, qpn) else {
-        add(&core.counters.ud_no_receive_drops, 1);
-        return true;
-    };
     let v4 = frame[at.l3] >> 4 == 4;
     let mut grh = [0u8; GRH_LEN];
     if v4 {
@@ -127,22 +124,112 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8]) -> bool {
     } else {
         grh.copy_from_slice(&frame[at.l3..at.l3 + GRH_LEN]);
     }
-    if let Err(syndrome) = scatter(core, &taken, &grh, payload) {
-        post_error_cqe(core, qpn, taken.index, syndrome, Side::Receive);
+    let datagram = Datagram {
+        grh,
+        payload: &frame[headers..body_end - pad],
+        v4,
+        q_key: be32(at.bth + BTH_LEN),
+        source_qpn: be32(at.bth + BTH_LEN + 4) & PSN_MASK,
+        imm: (imm_len != 0).then(|| be32(at.bth + BTH_LEN + DETH_LEN)),
+        pkey,
+        solicited: bth[1] & 0x80 != 0,
+    };
+    if multicast {
+        deliver_to_group(core, frame, &at, dest, &datagram, from_qp);
         return true;
     }
+    let Some(qpn) = target(core, dest) else {
+        add(&core.counters.roce_rx_drops, 1);
+        return true;
+    };
+    deliver(core, qpn, &datagram);
+    true
+}
+
+/// Delivers a multicast datagram (destination QP `dest`, headers at `at`) to every QP of
+/// the function attached to the group of its destination address, each its own copy: the
+/// sending QP itself is skipped when it blocks multicast loopback (`block_lb_mc`). A datagram
+/// whose BTH does not name the multicast QP, or to a group no QP joined, is counted and
+/// dropped.
+fn deliver_to_group(
+    core: &mut Core,
+    frame: &[u8],
+    at: &Offsets,
+    dest: u32,
+    datagram: &Datagram,
+    from_qp: Option<u32>,
+) {
+    // Every multicast packet names the multicast QP (`IB_MULTICAST_QPN`, what rdma_cm's join
+    // event gives as the remote QPN to send to).
+    if dest != MULTICAST_QPN {
+        add(&core.counters.roce_rx_drops, 1);
+        return;
+    }
+    let Some((gid, _)) = destination_gid(frame, at) else {
+        add(&core.counters.roce_rx_drops, 1);
+        return;
+    };
+    if core.res.mcgs.members(&gid).is_empty() {
+        add(&core.counters.ud_mcast_no_group_drops, 1);
+        return;
+    }
+    // By index: a delivery never changes the group, and the list is not copied per datagram.
+    let mut i = 0;
+    while let Some(&qpn) = core.res.mcgs.members(&gid).get(i) {
+        i += 1;
+        let blocked =
+            from_qp == Some(qpn) && core.res.ud_qps.get(qpn).is_some_and(|qp| qp.block_lb_mc);
+        if blocked {
+            add(&core.counters.ud_mcast_loopback_blocked, 1);
+            continue;
+        }
+        deliver(core, qpn, datagram);
+    }
+}
+
+/// Delivers `datagram` to datagram QP `qpn`: the QP must be receiving and the Q_Key its own
+/// (QP1's the well-known one); then the next receive WQE takes the GRH area and the payload.
+fn deliver(core: &mut Core, qpn: u32, datagram: &Datagram) {
+    let Some(qp) = core.res.ud_qps.get(qpn) else {
+        add(&core.counters.roce_rx_drops, 1);
+        return;
+    };
+    if !matches!(qp.state, state::RTR | state::RTS | state::SQER) {
+        add(&core.counters.roce_rx_drops, 1);
+        return;
+    }
+    let wanted = if qp.service == service_type::QP1 {
+        QP1_QKEY
+    } else {
+        qp.q_key
+    };
+    if datagram.q_key != wanted {
+        add(&core.counters.ud_qkey_drops, 1);
+        return;
+    }
+    let Some(taken) = take_receive(core, qpn) else {
+        add(&core.counters.ud_no_receive_drops, 1);
+        return;
+    };
+    if let Err(syndrome) = scatter(core, &taken, &datagram.grh, datagram.payload) {
+        post_error_cqe(core, qpn, taken.index, syndrome, Side::Receive);
+        return;
+    }
     add(&core.counters.ud_delivered, 1);
-    let l3 = if v4 { L3_HEADER_IPV4 } else { L3_HEADER_IPV6 };
+    let l3 = if datagram.v4 {
+        L3_HEADER_IPV4
+    } else {
+        L3_HEADER_IPV6
+    };
     let done = Delivered {
         index: taken.index,
-        bytes: (GRH_LEN + payload.len()) as u32,
-        flags_rqpn: (GRH_IN_BUFFER << 28) | (l3 << 24) | source_qpn,
-        imm: (imm_len != 0).then_some(imm),
-        pkey,
-        solicited,
+        bytes: (GRH_LEN + datagram.payload.len()) as u32,
+        flags_rqpn: (GRH_IN_BUFFER << 28) | (l3 << 24) | datagram.source_qpn,
+        imm: datagram.imm,
+        pkey: datagram.pkey,
+        solicited: datagram.solicited,
     };
     responder_cqe(core, qpn, &done);
-    true
 }
 
 /// The datagram QP a packet for destination QP `dest` goes to: for QP 1 the function's GSI

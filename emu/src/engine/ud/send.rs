@@ -134,7 +134,8 @@ fn execute(
     }
     let av = DatagramSeg::new(&s.wqe[WQE_DS..WQE_DS + AV_LEN]).map_err(|_| bad)?;
     let qp = core.res.ud_qps.get(qpn).ok_or(bad)?;
-    let (pd, service, qp_q_key, psn) = (qp.pd, qp.service, qp.q_key, qp.next_send_psn);
+    let (pd, service, qp_q_key, psn, deth_sqpn) =
+        (qp.pd, qp.service, qp.q_key, qp.next_send_psn, qp.deth_sqpn);
     // mlx5_ib gives UD QPs MTU 4096 and QP1 256 in the context; the port may carry less.
     let port_mtu = crate::function::hca::port_max_mtu(core);
     let max = mtu_bytes(qp.mtu.min(port_mtu).max(1))
@@ -170,8 +171,16 @@ fn execute(
         &mut s.message,
     )
     .map_err(|syndrome| ((op, syndrome), ds))?;
-    // The DETH and the immediate follow the BTH, in that order, before the payload.
-    let source_qpn = if service == service_type::QP1 { 1 } else { qpn };
+    // The DETH and the immediate follow the BTH, in that order, before the payload. The GSI
+    // QP sends as QP 1; a UD QP created with `deth_sqpn` as that QP (mlx5_ib's GSI transmit
+    // QPs give 1, `create_gsi_ud_qp` in gsi.c).
+    let source_qpn = if service == service_type::QP1 {
+        1
+    } else if deth_sqpn != 0 {
+        deth_sqpn
+    } else {
+        qpn
+    };
     s.payload.clear();
     s.payload.extend_from_slice(&q_key.to_be_bytes());
     s.payload
@@ -198,7 +207,7 @@ fn execute(
         atomic_ack: None,
     };
     build_routed(&route, &t, &s.payload, &mut s.frame);
-    crate::engine::sq::transmit(core, &s.frame);
+    crate::engine::sq::transmit_from_qp(core, &s.frame, qpn);
     add(&core.counters.ud_sent, 1);
     if let Some(qp) = core.res.ud_qps.get_mut(qpn) {
         qp.next_send_psn = (psn + 1) & PSN_MASK;
