@@ -254,17 +254,8 @@ mod arp_tests {
         let at = listener.local_addr().unwrap();
         let server = std::thread::spawn(move || {
             let macs = PeerMac::Given(None);
-            let run = one_side(
-                a,
-                None,
-                SERVER_ADDRESS,
-                macs,
-                Ok(listener),
-                at,
-                Test::WriteBw,
-                &plan,
-            );
-            run
+            let (test, listener) = (Test::WriteBw, Ok(listener));
+            one_side(a, None, SERVER_ADDRESS, macs, listener, at, test, &plan)
         });
         let client = one_side(
             b,
