@@ -32,6 +32,7 @@ use cxdirect_hw::wq::RqState;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod arp;
 mod cm;
 mod rdma;
 
@@ -110,13 +111,17 @@ pub enum FaultClass {
     /// (the client's DREQ unanswered); the client's queue pair is moved to error and every
     /// request it posted completes flushed; both reconnect through the CM.
     CmPeerVanishes,
+    /// Addresses: past the neighbour table's locktime, the link carries spoofed ARP replies,
+    /// gratuitous ARP and requests giving a resolved peer's address another MAC, claims to
+    /// our own address, and garbage; the resolved entry keeps the peer's MAC.
+    ArpSpoof,
 }
 
 impl FaultClass {
     /// Every class, in the order the matrix runs them: the device classes, then the RDMA ones.
-    pub const ALL: [FaultClass; 24] = {
-        assert!(Self::DEVICE.len() + Self::RDMA.len() == 24);
-        let mut all = [FaultClass::TxErrorCqe; 24];
+    pub const ALL: [FaultClass; 25] = {
+        assert!(Self::DEVICE.len() + Self::RDMA.len() == 25);
+        let mut all = [FaultClass::TxErrorCqe; 25];
         let mut i = 0;
         while i < all.len() {
             all[i] = if i < Self::DEVICE.len() {
@@ -150,7 +155,7 @@ impl FaultClass {
 
     /// The RDMA classes: faults of the RC transport under krping-style traffic, then those
     /// of the connection manager ([`FaultClass::CM`]).
-    pub const RDMA: [FaultClass; 9] = [
+    pub const RDMA: [FaultClass; 10] = [
         FaultClass::RdmaFrameLoss,
         FaultClass::RdmaDuplicate,
         FaultClass::RdmaReorder,
@@ -160,11 +165,16 @@ impl FaultClass {
         FaultClass::RdmaQpFatal,
         FaultClass::CmUnreachable,
         FaultClass::CmPeerVanishes,
+        FaultClass::ArpSpoof,
     ];
 
-    /// The connection manager's classes (among [`FaultClass::RDMA`]): peers unreachable or
-    /// gone, on the emulated pair's QP1.
-    pub const CM: [FaultClass; 2] = [FaultClass::CmUnreachable, FaultClass::CmPeerVanishes];
+    /// The classes of the connection manager and of addresses (among [`FaultClass::RDMA`]):
+    /// peers unreachable or gone, on the emulated pair's QP1, and hostile ARP.
+    pub const CM: [FaultClass; 3] = [
+        FaultClass::CmUnreachable,
+        FaultClass::CmPeerVanishes,
+        FaultClass::ArpSpoof,
+    ];
 
     /// Whether this is one of the [`FaultClass::RDMA`] classes.
     pub fn is_rdma(self) -> bool {
@@ -198,6 +208,7 @@ impl FaultClass {
             FaultClass::RdmaQpFatal => "rdma_qp_fatal",
             FaultClass::CmUnreachable => "cm_unreachable",
             FaultClass::CmPeerVanishes => "cm_peer_vanishes",
+            FaultClass::ArpSpoof => "arp_spoof",
         }
     }
 }
@@ -246,8 +257,8 @@ pub struct ClassReport {
     /// (`rdma_frame_loss`, `rdma_reorder`), repeated PSNs received (`rdma_duplicate`), packets dropped on a bad ICRC (`rdma_icrc_corrupt`), RNR NAKs sent
     /// (`rdma_rnr`), completions in error other than flushes (`rdma_retry_exceeded`), QP fatal
     /// events seen (`rdma_qp_fatal`); for the connection manager's, REQs sent before giving
-    /// up (`cm_unreachable`) and work requests completed flushed (`cm_peer_vanishes`); 0 for
-    /// the other classes.
+    /// up (`cm_unreachable`) and work requests completed flushed (`cm_peer_vanishes`); ARP
+    /// packets ignored or refused (`arp_spoof`); 0 for the other classes.
     pub evidence: u64,
 }
 
@@ -695,6 +706,9 @@ const SYNDROMES: [CqeSyndrome; 4] = [
 
 /// Runs one class: `injections` faults, each followed by a round of verified traffic.
 pub fn run_class(class: FaultClass, injections: u32) -> Result<ClassReport, String> {
+    if class == FaultClass::ArpSpoof {
+        return arp::run_class(class, injections);
+    }
     if FaultClass::CM.contains(&class) {
         return cm::run_class(class, injections);
     }
@@ -915,6 +929,7 @@ pub fn run_class(class: FaultClass, injections: u32) -> Result<ClassReport, Stri
             FaultClass::CmUnreachable | FaultClass::CmPeerVanishes => {
                 return cm::run_class(class, injections)
             }
+            FaultClass::ArpSpoof => return arp::run_class(class, injections),
         }
         report.injections += rig.model_a.faults_taken() + rig.model_b.faults_taken() - taken_before;
     }
