@@ -32,6 +32,8 @@ use cxdirect_hw::wq::RqState;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod arp;
+mod cm;
 mod rdma;
 
 /// One class of injected fault.
@@ -101,13 +103,25 @@ pub enum FaultClass {
     /// doorbell: both QPs are reset and connected again, and the iteration's messages sent
     /// again.
     RdmaQpFatal,
+    /// Connection manager: a REQ to a peer that never answers is sent again on the CM's
+    /// timers, then fails with an error naming the address and port; the same client
+    /// connects once the peer is reachable.
+    CmUnreachable,
+    /// Connection manager: an established connection's peer goes away, by a DREQ or silently
+    /// (the client's DREQ unanswered); the client's queue pair is moved to error and every
+    /// request it posted completes flushed; both reconnect through the CM.
+    CmPeerVanishes,
+    /// Addresses: past the neighbour table's locktime, the link carries spoofed ARP replies,
+    /// gratuitous ARP and requests giving a resolved peer's address another MAC, claims to
+    /// our own address, and garbage; the resolved entry keeps the peer's MAC.
+    ArpSpoof,
 }
 
 impl FaultClass {
     /// Every class, in the order the matrix runs them: the device classes, then the RDMA ones.
-    pub const ALL: [FaultClass; 22] = {
-        assert!(Self::DEVICE.len() + Self::RDMA.len() == 22);
-        let mut all = [FaultClass::TxErrorCqe; 22];
+    pub const ALL: [FaultClass; 25] = {
+        assert!(Self::DEVICE.len() + Self::RDMA.len() == 25);
+        let mut all = [FaultClass::TxErrorCqe; 25];
         let mut i = 0;
         while i < all.len() {
             all[i] = if i < Self::DEVICE.len() {
@@ -139,8 +153,9 @@ impl FaultClass {
         FaultClass::SharedRingError,
     ];
 
-    /// The RDMA classes: faults of the RC transport under krping-style traffic.
-    pub const RDMA: [FaultClass; 7] = [
+    /// The RDMA classes: faults of the RC transport under krping-style traffic, then those
+    /// of the connection manager ([`FaultClass::CM`]).
+    pub const RDMA: [FaultClass; 10] = [
         FaultClass::RdmaFrameLoss,
         FaultClass::RdmaDuplicate,
         FaultClass::RdmaReorder,
@@ -148,6 +163,17 @@ impl FaultClass {
         FaultClass::RdmaRnr,
         FaultClass::RdmaRetryExceeded,
         FaultClass::RdmaQpFatal,
+        FaultClass::CmUnreachable,
+        FaultClass::CmPeerVanishes,
+        FaultClass::ArpSpoof,
+    ];
+
+    /// The classes of the connection manager and of addresses (among [`FaultClass::RDMA`]):
+    /// peers unreachable or gone, on the emulated pair's QP1, and hostile ARP.
+    pub const CM: [FaultClass; 3] = [
+        FaultClass::CmUnreachable,
+        FaultClass::CmPeerVanishes,
+        FaultClass::ArpSpoof,
     ];
 
     /// Whether this is one of the [`FaultClass::RDMA`] classes.
@@ -180,6 +206,9 @@ impl FaultClass {
             FaultClass::RdmaRnr => "rdma_rnr",
             FaultClass::RdmaRetryExceeded => "rdma_retry_exceeded",
             FaultClass::RdmaQpFatal => "rdma_qp_fatal",
+            FaultClass::CmUnreachable => "cm_unreachable",
+            FaultClass::CmPeerVanishes => "cm_peer_vanishes",
+            FaultClass::ArpSpoof => "arp_spoof",
         }
     }
 }
@@ -227,7 +256,9 @@ pub struct ClassReport {
     /// keys destroyed by revocation (`dmabuf_revoked`); for the RDMA classes, retransmissions
     /// (`rdma_frame_loss`, `rdma_reorder`), repeated PSNs received (`rdma_duplicate`), packets dropped on a bad ICRC (`rdma_icrc_corrupt`), RNR NAKs sent
     /// (`rdma_rnr`), completions in error other than flushes (`rdma_retry_exceeded`), QP fatal
-    /// events seen (`rdma_qp_fatal`); 0 for the other classes.
+    /// events seen (`rdma_qp_fatal`); for the connection manager's, REQs sent before giving
+    /// up (`cm_unreachable`) and work requests completed flushed (`cm_peer_vanishes`); ARP
+    /// packets ignored or refused (`arp_spoof`); 0 for the other classes.
     pub evidence: u64,
 }
 
@@ -675,6 +706,12 @@ const SYNDROMES: [CqeSyndrome; 4] = [
 
 /// Runs one class: `injections` faults, each followed by a round of verified traffic.
 pub fn run_class(class: FaultClass, injections: u32) -> Result<ClassReport, String> {
+    if class == FaultClass::ArpSpoof {
+        return arp::run_class(class, injections);
+    }
+    if FaultClass::CM.contains(&class) {
+        return cm::run_class(class, injections);
+    }
     if class.is_rdma() {
         return rdma::run_class(class, injections);
     }
@@ -889,6 +926,10 @@ pub fn run_class(class: FaultClass, injections: u32) -> Result<ClassReport, Stri
             | FaultClass::RdmaRnr
             | FaultClass::RdmaRetryExceeded
             | FaultClass::RdmaQpFatal => return rdma::run_class(class, injections),
+            FaultClass::CmUnreachable | FaultClass::CmPeerVanishes => {
+                return cm::run_class(class, injections)
+            }
+            FaultClass::ArpSpoof => return arp::run_class(class, injections),
         }
         report.injections += rig.model_a.faults_taken() + rig.model_b.faults_taken() - taken_before;
     }

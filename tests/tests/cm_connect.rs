@@ -4,6 +4,10 @@
 //!
 //! The peer's MAC comes from its RoCE address here; resolving it by ARP is tested in
 //! `addresses.rs`.
+//!
+//! The same exchange captured on the pair wire is read back by tshark's InfiniBand dissector
+//! (a reader that is not ours): every CM message decoded, rdma_cm's private-data header shown,
+//! nothing malformed.
 
 use cxdirect::cm::{Cm, CmAddress, Event, Identity, QpAttributes, QpParams};
 use cxdirect::rdma::{
@@ -13,9 +17,12 @@ use cxdirect::rdma::{
 };
 use cxdirect::{Device, KeyAccess};
 use cxdirect_apps::emulated::EmuBackend;
+use cxdirect_emu::pcap::PcapWriter;
+use cxdirect_emu::wire::{PortId, Wire};
 use cxdirect_emu::{Device as Model, EmuConfig, ExecMode};
 use cxdirect_tests::setup::bring_up_patient;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const PORT: u16 = 7174;
@@ -254,4 +261,189 @@ fn an_rc_queue_pair_connects_through_rdma_cm_messages_on_qp1_and_disconnects() {
     // REQ, RTU, DREQ from the client; REP, DREP from the server (more when one was resent).
     assert!(a.gsi.stats().sent >= 3, "{:?}", a.gsi.stats());
     assert!(b.gsi.stats().sent >= 2, "{:?}", b.gsi.stats());
+}
+
+/// Two functions on a wire of their own (so that it can be tapped), with RoCE.
+fn pair_on(wire: &Arc<Wire>) -> (Model, Model) {
+    let cfg = EmuConfig {
+        roce: true,
+        exec: ExecMode::Threaded,
+        ..EmuConfig::default()
+    };
+    let mut cfg_b = cfg.clone();
+    cfg_b.mac[5] ^= 1;
+    let (ma, mb) = (Model::new(cfg), Model::new(cfg_b));
+    ma.attach(wire.clone(), PortId::A, &[&mb]);
+    mb.attach(wire.clone(), PortId::B, &[&ma]);
+    (ma, mb)
+}
+
+/// Runs both sides' turns until `done` holds (at most 20 s), answering connect requests with
+/// an accept for `qpn_b`.
+fn exchange(a: &mut Side, b: &mut Side, qpn_b: u32, done: impl Fn(&Side, &Side) -> bool) {
+    let start = Instant::now();
+    while !done(a, b) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "a {:?} b {:?}",
+            a.events,
+            b.events
+        );
+        let now = start.elapsed();
+        a.turn(now);
+        b.turn(now);
+        let requests: Vec<_> = b
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::ConnectRequest(r) => Some(*r),
+                _ => None,
+            })
+            .collect();
+        b.events.retain(|e| !matches!(e, Event::ConnectRequest(_)));
+        for req in requests {
+            let params = req.negotiate(QpParams::rping(qpn_b));
+            b.cm.accept(req.id, &params, b"accepted").expect("accept");
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// `tshark -r capture ARGS`, its standard output.
+fn tshark(capture: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("tshark")
+        .arg("-r")
+        .arg(capture)
+        .args(args)
+        .output()
+        .expect("tshark runs");
+    assert!(
+        out.status.success(),
+        "tshark: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// tshark (Wireshark's `packet-infiniband.c`) decodes the capture of a whole CM exchange on the
+/// pair wire: REQ, REP, RTU, then DREQ, DREP, each a CM MAD in RoCE v2 on UDP 4791; the REQ's
+/// service ID is rdma_cm's TCP port space with the port (`cma_get_service_id`), its private
+/// data begins with rdma_cm's IPv4 header (`cma_format_hdr`) naming both addresses and the
+/// source port, and no frame is malformed.
+#[test]
+#[cfg_attr(
+    not(has_tshark),
+    ignore = "needs tshark on PATH: apt-get install tshark"
+)]
+fn tshark_decodes_the_cm_exchange_with_rdma_cms_private_data() {
+    const SRC_PORT: u16 = 40001;
+    let wire = Arc::new(Wire::pair());
+    let path = std::env::temp_dir().join(format!("cxdirect-cm-{}.pcap", std::process::id()));
+    wire.set_pcap(PcapWriter::create(&path).expect("create the capture"))
+        .expect("tap");
+    let (ma, mb) = pair_on(&wire);
+    let mut a = Side::new(&ma, "a", A_IP, 0xa);
+    let mut b = Side::new(&mb, "b", B_IP, 0xb);
+    a.peer_mac = b.roce.mac();
+    b.peer_mac = a.roce.mac();
+    b.cm.listen(PORT).expect("listen");
+    let (qa, qb) = (a.qp(), b.qp());
+    let id =
+        a.cm.connect(
+            B_IP,
+            PORT,
+            SRC_PORT,
+            &QpParams::rping(qa.local_endpoint().qpn),
+            b"hello from cxdirect",
+        )
+        .expect("connect");
+    let up = |s: &Side| {
+        s.events
+            .iter()
+            .any(|e| matches!(e, Event::Established { .. }))
+    };
+    exchange(&mut a, &mut b, qb.local_endpoint().qpn, |a, b| {
+        up(a) && up(b)
+    });
+    a.cm.disconnect(id).expect("disconnect");
+    let down = |s: &Side| {
+        s.events
+            .iter()
+            .any(|e| matches!(e, Event::Disconnected { .. }))
+    };
+    exchange(&mut a, &mut b, qb.local_endpoint().qpn, |a, b| {
+        down(a) && down(b)
+    });
+    // The DREP is on the wire once the client has it.
+    wire.clear_pcap().expect("flush the capture");
+
+    let fields = tshark(
+        &path,
+        &[
+            "-T",
+            "fields",
+            "-E",
+            "separator=/t",
+            "-e",
+            "frame.protocols",
+            "-e",
+            "infiniband.mad.attributeid",
+            "-e",
+            "infiniband.cm.req.serviceid",
+            "-e",
+            "infiniband.cm.req.ip_cm.sip4",
+            "-e",
+            "infiniband.cm.req.ip_cm.dip4",
+            "-e",
+            "infiniband.cm.req.ip_cm.sport",
+            "-e",
+            "_ws.malformed",
+        ],
+    );
+    let verbose = tshark(&path, &["-V"]);
+    let _ = std::fs::remove_file(&path);
+    let rows: Vec<Vec<&str>> = fields.lines().map(|l| l.split('\t').collect()).collect();
+    let num = |s: &str| match s.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16).unwrap_or_else(|_| panic!("{s}")),
+        None => s.parse().unwrap_or_else(|_| panic!("{s}")),
+    };
+    let mut attrs = Vec::new();
+    for (i, row) in rows.iter().enumerate() {
+        assert!(row[0].contains("udp:infiniband"), "frame {i}: {fields}");
+        assert!(!row[0].contains("malformed"), "frame {i}: {fields}");
+        assert!(
+            row.get(6).is_none_or(|m| m.is_empty()),
+            "frame {i}: {fields}"
+        );
+        attrs.push(num(row[1]));
+        if num(row[1]) == 0x0010 {
+            // rdma_cm's TCP port space (0x0106) with the port in the low 16 bits.
+            assert_eq!(
+                num(row[2]),
+                0x0000_0000_0106_0000 | u64::from(PORT),
+                "{fields}"
+            );
+            assert_eq!(row[3], A_IP.to_string(), "{fields}");
+            assert_eq!(row[4], B_IP.to_string(), "{fields}");
+            assert_eq!(num(row[5]), u64::from(SRC_PORT), "{fields}");
+        }
+    }
+    // REQ, REP, RTU, DREQ, DREP in that order (a retransmission may repeat one).
+    let mut order = attrs.clone();
+    order.dedup();
+    assert_eq!(order, [0x10, 0x13, 0x14, 0x15, 0x16], "{fields}");
+    assert!(!verbose.contains("Malformed"), "{verbose}");
+    assert!(verbose.contains("IP CM ServiceID"), "{verbose}");
+    assert!(verbose.contains("IP CM Private Data"), "{verbose}");
+    // The service ID's port, and the consumer's private data after the header.
+    assert!(verbose.contains("Destination Port: 0x1c06"), "{verbose}");
+    assert!(verbose.contains("IP CM IP Version: 0x4"), "{verbose}");
+    let hello: String = b"hello from cxdirect"
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert!(
+        verbose.contains(&format!("IP CM Consumer PrivateData: {hello}")),
+        "{verbose}"
+    );
 }

@@ -10,10 +10,16 @@
 //! receiver without receives, retries exhausted under a cut wire, a QP's fatal error) run
 //! krping-style traffic over an RC queue pair instead and count messages: each delivered once
 //! and intact, or failed, flushed and sent again after the application reconnects.
+//! The connection manager's classes connect through QP1 on the emulated pair: a peer that never
+//! answers (the REQ retried on rdma_cm's timers, then an error naming address and port, then a
+//! connect that works), and a peer that vanishes by a DREQ or silently (the queue pair's posted
+//! work all completed flushed, both sides connected again); `arp_spoof` sends spoofed and
+//! garbage ARP at a resolved neighbour entry, which must keep the peer's MAC.
 //! Per class: injections, recoveries, time to recover p50/p99, frames sent/received/accounted,
 //! the three that must be 0, and the device's own count of the class's faults where it keeps
 //! one (`evid`: CQ overruns, refused DMA, revoked keys; for RDMA, retransmissions, repeated
-//! PSNs, ICRC drops, RNR NAKs, retry-exceeded completions, QP fatal events). Last line:
+//! PSNs, ICRC drops, RNR NAKs, retry-exceeded completions, QP fatal events; REQs sent before
+//! giving up, flushed work requests, ARP ignored or refused). Last line:
 //! `summary: classes=N injections=N recovered=N lost_beyond_flushed=N duplicates=N leaked=N`.
 //! Exits 1 when any of the last three is not 0 or a class cannot run.
 

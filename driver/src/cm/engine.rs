@@ -75,6 +75,8 @@ struct Conn {
     /// `cm_id_priv->timeout_ms`: the REQ's, or the passive side's REP/DREQ timeout.
     timeout_ms: u64,
     max_cm_retries: u8,
+    /// The port of the service ID: connected to (active) or listened on (passive).
+    port: u16,
     /// `av.timeout`: the local ACK timeout, also the timewait time.
     av_timeout: u8,
     qp: QpAttributes,
@@ -262,7 +264,7 @@ impl Cm {
                         self.stats.retransmits += 1;
                     } else {
                         let r = *r;
-                        let (id, peer) = (ConnId(c.local_id), c.peer);
+                        let (id, peer, port) = (ConnId(c.local_id), c.peer, c.port);
                         // `cm_process_send_error`: REQ and REP go back to idle (freed),
                         // DREQ to timewait; rdma_cm reports UNREACHABLE or DISCONNECTED.
                         match r.stage {
@@ -271,11 +273,14 @@ impl Cm {
                                 out.events.push(Event::TimedOut(TimedOut {
                                     id,
                                     peer,
+                                    port,
                                     stage: r.stage,
                                     attempts: r.attempts,
+                                    // The caller's clock may step back (an MRA taken
+                                    // at an earlier `now`): never subtract past zero.
                                     waited_ms: r
                                         .first_sent
-                                        .map_or(0, |f| (now - f).as_millis() as u64),
+                                        .map_or(0, |f| now.saturating_sub(f).as_millis() as u64),
                                 }));
                             }
                             Stage::Dreq => {

@@ -15,6 +15,7 @@
 //! (counted), so a hostile peer cannot make it grow.
 
 mod engine;
+pub mod script;
 mod timing;
 mod wire;
 
@@ -271,14 +272,27 @@ pub enum Stage {
     Dreq,
 }
 
+impl core::fmt::Display for Stage {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            Stage::Req => "REQ",
+            Stage::Rep => "REP",
+            Stage::Dreq => "DREQ",
+        })
+    }
+}
+
 /// A connection gave up after its last retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
-#[error("no answer from {peer} to the {stage:?} of connection {id:?} after {attempts} attempts over {waited_ms} ms")]
+#[error("no answer from {peer} port {port} to the {stage} of connection {id:?} after {attempts} attempts over {waited_ms} ms")]
 pub struct TimedOut {
     /// The connection (freed).
     pub id: ConnId,
     /// The destination that did not answer.
     pub peer: CmAddress,
+    /// The connection's port in rdma_cm's TCP port space: the port connected to (this side
+    /// sent the REQ) or the port listened on (this side sent the REP).
+    pub port: u16,
     /// What went unanswered.
     pub stage: Stage,
     /// How many times it was sent.

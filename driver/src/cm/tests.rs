@@ -3,6 +3,7 @@
 
 mod exchange;
 mod hostile;
+mod sequence;
 mod wire;
 
 use super::*;

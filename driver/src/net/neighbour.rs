@@ -6,6 +6,13 @@
 //! being resolved included); unsolicited replies and gratuitous ARP for addresses not held are
 //! ignored; an entry changes MAC no sooner than `locktime` after its last update.
 //!
+//! One rule is stricter than Linux's: a known entry keeps its MAC against any received ARP that
+//! names another (Linux takes a reply's new MAC once `locktime` has passed). Only an answer to
+//! our own request changes it: nothing we asked for brought the other MAC, so it is a spoof or a
+//! host that moved; either way the established entry stands until it expires, and resolution
+//! then asks again (the entry is being resolved, and takes the first answer), so a host that
+//! really moved is reached again within `reachable`.
+//!
 //! Time is passed in (an [`Instant`]), so the table's timers are those of its caller. The
 //! table never grows past its capacity; its storage is allocated once, in [`Neighbours::new`],
 //! and searched linearly (tables are small: a host talks to few neighbours).
@@ -86,6 +93,8 @@ pub enum IgnoreReason {
     Probe,
     /// A different MAC for an entry updated less than `locktime` ago.
     Locked,
+    /// A different MAC for a known entry, past `locktime` (see the module's documentation).
+    Conflict,
 }
 
 /// What a [`Neighbours`] table has counted.
@@ -113,6 +122,8 @@ pub struct NeighbourStats {
     pub probes: u64,
     /// Packets ignored: MAC changes within `locktime`.
     pub locked: u64,
+    /// Packets ignored (or requests answered without learning): another MAC for a known entry.
+    pub conflicts: u64,
     /// Resolutions given up (answered with [`ResolveError::Unreachable`]).
     pub failed: u64,
     /// Entries dropped to make room.
@@ -347,6 +358,7 @@ impl Neighbours {
                 IgnoreReason::NotForUs => s.not_for_us += 1,
                 IgnoreReason::Probe => s.probes += 1,
                 IgnoreReason::Locked => s.locked += 1,
+                IgnoreReason::Conflict => s.conflicts += 1,
             },
         }
         verdict
@@ -378,7 +390,9 @@ impl Neighbours {
             return ArpVerdict::Ignored(IgnoreReason::BadSender);
         }
         if arp.op == ArpOp::Request && tip == self.ip {
-            // neigh_event_ns: the sender is learned (created if need be), then answered.
+            // neigh_event_ns: the sender is learned (created if need be), then answered. A
+            // request claiming a live entry's address from another MAC is answered (the
+            // answer goes to the asker and tells it only our own MAC) but teaches nothing.
             let _ = self.set_known(sip, sha, now, true);
             return ArpVerdict::Answer;
         }
@@ -399,6 +413,9 @@ impl Neighbours {
                 if mac != sha && now.saturating_duration_since(updated) < self.config.locktime {
                     return ArpVerdict::Ignored(IgnoreReason::Locked);
                 }
+                if mac != sha {
+                    return ArpVerdict::Ignored(IgnoreReason::Conflict);
+                }
                 // A request does not assert the sender's reachability: a held MAC is kept
                 // for as long as it was, only changed.
                 if mac != sha || arp.op == ArpOp::Reply {
@@ -417,8 +434,8 @@ impl Neighbours {
         }
     }
 
-    /// Sets `ip` known at `mac`, creating the entry when `create` (an entry that changes MAC
-    /// within `locktime` keeps the old one).
+    /// Sets `ip` known at `mac`, creating the entry when `create` (a known entry keeps its MAC
+    /// against another; counted as locked within `locktime`, as a conflict after).
     fn set_known(
         &mut self,
         ip: Ipv4Addr,
@@ -433,7 +450,12 @@ impl Neighbours {
                     mac: old, updated, ..
                 } = self.entries[i].state
                 {
-                    if old != mac && now.saturating_duration_since(updated) < self.config.locktime {
+                    if old != mac {
+                        if now.saturating_duration_since(updated) < self.config.locktime {
+                            self.stats.locked += 1;
+                        } else {
+                            self.stats.conflicts += 1;
+                        }
                         return Ok(());
                     }
                 }

@@ -152,3 +152,45 @@ fn the_table_never_grows_past_its_capacity() {
     );
     assert_eq!(n.stats().evicted, 1);
 }
+
+#[test]
+fn a_known_entry_keeps_its_mac_against_spoofs_after_locktime_and_learns_a_move_by_asking() {
+    let mut n = table(8);
+    let t = Instant::now();
+    let evil = [2, 0xe, 0xe, 0xe, 0xe, 0xe];
+    let req = arp(ArpOp::Request, PEER, PEER_IP, OUR_IP);
+    assert_eq!(n.receive(&req, t), ArpVerdict::Answer);
+    let later = t + Duration::from_secs(5);
+    // Past locktime, Linux would take a reply's new MAC; here nothing unsolicited changes a
+    // known entry: not a reply, not gratuitous ARP, not a request for us.
+    for p in [
+        arp(ArpOp::Reply, evil, PEER_IP, OUR_IP),
+        arp(ArpOp::Request, evil, PEER_IP, PEER_IP),
+        arp(ArpOp::Reply, evil, PEER_IP, PEER_IP),
+    ] {
+        assert_eq!(
+            n.receive(&p, later),
+            ArpVerdict::Ignored(IgnoreReason::Conflict),
+            "{p:?}"
+        );
+        assert_eq!(n.lookup(PEER_IP, later), Some(PEER));
+    }
+    let spoofed_req = arp(ArpOp::Request, evil, PEER_IP, OUR_IP);
+    assert_eq!(n.receive(&spoofed_req, later), ArpVerdict::Answer);
+    assert_eq!(n.lookup(PEER_IP, later), Some(PEER));
+    assert_eq!(n.stats().conflicts, 4);
+    // The genuine MAC still confirms it.
+    let confirm = arp(ArpOp::Reply, PEER, PEER_IP, OUR_IP);
+    assert_eq!(n.receive(&confirm, later), ArpVerdict::Updated);
+    // Expired, the entry is resolved again and the first answer is taken: a host that moved.
+    let expired = later + Duration::from_secs(31);
+    assert_eq!(n.lookup(PEER_IP, expired), None);
+    assert_eq!(n.resolve(PEER_IP, expired), Ok(Resolution::Pending));
+    assert_eq!(n.next_request(expired), Some(PEER_IP));
+    let moved = [2, 7, 7, 7, 7, 7];
+    assert_eq!(
+        n.receive(&arp(ArpOp::Reply, moved, PEER_IP, OUR_IP), expired),
+        ArpVerdict::Learned
+    );
+    assert_eq!(n.lookup(PEER_IP, expired), Some(moved));
+}

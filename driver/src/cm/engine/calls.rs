@@ -125,6 +125,7 @@ impl Cm {
             tid,
             timeout_ms,
             max_cm_retries: me.max_cm_retries,
+            port: dest_port,
             // `cm_init_av_by_path`: packet lifetime + 1 until the REP's ACK delay refines it.
             av_timeout: me.packet_life_time + 1,
             qp: qp_attrs,

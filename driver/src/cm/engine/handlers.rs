@@ -192,6 +192,7 @@ impl Cm {
             // response time, and retries as often as the REQ says.
             timeout_ms: convert_to_ms(req.local_cm_response_timeout),
             max_cm_retries: req.max_cm_retries,
+            port,
             av_timeout,
             qp,
             retx: None,

@@ -209,8 +209,10 @@ fn unreachable_peer_times_out_after_max_retries_naming_it() {
     assert_eq!(t.id, c);
     assert_eq!(t.stage, Stage::Req);
     assert_eq!(t.attempts, 16);
+    assert_eq!(t.port, PORT);
     let text = t.to_string();
-    assert!(text.contains("10.0.0.2"), "{text}");
+    assert!(text.contains("10.0.0.2 port 7174"), "{text}");
+    assert!(text.contains("REQ"), "{text}");
     assert_eq!(net.client.state(c), None);
     assert_eq!(net.client.connections(), 0);
 }

@@ -303,3 +303,35 @@ fn req_for_another_gid_is_rejected_with_ours() {
     assert_eq!(&r.ari[..16], &ipv4_gid(SERVER_IP));
     assert_eq!(server.connections(), 0);
 }
+
+#[test]
+fn a_clock_that_steps_back_panics_nothing() {
+    // The caller's clock goes back between the REQ's first send and an MRA (two clocks, or a
+    // clock set back): the MRA's deadline falls before the first send, and giving up must
+    // not subtract past zero.
+    let mut me = Identity::new(1, CLIENT_IP, 6);
+    me.max_cm_retries = 0;
+    let mut client = Cm::new(me);
+    let id = client
+        .connect(SERVER_IP, PORT, SRC_PORT, &QpParams::rping(1), &[])
+        .unwrap();
+    assert_eq!(client.poll(ms(10_000)).sends.len(), 1);
+    let mra = Message::Mra(Mra {
+        local_comm_id: 0x77,
+        remote_comm_id: id.0,
+        message_mraed: msg_response::REQ,
+        service_timeout: 0,
+        private_data: PrivateData::EMPTY,
+    })
+    .encode(1);
+    assert_eq!(
+        client.receive(Duration::ZERO, CmAddress::ipv4(SERVER_IP), &mra),
+        Ok(None)
+    );
+    let p = client.poll(ms(1_000));
+    let [Event::TimedOut(t)] = p.events.as_slice() else {
+        panic!("{:?}", p.events)
+    };
+    assert_eq!((t.id, t.waited_ms), (id, 0));
+    assert_eq!(client.connections(), 0);
+}
