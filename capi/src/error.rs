@@ -143,3 +143,43 @@ pub extern "C" fn cxd_error_name(code: c_int) -> *const c_char {
     };
     name.as_ptr()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    fn last() -> String {
+        // SAFETY: the thread's last message, NUL-terminated, alive until the next failure.
+        unsafe { CStr::from_ptr(cxd_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn a_panic_is_caught_and_reported() {
+        let rc = guard(|| panic!("a test panic"));
+        assert_eq!(rc, Error::Panic as c_int);
+        assert!(last().contains("a test panic"), "{}", last());
+    }
+
+    #[test]
+    fn a_failure_keeps_its_message_and_success_leaves_it() {
+        assert_eq!(
+            guard(|| Err(Failure::new(Error::Busy, "in use\0here"))),
+            Error::Busy as c_int
+        );
+        assert_eq!(last(), "in use\\0here");
+        assert_eq!(guard(|| Ok(7)), 7);
+        assert_eq!(last(), "in use\\0here");
+    }
+
+    #[test]
+    fn every_code_has_its_name() {
+        for code in 0..=14 {
+            // SAFETY: static NUL-terminated strings.
+            let name = unsafe { CStr::from_ptr(cxd_error_name(-code)) };
+            assert_ne!(name.to_str(), Ok("CXD_ERROR_UNKNOWN"), "code {}", -code);
+        }
+    }
+}

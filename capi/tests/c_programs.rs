@@ -103,3 +103,83 @@ fn burst_c_is_clean_under_valgrind() {
     let stdout = run(command, "tests/c/burst.c under valgrind");
     assert!(stdout.contains("1000 frames sent and verified"), "{stdout}");
 }
+
+#[test]
+fn burst_c_links_statically_through_pkg_config() {
+    if Command::new("pkg-config")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        println!(
+            "skipped: pkg-config is not installed, and this test builds tests/c/burst.c with \
+             the flags it gives (install it with `apt-get install -y pkg-config`)"
+        );
+        return;
+    }
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // An installed layout: PREFIX/include/cxdirect.h, PREFIX/lib/libcxdirect.a (a link to
+    // this build's, which is large), PREFIX/lib/pkgconfig/cxdirect.pc from pkgconfig.sh.
+    let prefix = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c-prefix");
+    let _ = std::fs::remove_dir_all(&prefix);
+    let pcdir = prefix.join("lib/pkgconfig");
+    std::fs::create_dir_all(&pcdir).expect("make the prefix");
+    std::fs::create_dir_all(prefix.join("include")).expect("make the prefix");
+    std::fs::copy(
+        crate_dir.join("include/cxdirect.h"),
+        prefix.join("include/cxdirect.h"),
+    )
+    .expect("install the header");
+    std::os::unix::fs::symlink(
+        library_dir().join("libcxdirect.a"),
+        prefix.join("lib/libcxdirect.a"),
+    )
+    .expect("install the static library");
+    let mut script = Command::new("sh");
+    script.arg(crate_dir.join("pkgconfig.sh")).arg(&prefix);
+    let pc = run(script, "capi/pkgconfig.sh");
+    std::fs::write(pcdir.join("cxdirect.pc"), pc).expect("write cxdirect.pc");
+
+    let mut pkg_config = Command::new("pkg-config");
+    pkg_config
+        .env("PKG_CONFIG_PATH", &pcdir)
+        .args(["--static", "--cflags", "--libs", "cxdirect"]);
+    let flags = run(pkg_config, "pkg-config --static --cflags --libs cxdirect");
+    assert!(flags.contains("-lcxdirect"), "{flags}");
+
+    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c-burst-static");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let mut compile = Command::new(&cc);
+    compile
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
+        .arg(crate_dir.join("tests/c/burst.c"))
+        .arg("-o")
+        .arg(&exe)
+        .args(flags.split_whitespace());
+    run(
+        compile,
+        "the C compiler on tests/c/burst.c with pkg-config's flags",
+    );
+    let stdout = run(Command::new(&exe), "tests/c/burst.c, linked statically");
+    assert!(stdout.contains("1000 frames sent and verified"), "{stdout}");
+}
+
+#[test]
+fn quickstart_c_runs_and_is_the_readme_example() {
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let example = std::fs::read_to_string(crate_dir.join("tests/c/quickstart.c"))
+        .expect("read tests/c/quickstart.c");
+    let readme = std::fs::read_to_string(crate_dir.join("README.md")).expect("read README.md");
+    let block = readme
+        .split("```c\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("capi/README.md has a ```c block");
+    assert_eq!(
+        block, example,
+        "capi/README.md's C example differs from tests/c/quickstart.c; make them the same"
+    );
+    let exe = compile("quickstart");
+    let stdout = run(Command::new(&exe), "tests/c/quickstart.c");
+    assert_eq!(stdout, "received 32 frames\n");
+}
