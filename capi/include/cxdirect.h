@@ -82,7 +82,7 @@ typedef struct cxd_mbuf cxd_mbuf;
 #define CXD_INLINE_FULL 2
 
 // What went wrong: every entry point returns 0 (or a count) on success and one of these,
-// negative, on failure; [`cxd_last_error`] then says what was wrong and what to do.
+// negative, on failure; `cxd_last_error` then says what was wrong and what to do.
 typedef enum cxd_error {
   // Success.
   CXD_ERROR_OK = 0,
@@ -98,7 +98,7 @@ typedef enum cxd_error {
   CXD_ERROR_DOUBLE_FREE = -4,
   // The mbuf belongs to another pool than the one named.
   CXD_ERROR_WRONG_POOL = -5,
-  // More packets than one burst takes ([`crate::CXD_MAX_BURST`]).
+  // More packets than one burst takes (`CXD_MAX_BURST`).
   CXD_ERROR_BURST_TOO_LARGE = -6,
   // A configuration value out of range, or one the device does not support.
   CXD_ERROR_CONFIG = -7,

@@ -6,7 +6,7 @@ use std::ffi::{c_char, c_int, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// What went wrong: every entry point returns 0 (or a count) on success and one of these,
-/// negative, on failure; [`cxd_last_error`] then says what was wrong and what to do.
+/// negative, on failure; `cxd_last_error` then says what was wrong and what to do.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Error {
@@ -24,7 +24,7 @@ pub enum Error {
     DoubleFree = -4,
     /// The mbuf belongs to another pool than the one named.
     WrongPool = -5,
-    /// More packets than one burst takes ([`crate::CXD_MAX_BURST`]).
+    /// More packets than one burst takes (`CXD_MAX_BURST`).
     BurstTooLarge = -6,
     /// A configuration value out of range, or one the device does not support.
     Config = -7,

@@ -266,3 +266,32 @@ fn the_version_matches_the_macros() {
     );
     assert_eq!(v, env!("CARGO_PKG_VERSION"));
 }
+
+#[test]
+fn a_refused_configuration_names_its_field_and_spends_the_device() {
+    // SAFETY: local out-pointers and handles just returned.
+    unsafe {
+        let (mut a, mut b) = (null_mut(), null_mut());
+        ok(cxd_open_emulated_pair(&mut a, &mut b));
+        let mut cfg = std::mem::zeroed::<cxd_port_config>();
+        ok(cxd_port_config_default(&mut cfg));
+        let mut port = null_mut();
+
+        // Checked here, before the device is touched: it stays usable.
+        cfg.inline_mode = 9;
+        assert_eq!(cxd_port_start(a, &cfg, &mut port), Error::Config as c_int);
+        assert!(last_error().contains("inline_mode"), "{}", last_error());
+
+        // Checked by the driver against the device, after bring-up: the device is spent.
+        ok(cxd_port_config_default(&mut cfg));
+        cfg.ring_size = 100;
+        assert_eq!(cxd_port_start(a, &cfg, &mut port), Error::Config as c_int);
+        assert!(last_error().contains("ring_size"), "{}", last_error());
+        assert!(port.is_null());
+        ok(cxd_port_config_default(&mut cfg));
+        assert_eq!(cxd_port_start(a, &cfg, &mut port), Error::Busy as c_int);
+        assert!(last_error().contains("open it again"), "{}", last_error());
+        ok(cxd_device_close(a));
+        ok(cxd_device_close(b));
+    }
+}

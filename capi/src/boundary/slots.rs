@@ -11,7 +11,7 @@
 //!
 //! Cost per packet on the burst paths: decoding the token, one compare-and-swap on the slot's
 //! state word (uncontended: the slot's cache line is the holder's) and one store, and moving
-//! the 48-byte `Mbuf` into or out of the slot. No allocation, no lock.
+//! the `Mbuf` (a few words) into or out of the slot. No allocation, no lock.
 
 use super::keep_slice;
 use crate::error::{Error, Failure};

@@ -64,7 +64,8 @@ static void check_frame(cxd_mbuf *m, uint32_t expect) {
         exit(1);
     }
     EXPECT(cxd_mbuf_read(m, 0, got, sizeof got), (int)len);
-    uint32_t seq = (uint32_t)got[14] << 24 | (uint32_t)got[15] << 16 | (uint32_t)got[16] << 8 | got[17];
+    uint32_t seq = (uint32_t)got[14] << 24 | (uint32_t)got[15] << 16 |
+                   (uint32_t)got[16] << 8 | got[17];
     if (seq != expect || memcmp(got, want, len) != 0) {
         fprintf(stderr, "frame %u arrived as %u or with other bytes\n", expect, seq);
         exit(1);
@@ -72,8 +73,9 @@ static void check_frame(cxd_mbuf *m, uint32_t expect) {
 }
 
 int main(void) {
-    CHECK(strcmp(cxd_version(),
-                 STR(CXD_VERSION_MAJOR) "." STR(CXD_VERSION_MINOR) "." STR(CXD_VERSION_PATCH)) == 0);
+    const char *built =
+        STR(CXD_VERSION_MAJOR) "." STR(CXD_VERSION_MINOR) "." STR(CXD_VERSION_PATCH);
+    CHECK(strcmp(cxd_version(), built) == 0);
 
     cxd_device *dev_a = NULL, *dev_b = NULL;
     EXPECT(cxd_open_emulated_pair(&dev_a, &dev_b), CXD_ERROR_OK);
