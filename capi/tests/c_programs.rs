@@ -1,0 +1,185 @@
+//! The C programs in `tests/c/`, compiled with the system C compiler against the header and
+//! the shared library this build made, then run (and run again under valgrind where it is
+//! installed).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+/// The folder cargo put this build's `libcxdirect.so` and `libcxdirect.a` in: the one the
+/// test binary itself runs from (`<target>/<profile>/deps/`), where `cargo test` builds the
+/// library's every crate type before it builds the tests (`cargo build` then copies them one
+/// level up, which `cargo test` does not).
+fn library_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let dir = exe
+        .parent()
+        .expect("the test binary's folder")
+        .to_path_buf();
+    assert!(
+        dir.join("libcxdirect.so").exists(),
+        "{} has no libcxdirect.so: run through `cargo test -p cxdirect-c`, which builds it",
+        dir.display()
+    );
+    dir
+}
+
+/// Compiles `tests/c/<name>.c` into an executable linked against `libcxdirect.so` (found at
+/// run time through an rpath), returning its path. `$CC` names the compiler (default `cc`).
+fn compile(name: &str) -> PathBuf {
+    // Tests run in parallel: each program is built once, not written while another runs it.
+    static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, path)) = built.iter().find(|(n, _)| n == name) {
+        return path.clone();
+    }
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = library_dir();
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("c-{name}"));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let output = Command::new(&cc)
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-O1"])
+        .arg("-I")
+        .arg(crate_dir.join("include"))
+        .arg(crate_dir.join(format!("tests/c/{name}.c")))
+        .arg("-o")
+        .arg(&out)
+        .arg("-L")
+        .arg(&lib)
+        // DT_RPATH, not DT_RUNPATH: it wins over the LD_LIBRARY_PATH cargo sets, which may
+        // name a stale copy of the library in the profile folder.
+        .arg("-Wl,--disable-new-dtags")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-lcxdirect")
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run the C compiler `{cc}` ({e}); install one or set CC")
+        });
+    assert!(
+        output.status.success(),
+        "{cc} failed on tests/c/{name}.c:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    built.push((name.to_string(), out.clone()));
+    out
+}
+
+fn run(mut command: Command, what: &str) -> String {
+    let output = command
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn burst_c_sends_and_verifies_1000_frames_and_checks_error_codes() {
+    let exe = compile("burst");
+    let stdout = run(Command::new(&exe), "tests/c/burst.c");
+    assert!(stdout.contains("1000 frames sent and verified"), "{stdout}");
+}
+
+#[test]
+fn burst_c_is_clean_under_valgrind() {
+    if Command::new("valgrind").arg("--version").output().is_err() {
+        println!(
+            "skipped: valgrind is not installed, and this test runs tests/c/burst.c under it \
+             (install it with `apt-get install -y valgrind`)"
+        );
+        return;
+    }
+    let exe = compile("burst");
+    let mut command = Command::new("valgrind");
+    command
+        .args(["--error-exitcode=1", "--leak-check=full", "--quiet"])
+        .arg(&exe);
+    let stdout = run(command, "tests/c/burst.c under valgrind");
+    assert!(stdout.contains("1000 frames sent and verified"), "{stdout}");
+}
+
+#[test]
+fn burst_c_links_statically_through_pkg_config() {
+    if Command::new("pkg-config")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        println!(
+            "skipped: pkg-config is not installed, and this test builds tests/c/burst.c with \
+             the flags it gives (install it with `apt-get install -y pkg-config`)"
+        );
+        return;
+    }
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // An installed layout: PREFIX/include/cxdirect.h, PREFIX/lib/libcxdirect.a (a link to
+    // this build's, which is large), PREFIX/lib/pkgconfig/cxdirect.pc from pkgconfig.sh.
+    let prefix = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c-prefix");
+    let _ = std::fs::remove_dir_all(&prefix);
+    let pcdir = prefix.join("lib/pkgconfig");
+    std::fs::create_dir_all(&pcdir).expect("make the prefix");
+    std::fs::create_dir_all(prefix.join("include")).expect("make the prefix");
+    std::fs::copy(
+        crate_dir.join("include/cxdirect.h"),
+        prefix.join("include/cxdirect.h"),
+    )
+    .expect("install the header");
+    std::os::unix::fs::symlink(
+        library_dir().join("libcxdirect.a"),
+        prefix.join("lib/libcxdirect.a"),
+    )
+    .expect("install the static library");
+    let mut script = Command::new("sh");
+    script.arg(crate_dir.join("pkgconfig.sh")).arg(&prefix);
+    let pc = run(script, "capi/pkgconfig.sh");
+    std::fs::write(pcdir.join("cxdirect.pc"), pc).expect("write cxdirect.pc");
+
+    let mut pkg_config = Command::new("pkg-config");
+    pkg_config
+        .env("PKG_CONFIG_PATH", &pcdir)
+        .args(["--static", "--cflags", "--libs", "cxdirect"]);
+    let flags = run(pkg_config, "pkg-config --static --cflags --libs cxdirect");
+    assert!(flags.contains("-lcxdirect"), "{flags}");
+
+    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c-burst-static");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let mut compile = Command::new(&cc);
+    compile
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
+        .arg(crate_dir.join("tests/c/burst.c"))
+        .arg("-o")
+        .arg(&exe)
+        .args(flags.split_whitespace());
+    run(
+        compile,
+        "the C compiler on tests/c/burst.c with pkg-config's flags",
+    );
+    let stdout = run(Command::new(&exe), "tests/c/burst.c, linked statically");
+    assert!(stdout.contains("1000 frames sent and verified"), "{stdout}");
+}
+
+#[test]
+fn quickstart_c_runs_and_is_the_readme_example() {
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let example = std::fs::read_to_string(crate_dir.join("tests/c/quickstart.c"))
+        .expect("read tests/c/quickstart.c");
+    let readme = std::fs::read_to_string(crate_dir.join("README.md")).expect("read README.md");
+    let block = readme
+        .split("```c\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("capi/README.md has a ```c block");
+    assert_eq!(
+        block, example,
+        "capi/README.md's C example differs from tests/c/quickstart.c; make them the same"
+    );
+    let exe = compile("quickstart");
+    let stdout = run(Command::new(&exe), "tests/c/quickstart.c");
+    assert_eq!(stdout, "received 32 frames\n");
+}
