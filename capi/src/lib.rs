@@ -1,5 +1,5 @@
-//! cxdirect from C: a C interface to the driver, built as `libcxdirect.so` and
-//! `libcxdirect.a`, with the header `include/cxdirect.h` generated from this crate.
+//! cxdirect from C: a C interface to the driver, built as `libcxdirect_c.so` and
+//! `libcxdirect_c.a`, with the header `include/cxdirect.h` generated from this crate.
 //!
 //! The interface is shaped as a C programmer expects it:
 //!

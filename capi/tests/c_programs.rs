@@ -1,12 +1,12 @@
 //! The C programs in `tests/c/`, compiled with the system C compiler against the header and
-//! the shared library this build made, then run (and run again under valgrind where it is
-//! installed).
+//! the shared library this build made, then run (and run again under valgrind, and linked
+//! through pkg-config, where those are installed: ignored with the reason otherwise).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-/// The folder cargo put this build's `libcxdirect.so` and `libcxdirect.a` in: the one the
+/// The folder cargo put this build's `libcxdirect_c.so` and `libcxdirect_c.a` in: the one the
 /// test binary itself runs from (`<target>/<profile>/deps/`), where `cargo test` builds the
 /// library's every crate type before it builds the tests (`cargo build` then copies them one
 /// level up, which `cargo test` does not).
@@ -17,14 +17,14 @@ fn library_dir() -> PathBuf {
         .expect("the test binary's folder")
         .to_path_buf();
     assert!(
-        dir.join("libcxdirect.so").exists(),
-        "{} has no libcxdirect.so: run through `cargo test -p cxdirect-c`, which builds it",
+        dir.join("libcxdirect_c.so").exists(),
+        "{} has no libcxdirect_c.so: run through `cargo test -p cxdirect-c`, which builds it",
         dir.display()
     );
     dir
 }
 
-/// Compiles `tests/c/<name>.c` into an executable linked against `libcxdirect.so` (found at
+/// Compiles `tests/c/<name>.c` into an executable linked against `libcxdirect_c.so` (found at
 /// run time through an rpath), returning its path. `$CC` names the compiler (default `cc`).
 fn compile(name: &str) -> PathBuf {
     // Tests run in parallel: each program is built once, not written while another runs it.
@@ -50,7 +50,7 @@ fn compile(name: &str) -> PathBuf {
         // name a stale copy of the library in the profile folder.
         .arg("-Wl,--disable-new-dtags")
         .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .arg("-lcxdirect")
+        .arg("-lcxdirect_c")
         .output()
         .unwrap_or_else(|e| {
             panic!("cannot run the C compiler `{cc}` ({e}); install one or set CC")
@@ -87,14 +87,12 @@ fn burst_c_sends_and_verifies_1000_frames_and_checks_error_codes() {
 }
 
 #[test]
+#[cfg_attr(
+    not(has_valgrind),
+    ignore = "valgrind is not installed: this test runs tests/c/burst.c under it \
+              (apt-get install -y valgrind)"
+)]
 fn burst_c_is_clean_under_valgrind() {
-    if Command::new("valgrind").arg("--version").output().is_err() {
-        println!(
-            "skipped: valgrind is not installed, and this test runs tests/c/burst.c under it \
-             (install it with `apt-get install -y valgrind`)"
-        );
-        return;
-    }
     let exe = compile("burst");
     let mut command = Command::new("valgrind");
     command
@@ -105,20 +103,14 @@ fn burst_c_is_clean_under_valgrind() {
 }
 
 #[test]
+#[cfg_attr(
+    not(has_pkg_config),
+    ignore = "pkg-config is not installed: this test links tests/c/burst.c with the flags it \
+              gives (apt-get install -y pkg-config)"
+)]
 fn burst_c_links_statically_through_pkg_config() {
-    if Command::new("pkg-config")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        println!(
-            "skipped: pkg-config is not installed, and this test builds tests/c/burst.c with \
-             the flags it gives (install it with `apt-get install -y pkg-config`)"
-        );
-        return;
-    }
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    // An installed layout: PREFIX/include/cxdirect.h, PREFIX/lib/libcxdirect.a (a link to
+    // An installed layout: PREFIX/include/cxdirect.h, PREFIX/lib/libcxdirect_c.a (a link to
     // this build's, which is large), PREFIX/lib/pkgconfig/cxdirect.pc from pkgconfig.sh.
     let prefix = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c-prefix");
     let _ = std::fs::remove_dir_all(&prefix);
@@ -131,8 +123,8 @@ fn burst_c_links_statically_through_pkg_config() {
     )
     .expect("install the header");
     std::os::unix::fs::symlink(
-        library_dir().join("libcxdirect.a"),
-        prefix.join("lib/libcxdirect.a"),
+        library_dir().join("libcxdirect_c.a"),
+        prefix.join("lib/libcxdirect_c.a"),
     )
     .expect("install the static library");
     let mut script = Command::new("sh");
@@ -145,7 +137,7 @@ fn burst_c_links_statically_through_pkg_config() {
         .env("PKG_CONFIG_PATH", &pcdir)
         .args(["--static", "--cflags", "--libs", "cxdirect"]);
     let flags = run(pkg_config, "pkg-config --static --cflags --libs cxdirect");
-    assert!(flags.contains("-lcxdirect"), "{flags}");
+    assert!(flags.contains("-lcxdirect_c"), "{flags}");
 
     let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c-burst-static");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());

@@ -2,7 +2,7 @@
 //! traffic between the emulated pair (also with the two queues on two threads), and the
 //! boundary's refusals.
 
-use cxdirect::*;
+use cxdirect_c::*;
 use std::ffi::{c_int, CStr};
 use std::ptr::null_mut;
 
