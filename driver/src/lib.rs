@@ -22,6 +22,7 @@
 //! - [`mem`]: buffer pools, [`Mbuf`] and [`PacketBurst`];
 //! - [`net`]: the function's IPv4 address: ARP and ICMP echo answered, peers' MAC addresses
 //!   resolved ([`net::Responder`], [`net::Neighbours`]);
+//! - `smoltcp_phy` (feature `smoltcp`): smoltcp's TCP/IP stack on a port's queues;
 //! - [`ring`]: what every work queue ring shares (burst bound, counters, word helpers).
 
 pub mod backend;
@@ -36,6 +37,8 @@ pub mod port;
 pub mod rdma;
 pub mod ring;
 pub mod rx;
+#[cfg(feature = "smoltcp")]
+pub mod smoltcp_phy;
 pub mod tx;
 
 #[cfg(test)]
