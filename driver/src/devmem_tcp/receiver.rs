@@ -653,7 +653,11 @@ impl TcpReceiver {
 
     /// Hands out stored pieces that became in order; drops those wholly received.
     fn drain(&mut self, sink: &mut impl FnMut(Event)) {
-        while let Some(p) = self.ooo.pop_ready(self.rcv_nxt) {
+        while let Some(mut p) = self.ooo.pop_ready(self.rcv_nxt) {
+            // Bytes stored before the FIN was known may run past it: never handed out.
+            if let Some(fin) = self.fin_seq {
+                p.len = p.len.min(fin.diff(p.seq).max(0) as u32);
+            }
             let skip = self.rcv_nxt.diff(p.seq) as u32;
             if skip >= p.len {
                 self.stats.duplicate_bytes += u64::from(p.len);

@@ -525,3 +525,21 @@ fn config_out_of_range_is_refused() {
         ));
     }
 }
+
+#[test]
+fn stored_bytes_past_a_later_fin_are_never_handed_out() {
+    let mut h = Harness::established(config(8, 4), 0);
+    // 1001..2001 stored, then a FIN claiming the stream ends at 1501.
+    h.data(1001, 1000).unwrap();
+    let mut fin = h.data_seg(501, 0, 1000).unwrap();
+    fin.flags = fin.flags | TcpFlags::FIN;
+    fin.payload.dmabuf.as_mut().unwrap().len = 1000;
+    h.feed(&fin).unwrap();
+    h.data(1, 500).unwrap();
+    assert_eq!(h.fins, 1);
+    assert_eq!(h.rx.rcv_nxt(), 1502);
+    assert!(h.delivered <= 1500, "{}", h.delivered);
+    assert_eq!(h.rx.state(), TcpState::CloseWait);
+    h.give_all();
+    assert_eq!(h.rx.buffers_on_device(), 8);
+}
