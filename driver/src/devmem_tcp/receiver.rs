@@ -595,15 +595,22 @@ impl TcpReceiver {
             self.drain(sink);
             return Outcome::InOrder;
         }
+        // Host-memory bytes are handed out only in order (the header buffer goes when this
+        // call returns): out of order they are dropped and the sender sends them again; the
+        // dmabuf part is kept behind the hole they leave.
         if linear > 0 {
-            return Outcome::LinearOutOfOrder;
+            self.stats.linear_dropped_bytes += u64::from(linear.min(keep));
         }
-        let Some(d) = seg.payload.dmabuf else {
-            return Outcome::NoData;
+        let Some(d) = seg.payload.dmabuf.filter(|d| d.len > 0 && keep > linear) else {
+            return if linear > 0 {
+                Outcome::LinearOutOfOrder
+            } else {
+                Outcome::NoData
+            };
         };
         let piece = Piece {
-            seq,
-            len: keep.min(d.len),
+            seq: seq.plus(linear),
+            len: (keep - linear).min(d.len),
             buffer: d.buffer,
             offset: d.offset,
         };

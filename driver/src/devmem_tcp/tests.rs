@@ -399,12 +399,31 @@ fn linear_payload_is_reported_apart_in_order() {
     let s = h.data_seg(1001, 1, 1).unwrap();
     h.feed(&s).unwrap();
     assert_eq!(h.linear, 13);
-    // Out of order with linear bytes: dropped and SACK/ACK answered, buffer released.
+    // Out of order with linear bytes: those are dropped, the dmabuf part kept behind the hole.
     let s = h.data_seg(3000, 12, 500).unwrap();
+    let v = h.feed(&s).unwrap();
+    assert_eq!(v.outcome, Outcome::OutOfOrder);
+    assert_eq!(
+        v.reply.unwrap().sack.as_slice(),
+        &[SackBlock {
+            left: 3012,
+            right: 3500
+        }]
+    );
+    assert_eq!(h.rx.buffers_held(), 1);
+    // Only linear bytes, out of order: dropped.
+    let s = h.data_seg(4000, 20, 20).unwrap();
     assert_eq!(h.feed(&s).unwrap().outcome, Outcome::LinearOutOfOrder);
-    assert_eq!(h.rx.buffers_held(), 0);
+    // The sender fills the hole: linear bytes in order, then the stored part.
+    let s = h.data_seg(1002, 0, 1998).unwrap();
+    h.feed(&s).unwrap();
+    let s = h.data_seg(3000, 12, 500).unwrap();
+    h.feed(&s).unwrap();
+    assert_eq!(h.rx.rcv_nxt(), 3500);
+    assert_eq!(h.linear + h.delivered, 3499);
     let st = h.rx.stats();
-    assert_eq!((st.linear_bytes, st.linear_segments), (13, 2));
+    assert_eq!((st.linear_bytes, st.linear_segments), (25, 3));
+    assert_eq!(st.linear_dropped_bytes, 32);
 }
 
 #[test]

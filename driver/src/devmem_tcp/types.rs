@@ -107,7 +107,8 @@ pub enum Outcome {
     BadChecksum,
     /// Out of order with the store full of nearer data.
     StoreFull,
-    /// Out of order with payload in host memory (linear bytes are handed out only in order).
+    /// Out of order with payload only in host memory (linear bytes are handed out only in
+    /// order): dropped. A segment with a dmabuf part too keeps that part ([`Outcome::OutOfOrder`]).
     LinearOutOfOrder,
     /// Timestamp older than `TS.Recent` (PAWS, RFC 7323 §5).
     Paws,
@@ -147,15 +148,18 @@ pub struct RxStats {
     pub fragments: u64,
     /// Bytes handed out as linear (host memory) payload.
     pub linear_bytes: u64,
-    /// Segments that carried linear payload.
+    /// In-order segments that carried linear payload.
     pub linear_segments: u64,
+    /// Linear payload bytes dropped because their segment came out of order.
+    pub linear_dropped_bytes: u64,
     /// Segments whose options lay partly past the split point (unread).
     pub options_in_dmabuf: u64,
     /// Payload bytes dropped as already received (whole duplicates and trimmed overlaps).
     pub duplicate_bytes: u64,
     /// Segments kept out of order.
     pub ooo_stored: u64,
-    /// Out-of-order pieces dropped for room (the new one or one further ahead).
+    /// Out-of-order pieces dropped: for room (the new one or one further ahead), or covered
+    /// whole by a newer piece.
     pub ooo_dropped: u64,
     /// Segments outside the window.
     pub out_of_window: u64,
