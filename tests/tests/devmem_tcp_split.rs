@@ -8,10 +8,11 @@
 //! memory (`docs/devmem-tcp.md` §3); both deliver every byte once.
 
 use cxdirect::devmem_tcp::{
-    parse_split, Event, FrameTail, RxConfig, SplitFit, TcpReceiver, TcpState,
+    parse_split, write_reply, Endpoints, Event, FrameTail, Reply, RxConfig, SplitFit, TcpFlags,
+    TcpReceiver, TcpState, MAX_REPLY_FRAME,
 };
 use cxdirect::{
-    FlowMatch, FlowProtocol, IpVersion, Mbuf, PayloadToken, Port, PortConfig, Queues,
+    FlowMatch, FlowProtocol, IpVersion, Mbuf, PayloadToken, Port, PortConfig, Queues, RxQueue,
     SplitRxConfig, SplitRxQueue, Started, TxQueue,
 };
 use cxdirect_apps::emulated::EmuBackend;
@@ -20,6 +21,7 @@ use cxdirect_emu::{Device as Model, EmuConfig};
 use cxdirect_tests::send_all;
 use cxdirect_tests::setup::bring_up_patient;
 use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 const PORT: u16 = 5201;
@@ -81,7 +83,13 @@ struct Rig {
     _tx_port: Port<EmuBackend>,
     tx_pool: cxdirect::Mempool,
     tx: TxQueue<EmuBackend>,
+    /// The sender's plain queue: the receiver's replies arrive there.
+    sender_rx: RxQueue<EmuBackend>,
     _rx_port: Port<EmuBackend>,
+    rx_pool: cxdirect::Mempool,
+    /// The receiver's send queue, for its replies.
+    reply_tx: TxQueue<EmuBackend>,
+    ends: Endpoints,
     split: SplitRxQueue<EmuBackend>,
     mapping: Arc<DmaBufMapping>,
 }
@@ -94,12 +102,18 @@ fn rig(header_bytes: u32) -> Rig {
         ..PortConfig::default()
     };
     let Started {
-        port: tx_port,
-        queues: Queues { tx: mut a_tx, .. },
+        port: mut tx_port,
+        queues: Queues {
+            tx: mut a_tx,
+            rx: mut a_rx,
+        },
     } = Port::start(bring_up_patient(&a, "tx"), base.clone()).unwrap();
     let Started {
-        port: mut rx_port, ..
+        port: mut rx_port,
+        queues: Queues { tx: mut b_tx, .. },
     } = Port::start(bring_up_patient(&b, "rx"), base).unwrap();
+    let a_mac = tx_port.device().info().mac;
+    let b_mac = rx_port.device().info().mac;
     let size = u64::from(BUFFERS * PAYLOAD_BYTES);
     let buf = cxdirect_tests::dmabuf(size, "devmem-tcp");
     let mapping = {
@@ -127,10 +141,22 @@ fn rig(header_bytes: u32) -> Rig {
         src_port: None,
     };
     rx_port.steer(flow, split.rqn()).unwrap();
+    let ends = Endpoints {
+        local_mac: b_mac,
+        peer_mac: a_mac,
+        local_ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+        peer_ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+        local_port: PORT,
+        peer_port: 40000,
+    };
     Rig {
         tx_pool: tx_port.pool().clone(),
         _tx_port: tx_port,
         tx: a_tx.remove(0),
+        sender_rx: a_rx.remove(0),
+        rx_pool: rx_port.pool().clone(),
+        reply_tx: b_tx.remove(0),
+        ends,
         _rx_port: rx_port,
         split,
         mapping,
@@ -149,6 +175,7 @@ struct Receiver {
     fits: HashMap<&'static str, u64>,
     /// Go-back-N rounds the sender needed after the stream.
     retransmits: u32,
+    last_reply: Option<Reply>,
 }
 
 impl Receiver {
@@ -178,9 +205,13 @@ impl Receiver {
             }
             let h = parsed.headers_len;
             let mut events = Vec::new();
-            self.rx
+            let verdict = self
+                .rx
                 .on_segment(&parsed.segment, &mut |e| events.push(e))
                 .unwrap();
+            if let Some(r) = verdict.reply {
+                self.last_reply = Some(r);
+            }
             for e in events {
                 self.event(e, rig, &hdr[..n], h);
             }
@@ -253,6 +284,34 @@ fn send(rig: &mut Rig, frames: &[Vec<u8>]) {
     send_all(&mut rig.tx, &mut batch);
 }
 
+/// Sends `reply` as a frame from the receiver to the sender's plain queue, where the model
+/// verified its checksums; returns it parsed back.
+fn reply_through_model(rig: &mut Rig, reply: &Reply) -> cxdirect::devmem_tcp::Segment {
+    let mut frame = [0u8; MAX_REPLY_FRAME];
+    let n = write_reply(reply, &rig.ends, 1234, &mut frame).unwrap();
+    let mut m = rig.rx_pool.alloc().unwrap();
+    m.set_data(&frame[..n]).unwrap();
+    send_all(&mut rig.reply_tx, &mut vec![m]);
+    let mut got = Vec::new();
+    for _ in 0..100 {
+        rig.sender_rx.rx_burst(&mut got, 8).unwrap();
+        if !got.is_empty() {
+            break;
+        }
+    }
+    let m = got.pop().expect("the reply arrived");
+    assert!(
+        m.flags.rx_ip_csum_good && m.flags.rx_l4_csum_good,
+        "the model verified both checksums"
+    );
+    let bytes = m.to_vec();
+    assert_eq!(&bytes[..], &frame[..n]);
+    let s = parse_split(&bytes, None, true).unwrap().segment;
+    // Timestamps only when the SYN's option was read (a 64-byte split cuts it: 74-byte SYN).
+    assert_eq!(s.options.timestamp.map(|t| t.0), reply.tsecr.map(|_| 1234));
+    s
+}
+
 fn stream_run(header_bytes: u32) -> Receiver {
     const TOTAL: usize = 300_000;
     let mut rig = rig(header_bytes);
@@ -273,10 +332,19 @@ fn stream_run(header_bytes: u32) -> Receiver {
         linear_bytes: 0,
         fits: HashMap::new(),
         retransmits: 0,
+        last_reply: None,
     };
     send(&mut rig, &[tcp_frame(ISN, 0x02, &[])]);
     r.take(&mut rig);
     assert_eq!(r.rx.state(), TcpState::SynReceived);
+    let syn_ack = r.last_reply.take().expect("a SYN-ACK");
+    // The SYN's headers are 74 bytes: a 64-byte split leaves its timestamp and window scale
+    // options in the dmabuf, so neither is agreed; a 128-byte split reads them all.
+    assert_eq!(syn_ack.tsecr.is_some(), header_bytes >= 74);
+    assert_eq!(syn_ack.window_scale.is_some(), header_bytes >= 74);
+    let seen = reply_through_model(&mut rig, &syn_ack);
+    assert_eq!(seen.flags, TcpFlags::SYN | TcpFlags::ACK);
+    assert_eq!(seen.ack, ISN.wrapping_add(1));
     send(&mut rig, &[tcp_frame(ISN.wrapping_add(1), 0x10, &[])]);
     r.take(&mut rig);
     assert_eq!(r.rx.state(), TcpState::Established);
@@ -330,6 +398,15 @@ fn stream_run(header_bytes: u32) -> Receiver {
         retransmits += 1;
     }
     assert_eq!(r.checked, TOTAL as u64, "every byte once, in order");
+    // The last ACK, through the model, acknowledges the FIN.
+    let ack = r.last_reply.take().expect("an ACK");
+    let seen = reply_through_model(&mut rig, &ack);
+    assert_eq!(
+        seen.ack,
+        ISN.wrapping_add(1)
+            .wrapping_add(TOTAL as u32)
+            .wrapping_add(1)
+    );
     assert_eq!(
         r.rx.state(),
         TcpState::CloseWait,

@@ -14,6 +14,7 @@
 //! - [`seq`]: sequence number arithmetic modulo 2^32;
 //! - [`segment`]: the parsed segment it takes;
 //! - [`parse`]: a split frame's headers to a [`Segment`];
+//! - [`reply`]: a [`Reply`] as a frame (headers only, checksums computed);
 //! - `receiver`, `ooo`, `buffers`: the state machine, the out-of-order store, the payload
 //!   buffers and tokens.
 
@@ -22,6 +23,7 @@ mod error;
 mod ooo;
 pub mod parse;
 mod receiver;
+pub mod reply;
 pub mod segment;
 pub mod seq;
 mod types;
@@ -36,5 +38,6 @@ pub use error::TcpRxError;
 pub use ooo::SackBlocks;
 pub use parse::{parse_split, FrameTail, ParseError, SplitFit, SplitSegment};
 pub use receiver::{RxConfig, TcpReceiver, MAX_LINEAR, MAX_TOKENS_PER_CALL};
+pub use reply::{write_reply, Endpoints, ReplyError, MAX_REPLY_FRAME};
 pub use segment::{DmabufPart, Payload, SackBlock, Segment, TcpFlags, TcpOptions};
 pub use types::{Event, Outcome, Reply, RxStats, TcpState, Verdict};
