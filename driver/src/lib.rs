@@ -17,15 +17,19 @@
 //!   pairs and shared receive queues;
 //! - [`cm`]: the InfiniBand connection manager (ib_cm / rdma_cm on the wire), pure protocol:
 //!   MADs and time in, MADs and connection events out;
+//! - [`devmem_tcp`]: a TCP receiver on a split queue's headers whose payload stays in dmabuf
+//!   memory (pure protocol: parsed segments in, fragments, tokens and replies out);
 //! - [`mem`]: buffer pools, [`Mbuf`] and [`PacketBurst`];
 //! - [`net`]: the function's IPv4 address: ARP and ICMP echo answered, peers' MAC addresses
 //!   resolved ([`net::Responder`], [`net::Neighbours`]);
+//! - `smoltcp_phy` (feature `smoltcp`): smoltcp's TCP/IP stack on a port's queues;
 //! - [`ring`]: what every work queue ring shares (burst bound, counters, word helpers).
 
 pub mod backend;
 pub mod cm;
 pub mod control;
 pub mod cq;
+pub mod devmem_tcp;
 pub mod error;
 pub mod mem;
 pub mod net;
@@ -33,6 +37,8 @@ pub mod port;
 pub mod rdma;
 pub mod ring;
 pub mod rx;
+#[cfg(feature = "smoltcp")]
+pub mod smoltcp_phy;
 pub mod tx;
 
 #[cfg(test)]
