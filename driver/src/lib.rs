@@ -42,6 +42,8 @@ pub mod smoltcp_phy;
 pub mod tx;
 
 #[cfg(test)]
+mod test_rng;
+#[cfg(test)]
 mod test_support;
 
 pub use backend::{Backend, BackendError, Interrupt};

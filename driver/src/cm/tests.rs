@@ -19,24 +19,13 @@ pub(super) fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-/// A small deterministic generator for hostile inputs.
-pub(super) struct Rng(pub u64);
+pub(super) use crate::test_rng::TestRng as Rng;
 
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    pub fn mad(&mut self) -> Mad {
-        let mut m = [0u8; 256];
-        for chunk in m.chunks_mut(8) {
-            chunk.copy_from_slice(&self.next().to_le_bytes());
-        }
-        m
-    }
+/// A MAD of pseudo-random bytes from `rng`.
+pub(super) fn random_mad(rng: &mut Rng) -> Mad {
+    let mut m = [0u8; 256];
+    rng.fill(&mut m);
+    m
 }
 
 /// Two CMs and the wire between them. `drop` decides, per MAD, whether the wire loses it.

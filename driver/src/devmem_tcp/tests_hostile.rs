@@ -5,25 +5,12 @@
 use super::parse::{parse_split, FrameTail, ParseError, SplitFit};
 use super::tests::{config, Harness, BUF, ISS};
 use super::*;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+use crate::test_rng::TestRng;
 
 /// A sender that keeps retransmitting from the last ACK with random segment sizes, through
 /// a channel that loses, duplicates and reorders; the application gives tokens back late.
 fn impaired_run(seed: u64, isn: u32, total: u32, ooo: u16) {
-    let mut rng = Rng(seed | 1);
+    let mut rng = TestRng(seed | 1);
     let mut h = Harness::established(config(32, ooo), isn);
     let start = isn.wrapping_add(1);
     let mut in_flight: Vec<(u32, u32)> = Vec::new();
@@ -89,7 +76,7 @@ fn impaired_channel_delivers_every_byte_once() {
 /// Random segments of every kind (flags, sequence numbers near and far, linear bytes,
 /// options, buffers free or not, bad checksums), tokens returned right and wrong.
 fn hostile_run(seed: u64) {
-    let mut rng = Rng(seed | 1);
+    let mut rng = TestRng(seed | 1);
     let isn = rng.next() as u32;
     let mut h = Harness::established(config(16, 8), isn);
     for _ in 0..3000 {
@@ -273,7 +260,7 @@ fn refused_segments_and_tokens_change_nothing() {
 #[test]
 fn injected_rsts_with_wrong_sequence_numbers_never_close() {
     let mut h = Harness::established(config(8, 4), 77);
-    let mut rng = Rng(3);
+    let mut rng = TestRng(3);
     h.data(78, 500).unwrap();
     for _ in 0..10_000 {
         let mut rst = h.ack_seg(rng.next() as u32);
@@ -454,7 +441,7 @@ fn unreadable_or_inconsistent_headers_are_refused() {
 
 #[test]
 fn random_header_bytes_never_panic_the_parser() {
-    let mut rng = Rng(11);
+    let mut rng = TestRng(11);
     let base = frame4(12, 200);
     for _ in 0..200_000 {
         let mut f = base.clone();

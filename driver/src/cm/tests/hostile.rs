@@ -25,7 +25,7 @@ fn random_bytes_change_nothing() {
     let (mut net, c, s) = Net::established();
     let mut rng = Rng(0xfeed_f00d);
     for i in 0..20_000u32 {
-        let mut mad = rng.mad();
+        let mut mad = random_mad(&mut rng);
         if i % 2 == 0 {
             mad[..4].copy_from_slice(&[1, 0x07, 2, 0x03]);
             mad[16] = 0;
