@@ -176,7 +176,7 @@ fn perftest_options_that_cannot_run_are_usage_errors() {
                 "--mode",
                 "bw",
             ][..],
-            "--peer-mac",
+            "--local-address",
         ),
         (
             &[
