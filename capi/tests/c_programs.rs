@@ -27,6 +27,11 @@ fn library_dir() -> PathBuf {
 /// Compiles `tests/c/<name>.c` into an executable linked against `libcxdirect_c.so` (found at
 /// run time through an rpath), returning its path. `$CC` names the compiler (default `cc`).
 fn compile(name: &str) -> PathBuf {
+    compile_source(&format!("tests/c/{name}.c"), name)
+}
+
+/// Compiles the C file at `source` (relative to the crate) into `c-<name>`.
+fn compile_source(source: &str, name: &str) -> PathBuf {
     // Tests run in parallel: each program is built once, not written while another runs it.
     static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
@@ -41,7 +46,7 @@ fn compile(name: &str) -> PathBuf {
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-O1"])
         .arg("-I")
         .arg(crate_dir.join("include"))
-        .arg(crate_dir.join(format!("tests/c/{name}.c")))
+        .arg(crate_dir.join(source))
         .arg("-o")
         .arg(&out)
         .arg("-L")
@@ -57,7 +62,7 @@ fn compile(name: &str) -> PathBuf {
         });
     assert!(
         output.status.success(),
-        "{cc} failed on tests/c/{name}.c:\n{}",
+        "{cc} failed on {source}:\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
     built.push((name.to_string(), out.clone()));
@@ -100,6 +105,34 @@ fn burst_c_is_clean_under_valgrind() {
         .arg(&exe);
     let stdout = run(command, "tests/c/burst.c under valgrind");
     assert!(stdout.contains("1000 frames sent and verified"), "{stdout}");
+}
+
+/// Runs `exe` under valgrind's memcheck with a full leak check: any error fails it.
+fn under_valgrind(exe: &Path, what: &str) -> String {
+    let mut command = Command::new("valgrind");
+    command
+        .args(["--error-exitcode=1", "--leak-check=full", "--quiet"])
+        .arg(exe);
+    run(command, &format!("{what} under valgrind"))
+}
+
+const RDMA_DONE: &str = "rdma verbs verified: SEND, WRITE, READ, inline, memfd region, SRQ, errors";
+
+#[test]
+fn rdma_c_moves_and_verifies_every_verb_and_checks_error_codes() {
+    let stdout = run(Command::new(compile("rdma")), "tests/c/rdma.c");
+    assert!(stdout.contains(RDMA_DONE), "{stdout}");
+}
+
+#[test]
+#[cfg_attr(
+    not(has_valgrind),
+    ignore = "valgrind is not installed: this test runs tests/c/rdma.c under it \
+              (apt-get install -y valgrind)"
+)]
+fn rdma_c_is_clean_under_valgrind() {
+    let stdout = under_valgrind(&compile("rdma"), "tests/c/rdma.c");
+    assert!(stdout.contains(RDMA_DONE), "{stdout}");
 }
 
 #[test]
