@@ -628,6 +628,30 @@ int cxd_mbuf_len(const cxd_mbuf *m);
 // `m` is NULL or a handle this library returned.
 int cxd_mbuf_capacity(const cxd_mbuf *m);
 
+// Stores in `*data` the address of the packet's first byte (its buffer's CPU mapping, as
+// DPDK's `rte_pktmbuf_mtod`) and returns the bytes from there that are this packet's (its
+// capacity: `cxd_mbuf_len` of them hold the packet now). Read and write the packet in place
+// there, then `cxd_mbuf_set_len` for a new length.
+//
+// The address is valid while the program holds the mbuf: not after `cxd_mbuf_free`, nor
+// after a `cxd_tx_burst` takes it (the device reads it then; a later receive may hand the
+// buffer out again). The library cannot catch a use past that through the address, as it
+// catches a stale handle. `CXD_ERROR_INVALID_ARGUMENT` for a pool in memory the CPU does not
+// map (a dmabuf): use the copies then.
+//
+// # Safety
+//
+// `m` is NULL or a handle this library returned; `data` is NULL or writable.
+int cxd_mbuf_data(cxd_mbuf *m, void **data);
+
+// Sets the packet's length to `len` bytes, for a packet written in place through
+// `cxd_mbuf_data`. `CXD_ERROR_TOO_LONG`, with the length unchanged, past its capacity.
+//
+// # Safety
+//
+// `m` is NULL or a handle this library returned.
+int cxd_mbuf_set_len(cxd_mbuf *m, size_t len);
+
 // Replaces the packet with the `len` bytes at `data` (a copy into the buffer); its length
 // becomes `len`. `CXD_ERROR_TOO_LONG`, with the packet unchanged, when they do not fit.
 //
@@ -683,9 +707,10 @@ int cxd_port_config_default(struct cxd_port_config *config);
 // steering. The device handle then belongs to the port until `cxd_port_close`.
 //
 // Returns 0 and stores the port in `*out`, or a negative `cxd_error`: `CXD_ERROR_CONFIG` with
-// the field and the range to give, `CXD_ERROR_BUSY` when the device already runs a port,
-// `CXD_ERROR_DEVICE` when bring-up or start failed (the device is then spent: close it and
-// open it again).
+// the field and the range to give (checked against the device before the port takes it: the
+// device stays usable for another start), `CXD_ERROR_BUSY` when the device already runs a port
+// or RDMA, `CXD_ERROR_DEVICE` when bring-up or the port's creation failed (the device is then
+// spent: close it and open it again).
 //
 // # Safety
 //

@@ -140,6 +140,29 @@ fn rdma_c_is_clean_under_valgrind() {
     assert!(stdout.contains(RDMA_DONE), "{stdout}");
 }
 
+#[test]
+fn inplace_c_builds_and_checks_frames_through_the_data_pointer() {
+    let stdout = run(Command::new(compile("inplace")), "tests/c/inplace.c");
+    assert!(
+        stdout.contains("256 frames built and checked in place"),
+        "{stdout}"
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(has_valgrind),
+    ignore = "valgrind is not installed: this test runs tests/c/inplace.c under it \
+              (apt-get install -y valgrind)"
+)]
+fn inplace_c_is_clean_under_valgrind() {
+    let stdout = under_valgrind(&compile("inplace"), "tests/c/inplace.c");
+    assert!(
+        stdout.contains("256 frames built and checked in place"),
+        "{stdout}"
+    );
+}
+
 const TXRX_CLEAN: &str =
     "summary: tx=2000 rx=2000 lost=0 corrupt=0 duplicate=0 oerrors=0 imissed=0 mpps=";
 

@@ -24,10 +24,10 @@ pub mod wr;
 use crate::backend::AnyBackend;
 use crate::boundary::handle::{self, Exclusive, Handle, Kind};
 use crate::boundary::{string_in, write_out};
-use crate::device::{cxd_device, DeviceState};
+use crate::device::{cxd_device, take_up, DeviceState};
 use crate::error::{guard, Error, Failure};
 use driver::rdma::Roce;
-use driver::{Device, Options};
+use driver::Device;
 use std::ffi::{c_char, c_int};
 use std::net::Ipv4Addr;
 
@@ -126,41 +126,20 @@ pub unsafe extern "C" fn cxd_rdma_open(
             return Err(Failure::new(Error::Null, "out is NULL; pass &rdma"));
         }
         let mut dev = device.exclusive(cxd_device::NAME)?;
-        let backend = match std::mem::replace(dev.get(), DeviceState::InUse) {
-            DeviceState::Ready(backend) => backend,
-            other => {
-                let spent = matches!(other, DeviceState::Spent);
-                *dev.get() = other;
-                return Err(Failure::new(
-                    Error::Busy,
-                    if spent {
-                        "the device was torn down; close it and open it again"
-                    } else {
-                        "the device already runs a port or RDMA; close that first"
-                    },
-                ));
-            }
-        };
-        let model = match &backend {
+        let mut up = take_up(dev.get())?;
+        let model = match up.backend() {
             AnyBackend::Emulated(b) => Some(b.model().clone()),
             AnyBackend::Pci(_) => None,
         };
-        let opened = Device::bring_up(backend, Options::default()).and_then(|mut d| {
-            match Roce::enable(&mut d, address.into()) {
-                Ok(roce) => Ok((d, roce)),
-                Err(e) => {
-                    let _ = d.teardown();
-                    Err(e)
-                }
-            }
-        });
-        let (d, roce) = match opened {
-            Ok(pair) => pair,
+        let roce = match Roce::enable(&mut up, address.into()) {
+            Ok(roce) => roce,
             Err(e) => {
-                *dev.get() = DeviceState::Spent;
+                // The device keeps working without RoCE: a port may still start on it.
+                *dev.get() = DeviceState::Up(Box::new(up));
                 return Err(e.into());
             }
         };
+        let d = up;
         drop(dev);
         let rdma = handle::open::<cxd_rdma>(RdmaState {
             dev: d,
