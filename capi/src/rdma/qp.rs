@@ -378,7 +378,9 @@ pub unsafe extern "C" fn cxd_qp_post_recv(
 
 /// Destroys the queue pair: everything it still has posted completes flushed on its CQ (the
 /// next `cxd_cq_poll` returns those completions), then it is destroyed. Refused with
-/// `CXD_ERROR_BUSY` while another call uses the QP, its CQ or its device.
+/// `CXD_ERROR_BUSY` while another call uses the QP, its CQ or its device. The handle is closed
+/// even when the device fails the destroy (the error says why): the QP then stays in the device
+/// until `cxd_rdma_close` tears it down.
 ///
 /// # Safety
 ///
@@ -401,18 +403,14 @@ pub unsafe extern "C" fn cxd_qp_destroy(qp: *mut cxd_qp) -> c_int {
         let Some(state) = q.close() else {
             return Err(Failure::new(Error::Closed, "the cxd_qp was closed"));
         };
-        // The driver keeps a QP whose destroy failed: so does the handle's memory, leaked
-        // rather than freed under the device, and the count stays.
-        match state.qp.destroy(&mut r.get().dev, &mut c.get().cq) {
-            Ok(()) => {
-                release_child(&mut r);
-                p.get().users = p.get().users.saturating_sub(1);
-                if let Some(s) = s.as_mut() {
-                    s.get().users = s.get().users.saturating_sub(1);
-                }
-                Ok(0)
-            }
-            Err(e) => Err(e.into()),
+        let result = state.qp.destroy(&mut r.get().dev, &mut c.get().cq);
+        // A QP whose destroy failed stays in the device, its rings kept from being freed, until
+        // the device's teardown (`cxd_rdma_close`) takes it: it no longer holds its parents.
+        release_child(&mut r);
+        p.get().users = p.get().users.saturating_sub(1);
+        if let Some(s) = s.as_mut() {
+            s.get().users = s.get().users.saturating_sub(1);
         }
+        result.map(|_| 0).map_err(Failure::from)
     })
 }
