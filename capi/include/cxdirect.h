@@ -971,7 +971,9 @@ int cxd_qp_post_recv(cxd_qp *qp, const struct cxd_recv_wr *wrs, uint32_t n, uint
 
 // Destroys the queue pair: everything it still has posted completes flushed on its CQ (the
 // next `cxd_cq_poll` returns those completions), then it is destroyed. Refused with
-// `CXD_ERROR_BUSY` while another call uses the QP, its CQ or its device.
+// `CXD_ERROR_BUSY` while another call uses the QP, its CQ or its device. The handle is closed
+// even when the device fails the destroy (the error says why): the QP then stays in the device
+// until `cxd_rdma_close` tears it down.
 //
 // # Safety
 //
