@@ -18,7 +18,8 @@
 //!
 //! Modules: [`boundary`] reads and writes every raw pointer C passes (the crate's only
 //! `unsafe`); [`error`] has the codes and the panic guard; [`device`], [`port`], [`mbuf`] and
-//! [`burst`] are the entry points.
+//! [`burst`] are the Ethernet entry points, [`rdma`] the RDMA verbs (`cxd_rdma`, `cxd_pd`,
+//! `cxd_mr`, `cxd_cq`, `cxd_qp`, `cxd_srq`).
 
 pub mod boundary;
 pub mod burst;
