@@ -22,6 +22,12 @@ typedef struct cxd_rxq cxd_rxq;
 typedef struct cxd_mempool cxd_mempool;
 /* An mbuf handle is an opaque token: never dereference it. */
 typedef struct cxd_mbuf cxd_mbuf;
+typedef struct cxd_rdma cxd_rdma;
+typedef struct cxd_pd cxd_pd;
+typedef struct cxd_mr cxd_mr;
+typedef struct cxd_cq cxd_cq;
+typedef struct cxd_qp cxd_qp;
+typedef struct cxd_srq cxd_srq;
 
 // The interface's major version: changes break source or binary compatibility.
 #define CXD_VERSION_MAJOR 0
@@ -81,6 +87,147 @@ typedef struct cxd_mbuf cxd_mbuf;
 // Inline mode: whole packets up to `inline_max` bytes inline.
 #define CXD_INLINE_FULL 2
 
+// Most completions one `cxd_cq_poll` call returns.
+#define CXD_MAX_POLL 256
+
+// Work completion status: success (`IBV_WC_SUCCESS`).
+#define CXD_WC_SUCCESS 0
+
+// Receive buffer too small or message too long (`IBV_WC_LOC_LEN_ERR`).
+#define CXD_WC_LOC_LEN_ERR 1
+
+// Malformed work request (`IBV_WC_LOC_QP_OP_ERR`).
+#define CXD_WC_LOC_QP_OP_ERR 2
+
+// A local key that does not cover the buffer (`IBV_WC_LOC_PROT_ERR`).
+#define CXD_WC_LOC_PROT_ERR 4
+
+// Flushed: the queue pair was in error (`IBV_WC_WR_FLUSH_ERR`).
+#define CXD_WC_WR_FLUSH_ERR 5
+
+// Memory window bind error (`IBV_WC_MW_BIND_ERR`).
+#define CXD_WC_MW_BIND_ERR 6
+
+// Unexpected response (`IBV_WC_BAD_RESP_ERR`).
+#define CXD_WC_BAD_RESP_ERR 7
+
+// Local access error on the responder (`IBV_WC_LOC_ACCESS_ERR`).
+#define CXD_WC_LOC_ACCESS_ERR 8
+
+// The peer refused the request as invalid (`IBV_WC_REM_INV_REQ_ERR`).
+#define CXD_WC_REM_INV_REQ_ERR 9
+
+// The peer refused the key, its rights or its range (`IBV_WC_REM_ACCESS_ERR`).
+#define CXD_WC_REM_ACCESS_ERR 10
+
+// The peer failed the operation (`IBV_WC_REM_OP_ERR`).
+#define CXD_WC_REM_OP_ERR 11
+
+// No acknowledgement after every retry (`IBV_WC_RETRY_EXC_ERR`).
+#define CXD_WC_RETRY_EXC_ERR 12
+
+// The peer had no receive posted after every RNR retry (`IBV_WC_RNR_RETRY_EXC_ERR`).
+#define CXD_WC_RNR_RETRY_EXC_ERR 13
+
+// The peer aborted (`IBV_WC_REM_ABORT_ERR`).
+#define CXD_WC_REM_ABORT_ERR 16
+
+// Any other error; `vendor_err` has the device's syndrome (`IBV_WC_GENERAL_ERR`).
+#define CXD_WC_GENERAL_ERR 21
+
+// Completed operation: SEND (`IBV_WC_SEND`).
+#define CXD_WC_SEND 0
+
+// Completed operation: RDMA WRITE.
+#define CXD_WC_RDMA_WRITE 1
+
+// Completed operation: RDMA READ.
+#define CXD_WC_RDMA_READ 2
+
+// Completed operation: atomic compare and swap.
+#define CXD_WC_COMP_SWAP 3
+
+// Completed operation: atomic fetch and add.
+#define CXD_WC_FETCH_ADD 4
+
+// Completed operation: a receive a SEND filled (`IBV_WC_RECV`).
+#define CXD_WC_RECV 128
+
+// Completed operation: a receive an RDMA WRITE with immediate consumed.
+#define CXD_WC_RECV_RDMA_WITH_IMM 129
+
+// Work completion flag: `imm_data` is valid (`IBV_WC_WITH_IMM`).
+#define CXD_WC_WITH_IMM (1 << 1)
+
+// Work completion flag: the receive came from a shared receive queue (`srq_num` valid).
+#define CXD_WC_FROM_SRQ (1 << 8)
+
+// Access flag: the device may write the region locally (receives, READ replies), as
+// `IBV_ACCESS_LOCAL_WRITE`. Local read is always granted.
+#define CXD_ACCESS_LOCAL_WRITE (1 << 0)
+
+// Access flag: a peer may RDMA WRITE the region (needs `CXD_ACCESS_LOCAL_WRITE`).
+#define CXD_ACCESS_REMOTE_WRITE (1 << 1)
+
+// Access flag: a peer may RDMA READ the region.
+#define CXD_ACCESS_REMOTE_READ (1 << 2)
+
+// Access flag: a peer may run atomics on the region (needs `CXD_ACCESS_LOCAL_WRITE`).
+#define CXD_ACCESS_REMOTE_ATOMIC (1 << 3)
+
+// Path MTU 256 bytes (`IBV_MTU_256`).
+#define CXD_MTU_256 1
+
+// Path MTU 512 bytes.
+#define CXD_MTU_512 2
+
+// Path MTU 1024 bytes.
+#define CXD_MTU_1024 3
+
+// Path MTU 2048 bytes.
+#define CXD_MTU_2048 4
+
+// Path MTU 4096 bytes.
+#define CXD_MTU_4096 5
+
+// Send opcode: RDMA WRITE (`IBV_WR_RDMA_WRITE`).
+#define CXD_WR_RDMA_WRITE 0
+
+// Send opcode: RDMA WRITE with immediate data, which consumes a receive on the peer.
+#define CXD_WR_RDMA_WRITE_WITH_IMM 1
+
+// Send opcode: SEND, which consumes a receive on the peer.
+#define CXD_WR_SEND 2
+
+// Send opcode: SEND with immediate data.
+#define CXD_WR_SEND_WITH_IMM 3
+
+// Send opcode: RDMA READ of the peer's memory into the scatter list.
+#define CXD_WR_RDMA_READ 4
+
+// Send opcode: atomic compare and swap of the peer's 8-byte word (`compare_add`, `swap`).
+#define CXD_WR_ATOMIC_CMP_AND_SWP 5
+
+// Send opcode: atomic fetch and add on the peer's 8-byte word (`compare_add` is added).
+#define CXD_WR_ATOMIC_FETCH_AND_ADD 6
+
+// Send flag: wait for earlier READs and atomics first (`IBV_SEND_FENCE`).
+#define CXD_SEND_FENCE (1 << 0)
+
+// Send flag: ask for a work completion (`IBV_SEND_SIGNALED`).
+#define CXD_SEND_SIGNALED (1 << 1)
+
+// Send flag: set the solicited-event bit (`IBV_SEND_SOLICITED`).
+#define CXD_SEND_SOLICITED (1 << 2)
+
+// Send flag: the message is the `inline_length` bytes at `inline_data`, copied into the work
+// request (`IBV_SEND_INLINE`; SEND and WRITE only); `sg_list` is not read.
+#define CXD_SEND_INLINE (1 << 3)
+
+// Most gather or scatter entries one request takes here (the driver's limits are lower:
+// 29 to send, 32 to receive, and the queue pair's own caps).
+#define CXD_MAX_SGE 32
+
 // What went wrong: every entry point returns 0 (or a count) on success and one of these,
 // negative, on failure; `cxd_last_error` then says what was wrong and what to do.
 typedef enum cxd_error {
@@ -117,6 +264,12 @@ typedef enum cxd_error {
   // The library panicked inside the call (a bug): the object the call was given may be in
   // any state; close it.
   CXD_ERROR_PANIC = -14,
+  // A work queue has no room for the requests (poll the completion queue, then post
+  // again).
+  CXD_ERROR_QUEUE_FULL = -15,
+  // The object is not in a state that allows the call (a queue pair posted to before it is
+  // connected, connected twice).
+  CXD_ERROR_WRONG_STATE = -16,
 } cxd_error;
 
 // A pool's sizes and fill.
@@ -196,6 +349,156 @@ typedef struct cxd_port_stats {
   // Times a receive refill found the pool empty.
   uint64_t rx_nombuf;
 } cxd_port_stats;
+
+// Where a peer reaches this device and the queue pairs on it.
+typedef struct cxd_rdma_info {
+  // The GID (IPv4-mapped IPv6 address, network order).
+  uint8_t gid[16];
+  // The port's MAC address.
+  uint8_t mac[6];
+  // The GID's index in the port's table.
+  uint8_t gid_index;
+  // The largest path MTU the port allows (`CXD_MTU_*`: 1 = 256 .. 5 = 4096 bytes).
+  uint8_t max_path_mtu;
+} cxd_rdma_info;
+
+// One work completion (`struct ibv_wc`, the fields RC uses).
+typedef struct cxd_wc {
+  // The work request's id, as posted.
+  uint64_t wr_id;
+  // `CXD_WC_SUCCESS` or an error status (`CXD_WC_*_ERR`).
+  uint32_t status;
+  // `CXD_WC_SEND` .. `CXD_WC_RECV_RDMA_WITH_IMM`; for an error completion of a send, the
+  // request's own operation.
+  uint32_t opcode;
+  // Bytes received (receives), read (RDMA READ) or 8 (atomics); 0 for SEND and WRITE.
+  uint32_t byte_len;
+  // Immediate data (host order) when `wc_flags` has `CXD_WC_WITH_IMM`.
+  uint32_t imm_data;
+  // The local queue pair's number.
+  uint32_t qp_num;
+  // The shared receive queue's number when `wc_flags` has `CXD_WC_FROM_SRQ`.
+  uint32_t srq_num;
+  // `CXD_WC_*` flags.
+  uint32_t wc_flags;
+  // The device's error syndrome (0 on success).
+  uint32_t vendor_err;
+} cxd_wc;
+
+// A region's keys and extent: what gather lists (`lkey`) and peers (`addr`, `rkey`) name.
+typedef struct cxd_mr_info {
+  // Device address of the region's first byte: gather entries and a peer's RDMA start
+  // from it (it is not a CPU pointer).
+  uint64_t addr;
+  // Bytes covered (whole pages).
+  uint64_t length;
+  // Local key (`struct cxd_sge`'s `lkey`).
+  uint32_t lkey;
+  // Remote key a peer names.
+  uint32_t rkey;
+} cxd_mr_info;
+
+// Sizes of a queue pair (`struct ibv_qp_cap`). Fill with `cxd_qp_caps_default`.
+typedef struct cxd_qp_caps {
+  // Send requests outstanding at once (1 or more).
+  uint32_t max_send_wr;
+  // Receives posted at once (ignored with a shared receive queue).
+  uint32_t max_recv_wr;
+  // Gather entries per send request (0 to 29).
+  uint32_t max_send_sge;
+  // Scatter entries per receive (1 to 32; ignored with a shared receive queue).
+  uint32_t max_recv_sge;
+  // Inline bytes per send request (0 to 460).
+  uint32_t max_inline_data;
+} cxd_qp_caps;
+
+// Connection attributes (the `ibv_qp_attr` fields of RTR and RTS). Fill with
+// `cxd_connect_params_default`.
+typedef struct cxd_connect_params {
+  // Path MTU, `CXD_MTU_*` (at most the port's: `cxd_rdma_info.max_path_mtu`).
+  uint8_t mtu;
+  // Local ACK timeout: 4.096 µs × 2^`ack_timeout` (0 to 31; 0 waits for ever).
+  uint8_t ack_timeout;
+  // Retransmissions after an ACK timeout (0 to 7).
+  uint8_t retry_count;
+  // RNR NAK timer code this side sends as responder (0 to 31).
+  uint8_t rnr_timer;
+  // Retries after an RNR NAK (0 to 6; 7 for ever).
+  uint8_t rnr_retry;
+  // READs and atomics outstanding as requester.
+  uint8_t max_rd_atomic;
+  // READs and atomics served at once as responder.
+  uint8_t max_dest_rd_atomic;
+  // IP hop limit (TTL).
+  uint8_t hop_limit;
+  // IP traffic class (DSCP and ECN).
+  uint8_t traffic_class;
+} cxd_connect_params;
+
+// Where a queue pair is reached: what two sides exchange before connecting.
+typedef struct cxd_endpoint {
+  // QP number (24 bits).
+  uint32_t qpn;
+  // First packet sequence number the QP sends with (24 bits).
+  uint32_t psn;
+  // GID (16 bytes, network order).
+  uint8_t gid[16];
+  // The port's MAC address.
+  uint8_t mac[6];
+  // Zero.
+  uint8_t reserved[2];
+} cxd_endpoint;
+
+// One gather or scatter entry (`struct ibv_sge`): `length` bytes at device address `addr`
+// of the region whose local key is `lkey` (`struct cxd_mr_info` gives both).
+typedef struct cxd_sge {
+  // Device address of the first byte (the region's `addr` plus an offset).
+  uint64_t addr;
+  // Bytes (0 to 2^31-1; an entry of 0 bytes is skipped).
+  uint32_t length;
+  // The region's local key.
+  uint32_t lkey;
+} cxd_sge;
+
+// A send work request (`struct ibv_send_wr`, flattened: no `next`, an array instead).
+typedef struct cxd_send_wr {
+  // Returned in the work completion.
+  uint64_t wr_id;
+  // The gather list (READ and atomics: where the reply lands); `num_sge` entries.
+  const struct cxd_sge *sg_list;
+  // Entries in `sg_list` (0 to `CXD_MAX_SGE`, and at most the QP's `max_send_sge`).
+  uint32_t num_sge;
+  // `CXD_WR_*`.
+  uint32_t opcode;
+  // `CXD_SEND_*` flags.
+  uint32_t send_flags;
+  // Immediate data of the `*_WITH_IMM` opcodes (host order; big-endian on the wire).
+  uint32_t imm_data;
+  // The peer's device address (RDMA and atomic opcodes).
+  uint64_t remote_addr;
+  // The peer region's remote key (RDMA and atomic opcodes).
+  uint32_t rkey;
+  // Bytes at `inline_data` with `CXD_SEND_INLINE` (at most the QP's `max_inline_data`).
+  uint32_t inline_length;
+  // The message with `CXD_SEND_INLINE`; not read otherwise.
+  const void *inline_data;
+  // Atomics: the value compared (compare and swap) or added (fetch and add).
+  uint64_t compare_add;
+  // Compare and swap: the value stored when equal.
+  uint64_t swap;
+} cxd_send_wr;
+
+// A receive work request (`struct ibv_recv_wr`, flattened).
+typedef struct cxd_recv_wr {
+  // Returned in the work completion.
+  uint64_t wr_id;
+  // Where an arriving SEND's bytes land; `num_sge` entries.
+  const struct cxd_sge *sg_list;
+  // Entries in `sg_list` (0 to `CXD_MAX_SGE`, and at most the queue's own limit).
+  uint32_t num_sge;
+  // Zero.
+  uint32_t reserved;
+} cxd_recv_wr;
 
 #ifdef __cplusplus
 extern "C" {
@@ -325,6 +628,30 @@ int cxd_mbuf_len(const cxd_mbuf *m);
 // `m` is NULL or a handle this library returned.
 int cxd_mbuf_capacity(const cxd_mbuf *m);
 
+// Stores in `*data` the address of the packet's first byte (its buffer's CPU mapping, as
+// DPDK's `rte_pktmbuf_mtod`) and returns the bytes from there that are this packet's (its
+// capacity: `cxd_mbuf_len` of them hold the packet now). Read and write the packet in place
+// there, then `cxd_mbuf_set_len` for a new length.
+//
+// The address is valid while the program holds the mbuf: not after `cxd_mbuf_free`, nor
+// after a `cxd_tx_burst` takes it (the device reads it then; a later receive may hand the
+// buffer out again). The library cannot catch a use past that through the address, as it
+// catches a stale handle. `CXD_ERROR_INVALID_ARGUMENT` for a pool in memory the CPU does not
+// map (a dmabuf): use the copies then.
+//
+// # Safety
+//
+// `m` is NULL or a handle this library returned; `data` is NULL or writable.
+int cxd_mbuf_data(cxd_mbuf *m, void **data);
+
+// Sets the packet's length to `len` bytes, for a packet written in place through
+// `cxd_mbuf_data`. `CXD_ERROR_TOO_LONG`, with the length unchanged, past its capacity.
+//
+// # Safety
+//
+// `m` is NULL or a handle this library returned.
+int cxd_mbuf_set_len(cxd_mbuf *m, size_t len);
+
 // Replaces the packet with the `len` bytes at `data` (a copy into the buffer); its length
 // becomes `len`. `CXD_ERROR_TOO_LONG`, with the packet unchanged, when they do not fit.
 //
@@ -380,9 +707,10 @@ int cxd_port_config_default(struct cxd_port_config *config);
 // steering. The device handle then belongs to the port until `cxd_port_close`.
 //
 // Returns 0 and stores the port in `*out`, or a negative `cxd_error`: `CXD_ERROR_CONFIG` with
-// the field and the range to give, `CXD_ERROR_BUSY` when the device already runs a port,
-// `CXD_ERROR_DEVICE` when bring-up or start failed (the device is then spent: close it and
-// open it again).
+// the field and the range to give (checked against the device before the port takes it: the
+// device stays usable for another start), `CXD_ERROR_BUSY` when the device already runs a port
+// or RDMA, `CXD_ERROR_DEVICE` when bring-up or the port's creation failed (the device is then
+// spent: close it and open it again).
 //
 // # Safety
 //
@@ -430,6 +758,254 @@ int cxd_port_stats_get(cxd_port *port, struct cxd_port_stats *out);
 //
 // `port` is NULL or a handle this library returned.
 int cxd_port_close(cxd_port *port);
+
+// Brings `device` up with RoCE enabled and `ipv4` (dotted quad, `"10.0.0.1"`) as its address,
+// whose IPv4-mapped form is the port's GID. The device then belongs to the RDMA handle until
+// `cxd_rdma_close`, as it does to a port (a device runs either a port or RDMA here).
+//
+// Returns 0 and stores the handle in `*out`, or a negative `cxd_error`:
+// `CXD_ERROR_INVALID_ARGUMENT` for an address that is not IPv4, `CXD_ERROR_BUSY` when the device
+// runs a port or RDMA already, `CXD_ERROR_CONFIG` when the device has no RoCE,
+// `CXD_ERROR_DEVICE` when bring-up failed (the device is then spent: close it).
+//
+// # Safety
+//
+// `device` is NULL or a handle this library returned; `ipv4` is NULL or a NUL-terminated
+// string; `out` is NULL or points to a writable `cxd_rdma *`.
+int cxd_rdma_open(cxd_device *device, const char *ipv4, cxd_rdma **out);
+
+// Stores the device's GID, MAC, GID index and largest path MTU in `*out`.
+//
+// # Safety
+//
+// `rdma` is NULL or a handle this library returned; `out` is NULL or writable.
+int cxd_rdma_query(cxd_rdma *rdma, struct cxd_rdma_info *out);
+
+// Tears the device down and closes the handle; the device handle is then spent
+// (`cxd_device_close` it). Refused with `CXD_ERROR_BUSY`, nothing closed, while a protection
+// domain, region, completion queue, queue pair or shared receive queue made on it is left.
+//
+// # Safety
+//
+// `rdma` is NULL or a handle this library returned.
+int cxd_rdma_close(cxd_rdma *rdma);
+
+// Creates a completion queue of at least `entries` (1 to the device's maximum) on `rdma`.
+// Any number of queue pairs may complete on it, their sends and receives both.
+//
+// # Safety
+//
+// `rdma` is NULL or a handle this library returned; `out` is NULL or writable.
+int cxd_cq_create(cxd_rdma *rdma, uint32_t entries, cxd_cq **out);
+
+// Polls up to `n` completions into `wc[0..n]` (`ibv_poll_cq`): returns how many it stored
+// (0 when none waits). Nothing past `wc[n - 1]` is written; nothing is allocated.
+//
+// Returns the count, or a negative `cxd_error` with nothing taken:
+// `CXD_ERROR_BURST_TOO_LARGE` when `n` > `CXD_MAX_POLL`, `CXD_ERROR_BUSY` when another thread
+// is polling the queue, `CXD_ERROR_DEVICE` for a completion the device got wrong.
+//
+// # Safety
+//
+// `cq` is NULL or a handle this library returned; `wc` points to room for `n` entries (or `n`
+// is 0).
+int cxd_cq_poll(cxd_cq *cq, struct cxd_wc *wc, uint32_t n);
+
+// Destroys a completion queue. Refused with `CXD_ERROR_BUSY` while a queue pair completes on
+// it.
+//
+// # Safety
+//
+// `cq` is NULL or a handle this library returned.
+int cxd_cq_destroy(cxd_cq *cq);
+
+// Allocates a protection domain on `rdma`.
+//
+// # Safety
+//
+// `rdma` is NULL or a handle this library returned; `out` is NULL or writable.
+int cxd_pd_alloc(cxd_rdma *rdma, cxd_pd **out);
+
+// Deallocates a protection domain. Refused with `CXD_ERROR_BUSY` while a region, queue pair
+// or shared receive queue made in it is left.
+//
+// # Safety
+//
+// `pd` is NULL or a handle this library returned.
+int cxd_pd_dealloc(cxd_pd *pd);
+
+// Allocates `length` bytes (at least 1; whole pages) of zeroed host memory the device reaches
+// and registers them in `pd` with `access` (`CXD_ACCESS_*` flags).
+//
+// Returns 0 and stores the region in `*out`, or a negative `cxd_error` (`CXD_ERROR_CONFIG` for
+// remote write or atomics without local write, as `ibv_reg_mr` refuses).
+//
+// # Safety
+//
+// `pd` is NULL or a handle this library returned; `out` is NULL or writable.
+int cxd_mr_alloc(cxd_pd *pd, size_t length, uint32_t access, cxd_mr **out);
+
+// Registers bytes `offset..offset + length` of the memory behind `fd` in `pd`: a memfd
+// (`memfd_create`, sized with `ftruncate`) or a dmabuf (udmabuf, a DMA heap). The library
+// keeps its own duplicate of `fd` while the region lives; the caller's stays the caller's.
+// The CPU reaches the region by copy (`cxd_mr_write`, `cxd_mr_read`) or, for a memfd, through
+// the caller's own `mmap` of it.
+//
+// Returns 0 and stores the region in `*out`, or a negative `cxd_error`:
+// `CXD_ERROR_INVALID_ARGUMENT` for a descriptor that is neither, or a range outside it.
+//
+// # Safety
+//
+// `pd` is NULL or a handle this library returned; `out` is NULL or writable.
+int cxd_mr_reg_dmabuf(cxd_pd *pd,
+                      int fd,
+                      uint64_t offset,
+                      uint64_t length,
+                      uint32_t access,
+                      cxd_mr **out);
+
+// Stores the region's device address, length and keys in `*out`.
+//
+// # Safety
+//
+// `mr` is NULL or a handle this library returned; `out` is NULL or writable.
+int cxd_mr_query(cxd_mr *mr, struct cxd_mr_info *out);
+
+// Copies `length` bytes from `data` into the region at byte `offset`.
+//
+// Returns 0, or a negative `cxd_error` (`CXD_ERROR_DEVICE` with nothing written for a range
+// outside the region).
+//
+// # Safety
+//
+// `mr` is NULL or a handle this library returned; `data` points to `length` readable bytes.
+int cxd_mr_write(cxd_mr *mr, uint64_t offset, const void *data, size_t length);
+
+// Copies `length` bytes of the region at byte `offset` into `out`.
+//
+// # Safety
+//
+// `mr` is NULL or a handle this library returned; `out` points to `length` writable bytes.
+int cxd_mr_read(cxd_mr *mr, uint64_t offset, void *out, size_t length);
+
+// Deregisters the region: its key is destroyed first (a peer's later access fails), then its
+// memory is freed. Destroy queue pairs whose requests may still name it first.
+//
+// # Safety
+//
+// `mr` is NULL or a handle this library returned.
+int cxd_mr_dereg(cxd_mr *mr);
+
+// Fills `*caps` with the defaults: 128 sends and 128 receives, 2 entries each, 64 inline
+// bytes.
+//
+// # Safety
+//
+// `caps` is NULL or writable.
+int cxd_qp_caps_default(struct cxd_qp_caps *caps);
+
+// Fills `*params` with `ibv_rc_pingpong`'s values: MTU 1024, ACK timeout 14, 7 retries, RNR
+// timer 12, RNR retry 7, one READ outstanding each way, hop limit 64.
+//
+// # Safety
+//
+// `params` is NULL or writable.
+int cxd_connect_params_default(struct cxd_connect_params *params);
+
+// Creates an RC queue pair in `pd`, its sends and receives completing on `cq`, receiving from
+// `srq` when it is not NULL (from its own receive queue otherwise). It starts in reset:
+// `cxd_qp_connect` next (receives may be posted before).
+//
+// # Safety
+//
+// `pd` and `cq` are NULL or handles this library returned; `srq` is NULL or one; `caps` is
+// NULL or points to a `struct cxd_qp_caps`; `out` is NULL or writable.
+int cxd_qp_create(cxd_pd *pd,
+                  cxd_cq *cq,
+                  cxd_srq *srq,
+                  const struct cxd_qp_caps *caps,
+                  cxd_qp **out);
+
+// Stores where peers reach the queue pair (its QPN, first PSN, GID and MAC) in `*out`.
+//
+// # Safety
+//
+// `qp` is NULL or a handle this library returned; `out` is NULL or writable.
+int cxd_qp_endpoint(cxd_qp *qp, struct cxd_endpoint *out);
+
+// Connects the queue pair (in reset) to the peer at `*remote` with `*params`, or the
+// defaults when `params` is NULL.
+//
+// Returns 0, or a negative `cxd_error`: `CXD_ERROR_CONFIG` for a parameter out of range,
+// `CXD_ERROR_WRONG_STATE` unless the QP is in reset, `CXD_ERROR_DEVICE` when the device
+// refused a step (the QP is then in reset again).
+//
+// # Safety
+//
+// `qp` is NULL or a handle this library returned; `remote` is NULL or points to a
+// `struct cxd_endpoint`; `params` is NULL or points to a `struct cxd_connect_params`.
+int cxd_qp_connect(cxd_qp *qp,
+                   const struct cxd_endpoint *remote,
+                   const struct cxd_connect_params *params);
+
+// Posts the send requests `wrs[0..n]` in order (`ibv_post_send`): each group of up to 16 is
+// one doorbell. Every request is checked before any is posted. Returns `n`, or a negative
+// `cxd_error` with the index of the first request not posted in `*bad` (when not NULL):
+// `CXD_ERROR_INVALID_ARGUMENT` for a request past the QP's limits, `CXD_ERROR_QUEUE_FULL`
+// when the send ring lacks room (poll the CQ), `CXD_ERROR_WRONG_STATE` before connecting.
+// Nothing is allocated.
+//
+// # Safety
+//
+// `qp` is NULL or a handle this library returned; `wrs` points to `n` requests whose lists
+// and inline data are readable; `bad` is NULL or writable.
+int cxd_qp_post_send(cxd_qp *qp, const struct cxd_send_wr *wrs, uint32_t n, uint32_t *bad);
+
+// Posts the receives `wrs[0..n]` on the queue pair's own receive queue (`ibv_post_recv`),
+// as `cxd_qp_post_send` (a QP on a shared receive queue refuses: post there).
+//
+// # Safety
+//
+// As `cxd_qp_post_send`.
+int cxd_qp_post_recv(cxd_qp *qp, const struct cxd_recv_wr *wrs, uint32_t n, uint32_t *bad);
+
+// Destroys the queue pair: everything it still has posted completes flushed on its CQ (the
+// next `cxd_cq_poll` returns those completions), then it is destroyed. Refused with
+// `CXD_ERROR_BUSY` while another call uses the QP, its CQ or its device. The handle is closed
+// even when the device fails the destroy (the error says why): the QP then stays in the device
+// until `cxd_rdma_close` tears it down.
+//
+// # Safety
+//
+// `qp` is NULL or a handle this library returned.
+int cxd_qp_destroy(cxd_qp *qp);
+
+// Creates a shared receive queue in `pd` taking `max_wr` receives of up to `max_sge` scatter
+// entries each (`ibv_create_srq`). Queue pairs created with it receive from it.
+//
+// # Safety
+//
+// `pd` is NULL or a handle this library returned; `out` is NULL or writable.
+int cxd_srq_create(cxd_pd *pd, uint32_t max_wr, uint32_t max_sge, cxd_srq **out);
+
+// Posts the receives `wrs[0..n]` on the shared receive queue (`ibv_post_srq_recv`), as
+// `cxd_qp_post_recv`: returns `n`, or a negative `cxd_error` with the first request not
+// posted in `*bad` (when not NULL). Nothing is allocated.
+//
+// # Safety
+//
+// `srq` is NULL or a handle this library returned; `wrs` points to `n` requests whose lists
+// are readable; `bad` is NULL or writable.
+int cxd_srq_post_recv(cxd_srq *srq, const struct cxd_recv_wr *wrs, uint32_t n, uint32_t *bad);
+
+// Destroys the shared receive queue; the receives still posted on it are dropped (their
+// buffers are the program's again). Refused with `CXD_ERROR_BUSY` while a queue pair receives
+// from it.
+//
+// # Safety
+//
+// `srq` is NULL or a handle this library returned.
+int cxd_srq_destroy(cxd_srq *srq);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -6,12 +6,16 @@ use crate::boundary::{string_in, write_out};
 use crate::error::{guard, Error, Failure};
 use cxdirect_apps::emulated::{open_emulated, Spec};
 use cxdirect_emu::EmuConfig;
+use driver::{Device, DriverError, Options};
 use std::ffi::{c_char, c_int};
 
 /// What a device handle holds: the function until a port starts on it.
 pub(crate) enum DeviceState {
     /// Opened, no port yet.
     Ready(AnyBackend),
+    /// Brought up, no port: a port start refused its configuration before touching the device
+    /// (the next start or `cxd_rdma_open` uses it as it is).
+    Up(Box<driver::Device<AnyBackend>>),
     /// A port runs on it (`cxd_port_start` took it); `cxd_port_close` tears it down.
     InUse,
     /// Its port was closed and the function torn down; only `cxd_device_close` is left.
@@ -114,7 +118,37 @@ pub unsafe extern "C" fn cxd_device_close(device: *mut cxd_device) -> c_int {
                 "the device runs a port; close the port (cxd_port_close) first",
             ));
         }
-        drop(guard.close());
-        Ok(0)
+        match guard.close() {
+            Some(DeviceState::Up(dev)) => dev.teardown().map(|_| 0).map_err(Failure::from),
+            _ => Ok(0),
+        }
     })
+}
+
+/// The brought-up device a port or RDMA starts on, taken from the handle's state (left
+/// `InUse`): brought up now when only opened. `Err` leaves the state as it was and says why
+/// (`CXD_ERROR_BUSY` for a device in use or spent); a failed bring-up leaves it spent.
+pub(crate) fn take_up(state: &mut DeviceState) -> Result<Device<AnyBackend>, Failure> {
+    match std::mem::replace(state, DeviceState::InUse) {
+        DeviceState::Up(dev) => Ok(*dev),
+        DeviceState::Ready(backend) => {
+            Device::bring_up(backend, Options::default()).map_err(|e: DriverError| {
+                *state = DeviceState::Spent;
+                Failure::from(e)
+            })
+        }
+        other => {
+            let spent = matches!(other, DeviceState::Spent);
+            *state = other;
+            Err(Failure::new(
+                Error::Busy,
+                if spent {
+                    "the device was torn down (its port or RDMA closed, or its bring-up \
+                     failed); close it and open it again"
+                } else {
+                    "the device already runs a port or RDMA; close that first"
+                },
+            ))
+        }
+    }
 }

@@ -43,6 +43,12 @@ pub enum Error {
     /// The library panicked inside the call (a bug): the object the call was given may be in
     /// any state; close it.
     Panic = -14,
+    /// A work queue has no room for the requests (poll the completion queue, then post
+    /// again).
+    QueueFull = -15,
+    /// The object is not in a state that allows the call (a queue pair posted to before it is
+    /// connected, connected twice).
+    WrongState = -16,
 }
 
 /// A failed call: its code and the message [`cxd_last_error`] will return.
@@ -68,6 +74,10 @@ impl From<driver::DriverError> for Failure {
                 Error::Config
             }
             driver::DriverError::BufferTooSmall { .. } => Error::TooLong,
+            driver::DriverError::BadWorkRequest { .. }
+            | driver::DriverError::WrongHandles { .. } => Error::InvalidArgument,
+            driver::DriverError::QueueFull { .. } => Error::QueueFull,
+            driver::DriverError::WrongState { .. } => Error::WrongState,
             _ => Error::Device,
         };
         Failure::new(code, e.to_string())
@@ -139,6 +149,8 @@ pub extern "C" fn cxd_error_name(code: c_int) -> *const c_char {
         -12 => c"CXD_ERROR_INVALID_ARGUMENT",
         -13 => c"CXD_ERROR_TOO_LONG",
         -14 => c"CXD_ERROR_PANIC",
+        -15 => c"CXD_ERROR_QUEUE_FULL",
+        -16 => c"CXD_ERROR_WRONG_STATE",
         _ => c"CXD_ERROR_UNKNOWN",
     };
     name.as_ptr()
@@ -176,7 +188,7 @@ mod tests {
 
     #[test]
     fn every_code_has_its_name() {
-        for code in 0..=14 {
+        for code in 0..=16 {
             // SAFETY: static NUL-terminated strings.
             let name = unsafe { CStr::from_ptr(cxd_error_name(-code)) };
             assert_ne!(name.to_str(), Ok("CXD_ERROR_UNKNOWN"), "code {}", -code);

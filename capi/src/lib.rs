@@ -18,7 +18,8 @@
 //!
 //! Modules: [`boundary`] reads and writes every raw pointer C passes (the crate's only
 //! `unsafe`); [`error`] has the codes and the panic guard; [`device`], [`port`], [`mbuf`] and
-//! [`burst`] are the entry points.
+//! [`burst`] are the Ethernet entry points, [`rdma`] the RDMA verbs (`cxd_rdma`, `cxd_pd`,
+//! `cxd_mr`, `cxd_cq`, `cxd_qp`, `cxd_srq`).
 
 pub mod boundary;
 pub mod burst;
@@ -26,6 +27,7 @@ pub mod device;
 pub mod error;
 pub mod mbuf;
 pub mod port;
+pub mod rdma;
 
 mod backend;
 
@@ -35,6 +37,12 @@ pub use device::{cxd_device, cxd_device_close, cxd_open_emulated_pair, cxd_open_
 pub use error::{cxd_error_name, cxd_last_error, Error};
 pub use mbuf::*;
 pub use port::*;
+pub use rdma::cq::*;
+pub use rdma::memory::*;
+pub use rdma::qp::*;
+pub use rdma::srq::*;
+pub use rdma::wr::*;
+pub use rdma::{cxd_rdma, cxd_rdma_close, cxd_rdma_info, cxd_rdma_open, cxd_rdma_query};
 
 use std::ffi::c_char;
 

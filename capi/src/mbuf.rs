@@ -1,8 +1,9 @@
 //! Pools and mbufs: allocation, freeing, packet data and per-packet offloads.
 //!
-//! Packet memory is device-visible, and the driver gives no pointer into it (every access is
-//! a volatile copy): data goes in with `cxd_mbuf_set_data`/`cxd_mbuf_write` and out with
-//! `cxd_mbuf_read`. Bursts hand mbufs over without copying packets.
+//! Packet data goes in with `cxd_mbuf_set_data`/`cxd_mbuf_write` and out with `cxd_mbuf_read`
+//! (copies), or in place through `cxd_mbuf_data`, the buffer's CPU address while the program
+//! holds the mbuf (the device does not touch a held buffer), with `cxd_mbuf_set_len` for a
+//! packet written there. Bursts hand mbufs over without copying packets.
 
 use crate::boundary::handle::{self, Handle, Kind};
 use crate::boundary::slots::{claim, cxd_mbuf, SlotTable};
@@ -223,6 +224,56 @@ pub unsafe extern "C" fn cxd_mbuf_capacity(m: *const cxd_mbuf) -> c_int {
 
 fn clamp(n: usize) -> c_int {
     c_int::try_from(n).unwrap_or(c_int::MAX)
+}
+
+/// Stores in `*data` the address of the packet's first byte (its buffer's CPU mapping, as
+/// DPDK's `rte_pktmbuf_mtod`) and returns the bytes from there that are this packet's (its
+/// capacity: `cxd_mbuf_len` of them hold the packet now). Read and write the packet in place
+/// there, then `cxd_mbuf_set_len` for a new length.
+///
+/// The address is valid while the program holds the mbuf: not after `cxd_mbuf_free`, nor
+/// after a `cxd_tx_burst` takes it (the device reads it then; a later receive may hand the
+/// buffer out again). The library cannot catch a use past that through the address, as it
+/// catches a stale handle. `CXD_ERROR_INVALID_ARGUMENT` for a pool in memory the CPU does not
+/// map (a dmabuf): use the copies then.
+///
+/// # Safety
+///
+/// `m` is NULL or a handle this library returned; `data` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cxd_mbuf_data(m: *mut cxd_mbuf, data: *mut *mut c_void) -> c_int {
+    guard(|| {
+        if data.is_null() {
+            return Err(Failure::new(Error::Null, "data is NULL; pass &pointer"));
+        }
+        with_mbuf(m, |m| {
+            let Some(ptr) = m.data_ptr() else {
+                return Err(Failure::new(
+                    Error::InvalidArgument,
+                    "the mbuf's pool lives in memory the CPU does not map (a dmabuf); copy with \
+                     cxd_mbuf_read and cxd_mbuf_write instead",
+                ));
+            };
+            write_out(data, ptr.as_ptr().cast::<c_void>(), "data")?;
+            Ok(clamp(m.capacity()))
+        })
+    })
+}
+
+/// Sets the packet's length to `len` bytes, for a packet written in place through
+/// `cxd_mbuf_data`. `CXD_ERROR_TOO_LONG`, with the length unchanged, past its capacity.
+///
+/// # Safety
+///
+/// `m` is NULL or a handle this library returned.
+#[no_mangle]
+pub unsafe extern "C" fn cxd_mbuf_set_len(m: *mut cxd_mbuf, len: usize) -> c_int {
+    guard(|| {
+        with_mbuf(m, |m| {
+            m.set_len_within_capacity(len)?;
+            Ok(0)
+        })
+    })
 }
 
 /// Replaces the packet with the `len` bytes at `data` (a copy into the buffer); its length

@@ -4,10 +4,10 @@ use crate::boundary::handle::{self, Handle, Kind};
 use crate::boundary::slots::SlotTable;
 use crate::boundary::{read_in, write_out};
 use crate::burst::{cxd_rxq, cxd_txq, RxqState, TxqState};
-use crate::device::{cxd_device, DeviceState};
+use crate::device::{cxd_device, take_up, DeviceState};
 use crate::error::{guard, Error, Failure};
 use crate::mbuf::{cxd_mempool, PoolState};
-use driver::{Device, InlineMode, Options, PortConfig, Started};
+use driver::{Device, InlineMode, PortConfig, Started};
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -215,9 +215,10 @@ pub unsafe extern "C" fn cxd_port_config_default(config: *mut cxd_port_config) -
 /// steering. The device handle then belongs to the port until `cxd_port_close`.
 ///
 /// Returns 0 and stores the port in `*out`, or a negative `cxd_error`: `CXD_ERROR_CONFIG` with
-/// the field and the range to give, `CXD_ERROR_BUSY` when the device already runs a port,
-/// `CXD_ERROR_DEVICE` when bring-up or start failed (the device is then spent: close it and
-/// open it again).
+/// the field and the range to give (checked against the device before the port takes it: the
+/// device stays usable for another start), `CXD_ERROR_BUSY` when the device already runs a port
+/// or RDMA, `CXD_ERROR_DEVICE` when bring-up or the port's creation failed (the device is then
+/// spent: close it and open it again).
 ///
 /// # Safety
 ///
@@ -236,25 +237,14 @@ pub unsafe extern "C" fn cxd_port_start(
             return Err(Failure::new(Error::Null, "out is NULL; pass &port"));
         }
         let mut dev = device.exclusive(cxd_device::NAME)?;
-        let backend = match std::mem::replace(dev.get(), DeviceState::InUse) {
-            DeviceState::Ready(backend) => backend,
-            other => {
-                let spent = matches!(other, DeviceState::Spent);
-                *dev.get() = other;
-                return Err(Failure::new(
-                    Error::Busy,
-                    if spent {
-                        "the device's port was closed and the function torn down; close the \
-                         device and open it again"
-                    } else {
-                        "the device already runs a port; close it first"
-                    },
-                ));
-            }
-        };
-        let started = Device::bring_up(backend, Options::default())
-            .and_then(|d| driver::Port::start(d, config));
-        let Started { port, queues } = match started {
+        let up = take_up(dev.get())?;
+        // Checked before the port takes the device, so that a bad configuration leaves the
+        // device as it was (Port::start keeps it whatever fails).
+        if let Err(e) = config.validate(&up) {
+            *dev.get() = DeviceState::Up(Box::new(up));
+            return Err(e.into());
+        }
+        let Started { port, queues } = match driver::Port::start(up, config) {
             Ok(started) => started,
             Err(e) => {
                 *dev.get() = DeviceState::Spent;

@@ -27,6 +27,16 @@ fn library_dir() -> PathBuf {
 /// Compiles `tests/c/<name>.c` into an executable linked against `libcxdirect_c.so` (found at
 /// run time through an rpath), returning its path. `$CC` names the compiler (default `cc`).
 fn compile(name: &str) -> PathBuf {
+    compile_source(&format!("tests/c/{name}.c"), name)
+}
+
+/// Compiles `examples/<name>.c` as [`compile`] does.
+fn compile_example(name: &str) -> PathBuf {
+    compile_source(&format!("examples/{name}.c"), &format!("example-{name}"))
+}
+
+/// Compiles the C file at `source` (relative to the crate) into `c-<name>`.
+fn compile_source(source: &str, name: &str) -> PathBuf {
     // Tests run in parallel: each program is built once, not written while another runs it.
     static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
@@ -41,7 +51,7 @@ fn compile(name: &str) -> PathBuf {
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-O1"])
         .arg("-I")
         .arg(crate_dir.join("include"))
-        .arg(crate_dir.join(format!("tests/c/{name}.c")))
+        .arg(crate_dir.join(source))
         .arg("-o")
         .arg(&out)
         .arg("-L")
@@ -57,7 +67,7 @@ fn compile(name: &str) -> PathBuf {
         });
     assert!(
         output.status.success(),
-        "{cc} failed on tests/c/{name}.c:\n{}",
+        "{cc} failed on {source}:\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
     built.push((name.to_string(), out.clone()));
@@ -100,6 +110,137 @@ fn burst_c_is_clean_under_valgrind() {
         .arg(&exe);
     let stdout = run(command, "tests/c/burst.c under valgrind");
     assert!(stdout.contains("1000 frames sent and verified"), "{stdout}");
+}
+
+/// Runs `exe` under valgrind's memcheck with a full leak check: any error fails it.
+fn under_valgrind(exe: &Path, what: &str) -> String {
+    let mut command = Command::new("valgrind");
+    command
+        .args(["--error-exitcode=1", "--leak-check=full", "--quiet"])
+        .arg(exe);
+    run(command, &format!("{what} under valgrind"))
+}
+
+const RDMA_DONE: &str = "rdma verbs verified: SEND, WRITE, READ, inline, memfd region, SRQ, errors";
+
+#[test]
+fn rdma_c_moves_and_verifies_every_verb_and_checks_error_codes() {
+    let stdout = run(Command::new(compile("rdma")), "tests/c/rdma.c");
+    assert!(stdout.contains(RDMA_DONE), "{stdout}");
+}
+
+#[test]
+#[cfg_attr(
+    not(has_valgrind),
+    ignore = "valgrind is not installed: this test runs tests/c/rdma.c under it \
+              (apt-get install -y valgrind)"
+)]
+fn rdma_c_is_clean_under_valgrind() {
+    let stdout = under_valgrind(&compile("rdma"), "tests/c/rdma.c");
+    assert!(stdout.contains(RDMA_DONE), "{stdout}");
+}
+
+#[test]
+fn inplace_c_builds_and_checks_frames_through_the_data_pointer() {
+    let stdout = run(Command::new(compile("inplace")), "tests/c/inplace.c");
+    assert!(
+        stdout.contains("256 frames built and checked in place"),
+        "{stdout}"
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(has_valgrind),
+    ignore = "valgrind is not installed: this test runs tests/c/inplace.c under it \
+              (apt-get install -y valgrind)"
+)]
+fn inplace_c_is_clean_under_valgrind() {
+    let stdout = under_valgrind(&compile("inplace"), "tests/c/inplace.c");
+    assert!(
+        stdout.contains("256 frames built and checked in place"),
+        "{stdout}"
+    );
+}
+
+const TXRX_CLEAN: &str =
+    "summary: tx=2000 rx=2000 lost=0 corrupt=0 duplicate=0 oerrors=0 imissed=0 mpps=";
+
+#[test]
+fn txrx_example_sends_and_verifies_as_testpmd_does() {
+    let mut command = Command::new(compile_example("txrx"));
+    command.args(["2000", "64", "32"]);
+    let stdout = run(command, "examples/txrx.c");
+    assert!(stdout.contains(TXRX_CLEAN), "{stdout}");
+    assert!(
+        stdout.contains("verify: good 2000 corrupt 0 duplicate 0 gaps 0 reordered 0"),
+        "{stdout}"
+    );
+    // Frames of every length up to a full one, in bursts of another size.
+    let mut command = Command::new(compile_example("txrx"));
+    command.args(["500", "1514", "7"]);
+    let stdout = run(command, "examples/txrx.c with 1514-byte frames");
+    assert!(
+        stdout.contains("summary: tx=500 rx=500 lost=0 corrupt=0 duplicate=0"),
+        "{stdout}"
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(has_valgrind),
+    ignore = "valgrind is not installed: this test runs examples/txrx.c under it \
+              (apt-get install -y valgrind)"
+)]
+fn txrx_example_is_clean_under_valgrind() {
+    let mut command = Command::new("valgrind");
+    command
+        .args(["--error-exitcode=1", "--leak-check=full", "--quiet"])
+        .arg(compile_example("txrx"))
+        .args(["2000", "64", "32"]);
+    let stdout = run(command, "examples/txrx.c under valgrind");
+    assert!(stdout.contains(TXRX_CLEAN), "{stdout}");
+}
+
+#[test]
+fn rdma_ping_example_reads_writes_and_validates() {
+    for (count, size, line) in [
+        (
+            "50",
+            "4096",
+            "summary: pings=50 size=4096 validated=50 errors=0",
+        ),
+        (
+            "3",
+            "65536",
+            "summary: pings=3 size=65536 validated=3 errors=0",
+        ),
+        ("3", "1", "summary: pings=3 size=1 validated=3 errors=0"),
+    ] {
+        let mut command = Command::new(compile_example("rdma_ping"));
+        command.args([count, size]);
+        let stdout = run(command, "examples/rdma_ping.c");
+        assert!(stdout.contains(line), "{stdout}");
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(has_valgrind),
+    ignore = "valgrind is not installed: this test runs examples/rdma_ping.c under it \
+              (apt-get install -y valgrind)"
+)]
+fn rdma_ping_example_is_clean_under_valgrind() {
+    let mut command = Command::new("valgrind");
+    command
+        .args(["--error-exitcode=1", "--leak-check=full", "--quiet"])
+        .arg(compile_example("rdma_ping"))
+        .args(["20", "4096"]);
+    let stdout = run(command, "examples/rdma_ping.c under valgrind");
+    assert!(
+        stdout.contains("summary: pings=20 size=4096 validated=20 errors=0"),
+        "{stdout}"
+    );
 }
 
 #[test]

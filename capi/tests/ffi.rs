@@ -3,7 +3,7 @@
 //! boundary's refusals.
 
 use cxdirect_c::*;
-use std::ffi::{c_int, CStr};
+use std::ffi::{c_int, c_void, CStr};
 use std::ptr::null_mut;
 
 fn last_error() -> String {
@@ -268,7 +268,7 @@ fn the_version_matches_the_macros() {
 }
 
 #[test]
-fn a_refused_configuration_names_its_field_and_spends_the_device() {
+fn a_refused_configuration_names_its_field_and_leaves_the_device_usable() {
     // SAFETY: local out-pointers and handles just returned.
     unsafe {
         let (mut a, mut b) = (null_mut(), null_mut());
@@ -282,16 +282,86 @@ fn a_refused_configuration_names_its_field_and_spends_the_device() {
         assert_eq!(cxd_port_start(a, &cfg, &mut port), Error::Config as c_int);
         assert!(last_error().contains("inline_mode"), "{}", last_error());
 
-        // Checked by the driver against the device, after bring-up: the device is spent.
+        // Checked by the driver against the device (PortConfig::validate), after bring-up and
+        // before the port takes the device: it stays brought up, and a good start follows.
         ok(cxd_port_config_default(&mut cfg));
         cfg.ring_size = 100;
         assert_eq!(cxd_port_start(a, &cfg, &mut port), Error::Config as c_int);
         assert!(last_error().contains("ring_size"), "{}", last_error());
         assert!(port.is_null());
+        cfg.ring_size = 1 << 20;
+        assert_eq!(cxd_port_start(a, &cfg, &mut port), Error::Config as c_int);
         ok(cxd_port_config_default(&mut cfg));
+        cfg.ring_size = 128;
+        cfg.pool_buffers = 512;
+        ok(cxd_port_start(a, &cfg, &mut port));
+        ok(cxd_port_close(port));
+        // Its port closed, the device is spent.
         assert_eq!(cxd_port_start(a, &cfg, &mut port), Error::Busy as c_int);
         assert!(last_error().contains("open it again"), "{}", last_error());
         ok(cxd_device_close(a));
+        // A device brought up by a refused start, never started, is torn down on close.
+        cfg.mtu = 10;
+        assert_eq!(cxd_port_start(b, &cfg, &mut port), Error::Config as c_int);
         ok(cxd_device_close(b));
     }
+}
+
+#[test]
+fn packets_are_written_and_read_in_place_through_the_data_pointer() {
+    let p = pair();
+    // SAFETY: handles this library returned; the data pointers are used only while their
+    // mbufs are held, within the capacity returned.
+    unsafe {
+        let mut m = null_mut();
+        ok(cxd_mbuf_alloc(p.pools[0], &mut m));
+        let mut data: *mut c_void = null_mut();
+        let capacity = cxd_mbuf_data(m, &mut data);
+        assert!(capacity >= 1514, "{capacity}");
+        assert!(!data.is_null());
+        let frame = std::slice::from_raw_parts_mut(data.cast::<u8>(), 100);
+        frame[..6].fill(0xff);
+        frame[12..14].copy_from_slice(&[0x88, 0xb5]);
+        for (i, b) in frame[14..].iter_mut().enumerate() {
+            *b = i as u8 ^ 0x5a;
+        }
+        let expected = frame.to_vec();
+        ok(cxd_mbuf_set_len(m, 100));
+        assert_eq!(cxd_mbuf_len(m), 100);
+        assert_eq!(
+            cxd_mbuf_set_len(m, capacity as usize + 1),
+            Error::TooLong as c_int
+        );
+        assert_eq!(cxd_mbuf_len(m), 100);
+        let mut burst = [m];
+        while cxd_tx_burst(p.txq, burst.as_mut_ptr(), 1) == 0 {}
+        // Sent: the handle is stale, and so is any use of its data pointer.
+        assert_eq!(cxd_mbuf_data(m, &mut data), Error::DoubleFree as c_int);
+
+        let mut got = [null_mut(); 1];
+        let start = std::time::Instant::now();
+        while ok_count(cxd_rx_burst(p.rxq, got.as_mut_ptr(), 1)) == 0 {
+            assert!(start.elapsed().as_secs() < 20, "nothing received");
+        }
+        let mut rx: *mut c_void = null_mut();
+        assert!(cxd_mbuf_data(got[0], &mut rx) >= 100);
+        assert_eq!(cxd_mbuf_len(got[0]), 100);
+        assert_eq!(
+            std::slice::from_raw_parts(rx.cast::<u8>(), 100),
+            &expected[..]
+        );
+        // Shrunk in place: the copy API sees the same bytes.
+        ok(cxd_mbuf_set_len(got[0], 20));
+        let mut copy = [0u8; 20];
+        assert_eq!(cxd_mbuf_read(got[0], 0, copy.as_mut_ptr().cast(), 20), 20);
+        assert_eq!(copy[..], expected[..20]);
+        assert_eq!(cxd_mbuf_data(got[0], null_mut()), Error::Null as c_int);
+        ok(cxd_mbuf_free(got[0]));
+    }
+    close(p);
+}
+
+fn ok_count(rc: c_int) -> c_int {
+    ok(rc);
+    rc
 }

@@ -119,3 +119,43 @@ pub(crate) fn array<'a, T>(ptr: *mut T, n: usize, what: &str) -> Result<&'a mut 
     // `ptr` (the count the caller itself passes), untouched by others during the call.
     Ok(unsafe { std::slice::from_raw_parts_mut(ptr, n) })
 }
+
+/// The caller's array of `n` `T`s at `ptr` (work requests, gather lists), read-only for the
+/// call's duration.
+pub(crate) fn slice_in<'a, T>(ptr: *const T, n: usize, what: &str) -> Result<&'a [T], Failure> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if ptr.is_null() {
+        return Err(null(what));
+    }
+    if ptr as usize % std::mem::align_of::<T>() != 0 {
+        return Err(Failure::new(
+            Error::InvalidArgument,
+            format!("{what} is not aligned for its type; pass an array of the header's struct"),
+        ));
+    }
+    // SAFETY: non-null and aligned; the C contract is an array of at least `n` initialised
+    // entries at `ptr` (the count the caller itself passes), not written during the call.
+    Ok(unsafe { std::slice::from_raw_parts(ptr, n) })
+}
+
+/// A descriptor of the library's own, duplicated from the caller's `fd` (which stays the
+/// caller's to close).
+pub(crate) fn dup_fd(fd: std::ffi::c_int, what: &str) -> Result<std::os::fd::OwnedFd, Failure> {
+    if fd < 0 {
+        return Err(Failure::new(
+            Error::InvalidArgument,
+            format!("{what} {fd} is not a file descriptor"),
+        ));
+    }
+    // SAFETY: the C contract is that `fd` is an open descriptor of the caller's for the call;
+    // it is only borrowed to duplicate it (a closed one makes the duplication fail, no harm).
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    borrowed.try_clone_to_owned().map_err(|e| {
+        Failure::new(
+            Error::InvalidArgument,
+            format!("{what} {fd} cannot be duplicated ({e}); pass an open descriptor"),
+        )
+    })
+}

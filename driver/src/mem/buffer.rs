@@ -76,6 +76,17 @@ impl PoolMemory {
             PoolMemory::DmaBuf(m) => Some(m),
         }
     }
+
+    /// CPU address of byte `offset` of driver-allocated memory; `None` for a dmabuf range
+    /// (which the CPU may not map at all: device memory, another device's BAR).
+    #[inline]
+    fn cpu_address(&self, offset: usize) -> Option<std::ptr::NonNull<u8>> {
+        match self {
+            // Address arithmetic only: nothing is read or written here.
+            PoolMemory::Region(r) => std::ptr::NonNull::new(r.as_ptr().wrapping_add(offset)),
+            PoolMemory::DmaBuf(_) => None,
+        }
+    }
 }
 
 /// Buffers of one pool on their way back to it, linked through the pool's `next` so they
@@ -550,6 +561,40 @@ impl Mbuf {
     #[inline]
     pub(crate) fn data_iova(&self) -> u64 {
         self.pool.data_iova(self.index, self.data_off)
+    }
+
+    /// The CPU address of the packet's first byte in this segment: the buffer's CPU mapping,
+    /// for a program outside Rust (the C interface) to read and write the packet in place, as
+    /// DPDK's `rte_pktmbuf_mtod` gives it. [`Mbuf::capacity`] bytes from it are this packet's.
+    ///
+    /// A raw address, never a reference: the driver itself still reaches packet memory only
+    /// through copies. It is valid while this `Mbuf` is held, not after it is dropped or a send
+    /// takes it; the device does not touch a held buffer (a received one is handed over after
+    /// its completion, a send buffer reaches the device only when a send takes it), so plain
+    /// loads and stores through it do not race the device. `None` for a pool in a dmabuf range,
+    /// which the CPU may not map.
+    #[inline]
+    pub fn data_ptr(&self) -> Option<std::ptr::NonNull<u8>> {
+        self.pool.region.cpu_address(self.data_offset())
+    }
+
+    /// Sets the packet's length to `len` bytes, for bytes written in place through
+    /// [`Mbuf::data_ptr`]; fails (leaving it unchanged) past [`Mbuf::capacity`] or on a chained
+    /// packet (whose length is its segments').
+    pub fn set_len_within_capacity(&mut self, len: usize) -> Result<(), DriverError> {
+        if len > self.capacity() || self.is_chained() {
+            return Err(DriverError::BufferTooSmall {
+                what: "the packet's length (one segment, within its capacity)",
+                need: len,
+                capacity: if self.is_chained() {
+                    0
+                } else {
+                    self.capacity()
+                },
+            });
+        }
+        self.len = len as u32;
+        Ok(())
     }
 
     pub(crate) fn set_len(&mut self, len: u32) {

@@ -120,8 +120,15 @@ impl Default for PortConfig {
 
 impl PortConfig {
     /// Checks the configuration against itself and the device's capabilities, before the
-    /// device is touched.
-    pub(super) fn validate<B: Backend>(&self, dev: &Device<B>) -> Result<(), DriverError> {
+    /// device is touched: what [`crate::Port::start`] checks first. A caller that must keep
+    /// its device on a bad configuration (`Port::start` takes the device whatever happens)
+    /// checks here before starting.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Config`] naming the field and the range to give;
+    /// [`DriverError::Unsupported`] for features that do not combine or the device lacks.
+    pub fn validate<B: Backend>(&self, dev: &Device<B>) -> Result<(), DriverError> {
         let caps = dev.caps();
         if !(1..=64).contains(&self.rx_queues) {
             return Err(DriverError::config(

@@ -225,3 +225,32 @@ fn one_thread_gets_every_buffer_once() {
     let p = pool(100, 256);
     stress(&p, 1, 5_000, 100);
 }
+
+#[test]
+fn the_data_address_follows_the_buffer_and_the_length_stays_within_capacity() {
+    let p = pool(4, 256);
+    let mut a = p.alloc().expect("a buffer");
+    let b = p.alloc().expect("a second buffer");
+    let (pa, pb) = (
+        a.data_ptr().expect("driver memory has a CPU address"),
+        b.data_ptr().expect("driver memory has a CPU address"),
+    );
+    // The addresses are as far apart as the packets are in the pool's memory.
+    assert_eq!(
+        pb.as_ptr() as isize - pa.as_ptr() as isize,
+        b.memory_offset() as isize - a.memory_offset() as isize
+    );
+    a.set_data(&[1, 2, 3, 4]).unwrap();
+    a.set_len_within_capacity(a.capacity()).unwrap();
+    assert_eq!(a.len(), a.capacity());
+    assert!(a.set_len_within_capacity(a.capacity() + 1).is_err());
+    assert_eq!(
+        a.len(),
+        a.capacity(),
+        "a refused length leaves it unchanged"
+    );
+    a.set_len_within_capacity(2).unwrap();
+    let mut out = [0u8; 4];
+    assert_eq!(a.read(0, &mut out), 2);
+    assert_eq!(out[..2], [1, 2]);
+}
