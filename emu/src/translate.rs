@@ -253,7 +253,13 @@ fn walk_mtt(
     while done < len {
         let at = addr + done;
         let index = ((at - base) >> key.log_page) as usize;
-        let entry = *key.mtt.get(index).ok_or(KeyFault::Bounds)?;
+        // In page-access mode an entry of the key's table not loaded yet is a page not
+        // present (the table starts zeroed), not one past the key.
+        let entry = match key.mtt.get(index) {
+            Some(&entry) => entry,
+            None if key.pg_access && index < key.xlt_capacity => 0,
+            None => return Err(KeyFault::Bounds),
+        };
         // rd_en/wr_en are the page's present bits only in page-access mode; otherwise the
         // entry is a bare address, as Linux writes it when the device reports no `pg`
         // capability.

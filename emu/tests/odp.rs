@@ -520,3 +520,49 @@ fn without_a_page_fault_eq_a_page_not_present_is_an_access_error() {
         "nothing to resume"
     );
 }
+
+#[test]
+fn with_pg_a_key_created_with_its_list_and_without_pg_access_keeps_bare_addresses() {
+    // cxdirect's driver (and `reg_create` on a device without `pg`) lists bare page addresses
+    // without `pg_access` or `umr_en`: the entries are addresses, not present bits.
+    let mut p = odp_pair(true);
+    let page = p.b.alloc(4096, 4096);
+    let iova = 0x7f50_0000_0000u64;
+    let variant = 0x21;
+    let mut input = Host::input(Opcode::CreateMkey, 0, 0x110 + 16);
+    {
+        let mut cmd = CreateMkeyIn::new(&mut input[..]).expect("layout");
+        cmd.set_mtt(0, page).expect("room");
+        cmd.set_translations_octword_actual_size(1);
+        cmd.set_pg_access(false);
+        let mut mkc = cmd.memory_key_mkey_entry_mut();
+        mkc.set_lr(true)
+            .set_lw(true)
+            .set_pd(p.b.pd)
+            .set_qpn(0xff_ffff)
+            .set_access_mode_1_0(MKC_ACCESS_MODE_MTT)
+            .set_start_addr(iova)
+            .set_len(4096)
+            .set_translations_octword_size(1)
+            .set_log_page_size(12)
+            .set_mkey_7_0(variant);
+    }
+    let out = p.b.exec(&input, 16).expect("CREATE_MKEY with a bare list");
+    let key = mkey_from_index(
+        CreateMkeyOut::new(&out[..]).expect("layout").mkey_index(),
+        variant,
+    );
+    p.b.post_rc_recv(&mut p.qp_b, iova, 4096, key);
+    let lkey_a = p.a.create_mkey(false, true);
+    let data = pattern(1000, 3);
+    let src = p.a.alloc(4096, 4096);
+    p.a.write(src, &data);
+    let w = wqe_of(&p.qp_a.sq, opcode::SEND, (0, 0), (src, lkey_a), 1000);
+    p.a.post(&mut p.qp_a.sq, &w, false);
+    p.settle();
+    let got = drain(&p.b, &mut p.cq_b);
+    assert_eq!(got.len(), 1);
+    assert_eq!(cqe_opcode(&got[0]), CQE_RESP_SEND);
+    assert_eq!(p.b.read(page, 1000), data);
+    assert!(page_faults(&mut p.b).is_empty());
+}
