@@ -72,6 +72,25 @@ fn cqe_opcode(cqe: &[u8]) -> u8 {
     cqe[63] >> 4
 }
 
+/// Runs both functions, past RNR timers, until A's CQ (`on_a`) or B's has completions (at
+/// most a second): the requester sends again after each RNR NAK on its own timer.
+fn completions_after_rnr(p: &mut RcPair, on_a: bool) -> Vec<Vec<u8>> {
+    let mut got = Vec::new();
+    for _ in 0..200 {
+        std::thread::sleep(PAST_RNR);
+        p.settle();
+        got = if on_a {
+            drain(&p.a, &mut p.cq_a)
+        } else {
+            drain(&p.b, &mut p.cq_b)
+        };
+        if !got.is_empty() {
+            break;
+        }
+    }
+    got
+}
+
 /// The page-fault events on `h`'s page-fault EQ: (sub type, data).
 fn page_faults(h: &mut Host) -> Vec<(u8, Vec<u8>)> {
     h.drain_eq()
@@ -343,11 +362,7 @@ fn a_responder_write_fault_is_reported_rnr_naked_and_lands_after_umr_and_resume(
         resume(&mut p.b, e.pf_type(), e.token(), e.token(), false).is_err(),
         "a fault is resumed once"
     );
-    std::thread::sleep(PAST_RNR);
-    p.settle();
-    std::thread::sleep(PAST_RNR);
-    p.settle();
-    let done = drain(&p.a, &mut p.cq_a);
+    let done = completions_after_rnr(&mut p, true);
     assert_eq!(done.len(), 1, "the retransmitted WRITE completed");
     assert_eq!(cqe_opcode(&done[0]), CQE_REQ);
     assert_eq!(mr.read(&p.b, len), data, "the whole WRITE landed");
@@ -381,11 +396,7 @@ fn a_receive_fault_is_reported_with_the_receive_wqe_and_the_send_lands_after_res
     assert_eq!(e.bytes_committed(), 0);
     mr.update_xlt(&mut p.b, &[true], false, 0, 0);
     resume(&mut p.b, e.pf_type(), e.wq_num(), e.token(), false).expect("PAGE_FAULT_RESUME");
-    std::thread::sleep(PAST_RNR);
-    p.settle();
-    std::thread::sleep(PAST_RNR);
-    p.settle();
-    let got = drain(&p.b, &mut p.cq_b);
+    let got = completions_after_rnr(&mut p, false);
     assert_eq!(got.len(), 1, "the SEND was received");
     assert_eq!(cqe_opcode(&got[0]), CQE_RESP_SEND);
     assert_eq!(mr.read(&p.b, 3000), data);
@@ -457,9 +468,7 @@ fn a_fault_resumed_with_an_error_fails_the_queue() {
     assert_eq!(faults.len(), 1);
     let e = EqePageFaultRdma::new(&faults[0].1[..]).expect("layout");
     resume(&mut p.b, e.pf_type(), e.token(), e.token(), true).expect("resume with error");
-    std::thread::sleep(PAST_RNR);
-    p.settle();
-    let done = drain(&p.a, &mut p.cq_a);
+    let done = completions_after_rnr(&mut p, true);
     assert_eq!(done.len(), 1);
     assert_eq!(
         (cqe_opcode(&done[0]), done[0][0x37]),
@@ -565,4 +574,31 @@ fn with_pg_a_key_created_with_its_list_and_without_pg_access_keeps_bare_addresse
     assert_eq!(cqe_opcode(&got[0]), CQE_RESP_SEND);
     assert_eq!(p.b.read(page, 1000), data);
     assert!(page_faults(&mut p.b).is_empty());
+}
+
+#[test]
+fn a_receive_fault_resumed_with_an_error_fails_the_receive_and_the_send() {
+    let mut p = odp_pair(true);
+    let iova = 0x7f60_0000_0000u64;
+    let mr = OdpMr::new(&mut p.b, 1, iova, &[false]);
+    p.b.post_rc_recv(&mut p.qp_b, iova, 4096, mr.key);
+    let lkey_a = p.a.create_mkey(false, true);
+    let src = p.a.alloc(4096, 4096);
+    let w = wqe_of(&p.qp_a.sq, opcode::SEND, (0, 0), (src, lkey_a), 200);
+    p.a.post(&mut p.qp_a.sq, &w, false);
+    p.settle();
+    let faults = page_faults(&mut p.b);
+    assert_eq!(faults.len(), 1);
+    let e = EqePageFaultWqe::new(&faults[0].1[..]).expect("layout");
+    assert_eq!(e.pf_type(), wqe_pf_type::RESP);
+    resume(&mut p.b, e.pf_type(), e.wq_num(), e.token(), true).expect("resume with error");
+    let done = completions_after_rnr(&mut p, true);
+    assert_eq!(done.len(), 1);
+    assert_eq!(cqe_opcode(&done[0]), CQE_REQ_ERR, "the SEND was refused");
+    let got = drain(&p.b, &mut p.cq_b);
+    assert_eq!(got.len(), 1, "the receive completed in error");
+    assert_eq!(
+        got[0][0x37], SYND_LOCAL_PROT,
+        "local protection on the receive"
+    );
 }
