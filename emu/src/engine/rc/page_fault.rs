@@ -22,8 +22,8 @@
 //!
 //! Without an EQ taking page faults nothing could resolve one: the access fails as any other
 //! refused access does (the model's choice; Linux never has ODP memory without that EQ).
-//! READ responses, atomics and receives from an SRQ are not resolved (the ODP capability page
-//! reports none of them): their faults are access errors.
+//! READ requests and responses, atomics, receives from an SRQ, and UC and XRC QPs are not
+//! resolved (the ODP capability page reports none of them): their faults are access errors.
 
 use super::completion::fail_in_order;
 use super::packet::PSN_MASK;
@@ -35,6 +35,7 @@ use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::odp::{
     pfault_flags, pfault_subtype, wqe_pf_type, EqePageFaultRdma, EqePageFaultWqe,
 };
+use cxdirect_hw::qp::service_type;
 
 /// Why PAGE_FAULT_RESUME was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,16 +46,22 @@ pub(crate) enum ResumeError {
     NotFaulted,
 }
 
-/// True when page faults are reported (an EQ takes them) rather than failed.
-fn reported(core: &Core) -> bool {
+/// True when a page fault of QP `qpn` is reported (an EQ takes them, and the QP is an RC
+/// one: the ODP page reports no UC or XRC caps) rather than failed.
+fn reported(core: &Core, qpn: u32) -> bool {
     eq::subscribed(core, EventType::PageFault)
+        && core
+            .res
+            .qps
+            .get(qpn)
+            .is_some_and(|qp| qp.service == service_type::RC)
 }
 
 /// A responder's RDMA WRITE packet of `packet_len` bytes faulted on QP `qpn`: reports it and
 /// stops the responder, or returns false (no EQ takes page faults: the caller refuses the
 /// request). `first`: the packet opened the message.
 pub(super) fn responder_write(core: &mut Core, qpn: u32, first: bool, packet_len: usize) -> bool {
-    if !reported(core) {
+    if !reported(core, qpn) {
         return false;
     }
     let Some(w) = core.res.qps.get(qpn).and_then(|qp| qp.resp.write) else {
@@ -79,7 +86,7 @@ pub(super) fn responder_write(core: &mut Core, qpn: u32, first: bool, packet_len
 /// QP `qpn`: reports it and stops the responder, or returns false (no EQ takes page faults, or
 /// the WQE is an SRQ's: the caller fails the receive).
 pub(super) fn responder_receive(core: &mut Core, qpn: u32, first: bool, packet_len: usize) -> bool {
-    if !reported(core) {
+    if !reported(core, qpn) {
         return false;
     }
     let Some(qp) = core.res.qps.get(qpn) else {
@@ -114,7 +121,7 @@ fn stop_responder(core: &mut Core, qpn: u32, rdma: bool, first: bool) {
 /// and stops the requester at it, or returns false (no EQ takes page faults: the caller fails
 /// the WQE).
 pub(super) fn requester_gather(core: &mut Core, qpn: u32, index: u16, opcode: u8) -> bool {
-    if !reported(core) {
+    if !reported(core, qpn) {
         return false;
     }
     let pf_type = wqe_pf_type::REQ_SEND_OR_WRITE;
