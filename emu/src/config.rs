@@ -64,6 +64,15 @@ pub struct EmuConfig {
     /// packets. On by default, as on a ConnectX-6 Dx; off models a device without RoCE (RC QPs
     /// then take force-loopback paths only, and Linux's mlx5_ib binds as raw Ethernet).
     pub roce: bool,
+    /// Report on-demand paging (general `pg` and the ODP capability page's RC SEND, receive and
+    /// RDMA WRITE caps, with RoCE): a memory key loaded by UMR then takes its MTT entries'
+    /// read and write bits as present bits, and an access through an entry without the bit
+    /// it needs is a page fault, reported on the EQ subscribed to page faults and resumed by
+    /// PAGE_FAULT_RESUME (`engine::rc::page_fault`). The served functions (the QEMU rig's)
+    /// report it, as a ConnectX-6 Dx does; off by default, a device without `pg` (Linux's
+    /// mlx5_ib then writes bare page addresses), which the checked-in command traces were
+    /// recorded against.
+    pub odp: bool,
     /// Record every command the function executes, with its decoded input, status and
     /// syndrome (see [`crate::trace`]). `None` (default): no trace, and no cost beyond one
     /// branch per command. Functions given clones of one trace share it; each line names its
@@ -91,6 +100,7 @@ impl Default for EmuConfig {
             lso: true,
             striding_rq: true,
             roce: true,
+            odp: false,
             command_trace: None,
         }
     }

@@ -151,6 +151,9 @@ pub struct Host {
     /// The `user_index` the next QP the test kit creates gets (then counts up), as libmlx5
     /// gives each QP an index of its resource table that every CQE of the QP echoes.
     pub next_user_index: u32,
+    /// The events the async EQ made at bring-up takes (every type by default; Linux's
+    /// mlx5_core leaves page faults to an EQ of their own).
+    pub async_event_mask: u64,
 }
 
 impl Host {
@@ -183,6 +186,7 @@ impl Host {
             sign: false,
             atomic_host_order: false,
             next_user_index: 0x10_0000,
+            async_event_mask: !0,
         };
         host.cmdq = host.alloc(4096, 4096);
         host
@@ -465,7 +469,7 @@ impl Host {
         self.td = hca::AllocTransportDomainOut::new(&out[..])
             .expect("layout")
             .transport_domain();
-        self.create_async_eq(6, !0);
+        self.create_async_eq(6, self.async_event_mask);
     }
 
     /// ALLOC_PD: a new protection domain's number (the host's own is [`Host::pd`]).

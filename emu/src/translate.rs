@@ -26,6 +26,10 @@ pub(crate) enum KeyFault {
     Access,
     /// The range is outside the key.
     Bounds,
+    /// An MTT entry of a key whose entries carry present bits lacks the read or write bit the
+    /// access needs: a page fault where the function resolves them
+    /// (`engine::rc::page_fault`), an access error elsewhere.
+    NotPresent,
 }
 
 /// Translation entries a key may hold at most (MTT entries or KLMs): 2^22 MTT entries map
@@ -249,12 +253,19 @@ fn walk_mtt(
     while done < len {
         let at = addr + done;
         let index = ((at - base) >> key.log_page) as usize;
-        let entry = *key.mtt.get(index).ok_or(KeyFault::Bounds)?;
-        // rd_en/wr_en guard the page only in page-access mode; otherwise the entry is a bare
-        // address, as Linux writes it when the device reports no `pg` capability.
+        // In page-access mode an entry of the key's table not loaded yet is a page not
+        // present (the table starts zeroed), not one past the key.
+        let entry = match key.mtt.get(index) {
+            Some(&entry) => entry,
+            None if key.pg_access && index < key.xlt_capacity => 0,
+            None => return Err(KeyFault::Bounds),
+        };
+        // rd_en/wr_en are the page's present bits only in page-access mode; otherwise the
+        // entry is a bare address, as Linux writes it when the device reports no `pg`
+        // capability.
         let bit = if write { MTT_WRITE } else { MTT_READ };
         if key.pg_access && entry & bit == 0 {
-            return Err(KeyFault::Access);
+            return Err(KeyFault::NotPresent);
         }
         let in_page = at & (page - 1);
         let piece = (page - in_page).min(len - done);

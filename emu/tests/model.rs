@@ -1387,10 +1387,11 @@ fn every_object_command_refuses_a_bad_reference() {
             Syndrome::BadRegister
         ))
     );
-    // On-demand paging capabilities (type 2): not advertised, not modelled. (RoCE's, type 4,
-    // are answered with RoCE on, the default; `rc_qp` checks they are refused with it off.)
-    let mut cap = Host::input(Opcode::QueryHcaCap, 0x2 << 1, 16);
-    cap[6..8].copy_from_slice(&(0x2u16 << 1).to_be_bytes());
+    // A capability type the model does not serve (vector calculation, type 0xb). (RoCE's,
+    // type 4, are answered with RoCE on, the default; `rc_qp` checks they are refused with it
+    // off; ODP's, type 2, with `pg`: `odp.rs`.)
+    let mut cap = Host::input(Opcode::QueryHcaCap, 0xb << 1, 16);
+    cap[6..8].copy_from_slice(&(0xbu16 << 1).to_be_bytes());
     assert_eq!(
         h.exec(&cap, 0x1010),
         Err(CmdFail::status(CmdStatus::BadParameter, Syndrome::BadOpMod))

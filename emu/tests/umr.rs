@@ -24,9 +24,15 @@ const SYND_REMOTE_ACCESS: u8 = 0x13;
 /// CQE opcodes.
 const CQE_REQ: u8 = 0x0;
 
+/// A pair of functions without `pg` (`EmuConfig::odp` off): the keys here are built as
+/// mlx5_ib builds them then (bare page addresses from `reg_create`); `odp.rs` has the keys of
+/// a device with `pg`.
 fn pair() -> RcPair {
     RcPair::new(
-        EmuConfig::default(),
+        EmuConfig {
+            odp: false,
+            ..EmuConfig::default()
+        },
         MEM,
         8,
         6,

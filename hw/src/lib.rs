@@ -32,6 +32,7 @@ pub mod layout;
 pub mod mcg;
 pub mod mkey;
 pub mod mmio;
+pub mod odp;
 pub mod qp;
 pub mod reg;
 pub mod roce;

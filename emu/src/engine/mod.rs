@@ -46,4 +46,8 @@ impl EngineRequests for Core {
     fn posted_wqes(&self, wq: &WorkQueue) -> Option<u16> {
         rq::posted(self, wq)
     }
+
+    fn page_fault_resume(&mut self, pf_type: u8, wq: u32, token: u32, error: bool) -> bool {
+        rc::page_fault::resume(self, pf_type, wq, token, error).is_ok()
+    }
 }

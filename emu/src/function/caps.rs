@@ -15,6 +15,7 @@ use crate::objects::limits::{
     MAX_WQE_SZ_RQ, MAX_WQE_SZ_SQ, ROCE_ADDRESS_TABLE_SIZE,
 };
 use crate::objects::queue_state::MAX_SESSION;
+use cxdirect_hw::odp::OdpCap;
 use cxdirect_hw::roce::{l3_type_cap, roce_version_cap, RoceCap, ROCE_V2_UDP_DPORT};
 
 /// Deepest flow table level the model accepts. Linux 6.12's mlx5_core lays its NIC receive
@@ -50,6 +51,11 @@ pub(crate) struct CapSet {
     /// the host's); reported with [`EmuConfig::roce`].
     pub max_atomic: [u8; 0x100],
     pub current_atomic: [u8; 0x100],
+    /// The ODP capability page (maximum and current alike), reported with RoCE: RC requester
+    /// SENDs and WRITEs, RC receives (on the QP's own ring) and RC responder RDMA WRITEs
+    /// resolve page faults; the rest (READ, atomics, SRQs, UD, XRC, DC, the memory scheme) are
+    /// not modelled and left 0. Read by Linux only when general `pg` is set.
+    pub odp: [u8; 0x100],
     pub context_slot: Option<crate::objects::Slot>,
 }
 
@@ -112,7 +118,10 @@ impl CapSet {
             .set_eth_net_offloads(true)
             .set_cq_oi(true)
             .set_cq_moderation(true)
-            .set_pg(false)
+            // On-demand paging (`engine::rc::page_fault`): mlx5_ib's
+            // `mlx5_ib_internal_fill_odp_caps` then reads the ODP page below, and mlx5_core's
+            // `handle_hca_cap_odp` (main.c) queries it.
+            .set_pg(cfg.odp && cfg.roce)
             // A QP created with `block_lb_mc` does not receive the multicast datagrams it sent
             // itself (mlx5_ib reports IB_DEVICE_BLOCK_MULTICAST_LOOPBACK from this and sets the
             // bit for IB_QP_CREATE_BLOCK_MULTICAST_LOOPBACK in `create_qp_common`).
@@ -224,7 +233,12 @@ impl CapSet {
         a.set_atomic_req_8b_endianness_mode(atomic_endianness::HOST);
         let mut max_atomic = [0u8; 0x100];
         max_atomic.copy_from_slice(a.as_bytes());
+        let mut o = OdpCap::zeroed();
+        o.set_rc_send(true).set_rc_receive(true).set_rc_write(true);
+        let mut odp = [0u8; 0x100];
+        odp.copy_from_slice(o.as_bytes());
         Self {
+            odp,
             max_atomic,
             current_atomic,
             max_general,

@@ -44,6 +44,10 @@ pub(crate) trait EngineRequests {
     /// Posted receive WQEs of `wq`: its doorbell record counter less what the device took;
     /// `None` when the record cannot be read or claims more than the ring holds.
     fn posted_wqes(&self, wq: &WorkQueue) -> Option<u16>;
+
+    /// Resumes the page fault of type `pf_type` and `token` that stopped queue `wq`
+    /// (PAGE_FAULT_RESUME); `error`: the fault is final. False when no such fault waits.
+    fn page_fault_resume(&mut self, pf_type: u8, wq: u32, token: u32, error: bool) -> bool;
 }
 
 /// Everything behind the function's lock: firmware state, objects and engine state.

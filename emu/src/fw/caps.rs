@@ -40,6 +40,7 @@ pub(crate) fn query_hca_cap(core: &mut Core, op_mod: u16, output: &mut [u8]) -> 
         cap_type::ROCE if core.cfg.roce => &core.hca.caps.max_roce,
         cap_type::ATOMIC if core.cfg.roce && current => &core.hca.caps.current_atomic,
         cap_type::ATOMIC if core.cfg.roce => &core.hca.caps.max_atomic,
+        cap_type::ODP if core.cfg.roce && core.cfg.odp => &core.hca.caps.odp,
         _ => {
             return Err(bad_param(
                 Syndrome::BadOpMod,
@@ -143,6 +144,24 @@ pub(crate) fn set_hca_cap(core: &mut Core, op_mod: u16, input: &[u8]) -> CmdResu
                 .map_err(|_| bad_param(Syndrome::InputTooShort, "atomic capability page"))?;
             next.set_atomic_req_8b_endianness_mode(want);
             core.hca.caps.current_atomic = next.into_inner();
+            Ok(())
+        }
+        // mlx5_core's `handle_hca_cap_odp` sends the current page back with the per-transport
+        // caps it wants raised to their maximum (`ODP_CAP_SET_MAX`): a page asking for nothing
+        // beyond the maximum is accepted, and the page stays what it is (maximum and current
+        // are one here).
+        cap_type::ODP if core.cfg.roce && core.cfg.odp => {
+            let max = &core.hca.caps.odp;
+            if requested
+                .iter()
+                .zip(max.iter())
+                .any(|(want, have)| want & !have != 0)
+            {
+                return Err(bad_param(
+                    Syndrome::CapAboveMax,
+                    "SET_HCA_CAP asked for an ODP capability the device lacks",
+                ));
+            }
             Ok(())
         }
         _ => Err(bad_param(

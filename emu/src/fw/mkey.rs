@@ -4,7 +4,10 @@
 
 use super::pages::{release_context, store_new_context};
 use super::table_full;
-use super::{bad_param, bad_res, input_as, output_as, CmdError, CmdResult, Core, Syndrome};
+use super::{
+    bad_param, bad_res, bad_state, input_as, output_as, CmdError, CmdResult, Core, EngineRequests,
+    Syndrome,
+};
 use crate::objects::Mkey;
 use crate::translate::RESERVED_LKEY;
 pub(crate) use crate::translate::{entries_per_octoword, mtt_page_ok, xlt_capacity};
@@ -13,6 +16,28 @@ use cxdirect_hw::mkey::{
     MKC_ACCESS_MODE_KLM, MKC_ACCESS_MODE_KSM, MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA,
     MTT_ADDR_MASK,
 };
+use cxdirect_hw::odp::PageFaultResumeIn;
+
+/// PAGE_FAULT_RESUME as mlx5_ib's `mlx5_ib_page_fault_resume` (odp.c) sends it: the fault's
+/// type, token and queue as the page-fault event reported them, and the error bit when the
+/// pages could not be mapped. The engine resumes the queue (or fails it with the error bit);
+/// a fault not waiting is refused as a bad resource state.
+pub(crate) fn page_fault_resume(core: &mut Core, input: &[u8]) -> CmdResult {
+    let cmd = input_as!(PageFaultResumeIn<&[u8]>, input);
+    let (pf_type, wq, token, error) = (
+        cmd.page_fault_type(),
+        cmd.wq_number(),
+        cmd.token(),
+        cmd.error(),
+    );
+    if !core.page_fault_resume(pf_type, wq, token, error) {
+        return Err(bad_state(
+            Syndrome::StateMismatch,
+            "no page fault of that type and token waits on the queue",
+        ));
+    }
+    Ok(())
+}
 
 /// QUERY_SPECIAL_CONTEXTS: the reserved lkey (no dump-fill or null key is modelled: 0).
 pub(crate) fn query_special_contexts(output: &mut [u8]) -> CmdResult {
@@ -131,7 +156,7 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
         mtt,
         klm,
         xlt_capacity: capacity,
-        pg_access: cmd.pg_access(),
+        pg_access: cmd.pg_access() || (mkc.umr_en() && core.hca.caps.general().pg()),
         umr_en: mkc.umr_en(),
         remote_invalidate: mkc.en_rinval(),
         local_read: mkc.lr(),

@@ -172,6 +172,7 @@ fn dispatch(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
         Opcode::QueryMkey => mkey::query_mkey(core, input, output),
         Opcode::DestroyMkey => mkey::destroy_mkey(core, input),
         Opcode::QuerySpecialContexts => mkey::query_special_contexts(output),
+        Opcode::PageFaultResume => mkey::page_fault_resume(core, input),
         Opcode::AllocQCounter => qcounters::alloc_q_counter(core, output),
         Opcode::DeallocQCounter => qcounters::dealloc_q_counter(core, input),
         Opcode::QueryQCounter => qcounters::query_q_counter(core, input, output),

@@ -467,8 +467,11 @@ pub(crate) struct Mkey {
     /// Translation entries the key holds at most (MTT entries or KLMs), from
     /// `translations_octword_size`.
     pub xlt_capacity: usize,
-    /// The key was created with `pg_access`: its MTT entries' rd_en/wr_en bits are access
-    /// control. Without it an entry is a bare page address (Linux's `reg_create` with `pg` off).
+    /// The key's MTT entries' rd_en/wr_en bits are present bits (a missing one a page fault
+    /// or an access error): the key was created with `pg_access`, or with `umr_en` while the
+    /// function reports `pg` (Linux's UMR writes every entry with `MLX5_IB_MTT_PRESENT` or,
+    /// for ODP, with the bits of the pages mapped). Otherwise an entry is a bare page address
+    /// (Linux's `reg_create` with `pg` off).
     pub pg_access: bool,
     /// UMR WQEs may change the key (`umr_en`).
     pub umr_en: bool,

@@ -210,6 +210,8 @@ pub(crate) struct RcScratch {
     pub ack: Vec<u8>,
     /// The responder's READ response payload.
     pub response: Vec<u8>,
+    /// The last gather stopped at a page not present (a page fault, not a protection error).
+    pub page_fault: bool,
 }
 
 /// Reusable buffers of the UD transport.

@@ -171,6 +171,33 @@ pub(crate) struct Responder {
     /// XRC target QPs: the XRC SRQ the request being executed names (its XRCETH), as it was
     /// when the request arrived.
     pub xrc: Option<XrcTarget>,
+    /// A page fault of the responder reported and not yet resumed, or resumed with an error
+    /// (`engine::rc::page_fault`).
+    pub page_fault: Option<ResponderFault>,
+    /// The first packet of the open message faulted: its retransmission opens the message
+    /// again (a SEND keeps the receive WQE it took, a WRITE starts over).
+    pub refirst: bool,
+}
+
+/// What a responder page fault stopped (`MLX5_PFAULT_SUBTYPE_*`), and how it was resumed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ResponderFault {
+    /// The fault was an RDMA WRITE's remote access (RDMA sub type); otherwise a SEND's
+    /// scatter into the receive WQE in progress (WQE sub type, `MLX5_WQE_PF_TYPE_RESP`).
+    pub rdma: bool,
+    /// PAGE_FAULT_RESUME came with its error bit: the next request in sequence is refused.
+    pub failed: bool,
+}
+
+/// A send WQE stopped by a page fault of its gather, waiting for PAGE_FAULT_RESUME.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RequesterFault {
+    /// The WQE's index (WQE counter).
+    pub index: u16,
+    /// Its opcode.
+    pub opcode: u8,
+    /// The fault's `MLX5_WQE_PF_TYPE_*`.
+    pub pf_type: u8,
 }
 
 /// The XRC SRQ an XRC request names, with what the responder takes from it.
@@ -388,6 +415,8 @@ pub(crate) struct Requester {
     /// The WQE whose packets the wire had no room for yet: later device passes continue it,
     /// and every WQE after it waits.
     pub sending: Option<Sending>,
+    /// The WQE a page fault stopped: it and every WQE after it wait for PAGE_FAULT_RESUME.
+    pub page_fault: Option<RequesterFault>,
 }
 
 /// Where the requester stopped sending a WQE for lack of room on the wire.

@@ -101,6 +101,8 @@ fn config(mac: [u8; 6], roce: bool, trace: Option<CommandTrace>) -> EmuConfig {
     EmuConfig {
         mac,
         roce: roce || EmuConfig::default().roce,
+        // On-demand paging as a ConnectX-6 Dx reports it (`pg`, the ODP page).
+        odp: true,
         init_pages: SERVED_INIT_PAGES,
         exec: ExecMode::Threaded,
         command_trace: trace,

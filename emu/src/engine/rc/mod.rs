@@ -13,9 +13,11 @@
 //! QP to error and raises its asynchronous events; [`unreliable`] is the UC responder (the
 //! requester sends UC through the same rooms, under the UC opcodes and without waiting for
 //! acknowledgements); [`xrc`] is the XRC target's side of the responder (the requester sends
-//! XRC through the same rooms, an XRCETH after each request's BTH).
+//! XRC through the same rooms, an XRCETH after each request's BTH); [`page_fault`] stops and
+//! resumes either side at a page not present (on-demand paging).
 
 pub(crate) mod completion;
+pub(crate) mod page_fault;
 pub(crate) mod qp_error;
 pub(crate) mod requester;
 pub(crate) mod requester_ack;

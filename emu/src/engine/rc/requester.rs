@@ -12,6 +12,7 @@ use super::requester_message::{
 use super::responder_pace::room;
 use super::send_ring::{read_bb, span};
 use crate::counters::add;
+use crate::engine::gather::GatherFault;
 use crate::function::Core;
 use crate::objects::limits::LOG_MAX_RA_QP;
 use crate::objects::queue_state::RcScratch;
@@ -61,7 +62,8 @@ fn run_posted(core: &mut Core, qpn: u32) {
     let (Some(log_sq), true) = (qp.log_sq_size, qp.state == state::RTS) else {
         return;
     };
-    if qp.req.sending.is_some() {
+    // A page fault stopped the ring at a WQE: nothing goes until it is resumed.
+    if qp.req.sending.is_some() || qp.req.page_fault.is_some() {
         return;
     }
     let Ok(word) = core.dma_read_be32(qp.dbr + 4) else {
@@ -99,6 +101,12 @@ fn run_posted(core: &mut Core, qpn: u32) {
             }
             // Resumed when a response retires one of the READs or atomics outstanding.
             Ok(None) => break,
+            Err((opcode, _))
+                if std::mem::take(&mut scratch.page_fault)
+                    && super::page_fault::requester_gather(core, qpn, index, opcode) =>
+            {
+                break;
+            }
             Err((opcode, syndrome)) => {
                 let bbs = wqe_span(core, qpn, index, pi);
                 if let Some(qp) = core.res.qps.get_mut(qpn) {
@@ -139,6 +147,9 @@ pub(super) fn resend_from(core: &mut Core, qpn: u32, mut n: usize) -> bool {
         if let Err((opcode, syndrome)) =
             execute(core, qpn, o.index, Some(o.first_psn), &mut scratch)
         {
+            // A page gone since the first transmission is not resolved on a retransmission:
+            // the WQE fails as the access error it then is.
+            scratch.page_fault = false;
             fail_in_order(core, qpn, o.index, opcode, syndrome);
             all = false;
             break;
@@ -267,6 +278,21 @@ fn wqe_head(core: &Core, qpn: u32, index: u16) -> Option<(u8, usize)> {
     Some((ctrl.opcode(), usize::from(ctrl.ds())))
 }
 
+/// Send WQE `index` of QP `qpn`, stopped by a page fault resumed with an error, fails: the
+/// ring moves past it (its completion is the caller's).
+pub(super) fn consume_failed(core: &mut Core, qpn: u32, index: u16) {
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return;
+    };
+    let pi = core
+        .dma_read_be32(qp.dbr + 4)
+        .map_or(index.wrapping_add(1), |word| word as u16);
+    let bbs = wqe_span(core, qpn, index, pi);
+    if let Some(qp) = core.res.qps.get_mut(qpn) {
+        qp.sq_consumed = index.wrapping_add(bbs);
+    }
+}
+
 /// WQEBBs the WQE at `index` takes by its control segment's `ds` (1 when that cannot be
 /// read), ending no later than the producer index `pi`.
 fn wqe_span(core: &Core, qpn: u32, index: u16, pi: u16) -> u16 {
@@ -299,6 +325,7 @@ fn execute_from(
     from_packet: u32,
     s: &mut RcScratch,
 ) -> Result<Option<u16>, WqeError> {
+    s.page_fault = false;
     s.wqe.resize(WQE_BB, 0);
     read_bb(core, qpn, index, &mut s.wqe[..WQE_BB])
         .map_err(|_| (0, CqeSyndrome::LocalProtection))?;
@@ -420,7 +447,15 @@ fn execute_from(
         }
         _ => return Err(bad),
     }
-    gather(core, qpn, &s.wqe[..ds * WQE_DS], at, &mut s.message).map_err(|syn| (op, syn))?;
+    match gather(core, qpn, &s.wqe[..ds * WQE_DS], at, &mut s.message) {
+        Ok(()) => {}
+        Err(GatherFault::Error(syndrome)) => return Err((op, syndrome)),
+        // Told apart for the caller: a page fault where the function reports them.
+        Err(GatherFault::NotPresent) => {
+            s.page_fault = true;
+            return Err((op, CqeSyndrome::LocalProtection));
+        }
+    }
     send_message(core, qpn, &req, s);
     Ok(Some(req.bbs))
 }

@@ -6,6 +6,7 @@ use super::packet::{bth_opcode, build_frame, mtu_bytes, Transport, PSN_MASK};
 use super::requester_ack::retire_acked;
 use super::responder_pace::room;
 use super::timer::arm_ack_timer;
+use crate::engine::gather::GatherFault;
 use crate::function::Core;
 use crate::objects::queue_state::RcScratch;
 use crate::objects::rc::{Outstanding, Sending};
@@ -31,17 +32,18 @@ pub(super) struct Request {
 }
 
 /// Gathers the message of the data and inline segments of `wqe` from byte `at` on, through
-/// the keys of QP `qpn`'s protection domain and up to its `log_msg_max`.
+/// the keys of QP `qpn`'s protection domain and up to its `log_msg_max`; a page not present
+/// is told apart (the requester's page fault).
 pub(super) fn gather(
     core: &Core,
     qpn: u32,
     wqe: &[u8],
     at: usize,
     message: &mut Vec<u8>,
-) -> Result<(), CqeSyndrome> {
+) -> Result<(), GatherFault> {
     let qp = core.res.qps.get(qpn).ok_or(CqeSyndrome::LocalQpOperation)?;
     let max = 1usize << qp.log_msg_max.min(31);
-    crate::engine::gather::gather(core, qp.pd, max, wqe, at, message)
+    crate::engine::gather::gather_paged(core, qp.pd, max, wqe, at, message)
 }
 
 /// Cuts the gathered message into packets and transmits them.

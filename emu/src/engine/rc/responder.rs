@@ -18,7 +18,7 @@ use super::requester_ack::{acknowledge, response};
 use super::responder_pace::owe;
 use super::responder_read_atomic::{atomic, read, replay_atomic, replay_read};
 use super::responder_recv::{
-    receive_available, responder_cqe, responder_error, scatter, take_receive,
+    receive_available, responder_cqe, responder_error, scatter, take_receive, Scattered,
 };
 use crate::counters::add;
 use crate::function::Core;
@@ -196,6 +196,12 @@ fn respond(
         }
         return;
     }
+    // A page fault the responder waits on answers the request with an RNR NAK; one resumed
+    // with an error refuses it (`page_fault`).
+    if let Some(outcome) = faulted(core, qpn) {
+        finish(core, qpn, psn, expected, ack_req, outcome);
+        return;
+    }
     match opcode {
         bth_opcode::READ_REQUEST => count(core, qpn, |c| &mut c.rx_read_requests),
         bth_opcode::COMPARE_SWAP | bth_opcode::FETCH_ADD => {
@@ -215,11 +221,17 @@ fn respond(
         }
         (Ok(()), _) => packet(core, qpn, opcode, rest),
     };
+    finish(core, qpn, psn, expected, ack_req, outcome);
+}
+
+/// The responder's answer to the request `psn` (the one `expected`) by its outcome.
+fn finish(core: &mut Core, qpn: u32, psn: u32, expected: u32, ack_req: bool, outcome: Outcome) {
     match outcome {
         Outcome::Done => {
             if let Some(qp) = core.res.qps.get_mut(qpn) {
                 qp.next_rcv_psn = (expected + 1) & PSN_MASK;
                 qp.resp.nak_sent = false;
+                qp.resp.refirst = false;
             }
             if ack_req {
                 send_ack(core, qpn, psn, aeth::ACK);
@@ -303,12 +315,15 @@ pub(super) fn packet(core: &mut Core, qpn: u32, opcode: u8, rest: &[u8]) -> Outc
     let Some(qp) = core.res.qps.get(qpn) else {
         return Outcome::Nak(aeth::NAK_INVALID_REQUEST);
     };
-    let in_send = qp.resp.recv.is_some();
-    let in_write = qp.resp.write.is_some();
+    // The retransmitted first packet of a message whose first packet faulted opens it again.
+    let reopen = first && qp.resp.refirst;
+    let in_send = qp.resp.recv.is_some() && !reopen;
+    let in_write = qp.resp.write.is_some() && !reopen;
     // A FIRST or ONLY while a message is open, or a MIDDLE or LAST of none, is out of order.
     if first == (in_send || in_write) || (!first && write != in_write) {
         return Outcome::Nak(aeth::NAK_INVALID_REQUEST);
     }
+    let kept_receive = reopen && !write && qp.resp.recv.is_some();
     if write {
         if let Some((va, rkey, len)) = reth {
             if !qp.rwe
@@ -333,9 +348,20 @@ pub(super) fn packet(core: &mut Core, qpn: u32, opcode: u8, rest: &[u8]) -> Outc
             }
             return rnr(core, qpn);
         }
-        if let Err(syndrome) = write_data(core, qpn, rest, last) {
-            clear_write(core, qpn);
-            return Outcome::Nak(syndrome);
+        match write_data(core, qpn, rest, last) {
+            Ok(()) => {}
+            Err(Landing::NotPresent)
+                if super::page_fault::responder_write(core, qpn, first, rest.len()) =>
+            {
+                return rnr(core, qpn);
+            }
+            Err(refused) => {
+                clear_write(core, qpn);
+                return Outcome::Nak(match refused {
+                    Landing::Nak(syndrome) => syndrome,
+                    Landing::NotPresent => aeth::NAK_REMOTE_ACCESS,
+                });
+            }
         }
         if last {
             let total = core
@@ -354,7 +380,7 @@ pub(super) fn packet(core: &mut Core, qpn: u32, opcode: u8, rest: &[u8]) -> Outc
         }
         return Outcome::Done;
     }
-    if first {
+    if first && !kept_receive {
         let Some(recv) = take_receive(core, qpn) else {
             return rnr(core, qpn);
         };
@@ -362,7 +388,16 @@ pub(super) fn packet(core: &mut Core, qpn: u32, opcode: u8, rest: &[u8]) -> Outc
             qp.resp.recv = Some(recv);
         }
     }
-    if let Err(syndrome) = scatter(core, qpn, rest) {
+    if let Err(fault) = scatter(core, qpn, rest) {
+        if fault == Scattered::NotPresent
+            && super::page_fault::responder_receive(core, qpn, first, rest.len())
+        {
+            return rnr(core, qpn);
+        }
+        let syndrome = match fault {
+            Scattered::Error(syndrome) => syndrome,
+            Scattered::NotPresent => CqeSyndrome::LocalProtection,
+        };
         let index = core
             .res
             .qps
@@ -437,22 +472,55 @@ fn invalidate_rkey(core: &mut Core, qpn: u32, rkey: u32) -> Result<(), KeyFault>
     Ok(())
 }
 
+/// The outcome of a request in sequence while QP `qpn`'s responder has a page fault: an RNR
+/// NAK while it waits for PAGE_FAULT_RESUME; after a resume with an error, the refusal of the
+/// faulted access (a WRITE's remote access NAK; a SEND's local protection error on its receive
+/// WQE and an invalid request NAK), which takes the QP to error. `None` without a fault.
+fn faulted(core: &mut Core, qpn: u32) -> Option<Outcome> {
+    let (failed, rdma) = super::page_fault::responder_gate(core, qpn)?;
+    if !failed {
+        return Some(rnr(core, qpn));
+    }
+    if rdma {
+        clear_write(core, qpn);
+        return Some(Outcome::Nak(aeth::NAK_REMOTE_ACCESS));
+    }
+    let index = core
+        .res
+        .qps
+        .get_mut(qpn)
+        .and_then(|qp| qp.resp.recv.take())
+        .map_or(0, |r| r.index);
+    responder_error(core, qpn, index, CqeSyndrome::LocalProtection);
+    Some(Outcome::Nak(aeth::NAK_INVALID_REQUEST))
+}
+
 /// The RNR NAK of `qpn`: its RNR timer code in the syndrome's low five bits.
 fn rnr(core: &Core, qpn: u32) -> Outcome {
     let timer = core.res.qps.get(qpn).map_or(0, |qp| qp.min_rnr_nak & 0x1f);
     Outcome::Nak(aeth::RNR_NAK | timer)
 }
 
+/// Why a WRITE packet's data did not land.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Landing {
+    /// Refused with this NAK syndrome.
+    Nak(u8),
+    /// A page behind the rkey is not present (a page fault where they are reported).
+    NotPresent,
+}
+
 /// Lands `data` of the WRITE in progress through its rkey; on `last` the bytes must add up
 /// to the RETH length.
-fn write_data(core: &mut Core, qpn: u32, data: &[u8], last: bool) -> Result<(), u8> {
-    let qp = core.res.qps.get(qpn).ok_or(aeth::NAK_INVALID_REQUEST)?;
-    let w = qp.resp.write.ok_or(aeth::NAK_INVALID_REQUEST)?;
+fn write_data(core: &mut Core, qpn: u32, data: &[u8], last: bool) -> Result<(), Landing> {
+    let invalid = Landing::Nak(aeth::NAK_INVALID_REQUEST);
+    let qp = core.res.qps.get(qpn).ok_or(invalid)?;
+    let w = qp.resp.write.ok_or(invalid)?;
     let len = data.len() as u32;
     // The peer chose `total` (the RETH length, up to 2^32 - 1): add without wrapping.
-    let landed = w.done.checked_add(len).ok_or(aeth::NAK_INVALID_REQUEST)?;
+    let landed = w.done.checked_add(len).ok_or(invalid)?;
     if landed > w.total || (last && landed != w.total) {
-        return Err(aeth::NAK_INVALID_REQUEST);
+        return Err(invalid);
     }
     if len > 0 {
         translate_remote(
@@ -467,7 +535,10 @@ fn write_data(core: &mut Core, qpn: u32, data: &[u8], last: bool) -> Result<(), 
                     .map_err(|_| KeyFault::Bounds)
             },
         )
-        .map_err(|_| aeth::NAK_REMOTE_ACCESS)?;
+        .map_err(|fault| match fault {
+            KeyFault::NotPresent => Landing::NotPresent,
+            _ => Landing::Nak(aeth::NAK_REMOTE_ACCESS),
+        })?;
     }
     if let Some(w) = core
         .res

@@ -117,8 +117,24 @@ pub(super) fn take_receive(core: &mut Core, qpn: u32) -> Option<ReceiveInProgres
     }
 }
 
+/// Why a SEND packet did not scatter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Scattered {
+    /// The receive fails with this syndrome.
+    Error(CqeSyndrome),
+    /// A page behind a key is not present (a page fault where they are reported); the bytes
+    /// the receive holds are as before the packet.
+    NotPresent,
+}
+
+impl From<CqeSyndrome> for Scattered {
+    fn from(syndrome: CqeSyndrome) -> Self {
+        Scattered::Error(syndrome)
+    }
+}
+
 /// Scatters `data` into the receive WQE in progress, after the bytes it already holds.
-pub(super) fn scatter(core: &mut Core, qpn: u32, data: &[u8]) -> Result<(), CqeSyndrome> {
+pub(super) fn scatter(core: &mut Core, qpn: u32, data: &[u8]) -> Result<(), Scattered> {
     let qp = core.res.qps.get(qpn).ok_or(CqeSyndrome::LocalQpOperation)?;
     let recv = qp.resp.recv.ok_or(CqeSyndrome::LocalQpOperation)?;
     let mut wqe = [0u8; MAX_RECEIVE_WQE];
@@ -154,12 +170,15 @@ pub(super) fn scatter(core: &mut Core, qpn: u32, data: &[u8]) -> Result<(), CqeS
                     .map_err(|_| KeyFault::Bounds)
             },
         )
-        .map_err(|_| CqeSyndrome::LocalProtection)?;
+        .map_err(|fault| match fault {
+            KeyFault::NotPresent => Scattered::NotPresent,
+            _ => Scattered::Error(CqeSyndrome::LocalProtection),
+        })?;
         left = later;
         skip = 0;
     }
     if !left.is_empty() {
-        return Err(CqeSyndrome::LocalLength);
+        return Err(CqeSyndrome::LocalLength.into());
     }
     if let Some(r) = core
         .res
