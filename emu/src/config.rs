@@ -68,10 +68,9 @@ pub struct EmuConfig {
     /// RDMA WRITE caps, with RoCE): a memory key loaded by UMR then takes its MTT entries'
     /// read and write bits as present bits, and an access through an entry without the bit
     /// it needs is a page fault, reported on the EQ subscribed to page faults and resumed by
-    /// PAGE_FAULT_RESUME (`engine::rc::page_fault`). The served functions (the QEMU rig's)
-    /// report it, as a ConnectX-6 Dx does; off by default, a device without `pg` (Linux's
-    /// mlx5_ib then writes bare page addresses), which the checked-in command traces were
-    /// recorded against.
+    /// PAGE_FAULT_RESUME (`engine::rc::page_fault`). On by default, as a ConnectX-6 Dx
+    /// reports it; off, a device without `pg` (Linux's mlx5_ib then writes bare page
+    /// addresses).
     pub odp: bool,
     /// Record every command the function executes, with its decoded input, status and
     /// syndrome (see [`crate::trace`]). `None` (default): no trace, and no cost beyond one
@@ -100,7 +99,7 @@ impl Default for EmuConfig {
             lso: true,
             striding_rq: true,
             roce: true,
-            odp: false,
+            odp: true,
             command_trace: None,
         }
     }
