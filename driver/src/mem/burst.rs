@@ -5,8 +5,9 @@
 //! themselves. Packets leave a burst as [`Mbuf`]s when they are wanted one by one; dropping or
 //! clearing a burst returns its buffers to their pool in one exchange.
 
-use super::buffer::{BufferChain, Mbuf, PoolShared};
+use super::buffer::{BufferChain, PoolShared};
 use super::flags::OffloadFlags;
+use super::mbuf::Mbuf;
 use super::pool::Mempool;
 use crate::error::DriverError;
 use crate::ring::MAX_BURST;
@@ -45,7 +46,7 @@ impl BurstEntry {
     /// The packet as an [`Mbuf`] of `pool` (taking over the burst's reference to the buffer).
     #[inline]
     pub(crate) fn into_mbuf(self, pool: &Arc<PoolShared>) -> Mbuf {
-        pool.adopt_part(self.index, self.data_off, self.len, self.flags)
+        Mbuf::adopt_part(pool, self.index, self.data_off, self.len, self.flags)
     }
 }
 
@@ -238,7 +239,7 @@ impl PacketBurst {
         out.extend(
             self.entries
                 .drain(..)
-                .map(|e| pool.adopt_part(e.index, e.data_off, e.len, e.flags)),
+                .map(|e| Mbuf::adopt_part(pool, e.index, e.data_off, e.len, e.flags)),
         );
     }
 

@@ -5,12 +5,14 @@
 mod buffer;
 mod burst;
 mod flags;
+mod mbuf;
 mod pool;
 mod quarantine;
 
-pub use buffer::{Mbuf, HEADROOM};
+pub use buffer::HEADROOM;
 pub use burst::{BurstPacket, PacketBurst};
 pub use flags::OffloadFlags;
+pub use mbuf::Mbuf;
 pub use pool::Mempool;
 
 pub(crate) use buffer::{BufferChain, PoolShared, RING_HOLD};

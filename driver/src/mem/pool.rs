@@ -1,8 +1,9 @@
 //! A [`Mempool`]: fixed-size buffers carved from one DMA region and registered as one memory
 //! key (MTT). Taking and returning buffers is lock-free and does not allocate.
 
-use super::buffer::{Mbuf, PoolMemory, PoolShared, BULK, HEADROOM, NIL, RING_HOLD};
+use super::buffer::{PoolMemory, PoolShared, BULK, HEADROOM, NIL, RING_HOLD};
 use super::flags::OffloadFlags;
+use super::mbuf::Mbuf;
 use crate::error::DriverError;
 use cxdirect_dma::{DmaBufMapping, DmaRegion, Iommu, IovaAllocator, PageKind};
 #[cfg(loom)]
@@ -212,10 +213,10 @@ impl Mempool {
     /// bytes (at most [`Mempool::data_room`]) with `flags`.
     #[inline]
     pub(crate) fn adopt(&self, index: u32, len: u32, flags: OffloadFlags) -> Mbuf {
-        self.shared.adopt(index, len, flags)
+        Mbuf::adopt(&self.shared, index, len, flags)
     }
 
-    /// Part of the shared buffer at `index`: see [`PoolShared::adopt_part`].
+    /// Part of the shared buffer at `index`: see [`Mbuf::adopt_part`].
     #[inline]
     pub(crate) fn adopt_part(
         &self,
@@ -224,7 +225,7 @@ impl Mempool {
         len: u32,
         flags: OffloadFlags,
     ) -> Mbuf {
-        self.shared.adopt_part(index, offset, len, flags)
+        Mbuf::adopt_part(&self.shared, index, offset, len, flags)
     }
 
     /// Returns the buffer at `index`, taken by [`Mempool::take_each`], to the pool unused.

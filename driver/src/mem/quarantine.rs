@@ -1,6 +1,6 @@
 //! What the device may still touch after a queue handle is dropped.
 
-use super::buffer::Mbuf;
+use super::mbuf::Mbuf;
 use cxdirect_dma::DmaRegion;
 use std::sync::{Arc, Mutex};
 

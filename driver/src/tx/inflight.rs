@@ -194,7 +194,12 @@ impl InFlight {
     pub(crate) fn take_all(&mut self) -> Vec<Mbuf> {
         let mut taken = Vec::new();
         let adopt = |pools: &[Arc<PoolShared>], kept: u64| {
-            pools[(kept >> 32) as usize].adopt(kept as u32, 0, OffloadFlags::default())
+            Mbuf::adopt(
+                &pools[(kept >> 32) as usize],
+                kept as u32,
+                0,
+                OffloadFlags::default(),
+            )
         };
         for (entry, whole) in self.slots.iter_mut().zip(self.whole.iter_mut()) {
             match std::mem::replace(entry, EMPTY) {

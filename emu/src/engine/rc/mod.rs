@@ -43,6 +43,34 @@ pub(crate) use requester::doorbell;
 pub(crate) use responder::receive;
 pub(crate) use retransmit::{next_deadline, run_timers};
 
+/// PAGE_FAULT_RESUME ([`page_fault::resume`]): a requester's send queue, stopped at the
+/// faulting WQE, goes on, or (resumed with an error) that WQE completes with a local
+/// protection error and the QP fails.
+pub(crate) fn resume_page_fault(
+    core: &mut Core,
+    pf_type: u8,
+    wq: u32,
+    token: u32,
+    error: bool,
+) -> Result<(), page_fault::ResumeError> {
+    let Some(fault) = page_fault::resume(core, pf_type, wq, token, error)? else {
+        return Ok(());
+    };
+    if error {
+        requester::consume_failed(core, wq, fault.index);
+        completion::fail_in_order(
+            core,
+            wq,
+            fault.index,
+            fault.opcode,
+            cxdirect_hw::cqe::CqeSyndrome::LocalProtection,
+        );
+    } else {
+        requester::resume(core, wq);
+    }
+    Ok(())
+}
+
 /// Adds one to `counter` of the Q counter set QP `qpn` names (`counter_set_id`), if any.
 fn count(core: &mut Core, qpn: u32, counter: fn(&mut RcQCounters) -> &mut u32) {
     let Some(id) = core.res.qps.get(qpn).map(|qp| qp.counter_set) else {

@@ -25,12 +25,10 @@
 //! READ requests and responses, atomics, receives from an SRQ, and UC and XRC QPs are not
 //! resolved (the ODP capability page reports none of them): their faults are access errors.
 
-use super::completion::fail_in_order;
 use super::packet::PSN_MASK;
 use crate::engine::eq;
 use crate::function::Core;
 use crate::objects::rc::{RcReceive, RequesterFault, ResponderFault};
-use cxdirect_hw::cqe::CqeSyndrome;
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::odp::{
     pfault_flags, pfault_subtype, wqe_pf_type, EqePageFaultRdma, EqePageFaultWqe,
@@ -172,13 +170,15 @@ pub(super) fn responder_gate(core: &mut Core, qpn: u32) -> Option<(bool, bool)> 
 
 /// PAGE_FAULT_RESUME as mlx5_ib's `mlx5_ib_page_fault_resume` sends it: `pf_type` and `token`
 /// as the event reported them, `wq` the QP (an RDMA fault's token, a WQE fault's `wq_num`).
+/// A responder's fault is resumed here (`Ok(None)`); a requester's is taken off its QP and
+/// returned, for its send queue to go on or fail.
 pub(crate) fn resume(
     core: &mut Core,
     pf_type: u8,
     wq: u32,
     token: u32,
     error: bool,
-) -> Result<(), ResumeError> {
+) -> Result<Option<RequesterFault>, ResumeError> {
     let qp = core.res.qps.get_mut(wq).ok_or(ResumeError::NoQueue)?;
     if token != wq {
         return Err(ResumeError::NotFaulted);
@@ -194,28 +194,17 @@ pub(crate) fn resume(
                 } else {
                     qp.resp.page_fault = None;
                 }
-                Ok(())
+                Ok(None)
             }
             _ => Err(ResumeError::NotFaulted),
         }
     } else {
+        // The requester's fault: the caller resumes or fails its send queue (`super::resume_page_fault`).
         let fault = match qp.req.page_fault {
             Some(f) if f.pf_type == pf_type => f,
             _ => return Err(ResumeError::NotFaulted),
         };
         qp.req.page_fault = None;
-        if error {
-            super::requester::consume_failed(core, wq, fault.index);
-            fail_in_order(
-                core,
-                wq,
-                fault.index,
-                fault.opcode,
-                CqeSyndrome::LocalProtection,
-            );
-        } else {
-            super::requester::resume(core, wq);
-        }
-        Ok(())
+        Ok(Some(fault))
     }
 }
