@@ -1,0 +1,536 @@
+//! The receiving side: one port serving an IPv4 address (ARP and ICMP echo on its plain queue,
+//! [`PortAddress`]), a split receive queue that TCP to the listening port is steered to
+//! (headers into host memory, payload into the dmabuf), a [`TcpReceiver`] for one connection,
+//! and a send queue for its SYN-ACK and ACKs.
+//!
+//! The handshake is taken on the split queue: the header buffer is `header_bytes` (74 by
+//! default), which holds a Linux SYN's headers whole (MSS, SACK permitted, timestamps, window
+//! scale: 74 bytes over IPv4), so all of it is agreed; each data segment (66 bytes of headers
+//! with timestamps) then leaves 8 payload bytes in host memory, handed out as linear bytes
+//! (`docs/devmem-tcp.md` §2, §3). The payload in the dmabuf is read by the CPU only to check it
+//! against the pattern (`-v`), counted apart from delivery, which copies none of it.
+
+use super::pattern::Checker;
+use crate::dmabuf::Imported;
+use crate::rdma::port_address::{self, PortAddress};
+use cxdirect::devmem_tcp::{
+    parse_split, write_reply, Endpoints, Event, FrameTail, Outcome, Reply, RxConfig, RxStats,
+    TcpReceiver, TcpState, MAX_REPLY_FRAME,
+};
+use cxdirect::{
+    Backend, Device, FlowMatch, FlowProtocol, IpVersion, Mbuf, Mempool, Options, PayloadToken,
+    Port, PortConfig, Queues, SplitPacket, SplitRxConfig, SplitRxQueue, Started, TxQueue,
+};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Split packets taken per burst.
+const BURST: usize = 32;
+
+/// How long the last ACK of our FIN is waited for before the connection counts as done.
+const LAST_ACK_WAIT: Duration = Duration::from_millis(500);
+
+/// The MSS we announce: a 1500-byte MTU less IPv4 and TCP fixed headers.
+const MSS: u16 = 1460;
+
+/// Our window scale shift: windows up to 2^30 bytes.
+const WINDOW_SCALE: u8 = 14;
+
+/// The receiving side's shape.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The IPv4 address served (ARP, ICMP echo, TCP).
+    pub ip: Ipv4Addr,
+    /// The TCP port listened on.
+    pub port: u16,
+    /// The split point: frame bytes into host memory, 14..=1024 (74: a Linux SYN whole).
+    pub header_bytes: u32,
+    /// Bytes of one payload buffer in the dmabuf (a multiple of 64, at least 1536).
+    pub payload_bytes: u32,
+    /// Receive WQEs of the split queue (a power of two).
+    pub ring: u32,
+    /// The pattern's modulus to check the payload against (ncdevmem's `-v`), or none.
+    pub validate: Option<u8>,
+}
+
+/// What the receiving side counted.
+#[derive(Debug, Clone, Default)]
+pub struct ServerCounts {
+    /// Stream bytes delivered in order (fragments and linear bytes).
+    pub bytes: u64,
+    /// Of them, bytes in host memory (the header buffer's tail).
+    pub linear_bytes: u64,
+    /// Of them, bytes in dmabuf fragments.
+    pub fragment_bytes: u64,
+    /// Frames taken from the split queue.
+    pub segments: u64,
+    /// Segments whose payload had all been received before (the peer retransmitted).
+    pub duplicates: u64,
+    /// Segments kept out of order.
+    pub out_of_order: u64,
+    /// Frames the parser refused (not TCP, headers past the split, lengths wrong).
+    pub unparsed: u64,
+    /// Segments of another peer than the connection's.
+    pub foreign: u64,
+    /// Replies (SYN-ACK, ACK, FIN) sent.
+    pub replies: u64,
+    /// Replies the send ring could not take (dropped; ACKs are cumulative).
+    pub replies_dropped: u64,
+    /// Dmabuf bytes the CPU read to check the pattern (not delivery).
+    pub validation_read_bytes: u64,
+    /// Dmabuf payload bytes the CPU copied to deliver them: always 0, fragments are handed
+    /// out as (offset, length, token).
+    pub cpu_payload_copied: u64,
+}
+
+/// The receiving side of one connection.
+pub struct Server<B: Backend> {
+    cfg: ServerConfig,
+    port: Option<Port<B>>,
+    address: PortAddress<B>,
+    split: SplitRxQueue<B>,
+    tx: TxQueue<B>,
+    pool: Mempool,
+    memory: Imported,
+    rx: TcpReceiver,
+    local_mac: [u8; 6],
+    ends: Option<Endpoints>,
+    queue_tokens: Vec<Option<PayloadToken>>,
+    app_tokens: Vec<u32>,
+    checker: Option<Checker>,
+    counts: ServerCounts,
+    epoch: Instant,
+    first_data: Option<Instant>,
+    last_data: Option<Instant>,
+    fin_sent: Option<Instant>,
+    packets: Vec<SplitPacket>,
+    replies: Vec<Mbuf>,
+    error: Option<String>,
+}
+
+impl<B: Backend> Server<B> {
+    /// Brings `backend` up, starts its port, serves `cfg.ip` and listens on `cfg.port` with the
+    /// payload landing in `memory` (which the device maps through the port's IOMMU).
+    ///
+    /// # Errors
+    ///
+    /// A bring-up, port, queue, steering or receiver step failed (the message names it).
+    pub fn open(
+        backend: B,
+        cfg: ServerConfig,
+        import: impl FnOnce(&Device<B>) -> Result<Imported, String>,
+    ) -> Result<Self, String> {
+        let name = backend.name();
+        let dev = Device::bring_up(backend, Options::default())
+            .map_err(|e| format!("{name}: bring-up failed: {e}"))?;
+        let memory = import(&dev)?;
+        let local_mac = dev.info().mac;
+        let Started {
+            mut port,
+            queues: Queues { mut tx, rx },
+        } = Port::start(
+            dev,
+            PortConfig {
+                tx_queues: 2,
+                // An ACK per segment of a burst, and room for the ones in flight.
+                ring_size: 256,
+                pool_buffers: 1024,
+                ..port_address::port_config()
+            },
+        )
+        .map_err(|e| format!("{name}: port start failed: {e}"))?;
+        let reply_tx = tx.pop().ok_or("no send queue for the replies")?;
+        let address = PortAddress::serve(&mut port, Queues { tx, rx }, cfg.ip)?;
+        let buffers = (memory.mapping.len() / cfg.payload_bytes as usize) as u32;
+        let split = port
+            .create_split_rx(&SplitRxConfig {
+                ring_size: cfg.ring,
+                header_bytes: cfg.header_bytes,
+                header_buffers: cfg.ring * 2,
+                payload_memory: Arc::clone(&memory.mapping),
+                payload_bytes: cfg.payload_bytes,
+            })
+            .map_err(|e| format!("{name}: split queue: {e}"))?;
+        port.steer(
+            FlowMatch {
+                ip: IpVersion::V4,
+                protocol: FlowProtocol::Tcp,
+                dst_addr: Some(IpAddr::V4(cfg.ip)),
+                src_addr: None,
+                dst_port: Some(cfg.port),
+                src_port: None,
+            },
+            split.rqn(),
+        )
+        .map_err(|e| format!("{name}: steering tcp:{} to the split queue: {e}", cfg.port))?;
+        let rx = TcpReceiver::new(RxConfig {
+            buffers,
+            buffer_bytes: cfg.payload_bytes,
+            ooo_segments: cfg.ring.min(1024) as u16,
+            mss: MSS,
+            window_scale: WINDOW_SCALE,
+            iss: 0x1000_0000 ^ u32::from(cfg.port),
+        })
+        .map_err(|e| format!("receiver: {e}"))?;
+        println!(
+            "listening: {}:{} on {name} mac={} split at {} bytes, {buffers} payload buffers of {} bytes ({} exporter), ring {}",
+            cfg.ip,
+            cfg.port,
+            mac_text(&local_mac),
+            cfg.header_bytes,
+            cfg.payload_bytes,
+            memory.mapping.dmabuf().exporter(),
+            cfg.ring
+        );
+        Ok(Self {
+            checker: cfg.validate.map(Checker::new),
+            pool: port.pool().clone(),
+            port: Some(port),
+            address,
+            split,
+            tx: reply_tx,
+            memory,
+            rx,
+            local_mac,
+            ends: None,
+            queue_tokens: vec![None; buffers as usize],
+            app_tokens: Vec::with_capacity(BURST * 2),
+            counts: ServerCounts::default(),
+            epoch: Instant::now(),
+            first_data: None,
+            last_data: None,
+            fin_sent: None,
+            packets: Vec::with_capacity(BURST),
+            replies: Vec::with_capacity(BURST * 4),
+            error: None,
+            cfg,
+        })
+    }
+
+    /// One turn at `now`: ARP and ICMP served, split frames taken through the receiver, the
+    /// application's fragments checked and their tokens given back, replies sent.
+    ///
+    /// # Errors
+    ///
+    /// The plain queue failed, or the split queue stopped (an error completion).
+    pub fn turn(&mut self, now: Instant) -> Result<(), String> {
+        self.address.turn(now)?;
+        while self.split.rx_burst(&mut self.packets, BURST) > 0 {
+            let packets = std::mem::take(&mut self.packets);
+            for pkt in &packets {
+                self.take(pkt);
+            }
+            self.packets = packets;
+            self.packets.clear();
+            self.return_tokens();
+            self.flush();
+        }
+        if self.split.in_error() {
+            return Err(format!(
+                "split queue stopped: syndrome {:#x}",
+                self.split.stats().last_error_syndrome
+            ));
+        }
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// True once the peer's FIN came after all its data and our FIN was acknowledged (or went
+    /// unanswered for half a second), or the connection was reset.
+    pub fn done(&self, now: Instant) -> bool {
+        match self.rx.state() {
+            TcpState::Closed => self.ends.is_some(),
+            TcpState::LastAck => self
+                .fin_sent
+                .is_some_and(|t| now.duration_since(t) > LAST_ACK_WAIT),
+            _ => false,
+        }
+    }
+
+    /// True once a connection was accepted.
+    pub fn connected(&self) -> bool {
+        self.ends.is_some()
+    }
+
+    /// What was counted so far.
+    pub fn counts(&self) -> &ServerCounts {
+        &self.counts
+    }
+
+    /// The receiver's counters.
+    pub fn rx_stats(&self) -> RxStats {
+        self.rx.stats()
+    }
+
+    /// The pattern check, when one runs.
+    pub fn checker(&self) -> Option<&Checker> {
+        self.checker.as_ref()
+    }
+
+    /// Seconds from the first payload byte to the last.
+    pub fn data_seconds(&self) -> f64 {
+        match (self.first_data, self.last_data) {
+            (Some(a), Some(z)) => z.duration_since(a).as_secs_f64(),
+            _ => 0.0,
+        }
+    }
+
+    /// The address's report line.
+    pub fn describe_address(&self) -> String {
+        self.address.describe()
+    }
+
+    /// Payload tokens the application holds (0 once every fragment went back).
+    pub fn tokens_lent(&self) -> u32 {
+        self.rx.tokens_lent()
+    }
+
+    /// Closes the port (the flow rule, the split queue and its keys, the address's queues).
+    ///
+    /// # Errors
+    ///
+    /// A destroy command failed.
+    pub fn close(mut self) -> Result<(), String> {
+        let port = self.port.take().ok_or("already closed")?;
+        drop(self.split);
+        drop(self.tx);
+        drop(self.address);
+        port.close()
+            .and_then(|d| d.teardown())
+            .map_err(|e| format!("receiver: close failed: {e}"))?;
+        drop(self.memory);
+        Ok(())
+    }
+
+    /// One split frame through the parser and the receiver.
+    fn take(&mut self, pkt: &SplitPacket) {
+        self.counts.segments += 1;
+        let mut hdr = [0u8; 1024];
+        let n = pkt.header.read(0, &mut hdr);
+        let tail = pkt.payload.map(|t| FrameTail {
+            buffer: t.buffer(),
+            offset: t.offset(),
+            len: t.len(),
+        });
+        if let Some(t) = pkt.payload {
+            if let Some(slot) = self.queue_tokens.get_mut(t.buffer() as usize) {
+                *slot = Some(t);
+            }
+        }
+        let ok = pkt.header.flags.rx_ip_csum_good && pkt.header.flags.rx_l4_csum_good;
+        let parsed = match parse_split(&hdr[..n], tail, ok) {
+            Ok(p) => p,
+            Err(_) => {
+                self.counts.unparsed += 1;
+                self.release_tail(pkt);
+                return;
+            }
+        };
+        match &self.ends {
+            None if parsed.segment.flags.0 & 0x02 != 0 && n >= 12 => {
+                let mut peer_mac = [0u8; 6];
+                peer_mac.copy_from_slice(&hdr[6..12]);
+                println!(
+                    "connection: from {}:{} mac={}",
+                    parsed.src,
+                    parsed.src_port,
+                    mac_text(&peer_mac)
+                );
+                self.ends = Some(Endpoints {
+                    local_mac: self.local_mac,
+                    peer_mac,
+                    local_ip: IpAddr::V4(self.cfg.ip),
+                    peer_ip: parsed.src,
+                    local_port: self.cfg.port,
+                    peer_port: parsed.src_port,
+                });
+            }
+            None => {
+                self.counts.foreign += 1;
+                self.release_tail(pkt);
+                return;
+            }
+            Some(e) if e.peer_ip != parsed.src || e.peer_port != parsed.src_port => {
+                self.counts.foreign += 1;
+                self.release_tail(pkt);
+                return;
+            }
+            Some(_) => {}
+        }
+        let h = parsed.headers_len;
+        let mut events = Vec::new();
+        let verdict = match self.rx.on_segment(&parsed.segment, &mut |e| events.push(e)) {
+            Ok(v) => v,
+            Err(e) => {
+                self.error
+                    .get_or_insert(format!("receiver refused a segment: {e}"));
+                self.release_tail(pkt);
+                return;
+            }
+        };
+        match verdict.outcome {
+            Outcome::Duplicate => self.counts.duplicates += 1,
+            Outcome::OutOfOrder => self.counts.out_of_order += 1,
+            _ => {}
+        }
+        for e in events {
+            self.event(e, &hdr[..n], h);
+        }
+        if let Some(r) = verdict.reply {
+            self.reply(&r);
+        }
+    }
+
+    /// Gives a frame's payload buffer straight back to the queue (a frame the receiver never
+    /// saw).
+    fn release_tail(&mut self, pkt: &SplitPacket) {
+        if let Some(t) = pkt.payload {
+            if let Some(slot) = self.queue_tokens.get_mut(t.buffer() as usize) {
+                *slot = None;
+            }
+            if let Err(e) = self.split.give_back(&[t]) {
+                self.error
+                    .get_or_insert(format!("split queue refused a token: {e}"));
+            }
+        }
+    }
+
+    fn event(&mut self, e: Event, hdr: &[u8], h: usize) {
+        match e {
+            Event::Fragment {
+                offset, len, token, ..
+            } => {
+                self.delivered(u64::from(len));
+                self.counts.fragment_bytes += u64::from(len);
+                if let Some(c) = &mut self.checker {
+                    // The CPU reads the dmabuf here only to check what the device wrote.
+                    let mut bytes = vec![0u8; len as usize];
+                    match self.memory.read(offset as usize, &mut bytes) {
+                        Ok(()) => c.check(&bytes),
+                        Err(e) => {
+                            self.error
+                                .get_or_insert(format!("reading the dmabuf to check it: {e}"));
+                        }
+                    }
+                    self.counts.validation_read_bytes += u64::from(len);
+                }
+                self.app_tokens.push(token);
+            }
+            Event::Linear { skip, len, .. } => {
+                self.delivered(u64::from(len));
+                self.counts.linear_bytes += u64::from(len);
+                let from = h + skip as usize;
+                if let (Some(c), Some(bytes)) =
+                    (&mut self.checker, hdr.get(from..from + len as usize))
+                {
+                    c.check(bytes);
+                }
+            }
+            Event::Release { buffer } => {
+                let token = self
+                    .queue_tokens
+                    .get_mut(buffer as usize)
+                    .and_then(Option::take);
+                match token {
+                    Some(t) => {
+                        if let Err(e) = self.split.give_back(&[t]) {
+                            self.error
+                                .get_or_insert(format!("split queue refused a token: {e}"));
+                        }
+                    }
+                    None => {
+                        self.error
+                            .get_or_insert(format!("released buffer {buffer} was never lent"));
+                    }
+                }
+            }
+            Event::Fin => {
+                println!("fin: after {} bytes; closing our side", self.counts.bytes);
+                if let Some(r) = self.rx.close() {
+                    self.fin_sent = Some(Instant::now());
+                    self.reply(&r);
+                }
+            }
+            Event::Reset => println!("reset: by the peer after {} bytes", self.counts.bytes),
+        }
+    }
+
+    fn delivered(&mut self, len: u64) {
+        let now = Instant::now();
+        self.first_data.get_or_insert(now);
+        self.last_data = Some(now);
+        self.counts.bytes += len;
+    }
+
+    /// The application is done with its fragments: their tokens go back, and their buffers
+    /// to the device; an ACK tells the peer the window opened.
+    fn return_tokens(&mut self) {
+        if self.app_tokens.is_empty() {
+            return;
+        }
+        let tokens = std::mem::take(&mut self.app_tokens);
+        let mut events = Vec::new();
+        for &t in &tokens {
+            if let Err(e) = self.rx.give_back(t, 1, &mut |e| events.push(e)) {
+                self.error
+                    .get_or_insert(format!("receiver refused token {t}: {e}"));
+            }
+        }
+        for e in events {
+            self.event(e, &[], 0);
+        }
+        self.app_tokens = tokens;
+        self.app_tokens.clear();
+        if let Some(r) = self.rx.ack() {
+            self.reply(&r);
+        }
+    }
+
+    fn reply(&mut self, r: &Reply) {
+        let Some(ends) = &self.ends else { return };
+        let mut frame = [0u8; MAX_REPLY_FRAME];
+        // TSval: milliseconds since the server started (RFC 7323 allows any monotonic clock).
+        let tsval = self.epoch.elapsed().as_millis() as u32;
+        let n = match write_reply(r, ends, tsval, &mut frame) {
+            Ok(n) => n,
+            Err(e) => {
+                self.error.get_or_insert(format!("writing a reply: {e}"));
+                return;
+            }
+        };
+        let Some(mut m) = self.pool.alloc() else {
+            self.counts.replies_dropped += 1;
+            return;
+        };
+        if m.set_data(&frame[..n]).is_err() {
+            self.counts.replies_dropped += 1;
+            return;
+        }
+        self.replies.push(m);
+        self.counts.replies += 1;
+    }
+
+    /// Sends the replies queued; what the ring cannot take now is dropped (ACKs are
+    /// cumulative, the peer's timers cover a lost SYN-ACK or FIN).
+    fn flush(&mut self) {
+        for _ in 0..4 {
+            if self.replies.is_empty() {
+                return;
+            }
+            self.tx.tx_burst(&mut self.replies);
+        }
+        self.counts.replies_dropped += self.replies.len() as u64;
+        self.replies.clear();
+    }
+}
+
+/// `aa:bb:cc:dd:ee:ff`.
+pub fn mac_text(mac: &[u8; 6]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
