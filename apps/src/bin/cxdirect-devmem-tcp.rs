@@ -45,12 +45,13 @@ struct Cli {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_HEADER_BYTES, value_parser = clap::value_parser!(u32).range(14..=1024), help_heading = TRAFFIC)]
     header_bytes: u32,
     /// Receive WQEs of the split queue (a power of two, 64..=32768)
-    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = parse_ring, help_heading = TRAFFIC)]
+    #[arg(long, value_name = "N", default_value_t = 4096, value_parser = parse_ring, help_heading = TRAFFIC)]
     ring: u32,
     /// Check the payload against ncdevmem's pattern with this modulus (2..=255), as its -v
     #[arg(short = 'v', long = "validate", value_name = "N", value_parser = clap::value_parser!(u8).range(2..), help_heading = RUN)]
     validate: Option<u8>,
-    /// Stream bytes the self-test sends (emu-pair; default 4 MiB), or expects (a PCI function)
+    /// Stream bytes the self-test sends (emu-pair; default 4 MiB), or expects (a PCI function):
+    /// once they arrived, the receiver closes its side
     #[arg(long, value_name = "N", value_parser = cli::at_least_one(), help_heading = TRAFFIC)]
     bytes: Option<u64>,
     /// Seconds the run may take

@@ -148,6 +148,11 @@ pub fn run<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<Report, Str
             payload_bytes: PAYLOAD_BUFFER,
             ring: s.ring,
             validate: s.validate,
+            expect: if backends.is_empty() {
+                s.bytes
+            } else {
+                Some(s.bytes.unwrap_or(SELF_TEST_BYTES))
+            },
         },
         |dev| import(dev, s),
     )?;

@@ -52,6 +52,9 @@ pub struct ServerConfig {
     pub ring: u32,
     /// The pattern's modulus to check the payload against (ncdevmem's `-v`), or none.
     pub validate: Option<u8>,
+    /// Stream bytes expected: once they all arrived, we close our side (FIN) ourselves, so a
+    /// sender that never shuts its side down (a netcat waiting for the other end) finishes.
+    pub expect: Option<u64>,
 }
 
 /// What the receiving side counted.
@@ -226,6 +229,20 @@ impl<B: Backend> Server<B> {
             self.return_tokens();
             self.flush();
         }
+        if self.fin_sent.is_none()
+            && self.rx.state() == TcpState::Established
+            && self.cfg.expect.is_some_and(|n| self.counts.bytes >= n)
+        {
+            println!(
+                "complete: {} bytes arrived; closing our side",
+                self.counts.bytes
+            );
+            if let Some(r) = self.rx.close() {
+                self.fin_sent = Some(now);
+                self.reply(&r);
+                self.flush();
+            }
+        }
         if self.split.in_error() {
             return Err(format!(
                 "split queue stopped: syndrome {:#x}",
@@ -238,12 +255,13 @@ impl<B: Backend> Server<B> {
         Ok(())
     }
 
-    /// True once the peer's FIN came after all its data and our FIN was acknowledged (or went
-    /// unanswered for half a second), or the connection was reset.
+    /// True once both sides closed (the peer's FIN after all its data, ours acknowledged), or
+    /// our FIN went out half a second ago (its ACK or the peer's FIN may be lost), or the
+    /// connection was reset.
     pub fn done(&self, now: Instant) -> bool {
         match self.rx.state() {
             TcpState::Closed => self.ends.is_some(),
-            TcpState::LastAck => self
+            TcpState::LastAck | TcpState::FinWait => self
                 .fin_sent
                 .is_some_and(|t| now.duration_since(t) > LAST_ACK_WAIT),
             _ => false,
