@@ -24,10 +24,11 @@ fn settings(header_bytes: u32) -> Settings {
         memory: "memfd".into(),
         size: 8 << 20,
         header_bytes,
-        ring: 256,
+        ring: 32768,
         validate: Some(7),
         bytes: Some(BYTES),
         timeout: Duration::from_secs(120),
+        sender_fin: true,
     }
 }
 
@@ -108,4 +109,15 @@ fn a_66_byte_split_puts_every_data_segment_exactly_at_its_headers() {
     assert_eq!(r.counts.linear_bytes, 0);
     assert_eq!(r.counts.fragment_bytes, BYTES);
     assert_eq!(r.rx.options_in_dmabuf, 1, "only the SYN");
+}
+
+#[test]
+fn a_sender_that_never_sends_fin_is_closed_by_the_receiver_once_the_bytes_arrived() {
+    // As a netcat that does not shut its side down at the end of its input.
+    let s = Settings {
+        sender_fin: false,
+        ..settings(DEFAULT_HEADER_BYTES)
+    };
+    let r = devmem_tcp::run(pair(Impairments::NONE), &s).unwrap();
+    every_byte_once_and_exact(&r);
 }

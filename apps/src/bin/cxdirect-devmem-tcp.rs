@@ -44,8 +44,8 @@ struct Cli {
     /// The split point: frame bytes into host memory (14..=1024; 74 holds a Linux SYN whole)
     #[arg(long, value_name = "N", default_value_t = DEFAULT_HEADER_BYTES, value_parser = clap::value_parser!(u32).range(14..=1024), help_heading = TRAFFIC)]
     header_bytes: u32,
-    /// Receive WQEs of the split queue (a power of two, 64..=32768)
-    #[arg(long, value_name = "N", default_value_t = 4096, value_parser = parse_ring, help_heading = TRAFFIC)]
+    /// Receive WQEs of the split queue at most (a power of two, 64..=32768): as many as payload buffers of 2 KiB fit, or larger buffers past it
+    #[arg(long, value_name = "N", default_value_t = 32768, value_parser = parse_ring, help_heading = TRAFFIC)]
     ring: u32,
     /// Check the payload against ncdevmem's pattern with this modulus (2..=255), as its -v
     #[arg(short = 'v', long = "validate", value_name = "N", value_parser = clap::value_parser!(u8).range(2..), help_heading = RUN)]
@@ -57,6 +57,9 @@ struct Cli {
     /// Seconds the run may take
     #[arg(long, value_name = "SECONDS", default_value_t = 300, help_heading = RUN)]
     timeout: u64,
+    /// emu-pair: the self-test sender sends no FIN (a netcat that never shuts its side); the receiver closes once --bytes arrived
+    #[arg(long, help_heading = RUN)]
+    sender_keeps_open: bool,
 }
 
 /// `--emit-pattern BYTES [-v N]`: the pattern to stdout, no device.
@@ -126,6 +129,7 @@ fn main() -> ExitCode {
         validate: c.validate,
         bytes: c.bytes,
         timeout: Duration::from_secs(c.timeout),
+        sender_fin: !c.sender_keeps_open,
     };
     cli::run_on_ports::<Cli>(&c.devices, &Program(settings))
 }

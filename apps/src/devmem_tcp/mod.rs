@@ -30,8 +30,21 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Bytes of one payload buffer: a 1500-byte-MTU segment's payload fits.
-pub const PAYLOAD_BUFFER: u32 = 2048;
+/// The smallest payload buffer: a 1500-byte-MTU segment's payload fits.
+pub const MIN_PAYLOAD_BUFFER: u32 = 2048;
+
+/// The split queue's shape for `size` bytes of dmabuf and at most `max_ring` WQEs: the ring
+/// and the payload buffer size, chosen so every buffer the receiver counts in its window can
+/// be posted at once (a ring as large as the buffers, up to `max_ring`; larger buffers when
+/// the memory holds more than that many of the smallest). Returns `(ring, payload_bytes)`.
+pub fn split_shape(size: u64, max_ring: u32) -> (u32, u32) {
+    let smallest = (size / u64::from(MIN_PAYLOAD_BUFFER)).clamp(2, u64::from(u32::MAX)) as u32;
+    // The largest power of two not above `smallest`.
+    let fit = 1u32 << (31 - smallest.leading_zeros());
+    let ring = fit.min(max_ring).max(2);
+    let bytes = (size / u64::from(ring)).min(65536) as u32 / 64 * 64;
+    (ring, bytes.max(MIN_PAYLOAD_BUFFER))
+}
 
 /// The default split point: a Linux SYN's 74 bytes of headers (IPv4, MSS, SACK permitted,
 /// timestamps, window scale), so the handshake is read whole on the split queue.
@@ -52,7 +65,7 @@ pub struct Settings {
     pub size: u64,
     /// The split point (14..=1024).
     pub header_bytes: u32,
-    /// Receive WQEs of the split queue (a power of two).
+    /// Receive WQEs of the split queue at most (a power of two): see [`split_shape`].
     pub ring: u32,
     /// ncdevmem's `-v`: the pattern's modulus, or no check.
     pub validate: Option<u8>,
@@ -60,6 +73,9 @@ pub struct Settings {
     pub bytes: Option<u64>,
     /// The run's time limit.
     pub timeout: Duration,
+    /// The self-test sender ends its stream with a FIN (false: it never shuts its side, and
+    /// the receiver closes once the bytes arrived).
+    pub sender_fin: bool,
 }
 
 /// Stream bytes the self-test sends when `--bytes` is not given.
@@ -139,14 +155,15 @@ fn import<B: Backend>(dev: &Device<B>, s: &Settings) -> Result<Imported, String>
 /// Opening, a queue, or closing failed (a stalled stream is a report, not an error).
 pub fn run<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<Report, String> {
     let rx_backend = backends.pop().ok_or("no device")?;
+    let (ring, payload_bytes) = split_shape(s.size, s.ring);
     let mut server = Server::open(
         rx_backend,
         ServerConfig {
             ip: s.address,
             port: s.listen,
             header_bytes: s.header_bytes,
-            payload_bytes: PAYLOAD_BUFFER,
-            ring: s.ring,
+            payload_bytes,
+            ring,
             validate: s.validate,
             expect: if backends.is_empty() {
                 s.bytes
@@ -170,6 +187,7 @@ pub fn run<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<Report, Str
                 s.listen,
                 total,
                 s.validate.unwrap_or(7),
+                s.sender_fin,
             )?)
         }
         None => None,
@@ -258,4 +276,23 @@ pub fn run<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<Report, Str
     }
     println!("{}", report.summary(s.validate.is_some()));
     outcome.map(|()| report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_shape;
+
+    #[test]
+    fn the_ring_holds_every_payload_buffer_up_to_its_limit() {
+        // 8 MiB: 4096 buffers of 2 KiB, all posted.
+        assert_eq!(split_shape(8 << 20, 32768), (4096, 2048));
+        // 256 MiB: 32768 buffers of 8 KiB.
+        assert_eq!(split_shape(256 << 20, 32768), (32768, 8192));
+        // A smaller ring limit: larger buffers.
+        assert_eq!(split_shape(64 << 20, 4096), (4096, 16384));
+        // Past 64 KiB buffers the ring cannot cover the memory: buffers stay 64 KiB.
+        assert_eq!(split_shape(1 << 32, 64), (64, 65536));
+        // 1 MiB: 512 buffers.
+        assert_eq!(split_shape(1 << 20, 32768), (512, 2048));
+    }
 }

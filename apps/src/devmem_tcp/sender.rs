@@ -62,6 +62,8 @@ pub struct Sender<B: Backend> {
     tx: TxQueue<B>,
     pool: Mempool,
     modulus: u8,
+    /// The last segment carries our FIN (false: as a netcat that never shuts its side).
+    fin: bool,
     me: End,
     peer: End,
     state: State,
@@ -92,7 +94,7 @@ pub struct Sender<B: Backend> {
 
 impl<B: Backend> Sender<B> {
     /// Brings `backend` up, serves `ip` on its port and prepares `total` stream bytes of the
-    /// pattern with modulus `modulus` for `peer_ip:peer_port`.
+    /// pattern with modulus `modulus` for `peer_ip:peer_port`, ending with a FIN when `fin`.
     ///
     /// # Errors
     ///
@@ -104,6 +106,7 @@ impl<B: Backend> Sender<B> {
         peer_port: u16,
         total: u64,
         modulus: u8,
+        fin: bool,
     ) -> Result<Self, String> {
         let name = backend.name();
         let dev = Device::bring_up(backend, Options::default())
@@ -147,6 +150,7 @@ impl<B: Backend> Sender<B> {
             rx: acks,
             tx: data_tx,
             modulus,
+            fin,
             me: End {
                 mac,
                 ip,
@@ -242,7 +246,7 @@ impl<B: Backend> Sender<B> {
         Ok(())
     }
 
-    /// True once every byte and the FIN were acknowledged and the receiver's FIN came (or did
+    /// True once every byte (and our FIN) was acknowledged and the receiver's FIN came (or did
     /// not within two seconds).
     pub fn done(&self) -> bool {
         self.state == State::Done
@@ -274,9 +278,9 @@ impl<B: Backend> Sender<B> {
         Ok(())
     }
 
-    /// The stream offset just past the FIN (total bytes + 1).
+    /// The stream offset just past the last byte and the FIN, if one is sent.
     fn sent_end(&self) -> u64 {
-        self.total + 1
+        self.total + u64::from(self.fin)
     }
 
     fn tsval(&self) -> u32 {
@@ -402,7 +406,7 @@ impl<B: Backend> Sender<B> {
     fn send_segment(&mut self, at: u64) -> u64 {
         let len = (self.total.saturating_sub(at) as usize).min(self.mss);
         let end = at + len as u64;
-        let fin = end == self.total;
+        let fin = self.fin && end == self.total;
         let flags = 0x18 | u8::from(fin);
         pattern::fill(self.modulus, at, &mut self.payload[..len]);
         let f = self.fields(at, flags, self.peer_next);

@@ -46,9 +46,9 @@ pub struct ServerConfig {
     pub port: u16,
     /// The split point: frame bytes into host memory, 14..=1024 (74: a Linux SYN whole).
     pub header_bytes: u32,
-    /// Bytes of one payload buffer in the dmabuf (a multiple of 64, at least 1536).
+    /// Bytes of one payload buffer in the dmabuf (a multiple of 64, 2048..=65536).
     pub payload_bytes: u32,
-    /// Receive WQEs of the split queue (a power of two).
+    /// Receive WQEs of the split queue (a power of two, 2..=32768).
     pub ring: u32,
     /// The pattern's modulus to check the payload against (ncdevmem's `-v`), or none.
     pub validate: Option<u8>,
@@ -109,6 +109,8 @@ pub struct Server<B: Backend> {
     fin_sent: Option<Instant>,
     packets: Vec<SplitPacket>,
     replies: Vec<Mbuf>,
+    /// Where the check reads a fragment (at most a payload buffer).
+    check_buf: Vec<u8>,
     error: Option<String>,
 }
 
@@ -150,7 +152,8 @@ impl<B: Backend> Server<B> {
             .create_split_rx(&SplitRxConfig {
                 ring_size: cfg.ring,
                 header_bytes: cfg.header_bytes,
-                header_buffers: cfg.ring * 2,
+                // Header buffers go back as soon as a burst was parsed.
+                header_buffers: cfg.ring + 256,
                 payload_memory: Arc::clone(&memory.mapping),
                 payload_bytes: cfg.payload_bytes,
             })
@@ -206,6 +209,7 @@ impl<B: Backend> Server<B> {
             fin_sent: None,
             packets: Vec::with_capacity(BURST),
             replies: Vec::with_capacity(BURST * 4),
+            check_buf: vec![0; cfg.payload_bytes as usize],
             error: None,
             cfg,
         })
@@ -425,9 +429,9 @@ impl<B: Backend> Server<B> {
                 self.counts.fragment_bytes += u64::from(len);
                 if let Some(c) = &mut self.checker {
                     // The CPU reads the dmabuf here only to check what the device wrote.
-                    let mut bytes = vec![0u8; len as usize];
-                    match self.memory.read(offset as usize, &mut bytes) {
-                        Ok(()) => c.check(&bytes),
+                    let bytes = &mut self.check_buf[..len as usize];
+                    match self.memory.read(offset as usize, bytes) {
+                        Ok(()) => c.check(bytes),
                         Err(e) => {
                             self.error
                                 .get_or_insert(format!("reading the dmabuf to check it: {e}"));
