@@ -28,6 +28,9 @@ use std::time::{Duration, Instant};
 /// Split packets taken per burst.
 const BURST: usize = 32;
 
+/// Bursts taken per turn at most.
+const BURSTS_PER_TURN: usize = 16;
+
 /// How long the last ACK of our FIN is waited for before the connection counts as done.
 const LAST_ACK_WAIT: Duration = Duration::from_millis(500);
 
@@ -216,14 +219,21 @@ impl<B: Backend> Server<B> {
     }
 
     /// One turn at `now`: ARP and ICMP served, split frames taken through the receiver, the
-    /// application's fragments checked and their tokens given back, replies sent.
+    /// application's fragments checked and their tokens given back, replies sent. Returns the
+    /// frames taken from the split queue.
     ///
     /// # Errors
     ///
     /// The plain queue failed, or the split queue stopped (an error completion).
-    pub fn turn(&mut self, now: Instant) -> Result<(), String> {
+    pub fn turn(&mut self, now: Instant) -> Result<usize, String> {
         self.address.turn(now)?;
-        while self.split.rx_burst(&mut self.packets, BURST) > 0 {
+        let mut taken = 0;
+        // A bounded number of bursts, so ARP and the caller's other work keep their turns.
+        for _ in 0..BURSTS_PER_TURN {
+            if self.split.rx_burst(&mut self.packets, BURST) == 0 {
+                break;
+            }
+            taken += self.packets.len();
             let packets = std::mem::take(&mut self.packets);
             for pkt in &packets {
                 self.take(pkt);
@@ -256,7 +266,7 @@ impl<B: Backend> Server<B> {
         if let Some(e) = self.error.take() {
             return Err(e);
         }
-        Ok(())
+        Ok(taken)
     }
 
     /// True once both sides closed (the peer's FIN after all its data, ours acknowledged), or
