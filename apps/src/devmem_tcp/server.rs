@@ -110,6 +110,8 @@ pub struct Server<B: Backend> {
     first_data: Option<Instant>,
     last_data: Option<Instant>,
     fin_sent: Option<Instant>,
+    /// In-order data arrived that no ACK sent yet covers.
+    ack_due: bool,
     packets: Vec<SplitPacket>,
     replies: Vec<Mbuf>,
     /// Where the check reads a fragment (at most a payload buffer).
@@ -210,6 +212,7 @@ impl<B: Backend> Server<B> {
             first_data: None,
             last_data: None,
             fin_sent: None,
+            ack_due: false,
             packets: Vec::with_capacity(BURST),
             replies: Vec::with_capacity(BURST * 4),
             check_buf: vec![0; cfg.payload_bytes as usize],
@@ -411,8 +414,12 @@ impl<B: Backend> Server<B> {
         for e in events {
             self.event(e, &hdr[..n], h);
         }
-        if let Some(r) = verdict.reply {
-            self.reply(&r);
+        match (verdict.outcome, verdict.reply) {
+            // In-order data is acknowledged once per burst (cumulative); anything else (out of
+            // order, duplicate, the handshake) at once, so the peer's fast retransmit sees it.
+            (Outcome::InOrder, Some(_)) => self.ack_due = true,
+            (_, Some(r)) => self.reply(&r),
+            (_, None) => {}
         }
     }
 
@@ -498,11 +505,18 @@ impl<B: Backend> Server<B> {
     }
 
     /// The application is done with its fragments: their tokens go back, and their buffers
-    /// to the device; an ACK tells the peer the window opened.
+    /// to the device; one ACK acknowledges the burst's in-order data and tells the peer the
+    /// window opened.
     fn return_tokens(&mut self) {
         if self.app_tokens.is_empty() {
+            if std::mem::take(&mut self.ack_due) {
+                if let Some(r) = self.rx.ack() {
+                    self.reply(&r);
+                }
+            }
             return;
         }
+        self.ack_due = false;
         let tokens = std::mem::take(&mut self.app_tokens);
         let mut events = Vec::new();
         for &t in &tokens {
