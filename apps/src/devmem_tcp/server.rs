@@ -323,6 +323,12 @@ impl<B: Backend> Server<B> {
         self.rx.tokens_lent()
     }
 
+    /// Payload buffers neither posted nor free in the split queue: lent to the receiver (held
+    /// out of order, or under the application's tokens). 0 at the end: none was lost.
+    pub fn queue_tokens_outstanding(&self) -> u64 {
+        self.split.stats().tokens_outstanding
+    }
+
     /// Closes the port (the flow rule, the split queue and its keys, the address's queues).
     ///
     /// # Errors
