@@ -326,7 +326,8 @@ impl<B: Backend> Sender<B> {
         let ack_off = u64::from(s.ack.wrapping_sub(self.iss.wrapping_add(1)));
         match self.state {
             State::SynSent if s.flags.0 & 0x12 == 0x12 && s.ack == self.iss.wrapping_add(1) => {
-                self.mss = usize::from(s.options.mss.unwrap_or(536)).saturating_sub(12);
+                // Within a 1500-byte MTU, less the timestamp option.
+                self.mss = usize::from(s.options.mss.unwrap_or(536).clamp(64, 1460)) - 12;
                 self.shift = s.options.window_scale.unwrap_or(0);
                 self.wnd = u64::from(s.window);
                 self.state = State::Established;

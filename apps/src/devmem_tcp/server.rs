@@ -452,13 +452,17 @@ impl<B: Backend> Server<B> {
                 self.counts.fragment_bytes += u64::from(len);
                 if let Some(c) = &mut self.checker {
                     // The CPU reads the dmabuf here only to check what the device wrote.
-                    let bytes = &mut self.check_buf[..len as usize];
-                    match self.memory.read(offset as usize, bytes) {
-                        Ok(()) => c.check(bytes),
-                        Err(e) => {
-                            self.error
-                                .get_or_insert(format!("reading the dmabuf to check it: {e}"));
-                        }
+                    // A fragment lies inside one payload buffer; a longer one is an error.
+                    let read = match self.check_buf.get_mut(..len as usize) {
+                        Some(bytes) => self
+                            .memory
+                            .read(offset as usize, bytes)
+                            .map(|()| c.check(bytes)),
+                        None => Err(format!("a fragment of {len} bytes, past a payload buffer")),
+                    };
+                    if let Err(e) = read {
+                        self.error
+                            .get_or_insert(format!("reading the dmabuf to check it: {e}"));
                     }
                     self.counts.validation_read_bytes += u64::from(len);
                 }
