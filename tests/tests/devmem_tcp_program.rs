@@ -1,12 +1,15 @@
 //! The devmem TCP program (`cxdirect-devmem-tcp`) on the emulated pair: the receiving port
-//! serves its address, takes the handshake and the stream on its split queue (74-byte split: the
-//! SYN's headers whole, 8 linear bytes per data segment), and checks every byte against
-//! ncdevmem's `-v 7` pattern where it landed; the other port's sender finds it by ARP. Once
-//! over a clean wire, once over a wire that drops, repeats and reorders frames: every byte
-//! arrives once and exact, and delivery copies no payload byte.
+//! serves its address, takes the handshake on a plain queue and the stream on its split queue
+//! (66-byte split: every payload byte in the dmabuf), or both on the split queue (74-byte
+//! split: the SYN's headers whole, 8 linear bytes per data segment), and checks every byte
+//! against ncdevmem's `-v 7` pattern where it landed; the other port's sender finds it by ARP.
+//! Over a clean wire and over one that drops, repeats and reorders frames: every byte arrives
+//! once and exact, and delivery copies no payload byte.
 
 use cxdirect_apps::cli::EmuExec;
-use cxdirect_apps::devmem_tcp::{self, Report, Settings, DEFAULT_HEADER_BYTES};
+use cxdirect_apps::devmem_tcp::{
+    self, Handshake, Report, Settings, DATA_HEADER_BYTES, DEFAULT_HEADER_BYTES,
+};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::wire::{Impairments, PortId, Wire, WireConfig};
 use cxdirect_emu::Device as Model;
@@ -24,6 +27,7 @@ fn settings(header_bytes: u32) -> Settings {
         memory: "memfd".into(),
         size: 8 << 20,
         header_bytes,
+        handshake: Handshake::Split,
         ring: 32768,
         validate: Some(7),
         bytes: Some(BYTES),
@@ -119,5 +123,43 @@ fn a_sender_that_never_sends_fin_is_closed_by_the_receiver_once_the_bytes_arrive
         ..settings(DEFAULT_HEADER_BYTES)
     };
     let r = devmem_tcp::run(pair(Impairments::NONE), &s).unwrap();
+    every_byte_once_and_exact(&r);
+}
+
+#[test]
+fn a_handshake_on_the_plain_queue_agrees_every_option_and_puts_every_data_byte_in_the_dmabuf() {
+    // The SYN lands whole on a plain queue; the flow then moves to the split queue, whose
+    // 66-byte split is exactly a data segment's headers.
+    let s = Settings {
+        handshake: Handshake::Plain,
+        ..settings(DATA_HEADER_BYTES)
+    };
+    let r = devmem_tcp::run(pair(Impairments::NONE), &s).unwrap();
+    every_byte_once_and_exact(&r);
+    let sender = r.sender.as_ref().unwrap();
+    assert!(sender.window_scaling && sender.timestamps, "{sender:?}");
+    assert_eq!(r.rx.options_in_dmabuf, 0);
+    // The flow moved once the SYN-ACK went out, before any data: every payload byte landed in
+    // the dmabuf, from its first.
+    assert_eq!(r.counts.plain_dropped, 0);
+    assert_eq!(r.counts.linear_bytes, 0);
+    assert_eq!(r.counts.fragment_bytes, BYTES);
+}
+
+#[test]
+fn a_handshake_on_the_plain_queue_survives_an_impaired_wire() {
+    let impairments = Impairments {
+        seed: 7,
+        drop_probability: 0.01,
+        duplicate_probability: 0.01,
+        reorder_probability: 0.01,
+        reorder_window: 3,
+        ..Impairments::NONE
+    };
+    let s = Settings {
+        handshake: Handshake::Plain,
+        ..settings(DATA_HEADER_BYTES)
+    };
+    let r = devmem_tcp::run(pair(impairments), &s).unwrap();
     every_byte_once_and_exact(&r);
 }

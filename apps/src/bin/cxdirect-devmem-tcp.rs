@@ -10,7 +10,9 @@
 
 use clap::Parser;
 use cxdirect_apps::cli::{self, DeviceArgs, RunOnPorts, RUN, TRAFFIC};
-use cxdirect_apps::devmem_tcp::{self, pattern, Settings, DEFAULT_HEADER_BYTES};
+use cxdirect_apps::devmem_tcp::{
+    self, pattern, Handshake, Settings, DATA_HEADER_BYTES, DEFAULT_HEADER_BYTES,
+};
 use cxdirect_apps::dmabuf::parse_memory_size;
 use std::net::Ipv4Addr;
 use std::process::ExitCode;
@@ -41,9 +43,12 @@ struct Cli {
     /// Bytes of dmabuf memory for payloads (a multiple of 4096, at least 1 MiB)
     #[arg(long, value_name = "BYTES", default_value_t = 64 << 20, value_parser = parse_memory_size, help_heading = TRAFFIC)]
     size: u64,
-    /// The split point: frame bytes into host memory (14..=1024; 74 holds a Linux SYN whole)
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_HEADER_BYTES, value_parser = clap::value_parser!(u32).range(14..=1024), help_heading = TRAFFIC)]
-    header_bytes: u32,
+    /// The split point: frame bytes into host memory (14..=1024) [default: 66 with the handshake on the plain queue, a data segment's headers; 74 on the split queue, a Linux SYN's]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(14..=1024), help_heading = TRAFFIC)]
+    header_bytes: Option<u32>,
+    /// Where the handshake is taken: plain (a plain queue, the flow moved to the split queue once established) or split (on the split queue)
+    #[arg(long, value_name = "QUEUE", default_value = "plain", value_parser = ["plain", "split"], hide_possible_values = true, help_heading = TRAFFIC)]
+    handshake: String,
     /// Receive WQEs of the split queue at most (a power of two, 64..=32768): as many as payload buffers of 2 KiB fit, or larger buffers past it
     #[arg(long, value_name = "N", default_value_t = 32768, value_parser = parse_ring, help_heading = TRAFFIC)]
     ring: u32,
@@ -118,13 +123,22 @@ fn main() -> ExitCode {
         o[3] = if o[3] >= 254 { 1 } else { o[3] + 1 };
         Ipv4Addr::from(o)
     });
+    let handshake = if c.handshake == "split" {
+        Handshake::Split
+    } else {
+        Handshake::Plain
+    };
     let settings = Settings {
         listen: c.listen,
         address: c.address,
         sender_address,
         memory: c.memory,
         size: c.size,
-        header_bytes: c.header_bytes,
+        header_bytes: c.header_bytes.unwrap_or(match handshake {
+            Handshake::Split => DEFAULT_HEADER_BYTES,
+            Handshake::Plain => DATA_HEADER_BYTES,
+        }),
+        handshake,
         ring: c.ring,
         validate: c.validate,
         bytes: c.bytes,

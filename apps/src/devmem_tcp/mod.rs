@@ -13,7 +13,8 @@
 //!
 //! The last line a run prints: `summary: bytes=N verified=yes|no|off linear_bytes=N
 //! fragment_bytes=N options_in_dmabuf=N segments=N duplicates=N duplicate_bytes=N
-//! out_of_order=N mbps=X cpu_payload_copied=0 validation_read_bytes=N tokens_outstanding=N`.
+//! out_of_order=N plain_dropped=N pattern_errors=N mbps=X cpu_payload_copied=0
+//! validation_read_bytes=N tokens_outstanding=N`.
 
 pub mod frame;
 pub mod pattern;
@@ -25,6 +26,7 @@ use cxdirect::devmem_tcp::RxStats;
 use cxdirect::{Backend, Device};
 use cxdirect_dma::DmaBufMode;
 use sender::{Sender, SenderCounts};
+pub use server::Handshake;
 use server::{Server, ServerConfig, ServerCounts};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -46,9 +48,13 @@ pub fn split_shape(size: u64, max_ring: u32) -> (u32, u32) {
     (ring, bytes.max(MIN_PAYLOAD_BUFFER))
 }
 
-/// The default split point: a Linux SYN's 74 bytes of headers (IPv4, MSS, SACK permitted,
-/// timestamps, window scale), so the handshake is read whole on the split queue.
+/// The split point for a handshake on the split queue: a Linux SYN's 74 bytes of headers
+/// (IPv4, MSS, SACK permitted, timestamps, window scale), so its options are all read.
 pub const DEFAULT_HEADER_BYTES: u32 = 74;
+
+/// The split point for a handshake on a plain queue: an IPv4 data segment's headers with
+/// timestamps (14 + 20 + 32), so every payload byte lands in the dmabuf.
+pub const DATA_HEADER_BYTES: u32 = 66;
 
 /// What a run does.
 #[derive(Debug, Clone)]
@@ -65,6 +71,9 @@ pub struct Settings {
     pub size: u64,
     /// The split point (14..=1024).
     pub header_bytes: u32,
+    /// Where the handshake is taken: on the split queue (the split point must hold the SYN's
+    /// headers for its options to count) or on a plain queue.
+    pub handshake: Handshake,
     /// Receive WQEs of the split queue at most (a power of two): see [`split_shape`].
     pub ring: u32,
     /// ncdevmem's `-v`: the pattern's modulus, or no check.
@@ -116,7 +125,7 @@ impl Report {
         };
         let c = &self.counts;
         format!(
-            "summary: bytes={} verified={verified} linear_bytes={} fragment_bytes={} options_in_dmabuf={} segments={} duplicates={} duplicate_bytes={} out_of_order={} pattern_errors={} mbps={:.1} cpu_payload_copied={} validation_read_bytes={} tokens_outstanding={}",
+            "summary: bytes={} verified={verified} linear_bytes={} fragment_bytes={} options_in_dmabuf={} segments={} duplicates={} duplicate_bytes={} out_of_order={} plain_dropped={} pattern_errors={} mbps={:.1} cpu_payload_copied={} validation_read_bytes={} tokens_outstanding={}",
             self.bytes,
             c.linear_bytes,
             c.fragment_bytes,
@@ -125,6 +134,7 @@ impl Report {
             c.duplicates,
             self.rx.duplicate_bytes,
             c.out_of_order,
+            c.plain_dropped,
             self.pattern_errors,
             self.mbps,
             c.cpu_payload_copied,
@@ -166,6 +176,7 @@ pub fn run<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<Report, Str
             payload_bytes,
             ring,
             validate: s.validate,
+            handshake: s.handshake,
             expect: if backends.is_empty() {
                 s.bytes
             } else {

@@ -52,6 +52,10 @@ pub struct SenderCounts {
     pub timeouts: u64,
     /// Fast retransmissions after three duplicate ACKs.
     pub fast_retransmits: u64,
+    /// The receiver's SYN-ACK carried a window scale option (the receiver read ours).
+    pub window_scaling: bool,
+    /// The receiver's SYN-ACK carried timestamps (the receiver read ours).
+    pub timestamps: bool,
 }
 
 /// The sender's side of the self-test.
@@ -329,6 +333,8 @@ impl<B: Backend> Sender<B> {
                 // Within a 1500-byte MTU, less the timestamp option.
                 self.mss = usize::from(s.options.mss.unwrap_or(536).clamp(64, 1460)) - 12;
                 self.shift = s.options.window_scale.unwrap_or(0);
+                self.counts.window_scaling = s.options.window_scale.is_some();
+                self.counts.timestamps = s.options.timestamp.is_some();
                 self.wnd = u64::from(s.window);
                 self.state = State::Established;
                 self.last_progress = now;

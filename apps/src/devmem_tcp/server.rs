@@ -3,23 +3,32 @@
 //! (headers into host memory, payload into the dmabuf), a [`TcpReceiver`] for one connection,
 //! and a send queue for its SYN-ACK and ACKs.
 //!
-//! The handshake is taken on the split queue: the header buffer is `header_bytes` (74 by
-//! default), which holds a Linux SYN's headers whole (MSS, SACK permitted, timestamps, window
-//! scale: 74 bytes over IPv4), so all of it is agreed; each data segment (66 bytes of headers
-//! with timestamps) then leaves 8 payload bytes in host memory, handed out as linear bytes
-//! (`docs/devmem-tcp.md` §2, §3). The payload in the dmabuf is read by the CPU only to check it
-//! against the pattern (`-v`), counted apart from delivery, which copies none of it.
+//! The handshake is taken on a plain queue by default ([`Handshake::Plain`], `handshake`): the
+//! SYN lands whole in host memory, so every option is agreed, and the flow moves to the split
+//! queue once established, where a 66-byte split is exactly a data segment's headers. With
+//! [`Handshake::Split`] it is taken on the split queue, whose split point must then hold a Linux
+//! SYN's 74 bytes of headers; each data segment (66 bytes of headers) then leaves 8 payload
+//! bytes in host memory, handed out as linear bytes (`docs/devmem-tcp.md` §2, §3, §7). The
+//! payload in the dmabuf is read by the CPU only to check it against the pattern (`-v`),
+//! counted apart from delivery, which copies none of it.
+
+mod counts;
+mod handshake;
+
+pub use counts::{mac_text, ServerCounts};
+pub use handshake::Handshake;
+use handshake::PlainQueue;
 
 use super::pattern::Checker;
 use crate::dmabuf::Imported;
 use crate::rdma::port_address::{self, PortAddress};
 use cxdirect::devmem_tcp::{
     parse_split, write_reply, Endpoints, Event, FrameTail, Outcome, Reply, RxConfig, RxStats,
-    TcpReceiver, TcpState, MAX_REPLY_FRAME,
+    SplitSegment, TcpReceiver, TcpState, MAX_REPLY_FRAME,
 };
 use cxdirect::{
-    Backend, Device, FlowMatch, FlowProtocol, IpVersion, Mbuf, Mempool, Options, PayloadToken,
-    Port, PortConfig, Queues, SplitPacket, SplitRxConfig, SplitRxQueue, Started, TxQueue,
+    Backend, Device, Mbuf, Mempool, Options, PayloadToken, Port, PortConfig, Queues, SplitPacket,
+    SplitRxConfig, SplitRxQueue, Started, TxQueue,
 };
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -58,36 +67,8 @@ pub struct ServerConfig {
     /// Stream bytes expected: once they all arrived, we close our side (FIN) ourselves, so a
     /// sender that never shuts its side down (a netcat waiting for the other end) finishes.
     pub expect: Option<u64>,
-}
-
-/// What the receiving side counted.
-#[derive(Debug, Clone, Default)]
-pub struct ServerCounts {
-    /// Stream bytes delivered in order (fragments and linear bytes).
-    pub bytes: u64,
-    /// Of them, bytes in host memory (the header buffer's tail).
-    pub linear_bytes: u64,
-    /// Of them, bytes in dmabuf fragments.
-    pub fragment_bytes: u64,
-    /// Frames taken from the split queue.
-    pub segments: u64,
-    /// Segments whose payload had all been received before (the peer retransmitted).
-    pub duplicates: u64,
-    /// Segments kept out of order.
-    pub out_of_order: u64,
-    /// Frames the parser refused (not TCP, headers past the split, lengths wrong).
-    pub unparsed: u64,
-    /// Segments of another peer than the connection's.
-    pub foreign: u64,
-    /// Replies (SYN-ACK, ACK, FIN) sent.
-    pub replies: u64,
-    /// Replies the send ring could not take (dropped; ACKs are cumulative).
-    pub replies_dropped: u64,
-    /// Dmabuf bytes the CPU read to check the pattern (not delivery).
-    pub validation_read_bytes: u64,
-    /// Dmabuf payload bytes the CPU copied to deliver them: always 0, fragments are handed
-    /// out as (offset, length, token).
-    pub cpu_payload_copied: u64,
+    /// Where the handshake is taken.
+    pub handshake: Handshake,
 }
 
 /// The receiving side of one connection.
@@ -96,6 +77,8 @@ pub struct Server<B: Backend> {
     port: Option<Port<B>>,
     address: PortAddress<B>,
     split: SplitRxQueue<B>,
+    /// The handshake's plain queue ([`Handshake::Plain`]).
+    plain: Option<PlainQueue<B>>,
     tx: TxQueue<B>,
     pool: Mempool,
     memory: Imported,
@@ -136,13 +119,15 @@ impl<B: Backend> Server<B> {
             .map_err(|e| format!("{name}: bring-up failed: {e}"))?;
         let memory = import(&dev)?;
         let local_mac = dev.info().mac;
+        let plain = cfg.handshake == Handshake::Plain;
         let Started {
             mut port,
-            queues: Queues { mut tx, rx },
+            queues: Queues { mut tx, mut rx },
         } = Port::start(
             dev,
             PortConfig {
                 tx_queues: 2,
+                rx_queues: if plain { 2 } else { 1 },
                 // An ACK per segment of a burst, and room for the ones in flight.
                 ring_size: 256,
                 pool_buffers: 1024,
@@ -151,6 +136,11 @@ impl<B: Backend> Server<B> {
         )
         .map_err(|e| format!("{name}: port start failed: {e}"))?;
         let reply_tx = tx.pop().ok_or("no send queue for the replies")?;
+        let plain_rx = if plain {
+            Some(rx.pop().ok_or("no receive queue for the handshake")?)
+        } else {
+            None
+        };
         let address = PortAddress::serve(&mut port, Queues { tx, rx }, cfg.ip)?;
         let buffers = (memory.mapping.len() / cfg.payload_bytes as usize) as u32;
         let split = port
@@ -163,18 +153,24 @@ impl<B: Backend> Server<B> {
                 payload_bytes: cfg.payload_bytes,
             })
             .map_err(|e| format!("{name}: split queue: {e}"))?;
-        port.steer(
-            FlowMatch {
-                ip: IpVersion::V4,
-                protocol: FlowProtocol::Tcp,
-                dst_addr: Some(IpAddr::V4(cfg.ip)),
-                src_addr: None,
-                dst_port: Some(cfg.port),
-                src_port: None,
-            },
-            split.rqn(),
-        )
-        .map_err(|e| format!("{name}: steering tcp:{} to the split queue: {e}", cfg.port))?;
+        let listen = handshake::flow(IpAddr::V4(cfg.ip), cfg.port, None);
+        let plain = match plain_rx {
+            Some(q) => {
+                let rule = port.steer(listen, q.rqn()).map_err(|e| {
+                    format!(
+                        "{name}: steering tcp:{} to the handshake's queue: {e}",
+                        cfg.port
+                    )
+                })?;
+                Some(PlainQueue::new(q, rule))
+            }
+            None => {
+                port.steer(listen, split.rqn()).map_err(|e| {
+                    format!("{name}: steering tcp:{} to the split queue: {e}", cfg.port)
+                })?;
+                None
+            }
+        };
         let rx = TcpReceiver::new(RxConfig {
             buffers,
             buffer_bytes: cfg.payload_bytes,
@@ -185,14 +181,15 @@ impl<B: Backend> Server<B> {
         })
         .map_err(|e| format!("receiver: {e}"))?;
         println!(
-            "listening: {}:{} on {name} mac={} split at {} bytes, {buffers} payload buffers of {} bytes ({} exporter), ring {}",
+            "listening: {}:{} on {name} mac={} split at {} bytes, {buffers} payload buffers of {} bytes ({} exporter), ring {}, handshake on the {} queue",
             cfg.ip,
             cfg.port,
             mac_text(&local_mac),
             cfg.header_bytes,
             cfg.payload_bytes,
             memory.mapping.dmabuf().exporter(),
-            cfg.ring
+            cfg.ring,
+            if plain.is_some() { "plain" } else { "split" }
         );
         Ok(Self {
             checker: cfg.validate.map(Checker::new),
@@ -200,6 +197,7 @@ impl<B: Backend> Server<B> {
             port: Some(port),
             address,
             split,
+            plain,
             tx: reply_tx,
             memory,
             rx,
@@ -230,7 +228,7 @@ impl<B: Backend> Server<B> {
     /// The plain queue failed, or the split queue stopped (an error completion).
     pub fn turn(&mut self, now: Instant) -> Result<usize, String> {
         self.address.turn(now)?;
-        let mut taken = 0;
+        let mut taken = self.plain_turn()?;
         // A bounded number of bursts, so ARP and the caller's other work keep their turns.
         for _ in 0..BURSTS_PER_TURN {
             if self.split.rx_burst(&mut self.packets, BURST) == 0 {
@@ -337,6 +335,7 @@ impl<B: Backend> Server<B> {
     pub fn close(mut self) -> Result<(), String> {
         let port = self.port.take().ok_or("already closed")?;
         drop(self.split);
+        drop(self.plain);
         drop(self.tx);
         drop(self.address);
         port.close()
@@ -362,16 +361,29 @@ impl<B: Backend> Server<B> {
             }
         }
         let ok = pkt.header.flags.rx_ip_csum_good && pkt.header.flags.rx_l4_csum_good;
-        let parsed = match parse_split(&hdr[..n], tail, ok) {
-            Ok(p) => p,
+        match parse_split(&hdr[..n], tail, ok) {
+            Ok(parsed) => self.deliver(&parsed, &hdr[..n], pkt.payload, true),
             Err(_) => {
                 self.counts.unparsed += 1;
-                self.release_tail(pkt);
-                return;
+                self.release(pkt.payload);
             }
-        };
+        }
+    }
+
+    /// A parsed segment through the receiver, once its peer is the connection's (the first
+    /// SYN names the peer). `hdr`: the frame's bytes in host memory; `token`: the split
+    /// queue's payload buffer of the frame, if any. `strict`: a segment the receiver refuses is
+    /// an error (a split frame: a bug); otherwise a counted drop (a whole frame from the plain
+    /// queue, whose payload may be longer than a split frame's host part).
+    fn deliver(
+        &mut self,
+        parsed: &SplitSegment,
+        hdr: &[u8],
+        token: Option<PayloadToken>,
+        strict: bool,
+    ) {
         match &self.ends {
-            None if parsed.segment.flags.0 & 0x02 != 0 && n >= 12 => {
+            None if parsed.segment.flags.0 & 0x02 != 0 && hdr.len() >= 12 => {
                 let mut peer_mac = [0u8; 6];
                 peer_mac.copy_from_slice(&hdr[6..12]);
                 println!(
@@ -389,26 +401,25 @@ impl<B: Backend> Server<B> {
                     peer_port: parsed.src_port,
                 });
             }
-            None => {
+            Some(e) if e.peer_ip == parsed.src && e.peer_port == parsed.src_port => {}
+            _ => {
                 self.counts.foreign += 1;
-                self.release_tail(pkt);
+                self.release(token);
                 return;
             }
-            Some(e) if e.peer_ip != parsed.src || e.peer_port != parsed.src_port => {
-                self.counts.foreign += 1;
-                self.release_tail(pkt);
-                return;
-            }
-            Some(_) => {}
         }
         let h = parsed.headers_len;
         let mut events = Vec::new();
         let verdict = match self.rx.on_segment(&parsed.segment, &mut |e| events.push(e)) {
             Ok(v) => v,
             Err(e) => {
-                self.error
-                    .get_or_insert(format!("receiver refused a segment: {e}"));
-                self.release_tail(pkt);
+                if strict {
+                    self.error
+                        .get_or_insert(format!("receiver refused a segment: {e}"));
+                } else {
+                    self.counts.unparsed += 1;
+                }
+                self.release(token);
                 return;
             }
         };
@@ -418,7 +429,7 @@ impl<B: Backend> Server<B> {
             _ => {}
         }
         for e in events {
-            self.event(e, &hdr[..n], h);
+            self.event(e, hdr, h);
         }
         match (verdict.outcome, verdict.reply) {
             // In-order data is acknowledged once per burst (cumulative); anything else (out of
@@ -431,8 +442,8 @@ impl<B: Backend> Server<B> {
 
     /// Gives a frame's payload buffer straight back to the queue (a frame the receiver never
     /// saw).
-    fn release_tail(&mut self, pkt: &SplitPacket) {
-        if let Some(t) = pkt.payload {
+    fn release(&mut self, token: Option<PayloadToken>) {
+        if let Some(t) = token {
             if let Some(slot) = self.queue_tokens.get_mut(t.buffer() as usize) {
                 *slot = None;
             }
@@ -581,12 +592,4 @@ impl<B: Backend> Server<B> {
         self.counts.replies_dropped += self.replies.len() as u64;
         self.replies.clear();
     }
-}
-
-/// `aa:bb:cc:dd:ee:ff`.
-pub fn mac_text(mac: &[u8; 6]) -> String {
-    mac.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
 }
