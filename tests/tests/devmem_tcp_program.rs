@@ -139,8 +139,8 @@ fn a_handshake_on_the_plain_queue_agrees_every_option_and_puts_every_data_byte_i
     let sender = r.sender.as_ref().unwrap();
     assert!(sender.window_scaling && sender.timestamps, "{sender:?}");
     assert_eq!(r.rx.options_in_dmabuf, 0);
-    // The flow moved once the SYN-ACK went out, before any data: every payload byte landed in
-    // the dmabuf, from its first.
+    // The flow moved before the SYN-ACK went out: every payload byte landed in the dmabuf,
+    // from its first.
     assert_eq!(r.counts.plain_dropped, 0);
     assert_eq!(r.counts.linear_bytes, 0);
     assert_eq!(r.counts.fragment_bytes, BYTES);

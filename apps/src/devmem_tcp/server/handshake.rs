@@ -1,8 +1,8 @@
 //! The handshake on a plain receive queue ([`Handshake::Plain`]): TCP to the listening port is
 //! first steered to a plain queue, where each frame lands whole in host memory, so the SYN's
-//! options are all read whatever the split point; once the SYN was taken and the SYN-ACK sent,
-//! the peer's flow (its address and port) is steered to the split queue and the first rule
-//! removed. Frames that reached the plain queue before the move are whole segments in host
+//! options are all read whatever the split point; once the SYN was taken, before the SYN-ACK
+//! leaves, the peer's flow (its address and port) is steered to the split queue and the first
+//! rule removed. Frames that reached the plain queue before the move are whole segments in host
 //! memory: linear bytes when the receiver takes them (up to `MAX_LINEAR`), else their payload
 //! is dropped and counted (their headers still count: the ACK that ends the handshake may ride
 //! on a data segment), and the peer sends it again onto the split queue.
@@ -63,13 +63,10 @@ impl<B: Backend> Server<B> {
             return Ok(0);
         };
         let taken = self.plain_frames(&mut plain);
-        // The replies (SYN-ACK, ACKs) go now, as after a burst of the split queue.
-        self.return_tokens();
-        self.flush();
         let moved = match (&plain.rule, &self.ends, self.rx.state()) {
-            // As soon as the SYN was taken and the SYN-ACK sent: the ACK that ends the
-            // handshake (and a repeated SYN, answered from what the first one agreed) parse on
-            // the split queue, and the first data segments already land there.
+            // As soon as the SYN was taken, before the SYN-ACK leaves: nothing the peer sends
+            // after it reaches the plain queue. The ACK that ends the handshake (and a
+            // repeated SYN, answered from what the first one agreed) parse on the split queue.
             (
                 Some(_),
                 Some(ends),
@@ -99,6 +96,9 @@ impl<B: Backend> Server<B> {
             }
             _ => Ok(()),
         };
+        // The replies (the SYN-ACK, ACKs) go now, as after a burst of the split queue.
+        self.return_tokens();
+        self.flush();
         self.plain = Some(plain);
         outcome.and(taken)
     }
