@@ -1,12 +1,14 @@
 //! cxdirect-apps: DPDK-like programs built on cxdirect — info, devbind, testpmd, pingpong,
-//! shared-rx, dmabuf-rx, devmem-rx, bench, faults — and rdma-core-like ones — krping and
-//! rdma-perf ([`krping`], [`rdma_perf`], sharing [`rdma`]) — plus what they share: command-line
-//! option groups ([`cli`]), device specs (`emu`, `emu-pair`, PCI addresses) and the emulated
-//! backend. [`cmd_diff`] sets two command traces of the model side by side.
+//! shared-rx, dmabuf-rx, devmem-rx, devmem-tcp ([`devmem_tcp`]), bench, faults — and
+//! rdma-core-like ones — krping and rdma-perf ([`krping`], [`rdma_perf`], sharing [`rdma`]) —
+//! plus what they share: command-line option groups ([`cli`]), device specs (`emu`,
+//! `emu-pair`, PCI addresses) and the emulated backend. [`cmd_diff`] sets two command traces
+//! of the model side by side.
 
 pub mod cli;
 pub mod cmd_diff;
 pub mod devbind;
+pub mod devmem_tcp;
 pub mod dmabuf;
 pub mod emulated;
 pub mod faults;

@@ -449,3 +449,64 @@ fn a_128_byte_split_puts_payload_bytes_in_host_memory_and_delivers_every_byte() 
     assert!(r.retransmits > 0);
     assert!(st.linear_segments > 0);
 }
+
+#[test]
+fn a_66_byte_split_puts_every_data_segment_exactly_at_its_headers() {
+    // 14 + 20 + 32: a data segment with timestamps splits between its headers and payload.
+    let r = stream_run(66);
+    assert_eq!(r.linear_bytes, 0);
+    assert_eq!(r.fragment_bytes, 300_000);
+    assert!(r.fits.get("exact").copied().unwrap_or(0) > 200);
+    assert_eq!(r.fits.get("options"), None);
+    // Only the SYN (74 bytes of headers) had options past the split.
+    assert_eq!(r.rx.stats().options_in_dmabuf, 1);
+}
+
+#[test]
+fn a_74_byte_split_reads_the_whole_syn_and_leaves_8_linear_bytes_per_data_segment() {
+    let r = stream_run(74);
+    assert_eq!(r.linear_bytes + r.fragment_bytes, 300_000);
+    assert!(r.fits.get("linear").copied().unwrap_or(0) > 200);
+    assert_eq!(r.fits.get("options"), None);
+    assert_eq!(r.rx.stats().options_in_dmabuf, 0);
+}
+
+#[test]
+fn header_bytes_take_any_length_from_14_to_1024() {
+    let (_, b) = Model::pair(EmuConfig::default(), EmuConfig::default());
+    let Started { mut port, .. } = Port::start(
+        bring_up_patient(&b, "rx"),
+        PortConfig {
+            ring_size: 64,
+            pool_buffers: 256,
+            ..PortConfig::default()
+        },
+    )
+    .unwrap();
+    let size = u64::from(16 * PAYLOAD_BYTES);
+    let buf = cxdirect_tests::dmabuf(size, "devmem-tcp-lengths");
+    let mapping = {
+        let (iommu, iovas) = port.device().dma();
+        Arc::new(
+            buf.map(iommu, &iovas, 0, size, DmaBufMode::Revocable)
+                .unwrap(),
+        )
+    };
+    let config = |header_bytes| SplitRxConfig {
+        ring_size: 8,
+        header_bytes,
+        header_buffers: 16,
+        payload_memory: Arc::clone(&mapping),
+        payload_bytes: PAYLOAD_BYTES,
+    };
+    for h in [14, 54, 66, 74, 86, 1023] {
+        let q = port.create_split_rx(&config(h)).unwrap();
+        assert_eq!(q.header_bytes(), h);
+    }
+    for h in [0, 13, 1025] {
+        assert!(matches!(
+            port.create_split_rx(&config(h)),
+            Err(cxdirect::DriverError::Config { .. })
+        ));
+    }
+}

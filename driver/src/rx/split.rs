@@ -26,8 +26,9 @@ pub use tokens::PayloadToken;
 /// Bytes of one split receive WQE: two 16-byte data segments.
 pub(crate) const SPLIT_WQE_BYTES: usize = 32;
 
-/// Header buffer sizes a split queue takes: powers of two in this range.
-pub const SPLIT_HEADER_BYTES: std::ops::RangeInclusive<u32> = 64..=1024;
+/// Header buffer sizes a split queue takes: any length in this range, from an Ethernet header
+/// (14 bytes) up; the device splits each frame at exactly this many bytes.
+pub const SPLIT_HEADER_BYTES: std::ops::RangeInclusive<u32> = 14..=1024;
 
 /// A ring slot with nothing posted in it.
 const EMPTY: u32 = u32::MAX;

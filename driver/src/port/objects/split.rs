@@ -23,8 +23,12 @@ use std::time::Instant;
 pub struct SplitRxConfig {
     /// Receive WQEs in the ring: a power of two, 2..=32768.
     pub ring_size: u32,
-    /// Header buffer bytes per WQE: a power of two in [`SPLIT_HEADER_BYTES`] (64..=1024). The
-    /// frame's first `header_bytes` land in host memory.
+    /// Header buffer bytes per WQE: any length in [`SPLIT_HEADER_BYTES`] (14..=1024), such as
+    /// 66 (Ethernet, IPv4 and TCP with timestamps) or 74 (a Linux SYN's headers). The frame's
+    /// first `header_bytes` land in host memory, the rest in the payload buffer. A receive
+    /// data segment's `byte_count` is any length: Linux's mlx5e sizes its fragments from the
+    /// MTU (`mlx5e_build_rq_frags_info`), DPDK's buffer split from the application's segment
+    /// lengths (`mlx5_rxq_new`); the header buffer itself stays a whole pool slot.
     pub header_bytes: u32,
     /// Header buffers in the queue's host pool: at least `ring_size` (the rest cover headers
     /// the application holds).
@@ -57,12 +61,11 @@ impl SplitRxConfig {
                 "give a power of two from 2 to 32768",
             ));
         }
-        if !self.header_bytes.is_power_of_two() || !SPLIT_HEADER_BYTES.contains(&self.header_bytes)
-        {
+        if !SPLIT_HEADER_BYTES.contains(&self.header_bytes) {
             return Err(DriverError::config(
                 "header_bytes",
                 self.header_bytes,
-                "give a power of two from 64 to 1024",
+                "give a length from 14 to 1024 bytes",
             ));
         }
         if self.header_buffers < self.ring_size {
@@ -122,7 +125,10 @@ impl<B: Backend> Port<B> {
         config: &SplitRxConfig,
     ) -> Result<SplitRxQueue<B>, DriverError> {
         config.validate()?;
-        let buf_size = (u32::from(HEADROOM) + config.header_bytes).max(256);
+        // A pool slot is a multiple of 64 bytes; the device writes only `header_bytes` of it.
+        let buf_size = (u32::from(HEADROOM) + config.header_bytes)
+            .next_multiple_of(64)
+            .max(256);
         let header_pool = {
             let (iommu, iovas) = self.dev.dma();
             Mempool::new(iommu, &iovas, config.header_buffers, buf_size)?
