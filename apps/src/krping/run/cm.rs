@@ -154,7 +154,12 @@ pub fn run_one_through_cm<B: Backend>(
         }
     });
     let described = link.describe();
-    let hung_up = side.hang_up(link);
+    let grace = if server {
+        CLIENT_HANGS_UP_FIRST
+    } else {
+        Duration::ZERO
+    };
+    let hung_up = side.hang_up(link, grace);
     writeln!(out, "{described}").map_err(|e| e.to_string())?;
     if let Some(address) = side.address_report() {
         writeln!(out, "{address}").map_err(|e| e.to_string())?;

@@ -30,6 +30,10 @@ pub use cm::{run_one_through_cm, run_pair_through_cm};
 pub const PATIENCE: Duration = Duration::from_secs(5);
 /// How long QP1 stays after a disconnect, as a connection's timewait would keep it answering.
 const LINGER: Duration = Duration::from_millis(200);
+/// How long a server that has served every ping waits for the client's DREQ before it sends
+/// its own: the client hangs up once it has taken the last go-ahead, and rping's client, woken
+/// by a DREQ before it took it, reports the last ping unfinished.
+pub const CLIENT_HANGS_UP_FIRST: Duration = Duration::from_secs(2);
 /// How long a server waits for a client's connection request through the connection manager.
 pub const LISTEN_PATIENCE: Duration = Duration::from_secs(60);
 /// Receive slots of [`BUFFER_INFO_LEN`] bytes each side keeps on its queue pair's own receive
@@ -196,10 +200,13 @@ impl<B: Backend> VerbsSide<B> {
         Ok(())
     }
 
-    /// Disconnects `link` (a DREQ unless the peer's came first), waits for it to be down, keeps
-    /// QP1 for [`LINGER`] more (the DREP just posted goes out, a resent DREQ is answered), and
-    /// destroys QP1.
-    pub fn hang_up(&mut self, mut link: CmLink<B>) -> Result<(), String> {
+    /// Waits up to `grace` for the peer's DREQ, then disconnects `link` (a DREQ unless the
+    /// peer's came first), waits for it to be down, keeps QP1 for [`LINGER`] more (the DREP
+    /// just posted goes out, a resent DREQ is answered), and destroys QP1.
+    pub fn hang_up(&mut self, mut link: CmLink<B>, grace: Duration) -> Result<(), String> {
+        // The peer's DREQ, if it comes within `grace`, leaves nothing to send (a stall here is
+        // no error: this side hangs up itself then).
+        let _ = self.wait(&mut link, |p| p == Phase::Down, grace);
         let mut down = link
             .disconnect()
             .and_then(|()| self.wait(&mut link, |p| p == Phase::Down, CONNECT_PATIENCE));
