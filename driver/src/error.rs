@@ -21,8 +21,16 @@ pub enum CmdFailure {
     },
     /// No completion within the command's timeout.
     Timeout(Duration),
-    /// The device's output failed a check (token, block number, length).
+    /// The device's output failed a check (block number, length).
     BadOutput(&'static str),
+    /// The entry was handed back (ownership bit clear) with another token than the command
+    /// was posted with: another command's answer, or the entry written by someone else.
+    TokenChanged {
+        /// The token the command was posted with.
+        sent: u8,
+        /// The token the entry came back with.
+        found: u8,
+    },
     /// Not posted: every command slot holds a command the device took but never answered
     /// (count of slots). Those slots, and the memory the commands named, stay the device's
     /// until it answers them or [`crate::Device::recover`] resets the function.
@@ -57,6 +65,12 @@ impl std::fmt::Display for CmdFailure {
             }
             CmdFailure::Timeout(after) => write!(f, "no completion after {} ms", after.as_millis()),
             CmdFailure::BadOutput(what) => write!(f, "device output rejected: {what}"),
+            CmdFailure::TokenChanged { sent, found } => write!(
+                f,
+                "device output rejected: the entry came back with token {found:#04x}, not the \
+                 {sent:#04x} it was posted with (another command's answer, or a write from \
+                 elsewhere)"
+            ),
             CmdFailure::NoFreeSlot(slots) => write!(
                 f,
                 "not posted: all {slots} command slots hold commands the device never \

@@ -281,7 +281,10 @@ impl CmdQueue {
             )));
         }
         if back.token() != token {
-            return Err(fail(CmdFailure::BadOutput("entry token changed")));
+            return Err(fail(CmdFailure::TokenChanged {
+                sent: token,
+                found: back.token(),
+            }));
         }
         let mut output = vec![0u8; outlen];
         output[..CMD_INLINE_BYTES].copy_from_slice(&back.inline_output());
