@@ -34,6 +34,35 @@ pub struct Done {
     pub recv: bool,
 }
 
+/// Polls up to `out.len()` (at most [`POLL_BATCH`]) completions of `port`'s completion queue
+/// into `wcs` and reads each into `out` (the queue pair is the work request's ID); runs the
+/// port's idle hook when none came. A completion in error ends the run with its status named.
+pub fn poll_completions<B: cxdirect::Backend>(
+    port: &mut crate::rdma::verbs::RdmaPort<B>,
+    wcs: &mut [cxdirect::rdma::WorkCompletion; POLL_BATCH],
+    out: &mut [Done],
+) -> Result<usize, String> {
+    use cxdirect::rdma::{WcOpcode, WcStatus};
+    let want = out.len().min(POLL_BATCH);
+    let n = port.cq.poll(&mut wcs[..want]).map_err(|e| e.to_string())?;
+    if n == 0 {
+        port.idle();
+    }
+    for (done, wc) in out.iter_mut().zip(&wcs[..n]) {
+        if wc.status != WcStatus::Success {
+            return Err(format!(
+                "{:?} on queue pair {} completed with {:?} (vendor syndrome {:#x})",
+                wc.opcode, wc.wr_id, wc.status, wc.vendor_err
+            ));
+        }
+        *done = Done {
+            qp: wc.wr_id as usize,
+            recv: matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm),
+        };
+    }
+    Ok(n)
+}
+
 /// One side of a run: its queue pairs (connected to the other side's, pair by pair), their
 /// completion queue and their buffers. Every message is `size` bytes from the local buffer to
 /// the peer's (READ: from the peer's into the local one).

@@ -16,7 +16,7 @@ use crate::rdma::verbs::{
 use crate::rdma::{BufferInfo, MemoryKind};
 use cxdirect::rdma::{
     ConnectParams, Payload, QpCaps, RcQueuePair, RecvRequest, RemoteAddr, SendOp, SendRequest,
-    WcOpcode, WcStatus, WorkCompletion,
+    WorkCompletion,
 };
 use cxdirect::Backend;
 use std::net::{IpAddr, Ipv4Addr};
@@ -214,28 +214,7 @@ impl<B: Backend> PerfSide for VerbsPerfSide<B> {
     // Kept out of line, as `post`.
     #[inline(never)]
     fn poll(&mut self, out: &mut [Done]) -> Result<usize, String> {
-        let want = out.len().min(POLL_BATCH);
-        let n = self
-            .port
-            .cq
-            .poll(&mut self.wcs[..want])
-            .map_err(|e| e.to_string())?;
-        if n == 0 {
-            self.port.idle();
-        }
-        for (done, wc) in out.iter_mut().zip(&self.wcs[..n]) {
-            if wc.status != WcStatus::Success {
-                return Err(format!(
-                    "{:?} on queue pair {} completed with {:?} (vendor syndrome {:#x})",
-                    wc.opcode, wc.wr_id, wc.status, wc.vendor_err
-                ));
-            }
-            *done = Done {
-                qp: wc.wr_id as usize,
-                recv: matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm),
-            };
-        }
-        Ok(n)
+        crate::rdma_perf::engine::poll_completions(&mut self.port, &mut self.wcs, out)
     }
 
     fn last_byte(&mut self, qp: usize) -> Result<u8, String> {

@@ -18,7 +18,7 @@ use crate::rdma_perf::engine::{Done, POLL_BATCH, RX_DEPTH, TX_DEPTH};
 use crate::rdma_perf::Op;
 use cxdirect::rdma::{
     ConnectParams, Endpoint, PathMtu, Payload, QpCaps, RcQueuePair, RecvRequest, RemoteAddr,
-    SendOp, SendRequest, WcOpcode, WcStatus, WorkCompletion,
+    SendOp, SendRequest, WorkCompletion,
 };
 use cxdirect::Backend;
 use std::net::IpAddr;
@@ -423,28 +423,7 @@ impl<B: Backend> Solo for PerftestSide<B> {
     }
 
     fn poll(&mut self, out: &mut [Done]) -> Result<usize, String> {
-        let want = out.len().min(POLL_BATCH);
-        let n = self
-            .port
-            .cq
-            .poll(&mut self.wcs[..want])
-            .map_err(|e| e.to_string())?;
-        if n == 0 {
-            self.port.idle();
-        }
-        for (done, wc) in out.iter_mut().zip(&self.wcs[..n]) {
-            if wc.status != WcStatus::Success {
-                return Err(format!(
-                    "{:?} on queue pair {} completed with {:?} (vendor syndrome {:#x})",
-                    wc.opcode, wc.wr_id, wc.status, wc.vendor_err
-                ));
-            }
-            *done = Done {
-                qp: wc.wr_id as usize,
-                recv: matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm),
-            };
-        }
-        Ok(n)
+        crate::rdma_perf::engine::poll_completions(&mut self.port, &mut self.wcs, out)
     }
 
     fn last_byte(&mut self, qp: usize) -> Result<u8, String> {
