@@ -126,15 +126,26 @@ pub struct BwTimes {
 /// Polls without progress between two looks at the clock.
 const POLLS_PER_CLOCK_READ: u32 = 1024;
 
+/// A loop polled without progress for longer than its patience.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stalled(pub Duration);
+
+impl From<Stalled> for EngineError {
+    fn from(s: Stalled) -> Self {
+        EngineError::Stalled(s.0)
+    }
+}
+
 /// Declares a loop stalled once it has polled without progress for its patience.
-struct Watchdog {
+pub struct Watchdog {
     patience: Duration,
     idle: u32,
     since: Instant,
 }
 
 impl Watchdog {
-    fn new(patience: Duration) -> Self {
+    /// A watchdog of `patience`, its clock started at the first poll without progress.
+    pub fn new(patience: Duration) -> Self {
         Self {
             patience,
             idle: 0,
@@ -142,7 +153,8 @@ impl Watchdog {
         }
     }
 
-    fn tick(&mut self, progressed: bool) -> Result<(), EngineError> {
+    /// Notes one poll; a stall once polls have gone without progress for the patience.
+    pub fn tick(&mut self, progressed: bool) -> Result<(), Stalled> {
         if progressed {
             self.idle = 0;
             return Ok(());
@@ -151,13 +163,14 @@ impl Watchdog {
         if self.idle == 1 {
             self.since = Instant::now();
         } else if self.idle % POLLS_PER_CLOCK_READ == 0 && self.since.elapsed() > self.patience {
-            return Err(EngineError::Stalled(self.patience));
+            return Err(Stalled(self.patience));
         }
         Ok(())
     }
 }
 
-fn nanos(since: Instant) -> u64 {
+/// Nanoseconds since `since`.
+pub fn nanos(since: Instant) -> u64 {
     since.elapsed().as_nanos() as u64
 }
 
@@ -356,7 +369,7 @@ fn wait_stamp<P: PerfSide, W: PerfSide>(
     let mut polls = 0u32;
     loop {
         if target.last_byte(0).map_err(target_err)? == stamp {
-            return watchdog.tick(true);
+            return Ok(watchdog.tick(true)?);
         }
         polls = polls.wrapping_add(1);
         if polls % STAMP_LOADS_PER_POLL == 0 {

@@ -14,7 +14,9 @@
 //!   its completion taken before the next. Each iteration's time is the time between two
 //!   posts, halved when reported.
 
-use super::super::engine::{Done, CQ_MOD, POLL_BATCH, RX_DEPTH, TX_DEPTH};
+use super::super::engine::{
+    nanos, Done, Stalled, Watchdog, CQ_MOD, POLL_BATCH, RX_DEPTH, TX_DEPTH,
+};
 use super::super::{BwReport, LatReport, Op};
 use std::fmt::Display;
 use std::time::{Duration, Instant};
@@ -98,43 +100,14 @@ pub enum SoloError {
     Report(#[from] super::super::ReportError),
 }
 
+impl From<Stalled> for SoloError {
+    fn from(s: Stalled) -> Self {
+        SoloError::Stalled(s.0)
+    }
+}
+
 fn dev<E: Display>(e: E) -> SoloError {
     SoloError::Device(e.to_string())
-}
-
-/// Declares a loop stalled once it has gone without progress for its patience.
-struct Watchdog {
-    patience: Duration,
-    idle: u32,
-    since: Instant,
-}
-
-impl Watchdog {
-    fn new(patience: Duration) -> Self {
-        Self {
-            patience,
-            idle: 0,
-            since: Instant::now(),
-        }
-    }
-
-    fn tick(&mut self, progressed: bool) -> Result<(), SoloError> {
-        if progressed {
-            self.idle = 0;
-            return Ok(());
-        }
-        self.idle = self.idle.wrapping_add(1);
-        if self.idle == 1 {
-            self.since = Instant::now();
-        } else if self.idle % 1024 == 0 && self.since.elapsed() > self.patience {
-            return Err(SoloError::Stalled(self.patience));
-        }
-        Ok(())
-    }
-}
-
-fn nanos(since: Instant) -> u64 {
-    since.elapsed().as_nanos() as u64
 }
 
 /// A bandwidth client: `iters` messages of `op` on each of `qps` queue pairs.
@@ -273,7 +246,7 @@ pub fn write_lat<S: Solo>(
             }
             watchdog.tick(false)?;
         }
-        watchdog.tick(true)
+        Ok(watchdog.tick(true)?)
     };
     while sent < iters || seen < iters {
         if seen < iters && !(first && sent == 0) {
