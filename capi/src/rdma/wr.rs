@@ -118,6 +118,35 @@ fn sges_of<'a>(list: *const cxd_sge, n: u32, index: usize) -> Result<&'a [cxd_sg
     slice_in(list, n as usize, "sg_list").map_err(|e| bad(index, e.message))
 }
 
+/// Copies the scatter/gather lists of the first requests of `wrs` (at most [`GROUP_WRS`],
+/// as many as fit [`GROUP_SGES`] entries) into `sges`, request `i`'s at `ranges[i]` (first,
+/// count); returns how many requests the group holds. `list_of(i, wr)` gives request `i`'s list.
+fn gather_group<'w, W>(
+    wrs: &'w [W],
+    sges: &mut [Sge; GROUP_SGES],
+    ranges: &mut [(usize, usize); GROUP_WRS],
+    list_of: impl Fn(usize, &'w W) -> Result<&'w [cxd_sge], Failure>,
+) -> Result<usize, Failure> {
+    let (mut n, mut used) = (0, 0);
+    for (i, wr) in wrs.iter().enumerate().take(GROUP_WRS) {
+        let list = list_of(i, wr)?;
+        if used + list.len() > GROUP_SGES {
+            break;
+        }
+        for (k, s) in list.iter().enumerate() {
+            sges[used + k] = Sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            };
+        }
+        ranges[i] = (used, list.len());
+        used += list.len();
+        n += 1;
+    }
+    Ok(n)
+}
+
 fn op_of(wr: &cxd_send_wr, index: usize) -> Result<SendOp, Failure> {
     let remote = RemoteAddr {
         addr: wr.remote_addr,
@@ -199,27 +228,14 @@ pub(crate) fn post_sends(
     while start < wrs.len() {
         let mut sges = [Sge::default(); GROUP_SGES];
         let mut ranges = [(0usize, 0usize); GROUP_WRS];
-        let (mut n, mut used) = (0, 0);
-        for (i, wr) in wrs[start..].iter().enumerate().take(GROUP_WRS) {
-            let list = if wr.send_flags & CXD_SEND_INLINE != 0 {
-                &[][..]
+        let n = gather_group(&wrs[start..], &mut sges, &mut ranges, |i, wr| {
+            if wr.send_flags & CXD_SEND_INLINE != 0 {
+                Ok(&[][..])
             } else {
-                sges_of(wr.sg_list, wr.num_sge, start + i).map_err(early)?
-            };
-            if used + list.len() > GROUP_SGES {
-                break;
+                sges_of(wr.sg_list, wr.num_sge, start + i)
             }
-            for (k, s) in list.iter().enumerate() {
-                sges[used + k] = Sge {
-                    addr: s.addr,
-                    length: s.length,
-                    lkey: s.lkey,
-                };
-            }
-            ranges[i] = (used, list.len());
-            used += list.len();
-            n += 1;
-        }
+        })
+        .map_err(early)?;
         let mut reqs = [SendRequest::new(0, SendOp::Send, Payload::Inline(&[])); GROUP_WRS];
         for (i, wr) in wrs[start..start + n].iter().enumerate() {
             let payload = if wr.send_flags & CXD_SEND_INLINE != 0 {
@@ -266,23 +282,10 @@ pub(crate) fn post_recvs(
     while start < wrs.len() {
         let mut sges = [Sge::default(); GROUP_SGES];
         let mut ranges = [(0usize, 0usize); GROUP_WRS];
-        let (mut n, mut used) = (0, 0);
-        for (i, wr) in wrs[start..].iter().enumerate().take(GROUP_WRS) {
-            let list = sges_of(wr.sg_list, wr.num_sge, start + i).map_err(early)?;
-            if used + list.len() > GROUP_SGES {
-                break;
-            }
-            for (k, s) in list.iter().enumerate() {
-                sges[used + k] = Sge {
-                    addr: s.addr,
-                    length: s.length,
-                    lkey: s.lkey,
-                };
-            }
-            ranges[i] = (used, list.len());
-            used += list.len();
-            n += 1;
-        }
+        let n = gather_group(&wrs[start..], &mut sges, &mut ranges, |i, wr| {
+            sges_of(wr.sg_list, wr.num_sge, start + i)
+        })
+        .map_err(early)?;
         let mut reqs = [RecvRequest {
             wr_id: 0,
             sg_list: &[],
