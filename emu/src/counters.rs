@@ -57,6 +57,8 @@ counter_set! {
         commands,
         /// Commands that completed with a non-OK status or delivery status.
         command_errors,
+        /// Command doorbells whose slot held an entry the device does not own: nothing ran.
+        idle_command_doorbells,
         /// DMA read transactions fetching WQEs.
         wqe_fetch_reads,
         /// Bytes of WQEs fetched.

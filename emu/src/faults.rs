@@ -65,6 +65,12 @@ pub enum Fault {
     /// doorbell's slots are looked at: firmware answering after the driver gave up on it. A
     /// function reset drops the answer.
     LateCommand,
+    /// Before the next command doorbell looks at its slot, the slot's entry is written over
+    /// with the entry the device last handed back there (a late duplicate of the previous
+    /// answer, as seen once in a while under QEMU): the doorbell finds an entry the device
+    /// does not own and does nothing, and the driver finds the previous answer in place of
+    /// its own.
+    StaleCommandEntry,
     /// The next command with `opcode` is refused without running, with status NO_RES (as
     /// firmware out of resources refuses a create).
     RefuseCommand {

@@ -243,6 +243,42 @@ fn a_swallowed_command_times_out_naming_the_command() {
     clean_teardown(dev, &model);
 }
 
+/// Seen in the QEMU rig: a command's entry came back holding the previous command's answer
+/// (same token, ownership handed back) and the model never ran it.
+#[test]
+fn a_command_whose_entry_comes_back_stale_is_posted_again() {
+    let model = Model::loopback(EmuConfig::default());
+    let mut dev = bring_up(&model);
+    let idle_before = model.counters().idle_command_doorbells;
+    model.inject(Fault::StaleCommandEntry);
+    still_answers(&mut dev).expect("posted again after the stale entry");
+    assert_eq!(dev.commands_posted_again(), 1);
+    assert_eq!(model.counters().idle_command_doorbells, idle_before + 1);
+    still_answers(&mut dev).unwrap();
+    assert_eq!(dev.commands_posted_again(), 1);
+    clean_teardown(dev, &model);
+}
+
+#[test]
+fn a_command_whose_entry_comes_back_stale_twice_fails_naming_both_tokens() {
+    let model = Model::loopback(EmuConfig::default());
+    let mut dev = bring_up(&model);
+    model.inject(Fault::StaleCommandEntry);
+    model.inject(Fault::StaleCommandEntry);
+    let err = still_answers(&mut dev).unwrap_err();
+    let DriverError::Command(cmd) = &err else {
+        panic!("not a command error: {err}")
+    };
+    assert_eq!(cmd.opcode, Opcode::AccessReg as u16);
+    let CmdFailure::TokenChanged { sent, found } = cmd.failure else {
+        panic!("not a token error: {err}")
+    };
+    assert_eq!(found, sent.wrapping_sub(1), "{err}");
+    assert_eq!(dev.commands_posted_again(), 1);
+    still_answers(&mut dev).expect("the next command runs");
+    clean_teardown(dev, &model);
+}
+
 #[test]
 fn a_swallowed_command_during_port_start_fails_the_start_naming_the_command() {
     let model = Model::loopback(EmuConfig::default());

@@ -53,6 +53,11 @@ pub(crate) struct CmdQueue {
     pub executed: u64,
     /// Timed-out commands the device answered later (their slots came back).
     pub late_answers: u64,
+    /// Commands posted a second time because their entry came back holding, byte for byte,
+    /// the previous answer of its slot (the device never took them).
+    pub stale_entries: u64,
+    /// Each slot's entry as the device last handed it back.
+    last_answers: Vec<Option<CmdLayout>>,
 }
 
 /// Mailbox blocks for one direction of one command: the pool, or a region of its own.
@@ -98,7 +103,17 @@ impl CmdQueue {
             unanswered: Vec::new(),
             executed: 0,
             late_answers: 0,
+            stale_entries: 0,
+            last_answers: vec![None; 1 << log_size],
         })
+    }
+
+    /// True when the entry `back` read from `slot` is the one the device handed back for the
+    /// slot's previous command, unchanged.
+    fn holds_previous_answer(&self, slot: usize, back: &CmdLayout) -> bool {
+        self.last_answers[slot]
+            .as_ref()
+            .is_some_and(|previous| previous.as_bytes() == back.as_bytes())
     }
 
     /// Slots held by commands the device took and has not answered.
@@ -110,6 +125,7 @@ impl CmdQueue {
     /// commands named may be freed.
     pub fn forget_after_reset(&mut self) {
         self.unanswered.clear();
+        self.last_answers.fill(None);
     }
 
     fn blocks_for(&mut self, len: usize, input: bool) -> Result<Blocks, DriverError> {
@@ -246,12 +262,33 @@ impl CmdQueue {
             .set_status_own(CMD_OWNER_HW);
         entry.set_inline_input(&input[..CMD_INLINE_BYTES]);
         let at = slot * self.stride;
-        self.queue.write(at, entry.as_bytes())?;
-        // The entry and mailboxes must reach the device before the doorbell that posts them.
-        wmb();
-        Registers::init_seg(backend).write(CmdDoorbell::slot(slot));
-
-        if !self.wait_for_answer(at, timeout, idle) {
+        let mut back = CmdLayout::zeroed();
+        let mut posts = 0;
+        let answered = loop {
+            self.queue.write(at, entry.as_bytes())?;
+            // The entry and mailboxes must reach the device before the doorbell that posts them.
+            wmb();
+            Registers::init_seg(backend).write(CmdDoorbell::slot(slot));
+            posts += 1;
+            if !self.wait_for_answer(at, timeout, idle) {
+                break false;
+            }
+            // The entry and output mailboxes are read only after the ownership bit handed them
+            // back.
+            rmb();
+            self.queue
+                .read(at, back.as_bytes_mut())
+                .map_err(|_| fail(CmdFailure::BadOutput("command entry unreadable")))?;
+            if posts > 1 || !self.holds_previous_answer(slot, &back) {
+                break true;
+            }
+            // The entry shows, byte for byte, the answer this slot's previous command got:
+            // the device handed back an entry it did not take from us, so it never saw this
+            // command (its doorbell found the entry not owned). Posted again, once; the token
+            // check below refuses whatever comes back a second time.
+            self.stale_entries += 1;
+        };
+        if !answered {
             // The device may still answer into this slot and these mailboxes.
             let mut mailboxes = Vec::with_capacity(2);
             for (blocks, input, used) in [
@@ -268,12 +305,7 @@ impl CmdQueue {
             self.unanswered.push(Unanswered { slot, mailboxes });
             return Err(fail(CmdFailure::Timeout(timeout)));
         }
-        // The entry and output mailboxes are read only after the ownership bit handed them back.
-        rmb();
-        let mut back = CmdLayout::zeroed();
-        self.queue
-            .read(at, back.as_bytes_mut())
-            .map_err(|_| fail(CmdFailure::BadOutput("command entry unreadable")))?;
+        self.last_answers[slot] = Some(back);
         let delivery = back.delivery_status_raw();
         if delivery != 0 {
             return Err(fail(CmdFailure::Delivery(

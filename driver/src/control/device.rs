@@ -534,6 +534,12 @@ impl<B: Backend> Device<B> {
     pub fn commands_answered_late(&self) -> u64 {
         self.cmd.late_answers
     }
+
+    /// Commands posted a second time because the device handed back their slot's previous
+    /// answer instead of taking them, since bring-up.
+    pub fn commands_posted_again(&self) -> u64 {
+        self.cmd.stale_entries
+    }
 }
 
 impl<B: Backend> Drop for Device<B> {

@@ -78,6 +78,9 @@ pub(crate) struct Core {
     pub late_writes: Vec<LateWrite>,
     /// Commands whose answer is held back ([`crate::Fault::LateCommand`]).
     pub late_commands: Vec<pending_answer::PendingAnswer>,
+    /// The entry last handed back in each command slot, by slot number
+    /// ([`crate::Fault::StaleCommandEntry`] writes it again).
+    pub last_answers: Vec<(u32, cxdirect_hw::cmd::CmdLayout)>,
     /// CQs holding an open compressed session, written when the receive pass ends.
     pub open_sessions: Vec<u32>,
     /// Frames the function sent to itself, waiting for its next receive pass.
@@ -107,6 +110,7 @@ impl Core {
             faults: Default::default(),
             late_writes: Vec::new(),
             late_commands: Vec::new(),
+            last_answers: Vec::new(),
             open_sessions: Vec::new(),
             local_loopback: Default::default(),
         }
@@ -132,6 +136,7 @@ impl Core {
         // A reset stops the function's DMA: writes still in flight never land.
         self.late_writes.clear();
         self.late_commands.clear();
+        self.last_answers.clear();
         self.open_sessions.clear();
         self.local_loopback.clear();
         self.bus_master = false;

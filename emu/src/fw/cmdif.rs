@@ -41,11 +41,21 @@ fn process_slot(core: &mut Core, slot: u32) {
         return;
     }
     let addr = entry_addr(core, slot);
+    if core
+        .faults
+        .take(|f| matches!(f, Fault::StaleCommandEntry).then_some(()))
+        .is_some()
+    {
+        if let Some((_, stale)) = core.last_answers.iter().find(|(s, _)| *s == slot) {
+            let _ = core.dma_write(addr, stale.as_bytes());
+        }
+    }
     let mut entry = CmdLayout::zeroed();
     if core.dma_read(addr, entry.as_bytes_mut()).is_err() {
         return;
     }
     if !entry.owned_by_hw() {
+        add(&core.counters.idle_command_doorbells, 1);
         return;
     }
     if core
@@ -124,6 +134,10 @@ fn answer(core: &mut Core, command: PendingAnswer) {
         entry.set_sig(sig);
     }
     let _ = core.dma_write(entry_addr(core, slot), entry.as_bytes());
+    match core.last_answers.iter_mut().find(|(s, _)| *s == slot) {
+        Some((_, last)) => *last = entry,
+        None => core.last_answers.push((slot, entry)),
+    }
     if !event {
         return;
     }

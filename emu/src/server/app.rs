@@ -353,8 +353,9 @@ pub fn run(opts: &Options) -> Result<Summary, AppError> {
     for (i, f) in build.functions.iter().enumerate() {
         let c = f.device.counters();
         log::info!(
-            "function {i}: {} commands, {} doorbells, {} interrupts, {} frames sent, {} received, {} DMA faults",
+            "function {i}: {} commands ({} doorbells on entries not owned), {} doorbells, {} interrupts, {} frames sent, {} received, {} DMA faults",
             c.commands,
+            c.idle_command_doorbells,
             c.doorbells,
             c.interrupts,
             c.tx_frames,
