@@ -14,7 +14,10 @@
 //! The last line a run prints: `summary: bytes=N verified=yes|no|off linear_bytes=N
 //! fragment_bytes=N options_in_dmabuf=N segments=N duplicates=N duplicate_bytes=N
 //! out_of_order=N plain_dropped=N pattern_errors=N mbps=X cpu_payload_copied=0
-//! validation_read_bytes=N tokens_outstanding=N`.
+//! validation_read_bytes=N tokens_outstanding=N rx_ns_per_segment=N receiver_ns_per_segment=N`:
+//! the last two are the receiving side's whole turn per frame it took (queue polls, parse,
+//! TCP, tokens, ACKs sent; with `-v`, the check's read of the dmabuf too) and the receiver's
+//! share of it per split frame.
 
 pub mod frame;
 pub mod pattern;
@@ -113,6 +116,17 @@ pub struct Report {
     pub tokens_outstanding: u32,
     /// The run ended by its time limit.
     pub timed_out: bool,
+    /// Nanoseconds the receiving side spent per segment it took (split and plain queues:
+    /// the queue's poll, the parse, the TCP receiver, tokens back and the ACKs sent), timed
+    /// over its turns that took at least one segment.
+    pub receive_ns_per_segment: f64,
+}
+
+impl Report {
+    /// Nanoseconds per split frame in the receiver alone ([`ServerCounts::receiver_ns`]).
+    pub fn receiver_ns_per_frame(&self) -> f64 {
+        self.counts.receiver_ns as f64 / self.counts.split_frames.max(1) as f64
+    }
 }
 
 impl Report {
@@ -125,7 +139,7 @@ impl Report {
         };
         let c = &self.counts;
         format!(
-            "summary: bytes={} verified={verified} linear_bytes={} fragment_bytes={} options_in_dmabuf={} segments={} duplicates={} duplicate_bytes={} out_of_order={} plain_dropped={} pattern_errors={} mbps={:.1} cpu_payload_copied={} validation_read_bytes={} tokens_outstanding={}",
+            "summary: bytes={} verified={verified} linear_bytes={} fragment_bytes={} options_in_dmabuf={} segments={} duplicates={} duplicate_bytes={} out_of_order={} plain_dropped={} pattern_errors={} mbps={:.1} cpu_payload_copied={} validation_read_bytes={} tokens_outstanding={} rx_ns_per_segment={:.0} receiver_ns_per_segment={:.0}",
             self.bytes,
             c.linear_bytes,
             c.fragment_bytes,
@@ -139,7 +153,9 @@ impl Report {
             self.mbps,
             c.cpu_payload_copied,
             c.validation_read_bytes,
-            self.tokens_outstanding
+            self.tokens_outstanding,
+            self.receive_ns_per_segment,
+            self.receiver_ns_per_frame()
         )
     }
 }
@@ -206,12 +222,18 @@ pub fn run<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<Report, Str
     };
     let start = Instant::now();
     let mut timed_out = false;
+    // Time in the receiving side's turns that took segments, and how many they took.
+    let (mut busy, mut busy_segments) = (Duration::ZERO, 0u64);
     let outcome = loop {
         let now = Instant::now();
         let taken = match server.turn(now) {
             Ok(n) => n,
             Err(e) => break Err(e),
         };
+        if taken > 0 {
+            busy += now.elapsed();
+            busy_segments += taken as u64;
+        }
         if let Some(snd) = sender.as_mut() {
             if let Err(e) = snd.turn(now) {
                 break Err(e);
@@ -279,6 +301,11 @@ pub fn run<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<Report, Str
         },
         tokens_outstanding,
         timed_out,
+        receive_ns_per_segment: if busy_segments > 0 {
+            busy.as_nanos() as f64 / busy_segments as f64
+        } else {
+            0.0
+        },
         counts,
         rx,
     };

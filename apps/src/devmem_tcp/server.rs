@@ -96,6 +96,8 @@ pub struct Server<B: Backend> {
     /// In-order data arrived that no ACK sent yet covers.
     ack_due: bool,
     packets: Vec<SplitPacket>,
+    /// The receiver's events of one call, reused.
+    events: Vec<Event>,
     replies: Vec<Mbuf>,
     /// Where the check reads a fragment (at most a payload buffer).
     check_buf: Vec<u8>,
@@ -212,6 +214,7 @@ impl<B: Backend> Server<B> {
             fin_sent: None,
             ack_due: false,
             packets: Vec::with_capacity(BURST),
+            events: Vec::with_capacity(BURST * 2),
             replies: Vec::with_capacity(BURST * 4),
             check_buf: vec![0; cfg.payload_bytes as usize],
             error: None,
@@ -235,13 +238,16 @@ impl<B: Backend> Server<B> {
                 break;
             }
             taken += self.packets.len();
+            let started = Instant::now();
             let packets = std::mem::take(&mut self.packets);
             for pkt in &packets {
                 self.take(pkt);
             }
+            self.counts.split_frames += packets.len() as u64;
             self.packets = packets;
             self.packets.clear();
             self.return_tokens();
+            self.counts.receiver_ns += started.elapsed().as_nanos() as u64;
             self.flush();
         }
         if self.fin_sent.is_none()
@@ -409,10 +415,12 @@ impl<B: Backend> Server<B> {
             }
         }
         let h = parsed.headers_len;
-        let mut events = Vec::new();
+        // The scratch list goes back in place below (on the refusal path too, empty).
+        let mut events = std::mem::take(&mut self.events);
         let verdict = match self.rx.on_segment(&parsed.segment, &mut |e| events.push(e)) {
             Ok(v) => v,
             Err(e) => {
+                self.events = events;
                 if strict {
                     self.error
                         .get_or_insert(format!("receiver refused a segment: {e}"));
@@ -428,9 +436,10 @@ impl<B: Backend> Server<B> {
             Outcome::OutOfOrder => self.counts.out_of_order += 1,
             _ => {}
         }
-        for e in events {
+        for e in events.drain(..) {
             self.event(e, hdr, h);
         }
+        self.events = events;
         match (verdict.outcome, verdict.reply) {
             // In-order data is acknowledged once per burst (cumulative); anything else (out of
             // order, duplicate, the handshake) at once, so the peer's fast retransmit sees it.
@@ -539,16 +548,17 @@ impl<B: Backend> Server<B> {
         }
         self.ack_due = false;
         let tokens = std::mem::take(&mut self.app_tokens);
-        let mut events = Vec::new();
+        let mut events = std::mem::take(&mut self.events);
         for &t in &tokens {
             if let Err(e) = self.rx.give_back(t, 1, &mut |e| events.push(e)) {
                 self.error
                     .get_or_insert(format!("receiver refused token {t}: {e}"));
             }
         }
-        for e in events {
+        for e in events.drain(..) {
             self.event(e, &[], 0);
         }
+        self.events = events;
         self.app_tokens = tokens;
         self.app_tokens.clear();
         if let Some(r) = self.rx.ack() {

@@ -31,6 +31,12 @@ pub struct ServerCounts {
     /// Dmabuf payload bytes the CPU copied to deliver them: always 0, fragments are handed
     /// out as (offset, length, token).
     pub cpu_payload_copied: u64,
+    /// Frames taken from the split queue.
+    pub split_frames: u64,
+    /// Nanoseconds spent on them in the receiver: the parse, the TCP receiver, the pattern
+    /// check when one is asked for, and their tokens back (the split queue's poll and the
+    /// transmission of replies not counted).
+    pub receiver_ns: u64,
 }
 
 /// `aa:bb:cc:dd:ee:ff`.

@@ -14,9 +14,13 @@
 //! `--rc-write` instead measures the model's RoCE v2 RC transport through its test kit (64-byte
 //! RDMA WRITE messages per second, 1 MiB WRITE throughput) beside its Ethernet packet rate.
 //!
+//! `--devmem-tcp` instead times devmem TCP receive beside plain receive (`devmem_tcp`).
+//!
 //! Each figure is also printed as `metric NAME=VALUE`. `--callgrind` instead runs io forwarding
 //! between the two ports for a fixed packet count, for `valgrind --tool=callgrind`
 //! (see `apps/scripts/callgrind-fwd`).
+
+mod devmem_tcp;
 
 use clap::{Parser, ValueEnum};
 use cxdirect::{
@@ -63,6 +67,11 @@ struct Cli {
     /// core), beside the model's Ethernet packet rate in the same run
     #[arg(long, conflicts_with = "callgrind", help_heading = RUN)]
     rc_write: bool,
+    /// Instead, devmem TCP receive (a TCP stream into a dmabuf through the split queue and the
+    /// TCP receiver) beside plain receive of frames of the same size, in the same run: ns per
+    /// segment, throughput, CPU bytes copied per payload byte
+    #[arg(long, conflicts_with_all = ["callgrind", "rc_write"], help_heading = RUN)]
+    devmem_tcp: bool,
     /// Instead, io forwarding between the two ports for --packets, for valgrind --tool=callgrind; prints forwarded=N
     #[arg(long, help_heading = CALLGRIND)]
     callgrind: bool,
@@ -284,6 +293,9 @@ fn real_main() -> Result<(), String> {
     if cli.rc_write {
         return rc_write(rounds);
     }
+    if cli.devmem_tcp {
+        return devmem_tcp::devmem_tcp(rounds);
+    }
     let only = cli.only.name();
     if only == "model" {
         return end_to_end(rounds);
@@ -354,7 +366,7 @@ fn real_main() -> Result<(), String> {
         return Ok(());
     }
     if only == "rx" {
-        rx_run(32, rounds * 10, true, false)?;
+        rx_run(32, rounds * 10, true, false, 64)?;
         return Ok(());
     }
     let h32 = &tx_ns[&("headers", 32)];
@@ -419,7 +431,7 @@ fn real_main() -> Result<(), String> {
     };
     let mut rx = std::collections::HashMap::new();
     for burst in BURSTS {
-        let r = rx_run(burst, rounds, true, false)?;
+        let r = rx_run(burst, rounds, true, false, 64)?;
         rx_row(&burst.to_string(), &r);
         metric(&format!("rx_b{burst}_ns"), r.ns);
         metric(&format!("rx_b{burst}_ratio"), r.ratio);
@@ -427,11 +439,11 @@ fn real_main() -> Result<(), String> {
         rx.insert(burst, r);
     }
     // The same burst with one plain CQE per packet (PortConfig::rx_cqe_compression off).
-    let plain = rx_run(32, rounds, false, false)?;
+    let plain = rx_run(32, rounds, false, false, 64)?;
     println!("with plain CQEs (rx_cqe_compression off):");
     rx_row("32", &plain);
     // Striding receive queues: one WQE (a buffer of 512 strides of 64 bytes) for many packets.
-    let striding = rx_run(32, rounds, true, true)?;
+    let striding = rx_run(32, rounds, true, true, 64)?;
     println!("striding receive queues (rx_striding, 512 strides of 64 bytes per WQE):");
     rx_row("32", &striding);
     let r32 = &rx[&32];
@@ -894,7 +906,14 @@ fn lone_packets(count: u64) -> Result<Run, String> {
     Ok(run)
 }
 
-fn rx_run(burst: usize, rounds: usize, compression: bool, striding: bool) -> Result<Run, String> {
+/// Times `rx_burst` at `burst` on frames of `frame_len` bytes (60..=1514).
+fn rx_run(
+    burst: usize,
+    rounds: usize,
+    compression: bool,
+    striding: bool,
+    frame_len: usize,
+) -> Result<Run, String> {
     let config = PortConfig {
         rx_cqe_compression: compression,
         rx_striding: striding.then(cxdirect::RxStriding::default),
@@ -919,7 +938,7 @@ fn rx_run(burst: usize, rounds: usize, compression: bool, striding: bool) -> Res
         b,
     ) = pair(ExecMode::Threaded, &config)?;
     let mut frame = Vec::new();
-    build(&mut frame, 64, 0, 0);
+    build(&mut frame, frame_len, 0, 0);
     let mut batch = Vec::with_capacity(ROUND);
     let mut got: Vec<Mbuf> = Vec::with_capacity(ROUND + cxdirect::ring::MAX_BURST);
     let mut per_round = Rounds::default();
