@@ -40,7 +40,7 @@ impl TxqState {
 
 /// What a receive queue handle holds.
 pub(crate) struct RxqState {
-    q: RxQueue<AnyBackend>,
+    pub(crate) q: RxQueue<AnyBackend>,
     scratch: Vec<Mbuf>,
     table: SlotTable,
     buf_size: usize,

@@ -73,6 +73,23 @@ pub const CXD_RX_L4_CSUM_GOOD: u32 = 1 << 17;
 /// Receive result: `rss_hash` holds the device's RSS hash.
 pub const CXD_RX_RSS_HASH: u32 = 1 << 18;
 
+/// `rx_l3_type`: no IP header the device knew.
+pub const CXD_RX_L3_NONE: u8 = 0;
+/// `rx_l3_type`: IPv6.
+pub const CXD_RX_L3_IPV6: u8 = 1;
+/// `rx_l3_type`: IPv4.
+pub const CXD_RX_L3_IPV4: u8 = 2;
+/// `rx_l4_type`: neither TCP nor UDP.
+pub const CXD_RX_L4_NONE: u8 = 0;
+/// `rx_l4_type`: TCP without the ACK flag.
+pub const CXD_RX_L4_TCP: u8 = 1;
+/// `rx_l4_type`: UDP.
+pub const CXD_RX_L4_UDP: u8 = 2;
+/// `rx_l4_type`: TCP, ACK flag set, no payload.
+pub const CXD_RX_L4_TCP_ACK: u8 = 3;
+/// `rx_l4_type`: TCP, ACK flag set, with payload.
+pub const CXD_RX_L4_TCP_ACK_DATA: u8 = 4;
+
 /// A packet's offload requests (send) and results (receive).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
@@ -86,9 +103,9 @@ pub struct cxd_mbuf_offload {
     pub tso_mss: u16,
     /// RSS hash, with `CXD_RX_RSS_HASH`.
     pub rss_hash: u32,
-    /// L3 type as the completion reported it (0 none, 1 IPv6, 2 IPv4).
+    /// The packet's L3 type as the completion reported it: a `CXD_RX_L3_*` value.
     pub rx_l3_type: u8,
-    /// L4 type as the completion reported it (0 none, 1 TCP, 2 UDP, 3-4 TCP kinds).
+    /// The packet's L4 type as the completion reported it: a `CXD_RX_L4_*` value.
     pub rx_l4_type: u8,
     /// Zero.
     pub reserved: u16,

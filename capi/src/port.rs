@@ -6,6 +6,7 @@ use crate::boundary::{read_in, write_out};
 use crate::burst::{cxd_rxq, cxd_txq, RxqState, TxqState};
 use crate::device::{cxd_device, take_up, DeviceState};
 use crate::error::{guard, Error, Failure};
+use crate::flow::{self, cxd_flow};
 use crate::mbuf::{cxd_mempool, PoolState};
 use driver::{Device, InlineMode, PortConfig, Started};
 use std::ffi::c_int;
@@ -22,6 +23,10 @@ pub const CXD_PORT_TX_TSO: u32 = 1 << 2;
 pub const CXD_PORT_BLUEFLAME: u32 = 1 << 3;
 /// Port flag: ask the device to compress receive completions where it can.
 pub const CXD_PORT_RX_CQE_COMPRESSION: u32 = 1 << 4;
+/// Port flag: give each receive queue a completion interrupt, a file descriptor `poll()`
+/// waits on (`cxd_rxq_interrupt_fd`), so that an idle receiver can sleep. The device is
+/// brought up with one MSI-X vector per receive queue besides its own.
+pub const CXD_PORT_RX_INTERRUPTS: u32 = 1 << 5;
 
 /// Inline mode: no packet bytes inline in send WQEs.
 pub const CXD_INLINE_NONE: u8 = 0;
@@ -91,6 +96,30 @@ pub(crate) struct PortState {
     pool: &'static cxd_mempool,
     txqs: Vec<&'static cxd_txq>,
     rxqs: Vec<&'static cxd_rxq>,
+    /// The RQ number of each receive queue, in index order (flow rules name them).
+    rqns: Vec<u32>,
+    /// Flow rules installed and not yet destroyed.
+    pub(crate) flows: Vec<&'static cxd_flow>,
+}
+
+impl PortState {
+    /// The driver's port.
+    pub(crate) fn port_mut(&mut self) -> &mut driver::Port<crate::backend::AnyBackend> {
+        &mut self.port
+    }
+
+    /// The RQ number of receive queue `index`; `CXD_ERROR_INVALID_ARGUMENT` past the last.
+    pub(crate) fn rqn(&self, index: u16) -> Result<u32, Failure> {
+        self.rqns.get(usize::from(index)).copied().ok_or_else(|| {
+            Failure::new(
+                Error::InvalidArgument,
+                format!(
+                    "receive queue {index} does not exist; the port has 0..{}",
+                    self.rqns.len()
+                ),
+            )
+        })
+    }
 }
 
 /// A started port (`struct cxd_port` in C, opaque).
@@ -125,6 +154,7 @@ impl cxd_port_config {
             (d.tx_tso, CXD_PORT_TX_TSO),
             (d.blueflame, CXD_PORT_BLUEFLAME),
             (d.rx_cqe_compression, CXD_PORT_RX_CQE_COMPRESSION),
+            (d.rx_interrupts, CXD_PORT_RX_INTERRUPTS),
         ] {
             if on {
                 flags |= flag;
@@ -155,7 +185,8 @@ impl cxd_port_config {
             | CXD_PORT_TX_MULTI_PACKET
             | CXD_PORT_TX_TSO
             | CXD_PORT_BLUEFLAME
-            | CXD_PORT_RX_CQE_COMPRESSION;
+            | CXD_PORT_RX_CQE_COMPRESSION
+            | CXD_PORT_RX_INTERRUPTS;
         if self.flags & !known != 0 {
             return Err(Failure::new(
                 Error::Config,
@@ -192,6 +223,7 @@ impl cxd_port_config {
             tx_tso: self.flags & CXD_PORT_TX_TSO != 0,
             blueflame: self.flags & CXD_PORT_BLUEFLAME != 0,
             rx_cqe_compression: self.flags & CXD_PORT_RX_CQE_COMPRESSION != 0,
+            rx_interrupts: self.flags & CXD_PORT_RX_INTERRUPTS != 0,
             ..PortConfig::default()
         })
     }
@@ -237,7 +269,13 @@ pub unsafe extern "C" fn cxd_port_start(
             return Err(Failure::new(Error::Null, "out is NULL; pass &port"));
         }
         let mut dev = device.exclusive(cxd_device::NAME)?;
-        let up = take_up(dev.get())?;
+        // Vector 0 carries the device's events; receive interrupts take one each after it.
+        let vectors = if config.rx_interrupts {
+            config.rx_queues.saturating_add(1)
+        } else {
+            1
+        };
+        let up = take_up(dev.get(), vectors)?;
         // Checked before the port takes the device, so that a bad configuration leaves the
         // device as it was (Port::start keeps it whatever fails).
         if let Err(e) = config.validate(&up) {
@@ -256,6 +294,7 @@ pub unsafe extern "C" fn cxd_port_start(
         let pool_id = NEXT_POOL.fetch_add(1, Ordering::Relaxed);
         let table = SlotTable::new(pool.capacity(), pool_id);
         let buf_size = pool.buf_size() as usize;
+        let rqns = queues.rx.iter().map(|q| q.rqn()).collect();
         let txqs = queues
             .tx
             .into_iter()
@@ -273,6 +312,8 @@ pub unsafe extern "C" fn cxd_port_start(
             pool,
             txqs,
             rxqs,
+            rqns,
+            flows: Vec::new(),
         });
         write_out(out, port as *const cxd_port as *mut cxd_port, "out")?;
         Ok(0)
@@ -408,10 +449,15 @@ pub unsafe extern "C" fn cxd_port_close(port: *mut cxd_port) -> c_int {
             rxqs.push(q.handle().exclusive(cxd_rxq::NAME)?);
         }
         let pool = state.pool.handle().exclusive(cxd_mempool::NAME)?;
+        let flows = flow::take_all(&state.flows)?;
         let mut device = state.device.exclusive(cxd_device::NAME)?;
         txqs.into_iter().for_each(|q| drop(q.close()));
         rxqs.into_iter().for_each(|q| drop(q.close()));
         drop(pool.close());
+        // Their rules go with the port's steering; the handles only close.
+        for f in flows {
+            let _rule = f.close();
+        }
         *device.get() = DeviceState::Spent;
         let Some(state) = port.close() else {
             return Err(Failure::new(Error::Closed, "the cxd_port was closed"));
