@@ -2,17 +2,19 @@
 //!
 //! What a burst costs at the boundary, beyond the driver's own burst: one compare-and-swap
 //! and one store on the queue's handle (it is one caller's for the burst), and per packet the
-//! slot work described in [`crate::boundary::slots`] (one compare-and-swap and one store,
-//! and moving the `Mbuf` into or out of its slot). The queue keeps its scratch vectors
+//! slot work described in [`crate::boundary::slots`]: a send checks each handle (a
+//! compare-and-swap and a store on its slot), a receive places each buffer (a load and a
+//! store: the pool handed it over, nothing else can reach its free slot), and each moves the
+//! `Mbuf` into or out of its slot. The slot's buffer index comes from the `Mbuf` itself,
+//! not from dividing its offset. The queue keeps its scratch vectors
 //! (room for [`CXD_MAX_BURST`] packets, made when the port starts), so a burst allocates
 //! nothing and takes no lock.
 
 use crate::backend::AnyBackend;
 use crate::boundary::array;
 use crate::boundary::handle::{self, Handle, Kind};
-use crate::boundary::slots::{claim, cxd_mbuf, Claim, SlotTable};
+use crate::boundary::slots::{claim, cxd_mbuf, SlotTable, Taken};
 use crate::error::{guard, Error, Failure};
-use crate::mbuf::index_of;
 use crate::CXD_MAX_BURST;
 use driver::{Mbuf, RxQueue, TxQueue};
 use std::ffi::c_int;
@@ -25,7 +27,7 @@ pub(crate) struct TxqState {
     /// The burst's buffers, taken from their slots.
     scratch: Vec<Mbuf>,
     /// The slots they came from, in the same order.
-    claims: Vec<Claim>,
+    claims: Vec<Taken>,
 }
 
 impl TxqState {
@@ -43,16 +45,14 @@ pub(crate) struct RxqState {
     pub(crate) q: RxQueue<AnyBackend>,
     scratch: Vec<Mbuf>,
     table: SlotTable,
-    buf_size: usize,
 }
 
 impl RxqState {
-    pub(crate) fn new(q: RxQueue<AnyBackend>, table: SlotTable, buf_size: usize) -> Self {
+    pub(crate) fn new(q: RxQueue<AnyBackend>, table: SlotTable) -> Self {
         Self {
             q,
             scratch: Vec::with_capacity(MAX),
             table,
-            buf_size,
         }
     }
 }
@@ -130,9 +130,10 @@ pub unsafe extern "C" fn cxd_tx_burst(q: *mut cxd_txq, pkts: *mut *mut cxd_mbuf,
         claims.clear();
         for (i, &m) in pkts.iter().enumerate() {
             match claim(m) {
-                Ok(mut c) => {
-                    scratch.push(c.take_keeping());
-                    claims.push(c);
+                Ok(c) => {
+                    let (m, taken) = c.take_keeping();
+                    scratch.push(m);
+                    claims.push(taken);
                 }
                 Err(mut e) => {
                     // Nothing is sent: every mbuf goes back to the caller.
@@ -176,16 +177,11 @@ pub unsafe extern "C" fn cxd_rx_burst(q: *mut cxd_rxq, pkts: *mut *mut cxd_mbuf,
             return Err(too_large(n));
         }
         let pkts = array(pkts, usize::from(n), "pkts")?;
-        let RxqState {
-            q,
-            scratch,
-            table,
-            buf_size,
-        } = q.get();
+        let RxqState { q, scratch, table } = q.get();
         scratch.clear();
         let got = q.rx_burst(scratch, pkts.len())?;
         for (i, m) in scratch.drain(..).enumerate() {
-            match table.place(index_of(&m, *buf_size), m) {
+            match table.place(m.buffer_index() as usize, m) {
                 Ok(token) => pkts[i] = token,
                 Err(e) => {
                     // Hand back nothing: free what was placed (the rest drop with `scratch`).

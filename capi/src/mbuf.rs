@@ -111,13 +111,6 @@ pub struct cxd_mbuf_offload {
     pub reserved: u16,
 }
 
-/// The buffer index of `m` in its pool (the pool's buffers are `buf_size` bytes apart and
-/// the packet starts within its own buffer).
-#[inline]
-pub(crate) fn index_of(m: &Mbuf, buf_size: usize) -> usize {
-    m.memory_offset() / buf_size
-}
-
 /// Takes a free buffer from `pool` (empty: length 0) and stores its handle in `*out`. The
 /// caller owns it until it frees it or a send takes it. One compare-and-swap on the pool and
 /// one on the buffer's slot; no allocation.
@@ -144,7 +137,7 @@ pub unsafe extern "C" fn cxd_mbuf_alloc(pool: *mut cxd_mempool, out: *mut *mut c
                     ),
                 )
             })?;
-            p.table.place(index_of(&m, p.pool.buf_size() as usize), m)
+            p.table.place(m.buffer_index() as usize, m)
         })??;
         write_out(out, token, "out")?;
         Ok(0)

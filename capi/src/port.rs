@@ -293,7 +293,6 @@ pub unsafe extern "C" fn cxd_port_start(
         let pool = port.pool().clone();
         let pool_id = NEXT_POOL.fetch_add(1, Ordering::Relaxed);
         let table = SlotTable::new(pool.capacity(), pool_id);
-        let buf_size = pool.buf_size() as usize;
         let rqns = queues.rx.iter().map(|q| q.rqn()).collect();
         let txqs = queues
             .tx
@@ -303,7 +302,7 @@ pub unsafe extern "C" fn cxd_port_start(
         let rxqs = queues
             .rx
             .into_iter()
-            .map(|q| handle::open::<cxd_rxq>(RxqState::new(q, table, buf_size)))
+            .map(|q| handle::open::<cxd_rxq>(RxqState::new(q, table)))
             .collect();
         let pool = handle::open::<cxd_mempool>(PoolState::new(pool, table));
         let port = handle::open::<cxd_port>(PortState {
