@@ -410,6 +410,13 @@ typedef struct cxd_port_config {
   uint8_t reserved;
   // `CXD_PORT_*` flags.
   uint32_t flags;
+  // Buffers in a receive ring shared by all the port's receive queues (a power of two,
+  // 64..=32768), or 0 (the default) for a ring per queue. See `cxd_port_shared_refill`.
+  uint32_t shared_ring_size;
+  // The shared ring's limit armed at start, in buffers (below `shared_ring_size`; 0: not
+  // armed): when fewer are posted the device raises one limit event
+  // (`cxd_port_shared_limit_reached`).
+  uint32_t shared_limit;
 } cxd_port_config;
 
 // A port's statistics, summed over its queues (as of each queue's last burst), as DPDK's
@@ -1175,6 +1182,54 @@ int cxd_srq_arm_limit(cxd_srq *srq, uint32_t limit);
 //
 // `srq` is NULL or a handle this library returned.
 int cxd_srq_limit_reached(cxd_srq *srq);
+
+// Posts buffers from the port's pool on its shared receive ring until the ring is full or the
+// pool is empty; returns how many it posted, or a negative `cxd_error` (`CXD_ERROR_CONFIG` for
+// a port without a shared ring). A buffer is posted again only once the queue that received
+// into it has taken its completion: receive first, then refill.
+//
+// # Safety
+//
+// `port` is NULL or a handle this library returned.
+int cxd_port_shared_refill(cxd_port *port);
+
+// Buffers posted on the shared ring whose packets no queue has received yet (the driver's
+// count), or a negative `cxd_error`.
+//
+// # Safety
+//
+// `port` is NULL or a handle this library returned.
+int cxd_port_shared_outstanding(cxd_port *port);
+
+// Arms the shared ring's limit (MODIFY_RMP `lwm`): once fewer than `limit` buffers are
+// posted, the device raises one limit event. `limit` is 1 to the ring's size - 1; 0 disarms.
+// Returns 0, or a negative `cxd_error` (`CXD_ERROR_CONFIG` for a limit past the ring, with
+// nothing changed).
+//
+// # Safety
+//
+// `port` is NULL or a handle this library returned.
+int cxd_port_shared_arm_limit(cxd_port *port, uint32_t limit);
+
+// Whether the shared ring's armed limit was reached: 1 once for each event the device raised
+// (storing in `*posted`, when not NULL, the buffers the device still had posted then), 0 when
+// none came since the last call, or a negative `cxd_error`. Takes the device's pending events
+// and never blocks.
+//
+// # Safety
+//
+// `port` is NULL or a handle this library returned; `posted` is NULL or writable.
+int cxd_port_shared_limit_reached(cxd_port *port, uint32_t *posted);
+
+// The device's async event descriptor: readable (`POLLIN`) when the device raised an event,
+// such as the shared ring's limit (`cxd_port_shared_limit_reached` then takes it). The
+// descriptor is the device's: do not close or read it; it stays valid until
+// `cxd_port_close`. Returns it, or a negative `cxd_error`.
+//
+// # Safety
+//
+// `port` is NULL or a handle this library returned.
+int cxd_port_event_fd(cxd_port *port);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -16,8 +16,10 @@ use crate::boundary::handle::{self, Handle, Kind};
 use crate::boundary::slots::{claim, cxd_mbuf, SlotTable, Taken};
 use crate::error::{guard, Error, Failure};
 use crate::CXD_MAX_BURST;
-use driver::{Mbuf, RxQueue, TxQueue};
+use driver::{DriverError, Mbuf, RxQueue, SharedRxQueue, TxQueue};
 use std::ffi::c_int;
+use std::os::fd::BorrowedFd;
+use std::time::Duration;
 
 const MAX: usize = CXD_MAX_BURST as usize;
 
@@ -40,15 +42,60 @@ impl TxqState {
     }
 }
 
+/// A receive queue of either kind: with a ring of its own, or drawing from the port's shared
+/// ring. The two have the same calls; one predictable branch picks the kind.
+pub(crate) enum RxSource {
+    /// A queue with its own ring.
+    Plain(RxQueue<AnyBackend>),
+    /// A queue of the port's shared receive ring.
+    Shared(SharedRxQueue<AnyBackend>),
+}
+
+macro_rules! each_rx {
+    ($self:ident, $q:ident => $call:expr) => {
+        match $self {
+            RxSource::Plain($q) => $call,
+            RxSource::Shared($q) => $call,
+        }
+    };
+}
+
+impl RxSource {
+    #[inline]
+    fn rx_burst(&mut self, sink: &mut Vec<Mbuf>, max: usize) -> Result<usize, DriverError> {
+        each_rx!(self, q => q.rx_burst(sink, max))
+    }
+
+    /// The queue's RQ number.
+    pub(crate) fn rqn(&self) -> u32 {
+        each_rx!(self, q => q.rqn())
+    }
+
+    /// As the driver's `arm_interrupt`.
+    pub(crate) fn arm_interrupt(&mut self) -> Result<(), DriverError> {
+        each_rx!(self, q => q.arm_interrupt())
+    }
+
+    /// As the driver's `wait_interrupt`.
+    pub(crate) fn wait_interrupt(&mut self, timeout: Duration) -> Result<bool, DriverError> {
+        each_rx!(self, q => q.wait_interrupt(timeout))
+    }
+
+    /// As the driver's `interrupt_fd`.
+    pub(crate) fn interrupt_fd(&self) -> Option<BorrowedFd<'_>> {
+        each_rx!(self, q => q.interrupt_fd())
+    }
+}
+
 /// What a receive queue handle holds.
 pub(crate) struct RxqState {
-    pub(crate) q: RxQueue<AnyBackend>,
+    pub(crate) q: RxSource,
     scratch: Vec<Mbuf>,
     table: SlotTable,
 }
 
 impl RxqState {
-    pub(crate) fn new(q: RxQueue<AnyBackend>, table: SlotTable) -> Self {
+    pub(crate) fn new(q: RxSource, table: SlotTable) -> Self {
         Self {
             q,
             scratch: Vec::with_capacity(MAX),

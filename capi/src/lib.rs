@@ -30,6 +30,7 @@ pub mod interrupt;
 pub mod mbuf;
 pub mod port;
 pub mod rdma;
+pub mod shared;
 
 mod backend;
 
@@ -49,6 +50,7 @@ pub use rdma::wr::*;
 pub use rdma::{
     cxd_rdma, cxd_rdma_close, cxd_rdma_event_fd, cxd_rdma_info, cxd_rdma_open, cxd_rdma_query,
 };
+pub use shared::*;
 
 use std::ffi::c_char;
 

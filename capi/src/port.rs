@@ -3,12 +3,12 @@
 use crate::boundary::handle::{self, Handle, Kind};
 use crate::boundary::slots::SlotTable;
 use crate::boundary::{read_in, write_out};
-use crate::burst::{cxd_rxq, cxd_txq, RxqState, TxqState};
+use crate::burst::{cxd_rxq, cxd_txq, RxSource, RxqState, TxqState};
 use crate::device::{cxd_device, take_up, DeviceState};
 use crate::error::{guard, Error, Failure};
 use crate::flow::{self, cxd_flow};
 use crate::mbuf::{cxd_mempool, PoolState};
-use driver::{Device, InlineMode, PortConfig, Started};
+use driver::{Device, InlineMode, PortConfig, SharedQueues, SharedRxConfig, SharedRxRing, Started};
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -63,6 +63,13 @@ pub struct cxd_port_config {
     pub reserved: u8,
     /// `CXD_PORT_*` flags.
     pub flags: u32,
+    /// Buffers in a receive ring shared by all the port's receive queues (a power of two,
+    /// 64..=32768), or 0 (the default) for a ring per queue. See `cxd_port_shared_refill`.
+    pub shared_ring_size: u32,
+    /// The shared ring's limit armed at start, in buffers (below `shared_ring_size`; 0: not
+    /// armed): when fewer are posted the device raises one limit event
+    /// (`cxd_port_shared_limit_reached`).
+    pub shared_limit: u32,
 }
 
 /// A port's statistics, summed over its queues (as of each queue's last burst), as DPDK's
@@ -100,6 +107,11 @@ pub(crate) struct PortState {
     rqns: Vec<u32>,
     /// Flow rules installed and not yet destroyed.
     pub(crate) flows: Vec<&'static cxd_flow>,
+    /// The shared receive ring's handle, for a port started with one.
+    pub(crate) shared: Option<SharedRxRing<crate::backend::AnyBackend>>,
+    /// Buffers the device still had posted at the shared ring's last limit event, until
+    /// `cxd_port_shared_limit_reached` reports it.
+    pub(crate) shared_low: Option<u32>,
 }
 
 impl PortState {
@@ -176,6 +188,8 @@ impl cxd_port_config {
             },
             reserved: 0,
             flags,
+            shared_ring_size: 0,
+            shared_limit: 0,
         }
     }
 
@@ -224,6 +238,10 @@ impl cxd_port_config {
             blueflame: self.flags & CXD_PORT_BLUEFLAME != 0,
             rx_cqe_compression: self.flags & CXD_PORT_RX_CQE_COMPRESSION != 0,
             rx_interrupts: self.flags & CXD_PORT_RX_INTERRUPTS != 0,
+            shared_rx: (self.shared_ring_size != 0).then_some(SharedRxConfig {
+                ring_size: self.shared_ring_size,
+                limit: self.shared_limit,
+            }),
             ..PortConfig::default()
         })
     }
@@ -282,7 +300,7 @@ pub unsafe extern "C" fn cxd_port_start(
             *dev.get() = DeviceState::Up(Box::new(up));
             return Err(e.into());
         }
-        let Started { port, queues } = match driver::Port::start(up, config) {
+        let Started { mut port, queues } = match driver::Port::start(up, config) {
             Ok(started) => started,
             Err(e) => {
                 *dev.get() = DeviceState::Spent;
@@ -293,14 +311,20 @@ pub unsafe extern "C" fn cxd_port_start(
         let pool = port.pool().clone();
         let pool_id = NEXT_POOL.fetch_add(1, Ordering::Relaxed);
         let table = SlotTable::new(pool.capacity(), pool_id);
-        let rqns = queues.rx.iter().map(|q| q.rqn()).collect();
+        // A port with a shared ring gives its receive queues through take_shared_rx.
+        let (shared, rx): (_, Vec<RxSource>) = match port.take_shared_rx() {
+            Some(SharedQueues { ring, rx }) => {
+                (Some(ring), rx.into_iter().map(RxSource::Shared).collect())
+            }
+            None => (None, queues.rx.into_iter().map(RxSource::Plain).collect()),
+        };
+        let rqns = rx.iter().map(RxSource::rqn).collect();
         let txqs = queues
             .tx
             .into_iter()
             .map(|q| handle::open::<cxd_txq>(TxqState::new(q)))
             .collect();
-        let rxqs = queues
-            .rx
+        let rxqs = rx
             .into_iter()
             .map(|q| handle::open::<cxd_rxq>(RxqState::new(q, table)))
             .collect();
@@ -313,6 +337,8 @@ pub unsafe extern "C" fn cxd_port_start(
             rxqs,
             rqns,
             flows: Vec::new(),
+            shared,
+            shared_low: None,
         });
         write_out(out, port as *const cxd_port as *mut cxd_port, "out")?;
         Ok(0)
@@ -461,6 +487,8 @@ pub unsafe extern "C" fn cxd_port_close(port: *mut cxd_port) -> c_int {
         let Some(state) = port.close() else {
             return Err(Failure::new(Error::Closed, "the cxd_port was closed"));
         };
+        // The ring's handle goes before the port that destroys the ring.
+        drop(state.shared);
         let report = state.port.close().and_then(Device::teardown);
         report.map(|_| 0).map_err(Failure::from)
     })

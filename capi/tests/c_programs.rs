@@ -357,3 +357,23 @@ fn interrupt_c_is_clean_under_valgrind() {
     let stdout = under_valgrind(&compile("interrupt"), "tests/c/interrupt.c");
     assert!(stdout.contains(INTERRUPT_DONE), "{stdout}");
 }
+
+const SHARED_DONE: &str =
+    "shared.c: 500 frames through a shared ring of 128, 5 limit events, refilled";
+
+#[test]
+fn shared_c_refills_a_shared_ring_at_its_limit_events() {
+    let stdout = run(Command::new(compile("shared")), "tests/c/shared.c");
+    assert!(stdout.contains(SHARED_DONE), "{stdout}");
+}
+
+#[test]
+#[cfg_attr(
+    not(has_valgrind),
+    ignore = "valgrind is not installed: this test runs tests/c/shared.c under it \
+              (apt-get install -y valgrind)"
+)]
+fn shared_c_is_clean_under_valgrind() {
+    let stdout = under_valgrind(&compile("shared"), "tests/c/shared.c");
+    assert!(stdout.contains(SHARED_DONE), "{stdout}");
+}

@@ -1,5 +1,5 @@
-//! Flow rules and receive interrupts called from Rust through the same `extern "C"` symbols a
-//! C program links.
+//! Flow rules, receive interrupts and a shared receive ring called from Rust through the same
+//! `extern "C"` symbols a C program links.
 
 use cxdirect_c::*;
 use std::ffi::{c_int, CStr};
@@ -29,6 +29,10 @@ struct Pair {
 }
 
 fn pair(b_queues: u16, b_flags: u32) -> Pair {
+    pair_with(b_queues, b_flags, 0)
+}
+
+fn pair_with(b_queues: u16, b_flags: u32, shared_ring: u32) -> Pair {
     let mut p = Pair {
         devices: [null_mut(); 2],
         ports: [null_mut(); 2],
@@ -47,6 +51,8 @@ fn pair(b_queues: u16, b_flags: u32) -> Pair {
         ok(cxd_port_start(p.devices[0], &cfg, &mut p.ports[0]));
         cfg.rx_queues = b_queues;
         cfg.flags |= b_flags;
+        cfg.shared_ring_size = shared_ring;
+        cfg.shared_limit = shared_ring / 4;
         ok(cxd_port_start(p.devices[1], &cfg, &mut p.ports[1]));
         ok(cxd_port_txq(p.ports[0], 0, &mut p.txq));
         ok(cxd_port_mempool(p.ports[0], &mut p.pool));
@@ -226,6 +232,39 @@ fn an_armed_queue_fires_once_per_arming() {
         assert_eq!(cxd_rxq_interrupt_fd(p.rxqs[0]), Error::Config as c_int);
         assert_eq!(cxd_rxq_interrupt_ack(p.rxqs[0]), Error::Config as c_int);
         assert_eq!(cxd_rxq_interrupt_arm(null_mut()), Error::Null as c_int);
+    }
+    close(p);
+}
+
+#[test]
+fn a_shared_ring_reports_its_limit_and_takes_refills() {
+    let p = pair_with(2, CXD_PORT_RX_INTERRUPTS, 64);
+    let port = p.ports[1];
+    // SAFETY: live handles and a local out-pointer.
+    unsafe {
+        assert_eq!(cxd_port_shared_outstanding(port), 63);
+        assert!(ok(cxd_port_event_fd(port)) >= 0);
+        // A shared queue has its interrupt too.
+        ok(cxd_rxq_interrupt_arm(p.rxqs[0]));
+        for _ in 0..50 {
+            send(&p, 0x88b5);
+        }
+        let received: usize = (0..1000).map(|_| drain(&p, 0) + drain(&p, 1)).sum();
+        assert_eq!(received, 50);
+        assert_eq!(cxd_rxq_interrupt_ack(p.rxqs[0]), 1);
+        let mut posted = u32::MAX;
+        assert_eq!(cxd_port_shared_limit_reached(port, &mut posted), 1);
+        assert!(posted < 16, "{posted}");
+        assert_eq!(cxd_port_shared_limit_reached(port, null_mut()), 0);
+        assert_eq!(cxd_port_shared_refill(port), 50);
+        assert_eq!(cxd_port_shared_arm_limit(port, 64), Error::Config as c_int);
+        ok(cxd_port_shared_arm_limit(port, 16));
+        assert_eq!(cxd_port_shared_limit_reached(port, null_mut()), 0);
+        assert_eq!(
+            cxd_port_shared_refill(p.ports[0]),
+            Error::Config as c_int,
+            "a port with a ring per queue"
+        );
     }
     close(p);
 }
