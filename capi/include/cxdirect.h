@@ -839,6 +839,39 @@ int cxd_mbuf_offload_get(const cxd_mbuf *m, struct cxd_mbuf_offload *out);
 // `m` is NULL or a handle this library returned; `offload` is NULL or readable.
 int cxd_mbuf_offload_set(cxd_mbuf *m, const struct cxd_mbuf_offload *offload);
 
+// Starts a port as `cxd_port_start` does, with its buffers carved from bytes
+// `offset..offset + length` of the memory behind `fd`: a memfd (`memfd_create`, sized with
+// `ftruncate`) or a dmabuf. The pool holds `length / buf_size` buffers (`pool_buffers` is not
+// used); the library keeps its own duplicate of `fd` while the port runs, the caller's stays
+// the caller's. `cxd_mbuf_data` refuses buffers the CPU does not map (a dmabuf): copy with
+// `cxd_mbuf_read`/`cxd_mbuf_write`, or read the packet through the caller's own mapping at
+// `cxd_mbuf_memory_offset`.
+//
+// Returns 0 and stores the port in `*out`, or a negative `cxd_error`:
+// `CXD_ERROR_INVALID_ARGUMENT` for a descriptor that is neither, or a range outside it (the
+// device stays usable), and the codes of `cxd_port_start`.
+//
+// # Safety
+//
+// As `cxd_port_start`; `fd` is a descriptor of the caller's (or not a descriptor, refused).
+int cxd_port_start_on_memory(cxd_device *device,
+                             const struct cxd_port_config *config,
+                             int fd,
+                             uint64_t offset,
+                             uint64_t length,
+                             cxd_port **out);
+
+// Stores in `*out` the offset of the packet's first byte from the start of the range the
+// pool was given (`offset` of `cxd_port_start_on_memory`; for a pool the library allocated,
+// from the start of the pool's memory). A program that maps the memfd or dmabuf itself reads
+// the packet at its mapping + `offset` + `*out`, `cxd_mbuf_len` bytes, while it holds the
+// mbuf.
+//
+// # Safety
+//
+// `m` is NULL or a handle this library returned; `out` is NULL or writable.
+int cxd_mbuf_memory_offset(const cxd_mbuf *m, uint64_t *out);
+
 // Fills `*config` with the defaults (one queue each way, rings of 1024, 8192 buffers of 2048
 // bytes, MTU 1500, promiscuous, headers inline, BlueFlame, CQE compression).
 //

@@ -8,7 +8,7 @@
 use crate::boundary::handle::{self, Handle, Kind};
 use crate::boundary::slots::{claim, cxd_mbuf, SlotTable};
 use crate::boundary::{bytes_in, bytes_out, read_in, write_out};
-use crate::error::{guard, Error, Failure, Outcome};
+use crate::error::{guard, Error, Failure};
 use driver::{Mbuf, Mempool};
 use std::ffi::{c_int, c_void};
 
@@ -205,7 +205,10 @@ pub unsafe extern "C" fn cxd_mempool_info_get(
 }
 
 /// Runs `f` on the caller's mbuf `m`, which stays the caller's.
-fn with_mbuf(m: *const cxd_mbuf, f: impl FnOnce(&mut Mbuf) -> Outcome) -> Outcome {
+pub(crate) fn with_mbuf<T>(
+    m: *const cxd_mbuf,
+    f: impl FnOnce(&mut Mbuf) -> Result<T, Failure>,
+) -> Result<T, Failure> {
     let mut c = claim(m)?;
     let result = f(c.mbuf());
     c.keep();

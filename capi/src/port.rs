@@ -1,16 +1,19 @@
 //! Ports: their configuration, start, queues, pool, statistics and close.
 
+use crate::backend::AnyBackend;
 use crate::boundary::handle::{self, Handle, Kind};
 use crate::boundary::slots::SlotTable;
 use crate::boundary::{read_in, write_out};
 use crate::burst::{cxd_rxq, cxd_txq, RxSource, RxqState, TxqState};
 use crate::device::{cxd_device, take_up, DeviceState};
-use crate::error::{guard, Error, Failure};
+use crate::error::{guard, Error, Failure, Outcome};
 use crate::flow::{self, cxd_flow};
 use crate::mbuf::{cxd_mempool, PoolState};
+use cxdirect_dma::DmaBufMapping;
 use driver::{Device, InlineMode, PortConfig, SharedQueues, SharedRxConfig, SharedRxRing, Started};
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 /// Port flag: receive every frame, not only the port's MAC, broadcast and multicast.
 pub const CXD_PORT_PROMISCUOUS: u32 = 1 << 0;
@@ -280,69 +283,89 @@ pub unsafe extern "C" fn cxd_port_start(
     config: *const cxd_port_config,
     out: *mut *mut cxd_port,
 ) -> c_int {
-    guard(|| {
-        let device = handle::resolve(device)?;
-        let config = read_in(config, "config")?.to_driver()?;
-        if out.is_null() {
-            return Err(Failure::new(Error::Null, "out is NULL; pass &port"));
-        }
-        let mut dev = device.exclusive(cxd_device::NAME)?;
-        // Vector 0 carries the device's events; receive interrupts take one each after it.
-        let vectors = if config.rx_interrupts {
-            config.rx_queues.saturating_add(1)
-        } else {
-            1
-        };
-        let up = take_up(dev.get(), vectors)?;
-        // Checked before the port takes the device, so that a bad configuration leaves the
-        // device as it was (Port::start keeps it whatever fails).
-        if let Err(e) = config.validate(&up) {
+    guard(|| start(device, config, out, &|_| Ok(None)))
+}
+
+/// Where a port's buffers live: `Ok(None)` for memory the driver allocates, or a mapping made
+/// on the brought-up device (an imported memfd or dmabuf range).
+pub(crate) type PoolMemory<'a> =
+    &'a dyn Fn(&Device<AnyBackend>) -> Result<Option<Arc<DmaBufMapping>>, Failure>;
+
+/// `cxd_port_start`'s body, with the pool's memory made by `memory` once the device is up.
+pub(crate) fn start(
+    device: *mut cxd_device,
+    config: *const cxd_port_config,
+    out: *mut *mut cxd_port,
+    memory: PoolMemory<'_>,
+) -> Outcome {
+    let device = handle::resolve(device)?;
+    let mut config = read_in(config, "config")?.to_driver()?;
+    if out.is_null() {
+        return Err(Failure::new(Error::Null, "out is NULL; pass &port"));
+    }
+    let mut dev = device.exclusive(cxd_device::NAME)?;
+    // Vector 0 carries the device's events; receive interrupts take one each after it.
+    let vectors = if config.rx_interrupts {
+        config.rx_queues.saturating_add(1)
+    } else {
+        1
+    };
+    let up = take_up(dev.get(), vectors)?;
+    match memory(&up) {
+        Ok(mapping) => config.pool_memory = mapping,
+        Err(e) => {
             *dev.get() = DeviceState::Up(Box::new(up));
+            return Err(e);
+        }
+    }
+    // Checked before the port takes the device, so that a bad configuration leaves the
+    // device as it was (Port::start keeps it whatever fails).
+    if let Err(e) = config.validate(&up) {
+        *dev.get() = DeviceState::Up(Box::new(up));
+        return Err(e.into());
+    }
+    let Started { mut port, queues } = match driver::Port::start(up, config) {
+        Ok(started) => started,
+        Err(e) => {
+            *dev.get() = DeviceState::Spent;
             return Err(e.into());
         }
-        let Started { mut port, queues } = match driver::Port::start(up, config) {
-            Ok(started) => started,
-            Err(e) => {
-                *dev.get() = DeviceState::Spent;
-                return Err(e.into());
-            }
-        };
-        drop(dev);
-        let pool = port.pool().clone();
-        let pool_id = NEXT_POOL.fetch_add(1, Ordering::Relaxed);
-        let table = SlotTable::new(pool.capacity(), pool_id);
-        // A port with a shared ring gives its receive queues through take_shared_rx.
-        let (shared, rx): (_, Vec<RxSource>) = match port.take_shared_rx() {
-            Some(SharedQueues { ring, rx }) => {
-                (Some(ring), rx.into_iter().map(RxSource::Shared).collect())
-            }
-            None => (None, queues.rx.into_iter().map(RxSource::Plain).collect()),
-        };
-        let rqns = rx.iter().map(RxSource::rqn).collect();
-        let txqs = queues
-            .tx
-            .into_iter()
-            .map(|q| handle::open::<cxd_txq>(TxqState::new(q)))
-            .collect();
-        let rxqs = rx
-            .into_iter()
-            .map(|q| handle::open::<cxd_rxq>(RxqState::new(q, table)))
-            .collect();
-        let pool = handle::open::<cxd_mempool>(PoolState::new(pool, table));
-        let port = handle::open::<cxd_port>(PortState {
-            port,
-            device,
-            pool,
-            txqs,
-            rxqs,
-            rqns,
-            flows: Vec::new(),
-            shared,
-            shared_low: None,
-        });
-        write_out(out, port as *const cxd_port as *mut cxd_port, "out")?;
-        Ok(0)
-    })
+    };
+    drop(dev);
+    let pool = port.pool().clone();
+    let pool_id = NEXT_POOL.fetch_add(1, Ordering::Relaxed);
+    let table = SlotTable::new(pool.capacity(), pool_id);
+    // A port with a shared ring gives its receive queues through take_shared_rx.
+    let (shared, rx): (_, Vec<RxSource>) = match port.take_shared_rx() {
+        Some(SharedQueues { ring, rx }) => {
+            (Some(ring), rx.into_iter().map(RxSource::Shared).collect())
+        }
+        None => (None, queues.rx.into_iter().map(RxSource::Plain).collect()),
+    };
+    let rqns = rx.iter().map(RxSource::rqn).collect();
+    let txqs = queues
+        .tx
+        .into_iter()
+        .map(|q| handle::open::<cxd_txq>(TxqState::new(q)))
+        .collect();
+    let rxqs = rx
+        .into_iter()
+        .map(|q| handle::open::<cxd_rxq>(RxqState::new(q, table)))
+        .collect();
+    let pool = handle::open::<cxd_mempool>(PoolState::new(pool, table));
+    let port = handle::open::<cxd_port>(PortState {
+        port,
+        device,
+        pool,
+        txqs,
+        rxqs,
+        rqns,
+        flows: Vec::new(),
+        shared,
+        shared_low: None,
+    });
+    write_out(out, port as *const cxd_port as *mut cxd_port, "out")?;
+    Ok(0)
 }
 
 /// Stores send queue `index` (0..tx_queues) of the port in `*out`. The queue handle is the

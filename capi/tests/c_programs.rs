@@ -377,3 +377,22 @@ fn shared_c_is_clean_under_valgrind() {
     let stdout = under_valgrind(&compile("shared"), "tests/c/shared.c");
     assert!(stdout.contains(SHARED_DONE), "{stdout}");
 }
+
+const MEMORY_DONE: &str = "memory.c: 100 frames each way through a pool in the program's memfd";
+
+#[test]
+fn memory_c_runs_a_port_on_the_programs_memfd() {
+    let stdout = run(Command::new(compile("memory")), "tests/c/memory.c");
+    assert!(stdout.contains(MEMORY_DONE), "{stdout}");
+}
+
+#[test]
+#[cfg_attr(
+    not(has_valgrind),
+    ignore = "valgrind is not installed: this test runs tests/c/memory.c under it \
+              (apt-get install -y valgrind)"
+)]
+fn memory_c_is_clean_under_valgrind() {
+    let stdout = under_valgrind(&compile("memory"), "tests/c/memory.c");
+    assert!(stdout.contains(MEMORY_DONE), "{stdout}");
+}

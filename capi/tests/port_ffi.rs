@@ -1,5 +1,5 @@
-//! Flow rules, receive interrupts and a shared receive ring called from Rust through the same
-//! `extern "C"` symbols a C program links.
+//! A port's flow rules, receive interrupts, shared receive ring and pool in the program's
+//! memory, called from Rust through the same `extern "C"` symbols a C program links.
 
 use cxdirect_c::*;
 use std::ffi::{c_int, CStr};
@@ -267,4 +267,63 @@ fn a_shared_ring_reports_its_limit_and_takes_refills() {
         );
     }
     close(p);
+}
+
+#[test]
+fn a_port_on_a_memfd_receives_into_it() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    let len = 128 * 2048u64;
+    let memfd = cxdirect_dma::export::memfd("cxdirect-c-pool", len).expect("a memfd");
+    let file = std::fs::File::from(memfd.try_clone().expect("a second descriptor"));
+    let (mut a, mut b) = (null_mut(), null_mut());
+    let (mut port_a, mut port_b) = (null_mut(), null_mut());
+    // SAFETY: valid out-pointers, handles just returned, a live descriptor.
+    unsafe {
+        ok(cxd_open_emulated_pair(&mut a, &mut b));
+        let mut cfg = std::mem::zeroed::<cxd_port_config>();
+        ok(cxd_port_config_default(&mut cfg));
+        cfg.ring_size = 64;
+        cfg.pool_buffers = 512;
+        ok(cxd_port_start(a, &cfg, &mut port_a));
+        assert_eq!(
+            cxd_port_start_on_memory(b, &cfg, memfd.as_raw_fd(), 0, len * 2, &mut port_b),
+            Error::InvalidArgument as c_int
+        );
+        ok(cxd_port_start_on_memory(
+            b,
+            &cfg,
+            memfd.as_raw_fd(),
+            0,
+            len,
+            &mut port_b,
+        ));
+        let mut p = Pair {
+            devices: [a, b],
+            ports: [port_a, port_b],
+            txq: null_mut(),
+            rxqs: vec![null_mut()],
+            pool: null_mut(),
+        };
+        ok(cxd_port_txq(port_a, 0, &mut p.txq));
+        ok(cxd_port_mempool(port_a, &mut p.pool));
+        ok(cxd_port_rxq(port_b, 0, &mut p.rxqs[0]));
+        let mut info = cxd_mempool_info::default();
+        let mut pool_b = null_mut();
+        ok(cxd_port_mempool(port_b, &mut pool_b));
+        ok(cxd_mempool_info_get(pool_b, &mut info));
+        assert_eq!(info.capacity, 128);
+        for _ in 0..10 {
+            send(&p, 0x88b7);
+            let mut m = null_mut();
+            while ok(cxd_rx_burst(p.rxqs[0], &mut m, 1)) == 0 {}
+            let mut at = 0u64;
+            ok(cxd_mbuf_memory_offset(m, &mut at));
+            let mut seen = [0u8; 14];
+            file.read_exact_at(&mut seen, at).expect("read the memfd");
+            assert_eq!(&seen[12..14], &[0x88, 0xb7], "the frame is in the memfd");
+            ok(cxd_mbuf_free(m));
+        }
+        close(p);
+    }
 }
