@@ -28,6 +28,7 @@ typedef struct cxd_mr cxd_mr;
 typedef struct cxd_cq cxd_cq;
 typedef struct cxd_qp cxd_qp;
 typedef struct cxd_srq cxd_srq;
+typedef struct cxd_flow cxd_flow;
 
 // The interface's major version: changes break source or binary compatibility.
 #define CXD_VERSION_MAJOR 0
@@ -40,6 +41,33 @@ typedef struct cxd_srq cxd_srq;
 
 // Most packets one `cxd_tx_burst` or `cxd_rx_burst` call takes.
 #define CXD_MAX_BURST 256
+
+// Flow kind: an IP flow (`ip_version`, `protocol`, and the addresses and ports `fields` names).
+#define CXD_FLOW_IP 0
+
+// Flow kind: every untagged frame of EtherType `ethertype`.
+#define CXD_FLOW_ETHERTYPE 1
+
+// Flow protocol: TCP (IP protocol 6).
+#define CXD_FLOW_TCP 6
+
+// Flow protocol: UDP (IP protocol 17).
+#define CXD_FLOW_UDP 17
+
+// Flow protocol: ICMP over IPv4 (IP protocol 1); names no ports.
+#define CXD_FLOW_ICMP 1
+
+// Match field: `dst_addr` is matched.
+#define CXD_FLOW_DST_ADDR (1 << 0)
+
+// Match field: `src_addr` is matched.
+#define CXD_FLOW_SRC_ADDR (1 << 1)
+
+// Match field: `dst_port` is matched.
+#define CXD_FLOW_DST_PORT (1 << 2)
+
+// Match field: `src_port` is matched.
+#define CXD_FLOW_SRC_PORT (1 << 3)
 
 // Send offload: compute the IPv4 header checksum.
 #define CXD_TX_IP_CSUM (1 << 0)
@@ -62,6 +90,30 @@ typedef struct cxd_srq cxd_srq;
 // Receive result: `rss_hash` holds the device's RSS hash.
 #define CXD_RX_RSS_HASH (1 << 18)
 
+// `rx_l3_type`: no IP header the device knew.
+#define CXD_RX_L3_NONE 0
+
+// `rx_l3_type`: IPv6.
+#define CXD_RX_L3_IPV6 1
+
+// `rx_l3_type`: IPv4.
+#define CXD_RX_L3_IPV4 2
+
+// `rx_l4_type`: neither TCP nor UDP.
+#define CXD_RX_L4_NONE 0
+
+// `rx_l4_type`: TCP without the ACK flag.
+#define CXD_RX_L4_TCP 1
+
+// `rx_l4_type`: UDP.
+#define CXD_RX_L4_UDP 2
+
+// `rx_l4_type`: TCP, ACK flag set, no payload.
+#define CXD_RX_L4_TCP_ACK 3
+
+// `rx_l4_type`: TCP, ACK flag set, with payload.
+#define CXD_RX_L4_TCP_ACK_DATA 4
+
 // Port flag: receive every frame, not only the port's MAC, broadcast and multicast.
 #define CXD_PORT_PROMISCUOUS (1 << 0)
 
@@ -77,6 +129,11 @@ typedef struct cxd_srq cxd_srq;
 
 // Port flag: ask the device to compress receive completions where it can.
 #define CXD_PORT_RX_CQE_COMPRESSION (1 << 4)
+
+// Port flag: give each receive queue a completion interrupt, a file descriptor `poll()`
+// waits on (`cxd_rxq_interrupt_fd`), so that an idle receiver can sleep. The device is
+// brought up with one MSI-X vector per receive queue besides its own.
+#define CXD_PORT_RX_INTERRUPTS (1 << 5)
 
 // Inline mode: no packet bytes inline in send WQEs.
 #define CXD_INLINE_NONE 0
@@ -272,6 +329,32 @@ typedef enum cxd_error {
   CXD_ERROR_WRONG_STATE = -16,
 } cxd_error;
 
+// What a flow rule matches in a received frame's outer headers. Zero it, then set `kind` and
+// the fields that kind reads.
+typedef struct cxd_flow_match {
+  // `CXD_FLOW_IP` or `CXD_FLOW_ETHERTYPE`.
+  uint8_t kind;
+  // 4 or 6 (`CXD_FLOW_IP`).
+  uint8_t ip_version;
+  // `CXD_FLOW_TCP`, `CXD_FLOW_UDP` or `CXD_FLOW_ICMP` (`CXD_FLOW_IP`).
+  uint8_t protocol;
+  // `CXD_FLOW_DST_ADDR`, `_SRC_ADDR`, `_DST_PORT`, `_SRC_PORT`: which of the fields below
+  // are matched; the others match anything.
+  uint8_t fields;
+  // The EtherType, host byte order (`CXD_FLOW_ETHERTYPE`; 0x0806 is ARP).
+  uint16_t ethertype;
+  // Destination port, host byte order.
+  uint16_t dst_port;
+  // Source port, host byte order.
+  uint16_t src_port;
+  // Zero.
+  uint16_t reserved;
+  // Destination address in network byte order: an IPv4 address in its first 4 bytes.
+  uint8_t dst_addr[16];
+  // Source address, as `dst_addr`.
+  uint8_t src_addr[16];
+} cxd_flow_match;
+
 // A pool's sizes and fill.
 typedef struct cxd_mempool_info {
   // Buffers in the pool.
@@ -294,9 +377,9 @@ typedef struct cxd_mbuf_offload {
   uint16_t tso_mss;
   // RSS hash, with `CXD_RX_RSS_HASH`.
   uint32_t rss_hash;
-  // L3 type as the completion reported it (0 none, 1 IPv6, 2 IPv4).
+  // The packet's L3 type as the completion reported it: a `CXD_RX_L3_*` value.
   uint8_t rx_l3_type;
-  // L4 type as the completion reported it (0 none, 1 TCP, 2 UDP, 3-4 TCP kinds).
+  // The packet's L4 type as the completion reported it: a `CXD_RX_L4_*` value.
   uint8_t rx_l4_type;
   // Zero.
   uint16_t reserved;
@@ -327,6 +410,13 @@ typedef struct cxd_port_config {
   uint8_t reserved;
   // `CXD_PORT_*` flags.
   uint32_t flags;
+  // Buffers in a receive ring shared by all the port's receive queues (a power of two,
+  // 64..=32768), or 0 (the default) for a ring per queue. See `cxd_port_shared_refill`.
+  uint32_t shared_ring_size;
+  // The shared ring's limit armed at start, in buffers (below `shared_ring_size`; 0: not
+  // armed): when fewer are posted the device raises one limit event
+  // (`cxd_port_shared_limit_reached`).
+  uint32_t shared_limit;
 } cxd_port_config;
 
 // A port's statistics, summed over its queues (as of each queue's last burst), as DPDK's
@@ -580,6 +670,60 @@ const char *cxd_last_error(void);
 // `"CXD_ERROR_UNKNOWN"` for a value that is none. The string is static.
 const char *cxd_error_name(int code);
 
+// Steers the frames `*rule` names to receive queue `rxq_index` (0..rx_queues) of the port,
+// ahead of its RSS, and stores the rule's handle in `*out`. Rules match in the order they
+// were made; a port holds at most 62.
+//
+// Returns 0, or a negative `cxd_error` with nothing installed: `CXD_ERROR_INVALID_ARGUMENT`
+// for a match the struct cannot mean (unknown kind, version, protocol or field bits) or a
+// queue the port does not have, `CXD_ERROR_CONFIG` for one the port refuses (ports or IPv6
+// with ICMP, an address of the other IP version, the rule limit reached), with
+// `cxd_last_error` naming the field.
+//
+// # Safety
+//
+// `port` is NULL or a handle this library returned; `rule` is NULL or points to a
+// `struct cxd_flow_match`; `out` is NULL or writable.
+int cxd_flow_create(cxd_port *port,
+                    const struct cxd_flow_match *rule,
+                    uint16_t rxq_index,
+                    cxd_flow **out);
+
+// Removes the rule: its frames go to the port's usual queues again. The handle may not be
+// used afterwards (`CXD_ERROR_CLOSED`); a port's rules close with it (`cxd_port_close`).
+//
+// # Safety
+//
+// `flow` is NULL or a handle this library returned.
+int cxd_flow_destroy(cxd_flow *flow);
+
+// The receive queue's interrupt descriptor (`POLLIN` when it fired), or a negative
+// `cxd_error`: `CXD_ERROR_CONFIG` for a port started without `CXD_PORT_RX_INTERRUPTS`. The
+// descriptor is the queue's: do not close or read it; it stays valid until `cxd_port_close`.
+//
+// # Safety
+//
+// `q` is NULL or a handle this library returned.
+int cxd_rxq_interrupt_fd(cxd_rxq *q);
+
+// Arms the queue's interrupt: its descriptor becomes readable at the next packet received
+// (at once when one came in since the last burst took the queue's completions). One packet
+// fires it once; arm again after each wake-up.
+//
+// # Safety
+//
+// `q` is NULL or a handle this library returned.
+int cxd_rxq_interrupt_arm(cxd_rxq *q);
+
+// Takes the queue's interrupt after `poll()` reported its descriptor readable (or to clear
+// it without sleeping): returns 1 when the armed interrupt fired, 0 when it had not, or a
+// negative `cxd_error`. Never blocks. Receive next, then arm again before sleeping.
+//
+// # Safety
+//
+// `q` is NULL or a handle this library returned.
+int cxd_rxq_interrupt_ack(cxd_rxq *q);
+
 // Takes a free buffer from `pool` (empty: length 0) and stores its handle in `*out`. The
 // caller owns it until it frees it or a send takes it. One compare-and-swap on the pool and
 // one on the buffer's slot; no allocation.
@@ -695,6 +839,39 @@ int cxd_mbuf_offload_get(const cxd_mbuf *m, struct cxd_mbuf_offload *out);
 // `m` is NULL or a handle this library returned; `offload` is NULL or readable.
 int cxd_mbuf_offload_set(cxd_mbuf *m, const struct cxd_mbuf_offload *offload);
 
+// Starts a port as `cxd_port_start` does, with its buffers carved from bytes
+// `offset..offset + length` of the memory behind `fd`: a memfd (`memfd_create`, sized with
+// `ftruncate`) or a dmabuf. The pool holds `length / buf_size` buffers (`pool_buffers` is not
+// used); the library keeps its own duplicate of `fd` while the port runs, the caller's stays
+// the caller's. `cxd_mbuf_data` refuses buffers the CPU does not map (a dmabuf): copy with
+// `cxd_mbuf_read`/`cxd_mbuf_write`, or read the packet through the caller's own mapping at
+// `cxd_mbuf_memory_offset`.
+//
+// Returns 0 and stores the port in `*out`, or a negative `cxd_error`:
+// `CXD_ERROR_INVALID_ARGUMENT` for a descriptor that is neither, or a range outside it (the
+// device stays usable), and the codes of `cxd_port_start`.
+//
+// # Safety
+//
+// As `cxd_port_start`; `fd` is a descriptor of the caller's (or not a descriptor, refused).
+int cxd_port_start_on_memory(cxd_device *device,
+                             const struct cxd_port_config *config,
+                             int fd,
+                             uint64_t offset,
+                             uint64_t length,
+                             cxd_port **out);
+
+// Stores in `*out` the offset of the packet's first byte from the start of the range the
+// pool was given (`offset` of `cxd_port_start_on_memory`; for a pool the library allocated,
+// from the start of the pool's memory). A program that maps the memfd or dmabuf itself reads
+// the packet at its mapping + `offset` + `*out`, `cxd_mbuf_len` bytes, while it holds the
+// mbuf.
+//
+// # Safety
+//
+// `m` is NULL or a handle this library returned; `out` is NULL or writable.
+int cxd_mbuf_memory_offset(const cxd_mbuf *m, uint64_t *out);
+
 // Fills `*config` with the defaults (one queue each way, rings of 1024, 8192 buffers of 2048
 // bytes, MTU 1500, promiscuous, headers inline, BlueFlame, CQE compression).
 //
@@ -789,6 +966,16 @@ int cxd_rdma_query(cxd_rdma *rdma, struct cxd_rdma_info *out);
 //
 // `rdma` is NULL or a handle this library returned.
 int cxd_rdma_close(cxd_rdma *rdma);
+
+// The device's async event descriptor: readable (`POLLIN`) when the device raised an event,
+// such as a shared receive queue's limit (`cxd_srq_limit_reached` then takes it). The
+// descriptor is the device's: do not close or read it; it stays valid until
+// `cxd_rdma_close`. Returns it, or a negative `cxd_error`.
+//
+// # Safety
+//
+// `rdma` is NULL or a handle this library returned.
+int cxd_rdma_event_fd(cxd_rdma *rdma);
 
 // Creates a completion queue of at least `entries` (1 to the device's maximum) on `rdma`.
 // Any number of queue pairs may complete on it, their sends and receives both.
@@ -1006,6 +1193,76 @@ int cxd_srq_post_recv(cxd_srq *srq, const struct cxd_recv_wr *wrs, uint32_t n, u
 //
 // `srq` is NULL or a handle this library returned.
 int cxd_srq_destroy(cxd_srq *srq);
+
+// Arms the shared receive queue's limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): once fewer
+// than `limit` receives are posted, the device raises one limit event (the descriptor of
+// `cxd_rdma_event_fd` becomes readable, and `cxd_srq_limit_reached` returns 1). The limit is
+// one-shot: post more receives, then arm it again. `limit` is 1 to `max_wr`; 0 disarms.
+//
+// Returns 0, or a negative `cxd_error` (`CXD_ERROR_CONFIG` for a limit past the queue).
+//
+// # Safety
+//
+// `srq` is NULL or a handle this library returned.
+int cxd_srq_arm_limit(cxd_srq *srq, uint32_t limit);
+
+// Whether the shared receive queue's armed limit was reached: 1 once for each event the
+// device raised (the limit is then disarmed), 0 when none came since the last call, or a
+// negative `cxd_error`. Takes the device's pending async events and never blocks: call it
+// when `cxd_rdma_event_fd` polls readable, or now and then.
+//
+// # Safety
+//
+// `srq` is NULL or a handle this library returned.
+int cxd_srq_limit_reached(cxd_srq *srq);
+
+// Posts buffers from the port's pool on its shared receive ring until the ring is full or the
+// pool is empty; returns how many it posted, or a negative `cxd_error` (`CXD_ERROR_CONFIG` for
+// a port without a shared ring). A buffer is posted again only once the queue that received
+// into it has taken its completion: receive first, then refill.
+//
+// # Safety
+//
+// `port` is NULL or a handle this library returned.
+int cxd_port_shared_refill(cxd_port *port);
+
+// Buffers posted on the shared ring whose packets no queue has received yet (the driver's
+// count), or a negative `cxd_error`.
+//
+// # Safety
+//
+// `port` is NULL or a handle this library returned.
+int cxd_port_shared_outstanding(cxd_port *port);
+
+// Arms the shared ring's limit (MODIFY_RMP `lwm`): once fewer than `limit` buffers are
+// posted, the device raises one limit event. `limit` is 1 to the ring's size - 1; 0 disarms.
+// Returns 0, or a negative `cxd_error` (`CXD_ERROR_CONFIG` for a limit past the ring, with
+// nothing changed).
+//
+// # Safety
+//
+// `port` is NULL or a handle this library returned.
+int cxd_port_shared_arm_limit(cxd_port *port, uint32_t limit);
+
+// Whether the shared ring's armed limit was reached: 1 once for each event the device raised
+// (storing in `*posted`, when not NULL, the buffers the device still had posted then), 0 when
+// none came since the last call, or a negative `cxd_error`. Takes the device's pending events
+// and never blocks.
+//
+// # Safety
+//
+// `port` is NULL or a handle this library returned; `posted` is NULL or writable.
+int cxd_port_shared_limit_reached(cxd_port *port, uint32_t *posted);
+
+// The device's async event descriptor: readable (`POLLIN`) when the device raised an event,
+// such as the shared ring's limit (`cxd_port_shared_limit_reached` then takes it). The
+// descriptor is the device's: do not close or read it; it stays valid until
+// `cxd_port_close`. Returns it, or a negative `cxd_error`.
+//
+// # Safety
+//
+// `port` is NULL or a handle this library returned.
+int cxd_port_event_fd(cxd_port *port);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -2,20 +2,24 @@
 //!
 //! What a burst costs at the boundary, beyond the driver's own burst: one compare-and-swap
 //! and one store on the queue's handle (it is one caller's for the burst), and per packet the
-//! slot work described in [`crate::boundary::slots`] (one compare-and-swap and one store,
-//! and moving the `Mbuf` into or out of its slot). The queue keeps its scratch vectors
+//! slot work described in [`crate::boundary::slots`]: a send checks each handle (a
+//! compare-and-swap and a store on its slot), a receive places each buffer (a load and a
+//! store: the pool handed it over, nothing else can reach its free slot), and each moves the
+//! `Mbuf` into or out of its slot. The slot's buffer index comes from the `Mbuf` itself,
+//! not from dividing its offset. The queue keeps its scratch vectors
 //! (room for [`CXD_MAX_BURST`] packets, made when the port starts), so a burst allocates
 //! nothing and takes no lock.
 
 use crate::backend::AnyBackend;
 use crate::boundary::array;
 use crate::boundary::handle::{self, Handle, Kind};
-use crate::boundary::slots::{claim, cxd_mbuf, Claim, SlotTable};
+use crate::boundary::slots::{claim, cxd_mbuf, SlotTable, Taken};
 use crate::error::{guard, Error, Failure};
-use crate::mbuf::index_of;
 use crate::CXD_MAX_BURST;
-use driver::{Mbuf, RxQueue, TxQueue};
+use driver::{DriverError, Mbuf, RxQueue, SharedRxQueue, TxQueue};
 use std::ffi::c_int;
+use std::os::fd::BorrowedFd;
+use std::time::Duration;
 
 const MAX: usize = CXD_MAX_BURST as usize;
 
@@ -25,7 +29,7 @@ pub(crate) struct TxqState {
     /// The burst's buffers, taken from their slots.
     scratch: Vec<Mbuf>,
     /// The slots they came from, in the same order.
-    claims: Vec<Claim>,
+    claims: Vec<Taken>,
 }
 
 impl TxqState {
@@ -38,21 +42,64 @@ impl TxqState {
     }
 }
 
+/// A receive queue of either kind: with a ring of its own, or drawing from the port's shared
+/// ring. The two have the same calls; one predictable branch picks the kind.
+pub(crate) enum RxSource {
+    /// A queue with its own ring.
+    Plain(RxQueue<AnyBackend>),
+    /// A queue of the port's shared receive ring.
+    Shared(SharedRxQueue<AnyBackend>),
+}
+
+macro_rules! each_rx {
+    ($self:ident, $q:ident => $call:expr) => {
+        match $self {
+            RxSource::Plain($q) => $call,
+            RxSource::Shared($q) => $call,
+        }
+    };
+}
+
+impl RxSource {
+    #[inline]
+    fn rx_burst(&mut self, sink: &mut Vec<Mbuf>, max: usize) -> Result<usize, DriverError> {
+        each_rx!(self, q => q.rx_burst(sink, max))
+    }
+
+    /// The queue's RQ number.
+    pub(crate) fn rqn(&self) -> u32 {
+        each_rx!(self, q => q.rqn())
+    }
+
+    /// As the driver's `arm_interrupt`.
+    pub(crate) fn arm_interrupt(&mut self) -> Result<(), DriverError> {
+        each_rx!(self, q => q.arm_interrupt())
+    }
+
+    /// As the driver's `wait_interrupt`.
+    pub(crate) fn wait_interrupt(&mut self, timeout: Duration) -> Result<bool, DriverError> {
+        each_rx!(self, q => q.wait_interrupt(timeout))
+    }
+
+    /// As the driver's `interrupt_fd`.
+    pub(crate) fn interrupt_fd(&self) -> Option<BorrowedFd<'_>> {
+        each_rx!(self, q => q.interrupt_fd())
+    }
+}
+
 /// What a receive queue handle holds.
 pub(crate) struct RxqState {
-    q: RxQueue<AnyBackend>,
+    pub(crate) q: RxSource,
     scratch: Vec<Mbuf>,
     table: SlotTable,
-    buf_size: usize,
 }
 
 impl RxqState {
-    pub(crate) fn new(q: RxQueue<AnyBackend>, table: SlotTable, buf_size: usize) -> Self {
+    pub(crate) fn new(q: RxSource, table: SlotTable) -> Self {
         Self {
             q,
             scratch: Vec::with_capacity(MAX),
             table,
-            buf_size,
         }
     }
 }
@@ -130,9 +177,10 @@ pub unsafe extern "C" fn cxd_tx_burst(q: *mut cxd_txq, pkts: *mut *mut cxd_mbuf,
         claims.clear();
         for (i, &m) in pkts.iter().enumerate() {
             match claim(m) {
-                Ok(mut c) => {
-                    scratch.push(c.take_keeping());
-                    claims.push(c);
+                Ok(c) => {
+                    let (m, taken) = c.take_keeping();
+                    scratch.push(m);
+                    claims.push(taken);
                 }
                 Err(mut e) => {
                     // Nothing is sent: every mbuf goes back to the caller.
@@ -176,16 +224,11 @@ pub unsafe extern "C" fn cxd_rx_burst(q: *mut cxd_rxq, pkts: *mut *mut cxd_mbuf,
             return Err(too_large(n));
         }
         let pkts = array(pkts, usize::from(n), "pkts")?;
-        let RxqState {
-            q,
-            scratch,
-            table,
-            buf_size,
-        } = q.get();
+        let RxqState { q, scratch, table } = q.get();
         scratch.clear();
         let got = q.rx_burst(scratch, pkts.len())?;
         for (i, m) in scratch.drain(..).enumerate() {
-            match table.place(index_of(&m, *buf_size), m) {
+            match table.place(m.buffer_index() as usize, m) {
                 Ok(token) => pkts[i] = token,
                 Err(e) => {
                     // Hand back nothing: free what was placed (the rest drop with `scratch`).

@@ -126,13 +126,20 @@ pub unsafe extern "C" fn cxd_device_close(device: *mut cxd_device) -> c_int {
 }
 
 /// The brought-up device a port or RDMA starts on, taken from the handle's state (left
-/// `InUse`): brought up now when only opened. `Err` leaves the state as it was and says why
+/// `InUse`): brought up now when only opened, with `msix_vectors` interrupt vectors. `Err` leaves the state as it was and says why
 /// (`CXD_ERROR_BUSY` for a device in use or spent); a failed bring-up leaves it spent.
-pub(crate) fn take_up(state: &mut DeviceState) -> Result<Device<AnyBackend>, Failure> {
+pub(crate) fn take_up(
+    state: &mut DeviceState,
+    msix_vectors: u16,
+) -> Result<Device<AnyBackend>, Failure> {
     match std::mem::replace(state, DeviceState::InUse) {
         DeviceState::Up(dev) => Ok(*dev),
         DeviceState::Ready(backend) => {
-            Device::bring_up(backend, Options::default()).map_err(|e: DriverError| {
+            let options = Options {
+                msix_vectors,
+                ..Options::default()
+            };
+            Device::bring_up(backend, options).map_err(|e: DriverError| {
                 *state = DeviceState::Spent;
                 Failure::from(e)
             })

@@ -70,9 +70,9 @@ impl Failure {
 impl From<driver::DriverError> for Failure {
     fn from(e: driver::DriverError) -> Self {
         let code = match &e {
-            driver::DriverError::Config(_) | driver::DriverError::Unsupported { .. } => {
-                Error::Config
-            }
+            driver::DriverError::Config(_)
+            | driver::DriverError::Unsupported { .. }
+            | driver::DriverError::NotEnabled { .. } => Error::Config,
             driver::DriverError::BufferTooSmall { .. } => Error::TooLong,
             driver::DriverError::BadWorkRequest { .. }
             | driver::DriverError::WrongHandles { .. } => Error::InvalidArgument,

@@ -25,9 +25,13 @@ pub mod boundary;
 pub mod burst;
 pub mod device;
 pub mod error;
+pub mod flow;
+pub mod interrupt;
 pub mod mbuf;
+pub mod pool_memory;
 pub mod port;
 pub mod rdma;
+pub mod shared;
 
 mod backend;
 
@@ -35,14 +39,20 @@ pub use boundary::slots::cxd_mbuf;
 pub use burst::{cxd_rx_burst, cxd_rxq, cxd_tx_burst, cxd_txq};
 pub use device::{cxd_device, cxd_device_close, cxd_open_emulated_pair, cxd_open_pci};
 pub use error::{cxd_error_name, cxd_last_error, Error};
+pub use flow::*;
+pub use interrupt::*;
 pub use mbuf::*;
+pub use pool_memory::*;
 pub use port::*;
 pub use rdma::cq::*;
 pub use rdma::memory::*;
 pub use rdma::qp::*;
 pub use rdma::srq::*;
 pub use rdma::wr::*;
-pub use rdma::{cxd_rdma, cxd_rdma_close, cxd_rdma_info, cxd_rdma_open, cxd_rdma_query};
+pub use rdma::{
+    cxd_rdma, cxd_rdma_close, cxd_rdma_event_fd, cxd_rdma_info, cxd_rdma_open, cxd_rdma_query,
+};
+pub use shared::*;
 
 use std::ffi::c_char;
 

@@ -8,7 +8,7 @@
 use crate::boundary::handle::{self, Handle, Kind};
 use crate::boundary::slots::{claim, cxd_mbuf, SlotTable};
 use crate::boundary::{bytes_in, bytes_out, read_in, write_out};
-use crate::error::{guard, Error, Failure, Outcome};
+use crate::error::{guard, Error, Failure};
 use driver::{Mbuf, Mempool};
 use std::ffi::{c_int, c_void};
 
@@ -73,6 +73,23 @@ pub const CXD_RX_L4_CSUM_GOOD: u32 = 1 << 17;
 /// Receive result: `rss_hash` holds the device's RSS hash.
 pub const CXD_RX_RSS_HASH: u32 = 1 << 18;
 
+/// `rx_l3_type`: no IP header the device knew.
+pub const CXD_RX_L3_NONE: u8 = 0;
+/// `rx_l3_type`: IPv6.
+pub const CXD_RX_L3_IPV6: u8 = 1;
+/// `rx_l3_type`: IPv4.
+pub const CXD_RX_L3_IPV4: u8 = 2;
+/// `rx_l4_type`: neither TCP nor UDP.
+pub const CXD_RX_L4_NONE: u8 = 0;
+/// `rx_l4_type`: TCP without the ACK flag.
+pub const CXD_RX_L4_TCP: u8 = 1;
+/// `rx_l4_type`: UDP.
+pub const CXD_RX_L4_UDP: u8 = 2;
+/// `rx_l4_type`: TCP, ACK flag set, no payload.
+pub const CXD_RX_L4_TCP_ACK: u8 = 3;
+/// `rx_l4_type`: TCP, ACK flag set, with payload.
+pub const CXD_RX_L4_TCP_ACK_DATA: u8 = 4;
+
 /// A packet's offload requests (send) and results (receive).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
@@ -86,19 +103,12 @@ pub struct cxd_mbuf_offload {
     pub tso_mss: u16,
     /// RSS hash, with `CXD_RX_RSS_HASH`.
     pub rss_hash: u32,
-    /// L3 type as the completion reported it (0 none, 1 IPv6, 2 IPv4).
+    /// The packet's L3 type as the completion reported it: a `CXD_RX_L3_*` value.
     pub rx_l3_type: u8,
-    /// L4 type as the completion reported it (0 none, 1 TCP, 2 UDP, 3-4 TCP kinds).
+    /// The packet's L4 type as the completion reported it: a `CXD_RX_L4_*` value.
     pub rx_l4_type: u8,
     /// Zero.
     pub reserved: u16,
-}
-
-/// The buffer index of `m` in its pool (the pool's buffers are `buf_size` bytes apart and
-/// the packet starts within its own buffer).
-#[inline]
-pub(crate) fn index_of(m: &Mbuf, buf_size: usize) -> usize {
-    m.memory_offset() / buf_size
 }
 
 /// Takes a free buffer from `pool` (empty: length 0) and stores its handle in `*out`. The
@@ -127,7 +137,7 @@ pub unsafe extern "C" fn cxd_mbuf_alloc(pool: *mut cxd_mempool, out: *mut *mut c
                     ),
                 )
             })?;
-            p.table.place(index_of(&m, p.pool.buf_size() as usize), m)
+            p.table.place(m.buffer_index() as usize, m)
         })??;
         write_out(out, token, "out")?;
         Ok(0)
@@ -195,7 +205,10 @@ pub unsafe extern "C" fn cxd_mempool_info_get(
 }
 
 /// Runs `f` on the caller's mbuf `m`, which stays the caller's.
-fn with_mbuf(m: *const cxd_mbuf, f: impl FnOnce(&mut Mbuf) -> Outcome) -> Outcome {
+pub(crate) fn with_mbuf<T>(
+    m: *const cxd_mbuf,
+    f: impl FnOnce(&mut Mbuf) -> Result<T, Failure>,
+) -> Result<T, Failure> {
     let mut c = claim(m)?;
     let result = f(c.mbuf());
     c.keep();

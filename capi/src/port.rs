@@ -1,15 +1,19 @@
 //! Ports: their configuration, start, queues, pool, statistics and close.
 
+use crate::backend::AnyBackend;
 use crate::boundary::handle::{self, Handle, Kind};
 use crate::boundary::slots::SlotTable;
 use crate::boundary::{read_in, write_out};
-use crate::burst::{cxd_rxq, cxd_txq, RxqState, TxqState};
+use crate::burst::{cxd_rxq, cxd_txq, RxSource, RxqState, TxqState};
 use crate::device::{cxd_device, take_up, DeviceState};
-use crate::error::{guard, Error, Failure};
+use crate::error::{guard, Error, Failure, Outcome};
+use crate::flow::{self, cxd_flow};
 use crate::mbuf::{cxd_mempool, PoolState};
-use driver::{Device, InlineMode, PortConfig, Started};
+use cxdirect_dma::DmaBufMapping;
+use driver::{Device, InlineMode, PortConfig, SharedQueues, SharedRxConfig, SharedRxRing, Started};
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 /// Port flag: receive every frame, not only the port's MAC, broadcast and multicast.
 pub const CXD_PORT_PROMISCUOUS: u32 = 1 << 0;
@@ -22,6 +26,10 @@ pub const CXD_PORT_TX_TSO: u32 = 1 << 2;
 pub const CXD_PORT_BLUEFLAME: u32 = 1 << 3;
 /// Port flag: ask the device to compress receive completions where it can.
 pub const CXD_PORT_RX_CQE_COMPRESSION: u32 = 1 << 4;
+/// Port flag: give each receive queue a completion interrupt, a file descriptor `poll()`
+/// waits on (`cxd_rxq_interrupt_fd`), so that an idle receiver can sleep. The device is
+/// brought up with one MSI-X vector per receive queue besides its own.
+pub const CXD_PORT_RX_INTERRUPTS: u32 = 1 << 5;
 
 /// Inline mode: no packet bytes inline in send WQEs.
 pub const CXD_INLINE_NONE: u8 = 0;
@@ -58,6 +66,13 @@ pub struct cxd_port_config {
     pub reserved: u8,
     /// `CXD_PORT_*` flags.
     pub flags: u32,
+    /// Buffers in a receive ring shared by all the port's receive queues (a power of two,
+    /// 64..=32768), or 0 (the default) for a ring per queue. See `cxd_port_shared_refill`.
+    pub shared_ring_size: u32,
+    /// The shared ring's limit armed at start, in buffers (below `shared_ring_size`; 0: not
+    /// armed): when fewer are posted the device raises one limit event
+    /// (`cxd_port_shared_limit_reached`).
+    pub shared_limit: u32,
 }
 
 /// A port's statistics, summed over its queues (as of each queue's last burst), as DPDK's
@@ -91,6 +106,35 @@ pub(crate) struct PortState {
     pool: &'static cxd_mempool,
     txqs: Vec<&'static cxd_txq>,
     rxqs: Vec<&'static cxd_rxq>,
+    /// The RQ number of each receive queue, in index order (flow rules name them).
+    rqns: Vec<u32>,
+    /// Flow rules installed and not yet destroyed.
+    pub(crate) flows: Vec<&'static cxd_flow>,
+    /// The shared receive ring's handle, for a port started with one.
+    pub(crate) shared: Option<SharedRxRing<crate::backend::AnyBackend>>,
+    /// Buffers the device still had posted at the shared ring's last limit event, until
+    /// `cxd_port_shared_limit_reached` reports it.
+    pub(crate) shared_low: Option<u32>,
+}
+
+impl PortState {
+    /// The driver's port.
+    pub(crate) fn port_mut(&mut self) -> &mut driver::Port<crate::backend::AnyBackend> {
+        &mut self.port
+    }
+
+    /// The RQ number of receive queue `index`; `CXD_ERROR_INVALID_ARGUMENT` past the last.
+    pub(crate) fn rqn(&self, index: u16) -> Result<u32, Failure> {
+        self.rqns.get(usize::from(index)).copied().ok_or_else(|| {
+            Failure::new(
+                Error::InvalidArgument,
+                format!(
+                    "receive queue {index} does not exist; the port has 0..{}",
+                    self.rqns.len()
+                ),
+            )
+        })
+    }
 }
 
 /// A started port (`struct cxd_port` in C, opaque).
@@ -125,6 +169,7 @@ impl cxd_port_config {
             (d.tx_tso, CXD_PORT_TX_TSO),
             (d.blueflame, CXD_PORT_BLUEFLAME),
             (d.rx_cqe_compression, CXD_PORT_RX_CQE_COMPRESSION),
+            (d.rx_interrupts, CXD_PORT_RX_INTERRUPTS),
         ] {
             if on {
                 flags |= flag;
@@ -146,6 +191,8 @@ impl cxd_port_config {
             },
             reserved: 0,
             flags,
+            shared_ring_size: 0,
+            shared_limit: 0,
         }
     }
 
@@ -155,7 +202,8 @@ impl cxd_port_config {
             | CXD_PORT_TX_MULTI_PACKET
             | CXD_PORT_TX_TSO
             | CXD_PORT_BLUEFLAME
-            | CXD_PORT_RX_CQE_COMPRESSION;
+            | CXD_PORT_RX_CQE_COMPRESSION
+            | CXD_PORT_RX_INTERRUPTS;
         if self.flags & !known != 0 {
             return Err(Failure::new(
                 Error::Config,
@@ -192,6 +240,11 @@ impl cxd_port_config {
             tx_tso: self.flags & CXD_PORT_TX_TSO != 0,
             blueflame: self.flags & CXD_PORT_BLUEFLAME != 0,
             rx_cqe_compression: self.flags & CXD_PORT_RX_CQE_COMPRESSION != 0,
+            rx_interrupts: self.flags & CXD_PORT_RX_INTERRUPTS != 0,
+            shared_rx: (self.shared_ring_size != 0).then_some(SharedRxConfig {
+                ring_size: self.shared_ring_size,
+                limit: self.shared_limit,
+            }),
             ..PortConfig::default()
         })
     }
@@ -230,53 +283,89 @@ pub unsafe extern "C" fn cxd_port_start(
     config: *const cxd_port_config,
     out: *mut *mut cxd_port,
 ) -> c_int {
-    guard(|| {
-        let device = handle::resolve(device)?;
-        let config = read_in(config, "config")?.to_driver()?;
-        if out.is_null() {
-            return Err(Failure::new(Error::Null, "out is NULL; pass &port"));
-        }
-        let mut dev = device.exclusive(cxd_device::NAME)?;
-        let up = take_up(dev.get())?;
-        // Checked before the port takes the device, so that a bad configuration leaves the
-        // device as it was (Port::start keeps it whatever fails).
-        if let Err(e) = config.validate(&up) {
+    guard(|| start(device, config, out, &|_| Ok(None)))
+}
+
+/// Where a port's buffers live: `Ok(None)` for memory the driver allocates, or a mapping made
+/// on the brought-up device (an imported memfd or dmabuf range).
+pub(crate) type PoolMemory<'a> =
+    &'a dyn Fn(&Device<AnyBackend>) -> Result<Option<Arc<DmaBufMapping>>, Failure>;
+
+/// `cxd_port_start`'s body, with the pool's memory made by `memory` once the device is up.
+pub(crate) fn start(
+    device: *mut cxd_device,
+    config: *const cxd_port_config,
+    out: *mut *mut cxd_port,
+    memory: PoolMemory<'_>,
+) -> Outcome {
+    let device = handle::resolve(device)?;
+    let mut config = read_in(config, "config")?.to_driver()?;
+    if out.is_null() {
+        return Err(Failure::new(Error::Null, "out is NULL; pass &port"));
+    }
+    let mut dev = device.exclusive(cxd_device::NAME)?;
+    // Vector 0 carries the device's events; receive interrupts take one each after it.
+    let vectors = if config.rx_interrupts {
+        config.rx_queues.saturating_add(1)
+    } else {
+        1
+    };
+    let up = take_up(dev.get(), vectors)?;
+    match memory(&up) {
+        Ok(mapping) => config.pool_memory = mapping,
+        Err(e) => {
             *dev.get() = DeviceState::Up(Box::new(up));
+            return Err(e);
+        }
+    }
+    // Checked before the port takes the device, so that a bad configuration leaves the
+    // device as it was (Port::start keeps it whatever fails).
+    if let Err(e) = config.validate(&up) {
+        *dev.get() = DeviceState::Up(Box::new(up));
+        return Err(e.into());
+    }
+    let Started { mut port, queues } = match driver::Port::start(up, config) {
+        Ok(started) => started,
+        Err(e) => {
+            *dev.get() = DeviceState::Spent;
             return Err(e.into());
         }
-        let Started { port, queues } = match driver::Port::start(up, config) {
-            Ok(started) => started,
-            Err(e) => {
-                *dev.get() = DeviceState::Spent;
-                return Err(e.into());
-            }
-        };
-        drop(dev);
-        let pool = port.pool().clone();
-        let pool_id = NEXT_POOL.fetch_add(1, Ordering::Relaxed);
-        let table = SlotTable::new(pool.capacity(), pool_id);
-        let buf_size = pool.buf_size() as usize;
-        let txqs = queues
-            .tx
-            .into_iter()
-            .map(|q| handle::open::<cxd_txq>(TxqState::new(q)))
-            .collect();
-        let rxqs = queues
-            .rx
-            .into_iter()
-            .map(|q| handle::open::<cxd_rxq>(RxqState::new(q, table, buf_size)))
-            .collect();
-        let pool = handle::open::<cxd_mempool>(PoolState::new(pool, table));
-        let port = handle::open::<cxd_port>(PortState {
-            port,
-            device,
-            pool,
-            txqs,
-            rxqs,
-        });
-        write_out(out, port as *const cxd_port as *mut cxd_port, "out")?;
-        Ok(0)
-    })
+    };
+    drop(dev);
+    let pool = port.pool().clone();
+    let pool_id = NEXT_POOL.fetch_add(1, Ordering::Relaxed);
+    let table = SlotTable::new(pool.capacity(), pool_id);
+    // A port with a shared ring gives its receive queues through take_shared_rx.
+    let (shared, rx): (_, Vec<RxSource>) = match port.take_shared_rx() {
+        Some(SharedQueues { ring, rx }) => {
+            (Some(ring), rx.into_iter().map(RxSource::Shared).collect())
+        }
+        None => (None, queues.rx.into_iter().map(RxSource::Plain).collect()),
+    };
+    let rqns = rx.iter().map(RxSource::rqn).collect();
+    let txqs = queues
+        .tx
+        .into_iter()
+        .map(|q| handle::open::<cxd_txq>(TxqState::new(q)))
+        .collect();
+    let rxqs = rx
+        .into_iter()
+        .map(|q| handle::open::<cxd_rxq>(RxqState::new(q, table)))
+        .collect();
+    let pool = handle::open::<cxd_mempool>(PoolState::new(pool, table));
+    let port = handle::open::<cxd_port>(PortState {
+        port,
+        device,
+        pool,
+        txqs,
+        rxqs,
+        rqns,
+        flows: Vec::new(),
+        shared,
+        shared_low: None,
+    });
+    write_out(out, port as *const cxd_port as *mut cxd_port, "out")?;
+    Ok(0)
 }
 
 /// Stores send queue `index` (0..tx_queues) of the port in `*out`. The queue handle is the
@@ -408,14 +497,21 @@ pub unsafe extern "C" fn cxd_port_close(port: *mut cxd_port) -> c_int {
             rxqs.push(q.handle().exclusive(cxd_rxq::NAME)?);
         }
         let pool = state.pool.handle().exclusive(cxd_mempool::NAME)?;
+        let flows = flow::take_all(&state.flows)?;
         let mut device = state.device.exclusive(cxd_device::NAME)?;
         txqs.into_iter().for_each(|q| drop(q.close()));
         rxqs.into_iter().for_each(|q| drop(q.close()));
         drop(pool.close());
+        // Their rules go with the port's steering; the handles only close.
+        for f in flows {
+            let _rule = f.close();
+        }
         *device.get() = DeviceState::Spent;
         let Some(state) = port.close() else {
             return Err(Failure::new(Error::Closed, "the cxd_port was closed"));
         };
+        // The ring's handle goes before the port that destroys the ring.
+        drop(state.shared);
         let report = state.port.close().and_then(Device::teardown);
         report.map(|_| 0).map_err(Failure::from)
     })

@@ -48,7 +48,9 @@ fn compile_source(source: &str, name: &str) -> PathBuf {
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("c-{name}"));
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let output = Command::new(&cc)
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-O1"])
+        .args([
+            "-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-O1", "-pthread",
+        ])
         .arg("-I")
         .arg(crate_dir.join("include"))
         .arg(crate_dir.join(source))
@@ -121,7 +123,8 @@ fn under_valgrind(exe: &Path, what: &str) -> String {
     run(command, &format!("{what} under valgrind"))
 }
 
-const RDMA_DONE: &str = "rdma verbs verified: SEND, WRITE, READ, inline, memfd region, SRQ, errors";
+const RDMA_DONE: &str =
+    "rdma verbs verified: SEND, WRITE, READ, inline, memfd region, SRQ and its limit, errors";
 
 #[test]
 fn rdma_c_moves_and_verifies_every_verb_and_checks_error_codes() {
@@ -315,4 +318,81 @@ fn quickstart_c_runs_and_is_the_readme_example() {
     let exe = compile("quickstart");
     let stdout = run(Command::new(&exe), "tests/c/quickstart.c");
     assert_eq!(stdout, "received 32 frames\n");
+}
+
+const FLOW_DONE: &str = "flow.c: 64 steered frames with offloads, RSS, EtherType and VLAN checked";
+
+#[test]
+fn flow_c_steers_checks_offloads_and_refuses_bad_matches() {
+    let stdout = run(Command::new(compile("flow")), "tests/c/flow.c");
+    assert!(stdout.contains(FLOW_DONE), "{stdout}");
+}
+
+#[test]
+#[cfg_attr(
+    not(has_valgrind),
+    ignore = "valgrind is not installed: this test runs tests/c/flow.c under it \
+              (apt-get install -y valgrind)"
+)]
+fn flow_c_is_clean_under_valgrind() {
+    let stdout = under_valgrind(&compile("flow"), "tests/c/flow.c");
+    assert!(stdout.contains(FLOW_DONE), "{stdout}");
+}
+
+const INTERRUPT_DONE: &str = "interrupt.c: 5 wake-ups from poll(), each by its frame";
+
+#[test]
+fn interrupt_c_sleeps_in_poll_until_a_frame_arrives() {
+    let stdout = run(Command::new(compile("interrupt")), "tests/c/interrupt.c");
+    assert!(stdout.contains(INTERRUPT_DONE), "{stdout}");
+}
+
+#[test]
+#[cfg_attr(
+    not(has_valgrind),
+    ignore = "valgrind is not installed: this test runs tests/c/interrupt.c under it \
+              (apt-get install -y valgrind)"
+)]
+fn interrupt_c_is_clean_under_valgrind() {
+    let stdout = under_valgrind(&compile("interrupt"), "tests/c/interrupt.c");
+    assert!(stdout.contains(INTERRUPT_DONE), "{stdout}");
+}
+
+const SHARED_DONE: &str =
+    "shared.c: 500 frames through a shared ring of 128, 5 limit events, refilled";
+
+#[test]
+fn shared_c_refills_a_shared_ring_at_its_limit_events() {
+    let stdout = run(Command::new(compile("shared")), "tests/c/shared.c");
+    assert!(stdout.contains(SHARED_DONE), "{stdout}");
+}
+
+#[test]
+#[cfg_attr(
+    not(has_valgrind),
+    ignore = "valgrind is not installed: this test runs tests/c/shared.c under it \
+              (apt-get install -y valgrind)"
+)]
+fn shared_c_is_clean_under_valgrind() {
+    let stdout = under_valgrind(&compile("shared"), "tests/c/shared.c");
+    assert!(stdout.contains(SHARED_DONE), "{stdout}");
+}
+
+const MEMORY_DONE: &str = "memory.c: 100 frames each way through a pool in the program's memfd";
+
+#[test]
+fn memory_c_runs_a_port_on_the_programs_memfd() {
+    let stdout = run(Command::new(compile("memory")), "tests/c/memory.c");
+    assert!(stdout.contains(MEMORY_DONE), "{stdout}");
+}
+
+#[test]
+#[cfg_attr(
+    not(has_valgrind),
+    ignore = "valgrind is not installed: this test runs tests/c/memory.c under it \
+              (apt-get install -y valgrind)"
+)]
+fn memory_c_is_clean_under_valgrind() {
+    let stdout = under_valgrind(&compile("memory"), "tests/c/memory.c");
+    assert!(stdout.contains(MEMORY_DONE), "{stdout}");
 }

@@ -319,3 +319,70 @@ fn refusals_name_their_cause_and_change_nothing() {
     close(a);
     close(b);
 }
+
+#[test]
+fn a_shared_receive_queue_reports_its_limit_once_per_arming() {
+    let (a, b) = connected();
+    // SAFETY: valid out-pointers, handles this library returned, lists that outlive the calls.
+    unsafe {
+        let mut srq = null_mut();
+        ok(cxd_srq_create(b.pd, 32, 1, &mut srq));
+        let mut caps = std::mem::zeroed::<cxd_qp_caps>();
+        ok(cxd_qp_caps_default(&mut caps));
+        let (mut qa, mut qb) = (null_mut(), null_mut());
+        ok(cxd_qp_create(a.pd, a.cq, null_mut(), &caps, &mut qa));
+        ok(cxd_qp_create(b.pd, b.cq, srq, &caps, &mut qb));
+        let (mut ea, mut eb) = (cxd_endpoint::default(), cxd_endpoint::default());
+        ok(cxd_qp_endpoint(qa, &mut ea));
+        ok(cxd_qp_endpoint(qb, &mut eb));
+        ok(cxd_qp_connect(qa, &eb, null()));
+        ok(cxd_qp_connect(qb, &ea, null()));
+        let rsge = cxd_sge {
+            addr: b.info.addr,
+            length: 64,
+            lkey: b.info.lkey,
+        };
+        let recvs: Vec<cxd_recv_wr> = (0..10)
+            .map(|i| cxd_recv_wr {
+                wr_id: i,
+                sg_list: &rsge,
+                num_sge: 1,
+                reserved: 0,
+            })
+            .collect();
+        assert_eq!(
+            ok(cxd_srq_post_recv(srq, recvs.as_ptr(), 10, null_mut())),
+            10
+        );
+        ok(cxd_srq_arm_limit(srq, 5));
+        let ssge = cxd_sge {
+            addr: a.info.addr,
+            length: 16,
+            lkey: a.info.lkey,
+        };
+        let mut reached = Vec::new();
+        for i in 0..8 {
+            let mut wr = rdma(i, CXD_WR_SEND, &ssge, 0, 0);
+            wr.remote_addr = 0;
+            post(qa, &wr);
+            assert_eq!(wait(&a, &b).status, CXD_WC_SUCCESS);
+            assert_eq!(wait(&b, &a).wr_id, i);
+            reached.push(ok(cxd_srq_limit_reached(srq)));
+        }
+        // Posted 10, 9, ... after each: below 5 first after the sixth receive (4 left).
+        assert_eq!(reached, [0, 0, 0, 0, 0, 1, 0, 0]);
+        assert_eq!(cxd_srq_arm_limit(srq, 1 << 20), Error::Config as c_int);
+        assert_eq!(cxd_srq_limit_reached(null_mut()), Error::Null as c_int);
+        assert_eq!(
+            cxd_srq_limit_reached(qb.cast()),
+            Error::InvalidHandle as c_int
+        );
+        assert!(ok(cxd_rdma_event_fd(b.rdma)) >= 0);
+        ok(cxd_qp_destroy(qa));
+        ok(cxd_qp_destroy(qb));
+        ok(cxd_srq_destroy(srq));
+        assert_eq!(cxd_srq_limit_reached(srq), Error::Closed as c_int);
+    }
+    close(a);
+    close(b);
+}

@@ -60,6 +60,9 @@ pub(crate) struct RdmaState {
     /// pending work (frames arrived, transport timers due), as the model executes inline.
     pub(crate) model: Option<cxdirect_emu::Device>,
     device: &'static Handle<DeviceState>,
+    /// SRQs whose limit event the device raised and `cxd_srq_limit_reached` has not yet
+    /// reported (their SRQ numbers).
+    pub(crate) srq_limits: Vec<u32>,
 }
 
 /// A device brought up for RDMA (`struct cxd_rdma` in C, opaque): RoCE on its port, an IPv4
@@ -126,7 +129,7 @@ pub unsafe extern "C" fn cxd_rdma_open(
             return Err(Failure::new(Error::Null, "out is NULL; pass &rdma"));
         }
         let mut dev = device.exclusive(cxd_device::NAME)?;
-        let mut up = take_up(dev.get())?;
+        let mut up = take_up(dev.get(), 1)?;
         let model = match up.backend() {
             AnyBackend::Emulated(b) => Some(b.model().clone()),
             AnyBackend::Pci(_) => None,
@@ -147,6 +150,7 @@ pub unsafe extern "C" fn cxd_rdma_open(
             children: 0,
             model,
             device,
+            srq_limits: Vec::new(),
         });
         write_out(out, rdma as *const cxd_rdma as *mut cxd_rdma, "out")?;
         Ok(0)
@@ -218,4 +222,44 @@ pub(crate) fn not_ours(what: &str, parent: &str) -> Failure {
         Error::InvalidArgument,
         format!("the {what} was made on another cxd_rdma than the {parent}; use one device's"),
     )
+}
+
+/// The device's async event descriptor: readable (`POLLIN`) when the device raised an event,
+/// such as a shared receive queue's limit (`cxd_srq_limit_reached` then takes it). The
+/// descriptor is the device's: do not close or read it; it stays valid until
+/// `cxd_rdma_close`. Returns it, or a negative `cxd_error`.
+///
+/// # Safety
+///
+/// `rdma` is NULL or a handle this library returned.
+#[no_mangle]
+pub unsafe extern "C" fn cxd_rdma_event_fd(rdma: *mut cxd_rdma) -> c_int {
+    use std::os::fd::AsRawFd;
+    guard(|| {
+        let (_, mut r) = self::rdma(rdma)?;
+        let fd = r.get().dev.event_fd().ok_or_else(|| {
+            Failure::new(
+                Error::Device,
+                "the device has no async event interrupt (MSI-X was not enabled)",
+            )
+        })?;
+        Ok(fd.as_raw_fd())
+    })
+}
+
+/// Takes the device's async events (never blocking), clearing its event descriptor, and keeps
+/// the shared receive queues' limit events for `cxd_srq_limit_reached`.
+pub(crate) fn take_events(state: &mut RdmaState) -> Result<(), Failure> {
+    state.dev.wait_event(std::time::Duration::ZERO);
+    loop {
+        for event in state.dev.poll_events()? {
+            if let driver::Event::SrqLimit { srq } = event {
+                state.srq_limits.push(srq);
+            }
+        }
+        // Events a command took off the queue while it waited are not in the descriptor.
+        if !state.dev.events_pending() {
+            return Ok(());
+        }
+    }
 }

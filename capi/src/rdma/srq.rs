@@ -2,7 +2,7 @@
 
 use super::memory::{cxd_pd, PdState};
 use super::wr::{cxd_recv_wr, post_recvs, PostFailure};
-use super::{kind, release_child, RdmaState};
+use super::{kind, release_child, take_events, RdmaState};
 use crate::backend::AnyBackend;
 use crate::boundary::handle::{self, Handle, Kind};
 use crate::boundary::{slice_in, write_out};
@@ -123,9 +123,60 @@ pub unsafe extern "C" fn cxd_srq_destroy(srq: *mut cxd_srq) -> c_int {
         let Some(state) = s.close() else {
             return Err(Failure::new(Error::Closed, "the cxd_srq was closed"));
         };
+        let srqn = state.srq.srqn();
         let result = state.srq.destroy(&mut r.get().dev);
+        // A limit event not taken dies with its queue (a later queue may get its number).
+        r.get().srq_limits.retain(|&n| n != srqn);
         release_child(&mut r);
         p.get().users = p.get().users.saturating_sub(1);
         result.map(|_| 0).map_err(Failure::from)
+    })
+}
+
+/// Arms the shared receive queue's limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): once fewer
+/// than `limit` receives are posted, the device raises one limit event (the descriptor of
+/// `cxd_rdma_event_fd` becomes readable, and `cxd_srq_limit_reached` returns 1). The limit is
+/// one-shot: post more receives, then arm it again. `limit` is 1 to `max_wr`; 0 disarms.
+///
+/// Returns 0, or a negative `cxd_error` (`CXD_ERROR_CONFIG` for a limit past the queue).
+///
+/// # Safety
+///
+/// `srq` is NULL or a handle this library returned.
+#[no_mangle]
+pub unsafe extern "C" fn cxd_srq_arm_limit(srq: *mut cxd_srq, limit: u32) -> c_int {
+    guard(|| {
+        let mut s = handle::resolve(srq)?.exclusive(cxd_srq::NAME)?;
+        let state = s.get();
+        let mut r = state.rdma.exclusive(super::cxd_rdma::NAME)?;
+        // An event of an earlier arming, not yet taken, is not this arming's.
+        let srqn = state.srq.srqn();
+        take_events(r.get())?;
+        r.get().srq_limits.retain(|&n| n != srqn);
+        state.srq.arm_limit(&mut r.get().dev, limit)?;
+        Ok(0)
+    })
+}
+
+/// Whether the shared receive queue's armed limit was reached: 1 once for each event the
+/// device raised (the limit is then disarmed), 0 when none came since the last call, or a
+/// negative `cxd_error`. Takes the device's pending async events and never blocks: call it
+/// when `cxd_rdma_event_fd` polls readable, or now and then.
+///
+/// # Safety
+///
+/// `srq` is NULL or a handle this library returned.
+#[no_mangle]
+pub unsafe extern "C" fn cxd_srq_limit_reached(srq: *mut cxd_srq) -> c_int {
+    guard(|| {
+        let mut s = handle::resolve(srq)?.exclusive(cxd_srq::NAME)?;
+        let srqn = s.get().srq.srqn();
+        let mut r = s.get().rdma.exclusive(super::cxd_rdma::NAME)?;
+        take_events(r.get())?;
+        let pending = &mut r.get().srq_limits;
+        let reached = pending.iter().position(|&n| n == srqn).map(|i| {
+            pending.remove(i);
+        });
+        Ok(c_int::from(reached.is_some()))
     })
 }

@@ -2,9 +2,11 @@
  * RDMA verbs from C on the emulated pair: RoCE on both functions, a protection domain,
  * regions (host memory and a memfd), a completion queue and an RC queue pair on each,
  * connected; SEND into a posted receive, RDMA WRITE and RDMA READ with two-entry lists, each
- * verified; a shared receive queue; then the error codes the boundary gives.
+ * verified; a shared receive queue and its limit event; then the error codes the boundary
+ * gives.
  */
 #define _GNU_SOURCE
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,6 +236,47 @@ int main(void) {
     CHECK(swc.wc_flags & CXD_WC_FROM_SRQ);
     EXPECT(cxd_srq_destroy(srq), CXD_ERROR_BUSY);
 
+    /* Its limit: armed at 8 with 16 posted, it fires once when the 9th receive leaves 7, and
+     * the device's event descriptor says so; one-shot until armed again after a refill. */
+    struct cxd_recv_wr srecvs[16];
+    for (int i = 0; i < 16; i++)
+        srecvs[i] = (struct cxd_recv_wr){.wr_id = 400 + i, .sg_list = &ssge, .num_sge = 1};
+    EXPECT(cxd_srq_post_recv(srq, srecvs, 16, NULL), 16);
+    EXPECT(cxd_srq_arm_limit(srq, 1u << 20), CXD_ERROR_CONFIG);
+    CHECK(strstr(cxd_last_error(), "limit") != NULL);
+    TRY(cxd_srq_arm_limit(srq, 8));
+    int efd = cxd_rdma_event_fd(b.rdma);
+    CHECK(efd >= 0);
+    struct pollfd pfd = {.fd = efd, .events = POLLIN};
+    EXPECT(cxd_srq_limit_reached(srq), 0);
+    CHECK(poll(&pfd, 1, 0) == 0);
+    for (int i = 0; i < 9; i++) {
+        send.wr_id = 20 + i;
+        TRY(cxd_qp_post_send(qa2, &send, 1, NULL));
+        expect_wc(wait_one(&a, &b), 20 + i, CXD_WC_SEND, 0);
+        expect_wc(wait_one(&b, &a), 400 + i, CXD_WC_RECV, 200);
+        if (i < 8)
+            EXPECT(cxd_srq_limit_reached(srq), 0);
+    }
+    CHECK(poll(&pfd, 1, 1000) == 1 && (pfd.revents & POLLIN));
+    EXPECT(cxd_srq_limit_reached(srq), 1);
+    EXPECT(cxd_srq_limit_reached(srq), 0);
+    CHECK(poll(&pfd, 1, 0) == 0);
+    for (int i = 9; i < 12; i++) {
+        send.wr_id = 20 + i;
+        TRY(cxd_qp_post_send(qa2, &send, 1, NULL));
+        expect_wc(wait_one(&a, &b), 20 + i, CXD_WC_SEND, 0);
+        expect_wc(wait_one(&b, &a), 400 + i, CXD_WC_RECV, 200);
+    }
+    EXPECT(cxd_srq_limit_reached(srq), 0);
+    /* Refilled and armed again: quiet until it falls below the new limit. */
+    EXPECT(cxd_srq_post_recv(srq, srecvs, 16, NULL), 16);
+    TRY(cxd_srq_arm_limit(srq, 4));
+    EXPECT(cxd_srq_limit_reached(srq), 0);
+    EXPECT(cxd_srq_limit_reached(NULL), CXD_ERROR_NULL);
+    EXPECT(cxd_srq_arm_limit((cxd_srq *)qb2, 1), CXD_ERROR_INVALID_HANDLE);
+    EXPECT(cxd_rdma_event_fd(NULL), CXD_ERROR_NULL);
+
     /* Boundary errors, each with nothing changed. */
     EXPECT(cxd_qp_post_send(NULL, &send, 1, NULL), CXD_ERROR_NULL);
     EXPECT(cxd_qp_post_send((cxd_qp *)a.cq, &send, 1, NULL), CXD_ERROR_INVALID_HANDLE);
@@ -278,6 +321,6 @@ int main(void) {
     EXPECT(cxd_qp_destroy(a.qp), CXD_ERROR_CLOSED);
     EXPECT(cxd_cq_poll(a.cq, many, 1), CXD_ERROR_CLOSED);
     EXPECT(cxd_mr_read(a.mr, 0, got, 1), CXD_ERROR_CLOSED);
-    printf("rdma verbs verified: SEND, WRITE, READ, inline, memfd region, SRQ, errors\n");
+    printf("rdma verbs verified: SEND, WRITE, READ, inline, memfd region, SRQ and its limit, errors\n");
     return 0;
 }

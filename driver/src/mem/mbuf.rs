@@ -190,6 +190,13 @@ impl Mbuf {
         v
     }
 
+    /// The index of the buffer (the first segment's) in its pool, `0..capacity`: what the
+    /// pool's buffer number is, without the division `memory_offset() / buf_size`.
+    #[inline]
+    pub fn buffer_index(&self) -> u32 {
+        self.index
+    }
+
     /// Offset of the packet's first byte in the pool's memory (for a pool in a dmabuf: in the
     /// mapped range), for reading packets through the exporter when the CPU cannot map them.
     pub fn memory_offset(&self) -> usize {
