@@ -17,6 +17,7 @@ use cxdirect_hw::doorbell::bf_buffer_offset;
 use cxdirect_hw::wqe::{ETH_L2_INLINE_HEADER_SIZE, WQE_BB};
 use std::sync::Arc;
 
+mod gather;
 #[cfg(test)]
 mod tests;
 mod wqe;

@@ -1,0 +1,115 @@
+//! Send WQEs for [`GatheredFrame`]s: control segment, Ethernet segment (the first 18 header
+//! bytes inline when the queue inlines headers), one data segment for the rest of the header
+//! buffer and one for the payload stretch, under its own key. The same shape Linux's mlx5e
+//! builds for an skb with a linear part and one fragment (`mlx5e_txwqe_build_dsegs`: a data
+//! segment per fragment, each with the lkey of the memory it lies in).
+
+use super::{InlineMode, TxQueue, ETH_INLINE, MAX_WQE};
+use crate::backend::Backend;
+use crate::ring::MAX_BURST;
+use crate::tx::gather::GatheredFrame;
+use crate::tx::inflight::Kept;
+use crate::tx::lso::TxRefusal;
+use crate::tx::source::REFUSED;
+use cxdirect_hw::wqe::{self, WQE_BB, WQE_DS};
+
+impl<B: Backend> TxQueue<B> {
+    /// Sends frames from the front of `frames` (at most [`MAX_BURST`] per call,
+    /// fewer when the ring is full) with one doorbell; returns how many were taken (sent, or
+    /// refused and dropped: a frame longer than the port's frame size, a header buffer shorter
+    /// than the inlined headers, or an empty payload). Each header buffer stays in flight until
+    /// the device reports its WQE done. Completions are taken first.
+    pub(crate) fn tx_burst_gathered(&mut self, frames: &mut Vec<GatheredFrame>) -> usize {
+        self.reap();
+        if self.in_error || frames.is_empty() {
+            return 0;
+        }
+        let inline = if self.inline == InlineMode::None {
+            0
+        } else {
+            ETH_INLINE
+        };
+        let mut wqe = [0u8; MAX_WQE];
+        let (mut taken, mut posted, mut bytes) = (0usize, 0usize, 0u64);
+        let (mut last_index, mut last_bbs) = (0u16, 0u16);
+        let limit = frames.len().min(MAX_BURST);
+        // Per frame taken, its ring slot (REFUSED: dropped).
+        let mut slots = [REFUSED; MAX_BURST];
+        while taken < limit {
+            let f = &frames[taken];
+            let head = f.headers.len();
+            let len = head + f.payload.len as usize;
+            if f.headers.is_chained()
+                || head < inline.max(super::ETH_HEADER)
+                || f.payload.len == 0
+                || len > self.max_frame
+            {
+                self.count_refusal(TxRefusal::Length);
+                taken += 1;
+                continue;
+            }
+            let rest = head - inline;
+            let eth_extra = inline.saturating_sub(2).div_ceil(WQE_DS) * WQE_DS;
+            let size = 32 + eth_extra + (usize::from(rest > 0) + 1) * WQE_DS;
+            let bbs = size.div_ceil(WQE_BB);
+            if bbs as u16 > self.free() {
+                break;
+            }
+            let flags = f.headers.flags;
+            wqe[..16].copy_from_slice(&self.send_ctrl((size / WQE_DS) as u8, bbs as u16));
+            wqe[16..32].copy_from_slice(&wqe::encode_eth(
+                flags.tx_ip_csum,
+                flags.tx_l4_csum,
+                None,
+                inline as u16,
+                [0, 0],
+            ));
+            let mut at = 32;
+            if inline > 0 {
+                // Two header bytes end the Ethernet segment, the rest run on after it.
+                wqe[32..32 + eth_extra].fill(0);
+                f.headers.read(0, &mut wqe[30..30 + inline]);
+                at += eth_extra;
+            }
+            if rest > 0 {
+                wqe[at..at + WQE_DS].copy_from_slice(&wqe::encode_data(
+                    rest as u32,
+                    f.headers.lkey(),
+                    f.headers.data_iova() + inline as u64,
+                ));
+                at += WQE_DS;
+            }
+            wqe[at..at + WQE_DS].copy_from_slice(&wqe::encode_data(
+                f.payload.len,
+                f.payload.lkey,
+                f.payload.iova,
+            ));
+            at += WQE_DS;
+            wqe[at..bbs * WQE_BB].fill(0);
+            self.write_wqe(self.pi, &wqe[..bbs * WQE_BB]);
+            slots[taken] = u32::from(self.pi & self.mask());
+            last_index = self.pi;
+            last_bbs = bbs as u16;
+            self.pi = self.pi.wrapping_add(bbs as u16);
+            bytes += len as u64;
+            posted += 1;
+            taken += 1;
+        }
+        for (f, &slot) in frames.drain(..taken).zip(&slots) {
+            if slot == REFUSED {
+                continue;
+            }
+            let (slot, mut headers) = (slot as usize, f.headers);
+            if self.inflight.keep(slot, &mut headers) == Kept::Whole {
+                self.inflight.keep_whole(slot, headers);
+            }
+        }
+        if posted > 0 {
+            self.stats.packets += posted as u64;
+            self.stats.bytes += bytes;
+            self.ring_doorbell(last_index, last_bbs, posted == 1);
+        }
+        self.published.publish(&self.stats);
+        taken
+    }
+}
