@@ -7,6 +7,9 @@
 //! the check does: delivery copies no payload byte.
 //!
 //! - [`server`]: the receiving side;
+//! - [`client`], [`connect`]: the sending side (`--connect`), payload gathered by the device
+//!   from the dmabuf, and its run (with a listener on the other port of an emulated pair);
+//! - [`sha256`]: the pattern's digest, to compare with a Linux listener's `sha256sum`;
 //! - [`sender`]: the self-test's sender on the other port of an emulated pair;
 //! - [`frame`]: TCP/IPv4 frames as Linux writes them, for the sender;
 //! - [`pattern`]: ncdevmem's `-v` pattern, its checker and `--emit-pattern`.
@@ -16,10 +19,13 @@
 //! out_of_order=N plain_dropped=N pattern_errors=N mbps=X cpu_payload_copied=0
 //! validation_read_bytes=N tokens_outstanding=N`.
 
+pub mod client;
+pub mod connect;
 pub mod frame;
 pub mod pattern;
 pub mod sender;
 pub mod server;
+pub mod sha256;
 
 use crate::dmabuf::{self, Imported};
 use cxdirect::devmem_tcp::RxStats;
@@ -144,12 +150,12 @@ impl Report {
     }
 }
 
-/// Exports `s.size` bytes from `s.memory`, imports the dmabuf and maps it for `dev`.
-fn import<B: Backend>(dev: &Device<B>, s: &Settings) -> Result<Imported, String> {
-    let (buf, gpu) = dmabuf::export_and_import(&s.memory, s.size, "cxdirect-devmem-tcp")?;
+/// Exports `size` bytes from `memory`, imports the dmabuf and maps it for `dev`.
+fn import<B: Backend>(dev: &Device<B>, memory: &str, size: u64) -> Result<Imported, String> {
+    let (buf, gpu) = dmabuf::export_and_import(memory, size, "cxdirect-devmem-tcp")?;
     let (iommu, iovas) = dev.dma();
     let mapping = buf
-        .map(iommu, &iovas, 0, s.size, DmaBufMode::Pinned)
+        .map(iommu, &iovas, 0, size, DmaBufMode::Pinned)
         .map_err(|e| format!("mapping the dmabuf: {e}"))?;
     Ok(Imported {
         mapping: Arc::new(mapping),
@@ -183,7 +189,7 @@ pub fn run<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<Report, Str
                 Some(s.bytes.unwrap_or(SELF_TEST_BYTES))
             },
         },
-        |dev| import(dev, s),
+        |dev| import(dev, &s.memory, s.size),
     )?;
     let mut sender = match backends.pop() {
         Some(b) => {
