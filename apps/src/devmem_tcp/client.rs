@@ -254,7 +254,9 @@ impl<B: Backend> Client<B> {
             self.got = got;
             self.got.clear();
         }
-        if self.sender.state() == TxState::Reset {
+        // A reset once every byte was acknowledged ends the run (a listener such as nc that
+        // stops reading at the end resets rather than closes); before, it is an error.
+        if self.sender.state() == TxState::Reset && self.sender.acked() < self.cfg.bytes {
             return Err(format!(
                 "connect: the peer reset the connection after {} acknowledged bytes",
                 self.sender.acked()

@@ -1,8 +1,11 @@
 //! Send WQEs for [`GatheredFrame`]s: control segment, Ethernet segment (the first 18 header
 //! bytes inline when the queue inlines headers), one data segment for the rest of the header
-//! buffer and one for the payload stretch, under its own key. The same shape Linux's mlx5e
-//! builds for an skb with a linear part and one fragment (`mlx5e_txwqe_build_dsegs`: a data
-//! segment per fragment, each with the lkey of the memory it lies in).
+//! buffer and one for the payload stretch. The shape is Linux mlx5e's for an skb with a linear
+//! part and one fragment (`mlx5e_txwqe_build_dsegs`: a data segment per fragment), which for a
+//! devmem fragment carries the dmabuf's DMA address; mlx5e gives every segment the SQ's one key
+//! (`sq->mkey_be`, over all DMA addresses), which userspace does not have, so each segment
+//! names the key its memory is registered under, as DPDK's mlx5 PMD does per mbuf
+//! (`mlx5_tx_mb2mr`): the device takes any key of the SQ's protection domain.
 
 use super::{InlineMode, TxQueue, ETH_INLINE, MAX_WQE};
 use crate::backend::Backend;
