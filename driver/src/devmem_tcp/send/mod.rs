@@ -217,7 +217,8 @@ impl TcpSender {
                 most: self.cfg.max_ranges,
             });
         }
-        if len == 0 || offset.checked_add(len).is_none() || self.end + len > 1 << 62 {
+        let stream_end = self.end.checked_add(len);
+        if len == 0 || offset.checked_add(len).is_none() || stream_end.is_none_or(|e| e > 1 << 62) {
             return Err(TcpTxError::BadRange { len });
         }
         self.ranges.push_back(Range {

@@ -380,9 +380,86 @@ fn configuration_and_ranges_out_of_bounds_are_refused() {
     let mut s = TcpSender::new(cfg(0)).unwrap();
     assert_eq!(s.queue(0, 0), Err(TcpTxError::BadRange { len: 0 }));
     assert!(s.queue(u64::MAX, 2).is_err());
-    for k in 0..8 {
+    s.queue(0, 1).unwrap();
+    assert!(s.queue(0, u64::MAX - 1).is_err(), "a stream past 2^62");
+    for k in 1..8 {
         s.queue(k * 10, 10).unwrap();
     }
     assert_eq!(s.queue(0, 10), Err(TcpTxError::TooManyRanges { most: 8 }));
     assert!(s.close().is_err(), "close before connect");
+}
+
+#[test]
+fn random_hostile_segments_never_break_the_senders_invariants() {
+    let mut rng = crate::test_rng::TestRng(0x005e_ed43);
+    let (mut acked, mut completed, mut resets) = (0, 0, 0);
+    for round in 0..200u64 {
+        let iss = rng.next() as u32;
+        let mut s = established(iss);
+        s.queue(0, 50_000).unwrap();
+        let mut now = 3 * MS;
+        let mut sent_max = Seq(iss).plus(1);
+        for _ in 0..300 {
+            now += rng.below(30 * MS);
+            while let Some(t) = s.poll_transmit(now) {
+                // Every payload lies in the queued range, at most the MSS.
+                assert!(t.len <= s.mss());
+                assert!(t.offset + u64::from(t.len) <= 50_000);
+                let end = Seq(t.header.seq).plus(t.len);
+                if sent_max.lt(end) {
+                    sent_max = end;
+                }
+            }
+            // A mix of plausible and hostile segments.
+            let ack = match rng.below(4) {
+                0 => rng.next() as u32,
+                1 => sent_max.0.wrapping_sub(rng.below(3000) as u32),
+                2 => sent_max.0.wrapping_add(rng.below(3) as u32),
+                _ => Seq(iss).plus(1).plus(s.acked() as u32).0,
+            };
+            let flags = match rng.below(100) {
+                0 => TcpFlags::RST,
+                1 | 2 => TcpFlags::SYN,
+                3 | 4 => TcpFlags::FIN,
+                _ => TcpFlags::ACK,
+            };
+            let seg = Segment {
+                seq: PEER_ISS.wrapping_add(1).wrapping_add(rng.below(4) as u32),
+                ack,
+                flags: flags | TcpFlags::ACK,
+                window: rng.next() as u16,
+                options: TcpOptions {
+                    timestamp: Some((rng.next() as u32, rng.next() as u32)),
+                    ..TcpOptions::default()
+                },
+                checksum_ok: rng.below(10) != 0,
+                ..Segment::default()
+            };
+            let before = s.acked();
+            s.on_segment(&seg, now);
+            // Nothing acknowledged past what was sent; nothing taken back.
+            assert!(s.acked() >= before, "round {round}");
+            assert!(
+                Seq(iss).plus(1).plus(s.acked() as u32).le(sent_max),
+                "round {round}"
+            );
+            assert!(s.window() <= MAX_SEND_WINDOW);
+            assert!(s.rto_us() <= RTO_MAX_US);
+            while let Some(c) = s.take_completion() {
+                assert_eq!((c.offset, c.len), (0, 50_000));
+                assert_eq!(s.acked(), 50_000);
+                completed += 1;
+            }
+            if s.state() == TxState::Reset {
+                resets += 1;
+                break;
+            }
+        }
+        acked += s.acked();
+    }
+    // The mix let streams progress, finish and be reset.
+    assert!(
+        acked > 0 && completed > 0 && resets > 0,
+        "{acked} {completed} {resets}"
+    );
 }
