@@ -108,3 +108,99 @@ fn a_stream_sent_from_the_dmabuf_over_a_lossy_reordering_duplicating_wire_arrive
     let l = r.listener.as_ref().unwrap();
     assert!(l.counts.duplicates > 0, "{}", l.summary(true));
 }
+
+/// A stream sent from the dmabuf to another TCP implementation: smoltcp's socket on the other
+/// port (feature `smoltcp`, over a port's queues), which receives it whole, in order, with
+/// checksums the device computed; its SHA-256 is the pattern's.
+#[test]
+fn a_stream_sent_from_the_dmabuf_reaches_a_smoltcp_socket_with_the_patterns_sha256() {
+    use cxdirect::smoltcp_phy::smoltcp::iface::{Config, Interface, SocketSet};
+    use cxdirect::smoltcp_phy::smoltcp::socket::tcp;
+    use cxdirect::smoltcp_phy::smoltcp::time::Instant as SmolInstant;
+    use cxdirect::smoltcp_phy::smoltcp::wire::{EthernetAddress, HardwareAddress, IpCidr};
+    use cxdirect::smoltcp_phy::CxPhy;
+    use cxdirect::{Device, Options, Port, Queues, Started};
+    use cxdirect_apps::devmem_tcp::client::{Client, ClientConfig};
+    use cxdirect_apps::devmem_tcp::sha256::{pattern_digest, Sha256};
+    use cxdirect_tests::setup::small_port;
+    use std::time::Instant;
+
+    let bytes: u64 = 2 << 20;
+    let peer = SocketAddrV4::new(Ipv4Addr::new(192, 168, 77, 1), 5202);
+    let cfg = EmuExec::Threaded.config();
+    let (a, b) = Model::pair(cfg.clone(), cfg);
+    // The listener: smoltcp over port B's first queues.
+    let dev = Device::bring_up(EmuBackend::new(b, "smoltcp"), Options::default()).unwrap();
+    let Started {
+        port: mut b_port,
+        queues: Queues { mut tx, mut rx },
+    } = Port::start(dev, small_port()).unwrap();
+    let mac = b_port.device().info().mac;
+    let mut phy = CxPhy::new(rx.remove(0), tx.remove(0), b_port.pool().clone(), 1500);
+    let mut iface = Interface::new(
+        Config::new(HardwareAddress::Ethernet(EthernetAddress(mac))),
+        &mut phy,
+        SmolInstant::from_millis(0),
+    );
+    iface.update_ip_addrs(|a| a.push(IpCidr::new((*peer.ip()).into(), 24)).unwrap());
+    let mut sockets = SocketSet::new(Vec::new());
+    let server = sockets.add(tcp::Socket::new(
+        tcp::SocketBuffer::new(vec![0; 1 << 18]),
+        tcp::SocketBuffer::new(vec![0; 4096]),
+    ));
+    sockets
+        .get_mut::<tcp::Socket>(server)
+        .listen(peer.port())
+        .unwrap();
+    // The sender on port A.
+    let mut client = Client::open(
+        EmuBackend::new(a, "devmem-tcp-connect"),
+        ClientConfig {
+            ip: Ipv4Addr::new(192, 168, 77, 2),
+            peer,
+            bytes,
+            modulus: 7,
+            rto_min: Duration::from_millis(50),
+        },
+        |dev| cxdirect_apps::devmem_tcp::import(dev, "memfd", 1 << 20),
+    )
+    .unwrap();
+    let start = Instant::now();
+    let (mut received, mut hash) = (0u64, Sha256::new());
+    let mut chunk = vec![0u8; 65536];
+    loop {
+        let now = Instant::now();
+        client.turn(now).unwrap();
+        let ms = now.duration_since(start).as_millis() as i64;
+        iface.poll(SmolInstant::from_millis(ms), &mut phy, &mut sockets);
+        let s = sockets.get_mut::<tcp::Socket>(server);
+        while s.can_recv() {
+            let n = s.recv_slice(&mut chunk).unwrap();
+            hash.update(&chunk[..n]);
+            received += n as u64;
+        }
+        // The sender's FIN read: close ours.
+        if !s.may_recv() && s.is_open() && received == bytes {
+            s.close();
+        }
+        if client.done(now) && received == bytes {
+            break;
+        }
+        assert!(
+            now.duration_since(start) < Duration::from_secs(60),
+            "stalled: received {received}, acked {}",
+            client.acked()
+        );
+    }
+    assert_eq!(received, bytes);
+    assert_eq!(hash.finish(), pattern_digest(7, bytes));
+    assert_eq!(client.acked(), bytes);
+    assert_eq!(client.counts().cpu_payload_copied, 0);
+    assert_eq!(
+        client.path_stats().gathered_bytes,
+        client.stats().data_bytes
+    );
+    client.close().unwrap();
+    drop((phy, sockets));
+    b_port.close().unwrap().teardown().unwrap();
+}

@@ -150,8 +150,13 @@ impl Report {
     }
 }
 
-/// Exports `size` bytes from `memory`, imports the dmabuf and maps it for `dev`.
-fn import<B: Backend>(dev: &Device<B>, memory: &str, size: u64) -> Result<Imported, String> {
+/// Exports `size` bytes (a multiple of 4096) from `memory` (`udmabuf`, `memfd`, `cuda`),
+/// imports the dmabuf and maps it, pinned, for `dev`.
+///
+/// # Errors
+///
+/// Exporting, importing or mapping failed (the message says which).
+pub fn import<B: Backend>(dev: &Device<B>, memory: &str, size: u64) -> Result<Imported, String> {
     let (buf, gpu) = dmabuf::export_and_import(memory, size, "cxdirect-devmem-tcp")?;
     let (iommu, iovas) = dev.dma();
     let mapping = buf
