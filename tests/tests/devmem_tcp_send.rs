@@ -24,6 +24,7 @@ fn settings(size: u64, bytes: u64) -> ConnectSettings {
         modulus: 7,
         timeout: Duration::from_secs(120),
         rto_min: Duration::from_millis(50),
+        lso: true,
     }
 }
 
@@ -74,8 +75,24 @@ fn a_stream_sent_from_the_dmabuf_over_a_clean_wire_arrives_exact_from_one_patter
     // The CPU wrote the pattern once (the stream fits the memory) and 66 header bytes per frame.
     assert_eq!(r.counts.pattern_fill_bytes, bytes);
     assert!(r.summary().contains(" cpu_payload_copied=0 "));
-    assert_eq!(r.path.data_frames, r.tx.data_segments);
     assert!(r.tx.data_segments >= bytes.div_ceil(1448));
+    // The model offers LSO: new data went in WQEs the device segmented, so fewer header
+    // buffers than segments.
+    assert!(r.path.lso_frames > 0, "{}", r.summary());
+    assert!(r.path.data_frames < r.tx.data_segments);
+}
+
+#[test]
+fn without_lso_every_segment_is_its_own_wqe() {
+    let bytes = 1 << 20;
+    let s = ConnectSettings {
+        lso: false,
+        ..settings(8 << 20, bytes)
+    };
+    let r = connect::run(pair(Impairments::NONE), &s).unwrap();
+    every_byte_once_and_exact(&r, bytes);
+    assert_eq!(r.path.lso_frames, 0);
+    assert_eq!(r.path.data_frames, r.tx.data_segments);
 }
 
 #[test]
@@ -161,6 +178,7 @@ fn a_stream_sent_from_the_dmabuf_reaches_a_smoltcp_socket_with_the_patterns_sha2
             bytes,
             modulus: 7,
             rto_min: Duration::from_millis(50),
+            lso: true,
         },
         |dev| cxdirect_apps::devmem_tcp::import(dev, "memfd", 1 << 20),
     )

@@ -44,6 +44,9 @@ struct Cli {
     /// --connect: the smallest retransmission timeout, milliseconds
     #[arg(long, value_name = "MS", default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=60000), help_heading = TRAFFIC)]
     rto_min_ms: u64,
+    /// --connect: one MSS per send WQE, even where the port offers LSO
+    #[arg(long, help_heading = TRAFFIC)]
+    no_lso: bool,
     /// The IPv4 address to serve (ARP, ICMP echo, TCP)
     #[arg(long, value_name = "IP", help_heading = TRAFFIC)]
     address: Ipv4Addr,
@@ -182,6 +185,7 @@ fn main() -> ExitCode {
             modulus: c.validate.unwrap_or(7),
             timeout: Duration::from_secs(c.timeout),
             rto_min: Duration::from_millis(c.rto_min_ms),
+            lso: !c.no_lso,
         };
         return cli::run_on_ports::<Cli>(&c.devices, &Connect(settings));
     }

@@ -12,7 +12,7 @@ use crate::dmabuf::Imported;
 use crate::rdma::port_address::{self, PortAddress};
 use cxdirect::devmem_tcp::{
     parse_split, DevmemTx, Endpoints, FrameTail, PathStats, SendMemory, TcpSender, TcpTxError,
-    TxConfig, TxState, TxStats,
+    TxConfig, TxState, TxStats, MAX_LSO_PAYLOAD,
 };
 use cxdirect::{
     Backend, Device, FlowMatch, FlowProtocol, IpVersion, KeyAccess, Mbuf, MemoryKey, Mempool,
@@ -49,6 +49,8 @@ pub struct ClientConfig {
     pub modulus: u8,
     /// Smallest retransmission timeout.
     pub rto_min: Duration,
+    /// Let the device segment (LSO) where the port offers it.
+    pub lso: bool,
 }
 
 /// What the sending side counted.
@@ -113,6 +115,7 @@ impl<B: Backend> Client<B> {
             return Err("--connect writes the pattern with the CPU: give udmabuf or memfd".into());
         }
         let local_mac = dev.info().mac;
+        let lso = cfg.lso && dev.eth_caps().max_lso_cap() > 0;
         let Started {
             mut port,
             queues: Queues { mut tx, mut rx },
@@ -124,6 +127,7 @@ impl<B: Backend> Client<B> {
                 // Two basic blocks per data frame: room for a window of them.
                 ring_size: 1024,
                 pool_buffers: 4096,
+                tx_tso: lso,
                 ..port_address::port_config()
             },
         )
@@ -173,15 +177,18 @@ impl<B: Backend> Client<B> {
             cwnd_max_segments: 256,
             cwnd_initial_segments: 10,
             max_ranges: (2 * PIECES) as u32,
+            // Room for the headers within the device's largest LSO message.
+            lso_max_bytes: (data_tx.max_lso().saturating_sub(128) as u32).min(MAX_LSO_PAYLOAD),
         })
         .map_err(|e| format!("sender: {e}"))?;
         println!(
-            "connecting: {} -> {} on {name}, {} bytes of pattern -v {} from {chunk} bytes of dmabuf ({} exporter)",
+            "connecting: {} -> {} on {name}, {} bytes of pattern -v {} from {chunk} bytes of dmabuf ({} exporter), LSO {}",
             cfg.ip,
             cfg.peer,
             cfg.bytes,
             cfg.modulus,
-            memory.mapping.dmabuf().exporter()
+            memory.mapping.dmabuf().exporter(),
+            if data_tx.max_lso() > 0 { "on" } else { "off" }
         );
         Ok(Self {
             address,

@@ -3,11 +3,11 @@
 //! pattern checked), so cxdirect sends to cxdirect in one process. The last line:
 //!
 //! `summary: bytes=N acked=N segments=N retransmits=N retransmit_bytes=N timeouts=N
-//! fast_retransmits=N completions=N header_bytes=N cpu_payload_copied=0 pattern_fill_bytes=N
-//! mbps=X finished=yes|no`
+//! fast_retransmits=N completions=N lso_frames=N header_bytes=N cpu_payload_copied=0
+//! pattern_fill_bytes=N mbps=X finished=yes|no`
 //!
 //! (`bytes`: stream bytes acknowledged; `segments`: data segments sent, retransmissions
-//! included; `header_bytes`: bytes the CPU wrote into header buffers; `cpu_payload_copied`:
+//! included; `lso_frames`: sends the device segmented; `header_bytes`: bytes the CPU wrote into header buffers; `cpu_payload_copied`:
 //! payload bytes the CPU copied or read to send them, 0; `pattern_fill_bytes`: bytes the CPU
 //! wrote into the dmabuf once, before sending.)
 
@@ -38,6 +38,8 @@ pub struct ConnectSettings {
     pub timeout: Duration,
     /// Smallest retransmission timeout.
     pub rto_min: Duration,
+    /// Let the device segment (LSO) where the port offers it.
+    pub lso: bool,
 }
 
 /// What a `--connect` run found.
@@ -65,7 +67,7 @@ impl ConnectReport {
     /// The `summary:` line.
     pub fn summary(&self) -> String {
         format!(
-            "summary: bytes={} acked={} segments={} retransmits={} retransmit_bytes={} timeouts={} fast_retransmits={} completions={} header_bytes={} cpu_payload_copied={} pattern_fill_bytes={} mbps={:.1} finished={}",
+            "summary: bytes={} acked={} segments={} retransmits={} retransmit_bytes={} timeouts={} fast_retransmits={} completions={} lso_frames={} header_bytes={} cpu_payload_copied={} pattern_fill_bytes={} mbps={:.1} finished={}",
             self.bytes,
             self.tx.acked_bytes,
             self.tx.data_segments,
@@ -74,6 +76,7 @@ impl ConnectReport {
             self.tx.timeouts,
             self.tx.fast_retransmits,
             self.counts.completions,
+            self.path.lso_frames,
             self.path.header_bytes,
             self.counts.cpu_payload_copied,
             self.counts.pattern_fill_bytes,
@@ -124,6 +127,7 @@ pub fn run<B: Backend>(mut backends: Vec<B>, s: &ConnectSettings) -> Result<Conn
             bytes: s.bytes,
             modulus: s.modulus,
             rto_min: s.rto_min,
+            lso: s.lso,
         },
         |dev| import(dev, &s.memory, s.size),
     )?;

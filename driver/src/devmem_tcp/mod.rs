@@ -42,9 +42,9 @@ pub use ooo::SackBlocks;
 pub use parse::{parse_split, FrameTail, ParseError, SplitFit, SplitSegment};
 pub use receiver::{RxConfig, TcpReceiver, MAX_LINEAR, MAX_TOKENS_PER_CALL};
 pub use reply::{write_reply, Endpoints, ReplyError, MAX_REPLY_FRAME};
-pub use segment::{DmabufPart, Payload, SackBlock, Segment, TcpFlags, TcpOptions};
+pub use segment::{DmabufPart, Payload, PeerSack, SackBlock, Segment, TcpFlags, TcpOptions};
 pub use send::{
     Completion, DevmemTx, PathStats, SendMemory, TcpSender, TcpTxError, Transmit, TxConfig,
-    TxOutcome, TxState, TxStats,
+    TxOutcome, TxState, TxStats, MAX_LSO_PAYLOAD, MAX_SEND_WINDOW,
 };
 pub use types::{Event, Outcome, Reply, RxStats, TcpState, Verdict};

@@ -25,4 +25,8 @@ pub(crate) struct GatheredFrame {
     pub headers: Mbuf,
     /// The rest of the frame.
     pub payload: KeyedStretch,
+    /// Segmentation by the device (LSO) with this MSS, in TCP payload bytes per frame: the
+    /// headers (Ethernet, IP, TCP, all of `headers`) go before each piece with the lengths,
+    /// IPv4 identification, sequence number and flags rewritten (`None`: one frame).
+    pub mss: Option<u16>,
 }

@@ -446,6 +446,11 @@ impl<B: Backend> TxQueue<B> {
         self.stats
     }
 
+    /// Largest LSO (TSO) message in bytes; 0 when the port was started without TSO.
+    pub fn max_lso(&self) -> usize {
+        self.max_lso
+    }
+
     /// Buffers the device has not yet reported sent.
     pub fn in_flight(&self) -> usize {
         self.inflight.count()

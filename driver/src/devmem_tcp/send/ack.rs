@@ -140,22 +140,24 @@ impl TcpSender {
             self.wl2 = ack;
         }
         if diff == 0 {
-            let duplicate = outstanding > 0
-                && s.payload.is_empty()
-                && !s.flags.has(TcpFlags::FIN)
-                && !window_changed;
-            if !duplicate {
+            if outstanding == 0 || !s.payload.is_empty() || s.flags.has(TcpFlags::FIN) {
+                return TxOutcome::Old;
+            }
+            // What the peer holds past the hole (RFC 6675's IsLost: more than DupThresh - 1
+            // segments SACKed above it), counted even when the window moved with the ACK.
+            let sacked = self.sacked_above_una(s);
+            let mss = u64::from(self.mss);
+            if window_changed && sacked == 0 {
                 return TxOutcome::Old;
             }
             self.stats.duplicate_acks += 1;
             self.dupacks += 1;
             if self.recover.is_some() {
                 // Each further duplicate: a segment left the network (RFC 5681 §3.2 step 4).
-                self.cwnd = (self.cwnd + u64::from(self.mss)).min(self.cwnd_max());
+                self.cwnd = (self.cwnd + mss).min(self.cwnd_max());
                 return TxOutcome::Duplicate;
             }
-            if self.dupacks == 3 {
-                let mss = u64::from(self.mss);
+            if self.dupacks >= 3 || sacked >= 3 * mss {
                 self.ssthresh = (self.flight() / 2).max(2 * mss);
                 self.cwnd = (self.ssthresh + 3 * mss).min(self.cwnd_max());
                 self.recover = Some(self.max);
@@ -187,7 +189,9 @@ impl TcpSender {
                 self.cwnd = self.ssthresh.min(self.flight().max(mss) + mss);
             }
             None if self.cwnd < self.ssthresh => {
-                self.cwnd = (self.cwnd + acked.min(mss)).min(self.cwnd_max());
+                // Slow start counting bytes acknowledged, at most two segments an ACK
+                // (RFC 3465, L = 2 SMSS), so a delayed ACK of two segments grows it by two.
+                self.cwnd = (self.cwnd + acked.min(2 * mss)).min(self.cwnd_max());
             }
             None => {
                 let grow = (mss * mss / self.cwnd.max(1)).max(1);
@@ -210,6 +214,28 @@ impl TcpSender {
             self.deadline = None;
         }
         TxOutcome::Acked
+    }
+
+    /// Bytes of SACK blocks of `s` that lie between the oldest unacknowledged byte and the
+    /// highest sent (blocks outside, or reversed, count nothing: the peer's numbers).
+    fn sacked_above_una(&self, s: &Segment) -> u64 {
+        let (una, top) = (self.seq(self.una), self.seq(self.max));
+        let span = (self.max - self.una) as u32;
+        s.options
+            .sack
+            .as_slice()
+            .iter()
+            .map(|b| {
+                let (left, right) = (Seq(b.left), Seq(b.right));
+                let inside = |x: Seq| x.diff(una) > 0 && x.le(top);
+                if left.lt(right) && inside(left) && inside(right) && right.diff(una) as u32 <= span
+                {
+                    u64::from(right.diff(left) as u32)
+                } else {
+                    0
+                }
+            })
+            .sum()
     }
 
     /// RFC 6298 §2.2-2.3, with `rtt_us` measured.

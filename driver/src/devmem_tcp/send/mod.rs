@@ -42,6 +42,10 @@ use std::collections::VecDeque;
 /// sequence comparisons over what is in flight stay within 2^31.
 pub const MAX_SEND_WINDOW: u64 = 1 << 30;
 
+/// The largest payload of one LSO transmit: an IPv4 packet of 65535 bytes behind 20 bytes of
+/// IP header and 32 of TCP header with timestamps.
+pub const MAX_LSO_PAYLOAD: u32 = 65535 - 20 - 32;
+
 /// The longest retransmission timeout, microseconds (RFC 6298 §2.5 allows a cap of 60 s).
 const RTO_MAX_US: u64 = 60_000_000;
 
@@ -142,6 +146,9 @@ impl TcpSender {
         }
         if !(1..=65536).contains(&cfg.max_ranges) {
             return bad("max_ranges", cfg.max_ranges.into(), "give 1..=65536");
+        }
+        if cfg.lso_max_bytes > MAX_LSO_PAYLOAD {
+            return bad("lso_max_bytes", cfg.lso_max_bytes.into(), "give 0..=65483");
         }
         let mss = u32::from(cfg.mss);
         Ok(Self {

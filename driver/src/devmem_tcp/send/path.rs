@@ -1,9 +1,10 @@
 //! Transmits as frames on a send queue: the Ethernet, IP and TCP headers written into a pool
 //! buffer (host memory), the payload named by memory key, device address and length in the
-//! registered dmabuf, and both gathered by one WQE (`crate::tx::GatheredFrame`). The IPv4
-//! header checksum is computed here; the TCP checksum covers payload the CPU never reads, so
-//! the device computes it (the L4 checksum offload, as Linux's devmem TX requires of a device:
-//! no software checksum fallback for unreadable frags).
+//! registered dmabuf, and both gathered by one WQE (`crate::tx::GatheredFrame`); a transmit
+//! longer than the MSS goes as one LSO WQE, the device cutting it into segments. The TCP
+//! checksum covers payload the CPU never reads, so the device computes it (the L4 checksum
+//! offload, as Linux's devmem TX requires of a device: no software checksum fallback for
+//! unreadable frags), and the IPv4 header checksum too (LSO rewrites the header per segment).
 
 use super::error::TcpTxError;
 use super::types::Transmit;
@@ -72,6 +73,8 @@ pub struct PathStats {
     pub data_frames: u64,
     /// Payload bytes the device was asked to gather from the dmabuf.
     pub gathered_bytes: u64,
+    /// Of `data_frames`, those the device segments (LSO).
+    pub lso_frames: u64,
     /// Frames without payload (SYN, ACK, FIN).
     pub control_frames: u64,
     /// Header bytes the CPU wrote.
@@ -139,12 +142,19 @@ impl DevmemTx {
         self.stats.header_bytes += n as u64;
         match stretch {
             Some(payload) => {
+                // Both checksums by the device, as mlx5e asks for a CHECKSUM_PARTIAL skb
+                // (`mlx5e_txwqe_build_eseg_csum`): with LSO the device rewrites each segment's
+                // IP length and identification, so the IPv4 header sum must be its own too.
+                m.flags.tx_ip_csum = matches!(self.ends.local_ip, IpAddr::V4(_));
                 m.flags.tx_l4_csum = true;
+                let mss = (t.len > u32::from(t.mss)).then_some(t.mss);
                 self.stats.data_frames += 1;
+                self.stats.lso_frames += u64::from(mss.is_some());
                 self.stats.gathered_bytes += u64::from(t.len);
                 self.data.push(GatheredFrame {
                     headers: m,
                     payload,
+                    mss,
                 });
             }
             None => {

@@ -18,6 +18,7 @@ fn cfg(iss: u32) -> TxConfig {
         cwnd_max_segments: 64,
         cwnd_initial_segments: 4,
         max_ranges: 8,
+        lso_max_bytes: 0,
     }
 }
 
@@ -60,6 +61,7 @@ fn established(iss: u32) -> TcpSender {
             sack_permitted: true,
             timestamp: Some((50, 1)),
             truncated: false,
+            ..Default::default()
         },
         checksum_ok: true,
         ..Segment::default()
@@ -127,6 +129,67 @@ fn segments_follow_the_ranges_and_the_windows_and_complete_only_when_acknowledge
     assert_eq!(s.take_completion().map(|c| c.offset), Some(100_000));
     assert_eq!(s.acked(), 5500);
     assert_eq!(s.deadline(), None, "nothing in flight, no timer");
+}
+
+#[test]
+fn with_lso_new_data_goes_in_whole_segments_per_transmit_and_retransmissions_in_one() {
+    let iss = 300;
+    let mut s = TcpSender::new(TxConfig {
+        lso_max_bytes: 8500,
+        ..cfg(iss)
+    })
+    .unwrap();
+    s.connect().unwrap();
+    s.poll_transmit(0).unwrap();
+    let mut syn_ack = ack_seg(iss + 1, 65535);
+    syn_ack.seq = PEER_ISS;
+    syn_ack.flags = TcpFlags::SYN | TcpFlags::ACK;
+    syn_ack.options.mss = Some(1000);
+    syn_ack.options.window_scale = Some(4);
+    s.on_segment(&syn_ack, MS);
+    s.poll_transmit(MS).unwrap();
+    s.on_segment(&ack_seg(iss + 1, 65535), MS);
+    s.queue(0, 30_500).unwrap();
+    // The initial congestion window (4000 bytes) in one transmit of four segments.
+    let t = drain(&mut s, 2 * MS);
+    assert_eq!(
+        t.iter().map(|t| (t.len, t.mss)).collect::<Vec<_>>(),
+        [(4000, 1000)]
+    );
+    assert_eq!(s.stats().data_segments, 4);
+    // Slow start: two segments more a window (RFC 3465's limit); then the 8500-byte limit
+    // rounds down to whole segments.
+    s.on_segment(&ack_seg(iss + 1 + 4000, 65535), 3 * MS);
+    let t = drain(&mut s, 3 * MS);
+    assert_eq!(t.iter().map(|t| t.len).collect::<Vec<_>>(), [6000]);
+    for (k, end) in [(0, 10_000), (1, 16_000)] {
+        s.on_segment(&ack_seg(iss + 1 + end, 65535), (4 + k) * MS);
+        let t = drain(&mut s, (4 + k) * MS);
+        assert!(
+            t.iter().all(|t| t.len % 1000 == 0 && t.len <= 8000),
+            "{t:?}"
+        );
+    }
+    // Three duplicate ACKs: one segment again, not a whole LSO transmit.
+    for _ in 0..3 {
+        s.on_segment(&ack_seg(iss + 1 + 16_000, 65535), 6 * MS);
+    }
+    let again = s.poll_transmit(6 * MS).unwrap();
+    assert!(again.retransmit);
+    assert_eq!((again.offset, again.len), (16_000, 1000));
+    // The stream's tail: what is left, one short segment.
+    let mut last = None;
+    for k in 0..20 {
+        let sent = s.seq(s.max).0;
+        s.on_segment(&ack_seg(sent, 65535), (7 + k) * MS);
+        for t in drain(&mut s, (7 + k) * MS) {
+            if t.len > 0 {
+                last = Some((t.offset, t.len));
+            }
+        }
+    }
+    assert_eq!(last, Some((30_000, 500)));
+    assert_eq!(s.acked(), 30_500);
 }
 
 #[test]
@@ -233,6 +296,37 @@ fn three_duplicate_acks_retransmit_the_oldest_segment_and_partial_acks_the_next_
     let st = s.stats();
     assert_eq!((st.fast_retransmits, st.partial_ack_retransmits), (1, 1));
     assert_eq!(st.duplicate_acks, 3);
+}
+
+#[test]
+fn sack_blocks_three_segments_past_the_hole_retransmit_at_the_first_duplicate() {
+    use crate::devmem_tcp::segment::SackBlock;
+    let iss = 77;
+    let mut s = established(iss);
+    s.queue(0, 4000).unwrap();
+    let sent = drain(&mut s, 3 * MS);
+    assert_eq!(sent.len(), 4);
+    let una = iss + 1;
+    // SACK blocks outside what was sent, or reversed, count nothing.
+    let mut dup = ack_seg(una, 65535);
+    dup.options.sack.push(SackBlock {
+        left: una + 5000,
+        right: una + 9000,
+    });
+    dup.options.sack.push(SackBlock {
+        left: una + 4000,
+        right: una + 1000,
+    });
+    assert_eq!(s.on_segment(&dup, 4 * MS), TxOutcome::Duplicate);
+    // The first segment lost, the other three held by the peer (a window update rides along).
+    let mut dup = ack_seg(una, 60000);
+    dup.options.sack.push(SackBlock {
+        left: una + 1000,
+        right: una + 4000,
+    });
+    assert_eq!(s.on_segment(&dup, 4 * MS), TxOutcome::FastRetransmit);
+    let again = s.poll_transmit(4 * MS).unwrap();
+    assert_eq!((again.offset, again.len, again.retransmit), (0, 1000, true));
 }
 
 #[test]

@@ -30,7 +30,7 @@ impl TcpSender {
         self.check_timer(now_us);
         if self.retransmit_una {
             self.retransmit_una = false;
-            if let Some(t) = self.segment(self.una, u32::MAX, now_us) {
+            if let Some(t) = self.segment(self.una, self.mss, now_us) {
                 return Some(t);
             }
         }
@@ -115,25 +115,30 @@ impl TcpSender {
         }
         let in_flight = self.nxt - self.una;
         let room = self.wnd.min(self.cwnd).saturating_sub(in_flight);
-        let want = (self.end - self.nxt).min(u64::from(self.mss));
-        let len = want.min(room);
+        let mss = u64::from(self.mss);
+        // With LSO, whole segments up to the limit in one transmit.
+        let most = (u64::from(self.cfg.lso_max_bytes) / mss * mss).max(mss);
+        let want = (self.end - self.nxt).min(most);
+        let mut len = want.min(room);
+        if len > mss {
+            len -= len % mss;
+        }
         // Sender-side silly window avoidance (RFC 1122 §4.2.3.4): a short segment only when
         // it is all there is, or nothing is in flight.
-        if len == 0 || (len < want && len < u64::from(self.mss) / 2 && in_flight > 0) {
+        if len == 0 || (len < want.min(mss) && len < mss / 2 && in_flight > 0) {
             return None;
         }
         self.segment(self.nxt, len as u32, now_us)
     }
 
-    /// The segment at stream offset `off` of at most `most` payload bytes (and the MSS, and
-    /// the range it lies in), with the FIN when it ends the stream after close. Advances
-    /// `nxt` when sent from it, `max`, the counters, and arms the timer.
+    /// The segment at stream offset `off` of at most `most` payload bytes (and the range it
+    /// lies in; more than the MSS only for the device to segment), with the FIN when it ends
+    /// the stream after close. Advances `nxt` when sent from it, `max`, the counters, and arms
+    /// the timer.
     fn segment(&mut self, off: u64, most: u32, now_us: u64) -> Option<Transmit> {
         let (offset, len) = if off < self.end {
             let r = *self.range_at(off)?;
-            let len = (r.start + r.len - off)
-                .min(u64::from(self.mss))
-                .min(u64::from(most.max(1)));
+            let len = (r.start + r.len - off).min(u64::from(most.max(1)));
             (r.offset + (off - r.start), len as u32)
         } else {
             (0, 0)
@@ -156,10 +161,11 @@ impl TcpSender {
         let past = end + u64::from(fin);
         t.retransmit = off < self.max;
         if len > 0 {
-            self.stats.data_segments += 1;
+            let segments = u64::from(len.div_ceil(self.mss));
+            self.stats.data_segments += segments;
             self.stats.data_bytes += u64::from(len);
             if t.retransmit {
-                self.stats.retransmits += 1;
+                self.stats.retransmits += segments;
                 self.stats.retransmit_bytes += u64::from(len);
             }
         }
@@ -192,6 +198,7 @@ impl TcpSender {
             tsval: ts_clock(now_us),
             offset: 0,
             len: 0,
+            mss: self.mss as u16,
             retransmit: false,
         }
     }

@@ -22,6 +22,10 @@ pub struct TxConfig {
     pub cwnd_initial_segments: u32,
     /// Dmabuf ranges queued and completions not yet taken, together, at most (1..=65536).
     pub max_ranges: u32,
+    /// Largest payload of one transmit the device cuts into MSS-sized segments (LSO), bytes,
+    /// 0..=65483 (an IPv4 packet of 65535 bytes with timestamps); 0: one segment per transmit.
+    /// New data goes in whole MSS multiples up to it; retransmissions stay one segment.
+    pub lso_max_bytes: u32,
 }
 
 impl Default for TxConfig {
@@ -34,6 +38,7 @@ impl Default for TxConfig {
             cwnd_max_segments: 1024,
             cwnd_initial_segments: 10,
             max_ranges: 1024,
+            lso_max_bytes: 0,
         }
     }
 }
@@ -66,8 +71,10 @@ pub struct Transmit {
     pub tsval: u32,
     /// Payload: `len` bytes at dmabuf offset `offset` (`len` 0: no payload).
     pub offset: u64,
-    /// Payload bytes (at most the MSS).
+    /// Payload bytes: at most `mss`, or more for the device to segment (LSO).
     pub len: u32,
+    /// The MSS in use: a payload longer than it is cut by the device into segments of it.
+    pub mss: u16,
     /// The segment carries bytes sent before (a retransmission).
     pub retransmit: bool,
 }
@@ -122,7 +129,8 @@ pub enum TxOutcome {
 pub struct TxStats {
     /// Segments from the peer taken.
     pub segments_in: u64,
-    /// Data segments handed out, retransmissions included.
+    /// Data segments handed out (on the wire: an LSO transmit counts its segments),
+    /// retransmissions included.
     pub data_segments: u64,
     /// Payload bytes handed out, retransmissions included.
     pub data_bytes: u64,

@@ -12,22 +12,24 @@ use crate::backend::Backend;
 use crate::ring::MAX_BURST;
 use crate::tx::gather::GatheredFrame;
 use crate::tx::inflight::Kept;
-use crate::tx::lso::TxRefusal;
+use crate::tx::lso::{TxRefusal, MAX_TSO_HEADERS};
 use crate::tx::source::REFUSED;
 use cxdirect_hw::wqe::{self, WQE_BB, WQE_DS};
 
 impl<B: Backend> TxQueue<B> {
-    /// Sends frames from the front of `frames` (at most [`MAX_BURST`] per call,
-    /// fewer when the ring is full) with one doorbell; returns how many were taken (sent, or
-    /// refused and dropped: a frame longer than the port's frame size, a header buffer shorter
-    /// than the inlined headers, or an empty payload). Each header buffer stays in flight until
+    /// Sends frames from the front of `frames` (at most [`MAX_BURST`] per call, fewer when the
+    /// ring is full) with one doorbell; returns how many were taken (sent, or refused, counted
+    /// and dropped: a frame longer than the port's frame size, a header buffer shorter than
+    /// the inlined headers, an empty payload, or an LSO frame the port cannot segment, see
+    /// [`TxRefusal`]). A frame with an MSS goes as one LSO WQE: every header byte inline, the
+    /// device cutting the payload into segments of at most the MSS. Each header buffer stays in flight until
     /// the device reports its WQE done. Completions are taken first.
     pub(crate) fn tx_burst_gathered(&mut self, frames: &mut Vec<GatheredFrame>) -> usize {
         self.reap();
         if self.in_error || frames.is_empty() {
             return 0;
         }
-        let inline = if self.inline == InlineMode::None {
+        let headers_inline = if self.inline == InlineMode::None {
             0
         } else {
             ETH_INLINE
@@ -42,12 +44,21 @@ impl<B: Backend> TxQueue<B> {
             let f = &frames[taken];
             let head = f.headers.len();
             let len = head + f.payload.len as usize;
-            if f.headers.is_chained()
-                || head < inline.max(super::ETH_HEADER)
-                || f.payload.len == 0
-                || len > self.max_frame
-            {
-                self.count_refusal(TxRefusal::Length);
+            // An LSO WQE inlines every header byte (the device copies them before each
+            // segment); a SEND inlines what the queue's inline mode asks.
+            let (inline, refusal) = match f.mss {
+                Some(mss) => (head, self.lso_refusal(head, len, mss)),
+                None => (
+                    headers_inline,
+                    (len > self.max_frame).then_some(TxRefusal::Length),
+                ),
+            };
+            let refusal = refusal.or((f.headers.is_chained()
+                || head < headers_inline.max(super::ETH_HEADER)
+                || f.payload.len == 0)
+                .then_some(TxRefusal::Length));
+            if let Some(refusal) = refusal {
+                self.count_refusal(refusal);
                 taken += 1;
                 continue;
             }
@@ -59,14 +70,37 @@ impl<B: Backend> TxQueue<B> {
                 break;
             }
             let flags = f.headers.flags;
-            wqe[..16].copy_from_slice(&self.send_ctrl((size / WQE_DS) as u8, bbs as u16));
-            wqe[16..32].copy_from_slice(&wqe::encode_eth(
-                flags.tx_ip_csum,
-                flags.tx_l4_csum,
-                None,
-                inline as u16,
-                [0, 0],
-            ));
+            let ds = (size / WQE_DS) as u8;
+            match f.mss {
+                Some(mss) => {
+                    let ce = self.completion_request(bbs as u16, 1);
+                    wqe[..16].copy_from_slice(&wqe::encode_ctrl(
+                        wqe::opcode::LSO,
+                        self.pi,
+                        self.sqn,
+                        ds,
+                        ce,
+                    ));
+                    wqe[16..32].copy_from_slice(&wqe::encode_eth_lso(
+                        flags.tx_ip_csum,
+                        flags.tx_l4_csum,
+                        mss,
+                        inline as u16,
+                        [0, 0],
+                    ));
+                    self.stats.tso_packets += 1;
+                }
+                None => {
+                    wqe[..16].copy_from_slice(&self.send_ctrl(ds, bbs as u16));
+                    wqe[16..32].copy_from_slice(&wqe::encode_eth(
+                        flags.tx_ip_csum,
+                        flags.tx_l4_csum,
+                        None,
+                        inline as u16,
+                        [0, 0],
+                    ));
+                }
+            }
             let mut at = 32;
             if inline > 0 {
                 // Two header bytes end the Ethernet segment, the rest run on after it.
@@ -114,5 +148,21 @@ impl<B: Backend> TxQueue<B> {
         }
         self.published.publish(&self.stats);
         taken
+    }
+
+    /// Why an LSO frame of `head` header bytes and `len` bytes in all, cut at `mss`, cannot be
+    /// sent on this queue, if it cannot (the checks [`TxQueue::lso_wqe`] makes).
+    fn lso_refusal(&self, head: usize, len: usize, mss: u16) -> Option<TxRefusal> {
+        if self.max_lso == 0 {
+            Some(TxRefusal::TsoOff)
+        } else if head > MAX_TSO_HEADERS {
+            Some(TxRefusal::TsoHeaders)
+        } else if mss == 0 || head + usize::from(mss) > self.max_frame {
+            Some(TxRefusal::TsoMss)
+        } else if len > self.max_lso {
+            Some(TxRefusal::TsoTooLong)
+        } else {
+            None
+        }
     }
 }
