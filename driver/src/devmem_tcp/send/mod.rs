@@ -1,6 +1,6 @@
 //! Devmem TCP send: a TCP sender whose payload stays in dmabuf memory. The application queues
 //! dmabuf ranges ([`TcpSender::queue`]); the sender cuts them into segments of at most the MSS
-//! and hands each out as a [`Transmit`] (header fields, and the payload as a dmabuf offset and
+//! (or several at once for the device to cut, LSO) and hands each out as a [`Transmit`] (header fields, and the payload as a dmabuf offset and
 //! length) for the send path ([`DevmemTx`]) to post as a WQE that gathers the headers from host
 //! memory and the payload by memory key from the dmabuf. Retransmissions name the same dmabuf
 //! ranges again. A range completes ([`Completion`], devmem's zerocopy notice) only once every
@@ -12,8 +12,9 @@
 //! and ignored, a window is capped at 2^30 bytes (RFC 7323 §2.3), RST and SYN follow RFC 5961.
 //!
 //! Loss recovery: a retransmission timeout (RFC 6298, RTT from the timestamp echo, backoff
-//! doubling up to 60 s) goes back to the oldest unacknowledged byte; three duplicate ACKs
-//! retransmit it at once and enter NewReno recovery (RFC 6582: each partial ACK retransmits the
+//! doubling up to 60 s) goes back to the oldest unacknowledged byte; three duplicate ACKs (or
+//! one whose SACK blocks hold three segments past it) retransmit it at once and enter NewReno
+//! recovery (RFC 6582: each partial ACK retransmits the
 //! next hole); congestion control is Reno's (RFC 5681), capped at
 //! [`TxConfig::cwnd_max_segments`]. A zero window is probed on the persist timer.
 //!
