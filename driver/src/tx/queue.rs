@@ -19,6 +19,8 @@ use std::sync::Arc;
 
 mod gather;
 #[cfg(test)]
+mod gather_tests;
+#[cfg(test)]
 mod tests;
 mod wqe;
 
