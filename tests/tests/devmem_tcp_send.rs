@@ -128,7 +128,8 @@ fn a_stream_sent_from_the_dmabuf_over_a_lossy_reordering_duplicating_wire_arrive
 
 /// A stream sent from the dmabuf to another TCP implementation: smoltcp's socket on the other
 /// port (feature `smoltcp`, over a port's queues), which receives it whole, in order, with
-/// checksums the device computed; its SHA-256 is the pattern's.
+/// checksums the device computed; its SHA-256 is the pattern's. The socket listens only after
+/// a while: the first SYN is refused (RST) and the sender tries again.
 #[test]
 fn a_stream_sent_from_the_dmabuf_reaches_a_smoltcp_socket_with_the_patterns_sha256() {
     use cxdirect::smoltcp_phy::smoltcp::iface::{Config, Interface, SocketSet};
@@ -165,10 +166,7 @@ fn a_stream_sent_from_the_dmabuf_reaches_a_smoltcp_socket_with_the_patterns_sha2
         tcp::SocketBuffer::new(vec![0; 1 << 18]),
         tcp::SocketBuffer::new(vec![0; 4096]),
     ));
-    sockets
-        .get_mut::<tcp::Socket>(server)
-        .listen(peer.port())
-        .unwrap();
+    let mut listening = false;
     // The sender on port A.
     let mut client = Client::open(
         EmuBackend::new(a, "devmem-tcp-connect"),
@@ -190,6 +188,13 @@ fn a_stream_sent_from_the_dmabuf_reaches_a_smoltcp_socket_with_the_patterns_sha2
         let now = Instant::now();
         client.turn(now).unwrap();
         let ms = now.duration_since(start).as_millis() as i64;
+        if !listening && client.refusals() > 0 {
+            sockets
+                .get_mut::<tcp::Socket>(server)
+                .listen(peer.port())
+                .unwrap();
+            listening = true;
+        }
         iface.poll(SmolInstant::from_millis(ms), &mut phy, &mut sockets);
         let s = sockets.get_mut::<tcp::Socket>(server);
         while s.can_recv() {
@@ -211,6 +216,7 @@ fn a_stream_sent_from_the_dmabuf_reaches_a_smoltcp_socket_with_the_patterns_sha2
         );
     }
     assert_eq!(received, bytes);
+    assert_eq!(client.refusals(), 1);
     assert_eq!(hash.finish(), pattern_digest(7, bytes));
     assert_eq!(client.acked(), bytes);
     assert_eq!(client.counts().cpu_payload_copied, 0);

@@ -36,6 +36,10 @@ const PIECES: u64 = 8;
 /// How long we wait for the peer's FIN once ours was acknowledged.
 const FIN_WAIT: Duration = Duration::from_secs(5);
 
+/// A SYN refused (RST: nothing listens yet) is tried again after this long, this many times.
+const REFUSED_RETRY: Duration = Duration::from_secs(1);
+const REFUSED_TRIES: u32 = 60;
+
 /// What a `--connect` run does.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
@@ -80,6 +84,12 @@ pub struct Client<B: Backend> {
     piece: u64,
     cfg: ClientConfig,
     sender: TcpSender,
+    tx_config: TxConfig,
+    /// The handshake completed (a reset after it ends the run; before it, the SYN was refused).
+    established: bool,
+    /// After a refused SYN: when to try again, and how many refusals so far.
+    retry_at: Option<Instant>,
+    refusals: u32,
     path: Option<DevmemTx>,
     local_mac: [u8; 6],
     /// Stream bytes queued so far.
@@ -169,7 +179,7 @@ impl<B: Backend> Client<B> {
             at += n as u64;
         }
         counts.pattern_fill_bytes = chunk;
-        let sender = TcpSender::new(TxConfig {
+        let tx_config = TxConfig {
             iss: 0x2000_0000 ^ u32::from(cfg.peer.port()),
             mss: 1448,
             rto_min_us: cfg.rto_min.as_micros() as u64,
@@ -179,8 +189,8 @@ impl<B: Backend> Client<B> {
             max_ranges: (2 * PIECES) as u32,
             // Room for the headers within the device's largest LSO message.
             lso_max_bytes: (data_tx.max_lso().saturating_sub(128) as u32).min(MAX_LSO_PAYLOAD),
-        })
-        .map_err(|e| format!("sender: {e}"))?;
+        };
+        let sender = TcpSender::new(tx_config).map_err(|e| format!("sender: {e}"))?;
         println!(
             "connecting: {} -> {} on {name}, {} bytes of pattern -v {} from {chunk} bytes of dmabuf ({} exporter), LSO {}",
             cfg.ip,
@@ -199,6 +209,10 @@ impl<B: Backend> Client<B> {
             chunk,
             piece: chunk.div_ceil(PIECES).max(1),
             sender,
+            tx_config,
+            established: false,
+            retry_at: None,
+            refusals: 0,
             path: None,
             local_mac,
             queued: 0,
@@ -263,6 +277,17 @@ impl<B: Backend> Client<B> {
         }
         // A reset once every byte was acknowledged ends the run (a listener such as nc that
         // stops reading at the end resets rather than closes); before, it is an error.
+        if self.sender.state() == TxState::Reset && !self.established {
+            self.refused(now)?;
+        }
+        if let Some(at) = self.retry_at {
+            if now < at {
+                return Ok(taken);
+            }
+            self.retry_at = None;
+            self.sender.connect().map_err(|e| e.to_string())?;
+        }
+        self.established |= self.sender.synchronised() && self.sender.state() != TxState::Reset;
         if self.sender.state() == TxState::Reset && self.sender.acked() < self.cfg.bytes {
             return Err(format!(
                 "connect: the peer reset the connection after {} acknowledged bytes",
@@ -291,6 +316,11 @@ impl<B: Backend> Client<B> {
     /// Stream bytes acknowledged.
     pub fn acked(&self) -> u64 {
         self.sender.acked()
+    }
+
+    /// SYNs refused so far (each tried again after a second).
+    pub fn refusals(&self) -> u32 {
+        self.refusals
     }
 
     /// The sender's counters.
@@ -337,6 +367,30 @@ impl<B: Backend> Client<B> {
         Ok(())
     }
 
+    /// The SYN was refused (nothing listens yet): a fresh sender tries again after
+    /// [`REFUSED_RETRY`], at most [`REFUSED_TRIES`] times.
+    fn refused(&mut self, now: Instant) -> Result<(), String> {
+        self.refusals += 1;
+        if self.refusals > REFUSED_TRIES {
+            return Err(format!(
+                "connect: {} refused the connection {} times",
+                self.cfg.peer, self.refusals
+            ));
+        }
+        // A new initial sequence number, so nothing of the refused attempt matches.
+        self.tx_config.iss = self.tx_config.iss.wrapping_add(0x0100_0000);
+        self.sender = TcpSender::new(self.tx_config).map_err(|e| format!("sender: {e}"))?;
+        self.queued = 0;
+        self.closed = false;
+        self.queue_more()?;
+        self.retry_at = Some(now + REFUSED_RETRY);
+        println!(
+            "connect: {} refused the connection; trying again",
+            self.cfg.peer
+        );
+        Ok(())
+    }
+
     /// Queues the stream's next ranges, each once the bytes that last used its dmabuf piece
     /// are acknowledged (the device will not read them again), and closes once all is queued.
     fn queue_more(&mut self) -> Result<(), String> {
@@ -355,7 +409,8 @@ impl<B: Backend> Client<B> {
                 Err(e) => return Err(format!("connect: queueing: {e}")),
             }
         }
-        if self.queued == total && !self.closed {
+        let connecting = matches!(self.sender.state(), TxState::SynSent | TxState::Established);
+        if self.queued == total && !self.closed && connecting {
             self.sender
                 .close()
                 .map_err(|e| format!("connect: closing: {e}"))?;
