@@ -6,15 +6,22 @@
 //! port sends `--bytes` of the pattern in-process (a self-test). `--emit-pattern BYTES` writes
 //! the pattern to stdout instead, for a sender such as `nc` on a Linux host:
 //! `cxdirect-devmem-tcp --emit-pattern 268435456 -v 7 | nc 192.168.77.1 5201`.
+//!
+//! `--connect IP:PORT` sends instead: `--bytes` (default `--size`) of the pattern from a
+//! udmabuf or memfd dmabuf, written once by the CPU and then gathered by the device for every
+//! segment (and retransmission). On `emu-pair` the other port listens in-process.
+//! `--print-pattern-sha256 --bytes N [-v N]` prints the SHA-256 of the stream such a run
+//! sends (no device), to compare with `sha256sum` on the receiving host.
 //! Last line: see [`cxdirect_apps::devmem_tcp`] (`summary: bytes=N verified=yes|no|off ...`).
 
 use clap::Parser;
 use cxdirect_apps::cli::{self, DeviceArgs, RunOnPorts, RUN, TRAFFIC};
+use cxdirect_apps::devmem_tcp::connect::{self, ConnectSettings};
 use cxdirect_apps::devmem_tcp::{
-    self, pattern, Handshake, Settings, DATA_HEADER_BYTES, DEFAULT_HEADER_BYTES,
+    self, pattern, sha256, Handshake, Settings, DATA_HEADER_BYTES, DEFAULT_HEADER_BYTES,
 };
 use cxdirect_apps::dmabuf::parse_memory_size;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -29,8 +36,17 @@ struct Cli {
     #[command(flatten)]
     devices: DeviceArgs,
     /// The TCP port to listen on
-    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..), help_heading = TRAFFIC)]
-    listen: u16,
+    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..), required_unless_present = "connect", conflicts_with = "connect", help_heading = TRAFFIC)]
+    listen: Option<u16>,
+    /// Send to IP:PORT instead of listening: --bytes (default --size) of the -v pattern (default 7) from the dmabuf
+    #[arg(long, value_name = "IP:PORT", help_heading = TRAFFIC)]
+    connect: Option<SocketAddrV4>,
+    /// --connect: the smallest retransmission timeout, milliseconds
+    #[arg(long, value_name = "MS", default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=60000), help_heading = TRAFFIC)]
+    rto_min_ms: u64,
+    /// --connect: one MSS per send WQE, even where the port offers LSO
+    #[arg(long, help_heading = TRAFFIC)]
+    no_lso: bool,
     /// The IPv4 address to serve (ARP, ICMP echo, TCP)
     #[arg(long, value_name = "IP", help_heading = TRAFFIC)]
     address: Ipv4Addr,
@@ -79,6 +95,24 @@ struct EmitCli {
     validate: u8,
 }
 
+/// `--print-pattern-sha256 (--bytes N | --size N) [-v N]`: the stream's digest, no device.
+#[derive(Parser, Debug)]
+#[command(name = "cxdirect-devmem-tcp")]
+struct DigestCli {
+    /// Print the SHA-256 of the pattern stream a --connect run sends
+    #[arg(long)]
+    print_pattern_sha256: bool,
+    /// Stream bytes
+    #[arg(long, value_name = "N", required_unless_present = "size")]
+    bytes: Option<u64>,
+    /// Stream bytes when --bytes is not given (as --connect does)
+    #[arg(long, value_name = "BYTES")]
+    size: Option<u64>,
+    /// The pattern's modulus (2..=255), as ncdevmem's -v
+    #[arg(short = 'v', long = "validate", value_name = "N", default_value_t = 7, value_parser = clap::value_parser!(u8).range(2..))]
+    validate: u8,
+}
+
 /// A split ring size: a power of two from 64 to 32768.
 fn parse_ring(text: &str) -> Result<u32, String> {
     let n: u32 = text
@@ -92,6 +126,20 @@ fn parse_ring(text: &str) -> Result<u32, String> {
 }
 
 struct Program(Settings);
+
+struct Connect(ConnectSettings);
+
+impl RunOnPorts for Connect {
+    fn run<B: cxdirect::Backend>(&self, backends: Vec<B>) -> Result<ExitCode, String> {
+        let report = connect::run(backends, &self.0)?;
+        let listener_ok = report.listener.as_ref().is_none_or(|l| l.verified);
+        Ok(if report.finished && listener_ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        })
+    }
+}
 
 impl RunOnPorts for Program {
     fn run<B: cxdirect::Backend>(&self, backends: Vec<B>) -> Result<ExitCode, String> {
@@ -117,7 +165,34 @@ fn main() -> ExitCode {
             }
         };
     }
+    if std::env::args().any(|a| a == "--print-pattern-sha256") {
+        let d = DigestCli::parse();
+        let bytes = d.bytes.or(d.size).unwrap_or(0);
+        println!(
+            "{}",
+            sha256::hex(&sha256::pattern_digest(d.validate, bytes))
+        );
+        return ExitCode::SUCCESS;
+    }
     let c = Cli::parse();
+    if let Some(peer) = c.connect {
+        let settings = ConnectSettings {
+            peer,
+            address: c.address,
+            memory: c.memory,
+            size: c.size,
+            bytes: c.bytes.unwrap_or(c.size),
+            modulus: c.validate.unwrap_or(7),
+            timeout: Duration::from_secs(c.timeout),
+            rto_min: Duration::from_millis(c.rto_min_ms),
+            lso: !c.no_lso,
+        };
+        return cli::run_on_ports::<Cli>(&c.devices, &Connect(settings));
+    }
+    let Some(listen) = c.listen else {
+        eprintln!("cxdirect-devmem-tcp: give --listen PORT or --connect IP:PORT");
+        return ExitCode::from(2);
+    };
     let sender_address = c.sender_address.unwrap_or_else(|| {
         let mut o = c.address.octets();
         o[3] = if o[3] >= 254 { 1 } else { o[3] + 1 };
@@ -129,7 +204,7 @@ fn main() -> ExitCode {
         Handshake::Plain
     };
     let settings = Settings {
-        listen: c.listen,
+        listen,
         address: c.address,
         sender_address,
         memory: c.memory,

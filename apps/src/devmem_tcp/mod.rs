@@ -7,6 +7,9 @@
 //! the check does: delivery copies no payload byte.
 //!
 //! - [`server`]: the receiving side;
+//! - [`client`], [`connect`]: the sending side (`--connect`), payload gathered by the device
+//!   from the dmabuf, and its run (with a listener on the other port of an emulated pair);
+//! - [`sha256`]: the pattern's digest, to compare with a Linux listener's `sha256sum`;
 //! - [`sender`]: the self-test's sender on the other port of an emulated pair;
 //! - [`frame`]: TCP/IPv4 frames as Linux writes them, for the sender;
 //! - [`pattern`]: ncdevmem's `-v` pattern, its checker and `--emit-pattern`.
@@ -19,10 +22,13 @@
 //! TCP, tokens, ACKs sent; with `-v`, the check's read of the dmabuf too) and the receiver's
 //! share of it per split frame.
 
+pub mod client;
+pub mod connect;
 pub mod frame;
 pub mod pattern;
 pub mod sender;
 pub mod server;
+pub mod sha256;
 
 use crate::dmabuf::{self, Imported};
 use cxdirect::devmem_tcp::RxStats;
@@ -116,20 +122,21 @@ pub struct Report {
     pub tokens_outstanding: u32,
     /// The run ended by its time limit.
     pub timed_out: bool,
-    /// Nanoseconds the receiving side spent per segment it took (split and plain queues:
-    /// the queue's poll, the parse, the TCP receiver, tokens back and the ACKs sent), timed
-    /// over its turns that took at least one segment.
-    pub receive_ns_per_segment: f64,
 }
 
 impl Report {
+    /// Nanoseconds the receiving side spent per frame it took (split and plain queues: the
+    /// queues' polls, the parse, the TCP receiver, tokens back and the ACKs sent), over its
+    /// turns that took at least one frame ([`ServerCounts::turn_ns`]).
+    pub fn receive_ns_per_segment(&self) -> f64 {
+        self.counts.turn_ns as f64 / self.counts.turn_frames.max(1) as f64
+    }
+
     /// Nanoseconds per split frame in the receiver alone ([`ServerCounts::receiver_ns`]).
     pub fn receiver_ns_per_frame(&self) -> f64 {
         self.counts.receiver_ns as f64 / self.counts.split_frames.max(1) as f64
     }
-}
 
-impl Report {
     /// The `summary:` line.
     pub fn summary(&self, validate: bool) -> String {
         let verified = match (validate, self.verified) {
@@ -154,18 +161,23 @@ impl Report {
             c.cpu_payload_copied,
             c.validation_read_bytes,
             self.tokens_outstanding,
-            self.receive_ns_per_segment,
+            self.receive_ns_per_segment(),
             self.receiver_ns_per_frame()
         )
     }
 }
 
-/// Exports `s.size` bytes from `s.memory`, imports the dmabuf and maps it for `dev`.
-fn import<B: Backend>(dev: &Device<B>, s: &Settings) -> Result<Imported, String> {
-    let (buf, gpu) = dmabuf::export_and_import(&s.memory, s.size, "cxdirect-devmem-tcp")?;
+/// Exports `size` bytes (a multiple of 4096) from `memory` (`udmabuf`, `memfd`, `cuda`),
+/// imports the dmabuf and maps it, pinned, for `dev`.
+///
+/// # Errors
+///
+/// Exporting, importing or mapping failed (the message says which).
+pub fn import<B: Backend>(dev: &Device<B>, memory: &str, size: u64) -> Result<Imported, String> {
+    let (buf, gpu) = dmabuf::export_and_import(memory, size, "cxdirect-devmem-tcp")?;
     let (iommu, iovas) = dev.dma();
     let mapping = buf
-        .map(iommu, &iovas, 0, s.size, DmaBufMode::Pinned)
+        .map(iommu, &iovas, 0, size, DmaBufMode::Pinned)
         .map_err(|e| format!("mapping the dmabuf: {e}"))?;
     Ok(Imported {
         mapping: Arc::new(mapping),
@@ -199,7 +211,7 @@ pub fn run<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<Report, Str
                 Some(s.bytes.unwrap_or(SELF_TEST_BYTES))
             },
         },
-        |dev| import(dev, s),
+        |dev| import(dev, &s.memory, s.size),
     )?;
     let mut sender = match backends.pop() {
         Some(b) => {
@@ -222,18 +234,12 @@ pub fn run<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<Report, Str
     };
     let start = Instant::now();
     let mut timed_out = false;
-    // Time in the receiving side's turns that took segments, and how many they took.
-    let (mut busy, mut busy_segments) = (Duration::ZERO, 0u64);
     let outcome = loop {
         let now = Instant::now();
         let taken = match server.turn(now) {
             Ok(n) => n,
             Err(e) => break Err(e),
         };
-        if taken > 0 {
-            busy += now.elapsed();
-            busy_segments += taken as u64;
-        }
         if let Some(snd) = sender.as_mut() {
             if let Err(e) = snd.turn(now) {
                 break Err(e);
@@ -301,11 +307,6 @@ pub fn run<B: Backend>(mut backends: Vec<B>, s: &Settings) -> Result<Report, Str
         },
         tokens_outstanding,
         timed_out,
-        receive_ns_per_segment: if busy_segments > 0 {
-            busy.as_nanos() as f64 / busy_segments as f64
-        } else {
-            0.0
-        },
         counts,
         rx,
     };

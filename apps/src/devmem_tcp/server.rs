@@ -230,6 +230,16 @@ impl<B: Backend> Server<B> {
     ///
     /// The plain queue failed, or the split queue stopped (an error completion).
     pub fn turn(&mut self, now: Instant) -> Result<usize, String> {
+        let taken = self.take_frames(now)?;
+        if taken > 0 {
+            self.counts.turn_frames += taken as u64;
+            self.counts.turn_ns += now.elapsed().as_nanos() as u64;
+        }
+        Ok(taken)
+    }
+
+    /// The work of a turn; returns the frames it took.
+    fn take_frames(&mut self, now: Instant) -> Result<usize, String> {
         self.address.turn(now)?;
         let mut taken = self.plain_turn()?;
         // A bounded number of bursts, so ARP and the caller's other work keep their turns.

@@ -16,7 +16,9 @@
 //! - [`parse`]: a split frame's headers to a [`Segment`];
 //! - [`reply`]: a [`Reply`] as a frame (headers only, checksums computed);
 //! - `receiver`, `ooo`, `buffers`: the state machine, the out-of-order store, the payload
-//!   buffers and tokens.
+//!   buffers and tokens;
+//! - [`send`]: the sending side, [`TcpSender`], whose payload the device gathers from the
+//!   dmabuf by memory key ([`DevmemTx`]) and whose ranges complete only once acknowledged.
 
 mod buffers;
 mod error;
@@ -25,6 +27,7 @@ pub mod parse;
 mod receiver;
 pub mod reply;
 pub mod segment;
+pub mod send;
 pub mod seq;
 mod types;
 
@@ -39,5 +42,9 @@ pub use ooo::SackBlocks;
 pub use parse::{parse_split, FrameTail, ParseError, SplitFit, SplitSegment};
 pub use receiver::{RxConfig, TcpReceiver, MAX_LINEAR, MAX_TOKENS_PER_CALL};
 pub use reply::{write_reply, Endpoints, ReplyError, MAX_REPLY_FRAME};
-pub use segment::{DmabufPart, Payload, SackBlock, Segment, TcpFlags, TcpOptions};
+pub use segment::{DmabufPart, Payload, PeerSack, SackBlock, Segment, TcpFlags, TcpOptions};
+pub use send::{
+    Completion, DevmemTx, PathStats, SendMemory, TcpSender, TcpTxError, Transmit, TxConfig,
+    TxOutcome, TxState, TxStats, MAX_LSO_PAYLOAD, MAX_SEND_WINDOW,
+};
 pub use types::{Event, Outcome, Reply, RxStats, TcpState, Verdict};

@@ -4,7 +4,7 @@
 //! bytes are linear (host memory), when `h > n` the last `h - n` option bytes are in dmabuf
 //! memory and stay unread (`docs/devmem-tcp.md` §3). No byte of the dmabuf part is read.
 
-use super::segment::{DmabufPart, Payload, Segment, TcpFlags, TcpOptions};
+use super::segment::{DmabufPart, Payload, SackBlock, Segment, TcpFlags, TcpOptions};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use thiserror::Error;
 
@@ -255,6 +255,13 @@ fn parse_options(bytes: &[u8], truncated: bool) -> TcpOptions {
                     (3, 3) => o.window_scale = Some(body[0].min(14)),
                     (4, 2) => o.sack_permitted = true,
                     (8, 10) => o.timestamp = be32(body, 0).zip(be32(body, 4)),
+                    (5, _) if len >= 10 && (len - 2) % 8 == 0 => {
+                        for b in body.chunks_exact(8) {
+                            if let (Some(left), Some(right)) = (be32(b, 0), be32(b, 4)) {
+                                o.sack.push(SackBlock { left, right });
+                            }
+                        }
+                    }
                     _ => {}
                 }
                 i += len;

@@ -237,6 +237,7 @@ mod tests {
                 sack_permitted: true,
                 timestamp: Some((5, 0)),
                 truncated: false,
+                ..Default::default()
             },
             checksum_ok: true,
             ..Default::default()
@@ -270,6 +271,7 @@ mod tests {
         let s = parse_split(&buf[..n], None, true).unwrap().segment;
         assert_eq!((s.ack, s.window), (1001, ack.window));
         assert_eq!(s.options.timestamp, Some((43, 200)));
+        assert_eq!(s.options.sack.as_slice(), ack.sack.as_slice());
         let opts = &buf[14 + 20 + 20 + 12..n];
         assert_eq!(&opts[..4], &[1, 1, 5, 26]);
         assert_eq!(u32::from_be_bytes(opts[4..8].try_into().unwrap()), 4001);

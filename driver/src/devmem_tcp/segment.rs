@@ -40,6 +40,30 @@ pub struct SackBlock {
     pub right: u32,
 }
 
+/// The SACK blocks a segment carries (RFC 2018 §3), up to four, as read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PeerSack {
+    blocks: [SackBlock; 4],
+    len: u8,
+}
+
+impl PeerSack {
+    /// The blocks, in the order the segment lists them.
+    pub fn as_slice(&self) -> &[SackBlock] {
+        &self.blocks[..usize::from(self.len)]
+    }
+
+    /// Adds a block; false (nothing kept) past four.
+    pub fn push(&mut self, b: SackBlock) -> bool {
+        let Some(slot) = self.blocks.get_mut(usize::from(self.len)) else {
+            return false;
+        };
+        *slot = b;
+        self.len += 1;
+        true
+    }
+}
+
 /// The TCP options of a segment that the receiver uses. Options that lay past the split point
 /// (in dmabuf memory, unread) are absent and `truncated` says so.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -54,6 +78,8 @@ pub struct TcpOptions {
     pub timestamp: Option<(u32, u32)>,
     /// Some option bytes lay past the split point and were not read.
     pub truncated: bool,
+    /// SACK blocks (RFC 2018): what the peer holds past its ACK (the sender reads them).
+    pub sack: PeerSack,
 }
 
 /// Where a segment's payload is: `linear` bytes in host memory (the header buffer, after the

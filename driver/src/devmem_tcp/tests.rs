@@ -78,6 +78,7 @@ impl Harness {
                 sack_permitted: true,
                 timestamp: Some((100, 0)),
                 truncated: false,
+                ..Default::default()
             },
             checksum_ok: true,
             ..Segment::default()

@@ -17,6 +17,9 @@ use cxdirect_hw::doorbell::bf_buffer_offset;
 use cxdirect_hw::wqe::{ETH_L2_INLINE_HEADER_SIZE, WQE_BB};
 use std::sync::Arc;
 
+mod gather;
+#[cfg(test)]
+mod gather_tests;
 #[cfg(test)]
 mod tests;
 mod wqe;
@@ -443,6 +446,11 @@ impl<B: Backend> TxQueue<B> {
     /// Counters of this queue.
     pub fn stats(&self) -> QueueStats {
         self.stats
+    }
+
+    /// Largest LSO (TSO) message in bytes; 0 when the port was started without TSO.
+    pub fn max_lso(&self) -> usize {
+        self.max_lso
     }
 
     /// Buffers the device has not yet reported sent.

@@ -73,19 +73,19 @@ pub(super) fn devmem_tcp(rounds: usize) -> Result<(), String> {
     let receiver = r.receiver_ns_per_frame();
     println!(
         "devmem TCP: {} bytes in {} segments at {:.0} Mbit/s; {:.0} ns per segment in the receiving side's turns (polls, parse, TCP, tokens back, ACKs sent), {receiver:.0} of them in the receiver (parse, TCP, tokens back); CPU bytes copied per payload byte {copied_per_byte}; linear bytes {}",
-        r.bytes, r.counts.segments, r.mbps, r.receive_ns_per_segment, r.counts.linear_bytes
+        r.bytes, r.counts.segments, r.mbps, r.receive_ns_per_segment(), r.counts.linear_bytes
     );
     println!(
         "plain receive of {FRAME_BYTES}-byte frames (rx_burst 32 into host mbufs, no TCP): {:.0} ns per packet",
         plain.ns
     );
     metric("devmem_tcp_mbps", r.mbps);
-    metric("devmem_tcp_rx_ns_per_segment", r.receive_ns_per_segment);
+    metric("devmem_tcp_rx_ns_per_segment", r.receive_ns_per_segment());
     metric("plain_rx_1514_ns_per_pkt", plain.ns);
     metric("devmem_tcp_receiver_ns_per_segment", receiver);
     metric(
         "devmem_tcp_rx_over_plain_rx",
-        r.receive_ns_per_segment / plain.ns,
+        r.receive_ns_per_segment() / plain.ns,
     );
     metric("devmem_tcp_receiver_over_plain_rx", receiver / plain.ns);
     metric(

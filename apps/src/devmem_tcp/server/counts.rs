@@ -31,6 +31,11 @@ pub struct ServerCounts {
     /// Dmabuf payload bytes the CPU copied to deliver them: always 0, fragments are handed
     /// out as (offset, length, token).
     pub cpu_payload_copied: u64,
+    /// Frames taken in turns that took any (split and plain queues).
+    pub turn_frames: u64,
+    /// Nanoseconds those turns took: the queues' polls, the parse, the TCP receiver, tokens
+    /// back, the replies sent (and the pattern check when one is asked for).
+    pub turn_ns: u64,
     /// Frames taken from the split queue.
     pub split_frames: u64,
     /// Nanoseconds spent on them in the receiver: the parse, the TCP receiver, the pattern

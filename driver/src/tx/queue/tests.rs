@@ -18,6 +18,11 @@ const ENTRIES: u16 = 1 << LOG_SIZE;
 /// A send queue of [`ENTRIES`] WQEBBs whose producer and consumer counters start at `start`,
 /// with a CQ of as many entries.
 fn queue(start: u16) -> TxQueue<NoDevice> {
+    queue_with(start, InlineMode::Headers, 0)
+}
+
+/// As [`queue`], with the queue's inline mode and largest LSO message (0: no TSO).
+pub(super) fn queue_with(start: u16, inline: InlineMode, max_lso: usize) -> TxQueue<NoDevice> {
     let cq_memory = region(usize::from(ENTRIES) * CQE_SIZE);
     for slot in 0..usize::from(ENTRIES) {
         cq_memory
@@ -33,13 +38,12 @@ fn queue(start: u16) -> TxQueue<NoDevice> {
         sqn: 5,
         uar: 0,
         blueflame: false,
-        inline: InlineMode::Headers,
+        inline,
         inline_max: 0,
         multi_packet: false,
         cqe_every: 4,
         max_frame: 1514,
-        // Started without TSO: these tests send plain frames.
-        max_lso: 0,
+        max_lso,
         published: Arc::default(),
         quarantine: Arc::default(),
     })
