@@ -213,7 +213,7 @@ impl<B: Backend> TxQueue<B> {
         let (longest, mask, every) = (self.max_frame, self.mask(), self.cqe_every);
         let (mut pi, mut since) = (self.pi, self.since_cqe);
         let mut sent = 0;
-        for (e, fate) in entries.iter().take(room).zip(fates.iter_mut()) {
+        for e in entries.iter().take(room) {
             let (len, flags) = (e.len() as usize, e.flags());
             // One test for both offloads that change a WQE's shape.
             if (flags.tx_vlan.is_some() | flags.tx_tso_mss.is_some())
@@ -249,13 +249,14 @@ impl<B: Backend> TxQueue<B> {
             self.ring.write_words(u32::from(pi), &words);
             self.inflight
                 .keep_index(usize::from(pi & mask), place, e.index());
-            *fate = KEPT;
             *bytes += len as u64;
             pi = pi.wrapping_add(1);
             sent += 1;
         }
         self.pi = pi;
         self.since_cqe = since;
+        // The run's fates in one fill, out of the loop.
+        fates[..sent].fill(KEPT);
         sent
     }
 
