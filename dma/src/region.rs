@@ -512,7 +512,7 @@ impl DmaRegion {
     /// # Errors
     ///
     /// [`DmaError::OutOfBounds`], or [`DmaError::Misaligned`] unless `offset` is a multiple of 8.
-    #[inline]
+    #[inline(always)]
     pub fn read_words<const N: usize>(&self, offset: usize) -> Result<[u64; N], DmaError> {
         self.check(offset, N * 8, 8)?;
         // SAFETY: `check` proved the `N * 8` bytes lie inside the live mapping and, the base
@@ -526,7 +526,7 @@ impl DmaRegion {
     /// # Errors
     ///
     /// As [`read_words`](Self::read_words); nothing is written then.
-    #[inline]
+    #[inline(always)]
     pub fn write_words<const N: usize>(
         &self,
         offset: usize,

@@ -26,6 +26,21 @@ pub(crate) fn words_from_bytes<const N: usize, const M: usize>(bytes: &[u8; M]) 
     words
 }
 
+/// The word whose first four bytes (memory order) are `first` and last four `second`, both
+/// big-endian, as the device reads WQE fields: two fields composed in a register, for one
+/// word store.
+#[inline(always)]
+pub(crate) fn be_word(first: u32, second: u32) -> u64 {
+    let (a, b) = (first.to_be_bytes(), second.to_be_bytes());
+    u64::from_ne_bytes([a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]])
+}
+
+/// `value` as a big-endian 64-bit field, as a word in memory order.
+#[inline(always)]
+pub(crate) fn be_u64(value: u64) -> u64 {
+    u64::from_ne_bytes(value.to_be_bytes())
+}
+
 /// `words` laid out in memory order into the front of `out` (as many whole words as fit).
 #[inline]
 pub(crate) fn bytes_from_words<const N: usize, const M: usize>(words: [u64; N], out: &mut [u8; M]) {

@@ -52,13 +52,21 @@ impl PoolMemory {
         }
     }
 
-    /// `N` words at `offset` (8-byte aligned), as the bytes sit in memory.
-    #[inline]
+    /// `N` words at `offset` (8-byte aligned), as the bytes sit in memory. Inlined: a send
+    /// reads a packet's first words through it, and a call costs more than the read.
+    #[inline(always)]
     fn read_words<const N: usize>(&self, offset: usize) -> Option<[u64; N]> {
         match self {
             PoolMemory::Region(r) => r.read_words(offset).ok(),
-            PoolMemory::DmaBuf(m) => m.read_words(offset).ok(),
+            PoolMemory::DmaBuf(m) => Self::dmabuf_words(m, offset),
         }
+    }
+
+    /// [`PoolMemory::read_words`] from a dmabuf range, out of line: its error type is large,
+    /// and handling it inline would cost the driver-memory path a stack frame.
+    #[inline(never)]
+    fn dmabuf_words<const N: usize>(m: &DmaBufMapping, offset: usize) -> Option<[u64; N]> {
+        m.read_words(offset).ok()
     }
 
     /// The trimmed page list a memory key over the pool is programmed with.
@@ -101,6 +109,19 @@ pub(crate) struct BufferChain {
 }
 
 impl BufferChain {
+    /// Links `index` in front of the chain through `links`, the free-stack links of the pool
+    /// the chain belongs to (from [`PoolShared::owned_links`]): [`PoolShared::link_owned`]
+    /// with the pool looked up once for many buffers.
+    #[inline(always)]
+    pub(crate) fn link_in(&mut self, links: &[AtomicU32], index: u32) {
+        links[index as usize].store(self.first, Ordering::Relaxed);
+        if self.count == 0 {
+            self.last = index;
+        }
+        self.first = index;
+        self.count += 1;
+    }
+
     fn one(index: u32) -> Self {
         Self {
             first: index,
@@ -251,6 +272,29 @@ impl PoolShared {
         chain.count += 1;
     }
 
+    /// The free-stack links a caller returning many buffers in a row links them through
+    /// ([`BufferChain::link_in`]); `None` for a pool whose buffers are shared (each then goes
+    /// through [`PoolShared::link`], which looks at its references).
+    #[inline(always)]
+    pub(crate) fn owned_links(&self) -> Option<&[AtomicU32]> {
+        self.shares.is_none().then_some(&self.next[..])
+    }
+
+    /// [`PoolShared::link`] for a pool whose buffers are not shared (the caller asked
+    /// [`PoolShared::shares_buffers`] once for all the buffers it links): no reference count to
+    /// look at, and no test for an empty chain (the first buffer's `next` is written again when
+    /// the chain is returned).
+    #[inline(always)]
+    pub(crate) fn link_owned(&self, chain: &mut BufferChain, index: u32) {
+        debug_assert!(self.shares.is_none());
+        self.next[index as usize].store(chain.first, Ordering::Relaxed);
+        if chain.count == 0 {
+            chain.last = index;
+        }
+        chain.first = index;
+        chain.count += 1;
+    }
+
     /// Returns every buffer of `chain` (linked by [`PoolShared::link`]) with one
     /// compare-and-swap. Out of line: it keeps an `Mbuf`'s drop small.
     #[inline(never)]
@@ -290,7 +334,7 @@ impl PoolShared {
 
     /// The first `N * 8` bytes of buffer `index` from byte `data_off` on, as `N` words in
     /// memory order: see [`super::Mbuf::head_words`].
-    #[inline]
+    #[inline(always)]
     pub(crate) fn head_words<const N: usize>(&self, index: u32, data_off: u32) -> Option<[u64; N]> {
         if N * 8 > self.readable(data_off) {
             return None;

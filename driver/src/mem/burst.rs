@@ -43,6 +43,24 @@ impl BurstEntry {
         self.index
     }
 
+    /// Offset of the packet's first byte in the buffer.
+    #[inline(always)]
+    pub(crate) fn data_off(&self) -> u32 {
+        self.data_off
+    }
+
+    /// Packet length in bytes.
+    #[inline(always)]
+    pub(crate) fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// Offload requests and results.
+    #[inline(always)]
+    pub(crate) fn flags(&self) -> &OffloadFlags {
+        &self.flags
+    }
+
     /// The packet as an [`Mbuf`] of `pool` (taking over the burst's reference to the buffer).
     #[inline]
     pub(crate) fn into_mbuf(self, pool: &Arc<PoolShared>) -> Mbuf {

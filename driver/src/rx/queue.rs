@@ -11,10 +11,9 @@ use crate::cq::{rx_flags, CqRing, MiniRun};
 use crate::error::DriverError;
 use crate::mem::{Mbuf, Mempool, OffloadFlags, Quarantine, HEADROOM};
 use crate::ring::{
-    words_from_bytes, DoorbellRecord, QueueStats, Rebuild, SlotRing, StatsHandle, MAX_BURST,
+    be_u64, be_word, DoorbellRecord, QueueStats, Rebuild, SlotRing, StatsHandle, MAX_BURST,
 };
 use cxdirect_dma::DmaRegion;
-use cxdirect_hw::wqe;
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::time::Duration;
@@ -179,12 +178,14 @@ impl<B: Backend> RxQueue<B> {
         // One key for the whole pool, registered before the queue started.
         let lkey = pool.lkey();
         let room = pool.data_room();
-        // The ring's kind is chosen once, outside the per-buffer loop.
+        // The ring's kind is chosen once, outside the per-buffer loop, and so is the first word
+        // of every plain receive WQE (byte count and key; what `wqe::encode_data` writes there):
+        // a buffer costs only its address word.
+        let head = be_word(room, lkey);
         let posted = match (&striding, &*ring) {
             (None, RecvRing::Plain(ring)) => pool.take_each(empty, |index| {
                 let slot = usize::from(*pi & mask);
-                let seg = wqe::encode_data(room, lkey, pool.data_iova(index));
-                ring.write_words::<2>(u32::from(*pi), &words_from_bytes(&seg));
+                ring.write_words::<2>(u32::from(*pi), &[head, be_u64(pool.data_iova(index))]);
                 slots[slot] = index;
                 *pi = pi.wrapping_add(1);
             }),

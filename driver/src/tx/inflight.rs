@@ -158,28 +158,76 @@ impl InFlight {
         Some(self.pools.len() - 1)
     }
 
-    /// Returns the buffers of `slots` (each less than the ring size), in order, to their pools:
-    /// consecutive buffers of one pool go back together.
+    /// Returns the buffers of the `count` slots from `first` (less than the ring size; they
+    /// wrap at the ring's end), in order, to their pools: consecutive buffers of one pool go
+    /// back together, with one exchange per pool per completion. The slots are walked as at
+    /// most two contiguous stretches, and whether each pool's buffers are shared is asked
+    /// once per pool, not per buffer.
     #[inline]
-    pub(crate) fn complete(&mut self, slots: impl Iterator<Item = usize>) {
+    pub(crate) fn complete(&mut self, first: usize, count: usize) {
+        let size = self.slots.len();
+        let end = size.min(first + count);
         let mut chain = Chain::default();
-        for slot in slots {
-            let entry = std::mem::replace(&mut self.slots[slot], EMPTY);
-            // Kept indexes sit below RUN; runs, whole packets and empty slots above it.
-            if entry < RUN {
-                chain.add(&self.pools, entry);
-            } else if entry < WHOLE {
-                let mask = self.runs.len() - 1;
-                for _ in 0..entry as u32 {
-                    let kept = std::mem::replace(&mut self.runs[self.run_head & mask], EMPTY);
-                    self.run_head = self.run_head.wrapping_add(1);
-                    chain.add(&self.pools, kept);
+        self.complete_stretch(first, end, &mut chain);
+        self.complete_stretch(0, first + count - end, &mut chain);
+        chain.finish(&self.pools);
+    }
+
+    /// [`InFlight::complete`] over the slots `from..to`, which do not wrap. A kept index of
+    /// the pool being gathered for, whose buffers are not shared, is linked in place through
+    /// that pool's links, looked up once per pool (the common case: a completion's buffers are
+    /// mostly one pool's); anything else goes through [`complete_other`].
+    #[inline(always)]
+    fn complete_stretch(&mut self, from: usize, to: usize, chain: &mut Chain) {
+        let Self {
+            slots,
+            whole,
+            pools,
+            runs,
+            run_head,
+            ..
+        } = self;
+        let mut buffers = chain.buffers;
+        let mut links = pools.get(chain.place).and_then(|p| p.owned_links());
+        let Some(stretch) = slots.get_mut(from..to) else {
+            return;
+        };
+        let run_mask = runs.len() - 1;
+        for (k, kept) in stretch.iter_mut().enumerate() {
+            let entry = std::mem::replace(kept, EMPTY);
+            // Runs, whole packets and empty slots have high words no pool place has.
+            match links {
+                Some(links) if (entry >> 32) as usize == chain.place => {
+                    buffers.link_in(links, entry as u32);
+                    continue;
                 }
-            } else if entry == WHOLE {
-                self.whole[slot] = None;
+                _ => {}
+            }
+            if entry & RUN == 0 || entry >= WHOLE {
+                chain.buffers = buffers;
+                complete_other(pools, whole, from + k, entry, chain);
+                buffers = chain.buffers;
+                links = pools.get(chain.place).and_then(|p| p.owned_links());
+                continue;
+            }
+            // A multi-packet WQE: its packets, in order, from the run queue.
+            for _ in 0..entry as u32 {
+                let kept = std::mem::replace(&mut runs[*run_head & run_mask], EMPTY);
+                *run_head = run_head.wrapping_add(1);
+                match links {
+                    Some(links) if (kept >> 32) as usize == chain.place => {
+                        buffers.link_in(links, kept as u32);
+                    }
+                    _ => {
+                        chain.buffers = buffers;
+                        complete_other(pools, whole, from + k, kept, chain);
+                        buffers = chain.buffers;
+                        links = pools.get(chain.place).and_then(|p| p.owned_links());
+                    }
+                }
             }
         }
-        chain.finish(&self.pools);
+        chain.buffers = buffers;
     }
 
     /// Packets in flight.
@@ -221,24 +269,73 @@ impl InFlight {
     }
 }
 
+/// One completed packet's `entry` (from slot `slot`) other than a kept index of the pool
+/// `chain` gathers for when that pool's buffers are not shared: a kept index of another pool
+/// or of a shared one, a whole packet, or an empty slot. See [`InFlight::complete`].
+#[inline(never)]
+fn complete_other(
+    pools: &[Arc<PoolShared>],
+    whole: &mut [Option<Mbuf>],
+    slot: usize,
+    entry: u64,
+    chain: &mut Chain,
+) {
+    // Kept indexes sit below RUN; whole packets and empty slots above it (runs were
+    // unpacked by the caller).
+    if entry < RUN {
+        chain.add(pools, entry);
+    } else if entry == WHOLE {
+        whole[slot] = None;
+    }
+}
+
 /// Buffers of one pool being gathered to go back to it together.
-#[derive(Default)]
 struct Chain {
     buffers: BufferChain,
+    /// The place of the pool gathered for; `NO_PLACE` before the first buffer.
     place: usize,
+    /// Whether that pool's buffers are shared (asked once, when its first buffer came).
+    shared: bool,
+}
+
+/// [`Chain::place`] before any buffer is gathered.
+const NO_PLACE: usize = usize::MAX;
+
+impl Default for Chain {
+    fn default() -> Self {
+        Self {
+            buffers: BufferChain::default(),
+            place: NO_PLACE,
+            shared: false,
+        }
+    }
 }
 
 impl Chain {
     /// Adds the kept buffer `entry` (pool place and index), first sending back what was
     /// gathered for another pool.
-    #[inline]
+    #[inline(always)]
     fn add(&mut self, pools: &[Arc<PoolShared>], entry: u64) {
         let place = (entry >> 32) as usize;
         if place != self.place {
-            pools[self.place].push_chain(std::mem::take(&mut self.buffers));
-            self.place = place;
+            self.switch(pools, place);
         }
-        pools[place].link(&mut self.buffers, entry as u32);
+        let pool = &pools[place];
+        if self.shared {
+            pool.link(&mut self.buffers, entry as u32);
+        } else {
+            pool.link_owned(&mut self.buffers, entry as u32);
+        }
+    }
+
+    /// Sends back what was gathered and starts gathering for the pool at `place`.
+    #[inline(never)]
+    fn switch(&mut self, pools: &[Arc<PoolShared>], place: usize) {
+        if let Some(pool) = pools.get(self.place) {
+            pool.push_chain(std::mem::take(&mut self.buffers));
+        }
+        self.place = place;
+        self.shared = pools[place].shares_buffers();
     }
 
     /// Sends back what was gathered.

@@ -20,9 +20,13 @@ use std::sync::Arc;
 mod gather;
 #[cfg(test)]
 mod gather_tests;
+mod recovery;
+mod template;
 #[cfg(test)]
 mod tests;
 mod wqe;
+
+use template::{SendTemplate, CE_WORD};
 
 /// What the send loop did with one packet.
 enum Written {
@@ -52,6 +56,8 @@ pub struct TxQueue<B: Backend> {
     dbr: DoorbellRecord,
     cq: CqRing,
     sqn: u32,
+    /// What every one-basic-block SEND WQE of the queue shares, worked out once.
+    template: SendTemplate,
     log_size: u8,
     /// WQEBBs in the ring less one (`2^log_size - 1`), kept so the fast path does not shift.
     ring_mask: u16,
@@ -184,6 +190,7 @@ impl<B: Backend> TxQueue<B> {
             dbr: DoorbellRecord::new(parts.dbr)?,
             cq: parts.cq,
             sqn: parts.sqn,
+            template: SendTemplate::new(parts.sqn),
             log_size: parts.log_size,
             ring_mask: (entries - 1) as u16,
             uar: parts.uar,
@@ -249,10 +256,9 @@ impl<B: Backend> TxQueue<B> {
             }
             // Free every WQE up to and including the completed one.
             let done = done.wrapping_add(1);
-            let mask = self.mask();
             let ci = self.ci;
             self.inflight
-                .complete((0..done).map(|k| usize::from(ci.wrapping_add(k) & mask)));
+                .complete(usize::from(ci & self.mask()), usize::from(done));
             self.ci = ci.wrapping_add(done);
         }
         if progressed {
@@ -296,8 +302,23 @@ impl<B: Backend> TxQueue<B> {
             return 0;
         };
         let limit = pkts.count().min(MAX_BURST);
+        // Decided once per burst, not per packet: whether runs go in multi-packet WQEs, and
+        // the template shape plain packets take.
+        let multi_packet = self.multi_packet;
+        let shape = self.bb_shape();
+        // Packets held by buffer index start with the template run, which sends as many as
+        // fit the queue's template in a row; the loop below takes the rest, if any.
+        if let Some((pool, entries, place)) = pkts.entries().filter(|_| !multi_packet) {
+            let run = (pool, &entries[..limit], place);
+            count = self.template_run(shape, run, &mut scratch.fates, &mut bytes);
+            if count > 0 {
+                posted = count;
+                last_bbs = 1;
+                last_index = self.pi.wrapping_sub(1);
+            }
+        }
         while count < limit {
-            if self.multi_packet {
+            if multi_packet {
                 if let Some((taken, run_bytes, size)) =
                     self.multi_packet_wqe(pkts, count, limit, &mut scratch.wqe)
                 {
@@ -323,6 +344,8 @@ impl<B: Backend> TxQueue<B> {
                     self.write_lso(&m, mss, len, &mut scratch.wqe)
                 } else if len < ETH_HEADER || len > self.max_frame {
                     Written::Refused(TxRefusal::Length)
+                } else if self.template_bb(shape, &m, len) {
+                    Written::Wqe(1, len)
                 } else if let Some(words) = self.single_bb_wqe(&m, len) {
                     self.write_bb(index, &words);
                     Written::Wqe(1, len)
@@ -369,6 +392,7 @@ impl<B: Backend> TxQueue<B> {
         if posted > 0 {
             self.stats.packets += posted as u64;
             self.stats.bytes += bytes;
+            self.request_completion_if_low(last_index);
             self.ring_doorbell(last_index, last_bbs, posted == 1);
         }
         self.scratch = Some(scratch);
@@ -418,6 +442,24 @@ impl<B: Backend> TxQueue<B> {
     #[inline]
     fn write_bb(&self, index: u16, words: &[u64; WQE_BB / 8]) {
         self.ring.write_words(u32::from(index), words);
+    }
+
+    /// Once per burst, before the doorbell: when the ring is running low and the burst's last
+    /// WQE (at ring index `last_index`) asks for no completion, it is made to ask for one, so
+    /// the space comes back before the driver runs out of it. The WQEs written from the
+    /// queue's template leave this to the burst's end instead of checking the ring's room per
+    /// packet.
+    #[inline]
+    fn request_completion_if_low(&mut self, last_index: u16) {
+        if self.free() >= LOW_RING_BBS {
+            return;
+        }
+        let [_, word]: [u64; 2] = self.ring.read_words(u32::from(last_index));
+        if word & CE_WORD == 0 {
+            self.ring
+                .write_bytes(u32::from(last_index), 8, &(word | CE_WORD).to_ne_bytes());
+            self.since_cqe = 0;
+        }
     }
 
     /// Publishes the burst: doorbell record, then one UAR write carrying the first basic block
@@ -473,73 +515,6 @@ impl<B: Backend> TxQueue<B> {
     pub fn cqn(&self) -> u32 {
         self.cq.cqn()
     }
-
-    /// Recovery: takes every completion left on the CQ without acting on it (the ring is being
-    /// reset and its buffers flushed); returns how many.
-    pub(crate) fn drain_completions(&mut self) -> usize {
-        self.cq.drain()
-    }
-
-    /// Recovery, once the device can no longer read the ring: every in-flight buffer goes back
-    /// to its pool; returns how many.
-    pub(crate) fn flush_in_flight(&mut self) -> usize {
-        let flushed = self.inflight.take_all().len();
-        self.stats.errors += flushed as u64;
-        self.stats.flushed += flushed as u64;
-        self.published.publish(&self.stats);
-        flushed
-    }
-
-    /// Stops sending until [`TxQueue::restart`] (the device is about to have the SQ in RST).
-    pub(crate) fn stop(&mut self) {
-        self.in_error = true;
-    }
-
-    /// Recovery: how far a rebuild of the SQ and its CQ has got.
-    pub(crate) fn rebuild_stage(&self) -> Rebuild {
-        self.rebuild
-    }
-
-    /// Recovery: records how far a rebuild has got.
-    pub(crate) fn set_rebuild_stage(&mut self, stage: Rebuild) {
-        self.rebuild = stage;
-    }
-
-    /// Recovery: the CQ, with the rebuild stage its re-creation advances.
-    pub(crate) fn cq_for_rebuild(&mut self) -> (&mut CqRing, &mut Rebuild) {
-        (&mut self.cq, &mut self.rebuild)
-    }
-
-    /// True when the CQ lost its place ([`CqRing::lost_place`]): only a new CQ helps.
-    pub(crate) fn cq_lost_place(&self) -> bool {
-        self.cq.lost_place()
-    }
-
-    /// The UAR page the SQ rings its doorbell through.
-    pub(crate) fn uar(&self) -> u32 {
-        self.uar
-    }
-
-    /// The ring, its doorbell record and its log2 size in WQEBBs: what an SQ is created over.
-    pub(crate) fn ring_memory(&self) -> (&DmaRegion, &DmaRegion, u8) {
-        (self.ring.region(), self.dbr.region(), self.log_size)
-    }
-
-    /// Recovery: the SQ created again over the same ring.
-    pub(crate) fn set_sqn(&mut self, sqn: u32) {
-        self.sqn = sqn;
-    }
-
-    /// Recovery: the ring starts again at index 0, as the device does after RST.
-    pub(crate) fn restart(&mut self) {
-        self.pi = 0;
-        self.ci = 0;
-        self.since_cqe = 0;
-        self.dbr.set(1, 0);
-        self.in_error = false;
-        self.stats.recoveries += 1;
-        self.published.publish(&self.stats);
-    }
 }
 
 impl<B: Backend> Drop for TxQueue<B> {
@@ -556,6 +531,9 @@ impl<B: Backend> Drop for TxQueue<B> {
 
 /// Largest send WQE the driver builds, in bytes.
 pub(crate) const MAX_WQE: usize = 1024;
+/// Free WQEBBs below which a completion is requested at once: room for two of the largest
+/// WQEs.
+pub(crate) const LOW_RING_BBS: u16 = 2 * (MAX_WQE / WQE_BB) as u16;
 /// Bytes of an Ethernet header: the shortest frame a send queue takes.
 pub(crate) const ETH_HEADER: usize = 14;
 /// Bytes of packet headers inlined in the Ethernet segment (Ethernet + VLAN).

@@ -140,6 +140,13 @@ pub(crate) trait PacketSource {
     /// Removes the first `count` packets, whose fates `fates` holds ([`KEPT`], [`REFUSED`],
     /// or the ring slot to keep the packet whole at); `sorted`: some were not [`KEPT`].
     fn finish(&mut self, count: usize, fates: &[u32], sorted: bool, inflight: &mut InFlight);
+    /// The packets as one pool's entries and that pool's in-flight place, when the source is
+    /// held that way and each packet can be kept by its buffer index: what the send loop's
+    /// template run takes ([`super::TxQueue`]'s `template_run`). `None` by default.
+    #[inline(always)]
+    fn entries(&self) -> Option<(&PoolShared, &[BurstEntry], u32)> {
+        None
+    }
 }
 
 impl PacketSource for Vec<Mbuf> {
@@ -232,6 +239,10 @@ impl PacketSource for BurstSource<'_> {
     #[inline(always)]
     fn run_place(&self, _: &BurstPacket<'_>, _: &mut InFlight) -> Option<u32> {
         self.place
+    }
+    #[inline(always)]
+    fn entries(&self) -> Option<(&PoolShared, &[BurstEntry], u32)> {
+        Some((self.pool, self.entries, self.place?))
     }
     #[inline(always)]
     fn keep_in_run(&mut self, i: usize, place: u32, inflight: &mut InFlight) {

@@ -35,9 +35,9 @@ fn slots_hold_their_buffers_until_completed() {
     }
     // The emptied `Mbuf`s were dropped; the buffers stay taken.
     assert_eq!((table.count(), p.available()), (4, 4));
-    table.complete(0..2);
+    table.complete(0, 2);
     assert_eq!((table.count(), p.available()), (2, 6));
-    table.complete(2..4);
+    table.complete(2, 2);
     assert_eq!((table.count(), p.available()), (0, 8));
 }
 
@@ -46,11 +46,11 @@ fn a_completed_slot_gives_nothing_back_twice() {
     let p = pool(8, 256);
     let mut table = InFlight::new(8);
     send_one(&mut table, 3, &p);
-    table.complete(3..4);
+    table.complete(3, 1);
     assert_eq!(p.available(), 8);
     // Empty slots, completed again (a stale or repeated completion): nothing returns.
-    table.complete(0..8);
-    table.complete(3..4);
+    table.complete(0, 8);
+    table.complete(3, 1);
     assert_eq!((table.count(), p.available()), (0, 8));
     // Each buffer is still handed out once.
     let mut taken: Vec<Mbuf> = Vec::new();
@@ -67,7 +67,7 @@ fn a_chained_packet_is_kept_whole_and_freed_on_completion() {
     assert!(table.keep(5, &mut head) == Kept::Whole);
     table.keep_whole(5, head);
     assert_eq!((table.count(), p.available()), (1, 5));
-    table.complete(5..6);
+    table.complete(5, 1);
     assert_eq!((table.count(), p.available()), (0, 8));
 }
 
@@ -95,11 +95,11 @@ fn buffers_of_several_pools_go_back_to_their_own() {
         assert_eq!(p.available(), 2);
     }
     // The first round completes: one buffer back to each pool.
-    table.complete(0..pools.len());
+    table.complete(0, pools.len());
     for p in &pools {
         assert_eq!(p.available(), 3);
     }
-    table.complete(pools.len()..2 * pools.len());
+    table.complete(pools.len(), pools.len());
     for p in &pools {
         assert_eq!(p.available(), 4);
     }
@@ -115,9 +115,9 @@ fn runs_are_completed_by_the_slot_that_closed_them() {
     send_run(&mut table, 2, &p, 4);
     send_one(&mut table, 3, &p);
     assert_eq!((table.count(), p.available()), (9, 7));
-    table.complete(0..2);
+    table.complete(0, 2);
     assert_eq!((table.count(), p.available()), (5, 11));
-    table.complete(2..4);
+    table.complete(2, 2);
     assert_eq!((table.count(), p.available()), (0, 16));
 }
 
@@ -131,7 +131,7 @@ fn a_ring_full_of_runs_of_four_is_kept_whole() {
             send_run(&mut table, slot, &p, 4);
         }
         assert_eq!((table.count(), p.available()), (32, 32), "round {round}");
-        table.complete(0..8);
+        table.complete(0, 8);
         assert_eq!((table.count(), p.available()), (0, 64), "round {round}");
     }
 }
@@ -162,13 +162,13 @@ fn slots_and_runs_are_reused_across_the_wrap_of_the_queue_counters() {
         // Complete all but the last one or two, as completions arrive in any grouping.
         let done = outstanding - 1 - round % 2;
         let from = ci;
-        table.complete((0..done).map(|k| usize::from(from.wrapping_add(k) & mask)));
+        table.complete(usize::from(from & mask), usize::from(done));
         ci = ci.wrapping_add(done);
         assert_eq!(p.available(), 32 - table.count() as u32);
         // Then the rest, so every round starts empty.
         let from = ci;
         let rest = pi.wrapping_sub(ci);
-        table.complete((0..rest).map(|k| usize::from(from.wrapping_add(k) & mask)));
+        table.complete(usize::from(from & mask), usize::from(rest));
         ci = pi;
         assert_eq!((table.count(), p.available()), (0, 32), "round {round}");
     }
@@ -196,6 +196,6 @@ fn take_all_hands_back_everything_in_flight() {
     drop(taken);
     assert_eq!((a.available(), b.available()), (8, 8));
     // Nothing is left to complete.
-    table.complete(0..8);
+    table.complete(0, 8);
     assert_eq!((a.available(), b.available()), (8, 8));
 }

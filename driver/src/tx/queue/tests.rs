@@ -173,3 +173,55 @@ fn a_completion_for_a_wqe_not_in_flight_is_refused() {
         assert_eq!(p.available(), 28);
     }
 }
+
+#[test]
+fn the_template_writes_what_the_byte_builder_writes() {
+    // Headers inline and nothing inline, every checksum request, two WQE indexes: the words
+    // composed from the queue's template are the bytes the general builder lays out (the
+    // completion request aside: the builder also asks whenever this small ring is low).
+    let p = pool(8, 256);
+    let mut m = p.alloc().expect("a free buffer");
+    let bytes: Vec<u8> = (0..60u8).map(|b| b.wrapping_mul(37)).collect();
+    m.set_data(&bytes).unwrap();
+    for inline in [InlineMode::Headers, InlineMode::None] {
+        for (ip, l4) in [(false, false), (true, false), (false, true), (true, true)] {
+            for start in [0x0000, 0xabcd] {
+                m.flags.tx_ip_csum = ip;
+                m.flags.tx_l4_csum = l4;
+                let mut tx = queue(start);
+                tx.inline = inline;
+                let shape = tx.bb_shape();
+                assert!(tx.template_bb(shape, &&m, m.len()), "the template fits");
+                let template: [u64; WQE_BB / 8] = tx.ring.read_words(u32::from(start));
+                let built = tx.single_bb_wqe(&&m, m.len()).expect("one basic block");
+                assert_eq!(template[0], built[0], "{inline:?} {ip} {l4} {start:#x}");
+                assert_eq!(template[2..], built[2..], "{inline:?} {ip} {l4} {start:#x}");
+            }
+        }
+    }
+    // Full inline mode takes no template: a packet's length decides its shape.
+    let mut tx = queue(0);
+    tx.inline = InlineMode::Full;
+    let shape = tx.bb_shape();
+    assert!(!tx.template_bb(shape, &&m, m.len()));
+}
+
+#[test]
+fn a_burst_that_leaves_the_ring_low_asks_for_a_completion_on_its_last_wqe() {
+    // The ring of 16 is below the low mark after any burst; with `cqe_every` 4, a burst of 3
+    // asks for none on its own, so the burst's end asks on its last WQE.
+    let p = pool(32, 256);
+    let mut tx = queue(0);
+    let mut burst: Vec<Mbuf> = (0..3).map(|_| frame(&p)).collect();
+    assert_eq!(tx.tx_burst(&mut burst), 3);
+    let ce = |tx: &TxQueue<NoDevice>, slot: u16| {
+        let mut byte = [0u8; 1];
+        tx.ring.read_bytes(u32::from(slot), 11, &mut byte);
+        byte[0] >> 2 & 3
+    };
+    assert_eq!(
+        [ce(&tx, 0), ce(&tx, 1), ce(&tx, 2)],
+        [0, 0, cxdirect_hw::wqe::completion::ALWAYS]
+    );
+    assert_eq!(tx.since_cqe, 0);
+}

@@ -150,7 +150,7 @@ impl<B: Backend> TxQueue<B> {
         // 61) cannot overflow.
         self.since_cqe += packets;
         let free_after = self.free().saturating_sub(bbs);
-        if self.since_cqe >= self.cqe_every || free_after < 2 * (MAX_WQE / WQE_BB) as u16 {
+        if self.since_cqe >= self.cqe_every || free_after < super::LOW_RING_BBS {
             self.since_cqe = 0;
             wqe::completion::ALWAYS
         } else {
