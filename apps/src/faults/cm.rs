@@ -39,6 +39,8 @@ const RECEIVES: usize = 4;
 const SLOT: usize = 64;
 /// Longest real time a handshake or a flush may take.
 const PATIENCE: Duration = Duration::from_secs(10);
+/// Longest a clock jump waits for the MADs on the wire to land.
+const SETTLE: Duration = Duration::from_millis(200);
 
 mod node;
 use node::{Clock, Node};
@@ -136,11 +138,21 @@ impl Rig {
                 ));
             }
             if jump {
-                // Let what is on the wire land first, then skip to the next timer.
-                std::thread::sleep(Duration::from_millis(1));
-                self.turn()?;
-                if let Some(t) = found(self)? {
-                    return Ok(t);
+                // Let what is on the wire land first (every MAD sent received, or dropped by
+                // the cut wire; up to SETTLE on a loaded machine, where the model's thread may
+                // not have run for a while), then skip to the next timer: a jump past a MAD
+                // still in flight would fire its sender's retry and count it as lost.
+                let settle = Instant::now();
+                loop {
+                    std::thread::sleep(Duration::from_millis(1));
+                    self.turn()?;
+                    if let Some(t) = found(self)? {
+                        return Ok(t);
+                    }
+                    let (sent, received) = self.mads();
+                    if received + self.cut_drops()? >= sent || settle.elapsed() > SETTLE {
+                        break;
+                    }
                 }
                 let next = [
                     self.client.cm.next_deadline(),
