@@ -237,3 +237,34 @@ pub fn open_emulated(spec: &Spec, cfg: EmuConfig) -> Vec<EmuBackend> {
         Spec::Pci(_) => Vec::new(),
     }
 }
+
+/// Two emulated functions, each on its own device thread, on a wire with `impairments` (the
+/// second's MAC differs in its last bit): their backends named `names`, the first on the
+/// wire's port A.
+///
+/// # Errors
+///
+/// The wire refused the impairments (a rate out of range).
+pub fn wired_pair(
+    impairments: cxdirect_emu::wire::Impairments,
+    names: [&str; 2],
+) -> Result<Vec<EmuBackend>, String> {
+    use cxdirect_emu::wire::{PortId, Wire, WireConfig};
+    let cfg = crate::cli::EmuExec::Threaded.config();
+    let mut cfg_b = cfg.clone();
+    cfg_b.mac[5] ^= 1;
+    let (a, b) = (EmuDevice::new(cfg), EmuDevice::new(cfg_b));
+    let wire = Arc::new(
+        Wire::pair_with(WireConfig {
+            impairments,
+            ..WireConfig::default()
+        })
+        .map_err(|e| format!("wire: {e}"))?,
+    );
+    a.attach(wire.clone(), PortId::A, &[&b]);
+    b.attach(wire, PortId::B, &[&a]);
+    Ok(vec![
+        EmuBackend::new(a, names[0]),
+        EmuBackend::new(b, names[1]),
+    ])
+}

@@ -6,15 +6,12 @@
 //! Over a clean wire and over one that drops, repeats and reorders frames: every byte arrives
 //! once and exact, and delivery copies no payload byte.
 
-use cxdirect_apps::cli::EmuExec;
 use cxdirect_apps::devmem_tcp::{
     self, Handshake, Report, Settings, DATA_HEADER_BYTES, DEFAULT_HEADER_BYTES,
 };
-use cxdirect_apps::emulated::EmuBackend;
-use cxdirect_emu::wire::{Impairments, PortId, Wire, WireConfig};
-use cxdirect_emu::Device as Model;
+use cxdirect_apps::emulated::{wired_pair, EmuBackend};
+use cxdirect_emu::wire::Impairments;
 use std::net::Ipv4Addr;
-use std::sync::Arc;
 use std::time::Duration;
 
 const BYTES: u64 = 3 << 20;
@@ -38,23 +35,7 @@ fn settings(header_bytes: u32) -> Settings {
 
 /// Two modelled functions on a wire with `impairments`: sender first, receiver last.
 fn pair(impairments: Impairments) -> Vec<EmuBackend> {
-    let cfg = EmuExec::Threaded.config();
-    let mut cfg_b = cfg.clone();
-    cfg_b.mac[5] ^= 1;
-    let (a, b) = (Model::new(cfg), Model::new(cfg_b));
-    let wire = Arc::new(
-        Wire::pair_with(WireConfig {
-            impairments,
-            ..WireConfig::default()
-        })
-        .unwrap(),
-    );
-    a.attach(wire.clone(), PortId::A, &[&b]);
-    b.attach(wire, PortId::B, &[&a]);
-    vec![
-        EmuBackend::new(a, "devmem-tcp-sender"),
-        EmuBackend::new(b, "devmem-tcp-receiver"),
-    ]
+    wired_pair(impairments, ["devmem-tcp-sender", "devmem-tcp-receiver"]).unwrap()
 }
 
 fn every_byte_once_and_exact(r: &Report) {

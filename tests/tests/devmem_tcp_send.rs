@@ -7,11 +7,10 @@
 
 use cxdirect_apps::cli::EmuExec;
 use cxdirect_apps::devmem_tcp::connect::{self, ConnectReport, ConnectSettings};
-use cxdirect_apps::emulated::EmuBackend;
-use cxdirect_emu::wire::{Impairments, PortId, Wire, WireConfig};
+use cxdirect_apps::emulated::{wired_pair, EmuBackend};
+use cxdirect_emu::wire::Impairments;
 use cxdirect_emu::Device as Model;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::Arc;
 use std::time::Duration;
 
 fn settings(size: u64, bytes: u64) -> ConnectSettings {
@@ -28,25 +27,9 @@ fn settings(size: u64, bytes: u64) -> ConnectSettings {
     }
 }
 
-/// Two modelled functions on a wire with `impairments`: sender first, listener last.
+/// Two modelled functions on a wire with `impairments`: sender first, receiver last.
 fn pair(impairments: Impairments) -> Vec<EmuBackend> {
-    let cfg = EmuExec::Threaded.config();
-    let mut cfg_b = cfg.clone();
-    cfg_b.mac[5] ^= 1;
-    let (a, b) = (Model::new(cfg), Model::new(cfg_b));
-    let wire = Arc::new(
-        Wire::pair_with(WireConfig {
-            impairments,
-            ..WireConfig::default()
-        })
-        .unwrap(),
-    );
-    a.attach(wire.clone(), PortId::A, &[&b]);
-    b.attach(wire, PortId::B, &[&a]);
-    vec![
-        EmuBackend::new(a, "devmem-tcp-connect"),
-        EmuBackend::new(b, "devmem-tcp-listen"),
-    ]
+    wired_pair(impairments, ["devmem-tcp-connect", "devmem-tcp-listen"]).unwrap()
 }
 
 fn every_byte_once_and_exact(r: &ConnectReport, bytes: u64) {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "cxdirect.h"
 
 #define PACKETS 1000
@@ -15,27 +16,6 @@
 
 #define STR2(x) #x
 #define STR(x) STR2(x)
-
-/* Checks that `call` returned `want`; on a mismatch prints both, the library's message, and
- * exits. */
-#define EXPECT(call, want)                                                              \
-    do {                                                                                \
-        int got_ = (call);                                                              \
-        if (got_ != (want)) {                                                           \
-            fprintf(stderr, "%s:%d: %s returned %d (%s), expected %d (%s): %s\n",       \
-                    __FILE__, __LINE__, #call, got_, cxd_error_name(got_), (int)(want), \
-                    cxd_error_name(want), cxd_last_error());                            \
-            exit(1);                                                                    \
-        }                                                                               \
-    } while (0)
-
-#define CHECK(cond)                                                           \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            exit(1);                                                          \
-        }                                                                     \
-    } while (0)
 
 /* Frame `seq`: broadcast, a local experimental EtherType, the sequence number, then bytes
  * that depend on it; 60 to 187 bytes long. */

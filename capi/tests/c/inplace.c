@@ -7,22 +7,14 @@
 #include <string.h>
 #include <cxdirect.h>
 
+#include "check.h"
+
 #define TRY(call)                                                                  \
     do {                                                                           \
         int rc_ = (call);                                                          \
         if (rc_ < 0) {                                                             \
             fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #call,     \
                     cxd_error_name(rc_), cxd_last_error());                        \
-            exit(1);                                                               \
-        }                                                                          \
-    } while (0)
-
-#define EXPECT(call, code)                                                         \
-    do {                                                                           \
-        int rc_ = (call);                                                          \
-        if (rc_ != (code)) {                                                       \
-            fprintf(stderr, "%s:%d: %s gave %d, expected %d (%s)\n", __FILE__,      \
-                    __LINE__, #call, rc_, (code), cxd_last_error());               \
             exit(1);                                                               \
         }                                                                          \
     } while (0)

@@ -14,31 +14,14 @@
 #include <unistd.h>
 #include <cxdirect.h>
 
+#include "check.h"
+
 #define TRY(call)                                                                  \
     do {                                                                           \
         int rc_ = (call);                                                          \
         if (rc_ < 0) {                                                             \
             fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #call,     \
                     cxd_error_name(rc_), cxd_last_error());                        \
-            exit(1);                                                               \
-        }                                                                          \
-    } while (0)
-
-#define EXPECT(call, code)                                                         \
-    do {                                                                           \
-        int rc_ = (call);                                                          \
-        if (rc_ != (code)) {                                                       \
-            fprintf(stderr, "%s:%d: %s gave %s, expected %s (%s)\n", __FILE__,      \
-                    __LINE__, #call, cxd_error_name(rc_), cxd_error_name(code),    \
-                    cxd_last_error());                                             \
-            exit(1);                                                               \
-        }                                                                          \
-    } while (0)
-
-#define CHECK(cond)                                                                \
-    do {                                                                           \
-        if (!(cond)) {                                                             \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #cond);             \
             exit(1);                                                               \
         }                                                                          \
     } while (0)

@@ -11,26 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "cxdirect.h"
-
-#define EXPECT(call, want)                                                              \
-    do {                                                                                \
-        int got_ = (call);                                                              \
-        if (got_ != (want)) {                                                           \
-            fprintf(stderr, "%s:%d: %s returned %d (%s), expected %d (%s): %s\n",       \
-                    __FILE__, __LINE__, #call, got_, cxd_error_name(got_), (int)(want), \
-                    cxd_error_name(want), cxd_last_error());                            \
-            exit(1);                                                                    \
-        }                                                                               \
-    } while (0)
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            exit(1);                                                                 \
-        }                                                                            \
-    } while (0)
 
 #define RING 128
 #define LIMIT 32

@@ -9,40 +9,16 @@
 //!   no TCP work, as the RX section times it.
 
 use super::{metric, rx_run};
-use cxdirect_apps::cli::EmuExec;
 use cxdirect_apps::devmem_tcp::{self, Handshake, Settings, DATA_HEADER_BYTES};
-use cxdirect_apps::emulated::EmuBackend;
-use cxdirect_emu::wire::{Impairments, PortId, Wire, WireConfig};
-use cxdirect_emu::Device as Model;
+use cxdirect_apps::emulated::wired_pair;
+use cxdirect_emu::wire::Impairments;
 use std::net::Ipv4Addr;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Stream bytes of the devmem run.
 const STREAM_BYTES: u64 = 16 << 20;
 /// A full-size Ethernet frame: what each data segment of the stream is on the wire.
 const FRAME_BYTES: usize = 1514;
-
-/// Two modelled functions on a clean wire, each on its own device thread: sender first.
-fn pair() -> Result<Vec<EmuBackend>, String> {
-    let cfg = EmuExec::Threaded.config();
-    let mut cfg_b = cfg.clone();
-    cfg_b.mac[5] ^= 1;
-    let (a, b) = (Model::new(cfg), Model::new(cfg_b));
-    let wire = Arc::new(
-        Wire::pair_with(WireConfig {
-            impairments: Impairments::NONE,
-            ..WireConfig::default()
-        })
-        .map_err(|e| format!("wire: {e}"))?,
-    );
-    a.attach(wire.clone(), PortId::A, &[&b]);
-    b.attach(wire, PortId::B, &[&a]);
-    Ok(vec![
-        EmuBackend::new(a, "devmem-bench-sender"),
-        EmuBackend::new(b, "devmem-bench-receiver"),
-    ])
-}
 
 /// Runs both and prints the figures and their ratio.
 pub(super) fn devmem_tcp(rounds: usize) -> Result<(), String> {
@@ -61,7 +37,11 @@ pub(super) fn devmem_tcp(rounds: usize) -> Result<(), String> {
         timeout: Duration::from_secs(300),
         sender_fin: true,
     };
-    let r = devmem_tcp::run(pair()?, &settings)?;
+    let backends = wired_pair(
+        Impairments::NONE,
+        ["devmem-bench-sender", "devmem-bench-receiver"],
+    )?;
+    let r = devmem_tcp::run(backends, &settings)?;
     if r.timed_out || r.bytes != STREAM_BYTES {
         return Err(format!(
             "the stream did not complete: {} of {STREAM_BYTES} bytes",
