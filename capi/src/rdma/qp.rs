@@ -4,7 +4,7 @@
 use super::cq::{cxd_cq, CqState};
 use super::memory::{cxd_pd, PdState};
 use super::srq::{cxd_srq, SrqState};
-use super::wr::{cxd_recv_wr, cxd_send_wr, post_recvs, post_sends, PostFailure};
+use super::wr::{cxd_recv_wr, cxd_send_wr, post_recvs, post_sends, posted};
 use super::{kind, not_ours, release_child, RdmaState};
 use crate::backend::AnyBackend;
 use crate::boundary::handle::{self, Handle, Kind};
@@ -311,22 +311,6 @@ pub unsafe extern "C" fn cxd_qp_connect(
         q.get().qp.connect(&mut r.get().dev, &endpoint, params)?;
         Ok(0)
     })
-}
-
-fn posted(result: Result<(), PostFailure>, n: usize, bad: *mut u32) -> Result<c_int, Failure> {
-    match result {
-        Ok(()) => Ok(c_int::try_from(n).unwrap_or(c_int::MAX)),
-        Err(PostFailure {
-            failure,
-            first_unposted,
-        }) => {
-            if !bad.is_null() {
-                // Best effort: the failure is what the caller gets either way.
-                let _ = write_out(bad, first_unposted as u32, "bad");
-            }
-            Err(failure)
-        }
-    }
 }
 
 /// Posts the send requests `wrs[0..n]` in order (`ibv_post_send`): each group of up to 16 is

@@ -1,7 +1,7 @@
 //! Shared receive queues: one pool of receives that any number of queue pairs take from.
 
 use super::memory::{cxd_pd, PdState};
-use super::wr::{cxd_recv_wr, post_recvs, PostFailure};
+use super::wr::{cxd_recv_wr, post_recvs, posted};
 use super::{kind, release_child, take_events, RdmaState};
 use crate::backend::AnyBackend;
 use crate::boundary::handle::{self, Handle, Kind};
@@ -82,18 +82,7 @@ pub unsafe extern "C" fn cxd_srq_post_recv(
         let mut s = handle::resolve(srq)?.exclusive(cxd_srq::NAME)?;
         let wrs = slice_in(wrs, n as usize, "wrs")?;
         let srq = &mut s.get().srq;
-        match post_recvs(wrs, |g| srq.post_recv(g)) {
-            Ok(()) => Ok(c_int::try_from(wrs.len()).unwrap_or(c_int::MAX)),
-            Err(PostFailure {
-                failure,
-                first_unposted,
-            }) => {
-                if !bad.is_null() {
-                    let _ = write_out(bad, first_unposted as u32, "bad");
-                }
-                Err(failure)
-            }
-        }
+        posted(post_recvs(wrs, |g| srq.post_recv(g)), wrs.len(), bad)
     })
 }
 

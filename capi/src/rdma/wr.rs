@@ -4,11 +4,11 @@
 //! [`GROUP_WRS`] requests and [`GROUP_SGES`] list entries, converted into arrays on the stack,
 //! one driver call (one doorbell) per group.
 
-use crate::boundary::{bytes_in, slice_in};
+use crate::boundary::{bytes_in, slice_in, write_out};
 use crate::error::{Error, Failure};
 use driver::rdma::{Payload, RecvRequest, RemoteAddr, SendOp, SendRequest, Sge};
 use driver::DriverError;
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 
 /// Send opcode: RDMA WRITE (`IBV_WR_RDMA_WRITE`).
 pub const CXD_WR_RDMA_WRITE: u32 = 0;
@@ -301,4 +301,26 @@ pub(crate) fn post_recvs(
         start += n;
     }
     Ok(())
+}
+
+/// A post's outcome as the C call returns it: `n` when every request went, else the failure,
+/// with the index of the first request not posted written to `*bad` (when not NULL).
+pub(crate) fn posted(
+    result: Result<(), PostFailure>,
+    n: usize,
+    bad: *mut u32,
+) -> Result<c_int, Failure> {
+    match result {
+        Ok(()) => Ok(c_int::try_from(n).unwrap_or(c_int::MAX)),
+        Err(PostFailure {
+            failure,
+            first_unposted,
+        }) => {
+            if !bad.is_null() {
+                // Best effort: the failure is what the caller gets either way.
+                let _ = write_out(bad, first_unposted as u32, "bad");
+            }
+            Err(failure)
+        }
+    }
 }
