@@ -60,10 +60,18 @@ device_codes! {
         DbBfCongestion = 0x1a => "DB_BF_CONGESTION",
         /// Stall event.
         Stall = 0x1b => "STALL_EVENT",
+        /// A DCT finished draining after DRAIN_DCT (data: [`EQE_DCT_NUMBER_OFFSET`]).
+        DctDrained = 0x1c => "DCT_DRAINED",
+        /// A request presented a wrong DC access key to an armed DCT.
+        DctKeyViolation = 0x1d => "DCT_KEY_VIOLATION",
         /// General event.
         General = 0x22 => "GENERAL_EVENT",
     }
 }
+
+/// Offset of the DCT number (24 bits, big-endian word) in the data of a DCT event (Linux
+/// `struct mlx5_eqe_dct`: six reserved words, then `dctn`).
+pub const EQE_DCT_NUMBER_OFFSET: usize = 0x18;
 
 /// Sub types of [`EventType::PortChange`].
 pub mod port_change {

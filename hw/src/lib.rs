@@ -22,6 +22,7 @@ pub mod cmd;
 pub mod counters;
 pub mod cq;
 pub mod cqe;
+pub mod dct;
 pub mod doorbell;
 pub mod eq;
 pub mod eqe;

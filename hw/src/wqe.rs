@@ -375,7 +375,7 @@ layout! {
         q_key: u32 @ 0x00 [0x20],
         /// Extended address vector (`MLX5_EXTENDED_UD_AV`, bit 31 of `dqp_dct`).
         extended: bool @ 0x40 [0x1],
-        /// Destination QP number.
+        /// Destination QP number (a DC initiator's WQE: the target DCT's number).
         dest_qpn: u32 @ 0x48 [0x18],
         /// Static rate (bits 7:4) and service level (bits 3:1) (`stat_rate_sl`).
         stat_rate_sl: u8 @ 0x60 [0x8],
@@ -405,6 +405,15 @@ layout! {
 }
 
 impl<T: AsRef<[u8]>> DatagramSeg<T> {
+    /// A DC initiator's WQE: the DC access key the target DCT must hold, the eight bytes the
+    /// Q_Key and the word after it take in a UD WQE (`key.dc_key` of `struct mlx5_av`, which
+    /// libmlx5's `mlx5_send_wr_set_dc_addr` fills).
+    pub fn dc_key(&self) -> u64 {
+        let mut key = [0; 8];
+        key.copy_from_slice(&self.as_bytes()[..8]);
+        u64::from_be_bytes(key)
+    }
+
     /// The 16 bytes of the destination GID in network order.
     pub fn dgid(&self) -> [u8; 16] {
         let mut gid = [0; 16];
@@ -432,6 +441,12 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> DatagramSeg<T> {
     pub fn set_rmac(&mut self, mac: [u8; 6]) -> &mut Self {
         self.set_rmac_47_32(u16::from_be_bytes([mac[0], mac[1]]));
         self.set_rmac_31_0(u32::from_be_bytes([mac[2], mac[3], mac[4], mac[5]]))
+    }
+
+    /// Sets the DC access key (see [`DatagramSeg::dc_key`]).
+    pub fn set_dc_key(&mut self, key: u64) -> &mut Self {
+        self.as_bytes_mut()[..8].copy_from_slice(&key.to_be_bytes());
+        self
     }
 }
 

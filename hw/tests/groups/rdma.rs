@@ -55,5 +55,12 @@ pub fn checks() -> usize {
         mcg::AttachToMcgOut,
         mcg::DetachFromMcgIn,
         mcg::DetachFromMcgOut,
+        dct::Dctc,
+        dct::CreateDctIn,
+        dct::CreateDctOut,
+        dct::DestroyDctIn,
+        dct::DrainDctIn,
+        dct::QueryDctIn,
+        dct::QueryDctOut,
     )
 }
