@@ -192,6 +192,12 @@ counter_set! {
         /// ACKs past a READ or atomic whose response never came (implied NAKs): the requester
         /// went back to it.
         roce_implied_naks,
+        /// DC requests refused by their DCT for a wrong DC access key (answered by a remote
+        /// access NAK, nothing placed).
+        dc_key_violations,
+        /// DC requests dropped because every responder context of their DCT was busy with
+        /// another initiator (the initiator's retransmission tries again).
+        dc_responders_busy,
         /// UD and GSI (QP1) datagrams sent.
         ud_sent,
         /// UD and GSI datagrams delivered into receive WQEs (completed with success).

@@ -417,7 +417,7 @@ fn create_qp_refusals_create_and_leak_nothing() {
     let cases = [
         (
             QpSpec {
-                st: service_type::DCI,
+                st: service_type::RAW_ETHERTYPE,
                 ..spec(&cq)
             },
             CmdStatus::BadParameter,

@@ -16,6 +16,11 @@ pub(crate) mod bth_opcode {
     /// The XRC opcodes are the RC opcodes (0x00..=0x17) with this prefix (IBA table 38:
     /// 0xa0..=0xb7); XRC requests carry an XRCETH after the BTH.
     pub const XRC: u8 = 0xa0;
+    /// The DC opcodes, the model's own: the RC opcodes (0x00..=0x17) with the prefix IBA
+    /// leaves to manufacturers (0xc0..=0xd7, IBA table 38's 110 class). A DC request carries
+    /// a DCETH (`engine::rc::dc`) after the BTH; responses to a DC initiator go back under
+    /// the RC opcodes.
+    pub const DC: u8 = 0xc0;
     pub const SEND_FIRST: u8 = 0x00;
     /// SEND middle packet.
     pub const SEND_MIDDLE: u8 = 0x01;
@@ -67,6 +72,11 @@ pub(crate) const BTH_LEN: usize = 12;
 pub(crate) const RETH_LEN: usize = 16;
 /// Length of the Immediate Data header.
 pub(crate) const IMM_LEN: usize = 4;
+/// Length of the DC extended transport header, the model's own (`engine::rc::dc`): the DC
+/// access key (8 bytes), the initiator's QP number and the PSN its connection began at (a
+/// 24-bit value in a 4-byte word each).
+pub(crate) const DCETH_LEN: usize = 16;
+
 /// Length of the XRC Extended Transport Header (a reserved byte, then the XRC SRQ number).
 pub(crate) const XRCETH_LEN: usize = 4;
 /// Length of the Atomic Extended Transport Header.
@@ -197,6 +207,8 @@ pub(crate) struct Transport {
     pub solicited: bool,
     /// XRCETH (the XRC SRQ number at the target) of an XRC request.
     pub xrceth: Option<u32>,
+    /// DCETH (access key, initiator QP number, connection's first PSN) of a DC request.
+    pub dceth: Option<(u64, u32, u32)>,
     /// RETH (virtual address, rkey, DMA length), when the opcode carries one.
     pub reth: Option<(u64, u32, u32)>,
     /// AETH (syndrome << 24 | MSN), when the opcode carries one.
@@ -211,7 +223,8 @@ pub(crate) struct Transport {
 }
 
 /// Builds a RoCE v2 frame for RC QP `qpn`'s path into `out` (cleared first): headers from
-/// `t`, then `payload`, the pad and the ICRC. An XRC QP's packets take the XRC opcodes.
+/// `t`, then `payload`, the pad and the ICRC. An XRC QP's packets take the XRC opcodes, a
+/// DC initiator's the DC opcodes.
 /// False (nothing built) without such a QP.
 pub(crate) fn build_frame(
     core: &Core,
@@ -223,20 +236,17 @@ pub(crate) fn build_frame(
     let Some(route) = rc_route(core, qpn) else {
         return false;
     };
-    let xrc = core
-        .res
-        .qps
-        .get(qpn)
-        .is_some_and(|qp| qp.service == cxdirect_hw::qp::service_type::XRC);
-    if xrc {
-        let t = Transport {
-            opcode: t.opcode | bth_opcode::XRC,
-            ..*t
-        };
-        build_routed(&route, &t, payload, out);
-    } else {
-        build_routed(&route, t, payload, out);
-    }
+    let prefix = match core.res.qps.get(qpn).map(|qp| qp.service) {
+        Some(cxdirect_hw::qp::service_type::XRC) => bth_opcode::XRC,
+        // A DC initiator sends only requests, each with its DCETH.
+        Some(cxdirect_hw::qp::service_type::DCI) if t.dceth.is_some() => bth_opcode::DC,
+        _ => 0,
+    };
+    let t = Transport {
+        opcode: t.opcode | prefix,
+        ..*t
+    };
+    build_routed(&route, &t, payload, out);
     true
 }
 
@@ -245,7 +255,8 @@ pub(crate) fn build_frame(
 pub(crate) fn build_routed(route: &Route, t: &Transport, payload: &[u8], out: &mut Vec<u8>) {
     let v4 = gid_is_ipv4_mapped(&route.dst_gid);
     let pad = (4 - payload.len() % 4) % 4;
-    let ext = t.xrceth.map_or(0, |_| XRCETH_LEN)
+    let ext = t.dceth.map_or(0, |_| DCETH_LEN)
+        + t.xrceth.map_or(0, |_| XRCETH_LEN)
         + t.reth.map_or(0, |_| RETH_LEN)
         + t.aeth.map_or(0, |_| 4)
         + t.atomic.map_or(0, |_| ATOMIC_ETH_LEN)
@@ -299,6 +310,12 @@ pub(crate) fn build_routed(route: &Route, t: &Transport, payload: &[u8], out: &m
     out.extend_from_slice(&(t.dest_qpn & PSN_MASK).to_be_bytes());
     let psn_word = (t.psn & PSN_MASK) | if t.ack_req { ACK_REQ } else { 0 };
     out.extend_from_slice(&psn_word.to_be_bytes());
+    // The DCETH (the model's own) comes first after the BTH.
+    if let Some((key, dci, connect_psn)) = t.dceth {
+        out.extend_from_slice(&key.to_be_bytes());
+        out.extend_from_slice(&(dci & PSN_MASK).to_be_bytes());
+        out.extend_from_slice(&(connect_psn & PSN_MASK).to_be_bytes());
+    }
     // The XRCETH comes first after the BTH, before a RETH or AtomicETH (IBA 9.2).
     if let Some(srqn) = t.xrceth {
         out.extend_from_slice(&(srqn & PSN_MASK).to_be_bytes());

@@ -14,6 +14,7 @@
 
 pub(crate) mod caps;
 pub(crate) mod cmdif;
+pub(crate) mod dc;
 pub(crate) mod hca;
 pub(crate) mod mcg;
 pub mod mkey;
@@ -191,6 +192,10 @@ fn dispatch(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
         Opcode::ArmXrcSrq => xrc::arm_xrc_srq(core, input),
         Opcode::QueryXrcSrq => xrc::query_xrc_srq(core, input, output),
         Opcode::DestroyXrcSrq => xrc::destroy_xrc_srq(core, input),
+        Opcode::CreateDct => dc::create_dct(core, input, output),
+        Opcode::DrainDct => dc::drain_dct(core, input),
+        Opcode::QueryDct => dc::query_dct(core, input, output),
+        Opcode::DestroyDct => dc::destroy_dct(core, input),
         Opcode::SetRoceAddress => roce::set_roce_address(core, input),
         Opcode::QueryRoceAddress => roce::query_roce_address(core, input, output),
         Opcode::AttachToMcg => mcg::attach_to_mcg(core, input),

@@ -65,10 +65,11 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
             | service_type::UD
             | service_type::QP1
             | service_type::REG_UMR
+            | service_type::DCI
     ) {
         return Err(bad_param(
             Syndrome::UnsupportedServiceType,
-            "only RC, UC, XRC, UD, GSI (QP1) and REG_UMR QPs are modelled",
+            "only RC, UC, XRC, DCI, UD, GSI (QP1) and REG_UMR QPs are modelled",
         ));
     }
     if ctx.deth_sqpn() != 0 && service != service_type::UD {
@@ -210,6 +211,8 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         counter_set: 0,
         block_lb_mc: ctx.block_lb_mc(),
         deth_sqpn: ctx.deth_sqpn(),
+        dci: None,
+        dc_responder: None,
         slot,
     };
     let table = if matches!(service, service_type::UD | service_type::QP1) {
@@ -255,15 +258,23 @@ fn xrc_receive(core: &Core, kind: u8, ctx: &Qpc<&[u8]>) -> Result<RcReceive, Cmd
     })
 }
 
-/// QP `qpn`, RC or datagram.
+/// QP `qpn`, RC or datagram. A DCT's responder contexts are the device's own QPs: no
+/// command reaches them.
 fn find(core: &Core, qpn: u32) -> Option<&Qp> {
-    core.res.qps.get(qpn).or_else(|| core.res.ud_qps.get(qpn))
+    match core.res.qps.get(qpn) {
+        Some(qp) if qp.dc_responder.is_some() => None,
+        Some(qp) => Some(qp),
+        None => core.res.ud_qps.get(qpn),
+    }
 }
 
-/// QP `qpn`, RC or datagram, to change.
+/// QP `qpn`, RC or datagram, to change (never a DCT's responder context).
 fn find_mut(core: &mut Core, qpn: u32) -> Option<&mut Qp> {
     if core.res.qps.contains(qpn) {
-        core.res.qps.get_mut(qpn)
+        core.res
+            .qps
+            .get_mut(qpn)
+            .filter(|qp| qp.dc_responder.is_none())
     } else {
         core.res.ud_qps.get_mut(qpn)
     }
@@ -447,6 +458,7 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
         next.sq_consumed = 0;
         next.resp = Default::default();
         next.req = Default::default();
+        next.dci = None;
     }
     let (old_set, new_set) = (qp.counter_set, next.counter_set);
     if new_set != old_set {
@@ -505,6 +517,8 @@ fn clone_attrs(qp: &Qp) -> Qp {
         counter_set: qp.counter_set,
         block_lb_mc: qp.block_lb_mc,
         deth_sqpn: qp.deth_sqpn,
+        dci: qp.dci,
+        dc_responder: qp.dc_responder,
         slot: qp.slot,
     }
 }
@@ -555,7 +569,11 @@ fn apply(core: &Core, opcode: Opcode, mask: u32, ctx: &Qpc<&[u8]>, qp: &mut Qp) 
                 return Err(missing("INIT2RTR without a path MTU"));
             }
             check_path_mtu(core, code)?;
-            if ctx.remote_qpn() == 0 {
+            // A DC initiator has no peer of its own: each WQE's address vector names the DCT
+            // and the path (mlx5_ib's `modify_dci_qp_is_ok` takes INIT2RTR with the path MTU
+            // alone, the address vector optional, and never a destination QP).
+            let dci = qp.service == service_type::DCI;
+            if ctx.remote_qpn() == 0 && !dci {
                 return Err(missing("INIT2RTR without a destination QP"));
             }
             if ctx.log_rra_max() > LOG_MAX_RA_QP {
@@ -565,14 +583,18 @@ fn apply(core: &Core, opcode: Opcode, mask: u32, ctx: &Qpc<&[u8]>, qp: &mut Qp) 
                 ));
             }
             check_log_msg_max(ctx)?;
-            check_path(core, &ads)?;
+            if !dci {
+                check_path(core, &ads)?;
+            }
             qp.mtu = code;
             qp.log_msg_max = ctx.log_msg_max();
             qp.remote_qpn = ctx.remote_qpn();
             qp.next_rcv_psn = ctx.next_rcv_psn();
             qp.log_rra_max = ctx.log_rra_max();
             qp.min_rnr_nak = ctx.min_rnr_nak();
-            read_path(&mut qp.path, &ads);
+            if !dci {
+                read_path(&mut qp.path, &ads);
+            }
             if mask & optpar::PKEY_INDEX != 0 {
                 qp.path.pkey_index = ads.pkey_index();
             }

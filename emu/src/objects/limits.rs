@@ -49,3 +49,6 @@ pub(crate) const MAX_QP_MCG: u32 = 240;
 pub(crate) const LOG_MAX_XRCD: u8 = 16;
 /// Largest flow table: 2^16 entries.
 pub(crate) const LOG_MAX_FT_SIZE: u8 = 16;
+
+/// Log2 of the DCTs a function may create.
+pub(crate) const LOG_MAX_DCT: u8 = 12;

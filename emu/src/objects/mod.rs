@@ -5,6 +5,7 @@
 //! (`engine`) run them. Both read this room; it reads neither.
 
 pub(crate) mod context;
+pub(crate) mod dc;
 pub(crate) mod limits;
 pub(crate) mod mcg;
 pub(crate) mod queue_state;
@@ -513,6 +514,11 @@ pub(crate) struct Resources {
     /// QPs so that the RC transport never takes one for its own; the UD transport
     /// (`engine::ud`) carries their datagrams.
     pub ud_qps: Table<rc::Qp>,
+    /// DC targets (CREATE_DCT), numbered apart from the QPs: a DC request names its DCT
+    /// under the DC opcodes, never an RC QP.
+    pub dcts: Table<dc::Dct>,
+    /// A DC request counter: [`dc::DcResponder::last_used`] takes its value.
+    pub dc_clock: u64,
     /// The port's RoCE address (GID) table.
     pub gids: rc::GidTable,
     /// Multicast groups: the UD QPs ATTACH_TO_MCG attached to each multicast GID.
@@ -526,6 +532,9 @@ pub(crate) struct Resources {
 /// First number of a datagram (UD or GSI) QP: past every RC QP number
 /// (`0x4000 + 2^log_max_qp`).
 pub(crate) const UD_QPN_BASE: u32 = 0x40_0000;
+
+/// First DCT number: past every RC QP number and below the datagram QPs.
+pub(crate) const DCT_NUMBER_BASE: u32 = 0x20_0000;
 
 /// First UAR index handed out: BAR0 pages 0 and 1 hold the initialization segment, pages 2 and 3
 /// the MSI-X table and PBA.
@@ -559,6 +568,8 @@ impl Resources {
             q_counters: Table::new(1, u32::from(limits::MAX_Q_COUNTERS)),
             qps: Table::new(0x4000, 1 << limits::LOG_MAX_QP),
             ud_qps: Table::new(UD_QPN_BASE, 1 << limits::LOG_MAX_UD_QP),
+            dcts: Table::new(DCT_NUMBER_BASE, 1 << limits::LOG_MAX_DCT),
+            dc_clock: 0,
             gids: rc::GidTable::new(),
             mcgs: mcg::McastGroups::default(),
             next_group: 1,

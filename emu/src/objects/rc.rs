@@ -44,7 +44,7 @@ pub(crate) struct RcPath {
 /// An RC QP: its queues, state and every attribute the transport needs.
 #[derive(Debug)]
 pub(crate) struct Qp {
-    /// Service type (`cxdirect_hw::qp::service_type`): RC, or QP1 for a GSI QP.
+    /// Service type (`cxdirect_hw::qp::service_type`): RC, UC, XRC, DCI, or QP1 for a GSI QP.
     pub service: u8,
     /// QP state (`cxdirect_hw::qp::state`).
     pub state: u8,
@@ -94,6 +94,11 @@ pub(crate) struct Qp {
     /// A UD QP's DETH source QP number (`deth_sqpn`; 0: the QP's own number). mlx5_ib's GSI
     /// transmit QPs set 1 (`MLX5_IB_QP_CREATE_SQPN_QP1` in `create_kernel_qp`).
     pub deth_sqpn: u32,
+    /// A DC initiator (service type DCI): the connection it carries now (`None` before its
+    /// first WQE).
+    pub dci: Option<super::dc::DciConnection>,
+    /// One of a DCT's responder contexts: a QP of the device's own, which no command names.
+    pub dc_responder: Option<super::dc::DcResponder>,
     pub slot: Slot,
 }
 

@@ -13,10 +13,13 @@
 //! QP to error and raises its asynchronous events; [`unreliable`] is the UC responder (the
 //! requester sends UC through the same rooms, under the UC opcodes and without waiting for
 //! acknowledgements); [`xrc`] is the XRC target's side of the responder (the requester sends
-//! XRC through the same rooms, an XRCETH after each request's BTH); [`page_fault`] stops and
+//! XRC through the same rooms, an XRCETH after each request's BTH); [`dc`] is the DC
+//! transport (a DC initiator's connections, a DCT's admission of requests into responder
+//! contexts, the rest being RC); [`page_fault`] stops and
 //! resumes either side at a page not present (on-demand paging).
 
 pub(crate) mod completion;
+pub(crate) mod dc;
 pub(crate) mod page_fault;
 pub(crate) mod qp_error;
 pub(crate) mod requester;

@@ -18,6 +18,16 @@ const EVENT_QUEUE_TYPE_QP: u8 = 0;
 
 /// Posts `event` for QP `qpn` to the EQ subscribed to it, if any.
 fn post_qp_event(core: &mut Core, qpn: u32, event: EventType) {
+    // A DCT's responder context is the device's own: no driver knows its number. A refused
+    // request only ends that initiator's connection (its next one starts the context over).
+    if core
+        .res
+        .qps
+        .get(qpn)
+        .is_some_and(|qp| qp.dc_responder.is_some())
+    {
+        return;
+    }
     let mut data = [0u8; 28];
     if let Ok(mut e) = EqeQpSrq::new(&mut data[..]) {
         e.set_kind(EVENT_QUEUE_TYPE_QP).set_qp_srq_n(qpn);

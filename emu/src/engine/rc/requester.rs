@@ -357,6 +357,7 @@ fn execute_from(
         resend_psn,
         from_packet,
         xrc_srqn: None,
+        dceth: None,
     };
     if resend_psn.is_none()
         && ((expects_response(op) && at_read_limit(core, qpn))
@@ -381,7 +382,8 @@ fn execute_from(
     }
     let unreliable = service == service_type::UC;
     let xrc = service == service_type::XRC;
-    if service != service_type::RC && !unreliable && !xrc {
+    let dci = service == service_type::DCI;
+    if service != service_type::RC && !unreliable && !xrc && !dci {
         // The REG_UMR QP carries UMR WQEs only.
         return Err(bad);
     }
@@ -405,6 +407,20 @@ fn execute_from(
         let seg = &s.wqe[at..at + 4];
         req.xrc_srqn = Some(u32::from_be_bytes([seg[0], seg[1], seg[2], seg[3]]) & 0x00ff_ffff);
         at += WQE_DS;
+    }
+    if dci {
+        // A DC initiator's WQE has the DCT's address vector after its control segment
+        // (libmlx5's `mlx5_send_wr_set_dc_addr`); the initiator connects to that DCT first.
+        if ds * WQE_DS < at + super::dc::DC_AV_BYTES {
+            return Err(bad);
+        }
+        match super::dc::connect(core, qpn, &s.wqe[..ds * WQE_DS], resend_psn.is_some()) {
+            Some(super::dc::Connect::Go(eth)) => req.dceth = Some(eth),
+            // Resumed when the last WQE sent on the current connection is acknowledged.
+            Some(super::dc::Connect::Wait) => return Ok(None),
+            None => return Err(bad),
+        }
+        at += super::dc::DC_AV_BYTES;
     }
     match op {
         opcode::SEND | opcode::SEND_IMM | opcode::SEND_INVAL => {}

@@ -13,6 +13,7 @@ use crate::function::Core;
 use crate::objects::rc::Outstanding;
 use crate::translate::translate;
 use cxdirect_hw::cqe::CqeSyndrome;
+use cxdirect_hw::qp::service_type;
 use cxdirect_hw::wqe::{self, opcode, CtrlSeg, DataSeg, WQE_BB, WQE_DS};
 use std::time::Instant;
 
@@ -75,6 +76,11 @@ pub(crate) fn acknowledge(core: &mut Core, qpn: u32, psn: u32, syndrome: u8) {
             fail(core, qpn, front.index, front.opcode, syndrome);
         }
         flush(core, qpn);
+        return;
+    }
+    // A DC initiator's WQE for another DCT waits for this: its connection is now idle.
+    if kind == 0 && super::dc::idle_initiator(core, qpn) {
+        resume(core, qpn);
     }
 }
 
@@ -240,8 +246,19 @@ fn scatter_local(
         )
         .map_err(|_| CqeSyndrome::LocalProtection)?;
     }
-    let pd = core.res.qps.get(qpn).map_or(0, |qp| qp.pd);
-    let mut at = if op == opcode::RDMA_READ { 2 } else { 3 } * WQE_DS;
+    let (pd, service) = core
+        .res
+        .qps
+        .get(qpn)
+        .map_or((0, 0), |qp| (qp.pd, qp.service));
+    // An XRC initiator's WQE has its XRC segment, a DC initiator's its address vector,
+    // between the control and the remote-address segments.
+    let transport = match service {
+        service_type::XRC => WQE_DS,
+        service_type::DCI => super::dc::DC_AV_BYTES,
+        _ => 0,
+    };
+    let mut at = transport + if op == opcode::RDMA_READ { 2 } else { 3 } * WQE_DS;
     let mut skip = offset;
     let mut left = data;
     while !left.is_empty() && at + WQE_DS <= ds * WQE_DS {

@@ -29,6 +29,8 @@ pub(super) struct Request {
     pub(super) from_packet: u32,
     /// XRC initiators: the XRC SRQ at the target the WQE's XRC segment names.
     pub(super) xrc_srqn: Option<u32>,
+    /// DC initiators: the DCETH (access key, initiator, connection's first PSN).
+    pub(super) dceth: Option<(u64, u32, u32)>,
 }
 
 /// Gathers the message of the data and inline segments of `wqe` from byte `at` on, through
@@ -102,6 +104,7 @@ pub(super) fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcS
             ack_req: last && !unreliable,
             solicited: last && req.solicited,
             xrceth: req.xrc_srqn,
+            dceth: req.dceth,
             reth: match req.remote {
                 Some((va, rkey)) if first => Some((va, rkey, total as u32)),
                 _ => None,
@@ -178,6 +181,7 @@ pub(super) fn send_read(core: &mut Core, qpn: u32, req: &Request, va: u64, rkey:
         ack_req: true,
         solicited: false,
         xrceth: req.xrc_srqn,
+        dceth: req.dceth,
         reth: Some((va, rkey, bytes)),
         aeth: None,
         imm: None,
@@ -204,6 +208,7 @@ pub(super) fn send_atomic(core: &mut Core, qpn: u32, req: &Request, eth: (u64, u
         ack_req: true,
         solicited: false,
         xrceth: req.xrc_srqn,
+        dceth: req.dceth,
         reth: None,
         aeth: None,
         imm: None,

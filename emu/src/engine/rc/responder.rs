@@ -10,8 +10,8 @@
 
 use super::count;
 use super::packet::{
-    aeth, bth_opcode, icrc, roce_offsets, ACKNOWLEDGE, BTH_LEN, ICRC_LEN, IMM_LEN, PSN_MASK,
-    RETH_LEN,
+    aeth, bth_opcode, icrc, roce_offsets, ACKNOWLEDGE, BTH_LEN, DCETH_LEN, ICRC_LEN, IMM_LEN,
+    PSN_MASK, RETH_LEN,
 };
 use super::qp_error::enter_error;
 use super::requester_ack::{acknowledge, response};
@@ -53,18 +53,30 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8]) -> bool {
     let qpn = u32::from_be_bytes([bth[4], bth[5], bth[6], bth[7]]) & PSN_MASK;
     let psn_word = u32::from_be_bytes([bth[8], bth[9], bth[10], bth[11]]);
     let (psn, ack_req) = (psn_word & PSN_MASK, psn_word & 0x8000_0000 != 0);
-    // The REG_UMR QP shares the RC QPs' numbers but has no peer: nothing arrives for it.
+    // A DC request names a DCT: it goes to the responder context carrying its initiator.
+    let dc = opcode & 0xe0 == bth_opcode::DC;
+    let (qpn, opcode) = if dc {
+        match super::dc::admit(core, frame, &at, qpn, psn) {
+            Some(responder) => (responder, opcode & !bth_opcode::DC),
+            None => return true,
+        }
+    } else {
+        (qpn, opcode)
+    };
+    // The REG_UMR QP shares the RC QPs' numbers but has no peer: nothing arrives for it. A
+    // DCT's responder context takes only DC requests; a DC initiator only responses.
     let Some(qp) = core.res.qps.get(qpn).filter(|qp| {
         matches!(
             qp.service,
-            service_type::RC | service_type::UC | service_type::XRC
-        )
+            service_type::RC | service_type::UC | service_type::XRC | service_type::DCI
+        ) && qp.dc_responder.is_some() == dc
     }) else {
         add(&core.counters.roce_rx_drops, 1);
         return true;
     };
     let qp_state = qp.state;
-    let rest_start = at.bth + BTH_LEN;
+    let qp_service = qp.service;
+    let rest_start = at.bth + BTH_LEN + if dc { DCETH_LEN } else { 0 };
     if body_end < rest_start + pad {
         add(&core.counters.roce_rx_drops, 1);
         return true;
@@ -133,7 +145,7 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8]) -> bool {
         acknowledge(core, qpn, psn, (word >> 24) as u8);
         return true;
     }
-    if qp_state != state::RTR && qp_state != state::RTS {
+    if (qp_state != state::RTR && qp_state != state::RTS) || qp_service == service_type::DCI {
         add(&core.counters.roce_rx_drops, 1);
         return true;
     }

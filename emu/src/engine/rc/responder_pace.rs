@@ -232,6 +232,7 @@ fn transmit(
         ack_req: false,
         solicited: false,
         xrceth: None,
+        dceth: None,
         reth: None,
         aeth,
         imm: None,

@@ -208,11 +208,13 @@ pub(super) fn responder_cqe(
     };
     let xrc = qp.resp.xrc;
     let cqn = xrc.map_or(qp.cqn_rcv, |x| x.cqn);
+    // A DCT's receives report the DCT, not the responder context that took them.
+    let cqe_qpn = qp.dc_responder.map_or(qpn, |r| r.dct);
     let mut cqe = [0u8; 64];
     if let Ok(mut c) = Cqe64::new(&mut cqe[..]) {
         c.set_opcode(op as u8)
             .set_byte_cnt(bytes)
-            .set_qpn(qpn)
+            .set_qpn(cqe_qpn)
             .set_wqe_counter(index);
         // The immediate, or the rkey a SEND with invalidate invalidated.
         if matches!(

@@ -200,6 +200,7 @@ fn execute(
         ack_req: false,
         solicited,
         xrceth: None,
+        dceth: None,
         reth: None,
         aeth: None,
         imm: None,
