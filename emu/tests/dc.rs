@@ -17,11 +17,13 @@ use cxdirect_emu::testkit::rc::{RemoteRights, GID_A, GID_B, MAC_A, MAC_B};
 use cxdirect_emu::testkit::{CmdFail, Cq, Host, Rq, Sq};
 use cxdirect_emu::wire::{PortId, Wire};
 use cxdirect_emu::{Device, EmuConfig, Syndrome};
+use cxdirect_hw::caps::CmdHcaCap;
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
 use cxdirect_hw::dct::{
     self, CreateDctIn, CreateDctOut, DestroyDctIn, DrainDctIn, QueryDctIn, QueryDctOut,
 };
 use cxdirect_hw::eqe::{EventType, EQE_DCT_NUMBER_OFFSET};
+use cxdirect_hw::hca::cap_type;
 use cxdirect_hw::qp::{mtu, rq_type, service_type, CreateQpIn, CreateQpOut};
 use cxdirect_hw::wqe::{opcode, CtrlSeg, DataSeg, DatagramSeg, RaddrSeg};
 use std::sync::Arc;
@@ -348,6 +350,18 @@ const RESP_SEND: u8 = 0x2;
 const REQ_ERR: u8 = 0xd;
 /// `MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR`.
 const REMOTE_ACCESS_ERR: u8 = 0x13;
+
+#[test]
+fn dc_is_advertised_with_roce_as_mlx5_ib_checks_it() {
+    let (mut a, _b, _wire) = hosts();
+    let general = a.query_cap(cap_type::GENERAL_DEVICE, true);
+    let caps = CmdHcaCap::new(&general[0x10..]).unwrap();
+    // `set_mlx_qp_type` / `check_qp_type` refuse DC without `dct`; `validate_rd_atomic`
+    // bounds a DCI's READs and atomics in flight by the DC limits.
+    assert!(caps.dct());
+    assert_eq!(caps.log_max_ra_req_dc(), 4);
+    assert_eq!(caps.log_max_ra_res_dc(), 4);
+}
 
 #[test]
 fn dct_create_query_drain_destroy_as_mlx5_ib_sends_them() {

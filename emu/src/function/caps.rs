@@ -73,6 +73,10 @@ impl CapSet {
             .set_log_max_qp(LOG_MAX_QP)
             .set_log_max_ra_req_qp(LOG_MAX_RA_QP)
             .set_log_max_ra_res_qp(LOG_MAX_RA_QP)
+            // DC initiators take the RC limits on READs and atomics in flight (mlx5_ib's
+            // `validate_rd_atomic` reads these for a DCI).
+            .set_log_max_ra_req_dc(LOG_MAX_RA_QP)
+            .set_log_max_ra_res_dc(LOG_MAX_RA_QP)
             .set_roce(cfg.roce)
             // The vport's local loopback can be disabled per kind: Linux's
             // mlx5_nic_vport_update_local_lb (vport.c) writes `disable_uc_local_lb` /
@@ -82,6 +86,9 @@ impl CapSet {
             .set_disable_local_lb_mc(true)
             // Linux's mlx5_ib refuses a RoCE port without XRC domains; XRC QPs are modelled.
             .set_xrc(cfg.roce)
+            // DC: DCTs and DC initiators (`fw::dc`, `engine::rc::dc`); mlx5_ib refuses
+            // `mlx5dv_create_qp` with MLX5DV_QP_INIT_ATTR_MASK_DC without it.
+            .set_dct(cfg.roce)
             // RC atomics (compare-and-swap, fetch-and-add) are executed by the responder.
             .set_atomic(cfg.roce)
             .set_log_max_xrcd(if cfg.roce { LOG_MAX_XRCD } else { 0 })
