@@ -513,3 +513,140 @@ fn a_drained_dct_takes_no_more_requests() {
     assert_eq!(r.b.read(land, 8), vec![0; 8]);
     assert!(r.b.poll_cq(&mut r.cq_b).is_none());
 }
+
+#[test]
+fn a_dci_reaches_a_dct_on_its_own_function() {
+    // Both ends on one function (perftest with server and client on one device): the DC
+    // requests and their ACKs loop inside the device.
+    let (mut a, _b, _wire) = hosts();
+    let cq = a.create_cq(5);
+    let mut dci = create_dci(&mut a, &cq, 5);
+    let (srqn, mut rmp) = a.create_rmp(RMP_LOG, 0);
+    let dctn = create_dct(&mut a, cq.cqn, srqn, KEY).expect("CREATE_DCT");
+    let lkey = a.create_mkey(false, true);
+    let land = a.alloc(64, 64);
+    a.post_recv(&mut rmp, land, 64, lkey);
+    let src = a.alloc(64, 64);
+    a.write(src, b"to myself");
+    let to = DcAddr {
+        dct: dctn,
+        key: KEY,
+        gid: GID_A,
+        mac: MAC_A,
+    };
+    let w = dc_wqe(&dci, opcode::SEND, to, None, (src, lkey, 9));
+    a.post(&mut dci, &w, false);
+    for _ in 0..8 {
+        a.dev.poll();
+    }
+    assert_eq!(a.read(land, 9), b"to myself");
+    let mut cq = cq;
+    let mut seen = Vec::new();
+    while let Some(cqe) = a.poll_cq(&mut cq) {
+        seen.push((cqe_opcode(&cqe), cqe_qpn(&cqe)));
+    }
+    seen.sort();
+    assert_eq!(seen, vec![(REQ, dci.sqn), (RESP_SEND, dctn)]);
+}
+
+/// The ICRC of RoCE v2 IPv4 frame `frame` (its last four bytes the ICRC's place), from the
+/// IBA rules: eight bytes of ones for the LRH, the IP, UDP and transport headers with their
+/// variant fields set to ones, then the rest.
+fn icrc_v4(frame: &[u8]) -> [u8; 4] {
+    let mut masked = vec![0xff; 8];
+    let mut ip = frame[14..34].to_vec();
+    ip[1] = 0xff;
+    ip[8] = 0xff;
+    ip[10] = 0xff;
+    ip[11] = 0xff;
+    masked.extend_from_slice(&ip);
+    let mut rest = frame[34..frame.len() - 4].to_vec();
+    rest[6] = 0xff;
+    rest[7] = 0xff;
+    rest[8 + 4] = 0xff;
+    masked.extend_from_slice(&rest);
+    crc32fast::hash(&masked).to_le_bytes()
+}
+
+#[test]
+fn the_dc_wire_format_and_a_request_cut_inside_its_dceth() {
+    // Each function alone on its own wire: A's frames wait at the far end of A's, and are
+    // put on B's by hand.
+    let cfg = |mac| EmuConfig {
+        roce: true,
+        mac,
+        ..EmuConfig::default()
+    };
+    let (mut a, wire) = cxdirect_emu::testkit::rc::lone_host(cfg(MAC_A), MEM, GID_A, MAC_A);
+    let (mut b, wire_b) = cxdirect_emu::testkit::rc::lone_host(cfg(MAC_B), MEM, GID_B, MAC_B);
+    let mut cq_b = b.create_cq(5);
+    let (srqn, mut rmp) = b.create_rmp(RMP_LOG, 0);
+    let dctn = create_dct(&mut b, cq_b.cqn, srqn, KEY).expect("CREATE_DCT");
+    let lkey_b = b.create_mkey(false, true);
+    let land = b.alloc(64, 64);
+    b.post_recv(&mut rmp, land, 64, lkey_b);
+    let cq_a = a.create_cq(5);
+    let mut dci = create_dci(&mut a, &cq_a, 5);
+    let lkey_a = a.create_mkey(false, true);
+    let src = a.alloc(64, 64);
+    a.write(src, b"hello");
+    let to = DcAddr {
+        dct: dctn,
+        key: KEY,
+        gid: GID_B,
+        mac: MAC_B,
+    };
+    let w = dc_wqe(&dci, opcode::SEND, to, None, (src, lkey_a, 5));
+    a.post(&mut dci, &w, false);
+    a.dev.poll();
+    let frames = cxdirect_emu::testkit::rc::take_frames(&wire);
+    assert_eq!(frames.len(), 1);
+    let f = &frames[0];
+    // IPv4 (the GIDs are IPv4-mapped): the BTH at 42, the DCETH after it.
+    assert_eq!(f[42], 0xc0 | 0x04, "SEND ONLY under the DC prefix");
+    assert_eq!(
+        u32::from_be_bytes(f[46..50].try_into().unwrap()) & 0xff_ffff,
+        dctn
+    );
+    assert_eq!(
+        u32::from_be_bytes(f[50..54].try_into().unwrap()) & 0xff_ffff,
+        0x10
+    );
+    assert_eq!(u64::from_be_bytes(f[54..62].try_into().unwrap()), KEY);
+    assert_eq!(u32::from_be_bytes(f[62..66].try_into().unwrap()), dci.sqn);
+    assert_eq!(
+        u32::from_be_bytes(f[66..70].try_into().unwrap()),
+        0x10,
+        "connection PSN"
+    );
+    assert_eq!(&f[70..75], b"hello");
+    // Cut inside the DCETH (eight of its sixteen bytes), lengths, checksum and ICRC redone:
+    // dropped and counted, nothing placed.
+    let mut cut = f[..62].to_vec();
+    let total = (cut.len() + 4 - 14) as u16;
+    cut[16..18].copy_from_slice(&total.to_be_bytes());
+    cut[24..26].copy_from_slice(&[0, 0]);
+    let sum = !cxdirect_emu::packet::ones_complement_sum(&cut[14..34], 0);
+    cut[24..26].copy_from_slice(&sum.to_be_bytes());
+    cut[38..40].copy_from_slice(&(total - 20).to_be_bytes());
+    cut.extend_from_slice(&[0; 4]);
+    let crc = icrc_v4(&cut);
+    let n = cut.len();
+    cut[n - 4..].copy_from_slice(&crc);
+    let before = b.dev.counters();
+    wire_b.transmit(PortId::B, &cut).unwrap();
+    b.dev.poll();
+    let after = b.dev.counters();
+    assert_eq!(
+        after.roce_icrc_drops, before.roce_icrc_drops,
+        "the ICRC is good"
+    );
+    assert_eq!(after.roce_rx_drops, before.roce_rx_drops + 1);
+    assert!(b.poll_cq(&mut cq_b).is_none());
+    // The whole request is taken.
+    wire_b.transmit(PortId::B, &frames[0]).unwrap();
+    b.dev.poll();
+    assert_eq!(b.read(land, 5), b"hello");
+    let cqe = b.poll_cq(&mut cq_b).expect("the DCT's receive");
+    assert_eq!((cqe_opcode(&cqe), cqe_qpn(&cqe)), (RESP_SEND, dctn));
+}

@@ -25,7 +25,7 @@
 //! contexts CREATE_DCT made: a new connection (another first PSN) starts it over at that PSN.
 //! The RC responder then runs as for any RC QP, with the DCT's SRQ, CQ, PD and access rights.
 
-use super::packet::{Offsets, BTH_LEN, DCETH_LEN, PSN_MASK};
+use super::packet::{Offsets, BTH_LEN, DCETH_LEN, ICRC_LEN, PSN_MASK};
 use crate::counters::add;
 use crate::function::Core;
 use crate::objects::dc::{DcPeer, DciConnection};
@@ -106,7 +106,12 @@ pub(super) fn admit(
     psn: u32,
 ) -> Option<u32> {
     let start = at.bth + BTH_LEN;
-    let Some(eth) = frame.get(start..start + DCETH_LEN) else {
+    // The DCETH must end before the ICRC: a shorter packet changes no responder context.
+    let body_end = at.end.saturating_sub(ICRC_LEN).min(frame.len());
+    let Some(eth) = frame
+        .get(start..(start + DCETH_LEN).min(body_end))
+        .filter(|e| e.len() == DCETH_LEN)
+    else {
         add(&core.counters.roce_rx_drops, 1);
         return None;
     };
