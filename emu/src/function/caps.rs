@@ -51,10 +51,12 @@ pub(crate) struct CapSet {
     /// the host's); reported with [`EmuConfig::roce`].
     pub max_atomic: [u8; 0x100],
     pub current_atomic: [u8; 0x100],
-    /// The ODP capability page (maximum and current alike), reported with RoCE: RC requester
-    /// SENDs and WRITEs, RC receives (on the QP's own ring) and RC responder RDMA WRITEs
-    /// resolve page faults; the rest (READ, atomics, SRQs, UD, XRC, DC, the memory scheme) are
-    /// not modelled and left 0. Read by Linux only when general `pg` is set.
+    /// The ODP capability page (maximum and current alike), reported with RoCE: RC SENDs,
+    /// receives (on the QP's own ring or an SRQ), RDMA WRITEs, RDMA READs (either side) and
+    /// atomics (either side) resolve page faults (`engine::rc::page_fault`); the rest (UD, XRC,
+    /// DC, device prefetch, the memory scheme) are not modelled and left 0. Read by Linux only
+    /// when general `pg` is set; mlx5_core's `handle_hca_cap_odp` raises `rc_srq_receive` to
+    /// its maximum with SET_HCA_CAP, which finds it set already.
     pub odp: [u8; 0x100],
     pub context_slot: Option<crate::objects::Slot>,
 }
@@ -234,7 +236,12 @@ impl CapSet {
         let mut max_atomic = [0u8; 0x100];
         max_atomic.copy_from_slice(a.as_bytes());
         let mut o = OdpCap::zeroed();
-        o.set_rc_send(true).set_rc_receive(true).set_rc_write(true);
+        o.set_rc_send(true)
+            .set_rc_receive(true)
+            .set_rc_write(true)
+            .set_rc_read(true)
+            .set_rc_atomic(true)
+            .set_rc_srq_receive(true);
         let mut odp = [0u8; 0x100];
         odp.copy_from_slice(o.as_bytes());
         Self {
