@@ -309,3 +309,59 @@ fn without_a_page_fault_eq_a_read_source_not_present_is_a_remote_access_error() 
     );
     assert!(page_faults(&mut p.b).is_empty());
 }
+
+#[test]
+fn a_send_behind_a_faulted_read_waits_and_completes_after_it_in_order() {
+    let mut p = odp_pair(true);
+    let data = pattern(3000, 17);
+    let remote = remote_buffer(&mut p, &data);
+    let iova = 0x7e80_0000_0000u64;
+    let mut mr = OdpMr::new(&mut p.a, 1, iova, &[false]);
+    let lkey_b = p.b.create_mkey(false, true);
+    let dst = p.b.alloc(4096, 4096);
+    p.b.post_rc_recv(&mut p.qp_b, dst, 4096, lkey_b);
+    let w = read_wqe(&p, remote, (iova, mr.key), 3000);
+    p.a.post(&mut p.qp_a.sq, &w, false);
+    let lkey_a = p.a.create_mkey(false, true);
+    let src = p.a.alloc(64, 64);
+    p.a.write(src, b"behind the read");
+    let w = wqe_of(&p.qp_a.sq, opcode::SEND, (0, 0), (src, lkey_a), 15);
+    p.a.post(&mut p.qp_a.sq, &w, false);
+    p.settle();
+    // The SEND went before the READ's response faulted and was acknowledged; it completes
+    // only after the READ does.
+    assert_eq!(drain(&p.b, &mut p.cq_b).len(), 1, "the SEND was received");
+    assert!(
+        drain(&p.a, &mut p.cq_a).is_empty(),
+        "nothing completes before the READ"
+    );
+    let faults = page_faults(&mut p.a);
+    let e = wqe_fault(&faults);
+    assert_eq!(
+        (e.pf_type(), e.wqe_index()),
+        (wqe_pf_type::REQ_READ_OR_ATOMIC, 0)
+    );
+    std::thread::sleep(PAST_RNR);
+    p.settle();
+    assert_eq!(
+        p.a.dev.counters().roce_retransmits,
+        0,
+        "nothing is sent again while the fault waits (the SEND's ACK is no implied NAK)"
+    );
+    mr.update_xlt(&mut p.a, &[true], false, 0, 0);
+    resume(&mut p.a, e.pf_type(), e.wq_num(), e.token(), false).expect("PAGE_FAULT_RESUME");
+    p.settle();
+    let done = drain(&p.a, &mut p.cq_a);
+    assert_eq!(done.len(), 2, "the READ, then the SEND");
+    assert!(done.iter().all(|c| cqe_opcode(c) == CQE_REQ));
+    let counters: Vec<u16> = done
+        .iter()
+        .map(|c| u16::from_be_bytes([c[0x3c], c[0x3d]]))
+        .collect();
+    assert_eq!(counters, vec![0, 1], "in posting order");
+    assert_eq!(mr.read(&p.a, 3000), data);
+    assert!(
+        drain(&p.b, &mut p.cq_b).is_empty(),
+        "the SEND was taken once"
+    );
+}

@@ -72,6 +72,15 @@ pub(crate) fn resume_page_fault(
             cxdirect_hw::cqe::CqeSyndrome::LocalProtection,
         );
     } else if response {
+        let sending = core
+            .res
+            .qps
+            .get(qpn)
+            .is_some_and(|qp| qp.state == cxdirect_hw::qp::state::RTS);
+        if !sending {
+            // The QP left RTS meanwhile: nothing goes on.
+            return Ok(());
+        }
         retransmit::resend_outstanding(core, qpn);
         retransmit::progressed(core, qpn, std::time::Instant::now());
     } else {

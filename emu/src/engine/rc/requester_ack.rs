@@ -52,6 +52,11 @@ pub(crate) fn acknowledge(core: &mut Core, qpn: u32, psn: u32, syndrome: u8) {
         resend_outstanding(core, qpn);
         return;
     }
+    if kind == 0 && blocked && response_faulted(core, qpn) {
+        // The READ or atomic holding the others back waits for its page: its responses are
+        // taken again after PAGE_FAULT_RESUME, not before.
+        return;
+    }
     if kind == 0 && blocked {
         // The responder acknowledged past a READ or atomic whose response never came: the
         // response was lost (an implied NAK). Go back to it.
