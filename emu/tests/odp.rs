@@ -21,8 +21,8 @@ fn caps_read_as_mlx5_ib_fill_odp_caps_and_handle_hca_cap_odp_read_them() {
     // mlx5r_umr_can_load_pas(dev, 0): UMR may load translations.
     assert!(!g.umr_modify_entity_size_disabled() && g.umr_extended_translation_offset());
     // IB_ODP_SUPPORT_IMPLICIT needs fixed_buffer_size and null_mkey (KSM keys over a null
-    // key): not reported, so mlx5_ib registers explicit ODP regions only.
-    assert!(!g.fixed_buffer_size() && !g.null_mkey());
+    // key): reported (emu/tests/odp_implicit.rs).
+    assert!(g.fixed_buffer_size() && g.null_mkey());
     for current in [false, true] {
         let page = p.a.query_cap(cap_type::ODP, current);
         let odp = OdpCap::new(&page[0x10..0x110]).expect("layout");

@@ -124,6 +124,12 @@ impl CapSet {
             // `mlx5_ib_internal_fill_odp_caps` then reads the ODP page below, and mlx5_core's
             // `handle_hca_cap_odp` (main.c) queries it.
             .set_pg(cfg.odp && cfg.roce)
+            // Implicit ODP (IB_ODP_SUPPORT_IMPLICIT in `mlx5_ib_internal_fill_odp_caps`, with
+            // `umr_extended_translation_offset` and no `umr_indirect_mkey_disabled`): KSM keys
+            // of fixed-size blocks, and the null key (QUERY_SPECIAL_CONTEXTS) their blocks
+            // not yet backed name, an access there a page fault (`translate::NULL_MKEY`).
+            .set_fixed_buffer_size(cfg.odp && cfg.roce)
+            .set_null_mkey(cfg.odp && cfg.roce)
             // A QP created with `block_lb_mc` does not receive the multicast datagrams it sent
             // itself (mlx5_ib reports IB_DEVICE_BLOCK_MULTICAST_LOOPBACK from this and sets the
             // bit for IB_QP_CREATE_BLOCK_MULTICAST_LOOPBACK in `create_qp_common`).
