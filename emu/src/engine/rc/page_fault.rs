@@ -260,6 +260,16 @@ fn requester_fault(
     if !reported(core, qpn) {
         return false;
     }
+    if core
+        .res
+        .qps
+        .get(qpn)
+        .is_some_and(|qp| qp.req.page_fault.is_some())
+    {
+        // One fault waits already (a response arriving behind a gather fault): this one is
+        // not reported yet, its response is dropped and asked for again after that resume.
+        return true;
+    }
     let fault = WqeFault {
         wq: qpn,
         index,
