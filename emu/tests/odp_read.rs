@@ -365,3 +365,50 @@ fn a_send_behind_a_faulted_read_waits_and_completes_after_it_in_order() {
         "the SEND was taken once"
     );
 }
+
+#[test]
+fn a_read_response_behind_a_waiting_gather_fault_is_reported_after_that_resume() {
+    let mut p = odp_pair(true);
+    let data = pattern(1000, 61);
+    let remote = remote_buffer(&mut p, &data);
+    let lkey_b = p.b.create_mkey(false, true);
+    let dst_b = p.b.alloc(4096, 4096);
+    p.b.post_rc_recv(&mut p.qp_b, dst_b, 4096, lkey_b);
+    // The READ's destination and the SEND's source, both not present.
+    let mut dst = OdpMr::new(&mut p.a, 1, 0x7e90_0000_0000, &[false]);
+    let mut src = OdpMr::new(&mut p.a, 1, 0x7ea0_0000_0000, &[false]);
+    p.a.write(src.pages[0], b"sent after the read");
+    let w = read_wqe(&p, remote, (dst.iova, dst.key), 1000);
+    p.a.post(&mut p.qp_a.sq, &w, false);
+    let w = wqe_of(&p.qp_a.sq, opcode::SEND, (0, 0), (src.iova, src.key), 19);
+    p.a.post(&mut p.qp_a.sq, &w, false);
+    p.settle();
+    // The SEND's gather faulted first; the READ's response came behind it and was dropped,
+    // not reported over it.
+    let faults = page_faults(&mut p.a);
+    let e = wqe_fault(&faults);
+    assert_eq!(
+        (e.pf_type(), e.wqe_index()),
+        (wqe_pf_type::REQ_SEND_OR_WRITE, 1)
+    );
+    src.update_xlt(&mut p.a, &[true], false, 0, 0);
+    resume(&mut p.a, e.pf_type(), e.wq_num(), e.token(), false).expect("PAGE_FAULT_RESUME");
+    p.settle();
+    // The SEND's ACK passes the READ: sent again, its response faults now.
+    assert_eq!(drain(&p.b, &mut p.cq_b).len(), 1, "the SEND was received");
+    let faults = page_faults(&mut p.a);
+    let e = wqe_fault(&faults);
+    assert_eq!(
+        (e.pf_type(), e.wqe_index()),
+        (wqe_pf_type::REQ_READ_OR_ATOMIC, 0)
+    );
+    assert!(drain(&p.a, &mut p.cq_a).is_empty());
+    dst.update_xlt(&mut p.a, &[true], false, 0, 0);
+    resume(&mut p.a, e.pf_type(), e.wq_num(), e.token(), false).expect("PAGE_FAULT_RESUME");
+    p.settle();
+    let done = drain(&p.a, &mut p.cq_a);
+    assert_eq!(done.len(), 2, "the READ, then the SEND");
+    assert!(done.iter().all(|c| cqe_opcode(c) == CQE_REQ));
+    assert_eq!(dst.read(&p.a, 1000), data);
+    assert_eq!(p.b.read(dst_b, 19), b"sent after the read".to_vec());
+}
