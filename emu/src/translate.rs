@@ -16,9 +16,10 @@ pub const RESERVED_LKEY: u32 = 0x200;
 
 /// The null memory key the model reports in QUERY_SPECIAL_CONTEXTS (`null_mkey`, with the
 /// general `null_mkey` capability): an indirect key's entry naming it maps nothing, and an
-/// access there is a page not present ([`KeyFault::NotPresent`]). mlx5_ib points every block
-/// of an implicit ODP key not yet backed by a child key at it (`mlx5_cmd_null_mkey`,
-/// `populate_klm` in odp.c). Memory key index 3 is never handed out.
+/// access there is a page not present ([`KeyFault::NotPresent`]). mlx5_ib reads it with
+/// `mlx5r_cmd_query_special_mkeys` (cmd.c) and points every block of an implicit ODP key not
+/// yet backed by a child key at it (`populate_klm` in odp.c). Memory key index 3 is never
+/// handed out.
 pub const NULL_MKEY: u32 = 0x300;
 
 /// Why a memory access through a key was refused: the engines turn this into an error CQE

@@ -1,8 +1,8 @@
 //! Implicit on-demand paging (`IB_ODP_SUPPORT_IMPLICIT`, `ibv_reg_mr(pd, NULL, SIZE_MAX,
 //! IBV_ACCESS_ON_DEMAND)`) as Linux 6.12's mlx5_ib builds it (odp.c, umr.c):
 //! `mlx5_ib_internal_fill_odp_caps` reports it with `fixed_buffer_size`, `null_mkey` and
-//! `umr_extended_translation_offset`; `mlx5_ib_odp_init_one` reads the null key with
-//! QUERY_SPECIAL_CONTEXTS (`mlx5_cmd_null_mkey`); `mlx5_ib_alloc_implicit_mr` takes a KSM key
+//! `umr_extended_translation_offset`; `mlx5r_cmd_query_special_mkeys` (cmd.c) reads the null
+//! key with QUERY_SPECIAL_CONTEXTS when `null_mkey` is set; `mlx5_ib_alloc_implicit_mr` takes a KSM key
 //! of `mlx5_imr_ksm_entries` (2^17 on x86-64: TASK_SIZE in 1 GiB blocks) from the mkey cache
 //! and loads every entry with the null key (`mlx5r_umr_update_xlt` with
 //! `MLX5_IB_UPD_XLT_INDIRECT | ZAP | ENABLE`, `MLX5_KSM_PAGE_SHIFT` 30, `length64` for a key
@@ -244,7 +244,7 @@ fn null_mkey(h: &mut Host) -> u32 {
 }
 
 #[test]
-fn mlx5_ib_odp_init_one_reads_the_null_mkey_and_implicit_odp_is_reported() {
+fn mlx5r_cmd_query_special_mkeys_reads_the_null_mkey_and_implicit_odp_is_reported() {
     let mut p = odp_pair(false);
     let general = p.a.query_cap(cap_type::GENERAL_DEVICE, true);
     let g = CmdHcaCap::new(&general[0x10..0x110]).expect("layout");

@@ -39,7 +39,7 @@ pub(crate) fn page_fault_resume(core: &mut Core, input: &[u8]) -> CmdResult {
     Ok(())
 }
 
-/// QUERY_SPECIAL_CONTEXTS: the reserved lkey and the null key (`mlx5_cmd_null_mkey` reads it
+/// QUERY_SPECIAL_CONTEXTS: the reserved lkey and the null key (mlx5_ib's `mlx5r_cmd_query_special_mkeys` reads it
 /// for implicit ODP); no dump-fill key is modelled (0).
 pub(crate) fn query_special_contexts(output: &mut [u8]) -> CmdResult {
     output_as!(QuerySpecialContextsOut<&mut [u8]>, output)
