@@ -26,6 +26,7 @@
 //! | other commands | SET_DRIVER_VERSION (kept), QUERY_ADAPTER (PSID `CXDIRECT_EMU_01`), ALLOC/DEALLOC_XRCD, CREATE/DESTROY/QUERY_XRC_SRQ and ARM_XRC_SRQ (a one-shot limit raising the SRQ limit event, as an RMP's), QUERY_VPORT_COUNTER (packets and octets by cast type), QUERY_SQ, MODIFY_TIR (self-loopback block, hash; LRO refused), MODIFY_RQT; any other opcode is refused with BAD_OP |
 //! | SET_HCA_CAP | may change cmdif_checksum, log_uar_page_sz, uar_4k, cache_line_128byte, driver_version, disable_link_up, log_max_qp, pkey_table_size (each up to its maximum), and the RoCE page's sw_r_roce_src_udp_port; any other change is refused |
 //! | reserved lkey | [`RESERVED_LKEY`] (QUERY_SPECIAL_CONTEXTS): addresses are IOVAs |
+//! | null key | [`NULL_MKEY`] (QUERY_SPECIAL_CONTEXTS): an indirect key's entry naming it maps nothing (a page fault) |
 //! | port | one Ethernet port; node and system image GUID: the MAC widened to EUI-64; PMTU max 9982 (frames up to 9978 bytes without FCS), default admin MTU 1522; link up after INIT_HCA when a wire is attached; ACCESS_REG: PAOS, PMTU, PTYS (100GBASE-CR4), NODE_DESC (read only), PFCC (kept, no pause frames), PPCNT (IEEE 802.3 group counted, the other groups Linux reads as zeros) |
 //! | receive CQEs | checksum flags and the packet's one's-complement sum from the IP header (`check_sum`, for CHECKSUM_COMPLETE) |
 //!
@@ -65,4 +66,4 @@ pub use device::Device;
 pub use faults::{DmaQueue, Fault};
 pub use function::command_error::{CmdError, Syndrome};
 pub use trace::CommandTrace;
-pub use translate::{RemoteAccess, RESERVED_LKEY};
+pub use translate::{RemoteAccess, NULL_MKEY, RESERVED_LKEY};

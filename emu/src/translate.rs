@@ -14,6 +14,14 @@ use cxdirect_hw::mkey::{
 /// from the invalid lkey (0x100) that ends receive scatter lists.
 pub const RESERVED_LKEY: u32 = 0x200;
 
+/// The null memory key the model reports in QUERY_SPECIAL_CONTEXTS (`null_mkey`, with the
+/// general `null_mkey` capability): an indirect key's entry naming it maps nothing, and an
+/// access there is a page not present ([`KeyFault::NotPresent`]). mlx5_ib reads it with
+/// `mlx5r_cmd_query_special_mkeys` (cmd.c) and points every block of an implicit ODP key not
+/// yet backed by a child key at it (`populate_klm` in odp.c). Memory key index 3 is never
+/// handed out.
+pub const NULL_MKEY: u32 = 0x300;
+
 /// Why a memory access through a key was refused: the engines turn this into an error CQE
 /// with the local protection syndrome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,7 +164,12 @@ fn walk_ksm(
     let block = 1u64 << key.log_page;
     let mut done = 0u64;
     while done < len {
-        let offset = addr - key.start + done;
+        // A key spanning the address space from `start` (`length64`) is not bounds-checked
+        // before the walk: an address below its start is out of bounds here.
+        let offset = addr
+            .checked_sub(key.start)
+            .and_then(|o| o.checked_add(done))
+            .ok_or(KeyFault::Bounds)?;
         let index = usize::try_from(offset >> key.log_page).map_err(|_| KeyFault::Bounds)?;
         let &(_, inner, address) = key.klm.get(index).ok_or(KeyFault::Bounds)?;
         let in_block = offset & (block - 1);
@@ -184,6 +197,9 @@ fn through(
 ) -> Result<(), KeyFault> {
     if inner == RESERVED_LKEY {
         return each(at, base, piece);
+    }
+    if inner == NULL_MKEY {
+        return Err(KeyFault::NotPresent);
     }
     let target = core.res.mkeys.get(inner >> 8).ok_or(KeyFault::NoKey)?;
     if target.variant != inner as u8 || target.free {
@@ -215,7 +231,7 @@ fn walk_klm(
     write: bool,
     mut each: impl FnMut(u64, u64, u64) -> Result<(), KeyFault>,
 ) -> Result<(), KeyFault> {
-    let mut offset = addr - key.start;
+    let mut offset = addr.checked_sub(key.start).ok_or(KeyFault::Bounds)?;
     let mut done = 0u64;
     for &(bytes, inner, address) in &key.klm {
         if done == len {
@@ -252,7 +268,10 @@ fn walk_mtt(
     let mut done = 0u64;
     while done < len {
         let at = addr + done;
-        let index = ((at - base) >> key.log_page) as usize;
+        let index = at
+            .checked_sub(base)
+            .and_then(|rel| usize::try_from(rel >> key.log_page).ok())
+            .ok_or(KeyFault::Bounds)?;
         // In page-access mode an entry of the key's table not loaded yet is a page not
         // present (the table starts zeroed), not one past the key.
         let entry = match key.mtt.get(index) {

@@ -14,7 +14,7 @@ use crate::layout;
 pub mod pfault_subtype {
     /// A WQE's own buffers faulted (data: [`EqePageFaultWqe`](super::EqePageFaultWqe)).
     pub const WQE: u8 = 0;
-    /// A remote access (RDMA WRITE or READ request) faulted at the responder (data:
+    /// A remote access (RDMA WRITE, READ request or atomic) faulted at the responder (data:
     /// [`EqePageFaultRdma`](super::EqePageFaultRdma)).
     pub const RDMA: u8 = 1;
 }

@@ -12,7 +12,9 @@
 use crate::function::Core;
 use crate::translate::{entries_per_octoword, mtt_page_ok, translate};
 use cxdirect_hw::cqe::CqeSyndrome;
-use cxdirect_hw::mkey::{Mkc, MKC_ACCESS_MODE_KSM, MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA};
+use cxdirect_hw::mkey::{
+    Mkc, MKC_ACCESS_MODE_KLM, MKC_ACCESS_MODE_KSM, MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA,
+};
 use cxdirect_hw::umr::{
     flags, mkey_mask, UmrCtrlSeg, OCTOWORD, UMR_CTRL_SEG_SIZE, UMR_MKEY_SEG_SIZE,
 };
@@ -160,7 +162,10 @@ pub(crate) fn execute(
     if !length64 && start.checked_add(len).is_none() {
         return Err(malformed);
     }
-    if length64 && mode != MKC_ACCESS_MODE_PA {
+    // mlx5_ib enables a key of no length (an implicit ODP key and its children) with
+    // `length64` (`mlx5r_umr_final_update_xlt`): it then spans the address space from its
+    // start, bounded by its translation table. A KLM key's pieces have lengths of their own.
+    if length64 && mode == MKC_ACCESS_MODE_KLM {
         return Err(malformed);
     }
     if let Some((first, entries)) = entries {

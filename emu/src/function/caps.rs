@@ -51,10 +51,12 @@ pub(crate) struct CapSet {
     /// the host's); reported with [`EmuConfig::roce`].
     pub max_atomic: [u8; 0x100],
     pub current_atomic: [u8; 0x100],
-    /// The ODP capability page (maximum and current alike), reported with RoCE: RC requester
-    /// SENDs and WRITEs, RC receives (on the QP's own ring) and RC responder RDMA WRITEs
-    /// resolve page faults; the rest (READ, atomics, SRQs, UD, XRC, DC, the memory scheme) are
-    /// not modelled and left 0. Read by Linux only when general `pg` is set.
+    /// The ODP capability page (maximum and current alike), reported with RoCE: RC SENDs,
+    /// receives (on the QP's own ring or an SRQ), RDMA WRITEs, RDMA READs (either side) and
+    /// atomics (either side) resolve page faults (`engine::rc::page_fault`); the rest (UD, XRC,
+    /// DC, device prefetch, the memory scheme) are not modelled and left 0. Read by Linux only
+    /// when general `pg` is set; mlx5_core's `handle_hca_cap_odp` raises `rc_srq_receive` to
+    /// its maximum with SET_HCA_CAP, which finds it set already.
     pub odp: [u8; 0x100],
     pub context_slot: Option<crate::objects::Slot>,
 }
@@ -129,6 +131,12 @@ impl CapSet {
             // `mlx5_ib_internal_fill_odp_caps` then reads the ODP page below, and mlx5_core's
             // `handle_hca_cap_odp` (main.c) queries it.
             .set_pg(cfg.odp && cfg.roce)
+            // Implicit ODP (IB_ODP_SUPPORT_IMPLICIT in `mlx5_ib_internal_fill_odp_caps`, with
+            // `umr_extended_translation_offset` and no `umr_indirect_mkey_disabled`): KSM keys
+            // of fixed-size blocks, and the null key (QUERY_SPECIAL_CONTEXTS) their blocks
+            // not yet backed name, an access there a page fault (`translate::NULL_MKEY`).
+            .set_fixed_buffer_size(cfg.odp && cfg.roce)
+            .set_null_mkey(cfg.odp && cfg.roce)
             // A QP created with `block_lb_mc` does not receive the multicast datagrams it sent
             // itself (mlx5_ib reports IB_DEVICE_BLOCK_MULTICAST_LOOPBACK from this and sets the
             // bit for IB_QP_CREATE_BLOCK_MULTICAST_LOOPBACK in `create_qp_common`).
@@ -241,7 +249,12 @@ impl CapSet {
         let mut max_atomic = [0u8; 0x100];
         max_atomic.copy_from_slice(a.as_bytes());
         let mut o = OdpCap::zeroed();
-        o.set_rc_send(true).set_rc_receive(true).set_rc_write(true);
+        o.set_rc_send(true)
+            .set_rc_receive(true)
+            .set_rc_write(true)
+            .set_rc_read(true)
+            .set_rc_atomic(true)
+            .set_rc_srq_receive(true);
         let mut odp = [0u8; 0x100];
         odp.copy_from_slice(o.as_bytes());
         Self {

@@ -9,8 +9,8 @@ use super::{
     Syndrome,
 };
 use crate::objects::Mkey;
-use crate::translate::RESERVED_LKEY;
 pub(crate) use crate::translate::{entries_per_octoword, mtt_page_ok, xlt_capacity};
+use crate::translate::{NULL_MKEY, RESERVED_LKEY};
 use cxdirect_hw::mkey::{
     CreateMkeyIn, CreateMkeyOut, DestroyMkeyIn, QueryMkeyIn, QueryMkeyOut, QuerySpecialContextsOut,
     MKC_ACCESS_MODE_KLM, MKC_ACCESS_MODE_KSM, MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA,
@@ -39,9 +39,12 @@ pub(crate) fn page_fault_resume(core: &mut Core, input: &[u8]) -> CmdResult {
     Ok(())
 }
 
-/// QUERY_SPECIAL_CONTEXTS: the reserved lkey (no dump-fill or null key is modelled: 0).
+/// QUERY_SPECIAL_CONTEXTS: the reserved lkey and the null key (mlx5_ib's `mlx5r_cmd_query_special_mkeys` reads it
+/// for implicit ODP); no dump-fill key is modelled (0).
 pub(crate) fn query_special_contexts(output: &mut [u8]) -> CmdResult {
-    output_as!(QuerySpecialContextsOut<&mut [u8]>, output).set_resd_lkey(RESERVED_LKEY);
+    output_as!(QuerySpecialContextsOut<&mut [u8]>, output)
+        .set_resd_lkey(RESERVED_LKEY)
+        .set_null_mkey(NULL_MKEY);
     Ok(())
 }
 

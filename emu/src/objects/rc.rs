@@ -184,17 +184,30 @@ pub(crate) struct Responder {
     pub refirst: bool,
 }
 
-/// What a responder page fault stopped (`MLX5_PFAULT_SUBTYPE_*`), and how it was resumed.
+/// A responder page fault waiting for PAGE_FAULT_RESUME, or resumed with an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ResponderFault {
-    /// The fault was an RDMA WRITE's remote access (RDMA sub type); otherwise a SEND's
-    /// scatter into the receive WQE in progress (WQE sub type, `MLX5_WQE_PF_TYPE_RESP`).
-    pub rdma: bool,
+    /// What faulted.
+    pub kind: ResponderFaultKind,
     /// PAGE_FAULT_RESUME came with its error bit: the next request in sequence is refused.
     pub failed: bool,
 }
 
-/// A send WQE stopped by a page fault of its gather, waiting for PAGE_FAULT_RESUME.
+/// What a responder page fault stopped (`MLX5_PFAULT_SUBTYPE_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ResponderFaultKind {
+    /// A remote access (RDMA WRITE, READ, atomic) through its rkey: the RDMA sub type, with
+    /// the `MLX5_PFAULT_*` flags it reported.
+    Rdma { pf_type: u8 },
+    /// A SEND's scatter into the receive WQE in progress: the WQE sub type, `wq` the queue it
+    /// named (the QP for its own ring, `MLX5_WQE_PF_TYPE_RESP`; the SRQ,
+    /// `MLX5_WQE_PF_TYPE_RMP`).
+    Receive { wq: u32 },
+}
+
+/// A send WQE stopped by a page fault, waiting for PAGE_FAULT_RESUME: of its gather
+/// (`MLX5_WQE_PF_TYPE_REQ_SEND_OR_WRITE`), or of the scatter of its READ response or atomic
+/// acknowledgement (`MLX5_WQE_PF_TYPE_REQ_READ_OR_ATOMIC`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RequesterFault {
     /// The WQE's index (WQE counter).

@@ -502,6 +502,22 @@ impl RcPair {
         Self::build(a, b, wire, (log_cq, log_sq, log_rq), path, |_| None)
     }
 
+    /// [`RcPair::on_hosts`], B's QP taking its receives from the RMP `make_rmp` creates on B
+    /// (after A's QP, before B's), if it makes one.
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_hosts_with_rmp_b(
+        a: Host,
+        b: Host,
+        wire: Arc<Wire>,
+        log_cq: u8,
+        log_sq: u8,
+        log_rq: u8,
+        path: RcPath,
+        make_rmp: impl FnOnce(&mut Host) -> Option<u32>,
+    ) -> Self {
+        Self::build(a, b, wire, (log_cq, log_sq, log_rq), path, make_rmp)
+    }
+
     /// Brings both hosts up and connects them; `logs` are the CQ, send ring and receive ring
     /// sizes (log2).
     fn build(

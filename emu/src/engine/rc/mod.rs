@@ -48,7 +48,9 @@ pub(crate) use retransmit::{next_deadline, run_timers};
 
 /// PAGE_FAULT_RESUME ([`page_fault::resume`]): a requester's send queue, stopped at the
 /// faulting WQE, goes on, or (resumed with an error) that WQE completes with a local
-/// protection error and the QP fails.
+/// protection error and the QP fails. A READ or atomic whose response faulted is on the wire
+/// already: its QP sends again from the oldest WQE not acknowledged (go-back-N), the responder
+/// answering the duplicates (an atomic from its first execution).
 pub(crate) fn resume_page_fault(
     core: &mut Core,
     pf_type: u8,
@@ -59,17 +61,33 @@ pub(crate) fn resume_page_fault(
     let Some(fault) = page_fault::resume(core, pf_type, wq, token, error)? else {
         return Ok(());
     };
+    let qpn = token;
+    let response = fault.pf_type == cxdirect_hw::odp::wqe_pf_type::REQ_READ_OR_ATOMIC;
     if error {
-        requester::consume_failed(core, wq, fault.index);
+        if !response {
+            requester::consume_failed(core, qpn, fault.index);
+        }
         completion::fail_in_order(
             core,
-            wq,
+            qpn,
             fault.index,
             fault.opcode,
             cxdirect_hw::cqe::CqeSyndrome::LocalProtection,
         );
+    } else if response {
+        let sending = core
+            .res
+            .qps
+            .get(qpn)
+            .is_some_and(|qp| qp.state == cxdirect_hw::qp::state::RTS);
+        if !sending {
+            // The QP left RTS meanwhile: nothing goes on.
+            return Ok(());
+        }
+        retransmit::resend_outstanding(core, qpn);
+        retransmit::progressed(core, qpn, std::time::Instant::now());
     } else {
-        requester::resume(core, wq);
+        requester::resume(core, qpn);
     }
     Ok(())
 }

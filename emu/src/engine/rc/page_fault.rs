@@ -3,32 +3,41 @@
 //! when an EQ takes page-fault events (Linux's mlx5_ib opens one, `mlx5r_odp_create_eq` in
 //! odp.c, before it registers its first ODP memory region). The device then
 //!
-//! - reports the fault on that EQ as mlx5_ib's `mlx5_ib_eq_pf_process` reads it: a responder's
-//!   RDMA WRITE with the RDMA sub type (its rkey, RETH address and length, the bytes landed
-//!   before, the packet's size; type `MLX5_PFAULT_RDMA | MLX5_PFAULT_WRITE`, token the QP); a
-//!   SEND's scatter into the receive WQE in progress, or a send WQE's gather, with the WQE sub
-//!   type (`MLX5_WQE_PF_TYPE_RESP` with the receive WQE's index, `MLX5_WQE_PF_TYPE_REQ_SEND_OR_WRITE`
-//!   with the send WQE's; the QP as `wq_num` and token), which mlx5_ib's
-//!   `mlx5_ib_mr_wqe_pfault_handler` reads back from the QP's rings;
+//! - reports the fault on that EQ as mlx5_ib's `mlx5_ib_eq_pf_process` reads it. A responder's
+//!   remote access with the RDMA sub type (its rkey, address and length, the bytes landed
+//!   before, the packet's size; token the QP), which `mlx5_ib_mr_rdma_pfault_handler` maps:
+//!   an RDMA WRITE (type `MLX5_PFAULT_RDMA | MLX5_PFAULT_WRITE`, the RETH's range), an RDMA
+//!   READ's source (`MLX5_PFAULT_RDMA`, the RETH's range, checked whole before the first
+//!   response), an atomic's target (`MLX5_PFAULT_RDMA | MLX5_PFAULT_WRITE`, 8 bytes). A WQE's
+//!   own buffers with the WQE sub type, which `mlx5_ib_mr_wqe_pfault_handler` reads back from
+//!   the queue `wq_num` names: a SEND's scatter into the receive WQE in progress
+//!   (`MLX5_WQE_PF_TYPE_RESP` naming the QP, or `MLX5_WQE_PF_TYPE_RMP` naming the SRQ, with
+//!   the WQE's index and the bytes it holds), a send WQE's gather
+//!   (`MLX5_WQE_PF_TYPE_REQ_SEND_OR_WRITE`), a READ response's or atomic acknowledgement's
+//!   scatter into a send WQE's local buffers (`MLX5_WQE_PF_TYPE_REQ_READ_OR_ATOMIC`, the bytes
+//!   of the response landed before); the token names the QP;
 //! - stops the faulting side: the responder answers every request in sequence with an RNR
 //!   NAK (the PSN is not consumed, and the requester sends again after its RNR timer), the
-//!   requester sends nothing from the faulting WQE on;
+//!   requester sends nothing from the faulting WQE on (a response fault: it drops the
+//!   responses, and its ACK timer waits);
 //! - resumes at PAGE_FAULT_RESUME (`mlx5_ib_page_fault_resume`: the type, the queue and the
 //!   token as reported): the responder takes the next retransmission, the requester gathers
-//!   the WQE again. With the error bit the fault is final: the responder refuses the next
-//!   request in sequence (a remote access NAK for a WRITE, a local protection error CQE on the
-//!   receive WQE and an invalid request NAK for a SEND) and goes to error, the requester
-//!   completes the WQE with a local protection error and the QP goes to error.
+//!   the WQE again (a response fault: sends again from the oldest unacknowledged WQE, go-back-N,
+//!   taking the responses from where they stopped; an atomic is answered by the responder from
+//!   its first execution). With the error bit the fault is final: the responder refuses the next
+//!   request in sequence (a remote access NAK for a WRITE, READ or atomic, a local protection
+//!   error CQE on the receive WQE and an invalid request NAK for a SEND) and goes to error, the
+//!   requester completes the WQE with a local protection error and the QP goes to error.
 //!
 //! Without an EQ taking page faults nothing could resolve one: the access fails as any other
 //! refused access does (the model's choice; Linux never has ODP memory without that EQ).
-//! READ requests and responses, atomics, receives from an SRQ, and UC and XRC QPs are not
-//! resolved (the ODP capability page reports none of them): their faults are access errors.
+//! UC and XRC QPs are not resolved (the ODP capability page reports none of their caps):
+//! their faults are access errors.
 
 use super::packet::PSN_MASK;
 use crate::engine::eq;
 use crate::function::Core;
-use crate::objects::rc::{RcReceive, RequesterFault, ResponderFault};
+use crate::objects::rc::{RcReceive, RequesterFault, ResponderFault, ResponderFaultKind};
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::odp::{
     pfault_flags, pfault_subtype, wqe_pf_type, EqePageFaultRdma, EqePageFaultWqe,
@@ -65,24 +74,113 @@ pub(super) fn responder_write(core: &mut Core, qpn: u32, first: bool, packet_len
     let Some(w) = core.res.qps.get(qpn).and_then(|qp| qp.resp.write) else {
         return false;
     };
-    let mut data = [0u8; 28];
-    if let Ok(mut e) = EqePageFaultRdma::new(&mut data[..]) {
-        e.set_bytes_committed(w.done)
-            .set_r_key(w.rkey)
-            .set_packet_length(packet_len.min(0xffff) as u16)
-            .set_rdma_op_len(w.total)
-            .set_rdma_va(w.va)
-            .set_pf_type(pfault_flags::RDMA | pfault_flags::WRITE)
-            .set_token(qpn & PSN_MASK);
-    }
-    eq::post_subscribed_event(core, EventType::PageFault, pfault_subtype::RDMA, &data);
-    stop_responder(core, qpn, true, first);
+    let access = RdmaAccess {
+        rkey: w.rkey,
+        va: w.va,
+        len: w.total,
+        committed: w.done,
+        packet_len,
+        pf_type: pfault_flags::RDMA | pfault_flags::WRITE,
+    };
+    post_rdma_fault(core, qpn, &access);
+    let kind = ResponderFaultKind::Rdma {
+        pf_type: access.pf_type,
+    };
+    stop_responder(core, qpn, kind, first);
     true
 }
 
+/// A responder's RDMA READ request of QP `qpn` (`len` bytes at `va` through `rkey`) reaches a
+/// page not present: reports it with the RDMA sub type (type `MLX5_PFAULT_RDMA`, the READ's
+/// whole range, the first response's size as the packet's) and stops the responder, or
+/// returns false (no EQ takes page faults: the caller refuses the request).
+/// mlx5_ib's `mlx5_ib_mr_rdma_pfault_handler` maps `[va, va + len)` and resumes.
+pub(super) fn responder_read(
+    core: &mut Core,
+    qpn: u32,
+    (va, rkey, len): (u64, u32, u32),
+    packet_len: usize,
+) -> bool {
+    if !reported(core, qpn) {
+        return false;
+    }
+    let access = RdmaAccess {
+        rkey,
+        va,
+        len,
+        committed: 0,
+        packet_len,
+        pf_type: pfault_flags::RDMA,
+    };
+    post_rdma_fault(core, qpn, &access);
+    let kind = ResponderFaultKind::Rdma {
+        pf_type: access.pf_type,
+    };
+    stop_responder(core, qpn, kind, false);
+    true
+}
+
+/// A responder's atomic of QP `qpn` on the 8 bytes at `va` through `rkey` reaches a page not
+/// present: reports it with the RDMA sub type (type `MLX5_PFAULT_RDMA | MLX5_PFAULT_WRITE`:
+/// the atomic writes the page; length 8) and stops the responder before the atomic runs, or
+/// returns false (the caller refuses the request).
+pub(super) fn responder_atomic(core: &mut Core, qpn: u32, va: u64, rkey: u32) -> bool {
+    if !reported(core, qpn) {
+        return false;
+    }
+    let access = RdmaAccess {
+        rkey,
+        va,
+        len: 8,
+        committed: 0,
+        packet_len: 8,
+        pf_type: pfault_flags::RDMA | pfault_flags::WRITE,
+    };
+    post_rdma_fault(core, qpn, &access);
+    let kind = ResponderFaultKind::Rdma {
+        pf_type: access.pf_type,
+    };
+    stop_responder(core, qpn, kind, false);
+    true
+}
+
+/// A remote access that faulted, as the RDMA sub type reports it.
+struct RdmaAccess {
+    rkey: u32,
+    /// The request's first virtual address (its RETH or AtomicETH address).
+    va: u64,
+    /// The request's whole length in bytes.
+    len: u32,
+    /// Bytes of it already moved.
+    committed: u32,
+    /// Bytes of the faulting packet.
+    packet_len: usize,
+    /// `MLX5_PFAULT_*` flags.
+    pf_type: u8,
+}
+
+fn post_rdma_fault(core: &mut Core, qpn: u32, a: &RdmaAccess) {
+    let mut data = [0u8; 28];
+    if let Ok(mut e) = EqePageFaultRdma::new(&mut data[..]) {
+        e.set_bytes_committed(a.committed)
+            .set_r_key(a.rkey)
+            .set_packet_length(a.packet_len.min(0xffff) as u16)
+            .set_rdma_op_len(a.len)
+            .set_rdma_va(a.va)
+            .set_pf_type(a.pf_type)
+            .set_token(qpn & PSN_MASK);
+    }
+    eq::post_subscribed_event(core, EventType::PageFault, pfault_subtype::RDMA, &data);
+}
+
 /// A SEND packet of `packet_len` bytes faulted scattering into the receive WQE in progress of
-/// QP `qpn`: reports it and stops the responder, or returns false (no EQ takes page faults, or
-/// the WQE is an SRQ's: the caller fails the receive).
+/// QP `qpn`: reports it and stops the responder, or returns false (no EQ takes page faults:
+/// the caller fails the receive). A WQE of the QP's own ring is reported as
+/// `MLX5_WQE_PF_TYPE_RESP` naming the QP (mlx5_ib reads it with `mlx5_ib_read_wqe_rq` and
+/// parses it in `mlx5_ib_mr_responder_pfault_handler_rq`); one of an SRQ as
+/// `MLX5_WQE_PF_TYPE_RMP` naming the SRQ (`odp_get_rsc` finds it by that number,
+/// `mlx5_ib_read_wqe_srq` reads the WQE at its slot, `mlx5_ib_mr_responder_pfault_handler_srq`
+/// skips its next segment), the token naming the QP.
 pub(super) fn responder_receive(core: &mut Core, qpn: u32, first: bool, packet_len: usize) -> bool {
     if !reported(core, qpn) {
         return false;
@@ -90,25 +188,37 @@ pub(super) fn responder_receive(core: &mut Core, qpn: u32, first: bool, packet_l
     let Some(qp) = core.res.qps.get(qpn) else {
         return false;
     };
-    let (RcReceive::Own { .. }, Some(recv)) = (qp.receive, qp.resp.recv) else {
+    let Some(recv) = qp.resp.recv else {
         return false;
     };
-    post_wqe_fault(
-        core,
-        qpn,
-        recv.index,
-        wqe_pf_type::RESP,
-        recv.bytes,
+    let (pf_type, wq, index) = match qp.receive {
+        RcReceive::Own { .. } => (wqe_pf_type::RESP, qpn, recv.index),
+        RcReceive::Shared(rmpn) => {
+            let Some(rmp) = core.res.rmps.get(rmpn) else {
+                return false;
+            };
+            // The WQE's slot in the SRQ's buffer: mlx5_ib reads it at `index << wqe_shift`.
+            let slot = u32::from(recv.index) & (rmp.wq.entries() - 1);
+            (wqe_pf_type::RMP, rmpn, slot as u16)
+        }
+        RcReceive::None | RcReceive::Xrc { .. } => return false,
+    };
+    let fault = WqeFault {
+        wq,
+        index,
+        pf_type,
+        committed: recv.bytes,
         packet_len,
-    );
-    stop_responder(core, qpn, false, first);
+    };
+    post_wqe_fault(core, qpn, &fault);
+    stop_responder(core, qpn, ResponderFaultKind::Receive { wq }, first);
     true
 }
 
-fn stop_responder(core: &mut Core, qpn: u32, rdma: bool, first: bool) {
+fn stop_responder(core: &mut Core, qpn: u32, kind: ResponderFaultKind, first: bool) {
     if let Some(qp) = core.res.qps.get_mut(qpn) {
         qp.resp.page_fault = Some(ResponderFault {
-            rdma,
+            kind,
             failed: false,
         });
         qp.resp.refirst = first;
@@ -119,11 +229,55 @@ fn stop_responder(core: &mut Core, qpn: u32, rdma: bool, first: bool) {
 /// and stops the requester at it, or returns false (no EQ takes page faults: the caller fails
 /// the WQE).
 pub(super) fn requester_gather(core: &mut Core, qpn: u32, index: u16, opcode: u8) -> bool {
+    requester_fault(core, qpn, index, opcode, wqe_pf_type::REQ_SEND_OR_WRITE, 0)
+}
+
+/// A READ response or atomic acknowledgement for send WQE `index` (opcode `opcode`) of QP
+/// `qpn` faulted scattering into the WQE's local buffers, `committed` bytes of the response
+/// landed before: reports it as `MLX5_WQE_PF_TYPE_REQ_READ_OR_ATOMIC` (mlx5_ib reads the
+/// WQE back and `mlx5_ib_mr_initiator_pfault_handler` skips its remote address and atomic
+/// segments to the scatter list) and stops the requester, which drops the responses until
+/// PAGE_FAULT_RESUME; or returns false (the caller fails the WQE).
+pub(super) fn requester_response(
+    core: &mut Core,
+    qpn: u32,
+    index: u16,
+    opcode: u8,
+    committed: u32,
+) -> bool {
+    let pf_type = wqe_pf_type::REQ_READ_OR_ATOMIC;
+    requester_fault(core, qpn, index, opcode, pf_type, committed)
+}
+
+fn requester_fault(
+    core: &mut Core,
+    qpn: u32,
+    index: u16,
+    opcode: u8,
+    pf_type: u8,
+    committed: u32,
+) -> bool {
     if !reported(core, qpn) {
         return false;
     }
-    let pf_type = wqe_pf_type::REQ_SEND_OR_WRITE;
-    post_wqe_fault(core, qpn, index, pf_type, 0, 0);
+    if core
+        .res
+        .qps
+        .get(qpn)
+        .is_some_and(|qp| qp.req.page_fault.is_some())
+    {
+        // One fault waits already (a response arriving behind a gather fault): this one is
+        // not reported yet, its response is dropped and asked for again after that resume.
+        return true;
+    }
+    let fault = WqeFault {
+        wq: qpn,
+        index,
+        pf_type,
+        committed,
+        packet_len: 0,
+    };
+    post_wqe_fault(core, qpn, &fault);
     if let Some(qp) = core.res.qps.get_mut(qpn) {
         qp.req.page_fault = Some(RequesterFault {
             index,
@@ -134,22 +288,30 @@ pub(super) fn requester_gather(core: &mut Core, qpn: u32, index: u16, opcode: u8
     true
 }
 
-fn post_wqe_fault(
-    core: &mut Core,
-    qpn: u32,
+/// A WQE's fault, as the WQE sub type reports it.
+struct WqeFault {
+    /// The queue holding the WQE (`wq_num`): the QP, or the SRQ.
+    wq: u32,
+    /// The WQE's index in that queue.
     index: u16,
+    /// `MLX5_WQE_PF_TYPE_*`.
     pf_type: u8,
+    /// Bytes of the WQE's data already moved.
     committed: u32,
+    /// Bytes of the faulting packet (a responder's).
     packet_len: usize,
-) {
+}
+
+/// Posts a WQE fault of QP `qpn` (its token).
+fn post_wqe_fault(core: &mut Core, qpn: u32, f: &WqeFault) {
     let mut data = [0u8; 28];
     if let Ok(mut e) = EqePageFaultWqe::new(&mut data[..]) {
-        e.set_bytes_committed(committed)
-            .set_wqe_index(index)
-            .set_packet_length(packet_len.min(0xffff) as u16)
+        e.set_bytes_committed(f.committed)
+            .set_wqe_index(f.index)
+            .set_packet_length(f.packet_len.min(0xffff) as u16)
             .set_token(qpn & PSN_MASK)
-            .set_pf_type(pf_type)
-            .set_wq_num(qpn & PSN_MASK);
+            .set_pf_type(f.pf_type)
+            .set_wq_num(f.wq & PSN_MASK);
     }
     eq::post_subscribed_event(core, EventType::PageFault, pfault_subtype::WQE, &data);
 }
@@ -165,11 +327,13 @@ pub(super) fn responder_gate(core: &mut Core, qpn: u32) -> Option<(bool, bool)> 
         qp.resp.page_fault = None;
         qp.resp.refirst = false;
     }
-    Some((fault.failed, fault.rdma))
+    let rdma = matches!(fault.kind, ResponderFaultKind::Rdma { .. });
+    Some((fault.failed, rdma))
 }
 
 /// PAGE_FAULT_RESUME as mlx5_ib's `mlx5_ib_page_fault_resume` sends it: `pf_type` and `token`
-/// as the event reported them, `wq` the QP (an RDMA fault's token, a WQE fault's `wq_num`).
+/// as the event reported them, `wq` the event's queue (an RDMA fault's token, a WQE fault's
+/// `wq_num`: the QP, or for `MLX5_WQE_PF_TYPE_RMP` the SRQ). The token names the QP.
 /// A responder's fault is resumed here (`Ok(None)`); a requester's is taken off its QP and
 /// returned, for its send queue to go on or fail.
 pub(crate) fn resume(
@@ -179,16 +343,27 @@ pub(crate) fn resume(
     token: u32,
     error: bool,
 ) -> Result<Option<RequesterFault>, ResumeError> {
-    let qp = core.res.qps.get_mut(wq).ok_or(ResumeError::NoQueue)?;
-    if token != wq {
+    let qp = core.res.qps.get_mut(token).ok_or(ResumeError::NoQueue)?;
+    // An RDMA fault's type has MLX5_PFAULT_RDMA (bit 2); a WQE fault's is a queue kind.
+    let rdma = pf_type & pfault_flags::RDMA != 0;
+    let kind = match pf_type {
+        _ if rdma => Some(ResponderFaultKind::Rdma { pf_type }),
+        wqe_pf_type::RESP | wqe_pf_type::RMP => Some(ResponderFaultKind::Receive { wq }),
+        _ => None,
+    };
+    if kind != Some(ResponderFaultKind::Receive { wq }) && wq != token {
+        // Only an SRQ's fault names a queue other than the QP.
         return Err(ResumeError::NotFaulted);
     }
-    // An RDMA fault's type has MLX5_PFAULT_RDMA (bit 2); a WQE fault's is a queue kind.
-    let responder = pf_type & pfault_flags::RDMA != 0 || pf_type == wqe_pf_type::RESP;
-    if responder {
-        let rdma = pf_type & pfault_flags::RDMA != 0;
+    if let Some(kind) = kind {
+        let own = pf_type == wqe_pf_type::RESP;
         match qp.resp.page_fault.as_mut() {
-            Some(f) if f.rdma == rdma && !f.failed => {
+            // A receive fault's type tells the QP's own ring from an SRQ.
+            Some(f)
+                if f.kind == kind
+                    && !f.failed
+                    && (rdma || own == matches!(qp.receive, RcReceive::Own { .. })) =>
+            {
                 if error {
                     f.failed = true;
                 } else {

@@ -9,11 +9,13 @@ use super::requester::resume;
 use super::retransmit::{progressed, resend_outstanding, rnr_nak};
 use super::send_ring::read_bb;
 use crate::counters::add;
+use crate::engine::gather::GatherFault;
 use crate::function::Core;
 use crate::objects::rc::Outstanding;
-use crate::translate::translate;
+use crate::translate::{translate, KeyFault};
 use cxdirect_hw::cqe::CqeSyndrome;
 use cxdirect_hw::qp::service_type;
+use cxdirect_hw::odp::wqe_pf_type;
 use cxdirect_hw::wqe::{self, opcode, CtrlSeg, DataSeg, WQE_BB, WQE_DS};
 use std::time::Instant;
 
@@ -49,6 +51,11 @@ pub(crate) fn acknowledge(core: &mut Core, qpn: u32, psn: u32, syndrome: u8) {
         // The responder lost a packet: go back to the first unacknowledged one.
         count(core, qpn, |c| &mut c.packet_seq_err);
         resend_outstanding(core, qpn);
+        return;
+    }
+    if kind == 0 && blocked && response_faulted(core, qpn) {
+        // The READ or atomic holding the others back waits for its page: its responses are
+        // taken again after PAGE_FAULT_RESUME, not before.
         return;
     }
     if kind == 0 && blocked {
@@ -134,6 +141,12 @@ pub(crate) fn response(core: &mut Core, qpn: u32, opcode: u8, psn: u32, data: &[
         add(&core.counters.roce_rx_drops, 1);
         return;
     };
+    if response_faulted(core, qpn) {
+        // A page fault of a response waits for PAGE_FAULT_RESUME: the responses that follow
+        // are dropped, and taken again after the resume's retransmission.
+        add(&core.counters.roce_rx_drops, 1);
+        return;
+    }
     let expected = (awaited.first_psn + awaited.responses) & PSN_MASK;
     let is_atomic = awaited.opcode != opcode::RDMA_READ;
     if psn != expected
@@ -160,7 +173,24 @@ pub(crate) fn response(core: &mut Core, qpn: u32, opcode: u8, psn: u32, data: &[
     } else {
         data
     };
-    if let Err(syndrome) = scatter_local(core, qpn, awaited.index, offset, data) {
+    if let Err(fault) = scatter_local(core, qpn, awaited.index, offset, data) {
+        let committed = offset.min(u32::MAX as usize) as u32;
+        if fault == GatherFault::NotPresent
+            && super::page_fault::requester_response(
+                core,
+                qpn,
+                awaited.index,
+                awaited.opcode,
+                committed,
+            )
+        {
+            add(&core.counters.roce_rx_drops, 1);
+            return;
+        }
+        let syndrome = match fault {
+            GatherFault::Error(syndrome) => syndrome,
+            GatherFault::NotPresent => CqeSyndrome::LocalProtection,
+        };
         if let Some(qp) = core.res.qps.get_mut(qpn) {
             qp.req.outstanding.pop_front();
         }
@@ -189,6 +219,15 @@ pub(crate) fn response(core: &mut Core, qpn: u32, opcode: u8, psn: u32, data: &[
         front.responses += 1;
     }
     progressed(core, qpn, Instant::now());
+}
+
+/// Whether QP `qpn`'s requester waits for PAGE_FAULT_RESUME of a response's scatter.
+pub(super) fn response_faulted(core: &Core, qpn: u32) -> bool {
+    core.res.qps.get(qpn).is_some_and(|qp| {
+        qp.req
+            .page_fault
+            .is_some_and(|f| f.pf_type == wqe_pf_type::REQ_READ_OR_ATOMIC)
+    })
 }
 
 /// The first outstanding WQE that waits for a response.
@@ -221,21 +260,22 @@ fn acknowledge_before(core: &mut Core, qpn: u32, psn: u32) {
 }
 
 /// Writes `data` at byte `offset` of the local buffers of the READ or atomic WQE at `index`
-/// (re-read from the send ring, which the driver does not reuse before the completion).
+/// (re-read from the send ring, which the driver does not reuse before the completion). A page
+/// not present behind a local key stops it before any byte of `data` lands in that page.
 fn scatter_local(
     core: &Core,
     qpn: u32,
     index: u16,
     offset: usize,
     data: &[u8],
-) -> Result<(), CqeSyndrome> {
+) -> Result<(), GatherFault> {
     let mut wqe = [0u8; 4 * WQE_BB];
     read_bb(core, qpn, index, &mut wqe[..WQE_BB]).map_err(|_| CqeSyndrome::LocalProtection)?;
     let ctrl = CtrlSeg::new(&wqe[..16]).map_err(|_| CqeSyndrome::LocalQpOperation)?;
     let (op, ds) = (ctrl.opcode(), usize::from(ctrl.ds()));
     let bbs = wqe::wqebbs(ds);
     if bbs > 4 {
-        return Err(CqeSyndrome::LocalLength);
+        return Err(CqeSyndrome::LocalLength.into());
     }
     for i in 1..bbs {
         read_bb(
@@ -280,16 +320,19 @@ fn scatter_local(
             true,
             |iova, off, bytes| {
                 core.dma_write(iova, &now[off as usize..(off + bytes) as usize])
-                    .map_err(|_| crate::translate::KeyFault::Bounds)
+                    .map_err(|_| KeyFault::Bounds)
             },
         )
-        .map_err(|_| CqeSyndrome::LocalProtection)?;
+        .map_err(|fault| match fault {
+            KeyFault::NotPresent => GatherFault::NotPresent,
+            _ => GatherFault::Error(CqeSyndrome::LocalProtection),
+        })?;
         left = later;
         skip = 0;
     }
     if left.is_empty() {
         Ok(())
     } else {
-        Err(CqeSyndrome::LocalLength)
+        Err(CqeSyndrome::LocalLength.into())
     }
 }

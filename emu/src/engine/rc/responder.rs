@@ -486,8 +486,9 @@ fn invalidate_rkey(core: &mut Core, qpn: u32, rkey: u32) -> Result<(), KeyFault>
 
 /// The outcome of a request in sequence while QP `qpn`'s responder has a page fault: an RNR
 /// NAK while it waits for PAGE_FAULT_RESUME; after a resume with an error, the refusal of the
-/// faulted access (a WRITE's remote access NAK; a SEND's local protection error on its receive
-/// WQE and an invalid request NAK), which takes the QP to error. `None` without a fault.
+/// faulted access (a WRITE's, READ's or atomic's remote access NAK; a SEND's local protection
+/// error on its receive WQE and an invalid request NAK), which takes the QP to error. `None`
+/// without a fault.
 fn faulted(core: &mut Core, qpn: u32) -> Option<Outcome> {
     let (failed, rdma) = super::page_fault::responder_gate(core, qpn)?;
     if !failed {
@@ -508,7 +509,7 @@ fn faulted(core: &mut Core, qpn: u32) -> Option<Outcome> {
 }
 
 /// The RNR NAK of `qpn`: its RNR timer code in the syndrome's low five bits.
-fn rnr(core: &Core, qpn: u32) -> Outcome {
+pub(super) fn rnr(core: &Core, qpn: u32) -> Outcome {
     let timer = core.res.qps.get(qpn).map_or(0, |qp| qp.min_rnr_nak & 0x1f);
     Outcome::Nak(aeth::RNR_NAK | timer)
 }

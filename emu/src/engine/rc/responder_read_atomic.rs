@@ -6,7 +6,7 @@
 //! never executed twice.
 
 use super::packet::{aeth, bth_opcode, mtu_bytes, ATOMIC_ETH_LEN, PSN_MASK, RETH_LEN};
-use super::responder::{message_done, send_ack, Outcome};
+use super::responder::{message_done, rnr, send_ack, Outcome};
 use super::responder_pace::owe;
 use crate::counters::add;
 use crate::function::Core;
@@ -30,6 +30,28 @@ pub(super) fn read(core: &mut Core, qpn: u32, psn: u32, rest: &[u8]) -> Outcome 
     };
     if let Err(syndrome) = check_read(core, qpn, va, rkey, len) {
         return Outcome::Nak(syndrome);
+    }
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return Outcome::Nak(aeth::NAK_INVALID_REQUEST);
+    };
+    // Every page of the source present before the first response goes (on-demand paging): a
+    // page not present is a page fault, the READ answered by an RNR NAK until it is resumed.
+    let pd = qp.responder_pd();
+    let first_response = (len as usize).min(mtu_bytes(qp.mtu));
+    let walked = translate_remote(
+        core,
+        rkey,
+        pd,
+        va,
+        u64::from(len),
+        RemoteAccess::Read,
+        |_, _, _| Ok(()),
+    );
+    if walked == Err(KeyFault::NotPresent) {
+        if super::page_fault::responder_read(core, qpn, (va, rkey, len), first_response) {
+            return rnr(core, qpn);
+        }
+        return Outcome::Nak(aeth::NAK_REMOTE_ACCESS);
     }
     let Some(qp) = core.res.qps.get(qpn) else {
         return Outcome::Nak(aeth::NAK_INVALID_REQUEST);
@@ -184,8 +206,17 @@ pub(super) fn atomic(core: &mut Core, qpn: u32, opcode: u8, psn: u32, rest: &[u8
         core.dma_write(iova, &new.to_be_bytes())
             .map_err(|_| KeyFault::Bounds)
     });
-    if done.is_err() {
-        return Outcome::Nak(aeth::NAK_REMOTE_OPERATION);
+    match done {
+        Ok(()) => {}
+        // On-demand paging: the atomic waits, unexecuted, for the page (an RNR NAK until
+        // PAGE_FAULT_RESUME), or fails as the access error it is where faults are not reported.
+        Err(KeyFault::NotPresent) => {
+            if super::page_fault::responder_atomic(core, qpn, va, rkey) {
+                return rnr(core, qpn);
+            }
+            return Outcome::Nak(aeth::NAK_REMOTE_ACCESS);
+        }
+        Err(_) => return Outcome::Nak(aeth::NAK_REMOTE_OPERATION),
     }
     message_done(core, qpn);
     if let Some(qp) = core.res.qps.get_mut(qpn) {

@@ -4,6 +4,7 @@
 use super::completion::{fail, flush};
 use super::count;
 use super::requester::{any_sending, continue_sending, resend_from};
+use super::requester_ack::response_faulted;
 use super::responder_pace::{any_owed, pace_all, PACE_RETRY};
 use super::timer::{ack_timeout, rnr_delay};
 use crate::function::Core;
@@ -76,7 +77,11 @@ pub(crate) fn next_deadline(core: &Core) -> Option<Instant> {
     core.res
         .qps
         .iter()
-        .filter(|(_, qp)| qp.state == state::RTS && !qp.req.outstanding.is_empty())
+        .filter(|(qpn, qp)| {
+            qp.state == state::RTS
+                && !qp.req.outstanding.is_empty()
+                && !response_faulted(core, *qpn)
+        })
         .flat_map(|(_, qp)| [qp.req.ack_deadline, qp.req.rnr_until])
         .flatten()
         .chain(pacing)
@@ -99,8 +104,10 @@ pub(crate) fn run_timers(core: &mut Core, now: Instant) -> bool {
         // One QP at a time: a retransmission changes the table's QPs' state.
         let next = core.res.qps.iter().find_map(|(qpn, qp)| {
             let due = |at: Option<Instant>| at.is_some_and(|t| t <= now);
+            // A requester waiting for a response's page to be resumed sends nothing.
             (qp.state == state::RTS
                 && !qp.req.outstanding.is_empty()
+                && !response_faulted(core, qpn)
                 && (due(qp.req.ack_deadline) || due(qp.req.rnr_until))
                 && Some(qpn) != qpn_due)
                 .then_some(qpn)
