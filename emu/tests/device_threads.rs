@@ -1,11 +1,14 @@
 //! A threaded pair on two device threads (`EmuConfig::device_threads` = 2): each function's
 //! work on a thread of its own. Every send queue's frames arrive complete and in order, the
-//! counters of both functions and of the wire add up, and a teardown with traffic in flight
-//! neither hangs nor loses a frame without a counter saying where it went.
+//! counters of both functions and of the wire add up, an RC requester's RNR timer runs on its
+//! function's thread while the responder's NAKs come from the other's, and a teardown with
+//! traffic in flight neither hangs nor loses a frame without a counter saying where it went.
 
+use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, RcPath, GID_B, MAC_B};
 use cxdirect_emu::testkit::{udp_frame, Cq, Host, Rq, Sq};
 use cxdirect_emu::{Device, EmuConfig, ExecMode};
 use cxdirect_hw::cqe::CqeOpcode;
+use cxdirect_hw::wqe::opcode;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -282,4 +285,64 @@ fn check_after_gaps(got: &[u8], next: &mut [u32; QUEUES]) -> usize {
     assert_eq!(got, frame(queue, seq), "the frame arrives complete");
     next[queue] = seq + 1;
     queue
+}
+
+/// Polls `cq` of `host` (memory only, never the device) until a completion arrives.
+fn wait_cqe(host: &Host, cq: &mut Cq, what: &str) -> Vec<u8> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(cqe) = host.poll_cq(cq) {
+            return cqe;
+        }
+        assert!(Instant::now() < deadline, "{what}: no completion");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+#[test]
+fn on_two_device_threads_an_rc_send_waits_out_rnr_naks_by_its_timer_and_lands() {
+    // Each function's RC work on its own thread: B's responder answers on B's, A's RNR wait
+    // runs out on A's, and nothing here polls a device.
+    let mut link = RcPair::new(two_threads(), MEM, 8, 4, 4, RcPath::to(GID_B, MAC_B, 0));
+    let lkey_a = link.a.create_mkey(false, true);
+    let lkey_b = link.b.create_mkey(false, true);
+    for i in 0..8u16 {
+        // Three packets at the path MTU of 1024.
+        let msg: Vec<u8> = (0..3000u32).map(|k| (k * 7 + u32::from(i)) as u8).collect();
+        let src = link.a.alloc(4096, 4096);
+        let dst = link.b.alloc(4096, 4096);
+        link.a.write(src, &msg);
+        let w = rc_wqe(
+            &link.qp_a.sq,
+            opcode::SEND,
+            0,
+            None,
+            None,
+            (src, lkey_a, msg.len() as u32),
+        );
+        link.a.post(&mut link.qp_a.sq, &w, false);
+        if i % 2 == 0 {
+            // No receive posted yet: B answers with an RNR NAK, and A sends again when its
+            // timer says, until the receive is there.
+            let naks = link.b.dev.counters().roce_rnr_naks_sent;
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while link.b.dev.counters().roce_rnr_naks_sent == naks {
+                assert!(Instant::now() < deadline, "message {i}: no RNR NAK");
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        link.b.post_rc_recv(&mut link.qp_b, dst, 4096, lkey_b);
+        let sent = wait_cqe(&link.a, &mut link.cq_a, "send");
+        assert_eq!(sent[63] >> 4, CqeOpcode::Req as u8, "message {i}: sent");
+        let got = wait_cqe(&link.b, &mut link.cq_b, "receive");
+        assert_eq!(
+            got[63] >> 4,
+            CqeOpcode::RespSend as u8,
+            "message {i}: received"
+        );
+        assert_eq!(link.b.read(dst, msg.len()), msg, "message {i}: intact");
+    }
+    let (a, b) = (link.a.dev.counters(), link.b.dev.counters());
+    assert!(b.roce_rnr_naks_sent >= 4, "{b:?}");
+    assert!(a.roce_retransmits > 0, "A's timer sent again: {a:?}");
 }
