@@ -104,6 +104,23 @@ pub struct DeviceArgs {
     /// How emulated devices execute: inline (in the doorbell write), threaded (a woken device thread) or polling (a thread polling 50 ms after work)
     #[arg(long, value_name = "MODE", value_enum, hide_possible_values = true, default_value_t = EmuExec::Threaded)]
     pub emu_exec: EmuExec,
+    /// Device threads of an emulated pair run threaded or polling: 1 (one for both ports) or 2 (one per port)
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=i64::from(MAX_EMU_DEVICE_THREADS)))]
+    pub emu_device_threads: u8,
+}
+
+/// Most device threads an emulated pair takes: one per function, as a function's state is
+/// one lock (a further thread would only wait for it).
+pub const MAX_EMU_DEVICE_THREADS: u8 = 2;
+
+impl DeviceArgs {
+    /// The model configuration of emulated ports: how they execute, on how many device threads.
+    pub fn emu_config(&self) -> cxdirect_emu::EmuConfig {
+        cxdirect_emu::EmuConfig {
+            device_threads: self.emu_device_threads,
+            ..self.emu_exec.config()
+        }
+    }
 }
 
 /// A device spec: `emu`, `emu-pair`, or a PCI function the driver's spec parser accepts.
@@ -215,7 +232,7 @@ pub fn run_on_ports<C: CommandFactory>(
     devices: &DeviceArgs,
     program: &impl RunOnPorts,
 ) -> ExitCode {
-    let opened = open_ports(&devices.devices, devices.emu_exec, devices.iommu_mode);
+    let opened = open_ports(&devices.devices, devices.emu_config(), devices.iommu_mode);
     let outcome = match opened {
         Ok(Ports::Emulated(backends)) => program.run(backends),
         Ok(Ports::Pci(backends)) => program.run(backends),

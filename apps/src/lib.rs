@@ -16,6 +16,7 @@ pub mod krping;
 pub mod rdma;
 pub mod rdma_perf;
 pub mod testpmd;
+pub mod testpmd_run;
 
 /// `spec` with `,iommu=MODE` appended when it names no IOMMU mode itself: a program's
 /// `--iommu-mode` is the default, a spec's own option wins.
@@ -59,11 +60,11 @@ pub enum OpenError {
     Open(String),
 }
 
-/// Opens one or two ports from `specs`: emulated ones executing as `emu_exec` says, or PCI
+/// Opens one or two ports from `specs`: emulated ones built from `model`, or PCI
 /// functions through VFIO with `iommu_mode` unless a spec names one.
 pub fn open_ports(
     specs: &[String],
-    emu_exec: cli::EmuExec,
+    model: cxdirect_emu::EmuConfig,
     iommu_mode: cli::IommuMode,
 ) -> Result<Ports, OpenError> {
     if specs.is_empty() || specs.len() > 2 {
@@ -72,7 +73,6 @@ pub fn open_ports(
             specs.len()
         )));
     }
-    let model = emu_exec.config();
     let parsed: Vec<emulated::Spec> = specs.iter().map(|s| emulated::Spec::parse(s)).collect();
     let pci = parsed
         .iter()

@@ -47,6 +47,16 @@ pub struct EmuConfig {
     /// poll. The two functions of a threaded [`crate::Device::pair`] share one device thread,
     /// which polls for the longer of their two windows.
     pub poll_window: Duration,
+    /// Threaded execution of a [`crate::Device::pair`]: how many device threads serve its two
+    /// functions, 1 or 2. 1 (default): one thread runs both functions' work, as one adapter's
+    /// engines serve both its ports, so a frame crosses the wire without waking a second
+    /// thread. 2: each function's work (its send doorbells, the frames arriving at its port,
+    /// its RC timers) runs on a thread of its own, so one function's sending and the other's
+    /// receiving proceed at once; the frames between them cross the wire's FIFO and the sender
+    /// wakes the receiver's thread. A function's state is one lock, so a third thread would only
+    /// wait for it: values above 2 serve as 2. The pair's larger value counts; a lone function
+    /// ([`crate::Device::new`], [`crate::Device::loopback`]) always has one thread.
+    pub device_threads: u8,
     /// Report and accept enhanced multi-packet send WQEs (opcode 0x29): several packets, each
     /// a data segment or an inline segment, behind one control and Ethernet segment. Off
     /// models a device without them (`enhanced_multi_pkt_send_wqe` = 0).
@@ -95,6 +105,7 @@ impl Default for EmuConfig {
             exec: ExecMode::Inline,
             health_tick: Duration::from_millis(1),
             poll_window: Duration::ZERO,
+            device_threads: 1,
             multi_packet_send: true,
             lso: true,
             striding_rq: true,

@@ -36,7 +36,7 @@ fn main() -> ExitCode {
         let parsed = Spec::parse(spec);
         match &parsed {
             Spec::Emu | Spec::EmuPair => {
-                for backend in open_emulated(&parsed, cli.devices.emu_exec.config()) {
+                for backend in open_emulated(&parsed, cli.devices.emu_config()) {
                     let name = backend.name();
                     failed |= report(&name, Device::bring_up(backend, options.clone())).is_err();
                 }

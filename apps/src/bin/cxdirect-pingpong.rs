@@ -59,7 +59,7 @@ fn main() -> ExitCode {
     let specs: Vec<Spec> = cli.devices.devices.iter().map(|s| Spec::parse(s)).collect();
     let outcome = match specs.as_slice() {
         [Spec::EmuPair] => {
-            let backends = open_emulated(&Spec::EmuPair, cli.devices.emu_exec.config());
+            let backends = open_emulated(&Spec::EmuPair, cli.devices.emu_config());
             run(backends, &config, size, iterations)
         }
         [Spec::Pci(a), Spec::Pci(b)] => {

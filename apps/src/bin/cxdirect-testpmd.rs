@@ -8,11 +8,12 @@
 
 use clap::error::ErrorKind;
 use clap::{Parser, ValueEnum};
-use cxdirect::{Backend, Device, InlineMode, Mbuf, Options, Port, PortConfig, PortStats, Started};
+use cxdirect::{Backend, InlineMode};
 use cxdirect_apps::cli::{self, BurstArgs, DeviceArgs, RunOnPorts, QUEUES, RUN, TRAFFIC};
-use cxdirect_apps::testpmd::{self, ForwardMode, Generator, Verifier};
+use cxdirect_apps::testpmd::ForwardMode;
+use cxdirect_apps::testpmd_run::{self, Settings};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Moves packets through one or two ports as DPDK's testpmd does, and checks them with --verify
 #[derive(Parser, Debug)]
@@ -94,25 +95,6 @@ fn parse_period(text: &str) -> Result<f64, String> {
         .map_err(|e| format!("{e}, or 0 for none"))
 }
 
-struct Settings {
-    mode: ForwardMode,
-    burst: usize,
-    sizes: Vec<usize>,
-    inline: InlineMode,
-    inline_max: u16,
-    multi_packet: bool,
-    tso: Option<u16>,
-    striding: bool,
-    rxq: u16,
-    txq: u16,
-    ring: u32,
-    duration: Option<Duration>,
-    packets: Option<u64>,
-    stats_period: Option<Duration>,
-    verify: bool,
-    flows: u16,
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let settings = Settings::from(&cli);
@@ -122,7 +104,7 @@ fn main() -> ExitCode {
             "--verify checks generated traffic: use it with --forward-mode txonly, flowgen or rxonly",
         );
     }
-    cli::run_on_ports::<Cli>(&cli.devices, &settings)
+    cli::run_on_ports::<Cli>(&cli.devices, &Program(settings))
 }
 
 impl From<&Cli> for Settings {
@@ -157,291 +139,17 @@ impl From<&Cli> for Settings {
     }
 }
 
-impl RunOnPorts for Settings {
+/// The loop's settings, as a program run on the opened ports.
+struct Program(Settings);
+
+impl RunOnPorts for Program {
     fn run<B: Backend>(&self, backends: Vec<B>) -> Result<ExitCode, String> {
-        run(backends, self)
-    }
-}
-
-fn run<B: Backend>(backends: Vec<B>, s: &Settings) -> Result<ExitCode, String> {
-    let max_len = *s.sizes.iter().max().unwrap_or(&64);
-    // With TSO the packets handed over may exceed the MTU: the device cuts them to it.
-    let mtu = if s.tso.is_some() {
-        1500
-    } else {
-        (max_len.saturating_sub(18)).max(1500) as u16
-    };
-    // A buffer holds a whole packet as handed over.
-    let largest = max_len.max(usize::from(mtu) + 18) as u32;
-    let buf_size = ((largest + u32::from(cxdirect::mem::HEADROOM)).div_ceil(64) * 64).max(2048);
-    let config = PortConfig {
-        rx_queues: s.rxq,
-        tx_queues: s.txq,
-        ring_size: s.ring,
-        mtu,
-        inline: s.inline,
-        inline_max: s.inline_max,
-        tx_multi_packet: s.multi_packet,
-        tx_tso: s.tso.is_some(),
-        // Enough buffers for every queue's ring twice over.
-        rx_striding: s.striding.then(|| cxdirect::RxStriding {
-            buffers: 16 * u32::from(s.rxq) * cxdirect::RxStriding::default().ring_wqes,
-            ..cxdirect::RxStriding::default()
-        }),
-        pool_buffers: s.ring * 2 * (u32::from(s.rxq) + u32::from(s.txq)) + 8 * s.burst as u32,
-        buf_size,
-        ..PortConfig::default()
-    };
-    let options = Options {
-        msix_vectors: 1,
-        ..Options::default()
-    };
-    let mut ports: Vec<Started<B>> = Vec::new();
-    for b in backends {
-        let name = b.name();
-        let dev = Device::bring_up(b, options.clone())
-            .map_err(|e| format!("{name}: bring-up failed: {e}"))?;
-        let Started { port, queues } = Port::start(dev, config.clone())
-            .map_err(|e| format!("{name}: port start failed: {e}"))?;
-        println!(
-            "port {} ({name}): {} rx queues, {} tx queues, ring {}, MTU {mtu}",
-            ports.len(),
-            s.rxq,
-            s.txq,
-            s.ring
-        );
-        ports.push(Started { port, queues });
-    }
-    let mut generator = Generator::new(s.sizes.clone(), s.flows)?;
-    if let Some(mss) = s.tso {
-        generator = generator.with_tso(mss)?;
-    }
-    // Frames a burst of generated packets can put on the wire (segments, with TSO).
-    let burst_frames = s.burst as u64
-        * s.sizes
-            .iter()
-            .map(|&len| s.tso.map_or(1, |mss| testpmd::segments(len, mss)))
-            .max()
-            .unwrap_or(1);
-    let mut verifier = Verifier::default();
-    let tx_port = 0;
-    let rx_port = ports.len() - 1;
-    let mut received: Vec<Mbuf> = Vec::with_capacity(cxdirect::ring::MAX_BURST);
-    // Packets waiting to be sent, per port and send queue: a generated packet on its flow's
-    // queue, a forwarded one on the queue numbered as the one it arrived on.
-    let mut pending: Vec<Vec<Vec<Mbuf>>> = (0..ports.len())
-        .map(|_| {
-            (0..s.txq)
-                .map(|_| Vec::with_capacity(cxdirect::ring::MAX_BURST * 2))
-                .collect()
-        })
-        .collect();
-    let start = Instant::now();
-    let mut last_stats = start;
-    let mut rx_count = vec![0u64; ports.len()];
-    let generating = matches!(s.mode, ForwardMode::TxOnly | ForwardMode::FlowGen);
-    let forwarding = matches!(s.mode, ForwardMode::Io | ForwardMode::MacSwap);
-    if forwarding {
-        // Start the loop with traffic, as testpmd's --tx-first does.
-        let pool = ports[tx_port].port.pool().clone();
-        testpmd::generate_pinned(
-            &mut generator,
-            &pool,
-            &mut pending[tx_port],
-            s.burst,
-            s.packets,
-        );
-    }
-    // When the time is up the generator stops and what is in flight is drained.
-    let mut stop_generating = false;
-    let mut recoveries = 0u64;
-    let mut idle_since: Option<Instant> = None;
-    loop {
-        let now = Instant::now();
-        let time_up = s.duration.is_some_and(|d| now.duration_since(start) >= d);
-        // Counted in frames on the wire: with TSO a packet arrives as several.
-        let all_in = generator.wire_frames() <= rx_count[rx_port];
-        match (s.packets, time_up) {
-            (Some(n), _)
-                if (generating && generator.generated() >= n && all_in)
-                    || (!generating && rx_count[rx_port] >= n) =>
-            {
-                break
-            }
-            (None, true) if !generating || all_in => break,
-            (None, true) => stop_generating = true,
-            _ => {}
-        }
-        let mut progress = false;
-        // Both ends are in this process: keep no more packets in flight than the receiving
-        // rings hold, so a slower receiver is paced instead of overrun.
-        let in_flight = generator.wire_frames().saturating_sub(rx_count[rx_port]);
-        // A burst of TCP segments is large and its flows may crowd one queue: count one ring.
-        let queues_filled = if s.tso.is_some() { 1 } else { s.rxq };
-        let credit = u64::from(s.ring) * u64::from(queues_filled);
-        if generating
-            && !stop_generating
-            && in_flight + burst_frames <= credit
-            && s.packets.is_none_or(|n| generator.generated() < n)
-        {
-            let pool = ports[tx_port].port.pool().clone();
-            testpmd::generate_pinned(
-                &mut generator,
-                &pool,
-                &mut pending[tx_port],
-                s.burst,
-                s.packets,
-            );
-        }
-        for p in 0..ports.len() {
-            // Send what is waiting for this port.
-            let tx = &mut ports[p].queues.tx;
-            progress |= testpmd::send_batches(tx, &mut pending[p]) > 0;
-            // A queue stopped by an error completion is recovered before it is used again.
-            let Started { port, queues } = &mut ports[p];
-            recoveries += testpmd::recover_stopped(port, queues)
-                .map_err(|e| format!("queue recovery: {e}"))?
-                .len() as u64;
-            // Receive, queue by queue.
-            let out = if ports.len() == 2 { 1 - p } else { p };
-            for q in 0..usize::from(s.rxq) {
-                received.clear();
-                let got = ports[p].queues.rx[q]
-                    .rx_burst(&mut received, s.burst)
-                    .expect(testpmd::VEC_TAKES_ANY_POOL);
-                if got == 0 {
-                    continue;
-                }
-                progress = true;
-                rx_count[p] += got as u64;
-                let to = &mut pending[out][q % usize::from(s.txq)];
-                for mut m in received.drain(..) {
-                    if s.verify && !forwarding {
-                        if s.tso.is_some() {
-                            verifier.check_segment(&m);
-                        } else {
-                            verifier.check(&m);
-                        }
-                    }
-                    match s.mode {
-                        ForwardMode::Io => to.push(m),
-                        ForwardMode::MacSwap => {
-                            testpmd::mac_swap(&mut m);
-                            to.push(m);
-                        }
-                        _ => drop(m),
-                    }
-                }
-            }
-        }
-        if progress {
-            idle_since = None;
+        let outcome = testpmd_run::run(backends, &self.0)?;
+        println!("{}", outcome.summary());
+        Ok(if !self.0.verify || outcome.clean() {
+            ExitCode::SUCCESS
         } else {
-            let since = *idle_since.get_or_insert(now);
-            // Nothing moves any more: whatever is missing is lost.
-            let finished_sending =
-                stop_generating || s.packets.is_some_and(|n| generator.generated() >= n);
-            if (finished_sending || !generating) && since.elapsed() > Duration::from_millis(500) {
-                break;
-            }
-            std::thread::yield_now();
-        }
-        if let Some(period) = s.stats_period {
-            if now.duration_since(last_stats) >= period {
-                last_stats = now;
-                print_stats(&mut ports, start.elapsed());
-            }
-        }
+            ExitCode::FAILURE
+        })
     }
-    let elapsed = start.elapsed();
-    let mut totals = PortStats::default();
-    for st in print_stats(&mut ports, elapsed) {
-        totals.opackets += st.opackets;
-        totals.oerrors += st.oerrors;
-        totals.ipackets += st.ipackets;
-        totals.ierrors += st.ierrors;
-        totals.rx_nombuf += st.rx_nombuf;
-        totals.imissed += st.imissed;
-    }
-    let imissed = totals.imissed;
-    drop(pending);
-    for Started { port, queues } in ports {
-        drop(queues);
-        let dev = port
-            .close()
-            .map_err(|e| format!("port close failed: {e}"))?;
-        dev.teardown()
-            .map_err(|e| format!("teardown failed: {e}"))?;
-    }
-    let rx = rx_count[rx_port];
-    let sent = if generating {
-        generator.wire_frames()
-    } else {
-        totals.opackets
-    };
-    let lost = if generating {
-        sent.saturating_sub(rx)
-    } else {
-        0
-    };
-    let mpps = rx as f64 / elapsed.as_secs_f64() / 1e6;
-    if s.verify && !forwarding {
-        println!(
-            "verify: good {} corrupt {} duplicate {} gaps {} reordered {} out-of-window {}",
-            verifier.good,
-            verifier.corrupt,
-            verifier.duplicate,
-            verifier.gaps,
-            verifier.reordered,
-            verifier.out_of_window
-        );
-    }
-    if let (Some(mss), true) = (s.tso, generating) {
-        println!(
-            "tso: {} packets handed over as {} segments of MSS {mss} (tx and rx below count segments)",
-            generator.generated(),
-            generator.wire_frames()
-        );
-    }
-    if recoveries > 0 {
-        println!(
-            "recovered queues: {recoveries} (each after an error completion; its buffers flushed)"
-        );
-    }
-    println!(
-        "summary: tx={sent} rx={rx} lost={lost} corrupt={} duplicate={} oerrors={} imissed={imissed} mpps={mpps:.3}",
-        verifier.corrupt, verifier.duplicate, totals.oerrors
-    );
-    let clean = lost == 0
-        && verifier.corrupt == 0
-        && verifier.duplicate == 0
-        && verifier.out_of_window == 0;
-    Ok(if !s.verify || clean {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
-}
-
-/// Prints each port's statistics and returns them.
-fn print_stats<B: Backend>(ports: &mut [Started<B>], elapsed: Duration) -> Vec<PortStats> {
-    let mut all = Vec::with_capacity(ports.len());
-    for (i, Started { port, .. }) in ports.iter_mut().enumerate() {
-        let st = port.stats().unwrap_or_else(|e| {
-            eprintln!("port {i}: reading the device's drop counter failed: {e}");
-            PortStats::from_xstats(&port.xstats())
-        });
-        let x = port.xstats();
-        let db: u64 = x.tx.iter().map(|q| q.doorbells).sum();
-        let bf: u64 = x.tx.iter().map(|q| q.blueflame).sum();
-        let mpw: u64 = x.tx.iter().map(|q| q.multi_packet_wqes).sum();
-        println!(
-            "port {i} [{:.1}s]: rx {} pkts {} bytes (imissed {}, ierrors {}, rx_nombuf {}) | tx {} pkts {} bytes (oerrors {}, doorbells {db}, blueflame {bf}, multi-packet WQEs {mpw})",
-            elapsed.as_secs_f64(),
-            st.ipackets, st.ibytes, st.imissed, st.ierrors, st.rx_nombuf,
-            st.opackets, st.obytes, st.oerrors,
-        );
-        all.push(st);
-    }
-    all
 }

@@ -240,7 +240,7 @@ pub fn run(cli: &Cli, plan: &Plan) -> Result<Vec<String>, String> {
             let exec = cli.devices.emu_exec;
             let config = cxdirect_emu::EmuConfig {
                 roce: true,
-                ..exec.config()
+                ..cli.devices.emu_config()
             };
             let mut ports = open_emulated(&Spec::EmuPair, config).into_iter();
             let (Some(a), Some(b)) = (ports.next(), ports.next()) else {

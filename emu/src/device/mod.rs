@@ -194,13 +194,16 @@ impl Device {
     }
 
     /// Two functions wired back to back: what one sends, the other receives. When both run
-    /// threaded, one device thread serves both (as one adapter's engines serve its two ports).
+    /// threaded, one device thread serves both (as one adapter's engines serve its two ports),
+    /// unless either asks for two ([`EmuConfig::device_threads`]): then each has its own.
     pub fn pair(a: EmuConfig, mut b: EmuConfig) -> (Self, Self) {
         if a.mac == b.mac {
             b.mac[5] ^= 0x01;
         }
         let wire = Arc::new(Wire::pair());
-        let (da, db) = if a.exec == ExecMode::Threaded && b.exec == ExecMode::Threaded {
+        let one_thread = a.device_threads.max(b.device_threads) <= 1;
+        let (da, db) = if a.exec == ExecMode::Threaded && b.exec == ExecMode::Threaded && one_thread
+        {
             let engine = Engine::start();
             (
                 Self::on_engine(a, Some(engine.clone())),

@@ -1,7 +1,9 @@
 //! The device thread of threaded execution. One thread runs the send doorbells and receive
 //! engines of every function attached to it: the two functions of [`super::Device::pair`]
 //! share one, as one adapter's engines serve both its ports, so a packet crosses from one
-//! function to the other without waking a second thread. After work it keeps looking for more
+//! function to the other without waking a second thread (a pair built with two device threads,
+//! `EmuConfig::device_threads`, has one per function, each waking the other's when it put
+//! frames on the wire). After work it keeps looking for more
 //! for the functions' poll window, then sleeps until a doorbell wakes it.
 
 use super::{lock, pump_local, pump_rx_from, run_rc_timers, wake_peers, Shared};

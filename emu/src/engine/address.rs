@@ -18,10 +18,11 @@ pub(crate) fn own_mac(core: &Core, mac: &[u8]) -> bool {
     if mac == &port[2..] {
         return true;
     }
-    core.res.gids.entries.iter().any(|entry| {
-        entry[..16].iter().any(|&b| b != 0)
-            && RoceAddrLayout::new(&entry[..]).is_ok_and(|l| l.source_mac() == mac)
-    })
+    core.res.gids.any()
+        && core.res.gids.entries.iter().any(|entry| {
+            entry[..16].iter().any(|&b| b != 0)
+                && RoceAddrLayout::new(&entry[..]).is_ok_and(|l| l.source_mac() == mac)
+        })
 }
 
 /// Whether `gid` (16 bytes; IPv4 as an IPv4-mapped GID) is in the function's RoCE address

@@ -132,7 +132,7 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8], from: Option<Sender>) {
                 };
                 let hash = if *hash_fn == 2 {
                     rss::HashSelector::from_raw(*l3, *l4, *fields).and_then(|sel| {
-                        rss::rss_hash(key, sel, frame, &parsed)
+                        rss::rss_hash_keyed(key, sel, frame, &parsed)
                             .map(|h| (h, hash_type(&parsed, sel)))
                     })
                 } else {

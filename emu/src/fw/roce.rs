@@ -63,7 +63,8 @@ pub(crate) fn set_roce_address(core: &mut Core, input: &[u8]) -> CmdResult {
     if set {
         bytes.copy_from_slice(&entry.as_bytes()[..0x20]);
     }
-    core.res.gids.entries[index] = bytes;
+    // The index was checked against the table above.
+    let _ = core.res.gids.set(index, bytes);
     // What the table holds, for whoever reads the model's log (the QEMU rig checks the kernel's
     // RoCE GIDs arrived here).
     if set {

@@ -179,7 +179,7 @@ fn tir_hash(
     Ok(TirDispatch::Indirect {
         rqtn,
         hash_fn,
-        key: ctx.rx_hash_toeplitz_key_bytes(),
+        key: crate::rss::ToeplitzKey::new(&ctx.rx_hash_toeplitz_key_bytes()),
         l3: sel.l3_prot_type(),
         l4: sel.l4_prot_type(),
         fields: sel.selected_fields(),

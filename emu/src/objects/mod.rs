@@ -358,7 +358,8 @@ pub(crate) enum TirDispatch {
     Indirect {
         rqtn: u32,
         hash_fn: u8,
-        key: [u8; 40],
+        /// `rx_hash_toeplitz_key`, its table made.
+        key: crate::rss::ToeplitzKey,
         l3: u8,
         l4: u8,
         fields: u32,

@@ -130,14 +130,40 @@ pub(crate) type GidEntry = [u8; 0x20];
 /// The port's RoCE address (GID) table.
 #[derive(Debug)]
 pub(crate) struct GidTable {
+    /// Read-only outside [`GidTable::set`], which keeps `in_use` true to it.
     pub entries: Vec<GidEntry>,
+    /// Entries holding an address: a frame's destination check scans the table only when some
+    /// do, so a function without RoCE addresses pays nothing per frame for it.
+    in_use: usize,
 }
 
 impl GidTable {
     pub fn new() -> Self {
         Self {
             entries: vec![[0; 0x20]; usize::from(ROCE_ADDRESS_TABLE_SIZE)],
+            in_use: 0,
         }
+    }
+
+    /// Sets entry `index` (all zero: unset); false when the table has no such entry.
+    pub fn set(&mut self, index: usize, entry: GidEntry) -> bool {
+        let Some(slot) = self.entries.get_mut(index) else {
+            return false;
+        };
+        let held = |e: &GidEntry| e[..16].iter().any(|&b| b != 0);
+        let before = held(slot);
+        *slot = entry;
+        match (before, held(slot)) {
+            (false, true) => self.in_use += 1,
+            (true, false) => self.in_use -= 1,
+            _ => {}
+        }
+        true
+    }
+
+    /// Whether any entry holds an address.
+    pub fn any(&self) -> bool {
+        self.in_use > 0
     }
 
     /// The entry at `index` if it holds an address.
@@ -475,4 +501,28 @@ pub(crate) struct RcQCounters {
     pub req_transport_retries_exceeded: u32,
     pub resp_cqe_flush_error: u32,
     pub req_cqe_flush_error: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{GidEntry, GidTable};
+
+    #[test]
+    fn the_gid_table_knows_whether_any_entry_holds_an_address() {
+        let mut table = GidTable::new();
+        assert!(!table.any());
+        let mut entry: GidEntry = [0; 0x20];
+        entry[15] = 1;
+        assert!(table.set(3, entry));
+        assert!(table.set(3, entry), "set again: still one");
+        assert!(table.set(7, entry));
+        assert!(table.any());
+        assert!(table.set(3, [0; 0x20]));
+        assert!(table.any(), "entry 7 still holds one");
+        assert!(table.set(7, [0; 0x20]));
+        assert!(table.set(7, [0; 0x20]), "cleared twice: still none");
+        assert!(!table.any());
+        assert!(!table.set(table.entries.len(), entry), "no such entry");
+        assert!(!table.any());
+    }
 }

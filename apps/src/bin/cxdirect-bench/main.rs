@@ -16,10 +16,14 @@
 //!
 //! `--devmem-tcp` instead times devmem TCP receive beside plain receive (`devmem_tcp`).
 //!
+//! `--device-threads` instead compares verified testpmd traffic with four queue pairs per port
+//! on the model's pair run by one device thread and by two (`device_threads`).
+//!
 //! Each figure is also printed as `metric NAME=VALUE`. `--callgrind` instead runs io forwarding
 //! between the two ports for a fixed packet count, for `valgrind --tool=callgrind`
 //! (see `apps/scripts/callgrind-fwd`).
 
+mod device_threads;
 mod devmem_tcp;
 
 use clap::{Parser, ValueEnum};
@@ -72,6 +76,10 @@ struct Cli {
     /// segment, throughput, CPU bytes copied per payload byte
     #[arg(long, conflicts_with_all = ["callgrind", "rc_write"], help_heading = RUN)]
     devmem_tcp: bool,
+    /// Instead, verified testpmd traffic with 4 queue pairs per port on the emulated pair run by
+    /// 1 and by 2 device threads, alternately in one run: Mpps of each and their ratio
+    #[arg(long, conflicts_with_all = ["callgrind", "rc_write", "devmem_tcp"], help_heading = RUN)]
+    device_threads: bool,
     /// Instead, io forwarding between the two ports for --packets, for valgrind --tool=callgrind; prints forwarded=N
     #[arg(long, help_heading = CALLGRIND)]
     callgrind: bool,
@@ -295,6 +303,9 @@ fn real_main() -> Result<(), String> {
     }
     if cli.devmem_tcp {
         return devmem_tcp::devmem_tcp(rounds);
+    }
+    if cli.device_threads {
+        return device_threads::device_threads();
     }
     let only = cli.only.name();
     if only == "model" {

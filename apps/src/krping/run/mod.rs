@@ -375,7 +375,7 @@ pub fn run(cli: &Cli, plan: &Plan) -> Result<Summary, String> {
         Plan::Pair => {
             let config = cxdirect_emu::EmuConfig {
                 roce: true,
-                ..cli.devices.emu_exec.config()
+                ..cli.devices.emu_config()
             };
             let mut backends = open_emulated(&Spec::EmuPair, config).into_iter();
             let (Some(a), Some(b)) = (backends.next(), backends.next()) else {
