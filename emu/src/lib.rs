@@ -54,6 +54,7 @@ pub mod pci;
 pub mod rss;
 #[cfg(feature = "server")]
 pub mod server;
+pub(crate) mod signature;
 pub(crate) mod steering;
 pub mod testkit;
 pub mod trace;
