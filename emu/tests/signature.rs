@@ -375,6 +375,17 @@ const ALL: RemoteRights = RemoteRights {
 };
 
 #[test]
+fn sho_is_reported_so_that_mlx5_ib_reports_integrity_handover() {
+    let mut p = pair();
+    let general =
+        p.a.query_cap(cxdirect_hw::hca::cap_type::GENERAL_DEVICE, true);
+    let g = cxdirect_hw::caps::CmdHcaCap::new(&general[0x10..0x110]).expect("layout");
+    // mlx5_ib_query_device: IBK_INTEGRITY_HANDOVER and the T10-DIF caps on `sho` alone;
+    // process_create_flags takes IB_QP_CREATE_INTEGRITY_EN on it too.
+    assert!(g.sho());
+}
+
+#[test]
 fn crc16_t10dif_gives_the_catalogue_check_value() {
     assert_eq!(crc16_t10dif(b"123456789"), 0xd0db);
 }
@@ -533,6 +544,12 @@ fn a_send_from_a_signature_key_inserts_ip_checksum_guards() {
 /// B's signature key over data and protection apart in B's memory (`Memory::Apart`), T10-DIF
 /// type 1 in both domains checking all eight bytes: (key, data address, protection address).
 fn b_key_apart(p: &mut RcPair, blocks: usize) -> (u32, u64, u64) {
+    let (key, data, prot, _) = b_key_apart_psvs(p, blocks);
+    (key, data, prot)
+}
+
+/// [`b_key_apart`], with the key's (memory, wire) PSVs.
+fn b_key_apart_psvs(p: &mut RcPair, blocks: usize) -> (u32, u64, u64, (u32, u32)) {
     let pd = p.b.pd;
     let dma = p.b.create_mkey(false, true);
     let data = p.b.alloc((blocks * BLOCK) as u64, 4096);
@@ -560,7 +577,12 @@ fn b_key_apart(p: &mut RcPair, blocks: usize) -> (u32, u64, u64) {
     p.settle();
     let done = drain(&p.b, &mut p.cq_b);
     assert_eq!(cqe_opcode(&done[0]), CQE_REQ, "B's integrity registration");
-    (key, data, prot)
+    assert_eq!(
+        p.b.dev.psv(psvs[0]),
+        Some((0, TYPE1.ref_tag)),
+        "SET_PSV seeded the memory PSV"
+    );
+    (key, data, prot, (psvs[0], psvs[1]))
 }
 
 /// A's WRITE of `wire` to offset 0 of B's key `rkey`: A's completion opcode.
@@ -586,10 +608,16 @@ fn write_from_a(p: &mut RcPair, rkey: u32, wire: &[u8]) -> u8 {
 fn a_peer_write_into_a_signature_key_is_checked_and_split_into_data_and_protection() {
     let mut p = pair();
     let blocks = 4;
-    let (key, data_at, prot_at) = b_key_apart(&mut p, blocks);
+    let (key, data_at, prot_at, psvs) = b_key_apart_psvs(&mut p, blocks);
     let data = pattern(blocks * BLOCK, 3);
     let wire = with_dif(&data, TYPE1);
     assert_eq!(write_from_a(&mut p, key, &wire), CQE_REQ);
+    // Both PSVs end at the last block: its guard and tags.
+    let last = pi_of(&data[(blocks - 1) * BLOCK..], TYPE1, blocks - 1);
+    let sig = u32::from_be_bytes([last[0], last[1], last[2], last[3]]);
+    let reference = TYPE1.ref_tag + blocks as u32 - 1;
+    assert_eq!(p.b.dev.psv(psvs.0), Some((sig, reference)));
+    assert_eq!(p.b.dev.psv(psvs.1), Some((sig, reference)));
     assert!(
         drain(&p.b, &mut p.cq_b).is_empty(),
         "no signature error at B"
