@@ -164,6 +164,25 @@ fn reg_mr_integrity(
     wire: Option<Dif>,
     check_mask: u8,
 ) -> Vec<Vec<u8>> {
+    // sigerr_count & 1: one after `mlx5_alloc_integrity_descs` armed the first error.
+    reg_mr_integrity_counted(sq, key, pd, psvs, memory, blocks, mem, wire, check_mask, 1)
+}
+
+/// [`reg_mr_integrity`] once mlx5_ib has counted `sigerr_count` signature errors (plus the
+/// one it starts from): its parity goes to `expected_sigerr_count`.
+#[allow(clippy::too_many_arguments)]
+fn reg_mr_integrity_counted(
+    sq: &mut Sq,
+    key: u32,
+    pd: u32,
+    psvs: (u32, u32),
+    memory: &Memory,
+    blocks: usize,
+    mem: Option<Dif>,
+    wire: Option<Dif>,
+    check_mask: u8,
+    sigerr_count: u32,
+) -> Vec<Vec<u8>> {
     let data_len = (blocks * BLOCK) as u32;
     let region = match memory {
         Memory::Data { .. } => data_len,
@@ -209,8 +228,7 @@ fn reg_mr_integrity(
         .set_qpn(0xff_ffff)
         .set_mkey_7_0(key as u8)
         .set_en_rinval(true)
-        // sigerr_count & 1: one after `mlx5_alloc_integrity_descs` armed the first error.
-        .set_expected_sigerr_count(true)
+        .set_expected_sigerr_count(sigerr_count & 1 != 0)
         .set_bsf_en(true)
         .set_pd(pd)
         .set_len(u64::from(region))
@@ -673,6 +691,71 @@ fn a_corrupted_guard_is_reported_as_the_sig_err_cqe_mlx5_ib_reads() {
     // Reported once a registration: a second bad write before the next UMR is not.
     assert_eq!(write_from_a(&mut p, key, &wire), CQE_REQ);
     assert!(drain(&p.b, &mut p.cq_b).is_empty());
+    // mlx5_poll_one counted the error (sigerr_count 2): after LOCAL_INV the next registration
+    // carries parity 0 and arms the key again.
+    let (data_at, prot_at) = (p.b.alloc(4096, 4096), p.b.alloc(4096, 4096));
+    let dma = p.b.create_mkey(false, true);
+    let pd = p.b.pd;
+    let psvs = create_psv(&mut p.b, pd, 2).expect("PSVs");
+    let mut inv = vec![0u8; 128];
+    CtrlSeg::new(&mut inv[..16])
+        .expect("layout")
+        .set_opcode(opcode::UMR)
+        .set_wqe_index(p.qp_b.sq.pi)
+        .set_qpn_or_sqn(p.qp_b.sq.sqn)
+        .set_ds(8)
+        .set_imm(key);
+    UmrCtrlSeg::new(&mut inv[16..64])
+        .expect("layout")
+        .set_flags(flags::INLINE)
+        .set_mkey_mask(mkey_mask::FREE);
+    Mkc::new(&mut inv[64..128]).expect("layout").set_free(true);
+    p.qp_b.sq.pi = p.qp_b.sq.pi.wrapping_add(2);
+    let next = (key & !0xff) | 0x02;
+    let mut wqes = vec![inv];
+    wqes.extend(reg_mr_integrity_counted(
+        &mut p.qp_b.sq,
+        next,
+        pd,
+        (psvs[0], psvs[1]),
+        &Memory::Apart {
+            key: dma,
+            data: data_at,
+            prot: prot_at,
+        },
+        blocks,
+        Some(TYPE1),
+        Some(TYPE1),
+        copy::GUARD | copy::APP_TAG | copy::REF_TAG,
+        2,
+    ));
+    let mut sq = std::mem::replace(&mut p.qp_b.sq, dummy_sq());
+    post_all(&p.b, &mut sq, &wqes);
+    p.qp_b.sq = sq;
+    p.settle();
+    let done = drain(&p.b, &mut p.cq_b);
+    assert_eq!(
+        done.len(),
+        1,
+        "LOCAL_INV unsignalled, the signature UMR signalled"
+    );
+    assert_eq!(cqe_opcode(&done[0]), CQE_REQ);
+    assert_eq!(write_from_a(&mut p, next, &wire), CQE_REQ);
+    let at_b = drain(&p.b, &mut p.cq_b);
+    assert_eq!(at_b.len(), 1, "armed again");
+    assert_eq!(cqe_opcode(&at_b[0]), CQE_SIG_ERR);
+    assert_eq!(SigErrCqe::new(&at_b[0][..64]).expect("layout").mkey(), next);
+}
+
+fn dummy_sq() -> Sq {
+    Sq {
+        sqn: 0,
+        buf: 0,
+        dbr: 0,
+        log: 0,
+        pi: 0,
+        bf_toggle: false,
+    }
 }
 
 #[test]
@@ -788,4 +871,148 @@ fn a_read_response_into_a_signature_key_is_stripped_and_a_bad_guard_reported() {
     assert_eq!(cqe_opcode(&done[1]), CQE_REQ);
     let e = SigErrCqe::new(&done[0][..64]).expect("layout");
     assert_eq!((e.syndrome(), e.err_offset()), (sig_err::GUARD, 0));
+}
+
+/// CREATE_MKEY of the key `mlx5_ib_alloc_pi_mr` makes for the MTT path (`mtt_mr`): free,
+/// `umr_en`, MTT, ALIGN(max_num_sg + max_num_meta_sg, 4) descriptors, 4 KiB pages, lr.
+fn pi_mtt_key(h: &mut Host, pd: u32, ndescs: u32) -> u32 {
+    let mut input = Host::input(Opcode::CreateMkey, 0, 0x110);
+    CreateMkeyIn::new(&mut input[..])
+        .expect("layout")
+        .memory_key_mkey_entry_mut()
+        .set_lr(true)
+        .set_relaxed_ordering_write(true)
+        .set_pd(pd)
+        .set_qpn(0xff_ffff)
+        .set_free(true)
+        .set_translations_octword_size(ndescs.next_multiple_of(4))
+        .set_access_mode_1_0(cxdirect_hw::mkey::MKC_ACCESS_MODE_MTT)
+        .set_umr_en(true)
+        .set_log_page_size(12);
+    let out = h.exec(&input, 16).expect("CREATE_MKEY of the pi_mr");
+    mkey_from_index(
+        CreateMkeyOut::new(&out[..]).expect("layout").mkey_index(),
+        0,
+    )
+}
+
+/// The first UMR of `handle_reg_mr_integrity` with a pi_mr: `set_reg_wr` over the data pages
+/// and then the metadata pages (`mlx5_set_page` / `mlx5_set_page_pi`, each entry with
+/// `MLX5_EN_RD | MLX5_EN_WR`), no free-state check, the list inline, `frwr_mkey_mask`,
+/// `set_reg_mkey_seg` (4 KiB pages, the data IOVA, the length up to the metadata's end).
+fn reg_pi_mr_wqe(sq: &mut Sq, key: u32, pages: &[u64], iova: u64, len: u64) -> Vec<u8> {
+    let list: Vec<u8> = pages.iter().flat_map(|p| (p | 3).to_be_bytes()).collect();
+    let tail = list.len().next_multiple_of(64);
+    let mut w = vec![0u8; 128 + tail];
+    CtrlSeg::new(&mut w[..16])
+        .expect("layout")
+        .set_opcode(opcode::UMR)
+        .set_wqe_index(sq.pi)
+        .set_qpn_or_sqn(sq.sqn)
+        .set_ds(((128 + tail) / 16) as u8)
+        .set_imm(key);
+    UmrCtrlSeg::new(&mut w[16..64])
+        .expect("layout")
+        .set_flags(flags::INLINE)
+        .set_xlt_octowords((tail / 16) as u16)
+        .set_mkey_mask(
+            mkey_mask::LEN
+                | mkey_mask::PAGE_SIZE
+                | mkey_mask::START_ADDR
+                | mkey_mask::EN_RINVAL
+                | mkey_mask::KEY
+                | mkey_mask::LR
+                | mkey_mask::LW
+                | mkey_mask::RR
+                | mkey_mask::RW
+                | mkey_mask::SMALL_FENCE
+                | mkey_mask::FREE,
+        );
+    Mkc::new(&mut w[64..128])
+        .expect("layout")
+        .set_lr(true)
+        .set_lw(true)
+        .set_rr(true)
+        .set_rw(true)
+        .set_umr_en(true)
+        .set_access_mode_1_0(cxdirect_hw::mkey::MKC_ACCESS_MODE_MTT)
+        .set_qpn(0xff_ffff)
+        .set_mkey_7_0(key as u8)
+        .set_en_rinval(true)
+        .set_start_addr(iova)
+        .set_len(len)
+        .set_translations_octword_size((pages.len().next_multiple_of(8) >> 1) as u32)
+        .set_log_page_size(12);
+    w[128..128 + list.len()].copy_from_slice(&list);
+    sq.pi = sq.pi.wrapping_add((w.len() / 64) as u16);
+    w
+}
+
+#[test]
+fn a_pi_mr_of_data_and_metadata_pages_carries_a_peer_write_as_mlx5_ib_maps_it() {
+    let mut p = pair();
+    let pd = p.b.pd;
+    // Two pages of data (16 blocks) and their 128 bytes of protection 0x100 into a third
+    // page, as the block layer hands nvme-rdma a bio and its integrity payload.
+    let data_pages = [p.b.alloc(4096, 4096), p.b.alloc(4096, 4096)];
+    let meta_page = p.b.alloc(4096, 4096);
+    for page in data_pages.iter().chain([&meta_page]) {
+        p.b.write(*page, &[0; 4096]);
+    }
+    let blocks = 16;
+    // mlx5_ib_map_mtt_mr_sg_pi: the data at its first page's address, the protection at
+    // that address plus the data pages plus its offset in its own page.
+    let iova = data_pages[0];
+    let pi_iova = iova + 2 * 4096 + 0x100;
+    let pi_len = pi_iova + (blocks * 8) as u64 - iova;
+    let pi_mr = pi_mtt_key(&mut p.b, pd, 2 * 33);
+    let psvs = create_psv(&mut p.b, pd, 2).expect("PSVs");
+    let key = integrity_key(&mut p.b, pd, MKC_ACCESS_MODE_KLM, BSF_OCTOWORDS).expect("key") | 1;
+    let mut sq = std::mem::replace(&mut p.qp_b.sq, dummy_sq());
+    let mut wqes = vec![reg_pi_mr_wqe(
+        &mut sq,
+        pi_mr,
+        &[data_pages[0], data_pages[1], meta_page],
+        iova,
+        pi_len,
+    )];
+    wqes.extend(reg_mr_integrity(
+        &mut sq,
+        key,
+        pd,
+        (psvs[0], psvs[1]),
+        &Memory::Apart {
+            key: pi_mr,
+            data: iova,
+            prot: pi_iova,
+        },
+        blocks,
+        Some(TYPE1),
+        Some(TYPE1),
+        copy::GUARD | copy::REF_TAG,
+    ));
+    post_all(&p.b, &mut sq, &wqes);
+    p.qp_b.sq = sq;
+    p.settle();
+    let done = drain(&p.b, &mut p.cq_b);
+    assert_eq!(
+        done.len(),
+        1,
+        "the signature UMR's completion (the pi_mr's is unsignalled)"
+    );
+    assert_eq!(cqe_opcode(&done[0]), CQE_REQ);
+    let data = pattern(blocks * BLOCK, 21);
+    assert_eq!(write_from_a(&mut p, key, &with_dif(&data, TYPE1)), CQE_REQ);
+    assert!(drain(&p.b, &mut p.cq_b).is_empty(), "no signature error");
+    let mut got = p.b.read(data_pages[0], 4096);
+    got.extend(p.b.read(data_pages[1], 4096));
+    assert_eq!(got, data, "the data in its pages");
+    let prot: Vec<u8> = (0..blocks)
+        .flat_map(|i| pi_of(&data[i * BLOCK..(i + 1) * BLOCK], TYPE1, i))
+        .collect();
+    assert_eq!(
+        p.b.read(meta_page + 0x100, blocks * 8),
+        prot,
+        "the protection in its page"
+    );
 }
