@@ -251,6 +251,8 @@ device_codes! {
         Qp2rstQp = 0x50a => "2RST_QP",
         QueryQp = 0x50b => "QUERY_QP",
         Init2initQp = 0x50e => "INIT2INIT_QP",
+        CreatePsv = 0x600 => "CREATE_PSV",
+        DestroyPsv = 0x601 => "DESTROY_PSV",
         CreateSrq = 0x700 => "CREATE_SRQ",
         DestroySrq = 0x701 => "DESTROY_SRQ",
         QuerySrq = 0x702 => "QUERY_SRQ",

@@ -37,6 +37,7 @@ pub mod odp;
 pub mod qp;
 pub mod reg;
 pub mod roce;
+pub mod sig;
 pub mod srq;
 pub mod tir;
 pub mod umr;

@@ -56,6 +56,10 @@ pub mod opcode {
     /// `IB_WR_REG_MR`, `IB_WR_LOCAL_INV` and its own key updates, and reads its requester CQE
     /// back by the WQE it remembers, not by the CQE's opcode.
     pub const UMR: u8 = 0x25;
+    /// Set PSV (`MLX5_OPCODE_SET_PSV`): loads a protection signature variable's seed; the
+    /// segment is a [`SetPsvSeg`](crate::sig::SetPsvSeg). mlx5_ib posts two after the UMR of
+    /// `IB_WR_REG_MR_INTEGRITY` (`set_psv_wr`), unsignalled.
+    pub const SET_PSV: u8 = 0x20;
     /// Enhanced multi-packet send.
     pub const ENHANCED_MPSW: u8 = 0x29;
 }

@@ -392,6 +392,17 @@ impl Device {
         })
     }
 
+    /// The transient signature (guard << 16 | application tag) and reference tag PSV `index`
+    /// holds (SET_PSV's seed, then the last block the data path protected in its domain), or
+    /// `None` when there is no such PSV.
+    pub fn psv(&self, index: u32) -> Option<(u32, u32)> {
+        let core = lock(&self.shared.core);
+        core.res
+            .psvs
+            .get(index)
+            .map(|p| (p.transient_sig, p.ref_tag))
+    }
+
     /// Function-level reset: every object and page dropped, back to initializing.
     pub fn reset(&self) {
         let mut core = lock(&self.shared.core);

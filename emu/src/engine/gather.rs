@@ -79,6 +79,20 @@ pub(crate) fn gather_paged(
                 return Err(CqeSyndrome::LocalLength.into());
             }
             let start = message.len();
+            if crate::signature::is_signature_key(core, seg.lkey()) {
+                // A signature key's bytes are its wire view, protection inserted or checked.
+                message.resize(start + len, 0);
+                crate::signature::read(
+                    core,
+                    seg.lkey(),
+                    pd,
+                    seg.addr(),
+                    &mut message[start..],
+                    None,
+                )
+                .map_err(|_| GatherFault::Error(CqeSyndrome::LocalProtection))?;
+                continue;
+            }
             translate(
                 core,
                 seg.lkey(),

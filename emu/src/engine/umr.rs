@@ -27,8 +27,10 @@ const MKEY_AT: usize = UMR_CTRL_AT + UMR_CTRL_SEG_SIZE;
 /// Where the translation list (inline) or its data segment starts.
 const XLT_AT: usize = MKEY_AT + UMR_MKEY_SEG_SIZE;
 
-/// Mask bits the model applies; the others (signature keys) are refused.
+/// Mask bits the model applies; the others are refused.
 const APPLIED: u64 = mkey_mask::LEN
+    | mkey_mask::EN_SIGERR
+    | mkey_mask::BSF_EN
     | mkey_mask::PAGE_SIZE
     | mkey_mask::START_ADDR
     | mkey_mask::PD
@@ -97,7 +99,19 @@ pub(crate) fn execute(
     }
     let mode = key.access_mode;
     let octowords = usize::from(ctrl.xlt_octowords());
-    let entries = if octowords == 0 {
+    // A signature UMR (`set_sig_umr_wr`): on a key created with `bsf_en`, its memory and BSF
+    // inline, `xlt_offset` holding the BSF's octowords.
+    let sig = if mask & mkey_mask::BSF_EN != 0 && seg.bsf_en() {
+        if !key.bsf_en || ctrl.flags() & flags::INLINE == 0 {
+            return Err(malformed);
+        }
+        let bsf = ctrl.xlt_offset();
+        let parsed = crate::signature::parse_umr(core, key.pd, wqe, XLT_AT, octowords, bsf);
+        Some(parsed.ok_or(malformed)?)
+    } else {
+        None
+    };
+    let entries = if octowords == 0 || sig.is_some() {
         None
     } else {
         if mode == MKC_ACCESS_MODE_PA {
@@ -167,6 +181,16 @@ pub(crate) fn execute(
     // start, bounded by its translation table. A KLM key's pieces have lengths of their own.
     if length64 && mode == MKC_ACCESS_MODE_KLM {
         return Err(malformed);
+    }
+    if let Some(sig) = sig {
+        key.sig = Some(Box::new(sig));
+        key.klm.clear();
+    } else if mask & mkey_mask::BSF_EN != 0 || entries.is_some() {
+        // New translations without a BSF: the key is a plain one again.
+        key.sig = None;
+    }
+    if mask & mkey_mask::EN_SIGERR != 0 {
+        key.sigerr_expected = seg.expected_sigerr_count();
     }
     if let Some((first, entries)) = entries {
         match entries {

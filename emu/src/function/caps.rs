@@ -109,6 +109,11 @@ impl CapSet {
             .set_umr_modify_entity_size_disabled(false)
             .set_umr_modify_atomic_disabled(false)
             .set_umr_ptr_rlky(true)
+            // Signature handover: T10-DIF keys (`crate::signature`). mlx5_ib reports
+            // IBK_INTEGRITY_HANDOVER (types 1 to 3, CRC and IP checksum guards) and takes
+            // IB_QP_CREATE_INTEGRITY_EN on its word alone; nvme-rdma, nvmet-rdma and iSER then
+            // protect their transfers with integrity keys.
+            .set_sho(true)
             // QUERY_VPORT_COUNTER is answered: mlx5_ib serves the RDMA core's performance
             // management queries (port counters) from it instead of a MAD_IFC.
             .set_vport_counters(true)

@@ -76,6 +76,8 @@ pub(crate) struct Core {
     pub faults: crate::faults::Faults,
     /// Receives whose payload write is still in flight ([`crate::Fault::LateReceive`]).
     pub late_writes: Vec<LateWrite>,
+    /// Signature errors and PSV values the data path left for [`crate::signature::report`].
+    pub sig_pending: crate::signature::PendingCell,
     /// Commands whose answer is held back ([`crate::Fault::LateCommand`]).
     pub late_commands: Vec<pending_answer::PendingAnswer>,
     /// The entry last handed back in each command slot, by slot number
@@ -109,6 +111,7 @@ impl Core {
             receive_scratch: Default::default(),
             faults: Default::default(),
             late_writes: Vec::new(),
+            sig_pending: Default::default(),
             late_commands: Vec::new(),
             last_answers: Vec::new(),
             open_sessions: Vec::new(),

@@ -17,6 +17,7 @@ use cxdirect_hw::mkey::{
     MTT_ADDR_MASK,
 };
 use cxdirect_hw::odp::PageFaultResumeIn;
+use cxdirect_hw::sig::BSF_OCTOWORDS;
 
 /// PAGE_FAULT_RESUME as mlx5_ib's `mlx5_ib_page_fault_resume` (odp.c) sends it: the fault's
 /// type, token and queue as the page-fault event reported them, and the error bit when the
@@ -81,10 +82,12 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
             "memory key qpn must be 0xffffff (not bound to a QP)",
         ));
     }
-    if mkc.bsf_en() {
+    // A BSF rides on a KLM key only, of the one size mlx5_ib gives it
+    // (`mlx5_alloc_integrity_descs`: `bsf_octword_size` MLX5_MKEY_BSF_OCTO_SIZE).
+    if mkc.bsf_en() && (mode != MKC_ACCESS_MODE_KLM || mkc.bsf_octword_size() != BSF_OCTOWORDS) {
         return Err(bad_param(
             Syndrome::BadMkeyParams,
-            "signature (BSF) keys are not modelled",
+            "a signature key is a KLM key with a four-octoword BSF",
         ));
     }
     let log_page = u32::from(mkc.log_page_size());
@@ -169,6 +172,10 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
         atomic: mkc.a(),
         free,
         slot,
+        bsf_en: mkc.bsf_en(),
+        sig: None,
+        sigerr_expected: mkc.expected_sigerr_count(),
+        sigerr_count: 0,
     };
     let Some(index) = core.res.mkeys.insert(key) else {
         release_context(core, slot);
@@ -243,6 +250,8 @@ pub(crate) fn query_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
             (key.xlt_capacity / entries_per_octoword(key.access_mode)) as u32,
         )
         .set_umr_en(key.umr_en)
+        .set_bsf_en(key.bsf_en)
+        .set_bsf_octword_size(if key.bsf_en { BSF_OCTOWORDS } else { 0 })
         .set_en_rinval(key.remote_invalidate)
         .set_lr(key.local_read)
         .set_lw(key.local_write)

@@ -24,6 +24,7 @@ pub(crate) mod qp;
 pub(crate) mod qp_datagram;
 pub(crate) mod queues;
 pub(crate) mod roce;
+pub(crate) mod sig;
 pub(crate) mod steering;
 pub(crate) mod transport;
 pub(crate) mod xrc;
@@ -174,6 +175,8 @@ fn dispatch(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
         Opcode::DestroyMkey => mkey::destroy_mkey(core, input),
         Opcode::QuerySpecialContexts => mkey::query_special_contexts(output),
         Opcode::PageFaultResume => mkey::page_fault_resume(core, input),
+        Opcode::CreatePsv => sig::create_psv(core, input, output),
+        Opcode::DestroyPsv => sig::destroy_psv(core, input),
         Opcode::AllocQCounter => qcounters::alloc_q_counter(core, output),
         Opcode::DeallocQCounter => qcounters::dealloc_q_counter(core, input),
         Opcode::QueryQCounter => qcounters::query_q_counter(core, input, output),

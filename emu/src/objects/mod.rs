@@ -10,6 +10,7 @@ pub(crate) mod limits;
 pub(crate) mod mcg;
 pub(crate) mod queue_state;
 pub(crate) mod rc;
+pub(crate) mod signature;
 
 use crate::config::EmuConfig;
 pub(crate) use context::Slot;
@@ -486,6 +487,18 @@ pub(crate) struct Mkey {
     pub atomic: bool,
     pub free: bool,
     pub slot: Slot,
+    /// Created with `bsf_en` (mlx5_ib's integrity key, `mlx5_alloc_integrity_descs`): a
+    /// signature UMR may attach a BSF to it.
+    pub bsf_en: bool,
+    /// The signature a UMR attached (`set_sig_umr_wr`): how memory and wire protect each
+    /// block, and where the memory lies.
+    pub sig: Option<Box<signature::SigKey>>,
+    /// `expected_sigerr_count` as the last signature UMR set it: a signature error is
+    /// reported while the parity of [`Mkey::sigerr_count`] differs from it (mlx5_ib arms the
+    /// next error by counting the ones it saw).
+    pub sigerr_expected: bool,
+    /// Signature errors reported through the key.
+    pub sigerr_count: u32,
 }
 
 /// Every object table of the function.
@@ -508,6 +521,8 @@ pub(crate) struct Resources {
     pub rqts: Table<Rqt>,
     pub flow_tables: Table<FlowTable>,
     pub mkeys: Table<Mkey>,
+    /// Protection signature variables (CREATE_PSV).
+    pub psvs: Table<signature::Psv>,
     pub q_counters: Table<QCounter>,
     pub qps: Table<rc::Qp>,
     /// Datagram QPs: unreliable datagram (UD, `st` 0x2) QPs and general services QPs (QP1,
@@ -565,6 +580,7 @@ impl Resources {
             rqts: Table::new(0x3000, 1 << 12),
             flow_tables: Table::new(0x10, 1 << 10),
             mkeys: Table::new(0x10, 1 << 16),
+            psvs: Table::new(0x10, 1 << 16),
             // Set 0 means "no counter set" in an RQ context.
             q_counters: Table::new(1, u32::from(limits::MAX_Q_COUNTERS)),
             qps: Table::new(0x4000, 1 << limits::LOG_MAX_QP),

@@ -43,11 +43,17 @@ pub(super) fn complete_local(core: &mut Core, qpn: u32, index: u16, opcode: u8, 
     }
 }
 
+/// Whether send opcode `op` is a local operation (UMR, SET_PSV): it takes effect when
+/// executed and completes in order with the WQEs before it, sending nothing.
+pub(super) fn is_local(op: u8) -> bool {
+    op == opcode::UMR || op == opcode::SET_PSV
+}
+
 /// Completes the local WQEs at the front of QP `qpn`'s outstanding list.
 pub(super) fn retire_local(core: &mut Core, qpn: u32) {
     while let Some(qp) = core.res.qps.get_mut(qpn) {
         match qp.req.outstanding.front() {
-            Some(front) if front.opcode == opcode::UMR => {
+            Some(front) if is_local(front.opcode) => {
                 let front = *front;
                 qp.req.outstanding.pop_front();
                 if front.signaled {

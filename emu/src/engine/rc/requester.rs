@@ -138,7 +138,7 @@ pub(super) fn resend_from(core: &mut Core, qpn: u32, mut n: usize) -> bool {
         .get(qpn)
         .and_then(|qp| qp.req.outstanding.get(n).copied())
     {
-        if o.opcode == opcode::UMR {
+        if super::completion::is_local(o.opcode) {
             // A local operation took effect once; only its completion waits.
             n += 1;
             continue;
@@ -368,6 +368,13 @@ fn execute_from(
     let Some(service) = core.res.qps.get(qpn).map(|qp| qp.service) else {
         return Err(bad);
     };
+    if op == opcode::SET_PSV {
+        // A local operation like UMR: the PSV takes its seed now, in order with the rest.
+        let pd = core.res.qps.get(qpn).map_or(0, |qp| qp.pd);
+        crate::signature::set_psv(core, pd, &s.wqe[..ds * WQE_DS]).map_err(|syn| (op, syn))?;
+        complete_local(core, qpn, index, op, signaled);
+        return Ok(Some(req.bbs));
+    }
     if op == opcode::UMR {
         // A local operation, in order with the rest: the key changes now, the completion
         // waits for the WQEs before it.
@@ -463,7 +470,10 @@ fn execute_from(
         }
         _ => return Err(bad),
     }
-    match gather(core, qpn, &s.wqe[..ds * WQE_DS], at, &mut s.message) {
+    let gathered = gather(core, qpn, &s.wqe[..ds * WQE_DS], at, &mut s.message);
+    let cqn = core.res.qps.get(qpn).map_or(0, |qp| qp.cqn_snd);
+    crate::signature::report(core, qpn, cqn);
+    match gathered {
         Ok(()) => {}
         Err(GatherFault::Error(syndrome)) => return Err((op, syndrome)),
         // Told apart for the caller: a page fault where the function reports them.

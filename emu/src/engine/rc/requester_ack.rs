@@ -102,7 +102,7 @@ pub(super) fn retire_acked(core: &mut Core, qpn: u32, acked_through: u32) -> boo
         let Some(&front) = qp.req.outstanding.front() else {
             return false;
         };
-        if front.opcode == opcode::UMR {
+        if super::completion::is_local(front.opcode) {
             // A local operation at the front: everything before it has completed.
             retire_local(core, qpn);
             continue;
@@ -173,7 +173,10 @@ pub(crate) fn response(core: &mut Core, qpn: u32, opcode: u8, psn: u32, data: &[
     } else {
         data
     };
-    if let Err(fault) = scatter_local(core, qpn, awaited.index, offset, data) {
+    let scattered = scatter_local(core, qpn, awaited.index, offset, data);
+    let cqn = core.res.qps.get(qpn).map_or(0, |qp| qp.cqn_snd);
+    crate::signature::report(core, qpn, cqn);
+    if let Err(fault) = scattered {
         let committed = offset.min(u32::MAX as usize) as u32;
         if fault == GatherFault::NotPresent
             && super::page_fault::requester_response(
@@ -311,6 +314,14 @@ fn scatter_local(
         }
         let n = (cap - skip).min(left.len());
         let (now, later) = left.split_at(n);
+        if crate::signature::is_signature_key(core, seg.lkey()) {
+            let addr = seg.addr() + skip as u64;
+            crate::signature::write(core, seg.lkey(), pd, addr, now, None)
+                .map_err(|_| CqeSyndrome::LocalProtection)?;
+            left = later;
+            skip = 0;
+            continue;
+        }
         translate(
             core,
             seg.lkey(),

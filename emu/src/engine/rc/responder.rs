@@ -535,7 +535,14 @@ fn write_data(core: &mut Core, qpn: u32, data: &[u8], last: bool) -> Result<(), 
     if landed > w.total || (last && landed != w.total) {
         return Err(invalid);
     }
-    if len > 0 {
+    if len > 0 && crate::signature::is_signature_key(core, w.rkey) {
+        let va = w.va.wrapping_add(u64::from(w.done));
+        let pd = qp.responder_pd();
+        let landed = crate::signature::write(core, w.rkey, pd, va, data, Some(RemoteAccess::Write));
+        let cqn = qp.cqn_rcv;
+        crate::signature::report(core, qpn, cqn);
+        landed.map_err(|_| Landing::Nak(aeth::NAK_REMOTE_ACCESS))?;
+    } else if len > 0 {
         translate_remote(
             core,
             w.rkey,

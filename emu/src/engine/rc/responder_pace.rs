@@ -155,20 +155,36 @@ fn read_response(core: &mut Core, qpn: u32, owed: Owed) -> bool {
     let mut data = std::mem::take(&mut core.rc_scratch.response);
     data.clear();
     data.resize(bytes as usize, 0);
+    let signed = crate::signature::is_signature_key(core, rkey);
     let read = bytes == 0
-        || translate_remote(
-            core,
-            rkey,
-            pd,
-            va + u64::from(offset),
-            u64::from(bytes),
-            RemoteAccess::Read,
-            |iova, at, piece| {
-                core.dma_read(iova, &mut data[at as usize..(at + piece) as usize])
-                    .map_err(|_| KeyFault::Bounds)
-            },
-        )
-        .is_ok();
+        || (signed
+            && crate::signature::read(
+                core,
+                rkey,
+                pd,
+                va + u64::from(offset),
+                &mut data,
+                Some(RemoteAccess::Read),
+            )
+            .is_ok())
+        || (!signed
+            && translate_remote(
+                core,
+                rkey,
+                pd,
+                va + u64::from(offset),
+                u64::from(bytes),
+                RemoteAccess::Read,
+                |iova, at, piece| {
+                    core.dma_read(iova, &mut data[at as usize..(at + piece) as usize])
+                        .map_err(|_| KeyFault::Bounds)
+                },
+            )
+            .is_ok());
+    if signed {
+        let cqn = core.res.qps.get(qpn).map_or(0, |qp| qp.cqn_rcv);
+        crate::signature::report(core, qpn, cqn);
+    }
     if !read {
         core.rc_scratch.response = data;
         // The key granted the range but the memory behind it cannot be read.

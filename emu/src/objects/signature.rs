@@ -1,0 +1,83 @@
+//! Signature (T10-DIF) state: PSVs, and what a signature UMR attached to a key (its memory
+//! layout and the BSF's two domains), as the data path (`crate::signature`) reads them.
+
+/// A protection signature variable (CREATE_PSV): a domain's running tags, loaded by SET_PSV
+/// and left by the data path at the last block it protected.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Psv {
+    /// Its protection domain.
+    pub pd: u32,
+    /// Guard (high 16 bits) and application tag (low 16 bits).
+    pub transient_sig: u32,
+    /// Reference tag.
+    pub ref_tag: u32,
+}
+
+/// Which guard a domain's blocks carry (`sig_type` of its inline BSF section).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Guard {
+    /// CRC16 T10-DIF (`MLX5_DIF_CRC`).
+    Crc,
+    /// IP checksum (`MLX5_DIF_IPCS`).
+    IpChecksum,
+}
+
+/// One domain's T10-DIF protection, from its inline BSF section (`mlx5_fill_inl_bsf`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Domain {
+    /// Data bytes a block (512 or 4096 from Linux's block layer).
+    pub block: u32,
+    pub guard: Guard,
+    /// Application tag of every block.
+    pub app_tag: u16,
+    /// Reference tag of the first block.
+    pub ref_tag: u32,
+    /// The reference tag grows by one a block (types 1 and 2).
+    pub inc_ref: bool,
+    /// A block whose application tag is 0xffff is not checked.
+    pub app_escape: bool,
+    /// ... only when its reference tag is 0xffffffff as well.
+    pub ref_escape: bool,
+    /// Application tag bits checked.
+    pub app_mask: u16,
+    /// The domain's PSV.
+    pub psv: u32,
+}
+
+/// Where a signature key's memory lies (`set_sig_data_segment`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Memory {
+    /// One KLM: `bytes` at `va` through `key`, data alone or data and protection interleaved.
+    Klm { bytes: u32, key: u32, va: u64 },
+    /// A strided block list: `repeat` blocks, data `data_bytes` a block at `data_va` +
+    /// i * `data_stride` through `data_key`, protection at `prot_va` + i * `prot_stride`
+    /// through `prot_key`.
+    Strided {
+        repeat: u32,
+        data_key: u32,
+        data_va: u64,
+        data_bytes: u16,
+        data_stride: u16,
+        prot_key: u32,
+        prot_va: u64,
+        prot_stride: u16,
+    },
+}
+
+/// What a signature UMR attached to a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SigKey {
+    pub memory: Memory,
+    /// The memory domain's protection (none: data alone).
+    pub mem: Option<Domain>,
+    /// The wire domain's protection (none: data alone).
+    pub wire: Option<Domain>,
+    /// Protection bytes checked in the input domain (`check_byte_mask`).
+    pub check_mask: u8,
+    /// Protection bytes the output takes from the input (same block structure only).
+    pub copy_mask: u8,
+    /// Data bytes (`raw_data_size`).
+    pub data_size: u32,
+    /// Protected blocks (0 when neither domain protects).
+    pub blocks: u32,
+}

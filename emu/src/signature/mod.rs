@@ -1,0 +1,271 @@
+//! Signature (T10-DIF) offload, as Linux's mlx5_ib drives it for `IB_MR_TYPE_INTEGRITY` keys
+//! (NVMe over RDMA and iSER with protection information):
+//!
+//! - the signature UMR (`set_sig_umr_wr` in wr.c) attaches to a `bsf_en` KLM key its memory
+//!   (one KLM, or a strided block list of data and protection apart) and a BSF (`mlx5_set_bsf`);
+//! - SET_PSV WQEs (`set_psv_wr`) load the two PSVs the BSF names;
+//! - when the device reads the key (a SEND or WRITE gathered from it, a peer's READ served
+//!   through it) the memory domain is the input and the wire domain the output; when it writes
+//!   the key (a peer's WRITE, a READ response) the wire is the input. The input's protection is
+//!   checked (`check_byte_mask`), the output's generated or copied (insert, strip, pass);
+//! - a failed check is reported as mlx5_ib's `mlx5_poll_one` expects it: a SIG_ERR CQE naming
+//!   the key, which `get_sig_err_item` turns into what `ib_check_mr_status` returns. The data
+//!   still moves; the ULP's check of the key refuses it.
+
+mod dif;
+
+pub(crate) use dif::{read, write};
+
+use crate::engine::cq;
+use crate::function::Core;
+use crate::objects::signature::{Domain, Guard, Memory, SigKey};
+use cxdirect_hw::cqe::{CqeOpcode, CQE_SIZE};
+use cxdirect_hw::sig::{
+    block_size, bsf_flags, inl, Bsf, BsfInl, SetPsvSeg, SigErrCqe, StrideBlockCtrl,
+    StrideBlockEntry, BSF_OCTOWORDS, BSF_SIZE, DIF_SIZE, STRIDE_BLOCK_OP,
+};
+use cxdirect_hw::umr::{Klm, OCTOWORD};
+use cxdirect_hw::wqe::WQE_DS;
+use std::sync::Mutex;
+
+/// A block whose protection failed its check, waiting to be reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SigError {
+    /// The signature key.
+    pub mkey: u32,
+    /// [`sig_err`](cxdirect_hw::sig::sig_err) bits.
+    pub syndrome: u16,
+    pub expected_sig: u32,
+    pub actual_sig: u32,
+    pub expected_ref: u32,
+    pub actual_ref: u32,
+    /// Wire offset of the block in the key.
+    pub offset: u64,
+}
+
+/// What the data path left to apply once it holds the function mutably: errors to report and
+/// PSVs' new values. The data path translates through a shared view of the function.
+#[derive(Debug, Default)]
+pub(crate) struct Pending {
+    pub errors: Vec<SigError>,
+    /// (PSV, transient signature, reference tag) of the last block of each domain.
+    pub psvs: Vec<(u32, u32, u32)>,
+}
+
+/// The pending list of the function: taken by [`report`].
+pub(crate) type PendingCell = Mutex<Pending>;
+
+/// The signature a UMR attaches, from its inline translation (`octowords` octowords at `at`
+/// of `wqe`) and the BSF after it (`bsf_octowords`), in the key's protection domain `pd`.
+/// `None` for anything mlx5_ib does not build or the model does not model.
+pub(crate) fn parse_umr(
+    core: &Core,
+    pd: u32,
+    wqe: &[u8],
+    at: usize,
+    octowords: usize,
+    bsf_octowords: u16,
+) -> Option<SigKey> {
+    if u32::from(bsf_octowords) != BSF_OCTOWORDS || octowords == 0 {
+        return None;
+    }
+    let xlt = wqe.get(at..at + octowords * OCTOWORD)?;
+    let bsf_at = at + octowords * OCTOWORD;
+    let bsf = Bsf::new(wqe.get(bsf_at..bsf_at + BSF_SIZE)?).ok()?;
+    if bsf.bsf_size_sbs() & bsf_flags::FULL == 0 {
+        return None;
+    }
+    let psv_ok = |psv: u32| core.res.psvs.get(psv).is_some_and(|p| p.pd == pd);
+    let mem = domain(&bsf.m_inl(), bsf.mem_bs_selector(), bsf.m_bfs_psv())?;
+    let same = bsf.bsf_size_sbs() & bsf_flags::SAME_BLOCKS != 0;
+    let wire_block = if same {
+        bsf.mem_bs_selector()
+    } else {
+        bsf.wire_flags()
+    };
+    let wire = domain(&bsf.w_inl(), wire_block, bsf.w_bfs_psv())?;
+    if [mem, wire].iter().flatten().any(|d| !psv_ok(d.psv)) {
+        return None;
+    }
+    if let (Some(m), Some(w)) = (mem, wire) {
+        // Different block structures (a 512-byte wire over 4 KiB memory) are not modelled.
+        if m.block != w.block {
+            return None;
+        }
+    }
+    let block = mem.or(wire).map(|d| u64::from(d.block));
+    let data_size = bsf.raw_data_size();
+    let memory = memory(xlt)?;
+    let blocks = match (block, memory) {
+        (None, _) => 0,
+        (
+            Some(b),
+            Memory::Strided {
+                repeat, data_bytes, ..
+            },
+        ) => {
+            if u64::from(data_bytes) != b || u64::from(repeat) * b != u64::from(data_size) {
+                return None;
+            }
+            repeat
+        }
+        (Some(b), Memory::Klm { bytes, .. }) => {
+            let unit = if mem.is_some() {
+                b + DIF_SIZE as u64
+            } else {
+                b
+            };
+            if u64::from(bytes) % unit != 0 {
+                return None;
+            }
+            u32::try_from(u64::from(bytes) / unit).ok()?
+        }
+    };
+    // A strided list carries protection in memory; one KLM with a memory domain interleaves it.
+    if matches!(memory, Memory::Strided { .. }) && mem.is_none() {
+        return None;
+    }
+    Some(SigKey {
+        memory,
+        mem,
+        wire,
+        check_mask: bsf.check_byte_mask(),
+        copy_mask: if same { bsf.wire_flags() } else { 0 },
+        data_size,
+        blocks,
+    })
+}
+
+/// One domain of the BSF: `None` (the outer option) when malformed, `Some(None)` when the
+/// domain carries no protection.
+fn domain(section: &BsfInl<&[u8]>, selector: u8, psv: u32) -> Option<Option<Domain>> {
+    if section.vld_refresh() & inl::VALID == 0 {
+        return Some(None);
+    }
+    let guard = match section.sig_type() {
+        inl::DIF_CRC => Guard::Crc,
+        inl::DIF_IPCS => Guard::IpChecksum,
+        _ => return None,
+    };
+    let flags = section.dif_inc_ref_guard_check();
+    Some(Some(Domain {
+        block: block_size(selector)?,
+        guard,
+        app_tag: section.dif_apptag(),
+        ref_tag: section.dif_reftag(),
+        inc_ref: flags & inl::INC_REFTAG != 0,
+        app_escape: flags & (inl::APPTAG_ESCAPE | inl::APPREF_ESCAPE) != 0,
+        ref_escape: flags & inl::APPREF_ESCAPE != 0,
+        app_mask: section.dif_app_bitmask_check(),
+        psv,
+    }))
+}
+
+/// The memory of a signature key: a strided block list (its head's `op` is
+/// [`STRIDE_BLOCK_OP`], a value no memory key takes) or one KLM.
+fn memory(xlt: &[u8]) -> Option<Memory> {
+    let head = StrideBlockCtrl::new(xlt.get(..OCTOWORD)?).ok()?;
+    if head.op() != STRIDE_BLOCK_OP {
+        let klm = Klm::new(xlt.get(..OCTOWORD)?).ok()?;
+        return Some(Memory::Klm {
+            bytes: klm.byte_count(),
+            key: klm.key(),
+            va: klm.address(),
+        });
+    }
+    if head.num_entries() != 2 {
+        return None;
+    }
+    let data = StrideBlockEntry::new(xlt.get(OCTOWORD..2 * OCTOWORD)?).ok()?;
+    let prot = StrideBlockEntry::new(xlt.get(2 * OCTOWORD..3 * OCTOWORD)?).ok()?;
+    if usize::from(prot.bcount()) != DIF_SIZE
+        || head.bcount_per_cycle() != u32::from(data.bcount()) + DIF_SIZE as u32
+        || data.stride() < data.bcount()
+        || usize::from(prot.stride()) < DIF_SIZE
+    {
+        return None;
+    }
+    Some(Memory::Strided {
+        repeat: head.repeat_count(),
+        data_key: data.key(),
+        data_va: data.va(),
+        data_bytes: data.bcount(),
+        data_stride: data.stride(),
+        prot_key: prot.key(),
+        prot_va: prot.va(),
+        prot_stride: prot.stride(),
+    })
+}
+
+/// Executes a SET_PSV WQE (`set_psv_wr`) posted by a QP of protection domain `pd`: the PSV
+/// takes its new transient signature and reference tag. A PSV of another PD, or none, is a
+/// local protection error.
+pub(crate) fn set_psv(
+    core: &mut Core,
+    pd: u32,
+    wqe: &[u8],
+) -> Result<(), cxdirect_hw::cqe::CqeSyndrome> {
+    let seg = wqe
+        .get(WQE_DS..2 * WQE_DS)
+        .and_then(|s| SetPsvSeg::new(s).ok())
+        .ok_or(cxdirect_hw::cqe::CqeSyndrome::LocalQpOperation)?;
+    let psv = core
+        .res
+        .psvs
+        .get_mut(seg.psv_num())
+        .filter(|p| p.pd == pd)
+        .ok_or(cxdirect_hw::cqe::CqeSyndrome::LocalProtection)?;
+    psv.transient_sig = seg.transient_sig();
+    psv.ref_tag = seg.ref_tag();
+    Ok(())
+}
+
+/// Applies what the data path left pending for QP `qpn`: the PSVs' new values, and a SIG_ERR
+/// CQE on CQ `cqn` for each key whose error is armed (the parity of the errors it reported
+/// differs from the `expected_sigerr_count` its last UMR set: one report a registration, as
+/// mlx5_ib counts them in `mlx5_poll_one`).
+pub(crate) fn report(core: &mut Core, qpn: u32, cqn: u32) {
+    let pending = match core.sig_pending.get_mut() {
+        Ok(p) => std::mem::take(p),
+        Err(poisoned) => std::mem::take(poisoned.into_inner()),
+    };
+    for (index, sig, ref_tag) in pending.psvs {
+        if let Some(psv) = core.res.psvs.get_mut(index) {
+            psv.transient_sig = sig;
+            psv.ref_tag = ref_tag;
+        }
+    }
+    for e in pending.errors {
+        let Some(key) = core.res.mkeys.get_mut(e.mkey >> 8) else {
+            continue;
+        };
+        let armed = (key.sigerr_count & 1 != 0) != key.sigerr_expected;
+        if !armed {
+            continue;
+        }
+        key.sigerr_count = key.sigerr_count.wrapping_add(1);
+        let mut cqe = [0u8; CQE_SIZE];
+        if let Ok(mut c) = SigErrCqe::new(&mut cqe[..64]) {
+            c.set_expected_trans_sig(e.expected_sig)
+                .set_actual_trans_sig(e.actual_sig)
+                .set_expected_reftag(e.expected_ref)
+                .set_actual_reftag(e.actual_ref)
+                .set_syndrome(e.syndrome)
+                .set_mkey(e.mkey)
+                .set_err_offset(e.offset)
+                .set_qpn(qpn & 0x00ff_ffff)
+                .set_op_own((CqeOpcode::SigErr as u8) << 4);
+        }
+        if cq::post(core, cqn, &mut cqe).is_err() {
+            crate::counters::add(&core.counters.completions_lost, 1);
+        }
+    }
+}
+
+/// Whether the key `mkey` names carries a signature (a UMR attached a BSF to it).
+pub(crate) fn is_signature_key(core: &Core, mkey: u32) -> bool {
+    core.res
+        .mkeys
+        .get(mkey >> 8)
+        .is_some_and(|k| k.sig.is_some() && k.variant == mkey as u8)
+}
