@@ -14,13 +14,7 @@ use cxdirect_hw::mkey::{
 /// from the invalid lkey (0x100) that ends receive scatter lists.
 pub const RESERVED_LKEY: u32 = 0x200;
 
-/// The null memory key the model reports in QUERY_SPECIAL_CONTEXTS (`null_mkey`, with the
-/// general `null_mkey` capability): an indirect key's entry naming it maps nothing, and an
-/// access there is a page not present ([`KeyFault::NotPresent`]). mlx5_ib reads it with
-/// `mlx5r_cmd_query_special_mkeys` (cmd.c) and points every block of an implicit ODP key not
-/// yet backed by a child key at it (`populate_klm` in odp.c). Memory key index 3 is never
-/// handed out.
-pub const NULL_MKEY: u32 = 0x300;
+pub use crate::objects::ksm::NULL_MKEY;
 
 /// Why a memory access through a key was refused: the engines turn this into an error CQE
 /// with the local protection syndrome.
@@ -40,9 +34,17 @@ pub(crate) enum KeyFault {
     NotPresent,
 }
 
-/// Translation entries a key may hold at most (MTT entries or KLMs): 2^22 MTT entries map
-/// 16 GiB in 4 KiB pages. A larger table is refused rather than allocated on a driver's word.
+/// Translation entries an MTT or KLM key may hold at most: 2^22 MTT entries map 16 GiB in
+/// 4 KiB pages. A larger table is refused rather than allocated on a driver's word. A KSM key
+/// stores at most this many entries naming a key other than the null key.
 pub(crate) const MAX_XLT_ENTRIES: usize = 1 << 22;
+
+/// Blocks a KSM key's table may have: all that `translations_octword_size` (32 bits, one
+/// entry an octoword, rounded up to 64 bytes) can say. Its entries are stored sparsely
+/// ([`KsmTable`](crate::objects::ksm::KsmTable)), so only the entries naming a key cost
+/// memory: Linux's implicit ODP key under 5-level paging has 2^26 blocks
+/// (`mlx5_imr_ksm_entries` in odp.c), nearly all naming the null key.
+pub(crate) const MAX_KSM_BLOCKS: usize = 1 << 32;
 
 /// Translation entries per octoword: two MTT entries, or one KLM or KSM entry (16 bytes).
 pub(crate) fn entries_per_octoword(mode: u8) -> usize {
@@ -66,7 +68,12 @@ pub(crate) fn is_indirect(mode: u8) -> bool {
 pub(crate) fn xlt_capacity(mode: u8, octowords: u32) -> Option<usize> {
     let octowords = (octowords as usize).checked_next_multiple_of(4)?;
     let entries = octowords.checked_mul(entries_per_octoword(mode))?;
-    (entries <= MAX_XLT_ENTRIES).then_some(entries)
+    let limit = if mode == MKC_ACCESS_MODE_KSM {
+        MAX_KSM_BLOCKS
+    } else {
+        MAX_XLT_ENTRIES
+    };
+    (entries <= limit).then_some(entries)
 }
 
 /// Whether MTT page size `log_page` (absolute log2) is one a key can have: 4 KiB up to the 2^31
@@ -152,7 +159,8 @@ fn walk(
 /// Walks `[addr, addr + len)` of KSM key `key`: its address space is blocks of
 /// `2^log_page_size` bytes from `start` (Linux's implicit ODP keys use 2^30,
 /// `MLX5_KSM_PAGE_SHIFT`), block `i` reached at entry `i`'s address through the key it names,
-/// as for a KLM. An entry never loaded (or of length 0 beyond the list) is out of bounds.
+/// as for a KLM. A block within the key's table without an entry (never loaded, or loaded with
+/// the null key) is a page not present; a block past the table is out of bounds.
 fn walk_ksm(
     core: &Core,
     key: &Mkey,
@@ -170,8 +178,11 @@ fn walk_ksm(
             .checked_sub(key.start)
             .and_then(|o| o.checked_add(done))
             .ok_or(KeyFault::Bounds)?;
-        let index = usize::try_from(offset >> key.log_page).map_err(|_| KeyFault::Bounds)?;
-        let &(_, inner, address) = key.klm.get(index).ok_or(KeyFault::Bounds)?;
+        let index = offset >> key.log_page;
+        if usize::try_from(index).map_or(true, |i| i >= key.xlt_capacity) {
+            return Err(KeyFault::Bounds);
+        }
+        let (inner, address) = key.ksm.get(index).ok_or(KeyFault::NotPresent)?;
         let in_block = offset & (block - 1);
         let piece = (block - in_block).min(len - done);
         let at = address.checked_add(in_block).ok_or(KeyFault::Bounds)?;

@@ -9,7 +9,7 @@
 use cxdirect_emu::testkit::rc::{lone_host, GID_A, MAC_A};
 use cxdirect_emu::testkit::ud::{ud_wqe, UdAv, UdQp, UD_QKEY};
 use cxdirect_emu::testkit::{CmdFail, Cq, Host, Sq};
-use cxdirect_emu::{EmuConfig, Syndrome, RESERVED_LKEY};
+use cxdirect_emu::{EmuConfig, Syndrome, NULL_MKEY, RESERVED_LKEY};
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
 use cxdirect_hw::cqe::{CqeOpcode, ErrCqe};
 use cxdirect_hw::mkey::{
@@ -42,7 +42,20 @@ fn create_ksm_sized(
     log_block: u8,
     entries: &[(u32, u64)],
 ) -> Result<u32, CmdFail> {
-    let mut input = Host::input(Opcode::CreateMkey, 0, 0x110 + 16 * blocks as usize);
+    create_ksm_table(h, pd, blocks, blocks, log_block, entries)
+}
+
+/// [`create_ksm_sized`] with room for `table` entries (the key's translation table may be
+/// larger than its length needs).
+fn create_ksm_table(
+    h: &mut Host,
+    pd: u32,
+    blocks: u32,
+    table: u32,
+    log_block: u8,
+    entries: &[(u32, u64)],
+) -> Result<u32, CmdFail> {
+    let mut input = Host::input(Opcode::CreateMkey, 0, 0x110 + 16 * entries.len());
     let mut cmd = CreateMkeyIn::new(&mut input[..]).expect("layout");
     cmd.set_translations_octword_actual_size(entries.len() as u32);
     cmd.memory_key_mkey_entry_mut()
@@ -57,7 +70,7 @@ fn create_ksm_sized(
         .set_start_addr(KEY_START)
         .set_len(u64::from(blocks) * BLOCK)
         .set_log_page_size(log_block)
-        .set_translations_octword_size(blocks);
+        .set_translations_octword_size(table);
     for (i, &(key, addr)) in entries.iter().enumerate() {
         // `struct mlx5_ksm`: reserved, key, then the address.
         cmd.set_mtt(2 * i, u64::from(key)).expect("room");
@@ -269,4 +282,64 @@ fn a_umr_loads_ksm_entries_into_a_free_ksm_key() {
         h.read(dst + 40, 100),
         pattern(BLOCK as usize, 0x42)[BLOCK as usize - 100..].to_vec()
     );
+}
+
+#[test]
+fn a_ksm_key_of_2_26_blocks_created_with_its_first_entries_maps_them_and_nothing_else() {
+    let (mut h, _wire) = lone_host(EmuConfig::default(), MEM, GID_A, MAC_A);
+    let mut cq = h.create_cq(6);
+    let (mut a, mut b) = two_qps(&mut h, &cq);
+    let pd = h.pd;
+    let mtt = h.create_mkey(true, true);
+    let blocks: Vec<u64> = (0..3).map(|_| h.alloc(BLOCK, BLOCK)).collect();
+    for (i, &block) in blocks.iter().enumerate() {
+        h.write(block, &pattern(BLOCK as usize, 0x20 + i as u8));
+    }
+    // The table of Linux's implicit ODP key under 5-level paging; three entries given, the
+    // second naming the null key.
+    let table = 1u32 << 26;
+    let ksm = create_ksm_table(
+        &mut h,
+        pd,
+        table,
+        table,
+        12,
+        &[(RESERVED_LKEY, blocks[0]), (NULL_MKEY, 0), (mtt, blocks[2])],
+    )
+    .expect("CREATE_MKEY KSM of 2^26 blocks");
+    let lkey = h.create_mkey(true, true);
+    for (i, block) in [(0usize, 0u64), (2, 2)] {
+        let dst = h.alloc(1024, 64);
+        h.post_ud_recv(&mut b, dst, 1024, lkey);
+        send(
+            &mut h,
+            &mut a,
+            &b,
+            ksm,
+            KEY_START + block * BLOCK + 100,
+            200,
+        );
+        let cqes = drain(&h, &mut cq);
+        assert!(
+            cqes.iter().all(|c| c[63] >> 4 != CqeOpcode::ReqErr as u8),
+            "{cqes:?}"
+        );
+        assert_eq!(
+            h.read(dst + 40, 200),
+            pattern(BLOCK as usize, 0x20 + i as u8)[100..300].to_vec()
+        );
+    }
+    // Block 1 names the null key and block 2^25 was never loaded: neither maps anything.
+    for at in [KEY_START + BLOCK, KEY_START + (1 << 25) * BLOCK] {
+        let dst = h.alloc(1024, 64);
+        h.post_ud_recv(&mut b, dst, 1024, lkey);
+        send(&mut h, &mut a, &b, ksm, at, 64);
+        let cqes = drain(&h, &mut cq);
+        let err = cqes
+            .iter()
+            .find(|c| c[63] >> 4 == CqeOpcode::ReqErr as u8)
+            .unwrap_or_else(|| panic!("an error CQE for the access at {at:#x}: {cqes:?}"));
+        assert_eq!(ErrCqe::new(&err[..]).unwrap().syndrome(), SYND_LOCAL_PROT);
+        (a, b) = two_qps(&mut h, &cq);
+    }
 }

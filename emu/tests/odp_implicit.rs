@@ -26,6 +26,12 @@ const CHILD_ENTRIES: usize = 1 << 18;
 const BLOCK_SHIFT: u32 = 30;
 /// Entries a UMR here loads at a time (32,768 octowords of KSM entries, 16,384 of MTT).
 const CHUNK_BYTES: usize = 512 << 10;
+/// `mlx5_imr_ksm_entries` under 5-level paging (QEMU's `-cpu max` has LA57): `TASK_SIZE`
+/// (2^56) in 1 GiB blocks.
+const KSM_ENTRIES_LA57: usize = 1 << 26;
+/// `MLX5_MAX_UMR_CHUNK` (umr.c): the most list bytes one UMR of `mlx5r_umr_update_xlt`
+/// carries, 1 MiB less `MLX5_UMR_FLEX_ALIGNMENT`.
+const MAX_UMR_CHUNK: usize = (1 << 20) - 64;
 
 /// The REG_UMR QP mlx5_ib posts its UMRs on, with the UMR PD's key for the lists.
 struct Umr {
@@ -45,7 +51,7 @@ impl Umr {
         h.pd = pd;
         let lkey = h.create_mkey(false, true);
         h.pd = saved;
-        let buf = h.alloc(CHUNK_BYTES as u64, 4096);
+        let buf = h.alloc(MAX_UMR_CHUNK as u64, 4096);
         Self {
             sq,
             cq,
@@ -70,7 +76,7 @@ impl Umr {
         enabling: bool,
         enable: Option<(u32, u64, u8)>,
     ) {
-        assert!(list.len() <= CHUNK_BYTES && list.len() % 64 == 0);
+        assert!(list.len() <= MAX_UMR_CHUNK && list.len() % 64 == 0);
         h.write(self.buf, list);
         let mut w = vec![0u8; 192];
         CtrlSeg::new(&mut w[..16])
@@ -348,6 +354,120 @@ fn an_implicit_key_fault_resumed_with_an_error_fails_the_write_and_past_the_key_
         &p.qp_a.sq,
         opcode::RDMA_WRITE,
         (1u64 << 47, imr),
+        (src, lkey_a),
+        64,
+    );
+    p.a.post(&mut p.qp_a.sq, &w, false);
+    p.settle();
+    let done = drain(&p.a, &mut p.cq_a);
+    assert_eq!(done.len(), 1);
+    assert_eq!(
+        (cqe_opcode(&done[0]), done[0][0x37]),
+        (CQE_REQ_ERR, SYND_REMOTE_ACCESS)
+    );
+    assert!(page_faults(&mut p.b).is_empty());
+}
+
+#[test]
+fn set_cache_mkc_takes_the_implicit_ksm_key_of_5_level_paging_2_26_entries() {
+    let mut p = odp_pair(false);
+    let umr = Umr::new(&mut p.b);
+    // As the rig's mlx5_ib sends it: KSM, free, umr_en, 2^26 octowords, 4 KiB.
+    umr.cache_key(&mut p.b, MKC_ACCESS_MODE_KSM, KSM_ENTRIES_LA57 as u32, 0x71);
+}
+
+/// An RDMA WRITE of 512 bytes from A to `va` through B's key `imr`: the page fault B's EQ
+/// reports for it (its rkey and address checked), the WRITE waiting.
+fn write_faults(p: &mut RcPair, imr: u32, va: u64) -> (u8, u32) {
+    let lkey_a = p.a.create_mkey(false, true);
+    let src = p.a.alloc(4096, 4096);
+    p.a.write(src, &[0x5a; 512]);
+    let w = wqe_of(
+        &p.qp_a.sq,
+        opcode::RDMA_WRITE,
+        (va, imr),
+        (src, lkey_a),
+        512,
+    );
+    p.a.post(&mut p.qp_a.sq, &w, false);
+    p.settle();
+    assert!(drain(&p.a, &mut p.cq_a).is_empty(), "the WRITE waits");
+    let faults = page_faults(&mut p.b);
+    assert_eq!(faults.len(), 1, "{faults:?}");
+    let e = EqePageFaultRdma::new(&faults[0].1[..]).expect("layout");
+    assert_eq!((e.r_key(), e.rdma_va()), (imr, va));
+    (e.pf_type(), e.token())
+}
+
+#[test]
+fn a_2_26_block_implicit_key_zapped_in_umr_chunks_faults_until_a_block_is_backed_and_again_once_zapped(
+) {
+    let mut p = odp_pair(true);
+    let null = null_mkey(&mut p.b);
+    let mut umr = Umr::new(&mut p.b);
+    let imr = umr.cache_key(&mut p.b, MKC_ACCESS_MODE_KSM, KSM_ENTRIES_LA57 as u32, 0x71);
+    // `mlx5r_umr_update_xlt` with ZAP: every entry the null key, in chunks of
+    // MLX5_MAX_UMR_CHUNK through a data segment, the last one enabling the key. Only the
+    // first 2^20 blocks here (Linux zaps all 2^26), to stay quick.
+    let zapped = 1usize << 20;
+    let per = MAX_UMR_CHUNK / 16;
+    let zap: Vec<u8> = (0..per).flat_map(|_| ksm_entry(null, 0)).collect();
+    let mut at = 0;
+    while at < zapped {
+        let n = per.min(zapped - at);
+        let enable = (at + n == zapped).then_some((p.b.pd, 0, BLOCK_SHIFT as u8));
+        umr.post(&mut p.b, imr, &zap[..n * 16], at as u64, true, enable);
+        at += n;
+    }
+    // A block of the zapped range: a page fault; backed by a child, the WRITE lands.
+    let va = (5u64 << BLOCK_SHIFT) + 0x3000;
+    let (pf_type, token) = write_faults(&mut p, imr, va);
+    let pages = fault_in(&mut p.b, &mut umr, imr, null, va, 512);
+    resume(&mut p.b, pf_type, token, token, false).expect("PAGE_FAULT_RESUME");
+    let done = completions_after_rnr(&mut p, true);
+    assert_eq!(done.len(), 1, "the WRITE completed");
+    assert_eq!(cqe_opcode(&done[0]), CQE_REQ);
+    assert_eq!(p.b.read(pages[0], 512), vec![0x5a; 512]);
+    // `mlx5_odp_populate_xlt` zaps the block again (the child invalidated): a fault again.
+    let zap4: Vec<u8> = (0..4).flat_map(|_| ksm_entry(null, 0)).collect();
+    umr.post(&mut p.b, imr, &zap4, 4, false, None);
+    let (pf_type, token) = write_faults(&mut p, imr, va);
+    resume(&mut p.b, pf_type, token, token, true).expect("resume with error");
+    let done = completions_after_rnr(&mut p, true);
+    assert_eq!(done.len(), 1);
+    assert_eq!(
+        (cqe_opcode(&done[0]), done[0][0x37]),
+        (CQE_REQ_ERR, SYND_REMOTE_ACCESS)
+    );
+}
+
+#[test]
+fn a_2_26_block_implicit_key_faults_on_a_block_never_loaded_and_past_its_table_is_out_of_bounds() {
+    let mut p = odp_pair(true);
+    let null = null_mkey(&mut p.b);
+    let mut umr = Umr::new(&mut p.b);
+    let imr = umr.cache_key(&mut p.b, MKC_ACCESS_MODE_KSM, KSM_ENTRIES_LA57 as u32, 0x71);
+    let zap4: Vec<u8> = (0..4).flat_map(|_| ksm_entry(null, 0)).collect();
+    let enable = Some((p.b.pd, 0, BLOCK_SHIFT as u8));
+    umr.post(&mut p.b, imr, &zap4, 0, true, enable);
+    // Block 2^25, within the table but never loaded: no entry, a page not present.
+    let (pf_type, token) = write_faults(&mut p, imr, 1u64 << (25 + BLOCK_SHIFT));
+    resume(&mut p.b, pf_type, token, token, true).expect("resume with error");
+    assert_eq!(completions_after_rnr(&mut p, true).len(), 1);
+    // Block 2^26 is past the table: out of bounds, no fault.
+    let mut p = odp_pair(true);
+    let null = null_mkey(&mut p.b);
+    let mut umr = Umr::new(&mut p.b);
+    let imr = umr.cache_key(&mut p.b, MKC_ACCESS_MODE_KSM, KSM_ENTRIES_LA57 as u32, 0x71);
+    let zap4: Vec<u8> = (0..4).flat_map(|_| ksm_entry(null, 0)).collect();
+    let enable = Some((p.b.pd, 0, BLOCK_SHIFT as u8));
+    umr.post(&mut p.b, imr, &zap4, 0, true, enable);
+    let lkey_a = p.a.create_mkey(false, true);
+    let src = p.a.alloc(4096, 4096);
+    let w = wqe_of(
+        &p.qp_a.sq,
+        opcode::RDMA_WRITE,
+        (1u64 << (26 + BLOCK_SHIFT), imr),
         (src, lkey_a),
         64,
     );

@@ -57,10 +57,12 @@ pub(crate) struct Poster {
     pub privileged: bool,
 }
 
-/// The translation entries a UMR writes: MTT entries or KLMs.
+/// The translation entries a UMR writes: MTT entries, KLMs, or KSM entries as the list's
+/// bytes (read in place: a zap of an implicit ODP key is many megabytes of null entries).
 enum Entries {
     Mtt(Vec<u64>),
     Klm(Vec<(u32, u32, u64)>),
+    Ksm(Vec<u8>),
 }
 
 /// Executes the UMR WQE `wqe` (its whole bytes, `ds` 16-byte units) whose control segment's
@@ -134,7 +136,7 @@ pub(crate) fn execute(
         }
         let bytes = octowords * OCTOWORD;
         let list = read_list(core, poster, wqe, ctrl.flags(), bytes)?;
-        Some((first, decode(mode, &list)))
+        Some((first, decode(mode, list)))
     };
     // The new fields, checked before anything is applied.
     let pd = seg.pd();
@@ -182,6 +184,13 @@ pub(crate) fn execute(
     if length64 && mode == MKC_ACCESS_MODE_KLM {
         return Err(malformed);
     }
+    // Written first: a KSM write past the entries the model stores is refused (an error CQE,
+    // as a list past the key's table) before anything else changes.
+    if let Some((first, Entries::Ksm(list))) = &entries {
+        key.ksm
+            .write_bytes(*first as u64, list)
+            .map_err(|_| protection)?;
+    }
     if let Some(sig) = sig {
         key.sig = Some(Box::new(sig));
         key.klm.clear();
@@ -196,6 +205,8 @@ pub(crate) fn execute(
         match entries {
             Entries::Mtt(list) => write_at(&mut key.mtt, first, &list),
             Entries::Klm(list) => write_at(&mut key.klm, first, &list),
+            // Written above, before the key changed.
+            Entries::Ksm(_) => {}
         }
     }
     (key.start, key.len, key.length64) = (start, len, length64);
@@ -287,11 +298,13 @@ fn read_list(
     Ok(list)
 }
 
-/// The list's entries: big-endian 64-bit MTT entries, or 16-byte KLMs or KSM entries (a KSM
-/// entry's first word is reserved).
-fn decode(mode: u8, list: &[u8]) -> Entries {
+/// The list's entries: big-endian 64-bit MTT entries, 16-byte KLMs, or the bytes of 16-byte
+/// KSM entries (decoded as they are stored, `objects::ksm`).
+fn decode(mode: u8, list: Vec<u8>) -> Entries {
     let word = |c: &[u8]| u64::from_be_bytes(c.try_into().unwrap_or([0; 8]));
-    if crate::translate::is_indirect(mode) {
+    if mode == MKC_ACCESS_MODE_KSM {
+        Entries::Ksm(list)
+    } else if mode == MKC_ACCESS_MODE_KLM {
         Entries::Klm(
             list.chunks_exact(16)
                 .map(|c| {

@@ -8,9 +8,10 @@ use super::{
     bad_param, bad_res, bad_state, input_as, output_as, CmdError, CmdResult, Core, EngineRequests,
     Syndrome,
 };
+use crate::objects::ksm::KsmTable;
 use crate::objects::Mkey;
 pub(crate) use crate::translate::{entries_per_octoword, mtt_page_ok, xlt_capacity};
-use crate::translate::{NULL_MKEY, RESERVED_LKEY};
+use crate::translate::{MAX_XLT_ENTRIES, NULL_MKEY, RESERVED_LKEY};
 use cxdirect_hw::mkey::{
     CreateMkeyIn, CreateMkeyOut, DestroyMkeyIn, QueryMkeyIn, QueryMkeyOut, QuerySpecialContextsOut,
     MKC_ACCESS_MODE_KLM, MKC_ACCESS_MODE_KSM, MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA,
@@ -107,6 +108,7 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
     let (free, actual) = (mkc.free(), cmd.translations_octword_actual_size());
     let mut mtt = Vec::new();
     let mut klm = Vec::new();
+    let mut ksm = KsmTable::new(MAX_XLT_ENTRIES);
     let mut capacity = 0;
     if mode != MKC_ACCESS_MODE_PA {
         if length64 {
@@ -146,6 +148,17 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
                 ));
             }
             mtt = read_mtt(&cmd, given, page)?;
+        } else if mode == MKC_ACCESS_MODE_KSM {
+            // A KSM key keeps only the entries naming a key (`objects::ksm`); its table may
+            // be as large as Linux's implicit ODP key (2^26 blocks under 5-level paging).
+            let list = read_klms(&cmd, given)?;
+            ksm.write(0, list.iter().map(|&(_, key, address)| (key, address)))
+                .map_err(|_| {
+                    bad_param(
+                        Syndrome::BadMkeyParams,
+                        "more KSM entries naming a key than the model holds",
+                    )
+                })?;
         } else {
             klm = read_klms(&cmd, given)?;
         }
@@ -161,6 +174,7 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
         log_page,
         mtt,
         klm,
+        ksm,
         xlt_capacity: capacity,
         pg_access: cmd.pg_access() || (mkc.umr_en() && core.hca.caps.general().pg()),
         umr_en: mkc.umr_en(),
@@ -246,8 +260,11 @@ pub(crate) fn query_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
         .set_len(key.len)
         .set_length64(key.length64)
         .set_log_page_size(key.log_page as u8)
+        // A KSM table of 2^32 blocks (the field's largest value rounded up) reads as the
+        // largest the field holds.
         .set_translations_octword_size(
-            (key.xlt_capacity / entries_per_octoword(key.access_mode)) as u32,
+            u32::try_from(key.xlt_capacity / entries_per_octoword(key.access_mode))
+                .unwrap_or(u32::MAX),
         )
         .set_umr_en(key.umr_en)
         .set_bsf_en(key.bsf_en)

@@ -6,6 +6,7 @@
 
 pub(crate) mod context;
 pub(crate) mod dc;
+pub(crate) mod ksm;
 pub(crate) mod limits;
 pub(crate) mod mcg;
 pub(crate) mod queue_state;
@@ -464,10 +465,12 @@ pub(crate) struct Mkey {
     /// MTT mode: the page addresses loaded so far (CREATE_MKEY's list, then UMR writes); an
     /// index past the end is a page never loaded, and an access through it fails.
     pub mtt: Vec<u64>,
-    /// KLM mode: the pieces loaded so far, each (bytes, key, address); KSM mode: the blocks
-    /// loaded so far, each (reserved, key, address).
+    /// KLM mode: the pieces loaded so far, each (bytes, key, address).
     pub klm: Vec<(u32, u32, u64)>,
-    /// Translation entries the key holds at most (MTT entries or KLMs), from
+    /// KSM mode: the blocks whose entry names a key other than the null key; a block without
+    /// one maps nothing.
+    pub ksm: ksm::KsmTable,
+    /// Translation entries the key holds at most (MTT entries, KLMs or KSM blocks), from
     /// `translations_octword_size`.
     pub xlt_capacity: usize,
     /// The key's MTT entries' rd_en/wr_en bits are present bits (a missing one a page fault
