@@ -14,8 +14,8 @@ use crate::function::Core;
 use crate::objects::rc::Outstanding;
 use crate::translate::{translate, KeyFault};
 use cxdirect_hw::cqe::CqeSyndrome;
-use cxdirect_hw::qp::service_type;
 use cxdirect_hw::odp::wqe_pf_type;
+use cxdirect_hw::qp::service_type;
 use cxdirect_hw::wqe::{self, opcode, CtrlSeg, DataSeg, WQE_BB, WQE_DS};
 use std::time::Instant;
 
