@@ -25,6 +25,16 @@ const IN_FLIGHT: u16 = 12;
 const ACK_TIMEOUT: u8 = 9;
 /// How long a test may take to move everything before it fails.
 const TIME_LIMIT: Duration = Duration::from_secs(60);
+/// ACK timeout code on a perfect wire: 4.096 us << 24, about 69 s, past [`TIME_LIMIT`]. Nothing
+/// is lost there, so no timer is needed; a 2 ms one runs out whenever the test's thread is
+/// kept from running that long between a request and its ACK (a loaded machine), and sends
+/// again what was not lost.
+const CLEAN_ACK_TIMEOUT: u8 = 24;
+/// ACK timeout code when each function runs on its own device thread: 4.096 us << 13, about
+/// 34 ms. The requester's patience is its seven retries of this: a responder's thread kept
+/// from running for seven 2 ms timeouts (a loaded machine) would fail the WQE with retry
+/// exceeded.
+const THREAD_ACK_TIMEOUT: u8 = 13;
 const SEED: u64 = 0x5eed_0c10_55e5;
 /// Log2 of the READs and atomics a QP may have outstanding, as requester and as responder.
 const LOG_READS: u8 = 3;
@@ -76,12 +86,26 @@ fn is_send(i: u16) -> bool {
 /// Two functions on a pair wire with `impairments` in both directions, each with an RC QP
 /// connected to the other's.
 fn link(impairments: Impairments) -> RcPair {
-    link_on(impairments, ExecMode::Inline, FIFO)
+    link_on(
+        impairments,
+        ExecMode::Inline,
+        FIFO,
+        ack_timeout_for(&impairments),
+    )
+}
+
+/// The ACK timeout code of a test on a wire with `impairments`, its functions run inline.
+fn ack_timeout_for(impairments: &Impairments) -> u8 {
+    if impairments.is_none() {
+        CLEAN_ACK_TIMEOUT
+    } else {
+        ACK_TIMEOUT
+    }
 }
 
 /// [`link`], the functions' work running as `exec` says, each port's receive FIFO holding
-/// `fifo` frames.
-fn link_on(impairments: Impairments, exec: ExecMode, fifo: usize) -> RcPair {
+/// `fifo` frames, the QPs' ACK timeout code `ack_timeout`.
+fn link_on(impairments: Impairments, exec: ExecMode, fifo: usize, ack_timeout: u8) -> RcPair {
     let cfg = |mac| EmuConfig {
         roce: true,
         mac,
@@ -101,7 +125,7 @@ fn link_on(impairments: Impairments, exec: ExecMode, fifo: usize) -> RcPair {
     db.attach(wire.clone(), PortId::B, &[&da]);
     let path = RcPath {
         send_psn: 0xff_ff00,
-        ack_timeout: ACK_TIMEOUT,
+        ack_timeout,
         log_sra_max: LOG_READS,
         log_rra_max: LOG_READS,
         ..RcPath::to(GID_B, MAC_B, 0)
@@ -161,7 +185,12 @@ fn run_through(impairments: Impairments, fifo: usize) -> (ImpairmentCounters, u6
         mut qp_a,
         mut qp_b,
         wire,
-    } = link_on(impairments, ExecMode::Inline, fifo);
+    } = link_on(
+        impairments,
+        ExecMode::Inline,
+        fifo,
+        ack_timeout_for(&impairments),
+    );
     let lkey_a = a.create_mkey(false, true);
     let lkey_b = b.create_mkey(false, true);
     let rkey_b = remote_key(&mut b);
@@ -607,7 +636,12 @@ fn reads_and_atomics_with_drop_duplication_and_reordering_together() {
 /// reveal the gap; only the timer recovers them.
 #[test]
 fn the_device_thread_sends_lost_frames_again_without_a_poll() {
-    let mut link = link_on(impaired(|i| i.drop_every = 2), ExecMode::Threaded, FIFO);
+    let mut link = link_on(
+        impaired(|i| i.drop_every = 2),
+        ExecMode::Threaded,
+        FIFO,
+        THREAD_ACK_TIMEOUT,
+    );
     let lkey_a = link.a.create_mkey(false, true);
     let lkey_b = link.b.create_mkey(false, true);
     let src = link.a.alloc(4096, 4096);

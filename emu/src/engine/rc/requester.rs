@@ -129,7 +129,7 @@ pub(super) fn resume(core: &mut Core, qpn: u32) {
 /// Sends again, from their first packets, the outstanding WQEs of QP `qpn` from the `n`th on
 /// (go-back-N), stopping where the wire has no room; returns whether all went. Counted as
 /// retransmissions.
-pub(super) fn resend_from(core: &mut Core, qpn: u32, mut n: usize) -> bool {
+fn resend_from(core: &mut Core, qpn: u32, mut n: usize) -> bool {
     let mut scratch = std::mem::take(&mut core.rc_scratch);
     let mut all = true;
     while let Some(o) = core
@@ -169,6 +169,16 @@ pub(super) fn resend_from(core: &mut Core, qpn: u32, mut n: usize) -> bool {
     all
 }
 
+/// Go-back-N from the `n`th outstanding WQE of QP `qpn`: sends those again, from their first
+/// packets, then the WQEs posted behind them, as far as the wire takes them (the rest is
+/// continued by [`continue_sending`]). A requester that resent all it owed goes on with
+/// what was posted while it waited for room: no doorbell comes again for those.
+pub(super) fn go_back_from(core: &mut Core, qpn: u32, n: usize) {
+    if resend_from(core, qpn, n) {
+        run_posted(core, qpn);
+    }
+}
+
 /// Continues every RC QP's WQE the wire had no room for, in PSN order: the rest of its
 /// packets as far as the wire takes them, then (once it is all sent) the outstanding WQEs
 /// after it that a go-back-N retransmission still owes, then the WQEs posted behind it.
@@ -195,6 +205,11 @@ pub(crate) fn continue_sending(core: &mut Core) -> bool {
         }
         let position = qp.req.outstanding.iter().position(|o| o.index == at.index);
         let Some(position) = position else {
+            // An ACK retired the WQE while its retransmission waited for room (its original
+            // arrived after all), and every WQE before it: the go-back-N goes on with the
+            // outstanding WQEs after it, then with those posted behind them.
+            sent = true;
+            go_back_from(core, qpn, 0);
             continue;
         };
         if room(core) == 0 {
@@ -223,8 +238,8 @@ pub(crate) fn continue_sending(core: &mut Core) -> bool {
             .qps
             .get(qpn)
             .is_none_or(|qp| qp.req.sending.is_some());
-        if !paused && resend_from(core, qpn, position + 1) {
-            run_posted(core, qpn);
+        if !paused {
+            go_back_from(core, qpn, position + 1);
         }
     }
 }

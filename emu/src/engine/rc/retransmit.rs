@@ -3,7 +3,7 @@
 
 use super::completion::{fail, flush};
 use super::count;
-use super::requester::{any_sending, continue_sending, resend_from};
+use super::requester::{any_sending, continue_sending, go_back_from};
 use super::requester_ack::response_faulted;
 use super::responder_pace::{any_owed, pace_all, PACE_RETRY};
 use super::timer::{ack_timeout, rnr_delay};
@@ -58,14 +58,15 @@ fn exhausted(core: &mut Core, qpn: u32, syndrome: CqeSyndrome) {
     flush(core, qpn);
 }
 
-/// Go-back-N: sends every outstanding WQE again, with the PSNs it had, as far as the wire
-/// takes them (the rest continued by later device passes). Whatever was still owed of an
-/// earlier sending is superseded: it is sent again from its first packet in PSN order.
+/// Go-back-N: sends every outstanding WQE again, with the PSNs it had, then the WQEs posted
+/// behind them, as far as the wire takes them (the rest continued by later device passes).
+/// Whatever was still owed of an earlier sending is superseded: it is sent again from its
+/// first packet in PSN order.
 pub(super) fn resend_outstanding(core: &mut Core, qpn: u32) {
     if let Some(qp) = core.res.qps.get_mut(qpn) {
         qp.req.sending = None;
     }
-    resend_from(core, qpn, 0);
+    go_back_from(core, qpn, 0);
 }
 
 /// When the earliest RC timer of the function runs out (an ACK timeout or the end of an RNR
