@@ -76,8 +76,8 @@ pub(crate) struct Core {
     pub faults: crate::faults::Faults,
     /// Receives whose payload write is still in flight ([`crate::Fault::LateReceive`]).
     pub late_writes: Vec<LateWrite>,
-    /// Signature errors and PSV values the data path left for [`crate::signature::report`].
-    pub sig_pending: crate::signature::PendingCell,
+    /// Signature errors and PSV values the data path left for `crate::signature::report`.
+    pub sig_pending: crate::objects::signature::PendingCell,
     /// Commands whose answer is held back ([`crate::Fault::LateCommand`]).
     pub late_commands: Vec<pending_answer::PendingAnswer>,
     /// The entry last handed back in each command slot, by slot number

@@ -1,6 +1,35 @@
 //! Signature (T10-DIF) state: PSVs, and what a signature UMR attached to a key (its memory
 //! layout and the BSF's two domains), as the data path (`crate::signature`) reads them.
 
+use std::sync::Mutex;
+
+/// A block whose protection failed its check, waiting to be reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SigError {
+    /// The signature key.
+    pub mkey: u32,
+    /// [`sig_err`](cxdirect_hw::sig::sig_err) bits.
+    pub syndrome: u16,
+    pub expected_sig: u32,
+    pub actual_sig: u32,
+    pub expected_ref: u32,
+    pub actual_ref: u32,
+    /// Wire offset of the block in the key.
+    pub offset: u64,
+}
+
+/// What the data path left to apply once it holds the function mutably: errors to report and
+/// PSVs' new values. The data path translates through a shared view of the function.
+#[derive(Debug, Default)]
+pub(crate) struct Pending {
+    pub errors: Vec<SigError>,
+    /// (PSV, transient signature, reference tag) of the last block of each domain.
+    pub psvs: Vec<(u32, u32, u32)>,
+}
+
+/// The pending list of the function: taken by `crate::signature::report`.
+pub(crate) type PendingCell = Mutex<Pending>;
+
 /// A protection signature variable (CREATE_PSV): a domain's running tags, loaded by SET_PSV
 /// and left by the data path at the last block it protected.
 #[derive(Debug, Clone, Copy, Default)]

@@ -19,6 +19,7 @@ pub(crate) use dif::{read, write};
 use crate::engine::cq;
 use crate::function::Core;
 use crate::objects::signature::{Domain, Guard, Memory, SigKey};
+pub(crate) use crate::objects::signature::{Pending, SigError};
 use cxdirect_hw::cqe::{CqeOpcode, CQE_SIZE};
 use cxdirect_hw::sig::{
     block_size, bsf_flags, inl, Bsf, BsfInl, SetPsvSeg, SigErrCqe, StrideBlockCtrl,
@@ -26,34 +27,6 @@ use cxdirect_hw::sig::{
 };
 use cxdirect_hw::umr::{Klm, OCTOWORD};
 use cxdirect_hw::wqe::WQE_DS;
-use std::sync::Mutex;
-
-/// A block whose protection failed its check, waiting to be reported.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct SigError {
-    /// The signature key.
-    pub mkey: u32,
-    /// [`sig_err`](cxdirect_hw::sig::sig_err) bits.
-    pub syndrome: u16,
-    pub expected_sig: u32,
-    pub actual_sig: u32,
-    pub expected_ref: u32,
-    pub actual_ref: u32,
-    /// Wire offset of the block in the key.
-    pub offset: u64,
-}
-
-/// What the data path left to apply once it holds the function mutably: errors to report and
-/// PSVs' new values. The data path translates through a shared view of the function.
-#[derive(Debug, Default)]
-pub(crate) struct Pending {
-    pub errors: Vec<SigError>,
-    /// (PSV, transient signature, reference tag) of the last block of each domain.
-    pub psvs: Vec<(u32, u32, u32)>,
-}
-
-/// The pending list of the function: taken by [`report`].
-pub(crate) type PendingCell = Mutex<Pending>;
 
 /// The signature a UMR attaches, from its inline translation (`octowords` octowords at `at`
 /// of `wqe`) and the BSF after it (`bsf_octowords`), in the key's protection domain `pd`.

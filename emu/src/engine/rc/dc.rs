@@ -95,16 +95,35 @@ pub(super) fn idle_initiator(core: &Core, qpn: u32) -> bool {
     })
 }
 
-/// A DC request for DCT `dctn` (the DC prefix taken off its opcode), at `psn`, in `frame`
-/// with its headers at `at`: the RC QP number of the responder context that takes it, or
-/// `None` when it was refused or dropped here (see the module).
-pub(super) fn admit(
+/// What the target made of a DC request ([`admit`]).
+pub(super) enum Admission {
+    /// The responder context (an RC QP number) that takes it.
+    Take(u32),
+    /// The access key was wrong: the responder context `0` answers with a remote access NAK
+    /// (the responder sends it, so that this room needs nothing of the responder's).
+    WrongKey(u32),
+    /// Dropped here and counted (see the module).
+    Dropped,
+}
+
+/// A DC request for DCT `dctn` (the DC prefix taken off its opcode) in `frame` with its
+/// headers at `at`: the responder context that takes it, or why none does.
+pub(super) fn admit(core: &mut Core, frame: &[u8], at: &Offsets, dctn: u32) -> Admission {
+    match admit_context(core, frame, at, dctn) {
+        Some(Ok(qpn)) => Admission::Take(qpn),
+        Some(Err(qpn)) => Admission::WrongKey(qpn),
+        None => Admission::Dropped,
+    }
+}
+
+/// [`admit`]'s work: `Some(Ok(context))`, `Some(Err(context))` for a wrong key, `None` when
+/// dropped.
+fn admit_context(
     core: &mut Core,
     frame: &[u8],
     at: &Offsets,
     dctn: u32,
-    psn: u32,
-) -> Option<u32> {
+) -> Option<Result<u32, u32>> {
     let start = at.bth + BTH_LEN;
     // The DCETH must end before the ICRC: a shorter packet changes no responder context.
     let body_end = at.end.saturating_sub(ICRC_LEN).min(frame.len());
@@ -173,10 +192,9 @@ pub(super) fn admit(
         if let Some(dct) = core.res.dcts.get_mut(dctn) {
             dct.key_violations = dct.key_violations.wrapping_add(1);
         }
-        super::responder::send_ack(core, qpn, psn, super::packet::aeth::NAK_REMOTE_ACCESS);
-        return None;
+        return Some(Err(qpn));
     }
-    Some(qpn)
+    Some(Ok(qpn))
 }
 
 /// The responder context among `responders` carrying `peer`'s initiator, else a free one,

@@ -383,3 +383,12 @@ pub(crate) fn resume(
         Ok(Some(fault))
     }
 }
+
+/// Whether QP `qpn`'s requester waits for PAGE_FAULT_RESUME of a response's scatter.
+pub(super) fn response_faulted(core: &Core, qpn: u32) -> bool {
+    core.res.qps.get(qpn).is_some_and(|qp| {
+        qp.req
+            .page_fault
+            .is_some_and(|f| f.pf_type == wqe_pf_type::REQ_READ_OR_ATOMIC)
+    })
+}

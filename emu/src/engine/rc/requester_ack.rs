@@ -5,6 +5,7 @@
 use super::completion::{expects_response, fail, flush, requester_cqe, retire_local};
 use super::count;
 use super::packet::{aeth, bth_opcode, mtu_bytes, PSN_MASK};
+use super::page_fault::response_faulted;
 use super::requester::resume;
 use super::retransmit::{progressed, resend_outstanding, rnr_nak};
 use super::send_ring::read_bb;
@@ -14,7 +15,6 @@ use crate::function::Core;
 use crate::objects::rc::Outstanding;
 use crate::translate::{translate, KeyFault};
 use cxdirect_hw::cqe::CqeSyndrome;
-use cxdirect_hw::odp::wqe_pf_type;
 use cxdirect_hw::qp::service_type;
 use cxdirect_hw::wqe::{self, opcode, CtrlSeg, DataSeg, WQE_BB, WQE_DS};
 use std::time::Instant;
@@ -222,15 +222,6 @@ pub(crate) fn response(core: &mut Core, qpn: u32, opcode: u8, psn: u32, data: &[
         front.responses += 1;
     }
     progressed(core, qpn, Instant::now());
-}
-
-/// Whether QP `qpn`'s requester waits for PAGE_FAULT_RESUME of a response's scatter.
-pub(super) fn response_faulted(core: &Core, qpn: u32) -> bool {
-    core.res.qps.get(qpn).is_some_and(|qp| {
-        qp.req
-            .page_fault
-            .is_some_and(|f| f.pf_type == wqe_pf_type::REQ_READ_OR_ATOMIC)
-    })
 }
 
 /// The first outstanding WQE that waits for a response.

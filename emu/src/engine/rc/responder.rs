@@ -9,6 +9,7 @@
 //! requester ([`super::requester_ack`]).
 
 use super::count;
+use super::dc::Admission;
 use super::packet::{
     aeth, bth_opcode, icrc, roce_offsets, ACKNOWLEDGE, BTH_LEN, DCETH_LEN, ICRC_LEN, IMM_LEN,
     PSN_MASK, RETH_LEN,
@@ -56,9 +57,13 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8]) -> bool {
     // A DC request names a DCT: it goes to the responder context carrying its initiator.
     let dc = opcode & 0xe0 == bth_opcode::DC;
     let (qpn, opcode) = if dc {
-        match super::dc::admit(core, frame, &at, qpn, psn) {
-            Some(responder) => (responder, opcode & !bth_opcode::DC),
-            None => return true,
+        match super::dc::admit(core, frame, &at, qpn) {
+            Admission::Take(responder) => (responder, opcode & !bth_opcode::DC),
+            Admission::WrongKey(responder) => {
+                send_ack(core, responder, psn, aeth::NAK_REMOTE_ACCESS);
+                return true;
+            }
+            Admission::Dropped => return true,
         }
     } else {
         (qpn, opcode)

@@ -3,8 +3,8 @@
 
 use super::completion::{fail, flush};
 use super::count;
+use super::page_fault::response_faulted;
 use super::requester::{any_sending, continue_sending, go_back_from};
-use super::requester_ack::response_faulted;
 use super::responder_pace::{any_owed, pace_all, PACE_RETRY};
 use super::timer::{ack_timeout, rnr_delay};
 use crate::function::Core;
