@@ -1,4 +1,4 @@
-//! Completion queues: the CQ context and the CREATE_CQ / DESTROY_CQ commands.
+//! Completion queues: the CQ context and the CREATE_CQ / MODIFY_CQ / DESTROY_CQ commands.
 
 use crate::layout;
 
@@ -88,4 +88,39 @@ layout! {
         /// The CQ to destroy.
         cqn: u32 @ 0x48 [0x18],
     }
+}
+
+layout! {
+    /// MODIFY_CQ input (`mlx5_core_modify_cq`): with op_mod 0, the fields of `cq_context` that
+    /// `modify_field_select` names ([`modify_cq_select`]) replace the CQ's; op_mod 1 resizes
+    /// the CQ (`cq_resize`).
+    pub struct ModifyCqIn("modify_cq_in", 0x110) {
+        /// Command opcode: [`Opcode::ModifyCq`](crate::cmd::Opcode::ModifyCq).
+        opcode: u16 @ 0x00 [0x10],
+        /// 0 modifies fields, 1 resizes.
+        op_mod: u16 @ 0x30 [0x10],
+        /// The CQ to modify.
+        cqn: u32 @ 0x48 [0x18],
+        /// With op_mod 0, the fields to change ([`modify_cq_select`]).
+        modify_field_select: u32 @ 0x60 [0x20],
+    }
+    nested {
+        /// The new values of the selected fields.
+        cq_context: Cqc @ 0x80,
+    }
+}
+
+/// `modify_field_select` bits of MODIFY_CQ with op_mod 0 (`MLX5_CQ_MODIFY_*` in Linux's
+/// `include/linux/mlx5/cq.h`).
+pub mod modify_cq_select {
+    /// `cq_period`.
+    pub const PERIOD: u32 = 1 << 0;
+    /// `cq_max_count`.
+    pub const COUNT: u32 = 1 << 1;
+    /// `oi` (overrun ignore).
+    pub const OVERRUN: u32 = 1 << 2;
+    /// `c_eqn` (the CQ moves to another EQ; `cq_eq_remap`).
+    pub const EQN: u32 = 1 << 3;
+    /// `cq_period_mode`.
+    pub const PERIOD_MODE: u32 = 1 << 4;
 }

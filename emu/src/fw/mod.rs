@@ -14,6 +14,7 @@
 
 pub(crate) mod caps;
 pub(crate) mod cmdif;
+pub(crate) mod cq;
 pub(crate) mod dc;
 pub(crate) mod hca;
 pub(crate) mod mcg;
@@ -142,6 +143,7 @@ fn dispatch(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
         Opcode::DestroyEq => queues::destroy_eq(core, input),
         Opcode::CreateCq => queues::create_cq(core, input, output),
         Opcode::DestroyCq => queues::destroy_cq(core, input),
+        Opcode::ModifyCq => cq::modify_cq(core, input),
         Opcode::CreateSq => queues::create_sq(core, input, output),
         Opcode::ModifySq => queues::modify_sq(core, input),
         Opcode::QuerySq => queues::query_sq(core, input, output),

@@ -11,6 +11,7 @@ pub fn checks() -> usize {
         cq::CreateCqIn,
         cq::CreateCqOut,
         cq::DestroyCqIn,
+        cq::ModifyCqIn,
         wq::Wq,
         wq::Sqc,
         wq::Rqc,
