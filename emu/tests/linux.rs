@@ -1311,3 +1311,16 @@ fn an_rq_pads_to_a_cache_line_as_mlx5e_asks_and_a_reserved_padding_mode_is_refus
         );
     }
 }
+
+/// mlx5_ib sizes a QP's queues up to `log_max_qp_sz` (`calc_sq_size`) and writes their `ilog2`
+/// into the QP context's 4-bit `log_sq_size`/`log_rq_size` (and an SRQ's into `log_srq_size`):
+/// a report above 15 lets a 2^16-entry queue reach the device as `log_sq_size` 0, as NVMe over
+/// RDMA's integrity QPs did. A ConnectX-6 Dx reports 2^15 (`max_qp_wr` 32,768).
+#[test]
+fn queue_size_limits_fit_the_four_bit_context_fields_mlx5_ib_fills() {
+    let mut h = initialized_host();
+    let general = h.query_cap(hca::cap_type::GENERAL_DEVICE, true);
+    let caps = CmdHcaCap::new(&general[0x10..]).unwrap();
+    assert_eq!(caps.log_max_qp_sz(), 15);
+    assert_eq!(caps.log_max_srq_sz(), 15);
+}

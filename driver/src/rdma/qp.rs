@@ -196,7 +196,9 @@ impl<B: Backend> RcQueuePair<B> {
         transport: Transport,
     ) -> Result<Self, DriverError> {
         let max_wqe_bbs = limits::validate(dev, &caps, srq.is_some(), transport)?;
-        let log_max_qp_sz = dev.caps().log_max_qp_sz().min(16);
+        // The QP context's `log_sq_size` and `log_rq_size` are 4-bit fields: 2^15 at most,
+        // whatever a device reports.
+        let log_max_qp_sz = dev.caps().log_max_qp_sz().min(15);
         let sq_bbs = (caps.max_send_wr * max_wqe_bbs)
             .next_power_of_two()
             .max((PAGE / WQE_BB) as u32);

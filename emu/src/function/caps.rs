@@ -11,8 +11,8 @@ use cxdirect_hw::caps::{
 use crate::objects::limits::{
     LOG_BF_REG_SIZE, LOG_MAX_CQ_SZ, LOG_MAX_EQ, LOG_MAX_EQ_SZ, LOG_MAX_FT_SIZE,
     LOG_MAX_KLM_LIST_SIZE, LOG_MAX_LSO, LOG_MAX_MCG, LOG_MAX_MRW_SZ, LOG_MAX_MSG, LOG_MAX_QP,
-    LOG_MAX_RA_QP, LOG_MAX_RQT_SIZE, LOG_MAX_WQ_SZ, LOG_MAX_XRCD, MAX_QP_MCG, MAX_Q_COUNTERS,
-    MAX_WQE_SZ_RQ, MAX_WQE_SZ_SQ, ROCE_ADDRESS_TABLE_SIZE,
+    LOG_MAX_QP_SZ, LOG_MAX_RA_QP, LOG_MAX_RQT_SIZE, LOG_MAX_WQ_SZ, LOG_MAX_XRCD, MAX_QP_MCG,
+    MAX_Q_COUNTERS, MAX_WQE_SZ_RQ, MAX_WQE_SZ_SQ, ROCE_ADDRESS_TABLE_SIZE,
 };
 use crate::objects::queue_state::MAX_SESSION;
 use cxdirect_hw::odp::OdpCap;
@@ -71,7 +71,7 @@ impl CapSet {
             .set_log_max_mkey(16)
             .set_log_max_mrw_sz(LOG_MAX_MRW_SZ)
             .set_log_max_klm_list_size(LOG_MAX_KLM_LIST_SIZE)
-            .set_log_max_qp_sz(LOG_MAX_WQ_SZ)
+            .set_log_max_qp_sz(LOG_MAX_QP_SZ)
             .set_log_max_qp(LOG_MAX_QP)
             .set_log_max_ra_req_qp(LOG_MAX_RA_QP)
             .set_log_max_ra_res_qp(LOG_MAX_RA_QP)
@@ -117,7 +117,7 @@ impl CapSet {
             // QUERY_VPORT_COUNTER is answered: mlx5_ib serves the RDMA core's performance
             // management queries (port counters) from it instead of a MAD_IFC.
             .set_vport_counters(true)
-            .set_log_max_srq_sz(LOG_MAX_WQ_SZ)
+            .set_log_max_srq_sz(LOG_MAX_QP_SZ)
             .set_log_max_srq(12)
             .set_max_indirection(16)
             .set_end_pad(true)

@@ -32,7 +32,7 @@ use super::pages::{release_context, store_new_context, write_context};
 use super::queues::{check_dbr, context_bytes, queue_buffer};
 use super::{bad_param, bad_res, input_as, output_as, CmdError, CmdResult, Core, Syndrome};
 use crate::function::hca::port_max_mtu;
-use crate::objects::limits::{LOG_MAX_MSG, LOG_MAX_RA_QP, LOG_MAX_WQ_SZ};
+use crate::objects::limits::{LOG_MAX_MSG, LOG_MAX_QP_SZ, LOG_MAX_RA_QP};
 use crate::objects::rc::{Qp, RcPath, RcReceive};
 use crate::objects::QueueBuffer;
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
@@ -105,7 +105,7 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     let log_sq_size = if ctx.no_sq() {
         None
     } else {
-        if ctx.log_sq_size() > LOG_MAX_WQ_SZ {
+        if ctx.log_sq_size() > LOG_MAX_QP_SZ {
             return Err(bad_param(
                 Syndrome::BadQueueSize,
                 "send queue above log_max_qp_sz",
@@ -119,7 +119,7 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     let receive = match ctx.rq_type() {
         _ if service == service_type::XRC => xrc_receive(core, ctx.rq_type(), &ctx)?,
         rq_type::REGULAR => {
-            if ctx.log_rq_size() > LOG_MAX_WQ_SZ || (16u32 << ctx.log_rq_stride()) > 1024 {
+            if ctx.log_rq_size() > LOG_MAX_QP_SZ || (16u32 << ctx.log_rq_stride()) > 1024 {
                 return Err(bad_param(
                     Syndrome::BadQueueSize,
                     "receive queue or stride above the caps",

@@ -9,7 +9,7 @@
 
 use super::queues::{check_dbr, queue_buffer};
 use super::{bad_param, bad_res, input_as, output_as, CmdResult, Core, Syndrome};
-use crate::objects::limits::LOG_MAX_WQ_SZ;
+use crate::objects::limits::LOG_MAX_QP_SZ;
 use crate::objects::rc::RcReceive;
 use crate::objects::{WorkQueue, XrcSrq};
 use cxdirect_hw::qp::{CreateXrcSrqIn, CreateXrcSrqOut, DestroyXrcSrqIn};
@@ -44,7 +44,7 @@ pub(crate) fn create_xrc_srq(core: &mut Core, input: &[u8], output: &mut [u8]) -
     }
     let log_size = ctx.log_xrc_srq_size();
     let stride = 16u32 << ctx.log_rq_stride();
-    if log_size > LOG_MAX_WQ_SZ || stride > MAX_WQE_BYTES {
+    if log_size > LOG_MAX_QP_SZ || stride > MAX_WQE_BYTES {
         return Err(bad_param(
             Syndrome::BadQueueSize,
             "XRC SRQ size or stride above the caps",

@@ -10,6 +10,12 @@ pub(crate) const LOG_MAX_EQ_SZ: u8 = 16;
 pub(crate) const LOG_MAX_CQ_SZ: u8 = 22;
 /// Log2 of the largest work queue (SQ, RQ, RMP).
 pub(crate) const LOG_MAX_WQ_SZ: u8 = 16;
+/// Log2 of the largest QP send or receive queue and of the largest SRQ (`log_max_qp_sz`,
+/// `log_max_srq_sz`): the QP and SRQ contexts hold their sizes in 4-bit fields (`log_sq_size`,
+/// `log_rq_size`, `log_srq_size`), and a ConnectX-6 Dx reports 2^15 (`max_qp_wr` 32,768).
+/// mlx5_ib sizes a queue up to the reported limit and writes `ilog2` of it into the field, so
+/// a larger report would reach the device as a queue of one entry.
+pub(crate) const LOG_MAX_QP_SZ: u8 = 15;
 /// Log2 of the largest RQ table.
 pub(crate) const LOG_MAX_RQT_SIZE: u8 = 11;
 /// Largest send WQE in bytes.
