@@ -53,8 +53,9 @@ pub(crate) struct CapSet {
     pub current_atomic: [u8; 0x100],
     /// The ODP capability page (maximum and current alike), reported with RoCE: RC SENDs,
     /// receives (on the QP's own ring or an SRQ), RDMA WRITEs, RDMA READs (either side) and
-    /// atomics (either side) resolve page faults (`engine::rc::page_fault`); the rest (UD, XRC,
-    /// DC, device prefetch, the memory scheme) are not modelled and left 0. Read by Linux only
+    /// atomics (either side) resolve page faults (`engine::rc::page_fault`), as do UD SENDs
+    /// (`engine::ud::page_fault`); the rest (UD receives, XRC, DC, device prefetch, the memory
+    /// scheme) are not modelled and left 0. Read by Linux only
     /// when general `pg` is set; mlx5_core's `handle_hca_cap_odp` raises `rc_srq_receive` to
     /// its maximum with SET_HCA_CAP, which finds it set already.
     pub odp: [u8; 0x100],
@@ -259,7 +260,9 @@ impl CapSet {
             .set_rc_write(true)
             .set_rc_read(true)
             .set_rc_atomic(true)
-            .set_rc_srq_receive(true);
+            .set_rc_srq_receive(true)
+            // UD SENDs' gather (`engine::ud::page_fault`).
+            .set_ud_send(true);
         let mut odp = [0u8; 0x100];
         odp.copy_from_slice(o.as_bytes());
         Self {

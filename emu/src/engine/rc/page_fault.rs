@@ -32,7 +32,8 @@
 //! Without an EQ taking page faults nothing could resolve one: the access fails as any other
 //! refused access does (the model's choice; Linux never has ODP memory without that EQ).
 //! UC and XRC QPs are not resolved (the ODP capability page reports none of their caps):
-//! their faults are access errors.
+//! their faults are access errors. A UD QP's send gather is (`engine::ud::page_fault`), with
+//! [`post_wqe_fault`].
 
 use super::packet::PSN_MASK;
 use crate::engine::eq;
@@ -289,21 +290,21 @@ fn requester_fault(
 }
 
 /// A WQE's fault, as the WQE sub type reports it.
-struct WqeFault {
+pub(crate) struct WqeFault {
     /// The queue holding the WQE (`wq_num`): the QP, or the SRQ.
-    wq: u32,
+    pub wq: u32,
     /// The WQE's index in that queue.
-    index: u16,
+    pub index: u16,
     /// `MLX5_WQE_PF_TYPE_*`.
-    pf_type: u8,
+    pub pf_type: u8,
     /// Bytes of the WQE's data already moved.
-    committed: u32,
+    pub committed: u32,
     /// Bytes of the faulting packet (a responder's).
-    packet_len: usize,
+    pub packet_len: usize,
 }
 
 /// Posts a WQE fault of QP `qpn` (its token).
-fn post_wqe_fault(core: &mut Core, qpn: u32, f: &WqeFault) {
+pub(crate) fn post_wqe_fault(core: &mut Core, qpn: u32, f: &WqeFault) {
     let mut data = [0u8; 28];
     if let Ok(mut e) = EqePageFaultWqe::new(&mut data[..]) {
         e.set_bytes_committed(f.committed)
