@@ -31,7 +31,10 @@
 //!
 //! Without an EQ taking page faults nothing could resolve one: the access fails as any other
 //! refused access does (the model's choice; Linux never has ODP memory without that EQ).
-//! UC and XRC QPs are not resolved (the ODP capability page reports none of their caps):
+//! XRC QPs are resolved as RC ones (the ODP page's `xrc_odp_caps`): an initiator's gather and
+//! response scatter (mlx5_ib's `mlx5_ib_mr_initiator_pfault_handler` skips the WQE's XRC
+//! segment), a target's remote accesses, and its receives from the XRC SRQ the request names
+//! (`MLX5_WQE_PF_TYPE_RMP` naming that SRQ). UC QPs are not (the page reports no UC caps):
 //! their faults are access errors. A UD QP's send gather is (`engine::ud::page_fault`), with
 //! [`post_wqe_fault`].
 
@@ -54,15 +57,15 @@ pub(crate) enum ResumeError {
     NotFaulted,
 }
 
-/// True when a page fault of QP `qpn` is reported (an EQ takes them, and the QP is an RC
-/// one: the ODP page reports no UC or XRC caps) rather than failed.
+/// True when a page fault of QP `qpn` is reported (an EQ takes them, and the QP is an RC or
+/// XRC one, initiator or target: the ODP page reports no UC caps) rather than failed.
 fn reported(core: &Core, qpn: u32) -> bool {
     eq::subscribed(core, EventType::PageFault)
         && core
             .res
             .qps
             .get(qpn)
-            .is_some_and(|qp| qp.service == service_type::RC)
+            .is_some_and(|qp| matches!(qp.service, service_type::RC | service_type::XRC))
 }
 
 /// A responder's RDMA WRITE packet of `packet_len` bytes faulted on QP `qpn`: reports it and
@@ -202,7 +205,19 @@ pub(super) fn responder_receive(core: &mut Core, qpn: u32, first: bool, packet_l
             let slot = u32::from(recv.index) & (rmp.wq.entries() - 1);
             (wqe_pf_type::RMP, rmpn, slot as u16)
         }
-        RcReceive::None | RcReceive::Xrc { .. } => return false,
+        // An XRC target's receive comes from the XRC SRQ the request named: reported as an
+        // SRQ's (`odp_get_rsc` finds XRC SRQs by number too, `MLX5_RES_XSRQ`).
+        RcReceive::Xrc { .. } => {
+            let Some(srqn) = qp.resp.xrc.map(|x| x.srqn) else {
+                return false;
+            };
+            let Some(srq) = core.res.xrc_srqs.get(srqn) else {
+                return false;
+            };
+            let slot = u32::from(recv.index) & (srq.wq.entries() - 1);
+            (wqe_pf_type::RMP, srqn, slot as u16)
+        }
+        RcReceive::None => return false,
     };
     let fault = WqeFault {
         wq,
