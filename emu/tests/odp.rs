@@ -33,7 +33,9 @@ fn caps_read_as_mlx5_ib_fill_odp_caps_and_handle_hca_cap_odp_read_them() {
         assert!(odp.ud_send());
         // The XRC transport's caps (emu/tests/odp_xrc.rs).
         assert!(odp.xrc_send() && odp.xrc_srq_receive());
-        assert!(!odp.ud_srq_receive() && !odp.dc_send());
+        // The DC transport's (emu/tests/odp_dc.rs).
+        assert!(odp.dc_send() && odp.dc_srq_receive());
+        assert!(!odp.ud_srq_receive() && !odp.dc_atomic());
         assert!(
             !odp.page_prefetch(),
             "ibv_advise_mr prefetch is mlx5_ib's own (UMR)"
