@@ -311,3 +311,52 @@ fn mlx5_ib_mr_initiator_pfault_handler_reads_an_xrc_read_wqe_and_the_response_la
     assert_eq!(cqe_opcode(&done[0]), CQE_REQ, "the READ completed");
     assert_eq!(mr.read(&r.a, 2000), data);
 }
+
+#[test]
+fn mlx5_ib_mr_rdma_pfault_handler_maps_an_xrc_target_atomic_and_it_runs_once_after_resume() {
+    let mut r = rig_with(true);
+    let iova = 0x7f90_0000_0000u64;
+    let mut mr = OdpMr::new(&mut r.b, 1, iova, &[false]);
+    r.b.write(mr.pages[0], &40u64.to_be_bytes());
+    let result = r.a.alloc(64, 64);
+    let srqn = r.srqs[0].srqn;
+    // Control, XRC segment, remote address, atomic segment (add 2), the result's data
+    // segment: five segments, two WQEBBs.
+    let mut w = [0u8; 128];
+    w[16..20].copy_from_slice(&srqn.to_be_bytes());
+    RaddrSeg::new(&mut w[32..48])
+        .unwrap()
+        .set_raddr(iova)
+        .set_rkey(mr.key);
+    w[48..56].copy_from_slice(&2u64.to_be_bytes());
+    DataSeg::new(&mut w[64..80])
+        .unwrap()
+        .set_byte_count(8)
+        .set_lkey(r.lkey_a)
+        .set_addr(result);
+    CtrlSeg::new(&mut w[..16])
+        .unwrap()
+        .set_opcode(opcode::ATOMIC_FA)
+        .set_wqe_index(r.ini.pi)
+        .set_qpn_or_sqn(r.ini.sqn)
+        .set_ds(5)
+        .set_ce(2);
+    r.a.post(&mut r.ini, &w, false);
+    settle(&r);
+    let event = one_rdma_fault(&mut r.b);
+    let e = EqePageFaultRdma::new(&event[..]).expect("layout");
+    // An atomic writes the page: MLX5_PFAULT_RDMA | MLX5_PFAULT_WRITE, its 8 bytes.
+    assert_eq!(e.pf_type(), pfault_flags::RDMA | pfault_flags::WRITE);
+    assert_eq!((e.token(), e.rdma_va(), e.rdma_op_len()), (r.tgt, iova, 8));
+    assert_eq!(r.b.read(mr.pages[0], 8), 40u64.to_be_bytes(), "not run yet");
+    mr.update_xlt(&mut r.b, &[true], false, 0, 0);
+    resume(&mut r.b, e.pf_type(), e.token(), e.token(), false).expect("PAGE_FAULT_RESUME");
+    let mut done = Vec::new();
+    assert!(settle_until(&mut r, |r| {
+        done.extend(drain(&r.a, &mut r.cq_a));
+        !done.is_empty()
+    }));
+    assert_eq!(cqe_opcode(&done[0]), CQE_REQ, "the atomic completed");
+    assert_eq!(r.b.read(mr.pages[0], 8), 42u64.to_be_bytes(), "run once");
+    assert_eq!(r.a.read(result, 8), 40u64.to_be_bytes());
+}

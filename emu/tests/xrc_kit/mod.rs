@@ -159,7 +159,7 @@ pub fn create_xrc_tgt(h: &mut Host, c0: &Cq, xrcd: u32, s0: u32) -> u32 {
 /// (`ibv_xsrq_pingpong` then takes both its receive and send QPs on with [`to_rts`]).
 pub fn to_rtr(h: &mut Host, qpn: u32, remote_qpn: u32, gid: [u8; 16], mac: [u8; 6], psn: u32) {
     h.modify_qp(Opcode::Rst2initQp, qpn, |c| {
-        c.set_rwe(true).set_rre(true);
+        c.set_rwe(true).set_rre(true).set_rae(true);
         c.primary_address_path_mut().set_vhca_port_num(1);
     });
     h.modify_qp(Opcode::Init2rtrQp, qpn, |c| {
