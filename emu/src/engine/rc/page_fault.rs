@@ -65,13 +65,20 @@ pub(crate) enum ResumeError {
 /// XRC one, initiator or target, a DC initiator or a DCT's responder context: the ODP page
 /// reports no UC caps) rather than failed.
 fn reported(core: &Core, qpn: u32) -> bool {
-    eq::subscribed(core, EventType::PageFault)
+    odp_reported(core)
+        && eq::subscribed(core, EventType::PageFault)
         && core.res.qps.get(qpn).is_some_and(|qp| {
             matches!(
                 qp.service,
                 service_type::RC | service_type::XRC | service_type::DCI
             ) || qp.dc_responder.is_some()
         })
+}
+
+/// True when the function reports on-demand paging (`pg` and the ODP page, with RoCE): a
+/// function without it has no page faults, a page not present being an access error.
+pub(crate) fn odp_reported(core: &Core) -> bool {
+    core.cfg.odp && core.cfg.roce
 }
 
 /// The token a fault of QP `qpn` carries: the QP's number, or for a DCT's responder context

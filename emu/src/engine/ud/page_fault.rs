@@ -16,7 +16,7 @@
 //! `ud_odp_caps.srq_receive`): it is an access error.
 
 use crate::engine::eq;
-use crate::engine::rc::page_fault::{post_wqe_fault, ResumeError, WqeFault};
+use crate::engine::rc::page_fault::{odp_reported, post_wqe_fault, ResumeError, WqeFault};
 use crate::function::Core;
 use crate::objects::rc::RequesterFault;
 use cxdirect_hw::cqe::CqeSyndrome;
@@ -34,7 +34,7 @@ pub(super) fn send_gather(core: &mut Core, qpn: u32, index: u16, opcode: u8) -> 
         .ud_qps
         .get(qpn)
         .is_some_and(|qp| qp.service == service_type::UD && qp.req.page_fault.is_none());
-    if !ud || !eq::subscribed(core, EventType::PageFault) {
+    if !ud || !odp_reported(core) || !eq::subscribed(core, EventType::PageFault) {
         return false;
     }
     let pf_type = wqe_pf_type::REQ_SEND_OR_WRITE;
