@@ -34,7 +34,7 @@ fn internal_fill_odp_caps_reads_ud_send_only() {
         assert!(odp.ud_send(), "IB_ODP_SUPPORT_SEND in ud_odp_caps");
         assert!(
             !odp.ud_srq_receive(),
-            "a UD receive into memory not present is not resolved"
+            "UD receives from an SRQ are not paged (the own ring's are, without a bit)"
         );
     }
     p.teardown();
@@ -140,5 +140,89 @@ fn mlx5_ib_page_fault_resume_with_error_fails_the_ud_send_and_sends_nothing() {
     assert_eq!(cqe_opcode(&done[1]), CQE_REQ_ERR);
     assert!(drain(&p.b, &mut p.cq_b).is_empty(), "nothing was sent");
     assert_eq!(p.b.read(dst, 64), vec![0; 64], "nothing was written");
+    p.teardown();
+}
+
+/// B's one receive WQE into an ODP region of one page not present, and a datagram from A:
+/// the pair, the region, what A sends and the fault's event data.
+fn faulting_ud_receive() -> (UdPair, OdpMr, Vec<u8>, Vec<u8>) {
+    let mut p = ud_odp_pair();
+    let iova = 0x7f48_0000_0000u64;
+    let mr = OdpMr::new(&mut p.b, 1, iova, &[false]);
+    p.b.post_ud_recv(&mut p.ud_b, iova, 4096, mr.key);
+    let data = pattern(700, 2);
+    send_datagram(&mut p, &data);
+    assert!(
+        drain(&p.b, &mut p.cq_b).is_empty(),
+        "the datagram was dropped"
+    );
+    let faults = page_faults(&mut p.b);
+    assert_eq!(faults.len(), 1, "{faults:?}");
+    assert_eq!(faults[0].0, pfault_subtype::WQE);
+    (p, mr, data, faults[0].1.clone())
+}
+
+fn send_datagram(p: &mut UdPair, data: &[u8]) {
+    let lkey_a = p.a.create_mkey(false, true);
+    let src = p.a.alloc(4096, 4096);
+    p.a.write(src, data);
+    let av = UdAv::to(GID_B, MAC_B, p.ud_b.qpn, UD_QKEY);
+    let w = ud_wqe(
+        &p.ud_a.sq,
+        opcode::SEND,
+        0,
+        &av,
+        &[(src, lkey_a, data.len() as u32)],
+    );
+    p.a.post(&mut p.ud_a.sq, &w, false);
+    p.settle();
+    let sent = drain(&p.a, &mut p.cq_a);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        cqe_opcode(&sent[0]),
+        CQE_REQ,
+        "the sender completes: UD has no ACK"
+    );
+}
+
+#[test]
+fn mlx5_ib_mr_responder_pfault_handler_rq_reads_a_ud_receive_wqe_and_a_later_datagram_lands() {
+    let (mut p, mut mr, _first, event) = faulting_ud_receive();
+    let e = EqePageFaultWqe::new(&event[..]).expect("layout");
+    // MLX5_WQE_PF_TYPE_RESP names the UD QP; mlx5_ib_read_wqe_rq reads its receive WQE.
+    assert_eq!(e.pf_type(), wqe_pf_type::RESP);
+    assert_eq!(
+        (e.wq_num(), e.token(), e.wqe_index(), e.packet_length()),
+        (p.ud_b.qpn, p.ud_b.qpn, 0, 700)
+    );
+    let wqe = p.b.read(p.ud_b.rq_buf, 16);
+    let d = DataSeg::new(&wqe[..]).expect("layout");
+    assert_eq!((d.addr(), d.lkey()), (mr.iova, mr.key));
+    // Another datagram while the fault waits: dropped, not reported again.
+    send_datagram(&mut p, &pattern(100, 1));
+    assert!(drain(&p.b, &mut p.cq_b).is_empty());
+    assert!(page_faults(&mut p.b).is_empty());
+    mr.update_xlt(&mut p.b, &[true], false, 0, 0);
+    resume(&mut p.b, e.pf_type(), e.wq_num(), e.token(), false).expect("PAGE_FAULT_RESUME");
+    let data = pattern(900, 6);
+    send_datagram(&mut p, &data);
+    let got = drain(&p.b, &mut p.cq_b);
+    assert_eq!(got.len(), 1, "the WQE took the next datagram");
+    assert_eq!(cqe_opcode(&got[0]), CQE_RESP_SEND);
+    assert_eq!(mr.read(&p.b, 40 + 900)[40..], data[..]);
+    p.teardown();
+}
+
+#[test]
+fn mlx5_ib_page_fault_resume_with_error_fails_the_ud_receive_with_the_next_datagram() {
+    let (mut p, mr, _first, event) = faulting_ud_receive();
+    let e = EqePageFaultWqe::new(&event[..]).expect("layout");
+    resume(&mut p.b, e.pf_type(), e.wq_num(), e.token(), true).expect("resume with error");
+    send_datagram(&mut p, &pattern(100, 3));
+    let got = drain(&p.b, &mut p.cq_b);
+    assert_eq!(got.len(), 1);
+    assert_eq!(cqe_opcode(&got[0]), 0xe, "a receive error CQE");
+    assert_eq!(got[0][0x37], SYND_LOCAL_PROT);
+    assert_eq!(mr.read(&p.b, 64), vec![0; 64], "nothing was written");
     p.teardown();
 }

@@ -12,13 +12,20 @@
 //! with a local protection error and the send queue goes to the send queue error state (as any
 //! failed UD send WQE does: nothing of it is sent).
 //!
-//! A UD receive scatter into memory not present is not resolved (the page reports no
-//! `ud_odp_caps.srq_receive`): it is an access error.
+//! A datagram scattering into a receive WQE of the UD QP's own ring whose memory is not
+//! present is dropped (UD has no retransmission) and the fault reported as
+//! `MLX5_WQE_PF_TYPE_RESP` naming the QP with the WQE's index (mlx5_ib reads it with
+//! `mlx5_ib_read_wqe_rq`, `mlx5_ib_mr_responder_pfault_handler_rq`); the WQE stays posted for
+//! the next datagram, and datagrams meanwhile are dropped without another report. The ODP
+//! page has no bit for it (`ud_odp_caps` has `send` and `srq_receive` only; perftest, noting
+//! that the device pages UD receives without a cap saying so, checks none). Resumed with an
+//! error, the next datagram for that WQE fails it (a local protection error CQE). A UD QP on
+//! an SRQ is not resolved (`ud_odp_caps.srq_receive` 0): an access error.
 
 use crate::engine::eq;
 use crate::engine::rc::page_fault::{odp_reported, post_wqe_fault, ResumeError, WqeFault};
 use crate::function::Core;
-use crate::objects::rc::RequesterFault;
+use crate::objects::rc::{RcReceive, RequesterFault, ResponderFault, ResponderFaultKind};
 use cxdirect_hw::cqe::CqeSyndrome;
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::odp::wqe_pf_type;
@@ -56,14 +63,57 @@ pub(super) fn send_gather(core: &mut Core, qpn: u32, index: u16, opcode: u8) -> 
     true
 }
 
+/// A datagram of `packet_len` payload bytes for receive WQE `index` of datagram QP `qpn` (its
+/// own ring) found a page not present: reports the fault (once until it is resumed) and puts
+/// the WQE back, true; or false (no EQ takes page faults, an SRQ's WQE, the GSI QP, or a fault
+/// resumed with an error, whose record this clears: the caller fails the WQE).
+pub(super) fn receive(core: &mut Core, qpn: u32, index: u16, packet_len: usize) -> bool {
+    if !odp_reported(core) || !eq::subscribed(core, EventType::PageFault) {
+        return false;
+    }
+    let Some(qp) = core.res.ud_qps.get_mut(qpn) else {
+        return false;
+    };
+    if qp.service != service_type::UD || !matches!(qp.receive, RcReceive::Own { .. }) {
+        return false;
+    }
+    let waiting = match qp.resp.page_fault {
+        Some(f) if f.failed => {
+            qp.resp.page_fault = None;
+            return false;
+        }
+        Some(_) => true,
+        None => false,
+    };
+    // The WQE stays posted: the next datagram takes it again.
+    qp.resp.rq_consumed = index;
+    if waiting {
+        return true;
+    }
+    qp.resp.page_fault = Some(ResponderFault {
+        kind: ResponderFaultKind::Receive { wq: qpn },
+        failed: false,
+    });
+    let fault = WqeFault {
+        wq: qpn,
+        index,
+        pf_type: wqe_pf_type::RESP,
+        committed: 0,
+        packet_len,
+    };
+    post_wqe_fault(core, qpn, &fault);
+    true
+}
+
 /// True when `qpn` names a datagram QP (its PAGE_FAULT_RESUME is taken by [`resume`]).
 pub(crate) fn owns(core: &Core, qpn: u32) -> bool {
     core.res.ud_qps.get(qpn).is_some()
 }
 
 /// PAGE_FAULT_RESUME for datagram QP `token` as `mlx5_ib_page_fault_resume` sends it: the
-/// type and queue as reported (`MLX5_WQE_PF_TYPE_REQ_SEND_OR_WRITE`, the QP). The send queue
-/// goes on from the faulting WQE, or with `error` that WQE fails.
+/// type and queue as reported (`MLX5_WQE_PF_TYPE_REQ_SEND_OR_WRITE` or `_RESP`, the QP). The
+/// send queue goes on from the faulting WQE, or with `error` that WQE fails; a receive's WQE
+/// takes the next datagram, or with `error` fails with it.
 pub(crate) fn resume(
     core: &mut Core,
     pf_type: u8,
@@ -72,6 +122,20 @@ pub(crate) fn resume(
     error: bool,
 ) -> Result<(), ResumeError> {
     let qp = core.res.ud_qps.get_mut(token).ok_or(ResumeError::NoQueue)?;
+    if pf_type == wqe_pf_type::RESP {
+        // A receive's fault: the WQE waits posted; with an error the next datagram fails it.
+        return match qp.resp.page_fault.as_mut() {
+            Some(f) if !f.failed && wq == token => {
+                if error {
+                    f.failed = true;
+                } else {
+                    qp.resp.page_fault = None;
+                }
+                Ok(())
+            }
+            _ => Err(ResumeError::NotFaulted),
+        };
+    }
     let fault = match qp.req.page_fault {
         Some(f) if f.pf_type == pf_type && wq == token => f,
         _ => return Err(ResumeError::NotFaulted),
