@@ -74,11 +74,11 @@ pub struct EmuConfig {
     /// packets. On by default, as on a ConnectX-6 Dx; off models a device without RoCE (RC QPs
     /// then take force-loopback paths only, and Linux's mlx5_ib binds as raw Ethernet).
     pub roce: bool,
-    /// Report on-demand paging (general `pg` and the ODP capability page's RC SEND, receive and
-    /// RDMA WRITE caps, with RoCE): a memory key loaded by UMR then takes its MTT entries'
-    /// read and write bits as present bits, and an access through an entry without the bit
-    /// it needs is a page fault, reported on the EQ subscribed to page faults and resumed by
-    /// PAGE_FAULT_RESUME (`engine::rc::page_fault`). On by default, as a ConnectX-6 Dx
+    /// Report on-demand paging (general `pg` and the ODP capability page's RC, UD SEND, XRC and
+    /// DC caps, with RoCE): a memory key loaded by UMR then takes its MTT entries' read and
+    /// write bits as present bits, and an access through an entry without the bit it needs is
+    /// a page fault, reported on the EQ subscribed to page faults and resumed by
+    /// PAGE_FAULT_RESUME (`engine::rc::page_fault`, `engine::ud::page_fault`). On by default, as a ConnectX-6 Dx
     /// reports it; off, a device without `pg` (Linux's mlx5_ib then writes bare page
     /// addresses).
     pub odp: bool,

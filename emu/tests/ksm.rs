@@ -6,10 +6,11 @@
 //! with a list, a UD send gathering and a receive scattering across blocks, the checks on each
 //! entry's key, and a UMR loading entries into a free KSM key on the REG_UMR QP.
 
-use cxdirect_emu::testkit::rc::{lone_host, GID_A, MAC_A};
+use cxdirect_emu::testkit::rc::{GID_A, MAC_A};
 use cxdirect_emu::testkit::ud::{ud_wqe, UdAv, UdQp, UD_QKEY};
 use cxdirect_emu::testkit::{CmdFail, Cq, Host, Sq};
-use cxdirect_emu::{EmuConfig, Syndrome, NULL_MKEY, RESERVED_LKEY};
+use cxdirect_emu::wire::{PortId, Wire};
+use cxdirect_emu::{Device, EmuConfig, Syndrome, NULL_MKEY, RESERVED_LKEY};
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
 use cxdirect_hw::cqe::{CqeOpcode, ErrCqe};
 use cxdirect_hw::mkey::{
@@ -18,12 +19,30 @@ use cxdirect_hw::mkey::{
 use cxdirect_hw::qp::service_type;
 use cxdirect_hw::umr::{flags, mkey_mask, UmrCtrlSeg};
 use cxdirect_hw::wqe::{self, opcode, CtrlSeg};
+use std::sync::Arc;
 
 const MEM: usize = 8 << 20;
 /// The key's own address space (any IOVA: only its entries name host memory).
 const KEY_START: u64 = 0x7000_0000_0000;
 const BLOCK: u64 = 4096;
 const SYND_LOCAL_PROT: u8 = 0x04;
+
+/// A function alone on port A of a pair wire, RoCE on, its async EQ taking every event but
+/// page faults (as mlx5_core's does): no EQ takes page faults, so a block not present fails
+/// the access instead of faulting (UD SENDs fault where an EQ takes them, `odp_ud.rs`).
+fn host() -> (Host, Arc<Wire>) {
+    let dev = Device::new(EmuConfig {
+        roce: true,
+        ..EmuConfig::default()
+    });
+    let wire = Arc::new(Wire::pair());
+    dev.attach(wire.clone(), PortId::A, &[]);
+    let mut h = Host::new(dev, MEM);
+    h.async_event_mask = !(1u64 << cxdirect_hw::eqe::EventType::PageFault as u8);
+    h.bring_up();
+    h.enable_roce(GID_A, MAC_A);
+    (h, wire)
+}
 
 fn drain(h: &Host, cq: &mut Cq) -> Vec<Vec<u8>> {
     std::iter::from_fn(|| h.poll_cq(cq)).collect()
@@ -124,7 +143,7 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 
 #[test]
 fn a_ksm_key_gathers_and_scatters_across_its_blocks_through_each_entry_s_key() {
-    let (mut h, _wire) = lone_host(EmuConfig::default(), MEM, GID_A, MAC_A);
+    let (mut h, _wire) = host();
     let mut cq = h.create_cq(6);
     let (mut a, mut b) = two_qps(&mut h, &cq);
     let pd = h.pd;
@@ -174,7 +193,7 @@ fn a_ksm_key_gathers_and_scatters_across_its_blocks_through_each_entry_s_key() {
 
 #[test]
 fn a_ksm_entry_through_another_pd_s_key_or_past_the_loaded_list_fails_the_access() {
-    let (mut h, _wire) = lone_host(EmuConfig::default(), MEM, GID_A, MAC_A);
+    let (mut h, _wire) = host();
     let mut cq = h.create_cq(6);
     let (mut a, mut b) = two_qps(&mut h, &cq);
     let pd = h.pd;
@@ -204,7 +223,7 @@ fn a_ksm_entry_through_another_pd_s_key_or_past_the_loaded_list_fails_the_access
 
 #[test]
 fn a_ksm_block_outside_4k_to_2g_is_refused() {
-    let (mut h, _wire) = lone_host(EmuConfig::default(), MEM, GID_A, MAC_A);
+    let (mut h, _wire) = host();
     let pd = h.pd;
     let block = h.alloc(BLOCK, BLOCK);
     assert_eq!(
@@ -245,7 +264,7 @@ fn umr_load(sq: &Sq, key: u32, list: &[u8]) -> Vec<u8> {
 
 #[test]
 fn a_umr_loads_ksm_entries_into_a_free_ksm_key() {
-    let (mut h, _wire) = lone_host(EmuConfig::default(), MEM, GID_A, MAC_A);
+    let (mut h, _wire) = host();
     let mut cq = h.create_cq(6);
     let (mut a, mut b) = two_qps(&mut h, &cq);
     let pd = h.pd;
@@ -286,7 +305,7 @@ fn a_umr_loads_ksm_entries_into_a_free_ksm_key() {
 
 #[test]
 fn a_ksm_key_of_2_26_blocks_created_with_its_first_entries_maps_them_and_nothing_else() {
-    let (mut h, _wire) = lone_host(EmuConfig::default(), MEM, GID_A, MAC_A);
+    let (mut h, _wire) = host();
     let mut cq = h.create_cq(6);
     let (mut a, mut b) = two_qps(&mut h, &cq);
     let pd = h.pd;

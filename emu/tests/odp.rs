@@ -29,7 +29,13 @@ fn caps_read_as_mlx5_ib_fill_odp_caps_and_handle_hca_cap_odp_read_them() {
         assert!(odp.rc_send() && odp.rc_receive() && odp.rc_write());
         // IB_ODP_SUPPORT_READ, _ATOMIC and _SRQ_RECV in rc_odp_caps.
         assert!(odp.rc_read() && odp.rc_atomic() && odp.rc_srq_receive());
-        assert!(!odp.ud_send() && !odp.ud_srq_receive() && !odp.xrc_send() && !odp.dc_send());
+        // IB_ODP_SUPPORT_SEND in ud_odp_caps (emu/tests/odp_ud.rs).
+        assert!(odp.ud_send());
+        // The XRC transport's caps (emu/tests/odp_xrc.rs).
+        assert!(odp.xrc_send() && odp.xrc_srq_receive());
+        // The DC transport's (emu/tests/odp_dc.rs).
+        assert!(odp.dc_send() && odp.dc_srq_receive());
+        assert!(!odp.ud_srq_receive() && !odp.dc_atomic());
         assert!(
             !odp.page_prefetch(),
             "ibv_advise_mr prefetch is mlx5_ib's own (UMR)"

@@ -412,3 +412,168 @@ fn a_read_response_behind_a_waiting_gather_fault_is_reported_after_that_resume()
     assert_eq!(dst.read(&p.a, 1000), data);
     assert_eq!(p.b.read(dst_b, 19), b"sent after the read".to_vec());
 }
+
+/// The frames on the pair's wire, tapped by a pcap writer.
+#[derive(Clone, Default)]
+struct Capture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("capture").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn captured(p: &RcPair, capture: &Capture) -> Vec<Vec<u8>> {
+    p.wire.flush_pcap().expect("flush");
+    let bytes = capture.0.lock().expect("capture").clone();
+    let capture = pcap_parser::PcapCapture::from_file(&bytes).expect("a pcap file");
+    capture.blocks.iter().map(|b| b.data.to_vec()).collect()
+}
+
+/// BTH opcode and PSN of an IPv4 RoCE v2 frame, and its AETH syndrome where it has one.
+fn bth_of(frame: &[u8]) -> (u8, u32, Option<u8>) {
+    let psn = u32::from_be_bytes([frame[50], frame[51], frame[52], frame[53]]) & 0xff_ffff;
+    let aeth = (frame.len() >= 58 && (0x0d..=0x12).contains(&frame[42])).then(|| frame[54]);
+    (frame[42], psn, aeth)
+}
+
+const READ_REQUEST: u8 = 0x0c;
+const ACKNOWLEDGE: u8 = 0x11;
+const READ_RESPONSES: std::ops::RangeInclusive<u8> = 0x0d..=0x10;
+
+/// A READ of B's ODP region answered once (every page present), then its pages paged out
+/// (`mlx5_ib_invalidate_range` zeroes their entries by UMR) and its request arriving again:
+/// the pair, the region, the data, A's buffer, the wire tap and the request's frame.
+fn read_then_page_out() -> (RcPair, OdpMr, Vec<u8>, u64, Capture, Vec<u8>) {
+    let mut p = odp_pair(true);
+    let capture = Capture::default();
+    p.wire
+        .set_pcap(cxdirect_emu::pcap::PcapWriter::new(capture.clone()).expect("pcap header"))
+        .expect("tap");
+    let iova = 0x7e80_0000_0000u64;
+    let mut mr = OdpMr::new(&mut p.b, 2, iova, &[true, true]);
+    let data = pattern(LEN, 33);
+    p.b.write(mr.pages[0], &data[..4096]);
+    p.b.write(mr.pages[1], &data[4096..]);
+    let lkey_a = p.a.create_mkey(false, true);
+    let dst = p.a.alloc(LEN as u64, 4096);
+    let w = read_wqe(&p, (iova, mr.key), (dst, lkey_a), LEN as u32);
+    p.a.post(&mut p.qp_a.sq, &w, false);
+    p.settle();
+    let done = drain(&p.a, &mut p.cq_a);
+    assert_eq!(done.len(), 1, "the READ completed");
+    assert_eq!(p.a.read(dst, LEN), data);
+    let request = captured(&p, &capture)
+        .into_iter()
+        .find(|f| bth_of(f).0 == READ_REQUEST)
+        .expect("the READ request on the wire");
+    mr.update_xlt(&mut p.b, &[false, true], false, 0, 0);
+    (p, mr, data, dst, capture, request)
+}
+
+#[test]
+fn mlx5_ib_mr_rdma_pfault_handler_maps_a_duplicate_read_source_answered_by_rnr_naks_until_resumed()
+{
+    let (mut p, mut mr, data, _dst, capture, request) = read_then_page_out();
+    let psn = bth_of(&request).1;
+    let before = captured(&p, &capture).len();
+    let rnr_before = p.b.dev.counters().roce_rnr_naks_sent;
+    p.wire
+        .transmit(cxdirect_emu::wire::PortId::A, &request)
+        .expect("transmit");
+    p.settle();
+    // The duplicate faults as a first READ does: the RDMA sub type, its whole range.
+    let faults = page_faults(&mut p.b);
+    let e = rdma_fault(&faults);
+    assert_eq!(e.pf_type(), pfault_flags::RDMA);
+    assert_eq!((e.token(), e.r_key()), (p.qp_b.qpn, mr.key));
+    assert_eq!((e.rdma_va(), e.rdma_op_len()), (mr.iova, LEN as u32));
+    let answers: Vec<_> = captured(&p, &capture)
+        .split_off(before)
+        .iter()
+        .map(|f| bth_of(f))
+        .filter(|a| a.0 != READ_REQUEST)
+        .collect();
+    assert!(
+        !answers.is_empty() && answers.iter().all(|a| a.0 == ACKNOWLEDGE && a.1 == psn),
+        "answered at its PSN: {answers:?}"
+    );
+    assert!(
+        answers
+            .iter()
+            .all(|a| a.2.is_some_and(|s| s & 0x60 == 0x20)),
+        "by RNR NAKs: {answers:?}"
+    );
+    assert!(p.b.dev.counters().roce_rnr_naks_sent > rnr_before);
+    // Again while the fault waits: another RNR NAK, no second fault.
+    p.wire
+        .transmit(cxdirect_emu::wire::PortId::A, &request)
+        .expect("transmit");
+    p.settle();
+    assert!(page_faults(&mut p.b).is_empty());
+    // Mapped and resumed: the next copy is answered from memory.
+    mr.update_xlt(&mut p.b, &[true, true], false, 0, 0);
+    resume(&mut p.b, e.pf_type(), e.token(), e.token(), false).expect("PAGE_FAULT_RESUME");
+    let before = captured(&p, &capture).len();
+    p.wire
+        .transmit(cxdirect_emu::wire::PortId::A, &request)
+        .expect("transmit");
+    p.settle();
+    let responses: Vec<_> = captured(&p, &capture)
+        .split_off(before)
+        .iter()
+        .map(|f| bth_of(f))
+        .filter(|a| READ_RESPONSES.contains(&a.0))
+        .collect();
+    assert_eq!(responses.len(), LEN / MTU, "answered again: {responses:?}");
+    assert_eq!(responses[0].1, psn);
+    assert!(page_faults(&mut p.b).is_empty());
+    assert_eq!(mr.read(&p.b, LEN), data);
+}
+
+#[test]
+fn mlx5_ib_mr_rdma_pfault_handler_failing_a_duplicate_read_refuses_it_and_nothing_is_answered() {
+    let (mut p, _mr, _data, _dst, capture, request) = read_then_page_out();
+    let psn = bth_of(&request).1;
+    p.wire
+        .transmit(cxdirect_emu::wire::PortId::A, &request)
+        .expect("transmit");
+    p.settle();
+    let faults = page_faults(&mut p.b);
+    let e = rdma_fault(&faults);
+    // pagefault_single_data_segment failed (-EFAULT): resumed with the error bit.
+    resume(&mut p.b, e.pf_type(), e.token(), e.token(), true).expect("resume with error");
+    let before = captured(&p, &capture).len();
+    p.wire
+        .transmit(cxdirect_emu::wire::PortId::A, &request)
+        .expect("transmit");
+    p.settle();
+    let answers: Vec<_> = captured(&p, &capture)
+        .split_off(before)
+        .iter()
+        .map(|f| bth_of(f))
+        .filter(|a| a.0 != READ_REQUEST)
+        .collect();
+    assert_eq!(
+        answers,
+        [(ACKNOWLEDGE, psn, Some(0x62))],
+        "a remote access NAK, no response"
+    );
+    // QUERY_QP as mlx5_ib's `mlx5_ib_query_qp` sends it.
+    let mut query = cxdirect_emu::testkit::Host::input(Opcode::QueryQp, 0, 16);
+    cxdirect_hw::qp::Qp2errIn::new(&mut query[..])
+        .expect("layout")
+        .set_qpn(p.qp_b.qpn);
+    let out = p.b.exec(&query, 0x1d0).expect("QUERY_QP");
+    let ctx = cxdirect_hw::qp::Qpc::new(&out[0x18..]).expect("layout");
+    assert_eq!(
+        ctx.state(),
+        cxdirect_hw::qp::state::ERR,
+        "the responder's QP in error"
+    );
+}

@@ -155,6 +155,16 @@ layout! {
         xrc_srq_receive: bool @ 0xe5 [0x1],
         /// DC SEND faults resolved.
         dc_send: bool @ 0x100 [0x1],
+        /// DC receive faults resolved (a DCT's own queue; DCTs receive from SRQs).
+        dc_receive: bool @ 0x101 [0x1],
+        /// DC RDMA WRITE faults resolved.
+        dc_write: bool @ 0x102 [0x1],
+        /// DC RDMA READ faults resolved.
+        dc_read: bool @ 0x103 [0x1],
+        /// DC atomics on ODP memory.
+        dc_atomic: bool @ 0x104 [0x1],
+        /// DCT SRQ receives on ODP memory.
+        dc_srq_receive: bool @ 0x105 [0x1],
         /// The memory page-fault scheme (ConnectX-7 and later; 0 here).
         mem_page_fault: bool @ 0x600 [0x1],
     }

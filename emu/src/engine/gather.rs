@@ -29,22 +29,8 @@ impl From<CqeSyndrome> for GatherFault {
 /// `message` (cleared first): data segments read through their lkeys in protection domain
 /// `pd`, inline segments copied. A message above `max` bytes, or an inline segment running
 /// past the WQE, is a local length error; a key that does not cover its segment a local
-/// protection error.
-pub(crate) fn gather(
-    core: &Core,
-    pd: u32,
-    max: usize,
-    wqe: &[u8],
-    at: usize,
-    message: &mut Vec<u8>,
-) -> Result<(), CqeSyndrome> {
-    gather_paged(core, pd, max, wqe, at, message).map_err(|fault| match fault {
-        GatherFault::Error(syndrome) => syndrome,
-        GatherFault::NotPresent => CqeSyndrome::LocalProtection,
-    })
-}
-
-/// [`gather`], telling a page not present ([`GatherFault::NotPresent`]) from the errors.
+/// protection error; a page not present behind a key
+/// [`GatherFault::NotPresent`] (a page fault where the function reports them).
 pub(crate) fn gather_paged(
     core: &Core,
     pd: u32,

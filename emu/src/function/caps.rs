@@ -53,10 +53,12 @@ pub(crate) struct CapSet {
     pub current_atomic: [u8; 0x100],
     /// The ODP capability page (maximum and current alike), reported with RoCE: RC SENDs,
     /// receives (on the QP's own ring or an SRQ), RDMA WRITEs, RDMA READs (either side) and
-    /// atomics (either side) resolve page faults (`engine::rc::page_fault`); the rest (UD, XRC,
-    /// DC, device prefetch, the memory scheme) are not modelled and left 0. Read by Linux only
-    /// when general `pg` is set; mlx5_core's `handle_hca_cap_odp` raises `rc_srq_receive` to
-    /// its maximum with SET_HCA_CAP, which finds it set already.
+    /// atomics (either side) resolve page faults (`engine::rc::page_fault`), as do UD SENDs
+    /// (`engine::ud::page_fault`) and XRC SENDs, XRC SRQ receives, RDMA WRITEs, READs and
+    /// atomics, and DC SENDs, DCT SRQ receives, RDMA WRITEs and READs; the rest (UD receives,
+    /// DC atomics, device prefetch, the memory scheme) are not modelled and left 0. Read by Linux only when general `pg` is set; mlx5_core's
+    /// `handle_hca_cap_odp` raises `rc_srq_receive` and the XRC caps to their maximum with
+    /// SET_HCA_CAP, which finds them set already.
     pub odp: [u8; 0x100],
     pub context_slot: Option<crate::objects::Slot>,
 }
@@ -259,7 +261,24 @@ impl CapSet {
             .set_rc_write(true)
             .set_rc_read(true)
             .set_rc_atomic(true)
-            .set_rc_srq_receive(true);
+            .set_rc_srq_receive(true)
+            // UD SENDs' gather (`engine::ud::page_fault`).
+            .set_ud_send(true)
+            // XRC initiators and targets as RC QPs, receives from XRC SRQs
+            // (`engine::rc::page_fault`); an XRC target has no receive queue of its own, so
+            // `xrc_receive` stays 0.
+            .set_xrc_send(true)
+            .set_xrc_write(true)
+            .set_xrc_read(true)
+            .set_xrc_atomic(true)
+            .set_xrc_srq_receive(true)
+            // DC initiators as RC requesters, DCTs' responder contexts as RC responders
+            // receiving from the DCT's SRQ (`engine::rc::page_fault`); a DCT has no receive
+            // queue of its own (`dc_receive` 0), and DC atomics are not paged.
+            .set_dc_send(true)
+            .set_dc_write(true)
+            .set_dc_read(true)
+            .set_dc_srq_receive(true);
         let mut odp = [0u8; 0x100];
         odp.copy_from_slice(o.as_bytes());
         Self {

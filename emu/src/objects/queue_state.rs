@@ -221,4 +221,6 @@ pub(crate) struct UdScratch {
     pub message: Vec<u8>,
     pub payload: Vec<u8>,
     pub frame: Vec<u8>,
+    /// The last gather stopped at a page not present (a page fault, not a protection error).
+    pub page_fault: bool,
 }

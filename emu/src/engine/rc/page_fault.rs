@@ -31,8 +31,16 @@
 //!
 //! Without an EQ taking page faults nothing could resolve one: the access fails as any other
 //! refused access does (the model's choice; Linux never has ODP memory without that EQ).
-//! UC and XRC QPs are not resolved (the ODP capability page reports none of their caps):
-//! their faults are access errors.
+//! XRC QPs are resolved as RC ones (the ODP page's `xrc_odp_caps`): an initiator's gather and
+//! response scatter (mlx5_ib's `mlx5_ib_mr_initiator_pfault_handler` skips the WQE's XRC
+//! segment), a target's remote accesses, and its receives from the XRC SRQ the request names
+//! (`MLX5_WQE_PF_TYPE_RMP` naming that SRQ). DC is resolved too (the ODP page's
+//! `dc_odp_caps`): a DC initiator as an RC requester (mlx5_ib skips its WQEs' address vector),
+//! a DCT's responder context as an RC responder, its faults carrying the DCT's number as their
+//! token (the context is the device's own), which PAGE_FAULT_RESUME names back; a DCT's
+//! receives come from its SRQ (`MLX5_WQE_PF_TYPE_RMP`). UC QPs are not (the page reports no UC caps):
+//! their faults are access errors. A UD QP's send gather is (`engine::ud::page_fault`), with
+//! [`post_wqe_fault`].
 
 use super::packet::PSN_MASK;
 use crate::engine::eq;
@@ -53,15 +61,49 @@ pub(crate) enum ResumeError {
     NotFaulted,
 }
 
-/// True when a page fault of QP `qpn` is reported (an EQ takes them, and the QP is an RC
-/// one: the ODP page reports no UC or XRC caps) rather than failed.
+/// True when a page fault of QP `qpn` is reported (an EQ takes them, and the QP is an RC or
+/// XRC one, initiator or target, a DC initiator or a DCT's responder context: the ODP page
+/// reports no UC caps) rather than failed.
 fn reported(core: &Core, qpn: u32) -> bool {
-    eq::subscribed(core, EventType::PageFault)
-        && core
-            .res
+    odp_reported(core)
+        && eq::subscribed(core, EventType::PageFault)
+        && core.res.qps.get(qpn).is_some_and(|qp| {
+            matches!(
+                qp.service,
+                service_type::RC | service_type::XRC | service_type::DCI
+            ) || qp.dc_responder.is_some()
+        })
+}
+
+/// True when the function reports on-demand paging (`pg` and the ODP page, with RoCE): a
+/// function without it has no page faults, a page not present being an access error.
+pub(crate) fn odp_reported(core: &Core) -> bool {
+    core.cfg.odp && core.cfg.roce
+}
+
+/// The token a fault of QP `qpn` carries: the QP's number, or for a DCT's responder context
+/// (a QP of the device's own, which Linux never sees) the DCT's.
+fn token_of(core: &Core, qpn: u32) -> u32 {
+    core.res
+        .qps
+        .get(qpn)
+        .and_then(|qp| qp.dc_responder)
+        .map_or(qpn, |r| r.dct)
+        & PSN_MASK
+}
+
+/// The QP a PAGE_FAULT_RESUME's token names: the QP of that number, or, for a DCT, its
+/// responder context with a fault waiting.
+fn qp_of_token(core: &Core, token: u32) -> Option<u32> {
+    let Some(dct) = core.res.dcts.get(token) else {
+        return Some(token);
+    };
+    dct.responders.iter().copied().find(|&qpn| {
+        core.res
             .qps
             .get(qpn)
-            .is_some_and(|qp| qp.service == service_type::RC)
+            .is_some_and(|qp| qp.resp.page_fault.is_some_and(|f| !f.failed))
+    })
 }
 
 /// A responder's RDMA WRITE packet of `packet_len` bytes faulted on QP `qpn`: reports it and
@@ -168,7 +210,7 @@ fn post_rdma_fault(core: &mut Core, qpn: u32, a: &RdmaAccess) {
             .set_rdma_op_len(a.len)
             .set_rdma_va(a.va)
             .set_pf_type(a.pf_type)
-            .set_token(qpn & PSN_MASK);
+            .set_token(token_of(core, qpn));
     }
     eq::post_subscribed_event(core, EventType::PageFault, pfault_subtype::RDMA, &data);
 }
@@ -201,7 +243,19 @@ pub(super) fn responder_receive(core: &mut Core, qpn: u32, first: bool, packet_l
             let slot = u32::from(recv.index) & (rmp.wq.entries() - 1);
             (wqe_pf_type::RMP, rmpn, slot as u16)
         }
-        RcReceive::None | RcReceive::Xrc { .. } => return false,
+        // An XRC target's receive comes from the XRC SRQ the request named: reported as an
+        // SRQ's (`odp_get_rsc` finds XRC SRQs by number too, `MLX5_RES_XSRQ`).
+        RcReceive::Xrc { .. } => {
+            let Some(srqn) = qp.resp.xrc.map(|x| x.srqn) else {
+                return false;
+            };
+            let Some(srq) = core.res.xrc_srqs.get(srqn) else {
+                return false;
+            };
+            let slot = u32::from(recv.index) & (srq.wq.entries() - 1);
+            (wqe_pf_type::RMP, srqn, slot as u16)
+        }
+        RcReceive::None => return false,
     };
     let fault = WqeFault {
         wq,
@@ -289,27 +343,28 @@ fn requester_fault(
 }
 
 /// A WQE's fault, as the WQE sub type reports it.
-struct WqeFault {
+pub(crate) struct WqeFault {
     /// The queue holding the WQE (`wq_num`): the QP, or the SRQ.
-    wq: u32,
+    pub wq: u32,
     /// The WQE's index in that queue.
-    index: u16,
+    pub index: u16,
     /// `MLX5_WQE_PF_TYPE_*`.
-    pf_type: u8,
+    pub pf_type: u8,
     /// Bytes of the WQE's data already moved.
-    committed: u32,
+    pub committed: u32,
     /// Bytes of the faulting packet (a responder's).
-    packet_len: usize,
+    pub packet_len: usize,
 }
 
 /// Posts a WQE fault of QP `qpn` (its token).
-fn post_wqe_fault(core: &mut Core, qpn: u32, f: &WqeFault) {
+pub(crate) fn post_wqe_fault(core: &mut Core, qpn: u32, f: &WqeFault) {
+    let token = token_of(core, qpn);
     let mut data = [0u8; 28];
     if let Ok(mut e) = EqePageFaultWqe::new(&mut data[..]) {
         e.set_bytes_committed(f.committed)
             .set_wqe_index(f.index)
             .set_packet_length(f.packet_len.min(0xffff) as u16)
-            .set_token(qpn & PSN_MASK)
+            .set_token(token)
             .set_pf_type(f.pf_type)
             .set_wq_num(f.wq & PSN_MASK);
     }
@@ -343,7 +398,8 @@ pub(crate) fn resume(
     token: u32,
     error: bool,
 ) -> Result<Option<RequesterFault>, ResumeError> {
-    let qp = core.res.qps.get_mut(token).ok_or(ResumeError::NoQueue)?;
+    let qpn = qp_of_token(core, token).ok_or(ResumeError::NotFaulted)?;
+    let qp = core.res.qps.get_mut(qpn).ok_or(ResumeError::NoQueue)?;
     // An RDMA fault's type has MLX5_PFAULT_RDMA (bit 2); a WQE fault's is a queue kind.
     let rdma = pf_type & pfault_flags::RDMA != 0;
     let kind = match pf_type {

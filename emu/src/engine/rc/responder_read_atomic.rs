@@ -3,15 +3,19 @@
 //! remembered (`Responder::answered`), so that a duplicate of it (its responses were lost, or
 //! the requester timed out) is answered again as IBA 9.9.2 and Linux rxe do: a READ from
 //! memory, from the duplicate's PSN; an atomic with the value its first execution found,
-//! never executed twice.
+//! never executed twice. A duplicate READ whose source was paged out since (on-demand paging)
+//! faults as a first READ does: reported, RNR NAKs until PAGE_FAULT_RESUME.
 
+use super::count;
 use super::packet::{aeth, bth_opcode, mtu_bytes, ATOMIC_ETH_LEN, PSN_MASK, RETH_LEN};
+use super::qp_error::enter_error;
 use super::responder::{message_done, rnr, send_ack, Outcome};
 use super::responder_pace::owe;
 use crate::counters::add;
 use crate::function::Core;
-use crate::objects::rc::{Answered, Owed};
+use crate::objects::rc::{Answered, Owed, ResponderFaultKind};
 use crate::translate::{check_remote, translate_remote, KeyFault, RemoteAccess};
+use cxdirect_hw::eqe::EventType;
 
 /// The RETH of a READ request: virtual address, rkey, DMA length.
 fn reth(rest: &[u8]) -> Option<(u64, u32, u32)> {
@@ -123,6 +127,9 @@ pub(super) fn replay_read(core: &mut Core, qpn: u32, psn: u32, rest: &[u8]) {
         send_ack(core, qpn, psn, syndrome);
         return;
     }
+    if replay_paged(core, qpn, psn, (va, rkey, len)) {
+        return;
+    }
     let Some(qp) = core.res.qps.get_mut(qpn) else {
         return;
     };
@@ -142,6 +149,61 @@ pub(super) fn replay_read(core: &mut Core, qpn: u32, psn: u32, rest: &[u8]) {
     if !owe(core, qpn, owed_read(psn, (va, rkey, len), msn, true)) {
         add(&core.counters.roce_rx_drops, 1);
     }
+}
+
+/// On-demand paging of a duplicate READ at `psn` (`reth`: address, rkey, length), whose source
+/// may have been paged out since it was first answered: the device takes the fault as for a
+/// first READ (mlx5_ib's `mlx5_ib_mr_rdma_pfault_handler` maps the range the RDMA sub type
+/// reports, whichever request it came from): reported, the duplicate answered with an RNR NAK
+/// at its PSN, as is every request while the responder waits for PAGE_FAULT_RESUME; after a
+/// resume with an error the READ is refused (a remote access NAK, the QP in error). True when
+/// the duplicate was answered so; false when it is to be answered from memory (every page
+/// present, or no EQ takes page faults: a page not present is then an access error when its
+/// response is read).
+fn replay_paged(core: &mut Core, qpn: u32, psn: u32, (va, rkey, len): (u64, u32, u32)) -> bool {
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return false;
+    };
+    let rnr_syndrome = aeth::RNR_NAK | (qp.min_rnr_nak & 0x1f);
+    match qp.resp.page_fault {
+        Some(f) if !f.failed => {
+            add(&core.counters.roce_rnr_naks_sent, 1);
+            send_ack(core, qpn, psn, rnr_syndrome);
+            return true;
+        }
+        Some(f) if matches!(f.kind, ResponderFaultKind::Rdma { .. }) => {
+            if let Some(qp) = core.res.qps.get_mut(qpn) {
+                qp.resp.page_fault = None;
+                qp.resp.refirst = false;
+            }
+            count(core, qpn, |c| &mut c.resp_remote_access_errors);
+            send_ack(core, qpn, psn, aeth::NAK_REMOTE_ACCESS);
+            enter_error(core, qpn, Some(EventType::WqAccessError));
+            return true;
+        }
+        // A receive's failed fault is the next SEND's to take.
+        Some(_) => return false,
+        None => {}
+    }
+    let pd = qp.responder_pd();
+    let first_response = (len as usize).min(mtu_bytes(qp.mtu));
+    let walked = translate_remote(
+        core,
+        rkey,
+        pd,
+        va,
+        u64::from(len),
+        RemoteAccess::Read,
+        |_, _, _| Ok(()),
+    );
+    if walked == Err(KeyFault::NotPresent)
+        && super::page_fault::responder_read(core, qpn, (va, rkey, len), first_response)
+    {
+        add(&core.counters.roce_rnr_naks_sent, 1);
+        send_ack(core, qpn, psn, rnr_syndrome);
+        return true;
+    }
+    false
 }
 
 /// Checks a READ of `len` bytes at `va` through `rkey` against the QP (remote read enabled)

@@ -211,9 +211,24 @@ fn deliver(core: &mut Core, qpn: u32, datagram: &Datagram) {
         add(&core.counters.ud_no_receive_drops, 1);
         return;
     };
-    if let Err(syndrome) = scatter(core, &taken, &datagram.grh, datagram.payload) {
-        post_error_cqe(core, qpn, taken.index, syndrome, Side::Receive);
-        return;
+    match scatter(core, &taken, &datagram.grh, datagram.payload) {
+        Ok(()) => {}
+        // On-demand paging: the datagram is dropped (no retransmission on UD) and the WQE
+        // stays posted for the next one (`page_fault`).
+        Err(Scattered::NotPresent)
+            if super::page_fault::receive(core, qpn, taken.index, datagram.payload.len()) =>
+        {
+            add(&core.counters.roce_rx_drops, 1);
+            return;
+        }
+        Err(fault) => {
+            let syndrome = match fault {
+                Scattered::Error(syndrome) => syndrome,
+                Scattered::NotPresent => CqeSyndrome::LocalProtection,
+            };
+            post_error_cqe(core, qpn, taken.index, syndrome, Side::Receive);
+            return;
+        }
     }
     add(&core.counters.ud_delivered, 1);
     let l3 = if datagram.v4 {
@@ -295,9 +310,25 @@ fn take_receive(core: &mut Core, qpn: u32) -> Option<Taken> {
     }
 }
 
+/// Why a datagram did not scatter.
+enum Scattered {
+    /// The receive fails with this syndrome.
+    Error(CqeSyndrome),
+    /// A page behind a key is not present (a page fault where they are reported); nothing
+    /// was written.
+    NotPresent,
+}
+
+impl From<CqeSyndrome> for Scattered {
+    fn from(syndrome: CqeSyndrome) -> Self {
+        Scattered::Error(syndrome)
+    }
+}
+
 /// Scatters the GRH area `grh` and then `payload` through the data segments of `taken`, in
-/// order, each filled to its byte count. Nothing is written when they do not hold it all.
-fn scatter(core: &Core, taken: &Taken, grh: &[u8], payload: &[u8]) -> Result<(), CqeSyndrome> {
+/// order, each filled to its byte count. Nothing is written when they do not hold it all, or
+/// when a page behind them is not present (every page is looked at first).
+fn scatter(core: &Core, taken: &Taken, grh: &[u8], payload: &[u8]) -> Result<(), Scattered> {
     let mut wqe = [0u8; MAX_RECEIVE_WQE];
     let wqe = &mut wqe[..taken.len.min(MAX_RECEIVE_WQE)];
     core.dma_read(taken.addr, wqe)
@@ -312,7 +343,27 @@ fn scatter(core: &Core, taken: &Taken, grh: &[u8], payload: &[u8]) -> Result<(),
         .sum();
     let total = grh.len() + payload.len();
     if room < total as u64 {
-        return Err(CqeSyndrome::LocalLength);
+        return Err(CqeSyndrome::LocalLength.into());
+    }
+    let mut left = total;
+    for seg in segments.clone() {
+        if left == 0 {
+            break;
+        }
+        let n = (seg.byte_count() as usize).min(left);
+        let walked = translate(
+            core,
+            seg.lkey(),
+            taken.pd,
+            seg.addr(),
+            n as u64,
+            true,
+            |_, _, _| Ok(()),
+        );
+        if walked == Err(KeyFault::NotPresent) {
+            return Err(Scattered::NotPresent);
+        }
+        left -= n;
     }
     let mut done = 0usize;
     for seg in segments {
@@ -345,7 +396,7 @@ fn scatter(core: &Core, taken: &Taken, grh: &[u8], payload: &[u8]) -> Result<(),
                 Ok(())
             },
         )
-        .map_err(|_| CqeSyndrome::LocalProtection)?;
+        .map_err(|_| Scattered::Error(CqeSyndrome::LocalProtection))?;
         done += n;
     }
     Ok(())

@@ -11,11 +11,14 @@
 //! QP1); the immediate; the payload; the ICRC. A signalled WQE then completes on the send
 //! CQ. A WQE that cannot be sent (malformed, a key that does not cover its data, a datagram
 //! above the path MTU) completes in error and puts the send queue in the send queue error
-//! state (IBA 10.3.1 for UD): the WQEs after it are flushed, receives go on.
+//! state (IBA 10.3.1 for UD): the WQEs after it are flushed, receives go on. A page not
+//! present behind a data segment's key stops the send queue at its WQE as a page fault
+//! ([`super::page_fault`]) where the function reports them.
 
 use super::completion::{flush_sends, post_cqe, post_error_cqe, read_bb, span, Side};
 use super::{DETH_LEN, UD_SEND_ONLY, UD_SEND_ONLY_IMM};
 use crate::counters::add;
+use crate::engine::gather::GatherFault;
 use crate::engine::roce::{
     build_routed, mtu_bytes, source, Route, Transport, BTH_LEN, ICRC_LEN, PSN_MASK,
 };
@@ -73,7 +76,8 @@ fn run_posted(core: &mut Core, qpn: u32) {
     let mut s = std::mem::take(&mut core.ud_scratch);
     while let Some(qp) = core.res.ud_qps.get(qpn) {
         let index = qp.sq_consumed;
-        if index == pi || qp.state != state::RTS {
+        // A send queue stopped at a page fault waits for PAGE_FAULT_RESUME.
+        if index == pi || qp.state != state::RTS || qp.req.page_fault.is_some() {
             break;
         }
         match execute(core, qpn, index, pi, &mut s) {
@@ -82,18 +86,56 @@ fn run_posted(core: &mut Core, qpn: u32) {
                     qp.sq_consumed = index.wrapping_add(bbs);
                 }
             }
+            Err(((op, _), _))
+                if std::mem::take(&mut s.page_fault)
+                    && super::page_fault::send_gather(core, qpn, index, op) =>
+            {
+                break;
+            }
             Err(((op, syndrome), ds)) => {
-                if let Some(qp) = core.res.ud_qps.get_mut(qpn) {
-                    qp.sq_consumed = index.wrapping_add(span(ds, index, pi));
-                    qp.state = state::SQER;
-                }
-                post_error_cqe(core, qpn, index, syndrome, Side::Send(op));
-                flush_sends(core, qpn);
+                fail(core, qpn, (index, pi), (op, syndrome), ds);
                 break;
             }
         }
     }
     core.ud_scratch = s;
+}
+
+/// Send WQE `index` (producer index `pi`, `ds` its size, 0 when unknown) of QP `qpn` failed:
+/// its error CQE, and the send queue error state (the WQEs after it flushed).
+fn fail(core: &mut Core, qpn: u32, (index, pi): (u16, u16), (op, syndrome): WqeError, ds: usize) {
+    if let Some(qp) = core.res.ud_qps.get_mut(qpn) {
+        qp.sq_consumed = index.wrapping_add(span(ds, index, pi));
+        qp.state = state::SQER;
+    }
+    post_error_cqe(core, qpn, index, syndrome, Side::Send(op));
+    flush_sends(core, qpn);
+}
+
+/// The send queue of QP `qpn` stopped at a page fault of its WQE in progress (opcode `op`)
+/// that was resumed with an error: that WQE completes with `syndrome`, and the send queue goes
+/// to the send queue error state. Otherwise (resumed) it goes on from that WQE.
+pub(super) fn resume(core: &mut Core, qpn: u32, failed: Option<(u8, CqeSyndrome)>) {
+    let Some(qp) = core.res.ud_qps.get(qpn) else {
+        return;
+    };
+    let index = qp.sq_consumed;
+    let Some(err) = failed else {
+        if qp.state == state::RTS {
+            run_posted(core, qpn);
+        }
+        return;
+    };
+    let Ok(word) = core.dma_read_be32(qp.dbr + 4) else {
+        return;
+    };
+    let pi = word as u16;
+    let mut bb = [0u8; WQE_BB];
+    let ds = match read_bb(core, qpn, index, &mut bb) {
+        Ok(()) => CtrlSeg::new(&bb[..16]).map_or(0, |c| usize::from(c.ds())),
+        Err(()) => 0,
+    };
+    fail(core, qpn, (index, pi), err, ds);
 }
 
 /// Sends the WQE at `index` (the producer index is `pi`); its WQEBBs, or what failed and the
@@ -162,7 +204,7 @@ fn execute(
         av.q_key()
     };
     let dest_qpn = av.dest_qpn();
-    crate::engine::gather::gather(
+    crate::engine::gather::gather_paged(
         core,
         pd,
         max,
@@ -170,7 +212,14 @@ fn execute(
         WQE_DS + AV_LEN,
         &mut s.message,
     )
-    .map_err(|syndrome| ((op, syndrome), ds))?;
+    .map_err(|fault| match fault {
+        GatherFault::Error(syndrome) => ((op, syndrome), ds),
+        // Told apart for the caller: a page fault where the function reports them.
+        GatherFault::NotPresent => {
+            s.page_fault = true;
+            ((op, CqeSyndrome::LocalProtection), ds)
+        }
+    })?;
     // The DETH and the immediate follow the BTH, in that order, before the payload. The GSI
     // QP sends as QP 1; a UD QP created with `deth_sqpn` as that QP (mlx5_ib's GSI transmit
     // QPs give 1, `create_gsi_ud_qp` in gsi.c).
