@@ -49,7 +49,7 @@ impl EngineRequests for Core {
 
     fn page_fault_resume(&mut self, pf_type: u8, wq: u32, token: u32, error: bool) -> bool {
         if ud::page_fault::owns(self, token) {
-            return ud::page_fault::resume(self, pf_type, wq, token, error).is_ok();
+            return ud::resume_page_fault(self, pf_type, wq, token, error).is_ok();
         }
         rc::resume_page_fault(self, pf_type, wq, token, error).is_ok()
     }

@@ -31,3 +31,18 @@ pub(crate) const DETH_LEN: usize = 8;
 pub(crate) const QP1_QKEY: u32 = 0x8001_0000;
 /// Bytes of the GRH area at the start of every UD receive buffer (`sizeof(struct ib_grh)`).
 pub(crate) const GRH_LEN: usize = 40;
+
+/// PAGE_FAULT_RESUME for datagram QP `token` ([`page_fault::resume`]); a send queue stopped
+/// at its fault goes on here ([`send::resume`]).
+pub(crate) fn resume_page_fault(
+    core: &mut crate::function::Core,
+    pf_type: u8,
+    wq: u32,
+    token: u32,
+    error: bool,
+) -> Result<(), crate::engine::rc::page_fault::ResumeError> {
+    if let Some(failed) = page_fault::resume(core, pf_type, wq, token, error)? {
+        send::resume(core, token, failed);
+    }
+    Ok(())
+}

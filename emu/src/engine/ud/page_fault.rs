@@ -105,22 +105,28 @@ pub(super) fn receive(core: &mut Core, qpn: u32, index: u16, packet_len: usize) 
     true
 }
 
-/// True when `qpn` names a datagram QP (its PAGE_FAULT_RESUME is taken by [`resume`]).
+/// True when `qpn` names a datagram QP (its PAGE_FAULT_RESUME is taken by
+/// [`super::resume_page_fault`]).
 pub(crate) fn owns(core: &Core, qpn: u32) -> bool {
     core.res.ud_qps.get(qpn).is_some()
 }
 
+/// How a datagram QP's send queue goes on after PAGE_FAULT_RESUME: from the faulting WQE
+/// (`None`), or failing it with (opcode, syndrome).
+pub(crate) type SendResume = Option<(u8, CqeSyndrome)>;
+
 /// PAGE_FAULT_RESUME for datagram QP `token` as `mlx5_ib_page_fault_resume` sends it: the
 /// type and queue as reported (`MLX5_WQE_PF_TYPE_REQ_SEND_OR_WRITE` or `_RESP`, the QP). The
-/// send queue goes on from the faulting WQE, or with `error` that WQE fails; a receive's WQE
-/// takes the next datagram, or with `error` fails with it.
+/// send queue goes on from the faulting WQE, or with `error` that WQE fails (the caller,
+/// [`super::resume_page_fault`], resumes it as the returned [`SendResume`] says); a receive's
+/// WQE takes the next datagram, or with `error` fails with it (`None`).
 pub(crate) fn resume(
     core: &mut Core,
     pf_type: u8,
     wq: u32,
     token: u32,
     error: bool,
-) -> Result<(), ResumeError> {
+) -> Result<Option<SendResume>, ResumeError> {
     let qp = core.res.ud_qps.get_mut(token).ok_or(ResumeError::NoQueue)?;
     if pf_type == wqe_pf_type::RESP {
         // A receive's fault: the WQE waits posted; with an error the next datagram fails it.
@@ -131,7 +137,7 @@ pub(crate) fn resume(
                 } else {
                     qp.resp.page_fault = None;
                 }
-                Ok(())
+                Ok(None)
             }
             _ => Err(ResumeError::NotFaulted),
         };
@@ -141,7 +147,7 @@ pub(crate) fn resume(
         _ => return Err(ResumeError::NotFaulted),
     };
     qp.req.page_fault = None;
-    let failed = error.then_some((fault.opcode, CqeSyndrome::LocalProtection));
-    super::send::resume(core, token, failed);
-    Ok(())
+    Ok(Some(
+        error.then_some((fault.opcode, CqeSyndrome::LocalProtection)),
+    ))
 }

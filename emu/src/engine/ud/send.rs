@@ -115,7 +115,7 @@ fn fail(core: &mut Core, qpn: u32, (index, pi): (u16, u16), (op, syndrome): WqeE
 /// The send queue of QP `qpn` stopped at a page fault of its WQE in progress (opcode `op`)
 /// that was resumed with an error: that WQE completes with `syndrome`, and the send queue goes
 /// to the send queue error state. Otherwise (resumed) it goes on from that WQE.
-pub(super) fn resume(core: &mut Core, qpn: u32, failed: Option<(u8, CqeSyndrome)>) {
+pub(crate) fn resume(core: &mut Core, qpn: u32, failed: Option<(u8, CqeSyndrome)>) {
     let Some(qp) = core.res.ud_qps.get(qpn) else {
         return;
     };
