@@ -29,13 +29,15 @@ fn caps_read_as_mlx5_ib_fill_odp_caps_and_handle_hca_cap_odp_read_them() {
         assert!(odp.rc_send() && odp.rc_receive() && odp.rc_write());
         // IB_ODP_SUPPORT_READ, _ATOMIC and _SRQ_RECV in rc_odp_caps.
         assert!(odp.rc_read() && odp.rc_atomic() && odp.rc_srq_receive());
-        // IB_ODP_SUPPORT_SEND in ud_odp_caps (emu/tests/odp_ud.rs).
-        assert!(odp.ud_send());
+        // IB_ODP_SUPPORT_SEND and _SRQ_RECV in ud_odp_caps (emu/tests/odp_ud.rs,
+        // odp_ud_srq.rs).
+        assert!(odp.ud_send() && odp.ud_srq_receive());
         // The XRC transport's caps (emu/tests/odp_xrc.rs).
         assert!(odp.xrc_send() && odp.xrc_srq_receive());
-        // The DC transport's (emu/tests/odp_dc.rs).
-        assert!(odp.dc_send() && odp.dc_srq_receive());
-        assert!(!odp.ud_srq_receive() && !odp.dc_atomic());
+        // The DC transport's (emu/tests/odp_dc.rs, odp_dc_atomic.rs).
+        assert!(odp.dc_send() && odp.dc_srq_receive() && odp.dc_atomic());
+        // No transport without a receive ring of its own reports `receive`.
+        assert!(!odp.xrc_receive() && !odp.dc_receive());
         assert!(
             !odp.page_prefetch(),
             "ibv_advise_mr prefetch is mlx5_ib's own (UMR)"
@@ -46,9 +48,9 @@ fn caps_read_as_mlx5_ib_fill_odp_caps_and_handle_hca_cap_odp_read_them() {
 
 #[test]
 fn handle_hca_cap_odp_raises_rc_srq_receive_before_init_hca() {
-    // mlx5_core's handle_hca_cap_odp (`ODP_CAP_SET_MAX`) raises rc_odp_caps.srq_receive, the
-    // one cap it sets that the maximum reports: SET_HCA_CAP with the current page and that
-    // bit, before INIT_HCA.
+    // mlx5_core's handle_hca_cap_odp (`ODP_CAP_SET_MAX`) raises rc_odp_caps.srq_receive (and
+    // each other cap it names that the maximum reports): SET_HCA_CAP with the current page
+    // and that bit, before INIT_HCA.
     let cfg = cxdirect_emu::EmuConfig {
         roce: true,
         odp: true,
@@ -71,11 +73,17 @@ fn handle_hca_cap_odp_raises_rc_srq_receive_before_init_hca() {
         .set_rc_srq_receive(true);
     h.exec(&set, 16)
         .expect("SET_HCA_CAP ODP as handle_hca_cap_odp sends it");
+    OdpCap::new(&mut set[0x10..0x110])
+        .expect("layout")
+        .set_ud_srq_receive(true)
+        .set_dc_atomic(true);
+    h.exec(&set, 16)
+        .expect("ud_srq_receive and dc_atomic, raised by handle_hca_cap_odp");
     // A cap beyond the maximum is refused.
     OdpCap::new(&mut set[0x10..0x110])
         .expect("layout")
-        .set_ud_srq_receive(true);
-    assert!(h.exec(&set, 16).is_err(), "ud_srq_receive is not reported");
+        .set_dc_receive(true);
+    assert!(h.exec(&set, 16).is_err(), "dc_receive is not reported");
 }
 
 #[test]

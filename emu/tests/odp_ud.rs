@@ -26,16 +26,14 @@ fn ud_odp_pair() -> UdPair {
 const WQE_GRH: u32 = 40;
 
 #[test]
-fn internal_fill_odp_caps_reads_ud_send_only() {
+fn internal_fill_odp_caps_reads_ud_send() {
     let mut p = ud_odp_pair();
     for current in [false, true] {
         let page = p.a.query_cap(cap_type::ODP, current);
         let odp = OdpCap::new(&page[0x10..0x110]).expect("layout");
+        // `srq_receive` too (emu/tests/odp_ud_srq.rs); the own ring's receives are paged
+        // without a bit, the page having none.
         assert!(odp.ud_send(), "IB_ODP_SUPPORT_SEND in ud_odp_caps");
-        assert!(
-            !odp.ud_srq_receive(),
-            "UD receives from an SRQ are not paged (the own ring's are, without a bit)"
-        );
     }
     p.teardown();
 }

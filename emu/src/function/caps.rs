@@ -54,11 +54,13 @@ pub(crate) struct CapSet {
     /// The ODP capability page (maximum and current alike), reported with RoCE: RC SENDs,
     /// receives (on the QP's own ring or an SRQ), RDMA WRITEs, RDMA READs (either side) and
     /// atomics (either side) resolve page faults (`engine::rc::page_fault`), as do UD SENDs
-    /// (`engine::ud::page_fault`) and XRC SENDs, XRC SRQ receives, RDMA WRITEs, READs and
-    /// atomics, and DC SENDs, DCT SRQ receives, RDMA WRITEs and READs; the rest (UD receives,
-    /// DC atomics, device prefetch, the memory scheme) are not modelled and left 0. Read by Linux only when general `pg` is set; mlx5_core's
-    /// `handle_hca_cap_odp` raises `rc_srq_receive` and the XRC caps to their maximum with
-    /// SET_HCA_CAP, which finds them set already.
+    /// and UD receives from an SRQ (`engine::ud::page_fault`), XRC SENDs, XRC SRQ receives,
+    /// RDMA WRITEs, READs and atomics, and DC SENDs, DCT SRQ receives, RDMA WRITEs, READs and
+    /// atomics; the rest (device prefetch, the memory scheme, the receive caps of transports
+    /// without a receive ring of their own) are left 0 (a UD QP's own ring is paged without a
+    /// bit, as the page has none for it). Read by Linux only when general `pg` is set;
+    /// mlx5_core's `handle_hca_cap_odp` raises `ud_srq_receive`, `rc_srq_receive` and the XRC
+    /// and DC caps to their maximum with SET_HCA_CAP, which finds them set already.
     pub odp: [u8; 0x100],
     pub context_slot: Option<crate::objects::Slot>,
 }
@@ -262,8 +264,9 @@ impl CapSet {
             .set_rc_read(true)
             .set_rc_atomic(true)
             .set_rc_srq_receive(true)
-            // UD SENDs' gather (`engine::ud::page_fault`).
+            // UD SENDs' gather and UD receives from an SRQ (`engine::ud::page_fault`).
             .set_ud_send(true)
+            .set_ud_srq_receive(true)
             // XRC initiators and targets as RC QPs, receives from XRC SRQs
             // (`engine::rc::page_fault`); an XRC target has no receive queue of its own, so
             // `xrc_receive` stays 0.
@@ -272,12 +275,14 @@ impl CapSet {
             .set_xrc_read(true)
             .set_xrc_atomic(true)
             .set_xrc_srq_receive(true)
-            // DC initiators as RC requesters, DCTs' responder contexts as RC responders
-            // receiving from the DCT's SRQ (`engine::rc::page_fault`); a DCT has no receive
-            // queue of its own (`dc_receive` 0), and DC atomics are not paged.
+            // DC initiators as RC requesters (atomics' results included), DCTs' responder
+            // contexts as RC responders (atomics' targets included) receiving from the DCT's
+            // SRQ (`engine::rc::page_fault`); a DCT has no receive queue of its own
+            // (`dc_receive` 0).
             .set_dc_send(true)
             .set_dc_write(true)
             .set_dc_read(true)
+            .set_dc_atomic(true)
             .set_dc_srq_receive(true);
         let mut odp = [0u8; 0x100];
         odp.copy_from_slice(o.as_bytes());

@@ -35,12 +35,13 @@
 //! response scatter (mlx5_ib's `mlx5_ib_mr_initiator_pfault_handler` skips the WQE's XRC
 //! segment), a target's remote accesses, and its receives from the XRC SRQ the request names
 //! (`MLX5_WQE_PF_TYPE_RMP` naming that SRQ). DC is resolved too (the ODP page's
-//! `dc_odp_caps`): a DC initiator as an RC requester (mlx5_ib skips its WQEs' address vector),
-//! a DCT's responder context as an RC responder, its faults carrying the DCT's number as their
-//! token (the context is the device's own), which PAGE_FAULT_RESUME names back; a DCT's
-//! receives come from its SRQ (`MLX5_WQE_PF_TYPE_RMP`). UC QPs are not (the page reports no UC caps):
-//! their faults are access errors. A UD QP's send gather is (`engine::ud::page_fault`), with
-//! [`post_wqe_fault`].
+//! `dc_odp_caps`): a DC initiator as an RC requester (mlx5_ib skips its WQEs' address vector;
+//! an atomic's result buffer as `MLX5_WQE_PF_TYPE_REQ_READ_OR_ATOMIC`), a DCT's responder
+//! context as an RC responder (an atomic's target too), its faults carrying the DCT's number
+//! as their token (the context is the device's own), which PAGE_FAULT_RESUME names back; a
+//! DCT's receives come from its SRQ (`MLX5_WQE_PF_TYPE_RMP`). UC QPs are not (the page
+//! reports no UC caps): their faults are access errors. A UD QP's send gather and receive scatter are
+//! (`engine::ud::page_fault`), with [`post_wqe_fault`].
 
 use super::packet::PSN_MASK;
 use crate::engine::eq;

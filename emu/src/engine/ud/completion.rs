@@ -62,10 +62,18 @@ pub(super) fn post_error_cqe(
 }
 
 /// Datagram QP `qpn` went to error by command (2ERR_QP): every send WQE posted and not yet
-/// executed, then every receive WQE posted on its own ring, completes with the flush
-/// syndrome. A shared receive queue's WQEs belong to no QP and stay posted.
+/// executed, then the SRQ WQE a receive page fault held for the QP, then every receive WQE
+/// posted on its own ring, completes with the flush syndrome. A shared receive queue's other
+/// WQEs belong to no QP and stay posted.
 pub(crate) fn flush_on_error(core: &mut Core, qpn: u32) {
     flush_sends(core, qpn);
+    let Some(qp) = core.res.ud_qps.get_mut(qpn) else {
+        return;
+    };
+    if let Some(held) = qp.resp.recv.take() {
+        qp.resp.page_fault = None;
+        post_error_cqe(core, qpn, held.index, CqeSyndrome::WrFlushed, Side::Receive);
+    }
     let Some(qp) = core.res.ud_qps.get(qpn) else {
         return;
     };

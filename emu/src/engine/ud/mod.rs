@@ -6,8 +6,10 @@
 //! [`receive`] takes packets addressed to a UD QP (or to QP 1), checks the Q_Key and writes
 //! the 40-byte GRH area, the payload and the responder CQE; [`completion`] writes CQEs and
 //! flushes the queues of a QP in error; [`page_fault`] stops the send queue at a page not
-//! present (on-demand paging) until PAGE_FAULT_RESUME. There is no PSN check, no acknowledgement and no RNR:
-//! a datagram with no receive WQE, or the wrong Q_Key, is dropped and counted.
+//! present (on-demand paging) until PAGE_FAULT_RESUME, and drops datagrams for a receive WQE
+//! (own ring or SRQ) whose page is not present until then. There is no PSN check, no
+//! acknowledgement and no RNR: a datagram with no receive WQE, or the wrong Q_Key, is dropped
+//! and counted.
 
 pub(crate) mod completion;
 pub(crate) mod page_fault;

@@ -12,20 +12,28 @@
 //! with a local protection error and the send queue goes to the send queue error state (as any
 //! failed UD send WQE does: nothing of it is sent).
 //!
-//! A datagram scattering into a receive WQE of the UD QP's own ring whose memory is not
-//! present is dropped (UD has no retransmission) and the fault reported as
-//! `MLX5_WQE_PF_TYPE_RESP` naming the QP with the WQE's index (mlx5_ib reads it with
-//! `mlx5_ib_read_wqe_rq`, `mlx5_ib_mr_responder_pfault_handler_rq`); the WQE stays posted for
-//! the next datagram, and datagrams meanwhile are dropped without another report. The ODP
-//! page has no bit for it (`ud_odp_caps` has `send` and `srq_receive` only; perftest, noting
-//! that the device pages UD receives without a cap saying so, checks none). Resumed with an
-//! error, the next datagram for that WQE fails it (a local protection error CQE). A UD QP on
-//! an SRQ is not resolved (`ud_odp_caps.srq_receive` 0): an access error.
+//! A datagram scattering into a receive WQE whose memory is not present is dropped (UD has no
+//! retransmission) and the fault reported with the WQE's index, the token naming the QP: for
+//! a WQE of the UD QP's own ring as `MLX5_WQE_PF_TYPE_RESP` naming the QP (mlx5_ib reads it
+//! with `mlx5_ib_read_wqe_rq`, `mlx5_ib_mr_responder_pfault_handler_rq`), the WQE staying
+//! posted; for one taken from an SRQ (the ODP page's `ud_odp_caps.srq_receive`,
+//! `IB_ODP_SUPPORT_SRQ_RECV` of the UD transport) as `MLX5_WQE_PF_TYPE_RMP` naming the SRQ
+//! and the WQE's slot (`odp_get_rsc` finds the SRQ, `mlx5_ib_read_wqe_srq` reads the WQE,
+//! `mlx5_ib_mr_responder_pfault_handler_srq` skips its next segment), the QP holding that WQE
+//! for its next datagram while the SRQ's others go on to other QPs. Until PAGE_FAULT_RESUME
+//! (that type, queue and token) datagrams for the QP are dropped without another report; the
+//! resume lets the next one take the WQE, or, with the error bit, fail it (a local protection
+//! error CQE, nothing written). A WQE an SRQ fault held is flushed when the QP goes to error.
+//! The ODP page has no bit for the own ring's receives (`ud_odp_caps` has `send` and
+//! `srq_receive` only; perftest, noting that the device pages UD receives without a cap saying
+//! so, checks none).
 
 use crate::engine::eq;
 use crate::engine::rc::page_fault::{odp_reported, post_wqe_fault, ResumeError, WqeFault};
 use crate::function::Core;
-use crate::objects::rc::{RcReceive, RequesterFault, ResponderFault, ResponderFaultKind};
+use crate::objects::rc::{
+    RcReceive, ReceiveInProgress, RequesterFault, ResponderFault, ResponderFaultKind,
+};
 use cxdirect_hw::cqe::CqeSyndrome;
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::odp::wqe_pf_type;
@@ -63,41 +71,83 @@ pub(super) fn send_gather(core: &mut Core, qpn: u32, index: u16, opcode: u8) -> 
     true
 }
 
-/// A datagram of `packet_len` payload bytes for receive WQE `index` of datagram QP `qpn` (its
-/// own ring) found a page not present: reports the fault (once until it is resumed) and puts
-/// the WQE back, true; or false (no EQ takes page faults, an SRQ's WQE, the GSI QP, or a fault
-/// resumed with an error, whose record this clears: the caller fails the WQE).
-pub(super) fn receive(core: &mut Core, qpn: u32, index: u16, packet_len: usize) -> bool {
+/// Whether a datagram for datagram QP `qpn` may take a receive WQE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ReceiveGate {
+    /// No receive fault: the datagram takes the next WQE.
+    Open,
+    /// A receive fault waits for PAGE_FAULT_RESUME: the datagram is dropped, unreported.
+    Waiting,
+    /// The fault was resumed with an error: the datagram fails the WQE it named (the record
+    /// is cleared here).
+    Failed,
+}
+
+/// The state of datagram QP `qpn`'s receive fault, as a datagram for it finds it.
+pub(super) fn receive_gate(core: &mut Core, qpn: u32) -> ReceiveGate {
+    let Some(qp) = core.res.ud_qps.get_mut(qpn) else {
+        return ReceiveGate::Open;
+    };
+    match qp.resp.page_fault {
+        Some(f) if f.failed => {
+            qp.resp.page_fault = None;
+            ReceiveGate::Failed
+        }
+        Some(_) => ReceiveGate::Waiting,
+        None => ReceiveGate::Open,
+    }
+}
+
+/// A datagram of `packet_len` payload bytes for receive WQE `wqe` of datagram QP `qpn` found a
+/// page not present: reports the fault and keeps the WQE for the QP's next datagram, true; or
+/// false (no EQ takes page faults, or the GSI QP: the caller fails the WQE). A WQE of the QP's
+/// own ring is reported as `MLX5_WQE_PF_TYPE_RESP` naming the QP and stays posted at its
+/// index; one of an SRQ as `MLX5_WQE_PF_TYPE_RMP` naming the SRQ and the WQE's slot (as
+/// `mlx5_ib_read_wqe_srq` reads it), and the QP holds it until its next datagram, the SRQ's
+/// other WQEs going on to other QPs. The token names the QP either way.
+pub(super) fn receive(
+    core: &mut Core,
+    qpn: u32,
+    wqe: ReceiveInProgress,
+    packet_len: usize,
+) -> bool {
     if !odp_reported(core) || !eq::subscribed(core, EventType::PageFault) {
         return false;
     }
+    let Some(qp) = core.res.ud_qps.get(qpn) else {
+        return false;
+    };
+    if qp.service != service_type::UD {
+        return false;
+    }
+    let (pf_type, wq, index) = match qp.receive {
+        RcReceive::Own { .. } => (wqe_pf_type::RESP, qpn, wqe.index),
+        RcReceive::Shared(rmpn) => {
+            let Some(rmp) = core.res.rmps.get(rmpn) else {
+                return false;
+            };
+            let slot = u32::from(wqe.index) & (rmp.wq.entries() - 1);
+            (wqe_pf_type::RMP, rmpn, slot as u16)
+        }
+        RcReceive::None | RcReceive::Xrc { .. } => return false,
+    };
     let Some(qp) = core.res.ud_qps.get_mut(qpn) else {
         return false;
     };
-    if qp.service != service_type::UD || !matches!(qp.receive, RcReceive::Own { .. }) {
-        return false;
-    }
-    let waiting = match qp.resp.page_fault {
-        Some(f) if f.failed => {
-            qp.resp.page_fault = None;
-            return false;
-        }
-        Some(_) => true,
-        None => false,
-    };
-    // The WQE stays posted: the next datagram takes it again.
-    qp.resp.rq_consumed = index;
-    if waiting {
-        return true;
+    match qp.receive {
+        // The WQE stays posted: the next datagram takes it again.
+        RcReceive::Own { .. } => qp.resp.rq_consumed = wqe.index,
+        // Taken off the SRQ already: the QP keeps it.
+        _ => qp.resp.recv = Some(wqe),
     }
     qp.resp.page_fault = Some(ResponderFault {
-        kind: ResponderFaultKind::Receive { wq: qpn },
+        kind: ResponderFaultKind::Receive { wq },
         failed: false,
     });
     let fault = WqeFault {
-        wq: qpn,
+        wq,
         index,
-        pf_type: wqe_pf_type::RESP,
+        pf_type,
         committed: 0,
         packet_len,
     };
@@ -128,10 +178,20 @@ pub(crate) fn resume(
     error: bool,
 ) -> Result<Option<SendResume>, ResumeError> {
     let qp = core.res.ud_qps.get_mut(token).ok_or(ResumeError::NoQueue)?;
-    if pf_type == wqe_pf_type::RESP {
-        // A receive's fault: the WQE waits posted; with an error the next datagram fails it.
+    if pf_type == wqe_pf_type::RESP || pf_type == wqe_pf_type::RMP {
+        // A receive's fault: the WQE waits; with an error the next datagram fails it. Its
+        // type and queue are the ones reported: the QP's own ring, or its SRQ.
+        let reported = match qp.receive {
+            RcReceive::Own { .. } => (wqe_pf_type::RESP, token),
+            RcReceive::Shared(rmpn) => (wqe_pf_type::RMP, rmpn),
+            RcReceive::None | RcReceive::Xrc { .. } => return Err(ResumeError::NotFaulted),
+        };
         return match qp.resp.page_fault.as_mut() {
-            Some(f) if !f.failed && wq == token => {
+            Some(f)
+                if !f.failed
+                    && (pf_type, wq) == reported
+                    && f.kind == (ResponderFaultKind::Receive { wq }) =>
+            {
                 if error {
                     f.failed = true;
                 } else {

@@ -25,12 +25,13 @@
 //! the QP keeps receiving.
 
 use super::completion::{post_cqe, post_error_cqe, Side};
+use super::page_fault::ReceiveGate;
 use super::{DETH_LEN, GRH_LEN, MULTICAST_QPN, QP1_QKEY, UD_SEND_ONLY, UD_SEND_ONLY_IMM};
 use crate::counters::add;
 use crate::engine::address::destination_gid;
 use crate::engine::roce::{icrc, roce_offsets, Offsets, BTH_LEN, ICRC_LEN, IMM_LEN, PSN_MASK};
 use crate::function::Core;
-use crate::objects::rc::RcReceive;
+use crate::objects::rc::{RcReceive, ReceiveInProgress};
 use crate::objects::QState;
 use crate::translate::{translate, KeyFault};
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome};
@@ -44,15 +45,6 @@ const L3_HEADER_IPV4: u32 = 2;
 const GRH_IN_BUFFER: u32 = 1;
 /// Largest receive WQE read (a 2 KiB stride: 128 data segments).
 const MAX_RECEIVE_WQE: usize = 2048;
-
-/// A receive WQE taken for a datagram.
-struct Taken {
-    index: u16,
-    addr: u64,
-    len: usize,
-    data_at: usize,
-    pd: u32,
-}
 
 /// A received datagram as each QP it is delivered to takes it.
 struct Datagram<'a> {
@@ -207,16 +199,33 @@ fn deliver(core: &mut Core, qpn: u32, datagram: &Datagram) {
         add(&core.counters.ud_qkey_drops, 1);
         return;
     }
+    // A receive page fault waits for PAGE_FAULT_RESUME: the datagram is dropped (`page_fault`).
+    let gate = super::page_fault::receive_gate(core, qpn);
+    if gate == ReceiveGate::Waiting {
+        add(&core.counters.roce_rx_drops, 1);
+        return;
+    }
     let Some(taken) = take_receive(core, qpn) else {
         add(&core.counters.ud_no_receive_drops, 1);
         return;
     };
+    if gate == ReceiveGate::Failed {
+        // Resumed with an error: the WQE the fault named fails with this datagram.
+        post_error_cqe(
+            core,
+            qpn,
+            taken.index,
+            CqeSyndrome::LocalProtection,
+            Side::Receive,
+        );
+        return;
+    }
     match scatter(core, &taken, &datagram.grh, datagram.payload) {
         Ok(()) => {}
         // On-demand paging: the datagram is dropped (no retransmission on UD) and the WQE
-        // stays posted for the next one (`page_fault`).
+        // stays the QP's for the next one (`page_fault`).
         Err(Scattered::NotPresent)
-            if super::page_fault::receive(core, qpn, taken.index, datagram.payload.len()) =>
+            if super::page_fault::receive(core, qpn, taken, datagram.payload.len()) =>
         {
             add(&core.counters.roce_rx_drops, 1);
             return;
@@ -265,9 +274,10 @@ fn target(core: &Core, dest: u32) -> Option<u32> {
         .map(|_| dest)
 }
 
-/// Takes the next receive WQE of QP `qpn`'s own ring or RMP (a linked-list RMP's head);
+/// Takes the next receive WQE of QP `qpn`'s own ring or RMP (the WQE a page fault held for the
+/// QP, or else a linked-list RMP's head);
 /// `None` when none is posted, or the doorbell record cannot be read or claims too many.
-fn take_receive(core: &mut Core, qpn: u32) -> Option<Taken> {
+fn take_receive(core: &mut Core, qpn: u32) -> Option<ReceiveInProgress> {
     let qp = core.res.ud_qps.get(qpn)?;
     match qp.receive {
         RcReceive::Own {
@@ -285,24 +295,30 @@ fn take_receive(core: &mut Core, qpn: u32) -> Option<Taken> {
             let stride = 16usize << log_stride;
             let slot = u64::from(index) & ((1u64 << log_size) - 1);
             let addr = qp.buf.addr(slot * stride as u64)?;
-            Some(Taken {
+            Some(ReceiveInProgress {
                 index,
                 addr,
                 len: stride,
                 data_at: 0,
                 pd: qp.pd,
+                bytes: 0,
             })
         }
         RcReceive::Shared(rmpn) => {
+            // A WQE a page fault held for this QP goes first (`page_fault::receive`).
+            if let Some(held) = core.res.ud_qps.get_mut(qpn)?.resp.recv.take() {
+                return Some(held);
+            }
             let rmp = core.res.rmps.get(rmpn).filter(|r| r.state == QState::Rdy)?;
             let posted = crate::engine::rq::posted(core, &rmp.wq).filter(|&p| p > 0)?;
             let w = crate::engine::rq::take_rmp_wqe(core, rmpn, posted)?;
-            Some(Taken {
+            Some(ReceiveInProgress {
                 index: w.index,
                 addr: w.addr,
                 len: w.len,
                 data_at: w.data_at,
                 pd: w.pd,
+                bytes: 0,
             })
         }
         // Datagram QPs are never XRC.
@@ -328,7 +344,12 @@ impl From<CqeSyndrome> for Scattered {
 /// Scatters the GRH area `grh` and then `payload` through the data segments of `taken`, in
 /// order, each filled to its byte count. Nothing is written when they do not hold it all, or
 /// when a page behind them is not present (every page is looked at first).
-fn scatter(core: &Core, taken: &Taken, grh: &[u8], payload: &[u8]) -> Result<(), Scattered> {
+fn scatter(
+    core: &Core,
+    taken: &ReceiveInProgress,
+    grh: &[u8],
+    payload: &[u8],
+) -> Result<(), Scattered> {
     let mut wqe = [0u8; MAX_RECEIVE_WQE];
     let wqe = &mut wqe[..taken.len.min(MAX_RECEIVE_WQE)];
     core.dma_read(taken.addr, wqe)
