@@ -98,6 +98,9 @@ layout! {
         null_mkey: bool @ 0x119 [0x1],
         /// Log2 of the maximum number of KLM entries in an indirect memory key.
         log_max_klm_list_size: u8 @ 0x11a [0x6],
+        /// QP commands take the QP context extension (`qpc_ext` and `qpc_data_ext`, as
+        /// rdma-core's `mlx5dv_dci_stream_id_reset` sends RTS2RTS_QP).
+        qpc_extension: bool @ 0x122 [0x1],
         /// Log2 of the maximum outstanding RDMA read/atomic requests a DC initiator may issue.
         log_max_ra_req_dc: u8 @ 0x12a [0x6],
         /// Log2 of the maximum outstanding RDMA read/atomic requests a DC target may serve.
@@ -405,6 +408,11 @@ layout! {
         nvmf_target_offload: bool @ 0x502 [0x1],
         /// Number of 4 KiB UARs in one system-size UAR page (with `uar_4k`).
         num_of_uars_per_page: u32 @ 0x520 [0x20],
+        /// Log2 of the maximum stream channels of a DC initiator (DCI streams; 0: none).
+        log_max_dci_stream_channels: u8 @ 0x58b [0x5],
+        /// Log2 of the maximum errored streams a DC initiator may be given before it moves to
+        /// error (0 with `log_max_dci_stream_channels` 0).
+        log_max_dci_errored_streams: u8 @ 0x593 [0x5],
         /// CQs may be forced to 128-byte CQEs for every completion.
         cqe_128_always: bool @ 0x5bd [0x1],
         /// CQE compression is supported with 128-byte CQEs.

@@ -265,6 +265,7 @@ device_codes! {
         DestroyDct = 0x711 => "DESTROY_DCT",
         DrainDct = 0x712 => "DRAIN_DCT",
         QueryDct = 0x713 => "QUERY_DCT",
+        ArmDctForKeyViolation = 0x714 => "ARM_DCT_FOR_KEY_VIOLATION",
         QueryVportState = 0x750 => "QUERY_VPORT_STATE",
         ModifyVportState = 0x751 => "MODIFY_VPORT_STATE",
         QueryNicVportContext = 0x754 => "QUERY_NIC_VPORT_CONTEXT",

@@ -147,6 +147,32 @@ pub mod optpar {
     pub const COUNTER_SET_ID: u32 = 1 << 25;
 }
 
+/// Bits of `opt_param_mask_95_32` (rdma-core's `enum mlx5_qpc_opt_mask_32`): which attributes
+/// of the QP context extension a transition carries.
+pub mod qpc_opt_mask_32 {
+    /// `dci_stream_channel_id`: the DCI stream to reset (RTS2RTS).
+    pub const DCI_STREAM_CHANNEL_ID: u64 = 1 << 0;
+    /// `qos_queue_group_id`.
+    pub const QOS_QUEUE_GROUP_ID: u64 = 1 << 1;
+    /// The primary path's UDP source port (RTS2RTS).
+    pub const UDP_SPORT: u64 = 1 << 2;
+}
+
+/// Byte offset of the QP context extension in RTS2RTS_QP's input when `qpc_ext` is set
+/// (rdma-core's `rts2rts_qp_in.qpc_data_ext`, bit 0x880).
+pub const RTS2RTS_QPC_EXT_BYTE: usize = 0x110;
+
+layout! {
+    /// The QP context extension (rdma-core's `qpc_ext`, 0xc0 bytes).
+    pub struct QpcExt("qpc_ext", 0xc0) {
+        /// Memory-to-memory offload enabled.
+        mmo: bool @ 0x02 [0x1],
+        /// A DCI stream channel (its reset, with
+        /// [`qpc_opt_mask_32::DCI_STREAM_CHANNEL_ID`]).
+        dci_stream_channel_id: u16 @ 0x10 [0x10],
+    }
+}
+
 /// Values of [`Qpc::atomic_mode`] (`MLX5_ATOMIC_MODE_*`, shifted down).
 pub mod atomic_mode {
     /// InfiniBand-compatible 8-byte atomics.
@@ -325,8 +351,14 @@ layout! {
         cur_retry_count: u8 @ 0x398 [0x3],
         /// PSN of the next packet sent.
         next_send_psn: u32 @ 0x3c8 [0x18],
+        /// Log2 of a DC initiator's stream channels (DCI streams; 0: an ordinary DCI), as
+        /// mlx5_ib's `create_dci` sets it for `MLX5_QP_FLAG_DCI_STREAM`.
+        log_num_dci_stream_channels: u8 @ 0x3e3 [0x5],
         /// CQ of the send queue's completions.
         cqn_snd: u32 @ 0x3e8 [0x18],
+        /// Log2 of the errored streams a DC initiator with streams takes before it moves to
+        /// error (`create_dci`).
+        log_num_dci_errored_streams: u8 @ 0x403 [0x5],
         /// Source QP number in the DETH (UD only).
         deth_sqpn: u32 @ 0x408 [0x18],
         /// Last acknowledged PSN (read back).
@@ -616,7 +648,9 @@ layout! {
 }
 
 layout! {
-    /// RTS2RTS_QP input: the QP transition's attributes in `qpc`.
+    /// RTS2RTS_QP input: the QP transition's attributes in `qpc`. With `qpc_ext`, a
+    /// [`QpcExt`] follows the input at [`RTS2RTS_QPC_EXT_BYTE`] (rdma-core's
+    /// `mlx5dv_dci_stream_id_reset`, which names its attributes in `opt_param_mask_95_32`).
     pub struct Rts2rtsQpIn("rts2rts_qp_in", 0x110) {
         /// Command opcode: [`Opcode::Rts2rtsQp`](crate::cmd::Opcode::Rts2rtsQp).
         opcode: u16 @ 0x00 [0x10],
@@ -624,12 +658,16 @@ layout! {
         uid: u16 @ 0x10 [0x10],
         /// Opcode modifier (0).
         op_mod: u16 @ 0x30 [0x10],
+        /// The QP context extension follows the input.
+        qpc_ext: bool @ 0x40 [0x1],
         /// The QP's number.
         qpn: u32 @ 0x48 [0x18],
         /// Optional attributes given in `qpc` (see [`optpar`]); mandatory ones need no bit.
         opt_param_mask: u32 @ 0x80 [0x20],
         /// Enhanced connection establishment options (0 = none).
         ece: u32 @ 0xa0 [0x20],
+        /// Optional attributes given in the context extension (see [`qpc_opt_mask_32`]).
+        opt_param_mask_95_32: u64 @ 0x840 [0x40],
     }
     nested {
         /// QP context carrying the transition's attributes.

@@ -9,10 +9,11 @@ use cxdirect_hw::caps::{
 };
 
 use crate::objects::limits::{
-    LOG_BF_REG_SIZE, LOG_MAX_CQ_SZ, LOG_MAX_EQ, LOG_MAX_EQ_SZ, LOG_MAX_FT_SIZE,
-    LOG_MAX_KLM_LIST_SIZE, LOG_MAX_LSO, LOG_MAX_MCG, LOG_MAX_MRW_SZ, LOG_MAX_MSG, LOG_MAX_QP,
-    LOG_MAX_QP_SZ, LOG_MAX_RA_QP, LOG_MAX_RQT_SIZE, LOG_MAX_WQ_SZ, LOG_MAX_XRCD, MAX_QP_MCG,
-    MAX_Q_COUNTERS, MAX_WQE_SZ_RQ, MAX_WQE_SZ_SQ, ROCE_ADDRESS_TABLE_SIZE,
+    LOG_BF_REG_SIZE, LOG_MAX_CQ_SZ, LOG_MAX_DCI_ERRORED_STREAMS, LOG_MAX_DCI_STREAM_CHANNELS,
+    LOG_MAX_EQ, LOG_MAX_EQ_SZ, LOG_MAX_FT_SIZE, LOG_MAX_KLM_LIST_SIZE, LOG_MAX_LSO, LOG_MAX_MCG,
+    LOG_MAX_MRW_SZ, LOG_MAX_MSG, LOG_MAX_QP, LOG_MAX_QP_SZ, LOG_MAX_RA_QP, LOG_MAX_RQT_SIZE,
+    LOG_MAX_WQ_SZ, LOG_MAX_XRCD, MAX_QP_MCG, MAX_Q_COUNTERS, MAX_WQE_SZ_RQ, MAX_WQE_SZ_SQ,
+    ROCE_ADDRESS_TABLE_SIZE,
 };
 use crate::objects::queue_state::MAX_SESSION;
 use cxdirect_hw::odp::OdpCap;
@@ -95,6 +96,22 @@ impl CapSet {
             // DC: DCTs and DC initiators (`fw::dc`, `engine::rc::dc`); mlx5_ib refuses
             // `mlx5dv_create_qp` with MLX5DV_QP_INIT_ATTR_MASK_DC without it.
             .set_dct(cfg.roce)
+            // DCI streams (`engine::rc::dc_streams`): mlx5_ib reports both to libmlx5
+            // (`dci_streams_caps`) and takes MLX5_QP_FLAG_DCI_STREAM only when both are
+            // non-zero. The values are the model's choice; none is public for a ConnectX.
+            .set_log_max_dci_stream_channels(if cfg.roce {
+                LOG_MAX_DCI_STREAM_CHANNELS
+            } else {
+                0
+            })
+            .set_log_max_dci_errored_streams(if cfg.roce {
+                LOG_MAX_DCI_ERRORED_STREAMS
+            } else {
+                0
+            })
+            // RTS2RTS_QP takes the QP context extension (a DCI stream's reset). Linux reads
+            // the QP error syndrome through it only with `qp_error_syndrome`, left 0.
+            .set_qpc_extension(true)
             // RC atomics (compare-and-swap, fetch-and-add) are executed by the responder.
             .set_atomic(cfg.roce)
             .set_log_max_xrcd(if cfg.roce { LOG_MAX_XRCD } else { 0 })

@@ -72,6 +72,7 @@ pub(crate) fn create_dct(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
         cqn: ctx.cqn(),
         srqn: ctx.srqn_xrqn(),
         key_violations: 0,
+        armed: false,
         responders: Vec::with_capacity(DCT_RESPONDERS),
     };
     let (cqn, srqn) = (dct.cqn, dct.srqn);
@@ -159,6 +160,7 @@ fn responder_context(
         block_lb_mc: false,
         deth_sqpn: 0,
         dci: None,
+        dci_streams: None,
         dc_responder: Some(DcResponder {
             dct: dctn,
             peer: None,
@@ -203,6 +205,38 @@ pub(crate) fn drain_dct(core: &mut Core, input: &[u8]) -> CmdResult {
     data[EQE_DCT_NUMBER_OFFSET..EQE_DCT_NUMBER_OFFSET + 4].copy_from_slice(&dctn.to_be_bytes());
     crate::engine::eq::post_async_event(core, EventType::DctDrained, 0, &data);
     Ok(())
+}
+
+/// ARM_DCT_FOR_KEY_VIOLATION: the next request presenting a wrong access key to the DCT
+/// raises DCT_KEY_VIOLATION (then the DCT is disarmed). Linux declares the opcode (0x714) and
+/// the event (0x1d); its devx.c reads the command's DCT number with `drain_dct_in`'s layout
+/// and the event's with `struct mlx5_eqe_dct`'s, as for DCT_DRAINED. Arming an armed DCT
+/// leaves it armed once; a DCT draining or drained is refused.
+pub(crate) fn arm_dct_for_key_violation(core: &mut Core, input: &[u8]) -> CmdResult {
+    let dctn = input_as!(DrainDctIn<&[u8]>, input).dctn();
+    let dct = core.res.dcts.get_mut(dctn).ok_or(bad_res("no such DCT"))?;
+    if dct.state != dct::state::ACTIVE {
+        return Err(bad_state(
+            Syndrome::BadStateTransition,
+            "DCT draining or drained",
+        ));
+    }
+    dct.armed = true;
+    Ok(())
+}
+
+/// A request presented a wrong access key to DCT `dctn`: an armed DCT raises
+/// DCT_KEY_VIOLATION (its number where DCT_DRAINED has it) and is disarmed.
+pub(crate) fn key_violated(core: &mut Core, dctn: u32) {
+    let Some(dct) = core.res.dcts.get_mut(dctn) else {
+        return;
+    };
+    if !std::mem::take(&mut dct.armed) {
+        return;
+    }
+    let mut data = [0u8; 28];
+    data[EQE_DCT_NUMBER_OFFSET..EQE_DCT_NUMBER_OFFSET + 4].copy_from_slice(&dctn.to_be_bytes());
+    crate::engine::eq::post_async_event(core, EventType::DctKeyViolation, 0, &data);
 }
 
 /// QUERY_DCT (`mlx5_core_dct_query`, for `ibv_query_qp` on a DCT): the context as created,

@@ -16,6 +16,7 @@ pub(crate) mod caps;
 pub(crate) mod cmdif;
 pub(crate) mod cq;
 pub(crate) mod dc;
+mod dci;
 pub(crate) mod hca;
 pub(crate) mod mcg;
 pub mod mkey;
@@ -200,6 +201,7 @@ fn dispatch(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
         Opcode::CreateDct => dc::create_dct(core, input, output),
         Opcode::DrainDct => dc::drain_dct(core, input),
         Opcode::QueryDct => dc::query_dct(core, input, output),
+        Opcode::ArmDctForKeyViolation => dc::arm_dct_for_key_violation(core, input),
         Opcode::DestroyDct => dc::destroy_dct(core, input),
         Opcode::SetRoceAddress => roce::set_roce_address(core, input),
         Opcode::QueryRoceAddress => roce::query_roce_address(core, input, output),

@@ -172,6 +172,7 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     if size != 0 {
         check_dbr(ctx.dbr_addr())?;
     }
+    let dci_streams = super::dci::streams_at_create(service, &ctx)?;
     let mut stored = context_bytes(ctx.as_bytes());
     Qpc::new(&mut stored[..])
         .map_err(|_| missing("qpc"))?
@@ -212,6 +213,7 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         block_lb_mc: ctx.block_lb_mc(),
         deth_sqpn: ctx.deth_sqpn(),
         dci: None,
+        dci_streams,
         dc_responder: None,
         slot,
     };
@@ -447,6 +449,10 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
         } else {
             apply(core, opcode, mask, &ctx, &mut next)?;
         }
+        if opcode == Opcode::Rts2rtsQp {
+            // The context extension: a DCI stream's reset (`mlx5dv_dci_stream_id_reset`).
+            super::dci::rts2rts_extension(input, &mut next)?;
+        }
     }
     next.state = to;
     if to == state::RST {
@@ -459,6 +465,9 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
         next.resp = Default::default();
         next.req = Default::default();
         next.dci = None;
+        if let Some(streams) = next.dci_streams.as_mut() {
+            streams.errored = 0;
+        }
     }
     let (old_set, new_set) = (qp.counter_set, next.counter_set);
     if new_set != old_set {
@@ -518,6 +527,7 @@ fn clone_attrs(qp: &Qp) -> Qp {
         block_lb_mc: qp.block_lb_mc,
         deth_sqpn: qp.deth_sqpn,
         dci: qp.dci,
+        dci_streams: qp.dci_streams,
         dc_responder: qp.dc_responder,
         slot: qp.slot,
     }
@@ -698,7 +708,9 @@ fn context_of(qp: &Qp) -> Vec<u8> {
         .set_rae(qp.rae)
         .set_counter_set_id(qp.counter_set as u8)
         .set_block_lb_mc(qp.block_lb_mc)
-        .set_deth_sqpn(qp.deth_sqpn);
+        .set_deth_sqpn(qp.deth_sqpn)
+        .set_log_num_dci_stream_channels(qp.dci_streams.map_or(0, |s| s.log_channels))
+        .set_log_num_dci_errored_streams(qp.dci_streams.map_or(0, |s| s.log_errored));
     match qp.receive {
         RcReceive::Own {
             log_size,

@@ -29,6 +29,9 @@ pub(crate) struct Dct {
     pub srqn: u32,
     /// Requests refused for a wrong key (`dc_access_key_violation_count`).
     pub key_violations: u32,
+    /// Armed by ARM_DCT_FOR_KEY_VIOLATION: the next wrong key raises DCT_KEY_VIOLATION and
+    /// disarms it.
+    pub armed: bool,
     /// Responder contexts (RC QP numbers of the device's own), each carrying one initiator.
     pub responders: Vec<u32>,
 }
@@ -62,4 +65,36 @@ pub(crate) struct DcPeer {
     pub rgid: [u8; 16],
     pub dci: u32,
     pub connect_psn: u32,
+}
+
+/// A DC initiator's streams (DCI streams, `log_num_dci_stream_channels` at CREATE_QP): each
+/// WQE names one in its control segment; an error a responder reports on one stream fails
+/// that stream only, until it is reset, and the DCI itself once `2^log_errored` streams are
+/// in error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DciStreams {
+    /// Log2 of the stream channels (at most `LOG_MAX_DCI_STREAM_CHANNELS`).
+    pub log_channels: u8,
+    /// Log2 of the errored streams that move the DCI to error (at most
+    /// `LOG_MAX_DCI_ERRORED_STREAMS`).
+    pub log_errored: u8,
+    /// The streams in error, one bit each (bit `n`: stream `n`).
+    pub errored: u32,
+}
+
+impl DciStreams {
+    /// Whether `stream` is one of the DCI's channels.
+    pub fn has(&self, stream: u16) -> bool {
+        u32::from(stream) < (1u32 << self.log_channels)
+    }
+
+    /// Whether `stream` is in error.
+    pub fn is_errored(&self, stream: u16) -> bool {
+        self.has(stream) && self.errored & (1u32 << stream) != 0
+    }
+
+    /// Whether the streams in error have reached the DCI's limit.
+    pub fn at_limit(&self) -> bool {
+        self.errored.count_ones() >= (1u32 << self.log_errored)
+    }
 }

@@ -58,3 +58,11 @@ pub(crate) const LOG_MAX_FT_SIZE: u8 = 16;
 
 /// Log2 of the DCTs a function may create.
 pub(crate) const LOG_MAX_DCT: u8 = 12;
+
+/// Log2 of the most stream channels a DC initiator may have (`log_max_dci_stream_channels`):
+/// the model's choice of a value a ConnectX plausibly reports (none is public).
+pub(crate) const LOG_MAX_DCI_STREAM_CHANNELS: u8 = 4;
+
+/// Log2 of the most errored streams a DC initiator may be given
+/// (`log_max_dci_errored_streams`): the model's choice, as above.
+pub(crate) const LOG_MAX_DCI_ERRORED_STREAMS: u8 = 3;

@@ -97,6 +97,8 @@ pub(crate) struct Qp {
     /// A DC initiator (service type DCI): the connection it carries now (`None` before its
     /// first WQE).
     pub dci: Option<super::dc::DciConnection>,
+    /// A DC initiator's streams (`None`: an ordinary DCI, or not a DCI).
+    pub dci_streams: Option<super::dc::DciStreams>,
     /// One of a DCT's responder contexts: a QP of the device's own, which no command names.
     pub dc_responder: Option<super::dc::DcResponder>,
     pub slot: Slot,

@@ -14,8 +14,12 @@ pub use cxdirect_hw::dct::{
 };
 pub use cxdirect_hw::eqe::{EventType, EQE_DCT_NUMBER_OFFSET};
 pub use cxdirect_hw::hca::cap_type;
-pub use cxdirect_hw::qp::{mtu, rq_type, service_type, CreateQpIn, CreateQpOut};
+pub use cxdirect_hw::qp::{
+    mtu, qpc_opt_mask_32, rq_type, service_type, state, CreateQpIn, CreateQpOut, QpcExt, QueryQpIn,
+    QueryQpOut, Rts2rtsQpIn, RTS2RTS_QPC_EXT_BYTE,
+};
 pub use cxdirect_hw::wqe::{opcode, CtrlSeg, DataSeg, DatagramSeg, RaddrSeg};
+pub use cxdirect_hw::Layout;
 pub use std::sync::Arc;
 
 pub const MEM: usize = 4 << 20;
@@ -84,6 +88,19 @@ pub fn query_dct(h: &mut Host, dctn: u32) -> Result<(u8, u32, u64), CmdFail> {
 /// `max_recv_wr`), then RST2INIT (port 1), INIT2RTR (path MTU, the address vector perftest
 /// gives, no destination QP) and RTR2RTS (timeout, retries, PSN, `max_rd_atomic`).
 pub fn create_dci(h: &mut Host, cq: &Cq, log_sq: u8) -> Sq {
+    create_dci_with(h, cq, log_sq, None).expect("CREATE_QP DCI")
+}
+
+/// [`create_dci`], with DCI streams when `streams` names them: `(log_num_concurent,
+/// log_num_errored)` as mlx5_ib's `create_dci` writes them for `MLX5_QP_FLAG_DCI_STREAM`
+/// (`log_num_dci_stream_channels`, `log_num_dci_errored_streams`). CREATE_QP's failure is
+/// returned.
+pub fn create_dci_with(
+    h: &mut Host,
+    cq: &Cq,
+    log_sq: u8,
+    streams: Option<(u8, u8)>,
+) -> Result<Sq, CmdFail> {
     let size = (64u64 << log_sq).next_multiple_of(4096);
     let buf = h.alloc(size, 4096);
     let dbr = h.alloc(8, 64);
@@ -105,10 +122,15 @@ pub fn create_dci(h: &mut Host, cq: &Cq, log_sq: u8) -> Sq {
         .set_cqn_snd(cq.cqn)
         .set_cqn_rcv(cq.cqn)
         .set_dbr_addr(dbr);
+    if let Some((channels, errored)) = streams {
+        cmd.qpc_mut()
+            .set_log_num_dci_stream_channels(channels)
+            .set_log_num_dci_errored_streams(errored);
+    }
     for i in 0..pages {
         cmd.set_pas(i, buf + i as u64 * 4096).unwrap();
     }
-    let out = h.exec(&input, 16).expect("CREATE_QP DCI");
+    let out = h.exec(&input, 16)?;
     let qpn = CreateQpOut::new(&out[..]).unwrap().qpn();
     h.modify_qp(Opcode::Rst2initQp, qpn, |c| {
         c.primary_address_path_mut().set_vhca_port_num(1);
@@ -131,14 +153,46 @@ pub fn create_dci(h: &mut Host, cq: &Cq, log_sq: u8) -> Sq {
             .set_vhca_port_num(1)
             .set_ack_timeout(14);
     });
-    Sq {
+    Ok(Sq {
         sqn: qpn,
         buf,
         dbr,
         log: log_sq,
         pi: 0,
         bf_toggle: false,
-    }
+    })
+}
+
+/// `mlx5dv_dci_stream_id_reset` as rdma-core sends it (through DEVX): RTS2RTS_QP with
+/// `qpc_ext`, `MLX5_QPC_OPT_MASK_32_DCI_STREAM_CHANNEL_ID` in `opt_param_mask_95_32` and the
+/// stream in the context extension's `dci_stream_channel_id`.
+pub fn reset_stream(h: &mut Host, qpn: u32, stream: u16) -> Result<(), CmdFail> {
+    let mut input = Host::input(Opcode::Rts2rtsQp, 0, RTS2RTS_QPC_EXT_BYTE + 0xc0);
+    Rts2rtsQpIn::new(&mut input[..])
+        .unwrap()
+        .set_qpn(qpn)
+        .set_qpc_ext(true)
+        .set_opt_param_mask_95_32(qpc_opt_mask_32::DCI_STREAM_CHANNEL_ID);
+    QpcExt::new(&mut input[RTS2RTS_QPC_EXT_BYTE..])
+        .unwrap()
+        .set_dci_stream_channel_id(stream);
+    h.exec(&input, 0x10).map(|_| ())
+}
+
+/// QUERY_QP: the QP's state (`cxdirect_hw::qp::state`).
+pub fn qp_state(h: &mut Host, qpn: u32) -> u8 {
+    let mut input = Host::input(Opcode::QueryQp, 0, QueryQpIn::<&[u8]>::SIZE);
+    QueryQpIn::new(&mut input[..]).unwrap().set_qpn(qpn);
+    let out = h.exec(&input, QueryQpOut::<&[u8]>::SIZE).expect("QUERY_QP");
+    QueryQpOut::new(&out[..]).unwrap().qpc().state()
+}
+
+/// ARM_DCT_FOR_KEY_VIOLATION: the DCT number where DRAIN_DCT has it (mlx5_ib's devx.c reads
+/// it with `drain_dct_in`'s layout).
+pub fn arm_dct(h: &mut Host, dctn: u32) -> Result<(), CmdFail> {
+    let mut input = Host::input(Opcode::ArmDctForKeyViolation, 0, 0x10);
+    DrainDctIn::new(&mut input[..]).unwrap().set_dctn(dctn);
+    h.exec(&input, 0x10).map(|_| ())
 }
 
 /// Where a DC WQE goes: the DCT, its key, and its function's GID and MAC.
@@ -246,9 +300,18 @@ pub fn rig() -> Rig {
 
 /// [`rig`] on [`hosts_with`]`(odp)`.
 pub fn rig_with(odp: bool) -> Rig {
+    rig_of(odp, None)
+}
+
+/// [`rig`] whose DCI has streams (`(log_num_concurent, log_num_errored)`).
+pub fn rig_streams(channels: u8, errored: u8) -> Rig {
+    rig_of(false, Some((channels, errored)))
+}
+
+fn rig_of(odp: bool, streams: Option<(u8, u8)>) -> Rig {
     let (mut a, mut b, wire) = hosts_with(odp);
     let cq_a = a.create_cq(5);
-    let dci = create_dci(&mut a, &cq_a, 5);
+    let dci = create_dci_with(&mut a, &cq_a, 5, streams).expect("CREATE_QP DCI");
     let cq_b = b.create_cq(5);
     let (srqn, rmp) = b.create_rmp(RMP_LOG, 0);
     let dcts = [
@@ -312,15 +375,31 @@ impl Rig {
 
     /// Posts a DCI WQE of `op` to `to` with `data` (or room for `data.len()` bytes).
     pub fn post(&mut self, op: u8, to: DcAddr, remote: Option<(u64, u32)>, data: &[u8]) -> u64 {
+        self.post_on(0, op, to, remote, data)
+    }
+
+    /// [`Rig::post`] on DCI stream `stream` (`mlx5dv_wr_set_dc_addr_stream`: the stream in
+    /// the control segment's `dci_stream_channel_id`).
+    pub fn post_on(
+        &mut self,
+        stream: u16,
+        op: u8,
+        to: DcAddr,
+        remote: Option<(u64, u32)>,
+        data: &[u8],
+    ) -> u64 {
         let at = self.a.alloc(data.len() as u64, 64);
         self.a.write(at, data);
-        let w = dc_wqe(
+        let mut w = dc_wqe(
             &self.dci,
             op,
             to,
             remote,
             (at, self.lkey_a, data.len() as u32),
         );
+        CtrlSeg::new(&mut w[..16])
+            .unwrap()
+            .set_dci_stream_channel_id(stream);
         self.a.post(&mut self.dci, &w, false);
         at
     }
@@ -352,3 +431,7 @@ pub const RESP_SEND: u8 = 0x2;
 pub const REQ_ERR: u8 = 0xd;
 /// `MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR`.
 pub const REMOTE_ACCESS_ERR: u8 = 0x13;
+/// `MLX5_CQE_SYNDROME_WR_FLUSH_ERR`.
+pub const WR_FLUSH_ERR: u8 = 0x05;
+/// `MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR`.
+pub const LOCAL_QP_OP_ERR: u8 = 0x02;

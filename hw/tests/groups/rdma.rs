@@ -17,6 +17,7 @@ pub fn checks() -> usize {
         qp::Rtr2rtsQpOut,
         qp::Rts2rtsQpIn,
         qp::Rts2rtsQpOut,
+        qp::QpcExt,
         qp::Sqerr2rtsQpIn,
         qp::Sqerr2rtsQpOut,
         qp::Qp2errIn,

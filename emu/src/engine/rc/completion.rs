@@ -166,6 +166,19 @@ pub(super) fn fail_in_order(
 
 /// Writes an error CQE for the WQE at `index` and moves the QP to error.
 pub(super) fn fail(core: &mut Core, qpn: u32, index: u16, opcode: u8, syndrome: CqeSyndrome) {
+    report_failure(core, qpn, index, opcode, syndrome);
+    enter_error(core, qpn, None);
+}
+
+/// Writes an error CQE for the WQE at `index`, counted, leaving the QP's state as it is (a
+/// DCI stream's error).
+pub(super) fn report_failure(
+    core: &mut Core,
+    qpn: u32,
+    index: u16,
+    opcode: u8,
+    syndrome: CqeSyndrome,
+) {
     add(&core.counters.error_cqes, 1);
     count(core, qpn, |c| &mut c.req_cqe_error);
     match syndrome {
@@ -176,7 +189,6 @@ pub(super) fn fail(core: &mut Core, qpn: u32, index: u16, opcode: u8, syndrome: 
     }
     let side = ErrorSide::Requester { wqe_opcode: opcode };
     post_error_cqe(core, qpn, index, syndrome, side);
-    enter_error(core, qpn, None);
 }
 
 /// WQEs a response (READ data, atomic original value) completes, rather than an ACK.

@@ -192,6 +192,7 @@ fn admit_context(
         if let Some(dct) = core.res.dcts.get_mut(dctn) {
             dct.key_violations = dct.key_violations.wrapping_add(1);
         }
+        crate::fw::dc::key_violated(core, dctn);
         return Some(Err(qpn));
     }
     Some(Ok(qpn))

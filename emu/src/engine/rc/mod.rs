@@ -15,11 +15,12 @@
 //! acknowledgements); [`xrc`] is the XRC target's side of the responder (the requester sends
 //! XRC through the same rooms, an XRCETH after each request's BTH); [`dc`] is the DC
 //! transport (a DC initiator's connections, a DCT's admission of requests into responder
-//! contexts, the rest being RC); [`page_fault`] stops and
+//! contexts, the rest being RC) and [`dc_streams`] a DC initiator's streams; [`page_fault`] stops and
 //! resumes either side at a page not present (on-demand paging).
 
 pub(crate) mod completion;
 pub(crate) mod dc;
+pub(crate) mod dc_streams;
 pub(crate) mod page_fault;
 pub(crate) mod qp_error;
 pub(crate) mod requester;

@@ -350,6 +350,7 @@ fn execute_from(
     let ctrl_imm = imm;
     let signaled = ctrl.ce() >= wqe::completion::ALWAYS;
     let (ctrl_qpn, ctrl_index) = (ctrl.qpn_or_sqn(), ctrl.wqe_index());
+    let stream = ctrl.dci_stream_channel_id();
     let bad = (op, CqeSyndrome::LocalQpOperation);
     if ds == 0 || ctrl_qpn != qpn || ctrl_index != index {
         return Err(bad);
@@ -435,6 +436,18 @@ fn execute_from(
         // (libmlx5's `mlx5_send_wr_set_dc_addr`); the initiator connects to that DCT first.
         if ds * WQE_DS < at + super::dc::DC_AV_BYTES {
             return Err(bad);
+        }
+        if resend_psn.is_none() {
+            // A DCI with streams: a stream in error flushes its WQEs, in posting order.
+            match super::dc_streams::gate(core, qpn, stream) {
+                super::dc_streams::Gate::Go => {}
+                super::dc_streams::Gate::Wait => return Ok(None),
+                super::dc_streams::Gate::Flush => {
+                    super::completion::flushed(core, qpn, index, op);
+                    return Ok(Some(req.bbs));
+                }
+                super::dc_streams::Gate::Bad => return Err(bad),
+            }
         }
         match super::dc::connect(core, qpn, &s.wqe[..ds * WQE_DS], resend_psn.is_some()) {
             Some(super::dc::Connect::Go(eth)) => req.dceth = Some(eth),

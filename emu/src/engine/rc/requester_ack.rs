@@ -80,6 +80,10 @@ pub(crate) fn acknowledge(core: &mut Core, qpn: u32, psn: u32, syndrome: u8) {
             .get_mut(qpn)
             .and_then(|qp| qp.req.outstanding.pop_front());
         if let Some(front) = front {
+            // A DCI with streams: the refused WQE's stream fails, the DCI goes on.
+            if super::dc_streams::stream_failed(core, qpn, &front, syndrome) {
+                return;
+            }
             fail(core, qpn, front.index, front.opcode, syndrome);
         }
         flush(core, qpn);
