@@ -5,54 +5,33 @@
 //! invalidation and remote invalidation as kernel ULPs post them on their own RC QPs
 //! (`set_reg_wr`, `set_linv_wr` in `drivers/infiniband/hw/mlx5/wr.c`).
 
-use cxdirect_emu::testkit::rc::{RcPair, RcPath};
-use cxdirect_emu::testkit::rc::{GID_B, MAC_B};
-use cxdirect_emu::testkit::{Cq, Host, Sq};
-use cxdirect_emu::EmuConfig;
+use cxdirect_emu::testkit::rc::RcPair;
+use cxdirect_emu::testkit::umr::{
+    alloc_mr, cqe_opcode, drain, local_inv_wqe, mtt_list, pair_without_pg, placeholder_sq,
+    rdma_wqe, umr_wqe, List, CQE_REQ,
+};
+use cxdirect_emu::testkit::{Host, Sq};
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::mkey::{mkey_from_index, CreateMkeyIn, CreateMkeyOut, Mkc, MKC_ACCESS_MODE_MTT};
 use cxdirect_hw::umr::{flags, mkey_mask, UmrCtrlSeg};
-use cxdirect_hw::wqe::{self, opcode, CtrlSeg, DataSeg, RaddrSeg};
+use cxdirect_hw::wqe::{self, opcode, CtrlSeg};
 
-const MEM: usize = 8 << 20;
-/// `MLX5_IB_MTT_PRESENT`: what Linux ORs into every MTT entry it loads by UMR.
-const MTT_PRESENT: u64 = 3;
 const CQE_REQ_ERR: u8 = 0xd;
 const CQE_RESP_SEND_INV: u8 = 0x4;
 const SYND_LOCAL_PROT: u8 = 0x04;
 const SYND_REMOTE_ACCESS: u8 = 0x13;
-/// CQE opcodes.
-const CQE_REQ: u8 = 0x0;
 
 /// A pair of functions without `pg` (`EmuConfig::odp` off): the keys here are built as
 /// mlx5_ib builds them then (bare page addresses from `reg_create`); `odp.rs` has the keys of
 /// a device with `pg`.
 fn pair() -> RcPair {
-    RcPair::new(
-        EmuConfig {
-            odp: false,
-            ..EmuConfig::default()
-        },
-        MEM,
-        8,
-        6,
-        4,
-        RcPath::to(GID_B, MAC_B, 0),
-    )
+    pair_without_pg()
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed))
         .collect()
-}
-
-fn drain(h: &Host, cq: &mut Cq) -> Vec<Vec<u8>> {
-    std::iter::from_fn(|| h.poll_cq(cq)).collect()
-}
-
-fn cqe_opcode(cqe: &[u8]) -> u8 {
-    cqe[63] >> 4
 }
 
 /// IB access flags as mlx5_ib's `set_mkc_access_pd_addr_fields` maps them.
@@ -140,30 +119,6 @@ fn reg_create(
     Ok(mkey_from_index(index, variant))
 }
 
-/// A one-WQEBB RC WQE of `op` (WRITE or READ) moving `len` bytes between `local` (address,
-/// lkey) and `remote` (address, rkey), signalled, with fence mode `fm`.
-fn rdma_wqe(sq: &Sq, op: u8, remote: (u64, u32), local: (u64, u32), len: u32, fm: u8) -> Vec<u8> {
-    let mut w = vec![0u8; 64];
-    CtrlSeg::new(&mut w[..16])
-        .expect("layout")
-        .set_opcode(op)
-        .set_wqe_index(sq.pi)
-        .set_qpn_or_sqn(sq.sqn)
-        .set_ds(3)
-        .set_ce(wqe::completion::ALWAYS)
-        .set_fm(fm);
-    RaddrSeg::new(&mut w[16..32])
-        .expect("layout")
-        .set_raddr(remote.0)
-        .set_rkey(remote.1);
-    DataSeg::new(&mut w[32..48])
-        .expect("layout")
-        .set_byte_count(len)
-        .set_lkey(local.1)
-        .set_addr(local.0);
-    w
-}
-
 /// Three pages of B's memory, in reverse order of their addresses so that the key's
 /// translation is no identity, filled with zeros.
 fn scattered_pages(h: &mut Host) -> Vec<u64> {
@@ -239,81 +194,6 @@ fn a_key_as_reg_create_builds_it_without_pg_carries_rc_write_and_read() {
     assert_eq!(p.a.read(dst, 300), data[4000..4300].to_vec());
 }
 
-/// Where a UMR WQE's translation list comes from.
-enum List {
-    /// Inline after the memory key segment (`MLX5_UMR_INLINE`), padded to a WQEBB.
-    Inline(Vec<u8>),
-    /// Through one data segment: address, lkey, bytes.
-    Pointer(u64, u32, u32),
-}
-
-/// A UMR WQE as mlx5_ib lays it out: control segment (opcode UMR, `imm` the key, fence `fm`,
-/// signalled), the UMR control segment (`umr_flags`, `octowords`, `offset` in octowords with
-/// `MLX5_UMR_TRANSLATION_OFFSET_EN` when given, `mask`), the memory key segment `fill` writes,
-/// then the list.
-#[allow(clippy::too_many_arguments)]
-fn umr_wqe(
-    sq: &Sq,
-    key: u32,
-    fm: u8,
-    umr_flags: u8,
-    mask: u64,
-    octowords: u16,
-    offset: Option<u64>,
-    fill: impl FnOnce(&mut Mkc<&mut [u8]>),
-    list: &List,
-) -> Vec<u8> {
-    let tail = match list {
-        List::Inline(bytes) => bytes.len().next_multiple_of(64),
-        List::Pointer(..) => 16,
-    };
-    let ds = (128 + tail) / 16;
-    let mut w = vec![0u8; (128 + tail).next_multiple_of(64)];
-    CtrlSeg::new(&mut w[..16])
-        .expect("layout")
-        .set_opcode(opcode::UMR)
-        .set_wqe_index(sq.pi)
-        .set_qpn_or_sqn(sq.sqn)
-        .set_ds(ds as u8)
-        .set_ce(wqe::completion::ALWAYS)
-        .set_fm(fm)
-        .set_imm(key);
-    let mut flags = umr_flags;
-    if matches!(list, List::Inline(_)) {
-        flags |= flags::INLINE;
-    }
-    {
-        let mut u = UmrCtrlSeg::new(&mut w[16..64]).expect("layout");
-        u.set_xlt_octowords(octowords).set_mkey_mask(mask);
-        if let Some(offset) = offset {
-            flags |= flags::TRANSLATION_OFFSET_EN;
-            u.set_xlt_offset(offset as u16)
-                .set_xlt_offset_47_16((offset >> 16) as u32);
-        }
-        u.set_flags(flags);
-    }
-    fill(&mut Mkc::new(&mut w[64..128]).expect("layout"));
-    match list {
-        List::Inline(bytes) => w[128..128 + bytes.len()].copy_from_slice(bytes),
-        List::Pointer(addr, lkey, bytes) => {
-            DataSeg::new(&mut w[128..144])
-                .expect("layout")
-                .set_byte_count(*bytes)
-                .set_lkey(*lkey)
-                .set_addr(*addr);
-        }
-    }
-    w
-}
-
-/// MTT entries as a UMR list: big-endian, each with `MLX5_IB_MTT_PRESENT`.
-fn mtt_list(pages: &[u64]) -> Vec<u8> {
-    pages
-        .iter()
-        .flat_map(|p| (p | MTT_PRESENT).to_be_bytes())
-        .collect()
-}
-
 /// `mlx5r_umr_set_access_flags` / `set_mkc_access_pd_addr_fields` for UMR segments.
 fn set_access(seg: &mut Mkc<&mut [u8]>, acc: Access) {
     seg.set_a(false)
@@ -355,7 +235,7 @@ fn write_from_a(p: &mut RcPair, iova: u64, rkey: u32, data: &[u8]) -> (u8, u8) {
         data.len() as u32,
         0,
     );
-    let mut sq = std::mem::replace(&mut p.qp_a.sq, dummy_sq());
+    let mut sq = std::mem::replace(&mut p.qp_a.sq, placeholder_sq());
     let done = run(p, false, &mut sq, &w);
     p.qp_a.sq = sq;
     assert_eq!(done.len(), 1, "one completion for the WRITE");
@@ -374,27 +254,16 @@ fn read_from_a(p: &mut RcPair, iova: u64, rkey: u32, len: usize) -> (u8, Vec<u8>
         len as u32,
         0,
     );
-    let mut sq = std::mem::replace(&mut p.qp_a.sq, dummy_sq());
+    let mut sq = std::mem::replace(&mut p.qp_a.sq, placeholder_sq());
     let done = run(p, false, &mut sq, &w);
     p.qp_a.sq = sq;
     assert_eq!(done.len(), 1, "one completion for the READ");
     (cqe_opcode(&done[0]), p.a.read(dst, len))
 }
 
-fn dummy_sq() -> Sq {
-    Sq {
-        sqn: 0,
-        buf: 0,
-        dbr: 0,
-        log: 0,
-        pi: 0,
-        bf_toggle: false,
-    }
-}
-
 /// B's posting of UMR WQE `w` on its RC QP: the completions.
 fn umr_on_b(p: &mut RcPair, w: &[u8]) -> Vec<Vec<u8>> {
-    let mut sq = std::mem::replace(&mut p.qp_b.sq, dummy_sq());
+    let mut sq = std::mem::replace(&mut p.qp_b.sq, placeholder_sq());
     let done = run(p, true, &mut sq, w);
     p.qp_b.sq = sq;
     done
@@ -523,87 +392,18 @@ fn the_reg_umr_qp_enables_reloads_rereg_and_revokes_a_key_as_mlx5_ib_does() {
     p.b.destroy_qp(umr_sq.sqn);
 }
 
-/// CREATE_MKEY as `_mlx5_alloc_mkey_descs` builds it for `ib_alloc_mr(IB_MR_TYPE_MEM_REG,
-/// max_num_sg)`: free, `umr_en`, MTT, `translations_octword_size` = ALIGN(max_num_sg, 4),
-/// 4 KiB pages, lr only, no start or length.
-fn alloc_mr(h: &mut Host, pd: u32, max_num_sg: u32, variant: u8) -> u32 {
-    let mut input = Host::input(Opcode::CreateMkey, 0, 0x110);
-    let mut cmd = CreateMkeyIn::new(&mut input[..]).expect("layout");
-    cmd.memory_key_mkey_entry_mut()
-        .set_lr(true)
-        .set_relaxed_ordering_write(true)
-        .set_pd(pd)
-        .set_qpn(0xff_ffff)
-        .set_free(true)
-        .set_translations_octword_size(max_num_sg.next_multiple_of(4))
-        .set_access_mode_1_0(MKC_ACCESS_MODE_MTT)
-        .set_umr_en(true)
-        .set_log_page_size(12)
-        .set_mkey_7_0(variant);
-    let out = h.exec(&input, 16).expect("CREATE_MKEY for ib_alloc_mr");
-    mkey_from_index(
-        CreateMkeyOut::new(&out[..]).expect("layout").mkey_index(),
-        variant,
-    )
-}
-
-/// `frwr_mkey_mask(false)`.
-const FRWR_MASK: u64 = mkey_mask::LEN
-    | mkey_mask::PAGE_SIZE
-    | mkey_mask::START_ADDR
-    | mkey_mask::EN_RINVAL
-    | mkey_mask::KEY
-    | mkey_mask::LR
-    | mkey_mask::LW
-    | mkey_mask::RR
-    | mkey_mask::RW
-    | mkey_mask::SMALL_FENCE
-    | mkey_mask::FREE;
-
 /// The IB_WR_REG_MR WQE `set_reg_wr` writes for `key` (its new variant in the low byte) over
 /// `pages` at `iova` for `len` bytes: fence `umr_fence` (strong ordering), fail if not free,
 /// the list inline (`umr_inline`).
 fn reg_mr_wqe(sq: &Sq, key: u32, pages: &[u64], iova: u64, len: u64) -> Vec<u8> {
-    let list = mtt_list(pages);
-    let octowords = (list.len().next_multiple_of(64) / 16) as u16;
-    umr_wqe(
+    cxdirect_emu::testkit::umr::reg_mr_wqe(
         sq,
         key,
+        pages,
+        iova,
+        len,
         wqe::fence_mode::STRONG_ORDERING,
         flags::CHECK_NOT_FREE,
-        FRWR_MASK,
-        octowords,
-        None,
-        |seg| {
-            set_access(seg, ALL);
-            seg.set_umr_en(true)
-                .set_access_mode_1_0(MKC_ACCESS_MODE_MTT)
-                .set_qpn(0xff_ffff)
-                .set_mkey_7_0(key as u8)
-                .set_en_rinval(true)
-                .set_start_addr(iova)
-                .set_len(len)
-                .set_translations_octword_size((pages.len().next_multiple_of(8) >> 1) as u32)
-                .set_log_page_size(12);
-        },
-        &List::Inline(list),
-    )
-}
-
-/// The IB_WR_LOCAL_INV WQE `set_linv_wr` writes: mask FREE, the key's status free, inline.
-fn local_inv_wqe(sq: &Sq, key: u32) -> Vec<u8> {
-    umr_wqe(
-        sq,
-        key,
-        0,
-        0,
-        mkey_mask::FREE,
-        0,
-        None,
-        |seg| {
-            seg.set_free(true);
-        },
-        &List::Inline(Vec::new()),
     )
 }
 
@@ -687,7 +487,7 @@ fn a_send_with_invalidate_frees_a_fast_registered_key() {
         .expect("layout")
         .set_ds(2)
         .set_imm(key);
-    let mut sq = std::mem::replace(&mut p.qp_a.sq, dummy_sq());
+    let mut sq = std::mem::replace(&mut p.qp_a.sq, placeholder_sq());
     let done = run(&mut p, false, &mut sq, &w);
     p.qp_a.sq = sq;
     assert_eq!(cqe_opcode(&done[0]), CQE_REQ);
