@@ -2,9 +2,9 @@
 //! with protection information: CREATE_PSV as `mlx5_core_create_psv` sends it, the integrity
 //! key `mlx5_alloc_integrity_descs` creates (`bsf_en`), the WQEs `handle_reg_mr_integrity`
 //! posts (the signature UMR of `set_sig_umr_wr` with the BSF of `mlx5_set_bsf`, then two
-//! SET_PSV of `set_psv_wr`), and the data moving through the key: protection inserted on the
-//! wire, checked and stripped into memory, a bad block reported as the SIG_ERR CQE
-//! `get_sig_err_item` reads.
+//! SET_PSV of `set_psv_wr`), and protection inserted on the wire through the key. The checks
+//! and the SIG_ERR CQE are in `signature_check.rs`, memory and wire of different block sizes
+//! in `signature_blocks.rs`.
 
 use cxdirect_emu::testkit::rc::{RcPair, RemoteRights};
 use cxdirect_emu::testkit::signature::{

@@ -3,6 +3,7 @@
 //! memory (one buffer, or a pi_mr's data and metadata pages), memory's protection checked
 //! when the peer reads the key, a READ response checked and stripped, and a bad block
 //! reported as the SIG_ERR CQE `get_sig_err_item` reads, once a registration.
+
 use cxdirect_emu::testkit::rc::{RcPair, RemoteRights};
 use cxdirect_emu::testkit::signature::{
     create_psv, integrity_key, pi_of, post_all, reg_mr_integrity, with_dif, Integrity, SigMemory,
