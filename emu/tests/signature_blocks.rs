@@ -9,13 +9,11 @@
 
 use cxdirect_emu::testkit::rc::{RcPair, RemoteRights};
 use cxdirect_emu::testkit::signature::{
-    create_psv, integrity_key, pi_of, post_all, protection_of, reg_mr_integrity, with_dif, Dif,
-    Integrity, SigMemory, CQE_SIG_ERR, TYPE1,
+    pi_of, protection_of, register_apart, with_dif, Dif, CQE_SIG_ERR, TYPE1,
 };
 use cxdirect_emu::testkit::umr::{cqe_opcode, drain, pair_without_pg, rdma_wqe, CQE_REQ};
 use cxdirect_emu::testkit::IOVA_BASE;
-use cxdirect_hw::mkey::MKC_ACCESS_MODE_KLM;
-use cxdirect_hw::sig::{copy, crc16_t10dif, sig_err, SigErrCqe, BSF_OCTOWORDS};
+use cxdirect_hw::sig::{crc16_t10dif, sig_err, SigErrCqe};
 use cxdirect_hw::wqe::{fence_mode, opcode};
 
 const MEM: u64 = 8 << 20;
@@ -43,54 +41,9 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-/// A signature key on side B (`on_b`) or A over data and protection apart in that side's
-/// memory (`SigMemory::Apart`, blocks of `mem.pi_interval`), `wire` on the wire, all eight
-/// bytes checked, registered on that side's RC QP: (key, data address, protection address,
-/// (memory PSV, wire PSV)).
+/// [`register_apart`] of [`DATA`] bytes, all eight bytes checked.
 fn key_apart(p: &mut RcPair, on_b: bool, mem: Dif, wire: Dif) -> (u32, u64, u64, (u32, u32)) {
-    let (h, sq) = if on_b {
-        (&mut p.b, &mut p.qp_b.sq)
-    } else {
-        (&mut p.a, &mut p.qp_a.sq)
-    };
-    let pd = h.pd;
-    let dma = h.create_mkey(false, true);
-    let prot_len = DATA / usize::from(mem.pi_interval) * 8;
-    let data = h.alloc(DATA as u64, 4096);
-    let prot = h.alloc(prot_len as u64, 4096);
-    h.write(data, &vec![0; DATA]);
-    h.write(prot, &vec![0; prot_len]);
-    let psvs = create_psv(h, pd, 2).expect("PSVs");
-    let key = integrity_key(h, pd, MKC_ACCESS_MODE_KLM, BSF_OCTOWORDS).expect("key") | 0x01;
-    let wqes = reg_mr_integrity(
-        sq,
-        &Integrity {
-            key,
-            pd,
-            psvs: (psvs[0], psvs[1]),
-            memory: SigMemory::Apart {
-                key: dma,
-                data,
-                prot,
-            },
-            data_len: DATA as u32,
-            mem: Some(mem),
-            wire: Some(wire),
-            check_mask: copy::GUARD | copy::APP_TAG | copy::REF_TAG,
-            sigerr_count: 1,
-        },
-    );
-    post_all(h, sq, &wqes);
-    p.settle();
-    let (h, cq) = if on_b {
-        (&p.b, &mut p.cq_b)
-    } else {
-        (&p.a, &mut p.cq_a)
-    };
-    let done = drain(h, cq);
-    assert_eq!(done.len(), 1, "the signature UMR is taken");
-    assert_eq!(cqe_opcode(&done[0]), CQE_REQ, "the signature UMR is taken");
-    (key, data, prot, (psvs[0], psvs[1]))
+    register_apart(p, on_b, DATA, mem, wire)
 }
 
 /// B's plain key over all of B's memory, every right.
