@@ -100,8 +100,8 @@ fn a_send_into_a_receive_naming_a_signature_key_lands_through_its_signature() {
     assert_eq!(cqe_opcode(&at_b[1]), CQE_RESP_SEND);
 }
 
-/// Posts a one-WQEBB WQE of `op` on A's RC QP carrying the segment a ULP would (`num_psv` 1,
-/// no key, PSV 0): A's CQEs.
+/// Posts a one-WQEBB WQE of `op` on A's RC QP carrying its segment with one PSV (`num_psv`
+/// in its high nibble, as mlx5e's kTLS resync writes GET_PSV's), no key, PSV 0: A's CQEs.
 fn post_psv_wqe(p: &mut RcPair, op: u8) -> Vec<Vec<u8>> {
     let mut w = [0u8; 64];
     CtrlSeg::new(&mut w[..16])
@@ -112,7 +112,7 @@ fn post_psv_wqe(p: &mut RcPair, op: u8) -> Vec<Vec<u8>> {
         .set_ds(4)
         .set_ce(cxdirect_hw::wqe::completion::ALWAYS);
     // `num_psv`: byte 19 of `mlx5_seg_get_psv`, byte 15 of `mlx5_seg_check_psv`.
-    w[16 + if op == opcode::GET_PSV { 19 } else { 15 }] = 1;
+    w[16 + if op == opcode::GET_PSV { 19 } else { 15 }] = 1 << 4;
     p.a.post(&mut p.qp_a.sq, &w, false);
     p.settle();
     drain(&p.a, &mut p.cq_a)
