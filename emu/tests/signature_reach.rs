@@ -6,11 +6,13 @@
 //! signature PSV is not public), refused as mlx5_ib reads a refused local operation: an error
 //! CQE with the local QP operation syndrome.
 
-use cxdirect_emu::testkit::rc::{rc_wqe, RcPair};
+use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, GID_B, MAC_B};
 use cxdirect_emu::testkit::signature::{
     pi_of, protection_of, register_apart, with_dif, Dif, CQE_SIG_ERR, TYPE1,
 };
+use cxdirect_emu::testkit::ud::{ud_wqe, UdAv, UD_QKEY};
 use cxdirect_emu::testkit::umr::{cqe_opcode, drain, pair_without_pg, CQE_REQ};
+use cxdirect_hw::qp::service_type;
 use cxdirect_hw::sig::{crc16_t10dif, sig_err, SigErrCqe};
 use cxdirect_hw::wqe::{opcode, CtrlSeg};
 
@@ -18,8 +20,12 @@ use cxdirect_hw::wqe::{opcode, CtrlSeg};
 const CQE_RESP_SEND: u8 = 0x2;
 /// CQE opcode of a requester error (`MLX5_CQE_REQ_ERR`).
 const CQE_REQ_ERR: u8 = 0xd;
+/// CQE opcode of a responder error (`MLX5_CQE_RESP_ERR`).
+const CQE_RESP_ERR: u8 = 0xe;
 /// `MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR`.
 const SYND_LOCAL_QP_OP: u8 = 0x02;
+/// `MLX5_CQE_SYNDROME_LOCAL_PROT_ERR`.
+const SYND_LOCAL_PROT: u8 = 0x04;
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
@@ -98,6 +104,35 @@ fn a_send_into_a_receive_naming_a_signature_key_lands_through_its_signature() {
     assert_eq!(e.err_offset(), 9 * 520, "wire block 9's offset in the key");
     assert_eq!((e.mkey(), e.qpn()), (key, p.qp_b.qpn));
     assert_eq!(cqe_opcode(&at_b[1]), CQE_RESP_SEND);
+}
+
+#[test]
+fn a_ud_receive_naming_a_signature_key_completes_with_a_local_protection_error() {
+    // No public source says whether a ConnectX serves a signature key behind a UD receive;
+    // Linux's integrity users are RC. The model refuses it.
+    let mut p = pair_without_pg();
+    let (key, _, _, _) = register_apart(&mut p, true, 4096, TYPE1, TYPE1);
+    let mut ud_a = p.a.create_ud_qp(&p.cq_a, service_type::UD, 4, 4);
+    let mut ud_b = p.b.create_ud_qp(&p.cq_b, service_type::UD, 4, 4);
+    p.a.activate_ud(ud_a.qpn, service_type::UD, UD_QKEY);
+    p.b.activate_ud(ud_b.qpn, service_type::UD, UD_QKEY);
+    // Room for the GRH and the datagram, all through the signature key.
+    p.b.post_ud_recv(&mut ud_b, 0, 40 + 520, key);
+    let lkey = p.a.create_mkey(false, true);
+    let src = p.a.alloc(520, 4096);
+    let av = UdAv::to(GID_B, MAC_B, ud_b.qpn, UD_QKEY);
+    let w = ud_wqe(&ud_a.sq, opcode::SEND, 0, &av, &[(src, lkey, 520)]);
+    p.a.post(&mut ud_a.sq, &w, false);
+    p.settle();
+    assert_eq!(
+        cqe_opcode(&drain(&p.a, &mut p.cq_a)[0]),
+        CQE_REQ,
+        "the SEND leaves A"
+    );
+    let at_b = drain(&p.b, &mut p.cq_b);
+    assert_eq!(at_b.len(), 1, "the receive's completion");
+    assert_eq!(cqe_opcode(&at_b[0]), CQE_RESP_ERR);
+    assert_eq!(at_b[0][0x37], SYND_LOCAL_PROT);
 }
 
 /// Posts a one-WQEBB WQE of `op` on A's RC QP carrying its segment with one PSV (`num_psv`
