@@ -11,7 +11,7 @@ use cxdirect_emu::testkit::signature::{
 };
 use cxdirect_emu::testkit::umr::{
     alloc_mr, cqe_opcode, drain, local_inv_wqe, pair_without_pg, placeholder_sq, rdma_wqe,
-    reg_mr_wqe, unsignalled, CQE_REQ,
+    reg_mr_wqe_with, unsignalled, CQE_REQ,
 };
 use cxdirect_emu::testkit::Sq;
 use cxdirect_hw::mkey::MKC_ACCESS_MODE_KLM;
@@ -348,7 +348,7 @@ fn a_read_response_into_a_signature_key_is_stripped_and_a_bad_guard_reported() {
 /// `MLX5_EN_RD | MLX5_EN_WR`), no free-state check, the list inline, `frwr_mkey_mask`,
 /// `set_reg_mkey_seg` (4 KiB pages, the data IOVA, the length up to the metadata's end).
 fn reg_pi_mr_wqe(sq: &mut Sq, key: u32, pages: &[u64], iova: u64, len: u64) -> Vec<u8> {
-    let w = unsignalled(reg_mr_wqe(sq, key, pages, iova, len, 0, 0));
+    let w = unsignalled(reg_mr_wqe_with(sq, key, pages, iova, len, 0, 0));
     sq.pi = sq.pi.wrapping_add((w.len() / 64) as u16);
     w
 }

@@ -210,10 +210,23 @@ pub fn alloc_mr(h: &mut Host, pd: u32, max_num_sg: u32, variant: u8) -> u32 {
 }
 
 /// The IB_WR_REG_MR WQE `set_reg_wr` writes for `key` (its new variant in the low byte) over
-/// 4 KiB `pages` at `iova` for `len` bytes, all four access rights granted, the list inline:
-/// fence `fm` (mlx5_ib's `umr_fence`, strong ordering), `umr_flags` (`MLX5_UMR_CHECK_NOT_FREE`
-/// when the key must be free), signalled.
-pub fn reg_mr_wqe(
+/// 4 KiB `pages` at `iova` for `len` bytes: fence `umr_fence` (strong ordering), fail if not
+/// free, the list inline (`umr_inline`), all four access rights granted, signalled.
+pub fn reg_mr_wqe(sq: &Sq, key: u32, pages: &[u64], iova: u64, len: u64) -> Vec<u8> {
+    reg_mr_wqe_with(
+        sq,
+        key,
+        pages,
+        iova,
+        len,
+        wqe::fence_mode::STRONG_ORDERING,
+        flags::CHECK_NOT_FREE,
+    )
+}
+
+/// [`reg_mr_wqe`] with fence mode `fm` and `umr_flags` of the caller's choosing
+/// (`MLX5_UMR_CHECK_NOT_FREE` when the key must be free).
+pub fn reg_mr_wqe_with(
     sq: &Sq,
     key: u32,
     pages: &[u64],
@@ -268,4 +281,92 @@ pub fn local_inv_wqe(sq: &Sq, key: u32) -> Vec<u8> {
         },
         &List::Inline(Vec::new()),
     )
+}
+
+/// Three pages of B's memory, in reverse order of their addresses so that the key's
+/// translation is no identity, filled with zeros.
+pub fn scattered_pages(h: &mut Host) -> Vec<u64> {
+    let mut pages: Vec<u64> = (0..3).map(|_| h.alloc(4096, 4096)).collect();
+    pages.reverse();
+    for &p in &pages {
+        h.write(p, &[0; 4096]);
+    }
+    pages
+}
+
+/// Reads `len` bytes at key offset `offset` of a region whose pages are `pages`, starting
+/// `first` bytes into the first page.
+pub fn read_through(h: &Host, pages: &[u64], first: u64, offset: u64, len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len);
+    let mut at = first + offset;
+    while out.len() < len {
+        let page = pages[(at / 4096) as usize];
+        let n = (4096 - at % 4096).min((len - out.len()) as u64);
+        out.extend(h.read(page + at % 4096, n as usize));
+        at += n;
+    }
+    out
+}
+
+/// Posts `w` on `sq` of side B (`on_b`) or A of `p`, settles the pair, and returns that
+/// side's CQEs.
+pub fn post_and_drain(p: &mut RcPair, on_b: bool, sq: &mut Sq, w: &[u8]) -> Vec<Vec<u8>> {
+    if on_b {
+        p.b.post(sq, w, false);
+    } else {
+        p.a.post(sq, w, false);
+    }
+    p.settle();
+    if on_b {
+        drain(&p.b, &mut p.cq_b)
+    } else {
+        drain(&p.a, &mut p.cq_a)
+    }
+}
+
+/// A's WRITE of `data` at `iova` through `rkey`; the requester CQE's opcode and syndrome.
+pub fn write_from_a(p: &mut RcPair, iova: u64, rkey: u32, data: &[u8]) -> (u8, u8) {
+    let lkey = p.a.create_mkey(false, true);
+    let src = p.a.alloc(data.len() as u64, 4096);
+    p.a.write(src, data);
+    let w = rdma_wqe(
+        &p.qp_a.sq,
+        opcode::RDMA_WRITE,
+        (iova, rkey),
+        (src, lkey),
+        data.len() as u32,
+        0,
+    );
+    let mut sq = std::mem::replace(&mut p.qp_a.sq, placeholder_sq());
+    let done = post_and_drain(p, false, &mut sq, &w);
+    p.qp_a.sq = sq;
+    assert_eq!(done.len(), 1, "one completion for the WRITE");
+    (cqe_opcode(&done[0]), done[0][0x37])
+}
+
+/// A's READ of `len` bytes at `iova` through `rkey`: the completion and the bytes.
+pub fn read_from_a(p: &mut RcPair, iova: u64, rkey: u32, len: usize) -> (u8, Vec<u8>) {
+    let lkey = p.a.create_mkey(false, true);
+    let dst = p.a.alloc(len as u64, 4096);
+    let w = rdma_wqe(
+        &p.qp_a.sq,
+        opcode::RDMA_READ,
+        (iova, rkey),
+        (dst, lkey),
+        len as u32,
+        0,
+    );
+    let mut sq = std::mem::replace(&mut p.qp_a.sq, placeholder_sq());
+    let done = post_and_drain(p, false, &mut sq, &w);
+    p.qp_a.sq = sq;
+    assert_eq!(done.len(), 1, "one completion for the READ");
+    (cqe_opcode(&done[0]), p.a.read(dst, len))
+}
+
+/// B's posting of UMR WQE `w` on its RC QP: the completions.
+pub fn umr_on_b(p: &mut RcPair, w: &[u8]) -> Vec<Vec<u8>> {
+    let mut sq = std::mem::replace(&mut p.qp_b.sq, placeholder_sq());
+    let done = post_and_drain(p, true, &mut sq, w);
+    p.qp_b.sq = sq;
+    done
 }
