@@ -9,14 +9,18 @@
 
 use cxdirect_emu::testkit::rc::{RcPair, RemoteRights};
 use cxdirect_emu::testkit::signature::{
-    pi_of, protection_of, register_apart, with_dif, Dif, CQE_SIG_ERR, TYPE1,
+    create_psv, integrity_key, pi_of, post_all, protection_of, reg_mr_integrity, register_apart,
+    with_dif, Dif, Integrity, SigMemory, CQE_SIG_ERR, TYPE1,
 };
 use cxdirect_emu::testkit::umr::{cqe_opcode, drain, pair_without_pg, rdma_wqe, CQE_REQ};
 use cxdirect_emu::testkit::IOVA_BASE;
-use cxdirect_hw::sig::{crc16_t10dif, sig_err, SigErrCqe};
+use cxdirect_hw::mkey::MKC_ACCESS_MODE_KLM;
+use cxdirect_hw::sig::{copy, crc16_t10dif, sig_err, SigErrCqe, BSF_OCTOWORDS};
 use cxdirect_hw::wqe::{fence_mode, opcode};
 
 const MEM: u64 = 8 << 20;
+/// CQE opcode of a requester error (`MLX5_CQE_REQ_ERR`).
+const CQE_REQ_ERR: u8 = 0xd;
 /// Data bytes every test moves: two 4 KiB blocks, sixteen 512-byte blocks.
 const DATA: usize = 8192;
 
@@ -253,4 +257,41 @@ fn a_read_response_of_512_byte_wire_blocks_lands_as_4k_memory_blocks() {
         (sig_err::GUARD, want, want ^ 0x1000, 3 * 520, key)
     );
     assert_eq!(cqe_opcode(&done[1]), CQE_REQ);
+}
+
+#[test]
+fn data_that_is_not_whole_blocks_of_both_domains_is_refused() {
+    let mut p = pair_without_pg();
+    let pd = p.b.pd;
+    let dma = p.b.create_mkey(false, true);
+    let (data, prot) = (p.b.alloc(4096, 4096), p.b.alloc(4096, 4096));
+    let psvs = create_psv(&mut p.b, pd, 2).expect("PSVs");
+    let key = integrity_key(&mut p.b, pd, MKC_ACCESS_MODE_KLM, BSF_OCTOWORDS).expect("key") | 1;
+    // 1 KiB: two 512-byte memory blocks, a quarter of a 4 KiB wire block.
+    let wqes = reg_mr_integrity(
+        &mut p.qp_b.sq,
+        &Integrity {
+            key,
+            pd,
+            psvs: (psvs[0], psvs[1]),
+            memory: SigMemory::Apart {
+                key: dma,
+                data,
+                prot,
+            },
+            data_len: 1024,
+            mem: Some(type1(512, 0)),
+            wire: Some(type1(4096, 0)),
+            check_mask: copy::GUARD,
+            sigerr_count: 1,
+        },
+    );
+    post_all(&p.b, &mut p.qp_b.sq, &wqes);
+    p.settle();
+    let done = drain(&p.b, &mut p.cq_b);
+    assert_eq!(
+        cqe_opcode(&done[0]),
+        CQE_REQ_ERR,
+        "the signature UMR refused"
+    );
 }
