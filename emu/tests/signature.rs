@@ -208,3 +208,36 @@ fn a_send_from_a_signature_key_inserts_ip_checksum_guards() {
         "type 3: no remap"
     );
 }
+
+#[test]
+fn a_block_format_selector_in_the_bsf_is_refused() {
+    // libmlx5's CRC32 and CRC64 signatures (`mlx5_umr_crc_bfs`) put a block format selector
+    // above the PSV index; mlx5_ib's T10-DIF never does, and the model does not model them.
+    let mut p = pair();
+    let pd = p.a.pd;
+    let dma = p.a.create_mkey(false, true);
+    let buf = p.a.alloc(4096, 4096);
+    let psvs = create_psv(&mut p.a, pd, 2).expect("PSVs");
+    let key = integrity_key(&mut p.a, pd, MKC_ACCESS_MODE_KLM, BSF_OCTOWORDS).expect("key") | 1;
+    let mut wqes = reg_mr_integrity(
+        &mut p.qp_a.sq,
+        &Integrity {
+            key,
+            pd,
+            psvs: (psvs[0], psvs[1]),
+            memory: SigMemory::Data { key: dma, va: buf },
+            data_len: 4096,
+            mem: None,
+            wire: Some(TYPE1),
+            check_mask: 0,
+            sigerr_count: 1,
+        },
+    );
+    // A CRC signature's selector in the memory domain's `m_bfs_psv` (BSF bytes 12 to 15),
+    // which has no inline section: not "no protection".
+    wqes[0][192 + 12] = 0x20;
+    post_all(&p.a, &mut p.qp_a.sq, &wqes);
+    p.settle();
+    let done = drain(&p.a, &mut p.cq_a);
+    assert_eq!(cqe_opcode(&done[0]), 0xd, "the signature UMR refused");
+}

@@ -31,6 +31,10 @@ use cxdirect_hw::sig::{
 use cxdirect_hw::umr::{Klm, OCTOWORD};
 use cxdirect_hw::wqe::WQE_DS;
 
+/// Bit where a BSF's block format selector starts in its `bfs_psv` words (`MLX5_BFS_SHIFT`),
+/// the PSV index below it.
+const BFS_SHIFT: u32 = 24;
+
 /// Largest block the model protects (4160 bytes: `bs_selector` 4).
 const MAX_BLOCK: u32 = 4160;
 
@@ -52,6 +56,11 @@ pub(crate) fn parse_umr(
     let bsf_at = at + octowords * OCTOWORD;
     let bsf = Bsf::new(wqe.get(bsf_at..bsf_at + BSF_SIZE)?).ok()?;
     if bsf.bsf_size_sbs() & bsf_flags::FULL == 0 {
+        return None;
+    }
+    // A block format selector above the PSV index (libmlx5's CRC32 and CRC64 signatures,
+    // `mlx5_umr_crc_bfs`) is not modelled; mlx5_ib writes the bare PSV index.
+    if (bsf.m_bfs_psv() | bsf.w_bfs_psv()) >> BFS_SHIFT != 0 {
         return None;
     }
     let psv_ok = |psv: u32| core.res.psvs.get(psv).is_some_and(|p| p.pd == pd);
