@@ -33,7 +33,9 @@ use cxdirect_hw::wqe::{CtrlSeg, DataSeg, EthSeg, SrqNextSeg};
 use std::sync::Arc;
 
 pub mod rc;
+pub mod signature;
 pub mod ud;
+pub mod umr;
 
 /// IOVA where the host memory is mapped.
 pub const IOVA_BASE: u64 = 0x10_0000_0000;

@@ -3,56 +3,33 @@
 //! UMR WQEs `mlx5r_umr_post_send` posts on it (`mlx5r_umr_revoke_mr`,
 //! `mlx5r_umr_update_mr_pas`, `mlx5r_umr_rereg_pd_access`), and fast registration, local
 //! invalidation and remote invalidation as kernel ULPs post them on their own RC QPs
-//! (`set_reg_wr`, `set_linv_wr` in `drivers/infiniband/hw/mlx5/wr.c`).
+//! (`set_reg_wr`, `set_linv_wr` in `drivers/infiniband/hw/mlx5/wr.c`; `umr_fast_reg.rs` has
+//! the fast-registration tests).
 
-use cxdirect_emu::testkit::rc::{RcPair, RcPath};
-use cxdirect_emu::testkit::rc::{GID_B, MAC_B};
-use cxdirect_emu::testkit::{Cq, Host, Sq};
-use cxdirect_emu::EmuConfig;
+use cxdirect_emu::testkit::rc::RcPair;
+use cxdirect_emu::testkit::umr::{
+    alloc_mr, cqe_opcode, drain, mtt_list, pair_without_pg, rdma_wqe, read_from_a, read_through,
+    reg_mr_wqe, scattered_pages, umr_wqe, write_from_a, List, CQE_REQ,
+};
+use cxdirect_emu::testkit::Host;
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::mkey::{mkey_from_index, CreateMkeyIn, CreateMkeyOut, Mkc, MKC_ACCESS_MODE_MTT};
 use cxdirect_hw::umr::{flags, mkey_mask, UmrCtrlSeg};
-use cxdirect_hw::wqe::{self, opcode, CtrlSeg, DataSeg, RaddrSeg};
+use cxdirect_hw::wqe::{self, opcode};
 
-const MEM: usize = 8 << 20;
-/// `MLX5_IB_MTT_PRESENT`: what Linux ORs into every MTT entry it loads by UMR.
-const MTT_PRESENT: u64 = 3;
 const CQE_REQ_ERR: u8 = 0xd;
-const CQE_RESP_SEND_INV: u8 = 0x4;
-const SYND_LOCAL_PROT: u8 = 0x04;
-const SYND_REMOTE_ACCESS: u8 = 0x13;
-/// CQE opcodes.
-const CQE_REQ: u8 = 0x0;
 
 /// A pair of functions without `pg` (`EmuConfig::odp` off): the keys here are built as
 /// mlx5_ib builds them then (bare page addresses from `reg_create`); `odp.rs` has the keys of
 /// a device with `pg`.
 fn pair() -> RcPair {
-    RcPair::new(
-        EmuConfig {
-            odp: false,
-            ..EmuConfig::default()
-        },
-        MEM,
-        8,
-        6,
-        4,
-        RcPath::to(GID_B, MAC_B, 0),
-    )
+    pair_without_pg()
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed))
         .collect()
-}
-
-fn drain(h: &Host, cq: &mut Cq) -> Vec<Vec<u8>> {
-    std::iter::from_fn(|| h.poll_cq(cq)).collect()
-}
-
-fn cqe_opcode(cqe: &[u8]) -> u8 {
-    cqe[63] >> 4
 }
 
 /// IB access flags as mlx5_ib's `set_mkc_access_pd_addr_fields` maps them.
@@ -140,55 +117,6 @@ fn reg_create(
     Ok(mkey_from_index(index, variant))
 }
 
-/// A one-WQEBB RC WQE of `op` (WRITE or READ) moving `len` bytes between `local` (address,
-/// lkey) and `remote` (address, rkey), signalled, with fence mode `fm`.
-fn rdma_wqe(sq: &Sq, op: u8, remote: (u64, u32), local: (u64, u32), len: u32, fm: u8) -> Vec<u8> {
-    let mut w = vec![0u8; 64];
-    CtrlSeg::new(&mut w[..16])
-        .expect("layout")
-        .set_opcode(op)
-        .set_wqe_index(sq.pi)
-        .set_qpn_or_sqn(sq.sqn)
-        .set_ds(3)
-        .set_ce(wqe::completion::ALWAYS)
-        .set_fm(fm);
-    RaddrSeg::new(&mut w[16..32])
-        .expect("layout")
-        .set_raddr(remote.0)
-        .set_rkey(remote.1);
-    DataSeg::new(&mut w[32..48])
-        .expect("layout")
-        .set_byte_count(len)
-        .set_lkey(local.1)
-        .set_addr(local.0);
-    w
-}
-
-/// Three pages of B's memory, in reverse order of their addresses so that the key's
-/// translation is no identity, filled with zeros.
-fn scattered_pages(h: &mut Host) -> Vec<u64> {
-    let mut pages: Vec<u64> = (0..3).map(|_| h.alloc(4096, 4096)).collect();
-    pages.reverse();
-    for &p in &pages {
-        h.write(p, &[0; 4096]);
-    }
-    pages
-}
-
-/// Reads `len` bytes at key offset `offset` of a region whose pages are `pages`, starting
-/// `first` bytes into the first page.
-fn read_through(h: &Host, pages: &[u64], first: u64, offset: u64, len: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len);
-    let mut at = first + offset;
-    while out.len() < len {
-        let page = pages[(at / 4096) as usize];
-        let n = (4096 - at % 4096).min((len - out.len()) as u64);
-        out.extend(h.read(page + at % 4096, n as usize));
-        at += n;
-    }
-    out
-}
-
 #[test]
 fn a_key_as_reg_create_builds_it_without_pg_carries_rc_write_and_read() {
     let mut p = pair();
@@ -239,81 +167,6 @@ fn a_key_as_reg_create_builds_it_without_pg_carries_rc_write_and_read() {
     assert_eq!(p.a.read(dst, 300), data[4000..4300].to_vec());
 }
 
-/// Where a UMR WQE's translation list comes from.
-enum List {
-    /// Inline after the memory key segment (`MLX5_UMR_INLINE`), padded to a WQEBB.
-    Inline(Vec<u8>),
-    /// Through one data segment: address, lkey, bytes.
-    Pointer(u64, u32, u32),
-}
-
-/// A UMR WQE as mlx5_ib lays it out: control segment (opcode UMR, `imm` the key, fence `fm`,
-/// signalled), the UMR control segment (`umr_flags`, `octowords`, `offset` in octowords with
-/// `MLX5_UMR_TRANSLATION_OFFSET_EN` when given, `mask`), the memory key segment `fill` writes,
-/// then the list.
-#[allow(clippy::too_many_arguments)]
-fn umr_wqe(
-    sq: &Sq,
-    key: u32,
-    fm: u8,
-    umr_flags: u8,
-    mask: u64,
-    octowords: u16,
-    offset: Option<u64>,
-    fill: impl FnOnce(&mut Mkc<&mut [u8]>),
-    list: &List,
-) -> Vec<u8> {
-    let tail = match list {
-        List::Inline(bytes) => bytes.len().next_multiple_of(64),
-        List::Pointer(..) => 16,
-    };
-    let ds = (128 + tail) / 16;
-    let mut w = vec![0u8; (128 + tail).next_multiple_of(64)];
-    CtrlSeg::new(&mut w[..16])
-        .expect("layout")
-        .set_opcode(opcode::UMR)
-        .set_wqe_index(sq.pi)
-        .set_qpn_or_sqn(sq.sqn)
-        .set_ds(ds as u8)
-        .set_ce(wqe::completion::ALWAYS)
-        .set_fm(fm)
-        .set_imm(key);
-    let mut flags = umr_flags;
-    if matches!(list, List::Inline(_)) {
-        flags |= flags::INLINE;
-    }
-    {
-        let mut u = UmrCtrlSeg::new(&mut w[16..64]).expect("layout");
-        u.set_xlt_octowords(octowords).set_mkey_mask(mask);
-        if let Some(offset) = offset {
-            flags |= flags::TRANSLATION_OFFSET_EN;
-            u.set_xlt_offset(offset as u16)
-                .set_xlt_offset_47_16((offset >> 16) as u32);
-        }
-        u.set_flags(flags);
-    }
-    fill(&mut Mkc::new(&mut w[64..128]).expect("layout"));
-    match list {
-        List::Inline(bytes) => w[128..128 + bytes.len()].copy_from_slice(bytes),
-        List::Pointer(addr, lkey, bytes) => {
-            DataSeg::new(&mut w[128..144])
-                .expect("layout")
-                .set_byte_count(*bytes)
-                .set_lkey(*lkey)
-                .set_addr(*addr);
-        }
-    }
-    w
-}
-
-/// MTT entries as a UMR list: big-endian, each with `MLX5_IB_MTT_PRESENT`.
-fn mtt_list(pages: &[u64]) -> Vec<u8> {
-    pages
-        .iter()
-        .flat_map(|p| (p | MTT_PRESENT).to_be_bytes())
-        .collect()
-}
-
 /// `mlx5r_umr_set_access_flags` / `set_mkc_access_pd_addr_fields` for UMR segments.
 fn set_access(seg: &mut Mkc<&mut [u8]>, acc: Access) {
     seg.set_a(false)
@@ -326,79 +179,6 @@ fn set_access(seg: &mut Mkc<&mut [u8]>, acc: Access) {
 /// `get_umr_update_access_mask` on a device without atomics through UMR or relaxed-ordering
 /// UMR caps: lr, lw, rr, rw.
 const ACCESS_MASK: u64 = mkey_mask::LR | mkey_mask::LW | mkey_mask::RR | mkey_mask::RW;
-
-/// Posts `w` on `sq` of host `h`, settles the pair, and returns the CQEs on `cq`.
-fn run(p: &mut RcPair, on_b: bool, sq: &mut Sq, w: &[u8]) -> Vec<Vec<u8>> {
-    if on_b {
-        p.b.post(sq, w, false);
-    } else {
-        p.a.post(sq, w, false);
-    }
-    p.settle();
-    if on_b {
-        drain(&p.b, &mut p.cq_b)
-    } else {
-        drain(&p.a, &mut p.cq_a)
-    }
-}
-
-/// A's WRITE of `data` at `iova` through `rkey`; the requester CQE's opcode and syndrome.
-fn write_from_a(p: &mut RcPair, iova: u64, rkey: u32, data: &[u8]) -> (u8, u8) {
-    let lkey = p.a.create_mkey(false, true);
-    let src = p.a.alloc(data.len() as u64, 4096);
-    p.a.write(src, data);
-    let w = rdma_wqe(
-        &p.qp_a.sq,
-        opcode::RDMA_WRITE,
-        (iova, rkey),
-        (src, lkey),
-        data.len() as u32,
-        0,
-    );
-    let mut sq = std::mem::replace(&mut p.qp_a.sq, dummy_sq());
-    let done = run(p, false, &mut sq, &w);
-    p.qp_a.sq = sq;
-    assert_eq!(done.len(), 1, "one completion for the WRITE");
-    (cqe_opcode(&done[0]), done[0][0x37])
-}
-
-/// A's READ of `len` bytes at `iova` through `rkey`: the completion and the bytes.
-fn read_from_a(p: &mut RcPair, iova: u64, rkey: u32, len: usize) -> (u8, Vec<u8>) {
-    let lkey = p.a.create_mkey(false, true);
-    let dst = p.a.alloc(len as u64, 4096);
-    let w = rdma_wqe(
-        &p.qp_a.sq,
-        opcode::RDMA_READ,
-        (iova, rkey),
-        (dst, lkey),
-        len as u32,
-        0,
-    );
-    let mut sq = std::mem::replace(&mut p.qp_a.sq, dummy_sq());
-    let done = run(p, false, &mut sq, &w);
-    p.qp_a.sq = sq;
-    assert_eq!(done.len(), 1, "one completion for the READ");
-    (cqe_opcode(&done[0]), p.a.read(dst, len))
-}
-
-fn dummy_sq() -> Sq {
-    Sq {
-        sqn: 0,
-        buf: 0,
-        dbr: 0,
-        log: 0,
-        pi: 0,
-        bf_toggle: false,
-    }
-}
-
-/// B's posting of UMR WQE `w` on its RC QP: the completions.
-fn umr_on_b(p: &mut RcPair, w: &[u8]) -> Vec<Vec<u8>> {
-    let mut sq = std::mem::replace(&mut p.qp_b.sq, dummy_sq());
-    let done = run(p, true, &mut sq, w);
-    p.qp_b.sq = sq;
-    done
-}
 
 #[test]
 fn the_reg_umr_qp_enables_reloads_rereg_and_revokes_a_key_as_mlx5_ib_does() {
@@ -521,241 +301,6 @@ fn the_reg_umr_qp_enables_reloads_rereg_and_revokes_a_key_as_mlx5_ib_does() {
     assert_eq!(op, CQE_REQ_ERR, "no access through a revoked key");
     // The QP goes back to reset and away.
     p.b.destroy_qp(umr_sq.sqn);
-}
-
-/// CREATE_MKEY as `_mlx5_alloc_mkey_descs` builds it for `ib_alloc_mr(IB_MR_TYPE_MEM_REG,
-/// max_num_sg)`: free, `umr_en`, MTT, `translations_octword_size` = ALIGN(max_num_sg, 4),
-/// 4 KiB pages, lr only, no start or length.
-fn alloc_mr(h: &mut Host, pd: u32, max_num_sg: u32, variant: u8) -> u32 {
-    let mut input = Host::input(Opcode::CreateMkey, 0, 0x110);
-    let mut cmd = CreateMkeyIn::new(&mut input[..]).expect("layout");
-    cmd.memory_key_mkey_entry_mut()
-        .set_lr(true)
-        .set_relaxed_ordering_write(true)
-        .set_pd(pd)
-        .set_qpn(0xff_ffff)
-        .set_free(true)
-        .set_translations_octword_size(max_num_sg.next_multiple_of(4))
-        .set_access_mode_1_0(MKC_ACCESS_MODE_MTT)
-        .set_umr_en(true)
-        .set_log_page_size(12)
-        .set_mkey_7_0(variant);
-    let out = h.exec(&input, 16).expect("CREATE_MKEY for ib_alloc_mr");
-    mkey_from_index(
-        CreateMkeyOut::new(&out[..]).expect("layout").mkey_index(),
-        variant,
-    )
-}
-
-/// `frwr_mkey_mask(false)`.
-const FRWR_MASK: u64 = mkey_mask::LEN
-    | mkey_mask::PAGE_SIZE
-    | mkey_mask::START_ADDR
-    | mkey_mask::EN_RINVAL
-    | mkey_mask::KEY
-    | mkey_mask::LR
-    | mkey_mask::LW
-    | mkey_mask::RR
-    | mkey_mask::RW
-    | mkey_mask::SMALL_FENCE
-    | mkey_mask::FREE;
-
-/// The IB_WR_REG_MR WQE `set_reg_wr` writes for `key` (its new variant in the low byte) over
-/// `pages` at `iova` for `len` bytes: fence `umr_fence` (strong ordering), fail if not free,
-/// the list inline (`umr_inline`).
-fn reg_mr_wqe(sq: &Sq, key: u32, pages: &[u64], iova: u64, len: u64) -> Vec<u8> {
-    let list = mtt_list(pages);
-    let octowords = (list.len().next_multiple_of(64) / 16) as u16;
-    umr_wqe(
-        sq,
-        key,
-        wqe::fence_mode::STRONG_ORDERING,
-        flags::CHECK_NOT_FREE,
-        FRWR_MASK,
-        octowords,
-        None,
-        |seg| {
-            set_access(seg, ALL);
-            seg.set_umr_en(true)
-                .set_access_mode_1_0(MKC_ACCESS_MODE_MTT)
-                .set_qpn(0xff_ffff)
-                .set_mkey_7_0(key as u8)
-                .set_en_rinval(true)
-                .set_start_addr(iova)
-                .set_len(len)
-                .set_translations_octword_size((pages.len().next_multiple_of(8) >> 1) as u32)
-                .set_log_page_size(12);
-        },
-        &List::Inline(list),
-    )
-}
-
-/// The IB_WR_LOCAL_INV WQE `set_linv_wr` writes: mask FREE, the key's status free, inline.
-fn local_inv_wqe(sq: &Sq, key: u32) -> Vec<u8> {
-    umr_wqe(
-        sq,
-        key,
-        0,
-        0,
-        mkey_mask::FREE,
-        0,
-        None,
-        |seg| {
-            seg.set_free(true);
-        },
-        &List::Inline(Vec::new()),
-    )
-}
-
-/// A pair whose B holds a fast-registration key registered over three pages by REG_MR on
-/// its RC QP: the key (new variant 0x01), its pages, its IOVA and length.
-fn fast_registered() -> (RcPair, u32, Vec<u64>, u64, u64) {
-    let mut p = pair();
-    let pd = p.b.pd;
-    let base = alloc_mr(&mut p.b, pd, 32, 0x00);
-    let key = (base & !0xff) | 0x01;
-    let pages = scattered_pages(&mut p.b);
-    let (iova, len) = (0x1_0000_0200u64, 2 * 4096 + 700);
-    let w = reg_mr_wqe(&p.qp_b.sq, key, &pages, iova, len);
-    let done = umr_on_b(&mut p, &w);
-    assert_eq!(done.len(), 1, "REG_MR completes");
-    assert_eq!(cqe_opcode(&done[0]), CQE_REQ);
-    assert_eq!(
-        done[0][0x38],
-        opcode::UMR,
-        "the requester CQE names the UMR opcode"
-    );
-    (p, key, pages, iova, len)
-}
-
-#[test]
-fn reg_mr_on_an_rc_qp_opens_the_key_to_the_peer_and_local_inv_closes_it() {
-    let (mut p, key, pages, iova, len) = fast_registered();
-    let data = pattern(len as usize, 1);
-    assert_eq!(write_from_a(&mut p, iova, key, &data), (CQE_REQ, 0));
-    assert_eq!(read_through(&p.b, &pages, 0x200, 0, len as usize), data);
-    let (op, bytes) = read_from_a(&mut p, iova + 4090, key, 100);
-    assert_eq!((op, bytes), (CQE_REQ, data[4090..4190].to_vec()));
-    // The old variant is no key any more.
-    let (op, _) = read_from_a(&mut p, iova, key & !0xff, 8);
-    assert_eq!(op, CQE_REQ_ERR, "the variant before REG_MR is refused");
-    let p = {
-        let (mut p, key, _, iova, _) = fast_registered();
-        let w = local_inv_wqe(&p.qp_b.sq, key);
-        let done = umr_on_b(&mut p, &w);
-        assert_eq!(cqe_opcode(&done[0]), CQE_REQ, "LOCAL_INV completes");
-        assert!(p.b.dev.memory_key(key).expect("held").free);
-        assert_eq!(
-            write_from_a(&mut p, iova, key, &[1; 64]),
-            (CQE_REQ_ERR, SYND_REMOTE_ACCESS),
-            "a remote access error through the invalidated key"
-        );
-        p
-    };
-    p.settle();
-}
-
-#[test]
-fn a_new_variant_by_reg_mr_after_local_inv_is_honoured_and_the_old_one_refused() {
-    let (mut p, key, pages, iova, len) = fast_registered();
-    let w = local_inv_wqe(&p.qp_b.sq, key);
-    assert_eq!(cqe_opcode(&umr_on_b(&mut p, &w)[0]), CQE_REQ);
-    let next = (key & !0xff) | 0x02;
-    let w = reg_mr_wqe(&p.qp_b.sq, next, &pages, iova, len);
-    assert_eq!(cqe_opcode(&umr_on_b(&mut p, &w)[0]), CQE_REQ);
-    assert_eq!(write_from_a(&mut p, iova, next, &[7; 100]), (CQE_REQ, 0));
-    assert_eq!(
-        write_from_a(&mut p, iova, key, &[8; 100]).0,
-        CQE_REQ_ERR,
-        "the variant before is refused"
-    );
-}
-
-#[test]
-fn a_send_with_invalidate_frees_a_fast_registered_key() {
-    let (mut p, key, _, iova, _) = fast_registered();
-    let lkey_a = p.a.create_mkey(false, true);
-    let lkey_b = p.b.create_mkey(false, true);
-    let dst = p.b.alloc(4096, 4096);
-    p.b.post_rc_recv(&mut p.qp_b, dst, 4096, lkey_b);
-    let src = p.a.alloc(4096, 4096);
-    let mut w = rdma_wqe(&p.qp_a.sq, opcode::SEND_INVAL, (0, 0), (src, lkey_a), 64, 0);
-    // A SEND's segments: control then data (no remote address segment).
-    w.copy_within(32..48, 16);
-    w[32..48].fill(0);
-    CtrlSeg::new(&mut w[..16])
-        .expect("layout")
-        .set_ds(2)
-        .set_imm(key);
-    let mut sq = std::mem::replace(&mut p.qp_a.sq, dummy_sq());
-    let done = run(&mut p, false, &mut sq, &w);
-    p.qp_a.sq = sq;
-    assert_eq!(cqe_opcode(&done[0]), CQE_REQ);
-    let resp = drain(&p.b, &mut p.cq_b);
-    assert_eq!(cqe_opcode(&resp[0]), CQE_RESP_SEND_INV);
-    assert!(p.b.dev.memory_key(key).expect("held").free);
-    assert_eq!(
-        write_from_a(&mut p, iova, key, &[1; 64]),
-        (CQE_REQ_ERR, SYND_REMOTE_ACCESS)
-    );
-}
-
-#[test]
-fn hostile_umr_wqes_complete_in_error_and_change_nothing() {
-    type Make = fn(&mut RcPair) -> (Vec<u8>, u32);
-    let cases: [(&str, Make); 5] = [
-        ("list past the key's table", |p| {
-            let pd = p.b.pd;
-            let key = alloc_mr(&mut p.b, pd, 4, 0);
-            let pages: Vec<u64> = (0..40).map(|i| 0x10_0000 + i * 4096).collect();
-            (reg_mr_wqe(&p.qp_b.sq, key | 1, &pages, 0, 40 * 4096), key)
-        }),
-        ("octowords past the inline list", |p| {
-            let pd = p.b.pd;
-            let key = alloc_mr(&mut p.b, pd, 4, 0);
-            let mut w = reg_mr_wqe(&p.qp_b.sq, key | 1, &[0x10_0000], 0, 4096);
-            UmrCtrlSeg::new(&mut w[16..64])
-                .expect("layout")
-                .set_xlt_octowords(64);
-            (w, key)
-        }),
-        ("a key without umr_en", |p| {
-            let key = p.b.create_mkey(false, true);
-            (local_inv_wqe(&p.qp_b.sq, key), key)
-        }),
-        ("a key of another PD", |p| {
-            let other = p.b.alloc_pd();
-            let key = alloc_mr(&mut p.b, other, 4, 0);
-            (reg_mr_wqe(&p.qp_b.sq, key | 1, &[0x10_0000], 0, 4096), key)
-        }),
-        ("REG_MR on a key in use", |p| {
-            let pd = p.b.pd;
-            let key = alloc_mr(&mut p.b, pd, 4, 0);
-            let w = reg_mr_wqe(&p.qp_b.sq, key | 1, &[0x10_0000], 0, 4096);
-            assert_eq!(cqe_opcode(&umr_on_b(p, &w)[0]), CQE_REQ);
-            (
-                reg_mr_wqe(&p.qp_b.sq, key | 2, &[0x20_0000], 0, 4096),
-                key | 1,
-            )
-        }),
-    ];
-    for (what, make) in cases {
-        let mut p = pair();
-        let (w, key) = make(&mut p);
-        let before =
-            p.b.dev
-                .memory_key(key)
-                .map(|k| (k.free, k.mtt, k.start, k.len));
-        let done = umr_on_b(&mut p, &w);
-        assert_eq!(done.len(), 1, "{what}: one completion");
-        assert_eq!(cqe_opcode(&done[0]), CQE_REQ_ERR, "{what}: an error CQE");
-        assert_eq!(done[0][0x37], SYND_LOCAL_PROT, "{what}: local protection");
-        let after =
-            p.b.dev
-                .memory_key(key)
-                .map(|k| (k.free, k.mtt, k.start, k.len));
-        assert_eq!(before, after, "{what}: the key is unchanged");
-    }
 }
 
 #[test]

@@ -60,6 +60,15 @@ pub mod opcode {
     /// segment is a [`SetPsvSeg`](crate::sig::SetPsvSeg). mlx5_ib posts two after the UMR of
     /// `IB_WR_REG_MR_INTEGRITY` (`set_psv_wr`), unsignalled.
     pub const SET_PSV: u8 = 0x20;
+    /// Get PSV (`MLX5_OPCODE_GET_PSV`): the segment (`struct mlx5_seg_get_psv` in Linux's
+    /// qp.h: `num_psv`, `l_key`, `va`, four PSV indexes) is public, what it writes for a
+    /// signature PSV is not; mlx5_ib and libmlx5 never post it (mlx5e posts it for kTLS
+    /// receive resync only).
+    pub const GET_PSV: u8 = 0x21;
+    /// Check PSV (`MLX5_OPCODE_CHECK_PSV`, `struct mlx5_seg_check_psv`): its operations
+    /// (`err_coalescing_op`, `xport_err_op`) are not public, and no Linux or rdma-core path
+    /// posts it.
+    pub const CHECK_PSV: u8 = 0x22;
     /// Enhanced multi-packet send.
     pub const ENHANCED_MPSW: u8 = 0x29;
 }

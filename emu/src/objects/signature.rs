@@ -54,7 +54,7 @@ pub(crate) enum Guard {
 /// One domain's T10-DIF protection, from its inline BSF section (`mlx5_fill_inl_bsf`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Domain {
-    /// Data bytes a block (512 or 4096 from Linux's block layer).
+    /// Data bytes a block (512, 520, 4096 or 4160: `bs_selector` of wr.c).
     pub block: u32,
     pub guard: Guard,
     /// Application tag of every block.
@@ -105,8 +105,12 @@ pub(crate) struct SigKey {
     pub check_mask: u8,
     /// Protection bytes the output takes from the input (same block structure only).
     pub copy_mask: u8,
+    /// The BSF says both domains have the same block structure (`bsf_size_sbs` bit 4): one
+    /// block size, a wire block's protection copied into memory's as the copy mask says.
+    pub same_blocks: bool,
     /// Data bytes (`raw_data_size`).
     pub data_size: u32,
-    /// Protected blocks (0 when neither domain protects).
-    pub blocks: u32,
+    /// Data bytes the key protects: whole blocks of each domain that has protection (0 when
+    /// neither has).
+    pub data: u64,
 }

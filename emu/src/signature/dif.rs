@@ -1,8 +1,10 @@
 //! The data path through a signature key: its address space is the wire domain (blocks of
 //! data, each followed by its 8-byte protection field when the wire carries one), laid over
 //! the memory the UMR attached (data alone, data and protection interleaved, or a strided
-//! list of the two apart). Each block is checked in its input domain and given its output
-//! domain's protection: generated from the BSF's tags, or copied where the copy mask says.
+//! list of the two apart). Each domain has its own blocks (its data bytes, 512 to 4160); the
+//! data is whole blocks of both. Each block of the input domain is checked, and each block of
+//! the output domain given its protection: generated from the BSF's tags, or copied where the
+//! copy mask says when both domains share one block structure.
 
 use super::SigError;
 use crate::function::Core;
@@ -24,8 +26,10 @@ struct View<'a> {
 }
 
 /// Reads `out.len()` bytes at `addr` of signature key `mkey` (the wire view) for a queue of
-/// protection domain `pd`: a local gather (`remote` none) or a peer's READ. The memory domain
-/// is checked, the wire's protection generated or copied.
+/// protection domain `pd`: a local gather (`remote` none) or a peer's READ. Every memory
+/// block the read touches is checked whole, and every wire block it touches is given its
+/// protection, generated from the wire domain's tags or copied from memory's where the copy
+/// mask says (the same block structure only).
 pub(crate) fn read(
     core: &Core,
     mkey: u32,
@@ -35,38 +39,80 @@ pub(crate) fn read(
     remote: Option<RemoteAccess>,
 ) -> Result<(), KeyFault> {
     let (sig, offset) = open(core, mkey, pd, addr, out.len() as u64, false, remote)?;
+    if out.is_empty() {
+        return Ok(());
+    }
     let v = View {
         core,
         sig: &sig,
         pd,
         mkey,
     };
-    if sig.blocks == 0 {
+    if sig.mem.is_none() && sig.wire.is_none() {
         return plain(&v, offset, Buf::Read(out));
     }
-    let (block, unit) = geometry(&sig);
     let end = offset + out.len() as u64;
-    let mut data = vec![0u8; block as usize];
-    for i in offset / unit..end.div_ceil(unit) {
-        if i >= u64::from(sig.blocks) {
-            return Err(KeyFault::Bounds);
+    // The data behind the wire blocks the read touches, widened to whole memory blocks.
+    let (mut from, mut to) = match sig.wire {
+        Some(w) => {
+            let (block, unit) = wire_geometry(w);
+            (offset / unit * block, end.div_ceil(unit) * block)
         }
-        mem_io(&v, data_at(&v, i, 0)?, Buf::Read(&mut data))?;
-        let input = match sig.mem {
-            Some(dom) => {
-                let mut pi = [0u8; DIF_SIZE];
-                mem_io(&v, pi_at(&v, i)?, Buf::Read(&mut pi))?;
-                Some((dom, pi))
-            }
-            None => None,
+        None => (offset, end),
+    };
+    if let Some(m) = sig.mem {
+        let block = u64::from(m.block);
+        (from, to) = (from / block * block, to.div_ceil(block) * block);
+    }
+    if to > sig.data {
+        return Err(KeyFault::Bounds);
+    }
+    let mut data = vec![0u8; (to - from) as usize];
+    read_data(&v, from, &mut data)?;
+    // Memory's protection, checked block by block; kept for the copy mask.
+    let mut found = Vec::new();
+    if let Some(m) = sig.mem {
+        let block = u64::from(m.block);
+        for k in from / block..to / block {
+            let mut pi = [0u8; DIF_SIZE];
+            mem_io(&v, pi_at(&v, k)?, Buf::Read(&mut pi))?;
+            let at = (
+                (k * block - from) as usize,
+                ((k + 1) * block - from) as usize,
+            );
+            check(
+                &v,
+                &m,
+                k,
+                wire_offset(&sig, k * block),
+                &data[at.0..at.1],
+                pi,
+            );
+            found.push(pi);
+        }
+    }
+    let Some(w) = sig.wire else {
+        let at = (offset - from) as usize;
+        out.copy_from_slice(&data[at..at + out.len()]);
+        return Ok(());
+    };
+    let (block, unit) = wire_geometry(w);
+    for j in offset / unit..end.div_ceil(unit) {
+        let at = (j * block - from) as usize;
+        let bytes = &data[at..at + block as usize];
+        // One block structure: wire block j is memory block j, found at j - from / block.
+        let copied = if sig.same_blocks {
+            found.get((j - from / block) as usize).copied()
+        } else {
+            None
         };
-        let pi = protect(&v, i, i * unit, &data, input, sig.wire);
+        let pi = generate(&v, &w, j, bytes, copied);
         // The block as the wire carries it, cut to the part asked for.
-        let start = i * unit;
-        for (j, byte) in data.iter().chain(pi.iter().flatten()).enumerate() {
-            let w = start + j as u64;
-            if (offset..end).contains(&w) {
-                out[(w - offset) as usize] = *byte;
+        let start = j * unit;
+        for (n, byte) in bytes.iter().chain(pi.iter()).enumerate() {
+            let at = start + n as u64;
+            if (offset..end).contains(&at) {
+                out[(at - offset) as usize] = *byte;
             }
         }
     }
@@ -74,10 +120,13 @@ pub(crate) fn read(
 }
 
 /// Writes `data` at `addr` of signature key `mkey` (the wire view) for a queue of protection
-/// domain `pd`: a local scatter (`remote` none) or a peer's WRITE. The wire domain is checked
-/// once a block's protection field has arrived (its data came before it), and memory takes
-/// the data and its own protection. A write that cuts a protection field in two is refused
-/// (RDMA packets are multiples of 8 bytes, so the peers of the model never do).
+/// domain `pd`: a local scatter (`remote` none) or a peer's WRITE. The data lands in memory
+/// as it comes; a wire block is checked once its protection field has arrived (its data came
+/// before it), and a memory block takes its protection once it is complete: at the wire
+/// block's protection field when both domains share one block structure (the copy mask may
+/// take bytes from it), else at its last data byte. A write that cuts a protection field in
+/// two is refused (RDMA packets are multiples of 8 bytes, so the peers of the model never
+/// do).
 pub(crate) fn write(
     core: &Core,
     mkey: u32,
@@ -87,52 +136,118 @@ pub(crate) fn write(
     remote: Option<RemoteAccess>,
 ) -> Result<(), KeyFault> {
     let (sig, offset) = open(core, mkey, pd, addr, data.len() as u64, true, remote)?;
+    if data.is_empty() {
+        return Ok(());
+    }
     let v = View {
         core,
         sig: &sig,
         pd,
         mkey,
     };
-    if sig.blocks == 0 {
+    if sig.mem.is_none() && sig.wire.is_none() {
         return plain(&v, offset, Buf::Write(data));
     }
-    let (block, unit) = geometry(&sig);
     let end = offset + data.len() as u64;
-    let mut back = vec![0u8; block as usize];
-    for i in offset / unit..end.div_ceil(unit) {
-        if i >= u64::from(sig.blocks) {
-            return Err(KeyFault::Bounds);
-        }
-        let start = i * unit;
-        // The block's data bytes in this write.
-        let (from, to) = (offset.max(start), end.min(start + block));
-        if from < to {
-            let bytes = &data[(from - offset) as usize..(to - offset) as usize];
-            mem_io(&v, data_at(&v, i, from - start)?, Buf::Write(bytes))?;
-        }
-        let input = match sig.wire {
-            Some(dom) => {
-                let (pfrom, pto) = (offset.max(start + block), end.min(start + block + PI));
-                if pfrom >= pto {
+    if data_floor(&sig, end - 1) >= sig.data {
+        return Err(KeyFault::Bounds);
+    }
+    // The data bytes, and the wire's protection fields that arrived whole.
+    let mut arrived = Vec::new();
+    match sig.wire {
+        Some(w) => {
+            let (block, unit) = wire_geometry(w);
+            for j in offset / unit..end.div_ceil(unit) {
+                let start = j * unit;
+                let (from, to) = (offset.max(start), end.min(start + block));
+                if from < to {
+                    let bytes = &data[(from - offset) as usize..(to - offset) as usize];
+                    write_data(&v, j * block + (from - start), bytes)?;
+                }
+                let (from, to) = (offset.max(start + block), end.min(start + unit));
+                if from >= to {
                     continue;
                 }
-                if pto - pfrom != PI {
+                if to - from != PI {
                     return Err(KeyFault::Access);
                 }
                 let mut pi = [0u8; DIF_SIZE];
-                pi.copy_from_slice(&data[(pfrom - offset) as usize..(pto - offset) as usize]);
-                Some((dom, pi))
+                pi.copy_from_slice(&data[(from - offset) as usize..(to - offset) as usize]);
+                arrived.push((j, pi));
             }
-            // Memory protects what the wire does not: once the block's last byte is in.
-            None if (offset..end).contains(&(start + block - 1)) => None,
-            None => continue,
-        };
-        mem_io(&v, data_at(&v, i, 0)?, Buf::Read(&mut back))?;
-        if let Some(pi) = protect(&v, i, start, &back, input, sig.mem) {
-            mem_io(&v, pi_at(&v, i)?, Buf::Write(&pi))?;
+        }
+        None => write_data(&v, offset, data)?,
+    }
+    let mut found = Vec::new();
+    if let Some(w) = sig.wire {
+        let (block, unit) = wire_geometry(w);
+        let mut bytes = vec![0u8; block as usize];
+        for &(j, pi) in &arrived {
+            read_data(&v, j * block, &mut bytes)?;
+            check(&v, &w, j, j * unit, &bytes, pi);
+            found.push((j, pi));
         }
     }
+    let Some(m) = sig.mem else {
+        return Ok(());
+    };
+    let block = u64::from(m.block);
+    let mut bytes = vec![0u8; block as usize];
+    let last = (data_floor(&sig, end - 1) / block).min(sig.data / block - 1);
+    for k in data_floor(&sig, offset) / block..=last {
+        let done_at = match (sig.same_blocks, sig.wire) {
+            (true, Some(w)) => k * wire_geometry(w).1 + block + PI - 1,
+            _ => wire_offset(&sig, k * block + block - 1),
+        };
+        if !(offset..end).contains(&done_at) {
+            continue;
+        }
+        read_data(&v, k * block, &mut bytes)?;
+        let copied = found.iter().find(|(j, _)| *j == k).map(|(_, pi)| *pi);
+        let pi = generate(&v, &m, k, &bytes, copied.filter(|_| sig.same_blocks));
+        mem_io(&v, pi_at(&v, k)?, Buf::Write(&pi))?;
+    }
     Ok(())
+}
+
+/// A wire domain's data bytes a block, and bytes a block takes on the wire.
+fn wire_geometry(w: Domain) -> (u64, u64) {
+    let block = u64::from(w.block);
+    (block, block + PI)
+}
+
+/// The wire offset of data byte `d`.
+fn wire_offset(sig: &SigKey, d: u64) -> u64 {
+    match sig.wire {
+        Some(w) => {
+            let (block, unit) = wire_geometry(w);
+            d / block * unit + d % block
+        }
+        None => d,
+    }
+}
+
+/// The data byte at wire offset `at`, or the last data byte before it when `at` falls in a
+/// protection field.
+fn data_floor(sig: &SigKey, at: u64) -> u64 {
+    match sig.wire {
+        Some(w) => {
+            let (block, unit) = wire_geometry(w);
+            at / unit * block + (at % unit).min(block - 1)
+        }
+        None => at,
+    }
+}
+
+/// Bytes of the wire view: the data, with the wire's protection fields when it has them.
+fn wire_span(sig: &SigKey) -> u64 {
+    match sig.wire {
+        Some(w) => {
+            let (block, unit) = wire_geometry(w);
+            sig.data / block * unit
+        }
+        None => sig.data,
+    }
 }
 
 /// The key's signature and the access's offset in it, after the checks an access through any
@@ -165,20 +280,12 @@ fn open(
     let sig = key.sig.as_deref().ok_or(KeyFault::NoKey)?;
     // The wire view spans the key's length, or its blocks with their protection where the
     // memory holds none (mlx5_ib sizes the key by the memory: data alone when it inserts).
-    let (_, unit) = geometry(sig);
-    let span = key.len.max(u64::from(sig.blocks) * unit);
+    let span = key.len.max(wire_span(sig));
     let end = addr.checked_add(len).ok_or(KeyFault::Bounds)?;
     if addr < key.start || end > key.start.saturating_add(span) {
         return Err(KeyFault::Bounds);
     }
     Ok((*sig, addr - key.start))
-}
-
-/// Data bytes a block, and bytes a block takes on the wire.
-fn geometry(sig: &SigKey) -> (u64, u64) {
-    let block = u64::from(sig.mem.or(sig.wire).map_or(0, |d| d.block));
-    let unit = block + if sig.wire.is_some() { PI } else { 0 };
-    (block, unit)
 }
 
 /// A buffer the memory is read into or written from.
@@ -202,36 +309,71 @@ fn plain(v: &View, offset: u64, buf: Buf) -> Result<(), KeyFault> {
     mem_io(v, (key, va + offset), buf)
 }
 
-/// Where byte `at` of block `i`'s data lies in memory: (key, address).
-fn data_at(v: &View, i: u64, at: u64) -> Result<(u32, u64), KeyFault> {
-    let (block, _) = geometry(v.sig);
-    Ok(match v.sig.memory {
-        Memory::Klm { key, va, .. } => {
-            let unit = block + if v.sig.mem.is_some() { PI } else { 0 };
-            (key, va + i * unit + at)
+/// Where data byte `d` lies in memory, and how many data bytes follow it there without a
+/// break: (key, address, bytes).
+fn data_at(v: &View, d: u64) -> (u32, u64, u64) {
+    match (v.sig.memory, v.sig.mem) {
+        (Memory::Klm { key, va, .. }, None) => (key, va + d, v.sig.data - d),
+        (Memory::Klm { key, va, .. }, Some(m)) => {
+            let block = u64::from(m.block);
+            (
+                key,
+                va + d / block * (block + PI) + d % block,
+                block - d % block,
+            )
         }
-        Memory::Strided {
-            data_key,
-            data_va,
-            data_stride,
-            ..
-        } => (data_key, data_va + i * u64::from(data_stride) + at),
-    })
+        (
+            Memory::Strided {
+                data_key,
+                data_va,
+                data_stride,
+                ..
+            },
+            _,
+        ) => {
+            let block = v.sig.mem.map_or(1, |m| u64::from(m.block));
+            let at = data_va + d / block * u64::from(data_stride) + d % block;
+            (data_key, at, block - d % block)
+        }
+    }
 }
 
-/// Where block `i`'s protection field lies in memory (a memory domain only).
-fn pi_at(v: &View, i: u64) -> Result<(u32, u64), KeyFault> {
-    let (block, _) = geometry(v.sig);
+/// Reads the data bytes from `d` on into `out`.
+fn read_data(v: &View, mut d: u64, mut out: &mut [u8]) -> Result<(), KeyFault> {
+    while !out.is_empty() {
+        let (key, addr, run) = data_at(v, d);
+        let n = (run as usize).min(out.len());
+        let (now, later) = out.split_at_mut(n);
+        mem_io(v, (key, addr), Buf::Read(now))?;
+        (d, out) = (d + n as u64, later);
+    }
+    Ok(())
+}
+
+/// Writes `bytes` as the data bytes from `d` on.
+fn write_data(v: &View, mut d: u64, mut bytes: &[u8]) -> Result<(), KeyFault> {
+    while !bytes.is_empty() {
+        let (key, addr, run) = data_at(v, d);
+        let n = (run as usize).min(bytes.len());
+        mem_io(v, (key, addr), Buf::Write(&bytes[..n]))?;
+        (d, bytes) = (d + n as u64, &bytes[n..]);
+    }
+    Ok(())
+}
+
+/// Where memory block `k`'s protection field lies (a memory domain only).
+fn pi_at(v: &View, k: u64) -> Result<(u32, u64), KeyFault> {
+    let block = v.sig.mem.map_or(0, |m| u64::from(m.block));
     match v.sig.memory {
         Memory::Klm { key, va, .. } if v.sig.mem.is_some() => {
-            Ok((key, va + i * (block + PI) + block))
+            Ok((key, va + k * (block + PI) + block))
         }
         Memory::Strided {
             prot_key,
             prot_va,
             prot_stride,
             ..
-        } => Ok((prot_key, prot_va + i * u64::from(prot_stride))),
+        } => Ok((prot_key, prot_va + k * u64::from(prot_stride))),
         Memory::Klm { .. } => Err(KeyFault::Bounds),
     }
 }
@@ -285,39 +427,30 @@ fn ref_tag(dom: &Domain, i: u64) -> u32 {
     }
 }
 
-/// Checks block `i` (wire offset `offset`, data `data`) against its input protection (`input`:
-/// the domain and the field found), recording a failure, and returns its protection field in
-/// the output domain `output` (none: the output carries no protection).
-fn protect(
-    v: &View,
-    i: u64,
-    offset: u64,
-    data: &[u8],
-    input: Option<(Domain, [u8; DIF_SIZE])>,
-    output: Option<Domain>,
-) -> Option<[u8; DIF_SIZE]> {
-    let mut psvs = Vec::new();
-    if let Some((dom, pi)) = input {
-        let guard = u16::from_be_bytes([pi[0], pi[1]]);
-        let app = u16::from_be_bytes([pi[2], pi[3]]);
-        let reference = u32::from_be_bytes([pi[4], pi[5], pi[6], pi[7]]);
-        psvs.push((dom.psv, u32::from(guard) << 16 | u32::from(app), reference));
-        let escaped =
-            dom.app_escape && app == 0xffff && (!dom.ref_escape || reference == 0xffff_ffff);
-        let (want_guard, want_ref) = (guard_of(dom.guard, data), ref_tag(&dom, i));
-        let check = v.sig.check_mask;
-        let mut syndrome = 0;
-        if check & copy::GUARD != 0 && guard != want_guard {
-            syndrome |= sig_err::GUARD;
-        }
-        if check & copy::APP_TAG != 0 && (app ^ dom.app_tag) & dom.app_mask != 0 {
-            syndrome |= sig_err::APP_TAG;
-        }
-        if check & copy::REF_TAG != 0 && reference != want_ref {
-            syndrome |= sig_err::REF_TAG;
-        }
+/// Checks block `i` of input domain `dom` (at wire offset `offset`, data `data`) against the
+/// protection field `pi` found for it, recording a failure; the domain's PSV takes the field.
+fn check(v: &View, dom: &Domain, i: u64, offset: u64, data: &[u8], pi: [u8; DIF_SIZE]) {
+    let guard = u16::from_be_bytes([pi[0], pi[1]]);
+    let app = u16::from_be_bytes([pi[2], pi[3]]);
+    let reference = u32::from_be_bytes([pi[4], pi[5], pi[6], pi[7]]);
+    let escaped = dom.app_escape && app == 0xffff && (!dom.ref_escape || reference == 0xffff_ffff);
+    let (want_guard, want_ref) = (guard_of(dom.guard, data), ref_tag(dom, i));
+    let mask = v.sig.check_mask;
+    let mut syndrome = 0;
+    if mask & copy::GUARD != 0 && guard != want_guard {
+        syndrome |= sig_err::GUARD;
+    }
+    if mask & copy::APP_TAG != 0 && (app ^ dom.app_tag) & dom.app_mask != 0 {
+        syndrome |= sig_err::APP_TAG;
+    }
+    if mask & copy::REF_TAG != 0 && reference != want_ref {
+        syndrome |= sig_err::REF_TAG;
+    }
+    let psv = (dom.psv, u32::from(guard) << 16 | u32::from(app), reference);
+    pending(v, |p| {
+        p.psvs.push(psv);
         if syndrome != 0 && !escaped {
-            let error = SigError {
+            p.errors.push(SigError {
                 mkey: v.mkey,
                 syndrome,
                 expected_sig: u32::from(want_guard) << 16 | u32::from(dom.app_tag),
@@ -325,33 +458,40 @@ fn protect(
                 expected_ref: want_ref,
                 actual_ref: reference,
                 offset,
-            };
-            pending(v, |p| p.errors.push(error));
+            });
         }
-    }
-    let out = output.map(|dom| {
-        let mut pi = [0u8; DIF_SIZE];
-        pi[0..2].copy_from_slice(&guard_of(dom.guard, data).to_be_bytes());
-        pi[2..4].copy_from_slice(&dom.app_tag.to_be_bytes());
-        pi[4..8].copy_from_slice(&ref_tag(&dom, i).to_be_bytes());
-        if let Some((_, found)) = input {
-            // One bit a byte, the guard's first byte the most significant.
-            for (j, byte) in pi.iter_mut().enumerate() {
-                if v.sig.copy_mask & (0x80 >> j) != 0 {
-                    *byte = found[j];
-                }
+    });
+}
+
+/// The protection field block `i` (data `data`) takes in output domain `dom`: generated from
+/// the domain's tags, with the bytes the copy mask names taken from `copied` (the input's
+/// field, one block structure only); the domain's PSV takes it.
+fn generate(
+    v: &View,
+    dom: &Domain,
+    i: u64,
+    data: &[u8],
+    copied: Option<[u8; DIF_SIZE]>,
+) -> [u8; DIF_SIZE] {
+    let mut pi = [0u8; DIF_SIZE];
+    pi[0..2].copy_from_slice(&guard_of(dom.guard, data).to_be_bytes());
+    pi[2..4].copy_from_slice(&dom.app_tag.to_be_bytes());
+    pi[4..8].copy_from_slice(&ref_tag(dom, i).to_be_bytes());
+    if let Some(found) = copied {
+        // One bit a byte, the guard's first byte the most significant.
+        for (j, byte) in pi.iter_mut().enumerate() {
+            if v.sig.copy_mask & (0x80 >> j) != 0 {
+                *byte = found[j];
             }
         }
-        let sig = u32::from_be_bytes([pi[0], pi[1], pi[2], pi[3]]);
-        psvs.push((
-            dom.psv,
-            sig,
-            u32::from_be_bytes([pi[4], pi[5], pi[6], pi[7]]),
-        ));
-        pi
-    });
-    pending(v, |p| p.psvs.extend(psvs));
-    out
+    }
+    let psv = (
+        dom.psv,
+        u32::from_be_bytes([pi[0], pi[1], pi[2], pi[3]]),
+        u32::from_be_bytes([pi[4], pi[5], pi[6], pi[7]]),
+    );
+    pending(v, |p| p.psvs.push(psv));
+    pi
 }
 
 /// Runs `f` on the function's pending signature list.

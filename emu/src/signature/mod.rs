@@ -7,7 +7,10 @@
 //! - when the device reads the key (a SEND or WRITE gathered from it, a peer's READ served
 //!   through it) the memory domain is the input and the wire domain the output; when it writes
 //!   the key (a peer's WRITE, a READ response) the wire is the input. The input's protection is
-//!   checked (`check_byte_mask`), the output's generated or copied (insert, strip, pass);
+//!   checked (`check_byte_mask`), the output's generated or copied (insert, strip, pass). The
+//!   two domains may have different block sizes (512-byte wire blocks over 4 KiB memory
+//!   blocks, or the reverse): each is then checked or generated in its own blocks, and
+//!   nothing is copied;
 //! - a failed check is reported as mlx5_ib's `mlx5_poll_one` expects it: a SIG_ERR CQE naming
 //!   the key, which `get_sig_err_item` turns into what `ib_check_mr_status` returns. The data
 //!   still moves; the ULP's check of the key refuses it.
@@ -27,6 +30,13 @@ use cxdirect_hw::sig::{
 };
 use cxdirect_hw::umr::{Klm, OCTOWORD};
 use cxdirect_hw::wqe::WQE_DS;
+
+/// Bit where a BSF's block format selector starts in its `bfs_psv` words (`MLX5_BFS_SHIFT`),
+/// the PSV index below it.
+const BFS_SHIFT: u32 = 24;
+
+/// Largest block the model protects (4160 bytes: `bs_selector` 4).
+const MAX_BLOCK: u32 = 4160;
 
 /// The signature a UMR attaches, from its inline translation (`octowords` octowords at `at`
 /// of `wqe`) and the BSF after it (`bsf_octowords`), in the key's protection domain `pd`.
@@ -48,6 +58,11 @@ pub(crate) fn parse_umr(
     if bsf.bsf_size_sbs() & bsf_flags::FULL == 0 {
         return None;
     }
+    // A block format selector above the PSV index (libmlx5's CRC32 and CRC64 signatures,
+    // `mlx5_umr_crc_bfs`) is not modelled; mlx5_ib writes the bare PSV index.
+    if (bsf.m_bfs_psv() | bsf.w_bfs_psv()) >> BFS_SHIFT != 0 {
+        return None;
+    }
     let psv_ok = |psv: u32| core.res.psvs.get(psv).is_some_and(|p| p.pd == pd);
     let mem = domain(&bsf.m_inl(), bsf.mem_bs_selector(), bsf.m_bfs_psv())?;
     let same = bsf.bsf_size_sbs() & bsf_flags::SAME_BLOCKS != 0;
@@ -60,42 +75,42 @@ pub(crate) fn parse_umr(
     if [mem, wire].iter().flatten().any(|d| !psv_ok(d.psv)) {
         return None;
     }
-    if let (Some(m), Some(w)) = (mem, wire) {
-        // Different block structures (a 512-byte wire over 4 KiB memory) are not modelled.
-        if m.block != w.block {
-            return None;
-        }
+    // The same-structure bit gives the wire the memory's blocks: it needs a memory domain.
+    if same && wire.is_some() && mem.is_none() {
+        return None;
     }
-    let block = mem.or(wire).map(|d| u64::from(d.block));
     let data_size = bsf.raw_data_size();
     let memory = memory(xlt)?;
-    let blocks = match (block, memory) {
-        (None, _) => 0,
+    let data = match (mem, memory) {
         (
-            Some(b),
+            Some(m),
             Memory::Strided {
                 repeat, data_bytes, ..
             },
         ) => {
-            if u64::from(data_bytes) != b || u64::from(repeat) * b != u64::from(data_size) {
+            if u32::from(data_bytes) != m.block
+                || u64::from(repeat) * u64::from(m.block) != u64::from(data_size)
+            {
                 return None;
             }
-            repeat
+            u64::from(data_size)
         }
-        (Some(b), Memory::Klm { bytes, .. }) => {
-            let unit = if mem.is_some() {
-                b + DIF_SIZE as u64
-            } else {
-                b
-            };
+        // A strided list carries protection in memory: it needs a memory domain.
+        (None, Memory::Strided { .. }) => return None,
+        // One KLM with a memory domain interleaves data and protection.
+        (Some(m), Memory::Klm { bytes, .. }) => {
+            let unit = u64::from(m.block) + DIF_SIZE as u64;
             if u64::from(bytes) % unit != 0 {
                 return None;
             }
-            u32::try_from(u64::from(bytes) / unit).ok()?
+            u64::from(bytes) / unit * u64::from(m.block)
         }
+        (None, Memory::Klm { bytes, .. }) => u64::from(bytes),
     };
-    // A strided list carries protection in memory; one KLM with a memory domain interleaves it.
-    if matches!(memory, Memory::Strided { .. }) && mem.is_none() {
+    // Memory and wire may have different block sizes (`mlx5_set_bsf` and libmlx5's
+    // `mlx5_umr_fill_sig_bsf` leave the same-structure bit clear and give each domain its own
+    // selector): the data is then whole blocks of both.
+    if wire.is_some_and(|w| data % u64::from(w.block) != 0) {
         return None;
     }
     Some(SigKey {
@@ -104,8 +119,13 @@ pub(crate) fn parse_umr(
         wire,
         check_mask: bsf.check_byte_mask(),
         copy_mask: if same { bsf.wire_flags() } else { 0 },
+        same_blocks: same && mem.is_some() && wire.is_some(),
         data_size,
-        blocks,
+        data: if mem.is_some() || wire.is_some() {
+            data
+        } else {
+            0
+        },
     })
 }
 
@@ -121,8 +141,10 @@ fn domain(section: &BsfInl<&[u8]>, selector: u8, psv: u32) -> Option<Option<Doma
         _ => return None,
     };
     let flags = section.dif_inc_ref_guard_check();
+    // The 1 GiB selector names no block a ULP protects; the model works a block at a time.
+    let block = block_size(selector).filter(|b| *b <= MAX_BLOCK)?;
     Some(Some(Domain {
-        block: block_size(selector)?,
+        block,
         guard,
         app_tag: section.dif_apptag(),
         ref_tag: section.dif_reftag(),

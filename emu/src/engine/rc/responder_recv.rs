@@ -137,10 +137,38 @@ impl From<CqeSyndrome> for Scattered {
 pub(super) fn scatter(core: &mut Core, qpn: u32, data: &[u8]) -> Result<(), Scattered> {
     let qp = core.res.qps.get(qpn).ok_or(CqeSyndrome::LocalQpOperation)?;
     let recv = qp.resp.recv.ok_or(CqeSyndrome::LocalQpOperation)?;
+    // Signature errors go to the receive CQ, before the receive's own completion.
+    let cqn = qp.resp.xrc.map_or(qp.cqn_rcv, |x| x.cqn);
     let mut wqe = [0u8; MAX_RECEIVE_WQE];
     let wqe = &mut wqe[..recv.len.min(MAX_RECEIVE_WQE)];
     core.dma_read(recv.addr, wqe)
         .map_err(|_| CqeSyndrome::LocalProtection)?;
+    let mut signed = false;
+    let landed = scatter_segments(core, &recv, wqe, data, &mut signed);
+    if signed {
+        crate::signature::report(core, qpn, cqn);
+    }
+    landed?;
+    if let Some(r) = core
+        .res
+        .qps
+        .get_mut(qpn)
+        .and_then(|qp| qp.resp.recv.as_mut())
+    {
+        r.bytes += data.len() as u32;
+    }
+    Ok(())
+}
+
+/// Writes `data` through the data segments of receive WQE `wqe`, past the bytes `recv`
+/// already holds; `signed` is set once a segment naming a signature key took bytes.
+fn scatter_segments(
+    core: &Core,
+    recv: &ReceiveInProgress,
+    wqe: &[u8],
+    data: &[u8],
+    signed: &mut bool,
+) -> Result<(), Scattered> {
     let mut skip = recv.bytes as usize;
     let mut left = data;
     for seg in wqe[recv.data_at.min(wqe.len())..].chunks_exact(WQE_DS) {
@@ -158,35 +186,36 @@ pub(super) fn scatter(core: &mut Core, qpn: u32, data: &[u8]) -> Result<(), Scat
         }
         let n = (cap - skip).min(left.len());
         let (now, later) = left.split_at(n);
-        translate(
-            core,
-            lkey,
-            recv.pd,
-            seg.addr() + skip as u64,
-            n as u64,
-            true,
-            |iova, offset, bytes| {
-                core.dma_write(iova, &now[offset as usize..(offset + bytes) as usize])
-                    .map_err(|_| KeyFault::Bounds)
-            },
-        )
-        .map_err(|fault| match fault {
-            KeyFault::NotPresent => Scattered::NotPresent,
-            _ => Scattered::Error(CqeSyndrome::LocalProtection),
-        })?;
+        let addr = seg.addr() + skip as u64;
+        if crate::signature::is_signature_key(core, lkey) {
+            // The payload lands through the key's signature: the wire domain checked, memory
+            // given its own protection, as for a READ response scattered into it.
+            *signed = true;
+            crate::signature::write(core, lkey, recv.pd, addr, now, None)
+                .map_err(|_| Scattered::Error(CqeSyndrome::LocalProtection))?;
+        } else {
+            translate(
+                core,
+                lkey,
+                recv.pd,
+                addr,
+                n as u64,
+                true,
+                |iova, offset, bytes| {
+                    core.dma_write(iova, &now[offset as usize..(offset + bytes) as usize])
+                        .map_err(|_| KeyFault::Bounds)
+                },
+            )
+            .map_err(|fault| match fault {
+                KeyFault::NotPresent => Scattered::NotPresent,
+                _ => Scattered::Error(CqeSyndrome::LocalProtection),
+            })?;
+        }
         left = later;
         skip = 0;
     }
     if !left.is_empty() {
         return Err(CqeSyndrome::LocalLength.into());
-    }
-    if let Some(r) = core
-        .res
-        .qps
-        .get_mut(qpn)
-        .and_then(|qp| qp.resp.recv.as_mut())
-    {
-        r.bytes += data.len() as u32;
     }
     Ok(())
 }
