@@ -2,6 +2,7 @@
 //! key (MTT). Taking and returning buffers is lock-free and does not allocate.
 
 use super::buffer::{PoolMemory, PoolShared, BULK, HEADROOM, NIL, RING_HOLD};
+use super::cache::BufferCache;
 use super::flags::OffloadFlags;
 use super::mbuf::Mbuf;
 use crate::error::DriverError;
@@ -128,6 +129,7 @@ impl Mempool {
                 next,
                 available: AtomicU32::new(count),
                 lkey: AtomicU32::new(0),
+                cache: BufferCache::default(),
                 shares: None,
             }),
         }
