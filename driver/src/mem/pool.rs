@@ -245,6 +245,13 @@ impl Mempool {
         self.adopt(index, 0, OffloadFlags::default())
     }
 
+    /// The device address of the pool's first buffer and the bytes from one buffer to the
+    /// next: buffer `index` starts at `base + index * stride`.
+    #[inline(always)]
+    pub(crate) fn buffer_geometry(&self) -> (u64, u64) {
+        (self.shared.base_iova, u64::from(self.shared.buf_size))
+    }
+
     /// Device address of the first data byte of the buffer at `index` (after the headroom).
     #[inline]
     pub(crate) fn data_iova(&self, index: u32) -> u64 {

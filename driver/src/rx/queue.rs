@@ -183,12 +183,23 @@ impl<B: Backend> RxQueue<B> {
         // a buffer costs only its address word.
         let head = be_word(room, lkey);
         let posted = match (&striding, &*ring) {
-            (None, RecvRing::Plain(ring)) => pool.take_each(empty, |index| {
-                let slot = usize::from(*pi & mask);
-                ring.write_words::<2>(u32::from(*pi), &[head, be_u64(pool.data_iova(index))]);
-                slots[slot] = index;
-                *pi = pi.wrapping_add(1);
-            }),
+            (None, RecvRing::Plain(ring)) => {
+                // What every buffer's address is computed from, and the producer index, held
+                // in registers across the loop (the WQE stores are volatile, so fields read
+                // through the queue or the pool would be read again after each).
+                let (base, stride) = pool.buffer_geometry();
+                let base = base + u64::from(HEADROOM_U32);
+                let slots = &mut slots[..];
+                let mut at = *pi;
+                let posted = pool.take_each(empty, |index| {
+                    let iova = base + u64::from(index) * stride;
+                    ring.write_words::<2>(u32::from(at), &[head, be_u64(iova)]);
+                    slots[usize::from(at & mask)] = index;
+                    at = at.wrapping_add(1);
+                });
+                *pi = at;
+                posted
+            }
             (Some(striding), RecvRing::Striding(ring)) => pool.take_each(empty, |index| {
                 let slot = usize::from(*pi & mask);
                 striding.post(ring, pool.shared(), *pi, index, lkey);

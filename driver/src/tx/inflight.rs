@@ -207,7 +207,27 @@ impl InFlight {
             return;
         };
         let run_mask = runs.len() - 1;
-        for (k, kept) in stretch.iter_mut().enumerate() {
+        let mut next = 0;
+        while next < stretch.len() {
+            // The common case first: a row of buffers of the pool whose cache this queue
+            // fills, while the cache has room. Each costs its slot's read and clear and one
+            // store into the cache.
+            if let Some(cache) = cache {
+                let place = chain.place as u64;
+                while let Some(kept) = stretch.get_mut(next) {
+                    if *kept >> 32 != place || !fill.has_room() {
+                        break;
+                    }
+                    fill.put(cache, *kept as u32);
+                    *kept = EMPTY;
+                    next += 1;
+                }
+            }
+            let k = next;
+            let Some(kept) = stretch.get_mut(k) else {
+                break;
+            };
+            next += 1;
             let entry = std::mem::replace(kept, EMPTY);
             // Runs, whole packets and empty slots have high words no pool place has.
             match links {
