@@ -70,6 +70,15 @@ impl PoolMemory {
         m.read_words(offset).ok()
     }
 
+    /// The region, for memory the driver allocated; `None` for a dmabuf range.
+    #[inline(always)]
+    pub(crate) fn region(&self) -> Option<&DmaRegion> {
+        match self {
+            PoolMemory::Region(r) => Some(r),
+            PoolMemory::DmaBuf(_) => None,
+        }
+    }
+
     /// The trimmed page list a memory key over the pool is programmed with.
     pub(crate) fn pages(&self) -> PageList {
         match self {
@@ -437,6 +446,18 @@ impl PoolShared {
     #[inline]
     pub(crate) fn iova(&self, index: u32) -> u64 {
         self.base_iova + self.offset(index) as u64
+    }
+
+    /// The device address of the pool's first byte.
+    #[inline(always)]
+    pub(crate) fn base_iova(&self) -> u64 {
+        self.base_iova
+    }
+
+    /// Bytes per buffer.
+    #[inline(always)]
+    pub(crate) fn buf_size(&self) -> u32 {
+        self.buf_size
     }
 
     pub(crate) fn memory(&self) -> &PoolMemory {
