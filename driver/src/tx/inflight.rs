@@ -200,7 +200,6 @@ impl InFlight {
             ..
         } = self;
         let mut buffers = chain.buffers;
-        let mut fill = chain.fill;
         let mut links = pools.get(chain.place).and_then(|p| p.owned_links());
         let mut cache = chain.cache_slots(pools);
         let Some(stretch) = slots.get_mut(from..to) else {
@@ -214,6 +213,7 @@ impl InFlight {
             // store into the cache.
             if let Some(cache) = cache {
                 let place = chain.place as u64;
+                let mut fill = chain.fill;
                 while let Some(kept) = stretch.get_mut(next) {
                     if *kept >> 32 != place || !fill.has_room() {
                         break;
@@ -222,6 +222,7 @@ impl InFlight {
                     *kept = EMPTY;
                     next += 1;
                 }
+                chain.fill = fill;
             }
             let k = next;
             let Some(kept) = stretch.get_mut(k) else {
@@ -231,21 +232,22 @@ impl InFlight {
             let entry = std::mem::replace(kept, EMPTY);
             // Runs, whole packets and empty slots have high words no pool place has.
             match links {
+                // The cache, if any, is full here (the loop above took what fits).
                 Some(links) if (entry >> 32) as usize == chain.place => {
-                    match cache {
-                        Some(slots) if fill.has_room() => fill.put(slots, entry as u32),
-                        _ => buffers.link_in(links, entry as u32),
-                    }
+                    buffers.link_in(links, entry as u32);
                     continue;
                 }
                 _ => {}
             }
             if entry & RUN == 0 || entry >= WHOLE {
-                (chain.buffers, chain.fill) = (buffers, fill);
+                let place = chain.place;
+                chain.buffers = buffers;
                 complete_other(pools, whole, from + k, entry, chain);
-                (buffers, fill) = (chain.buffers, chain.fill);
-                links = pools.get(chain.place).and_then(|p| p.owned_links());
-                cache = chain.cache_slots(pools);
+                buffers = chain.buffers;
+                if chain.place != place {
+                    links = pools.get(chain.place).and_then(|p| p.owned_links());
+                    cache = chain.cache_slots(pools);
+                }
                 continue;
             }
             // A multi-packet WQE: its packets, in order, from the run queue.
@@ -254,20 +256,25 @@ impl InFlight {
                 *run_head = run_head.wrapping_add(1);
                 match links {
                     Some(links) if (kept >> 32) as usize == chain.place => match cache {
-                        Some(slots) if fill.has_room() => fill.put(slots, kept as u32),
+                        Some(slots) if chain.fill.has_room() => {
+                            chain.fill.put(slots, kept as u32);
+                        }
                         _ => buffers.link_in(links, kept as u32),
                     },
                     _ => {
-                        (chain.buffers, chain.fill) = (buffers, fill);
+                        let place = chain.place;
+                        chain.buffers = buffers;
                         complete_other(pools, whole, from + k, kept, chain);
-                        (buffers, fill) = (chain.buffers, chain.fill);
-                        links = pools.get(chain.place).and_then(|p| p.owned_links());
-                        cache = chain.cache_slots(pools);
+                        buffers = chain.buffers;
+                        if chain.place != place {
+                            links = pools.get(chain.place).and_then(|p| p.owned_links());
+                            cache = chain.cache_slots(pools);
+                        }
                     }
                 }
             }
         }
-        (chain.buffers, chain.fill) = (buffers, fill);
+        chain.buffers = buffers;
     }
 
     /// Packets in flight.
