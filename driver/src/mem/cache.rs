@@ -20,9 +20,12 @@ use std::sync::atomic::{AtomicBool, AtomicU32};
 /// Buffers a pool's cache holds at most: room for the completions of a few bursts.
 pub(crate) const CACHE_SIZE: usize = 256;
 
+/// A cache's slots, as its producer puts buffers in them ([`Fill::put`]).
+pub(crate) type CacheSlots = [AtomicU32; CACHE_SIZE];
+
 /// See the module documentation.
 pub(crate) struct BufferCache {
-    slots: Box<[AtomicU32; CACHE_SIZE]>,
+    slots: Box<CacheSlots>,
     /// Index (wrapping) of the oldest cached buffer; moved by takers, with compare-and-swap.
     head: AtomicU32,
     /// Index (wrapping) past the newest cached buffer; moved only by the producer.
@@ -58,7 +61,7 @@ impl Fill {
 
     /// Puts `index` in the cache's `slots` (the caller saw room left).
     #[inline(always)]
-    pub(crate) fn put(&mut self, slots: &[AtomicU32; CACHE_SIZE], index: u32) {
+    pub(crate) fn put(&mut self, slots: &CacheSlots, index: u32) {
         slots[self.tail as usize % CACHE_SIZE].store(index, Ordering::Relaxed);
         self.tail = self.tail.wrapping_add(1);
     }
@@ -90,7 +93,7 @@ impl BufferCache {
 
     /// The slots the producer puts buffers in.
     #[inline(always)]
-    pub(crate) fn slots(&self) -> &[AtomicU32; CACHE_SIZE] {
+    pub(crate) fn slots(&self) -> &CacheSlots {
         &self.slots
     }
 

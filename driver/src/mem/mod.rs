@@ -18,5 +18,7 @@ pub use pool::Mempool;
 
 pub(crate) use buffer::{BufferChain, PoolShared, RING_HOLD};
 pub(crate) use burst::{release_entries, BurstEntry};
-pub(crate) use cache::{Fill, CACHE_SIZE};
+#[cfg(test)]
+pub(crate) use cache::CACHE_SIZE;
+pub(crate) use cache::{CacheSlots, Fill};
 pub(crate) use quarantine::Quarantine;

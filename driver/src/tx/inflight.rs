@@ -10,8 +10,7 @@
 //! The packets of a multi-packet WQE are kept the same way, in order, in a run queue beside the
 //! slots; the WQE's slot holds how many of them it carries.
 
-use crate::mem::{BufferChain, Fill, Mbuf, OffloadFlags, PoolShared, CACHE_SIZE};
-use std::sync::atomic::AtomicU32;
+use crate::mem::{BufferChain, CacheSlots, Fill, Mbuf, OffloadFlags, PoolShared};
 use std::sync::Arc;
 
 /// Pools a queue keeps buffer indexes of; packets of any further pool are kept whole.
@@ -402,7 +401,7 @@ impl Chain {
     /// The slots of the buffer cache of the pool gathered for, when the queue holds its
     /// claim.
     #[inline(always)]
-    fn cache_slots<'p>(&self, pools: &'p [Arc<PoolShared>]) -> Option<&'p [AtomicU32; CACHE_SIZE]> {
+    fn cache_slots<'p>(&self, pools: &'p [Arc<PoolShared>]) -> Option<&'p CacheSlots> {
         let pool = pools.get(self.place)?;
         (self.claims & (1u8 << (self.place & 7)) != 0).then(|| pool.cache.slots())
     }
