@@ -1,7 +1,8 @@
 //! Compressed sessions (CQE compression): a title CQE and mini-CQE arrays, unpacked into one
 //! CQE per completion.
 
-use super::cqe::Cqe;
+use super::cqe::{rx_flags, Cqe};
+use crate::mem::OffloadFlags;
 use cxdirect_hw::cqe::{op_own, Cqe64, MiniCqe8, CQE_SIZE, MINI_CQES_PER_SLOT};
 use cxdirect_hw::layout::{field, FieldInfo};
 
@@ -47,6 +48,12 @@ pub(super) struct Session {
     pub(super) taken: u32,
     /// The title's WQE counter: completion `taken` is for WQE `first_counter + taken`.
     pub(super) first_counter: u16,
+    /// What every completion of the session shares, read from the title once when it opened:
+    /// its queue number, whether it is a successful receive, and its offload results (the RSS
+    /// hash aside, which each mini-CQE carries).
+    pub(super) qpn: u32,
+    pub(super) receive_ok: bool,
+    pub(super) flags: OffloadFlags,
 }
 
 impl Session {
@@ -67,6 +74,9 @@ impl Session {
             count,
             taken: 0,
             first_counter: title.wqe_counter(),
+            qpn: title.qpn(),
+            receive_ok: title.is_receive_ok(),
+            flags: rx_flags(&title),
         }
     }
 
@@ -113,6 +123,61 @@ impl MiniRun {
     #[inline(always)]
     pub fn byte_cnt_and_hash(&self, i: usize) -> (u32, u32) {
         let mini = self.minis[(self.from + i) % MINI_CQES_PER_SLOT as usize].to_ne_bytes();
+        (
+            u32::from_be_bytes(mini_dword(&mini, MINI_BYTE_CNT)),
+            u32::from_be_bytes(mini_dword(&mini, MINI_HASH)),
+        )
+    }
+}
+
+/// The next completions of a compressed session that share one mini-CQE array, read in place
+/// ([`CqRing::array_run`]): what they share (queue number, receive status, offload results)
+/// was read from the title once, when the session opened, and their WQE counters are
+/// consecutive from [`ArrayRun::counter`], so a queue checks the run once and each completion
+/// only by its byte count (and takes its RSS hash).
+///
+/// [`CqRing::array_run`]: super::CqRing::array_run
+pub(crate) struct ArrayRun<'a> {
+    pub(super) session: &'a Session,
+    /// Where the run starts in the array (0..8).
+    pub(super) from: usize,
+    /// Completions in the run (1..=8).
+    pub len: usize,
+}
+
+impl ArrayRun<'_> {
+    /// The WQE counter of the run's first completion (the title's, plus the completions
+    /// taken before it).
+    #[inline(always)]
+    pub fn counter(&self) -> u16 {
+        self.session
+            .first_counter
+            .wrapping_add(self.session.taken as u16)
+    }
+
+    /// The queue number every completion of the session carries.
+    #[inline(always)]
+    pub fn qpn(&self) -> u32 {
+        self.session.qpn
+    }
+
+    /// True when the session's title is a successful receive completion.
+    #[inline(always)]
+    pub fn is_receive_ok(&self) -> bool {
+        self.session.receive_ok
+    }
+
+    /// The offload results every completion of the session shares (RSS hash as the title's).
+    #[inline(always)]
+    pub fn flags(&self) -> OffloadFlags {
+        self.session.flags
+    }
+
+    /// Byte count (the device's word, unchecked) and RSS hash of completion `i` of the run
+    /// (`i < len`).
+    #[inline(always)]
+    pub fn byte_cnt_and_hash(&self, i: usize) -> (u32, u32) {
+        let mini = self.session.minis[(self.from + i) % MINI_CQES_PER_SLOT as usize].to_ne_bytes();
         (
             u32::from_be_bytes(mini_dword(&mini, MINI_BYTE_CNT)),
             u32::from_be_bytes(mini_dword(&mini, MINI_HASH)),

@@ -9,7 +9,6 @@ mod ring;
 pub use cqe::Cqe;
 pub use eq::Event;
 
-pub(crate) use compressed::MiniRun;
 pub(crate) use cqe::rx_flags;
 pub(crate) use eq::EventQueue;
 pub(crate) use ring::CqRing;

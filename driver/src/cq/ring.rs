@@ -1,7 +1,7 @@
 //! Completion queues, driver side: the ring software reads by owner bit, with compressed
 //! sessions unpacked into one CQE per completion.
 
-use super::compressed::{MiniRun, Session};
+use super::compressed::{ArrayRun, MiniRun, Session};
 use super::cqe::Cqe;
 use crate::backend::barrier::{dma_rmb, dma_wmb};
 use crate::error::DriverError;
@@ -26,6 +26,22 @@ const GAP_PATIENCE: Duration = Duration::from_millis(250);
 
 #[cfg(test)]
 mod tests;
+
+/// [`CqRing::consume_run`]'s `n` slots from consumer index `ci` when they cross the ring's
+/// end: two stretches, the second with the next pass's owner bit.
+#[cold]
+fn give_back_wrapping(region: &SlotRing<CQE_SIZE>, ci: u32, n: u32, log_size: u8) {
+    let mask = (1u32 << log_size) - 1;
+    let mut done = 0;
+    while done < n {
+        let index = ci.wrapping_add(done);
+        let slot = index & mask;
+        let count = (n - done).min(mask + 1 - slot);
+        let invalid = op_own::with(CqeOpcode::Invalid as u8, ((index >> log_size) & 1) as u8);
+        region.write_byte_each(slot, op_own::BYTE, count, invalid);
+        done += count;
+    }
+}
 
 /// A completion queue ring, driver side.
 pub(crate) struct CqRing {
@@ -263,32 +279,42 @@ impl CqRing {
         })
     }
 
+    /// As [`CqRing::mini_run`], read in place and without a CQE built for the run's first
+    /// completion: what the session's completions share was read from its title once.
+    #[inline(always)]
+    pub(crate) fn array_run(&self, max: usize) -> Option<ArrayRun<'_>> {
+        let session = self.session.as_ref()?;
+        let from = session.taken % MINI_CQES_PER_SLOT;
+        let left_in_array = MINI_CQES_PER_SLOT - from;
+        let len = left_in_array.min(session.count - session.taken) as usize;
+        Some(ArrayRun {
+            session,
+            from: from as usize,
+            len: len.min(max.max(1)),
+        })
+    }
+
     /// Consumes `n` completions of the open session (at most the length of the last
     /// [`CqRing::mini_run`]; 1 when the session's completion came from [`CqRing::peek`]).
     /// Their slots are given back for the device's next pass: the device writes only the title
     /// and the mini-CQE arrays, so every slot a session covered gets an INVALID opcode with
     /// this pass's owner bit, which the next pass (expecting the other owner) reads as not yet
     /// written. This happens before the doorbell record tells the device the slots are free.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn consume_run(&mut self, n: u32) {
         let Some(session) = &mut self.session else {
             return;
         };
         let mask = (1u32 << self.log_size) - 1;
-        // At most two stretches: up to the ring's end, then from its start with the owner bit
-        // of the next pass.
-        let mut done = 0;
-        while done < n {
-            let index = self.ci.wrapping_add(done);
-            let slot = index & mask;
-            let count = (n - done).min(mask + 1 - slot);
-            let invalid = op_own::with(
-                CqeOpcode::Invalid as u8,
-                ((index >> self.log_size) & 1) as u8,
-            );
-            self.region
-                .write_byte_each(slot, op_own::BYTE, count, invalid);
-            done += count;
+        let slot = self.ci & mask;
+        if slot + n <= mask + 1 {
+            // One stretch (the common case: a run never crosses a mini-CQE array, and arrays
+            // rarely the ring's end): one bounds check for its slots.
+            let owner = ((self.ci >> self.log_size) & 1) as u8;
+            let invalid = op_own::with(CqeOpcode::Invalid as u8, owner);
+            self.region.write_byte_each(slot, op_own::BYTE, n, invalid);
+        } else {
+            give_back_wrapping(&self.region, self.ci, n, self.log_size);
         }
         self.ci = self.ci.wrapping_add(n);
         self.mini_cqes += u64::from(n);
@@ -303,11 +329,7 @@ impl CqRing {
             let slot = session
                 .start
                 .wrapping_add(cqe::mini_array_slot(session.taken));
-            session.minis = self
-                .region
-                .region()
-                .read_words((slot & mask) as usize * CQE_SIZE)
-                .unwrap_or([0; MINI_CQES_PER_SLOT as usize]);
+            session.minis = self.region.read_words(slot);
         }
     }
 

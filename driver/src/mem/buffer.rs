@@ -5,6 +5,7 @@
 //! Buffer memory is device-visible, so an `Mbuf` never hands out a reference to it: data goes in
 //! and out by copy (volatile accesses underneath).
 
+use super::cache::{BufferCache, Fill};
 use crate::error::DriverError;
 use cxdirect_dma::{DmaBufMapping, DmaRegion, PageList};
 // The free stack's atomics are loom's when model-checked (`--cfg loom`; see the pool's tests).
@@ -67,6 +68,15 @@ impl PoolMemory {
     #[inline(never)]
     fn dmabuf_words<const N: usize>(m: &DmaBufMapping, offset: usize) -> Option<[u64; N]> {
         m.read_words(offset).ok()
+    }
+
+    /// The region, for memory the driver allocated; `None` for a dmabuf range.
+    #[inline(always)]
+    pub(crate) fn region(&self) -> Option<&DmaRegion> {
+        match self {
+            PoolMemory::Region(r) => Some(r),
+            PoolMemory::DmaBuf(_) => None,
+        }
     }
 
     /// The trimmed page list a memory key over the pool is programmed with.
@@ -143,6 +153,9 @@ pub(crate) struct PoolShared {
     pub(super) next: Box<[AtomicU32]>,
     pub(super) available: AtomicU32,
     pub(super) lkey: AtomicU32,
+    /// Free buffers one send queue's completions put for receive refills to take first: see
+    /// [`BufferCache`]. Counted in `available`.
+    pub(crate) cache: BufferCache,
     /// Buffers several packets share (a striding receive ring's): the references to each.
     /// A buffer goes back on the stack when its last reference goes. `None`: each buffer has
     /// one owner.
@@ -159,9 +172,36 @@ impl PoolShared {
         (self.pop_bulk(&mut one) == 1).then_some(one[0])
     }
 
-    /// Takes up to `out.len()` indexes with one compare-and-swap: the tag on the head proves
-    /// that no other thread popped or pushed between reading the chain and taking it.
+    /// Takes up to `out.len()` indexes: from the cache first (one compare-and-swap), then
+    /// from the free stack for what the cache did not hold.
+    #[inline]
     pub(super) fn pop_bulk(&self, out: &mut [u32]) -> usize {
+        let cached = self.cache.take(out);
+        if cached > 0 {
+            self.available.fetch_sub(cached as u32, Ordering::Relaxed);
+            if cached == out.len() {
+                return cached;
+            }
+        }
+        cached + self.pop_stack(&mut out[cached..])
+    }
+
+    /// Publishes the buffers a send queue's completion put in the cache ([`Fill`]): takers
+    /// see them, and they count as available.
+    #[inline]
+    pub(crate) fn publish_fill(&self, fill: Fill) {
+        if fill.put_count() > 0 {
+            self.cache.publish(fill);
+            self.available
+                .fetch_add(fill.put_count(), Ordering::Relaxed);
+        }
+    }
+
+    /// Takes up to `out.len()` indexes off the free stack with one compare-and-swap: the tag
+    /// on the head proves that no other thread popped or pushed between reading the chain and
+    /// taking it.
+    #[inline(never)]
+    fn pop_stack(&self, out: &mut [u32]) -> usize {
         let mut head = self.head.load(Ordering::Acquire);
         loop {
             let mut taken = 0;
@@ -406,6 +446,18 @@ impl PoolShared {
     #[inline]
     pub(crate) fn iova(&self, index: u32) -> u64 {
         self.base_iova + self.offset(index) as u64
+    }
+
+    /// The device address of the pool's first byte.
+    #[inline(always)]
+    pub(crate) fn base_iova(&self) -> u64 {
+        self.base_iova
+    }
+
+    /// Bytes per buffer.
+    #[inline(always)]
+    pub(crate) fn buf_size(&self) -> u32 {
+        self.buf_size
     }
 
     pub(crate) fn memory(&self) -> &PoolMemory {

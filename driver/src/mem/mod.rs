@@ -4,6 +4,7 @@
 
 mod buffer;
 mod burst;
+mod cache;
 mod flags;
 mod mbuf;
 mod pool;
@@ -17,4 +18,7 @@ pub use pool::Mempool;
 
 pub(crate) use buffer::{BufferChain, PoolShared, RING_HOLD};
 pub(crate) use burst::{release_entries, BurstEntry};
+#[cfg(test)]
+pub(crate) use cache::CACHE_SIZE;
+pub(crate) use cache::{CacheSlots, Fill};
 pub(crate) use quarantine::Quarantine;

@@ -2,6 +2,7 @@
 //! key (MTT). Taking and returning buffers is lock-free and does not allocate.
 
 use super::buffer::{PoolMemory, PoolShared, BULK, HEADROOM, NIL, RING_HOLD};
+use super::cache::BufferCache;
 use super::flags::OffloadFlags;
 use super::mbuf::Mbuf;
 use crate::error::DriverError;
@@ -128,6 +129,7 @@ impl Mempool {
                 next,
                 available: AtomicU32::new(count),
                 lkey: AtomicU32::new(0),
+                cache: BufferCache::default(),
                 shares: None,
             }),
         }
@@ -241,6 +243,13 @@ impl Mempool {
             let _ = self.shared.last_reference(index, RING_HOLD - 1);
         }
         self.adopt(index, 0, OffloadFlags::default())
+    }
+
+    /// The device address of the pool's first buffer and the bytes from one buffer to the
+    /// next: buffer `index` starts at `base + index * stride`.
+    #[inline(always)]
+    pub(crate) fn buffer_geometry(&self) -> (u64, u64) {
+        (self.shared.base_iova, u64::from(self.shared.buf_size))
     }
 
     /// Device address of the first data byte of the buffer at `index` (after the headroom).

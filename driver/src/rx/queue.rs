@@ -7,7 +7,7 @@ use super::sink::RxSink;
 use super::striding::{StridingRx, WQE_BYTES};
 use crate::backend::barrier::dma_wmb;
 use crate::backend::Backend;
-use crate::cq::{rx_flags, CqRing, MiniRun};
+use crate::cq::{rx_flags, CqRing};
 use crate::error::DriverError;
 use crate::mem::{Mbuf, Mempool, OffloadFlags, Quarantine, HEADROOM};
 use crate::ring::{
@@ -183,12 +183,23 @@ impl<B: Backend> RxQueue<B> {
         // a buffer costs only its address word.
         let head = be_word(room, lkey);
         let posted = match (&striding, &*ring) {
-            (None, RecvRing::Plain(ring)) => pool.take_each(empty, |index| {
-                let slot = usize::from(*pi & mask);
-                ring.write_words::<2>(u32::from(*pi), &[head, be_u64(pool.data_iova(index))]);
-                slots[slot] = index;
-                *pi = pi.wrapping_add(1);
-            }),
+            (None, RecvRing::Plain(ring)) => {
+                // What every buffer's address is computed from, and the producer index, held
+                // in registers across the loop (the WQE stores are volatile, so fields read
+                // through the queue or the pool would be read again after each).
+                let (base, stride) = pool.buffer_geometry();
+                let base = base + u64::from(HEADROOM_U32);
+                let slots = &mut slots[..];
+                let mut at = *pi;
+                let posted = pool.take_each(empty, |index| {
+                    let iova = base + u64::from(index) * stride;
+                    ring.write_words::<2>(u32::from(at), &[head, be_u64(iova)]);
+                    slots[usize::from(at & mask)] = index;
+                    at = at.wrapping_add(1);
+                });
+                *pi = at;
+                posted
+            }
             (Some(striding), RecvRing::Striding(ring)) => pool.take_each(empty, |index| {
                 let slot = usize::from(*pi & mask);
                 striding.post(ring, pool.shared(), *pi, index, lkey);
@@ -264,8 +275,7 @@ impl<B: Backend> RxQueue<B> {
         let mut received_bytes = 0u64;
         let limit = max.min(MAX_BURST);
         while got < limit {
-            if let Some(run) = self.cq.mini_run(limit - got) {
-                let taken = self.receive_run(&run, room, out);
+            if let Some(taken) = self.receive_run(limit - got, room, out) {
                 got += taken.accepted;
                 received_bytes += taken.bytes;
                 if self.in_error {
@@ -334,53 +344,69 @@ impl<B: Backend> RxQueue<B> {
         }
     }
 
-    /// Receives the completions of `run` (one mini-CQE array of a compressed session) onto
-    /// `out`: what they share is checked once, on the first, as a plain CQE is checked; each
-    /// one's byte count and buffer on its own. Consumes what it looked at; a refusal sets
+    /// Receives the next completions of the open compressed session that share one mini-CQE
+    /// array, at most `max`, onto `out`; `None` when no session is open. What they share is
+    /// decided once for the run: the session's queue number and receive status (read from its
+    /// title when it opened), the WQE counter of the run's first completion against the
+    /// consumer index (the rest follow it one by one, as the ring's slots do), the posted
+    /// buffers' count, the offload results. Each completion then costs its byte count's check,
+    /// its slot's buffer and its burst entry. Consumes what it looked at; a refusal sets
     /// `in_error` as [`RxQueue::receive`] does.
     #[inline(always)]
-    fn receive_run(&mut self, run: &MiniRun, room: u32, out: &mut impl RxSink) -> RunTaken {
+    fn receive_run(&mut self, max: usize, room: u32, out: &mut impl RxSink) -> Option<RunTaken> {
         let mut taken = RunTaken::default();
-        let first = &run.first;
-        let posted = usize::from(self.pi.wrapping_sub(self.ci));
-        if first.wqe_counter() != self.ci
-            || first.qpn() != self.rqn
-            || !first.is_receive_ok()
-            || posted == 0
-        {
-            self.cq.consume_run(1);
+        let Self {
+            cq,
+            slots,
+            pool,
+            ci,
+            pi,
+            ring_mask,
+            rqn,
+            ..
+        } = self;
+        let run = cq.array_run(max)?;
+        let posted = usize::from(pi.wrapping_sub(*ci));
+        if run.counter() != *ci || run.qpn() != *rqn || !run.is_receive_ok() || posted == 0 {
+            cq.consume_run(1);
             self.stats.cqes += 1;
             self.refuse();
-            return taken;
+            return Some(taken);
         }
-        let flags = rx_flags(first);
+        let flags = run.flags();
         let hashed = flags.rx_rss_hash.is_some();
-        let mut looked = 0;
+        let mask = usize::from(*ring_mask);
+        let first = usize::from(*ci);
         // More completions than posted buffers: the ones past the last buffer are refused on
         // the next run, as the plain path refuses them one by one.
-        for i in 0..run.len.min(posted) {
-            looked += 1;
+        let n = run.len.min(posted);
+        let mut refused = false;
+        for i in 0..n {
             let (bytes, hash) = run.byte_cnt_and_hash(i);
-            let Some((slot, index)) = self.take_oldest() else {
-                break;
-            };
-            if bytes > room || bytes == 0 {
-                // As in `receive`: the buffer stays posted until recovery flushes it.
-                self.slots[slot] = index;
-                self.refuse();
+            let slot = &mut slots[(first + i) & mask];
+            // As in `receive`: a refused completion's buffer stays posted until recovery
+            // flushes it (and a slot with none stays empty).
+            if bytes > room || bytes == 0 || *slot == EMPTY_SLOT {
+                refused = true;
                 break;
             }
+            let index = std::mem::replace(slot, EMPTY_SLOT);
             taken.bytes += u64::from(bytes);
             let flags = OffloadFlags {
                 rx_rss_hash: hashed.then_some(hash),
                 ..flags
             };
-            out.accept(&self.pool, index, HEADROOM_U32, bytes, flags);
+            out.accept(pool, index, HEADROOM_U32, bytes, flags);
             taken.accepted += 1;
         }
-        self.cq.consume_run(looked as u32);
+        let looked = taken.accepted + usize::from(refused);
+        *ci = ci.wrapping_add(looked as u16);
+        cq.consume_run(looked as u32);
         self.stats.cqes += looked as u64;
-        taken
+        if refused {
+            self.refuse();
+        }
+        Some(taken)
     }
 
     /// True once the device completed a receive in error or wrote a completion the driver

@@ -10,7 +10,7 @@
 //! The packets of a multi-packet WQE are kept the same way, in order, in a run queue beside the
 //! slots; the WQE's slot holds how many of them it carries.
 
-use crate::mem::{BufferChain, Mbuf, OffloadFlags, PoolShared};
+use crate::mem::{BufferChain, CacheSlots, Fill, Mbuf, OffloadFlags, PoolShared};
 use std::sync::Arc;
 
 /// Pools a queue keeps buffer indexes of; packets of any further pool are kept whole.
@@ -36,6 +36,9 @@ pub(crate) struct InFlight {
     whole: Box<[Option<Mbuf>]>,
     /// The pools whose buffer indexes `slots` and `runs` hold; kept until the queue is flushed.
     pools: Vec<Arc<PoolShared>>,
+    /// Bit `place` set: this queue holds the buffer cache claim of the pool at `place`, and
+    /// its completions put that pool's buffers in the cache (see `mem::cache`).
+    claims: u8,
     /// The packets of multi-packet WQEs in flight, in posting order, as slot entries (pool
     /// place and buffer index); a ring of a power-of-two length, never more than full.
     runs: Box<[u64]>,
@@ -65,6 +68,7 @@ impl InFlight {
             slots: vec![EMPTY; entries].into_boxed_slice(),
             whole: (0..entries).map(|_| None).collect(),
             pools: Vec::new(),
+            claims: 0,
             runs: vec![EMPTY; runs].into_boxed_slice(),
             run_head: 0,
             run_tail: 0,
@@ -154,6 +158,10 @@ impl InFlight {
         if self.pools.len() == MAX_POOLS {
             return None;
         }
+        // A pool whose buffers are shared goes back buffer by buffer, through its references.
+        if !pool.shares_buffers() && pool.cache.claim() {
+            self.claims |= 1 << self.pools.len();
+        }
         self.pools.push(Arc::clone(pool));
         Some(self.pools.len() - 1)
     }
@@ -167,7 +175,10 @@ impl InFlight {
     pub(crate) fn complete(&mut self, first: usize, count: usize) {
         let size = self.slots.len();
         let end = size.min(first + count);
-        let mut chain = Chain::default();
+        let mut chain = Chain {
+            claims: self.claims,
+            ..Chain::default()
+        };
         self.complete_stretch(first, end, &mut chain);
         self.complete_stretch(0, first + count - end, &mut chain);
         chain.finish(&self.pools);
@@ -189,14 +200,38 @@ impl InFlight {
         } = self;
         let mut buffers = chain.buffers;
         let mut links = pools.get(chain.place).and_then(|p| p.owned_links());
+        let mut cache = chain.cache_slots(pools);
         let Some(stretch) = slots.get_mut(from..to) else {
             return;
         };
         let run_mask = runs.len() - 1;
-        for (k, kept) in stretch.iter_mut().enumerate() {
+        let mut next = 0;
+        while next < stretch.len() {
+            // The common case first: a row of buffers of the pool whose cache this queue
+            // fills, while the cache has room. Each costs its slot's read and clear and one
+            // store into the cache.
+            if let Some(cache) = cache {
+                let place = chain.place as u64;
+                let mut fill = chain.fill;
+                while let Some(kept) = stretch.get_mut(next) {
+                    if *kept >> 32 != place || !fill.has_room() {
+                        break;
+                    }
+                    fill.put(cache, *kept as u32);
+                    *kept = EMPTY;
+                    next += 1;
+                }
+                chain.fill = fill;
+            }
+            let k = next;
+            let Some(kept) = stretch.get_mut(k) else {
+                break;
+            };
+            next += 1;
             let entry = std::mem::replace(kept, EMPTY);
             // Runs, whole packets and empty slots have high words no pool place has.
             match links {
+                // The cache, if any, is full here (the loop above took what fits).
                 Some(links) if (entry >> 32) as usize == chain.place => {
                     buffers.link_in(links, entry as u32);
                     continue;
@@ -204,10 +239,14 @@ impl InFlight {
                 _ => {}
             }
             if entry & RUN == 0 || entry >= WHOLE {
+                let place = chain.place;
                 chain.buffers = buffers;
                 complete_other(pools, whole, from + k, entry, chain);
                 buffers = chain.buffers;
-                links = pools.get(chain.place).and_then(|p| p.owned_links());
+                if chain.place != place {
+                    links = pools.get(chain.place).and_then(|p| p.owned_links());
+                    cache = chain.cache_slots(pools);
+                }
                 continue;
             }
             // A multi-packet WQE: its packets, in order, from the run queue.
@@ -215,14 +254,21 @@ impl InFlight {
                 let kept = std::mem::replace(&mut runs[*run_head & run_mask], EMPTY);
                 *run_head = run_head.wrapping_add(1);
                 match links {
-                    Some(links) if (kept >> 32) as usize == chain.place => {
-                        buffers.link_in(links, kept as u32);
-                    }
+                    Some(links) if (kept >> 32) as usize == chain.place => match cache {
+                        Some(slots) if chain.fill.has_room() => {
+                            chain.fill.put(slots, kept as u32);
+                        }
+                        _ => buffers.link_in(links, kept as u32),
+                    },
                     _ => {
+                        let place = chain.place;
                         chain.buffers = buffers;
                         complete_other(pools, whole, from + k, kept, chain);
                         buffers = chain.buffers;
-                        links = pools.get(chain.place).and_then(|p| p.owned_links());
+                        if chain.place != place {
+                            links = pools.get(chain.place).and_then(|p| p.owned_links());
+                            cache = chain.cache_slots(pools);
+                        }
                     }
                 }
             }
@@ -264,8 +310,25 @@ impl InFlight {
             taken.push(adopt(&self.pools, kept));
         }
         self.run_open = self.run_tail;
+        self.release_claims();
         self.pools.clear();
         taken
+    }
+
+    /// Lets go of the buffer cache claims this queue holds.
+    fn release_claims(&mut self) {
+        for (place, pool) in self.pools.iter().enumerate() {
+            if self.claims & (1 << place) != 0 {
+                pool.cache.release();
+            }
+        }
+        self.claims = 0;
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.release_claims();
     }
 }
 
@@ -296,6 +359,11 @@ struct Chain {
     place: usize,
     /// Whether that pool's buffers are shared (asked once, when its first buffer came).
     shared: bool,
+    /// The buffer cache claims of the queue ([`InFlight::claims`]).
+    claims: u8,
+    /// What was put in the cache of the pool gathered for, when the queue holds its claim
+    /// (no room otherwise).
+    fill: Fill,
 }
 
 /// [`Chain::place`] before any buffer is gathered.
@@ -307,6 +375,8 @@ impl Default for Chain {
             buffers: BufferChain::default(),
             place: NO_PLACE,
             shared: false,
+            claims: 0,
+            fill: Fill::default(),
         }
     }
 }
@@ -328,20 +398,34 @@ impl Chain {
         }
     }
 
+    /// The slots of the buffer cache of the pool gathered for, when the queue holds its
+    /// claim.
+    #[inline(always)]
+    fn cache_slots<'p>(&self, pools: &'p [Arc<PoolShared>]) -> Option<&'p CacheSlots> {
+        let pool = pools.get(self.place)?;
+        (self.claims & (1u8 << (self.place & 7)) != 0).then(|| pool.cache.slots())
+    }
+
     /// Sends back what was gathered and starts gathering for the pool at `place`.
     #[inline(never)]
     fn switch(&mut self, pools: &[Arc<PoolShared>], place: usize) {
         if let Some(pool) = pools.get(self.place) {
+            pool.publish_fill(std::mem::take(&mut self.fill));
             pool.push_chain(std::mem::take(&mut self.buffers));
         }
         self.place = place;
-        self.shared = pools[place].shares_buffers();
+        let pool = &pools[place];
+        self.shared = pool.shares_buffers();
+        if self.claims & (1u8 << (place & 7)) != 0 {
+            self.fill = pool.cache.begin_fill();
+        }
     }
 
     /// Sends back what was gathered.
     #[inline]
     fn finish(self, pools: &[Arc<PoolShared>]) {
         if let Some(pool) = pools.get(self.place) {
+            pool.publish_fill(self.fill);
             pool.push_chain(self.buffers);
         }
     }

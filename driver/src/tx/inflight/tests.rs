@@ -199,3 +199,44 @@ fn take_all_hands_back_everything_in_flight() {
     table.complete(0, 8);
     assert_eq!((a.available(), b.available()), (8, 8));
 }
+
+/// The pool's buffer cache: one send queue fills it from its completions, up to its bound, the
+/// rest going to the free stack; a second queue sending from the same pool uses the stack; and
+/// every buffer is handed out once, whichever way it came back.
+#[test]
+fn completions_fill_the_pool_cache_of_the_queue_holding_its_claim_and_no_more() {
+    use crate::mem::CACHE_SIZE;
+    let total = CACHE_SIZE + 64;
+    let p = pool(total as u32 + 8, 256);
+    let mut first = InFlight::new(total);
+    let mut second = InFlight::new(8);
+    for slot in 0..total {
+        send_one(&mut first, slot, &p);
+    }
+    send_one(&mut second, 0, &p);
+    assert!(!p.shared().cache.claim(), "the first queue holds the claim");
+    first.complete(0, total);
+    second.complete(0, 1);
+    assert_eq!(
+        p.shared().cache.len(),
+        CACHE_SIZE,
+        "the cache holds no more than its size"
+    );
+    assert_eq!(
+        p.available() as usize,
+        total + 8,
+        "cached buffers count as available"
+    );
+    let mut taken: Vec<Mbuf> = Vec::new();
+    assert_eq!(p.alloc_bulk(&mut taken, total + 16), total + 8);
+    let mut indexes: Vec<u64> = taken.iter().map(|m| m.data_iova()).collect();
+    indexes.sort_unstable();
+    indexes.dedup();
+    assert_eq!(indexes.len(), total + 8, "each buffer handed out once");
+    drop(taken);
+    drop(first);
+    assert!(
+        p.shared().cache.claim(),
+        "a dropped queue lets the claim go"
+    );
+}

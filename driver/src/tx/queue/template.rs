@@ -196,23 +196,46 @@ impl<B: Backend> TxQueue<B> {
     pub(crate) fn template_run(
         &mut self,
         shape: BbShape,
-        (pool, entries, place): (&PoolShared, &[BurstEntry], u32),
+        run: (&PoolShared, &[BurstEntry], u32),
         fates: &mut [u32; MAX_BURST],
         bytes: &mut u64,
     ) -> usize {
-        if shape == BbShape::General {
-            return 0;
-        }
+        // The shape is decided once, and each shape gets its own loop: neither carries the
+        // other's values or tests.
+        let sent = match shape {
+            BbShape::General => return 0,
+            BbShape::Headers => self.template_loop::<true>(run, bytes),
+            BbShape::Bare => self.template_loop::<false>(run, bytes),
+        };
+        // The run's fates in one fill, out of the loop.
+        fates[..sent].fill(KEPT);
+        sent
+    }
+
+    /// [`TxQueue::template_run`]'s loop for one shape (`HEADERS`: the 18 header bytes inline).
+    /// Where the pool's buffers live is decided once too: in driver memory, each packet's
+    /// header words are read straight from the region, at the offset its device address is
+    /// computed from; a dmabuf pool's packets are read through the pool.
+    #[inline(always)]
+    fn template_loop<const HEADERS: bool>(
+        &mut self,
+        (pool, entries, place): (&PoolShared, &[BurstEntry], u32),
+        bytes: &mut u64,
+    ) -> usize {
+        let shape = if HEADERS {
+            BbShape::Headers
+        } else {
+            BbShape::Bare
+        };
         let room = usize::from(self.free());
         let lkey = pool.lkey();
-        let shortest = if shape == BbShape::Headers {
-            ETH_INLINE + 1
-        } else {
-            ETH_HEADER
-        };
+        let shortest = if HEADERS { ETH_INLINE + 1 } else { ETH_HEADER };
         let (longest, mask, every) = (self.max_frame, self.mask(), self.cqe_every);
+        let (base_iova, buf_size) = (pool.base_iova(), pool.buf_size() as usize);
+        let region = pool.memory().region();
         let (mut pi, mut since) = (self.pi, self.since_cqe);
         let mut sent = 0;
+        let mut total = 0u64;
         for e in entries.iter().take(room) {
             let (len, flags) = (e.len() as usize, e.flags());
             // One test for both offloads that change a WQE's shape.
@@ -221,8 +244,18 @@ impl<B: Backend> TxQueue<B> {
             {
                 break;
             }
-            let head = if shape == BbShape::Headers {
-                let Some(head) = pool.head_words::<3>(e.index(), e.data_off()) else {
+            let data_off = e.data_off() as usize;
+            let offset = e.index() as usize * buf_size + data_off;
+            let head = if HEADERS {
+                // The words must lie within the packet's buffer.
+                if data_off + 24 > buf_size {
+                    break;
+                }
+                let words = match region {
+                    Some(region) => region.read_words::<3>(offset).ok(),
+                    None => pool.head_words::<3>(e.index(), e.data_off()),
+                };
+                let Some(head) = words else {
                     break;
                 };
                 head
@@ -242,21 +275,20 @@ impl<B: Backend> TxQueue<B> {
                 head,
                 len,
                 lkey,
-                pool.data_iova(e.index(), e.data_off()),
+                base_iova + offset as u64,
                 (flags.tx_ip_csum, flags.tx_l4_csum),
                 ce,
             );
             self.ring.write_words(u32::from(pi), &words);
             self.inflight
                 .keep_index(usize::from(pi & mask), place, e.index());
-            *bytes += len as u64;
+            total += len as u64;
             pi = pi.wrapping_add(1);
             sent += 1;
         }
+        *bytes += total;
         self.pi = pi;
         self.since_cqe = since;
-        // The run's fates in one fill, out of the loop.
-        fates[..sent].fill(KEPT);
         sent
     }
 
