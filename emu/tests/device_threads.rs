@@ -205,7 +205,9 @@ fn a_teardown_with_frames_in_flight_on_two_device_threads_accounts_for_every_fra
     let port_a = wire.ports().next().expect("port a");
     let port_b = wire.peer(port_a).expect("port b");
     // Whatever left a, b takes off the wire: received, or counted as a frame its queue had no
-    // buffer for.
+    // buffer for. b counts a frame as taken when it takes it off the wire, before it writes
+    // its completion or counts its missing buffer, so "b took them all" is not yet "b is
+    // done": wait until every frame is accounted for; the deadline only bounds a failure.
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut next = [0u32; QUEUES];
     let mut delivered = 0u64;
@@ -216,9 +218,12 @@ fn a_teardown_with_frames_in_flight_on_two_device_threads_accounts_for_every_fra
             delivered += 1;
         }
         let left = wire.counters(port_a).expect("port").tx_frames;
-        let taken = b.counters().rx_frames;
-        if (taken == left && wire.pending(port_b).expect("port") == 0) || Instant::now() > deadline
-        {
+        let arrived = wire.counters(port_b).expect("port");
+        let cb = b.counters();
+        let settled = arrived.rx_frames + arrived.dropped == left
+            && cb.rx_frames == arrived.rx_frames
+            && delivered + cb.rx_out_of_buffer == cb.rx_frames;
+        if settled || Instant::now() > deadline {
             break;
         }
         std::thread::yield_now();
@@ -242,7 +247,8 @@ fn a_teardown_with_frames_in_flight_on_two_device_threads_accounts_for_every_fra
         "b took every frame that arrived"
     );
     let missed = cb.rx_out_of_buffer;
-    // Poll once more: completions written after the loop's last look.
+    // Poll once more: a completion after every frame was accounted for would be a frame
+    // delivered twice.
     while sb.receive().is_some() {
         delivered += 1;
     }
