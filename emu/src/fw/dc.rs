@@ -225,20 +225,6 @@ pub(crate) fn arm_dct_for_key_violation(core: &mut Core, input: &[u8]) -> CmdRes
     Ok(())
 }
 
-/// A request presented a wrong access key to DCT `dctn`: an armed DCT raises
-/// DCT_KEY_VIOLATION (its number where DCT_DRAINED has it) and is disarmed.
-pub(crate) fn key_violated(core: &mut Core, dctn: u32) {
-    let Some(dct) = core.res.dcts.get_mut(dctn) else {
-        return;
-    };
-    if !std::mem::take(&mut dct.armed) {
-        return;
-    }
-    let mut data = [0u8; 28];
-    data[EQE_DCT_NUMBER_OFFSET..EQE_DCT_NUMBER_OFFSET + 4].copy_from_slice(&dctn.to_be_bytes());
-    crate::engine::eq::post_async_event(core, EventType::DctKeyViolation, 0, &data);
-}
-
 /// QUERY_DCT (`mlx5_core_dct_query`, for `ibv_query_qp` on a DCT): the context as created,
 /// with its state and key violation count current.
 pub(crate) fn query_dct(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {

@@ -31,6 +31,7 @@ use crate::function::Core;
 use crate::objects::dc::{DcPeer, DciConnection};
 use crate::objects::rc::Responder;
 use cxdirect_hw::dct;
+use cxdirect_hw::eqe::{EventType, EQE_DCT_NUMBER_OFFSET};
 use cxdirect_hw::qp::{service_type, state};
 use cxdirect_hw::wqe::{DatagramSeg, WQE_DS};
 
@@ -192,7 +193,7 @@ fn admit_context(
         if let Some(dct) = core.res.dcts.get_mut(dctn) {
             dct.key_violations = dct.key_violations.wrapping_add(1);
         }
-        crate::fw::dc::key_violated(core, dctn);
+        key_violated(core, dctn);
         return Some(Err(qpn));
     }
     Some(Ok(qpn))
@@ -240,4 +241,18 @@ fn source_gid(frame: &[u8], at: &Offsets) -> Option<[u8; 16]> {
         gid.copy_from_slice(ip.get(8..24)?);
     }
     Some(gid)
+}
+
+/// A request presented a wrong access key to DCT `dctn`: an armed DCT raises
+/// DCT_KEY_VIOLATION (its number where DCT_DRAINED has it) and is disarmed.
+fn key_violated(core: &mut Core, dctn: u32) {
+    let Some(dct) = core.res.dcts.get_mut(dctn) else {
+        return;
+    };
+    if !std::mem::take(&mut dct.armed) {
+        return;
+    }
+    let mut data = [0u8; 28];
+    data[EQE_DCT_NUMBER_OFFSET..EQE_DCT_NUMBER_OFFSET + 4].copy_from_slice(&dctn.to_be_bytes());
+    crate::engine::eq::post_async_event(core, EventType::DctKeyViolation, 0, &data);
 }

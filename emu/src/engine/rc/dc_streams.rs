@@ -65,7 +65,8 @@ pub(super) fn gate(core: &Core, qpn: u32, stream: u16) -> Gate {
 /// The responder refused DCI `qpn`'s WQE `failed` (taken off the outstanding ones) with
 /// `syndrome`. For a DCI with streams below its limit of errored streams, this is that
 /// stream's error: the WQE completes in error, the stream is in error, and the WQEs
-/// outstanding after it go again on a new connection; returns true. Returns false where the
+/// outstanding after it are rewound to go again on a new connection, which the caller sends
+/// by resuming the requester; returns true. Returns false where the
 /// caller fails the whole QP: no streams, the limit reached (the stream is counted first),
 /// or outstanding work that cannot be sent again (a local operation, a page fault pending).
 pub(super) fn stream_failed(
@@ -103,7 +104,6 @@ pub(super) fn stream_failed(
     }
     report_failure(core, qpn, failed.index, failed.opcode, syndrome);
     rewind(core, qpn);
-    super::requester::resume(core, qpn);
     true
 }
 

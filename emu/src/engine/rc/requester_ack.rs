@@ -82,6 +82,7 @@ pub(crate) fn acknowledge(core: &mut Core, qpn: u32, psn: u32, syndrome: u8) {
         if let Some(front) = front {
             // A DCI with streams: the refused WQE's stream fails, the DCI goes on.
             if super::dc_streams::stream_failed(core, qpn, &front, syndrome) {
+                resume(core, qpn);
                 return;
             }
             fail(core, qpn, front.index, front.opcode, syndrome);
