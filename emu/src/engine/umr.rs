@@ -108,8 +108,17 @@ pub(crate) fn execute(
             return Err(malformed);
         }
         let bsf = ctrl.xlt_offset();
-        let parsed = crate::signature::parse_umr(core, key.pd, wqe, XLT_AT, octowords, bsf);
-        Some(parsed.ok_or(malformed)?)
+        let parsed = crate::signature::parse_umr(core, key.pd, wqe, XLT_AT, octowords, bsf)
+            .ok_or(malformed)?;
+        // The key spans its one KLM (mlx5_ib's region, libmlx5's `reglen`): a longer key is
+        // a list of several pieces (`mlx5dv_wr_set_mkey_layout_list` of more SGEs), which a
+        // signature key does not model.
+        if let crate::objects::signature::Memory::Klm { bytes, .. } = parsed.memory {
+            if mask & mkey_mask::LEN != 0 && seg.len() != u64::from(bytes) {
+                return Err(malformed);
+            }
+        }
+        Some(parsed)
     } else {
         None
     };

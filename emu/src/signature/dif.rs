@@ -10,10 +10,14 @@ use super::SigError;
 use crate::function::Core;
 use crate::objects::signature::{Domain, Guard, Memory, SigKey};
 use crate::translate::{translate, KeyFault, RemoteAccess};
-use cxdirect_hw::sig::{copy, crc16_t10dif, ip_checksum, sig_err, DIF_SIZE};
+use cxdirect_hw::sig::{
+    copy, crc16_t10dif, crc32c, ip_checksum, sig_err, sig_err_domain, DIF_SIZE,
+};
 
-/// Bytes of a protection field.
-const PI: u64 = DIF_SIZE as u64;
+/// Bytes of domain `d`'s protection field (8 for T10-DIF, 4 for a CRC32).
+fn field(d: &Domain) -> u64 {
+    d.guard.field()
+}
 
 /// One access through a signature key.
 struct View<'a> {
@@ -75,7 +79,7 @@ pub(crate) fn read(
         let block = u64::from(m.block);
         for k in from / block..to / block {
             let mut pi = [0u8; DIF_SIZE];
-            mem_io(&v, pi_at(&v, k)?, Buf::Read(&mut pi))?;
+            mem_io(&v, pi_at(&v, k)?, Buf::Read(&mut pi[..field(&m) as usize]))?;
             let at = (
                 (k * block - from) as usize,
                 ((k + 1) * block - from) as usize,
@@ -109,6 +113,7 @@ pub(crate) fn read(
         let pi = generate(&v, &w, j, bytes, copied);
         // The block as the wire carries it, cut to the part asked for.
         let start = j * unit;
+        let pi = &pi[..field(&w) as usize];
         for (n, byte) in bytes.iter().chain(pi.iter()).enumerate() {
             let at = start + n as u64;
             if (offset..end).contains(&at) {
@@ -168,11 +173,12 @@ pub(crate) fn write(
                 if from >= to {
                     continue;
                 }
-                if to - from != PI {
+                if to - from != field(&w) {
                     return Err(KeyFault::Access);
                 }
                 let mut pi = [0u8; DIF_SIZE];
-                pi.copy_from_slice(&data[(from - offset) as usize..(to - offset) as usize]);
+                pi[..(to - from) as usize]
+                    .copy_from_slice(&data[(from - offset) as usize..(to - offset) as usize]);
                 arrived.push((j, pi));
             }
         }
@@ -196,7 +202,7 @@ pub(crate) fn write(
     let last = (data_floor(&sig, end - 1) / block).min(sig.data / block - 1);
     for k in data_floor(&sig, offset) / block..=last {
         let done_at = match (sig.same_blocks, sig.wire) {
-            (true, Some(w)) => k * wire_geometry(w).1 + block + PI - 1,
+            (true, Some(w)) => k * wire_geometry(w).1 + block + field(&w) - 1,
             _ => wire_offset(&sig, k * block + block - 1),
         };
         if !(offset..end).contains(&done_at) {
@@ -205,7 +211,7 @@ pub(crate) fn write(
         read_data(&v, k * block, &mut bytes)?;
         let copied = found.iter().find(|(j, _)| *j == k).map(|(_, pi)| *pi);
         let pi = generate(&v, &m, k, &bytes, copied.filter(|_| sig.same_blocks));
-        mem_io(&v, pi_at(&v, k)?, Buf::Write(&pi))?;
+        mem_io(&v, pi_at(&v, k)?, Buf::Write(&pi[..field(&m) as usize]))?;
     }
     Ok(())
 }
@@ -213,7 +219,7 @@ pub(crate) fn write(
 /// A wire domain's data bytes a block, and bytes a block takes on the wire.
 fn wire_geometry(w: Domain) -> (u64, u64) {
     let block = u64::from(w.block);
-    (block, block + PI)
+    (block, block + field(&w))
 }
 
 /// The wire offset of data byte `d`.
@@ -318,7 +324,7 @@ fn data_at(v: &View, d: u64) -> (u32, u64, u64) {
             let block = u64::from(m.block);
             (
                 key,
-                va + d / block * (block + PI) + d % block,
+                va + d / block * (block + field(&m)) + d % block,
                 block - d % block,
             )
         }
@@ -365,9 +371,10 @@ fn write_data(v: &View, mut d: u64, mut bytes: &[u8]) -> Result<(), KeyFault> {
 fn pi_at(v: &View, k: u64) -> Result<(u32, u64), KeyFault> {
     let block = v.sig.mem.map_or(0, |m| u64::from(m.block));
     match v.sig.memory {
-        Memory::Klm { key, va, .. } if v.sig.mem.is_some() => {
-            Ok((key, va + k * (block + PI) + block))
-        }
+        Memory::Klm { key, va, .. } if v.sig.mem.is_some() => Ok((
+            key,
+            va + k * (block + v.sig.mem.map_or(0, |m| field(&m))) + block,
+        )),
         Memory::Strided {
             prot_key,
             prot_va,
@@ -410,11 +417,71 @@ fn mem_io(v: &View, (key, addr): (u32, u64), buf: Buf) -> Result<(), KeyFault> {
     }
 }
 
-/// The guard of `data` in `guard`'s kind.
-fn guard_of(guard: Guard, data: &[u8]) -> u16 {
-    match guard {
-        Guard::Crc => crc16_t10dif(data),
+/// The T10-DIF guard of `data` in `dom`'s kind (a CRC16 seeded with all ones when the
+/// domain says so).
+fn guard_of(dom: &Domain, data: &[u8]) -> u16 {
+    match dom.guard {
         Guard::IpChecksum => ip_checksum(data),
+        _ if dom.seed_ones => crc16_seeded(data),
+        _ => crc16_t10dif(data),
+    }
+}
+
+/// CRC16 T10-DIF with its register started at all ones (libmlx5's `bg` 0xffff).
+fn crc16_seeded(data: &[u8]) -> u16 {
+    let mut crc = 0xffffu16;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x8bb7
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// The 32-bit CRC of a CRC signature domain over `data`: the register starts at the seed
+/// (all ones or zero) and the result is inverted, as the Ethernet CRC-32 and CRC-32C are.
+fn crc32_of(dom: &Domain, data: &[u8]) -> u32 {
+    let seed = if dom.seed_ones { 0xffff_ffff } else { 0 };
+    match dom.guard {
+        // crc32fast takes the previous CRC, the register's complement.
+        Guard::Crc32 => {
+            let mut h = crc32fast::Hasher::new_with_initial(!seed);
+            h.update(data);
+            h.finalize()
+        }
+        _ => crc32c(seed, data),
+    }
+}
+
+/// The protection field block `i` (data `data`) should carry in domain `dom`, and its
+/// transient signature and reference tag (what the PSV and a SIG_ERR CQE carry: a T10-DIF
+/// field's two words; a CRC32 in the high word, as libmlx5's `umr_transient_signature_crc`
+/// and `mlx5_decode_sigerr` place it). CRC fields are stored big-endian.
+fn expected(dom: &Domain, i: u64, data: &[u8]) -> ([u8; DIF_SIZE], u32, u32) {
+    let mut pi = [0u8; DIF_SIZE];
+    match dom.guard {
+        Guard::Crc32 | Guard::Crc32c => {
+            let crc = crc32_of(dom, data);
+            pi[..4].copy_from_slice(&crc.to_be_bytes());
+            (pi, crc, 0)
+        }
+        Guard::Crc | Guard::IpChecksum => {
+            let guard = guard_of(dom, data);
+            let reference = ref_tag(dom, i);
+            pi[0..2].copy_from_slice(&guard.to_be_bytes());
+            pi[2..4].copy_from_slice(&dom.app_tag.to_be_bytes());
+            pi[4..8].copy_from_slice(&reference.to_be_bytes());
+            (
+                pi,
+                u32::from(guard) << 16 | u32::from(dom.app_tag),
+                reference,
+            )
+        }
     }
 }
 
@@ -427,37 +494,63 @@ fn ref_tag(dom: &Domain, i: u64) -> u32 {
     }
 }
 
+/// The two words of a protection field as the PSV and a SIG_ERR CQE carry them.
+fn words(pi: &[u8; DIF_SIZE]) -> (u32, u32) {
+    (
+        u32::from_be_bytes([pi[0], pi[1], pi[2], pi[3]]),
+        u32::from_be_bytes([pi[4], pi[5], pi[6], pi[7]]),
+    )
+}
+
 /// Checks block `i` of input domain `dom` (at wire offset `offset`, data `data`) against the
 /// protection field `pi` found for it, recording a failure; the domain's PSV takes the field.
 fn check(v: &View, dom: &Domain, i: u64, offset: u64, data: &[u8], pi: [u8; DIF_SIZE]) {
-    let guard = u16::from_be_bytes([pi[0], pi[1]]);
-    let app = u16::from_be_bytes([pi[2], pi[3]]);
-    let reference = u32::from_be_bytes([pi[4], pi[5], pi[6], pi[7]]);
-    let escaped = dom.app_escape && app == 0xffff && (!dom.ref_escape || reference == 0xffff_ffff);
-    let (want_guard, want_ref) = (guard_of(dom.guard, data), ref_tag(dom, i));
+    let (want, want_sig, want_ref) = expected(dom, i, data);
+    let (sig, reference) = words(&pi);
     let mask = v.sig.check_mask;
     let mut syndrome = 0;
-    if mask & copy::GUARD != 0 && guard != want_guard {
-        syndrome |= sig_err::GUARD;
+    let mut escaped = false;
+    match dom.guard {
+        // The check mask names the field's bytes, one bit a byte from the most significant.
+        Guard::Crc32 | Guard::Crc32c => {
+            if (0..4).any(|j| mask & (0x80 >> j) != 0 && pi[j] != want[j]) {
+                syndrome |= sig_err::GUARD;
+            }
+        }
+        Guard::Crc | Guard::IpChecksum => {
+            let guard = u16::from_be_bytes([pi[0], pi[1]]);
+            let app = u16::from_be_bytes([pi[2], pi[3]]);
+            escaped =
+                dom.app_escape && app == 0xffff && (!dom.ref_escape || reference == 0xffff_ffff);
+            if mask & copy::GUARD != 0 && guard != u16::from_be_bytes([want[0], want[1]]) {
+                syndrome |= sig_err::GUARD;
+            }
+            if mask & copy::APP_TAG != 0 && (app ^ dom.app_tag) & dom.app_mask != 0 {
+                syndrome |= sig_err::APP_TAG;
+            }
+            if mask & copy::REF_TAG != 0 && reference != want_ref {
+                syndrome |= sig_err::REF_TAG;
+            }
+        }
     }
-    if mask & copy::APP_TAG != 0 && (app ^ dom.app_tag) & dom.app_mask != 0 {
-        syndrome |= sig_err::APP_TAG;
-    }
-    if mask & copy::REF_TAG != 0 && reference != want_ref {
-        syndrome |= sig_err::REF_TAG;
-    }
-    let psv = (dom.psv, u32::from(guard) << 16 | u32::from(app), reference);
+    let domain = if v.sig.mem.is_some_and(|m| m.psv == dom.psv) {
+        sig_err_domain::MEMORY
+    } else {
+        sig_err_domain::WIRE
+    };
+    let psv = (dom.psv, sig, reference);
     pending(v, |p| {
         p.psvs.push(psv);
         if syndrome != 0 && !escaped {
             p.errors.push(SigError {
                 mkey: v.mkey,
                 syndrome,
-                expected_sig: u32::from(want_guard) << 16 | u32::from(dom.app_tag),
-                actual_sig: u32::from(guard) << 16 | u32::from(app),
+                expected_sig: want_sig,
+                actual_sig: sig,
                 expected_ref: want_ref,
                 actual_ref: reference,
                 offset,
+                domain,
             });
         }
     });
@@ -473,24 +566,17 @@ fn generate(
     data: &[u8],
     copied: Option<[u8; DIF_SIZE]>,
 ) -> [u8; DIF_SIZE] {
-    let mut pi = [0u8; DIF_SIZE];
-    pi[0..2].copy_from_slice(&guard_of(dom.guard, data).to_be_bytes());
-    pi[2..4].copy_from_slice(&dom.app_tag.to_be_bytes());
-    pi[4..8].copy_from_slice(&ref_tag(dom, i).to_be_bytes());
+    let (mut pi, _, _) = expected(dom, i, data);
     if let Some(found) = copied {
-        // One bit a byte, the guard's first byte the most significant.
-        for (j, byte) in pi.iter_mut().enumerate() {
+        // One bit a byte, the field's first byte the most significant.
+        for (j, byte) in pi.iter_mut().enumerate().take(field(dom) as usize) {
             if v.sig.copy_mask & (0x80 >> j) != 0 {
                 *byte = found[j];
             }
         }
     }
-    let psv = (
-        dom.psv,
-        u32::from_be_bytes([pi[0], pi[1], pi[2], pi[3]]),
-        u32::from_be_bytes([pi[4], pi[5], pi[6], pi[7]]),
-    );
-    pending(v, |p| p.psvs.push(psv));
+    let (sig, reference) = words(&pi);
+    pending(v, |p| p.psvs.push((dom.psv, sig, reference)));
     pi
 }
 
