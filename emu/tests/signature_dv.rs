@@ -383,3 +383,118 @@ fn an_unknown_block_size_selector_is_refused_with_an_error_cqe() {
         BLOCK,
     );
 }
+
+#[test]
+fn an_unknown_block_format_selector_is_refused_with_an_error_cqe() {
+    // 0x30 is no base libmlx5 writes; 0x20 without the repeat bit is a CRC over the whole
+    // transfer, which is not modelled.
+    for selector in [0x32u8, 0x20] {
+        let mut p = pair_without_pg();
+        let pd = p.a.pd;
+        let dma = p.a.create_mkey(false, true);
+        let buf = p.a.alloc(BLOCK as u64, 4096);
+        let psvs = create_psv(&mut p.a, pd, 2).expect("PSVs");
+        let key = integrity_key(&mut p.a, pd, MKC_ACCESS_MODE_KLM, BSF_OCTOWORDS).expect("key");
+        let mut wqes = mkey_configure(
+            &mut p.qp_a.sq,
+            &DvConfigure {
+                key,
+                psvs: (psvs[0], psvs[1]),
+                access: (true, true, true, false),
+                layout: one_sge(buf, dma, BLOCK as u32),
+                mem: None,
+                wire: Some(DvDomain {
+                    sig: DvSig::Crc {
+                        kind: CrcKind::Crc32,
+                        seed: 0xffff_ffff,
+                    },
+                    selector: 1,
+                }),
+                check_mask: 0xf0,
+                err_count: Some(1),
+            },
+        );
+        // The BSF follows the 64-byte list; `w_bfs_psv` is its third word.
+        wqes[0][128 + 64 + 8] = selector;
+        post_all(&p.a, &mut p.qp_a.sq, &wqes);
+        p.settle();
+        let done = drain(&p.a, &mut p.cq_a);
+        assert!(!done.is_empty(), "selector {selector:#x}: reported");
+        assert_eq!(cqe_opcode(&done[0]), CQE_REQ_ERR, "selector {selector:#x}");
+    }
+}
+
+#[test]
+fn a_bad_crc32c_arriving_on_the_wire_is_reported_in_the_wire_domain() {
+    let mut p = pair_without_pg();
+    // B's key: CRC32C on the wire over 512 plain bytes of B's memory, configured on B's QP.
+    let pd = p.b.pd;
+    let dma = p.b.create_mkey(false, true);
+    let buf = p.b.alloc(BLOCK as u64, 4096);
+    let psvs = create_psv(&mut p.b, pd, 2).expect("PSVs");
+    let key = integrity_key(&mut p.b, pd, MKC_ACCESS_MODE_KLM, BSF_OCTOWORDS).expect("key");
+    let (kind, seed) = (CrcKind::Crc32c, 0xffff_ffff);
+    let wqes = mkey_configure(
+        &mut p.qp_b.sq,
+        &DvConfigure {
+            key,
+            psvs: (psvs[0], psvs[1]),
+            access: (true, true, true, false),
+            layout: one_sge(buf, dma, BLOCK as u32),
+            mem: None,
+            wire: Some(DvDomain {
+                sig: DvSig::Crc { kind, seed },
+                selector: 1,
+            }),
+            check_mask: 0xf0,
+            err_count: Some(1),
+        },
+    );
+    post_all(&p.b, &mut p.qp_b.sq, &wqes);
+    p.settle();
+    let done = drain(&p.b, &mut p.cq_b);
+    assert_eq!(
+        cqe_opcode(&done[0]),
+        CQE_REQ,
+        "B's configure chain is taken"
+    );
+    // A writes the block and a CRC off by one bit through B's key.
+    let data = pattern(BLOCK, 17);
+    let good = crc_field(kind, seed, &data);
+    let mut wire = data.clone();
+    wire.extend_from_slice(&good);
+    wire[BLOCK] ^= 0x01;
+    let lkey = p.a.create_mkey(false, true);
+    let src = p.a.alloc(wire.len() as u64, 4096);
+    p.a.write(src, &wire);
+    let w = rdma_wqe(
+        &p.qp_a.sq,
+        opcode::RDMA_WRITE,
+        (0, key),
+        (src, lkey),
+        wire.len() as u32,
+        wqe::fence_mode::INITIATOR_SMALL,
+    );
+    p.a.post(&mut p.qp_a.sq, &w, false);
+    p.settle();
+    let at_a = drain(&p.a, &mut p.cq_a);
+    let syn = ErrCqe::new(&at_a[0][..64]).expect("layout").syndrome();
+    assert_eq!(
+        cqe_opcode(&at_a[0]),
+        CQE_REQ,
+        "the WRITE completes ({syn:#x})"
+    );
+    assert_eq!(p.b.read(buf, BLOCK), data, "the data lands, stripped");
+    let at_b = drain(&p.b, &mut p.cq_b);
+    assert_eq!(at_b.len(), 1, "one SIG_ERR CQE at B");
+    assert_eq!(cqe_opcode(&at_b[0]), CQE_SIG_ERR);
+    let e = SigErrCqe::new(&at_b[0][..64]).expect("layout");
+    assert_eq!(e.syndrome(), sig_err::GUARD);
+    assert_eq!(e.domain() & 7, sig_err_domain::WIRE);
+    assert_eq!(e.mkey(), key);
+    let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+    assert_eq!(e.expected_trans_sig(), be(&good));
+    assert_eq!(e.actual_trans_sig(), be(&good) ^ 0x0100_0000);
+    // The PSV ends at the field found, as libmlx5's next SET_PSV would reset it.
+    assert_eq!(p.b.dev.psv(psvs[1]), Some((be(&good) ^ 0x0100_0000, 0)));
+}

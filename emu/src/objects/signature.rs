@@ -137,3 +137,18 @@ pub(crate) struct SigKey {
     /// neither has).
     pub data: u64,
 }
+
+impl SigKey {
+    /// Bytes of the key's wire view: the data, with the wire's protection fields when it has
+    /// them. A key's address space spans this or its length, the longer (mlx5_ib and libmlx5
+    /// size the key by its memory: data alone when the wire inserts).
+    pub(crate) fn wire_span(&self) -> u64 {
+        match self.wire {
+            Some(w) => {
+                let block = u64::from(w.block);
+                self.data / block * (block + w.guard.field())
+            }
+            None => self.data,
+        }
+    }
+}

@@ -245,17 +245,6 @@ fn data_floor(sig: &SigKey, at: u64) -> u64 {
     }
 }
 
-/// Bytes of the wire view: the data, with the wire's protection fields when it has them.
-fn wire_span(sig: &SigKey) -> u64 {
-    match sig.wire {
-        Some(w) => {
-            let (block, unit) = wire_geometry(w);
-            sig.data / block * unit
-        }
-        None => sig.data,
-    }
-}
-
 /// The key's signature and the access's offset in it, after the checks an access through any
 /// key passes (variant, free, PD, access, bounds).
 fn open(
@@ -286,7 +275,7 @@ fn open(
     let sig = key.sig.as_deref().ok_or(KeyFault::NoKey)?;
     // The wire view spans the key's length, or its blocks with their protection where the
     // memory holds none (mlx5_ib sizes the key by the memory: data alone when it inserts).
-    let span = key.len.max(wire_span(sig));
+    let span = key.len.max(sig.wire_span());
     let end = addr.checked_add(len).ok_or(KeyFault::Bounds)?;
     if addr < key.start || end > key.start.saturating_add(span) {
         return Err(KeyFault::Bounds);

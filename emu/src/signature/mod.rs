@@ -1,5 +1,8 @@
-//! Signature (T10-DIF) offload, as Linux's mlx5_ib drives it for `IB_MR_TYPE_INTEGRITY` keys
-//! (NVMe over RDMA and iSER with protection information):
+//! Signature (T10-DIF and CRC) offload, as Linux's mlx5_ib drives it for
+//! `IB_MR_TYPE_INTEGRITY` keys (NVMe over RDMA and iSER with protection information) and
+//! rdma-core's libmlx5 for `mlx5dv_wr_mkey_configure` with `mlx5dv_wr_set_mkey_sig_block`
+//! (qp.c: `raw_data_size` all ones, CRC32 / CRC32C block signatures named above the PSV
+//! index, SIG_ERR CQEs read for the failing domain):
 //!
 //! - the signature UMR (`set_sig_umr_wr` in wr.c) attaches to a `bsf_en` KLM key its memory
 //!   (one KLM, or a strided block list of data and protection apart) and a BSF (`mlx5_set_bsf`);
