@@ -6,13 +6,12 @@
 //! the output domain given its protection: generated from the BSF's tags, or copied where the
 //! copy mask says when both domains share one block structure.
 
+use super::guard::{expected, words};
 use super::SigError;
 use crate::function::Core;
 use crate::objects::signature::{Domain, Guard, Memory, SigKey};
 use crate::translate::{translate, KeyFault, RemoteAccess};
-use cxdirect_hw::sig::{
-    copy, crc16_t10dif, crc32c, ip_checksum, sig_err, sig_err_domain, DIF_SIZE,
-};
+use cxdirect_hw::sig::{copy, sig_err, sig_err_domain, DIF_SIZE};
 
 /// Bytes of domain `d`'s protection field (8 for T10-DIF, 4 for a CRC32).
 fn field(d: &Domain) -> u64 {
@@ -87,6 +86,7 @@ pub(crate) fn read(
             check(
                 &v,
                 &m,
+                sig_err_domain::MEMORY,
                 k,
                 wire_offset(&sig, k * block),
                 &data[at.0..at.1],
@@ -190,7 +190,7 @@ pub(crate) fn write(
         let mut bytes = vec![0u8; block as usize];
         for &(j, pi) in &arrived {
             read_data(&v, j * block, &mut bytes)?;
-            check(&v, &w, j, j * unit, &bytes, pi);
+            check(&v, &w, sig_err_domain::WIRE, j, j * unit, &bytes, pi);
             found.push((j, pi));
         }
     }
@@ -406,94 +406,9 @@ fn mem_io(v: &View, (key, addr): (u32, u64), buf: Buf) -> Result<(), KeyFault> {
     }
 }
 
-/// The T10-DIF guard of `data` in `dom`'s kind (a CRC16 seeded with all ones when the
-/// domain says so).
-fn guard_of(dom: &Domain, data: &[u8]) -> u16 {
-    match dom.guard {
-        Guard::IpChecksum => ip_checksum(data),
-        _ if dom.seed_ones => crc16_seeded(data),
-        _ => crc16_t10dif(data),
-    }
-}
-
-/// CRC16 T10-DIF with its register started at all ones (libmlx5's `bg` 0xffff).
-fn crc16_seeded(data: &[u8]) -> u16 {
-    let mut crc = 0xffffu16;
-    for &byte in data {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x8bb7
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
-}
-
-/// The 32-bit CRC of a CRC signature domain over `data`: the register starts at the seed
-/// (all ones or zero) and the result is inverted, as the Ethernet CRC-32 and CRC-32C are.
-fn crc32_of(dom: &Domain, data: &[u8]) -> u32 {
-    let seed = if dom.seed_ones { 0xffff_ffff } else { 0 };
-    match dom.guard {
-        // crc32fast takes the previous CRC, the register's complement.
-        Guard::Crc32 => {
-            let mut h = crc32fast::Hasher::new_with_initial(!seed);
-            h.update(data);
-            h.finalize()
-        }
-        _ => crc32c(seed, data),
-    }
-}
-
-/// The protection field block `i` (data `data`) should carry in domain `dom`, and its
-/// transient signature and reference tag (what the PSV and a SIG_ERR CQE carry: a T10-DIF
-/// field's two words; a CRC32 in the high word, as libmlx5's `umr_transient_signature_crc`
-/// and `mlx5_decode_sigerr` place it). CRC fields are stored big-endian.
-fn expected(dom: &Domain, i: u64, data: &[u8]) -> ([u8; DIF_SIZE], u32, u32) {
-    let mut pi = [0u8; DIF_SIZE];
-    match dom.guard {
-        Guard::Crc32 | Guard::Crc32c => {
-            let crc = crc32_of(dom, data);
-            pi[..4].copy_from_slice(&crc.to_be_bytes());
-            (pi, crc, 0)
-        }
-        Guard::Crc | Guard::IpChecksum => {
-            let guard = guard_of(dom, data);
-            let reference = ref_tag(dom, i);
-            pi[0..2].copy_from_slice(&guard.to_be_bytes());
-            pi[2..4].copy_from_slice(&dom.app_tag.to_be_bytes());
-            pi[4..8].copy_from_slice(&reference.to_be_bytes());
-            (
-                pi,
-                u32::from(guard) << 16 | u32::from(dom.app_tag),
-                reference,
-            )
-        }
-    }
-}
-
-/// The reference tag domain `dom` gives block `i`.
-fn ref_tag(dom: &Domain, i: u64) -> u32 {
-    if dom.inc_ref {
-        dom.ref_tag.wrapping_add(i as u32)
-    } else {
-        dom.ref_tag
-    }
-}
-
-/// The two words of a protection field as the PSV and a SIG_ERR CQE carry them.
-fn words(pi: &[u8; DIF_SIZE]) -> (u32, u32) {
-    (
-        u32::from_be_bytes([pi[0], pi[1], pi[2], pi[3]]),
-        u32::from_be_bytes([pi[4], pi[5], pi[6], pi[7]]),
-    )
-}
-
 /// Checks block `i` of input domain `dom` (at wire offset `offset`, data `data`) against the
 /// protection field `pi` found for it, recording a failure; the domain's PSV takes the field.
-fn check(v: &View, dom: &Domain, i: u64, offset: u64, data: &[u8], pi: [u8; DIF_SIZE]) {
+fn check(v: &View, dom: &Domain, domain: u8, i: u64, offset: u64, data: &[u8], pi: [u8; DIF_SIZE]) {
     let (want, want_sig, want_ref) = expected(dom, i, data);
     let (sig, reference) = words(&pi);
     let mask = v.sig.check_mask;
@@ -522,11 +437,6 @@ fn check(v: &View, dom: &Domain, i: u64, offset: u64, data: &[u8], pi: [u8; DIF_
             }
         }
     }
-    let domain = if v.sig.mem.is_some_and(|m| m.psv == dom.psv) {
-        sig_err_domain::MEMORY
-    } else {
-        sig_err_domain::WIRE
-    };
     let psv = (dom.psv, sig, reference);
     pending(v, |p| {
         p.psvs.push(psv);

@@ -19,6 +19,7 @@
 //!   still moves; the ULP's check of the key refuses it.
 
 mod dif;
+mod guard;
 
 pub(crate) use dif::{read, write};
 
