@@ -73,6 +73,7 @@ fn a_configure(
             wire,
             check_mask,
             err_count: Some(1),
+            keep_signature: false,
         },
     );
     post_all(&p.a, &mut p.qp_a.sq, &wqes);
@@ -412,6 +413,7 @@ fn an_unknown_block_format_selector_is_refused_with_an_error_cqe() {
                 }),
                 check_mask: 0xf0,
                 err_count: Some(1),
+                keep_signature: false,
             },
         );
         // The BSF follows the 64-byte list; `w_bfs_psv` is its third word.
@@ -448,6 +450,7 @@ fn a_bad_crc32c_arriving_on_the_wire_is_reported_in_the_wire_domain() {
             }),
             check_mask: 0xf0,
             err_count: Some(1),
+            keep_signature: false,
         },
     );
     post_all(&p.b, &mut p.qp_b.sq, &wqes);
@@ -497,4 +500,56 @@ fn a_bad_crc32c_arriving_on_the_wire_is_reported_in_the_wire_domain() {
     assert_eq!(e.actual_trans_sig(), be(&good) ^ 0x0100_0000);
     // The PSV ends at the field found, as libmlx5's next SET_PSV would reset it.
     assert_eq!(p.b.dev.psv(psvs[1]), Some((be(&good) ^ 0x0100_0000, 0)));
+}
+
+#[test]
+fn a_new_layout_without_a_sig_block_keeps_the_signature_over_the_new_memory() {
+    let mut p = pair_without_pg();
+    let first = pattern(BLOCK, 21);
+    let wire = DvDomain {
+        sig: DvSig::Crc {
+            kind: CrcKind::Crc32,
+            seed: 0xffff_ffff,
+        },
+        selector: 1,
+    };
+    let (key, done) = a_configure(
+        &mut p,
+        &first,
+        |buf, dma| one_sge(buf, dma, BLOCK as u32),
+        None,
+        Some(wire),
+        0xf0,
+    );
+    assert_eq!(cqe_opcode(&done[0]), CQE_REQ);
+    // `mlx5dv_wr_mkey_configure` again with only a layout: libmlx5's block state is SET, so
+    // the UMR carries no BSF_EN and no SET_PSV follows; its own completion is signalled.
+    let second = pattern(BLOCK, 77);
+    let dma = p.a.create_mkey(false, true);
+    let buf = p.a.alloc(BLOCK as u64, 4096);
+    p.a.write(buf, &second);
+    let wqes = mkey_configure(
+        &mut p.qp_a.sq,
+        &DvConfigure {
+            key,
+            psvs: (0, 0),
+            access: (true, true, true, false),
+            layout: one_sge(buf, dma, BLOCK as u32),
+            mem: None,
+            wire: None,
+            check_mask: 0,
+            err_count: None,
+            keep_signature: true,
+        },
+    );
+    post_all(&p.a, &mut p.qp_a.sq, &wqes);
+    p.settle();
+    let done = drain(&p.a, &mut p.cq_a);
+    assert_eq!(done.len(), 1);
+    assert_eq!(cqe_opcode(&done[0]), CQE_REQ, "the layout UMR is taken");
+    let (done, got) = write_to_b(&mut p, key, BLOCK + 4);
+    assert_eq!(cqe_opcode(&done[0]), CQE_REQ);
+    let mut want = second.clone();
+    want.extend_from_slice(&crc_field(CrcKind::Crc32, 0xffff_ffff, &second));
+    assert_eq!(got, want, "the new memory, its CRC32 still inserted");
 }

@@ -136,6 +136,9 @@ pub(crate) struct SigKey {
     /// Data bytes the key protects: whole blocks of each domain that has protection (0 when
     /// neither has).
     pub data: u64,
+    /// The BSF as the UMR wrote it: a later UMR that loads a new layout without BSF_EN keeps
+    /// it (libmlx5's block state SET, `umr_wqe_finalize`).
+    pub bsf: [u8; 64],
 }
 
 impl SigKey {

@@ -142,6 +142,7 @@ pub(crate) fn parse_umr(
         } else {
             0
         },
+        bsf: wqe.get(bsf_at..bsf_at + BSF_SIZE)?.try_into().ok()?,
     })
 }
 
@@ -249,6 +250,23 @@ fn memory(xlt: &[u8]) -> Option<Memory> {
         prot_bytes: prot.bcount(),
         prot_stride: prot.stride(),
     })
+}
+
+/// The signature of key `sig` over a new inline layout (`octowords` octowords at `at` of
+/// `wqe`) and the BSF it already has: a UMR that loads a layout without BSF_EN on a signature
+/// key (libmlx5's `umr_wqe_finalize` when the block state is SET: the configure changes the
+/// memory and keeps the signature). `None` when the new memory does not fit the BSF.
+pub(crate) fn relayout(
+    core: &Core,
+    pd: u32,
+    sig: &SigKey,
+    wqe: &[u8],
+    at: usize,
+    octowords: usize,
+) -> Option<SigKey> {
+    let mut buf = wqe.get(at..at + octowords * OCTOWORD)?.to_vec();
+    buf.extend_from_slice(&sig.bsf);
+    parse_umr(core, pd, &buf, 0, octowords, BSF_OCTOWORDS as u16)
 }
 
 /// Executes a SET_PSV WQE (`set_psv_wr`) posted by a QP of protection domain `pd`: the PSV

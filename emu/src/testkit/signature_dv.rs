@@ -91,6 +91,10 @@ pub struct DvConfigure {
     pub check_mask: u8,
     /// libmlx5's `err_count` when `err_count_updated` (1 on a new key), else none.
     pub err_count: Option<u32>,
+    /// With no domain: the key keeps the signature an earlier configure set (libmlx5's block
+    /// state SET: no BSF_EN in the mask). Else a configure without a signature disables the
+    /// BSF (BSF_EN in the mask, the key segment's bit clear).
+    pub keep_signature: bool,
 }
 
 /// `mlx5_umr_crc_bfs`: the block format selector of a CRC, above the PSV index.
@@ -193,7 +197,7 @@ pub fn mkey_configure(sq: &mut Sq, c: &DvConfigure) -> Vec<Vec<u8>> {
     let mut mask = mkey_mask::FREE | mkey_mask::LEN;
     let (lw, rr, rw, atomic) = c.access;
     mask |= mkey_mask::LW | mkey_mask::RR | mkey_mask::RW | mkey_mask::A;
-    if signed {
+    if signed || !c.keep_signature {
         mask |= mkey_mask::BSF_EN;
     }
     if c.err_count.is_some() {
