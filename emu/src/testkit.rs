@@ -34,6 +34,7 @@ use std::sync::Arc;
 
 pub mod rc;
 pub mod signature;
+pub mod signature_dv;
 pub mod ud;
 pub mod umr;
 

@@ -346,7 +346,12 @@ pub(crate) fn check_remote(
         return Err(KeyFault::Access);
     }
     let end = addr.checked_add(len).ok_or(KeyFault::Bounds)?;
-    if !key.length64 && (addr < key.start || end > key.start + key.len) {
+    // A signature key's wire view may be longer than its memory (protection inserted).
+    let span = key
+        .sig
+        .as_ref()
+        .map_or(key.len, |s| key.len.max(s.wire_span()));
+    if !key.length64 && (addr < key.start || end > key.start.saturating_add(span)) {
         return Err(KeyFault::Bounds);
     }
     Ok(())

@@ -105,6 +105,12 @@ layout! {
         log_max_ra_req_dc: u8 @ 0x12a [0x6],
         /// Log2 of the maximum outstanding RDMA read/atomic requests a DC target may serve.
         log_max_ra_res_dc: u8 @ 0x13a [0x6],
+        /// Block signatures may use the CRC64-XP10 guard (libmlx5's
+        /// `MLX5DV_SIG_CRC_TYPE_CAP_CRC64_XP10`).
+        sig_crc64_xp10: bool @ 0x147 [0x1],
+        /// Block signatures may use the CRC32C guard (libmlx5's
+        /// `MLX5DV_SIG_CRC_TYPE_CAP_CRC32C`).
+        sig_crc32c: bool @ 0x148 [0x1],
         /// Log2 of the maximum outstanding RDMA read/atomic requests a QP may issue.
         log_max_ra_req_qp: u8 @ 0x14a [0x6],
         /// Log2 of the maximum outstanding RDMA read/atomic requests a QP may serve.
@@ -218,6 +224,8 @@ layout! {
         wol_p: bool @ 0x1df [0x1],
         /// Bit mask of the supported InfiniBand static rates.
         stat_rate_support: u16 @ 0x1e0 [0x10],
+        /// Block signatures may use 4048-byte blocks (block size selector 6).
+        sig_block_4048: bool @ 0x1f0 [0x1],
         /// CQE format version: 0 = version 0, 1 = version 1 (the CQE carries the user index).
         /// Software selects it through SET_HCA_CAP.
         cqe_version: u8 @ 0x1fc [0x4],
@@ -395,6 +403,9 @@ layout! {
         log_max_current_mc_list: u8 @ 0x3f3 [0x5],
         /// Log2 of the maximum number of unicast MACs in a vport's current list.
         log_max_current_uc_list: u8 @ 0x3fb [0x5],
+        /// SIG_ERR CQEs name the failing domain and signature type; libmlx5
+        /// (`get_hca_sig_caps`) offers block signatures only with it and `sho`.
+        sigerr_domain_and_sig_type: bool @ 0x480 [0x1],
         /// Log2 of the maximum number of L2 table entries.
         log_max_l2_table: u8 @ 0x483 [0x5],
         /// Log2 of the UAR page size in bytes minus 12; software sets it to the system page

@@ -60,6 +60,9 @@ pub mod inl {
     pub const REFRESH_DIF: u16 = 1 << 14;
     /// `rp_inv_seed`: the block repeats (`MLX5_BSF_REPEAT_BLOCK`).
     pub const REPEAT_BLOCK: u8 = 1 << 7;
+    /// `rp_inv_seed`: the guard is seeded with all ones (`MLX5_BSF_SEED`, libmlx5's
+    /// `mlx5_umr_fill_inl_bsf_t10dif` when `bg` is not 0; `bg` is 0 or 0xffff).
+    pub const SEED: u8 = 1 << 3;
     /// `sig_type`: a CRC16 T10-DIF guard (`MLX5_DIF_CRC`).
     pub const DIF_CRC: u8 = 0x1;
     /// `sig_type`: an IP checksum guard (`MLX5_DIF_IPCS`).
@@ -73,6 +76,34 @@ pub mod inl {
     /// `dif_inc_ref_guard_check`: no check of a block whose application tag is 0xffff and
     /// reference tag 0xffffffff (`MLX5_BSF_APPREF_ESCAPE`).
     pub const APPREF_ESCAPE: u8 = 0x2;
+}
+
+/// Block format selectors: the top byte of a BSF's `m_bfs_psv` / `w_bfs_psv` above the PSV
+/// index, naming a CRC signature (libmlx5's `mlx5_umr_crc_bfs`; 0 for T10-DIF, whose inline
+/// section describes it).
+pub mod bfs {
+    /// Bit where the selector starts (`MLX5_BFS_SHIFT`).
+    pub const SHIFT: u32 = 24;
+    /// The PSV index below it (`MLX5_BSF_PSV_INDEX_MASK`).
+    pub const PSV_MASK: u32 = 0x00ff_ffff;
+    /// CRC32 (`MLX5_BFS_CRC32_BASE`).
+    pub const CRC32_BASE: u8 = 0x20;
+    /// CRC32C (`MLX5_BFS_CRC32C_BASE`).
+    pub const CRC32C_BASE: u8 = 0x40;
+    /// CRC64-XP10 (`MLX5_BFS_CRC64_XP10_BASE`).
+    pub const CRC64_XP10_BASE: u8 = 0x50;
+    /// The CRC starts over each block (`MLX5_BFS_CRC_REPEAT_BIT`; libmlx5 always sets it).
+    pub const REPEAT: u8 = 0x2;
+    /// The seed is zero (`MLX5_BFS_CRC_SEED_BIT`); clear: all ones.
+    pub const SEED: u8 = 0x1;
+}
+
+/// [`SigErrCqe::domain`] values (`MLX5_SIGERR_CQE_DOMAIN_*` of libmlx5's verbs.c).
+pub mod sig_err_domain {
+    /// The wire domain failed its check.
+    pub const WIRE: u8 = 0;
+    /// The memory domain failed its check.
+    pub const MEMORY: u8 = 1;
 }
 
 /// [`SigErrCqe::syndrome`] bits (`GUARD_ERR`, `APPTAG_ERR`, `REFTAG_ERR` in cq.c).
@@ -243,6 +274,11 @@ layout! {
         actual_reftag: u32 @ 0xe0 [0x20],
         /// [`sig_err`] bits.
         syndrome: u16 @ 0x100 [0x10],
+        /// Signature type: 0 a block signature (`MLX5_SIGERR_CQE_SIG_TYPE_BLOCK`); libmlx5
+        /// reads it (low three bits) where `sigerr_domain_and_sig_type` is offered.
+        sig_type: u8 @ 0x110 [0x8],
+        /// The failing domain ([`sig_err_domain`], low three bits).
+        domain: u8 @ 0x118 [0x8],
         /// The signature key.
         mkey: u32 @ 0x120 [0x20],
         /// Byte offset in the key (wire domain) of the failing block.
@@ -272,6 +308,24 @@ pub fn crc16_t10dif(data: &[u8]) -> u16 {
     crc
 }
 
+/// The CRC32C (Castagnoli, RFC 3720: polynomial 0x1EDC6F41, reflected) of `data` with its
+/// register started at `seed` and the result inverted: `crc32c(0xffff_ffff, ..)` is the crc
+/// catalogue's CRC-32/ISCSI, whose check value over "123456789" is 0xE3069283.
+pub fn crc32c(seed: u32, data: &[u8]) -> u32 {
+    let mut crc = seed;
+    for &byte in data {
+        crc ^= u32::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82f6_3b78
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
 /// The IP checksum guard of `data` (`IB_T10DIF_CSUM`): the ones' complement of the ones'
 /// complement sum of its big-endian 16-bit words (an odd last byte padded with zero), as
 /// Linux's `ip_compute_csum` the block layer uses for it.
@@ -293,6 +347,11 @@ mod tests {
     fn crc16_t10dif_matches_the_catalogue_check_value() {
         assert_eq!(crc16_t10dif(b"123456789"), 0xd0db);
         assert_eq!(crc16_t10dif(&[]), 0);
+    }
+
+    #[test]
+    fn crc32c_matches_the_catalogue_check_value() {
+        assert_eq!(crc32c(0xffff_ffff, b"123456789"), 0xe306_9283);
     }
 
     #[test]

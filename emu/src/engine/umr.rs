@@ -110,9 +110,30 @@ pub(crate) fn execute(
         let bsf = ctrl.xlt_offset();
         let parsed = crate::signature::parse_umr(core, key.pd, wqe, XLT_AT, octowords, bsf);
         Some(parsed.ok_or(malformed)?)
+    } else if mask & mkey_mask::BSF_EN == 0 && octowords != 0 && key.bsf_en {
+        // A new layout on a key that keeps its BSF (libmlx5 reconfiguring a signature key
+        // without `mlx5dv_wr_set_mkey_sig_block`): the signature stays, over the new memory.
+        match key.sig.as_deref() {
+            Some(old) => {
+                if ctrl.flags() & flags::INLINE == 0 {
+                    return Err(malformed);
+                }
+                let parsed = crate::signature::relayout(core, key.pd, old, wqe, XLT_AT, octowords);
+                Some(parsed.ok_or(malformed)?)
+            }
+            None => None,
+        }
     } else {
         None
     };
+    // The key spans its one KLM (mlx5_ib's region, libmlx5's `reglen`): a longer key is a
+    // list of several pieces (`mlx5dv_wr_set_mkey_layout_list` of more SGEs), which a
+    // signature key does not model.
+    if let Some(crate::objects::signature::Memory::Klm { bytes, .. }) = sig.map(|s| s.memory) {
+        if mask & mkey_mask::LEN != 0 && seg.len() != u64::from(bytes) {
+            return Err(malformed);
+        }
+    }
     let entries = if octowords == 0 || sig.is_some() {
         None
     } else {

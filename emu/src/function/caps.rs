@@ -135,6 +135,12 @@ impl CapSet {
             // IB_QP_CREATE_INTEGRITY_EN on its word alone; nvme-rdma, nvmet-rdma and iSER then
             // protect their transfers with integrity keys.
             .set_sho(true)
+            // libmlx5's block signatures (`mlx5dv_wr_set_mkey_sig_block`) need the SIG_ERR
+            // CQE's domain and signature type (`get_hca_sig_caps`); of its CRC guards the model
+            // computes CRC32 and CRC32C. CRC64-XP10 and 4048-byte blocks are not offered (the
+            // XP10 polynomial is not public), and a BSF naming them is refused.
+            .set_sigerr_domain_and_sig_type(true)
+            .set_sig_crc32c(true)
             // QUERY_VPORT_COUNTER is answered: mlx5_ib serves the RDMA core's performance
             // management queries (port counters) from it instead of a MAD_IFC.
             .set_vport_counters(true)

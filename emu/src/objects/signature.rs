@@ -16,6 +16,8 @@ pub(crate) struct SigError {
     pub actual_ref: u32,
     /// Wire offset of the block in the key.
     pub offset: u64,
+    /// The domain that failed ([`sig_err_domain`](cxdirect_hw::sig::sig_err_domain)).
+    pub domain: u8,
 }
 
 /// What the data path left to apply once it holds the function mutably: errors to report and
@@ -42,13 +44,29 @@ pub(crate) struct Psv {
     pub ref_tag: u32,
 }
 
-/// Which guard a domain's blocks carry (`sig_type` of its inline BSF section).
+/// Which guard a domain's blocks carry: T10-DIF's (`sig_type` of its inline BSF section) or
+/// a CRC block signature (the block format selector above the domain's PSV, libmlx5's
+/// `mlx5_umr_crc_bfs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Guard {
     /// CRC16 T10-DIF (`MLX5_DIF_CRC`).
     Crc,
     /// IP checksum (`MLX5_DIF_IPCS`).
     IpChecksum,
+    /// CRC32 (Ethernet CRC-32) in a 4-byte field.
+    Crc32,
+    /// CRC32C (Castagnoli) in a 4-byte field.
+    Crc32c,
+}
+
+impl Guard {
+    /// Bytes of the protection field a block of this guard carries.
+    pub(crate) fn field(self) -> u64 {
+        match self {
+            Guard::Crc | Guard::IpChecksum => 8,
+            Guard::Crc32 | Guard::Crc32c => 4,
+        }
+    }
 }
 
 /// One domain's T10-DIF protection, from its inline BSF section (`mlx5_fill_inl_bsf`).
@@ -57,6 +75,9 @@ pub(crate) struct Domain {
     /// Data bytes a block (512, 520, 4096 or 4160: `bs_selector` of wr.c).
     pub block: u32,
     pub guard: Guard,
+    /// The guard's register starts at all ones (a T10-DIF CRC with `MLX5_BSF_SEED`, a CRC
+    /// signature without `MLX5_BFS_CRC_SEED_BIT`); else at zero.
+    pub seed_ones: bool,
     /// Application tag of every block.
     pub app_tag: u16,
     /// Reference tag of the first block.
@@ -89,6 +110,8 @@ pub(crate) enum Memory {
         data_stride: u16,
         prot_key: u32,
         prot_va: u64,
+        /// Protection bytes a block (8 for T10-DIF, 4 for a CRC32).
+        prot_bytes: u16,
         prot_stride: u16,
     },
 }
@@ -108,9 +131,27 @@ pub(crate) struct SigKey {
     /// The BSF says both domains have the same block structure (`bsf_size_sbs` bit 4): one
     /// block size, a wire block's protection copied into memory's as the copy mask says.
     pub same_blocks: bool,
-    /// Data bytes (`raw_data_size`).
+    /// Data bytes (`raw_data_size`; all ones from libmlx5: as many as the memory holds).
     pub data_size: u32,
     /// Data bytes the key protects: whole blocks of each domain that has protection (0 when
     /// neither has).
     pub data: u64,
+    /// The BSF as the UMR wrote it: a later UMR that loads a new layout without BSF_EN keeps
+    /// it (libmlx5's block state SET, `umr_wqe_finalize`).
+    pub bsf: [u8; 64],
+}
+
+impl SigKey {
+    /// Bytes of the key's wire view: the data, with the wire's protection fields when it has
+    /// them. A key's address space spans this or its length, the longer (mlx5_ib and libmlx5
+    /// size the key by its memory: data alone when the wire inserts).
+    pub(crate) fn wire_span(&self) -> u64 {
+        match self.wire {
+            Some(w) => {
+                let block = u64::from(w.block);
+                self.data / block * (block + w.guard.field())
+            }
+            None => self.data,
+        }
+    }
 }

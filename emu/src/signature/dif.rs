@@ -6,14 +6,17 @@
 //! the output domain given its protection: generated from the BSF's tags, or copied where the
 //! copy mask says when both domains share one block structure.
 
+use super::guard::{expected, words};
 use super::SigError;
 use crate::function::Core;
 use crate::objects::signature::{Domain, Guard, Memory, SigKey};
 use crate::translate::{translate, KeyFault, RemoteAccess};
-use cxdirect_hw::sig::{copy, crc16_t10dif, ip_checksum, sig_err, DIF_SIZE};
+use cxdirect_hw::sig::{copy, sig_err, sig_err_domain, DIF_SIZE};
 
-/// Bytes of a protection field.
-const PI: u64 = DIF_SIZE as u64;
+/// Bytes of domain `d`'s protection field (8 for T10-DIF, 4 for a CRC32).
+fn field(d: &Domain) -> u64 {
+    d.guard.field()
+}
 
 /// One access through a signature key.
 struct View<'a> {
@@ -75,7 +78,7 @@ pub(crate) fn read(
         let block = u64::from(m.block);
         for k in from / block..to / block {
             let mut pi = [0u8; DIF_SIZE];
-            mem_io(&v, pi_at(&v, k)?, Buf::Read(&mut pi))?;
+            mem_io(&v, pi_at(&v, k)?, Buf::Read(&mut pi[..field(&m) as usize]))?;
             let at = (
                 (k * block - from) as usize,
                 ((k + 1) * block - from) as usize,
@@ -83,6 +86,7 @@ pub(crate) fn read(
             check(
                 &v,
                 &m,
+                sig_err_domain::MEMORY,
                 k,
                 wire_offset(&sig, k * block),
                 &data[at.0..at.1],
@@ -109,6 +113,7 @@ pub(crate) fn read(
         let pi = generate(&v, &w, j, bytes, copied);
         // The block as the wire carries it, cut to the part asked for.
         let start = j * unit;
+        let pi = &pi[..field(&w) as usize];
         for (n, byte) in bytes.iter().chain(pi.iter()).enumerate() {
             let at = start + n as u64;
             if (offset..end).contains(&at) {
@@ -168,11 +173,12 @@ pub(crate) fn write(
                 if from >= to {
                     continue;
                 }
-                if to - from != PI {
+                if to - from != field(&w) {
                     return Err(KeyFault::Access);
                 }
                 let mut pi = [0u8; DIF_SIZE];
-                pi.copy_from_slice(&data[(from - offset) as usize..(to - offset) as usize]);
+                pi[..(to - from) as usize]
+                    .copy_from_slice(&data[(from - offset) as usize..(to - offset) as usize]);
                 arrived.push((j, pi));
             }
         }
@@ -184,7 +190,7 @@ pub(crate) fn write(
         let mut bytes = vec![0u8; block as usize];
         for &(j, pi) in &arrived {
             read_data(&v, j * block, &mut bytes)?;
-            check(&v, &w, j, j * unit, &bytes, pi);
+            check(&v, &w, sig_err_domain::WIRE, j, j * unit, &bytes, pi);
             found.push((j, pi));
         }
     }
@@ -196,7 +202,7 @@ pub(crate) fn write(
     let last = (data_floor(&sig, end - 1) / block).min(sig.data / block - 1);
     for k in data_floor(&sig, offset) / block..=last {
         let done_at = match (sig.same_blocks, sig.wire) {
-            (true, Some(w)) => k * wire_geometry(w).1 + block + PI - 1,
+            (true, Some(w)) => k * wire_geometry(w).1 + block + field(&w) - 1,
             _ => wire_offset(&sig, k * block + block - 1),
         };
         if !(offset..end).contains(&done_at) {
@@ -205,7 +211,7 @@ pub(crate) fn write(
         read_data(&v, k * block, &mut bytes)?;
         let copied = found.iter().find(|(j, _)| *j == k).map(|(_, pi)| *pi);
         let pi = generate(&v, &m, k, &bytes, copied.filter(|_| sig.same_blocks));
-        mem_io(&v, pi_at(&v, k)?, Buf::Write(&pi))?;
+        mem_io(&v, pi_at(&v, k)?, Buf::Write(&pi[..field(&m) as usize]))?;
     }
     Ok(())
 }
@@ -213,7 +219,7 @@ pub(crate) fn write(
 /// A wire domain's data bytes a block, and bytes a block takes on the wire.
 fn wire_geometry(w: Domain) -> (u64, u64) {
     let block = u64::from(w.block);
-    (block, block + PI)
+    (block, block + field(&w))
 }
 
 /// The wire offset of data byte `d`.
@@ -236,17 +242,6 @@ fn data_floor(sig: &SigKey, at: u64) -> u64 {
             at / unit * block + (at % unit).min(block - 1)
         }
         None => at,
-    }
-}
-
-/// Bytes of the wire view: the data, with the wire's protection fields when it has them.
-fn wire_span(sig: &SigKey) -> u64 {
-    match sig.wire {
-        Some(w) => {
-            let (block, unit) = wire_geometry(w);
-            sig.data / block * unit
-        }
-        None => sig.data,
     }
 }
 
@@ -280,7 +275,7 @@ fn open(
     let sig = key.sig.as_deref().ok_or(KeyFault::NoKey)?;
     // The wire view spans the key's length, or its blocks with their protection where the
     // memory holds none (mlx5_ib sizes the key by the memory: data alone when it inserts).
-    let span = key.len.max(wire_span(sig));
+    let span = key.len.max(sig.wire_span());
     let end = addr.checked_add(len).ok_or(KeyFault::Bounds)?;
     if addr < key.start || end > key.start.saturating_add(span) {
         return Err(KeyFault::Bounds);
@@ -318,7 +313,7 @@ fn data_at(v: &View, d: u64) -> (u32, u64, u64) {
             let block = u64::from(m.block);
             (
                 key,
-                va + d / block * (block + PI) + d % block,
+                va + d / block * (block + field(&m)) + d % block,
                 block - d % block,
             )
         }
@@ -365,9 +360,10 @@ fn write_data(v: &View, mut d: u64, mut bytes: &[u8]) -> Result<(), KeyFault> {
 fn pi_at(v: &View, k: u64) -> Result<(u32, u64), KeyFault> {
     let block = v.sig.mem.map_or(0, |m| u64::from(m.block));
     match v.sig.memory {
-        Memory::Klm { key, va, .. } if v.sig.mem.is_some() => {
-            Ok((key, va + k * (block + PI) + block))
-        }
+        Memory::Klm { key, va, .. } if v.sig.mem.is_some() => Ok((
+            key,
+            va + k * (block + v.sig.mem.map_or(0, |m| field(&m))) + block,
+        )),
         Memory::Strided {
             prot_key,
             prot_va,
@@ -410,54 +406,50 @@ fn mem_io(v: &View, (key, addr): (u32, u64), buf: Buf) -> Result<(), KeyFault> {
     }
 }
 
-/// The guard of `data` in `guard`'s kind.
-fn guard_of(guard: Guard, data: &[u8]) -> u16 {
-    match guard {
-        Guard::Crc => crc16_t10dif(data),
-        Guard::IpChecksum => ip_checksum(data),
-    }
-}
-
-/// The reference tag domain `dom` gives block `i`.
-fn ref_tag(dom: &Domain, i: u64) -> u32 {
-    if dom.inc_ref {
-        dom.ref_tag.wrapping_add(i as u32)
-    } else {
-        dom.ref_tag
-    }
-}
-
 /// Checks block `i` of input domain `dom` (at wire offset `offset`, data `data`) against the
 /// protection field `pi` found for it, recording a failure; the domain's PSV takes the field.
-fn check(v: &View, dom: &Domain, i: u64, offset: u64, data: &[u8], pi: [u8; DIF_SIZE]) {
-    let guard = u16::from_be_bytes([pi[0], pi[1]]);
-    let app = u16::from_be_bytes([pi[2], pi[3]]);
-    let reference = u32::from_be_bytes([pi[4], pi[5], pi[6], pi[7]]);
-    let escaped = dom.app_escape && app == 0xffff && (!dom.ref_escape || reference == 0xffff_ffff);
-    let (want_guard, want_ref) = (guard_of(dom.guard, data), ref_tag(dom, i));
+fn check(v: &View, dom: &Domain, domain: u8, i: u64, offset: u64, data: &[u8], pi: [u8; DIF_SIZE]) {
+    let (want, want_sig, want_ref) = expected(dom, i, data);
+    let (sig, reference) = words(&pi);
     let mask = v.sig.check_mask;
     let mut syndrome = 0;
-    if mask & copy::GUARD != 0 && guard != want_guard {
-        syndrome |= sig_err::GUARD;
+    let mut escaped = false;
+    match dom.guard {
+        // The check mask names the field's bytes, one bit a byte from the most significant.
+        Guard::Crc32 | Guard::Crc32c => {
+            if (0..4).any(|j| mask & (0x80 >> j) != 0 && pi[j] != want[j]) {
+                syndrome |= sig_err::GUARD;
+            }
+        }
+        Guard::Crc | Guard::IpChecksum => {
+            let guard = u16::from_be_bytes([pi[0], pi[1]]);
+            let app = u16::from_be_bytes([pi[2], pi[3]]);
+            escaped =
+                dom.app_escape && app == 0xffff && (!dom.ref_escape || reference == 0xffff_ffff);
+            if mask & copy::GUARD != 0 && guard != u16::from_be_bytes([want[0], want[1]]) {
+                syndrome |= sig_err::GUARD;
+            }
+            if mask & copy::APP_TAG != 0 && (app ^ dom.app_tag) & dom.app_mask != 0 {
+                syndrome |= sig_err::APP_TAG;
+            }
+            if mask & copy::REF_TAG != 0 && reference != want_ref {
+                syndrome |= sig_err::REF_TAG;
+            }
+        }
     }
-    if mask & copy::APP_TAG != 0 && (app ^ dom.app_tag) & dom.app_mask != 0 {
-        syndrome |= sig_err::APP_TAG;
-    }
-    if mask & copy::REF_TAG != 0 && reference != want_ref {
-        syndrome |= sig_err::REF_TAG;
-    }
-    let psv = (dom.psv, u32::from(guard) << 16 | u32::from(app), reference);
+    let psv = (dom.psv, sig, reference);
     pending(v, |p| {
         p.psvs.push(psv);
         if syndrome != 0 && !escaped {
             p.errors.push(SigError {
                 mkey: v.mkey,
                 syndrome,
-                expected_sig: u32::from(want_guard) << 16 | u32::from(dom.app_tag),
-                actual_sig: u32::from(guard) << 16 | u32::from(app),
+                expected_sig: want_sig,
+                actual_sig: sig,
                 expected_ref: want_ref,
                 actual_ref: reference,
                 offset,
+                domain,
             });
         }
     });
@@ -473,24 +465,17 @@ fn generate(
     data: &[u8],
     copied: Option<[u8; DIF_SIZE]>,
 ) -> [u8; DIF_SIZE] {
-    let mut pi = [0u8; DIF_SIZE];
-    pi[0..2].copy_from_slice(&guard_of(dom.guard, data).to_be_bytes());
-    pi[2..4].copy_from_slice(&dom.app_tag.to_be_bytes());
-    pi[4..8].copy_from_slice(&ref_tag(dom, i).to_be_bytes());
+    let (mut pi, _, _) = expected(dom, i, data);
     if let Some(found) = copied {
-        // One bit a byte, the guard's first byte the most significant.
-        for (j, byte) in pi.iter_mut().enumerate() {
+        // One bit a byte, the field's first byte the most significant.
+        for (j, byte) in pi.iter_mut().enumerate().take(field(dom) as usize) {
             if v.sig.copy_mask & (0x80 >> j) != 0 {
                 *byte = found[j];
             }
         }
     }
-    let psv = (
-        dom.psv,
-        u32::from_be_bytes([pi[0], pi[1], pi[2], pi[3]]),
-        u32::from_be_bytes([pi[4], pi[5], pi[6], pi[7]]),
-    );
-    pending(v, |p| p.psvs.push(psv));
+    let (sig, reference) = words(&pi);
+    pending(v, |p| p.psvs.push((dom.psv, sig, reference)));
     pi
 }
 
