@@ -65,7 +65,10 @@ pub use ud::{UdQueuePair, GRH_AREA};
 pub use cq::CompletionQueue;
 pub use mr::{MemoryRegion, MrSource};
 pub use pd::ProtectionDomain;
-pub use qp::{ConnectParams, Endpoint, QpCaps, QpState, QpStats, RcQueuePair};
+pub use qp::{
+    ConnectParams, Endpoint, PreparedFlags, PreparedLocal, PreparedOp, PreparedSend, QpCaps,
+    QpState, QpStats, RcQueuePair,
+};
 pub use roce::Roce;
 pub use srq::{SharedReceiveQueue, SrqCaps};
 pub use wc::{DatagramInfo, NetworkHeader, WcOpcode, WcStatus, WorkCompletion};
