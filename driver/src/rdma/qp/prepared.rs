@@ -223,8 +223,10 @@ impl<B: Backend> RcQueuePair<B> {
         if len > p.max_len {
             return Err(bad("a message longer than the device's log_max_msg"));
         }
-        // `len` has at most 32 bits: the sum does not overflow 128.
-        if u128::from(offset) + u128::from(len) > u128::from(p.region_len) {
+        if p.region_len
+            .checked_sub(u64::from(len))
+            .is_none_or(|room| offset > room)
+        {
             return Err(bad("a range past the end of the prepared request's region"));
         }
         let pi = self.prepared_room(1)?;
@@ -370,10 +372,14 @@ impl<B: Backend> RcQueuePair<B> {
     }
 
     /// Whether a request of `blocks` asks the device for a CQE: when signalled, or to keep a
-    /// CQE coming at least every half ring (see [`RcQueuePair::post_send`]).
+    /// CQE coming at least every half ring (see [`RcQueuePair::post_send`]). Counts the
+    /// blocks posted since the last CQE asked for.
     #[inline(always)]
-    fn cqe_for(&self, signaled: bool, blocks: u32) -> bool {
-        signaled || self.unsignaled_run + blocks >= self.sq_half
+    fn cqe_for(&mut self, signaled: bool, blocks: u32) -> bool {
+        let run = self.unsignaled_run + blocks;
+        let cqe = signaled || run >= self.sq_half;
+        self.unsignaled_run = if cqe { 0 } else { run };
+        cqe
     }
 
     /// Records the WQE at `pi` for its completion, publishes it and counts it.
@@ -389,7 +395,6 @@ impl<B: Backend> RcQueuePair<B> {
         signaled: bool,
         cqe: bool,
     ) {
-        self.unsignaled_run = if cqe { 0 } else { self.unsignaled_run + blocks };
         let forced = cqe && !signaled;
         self.track.sq.record_send_meta(
             pi,
