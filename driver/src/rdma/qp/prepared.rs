@@ -324,8 +324,7 @@ impl<B: Backend> RcQueuePair<B> {
             w.push_inline(bytes);
             w.finish();
         }
-        self.ring_send_doorbell(next, pi, false);
-        self.stats.doorbells += 1;
+        self.ring_doorbell_word(next, head[0]);
         Ok(())
     }
 
@@ -404,6 +403,20 @@ impl<B: Backend> RcQueuePair<B> {
         );
         self.track.sq.publish(pi.wrapping_add(blocks));
         self.stats.sends += 1;
+    }
+
+    /// Rings the send doorbell for the ring up to `pi` with `ctrl0`, the first word (memory
+    /// order) of the last WQE written, as `ring_send_doorbell` does without
+    /// reading it back from the ring.
+    #[inline(always)]
+    fn ring_doorbell_word(&mut self, pi: u32, ctrl0: u64) {
+        crate::backend::barrier::dma_wmb();
+        self.dbr.set(1, pi & 0xffff);
+        crate::backend::barrier::wmb();
+        let offset = cxdirect_hw::doorbell::bf_buffer_offset(self.uar, self.bf_half);
+        self.bf_half = !self.bf_half;
+        self.backend.write64(offset, ctrl0.to_ne_bytes());
+        self.stats.doorbells += 1;
     }
 
     /// Rings the send doorbell for the ring up to `pi` with `block`, the lone one-block WQE
