@@ -59,12 +59,27 @@ pub struct Cli {
     /// Send messages up to this many bytes inline in the WQE (0..=912; READ never inlines; default 220 for write, 236 for send, perftest's)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_INLINE)), help_heading = TRAFFIC)]
     pub inline: Option<u32>,
+    /// How requests are posted: prepared (checked once per run, as perftest prepares its work
+    /// requests; the default) or general (each request built and checked whole by post_send)
+    #[arg(long, value_name = "PATH", value_enum, default_value_t = PostPath::Prepared, hide_possible_values = true, help_heading = RUN)]
+    pub post: PostPath,
     /// Queue pairs the messages are spread over (1..=16)
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=i64::from(MAX_QPS)), help_heading = TRAFFIC)]
     pub qps: u16,
     /// perftest's exchange and the side this process runs.
     #[command(flatten)]
     pub perftest: PerftestArgs,
+}
+
+/// How the in-process run posts its send requests.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum PostPath {
+    /// A request prepared once per queue pair (`RcQueuePair::prepare_send`), then posted with
+    /// only what varies (`RcQueuePair::post_prepared`).
+    #[default]
+    Prepared,
+    /// Every request built and checked whole (`RcQueuePair::post_send`).
+    General,
 }
 
 /// The options of a run against perftest.

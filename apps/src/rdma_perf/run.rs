@@ -5,7 +5,7 @@
 //! or is READ from) and a target slot (where the peer's WRITEs and SENDs land, and its own
 //! READs), so that a WRITE ping-pong never sees its own stamp.
 
-use super::cli::{Cli, Plan};
+use super::cli::{Cli, Plan, PostPath};
 use super::engine::{self, Done, PerfSide, CQ_MOD, POLL_BATCH, RX_DEPTH, TX_DEPTH};
 use super::{bw_summary, lat_summary, BwReport, LatReport, Mode, Op};
 use super::{BW_HEADER, LAT_HEADER, RESULT_LINE};
@@ -15,8 +15,8 @@ use crate::rdma::verbs::{
 };
 use crate::rdma::{BufferInfo, MemoryKind};
 use cxdirect::rdma::{
-    ConnectParams, Payload, QpCaps, RcQueuePair, RecvRequest, RemoteAddr, SendOp, SendRequest,
-    WorkCompletion,
+    ConnectParams, Payload, PreparedFlags, PreparedLocal, PreparedOp, PreparedSend, QpCaps,
+    RcQueuePair, RecvRequest, RemoteAddr, SendOp, SendRequest, WorkCompletion,
 };
 use cxdirect::Backend;
 use std::net::{IpAddr, Ipv4Addr};
@@ -47,6 +47,12 @@ pub struct VerbsPerfSide<B: Backend> {
     /// A copy of the source slot's bytes, for inline sends.
     inline_bytes: Vec<u8>,
     wcs: [WorkCompletion; POLL_BATCH],
+    /// The run's operation, and how its requests are posted.
+    op: Op,
+    post_path: PostPath,
+    /// Per queue pair, the run's request prepared once the peer's buffer is known
+    /// ([`PostPath::Prepared`]).
+    prepared: Vec<PreparedSend>,
 }
 
 impl<B: Backend> VerbsPerfSide<B> {
@@ -55,6 +61,7 @@ impl<B: Backend> VerbsPerfSide<B> {
         backend: B,
         address: IpAddr,
         plan: &Plan,
+        post_path: PostPath,
         idle: Option<IdleHook>,
     ) -> Result<Self, String> {
         let qps = usize::from(plan.qps);
@@ -93,7 +100,44 @@ impl<B: Backend> VerbsPerfSide<B> {
             peer: BufferInfo::default(),
             inline_bytes: vec![0; plan.size as usize],
             wcs: [WorkCompletion::default(); POLL_BATCH],
+            op: plan.op,
+            post_path,
+            prepared: Vec::new(),
         })
+    }
+
+    /// Whether the run's messages go inline.
+    fn inlined(&self) -> bool {
+        self.op != Op::Read && self.size <= self.inline
+    }
+
+    /// Prepares the run's request on every queue pair (the peer's buffer known), as perftest
+    /// builds its work requests once before the loop.
+    fn prepare(&mut self) -> Result<(), String> {
+        if self.post_path != PostPath::Prepared {
+            return Ok(());
+        }
+        let op = match self.op {
+            Op::Write => PreparedOp::Write {
+                rkey: self.peer.rkey,
+            },
+            Op::Read => PreparedOp::Read {
+                rkey: self.peer.rkey,
+            },
+            Op::Send => PreparedOp::Send,
+        };
+        let local = if self.inlined() {
+            PreparedLocal::Inline
+        } else {
+            PreparedLocal::Region(&self.buffer.mr)
+        };
+        self.prepared = self
+            .qps
+            .iter()
+            .map(|qp| qp.prepare_send(op, local, PreparedFlags::default()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?;
+        Ok(())
     }
 
     fn source(&self, qp: usize) -> u64 {
@@ -102,6 +146,62 @@ impl<B: Backend> VerbsPerfSide<B> {
 
     fn target(&self, qp: usize) -> u64 {
         self.source(qp) + self.slot
+    }
+
+    /// Where a message of `op` on queue pair `qp` goes on the peer and comes from (or, for a
+    /// READ, lands) here, as offsets into the buffers.
+    #[inline(always)]
+    fn offsets(&self, qp: usize, op: Op) -> (u64, u64) {
+        match op {
+            // A READ fetches the peer's source slot into this side's target slot.
+            Op::Read => (self.source(qp), self.target(qp)),
+            Op::Write | Op::Send => (self.target(qp), self.source(qp)),
+        }
+    }
+
+    /// Stamps the last byte of the source slot (and of the inline copy) with `s`.
+    #[inline(never)]
+    fn stamp(&mut self, qp: usize, s: u8) -> Result<(), String> {
+        let last = self
+            .size
+            .checked_sub(1)
+            .ok_or("a stamp needs a message of a byte or more")?;
+        self.buffer
+            .mr
+            .write((self.source(qp) + u64::from(last)) as usize, &[s])
+            .map_err(|e| e.to_string())?;
+        self.inline_bytes[last as usize] = s;
+        Ok(())
+    }
+
+    /// Posts through the general `post_send`: the request built and checked whole.
+    #[inline(never)]
+    fn post_general(
+        &mut self,
+        qp: usize,
+        op: Op,
+        signaled: bool,
+        remote: u64,
+        local: u64,
+    ) -> Result<(), String> {
+        let remote = RemoteAddr {
+            addr: remote,
+            rkey: self.peer.rkey,
+        };
+        let send_op = match op {
+            Op::Write => SendOp::Write(remote),
+            Op::Read => SendOp::Read(remote),
+            Op::Send => SendOp::Send,
+        };
+        let sge = [self.buffer.mr.sge(local, self.size)];
+        let payload = if op != Op::Read && self.size <= self.inline {
+            Payload::Inline(&self.inline_bytes)
+        } else {
+            Payload::Gather(&sge)
+        };
+        let mut wr = SendRequest::new(qp as u64, send_op, payload);
+        wr.signaled = signaled;
+        self.qps[qp].post_send(&[wr]).map_err(describe)
     }
 
     /// The lines perftest prints for each queue pair's local (or remote) address.
@@ -123,6 +223,13 @@ impl<B: Backend> VerbsPerfSide<B> {
     pub fn close(self) -> Result<(), String> {
         self.port.close(self.qps, vec![self.buffer])
     }
+}
+
+/// A refused post, as the run reports it.
+#[cold]
+#[inline(never)]
+fn describe(e: cxdirect::DriverError) -> String {
+    e.to_string()
 }
 
 /// Connects `a`'s queue pairs to `b`'s, pair by pair, and tells each side the other's buffer.
@@ -148,7 +255,8 @@ fn connect<B: Backend>(a: &mut VerbsPerfSide<B>, b: &mut VerbsPerfSide<B>) -> Re
     }
     a.peer = b.buffer.advertise();
     b.peer = a.buffer.advertise();
-    Ok(())
+    a.prepare()?;
+    b.prepare()
 }
 
 impl<B: Backend> PerfSide for VerbsPerfSide<B> {
@@ -157,40 +265,28 @@ impl<B: Backend> PerfSide for VerbsPerfSide<B> {
     // Kept out of line: `apps/scripts/callgrind-rdma` counts the instructions spent inside it.
     #[inline(never)]
     fn post(&mut self, qp: usize, op: Op, signaled: bool, stamp: Option<u8>) -> Result<(), String> {
-        let size = self.size;
         if let Some(s) = stamp {
-            let last = size
-                .checked_sub(1)
-                .ok_or("a stamp needs a message of a byte or more")?;
-            self.buffer
-                .mr
-                .write((self.source(qp) + u64::from(last)) as usize, &[s])
-                .map_err(|e| e.to_string())?;
-            self.inline_bytes[last as usize] = s;
+            self.stamp(qp, s)?;
         }
-        let (remote_offset, local) = match op {
-            // A READ fetches the peer's source slot into this side's target slot.
-            Op::Read => (self.source(qp), self.target(qp)),
-            Op::Write | Op::Send => (self.target(qp), self.source(qp)),
-        };
-        let remote = RemoteAddr {
-            addr: self.peer.addr + remote_offset,
-            rkey: self.peer.rkey,
-        };
-        let send_op = match op {
-            Op::Write => SendOp::Write(remote),
-            Op::Read => SendOp::Read(remote),
-            Op::Send => SendOp::Send,
-        };
-        let sge = [self.buffer.mr.sge(local, size)];
-        let payload = if op != Op::Read && size <= self.inline {
-            Payload::Inline(&self.inline_bytes)
-        } else {
-            Payload::Gather(&sge)
-        };
-        let mut wr = SendRequest::new(qp as u64, send_op, payload);
-        wr.signaled = signaled;
-        self.qps[qp].post_send(&[wr]).map_err(|e| e.to_string())
+        let (remote_offset, local) = self.offsets(qp, op);
+        let remote = self.peer.addr + remote_offset;
+        match self.prepared.get(qp) {
+            Some(p) if op == self.op => {
+                let posted = if p.is_inline() {
+                    self.qps[qp].post_prepared_inline(
+                        p,
+                        qp as u64,
+                        remote,
+                        &self.inline_bytes,
+                        signaled,
+                    )
+                } else {
+                    self.qps[qp].post_prepared(p, qp as u64, remote, local, self.size, signaled)
+                };
+                posted.map_err(describe)
+            }
+            _ => self.post_general(qp, op, signaled, remote, local),
+        }
     }
 
     fn post_recv(&mut self, qp: usize, n: u32) -> Result<(), String> {
@@ -232,6 +328,7 @@ pub fn run(cli: &Cli, plan: &Plan) -> Result<Vec<String>, String> {
     if let Some(pp) = cli.perftest_plan()? {
         return super::perftest::run::run(cli, plan, &pp);
     }
+    let post_path = cli.post;
     if plan.mode == Mode::Lat && plan.op == Op::Write && plan.size == 0 {
         return Err("--size: a WRITE latency run needs a message of a byte or more".into());
     }
@@ -247,13 +344,13 @@ pub fn run(cli: &Cli, plan: &Plan) -> Result<Vec<String>, String> {
                 return Err("emu-pair gave fewer than two ports".into());
             };
             let hooks = [emulated_idle_hook(&a, exec), emulated_idle_hook(&b, exec)];
-            run_on(a, b, hooks, plan)
+            run_on(a, b, hooks, plan, post_path)
         }
         [a, b] => {
             let mode = cli.devices.iommu_mode.as_str();
             let first = crate::vfio_open(a, mode).map_err(|e| format!("{a}: {e}"))?;
             let second = crate::vfio_open(b, mode).map_err(|e| format!("{b}: {e}"))?;
-            run_on(first, second, [None, None], plan)
+            run_on(first, second, [None, None], plan, post_path)
         }
         _ => Err("--device: give emu-pair, or two PCI addresses".into()),
     }
@@ -273,16 +370,17 @@ pub(crate) fn title(plan: &Plan) -> String {
     format!("                    {verb} {kind} Test")
 }
 
-/// Runs `plan` between a requester on `a` and a responder on `b`.
+/// Runs `plan` between a requester on `a` and a responder on `b`, posting by `post_path`.
 pub fn run_on<B: Backend>(
     a: B,
     b: B,
     idle_hooks: [Option<IdleHook>; 2],
     plan: &Plan,
+    post_path: PostPath,
 ) -> Result<Vec<String>, String> {
     let [idle_a, idle_b] = idle_hooks;
-    let mut requester = VerbsPerfSide::open(a, REQUESTER_ADDRESS, plan, idle_a)?;
-    let mut responder = VerbsPerfSide::open(b, RESPONDER_ADDRESS, plan, idle_b)?;
+    let mut requester = VerbsPerfSide::open(a, REQUESTER_ADDRESS, plan, post_path, idle_a)?;
+    let mut responder = VerbsPerfSide::open(b, RESPONDER_ADDRESS, plan, post_path, idle_b)?;
     let mut lines = vec![RESULT_LINE.to_string(), title(plan)];
     let measured = connect(&mut requester, &mut responder).and_then(|()| {
         lines.push(format!(

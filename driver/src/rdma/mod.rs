@@ -8,7 +8,9 @@
 //! - [`CompletionQueue`], shared by any number of queue pairs, polled into [`WorkCompletion`]s;
 //! - [`RcQueuePair`]: created in RST, [`RcQueuePair::connect`] walks RST→INIT→RTR→RTS to a
 //!   peer's [`Endpoint`]; [`RcQueuePair::post_send`] and [`RcQueuePair::post_recv`] ring one
-//!   doorbell per call (BlueFlame for a lone one-block WQE);
+//!   doorbell per call (BlueFlame for a lone one-block WQE); a loop of alike requests is
+//!   checked once with [`RcQueuePair::prepare_send`] and each then posted, its varying values
+//!   checked, with [`RcQueuePair::post_prepared`] or [`RcQueuePair::post_prepared_inline`];
 //! - [`UdQueuePair`]: unreliable datagrams, each [`UdSendRequest`] one SEND to the address an
 //!   [`AddressHandle`] holds; receives start with the 40-byte GRH area ([`Grh::parse`]), and
 //!   their completions carry the sender's QP ([`DatagramInfo`]);
@@ -65,7 +67,10 @@ pub use ud::{UdQueuePair, GRH_AREA};
 pub use cq::CompletionQueue;
 pub use mr::{MemoryRegion, MrSource};
 pub use pd::ProtectionDomain;
-pub use qp::{ConnectParams, Endpoint, QpCaps, QpState, QpStats, RcQueuePair};
+pub use qp::{
+    ConnectParams, Endpoint, PreparedFlags, PreparedLocal, PreparedOp, PreparedSend, QpCaps,
+    QpState, QpStats, RcQueuePair,
+};
 pub use roce::Roce;
 pub use srq::{SharedReceiveQueue, SrqCaps};
 pub use wc::{DatagramInfo, NetworkHeader, WcOpcode, WcStatus, WorkCompletion};

@@ -1,6 +1,7 @@
 //! Memory regions: a memory key with remote rights over driver DMA memory, a pool's memory, or
 //! an imported dmabuf range, in a protection domain.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::pd::ProtectionDomain;
@@ -40,6 +41,9 @@ pub struct MemoryRegion {
     key: Option<MemoryKey>,
     backing: Option<Backing>,
     pdn: u32,
+    /// True while the key is registered: the handle a prepared request holds
+    /// ([`super::PreparedSend`]), cleared before the key is destroyed or the region dropped.
+    live: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for MemoryRegion {
@@ -95,6 +99,7 @@ impl MemoryRegion {
             key: Some(key),
             backing: Some(backing),
             pdn: pd.pdn(),
+            live: Arc::new(AtomicBool::new(true)),
         })
     }
 
@@ -149,6 +154,13 @@ impl MemoryRegion {
     /// The rights the region grants.
     pub fn access(&self) -> KeyAccess {
         self.key().access()
+    }
+
+    /// The region's liveness handle, while it is registered.
+    pub(super) fn handle(&self) -> Option<Arc<AtomicBool>> {
+        self.live
+            .load(Ordering::Relaxed)
+            .then(|| Arc::clone(&self.live))
     }
 
     /// The region's protection domain number.
@@ -224,6 +236,8 @@ impl MemoryRegion {
     /// [`DriverError::Command`] when DESTROY_MKEY fails: the key stays in the device until
     /// teardown, so its memory is leaked rather than freed under it.
     pub fn deregister<B: Backend>(mut self, dev: &mut Device<B>) -> Result<(), DriverError> {
+        // Prepared requests over the region are refused from now on.
+        self.live.store(false, Ordering::Relaxed);
         let key = self
             .key
             .take()
@@ -248,6 +262,7 @@ impl MemoryRegion {
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
+        self.live.store(false, Ordering::Relaxed);
         if self.key.is_some() {
             // The device may still translate through the key: never free what it reaches.
             self.leak();

@@ -28,8 +28,10 @@ mod connect;
 mod datagram;
 mod limits;
 mod post;
+mod prepared;
 
 pub use connect::{ConnectParams, Endpoint};
+pub use prepared::{PreparedFlags, PreparedLocal, PreparedOp, PreparedSend};
 
 /// What a queue pair carries: the service type its CREATE_QP names and what follows from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,6 +145,9 @@ pub struct RcQueuePair<B: Backend> {
     bf_half: bool,
     /// Send blocks posted since the last WQE that asked for a CQE.
     unsignaled_run: u32,
+    /// The send ring's blocks, and half of them (a CQE is asked for at least that often).
+    sq_blocks: u32,
+    sq_half: u32,
     stats: QpStats,
     caps: QpCaps,
     state: QpState,
@@ -363,6 +368,8 @@ impl<B: Backend> RcQueuePair<B> {
             rq_segs,
             bf_half: false,
             unsignaled_run: 0,
+            sq_blocks: sq_bbs,
+            sq_half: sq_bbs / 2,
             stats: QpStats::default(),
             caps,
             state: QpState::Reset,

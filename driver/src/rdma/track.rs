@@ -45,6 +45,21 @@ fn op_from(code: u32) -> WcOpcode {
     }
 }
 
+/// The operation bits of a send slot's tracking word, worked out once for a prepared request.
+#[inline]
+pub(super) fn send_meta(op: WcOpcode) -> u32 {
+    op_code(op) << meta::OP_SHIFT
+}
+
+/// A send slot's tracking word: the operation bits `op_meta` ([`send_meta`]), the WQE's
+/// blocks, and whether it was signalled or its CQE forced.
+#[inline(always)]
+pub(super) fn send_meta_word(op_meta: u32, blocks: u32, signaled: bool, forced: bool) -> u32 {
+    let signaled = if signaled { meta::SIGNALED } else { 0 };
+    let forced = if forced { meta::FORCED } else { 0 };
+    blocks & meta::BBS | signaled | forced | op_meta
+}
+
 /// A send WQE as posted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct SentWqe {
@@ -59,11 +74,20 @@ pub(super) struct SentWqe {
     pub len: u32,
 }
 
+/// What completion needs of one posted WQE, in one 16-byte record so that recording it is
+/// one index into the ring.
+#[derive(Default)]
+struct Slot {
+    wr_id: AtomicU64,
+    /// Bytes of the local list (what a READ or a receive may fill).
+    len: AtomicU32,
+    /// Send: blocks, signalled and forced bits, operation ([`meta`]); receive: 1.
+    meta: AtomicU32,
+}
+
 /// A ring of slots (send: one per WQEBB, the WQE's first; receive: one per WQE).
 pub(super) struct SlotTrack {
-    wr_id: Box<[AtomicU64]>,
-    meta: Box<[AtomicU32]>,
-    len: Box<[AtomicU32]>,
+    slots: Box<[Slot]>,
     mask: u32,
     /// Slots (WQEBBs or WQEs) posted, wrapping.
     pi: AtomicU32,
@@ -73,11 +97,8 @@ pub(super) struct SlotTrack {
 
 impl SlotTrack {
     pub(super) fn new(entries: u32) -> Self {
-        let make32 = || (0..entries).map(|_| AtomicU32::new(0)).collect();
         Self {
-            wr_id: (0..entries).map(|_| AtomicU64::new(0)).collect(),
-            meta: make32(),
-            len: make32(),
+            slots: (0..entries.max(1)).map(|_| Slot::default()).collect(),
             mask: entries.max(1) - 1,
             pi: AtomicU32::new(0),
             ci: AtomicU32::new(0),
@@ -113,23 +134,27 @@ impl SlotTrack {
     /// Records a send WQE at slot `index` (poster only; published by [`SlotTrack::publish`]).
     #[inline]
     pub(super) fn record_send(&self, index: u32, w: SentWqe) {
-        let slot = (index & self.mask) as usize;
-        self.wr_id[slot].store(w.wr_id, Ordering::Relaxed);
-        self.len[slot].store(w.len, Ordering::Relaxed);
-        let signaled = if w.signaled { meta::SIGNALED } else { 0 };
-        let forced = if w.forced { meta::FORCED } else { 0 };
-        let word =
-            u32::from(w.bbs) & meta::BBS | signaled | forced | op_code(w.op) << meta::OP_SHIFT;
-        self.meta[slot].store(word, Ordering::Relaxed);
+        let word = send_meta_word(send_meta(w.op), u32::from(w.bbs), w.signaled, w.forced);
+        self.record_send_meta(index, w.wr_id, w.len, word);
+    }
+
+    /// Records a send WQE at slot `index` from its tracking word ([`send_meta_word`]), as
+    /// [`SlotTrack::record_send`] does.
+    #[inline(always)]
+    pub(super) fn record_send_meta(&self, index: u32, wr_id: u64, len: u32, word: u32) {
+        let slot = &self.slots[(index & self.mask) as usize];
+        slot.wr_id.store(wr_id, Ordering::Relaxed);
+        slot.len.store(len, Ordering::Relaxed);
+        slot.meta.store(word, Ordering::Relaxed);
     }
 
     /// Records a receive at slot `index` (one slot per WQE).
     #[inline]
     pub(super) fn record_recv(&self, index: u32, wr_id: u64, len: u32) {
-        let slot = (index & self.mask) as usize;
-        self.wr_id[slot].store(wr_id, Ordering::Relaxed);
-        self.len[slot].store(len, Ordering::Relaxed);
-        self.meta[slot].store(1, Ordering::Relaxed);
+        let slot = &self.slots[(index & self.mask) as usize];
+        slot.wr_id.store(wr_id, Ordering::Relaxed);
+        slot.len.store(len, Ordering::Relaxed);
+        slot.meta.store(1, Ordering::Relaxed);
     }
 
     /// Publishes the producer counter: every slot recorded before is visible to the poller.
@@ -141,25 +166,25 @@ impl SlotTrack {
     /// The send WQE at `index` as recorded.
     #[inline]
     pub(super) fn sent(&self, index: u32) -> SentWqe {
-        let slot = (index & self.mask) as usize;
-        let word = self.meta[slot].load(Ordering::Relaxed);
+        let slot = &self.slots[(index & self.mask) as usize];
+        let word = slot.meta.load(Ordering::Relaxed);
         SentWqe {
-            wr_id: self.wr_id[slot].load(Ordering::Relaxed),
+            wr_id: slot.wr_id.load(Ordering::Relaxed),
             op: op_from(word >> meta::OP_SHIFT & 0xf),
             bbs: (word & meta::BBS) as u16,
             signaled: word & meta::SIGNALED != 0,
             forced: word & meta::FORCED != 0,
-            len: self.len[slot].load(Ordering::Relaxed),
+            len: slot.len.load(Ordering::Relaxed),
         }
     }
 
     /// The receive at `index`: work request id and posted bytes.
     #[inline]
     pub(super) fn received(&self, index: u32) -> (u64, u32) {
-        let slot = (index & self.mask) as usize;
+        let slot = &self.slots[(index & self.mask) as usize];
         (
-            self.wr_id[slot].load(Ordering::Relaxed),
-            self.len[slot].load(Ordering::Relaxed),
+            slot.wr_id.load(Ordering::Relaxed),
+            slot.len.load(Ordering::Relaxed),
         )
     }
 
