@@ -155,7 +155,7 @@ pub(crate) struct PoolShared {
     pub(super) lkey: AtomicU32,
     /// Free buffers one send queue's completions put for receive refills to take first: see
     /// [`BufferCache`]. Counted in `available`.
-    pub(crate) cache: BufferCache,
+    pub(super) cache: BufferCache,
     /// Buffers several packets share (a striding receive ring's): the references to each.
     /// A buffer goes back on the stack when its last reference goes. `None`: each buffer has
     /// one owner.
@@ -167,6 +167,12 @@ pub(crate) struct PoolShared {
 pub(crate) const RING_HOLD: u32 = 1 << 24;
 
 impl PoolShared {
+    /// The pool's buffer cache, which a send queue's completions fill ([`BufferCache::claim`]).
+    #[inline(always)]
+    pub(crate) fn cache(&self) -> &BufferCache {
+        &self.cache
+    }
+
     pub(super) fn pop(&self) -> Option<u32> {
         let mut one = [NIL];
         (self.pop_bulk(&mut one) == 1).then_some(one[0])
