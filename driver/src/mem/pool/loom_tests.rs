@@ -1,10 +1,12 @@
 //! The pool's lock-free stack model-checked with loom: every interleaving (up to a bound on
 //! preemptions) of two threads taking and returning buffers, singly and in bulk, with the
-//! stack's atomics replaced by loom's. Run with
+//! stack's atomics replaced by loom's; the pool's buffer cache in [`cache`]. Run with
 //! `RUSTFLAGS="--cfg loom" cargo test -p cxdirect --lib mem::pool::loom_tests`.
 //!
 //! Each buffer has an owner flag (as in the threaded stress test); at the end of every
 //! interleaving the pool must hold each buffer exactly once.
+
+mod cache;
 
 use super::Mempool;
 use crate::mem::{Mbuf, PacketBurst, HEADROOM};
@@ -41,7 +43,11 @@ impl Owners {
     }
 
     fn give(&self, m: &Mbuf, me: u32) {
-        let index = self.index_of(m);
+        self.give_index(self.index_of(m), me);
+    }
+
+    /// [`Owners::give`] for a buffer held by index (detached from its `Mbuf`).
+    fn give_index(&self, index: usize, me: u32) {
         let before = self.marks[index].swap(0, Ordering::Relaxed);
         assert_eq!(
             before, me,
