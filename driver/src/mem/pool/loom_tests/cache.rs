@@ -7,7 +7,7 @@
 //! exactly once (what is left in the cache is taken last), and none was taken that was never
 //! put.
 
-use super::{give_one, model, take_one, Owners};
+use super::{assert_available_in_range, give_one, model, take_one, Owners};
 use crate::mem::cache::{BufferCache, CACHE_SIZE};
 use crate::test_support::pool;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -179,6 +179,7 @@ fn a_claim_holder_returning_buffers_to_the_cache_while_another_thread_allocates(
                 for m in &held {
                     owners.take(m, 2);
                 }
+                assert_available_in_range(&pool);
                 if let Some(m) = held.pop() {
                     give_one(&owners, m, 2);
                 }
