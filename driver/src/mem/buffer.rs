@@ -155,7 +155,7 @@ pub(crate) struct PoolShared {
     pub(super) lkey: AtomicU32,
     /// Free buffers one send queue's completions put for receive refills to take first: see
     /// [`BufferCache`]. Counted in `available`.
-    pub(crate) cache: BufferCache,
+    pub(super) cache: BufferCache,
     /// Buffers several packets share (a striding receive ring's): the references to each.
     /// A buffer goes back on the stack when its last reference goes. `None`: each buffer has
     /// one owner.
@@ -170,6 +170,12 @@ impl PoolShared {
     pub(super) fn pop(&self) -> Option<u32> {
         let mut one = [NIL];
         (self.pop_bulk(&mut one) == 1).then_some(one[0])
+    }
+
+    /// The pool's buffer cache: a send queue claims it and fills it from its completions.
+    #[inline(always)]
+    pub(crate) fn cache(&self) -> &BufferCache {
+        &self.cache
     }
 
     /// Takes up to `out.len()` indexes: from the cache first (one compare-and-swap), then

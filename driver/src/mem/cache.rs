@@ -43,11 +43,11 @@ pub(crate) struct BufferCache {
 #[derive(Clone, Copy, Default)]
 pub(crate) struct Fill {
     /// Where the fill started (wrapping).
-    pub(crate) start: u32,
+    start: u32,
     /// Where the next buffer goes (wrapping).
-    pub(crate) tail: u32,
+    tail: u32,
     /// Where the room ends (wrapping): `tail == end` when the cache is full.
-    pub(crate) end: u32,
+    end: u32,
 }
 
 impl Fill {

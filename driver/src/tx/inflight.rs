@@ -159,7 +159,7 @@ impl InFlight {
             return None;
         }
         // A pool whose buffers are shared goes back buffer by buffer, through its references.
-        if !pool.shares_buffers() && pool.cache.claim() {
+        if !pool.shares_buffers() && pool.cache().claim() {
             self.claims |= 1 << self.pools.len();
         }
         self.pools.push(Arc::clone(pool));
@@ -319,7 +319,7 @@ impl InFlight {
     fn release_claims(&mut self) {
         for (place, pool) in self.pools.iter().enumerate() {
             if self.claims & (1 << place) != 0 {
-                pool.cache.release();
+                pool.cache().release();
             }
         }
         self.claims = 0;
@@ -403,7 +403,7 @@ impl Chain {
     #[inline(always)]
     fn cache_slots<'p>(&self, pools: &'p [Arc<PoolShared>]) -> Option<&'p CacheSlots> {
         let pool = pools.get(self.place)?;
-        (self.claims & (1u8 << (self.place & 7)) != 0).then(|| pool.cache.slots())
+        (self.claims & (1u8 << (self.place & 7)) != 0).then(|| pool.cache().slots())
     }
 
     /// Sends back what was gathered and starts gathering for the pool at `place`.
@@ -417,7 +417,7 @@ impl Chain {
         let pool = &pools[place];
         self.shared = pool.shares_buffers();
         if self.claims & (1u8 << (place & 7)) != 0 {
-            self.fill = pool.cache.begin_fill();
+            self.fill = pool.cache().begin_fill();
         }
     }
 

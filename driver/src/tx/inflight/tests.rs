@@ -214,11 +214,14 @@ fn completions_fill_the_pool_cache_of_the_queue_holding_its_claim_and_no_more() 
         send_one(&mut first, slot, &p);
     }
     send_one(&mut second, 0, &p);
-    assert!(!p.shared().cache.claim(), "the first queue holds the claim");
+    assert!(
+        !p.shared().cache().claim(),
+        "the first queue holds the claim"
+    );
     first.complete(0, total);
     second.complete(0, 1);
     assert_eq!(
-        p.shared().cache.len(),
+        p.shared().cache().len(),
         CACHE_SIZE,
         "the cache holds no more than its size"
     );
@@ -236,7 +239,7 @@ fn completions_fill_the_pool_cache_of_the_queue_holding_its_claim_and_no_more() 
     drop(taken);
     drop(first);
     assert!(
-        p.shared().cache.claim(),
+        p.shared().cache().claim(),
         "a dropped queue lets the claim go"
     );
 }
