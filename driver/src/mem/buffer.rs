@@ -178,6 +178,12 @@ impl PoolShared {
         (self.pop_bulk(&mut one) == 1).then_some(one[0])
     }
 
+    /// The pool's buffer cache: a send queue claims it and fills it from its completions.
+    #[inline(always)]
+    pub(crate) fn cache(&self) -> &BufferCache {
+        &self.cache
+    }
+
     /// Takes up to `out.len()` indexes: from the cache first (one compare-and-swap), then
     /// from the free stack for what the cache did not hold.
     #[inline]
@@ -197,9 +203,10 @@ impl PoolShared {
     #[inline]
     pub(crate) fn publish_fill(&self, fill: Fill) {
         if fill.put_count() > 0 {
-            self.cache.publish(fill);
+            // Counted before takers can see them (see `push_chain`).
             self.available
                 .fetch_add(fill.put_count(), Ordering::Relaxed);
+            self.cache.publish(fill);
         }
     }
 
@@ -348,6 +355,12 @@ impl PoolShared {
         if chain.count == 0 {
             return;
         }
+        // Counted before another thread can take them: a taker subtracts what it took after
+        // taking it, so were they counted after the exchange, a taker between the two would
+        // drive the count below zero (it wraps, and `available` reads about 2^32). Counted
+        // first, the count stays within 0..=count (it may include buffers on their way in or
+        // just taken).
+        self.available.fetch_add(chain.count, Ordering::Relaxed);
         let mut head = self.head.load(Ordering::Acquire);
         loop {
             self.next[chain.last as usize].store(head as u32, Ordering::Relaxed);
@@ -358,10 +371,7 @@ impl PoolShared {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => {
-                    self.available.fetch_add(chain.count, Ordering::Relaxed);
-                    return;
-                }
+                Ok(_) => return,
                 Err(seen) => head = seen,
             }
         }

@@ -18,7 +18,11 @@ use std::sync::atomic::Ordering;
 use std::sync::atomic::{AtomicBool, AtomicU32};
 
 /// Buffers a pool's cache holds at most: room for the completions of a few bursts.
+#[cfg(not(loom))]
 pub(crate) const CACHE_SIZE: usize = 256;
+/// Loom-sized: a model's few puts fill the ring and wrap it (`--cfg loom` builds only).
+#[cfg(loom)]
+pub(crate) const CACHE_SIZE: usize = 4;
 
 /// A cache's slots, as its producer puts buffers in them ([`Fill::put`]).
 pub(crate) type CacheSlots = [AtomicU32; CACHE_SIZE];
@@ -120,7 +124,14 @@ impl BufferCache {
     /// Takes up to `out.len()` buffers, oldest first, into `out`; returns how many.
     #[inline]
     pub(crate) fn take(&self, out: &mut [u32]) -> usize {
-        let mut head = self.head.load(Ordering::Relaxed);
+        // The head is read with Acquire (here and when a compare-and-swap fails), never
+        // Relaxed: the taker that moved it to `head` had read a tail at or past `head`, and
+        // acquiring its move orders that tail before the tail read below. A relaxed head could
+        // be newer than the tail then read (the two loads reorder, on weak-memory machines and
+        // in the compiler), and the taker would take slots past the tail, indexes never put
+        // or already taken, and move the head past the tail (the loom model
+        // `mem::pool::loom_tests::cache` finds it).
+        let mut head = self.head.load(Ordering::Acquire);
         loop {
             let tail = self.tail.load(Ordering::Acquire);
             let n = (tail.wrapping_sub(head) as usize).min(out.len());
@@ -137,7 +148,7 @@ impl BufferCache {
                 head,
                 head.wrapping_add(n as u32),
                 Ordering::AcqRel,
-                Ordering::Relaxed,
+                Ordering::Acquire,
             ) {
                 Ok(_) => return n,
                 Err(seen) => head = seen,

@@ -1,10 +1,12 @@
 //! The pool's lock-free stack model-checked with loom: every interleaving (up to a bound on
 //! preemptions) of two threads taking and returning buffers, singly and in bulk, with the
-//! stack's atomics replaced by loom's. Run with
+//! stack's atomics replaced by loom's; the pool's buffer cache in [`cache`]. Run with
 //! `RUSTFLAGS="--cfg loom" cargo test -p cxdirect --lib mem::pool::loom_tests`.
 //!
 //! Each buffer has an owner flag (as in the threaded stress test); at the end of every
 //! interleaving the pool must hold each buffer exactly once.
+
+mod cache;
 
 use super::Mempool;
 use crate::mem::{Mbuf, PacketBurst, HEADROOM};
@@ -41,7 +43,11 @@ impl Owners {
     }
 
     fn give(&self, m: &Mbuf, me: u32) {
-        let index = self.index_of(m);
+        self.give_index(self.index_of(m), me);
+    }
+
+    /// [`Owners::give`] for a buffer held by index (detached from its `Mbuf`).
+    fn give_index(&self, index: usize, me: u32) {
         let before = self.marks[index].swap(0, Ordering::Relaxed);
         assert_eq!(
             before, me,
@@ -77,6 +83,17 @@ fn assert_whole(pool: &Mempool, owners: &Owners) {
     assert!(pool.alloc().is_none());
 }
 
+/// The pool's free count, read while other threads take and return buffers, never reads
+/// more than the pool holds (nor below zero, which would wrap).
+fn assert_available_in_range(pool: &Mempool) {
+    let available = pool.available();
+    assert!(
+        available <= pool.capacity(),
+        "{available} available of {}",
+        pool.capacity()
+    );
+}
+
 /// Runs `f` under every interleaving loom explores and checks that it explored many.
 fn model(f: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
@@ -107,6 +124,7 @@ fn a_buffer_taken_and_returned_between_a_read_and_an_exchange_is_not_handed_out_
                 if let Some(m) = take_one(&pool, &owners, 2) {
                     give_one(&owners, m, 2);
                 }
+                assert_available_in_range(&pool);
             })
         };
         let first = take_one(&pool, &owners, 1);
@@ -142,10 +160,43 @@ fn bulk_takes_and_chained_returns_against_single_ones() {
                 }
                 // Both back in one exchange.
                 burst.clear();
+                assert_available_in_range(&pool);
             })
         };
         if let Some(m) = take_one(&pool, &owners, 1) {
             give_one(&owners, m, 1);
+        }
+        other.join().unwrap();
+        assert_whole(&pool, &owners);
+    });
+}
+
+#[test]
+fn buffers_taken_as_they_are_returned_keep_the_free_count_in_range() {
+    // Both buffers returned, one at a time, by one thread while the other takes them. Were a
+    // buffer counted only after the exchange that returns it, the taker could count it out
+    // first, and the free count would wrap below zero.
+    model(|| {
+        let pool = pool(2, 256);
+        let owners = Owners::new(&pool);
+        let held: Vec<_> = (0..2).filter_map(|_| take_one(&pool, &owners, 1)).collect();
+        assert_eq!(held.len(), 2);
+        let other = {
+            let (pool, owners) = (pool.clone(), Arc::clone(&owners));
+            loom::thread::spawn(move || {
+                let mut got = Vec::new();
+                for _ in 0..2 {
+                    got.extend(take_one(&pool, &owners, 2));
+                    assert_available_in_range(&pool);
+                }
+                for m in got {
+                    give_one(&owners, m, 2);
+                }
+            })
+        };
+        for m in held {
+            give_one(&owners, m, 1);
+            assert_available_in_range(&pool);
         }
         other.join().unwrap();
         assert_whole(&pool, &owners);
