@@ -167,12 +167,6 @@ pub(crate) struct PoolShared {
 pub(crate) const RING_HOLD: u32 = 1 << 24;
 
 impl PoolShared {
-    /// The pool's buffer cache, which a send queue's completions fill ([`BufferCache::claim`]).
-    #[inline(always)]
-    pub(crate) fn cache(&self) -> &BufferCache {
-        &self.cache
-    }
-
     pub(super) fn pop(&self) -> Option<u32> {
         let mut one = [NIL];
         (self.pop_bulk(&mut one) == 1).then_some(one[0])
