@@ -294,7 +294,13 @@ layout! {
 /// no final XOR: the crc catalogue's CRC-16/T10-DIF, whose check value over "123456789" is
 /// 0xD0DB).
 pub fn crc16_t10dif(data: &[u8]) -> u16 {
-    let mut crc = 0u16;
+    crc16_t10dif_from(0, data)
+}
+
+/// The CRC16 T10-DIF of `data` with its register started at `initial` instead of 0 (libmlx5's
+/// seeded T10-DIF guard, `bg` 0xffff, starts it at all ones); otherwise as [`crc16_t10dif`].
+pub fn crc16_t10dif_from(initial: u16, data: &[u8]) -> u16 {
+    let mut crc = initial;
     for &byte in data {
         crc ^= u16::from(byte) << 8;
         for _ in 0..8 {

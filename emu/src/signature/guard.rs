@@ -3,32 +3,16 @@
 //! the two words the PSV and a SIG_ERR CQE carry of it.
 
 use crate::objects::signature::{Domain, Guard};
-use cxdirect_hw::sig::{crc16_t10dif, crc32c, ip_checksum, DIF_SIZE};
+use cxdirect_hw::sig::{crc16_t10dif, crc16_t10dif_from, crc32c, ip_checksum, DIF_SIZE};
 
 /// The T10-DIF guard of `data` in `dom`'s kind (a CRC16 seeded with all ones when the
 /// domain says so).
 fn guard_of(dom: &Domain, data: &[u8]) -> u16 {
     match dom.guard {
         Guard::IpChecksum => ip_checksum(data),
-        _ if dom.seed_ones => crc16_seeded(data),
+        _ if dom.seed_ones => crc16_t10dif_from(0xffff, data),
         _ => crc16_t10dif(data),
     }
-}
-
-/// CRC16 T10-DIF with its register started at all ones (libmlx5's `bg` 0xffff).
-fn crc16_seeded(data: &[u8]) -> u16 {
-    let mut crc = 0xffffu16;
-    for &byte in data {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x8bb7
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
 }
 
 /// The 32-bit CRC of a CRC signature domain over `data`: the register starts at the seed
