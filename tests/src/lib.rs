@@ -3,6 +3,7 @@
 //! holds what several test files share.
 
 pub mod events;
+pub mod rdma_side;
 pub mod setup;
 
 /// A 128-byte UDP/IPv4 frame to destination port `dport` carrying `seq` (big-endian at byte

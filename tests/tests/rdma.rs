@@ -2,117 +2,18 @@
 //! RoCE v2 RC queue pairs between them.
 
 use cxdirect::rdma::{
-    CompletionQueue, ConnectParams, MemoryRegion, MrSource, PathMtu, Payload, ProtectionDomain,
-    QpCaps, QpState, RcQueuePair, RecvRequest, Roce, SendOp, SendRequest, Sge, SharedReceiveQueue,
-    SrqCaps, WcOpcode, WcStatus, WorkCompletion,
+    CompletionQueue, ConnectParams, MemoryRegion, MrSource, PathMtu, Payload, QpCaps, QpState,
+    RecvRequest, Roce, SendOp, SendRequest, Sge, SharedReceiveQueue, WcOpcode, WcStatus,
+    WorkCompletion,
 };
 use cxdirect::{Device, DriverError, Event, KeyAccess};
 use cxdirect_apps::emulated::EmuBackend;
 use cxdirect_emu::{Device as Model, EmuConfig, ExecMode};
+use cxdirect_tests::rdma_side::{connect, connect_with, pair, pattern, read, Qp, Side, ALL};
 use cxdirect_tests::setup::bring_up_patient;
-
-type Qp = RcQueuePair<EmuBackend>;
-
-/// Every right: local read and write, remote read, write and atomics.
-const ALL: KeyAccess = KeyAccess {
-    read: true,
-    write: true,
-    remote_read: true,
-    remote_write: true,
-    remote_atomic: true,
-};
 
 /// The path MTU the tests connect with.
 const MTU: usize = 1024;
-
-/// One function: its device, RoCE, a PD and a CQ.
-struct Side {
-    dev: Device<EmuBackend>,
-    roce: Roce,
-    pd: ProtectionDomain,
-    cq: CompletionQueue,
-}
-
-impl Side {
-    fn new(model: &Model, name: &str, ip: &str) -> Self {
-        let mut dev = bring_up_patient(model, name);
-        let roce = Roce::enable(&mut dev, ip.parse().unwrap()).expect("RoCE");
-        let pd = ProtectionDomain::alloc(&mut dev).expect("PD");
-        let cq = CompletionQueue::create(&mut dev, 1024).expect("CQ");
-        Side { dev, roce, pd, cq }
-    }
-
-    fn qp(&mut self, caps: QpCaps) -> Qp {
-        self.qp_on(None, caps)
-    }
-
-    /// A QP that takes its receives from `srq` when given.
-    fn qp_on(&mut self, srq: Option<&SharedReceiveQueue<EmuBackend>>, caps: QpCaps) -> Qp {
-        RcQueuePair::create(&mut self.dev, &self.pd, &mut self.cq, srq, caps, &self.roce)
-            .expect("QP")
-    }
-
-    fn srq(&mut self, max_wr: u32, max_sge: u32) -> SharedReceiveQueue<EmuBackend> {
-        SharedReceiveQueue::create(&mut self.dev, &self.pd, SrqCaps { max_wr, max_sge })
-            .expect("SRQ")
-    }
-
-    fn mr(&mut self, len: usize, access: KeyAccess) -> MemoryRegion {
-        MemoryRegion::alloc(&mut self.dev, &self.pd, len, access).expect("MR")
-    }
-
-    /// Polls until `n` completions came (panics when they take more than 20 s: the device
-    /// thread shares a loaded machine, so the bound is generous).
-    fn wait(&mut self, n: usize) -> Vec<WorkCompletion> {
-        let start = std::time::Instant::now();
-        let mut got = Vec::new();
-        let mut batch = [WorkCompletion::default(); 32];
-        while got.len() < n {
-            let k = self.cq.poll(&mut batch).expect("poll");
-            got.extend_from_slice(&batch[..k]);
-            if k == 0 {
-                assert!(
-                    start.elapsed() < std::time::Duration::from_secs(20),
-                    "{} of {n} completions came: {got:?}",
-                    got.len()
-                );
-                std::thread::yield_now();
-            }
-        }
-        got
-    }
-
-    /// Polls once more and asserts nothing else came.
-    fn nothing_more(&mut self) {
-        let mut batch = [WorkCompletion::default(); 4];
-        assert_eq!(self.cq.poll(&mut batch).expect("poll"), 0, "{batch:?}");
-    }
-}
-
-fn pair() -> (Side, Side, [Model; 2]) {
-    // The device thread serves both functions: a frame one sends while receiving (an ACK, a
-    // READ response) reaches the other without either side ringing a doorbell.
-    let cfg = EmuConfig {
-        roce: true,
-        exec: ExecMode::Threaded,
-        ..EmuConfig::default()
-    };
-    let (a, b) = Model::pair(cfg.clone(), cfg);
-    let sa = Side::new(&a, "a", "10.0.0.1");
-    let sb = Side::new(&b, "b", "10.0.0.2");
-    (sa, sb, [a, b])
-}
-
-fn connect(a: &mut Side, qa: &mut Qp, b: &mut Side, qb: &mut Qp) {
-    connect_with(a, qa, b, qb, ConnectParams::default());
-}
-
-/// Connects `qa` on `a` and `qb` on `b` to each other, both with `params`.
-fn connect_with(a: &mut Side, qa: &mut Qp, b: &mut Side, qb: &mut Qp, params: ConnectParams) {
-    let (ea, eb) = (qa.local_endpoint(), qb.local_endpoint());
-    qa.connect(&mut a.dev, &eb, params).expect("connect a");
-    qb.connect(&mut b.dev, &ea, params).expect("connect b");
-}
 
 /// A pair of functions with one QP each, connected with the default parameters: `caps` sizes
 /// a's QP, b's takes the defaults.
@@ -123,20 +24,6 @@ fn connected_pair(caps: QpCaps) -> (Side, Qp, Side, Qp, [Model; 2]) {
     connect(&mut a, &mut qa, &mut b, &mut qb);
     (a, qa, b, qb, models)
 }
-
-/// A pattern that differs per message and per byte.
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
-        .collect()
-}
-
-fn read(mr: &MemoryRegion, offset: usize, len: usize) -> Vec<u8> {
-    let mut out = vec![0u8; len];
-    mr.read(offset, &mut out).unwrap();
-    out
-}
-
 /// Posts one signalled request of `op` over `list`.
 fn post(qp: &mut Qp, wr_id: u64, op: SendOp, list: &[Sge]) {
     qp.post_send(&[SendRequest::new(wr_id, op, Payload::Gather(list))])

@@ -5,113 +5,11 @@
 //! posts nothing.
 
 use cxdirect::rdma::{
-    CompletionQueue, MemoryRegion, PreparedFlags, PreparedLocal, PreparedOp, PreparedSend,
-    ProtectionDomain, QpCaps, QpState, RcQueuePair, RecvRequest, Roce, WcOpcode, WcStatus,
-    WorkCompletion,
+    MemoryRegion, PreparedFlags, PreparedLocal, PreparedOp, PreparedSend, ProtectionDomain, QpCaps,
+    QpState, RecvRequest, WcOpcode, WcStatus, WorkCompletion,
 };
-use cxdirect::{Device, DriverError, KeyAccess};
-use cxdirect_apps::emulated::EmuBackend;
-use cxdirect_emu::{Device as Model, EmuConfig, ExecMode};
-use cxdirect_tests::setup::bring_up_patient;
-
-type Qp = RcQueuePair<EmuBackend>;
-
-const ALL: KeyAccess = KeyAccess {
-    read: true,
-    write: true,
-    remote_read: true,
-    remote_write: true,
-    remote_atomic: true,
-};
-
-struct Side {
-    dev: Device<EmuBackend>,
-    roce: Roce,
-    pd: ProtectionDomain,
-    cq: CompletionQueue,
-}
-
-impl Side {
-    fn new(model: &Model, name: &str, ip: &str) -> Self {
-        let mut dev = bring_up_patient(model, name);
-        let roce = Roce::enable(&mut dev, ip.parse().unwrap()).expect("RoCE");
-        let pd = ProtectionDomain::alloc(&mut dev).expect("PD");
-        let cq = CompletionQueue::create(&mut dev, 1024).expect("CQ");
-        Side { dev, roce, pd, cq }
-    }
-
-    fn qp(&mut self, caps: QpCaps) -> Qp {
-        RcQueuePair::create(
-            &mut self.dev,
-            &self.pd,
-            &mut self.cq,
-            None,
-            caps,
-            &self.roce,
-        )
-        .expect("QP")
-    }
-
-    fn mr(&mut self, len: usize, access: KeyAccess) -> MemoryRegion {
-        MemoryRegion::alloc(&mut self.dev, &self.pd, len, access).expect("MR")
-    }
-
-    fn wait(&mut self, n: usize) -> Vec<WorkCompletion> {
-        let start = std::time::Instant::now();
-        let mut got = Vec::new();
-        let mut batch = [WorkCompletion::default(); 32];
-        while got.len() < n {
-            let k = self.cq.poll(&mut batch).expect("poll");
-            got.extend_from_slice(&batch[..k]);
-            if k == 0 {
-                assert!(
-                    start.elapsed() < std::time::Duration::from_secs(20),
-                    "{} of {n} completions came: {got:?}",
-                    got.len()
-                );
-                std::thread::yield_now();
-            }
-        }
-        got
-    }
-
-    fn nothing_more(&mut self) {
-        let mut batch = [WorkCompletion::default(); 4];
-        assert_eq!(self.cq.poll(&mut batch).expect("poll"), 0, "{batch:?}");
-    }
-}
-
-fn pair() -> (Side, Side, [Model; 2]) {
-    let cfg = EmuConfig {
-        roce: true,
-        exec: ExecMode::Threaded,
-        ..EmuConfig::default()
-    };
-    let (a, b) = Model::pair(cfg.clone(), cfg);
-    let sa = Side::new(&a, "a", "10.0.0.1");
-    let sb = Side::new(&b, "b", "10.0.0.2");
-    (sa, sb, [a, b])
-}
-
-fn connect(a: &mut Side, qa: &mut Qp, b: &mut Side, qb: &mut Qp) {
-    let (ea, eb) = (qa.local_endpoint(), qb.local_endpoint());
-    qa.connect(&mut a.dev, &eb, Default::default())
-        .expect("connect a");
-    qb.connect(&mut b.dev, &ea, Default::default())
-        .expect("connect b");
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
-        .collect()
-}
-
-fn read(mr: &MemoryRegion, offset: usize, len: usize) -> Vec<u8> {
-    let mut out = vec![0u8; len];
-    mr.read(offset, &mut out).unwrap();
-    out
-}
+use cxdirect::{DriverError, KeyAccess};
+use cxdirect_tests::rdma_side::{connect, pair, pattern, read, Qp, ALL};
 
 fn prepare(qp: &Qp, op: PreparedOp, local: PreparedLocal<'_>) -> PreparedSend {
     qp.prepare_send(op, local, PreparedFlags::default())
