@@ -70,22 +70,7 @@ impl Side {
     /// Polls until `n` completions came (panics when they take more than 20 s: the device
     /// thread shares a loaded machine, so the bound is generous).
     pub fn wait(&mut self, n: usize) -> Vec<WorkCompletion> {
-        let start = std::time::Instant::now();
-        let mut got = Vec::new();
-        let mut batch = [WorkCompletion::default(); 32];
-        while got.len() < n {
-            let k = self.cq.poll(&mut batch).expect("poll");
-            got.extend_from_slice(&batch[..k]);
-            if k == 0 {
-                assert!(
-                    start.elapsed() < std::time::Duration::from_secs(20),
-                    "{} of {n} completions came: {got:?}",
-                    got.len()
-                );
-                std::thread::yield_now();
-            }
-        }
-        got
+        wait_for(&mut self.cq, n)
     }
 
     /// Polls once more and asserts nothing else came.
@@ -93,6 +78,27 @@ impl Side {
         let mut batch = [WorkCompletion::default(); 4];
         assert_eq!(self.cq.poll(&mut batch).expect("poll"), 0, "{batch:?}");
     }
+}
+
+/// Polls `cq` until `n` completions came (panics when they take more than 20 s: the device
+/// thread shares a loaded machine, so the bound is generous).
+pub fn wait_for(cq: &mut CompletionQueue, n: usize) -> Vec<WorkCompletion> {
+    let start = std::time::Instant::now();
+    let mut got = Vec::new();
+    let mut batch = [WorkCompletion::default(); 32];
+    while got.len() < n {
+        let k = cq.poll(&mut batch).expect("poll");
+        got.extend_from_slice(&batch[..k]);
+        if k == 0 {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(20),
+                "{} of {n} completions came: {got:?}",
+                got.len()
+            );
+            std::thread::yield_now();
+        }
+    }
+    got
 }
 
 /// Two functions on the pair wire (a at 10.0.0.1, b at 10.0.0.2), the model on its own

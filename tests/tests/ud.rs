@@ -81,22 +81,7 @@ impl Side {
 
     /// Polls until `n` completions came (20 s at most).
     fn wait(&mut self, n: usize) -> Vec<WorkCompletion> {
-        let start = std::time::Instant::now();
-        let mut got = Vec::new();
-        let mut batch = [WorkCompletion::default(); 32];
-        while got.len() < n {
-            let k = self.cq.poll(&mut batch).expect("poll");
-            got.extend_from_slice(&batch[..k]);
-            if k == 0 {
-                assert!(
-                    start.elapsed() < std::time::Duration::from_secs(20),
-                    "{} of {n} completions came: {got:?}",
-                    got.len()
-                );
-                std::thread::yield_now();
-            }
-        }
-        got
+        cxdirect_tests::rdma_side::wait_for(&mut self.cq, n)
     }
 
     /// Polls for a while and asserts nothing came.
