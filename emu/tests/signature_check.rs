@@ -85,6 +85,22 @@ fn b_key_apart_psvs(p: &mut RcPair, blocks: usize) -> (u32, u64, u64, (u32, u32)
     (key, data, prot, (psvs[0], psvs[1]))
 }
 
+/// A's RDMA READ of `len` bytes from B's `remote` (address, key) into offset 0 of A's key
+/// `key`: A's completions.
+fn read_into_a(p: &mut RcPair, remote: (u64, u32), key: u32, len: u32) -> Vec<Vec<u8>> {
+    let w = rdma_wqe(
+        &p.qp_a.sq,
+        opcode::RDMA_READ,
+        remote,
+        (0, key),
+        len,
+        wqe::fence_mode::INITIATOR_SMALL,
+    );
+    p.a.post(&mut p.qp_a.sq, &w, false);
+    p.settle();
+    drain(&p.a, &mut p.cq_a)
+}
+
 /// A's WRITE of `wire` to offset 0 of B's key `rkey`: A's completion opcode.
 fn write_from_a(p: &mut RcPair, rkey: u32, wire: &[u8]) -> u8 {
     let lkey = p.a.create_mkey(false, true);
@@ -308,34 +324,14 @@ fn a_read_response_into_a_signature_key_is_stripped_and_a_bad_guard_reported() {
         p.b.create_remote_mkey(pd, cxdirect_emu::testkit::IOVA_BASE, MEM as u64, ALL, 0x12)
     };
     p.b.write(src, &wire);
-    let w = rdma_wqe(
-        &p.qp_a.sq,
-        opcode::RDMA_READ,
-        (src, rkey),
-        (0, key),
-        wire.len() as u32,
-        wqe::fence_mode::INITIATOR_SMALL,
-    );
-    p.a.post(&mut p.qp_a.sq, &w, false);
-    p.settle();
-    let done = drain(&p.a, &mut p.cq_a);
+    let done = read_into_a(&mut p, (src, rkey), key, wire.len() as u32);
     assert_eq!(done.len(), 1);
     assert_eq!(cqe_opcode(&done[0]), CQE_REQ);
     assert_eq!(p.a.read(buf, blocks * BLOCK), data, "protection stripped");
     // Block 0's guard corrupted at the source: a SIG_ERR CQE before the READ's completion.
     wire[BLOCK] ^= 0xff;
     p.b.write(src, &wire);
-    let w = rdma_wqe(
-        &p.qp_a.sq,
-        opcode::RDMA_READ,
-        (src, rkey),
-        (0, key),
-        wire.len() as u32,
-        wqe::fence_mode::INITIATOR_SMALL,
-    );
-    p.a.post(&mut p.qp_a.sq, &w, false);
-    p.settle();
-    let done = drain(&p.a, &mut p.cq_a);
+    let done = read_into_a(&mut p, (src, rkey), key, wire.len() as u32);
     assert_eq!(done.len(), 2, "SIG_ERR, then the READ");
     assert_eq!(cqe_opcode(&done[0]), CQE_SIG_ERR);
     assert_eq!(cqe_opcode(&done[1]), CQE_REQ);
