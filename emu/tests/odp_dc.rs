@@ -12,42 +12,9 @@ mod odp_kit;
 
 use dc_kit::*;
 use odp_kit::{
-    cap_type, drain, page_faults, pattern, pfault_flags, pfault_subtype, resume, wqe_pf_type,
+    cap_type, drain, one_fault, pattern, pfault_flags, pfault_subtype, resume, wqe_pf_type,
     EqePageFaultRdma, EqePageFaultWqe, OdpCap, OdpMr, CQE_REQ, CQE_REQ_ERR, SYND_REMOTE_ACCESS,
 };
-
-/// Runs both functions past the DCI's RNR timer until `done` holds (at most a second).
-fn settle_until(r: &mut Rig, mut done: impl FnMut(&mut Rig) -> bool) -> bool {
-    for _ in 0..200 {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-        r.settle();
-        if done(r) {
-            return true;
-        }
-    }
-    false
-}
-
-fn one_fault(h: &mut Host, subtype: u8) -> Vec<u8> {
-    let faults = page_faults(h);
-    assert_eq!(faults.len(), 1, "one fault reported: {faults:?}");
-    assert_eq!(faults[0].0, subtype);
-    faults[0].1.clone()
-}
-
-/// Drains `cq` of `h` until it has a completion (past RNR timers); returns them.
-fn completions(r: &mut Rig, on_a: bool) -> Vec<Vec<u8>> {
-    let mut got = Vec::new();
-    settle_until(r, |r| {
-        if on_a {
-            got.extend(drain(&r.a, &mut r.cq_a));
-        } else {
-            got.extend(drain(&r.b, &mut r.cq_b));
-        }
-        !got.is_empty()
-    });
-    got
-}
 
 #[test]
 fn handle_hca_cap_odp_finds_dc_send_write_read_and_srq_receive() {
@@ -93,7 +60,7 @@ fn mlx5_ib_mr_initiator_pfault_handler_skips_a_dci_wqe_address_vector_to_its_dat
     assert_eq!((d.addr(), d.lkey()), (iova, mr.key));
     mr.update_xlt(&mut r.a, &[true], false, 0, 0);
     resume(&mut r.a, e.pf_type(), e.wq_num(), e.token(), false).expect("PAGE_FAULT_RESUME");
-    let got = completions(&mut r, false);
+    let got = r.completions_after_rnr(false);
     assert_eq!(got.len(), 1, "the DCT's receive completed");
     assert_eq!(r.b.read(dst, 1800), data);
     r.settle();
@@ -127,7 +94,7 @@ fn mlx5_ib_mr_responder_pfault_handler_srq_reads_a_dct_srq_wqe_and_the_send_land
     assert_eq!((d.addr(), d.lkey()), (iova, mr.key));
     mr.update_xlt(&mut r.b, &[true], false, 0, 0);
     resume(&mut r.b, e.pf_type(), e.wq_num(), e.token(), false).expect("PAGE_FAULT_RESUME");
-    let got = completions(&mut r, false);
+    let got = r.completions_after_rnr(false);
     assert_eq!(got.len(), 1);
     assert_eq!(cqe_opcode(&got[0]), RESP_SEND);
     assert_eq!(mr.read(&r.b, 2200), data);
@@ -158,7 +125,7 @@ fn mlx5_ib_mr_rdma_pfault_handler_maps_a_dct_write_and_read_source() {
     assert_eq!((e.rdma_va(), e.rdma_op_len()), (mr.iova, 3000));
     mr.update_xlt(&mut r.b, &[true], false, 0, 0);
     resume(&mut r.b, e.pf_type(), e.token(), e.token(), false).expect("PAGE_FAULT_RESUME");
-    let done = completions(&mut r, true);
+    let done = r.completions_after_rnr(true);
     assert_eq!(cqe_opcode(&done[0]), CQE_REQ, "the WRITE completed");
     assert_eq!(mr.read(&r.b, 3000), data);
 
@@ -173,7 +140,7 @@ fn mlx5_ib_mr_rdma_pfault_handler_maps_a_dct_write_and_read_source() {
     assert_eq!((e.token(), e.rdma_op_len()), (r.dcts[0], 3000));
     mr.update_xlt(&mut r.b, &[true], false, 0, 0);
     resume(&mut r.b, e.pf_type(), e.token(), e.token(), false).expect("PAGE_FAULT_RESUME");
-    let done = completions(&mut r, true);
+    let done = r.completions_after_rnr(true);
     assert_eq!(cqe_opcode(&done[0]), CQE_REQ, "the READ completed");
     assert_eq!(r.a.read(dst, 3000), data);
 }
@@ -186,7 +153,7 @@ fn mlx5_ib_page_fault_resume_with_error_refuses_the_dct_write_and_writes_nothing
     let other = r.dcts[1];
     assert!(resume(&mut r.b, e.pf_type(), other, other, true).is_err());
     resume(&mut r.b, e.pf_type(), e.token(), e.token(), true).expect("resume with error");
-    let done = completions(&mut r, true);
+    let done = r.completions_after_rnr(true);
     assert_eq!(done.len(), 1);
     assert_eq!(
         (cqe_opcode(&done[0]), done[0][0x37]),
@@ -223,7 +190,7 @@ fn mlx5_ib_mr_initiator_pfault_handler_reads_a_dci_read_wqe_and_the_response_lan
     );
     mr.update_xlt(&mut r.a, &[true], false, 0, 0);
     resume(&mut r.a, e.pf_type(), e.wq_num(), e.token(), false).expect("PAGE_FAULT_RESUME");
-    let done = completions(&mut r, true);
+    let done = r.completions_after_rnr(true);
     assert_eq!(cqe_opcode(&done[0]), CQE_REQ, "the READ completed");
     assert_eq!(mr.read(&r.a, 2000), data);
 }

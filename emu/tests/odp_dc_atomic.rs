@@ -15,39 +15,10 @@ mod odp_kit;
 use cxdirect_hw::wqe::AtomicSeg;
 use dc_kit::*;
 use odp_kit::{
-    cap_type, drain, page_faults, pfault_flags, pfault_subtype, resume, wqe_pf_type,
+    cap_type, drain, one_fault, pfault_flags, pfault_subtype, resume, wqe_pf_type,
     EqePageFaultRdma, EqePageFaultWqe, OdpCap, OdpMr, CQE_REQ, CQE_REQ_ERR, SYND_LOCAL_PROT,
     SYND_REMOTE_ACCESS,
 };
-
-/// Runs both functions past the DCI's RNR timer until `done` holds (at most a second).
-fn settle_until(r: &mut Rig, mut done: impl FnMut(&mut Rig) -> bool) -> bool {
-    for _ in 0..200 {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-        r.settle();
-        if done(r) {
-            return true;
-        }
-    }
-    false
-}
-
-/// A's completions, waiting past RNR timers for the first.
-fn dci_completions(r: &mut Rig) -> Vec<Vec<u8>> {
-    let mut got = Vec::new();
-    settle_until(r, |r| {
-        got.extend(drain(&r.a, &mut r.cq_a));
-        !got.is_empty()
-    });
-    got
-}
-
-fn one_fault(h: &mut Host, subtype: u8) -> Vec<u8> {
-    let faults = page_faults(h);
-    assert_eq!(faults.len(), 1, "one fault reported: {faults:?}");
-    assert_eq!(faults[0].0, subtype);
-    faults[0].1.clone()
-}
 
 /// A DCI atomic WQE as libmlx5 builds it (`ibv_wr_atomic_fetch_add` /
 /// `ibv_wr_atomic_cmp_swp`, `mlx5dv_wr_set_dc_addr`, `ibv_wr_set_sge`): control, address
@@ -144,7 +115,7 @@ fn mlx5_ib_mr_initiator_pfault_handler_reads_a_dci_fetch_add_and_it_runs_once() 
         resume(&mut r.a, t, q, e.token(), false).is_err(),
         "resumed once"
     );
-    let done = dci_completions(&mut r);
+    let done = r.completions_after_rnr(true);
     assert_eq!(done.len(), 1, "the atomic completed");
     assert_eq!(cqe_opcode(&done[0]), CQE_REQ);
     // The atomic sent again is answered from its first execution, not run again.
@@ -162,7 +133,7 @@ fn mlx5_ib_mr_initiator_pfault_handler_reads_a_dci_compare_swap_and_it_runs_once
     assert_eq!((e.wq_num(), e.token()), (r.dci.sqn, r.dci.sqn));
     mr.update_xlt(&mut r.a, &[true], false, 0, 0);
     resume(&mut r.a, e.pf_type(), e.wq_num(), e.token(), false).expect("PAGE_FAULT_RESUME");
-    let done = dci_completions(&mut r);
+    let done = r.completions_after_rnr(true);
     assert_eq!(done.len(), 1);
     assert_eq!(cqe_opcode(&done[0]), CQE_REQ);
     assert_eq!(
@@ -182,7 +153,7 @@ fn a_dci_atomic_result_fault_resumed_with_an_error_fails_the_wqe_and_writes_noth
     let (mut r, mr, _target, event) = dci_result_fault(opcode::ATOMIC_FA, (1, 0), 3);
     let e = EqePageFaultWqe::new(&event[..]).expect("layout");
     resume(&mut r.a, e.pf_type(), e.wq_num(), e.token(), true).expect("resume with error");
-    let done = dci_completions(&mut r);
+    let done = r.completions_after_rnr(true);
     assert_eq!(done.len(), 1);
     assert_eq!(
         (cqe_opcode(&done[0]), done[0][0x37]),
@@ -232,7 +203,7 @@ fn mlx5_ib_mr_rdma_pfault_handler_maps_a_dct_fetch_add_target_and_it_runs_after_
     mr.update_xlt(&mut r.b, &[true], false, 0, 0);
     resume(&mut r.b, e.pf_type(), e.token(), e.token(), false).expect("PAGE_FAULT_RESUME");
     assert!(resume(&mut r.b, e.pf_type(), e.token(), e.token(), false).is_err());
-    let done = dci_completions(&mut r);
+    let done = r.completions_after_rnr(true);
     assert_eq!(done.len(), 1, "the atomic completed");
     assert_eq!(cqe_opcode(&done[0]), CQE_REQ);
     assert_eq!(r.a.read(result, 8), 41u64.to_be_bytes().to_vec());
@@ -247,7 +218,7 @@ fn mlx5_ib_mr_rdma_pfault_handler_maps_a_dct_compare_swap_target_and_it_runs_aft
     assert_eq!((e.token(), e.rdma_op_len()), (r.dcts[0], 8));
     mr.update_xlt(&mut r.b, &[true], false, 0, 0);
     resume(&mut r.b, e.pf_type(), e.token(), e.token(), false).expect("PAGE_FAULT_RESUME");
-    let done = dci_completions(&mut r);
+    let done = r.completions_after_rnr(true);
     assert_eq!(done.len(), 1);
     assert_eq!(cqe_opcode(&done[0]), CQE_REQ);
     assert_eq!(r.a.read(result, 8), 9u64.to_be_bytes().to_vec());
@@ -259,7 +230,7 @@ fn a_dct_atomic_target_fault_resumed_with_an_error_refuses_the_atomic_and_runs_n
     let (mut r, mr, result, event) = dct_target_fault(opcode::ATOMIC_FA, (1, 0), 7);
     let e = EqePageFaultRdma::new(&event[..]).expect("layout");
     resume(&mut r.b, e.pf_type(), e.token(), e.token(), true).expect("resume with error");
-    let done = dci_completions(&mut r);
+    let done = r.completions_after_rnr(true);
     assert_eq!(done.len(), 1);
     assert_eq!(
         (cqe_opcode(&done[0]), done[0][0x37]),

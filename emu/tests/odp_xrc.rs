@@ -20,18 +20,6 @@ use xrc_kit::*;
 /// The error CQE opcode of a receive.
 const CQE_RESP_ERR: u8 = 0xe;
 
-/// Runs both functions past the initiator's RNR timer until `done` holds (at most a second).
-fn settle_until(r: &mut Rig, mut done: impl FnMut(&mut Rig) -> bool) -> bool {
-    for _ in 0..200 {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-        settle(r);
-        if done(r) {
-            return true;
-        }
-    }
-    false
-}
-
 /// An XRC WRITE or READ WQE as libmlx5 builds it: control, XRC segment (`srqn`), remote
 /// address, one data segment.
 fn xrc_rdma(sq: &Sq, op: u8, srqn: u32, remote: (u64, u32), local: (u64, u32, u32)) -> [u8; 64] {

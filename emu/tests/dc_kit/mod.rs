@@ -365,6 +365,26 @@ impl Rig {
         }
     }
 
+    /// Runs both functions past the DCI's RNR timer until `done` holds (at most a second).
+    pub fn settle_until(&mut self, done: impl FnMut(&mut Rig) -> bool) -> bool {
+        cxdirect_emu::testkit::poll::settle_until(self, |r| r.settle(), done)
+    }
+
+    /// A's completions (`on_a`, the DCI's) or B's, waiting past RNR timers for the first.
+    pub fn completions_after_rnr(&mut self, on_a: bool) -> Vec<Vec<u8>> {
+        let mut got = Vec::new();
+        self.settle_until(|r| {
+            let (h, cq) = if on_a {
+                (&r.a, &mut r.cq_a)
+            } else {
+                (&r.b, &mut r.cq_b)
+            };
+            got.extend(std::iter::from_fn(|| h.poll_cq(cq)));
+            !got.is_empty()
+        });
+        got
+    }
+
     /// Posts a receive of `len` bytes on B's RMP; returns where it lands.
     pub fn post_recv(&mut self, len: u32) -> u64 {
         let at = self.b.alloc(u64::from(len), 64);

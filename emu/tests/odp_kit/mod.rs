@@ -29,8 +29,8 @@ pub const CQE_RESP_SEND: u8 = 0x2;
 pub const CQE_REQ_ERR: u8 = 0xd;
 pub const SYND_LOCAL_PROT: u8 = 0x04;
 pub const SYND_REMOTE_ACCESS: u8 = 0x13;
-/// Longer than the RNR timer every QP here asks for (code 1: 0.01 ms).
-pub const PAST_RNR: Duration = Duration::from_millis(5);
+use cxdirect_emu::testkit::poll::settle_until;
+pub use cxdirect_emu::testkit::poll::PAST_RNR;
 
 /// Two functions reporting ODP, their async EQs taking every event but page faults (as
 /// mlx5_core's do); with `pf_eq`, each opens the page-fault EQ mlx5_ib's
@@ -80,18 +80,18 @@ pub fn cqe_opcode(cqe: &[u8]) -> u8 {
 /// most a second): the requester sends again after each RNR NAK on its own timer.
 pub fn completions_after_rnr(p: &mut RcPair, on_a: bool) -> Vec<Vec<u8>> {
     let mut got = Vec::new();
-    for _ in 0..200 {
-        std::thread::sleep(PAST_RNR);
-        p.settle();
-        got = if on_a {
-            drain(&p.a, &mut p.cq_a)
-        } else {
-            drain(&p.b, &mut p.cq_b)
-        };
-        if !got.is_empty() {
-            break;
-        }
-    }
+    settle_until(
+        p,
+        |p| p.settle(),
+        |p| {
+            got = if on_a {
+                drain(&p.a, &mut p.cq_a)
+            } else {
+                drain(&p.b, &mut p.cq_b)
+            };
+            !got.is_empty()
+        },
+    );
     got
 }
 
@@ -102,6 +102,14 @@ pub fn page_faults(h: &mut Host) -> Vec<(u8, Vec<u8>)> {
         .filter(|(t, _, _)| *t == EventType::PageFault as u8)
         .map(|(_, sub, data)| (sub, data))
         .collect()
+}
+
+/// The one page-fault event `h` reported, of sub type `subtype`: its data.
+pub fn one_fault(h: &mut Host, subtype: u8) -> Vec<u8> {
+    let faults = page_faults(h);
+    assert_eq!(faults.len(), 1, "one fault reported: {faults:?}");
+    assert_eq!(faults[0].0, subtype);
+    faults[0].1.clone()
 }
 
 /// An ODP memory region of `pages.len()` 4 KiB pages at `iova`, as mlx5_ib makes one: a key

@@ -299,6 +299,11 @@ pub fn settle(r: &Rig) {
     }
 }
 
+/// Runs both functions past the initiator's RNR timer until `done` holds (at most a second).
+pub fn settle_until(r: &mut Rig, done: impl FnMut(&mut Rig) -> bool) -> bool {
+    cxdirect_emu::testkit::poll::settle_until(r, |r| settle(r), done)
+}
+
 pub fn cqe_opcode(cqe: &[u8]) -> u8 {
     cqe[63] >> 4
 }
