@@ -161,20 +161,8 @@ fn faulting_ud_receive() -> (UdPair, OdpMr, Vec<u8>, Vec<u8>) {
 }
 
 fn send_datagram(p: &mut UdPair, data: &[u8]) {
-    let lkey_a = p.a.create_mkey(false, true);
-    let src = p.a.alloc(4096, 4096);
-    p.a.write(src, data);
-    let av = UdAv::to(GID_B, MAC_B, p.ud_b.qpn, UD_QKEY);
-    let w = ud_wqe(
-        &p.ud_a.sq,
-        opcode::SEND,
-        0,
-        &av,
-        &[(src, lkey_a, data.len() as u32)],
-    );
-    p.a.post(&mut p.ud_a.sq, &w, false);
-    p.settle();
-    let sent = drain(&p.a, &mut p.cq_a);
+    let qpn = p.ud_b.qpn;
+    let sent = p.send_from_a(qpn, data);
     assert_eq!(sent.len(), 1);
     assert_eq!(
         cqe_opcode(&sent[0]),

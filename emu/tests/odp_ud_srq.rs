@@ -10,8 +10,7 @@
 
 mod odp_kit;
 
-use cxdirect_emu::testkit::rc::GID_B;
-use cxdirect_emu::testkit::ud::{ud_wqe, UdAv, UdPair, UD_QKEY};
+use cxdirect_emu::testkit::ud::{UdPair, UD_QKEY};
 use cxdirect_emu::testkit::Rq;
 use cxdirect_hw::qp::{rq_type, service_type};
 use cxdirect_hw::wq::WqType;
@@ -73,21 +72,7 @@ impl SrqRig {
 
     /// Sends one datagram of `data` from A's UD QP to the UD QP on the SRQ.
     fn send(&mut self, data: &[u8]) {
-        let p = &mut self.p;
-        let lkey_a = p.a.create_mkey(false, true);
-        let src = p.a.alloc(4096, 4096);
-        p.a.write(src, data);
-        let av = UdAv::to(GID_B, MAC_B, self.qpn, UD_QKEY);
-        let w = ud_wqe(
-            &p.ud_a.sq,
-            opcode::SEND,
-            0,
-            &av,
-            &[(src, lkey_a, data.len() as u32)],
-        );
-        p.a.post(&mut p.ud_a.sq, &w, false);
-        p.settle();
-        let sent = drain(&p.a, &mut p.cq_a);
+        let sent = self.p.send_from_a(self.qpn, data);
         assert_eq!(sent.len(), 1);
         assert_eq!(cqe_opcode(&sent[0]), CQE_REQ, "UD has no ACK");
     }

@@ -11,7 +11,7 @@ use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::layout::Layout;
 use cxdirect_hw::mcg::{AttachToMcgIn, DetachFromMcgIn};
 use cxdirect_hw::qp::{mtu, service_type, CreateQpIn, CreateQpOut, Qpc};
-use cxdirect_hw::wqe::{CtrlSeg, DataSeg, DatagramSeg, INVALID_LKEY};
+use cxdirect_hw::wqe::{opcode, CtrlSeg, DataSeg, DatagramSeg, INVALID_LKEY};
 use std::sync::Arc;
 
 /// The Q_Key of the UD QPs of a [`UdPair`].
@@ -311,6 +311,26 @@ impl UdPair {
             self.b.dev.poll();
             self.a.dev.poll();
         }
+    }
+
+    /// Sends one datagram of `data` (at most 4096 bytes, gathered from a fresh page of A's
+    /// through a fresh key) from A's UD QP to B's QP `dest_qpn` (Q_Key [`UD_QKEY`]) and
+    /// settles the pair: A's completions.
+    pub fn send_from_a(&mut self, dest_qpn: u32, data: &[u8]) -> Vec<Vec<u8>> {
+        let lkey = self.a.create_mkey(false, true);
+        let src = self.a.alloc(4096, 4096);
+        self.a.write(src, data);
+        let av = UdAv::to(GID_B, MAC_B, dest_qpn, UD_QKEY);
+        let w = ud_wqe(
+            &self.ud_a.sq,
+            opcode::SEND,
+            0,
+            &av,
+            &[(src, lkey, data.len() as u32)],
+        );
+        self.a.post(&mut self.ud_a.sq, &w, false);
+        self.settle();
+        std::iter::from_fn(|| self.a.poll_cq(&mut self.cq_a)).collect()
     }
 
     /// Destroys every QP and tears both functions down (every page returned).
