@@ -36,6 +36,7 @@ pub mod poll;
 pub mod rc;
 pub mod signature;
 pub mod signature_dv;
+pub mod signature_pair;
 pub mod ud;
 pub mod umr;
 

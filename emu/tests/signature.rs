@@ -8,10 +8,13 @@
 
 use cxdirect_emu::testkit::rc::{RcPair, RemoteRights};
 use cxdirect_emu::testkit::signature::{
-    create_psv, destroy_psv, integrity_key, post_all, reg_mr_integrity, with_dif, Dif, Integrity,
-    SigMemory, TYPE1,
+    create_psv, destroy_psv, integrity_key, reg_mr_integrity, with_dif, Dif, Integrity, SigMemory,
+    TYPE1,
 };
-use cxdirect_emu::testkit::umr::{cqe_opcode, drain, pair_without_pg, rdma_wqe, CQE_REQ};
+use cxdirect_emu::testkit::signature_pair::{post_on, register_data, sig_key};
+use cxdirect_emu::testkit::umr::{
+    cqe_opcode, drain, pair_without_pg, rdma_from_a, rdma_wqe, CQE_REQ,
+};
 use cxdirect_hw::mkey::MKC_ACCESS_MODE_KLM;
 use cxdirect_hw::sig::{crc16_t10dif, ip_checksum, BSF_OCTOWORDS};
 use cxdirect_hw::wqe::{self, opcode, CtrlSeg};
@@ -20,25 +23,15 @@ const MEM: usize = 8 << 20;
 const BLOCK: usize = 512;
 const UNIT: usize = BLOCK + 8;
 
-fn pair() -> RcPair {
-    pair_without_pg()
-}
-
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
 }
 
-const ALL: RemoteRights = RemoteRights {
-    read: true,
-    write: true,
-    atomic: false,
-};
-
 #[test]
 fn sho_is_reported_so_that_mlx5_ib_reports_integrity_handover() {
-    let mut p = pair();
+    let mut p = pair_without_pg();
     let general =
         p.a.query_cap(cxdirect_hw::hca::cap_type::GENERAL_DEVICE, true);
     let g = cxdirect_hw::caps::CmdHcaCap::new(&general[0x10..0x110]).expect("layout");
@@ -54,7 +47,7 @@ fn crc16_t10dif_gives_the_catalogue_check_value() {
 
 #[test]
 fn create_psv_and_destroy_psv_as_mlx5_core_sends_them() {
-    let mut p = pair();
+    let mut p = pair_without_pg();
     let pd = p.b.pd;
     let psvs = create_psv(&mut p.b, pd, 2).expect("two PSVs, memory and wire");
     assert_eq!(psvs.len(), 2);
@@ -76,7 +69,7 @@ fn create_psv_and_destroy_psv_as_mlx5_core_sends_them() {
 
 #[test]
 fn an_integrity_key_is_created_as_mlx5_alloc_integrity_descs_builds_it() {
-    let mut p = pair();
+    let mut p = pair_without_pg();
     let pd = p.b.pd;
     let key = integrity_key(&mut p.b, pd, MKC_ACCESS_MODE_KLM, BSF_OCTOWORDS)
         .expect("a KLM key with bsf_en and a four-octoword BSF");
@@ -100,31 +93,8 @@ fn an_integrity_key_is_created_as_mlx5_alloc_integrity_descs_builds_it() {
 /// A's signature key over `data` in A's memory (no protection in memory), DIF `wire` on the
 /// wire, registered on A's RC QP: the key.
 fn a_key_inserting(p: &mut RcPair, data: &[u8], wire: Dif) -> u32 {
-    let pd = p.a.pd;
-    let dma = p.a.create_mkey(false, true);
-    let buf = p.a.alloc(data.len() as u64, 4096);
+    let (key, buf, done) = register_data(p, false, data.len(), wire, 0);
     p.a.write(buf, data);
-    let psvs = create_psv(&mut p.a, pd, 2).expect("PSVs");
-    let key = integrity_key(&mut p.a, pd, MKC_ACCESS_MODE_KLM, BSF_OCTOWORDS).expect("key");
-    let key = key | 0x01;
-    let blocks = data.len() / BLOCK;
-    let wqes = reg_mr_integrity(
-        &mut p.qp_a.sq,
-        &Integrity {
-            key,
-            pd,
-            psvs: (psvs[0], psvs[1]),
-            memory: SigMemory::Data { key: dma, va: buf },
-            data_len: (blocks * BLOCK) as u32,
-            mem: None,
-            wire: Some(wire),
-            check_mask: 0,
-            sigerr_count: 1,
-        },
-    );
-    post_all(&p.a, &mut p.qp_a.sq, &wqes);
-    p.settle();
-    let done = drain(&p.a, &mut p.cq_a);
     assert_eq!(done.len(), 1, "the UMR completes; SET_PSV is not signalled");
     assert_eq!(cqe_opcode(&done[0]), CQE_REQ);
     key
@@ -132,26 +102,28 @@ fn a_key_inserting(p: &mut RcPair, data: &[u8], wire: Dif) -> u32 {
 
 #[test]
 fn a_write_from_a_signature_key_inserts_dif_on_the_wire() {
-    let mut p = pair();
+    let mut p = pair_without_pg();
     let data = pattern(3 * BLOCK, 7);
     let key = a_key_inserting(&mut p, &data, TYPE1);
     let wire_len = 3 * UNIT;
     let rkey = {
         let pd = p.b.pd;
-        p.b.create_remote_mkey(pd, cxdirect_emu::testkit::IOVA_BASE, MEM as u64, ALL, 0x11)
+        p.b.create_remote_mkey(
+            pd,
+            cxdirect_emu::testkit::IOVA_BASE,
+            MEM as u64,
+            RemoteRights::READ_WRITE,
+            0x11,
+        )
     };
     let dst = p.b.alloc(wire_len as u64, 4096);
-    let w = rdma_wqe(
-        &p.qp_a.sq,
+    let done = rdma_from_a(
+        &mut p,
         opcode::RDMA_WRITE,
         (dst, rkey),
         (0, key),
         wire_len as u32,
-        wqe::fence_mode::INITIATOR_SMALL,
     );
-    p.a.post(&mut p.qp_a.sq, &w, false);
-    p.settle();
-    let done = drain(&p.a, &mut p.cq_a);
     assert_eq!(done.len(), 1, "the WRITE completes, no signature error");
     assert_eq!(cqe_opcode(&done[0]), CQE_REQ);
     let got = p.b.read(dst, wire_len);
@@ -168,7 +140,7 @@ fn a_write_from_a_signature_key_inserts_dif_on_the_wire() {
 
 #[test]
 fn a_send_from_a_signature_key_inserts_ip_checksum_guards() {
-    let mut p = pair();
+    let mut p = pair_without_pg();
     let data = pattern(2 * BLOCK, 9);
     let dif = Dif {
         crc: false,
@@ -213,18 +185,17 @@ fn a_send_from_a_signature_key_inserts_ip_checksum_guards() {
 fn a_block_format_selector_in_the_bsf_is_refused() {
     // libmlx5's CRC32 and CRC64 signatures (`mlx5_umr_crc_bfs`) put a block format selector
     // above the PSV index; mlx5_ib's T10-DIF never does, and the model does not model them.
-    let mut p = pair();
+    let mut p = pair_without_pg();
     let pd = p.a.pd;
     let dma = p.a.create_mkey(false, true);
     let buf = p.a.alloc(4096, 4096);
-    let psvs = create_psv(&mut p.a, pd, 2).expect("PSVs");
-    let key = integrity_key(&mut p.a, pd, MKC_ACCESS_MODE_KLM, BSF_OCTOWORDS).expect("key") | 1;
+    let (key, psvs) = sig_key(&mut p.a, 1);
     let mut wqes = reg_mr_integrity(
         &mut p.qp_a.sq,
         &Integrity {
             key,
             pd,
-            psvs: (psvs[0], psvs[1]),
+            psvs,
             memory: SigMemory::Data { key: dma, va: buf },
             data_len: 4096,
             mem: None,
@@ -236,8 +207,6 @@ fn a_block_format_selector_in_the_bsf_is_refused() {
     // A CRC signature's selector in the memory domain's `m_bfs_psv` (BSF bytes 12 to 15),
     // which has no inline section: not "no protection".
     wqes[0][192 + 12] = 0x20;
-    post_all(&p.a, &mut p.qp_a.sq, &wqes);
-    p.settle();
-    let done = drain(&p.a, &mut p.cq_a);
+    let done = post_on(&mut p, false, &wqes);
     assert_eq!(cqe_opcode(&done[0]), 0xd, "the signature UMR refused");
 }

@@ -9,26 +9,20 @@
 
 use cxdirect_emu::testkit::rc::{RcPair, RemoteRights};
 use cxdirect_emu::testkit::signature::{
-    create_psv, integrity_key, pi_of, post_all, protection_of, reg_mr_integrity, register_apart,
-    with_dif, Dif, Integrity, SigMemory, CQE_SIG_ERR, TYPE1,
+    pi_of, protection_of, reg_mr_integrity, trans_sig, with_dif, Dif, Integrity, SigMemory,
+    CQE_SIG_ERR, TYPE1,
 };
-use cxdirect_emu::testkit::umr::{cqe_opcode, drain, pair_without_pg, rdma_wqe, CQE_REQ};
+use cxdirect_emu::testkit::signature_pair::{post_on, register_apart, sig_key};
+use cxdirect_emu::testkit::umr::{cqe_opcode, drain, pair_without_pg, rdma_from_a, CQE_REQ};
 use cxdirect_emu::testkit::IOVA_BASE;
-use cxdirect_hw::mkey::MKC_ACCESS_MODE_KLM;
-use cxdirect_hw::sig::{copy, crc16_t10dif, sig_err, SigErrCqe, BSF_OCTOWORDS};
-use cxdirect_hw::wqe::{fence_mode, opcode};
+use cxdirect_hw::sig::{copy, crc16_t10dif, sig_err, SigErrCqe};
+use cxdirect_hw::wqe::opcode;
 
 const MEM: u64 = 8 << 20;
 /// CQE opcode of a requester error (`MLX5_CQE_REQ_ERR`).
 const CQE_REQ_ERR: u8 = 0xd;
 /// Data bytes every test moves: two 4 KiB blocks, sixteen 512-byte blocks.
 const DATA: usize = 8192;
-
-const ALL: RemoteRights = RemoteRights {
-    read: true,
-    write: true,
-    atomic: false,
-};
 
 /// T10-DIF type 1 over `pi_interval`-byte blocks, reference tags from `ref_tag`.
 fn type1(pi_interval: u16, ref_tag: u32) -> Dif {
@@ -53,23 +47,13 @@ fn key_apart(p: &mut RcPair, on_b: bool, mem: Dif, wire: Dif) -> (u32, u64, u64,
 /// B's plain key over all of B's memory, every right.
 fn b_plain_rkey(p: &mut RcPair) -> u32 {
     let pd = p.b.pd;
-    p.b.create_remote_mkey(pd, IOVA_BASE, MEM, ALL, 0x21)
+    p.b.create_remote_mkey(pd, IOVA_BASE, MEM, RemoteRights::READ_WRITE, 0x21)
 }
 
 /// A's RDMA WRITE of `len` bytes from A's signature key `key` to `dst` of B: A's CQEs.
 fn write_out(p: &mut RcPair, key: u32, dst: u64, len: usize) -> Vec<Vec<u8>> {
     let rkey = b_plain_rkey(p);
-    let w = rdma_wqe(
-        &p.qp_a.sq,
-        opcode::RDMA_WRITE,
-        (dst, rkey),
-        (0, key),
-        len as u32,
-        fence_mode::INITIATOR_SMALL,
-    );
-    p.a.post(&mut p.qp_a.sq, &w, false);
-    p.settle();
-    drain(&p.a, &mut p.cq_a)
+    rdma_from_a(p, opcode::RDMA_WRITE, (dst, rkey), (0, key), len as u32)
 }
 
 /// The SIG_ERR CQE `c`: (syndrome, expected guard, actual guard, offset, key).
@@ -111,9 +95,8 @@ fn a_write_out_of_4k_memory_blocks_carries_512_byte_wire_blocks_and_reports_a_ba
     // The memory PSV ends at memory's last block as found, the wire PSV at the wire's last.
     let last_mem = pi_of(&data[4096..], mem, 1);
     let last_wire = pi_of(&data[DATA - 512..], wire, 15);
-    let sig = |pi: [u8; 8]| u32::from_be_bytes([pi[0], pi[1], pi[2], pi[3]]);
-    assert_eq!(p.a.dev.psv(psvs.0), Some((sig(last_mem), 0x201)));
-    assert_eq!(p.a.dev.psv(psvs.1), Some((sig(last_wire), 0x100f)));
+    assert_eq!(p.a.dev.psv(psvs.0), Some((trans_sig(last_mem), 0x201)));
+    assert_eq!(p.a.dev.psv(psvs.1), Some((trans_sig(last_wire), 0x100f)));
     // Memory block 1's guard one bit off: a SIG_ERR at A before the WRITE's completion, at
     // the wire offset where that block's data starts (after eight 520-byte wire blocks).
     prot[8] ^= 0x80;
@@ -166,17 +149,13 @@ fn a_peer_write_of_4k_wire_blocks_lands_as_512_byte_memory_blocks_and_a_bad_guar
     let src = p.a.alloc(sent.len() as u64, 4096);
     let write_in = |p: &mut RcPair, sent: &[u8]| {
         p.a.write(src, sent);
-        let w = rdma_wqe(
-            &p.qp_a.sq,
+        let done = rdma_from_a(
+            p,
             opcode::RDMA_WRITE,
             (0, key),
             (src, lkey),
             sent.len() as u32,
-            fence_mode::INITIATOR_SMALL,
         );
-        p.a.post(&mut p.qp_a.sq, &w, false);
-        p.settle();
-        let done = drain(&p.a, &mut p.cq_a);
         assert_eq!(done.len(), 1);
         assert_eq!(cqe_opcode(&done[0]), CQE_REQ, "the WRITE itself completes");
         drain(&p.b, &mut p.cq_b)
@@ -217,17 +196,13 @@ fn a_read_response_of_512_byte_wire_blocks_lands_as_4k_memory_blocks() {
     let rkey = b_plain_rkey(&mut p);
     let read_in = |p: &mut RcPair, sent: &[u8]| {
         p.b.write(src, sent);
-        let w = rdma_wqe(
-            &p.qp_a.sq,
+        rdma_from_a(
+            p,
             opcode::RDMA_READ,
             (src, rkey),
             (0, key),
             sent.len() as u32,
-            fence_mode::INITIATOR_SMALL,
-        );
-        p.a.post(&mut p.qp_a.sq, &w, false);
-        p.settle();
-        drain(&p.a, &mut p.cq_a)
+        )
     };
     let done = read_in(&mut p, &sent);
     assert_eq!(done.len(), 1, "no signature error");
@@ -241,10 +216,7 @@ fn a_read_response_of_512_byte_wire_blocks_lands_as_4k_memory_blocks() {
     let last = pi_of(&data[DATA - 512..], wire, 15);
     assert_eq!(
         p.a.dev.psv(psvs.1),
-        Some((
-            u32::from_be_bytes([last[0], last[1], last[2], last[3]]),
-            0x500f
-        )),
+        Some((trans_sig(last), 0x500f)),
         "the wire PSV at the last wire block checked"
     );
     // Wire block 3's guard off: a SIG_ERR at A, then the READ.
@@ -265,15 +237,14 @@ fn data_that_is_not_whole_blocks_of_both_domains_is_refused() {
     let pd = p.b.pd;
     let dma = p.b.create_mkey(false, true);
     let (data, prot) = (p.b.alloc(4096, 4096), p.b.alloc(4096, 4096));
-    let psvs = create_psv(&mut p.b, pd, 2).expect("PSVs");
-    let key = integrity_key(&mut p.b, pd, MKC_ACCESS_MODE_KLM, BSF_OCTOWORDS).expect("key") | 1;
+    let (key, psvs) = sig_key(&mut p.b, 1);
     // 1 KiB: two 512-byte memory blocks, a quarter of a 4 KiB wire block.
     let wqes = reg_mr_integrity(
         &mut p.qp_b.sq,
         &Integrity {
             key,
             pd,
-            psvs: (psvs[0], psvs[1]),
+            psvs,
             memory: SigMemory::Apart {
                 key: dma,
                 data,
@@ -286,9 +257,7 @@ fn data_that_is_not_whole_blocks_of_both_domains_is_refused() {
             sigerr_count: 1,
         },
     );
-    post_all(&p.b, &mut p.qp_b.sq, &wqes);
-    p.settle();
-    let done = drain(&p.b, &mut p.cq_b);
+    let done = post_on(&mut p, true, &wqes);
     assert_eq!(
         cqe_opcode(&done[0]),
         CQE_REQ_ERR,

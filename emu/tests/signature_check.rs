@@ -6,37 +6,27 @@
 
 use cxdirect_emu::testkit::rc::{RcPair, RemoteRights};
 use cxdirect_emu::testkit::signature::{
-    create_psv, integrity_key, pi_of, post_all, reg_mr_integrity, with_dif, Integrity, SigMemory,
+    create_psv, pi_of, protection_of, reg_mr_integrity, trans_sig, with_dif, Integrity, SigMemory,
     CQE_SIG_ERR, TYPE1,
 };
+use cxdirect_emu::testkit::signature_pair::{post_on, register_apart, register_data, sig_key};
 use cxdirect_emu::testkit::umr::{
-    alloc_mr, cqe_opcode, drain, local_inv_wqe, pair_without_pg, placeholder_sq, rdma_wqe,
-    reg_mr_wqe_with, unsignalled, CQE_REQ,
+    alloc_mr, cqe_opcode, drain, local_inv_wqe, pair_without_pg, rdma_from_a, reg_mr_wqe_with,
+    unsignalled, CQE_REQ,
 };
 use cxdirect_emu::testkit::Sq;
-use cxdirect_hw::mkey::MKC_ACCESS_MODE_KLM;
-use cxdirect_hw::sig::{copy, crc16_t10dif, sig_err, SigErrCqe, BSF_OCTOWORDS};
-use cxdirect_hw::wqe::{self, opcode};
+use cxdirect_hw::sig::{copy, crc16_t10dif, sig_err, SigErrCqe};
+use cxdirect_hw::wqe::opcode;
 
 const MEM: usize = 8 << 20;
 const BLOCK: usize = 512;
 const UNIT: usize = BLOCK + 8;
-
-fn pair() -> RcPair {
-    pair_without_pg()
-}
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
 }
-
-const ALL: RemoteRights = RemoteRights {
-    read: true,
-    write: true,
-    atomic: false,
-};
 
 /// B's signature key over data and protection apart in B's memory (`SigMemory::Apart`), T10-DIF
 /// type 1 in both domains checking all eight bytes: (key, data address, protection address).
@@ -47,58 +37,13 @@ fn b_key_apart(p: &mut RcPair, blocks: usize) -> (u32, u64, u64) {
 
 /// [`b_key_apart`], with the key's (memory, wire) PSVs.
 fn b_key_apart_psvs(p: &mut RcPair, blocks: usize) -> (u32, u64, u64, (u32, u32)) {
-    let pd = p.b.pd;
-    let dma = p.b.create_mkey(false, true);
-    let data = p.b.alloc((blocks * BLOCK) as u64, 4096);
-    let prot = p.b.alloc((blocks * 8) as u64, 4096);
-    p.b.write(data, &vec![0; blocks * BLOCK]);
-    p.b.write(prot, &vec![0; blocks * 8]);
-    let psvs = create_psv(&mut p.b, pd, 2).expect("PSVs");
-    let key = integrity_key(&mut p.b, pd, MKC_ACCESS_MODE_KLM, BSF_OCTOWORDS).expect("key") | 0x01;
-    let wqes = reg_mr_integrity(
-        &mut p.qp_b.sq,
-        &Integrity {
-            key,
-            pd,
-            psvs: (psvs[0], psvs[1]),
-            memory: SigMemory::Apart {
-                key: dma,
-                data,
-                prot,
-            },
-            data_len: (blocks * BLOCK) as u32,
-            mem: Some(TYPE1),
-            wire: Some(TYPE1),
-            check_mask: copy::GUARD | copy::APP_TAG | copy::REF_TAG,
-            sigerr_count: 1,
-        },
-    );
-    post_all(&p.b, &mut p.qp_b.sq, &wqes);
-    p.settle();
-    let done = drain(&p.b, &mut p.cq_b);
-    assert_eq!(cqe_opcode(&done[0]), CQE_REQ, "B's integrity registration");
+    let (key, data, prot, psvs) = register_apart(p, true, blocks * BLOCK, TYPE1, TYPE1);
     assert_eq!(
-        p.b.dev.psv(psvs[0]),
+        p.b.dev.psv(psvs.0),
         Some((0, TYPE1.ref_tag)),
         "SET_PSV seeded the memory PSV"
     );
-    (key, data, prot, (psvs[0], psvs[1]))
-}
-
-/// A's RDMA READ of `len` bytes from B's `remote` (address, key) into offset 0 of A's key
-/// `key`: A's completions.
-fn read_into_a(p: &mut RcPair, remote: (u64, u32), key: u32, len: u32) -> Vec<Vec<u8>> {
-    let w = rdma_wqe(
-        &p.qp_a.sq,
-        opcode::RDMA_READ,
-        remote,
-        (0, key),
-        len,
-        wqe::fence_mode::INITIATOR_SMALL,
-    );
-    p.a.post(&mut p.qp_a.sq, &w, false);
-    p.settle();
-    drain(&p.a, &mut p.cq_a)
+    (key, data, prot, psvs)
 }
 
 /// A's WRITE of `wire` to offset 0 of B's key `rkey`: A's completion opcode.
@@ -106,24 +51,20 @@ fn write_from_a(p: &mut RcPair, rkey: u32, wire: &[u8]) -> u8 {
     let lkey = p.a.create_mkey(false, true);
     let src = p.a.alloc(wire.len() as u64, 4096);
     p.a.write(src, wire);
-    let w = rdma_wqe(
-        &p.qp_a.sq,
+    let done = rdma_from_a(
+        p,
         opcode::RDMA_WRITE,
         (0, rkey),
         (src, lkey),
         wire.len() as u32,
-        wqe::fence_mode::INITIATOR_SMALL,
     );
-    p.a.post(&mut p.qp_a.sq, &w, false);
-    p.settle();
-    let done = drain(&p.a, &mut p.cq_a);
     assert_eq!(done.len(), 1);
     cqe_opcode(&done[0])
 }
 
 #[test]
 fn a_peer_write_into_a_signature_key_is_checked_and_split_into_data_and_protection() {
-    let mut p = pair();
+    let mut p = pair_without_pg();
     let blocks = 4;
     let (key, data_at, prot_at, psvs) = b_key_apart_psvs(&mut p, blocks);
     let data = pattern(blocks * BLOCK, 3);
@@ -131,7 +72,7 @@ fn a_peer_write_into_a_signature_key_is_checked_and_split_into_data_and_protecti
     assert_eq!(write_from_a(&mut p, key, &wire), CQE_REQ);
     // Both PSVs end at the last block: its guard and tags.
     let last = pi_of(&data[(blocks - 1) * BLOCK..], TYPE1, blocks - 1);
-    let sig = u32::from_be_bytes([last[0], last[1], last[2], last[3]]);
+    let sig = trans_sig(last);
     let reference = TYPE1.ref_tag + blocks as u32 - 1;
     assert_eq!(p.b.dev.psv(psvs.0), Some((sig, reference)));
     assert_eq!(p.b.dev.psv(psvs.1), Some((sig, reference)));
@@ -144,15 +85,13 @@ fn a_peer_write_into_a_signature_key_is_checked_and_split_into_data_and_protecti
         data,
         "the data, stripped"
     );
-    let prot: Vec<u8> = (0..blocks)
-        .flat_map(|i| pi_of(&data[i * BLOCK..(i + 1) * BLOCK], TYPE1, i))
-        .collect();
+    let prot = protection_of(&data, TYPE1);
     assert_eq!(p.b.read(prot_at, blocks * 8), prot, "the protection, apart");
 }
 
 #[test]
 fn a_corrupted_guard_is_reported_as_the_sig_err_cqe_mlx5_ib_reads() {
-    let mut p = pair();
+    let mut p = pair_without_pg();
     let blocks = 3;
     let (key, _, _) = b_key_apart(&mut p, blocks);
     let data = pattern(blocks * BLOCK, 5);
@@ -219,11 +158,7 @@ fn a_corrupted_guard_is_reported_as_the_sig_err_cqe_mlx5_ib_reads() {
             sigerr_count: 2,
         },
     ));
-    let mut sq = std::mem::replace(&mut p.qp_b.sq, placeholder_sq());
-    post_all(&p.b, &mut sq, &wqes);
-    p.qp_b.sq = sq;
-    p.settle();
-    let done = drain(&p.b, &mut p.cq_b);
+    let done = post_on(&mut p, true, &wqes);
     assert_eq!(
         done.len(),
         1,
@@ -239,45 +174,32 @@ fn a_corrupted_guard_is_reported_as_the_sig_err_cqe_mlx5_ib_reads() {
 
 #[test]
 fn a_bad_reference_tag_in_memory_is_reported_when_the_peer_reads_the_key() {
-    let mut p = pair();
+    let mut p = pair_without_pg();
     let blocks = 2;
     let (key, data_at, prot_at) = b_key_apart(&mut p, blocks);
     let data = pattern(blocks * BLOCK, 11);
     p.b.write(data_at, &data);
-    let mut prot: Vec<u8> = (0..blocks)
-        .flat_map(|i| pi_of(&data[i * BLOCK..(i + 1) * BLOCK], TYPE1, i))
-        .collect();
+    let mut prot = protection_of(&data, TYPE1);
     p.b.write(prot_at, &prot);
     // A READs the wire view (nvmet reading a host's WRITE data): memory's protection, checked.
     let lkey = p.a.create_mkey(false, true);
     let dst = p.a.alloc((blocks * UNIT) as u64, 4096);
-    let w = rdma_wqe(
-        &p.qp_a.sq,
-        opcode::RDMA_READ,
-        (0, key),
-        (dst, lkey),
-        (blocks * UNIT) as u32,
-        wqe::fence_mode::INITIATOR_SMALL,
-    );
-    p.a.post(&mut p.qp_a.sq, &w, false);
-    p.settle();
-    assert_eq!(cqe_opcode(&drain(&p.a, &mut p.cq_a)[0]), CQE_REQ);
+    let read = |p: &mut RcPair| {
+        rdma_from_a(
+            p,
+            opcode::RDMA_READ,
+            (0, key),
+            (dst, lkey),
+            (blocks * UNIT) as u32,
+        )
+    };
+    assert_eq!(cqe_opcode(&read(&mut p)[0]), CQE_REQ);
     assert_eq!(p.a.read(dst, blocks * UNIT), with_dif(&data, TYPE1));
     assert!(drain(&p.b, &mut p.cq_b).is_empty());
     // Block 1's reference tag wrong in memory: B reports it.
     prot[8 + 7] ^= 0x40;
     p.b.write(prot_at, &prot);
-    let w = rdma_wqe(
-        &p.qp_a.sq,
-        opcode::RDMA_READ,
-        (0, key),
-        (dst, lkey),
-        (blocks * UNIT) as u32,
-        wqe::fence_mode::INITIATOR_SMALL,
-    );
-    p.a.post(&mut p.qp_a.sq, &w, false);
-    p.settle();
-    assert_eq!(cqe_opcode(&drain(&p.a, &mut p.cq_a)[0]), CQE_REQ);
+    assert_eq!(cqe_opcode(&read(&mut p)[0]), CQE_REQ);
     let at_b = drain(&p.b, &mut p.cq_b);
     assert_eq!(at_b.len(), 1);
     assert_eq!(cqe_opcode(&at_b[0]), CQE_SIG_ERR);
@@ -289,49 +211,47 @@ fn a_bad_reference_tag_in_memory_is_reported_when_the_peer_reads_the_key() {
 
 #[test]
 fn a_read_response_into_a_signature_key_is_stripped_and_a_bad_guard_reported() {
-    let mut p = pair();
+    let mut p = pair_without_pg();
     // A's key: data alone in A's memory, DIF on the wire, guards checked (nvmet's RDMA READ
     // of the host's data into its own buffer).
-    let pd = p.a.pd;
-    let dma = p.a.create_mkey(false, true);
     let blocks = 2;
-    let buf = p.a.alloc((blocks * BLOCK) as u64, 4096);
-    let psvs = create_psv(&mut p.a, pd, 2).expect("PSVs");
-    let key = integrity_key(&mut p.a, pd, MKC_ACCESS_MODE_KLM, BSF_OCTOWORDS).expect("key") | 1;
     // Local write for the READ response scatter: `IB_ACCESS_LOCAL_WRITE` in the reg WR.
-    let wqes = reg_mr_integrity(
-        &mut p.qp_a.sq,
-        &Integrity {
-            key,
-            pd,
-            psvs: (psvs[0], psvs[1]),
-            memory: SigMemory::Data { key: dma, va: buf },
-            data_len: (blocks * BLOCK) as u32,
-            mem: None,
-            wire: Some(TYPE1),
-            check_mask: copy::GUARD,
-            sigerr_count: 1,
-        },
-    );
-    post_all(&p.a, &mut p.qp_a.sq, &wqes);
-    p.settle();
-    assert_eq!(drain(&p.a, &mut p.cq_a).len(), 1);
+    let (key, buf, done) = register_data(&mut p, false, blocks * BLOCK, TYPE1, copy::GUARD);
+    assert_eq!(done.len(), 1);
     let data = pattern(blocks * BLOCK, 13);
     let mut wire = with_dif(&data, TYPE1);
     let src = p.b.alloc(wire.len() as u64, 4096);
     let rkey = {
         let pd = p.b.pd;
-        p.b.create_remote_mkey(pd, cxdirect_emu::testkit::IOVA_BASE, MEM as u64, ALL, 0x12)
+        p.b.create_remote_mkey(
+            pd,
+            cxdirect_emu::testkit::IOVA_BASE,
+            MEM as u64,
+            RemoteRights::READ_WRITE,
+            0x12,
+        )
     };
     p.b.write(src, &wire);
-    let done = read_into_a(&mut p, (src, rkey), key, wire.len() as u32);
+    let done = rdma_from_a(
+        &mut p,
+        opcode::RDMA_READ,
+        (src, rkey),
+        (0, key),
+        wire.len() as u32,
+    );
     assert_eq!(done.len(), 1);
     assert_eq!(cqe_opcode(&done[0]), CQE_REQ);
     assert_eq!(p.a.read(buf, blocks * BLOCK), data, "protection stripped");
     // Block 0's guard corrupted at the source: a SIG_ERR CQE before the READ's completion.
     wire[BLOCK] ^= 0xff;
     p.b.write(src, &wire);
-    let done = read_into_a(&mut p, (src, rkey), key, wire.len() as u32);
+    let done = rdma_from_a(
+        &mut p,
+        opcode::RDMA_READ,
+        (src, rkey),
+        (0, key),
+        wire.len() as u32,
+    );
     assert_eq!(done.len(), 2, "SIG_ERR, then the READ");
     assert_eq!(cqe_opcode(&done[0]), CQE_SIG_ERR);
     assert_eq!(cqe_opcode(&done[1]), CQE_REQ);
@@ -351,7 +271,7 @@ fn reg_pi_mr_wqe(sq: &mut Sq, key: u32, pages: &[u64], iova: u64, len: u64) -> V
 
 #[test]
 fn a_pi_mr_of_data_and_metadata_pages_carries_a_peer_write_as_mlx5_ib_maps_it() {
-    let mut p = pair();
+    let mut p = pair_without_pg();
     let pd = p.b.pd;
     // Two pages of data (16 blocks) and their 128 bytes of protection 0x100 into a third
     // page, as the block layer hands nvme-rdma a bio and its integrity payload.
@@ -367,22 +287,20 @@ fn a_pi_mr_of_data_and_metadata_pages_carries_a_peer_write_as_mlx5_ib_maps_it() 
     let pi_iova = iova + 2 * 4096 + 0x100;
     let pi_len = pi_iova + (blocks * 8) as u64 - iova;
     let pi_mr = alloc_mr(&mut p.b, pd, 2 * 33, 0);
-    let psvs = create_psv(&mut p.b, pd, 2).expect("PSVs");
-    let key = integrity_key(&mut p.b, pd, MKC_ACCESS_MODE_KLM, BSF_OCTOWORDS).expect("key") | 1;
-    let mut sq = std::mem::replace(&mut p.qp_b.sq, placeholder_sq());
+    let (key, psvs) = sig_key(&mut p.b, 1);
     let mut wqes = vec![reg_pi_mr_wqe(
-        &mut sq,
+        &mut p.qp_b.sq,
         pi_mr,
         &[data_pages[0], data_pages[1], meta_page],
         iova,
         pi_len,
     )];
     wqes.extend(reg_mr_integrity(
-        &mut sq,
+        &mut p.qp_b.sq,
         &Integrity {
             key,
             pd,
-            psvs: (psvs[0], psvs[1]),
+            psvs,
             memory: SigMemory::Apart {
                 key: pi_mr,
                 data: iova,
@@ -395,10 +313,7 @@ fn a_pi_mr_of_data_and_metadata_pages_carries_a_peer_write_as_mlx5_ib_maps_it() 
             sigerr_count: 1,
         },
     ));
-    post_all(&p.b, &mut sq, &wqes);
-    p.qp_b.sq = sq;
-    p.settle();
-    let done = drain(&p.b, &mut p.cq_b);
+    let done = post_on(&mut p, true, &wqes);
     assert_eq!(
         done.len(),
         1,
@@ -411,9 +326,7 @@ fn a_pi_mr_of_data_and_metadata_pages_carries_a_peer_write_as_mlx5_ib_maps_it() 
     let mut got = p.b.read(data_pages[0], 4096);
     got.extend(p.b.read(data_pages[1], 4096));
     assert_eq!(got, data, "the data in its pages");
-    let prot: Vec<u8> = (0..blocks)
-        .flat_map(|i| pi_of(&data[i * BLOCK..(i + 1) * BLOCK], TYPE1, i))
-        .collect();
+    let prot = protection_of(&data, TYPE1);
     assert_eq!(
         p.b.read(meta_page + 0x100, blocks * 8),
         prot,

@@ -5,28 +5,21 @@
 //! `mlx5_parse_cqe` stores for `_mlx5dv_mkey_check` (no command: libmlx5 reads the CQE).
 
 use cxdirect_emu::testkit::rc::{RcPair, RemoteRights};
-use cxdirect_emu::testkit::signature::{create_psv, integrity_key, post_all, with_dif, Dif};
+use cxdirect_emu::testkit::signature::{with_dif, Dif, CQE_SIG_ERR};
 use cxdirect_emu::testkit::signature_dv::{
     crc_field, mkey_configure, CrcKind, DvConfigure, DvDomain, DvLayout, DvSig,
 };
-use cxdirect_emu::testkit::umr::{cqe_opcode, drain, pair_without_pg, rdma_wqe, CQE_REQ};
+use cxdirect_emu::testkit::signature_pair::{post_on, sig_key};
+use cxdirect_emu::testkit::umr::{cqe_opcode, drain, pair_without_pg, rdma_from_a, CQE_REQ};
 use cxdirect_emu::testkit::IOVA_BASE;
 use cxdirect_hw::cqe::ErrCqe;
-use cxdirect_hw::mkey::MKC_ACCESS_MODE_KLM;
-use cxdirect_hw::sig::{sig_err, sig_err_domain, SigErrCqe, BSF_OCTOWORDS};
-use cxdirect_hw::wqe::{self, opcode};
+use cxdirect_hw::sig::{sig_err, sig_err_domain, SigErrCqe};
+use cxdirect_hw::wqe::opcode;
 
 const MEM: u64 = 8 << 20;
 const BLOCK: usize = 512;
 /// CQE opcode of a requester error (`MLX5_CQE_REQ_ERR`).
 const CQE_REQ_ERR: u8 = 0xd;
-const CQE_SIG_ERR: u8 = 0xc;
-
-const ALL: RemoteRights = RemoteRights {
-    read: true,
-    write: true,
-    atomic: false,
-};
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
@@ -56,17 +49,15 @@ fn a_configure(
     wire: Option<DvDomain>,
     check_mask: u8,
 ) -> (u32, Vec<Vec<u8>>) {
-    let pd = p.a.pd;
     let dma = p.a.create_mkey(false, true);
     let buf = p.a.alloc(content.len() as u64, 4096);
     p.a.write(buf, content);
-    let psvs = create_psv(&mut p.a, pd, 2).expect("PSVs");
-    let key = integrity_key(&mut p.a, pd, MKC_ACCESS_MODE_KLM, BSF_OCTOWORDS).expect("key");
+    let (key, psvs) = sig_key(&mut p.a, 0);
     let wqes = mkey_configure(
         &mut p.qp_a.sq,
         &DvConfigure {
             key,
-            psvs: (psvs[0], psvs[1]),
+            psvs,
             access: (true, true, true, false),
             layout: layout(buf, dma),
             mem,
@@ -76,28 +67,18 @@ fn a_configure(
             keep_signature: false,
         },
     );
-    post_all(&p.a, &mut p.qp_a.sq, &wqes);
-    p.settle();
-    (key, drain(&p.a, &mut p.cq_a))
+    (key, post_on(p, false, &wqes))
 }
 
 /// A's WRITE of `len` bytes from offset 0 of its key `key` into B's memory: A's completions
 /// and the bytes B got.
 fn write_to_b(p: &mut RcPair, key: u32, len: usize) -> (Vec<Vec<u8>>, Vec<u8>) {
     let pd = p.b.pd;
-    let rkey = p.b.create_remote_mkey(pd, IOVA_BASE, MEM, ALL, 0x31);
+    let rkey =
+        p.b.create_remote_mkey(pd, IOVA_BASE, MEM, RemoteRights::READ_WRITE, 0x31);
     let dst = p.b.alloc(len as u64, 4096);
-    let w = rdma_wqe(
-        &p.qp_a.sq,
-        opcode::RDMA_WRITE,
-        (dst, rkey),
-        (0, key),
-        len as u32,
-        wqe::fence_mode::INITIATOR_SMALL,
-    );
-    p.a.post(&mut p.qp_a.sq, &w, false);
-    p.settle();
-    (drain(&p.a, &mut p.cq_a), p.b.read(dst, len))
+    let done = rdma_from_a(p, opcode::RDMA_WRITE, (dst, rkey), (0, key), len as u32);
+    (done, p.b.read(dst, len))
 }
 
 fn one_sge(buf: u64, dma: u32, len: u32) -> DvLayout {
@@ -391,16 +372,14 @@ fn an_unknown_block_format_selector_is_refused_with_an_error_cqe() {
     // transfer, which is not modelled.
     for selector in [0x32u8, 0x20] {
         let mut p = pair_without_pg();
-        let pd = p.a.pd;
         let dma = p.a.create_mkey(false, true);
         let buf = p.a.alloc(BLOCK as u64, 4096);
-        let psvs = create_psv(&mut p.a, pd, 2).expect("PSVs");
-        let key = integrity_key(&mut p.a, pd, MKC_ACCESS_MODE_KLM, BSF_OCTOWORDS).expect("key");
+        let (key, psvs) = sig_key(&mut p.a, 0);
         let mut wqes = mkey_configure(
             &mut p.qp_a.sq,
             &DvConfigure {
                 key,
-                psvs: (psvs[0], psvs[1]),
+                psvs,
                 access: (true, true, true, false),
                 layout: one_sge(buf, dma, BLOCK as u32),
                 mem: None,
@@ -418,9 +397,7 @@ fn an_unknown_block_format_selector_is_refused_with_an_error_cqe() {
         );
         // The BSF follows the 64-byte list; `w_bfs_psv` is its third word.
         wqes[0][128 + 64 + 8] = selector;
-        post_all(&p.a, &mut p.qp_a.sq, &wqes);
-        p.settle();
-        let done = drain(&p.a, &mut p.cq_a);
+        let done = post_on(&mut p, false, &wqes);
         assert!(!done.is_empty(), "selector {selector:#x}: reported");
         assert_eq!(cqe_opcode(&done[0]), CQE_REQ_ERR, "selector {selector:#x}");
     }
@@ -430,17 +407,15 @@ fn an_unknown_block_format_selector_is_refused_with_an_error_cqe() {
 fn a_bad_crc32c_arriving_on_the_wire_is_reported_in_the_wire_domain() {
     let mut p = pair_without_pg();
     // B's key: CRC32C on the wire over 512 plain bytes of B's memory, configured on B's QP.
-    let pd = p.b.pd;
     let dma = p.b.create_mkey(false, true);
     let buf = p.b.alloc(BLOCK as u64, 4096);
-    let psvs = create_psv(&mut p.b, pd, 2).expect("PSVs");
-    let key = integrity_key(&mut p.b, pd, MKC_ACCESS_MODE_KLM, BSF_OCTOWORDS).expect("key");
+    let (key, psvs) = sig_key(&mut p.b, 0);
     let (kind, seed) = (CrcKind::Crc32c, 0xffff_ffff);
     let wqes = mkey_configure(
         &mut p.qp_b.sq,
         &DvConfigure {
             key,
-            psvs: (psvs[0], psvs[1]),
+            psvs,
             access: (true, true, true, false),
             layout: one_sge(buf, dma, BLOCK as u32),
             mem: None,
@@ -453,9 +428,7 @@ fn a_bad_crc32c_arriving_on_the_wire_is_reported_in_the_wire_domain() {
             keep_signature: false,
         },
     );
-    post_all(&p.b, &mut p.qp_b.sq, &wqes);
-    p.settle();
-    let done = drain(&p.b, &mut p.cq_b);
+    let done = post_on(&mut p, true, &wqes);
     assert_eq!(
         cqe_opcode(&done[0]),
         CQE_REQ,
@@ -470,17 +443,13 @@ fn a_bad_crc32c_arriving_on_the_wire_is_reported_in_the_wire_domain() {
     let lkey = p.a.create_mkey(false, true);
     let src = p.a.alloc(wire.len() as u64, 4096);
     p.a.write(src, &wire);
-    let w = rdma_wqe(
-        &p.qp_a.sq,
+    let at_a = rdma_from_a(
+        &mut p,
         opcode::RDMA_WRITE,
         (0, key),
         (src, lkey),
         wire.len() as u32,
-        wqe::fence_mode::INITIATOR_SMALL,
     );
-    p.a.post(&mut p.qp_a.sq, &w, false);
-    p.settle();
-    let at_a = drain(&p.a, &mut p.cq_a);
     let syn = ErrCqe::new(&at_a[0][..64]).expect("layout").syndrome();
     assert_eq!(
         cqe_opcode(&at_a[0]),
@@ -499,7 +468,7 @@ fn a_bad_crc32c_arriving_on_the_wire_is_reported_in_the_wire_domain() {
     assert_eq!(e.expected_trans_sig(), be(&good));
     assert_eq!(e.actual_trans_sig(), be(&good) ^ 0x0100_0000);
     // The PSV ends at the field found, as libmlx5's next SET_PSV would reset it.
-    assert_eq!(p.b.dev.psv(psvs[1]), Some((be(&good) ^ 0x0100_0000, 0)));
+    assert_eq!(p.b.dev.psv(psvs.1), Some((be(&good) ^ 0x0100_0000, 0)));
 }
 
 #[test]
@@ -542,9 +511,7 @@ fn a_new_layout_without_a_sig_block_keeps_the_signature_over_the_new_memory() {
             keep_signature: true,
         },
     );
-    post_all(&p.a, &mut p.qp_a.sq, &wqes);
-    p.settle();
-    let done = drain(&p.a, &mut p.cq_a);
+    let done = post_on(&mut p, false, &wqes);
     assert_eq!(done.len(), 1);
     assert_eq!(cqe_opcode(&done[0]), CQE_REQ, "the layout UMR is taken");
     let (done, got) = write_to_b(&mut p, key, BLOCK + 4);

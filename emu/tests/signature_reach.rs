@@ -8,8 +8,9 @@
 
 use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, GID_B, MAC_B};
 use cxdirect_emu::testkit::signature::{
-    pi_of, protection_of, register_apart, with_dif, Dif, CQE_SIG_ERR, TYPE1,
+    pi_of, protection_of, trans_sig, with_dif, Dif, CQE_SIG_ERR, TYPE1,
 };
+use cxdirect_emu::testkit::signature_pair::register_apart;
 use cxdirect_emu::testkit::ud::{ud_wqe, UdAv, UD_QKEY};
 use cxdirect_emu::testkit::umr::{cqe_opcode, drain, pair_without_pg, CQE_REQ};
 use cxdirect_hw::qp::service_type;
@@ -82,10 +83,7 @@ fn a_send_into_a_receive_naming_a_signature_key_lands_through_its_signature() {
     let last = pi_of(&data[data_len - 512..], wire, 15);
     assert_eq!(
         p.b.dev.psv(psvs.1),
-        Some((
-            u32::from_be_bytes([last[0], last[1], last[2], last[3]]),
-            TYPE1.ref_tag + 15
-        )),
+        Some((trans_sig(last), TYPE1.ref_tag + 15)),
         "the wire PSV at the last block received"
     );
     // A bad guard in wire block 9: the SIG_ERR CQE on B's receive CQ, then the receive.

@@ -117,6 +117,15 @@ pub struct RemoteRights {
     pub atomic: bool,
 }
 
+impl RemoteRights {
+    /// RDMA READ and WRITE, no atomics.
+    pub const READ_WRITE: Self = Self {
+        read: true,
+        write: true,
+        atomic: false,
+    };
+}
+
 impl Host {
     /// Sets `roce_en` on the vport and GID index 0 to `gid` (RoCE v2; IPv4 when the GID is
     /// IPv4-mapped, else IPv6) with source MAC `mac`.

@@ -5,8 +5,6 @@
 //! `set_sig_data_segment` and the BSF of `mlx5_set_bsf` / `mlx5_fill_inl_bsf`, then SET_PSV of
 //! `set_psv_wr` for memory and wire); and the T10-DIF protection a block carries.
 
-use super::rc::RcPair;
-use super::umr::{cqe_opcode, drain, CQE_REQ};
 use super::{CmdFail, Host, Sq};
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::mkey::{mkey_from_index, CreateMkeyIn, CreateMkeyOut, Mkc, MKC_ACCESS_MODE_KLM};
@@ -359,6 +357,12 @@ pub fn pi_of(block: &[u8], d: Dif, i: usize) -> [u8; 8] {
     pi
 }
 
+/// The transient signature a PSV holds after the block whose T10-DIF field is `pi`: its
+/// guard and application tag, big-endian (the first word of [`pi_of`]).
+pub fn trans_sig(pi: [u8; 8]) -> u32 {
+    u32::from_be_bytes([pi[0], pi[1], pi[2], pi[3]])
+}
+
 /// The protection of every block of `data` in domain `d`, end to end (a strided list's
 /// protection buffer).
 pub fn protection_of(data: &[u8], d: Dif) -> Vec<u8> {
@@ -366,61 +370,4 @@ pub fn protection_of(data: &[u8], d: Dif) -> Vec<u8> {
         .enumerate()
         .flat_map(|(i, block)| pi_of(block, d, i))
         .collect()
-}
-
-/// A signature key on side B (`on_b`) or A of `p` over `data_len` bytes of data and their
-/// protection apart in that side's memory ([`SigMemory::Apart`], blocks of
-/// `mem.pi_interval`), zeroed, `wire` on the wire, all eight bytes checked, registered on
-/// that side's RC QP through its DMA key: (key, data address, protection address, (memory
-/// PSV, wire PSV)).
-pub fn register_apart(
-    p: &mut RcPair,
-    on_b: bool,
-    data_len: usize,
-    mem: Dif,
-    wire: Dif,
-) -> (u32, u64, u64, (u32, u32)) {
-    let (h, sq) = if on_b {
-        (&mut p.b, &mut p.qp_b.sq)
-    } else {
-        (&mut p.a, &mut p.qp_a.sq)
-    };
-    let pd = h.pd;
-    let dma = h.create_mkey(false, true);
-    let prot_len = data_len / usize::from(mem.pi_interval) * 8;
-    let data = h.alloc(data_len as u64, 4096);
-    let prot = h.alloc(prot_len as u64, 4096);
-    h.write(data, &vec![0; data_len]);
-    h.write(prot, &vec![0; prot_len]);
-    let psvs = create_psv(h, pd, 2).expect("PSVs");
-    let key = integrity_key(h, pd, MKC_ACCESS_MODE_KLM, BSF_OCTOWORDS).expect("key") | 0x01;
-    let wqes = reg_mr_integrity(
-        sq,
-        &Integrity {
-            key,
-            pd,
-            psvs: (psvs[0], psvs[1]),
-            memory: SigMemory::Apart {
-                key: dma,
-                data,
-                prot,
-            },
-            data_len: data_len as u32,
-            mem: Some(mem),
-            wire: Some(wire),
-            check_mask: copy::GUARD | copy::APP_TAG | copy::REF_TAG,
-            sigerr_count: 1,
-        },
-    );
-    post_all(h, sq, &wqes);
-    p.settle();
-    let (h, cq) = if on_b {
-        (&p.b, &mut p.cq_b)
-    } else {
-        (&p.a, &mut p.cq_a)
-    };
-    let done = drain(h, cq);
-    assert_eq!(done.len(), 1, "the signature UMR is taken");
-    assert_eq!(cqe_opcode(&done[0]), CQE_REQ, "the signature UMR is taken");
-    (key, data, prot, (psvs[0], psvs[1]))
 }

@@ -103,6 +103,29 @@ pub fn rdma_wqe(
     w
 }
 
+/// Posts a one-WQEBB [`rdma_wqe`] of `op` on A's RC QP of `p` moving `len` bytes between
+/// `local` (address, lkey) and `remote` (address, rkey), with the small initiator fence
+/// mlx5_ib's `get_fence` gives the WR after a registration, and settles the pair: A's CQEs.
+pub fn rdma_from_a(
+    p: &mut RcPair,
+    op: u8,
+    remote: (u64, u32),
+    local: (u64, u32),
+    len: u32,
+) -> Vec<Vec<u8>> {
+    let w = rdma_wqe(
+        &p.qp_a.sq,
+        op,
+        remote,
+        local,
+        len,
+        wqe::fence_mode::INITIATOR_SMALL,
+    );
+    p.a.post(&mut p.qp_a.sq, &w, false);
+    p.settle();
+    drain(&p.a, &mut p.cq_a)
+}
+
 /// Where a UMR WQE's translation list comes from.
 pub enum List {
     /// Inline after the memory key segment (`MLX5_UMR_INLINE`), padded to a WQEBB.

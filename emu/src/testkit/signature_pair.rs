@@ -1,0 +1,123 @@
+//! Signature keys made and registered on one side of an [`RcPair`], as mlx5_ib's
+//! `mlx5_alloc_integrity_descs` makes one (two PSVs and a free `bsf_en` key) and
+//! `handle_reg_mr_integrity` registers it on the QP that will use it.
+
+use super::rc::RcPair;
+use super::signature::{
+    create_psv, integrity_key, post_all, reg_mr_integrity, Dif, Integrity, SigMemory,
+};
+use super::umr::{cqe_opcode, drain, CQE_REQ};
+use super::{Host, Sq};
+use cxdirect_hw::mkey::MKC_ACCESS_MODE_KLM;
+use cxdirect_hw::sig::{copy, BSF_OCTOWORDS};
+
+/// Side B (`on_b`) or A of `p`: its host and its RC QP's send queue.
+fn side(p: &mut RcPair, on_b: bool) -> (&mut Host, &mut Sq) {
+    if on_b {
+        (&mut p.b, &mut p.qp_b.sq)
+    } else {
+        (&mut p.a, &mut p.qp_a.sq)
+    }
+}
+
+/// A fresh signature key of `h`: CREATE_PSV of two PSVs in `h`'s PD, then the KLM integrity
+/// key of [`integrity_key`] with `variant` in its low byte (1 for mlx5_ib's first
+/// registration, 0 for libmlx5's `mlx5dv_create_mkey`): (key, (memory PSV, wire PSV)).
+pub fn sig_key(h: &mut Host, variant: u8) -> (u32, (u32, u32)) {
+    let pd = h.pd;
+    let psvs = create_psv(h, pd, 2).expect("PSVs");
+    let key = integrity_key(h, pd, MKC_ACCESS_MODE_KLM, BSF_OCTOWORDS).expect("key");
+    (key | u32::from(variant), (psvs[0], psvs[1]))
+}
+
+/// Posts `wqes` (built against side B's (`on_b`) or A's RC send queue, its `pi` already
+/// past them) with one doorbell and settles the pair: that side's CQEs.
+pub fn post_on(p: &mut RcPair, on_b: bool, wqes: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let (h, sq) = side(p, on_b);
+    post_all(h, sq, wqes);
+    p.settle();
+    if on_b {
+        drain(&p.b, &mut p.cq_b)
+    } else {
+        drain(&p.a, &mut p.cq_a)
+    }
+}
+
+/// A signature key on side B (`on_b`) or A of `p` over `data_len` bytes of data and their
+/// protection apart in that side's memory ([`SigMemory::Apart`], blocks of
+/// `mem.pi_interval`), zeroed, `wire` on the wire, all eight bytes checked, registered on
+/// that side's RC QP through its DMA key: (key, data address, protection address, (memory
+/// PSV, wire PSV)).
+pub fn register_apart(
+    p: &mut RcPair,
+    on_b: bool,
+    data_len: usize,
+    mem: Dif,
+    wire: Dif,
+) -> (u32, u64, u64, (u32, u32)) {
+    let (h, sq) = side(p, on_b);
+    let pd = h.pd;
+    let dma = h.create_mkey(false, true);
+    let prot_len = data_len / usize::from(mem.pi_interval) * 8;
+    let data = h.alloc(data_len as u64, 4096);
+    let prot = h.alloc(prot_len as u64, 4096);
+    h.write(data, &vec![0; data_len]);
+    h.write(prot, &vec![0; prot_len]);
+    let (key, psvs) = sig_key(h, 0x01);
+    let wqes = reg_mr_integrity(
+        sq,
+        &Integrity {
+            key,
+            pd,
+            psvs,
+            memory: SigMemory::Apart {
+                key: dma,
+                data,
+                prot,
+            },
+            data_len: data_len as u32,
+            mem: Some(mem),
+            wire: Some(wire),
+            check_mask: copy::GUARD | copy::APP_TAG | copy::REF_TAG,
+            sigerr_count: 1,
+        },
+    );
+    let done = post_on(p, on_b, &wqes);
+    assert_eq!(done.len(), 1, "the signature UMR is taken");
+    assert_eq!(cqe_opcode(&done[0]), CQE_REQ, "the signature UMR is taken");
+    (key, data, prot, psvs)
+}
+
+/// A signature key on side B (`on_b`) or A of `p` over `data_len` bytes of that side's
+/// memory with no protection there ([`SigMemory::Data`] through its DMA key), `wire` on the
+/// wire, the bytes of `check_mask` checked, registered on that side's RC QP: (key, data
+/// address, that side's CQEs after the registration).
+pub fn register_data(
+    p: &mut RcPair,
+    on_b: bool,
+    data_len: usize,
+    wire: Dif,
+    check_mask: u8,
+) -> (u32, u64, Vec<Vec<u8>>) {
+    let (h, sq) = side(p, on_b);
+    let pd = h.pd;
+    let dma = h.create_mkey(false, true);
+    let buf = h.alloc(data_len as u64, 4096);
+    let (key, psvs) = sig_key(h, 0x01);
+    let wqes = reg_mr_integrity(
+        sq,
+        &Integrity {
+            key,
+            pd,
+            psvs,
+            memory: SigMemory::Data { key: dma, va: buf },
+            data_len: data_len as u32,
+            mem: None,
+            wire: Some(wire),
+            check_mask,
+            sigerr_count: 1,
+        },
+    );
+    let done = post_on(p, on_b, &wqes);
+    (key, buf, done)
+}
