@@ -6,6 +6,7 @@
 //! and the SIG_ERR CQE are in `signature_check.rs`, memory and wire of different block sizes
 //! in `signature_blocks.rs`.
 
+use cxdirect_emu::testkit::pattern::pattern;
 use cxdirect_emu::testkit::rc::{RcPair, RemoteRights};
 use cxdirect_emu::testkit::signature::{
     create_psv, destroy_psv, integrity_key, reg_mr_integrity, with_dif, Dif, Integrity, SigMemory,
@@ -22,12 +23,6 @@ use cxdirect_hw::wqe::{self, opcode, CtrlSeg};
 const MEM: usize = 8 << 20;
 const BLOCK: usize = 512;
 const UNIT: usize = BLOCK + 8;
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
-}
 
 #[test]
 fn sho_is_reported_so_that_mlx5_ib_reports_integrity_handover() {

@@ -7,6 +7,7 @@
 //! both out of the key (an RDMA WRITE gathered from it) and into it (a peer's WRITE, a READ
 //! response), a bad guard reported as the SIG_ERR CQE `get_sig_err_item` reads.
 
+use cxdirect_emu::testkit::pattern::pattern_by;
 use cxdirect_emu::testkit::rc::{RcPair, RemoteRights};
 use cxdirect_emu::testkit::signature::{
     pi_of, protection_of, reg_mr_integrity, trans_sig, with_dif, Dif, Integrity, SigMemory,
@@ -34,9 +35,7 @@ fn type1(pi_interval: u16, ref_tag: u32) -> Dif {
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(37).wrapping_add(seed))
-        .collect()
+    pattern_by(len, 37, seed)
 }
 
 /// [`register_apart`] of [`DATA`] bytes, all eight bytes checked.

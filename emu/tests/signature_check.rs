@@ -4,6 +4,7 @@
 //! when the peer reads the key, a READ response checked and stripped, and a bad block
 //! reported as the SIG_ERR CQE `get_sig_err_item` reads, once a registration.
 
+use cxdirect_emu::testkit::pattern::pattern;
 use cxdirect_emu::testkit::rc::{RcPair, RemoteRights};
 use cxdirect_emu::testkit::signature::{
     create_psv, pi_of, protection_of, reg_mr_integrity, trans_sig, with_dif, Integrity, SigMemory,
@@ -21,12 +22,6 @@ use cxdirect_hw::wqe::opcode;
 const MEM: usize = 8 << 20;
 const BLOCK: usize = 512;
 const UNIT: usize = BLOCK + 8;
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
-}
 
 /// B's signature key over data and protection apart in B's memory (`SigMemory::Apart`), T10-DIF
 /// type 1 in both domains checking all eight bytes: (key, data address, protection address).

@@ -4,6 +4,7 @@
 //! and CRC32C block signatures beside T10-DIF, and a bad block reported in the SIG_ERR CQE
 //! `mlx5_parse_cqe` stores for `_mlx5dv_mkey_check` (no command: libmlx5 reads the CQE).
 
+use cxdirect_emu::testkit::pattern::pattern_by;
 use cxdirect_emu::testkit::rc::{RcPair, RemoteRights};
 use cxdirect_emu::testkit::signature::{with_dif, Dif, CQE_SIG_ERR};
 use cxdirect_emu::testkit::signature_dv::{
@@ -22,9 +23,7 @@ const BLOCK: usize = 512;
 const CQE_REQ_ERR: u8 = 0xd;
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed))
-        .collect()
+    pattern_by(len, 29, seed)
 }
 
 /// The T10-DIF of `reg_mr_sig_t10dif` in test_mlx5_mkey.py: CRC guard seeded with 0xffff,

@@ -6,6 +6,7 @@
 //! signature PSV is not public), refused as mlx5_ib reads a refused local operation: an error
 //! CQE with the local QP operation syndrome.
 
+use cxdirect_emu::testkit::pattern::pattern_by;
 use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, GID_B, MAC_B};
 use cxdirect_emu::testkit::signature::{
     pi_of, protection_of, trans_sig, with_dif, Dif, CQE_SIG_ERR, TYPE1,
@@ -29,9 +30,7 @@ const SYND_LOCAL_QP_OP: u8 = 0x02;
 const SYND_LOCAL_PROT: u8 = 0x04;
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(41).wrapping_add(seed))
-        .collect()
+    pattern_by(len, 41, seed)
 }
 
 /// A's SEND of `payload` from A's memory: A's CQEs.

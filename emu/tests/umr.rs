@@ -6,6 +6,7 @@
 //! (`set_reg_wr`, `set_linv_wr` in `drivers/infiniband/hw/mlx5/wr.c`; `umr_fast_reg.rs` has
 //! the fast-registration tests).
 
+use cxdirect_emu::testkit::pattern::pattern_by;
 use cxdirect_emu::testkit::rc::RcPair;
 use cxdirect_emu::testkit::umr::{
     alloc_mr, cqe_opcode, drain, mtt_list, pair_without_pg, rdma_wqe, read_from_a, read_through,
@@ -27,9 +28,7 @@ fn pair() -> RcPair {
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed))
-        .collect()
+    pattern_by(len, 29, seed)
 }
 
 /// IB access flags as mlx5_ib's `set_mkc_access_pd_addr_fields` maps them.

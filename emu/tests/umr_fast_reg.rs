@@ -3,6 +3,7 @@
 //! `ib_alloc_mr` to the peer, IB_WR_LOCAL_INV and a SEND with invalidate closing it, a new
 //! variant honoured and the old one refused, and hostile UMR WQEs completing in error.
 
+use cxdirect_emu::testkit::pattern::pattern_by;
 use cxdirect_emu::testkit::rc::RcPair;
 use cxdirect_emu::testkit::umr::{
     alloc_mr, cqe_opcode, drain, local_inv_wqe, pair_without_pg, placeholder_sq, post_and_drain,
@@ -23,9 +24,7 @@ fn pair() -> RcPair {
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed))
-        .collect()
+    pattern_by(len, 29, seed)
 }
 
 /// A pair whose B holds a fast-registration key registered over three pages by REG_MR on

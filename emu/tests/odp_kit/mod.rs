@@ -3,6 +3,7 @@
 //! as it sends it. Each test file uses part of it.
 #![allow(dead_code, unused_imports)]
 
+pub use cxdirect_emu::testkit::pattern::pattern;
 pub use cxdirect_emu::testkit::rc::{RcPair, RcPath, GID_B, MAC_A, MAC_B};
 pub use cxdirect_emu::testkit::{Cq, Host, Sq};
 pub use cxdirect_emu::{Device, EmuConfig};
@@ -60,12 +61,6 @@ pub fn odp_pair_with_rmp_b(pf_eq: bool, make_rmp: impl FnOnce(&mut Host) -> Opti
         p.b.create_async_eq(6, 1 << EventType::PageFault as u8);
     }
     p
-}
-
-pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
 }
 
 pub fn drain(h: &Host, cq: &mut Cq) -> Vec<Vec<u8>> {
