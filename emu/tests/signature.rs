@@ -7,20 +7,19 @@
 //! in `signature_blocks.rs`.
 
 use cxdirect_emu::testkit::pattern::pattern;
-use cxdirect_emu::testkit::rc::{RcPair, RemoteRights};
+use cxdirect_emu::testkit::rc::RcPair;
 use cxdirect_emu::testkit::signature::{
     create_psv, destroy_psv, integrity_key, reg_mr_integrity, with_dif, Dif, Integrity, SigMemory,
     TYPE1,
 };
 use cxdirect_emu::testkit::signature_pair::{post_on, register_data, sig_key};
 use cxdirect_emu::testkit::umr::{
-    cqe_opcode, drain, pair_without_pg, rdma_from_a, rdma_wqe, CQE_REQ,
+    b_plain_rkey, cqe_opcode, drain, pair_without_pg, rdma_from_a, rdma_wqe, CQE_REQ,
 };
 use cxdirect_hw::mkey::MKC_ACCESS_MODE_KLM;
 use cxdirect_hw::sig::{crc16_t10dif, ip_checksum, BSF_OCTOWORDS};
 use cxdirect_hw::wqe::{self, opcode, CtrlSeg};
 
-const MEM: usize = 8 << 20;
 const BLOCK: usize = 512;
 const UNIT: usize = BLOCK + 8;
 
@@ -101,16 +100,7 @@ fn a_write_from_a_signature_key_inserts_dif_on_the_wire() {
     let data = pattern(3 * BLOCK, 7);
     let key = a_key_inserting(&mut p, &data, TYPE1);
     let wire_len = 3 * UNIT;
-    let rkey = {
-        let pd = p.b.pd;
-        p.b.create_remote_mkey(
-            pd,
-            cxdirect_emu::testkit::IOVA_BASE,
-            MEM as u64,
-            RemoteRights::READ_WRITE,
-            0x11,
-        )
-    };
+    let rkey = b_plain_rkey(&mut p, 0x11);
     let dst = p.b.alloc(wire_len as u64, 4096);
     let done = rdma_from_a(
         &mut p,

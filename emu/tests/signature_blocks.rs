@@ -8,18 +8,18 @@
 //! response), a bad guard reported as the SIG_ERR CQE `get_sig_err_item` reads.
 
 use cxdirect_emu::testkit::pattern::pattern_by;
-use cxdirect_emu::testkit::rc::{RcPair, RemoteRights};
+use cxdirect_emu::testkit::rc::RcPair;
 use cxdirect_emu::testkit::signature::{
     pi_of, protection_of, reg_mr_integrity, trans_sig, with_dif, Dif, Integrity, SigMemory,
     CQE_SIG_ERR, TYPE1,
 };
 use cxdirect_emu::testkit::signature_pair::{post_on, register_apart, sig_key};
-use cxdirect_emu::testkit::umr::{cqe_opcode, drain, pair_without_pg, rdma_from_a, CQE_REQ};
-use cxdirect_emu::testkit::IOVA_BASE;
+use cxdirect_emu::testkit::umr::{
+    b_plain_rkey, cqe_opcode, drain, pair_without_pg, rdma_from_a, write_data_from_a, CQE_REQ,
+};
 use cxdirect_hw::sig::{copy, crc16_t10dif, sig_err, SigErrCqe};
 use cxdirect_hw::wqe::opcode;
 
-const MEM: u64 = 8 << 20;
 /// CQE opcode of a requester error (`MLX5_CQE_REQ_ERR`).
 const CQE_REQ_ERR: u8 = 0xd;
 /// Data bytes every test moves: two 4 KiB blocks, sixteen 512-byte blocks.
@@ -43,15 +43,9 @@ fn key_apart(p: &mut RcPair, on_b: bool, mem: Dif, wire: Dif) -> (u32, u64, u64,
     register_apart(p, on_b, DATA, mem, wire)
 }
 
-/// B's plain key over all of B's memory, every right.
-fn b_plain_rkey(p: &mut RcPair) -> u32 {
-    let pd = p.b.pd;
-    p.b.create_remote_mkey(pd, IOVA_BASE, MEM, RemoteRights::READ_WRITE, 0x21)
-}
-
 /// A's RDMA WRITE of `len` bytes from A's signature key `key` to `dst` of B: A's CQEs.
 fn write_out(p: &mut RcPair, key: u32, dst: u64, len: usize) -> Vec<Vec<u8>> {
-    let rkey = b_plain_rkey(p);
+    let rkey = b_plain_rkey(p, 0x21);
     rdma_from_a(p, opcode::RDMA_WRITE, (dst, rkey), (0, key), len as u32)
 }
 
@@ -144,17 +138,8 @@ fn a_peer_write_of_4k_wire_blocks_lands_as_512_byte_memory_blocks_and_a_bad_guar
     let (key, data_at, prot_at, _) = key_apart(&mut p, true, mem, wire);
     let data = pattern(DATA, 3);
     let mut sent = with_dif(&data, wire);
-    let lkey = p.a.create_mkey(false, true);
-    let src = p.a.alloc(sent.len() as u64, 4096);
     let write_in = |p: &mut RcPair, sent: &[u8]| {
-        p.a.write(src, sent);
-        let done = rdma_from_a(
-            p,
-            opcode::RDMA_WRITE,
-            (0, key),
-            (src, lkey),
-            sent.len() as u32,
-        );
+        let done = write_data_from_a(p, (0, key), sent);
         assert_eq!(done.len(), 1);
         assert_eq!(cqe_opcode(&done[0]), CQE_REQ, "the WRITE itself completes");
         drain(&p.b, &mut p.cq_b)
@@ -192,7 +177,7 @@ fn a_read_response_of_512_byte_wire_blocks_lands_as_4k_memory_blocks() {
     let data = pattern(DATA, 4);
     let mut sent = with_dif(&data, wire);
     let src = p.b.alloc(sent.len() as u64, 4096);
-    let rkey = b_plain_rkey(&mut p);
+    let rkey = b_plain_rkey(&mut p, 0x21);
     let read_in = |p: &mut RcPair, sent: &[u8]| {
         p.b.write(src, sent);
         rdma_from_a(

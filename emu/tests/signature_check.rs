@@ -5,21 +5,20 @@
 //! reported as the SIG_ERR CQE `get_sig_err_item` reads, once a registration.
 
 use cxdirect_emu::testkit::pattern::pattern;
-use cxdirect_emu::testkit::rc::{RcPair, RemoteRights};
+use cxdirect_emu::testkit::rc::RcPair;
 use cxdirect_emu::testkit::signature::{
     create_psv, pi_of, protection_of, reg_mr_integrity, trans_sig, with_dif, Integrity, SigMemory,
     CQE_SIG_ERR, TYPE1,
 };
 use cxdirect_emu::testkit::signature_pair::{post_on, register_apart, register_data, sig_key};
 use cxdirect_emu::testkit::umr::{
-    alloc_mr, cqe_opcode, drain, local_inv_wqe, pair_without_pg, rdma_from_a, reg_mr_wqe_with,
-    unsignalled, CQE_REQ,
+    alloc_mr, b_plain_rkey, cqe_opcode, drain, local_inv_wqe, pair_without_pg, rdma_from_a,
+    reg_mr_wqe_with, unsignalled, write_data_from_a, CQE_REQ,
 };
 use cxdirect_emu::testkit::Sq;
 use cxdirect_hw::sig::{copy, crc16_t10dif, sig_err, SigErrCqe};
 use cxdirect_hw::wqe::opcode;
 
-const MEM: usize = 8 << 20;
 const BLOCK: usize = 512;
 const UNIT: usize = BLOCK + 8;
 
@@ -43,16 +42,7 @@ fn b_key_apart_psvs(p: &mut RcPair, blocks: usize) -> (u32, u64, u64, (u32, u32)
 
 /// A's WRITE of `wire` to offset 0 of B's key `rkey`: A's completion opcode.
 fn write_from_a(p: &mut RcPair, rkey: u32, wire: &[u8]) -> u8 {
-    let lkey = p.a.create_mkey(false, true);
-    let src = p.a.alloc(wire.len() as u64, 4096);
-    p.a.write(src, wire);
-    let done = rdma_from_a(
-        p,
-        opcode::RDMA_WRITE,
-        (0, rkey),
-        (src, lkey),
-        wire.len() as u32,
-    );
+    let done = write_data_from_a(p, (0, rkey), wire);
     assert_eq!(done.len(), 1);
     cqe_opcode(&done[0])
 }
@@ -216,16 +206,7 @@ fn a_read_response_into_a_signature_key_is_stripped_and_a_bad_guard_reported() {
     let data = pattern(blocks * BLOCK, 13);
     let mut wire = with_dif(&data, TYPE1);
     let src = p.b.alloc(wire.len() as u64, 4096);
-    let rkey = {
-        let pd = p.b.pd;
-        p.b.create_remote_mkey(
-            pd,
-            cxdirect_emu::testkit::IOVA_BASE,
-            MEM as u64,
-            RemoteRights::READ_WRITE,
-            0x12,
-        )
-    };
+    let rkey = b_plain_rkey(&mut p, 0x12);
     p.b.write(src, &wire);
     let done = rdma_from_a(
         &mut p,

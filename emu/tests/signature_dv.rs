@@ -5,19 +5,19 @@
 //! `mlx5_parse_cqe` stores for `_mlx5dv_mkey_check` (no command: libmlx5 reads the CQE).
 
 use cxdirect_emu::testkit::pattern::pattern_by;
-use cxdirect_emu::testkit::rc::{RcPair, RemoteRights};
+use cxdirect_emu::testkit::rc::RcPair;
 use cxdirect_emu::testkit::signature::{with_dif, Dif, CQE_SIG_ERR};
 use cxdirect_emu::testkit::signature_dv::{
     crc_field, mkey_configure, CrcKind, DvConfigure, DvDomain, DvLayout, DvSig,
 };
 use cxdirect_emu::testkit::signature_pair::{post_on, sig_key};
-use cxdirect_emu::testkit::umr::{cqe_opcode, drain, pair_without_pg, rdma_from_a, CQE_REQ};
-use cxdirect_emu::testkit::IOVA_BASE;
+use cxdirect_emu::testkit::umr::{
+    b_plain_rkey, cqe_opcode, drain, pair_without_pg, rdma_from_a, write_data_from_a, CQE_REQ,
+};
 use cxdirect_hw::cqe::ErrCqe;
 use cxdirect_hw::sig::{sig_err, sig_err_domain, SigErrCqe};
 use cxdirect_hw::wqe::opcode;
 
-const MEM: u64 = 8 << 20;
 const BLOCK: usize = 512;
 /// CQE opcode of a requester error (`MLX5_CQE_REQ_ERR`).
 const CQE_REQ_ERR: u8 = 0xd;
@@ -72,9 +72,7 @@ fn a_configure(
 /// A's WRITE of `len` bytes from offset 0 of its key `key` into B's memory: A's completions
 /// and the bytes B got.
 fn write_to_b(p: &mut RcPair, key: u32, len: usize) -> (Vec<Vec<u8>>, Vec<u8>) {
-    let pd = p.b.pd;
-    let rkey =
-        p.b.create_remote_mkey(pd, IOVA_BASE, MEM, RemoteRights::READ_WRITE, 0x31);
+    let rkey = b_plain_rkey(p, 0x31);
     let dst = p.b.alloc(len as u64, 4096);
     let done = rdma_from_a(p, opcode::RDMA_WRITE, (dst, rkey), (0, key), len as u32);
     (done, p.b.read(dst, len))
@@ -439,16 +437,7 @@ fn a_bad_crc32c_arriving_on_the_wire_is_reported_in_the_wire_domain() {
     let mut wire = data.clone();
     wire.extend_from_slice(&good);
     wire[BLOCK] ^= 0x01;
-    let lkey = p.a.create_mkey(false, true);
-    let src = p.a.alloc(wire.len() as u64, 4096);
-    p.a.write(src, &wire);
-    let at_a = rdma_from_a(
-        &mut p,
-        opcode::RDMA_WRITE,
-        (0, key),
-        (src, lkey),
-        wire.len() as u32,
-    );
+    let at_a = write_data_from_a(&mut p, (0, key), &wire);
     let syn = ErrCqe::new(&at_a[0][..64]).expect("layout").syndrome();
     assert_eq!(
         cqe_opcode(&at_a[0]),

@@ -4,8 +4,8 @@
 //! `ib_alloc_mr` (`_mlx5_alloc_mkey_descs`), IB_WR_REG_MR (`set_reg_wr`) and IB_WR_LOCAL_INV
 //! (`set_linv_wr`), and the one-WQEBB RC WQE that moves data through such keys.
 
-use super::rc::{RcPair, RcPath, GID_B, MAC_B};
-use super::{Cq, Host, Sq};
+use super::rc::{RcPair, RcPath, RemoteRights, GID_B, MAC_B};
+use super::{Cq, Host, Sq, IOVA_BASE};
 use crate::EmuConfig;
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::mkey::{mkey_from_index, CreateMkeyIn, CreateMkeyOut, Mkc, MKC_ACCESS_MODE_MTT};
@@ -32,6 +32,9 @@ pub const FRWR_MASK: u64 = mkey_mask::LEN
     | mkey_mask::SMALL_FENCE
     | mkey_mask::FREE;
 
+/// Bytes of host memory each side of [`pair_without_pg`] has, from [`IOVA_BASE`].
+pub const PAIR_MEM: usize = 8 << 20;
+
 /// Two functions of 8 MiB of host memory each on a pair wire with one connected RC QP each,
 /// without `pg` (`EmuConfig::odp` off): mlx5_ib builds its keys then with bare page
 /// addresses (`reg_create`), and registers through UMR WQEs on its own QPs.
@@ -41,7 +44,7 @@ pub fn pair_without_pg() -> RcPair {
             odp: false,
             ..EmuConfig::default()
         },
-        8 << 20,
+        PAIR_MEM,
         8,
         6,
         4,
@@ -124,6 +127,34 @@ pub fn rdma_from_a(
     p.a.post(&mut p.qp_a.sq, &w, false);
     p.settle();
     drain(&p.a, &mut p.cq_a)
+}
+
+/// [`rdma_from_a`] of an RDMA WRITE of `data`, copied into fresh memory of A under a fresh
+/// key, to `remote` (address, rkey): A's CQEs.
+pub fn write_data_from_a(p: &mut RcPair, remote: (u64, u32), data: &[u8]) -> Vec<Vec<u8>> {
+    let lkey = p.a.create_mkey(false, true);
+    let src = p.a.alloc(data.len() as u64, 4096);
+    p.a.write(src, data);
+    rdma_from_a(
+        p,
+        opcode::RDMA_WRITE,
+        remote,
+        (src, lkey),
+        data.len() as u32,
+    )
+}
+
+/// A plain key of B's over all its [`PAIR_MEM`] bytes from [`IOVA_BASE`], remote read and
+/// write, variant `variant`.
+pub fn b_plain_rkey(p: &mut RcPair, variant: u8) -> u32 {
+    let pd = p.b.pd;
+    p.b.create_remote_mkey(
+        pd,
+        IOVA_BASE,
+        PAIR_MEM as u64,
+        RemoteRights::READ_WRITE,
+        variant,
+    )
 }
 
 /// Where a UMR WQE's translation list comes from.
