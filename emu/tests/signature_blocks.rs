@@ -10,10 +10,9 @@
 use cxdirect_emu::testkit::pattern::pattern_by;
 use cxdirect_emu::testkit::rc::RcPair;
 use cxdirect_emu::testkit::signature::{
-    pi_of, protection_of, reg_mr_integrity, trans_sig, with_dif, Dif, Integrity, SigMemory,
-    CQE_SIG_ERR, TYPE1,
+    pi_of, protection_of, trans_sig, with_dif, Dif, SigMemory, CQE_SIG_ERR, TYPE1,
 };
-use cxdirect_emu::testkit::signature_pair::{post_on, register_apart, sig_key};
+use cxdirect_emu::testkit::signature_pair::{register, register_apart};
 use cxdirect_emu::testkit::umr::{
     b_plain_rkey, cqe_opcode, drain, pair_without_pg, rdma_from_a, write_data_from_a, CQE_REQ,
 };
@@ -218,30 +217,16 @@ fn a_read_response_of_512_byte_wire_blocks_lands_as_4k_memory_blocks() {
 #[test]
 fn data_that_is_not_whole_blocks_of_both_domains_is_refused() {
     let mut p = pair_without_pg();
-    let pd = p.b.pd;
     let dma = p.b.create_mkey(false, true);
     let (data, prot) = (p.b.alloc(4096, 4096), p.b.alloc(4096, 4096));
-    let (key, psvs) = sig_key(&mut p.b, 1);
+    let memory = SigMemory::Apart {
+        key: dma,
+        data,
+        prot,
+    };
     // 1 KiB: two 512-byte memory blocks, a quarter of a 4 KiB wire block.
-    let wqes = reg_mr_integrity(
-        &mut p.qp_b.sq,
-        &Integrity {
-            key,
-            pd,
-            psvs,
-            memory: SigMemory::Apart {
-                key: dma,
-                data,
-                prot,
-            },
-            data_len: 1024,
-            mem: Some(type1(512, 0)),
-            wire: Some(type1(4096, 0)),
-            check_mask: copy::GUARD,
-            sigerr_count: 1,
-        },
-    );
-    let done = post_on(&mut p, true, &wqes);
+    let domains = (Some(type1(512, 0)), Some(type1(4096, 0)));
+    let (_, _, done) = register(&mut p, true, memory, 1024, domains, copy::GUARD);
     assert_eq!(
         cqe_opcode(&done[0]),
         CQE_REQ_ERR,

@@ -208,26 +208,16 @@ fn a_read_response_into_a_signature_key_is_stripped_and_a_bad_guard_reported() {
     let src = p.b.alloc(wire.len() as u64, 4096);
     let rkey = b_plain_rkey(&mut p, 0x12);
     p.b.write(src, &wire);
-    let done = rdma_from_a(
-        &mut p,
-        opcode::RDMA_READ,
-        (src, rkey),
-        (0, key),
-        wire.len() as u32,
-    );
+    let len = wire.len() as u32;
+    let read = |p: &mut RcPair| rdma_from_a(p, opcode::RDMA_READ, (src, rkey), (0, key), len);
+    let done = read(&mut p);
     assert_eq!(done.len(), 1);
     assert_eq!(cqe_opcode(&done[0]), CQE_REQ);
     assert_eq!(p.a.read(buf, blocks * BLOCK), data, "protection stripped");
     // Block 0's guard corrupted at the source: a SIG_ERR CQE before the READ's completion.
     wire[BLOCK] ^= 0xff;
     p.b.write(src, &wire);
-    let done = rdma_from_a(
-        &mut p,
-        opcode::RDMA_READ,
-        (src, rkey),
-        (0, key),
-        wire.len() as u32,
-    );
+    let done = read(&mut p);
     assert_eq!(done.len(), 2, "SIG_ERR, then the READ");
     assert_eq!(cqe_opcode(&done[0]), CQE_SIG_ERR);
     assert_eq!(cqe_opcode(&done[1]), CQE_REQ);

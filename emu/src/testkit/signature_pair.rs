@@ -43,6 +43,39 @@ pub fn post_on(p: &mut RcPair, on_b: bool, wqes: &[Vec<u8>]) -> Vec<Vec<u8>> {
     }
 }
 
+/// A fresh signature key ([`sig_key`], variant 1) registered on side B's (`on_b`) or A's RC
+/// QP of `p` as a first `IB_WR_REG_MR_INTEGRITY`: over `memory` of that side, `data_len`
+/// data bytes, the (memory, wire) `domains`, the bytes of `check_mask` checked. The pair
+/// settled: (key, (memory PSV, wire PSV), that side's CQEs).
+pub fn register(
+    p: &mut RcPair,
+    on_b: bool,
+    memory: SigMemory,
+    data_len: usize,
+    (mem, wire): (Option<Dif>, Option<Dif>),
+    check_mask: u8,
+) -> (u32, (u32, u32), Vec<Vec<u8>>) {
+    let (h, sq) = side(p, on_b);
+    let pd = h.pd;
+    let (key, psvs) = sig_key(h, 0x01);
+    let wqes = reg_mr_integrity(
+        sq,
+        &Integrity {
+            key,
+            pd,
+            psvs,
+            memory,
+            data_len: data_len as u32,
+            mem,
+            wire,
+            check_mask,
+            sigerr_count: 1,
+        },
+    );
+    let done = post_on(p, on_b, &wqes);
+    (key, psvs, done)
+}
+
 /// A signature key on side B (`on_b`) or A of `p` over `data_len` bytes of data and their
 /// protection apart in that side's memory ([`SigMemory::Apart`], blocks of
 /// `mem.pi_interval`), zeroed, `wire` on the wire, all eight bytes checked, registered on
@@ -55,34 +88,20 @@ pub fn register_apart(
     mem: Dif,
     wire: Dif,
 ) -> (u32, u64, u64, (u32, u32)) {
-    let (h, sq) = side(p, on_b);
-    let pd = h.pd;
+    let (h, _) = side(p, on_b);
     let dma = h.create_mkey(false, true);
     let prot_len = data_len / usize::from(mem.pi_interval) * 8;
     let data = h.alloc(data_len as u64, 4096);
     let prot = h.alloc(prot_len as u64, 4096);
     h.write(data, &vec![0; data_len]);
     h.write(prot, &vec![0; prot_len]);
-    let (key, psvs) = sig_key(h, 0x01);
-    let wqes = reg_mr_integrity(
-        sq,
-        &Integrity {
-            key,
-            pd,
-            psvs,
-            memory: SigMemory::Apart {
-                key: dma,
-                data,
-                prot,
-            },
-            data_len: data_len as u32,
-            mem: Some(mem),
-            wire: Some(wire),
-            check_mask: copy::GUARD | copy::APP_TAG | copy::REF_TAG,
-            sigerr_count: 1,
-        },
-    );
-    let done = post_on(p, on_b, &wqes);
+    let memory = SigMemory::Apart {
+        key: dma,
+        data,
+        prot,
+    };
+    let all = copy::GUARD | copy::APP_TAG | copy::REF_TAG;
+    let (key, psvs, done) = register(p, on_b, memory, data_len, (Some(mem), Some(wire)), all);
     assert_eq!(done.len(), 1, "the signature UMR is taken");
     assert_eq!(cqe_opcode(&done[0]), CQE_REQ, "the signature UMR is taken");
     (key, data, prot, psvs)
@@ -99,25 +118,10 @@ pub fn register_data(
     wire: Dif,
     check_mask: u8,
 ) -> (u32, u64, Vec<Vec<u8>>) {
-    let (h, sq) = side(p, on_b);
-    let pd = h.pd;
+    let (h, _) = side(p, on_b);
     let dma = h.create_mkey(false, true);
-    let buf = h.alloc(data_len as u64, 4096);
-    let (key, psvs) = sig_key(h, 0x01);
-    let wqes = reg_mr_integrity(
-        sq,
-        &Integrity {
-            key,
-            pd,
-            psvs,
-            memory: SigMemory::Data { key: dma, va: buf },
-            data_len: data_len as u32,
-            mem: None,
-            wire: Some(wire),
-            check_mask,
-            sigerr_count: 1,
-        },
-    );
-    let done = post_on(p, on_b, &wqes);
-    (key, buf, done)
+    let va = h.alloc(data_len as u64, 4096);
+    let memory = SigMemory::Data { key: dma, va };
+    let (key, _, done) = register(p, on_b, memory, data_len, (None, Some(wire)), check_mask);
+    (key, va, done)
 }
