@@ -13,7 +13,7 @@ use cxdirect_emu::testkit::signature::{
 };
 use cxdirect_emu::testkit::signature_pair::register_apart;
 use cxdirect_emu::testkit::ud::{ud_wqe, UdAv, UD_QKEY};
-use cxdirect_emu::testkit::umr::{cqe_opcode, drain, pair_without_pg, CQE_REQ};
+use cxdirect_emu::testkit::umr::{cqe_opcode, drain, pair_without_pg, staged_on_a, CQE_REQ};
 use cxdirect_hw::qp::service_type;
 use cxdirect_hw::sig::{crc16_t10dif, sig_err, SigErrCqe};
 use cxdirect_hw::wqe::{opcode, CtrlSeg};
@@ -35,9 +35,7 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 
 /// A's SEND of `payload` from A's memory: A's CQEs.
 fn send_from_a(p: &mut RcPair, payload: &[u8]) -> Vec<Vec<u8>> {
-    let lkey = p.a.create_mkey(false, true);
-    let src = p.a.alloc(payload.len() as u64, 4096);
-    p.a.write(src, payload);
+    let (src, lkey) = staged_on_a(p, payload);
     let w = rc_wqe(
         &p.qp_a.sq,
         opcode::SEND,

@@ -5,6 +5,7 @@
 //! `set_sig_data_segment` and the BSF of `mlx5_set_bsf` / `mlx5_fill_inl_bsf`, then SET_PSV of
 //! `set_psv_wr` for memory and wire); and the T10-DIF protection a block carries.
 
+use super::umr::FRWR_MASK;
 use super::{CmdFail, Host, Sq};
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::mkey::{mkey_from_index, CreateMkeyIn, CreateMkeyOut, Mkc, MKC_ACCESS_MODE_KLM};
@@ -193,19 +194,8 @@ pub fn reg_mr_integrity(sq: &mut Sq, r: &Integrity) -> Vec<Vec<u8>> {
         .set_xlt_octowords(4)
         .set_xlt_offset(BSF_OCTOWORDS as u16)
         .set_mkey_mask(
-            mkey_mask::LEN
-                | mkey_mask::PAGE_SIZE
-                | mkey_mask::START_ADDR
-                | mkey_mask::EN_SIGERR
-                | mkey_mask::EN_RINVAL
-                | mkey_mask::KEY
-                | mkey_mask::LR
-                | mkey_mask::LW
-                | mkey_mask::RR
-                | mkey_mask::RW
-                | mkey_mask::SMALL_FENCE
-                | mkey_mask::FREE
-                | mkey_mask::BSF_EN,
+            // `sig_mkey_mask`: `frwr_mkey_mask(false)` and the signature bits.
+            FRWR_MASK | mkey_mask::EN_SIGERR | mkey_mask::BSF_EN,
         );
     Mkc::new(&mut w[64..128])
         .expect("layout")
@@ -296,24 +286,33 @@ pub fn reg_mr_integrity(sq: &mut Sq, r: &Integrity) -> Vec<Vec<u8>> {
     sq.pi = sq.pi.wrapping_add(4);
     let mut out = vec![w];
     for (psv, d) in [(r.psvs.0, r.mem), (r.psvs.1, r.wire)] {
-        let mut p = vec![0u8; 64];
-        CtrlSeg::new(&mut p[..16])
-            .expect("layout")
-            .set_opcode(opcode::SET_PSV)
-            .set_wqe_index(sq.pi)
-            .set_qpn_or_sqn(sq.sqn)
-            .set_ds(2)
-            .set_ce(0);
-        let mut seg = SetPsvSeg::new(&mut p[16..32]).expect("layout");
-        seg.set_psv_num(psv);
-        if let Some(d) = d {
-            seg.set_transient_sig(u32::from(d.app_tag))
-                .set_ref_tag(d.ref_tag);
-        }
-        sq.pi = sq.pi.wrapping_add(1);
-        out.push(p);
+        let seed = d.map_or((0, 0), |d| (u32::from(d.app_tag), d.ref_tag));
+        out.push(set_psv_wqe(sq, psv, seed, 0, 0));
     }
     out
+}
+
+/// One SET_PSV WQE at `sq.pi` (`sq.pi` moves past it) loading PSV `psv` with (transient
+/// signature, reference tag) `seed`, completion mode `ce` and fence mode `fm`: mlx5_ib's
+/// `set_psv_wr` posts it unsignalled and unfenced, libmlx5's `umr_finalize_and_set_psvs`
+/// with the small initiator fence, the last one signalled.
+pub fn set_psv_wqe(sq: &mut Sq, psv: u32, seed: (u32, u32), ce: u8, fm: u8) -> Vec<u8> {
+    let mut p = vec![0u8; 64];
+    CtrlSeg::new(&mut p[..16])
+        .expect("layout")
+        .set_opcode(opcode::SET_PSV)
+        .set_wqe_index(sq.pi)
+        .set_qpn_or_sqn(sq.sqn)
+        .set_ds(2)
+        .set_ce(ce)
+        .set_fm(fm);
+    SetPsvSeg::new(&mut p[16..32])
+        .expect("layout")
+        .set_psv_num(psv)
+        .set_transient_sig(seed.0)
+        .set_ref_tag(seed.1);
+    sq.pi = sq.pi.wrapping_add(1);
+    p
 }
 
 /// Posts `wqes` (already indexed, `sq.pi` past them) on `sq` of host `h` with one doorbell.

@@ -7,10 +7,11 @@
 //! `raw_data_size` 0xffffffff, BSF_ENABLE, the error count of `upd_mkc_sig_err_cnt`, the UMR's
 //! completion suppressed and SET_PSV WQEs after it, `umr_finalize_and_set_psvs`).
 
+use super::signature::set_psv_wqe;
 use super::Sq;
 use cxdirect_hw::mkey::Mkc;
 use cxdirect_hw::sig::{
-    bfs, bsf_flags, crc32c, inl, Bsf, SetPsvSeg, StrideBlockCtrl, StrideBlockEntry, BSF_OCTOWORDS,
+    bfs, bsf_flags, crc32c, inl, Bsf, StrideBlockCtrl, StrideBlockEntry, BSF_OCTOWORDS,
     STRIDE_BLOCK_OP,
 };
 use cxdirect_hw::umr::{flags, mkey_mask, Klm, UmrCtrlSeg};
@@ -250,27 +251,20 @@ pub fn mkey_configure(sq: &mut Sq, c: &DvConfigure) -> Vec<Vec<u8>> {
         .collect();
     let last = domains.len() - 1;
     for (i, (psv, sig)) in domains.into_iter().enumerate() {
-        let mut p = vec![0u8; 64];
-        CtrlSeg::new(&mut p[..16])
-            .expect("layout")
-            .set_opcode(opcode::SET_PSV)
-            .set_wqe_index(sq.pi)
-            .set_qpn_or_sqn(sq.sqn)
-            .set_ds(2)
-            .set_ce(if i == last {
-                wqe::completion::ALWAYS
-            } else {
-                0
-            })
-            .set_fm(wqe::fence_mode::INITIATOR_SMALL);
+        let ce = if i == last {
+            wqe::completion::ALWAYS
+        } else {
+            0
+        };
         let ts = transient_signature(sig);
-        SetPsvSeg::new(&mut p[16..32])
-            .expect("layout")
-            .set_psv_num(psv)
-            .set_transient_sig((ts >> 32) as u32)
-            .set_ref_tag(ts as u32);
-        sq.pi = sq.pi.wrapping_add(1);
-        out.push(p);
+        let seed = ((ts >> 32) as u32, ts as u32);
+        out.push(set_psv_wqe(
+            sq,
+            psv,
+            seed,
+            ce,
+            wqe::fence_mode::INITIATOR_SMALL,
+        ));
     }
     out
 }

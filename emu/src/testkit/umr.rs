@@ -129,12 +129,18 @@ pub fn rdma_from_a(
     drain(&p.a, &mut p.cq_a)
 }
 
-/// [`rdma_from_a`] of an RDMA WRITE of `data`, copied into fresh memory of A under a fresh
-/// key, to `remote` (address, rkey): A's CQEs.
-pub fn write_data_from_a(p: &mut RcPair, remote: (u64, u32), data: &[u8]) -> Vec<Vec<u8>> {
+/// `data` copied into fresh memory of A's under a fresh local key: (address, lkey).
+pub fn staged_on_a(p: &mut RcPair, data: &[u8]) -> (u64, u32) {
     let lkey = p.a.create_mkey(false, true);
     let src = p.a.alloc(data.len() as u64, 4096);
     p.a.write(src, data);
+    (src, lkey)
+}
+
+/// [`rdma_from_a`] of an RDMA WRITE of `data`, copied into fresh memory of A under a fresh
+/// key, to `remote` (address, rkey): A's CQEs.
+pub fn write_data_from_a(p: &mut RcPair, remote: (u64, u32), data: &[u8]) -> Vec<Vec<u8>> {
+    let (src, lkey) = staged_on_a(p, data);
     rdma_from_a(
         p,
         opcode::RDMA_WRITE,
@@ -380,9 +386,7 @@ pub fn post_and_drain(p: &mut RcPair, on_b: bool, sq: &mut Sq, w: &[u8]) -> Vec<
 
 /// A's WRITE of `data` at `iova` through `rkey`; the requester CQE's opcode and syndrome.
 pub fn write_from_a(p: &mut RcPair, iova: u64, rkey: u32, data: &[u8]) -> (u8, u8) {
-    let lkey = p.a.create_mkey(false, true);
-    let src = p.a.alloc(data.len() as u64, 4096);
-    p.a.write(src, data);
+    let (src, lkey) = staged_on_a(p, data);
     let w = rdma_wqe(
         &p.qp_a.sq,
         opcode::RDMA_WRITE,
