@@ -8,6 +8,7 @@ use super::{
     bad_param, bad_res, bad_state, input_as, output_as, CmdError, CmdResult, Core, EngineRequests,
     Syndrome,
 };
+use crate::objects::devx::Owned;
 use crate::objects::queue_state::Compression;
 use crate::objects::{
     Cq, CqArm, Eq, QState, QueueBuffer, Rmp, Rq, RqMemory, Sq, Striding, WorkQueue,
@@ -290,15 +291,39 @@ pub(crate) fn create_cq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     if !core.res.uars.contains(ctx.uar_page()) {
         return Err(bad_res("CQ UAR page not allocated"));
     }
-    check_dbr(ctx.dbr_addr())?;
     let size = entry_bytes << log_size;
-    let buf = queue_buffer(
-        ctx.log_page_size(),
-        ctx.page_offset(),
-        size,
-        cmd.pas_capacity(),
-        |i| cmd.pas(i).ok(),
-    )?;
+    // A DEVX CQ (`devx_set_umem_valid`) names umems of its user context instead of a page
+    // list and a doorbell address: the buffer at `cq_umem_offset` of `cq_umem_id` (its page
+    // size the umem's; the context's `log_page_size` and `page_offset` then say nothing), the
+    // doorbell record at offset `dbr_addr` of `dbr_umem_id`.
+    let uid = cmd.uid();
+    let mut umems = Vec::new();
+    let dbr = if ctx.dbr_umem_valid() {
+        umems.push(ctx.dbr_umem_id());
+        super::devx::umem_dbr(core, uid, ctx.dbr_umem_id(), ctx.dbr_addr())?
+    } else {
+        check_dbr(ctx.dbr_addr())?;
+        ctx.dbr_addr()
+    };
+    let buf = if cmd.cq_umem_valid() {
+        umems.push(cmd.cq_umem_id());
+        super::devx::umem_buffer(
+            core,
+            uid,
+            cmd.cq_umem_id(),
+            cmd.cq_umem_offset(),
+            size,
+            true,
+        )?
+    } else {
+        queue_buffer(
+            ctx.log_page_size(),
+            ctx.page_offset(),
+            size,
+            cmd.pas_capacity(),
+            |i| cmd.pas(i).ok(),
+        )?
+    };
     let slot = store_new_context(core, &context_bytes(ctx.as_bytes()))?;
     let cq = Cq {
         entry_bytes,
@@ -306,7 +331,7 @@ pub(crate) fn create_cq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         log_size,
         eqn,
         uar: ctx.uar_page(),
-        dbr: ctx.dbr_addr(),
+        dbr,
         pi: 0,
         arm: CqArm::Disarmed,
         arm_sn: 0,
@@ -323,6 +348,7 @@ pub(crate) fn create_cq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     if let Some(eq) = core.res.eqs.get_mut(eqn) {
         eq.cq_users += 1;
     }
+    super::devx::hold(core, &umems, (Owned::Cq, cqn));
     output_as!(CreateCqOut<&mut [u8]>, output).set_cqn(cqn);
     Ok(())
 }
