@@ -6,8 +6,10 @@
 //! (`test_devx_rc_qp_send_imm_traffic` in `tests/test_mlx5_devx.py`).
 
 use cxdirect_emu::testkit::devx::DevxRcQp;
-use cxdirect_emu::testkit::rc::{RemoteRights, GID_A, GID_B, MAC_A, MAC_B, UDP_SPORT};
-use cxdirect_emu::testkit::{CmdFail, Cq, Host};
+use cxdirect_emu::testkit::rc::{
+    lone_host, take_frames, RemoteRights, GID_A, GID_B, MAC_A, MAC_B, UDP_SPORT,
+};
+use cxdirect_emu::testkit::{udp_frame, CmdFail, Cq, Host, Sq};
 use cxdirect_emu::{Device, EmuConfig, Syndrome};
 use cxdirect_hw::caps::CmdHcaCap;
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
@@ -15,6 +17,7 @@ use cxdirect_hw::cq::{CreateCqIn, DestroyCqIn};
 use cxdirect_hw::devx::{UCTX_CAP_INTERNAL_DEV_RES, UCTX_CAP_RAW_TX};
 use cxdirect_hw::hca::cap_type;
 use cxdirect_hw::qp::{mtu, DestroyQpIn, QueryQpIn};
+use cxdirect_hw::wq::{CreateSqIn, CreateSqOut, ModifySqIn};
 use cxdirect_hw::wqe::{opcode, CtrlSeg, DataSeg};
 
 const MEM: usize = 8 << 20;
@@ -489,4 +492,74 @@ fn devx_rc_qps_on_umems_carry_send_with_immediate_as_rdma_core_posts_it() {
     }
     client.h.teardown();
     server.h.teardown();
+}
+
+/// A DEVX raw Ethernet SQ (what a RAW_TX context creates through `mlx5dv_devx_obj_create`):
+/// CREATE_SQ with `wq_umem_valid` and `dbr_umem_valid` (`devx_set_umem_valid`), its ring and
+/// doorbell record in umems of its uid, moved to RDY by MODIFY_SQ under that uid; the frame
+/// it sends leaves on the cable, and its umems are held until DESTROY_SQ.
+#[test]
+fn devx_sq_on_umems_sends_a_frame() {
+    let (mut h, wire) = lone_host(EmuConfig::default(), MEM, GID_A, MAC_A);
+    let uid = h.create_uctx(UCTX_CAP_RAW_TX).expect("uctx");
+    let key = h.create_mkey(true, true);
+    let mut cq = h.create_cq(6);
+    let tisn = h.create_tis();
+    let ring = h.create_umem(uid, 64 << 6, true).expect("ring umem");
+    let dbr = h.create_umem(uid, 8, true).expect("doorbell umem");
+    let mut input = Host::input(Opcode::CreateSq, 0, 0x110);
+    let mut cmd = CreateSqIn::new(&mut input[..]).expect("layout");
+    cmd.set_uid(uid);
+    {
+        let mut ctx = cmd.ctx_mut();
+        ctx.set_cqn(cq.cqn).set_tis_num_0(tisn).set_tis_lst_sz(1);
+        ctx.wq_mut()
+            .set_wq_type(1)
+            .set_pd(h.pd)
+            .set_uar_page(h.uar)
+            .set_log_wq_stride(6)
+            .set_log_wq_sz(6)
+            .set_wq_umem_valid(true)
+            .set_wq_umem_id(ring.id)
+            .set_dbr_umem_valid(true)
+            .set_dbr_umem_id(dbr.id);
+    }
+    let out = h.exec(&input, 16).expect("CREATE_SQ on umems");
+    let sqn = CreateSqOut::new(&out[..]).expect("layout").sqn();
+    let mut modify = Host::input(Opcode::ModifySq, 0, 0x110);
+    let mut m = ModifySqIn::new(&mut modify[..]).expect("layout");
+    m.set_sq_state(0).set_sqn(sqn);
+    m.ctx_mut().set_state(1);
+    refused(
+        h.exec_as(0x7, &modify, 16),
+        CmdStatus::BadParameter,
+        Syndrome::UnknownUid,
+    );
+    h.exec_as(uid, &modify, 16).expect("MODIFY_SQ RST->RDY");
+    let mut sq = Sq {
+        sqn,
+        buf: ring.iova,
+        dbr: dbr.iova,
+        log: 6,
+        pi: 0,
+        bf_toggle: false,
+    };
+    let frame = udp_frame(100, 9);
+    let payload = h.alloc(frame.len() as u64, 64);
+    let wqe = h.build_send(&sq, &frame, payload, key, true);
+    h.post(&mut sq, &wqe, false);
+    let cqe = h.poll_cq(&mut cq).expect("send completion");
+    assert_eq!(cqe[63] >> 4, 0, "REQ CQE");
+    assert_eq!(take_frames(&wire), vec![frame]);
+    refused(
+        h.destroy_umem(uid, ring.id),
+        CmdStatus::BadResourceState,
+        Syndrome::ObjectInUse,
+    );
+    let mut destroy = Host::input(Opcode::DestroySq, 0, 0x10);
+    destroy[8..12].copy_from_slice(&sqn.to_be_bytes());
+    h.exec_as(uid, &destroy, 16).expect("DESTROY_SQ");
+    h.destroy_umem(uid, ring.id).expect("ring umem free");
+    h.destroy_umem(uid, dbr.id).expect("doorbell umem free");
+    h.destroy_uctx(uid).expect("DESTROY_UCTX");
 }
