@@ -9,6 +9,7 @@ use cxdirect_emu::testkit::devx::DevxRcQp;
 use cxdirect_emu::testkit::rc::{
     lone_host, take_frames, RemoteRights, GID_A, GID_B, MAC_A, MAC_B, UDP_SPORT,
 };
+use cxdirect_emu::testkit::ud::{ud_wqe, UdAv, UD_QKEY};
 use cxdirect_emu::testkit::{udp_frame, CmdFail, Cq, Host, Sq};
 use cxdirect_emu::{Device, EmuConfig, Syndrome};
 use cxdirect_hw::caps::CmdHcaCap;
@@ -16,7 +17,8 @@ use cxdirect_hw::cmd::{CmdStatus, Opcode};
 use cxdirect_hw::cq::{CreateCqIn, DestroyCqIn};
 use cxdirect_hw::devx::{UCTX_CAP_INTERNAL_DEV_RES, UCTX_CAP_RAW_TX};
 use cxdirect_hw::hca::cap_type;
-use cxdirect_hw::qp::{mtu, DestroyQpIn, QueryQpIn};
+use cxdirect_hw::mkey::{mkey_from_index, CreateMkeyIn, CreateMkeyOut, MKC_ACCESS_MODE_MTT};
+use cxdirect_hw::qp::{mtu, service_type, DestroyQpIn, QueryQpIn};
 use cxdirect_hw::wq::{CreateSqIn, CreateSqOut, ModifySqIn};
 use cxdirect_hw::wqe::{opcode, CtrlSeg, DataSeg};
 
@@ -561,5 +563,84 @@ fn devx_sq_on_umems_sends_a_frame() {
     h.exec_as(uid, &destroy, 16).expect("DESTROY_SQ");
     h.destroy_umem(uid, ring.id).expect("ring umem free");
     h.destroy_umem(uid, dbr.id).expect("doorbell umem free");
+    h.destroy_uctx(uid).expect("DESTROY_UCTX");
+}
+
+/// A DEVX MTT memory key on a umem, as rdma-core's `test_mlx5_cuda_umem.py` creates it
+/// (`mkey_umem_valid`, `mkey_umem_id`, no page list and no page size: mlx5_ib's
+/// `devx_handle_mkey_create` sets the valid bit on every DEVX MTT key): a UD SEND gathers
+/// through the key from the umem's pages, and the key holds the umem until DESTROY_MKEY.
+#[test]
+fn devx_mtt_key_on_a_umem_translates_through_it() {
+    let (mut h, _wire) = lone_host(EmuConfig::default(), MEM, GID_A, MAC_A);
+    let uid = h.create_uctx(0).expect("uctx");
+    let mut cq = h.create_cq(6);
+    let mut a = h.create_ud_qp(&cq, service_type::UD, 4, 4);
+    let mut b = h.create_ud_qp(&cq, service_type::UD, 4, 4);
+    h.activate_ud(a.qpn, service_type::UD, UD_QKEY);
+    h.activate_ud(b.qpn, service_type::UD, UD_QKEY);
+    let pd = h.pd;
+    let umem = h.create_umem(uid, 3 * 4096, true).expect("umem");
+    let text: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
+    // 300 bytes straddling the umem's second and third pages.
+    h.write(umem.iova + 2 * 4096 - 100, &text);
+    let start = 0x7000_0080u64;
+    let mut input = Host::input(Opcode::CreateMkey, 0, 0x110);
+    let mut cmd = CreateMkeyIn::new(&mut input[..]).expect("layout");
+    cmd.set_mkey_umem_valid(true)
+        .set_mkey_umem_id(umem.id)
+        .set_mkey_umem_offset(4096 + 0x80);
+    cmd.memory_key_mkey_entry_mut()
+        .set_access_mode(MKC_ACCESS_MODE_MTT)
+        .set_lr(true)
+        .set_lw(true)
+        .set_pd(pd)
+        .set_qpn(0xff_ffff)
+        .set_mkey_7_0(0x42)
+        .set_start_addr(start)
+        .set_len(2 * 4096 - 0x80);
+    let out = h.exec_as(uid, &input, 16).expect("CREATE_MKEY on a umem");
+    let index = CreateMkeyOut::new(&out[..]).expect("layout").mkey_index();
+    refused(
+        h.destroy_umem(uid, umem.id),
+        CmdStatus::BadResourceState,
+        Syndrome::ObjectInUse,
+    );
+    // Key address `start` is umem byte 0x1080: the text (umem byte 0x2000 - 100) sits
+    // 0xf80 - 100 bytes into the key.
+    let key = mkey_from_index(index, 0x42);
+    let rx = h.alloc(1024, 64);
+    let rx_key = h.create_mkey(true, true);
+    h.post_ud_recv(&mut b, rx, 1024, rx_key);
+    let av = UdAv::to(GID_A, MAC_A, b.qpn, UD_QKEY);
+    let w = ud_wqe(
+        &a.sq,
+        opcode::SEND,
+        0,
+        &av,
+        &[(start + 0xf80 - 100, key, 300)],
+    );
+    h.post(&mut a.sq, &w, false);
+    let kinds: Vec<u8> = std::iter::from_fn(|| h.poll_cq(&mut cq))
+        .map(|c| c[63] >> 4)
+        .collect();
+    assert!(kinds.contains(&2), "a receive completion: {kinds:?}");
+    assert_eq!(
+        h.read(rx + 40, 300),
+        text,
+        "gathered through the umem's pages"
+    );
+    // A key whose start sits elsewhere in its page than its umem offset is refused.
+    let mut cmd = CreateMkeyIn::new(&mut input[..]).expect("layout");
+    cmd.memory_key_mkey_entry_mut().set_start_addr(0x7000_0000);
+    refused(
+        h.exec_as(uid, &input, 16),
+        CmdStatus::BadParameter,
+        Syndrome::BadUmem,
+    );
+    let mut destroy = Host::input(Opcode::DestroyMkey, 0, 0x10);
+    destroy[8..12].copy_from_slice(&index.to_be_bytes());
+    h.exec_as(uid, &destroy, 16).expect("DESTROY_MKEY");
+    h.destroy_umem(uid, umem.id).expect("umem free");
     h.destroy_uctx(uid).expect("DESTROY_UCTX");
 }

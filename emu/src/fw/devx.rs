@@ -208,6 +208,55 @@ pub(crate) fn umem_dbr(core: &Core, uid: u16, id: u32, offset: u64) -> Result<u6
         ))
 }
 
+/// The translation of an MTT memory key on umem `id` (`mkey_umem_valid`): the key's
+/// `[start, start + len)` is the umem's bytes from `offset`, so the two must share their
+/// offset in a page of the umem's size. Returns the umem's page size (absolute log2) and the
+/// key's MTT entries (page addresses with the read bit, and the write bit when the umem was
+/// registered writable), the first the page holding `start`.
+pub(crate) fn umem_mtt(
+    core: &Core,
+    uid: u16,
+    id: u32,
+    offset: u64,
+    start: u64,
+    len: u64,
+) -> Result<(u32, Vec<u64>), CmdError> {
+    let umem = umem_of(core, uid, id)?;
+    let page = 1u64 << umem.log_page;
+    let at = umem
+        .page_offset
+        .checked_add(offset)
+        .filter(|_| {
+            offset
+                .checked_add(len)
+                .is_some_and(|end| end <= umem.bytes())
+        })
+        .ok_or(bad_param(
+            Syndrome::BadUmem,
+            "memory key runs past the end of its umem",
+        ))?;
+    if at & (page - 1) != start & (page - 1) {
+        return Err(bad_param(
+            Syndrome::BadUmem,
+            "memory key start and umem offset differ within a page",
+        ));
+    }
+    let first = (at >> umem.log_page) as usize;
+    let count = ((start & (page - 1)) + len).div_ceil(page) as usize;
+    let bits = MTT_READ | if umem.writable { MTT_WRITE } else { 0 };
+    let entries = umem
+        .pages
+        .get(first..first + count)
+        .ok_or(bad_param(
+            Syndrome::BadUmem,
+            "memory key runs past the end of its umem",
+        ))?
+        .iter()
+        .map(|&addr| addr | bits)
+        .collect();
+    Ok((umem.log_page, entries))
+}
+
 /// Records that object `holder` is built on umems `ids` (after its creation succeeded).
 pub(crate) fn hold(core: &mut Core, ids: &[u32], holder: (Owned, u32)) {
     for &id in ids {
