@@ -32,6 +32,7 @@ use cxdirect_hw::wq::{
 use cxdirect_hw::wqe::{CtrlSeg, DataSeg, EthSeg, SrqNextSeg};
 use std::sync::Arc;
 
+pub mod devx;
 pub mod pattern;
 pub mod poll;
 pub mod rc;

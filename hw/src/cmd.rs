@@ -324,6 +324,10 @@ device_codes! {
         QueryFlowTableEntry = 0x937 => "QUERY_FLOW_TABLE_ENTRY",
         DeleteFlowTableEntry = 0x938 => "DELETE_FLOW_TABLE_ENTRY",
         ModifyFlowTable = 0x93c => "MODIFY_FLOW_TABLE",
+        CreateUctx = 0xa04 => "CREATE_UCTX",
+        DestroyUctx = 0xa06 => "DESTROY_UCTX",
+        CreateUmem = 0xa08 => "CREATE_UMEM",
+        DestroyUmem = 0xa0a => "DESTROY_UMEM",
     }
 }
 

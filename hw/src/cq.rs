@@ -7,6 +7,9 @@ layout! {
     pub struct Cqc("cqc", 0x40) {
         /// CQ state: 0 OK, 9 overflow (a CQE arrived with no free entry), 0xa write failure.
         status: u8 @ 0x00 [0x4],
+        /// `dbr_umem_id` names the umem holding the doorbell record; `dbr_addr` is then
+        /// the record's offset in it.
+        dbr_umem_valid: bool @ 0x06 [0x1],
         /// CQE size: 0 = 64 B, 1 = 128 B.
         cqe_sz: u8 @ 0x08 [0x3],
         /// Collapsed CQ: every CQE is written to entry 0.
@@ -21,6 +24,8 @@ layout! {
         mini_cqe_res_format: u8 @ 0x12 [0x2],
         /// Arm state: 0 not armed, 6 armed for solicited events, 9 armed, 0xa fired.
         st: u8 @ 0x14 [0x4],
+        /// Umem holding the doorbell record (with `dbr_umem_valid`).
+        dbr_umem_id: u32 @ 0x20 [0x20],
         /// Offset of the CQ buffer in its first page, in 64-byte units.
         page_offset: u8 @ 0x54 [0x6],
         /// Log2 of the number of CQEs (0..=log_max_cq_sz).
@@ -53,8 +58,16 @@ layout! {
     pub struct CreateCqIn("create_cq_in", 0x110) {
         /// Command opcode: [`Opcode::CreateCq`](crate::cmd::Opcode::CreateCq).
         opcode: u16 @ 0x00 [0x10],
+        /// User context the CQ belongs to (0: the function's own driver).
+        uid: u16 @ 0x10 [0x10],
         /// Operation modifier (0).
         op_mod: u16 @ 0x30 [0x10],
+        /// Offset of the CQ buffer in its umem, in bytes (with `cq_umem_valid`).
+        cq_umem_offset: u64 @ 0x280 [0x40],
+        /// Umem holding the CQ buffer (with `cq_umem_valid`).
+        cq_umem_id: u32 @ 0x2c0 [0x20],
+        /// The CQ buffer is in umem `cq_umem_id` instead of `pas`.
+        cq_umem_valid: bool @ 0x2e0 [0x1],
     }
     nested {
         /// The new CQ's context.
@@ -83,6 +96,8 @@ layout! {
     pub struct DestroyCqIn("destroy_cq_in", 0x10) {
         /// Command opcode: [`Opcode::DestroyCq`](crate::cmd::Opcode::DestroyCq).
         opcode: u16 @ 0x00 [0x10],
+        /// User context the CQ belongs to (0: the function's own driver).
+        uid: u16 @ 0x10 [0x10],
         /// Operation modifier (0).
         op_mod: u16 @ 0x30 [0x10],
         /// The CQ to destroy.

@@ -203,6 +203,15 @@ impl CapSet {
             .set_log_max_rqt_size(LOG_MAX_RQT_SIZE)
             .set_log_max_tis_per_sq(0)
             .set_log_max_wq_sz(LOG_MAX_WQ_SZ)
+            // User contexts and umems (DEVX): mlx5_ib opens a whitelist context at probe and
+            // offers DEVX only when `log_max_uctx` is non-zero (`mlx5_ib_devx_create`); a
+            // ConnectX-6 Dx offers it. The sizes are the model's tables; `uctx_cap` offers raw
+            // Ethernet sends (`MLX5_UCTX_CAP_RAW_TX`, which mlx5_ib asks for a CAP_NET_RAW
+            // caller), the model sending a DEVX SQ's frames as any SQ's, and not the
+            // internal-resources capability, which names nothing the model has.
+            .set_log_max_uctx(crate::objects::limits::LOG_MAX_UCTX)
+            .set_log_max_umem(crate::objects::limits::LOG_MAX_UMEM)
+            .set_uctx_cap(cxdirect_hw::devx::UCTX_CAP_RAW_TX)
             .set_log_max_current_uc_list(4)
             .set_log_max_current_mc_list(8)
             .set_log_max_vlan_list(8)

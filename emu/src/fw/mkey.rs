@@ -91,7 +91,8 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
             "a signature key is a KLM key with a four-octoword BSF",
         ));
     }
-    let log_page = u32::from(mkc.log_page_size());
+    let mut log_page = u32::from(mkc.log_page_size());
+    let mut umem = None;
     let (start, len, length64) = (mkc.start_addr(), mkc.len(), mkc.length64());
     if !length64 && len >> super::caps::LOG_MAX_MRW_SZ != 0 {
         return Err(bad_param(
@@ -119,7 +120,12 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
         }
         // A KSM block is sized as an MTT page is (Linux's `mlx5_umem_mkc_find_best_pgsz`
         // bounds both by the same entity-size caps, 4 KiB to 2 GiB without the second page).
-        if matches!(mode, MKC_ACCESS_MODE_MTT | MKC_ACCESS_MODE_KSM) && !mtt_page_ok(log_page) {
+        // A key on a umem takes the umem's page size (its context's says nothing then).
+        let on_umem = mode == MKC_ACCESS_MODE_MTT && cmd.mkey_umem_valid();
+        if matches!(mode, MKC_ACCESS_MODE_MTT | MKC_ACCESS_MODE_KSM)
+            && !on_umem
+            && !mtt_page_ok(log_page)
+        {
             return Err(bad_param(
                 Syndrome::BadMkeyParams,
                 "MTT page and KSM block sizes must be 4 KiB to 2 GiB",
@@ -137,7 +143,21 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
             ));
         }
         let given = actual as usize * entries_per_octoword(mode);
-        if mode == MKC_ACCESS_MODE_MTT {
+        if mode == MKC_ACCESS_MODE_MTT && cmd.mkey_umem_valid() {
+            let uid = cxdirect_hw::cmd::CmdIn::new(input).map_or(0, |h| h.uid());
+            let (umem_log_page, entries) = super::devx::umem_mtt(
+                core,
+                uid,
+                cmd.mkey_umem_id(),
+                cmd.mkey_umem_offset(),
+                start,
+                len,
+            )?;
+            log_page = umem_log_page;
+            capacity = entries.len();
+            mtt = entries;
+            umem = Some(cmd.mkey_umem_id());
+        } else if mode == MKC_ACCESS_MODE_MTT {
             let page = 1u64 << log_page;
             let needed = ((start & (page - 1)) + len).div_ceil(page) as usize;
             // A valid key must have every page; a free one is loaded later by UMR.
@@ -195,6 +215,9 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
         release_context(core, slot);
         return Err(table_full("memory key table full"));
     };
+    if let Some(id) = umem {
+        super::devx::hold(core, &[id], (crate::objects::devx::Owned::Mkey, index));
+    }
     output_as!(CreateMkeyOut<&mut [u8]>, output).set_mkey_index(index);
     Ok(())
 }

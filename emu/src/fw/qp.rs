@@ -81,12 +81,6 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
             "deth_sqpn on a QP that is not UD",
         ));
     }
-    if cmd.wq_umem_valid() || ctx.dbr_umem_valid() {
-        return Err(bad_param(
-            Syndrome::BadQpParams,
-            "umem-backed QP buffers are not modelled",
-        ));
-    }
     // The REG_UMR QP has no protection domain: each UMR names the key's own.
     if service != service_type::REG_UMR && !core.res.pds.contains(ctx.pd()) {
         return Err(bad_res("QP's PD does not exist"));
@@ -152,6 +146,11 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     let rq_bytes = receive.ring_bytes();
     let sq_bytes = log_sq_size.map_or(0, |log| 64u64 << log);
     let size = rq_bytes + sq_bytes;
+    // A DEVX QP (`devx_set_umem_valid`) names umems of its user context instead of a page
+    // list and a doorbell address: its rings (receive first, then send) at `wq_umem_offset`
+    // of `wq_umem_id`, its doorbell record at offset `dbr_addr` of `dbr_umem_id`.
+    let uid = cmd.uid();
+    let mut umems = Vec::new();
     let buf = if size == 0 {
         QueueBuffer {
             pas: Vec::new(),
@@ -159,6 +158,16 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
             offset: 0,
             size: 0,
         }
+    } else if cmd.wq_umem_valid() {
+        umems.push(cmd.wq_umem_id());
+        super::devx::umem_buffer(
+            core,
+            uid,
+            cmd.wq_umem_id(),
+            cmd.wq_umem_offset(),
+            size,
+            false,
+        )?
     } else {
         queue_buffer(
             ctx.log_page_size(),
@@ -169,9 +178,15 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         )?
     };
     // A QP with a ring of its own needs a doorbell record.
-    if size != 0 {
-        check_dbr(ctx.dbr_addr())?;
-    }
+    let dbr = if ctx.dbr_umem_valid() {
+        umems.push(ctx.dbr_umem_id());
+        super::devx::umem_dbr(core, uid, ctx.dbr_umem_id(), ctx.dbr_addr())?
+    } else {
+        if size != 0 {
+            check_dbr(ctx.dbr_addr())?;
+        }
+        ctx.dbr_addr()
+    };
     let dci_streams = super::dci::streams_at_create(service, &ctx)?;
     let mut stored = context_bytes(ctx.as_bytes());
     Qpc::new(&mut stored[..])
@@ -186,7 +201,7 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         cqn_snd: ctx.cqn_snd(),
         cqn_rcv: ctx.cqn_rcv(),
         buf,
-        dbr: ctx.dbr_addr(),
+        dbr,
         log_sq_size,
         receive,
         user_index: ctx.user_index(),
@@ -231,6 +246,7 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         ));
     };
     attach(core, qpn, true);
+    super::devx::hold(core, &umems, (crate::objects::devx::Owned::Qp, qpn));
     output_as!(CreateQpOut<&mut [u8]>, output).set_qpn(qpn);
     Ok(())
 }

@@ -6,6 +6,7 @@
 
 pub(crate) mod context;
 pub(crate) mod dc;
+pub(crate) mod devx;
 pub(crate) mod ksm;
 pub(crate) mod limits;
 pub(crate) mod mcg;
@@ -546,6 +547,10 @@ pub(crate) struct Resources {
     pub next_group: u32,
     /// Root table of NIC receive steering.
     pub rx_root: Option<u32>,
+    /// User contexts (CREATE_UCTX) and the objects each owns.
+    pub uctxs: devx::Ownership,
+    /// Registered user memory (CREATE_UMEM).
+    pub umems: Table<devx::Umem>,
 }
 
 /// First number of a datagram (UD or GSI) QP: past every RC QP number
@@ -594,6 +599,8 @@ impl Resources {
             mcgs: mcg::McastGroups::default(),
             next_group: 1,
             rx_root: None,
+            uctxs: devx::Ownership::default(),
+            umems: Table::new(1, 1 << limits::LOG_MAX_UMEM),
         }
     }
 }

@@ -121,6 +121,10 @@ fn input_fields(opcode: Opcode) -> &'static [FieldInfo] {
         O::AttachToMcg => cxdirect_hw::mcg::AttachToMcgIn::FIELDS,
         O::DetachFromMcg => cxdirect_hw::mcg::DetachFromMcgIn::FIELDS,
         O::QueryRoceAddress => roce::QueryRoceAddressIn::FIELDS,
+        O::CreateUctx => cxdirect_hw::devx::CreateUctxIn::FIELDS,
+        O::DestroyUctx => cxdirect_hw::devx::DestroyUctxIn::FIELDS,
+        O::CreateUmem => cxdirect_hw::devx::CreateUmemIn::FIELDS,
+        O::DestroyUmem => cxdirect_hw::devx::DestroyUmemIn::FIELDS,
         _ => CmdIn::FIELDS,
     }
 }

@@ -4,6 +4,12 @@ use cxdirect_hw::*;
 pub fn checks() -> usize {
     check_layouts!(
         qp::Ads,
+        devx::CreateUctxIn,
+        devx::CreateUctxOut,
+        devx::DestroyUctxIn,
+        devx::CreateUmemIn,
+        devx::CreateUmemOut,
+        devx::DestroyUmemIn,
         qp::Qpc,
         qp::CreateQpIn,
         qp::CreateQpOut,
