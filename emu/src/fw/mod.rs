@@ -30,6 +30,7 @@ pub(crate) mod sig;
 pub(crate) mod steering;
 pub(crate) mod transport;
 pub(crate) mod xrc;
+pub(crate) mod xrq;
 
 use crate::counters::add;
 pub(crate) use crate::function::command_error::{
@@ -198,6 +199,10 @@ fn dispatch(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
         Opcode::ArmXrcSrq => xrc::arm_xrc_srq(core, input),
         Opcode::QueryXrcSrq => xrc::query_xrc_srq(core, input, output),
         Opcode::DestroyXrcSrq => xrc::destroy_xrc_srq(core, input),
+        Opcode::CreateXrq => xrq::create_xrq(core, input, output),
+        Opcode::QueryXrq => xrq::query_xrq(core, input, output),
+        Opcode::ArmXrq => xrq::arm_xrq(core, input),
+        Opcode::DestroyXrq => xrq::destroy_xrq(core, input),
         Opcode::CreateDct => dc::create_dct(core, input, output),
         Opcode::DrainDct => dc::drain_dct(core, input),
         Opcode::QueryDct => dc::query_dct(core, input, output),

@@ -85,7 +85,7 @@ pub(crate) fn check_dbr(addr: u64) -> CmdResult {
 /// Checks a work queue context and builds the model's work queue; `may_stride`: a striding
 /// receive ring (`wq_type` 3) is accepted too (an RQ with its own ring); `may_link`: a linked
 /// list (`wq_type` 0) is accepted too (an RMP, as Linux creates an RC SRQ).
-fn work_queue(
+pub(crate) fn work_queue(
     core: &Core,
     wq: Wq<&[u8]>,
     send: bool,
@@ -729,6 +729,7 @@ pub(crate) fn create_rmp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
         lwm,
         rq_users: 0,
         slot,
+        xrq: None,
     };
     let Some(rmpn) = core.res.rmps.insert(rmp) else {
         release_context(core, slot);
@@ -813,7 +814,13 @@ pub(crate) fn query_rmp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
 
 pub(crate) fn destroy_rmp(core: &mut Core, input: &[u8]) -> CmdResult {
     let rmpn = input_as!(DestroyRmpIn<&[u8]>, input).rmpn();
-    let rmp = core.res.rmps.get(rmpn).ok_or(bad_res("no such RMP"))?;
+    // An XRQ shares the number space but is destroyed by DESTROY_XRQ.
+    let rmp = core
+        .res
+        .rmps
+        .get(rmpn)
+        .filter(|r| r.xrq.is_none())
+        .ok_or(bad_res("no such RMP"))?;
     if rmp.rq_users > 0 {
         return Err(bad_state(
             Syndrome::ObjectInUse,

@@ -12,6 +12,7 @@ pub(crate) mod mcg;
 pub(crate) mod queue_state;
 pub(crate) mod rc;
 pub(crate) mod signature;
+pub(crate) mod tm;
 
 use crate::config::EmuConfig;
 pub(crate) use context::Slot;
@@ -321,6 +322,9 @@ pub(crate) struct Rmp {
     pub lwm: u16,
     pub rq_users: u32,
     pub slot: Slot,
+    /// CREATE_XRQ made it: an XRQ (its own CQ, user index and, for tag matching, its
+    /// matching list), which RC QPs name as their SRQ.
+    pub xrq: Option<Box<tm::Xrq>>,
 }
 
 /// An XRC SRQ of one XRC domain: a linked-list receive ring (each WQE a next segment, then

@@ -1,0 +1,83 @@
+//! A tag-matching XRQ's own state: its CQ and user index, and its matching list with the phase
+//! counters (the device's side of what libmlx5 keeps in `struct mlx5_srq`'s `tm_list`,
+//! `unexp_in` and `unexp_out`).
+
+/// What an XRQ holds beyond the receive ring it shares with RMPs.
+#[derive(Debug, Clone)]
+pub(crate) struct Xrq {
+    /// CQ its receives and list operations complete on (`xrqc.cqn`).
+    pub cqn: u32,
+    /// Index its CQEs carry in `srqn_uidx` (`xrqc.user_index`).
+    pub user_index: u32,
+    /// Rendezvous requests are offloaded (`xrqc.offload` RNDV).
+    pub rndv: bool,
+    /// The matching list (a tag-matching topology), `None` for a plain XRQ.
+    pub list: Option<TagList>,
+}
+
+/// One tagged buffer of the matching list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TagEntry {
+    /// The tag and mask: a message's tag matches when `tag & mask == entry tag`
+    /// (ibv_post_srq_ops(3)).
+    pub tag: u64,
+    pub mask: u64,
+    /// The buffer (one data segment; `len` 0: an empty buffer).
+    pub addr: u64,
+    pub lkey: u32,
+    pub len: u32,
+    /// A rendezvous matched it: out of the matching order, its READ in flight.
+    pub consumed: bool,
+}
+
+/// The device's matching list of an XRQ.
+#[derive(Debug, Clone)]
+pub(crate) struct TagList {
+    /// Entries by index (`2^log_matching_list_sz` of them).
+    pub entries: Vec<Option<TagEntry>>,
+    /// Indices of the entries open for matching, in the order they were appended.
+    pub order: Vec<u16>,
+    /// The entry the next APPEND fills (`append_next_index`; 0 at creation, as libmlx5's
+    /// free list starts at entry 0).
+    pub append_next: u16,
+    /// Unexpected messages software reported handled (`sw_phase_cnt`).
+    pub sw_phase: u16,
+    /// Unexpected messages the device delivered (`hw_phase_cnt`).
+    pub hw_phase: u16,
+}
+
+impl TagList {
+    /// An empty list of `2^log_size` entries.
+    pub fn new(log_size: u8) -> Self {
+        Self {
+            entries: vec![None; 1usize << log_size],
+            order: Vec::new(),
+            append_next: 0,
+            sw_phase: 0,
+            hw_phase: 0,
+        }
+    }
+
+    /// Software and device agree on the unexpected messages: matching is on. While they
+    /// differ every tagged message is unexpected (Documentation/tag_matching.md: matching is
+    /// disabled until software and hardware synchronize).
+    pub fn in_sync(&self) -> bool {
+        self.sw_phase == self.hw_phase
+    }
+
+    /// The first entry, in append order, whose tag `tag` matches; its index.
+    pub fn find(&self, tag: u64) -> Option<u16> {
+        self.order.iter().copied().find(|&i| {
+            self.entries
+                .get(usize::from(i))
+                .copied()
+                .flatten()
+                .is_some_and(|e| tag & e.mask == e.tag)
+        })
+    }
+
+    /// Takes entry `index` out of the matching order (consumed or removed).
+    pub fn unorder(&mut self, index: u16) {
+        self.order.retain(|&i| i != index);
+    }
+}
