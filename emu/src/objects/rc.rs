@@ -210,6 +210,9 @@ pub(crate) struct Responder {
     /// The first packet of the open message faulted: its retransmission opens the message
     /// again (a SEND keeps the receive WQE it took, a WRITE starts over).
     pub refirst: bool,
+    /// A SEND on a tag-matching XRQ: where the open message lands and how it completes
+    /// (`engine::rc::tag_matching`).
+    pub tm: Option<crate::objects::tm::TmLanding>,
 }
 
 /// A responder page fault waiting for PAGE_FAULT_RESUME, or resumed with an error.

@@ -81,3 +81,17 @@ impl TagList {
         self.order.retain(|&i| i != index);
     }
 }
+
+/// Where a SEND received on a tag-matching XRQ lands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TmLanding {
+    /// In an ordinary receive WQE, whole (headers included), completing with `app_op`
+    /// (unexpected or no-tag) and the TMH `tmh` in the CQE (zero for no-tag).
+    Ordinary { app_op: u8, tmh: [u8; 16] },
+    /// In tagged buffer `index` (`entry`), without its TMH `tmh`.
+    Tag {
+        index: u16,
+        entry: TagEntry,
+        tmh: [u8; 16],
+    },
+}

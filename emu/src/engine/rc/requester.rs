@@ -391,6 +391,14 @@ fn execute_from(
         complete_local(core, qpn, index, op, signaled);
         return Ok(Some(req.bbs));
     }
+    if op == cxdirect_hw::xrq::WQE_OPCODE_TAG_MATCHING {
+        // A local operation on the matching list of the QP's XRQ, in order with the rest; it
+        // completes on the XRQ's CQ when its segment asks (`tag_matching`).
+        super::tag_matching::list_operation(core, qpn, &s.wqe[..ds * WQE_DS], ds)
+            .map_err(|syn| (op, syn))?;
+        complete_local(core, qpn, index, op, false);
+        return Ok(Some(req.bbs));
+    }
     if op == opcode::UMR {
         // A local operation, in order with the rest: the key changes now, the completion
         // waits for the WQEs before it.

@@ -1,0 +1,357 @@
+//! Hardware tag matching over RC, read as rdma-core's libmlx5 reads it: the XRQ mlx5_ib
+//! creates for an `IBV_SRQT_TM` SRQ (`create_xrq_cmd`), the TAG_MATCHING WQEs
+//! `mlx5_post_srq_ops` posts (`set_tm_seg`), and the CQEs `handle_tag_matching` and
+//! `mlx5_cq_read_wc_opcode` / `_flags` / `_tm_info` read.
+
+use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, RcPath, GID_A, MAC_A};
+use cxdirect_emu::testkit::{Cq, Host};
+use cxdirect_emu::EmuConfig;
+use cxdirect_hw::cmd::Opcode;
+use cxdirect_hw::cqe::{Cqe64, CqeOpcode};
+use cxdirect_hw::wq::WqType;
+use cxdirect_hw::wqe::{opcode, CtrlSeg, DataSeg, SrqNextSeg, WQE_BB};
+use cxdirect_hw::xrq::{
+    cqe_app_op, tm_flags, tm_opcode, tmh_op, CreateXrqIn, CreateXrqOut, QueryXrqIn, QueryXrqOut,
+    TmSeg, CQE_APP_TAG_MATCHING, TM_CQE_SUCCESS, WQE_OPCODE_TAG_MATCHING, XRQC_OFFLOAD_RNDV,
+    XRQC_TOPOLOGY_TAG_MATCHING,
+};
+
+const MEM: usize = 4 << 20;
+/// Log2 of the matching list (mlx5_ib: `ilog2(max_num_tags) + 1`).
+const LOG_LIST: u8 = 2;
+const MSG: usize = 256;
+
+struct Tm {
+    p: RcPair,
+    /// The XRQ's CQ on B.
+    cq: Cq,
+    xrqn: u32,
+    /// The XRQ's ring (linked list of 32-byte WQEs) and doorbell record.
+    ring: u64,
+    dbr: u64,
+    posted: u16,
+    lkey_a: u32,
+    lkey_b: u32,
+}
+
+/// CREATE_XRQ as `create_xrq_cmd` fills it for a TM SRQ: tag-matching topology, rendezvous
+/// offload, list size, user index, CQ, a linked-list ring of `2^log` 32-byte WQEs.
+fn create_xrq(h: &mut Host, cq: &Cq, log: u8) -> (u32, u64, u64) {
+    let ring = h.alloc(4096, 4096);
+    let dbr = h.alloc(8, 64);
+    let mut input = Host::input(Opcode::CreateXrq, 0, 0x150 + 8);
+    let mut cmd = CreateXrqIn::new(&mut input[..]).unwrap();
+    {
+        let mut ctx = cmd.xrq_context_mut();
+        ctx.set_topology(XRQC_TOPOLOGY_TAG_MATCHING)
+            .set_offload(XRQC_OFFLOAD_RNDV)
+            .set_user_index(0x77)
+            .set_cqn(cq.cqn);
+        ctx.tag_matching_topology_context_mut()
+            .set_log_matching_list_sz(LOG_LIST);
+        ctx.wq_mut()
+            .set_wq_type(WqType::LinkedList as u8)
+            .set_pd(h.pd)
+            .set_dbr_addr(dbr)
+            .set_log_wq_stride(5)
+            .set_log_wq_sz(log);
+    }
+    cmd.set_pas(0, ring).unwrap();
+    let out = h.exec(&input, 16).expect("CREATE_XRQ");
+    (CreateXrqOut::new(&out[..]).unwrap().xrqn(), ring, dbr)
+}
+
+fn setup() -> Tm {
+    let mut made = None;
+    let mut p = RcPair::with_rmp_b(
+        EmuConfig::default(),
+        MEM,
+        6,
+        4,
+        4,
+        RcPath::to(GID_A, MAC_A, 0),
+        |b| {
+            let cq = b.create_cq(6);
+            let (xrqn, ring, dbr) = create_xrq(b, &cq, 4);
+            made = Some((cq, xrqn, ring, dbr));
+            Some(xrqn)
+        },
+    );
+    let (cq, xrqn, ring, dbr) = made.unwrap();
+    let lkey_a = p.a.create_mkey(false, true);
+    let lkey_b = p.b.create_mkey(false, true);
+    let _ = &mut p;
+    Tm {
+        p,
+        cq,
+        xrqn,
+        ring,
+        dbr,
+        posted: 0,
+        lkey_a,
+        lkey_b,
+    }
+}
+
+impl Tm {
+    /// `ibv_post_srq_recv`: an ordinary WQE (the list runs in ring order).
+    fn post_recv(&mut self, buf: u64) {
+        let i = self.posted;
+        let mut w = [0u8; 32];
+        SrqNextSeg::new(&mut w[..16])
+            .unwrap()
+            .set_next_wqe_index((i + 1) & 15);
+        DataSeg::new(&mut w[16..])
+            .unwrap()
+            .set_byte_count(MSG as u32)
+            .set_lkey(self.lkey_b)
+            .set_addr(buf);
+        self.p.b.write(self.ring + u64::from(i & 15) * 32, &w);
+        self.posted += 1;
+        self.p.b.write_be32(self.dbr, u32::from(self.posted));
+    }
+
+    /// A TAG_MATCHING WQE as `mlx5_post_srq_ops` builds it, on B's QP.
+    fn list_op(
+        &mut self,
+        op: u8,
+        flags: u8,
+        index: u16,
+        sw_cnt: u16,
+        tag: Option<(u64, u64, u64)>,
+    ) {
+        let sq = &self.p.qp_b.sq;
+        let mut w = [0u8; WQE_BB];
+        let mut t = TmSeg::new(&mut w[16..48]).unwrap();
+        t.set_opcode(op)
+            .set_flags(flags)
+            .set_index(index)
+            .set_sw_cnt(sw_cnt);
+        let mut ds = 3;
+        if let Some((tag, mask, buf)) = tag {
+            t.set_append_tag(tag).set_append_mask(mask);
+            DataSeg::new(&mut w[48..64])
+                .unwrap()
+                .set_byte_count(MSG as u32)
+                .set_lkey(self.lkey_b)
+                .set_addr(buf);
+            ds = 4;
+        }
+        CtrlSeg::new(&mut w[..16])
+            .unwrap()
+            .set_opcode(WQE_OPCODE_TAG_MATCHING)
+            .set_wqe_index(sq.pi)
+            .set_qpn_or_sqn(sq.sqn)
+            .set_ds(ds);
+        self.p.b.post(&mut self.p.qp_b.sq, &w, false);
+    }
+
+    /// A SEND of `data` from A.
+    fn send(&mut self, data: &[u8]) {
+        let buf = self.p.a.alloc(MSG as u64, 64);
+        self.p.a.write(buf, data);
+        let w = rc_wqe(
+            &self.p.qp_a.sq,
+            opcode::SEND,
+            0,
+            None,
+            None,
+            (buf, self.lkey_a, data.len() as u32),
+        );
+        self.p.a.post(&mut self.p.qp_a.sq, &w, false);
+        self.p.settle();
+    }
+
+    fn cqes(&mut self) -> Vec<Vec<u8>> {
+        std::iter::from_fn(|| self.p.b.poll_cq(&mut self.cq)).collect()
+    }
+
+    fn query(&mut self) -> (u16, u16, u16) {
+        let mut input = Host::input(Opcode::QueryXrq, 0, 0x10);
+        QueryXrqIn::new(&mut input[..]).unwrap().set_xrqn(self.xrqn);
+        let out = self.p.b.exec(&input, 0x150).expect("QUERY_XRQ");
+        let o = QueryXrqOut::new(&out[..]).unwrap();
+        let ctx = o.xrq_context();
+        let t = ctx.tag_matching_topology_context();
+        (t.append_next_index(), t.sw_phase_cnt(), t.hw_phase_cnt())
+    }
+}
+
+fn tmh(op: u8, tag: u64, payload: u8) -> Vec<u8> {
+    let mut m = vec![payload; MSG];
+    m[..16].fill(0);
+    m[0] = op;
+    m[4..8].copy_from_slice(&0xabcdu32.to_be_bytes());
+    m[8..16].copy_from_slice(&tag.to_be_bytes());
+    m
+}
+
+/// (opcode, app, app_op, app_info, tag in the TMH copy, wqe_counter, byte_cnt)
+fn read(c: &[u8]) -> (u8, u8, u8, u16, u64, u16, u32) {
+    let q = Cqe64::new(c).unwrap();
+    (
+        q.opcode(),
+        q.app(),
+        q.app_op(),
+        q.app_info(),
+        u64::from_be_bytes(c[8..16].try_into().unwrap()),
+        q.wqe_counter(),
+        q.byte_cnt(),
+    )
+}
+
+const SIGNALED: u8 = tm_flags::CQE_REQ;
+const NO_PACKET: u8 = CqeOpcode::NoPacket as u8;
+const RESP_SEND: u8 = CqeOpcode::RespSend as u8;
+
+#[test]
+fn tags_are_appended_and_removed_with_their_completions() {
+    let mut t = setup();
+    let buf = t.p.b.alloc(MSG as u64, 64);
+    // libmlx5's free list starts at entry 0 and names entry 1 next.
+    t.list_op(tm_opcode::APPEND, SIGNALED, 1, 0, Some((5, 0xffff, buf)));
+    t.list_op(tm_opcode::APPEND, SIGNALED, 2, 0, Some((6, 0xffff, buf)));
+    t.list_op(tm_opcode::REMOVE, SIGNALED, 0, 0, None);
+    t.list_op(tm_opcode::REMOVE, SIGNALED, 0, 0, None);
+    t.list_op(tm_opcode::NOP, SIGNALED | tm_flags::SW_CNT, 0, 3, None);
+    let cqes = t.cqes();
+    let ops: Vec<_> = cqes
+        .iter()
+        .map(|c| (read(c).0, read(c).1, read(c).2))
+        .collect();
+    let tm = |op| (NO_PACKET, CQE_APP_TAG_MATCHING, op);
+    assert_eq!(
+        ops,
+        [
+            tm(cqe_app_op::APPEND),
+            tm(cqe_app_op::APPEND),
+            tm(cqe_app_op::REMOVE),
+            tm(cqe_app_op::REMOVE),
+            tm(cqe_app_op::NOOP)
+        ]
+    );
+    let success = |c: &Vec<u8>| u32::from_be_bytes(c[..4].try_into().unwrap()) & TM_CQE_SUCCESS;
+    assert_ne!(success(&cqes[2]), 0, "entry 0 held a tag");
+    assert_eq!(success(&cqes[3]), 0, "entry 0 was removed already");
+    assert_eq!(
+        Cqe64::new(&cqes[0][..]).unwrap().srqn() & 0xff_ffff,
+        0x77,
+        "the XRQ's user index"
+    );
+    assert_eq!(
+        t.query(),
+        (2, 3, 0),
+        "next entry, software and device phases"
+    );
+}
+
+#[test]
+fn an_expected_eager_message_lands_in_its_tag_without_the_header() {
+    let mut t = setup();
+    let (b1, b2) = (t.p.b.alloc(MSG as u64, 64), t.p.b.alloc(MSG as u64, 64));
+    t.list_op(tm_opcode::APPEND, SIGNALED, 1, 0, Some((7, 0xffff, b1)));
+    t.list_op(tm_opcode::APPEND, SIGNALED, 2, 0, Some((8, 0xffff, b2)));
+    t.cqes();
+    let msg = tmh(tmh_op::EAGER, 0x1_0008, b'c');
+    t.send(&msg);
+    let cqes = t.cqes();
+    assert_eq!(cqes.len(), 1);
+    let (op, app, app_op, info, tag, _, bytes) = read(&cqes[0]);
+    assert_eq!(
+        (op, app, app_op),
+        (RESP_SEND, CQE_APP_TAG_MATCHING, cqe_app_op::CONSUMED_MSG)
+    );
+    assert_eq!(
+        (info, tag),
+        (1, 0x1_0008),
+        "entry 1 (tag 8 under mask 0xffff)"
+    );
+    assert_eq!(bytes as usize, MSG - 16);
+    assert_eq!(t.p.b.read(b2, MSG - 16), msg[16..]);
+    // The entry was released: removing it fails.
+    t.list_op(tm_opcode::REMOVE, SIGNALED, 1, 0, None);
+    let c = t.cqes();
+    assert_eq!(u32::from_be_bytes(c[0][..4].try_into().unwrap()), 0);
+}
+
+#[test]
+fn unexpected_and_no_tag_messages_land_whole_in_ordinary_wqes() {
+    let mut t = setup();
+    let tagged = t.p.b.alloc(MSG as u64, 64);
+    t.list_op(tm_opcode::APPEND, SIGNALED, 1, 0, Some((1, 0xffff, tagged)));
+    t.cqes();
+    let (r0, r1, r2) = (
+        t.p.b.alloc(MSG as u64, 64),
+        t.p.b.alloc(MSG as u64, 64),
+        t.p.b.alloc(MSG as u64, 64),
+    );
+    t.post_recv(r0);
+    t.post_recv(r1);
+    t.post_recv(r2);
+    let unexpected = tmh(tmh_op::EAGER, 0x1234, b'u');
+    t.send(&unexpected);
+    let c = t.cqes();
+    let (op, app, app_op, _, tag, wqe, bytes) = read(&c[0]);
+    assert_eq!(
+        (op, app, app_op),
+        (RESP_SEND, CQE_APP_TAG_MATCHING, cqe_app_op::UNEXPECTED)
+    );
+    assert_eq!((tag, wqe, bytes as usize), (0x1234, 0, MSG));
+    assert_eq!(t.p.b.read(r0, MSG), unexpected, "headers and all");
+    assert_eq!(t.query().2, 1, "counted in the device phase");
+    // Out of step: even a tag the list holds is unexpected until software syncs.
+    t.send(&tmh(tmh_op::EAGER, 1, b'v'));
+    assert_eq!(read(&t.cqes()[0]).2, cqe_app_op::UNEXPECTED);
+    t.list_op(tm_opcode::NOP, SIGNALED | tm_flags::SW_CNT, 0, 2, None);
+    let sync = t.cqes();
+    assert_eq!(
+        u16::from_be_bytes([sync[0][4], sync[0][5]]),
+        2,
+        "hw_phase_cnt"
+    );
+    // In step again, and a no-tag message is no-tag whatever its tag says.
+    let no_tag = tmh(tmh_op::NO_TAG, 1, b'n');
+    t.send(&no_tag);
+    let (_, _, app_op, _, tag, wqe, _) = read(&t.cqes()[0]);
+    assert_eq!((app_op, tag, wqe), (cqe_app_op::NO_TAG, 0, 2));
+    assert_eq!(t.p.b.read(r2, MSG), no_tag);
+    t.send(&tmh(tmh_op::EAGER, 1, b'e'));
+    assert_eq!(read(&t.cqes()[0]).2, cqe_app_op::CONSUMED_MSG);
+}
+
+#[test]
+fn a_malformed_header_is_counted_and_delivered_as_no_tag() {
+    let mut t = setup();
+    let r = t.p.b.alloc(MSG as u64, 64);
+    t.post_recv(r);
+    t.post_recv(r);
+    t.send(&[0xee; 8]);
+    let mut bad = tmh(0x7f, 1, b'x');
+    bad.truncate(40);
+    t.send(&bad);
+    let c = t.cqes();
+    assert_eq!(c.len(), 2);
+    for cqe in &c {
+        assert_eq!(read(cqe).2, cqe_app_op::NO_TAG);
+    }
+    assert_eq!(t.p.b.dev.counters().tm_malformed, 2);
+}
+
+#[test]
+fn an_append_into_a_held_entry_is_refused_with_an_error_cqe() {
+    let mut t = setup();
+    let buf = t.p.b.alloc(MSG as u64, 64);
+    t.list_op(tm_opcode::APPEND, SIGNALED, 1, 0, Some((1, 0xffff, buf)));
+    // Naming entry 0 (still held) as the next one, then appending there: the list is full.
+    t.list_op(tm_opcode::APPEND, SIGNALED, 0, 0, Some((2, 0xffff, buf)));
+    t.list_op(tm_opcode::APPEND, SIGNALED, 2, 0, Some((3, 0xffff, buf)));
+    t.p.settle();
+    let all: Vec<Vec<u8>> = t.cqes();
+    assert_eq!(read(&all[0]).2, cqe_app_op::APPEND);
+    assert_eq!(read(&all[1]).2, cqe_app_op::APPEND);
+    // The refused WQE's error completes on B's QP CQ.
+    let errs: Vec<Vec<u8>> = std::iter::from_fn(|| t.p.b.poll_cq(&mut t.p.cq_b)).collect();
+    assert!(errs
+        .iter()
+        .any(|c| Cqe64::new(&c[..]).unwrap().opcode() == CqeOpcode::ReqErr as u8));
+}
