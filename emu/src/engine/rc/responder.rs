@@ -399,7 +399,6 @@ pub(super) fn packet(core: &mut Core, qpn: u32, opcode: u8, rest: &[u8]) -> Outc
         }
         return Outcome::Done;
     }
-    let mut rest = rest;
     if first && !kept_receive {
         // A tag-matching XRQ decides where the message lands from its first bytes.
         let landing = super::tag_matching::classify(core, qpn, rest);
