@@ -355,3 +355,90 @@ fn an_append_into_a_held_entry_is_refused_with_an_error_cqe() {
         .iter()
         .any(|c| Cqe64::new(&c[..]).unwrap().opcode() == CqeOpcode::ReqErr as u8));
 }
+
+/// A rendezvous request as rdma-core's `test_tm_rndv` builds it: TMH (RNDV, tag), RVH (the
+/// sender's buffer, its rkey, `len`), padded to the 64-byte `max_rndv_hdr_size`.
+fn rndv(tag: u64, va: u64, rkey: u32, len: u32) -> Vec<u8> {
+    let mut m = vec![0u8; 64];
+    m[0] = tmh_op::RNDV;
+    m[8..16].copy_from_slice(&tag.to_be_bytes());
+    m[16..24].copy_from_slice(&va.to_be_bytes());
+    m[24..28].copy_from_slice(&rkey.to_be_bytes());
+    m[28..32].copy_from_slice(&len.to_be_bytes());
+    m
+}
+
+#[test]
+fn a_matched_rendezvous_is_read_by_the_device_then_finished_with_a_fin() {
+    let mut t = setup();
+    // The sender's payload behind a key the receiver may READ.
+    let src = t.p.a.alloc(MSG as u64, 64);
+    let payload: Vec<u8> = (0..MSG).map(|i| i as u8).collect();
+    t.p.a.write(src, &payload);
+    let pd_a = t.p.a.pd;
+    let rights = cxdirect_emu::testkit::rc::RemoteRights {
+        read: true,
+        ..Default::default()
+    };
+    let rkey =
+        t.p.a
+            .create_remote_mkey(pd_a, src, MSG as u64, rights, 0x31);
+    // The sender waits for the FIN in its own receive ring.
+    let fin_buf = t.p.a.alloc(64, 64);
+    let lkey_a = t.lkey_a;
+    t.p.a.post_rc_recv(&mut t.p.qp_a, fin_buf, 64, lkey_a);
+    let dst = t.p.b.alloc(MSG as u64, 64);
+    t.list_op(tm_opcode::APPEND, SIGNALED, 1, 0, Some((9, 0xffff, dst)));
+    t.cqes();
+
+    let request = rndv(9, src, rkey, MSG as u32);
+    t.send(&request);
+    t.p.settle();
+    let c = t.cqes();
+    assert_eq!(c.len(), 2, "the match, then the data");
+    let (op, app, app_op, info, tag, _, _) = read(&c[0]);
+    assert_eq!(
+        (op, app, app_op, info, tag),
+        (RESP_SEND, 1, cqe_app_op::CONSUMED, 0, 9)
+    );
+    let (op, _, app_op, info, tag, _, bytes) = read(&c[1]);
+    assert_eq!((op, app_op, info), (RESP_SEND, cqe_app_op::EXPECTED, 0));
+    assert_eq!(
+        (tag, bytes as usize),
+        (0, MSG),
+        "no TMH in the second completion"
+    );
+    assert_eq!(t.p.b.read(dst, MSG), payload);
+    // A: its SEND's completion, then the FIN: the request's headers, operation FIN.
+    let a: Vec<Vec<u8>> = std::iter::from_fn(|| t.p.a.poll_cq(&mut t.p.cq_a)).collect();
+    let recv: Vec<_> = a
+        .iter()
+        .filter(|c| Cqe64::new(&c[..]).unwrap().opcode() == RESP_SEND)
+        .collect();
+    assert_eq!(recv.len(), 1, "one FIN");
+    assert_eq!(Cqe64::new(&recv[0][..]).unwrap().byte_cnt(), 32);
+    let mut fin = request[..32].to_vec();
+    fin[0] = tmh_op::FIN;
+    assert_eq!(t.p.a.read(fin_buf, 32), fin);
+    // The entry is free again.
+    t.list_op(tm_opcode::REMOVE, SIGNALED, 0, 0, None);
+    assert_eq!(u32::from_be_bytes(t.cqes()[0][..4].try_into().unwrap()), 0);
+}
+
+#[test]
+fn a_rendezvous_larger_than_its_tag_is_left_to_software() {
+    let mut t = setup();
+    let dst = t.p.b.alloc(MSG as u64, 64);
+    t.list_op(tm_opcode::APPEND, SIGNALED, 1, 0, Some((4, 0xffff, dst)));
+    t.cqes();
+    let request = rndv(4, 0x1000, 0x1234, MSG as u32 + 1);
+    t.send(&request);
+    let c = t.cqes();
+    assert_eq!(c.len(), 1);
+    let (_, _, app_op, info, tag, _, _) = read(&c[0]);
+    assert_eq!(
+        (app_op, info, tag),
+        (cqe_app_op::CONSUMED_MSG_SW_RNDV, 0, 4)
+    );
+    assert_eq!(t.p.b.read(dst, 64), request, "the headers land in the tag");
+}

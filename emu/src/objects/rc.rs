@@ -466,6 +466,10 @@ pub(crate) struct Requester {
     pub sending: Option<Sending>,
     /// The WQE a page fault stopped: it and every WQE after it wait for PAGE_FAULT_RESUME.
     pub page_fault: Option<RequesterFault>,
+    /// Requests the device sends on its own for a tag-matching XRQ's rendezvous (the READ of
+    /// the sender's buffer, the FIN after it), each under the first PSN it took
+    /// (`engine::rc::tag_matching`).
+    pub rendezvous: Vec<crate::objects::tm::Rendezvous>,
 }
 
 /// Where the requester stopped sending a WQE for lack of room on the wire.

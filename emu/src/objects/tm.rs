@@ -94,4 +94,27 @@ pub(crate) enum TmLanding {
         entry: TagEntry,
         tmh: [u8; 16],
     },
+    /// A rendezvous request (one packet, its TMH and RVH `headers`) matched tagged buffer
+    /// `index`: the device reads the data itself.
+    Rendezvous {
+        index: u16,
+        entry: TagEntry,
+        headers: [u8; 32],
+    },
+}
+
+/// A request the device sends on its own for a rendezvous matched on a tag-matching XRQ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Rendezvous {
+    /// The first PSN the request took (its outstanding entry's).
+    pub first_psn: u32,
+    /// The XRQ and the tagged buffer (entry `index`) the data lands in.
+    pub xrqn: u32,
+    pub index: u16,
+    pub entry: TagEntry,
+    /// The request's TMH and RVH, as they came: the READ's address, key and length, and the
+    /// FIN's payload (the same headers, the operation FIN).
+    pub headers: [u8; 32],
+    /// The FIN (after the READ completed) rather than the READ.
+    pub fin: bool,
 }

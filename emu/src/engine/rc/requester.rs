@@ -144,6 +144,11 @@ fn resend_from(core: &mut Core, qpn: u32, mut n: usize) -> bool {
             continue;
         }
         add(&core.counters.roce_retransmits, 1);
+        if super::tag_rendezvous::is_device_op(o.opcode) {
+            super::tag_rendezvous::resend(core, qpn, &o);
+            n += 1;
+            continue;
+        }
         if let Err((opcode, syndrome)) =
             execute(core, qpn, o.index, Some(o.first_psn), &mut scratch)
         {

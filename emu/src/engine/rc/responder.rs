@@ -401,7 +401,13 @@ pub(super) fn packet(core: &mut Core, qpn: u32, opcode: u8, rest: &[u8]) -> Outc
     }
     if first && !kept_receive {
         // A tag-matching XRQ decides where the message lands from its first bytes.
-        let landing = super::tag_matching::classify(core, qpn, rest);
+        let landing = super::tag_matching::classify(core, qpn, rest, last);
+        if let Some(l @ TmLanding::Rendezvous { .. }) = landing {
+            // The request is taken whole; the device goes on with its READ.
+            super::tag_rendezvous::rendezvous(core, qpn, l, rest);
+            message_done(core, qpn);
+            return Outcome::Done;
+        }
         let recv = match landing {
             Some(TmLanding::Tag { index, .. }) => {
                 rest = &rest[TMH_LEN..];

@@ -16,7 +16,8 @@
 //! and device phases differ, lands whole in an ordinary receive WQE and completes as no-tag or
 //! unexpected (the latter with the TMH in the CQE, and counted in the device phase). A matched
 //! eager message lands in the entry's buffer without its TMH and completes as CONSUMED_MSG
-//! naming the entry in `app_info`, the TMH in the CQE; the entry is released.
+//! naming the entry in `app_info`, the TMH in the CQE; the entry is released. A matched
+//! rendezvous request is served by the device itself (`tag_rendezvous`).
 
 use super::qp_error::post_cqe_as;
 use crate::counters::add;
@@ -27,11 +28,12 @@ use crate::translate::{translate, KeyFault};
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome};
 use cxdirect_hw::wqe::{DataSeg, WQE_DS};
 use cxdirect_hw::xrq::{
-    cqe_app_op, tm_flags, tm_opcode, tmh_op, TmSeg, CQE_APP_TAG_MATCHING, TMH_LEN, TM_CQE_SUCCESS,
+    cqe_app_op, tm_flags, tm_opcode, tmh_op, TmSeg, CQE_APP_TAG_MATCHING, MAX_RNDV_MSG, RVH_LEN,
+    TMH_LEN, TM_CQE_SUCCESS,
 };
 
 /// The tag-matching XRQ QP `qpn` takes its receives from.
-fn xrq_of(core: &Core, qpn: u32) -> Option<u32> {
+pub(super) fn xrq_of(core: &Core, qpn: u32) -> Option<u32> {
     let qp = core.res.qps.get(qpn)?;
     let RcReceive::Shared(n) = qp.receive else {
         return None;
@@ -44,7 +46,7 @@ fn xrq_of(core: &Core, qpn: u32) -> Option<u32> {
         .map(|_| n)
 }
 
-fn xrq_mut(core: &mut Core, xrqn: u32) -> Option<&mut Xrq> {
+pub(super) fn xrq_mut(core: &mut Core, xrqn: u32) -> Option<&mut Xrq> {
     core.res
         .rmps
         .get_mut(xrqn)
@@ -149,8 +151,19 @@ pub(super) fn list_operation(
 /// How the first packet `payload` of a SEND (the whole message when `only`) to QP `qpn` lands,
 /// when the QP's SRQ is a tag-matching XRQ; `None` otherwise. Matching consumes the entry;
 /// an unexpected message counts in the device phase.
-pub(super) fn classify(core: &mut Core, qpn: u32, payload: &[u8]) -> Option<TmLanding> {
+pub(super) fn classify(core: &mut Core, qpn: u32, payload: &[u8], only: bool) -> Option<TmLanding> {
     let xrqn = xrq_of(core, qpn)?;
+    let sending = core
+        .res
+        .qps
+        .get(qpn)
+        .is_some_and(|qp| qp.state == cxdirect_hw::qp::state::RTS);
+    let offload = core
+        .res
+        .rmps
+        .get(xrqn)
+        .and_then(|r| r.xrq.as_deref())
+        .is_some_and(|x| x.rndv);
     let mut tmh = [0u8; TMH_LEN];
     let op = if payload.len() < TMH_LEN {
         None
@@ -165,10 +178,15 @@ pub(super) fn classify(core: &mut Core, qpn: u32, payload: &[u8]) -> Option<TmLa
     let matchable = match op {
         Some(tmh_op::NO_TAG) => return Some(no_tag),
         Some(tmh_op::EAGER) => true,
-        // The device's rendezvous (its READ of the sender's buffer and the FIN) is not
-        // modelled: a rendezvous request is handed to software as unexpected, the
-        // protocol's own path for one no tag held.
-        Some(tmh_op::RNDV) => false,
+        // A rendezvous request the device can serve: one packet of TMH and RVH within the
+        // largest header it takes (`max_rndv_hdr_size`), the offload on, the QP able to send
+        // its READ. Any other is handed to software as unexpected, the protocol's own path
+        // for one no tag held (Documentation/tag_matching.md).
+        Some(tmh_op::RNDV) => {
+            only && offload
+                && sending
+                && (TMH_LEN + RVH_LEN..=MAX_RNDV_MSG).contains(&payload.len())
+        }
         _ => {
             // Too short for a TMH, a FIN, or a reserved operation: nothing to match on;
             // software sees the message whole.
@@ -192,6 +210,15 @@ pub(super) fn classify(core: &mut Core, qpn: u32, payload: &[u8]) -> Option<TmLa
                 .and_then(|e| e.as_mut())
             {
                 e.consumed = true;
+            }
+            if op == Some(tmh_op::RNDV) {
+                let mut headers = [0u8; TMH_LEN + RVH_LEN];
+                headers.copy_from_slice(&payload[..TMH_LEN + RVH_LEN]);
+                return Some(TmLanding::Rendezvous {
+                    index,
+                    entry,
+                    headers,
+                });
             }
             Some(TmLanding::Tag { index, entry, tmh })
         }
@@ -282,6 +309,7 @@ pub(super) fn complete(core: &mut Core, qpn: u32, landing: TmLanding, index: u16
     let (cqn, user_index) = (x.cqn, x.user_index);
     let (app_op, app_info, tmh) = match landing {
         TmLanding::Ordinary { app_op, tmh } => (app_op, 0, tmh),
+        TmLanding::Rendezvous { .. } => return,
         TmLanding::Tag { index: e, tmh, .. } => {
             if let Some(slot) = x
                 .list
