@@ -3,17 +3,20 @@
 //! `mlx5_post_srq_ops` posts (`set_tm_seg`), and the CQEs `handle_tag_matching` and
 //! `mlx5_cq_read_wc_opcode` / `_flags` / `_tm_info` read.
 
-use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, RcPath, GID_A, MAC_A};
+use cxdirect_emu::testkit::rc::{
+    rc_wqe, RcPair, RcPath, RcQp, RemoteRights, GID_A, GID_B, MAC_A, MAC_B,
+};
 use cxdirect_emu::testkit::{Cq, Host};
 use cxdirect_emu::EmuConfig;
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode};
+use cxdirect_hw::qp::{rq_type, service_type, CreateQpIn, CreateQpOut};
 use cxdirect_hw::wq::WqType;
 use cxdirect_hw::wqe::{opcode, CtrlSeg, DataSeg, SrqNextSeg, WQE_BB};
 use cxdirect_hw::xrq::{
     cqe_app_op, tm_flags, tm_opcode, tmh_op, CreateXrqIn, CreateXrqOut, QueryXrqIn, QueryXrqOut,
-    TmSeg, CQE_APP_TAG_MATCHING, TM_CQE_SUCCESS, WQE_OPCODE_TAG_MATCHING, XRQC_OFFLOAD_RNDV,
-    XRQC_TOPOLOGY_TAG_MATCHING,
+    TmSeg, CQE_APP_TAG_MATCHING, QPC_OFFLOAD_TYPE_RNDV, TM_CQE_SUCCESS, WQE_OPCODE_TAG_MATCHING,
+    XRQC_OFFLOAD_RNDV, XRQC_TOPOLOGY_TAG_MATCHING,
 };
 
 const MEM: usize = 4 << 20;
@@ -144,6 +147,22 @@ impl Tm {
             .set_qpn_or_sqn(sq.sqn)
             .set_ds(ds);
         self.p.b.post(&mut self.p.qp_b.sq, &w, false);
+    }
+
+    /// A SEND of `data` from A's QP `qp`.
+    fn send_on(&mut self, qp: &mut RcQp, data: &[u8]) {
+        let buf = self.p.a.alloc(MSG as u64, 64);
+        self.p.a.write(buf, data);
+        let w = rc_wqe(
+            &qp.sq,
+            opcode::SEND,
+            0,
+            None,
+            None,
+            (buf, self.lkey_a, data.len() as u32),
+        );
+        self.p.a.post(&mut qp.sq, &w, false);
+        self.p.settle();
     }
 
     /// A SEND of `data` from A.
@@ -368,15 +387,48 @@ fn rndv(tag: u64, va: u64, rkey: u32, len: u32) -> Vec<u8> {
     m
 }
 
+/// The QP pair rdma-core's test connects over a TM SRQ: on B a QP without a send queue,
+/// `offload_type` RNDV, its SRQ the XRQ (mlx5_ib's `create_qp_common` for `max_send_wr` 0 and
+/// an `IBV_SRQT_TM` SRQ); on A an ordinary RC QP with its own receive ring. Returns (A's QP,
+/// B's QPN).
+fn rendezvous_pair(t: &mut Tm, offload: bool) -> (RcQp, u32) {
+    let b = &mut t.p.b;
+    let dbr = b.alloc(8, 64);
+    let mut input = Host::input(Opcode::CreateQp, 0, 0x110);
+    let mut cmd = CreateQpIn::new(&mut input[..]).unwrap();
+    cmd.qpc_mut()
+        .set_st(service_type::RC)
+        .set_pm_state(3)
+        .set_user_index(b.next_user_index)
+        .set_pd(b.pd)
+        .set_cqn_rcv(t.cq.cqn)
+        .set_rq_type(rq_type::SRQ)
+        .set_srqn_rmpn_xrqn(t.xrqn)
+        .set_no_sq(true)
+        .set_offload_type(if offload { QPC_OFFLOAD_TYPE_RNDV } else { 0 })
+        .set_log_msg_max(30)
+        .set_dbr_addr(dbr);
+    b.next_user_index += 1;
+    let out = b.exec(&input, 16).expect("CREATE_QP without a send queue");
+    let server = CreateQpOut::new(&out[..]).unwrap().qpn();
+    let client = t.p.a.create_rc_qp(&t.p.cq_a, 4, 4, None);
+    let path = RcPath::to(GID_A, MAC_A, client.qpn);
+    t.p.b.connect_rc(server, &path);
+    t.p.a
+        .connect_rc(client.qpn, &RcPath::to(GID_B, MAC_B, server));
+    (client, server)
+}
+
 #[test]
 fn a_matched_rendezvous_is_read_by_the_device_then_finished_with_a_fin() {
     let mut t = setup();
+    let (mut client, _) = rendezvous_pair(&mut t, true);
     // The sender's payload behind a key the receiver may READ.
     let src = t.p.a.alloc(MSG as u64, 64);
     let payload: Vec<u8> = (0..MSG).map(|i| i as u8).collect();
     t.p.a.write(src, &payload);
     let pd_a = t.p.a.pd;
-    let rights = cxdirect_emu::testkit::rc::RemoteRights {
+    let rights = RemoteRights {
         read: true,
         ..Default::default()
     };
@@ -386,13 +438,13 @@ fn a_matched_rendezvous_is_read_by_the_device_then_finished_with_a_fin() {
     // The sender waits for the FIN in its own receive ring.
     let fin_buf = t.p.a.alloc(64, 64);
     let lkey_a = t.lkey_a;
-    t.p.a.post_rc_recv(&mut t.p.qp_a, fin_buf, 64, lkey_a);
+    t.p.a.post_rc_recv(&mut client, fin_buf, 64, lkey_a);
     let dst = t.p.b.alloc(MSG as u64, 64);
     t.list_op(tm_opcode::APPEND, SIGNALED, 1, 0, Some((9, 0xffff, dst)));
     t.cqes();
 
     let request = rndv(9, src, rkey, MSG as u32);
-    t.send(&request);
+    t.send_on(&mut client, &request);
     t.p.settle();
     let c = t.cqes();
     assert_eq!(c.len(), 2, "the match, then the data");
@@ -428,11 +480,12 @@ fn a_matched_rendezvous_is_read_by_the_device_then_finished_with_a_fin() {
 #[test]
 fn a_rendezvous_larger_than_its_tag_is_left_to_software() {
     let mut t = setup();
+    let (mut client, _) = rendezvous_pair(&mut t, true);
     let dst = t.p.b.alloc(MSG as u64, 64);
     t.list_op(tm_opcode::APPEND, SIGNALED, 1, 0, Some((4, 0xffff, dst)));
     t.cqes();
     let request = rndv(4, 0x1000, 0x1234, MSG as u32 + 1);
-    t.send(&request);
+    t.send_on(&mut client, &request);
     let c = t.cqes();
     assert_eq!(c.len(), 1);
     let (_, _, app_op, info, tag, _, _) = read(&c[0]);
@@ -441,4 +494,43 @@ fn a_rendezvous_larger_than_its_tag_is_left_to_software() {
         (cqe_app_op::CONSUMED_MSG_SW_RNDV, 0, 4)
     );
     assert_eq!(t.p.b.read(dst, 64), request, "the headers land in the tag");
+}
+
+#[test]
+fn a_rendezvous_on_a_qp_without_the_offload_is_unexpected() {
+    let mut t = setup();
+    let (mut client, _) = rendezvous_pair(&mut t, false);
+    let dst = t.p.b.alloc(MSG as u64, 64);
+    t.list_op(tm_opcode::APPEND, SIGNALED, 1, 0, Some((4, 0xffff, dst)));
+    t.cqes();
+    let r = t.p.b.alloc(MSG as u64, 64);
+    t.post_recv(r);
+    let request = rndv(4, 0x1000, 0x1234, 64);
+    t.send_on(&mut client, &request);
+    let c = t.cqes();
+    let (_, _, app_op, _, tag, _, _) = read(&c[0]);
+    assert_eq!((app_op, tag), (cqe_app_op::UNEXPECTED, 4));
+    assert_eq!(t.p.b.read(r, 64), request);
+}
+
+#[test]
+fn a_rendezvous_read_the_sender_refuses_cancels_the_tag() {
+    let mut t = setup();
+    let (mut client, _) = rendezvous_pair(&mut t, true);
+    let dst = t.p.b.alloc(MSG as u64, 64);
+    t.list_op(tm_opcode::APPEND, SIGNALED, 1, 0, Some((4, 0xffff, dst)));
+    t.cqes();
+    // An rkey the sender never made: its responder answers with a remote access NAK.
+    t.send_on(&mut client, &rndv(4, 0x1000, 0xdead_0001, 64));
+    t.p.settle();
+    let c = t.cqes();
+    let ops: Vec<u8> = c.iter().map(|c| read(c).2).collect();
+    assert_eq!(
+        ops,
+        [cqe_app_op::CONSUMED, cqe_app_op::MSG_COMPLETION_CANCELED]
+    );
+    assert_eq!(read(&c[1]).3, 0, "the entry");
+    // The entry was released.
+    t.list_op(tm_opcode::REMOVE, SIGNALED, 0, 0, None);
+    assert_eq!(u32::from_be_bytes(t.cqes()[0][..4].try_into().unwrap()), 0);
 }

@@ -223,6 +223,8 @@ pub mod cqe_app_op {
     pub const CONSUMED_MSG: u8 = 0xa;
     /// As [`CONSUMED_SW_RNDV`], in one completion.
     pub const CONSUMED_MSG_SW_RNDV: u8 = 0xb;
+    /// A matched message's transfer was abandoned (libmlx5: IBV_WC_TM_RNDV_INCOMPLETE).
+    pub const MSG_COMPLETION_CANCELED: u8 = 0xc;
 }
 
 /// Bit of the list-operation CQE's first word telling a REMOVE succeeded

@@ -127,6 +127,7 @@ fn responder_context(
         },
         dbr: 0,
         log_sq_size: None,
+        rndv_offload: false,
         receive: RcReceive::Shared(ctx.srqn_xrqn()),
         user_index: ctx.user_index(),
         log_msg_max: LOG_MAX_MSG,

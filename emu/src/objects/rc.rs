@@ -58,6 +58,10 @@ pub(crate) struct Qp {
     pub dbr: u64,
     /// Log2 of the send ring's WQEBBs; `None` without a send queue.
     pub log_sq_size: Option<u8>,
+    /// `offload_type` RNDV: the QP's send side belongs to its tag-matching XRQ, which sends
+    /// rendezvous READs on it (mlx5_ib's `create_qp_common` sets it for a QP without a send
+    /// queue whose SRQ is a TM SRQ).
+    pub rndv_offload: bool,
     pub receive: RcReceive,
     pub user_index: u32,
     pub log_msg_max: u8,

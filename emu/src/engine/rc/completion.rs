@@ -134,7 +134,8 @@ pub(super) fn flush(core: &mut Core, qpn: u32) {
 /// The flush-error CQE of one WQE.
 pub(super) fn flushed(core: &mut Core, qpn: u32, index: u16, opcode: u8) {
     if super::tag_rendezvous::is_device_op(opcode) {
-        // The device's own request has no WQE to complete.
+        // The device's own request has no WQE to complete; its tag does.
+        super::tag_rendezvous::failed(core, qpn, index, opcode);
         return;
     }
     count(core, qpn, |c| &mut c.req_cqe_flush_error);
@@ -184,7 +185,9 @@ pub(super) fn report_failure(
     syndrome: CqeSyndrome,
 ) {
     if super::tag_rendezvous::is_device_op(opcode) {
-        // The device's own request has no WQE to complete; the QP still fails.
+        // The device's own request has no WQE to complete; its tag does, and the QP still
+        // fails.
+        super::tag_rendezvous::failed(core, qpn, index, opcode);
         return;
     }
     add(&core.counters.error_cqes, 1);

@@ -153,11 +153,12 @@ pub(super) fn list_operation(
 /// an unexpected message counts in the device phase.
 pub(super) fn classify(core: &mut Core, qpn: u32, payload: &[u8], only: bool) -> Option<TmLanding> {
     let xrqn = xrq_of(core, qpn)?;
+    // The QP sends the rendezvous READ itself: it must carry the offload and be in RTS.
     let sending = core
         .res
         .qps
         .get(qpn)
-        .is_some_and(|qp| qp.state == cxdirect_hw::qp::state::RTS);
+        .is_some_and(|qp| qp.rndv_offload && qp.state == cxdirect_hw::qp::state::RTS);
     let offload = core
         .res
         .rmps

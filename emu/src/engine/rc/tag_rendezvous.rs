@@ -255,3 +255,28 @@ pub(super) fn resend(core: &mut Core, qpn: u32, o: &Outstanding) {
     let rkey = u32::from_be_bytes(rvh[8..12].try_into().unwrap_or_default());
     transmit(core, qpn, &r, va, rkey, o.bytes);
 }
+
+/// Device request `opcode` (tag entry `index`) of QP `qpn` failed or was flushed with the QP:
+/// a READ's tag completes as MSG_COMPLETION_CANCELED (libmlx5 reports
+/// IBV_WC_TM_RNDV_INCOMPLETE, software finishing the transfer; what the device writes then is
+/// not public: the model's choice) and is released; a FIN is dropped.
+pub(super) fn failed(core: &mut Core, qpn: u32, index: u16, opcode: u8) {
+    let Some(qp) = core.res.qps.get_mut(qpn) else {
+        return;
+    };
+    let Some(at) = qp
+        .req
+        .rendezvous
+        .iter()
+        .position(|r| r.index == index && r.fin == (opcode == RNDV_FIN))
+    else {
+        return;
+    };
+    let r = qp.req.rendezvous.remove(at);
+    if r.fin {
+        return;
+    }
+    release(core, r.xrqn, r.index);
+    let op = cqe_app_op::MSG_COMPLETION_CANCELED;
+    post_tm_cqe(core, qpn, r.xrqn, op, r.index, &r.headers[..TMH_LEN], 0);
+}
