@@ -534,3 +534,50 @@ fn a_rendezvous_read_the_sender_refuses_cancels_the_tag() {
     t.list_op(tm_opcode::REMOVE, SIGNALED, 0, 0, None);
     assert_eq!(u32::from_be_bytes(t.cqes()[0][..4].try_into().unwrap()), 0);
 }
+
+#[test]
+fn xrq_commands_keep_to_xrqs() {
+    let mut t = setup();
+    // A QP draws from the XRQ: it stays.
+    let mut destroy = Host::input(Opcode::DestroyXrq, 0, 0x10);
+    cxdirect_hw::xrq::DestroyXrqIn::new(&mut destroy[..])
+        .unwrap()
+        .set_xrqn(t.xrqn);
+    assert!(t.p.b.exec(&destroy, 16).is_err(), "XRQ in use");
+    // It is no RMP.
+    let mut query = Host::input(Opcode::QueryRmp, 0, 0x10);
+    cxdirect_hw::wq::QueryRmpIn::new(&mut query[..])
+        .unwrap()
+        .set_rmpn(t.xrqn);
+    assert!(t.p.b.exec(&query, 0x110).is_err(), "QUERY_RMP of an XRQ");
+    // DC tag matching is not modelled.
+    let cq = t.p.b.create_cq(4);
+    let ring = t.p.b.alloc(4096, 4096);
+    let dbr = t.p.b.alloc(8, 64);
+    let mut input = Host::input(Opcode::CreateXrq, 0, 0x150 + 8);
+    let mut cmd = CreateXrqIn::new(&mut input[..]).unwrap();
+    {
+        let pd = t.p.b.pd;
+        let mut ctx = cmd.xrq_context_mut();
+        ctx.set_topology(XRQC_TOPOLOGY_TAG_MATCHING)
+            .set_dc(true)
+            .set_cqn(cq.cqn);
+        ctx.tag_matching_topology_context_mut()
+            .set_log_matching_list_sz(LOG_LIST);
+        ctx.wq_mut()
+            .set_wq_type(WqType::LinkedList as u8)
+            .set_pd(pd)
+            .set_dbr_addr(dbr)
+            .set_log_wq_stride(5)
+            .set_log_wq_sz(4);
+    }
+    cmd.set_pas(0, ring).unwrap();
+    assert!(t.p.b.exec(&input, 16).is_err(), "a DC XRQ");
+    // Nor is a list past log_tag_matching_list_sz.
+    let mut cmd = CreateXrqIn::new(&mut input[..]).unwrap();
+    cmd.xrq_context_mut().set_dc(false);
+    cmd.xrq_context_mut()
+        .tag_matching_topology_context_mut()
+        .set_log_matching_list_sz(11);
+    assert!(t.p.b.exec(&input, 16).is_err(), "a list of 2^11");
+}

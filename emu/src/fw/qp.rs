@@ -134,6 +134,20 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
             if !core.res.rmps.contains(ctx.srqn_rmpn_xrqn()) {
                 return Err(bad_res("QP's SRQ (RMP) does not exist"));
             }
+            // Tag matching is an RC offload: only RC QPs take receives from a tag-matching
+            // XRQ.
+            let tm = core
+                .res
+                .rmps
+                .get(ctx.srqn_rmpn_xrqn())
+                .and_then(|r| r.xrq.as_deref())
+                .is_some_and(|x| x.list.is_some());
+            if tm && service != service_type::RC {
+                return Err(bad_param(
+                    Syndrome::BadQpParams,
+                    "only RC QPs take receives from a tag-matching XRQ",
+                ));
+            }
             RcReceive::Shared(ctx.srqn_rmpn_xrqn())
         }
         rq_type::ZERO_LEN => RcReceive::None,

@@ -512,7 +512,7 @@ pub(crate) fn create_rq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         }
         1 => {
             let rmpn = ctx.rmpn();
-            if !core.res.rmps.contains(rmpn) {
+            if !core.res.is_rmp(rmpn) {
                 return Err(bad_res("RQ's RMP does not exist"));
             }
             (None, RqMemory::Rmp(rmpn))
@@ -742,6 +742,9 @@ pub(crate) fn create_rmp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
 pub(crate) fn modify_rmp(core: &mut Core, input: &[u8]) -> CmdResult {
     let cmd = input_as!(ModifyRmpIn<&[u8]>, input);
     let rmpn = cmd.rmpn();
+    if !core.res.is_rmp(rmpn) {
+        return Err(bad_res("no such RMP"));
+    }
     let rmp = core.res.rmps.get(rmpn).ok_or(bad_res("no such RMP"))?;
     claimed_state_matches(
         rmp.state,
@@ -786,6 +789,9 @@ pub(crate) fn modify_rmp(core: &mut Core, input: &[u8]) -> CmdResult {
 
 pub(crate) fn query_rmp(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
     let rmpn = input_as!(QueryRmpIn<&[u8]>, input).rmpn();
+    if !core.res.is_rmp(rmpn) {
+        return Err(bad_res("no such RMP"));
+    }
     let rmp = core.res.rmps.get(rmpn).ok_or(bad_res("no such RMP"))?;
     let posted = core.posted_wqes(&rmp.wq).unwrap_or(0);
     let (state, lwm, log_sz, log_stride, dbr, pd, consumed) = (

@@ -569,6 +569,11 @@ pub(crate) fn uar_page_count(bar0_size: u64) -> u32 {
 }
 
 impl Resources {
+    /// True when `n` is an RMP (CREATE_RMP), not an XRQ sharing its number space.
+    pub fn is_rmp(&self, n: u32) -> bool {
+        self.rmps.get(n).is_some_and(|r| r.xrq.is_none())
+    }
+
     pub fn new(cfg: &EmuConfig) -> Self {
         let uar_pages = uar_page_count(cfg.bar0_size);
         Self {
