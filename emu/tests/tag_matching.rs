@@ -581,3 +581,63 @@ fn xrq_commands_keep_to_xrqs() {
         .set_log_matching_list_sz(11);
     assert!(t.p.b.exec(&input, 16).is_err(), "a list of 2^11");
 }
+
+#[test]
+fn an_eager_message_over_several_packets_completes_its_match_then_its_data() {
+    let mut t = setup();
+    let big = 3000;
+    let dst = t.p.b.alloc(4096, 64);
+    // A tagged buffer of 4 KiB (the list operation's data segment carries MSG bytes: write
+    // one by hand).
+    let sq = &t.p.qp_b.sq;
+    let mut w = [0u8; WQE_BB];
+    TmSeg::new(&mut w[16..48])
+        .unwrap()
+        .set_opcode(tm_opcode::APPEND)
+        .set_flags(SIGNALED)
+        .set_index(1)
+        .set_append_tag(0x55)
+        .set_append_mask(u64::MAX);
+    DataSeg::new(&mut w[48..64])
+        .unwrap()
+        .set_byte_count(4096)
+        .set_lkey(t.lkey_b)
+        .set_addr(dst);
+    CtrlSeg::new(&mut w[..16])
+        .unwrap()
+        .set_opcode(WQE_OPCODE_TAG_MATCHING)
+        .set_wqe_index(sq.pi)
+        .set_qpn_or_sqn(sq.sqn)
+        .set_ds(4);
+    t.p.b.post(&mut t.p.qp_b.sq, &w, false);
+    t.cqes();
+    let mut msg: Vec<u8> = (0..big).map(|i| (i % 251) as u8).collect();
+    msg[..16].copy_from_slice(&tmh(tmh_op::EAGER, 0x55, 0)[..16]);
+    let src = t.p.a.alloc(4096, 64);
+    t.p.a.write(src, &msg);
+    let wqe = rc_wqe(
+        &t.p.qp_a.sq,
+        opcode::SEND,
+        0,
+        None,
+        None,
+        (src, t.lkey_a, big as u32),
+    );
+    t.p.a.post(&mut t.p.qp_a.sq, &wqe, false);
+    t.p.settle();
+    let c = t.cqes();
+    let got: Vec<(u8, u16, u64)> = c
+        .iter()
+        .map(|c| (read(c).2, read(c).3, read(c).4))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (cqe_app_op::CONSUMED, 0, 0x55),
+            (cqe_app_op::EXPECTED, 0, 0)
+        ],
+        "the match at the first packet, the data at the last (MTU 1024)"
+    );
+    assert_eq!(read(&c[1]).6 as usize, big - 16);
+    assert_eq!(t.p.b.read(dst, big - 16), msg[16..]);
+}

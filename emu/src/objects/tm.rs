@@ -88,11 +88,13 @@ pub(crate) enum TmLanding {
     /// In an ordinary receive WQE, whole (headers included), completing with `app_op`
     /// (unexpected or no-tag) and the TMH `tmh` in the CQE (zero for no-tag).
     Ordinary { app_op: u8, tmh: [u8; 16] },
-    /// In tagged buffer `index` (`entry`), without its TMH `tmh`.
+    /// In tagged buffer `index` (`entry`), without its TMH `tmh`; `split` when the message
+    /// spans packets (its match completed already, its data completes apart).
     Tag {
         index: u16,
         entry: TagEntry,
         tmh: [u8; 16],
+        split: bool,
     },
     /// A rendezvous request (one packet, its TMH and RVH `headers`) matched tagged buffer
     /// `index`: the device reads the data itself.

@@ -409,8 +409,9 @@ pub(super) fn packet(core: &mut Core, qpn: u32, opcode: u8, rest: &[u8]) -> Outc
             return Outcome::Done;
         }
         let recv = match landing {
-            Some(TmLanding::Tag { index, .. }) => {
+            Some(l @ TmLanding::Tag { index, .. }) => {
                 rest = &rest[TMH_LEN..];
+                super::tag_matching::matched(core, qpn, l);
                 super::tag_matching::tag_receive(core, qpn, index)
             }
             _ => {

@@ -221,7 +221,12 @@ pub(super) fn classify(core: &mut Core, qpn: u32, payload: &[u8], only: bool) ->
                     headers,
                 });
             }
-            Some(TmLanding::Tag { index, entry, tmh })
+            Some(TmLanding::Tag {
+                index,
+                entry,
+                tmh,
+                split: !only,
+            })
         }
         None => {
             list.hw_phase = list.hw_phase.wrapping_add(1);
@@ -298,6 +303,38 @@ pub(super) fn scatter_tag(
     .map_err(|_| CqeSyndrome::LocalProtection)
 }
 
+/// The match of a tagged message spanning packets completes at its first packet as CONSUMED
+/// (the TMH in the CQE), its data apart at the last (Documentation/tag_matching.md: matching
+/// and data transfer are distinct events for larger messages).
+pub(super) fn matched(core: &mut Core, qpn: u32, landing: TmLanding) {
+    let TmLanding::Tag {
+        index,
+        tmh,
+        split: true,
+        ..
+    } = landing
+    else {
+        return;
+    };
+    let Some(xrqn) = xrq_of(core, qpn) else {
+        return;
+    };
+    let Some(x) = xrq_mut(core, xrqn) else {
+        return;
+    };
+    let (cqn, user_index) = (x.cqn, x.user_index);
+    let mut cqe = [0u8; 64];
+    cqe[..TMH_LEN].copy_from_slice(&tmh);
+    if let Ok(mut c) = Cqe64::new(&mut cqe[..]) {
+        c.set_opcode(CqeOpcode::RespSend as u8)
+            .set_app(CQE_APP_TAG_MATCHING)
+            .set_app_op(cqe_app_op::CONSUMED)
+            .set_app_info(index)
+            .set_qpn(qpn);
+    }
+    post_cqe_as(core, qpn, cqn, user_index, &mut cqe);
+}
+
 /// Writes the completion of a SEND that landed as `landing` on QP `qpn`: `index` is the
 /// ordinary WQE's counter (or the entry), `bytes` what landed. A tagged buffer is released.
 pub(super) fn complete(core: &mut Core, qpn: u32, landing: TmLanding, index: u16, bytes: u32) {
@@ -311,7 +348,12 @@ pub(super) fn complete(core: &mut Core, qpn: u32, landing: TmLanding, index: u16
     let (app_op, app_info, tmh) = match landing {
         TmLanding::Ordinary { app_op, tmh } => (app_op, 0, tmh),
         TmLanding::Rendezvous { .. } => return,
-        TmLanding::Tag { index: e, tmh, .. } => {
+        TmLanding::Tag {
+            index: e,
+            tmh,
+            split,
+            ..
+        } => {
             if let Some(slot) = x
                 .list
                 .as_mut()
@@ -319,7 +361,13 @@ pub(super) fn complete(core: &mut Core, qpn: u32, landing: TmLanding, index: u16
             {
                 *slot = None;
             }
-            (cqe_app_op::CONSUMED_MSG, e, tmh)
+            if split {
+                // The data of a message whose match completed at its first packet: the
+                // second completion, without the TMH.
+                (cqe_app_op::EXPECTED, e, [0; TMH_LEN])
+            } else {
+                (cqe_app_op::CONSUMED_MSG, e, tmh)
+            }
         }
     };
     let mut cqe = [0u8; 64];
