@@ -7,7 +7,8 @@ use cxdirect_emu::testkit::rc::{
     rc_wqe, RcPair, RcPath, RcQp, RemoteRights, GID_A, GID_B, MAC_A, MAC_B,
 };
 use cxdirect_emu::testkit::{Cq, Host};
-use cxdirect_emu::EmuConfig;
+use cxdirect_emu::wire::{Impairments, PortId, Wire, WireConfig};
+use cxdirect_emu::{Device, EmuConfig};
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode};
 use cxdirect_hw::qp::{rq_type, service_type, CreateQpIn, CreateQpOut};
@@ -18,11 +19,15 @@ use cxdirect_hw::xrq::{
     TmSeg, CQE_APP_TAG_MATCHING, QPC_OFFLOAD_TYPE_RNDV, TM_CQE_SUCCESS, WQE_OPCODE_TAG_MATCHING,
     XRQC_OFFLOAD_RNDV, XRQC_TOPOLOGY_TAG_MATCHING,
 };
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 const MEM: usize = 4 << 20;
 /// Log2 of the matching list (mlx5_ib: `ilog2(max_num_tags) + 1`).
 const LOG_LIST: u8 = 2;
 const MSG: usize = 256;
+/// ACK timeout code on a lossy wire: 4.096 us << 9, about 2 ms.
+const LOSSY_ACK_TIMEOUT: u8 = 9;
 
 struct Tm {
     p: RcPair,
@@ -35,6 +40,8 @@ struct Tm {
     posted: u16,
     lkey_a: u32,
     lkey_b: u32,
+    /// ACK timeout code of the QPs the tests connect.
+    ack_timeout: u8,
 }
 
 /// CREATE_XRQ as `create_xrq_cmd` fills it for a TM SRQ: tag-matching topology, rendezvous
@@ -65,21 +72,53 @@ fn create_xrq(h: &mut Host, cq: &Cq, log: u8) -> (u32, u64, u64) {
 }
 
 fn setup() -> Tm {
+    setup_on(None)
+}
+
+/// [`setup`] on a wire with `impairments` and a short ACK timeout, when given.
+fn setup_on(impairments: Option<Impairments>) -> Tm {
+    let impairments_given = impairments.is_some();
     let mut made = None;
-    let mut p = RcPair::with_rmp_b(
-        EmuConfig::default(),
-        MEM,
-        6,
-        4,
-        4,
-        RcPath::to(GID_A, MAC_A, 0),
-        |b| {
-            let cq = b.create_cq(6);
-            let (xrqn, ring, dbr) = create_xrq(b, &cq, 4);
-            made = Some((cq, xrqn, ring, dbr));
-            Some(xrqn)
-        },
-    );
+    let make = |b: &mut Host| {
+        let cq = b.create_cq(6);
+        let (xrqn, ring, dbr) = create_xrq(b, &cq, 4);
+        made = Some((cq, xrqn, ring, dbr));
+        Some(xrqn)
+    };
+    let mut p = match impairments {
+        None => RcPair::with_rmp_b(
+            EmuConfig::default(),
+            MEM,
+            6,
+            4,
+            4,
+            RcPath::to(GID_A, MAC_A, 0),
+            make,
+        ),
+        Some(impairments) => {
+            let cfg = |mac| EmuConfig {
+                roce: true,
+                mac,
+                ..EmuConfig::default()
+            };
+            let (da, db) = (Device::new(cfg(MAC_A)), Device::new(cfg(MAC_B)));
+            let wire = Arc::new(
+                Wire::pair_with(WireConfig {
+                    fifo_capacity: 4096,
+                    impairments,
+                })
+                .unwrap(),
+            );
+            da.attach(wire.clone(), PortId::A, &[&db]);
+            db.attach(wire.clone(), PortId::B, &[&da]);
+            let path = RcPath {
+                ack_timeout: LOSSY_ACK_TIMEOUT,
+                ..RcPath::to(GID_A, MAC_A, 0)
+            };
+            let (a, b) = (Host::new(da, MEM), Host::new(db, MEM));
+            RcPair::on_hosts_with_rmp_b(a, b, wire, 6, 4, 4, path, make)
+        }
+    };
     let (cq, xrqn, ring, dbr) = made.unwrap();
     let lkey_a = p.a.create_mkey(false, true);
     let lkey_b = p.b.create_mkey(false, true);
@@ -93,6 +132,11 @@ fn setup() -> Tm {
         posted: 0,
         lkey_a,
         lkey_b,
+        ack_timeout: if impairments_given {
+            LOSSY_ACK_TIMEOUT
+        } else {
+            RcPath::to(GID_A, MAC_A, 0).ack_timeout
+        },
     }
 }
 
@@ -412,10 +456,17 @@ fn rendezvous_pair(t: &mut Tm, offload: bool) -> (RcQp, u32) {
     let out = b.exec(&input, 16).expect("CREATE_QP without a send queue");
     let server = CreateQpOut::new(&out[..]).unwrap().qpn();
     let client = t.p.a.create_rc_qp(&t.p.cq_a, 4, 4, None);
-    let path = RcPath::to(GID_A, MAC_A, client.qpn);
+    let ack_timeout = t.ack_timeout;
+    let path = RcPath {
+        ack_timeout,
+        ..RcPath::to(GID_A, MAC_A, client.qpn)
+    };
     t.p.b.connect_rc(server, &path);
-    t.p.a
-        .connect_rc(client.qpn, &RcPath::to(GID_B, MAC_B, server));
+    let path = RcPath {
+        ack_timeout,
+        ..RcPath::to(GID_B, MAC_B, server)
+    };
+    t.p.a.connect_rc(client.qpn, &path);
     (client, server)
 }
 
@@ -640,4 +691,66 @@ fn an_eager_message_over_several_packets_completes_its_match_then_its_data() {
     );
     assert_eq!(read(&c[1]).6 as usize, big - 16);
     assert_eq!(t.p.b.read(dst, big - 16), msg[16..]);
+}
+
+#[test]
+fn rendezvous_reads_and_fins_lost_on_the_wire_go_again() {
+    let impairments = Impairments {
+        seed: 0x7a6_0001,
+        drop_probability: 0.2,
+        ..Impairments::NONE
+    };
+    let mut t = setup_on(Some(impairments));
+    let (mut client, _) = rendezvous_pair(&mut t, true);
+    let src = t.p.a.alloc(MSG as u64, 64);
+    let pd_a = t.p.a.pd;
+    let rights = RemoteRights {
+        read: true,
+        ..Default::default()
+    };
+    let rkey =
+        t.p.a
+            .create_remote_mkey(pd_a, src, MSG as u64, rights, 0x32);
+    let fin_buf = t.p.a.alloc(64, 64);
+    let dst = t.p.b.alloc(MSG as u64, 64);
+    let lkey_a = t.lkey_a;
+    let mut next = 1u16;
+    for round in 0..12u64 {
+        let payload: Vec<u8> = (0..MSG).map(|i| (i as u64 + round) as u8).collect();
+        t.p.a.write(src, &payload);
+        t.p.a.post_rc_recv(&mut client, fin_buf, 64, lkey_a);
+        next = (next + 1) % 4;
+        t.list_op(
+            tm_opcode::APPEND,
+            SIGNALED,
+            next,
+            0,
+            Some((round, u64::MAX, dst)),
+        );
+        assert_eq!(read(&t.cqes()[0]).2, cqe_app_op::APPEND);
+        let request = rndv(round, src, rkey, MSG as u32);
+        t.send_on(&mut client, &request);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let (mut got, mut fins) = (Vec::new(), 0);
+        while (got.len() < 2 || fins < 1) && Instant::now() < deadline {
+            t.p.b.dev.poll();
+            t.p.a.dev.poll();
+            got.extend(t.cqes().iter().map(|c| read(c).2));
+            fins += std::iter::from_fn(|| t.p.a.poll_cq(&mut t.p.cq_a))
+                .filter(|c| Cqe64::new(&c[..]).unwrap().opcode() == RESP_SEND)
+                .count();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert_eq!(
+            got,
+            [cqe_app_op::CONSUMED, cqe_app_op::EXPECTED],
+            "round {round}"
+        );
+        assert_eq!(fins, 1, "round {round}: one FIN");
+        assert_eq!(t.p.b.read(dst, MSG), payload, "round {round}");
+    }
+    assert!(
+        t.p.b.dev.counters().roce_retransmits > 0,
+        "something went again"
+    );
 }
