@@ -45,5 +45,6 @@ pub mod umr;
 pub mod vport;
 pub mod wq;
 pub mod wqe;
+pub mod xrq;
 
 pub use layout::{FieldInfo, FieldKind, FieldValue, Layout, LayoutError};

@@ -217,6 +217,20 @@ impl CapSet {
             .set_log_max_vlan_list(8)
             .set_num_of_uars_per_page(1)
             .set_cqe_compression(true)
+            // Hardware tag matching over RC (`fw::xrq`, `engine::rc::tag_matching`), as a
+            // ConnectX-5 or later offers it: mlx5_ib reports `max_num_tags`
+            // 2^log_tag_matching_list_sz - 1 and, with `rndv_offload_rc`, IBV_TM_CAP_RC and a
+            // 64-byte rendezvous header (`mlx5_ib_query_device`). A list of 1024 entries
+            // (log 10) is the model's choice, within the field's range; DC tag matching
+            // (`rndv_offload_dc`) is not modelled.
+            .set_tag_matching(cfg.roce)
+            .set_rndv_offload_rc(cfg.roce)
+            .set_log_tag_matching_list_sz(if cfg.roce {
+                crate::fw::xrq::LOG_TAG_MATCHING_LIST_SZ
+            } else {
+                0
+            })
+            .set_log_max_xrq(if cfg.roce { 12 } else { 0 })
             .set_striding_rq(cfg.striding_rq)
             .set_log_min_stride_sz_rq(cxdirect_hw::wq::striding::LOG_STRIDE_BYTES_BASE)
             .set_log_max_stride_sz_rq(cxdirect_hw::wq::striding::MAX_LOG_STRIDE_BYTES)

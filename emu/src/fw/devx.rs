@@ -316,6 +316,10 @@ fn object_of(opcode: Opcode) -> Option<(Owned, Role)> {
         O::CreateRmp => (K::Rmp, Create),
         O::ModifyRmp | O::QueryRmp => (K::Rmp, Touch),
         O::DestroyRmp => (K::Rmp, Destroy),
+        // An XRQ is numbered among the RMPs (mlx5_ib's `create_xrq_cmd` sets its uid).
+        O::CreateXrq => (K::Rmp, Create),
+        O::QueryXrq | O::ArmXrq => (K::Rmp, Touch),
+        O::DestroyXrq => (K::Rmp, Destroy),
         O::CreateTir => (K::Tir, Create),
         O::ModifyTir | O::QueryTir => (K::Tir, Touch),
         O::DestroyTir => (K::Tir, Destroy),

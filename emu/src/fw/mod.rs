@@ -31,6 +31,7 @@ pub(crate) mod sig;
 pub(crate) mod steering;
 pub(crate) mod transport;
 pub(crate) mod xrc;
+pub(crate) mod xrq;
 
 use crate::counters::add;
 pub(crate) use crate::function::command_error::{
@@ -210,6 +211,10 @@ fn run(core: &mut Core, opcode: Opcode, op_mod: u16, input: &[u8], output: &mut 
         Opcode::ArmXrcSrq => xrc::arm_xrc_srq(core, input),
         Opcode::QueryXrcSrq => xrc::query_xrc_srq(core, input, output),
         Opcode::DestroyXrcSrq => xrc::destroy_xrc_srq(core, input),
+        Opcode::CreateXrq => xrq::create_xrq(core, input, output),
+        Opcode::QueryXrq => xrq::query_xrq(core, input, output),
+        Opcode::ArmXrq => xrq::arm_xrq(core, input),
+        Opcode::DestroyXrq => xrq::destroy_xrq(core, input),
         Opcode::CreateDct => dc::create_dct(core, input, output),
         Opcode::DrainDct => dc::drain_dct(core, input),
         Opcode::QueryDct => dc::query_dct(core, input, output),

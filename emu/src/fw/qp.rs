@@ -128,6 +128,20 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
             if !core.res.rmps.contains(ctx.srqn_rmpn_xrqn()) {
                 return Err(bad_res("QP's SRQ (RMP) does not exist"));
             }
+            // Tag matching is an RC offload: only RC QPs take receives from a tag-matching
+            // XRQ.
+            let tm = core
+                .res
+                .rmps
+                .get(ctx.srqn_rmpn_xrqn())
+                .and_then(|r| r.xrq.as_deref())
+                .is_some_and(|x| x.list.is_some());
+            if tm && service != service_type::RC {
+                return Err(bad_param(
+                    Syndrome::BadQpParams,
+                    "only RC QPs take receives from a tag-matching XRQ",
+                ));
+            }
             RcReceive::Shared(ctx.srqn_rmpn_xrqn())
         }
         rq_type::ZERO_LEN => RcReceive::None,
@@ -135,6 +149,18 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
             return Err(bad_param(
                 Syndrome::BadQpParams,
                 "cross-channel receive queues are not modelled",
+            ))
+        }
+    };
+    // The rendezvous offload (`offload_type` 1, the one value mlx5_ib writes) hands the QP's
+    // send side to its tag-matching XRQ.
+    let rndv_offload = match ctx.offload_type() {
+        0 => false,
+        cxdirect_hw::xrq::QPC_OFFLOAD_TYPE_RNDV => true,
+        _ => {
+            return Err(bad_param(
+                Syndrome::BadQpParams,
+                "offload_type other than none or rendezvous",
             ))
         }
     };
@@ -203,6 +229,7 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         buf,
         dbr,
         log_sq_size,
+        rndv_offload,
         receive,
         user_index: ctx.user_index(),
         log_msg_max: ctx.log_msg_max(),
@@ -518,6 +545,7 @@ fn clone_attrs(qp: &Qp) -> Qp {
         buf: qp.buf.clone(),
         dbr: qp.dbr,
         log_sq_size: qp.log_sq_size,
+        rndv_offload: qp.rndv_offload,
         receive: qp.receive,
         user_index: qp.user_index,
         log_msg_max: qp.log_msg_max,
@@ -706,6 +734,11 @@ fn context_of(qp: &Qp) -> Vec<u8> {
         .set_dbr_addr(qp.dbr)
         .set_user_index(qp.user_index)
         .set_no_sq(qp.log_sq_size.is_none())
+        .set_offload_type(if qp.rndv_offload {
+            cxdirect_hw::xrq::QPC_OFFLOAD_TYPE_RNDV
+        } else {
+            0
+        })
         .set_log_sq_size(qp.log_sq_size.unwrap_or(0))
         .set_log_msg_max(qp.log_msg_max)
         .set_mtu(qp.mtu)

@@ -91,7 +91,7 @@ pub(crate) fn check_dbr(addr: u64) -> CmdResult {
 
 /// Which queue a work queue context belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum WqOf {
+pub(crate) enum WqOf {
     /// An SQ: 64-byte WQEs rung through a UAR page.
     Sq,
     /// An RQ with its own ring: a striding ring (`wq_type` 3) is accepted too.
@@ -104,7 +104,7 @@ enum WqOf {
 /// A DEVX queue (`devx_set_umem_valid` sets both bits for CREATE_SQ, CREATE_RQ and
 /// CREATE_RMP) has its ring at `wq_umem_offset` of umem `wq_umem_id` and its doorbell record
 /// at offset `dbr_addr` of umem `dbr_umem_id`; the umems it rests on are added to `umems`.
-fn work_queue(
+pub(crate) fn work_queue(
     core: &Core,
     uid: u16,
     wq: Wq<&[u8]>,
@@ -571,7 +571,7 @@ pub(crate) fn create_rq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         }
         1 => {
             let rmpn = ctx.rmpn();
-            if !core.res.rmps.contains(rmpn) {
+            if !core.res.is_rmp(rmpn) {
                 return Err(bad_res("RQ's RMP does not exist"));
             }
             (None, RqMemory::Rmp(rmpn))
@@ -790,6 +790,7 @@ pub(crate) fn create_rmp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
         lwm,
         rq_users: 0,
         slot,
+        xrq: None,
     };
     let Some(rmpn) = core.res.rmps.insert(rmp) else {
         release_context(core, slot);
@@ -803,6 +804,9 @@ pub(crate) fn create_rmp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
 pub(crate) fn modify_rmp(core: &mut Core, input: &[u8]) -> CmdResult {
     let cmd = input_as!(ModifyRmpIn<&[u8]>, input);
     let rmpn = cmd.rmpn();
+    if !core.res.is_rmp(rmpn) {
+        return Err(bad_res("no such RMP"));
+    }
     let rmp = core.res.rmps.get(rmpn).ok_or(bad_res("no such RMP"))?;
     claimed_state_matches(
         rmp.state,
@@ -847,6 +851,9 @@ pub(crate) fn modify_rmp(core: &mut Core, input: &[u8]) -> CmdResult {
 
 pub(crate) fn query_rmp(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
     let rmpn = input_as!(QueryRmpIn<&[u8]>, input).rmpn();
+    if !core.res.is_rmp(rmpn) {
+        return Err(bad_res("no such RMP"));
+    }
     let rmp = core.res.rmps.get(rmpn).ok_or(bad_res("no such RMP"))?;
     let posted = core.posted_wqes(&rmp.wq).unwrap_or(0);
     let (state, lwm, log_sz, log_stride, dbr, pd, consumed) = (
@@ -875,7 +882,13 @@ pub(crate) fn query_rmp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
 
 pub(crate) fn destroy_rmp(core: &mut Core, input: &[u8]) -> CmdResult {
     let rmpn = input_as!(DestroyRmpIn<&[u8]>, input).rmpn();
-    let rmp = core.res.rmps.get(rmpn).ok_or(bad_res("no such RMP"))?;
+    // An XRQ shares the number space but is destroyed by DESTROY_XRQ.
+    let rmp = core
+        .res
+        .rmps
+        .get(rmpn)
+        .filter(|r| r.xrq.is_none())
+        .ok_or(bad_res("no such RMP"))?;
     if rmp.rq_users > 0 {
         return Err(bad_state(
             Syndrome::ObjectInUse,

@@ -13,6 +13,7 @@ pub(crate) mod mcg;
 pub(crate) mod queue_state;
 pub(crate) mod rc;
 pub(crate) mod signature;
+pub(crate) mod tm;
 
 use crate::config::EmuConfig;
 pub(crate) use context::Slot;
@@ -322,6 +323,9 @@ pub(crate) struct Rmp {
     pub lwm: u16,
     pub rq_users: u32,
     pub slot: Slot,
+    /// CREATE_XRQ made it: an XRQ (its own CQ, user index and, for tag matching, its
+    /// matching list), which RC QPs name as their SRQ.
+    pub xrq: Option<Box<tm::Xrq>>,
 }
 
 /// An XRC SRQ of one XRC domain: a linked-list receive ring (each WQE a next segment, then
@@ -570,6 +574,11 @@ pub(crate) fn uar_page_count(bar0_size: u64) -> u32 {
 }
 
 impl Resources {
+    /// True when `n` is an RMP (CREATE_RMP), not an XRQ sharing its number space.
+    pub fn is_rmp(&self, n: u32) -> bool {
+        self.rmps.get(n).is_some_and(|r| r.xrq.is_none())
+    }
+
     pub fn new(cfg: &EmuConfig) -> Self {
         let uar_pages = uar_page_count(cfg.bar0_size);
         Self {

@@ -32,6 +32,8 @@ pub(crate) mod responder_read_atomic;
 pub(crate) mod responder_recv;
 pub(crate) mod retransmit;
 pub(crate) mod send_ring;
+pub(crate) mod tag_matching;
+pub(crate) mod tag_rendezvous;
 pub(crate) mod timer;
 pub(crate) mod unreliable;
 pub(crate) mod xrc;

@@ -144,6 +144,11 @@ fn resend_from(core: &mut Core, qpn: u32, mut n: usize) -> bool {
             continue;
         }
         add(&core.counters.roce_retransmits, 1);
+        if super::tag_rendezvous::is_device_op(o.opcode) {
+            super::tag_rendezvous::resend(core, qpn, &o);
+            n += 1;
+            continue;
+        }
         if let Err((opcode, syndrome)) =
             execute(core, qpn, o.index, Some(o.first_psn), &mut scratch)
         {
@@ -389,6 +394,14 @@ fn execute_from(
         let pd = core.res.qps.get(qpn).map_or(0, |qp| qp.pd);
         crate::signature::set_psv(core, pd, &s.wqe[..ds * WQE_DS]).map_err(|syn| (op, syn))?;
         complete_local(core, qpn, index, op, signaled);
+        return Ok(Some(req.bbs));
+    }
+    if op == cxdirect_hw::xrq::WQE_OPCODE_TAG_MATCHING {
+        // A local operation on the matching list of the QP's XRQ, in order with the rest; it
+        // completes on the XRQ's CQ when its segment asks (`tag_matching`).
+        super::tag_matching::list_operation(core, qpn, &s.wqe[..ds * WQE_DS], ds)
+            .map_err(|syn| (op, syn))?;
+        complete_local(core, qpn, index, op, false);
         return Ok(Some(req.bbs));
     }
     if op == opcode::UMR {

@@ -24,11 +24,13 @@ use super::responder_recv::{
 use crate::counters::add;
 use crate::function::Core;
 use crate::objects::rc::{Owed, WriteInProgress};
+use crate::objects::tm::TmLanding;
 use crate::translate::{check_remote, translate_remote, KeyFault, RemoteAccess};
 use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome};
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::qp::service_type;
 use cxdirect_hw::qp::state;
+use cxdirect_hw::xrq::TMH_LEN;
 
 /// Takes `frame` when it is RoCE v2 and RoCE is enabled on the function; false when it is
 /// not RoCE, for Ethernet steering to handle.
@@ -398,11 +400,31 @@ pub(super) fn packet(core: &mut Core, qpn: u32, opcode: u8, rest: &[u8]) -> Outc
         return Outcome::Done;
     }
     if first && !kept_receive {
-        let Some(recv) = take_receive(core, qpn) else {
-            return rnr(core, qpn);
+        // A tag-matching XRQ decides where the message lands from its first bytes.
+        let landing = super::tag_matching::classify(core, qpn, rest, last);
+        if let Some(l @ TmLanding::Rendezvous { .. }) = landing {
+            // The request is taken whole; the device goes on with its READ.
+            super::tag_rendezvous::rendezvous(core, qpn, l, rest);
+            message_done(core, qpn);
+            return Outcome::Done;
+        }
+        let recv = match landing {
+            Some(l @ TmLanding::Tag { index, .. }) => {
+                rest = &rest[TMH_LEN..];
+                super::tag_matching::matched(core, qpn, l);
+                super::tag_matching::tag_receive(core, qpn, index)
+            }
+            _ => {
+                let Some(recv) = take_receive(core, qpn) else {
+                    super::tag_matching::unclassify(core, qpn, landing);
+                    return rnr(core, qpn);
+                };
+                recv
+            }
         };
         if let Some(qp) = core.res.qps.get_mut(qpn) {
             qp.resp.recv = Some(recv);
+            qp.resp.tm = landing;
         }
     }
     if let Err(fault) = scatter(core, qpn, rest) {
