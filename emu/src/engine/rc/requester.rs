@@ -108,9 +108,18 @@ fn run_posted(core: &mut Core, qpn: u32) {
                 break;
             }
             Err((opcode, syndrome)) => {
+                use super::dc_streams::{local_failure, Local};
+                let local = local_failure(core, qpn, index, opcode, syndrome);
+                if matches!(local, Local::Wait) {
+                    break;
+                }
                 let bbs = wqe_span(core, qpn, index, pi);
                 if let Some(qp) = core.res.qps.get_mut(qpn) {
                     qp.sq_consumed = index.wrapping_add(bbs);
+                }
+                if matches!(local, Local::Failed) {
+                    // A DCI stream's error: the DCI goes on with the next WQE.
+                    continue;
                 }
                 fail_in_order(core, qpn, index, opcode, syndrome);
                 break;
@@ -446,7 +455,6 @@ fn execute_from(
                     super::completion::flushed(core, qpn, index, op);
                     return Ok(Some(req.bbs));
                 }
-                super::dc_streams::Gate::Bad => return Err(bad),
             }
         }
         match super::dc::connect(core, qpn, &s.wqe[..ds * WQE_DS], resend_psn.is_some()) {
