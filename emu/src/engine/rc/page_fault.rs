@@ -26,8 +26,9 @@
 //!   taking the responses from where they stopped; an atomic is answered by the responder from
 //!   its first execution). With the error bit the fault is final: the responder refuses the next
 //!   request in sequence (a remote access NAK for a WRITE, READ or atomic, a local protection
-//!   error CQE on the receive WQE and an invalid request NAK for a SEND) and goes to error, the
-//!   requester completes the WQE with a local protection error and the QP goes to error.
+//!   error CQE on the receive WQE and a remote operational error NAK for a SEND) and goes to
+//!   error, the requester completes the WQE with a local protection error and the QP goes to
+//!   error.
 //!
 //! Without an EQ taking page faults nothing could resolve one: the access fails as any other
 //! refused access does (the model's choice; Linux never has ODP memory without that EQ).

@@ -502,8 +502,8 @@ fn invalidate_rkey(core: &mut Core, qpn: u32, rkey: u32) -> Result<(), KeyFault>
 /// The outcome of a request in sequence while QP `qpn`'s responder has a page fault: an RNR
 /// NAK while it waits for PAGE_FAULT_RESUME; after a resume with an error, the refusal of the
 /// faulted access (a WRITE's, READ's or atomic's remote access NAK; a SEND's local protection
-/// error on its receive WQE and an invalid request NAK), which takes the QP to error. `None`
-/// without a fault.
+/// error on its receive WQE and a remote operational error NAK), which takes the QP to error.
+/// `None` without a fault.
 fn faulted(core: &mut Core, qpn: u32) -> Option<Outcome> {
     let (failed, rdma) = super::page_fault::responder_gate(core, qpn)?;
     if !failed {
