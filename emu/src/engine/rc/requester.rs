@@ -156,9 +156,16 @@ fn resend_from(core: &mut Core, qpn: u32, mut n: usize) -> bool {
         if let Err((opcode, syndrome)) =
             execute(core, qpn, o.index, Some(o.first_psn), &mut scratch)
         {
-            // A page gone since the first transmission is not resolved on a retransmission:
-            // the WQE fails as the access error it then is.
-            scratch.page_fault = false;
+            // A page gone since the first transmission (Linux zaps an ODP region's entries in
+            // `mlx5_ib_invalidate_range` whenever the kernel unmaps or moves a page) faults as
+            // on the first transmission: the message is read again from memory, and the
+            // retransmission waits for PAGE_FAULT_RESUME.
+            if std::mem::take(&mut scratch.page_fault)
+                && super::page_fault::requester_gather(core, qpn, o.index, opcode)
+            {
+                all = false;
+                break;
+            }
             fail_in_order(core, qpn, o.index, opcode, syndrome);
             all = false;
             break;
@@ -237,8 +244,13 @@ pub(crate) fn continue_sending(core: &mut Core) -> bool {
             at.next_packet,
             &mut scratch,
         );
+        let faulted = std::mem::take(&mut scratch.page_fault);
         core.rc_scratch = scratch;
         if let Err((opcode, syndrome)) = outcome {
+            // As in `resend_from`: a page gone since the first transmission faults.
+            if faulted && super::page_fault::requester_gather(core, qpn, at.index, opcode) {
+                continue;
+            }
             fail_in_order(core, qpn, at.index, opcode, syndrome);
             continue;
         }
