@@ -107,8 +107,10 @@ layout! {
 
 layout! {
     /// MODIFY_CQ input (`mlx5_core_modify_cq`): with op_mod 0, the fields of `cq_context` that
-    /// `modify_field_select` names ([`modify_cq_select`]) replace the CQ's; op_mod 1 resizes
-    /// the CQ (`cq_resize`).
+    /// `modify_field_select` names ([`modify_cq_select`]) replace the CQ's; with op_mod
+    /// [`MODIFY_CQ_OPMOD_RESIZE`] the CQ moves to a new buffer of `log_cq_size` entries
+    /// described by the context's page fields (those [`modify_cq_resize_select`] names) and
+    /// the page list `pas` (`cq_resize`; mlx5_ib `mlx5_ib_resize_cq`).
     pub struct ModifyCqIn("modify_cq_in", 0x110) {
         /// Command opcode: [`Opcode::ModifyCq`](crate::cmd::Opcode::ModifyCq).
         opcode: u16 @ 0x00 [0x10],
@@ -116,13 +118,35 @@ layout! {
         op_mod: u16 @ 0x30 [0x10],
         /// The CQ to modify.
         cqn: u32 @ 0x48 [0x18],
-        /// With op_mod 0, the fields to change ([`modify_cq_select`]).
+        /// With op_mod 0, the fields to change ([`modify_cq_select`]); with op_mod 1 the same
+        /// dword is `resize_field_select` ([`modify_cq_resize_select`]), a union in
+        /// `mlx5_ifc.h`.
         modify_field_select: u32 @ 0x60 [0x20],
     }
     nested {
         /// The new values of the selected fields.
         cq_context: Cqc @ 0x80,
     }
+    arrays {
+        /// Resize: bus addresses of the new buffer's pages, in order, each aligned to the page
+        /// size (at the same place as CREATE_CQ's).
+        pas: u64 @ 0x880 [0x40],
+    }
+}
+
+/// MODIFY_CQ's op_mod for a resize (`MLX5_CQ_OPMOD_RESIZE`, Linux `include/linux/mlx5/cq.h`).
+pub const MODIFY_CQ_OPMOD_RESIZE: u16 = 1;
+
+/// `resize_field_select` bits of MODIFY_CQ with op_mod [`MODIFY_CQ_OPMOD_RESIZE`]
+/// (`MLX5_MODIFY_CQ_MASK_*` in Linux's `include/linux/mlx5/cq.h`; mlx5_ib's
+/// `mlx5_ib_resize_cq` sets all three).
+pub mod modify_cq_resize_select {
+    /// `log_cq_size`.
+    pub const LOG_SIZE: u32 = 1 << 0;
+    /// `page_offset`.
+    pub const PG_OFFSET: u32 = 1 << 1;
+    /// `log_page_size`.
+    pub const PG_SIZE: u32 = 1 << 2;
 }
 
 /// `modify_field_select` bits of MODIFY_CQ with op_mod 0 (`MLX5_CQ_MODIFY_*` in Linux's

@@ -159,6 +159,8 @@ impl CapSet {
             .set_eth_net_offloads(true)
             .set_cq_oi(true)
             .set_cq_moderation(true)
+            // MODIFY_CQ resizes (`fw::cq`); without it `mlx5_ib_resize_cq` returns -ENOSYS.
+            .set_cq_resize(true)
             // On-demand paging (`engine::rc::page_fault`): mlx5_ib's
             // `mlx5_ib_internal_fill_odp_caps` then reads the ODP page below, and mlx5_core's
             // `handle_hca_cap_odp` (main.c) queries it.

@@ -509,7 +509,7 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
         next.req = Default::default();
         next.dci = None;
         if let Some(streams) = next.dci_streams.as_mut() {
-            streams.errored = 0;
+            streams.errored_count = 0;
         }
     }
     let (old_set, new_set) = (qp.counter_set, next.counter_set);

@@ -107,6 +107,8 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8]) -> bool {
                 .load(std::sync::atomic::Ordering::Relaxed);
             let placed = match packet(core, qpn, rc_opcode, rest) {
                 Outcome::Done | Outcome::Responded(_) => Placed::Taken,
+                // The receive WQE has its error CQE.
+                Outcome::ReceiveNak(_) => Placed::CompletedInError,
                 Outcome::Nak(_)
                     if core
                         .counters
@@ -170,6 +172,9 @@ pub(super) enum Outcome {
     Nak(u8),
     /// Dropped unanswered (the PSN is not consumed): the requester sends it again.
     Dropped,
+    /// A receive WQE failed and has its error CQE: refused with this NAK syndrome, the QP
+    /// to error.
+    ReceiveNak(u8),
 }
 
 /// The responder's handling of an in-sequence check and then the packet (on an XRC target,
@@ -263,6 +268,18 @@ fn finish(core: &mut Core, qpn: u32, psn: u32, expected: u32, ack_req: bool, out
             }
         }
         Outcome::Dropped => {}
+        Outcome::ReceiveNak(syndrome) => {
+            let event = if syndrome == aeth::NAK_REMOTE_OPERATION {
+                // The IB spec's local access violation work queue error (a protection error
+                // on the responder's own receive buffer).
+                EventType::WqAccessError
+            } else {
+                count(core, qpn, |c| &mut c.resp_remote_invalid_request);
+                EventType::WqInvalidRequestError
+            };
+            send_ack(core, qpn, psn, syndrome);
+            enter_error(core, qpn, Some(event));
+        }
         Outcome::Nak(syndrome) => {
             let event = match syndrome {
                 aeth::NAK_REMOTE_ACCESS => {
@@ -437,14 +454,7 @@ pub(super) fn packet(core: &mut Core, qpn: u32, opcode: u8, rest: &[u8]) -> Outc
             Scattered::Error(syndrome) => syndrome,
             Scattered::NotPresent => CqeSyndrome::LocalProtection,
         };
-        let index = core
-            .res
-            .qps
-            .get_mut(qpn)
-            .and_then(|qp| qp.resp.recv.take())
-            .map_or(0, |r| r.index);
-        responder_error(core, qpn, index, syndrome);
-        return Outcome::Nak(aeth::NAK_INVALID_REQUEST);
+        return receive_failed(core, qpn, syndrome);
     }
     if last {
         let invalidate = matches!(opcode, SEND_LAST_INV | SEND_ONLY_INV);
@@ -514,8 +524,8 @@ fn invalidate_rkey(core: &mut Core, qpn: u32, rkey: u32) -> Result<(), KeyFault>
 /// The outcome of a request in sequence while QP `qpn`'s responder has a page fault: an RNR
 /// NAK while it waits for PAGE_FAULT_RESUME; after a resume with an error, the refusal of the
 /// faulted access (a WRITE's, READ's or atomic's remote access NAK; a SEND's local protection
-/// error on its receive WQE and an invalid request NAK), which takes the QP to error. `None`
-/// without a fault.
+/// error on its receive WQE and a remote operational error NAK), which takes the QP to error.
+/// `None` without a fault.
 fn faulted(core: &mut Core, qpn: u32) -> Option<Outcome> {
     let (failed, rdma) = super::page_fault::responder_gate(core, qpn)?;
     if !failed {
@@ -525,14 +535,28 @@ fn faulted(core: &mut Core, qpn: u32) -> Option<Outcome> {
         clear_write(core, qpn);
         return Some(Outcome::Nak(aeth::NAK_REMOTE_ACCESS));
     }
+    Some(receive_failed(core, qpn, CqeSyndrome::LocalProtection))
+}
+
+/// The receive WQE a SEND was filling failed with `syndrome`: its error CQE, then the NAK the
+/// requester completes by. A receive buffer too short for the message is the IB spec's
+/// invalid request (the requester's REMOTE_INVAL_REQ_ERR); a protection fault on the
+/// receive's own lkey (a key re-registered to other memory or another PD, as rdma-core's
+/// `test_mr_rereg_addr` and `test_mr_rereg_pd` provoke) is a remote operational error, which
+/// the requester completes with REMOTE_OP_ERR (mlx5_ib `mlx5_handle_error_cqe`:
+/// IB_WC_REM_OP_ERR).
+fn receive_failed(core: &mut Core, qpn: u32, syndrome: CqeSyndrome) -> Outcome {
     let index = core
         .res
         .qps
         .get_mut(qpn)
         .and_then(|qp| qp.resp.recv.take())
         .map_or(0, |r| r.index);
-    responder_error(core, qpn, index, CqeSyndrome::LocalProtection);
-    Some(Outcome::Nak(aeth::NAK_INVALID_REQUEST))
+    responder_error(core, qpn, index, syndrome);
+    Outcome::ReceiveNak(match syndrome {
+        CqeSyndrome::LocalProtection | CqeSyndrome::LocalAccess => aeth::NAK_REMOTE_OPERATION,
+        _ => aeth::NAK_INVALID_REQUEST,
+    })
 }
 
 /// The RNR NAK of `qpn`: its RNR timer code in the syndrome's low five bits.
