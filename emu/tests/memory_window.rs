@@ -43,7 +43,11 @@ struct Setup {
 /// A pair whose B holds a region of [`REGION`] bytes registered as pyverbs' `MWRC.create_mr`
 /// does (local write and MW bind: no remote rights of its own) and a window of `ty`.
 fn setup(ty: MwType) -> Setup {
-    let mut p = pair_without_pg();
+    setup_on(pair_without_pg(), ty)
+}
+
+/// [`setup`] on the pair `p`.
+fn setup_on(mut p: RcPair, ty: MwType) -> Setup {
     let pd = p.b.pd;
     let buf = p.b.alloc(REGION, 4096);
     p.b.write(buf, &vec![0; REGION as usize]);
@@ -216,6 +220,42 @@ fn ibv_wr_bind_mw_binds_a_type_2_window_to_the_posting_qp() {
     let at = s.buf + WINDOW_AT + 8;
     assert_eq!(write_from_a(&mut s.p, at, rkey, &[9; 512]), (CQE_REQ, 0));
     assert_eq!(s.p.b.read(at, 512), vec![9; 512]);
+}
+
+/// The same with `pg` reported (the default configuration, as the rig runs, under which the
+/// window key is created in page-access mode) over a region of MTT entries; QUERY_MKEY reads
+/// the bound QP and the new variant back.
+#[test]
+fn a_type_2_window_binds_and_serves_with_pg_reported_and_query_mkey_reads_its_qp() {
+    use cxdirect_hw::mkey::{QueryMkeyIn, QueryMkeyOut};
+    let pair = RcPair::new(
+        cxdirect_emu::EmuConfig::default(),
+        8 << 20,
+        8,
+        6,
+        4,
+        RcPath::to(GID_B, MAC_B, 0),
+    );
+    let mut s = setup_on(pair, MwType::Two);
+    // A region of MTT entries (over all of B's memory) instead of a PA key.
+    s.mr = s.p.b.create_mkey(true, true);
+    let rkey = s.mw + 1;
+    let bind = window_of(&s, MwAccess::ALL);
+    let done = bind_on_b(&mut s, MwType::Two, rkey, bind);
+    assert_eq!(cqe_opcode(&done[0]), CQE_REQ);
+    let at = s.buf + WINDOW_AT;
+    assert_eq!(write_from_a(&mut s.p, at, rkey, &[3; 256]), (CQE_REQ, 0));
+    assert_eq!(s.p.b.read(at, 256), vec![3; 256]);
+    let mut input = Host::input(Opcode::QueryMkey, 0, 0x10);
+    QueryMkeyIn::new(&mut input[..])
+        .expect("layout")
+        .set_mkey_index(rkey >> 8);
+    let out = s.p.b.exec(&input, 0x130).expect("QUERY_MKEY");
+    let out = QueryMkeyOut::new(&out[..]).expect("layout");
+    let mkc = out.memory_key_mkey_entry();
+    assert_eq!(mkc.qpn(), s.p.qp_b.qpn);
+    assert_eq!(mkc.mkey_7_0(), rkey as u8);
+    assert!(!mkc.free() && mkc.rw() && mkc.en_rinval());
 }
 
 /// A type 2 window serves requests on the QP it is bound to only (IBA 10.6.7.2): a WRITE
