@@ -41,6 +41,7 @@ pub mod signature_dv;
 pub mod signature_pair;
 pub mod ud;
 pub mod umr;
+pub mod window;
 
 /// IOVA where the host memory is mapped.
 pub const IOVA_BASE: u64 = 0x10_0000_0000;

@@ -130,6 +130,11 @@ impl CapSet {
             .set_umr_modify_entity_size_disabled(false)
             .set_umr_modify_atomic_disabled(false)
             .set_umr_ptr_rlky(true)
+            // Memory windows of types 1 and 2 (`engine::window`): mlx5_ib registers
+            // ALLOC_MW/DEALLOC_MW (`mlx5_ib_alloc_mw`, a free KLM key) and reports
+            // IB_DEVICE_MEM_WINDOW and _TYPE_2B, `max_mw`, and IBK_SG_GAPS_REG (KLM fast
+            // registration, modelled) on this bit alone (`mlx5_ib_query_device`).
+            .set_imaicl(cfg.roce)
             // Signature handover: T10-DIF keys (`crate::signature`). mlx5_ib reports
             // IBK_INTEGRITY_HANDOVER (types 1 to 3, CRC and IP checksum guards) and takes
             // IB_QP_CREATE_INTEGRITY_EN on its word alone; nvme-rdma, nvmet-rdma and iSER then

@@ -457,6 +457,9 @@ pub(crate) struct FlowTable {
     pub referenced: u32,
 }
 
+/// The `qpn` of a memory key bound to no QP (all ones in the 24-bit field).
+pub(crate) const UNBOUND_QPN: u32 = 0x00ff_ffff;
+
 /// A memory key: its context as CREATE_MKEY gave it and UMR WQEs changed it since.
 #[derive(Debug)]
 pub(crate) struct Mkey {
@@ -488,6 +491,10 @@ pub(crate) struct Mkey {
     pub umr_en: bool,
     /// A SEND with invalidate may free the key (`en_rinval`).
     pub remote_invalidate: bool,
+    /// The QP the key is bound to (`qpn`; [`UNBOUND_QPN`] when none): a type 2 memory window
+    /// bound by libmlx5's IBV_WR_BIND_MW names the posting QP, and only requests arriving on
+    /// that QP may then use it (IBA 10.6.7.2).
+    pub qpn: u32,
     pub local_read: bool,
     pub local_write: bool,
     pub remote_read: bool,

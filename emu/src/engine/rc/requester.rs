@@ -431,6 +431,7 @@ fn execute_from(
         let poster = crate::engine::umr::Poster {
             pd: core.res.qps.get(qpn).map_or(0, |qp| qp.pd),
             privileged: service == service_type::REG_UMR,
+            qpn,
         };
         crate::engine::umr::execute(core, poster, &s.wqe[..ds * WQE_DS], ctrl_imm)
             .map_err(|syn| (op, syn))?;

@@ -25,7 +25,8 @@ use crate::counters::add;
 use crate::function::Core;
 use crate::objects::rc::{Owed, WriteInProgress};
 use crate::objects::tm::TmLanding;
-use crate::translate::{check_remote, translate_remote, KeyFault, RemoteAccess};
+use crate::objects::UNBOUND_QPN;
+use crate::translate::{check_remote_on, translate_remote, KeyFault, RemoteAccess};
 use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome};
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::qp::service_type;
@@ -363,10 +364,11 @@ pub(super) fn packet(core: &mut Core, qpn: u32, opcode: u8, rest: &[u8]) -> Outc
     if write {
         if let Some((va, rkey, len)) = reth {
             if !qp.rwe
-                || check_remote(
+                || check_remote_on(
                     core,
                     rkey,
                     qp.responder_pd(),
+                    qpn,
                     va,
                     u64::from(len),
                     RemoteAccess::Write,
@@ -503,8 +505,9 @@ pub(super) fn message_done(core: &mut Core, qpn: u32) {
 /// Invalidates `rkey` for a SEND with invalidate received on QP `qpn`: the key must exist
 /// (index and variant), be valid, allow remote invalidation (`en_rinval`, which Linux's
 /// `set_reg_mkey_seg` sets on every fast-registered key) and belong to the QP's protection
-/// domain; it is then free,
-/// and every later access through it fails (a remote one with a remote access NAK).
+/// domain, and, a type 2 memory window bound to a QP (`mlx5_ib_alloc_mw` sets `en_rinval` for
+/// type 2 only), be bound to this one; it is then free and bound to none, and every later
+/// access through it fails (a remote one with a remote access NAK).
 fn invalidate_rkey(core: &mut Core, qpn: u32, rkey: u32) -> Result<(), KeyFault> {
     let pd = core.res.qps.get(qpn).ok_or(KeyFault::NoKey)?.responder_pd();
     let key = core.res.mkeys.get_mut(rkey >> 8).ok_or(KeyFault::NoKey)?;
@@ -517,7 +520,12 @@ fn invalidate_rkey(core: &mut Core, qpn: u32, rkey: u32) -> Result<(), KeyFault>
     if !key.remote_invalidate {
         return Err(KeyFault::Access);
     }
+    // A type 2 window bound to a QP is invalidated only by a SEND arriving on that QP.
+    if key.qpn != UNBOUND_QPN && key.qpn != qpn {
+        return Err(KeyFault::Access);
+    }
     key.free = true;
+    key.qpn = UNBOUND_QPN;
     Ok(())
 }
 
