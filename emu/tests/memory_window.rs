@@ -465,3 +465,68 @@ fn mlx5_ib_dealloc_mw_closes_a_bound_window() {
         (CQE_REQ_ERR, SYND_REMOTE_ACCESS)
     );
 }
+
+/// What `imaicl` also turns on: mlx5_ib reports IBK_SG_GAPS_REG with it, and kernel ULPs
+/// (xprtrdma's `frwr_mr_init`, iSER) then register through KLM keys (`mlx5_alloc_sg_gaps_descs`,
+/// IB_WR_REG_MR by `set_reg_wr`). A list of one KLM naming the PD's `local_dma_lkey` goes
+/// inline, `set_reg_wr` copying only its 16 bytes into the 64 it posts: the rest is whatever
+/// the ring held, never reached through the key, and the bind rules leave it alone.
+#[test]
+fn an_sg_gaps_registration_with_a_stale_inline_tail_opens_its_one_klm() {
+    use cxdirect_emu::testkit::umr::{umr_wqe, List, FRWR_MASK};
+    use cxdirect_emu::RESERVED_LKEY;
+    use cxdirect_hw::mkey::{mkey_from_index, CreateMkeyIn, CreateMkeyOut};
+    use cxdirect_hw::umr::flags;
+    let mut p = pair_without_pg();
+    let pd = p.b.pd;
+    let mut input = Host::input(Opcode::CreateMkey, 0, 0x110);
+    CreateMkeyIn::new(&mut input[..])
+        .expect("layout")
+        .memory_key_mkey_entry_mut()
+        .set_free(true)
+        .set_umr_en(true)
+        .set_lr(true)
+        .set_access_mode_1_0(MKC_ACCESS_MODE_KLM)
+        .set_translations_octword_size(4)
+        .set_pd(pd)
+        .set_qpn(UNBOUND);
+    let out =
+        p.b.exec(&input, 16)
+            .expect("CREATE_MKEY for IB_MR_TYPE_SG_GAPS");
+    let index = CreateMkeyOut::new(&out[..]).expect("layout").mkey_index();
+    let key = mkey_from_index(index, 0x01);
+    let target = p.b.alloc(4096, 4096);
+    let iova = 0x7_0000_0000u64;
+    let mut list = vec![0xa5u8; 64];
+    list[..4].copy_from_slice(&4096u32.to_be_bytes());
+    list[4..8].copy_from_slice(&RESERVED_LKEY.to_be_bytes());
+    list[8..16].copy_from_slice(&target.to_be_bytes());
+    let w = umr_wqe(
+        &p.qp_b.sq,
+        key,
+        0,
+        flags::CHECK_NOT_FREE,
+        FRWR_MASK,
+        4,
+        None,
+        |seg| {
+            seg.set_rw(true)
+                .set_rr(true)
+                .set_lw(true)
+                .set_lr(true)
+                .set_umr_en(true)
+                .set_access_mode_1_0(MKC_ACCESS_MODE_KLM)
+                .set_qpn(UNBOUND)
+                .set_mkey_7_0(key as u8)
+                .set_en_rinval(true)
+                .set_start_addr(iova)
+                .set_len(4096)
+                .set_translations_octword_size(8);
+        },
+        &List::Inline(list),
+    );
+    let done = umr_on_b(&mut p, &w);
+    assert_eq!(cqe_opcode(&done[0]), CQE_REQ, "IB_WR_REG_MR completes");
+    assert_eq!(write_from_a(&mut p, iova + 8, key, &[4; 100]), (CQE_REQ, 0));
+    assert_eq!(p.b.read(target + 8, 100), vec![4; 100]);
+}

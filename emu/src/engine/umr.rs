@@ -217,7 +217,12 @@ pub(crate) fn execute(
             } else {
                 key.pd
             };
-            crate::engine::window::check_klms(core, window_pd, rights, list)
+            let window_len = if mask & mkey_mask::LEN != 0 {
+                seg.len()
+            } else {
+                key.len
+            };
+            crate::engine::window::check_klms(core, window_pd, window_len, rights, list)
                 .map_err(|_| CqeSyndrome::MwBind)?;
         }
     }

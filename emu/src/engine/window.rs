@@ -38,8 +38,11 @@ pub(crate) struct Rights {
     pub atomic: bool,
 }
 
-/// Checks a bind's KLMs (`(bytes, key, address)`, the entries of no bytes padding libmlx5's
-/// list to four aside) for a window of protection domain `pd` given `rights`: each names a
+/// Checks a bind's KLMs (`(bytes, key, address)`) for a window of protection domain `pd` and
+/// `len` bytes given `rights`. Only the KLMs the window's length reaches are checked: the
+/// entries of no bytes padding libmlx5's list to four, and whatever a kernel ULP's inline
+/// list leaves in the rest of its last 64 bytes (`set_reg_wr` copies only its own KLMs), are
+/// never reached through the key. Each KLM reached names a
 /// valid direct key (an MTT or PA region, not another window) of the same PD that covers the
 /// entry's range, and a window that may write (locally, remotely or by atomics) binds only
 /// regions the owner may write locally (IBA 10.6.7.2.1: remote write or atomic rights need the
@@ -49,12 +52,18 @@ pub(crate) struct Rights {
 pub(crate) fn check_klms(
     core: &Core,
     pd: u32,
+    len: u64,
     rights: Rights,
     klms: &[(u32, u32, u64)],
 ) -> Result<(), BindFault> {
     let writes = rights.local_write || rights.remote_write || rights.atomic;
-    for &(bytes, inner, address) in klms.iter().filter(|k| k.0 != 0) {
-        if inner == RESERVED_LKEY {
+    let mut reached = 0u64;
+    for &(bytes, inner, address) in klms {
+        if reached >= len {
+            break;
+        }
+        reached = reached.saturating_add(u64::from(bytes));
+        if bytes == 0 || inner == RESERVED_LKEY {
             continue;
         }
         let region = core.res.mkeys.get(inner >> 8).ok_or(BindFault::NoRegion)?;
