@@ -288,7 +288,10 @@ impl CapSet {
         r.set_sw_r_roce_src_udp_port(true)
             .set_fl_rc_qp_when_roce_disabled(true)
             .set_fl_rc_qp_when_roce_enabled(true)
-            .set_qp_ts_format(1)
+            // Free-running timestamps only (MLX5_TIMESTAMP_FORMAT_CAP_FREE_RUNNING), a
+            // ConnectX-6 Dx's default configuration; real time is an mlxconfig option. mlx5_ib
+            // refuses a QP on a timestamping CQ unless free running is offered (get_ts_format).
+            .set_qp_ts_format(0)
             .set_l3_type(l3_type_cap::IPV4 | l3_type_cap::IPV6)
             .set_roce_version(roce_version_cap::V2)
             .set_r_roce_dest_udp_port(ROCE_V2_UDP_DPORT)
