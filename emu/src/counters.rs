@@ -198,6 +198,10 @@ counter_set! {
         /// DC requests dropped because every responder context of their DCT was busy with
         /// another initiator (the initiator's retransmission tries again).
         dc_responders_busy,
+        /// SENDs to a tag-matching XRQ too short for a tag-matching header or naming an
+        /// operation other than no-tag, eager or rendezvous: delivered whole to an ordinary
+        /// receive WQE as no-tag messages.
+        tm_malformed,
         /// UD and GSI (QP1) datagrams sent.
         ud_sent,
         /// UD and GSI datagrams delivered into receive WQEs (completed with success).

@@ -32,6 +32,7 @@ use cxdirect_hw::wq::{
 use cxdirect_hw::wqe::{CtrlSeg, DataSeg, EthSeg, SrqNextSeg};
 use std::sync::Arc;
 
+pub mod devx;
 pub mod pattern;
 pub mod poll;
 pub mod rc;
@@ -40,6 +41,7 @@ pub mod signature_dv;
 pub mod signature_pair;
 pub mod ud;
 pub mod umr;
+pub mod window;
 
 /// IOVA where the host memory is mapped.
 pub const IOVA_BASE: u64 = 0x10_0000_0000;

@@ -317,6 +317,26 @@ pub enum RemoteAccess {
     Atomic,
 }
 
+/// [`check_remote`] for a request arriving on QP `qpn`: a key bound to a QP (a type 2 memory
+/// window, `engine::window`) serves requests on that QP only (IBA 10.6.7.2: the window's QP
+/// must be the one the request targets); one bound to none serves every QP of its PD.
+pub(crate) fn check_remote_on(
+    core: &Core,
+    rkey: u32,
+    pd: u32,
+    qpn: u32,
+    addr: u64,
+    len: u64,
+    access: RemoteAccess,
+) -> Result<(), KeyFault> {
+    check_remote(core, rkey, pd, addr, len, access)?;
+    let key = core.res.mkeys.get(rkey >> 8).ok_or(KeyFault::NoKey)?;
+    if key.qpn != crate::objects::UNBOUND_QPN && key.qpn != qpn {
+        return Err(KeyFault::Access);
+    }
+    Ok(())
+}
+
 /// Checks a peer's access to `[addr, addr + len)` through `rkey` for a QP in protection domain
 /// `pd`: the key exists, is of that PD, grants `access` remotely and covers the range (the
 /// MTT entries' own read/write bits are checked when the data moves, by [`translate`]). The

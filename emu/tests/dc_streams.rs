@@ -17,7 +17,12 @@
 
 mod dc_kit;
 
+use cxdirect_emu::testkit::rc::RemoteRights;
+use cxdirect_emu::testkit::IOVA_BASE;
 use dc_kit::*;
+
+/// `MLX5_CQE_SYNDROME_LOCAL_PROT_ERR`.
+const LOCAL_PROT_ERR: u8 = 0x04;
 
 /// Polls every CQE of A's CQ: (opcode, syndrome, WQE counter) each.
 fn requester_cqes(r: &mut Rig) -> Vec<(u8, u8, u16)> {
@@ -215,23 +220,112 @@ fn one_errored_stream_allowed_is_an_ordinary_dci_on_error() {
 }
 
 #[test]
-fn a_stream_past_the_dcis_channels_is_an_error_cqe() {
+fn test_dc_rdma_write_stream_identifiers_past_the_channel_count_carry_wqes() {
+    // rdma-core's `generate_stream_id` (tests/mlx5_base.py) cycles a DCI's stream ids up to
+    // two past its stream count and expects every WQE to complete: an identifier is not a
+    // channel index (mlx5dv_create_qp(3): the count is how many streams run in parallel).
     let mut r = rig_streams(1, 1);
-    let land = r.post_recv(64);
+    let lands: Vec<u64> = (0..3).map(|_| r.post_recv(64)).collect();
     let to = r.to(0);
-    r.post_on(2, opcode::SEND, to, None, b"no such stream");
+    for stream in [2u16, 3, 0x1234] {
+        r.post_on(stream, opcode::SEND, to, None, b"past");
+    }
     r.settle();
-    // Not a stream the DCI has: a malformed WQE, which fails the DCI as on an ordinary one.
-    assert_eq!(requester_cqes(&mut r), vec![(REQ_ERR, LOCAL_QP_OP_ERR, 0)]);
-    assert_eq!(r.b.read(land, 4), vec![0; 4]);
-    assert_eq!(qp_state(&mut r.a, r.dci.sqn), state::ERR);
+    assert_eq!(
+        requester_cqes(&mut r),
+        vec![(REQ, 0, 0), (REQ, 0, 2), (REQ, 0, 4)]
+    );
+    for land in lands {
+        assert_eq!(r.b.read(land, 4), b"past");
+    }
+    assert_eq!(qp_state(&mut r.a, r.dci.sqn), state::RTS);
+}
+
+/// A key over A's memory in another PD of A: a gather through it is a local protection
+/// error, as after rdma-core's `check_bad_flow` moves the sender's region to `pd_bad`.
+fn key_of_another_pd(r: &mut Rig) -> u32 {
+    let other = r.a.alloc_pd();
+    let rights = RemoteRights {
+        read: false,
+        write: false,
+        atomic: false,
+    };
+    r.a.create_remote_mkey(other, IOVA_BASE, MEM as u64, rights, 0x5b)
 }
 
 #[test]
-fn stream_reset_is_refused_where_there_is_no_such_stream() {
+fn test_dc_send_stream_bad_flow_qp_local_protection_errors_fail_streams_until_the_limit() {
+    // `test_dc_send_stream_bad_flow_qp`: log_num_errored 2, every SEND through a key of
+    // another PD on a new stream. `bad_flow_handler_qp` counts one local protection error per
+    // stream and, at the first flush, finds the DCI in error after exactly 2^2 of them.
+    let mut r = rig_streams(3, 2);
+    let dci = r.dci.sqn;
+    let good = r.lkey_a;
+    r.lkey_a = key_of_another_pd(&mut r);
+    let to = r.to(0);
+    for stream in 1..=3u16 {
+        r.post_on(stream, opcode::SEND, to, None, b"bad pd");
+        r.settle();
+        let index = (stream - 1) * 2;
+        assert_eq!(
+            requester_cqes(&mut r),
+            vec![(REQ_ERR, LOCAL_PROT_ERR, index)],
+            "stream {stream}"
+        );
+        assert_eq!(qp_state(&mut r.a, dci), state::RTS, "stream {stream}");
+    }
+    // A stream not in error still carries WQEs; an errored one flushes.
+    let land = r.post_recv(64);
+    r.lkey_a = good;
+    r.post_on(7, opcode::SEND, to, None, b"good");
+    r.post_on(2, opcode::SEND, to, None, b"errored");
+    r.settle();
+    assert_eq!(
+        requester_cqes(&mut r),
+        vec![(REQ, 0, 6), (REQ_ERR, WR_FLUSH_ERR, 8)]
+    );
+    assert_eq!(r.b.read(land, 4), b"good");
+    // The fourth stream in error reaches the limit: its own error, then the DCI in error.
+    r.lkey_a = key_of_another_pd(&mut r);
+    r.post_on(4, opcode::SEND, to, None, b"bad pd");
+    r.settle();
+    assert_eq!(requester_cqes(&mut r), vec![(REQ_ERR, LOCAL_PROT_ERR, 10)]);
+    assert_eq!(qp_state(&mut r.a, dci), state::ERR);
+    r.post_on(5, opcode::SEND, to, None, b"after");
+    r.settle();
+    assert_eq!(requester_cqes(&mut r), vec![(REQ_ERR, WR_FLUSH_ERR, 12)]);
+}
+
+#[test]
+fn a_stream_local_error_behind_outstanding_wqes_completes_after_them() {
+    let mut r = rig_streams(2, 2);
+    let lands: Vec<u64> = (0..2).map(|_| r.post_recv(64)).collect();
+    let to = r.to(0);
+    r.post_on(1, opcode::SEND, to, None, b"first");
+    let good = r.lkey_a;
+    r.lkey_a = key_of_another_pd(&mut r);
+    r.post_on(2, opcode::SEND, to, None, b"bad pd");
+    r.lkey_a = good;
+    r.post_on(3, opcode::SEND, to, None, b"third");
+    r.settle();
+    r.settle();
+    assert_eq!(
+        requester_cqes(&mut r),
+        vec![(REQ, 0, 0), (REQ_ERR, LOCAL_PROT_ERR, 2), (REQ, 0, 4)],
+        "in posting order"
+    );
+    assert_eq!(r.b.read(lands[0], 5), b"first");
+    assert_eq!(r.b.read(lands[1], 5), b"third");
+    assert_eq!(qp_state(&mut r.a, r.dci.sqn), state::RTS);
+}
+
+#[test]
+fn stream_reset_is_refused_for_a_stream_not_in_error() {
     let mut r = rig_streams(1, 1);
     let dci = r.dci.sqn;
-    reset_stream(&mut r.a, dci, 1).expect("a stream not in error: nothing to do");
+    // `dci_reset_stream_id` (tests/mlx5_base.py) expects the reset of a good stream to fail.
+    let good = reset_stream(&mut r.a, dci, 1).unwrap_err();
+    assert_eq!(refused_with(good), CmdStatus::BadParameter as u8);
     let past = reset_stream(&mut r.a, dci, 2).unwrap_err();
     assert_eq!(refused_with(past), CmdStatus::BadParameter as u8);
     // An ordinary DCI has no streams to reset.

@@ -403,6 +403,11 @@ layout! {
         log_max_current_mc_list: u8 @ 0x3f3 [0x5],
         /// Log2 of the maximum number of unicast MACs in a vport's current list.
         log_max_current_uc_list: u8 @ 0x3fb [0x5],
+        /// Log2 of the maximum number of user contexts (CREATE_UCTX); 0: none, and then
+        /// mlx5_ib offers no DEVX (`mlx5_ib_devx_create`).
+        log_max_uctx: u8 @ 0x463 [0x5],
+        /// Log2 of the maximum number of registered user memory regions (CREATE_UMEM).
+        log_max_umem: u8 @ 0x46b [0x5],
         /// SIG_ERR CQEs name the failing domain and signature type; libmlx5
         /// (`get_hca_sig_caps`) offers block signatures only with it and `sho`.
         sigerr_domain_and_sig_type: bool @ 0x480 [0x1],
@@ -444,6 +449,9 @@ layout! {
         log_tag_matching_list_sz: u8 @ 0x5f3 [0x5],
         /// Log2 of the maximum number of XRQs.
         log_max_xrq: u8 @ 0x5fb [0x5],
+        /// Capabilities a user context may ask for at CREATE_UCTX (`MLX5_UCTX_CAP_RAW_TX`
+        /// bit 0, `MLX5_UCTX_CAP_INTERNAL_DEV_RES` bit 1).
+        uctx_cap: u32 @ 0x6a0 [0x20],
     }
 }
 

@@ -266,6 +266,10 @@ device_codes! {
         DrainDct = 0x712 => "DRAIN_DCT",
         QueryDct = 0x713 => "QUERY_DCT",
         ArmDctForKeyViolation = 0x714 => "ARM_DCT_FOR_KEY_VIOLATION",
+        CreateXrq = 0x717 => "CREATE_XRQ",
+        DestroyXrq = 0x718 => "DESTROY_XRQ",
+        QueryXrq = 0x719 => "QUERY_XRQ",
+        ArmXrq = 0x71a => "ARM_XRQ",
         QueryVportState = 0x750 => "QUERY_VPORT_STATE",
         ModifyVportState = 0x751 => "MODIFY_VPORT_STATE",
         QueryNicVportContext = 0x754 => "QUERY_NIC_VPORT_CONTEXT",
@@ -324,6 +328,10 @@ device_codes! {
         QueryFlowTableEntry = 0x937 => "QUERY_FLOW_TABLE_ENTRY",
         DeleteFlowTableEntry = 0x938 => "DELETE_FLOW_TABLE_ENTRY",
         ModifyFlowTable = 0x93c => "MODIFY_FLOW_TABLE",
+        CreateUctx = 0xa04 => "CREATE_UCTX",
+        DestroyUctx = 0xa06 => "DESTROY_UCTX",
+        CreateUmem = 0xa08 => "CREATE_UMEM",
+        DestroyUmem = 0xa0a => "DESTROY_UMEM",
     }
 }
 

@@ -168,6 +168,13 @@ layout! {
         srqn: u32 @ 0x108 [0x18],
         /// Immediate data, invalidated key or P_Key.
         imm_inval_pkey: u32 @ 0x120 [0x20],
+        /// Offload application of the completion (1: tag matching,
+        /// [`CQE_APP_TAG_MATCHING`](crate::xrq::CQE_APP_TAG_MATCHING)).
+        app: u8 @ 0x140 [0x8],
+        /// The application's operation ([`cqe_app_op`](crate::xrq::cqe_app_op)).
+        app_op: u8 @ 0x148 [0x8],
+        /// The application's datum (tag matching: the list entry).
+        app_info: u16 @ 0x150 [0x10],
         /// Bytes written (receive) or sent.
         byte_cnt: u32 @ 0x160 [0x20],
         /// Completion timestamp in device clock ticks.

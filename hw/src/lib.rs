@@ -23,6 +23,7 @@ pub mod counters;
 pub mod cq;
 pub mod cqe;
 pub mod dct;
+pub mod devx;
 pub mod doorbell;
 pub mod eq;
 pub mod eqe;
@@ -44,5 +45,6 @@ pub mod umr;
 pub mod vport;
 pub mod wq;
 pub mod wqe;
+pub mod xrq;
 
 pub use layout::{FieldInfo, FieldKind, FieldValue, Layout, LayoutError};

@@ -149,12 +149,19 @@ layout! {
         opcode: u16 @ 0x0 [0x10],
         /// Operation modifier (0).
         op_mod: u16 @ 0x30 [0x10],
-        /// The translation entries may be changed later by UMR (page access). (rdma-core's
-        /// newer header adds `mkey_umem_valid` after this bit; the Linux header used here has
-        /// not.)
+        /// The translation entries may be changed later by UMR (page access).
         pg_access: bool @ 0x60 [0x1],
+        /// An MTT key's translation is umem `mkey_umem_id` from `mkey_umem_offset` instead of
+        /// `klm_pas_mtt` (mlx5_ib's `devx_handle_mkey_create` sets it on every DEVX MTT key;
+        /// the bit from rdma-core's `mlx5_ifc.h`).
+        mkey_umem_valid: bool @ 0x61 [0x1],
         /// Number of 16-byte units of translation entries actually supplied in `klm_pas_mtt`.
         translations_octword_actual_size: u32 @ 0x300 [0x20],
+        /// The umem holding the key's pages (with `mkey_umem_valid`; offsets from rdma-core's
+        /// `CreateMkeyIn` in `tests/mlx5_prm_structs.py`).
+        mkey_umem_id: u32 @ 0x320 [0x20],
+        /// Byte offset in the umem of the key's `start_addr` (with `mkey_umem_valid`).
+        mkey_umem_offset: u64 @ 0x340 [0x40],
     }
     nested {
         /// The new key's context.

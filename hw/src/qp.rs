@@ -419,6 +419,9 @@ layout! {
         dc_access_key: u64 @ 0x640 [0x40],
         /// `dbr_umem_id` names a registered umem instead of `dbr_addr`.
         dbr_umem_valid: bool @ 0x683 [0x1],
+        /// Umem holding the doorbell record (with `dbr_umem_valid`); `dbr_addr` is then the
+        /// record's offset in it.
+        dbr_umem_id: u32 @ 0x720 [0x20],
     }
     nested {
         /// Primary address path.

@@ -31,6 +31,9 @@ pub mod flags {
     pub const CHECK_FREE: u8 = 2 << 5;
     /// Mask of the two free-state check bits.
     pub const CHECK_MASK: u8 = 3 << 5;
+    /// Fail unless the key is bound to the posting QP (`MLX5_WQE_UMR_CTRL_FLAG_CHECK_QPN` in
+    /// rdma-core's `mlx5dv.h`: libmlx5's IBV_WR_LOCAL_INV of a type 2 memory window).
+    pub const CHECK_QPN: u8 = 1 << 3;
     /// The translation list follows the memory key segment inline.
     pub const INLINE: u8 = 1 << 7;
 }

@@ -209,6 +209,16 @@ layout! {
         /// Striding RQ: log2 of the stride size in bytes, minus
         /// [`striding::LOG_STRIDE_BYTES_BASE`] (0..=7: 64..=8,192 bytes).
         log_wqe_stride_size: u8 @ 0x13d [0x3],
+        /// The doorbell record is in umem `dbr_umem_id`, at offset `dbr_addr` (DEVX).
+        dbr_umem_valid: bool @ 0x120 [0x1],
+        /// The ring is in umem `wq_umem_id`, at `wq_umem_offset`, instead of `pas` (DEVX).
+        wq_umem_valid: bool @ 0x121 [0x1],
+        /// Umem holding the doorbell record (with `dbr_umem_valid`).
+        dbr_umem_id: u32 @ 0x140 [0x20],
+        /// Umem holding the ring (with `wq_umem_valid`).
+        wq_umem_id: u32 @ 0x160 [0x20],
+        /// Offset of the ring in its umem, in bytes (with `wq_umem_valid`).
+        wq_umem_offset: u64 @ 0x180 [0x40],
     }
     arrays {
         /// Bus addresses of the WQ buffer's pages (`cmd_pas`: bits 63..12 of each address, the
@@ -315,6 +325,8 @@ layout! {
     pub struct CreateSqIn("create_sq_in", 0x110) {
         /// Command opcode: [`Opcode::CreateSq`](crate::cmd::Opcode::CreateSq).
         opcode: u16 @ 0x00 [0x10],
+        /// User context the queue belongs to (0: the function's own driver).
+        uid: u16 @ 0x10 [0x10],
         /// Operation modifier (0).
         op_mod: u16 @ 0x30 [0x10],
     }
@@ -379,6 +391,8 @@ layout! {
     pub struct CreateRqIn("create_rq_in", 0x110) {
         /// Command opcode: [`Opcode::CreateRq`](crate::cmd::Opcode::CreateRq).
         opcode: u16 @ 0x00 [0x10],
+        /// User context the queue belongs to (0: the function's own driver).
+        uid: u16 @ 0x10 [0x10],
         /// Operation modifier (0).
         op_mod: u16 @ 0x30 [0x10],
     }
@@ -443,6 +457,8 @@ layout! {
     pub struct CreateRmpIn("create_rmp_in", 0x110) {
         /// Command opcode: [`Opcode::CreateRmp`](crate::cmd::Opcode::CreateRmp).
         opcode: u16 @ 0x00 [0x10],
+        /// User context the queue belongs to (0: the function's own driver).
+        uid: u16 @ 0x10 [0x10],
         /// Operation modifier (0).
         op_mod: u16 @ 0x30 [0x10],
     }

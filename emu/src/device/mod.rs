@@ -135,6 +135,10 @@ pub struct MemoryKeyView {
     pub free: bool,
     /// Created in page-access mode: the MTT entries' rd_en/wr_en bits are access control.
     pub pg_access: bool,
+    /// The QP the key is bound to (a type 2 memory window's), 0xffffff when none.
+    pub qpn: u32,
+    /// Remote atomics allowed.
+    pub atomic: bool,
 }
 
 impl Device {
@@ -389,6 +393,8 @@ impl Device {
             pd: key.pd,
             free: key.free,
             pg_access: key.pg_access,
+            qpn: key.qpn,
+            atomic: key.atomic,
         })
     }
 

@@ -326,6 +326,62 @@ fn post_plain(core: &mut Core, cqn: u32, cqe: &mut [u8; CQE_SIZE]) -> Result<(),
     Ok(())
 }
 
+/// Why a resize did not happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ResizeRefused {
+    /// No such CQ, or it is in error.
+    Unusable,
+    /// The consumer index cannot be read from the doorbell record.
+    Dma,
+    /// The completions not yet consumed do not fit the new size, or the old buffer has no
+    /// room for the resize CQE.
+    TooManyOutstanding,
+}
+
+/// Resizes CQ `cqn` to `new` (`2^new_log_size` entries): writes the resize CQE (opcode
+/// RESIZE_CQ) in the old buffer at the producer index, then takes every later CQE to the new
+/// buffer, the producer index running on. That is where the software looks for it: libmlx5's
+/// `mlx5_cq_resize_copy_cqes` and mlx5_ib's `copy_resize_cqes` copy the CQEs from their
+/// consumer index up to the resize CQE, each one slot further into the new buffer, with the
+/// new buffer's owner bit, then move the consumer index past the resize CQE. The model raises
+/// no completion event for the resize CQE. Refused, changing nothing, when the completions not
+/// yet consumed do not fit the new size (mlx5_core's `BAD_SIZE_OUTS_CQES`, which
+/// `cmd_status_to_err` makes -EINVAL, what rdma-core's `test_resize_cq` expects).
+pub(crate) fn resize(
+    core: &mut Core,
+    cqn: u32,
+    new: crate::objects::QueueBuffer,
+    new_log_size: u8,
+) -> Result<(), ResizeRefused> {
+    flush(core, cqn);
+    let Some(cq) = core.res.cqs.get(cqn) else {
+        return Err(ResizeRefused::Unusable);
+    };
+    if cq.in_error {
+        return Err(ResizeRefused::Unusable);
+    }
+    let (pi, log_size, dbr, overrun_ignore) = (cq.pi, cq.log_size, cq.dbr, cq.overrun_ignore);
+    if !overrun_ignore {
+        add(&core.counters.dbrec_reads, 1);
+        let ci = core.dma_read_be32(dbr).map_err(|_| ResizeRefused::Dma)? & 0x00ff_ffff;
+        let outstanding = (pi & 0x00ff_ffff).wrapping_sub(ci) & 0x00ff_ffff;
+        if outstanding >= 1 << log_size || outstanding > 1 << new_log_size {
+            return Err(ResizeRefused::TooManyOutstanding);
+        }
+    }
+    let mut cqe = [0u8; CQE_SIZE];
+    let owner = ((pi >> log_size) & 1) as u8;
+    cqe[63] = (CqeOpcode::ResizeCq as u8) << 4 | owner;
+    write_slot(core, cqn, pi, &cqe).map_err(|_| ResizeRefused::Dma)?;
+    add(&core.counters.cqe_slot_writes, 1);
+    if let Some(cq) = core.res.cqs.get_mut(cqn) {
+        cq.pi = pi.wrapping_add(1);
+        cq.buf = new;
+        cq.log_size = new_log_size;
+    }
+    Ok(())
+}
+
 /// Moves CQ `cqn` to error and posts a CQ error event with `syndrome` to the async EQ: the
 /// device writes nothing more to it until the driver destroys it.
 fn enter_error(core: &mut Core, cqn: u32, syndrome: u8) {

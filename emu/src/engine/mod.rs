@@ -20,6 +20,7 @@ pub(crate) mod sq;
 pub(crate) mod striding;
 pub(crate) mod ud;
 pub(crate) mod umr;
+pub(crate) mod window;
 
 use crate::function::{Core, EngineRequests};
 use crate::objects::WorkQueue;

@@ -2,7 +2,9 @@
 //! key in place, posted on the REG_UMR QP Linux's mlx5_ib opens for itself (enable, disable,
 //! load translations, change PD and access: `mlx5r_umr_post_send` in
 //! `drivers/infiniband/hw/mlx5/umr.c`) and on a kernel ULP's RC QP (fast registration and
-//! local invalidation: `set_reg_wr`, `set_linv_wr` in `wr.c`).
+//! local invalidation: `set_reg_wr`, `set_linv_wr` in `wr.c`), and on a user's QP by libmlx5
+//! (a memory window's bind, unbind and local invalidation, `set_bind_wr` in rdma-core's
+//! `providers/mlx5/qp.c`, held to the bind rules of [`window`](super::window)).
 //!
 //! The WQE is a control segment (its `imm` names the key), a [`UmrCtrlSeg`], the new key fields
 //! as a memory key context, then the translation list, inline or through one data segment.
@@ -10,6 +12,7 @@
 //! requester reports it with an error CQE.
 
 use crate::function::Core;
+use crate::objects::UNBOUND_QPN;
 use crate::translate::{entries_per_octoword, mtt_page_ok, translate};
 use cxdirect_hw::cqe::CqeSyndrome;
 use cxdirect_hw::mkey::{
@@ -55,6 +58,9 @@ pub(crate) struct Poster {
     pub pd: u32,
     /// The REG_UMR QP: no PD check on the key.
     pub privileged: bool,
+    /// The posting QP's number: what a type 2 window's bind names (`qpn` with the QPN mask
+    /// bit) and its invalidation checks (`flags::CHECK_QPN`).
+    pub qpn: u32,
 }
 
 /// The translation entries a UMR writes: MTT entries, KLMs, or KSM entries as the list's
@@ -85,19 +91,35 @@ pub(crate) fn execute(
         return Err(malformed);
     }
     let key = core.res.mkeys.get(mkey >> 8).ok_or(protection)?;
+    // A window's bind refused for the window's state or PD, or for what it names, completes
+    // with the bind error (`engine::window`); other keys' with a protection error.
+    let bind = crate::engine::window::is_bind(poster, key);
+    let denied = if bind {
+        CqeSyndrome::MwBind
+    } else {
+        protection
+    };
     // With the KEY bit the UMR gives the key its new variant (fast registration names the key
     // by it); without, the WQE must name the key as it is.
     if mask & mkey_mask::KEY == 0 && key.variant != mkey as u8 {
         return Err(protection);
     }
-    if !key.umr_en || (!poster.privileged && key.pd != poster.pd) {
+    if !key.umr_en {
         return Err(protection);
     }
+    if !poster.privileged && key.pd != poster.pd {
+        return Err(denied);
+    }
     match ctrl.flags() & flags::CHECK_MASK {
-        flags::CHECK_NOT_FREE if !key.free => return Err(protection),
-        flags::CHECK_FREE if key.free => return Err(protection),
+        flags::CHECK_NOT_FREE if !key.free => return Err(denied),
+        flags::CHECK_FREE if key.free => return Err(denied),
         flags::CHECK_MASK => return Err(malformed),
         _ => {}
+    }
+    // libmlx5's IBV_WR_LOCAL_INV of a type 2 window: only the QP it is bound to invalidates
+    // it (a free window is bound to none).
+    if ctrl.flags() & flags::CHECK_QPN != 0 && key.qpn != poster.qpn {
+        return Err(denied);
     }
     let mode = key.access_mode;
     let octowords = usize::from(ctrl.xlt_octowords());
@@ -175,8 +197,34 @@ pub(crate) fn execute(
     {
         return Err(malformed);
     }
-    if mask & mkey_mask::QPN != 0 && seg.qpn() != 0x00ff_ffff {
+    // A key is bound to no QP, or (a type 2 window's bind, `set_umr_mkey_seg`) to the QP
+    // posting the bind; never to another QP.
+    let qpn = seg.qpn();
+    if mask & mkey_mask::QPN != 0 && qpn != UNBOUND_QPN && (poster.privileged || qpn != poster.qpn)
+    {
         return Err(malformed);
+    }
+    if bind {
+        if let Some((_, Entries::Klm(list))) = &entries {
+            let pick = |bit: u64, new: bool, old: bool| if mask & bit != 0 { new } else { old };
+            let rights = crate::engine::window::Rights {
+                local_write: pick(mkey_mask::LW, seg.lw(), key.local_write),
+                remote_write: pick(mkey_mask::RW, seg.rw(), key.remote_write),
+                atomic: pick(mkey_mask::A, seg.a(), key.atomic),
+            };
+            let window_pd = if mask & mkey_mask::PD != 0 {
+                pd
+            } else {
+                key.pd
+            };
+            let window_len = if mask & mkey_mask::LEN != 0 {
+                seg.len()
+            } else {
+                key.len
+            };
+            crate::engine::window::check_klms(core, window_pd, window_len, rights, list)
+                .map_err(|_| CqeSyndrome::MwBind)?;
+        }
     }
     let key = core.res.mkeys.get_mut(mkey >> 8).ok_or(protection)?;
     let (start, len) = (
@@ -242,6 +290,9 @@ pub(crate) fn execute(
     }
     if mask & mkey_mask::KEY != 0 {
         key.variant = seg.mkey_7_0();
+    }
+    if mask & mkey_mask::QPN != 0 {
+        key.qpn = qpn;
     }
     let access = [
         (mkey_mask::LR, &mut key.local_read, seg.lr()),

@@ -130,6 +130,11 @@ impl CapSet {
             .set_umr_modify_entity_size_disabled(false)
             .set_umr_modify_atomic_disabled(false)
             .set_umr_ptr_rlky(true)
+            // Memory windows of types 1 and 2 (`engine::window`): mlx5_ib registers
+            // ALLOC_MW/DEALLOC_MW (`mlx5_ib_alloc_mw`, a free KLM key) and reports
+            // IB_DEVICE_MEM_WINDOW and _TYPE_2B, `max_mw`, and IBK_SG_GAPS_REG (KLM fast
+            // registration, modelled) on this bit alone (`mlx5_ib_query_device`).
+            .set_imaicl(cfg.roce)
             // Signature handover: T10-DIF keys (`crate::signature`). mlx5_ib reports
             // IBK_INTEGRITY_HANDOVER (types 1 to 3, CRC and IP checksum guards) and takes
             // IB_QP_CREATE_INTEGRITY_EN on its word alone; nvme-rdma, nvmet-rdma and iSER then
@@ -159,6 +164,8 @@ impl CapSet {
             .set_eth_net_offloads(true)
             .set_cq_oi(true)
             .set_cq_moderation(true)
+            // MODIFY_CQ resizes (`fw::cq`); without it `mlx5_ib_resize_cq` returns -ENOSYS.
+            .set_cq_resize(true)
             // On-demand paging (`engine::rc::page_fault`): mlx5_ib's
             // `mlx5_ib_internal_fill_odp_caps` then reads the ODP page below, and mlx5_core's
             // `handle_hca_cap_odp` (main.c) queries it.
@@ -203,11 +210,34 @@ impl CapSet {
             .set_log_max_rqt_size(LOG_MAX_RQT_SIZE)
             .set_log_max_tis_per_sq(0)
             .set_log_max_wq_sz(LOG_MAX_WQ_SZ)
+            // User contexts and umems (DEVX): mlx5_ib opens a whitelist context at probe and
+            // offers DEVX only when `log_max_uctx` is non-zero (`mlx5_ib_devx_create`); a
+            // ConnectX-6 Dx offers it. The sizes are the model's tables; `uctx_cap` offers raw
+            // Ethernet sends (`MLX5_UCTX_CAP_RAW_TX`, which mlx5_ib asks for a CAP_NET_RAW
+            // caller), the model sending a DEVX SQ's frames as any SQ's, and not the
+            // internal-resources capability, which names nothing the model has.
+            .set_log_max_uctx(crate::objects::limits::LOG_MAX_UCTX)
+            .set_log_max_umem(crate::objects::limits::LOG_MAX_UMEM)
+            .set_uctx_cap(cxdirect_hw::devx::UCTX_CAP_RAW_TX)
             .set_log_max_current_uc_list(4)
             .set_log_max_current_mc_list(8)
             .set_log_max_vlan_list(8)
             .set_num_of_uars_per_page(1)
             .set_cqe_compression(true)
+            // Hardware tag matching over RC (`fw::xrq`, `engine::rc::tag_matching`), as a
+            // ConnectX-5 or later offers it: mlx5_ib reports `max_num_tags`
+            // 2^log_tag_matching_list_sz - 1 and, with `rndv_offload_rc`, IBV_TM_CAP_RC and a
+            // 64-byte rendezvous header (`mlx5_ib_query_device`). A list of 1024 entries
+            // (log 10) is the model's choice, within the field's range; DC tag matching
+            // (`rndv_offload_dc`) is not modelled.
+            .set_tag_matching(cfg.roce)
+            .set_rndv_offload_rc(cfg.roce)
+            .set_log_tag_matching_list_sz(if cfg.roce {
+                crate::fw::xrq::LOG_TAG_MATCHING_LIST_SZ
+            } else {
+                0
+            })
+            .set_log_max_xrq(if cfg.roce { 12 } else { 0 })
             .set_striding_rq(cfg.striding_rq)
             .set_log_min_stride_sz_rq(cxdirect_hw::wq::striding::LOG_STRIDE_BYTES_BASE)
             .set_log_max_stride_sz_rq(cxdirect_hw::wq::striding::MAX_LOG_STRIDE_BYTES)
@@ -258,7 +288,10 @@ impl CapSet {
         r.set_sw_r_roce_src_udp_port(true)
             .set_fl_rc_qp_when_roce_disabled(true)
             .set_fl_rc_qp_when_roce_enabled(true)
-            .set_qp_ts_format(1)
+            // Free-running timestamps only (MLX5_TIMESTAMP_FORMAT_CAP_FREE_RUNNING), a
+            // ConnectX-6 Dx's default configuration; real time is an mlxconfig option. mlx5_ib
+            // refuses a QP on a timestamping CQ unless free running is offered (get_ts_format).
+            .set_qp_ts_format(0)
             .set_l3_type(l3_type_cap::IPV4 | l3_type_cap::IPV6)
             .set_roce_version(roce_version_cap::V2)
             .set_r_roce_dest_udp_port(ROCE_V2_UDP_DPORT)

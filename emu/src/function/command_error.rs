@@ -92,6 +92,17 @@ pub enum Syndrome {
     /// A multicast group command's parameter: a GID that is not multicast, a QP that is not
     /// UD, a QP not attached to the group it leaves.
     BadMcgParams = 0x0c0d_00b0,
+    /// The command's `uid` names no live user context (CREATE_UCTX never returned it, or
+    /// DESTROY_UCTX took it).
+    UnknownUid = 0x0c0d_00c0,
+    /// The command's `uid` does not own the object it names: a user context may modify,
+    /// query or destroy only its own objects (uid 0, the function's driver, may touch any).
+    UidMismatch = 0x0c0d_00c1,
+    /// A umem cannot hold what a command placed in it: a range past its end, a misaligned
+    /// offset, a page list that does not cover the umem, or a page size out of range.
+    BadUmem = 0x0c0d_00c2,
+    /// CREATE_UCTX asked for a capability outside `uctx_cap`.
+    UctxCapDenied = 0x0c0d_00c3,
     /// Refused on purpose: [`crate::Fault::RefuseCommand`], [`crate::Fault::RefuseCommandAfter`].
     Refused = 0x0c0d_00f0,
 }

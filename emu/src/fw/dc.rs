@@ -33,7 +33,8 @@ pub(crate) fn create_dct(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
         return Err(bad_res("DCT's CQ does not exist"));
     }
     // mlx5_ib names the SRQ the DCT was created with: a basic SRQ is an RMP (`srq_cmd.c`).
-    if !core.res.rmps.contains(ctx.srqn_xrqn()) {
+    // A DC XRQ (DC tag matching) is not modelled.
+    if !core.res.is_rmp(ctx.srqn_xrqn()) {
         return Err(bad_res("DCT's SRQ (RMP) does not exist"));
     }
     let code = ctx.mtu();
@@ -127,6 +128,7 @@ fn responder_context(
         },
         dbr: 0,
         log_sq_size: None,
+        rndv_offload: false,
         receive: RcReceive::Shared(ctx.srqn_xrqn()),
         user_index: ctx.user_index(),
         log_msg_max: LOG_MAX_MSG,

@@ -44,16 +44,12 @@ pub(super) fn streams_at_create(
             "DCI stream counts above log_max_dci_stream_channels or log_max_dci_errored_streams",
         ));
     }
-    Ok(Some(DciStreams {
-        log_channels: channels,
-        log_errored: errored,
-        errored: 0,
-    }))
+    Ok(Some(DciStreams::new(channels, errored)))
 }
 
 /// The attributes of RTS2RTS_QP's context extension (`input`) applied to `next`: a stream
-/// reset takes the stream out of error (a stream not in error stays as it is). The extension
-/// must be there (`qpc_ext` and the input long enough), the QP a DCI with that stream; an
+/// reset takes the stream out of error. The extension must be there (`qpc_ext` and the input
+/// long enough), the QP a DCI with that stream in error; an
 /// extension attribute the model does not take is refused.
 pub(super) fn rts2rts_extension(input: &[u8], next: &mut Qp) -> CmdResult {
     let cmd = Rts2rtsQpIn::new(input).map_err(|_| {
@@ -88,12 +84,13 @@ pub(super) fn rts2rts_extension(input: &[u8], next: &mut Qp) -> CmdResult {
             "a stream reset on a QP without DCI streams",
         ));
     };
-    if !streams.has(stream) {
+    // rdma-core's DCI stream test (`dci_reset_stream_id` in tests/mlx5_base.py) expects the
+    // reset of a stream that is not in error to fail.
+    if !streams.reset(stream) {
         return Err(bad_param(
             Syndrome::BadQpParams,
-            "a stream reset past the DCI's stream channels",
+            "a stream reset of a stream not in error",
         ));
     }
-    streams.errored &= !(1u32 << stream);
     Ok(())
 }

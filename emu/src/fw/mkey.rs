@@ -9,7 +9,7 @@ use super::{
     Syndrome,
 };
 use crate::objects::ksm::KsmTable;
-use crate::objects::Mkey;
+use crate::objects::{Mkey, UNBOUND_QPN};
 pub(crate) use crate::translate::{entries_per_octoword, mtt_page_ok, xlt_capacity};
 use crate::translate::{MAX_XLT_ENTRIES, NULL_MKEY, RESERVED_LKEY};
 use cxdirect_hw::mkey::{
@@ -56,7 +56,9 @@ pub(crate) fn query_special_contexts(output: &mut [u8]) -> CmdResult {
 /// `_mlx5_alloc_mkey_descs` (a free, empty MTT or KLM key for fast registration, length 0,
 /// `log_page_size` 0 for KLM) and the mkey cache's `set_cache_mkc`; and KSM keys, whose
 /// entries each map one block of `2^log_page_size` bytes (mlx5_ib's implicit ODP keys,
-/// `MLX5_IMR_KSM_CACHE_ENTRY` in odp.c; UCX's indirect keys through DEVX).
+/// `MLX5_IMR_KSM_CACHE_ENTRY` in odp.c; UCX's indirect keys through DEVX). A memory window
+/// (`mlx5_ib_alloc_mw`) is a free, empty KLM key of `umr_en`, `lr`, four KLMs, and `en_rinval`
+/// for type 2, bound later by libmlx5's UMR WQEs (`engine::window`).
 pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
     let cmd = input_as!(CreateMkeyIn<&[u8]>, input);
     let mkc = cmd.memory_key_mkey_entry();
@@ -77,7 +79,7 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
     if !core.res.pds.contains(mkc.pd()) {
         return Err(bad_res("memory key protection domain does not exist"));
     }
-    if mkc.qpn() != 0x00ff_ffff {
+    if mkc.qpn() != UNBOUND_QPN {
         return Err(bad_param(
             Syndrome::BadMkeyParams,
             "memory key qpn must be 0xffffff (not bound to a QP)",
@@ -91,7 +93,8 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
             "a signature key is a KLM key with a four-octoword BSF",
         ));
     }
-    let log_page = u32::from(mkc.log_page_size());
+    let mut log_page = u32::from(mkc.log_page_size());
+    let mut umem = None;
     let (start, len, length64) = (mkc.start_addr(), mkc.len(), mkc.length64());
     if !length64 && len >> super::caps::LOG_MAX_MRW_SZ != 0 {
         return Err(bad_param(
@@ -119,7 +122,12 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
         }
         // A KSM block is sized as an MTT page is (Linux's `mlx5_umem_mkc_find_best_pgsz`
         // bounds both by the same entity-size caps, 4 KiB to 2 GiB without the second page).
-        if matches!(mode, MKC_ACCESS_MODE_MTT | MKC_ACCESS_MODE_KSM) && !mtt_page_ok(log_page) {
+        // A key on a umem takes the umem's page size (its context's says nothing then).
+        let on_umem = mode == MKC_ACCESS_MODE_MTT && cmd.mkey_umem_valid();
+        if matches!(mode, MKC_ACCESS_MODE_MTT | MKC_ACCESS_MODE_KSM)
+            && !on_umem
+            && !mtt_page_ok(log_page)
+        {
             return Err(bad_param(
                 Syndrome::BadMkeyParams,
                 "MTT page and KSM block sizes must be 4 KiB to 2 GiB",
@@ -137,7 +145,21 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
             ));
         }
         let given = actual as usize * entries_per_octoword(mode);
-        if mode == MKC_ACCESS_MODE_MTT {
+        if mode == MKC_ACCESS_MODE_MTT && cmd.mkey_umem_valid() {
+            let uid = cxdirect_hw::cmd::CmdIn::new(input).map_or(0, |h| h.uid());
+            let (umem_log_page, entries) = super::devx::umem_mtt(
+                core,
+                uid,
+                cmd.mkey_umem_id(),
+                cmd.mkey_umem_offset(),
+                start,
+                len,
+            )?;
+            log_page = umem_log_page;
+            capacity = entries.len();
+            mtt = entries;
+            umem = Some(cmd.mkey_umem_id());
+        } else if mode == MKC_ACCESS_MODE_MTT {
             let page = 1u64 << log_page;
             let needed = ((start & (page - 1)) + len).div_ceil(page) as usize;
             // A valid key must have every page; a free one is loaded later by UMR.
@@ -179,6 +201,7 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
         pg_access: cmd.pg_access() || (mkc.umr_en() && core.hca.caps.general().pg()),
         umr_en: mkc.umr_en(),
         remote_invalidate: mkc.en_rinval(),
+        qpn: UNBOUND_QPN,
         local_read: mkc.lr(),
         local_write: mkc.lw(),
         remote_read: mkc.rr(),
@@ -195,6 +218,9 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
         release_context(core, slot);
         return Err(table_full("memory key table full"));
     };
+    if let Some(id) = umem {
+        super::devx::hold(core, &[id], (crate::objects::devx::Owned::Mkey, index));
+    }
     output_as!(CreateMkeyOut<&mut [u8]>, output).set_mkey_index(index);
     Ok(())
 }
@@ -254,7 +280,7 @@ pub(crate) fn query_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
     let mut mkc = out.memory_key_mkey_entry_mut();
     mkc.set_access_mode(key.access_mode)
         .set_pd(key.pd)
-        .set_qpn(0x00ff_ffff)
+        .set_qpn(key.qpn)
         .set_mkey_7_0(key.variant)
         .set_start_addr(key.start)
         .set_len(key.len)

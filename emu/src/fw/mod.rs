@@ -17,6 +17,7 @@ pub(crate) mod cmdif;
 pub(crate) mod cq;
 pub(crate) mod dc;
 mod dci;
+pub(crate) mod devx;
 pub(crate) mod hca;
 pub(crate) mod mcg;
 pub mod mkey;
@@ -30,6 +31,7 @@ pub(crate) mod sig;
 pub(crate) mod steering;
 pub(crate) mod transport;
 pub(crate) mod xrc;
+pub(crate) mod xrq;
 
 use crate::counters::add;
 pub(crate) use crate::function::command_error::{
@@ -112,7 +114,18 @@ fn dispatch(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
         )
     })?;
     let op_mod = header.op_mod();
+    let uid = header.uid();
     core.hca.check_allowed(opcode)?;
+    devx::check_uid(core, opcode, uid, input)?;
+    let result = run(core, opcode, op_mod, input, output);
+    if result.is_ok() {
+        devx::settle(core, opcode, uid, input, output);
+    }
+    result
+}
+
+/// Runs one command's handler.
+fn run(core: &mut Core, opcode: Opcode, op_mod: u16, input: &[u8], output: &mut [u8]) -> CmdResult {
     match opcode {
         Opcode::EnableHca => hca::enable_hca(core, input),
         Opcode::DisableHca => hca::disable_hca(core, input),
@@ -198,6 +211,10 @@ fn dispatch(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
         Opcode::ArmXrcSrq => xrc::arm_xrc_srq(core, input),
         Opcode::QueryXrcSrq => xrc::query_xrc_srq(core, input, output),
         Opcode::DestroyXrcSrq => xrc::destroy_xrc_srq(core, input),
+        Opcode::CreateXrq => xrq::create_xrq(core, input, output),
+        Opcode::QueryXrq => xrq::query_xrq(core, input, output),
+        Opcode::ArmXrq => xrq::arm_xrq(core, input),
+        Opcode::DestroyXrq => xrq::destroy_xrq(core, input),
         Opcode::CreateDct => dc::create_dct(core, input, output),
         Opcode::DrainDct => dc::drain_dct(core, input),
         Opcode::QueryDct => dc::query_dct(core, input, output),
@@ -207,6 +224,10 @@ fn dispatch(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
         Opcode::QueryRoceAddress => roce::query_roce_address(core, input, output),
         Opcode::AttachToMcg => mcg::attach_to_mcg(core, input),
         Opcode::DetachFromMcg => mcg::detach_from_mcg(core, input),
+        Opcode::CreateUctx => devx::create_uctx(core, input, output),
+        Opcode::DestroyUctx => devx::destroy_uctx(core, input),
+        Opcode::CreateUmem => devx::create_umem(core, input, output),
+        Opcode::DestroyUmem => devx::destroy_umem(core, input),
         Opcode::Nop => Ok(()),
         _ => Err(CmdError::new(
             CmdStatus::BadOpcode,

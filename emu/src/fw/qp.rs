@@ -81,12 +81,6 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
             "deth_sqpn on a QP that is not UD",
         ));
     }
-    if cmd.wq_umem_valid() || ctx.dbr_umem_valid() {
-        return Err(bad_param(
-            Syndrome::BadQpParams,
-            "umem-backed QP buffers are not modelled",
-        ));
-    }
     // The REG_UMR QP has no protection domain: each UMR names the key's own.
     if service != service_type::REG_UMR && !core.res.pds.contains(ctx.pd()) {
         return Err(bad_res("QP's PD does not exist"));
@@ -134,6 +128,20 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
             if !core.res.rmps.contains(ctx.srqn_rmpn_xrqn()) {
                 return Err(bad_res("QP's SRQ (RMP) does not exist"));
             }
+            // Tag matching is an RC offload: only RC QPs take receives from a tag-matching
+            // XRQ.
+            let tm = core
+                .res
+                .rmps
+                .get(ctx.srqn_rmpn_xrqn())
+                .and_then(|r| r.xrq.as_deref())
+                .is_some_and(|x| x.list.is_some());
+            if tm && service != service_type::RC {
+                return Err(bad_param(
+                    Syndrome::BadQpParams,
+                    "only RC QPs take receives from a tag-matching XRQ",
+                ));
+            }
             RcReceive::Shared(ctx.srqn_rmpn_xrqn())
         }
         rq_type::ZERO_LEN => RcReceive::None,
@@ -141,6 +149,18 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
             return Err(bad_param(
                 Syndrome::BadQpParams,
                 "cross-channel receive queues are not modelled",
+            ))
+        }
+    };
+    // The rendezvous offload (`offload_type` 1, the one value mlx5_ib writes) hands the QP's
+    // send side to its tag-matching XRQ.
+    let rndv_offload = match ctx.offload_type() {
+        0 => false,
+        cxdirect_hw::xrq::QPC_OFFLOAD_TYPE_RNDV => true,
+        _ => {
+            return Err(bad_param(
+                Syndrome::BadQpParams,
+                "offload_type other than none or rendezvous",
             ))
         }
     };
@@ -152,6 +172,11 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     let rq_bytes = receive.ring_bytes();
     let sq_bytes = log_sq_size.map_or(0, |log| 64u64 << log);
     let size = rq_bytes + sq_bytes;
+    // A DEVX QP (`devx_set_umem_valid`) names umems of its user context instead of a page
+    // list and a doorbell address: its rings (receive first, then send) at `wq_umem_offset`
+    // of `wq_umem_id`, its doorbell record at offset `dbr_addr` of `dbr_umem_id`.
+    let uid = cmd.uid();
+    let mut umems = Vec::new();
     let buf = if size == 0 {
         QueueBuffer {
             pas: Vec::new(),
@@ -159,6 +184,16 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
             offset: 0,
             size: 0,
         }
+    } else if cmd.wq_umem_valid() {
+        umems.push(cmd.wq_umem_id());
+        super::devx::umem_buffer(
+            core,
+            uid,
+            cmd.wq_umem_id(),
+            cmd.wq_umem_offset(),
+            size,
+            false,
+        )?
     } else {
         queue_buffer(
             ctx.log_page_size(),
@@ -169,9 +204,15 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         )?
     };
     // A QP with a ring of its own needs a doorbell record.
-    if size != 0 {
-        check_dbr(ctx.dbr_addr())?;
-    }
+    let dbr = if ctx.dbr_umem_valid() {
+        umems.push(ctx.dbr_umem_id());
+        super::devx::umem_dbr(core, uid, ctx.dbr_umem_id(), ctx.dbr_addr())?
+    } else {
+        if size != 0 {
+            check_dbr(ctx.dbr_addr())?;
+        }
+        ctx.dbr_addr()
+    };
     let dci_streams = super::dci::streams_at_create(service, &ctx)?;
     let mut stored = context_bytes(ctx.as_bytes());
     Qpc::new(&mut stored[..])
@@ -186,8 +227,9 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         cqn_snd: ctx.cqn_snd(),
         cqn_rcv: ctx.cqn_rcv(),
         buf,
-        dbr: ctx.dbr_addr(),
+        dbr,
         log_sq_size,
+        rndv_offload,
         receive,
         user_index: ctx.user_index(),
         log_msg_max: ctx.log_msg_max(),
@@ -231,6 +273,7 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         ));
     };
     attach(core, qpn, true);
+    super::devx::hold(core, &umems, (crate::objects::devx::Owned::Qp, qpn));
     output_as!(CreateQpOut<&mut [u8]>, output).set_qpn(qpn);
     Ok(())
 }
@@ -466,7 +509,7 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
         next.req = Default::default();
         next.dci = None;
         if let Some(streams) = next.dci_streams.as_mut() {
-            streams.errored = 0;
+            streams.errored_count = 0;
         }
     }
     let (old_set, new_set) = (qp.counter_set, next.counter_set);
@@ -502,6 +545,7 @@ fn clone_attrs(qp: &Qp) -> Qp {
         buf: qp.buf.clone(),
         dbr: qp.dbr,
         log_sq_size: qp.log_sq_size,
+        rndv_offload: qp.rndv_offload,
         receive: qp.receive,
         user_index: qp.user_index,
         log_msg_max: qp.log_msg_max,
@@ -690,6 +734,11 @@ fn context_of(qp: &Qp) -> Vec<u8> {
         .set_dbr_addr(qp.dbr)
         .set_user_index(qp.user_index)
         .set_no_sq(qp.log_sq_size.is_none())
+        .set_offload_type(if qp.rndv_offload {
+            cxdirect_hw::xrq::QPC_OFFLOAD_TYPE_RNDV
+        } else {
+            0
+        })
         .set_log_sq_size(qp.log_sq_size.unwrap_or(0))
         .set_log_msg_max(qp.log_msg_max)
         .set_mtu(qp.mtu)

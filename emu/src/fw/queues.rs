@@ -8,6 +8,7 @@ use super::{
     bad_param, bad_res, bad_state, input_as, output_as, CmdError, CmdResult, Core, EngineRequests,
     Syndrome,
 };
+use crate::objects::devx::Owned;
 use crate::objects::queue_state::Compression;
 use crate::objects::{
     Cq, CqArm, Eq, QState, QueueBuffer, Rmp, Rq, RqMemory, Sq, Striding, WorkQueue,
@@ -72,6 +73,12 @@ pub(crate) fn queue_buffer(
     })
 }
 
+/// The `uid` in a command input's header (0 when the input is too short to hold one: the
+/// handler then refuses it for its length).
+fn command_uid(input: &[u8]) -> u16 {
+    cxdirect_hw::cmd::CmdIn::new(input).map_or(0, |h| h.uid())
+}
+
 pub(crate) fn check_dbr(addr: u64) -> CmdResult {
     if addr == 0 || addr % 8 != 0 {
         return Err(bad_param(
@@ -82,18 +89,31 @@ pub(crate) fn check_dbr(addr: u64) -> CmdResult {
     Ok(())
 }
 
-/// Checks a work queue context and builds the model's work queue; `may_stride`: a striding
-/// receive ring (`wq_type` 3) is accepted too (an RQ with its own ring); `may_link`: a linked
-/// list (`wq_type` 0) is accepted too (an RMP, as Linux creates an RC SRQ).
-fn work_queue(
+/// Which queue a work queue context belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WqOf {
+    /// An SQ: 64-byte WQEs rung through a UAR page.
+    Sq,
+    /// An RQ with its own ring: a striding ring (`wq_type` 3) is accepted too.
+    Rq,
+    /// An RMP: a linked list (`wq_type` 0, as Linux creates an RC SRQ) is accepted too.
+    Rmp,
+}
+
+/// Checks a work queue context and builds the model's work queue, for a command under `uid`.
+/// A DEVX queue (`devx_set_umem_valid` sets both bits for CREATE_SQ, CREATE_RQ and
+/// CREATE_RMP) has its ring at `wq_umem_offset` of umem `wq_umem_id` and its doorbell record
+/// at offset `dbr_addr` of umem `dbr_umem_id`; the umems it rests on are added to `umems`.
+pub(crate) fn work_queue(
     core: &Core,
+    uid: u16,
     wq: Wq<&[u8]>,
-    send: bool,
-    may_stride: bool,
-    may_link: bool,
+    of: WqOf,
     capacity: usize,
     pas: impl Fn(usize) -> Option<u64>,
+    umems: &mut Vec<u32>,
 ) -> Result<WorkQueue, CmdError> {
+    let (send, may_stride, may_link) = (of == WqOf::Sq, of == WqOf::Rq, of == WqOf::Rmp);
     let striding = wq.wq_type() == WqType::StridingCyclic as u8 && may_stride;
     let linked = wq.wq_type() == WqType::LinkedList as u8 && may_link;
     if wq.wq_type() != WqType::Cyclic as u8 && !striding && !linked {
@@ -142,14 +162,25 @@ fn work_queue(
     if send && !core.res.uars.contains(wq.uar_page()) {
         return Err(bad_res("send queue UAR page not allocated"));
     }
-    check_dbr(wq.dbr_addr())?;
+    let dbr = if wq.dbr_umem_valid() {
+        umems.push(wq.dbr_umem_id());
+        super::devx::umem_dbr(core, uid, wq.dbr_umem_id(), wq.dbr_addr())?
+    } else {
+        check_dbr(wq.dbr_addr())?;
+        wq.dbr_addr()
+    };
     let size = (1u64 << log_size) << log_stride;
-    let buf = queue_buffer(wq.log_wq_pg_sz(), wq.page_offset(), size, capacity, pas)?;
+    let buf = if wq.wq_umem_valid() {
+        umems.push(wq.wq_umem_id());
+        super::devx::umem_buffer(core, uid, wq.wq_umem_id(), wq.wq_umem_offset(), size, false)?
+    } else {
+        queue_buffer(wq.log_wq_pg_sz(), wq.page_offset(), size, capacity, pas)?
+    };
     Ok(WorkQueue {
         buf,
         log_stride,
         log_size,
-        dbr: wq.dbr_addr(),
+        dbr,
         pd: wq.pd(),
         uar: wq.uar_page(),
         consumed: 0,
@@ -290,15 +321,39 @@ pub(crate) fn create_cq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     if !core.res.uars.contains(ctx.uar_page()) {
         return Err(bad_res("CQ UAR page not allocated"));
     }
-    check_dbr(ctx.dbr_addr())?;
     let size = entry_bytes << log_size;
-    let buf = queue_buffer(
-        ctx.log_page_size(),
-        ctx.page_offset(),
-        size,
-        cmd.pas_capacity(),
-        |i| cmd.pas(i).ok(),
-    )?;
+    // A DEVX CQ (`devx_set_umem_valid`) names umems of its user context instead of a page
+    // list and a doorbell address: the buffer at `cq_umem_offset` of `cq_umem_id` (its page
+    // size the umem's; the context's `log_page_size` and `page_offset` then say nothing), the
+    // doorbell record at offset `dbr_addr` of `dbr_umem_id`.
+    let uid = cmd.uid();
+    let mut umems = Vec::new();
+    let dbr = if ctx.dbr_umem_valid() {
+        umems.push(ctx.dbr_umem_id());
+        super::devx::umem_dbr(core, uid, ctx.dbr_umem_id(), ctx.dbr_addr())?
+    } else {
+        check_dbr(ctx.dbr_addr())?;
+        ctx.dbr_addr()
+    };
+    let buf = if cmd.cq_umem_valid() {
+        umems.push(cmd.cq_umem_id());
+        super::devx::umem_buffer(
+            core,
+            uid,
+            cmd.cq_umem_id(),
+            cmd.cq_umem_offset(),
+            size,
+            true,
+        )?
+    } else {
+        queue_buffer(
+            ctx.log_page_size(),
+            ctx.page_offset(),
+            size,
+            cmd.pas_capacity(),
+            |i| cmd.pas(i).ok(),
+        )?
+    };
     let slot = store_new_context(core, &context_bytes(ctx.as_bytes()))?;
     let cq = Cq {
         entry_bytes,
@@ -306,7 +361,7 @@ pub(crate) fn create_cq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         log_size,
         eqn,
         uar: ctx.uar_page(),
-        dbr: ctx.dbr_addr(),
+        dbr,
         pi: 0,
         arm: CqArm::Disarmed,
         arm_sn: 0,
@@ -323,6 +378,7 @@ pub(crate) fn create_cq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     if let Some(eq) = core.res.eqs.get_mut(eqn) {
         eq.cq_users += 1;
     }
+    super::devx::hold(core, &umems, (Owned::Cq, cqn));
     output_as!(CreateCqOut<&mut [u8]>, output).set_cqn(cqn);
     Ok(())
 }
@@ -406,14 +462,15 @@ pub(crate) fn create_sq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
              (enhanced_multi_pkt_send_wqe is 0)",
         ));
     }
+    let mut umems = Vec::new();
     let wq = work_queue(
         core,
+        command_uid(input),
         ctx.wq(),
-        true,
-        false,
-        false,
+        WqOf::Sq,
         cmd.pas_capacity(),
         |i| cmd.pas(i).ok(),
+        &mut umems,
     )?;
     let slot = store_new_context(core, &context_bytes(ctx.as_bytes()))?;
     let sq = Sq {
@@ -436,6 +493,7 @@ pub(crate) fn create_sq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     if let Some(tis) = core.res.tises.get_mut(tisn) {
         tis.sq_users += 1;
     }
+    super::devx::hold(core, &umems, (Owned::Sq, sqn));
     output_as!(CreateSqOut<&mut [u8]>, output).set_sqn(sqn);
     Ok(())
 }
@@ -491,16 +549,17 @@ pub(crate) fn create_rq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     if !core.res.cqs.contains(cqn) {
         return Err(bad_res("RQ's CQ does not exist"));
     }
+    let mut umems = Vec::new();
     let (wq, memory) = match ctx.mem_rq_type() {
         0 => (
             Some(work_queue(
                 core,
+                command_uid(input),
                 ctx.wq(),
-                false,
-                true,
-                false,
+                WqOf::Rq,
                 cmd.pas_capacity(),
                 |i| cmd.pas(i).ok(),
+                &mut umems,
             )?),
             RqMemory::Own,
         ),
@@ -512,7 +571,7 @@ pub(crate) fn create_rq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         }
         1 => {
             let rmpn = ctx.rmpn();
-            if !core.res.rmps.contains(rmpn) {
+            if !core.res.is_rmp(rmpn) {
                 return Err(bad_res("RQ's RMP does not exist"));
             }
             (None, RqMemory::Rmp(rmpn))
@@ -559,6 +618,7 @@ pub(crate) fn create_rq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
             rmp.rq_users += 1;
         }
     }
+    super::devx::hold(core, &umems, (Owned::Rq, rqn));
     output_as!(CreateRqOut<&mut [u8]>, output).set_rqn(rqn);
     Ok(())
 }
@@ -706,14 +766,15 @@ pub(crate) fn create_rmp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
             "RMPs are created in the RDY state",
         ));
     }
+    let mut umems = Vec::new();
     let wq = work_queue(
         core,
+        command_uid(input),
         ctx.wq(),
-        false,
-        false,
-        true,
+        WqOf::Rmp,
         cmd.pas_capacity(),
         |i| cmd.pas(i).ok(),
+        &mut umems,
     )?;
     let lwm = ctx.wq().lwm();
     if u32::from(lwm) > wq.entries() {
@@ -729,11 +790,13 @@ pub(crate) fn create_rmp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
         lwm,
         rq_users: 0,
         slot,
+        xrq: None,
     };
     let Some(rmpn) = core.res.rmps.insert(rmp) else {
         release_context(core, slot);
         return Err(table_full("RMP table full"));
     };
+    super::devx::hold(core, &umems, (Owned::Rmp, rmpn));
     output_as!(CreateRmpOut<&mut [u8]>, output).set_rmpn(rmpn);
     Ok(())
 }
@@ -741,6 +804,9 @@ pub(crate) fn create_rmp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
 pub(crate) fn modify_rmp(core: &mut Core, input: &[u8]) -> CmdResult {
     let cmd = input_as!(ModifyRmpIn<&[u8]>, input);
     let rmpn = cmd.rmpn();
+    if !core.res.is_rmp(rmpn) {
+        return Err(bad_res("no such RMP"));
+    }
     let rmp = core.res.rmps.get(rmpn).ok_or(bad_res("no such RMP"))?;
     claimed_state_matches(
         rmp.state,
@@ -785,6 +851,9 @@ pub(crate) fn modify_rmp(core: &mut Core, input: &[u8]) -> CmdResult {
 
 pub(crate) fn query_rmp(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
     let rmpn = input_as!(QueryRmpIn<&[u8]>, input).rmpn();
+    if !core.res.is_rmp(rmpn) {
+        return Err(bad_res("no such RMP"));
+    }
     let rmp = core.res.rmps.get(rmpn).ok_or(bad_res("no such RMP"))?;
     let posted = core.posted_wqes(&rmp.wq).unwrap_or(0);
     let (state, lwm, log_sz, log_stride, dbr, pd, consumed) = (
@@ -813,7 +882,13 @@ pub(crate) fn query_rmp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
 
 pub(crate) fn destroy_rmp(core: &mut Core, input: &[u8]) -> CmdResult {
     let rmpn = input_as!(DestroyRmpIn<&[u8]>, input).rmpn();
-    let rmp = core.res.rmps.get(rmpn).ok_or(bad_res("no such RMP"))?;
+    // An XRQ shares the number space but is destroyed by DESTROY_XRQ.
+    let rmp = core
+        .res
+        .rmps
+        .get(rmpn)
+        .filter(|r| r.xrq.is_none())
+        .ok_or(bad_res("no such RMP"))?;
     if rmp.rq_users > 0 {
         return Err(bad_state(
             Syndrome::ObjectInUse,

@@ -68,9 +68,11 @@ pub(crate) struct DcPeer {
 }
 
 /// A DC initiator's streams (DCI streams, `log_num_dci_stream_channels` at CREATE_QP): each
-/// WQE names one in its control segment; an error a responder reports on one stream fails
-/// that stream only, until it is reset, and the DCI itself once `2^log_errored` streams are
-/// in error.
+/// WQE names one in its control segment (a 16-bit identifier the application picks; the
+/// channel count bounds how many the device works on at once, not the identifiers, as
+/// rdma-core's `test_dc_rdma_write_stream` posts identifiers past it); an error of one
+/// stream fails that stream only, until it is reset, and the DCI itself once
+/// `2^log_errored` distinct streams are in error (mlx5dv_dci_stream_id_reset(3)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct DciStreams {
     /// Log2 of the stream channels (at most `LOG_MAX_DCI_STREAM_CHANNELS`).
@@ -78,23 +80,59 @@ pub(crate) struct DciStreams {
     /// Log2 of the errored streams that move the DCI to error (at most
     /// `LOG_MAX_DCI_ERRORED_STREAMS`).
     pub log_errored: u8,
-    /// The streams in error, one bit each (bit `n`: stream `n`).
-    pub errored: u32,
+    /// The identifiers of the streams in error (the first `errored_count`).
+    pub errored: [u16; MAX_ERRORED],
+    /// How many of `errored` are in use.
+    pub errored_count: u8,
 }
 
+/// Most streams a DCI holds in error: `2^LOG_MAX_DCI_ERRORED_STREAMS`.
+pub(crate) const MAX_ERRORED: usize = 1 << super::limits::LOG_MAX_DCI_ERRORED_STREAMS;
+
 impl DciStreams {
-    /// Whether `stream` is one of the DCI's channels.
-    pub fn has(&self, stream: u16) -> bool {
-        u32::from(stream) < (1u32 << self.log_channels)
+    /// Streams of `2^log_channels` channels and `2^log_errored` errored streams, none in
+    /// error.
+    pub fn new(log_channels: u8, log_errored: u8) -> Self {
+        Self {
+            log_channels,
+            log_errored,
+            errored: [0; MAX_ERRORED],
+            errored_count: 0,
+        }
+    }
+
+    fn in_error(&self) -> &[u16] {
+        &self.errored[..usize::from(self.errored_count).min(MAX_ERRORED)]
     }
 
     /// Whether `stream` is in error.
     pub fn is_errored(&self, stream: u16) -> bool {
-        self.has(stream) && self.errored & (1u32 << stream) != 0
+        self.in_error().contains(&stream)
+    }
+
+    /// Puts `stream` in error (once; a full table keeps what it has, the DCI then being at
+    /// its limit).
+    pub fn mark_errored(&mut self, stream: u16) {
+        let n = usize::from(self.errored_count);
+        if !self.is_errored(stream) && n < MAX_ERRORED {
+            self.errored[n] = stream;
+            self.errored_count += 1;
+        }
+    }
+
+    /// Takes `stream` out of error; false when it was not in error.
+    pub fn reset(&mut self, stream: u16) -> bool {
+        let n = usize::from(self.errored_count).min(MAX_ERRORED);
+        let Some(at) = self.errored[..n].iter().position(|&s| s == stream) else {
+            return false;
+        };
+        self.errored.copy_within(at + 1..n, at);
+        self.errored_count -= 1;
+        true
     }
 
     /// Whether the streams in error have reached the DCI's limit.
     pub fn at_limit(&self) -> bool {
-        self.errored.count_ones() >= (1u32 << self.log_errored)
+        usize::from(self.errored_count) >= 1usize << self.log_errored
     }
 }

@@ -66,3 +66,8 @@ pub(crate) const LOG_MAX_DCI_STREAM_CHANNELS: u8 = 4;
 /// Log2 of the most errored streams a DC initiator may be given
 /// (`log_max_dci_errored_streams`): the model's choice, as above.
 pub(crate) const LOG_MAX_DCI_ERRORED_STREAMS: u8 = 3;
+/// Log2 of the user contexts (CREATE_UCTX) the model holds at once. Linux reads the cap only as
+/// "DEVX present or not" (`mlx5_ib_devx_create`); 1024 contexts is far more than a rig opens.
+pub(crate) const LOG_MAX_UCTX: u8 = 10;
+/// Log2 of the umems (CREATE_UMEM) the model holds at once.
+pub(crate) const LOG_MAX_UMEM: u8 = 16;

@@ -6,12 +6,14 @@
 
 pub(crate) mod context;
 pub(crate) mod dc;
+pub(crate) mod devx;
 pub(crate) mod ksm;
 pub(crate) mod limits;
 pub(crate) mod mcg;
 pub(crate) mod queue_state;
 pub(crate) mod rc;
 pub(crate) mod signature;
+pub(crate) mod tm;
 
 use crate::config::EmuConfig;
 pub(crate) use context::Slot;
@@ -321,6 +323,9 @@ pub(crate) struct Rmp {
     pub lwm: u16,
     pub rq_users: u32,
     pub slot: Slot,
+    /// CREATE_XRQ made it: an XRQ (its own CQ, user index and, for tag matching, its
+    /// matching list), which RC QPs name as their SRQ.
+    pub xrq: Option<Box<tm::Xrq>>,
 }
 
 /// An XRC SRQ of one XRC domain: a linked-list receive ring (each WQE a next segment, then
@@ -452,6 +457,9 @@ pub(crate) struct FlowTable {
     pub referenced: u32,
 }
 
+/// The `qpn` of a memory key bound to no QP (all ones in the 24-bit field).
+pub(crate) const UNBOUND_QPN: u32 = 0x00ff_ffff;
+
 /// A memory key: its context as CREATE_MKEY gave it and UMR WQEs changed it since.
 #[derive(Debug)]
 pub(crate) struct Mkey {
@@ -483,6 +491,10 @@ pub(crate) struct Mkey {
     pub umr_en: bool,
     /// A SEND with invalidate may free the key (`en_rinval`).
     pub remote_invalidate: bool,
+    /// The QP the key is bound to (`qpn`; [`UNBOUND_QPN`] when none): a type 2 memory window
+    /// bound by libmlx5's IBV_WR_BIND_MW names the posting QP, and only requests arriving on
+    /// that QP may then use it (IBA 10.6.7.2).
+    pub qpn: u32,
     pub local_read: bool,
     pub local_write: bool,
     pub remote_read: bool,
@@ -546,6 +558,10 @@ pub(crate) struct Resources {
     pub next_group: u32,
     /// Root table of NIC receive steering.
     pub rx_root: Option<u32>,
+    /// User contexts (CREATE_UCTX) and the objects each owns.
+    pub uctxs: devx::Ownership,
+    /// Registered user memory (CREATE_UMEM).
+    pub umems: Table<devx::Umem>,
 }
 
 /// First number of a datagram (UD or GSI) QP: past every RC QP number
@@ -565,6 +581,11 @@ pub(crate) fn uar_page_count(bar0_size: u64) -> u32 {
 }
 
 impl Resources {
+    /// True when `n` is an RMP (CREATE_RMP), not an XRQ sharing its number space.
+    pub fn is_rmp(&self, n: u32) -> bool {
+        self.rmps.get(n).is_some_and(|r| r.xrq.is_none())
+    }
+
     pub fn new(cfg: &EmuConfig) -> Self {
         let uar_pages = uar_page_count(cfg.bar0_size);
         Self {
@@ -594,6 +615,8 @@ impl Resources {
             mcgs: mcg::McastGroups::default(),
             next_group: 1,
             rx_root: None,
+            uctxs: devx::Ownership::default(),
+            umems: Table::new(1, 1 << limits::LOG_MAX_UMEM),
         }
     }
 }

@@ -58,6 +58,10 @@ pub(crate) struct Qp {
     pub dbr: u64,
     /// Log2 of the send ring's WQEBBs; `None` without a send queue.
     pub log_sq_size: Option<u8>,
+    /// `offload_type` RNDV: the QP's send side belongs to its tag-matching XRQ, which sends
+    /// rendezvous READs on it (mlx5_ib's `create_qp_common` sets it for a QP without a send
+    /// queue whose SRQ is a TM SRQ).
+    pub rndv_offload: bool,
     pub receive: RcReceive,
     pub user_index: u32,
     pub log_msg_max: u8,
@@ -210,6 +214,9 @@ pub(crate) struct Responder {
     /// The first packet of the open message faulted: its retransmission opens the message
     /// again (a SEND keeps the receive WQE it took, a WRITE starts over).
     pub refirst: bool,
+    /// A SEND on a tag-matching XRQ: where the open message lands and how it completes
+    /// (`engine::rc::tag_matching`).
+    pub tm: Option<crate::objects::tm::TmLanding>,
 }
 
 /// A responder page fault waiting for PAGE_FAULT_RESUME, or resumed with an error.
@@ -463,6 +470,10 @@ pub(crate) struct Requester {
     pub sending: Option<Sending>,
     /// The WQE a page fault stopped: it and every WQE after it wait for PAGE_FAULT_RESUME.
     pub page_fault: Option<RequesterFault>,
+    /// Requests the device sends on its own for a tag-matching XRQ's rendezvous (the READ of
+    /// the sender's buffer, the FIN after it), each under the first PSN it took
+    /// (`engine::rc::tag_matching`).
+    pub rendezvous: Vec<crate::objects::tm::Rendezvous>,
 }
 
 /// Where the requester stopped sending a WQE for lack of room on the wire.

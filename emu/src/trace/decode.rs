@@ -7,7 +7,7 @@ use cxdirect_hw::cmd::{CmdIn, Opcode};
 use cxdirect_hw::hca::cap_type;
 use cxdirect_hw::layout::{read_field, FieldInfo, FieldKind, Layout};
 use cxdirect_hw::roce::RoceCap;
-use cxdirect_hw::{cq, eq, flow, hca, mkey, qp, reg, roce, srq, tir, vport, wq};
+use cxdirect_hw::{cq, eq, flow, hca, mkey, qp, reg, roce, srq, tir, vport, wq, xrq};
 
 /// One decoded field's value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,10 +117,18 @@ fn input_fields(opcode: Opcode) -> &'static [FieldInfo] {
         O::ArmXrcSrq => srq::ArmXrcSrqIn::FIELDS,
         O::QueryXrcSrq => srq::QueryXrcSrqIn::FIELDS,
         O::DestroyXrcSrq => qp::DestroyXrcSrqIn::FIELDS,
+        O::CreateXrq => xrq::CreateXrqIn::FIELDS,
+        O::QueryXrq => xrq::QueryXrqIn::FIELDS,
+        O::ArmXrq => xrq::ArmXrqIn::FIELDS,
+        O::DestroyXrq => xrq::DestroyXrqIn::FIELDS,
         O::SetRoceAddress => roce::SetRoceAddressIn::FIELDS,
         O::AttachToMcg => cxdirect_hw::mcg::AttachToMcgIn::FIELDS,
         O::DetachFromMcg => cxdirect_hw::mcg::DetachFromMcgIn::FIELDS,
         O::QueryRoceAddress => roce::QueryRoceAddressIn::FIELDS,
+        O::CreateUctx => cxdirect_hw::devx::CreateUctxIn::FIELDS,
+        O::DestroyUctx => cxdirect_hw::devx::DestroyUctxIn::FIELDS,
+        O::CreateUmem => cxdirect_hw::devx::CreateUmemIn::FIELDS,
+        O::DestroyUmem => cxdirect_hw::devx::DestroyUmemIn::FIELDS,
         _ => CmdIn::FIELDS,
     }
 }

@@ -133,6 +133,11 @@ pub(super) fn flush(core: &mut Core, qpn: u32) {
 
 /// The flush-error CQE of one WQE.
 pub(super) fn flushed(core: &mut Core, qpn: u32, index: u16, opcode: u8) {
+    if super::tag_rendezvous::is_device_op(opcode) {
+        // The device's own request has no WQE to complete; its tag does.
+        super::tag_rendezvous::failed(core, qpn, index, opcode);
+        return;
+    }
     count(core, qpn, |c| &mut c.req_cqe_flush_error);
     let side = ErrorSide::Requester { wqe_opcode: opcode };
     post_error_cqe(core, qpn, index, CqeSyndrome::WrFlushed, side);
@@ -179,6 +184,12 @@ pub(super) fn report_failure(
     opcode: u8,
     syndrome: CqeSyndrome,
 ) {
+    if super::tag_rendezvous::is_device_op(opcode) {
+        // The device's own request has no WQE to complete; its tag does, and the QP still
+        // fails.
+        super::tag_rendezvous::failed(core, qpn, index, opcode);
+        return;
+    }
     add(&core.counters.error_cqes, 1);
     count(core, qpn, |c| &mut c.req_cqe_error);
     match syndrome {
@@ -195,6 +206,9 @@ pub(super) fn report_failure(
 pub(super) fn expects_response(opcode: u8) -> bool {
     matches!(
         opcode,
-        opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA
+        opcode::RDMA_READ
+            | opcode::ATOMIC_CS
+            | opcode::ATOMIC_FA
+            | super::tag_rendezvous::RNDV_READ
     )
 }

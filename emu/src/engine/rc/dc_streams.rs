@@ -1,25 +1,30 @@
 //! DC initiator streams (DCI streams) in the requester: each WQE of a DCI with streams names
 //! one in its control segment (`dci_stream_channel_id`, libmlx5's
-//! `mlx5_send_wr_set_dc_addr_stream`).
+//! `mlx5_send_wr_set_dc_addr_stream`), any 16-bit identifier: rdma-core's
+//! `test_dc_rdma_write_stream` cycles identifiers past the DCI's channel count and expects
+//! every WQE to complete.
 //!
 //! The model carries a DCI's streams in posting order on its one connection at a time (a
 //! ConnectX may interleave streams; what it keeps is each stream's order, which posting order
 //! keeps too, and completions in posting order, which libmlx5's send CQ needs). What the
 //! streams change is the error behaviour of mlx5dv_dci_stream_id_reset(3):
 //!
-//! - a responder's refusal of a WQE (a remote access, remote invalid request or remote
-//!   operational error NAK) is an error of that WQE's stream: the WQE completes in error, the
-//!   DCI stays in RTS, and the WQEs sent after it on the same connection are sent again on a
-//!   new connection (the responder dropped them after its NAK);
+//! - an error of a WQE's own stream leaves the DCI in RTS: the WQE completes in error and
+//!   its stream is in error. Stream errors are the responder's refusals (a remote access,
+//!   remote invalid request or remote operational error NAK: the WQEs sent after it on the
+//!   same connection are sent again on a new connection, the responder having dropped them
+//!   after its NAK) and the WQE's own buffers failing their keys (a local protection or
+//!   length error: rdma-core's `test_dc_send_stream_bad_flow_qp` moves the sender's region to
+//!   another PD and counts one local protection error per stream, `bad_flow_handler_qp`);
 //! - each WQE of a stream in error completes flushed, in posting order (after the WQEs before
 //!   it complete), until RTS2RTS_QP resets the stream (`fw::dci`);
-//! - once `2^log_num_dci_errored_streams` streams are in error, the DCI goes to error as an
-//!   ordinary DCI does on any error.
+//! - once `2^log_num_dci_errored_streams` distinct streams are in error, the DCI goes to
+//!   error as an ordinary DCI does on any error: the WQE that reached the limit completes with
+//!   its error, every later one flushed (the count the test checks when it sees the flush).
 //!
-//! Which errors a ConnectX counts against a stream is not public; the model counts only the
-//! responder's refusals. The DCI's own errors (a malformed WQE, a stream past its channels, a
-//! local protection or length error, retries exhausted) move it to error as on an ordinary
-//! DCI. A DCI without streams ignores the control segment's stream field.
+//! The DCI's other errors (a malformed WQE, retries exhausted, a page fault resumed with an
+//! error) move it to error as on an ordinary DCI. A DCI without streams ignores the control
+//! segment's stream field.
 
 use super::completion::{is_local, report_failure};
 use super::send_ring::read_bb;
@@ -37,8 +42,6 @@ pub(super) enum Gate {
     Wait,
     /// Its stream is in error: complete it flushed now.
     Flush,
-    /// Not one of the DCI's streams: a malformed WQE.
-    Bad,
 }
 
 /// The gate of DCI `qpn`'s new WQE on `stream`.
@@ -49,9 +52,6 @@ pub(super) fn gate(core: &Core, qpn: u32, stream: u16) -> Gate {
     let Some(streams) = qp.dci_streams else {
         return Gate::Go;
     };
-    if !streams.has(stream) {
-        return Gate::Bad;
-    }
     if !streams.is_errored(stream) {
         return Gate::Go;
     }
@@ -95,16 +95,69 @@ pub(super) fn stream_failed(
     else {
         return false;
     };
-    if !streams.has(stream) {
-        return false;
-    }
-    streams.errored |= 1u32 << stream;
+    streams.mark_errored(stream);
     if streams.at_limit() {
         return false;
     }
     report_failure(core, qpn, failed.index, failed.opcode, syndrome);
     rewind(core, qpn);
     true
+}
+
+/// What became of a DCI's WQE that failed locally ([`local_failure`]).
+pub(super) enum Local {
+    /// Not a stream's error: the caller fails the QP.
+    NotStream,
+    /// A stream's error behind WQEs still outstanding: the WQE waits, unconsumed, and fails
+    /// again when they have completed, so that its completion follows theirs.
+    Wait,
+    /// Its stream is in error and the WQE completed with `syndrome`; the DCI goes on.
+    Failed,
+}
+
+/// WQE `index` (opcode `opcode`) of DCI `qpn` failed before anything of it was sent, with
+/// `syndrome`: a local protection or length error of its own buffers is its stream's error
+/// (see the module); counted against the DCI's limit first, a WQE reaching it fails the DCI
+/// (`Local::NotStream`).
+pub(super) fn local_failure(
+    core: &mut Core,
+    qpn: u32,
+    index: u16,
+    opcode: u8,
+    syndrome: CqeSyndrome,
+) -> Local {
+    if !matches!(
+        syndrome,
+        CqeSyndrome::LocalProtection | CqeSyndrome::LocalLength
+    ) {
+        return Local::NotStream;
+    }
+    let Some(qp) = core.res.qps.get(qpn) else {
+        return Local::NotStream;
+    };
+    if qp.dci_streams.is_none() || qp.req.page_fault.is_some() {
+        return Local::NotStream;
+    }
+    if !qp.req.outstanding.is_empty() || qp.req.sending.is_some() {
+        return Local::Wait;
+    }
+    let Some(stream) = stream_of(core, qpn, index) else {
+        return Local::NotStream;
+    };
+    let Some(streams) = core
+        .res
+        .qps
+        .get_mut(qpn)
+        .and_then(|qp| qp.dci_streams.as_mut())
+    else {
+        return Local::NotStream;
+    };
+    streams.mark_errored(stream);
+    if streams.at_limit() {
+        return Local::NotStream;
+    }
+    report_failure(core, qpn, index, opcode, syndrome);
+    Local::Failed
 }
 
 /// The stream WQE `index` of DCI `qpn` names (`None` when its control segment cannot be read).

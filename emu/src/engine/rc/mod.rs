@@ -32,6 +32,8 @@ pub(crate) mod responder_read_atomic;
 pub(crate) mod responder_recv;
 pub(crate) mod retransmit;
 pub(crate) mod send_ring;
+pub(crate) mod tag_matching;
+pub(crate) mod tag_rendezvous;
 pub(crate) mod timer;
 pub(crate) mod unreliable;
 pub(crate) mod xrc;
@@ -64,8 +66,25 @@ pub(crate) fn resume_page_fault(
     };
     let qpn = token;
     let response = fault.pf_type == cxdirect_hw::odp::wqe_pf_type::REQ_READ_OR_ATOMIC;
+    // A retransmission's gather faulted: the WQE went out before and is outstanding.
+    let resent = core
+        .res
+        .qps
+        .get(qpn)
+        .is_some_and(|qp| qp.req.outstanding.iter().any(|o| o.index == fault.index));
+    // A retransmission's WQE an ACK retired meanwhile (its first transmission arrived after
+    // all) has completed: nothing waits on the fault any more.
+    let at_head = core
+        .res
+        .qps
+        .get(qpn)
+        .is_some_and(|qp| qp.sq_consumed == fault.index);
+    if !response && !resent && !at_head {
+        requester::resume(core, qpn);
+        return Ok(());
+    }
     if error {
-        if !response {
+        if !response && !resent {
             requester::consume_failed(core, qpn, fault.index);
         }
         completion::fail_in_order(
@@ -75,7 +94,7 @@ pub(crate) fn resume_page_fault(
             fault.opcode,
             cxdirect_hw::cqe::CqeSyndrome::LocalProtection,
         );
-    } else if response {
+    } else if response || resent {
         let sending = core
             .res
             .qps

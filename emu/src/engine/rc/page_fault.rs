@@ -13,21 +13,25 @@
 //!   the queue `wq_num` names: a SEND's scatter into the receive WQE in progress
 //!   (`MLX5_WQE_PF_TYPE_RESP` naming the QP, or `MLX5_WQE_PF_TYPE_RMP` naming the SRQ, with
 //!   the WQE's index and the bytes it holds), a send WQE's gather
-//!   (`MLX5_WQE_PF_TYPE_REQ_SEND_OR_WRITE`), a READ response's or atomic acknowledgement's
-//!   scatter into a send WQE's local buffers (`MLX5_WQE_PF_TYPE_REQ_READ_OR_ATOMIC`, the bytes
-//!   of the response landed before); the token names the QP;
+//!   (`MLX5_WQE_PF_TYPE_REQ_SEND_OR_WRITE`; a retransmission's too, the message being read
+//!   again from memory where a page may have gone since the first transmission), a READ
+//!   response's or atomic acknowledgement's scatter into a send WQE's local buffers
+//!   (`MLX5_WQE_PF_TYPE_REQ_READ_OR_ATOMIC`, the bytes of the response landed before); the
+//!   token names the QP;
 //! - stops the faulting side: the responder answers every request in sequence with an RNR
 //!   NAK (the PSN is not consumed, and the requester sends again after its RNR timer), the
 //!   requester sends nothing from the faulting WQE on (a response fault: it drops the
 //!   responses, and its ACK timer waits);
 //! - resumes at PAGE_FAULT_RESUME (`mlx5_ib_page_fault_resume`: the type, the queue and the
 //!   token as reported): the responder takes the next retransmission, the requester gathers
-//!   the WQE again (a response fault: sends again from the oldest unacknowledged WQE, go-back-N,
+//!   the WQE again (a response fault or a retransmission's gather fault: sends again from the
+//!   oldest unacknowledged WQE, go-back-N, its timers having waited without spending retries,
 //!   taking the responses from where they stopped; an atomic is answered by the responder from
 //!   its first execution). With the error bit the fault is final: the responder refuses the next
 //!   request in sequence (a remote access NAK for a WRITE, READ or atomic, a local protection
-//!   error CQE on the receive WQE and an invalid request NAK for a SEND) and goes to error, the
-//!   requester completes the WQE with a local protection error and the QP goes to error.
+//!   error CQE on the receive WQE and a remote operational error NAK for a SEND) and goes to
+//!   error, the requester completes the WQE with a local protection error and the QP goes to
+//!   error.
 //!
 //! Without an EQ taking page faults nothing could resolve one: the access fails as any other
 //! refused access does (the model's choice; Linux never has ODP memory without that EQ).
@@ -439,6 +443,18 @@ pub(crate) fn resume(
         qp.req.page_fault = None;
         Ok(Some(fault))
     }
+}
+
+/// Whether QP `qpn`'s requester waits for PAGE_FAULT_RESUME before it may send its
+/// outstanding WQEs again: a response's scatter faulted, or the gather of a retransmission
+/// (a WQE already outstanding). Its ACK and RNR timers wait too, spending no retries.
+pub(super) fn outstanding_faulted(core: &Core, qpn: u32) -> bool {
+    core.res.qps.get(qpn).is_some_and(|qp| {
+        qp.req.page_fault.is_some_and(|f| {
+            f.pf_type == wqe_pf_type::REQ_READ_OR_ATOMIC
+                || qp.req.outstanding.iter().any(|o| o.index == f.index)
+        })
+    })
 }
 
 /// Whether QP `qpn`'s requester waits for PAGE_FAULT_RESUME of a response's scatter.

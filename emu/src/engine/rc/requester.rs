@@ -108,9 +108,18 @@ fn run_posted(core: &mut Core, qpn: u32) {
                 break;
             }
             Err((opcode, syndrome)) => {
+                use super::dc_streams::{local_failure, Local};
+                let local = local_failure(core, qpn, index, opcode, syndrome);
+                if matches!(local, Local::Wait) {
+                    break;
+                }
                 let bbs = wqe_span(core, qpn, index, pi);
                 if let Some(qp) = core.res.qps.get_mut(qpn) {
                     qp.sq_consumed = index.wrapping_add(bbs);
+                }
+                if matches!(local, Local::Failed) {
+                    // A DCI stream's error: the DCI goes on with the next WQE.
+                    continue;
                 }
                 fail_in_order(core, qpn, index, opcode, syndrome);
                 break;
@@ -144,12 +153,24 @@ fn resend_from(core: &mut Core, qpn: u32, mut n: usize) -> bool {
             continue;
         }
         add(&core.counters.roce_retransmits, 1);
+        if super::tag_rendezvous::is_device_op(o.opcode) {
+            super::tag_rendezvous::resend(core, qpn, &o);
+            n += 1;
+            continue;
+        }
         if let Err((opcode, syndrome)) =
             execute(core, qpn, o.index, Some(o.first_psn), &mut scratch)
         {
-            // A page gone since the first transmission is not resolved on a retransmission:
-            // the WQE fails as the access error it then is.
-            scratch.page_fault = false;
+            // A page gone since the first transmission (Linux zaps an ODP region's entries in
+            // `mlx5_ib_invalidate_range` whenever the kernel unmaps or moves a page) faults as
+            // on the first transmission: the message is read again from memory, and the
+            // retransmission waits for PAGE_FAULT_RESUME.
+            if std::mem::take(&mut scratch.page_fault)
+                && super::page_fault::requester_gather(core, qpn, o.index, opcode)
+            {
+                all = false;
+                break;
+            }
             fail_in_order(core, qpn, o.index, opcode, syndrome);
             all = false;
             break;
@@ -228,8 +249,13 @@ pub(crate) fn continue_sending(core: &mut Core) -> bool {
             at.next_packet,
             &mut scratch,
         );
+        let faulted = std::mem::take(&mut scratch.page_fault);
         core.rc_scratch = scratch;
         if let Err((opcode, syndrome)) = outcome {
+            // As in `resend_from`: a page gone since the first transmission faults.
+            if faulted && super::page_fault::requester_gather(core, qpn, at.index, opcode) {
+                continue;
+            }
             fail_in_order(core, qpn, at.index, opcode, syndrome);
             continue;
         }
@@ -391,12 +417,21 @@ fn execute_from(
         complete_local(core, qpn, index, op, signaled);
         return Ok(Some(req.bbs));
     }
+    if op == cxdirect_hw::xrq::WQE_OPCODE_TAG_MATCHING {
+        // A local operation on the matching list of the QP's XRQ, in order with the rest; it
+        // completes on the XRQ's CQ when its segment asks (`tag_matching`).
+        super::tag_matching::list_operation(core, qpn, &s.wqe[..ds * WQE_DS], ds)
+            .map_err(|syn| (op, syn))?;
+        complete_local(core, qpn, index, op, false);
+        return Ok(Some(req.bbs));
+    }
     if op == opcode::UMR {
         // A local operation, in order with the rest: the key changes now, the completion
         // waits for the WQEs before it.
         let poster = crate::engine::umr::Poster {
             pd: core.res.qps.get(qpn).map_or(0, |qp| qp.pd),
             privileged: service == service_type::REG_UMR,
+            qpn,
         };
         crate::engine::umr::execute(core, poster, &s.wqe[..ds * WQE_DS], ctrl_imm)
             .map_err(|syn| (op, syn))?;
@@ -446,7 +481,6 @@ fn execute_from(
                     super::completion::flushed(core, qpn, index, op);
                     return Ok(Some(req.bbs));
                 }
-                super::dc_streams::Gate::Bad => return Err(bad),
             }
         }
         match super::dc::connect(core, qpn, &s.wqe[..ds * WQE_DS], resend_psn.is_some()) {

@@ -153,7 +153,8 @@ pub(crate) fn response(core: &mut Core, qpn: u32, opcode: u8, psn: u32, data: &[
         return;
     }
     let expected = (awaited.first_psn + awaited.responses) & PSN_MASK;
-    let is_atomic = awaited.opcode != opcode::RDMA_READ;
+    let rendezvous = awaited.opcode == super::tag_rendezvous::RNDV_READ;
+    let is_atomic = awaited.opcode != opcode::RDMA_READ && !rendezvous;
     if psn != expected
         || is_atomic != (opcode == ATOMIC_ACKNOWLEDGE)
         || first != (awaited.responses == 0)
@@ -178,7 +179,12 @@ pub(crate) fn response(core: &mut Core, qpn: u32, opcode: u8, psn: u32, data: &[
     } else {
         data
     };
-    let scattered = scatter_local(core, qpn, awaited.index, offset, data);
+    let scattered = if rendezvous {
+        super::tag_rendezvous::land(core, qpn, awaited.first_psn, offset, data)
+            .map_err(GatherFault::Error)
+    } else {
+        scatter_local(core, qpn, awaited.index, offset, data)
+    };
     let cqn = core.res.qps.get(qpn).map_or(0, |qp| qp.cqn_snd);
     crate::signature::report(core, qpn, cqn);
     if let Err(fault) = scattered {
@@ -213,6 +219,9 @@ pub(crate) fn response(core: &mut Core, qpn: u32, opcode: u8, psn: u32, data: &[
         qp.req.outstanding.pop_front();
         if awaited.signaled {
             requester_cqe(core, qpn, &awaited);
+        }
+        if rendezvous {
+            super::tag_rendezvous::read_done(core, qpn, awaited.first_psn, awaited.bytes);
         }
         retire_local(core, qpn);
         // WQEs after it that an ACK covered already retire now.

@@ -24,11 +24,14 @@ use super::responder_recv::{
 use crate::counters::add;
 use crate::function::Core;
 use crate::objects::rc::{Owed, WriteInProgress};
-use crate::translate::{check_remote, translate_remote, KeyFault, RemoteAccess};
+use crate::objects::tm::TmLanding;
+use crate::objects::UNBOUND_QPN;
+use crate::translate::{check_remote_on, translate_remote, KeyFault, RemoteAccess};
 use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome};
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::qp::service_type;
 use cxdirect_hw::qp::state;
+use cxdirect_hw::xrq::TMH_LEN;
 
 /// Takes `frame` when it is RoCE v2 and RoCE is enabled on the function; false when it is
 /// not RoCE, for Ethernet steering to handle.
@@ -105,6 +108,8 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8]) -> bool {
                 .load(std::sync::atomic::Ordering::Relaxed);
             let placed = match packet(core, qpn, rc_opcode, rest) {
                 Outcome::Done | Outcome::Responded(_) => Placed::Taken,
+                // The receive WQE has its error CQE.
+                Outcome::ReceiveNak(_) => Placed::CompletedInError,
                 Outcome::Nak(_)
                     if core
                         .counters
@@ -168,6 +173,9 @@ pub(super) enum Outcome {
     Nak(u8),
     /// Dropped unanswered (the PSN is not consumed): the requester sends it again.
     Dropped,
+    /// A receive WQE failed and has its error CQE: refused with this NAK syndrome, the QP
+    /// to error.
+    ReceiveNak(u8),
 }
 
 /// The responder's handling of an in-sequence check and then the packet (on an XRC target,
@@ -261,6 +269,18 @@ fn finish(core: &mut Core, qpn: u32, psn: u32, expected: u32, ack_req: bool, out
             }
         }
         Outcome::Dropped => {}
+        Outcome::ReceiveNak(syndrome) => {
+            let event = if syndrome == aeth::NAK_REMOTE_OPERATION {
+                // The IB spec's local access violation work queue error (a protection error
+                // on the responder's own receive buffer).
+                EventType::WqAccessError
+            } else {
+                count(core, qpn, |c| &mut c.resp_remote_invalid_request);
+                EventType::WqInvalidRequestError
+            };
+            send_ack(core, qpn, psn, syndrome);
+            enter_error(core, qpn, Some(event));
+        }
         Outcome::Nak(syndrome) => {
             let event = match syndrome {
                 aeth::NAK_REMOTE_ACCESS => {
@@ -344,10 +364,11 @@ pub(super) fn packet(core: &mut Core, qpn: u32, opcode: u8, rest: &[u8]) -> Outc
     if write {
         if let Some((va, rkey, len)) = reth {
             if !qp.rwe
-                || check_remote(
+                || check_remote_on(
                     core,
                     rkey,
                     qp.responder_pd(),
+                    qpn,
                     va,
                     u64::from(len),
                     RemoteAccess::Write,
@@ -398,11 +419,31 @@ pub(super) fn packet(core: &mut Core, qpn: u32, opcode: u8, rest: &[u8]) -> Outc
         return Outcome::Done;
     }
     if first && !kept_receive {
-        let Some(recv) = take_receive(core, qpn) else {
-            return rnr(core, qpn);
+        // A tag-matching XRQ decides where the message lands from its first bytes.
+        let landing = super::tag_matching::classify(core, qpn, rest, last);
+        if let Some(l @ TmLanding::Rendezvous { .. }) = landing {
+            // The request is taken whole; the device goes on with its READ.
+            super::tag_rendezvous::rendezvous(core, qpn, l, rest);
+            message_done(core, qpn);
+            return Outcome::Done;
+        }
+        let recv = match landing {
+            Some(l @ TmLanding::Tag { index, .. }) => {
+                rest = &rest[TMH_LEN..];
+                super::tag_matching::matched(core, qpn, l);
+                super::tag_matching::tag_receive(core, qpn, index)
+            }
+            _ => {
+                let Some(recv) = take_receive(core, qpn) else {
+                    super::tag_matching::unclassify(core, qpn, landing);
+                    return rnr(core, qpn);
+                };
+                recv
+            }
         };
         if let Some(qp) = core.res.qps.get_mut(qpn) {
             qp.resp.recv = Some(recv);
+            qp.resp.tm = landing;
         }
     }
     if let Err(fault) = scatter(core, qpn, rest) {
@@ -415,14 +456,7 @@ pub(super) fn packet(core: &mut Core, qpn: u32, opcode: u8, rest: &[u8]) -> Outc
             Scattered::Error(syndrome) => syndrome,
             Scattered::NotPresent => CqeSyndrome::LocalProtection,
         };
-        let index = core
-            .res
-            .qps
-            .get_mut(qpn)
-            .and_then(|qp| qp.resp.recv.take())
-            .map_or(0, |r| r.index);
-        responder_error(core, qpn, index, syndrome);
-        return Outcome::Nak(aeth::NAK_INVALID_REQUEST);
+        return receive_failed(core, qpn, syndrome);
     }
     if last {
         let invalidate = matches!(opcode, SEND_LAST_INV | SEND_ONLY_INV);
@@ -471,8 +505,9 @@ pub(super) fn message_done(core: &mut Core, qpn: u32) {
 /// Invalidates `rkey` for a SEND with invalidate received on QP `qpn`: the key must exist
 /// (index and variant), be valid, allow remote invalidation (`en_rinval`, which Linux's
 /// `set_reg_mkey_seg` sets on every fast-registered key) and belong to the QP's protection
-/// domain; it is then free,
-/// and every later access through it fails (a remote one with a remote access NAK).
+/// domain, and, a type 2 memory window bound to a QP (`mlx5_ib_alloc_mw` sets `en_rinval` for
+/// type 2 only), be bound to this one; it is then free and bound to none, and every later
+/// access through it fails (a remote one with a remote access NAK).
 fn invalidate_rkey(core: &mut Core, qpn: u32, rkey: u32) -> Result<(), KeyFault> {
     let pd = core.res.qps.get(qpn).ok_or(KeyFault::NoKey)?.responder_pd();
     let key = core.res.mkeys.get_mut(rkey >> 8).ok_or(KeyFault::NoKey)?;
@@ -485,15 +520,20 @@ fn invalidate_rkey(core: &mut Core, qpn: u32, rkey: u32) -> Result<(), KeyFault>
     if !key.remote_invalidate {
         return Err(KeyFault::Access);
     }
+    // A type 2 window bound to a QP is invalidated only by a SEND arriving on that QP.
+    if key.qpn != UNBOUND_QPN && key.qpn != qpn {
+        return Err(KeyFault::Access);
+    }
     key.free = true;
+    key.qpn = UNBOUND_QPN;
     Ok(())
 }
 
 /// The outcome of a request in sequence while QP `qpn`'s responder has a page fault: an RNR
 /// NAK while it waits for PAGE_FAULT_RESUME; after a resume with an error, the refusal of the
 /// faulted access (a WRITE's, READ's or atomic's remote access NAK; a SEND's local protection
-/// error on its receive WQE and an invalid request NAK), which takes the QP to error. `None`
-/// without a fault.
+/// error on its receive WQE and a remote operational error NAK), which takes the QP to error.
+/// `None` without a fault.
 fn faulted(core: &mut Core, qpn: u32) -> Option<Outcome> {
     let (failed, rdma) = super::page_fault::responder_gate(core, qpn)?;
     if !failed {
@@ -503,14 +543,28 @@ fn faulted(core: &mut Core, qpn: u32) -> Option<Outcome> {
         clear_write(core, qpn);
         return Some(Outcome::Nak(aeth::NAK_REMOTE_ACCESS));
     }
+    Some(receive_failed(core, qpn, CqeSyndrome::LocalProtection))
+}
+
+/// The receive WQE a SEND was filling failed with `syndrome`: its error CQE, then the NAK the
+/// requester completes by. A receive buffer too short for the message is the IB spec's
+/// invalid request (the requester's REMOTE_INVAL_REQ_ERR); a protection fault on the
+/// receive's own lkey (a key re-registered to other memory or another PD, as rdma-core's
+/// `test_mr_rereg_addr` and `test_mr_rereg_pd` provoke) is a remote operational error, which
+/// the requester completes with REMOTE_OP_ERR (mlx5_ib `mlx5_handle_error_cqe`:
+/// IB_WC_REM_OP_ERR).
+fn receive_failed(core: &mut Core, qpn: u32, syndrome: CqeSyndrome) -> Outcome {
     let index = core
         .res
         .qps
         .get_mut(qpn)
         .and_then(|qp| qp.resp.recv.take())
         .map_or(0, |r| r.index);
-    responder_error(core, qpn, index, CqeSyndrome::LocalProtection);
-    Some(Outcome::Nak(aeth::NAK_INVALID_REQUEST))
+    responder_error(core, qpn, index, syndrome);
+    Outcome::ReceiveNak(match syndrome {
+        CqeSyndrome::LocalProtection | CqeSyndrome::LocalAccess => aeth::NAK_REMOTE_OPERATION,
+        _ => aeth::NAK_INVALID_REQUEST,
+    })
 }
 
 /// The RNR NAK of `qpn`: its RNR timer code in the syndrome's low five bits.

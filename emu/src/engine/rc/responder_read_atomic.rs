@@ -14,7 +14,7 @@ use super::responder_pace::owe;
 use crate::counters::add;
 use crate::function::Core;
 use crate::objects::rc::{Answered, Owed, ResponderFaultKind};
-use crate::translate::{check_remote, translate_remote, KeyFault, RemoteAccess};
+use crate::translate::{check_remote_on, translate_remote, KeyFault, RemoteAccess};
 use cxdirect_hw::eqe::EventType;
 
 /// The RETH of a READ request: virtual address, rkey, DMA length.
@@ -211,10 +211,11 @@ fn replay_paged(core: &mut Core, qpn: u32, psn: u32, (va, rkey, len): (u64, u32,
 fn check_read(core: &Core, qpn: u32, va: u64, rkey: u32, len: u32) -> Result<(), u8> {
     let qp = core.res.qps.get(qpn).ok_or(aeth::NAK_INVALID_REQUEST)?;
     if !qp.rre
-        || check_remote(
+        || check_remote_on(
             core,
             rkey,
             qp.responder_pd(),
+            qpn,
             va,
             u64::from(len),
             RemoteAccess::Read,
@@ -247,7 +248,7 @@ pub(super) fn atomic(core: &mut Core, qpn: u32, opcode: u8, psn: u32, rest: &[u8
         add(&core.counters.roce_rx_drops, 1);
         return Outcome::Dropped;
     }
-    if !qp.rae || check_remote(core, rkey, pd, va, 8, RemoteAccess::Atomic).is_err() {
+    if !qp.rae || check_remote_on(core, rkey, pd, qpn, va, 8, RemoteAccess::Atomic).is_err() {
         return Outcome::Nak(aeth::NAK_REMOTE_ACCESS);
     }
     let mut original = 0u64;

@@ -8,6 +8,7 @@ use crate::counters::add;
 use crate::engine::rq::SharedRing;
 use crate::function::Core;
 use crate::objects::rc::{RcReceive, ReceiveInProgress};
+use crate::objects::tm::TmLanding;
 use crate::objects::QState;
 use crate::translate::{translate, KeyFault};
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome};
@@ -137,6 +138,19 @@ impl From<CqeSyndrome> for Scattered {
 pub(super) fn scatter(core: &mut Core, qpn: u32, data: &[u8]) -> Result<(), Scattered> {
     let qp = core.res.qps.get(qpn).ok_or(CqeSyndrome::LocalQpOperation)?;
     let recv = qp.resp.recv.ok_or(CqeSyndrome::LocalQpOperation)?;
+    if let Some(TmLanding::Tag { entry, .. }) = qp.resp.tm {
+        // A matched message lands in its tagged buffer.
+        super::tag_matching::scatter_tag(core, &entry, recv.pd, recv.bytes, data)?;
+        if let Some(r) = core
+            .res
+            .qps
+            .get_mut(qpn)
+            .and_then(|qp| qp.resp.recv.as_mut())
+        {
+            r.bytes += data.len() as u32;
+        }
+        return Ok(());
+    }
     // Signature errors go to the receive CQ, before the receive's own completion.
     let cqn = qp.resp.xrc.map_or(qp.cqn_rcv, |x| x.cqn);
     let mut wqe = [0u8; MAX_RECEIVE_WQE];
@@ -232,6 +246,11 @@ pub(super) fn responder_cqe(
     bytes: u32,
     imm: u32,
 ) {
+    if let Some(landing) = core.res.qps.get_mut(qpn).and_then(|qp| qp.resp.tm.take()) {
+        // A SEND on a tag-matching XRQ completes as tag matching reports it.
+        super::tag_matching::complete(core, qpn, landing, index, bytes);
+        return;
+    }
     let Some(qp) = core.res.qps.get(qpn) else {
         return;
     };
@@ -305,6 +324,10 @@ fn flushed_receive(core: &mut Core, qpn: u32, index: u16) {
 /// A receive WQE that could not take its message: an error CQE (the responder's NAK then
 /// takes the QP to error).
 pub(super) fn responder_error(core: &mut Core, qpn: u32, index: u16, syndrome: CqeSyndrome) {
+    // A tagged buffer the message was landing in is lost with it.
+    if let Some(qp) = core.res.qps.get_mut(qpn) {
+        qp.resp.tm = None;
+    }
     add(&core.counters.error_cqes, 1);
     count(core, qpn, |c| &mut c.resp_cqe_error);
     match syndrome {

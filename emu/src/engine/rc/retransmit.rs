@@ -3,7 +3,7 @@
 
 use super::completion::{fail, flush};
 use super::count;
-use super::page_fault::response_faulted;
+use super::page_fault::outstanding_faulted;
 use super::requester::{any_sending, continue_sending, go_back_from};
 use super::responder_pace::{any_owed, pace_all, PACE_RETRY};
 use super::timer::{ack_timeout, rnr_delay};
@@ -81,7 +81,7 @@ pub(crate) fn next_deadline(core: &Core) -> Option<Instant> {
         .filter(|(qpn, qp)| {
             qp.state == state::RTS
                 && !qp.req.outstanding.is_empty()
-                && !response_faulted(core, *qpn)
+                && !outstanding_faulted(core, *qpn)
         })
         .flat_map(|(_, qp)| [qp.req.ack_deadline, qp.req.rnr_until])
         .flatten()
@@ -105,10 +105,10 @@ pub(crate) fn run_timers(core: &mut Core, now: Instant) -> bool {
         // One QP at a time: a retransmission changes the table's QPs' state.
         let next = core.res.qps.iter().find_map(|(qpn, qp)| {
             let due = |at: Option<Instant>| at.is_some_and(|t| t <= now);
-            // A requester waiting for a response's page to be resumed sends nothing.
+            // A requester waiting for a page of a response or a retransmission sends nothing.
             (qp.state == state::RTS
                 && !qp.req.outstanding.is_empty()
-                && !response_faulted(core, qpn)
+                && !outstanding_faulted(core, qpn)
                 && (due(qp.req.ack_deadline) || due(qp.req.rnr_until))
                 && Some(qpn) != qpn_due)
                 .then_some(qpn)
