@@ -12,10 +12,10 @@
 
 use super::pages::{release_context, store_new_context};
 use super::queues::{context_bytes, work_queue, WqOf};
-use crate::objects::devx::Owned;
 use super::{
     bad_param, bad_res, bad_state, input_as, output_as, CmdResult, Core, EngineRequests, Syndrome,
 };
+use crate::objects::devx::Owned;
 use crate::objects::tm::{TagList, Xrq};
 use crate::objects::{QState, Rmp};
 use cxdirect_hw::xrq::{
