@@ -15,7 +15,7 @@ use cxdirect_hw::flow::{
 /// one table per level.
 const MAX_HOPS: usize = crate::function::caps::MAX_FT_LEVEL as usize + 1;
 
-/// The match parameter words of a received frame ([`match_word`](crate::objects::match_word) order): its outer headers;
+/// The match parameter words of a received frame ([`match_word`](crate::objects::steering::match_word) order): its outer headers;
 /// the misc and inner parts, which a frame without tunnels leaves zero, stay zero.
 pub(crate) fn frame_match_words(parsed: &Parsed) -> [u64; MATCH_WORDS] {
     let mut outer = FteMatchSetLyr24::zeroed();

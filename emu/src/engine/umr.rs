@@ -93,7 +93,7 @@ pub(crate) fn execute(
     let key = core.res.mkeys.get(mkey >> 8).ok_or(protection)?;
     // A window's bind refused for the window's state or PD, or for what it names, completes
     // with the bind error (`engine::window`); other keys' with a protection error.
-    let bind = crate::engine::window::is_bind(poster, key);
+    let bind = crate::engine::window::is_bind(poster.privileged, key);
     let denied = if bind {
         CqeSyndrome::MwBind
     } else {

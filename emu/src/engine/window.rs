@@ -11,19 +11,18 @@
 //! (`MLX5_CQE_SYNDROME_MW_BIND_ERR`, IBV_WC_MW_BIND_ERR in libmlx5's `mlx5_handle_error_cqe`)
 //! and changes nothing.
 
-use super::umr::Poster;
 use crate::function::Core;
 use crate::objects::Mkey;
 use crate::translate::{is_indirect, RESERVED_LKEY};
 use cxdirect_hw::mkey::MKC_ACCESS_MODE_KLM;
 
-/// Whether a UMR on `key` by `poster` is held to the bind rules: a KLM key without a BSF
-/// changed from a user's QP (the REG_UMR QP and kernel ULPs name bus addresses through the
+/// Whether a UMR on `key` is held to the bind rules (`privileged`: posted on the REG_UMR
+/// QP): a KLM key without a BSF changed from a user's QP (the REG_UMR QP and kernel ULPs name bus addresses through the
 /// reserved lkey, which no rule below touches). mlx5dv's indirect keys laid out on a user's QP
 /// (`mlx5dv_wr_mr_list`) are such UMRs too, and are held to the same rules: the hardware
 /// tells neither apart from a window.
-pub(crate) fn is_bind(poster: Poster, key: &Mkey) -> bool {
-    !poster.privileged && key.access_mode == MKC_ACCESS_MODE_KLM && !key.bsf_en
+pub(crate) fn is_bind(privileged: bool, key: &Mkey) -> bool {
+    !privileged && key.access_mode == MKC_ACCESS_MODE_KLM && !key.bsf_en
 }
 
 /// The rights a bind gives the window, after its mask applied: what it checks the bound

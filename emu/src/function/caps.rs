@@ -233,7 +233,7 @@ impl CapSet {
             .set_tag_matching(cfg.roce)
             .set_rndv_offload_rc(cfg.roce)
             .set_log_tag_matching_list_sz(if cfg.roce {
-                crate::fw::xrq::LOG_TAG_MATCHING_LIST_SZ
+                crate::objects::tm::LOG_TAG_MATCHING_LIST_SZ
             } else {
                 0
             })

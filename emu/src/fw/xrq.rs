@@ -16,16 +16,13 @@ use super::{
     bad_param, bad_res, bad_state, input_as, output_as, CmdResult, Core, EngineRequests, Syndrome,
 };
 use crate::objects::devx::Owned;
-use crate::objects::tm::{TagList, Xrq};
+use crate::objects::tm::{TagList, Xrq, LOG_TAG_MATCHING_LIST_SZ};
 use crate::objects::{QState, Rmp};
 use cxdirect_hw::xrq::{
     ArmXrqIn, CreateXrqIn, CreateXrqOut, DestroyXrqIn, QueryXrqIn, QueryXrqOut, ARM_XRQ_OP_MOD_XRQ,
     XRQC_OFFLOAD_RNDV, XRQC_STATE_ERROR, XRQC_STATE_GOOD, XRQC_TOPOLOGY_NO_SPECIAL,
     XRQC_TOPOLOGY_TAG_MATCHING,
 };
-
-/// Log2 of the largest matching list (`log_tag_matching_list_sz`).
-pub(crate) const LOG_TAG_MATCHING_LIST_SZ: u8 = 10;
 
 pub(crate) fn create_xrq(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
     let cmd = input_as!(CreateXrqIn<&[u8]>, input);

@@ -2,6 +2,9 @@
 //! counters (the device's side of what libmlx5 keeps in `struct mlx5_srq`'s `tm_list`,
 //! `unexp_in` and `unexp_out`).
 
+/// Log2 of the largest matching list an XRQ may ask for (`log_tag_matching_list_sz`).
+pub(crate) const LOG_TAG_MATCHING_LIST_SZ: u8 = 10;
+
 /// What an XRQ holds beyond the receive ring it shares with RMPs.
 #[derive(Debug, Clone)]
 pub(crate) struct Xrq {

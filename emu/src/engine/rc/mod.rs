@@ -30,6 +30,7 @@ pub(crate) mod responder;
 pub(crate) mod responder_pace;
 pub(crate) mod responder_read_atomic;
 pub(crate) mod responder_recv;
+pub(crate) mod responder_write;
 pub(crate) mod retransmit;
 pub(crate) mod send_ring;
 pub(crate) mod tag_matching;

@@ -21,12 +21,13 @@ use super::responder_read_atomic::{atomic, read, replay_atomic, replay_read};
 use super::responder_recv::{
     receive_available, responder_cqe, responder_error, scatter, take_receive, Scattered,
 };
+use super::responder_write::{clear_write, set_write, write_data, Landing};
 use crate::counters::add;
 use crate::function::Core;
-use crate::objects::rc::{Owed, WriteInProgress};
+use crate::objects::rc::Owed;
 use crate::objects::tm::TmLanding;
 use crate::objects::UNBOUND_QPN;
-use crate::translate::{check_remote_on, translate_remote, KeyFault, RemoteAccess};
+use crate::translate::{check_remote_on, KeyFault, RemoteAccess};
 use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome};
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::qp::service_type;
@@ -479,23 +480,6 @@ pub(super) fn packet(core: &mut Core, qpn: u32, opcode: u8, rest: &[u8]) -> Outc
     Outcome::Done
 }
 
-fn set_write(core: &mut Core, qpn: u32, va: u64, rkey: u32, total: u32) {
-    if let Some(qp) = core.res.qps.get_mut(qpn) {
-        qp.resp.write = Some(WriteInProgress {
-            va,
-            rkey,
-            total,
-            done: 0,
-        });
-    }
-}
-
-fn clear_write(core: &mut Core, qpn: u32) {
-    if let Some(qp) = core.res.qps.get_mut(qpn) {
-        qp.resp.write = None;
-    }
-}
-
 pub(super) fn message_done(core: &mut Core, qpn: u32) {
     if let Some(qp) = core.res.qps.get_mut(qpn) {
         qp.resp.msn = (qp.resp.msn + 1) & PSN_MASK;
@@ -571,63 +555,6 @@ fn receive_failed(core: &mut Core, qpn: u32, syndrome: CqeSyndrome) -> Outcome {
 pub(super) fn rnr(core: &Core, qpn: u32) -> Outcome {
     let timer = core.res.qps.get(qpn).map_or(0, |qp| qp.min_rnr_nak & 0x1f);
     Outcome::Nak(aeth::RNR_NAK | timer)
-}
-
-/// Why a WRITE packet's data did not land.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Landing {
-    /// Refused with this NAK syndrome.
-    Nak(u8),
-    /// A page behind the rkey is not present (a page fault where they are reported).
-    NotPresent,
-}
-
-/// Lands `data` of the WRITE in progress through its rkey; on `last` the bytes must add up
-/// to the RETH length.
-fn write_data(core: &mut Core, qpn: u32, data: &[u8], last: bool) -> Result<(), Landing> {
-    let invalid = Landing::Nak(aeth::NAK_INVALID_REQUEST);
-    let qp = core.res.qps.get(qpn).ok_or(invalid)?;
-    let w = qp.resp.write.ok_or(invalid)?;
-    let len = data.len() as u32;
-    // The peer chose `total` (the RETH length, up to 2^32 - 1): add without wrapping.
-    let landed = w.done.checked_add(len).ok_or(invalid)?;
-    if landed > w.total || (last && landed != w.total) {
-        return Err(invalid);
-    }
-    if len > 0 && crate::signature::is_signature_key(core, w.rkey) {
-        let va = w.va.wrapping_add(u64::from(w.done));
-        let pd = qp.responder_pd();
-        let landed = crate::signature::write(core, w.rkey, pd, va, data, Some(RemoteAccess::Write));
-        let cqn = qp.cqn_rcv;
-        crate::signature::report(core, qpn, cqn);
-        landed.map_err(|_| Landing::Nak(aeth::NAK_REMOTE_ACCESS))?;
-    } else if len > 0 {
-        translate_remote(
-            core,
-            w.rkey,
-            qp.responder_pd(),
-            w.va.wrapping_add(u64::from(w.done)),
-            u64::from(len),
-            RemoteAccess::Write,
-            |iova, offset, bytes| {
-                core.dma_write(iova, &data[offset as usize..(offset + bytes) as usize])
-                    .map_err(|_| KeyFault::Bounds)
-            },
-        )
-        .map_err(|fault| match fault {
-            KeyFault::NotPresent => Landing::NotPresent,
-            _ => Landing::Nak(aeth::NAK_REMOTE_ACCESS),
-        })?;
-    }
-    if let Some(w) = core
-        .res
-        .qps
-        .get_mut(qpn)
-        .and_then(|qp| qp.resp.write.as_mut())
-    {
-        w.done += len;
-    }
-    Ok(())
 }
 
 /// Sends an ACK or NAK (`syndrome`) for `psn` to QP `qpn`'s peer, with the QP's MSN, behind

@@ -1,0 +1,110 @@
+//! The steering objects: TISes, TIRs (direct or hashed over an RQ table), RQ tables, and the
+//! flow tables with their groups and entries.
+
+use std::collections::BTreeMap;
+
+#[derive(Debug)]
+pub(crate) struct Tis {
+    pub td: u32,
+    pub sq_users: u32,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum TirDispatch {
+    Direct {
+        rqn: u32,
+    },
+    Indirect {
+        rqtn: u32,
+        hash_fn: u8,
+        /// `rx_hash_toeplitz_key`, its table made.
+        key: crate::rss::ToeplitzKey,
+        l3: u8,
+        l4: u8,
+        fields: u32,
+    },
+}
+
+#[derive(Debug)]
+pub(crate) struct Tir {
+    pub td: u32,
+    pub dispatch: TirDispatch,
+    /// `tirc.self_lb_block`: the kinds of frame (`SELF_LB_BLOCK_*`) the TIR takes from SQs of
+    /// its own transport domain; set means allowed, as Linux writes it.
+    pub self_lb_block: u8,
+    pub flow_users: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct Rqt {
+    pub rqs: Vec<u32>,
+    /// Most entries the table may hold (`rqt_max_size`, fixed at creation).
+    pub max: usize,
+    pub tir_users: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct FlowGroup {
+    pub start: u32,
+    pub end: u32,
+    pub criteria: Box<[u8; 0x200]>,
+    /// The criteria's non-zero 64-bit words (word index, mask), so a frame is matched against
+    /// the few words a group looks at rather than the whole 512-byte mask.
+    pub mask_words: Vec<(usize, u64)>,
+}
+
+/// 64-bit words of a match parameter that criteria can select (outer, misc and inner headers:
+/// the first 0xc0 bytes; the rest is always masked off).
+pub(crate) const MATCH_WORDS: usize = 0xc0 / 8;
+
+/// The 64-bit word `index` of a match parameter or value, in memory order.
+#[inline]
+pub(crate) fn match_word(bytes: &[u8; 0x200], index: usize) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&bytes[index * 8..index * 8 + 8]);
+    u64::from_ne_bytes(word)
+}
+
+impl FlowGroup {
+    /// A group over `start..=end` matching on `criteria` (bits past the enabled parts clear).
+    pub fn new(start: u32, end: u32, criteria: Box<[u8; 0x200]>) -> Self {
+        let mask_words = (0..MATCH_WORDS)
+            .map(|i| (i, match_word(&criteria, i)))
+            .filter(|&(_, mask)| mask != 0)
+            .collect();
+        Self {
+            start,
+            end,
+            criteria,
+            mask_words,
+        }
+    }
+
+    /// True when a frame whose match parameter words are `param` matches `value` under this
+    /// group's criteria.
+    #[inline]
+    pub fn matches(&self, param: &[u64; MATCH_WORDS], value: &[u8; 0x200]) -> bool {
+        self.mask_words
+            .iter()
+            .all(|&(i, mask)| param[i] & mask == match_word(value, i))
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct FlowEntry {
+    pub group: u32,
+    pub action: u16,
+    pub dests: Vec<(u8, u32)>,
+    pub value: Box<[u8; 0x200]>,
+}
+
+#[derive(Debug)]
+pub(crate) struct FlowTable {
+    pub level: u8,
+    pub log_size: u8,
+    pub miss_action: u8,
+    pub miss_table: u32,
+    pub groups: BTreeMap<u32, FlowGroup>,
+    pub entries: BTreeMap<u32, FlowEntry>,
+    pub referenced: u32,
+}
