@@ -155,11 +155,6 @@ fn a_user_context_may_touch_only_its_own_objects() {
         CmdStatus::BadParameter,
         Syndrome::UidMismatch,
     );
-    refused(
-        h.destroy_uctx(a),
-        CmdStatus::BadResourceState,
-        Syndrome::ObjectInUse,
-    );
     dealloc_pd_as(&mut h, a, pd).expect("DEALLOC_PD under its owner");
 
     let (cq, ring, dbr) = h.create_devx_cq(a, 6).expect("DEVX CQ");
@@ -205,11 +200,6 @@ fn destroy_order_umems_outlive_their_queues_and_the_context_its_objects() {
     );
     refused(
         h.destroy_umem(uid, dbr.id),
-        CmdStatus::BadResourceState,
-        Syndrome::ObjectInUse,
-    );
-    refused(
-        h.destroy_uctx(uid),
         CmdStatus::BadResourceState,
         Syndrome::ObjectInUse,
     );
@@ -643,4 +633,25 @@ fn devx_mtt_key_on_a_umem_translates_through_it() {
     h.exec_as(uid, &destroy, 16).expect("DESTROY_MKEY");
     h.destroy_umem(uid, umem.id).expect("umem free");
     h.destroy_uctx(uid).expect("DESTROY_UCTX");
+}
+
+/// Linux closes a user context while a memory key it created may live on in mlx5_ib's mkey
+/// cache (`mlx5_revoke_mr` keeps the revoked key for reuse), so DESTROY_UCTX succeeds with
+/// objects left: they pass to the driver, which may destroy them, and no other context may
+/// touch them.
+#[test]
+fn destroy_uctx_with_objects_left_hands_them_to_the_driver() {
+    let mut h = host();
+    let a = h.create_uctx(0).expect("uctx a");
+    let pd = alloc_pd_as(&mut h, a).expect("ALLOC_PD under a");
+    h.destroy_uctx(a).expect("DESTROY_UCTX with a PD left");
+    let b = h.create_uctx(0).expect("uctx b");
+    refused(
+        dealloc_pd_as(&mut h, b, pd),
+        CmdStatus::BadParameter,
+        Syndrome::UidMismatch,
+    );
+    dealloc_pd_as(&mut h, 0, pd).expect("DEALLOC_PD by the driver");
+    h.destroy_uctx(b).expect("DESTROY_UCTX b");
+    h.teardown();
 }

@@ -53,9 +53,9 @@ layout! {
         /// Offloads: [`XRQC_OFFLOAD_RNDV`] or none.
         offload: u8 @ 0x1c [0x4],
         /// Index written into its CQEs (`srqn_uidx`), by which libmlx5 finds the SRQ.
-        user_index: u32 @ 0x38 [0x18],
+        user_index: u32 @ 0x28 [0x18],
         /// CQ its receives and list operations complete on.
-        cqn: u32 @ 0x58 [0x18],
+        cqn: u32 @ 0x48 [0x18],
         /// The XRQ serves DC targets.
         dc: bool @ 0x7f [0x1],
     }

@@ -4,10 +4,11 @@
 //! (command checksums default off). Every limit reported here is enforced by the command
 //! handlers, so a driver that trusts the caps stays inside them.
 
-use super::{bad_param, input_as, output_as, CmdResult, Core, Syndrome};
+use super::{bad_param, input_as, CmdError, CmdResult, Core, Syndrome};
 pub(crate) use crate::function::caps::{LOG_MAX_FLOW_DESTINATION, MAX_FT_LEVEL};
 use cxdirect_hw::caps::{atomic_endianness, AtomicCaps, CmdHcaCap};
-use cxdirect_hw::hca::{cap_type, QueryHcaCapOut, SetHcaCapIn};
+use cxdirect_hw::cmd::CmdStatus;
+use cxdirect_hw::hca::{cap_type, SetHcaCapIn};
 use cxdirect_hw::layout::{read_field, FieldKind, Layout};
 
 pub(crate) use crate::objects::limits::{
@@ -49,8 +50,18 @@ pub(crate) fn query_hca_cap(core: &mut Core, op_mod: u16, output: &mut [u8]) -> 
         }
     };
     let page = page.to_vec();
-    let mut out = output_as!(QueryHcaCapOut<&mut [u8]>, output);
-    out.capability_mut().as_bytes_mut()[..page.len()].copy_from_slice(&page);
+    // The output must hold the page as laid out, not the whole 4 KiB union: rdma-core's DEVX
+    // tests read the general page with an output of 0x810 bytes (`QueryCmdHcaCapOut` in
+    // tests/mlx5_prm_structs.py), as mlx5_core and libmlx5 read it with 0x1010.
+    let at = 0x80 / 8; // query_hca_cap_out.capability
+    let Some(dst) = output.get_mut(at..at + page.len()) else {
+        return Err(CmdError::new(
+            CmdStatus::BadOutputLength,
+            Syndrome::OutputTooShort,
+            "output shorter than the capability page",
+        ));
+    };
+    dst.copy_from_slice(&page);
     Ok(())
 }
 

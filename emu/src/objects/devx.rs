@@ -70,14 +70,14 @@ impl Ownership {
         self.live.contains_key(&uid)
     }
 
-    /// How many objects `uid` owns.
-    pub fn owned_by(&self, uid: u16) -> usize {
-        self.owners.values().filter(|&&owner| owner == uid).count()
-    }
-
-    /// Closes user context `uid` (the caller checked it owns nothing).
+    /// Closes user context `uid`; what it still owns passes to the driver (uid 0).
     pub fn close(&mut self, uid: u16) {
         self.live.remove(&uid);
+        for owner in self.owners.values_mut() {
+            if *owner == uid {
+                *owner = 0;
+            }
+        }
     }
 
     /// The uid that created object `id` of `kind` (0 for the driver, [`SHARED_UID`] for a
