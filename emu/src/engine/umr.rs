@@ -93,7 +93,7 @@ pub(crate) fn execute(
     let key = core.res.mkeys.get(mkey >> 8).ok_or(protection)?;
     // A window's bind refused for the window's state or PD, or for what it names, completes
     // with the bind error (`engine::window`); other keys' with a protection error.
-    let bind = crate::engine::window::is_bind(poster.privileged, key);
+    let bind = crate::engine::window::is_bind(poster.privileged, ctrl.flags(), key);
     let denied = if bind {
         CqeSyndrome::MwBind
     } else {
@@ -116,9 +116,18 @@ pub(crate) fn execute(
         flags::CHECK_MASK => return Err(malformed),
         _ => {}
     }
-    // libmlx5's IBV_WR_LOCAL_INV of a type 2 window: only the QP it is bound to invalidates
-    // it (a free window is bound to none).
-    if ctrl.flags() & flags::CHECK_QPN != 0 && key.qpn != poster.qpn {
+    // libmlx5's IBV_WR_LOCAL_INV (`set_bind_wr` of an empty type 2 bind, for a window and
+    // for any other key alike): a key bound to a QP (a type 2 window's bind) is invalidated
+    // only from that QP; a key in use bound to none (`qpn` 0xffffff: an mlx5dv indirect or
+    // signature key of `_mlx5dv_create_mkey` laid out by `_mlx5dv_wr_mkey_configure`, which
+    // never names a QP) from any QP of its PD. A free key bound to none (a window never bound)
+    // has nothing to invalidate.
+    let bound_elsewhere = if key.qpn == UNBOUND_QPN {
+        key.free
+    } else {
+        key.qpn != poster.qpn
+    };
+    if ctrl.flags() & flags::CHECK_QPN != 0 && bound_elsewhere {
         return Err(denied);
     }
     let mode = key.access_mode;
