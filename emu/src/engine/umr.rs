@@ -4,7 +4,9 @@
 //! `drivers/infiniband/hw/mlx5/umr.c`) and on a kernel ULP's RC QP (fast registration and
 //! local invalidation: `set_reg_wr`, `set_linv_wr` in `wr.c`), and on a user's QP by libmlx5
 //! (a memory window's bind, unbind and local invalidation, `set_bind_wr` in rdma-core's
-//! `providers/mlx5/qp.c`, held to the bind rules of [`window`](super::window)).
+//! `providers/mlx5/qp.c`, held to the bind rules of [`window`](super::window); the layout of
+//! an mlx5dv indirect key, `_mlx5dv_wr_mkey_configure`, as a KLM list or a repeated block,
+//! [`repeat`](crate::objects::repeat)).
 //!
 //! The WQE is a control segment (its `imm` names the key), a [`UmrCtrlSeg`], the new key fields
 //! as a memory key context, then the translation list, inline or through one data segment.
@@ -69,6 +71,8 @@ enum Entries {
     Mtt(Vec<u64>),
     Klm(Vec<(u32, u32, u64)>),
     Ksm(Vec<u8>),
+    /// A KLM key's repeated block layout (`mlx5dv_wr_mr_interleaved`), written from entry 0.
+    Repeat(crate::objects::repeat::RepeatBlock),
 }
 
 /// Executes the UMR WQE `wqe` (its whole bytes, `ds` 16-byte units) whose control segment's
@@ -188,7 +192,13 @@ pub(crate) fn execute(
         }
         let bytes = octowords * OCTOWORD;
         let list = read_list(core, poster, wqe, ctrl.flags(), bytes)?;
-        Some((first, decode(mode, list)))
+        if mode == MKC_ACCESS_MODE_KLM && crate::objects::repeat::is_repeat_block(&list) {
+            // libmlx5's `umr_strided_seg_create`: the layout replaces the key's whole list.
+            let block = crate::objects::repeat::parse(&list).filter(|_| first == 0);
+            Some((first, Entries::Repeat(block.ok_or(malformed)?)))
+        } else {
+            Some((first, decode(mode, list)))
+        }
     };
     // The new fields, checked before anything is applied.
     let pd = seg.pd();
@@ -214,6 +224,10 @@ pub(crate) fn execute(
         return Err(malformed);
     }
     if bind {
+        // A window binds one KLM (`set_umr_data_seg`), never a repeated block.
+        if let Some((_, Entries::Repeat(_))) = &entries {
+            return Err(CqeSyndrome::MwBind);
+        }
         if let Some((_, Entries::Klm(list))) = &entries {
             let pick = |bit: u64, new: bool, old: bool| if mask & bit != 0 { new } else { old };
             let rights = crate::engine::window::Rights {
@@ -272,6 +286,7 @@ pub(crate) fn execute(
     if let Some(sig) = sig {
         key.sig = Some(Box::new(sig));
         key.klm.clear();
+        key.repeat = None;
     } else if mask & mkey_mask::BSF_EN != 0 || entries.is_some() {
         // New translations without a BSF: the key is a plain one again.
         key.sig = None;
@@ -282,7 +297,14 @@ pub(crate) fn execute(
     if let Some((first, entries)) = entries {
         match entries {
             Entries::Mtt(list) => write_at(&mut key.mtt, first, &list),
-            Entries::Klm(list) => write_at(&mut key.klm, first, &list),
+            Entries::Klm(list) => {
+                key.repeat = None;
+                write_at(&mut key.klm, first, &list);
+            }
+            Entries::Repeat(block) => {
+                key.klm.clear();
+                key.repeat = Some(Box::new(block));
+            }
             // Written above, before the key changed.
             Entries::Ksm(_) => {}
         }
