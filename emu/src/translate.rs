@@ -4,6 +4,7 @@
 //! CREATE_MKEY (`fw::mkey`) checks the tables it is given against the same geometry.
 
 use crate::function::Core;
+use crate::objects::repeat::RepeatBlock;
 use crate::objects::Mkey;
 use cxdirect_hw::mkey::{
     MKC_ACCESS_MODE_KLM, MKC_ACCESS_MODE_KSM, MKC_ACCESS_MODE_PA, MTT_READ, MTT_WRITE,
@@ -243,6 +244,9 @@ fn walk_klm(
     mut each: impl FnMut(u64, u64, u64) -> Result<(), KeyFault>,
 ) -> Result<(), KeyFault> {
     let mut offset = addr.checked_sub(key.start).ok_or(KeyFault::Bounds)?;
+    if let Some(block) = key.repeat.as_deref() {
+        return walk_repeat(core, key, block, offset, len, write, each);
+    }
     let mut done = 0u64;
     for &(bytes, inner, address) in &key.klm {
         if done == len {
@@ -261,6 +265,28 @@ fn walk_klm(
     }
     if done < len {
         return Err(KeyFault::Bounds);
+    }
+    Ok(())
+}
+
+/// Walks `len` bytes from `offset` of KLM key `key` laid out as the repeated block `block`:
+/// each piece reached through its entry's key as a KLM's is.
+fn walk_repeat(
+    core: &Core,
+    key: &Mkey,
+    block: &RepeatBlock,
+    offset: u64,
+    len: u64,
+    write: bool,
+    mut each: impl FnMut(u64, u64, u64) -> Result<(), KeyFault>,
+) -> Result<(), KeyFault> {
+    let mut done = 0u64;
+    while done < len {
+        let at_offset = offset.checked_add(done).ok_or(KeyFault::Bounds)?;
+        let (inner, at, bytes) = block.locate(at_offset).ok_or(KeyFault::Bounds)?;
+        let piece = bytes.min(len - done);
+        through(core, key, inner, at, piece, done, write, &mut each)?;
+        done += piece;
     }
     Ok(())
 }

@@ -4,7 +4,9 @@
 //! `drivers/infiniband/hw/mlx5/umr.c`) and on a kernel ULP's RC QP (fast registration and
 //! local invalidation: `set_reg_wr`, `set_linv_wr` in `wr.c`), and on a user's QP by libmlx5
 //! (a memory window's bind, unbind and local invalidation, `set_bind_wr` in rdma-core's
-//! `providers/mlx5/qp.c`, held to the bind rules of [`window`](super::window)).
+//! `providers/mlx5/qp.c`, held to the bind rules of [`window`](super::window); the layout of
+//! an mlx5dv indirect key, `_mlx5dv_wr_mkey_configure`, as a KLM list or a repeated block,
+//! [`repeat`](crate::objects::repeat)).
 //!
 //! The WQE is a control segment (its `imm` names the key), a [`UmrCtrlSeg`], the new key fields
 //! as a memory key context, then the translation list, inline or through one data segment.
@@ -69,6 +71,8 @@ enum Entries {
     Mtt(Vec<u64>),
     Klm(Vec<(u32, u32, u64)>),
     Ksm(Vec<u8>),
+    /// A KLM key's repeated block layout (`mlx5dv_wr_mr_interleaved`), written from entry 0.
+    Repeat(crate::objects::repeat::RepeatBlock),
 }
 
 /// Executes the UMR WQE `wqe` (its whole bytes, `ds` 16-byte units) whose control segment's
@@ -93,7 +97,7 @@ pub(crate) fn execute(
     let key = core.res.mkeys.get(mkey >> 8).ok_or(protection)?;
     // A window's bind refused for the window's state or PD, or for what it names, completes
     // with the bind error (`engine::window`); other keys' with a protection error.
-    let bind = crate::engine::window::is_bind(poster.privileged, key);
+    let bind = crate::engine::window::is_bind(poster.privileged, ctrl.flags(), key);
     let denied = if bind {
         CqeSyndrome::MwBind
     } else {
@@ -116,9 +120,18 @@ pub(crate) fn execute(
         flags::CHECK_MASK => return Err(malformed),
         _ => {}
     }
-    // libmlx5's IBV_WR_LOCAL_INV of a type 2 window: only the QP it is bound to invalidates
-    // it (a free window is bound to none).
-    if ctrl.flags() & flags::CHECK_QPN != 0 && key.qpn != poster.qpn {
+    // libmlx5's IBV_WR_LOCAL_INV (`set_bind_wr` of an empty type 2 bind, for a window and
+    // for any other key alike): a key bound to a QP (a type 2 window's bind) is invalidated
+    // only from that QP; a key in use bound to none (`qpn` 0xffffff: an mlx5dv indirect or
+    // signature key of `_mlx5dv_create_mkey` laid out by `_mlx5dv_wr_mkey_configure`, which
+    // never names a QP) from any QP of its PD. A free key bound to none (a window never bound)
+    // has nothing to invalidate.
+    let bound_elsewhere = if key.qpn == UNBOUND_QPN {
+        key.free
+    } else {
+        key.qpn != poster.qpn
+    };
+    if ctrl.flags() & flags::CHECK_QPN != 0 && bound_elsewhere {
         return Err(denied);
     }
     let mode = key.access_mode;
@@ -179,7 +192,13 @@ pub(crate) fn execute(
         }
         let bytes = octowords * OCTOWORD;
         let list = read_list(core, poster, wqe, ctrl.flags(), bytes)?;
-        Some((first, decode(mode, list)))
+        if mode == MKC_ACCESS_MODE_KLM && crate::objects::repeat::is_repeat_block(&list) {
+            // libmlx5's `umr_strided_seg_create`: the layout replaces the key's whole list.
+            let block = crate::objects::repeat::parse(&list).filter(|_| first == 0);
+            Some((first, Entries::Repeat(block.ok_or(malformed)?)))
+        } else {
+            Some((first, decode(mode, list)))
+        }
     };
     // The new fields, checked before anything is applied.
     let pd = seg.pd();
@@ -205,6 +224,10 @@ pub(crate) fn execute(
         return Err(malformed);
     }
     if bind {
+        // A window binds one KLM (`set_umr_data_seg`), never a repeated block.
+        if let Some((_, Entries::Repeat(_))) = &entries {
+            return Err(CqeSyndrome::MwBind);
+        }
         if let Some((_, Entries::Klm(list))) = &entries {
             let pick = |bit: u64, new: bool, old: bool| if mask & bit != 0 { new } else { old };
             let rights = crate::engine::window::Rights {
@@ -263,6 +286,7 @@ pub(crate) fn execute(
     if let Some(sig) = sig {
         key.sig = Some(Box::new(sig));
         key.klm.clear();
+        key.repeat = None;
     } else if mask & mkey_mask::BSF_EN != 0 || entries.is_some() {
         // New translations without a BSF: the key is a plain one again.
         key.sig = None;
@@ -273,7 +297,14 @@ pub(crate) fn execute(
     if let Some((first, entries)) = entries {
         match entries {
             Entries::Mtt(list) => write_at(&mut key.mtt, first, &list),
-            Entries::Klm(list) => write_at(&mut key.klm, first, &list),
+            Entries::Klm(list) => {
+                key.repeat = None;
+                write_at(&mut key.klm, first, &list);
+            }
+            Entries::Repeat(block) => {
+                key.klm.clear();
+                key.repeat = Some(Box::new(block));
+            }
             // Written above, before the key changed.
             Entries::Ksm(_) => {}
         }

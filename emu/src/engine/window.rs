@@ -15,14 +15,25 @@ use crate::function::Core;
 use crate::objects::Mkey;
 use crate::translate::{is_indirect, RESERVED_LKEY};
 use cxdirect_hw::mkey::MKC_ACCESS_MODE_KLM;
+use cxdirect_hw::umr::flags;
 
 /// Whether a UMR on `key` is held to the bind rules (`privileged`: posted on the REG_UMR
-/// QP): a KLM key without a BSF changed from a user's QP (the REG_UMR QP and kernel ULPs name bus addresses through the
-/// reserved lkey, which no rule below touches). mlx5dv's indirect keys laid out on a user's QP
-/// (`mlx5dv_wr_mr_list`) are such UMRs too, and are held to the same rules: the hardware
-/// tells neither apart from a window.
-pub(crate) fn is_bind(privileged: bool, key: &Mkey) -> bool {
-    !privileged && key.access_mode == MKC_ACCESS_MODE_KLM && !key.bsf_en
+/// QP; `umr_flags`: its control segment's flags): a window's bind or unbind, posted from a
+/// user's QP on a KLM key without a BSF. libmlx5 writes a window's one KLM at an explicit
+/// translation offset of 0 (`set_umr_control_seg` always sets
+/// `MLX5_WQE_UMR_CTRL_FLAG_TRNSLATION_OFFSET`); the other UMRs a user's or a kernel ULP's QP
+/// posts on a KLM key do not: mlx5dv's indirect keys (`_mlx5dv_wr_mkey_configure` behind
+/// `mlx5dv_wr_mr_list`, `mlx5dv_wr_mr_interleaved` and the `mlx5dv_wr_set_mkey_layout_*`
+/// setters: the inline flag alone) and fast registration (`set_reg_umr_seg` in mlx5_ib's
+/// `wr.c`: the not-free check alone). The key's context cannot tell a window: libmlx5's
+/// `_mlx5dv_create_mkey` and mlx5_ib's `mlx5_ib_alloc_mw` create the same free KLM key
+/// (`umr_en`, `lr`, `qpn` 0xffffff). The REG_UMR QP and kernel ULPs name bus addresses through
+/// the reserved lkey, which no rule below touches.
+pub(crate) fn is_bind(privileged: bool, umr_flags: u8, key: &Mkey) -> bool {
+    !privileged
+        && umr_flags & flags::TRANSLATION_OFFSET_EN != 0
+        && key.access_mode == MKC_ACCESS_MODE_KLM
+        && !key.bsf_en
 }
 
 /// The rights a bind gives the window, after its mask applied: what it checks the bound

@@ -196,6 +196,7 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
         log_page,
         mtt,
         klm,
+        repeat: None,
         ksm,
         xlt_capacity: capacity,
         pg_access: cmd.pg_access() || (mkc.umr_en() && core.hca.caps.general().pg()),

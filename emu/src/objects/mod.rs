@@ -12,6 +12,7 @@ pub(crate) mod limits;
 pub(crate) mod mcg;
 pub(crate) mod queue_state;
 pub(crate) mod rc;
+pub(crate) mod repeat;
 pub(crate) mod signature;
 pub(crate) mod steering;
 pub(crate) mod tm;
@@ -372,6 +373,9 @@ pub(crate) struct Mkey {
     pub mtt: Vec<u64>,
     /// KLM mode: the pieces loaded so far, each (bytes, key, address).
     pub klm: Vec<(u32, u32, u64)>,
+    /// KLM mode: a repeated block layout a UMR wrote instead of a list of pieces
+    /// (`mlx5dv_wr_mr_interleaved`); while set, [`Mkey::klm`] is empty.
+    pub repeat: Option<Box<repeat::RepeatBlock>>,
     /// KSM mode: the blocks whose entry names a key other than the null key; a block without
     /// one maps nothing.
     pub ksm: ksm::KsmTable,
