@@ -339,20 +339,29 @@ fn field_verdicts<'a>(
     out
 }
 
-/// How many fields (and the status) two commands of one key differ in.
-fn distance(l: &TracedCommand, c: &TracedCommand, key: &str, rules: &Rules) -> usize {
-    usize::from(l.status != c.status)
-        + field_verdicts(l, c, key, rules)
-            .iter()
-            .filter(|v| !v.4)
-            .count()
+/// How far apart two commands of one key are: first how many of their differences (fields
+/// and the status) no `[[allow]]` rule names, then how many differences in all.
+fn distance(l: &TracedCommand, c: &TracedCommand, key: &str, rules: &Rules) -> (usize, usize) {
+    let mut unexplained = 0;
+    let mut all = 0;
+    if l.status != c.status {
+        all += 1;
+        unexplained += usize::from(allow_for(rules, key, &l.opcode, "(status)").is_none());
+    }
+    for (name, ..) in field_verdicts(l, c, key, rules).iter().filter(|v| !v.4) {
+        all += 1;
+        unexplained += usize::from(allow_for(rules, key, &l.opcode, name).is_none());
+    }
+    (unexplained, all)
 }
 
 /// Pairs the commands of one key. Linux's trace holds many runs of each job (every perftest
 /// and pingpong run creates its own PD, CQ, QP), cxdirect's one: each of cxdirect's commands,
-/// in order, pairs with the not yet paired Linux command of its key it differs from in the
-/// fewest fields (the earliest on a tie), so a job is compared with the run of Linux's that
-/// did the same thing. What is left over on either side has no partner. Returned in Linux's
+/// in order, pairs with the not yet paired Linux command of its key whose differences from it
+/// the rules leave least unexplained, then that differs in the fewest fields (the earliest on
+/// a tie), so a job is compared with the run of Linux's that did the same thing; a command
+/// the rules allow to be cxdirect's alone is left alone rather than paired with one whose
+/// differences they do not explain. What is left over on either side has no partner. Returned in Linux's
 /// order, cxdirect's unpaired commands last.
 fn pair_within_key(
     linux: &[TracedCommand],
@@ -365,13 +374,19 @@ fn pair_within_key(
     let mut partner: Vec<Option<usize>> = vec![None; ls.len()];
     let mut lonely = Vec::new();
     for &c in cs {
+        let cmd = &cxdirect[c];
         let best = ls
             .iter()
             .enumerate()
             .filter(|(i, _)| partner[*i].is_none())
-            .min_by_key(|(i, &l)| (distance(&linux[l], &cxdirect[c], key, rules), *i));
+            .map(|(i, &l)| (distance(&linux[l], cmd, key, rules), i))
+            .min();
+        // A command the rules allow to stand alone stays alone rather than pair with one
+        // whose differences they do not explain.
+        let alone_allowed = allow_for(rules, key, &cmd.opcode, "(only cxdirect)").is_some();
         match best {
-            Some((i, _)) => partner[i] = Some(c),
+            Some(((unexplained, _), _)) if unexplained > 0 && alone_allowed => lonely.push(c),
+            Some((_, i)) => partner[i] = Some(c),
             None => lonely.push(c),
         }
     }
