@@ -855,29 +855,27 @@ pub(crate) fn query_rmp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         return Err(bad_res("no such RMP"));
     }
     let rmp = core.res.rmps.get(rmpn).ok_or(bad_res("no such RMP"))?;
-    let posted = core.posted_wqes(&rmp.wq).unwrap_or(0);
-    let (state, lwm, log_sz, log_stride, dbr, pd, consumed) = (
-        rmp.state as u8,
-        rmp.lwm,
-        rmp.wq.log_size,
-        rmp.wq.log_stride,
-        rmp.wq.dbr,
-        rmp.wq.pd,
-        rmp.wq.consumed,
-    );
     let mut out = output_as!(QueryRmpOut<&mut [u8]>, output);
     let mut ctx = out.rmp_context_mut();
-    ctx.set_state(state).set_basic_cyclic_rcv_wqe(true);
-    let mut wq = ctx.wq_mut();
-    wq.set_wq_type(1)
-        .set_lwm(lwm)
-        .set_pd(pd)
-        .set_dbr_addr(dbr)
-        .set_log_wq_sz(log_sz)
-        .set_log_wq_stride(log_stride)
-        .set_hw_counter(u32::from(consumed))
-        .set_sw_counter(u32::from(consumed.wrapping_add(posted)));
+    ctx.set_state(rmp.state as u8)
+        .set_basic_cyclic_rcv_wqe(true);
+    report_ring(core, rmp, 1, ctx.wq_mut());
     Ok(())
+}
+
+/// Writes what QUERY_RMP and QUERY_XRQ report of an RMP's ring into `wq`: its type
+/// (`wq_type`), limit, PD, doorbell record, size, stride, and the device's and the software's
+/// counters (the posted receives past what the device consumed).
+pub(crate) fn report_ring(core: &Core, rmp: &Rmp, wq_type: u8, mut wq: Wq<&mut [u8]>) {
+    let posted = core.posted_wqes(&rmp.wq).unwrap_or(0);
+    wq.set_wq_type(wq_type)
+        .set_lwm(rmp.lwm)
+        .set_pd(rmp.wq.pd)
+        .set_dbr_addr(rmp.wq.dbr)
+        .set_log_wq_sz(rmp.wq.log_size)
+        .set_log_wq_stride(rmp.wq.log_stride)
+        .set_hw_counter(u32::from(rmp.wq.consumed))
+        .set_sw_counter(u32::from(rmp.wq.consumed.wrapping_add(posted)));
 }
 
 pub(crate) fn destroy_rmp(core: &mut Core, input: &[u8]) -> CmdResult {

@@ -11,10 +11,8 @@
 //! DC tag matching (`xrqc.dc`, SET_XRQ_DC_PARAMS_ENTRY) is not modelled.
 
 use super::pages::{release_context, store_new_context};
-use super::queues::{context_bytes, work_queue, WqOf};
-use super::{
-    bad_param, bad_res, bad_state, input_as, output_as, CmdResult, Core, EngineRequests, Syndrome,
-};
+use super::queues::{context_bytes, report_ring, work_queue, WqOf};
+use super::{bad_param, bad_res, bad_state, input_as, output_as, CmdResult, Core, Syndrome};
 use crate::objects::devx::Owned;
 use crate::objects::tm::{TagList, Xrq, LOG_TAG_MATCHING_LIST_SZ};
 use crate::objects::{QState, Rmp};
@@ -133,20 +131,9 @@ pub(crate) fn query_xrq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     let Some(x) = rmp.xrq.as_deref() else {
         return Err(bad_res("no such XRQ"));
     };
-    let posted = core.posted_wqes(&rmp.wq).unwrap_or(0);
-    let x = x.clone();
-    let (state, lwm, log_sz, log_stride, dbr, pd, consumed) = (
-        rmp.state,
-        rmp.lwm,
-        rmp.wq.log_size,
-        rmp.wq.log_stride,
-        rmp.wq.dbr,
-        rmp.wq.pd,
-        rmp.wq.consumed,
-    );
     let mut out = output_as!(QueryXrqOut<&mut [u8]>, output);
     let mut ctx = out.xrq_context_mut();
-    ctx.set_state(if state == QState::Rdy {
+    ctx.set_state(if rmp.state == QState::Rdy {
         XRQC_STATE_GOOD
     } else {
         XRQC_STATE_ERROR
@@ -163,15 +150,12 @@ pub(crate) fn query_xrq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
             .set_sw_phase_cnt(list.sw_phase)
             .set_hw_phase_cnt(list.hw_phase);
     }
-    let mut wq = ctx.wq_mut();
-    wq.set_wq_type(cxdirect_hw::wq::WqType::LinkedList as u8)
-        .set_lwm(lwm)
-        .set_pd(pd)
-        .set_dbr_addr(dbr)
-        .set_log_wq_sz(log_sz)
-        .set_log_wq_stride(log_stride)
-        .set_hw_counter(u32::from(consumed))
-        .set_sw_counter(u32::from(consumed.wrapping_add(posted)));
+    report_ring(
+        core,
+        rmp,
+        cxdirect_hw::wq::WqType::LinkedList as u8,
+        ctx.wq_mut(),
+    );
     Ok(())
 }
 

@@ -29,6 +29,7 @@
 use super::completion::{is_local, report_failure};
 use super::send_ring::read_bb;
 use crate::function::Core;
+use crate::objects::dc::DciStreams;
 use crate::objects::rc::Outstanding;
 use cxdirect_hw::cqe::CqeSyndrome;
 use cxdirect_hw::wqe::{CtrlSeg, WQE_BB};
@@ -87,12 +88,7 @@ pub(super) fn stream_failed(
     let Some(stream) = stream_of(core, qpn, failed.index) else {
         return false;
     };
-    let Some(streams) = core
-        .res
-        .qps
-        .get_mut(qpn)
-        .and_then(|qp| qp.dci_streams.as_mut())
-    else {
+    let Some(streams) = streams_mut(core, qpn) else {
         return false;
     };
     streams.mark_errored(stream);
@@ -144,12 +140,7 @@ pub(super) fn local_failure(
     let Some(stream) = stream_of(core, qpn, index) else {
         return Local::NotStream;
     };
-    let Some(streams) = core
-        .res
-        .qps
-        .get_mut(qpn)
-        .and_then(|qp| qp.dci_streams.as_mut())
-    else {
+    let Some(streams) = streams_mut(core, qpn) else {
         return Local::NotStream;
     };
     streams.mark_errored(stream);
@@ -189,4 +180,12 @@ fn rewind(core: &mut Core, qpn: u32) {
         qp.sq_consumed = first;
     }
     qp.dci = None;
+}
+
+/// DCI `qpn`'s streams, if it has them.
+fn streams_mut(core: &mut Core, qpn: u32) -> Option<&mut DciStreams> {
+    core.res
+        .qps
+        .get_mut(qpn)
+        .and_then(|qp| qp.dci_streams.as_mut())
 }

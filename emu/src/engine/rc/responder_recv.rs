@@ -141,14 +141,7 @@ pub(super) fn scatter(core: &mut Core, qpn: u32, data: &[u8]) -> Result<(), Scat
     if let Some(TmLanding::Tag { entry, .. }) = qp.resp.tm {
         // A matched message lands in its tagged buffer.
         super::tag_matching::scatter_tag(core, &entry, recv.pd, recv.bytes, data)?;
-        if let Some(r) = core
-            .res
-            .qps
-            .get_mut(qpn)
-            .and_then(|qp| qp.resp.recv.as_mut())
-        {
-            r.bytes += data.len() as u32;
-        }
+        count_received(core, qpn, data.len());
         return Ok(());
     }
     // Signature errors go to the receive CQ, before the receive's own completion.
@@ -163,15 +156,20 @@ pub(super) fn scatter(core: &mut Core, qpn: u32, data: &[u8]) -> Result<(), Scat
         crate::signature::report(core, qpn, cqn);
     }
     landed?;
+    count_received(core, qpn, data.len());
+    Ok(())
+}
+
+/// Adds `len` bytes to what QP `qpn`'s receive in progress has taken.
+fn count_received(core: &mut Core, qpn: u32, len: usize) {
     if let Some(r) = core
         .res
         .qps
         .get_mut(qpn)
         .and_then(|qp| qp.resp.recv.as_mut())
     {
-        r.bytes += data.len() as u32;
+        r.bytes += len as u32;
     }
-    Ok(())
 }
 
 /// Writes `data` through the data segments of receive WQE `wqe`, past the bytes `recv`
