@@ -767,22 +767,14 @@ pub(crate) fn create_rmp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
         ));
     }
     let mut umems = Vec::new();
-    let wq = work_queue(
+    let (wq, lwm) = shared_ring(
         core,
         command_uid(input),
         ctx.wq(),
-        WqOf::Rmp,
         cmd.pas_capacity(),
         |i| cmd.pas(i).ok(),
         &mut umems,
     )?;
-    let lwm = ctx.wq().lwm();
-    if u32::from(lwm) > wq.entries() {
-        return Err(bad_param(
-            Syndrome::BadWqParams,
-            "RMP limit above the ring size",
-        ));
-    }
     let slot = store_new_context(core, &context_bytes(ctx.as_bytes()))?;
     let rmp = Rmp {
         wq,
@@ -861,6 +853,28 @@ pub(crate) fn query_rmp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         .set_basic_cyclic_rcv_wqe(true);
     report_ring(core, rmp, 1, ctx.wq_mut());
     Ok(())
+}
+
+/// Checks and builds the ring of an RMP or an XRQ (a linked list accepted, as Linux creates
+/// an RC SRQ) with its limit (`lwm`), which may not exceed the ring; the umems it rests on are
+/// added to `umems`.
+pub(crate) fn shared_ring(
+    core: &Core,
+    uid: u16,
+    wq: Wq<&[u8]>,
+    capacity: usize,
+    pas: impl Fn(usize) -> Option<u64>,
+    umems: &mut Vec<u32>,
+) -> Result<(WorkQueue, u16), CmdError> {
+    let lwm = wq.lwm();
+    let ring = work_queue(core, uid, wq, WqOf::Rmp, capacity, pas, umems)?;
+    if u32::from(lwm) > ring.entries() {
+        return Err(bad_param(
+            Syndrome::BadWqParams,
+            "shared receive queue limit above the ring size",
+        ));
+    }
+    Ok((ring, lwm))
 }
 
 /// Writes what QUERY_RMP and QUERY_XRQ report of an RMP's ring into `wq`: its type

@@ -11,7 +11,7 @@
 //! DC tag matching (`xrqc.dc`, SET_XRQ_DC_PARAMS_ENTRY) is not modelled.
 
 use super::pages::{release_context, store_new_context};
-use super::queues::{context_bytes, report_ring, work_queue, WqOf};
+use super::queues::{context_bytes, report_ring, shared_ring};
 use super::{bad_param, bad_res, bad_state, input_as, output_as, CmdResult, Core, Syndrome};
 use crate::objects::devx::Owned;
 use crate::objects::tm::{TagList, Xrq, LOG_TAG_MATCHING_LIST_SZ};
@@ -70,22 +70,14 @@ pub(crate) fn create_xrq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
     }
     // A DEVX XRQ may rest on umems of its user context, as an RMP may.
     let mut umems = Vec::new();
-    let wq = work_queue(
+    let (wq, lwm) = shared_ring(
         core,
         cmd.uid(),
         ctx.wq(),
-        WqOf::Rmp,
         cmd.pas_capacity(),
         |i| cmd.pas(i).ok(),
         &mut umems,
     )?;
-    let lwm = ctx.wq().lwm();
-    if u32::from(lwm) > wq.entries() {
-        return Err(bad_param(
-            Syndrome::BadWqParams,
-            "XRQ limit above the ring size",
-        ));
-    }
     let cqn = ctx.cqn();
     let xrq = Xrq {
         cqn,
