@@ -10,6 +10,25 @@ pub mod port_address;
 pub mod served_address;
 pub mod verbs;
 
+/// The value of `key=` in a report line such as `address: ... arp_requests=1 ...` (tests read
+/// the programs' counters through it).
+#[cfg(test)]
+pub(crate) fn report_field<'a>(line: &'a str, key: &str) -> &'a str {
+    let at = line
+        .find(&format!(" {key}="))
+        .unwrap_or_else(|| panic!("{key} in {line}"));
+    let rest = &line[at + key.len() + 2..];
+    rest.split(' ').next().unwrap_or("")
+}
+
+/// The number `key=` holds in a report line.
+#[cfg(test)]
+pub(crate) fn report_count(line: &str, key: &str) -> u64 {
+    report_field(line, key)
+        .parse()
+        .unwrap_or_else(|_| panic!("{key} in {line}"))
+}
+
 use clap::ValueEnum;
 use cxdirect::rdma::RemoteAddr;
 

@@ -220,16 +220,8 @@ fn exchange_line(test: Test, role: Role, a: &Agreed) -> String {
 #[cfg(test)]
 mod arp_tests {
     use super::*;
-
-    /// The value of `key=` in a report line.
-    fn field<'a>(line: &'a str, key: &str) -> &'a str {
-        let at = line
-            .find(&format!(" {key}="))
-            .unwrap_or_else(|| panic!("{key} in {line}"));
-        let rest = &line[at + key.len() + 2..];
-        rest.split(' ').next().unwrap_or("")
-    }
     use crate::cli::EmuExec;
+    use crate::rdma::report_count as count;
     use crate::rdma_perf::Mode;
 
     /// Both sides on emu-pair as on two hosts with no MAC given: each serves its address from
@@ -274,11 +266,6 @@ mod arp_tests {
         let server_address = server.iter().find(|l| l.starts_with("address:")).unwrap();
         // The first to resolve asked; the other learned the asker from that request and
         // answered it, so each holds the other and one request was answered.
-        let count = |line: &str, key: &str| -> u64 {
-            field(line, key)
-                .parse()
-                .unwrap_or_else(|_| panic!("{key} in {line}"))
-        };
         for line in [client_address, server_address] {
             assert!(line.contains(" neighbours=1 "), "{line}");
         }
