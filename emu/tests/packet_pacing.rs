@@ -11,6 +11,7 @@ use cxdirect_hw::caps::CmdHcaCap;
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
 use cxdirect_hw::hca::cap_type;
 use cxdirect_hw::qos::{QosCap, SetPpRateLimitIn};
+use cxdirect_hw::wq::{ModifySqIn, MODIFY_SQ_BITMASK_PACKET_PACING_RATE_LIMIT_INDEX};
 
 const MEM: usize = 8 << 20;
 /// `MLX5_SHARED_RESOURCE_UID`: mlx5_ib's uid for an entry without DEDICATED_INDEX.
@@ -146,5 +147,32 @@ fn a_dedicated_entry_belongs_to_its_user_context() {
     refused(set_rate(&mut h, a, 5, 0), Syndrome::UidMismatch);
     set_rate(&mut h, 0, 5, 0).expect("the driver releases it");
     h.destroy_uctx(a).expect("DESTROY_UCTX a");
+    h.teardown();
+}
+
+/// A send queue names an entry by index (mlx5e's `mlx5e_modify_sq` with
+/// `MODIFY_SQ_BITMASK_PACKET_PACING_RATE_LIMIT_INDEX`, mlx5_ib's `modify_raw_packet_qp_sq`):
+/// an entry of the table or 0 is taken, an index past the table refused.
+#[test]
+fn modify_sq_takes_a_rate_index_inside_the_table_only() {
+    let mut h = host();
+    let cq = h.create_cq(6);
+    let tis = h.create_tis();
+    let sq = h.create_sq(cq.cqn, tis, 6);
+    set_rate(&mut h, SHARED_UID, 1, TEST_RATE_KBPS).expect("entry 1");
+    let modify = |index: u16| {
+        let mut input = Host::input(Opcode::ModifySq, 0, 0x110);
+        let mut m = ModifySqIn::new(&mut input[..]).expect("layout");
+        m.set_sq_state(1)
+            .set_sqn(sq.sqn)
+            .set_modify_bitmask(MODIFY_SQ_BITMASK_PACKET_PACING_RATE_LIMIT_INDEX);
+        m.ctx_mut()
+            .set_state(1)
+            .set_packet_pacing_rate_limit_index(index);
+        input
+    };
+    h.exec(&modify(1), 0x10).expect("SQ paced by entry 1");
+    h.exec(&modify(0), 0x10).expect("SQ back to unlimited");
+    refused(h.exec(&modify(128), 0x10), Syndrome::RateIndexOutOfRange);
     h.teardown();
 }

@@ -51,3 +51,16 @@ pub(crate) fn set_pp_rate_limit(core: &mut Core, input: &[u8]) -> CmdResult {
     core.res.rates.set(index, entry);
     Ok(())
 }
+
+/// An SQ context's `packet_pacing_rate_limit_index` (CREATE_SQ, and MODIFY_SQ with
+/// `MODIFY_SQ_BITMASK_PACKET_PACING_RATE_LIMIT_INDEX`, as mlx5e's `mlx5e_modify_sq` and
+/// mlx5_ib's `modify_raw_packet_qp_sq` send it): 0 (unlimited) or an entry of the table.
+pub(crate) fn check_sq_rate_index(index: u16) -> CmdResult {
+    if index != 0 && !RateTable::writable(index) {
+        return Err(bad_param(
+            Syndrome::RateIndexOutOfRange,
+            "SQ names a rate limit index past the rate table",
+        ));
+    }
+    Ok(())
+}
