@@ -35,6 +35,7 @@ pub mod mcg;
 pub mod mkey;
 pub mod mmio;
 pub mod odp;
+pub mod qos;
 pub mod qp;
 pub mod reg;
 pub mod roce;

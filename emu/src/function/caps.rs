@@ -15,8 +15,10 @@ use crate::objects::limits::{
     LOG_MAX_WQ_SZ, LOG_MAX_XRCD, MAX_QP_MCG, MAX_Q_COUNTERS, MAX_WQE_SZ_RQ, MAX_WQE_SZ_SQ,
     ROCE_ADDRESS_TABLE_SIZE,
 };
+use crate::objects::pacing;
 use crate::objects::queue_state::MAX_SESSION;
 use cxdirect_hw::odp::OdpCap;
+use cxdirect_hw::qos::QosCap;
 use cxdirect_hw::roce::{l3_type_cap, roce_version_cap, RoceCap, ROCE_V2_UDP_DPORT};
 
 /// Deepest flow table level the model accepts. Linux 6.12's mlx5_core lays its NIC receive
@@ -63,6 +65,13 @@ pub(crate) struct CapSet {
     /// mlx5_core's `handle_hca_cap_odp` raises `ud_srq_receive`, `rc_srq_receive` and the XRC
     /// and DC caps to their maximum with SET_HCA_CAP, which finds them set already.
     pub odp: [u8; 0x100],
+    /// The QoS capability page (maximum and current alike): packet pacing only, its entries
+    /// owned by uid (`packet_pacing_uid`, which mlx5_ib's `pp_is_supported` asks for), with a
+    /// ConnectX-6 Dx-like rate table ([`crate::objects::pacing`]). No send queue or e-switch
+    /// scheduling (`nic_sq_scheduling`, `esw_scheduling` 0): mlx5e's HTB offload
+    /// (`mlx5_qos_is_supported`) and the e-switch's QoS stay off and send no scheduling
+    /// element commands; no flow meters (`flow_meter_reg_id` 0).
+    pub qos: [u8; 0x100],
     pub context_slot: Option<crate::objects::Slot>,
 }
 
@@ -166,6 +175,9 @@ impl CapSet {
             .set_cq_moderation(true)
             // MODIFY_CQ resizes (`fw::cq`); without it `mlx5_ib_resize_cq` returns -ENOSYS.
             .set_cq_resize(true)
+            // Packet pacing: the QoS page below, read by mlx5_core's `mlx5_init_rl_table`
+            // and mlx5_ib's `pp_is_supported`; SET_PP_RATE_LIMIT in `fw::pacing`.
+            .set_qos(true)
             // On-demand paging (`engine::rc::page_fault`): mlx5_ib's
             // `mlx5_ib_internal_fill_odp_caps` then reads the ODP page below, and mlx5_core's
             // `handle_hca_cap_odp` (main.c) queries it.
@@ -342,8 +354,20 @@ impl CapSet {
             .set_dc_srq_receive(true);
         let mut odp = [0u8; 0x100];
         odp.copy_from_slice(o.as_bytes());
+        let mut q = QosCap::new([0u8; 0x100]).expect("a page holds the QoS page");
+        q.set_packet_pacing(true)
+            .set_packet_pacing_uid(true)
+            // Burst bound and typical size are kept per entry (mlx5_ib then offers
+            // MLX5_IB_PP_SUPPORT_BURST); the model does not shape by them.
+            .set_packet_pacing_burst_bound(true)
+            .set_packet_pacing_typical_size(true)
+            .set_packet_pacing_max_rate(pacing::MAX_RATE_KBPS)
+            .set_packet_pacing_min_rate(pacing::MIN_RATE_KBPS)
+            .set_packet_pacing_rate_table_size(pacing::RATE_TABLE_SIZE);
+        let qos = q.into_inner();
         Self {
             odp,
+            qos,
             max_atomic,
             current_atomic,
             max_general,

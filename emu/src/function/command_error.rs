@@ -103,6 +103,10 @@ pub enum Syndrome {
     BadUmem = 0x0c0d_00c2,
     /// CREATE_UCTX asked for a capability outside `uctx_cap`.
     UctxCapDenied = 0x0c0d_00c3,
+    /// SET_PP_RATE_LIMIT named index 0 (unlimited, fixed) or an index past the rate table.
+    RateIndexOutOfRange = 0x0c0d_00d0,
+    /// SET_PP_RATE_LIMIT asked for a rate outside the QoS page's range.
+    RateOutOfRange = 0x0c0d_00d1,
     /// Refused on purpose: [`crate::Fault::RefuseCommand`], [`crate::Fault::RefuseCommandAfter`].
     Refused = 0x0c0d_00f0,
 }

@@ -65,6 +65,7 @@ pub(crate) fn destroy_uctx(core: &mut Core, input: &[u8]) -> CmdResult {
         return Err(bad_param(Syndrome::UnknownUid, "no such user context"));
     }
     core.res.uctxs.close(uid);
+    core.res.rates.disown(uid);
     Ok(())
 }
 
@@ -374,7 +375,7 @@ pub(crate) fn check_uid(core: &Core, opcode: Opcode, uid: u16, input: &[u8]) -> 
     // An object no command created is left to the handler, which names it missing; a shared
     // one any context may use.
     let owner = core.res.uctxs.owner(kind, id).unwrap_or(uid);
-    if owner != uid && owner != SHARED_UID {
+    if !may_touch(owner, uid) {
         return Err(CmdError::new(
             CmdStatus::BadParameter,
             Syndrome::UidMismatch,
@@ -382,6 +383,12 @@ pub(crate) fn check_uid(core: &Core, opcode: Opcode, uid: u16, input: &[u8]) -> 
         ));
     }
     Ok(())
+}
+
+/// Whether a command under `uid` may touch what `owner` created: the function's own uids
+/// touch anything, anything shared is touched by all, and a user context touches its own.
+pub(crate) fn may_touch(owner: u16, uid: u16) -> bool {
+    privileged(uid) || owner == uid || owner == SHARED_UID
 }
 
 /// After a command succeeded: records who owns what it created, forgets what it destroyed,

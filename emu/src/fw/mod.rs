@@ -21,6 +21,7 @@ pub(crate) mod devx;
 pub(crate) mod hca;
 pub(crate) mod mcg;
 pub mod mkey;
+pub(crate) mod pacing;
 pub(crate) mod pages;
 pub(crate) mod qcounters;
 pub(crate) mod qp;
@@ -134,6 +135,7 @@ fn run(core: &mut Core, opcode: Opcode, op_mod: u16, input: &[u8], output: &mut 
         Opcode::QueryPages => hca::query_pages(core, input, output),
         Opcode::ManagePages => pages::manage_pages(core, input, output),
         Opcode::QueryHcaCap => caps::query_hca_cap(core, op_mod, output),
+        Opcode::SetPpRateLimit => pacing::set_pp_rate_limit(core, input),
         Opcode::QueryAdapter => hca::query_adapter(core, input, output),
         Opcode::SetDriverVersion => hca::set_driver_version(core, input),
         Opcode::SetHcaCap => caps::set_hca_cap(core, op_mod, input),

@@ -20,6 +20,7 @@ use cxdirect_hw::wq::{
     CreateRmpIn, CreateRmpOut, CreateRqIn, CreateRqOut, CreateSqIn, CreateSqOut, DestroyRmpIn,
     DestroyRqIn, DestroySqIn, EndPadMode, ModifyRmpIn, ModifyRqIn, ModifySqIn, QueryRmpIn,
     QueryRmpOut, QueryRqIn, QueryRqOut, Wq, WqType, MODIFY_RQ_BITMASK_RQ_COUNTER_SET_ID,
+    MODIFY_SQ_BITMASK_PACKET_PACING_RATE_LIMIT_INDEX,
 };
 
 /// Builds a queue buffer from a page list, checking alignment and coverage.
@@ -444,6 +445,7 @@ pub(crate) fn create_sq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     let cmd = input_as!(CreateSqIn<&[u8]>, input);
     let ctx = cmd.ctx();
     initial_state(ctx.state())?;
+    super::pacing::check_sq_rate_index(ctx.packet_pacing_rate_limit_index())?;
     let cqn = ctx.cqn();
     if !core.res.cqs.contains(cqn) {
         return Err(bad_res("SQ's CQ does not exist"));
@@ -517,6 +519,9 @@ pub(crate) fn modify_sq(core: &mut Core, input: &[u8]) -> CmdResult {
         "MODIFY_SQ current state does not match the SQ",
     )?;
     let next = transition(sq.state, cmd.ctx().state())?;
+    if cmd.modify_bitmask() & MODIFY_SQ_BITMASK_PACKET_PACING_RATE_LIMIT_INDEX != 0 {
+        super::pacing::check_sq_rate_index(cmd.ctx().packet_pacing_rate_limit_index())?;
+    }
     let slot = sq.slot;
     let bytes = context_bytes(cmd.ctx().as_bytes());
     let sq = core.res.sqs.get_mut(sqn).ok_or(bad_res("no such SQ"))?;

@@ -10,6 +10,7 @@ pub(crate) mod devx;
 pub(crate) mod ksm;
 pub(crate) mod limits;
 pub(crate) mod mcg;
+pub(crate) mod pacing;
 pub(crate) mod queue_state;
 pub(crate) mod rc;
 pub(crate) mod repeat;
@@ -463,6 +464,8 @@ pub(crate) struct Resources {
     pub uctxs: devx::Ownership,
     /// Registered user memory (CREATE_UMEM).
     pub umems: Table<devx::Umem>,
+    /// The packet pacing rate table (SET_PP_RATE_LIMIT).
+    pub rates: pacing::RateTable,
 }
 
 /// First number of a datagram (UD or GSI) QP: past every RC QP number
@@ -518,6 +521,7 @@ impl Resources {
             rx_root: None,
             uctxs: devx::Ownership::default(),
             umems: Table::new(1, 1 << limits::LOG_MAX_UMEM),
+            rates: pacing::RateTable::default(),
         }
     }
 }

@@ -102,6 +102,7 @@ fn input_fields(opcode: Opcode) -> &'static [FieldInfo] {
         O::DestroyMkey => mkey::DestroyMkeyIn::FIELDS,
         O::DeallocQCounter => cxdirect_hw::counters::DeallocQCounterIn::FIELDS,
         O::QueryQCounter => cxdirect_hw::counters::QueryQCounterIn::FIELDS,
+        O::SetPpRateLimit => cxdirect_hw::qos::SetPpRateLimitIn::FIELDS,
         O::CreateQp => qp::CreateQpIn::FIELDS,
         O::Rst2initQp => qp::Rst2initQpIn::FIELDS,
         O::Init2initQp => qp::Init2initQpIn::FIELDS,

@@ -40,6 +40,10 @@ pub fn checks() -> usize {
         eq::CreateEqIn,
         eq::CreateEqOut,
         eq::DestroyEqIn,
+        qos::QosCap,
+        qos::SetPpRateLimitContext,
+        qos::SetPpRateLimitIn,
+        qos::SetPpRateLimitOut,
     );
     helpers();
     nested_views();

@@ -1,0 +1,178 @@
+//! Packet pacing on the model, as Linux 6.12 and rdma-core drive it: the QoS capability page
+//! as mlx5_ib's `pp_is_supported` and mlx5_core's `mlx5_init_rl_table` (rl.c) read it, and
+//! SET_PP_RATE_LIMIT as `mlx5_set_pp_rate_limit_cmd` sends it for `mlx5_rl_add_rate_raw`
+//! (libmlx5's `mlx5dv_pp_alloc`, rdma-core's `test_pp_alloc` in `tests/test_mlx5_pp.py`):
+//! a shared entry under the shared uid, a dedicated one under the DEVX context's uid, each let
+//! go of by writing its context as zeros; an index out of range refused.
+
+use cxdirect_emu::testkit::{CmdFail, Host};
+use cxdirect_emu::{Device, EmuConfig, Syndrome};
+use cxdirect_hw::caps::CmdHcaCap;
+use cxdirect_hw::cmd::{CmdStatus, Opcode};
+use cxdirect_hw::hca::cap_type;
+use cxdirect_hw::qos::{QosCap, SetPpRateLimitIn};
+use cxdirect_hw::wq::{ModifySqIn, MODIFY_SQ_BITMASK_PACKET_PACING_RATE_LIMIT_INDEX};
+
+const MEM: usize = 8 << 20;
+/// `MLX5_SHARED_RESOURCE_UID`: mlx5_ib's uid for an entry without DEDICATED_INDEX.
+const SHARED_UID: u16 = 0xffff;
+/// The rate `test_pp_alloc` asks for, in kb/s.
+const TEST_RATE_KBPS: u32 = 100;
+
+fn host() -> Host {
+    let cfg = EmuConfig {
+        roce: true,
+        ..EmuConfig::default()
+    };
+    let mut h = Host::new(Device::loopback(cfg), MEM);
+    h.bring_up();
+    h
+}
+
+/// SET_PP_RATE_LIMIT as `mlx5_set_pp_rate_limit_cmd` lays it out: the entry's uid and index,
+/// and the raw context (rate in kb/s; burst and typical size left 0 as the test leaves them).
+fn set_rate(h: &mut Host, uid: u16, index: u16, rate_kbps: u32) -> Result<Vec<u8>, CmdFail> {
+    let mut input = Host::input(Opcode::SetPpRateLimit, 0, 0x40);
+    let mut cmd = SetPpRateLimitIn::new(&mut input[..]).expect("layout");
+    cmd.set_uid(uid).set_rate_limit_index(index);
+    cmd.ctx_mut().set_rate_limit(rate_kbps);
+    h.exec(&input, 0x10)
+}
+
+fn refused<T: std::fmt::Debug>(result: Result<T, CmdFail>, syndrome: Syndrome) {
+    match result.expect_err("command must be refused") {
+        CmdFail::Status {
+            status,
+            syndrome: got,
+        } => assert_eq!(
+            (status, got),
+            (CmdStatus::BadParameter as u8, syndrome as u32)
+        ),
+        other => panic!("expected a command status, got {other:?}"),
+    }
+}
+
+/// `pp_is_supported` needs general `qos`, `packet_pacing` and `packet_pacing_uid`;
+/// `mlx5_init_rl_table` takes the table size less entry 0 and the rate range; nothing else
+/// (no SQ or e-switch scheduling) is offered.
+#[test]
+fn qos_page_offers_packet_pacing_as_mlx5_ib_reads_it() {
+    let mut h = host();
+    let general = h.query_cap(cap_type::GENERAL_DEVICE, true);
+    assert!(CmdHcaCap::new(&general[0x10..]).expect("layout").qos());
+    for current in [true, false] {
+        let out = h.query_cap(cap_type::QOS, current);
+        let qos = QosCap::new(&out[0x10..]).expect("layout");
+        assert!(qos.packet_pacing() && qos.packet_pacing_uid());
+        assert!(qos.packet_pacing_burst_bound() && qos.packet_pacing_typical_size());
+        assert!(!qos.nic_sq_scheduling() && !qos.esw_scheduling());
+        let (min, max) = (qos.packet_pacing_min_rate(), qos.packet_pacing_max_rate());
+        assert!(min <= TEST_RATE_KBPS && TEST_RATE_KBPS <= max && min > 0);
+        assert_eq!(max, 100_000_000, "100 Gb/s in kb/s");
+        // mlx5_init_rl_table: "127 rates are supported".
+        assert_eq!(qos.packet_pacing_rate_table_size() - 1, 127);
+    }
+    h.teardown();
+}
+
+/// `test_pp_alloc`: two entries of the same rate, the second dedicated (its own index under
+/// the context's uid), both released by a zero context under their own uid.
+#[test]
+fn set_pp_rate_limit_as_mlx5_rl_add_rate_raw_sends_it() {
+    let mut h = host();
+    let user = h.create_uctx(0).expect("CREATE_UCTX");
+    set_rate(&mut h, SHARED_UID, 1, TEST_RATE_KBPS).expect("shared entry");
+    set_rate(&mut h, user, 2, TEST_RATE_KBPS).expect("dedicated entry");
+    // The kernel's own entries (mlx5e's tx max rate) when the caps offer `packet_pacing_uid`.
+    set_rate(&mut h, SHARED_UID, 3, 1_000_000).expect("another rate");
+    // The highest index mlx5_core hands out.
+    set_rate(&mut h, SHARED_UID, 127, 100_000_000).expect("last entry");
+    for (uid, index) in [
+        (SHARED_UID, 1),
+        (user, 2),
+        (SHARED_UID, 3),
+        (SHARED_UID, 127),
+    ] {
+        set_rate(&mut h, uid, index, 0).expect("release");
+    }
+    h.destroy_uctx(user).expect("DESTROY_UCTX");
+    h.teardown();
+}
+
+/// Index 0 is "unlimited" and fixed; indexes past the table, and rates past the range, are
+/// refused.
+#[test]
+fn set_pp_rate_limit_refuses_an_index_out_of_range() {
+    let mut h = host();
+    refused(
+        set_rate(&mut h, SHARED_UID, 128, TEST_RATE_KBPS),
+        Syndrome::RateIndexOutOfRange,
+    );
+    refused(
+        set_rate(&mut h, SHARED_UID, 0xffff, TEST_RATE_KBPS),
+        Syndrome::RateIndexOutOfRange,
+    );
+    refused(
+        set_rate(&mut h, SHARED_UID, 0, TEST_RATE_KBPS),
+        Syndrome::RateIndexOutOfRange,
+    );
+    refused(
+        set_rate(&mut h, SHARED_UID, 1, 100_000_001),
+        Syndrome::RateOutOfRange,
+    );
+    h.teardown();
+}
+
+/// The uid rules of DEVX: a context's dedicated entry is its own until it lets go of it; an
+/// unknown uid is refused; a closed context's entries pass to the driver.
+#[test]
+fn a_dedicated_entry_belongs_to_its_user_context() {
+    let mut h = host();
+    let a = h.create_uctx(0).expect("CREATE_UCTX a");
+    let b = h.create_uctx(0).expect("CREATE_UCTX b");
+    set_rate(&mut h, a, 5, TEST_RATE_KBPS).expect("a's entry");
+    refused(set_rate(&mut h, b, 5, 200), Syndrome::UidMismatch);
+    refused(set_rate(&mut h, b, 5, 0), Syndrome::UidMismatch);
+    set_rate(&mut h, a, 5, 0).expect("a lets go");
+    set_rate(&mut h, b, 5, 200).expect("b takes the free entry");
+    // A shared entry any context may write, as DEVX's shared objects.
+    set_rate(&mut h, SHARED_UID, 6, TEST_RATE_KBPS).expect("shared entry");
+    set_rate(&mut h, a, 6, 0).expect("shared entry released by a context");
+    refused(
+        set_rate(&mut h, 0x1234, 7, TEST_RATE_KBPS),
+        Syndrome::UnknownUid,
+    );
+    // b closes with its entry still written: it passes to the driver, which may release it.
+    h.destroy_uctx(b).expect("DESTROY_UCTX b");
+    refused(set_rate(&mut h, a, 5, 0), Syndrome::UidMismatch);
+    set_rate(&mut h, 0, 5, 0).expect("the driver releases it");
+    h.destroy_uctx(a).expect("DESTROY_UCTX a");
+    h.teardown();
+}
+
+/// A send queue names an entry by index (mlx5e's `mlx5e_modify_sq` with
+/// `MODIFY_SQ_BITMASK_PACKET_PACING_RATE_LIMIT_INDEX`, mlx5_ib's `modify_raw_packet_qp_sq`):
+/// an entry of the table or 0 is taken, an index past the table refused.
+#[test]
+fn modify_sq_takes_a_rate_index_inside_the_table_only() {
+    let mut h = host();
+    let cq = h.create_cq(6);
+    let tis = h.create_tis();
+    let sq = h.create_sq(cq.cqn, tis, 6);
+    set_rate(&mut h, SHARED_UID, 1, TEST_RATE_KBPS).expect("entry 1");
+    let modify = |index: u16| {
+        let mut input = Host::input(Opcode::ModifySq, 0, 0x110);
+        let mut m = ModifySqIn::new(&mut input[..]).expect("layout");
+        m.set_sq_state(1)
+            .set_sqn(sq.sqn)
+            .set_modify_bitmask(MODIFY_SQ_BITMASK_PACKET_PACING_RATE_LIMIT_INDEX);
+        m.ctx_mut()
+            .set_state(1)
+            .set_packet_pacing_rate_limit_index(index);
+        input
+    };
+    h.exec(&modify(1), 0x10).expect("SQ paced by entry 1");
+    h.exec(&modify(0), 0x10).expect("SQ back to unlimited");
+    refused(h.exec(&modify(128), 0x10), Syndrome::RateIndexOutOfRange);
+    h.teardown();
+}
