@@ -7,8 +7,10 @@
 use cxdirect_emu::testkit::rc::{rc_wqe, RcPath, GID_A, GID_B, MAC_A, MAC_B};
 use cxdirect_emu::testkit::{CmdFail, Cq, Host};
 use cxdirect_emu::{Device, EmuConfig, Syndrome};
+use cxdirect_hw::caps::CmdHcaCap;
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
 use cxdirect_hw::cq::{CreateCqIn, CreateCqOut};
+use cxdirect_hw::hca::cap_type;
 use cxdirect_hw::wqe::opcode;
 
 const MEM: usize = 16 << 20;
@@ -142,24 +144,62 @@ fn rc_completions_land_in_the_second_half_of_128_byte_entries_with_the_owner_bit
     }
 }
 
+/// Padded 128-byte entries (`cqe_sz` 2, mlx5_ib's `CQE_STRIDE_128_PAD` for libmlx5's
+/// `MLX5DV_CQ_INIT_ATTR_FLAGS_CQE_PAD`): the CQE where an unpadded entry has it, and the device
+/// writing the whole entry, so the first half no longer holds what was there.
+#[test]
+fn padded_128_byte_entries_are_written_whole_with_the_cqe_in_the_second_half() {
+    let (mut a, mut b) = hosts();
+    let general = a.query_cap(cap_type::GENERAL_DEVICE, true);
+    let general = CmdHcaCap::new(&general[0x10..0x110]).expect("layout");
+    assert!(general.cqe_128_always(), "cqe_128_always reported");
+    let mut cq_a = try_create_cq(&mut a, 3, 2, |_| {}).expect("padded 128-byte CQEs");
+    let mut cq_b = try_create_cq(&mut b, 3, 2, |_| {}).expect("padded 128-byte CQEs");
+    let mut qp_a = a.create_rc_qp(&cq_a, 4, 4, None);
+    let mut qp_b = b.create_rc_qp(&cq_b, 4, 4, None);
+    a.connect_rc(qp_a.qpn, &RcPath::to(GID_B, MAC_B, qp_b.qpn));
+    b.connect_rc(qp_b.qpn, &RcPath::to(GID_A, MAC_A, qp_a.qpn));
+    let lkey_a = a.create_mkey(false, true);
+    let lkey_b = b.create_mkey(false, true);
+    let src = a.alloc(4096, 4096);
+    let dst = b.alloc(4096, 4096);
+    // Twenty messages wrap the 8-entry CQs: every pass writes whole entries.
+    for i in 0..20u32 {
+        let len = 3 + i * 11;
+        let data: Vec<u8> = (0..len).map(|k| (k as u8) ^ (i as u8)).collect();
+        a.write(src, &data);
+        b.post_rc_recv(&mut qp_b, dst, 4096, lkey_b);
+        let w = rc_wqe(&qp_a.sq, opcode::SEND, 0, None, None, (src, lkey_a, len));
+        a.post(&mut qp_a.sq, &w, false);
+        settle(&a, &b);
+        assert_eq!(b.read(dst, len as usize), data, "message {i} intact");
+        let (resp, first) = poll128(&b, &mut cq_b).expect("a responder CQE");
+        assert_eq!(resp[63] >> 4, 2, "message {i}: RESP_SEND");
+        assert_eq!(be32(&resp, 44), len, "message {i}: byte count");
+        assert_eq!(first, vec![0; 64], "message {i}: the padding is written");
+        let (req, first) = poll128(&a, &mut cq_a).expect("a requester CQE");
+        assert_eq!(req[63] >> 4, 0, "message {i}: REQ");
+        assert_eq!(first, vec![0; 64], "message {i}: the padding is written");
+    }
+}
+
 #[test]
 fn cqe_sizes_and_modes_this_device_does_not_write_are_refused() {
     let (mut a, _b) = hosts();
     let bad = CmdFail::status(CmdStatus::BadParameter, Syndrome::BadWqParams);
-    // 128 bytes padded: needs cqe_128_always, which this device does not report.
-    let got = try_create_cq(&mut a, 4, 2, |_| {}).err();
-    assert_eq!(got, Some(bad), "cqe_sz 2");
     // Reserved encodings.
     for cqe_sz in 3..8 {
         let got = try_create_cq(&mut a, 4, cqe_sz, |_| {}).err();
         assert_eq!(got, Some(bad), "cqe_sz {cqe_sz}");
     }
-    // Compressed 128-byte CQEs: needs cqe_compression_128.
-    let got = try_create_cq(&mut a, 4, 1, |c| {
-        c.set_cqe_comp_en(true);
-    })
-    .err();
-    assert_eq!(got, Some(bad), "compressed 128-byte CQEs");
+    // Compressed 128-byte CQEs, padded or not: needs cqe_compression_128.
+    for cqe_sz in [1, 2] {
+        let got = try_create_cq(&mut a, 4, cqe_sz, |c| {
+            c.set_cqe_comp_en(true);
+        })
+        .err();
+        assert_eq!(got, Some(bad), "compressed 128-byte CQEs, cqe_sz {cqe_sz}");
+    }
     // A collapsed CQ.
     let got = try_create_cq(&mut a, 4, 1, |c| {
         c.set_cc(true);

@@ -261,21 +261,35 @@ fn reserve(core: &mut Core, cqn: u32, n: u32) -> Result<(u32, u8), CqFault> {
 }
 
 /// Writes one 64-byte CQE of CQ `cqn` at producer index `index`: the whole entry of a CQ of
-/// 64-byte entries, the second half of a 128-byte one (where the owner bit is read; the first
-/// half, which would carry data scattered to the CQE, is left alone).
+/// 64-byte entries, the second half of a 128-byte one (where the owner bit is read). The first
+/// half, which would carry data scattered to the CQE, is left alone, unless the CQ was created
+/// padded: then the device writes the whole 128 bytes, the first half as zeros (what padding
+/// holds is not public; zeros are the model's choice).
 fn write_slot(core: &mut Core, cqn: u32, index: u32, bytes: &[u8]) -> Result<(), CqFault> {
-    let addr = core
+    let (addr, padded) = core
         .res
         .cqs
         .get(cqn)
         .and_then(|c| {
             let mask = (1u32 << c.log_size) - 1;
-            let cqe_in_entry = c.entry_bytes - CQE_SIZE as u64;
-            c.buf
-                .addr(u64::from(index & mask) * c.entry_bytes + cqe_in_entry)
+            let entry = u64::from(index & mask) * c.entry_bytes;
+            if c.padded {
+                c.buf.addr(entry).map(|a| (a, true))
+            } else {
+                let cqe_in_entry = c.entry_bytes - CQE_SIZE as u64;
+                c.buf.addr(entry + cqe_in_entry).map(|a| (a, false))
+            }
         })
         .ok_or(CqFault::Dma)?;
-    if core.dma_write(addr, bytes).is_err() {
+    let written = if padded {
+        let mut entry = [0u8; 2 * CQE_SIZE];
+        let n = bytes.len().min(CQE_SIZE);
+        entry[CQE_SIZE..CQE_SIZE + n].copy_from_slice(&bytes[..n]);
+        core.dma_write(addr, &entry)
+    } else {
+        core.dma_write(addr, bytes)
+    };
+    if written.is_err() {
         enter_error(core, cqn, cq_error::ACCESS_VIOLATION);
         return Err(CqFault::Dma);
     }

@@ -236,6 +236,11 @@ impl CapSet {
             .set_log_max_vlan_list(8)
             .set_num_of_uars_per_page(1)
             .set_cqe_compression(true)
+            // Padded 128-byte CQEs (`cqe_sz` 2): mlx5_ib reports them to libmlx5
+            // (MLX5_IB_QUERY_DEV_RESP_FLAGS_CQE_128B_PAD) and accepts
+            // MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD only with this bit (`create_cq_user`);
+            // mlx5e pads its own CQs only on a 128-byte cache line.
+            .set_cqe_128_always(true)
             // Hardware tag matching over RC (`fw::xrq`, `engine::rc::tag_matching`), as a
             // ConnectX-5 or later offers it: mlx5_ib reports `max_num_tags`
             // 2^log_tag_matching_list_sz - 1 and, with `rndv_offload_rc`, IBV_TM_CAP_RC and a

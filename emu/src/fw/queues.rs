@@ -261,15 +261,18 @@ pub(crate) fn destroy_eq(core: &mut Core, input: &[u8]) -> CmdResult {
     Ok(())
 }
 
-/// Bytes of one entry of a CQ created with `cqe_sz` (cqc bits 0x08..0x0b), as mlx5_ib's
-/// `cqe_sz_to_mlx_sz` encodes the CQE size libmlx5 asks for (`get_cqe_size`: 64, or 128 with
-/// `MLX5_CQE_SIZE=128` or `MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE`; the kernel's own CQs are 128
-/// bytes where the cache line is): 0 is 64 bytes, 1 is 128 bytes whose second half holds the
-/// 64-byte CQE (libmlx5's `get_sw_cqe` and mlx5_ib's `get_sw_cqe` look there). Refused: 2,
-/// 128 bytes padded, which needs `cqe_128_always`; compression of 128-byte entries, which
-/// needs `cqe_compression_128` (mlx5_ib's `create_cq_user` checks both before asking); and a
-/// collapsed CQ (`cc`), which this device does not write.
-fn cqe_entry_bytes(cqe_sz: u8, collapsed: bool, compressed: bool) -> Result<u64, CmdError> {
+/// Bytes of one entry of a CQ created with `cqe_sz` (cqc bits 0x08..0x0b), and whether the
+/// device pads it, as mlx5_ib's `cqe_sz_to_mlx_sz` encodes the CQE size libmlx5 asks for
+/// (`get_cqe_size`: 64, or 128 with `MLX5_CQE_SIZE=128` or `MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE`;
+/// the kernel's own CQs are 128 bytes where the cache line is): 0 is 64 bytes; 1 is 128 bytes
+/// whose second half holds the 64-byte CQE (libmlx5's `get_sw_cqe` and mlx5_ib's `get_sw_cqe`
+/// look there); 2 (`CQE_STRIDE_128_PAD`, asked for with `MLX5DV_CQ_INIT_ATTR_FLAGS_CQE_PAD`
+/// where `cqe_128_always` is reported) is the same stride and place, the device writing the
+/// whole 128 bytes (Linux's `mlx5_cqwq_create` takes 1 and 2 alike as a 128-byte stride).
+/// Refused: compression of 128-byte entries, which needs `cqe_compression_128` (mlx5_ib's
+/// `create_cq_user` checks it before asking), and a collapsed CQ (`cc`), which this device
+/// does not write.
+fn cqe_stride(cqe_sz: u8, collapsed: bool, compressed: bool) -> Result<(u64, bool), CmdError> {
     if collapsed {
         return Err(bad_param(
             Syndrome::BadWqParams,
@@ -277,19 +280,16 @@ fn cqe_entry_bytes(cqe_sz: u8, collapsed: bool, compressed: bool) -> Result<u64,
         ));
     }
     match (cqe_sz, compressed) {
-        (0, _) => Ok(64),
-        (1, false) => Ok(128),
-        (1, true) => Err(bad_param(
+        (0, _) => Ok((64, false)),
+        (1, false) => Ok((128, false)),
+        (2, false) => Ok((128, true)),
+        (1 | 2, true) => Err(bad_param(
             Syndrome::BadWqParams,
             "compression of 128-byte CQEs is not supported (cqe_compression_128 is 0)",
         )),
-        (2, _) => Err(bad_param(
-            Syndrome::BadWqParams,
-            "padded 128-byte CQEs (cqe_sz 2) are not supported (cqe_128_always is 0)",
-        )),
         _ => Err(bad_param(
             Syndrome::BadWqParams,
-            "cqe_sz must be 0 (64 bytes) or 1 (128 bytes)",
+            "cqe_sz must be 0 (64 bytes), 1 (128 bytes) or 2 (128 bytes padded)",
         )),
     }
 }
@@ -297,7 +297,7 @@ fn cqe_entry_bytes(cqe_sz: u8, collapsed: bool, compressed: bool) -> Result<u64,
 pub(crate) fn create_cq(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
     let cmd = input_as!(CreateCqIn<&[u8]>, input);
     let ctx = cmd.cq_context();
-    let entry_bytes = cqe_entry_bytes(ctx.cqe_sz(), ctx.cc(), ctx.cqe_comp_en())?;
+    let (entry_bytes, padded) = cqe_stride(ctx.cqe_sz(), ctx.cc(), ctx.cqe_comp_en())?;
     let format = ctx.mini_cqe_res_format();
     if ctx.cqe_comp_en()
         && format != mini_cqe_res_format::HASH
@@ -358,6 +358,7 @@ pub(crate) fn create_cq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     let slot = store_new_context(core, &context_bytes(ctx.as_bytes()))?;
     let cq = Cq {
         entry_bytes,
+        padded,
         buf,
         log_size,
         eqn,

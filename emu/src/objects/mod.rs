@@ -200,6 +200,9 @@ pub(crate) struct Cq {
     pub compression: Option<Compression>,
     /// Bytes of one CQ entry: 64, or 128 (`cqe_sz` 1) with the 64-byte CQE in its second half.
     pub entry_bytes: u64,
+    /// Set for 128-byte entries created padded (`cqe_sz` 2): the device writes the whole entry,
+    /// its first half as zeros, where an unpadded one leaves the first half alone.
+    pub padded: bool,
 }
 
 /// The work queue part shared by SQs, RQs and RMPs.
