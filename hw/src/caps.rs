@@ -113,6 +113,9 @@ layout! {
         sig_crc32c: bool @ 0x148 [0x1],
         /// Log2 of the maximum outstanding RDMA read/atomic requests a QP may issue.
         log_max_ra_req_qp: u8 @ 0x14a [0x6],
+        /// RTS2RTS_QP may change an RC or UC QP's UDP source port (libmlx5's
+        /// `mlx5dv_modify_qp_udp_sport`, which reads it as `rts2rts_qp_udp_sport`).
+        rts2rts_udp_sport: bool @ 0x151 [0x1],
         /// Log2 of the maximum outstanding RDMA read/atomic requests a QP may serve.
         log_max_ra_res_qp: u8 @ 0x15a [0x6],
         /// Receive queues may pad the end of each scattered packet to a cache line

@@ -121,6 +121,9 @@ impl CapSet {
             // RTS2RTS_QP takes the QP context extension (a DCI stream's reset). Linux reads
             // the QP error syndrome through it only with `qp_error_syndrome`, left 0.
             .set_qpc_extension(true)
+            // RTS2RTS_QP changes a running RC or UC QP's UDP source port (`fw::udp_sport`),
+            // which libmlx5 reads before it sends one (`mlx5dv_modify_qp_udp_sport`).
+            .set_rts2rts_udp_sport(cfg.roce)
             // RC atomics (compare-and-swap, fetch-and-add) are executed by the responder.
             .set_atomic(cfg.roce)
             .set_log_max_xrcd(if cfg.roce { LOG_MAX_XRCD } else { 0 })

@@ -58,7 +58,8 @@ pub(super) fn rts2rts_extension(input: &[u8], next: &mut Qp) -> CmdResult {
             "RTS2RTS_QP input shorter than its context",
         )
     })?;
-    let mask = cmd.opt_param_mask_95_32();
+    // The UDP source port is the path's, not the extension's (`super::udp_sport`).
+    let mask = cmd.opt_param_mask_95_32() & !qpc_opt_mask_32::UDP_SPORT;
     if mask == 0 {
         return Ok(());
     }

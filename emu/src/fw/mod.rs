@@ -31,6 +31,7 @@ pub(crate) mod roce;
 pub(crate) mod sig;
 pub(crate) mod steering;
 pub(crate) mod transport;
+mod udp_sport;
 pub(crate) mod xrc;
 pub(crate) mod xrq;
 

@@ -493,7 +493,10 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
             apply(core, opcode, mask, &ctx, &mut next)?;
         }
         if opcode == Opcode::Rts2rtsQp {
-            // The context extension: a DCI stream's reset (`mlx5dv_dci_stream_id_reset`).
+            // The attributes of `opt_param_mask_95_32`: a new UDP source port
+            // (`mlx5dv_modify_qp_udp_sport`), and in the context extension a DCI stream's
+            // reset (`mlx5dv_dci_stream_id_reset`).
+            super::udp_sport::rts2rts(input, &ctx, &mut next)?;
             super::dci::rts2rts_extension(input, &mut next)?;
         }
     }
