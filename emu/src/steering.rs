@@ -9,6 +9,7 @@ use cxdirect_hw::flow::{
     FteMatchSetLyr24, FLOW_CONTEXT_ACTION_FWD_DEST, FLOW_DESTINATION_TYPE_TIR,
     FLOW_TABLE_MISS_ACTION_FWD,
 };
+use std::sync::atomic::Ordering;
 
 /// Longest walk a frame may take through the tables: every hop (a forwarding entry or a miss)
 /// goes to a deeper level (`fw::steering` refuses anything else), so a walk visits at most
@@ -136,8 +137,9 @@ impl TirList {
 }
 
 /// Runs a frame's match parameter words ([`frame_match_words`]) through the NIC receive tables
-/// from the root.
-pub(crate) fn steer(core: &Core, words: &[u64; MATCH_WORDS]) -> Verdict {
+/// from the root. Every entry it matches that counts adds the frame (`frame_len` bytes) to
+/// its flow counters, whatever the entry then does with it.
+pub(crate) fn steer(core: &Core, words: &[u64; MATCH_WORDS], frame_len: usize) -> Verdict {
     let Some(mut table_id) = core.res.rx_root else {
         return Verdict::Drop;
     };
@@ -152,6 +154,9 @@ pub(crate) fn steer(core: &Core, words: &[u64; MATCH_WORDS]) -> Verdict {
                 .get(&entry.group)
                 .is_some_and(|group| group.matches(words, &entry.value))
         });
+        if let Some(entry) = hit {
+            count(core, &entry.counters, frame_len);
+        }
         match hit {
             Some(entry) if entry.action & FLOW_CONTEXT_ACTION_FWD_DEST != 0 => {
                 let mut next = None;
@@ -179,4 +184,14 @@ pub(crate) fn steer(core: &Core, words: &[u64; MATCH_WORDS]) -> Verdict {
         }
     }
     Verdict::Drop
+}
+
+/// Adds one frame of `frame_len` bytes to each of `counters`.
+fn count(core: &Core, counters: &[u32], frame_len: usize) {
+    for &id in counters {
+        if let Some(c) = core.res.flow_counters.get(id) {
+            c.packets.fetch_add(1, Ordering::Relaxed);
+            c.octets.fetch_add(frame_len as u64, Ordering::Relaxed);
+        }
+    }
 }

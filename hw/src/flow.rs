@@ -629,3 +629,79 @@ impl<T: AsRef<[u8]>> FlowContext<T> {
         })
     }
 }
+
+layout! {
+    /// ALLOC_FLOW_COUNTER input: one counter, or a bulk of them (`flow_counter_bulk`, a
+    /// bitmask of 128-counter units, or `flow_counter_bulk_log_size`), as Linux's
+    /// `mlx5_cmd_fc_bulk_alloc` and rdma-core's DEVX tests send it.
+    pub struct AllocFlowCounterIn("alloc_flow_counter_in", 0x10) {
+        /// Command opcode: [`Opcode::AllocFlowCounter`](crate::cmd::Opcode::AllocFlowCounter).
+        opcode: u16 @ 0x0 [0x10],
+        /// User context id of the issuer (0 = the function itself).
+        uid: u16 @ 0x10 [0x10],
+        /// Operation modifier (0).
+        op_mod: u16 @ 0x30 [0x10],
+        /// Log2 of a bulk's size, in counters (0 = see `flow_counter_bulk`).
+        flow_counter_bulk_log_size: u8 @ 0x73 [0x5],
+        /// Bulk size as a bitmask of 128-counter units (0 = one counter).
+        flow_counter_bulk: u8 @ 0x78 [0x8],
+    }
+}
+
+layout! {
+    /// ALLOC_FLOW_COUNTER output.
+    pub struct AllocFlowCounterOut("alloc_flow_counter_out", 0x10) {
+        /// Command status (see [`CmdStatus`](crate::cmd::CmdStatus)).
+        status: u8 @ 0x0 [0x8],
+        /// Firmware syndrome identifying the failure when status is not OK.
+        syndrome: u32 @ 0x20 [0x20],
+        /// The counter's id (the first of a bulk).
+        flow_counter_id: u32 @ 0x40 [0x20],
+    }
+}
+
+layout! {
+    /// DEALLOC_FLOW_COUNTER input.
+    pub struct DeallocFlowCounterIn("dealloc_flow_counter_in", 0x10) {
+        /// Command opcode:
+        /// [`Opcode::DeallocFlowCounter`](crate::cmd::Opcode::DeallocFlowCounter).
+        opcode: u16 @ 0x0 [0x10],
+        /// The counter (or the first of the bulk) to release.
+        flow_counter_id: u32 @ 0x40 [0x20],
+    }
+}
+
+layout! {
+    /// QUERY_FLOW_COUNTER input: `num_of_counters` counters from `flow_counter_id` (0 reads
+    /// one), each written to the output's [`QueryFlowCounterOut`] statistics.
+    pub struct QueryFlowCounterIn("query_flow_counter_in", 0x20) {
+        /// Command opcode:
+        /// [`Opcode::QueryFlowCounter`](crate::cmd::Opcode::QueryFlowCounter).
+        opcode: u16 @ 0x0 [0x10],
+        /// Operation modifier (0).
+        op_mod: u16 @ 0x30 [0x10],
+        /// Zero the counters after reading them.
+        clear: bool @ 0xc0 [0x1],
+        /// How many consecutive counters to read (a bulk query); 0 reads one.
+        num_of_counters: u16 @ 0xd0 [0x10],
+        /// The first counter read.
+        flow_counter_id: u32 @ 0xe0 [0x20],
+    }
+}
+
+layout! {
+    /// QUERY_FLOW_COUNTER output: its statistics follow at byte
+    /// [`QUERY_FLOW_COUNTER_STATISTICS_BYTE`], one [`TrafficCounter`](crate::vport::TrafficCounter)
+    /// (packets, octets) per counter read.
+    pub struct QueryFlowCounterOut("query_flow_counter_out", 0x10) {
+        /// Command status (see [`CmdStatus`](crate::cmd::CmdStatus)).
+        status: u8 @ 0x0 [0x8],
+        /// Firmware syndrome identifying the failure when status is not OK.
+        syndrome: u32 @ 0x20 [0x20],
+    }
+}
+
+/// Byte of QUERY_FLOW_COUNTER's output where its `flow_statistics` array starts.
+pub const QUERY_FLOW_COUNTER_STATISTICS_BYTE: usize = 0x10;
+/// Counters one `flow_counter_bulk` unit allocates (Linux's `MLX5_FC_BULK_SIZE_FACTOR`).
+pub const FLOW_COUNTER_BULK_UNIT: u32 = 128;

@@ -102,7 +102,7 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8], from: Option<Sender>) {
     }
     let parsed = packet::parse(frame);
     let words = frame_match_words(&parsed);
-    let tirs = match steer(core, &words) {
+    let tirs = match steer(core, &words, frame.len()) {
         Verdict::Tirs(tirs) => tirs,
         Verdict::Drop => {
             add(&core.counters.rx_steer_drops, 1);

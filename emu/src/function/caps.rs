@@ -166,6 +166,11 @@ impl CapSet {
             .set_max_indirection(16)
             .set_end_pad(true)
             .set_nic_flow_table(true)
+            // Single flow counters (ALLOC_FLOW_COUNTER; no bulks, `flow_counter_bulk_alloc`
+            // 0), up to `max_flow_counter` at once. QUERY_FLOW_COUNTER reads any run of
+            // consecutive ones; `log_max_flow_counter_bulk` 0 has Linux read one at a time.
+            .set_max_flow_counter_15_0((crate::objects::limits::MAX_FLOW_COUNTERS & 0xffff) as u16)
+            .set_max_flow_counter_31_16((crate::objects::limits::MAX_FLOW_COUNTERS >> 16) as u16)
             .set_port_type(port_type::ETHERNET)
             .set_num_ports(1)
             .set_log_max_msg(LOG_MAX_MSG)
@@ -301,7 +306,11 @@ impl CapSet {
             .set_max_ft_level(MAX_FT_LEVEL)
             .set_log_max_ft_num(LOG_MAX_FT_NUM)
             .set_log_max_destination(LOG_MAX_FLOW_DESTINATION)
-            .set_log_max_flow(LOG_MAX_FLOW);
+            .set_log_max_flow(LOG_MAX_FLOW)
+            // Flow counters on receive entries (`fw::flow_counter`): Linux's
+            // `mlx5_cmd_set_fte` lists at most 2^log_max_flow_counter of them per entry.
+            .set_flow_counter(true)
+            .set_log_max_flow_counter(crate::objects::limits::LOG_MAX_FLOW_COUNTERS_PER_ENTRY);
         let mut flow_table = Box::new([0u8; 0x1000]);
         flow_table.copy_from_slice(f.as_bytes());
         let mut r = RoceCap::zeroed();

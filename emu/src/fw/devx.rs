@@ -339,6 +339,10 @@ fn object_of(opcode: Opcode) -> Option<(Owned, Role)> {
         O::DestroyDct => (K::Dct, Destroy),
         O::AllocQCounter => (K::QCounter, Create),
         O::DeallocQCounter => (K::QCounter, Destroy),
+        // QUERY_FLOW_COUNTER names its counter elsewhere (`flow_counter_id` in its fifth
+        // dword); mlx5_ib lets a context query only the DEVX objects it holds.
+        O::AllocFlowCounter => (K::FlowCounter, Create),
+        O::DeallocFlowCounter => (K::FlowCounter, Destroy),
         O::CreateUmem => (K::Umem, Create),
         O::DestroyUmem => (K::Umem, Destroy),
         _ => return None,

@@ -18,6 +18,7 @@ pub(crate) mod cq;
 pub(crate) mod dc;
 mod dci;
 pub(crate) mod devx;
+mod flow_counter;
 pub(crate) mod hca;
 pub(crate) mod mcg;
 pub mod mkey;
@@ -187,6 +188,9 @@ fn run(core: &mut Core, opcode: Opcode, op_mod: u16, input: &[u8], output: &mut 
         Opcode::DestroyFlowGroup => steering::destroy_flow_group(core, input),
         Opcode::SetFlowTableEntry => steering::set_fte(core, input),
         Opcode::DeleteFlowTableEntry => steering::delete_fte(core, input),
+        Opcode::AllocFlowCounter => flow_counter::alloc(core, input, output),
+        Opcode::DeallocFlowCounter => flow_counter::dealloc(core, input),
+        Opcode::QueryFlowCounter => flow_counter::query(core, input, output),
         Opcode::SetFlowTableRoot => steering::set_root(core, input),
         Opcode::ModifyFlowTable => steering::modify_flow_table(core, input),
         Opcode::CreateMkey => mkey::create_mkey(core, input, output),

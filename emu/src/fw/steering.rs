@@ -8,10 +8,11 @@ use crate::objects::{FlowEntry, FlowGroup, FlowTable};
 use cxdirect_hw::flow::{
     CreateFlowGroupIn, CreateFlowGroupOut, CreateFlowTableIn, CreateFlowTableOut, DeleteFteIn,
     DestroyFlowGroupIn, DestroyFlowTableIn, ModifyFlowTableIn, SetFlowTableRootIn, SetFteIn,
-    FLOW_CONTEXT_ACTION_ALLOW, FLOW_CONTEXT_ACTION_DROP, FLOW_CONTEXT_ACTION_FWD_DEST,
-    FLOW_DESTINATION_TYPE_FLOW_TABLE, FLOW_DESTINATION_TYPE_TIR, FLOW_TABLE_MISS_ACTION_DEFAULT,
-    FLOW_TABLE_MISS_ACTION_FWD, FLOW_TABLE_TYPE_NIC_RX, MODIFY_FLOW_TABLE_MISS_TABLE_ID,
-    SET_FTE_MODIFY_ACTION, SET_FTE_MODIFY_DESTINATION_LIST, SET_FTE_MODIFY_FLOW_TAG,
+    FLOW_CONTEXT_ACTION_ALLOW, FLOW_CONTEXT_ACTION_COUNT, FLOW_CONTEXT_ACTION_DROP,
+    FLOW_CONTEXT_ACTION_FWD_DEST, FLOW_DESTINATION_TYPE_FLOW_TABLE, FLOW_DESTINATION_TYPE_TIR,
+    FLOW_TABLE_MISS_ACTION_DEFAULT, FLOW_TABLE_MISS_ACTION_FWD, FLOW_TABLE_TYPE_NIC_RX,
+    MODIFY_FLOW_TABLE_MISS_TABLE_ID, SET_FTE_MODIFY_ACTION, SET_FTE_MODIFY_DESTINATION_LIST,
+    SET_FTE_MODIFY_FLOW_COUNTERS, SET_FTE_MODIFY_FLOW_TAG,
 };
 
 const MATCH_PARAM_SIZE: usize = 0x200;
@@ -269,11 +270,15 @@ pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
     };
     let ctx = cmd.flow_context_all();
     let mut action = ctx.action();
-    let known = FLOW_CONTEXT_ACTION_ALLOW | FLOW_CONTEXT_ACTION_DROP | FLOW_CONTEXT_ACTION_FWD_DEST;
-    if action & !known != 0 || action == 0 {
+    let known = FLOW_CONTEXT_ACTION_ALLOW
+        | FLOW_CONTEXT_ACTION_DROP
+        | FLOW_CONTEXT_ACTION_FWD_DEST
+        | FLOW_CONTEXT_ACTION_COUNT;
+    // Counting alone decides nothing about the frame (Linux's `counter_is_valid`).
+    if action & !known != 0 || action & !FLOW_CONTEXT_ACTION_COUNT == 0 {
         return Err(bad_param(
             Syndrome::BadSteeringParams,
-            "flow action must be allow, drop or forward",
+            "flow action must be allow, drop or forward, and may count",
         ));
     }
     let count = ctx.destination_list_size() as usize;
@@ -330,6 +335,12 @@ pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
         }
         dests.push((kind, id));
     }
+    let mut counters = super::flow_counter::entry_counters(
+        core,
+        &ctx,
+        count,
+        action & FLOW_CONTEXT_ACTION_COUNT != 0,
+    )?;
     let group_id = ctx.group_id();
     let mut value = Box::new([0u8; MATCH_PARAM_SIZE]);
     value.copy_from_slice(ctx.match_value().as_bytes());
@@ -361,8 +372,8 @@ pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
     if let Some(mask) = modify {
         // Linux's `mlx5_cmd_update_fte` sends the whole entry with the parts it changed
         // selected: the action and the destination list when a rule is added to or removed
-        // from an entry others share (`add_rule_fte`, `del_sw_hw_rule`). The flow tag is not
-        // kept by the model; counters are not modelled (their action bit is refused above).
+        // from an entry others share (`add_rule_fte`, `del_sw_hw_rule`), and the counter list
+        // when a counter is added. The flow tag is not kept by the model.
         let old = table
             .entries
             .get(&index)
@@ -373,8 +384,10 @@ pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
                 "a modified flow entry keeps its group and match value",
             ));
         }
-        let known =
-            SET_FTE_MODIFY_ACTION | SET_FTE_MODIFY_FLOW_TAG | SET_FTE_MODIFY_DESTINATION_LIST;
+        let known = SET_FTE_MODIFY_ACTION
+            | SET_FTE_MODIFY_FLOW_TAG
+            | SET_FTE_MODIFY_DESTINATION_LIST
+            | SET_FTE_MODIFY_FLOW_COUNTERS;
         if mask & !known != 0 {
             return Err(bad_param(
                 Syndrome::BadSteeringParams,
@@ -386,6 +399,15 @@ pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
         }
         if mask & SET_FTE_MODIFY_DESTINATION_LIST == 0 {
             dests = old.dests.clone();
+        }
+        if mask & SET_FTE_MODIFY_FLOW_COUNTERS == 0 {
+            counters = old.counters.clone();
+        }
+        if (action & FLOW_CONTEXT_ACTION_COUNT != 0) == counters.is_empty() {
+            return Err(bad_param(
+                Syndrome::BadSteeringParams,
+                "a counting entry lists counters and only a counting entry does",
+            ));
         }
         if action & FLOW_CONTEXT_ACTION_FWD_DEST != 0 && dests.is_empty() {
             return Err(bad_param(
@@ -402,7 +424,9 @@ pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
         .and_then(|t| t.entries.remove(&index))
     {
         release_dests(core, &old.dests);
+        super::flow_counter::release(core, &old.counters);
     }
+    super::flow_counter::hold(core, &counters);
     for &(kind, id) in &dests {
         match kind {
             FLOW_DESTINATION_TYPE_TIR => {
@@ -424,6 +448,7 @@ pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
                 group: group_id,
                 action,
                 dests,
+                counters,
                 value,
             },
         );
@@ -461,6 +486,7 @@ pub(crate) fn delete_fte(core: &mut Core, input: &[u8]) -> CmdResult {
         .remove(&cmd.flow_index())
         .ok_or(bad_res("no flow entry at that index"))?;
     release_dests(core, &entry.dests);
+    super::flow_counter::release(core, &entry.counters);
     Ok(())
 }
 

@@ -43,6 +43,7 @@ pub(crate) enum Owned {
     Dct,
     QCounter,
     Umem,
+    FlowCounter,
 }
 
 /// The live user contexts and who owns which object.

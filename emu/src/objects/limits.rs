@@ -71,3 +71,9 @@ pub(crate) const LOG_MAX_DCI_ERRORED_STREAMS: u8 = 3;
 pub(crate) const LOG_MAX_UCTX: u8 = 10;
 /// Log2 of the umems (CREATE_UMEM) the model holds at once.
 pub(crate) const LOG_MAX_UMEM: u8 = 16;
+/// Flow counters the function holds at once (`max_flow_counter`): the model's choice, within
+/// the 32-bit field; Linux allocates one per counted rule.
+pub(crate) const MAX_FLOW_COUNTERS: u32 = 1 << 12;
+/// Log2 of the counters one flow entry may list (`log_max_flow_counter` of the receive
+/// tables, which Linux's `mlx5_cmd_set_fte` holds an entry's list to): the model's choice.
+pub(crate) const LOG_MAX_FLOW_COUNTERS_PER_ENTRY: u8 = 4;

@@ -23,7 +23,7 @@ pub(crate) use context::Slot;
 use cxdirect_hw::doorbell::UAR_PAGE_SIZE;
 use queue_state::{Compression, Fetched};
 pub(crate) use steering::{
-    FlowEntry, FlowGroup, FlowTable, Rqt, Tir, TirDispatch, Tis, MATCH_WORDS,
+    FlowCounter, FlowEntry, FlowGroup, FlowTable, Rqt, Tir, TirDispatch, Tis, MATCH_WORDS,
 };
 
 /// A numbered table of objects. Numbers start at `base` so that different object types rarely
@@ -440,6 +440,8 @@ pub(crate) struct Resources {
     pub tirs: Table<Tir>,
     pub rqts: Table<Rqt>,
     pub flow_tables: Table<FlowTable>,
+    /// Flow counters (ALLOC_FLOW_COUNTER).
+    pub flow_counters: Table<FlowCounter>,
     pub mkeys: Table<Mkey>,
     /// Protection signature variables (CREATE_PSV).
     pub psvs: Table<signature::Psv>,
@@ -510,6 +512,7 @@ impl Resources {
             tirs: Table::new(0x2800, 1 << 12),
             rqts: Table::new(0x3000, 1 << 12),
             flow_tables: Table::new(0x10, 1 << 10),
+            flow_counters: Table::new(1, limits::MAX_FLOW_COUNTERS),
             mkeys: Table::new(0x10, 1 << 16),
             psvs: Table::new(0x10, 1 << 16),
             // Set 0 means "no counter set" in an RQ context.

@@ -2,6 +2,7 @@
 //! flow tables with their groups and entries.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
 
 #[derive(Debug)]
 pub(crate) struct Tis {
@@ -95,6 +96,8 @@ pub(crate) struct FlowEntry {
     pub group: u32,
     pub action: u16,
     pub dests: Vec<(u8, u32)>,
+    /// Flow counters the entry counts its frames in (`FLOW_CONTEXT_ACTION_COUNT`).
+    pub counters: Vec<u32>,
     pub value: Box<[u8; 0x200]>,
 }
 
@@ -107,4 +110,14 @@ pub(crate) struct FlowTable {
     pub groups: BTreeMap<u32, FlowGroup>,
     pub entries: BTreeMap<u32, FlowEntry>,
     pub referenced: u32,
+}
+
+/// A flow counter (ALLOC_FLOW_COUNTER): the frames and bytes the entries naming it matched.
+/// Atomic, because steering counts through a shared view of the tables.
+#[derive(Debug, Default)]
+pub(crate) struct FlowCounter {
+    pub packets: AtomicU64,
+    pub octets: AtomicU64,
+    /// Flow entries that list it; DEALLOC_FLOW_COUNTER is refused while any does.
+    pub fte_users: u32,
 }
