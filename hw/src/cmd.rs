@@ -250,6 +250,7 @@ device_codes! {
         Qp2errQp = 0x507 => "2ERR_QP",
         Qp2rstQp = 0x50a => "2RST_QP",
         QueryQp = 0x50b => "QUERY_QP",
+        SqdRtsQp = 0x50c => "SQD_RTS_QP",
         Init2initQp = 0x50e => "INIT2INIT_QP",
         CreatePsv = 0x600 => "CREATE_PSV",
         DestroyPsv = 0x601 => "DESTROY_PSV",

@@ -129,6 +129,8 @@ pub mod optpar {
     pub const RRA_MAX: u32 = 1 << 9;
     /// Path migration state.
     pub const PM_STATE: u32 = 1 << 10;
+    /// `drain_sigerr` (INIT2INIT; rdma-core's `MLX5_QPC_OPT_MASK_INIT2INIT_DRAIN_SIGERR`).
+    pub const DRAIN_SIGERR: u32 = 1 << 11;
     /// Transport retry count.
     pub const RETRY_COUNT: u32 = 1 << 12;
     /// RNR retry count.

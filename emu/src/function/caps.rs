@@ -158,6 +158,11 @@ impl CapSet {
             // XP10 polynomial is not public), and a BSF naming them is refused.
             .set_sigerr_domain_and_sig_type(true)
             .set_sig_crc32c(true)
+            // Signature pipelining (`engine::rc::sq_drain`): a `drain_sigerr` QP stops its send
+            // queue in SQD after a signature error and SQD_RTS_QP resumes it. mlx5_ib tells
+            // libmlx5 (MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_SQD2RTS), which then takes
+            // MLX5DV_QP_CREATE_SIG_PIPELINING.
+            .set_drain_sigerr(true)
             // QUERY_VPORT_COUNTER is answered: mlx5_ib serves the RDMA core's performance
             // management queries (port counters) from it instead of a MAD_IFC.
             .set_vport_counters(true)

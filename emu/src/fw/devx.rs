@@ -300,6 +300,7 @@ fn object_of(opcode: Opcode) -> Option<(Owned, Role)> {
         | O::Rtr2rtsQp
         | O::Rts2rtsQp
         | O::Sqerr2rtsQp
+        | O::SqdRtsQp
         | O::Qp2errQp
         | O::Qp2rstQp
         | O::QueryQp => (K::Qp, Touch),

@@ -210,6 +210,7 @@ fn run(core: &mut Core, opcode: Opcode, op_mod: u16, input: &[u8], output: &mut 
         | Opcode::Rtr2rtsQp
         | Opcode::Rts2rtsQp
         | Opcode::Sqerr2rtsQp
+        | Opcode::SqdRtsQp
         | Opcode::Qp2errQp
         | Opcode::Qp2rstQp => qp::modify_qp(core, opcode, input),
         Opcode::QueryQp => qp::query_qp(core, input, output),

@@ -371,7 +371,12 @@ fn transition(opcode: Opcode) -> (Option<&'static [u8]>, u8, u32) {
         Opcode::Init2initQp => (
             Some(&[state::INIT]),
             state::INIT,
-            ACCESS | optpar::PKEY_INDEX | optpar::PRI_PORT | optpar::LAG_TX_AFF | COUNTER,
+            ACCESS
+                | optpar::PKEY_INDEX
+                | optpar::PRI_PORT
+                | optpar::LAG_TX_AFF
+                | COUNTER
+                | optpar::DRAIN_SIGERR,
         ),
         Opcode::Init2rtrQp => (
             Some(&[state::INIT]),
@@ -387,6 +392,13 @@ fn transition(opcode: Opcode) -> (Option<&'static [u8]>, u8, u32) {
             Some(&[state::RTS]),
             state::RTS,
             ACCESS | optpar::RNR_TIMEOUT | optpar::PM_STATE | optpar::ALT_ADDR_PATH | COUNTER,
+        ),
+        // Out of SQD, where a `drain_sigerr` QP stops after a signature error: mlx5_ib's
+        // `opt_mask[SQD][RTS][RC]`.
+        Opcode::SqdRtsQp => (
+            Some(&[state::SQD]),
+            state::RTS,
+            ACCESS | optpar::RNR_TIMEOUT,
         ),
         Opcode::Sqerr2rtsQp => (
             Some(&[state::SQER]),
@@ -515,6 +527,7 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
             streams.errored_count = 0;
         }
     }
+    let resume = opcode == Opcode::SqdRtsQp;
     let (old_set, new_set) = (qp.counter_set, next.counter_set);
     if new_set != old_set {
         // Checked first: a missing set refuses the command before anything changes.
@@ -526,6 +539,10 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
     let qp = find_mut(core, qpn).ok_or(bad_res("no such QP"))?;
     *qp = next;
     write_context(core, slot, &bytes);
+    if resume {
+        // The send queue goes on from the WQE it drained before.
+        crate::engine::rc::resume_after_drain(core, qpn);
+    }
     if to == state::ERR {
         if datagram {
             crate::engine::ud::flush_on_error(core, qpn);
@@ -618,6 +635,10 @@ fn apply(core: &Core, opcode: Opcode, mask: u32, ctx: &Qpc<&[u8]>, qp: &mut Qp) 
             if mask & optpar::PKEY_INDEX != 0 {
                 qp.path.pkey_index = ads.pkey_index();
             }
+            // libmlx5's `mlx5_modify_qp_drain_sigerr` for MLX5DV_QP_CREATE_SIG_PIPELINING.
+            if mask & optpar::DRAIN_SIGERR != 0 {
+                qp.req.drain_sigerr = ctx.drain_sigerr();
+            }
             access(qp, false);
         }
         Opcode::Init2rtrQp => {
@@ -672,7 +693,7 @@ fn apply(core: &Core, opcode: Opcode, mask: u32, ctx: &Qpc<&[u8]>, qp: &mut Qp) 
             qp.path.ack_timeout = ads.ack_timeout();
             access(qp, false);
         }
-        Opcode::Rts2rtsQp | Opcode::Sqerr2rtsQp => access(qp, false),
+        Opcode::Rts2rtsQp | Opcode::Sqerr2rtsQp | Opcode::SqdRtsQp => access(qp, false),
         _ => {}
     }
     Ok(())
@@ -762,7 +783,10 @@ fn context_of(qp: &Qp) -> Vec<u8> {
         .set_block_lb_mc(qp.block_lb_mc)
         .set_deth_sqpn(qp.deth_sqpn)
         .set_log_num_dci_stream_channels(qp.dci_streams.map_or(0, |s| s.log_channels))
-        .set_log_num_dci_errored_streams(qp.dci_streams.map_or(0, |s| s.log_errored));
+        .set_log_num_dci_errored_streams(qp.dci_streams.map_or(0, |s| s.log_errored))
+        .set_drain_sigerr(qp.req.drain_sigerr)
+        // Where the send queue stands (libmlx5's `mlx5_qp_query_sqd` reads it in SQD).
+        .set_hw_sq_wqebb_counter(qp.sq_consumed);
     match qp.receive {
         RcReceive::Own {
             log_size,

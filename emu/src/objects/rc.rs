@@ -474,6 +474,13 @@ pub(crate) struct Requester {
     /// the sender's buffer, the FIN after it), each under the first PSN it took
     /// (`engine::rc::tag_matching`).
     pub rendezvous: Vec<crate::objects::tm::Rendezvous>,
+    /// `drain_sigerr`: a signature error in a WQE stops the send queue after it (the QP
+    /// goes to SQD) instead of letting the next WQEs run (rdma-core's signature pipelining).
+    pub drain_sigerr: bool,
+    /// A WQE of a `drain_sigerr` QP met a signature error: the QP drains once it is consumed.
+    pub enter_sqd: bool,
+    /// SQ_DRAINED is owed once nothing sent is outstanding.
+    pub drained_event_owed: bool,
 }
 
 /// Where the requester stopped sending a WQE for lack of room on the wire.

@@ -295,8 +295,9 @@ pub(crate) fn set_psv(
 /// Applies what the data path left pending for QP `qpn`: the PSVs' new values, and a SIG_ERR
 /// CQE on CQ `cqn` for each key whose error is armed (the parity of the errors it reported
 /// differs from the `expected_sigerr_count` its last UMR set: one report a registration, as
-/// mlx5_ib counts them in `mlx5_poll_one`).
-pub(crate) fn report(core: &mut Core, qpn: u32, cqn: u32) {
+/// mlx5_ib counts them in `mlx5_poll_one`). Returns whether the data path had found any
+/// signature error, reported or not (a `drain_sigerr` QP drains after one).
+pub(crate) fn report(core: &mut Core, qpn: u32, cqn: u32) -> bool {
     let pending = match core.sig_pending.get_mut() {
         Ok(p) => std::mem::take(p),
         Err(poisoned) => std::mem::take(poisoned.into_inner()),
@@ -307,6 +308,7 @@ pub(crate) fn report(core: &mut Core, qpn: u32, cqn: u32) {
             psv.ref_tag = ref_tag;
         }
     }
+    let found = !pending.errors.is_empty();
     for e in pending.errors {
         let Some(key) = core.res.mkeys.get_mut(e.mkey >> 8) else {
             continue;
@@ -333,6 +335,7 @@ pub(crate) fn report(core: &mut Core, qpn: u32, cqn: u32) {
             crate::counters::add(&core.counters.completions_lost, 1);
         }
     }
+    found
 }
 
 /// Whether the key `mkey` names carries a signature (a UMR attached a BSF to it).

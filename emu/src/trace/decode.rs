@@ -113,6 +113,7 @@ fn input_fields(opcode: Opcode) -> &'static [FieldInfo] {
         O::Rtr2rtsQp => qp::Rtr2rtsQpIn::FIELDS,
         O::Rts2rtsQp => qp::Rts2rtsQpIn::FIELDS,
         O::Sqerr2rtsQp => qp::Sqerr2rtsQpIn::FIELDS,
+        O::SqdRtsQp => qp::Sqerr2rtsQpIn::FIELDS,
         O::Qp2errQp => qp::Qp2errIn::FIELDS,
         O::Qp2rstQp => qp::Qp2rstIn::FIELDS,
         O::QueryQp => qp::QueryQpIn::FIELDS,

@@ -33,6 +33,7 @@ pub(crate) mod responder_recv;
 pub(crate) mod responder_write;
 pub(crate) mod retransmit;
 pub(crate) mod send_ring;
+pub(crate) mod sq_drain;
 pub(crate) mod tag_matching;
 pub(crate) mod tag_rendezvous;
 pub(crate) mod timer;
@@ -100,7 +101,7 @@ pub(crate) fn resume_page_fault(
             .res
             .qps
             .get(qpn)
-            .is_some_and(|qp| qp.state == cxdirect_hw::qp::state::RTS);
+            .is_some_and(|qp| sq_drain::sends(qp.state));
         if !sending {
             // The QP left RTS meanwhile: nothing goes on.
             return Ok(());
@@ -125,4 +126,11 @@ fn count(core: &mut Core, qpn: u32, counter: fn(&mut RcQCounters) -> &mut u32) {
         let value = counter(&mut set.rc);
         *value = value.wrapping_add(1);
     }
+}
+
+/// SQD_RTS_QP moved QP `qpn` back to RTS after a drain ([`sq_drain`]): the WQEs posted
+/// meanwhile run.
+pub(crate) fn resume_after_drain(core: &mut Core, qpn: u32) {
+    sq_drain::leave(core, qpn);
+    requester::resume(core, qpn);
 }

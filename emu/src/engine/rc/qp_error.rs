@@ -17,7 +17,7 @@ use cxdirect_hw::qp::state;
 const EVENT_QUEUE_TYPE_QP: u8 = 0;
 
 /// Posts `event` for QP `qpn` to the EQ subscribed to it, if any.
-fn post_qp_event(core: &mut Core, qpn: u32, event: EventType) {
+pub(super) fn post_qp_event(core: &mut Core, qpn: u32, event: EventType) {
     // A DCT's responder context is the device's own: no driver knows its number. A refused
     // request only ends that initiator's connection (its next one starts the context over).
     if core

@@ -36,6 +36,10 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, qpn: u32) {
         flush(core, qpn);
         return;
     }
+    if qp.state == state::SQD {
+        // Drained after a signature error: what was posted runs after SQD_RTS_QP.
+        return;
+    }
     if qp.state != state::RTS {
         add(&core.counters.bad_doorbells, 1);
         return;
@@ -76,7 +80,15 @@ fn run_posted(core: &mut Core, qpn: u32) {
         return;
     }
     let mut scratch = std::mem::take(&mut core.rc_scratch);
-    while let Some(qp) = core.res.qps.get(qpn) {
+    loop {
+        // A WQE before this one failed its signature check on a `drain_sigerr` QP (its last
+        // packet gone, if the wire had to wait for room): the QP drains here.
+        if super::sq_drain::enter_if_asked(core, qpn) {
+            break;
+        }
+        let Some(qp) = core.res.qps.get(qpn) else {
+            break;
+        };
         let index = qp.sq_consumed;
         if index == pi || qp.state != state::RTS {
             break;
@@ -221,7 +233,7 @@ pub(crate) fn continue_sending(core: &mut Core) -> bool {
         let Some(at) = qp.req.sending.take() else {
             continue;
         };
-        if qp.state != state::RTS {
+        if !super::sq_drain::sends(qp.state) {
             continue;
         }
         let position = qp.req.outstanding.iter().position(|o| o.index == at.index);
@@ -410,6 +422,12 @@ fn execute_from(
     let Some(service) = core.res.qps.get(qpn).map(|qp| qp.service) else {
         return Err(bad);
     };
+    if op == opcode::NOP {
+        // Nothing to do but complete in order (libmlx5's `mlx5dv_qp_cancel_posted_send_wrs`
+        // turns the WQEs it cancels into NOPs, keeping their completion request).
+        complete_local(core, qpn, index, op, signaled);
+        return Ok(Some(req.bbs));
+    }
     if op == opcode::SET_PSV {
         // A local operation like UMR: the PSV takes its seed now, in order with the rest.
         let pd = core.res.qps.get(qpn).map_or(0, |qp| qp.pd);
@@ -534,7 +552,9 @@ fn execute_from(
     }
     let gathered = gather(core, qpn, &s.wqe[..ds * WQE_DS], at, &mut s.message);
     let cqn = core.res.qps.get(qpn).map_or(0, |qp| qp.cqn_snd);
-    crate::signature::report(core, qpn, cqn);
+    if crate::signature::report(core, qpn, cqn) {
+        super::sq_drain::signature_error(core, qpn);
+    }
     match gathered {
         Ok(()) => {}
         Err(GatherFault::Error(syndrome)) => return Err((op, syndrome)),

@@ -31,7 +31,6 @@ use crate::translate::{check_remote_on, KeyFault, RemoteAccess};
 use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome};
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::qp::service_type;
-use cxdirect_hw::qp::state;
 use cxdirect_hw::xrq::TMH_LEN;
 
 /// Takes `frame` when it is RoCE v2 and RoCE is enabled on the function; false when it is
@@ -129,7 +128,7 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8]) -> bool {
     if (bth_opcode::READ_RESPONSE_FIRST..=bth_opcode::ATOMIC_ACKNOWLEDGE).contains(&opcode)
         && opcode != ACKNOWLEDGE
     {
-        if qp_state != state::RTS {
+        if !super::sq_drain::sends(qp_state) {
             add(&core.counters.roce_rx_drops, 1);
             return true;
         }
@@ -145,18 +144,20 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8]) -> bool {
             return true;
         }
         response(core, qpn, opcode, psn, &rest[skip..]);
+        super::sq_drain::drained(core, qpn);
         return true;
     }
     if opcode == ACKNOWLEDGE {
-        if rest.len() < 4 || qp_state != state::RTS {
+        if rest.len() < 4 || !super::sq_drain::sends(qp_state) {
             add(&core.counters.roce_rx_drops, 1);
             return true;
         }
         let word = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]);
         acknowledge(core, qpn, psn, (word >> 24) as u8);
+        super::sq_drain::drained(core, qpn);
         return true;
     }
-    if (qp_state != state::RTR && qp_state != state::RTS) || qp_service == service_type::DCI {
+    if !super::sq_drain::receives(qp_state) || qp_service == service_type::DCI {
         add(&core.counters.roce_rx_drops, 1);
         return true;
     }

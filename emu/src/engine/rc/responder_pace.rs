@@ -12,7 +12,6 @@ use crate::function::Core;
 use crate::objects::rc::Owed;
 use crate::translate::{translate_remote, KeyFault, RemoteAccess};
 use cxdirect_hw::eqe::EventType;
-use cxdirect_hw::qp::state;
 use std::time::Duration;
 
 /// How soon a device thread looks again at a QP whose responses wait for room.
@@ -62,7 +61,7 @@ pub(super) fn pace(core: &mut Core, qpn: u32) -> bool {
         let Some(qp) = core.res.qps.get_mut(qpn) else {
             return sent;
         };
-        if qp.state != state::RTR && qp.state != state::RTS {
+        if !super::sq_drain::receives(qp.state) {
             qp.resp.owed.clear();
             return sent;
         }

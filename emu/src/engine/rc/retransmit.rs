@@ -79,7 +79,7 @@ pub(crate) fn next_deadline(core: &Core) -> Option<Instant> {
         .qps
         .iter()
         .filter(|(qpn, qp)| {
-            qp.state == state::RTS
+            super::sq_drain::sends(qp.state)
                 && !qp.req.outstanding.is_empty()
                 && !outstanding_faulted(core, *qpn)
         })
@@ -106,7 +106,7 @@ pub(crate) fn run_timers(core: &mut Core, now: Instant) -> bool {
         let next = core.res.qps.iter().find_map(|(qpn, qp)| {
             let due = |at: Option<Instant>| at.is_some_and(|t| t <= now);
             // A requester waiting for a page of a response or a retransmission sends nothing.
-            (qp.state == state::RTS
+            (super::sq_drain::sends(qp.state)
                 && !qp.req.outstanding.is_empty()
                 && !outstanding_faulted(core, qpn)
                 && (due(qp.req.ack_deadline) || due(qp.req.rnr_until))

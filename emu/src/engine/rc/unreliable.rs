@@ -14,7 +14,6 @@ use super::qp_error::enter_error;
 use crate::counters::add;
 use crate::function::Core;
 use cxdirect_hw::eqe::EventType;
-use cxdirect_hw::qp::state;
 
 /// How the responder's placement of an admitted UC packet ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,10 +32,7 @@ pub(super) enum Placed {
 pub(super) fn admit(core: &mut Core, qpn: u32, qp_state: u8, opcode: u8, psn: u32) -> Option<u8> {
     use bth_opcode::*;
     let rc_opcode = opcode & !UC;
-    if opcode & 0xe0 != UC
-        || rc_opcode > WRITE_ONLY_IMM
-        || (qp_state != state::RTR && qp_state != state::RTS)
-    {
+    if opcode & 0xe0 != UC || rc_opcode > WRITE_ONLY_IMM || !super::sq_drain::receives(qp_state) {
         // Not a UC SEND or WRITE (UC has no READ, atomic or acknowledgement), or the QP is
         // not receiving.
         add(&core.counters.roce_rx_drops, 1);
