@@ -123,7 +123,9 @@ layout! {
         /// Command opcode:
         /// [`Opcode::CreateSchedulingElement`](crate::cmd::Opcode::CreateSchedulingElement).
         opcode: u16 @ 0x00 [0x10],
-        /// User context that owns the element (0 or 0xffff: the function's own).
+        /// User context that owns the element (0 or 0xffff: the function's own); where every
+        /// command carries its uid (Linux's header leaves these bits reserved here; mlx5_core
+        /// sends 0).
         uid: u16 @ 0x10 [0x10],
         /// Opcode modifier (0).
         op_mod: u16 @ 0x30 [0x10],
@@ -154,7 +156,8 @@ layout! {
         /// Command opcode:
         /// [`Opcode::ModifySchedulingElement`](crate::cmd::Opcode::ModifySchedulingElement).
         opcode: u16 @ 0x00 [0x10],
-        /// User context of the issuer (0 = the function itself).
+        /// User context of the issuer: where every command carries its uid (Linux's header
+        /// leaves these bits reserved here; mlx5_core sends 0).
         uid: u16 @ 0x10 [0x10],
         /// Opcode modifier (0).
         op_mod: u16 @ 0x30 [0x10],
@@ -177,7 +180,8 @@ layout! {
         /// Command opcode:
         /// [`Opcode::DestroySchedulingElement`](crate::cmd::Opcode::DestroySchedulingElement).
         opcode: u16 @ 0x00 [0x10],
-        /// User context of the issuer (0 = the function itself).
+        /// User context of the issuer: where every command carries its uid (Linux's header
+        /// leaves these bits reserved here; mlx5_core sends 0).
         uid: u16 @ 0x10 [0x10],
         /// Opcode modifier (0).
         op_mod: u16 @ 0x30 [0x10],
@@ -194,7 +198,8 @@ layout! {
         /// Command opcode:
         /// [`Opcode::QuerySchedulingElement`](crate::cmd::Opcode::QuerySchedulingElement).
         opcode: u16 @ 0x00 [0x10],
-        /// User context of the issuer (0 = the function itself).
+        /// User context of the issuer: where every command carries its uid (Linux's header
+        /// leaves these bits reserved here; mlx5_core sends 0).
         uid: u16 @ 0x10 [0x10],
         /// Opcode modifier (0).
         op_mod: u16 @ 0x30 [0x10],
