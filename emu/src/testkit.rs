@@ -727,6 +727,32 @@ impl Host {
         log: u8,
         multi_packet: bool,
     ) -> Result<Sq, CmdFail> {
+        self.create_sq_of(cqn, tisn, log, multi_packet, 0)
+    }
+
+    /// Creates an SQ of `2^log` WQEBBs on CQ `cqn` and TIS `tisn` in NIC queue group `group`
+    /// (`qos_queue_group_id`, as mlx5e opens an HTB leaf's SQ), and moves it to RDY;
+    /// returns its number.
+    pub fn try_create_sq_in_group(
+        &mut self,
+        cqn: u32,
+        tisn: u32,
+        log: u8,
+        group: u32,
+    ) -> Result<u32, CmdFail> {
+        let group = u16::try_from(group).unwrap_or(u16::MAX);
+        self.create_sq_of(cqn, tisn, log, false, group)
+            .map(|sq| sq.sqn)
+    }
+
+    fn create_sq_of(
+        &mut self,
+        cqn: u32,
+        tisn: u32,
+        log: u8,
+        multi_packet: bool,
+        group: u16,
+    ) -> Result<Sq, CmdFail> {
         let (buf, dbr, pages, mut input) = self.ring_input(Opcode::CreateSq, 64 << log);
         let mut cmd = CreateSqIn::new(&mut input[..]).expect("layout");
         {
@@ -734,6 +760,7 @@ impl Host {
             ctx.set_cqn(cqn)
                 .set_tis_num_0(tisn)
                 .set_tis_lst_sz(1)
+                .set_qos_queue_group_id(group)
                 .set_allow_multi_pkt_send_wqe(multi_packet);
             ctx.wq_mut()
                 .set_wq_type(1)

@@ -339,13 +339,14 @@ fn stream_reset_is_refused_for_a_stream_not_in_error() {
         .set_qpn(dci)
         .set_opt_param_mask_95_32(qpc_opt_mask_32::DCI_STREAM_CHANNEL_ID);
     assert!(r.a.exec(&input, 0x10).is_err());
-    // An attribute of the extension the model does not take.
+    // An attribute of the extension the model does not take (`rts2rts_qp_udp_sport` is 0;
+    // the QoS queue groups are taken, tests/scheduling_elements.rs).
     let mut input = Host::input(Opcode::Rts2rtsQp, 0, RTS2RTS_QPC_EXT_BYTE + 0xc0);
     Rts2rtsQpIn::new(&mut input[..])
         .unwrap()
         .set_qpn(dci)
         .set_qpc_ext(true)
-        .set_opt_param_mask_95_32(qpc_opt_mask_32::QOS_QUEUE_GROUP_ID);
+        .set_opt_param_mask_95_32(qpc_opt_mask_32::UDP_SPORT);
     assert!(r.a.exec(&input, 0x10).is_err());
 }
 

@@ -172,6 +172,11 @@ layout! {
         /// A DCI stream channel (its reset, with
         /// [`qpc_opt_mask_32::DCI_STREAM_CHANNEL_ID`]).
         dci_stream_channel_id: u16 @ 0x10 [0x10],
+        /// NIC queue group the requester (send) side sends under (0 = none; with
+        /// [`qpc_opt_mask_32::QOS_QUEUE_GROUP_ID`]).
+        qos_queue_group_id_requester: u32 @ 0x20 [0x20],
+        /// NIC queue group the responder side sends under (0 = none).
+        qos_queue_group_id_responder: u32 @ 0x40 [0x20],
     }
 }
 
@@ -552,6 +557,8 @@ layout! {
 layout! {
     /// INIT2INIT_QP input: optional attributes (access, P_Key index, port, Q_Key) changed in
     /// INIT, as rdma_cm's accept does (`cma_modify_qp_init`); the same layout as RST2INIT_QP.
+    /// With `qpc_ext`, a [`QpcExt`] follows the input at [`RTS2RTS_QPC_EXT_BYTE`], as in
+    /// RTS2RTS_QP (rdma-core's `modify_ib_qp_sched_elem_init`).
     pub struct Init2initQpIn("init2init_qp_in", 0x110) {
         /// Command opcode: [`Opcode::Init2initQp`](crate::cmd::Opcode::Init2initQp).
         opcode: u16 @ 0x00 [0x10],
@@ -559,12 +566,16 @@ layout! {
         uid: u16 @ 0x10 [0x10],
         /// Opcode modifier (0).
         op_mod: u16 @ 0x30 [0x10],
+        /// The QP context extension follows the input.
+        qpc_ext: bool @ 0x40 [0x1],
         /// The QP's number.
         qpn: u32 @ 0x48 [0x18],
         /// Optional attributes given in `qpc` (see [`optpar`]); mandatory ones need no bit.
         opt_param_mask: u32 @ 0x80 [0x20],
         /// Enhanced connection establishment options (0 = none).
         ece: u32 @ 0xa0 [0x20],
+        /// Optional attributes given in the context extension (see [`qpc_opt_mask_32`]).
+        opt_param_mask_95_32: u64 @ 0x840 [0x40],
     }
     nested {
         /// QP context carrying the transition's attributes.

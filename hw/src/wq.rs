@@ -257,6 +257,8 @@ layout! {
         packet_pacing_rate_limit_index: u16 @ 0xf0 [0x10],
         /// Number of TISes in the TIS list (1).
         tis_lst_sz: u16 @ 0x100 [0x10],
+        /// NIC queue group (scheduling element) the SQ sends under (0 = none).
+        qos_queue_group_id: u16 @ 0x110 [0x10],
         /// The transport interface send object whose properties the SQ's packets take.
         tis_num_0: u32 @ 0x168 [0x18],
     }

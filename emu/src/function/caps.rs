@@ -15,10 +15,10 @@ use crate::objects::limits::{
     LOG_MAX_WQ_SZ, LOG_MAX_XRCD, MAX_QP_MCG, MAX_Q_COUNTERS, MAX_WQE_SZ_RQ, MAX_WQE_SZ_SQ,
     ROCE_ADDRESS_TABLE_SIZE,
 };
-use crate::objects::pacing;
 use crate::objects::queue_state::MAX_SESSION;
+use crate::objects::{pacing, scheduling};
 use cxdirect_hw::odp::OdpCap;
-use cxdirect_hw::qos::QosCap;
+use cxdirect_hw::qos::{element_type_cap, tsar_type_cap, QosCap};
 use cxdirect_hw::roce::{l3_type_cap, roce_version_cap, RoceCap, ROCE_V2_UDP_DPORT};
 
 /// Deepest flow table level the model accepts. Linux 6.12's mlx5_core lays its NIC receive
@@ -65,12 +65,13 @@ pub(crate) struct CapSet {
     /// mlx5_core's `handle_hca_cap_odp` raises `ud_srq_receive`, `rc_srq_receive` and the XRC
     /// and DC caps to their maximum with SET_HCA_CAP, which finds them set already.
     pub odp: [u8; 0x100],
-    /// The QoS capability page (maximum and current alike): packet pacing only, its entries
+    /// The QoS capability page (maximum and current alike): packet pacing, its entries
     /// owned by uid (`packet_pacing_uid`, which mlx5_ib's `pp_is_supported` asks for), with a
-    /// ConnectX-6 Dx-like rate table ([`crate::objects::pacing`]). No send queue or e-switch
-    /// scheduling (`nic_sq_scheduling`, `esw_scheduling` 0): mlx5e's HTB offload
-    /// (`mlx5_qos_is_supported`) and the e-switch's QoS stay off and send no scheduling
-    /// element commands; no flow meters (`flow_meter_reg_id` 0).
+    /// ConnectX-6 Dx-like rate table ([`crate::objects::pacing`]); NIC scheduling elements
+    /// (`nic_sq_scheduling`, `nic_bw_share`, `nic_rate_limit`, `nic_qp_scheduling`: DWRR
+    /// TSARs and queue groups, [`crate::objects::scheduling`]), so mlx5e's HTB offload
+    /// (`mlx5_qos_is_supported`) is on. No e-switch scheduling (`esw_scheduling` 0: the
+    /// e-switch's QoS stays off) and no flow meters (`flow_meter_reg_id` 0).
     pub qos: [u8; 0x100],
     pub context_slot: Option<crate::objects::Slot>,
 }
@@ -385,7 +386,20 @@ impl CapSet {
             .set_packet_pacing_typical_size(true)
             .set_packet_pacing_max_rate(pacing::MAX_RATE_KBPS)
             .set_packet_pacing_min_rate(pacing::MIN_RATE_KBPS)
-            .set_packet_pacing_rate_table_size(pacing::RATE_TABLE_SIZE);
+            .set_packet_pacing_rate_table_size(pacing::RATE_TABLE_SIZE)
+            // NIC scheduling elements (`fw::scheduling`): DWRR TSARs and queue groups with
+            // shares and rate limits, which send queues (mlx5e's HTB offload, libmlx5's raw
+            // packet QPs) and QPs (`nic_qp_scheduling`, libmlx5's
+            // `mlx5dv_modify_qp_sched_elem`) name. mlx5_core's `mlx5_qos_is_supported` then
+            // holds, so mlx5e offers HTB offload and sizes its transmit queues by
+            // `log_max_qos_nic_queue_group`. No e-switch scheduling.
+            .set_nic_sq_scheduling(true)
+            .set_nic_bw_share(true)
+            .set_nic_rate_limit(true)
+            .set_nic_qp_scheduling(true)
+            .set_log_max_qos_nic_queue_group(scheduling::LOG_MAX_QUEUE_GROUPS)
+            .set_nic_element_type(element_type_cap::TSAR | element_type_cap::QUEUE_GROUP)
+            .set_nic_tsar_type(tsar_type_cap::DWRR);
         let qos = q.into_inner();
         Self {
             odp,

@@ -107,6 +107,20 @@ pub enum Syndrome {
     RateIndexOutOfRange = 0x0c0d_00d0,
     /// SET_PP_RATE_LIMIT asked for a rate outside the QoS page's range.
     RateOutOfRange = 0x0c0d_00d1,
+    /// A scheduling element command named a hierarchy the QoS page does not offer (only the
+    /// NIC's is), or an element of another hierarchy.
+    SchedHierarchy = 0x0c0d_00d8,
+    /// A scheduling element of a type (or a TSAR of an arbitration) the QoS page does not
+    /// offer, or a MODIFY that names another type than the element's.
+    SchedElementType = 0x0c0d_00d9,
+    /// A scheduling element's parent is missing or no TSAR, or a queue group has none.
+    SchedBadParent = 0x0c0d_00da,
+    /// A scheduling element MODIFY named a field that cannot change.
+    SchedModifyField = 0x0c0d_00db,
+    /// A send queue or QP named a queue group that does not exist.
+    NoSuchQueueGroup = 0x0c0d_00dc,
+    /// A general object command named an object type the model does not offer.
+    UnknownObjType = 0x0c0d_00dd,
     /// Refused on purpose: [`crate::Fault::RefuseCommand`], [`crate::Fault::RefuseCommandAfter`].
     Refused = 0x0c0d_00f0,
 }

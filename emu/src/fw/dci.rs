@@ -58,16 +58,19 @@ pub(super) fn rts2rts_extension(input: &[u8], next: &mut Qp) -> CmdResult {
             "RTS2RTS_QP input shorter than its context",
         )
     })?;
-    // The UDP source port is the path's, not the extension's (`super::udp_sport`).
+    // The UDP source port is the path's, not the extension's (`super::udp_sport`); the
+    // extension's other attribute the model takes, the QoS queue groups, is
+    // `fw::scheduling`'s.
     let mask = cmd.opt_param_mask_95_32() & !qpc_opt_mask_32::UDP_SPORT;
-    if mask == 0 {
-        return Ok(());
-    }
-    if mask & !qpc_opt_mask_32::DCI_STREAM_CHANNEL_ID != 0 {
+    let taken = qpc_opt_mask_32::DCI_STREAM_CHANNEL_ID | qpc_opt_mask_32::QOS_QUEUE_GROUP_ID;
+    if mask & !taken != 0 {
         return Err(bad_param(
             Syndrome::BadQpOptParam,
             "opt_param_mask_95_32 names an attribute the model does not take",
         ));
+    }
+    if mask & qpc_opt_mask_32::DCI_STREAM_CHANNEL_ID == 0 {
+        return Ok(());
     }
     let ext = input
         .get(RTS2RTS_QPC_EXT_BYTE..RTS2RTS_QPC_EXT_BYTE + <QpcExt as Layout>::SIZE)

@@ -29,6 +29,7 @@ pub(crate) mod qp;
 pub(crate) mod qp_datagram;
 pub(crate) mod queues;
 pub(crate) mod roce;
+pub(crate) mod scheduling;
 pub(crate) mod sig;
 pub(crate) mod steering;
 pub(crate) mod transport;
@@ -138,6 +139,16 @@ fn run(core: &mut Core, opcode: Opcode, op_mod: u16, input: &[u8], output: &mut 
         Opcode::ManagePages => pages::manage_pages(core, input, output),
         Opcode::QueryHcaCap => caps::query_hca_cap(core, op_mod, output),
         Opcode::SetPpRateLimit => pacing::set_pp_rate_limit(core, input),
+        Opcode::CreateSchedulingElement => {
+            scheduling::create_scheduling_element(core, input, output)
+        }
+        Opcode::ModifySchedulingElement => scheduling::modify_scheduling_element(core, input),
+        Opcode::QuerySchedulingElement => scheduling::query_scheduling_element(core, input, output),
+        Opcode::DestroySchedulingElement => scheduling::destroy_scheduling_element(core, input),
+        Opcode::CreateGeneralObject => scheduling::create_general_object(core, input, output),
+        Opcode::ModifyGeneralObject => scheduling::modify_general_object(core, input),
+        Opcode::QueryGeneralObject => scheduling::query_general_object(core, input, output),
+        Opcode::DestroyGeneralObject => scheduling::destroy_general_object(core, input),
         Opcode::QueryAdapter => hca::query_adapter(core, input, output),
         Opcode::SetDriverVersion => hca::set_driver_version(core, input),
         Opcode::SetHcaCap => caps::set_hca_cap(core, op_mod, input),

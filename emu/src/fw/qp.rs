@@ -512,6 +512,9 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
             super::dci::rts2rts_extension(input, &mut next)?;
         }
     }
+    // The context extension's queue groups (`mlx5dv_modify_qp_sched_elem`), checked here and
+    // recorded once the transition holds.
+    let groups = super::scheduling::qp_queue_groups(core, opcode, input)?;
     next.state = to;
     if to == state::RST {
         // A QP in reset has empty rings: software (Linux's mlx5_ib sets its heads and both
@@ -542,6 +545,9 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
     if resume {
         // The send queue goes on from the WQE it drained before.
         crate::engine::rc::resume_after_drain(core, qpn);
+    }
+    if let Some((requester, responder)) = groups {
+        core.res.sched.set_qp(qpn, requester, responder);
     }
     if to == state::ERR {
         if datagram {
@@ -858,6 +864,7 @@ pub(crate) fn destroy_qp(core: &mut Core, input: &[u8]) -> CmdResult {
     // attachments in `qp->usecnt` and refuses to destroy an attached QP); the firmware
     // forgets any membership left so a later QP of that number joins nothing.
     core.res.mcgs.forget(qpn);
+    core.res.sched.set_qp(qpn, 0, 0);
     super::qcounters::detach(core, qp.counter_set);
     release_context(core, qp.slot);
     Ok(())

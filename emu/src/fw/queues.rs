@@ -20,7 +20,7 @@ use cxdirect_hw::wq::{
     CreateRmpIn, CreateRmpOut, CreateRqIn, CreateRqOut, CreateSqIn, CreateSqOut, DestroyRmpIn,
     DestroyRqIn, DestroySqIn, EndPadMode, ModifyRmpIn, ModifyRqIn, ModifySqIn, QueryRmpIn,
     QueryRmpOut, QueryRqIn, QueryRqOut, Wq, WqType, MODIFY_RQ_BITMASK_RQ_COUNTER_SET_ID,
-    MODIFY_SQ_BITMASK_PACKET_PACING_RATE_LIMIT_INDEX,
+    MODIFY_SQ_BITMASK_PACKET_PACING_RATE_LIMIT_INDEX, MODIFY_SQ_BITMASK_QOS_QUEUE_GROUP_ID,
 };
 
 /// Builds a queue buffer from a page list, checking alignment and coverage.
@@ -447,6 +447,9 @@ pub(crate) fn create_sq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     let ctx = cmd.ctx();
     initial_state(ctx.state())?;
     super::pacing::check_sq_rate_index(ctx.packet_pacing_rate_limit_index())?;
+    // mlx5e's HTB and mqprio rate limits open an SQ in its queue group (`qos_queue_group_id`).
+    let group = u32::from(ctx.qos_queue_group_id());
+    super::scheduling::check_queue_group(core, group)?;
     let cqn = ctx.cqn();
     if !core.res.cqs.contains(cqn) {
         return Err(bad_res("SQ's CQ does not exist"));
@@ -497,6 +500,7 @@ pub(crate) fn create_sq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         tis.sq_users += 1;
     }
     super::devx::hold(core, &umems, (Owned::Sq, sqn));
+    core.res.sched.set_sq(sqn, group);
     output_as!(CreateSqOut<&mut [u8]>, output).set_sqn(sqn);
     Ok(())
 }
@@ -523,6 +527,15 @@ pub(crate) fn modify_sq(core: &mut Core, input: &[u8]) -> CmdResult {
     if cmd.modify_bitmask() & MODIFY_SQ_BITMASK_PACKET_PACING_RATE_LIMIT_INDEX != 0 {
         super::pacing::check_sq_rate_index(cmd.ctx().packet_pacing_rate_limit_index())?;
     }
+    // A queue group change (libmlx5's `modify_raw_qp_sched_elem`, mlx5e's `mlx5e_modify_sq`
+    // with `qos_update`); without the bit the SQ keeps its group.
+    let group = if cmd.modify_bitmask() & MODIFY_SQ_BITMASK_QOS_QUEUE_GROUP_ID != 0 {
+        let group = u32::from(cmd.ctx().qos_queue_group_id());
+        super::scheduling::check_queue_group(core, group)?;
+        group
+    } else {
+        core.res.sched.sq(sqn)
+    };
     let slot = sq.slot;
     let bytes = context_bytes(cmd.ctx().as_bytes());
     let sq = core.res.sqs.get_mut(sqn).ok_or(bad_res("no such SQ"))?;
@@ -531,12 +544,14 @@ pub(crate) fn modify_sq(core: &mut Core, input: &[u8]) -> CmdResult {
     }
     sq.state = next;
     write_context(core, slot, &bytes);
+    core.res.sched.set_sq(sqn, group);
     Ok(())
 }
 
 pub(crate) fn destroy_sq(core: &mut Core, input: &[u8]) -> CmdResult {
     let sqn = input_as!(DestroySqIn<&[u8]>, input).sqn();
     let sq = core.res.sqs.remove(sqn).ok_or(bad_res("no such SQ"))?;
+    core.res.sched.set_sq(sqn, 0);
     if let Some(cq) = core.res.cqs.get_mut(sq.cqn) {
         cq.users = cq.users.saturating_sub(1);
     }

@@ -14,6 +14,7 @@ pub(crate) mod pacing;
 pub(crate) mod queue_state;
 pub(crate) mod rc;
 pub(crate) mod repeat;
+pub(crate) mod scheduling;
 pub(crate) mod signature;
 pub(crate) mod steering;
 pub(crate) mod tm;
@@ -471,6 +472,8 @@ pub(crate) struct Resources {
     pub umems: Table<devx::Umem>,
     /// The packet pacing rate table (SET_PP_RATE_LIMIT).
     pub rates: pacing::RateTable,
+    /// NIC scheduling elements and the queues that name them.
+    pub sched: scheduling::SchedTable,
 }
 
 /// First number of a datagram (UD or GSI) QP: past every RC QP number
@@ -528,6 +531,7 @@ impl Resources {
             uctxs: devx::Ownership::default(),
             umems: Table::new(1, 1 << limits::LOG_MAX_UMEM),
             rates: pacing::RateTable::default(),
+            sched: scheduling::SchedTable::default(),
         }
     }
 }

@@ -106,6 +106,14 @@ fn input_fields(opcode: Opcode) -> &'static [FieldInfo] {
         O::DeallocQCounter => cxdirect_hw::counters::DeallocQCounterIn::FIELDS,
         O::QueryQCounter => cxdirect_hw::counters::QueryQCounterIn::FIELDS,
         O::SetPpRateLimit => cxdirect_hw::qos::SetPpRateLimitIn::FIELDS,
+        O::CreateSchedulingElement => cxdirect_hw::qos::CreateSchedulingElementIn::FIELDS,
+        O::ModifySchedulingElement => cxdirect_hw::qos::ModifySchedulingElementIn::FIELDS,
+        O::QuerySchedulingElement => cxdirect_hw::qos::QuerySchedulingElementIn::FIELDS,
+        O::DestroySchedulingElement => cxdirect_hw::qos::DestroySchedulingElementIn::FIELDS,
+        O::CreateGeneralObject | O::ModifyGeneralObject => cxdirect_hw::qos::SchedElemObjIn::FIELDS,
+        O::QueryGeneralObject | O::DestroyGeneralObject => {
+            cxdirect_hw::qos::GeneralObjInCmdHdr::FIELDS
+        }
         O::CreateQp => qp::CreateQpIn::FIELDS,
         O::Rst2initQp => qp::Rst2initQpIn::FIELDS,
         O::Init2initQp => qp::Init2initQpIn::FIELDS,

@@ -44,6 +44,17 @@ pub fn checks() -> usize {
         qos::SetPpRateLimitContext,
         qos::SetPpRateLimitIn,
         qos::SetPpRateLimitOut,
+        qos::SchedulingContext,
+        qos::CreateSchedulingElementIn,
+        qos::CreateSchedulingElementOut,
+        qos::ModifySchedulingElementIn,
+        qos::DestroySchedulingElementIn,
+        qos::QuerySchedulingElementIn,
+        qos::QuerySchedulingElementOut,
+        qos::GeneralObjInCmdHdr,
+        qos::GeneralObjOutCmdHdr,
+        qos::SchedElemObjIn,
+        qos::SchedElemObjOut,
     );
     helpers();
     nested_views();

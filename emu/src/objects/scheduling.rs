@@ -1,0 +1,152 @@
+//! NIC scheduling elements: the transmit scheduling arbiters (TSARs) and queue groups of the
+//! NIC hierarchy, and which send queues and QPs name a queue group.
+//!
+//! The model keeps the tree and answers for it; it does not shape traffic by it (a queue in a
+//! group sends at the wire's pace whatever the group's `bw_share` or `max_average_bw`).
+
+use super::devx::privileged;
+use std::collections::BTreeMap;
+
+/// Log2 of the most queue groups (`log_max_qos_nic_queue_group`): 256, as many as mlx5e's
+/// HTB offload uses (`MLX5E_QOS_MAX_LEAF_NODES`).
+pub(crate) const LOG_MAX_QUEUE_GROUPS: u8 = 8;
+/// The most elements of both kinds together.
+pub(crate) const MAX_ELEMENTS: usize = 1024;
+/// Highest element id: a send queue context names its group in 16 bits (`qos_queue_group_id`).
+const MAX_ELEMENT_ID: u32 = 0xffff;
+
+/// What an element is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ElementKind {
+    /// A deficit weighted round robin arbiter: an inner node.
+    Tsar,
+    /// A queue group: a leaf that send queues and QPs name.
+    QueueGroup,
+}
+
+/// One scheduling element.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Element {
+    /// Its kind.
+    pub kind: ElementKind,
+    /// The TSAR it hangs from (0: a root).
+    pub parent: u32,
+    /// Relative weight among its siblings (0: the default).
+    pub bw_share: u32,
+    /// Rate limit in Mb/s (0: unlimited).
+    pub max_average_bw: u32,
+    /// The general object's `modify_field_select` last given (0 for an element made by
+    /// CREATE_SCHEDULING_ELEMENT).
+    pub field_select: u64,
+    /// The uid that created it (0 or 0xffff: the function's own).
+    pub uid: u16,
+}
+
+/// The elements of the NIC hierarchy and the queues attached to its queue groups.
+#[derive(Debug, Default)]
+pub(crate) struct SchedTable {
+    elements: BTreeMap<u32, Element>,
+    /// The last id handed out.
+    last_id: u32,
+    /// QP number -> (requester group, responder group), 0 for none.
+    qps: BTreeMap<u32, (u32, u32)>,
+    /// SQ number -> its group.
+    sqs: BTreeMap<u32, u32>,
+}
+
+impl SchedTable {
+    /// The element `id`, if it exists.
+    pub fn get(&self, id: u32) -> Option<&Element> {
+        self.elements.get(&id)
+    }
+
+    /// The element `id`, to modify.
+    pub fn get_mut(&mut self, id: u32) -> Option<&mut Element> {
+        self.elements.get_mut(&id)
+    }
+
+    /// Queue groups in the table.
+    pub fn queue_groups(&self) -> usize {
+        self.elements
+            .values()
+            .filter(|e| e.kind == ElementKind::QueueGroup)
+            .count()
+    }
+
+    /// Adds `element` under a fresh id (1 to 0xffff), or `None` when the table is full.
+    pub fn insert(&mut self, element: Element) -> Option<u32> {
+        if self.elements.len() >= MAX_ELEMENTS {
+            return None;
+        }
+        // Ids are not reused at once: a stale id a driver still holds names nothing.
+        let mut id = self.last_id;
+        for _ in 0..MAX_ELEMENT_ID {
+            id = if id >= MAX_ELEMENT_ID { 1 } else { id + 1 };
+            if let std::collections::btree_map::Entry::Vacant(slot) = self.elements.entry(id) {
+                slot.insert(element);
+                self.last_id = id;
+                return Some(id);
+            }
+        }
+        None
+    }
+
+    /// Removes element `id`.
+    pub fn remove(&mut self, id: u32) {
+        self.elements.remove(&id);
+    }
+
+    /// Whether any element hangs from `id`.
+    pub fn has_children(&self, id: u32) -> bool {
+        self.elements.values().any(|e| e.parent == id)
+    }
+
+    /// Whether a QP or send queue names queue group `id`.
+    pub fn has_queues(&self, id: u32) -> bool {
+        self.qps
+            .values()
+            .any(|&(req, resp)| req == id || resp == id)
+            || self.sqs.values().any(|&g| g == id)
+    }
+
+    /// Whether `id` names a queue group (0, "none", is not one).
+    pub fn is_queue_group(&self, id: u32) -> bool {
+        self.get(id)
+            .is_some_and(|e| e.kind == ElementKind::QueueGroup)
+    }
+
+    /// Records QP `qpn`'s requester and responder groups (0: none).
+    pub fn set_qp(&mut self, qpn: u32, requester: u32, responder: u32) {
+        if requester == 0 && responder == 0 {
+            self.qps.remove(&qpn);
+        } else {
+            self.qps.insert(qpn, (requester, responder));
+        }
+    }
+
+    /// Records send queue `sqn`'s group (0: none).
+    pub fn set_sq(&mut self, sqn: u32, group: u32) {
+        if group == 0 {
+            self.sqs.remove(&sqn);
+        } else {
+            self.sqs.insert(sqn, group);
+        }
+    }
+
+    /// Send queue `sqn`'s group (0: none).
+    pub fn sq(&self, sqn: u32) -> u32 {
+        self.sqs.get(&sqn).copied().unwrap_or(0)
+    }
+
+    /// Hands a closed user context's elements to the driver (uid 0), as its other objects are.
+    pub fn disown(&mut self, uid: u16) {
+        if privileged(uid) {
+            return;
+        }
+        for element in self.elements.values_mut() {
+            if element.uid == uid {
+                element.uid = 0;
+            }
+        }
+    }
+}

@@ -1,0 +1,650 @@
+//! NIC scheduling elements on the model, as rdma-core and Linux 6.12 drive them.
+//!
+//! - libmlx5 (`providers/mlx5/mlx5.c`): `get_qos_caps` reads the QoS page;
+//!   `mlx5dv_sched_node_create` / `_leaf_create` send CREATE_GENERAL_OBJECT of type 0x26
+//!   (`mlx5dv_sched_nic_create`), `_modify` MODIFY_GENERAL_OBJECT (`mlx5dv_sched_nic_modify`);
+//!   `mlx5dv_modify_qp_sched_elem` sends INIT2INIT_QP / RTS2RTS_QP with the QP context
+//!   extension for RC, UC and UD QPs (`modify_ib_qp_sched_elem_init` / `_rts`) and MODIFY_SQ
+//!   with the queue group bit for raw packet QPs (`modify_raw_qp_sched_elem`). rdma-core's
+//!   `tests/test_mlx5_sched.py` builds a tree (`test_create_sched_tree`) and attaches an RC QP
+//!   to a leaf before traffic (`test_sched_per_qp_traffic`).
+//! - mlx5_core (`qos.c`, mlx5e's HTB offload): CREATE / MODIFY / DESTROY_SCHEDULING_ELEMENT
+//!   with hierarchy NIC, and SQs opened in a queue group (`qos_queue_group_id`).
+
+use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, RcPath, RemoteRights, GID_B, MAC_B};
+use cxdirect_emu::testkit::{CmdFail, Cq, Host};
+use cxdirect_emu::{Device, EmuConfig, Syndrome};
+use cxdirect_hw::caps::CmdHcaCap;
+use cxdirect_hw::cmd::{CmdStatus, Opcode};
+use cxdirect_hw::hca::cap_type;
+use cxdirect_hw::qos::{
+    element_type, element_type_cap, hierarchy, sched_modify, tsar_type, tsar_type_cap,
+    CreateSchedulingElementIn, CreateSchedulingElementOut, DestroySchedulingElementIn,
+    GeneralObjInCmdHdr, GeneralObjOutCmdHdr, ModifySchedulingElementIn, QosCap,
+    QuerySchedulingElementIn, QuerySchedulingElementOut, SchedElemObjIn, SchedElemObjOut,
+    OBJ_TYPE_SCHEDULING_ELEMENT,
+};
+use cxdirect_hw::qp::{qpc_opt_mask_32, Init2initQpIn, QpcExt, Rts2rtsQpIn, RTS2RTS_QPC_EXT_BYTE};
+use cxdirect_hw::wq::{DestroySqIn, ModifySqIn, MODIFY_SQ_BITMASK_QOS_QUEUE_GROUP_ID};
+use cxdirect_hw::wqe::opcode;
+
+const MEM: usize = 8 << 20;
+/// libmlx5's `MLX5DV_SCHED_ELEM_ATTR_FLAGS_BW_SHARE` / `_MAX_AVG_BW`.
+const BW_SHARE: u64 = sched_modify::BW_SHARE as u64;
+const MAX_AVG_BW: u64 = sched_modify::MAX_AVERAGE_BW as u64;
+const SIZE_IN: usize = SchedElemObjIn::<&[u8]>::SIZE;
+
+fn host() -> Host {
+    let cfg = EmuConfig {
+        roce: true,
+        ..EmuConfig::default()
+    };
+    let mut h = Host::new(Device::loopback(cfg), MEM);
+    h.bring_up();
+    h
+}
+
+/// What a libmlx5 `struct mlx5dv_sched_attr` carries, less the parent's object.
+#[derive(Clone, Copy, Default)]
+struct Attr {
+    parent: u32,
+    flags: u64,
+    bw_share: u32,
+    max_avg_bw: u32,
+}
+
+/// The general object body as `mlx5dv_sched_nic_create` / `_modify` fill it: the flags in
+/// `modify_field_select`, hierarchy NIC, the element type, the parent (create only), the
+/// flagged values, and `tsar_type` DWRR whatever the type.
+fn sched_input(opcode: Opcode, uid: u16, id: u32, kind: u8, attr: Attr) -> Vec<u8> {
+    let mut input = Host::input(opcode, 0, SIZE_IN);
+    let mut cmd = SchedElemObjIn::new(&mut input[..]).expect("layout");
+    cmd.set_uid(uid)
+        .set_obj_type(OBJ_TYPE_SCHEDULING_ELEMENT)
+        .set_obj_id(id)
+        .set_modify_field_select(attr.flags)
+        .set_scheduling_hierarchy(hierarchy::NIC);
+    let mut ctx = cmd.sched_context_mut();
+    ctx.set_element_type(kind).set_tsar_type(tsar_type::DWRR);
+    if opcode == Opcode::CreateGeneralObject {
+        ctx.set_parent_element_id(attr.parent);
+    }
+    if attr.flags & BW_SHARE != 0 {
+        ctx.set_bw_share(attr.bw_share);
+    }
+    if attr.flags & MAX_AVG_BW != 0 {
+        ctx.set_max_average_bw(attr.max_avg_bw);
+    }
+    input
+}
+
+fn create(h: &mut Host, uid: u16, kind: u8, attr: Attr) -> Result<u32, CmdFail> {
+    let input = sched_input(Opcode::CreateGeneralObject, uid, 0, kind, attr);
+    let out = h.exec(&input, 0x10)?;
+    Ok(GeneralObjOutCmdHdr::new(&out[..]).expect("layout").obj_id())
+}
+
+/// `mlx5dv_sched_node_create`: a DWRR TSAR.
+fn node(h: &mut Host, uid: u16, attr: Attr) -> Result<u32, CmdFail> {
+    create(h, uid, element_type::TSAR, attr)
+}
+
+/// `mlx5dv_sched_leaf_create`: a queue group.
+fn leaf(h: &mut Host, uid: u16, attr: Attr) -> Result<u32, CmdFail> {
+    create(h, uid, element_type::QUEUE_GROUP, attr)
+}
+
+fn modify(h: &mut Host, uid: u16, id: u32, kind: u8, attr: Attr) -> Result<(), CmdFail> {
+    let input = sched_input(Opcode::ModifyGeneralObject, uid, id, kind, attr);
+    h.exec(&input, 0x10).map(|_| ())
+}
+
+fn header(opcode: Opcode, uid: u16, id: u32, obj_type: u16) -> Vec<u8> {
+    let mut input = Host::input(opcode, 0, 0x10);
+    GeneralObjInCmdHdr::new(&mut input[..])
+        .expect("layout")
+        .set_uid(uid)
+        .set_obj_type(obj_type)
+        .set_obj_id(id);
+    input
+}
+
+/// QUERY_GENERAL_OBJECT: (element type, parent, bw_share, max_average_bw, field select).
+fn query(h: &mut Host, uid: u16, id: u32) -> Result<(u8, u32, u32, u32, u64), CmdFail> {
+    let input = header(
+        Opcode::QueryGeneralObject,
+        uid,
+        id,
+        OBJ_TYPE_SCHEDULING_ELEMENT,
+    );
+    let out = h.exec(&input, SchedElemObjOut::<&[u8]>::SIZE)?;
+    let out = SchedElemObjOut::new(&out[..]).expect("layout");
+    assert_eq!(out.obj_id(), id);
+    assert_eq!(out.scheduling_hierarchy(), hierarchy::NIC);
+    let ctx = out.sched_context();
+    Ok((
+        ctx.element_type(),
+        ctx.parent_element_id(),
+        ctx.bw_share(),
+        ctx.max_average_bw(),
+        out.modify_field_select(),
+    ))
+}
+
+/// DESTROY_GENERAL_OBJECT as mlx5_ib's `devx_obj_build_destroy_cmd` builds it.
+fn destroy(h: &mut Host, uid: u16, id: u32) -> Result<(), CmdFail> {
+    let input = header(
+        Opcode::DestroyGeneralObject,
+        uid,
+        id,
+        OBJ_TYPE_SCHEDULING_ELEMENT,
+    );
+    h.exec(&input, 0x10).map(|_| ())
+}
+
+fn refused<T: std::fmt::Debug>(result: Result<T, CmdFail>, status: CmdStatus, syndrome: Syndrome) {
+    match result.expect_err("command must be refused") {
+        CmdFail::Status {
+            status: got,
+            syndrome: got_syndrome,
+        } => assert_eq!((got, got_syndrome), (status as u8, syndrome as u32)),
+        other => panic!("expected a command status, got {other:?}"),
+    }
+}
+
+fn in_use<T: std::fmt::Debug>(result: Result<T, CmdFail>) {
+    refused(result, CmdStatus::BadResourceState, Syndrome::ObjectInUse);
+}
+
+/// `sched_supported` needs general `qos`, `nic_element_type` with TSAR and queue group and
+/// `nic_tsar_type` with DWRR; `attr_supported` needs `nic_bw_share` and `nic_rate_limit`
+/// (read only when `nic_sq_scheduling` is set); `_mlx5dv_modify_qp_sched_elem` needs
+/// `qpc_extension` and `nic_qp_scheduling` for RC. mlx5_core's `mlx5_qos_is_supported` holds
+/// with the same bits, and `mlx5_qos_max_leaf_nodes` reads the queue group count.
+#[test]
+fn qos_page_offers_nic_scheduling_as_get_qos_caps_reads_it() {
+    let mut h = host();
+    let general = h.query_cap(cap_type::GENERAL_DEVICE, true);
+    let general = CmdHcaCap::new(&general[0x10..]).expect("layout");
+    assert!(general.qos() && general.qpc_extension());
+    for current in [true, false] {
+        let out = h.query_cap(cap_type::QOS, current);
+        let qos = QosCap::new(&out[0x10..]).expect("layout");
+        assert!(qos.nic_sq_scheduling() && qos.nic_bw_share() && qos.nic_rate_limit());
+        assert!(qos.nic_qp_scheduling());
+        let types = element_type_cap::TSAR | element_type_cap::QUEUE_GROUP;
+        assert_eq!(qos.nic_element_type() & types, types);
+        assert_ne!(qos.nic_tsar_type() & tsar_type_cap::DWRR, 0);
+        assert_eq!(qos.log_max_qos_nic_queue_group(), 8);
+        assert!(!qos.esw_scheduling(), "no e-switch scheduling");
+    }
+    h.teardown();
+}
+
+/// `test_create_sched_tree` under a DEVX context: a root node (no parent, no flags), nodes
+/// with a rate limit, a share, and both; a node modified; a leaf under it, modified. QUERY
+/// returns what was set; children go before their parents.
+#[test]
+fn a_sched_tree_as_test_create_sched_tree_builds_it() {
+    let mut h = host();
+    let uid = h.create_uctx(0).expect("CREATE_UCTX");
+    let root = node(&mut h, uid, Attr::default()).expect("root node");
+    let max_bw = node(
+        &mut h,
+        uid,
+        Attr {
+            parent: root,
+            flags: MAX_AVG_BW,
+            max_avg_bw: 10,
+            ..Attr::default()
+        },
+    )
+    .expect("max_avg_bw node");
+    let weighed = node(
+        &mut h,
+        uid,
+        Attr {
+            parent: root,
+            flags: BW_SHARE,
+            bw_share: 10,
+            ..Attr::default()
+        },
+    )
+    .expect("bw_share node");
+    let both = BW_SHARE | MAX_AVG_BW;
+    let mixed = node(
+        &mut h,
+        uid,
+        Attr {
+            parent: root,
+            flags: both,
+            bw_share: 2,
+            max_avg_bw: 10,
+        },
+    )
+    .expect("mixed node");
+    assert_eq!(
+        query(&mut h, uid, max_bw).expect("query"),
+        (element_type::TSAR, root, 0, 10, MAX_AVG_BW)
+    );
+    assert_eq!(
+        query(&mut h, uid, weighed).expect("query"),
+        (element_type::TSAR, root, 10, 0, BW_SHARE)
+    );
+    let change = Attr {
+        parent: root,
+        flags: both,
+        bw_share: 1,
+        max_avg_bw: 4,
+    };
+    modify(&mut h, uid, mixed, element_type::TSAR, change).expect("modify node");
+    assert_eq!(
+        query(&mut h, uid, mixed).expect("query"),
+        (element_type::TSAR, root, 1, 4, both)
+    );
+    let l = leaf(
+        &mut h,
+        uid,
+        Attr {
+            parent: mixed,
+            ..Attr::default()
+        },
+    )
+    .expect("leaf");
+    let change = Attr {
+        parent: mixed,
+        flags: both,
+        bw_share: 3,
+        max_avg_bw: 3,
+    };
+    modify(&mut h, uid, l, element_type::QUEUE_GROUP, change).expect("modify leaf");
+    assert_eq!(
+        query(&mut h, uid, l).expect("query"),
+        (element_type::QUEUE_GROUP, mixed, 3, 3, both)
+    );
+    // A modify with one flag leaves the other value alone.
+    let share_only = Attr {
+        parent: mixed,
+        flags: BW_SHARE,
+        bw_share: 7,
+        ..Attr::default()
+    };
+    modify(&mut h, uid, l, element_type::QUEUE_GROUP, share_only).expect("modify share");
+    let (_, _, share, rate, _) = query(&mut h, uid, l).expect("query");
+    assert_eq!((share, rate), (7, 3));
+    in_use(destroy(&mut h, uid, mixed));
+    in_use(destroy(&mut h, uid, root));
+    for id in [l, mixed, weighed, max_bw, root] {
+        destroy(&mut h, uid, id).expect("destroy, children first");
+    }
+    refused(
+        query(&mut h, uid, root),
+        CmdStatus::BadResource,
+        Syndrome::NoSuchObject,
+    );
+    h.destroy_uctx(uid).expect("DESTROY_UCTX");
+    h.teardown();
+}
+
+/// The tree's rules: a queue group hangs from a TSAR, a parent exists and is a TSAR, only the
+/// NIC hierarchy, DWRR TSARs and the two offered element types; a MODIFY names the element's
+/// own type and only the share and the rate; other general object types are not offered.
+#[test]
+fn a_bad_tree_or_a_foreign_field_is_refused() {
+    let mut h = host();
+    let root = node(&mut h, 0, Attr::default()).expect("root");
+    let under = |parent| Attr {
+        parent,
+        ..Attr::default()
+    };
+    let group = leaf(&mut h, 0, under(root)).expect("leaf");
+    refused(
+        leaf(&mut h, 0, Attr::default()),
+        CmdStatus::BadParameter,
+        Syndrome::SchedBadParent,
+    );
+    refused(
+        node(&mut h, 0, under(group)),
+        CmdStatus::BadParameter,
+        Syndrome::SchedBadParent,
+    );
+    refused(
+        leaf(&mut h, 0, under(group)),
+        CmdStatus::BadParameter,
+        Syndrome::SchedBadParent,
+    );
+    refused(
+        node(&mut h, 0, under(0xbeef)),
+        CmdStatus::BadResource,
+        Syndrome::NoSuchObject,
+    );
+    // The e-switch hierarchy, an ETS TSAR and a vport element are not offered.
+    let mut esw = sched_input(Opcode::CreateGeneralObject, 0, 0, 0, under(root));
+    SchedElemObjIn::new(&mut esw[..])
+        .expect("layout")
+        .set_scheduling_hierarchy(hierarchy::E_SWITCH);
+    refused(
+        h.exec(&esw, 0x10),
+        CmdStatus::BadParameter,
+        Syndrome::SchedHierarchy,
+    );
+    let mut ets = sched_input(Opcode::CreateGeneralObject, 0, 0, 0, under(root));
+    SchedElemObjIn::new(&mut ets[..])
+        .expect("layout")
+        .sched_context_mut()
+        .set_tsar_type(2);
+    refused(
+        h.exec(&ets, 0x10),
+        CmdStatus::BadParameter,
+        Syndrome::SchedElementType,
+    );
+    refused(
+        create(&mut h, 0, 1, under(root)),
+        CmdStatus::BadParameter,
+        Syndrome::SchedElementType,
+    );
+    refused(
+        modify(&mut h, 0, group, element_type::TSAR, under(root)),
+        CmdStatus::BadParameter,
+        Syndrome::SchedElementType,
+    );
+    let parent_change = Attr {
+        parent: root,
+        flags: 1 << 2,
+        ..Attr::default()
+    };
+    refused(
+        modify(&mut h, 0, group, element_type::QUEUE_GROUP, parent_change),
+        CmdStatus::BadParameter,
+        Syndrome::SchedModifyField,
+    );
+    refused(
+        h.exec(&header(Opcode::CreateGeneralObject, 0, 0, 0x27), 0x10),
+        CmdStatus::BadParameter,
+        Syndrome::UnknownObjType,
+    );
+    destroy(&mut h, 0, group).expect("leaf");
+    destroy(&mut h, 0, root).expect("root");
+    h.teardown();
+}
+
+/// DEVX ownership: another context may not modify, query or destroy a context's element (it
+/// may name it as a parent); the driver may; a closed context's elements pass to the driver.
+#[test]
+fn an_element_belongs_to_its_user_context() {
+    let mut h = host();
+    let a = h.create_uctx(0).expect("CREATE_UCTX a");
+    let b = h.create_uctx(0).expect("CREATE_UCTX b");
+    let root = node(&mut h, a, Attr::default()).expect("a's root");
+    let mismatch = |r| refused(r, CmdStatus::BadParameter, Syndrome::UidMismatch);
+    mismatch(query(&mut h, b, root).map(|_| ()));
+    mismatch(modify(&mut h, b, root, element_type::TSAR, Attr::default()));
+    mismatch(destroy(&mut h, b, root));
+    query(&mut h, 0, root).expect("the driver queries any element");
+    refused(
+        node(&mut h, 0x1234, Attr::default()),
+        CmdStatus::BadParameter,
+        Syndrome::UnknownUid,
+    );
+    h.destroy_uctx(a).expect("DESTROY_UCTX a");
+    mismatch(destroy(&mut h, b, root));
+    destroy(&mut h, 0, root).expect("the driver destroys it");
+    h.destroy_uctx(b).expect("DESTROY_UCTX b");
+    h.teardown();
+}
+
+fn sched_cmd(opcode: Opcode, size: usize, fill: impl FnOnce(&mut [u8])) -> Vec<u8> {
+    let mut input = Host::input(opcode, 0, size);
+    fill(&mut input[..]);
+    input
+}
+
+/// mlx5_core's `mlx5_create_scheduling_element_cmd` for a NIC element: (element type,
+/// parent, bw_share, max_average_bw), `tsar_type` DWRR for a TSAR.
+fn create_se(h: &mut Host, kind: u8, parent: u32, share: u32, rate: u32) -> Result<u32, CmdFail> {
+    let input = sched_cmd(Opcode::CreateSchedulingElement, 0x80, |b| {
+        let mut cmd = CreateSchedulingElementIn::new(b).expect("layout");
+        cmd.set_scheduling_hierarchy(hierarchy::NIC);
+        let mut ctx = cmd.scheduling_context_mut();
+        ctx.set_element_type(kind)
+            .set_parent_element_id(parent)
+            .set_bw_share(share)
+            .set_max_average_bw(rate);
+    });
+    let out = h.exec(&input, 0x40)?;
+    Ok(CreateSchedulingElementOut::new(&out[..])
+        .expect("layout")
+        .scheduling_element_id())
+}
+
+fn destroy_se(h: &mut Host, id: u32) -> Result<(), CmdFail> {
+    let input = sched_cmd(Opcode::DestroySchedulingElement, 0x40, |b| {
+        DestroySchedulingElementIn::new(b)
+            .expect("layout")
+            .set_scheduling_hierarchy(hierarchy::NIC)
+            .set_scheduling_element_id(id);
+    });
+    h.exec(&input, 0x10).map(|_| ())
+}
+
+fn destroy_sq(h: &mut Host, sqn: u32) {
+    let mut input = Host::input(Opcode::DestroySq, 0, 0x10);
+    DestroySqIn::new(&mut input[..])
+        .expect("layout")
+        .set_sqn(sqn);
+    h.exec(&input, 0x10).expect("DESTROY_SQ");
+}
+
+/// MODIFY_SQ RDY -> RDY naming queue group `group`, as libmlx5's `modify_raw_qp_sched_elem`
+/// and mlx5e's `mlx5e_modify_sq` (`qos_update`) send it.
+fn sq_to_group(h: &mut Host, sqn: u32, group: u32) -> Result<(), CmdFail> {
+    let mut input = Host::input(Opcode::ModifySq, 0, 0x110);
+    let mut m = ModifySqIn::new(&mut input[..]).expect("layout");
+    m.set_sq_state(1)
+        .set_sqn(sqn)
+        .set_modify_bitmask(MODIFY_SQ_BITMASK_QOS_QUEUE_GROUP_ID);
+    m.ctx_mut()
+        .set_state(1)
+        .set_qos_queue_group_id(group as u16);
+    h.exec(&input, 0x10).map(|_| ())
+}
+
+/// mlx5e's HTB offload: a root DWRR TSAR under parent 0 (`mlx5_qos_create_root_node`), a
+/// leaf queue group (`mlx5_qos_create_leaf_node`), `mlx5_qos_update_node` with both modify
+/// bits, an SQ opened in the group; the leaf goes only after its SQ, the root after its leaf.
+#[test]
+fn scheduling_element_commands_as_mlx5e_htb_sends_them() {
+    let mut h = host();
+    let root = create_se(&mut h, element_type::TSAR, 0, 0, 0).expect("root");
+    let group = create_se(&mut h, element_type::QUEUE_GROUP, root, 50, 1000).expect("leaf");
+    let mut input = Host::input(Opcode::ModifySchedulingElement, 0, 0x80);
+    let mut cmd = ModifySchedulingElementIn::new(&mut input[..]).expect("layout");
+    cmd.set_scheduling_hierarchy(hierarchy::NIC)
+        .set_scheduling_element_id(group)
+        .set_modify_bitmask(sched_modify::BW_SHARE | sched_modify::MAX_AVERAGE_BW);
+    cmd.scheduling_context_mut()
+        .set_bw_share(20)
+        .set_max_average_bw(2000);
+    h.exec(&input, 0x10).expect("MODIFY_SCHEDULING_ELEMENT");
+    let mut input = Host::input(Opcode::QuerySchedulingElement, 0, 0x40);
+    QuerySchedulingElementIn::new(&mut input[..])
+        .expect("layout")
+        .set_scheduling_hierarchy(hierarchy::NIC)
+        .set_scheduling_element_id(group);
+    let out = h
+        .exec(&input, QuerySchedulingElementOut::<&[u8]>::SIZE)
+        .expect("QUERY_SCHEDULING_ELEMENT");
+    let out = QuerySchedulingElementOut::new(&out[..]).expect("layout");
+    let ctx = out.scheduling_context();
+    assert_eq!(
+        (
+            ctx.element_type(),
+            ctx.parent_element_id(),
+            ctx.bw_share(),
+            ctx.max_average_bw()
+        ),
+        (element_type::QUEUE_GROUP, root, 20, 2000)
+    );
+    // The same element is a general object to a DEVX user (one id space).
+    assert_eq!(
+        query(&mut h, 0, group).expect("query").0,
+        element_type::QUEUE_GROUP
+    );
+
+    let cq = h.create_cq(6);
+    let tis = h.create_tis();
+    refused(
+        h.try_create_sq_in_group(cq.cqn, tis, 6, root),
+        CmdStatus::BadParameter,
+        Syndrome::NoSuchQueueGroup,
+    );
+    let sq = h
+        .try_create_sq_in_group(cq.cqn, tis, 6, group)
+        .expect("SQ in the group");
+    in_use(destroy_se(&mut h, group));
+    in_use(destroy_se(&mut h, root));
+    destroy_sq(&mut h, sq);
+    destroy_se(&mut h, group).expect("leaf after its SQ");
+    destroy_se(&mut h, root).expect("root after its leaf");
+    h.teardown();
+}
+
+/// `modify_raw_qp_sched_elem`: MODIFY_SQ with `MLX5_MODIFY_SQ_BITMASK_QOS_QUEUE_GROUP_ID`
+/// moves an SQ into a queue group and out (0); a TSAR or a missing group is refused.
+#[test]
+fn modify_sq_moves_a_send_queue_into_a_queue_group_and_out() {
+    let mut h = host();
+    let root = node(&mut h, 0, Attr::default()).expect("root");
+    let under = Attr {
+        parent: root,
+        ..Attr::default()
+    };
+    let group = leaf(&mut h, 0, under).expect("leaf");
+    let cq = h.create_cq(6);
+    let tis = h.create_tis();
+    let sq = h.create_sq(cq.cqn, tis, 6);
+    let missing = |r| refused(r, CmdStatus::BadParameter, Syndrome::NoSuchQueueGroup);
+    missing(sq_to_group(&mut h, sq.sqn, root));
+    missing(sq_to_group(&mut h, sq.sqn, 0x777));
+    sq_to_group(&mut h, sq.sqn, group).expect("into the group");
+    in_use(destroy(&mut h, 0, group));
+    sq_to_group(&mut h, sq.sqn, 0).expect("out of it");
+    destroy(&mut h, 0, group).expect("leaf");
+    destroy(&mut h, 0, root).expect("root");
+    h.teardown();
+}
+
+/// `modify_ib_qp_sched_elem_rts` / `_init`: the transition with `qpc_ext`,
+/// `MLX5_QPC_OPT_MASK_32_QOS_QUEUE_GROUP_ID` and the groups in the context extension.
+fn qp_groups(
+    h: &mut Host,
+    opcode: Opcode,
+    qpn: u32,
+    req: u32,
+    resp: u32,
+    ext: bool,
+) -> Result<(), CmdFail> {
+    let mut input = Host::input(opcode, 0, RTS2RTS_QPC_EXT_BYTE + QpcExt::<&[u8]>::SIZE);
+    if opcode == Opcode::Init2initQp {
+        Init2initQpIn::new(&mut input[..])
+            .expect("layout")
+            .set_qpn(qpn)
+            .set_qpc_ext(ext)
+            .set_opt_param_mask_95_32(qpc_opt_mask_32::QOS_QUEUE_GROUP_ID);
+    } else {
+        Rts2rtsQpIn::new(&mut input[..])
+            .expect("layout")
+            .set_qpn(qpn)
+            .set_qpc_ext(ext)
+            .set_opt_param_mask_95_32(qpc_opt_mask_32::QOS_QUEUE_GROUP_ID);
+    }
+    QpcExt::new(&mut input[RTS2RTS_QPC_EXT_BYTE..])
+        .expect("layout")
+        .set_qos_queue_group_id_requester(req)
+        .set_qos_queue_group_id_responder(resp);
+    h.exec(&input, 0x10).map(|_| ())
+}
+
+fn drain(h: &Host, cq: &mut Cq) -> Vec<Vec<u8>> {
+    std::iter::from_fn(|| h.poll_cq(cq)).collect()
+}
+
+/// `test_sched_per_qp_traffic`: an RC QP in RTS attached to a leaf as requester and
+/// responder, then traffic. The leaf cannot go while the QP names it; detaching (0) or
+/// destroying the QP lets it go. A TSAR, or groups without the extension, are refused.
+#[test]
+fn an_rc_qp_attached_to_a_leaf_as_modify_qp_sched_elem_sends_it_still_carries_traffic() {
+    let mut p = RcPair::new(
+        EmuConfig::default(),
+        MEM,
+        6,
+        6,
+        4,
+        RcPath::to(GID_B, MAC_B, 0),
+    );
+    let uid = p.b.create_uctx(0).expect("CREATE_UCTX");
+    let root = node(&mut p.b, uid, Attr::default()).expect("root");
+    let attr = Attr {
+        parent: root,
+        flags: BW_SHARE | MAX_AVG_BW,
+        bw_share: 2,
+        max_avg_bw: 10,
+    };
+    let group = leaf(&mut p.b, uid, attr).expect("leaf");
+    let qpn = p.qp_b.qpn;
+    let bad = |r| refused(r, CmdStatus::BadParameter, Syndrome::NoSuchQueueGroup);
+    bad(qp_groups(&mut p.b, Opcode::Rts2rtsQp, qpn, root, 0, true));
+    refused(
+        qp_groups(&mut p.b, Opcode::Rts2rtsQp, qpn, group, group, false),
+        CmdStatus::BadParameter,
+        Syndrome::BadQpParams,
+    );
+    qp_groups(&mut p.b, Opcode::Rts2rtsQp, qpn, group, group, true).expect("attach");
+    in_use(destroy(&mut p.b, uid, group));
+
+    // Traffic from the attached QP: an RDMA WRITE from B into A.
+    let lkey = p.b.create_mkey(false, true);
+    let src = p.b.alloc(256, 64);
+    p.b.write(src, &[0x5a; 256]);
+    let pd_a = p.a.pd;
+    let target = p.a.alloc(256, 64);
+    let rights = RemoteRights {
+        write: true,
+        ..Default::default()
+    };
+    let rkey = p.a.create_remote_mkey(pd_a, target, 256, rights, 0x31);
+    let w = rc_wqe(
+        &p.qp_b.sq,
+        opcode::RDMA_WRITE,
+        0,
+        Some((target, rkey)),
+        None,
+        (src, lkey, 256),
+    );
+    p.b.post(&mut p.qp_b.sq, &w, false);
+    p.settle();
+    assert_eq!(drain(&p.b, &mut p.cq_b).len(), 1, "the WRITE completes");
+    assert_eq!(p.a.read(target, 256), vec![0x5a; 256]);
+
+    qp_groups(&mut p.b, Opcode::Rts2rtsQp, qpn, 0, 0, true).expect("detach");
+    destroy(&mut p.b, uid, group).expect("leaf once detached");
+    let group = leaf(&mut p.b, uid, attr).expect("another leaf");
+    qp_groups(&mut p.b, Opcode::Rts2rtsQp, qpn, group, 0, true).expect("requester only");
+    in_use(destroy(&mut p.b, uid, group));
+    // A QP in INIT takes its groups by INIT2INIT_QP.
+    let cq = p.b.create_cq(4);
+    let other = p.b.create_rc_qp(&cq, 4, 4, None);
+    p.b.modify_qp(Opcode::Rst2initQp, other.qpn, |c| {
+        c.primary_address_path_mut().set_vhca_port_num(1);
+    });
+    qp_groups(&mut p.b, Opcode::Init2initQp, other.qpn, group, group, true).expect("INIT");
+    p.b.destroy_qp(other.qpn);
+    in_use(destroy(&mut p.b, uid, group));
+    p.b.destroy_qp(qpn);
+    destroy(&mut p.b, uid, group).expect("leaf once its QPs are gone");
+    destroy(&mut p.b, uid, root).expect("root");
+    p.b.destroy_uctx(uid).expect("DESTROY_UCTX");
+    p.a.destroy_qp(p.qp_a.qpn);
+    p.a.teardown();
+    p.b.teardown();
+}
