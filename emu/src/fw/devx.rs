@@ -66,6 +66,9 @@ pub(crate) fn destroy_uctx(core: &mut Core, input: &[u8]) -> CmdResult {
     }
     core.res.uctxs.close(uid);
     core.res.rates.disown(uid);
+    if let Some(memic) = &core.memic {
+        memic.disown(uid);
+    }
     Ok(())
 }
 

@@ -20,6 +20,7 @@ mod dci;
 pub(crate) mod devx;
 pub(crate) mod hca;
 pub(crate) mod mcg;
+pub(crate) mod memic;
 pub mod mkey;
 pub(crate) mod pacing;
 pub(crate) mod pages;
@@ -136,6 +137,9 @@ fn run(core: &mut Core, opcode: Opcode, op_mod: u16, input: &[u8], output: &mut 
         Opcode::ManagePages => pages::manage_pages(core, input, output),
         Opcode::QueryHcaCap => caps::query_hca_cap(core, op_mod, output),
         Opcode::SetPpRateLimit => pacing::set_pp_rate_limit(core, input),
+        Opcode::AllocMemic => memic::alloc_memic(core, input, output),
+        Opcode::DeallocMemic => memic::dealloc_memic(core, input),
+        Opcode::ModifyMemic => memic::modify_memic(core, input, output),
         Opcode::QueryAdapter => hca::query_adapter(core, input, output),
         Opcode::SetDriverVersion => hca::set_driver_version(core, input),
         Opcode::SetHcaCap => caps::set_hca_cap(core, op_mod, input),

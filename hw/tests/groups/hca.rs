@@ -44,6 +44,13 @@ pub fn checks() -> usize {
         qos::SetPpRateLimitContext,
         qos::SetPpRateLimitIn,
         qos::SetPpRateLimitOut,
+        memic::DeviceMemCap,
+        memic::AllocMemicIn,
+        memic::AllocMemicOut,
+        memic::DeallocMemicIn,
+        memic::DeallocMemicOut,
+        memic::ModifyMemicIn,
+        memic::ModifyMemicOut,
     );
     helpers();
     nested_views();
