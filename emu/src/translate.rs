@@ -4,10 +4,12 @@
 //! CREATE_MKEY (`fw::mkey`) checks the tables it is given against the same geometry.
 
 use crate::function::Core;
+use crate::objects::memic;
 use crate::objects::repeat::RepeatBlock;
 use crate::objects::Mkey;
 use cxdirect_hw::mkey::{
-    MKC_ACCESS_MODE_KLM, MKC_ACCESS_MODE_KSM, MKC_ACCESS_MODE_PA, MTT_READ, MTT_WRITE,
+    MKC_ACCESS_MODE_KLM, MKC_ACCESS_MODE_KSM, MKC_ACCESS_MODE_MEMIC, MKC_ACCESS_MODE_PA, MTT_READ,
+    MTT_WRITE,
 };
 
 /// The reserved lkey the model reports in QUERY_SPECIAL_CONTEXTS: addresses through it are
@@ -111,10 +113,39 @@ pub(crate) fn translate(
         return Err(KeyFault::Access);
     }
     let end = addr.checked_add(len).ok_or(KeyFault::Bounds)?;
-    if !key.length64 && (addr < key.start || end > key.start + key.len) {
+    let origin = origin(key);
+    if !key.length64 && (addr < origin || end > origin + key.len) {
         return Err(KeyFault::Bounds);
     }
     walk(core, key, addr, len, write, each)
+}
+
+/// The first address of `key`'s range: its `start_addr`, but 0 for a device-memory key, which
+/// is zero-based (the RDMA core registers device memory only with IB_ZERO_BASED,
+/// `UVERBS_METHOD_DM_MR_REG`, while mlx5_ib's `mlx5_ib_reg_dm_mr` puts the memory's BAR0
+/// offset in `start_addr`).
+fn origin(key: &Mkey) -> u64 {
+    if key.access_mode == MKC_ACCESS_MODE_MEMIC {
+        0
+    } else {
+        key.start
+    }
+}
+
+/// The bus address of byte `addr` (zero-based) of device-memory key `key`: the byte at BAR0
+/// offset `start_addr + addr`, which must lie in the function's device memory.
+fn memic_address(core: &Core, key: &Mkey, addr: u64, len: u64) -> Result<u64, KeyFault> {
+    let memory = core.memic.as_deref().ok_or(KeyFault::Bounds)?;
+    let offset = key
+        .start
+        .checked_add(addr)
+        .and_then(|a| a.checked_sub(memory.base()))
+        .filter(|o| {
+            o.checked_add(len)
+                .is_some_and(|end| end <= memic::MEMIC_SIZE)
+        })
+        .ok_or(KeyFault::Bounds)?;
+    Ok(memic::bus_address(offset))
 }
 
 /// Writes (`write`) or reads `[addr, addr + len)` through `rkey` for a peer of an RC QP in
@@ -147,6 +178,9 @@ fn walk(
 ) -> Result<(), KeyFault> {
     if key.access_mode == MKC_ACCESS_MODE_PA {
         return each(addr, 0, len);
+    }
+    if key.access_mode == MKC_ACCESS_MODE_MEMIC {
+        return each(memic_address(core, key, addr, len)?, 0, len);
     }
     if key.access_mode == MKC_ACCESS_MODE_KLM {
         return walk_klm(core, key, addr, len, write, each);
@@ -221,12 +255,14 @@ fn through(
         return Err(KeyFault::WrongPd);
     }
     let end = at.checked_add(piece).ok_or(KeyFault::Bounds)?;
-    if !target.length64 && (at < target.start || end > target.start + target.len) {
+    let origin = origin(target);
+    if !target.length64 && (at < origin || end > origin + target.len) {
         return Err(KeyFault::Bounds);
     }
     let mut inner_each = |iova, off, n| each(iova, base + off, n);
     match target.access_mode {
         MKC_ACCESS_MODE_PA => inner_each(at, 0, piece),
+        MKC_ACCESS_MODE_MEMIC => inner_each(memic_address(core, target, at, piece)?, 0, piece),
         _ => walk_mtt(target, at, piece, write, &mut inner_each),
     }
 }
@@ -397,7 +433,8 @@ pub(crate) fn check_remote(
         .sig
         .as_ref()
         .map_or(key.len, |s| key.len.max(s.wire_span()));
-    if !key.length64 && (addr < key.start || end > key.start.saturating_add(span)) {
+    let origin = origin(key);
+    if !key.length64 && (addr < origin || end > origin.saturating_add(span)) {
         return Err(KeyFault::Bounds);
     }
     Ok(())

@@ -291,7 +291,8 @@ fn a_send_doorbell_on_a_uar_page_never_allocated_is_refused() {
         });
         let mut h = Host::new(dev.clone(), MEM);
         h.bring_up();
-        let last_page = dev.bar0_size() / 4096 - 1;
+        // The last UAR page: BAR0's last MiB is device memory (MEMIC), not UAR pages.
+        let last_page = (dev.bar0_size() - (1 << 20)) / 4096 - 1;
         let wqe = [0x5au8; 64];
         dev.mmio_write(last_page * 4096 + UAR_BF_OFFSET as u64, &wqe)
             .unwrap();

@@ -32,6 +32,7 @@ pub mod hca;
 pub mod init_seg;
 pub mod layout;
 pub mod mcg;
+pub mod memic;
 pub mod mkey;
 pub mod mmio;
 pub mod odp;

@@ -12,6 +12,7 @@ use crate::engine;
 use crate::function::Core;
 use crate::fw::cmdif;
 use crate::irq::InterruptSink;
+use crate::objects::memic::DeviceMemory;
 use crate::pci::{ConfigSpace, FunctionLayout, MsixTable};
 use crate::wire::{PortId, Wire};
 use cxdirect_hw::doorbell::{
@@ -81,6 +82,9 @@ struct Shared {
     /// The device thread running this function's work (threaded execution).
     engine: Option<Arc<EngineState>>,
     bar_size: u64,
+    /// Device memory (MEMIC), shared with the function's core: BAR0 accesses inside its
+    /// window reach it without the function's lock.
+    memic: Option<Arc<DeviceMemory>>,
     /// Shared out (an `Arc` clone) to each send and pump, so they hold no lock while working.
     link: Mutex<Option<Arc<Link>>>,
     /// CQ doorbell high words written as 32-bit halves, per UAR.
@@ -167,8 +171,11 @@ impl Device {
         };
         let poll_window = cfg.poll_window;
         let bar_size = cfg.bar0_size;
+        let core = Core::new(cfg, iommu.clone(), counters.clone());
+        let memic = core.memic.clone();
         let shared = Arc::new(Shared {
-            core: Mutex::new(Core::new(cfg, iommu.clone(), counters.clone())),
+            core: Mutex::new(core),
+            memic,
             config: Mutex::new(config),
             msix: Mutex::new(msix),
             iommu,
@@ -484,6 +491,10 @@ impl Device {
             let _ = lock(&self.shared.msix).read_pba(offset - MSIX_PBA_OFFSET, buf);
             return Ok(());
         }
+        if let Some(memic) = self.memic_at(offset) {
+            memic.mmio_read(offset, buf);
+            return Ok(());
+        }
         if offset < MSIX_TABLE_OFFSET {
             let core = lock(&self.shared.core);
             for (i, byte) in buf.iter_mut().enumerate() {
@@ -513,9 +524,25 @@ impl Device {
         if offset < MSIX_TABLE_OFFSET {
             return self.init_seg_write(offset, data);
         }
+        if let Some(memic) = self.memic_at(offset) {
+            memic.mmio_write(offset, data);
+            return Ok(());
+        }
         let uar = (offset / UAR_PAGE_SIZE as u64) as u32;
         let in_page = (offset % UAR_PAGE_SIZE as u64) as usize;
         self.uar_write(uar, in_page, data)
+    }
+
+    /// The device memory, when BAR0 `offset` is inside its window.
+    fn memic_at(&self, offset: u64) -> Option<&DeviceMemory> {
+        self.shared.memic.as_deref().filter(|m| m.in_window(offset))
+    }
+
+    /// Whether BAR0 `offset` is memory rather than registers: device memory, whose accesses
+    /// pass at the width they were made (a 1-byte load of the test-and-set alias is the
+    /// operation, not part of a wider read).
+    pub fn is_memory(&self, offset: u64) -> bool {
+        self.memic_at(offset).is_some()
     }
 
     fn init_seg_write(&self, offset: u64, data: &[u8]) -> Result<(), MmioError> {

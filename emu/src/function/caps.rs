@@ -16,7 +16,8 @@ use crate::objects::limits::{
     ROCE_ADDRESS_TABLE_SIZE,
 };
 use crate::objects::queue_state::MAX_SESSION;
-use crate::objects::{pacing, scheduling};
+use crate::objects::{memic, pacing, scheduling};
+use cxdirect_hw::memic::{DeviceMemCap, MEMIC_BASE_ALIGN};
 use cxdirect_hw::odp::OdpCap;
 use cxdirect_hw::qos::{element_type_cap, tsar_type_cap, QosCap};
 use cxdirect_hw::roce::{l3_type_cap, roce_version_cap, RoceCap, ROCE_V2_UDP_DPORT};
@@ -73,6 +74,9 @@ pub(crate) struct CapSet {
     /// (`mlx5_qos_is_supported`) is on. No e-switch scheduling (`esw_scheduling` 0: the
     /// e-switch's QoS stays off) and no flow meters (`flow_meter_reg_id` 0).
     pub qos: [u8; 0x100],
+    /// The device-memory capability page (maximum and current alike), as
+    /// [`crate::objects::memic`] lays the memory out; all zero where BAR0 has no room for it.
+    pub device_mem: [u8; 0x100],
     pub context_slot: Option<crate::objects::Slot>,
 }
 
@@ -192,6 +196,11 @@ impl CapSet {
             // Packet pacing: the QoS page below, read by mlx5_core's `mlx5_init_rl_table`
             // and mlx5_ib's `pp_is_supported`; SET_PP_RATE_LIMIT in `fw::pacing`.
             .set_qos(true)
+            // Device memory (MEMIC) where BAR0 holds its window: mlx5_core's
+            // `mlx5_query_hca_caps` then reads the device-memory page below, and mlx5_ib offers
+            // `ibv_alloc_dm` (`max_dm_size`, `handle_alloc_dm_memic`); the commands are
+            // `fw::memic`'s.
+            .set_device_memory(memic::window_start(cfg.bar0_size).is_some())
             // On-demand paging (`engine::rc::page_fault`): mlx5_ib's
             // `mlx5_ib_internal_fill_odp_caps` then reads the ODP page below, and mlx5_core's
             // `handle_hca_cap_odp` (main.c) queries it.
@@ -401,7 +410,21 @@ impl CapSet {
             .set_nic_element_type(element_type_cap::TSAR | element_type_cap::QUEUE_GROUP)
             .set_nic_tsar_type(tsar_type_cap::DWRR);
         let qos = q.into_inner();
+        let mut dm = DeviceMemCap::new([0u8; 0x100]).expect("a page holds the device-memory page");
+        if let Some(base) = memic::window_start(cfg.bar0_size) {
+            dm.set_memic(true)
+                .set_log_min_memic_alloc_size(MEMIC_BASE_ALIGN)
+                .set_log_max_memic_addr_alignment(memic::LOG_MAX_ADDR_ALIGNMENT)
+                .set_memic_bar_start_addr(base)
+                .set_memic_bar_size(memic::MEMIC_SIZE as u32)
+                .set_max_memic_size(memic::MEMIC_SIZE as u32)
+                .set_memic_operations(memic::OPERATIONS)
+                .set_memic_atomic_increment_size(memic::ATOMIC_SIZES)
+                .set_memic_atomic_test_and_set_size(memic::ATOMIC_SIZES);
+        }
+        let device_mem = dm.into_inner();
         Self {
+            device_mem,
             odp,
             qos,
             max_atomic,

@@ -121,6 +121,17 @@ pub enum Syndrome {
     NoSuchQueueGroup = 0x0c0d_00dc,
     /// A general object command named an object type the model does not offer.
     UnknownObjType = 0x0c0d_00dd,
+    /// ALLOC_MEMIC asked for a size of 0, not a multiple of 64 bytes, past its range, or an
+    /// alignment past `log_max_memic_addr_alignment`.
+    MemicBadSize = 0x0c0d_00e0,
+    /// A device-memory range or address outside the memory.
+    MemicOutOfRange = 0x0c0d_00e1,
+    /// DEALLOC_MEMIC or MODIFY_MEMIC named no piece ALLOC_MEMIC handed out (or one freed).
+    MemicNoPiece = 0x0c0d_00e2,
+    /// MODIFY_MEMIC named an operation outside `memic_operations`, or unmapped one not mapped.
+    MemicBadOperation = 0x0c0d_00e3,
+    /// ALLOC_MEMIC found no free piece of that size and alignment in its range.
+    MemicNoSpace = 0x0c0d_00e4,
     /// Refused on purpose: [`crate::Fault::RefuseCommand`], [`crate::Fault::RefuseCommandAfter`].
     Refused = 0x0c0d_00f0,
 }

@@ -17,6 +17,7 @@ use crate::config::EmuConfig;
 use crate::counters::{add, Counters, QueueCounterTable};
 use crate::dma::{DmaError, Iommu};
 use crate::irq::InterruptSink;
+use crate::objects::memic::{self, DeviceMemory};
 use crate::objects::queue_state::{LateWrite, RcScratch, ReceiveScratch, SendScratch, UdScratch};
 use crate::objects::{Resources, WorkQueue};
 use crate::wire::Wire;
@@ -87,12 +88,18 @@ pub(crate) struct Core {
     pub open_sessions: Vec<u32>,
     /// Frames the function sent to itself, waiting for its next receive pass.
     pub local_loopback: local_loopback::LocalLoopback,
+    /// The function's device memory (MEMIC), where BAR0 is large enough to hold it; BAR0's
+    /// MMIO shares it.
+    pub memic: Option<Arc<DeviceMemory>>,
 }
 
 impl Core {
     pub fn new(cfg: EmuConfig, iommu: Arc<Iommu>, counters: Arc<Counters>) -> Self {
         let port = hca::PortState::new(&cfg);
+        let memic =
+            memic::window_start(cfg.bar0_size).map(|base| Arc::new(DeviceMemory::new(base)));
         Self {
+            memic,
             hca: hca::Hca::new(&cfg),
             pages: pages::Pages::default(),
             res: Resources::new(&cfg),
@@ -142,6 +149,9 @@ impl Core {
         self.last_answers.clear();
         self.open_sessions.clear();
         self.local_loopback.clear();
+        if let Some(memic) = &self.memic {
+            memic.clear();
+        }
         self.bus_master = false;
         self.msix_enabled = false;
     }
@@ -151,6 +161,10 @@ impl Core {
         if !self.bus_master {
             add(&self.counters.dma_faults, 1);
             return Err(DmaError::BusMasterDisabled);
+        }
+        if let Some(offset) = memic::device_offset(iova) {
+            let len = buf.len();
+            return self.memic_access(("read", iova, len), |m| m.read(offset, buf));
         }
         self.iommu
             .read(iova, buf)
@@ -163,9 +177,28 @@ impl Core {
             add(&self.counters.dma_faults, 1);
             return Err(DmaError::BusMasterDisabled);
         }
+        if let Some(offset) = memic::device_offset(iova) {
+            return self.memic_access(("write", iova, data.len()), |m| m.write(offset, data));
+        }
         self.iommu
             .write(iova, data)
             .inspect_err(|_| add(&self.counters.dma_faults, 1))
+    }
+
+    /// An access of the data path to device memory (a MEMIC key's bus address) instead of
+    /// host memory: refused like an unmapped IOVA where it runs past the memory.
+    fn memic_access(
+        &self,
+        (kind, iova, len): (&'static str, u64, usize),
+        access: impl FnOnce(&DeviceMemory) -> bool,
+    ) -> Result<(), DmaError> {
+        match &self.memic {
+            Some(m) if access(m) => Ok(()),
+            _ => {
+                add(&self.counters.dma_faults, 1);
+                Err(DmaError::Unmapped { kind, iova, len })
+            }
+        }
     }
 
     /// Reads a big-endian 32-bit word of host memory.

@@ -67,6 +67,9 @@ pub(crate) fn destroy_uctx(core: &mut Core, input: &[u8]) -> CmdResult {
     core.res.uctxs.close(uid);
     core.res.rates.disown(uid);
     core.res.sched.disown(uid);
+    if let Some(memic) = &core.memic {
+        memic.disown(uid);
+    }
     Ok(())
 }
 

@@ -14,8 +14,8 @@ pub(crate) use crate::translate::{entries_per_octoword, mtt_page_ok, xlt_capacit
 use crate::translate::{MAX_XLT_ENTRIES, NULL_MKEY, RESERVED_LKEY};
 use cxdirect_hw::mkey::{
     CreateMkeyIn, CreateMkeyOut, DestroyMkeyIn, QueryMkeyIn, QueryMkeyOut, QuerySpecialContextsOut,
-    MKC_ACCESS_MODE_KLM, MKC_ACCESS_MODE_KSM, MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA,
-    MTT_ADDR_MASK,
+    MKC_ACCESS_MODE_KLM, MKC_ACCESS_MODE_KSM, MKC_ACCESS_MODE_MEMIC, MKC_ACCESS_MODE_MTT,
+    MKC_ACCESS_MODE_PA, MTT_ADDR_MASK,
 };
 use cxdirect_hw::odp::PageFaultResumeIn;
 use cxdirect_hw::sig::BSF_OCTOWORDS;
@@ -68,13 +68,17 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
         MKC_ACCESS_MODE_PA,
         MKC_ACCESS_MODE_KLM,
         MKC_ACCESS_MODE_KSM,
+        MKC_ACCESS_MODE_MEMIC,
     ]
     .contains(&mode)
     {
         return Err(bad_param(
             Syndrome::BadMkeyParams,
-            "only PA, MTT, KLM and KSM access modes are modelled",
+            "only PA, MTT, KLM, KSM and MEMIC access modes are modelled",
         ));
+    }
+    if mode == MKC_ACCESS_MODE_MEMIC {
+        check_memic_key(core, &cmd)?;
     }
     if !core.res.pds.contains(mkc.pd()) {
         return Err(bad_res("memory key protection domain does not exist"));
@@ -113,7 +117,7 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
     let mut klm = Vec::new();
     let mut ksm = KsmTable::new(MAX_XLT_ENTRIES);
     let mut capacity = 0;
-    if mode != MKC_ACCESS_MODE_PA {
+    if mode != MKC_ACCESS_MODE_PA && mode != MKC_ACCESS_MODE_MEMIC {
         if length64 {
             return Err(bad_param(
                 Syndrome::BadMkeyParams,
@@ -223,6 +227,40 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
         super::devx::hold(core, &[id], (crate::objects::devx::Owned::Mkey, index));
     }
     output_as!(CreateMkeyOut<&mut [u8]>, output).set_mkey_index(index);
+    Ok(())
+}
+
+/// A device-memory key as mlx5_ib's `mlx5_ib_get_dm_mr` creates it for `mlx5_ib_reg_dm_mr`:
+/// `start_addr` the BAR0 offset of the registered bytes, `len` their count (0 allowed: the
+/// RDMA core registers a zero-length region), no translation table. Its addresses are
+/// zero-based (`translate`). Refused: a function without device memory, a range outside it,
+/// `length64`, and `umr_en` (mlx5_ib never sets it here; no source says a UMR may load a MEMIC
+/// key, and the model's UMRs load MTT and KLM tables).
+fn check_memic_key(core: &Core, cmd: &CreateMkeyIn<&[u8]>) -> CmdResult {
+    let mkc = cmd.memory_key_mkey_entry();
+    let Some(memory) = core.memic.as_deref() else {
+        return Err(bad_param(
+            Syndrome::BadMkeyParams,
+            "a MEMIC key on a function without device memory",
+        ));
+    };
+    let inside = mkc
+        .start_addr()
+        .checked_sub(memory.base())
+        .and_then(|o| o.checked_add(mkc.len()))
+        .is_some_and(|end| end <= crate::objects::memic::MEMIC_SIZE);
+    if !inside || mkc.length64() {
+        return Err(bad_param(
+            Syndrome::BadMkeyParams,
+            "a MEMIC key's range must lie in the device memory",
+        ));
+    }
+    if mkc.umr_en() || mkc.free() {
+        return Err(bad_param(
+            Syndrome::BadMkeyParams,
+            "a MEMIC key is created whole, without UMR",
+        ));
+    }
     Ok(())
 }
 

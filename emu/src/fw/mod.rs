@@ -21,6 +21,7 @@ pub(crate) mod devx;
 mod flow_counter;
 pub(crate) mod hca;
 pub(crate) mod mcg;
+pub(crate) mod memic;
 pub mod mkey;
 pub(crate) mod pacing;
 pub(crate) mod pages;
@@ -149,6 +150,9 @@ fn run(core: &mut Core, opcode: Opcode, op_mod: u16, input: &[u8], output: &mut 
         Opcode::ModifyGeneralObject => scheduling::modify_general_object(core, input),
         Opcode::QueryGeneralObject => scheduling::query_general_object(core, input, output),
         Opcode::DestroyGeneralObject => scheduling::destroy_general_object(core, input),
+        Opcode::AllocMemic => memic::alloc_memic(core, input, output),
+        Opcode::DeallocMemic => memic::dealloc_memic(core, input),
+        Opcode::ModifyMemic => memic::modify_memic(core, input, output),
         Opcode::QueryAdapter => hca::query_adapter(core, input, output),
         Opcode::SetDriverVersion => hca::set_driver_version(core, input),
         Opcode::SetHcaCap => caps::set_hca_cap(core, op_mod, input),

@@ -10,6 +10,7 @@ pub(crate) mod devx;
 pub(crate) mod ksm;
 pub(crate) mod limits;
 pub(crate) mod mcg;
+pub(crate) mod memic;
 pub(crate) mod pacing;
 pub(crate) mod queue_state;
 pub(crate) mod rc;
@@ -488,8 +489,10 @@ pub(crate) const DCT_NUMBER_BASE: u32 = 0x20_0000;
 pub(crate) const FIRST_UAR: u32 = 4;
 
 /// Number of UAR pages BAR0 holds after the init segment and MSI-X pages.
+/// Device memory's window ([`memic::window_start`]), where BAR0 has one, ends them.
 pub(crate) fn uar_page_count(bar0_size: u64) -> u32 {
-    (bar0_size / UAR_PAGE_SIZE as u64).saturating_sub(u64::from(FIRST_UAR)) as u32
+    let end = memic::window_start(bar0_size).unwrap_or(bar0_size);
+    (end / UAR_PAGE_SIZE as u64).saturating_sub(u64::from(FIRST_UAR)) as u32
 }
 
 impl Resources {

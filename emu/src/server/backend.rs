@@ -108,6 +108,10 @@ impl MmioTarget for Bar0<'_> {
     fn mmio_write(&self, offset: u64, data: &[u8]) -> Result<(), MmioError> {
         self.device.mmio_write(offset, data)
     }
+
+    fn is_memory(&self, offset: u64) -> bool {
+        self.device.is_memory(offset)
+    }
 }
 
 fn memory_enabled(device: &Device) -> bool {

@@ -19,8 +19,10 @@
 //!    device does not fail posted writes.
 //!
 //! **Reads**: naturally aligned 4- and 8-byte reads go to the model as they are; any other read
-//! is served from the naturally aligned 32-bit reads that cover it (reads have no side effects in
-//! the model).
+//! is served from the naturally aligned 32-bit reads that cover it (register reads have no side
+//! effects in the model). Reads of device memory (MEMIC) go to the model at the width they were
+//! made, naturally aligned pieces of at most 8 bytes: a 1-byte load of a test-and-set alias is
+//! the operation itself, and must not become a 4-byte one.
 //!
 //! An access that runs past the end of BAR0 is refused whole; the model never sees it. Nothing
 //! here allocates: the pieces come from an iterator over offsets.
@@ -46,6 +48,11 @@ pub trait MmioTarget {
     fn mmio_read(&self, offset: u64, buf: &mut [u8]) -> Result<(), MmioError>;
     /// One MMIO write of `data` at `offset`.
     fn mmio_write(&self, offset: u64, data: &[u8]) -> Result<(), MmioError>;
+    /// Whether `offset` is memory (device memory) rather than registers: reads there go to
+    /// the target at the width the client made them.
+    fn is_memory(&self, _offset: u64) -> bool {
+        false
+    }
 }
 
 impl MmioTarget for Device {
@@ -59,6 +66,10 @@ impl MmioTarget for Device {
 
     fn mmio_write(&self, offset: u64, data: &[u8]) -> Result<(), MmioError> {
         Device::mmio_write(self, offset, data)
+    }
+
+    fn is_memory(&self, offset: u64) -> bool {
+        Device::is_memory(self, offset)
     }
 }
 
@@ -247,6 +258,14 @@ pub fn read<T: MmioTarget + ?Sized>(
     }
     if (len == 4 || len == 8) && offset % len as u64 == 0 {
         target.mmio_read(offset, buf)?;
+        return Ok(());
+    }
+    if target.is_memory(offset) {
+        for piece in write_plan(offset, len) {
+            if let Some(part) = buf.get_mut(piece.range()) {
+                target.mmio_read(piece.offset, part)?;
+            }
+        }
         return Ok(());
     }
     let end = offset + len as u64;

@@ -114,6 +114,9 @@ fn input_fields(opcode: Opcode) -> &'static [FieldInfo] {
         O::QueryGeneralObject | O::DestroyGeneralObject => {
             cxdirect_hw::qos::GeneralObjInCmdHdr::FIELDS
         }
+        O::AllocMemic => cxdirect_hw::memic::AllocMemicIn::FIELDS,
+        O::DeallocMemic => cxdirect_hw::memic::DeallocMemicIn::FIELDS,
+        O::ModifyMemic => cxdirect_hw::memic::ModifyMemicIn::FIELDS,
         O::CreateQp => qp::CreateQpIn::FIELDS,
         O::Rst2initQp => qp::Rst2initQpIn::FIELDS,
         O::Init2initQp => qp::Init2initQpIn::FIELDS,

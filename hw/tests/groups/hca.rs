@@ -55,6 +55,13 @@ pub fn checks() -> usize {
         qos::GeneralObjOutCmdHdr,
         qos::SchedElemObjIn,
         qos::SchedElemObjOut,
+        memic::DeviceMemCap,
+        memic::AllocMemicIn,
+        memic::AllocMemicOut,
+        memic::DeallocMemicIn,
+        memic::DeallocMemicOut,
+        memic::ModifyMemicIn,
+        memic::ModifyMemicOut,
     );
     helpers();
     nested_views();
