@@ -107,6 +107,13 @@ pub enum Syndrome {
     RateIndexOutOfRange = 0x0c0d_00d0,
     /// SET_PP_RATE_LIMIT asked for a rate outside the QoS page's range.
     RateOutOfRange = 0x0c0d_00d1,
+    /// A general object command named an object type the model does not offer (its bit is
+    /// clear in `general_obj_types`), or an operation that type does not have.
+    UnknownObjType = 0x0c0d_00e0,
+    /// CREATE_GENERAL_OBJECT asked for a `log_obj_range` outside what the capabilities allow
+    /// for the type (RESERVED_QPN: `log_reserved_qpn_granularity` to
+    /// `log_reserved_qpn_max_alloc`).
+    BadObjRange = 0x0c0d_00e1,
     /// Refused on purpose: [`crate::Fault::RefuseCommand`], [`crate::Fault::RefuseCommandAfter`].
     Refused = 0x0c0d_00f0,
 }

@@ -18,6 +18,7 @@ pub(crate) mod cq;
 pub(crate) mod dc;
 mod dci;
 pub(crate) mod devx;
+pub(crate) mod general_object;
 pub(crate) mod hca;
 pub(crate) mod mcg;
 pub mod mkey;
@@ -226,6 +227,10 @@ fn run(core: &mut Core, opcode: Opcode, op_mod: u16, input: &[u8], output: &mut 
         Opcode::QueryRoceAddress => roce::query_roce_address(core, input, output),
         Opcode::AttachToMcg => mcg::attach_to_mcg(core, input),
         Opcode::DetachFromMcg => mcg::detach_from_mcg(core, input),
+        Opcode::CreateGeneralObject => general_object::create(core, input, output),
+        Opcode::ModifyGeneralObject => general_object::modify(core, input),
+        Opcode::QueryGeneralObject => general_object::query(core, input, output),
+        Opcode::DestroyGeneralObject => general_object::destroy(core, input),
         Opcode::CreateUctx => devx::create_uctx(core, input, output),
         Opcode::DestroyUctx => devx::destroy_uctx(core, input),
         Opcode::CreateUmem => devx::create_umem(core, input, output),

@@ -43,6 +43,8 @@ pub(crate) enum Owned {
     Dct,
     QCounter,
     Umem,
+    /// A RESERVED_QPN general object, by its first QP number.
+    ReservedQpn,
 }
 
 /// The live user contexts and who owns which object.

@@ -14,6 +14,7 @@ pub(crate) mod pacing;
 pub(crate) mod queue_state;
 pub(crate) mod rc;
 pub(crate) mod repeat;
+pub(crate) mod reserved_qpn;
 pub(crate) mod signature;
 pub(crate) mod steering;
 pub(crate) mod tm;
@@ -469,6 +470,8 @@ pub(crate) struct Resources {
     pub umems: Table<devx::Umem>,
     /// The packet pacing rate table (SET_PP_RATE_LIMIT).
     pub rates: pacing::RateTable,
+    /// Blocks of reserved QP numbers (RESERVED_QPN general objects).
+    pub reserved_qpns: reserved_qpn::ReservedQpns,
 }
 
 /// First number of a datagram (UD or GSI) QP: past every RC QP number
@@ -525,6 +528,7 @@ impl Resources {
             uctxs: devx::Ownership::default(),
             umems: Table::new(1, 1 << limits::LOG_MAX_UMEM),
             rates: pacing::RateTable::default(),
+            reserved_qpns: reserved_qpn::ReservedQpns::default(),
         }
     }
 }
