@@ -270,3 +270,49 @@ fn other_object_types_are_refused() {
     );
     h.teardown();
 }
+
+/// mlx5_core's probe order: `handle_hca_cap_2` queries the page (maximum, then current)
+/// after the general SET_HCA_CAP and before INIT_HCA; with `sw_vhca_id_valid` 0 it sends no
+/// SET_HCA_CAP of it, and one that changes nothing is accepted while a change is refused.
+#[test]
+fn hca_cap_2_is_answered_before_init_hca_as_handle_hca_cap_2_reads_it() {
+    use cxdirect_hw::hca::{query_pages_op_mod, set_cap_op_mod, SetIssiIn};
+    let mut h = Host::new(cxdirect_emu::Device::loopback(EmuConfig::default()), MEM);
+    h.start_cmdif();
+    h.simple(Opcode::EnableHca, 0).expect("ENABLE_HCA");
+    let mut set_issi = Host::input(Opcode::SetIssi, 0, 16);
+    SetIssiIn::new(&mut set_issi[..])
+        .expect("layout")
+        .set_current_issi(1);
+    h.exec(&set_issi, 16).expect("SET_ISSI");
+    let boot = h.query_pages(query_pages_op_mod::BOOT);
+    h.give_pages(boot as usize).expect("boot pages");
+    let general = h.query_cap(cap_type::GENERAL_DEVICE, false);
+    assert!(CmdHcaCap::new(&general[0x10..])
+        .expect("layout")
+        .hca_cap_2());
+    let max = h.query_cap(cap_type::GENERAL_DEVICE_2, false);
+    let current = h.query_cap(cap_type::GENERAL_DEVICE_2, true);
+    assert!(!CmdHcaCap2::new(&max[0x10..0x110])
+        .expect("layout")
+        .sw_vhca_id_valid());
+    let mut set = Host::input(
+        Opcode::SetHcaCap,
+        set_cap_op_mod(cap_type::GENERAL_DEVICE_2),
+        0x1010,
+    );
+    set[0x10..0x110].copy_from_slice(&current[0x10..0x110]);
+    h.exec(&set, 16).expect("SET_HCA_CAP of the page unchanged");
+    CmdHcaCap2::new(&mut set[0x10..0x110])
+        .expect("layout")
+        .set_sw_vhca_id_valid(true);
+    refused(
+        h.exec(&set, 16),
+        CmdStatus::BadParameter,
+        Syndrome::CapReadOnly,
+    );
+    let init = h.query_pages(query_pages_op_mod::INIT);
+    h.give_pages(init as usize).expect("init pages");
+    h.simple(Opcode::InitHca, 0).expect("INIT_HCA");
+    assert_eq!(h.query_cap(cap_type::GENERAL_DEVICE_2, true), current);
+}
