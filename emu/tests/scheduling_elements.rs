@@ -16,13 +16,13 @@ use cxdirect_emu::testkit::{CmdFail, Cq, Host};
 use cxdirect_emu::{Device, EmuConfig, Syndrome};
 use cxdirect_hw::caps::CmdHcaCap;
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
+use cxdirect_hw::general_obj::{GeneralObjInCmdHdr, GeneralObjOutCmdHdr};
 use cxdirect_hw::hca::cap_type;
 use cxdirect_hw::qos::{
     element_type, element_type_cap, hierarchy, sched_modify, tsar_type, tsar_type_cap,
     CreateSchedulingElementIn, CreateSchedulingElementOut, DestroySchedulingElementIn,
-    GeneralObjInCmdHdr, GeneralObjOutCmdHdr, ModifySchedulingElementIn, QosCap,
-    QuerySchedulingElementIn, QuerySchedulingElementOut, SchedElemObjIn, SchedElemObjOut,
-    OBJ_TYPE_SCHEDULING_ELEMENT,
+    ModifySchedulingElementIn, QosCap, QuerySchedulingElementIn, QuerySchedulingElementOut,
+    SchedElemObjIn, SchedElemObjOut, OBJ_TYPE_SCHEDULING_ELEMENT,
 };
 use cxdirect_hw::qp::{qpc_opt_mask_32, Init2initQpIn, QpcExt, Rts2rtsQpIn, RTS2RTS_QPC_EXT_BYTE};
 use cxdirect_hw::wq::{DestroySqIn, ModifySqIn, MODIFY_SQ_BITMASK_QOS_QUEUE_GROUP_ID};

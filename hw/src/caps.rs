@@ -64,6 +64,8 @@ layout! {
     pub struct CmdHcaCap("cmd_hca_cap", 0x100) {
         /// The function may query and set other functions' RoCE capability.
         access_other_hca_roce: bool @ 0x0 [0x1],
+        /// The second general capability page ([`CmdHcaCap2`], cap type 0x20) may be queried.
+        hca_cap_2: bool @ 0x20 [0x1],
         /// Log2 of the maximum number of WQEs in an SRQ.
         log_max_srq_sz: u8 @ 0x80 [0x8],
         /// Log2 of the maximum number of WQEs in a send or receive queue of a QP.
@@ -406,6 +408,10 @@ layout! {
         log_max_current_mc_list: u8 @ 0x3f3 [0x5],
         /// Log2 of the maximum number of unicast MACs in a vport's current list.
         log_max_current_uc_list: u8 @ 0x3fb [0x5],
+        /// Bit mask of the general object types CREATE_GENERAL_OBJECT takes: bit `t` set for
+        /// object type `t` (`MLX5_GENERAL_OBJ_TYPES_CAP_*`; see
+        /// [`general_obj::obj_type`](crate::general_obj::obj_type)).
+        general_obj_types: u64 @ 0x400 [0x40],
         /// Log2 of the maximum number of user contexts (CREATE_UCTX); 0: none, and then
         /// mlx5_ib offers no DEVX (`mlx5_ib_devx_create`).
         log_max_uctx: u8 @ 0x463 [0x5],
@@ -455,6 +461,27 @@ layout! {
         /// Capabilities a user context may ask for at CREATE_UCTX (`MLX5_UCTX_CAP_RAW_TX`
         /// bit 0, `MLX5_UCTX_CAP_INTERNAL_DEV_RES` bit 1).
         uctx_cap: u32 @ 0x6a0 [0x20],
+    }
+}
+
+layout! {
+    /// General device capabilities, second page (`MLX5_CAP_GENERAL_2`, cap type
+    /// [`GENERAL_DEVICE_2`](crate::hca::cap_type::GENERAL_DEVICE_2)), offered when
+    /// [`CmdHcaCap::hca_cap_2`] is set. Only the fields the model sets or Linux acts on are
+    /// named; a ConnectX reports the rest as it chooses and the model leaves them 0.
+    pub struct CmdHcaCap2("cmd_hca_cap_2", 0x100) {
+        /// Log2 of the number of QP numbers that RESERVED_QPN objects may hold in all.
+        log_max_num_reserved_qpn: u8 @ 0x8b [0x5],
+        /// Log2 of the fewest QP numbers one RESERVED_QPN object holds: the smallest
+        /// `log_obj_range` CREATE_GENERAL_OBJECT takes for it (libmlx5 asks for exactly this
+        /// many per object).
+        log_reserved_qpn_granularity: u8 @ 0x93 [0x5],
+        /// Log2 of the most QP numbers one RESERVED_QPN object holds: the largest
+        /// `log_obj_range` CREATE_GENERAL_OBJECT takes for it.
+        log_reserved_qpn_max_alloc: u8 @ 0x9b [0x5],
+        /// The function may be given a software vHCA id by SET_HCA_CAP (mlx5_core's
+        /// `handle_hca_cap_2` then sets it).
+        sw_vhca_id_valid: bool @ 0x221 [0x1],
     }
 }
 

@@ -67,6 +67,10 @@ pub mod cap_type {
     pub const NVMF: u16 = 0xe;
     /// On-device memory capabilities (`device_mem_cap`).
     pub const DEVICE_MEM: u16 = 0xf;
+    /// General device capabilities, second page:
+    /// [`CmdHcaCap2`](crate::caps::CmdHcaCap2) (`MLX5_CAP_GENERAL_2`), offered when the general
+    /// page's `hca_cap_2` is set.
+    pub const GENERAL_DEVICE_2: u16 = 0x20;
 }
 
 /// QUERY_HCA_CAP op_mod for capability type `cap_type` (see [`cap_type`]): `cap_type << 1`, with

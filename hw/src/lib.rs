@@ -28,6 +28,7 @@ pub mod doorbell;
 pub mod eq;
 pub mod eqe;
 pub mod flow;
+pub mod general_obj;
 pub mod hca;
 pub mod init_seg;
 pub mod layout;

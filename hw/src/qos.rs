@@ -97,7 +97,7 @@ pub mod sched_modify {
 
 /// The general object type of a scheduling element (`MLX5_OBJ_TYPE_SCHEDULING_ELEMENT`),
 /// as libmlx5's `mlx5dv_sched_node_create` and `mlx5dv_sched_leaf_create` create it.
-pub const OBJ_TYPE_SCHEDULING_ELEMENT: u16 = 0x26;
+pub const OBJ_TYPE_SCHEDULING_ELEMENT: u16 = crate::general_obj::obj_type::SCHEDULING_ELEMENT;
 
 layout! {
     /// One scheduling element (Linux's `scheduling_context`, rdma-core's `sched_context`).
@@ -269,33 +269,6 @@ layout! {
     nested {
         /// The element.
         sched_context: SchedulingContext @ 0x180,
-    }
-}
-
-layout! {
-    /// The general object command header (`general_obj_in_cmd_hdr`) every
-    /// CREATE / MODIFY / QUERY / DESTROY_GENERAL_OBJECT input starts with.
-    pub struct GeneralObjInCmdHdr("general_obj_in_cmd_hdr", 0x10) {
-        /// Command opcode.
-        opcode: u16 @ 0x00 [0x10],
-        /// User context of the issuer.
-        uid: u16 @ 0x10 [0x10],
-        /// The object type (where other commands carry `op_mod`).
-        obj_type: u16 @ 0x30 [0x10],
-        /// The object's id (MODIFY, QUERY, DESTROY).
-        obj_id: u32 @ 0x40 [0x20],
-    }
-}
-
-layout! {
-    /// The general object output header (`general_obj_out_cmd_hdr`).
-    pub struct GeneralObjOutCmdHdr("general_obj_out_cmd_hdr", 0x10) {
-        /// Command status (see [`CmdStatus`](crate::cmd::CmdStatus)).
-        status: u8 @ 0x0 [0x8],
-        /// Firmware syndrome identifying the failure when status is not OK.
-        syndrome: u32 @ 0x20 [0x20],
-        /// The new object's id (CREATE).
-        obj_id: u32 @ 0x40 [0x20],
     }
 }
 

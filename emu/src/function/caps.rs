@@ -4,9 +4,10 @@
 
 use crate::config::EmuConfig;
 use cxdirect_hw::caps::{
-    atomic_endianness, atomic_ops, port_type, wqe_inline_mode, AtomicCaps, CmdHcaCap,
+    atomic_endianness, atomic_ops, port_type, wqe_inline_mode, AtomicCaps, CmdHcaCap, CmdHcaCap2,
     FlowTableNicCap, PerProtocolNetworkingOffloadCaps, ATOMIC_SIZE_QP_8_BYTES,
 };
+use cxdirect_hw::general_obj::{general_obj_types_bit, obj_type};
 
 use crate::objects::limits::{
     LOG_BF_REG_SIZE, LOG_MAX_CQ_SZ, LOG_MAX_DCI_ERRORED_STREAMS, LOG_MAX_DCI_STREAM_CHANNELS,
@@ -14,6 +15,9 @@ use crate::objects::limits::{
     LOG_MAX_MRW_SZ, LOG_MAX_MSG, LOG_MAX_QP, LOG_MAX_QP_SZ, LOG_MAX_RA_QP, LOG_MAX_RQT_SIZE,
     LOG_MAX_WQ_SZ, LOG_MAX_XRCD, MAX_QP_MCG, MAX_Q_COUNTERS, MAX_WQE_SZ_RQ, MAX_WQE_SZ_SQ,
     ROCE_ADDRESS_TABLE_SIZE,
+};
+use crate::objects::limits::{
+    LOG_MAX_NUM_RESERVED_QPN, LOG_RESERVED_QPN_GRANULARITY, LOG_RESERVED_QPN_MAX_ALLOC,
 };
 use crate::objects::queue_state::MAX_SESSION;
 use crate::objects::{memic, pacing, scheduling};
@@ -77,6 +81,20 @@ pub(crate) struct CapSet {
     /// The device-memory capability page (maximum and current alike), as
     /// [`crate::objects::memic`] lays the memory out; all zero where BAR0 has no room for it.
     pub device_mem: [u8; 0x100],
+    /// The second general capability page (cap type 0x20; maximum and current alike),
+    /// offered by general `hca_cap_2`: the reserved QP number limits
+    /// ([`crate::objects::reserved_qpn`]) and nothing else. Linux 6.12's mlx5_core queries it
+    /// at probe (`handle_hca_cap_2`: maximum and current, before INIT_HCA;
+    /// `mlx5_query_hca_caps`: current) and, before it was offered, read every
+    /// `MLX5_CAP_GEN_2` field as 0 from its zeroed copy: every field it names stays 0 here,
+    /// so what mlx5_core, mlx5e and mlx5_ib do is unchanged (`sw_vhca_id_valid` 0: no
+    /// SET_HCA_CAP of the page; `log_min_mkey_entity_size` 0: mlx5e's default of 4 KiB;
+    /// `ts_cqe_metadata_size2wqe_counter`, `max_reformat_*`, `migratable`, `query_vuid`,
+    /// `multiplane` and the rest 0: absent). The three reserved QP number fields are named by
+    /// neither Linux's header nor any Linux reader; libmlx5 reads the granularity
+    /// (`get_hca_general_caps_2`). libmlx5's doorbell-less send queues
+    /// (`send_dbr_mode_no_dbr_ext`) stay off.
+    pub general_2: [u8; 0x100],
     pub context_slot: Option<crate::objects::Slot>,
 }
 
@@ -282,6 +300,17 @@ impl CapSet {
             .set_log_min_stride_sz_rq(cxdirect_hw::wq::striding::LOG_STRIDE_BYTES_BASE)
             .set_log_max_stride_sz_rq(cxdirect_hw::wq::striding::MAX_LOG_STRIDE_BYTES)
             .set_cqe_compression_max_num(MAX_SESSION)
+            // The second general page (below) and two general object types: blocks of reserved
+            // QP numbers, which libmlx5's `mlx5dv_reserved_qpn_alloc` asks for
+            // (`general_obj_types_caps & (1ULL << MLX5_OBJ_TYPE_RESERVED_QPN)`) and rdma-core's
+            // RDMA CM DC tests hand to the peer as a connection's QP number; and NIC scheduling
+            // elements, which libmlx5's `mlx5dv_sched_*` create as general objects (it checks
+            // the QoS page rather than this bit, which says the type is taken).
+            .set_hca_cap_2(true)
+            .set_general_obj_types(
+                general_obj_types_bit(obj_type::RESERVED_QPN)
+                    | general_obj_types_bit(obj_type::SCHEDULING_ELEMENT),
+            )
             .set_device_frequency_khz(1_000_000);
         let mut max_general = [0u8; 0x100];
         max_general.copy_from_slice(g.as_bytes());
@@ -423,8 +452,14 @@ impl CapSet {
                 .set_memic_atomic_test_and_set_size(memic::ATOMIC_SIZES);
         }
         let device_mem = dm.into_inner();
+        let mut c2 = CmdHcaCap2::new([0u8; 0x100]).expect("a page holds HCA_CAP_2");
+        c2.set_log_max_num_reserved_qpn(LOG_MAX_NUM_RESERVED_QPN)
+            .set_log_reserved_qpn_granularity(LOG_RESERVED_QPN_GRANULARITY)
+            .set_log_reserved_qpn_max_alloc(LOG_RESERVED_QPN_MAX_ALLOC);
+        let general_2 = c2.into_inner();
         Self {
             device_mem,
+            general_2,
             odp,
             qos,
             max_atomic,
@@ -442,6 +477,11 @@ impl CapSet {
     /// The current general capabilities.
     pub fn general(&self) -> CmdHcaCap<&[u8]> {
         CmdHcaCap::new(&self.current_general[..]).expect("capability page has the layout's size")
+    }
+
+    /// The second general capability page.
+    pub fn general_2(&self) -> CmdHcaCap2<&[u8]> {
+        CmdHcaCap2::new(&self.general_2[..]).expect("capability page has the layout's size")
     }
 
     /// True when the driver turned command-interface checksums on.

@@ -132,6 +132,10 @@ pub enum Syndrome {
     MemicBadOperation = 0x0c0d_00e3,
     /// ALLOC_MEMIC found no free piece of that size and alignment in its range.
     MemicNoSpace = 0x0c0d_00e4,
+    /// CREATE_GENERAL_OBJECT asked for a `log_obj_range` outside what the capabilities allow
+    /// for the type (RESERVED_QPN: `log_reserved_qpn_granularity` to
+    /// `log_reserved_qpn_max_alloc`).
+    BadObjRange = 0x0c0d_00e5,
     /// Refused on purpose: [`crate::Fault::RefuseCommand`], [`crate::Fault::RefuseCommandAfter`].
     Refused = 0x0c0d_00f0,
 }

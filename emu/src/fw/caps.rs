@@ -44,6 +44,7 @@ pub(crate) fn query_hca_cap(core: &mut Core, op_mod: u16, output: &mut [u8]) -> 
         cap_type::ODP if core.cfg.roce && core.cfg.odp => &core.hca.caps.odp,
         cap_type::QOS => &core.hca.caps.qos,
         cap_type::DEVICE_MEM if core.memic.is_some() => &core.hca.caps.device_mem,
+        cap_type::GENERAL_DEVICE_2 => &core.hca.caps.general_2,
         _ => {
             return Err(bad_param(
                 Syndrome::BadOpMod,
@@ -173,6 +174,18 @@ pub(crate) fn set_hca_cap(core: &mut Core, op_mod: u16, input: &[u8]) -> CmdResu
                 return Err(bad_param(
                     Syndrome::CapAboveMax,
                     "SET_HCA_CAP asked for an ODP capability the device lacks",
+                ));
+            }
+            Ok(())
+        }
+        // Nothing in the second general page is settable (`sw_vhca_id_valid` is not
+        // offered, so mlx5_core's `handle_hca_cap_2` never sets it): the page as it is is
+        // accepted, any change refused.
+        cap_type::GENERAL_DEVICE_2 => {
+            if requested != &core.hca.caps.general_2[..] {
+                return Err(bad_param(
+                    Syndrome::CapReadOnly,
+                    "SET_HCA_CAP changed a read-only HCA_CAP_2 capability",
                 ));
             }
             Ok(())

@@ -12,7 +12,8 @@
 //! `dbr_umem_valid` on (`devx_set_umem_valid`); `devx_obj_build_destroy_cmd` destroys with
 //! the creating uid.
 //!
-//! Ownership: an object created under a user context's uid belongs to it, and a command
+//! Ownership: an object created under a user context's uid belongs to it (a general object
+//! by its type and number: a RESERVED_QPN block by its first QP number), and a command
 //! carrying a user context's uid may modify, query or destroy only that context's objects
 //! (mlx5_ib always passes the object's own uid; uid 0 and the shared uid may touch anything).
 //! Objects a command merely names (the CQ a QP completes to, the PD) are not checked against
@@ -28,6 +29,7 @@ use cxdirect_hw::cmd::{CmdStatus, Opcode};
 use cxdirect_hw::devx::{
     CreateUctxIn, CreateUctxOut, CreateUmemIn, CreateUmemOut, DestroyUctxIn, DestroyUmemIn,
 };
+use cxdirect_hw::general_obj::{obj_type, GeneralObjInCmdHdr};
 use cxdirect_hw::mkey::{MTT_READ, MTT_WRITE};
 
 /// Alignment the model asks of a queue placed in a umem (`cq_umem_offset`,
@@ -354,6 +356,25 @@ fn object_of(opcode: Opcode) -> Option<(Owned, Role)> {
     })
 }
 
+/// The object kind and role of a command, as [`object_of`] gives them, and for the general
+/// object commands by the header's `obj_type` (their number sits in the same dword:
+/// `general_obj_in_cmd_hdr.obj_id` / `general_obj_out_cmd_hdr.obj_id`). A general object type
+/// the model does not offer has no kind; its handler refuses it.
+fn object_in(opcode: Opcode, input: &[u8]) -> Option<(Owned, Role)> {
+    use Opcode as O;
+    let role = match opcode {
+        O::CreateGeneralObject => Role::Create,
+        O::ModifyGeneralObject | O::QueryGeneralObject => Role::Touch,
+        O::DestroyGeneralObject => Role::Destroy,
+        _ => return object_of(opcode),
+    };
+    let ty = GeneralObjInCmdHdr::new(input).ok()?.obj_type();
+    match ty {
+        obj_type::RESERVED_QPN => Some((Owned::ReservedQpn, role)),
+        _ => None,
+    }
+}
+
 /// The object number in the third dword of a command's input or output.
 fn number_at(bytes: &[u8]) -> Option<u32> {
     let word: [u8; 4] = bytes.get(8..12)?.try_into().ok()?;
@@ -372,7 +393,7 @@ pub(crate) fn check_uid(core: &Core, opcode: Opcode, uid: u16, input: &[u8]) -> 
             "uid names no open user context",
         ));
     }
-    let Some((kind, role)) = object_of(opcode) else {
+    let Some((kind, role)) = object_in(opcode, input) else {
         return Ok(());
     };
     if role == Role::Create {
@@ -403,7 +424,7 @@ pub(crate) fn may_touch(owner: u16, uid: u16) -> bool {
 /// After a command succeeded: records who owns what it created, forgets what it destroyed,
 /// and lets go of the umems a destroyed queue was built on.
 pub(crate) fn settle(core: &mut Core, opcode: Opcode, uid: u16, input: &[u8], output: &[u8]) {
-    let Some((kind, role)) = object_of(opcode) else {
+    let Some((kind, role)) = object_in(opcode, input) else {
         return;
     };
     match role {

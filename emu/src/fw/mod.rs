@@ -19,6 +19,7 @@ pub(crate) mod dc;
 mod dci;
 pub(crate) mod devx;
 mod flow_counter;
+pub(crate) mod general_object;
 pub(crate) mod hca;
 pub(crate) mod mcg;
 pub(crate) mod memic;
@@ -146,10 +147,6 @@ fn run(core: &mut Core, opcode: Opcode, op_mod: u16, input: &[u8], output: &mut 
         Opcode::ModifySchedulingElement => scheduling::modify_scheduling_element(core, input),
         Opcode::QuerySchedulingElement => scheduling::query_scheduling_element(core, input, output),
         Opcode::DestroySchedulingElement => scheduling::destroy_scheduling_element(core, input),
-        Opcode::CreateGeneralObject => scheduling::create_general_object(core, input, output),
-        Opcode::ModifyGeneralObject => scheduling::modify_general_object(core, input),
-        Opcode::QueryGeneralObject => scheduling::query_general_object(core, input, output),
-        Opcode::DestroyGeneralObject => scheduling::destroy_general_object(core, input),
         Opcode::AllocMemic => memic::alloc_memic(core, input, output),
         Opcode::DeallocMemic => memic::dealloc_memic(core, input),
         Opcode::ModifyMemic => memic::modify_memic(core, input, output),
@@ -247,6 +244,10 @@ fn run(core: &mut Core, opcode: Opcode, op_mod: u16, input: &[u8], output: &mut 
         Opcode::QueryRoceAddress => roce::query_roce_address(core, input, output),
         Opcode::AttachToMcg => mcg::attach_to_mcg(core, input),
         Opcode::DetachFromMcg => mcg::detach_from_mcg(core, input),
+        Opcode::CreateGeneralObject => general_object::create(core, input, output),
+        Opcode::ModifyGeneralObject => general_object::modify(core, input),
+        Opcode::QueryGeneralObject => general_object::query(core, input, output),
+        Opcode::DestroyGeneralObject => general_object::destroy(core, input),
         Opcode::CreateUctx => devx::create_uctx(core, input, output),
         Opcode::DestroyUctx => devx::destroy_uctx(core, input),
         Opcode::CreateUmem => devx::create_umem(core, input, output),

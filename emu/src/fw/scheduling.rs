@@ -25,13 +25,13 @@ use super::{bad_param, bad_res, bad_state, input_as, output_as, table_full, CmdE
 use super::{Core, Syndrome};
 use crate::objects::scheduling::{Element, ElementKind, LOG_MAX_QUEUE_GROUPS};
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
+use cxdirect_hw::general_obj::{GeneralObjInCmdHdr, GeneralObjOutCmdHdr};
 use cxdirect_hw::layout::Layout;
 use cxdirect_hw::qos::{
     element_type, hierarchy, sched_modify, tsar_type, CreateSchedulingElementIn,
-    CreateSchedulingElementOut, DestroySchedulingElementIn, GeneralObjInCmdHdr,
-    GeneralObjOutCmdHdr, ModifySchedulingElementIn, QuerySchedulingElementIn,
-    QuerySchedulingElementOut, SchedElemObjIn, SchedElemObjOut, SchedulingContext,
-    OBJ_TYPE_SCHEDULING_ELEMENT,
+    CreateSchedulingElementOut, DestroySchedulingElementIn, ModifySchedulingElementIn,
+    QuerySchedulingElementIn, QuerySchedulingElementOut, SchedElemObjIn, SchedElemObjOut,
+    SchedulingContext, OBJ_TYPE_SCHEDULING_ELEMENT,
 };
 use cxdirect_hw::qp::{qpc_opt_mask_32, Init2initQpIn, QpcExt, Rts2rtsQpIn, RTS2RTS_QPC_EXT_BYTE};
 

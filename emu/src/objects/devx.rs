@@ -44,6 +44,8 @@ pub(crate) enum Owned {
     QCounter,
     Umem,
     FlowCounter,
+    /// A RESERVED_QPN general object, by its first QP number.
+    ReservedQpn,
 }
 
 /// The live user contexts and who owns which object.

@@ -77,3 +77,14 @@ pub(crate) const MAX_FLOW_COUNTERS: u32 = 1 << 12;
 /// Log2 of the counters one flow entry may list (`log_max_flow_counter` of the receive
 /// tables, which Linux's `mlx5_cmd_set_fte` holds an entry's list to): the model's choice.
 pub(crate) const LOG_MAX_FLOW_COUNTERS_PER_ENTRY: u8 = 4;
+
+/// Log2 of the QP numbers RESERVED_QPN objects may hold in all (`log_max_num_reserved_qpn`):
+/// the size of their own region of the QP number space.
+pub(crate) const LOG_MAX_NUM_RESERVED_QPN: u8 = 16;
+/// Log2 of the fewest QP numbers one RESERVED_QPN object holds
+/// (`log_reserved_qpn_granularity`): one. libmlx5 asks for exactly this many per object
+/// (`reserved_qpn_blk_alloc`), so each `mlx5dv_reserved_qpn_alloc` past a full block makes one
+/// object. A ConnectX's value is not public; any value up to the maximum below serves libmlx5.
+pub(crate) const LOG_RESERVED_QPN_GRANULARITY: u8 = 0;
+/// Log2 of the most QP numbers one RESERVED_QPN object holds (`log_reserved_qpn_max_alloc`).
+pub(crate) const LOG_RESERVED_QPN_MAX_ALLOC: u8 = 12;

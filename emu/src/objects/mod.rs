@@ -15,6 +15,7 @@ pub(crate) mod pacing;
 pub(crate) mod queue_state;
 pub(crate) mod rc;
 pub(crate) mod repeat;
+pub(crate) mod reserved_qpn;
 pub(crate) mod scheduling;
 pub(crate) mod signature;
 pub(crate) mod steering;
@@ -475,6 +476,8 @@ pub(crate) struct Resources {
     pub rates: pacing::RateTable,
     /// NIC scheduling elements and the queues that name them.
     pub sched: scheduling::SchedTable,
+    /// Blocks of reserved QP numbers (RESERVED_QPN general objects).
+    pub reserved_qpns: reserved_qpn::ReservedQpns,
 }
 
 /// First number of a datagram (UD or GSI) QP: past every RC QP number
@@ -535,6 +538,7 @@ impl Resources {
             umems: Table::new(1, 1 << limits::LOG_MAX_UMEM),
             rates: pacing::RateTable::default(),
             sched: scheduling::SchedTable::default(),
+            reserved_qpns: reserved_qpn::ReservedQpns::default(),
         }
     }
 }

@@ -110,10 +110,11 @@ fn input_fields(opcode: Opcode) -> &'static [FieldInfo] {
         O::ModifySchedulingElement => cxdirect_hw::qos::ModifySchedulingElementIn::FIELDS,
         O::QuerySchedulingElement => cxdirect_hw::qos::QuerySchedulingElementIn::FIELDS,
         O::DestroySchedulingElement => cxdirect_hw::qos::DestroySchedulingElementIn::FIELDS,
-        O::CreateGeneralObject | O::ModifyGeneralObject => cxdirect_hw::qos::SchedElemObjIn::FIELDS,
-        O::QueryGeneralObject | O::DestroyGeneralObject => {
-            cxdirect_hw::qos::GeneralObjInCmdHdr::FIELDS
-        }
+        // The header only: the body after it is the object type's.
+        O::CreateGeneralObject
+        | O::ModifyGeneralObject
+        | O::QueryGeneralObject
+        | O::DestroyGeneralObject => cxdirect_hw::general_obj::GeneralObjInCmdHdr::FIELDS,
         O::AllocMemic => cxdirect_hw::memic::AllocMemicIn::FIELDS,
         O::DeallocMemic => cxdirect_hw::memic::DeallocMemicIn::FIELDS,
         O::ModifyMemic => cxdirect_hw::memic::ModifyMemicIn::FIELDS,

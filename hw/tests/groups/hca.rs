@@ -51,8 +51,6 @@ pub fn checks() -> usize {
         qos::DestroySchedulingElementIn,
         qos::QuerySchedulingElementIn,
         qos::QuerySchedulingElementOut,
-        qos::GeneralObjInCmdHdr,
-        qos::GeneralObjOutCmdHdr,
         qos::SchedElemObjIn,
         qos::SchedElemObjOut,
         memic::DeviceMemCap,
@@ -75,6 +73,9 @@ fn helpers() {
     assert_eq!(query_cap_op_mod(cap_type::GENERAL_DEVICE, true), 0x1);
     assert_eq!(query_cap_op_mod(cap_type::ETHERNET_OFFLOADS, false), 0x2);
     assert_eq!(query_cap_op_mod(cap_type::ETHERNET_OFFLOADS, true), 0x3);
+    // libmlx5's `get_hca_general_caps_2`: (0x20 << 1) | HCA_CAP_OPMOD_GET_CUR.
+    assert_eq!(query_cap_op_mod(cap_type::GENERAL_DEVICE_2, true), 0x41);
+    assert_eq!(query_cap_op_mod(cap_type::GENERAL_DEVICE_2, false), 0x40);
     assert_eq!(set_cap_op_mod(cap_type::ROCE), 0x8);
     assert_eq!(hca::query_pages_op_mod::BOOT, 1);
     assert_eq!(hca::query_pages_op_mod::INIT, 2);
