@@ -10,7 +10,7 @@ use cxdirect_emu::testkit::signature::{with_dif, Dif, CQE_SIG_ERR};
 use cxdirect_emu::testkit::signature_dv::{
     crc_field, mkey_configure, CrcKind, DvConfigure, DvDomain, DvLayout, DvSig,
 };
-use cxdirect_emu::testkit::signature_pair::{post_on, sig_key};
+use cxdirect_emu::testkit::signature_pair::{a_crc32_in_memory_key, post_on, sig_key};
 use cxdirect_emu::testkit::umr::{
     b_plain_rkey, cqe_opcode, drain, pair_without_pg, rdma_from_a, write_data_from_a, CQE_REQ,
 };
@@ -232,40 +232,12 @@ fn a_crc32c_wire_signature_is_inserted_with_either_seed() {
     crc_wire_insert(CrcKind::Crc32c, 0);
 }
 
-/// A's key with CRC32 in memory over 512 data bytes and their 4-byte CRC (one SGE of 516,
-/// as `reg_mr_sig_err` and `reg_mr_sig_pipelining_client` lay it out), the CRC checked.
-fn a_crc32_in_memory(p: &mut RcPair, data: &[u8], crc: &[u8]) -> u32 {
-    let mut memory = data.to_vec();
-    memory.extend_from_slice(crc);
-    let mem = DvDomain {
-        sig: DvSig::Crc {
-            kind: CrcKind::Crc32,
-            seed: 0xffff_ffff,
-        },
-        selector: 1,
-    };
-    let (key, done) = a_configure(
-        p,
-        &memory,
-        |buf, dma| one_sge(buf, dma, (BLOCK + 4) as u32),
-        Some(mem),
-        None,
-        0xf0,
-    );
-    assert_eq!(
-        cqe_opcode(&done[0]),
-        CQE_REQ,
-        "the configure chain is taken"
-    );
-    key
-}
-
 #[test]
 fn a_good_crc32_in_memory_is_checked_and_stripped() {
     let mut p = pair_without_pg();
     let data = pattern(BLOCK, 11);
     let crc = crc_field(CrcKind::Crc32, 0xffff_ffff, &data);
-    let key = a_crc32_in_memory(&mut p, &data, &crc);
+    let key = a_crc32_in_memory_key(&mut p, &data, &crc);
     let (done, got) = write_to_b(&mut p, key, BLOCK);
     assert_eq!(done.len(), 1, "no signature error");
     assert_eq!(cqe_opcode(&done[0]), CQE_REQ);
@@ -279,7 +251,7 @@ fn a_corrupted_crc32_block_is_reported_as_the_sig_err_cqe_mlx5dv_mkey_check_deco
     let good = crc_field(CrcKind::Crc32, 0xffff_ffff, &data);
     let mut bad = good.clone();
     bad[3] ^= 0x80;
-    let key = a_crc32_in_memory(&mut p, &data, &bad);
+    let key = a_crc32_in_memory_key(&mut p, &data, &bad);
     let (done, got) = write_to_b(&mut p, key, BLOCK);
     assert_eq!(got, data, "the data still moves");
     let ops: Vec<u8> = done.iter().map(|c| cqe_opcode(c)).collect();

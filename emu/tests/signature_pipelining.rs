@@ -11,10 +11,8 @@
 use cxdirect_emu::testkit::pattern::pattern_by;
 use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, RcPath, GID_B, MAC_B};
 use cxdirect_emu::testkit::signature::CQE_SIG_ERR;
-use cxdirect_emu::testkit::signature_dv::{
-    crc_field, mkey_configure, CrcKind, DvConfigure, DvDomain, DvLayout, DvSig,
-};
-use cxdirect_emu::testkit::signature_pair::{post_on, sig_key};
+use cxdirect_emu::testkit::signature_dv::{crc_field, CrcKind};
+use cxdirect_emu::testkit::signature_pair::a_crc32_in_memory_key;
 use cxdirect_emu::testkit::umr::{
     b_plain_rkey, cqe_opcode, drain, pair_without_pg, rdma_wqe, CQE_REQ,
 };
@@ -35,80 +33,15 @@ fn reconnect_a_with_drain(p: &mut RcPair) {
     p.a.modify_qp(Opcode::Qp2rstQp, qpn, |_| {});
     p.qp_a.sq.pi = 0;
     let path = RcPath::to(GID_B, MAC_B, p.qp_b.qpn);
-    p.a.modify_qp(Opcode::Rst2initQp, qpn, |c| {
-        c.set_rre(true).set_rwe(true).set_rae(true);
-        c.primary_address_path_mut().set_vhca_port_num(1);
+    p.a.connect_rc_then(qpn, &path, |h| {
+        let mut input = cxdirect_emu::testkit::Host::input(Opcode::Init2initQp, 0, 0x110);
+        {
+            let mut cmd = cxdirect_hw::qp::Rst2initQpIn::new(&mut input[..]).unwrap();
+            cmd.set_qpn(qpn).set_opt_param_mask(optpar::DRAIN_SIGERR);
+            cmd.qpc_mut().set_drain_sigerr(true);
+        }
+        h.exec(&input, 0x10).expect("INIT2INIT with drain_sigerr");
     });
-    let mut input = cxdirect_emu::testkit::Host::input(Opcode::Init2initQp, 0, 0x110);
-    {
-        let mut cmd = cxdirect_hw::qp::Rst2initQpIn::new(&mut input[..]).unwrap();
-        cmd.set_qpn(qpn).set_opt_param_mask(optpar::DRAIN_SIGERR);
-        cmd.qpc_mut().set_drain_sigerr(true);
-    }
-    p.a.exec(&input, 0x10).expect("INIT2INIT with drain_sigerr");
-    p.a.modify_qp(Opcode::Init2rtrQp, qpn, |c| {
-        c.set_mtu(path.mtu_code)
-            .set_log_msg_max(30)
-            .set_remote_qpn(path.remote_qpn)
-            .set_min_rnr_nak(path.min_rnr_nak)
-            .set_log_rra_max(path.log_rra_max)
-            .set_next_rcv_psn(path.receive_psn);
-        c.primary_address_path_mut()
-            .set_vhca_port_num(1)
-            .set_src_addr_index(path.gid_index)
-            .set_rgid(path.peer_gid)
-            .set_rmac(path.peer_mac)
-            .set_udp_sport(path.udp_sport)
-            .set_hop_limit(64);
-    });
-    p.a.modify_qp(Opcode::Rtr2rtsQp, qpn, |c| {
-        c.set_next_send_psn(path.send_psn)
-            .set_retry_count(path.retry_count)
-            .set_rnr_retry(path.rnr_retry)
-            .set_log_sra_max(path.log_sra_max);
-        c.primary_address_path_mut()
-            .set_vhca_port_num(1)
-            .set_ack_timeout(path.ack_timeout);
-    });
-}
-
-/// A's signature key over 512 data bytes and a 4-byte CRC32 (`reg_mr_sig_pipelining_client`):
-/// the CRC in memory, checked.
-fn a_crc32_key(p: &mut RcPair, data: &[u8], crc: &[u8]) -> u32 {
-    let mut memory = data.to_vec();
-    memory.extend_from_slice(crc);
-    let dma = p.a.create_mkey(false, true);
-    let buf = p.a.alloc(memory.len() as u64, 4096);
-    p.a.write(buf, &memory);
-    let (key, psvs) = sig_key(&mut p.a, 0);
-    let mem = DvDomain {
-        sig: DvSig::Crc {
-            kind: CrcKind::Crc32,
-            seed: 0xffff_ffff,
-        },
-        selector: 1,
-    };
-    let wqes = mkey_configure(
-        &mut p.qp_a.sq,
-        &DvConfigure {
-            key,
-            psvs,
-            access: (true, true, true, false),
-            layout: DvLayout::List(vec![(buf, (BLOCK + 4) as u32, dma)]),
-            mem: Some(mem),
-            wire: None,
-            check_mask: 0xf0,
-            err_count: Some(1),
-            keep_signature: false,
-        },
-    );
-    let done = post_on(p, false, &wqes);
-    assert_eq!(
-        cqe_opcode(&done[0]),
-        CQE_REQ,
-        "the configure chain is taken"
-    );
-    key
 }
 
 /// QUERY_QP of A's QP: (state, `hw_sq_wqebb_counter`).
@@ -168,7 +101,7 @@ fn a_good_signature_lets_the_fenced_send_through() {
     reconnect_a_with_drain(&mut p);
     let data = pattern_by(BLOCK, 29, 3);
     let crc = crc_field(CrcKind::Crc32, 0xffff_ffff, &data);
-    let key = a_crc32_key(&mut p, &data, &crc);
+    let key = a_crc32_in_memory_key(&mut p, &data, &crc);
     transaction(&mut p, key);
     let a: Vec<u8> = drain(&p.a, &mut p.cq_a)
         .iter()
@@ -190,7 +123,7 @@ fn a_bad_signature_drains_the_send_queue_until_sqd_rts() {
     let data = pattern_by(BLOCK, 29, 5);
     let mut crc = crc_field(CrcKind::Crc32, 0xffff_ffff, &data);
     crc[0] ^= 1;
-    let key = a_crc32_key(&mut p, &data, &crc);
+    let key = a_crc32_in_memory_key(&mut p, &data, &crc);
     p.a.drain_eq();
     let (send_index, send) = transaction(&mut p, key);
 

@@ -267,10 +267,17 @@ impl Host {
 
     /// RST2INIT (remote read, write and atomics enabled), INIT2RTR over `path`, RTR2RTS.
     pub fn connect_rc(&mut self, qpn: u32, path: &RcPath) {
+        self.connect_rc_then(qpn, path, |_| {});
+    }
+
+    /// [`Host::connect_rc`] with `in_init` run while the QP is in INIT (an INIT2INIT of the
+    /// test's, as libmlx5 sends one for some QP kinds).
+    pub fn connect_rc_then(&mut self, qpn: u32, path: &RcPath, in_init: impl FnOnce(&mut Self)) {
         self.modify_qp(Opcode::Rst2initQp, qpn, |c| {
             c.set_rre(true).set_rwe(true).set_rae(true);
             c.primary_address_path_mut().set_vhca_port_num(1);
         });
+        in_init(self);
         self.modify_qp(Opcode::Init2rtrQp, qpn, |c| {
             c.set_mtu(path.mtu_code)
                 .set_log_msg_max(30)

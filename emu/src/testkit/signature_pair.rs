@@ -6,6 +6,7 @@ use super::rc::RcPair;
 use super::signature::{
     create_psv, integrity_key, post_all, reg_mr_integrity, Dif, Integrity, SigMemory,
 };
+use super::signature_dv::{mkey_configure, CrcKind, DvConfigure, DvDomain, DvLayout, DvSig};
 use super::umr::{cqe_opcode, drain, CQE_REQ};
 use super::{Host, Sq};
 use cxdirect_hw::mkey::MKC_ACCESS_MODE_KLM;
@@ -124,4 +125,45 @@ pub fn register_data(
     let memory = SigMemory::Data { key: dma, va };
     let (key, _, done) = register(p, on_b, memory, data_len, (None, Some(wire)), check_mask);
     (key, va, done)
+}
+
+/// A's libmlx5 signature key ([`sig_key`], variant 0) over `data` followed by its 4-byte
+/// CRC32 `crc` in A's memory, one SGE of both (as rdma-core's `reg_mr_sig_err` and
+/// `reg_mr_sig_pipelining_client` lay it out): CRC32 in the memory domain, checked
+/// (`check_mask` 0xf0), nothing on the wire. Panics unless the configure chain completes.
+pub fn a_crc32_in_memory_key(p: &mut RcPair, data: &[u8], crc: &[u8]) -> u32 {
+    let mut memory = data.to_vec();
+    memory.extend_from_slice(crc);
+    let dma = p.a.create_mkey(false, true);
+    let buf = p.a.alloc(memory.len() as u64, 4096);
+    p.a.write(buf, &memory);
+    let (key, psvs) = sig_key(&mut p.a, 0);
+    let mem = DvDomain {
+        sig: DvSig::Crc {
+            kind: CrcKind::Crc32,
+            seed: 0xffff_ffff,
+        },
+        selector: 1,
+    };
+    let wqes = mkey_configure(
+        &mut p.qp_a.sq,
+        &DvConfigure {
+            key,
+            psvs,
+            access: (true, true, true, false),
+            layout: DvLayout::List(vec![(buf, memory.len() as u32, dma)]),
+            mem: Some(mem),
+            wire: None,
+            check_mask: 0xf0,
+            err_count: Some(1),
+            keep_signature: false,
+        },
+    );
+    let done = post_on(p, false, &wqes);
+    assert_eq!(
+        cqe_opcode(&done[0]),
+        CQE_REQ,
+        "the configure chain is taken"
+    );
+    key
 }
