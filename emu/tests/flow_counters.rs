@@ -5,6 +5,7 @@
 //! (`query_counter_packets`), and `mlx5_cmd_set_fte` lists an entry's counters after its
 //! destinations with `FLOW_CONTEXT_ACTION_COUNT` and `flow_counter_list_size`.
 
+use cxdirect_emu::testkit::flow_tables::{create_group, create_table, delete_fte, set_root};
 use cxdirect_emu::testkit::{udp_frame, CmdFail, Cq, Host};
 use cxdirect_emu::{Device, EmuConfig, Syndrome};
 use cxdirect_hw::caps::{CmdHcaCap, FlowTableNicCap};
@@ -100,34 +101,9 @@ fn steering(h: &mut Host) -> Steering {
         .set_transport_domain(h.td);
     let out = h.exec(&input, 16).expect("CREATE_TIR");
     let tirn = CreateTirOut::new(&out[..]).unwrap().tirn();
-    let mut input = Host::input(Opcode::CreateFlowTable, 0, 0x40);
-    {
-        let mut cmd = flow::CreateFlowTableIn::new(&mut input[..]).unwrap();
-        cmd.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX);
-        cmd.flow_table_context_mut().set_log_size(2);
-    }
-    let out = h.exec(&input, 16).expect("CREATE_FLOW_TABLE");
-    let table = flow::CreateFlowTableOut::new(&out[..]).unwrap().table_id();
-    let mut input = Host::input(Opcode::CreateFlowGroup, 0, 0x400);
-    {
-        let mut cmd = flow::CreateFlowGroupIn::new(&mut input[..]).unwrap();
-        cmd.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
-            .set_table_id(table)
-            .set_start_flow_index(0)
-            .set_end_flow_index(3)
-            .set_match_criteria_enable(flow::MATCH_OUTER_HEADERS);
-        cmd.match_criteria_mut()
-            .outer_headers_mut()
-            .set_dmac(0xffff_ffff_ffff);
-    }
-    let out = h.exec(&input, 16).expect("CREATE_FLOW_GROUP");
-    let group = flow::CreateFlowGroupOut::new(&out[..]).unwrap().group_id();
-    let mut input = Host::input(Opcode::SetFlowTableRoot, 0, 0x40);
-    flow::SetFlowTableRootIn::new(&mut input[..])
-        .unwrap()
-        .set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
-        .set_table_id(table);
-    h.exec(&input, 16).expect("SET_FLOW_TABLE_ROOT");
+    let table = create_table(h, 0, 2, None).expect("CREATE_FLOW_TABLE");
+    let group = create_group(h, table, 0, 3, true);
+    set_root(h, table);
     Steering {
         table,
         group,
@@ -183,16 +159,6 @@ fn set_fte(
         }
     }
     h.exec(&input, 16).map(|_| ())
-}
-
-fn delete_fte(h: &mut Host, s: &Steering, index: u32) {
-    let mut input = Host::input(Opcode::DeleteFlowTableEntry, 0, 0x40);
-    flow::DeleteFteIn::new(&mut input[..])
-        .unwrap()
-        .set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
-        .set_table_id(s.table)
-        .set_flow_index(index);
-    h.exec(&input, 16).expect("DELETE_FLOW_TABLE_ENTRY");
 }
 
 fn received(h: &Host, s: &mut Steering) -> usize {
@@ -291,7 +257,7 @@ fn a_counter_joins_an_entry_in_place_and_goes_only_when_no_entry_counts_in_it() 
         bad(CmdStatus::BadResourceState, Syndrome::ObjectInUse),
         "a counter an entry counts in"
     );
-    delete_fte(&mut h, &s, 0);
+    delete_fte(&mut h, s.table, 0);
     dealloc_counter(&mut h, counter).expect("DEALLOC_FLOW_COUNTER");
     assert_eq!(
         query(&mut h, counter, 1, false).map(|_| ()),

@@ -10,6 +10,9 @@
 //! restores the root when the rule goes (`update_root_ft_destroy`). The command sequences
 //! below are the ones Linux 6.12 sends (fs_core.c, fs_cmd.c).
 
+use cxdirect_emu::testkit::flow_tables::{
+    create_group, create_table, delete_fte, destroy_group, destroy_table, modify_miss, set_root,
+};
 use cxdirect_emu::testkit::{udp_frame, CmdFail, Cq, Host, Rq};
 use cxdirect_emu::{Device, EmuConfig, Syndrome};
 use cxdirect_hw::caps::FlowTableNicCap;
@@ -55,75 +58,6 @@ fn frame_to(dst: [u8; 6], seed: u8) -> Vec<u8> {
     f
 }
 
-/// `mlx5_cmd_create_flow_table`: level, log size, and the miss to the next chained table
-/// when there is one (`table_miss_action` FWD, `table_miss_id`), else the namespace's default.
-fn create_table(h: &mut Host, level: u8, log_size: u8, miss: Option<u32>) -> Result<u32, CmdFail> {
-    let mut input = Host::input(Opcode::CreateFlowTable, 0, 0x40);
-    {
-        let mut cmd = flow::CreateFlowTableIn::new(&mut input[..]).unwrap();
-        cmd.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX);
-        let mut ctx = cmd.flow_table_context_mut();
-        ctx.set_level(level).set_log_size(log_size);
-        if let Some(next) = miss {
-            ctx.set_table_miss_action(flow::FLOW_TABLE_MISS_ACTION_FWD)
-                .set_table_miss_id(next);
-        }
-    }
-    let out = h.exec(&input, 16)?;
-    Ok(flow::CreateFlowTableOut::new(&out[..]).unwrap().table_id())
-}
-
-/// `mlx5_cmd_modify_flow_table`: only the miss selected, FWD to `next` or the default.
-fn modify_miss(h: &mut Host, table: u32, next: Option<u32>) -> Result<(), CmdFail> {
-    let mut input = Host::input(Opcode::ModifyFlowTable, 0, 0x40);
-    {
-        let mut cmd = flow::ModifyFlowTableIn::new(&mut input[..]).unwrap();
-        cmd.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
-            .set_table_id(table)
-            .set_modify_field_select(flow::MODIFY_FLOW_TABLE_MISS_TABLE_ID);
-        let mut ctx = cmd.flow_table_context_mut();
-        match next {
-            Some(next) => {
-                ctx.set_table_miss_action(flow::FLOW_TABLE_MISS_ACTION_FWD)
-                    .set_table_miss_id(next);
-            }
-            None => {
-                ctx.set_table_miss_action(flow::FLOW_TABLE_MISS_ACTION_DEFAULT);
-            }
-        }
-    }
-    h.exec(&input, 16).map(|_| ())
-}
-
-fn set_root(h: &mut Host, table: u32) {
-    let mut input = Host::input(Opcode::SetFlowTableRoot, 0, 0x40);
-    flow::SetFlowTableRootIn::new(&mut input[..])
-        .unwrap()
-        .set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
-        .set_table_id(table);
-    h.exec(&input, 16).expect("SET_FLOW_TABLE_ROOT");
-}
-
-/// CREATE_FLOW_GROUP over `start..=end`, masking the destination MAC or (None) nothing.
-fn create_group(h: &mut Host, table: u32, start: u32, end: u32, dmac: bool) -> u32 {
-    let mut input = Host::input(Opcode::CreateFlowGroup, 0, 0x400);
-    {
-        let mut cmd = flow::CreateFlowGroupIn::new(&mut input[..]).unwrap();
-        cmd.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
-            .set_table_id(table)
-            .set_start_flow_index(start)
-            .set_end_flow_index(end);
-        if dmac {
-            cmd.set_match_criteria_enable(flow::MATCH_OUTER_HEADERS);
-            cmd.match_criteria_mut()
-                .outer_headers_mut()
-                .set_dmac(0xffff_ffff_ffff);
-        }
-    }
-    let out = h.exec(&input, 16).expect("CREATE_FLOW_GROUP");
-    flow::CreateFlowGroupOut::new(&out[..]).unwrap().group_id()
-}
-
 /// `mlx5_cmd_set_fte`: op_mod 0 creates (`create_fte`), 1 modifies what `mask` selects
 /// (`update_fte`); the whole entry is sent either way, forwarding to `dests`.
 #[allow(clippy::too_many_arguments)]
@@ -156,35 +90,6 @@ fn set_fte(
                 .unwrap();
         }
     }
-    h.exec(&input, 16).map(|_| ())
-}
-
-fn delete_fte(h: &mut Host, table: u32, index: u32) {
-    let mut input = Host::input(Opcode::DeleteFlowTableEntry, 0, 0x40);
-    flow::DeleteFteIn::new(&mut input[..])
-        .unwrap()
-        .set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
-        .set_table_id(table)
-        .set_flow_index(index);
-    h.exec(&input, 16).expect("DELETE_FLOW_TABLE_ENTRY");
-}
-
-fn destroy_group(h: &mut Host, table: u32, group: u32) {
-    let mut input = Host::input(Opcode::DestroyFlowGroup, 0, 0x40);
-    flow::DestroyFlowGroupIn::new(&mut input[..])
-        .unwrap()
-        .set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
-        .set_table_id(table)
-        .set_group_id(group);
-    h.exec(&input, 16).expect("DESTROY_FLOW_GROUP");
-}
-
-fn destroy_table(h: &mut Host, table: u32) -> Result<(), CmdFail> {
-    let mut input = Host::input(Opcode::DestroyFlowTable, 0, 0x40);
-    flow::DestroyFlowTableIn::new(&mut input[..])
-        .unwrap()
-        .set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
-        .set_table_id(table);
     h.exec(&input, 16).map(|_| ())
 }
 
