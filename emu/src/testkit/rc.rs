@@ -1,7 +1,6 @@
-//! RoCE v2 reliable connections for the test host: RoCE enabled on the vport with a GID, RC
-//! QPs created and moved to RTS over a path, memory keys with remote access, RC send WQEs and
-//! receive WQEs built byte by byte, and two functions on a pair wire with one connected QP
-//! each ([`RcPair`]). Used by fuzz targets and benchmarks that drive RC without a driver.
+//! RoCE v2 reliable connections for the test host: RoCE on the vport with a GID, RC QPs moved
+//! to RTS over a path, remote memory keys, RC WQEs built byte by byte, and two functions on a
+//! pair wire with one connected QP each ([`RcPair`]), for tests, fuzzing and benchmarks.
 
 use super::{Cq, Host, Sq};
 use crate::wire::{PortId, Wire};
@@ -269,9 +268,7 @@ impl Host {
     pub fn connect_rc(&mut self, qpn: u32, path: &RcPath) {
         self.connect_rc_then(qpn, path, |_| {});
     }
-
-    /// [`Host::connect_rc`] with `in_init` run while the QP is in INIT (an INIT2INIT of the
-    /// test's, as libmlx5 sends one for some QP kinds).
+    /// [`Host::connect_rc`] with `in_init` run while the QP is in INIT (a test's INIT2INIT).
     pub fn connect_rc_then(&mut self, qpn: u32, path: &RcPath, in_init: impl FnOnce(&mut Self)) {
         self.modify_qp(Opcode::Rst2initQp, qpn, |c| {
             c.set_rre(true).set_rwe(true).set_rae(true);
