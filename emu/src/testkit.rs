@@ -73,6 +73,18 @@ impl CmdFail {
     }
 }
 
+/// Asserts that `result` is a command the device refused with `status` and `syndrome`.
+pub fn refused<T: std::fmt::Debug>(
+    result: Result<T, CmdFail>,
+    status: CmdStatus,
+    syndrome: crate::Syndrome,
+) {
+    assert_eq!(
+        result.expect_err("command must be refused"),
+        CmdFail::status(status, syndrome)
+    );
+}
+
 /// A completion queue created by [`Host::create_cq`].
 pub struct Cq {
     /// Queue number.
@@ -166,6 +178,18 @@ pub struct Host {
 }
 
 impl Host {
+    /// A function with RoCE on, alone on a loopback cable, with `mem_size` bytes of host
+    /// memory, brought up.
+    pub fn roce_loopback(mem_size: usize) -> Self {
+        let cfg = crate::EmuConfig {
+            roce: true,
+            ..crate::EmuConfig::default()
+        };
+        let mut h = Self::new(Device::loopback(cfg), mem_size);
+        h.bring_up();
+        h
+    }
+
     /// Maps `mem_size` bytes of host memory and enables memory decoding, bus mastering and MSI-X.
     pub fn new(dev: Device, mem_size: usize) -> Self {
         let mem = HostRegion::new(mem_size).expect("host memory");

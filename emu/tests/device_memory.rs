@@ -10,7 +10,7 @@
 use cxdirect_emu::server::bar;
 use cxdirect_emu::testkit::rc::RemoteRights;
 use cxdirect_emu::testkit::umr::{pair_without_pg, rdma_from_a, read_from_a, write_from_a};
-use cxdirect_emu::testkit::{CmdFail, Host};
+use cxdirect_emu::testkit::{refused, CmdFail, Host};
 use cxdirect_emu::{Device, EmuConfig, Syndrome};
 use cxdirect_hw::caps::CmdHcaCap;
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
@@ -126,13 +126,6 @@ fn memic_key(h: &mut Host, start: u64, len: u64, rights: RemoteRights) -> Result
         CreateMkeyOut::new(&out[..]).expect("layout").mkey_index(),
         0x5a,
     ))
-}
-
-fn refused<T: std::fmt::Debug>(result: Result<T, CmdFail>, status: CmdStatus, syndrome: Syndrome) {
-    assert_eq!(
-        result.expect_err("command must be refused"),
-        CmdFail::status(status, syndrome)
-    );
 }
 
 /// MMIO of `data` at BAR0 `offset` as QEMU forwards the guest's stores: naturally aligned

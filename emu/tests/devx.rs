@@ -10,7 +10,7 @@ use cxdirect_emu::testkit::rc::{
     lone_host, take_frames, RemoteRights, GID_A, GID_B, MAC_A, MAC_B, UDP_SPORT,
 };
 use cxdirect_emu::testkit::ud::{ud_wqe, UdAv, UD_QKEY};
-use cxdirect_emu::testkit::{udp_frame, CmdFail, Cq, Host, Sq};
+use cxdirect_emu::testkit::{refused, udp_frame, CmdFail, Cq, Host, Sq};
 use cxdirect_emu::{Device, EmuConfig, Syndrome};
 use cxdirect_hw::caps::CmdHcaCap;
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
@@ -28,25 +28,7 @@ const MSG: u32 = 1024;
 const IMM: u32 = 0x0302_0100;
 
 fn host() -> Host {
-    let cfg = EmuConfig {
-        roce: true,
-        ..EmuConfig::default()
-    };
-    let mut h = Host::new(Device::loopback(cfg), MEM);
-    h.bring_up();
-    h
-}
-
-fn refused<T: std::fmt::Debug>(result: Result<T, CmdFail>, want: CmdStatus, syndrome: Syndrome) {
-    match result.expect_err("command must be refused") {
-        CmdFail::Status {
-            status,
-            syndrome: got,
-        } => {
-            assert_eq!((status, got), (want as u8, syndrome as u32))
-        }
-        other => panic!("expected a command status, got {other:?}"),
-    }
+    Host::roce_loopback(MEM)
 }
 
 fn destroy_cq(h: &mut Host, uid: u16, cqn: u32) -> Result<Vec<u8>, CmdFail> {

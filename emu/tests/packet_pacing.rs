@@ -5,8 +5,8 @@
 //! a shared entry under the shared uid, a dedicated one under the DEVX context's uid, each let
 //! go of by writing its context as zeros; an index out of range refused.
 
-use cxdirect_emu::testkit::{CmdFail, Host};
-use cxdirect_emu::{Device, EmuConfig, Syndrome};
+use cxdirect_emu::testkit::{self, CmdFail, Host};
+use cxdirect_emu::Syndrome;
 use cxdirect_hw::caps::CmdHcaCap;
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
 use cxdirect_hw::hca::cap_type;
@@ -20,13 +20,7 @@ const SHARED_UID: u16 = 0xffff;
 const TEST_RATE_KBPS: u32 = 100;
 
 fn host() -> Host {
-    let cfg = EmuConfig {
-        roce: true,
-        ..EmuConfig::default()
-    };
-    let mut h = Host::new(Device::loopback(cfg), MEM);
-    h.bring_up();
-    h
+    Host::roce_loopback(MEM)
 }
 
 /// SET_PP_RATE_LIMIT as `mlx5_set_pp_rate_limit_cmd` lays it out: the entry's uid and index,
@@ -40,16 +34,7 @@ fn set_rate(h: &mut Host, uid: u16, index: u16, rate_kbps: u32) -> Result<Vec<u8
 }
 
 fn refused<T: std::fmt::Debug>(result: Result<T, CmdFail>, syndrome: Syndrome) {
-    match result.expect_err("command must be refused") {
-        CmdFail::Status {
-            status,
-            syndrome: got,
-        } => assert_eq!(
-            (status, got),
-            (CmdStatus::BadParameter as u8, syndrome as u32)
-        ),
-        other => panic!("expected a command status, got {other:?}"),
-    }
+    testkit::refused(result, CmdStatus::BadParameter, syndrome);
 }
 
 /// `pp_is_supported` needs general `qos`, `packet_pacing` and `packet_pacing_uid`;

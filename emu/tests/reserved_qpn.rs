@@ -9,7 +9,7 @@
 //! (tests/test_mlx5_rdmacm.py) allocates 1000 numbers one by one.
 
 use cxdirect_emu::testkit::rc::{lone_host, GID_A, MAC_A};
-use cxdirect_emu::testkit::{CmdFail, Host};
+use cxdirect_emu::testkit::{refused, CmdFail, Host};
 use cxdirect_emu::{EmuConfig, Syndrome};
 use cxdirect_hw::caps::{CmdHcaCap, CmdHcaCap2};
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
@@ -21,16 +21,6 @@ const MEM: usize = 4 << 20;
 
 fn host() -> Host {
     lone_host(EmuConfig::default(), MEM, GID_A, MAC_A).0
-}
-
-fn refused<T: std::fmt::Debug>(result: Result<T, CmdFail>, want: CmdStatus, syndrome: Syndrome) {
-    match result.expect_err("command must be refused") {
-        CmdFail::Status {
-            status,
-            syndrome: got,
-        } => assert_eq!((status, got), (want as u8, syndrome as u32)),
-        other => panic!("expected a command status, got {other:?}"),
-    }
 }
 
 /// HCA_CAP_2 as libmlx5's `get_hca_general_caps_2` reads it (current, 0x1010-byte output).

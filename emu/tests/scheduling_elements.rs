@@ -12,8 +12,8 @@
 //!   with hierarchy NIC, and SQs opened in a queue group (`qos_queue_group_id`).
 
 use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, RcPath, RemoteRights, GID_B, MAC_B};
-use cxdirect_emu::testkit::{CmdFail, Cq, Host};
-use cxdirect_emu::{Device, EmuConfig, Syndrome};
+use cxdirect_emu::testkit::{refused, CmdFail, Cq, Host};
+use cxdirect_emu::{EmuConfig, Syndrome};
 use cxdirect_hw::caps::CmdHcaCap;
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
 use cxdirect_hw::general_obj::{GeneralObjInCmdHdr, GeneralObjOutCmdHdr};
@@ -35,13 +35,7 @@ const MAX_AVG_BW: u64 = sched_modify::MAX_AVERAGE_BW as u64;
 const SIZE_IN: usize = SchedElemObjIn::<&[u8]>::SIZE;
 
 fn host() -> Host {
-    let cfg = EmuConfig {
-        roce: true,
-        ..EmuConfig::default()
-    };
-    let mut h = Host::new(Device::loopback(cfg), MEM);
-    h.bring_up();
-    h
+    Host::roce_loopback(MEM)
 }
 
 /// What a libmlx5 `struct mlx5dv_sched_attr` carries, less the parent's object.
@@ -140,16 +134,6 @@ fn destroy(h: &mut Host, uid: u16, id: u32) -> Result<(), CmdFail> {
         OBJ_TYPE_SCHEDULING_ELEMENT,
     );
     h.exec(&input, 0x10).map(|_| ())
-}
-
-fn refused<T: std::fmt::Debug>(result: Result<T, CmdFail>, status: CmdStatus, syndrome: Syndrome) {
-    match result.expect_err("command must be refused") {
-        CmdFail::Status {
-            status: got,
-            syndrome: got_syndrome,
-        } => assert_eq!((got, got_syndrome), (status as u8, syndrome as u32)),
-        other => panic!("expected a command status, got {other:?}"),
-    }
 }
 
 fn in_use<T: std::fmt::Debug>(result: Result<T, CmdFail>) {
