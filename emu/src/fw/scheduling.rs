@@ -31,7 +31,7 @@ use cxdirect_hw::qos::{
     element_type, hierarchy, sched_modify, tsar_type, CreateSchedulingElementIn,
     CreateSchedulingElementOut, DestroySchedulingElementIn, ModifySchedulingElementIn,
     QuerySchedulingElementIn, QuerySchedulingElementOut, SchedElemObjIn, SchedElemObjOut,
-    SchedulingContext, OBJ_TYPE_SCHEDULING_ELEMENT,
+    SchedulingContext,
 };
 use cxdirect_hw::qp::{qpc_opt_mask_32, Init2initQpIn, QpcExt, Rts2rtsQpIn, RTS2RTS_QPC_EXT_BYTE};
 
@@ -244,22 +244,9 @@ pub(crate) fn destroy_scheduling_element(core: &mut Core, input: &[u8]) -> CmdRe
     destroy(core, cmd.uid(), cmd.scheduling_element_id())
 }
 
-/// The object type of a general object command, which must be one the model offers: a
-/// scheduling element.
-fn scheduling_object(input: &[u8]) -> CmdResult {
-    let hdr = input_as!(GeneralObjInCmdHdr<&[u8]>, input);
-    if hdr.obj_type() != OBJ_TYPE_SCHEDULING_ELEMENT {
-        return Err(bad_param(
-            Syndrome::UnknownObjType,
-            "general object type not offered (only scheduling elements are)",
-        ));
-    }
-    Ok(())
-}
-
-/// CREATE_GENERAL_OBJECT of a scheduling element (`mlx5dv_sched_nic_create`).
+/// CREATE_GENERAL_OBJECT of a scheduling element (`mlx5dv_sched_nic_create`), as
+/// [`super::general_object`] dispatches it by type.
 pub(crate) fn create_general_object(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
-    scheduling_object(input)?;
     let cmd = input_as!(SchedElemObjIn<&[u8]>, input);
     check_hierarchy(cmd.scheduling_hierarchy())?;
     let new = read_new(&cmd.sched_context())?;
@@ -272,7 +259,6 @@ pub(crate) fn create_general_object(core: &mut Core, input: &[u8], output: &mut 
 /// `modify_field_select` names. libmlx5 sends the element's type (TSAR for a node, queue
 /// group for a leaf); another type is refused.
 pub(crate) fn modify_general_object(core: &mut Core, input: &[u8]) -> CmdResult {
-    scheduling_object(input)?;
     let cmd = input_as!(SchedElemObjIn<&[u8]>, input);
     check_hierarchy(cmd.scheduling_hierarchy())?;
     let id = cmd.obj_id();
@@ -295,7 +281,6 @@ pub(crate) fn modify_general_object(core: &mut Core, input: &[u8]) -> CmdResult 
 
 /// QUERY_GENERAL_OBJECT of a scheduling element: the element as it stands.
 pub(crate) fn query_general_object(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
-    scheduling_object(input)?;
     let cmd = input_as!(GeneralObjInCmdHdr<&[u8]>, input);
     let id = cmd.obj_id();
     let element = *owned(core, cmd.uid(), id)?;
@@ -309,7 +294,6 @@ pub(crate) fn query_general_object(core: &mut Core, input: &[u8], output: &mut [
 
 /// DESTROY_GENERAL_OBJECT of a scheduling element.
 pub(crate) fn destroy_general_object(core: &mut Core, input: &[u8]) -> CmdResult {
-    scheduling_object(input)?;
     let cmd = input_as!(GeneralObjInCmdHdr<&[u8]>, input);
     destroy(core, cmd.uid(), cmd.obj_id())
 }
