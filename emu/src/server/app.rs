@@ -299,7 +299,7 @@ pub fn run(opts: &Options) -> Result<Summary, AppError> {
                 if !matches!(outcome, Outcome::Abandoned) {
                     active = active.saturating_sub(1);
                     let line = format!(
-                        "function {i}: {outcome} on {}; served {} config and {} BAR0 accesses, {} DMA maps, {} SET_IRQS, {} resets, {} refused; {} interrupts signalled, {} left pending, {} without eventfd",
+                        "function {i}: {outcome} on {}; served {} config and {} BAR0 accesses, {} DMA maps, {} SET_IRQS, {} resets, {} refused; {} interrupts signalled, {} left pending, {} without eventfd; BlueFlame copies: {} assembled (longest gap between stores {} us), {} rung as doorbells when another message came, {} after the hold",
                         socket_of(&build, i),
                         stats.config_reads + stats.config_writes,
                         stats.bar_reads + stats.bar_writes,
@@ -309,7 +309,11 @@ pub fn run(opts: &Options) -> Result<Summary, AppError> {
                         stats.refused,
                         stats.irq_signalled,
                         stats.irq_held_pending,
-                        stats.irq_dropped
+                        stats.irq_dropped,
+                        stats.blueflame.assembled,
+                        stats.blueflame.longest_gap_ns / 1000,
+                        stats.blueflame.interrupted,
+                        stats.blueflame.expired
                     );
                     if outcome.is_clean() {
                         log::info!("{line}");

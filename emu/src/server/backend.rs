@@ -7,12 +7,14 @@
 //! | region read/write, any other index | refused: those regions have size 0 |
 //! | `DMA_MAP`/`DMA_UNMAP` | [`GuestMemory`] (one mmap per client file, each map a window of it in the model's IOMMU; a map without a file descriptor is accepted with a warning but unreachable) |
 //! | `SET_IRQS` | [`MsixEventfds::set_irqs`] |
+//! | BAR0 writes that may be part of a BlueFlame copy | [`blueflame`]: assembled into the copy a write-combining bus delivers; every other request rings a held copy first |
 //! | `DEVICE_RESET` | [`Device::reset`], pending MSI-X bits cleared; DMA mappings and eventfds stay, as with VFIO |
 //!
 //! Every refusal goes back to the client as an error reply and is logged (the first
 //! [`LOGGED_REFUSALS`] of them, then every thousandth), never a panic.
 
-use super::bar::{self, MmioTarget};
+use super::bar::{self, MmioTarget, WriteOutcome};
+use super::blueflame::{self, Assembly, AssemblyStats};
 use super::dma::{GuestMemory, Mapped};
 use super::irq::MsixEventfds;
 use super::layout::{self, BAR0_REGION, CONFIG_REGION};
@@ -22,6 +24,7 @@ use crate::Device;
 use std::fs::File;
 use std::io;
 use std::sync::Arc;
+use std::time::Duration;
 use vfio_user::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
 
 /// Refusals logged one by one before the log thins out to every thousandth.
@@ -57,6 +60,9 @@ pub struct BackendStats {
     pub resets: u64,
     /// Requests refused.
     pub refused: u64,
+    /// BlueFlame copies that came in pieces and went to the model whole, and those rung as
+    /// doorbells instead ([`blueflame`]).
+    pub blueflame: AssemblyStats,
     /// MSI-X eventfd signals sent.
     pub irq_signalled: u64,
     /// MSI-X vectors fired while masked (left pending).
@@ -73,6 +79,7 @@ pub struct EmuBackend {
     device: Device,
     irqs: Arc<MsixEventfds>,
     memory: GuestMemory,
+    blueflame: Assembly<Device>,
     stats: BackendStats,
 }
 
@@ -126,14 +133,22 @@ fn invalid(e: impl std::error::Error + Send + Sync + 'static) -> io::Error {
 
 impl EmuBackend {
     /// A backend for `device`, which gets a fresh [`MsixEventfds`] as its interrupt sink.
-    /// `name` labels log lines (the socket path, say).
+    /// `name` labels log lines (the socket path, say). BlueFlame copies written in pieces are
+    /// assembled with [`blueflame::DEFAULT_HOLD`].
     pub fn new(name: impl Into<String>, device: Device) -> Self {
+        Self::with_blueflame_hold(name, device, blueflame::DEFAULT_HOLD)
+    }
+
+    /// As [`new`](Self::new), holding a BlueFlame copy's first store up to `hold` for the
+    /// rest (zero: every store reaches the model as it comes).
+    pub fn with_blueflame_hold(name: impl Into<String>, device: Device, hold: Duration) -> Self {
         let vectors = device_msix_vectors(&device);
         let irqs = Arc::new(MsixEventfds::new(vectors));
         device.set_interrupt_sink(irqs.clone());
         Self {
             name: name.into(),
             memory: GuestMemory::new(device.clone()),
+            blueflame: Assembly::new(device.clone(), hold),
             device,
             irqs,
             stats: BackendStats::default(),
@@ -163,6 +178,7 @@ impl EmuBackend {
             irq_signalled: c.signalled.load(Relaxed),
             irq_held_pending: c.held_pending.load(Relaxed),
             irq_dropped: c.dropped.load(Relaxed),
+            blueflame: self.blueflame.stats(),
             ..self.stats
         }
     }
@@ -170,6 +186,27 @@ impl EmuBackend {
     /// The label used in log lines.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Rings a BlueFlame copy the assembly holds: another message came before its rest.
+    fn ring_held_copy(&mut self) {
+        let outcome = self.blueflame.interrupt();
+        self.count_stores(outcome);
+    }
+
+    /// Counts the model writes a BAR0 store (or a rung copy) made, logging refusals.
+    fn count_stores(&mut self, outcome: WriteOutcome) {
+        self.stats.mmio_pieces += u64::from(outcome.pieces);
+        self.stats.mmio_refused += u64::from(outcome.refused);
+        if let Some(e) = outcome.first_refusal {
+            let n = self.stats.mmio_refused;
+            if n <= LOGGED_REFUSALS || n % 1000 == 0 {
+                log::warn!(
+                    "{}: the model dropped a BAR0 store: {e} ({n} dropped so far)",
+                    self.name
+                );
+            }
+        }
     }
 
     fn refuse(&mut self, what: &str, error: &dyn std::fmt::Display) {
@@ -197,6 +234,7 @@ pub fn device_msix_vectors(device: &Device) -> u16 {
 
 impl ServerBackend for EmuBackend {
     fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> io::Result<()> {
+        self.ring_held_copy();
         let result = match region {
             CONFIG_REGION => {
                 self.stats.config_reads += 1;
@@ -221,34 +259,26 @@ impl ServerBackend for EmuBackend {
     fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> io::Result<()> {
         let result = match region {
             CONFIG_REGION => {
+                self.ring_held_copy();
                 self.stats.config_writes += 1;
                 self.device.config_write(offset, data).map_err(invalid)
             }
             BAR0_REGION => {
                 self.stats.bar_writes += 1;
-                let bar0 = Bar0 {
-                    device: &self.device,
-                    irqs: &self.irqs,
-                };
-                match bar::write(&bar0, offset, data) {
+                // Through the BlueFlame assembly: BAR0 writes need nothing of `Bar0` but the
+                // device (the PBA page is read-only).
+                match self.blueflame.write(offset, data) {
                     Ok(outcome) => {
-                        self.stats.mmio_pieces += u64::from(outcome.pieces);
-                        self.stats.mmio_refused += u64::from(outcome.refused);
-                        if let Some(e) = outcome.first_refusal {
-                            let n = self.stats.mmio_refused;
-                            if n <= LOGGED_REFUSALS || n % 1000 == 0 {
-                                log::warn!(
-                                    "{}: the model dropped a BAR0 store: {e} ({n} dropped so far)",
-                                    self.name
-                                );
-                            }
-                        }
+                        self.count_stores(outcome);
                         Ok(())
                     }
                     Err(e) => Err(invalid(e)),
                 }
             }
-            _ => Err(absent(region, layout::region_size(&self.device, region))),
+            _ => {
+                self.ring_held_copy();
+                Err(absent(region, layout::region_size(&self.device, region)))
+            }
         };
         if let Err(e) = &result {
             self.refuse(&format!("write of region {region} at {offset:#x}"), e);
@@ -264,6 +294,7 @@ impl ServerBackend for EmuBackend {
         size: u64,
         fd: Option<File>,
     ) -> io::Result<()> {
+        self.ring_held_copy();
         let read = flags.contains(DmaMapFlags::READ);
         let write = flags.contains(DmaMapFlags::WRITE);
         match self.memory.map(fd, offset, address, size, read, write) {
@@ -302,6 +333,7 @@ impl ServerBackend for EmuBackend {
     }
 
     fn dma_unmap(&mut self, flags: DmaUnmapFlags, address: u64, size: u64) -> io::Result<()> {
+        self.ring_held_copy();
         if flags.contains(DmaUnmapFlags::GET_DIRTY_PAGE_INFO) {
             let e = super::dma::DmaError::DirtyTracking;
             self.refuse("DMA unmap", &e);
@@ -329,6 +361,7 @@ impl ServerBackend for EmuBackend {
     }
 
     fn reset(&mut self) -> io::Result<()> {
+        self.ring_held_copy();
         self.stats.resets += 1;
         self.device.reset();
         self.irqs.clear_pending();
@@ -344,6 +377,7 @@ impl ServerBackend for EmuBackend {
         count: u32,
         fds: Vec<File>,
     ) -> io::Result<()> {
+        self.ring_held_copy();
         let nfds = fds.len();
         match self.irqs.set_irqs(index, flags, start, count, fds) {
             Ok(()) => {

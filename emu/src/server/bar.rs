@@ -198,6 +198,15 @@ pub struct WriteOutcome {
 }
 
 impl WriteOutcome {
+    /// Both outcomes together: pieces and refusals summed, the earlier first refusal kept.
+    pub fn and(self, other: WriteOutcome) -> WriteOutcome {
+        WriteOutcome {
+            pieces: self.pieces + other.pieces,
+            refused: self.refused + other.refused,
+            first_refusal: self.first_refusal.or(other.first_refusal),
+        }
+    }
+
     fn refuse(&mut self, error: MmioError) {
         self.refused += 1;
         self.first_refusal.get_or_insert(error);

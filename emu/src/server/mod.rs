@@ -11,6 +11,7 @@
 //! |---|---|---|
 //! | regions and IRQ indices | [`layout`] | the nine VFIO PCI regions (BAR0 trapped, config space, the rest absent) and five IRQ indices (MSI-X with the model's vector count) |
 //! | BAR0 accesses | [`bar`] | splits whatever access size the client sends into accesses the model's registers take |
+//! | BlueFlame copies | [`blueflame`] | puts a copy QEMU forwards eight bytes at a time back together, as write combining would have delivered it |
 //! | MSI-X | [`irq`] | the client's eventfds, `SET_IRQS` trigger/mask/unmask semantics, the pending bits the PBA shows |
 //! | DMA | [`dma`] | maps each client file once and enters every DMA map into the model's IOMMU as a window of it (the only `unsafe` here) |
 //! | the backend | [`backend`] | [`ServerBackend`](vfio_user::ServerBackend) over one [`Device`](crate::Device) |
@@ -22,6 +23,7 @@
 pub mod app;
 pub mod backend;
 pub mod bar;
+pub mod blueflame;
 pub mod bridge;
 pub mod cli;
 pub mod dma;
