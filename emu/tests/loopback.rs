@@ -10,13 +10,13 @@ use cxdirect_emu::testkit::rc::{
     lone_host, rc_wqe, take_frames, RcPath, RemoteRights, GID_A, GID_B, MAC_A, MAC_B,
 };
 use cxdirect_emu::testkit::ud::{ud_wqe, UdAv, UD_QKEY};
-use cxdirect_emu::testkit::{udp_frame, Cq, Host, IOVA_BASE};
+use cxdirect_emu::testkit::{refused, udp_frame, Cq, Host, IOVA_BASE};
 use cxdirect_emu::wire::PortId;
-use cxdirect_emu::EmuConfig;
-use cxdirect_hw::cmd::Opcode;
+use cxdirect_emu::{EmuConfig, Syndrome};
+use cxdirect_hw::cmd::{CmdStatus, Opcode};
 use cxdirect_hw::cqe::CqeOpcode;
 use cxdirect_hw::qp::service_type;
-use cxdirect_hw::tir::{ModifyTirIn, SELF_LB_BLOCK_MULTICAST, SELF_LB_BLOCK_UNICAST};
+use cxdirect_hw::tir::{CreateTirIn, ModifyTirIn, SELF_LB_BLOCK_MULTICAST, SELF_LB_BLOCK_UNICAST};
 use cxdirect_hw::wqe::opcode;
 
 const MEM: usize = 8 << 20;
@@ -268,6 +268,43 @@ fn a_raw_packet_tir_of_another_transport_domain_takes_mlx5e_frames_to_the_own_ma
     send_frame(&mut h, &frame);
     assert_eq!(take_frames(&wire), vec![frame]);
     assert!(h.poll_cq(&mut cq).is_none());
+}
+
+#[test]
+fn a_devx_tir_without_a_transport_domain_takes_frames_and_blocks_no_self_loopback() {
+    // rdma-core's test_mlx5_dr (Mlx5DrTirResources.create_qps) creates its TIR through DEVX
+    // with only `inline_rqn` set: transport domain 0, which ALLOC_TRANSPORT_DOMAIN never
+    // returns. The test expects the TIR, and a root rule's DEST_TIR to it, to work. Such a
+    // TIR belongs to no domain, so no SQ's frame is self loopback for it.
+    let (mut h, wire) = lone_host(EmuConfig::default(), MEM, GID_A, MAC_A);
+    let mut cq = h.create_cq(6);
+    let mut rq = h.create_rq(cq.cqn, 6, None);
+    let tirn = h.create_direct_tir(rq.rqn, 0, 0b11);
+    h.steer_to_tir(tirn);
+    let key = h.create_mkey(true, true);
+    for _ in 0..2 {
+        let buf = h.alloc(2048, 64);
+        h.post_recv(&mut rq, buf, 2048, key);
+    }
+    let mut frame = udp_frame(100, 9);
+    frame[..6].copy_from_slice(&MAC_A);
+    h.update_local_lb(true);
+    send_frame(&mut h, &frame);
+    let cqe = h.poll_cq(&mut cq).expect("received despite self_lb_block");
+    assert_eq!(cqe_opcode(&cqe), CqeOpcode::RespSend as u8);
+    assert!(take_frames(&wire).is_empty(), "looped inside");
+    // A domain that does not exist is still refused.
+    let mut input = Host::input(Opcode::CreateTir, 0, 0x110);
+    CreateTirIn::new(&mut input[..])
+        .expect("layout")
+        .ctx_mut()
+        .set_inline_rqn(rq.rqn)
+        .set_transport_domain(0xbeef);
+    refused(
+        h.exec(&input, 16),
+        CmdStatus::BadResource,
+        Syndrome::NoSuchObject,
+    );
 }
 
 /// The frames an RC QP of a second function at GID_B/MAC_B sends along `path` for one SEND

@@ -282,6 +282,13 @@ impl CapSet {
             // MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD only with this bit (`create_cq_user`);
             // mlx5e pads its own CQs only on a 128-byte cache line.
             .set_cqe_128_always(true)
+            // Compression of 128-byte CQEs: mlx5_ib accepts `cqe_comp_en` on a 128-byte CQ
+            // only with this bit (`create_cq_user`) and reports it to libmlx5
+            // (MLX5_IB_QUERY_DEV_RESP_FLAGS_CQE_128B_COMP), where DPDK's mlx5 PMD on a 128-byte
+            // cache line needs it to compress receive completions. A session is laid out as in
+            // 64-byte entries, each title and mini-CQE array in its entry's second half, where
+            // DPDK reads them (its `struct mlx5_cqe` padded by 64 bytes, `pkt_info` at 64).
+            .set_cqe_compression_128(true)
             // Hardware tag matching over RC (`fw::xrq`, `engine::rc::tag_matching`), as a
             // ConnectX-5 or later offers it: mlx5_ib reports `max_num_tags`
             // 2^log_tag_matching_list_sz - 1 and, with `rndv_offload_rc`, IBV_TM_CAP_RC and a

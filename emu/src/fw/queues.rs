@@ -269,24 +269,20 @@ pub(crate) fn destroy_eq(core: &mut Core, input: &[u8]) -> CmdResult {
 /// look there); 2 (`CQE_STRIDE_128_PAD`, asked for with `MLX5DV_CQ_INIT_ATTR_FLAGS_CQE_PAD`
 /// where `cqe_128_always` is reported) is the same stride and place, the device writing the
 /// whole 128 bytes (Linux's `mlx5_cqwq_create` takes 1 and 2 alike as a 128-byte stride).
-/// Refused: compression of 128-byte entries, which needs `cqe_compression_128` (mlx5_ib's
-/// `create_cq_user` checks it before asking), and a collapsed CQ (`cc`), which this device
-/// does not write.
-fn cqe_stride(cqe_sz: u8, collapsed: bool, compressed: bool) -> Result<(u64, bool), CmdError> {
+/// Compression (`cqe_compression_128`) lays a session out in 128-byte entries as in 64-byte
+/// ones, each title and mini-CQE array in its entry's second half. Refused: a collapsed CQ
+/// (`cc`), which this device does not write.
+fn cqe_stride(cqe_sz: u8, collapsed: bool) -> Result<(u64, bool), CmdError> {
     if collapsed {
         return Err(bad_param(
             Syndrome::BadWqParams,
             "collapsed CQs (cc) are not supported",
         ));
     }
-    match (cqe_sz, compressed) {
-        (0, _) => Ok((64, false)),
-        (1, false) => Ok((128, false)),
-        (2, false) => Ok((128, true)),
-        (1 | 2, true) => Err(bad_param(
-            Syndrome::BadWqParams,
-            "compression of 128-byte CQEs is not supported (cqe_compression_128 is 0)",
-        )),
+    match cqe_sz {
+        0 => Ok((64, false)),
+        1 => Ok((128, false)),
+        2 => Ok((128, true)),
         _ => Err(bad_param(
             Syndrome::BadWqParams,
             "cqe_sz must be 0 (64 bytes), 1 (128 bytes) or 2 (128 bytes padded)",
@@ -297,7 +293,7 @@ fn cqe_stride(cqe_sz: u8, collapsed: bool, compressed: bool) -> Result<(u64, boo
 pub(crate) fn create_cq(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
     let cmd = input_as!(CreateCqIn<&[u8]>, input);
     let ctx = cmd.cq_context();
-    let (entry_bytes, padded) = cqe_stride(ctx.cqe_sz(), ctx.cc(), ctx.cqe_comp_en())?;
+    let (entry_bytes, padded) = cqe_stride(ctx.cqe_sz(), ctx.cc())?;
     let format = ctx.mini_cqe_res_format();
     if ctx.cqe_comp_en()
         && format != mini_cqe_res_format::HASH
