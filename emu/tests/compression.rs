@@ -145,12 +145,14 @@ fn sessions_close_at_the_session_limit_and_at_the_ring_size() {
 }
 
 #[test]
-fn a_checksum_format_cq_is_accepted_and_other_formats_are_refused() {
-    let r = rig(6, 6, mini_cqe_res_format::CSUM);
-    r.h.arrive(&frames([70, 71]));
-    let title = r.slot(0);
-    assert_eq!(Cqe64::new(&title[..]).unwrap().byte_cnt(), 2);
-    assert_eq!(r.mini_byte_counts(0, 2), [112, 113]);
+fn the_checksum_formats_are_accepted_and_the_reserved_one_is_refused() {
+    for format in [mini_cqe_res_format::CSUM, mini_cqe_res_format::CSUM_STRIDX] {
+        let r = rig(6, 6, format);
+        r.h.arrive(&frames([70, 71]));
+        let title = r.slot(0);
+        assert_eq!(Cqe64::new(&title[..]).unwrap().byte_cnt(), 2);
+        assert_eq!(r.mini_byte_counts(0, 2), [112, 113]);
+    }
     let mut h = Host::new(Device::loopback(EmuConfig::default()), MEM);
     h.bring_up();
     assert!(matches!(

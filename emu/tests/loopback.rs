@@ -10,7 +10,7 @@ use cxdirect_emu::testkit::rc::{
     lone_host, rc_wqe, take_frames, RcPath, RemoteRights, GID_A, GID_B, MAC_A, MAC_B,
 };
 use cxdirect_emu::testkit::ud::{ud_wqe, UdAv, UD_QKEY};
-use cxdirect_emu::testkit::{refused, udp_frame, Cq, Host, IOVA_BASE};
+use cxdirect_emu::testkit::{refused, udp_frame, Cq, Host, Rq, IOVA_BASE};
 use cxdirect_emu::wire::PortId;
 use cxdirect_emu::{EmuConfig, Syndrome};
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
@@ -227,6 +227,21 @@ fn mlx5e_self_test_own_unicast_loops_only_with_vport_local_lb_and_the_tirs_allow
     assert!(h.poll_cq(&mut cq).is_none());
 }
 
+/// An RQ with four posted 2 KiB buffers behind a direct TIR of transport domain `td` with
+/// `self_lb_block`, every frame steered to it; its CQ and the RQ.
+fn receiving_tir(h: &mut Host, td: u32, self_lb_block: u8) -> (Cq, Rq) {
+    let cq = h.create_cq(6);
+    let mut rq = h.create_rq(cq.cqn, 6, None);
+    let tirn = h.create_direct_tir(rq.rqn, td, self_lb_block);
+    h.steer_to_tir(tirn);
+    let key = h.create_mkey(true, true);
+    for _ in 0..4 {
+        let buf = h.alloc(2048, 64);
+        h.post_recv(&mut rq, buf, 2048, key);
+    }
+    (cq, rq)
+}
+
 #[test]
 fn a_raw_packet_tir_of_another_transport_domain_takes_mlx5e_frames_to_the_own_mac() {
     // A user context's raw packet QP: its TIR is in the context's own transport domain
@@ -235,15 +250,7 @@ fn a_raw_packet_tir_of_another_transport_domain_takes_mlx5e_frames_to_the_own_ma
     // are not self loopback for it: they reach it when the vport allows local loopback.
     let (mut h, wire) = lone_host(EmuConfig::default(), MEM, GID_A, MAC_A);
     let user_td = h.alloc_transport_domain();
-    let mut cq = h.create_cq(6);
-    let mut rq = h.create_rq(cq.cqn, 6, None);
-    let tirn = h.create_direct_tir(rq.rqn, user_td, 0);
-    h.steer_to_tir(tirn);
-    let key = h.create_mkey(true, true);
-    for _ in 0..4 {
-        let buf = h.alloc(2048, 64);
-        h.post_recv(&mut rq, buf, 2048, key);
-    }
+    let (mut cq, _rq) = receiving_tir(&mut h, user_td, 0);
     let mut frame = udp_frame(100, 5);
     frame[..6].copy_from_slice(&MAC_A);
 
@@ -277,15 +284,7 @@ fn a_devx_tir_without_a_transport_domain_takes_frames_and_blocks_no_self_loopbac
     // returns. The test expects the TIR, and a root rule's DEST_TIR to it, to work. Such a
     // TIR belongs to no domain, so no SQ's frame is self loopback for it.
     let (mut h, wire) = lone_host(EmuConfig::default(), MEM, GID_A, MAC_A);
-    let mut cq = h.create_cq(6);
-    let mut rq = h.create_rq(cq.cqn, 6, None);
-    let tirn = h.create_direct_tir(rq.rqn, 0, 0b11);
-    h.steer_to_tir(tirn);
-    let key = h.create_mkey(true, true);
-    for _ in 0..2 {
-        let buf = h.alloc(2048, 64);
-        h.post_recv(&mut rq, buf, 2048, key);
-    }
+    let (mut cq, rq) = receiving_tir(&mut h, 0, SELF_LB_BLOCK_UNICAST | SELF_LB_BLOCK_MULTICAST);
     let mut frame = udp_frame(100, 9);
     frame[..6].copy_from_slice(&MAC_A);
     h.update_local_lb(true);

@@ -158,35 +158,42 @@ fn with_the_two_byte_shift_each_frame_starts_two_bytes_into_its_stride() {
     assert_eq!(r.h.read(r.bufs[0] + 2 * STRIDE + 2, 62), sent[1]);
 }
 
+/// A compressed session on a striding RQ: each mini-CQE's stride index in the checksum and
+/// stride index format (`MLX5_CQE_FORMAT_CSUM_STRIDX`, which mlx5e asks for when
+/// `mini_cqe_resp_stride_index` is set); in the plain checksum format the same two bytes are
+/// reserved (zero), and Linux counts the index on from the title's byte counts
+/// (`mlx5e_decompress_cqe`, `mpwrq_get_cqe_consumed_strides`).
 #[test]
 fn a_compressed_session_carries_each_stride_index_in_its_mini_cqes() {
-    let r = rig(
-        EmuConfig::default(),
-        Some(mini_cqe_res_format::CSUM),
-        false,
-        2,
-    );
-    // 1, 2, 1, 2... strides.
-    let lens: Vec<usize> = (0..10).map(|i| if i % 2 == 0 { 18 } else { 86 }).collect();
-    let sent = frames(&lens);
-    r.h.arrive(&sent);
-    let title = r.h.cq_slot(&r.cq, 0);
-    let t = Cqe64::new(&title[..]).unwrap();
-    assert_eq!(t.cqe_format(), cxdirect_hw::cqe::cqe_format::COMPRESSED);
-    assert_eq!(t.byte_cnt(), 10, "one session of ten");
-    assert_eq!(t.wqe_id(), 0);
-    let mut stride = 0u16;
-    for (i, frame) in sent.iter().enumerate() {
-        let array = r.h.cq_slot(&r.cq, mini_array_slot(i as u32));
-        let at = (i % 8) * MINI_CQE_SIZE;
-        let mini = MiniCqe8Csum::new(&array[at..at + MINI_CQE_SIZE]).unwrap();
-        let strides = frame.len().div_ceil(STRIDE as usize) as u32;
-        assert_eq!(mini.stridx(), stride);
-        assert_eq!(
-            mini.byte_cnt(),
-            strides << STRIDES_SHIFT | frame.len() as u32
-        );
-        stride += strides as u16;
+    for format in [mini_cqe_res_format::CSUM_STRIDX, mini_cqe_res_format::CSUM] {
+        let r = rig(EmuConfig::default(), Some(format), false, 2);
+        // 1, 2, 1, 2... strides.
+        let lens: Vec<usize> = (0..10).map(|i| if i % 2 == 0 { 18 } else { 86 }).collect();
+        let sent = frames(&lens);
+        r.h.arrive(&sent);
+        let title = r.h.cq_slot(&r.cq, 0);
+        let t = Cqe64::new(&title[..]).unwrap();
+        assert_eq!(t.cqe_format(), cxdirect_hw::cqe::cqe_format::COMPRESSED);
+        assert_eq!(t.byte_cnt(), 10, "one session of ten");
+        assert_eq!(t.wqe_id(), 0);
+        let mut stride = 0u16;
+        for (i, frame) in sent.iter().enumerate() {
+            let array = r.h.cq_slot(&r.cq, mini_array_slot(i as u32));
+            let at = (i % 8) * MINI_CQE_SIZE;
+            let mini = MiniCqe8Csum::new(&array[at..at + MINI_CQE_SIZE]).unwrap();
+            let strides = frame.len().div_ceil(STRIDE as usize) as u32;
+            let carried = if format == mini_cqe_res_format::CSUM {
+                0
+            } else {
+                stride
+            };
+            assert_eq!(mini.stridx(), carried, "format {format}, completion {i}");
+            assert_eq!(
+                mini.byte_cnt(),
+                strides << STRIDES_SHIFT | frame.len() as u32
+            );
+            stride += strides as u16;
+        }
     }
 }
 

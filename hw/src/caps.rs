@@ -438,6 +438,9 @@ layout! {
         /// Log2 of the maximum errored streams a DC initiator may be given before it moves to
         /// error (0 with `log_max_dci_stream_channels` 0).
         log_max_dci_errored_streams: u8 @ 0x593 [0x5],
+        /// Mini-CQEs may carry a striding RQ's stride index
+        /// ([`crate::cqe::mini_cqe_res_format::CSUM_STRIDX`]).
+        mini_cqe_resp_stride_index: bool @ 0x5bc [0x1],
         /// CQs may be forced to 128-byte CQEs for every completion.
         cqe_128_always: bool @ 0x5bd [0x1],
         /// CQE compression is supported with 128-byte CQEs.

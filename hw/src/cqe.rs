@@ -87,8 +87,12 @@ pub mod cqe_format {
 pub mod mini_cqe_res_format {
     /// The packet's RSS hash result.
     pub const HASH: u8 = 0;
-    /// The packet's raw checksum, then the stride index (striding RQs).
+    /// The packet's raw checksum; the next two bytes reserved (Linux's first `mlx5_mini_cqe8`
+    /// names them `rsvd`).
     pub const CSUM: u8 = 1;
+    /// The packet's raw checksum, then the striding RQ's stride index
+    /// (`MLX5_CQE_FORMAT_CSUM_STRIDX`, offered with `mini_cqe_resp_stride_index`).
+    pub const CSUM_STRIDX: u8 = 3;
 }
 
 /// Size of a mini-CQE in bytes.
@@ -239,7 +243,8 @@ layout! {
 }
 
 layout! {
-    /// One mini-CQE in the [`mini_cqe_res_format::CSUM`] format (the other member of the same
+    /// One mini-CQE in the [`mini_cqe_res_format::CSUM_STRIDX`] format, and in the
+    /// [`mini_cqe_res_format::CSUM`] one with `stridx` reserved (the other member of the same
     /// union in `struct mlx5_mini_cqe8`).
     pub struct MiniCqe8Csum("mlx5_mini_cqe8_csum", 8) {
         /// Raw packet checksum.

@@ -14,6 +14,7 @@ use crate::backend::registers::Registers;
 use crate::backend::Backend;
 use crate::error::{CmdError, CmdFailure, DriverError};
 use cxdirect_dma::{DmaRegion, Iommu, IovaAllocator, PageKind};
+use cxdirect_hw::caps::CmdHcaCap;
 use cxdirect_hw::cmd::{
     CmdIn, CmdLayout, CmdMailbox, CmdOut, CmdStatus, DeliveryStatus, CMD_INLINE_BYTES,
     CMD_OWNER_HW, CMD_TYPE_PCIE, MAILBOX_ALIGN, MAILBOX_BLOCK_SIZE, MAILBOX_DATA_BYTES,
@@ -432,9 +433,21 @@ pub(crate) fn destroy_input(op: cxdirect_hw::cmd::Opcode, id: u32, at: usize) ->
     cmd
 }
 
+/// The mini-CQE format a receive ring's CQ is compressed in where `caps` allow compression:
+/// the hash format, or for a striding ring the checksum and stride index one (only it carries
+/// the stride index the striding receive path reads). `None`: not compressed.
+pub(crate) fn rx_mini_cqe_format(caps: &CmdHcaCap<&[u8]>, striding: bool) -> Option<u8> {
+    use cxdirect_hw::cqe::mini_cqe_res_format::{CSUM_STRIDX, HASH};
+    match (caps.cqe_compression(), striding) {
+        (false, _) => None,
+        (true, false) => Some(HASH),
+        (true, true) => caps.mini_cqe_resp_stride_index().then_some(CSUM_STRIDX),
+    }
+}
+
 /// The CREATE_CQ input for a CQ of 2^`log_size` 64-byte CQEs in `ring`, its doorbell record at
 /// device address `dbr_iova`, arm doorbells on UAR page `uar` and events to EQ `eqn`; CQE
-/// compression on when `compress`, its mini-CQEs in `mini_cqe_format` (one of
+/// compression on with `compression`, the mini-CQE format (one of
 /// [`cxdirect_hw::cqe::mini_cqe_res_format`]).
 pub(crate) fn create_cq_input(
     ring: &DmaRegion,
@@ -442,8 +455,7 @@ pub(crate) fn create_cq_input(
     log_size: u8,
     uar: u32,
     eqn: u8,
-    compress: bool,
-    mini_cqe_format: u8,
+    compression: Option<u8>,
 ) -> Result<Vec<u8>, DriverError> {
     use cxdirect_hw::cmd::Opcode;
     use cxdirect_hw::cq::CreateCqIn;
@@ -458,8 +470,8 @@ pub(crate) fn create_cq_input(
         .set_c_eqn(eqn)
         .set_log_page_size((page.trailing_zeros() - 12) as u8)
         .set_dbr_addr(dbr_iova)
-        .set_cqe_comp_en(compress)
-        .set_mini_cqe_res_format(mini_cqe_format);
+        .set_cqe_comp_en(compression.is_some())
+        .set_mini_cqe_res_format(compression.unwrap_or(0));
     for i in 0..pages {
         let _ = c.set_pas(i, ring.iova() + (i * page) as u64);
     }

@@ -15,5 +15,5 @@ pub use device::{
 };
 pub use mkey::{KeyAccess, MemoryKey};
 
-pub(crate) use cmd::{create_cq_input, destroy_input, input, output_too_short};
+pub(crate) use cmd::{create_cq_input, destroy_input, input, output_too_short, rx_mini_cqe_format};
 pub(crate) use qcounter::QCounterSet;

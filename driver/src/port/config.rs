@@ -47,8 +47,9 @@ pub struct PortConfig {
     /// own, packets fill it one after another, and each received [`crate::Mbuf`] points into
     /// it (no copy); a buffer is reposted once every packet in it is dropped. One WQE serves
     /// hundreds of small packets, so receiving posts and the device reads far fewer WQEs.
-    /// Completions are compressed in the checksum format, whose mini-CQEs carry the stride
-    /// index instead of the RSS hash, as DPDK's mlx5 driver does with MPRQ. Not with
+    /// Completions are compressed in the checksum and stride index format, whose mini-CQEs
+    /// carry the stride index instead of the RSS hash, as DPDK's mlx5 driver does with MPRQ;
+    /// a device without it (`mini_cqe_resp_stride_index`) gets them uncompressed. Not with
     /// `shared_rx` or `pool_memory`. `None` (default): one pool buffer per packet.
     pub rx_striding: Option<crate::RxStriding>,
     /// Buffers in the receive pool (at least twice the receive rings' total).

@@ -11,8 +11,8 @@ use super::steering::Steering;
 use super::wq::{fill_cyclic_wq, ring_pages};
 use crate::backend::Backend;
 use crate::control::{
-    create_cq_input, destroy_input, input, output_too_short, Device, KeyAccess, MemoryKey,
-    QCounterSet,
+    create_cq_input, destroy_input, input, output_too_short, rx_mini_cqe_format, Device, KeyAccess,
+    MemoryKey, QCounterSet,
 };
 use crate::cq::CqRing;
 use crate::error::DriverError;
@@ -27,7 +27,6 @@ use cxdirect_dma::{DmaRegion, PageKind};
 use cxdirect_hw::caps::wqe_inline_mode;
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::cq::CreateCqOut;
-use cxdirect_hw::cqe::mini_cqe_res_format;
 use cxdirect_hw::hca::AllocUarOut;
 use cxdirect_hw::reg::{self, PmtuReg};
 use cxdirect_hw::tir::{CreateTisIn, CreateTisOut};
@@ -291,8 +290,7 @@ impl<B: Backend> Port<B> {
     }
 
     /// CREATE_CQ of `entries` CQEs on `uar`, reporting to EQ `eqn`; with CQE compression
-    /// when `compress` and the device supports it, in the hash mini-CQE format, or in the
-    /// checksum format (carrying stride indexes) when `striding`.
+    /// when `compress` and the device allows it for the ring ([`rx_mini_cqe_format`]).
     pub(crate) fn create_cq(
         &mut self,
         entries: u32,
@@ -301,31 +299,19 @@ impl<B: Backend> Port<B> {
         compress: bool,
         striding: bool,
     ) -> Result<CqRing, DriverError> {
-        let compress = compress && self.dev.caps().cqe_compression();
+        let format = compress.then(|| rx_mini_cqe_format(&self.dev.caps(), striding));
+        let format = format.flatten();
         let log = entries.trailing_zeros() as u8;
         let region = self.dma(64 * entries as usize)?;
         for i in 0..entries as usize {
             region.write(i * 64 + 63, &[cxdirect_hw::cqe::CQE_INITIAL_OP_OWN])?;
         }
         let dbr = self.dma(64)?;
-        let mini_cqe_format = if striding {
-            mini_cqe_res_format::CSUM
-        } else {
-            mini_cqe_res_format::HASH
-        };
-        let cmd = create_cq_input(
-            &region,
-            dbr.iova(),
-            log,
-            uar,
-            eqn as u8,
-            compress,
-            mini_cqe_format,
-        )?;
+        let cmd = create_cq_input(&region, dbr.iova(), log, uar, eqn as u8, format)?;
         let out = self.dev.exec(&cmd, CreateCqOut::<&[u8]>::SIZE)?;
         let cqn = CreateCqOut::new(&out[..]).map_err(output_too_short)?.cqn();
         self.cqs.push(cqn);
-        CqRing::new(region, dbr, log, cqn, compress)
+        CqRing::new(region, dbr, log, cqn, format.is_some())
     }
 
     /// CREATE_SQ over `ring` (2^`log` WQEBBs, doorbell record `dbr`, doorbells on `uar`)

@@ -15,7 +15,7 @@ use crate::error::DriverError;
 use cxdirect_dma::{DmaRegion, PageKind};
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::cq::CreateCqOut;
-use cxdirect_hw::cqe::{mini_cqe_res_format, CqeOpcode, CqeSyndrome, CQE_INITIAL_OP_OWN, CQE_SIZE};
+use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome, CQE_INITIAL_OP_OWN, CQE_SIZE};
 use cxdirect_hw::qp::USER_INDEX_NONE;
 
 #[cfg(test)]
@@ -80,15 +80,7 @@ impl CompletionQueue {
         }
         let dbr = DmaRegion::new(iommu, &iovas, 64, PageKind::Small)?;
         let (uar, _, _) = dev.resources();
-        let cmd = create_cq_input(
-            &region,
-            dbr.iova(),
-            log,
-            uar,
-            0,
-            false,
-            mini_cqe_res_format::HASH,
-        )?;
+        let cmd = create_cq_input(&region, dbr.iova(), log, uar, 0, None)?;
         let out = dev.exec(&cmd, CreateCqOut::<&[u8]>::SIZE)?;
         let cqn = CreateCqOut::new(&out[..]).map_err(output_too_short)?.cqn();
         Ok(Self {

@@ -187,8 +187,10 @@ fn write_session(
         let mut slot = [0u8; CQE_SIZE];
         for (mini, cqe) in slot.chunks_exact_mut(MINI_CQE_SIZE).zip(chunk) {
             mini[..carried.len()].copy_from_slice(&cqe[carried.clone()]);
-            if format == mini_cqe_res_format::CSUM {
+            if format == mini_cqe_res_format::CSUM_STRIDX {
                 // The stride index (a striding RQ's first stride; the WQE counter otherwise).
+                // The plain checksum format leaves these bytes reserved: Linux then counts the
+                // index on from the title's (`mlx5e_decompress_cqe`).
                 mini[2..4].copy_from_slice(&cqe[0x3c..0x3e]);
             }
             mini[4..].copy_from_slice(&cqe[0x2c..0x30]);

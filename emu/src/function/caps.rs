@@ -277,6 +277,11 @@ impl CapSet {
             .set_log_max_vlan_list(8)
             .set_num_of_uars_per_page(1)
             .set_cqe_compression(true)
+            // Mini-CQEs with the stride index (`MLX5_CQE_FORMAT_CSUM_STRIDX`): mlx5e asks for
+            // them on a striding RQ when this is set (`mlx5e_build_rx_cq_param`), and mlx5_ib
+            // offers MLX5_IB_CQE_RES_FORMAT_CSUM_STRIDX to libmlx5 only with it
+            // (`mlx5_ib_query_device`, `mini_cqe_res_format_to_hw`).
+            .set_mini_cqe_resp_stride_index(true)
             // Padded 128-byte CQEs (`cqe_sz` 2): mlx5_ib reports them to libmlx5
             // (MLX5_IB_QUERY_DEV_RESP_FLAGS_CQE_128B_PAD) and accepts
             // MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD only with this bit (`create_cq_user`);

@@ -296,12 +296,16 @@ pub(crate) fn create_cq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     let (entry_bytes, padded) = cqe_stride(ctx.cqe_sz(), ctx.cc())?;
     let format = ctx.mini_cqe_res_format();
     if ctx.cqe_comp_en()
-        && format != mini_cqe_res_format::HASH
-        && format != mini_cqe_res_format::CSUM
+        && ![
+            mini_cqe_res_format::HASH,
+            mini_cqe_res_format::CSUM,
+            mini_cqe_res_format::CSUM_STRIDX,
+        ]
+        .contains(&format)
     {
         return Err(bad_param(
             Syndrome::BadWqParams,
-            "mini_cqe_res_format must be 0 (hash) or 1 (checksum)",
+            "mini_cqe_res_format must be 0 (hash), 1 (checksum) or 3 (checksum and stride index)",
         ));
     }
     let log_size = ctx.log_cq_size();

@@ -81,7 +81,7 @@ impl Compression {
         // A hash-format mini-CQE has no room for the packet checksum: it is not compared, and
         // every completion of a session reads the title's (Linux turns CHECKSUM_COMPLETE off for
         // such queues, or uses the checksum format).
-        if format != mini_cqe_res_format::CSUM {
+        if !carries_checksum(format) {
             mask[CHECK_SUM_BYTES].fill(0);
         }
         Self {
@@ -90,6 +90,11 @@ impl Compression {
             shared: cqe_words(&mask),
         }
     }
+}
+
+/// Whether mini-CQEs of `format` carry the packet checksum (both checksum formats).
+fn carries_checksum(format: u8) -> bool {
+    format == mini_cqe_res_format::CSUM || format == mini_cqe_res_format::CSUM_STRIDX
 }
 
 /// Bytes of a CQE holding the packet checksum (`check_sum`).
@@ -109,7 +114,7 @@ pub(crate) fn cqe_words(cqe: &[u8; CQE_SIZE]) -> [u64; CQE_SIZE / 8] {
 /// Byte ranges of a receive CQE that differ within one compressed session: the byte count,
 /// the WQE counter and the owner byte always, and what the mini-CQE format carries.
 pub(crate) fn per_completion(format: u8) -> [std::ops::Range<usize>; 4] {
-    let carried = if format == mini_cqe_res_format::CSUM {
+    let carried = if carries_checksum(format) {
         CHECK_SUM_BYTES
     } else {
         0x0c..0x10

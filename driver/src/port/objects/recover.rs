@@ -301,7 +301,7 @@ impl<B: Backend> Port<B> {
     }
 
     /// The CQ steps of a rebuild: the failed CQ destroyed, then its replacement (of its size,
-    /// on `uar`, reporting to EQ `eqn`, compressed in the checksum format when `striding`)
+    /// on `uar`, reporting to EQ `eqn`, compressed in the checksum and stride index format when `striding`)
     /// created into `cq`; each step recorded in `stage` as it completes.
     fn rebuild_cq(
         &mut self,

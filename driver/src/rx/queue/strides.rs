@@ -35,7 +35,8 @@ impl<B: Backend> RxQueue<B> {
                 let first = &run.first;
                 let mut looked = 0;
                 if first.qpn() == self.rqn && first.is_receive_ok() {
-                    // Checksum-format mini-CQEs: no RSS hash, the stride index instead.
+                    // Checksum and stride index mini-CQEs: no RSS hash, the stride index
+                    // instead.
                     let flags = OffloadFlags {
                         rx_rss_hash: None,
                         ..rx_flags(first)
