@@ -257,10 +257,11 @@ pub fn run(opts: &Options) -> Result<Summary, AppError> {
         let thread_stop = stop.clone();
         let device = f.device.clone();
         let name = f.socket.display().to_string();
+        let hold = opts.blueflame_hold;
         let spawned = std::thread::Builder::new()
             .name(format!("vfio-user-{i}"))
             .spawn(move || {
-                let mut backend = EmuBackend::new(name, device);
+                let mut backend = EmuBackend::with_blueflame_hold(name, device, hold);
                 let connect_tx = tx.clone();
                 let outcome = session::serve(listener, &mut backend, &thread_stop, move || {
                     let _ = connect_tx.send(Event::Connected(i));

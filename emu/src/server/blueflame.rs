@@ -35,8 +35,8 @@
 //! The cost: a doorbell nothing follows reaches the model up to the hold time late (the
 //! client does not wait for it: vfio-user BAR writes are posted). [`DEFAULT_HOLD`] is long
 //! enough for the eight stores of one copy under QEMU's TCG and short beside what a guest's
-//! network stack waits for a completion; [`Assembly::new`] with a hold of zero turns
-//! assembly off.
+//! network stack waits for a completion; `cxdirect-emu-server --blueflame-hold-us N` sets it
+//! (zero turns assembly off, as does [`Assembly::new`] with a hold of zero).
 
 use super::bar::{self, BarError, MmioTarget, WriteOutcome, FIRST_UAR_OFFSET};
 use crate::device::BF_REG_SIZE;

@@ -4,7 +4,7 @@
 //! cxdirect-emu-server --socket PATH [--socket PATH2]
 //!                     [--wire loopback | --wire none | --wire pair:OTHER.sock]
 //!                     [--pcap FILE] [--mac XX:XX:XX:XX:XX:XX]... [--roce]
-//!                     [--trace-commands FILE] [-v|-vv]
+//!                     [--trace-commands FILE] [--blueflame-hold-us N] [-v|-vv]
 //! ```
 //!
 //! One `--socket` serves one function; its port is a loopback plug unless `--wire` says
@@ -15,13 +15,14 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::time::Duration;
 use thiserror::Error;
 
 /// The usage text printed by `--help`.
 pub const USAGE: &str = "\
 usage: cxdirect-emu-server --socket PATH [--socket PATH2] [--wire loopback|none|pair:OTHER.sock]
                            [--pcap FILE] [--mac XX:XX:XX:XX:XX:XX]... [--roce]
-                           [--trace-commands FILE] [-v|-vv]
+                           [--trace-commands FILE] [--blueflame-hold-us N] [-v|-vv]
 
 Serves the cxdirect ConnectX-6 Dx device model to QEMU over vfio-user
 (QEMU >= 10.1: -device '{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"PATH\"}}').
@@ -41,6 +42,12 @@ Serves the cxdirect ConnectX-6 Dx device model to QEMU over vfio-user
                      record every command each function executes, one JSON object per line
                      (opcode, op_mod, decoded input, status, syndrome), written as each command
                      completes; with two sockets function 0 writes FILE.0 and function 1 FILE.1
+  --blueflame-hold-us N
+                     hold a BlueFlame copy's first 8-byte store up to N microseconds for the
+                     rest (QEMU forwards a copy eight bytes at a time), so the model takes the
+                     WQE from the copy and mlx5_core finds write combining; a doorbell nothing
+                     follows reaches the model when the next message comes or N us later
+                     (default 200; 0: no assembly, every store reaches the model at once)
   -v, -vv            more logging (per-request lines; vfio_user message traces)
   -h, --help         this text
 
@@ -78,7 +85,15 @@ pub struct Options {
     /// Where to record the commands the functions execute (`--trace-commands`): see
     /// [`Options::trace_paths`].
     pub trace_commands: Option<PathBuf>,
+    /// How long a BlueFlame copy's first store waits for the rest (`--blueflame-hold-us`,
+    /// 0 to [`MAX_BLUEFLAME_HOLD_US`] µs; zero: no assembly): see
+    /// [`crate::server::blueflame`].
+    pub blueflame_hold: Duration,
 }
+
+/// The longest `--blueflame-hold-us`: 10 ms, past which every plain doorbell would wait longer
+/// than a guest's completion timers tolerate.
+pub const MAX_BLUEFLAME_HOLD_US: u64 = 10_000;
 
 impl Options {
     /// The command trace file of each function, in socket order: `FILE` for one function,
@@ -167,6 +182,11 @@ pub enum CliError {
     /// `--trace-commands` given twice.
     #[error("--trace-commands is given twice")]
     TraceTwice,
+    /// A `--blueflame-hold-us` value that is not a number of microseconds in range.
+    #[error(
+        "--blueflame-hold-us {0:?}: expected microseconds from 0 (no assembly) to {MAX_BLUEFLAME_HOLD_US}"
+    )]
+    BadHold(String),
 }
 
 /// Parses the arguments after the program name.
@@ -179,6 +199,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, CliErr
     let mut verbosity = 0u8;
     let mut roce = false;
     let mut trace_commands = None;
+    let mut blueflame_hold = super::blueflame::DEFAULT_HOLD;
     while let Some(arg) = args.next() {
         let text = arg.to_str().map(str::to_owned);
         let (name, inline) = match text.as_deref() {
@@ -235,6 +256,16 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, CliErr
                     return Err(CliError::TraceTwice);
                 }
             }
+            "--blueflame-hold-us" => {
+                let raw = value("--blueflame-hold-us")?;
+                let text = raw.to_str().ok_or_else(|| CliError::NotUtf8(raw.clone()))?;
+                let us = text
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|us| *us <= MAX_BLUEFLAME_HOLD_US)
+                    .ok_or_else(|| CliError::BadHold(text.to_owned()))?;
+                blueflame_hold = Duration::from_micros(us);
+            }
             "--mac" => {
                 let raw = value("--mac")?;
                 let text = raw.to_str().ok_or_else(|| CliError::NotUtf8(raw.clone()))?;
@@ -271,6 +302,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, CliErr
         verbosity,
         roce,
         trace_commands,
+        blueflame_hold,
     }))
 }
 
@@ -311,6 +343,22 @@ mod tests {
         assert_eq!(o.sockets, vec![PathBuf::from("/tmp/a.sock")]);
         assert_eq!(o.wire, WireSpec::Default);
         assert_eq!(o.pcap, None);
+        assert_eq!(o.blueflame_hold, crate::server::blueflame::DEFAULT_HOLD);
+    }
+
+    #[test]
+    fn blueflame_hold_takes_microseconds_within_range() {
+        let hold = |v: &str| match run(&["--socket", "/a", "--blueflame-hold-us", v]) {
+            Ok(Command::Run(o)) => Ok(o.blueflame_hold),
+            Ok(Command::Help) => panic!("help"),
+            Err(e) => Err(e),
+        };
+        assert_eq!(hold("0"), Ok(Duration::ZERO));
+        assert_eq!(hold("50"), Ok(Duration::from_micros(50)));
+        assert_eq!(hold("10000"), Ok(Duration::from_millis(10)));
+        for bad in ["10001", "-1", "1ms", ""] {
+            assert_eq!(hold(bad), Err(CliError::BadHold(bad.into())), "{bad:?}");
+        }
     }
 
     #[test]
