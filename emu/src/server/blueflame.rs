@@ -78,6 +78,8 @@ struct OpenCopy {
     expected: usize,
     /// When its last store came.
     last: Instant,
+    /// The longest wait between two of its stores so far.
+    longest_gap: Duration,
 }
 
 struct State {
@@ -152,22 +154,22 @@ impl<T: MmioTarget + Send + Sync + 'static> Assembly<T> {
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<WriteOutcome, BarError> {
         let shared = &*self.shared;
         let mut state = shared.lock();
-        if let Some(copy) = state.open.as_mut() {
-            if continues(copy, offset, data.len()) {
-                let now = Instant::now();
-                let gap = now.saturating_duration_since(copy.last);
-                copy.bytes[copy.len..copy.len + data.len()].copy_from_slice(data);
-                copy.len += data.len();
-                copy.last = now;
-                if copy.len < copy.expected {
-                    return Ok(WriteOutcome::default());
-                }
-                let copy = state.open.take().expect("open copy");
-                state.stats.assembled += 1;
-                let gap_ns = u64::try_from(gap.as_nanos()).unwrap_or(u64::MAX);
-                state.stats.longest_gap_ns = state.stats.longest_gap_ns.max(gap_ns);
-                return bar::write(&shared.target, copy.offset, &copy.bytes[..copy.expected]);
+        if let Some(mut copy) = state.open.take_if(|c| continues(c, offset, data.len())) {
+            let now = Instant::now();
+            copy.longest_gap = copy
+                .longest_gap
+                .max(now.saturating_duration_since(copy.last));
+            copy.bytes[copy.len..copy.len + data.len()].copy_from_slice(data);
+            copy.len += data.len();
+            copy.last = now;
+            if copy.len < copy.expected {
+                state.open = Some(copy);
+                return Ok(WriteOutcome::default());
             }
+            state.stats.assembled += 1;
+            let gap_ns = u64::try_from(copy.longest_gap.as_nanos()).unwrap_or(u64::MAX);
+            state.stats.longest_gap_ns = state.stats.longest_gap_ns.max(gap_ns);
+            return bar::write(&shared.target, copy.offset, &copy.bytes[..copy.expected]);
         }
         let outcome = shared.ring_open(&mut state, Ending::Interrupted);
         if shared.hold.is_zero() || self.ringer.is_none() {
@@ -182,6 +184,7 @@ impl<T: MmioTarget + Send + Sync + 'static> Assembly<T> {
                 len: STORE,
                 expected,
                 last: Instant::now(),
+                longest_gap: Duration::ZERO,
             });
             shared.wake.notify_one();
             return Ok(outcome);
