@@ -384,6 +384,10 @@ layout! {
         log_max_rqt_size: u8 @ 0x393 [0x5],
         /// Log2 of the maximum number of TISes one SQ may use.
         log_max_tis_per_sq: u8 @ 0x39b [0x5],
+        /// A striding RQ's `log_wqe_num_of_strides` is a signed offset from
+        /// [`LOG_STRIDES_BASE`](crate::wq::striding::LOG_STRIDES_BASE), reaching down to
+        /// [`EXT_MIN_LOG_STRIDES`](crate::wq::striding::EXT_MIN_LOG_STRIDES) strides.
+        ext_stride_num_range: bool @ 0x3a0 [0x1],
         /// Log2 of the largest stride in bytes of a striding RQ.
         log_max_stride_sz_rq: u8 @ 0x3a3 [0x5],
         /// Log2 of the smallest stride in bytes of a striding RQ.
@@ -412,6 +416,9 @@ layout! {
         /// object type `t` (`MLX5_GENERAL_OBJ_TYPES_CAP_*`; see
         /// [`general_obj::obj_type`](crate::general_obj::obj_type)).
         general_obj_types: u64 @ 0x400 [0x40],
+        /// Format of software steering entries: 0 ConnectX-5, 1 ConnectX-6 Dx (STEv1), 2
+        /// ConnectX-7 (`mlx5_ifc_steering_format_version`).
+        steering_format_version: u8 @ 0x444 [0x4],
         /// Log2 of the maximum number of user contexts (CREATE_UCTX); 0: none, and then
         /// mlx5_ib offers no DEVX (`mlx5_ib_devx_create`).
         log_max_uctx: u8 @ 0x463 [0x5],
@@ -563,6 +570,12 @@ layout! {
         identified_miss_table_mode: bool @ 0x5 [0x1],
         /// MODIFY_FLOW_TABLE is supported.
         flow_table_modify: bool @ 0x6 [0x1],
+        /// Tables of this type may be software-owned (steering entries written into ICM),
+        /// first entry format.
+        sw_owner: bool @ 0x11 [0x1],
+        /// Tables of this type may be software-owned, in the entry format named by the general
+        /// capability `steering_format_version`.
+        sw_owner_v2: bool @ 0x1e [0x1],
         /// Log2 of the largest flow table, in entries.
         log_max_ft_size: u8 @ 0x22 [0x6],
         /// Deepest table level.
@@ -584,6 +597,14 @@ layout! {
     pub struct FlowTableNicCap("flow_table_nic_cap", 0x1000) {
         /// A flow entry may forward to several TIRs.
         nic_rx_multi_path_tirs: bool @ 0x0 [0x1],
+        /// ICM address where a software steering entry sends a received packet to drop it
+        /// (rdma-core's `dr_devx_query_device`: the receive domain's default and drop target).
+        sw_steering_nic_rx_action_drop_icm_address: u64 @ 0x2000 [0x40],
+        /// ICM address that drops a transmitted packet.
+        sw_steering_nic_tx_action_drop_icm_address: u64 @ 0x2040 [0x40],
+        /// ICM address that lets a transmitted packet go on to the wire (the transmit
+        /// domain's default).
+        sw_steering_nic_tx_action_allow_icm_address: u64 @ 0x2080 [0x40],
     }
     nested {
         /// NIC receive tables.

@@ -348,6 +348,9 @@ device_codes! {
         DestroyUctx = 0xa06 => "DESTROY_UCTX",
         CreateUmem = 0xa08 => "CREATE_UMEM",
         DestroyUmem = 0xa0a => "DESTROY_UMEM",
+        /// Software steering: make the device drop what it cached of steering entries in ICM
+        /// (rdma-core's `dr_devx_sync_steering`).
+        SyncSteering = 0xb00 => "SYNC_STEERING",
     }
 }
 

@@ -297,6 +297,10 @@ layout! {
         encap_en: bool @ 0x0 [0x1],
         /// Decapsulation allowed in this table (FDB only).
         decap_en: bool @ 0x1 [0x1],
+        /// The table's entries are written by software into ICM (software steering): the
+        /// device walks them from `sw_owner_icm_root_0` (rdma-core's
+        /// `dr_devx_create_flow_table`).
+        sw_owner: bool @ 0x2 [0x1],
         /// What a miss does: [`FLOW_TABLE_MISS_ACTION_DEFAULT`] or [`FLOW_TABLE_MISS_ACTION_FWD`].
         table_miss_action: u8 @ 0x4 [0x4],
         /// Level of the table; a table may forward only to tables of a higher level.
@@ -307,6 +311,11 @@ layout! {
         table_miss_id: u32 @ 0x28 [0x18],
         /// Next table of the LAG master (LAG demux tables).
         lag_master_next_table_id: u32 @ 0x48 [0x18],
+        /// ICM address of a software-owned FDB table's transmit root entry.
+        sw_owner_icm_root_1: u64 @ 0xc0 [0x40],
+        /// ICM address of a software-owned table's first steering entry (the receive root in
+        /// FDB tables).
+        sw_owner_icm_root_0: u64 @ 0x100 [0x40],
     }
 }
 
@@ -339,6 +348,40 @@ layout! {
         syndrome: u32 @ 0x20 [0x20],
         /// Id of the new flow table.
         table_id: u32 @ 0x48 [0x18],
+    }
+}
+
+layout! {
+    /// QUERY_FLOW_TABLE input (the same fields as DESTROY_FLOW_TABLE's).
+    pub struct QueryFlowTableIn("query_flow_table_in", 0x40) {
+        /// Command opcode: [`Opcode::QueryFlowTable`](crate::cmd::Opcode::QueryFlowTable).
+        opcode: u16 @ 0x0 [0x10],
+        /// Operation modifier (0).
+        op_mod: u16 @ 0x30 [0x10],
+        /// Act on the vport in `vport_number` rather than the caller's own.
+        other_vport: bool @ 0x40 [0x1],
+        /// Vport acted on when `other_vport` is set.
+        vport_number: u16 @ 0x50 [0x10],
+        /// Type of the table: `FLOW_TABLE_TYPE_*`.
+        table_type: u8 @ 0x80 [0x8],
+        /// The table to query.
+        table_id: u32 @ 0xa8 [0x18],
+    }
+}
+
+layout! {
+    /// QUERY_FLOW_TABLE output: the table's context, whose `sw_owner_icm_root_0` names where a
+    /// software steering entry goes on into the table (rdma-core's `dr_devx_query_flow_table`,
+    /// for firmware tables too).
+    pub struct QueryFlowTableOut("query_flow_table_out", 0x40) {
+        /// Command status (see [`CmdStatus`](crate::cmd::CmdStatus)).
+        status: u8 @ 0x0 [0x8],
+        /// Firmware syndrome identifying the failure when status is not OK.
+        syndrome: u32 @ 0x20 [0x20],
+    }
+    nested {
+        /// The table's context.
+        flow_table_context: FlowTableContext @ 0xc0,
     }
 }
 

@@ -12,6 +12,10 @@ use crate::layout;
 
 /// Values of [`GeneralObjInCmdHdr::obj_type`] (`MLX5_OBJ_TYPE_*`) the model knows by name.
 pub mod obj_type {
+    /// A piece of software-owned ICM (`MLX5_OBJ_TYPE_SW_ICM`): a range of one of the SW ICM
+    /// areas of the device-memory capability page, which SW ICM memory keys may cover
+    /// ([`crate::sw_icm`]).
+    pub const SW_ICM: u16 = 0x8;
     /// A block of reserved QP numbers (`MLX5_OBJ_TYPE_RESERVED_QPN`): QP numbers no QP or DCT
     /// is given while the object lives, which software may hand to a peer (an RDMA CM
     /// connection's QP number) without a QP behind them.

@@ -43,6 +43,7 @@ pub mod reg;
 pub mod roce;
 pub mod sig;
 pub mod srq;
+pub mod sw_icm;
 pub mod tir;
 pub mod umr;
 pub mod vport;

@@ -54,6 +54,24 @@ layout! {
         memic_bar_size: u32 @ 0x80 [0x20],
         /// Largest allocation in bytes (mlx5_ib reports it as `max_dm_size`).
         max_memic_size: u32 @ 0xa0 [0x20],
+        /// ICM address of the steering SW ICM range (0: none; mlx5_core's `mlx5_dm_create`
+        /// then keeps no allocator for it). See [`crate::sw_icm`].
+        steering_sw_icm_start_address: u64 @ 0xc0 [0x40],
+        /// log2 of the bytes of the header-modify SW ICM range.
+        log_header_modify_sw_icm_size: u8 @ 0x108 [0x8],
+        /// log2 of the unit SW ICM is handed out in, in bytes (mlx5_core's
+        /// `MLX5_LOG_SW_ICM_BLOCK_SIZE`).
+        log_sw_icm_alloc_granularity: u8 @ 0x112 [0x6],
+        /// log2 of the bytes of the steering SW ICM range.
+        log_steering_sw_icm_size: u8 @ 0x118 [0x8],
+        /// log2 of the bytes of the indirect-encap SW ICM range (0: none).
+        log_indirect_encap_sw_icm_size: u8 @ 0x120 [0x8],
+        /// log2 of the bytes of the header-modify pattern SW ICM range.
+        log_header_modify_pattern_sw_icm_size: u8 @ 0x138 [0x8],
+        /// ICM address of the header-modify SW ICM range.
+        header_modify_sw_icm_start_address: u64 @ 0x140 [0x40],
+        /// ICM address of the header-modify pattern SW ICM range.
+        header_modify_pattern_sw_icm_start_address: u64 @ 0x1c0 [0x40],
         /// Operations MODIFY_MEMIC maps an address for, one bit per `MEMIC_OP_*`.
         memic_operations: u32 @ 0x200 [0x20],
     }

@@ -21,6 +21,9 @@ pub const MKC_ACCESS_MODE_MTT: u8 = 0x1;
 pub const MKC_ACCESS_MODE_KLM: u8 = 0x2;
 /// Access mode: indirect through fixed-size key/address entries (`MLX5_MKC_ACCESS_MODE_KSM`).
 pub const MKC_ACCESS_MODE_KSM: u8 = 0x3;
+/// Access mode: software-owned ICM (`MLX5_MKC_ACCESS_MODE_SW_ICM`, mlx5_ib's
+/// `mlx5_ib_get_dm_mr`): `start_addr` is an ICM address; needs `access_mode_4_2`.
+pub const MKC_ACCESS_MODE_SW_ICM: u8 = 0x4;
 /// Access mode: device memory (`MLX5_MKC_ACCESS_MODE_MEMIC`); needs `access_mode_4_2`.
 pub const MKC_ACCESS_MODE_MEMIC: u8 = 0x5;
 

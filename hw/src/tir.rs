@@ -241,8 +241,16 @@ layout! {
         status: u8 @ 0x00 [0x8],
         /// Firmware syndrome identifying the failure when status is not OK.
         syndrome: u32 @ 0x20 [0x20],
+        /// Bits 63:40 of the TIR's ICM address, where a software steering entry sends a
+        /// packet to this TIR (mlx5_ib's `create_raw_packet_qp` hands it to libmlx5 as
+        /// `tir_icm_addr`).
+        icm_address_63_40: u32 @ 0x08 [0x18],
+        /// Bits 39:32 of the TIR's ICM address.
+        icm_address_39_32: u8 @ 0x40 [0x8],
         /// Number of the new TIR.
         tirn: u32 @ 0x48 [0x18],
+        /// Bits 31:0 of the TIR's ICM address.
+        icm_address_31_0: u32 @ 0x60 [0x20],
     }
 }
 

@@ -646,8 +646,35 @@ mod tests {
 /// receive WQE is one buffer cut into equal strides; a packet takes as many consecutive strides
 /// of the current WQE as it needs, and the WQE is done when all its strides are taken.
 pub mod striding {
-    /// `log_wqe_num_of_strides` counts from this (without `ext_stride_num_range`).
+    /// `log_wqe_num_of_strides` counts from this: upwards without `ext_stride_num_range`; with
+    /// it, the 4-bit field is signed (mlx5e writes `log - LOG_STRIDES_BASE` into it,
+    /// `mlx5e_build_rq_param`), reaching down to [`EXT_MIN_LOG_STRIDES`].
     pub const LOG_STRIDES_BASE: u8 = 9;
+    /// Fewest strides per WQE, as a log2, with `ext_stride_num_range`
+    /// (`MLX5_MPWQE_LOG_NUM_STRIDES_EXT_BASE`).
+    pub const EXT_MIN_LOG_STRIDES: u8 = 3;
+
+    /// The log2 of a WQE's strides that `log_wqe_num_of_strides` names (its 4 bits), `None`
+    /// when out of range: 9..=16 from fields 0..=7 (`ext_stride_num_range` 0), and with `ext`
+    /// also 3..=8 from the negative fields 0xa..=0xf.
+    pub fn log_strides(field: u8, ext: bool) -> Option<u8> {
+        let field = field & 0xf;
+        let log = if field < 8 {
+            LOG_STRIDES_BASE + field
+        } else if ext {
+            (LOG_STRIDES_BASE + field).checked_sub(16)?
+        } else {
+            return None;
+        };
+        (log <= MAX_LOG_STRIDES
+            && log
+                >= if ext {
+                    EXT_MIN_LOG_STRIDES
+                } else {
+                    LOG_STRIDES_BASE
+                })
+        .then_some(log)
+    }
     /// Most strides per WQE, as a log2.
     pub const MAX_LOG_STRIDES: u8 = 16;
     /// `log_wqe_stride_size` counts from this.

@@ -60,6 +60,8 @@ pub fn checks() -> usize {
         memic::DeallocMemicOut,
         memic::ModifyMemicIn,
         memic::ModifyMemicOut,
+        sw_icm::CreateSwIcmIn,
+        sw_icm::QuerySwIcmOut,
     );
     helpers();
     nested_views();
