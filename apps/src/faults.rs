@@ -1005,7 +1005,7 @@ fn arm_queue_fault(rig: &mut Rig, class: FaultClass, i: usize) {
             let cqn = rig.rx().cqn();
             let patch = match i % 4 {
                 0 => vec![(0x3c, 0xde), (0x3d, 0xad)], // WQE counter
-                1 => vec![(0x39, 0x7e)],               // queue number
+                1 => vec![(0x22, 0x7e)],               // the RQ's user index
                 2 => vec![(0x2c, 0x7f)],               // byte count far past the buffer
                 _ => vec![(0x3f, 0x90)],               // opcode 9: not a receive completion
             };

@@ -49,9 +49,9 @@ pub(super) struct Session {
     /// The title's WQE counter: completion `taken` is for WQE `first_counter + taken`.
     pub(super) first_counter: u16,
     /// What every completion of the session shares, read from the title once when it opened:
-    /// its queue number, whether it is a successful receive, and its offload results (the RSS
-    /// hash aside, which each mini-CQE carries).
-    pub(super) qpn: u32,
+    /// its queue's user index (`srqn_uidx`), whether it is a successful receive, and its
+    /// offload results (the RSS hash aside, which each mini-CQE carries).
+    pub(super) user_index: u32,
     pub(super) receive_ok: bool,
     pub(super) flags: OffloadFlags,
 }
@@ -74,7 +74,7 @@ impl Session {
             count,
             taken: 0,
             first_counter: title.wqe_counter(),
-            qpn: title.qpn(),
+            user_index: title.srqn(),
             receive_ok: title.is_receive_ok(),
             flags: rx_flags(&title),
         }
@@ -155,10 +155,11 @@ impl ArrayRun<'_> {
             .wrapping_add(self.session.taken as u16)
     }
 
-    /// The queue number every completion of the session carries.
+    /// The receive queue's user index (or RMP number) every completion of the session
+    /// carries in `srqn_uidx`.
     #[inline(always)]
-    pub fn qpn(&self) -> u32 {
-        self.session.qpn
+    pub fn user_index(&self) -> u32 {
+        self.session.user_index
     }
 
     /// True when the session's title is a successful receive completion.

@@ -455,7 +455,12 @@ impl<B: Backend> Port<B> {
             let mut c = CreateRqIn::new(&mut cmd[..])
                 .map_err(|_| DriverError::layout(Opcode::CreateRq, "input"))?;
             let mut ctx = c.ctx_mut();
+            // The RQ's user index is its CQ's number (each RQ has a CQ of its own): the
+            // device writes it into every CQE of the RQ (`srqn_uidx`, cqe_version 1), where
+            // the receive path checks it, as libmlx5 finds a raw packet QP by it
+            // (`get_resp_ctx_v1`). The CQE's `sop_drop_qpn` holds the flow tag, not the RQN.
             ctx.set_cqn(cqn)
+                .set_user_index(cqn)
                 .set_flush_in_error_en(true)
                 .set_mem_rq_type(0)
                 .set_counter_set_id(self.q_counter.as_ref().map_or(0, QCounterSet::id));

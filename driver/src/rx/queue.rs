@@ -287,7 +287,7 @@ impl<B: Backend> RxQueue<B> {
             self.cq.consume();
             self.stats.cqes += 1;
             // A cyclic RQ completes in order: the counter must name the oldest posted WQE.
-            if c.wqe_counter() != self.ci || c.qpn() != self.rqn || self.pi == self.ci {
+            if c.wqe_counter() != self.ci || c.srqn() != self.cq.cqn() || self.pi == self.ci {
                 // Out of step with the device: stop until recovery resets the ring.
                 self.refuse();
                 break;
@@ -362,12 +362,15 @@ impl<B: Backend> RxQueue<B> {
             ci,
             pi,
             ring_mask,
-            rqn,
             ..
         } = self;
         let run = cq.array_run(max)?;
         let posted = usize::from(pi.wrapping_sub(*ci));
-        if run.counter() != *ci || run.qpn() != *rqn || !run.is_receive_ok() || posted == 0 {
+        if run.counter() != *ci
+            || run.user_index() != cq.cqn()
+            || !run.is_receive_ok()
+            || posted == 0
+        {
             cq.consume_run(1);
             self.stats.cqes += 1;
             self.refuse();

@@ -385,7 +385,6 @@ impl<B: Backend> SharedRxQueue<B> {
             ring,
             cq,
             stats,
-            rqn,
             in_error,
             ..
         } = self;
@@ -398,12 +397,11 @@ impl<B: Backend> SharedRxQueue<B> {
             cq.consume();
             stats.cqes += 1;
             let counter = c.wqe_counter();
-            let (qpn, srqn) = (c.qpn(), c.srqn());
+            let srqn = c.srqn();
             // The counter must name a WQE posted on this ring and not yet completed.
             let age = st.pi.wrapping_sub(counter);
             let slot = usize::from(counter & mask);
-            let matches = qpn == *rqn
-                && srqn == st.rmpn
+            let matches = srqn == st.rmpn
                 && age != 0
                 && age <= size
                 && st.slots[slot].as_ref().is_some_and(|(c, _)| *c == counter);
@@ -501,9 +499,8 @@ impl<B: Backend> SharedRxQueue<B> {
             drained += 1;
             let counter = c.wqe_counter();
             let slot = usize::from(counter & mask);
-            let ours = c.qpn() == self.rqn
-                && c.srqn() == st.rmpn
-                && st.slots[slot].as_ref().is_some_and(|(n, _)| *n == counter);
+            let ours =
+                c.srqn() == st.rmpn && st.slots[slot].as_ref().is_some_and(|(n, _)| *n == counter);
             if ours && st.slots[slot].take().is_some() {
                 st.outstanding -= 1;
                 st.stats.completed += 1;

@@ -246,7 +246,7 @@ impl<B: Backend> SplitRxQueue<B> {
             let Some(c) = self.cq.peek() else { break };
             self.cq.consume();
             self.queue_stats.cqes += 1;
-            if c.wqe_counter() != self.ci || c.qpn() != self.rqn || self.pi == self.ci {
+            if c.wqe_counter() != self.ci || c.srqn() != self.cq.cqn() || self.pi == self.ci {
                 self.refuse();
                 break;
             }

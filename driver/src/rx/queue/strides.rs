@@ -34,7 +34,7 @@ impl<B: Backend> RxQueue<B> {
             if let Some(run) = self.cq.mini_run(limit - got) {
                 let first = &run.first;
                 let mut looked = 0;
-                if first.qpn() == self.rqn && first.is_receive_ok() {
+                if first.srqn() == self.cq.cqn() && first.is_receive_ok() {
                     // Checksum and stride index mini-CQEs: no RSS hash, the stride index
                     // instead.
                     let flags = OffloadFlags {
@@ -64,7 +64,7 @@ impl<B: Backend> RxQueue<B> {
             let Some(c) = self.cq.peek() else { break };
             self.cq.consume();
             self.stats.cqes += 1;
-            if c.qpn() != self.rqn || self.pi == self.ci {
+            if c.srqn() != self.cq.cqn() || self.pi == self.ci {
                 self.refuse();
                 break;
             }

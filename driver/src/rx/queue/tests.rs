@@ -13,6 +13,8 @@ use std::sync::Arc;
 const LOG_SIZE: u8 = 4;
 const ENTRIES: u16 = 1 << LOG_SIZE;
 const RQN: u32 = 9;
+/// The test CQ's number, which the RQ's user index is.
+const CQN: u32 = 4;
 /// Bytes of one receive WQE (a single data segment).
 const RX_WQE: usize = 16;
 
@@ -30,7 +32,7 @@ fn queue(pool: &Mempool) -> RxQueue<NoDevice> {
         ring: region(usize::from(ENTRIES) * RX_WQE),
         dbr: region(64),
         log_size: LOG_SIZE,
-        cq: CqRing::new(cq_memory, region(64), LOG_SIZE, 4, false).expect("a CQ over its memory"),
+        cq: CqRing::new(cq_memory, region(64), LOG_SIZE, CQN, false).expect("a CQ over its memory"),
         rqn: RQN,
         pool: pool.clone(),
         published: Arc::default(),
@@ -46,11 +48,24 @@ fn queue(pool: &Mempool) -> RxQueue<NoDevice> {
 }
 
 /// The device reports a frame of `byte_cnt` bytes in the WQE at `wqe_counter`, in CQ entry
-/// `cq_index`.
+/// `cq_index`: the RQ's user index (its CQ's number) in `srqn_uidx`, a flow tag in
+/// `sop_drop_qpn`.
 fn complete(queue: &RxQueue<NoDevice>, cq_index: u32, wqe_counter: u16, byte_cnt: u32) {
+    complete_as(queue, cq_index, wqe_counter, byte_cnt, CQN);
+}
+
+/// [`complete`] with `user_index` in `srqn_uidx`.
+fn complete_as(
+    queue: &RxQueue<NoDevice>,
+    cq_index: u32,
+    wqe_counter: u16,
+    byte_cnt: u32,
+    user_index: u32,
+) {
     let mut cqe = [0u8; CQE_SIZE];
+    cqe[0x20..0x24].copy_from_slice(&user_index.to_be_bytes());
     cqe[0x2c..0x30].copy_from_slice(&byte_cnt.to_be_bytes());
-    cqe[0x38..0x3c].copy_from_slice(&RQN.to_be_bytes());
+    cqe[0x38..0x3c].copy_from_slice(&0x77u32.to_be_bytes());
     cqe[0x3c..0x3e].copy_from_slice(&wqe_counter.to_be_bytes());
     let owner = (cq_index >> LOG_SIZE & 1) as u8;
     cqe[0x3f] = (CqeOpcode::RespSend as u8) << 4 | owner;
@@ -145,4 +160,18 @@ fn a_completion_for_a_wqe_not_the_oldest_is_refused() {
         assert_eq!((rx.ci, rx.posted()), (0xfff0, usize::from(ENTRIES)));
         assert_eq!(p.available(), 32 - u32::from(ENTRIES));
     }
+}
+
+#[test]
+fn a_completion_naming_another_queue_s_user_index_is_refused() {
+    // The device writes the RQ's user index into `srqn_uidx`; a completion naming another
+    // (a corrupt or misdirected CQE) is refused whatever flow tag it carries.
+    let p = pool(32, 256);
+    let mut rx = queue(&p);
+    complete_as(&rx, 0, rx.ci, 64, CQN + 1);
+    let mut out: Vec<Mbuf> = Vec::new();
+    assert_eq!(rx.rx_burst(&mut out, 64).unwrap(), 0);
+    assert!(rx.in_error());
+    assert_eq!(rx.stats().bad_cqes, 1);
+    assert_eq!(p.available(), 32 - u32::from(ENTRIES), "no buffer lost");
 }
