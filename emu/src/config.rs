@@ -87,6 +87,15 @@ pub struct EmuConfig {
     /// branch per command. Functions given clones of one trace share it; each line names its
     /// function by MAC address.
     pub command_trace: Option<crate::trace::CommandTrace>,
+    /// Offer software steering on NIC receive (rdma-core's `mlx5dv_dr`, steering entry format
+    /// 1): software-owned ICM (SW ICM) for the entries, `general_obj_types` bit 8 (SW_ICM),
+    /// the general page's `device_memory` and the device-memory page's three SW ICM ranges,
+    /// SW_ICM general objects and memory keys of access mode SW_ICM (`objects::icm`,
+    /// `fw::sw_icm`); the receive tables' `sw_owner_v2` and the drop and allow addresses
+    /// (`sw_steering::terminals`), and software-owned receive tables whose frames walk the
+    /// entries (`sw_steering::receive`). On by default, as on a ConnectX-6 Dx; off: none of it
+    /// is reported, and all of it is refused.
+    pub sw_steering: bool,
 }
 
 impl Default for EmuConfig {
@@ -112,6 +121,7 @@ impl Default for EmuConfig {
             roce: true,
             odp: true,
             command_trace: None,
+            sw_steering: true,
         }
     }
 }

@@ -147,11 +147,18 @@ counter_set! {
         rx_steer_drops,
         /// Frames dropped because the port was down.
         rx_port_down_drops,
+        /// Frames whose walk through software steering entries failed (an unreadable or
+        /// malformed entry, a loop, an action the model does not apply): dropped, and counted
+        /// in `rx_steer_drops` too.
+        rx_sw_steering_errors,
         /// Frames dropped by a striding RQ because they need more strides than a whole WQE has.
         rx_striding_too_long,
         /// Filler completions of striding RQs (the strides a WQE had left when the next frame
         /// did not fit them).
         rx_striding_fillers,
+        /// Linked-list striding RQs moved to error because a finished WQE's next segment named
+        /// a WQE past the ring.
+        rx_striding_bad_links,
         /// Device accesses to host memory refused by the IOMMU model.
         dma_faults,
         /// Doorbells with a producer index the device could not accept.

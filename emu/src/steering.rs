@@ -5,6 +5,7 @@
 use crate::function::Core;
 use crate::objects::MATCH_WORDS;
 use crate::packet::{IpAddrs, L3Kind, L4Kind, Parsed};
+use crate::sw_steering::receive::Next;
 use cxdirect_hw::flow::{
     FteMatchSetLyr24, FLOW_CONTEXT_ACTION_FWD_DEST, FLOW_DESTINATION_TYPE_TIR,
     FLOW_TABLE_MISS_ACTION_FWD,
@@ -97,8 +98,9 @@ pub(crate) fn frame_match_words(parsed: &Parsed) -> [u64; MATCH_WORDS] {
 /// Where steering sent a frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Verdict {
-    /// To these TIRs.
-    Tirs(TirList),
+    /// To these TIRs, with the flow tag the receive CQE carries in `sop_drop_qpn` (24 bits;
+    /// 0 when no entry on the way set one).
+    Tirs(TirList, u32),
     /// Dropped by a rule, by a miss, or for want of a root table.
     Drop,
 }
@@ -137,17 +139,53 @@ impl TirList {
 }
 
 /// Runs a frame's match parameter words ([`frame_match_words`]) through the NIC receive tables
-/// from the root. Every entry it matches that counts adds the frame (`frame_len` bytes) to
-/// its flow counters, whatever the entry then does with it.
-pub(crate) fn steer(core: &Core, words: &[u64; MATCH_WORDS], frame_len: usize) -> Verdict {
+/// from the root. Every entry it matches that counts adds the frame to its flow counters,
+/// whatever the entry then does with it. A software-owned table on the way hands the frame
+/// (`frame`, parsed as `parsed`) to the steering entries software wrote for it
+/// ([`crate::sw_steering`]), which decide the rest.
+pub(crate) fn steer(
+    core: &Core,
+    words: &[u64; MATCH_WORDS],
+    parsed: &Parsed,
+    frame: &[u8],
+) -> Verdict {
+    let frame_len = frame.len();
     let Some(mut table_id) = core.res.rx_root else {
         return Verdict::Drop;
     };
+    // TIRs an entry listed beside a table keep their copy while the walk goes on into the
+    // table (a destination list replicates the frame to each destination: rdma-core's
+    // destination arrays, `mlx5dv_dr_action_create_dest_array`).
     let mut tirs = TirList::default();
+    // An entry that forwards with a non-zero tag sets it; later ones without leave it.
+    let mut flow_tag = 0;
+    let done = |tirs: TirList, flow_tag| {
+        if tirs.is_empty() {
+            Verdict::Drop
+        } else {
+            Verdict::Tirs(tirs, flow_tag)
+        }
+    };
     for _ in 0..MAX_HOPS {
         let Some(table) = core.res.flow_tables.get(table_id) else {
-            return Verdict::Drop;
+            return done(tirs, flow_tag);
         };
+        if let Some(root) = table.sw_root {
+            let decision = crate::sw_steering::receive::receive(core, root, parsed, frame);
+            count(core, &decision.counters, frame_len);
+            flow_tag = decision.flow_tag.unwrap_or(flow_tag);
+            match decision.next {
+                Next::Tir(tirn) => {
+                    tirs.push(tirn);
+                    return done(tirs, flow_tag);
+                }
+                Next::Table(id) => {
+                    table_id = id;
+                    continue;
+                }
+                Next::Drop => return done(tirs, flow_tag),
+            }
+        }
         let hit = table.entries.values().find(|entry| {
             table
                 .groups
@@ -159,6 +197,9 @@ pub(crate) fn steer(core: &Core, words: &[u64; MATCH_WORDS], frame_len: usize) -
         }
         match hit {
             Some(entry) if entry.action & FLOW_CONTEXT_ACTION_FWD_DEST != 0 => {
+                if entry.flow_tag != 0 {
+                    flow_tag = entry.flow_tag;
+                }
                 let mut next = None;
                 for &(kind, id) in &entry.dests {
                     if kind == FLOW_DESTINATION_TYPE_TIR {
@@ -168,19 +209,13 @@ pub(crate) fn steer(core: &Core, words: &[u64; MATCH_WORDS], frame_len: usize) -
                     }
                 }
                 match next {
-                    Some(id) if tirs.is_empty() => table_id = id,
-                    _ => {
-                        return if tirs.is_empty() {
-                            Verdict::Drop
-                        } else {
-                            Verdict::Tirs(tirs)
-                        }
-                    }
+                    Some(id) => table_id = id,
+                    None => return done(tirs, flow_tag),
                 }
             }
-            Some(_) => return Verdict::Drop,
+            Some(_) => return done(tirs, flow_tag),
             None if table.miss_action == FLOW_TABLE_MISS_ACTION_FWD => table_id = table.miss_table,
-            None => return Verdict::Drop,
+            None => return done(tirs, flow_tag),
         }
     }
     Verdict::Drop

@@ -34,12 +34,15 @@ use std::sync::Arc;
 
 pub mod devx;
 pub mod flow_tables;
+pub mod mpwqe;
 pub mod pattern;
 pub mod poll;
 pub mod rc;
 pub mod signature;
 pub mod signature_dv;
 pub mod signature_pair;
+pub mod ste;
+pub mod sw_icm;
 pub mod ud;
 pub mod umr;
 pub mod window;
@@ -752,7 +755,7 @@ impl Host {
         log: u8,
         multi_packet: bool,
     ) -> Result<Sq, CmdFail> {
-        self.create_sq_of(cqn, tisn, log, multi_packet, 0)
+        self.create_sq_of(cqn, Some(tisn), log, multi_packet, 0, false)
     }
 
     /// Creates an SQ of `2^log` WQEBBs on CQ `cqn` and TIS `tisn` in NIC queue group `group`
@@ -766,27 +769,31 @@ impl Host {
         group: u32,
     ) -> Result<u32, CmdFail> {
         let group = u16::try_from(group).unwrap_or(u16::MAX);
-        self.create_sq_of(cqn, tisn, log, false, group)
+        self.create_sq_of(cqn, Some(tisn), log, false, group, false)
             .map(|sq| sq.sqn)
     }
 
+    /// CREATE_SQ of `2^log` WQEBBs on CQ `cqn` through TIS `tisn` (none: no TIS, as mlx5e's
+    /// ICOSQ), then RDY.
     fn create_sq_of(
         &mut self,
         cqn: u32,
-        tisn: u32,
+        tisn: Option<u32>,
         log: u8,
         multi_packet: bool,
         group: u16,
+        reg_umr: bool,
     ) -> Result<Sq, CmdFail> {
         let (buf, dbr, pages, mut input) = self.ring_input(Opcode::CreateSq, 64 << log);
         let mut cmd = CreateSqIn::new(&mut input[..]).expect("layout");
         {
             let mut ctx = cmd.ctx_mut();
             ctx.set_cqn(cqn)
-                .set_tis_num_0(tisn)
-                .set_tis_lst_sz(1)
+                .set_tis_num_0(tisn.unwrap_or(0))
+                .set_tis_lst_sz(u16::from(tisn.is_some()))
                 .set_qos_queue_group_id(group)
-                .set_allow_multi_pkt_send_wqe(multi_packet);
+                .set_allow_multi_pkt_send_wqe(multi_packet)
+                .set_reg_umr(reg_umr);
             ctx.wq_mut()
                 .set_wq_type(1)
                 .set_pd(self.pd)
@@ -1210,50 +1217,9 @@ impl Host {
 
     /// A flow table with one catch-all entry to `tirn`, made root.
     pub fn steer_to_tir(&mut self, tirn: u32) {
-        let mut input = Self::input(Opcode::CreateFlowTable, 0, 0x40);
-        {
-            let mut cmd = flow::CreateFlowTableIn::new(&mut input[..]).expect("layout");
-            cmd.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX);
-            cmd.flow_table_context_mut().set_log_size(4);
-        }
-        let out = self.exec(&input, 16).expect("CREATE_FLOW_TABLE");
-        let table = flow::CreateFlowTableOut::new(&out[..])
-            .expect("layout")
-            .table_id();
-        let mut input = Self::input(Opcode::CreateFlowGroup, 0, 0x400);
-        flow::CreateFlowGroupIn::new(&mut input[..])
-            .expect("layout")
-            .set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
-            .set_table_id(table)
-            .set_start_flow_index(0)
-            .set_end_flow_index(0);
-        let out = self.exec(&input, 16).expect("CREATE_FLOW_GROUP");
-        let group = flow::CreateFlowGroupOut::new(&out[..])
-            .expect("layout")
-            .group_id();
-        let mut input = Self::input(Opcode::SetFlowTableEntry, 0, 0x340 + 8);
-        {
-            let mut cmd = flow::SetFteIn::new(&mut input[..]).expect("layout");
-            cmd.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
-                .set_table_id(table)
-                .set_flow_index(0);
-            let mut ctx = cmd.flow_context_all_mut();
-            ctx.set_group_id(group)
-                .set_action(flow::FLOW_CONTEXT_ACTION_FWD_DEST)
-                .set_destination_list_size(1);
-            ctx.set_destination(
-                0,
-                flow::dest_format_entry(flow::FLOW_DESTINATION_TYPE_TIR, tirn),
-            )
-            .expect("room");
-        }
-        self.exec(&input, 16).expect("SET_FLOW_TABLE_ENTRY");
-        let mut input = Self::input(Opcode::SetFlowTableRoot, 0, 0x40);
-        flow::SetFlowTableRootIn::new(&mut input[..])
-            .expect("layout")
-            .set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
-            .set_table_id(table);
-        self.exec(&input, 16).expect("SET_FLOW_TABLE_ROOT");
+        let table = flow_tables::create_table(self, 0, 4, None).expect("CREATE_FLOW_TABLE");
+        flow_tables::catch_all(self, table, flow::FLOW_DESTINATION_TYPE_TIR, tirn, 0);
+        flow_tables::set_root(self, table);
     }
 }
 

@@ -4,12 +4,12 @@
 //! CREATE_MKEY (`fw::mkey`) checks the tables it is given against the same geometry.
 
 use crate::function::Core;
-use crate::objects::memic;
 use crate::objects::repeat::RepeatBlock;
 use crate::objects::Mkey;
+use crate::objects::{icm, memic};
 use cxdirect_hw::mkey::{
-    MKC_ACCESS_MODE_KLM, MKC_ACCESS_MODE_KSM, MKC_ACCESS_MODE_MEMIC, MKC_ACCESS_MODE_PA, MTT_READ,
-    MTT_WRITE,
+    MKC_ACCESS_MODE_KLM, MKC_ACCESS_MODE_KSM, MKC_ACCESS_MODE_MEMIC, MKC_ACCESS_MODE_PA,
+    MKC_ACCESS_MODE_SW_ICM, MTT_READ, MTT_WRITE,
 };
 
 /// The reserved lkey the model reports in QUERY_SPECIAL_CONTEXTS: addresses through it are
@@ -120,12 +120,13 @@ pub(crate) fn translate(
     walk(core, key, addr, len, write, each)
 }
 
-/// The first address of `key`'s range: its `start_addr`, but 0 for a device-memory key, which
-/// is zero-based (the RDMA core registers device memory only with IB_ZERO_BASED,
+/// The first address of `key`'s range: its `start_addr`, but 0 for a device-memory or SW ICM
+/// key, which is zero-based (the RDMA core registers device memory only with IB_ZERO_BASED,
 /// `UVERBS_METHOD_DM_MR_REG`, while mlx5_ib's `mlx5_ib_reg_dm_mr` puts the memory's BAR0
-/// offset in `start_addr`).
+/// offset, or the ICM address, in `start_addr`; rdma-core's dr_send.c then addresses an SW ICM
+/// key from 0, `dr_icm_pool_get_chunk_mr_addr`).
 fn origin(key: &Mkey) -> u64 {
-    if key.access_mode == MKC_ACCESS_MODE_MEMIC {
+    if key.access_mode == MKC_ACCESS_MODE_MEMIC || key.access_mode == MKC_ACCESS_MODE_SW_ICM {
         0
     } else {
         key.start
@@ -146,6 +147,18 @@ fn memic_address(core: &Core, key: &Mkey, addr: u64, len: u64) -> Result<u64, Ke
         })
         .ok_or(KeyFault::Bounds)?;
     Ok(memic::bus_address(offset))
+}
+
+/// The bus address of byte `addr` (zero-based) of SW ICM key `key`: ICM address
+/// `start_addr + addr`, whose `len` bytes must lie in one live SW_ICM object (the key was made
+/// over one, which may have been destroyed since).
+fn sw_icm_address(core: &Core, key: &Mkey, addr: u64, len: u64) -> Result<u64, KeyFault> {
+    let store = core.icm.as_ref().ok_or(KeyFault::Bounds)?;
+    let at = key.start.checked_add(addr).ok_or(KeyFault::Bounds)?;
+    if !store.covered(at, len) {
+        return Err(KeyFault::Bounds);
+    }
+    Ok(icm::bus_address(at))
 }
 
 /// Writes (`write`) or reads `[addr, addr + len)` through `rkey` for a peer of an RC QP in
@@ -181,6 +194,9 @@ fn walk(
     }
     if key.access_mode == MKC_ACCESS_MODE_MEMIC {
         return each(memic_address(core, key, addr, len)?, 0, len);
+    }
+    if key.access_mode == MKC_ACCESS_MODE_SW_ICM {
+        return each(sw_icm_address(core, key, addr, len)?, 0, len);
     }
     if key.access_mode == MKC_ACCESS_MODE_KLM {
         return walk_klm(core, key, addr, len, write, each);
@@ -263,6 +279,7 @@ fn through(
     match target.access_mode {
         MKC_ACCESS_MODE_PA => inner_each(at, 0, piece),
         MKC_ACCESS_MODE_MEMIC => inner_each(memic_address(core, target, at, piece)?, 0, piece),
+        MKC_ACCESS_MODE_SW_ICM => inner_each(sw_icm_address(core, target, at, piece)?, 0, piece),
         _ => walk_mtt(target, at, piece, write, &mut inner_each),
     }
 }

@@ -171,10 +171,17 @@ fn device_memory_page_as_mlx5_query_hca_caps_reads_it() {
 }
 
 /// A BAR0 too small for the window offers no device memory: the bit is clear, the page and the
-/// commands are refused.
+/// commands are refused (without software steering, whose SW ICM is device memory too).
 #[test]
 fn a_small_bar_offers_no_device_memory() {
-    let mut h = host_with(1 << 20);
+    let cfg = EmuConfig {
+        roce: true,
+        bar0_size: 1 << 20,
+        sw_steering: false,
+        ..EmuConfig::default()
+    };
+    let mut h = Host::new(Device::loopback(cfg), MEM);
+    h.bring_up();
     let general = h.query_cap(cap_type::GENERAL_DEVICE, true);
     assert!(!CmdHcaCap::new(&general[0x10..])
         .expect("layout")

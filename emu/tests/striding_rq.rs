@@ -55,7 +55,7 @@ impl Rig {
         let cqe = self.h.poll_cq(&mut self.cq).expect("a completion");
         let c = Cqe64::new(&cqe[..]).unwrap();
         assert_eq!(c.opcode(), CqeOpcode::RespSend as u8, "{cqe:02x?}");
-        assert_eq!(c.qpn(), self.rq.rqn);
+        assert_eq!(c.qpn(), 0, "sop_drop_qpn: no rule set a flow tag");
         let word = c.byte_cnt();
         (
             c.wqe_id(),
@@ -247,11 +247,65 @@ fn creation_is_refused_without_the_capability_and_outside_the_geometry() {
     let mut h = Host::new(Device::loopback(EmuConfig::default()), MEM);
     h.bring_up();
     let cq = h.create_cq(6);
-    // log_wqe_num_of_strides 8 would be 2^17 strides (or, with ext_stride_num_range, a small
-    // count this device does not offer).
+    // log_wqe_num_of_strides 8 would be 2^17 strides, or, signed with ext_stride_num_range,
+    // 2 strides: below the 8 that range reaches down to.
     assert!(matches!(
         h.try_create_striding_rq(cq.cqn, 2, 8, 0, false),
         Err(CmdFail::Status { .. })
     ));
     assert!(h.try_create_striding_rq(cq.cqn, 2, 7, 7, false).is_ok());
+}
+
+/// `ext_stride_num_range`: the 4-bit stride count is signed, down to 8 strides, as mlx5e writes
+/// it for its linear 2 KiB strides (`mlx5e_build_rq_param`: `log_wqe_num_of_strides -
+/// MLX5_MPWQE_LOG_NUM_STRIDES_BASE`); a frame then takes one stride, and the ninth starts the
+/// next WQE.
+#[test]
+fn with_ext_stride_num_range_a_wqe_may_have_as_few_as_eight_strides() {
+    let mut h = Host::new(Device::loopback(EmuConfig::default()), MEM);
+    h.bring_up();
+    let page = h.query_cap(cxdirect_hw::hca::cap_type::GENERAL_DEVICE, true);
+    let general = cxdirect_hw::caps::CmdHcaCap::new(&page[0x10..]).expect("layout");
+    assert!(general.ext_stride_num_range());
+    let key = h.create_mkey(true, true);
+    let mut cq = h.try_create_cq(8, None).expect("CREATE_CQ");
+    for refused in [0x8, 0x9] {
+        assert!(
+            matches!(
+                h.try_create_striding_rq(cq.cqn, 2, refused, 5, false),
+                Err(CmdFail::Status { .. })
+            ),
+            "field {refused:#x}: fewer than 8 strides"
+        );
+    }
+    // 0xa: 2^(9 - 6) = 8 strides; stride size field 5: 2 KiB.
+    let mut rq = h
+        .try_create_striding_rq(cq.cqn, 2, 0xa, 5, false)
+        .expect("8 strides of 2 KiB");
+    h.steer_all_to(rq.rqn);
+    let bufs: Vec<u64> = (0..2).map(|_| h.alloc(8 * 2048, 4096)).collect();
+    for &b in &bufs {
+        h.post_striding_recv(&mut rq, b, 8 * 2048, key);
+    }
+    let sent = frames(&[1400; 9]);
+    h.arrive(&sent);
+    for (i, frame) in sent.iter().enumerate() {
+        let cqe = h.poll_cq(&mut cq).expect("a completion");
+        let c = Cqe64::new(&cqe[..]).unwrap();
+        let word = c.byte_cnt();
+        let (wqe, stride) = (i / 8, i % 8);
+        assert_eq!(
+            (
+                c.wqe_id(),
+                c.wqe_counter(),
+                (word >> STRIDES_SHIFT) & STRIDES_MASK
+            ),
+            (wqe as u16, stride as u16, 1),
+            "frame {i}"
+        );
+        assert_eq!(
+            h.read(bufs[wqe] + 2048 * stride as u64, frame.len()),
+            *frame
+        );
+    }
 }

@@ -405,6 +405,29 @@ impl Device {
         })
     }
 
+    /// `len` bytes of SW ICM at ICM address `icm` as the device holds them (bytes never
+    /// written read as zero), or `None` without SW ICM ([`EmuConfig::sw_steering`]) or when the
+    /// range is not inside one live SW_ICM object: for tests that check what reached ICM.
+    pub fn sw_icm_read(&self, icm: u64, len: usize) -> Option<Vec<u8>> {
+        let core = lock(&self.shared.core);
+        let mut buf = vec![0u8; len];
+        core.icm.as_ref()?.read(icm, &mut buf).ok()?;
+        Some(buf)
+    }
+
+    /// The 64-byte steering entry at ICM address `icm`, as [`Device::sw_icm_read`].
+    pub fn sw_icm_entry(&self, icm: u64) -> Option<[u8; 64]> {
+        let core = lock(&self.shared.core);
+        core.icm.as_ref()?.read_entry(icm).ok()
+    }
+
+    /// How many 4 KiB pages of SW ICM are backed (written since their object was created);
+    /// 0 without SW ICM.
+    pub fn sw_icm_backed_pages(&self) -> usize {
+        let core = lock(&self.shared.core);
+        core.icm.as_ref().map_or(0, |s| s.backed_pages())
+    }
+
     /// The transient signature (guard << 16 | application tag) and reference tag PSV `index`
     /// holds (SET_PSV's seed, then the last block the data path protected in its domain), or
     /// `None` when there is no such PSV.

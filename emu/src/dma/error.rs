@@ -26,6 +26,20 @@ pub enum DmaError {
     /// Bus mastering is disabled in the Command register: the function may not issue DMA.
     #[error("DMA attempted while bus mastering is disabled")]
     BusMasterDisabled,
+    /// An access of the data path to SW ICM (through an SW ICM memory key) the ICM store
+    /// refused: outside every live SW_ICM object, or a write that would back more pages than
+    /// the store's bound.
+    #[error("SW ICM {kind} of {len} bytes at ICM address {icm:#x} refused: {why}")]
+    SwIcm {
+        /// "read" or "write".
+        kind: &'static str,
+        /// First ICM address of the access.
+        icm: u64,
+        /// Length of the access in bytes.
+        len: usize,
+        /// Why: "outside every SW_ICM object" or "backed-page bound reached".
+        why: &'static str,
+    },
 }
 
 /// Why a mapping could not be added or removed.

@@ -8,7 +8,7 @@ use crate::engine::fetch::read_wqes;
 use crate::faults::{DmaQueue, Fault, UNMAPPED_IOVA};
 use crate::function::local_loopback::Sender;
 use crate::function::Core;
-use crate::objects::queue_state::{LateWrite, ReceiveScratch, MAX_RX_WQE};
+use crate::objects::queue_state::{LateWrite, ReceiveScratch, Steered, MAX_RX_WQE};
 use crate::objects::{QState, RqMemory, TirDispatch, WorkQueue};
 use crate::packet::{self, L3Kind, L4Kind, Parsed};
 use crate::rss;
@@ -102,8 +102,8 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8], from: Option<Sender>) {
     }
     let parsed = packet::parse(frame);
     let words = frame_match_words(&parsed);
-    let tirs = match steer(core, &words, frame.len()) {
-        Verdict::Tirs(tirs) => tirs,
+    let (tirs, flow_tag) = match steer(core, &words, &parsed, frame) {
+        Verdict::Tirs(tirs, flow_tag) => (tirs, flow_tag),
         Verdict::Drop => {
             add(&core.counters.rx_steer_drops, 1);
             return;
@@ -145,7 +145,7 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8], from: Option<Sender>) {
                 (rqn, hash)
             }
         };
-        deliver(core, rqn, frame, &parsed, hash);
+        deliver(core, rqn, frame, &parsed, Steered { hash, flow_tag });
     }
 }
 
@@ -186,7 +186,7 @@ fn hash_type(parsed: &Parsed, sel: rss::HashSelector) -> u8 {
     ip << 2 | l4 << 6
 }
 
-fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Option<(u32, u8)>) {
+fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, steered: Steered) {
     let Some(rq) = core.res.rqs.get(rqn) else {
         add(&core.counters.rx_steer_drops, 1);
         return;
@@ -206,7 +206,7 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
         }
     }
     if let Some(striding) = striding {
-        crate::engine::striding::deliver(core, rqn, striding, frame, parsed, hash);
+        crate::engine::striding::deliver(core, rqn, striding, frame, parsed, steered);
         return;
     }
     let Some(available) = available_wqes(core, rqn, memory, counter_set) else {
@@ -266,7 +266,7 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
             index,
             pd,
             memory,
-            hash,
+            steered,
             wqe: wqe.to_vec(),
             frame: frame.to_vec(),
         });
@@ -284,7 +284,7 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, hash: Optio
         cqn,
         index,
         memory,
-        hash,
+        steered,
         strides: None,
     };
     complete(core, &done, frame, parsed, scattered);
@@ -431,7 +431,7 @@ pub(crate) fn land_late_writes(core: &mut Core, rqn: Option<u32>) -> usize {
             cqn: w.cqn,
             index: w.index,
             memory: w.memory,
-            hash: w.hash,
+            steered: w.steered,
             strides: None,
         };
         complete(core, &done, &w.frame, &parsed, scattered);
@@ -447,7 +447,8 @@ pub(crate) struct Delivered {
     /// The receive WQE the frame went into.
     pub index: u16,
     pub memory: RqMemory,
-    pub hash: Option<(u32, u8)>,
+    /// The RSS hash and the flow tag.
+    pub steered: Steered,
     /// Striding RQs: the first stride the frame took in WQE `index`, and how many.
     pub strides: Option<(u16, u32)>,
 }
@@ -466,13 +467,13 @@ pub(crate) fn complete(
         cqn,
         index,
         memory,
-        hash,
+        steered,
         strides,
     } = *d;
     match scattered {
         Ok(()) => {
             let mut cqe = [0u8; 64];
-            fill_rx_cqe(&mut cqe, rqn, index, frame, parsed, hash, memory);
+            fill_rx_cqe(&mut cqe, index, frame, parsed, steered, memory);
             if let Some((stride, count)) = strides {
                 crate::engine::striding::place_in_cqe(&mut cqe, index, stride, count, false);
             }
@@ -517,7 +518,7 @@ pub(crate) fn complete(
 /// Puts RQ `rqn`'s `user_index` into a CQE of its when the RQ has its own ring, as a
 /// `cqe_version` 1 device does: libmlx5 finds the raw packet QP a receive belongs to by it
 /// (`get_resp_ctx_v1`). An RQ drawing from an RMP keeps the RMP number there.
-fn stamp_user_index(core: &Core, rqn: u32, memory: RqMemory, cqe: &mut [u8; 64]) {
+pub(crate) fn stamp_user_index(core: &Core, rqn: u32, memory: RqMemory, cqe: &mut [u8; 64]) {
     if memory != RqMemory::Own {
         return;
     }
@@ -593,13 +594,15 @@ pub(crate) fn write_payload(
     .map_err(|_| CqeSyndrome::LocalProtection)
 }
 
+/// A receive CQE of an Ethernet RQ: byte count, WQE counter, checksum flags and sum, the
+/// flow tag in `sop_drop_qpn` (not the RQ number: libmlx5 finds the queue by the user index
+/// in `srqn`, `get_resp_ctx_v1`), the RSS hash.
 pub(crate) fn fill_rx_cqe(
     cqe: &mut [u8; 64],
-    rqn: u32,
     index: u16,
     frame: &[u8],
     parsed: &Parsed,
-    hash: Option<(u32, u8)>,
+    steered: Steered,
     memory: RqMemory,
 ) {
     let Ok(mut c) = cxdirect_hw::cqe::Cqe64::new(&mut cqe[..]) else {
@@ -609,7 +612,7 @@ pub(crate) fn fill_rx_cqe(
     let l4_ok =
         matches!(parsed.l4, L4Kind::Tcp | L4Kind::Udp) && packet::l4_checksum_ok(frame, parsed);
     c.set_byte_cnt(frame.len() as u32)
-        .set_qpn(rqn)
+        .set_qpn(steered.flow_tag & 0x00ff_ffff)
         .set_wqe_counter(index)
         .set_opcode(CqeOpcode::RespSend as u8)
         .set_l2_ok(true)
@@ -617,7 +620,7 @@ pub(crate) fn fill_rx_cqe(
         .set_l4_ok(l4_ok)
         .set_l3_hdr_type(parsed.l3_hdr_type())
         .set_l4_hdr_type(parsed.l4_hdr_type());
-    if let Some((value, kind)) = hash {
+    if let Some((value, kind)) = steered.hash {
         c.set_rss_hash_result(value).set_rss_hash_type(kind);
     }
     // The one's-complement sum (not inverted) of the IP packet, from its header to the frame's

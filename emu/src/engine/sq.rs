@@ -159,6 +159,7 @@ fn execute_one(
     };
     let mask = sq.wq.entries() - 1;
     let (cqn, pd, min_inline, tisn) = (sq.cqn, sq.wq.pd, sq.min_inline, sq.tisn);
+    let reg_umr = sq.reg_umr;
     // The transport domain of the SQ's TIS goes with every frame it loops inside the device:
     // a TIR of the same domain takes it only as self loopback (see `rq::receive`).
     let td = core.res.tises.get(tisn).map(|tis| tis.td);
@@ -254,6 +255,10 @@ fn execute_one(
             },
             &mut sent,
         ),
+        // Only on an SQ created with `reg_umr`; elsewhere a local QP operation error.
+        wqe::opcode::UMR if reg_umr => {
+            crate::engine::sq_umr::execute(core, sqn, pd, &s.wqe[..wqe_bytes])
+        }
         _ => Err(CqeSyndrome::LocalQpOperation),
     };
     {

@@ -3,10 +3,12 @@
 //! completes with its WQE (`wqe_id`), its first stride (`wqe_counter`) and its stride count
 //! (bits 29:16 of `byte_cnt`). A frame that does not fit the strides a WQE has left first
 //! closes that WQE with a filler completion for them; a WQE is done when all its strides are
-//! taken.
+//! taken. A cyclic ring's WQEs are taken in order, a linked list's in the order its next
+//! segments give ([`striding_list`](super::striding_list)).
 
 use crate::counters::{add, QueueKind};
 use crate::function::Core;
+use crate::objects::queue_state::Steered;
 use crate::objects::{RqMemory, Striding};
 use crate::packet::Parsed;
 use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome};
@@ -17,6 +19,7 @@ use super::rq::{
     available_wqes, complete, read_receive_wqes, receive_faults, receive_ring_mut, write_payload,
     Delivered,
 };
+use super::striding_list::{advance, current, read_ahead};
 
 /// Puts a striding completion's place into `cqe`: WQE `wqe`, first stride `stride`, `count`
 /// strides taken, and whether it is a filler (the length then reads 0).
@@ -37,7 +40,7 @@ pub(crate) fn deliver(
     striding: Striding,
     frame: &[u8],
     parsed: &Parsed,
-    hash: Option<(u32, u8)>,
+    steered: Steered,
 ) {
     let shift = if striding.two_byte_shift { 2 } else { 0 };
     let need = (frame.len() as u32 + shift).div_ceil(striding.stride_bytes());
@@ -68,12 +71,13 @@ pub(crate) fn deliver(
     let Some(wq) = receive_ring_mut(core, rqn, RqMemory::Own) else {
         return;
     };
-    let index = wq.consumed;
+    let index = current(wq);
+    let ahead = read_ahead(wq, available);
     let pd = wq.pd;
-    wq.posted_end = index.wrapping_add(available);
+    wq.posted_end = wq.consumed.wrapping_add(available);
     let mut wqe = [0u8; WQE_HEADER + WQE_DS];
     let fetched = wq.fetched.copy_held(index, &mut wqe)
-        || read_receive_wqes(core, rqn, RqMemory::Own, index, available, &mut wqe);
+        || read_receive_wqes(core, rqn, RqMemory::Own, index, ahead, &mut wqe);
     let (injected, unmapped) = receive_faults(core, rqn, fetched);
     let offset = u64::from(used * striding.stride_bytes() + shift);
     let written = match injected {
@@ -86,7 +90,7 @@ pub(crate) fn deliver(
         cqn,
         index,
         memory: RqMemory::Own,
-        hash,
+        steered,
         strides: Some((used as u16, need)),
     };
     let failed = written.is_err();
@@ -133,14 +137,16 @@ fn write_frame(
 /// Closes the current WQE with a filler completion for its strides from `used` on; false
 /// when the completion had nowhere to go (the RQ is then in error).
 fn close_with_filler(core: &mut Core, rqn: u32, cqn: u32, used: u32, strides: u32) -> bool {
-    let Some(index) = receive_ring_mut(core, rqn, RqMemory::Own).map(|wq| wq.consumed) else {
+    let Some(index) = receive_ring_mut(core, rqn, RqMemory::Own).map(|wq| current(wq)) else {
         return false;
     };
     let mut cqe = [0u8; 64];
     if let Ok(mut c) = cxdirect_hw::cqe::Cqe64::new(&mut cqe[..]) {
-        c.set_qpn(rqn).set_opcode(CqeOpcode::RespSend as u8);
+        // No frame, so no rule's flow tag: `sop_drop_qpn` stays 0.
+        c.set_opcode(CqeOpcode::RespSend as u8);
     }
     place_in_cqe(&mut cqe, index, used as u16, strides - used, true);
+    crate::engine::rq::stamp_user_index(core, rqn, RqMemory::Own, &mut cqe);
     add(&core.counters.rx_striding_fillers, 1);
     if crate::engine::cq::post_receive(core, cqn, rqn, &mut cqe).is_err() {
         add(&core.counters.completions_lost, 1);
@@ -152,12 +158,16 @@ fn close_with_filler(core: &mut Core, rqn: u32, cqn: u32, used: u32, strides: u3
     true
 }
 
-/// The current WQE is done: the next one becomes current.
+/// The current WQE is done: the next one becomes current. A linked list whose next segment
+/// names no WQE of the ring moves the RQ to error.
 fn retire(core: &mut Core, rqn: u32) {
     if let Some(wq) = receive_ring_mut(core, rqn, RqMemory::Own) {
         wq.consumed = wq.consumed.wrapping_add(1);
     }
     core.queue_counters.get_mut(QueueKind::Rq, rqn).wqes += 1;
+    if !advance(core, rqn) {
+        crate::engine::rq::enter_error(core, rqn);
+    }
 }
 
 fn set_used(core: &mut Core, rqn: u32, used: u32) {

@@ -20,7 +20,7 @@ use crate::objects::limits::{
     LOG_MAX_NUM_RESERVED_QPN, LOG_RESERVED_QPN_GRANULARITY, LOG_RESERVED_QPN_MAX_ALLOC,
 };
 use crate::objects::queue_state::MAX_SESSION;
-use crate::objects::{memic, pacing, scheduling};
+use crate::objects::{icm, memic, pacing, scheduling};
 use cxdirect_hw::memic::{DeviceMemCap, MEMIC_BASE_ALIGN};
 use cxdirect_hw::odp::OdpCap;
 use cxdirect_hw::qos::{element_type_cap, tsar_type_cap, QosCap};
@@ -80,6 +80,7 @@ pub(crate) struct CapSet {
     pub qos: [u8; 0x100],
     /// The device-memory capability page (maximum and current alike), as
     /// [`crate::objects::memic`] lays the memory out; all zero where BAR0 has no room for it.
+    /// With [`EmuConfig::sw_steering`] it names the SW ICM ranges of [`crate::objects::icm`] too.
     pub device_mem: [u8; 0x100],
     /// The second general capability page (cap type 0x20; maximum and current alike),
     /// offered by general `hca_cap_2`: the reserved QP number limits
@@ -218,7 +219,9 @@ impl CapSet {
             // `mlx5_query_hca_caps` then reads the device-memory page below, and mlx5_ib offers
             // `ibv_alloc_dm` (`max_dm_size`, `handle_alloc_dm_memic`); the commands are
             // `fw::memic`'s.
-            .set_device_memory(memic::window_start(cfg.bar0_size).is_some())
+            // With SW ICM the page is read for its ranges as well (mlx5_core reads it only
+            // when this is set), whether or not BAR0 holds MEMIC (its `memic` bit says that).
+            .set_device_memory(memic::window_start(cfg.bar0_size).is_some() || cfg.sw_steering)
             // On-demand paging (`engine::rc::page_fault`): mlx5_ib's
             // `mlx5_ib_internal_fill_odp_caps` then reads the ODP page below, and mlx5_core's
             // `handle_hca_cap_odp` (main.c) queries it.
@@ -309,6 +312,10 @@ impl CapSet {
             })
             .set_log_max_xrq(if cfg.roce { 12 } else { 0 })
             .set_striding_rq(cfg.striding_rq)
+            // Down to 8 strides a WQE: mlx5e keeps 2 KiB strides (one frame a stride, linear
+            // SKBs) in its 256 KiB WQEs only with this (`mlx5e_verify_rx_mpwqe_strides`), and
+            // otherwise prefers its legacy RQ (`mlx5e_build_rq_params`).
+            .set_ext_stride_num_range(cfg.striding_rq)
             .set_log_min_stride_sz_rq(cxdirect_hw::wq::striding::LOG_STRIDE_BYTES_BASE)
             .set_log_max_stride_sz_rq(cxdirect_hw::wq::striding::MAX_LOG_STRIDE_BYTES)
             .set_cqe_compression_max_num(MAX_SESSION)
@@ -321,8 +328,18 @@ impl CapSet {
             .set_hca_cap_2(true)
             .set_general_obj_types(
                 general_obj_types_bit(obj_type::RESERVED_QPN)
-                    | general_obj_types_bit(obj_type::SCHEDULING_ELEMENT),
+                    | general_obj_types_bit(obj_type::SCHEDULING_ELEMENT)
+                    // SW ICM only when asked for (`EmuConfig::sw_steering`): mlx5_core's
+                    // `mlx5_dm_create` keys its SW ICM allocator on this bit.
+                    | if cfg.sw_steering {
+                        general_obj_types_bit(obj_type::SW_ICM)
+                    } else {
+                        0
+                    },
             )
+            // Steering entries in the ConnectX-6 Dx format (STEv1,
+            // `MLX5_HW_CONNECTX_6DX`), the one `crate::sw_steering` walks.
+            .set_steering_format_version(1)
             .set_device_frequency_khz(1_000_000);
         let mut max_general = [0u8; 0x100];
         max_general.copy_from_slice(g.as_bytes());
@@ -338,6 +355,11 @@ impl CapSet {
             .set_max_lso_cap(if cfg.lso { LOG_MAX_LSO } else { 0 })
             .set_multi_pkt_send_wqe(0)
             .set_enhanced_multi_pkt_send_wqe(cfg.multi_packet_send)
+            // SQs created with `reg_umr` may post UMR WQEs (`engine::sq_umr`): Linux's mlx5e
+            // opens its striding RQs only with this, `striding_rq` and `umr_ptr_rlky`
+            // (`mlx5e_check_fragmented_striding_rq_cap`), and its ICOSQ asks for it
+            // (`mlx5e_build_icosq_param`: `reg_umr` = this bit). Striding RQs come with it.
+            .set_reg_umr_sq(cfg.striding_rq)
             .set_wqe_inline_mode(wqe_inline_mode::NOT_REQUIRED)
             .set_rss_ind_tbl_cap(LOG_MAX_RQT_SIZE);
         let mut ethernet = [0u8; 0x100];
@@ -367,6 +389,21 @@ impl CapSet {
             // `mlx5_cmd_set_fte` lists at most 2^log_max_flow_counter of them per entry.
             .set_flow_counter(true)
             .set_log_max_flow_counter(crate::objects::limits::LOG_MAX_FLOW_COUNTERS_PER_ENTRY);
+        if cfg.sw_steering {
+            // Software-owned receive tables in entry format 1 (`steering_format_version`):
+            // rdma-core's `dr_domain_caps_init` takes `sw_owner_v2` with a format up to
+            // ConnectX-8's; the terminals entries end at (`sw_steering::terminals`). Transmit
+            // tables are not modelled, so neither are software-owned ones.
+            f.flow_table_properties_nic_receive_mut()
+                .set_sw_owner_v2(true);
+            f.set_sw_steering_nic_rx_action_drop_icm_address(
+                crate::sw_steering::terminals::RX_DROP,
+            )
+            .set_sw_steering_nic_tx_action_drop_icm_address(crate::sw_steering::terminals::TX_DROP)
+            .set_sw_steering_nic_tx_action_allow_icm_address(
+                crate::sw_steering::terminals::TX_ALLOW,
+            );
+        }
         let mut flow_table = Box::new([0u8; 0x1000]);
         flow_table.copy_from_slice(f.as_bytes());
         let mut r = RoceCap::zeroed();
@@ -462,6 +499,17 @@ impl CapSet {
                 .set_memic_operations(memic::OPERATIONS)
                 .set_memic_atomic_increment_size(memic::ATOMIC_SIZES)
                 .set_memic_atomic_test_and_set_size(memic::ATOMIC_SIZES);
+        }
+        if cfg.sw_steering {
+            // The three SW ICM ranges (`objects::icm`); no indirect-encap range (its log size
+            // 0 has rdma-core skip the encap pool).
+            dm.set_steering_sw_icm_start_address(icm::STEERING_START)
+                .set_log_steering_sw_icm_size(icm::LOG_STEERING_SIZE)
+                .set_header_modify_sw_icm_start_address(icm::HEADER_MODIFY_START)
+                .set_log_header_modify_sw_icm_size(icm::LOG_HEADER_MODIFY_SIZE)
+                .set_header_modify_pattern_sw_icm_start_address(icm::PATTERN_START)
+                .set_log_header_modify_pattern_sw_icm_size(icm::LOG_PATTERN_SIZE)
+                .set_log_sw_icm_alloc_granularity(icm::LOG_ALLOC_GRANULARITY);
         }
         let device_mem = dm.into_inner();
         let mut c2 = CmdHcaCap2::new([0u8; 0x100]).expect("a page holds HCA_CAP_2");

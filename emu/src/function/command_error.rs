@@ -136,6 +136,15 @@ pub enum Syndrome {
     /// for the type (RESERVED_QPN: `log_reserved_qpn_granularity` to
     /// `log_reserved_qpn_max_alloc`).
     BadObjRange = 0x0c0d_00e5,
+    /// CREATE_GENERAL_OBJECT of type SW_ICM named a piece not inside one of the SW ICM ranges
+    /// of the device-memory page.
+    SwIcmOutOfRange = 0x0c0d_00e6,
+    /// An SW_ICM piece smaller than `2^log_sw_icm_alloc_granularity` bytes.
+    SwIcmBadSize = 0x0c0d_00e7,
+    /// An SW_ICM piece whose start is not a multiple of the allocation granularity.
+    SwIcmMisaligned = 0x0c0d_00e8,
+    /// An SW_ICM piece overlapping a live SW_ICM object.
+    SwIcmOverlap = 0x0c0d_00e9,
     /// Refused on purpose: [`crate::Fault::RefuseCommand`], [`crate::Fault::RefuseCommandAfter`].
     Refused = 0x0c0d_00f0,
 }

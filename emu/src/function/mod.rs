@@ -17,6 +17,7 @@ use crate::config::EmuConfig;
 use crate::counters::{add, Counters, QueueCounterTable};
 use crate::dma::{DmaError, Iommu};
 use crate::irq::InterruptSink;
+use crate::objects::icm::{self, IcmStore};
 use crate::objects::memic::{self, DeviceMemory};
 use crate::objects::queue_state::{LateWrite, RcScratch, ReceiveScratch, SendScratch, UdScratch};
 use crate::objects::{Resources, WorkQueue};
@@ -91,6 +92,10 @@ pub(crate) struct Core {
     /// The function's device memory (MEMIC), where BAR0 is large enough to hold it; BAR0's
     /// MMIO shares it.
     pub memic: Option<Arc<DeviceMemory>>,
+    /// The function's SW ICM, with [`EmuConfig::sw_steering`]: its SW_ICM objects and the bytes
+    /// SW ICM keys reach. Readers (the steering engine) take bytes with
+    /// [`IcmStore::read`] / [`IcmStore::read_entry`] at ICM addresses.
+    pub icm: Option<IcmStore>,
 }
 
 impl Core {
@@ -98,8 +103,10 @@ impl Core {
         let port = hca::PortState::new(&cfg);
         let memic =
             memic::window_start(cfg.bar0_size).map(|base| Arc::new(DeviceMemory::new(base)));
+        let icm = cfg.sw_steering.then(IcmStore::new);
         Self {
             memic,
+            icm,
             hca: hca::Hca::new(&cfg),
             pages: pages::Pages::default(),
             res: Resources::new(&cfg),
@@ -152,6 +159,9 @@ impl Core {
         if let Some(memic) = &self.memic {
             memic.clear();
         }
+        if let Some(icm) = &self.icm {
+            icm.clear();
+        }
         self.bus_master = false;
         self.msix_enabled = false;
     }
@@ -166,6 +176,10 @@ impl Core {
             let len = buf.len();
             return self.memic_access(("read", iova, len), |m| m.read(offset, buf));
         }
+        if let Some((store, at)) = self.icm.as_ref().zip(icm::icm_address(iova)) {
+            let len = buf.len();
+            return self.icm_access(("read", at, len), store.read(at, buf));
+        }
         self.iommu
             .read(iova, buf)
             .inspect_err(|_| add(&self.counters.dma_faults, 1))
@@ -179,6 +193,9 @@ impl Core {
         }
         if let Some(offset) = memic::device_offset(iova) {
             return self.memic_access(("write", iova, data.len()), |m| m.write(offset, data));
+        }
+        if let Some((store, at)) = self.icm.as_ref().zip(icm::icm_address(iova)) {
+            return self.icm_access(("write", at, data.len()), store.write(at, data));
         }
         self.iommu
             .write(iova, data)
@@ -199,6 +216,30 @@ impl Core {
                 Err(DmaError::Unmapped { kind, iova, len })
             }
         }
+    }
+
+    /// The outcome of an access of the data path to SW ICM (an SW ICM key's bus address):
+    /// refused outside a live object or past the backed-page bound, and its work request
+    /// then completes in error as for any DMA the function cannot make.
+    fn icm_access(
+        &self,
+        (kind, icm, len): (&'static str, u64, usize),
+        outcome: Result<(), icm::IcmError>,
+    ) -> Result<(), DmaError> {
+        outcome.map_err(|e| {
+            add(&self.counters.dma_faults, 1);
+            let why = if e == icm::IcmError::Full {
+                "backed-page bound reached"
+            } else {
+                "outside every SW_ICM object"
+            };
+            DmaError::SwIcm {
+                kind,
+                icm,
+                len,
+                why,
+            }
+        })
     }
 
     /// Reads a big-endian 32-bit word of host memory.

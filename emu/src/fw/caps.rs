@@ -43,7 +43,9 @@ pub(crate) fn query_hca_cap(core: &mut Core, op_mod: u16, output: &mut [u8]) -> 
         cap_type::ATOMIC if core.cfg.roce => &core.hca.caps.max_atomic,
         cap_type::ODP if core.cfg.roce && core.cfg.odp => &core.hca.caps.odp,
         cap_type::QOS => &core.hca.caps.qos,
-        cap_type::DEVICE_MEM if core.memic.is_some() => &core.hca.caps.device_mem,
+        cap_type::DEVICE_MEM if core.memic.is_some() || core.icm.is_some() => {
+            &core.hca.caps.device_mem
+        }
         cap_type::GENERAL_DEVICE_2 => &core.hca.caps.general_2,
         _ => {
             return Err(bad_param(

@@ -371,6 +371,7 @@ fn object_in(opcode: Opcode, input: &[u8]) -> Option<(Owned, Role)> {
     let ty = GeneralObjInCmdHdr::new(input).ok()?.obj_type();
     match ty {
         obj_type::RESERVED_QPN => Some((Owned::ReservedQpn, role)),
+        obj_type::SW_ICM => Some((Owned::SwIcm, role)),
         _ => None,
     }
 }

@@ -1,8 +1,9 @@
 //! General objects: CREATE_GENERAL_OBJECT, MODIFY_GENERAL_OBJECT, QUERY_GENERAL_OBJECT and
 //! DESTROY_GENERAL_OBJECT, dispatched by the header's `obj_type`. The model offers two types
 //! (the bits of `general_obj_types`): RESERVED_QPN, blocks of QP numbers no QP or DCT is
-//! given ([`crate::objects::reserved_qpn`]), and NIC scheduling elements (`fw::scheduling`).
-//! Any other type is refused with [`Syndrome::UnknownObjType`].
+//! given ([`crate::objects::reserved_qpn`]), and NIC scheduling elements (`fw::scheduling`);
+//! with `EmuConfig::sw_steering`, a third: pieces of SW ICM (`fw::sw_icm`). Any other type is
+//! refused with [`Syndrome::UnknownObjType`].
 //!
 //! Read from rdma-core's libmlx5 (`providers/mlx5/mlx5.c`): `reserved_qpn_blk_alloc` sends
 //! CREATE_GENERAL_OBJECT through DEVX with `obj_type` 0x2c and `log_obj_range` equal to
@@ -47,6 +48,7 @@ pub(crate) fn create(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdRes
         obj_type::SCHEDULING_ELEMENT => {
             super::scheduling::create_general_object(core, input, output)
         }
+        obj_type::SW_ICM => super::sw_icm::create(core, input, output),
         _ => Err(unknown_type()),
     }
 }
@@ -78,6 +80,7 @@ pub(crate) fn destroy(core: &mut Core, input: &[u8]) -> CmdResult {
             .map(|_| ())
             .ok_or(bad_res("no RESERVED_QPN object of that number")),
         obj_type::SCHEDULING_ELEMENT => super::scheduling::destroy_general_object(core, input),
+        obj_type::SW_ICM => super::sw_icm::destroy(core, input),
         _ => Err(unknown_type()),
     }
 }
@@ -98,6 +101,7 @@ pub(crate) fn query(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResu
         obj_type::SCHEDULING_ELEMENT => {
             super::scheduling::query_general_object(core, input, output)
         }
+        obj_type::SW_ICM => super::sw_icm::query(core, input, output),
         _ => Err(unknown_type()),
     }
 }

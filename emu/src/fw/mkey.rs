@@ -15,7 +15,7 @@ use crate::translate::{MAX_XLT_ENTRIES, NULL_MKEY, RESERVED_LKEY};
 use cxdirect_hw::mkey::{
     CreateMkeyIn, CreateMkeyOut, DestroyMkeyIn, QueryMkeyIn, QueryMkeyOut, QuerySpecialContextsOut,
     MKC_ACCESS_MODE_KLM, MKC_ACCESS_MODE_KSM, MKC_ACCESS_MODE_MEMIC, MKC_ACCESS_MODE_MTT,
-    MKC_ACCESS_MODE_PA, MTT_ADDR_MASK,
+    MKC_ACCESS_MODE_PA, MKC_ACCESS_MODE_SW_ICM, MTT_ADDR_MASK,
 };
 use cxdirect_hw::odp::PageFaultResumeIn;
 use cxdirect_hw::sig::BSF_OCTOWORDS;
@@ -63,22 +63,27 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
     let cmd = input_as!(CreateMkeyIn<&[u8]>, input);
     let mkc = cmd.memory_key_mkey_entry();
     let mode = mkc.access_mode();
-    if ![
+    // SW_ICM only where SW ICM is offered (`EmuConfig::sw_steering`).
+    let sw_icm = mode == MKC_ACCESS_MODE_SW_ICM && core.icm.is_some();
+    let known = [
         MKC_ACCESS_MODE_MTT,
         MKC_ACCESS_MODE_PA,
         MKC_ACCESS_MODE_KLM,
         MKC_ACCESS_MODE_KSM,
         MKC_ACCESS_MODE_MEMIC,
     ]
-    .contains(&mode)
-    {
+    .contains(&mode);
+    if !known && !sw_icm {
         return Err(bad_param(
             Syndrome::BadMkeyParams,
-            "only PA, MTT, KLM, KSM and MEMIC access modes are modelled",
+            "only PA, MTT, KLM, KSM and MEMIC access modes are modelled (and SW_ICM with SW ICM)",
         ));
     }
     if mode == MKC_ACCESS_MODE_MEMIC {
         check_memic_key(core, &cmd)?;
+    }
+    if sw_icm {
+        super::sw_icm::check_key(core, &cmd)?;
     }
     if !core.res.pds.contains(mkc.pd()) {
         return Err(bad_res("memory key protection domain does not exist"));
@@ -117,7 +122,13 @@ pub(crate) fn create_mkey(core: &mut Core, input: &[u8], output: &mut [u8]) -> C
     let mut klm = Vec::new();
     let mut ksm = KsmTable::new(MAX_XLT_ENTRIES);
     let mut capacity = 0;
-    if mode != MKC_ACCESS_MODE_PA && mode != MKC_ACCESS_MODE_MEMIC {
+    if ![
+        MKC_ACCESS_MODE_PA,
+        MKC_ACCESS_MODE_MEMIC,
+        MKC_ACCESS_MODE_SW_ICM,
+    ]
+    .contains(&mode)
+    {
         if length64 {
             return Err(bad_param(
                 Syndrome::BadMkeyParams,

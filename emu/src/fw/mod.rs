@@ -34,6 +34,7 @@ pub(crate) mod roce;
 pub(crate) mod scheduling;
 pub(crate) mod sig;
 pub(crate) mod steering;
+pub(crate) mod sw_icm;
 pub(crate) mod transport;
 mod udp_sport;
 pub(crate) mod xrc;
@@ -196,6 +197,8 @@ fn run(core: &mut Core, opcode: Opcode, op_mod: u16, input: &[u8], output: &mut 
         Opcode::DestroyRqt => transport::destroy_rqt(core, input),
         Opcode::CreateFlowTable => steering::create_flow_table(core, input, output),
         Opcode::DestroyFlowTable => steering::destroy_flow_table(core, input),
+        Opcode::QueryFlowTable => steering::query_flow_table(core, input, output),
+        Opcode::SyncSteering => steering::sync_steering(core),
         Opcode::CreateFlowGroup => steering::create_flow_group(core, input, output),
         Opcode::DestroyFlowGroup => steering::destroy_flow_group(core, input),
         Opcode::SetFlowTableEntry => steering::set_fte(core, input),

@@ -95,7 +95,8 @@ pub(crate) fn check_dbr(addr: u64) -> CmdResult {
 pub(crate) enum WqOf {
     /// An SQ: 64-byte WQEs rung through a UAR page.
     Sq,
-    /// An RQ with its own ring: a striding ring (`wq_type` 3) is accepted too.
+    /// An RQ with its own ring: a striding ring, cyclic (`wq_type` 3) or linked list
+    /// (`wq_type` 2, as mlx5e opens its multi-packet RQs), is accepted too.
     Rq,
     /// An RMP: a linked list (`wq_type` 0, as Linux creates an RC SRQ) is accepted too.
     Rmp,
@@ -115,13 +116,14 @@ pub(crate) fn work_queue(
     umems: &mut Vec<u32>,
 ) -> Result<WorkQueue, CmdError> {
     let (send, may_stride, may_link) = (of == WqOf::Sq, of == WqOf::Rq, of == WqOf::Rmp);
-    let striding = wq.wq_type() == WqType::StridingCyclic as u8 && may_stride;
-    let linked = wq.wq_type() == WqType::LinkedList as u8 && may_link;
+    let linked_striding = wq.wq_type() == WqType::LinkedListStridingRq as u8 && may_stride;
+    let striding = wq.wq_type() == WqType::StridingCyclic as u8 && may_stride || linked_striding;
+    let linked = wq.wq_type() == WqType::LinkedList as u8 && may_link || linked_striding;
     if wq.wq_type() != WqType::Cyclic as u8 && !striding && !linked {
         return Err(bad_param(
             Syndrome::BadWqParams,
-            "only cyclic work queues (wq_type 1), cyclic striding RQs (wq_type 3) and \
-             linked-list RMPs (wq_type 0) are modelled",
+            "only cyclic work queues (wq_type 1), striding RQs (wq_type 3 cyclic, 2 linked \
+             list) and linked-list RMPs (wq_type 0) are modelled",
         ));
     }
     // End padding: none or to a cache line (MLX5_WQ_END_PAD_MODE_NONE / _ALIGN, the latter
@@ -468,6 +470,15 @@ pub(crate) fn create_sq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
              (enhanced_multi_pkt_send_wqe is 0)",
         ));
     }
+    // An SQ that may post UMR WQEs, as mlx5e opens its ICOSQ (`mlx5e_build_icosq_param`:
+    // `reg_umr` = the `reg_umr_sq` capability); refused where the capability is off.
+    let reg_umr = ctx.reg_umr();
+    if reg_umr && !core.cfg.striding_rq {
+        return Err(bad_param(
+            Syndrome::BadWqParams,
+            "SQ asks for reg_umr, which this device does not support (reg_umr_sq is 0)",
+        ));
+    }
     let mut umems = Vec::new();
     let wq = work_queue(
         core,
@@ -481,6 +492,7 @@ pub(crate) fn create_sq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     let slot = store_new_context(core, &context_bytes(ctx.as_bytes()))?;
     let sq = Sq {
         multi_packet,
+        reg_umr,
         wq,
         cqn,
         tisn,
@@ -584,10 +596,10 @@ pub(crate) fn create_rq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
             )?),
             RqMemory::Own,
         ),
-        1 if ctx.wq().wq_type() == WqType::StridingCyclic as u8 => {
+        1 if is_striding(ctx.wq().wq_type()) => {
             return Err(bad_param(
                 Syndrome::BadWqParams,
-                "a striding RQ (wq_type 3) needs its own ring (mem_rq_type 0), not an RMP",
+                "a striding RQ (wq_type 2 or 3) needs its own ring (mem_rq_type 0), not an RMP",
             ))
         }
         1 => {
@@ -644,12 +656,17 @@ pub(crate) fn create_rq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     Ok(())
 }
 
+/// Whether `wq_type` is a striding RQ's: cyclic (3) or linked list (2, mlx5e's
+/// `MLX5_WQ_TYPE_LINKED_LIST_STRIDING_RQ`, whose WQEs are taken in next-segment order:
+/// `engine::striding_list`).
+fn is_striding(wq_type: u8) -> bool {
+    wq_type == WqType::StridingCyclic as u8 || wq_type == WqType::LinkedListStridingRq as u8
+}
+
 /// A striding RQ's strides, checked against the capabilities (`None` for a cyclic RQ).
 fn striding_geometry(core: &Core, wq: Wq<&[u8]>) -> Result<Option<Striding>, CmdError> {
-    use cxdirect_hw::wq::striding::{
-        LOG_STRIDES_BASE, LOG_STRIDE_BYTES_BASE, MAX_LOG_STRIDES, MAX_LOG_STRIDE_BYTES,
-    };
-    if wq.wq_type() != WqType::StridingCyclic as u8 {
+    use cxdirect_hw::wq::striding::{log_strides, LOG_STRIDE_BYTES_BASE, MAX_LOG_STRIDE_BYTES};
+    if !is_striding(wq.wq_type()) {
         return Ok(None);
     }
     if !core.cfg.striding_rq {
@@ -658,15 +675,17 @@ fn striding_geometry(core: &Core, wq: Wq<&[u8]>) -> Result<Option<Striding>, Cmd
             "striding RQs are not supported by this device (striding_rq is 0)",
         ));
     }
-    let log_strides = wq.log_wqe_num_of_strides() + LOG_STRIDES_BASE;
+    // ext_stride_num_range is reported with striding RQs (`function::caps`).
+    let log_strides = log_strides(wq.log_wqe_num_of_strides(), true);
     let log_stride_bytes = wq.log_wqe_stride_size() + LOG_STRIDE_BYTES_BASE;
-    if log_strides > MAX_LOG_STRIDES || log_stride_bytes > MAX_LOG_STRIDE_BYTES {
+    let Some(log_strides) = log_strides.filter(|_| log_stride_bytes <= MAX_LOG_STRIDE_BYTES) else {
         return Err(bad_param(
             Syndrome::BadWqParams,
-            "striding RQ geometry out of range: log_wqe_num_of_strides must be 0..=7 (512..65536 \
-             strides; ext_stride_num_range is 0) and log_wqe_stride_size 0..=7 (64..8192 bytes)",
+            "striding RQ geometry out of range: log_wqe_num_of_strides must be 0..=7 or, \
+             signed (ext_stride_num_range), 0xa..=0xf (8..65536 strides), and \
+             log_wqe_stride_size 0..=7 (64..8192 bytes)",
         ));
-    }
+    };
     Ok(Some(Striding {
         log_strides,
         log_stride_bytes,

@@ -7,12 +7,12 @@ use super::{bad_param, bad_res, bad_state, input_as, output_as, CmdResult, Core,
 use crate::objects::{FlowEntry, FlowGroup, FlowTable};
 use cxdirect_hw::flow::{
     CreateFlowGroupIn, CreateFlowGroupOut, CreateFlowTableIn, CreateFlowTableOut, DeleteFteIn,
-    DestroyFlowGroupIn, DestroyFlowTableIn, ModifyFlowTableIn, SetFlowTableRootIn, SetFteIn,
-    FLOW_CONTEXT_ACTION_ALLOW, FLOW_CONTEXT_ACTION_COUNT, FLOW_CONTEXT_ACTION_DROP,
-    FLOW_CONTEXT_ACTION_FWD_DEST, FLOW_DESTINATION_TYPE_FLOW_TABLE, FLOW_DESTINATION_TYPE_TIR,
-    FLOW_TABLE_MISS_ACTION_DEFAULT, FLOW_TABLE_MISS_ACTION_FWD, FLOW_TABLE_TYPE_NIC_RX,
-    MODIFY_FLOW_TABLE_MISS_TABLE_ID, SET_FTE_MODIFY_ACTION, SET_FTE_MODIFY_DESTINATION_LIST,
-    SET_FTE_MODIFY_FLOW_COUNTERS, SET_FTE_MODIFY_FLOW_TAG,
+    DestroyFlowGroupIn, DestroyFlowTableIn, ModifyFlowTableIn, QueryFlowTableIn, QueryFlowTableOut,
+    SetFlowTableRootIn, SetFteIn, FLOW_CONTEXT_ACTION_ALLOW, FLOW_CONTEXT_ACTION_COUNT,
+    FLOW_CONTEXT_ACTION_DROP, FLOW_CONTEXT_ACTION_FWD_DEST, FLOW_DESTINATION_TYPE_FLOW_TABLE,
+    FLOW_DESTINATION_TYPE_TIR, FLOW_TABLE_MISS_ACTION_DEFAULT, FLOW_TABLE_MISS_ACTION_FWD,
+    FLOW_TABLE_TYPE_NIC_RX, MODIFY_FLOW_TABLE_MISS_TABLE_ID, SET_FTE_MODIFY_ACTION,
+    SET_FTE_MODIFY_DESTINATION_LIST, SET_FTE_MODIFY_FLOW_COUNTERS, SET_FTE_MODIFY_FLOW_TAG,
 };
 
 const MATCH_PARAM_SIZE: usize = 0x200;
@@ -53,6 +53,11 @@ pub(crate) fn create_flow_table(core: &mut Core, input: &[u8], output: &mut [u8]
     let miss_action = ctx.table_miss_action();
     let miss_table = ctx.table_miss_id();
     check_miss(core, ctx.level(), miss_action, miss_table)?;
+    let sw_root = if ctx.sw_owner() {
+        Some(check_sw_owner_root(core, ctx.sw_owner_icm_root_0())?)
+    } else {
+        None
+    };
     let table = FlowTable {
         level: ctx.level(),
         log_size: ctx.log_size(),
@@ -61,6 +66,7 @@ pub(crate) fn create_flow_table(core: &mut Core, input: &[u8], output: &mut [u8]
         groups: Default::default(),
         entries: Default::default(),
         referenced: 0,
+        sw_root,
     };
     let id = core
         .res
@@ -73,6 +79,41 @@ pub(crate) fn create_flow_table(core: &mut Core, input: &[u8], output: &mut [u8]
         }
     }
     output_as!(CreateFlowTableOut<&mut [u8]>, output).set_table_id(id);
+    Ok(())
+}
+
+/// The root of a software-owned receive table (rdma-core's `dr_devx_create_flow_table`: a
+/// NIC receive table with `sw_owner` and its first entry's ICM address in
+/// `sw_owner_icm_root_0`): offered only with `sw_owner_v2` in the receive tables' properties,
+/// and the address must be a whole 64-byte entry. Whether entries are there is the walk's
+/// concern: software writes them before it points a rule at the table.
+fn check_sw_owner_root(core: &Core, root: u64) -> Result<u64, super::CmdError> {
+    if !crate::sw_steering::receive_tables_offered(core) {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "software-owned (sw_owner) tables are not offered: the receive tables' sw_owner_v2 \
+             capability is clear",
+        ));
+    }
+    if root == 0 || root % crate::sw_steering::ENTRY_BYTES != 0 {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "sw_owner_icm_root_0 must be the non-zero, 64-byte aligned ICM address of the \
+             table's first steering entry",
+        ));
+    }
+    Ok(root)
+}
+
+/// Refuses groups and entries in a software-owned table: its entries live in ICM.
+fn check_firmware_owned(table: &FlowTable) -> CmdResult {
+    if table.sw_root.is_some() {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "a software-owned (sw_owner) table takes no flow groups or entries: software \
+             writes its steering entries into ICM",
+        ));
+    }
     Ok(())
 }
 
@@ -149,6 +190,48 @@ pub(crate) fn modify_flow_table(core: &mut Core, input: &[u8]) -> CmdResult {
     Ok(())
 }
 
+/// QUERY_FLOW_TABLE: the table's context as created (or modified), and in
+/// `sw_owner_icm_root_0` where a software steering entry goes on into it: a software-owned
+/// table's first entry, or for a firmware table the ICM address the device answers for it
+/// (`sw_steering::terminals`). rdma-core queries the firmware tables it builds for its
+/// destination arrays and root-table actions that way (`dr_devx_query_flow_table`).
+pub(crate) fn query_flow_table(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
+    let cmd = input_as!(QueryFlowTableIn<&[u8]>, input);
+    check_table_type(cmd.table_type(), cmd.other_vport(), cmd.vport_number())?;
+    let id = cmd.table_id();
+    let table = core
+        .res
+        .flow_tables
+        .get(id)
+        .ok_or(bad_res("no such flow table"))?;
+    let root = table
+        .sw_root
+        .unwrap_or_else(|| crate::sw_steering::terminals::table_address(id));
+    let mut out = output_as!(QueryFlowTableOut<&mut [u8]>, output);
+    out.flow_table_context_mut()
+        .set_level(table.level)
+        .set_log_size(table.log_size)
+        .set_table_miss_action(table.miss_action)
+        .set_table_miss_id(table.miss_table)
+        .set_sw_owner(table.sw_root.is_some())
+        .set_sw_owner_icm_root_0(root);
+    Ok(())
+}
+
+/// SYNC_STEERING (rdma-core's `dr_devx_sync_steering`, before it reuses ICM it freed): the
+/// model keeps no copy of steering entries (each frame reads them from ICM under the
+/// function's lock), so there is nothing to drop. Offered with software steering only.
+pub(crate) fn sync_steering(core: &Core) -> CmdResult {
+    if !crate::sw_steering::receive_tables_offered(core) {
+        return Err(super::CmdError::new(
+            cxdirect_hw::cmd::CmdStatus::BadOpcode,
+            Syndrome::UnknownOpcode,
+            "SYNC_STEERING without software steering",
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn destroy_flow_table(core: &mut Core, input: &[u8]) -> CmdResult {
     let cmd = input_as!(DestroyFlowTableIn<&[u8]>, input);
     check_table_type(cmd.table_type(), cmd.other_vport(), cmd.vport_number())?;
@@ -191,6 +274,7 @@ pub(crate) fn create_flow_group(core: &mut Core, input: &[u8], output: &mut [u8]
         .flow_tables
         .get_mut(cmd.table_id())
         .ok_or(bad_res("no such flow table"))?;
+    check_firmware_owned(table)?;
     if start > end || u64::from(end) >= 1u64 << table.log_size {
         return Err(bad_param(
             Syndrome::BadSteeringParams,
@@ -270,6 +354,7 @@ pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
     };
     let ctx = cmd.flow_context_all();
     let mut action = ctx.action();
+    let mut flow_tag = ctx.flow_tag();
     let known = FLOW_CONTEXT_ACTION_ALLOW
         | FLOW_CONTEXT_ACTION_DROP
         | FLOW_CONTEXT_ACTION_FWD_DEST
@@ -397,6 +482,9 @@ pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
         if mask & SET_FTE_MODIFY_ACTION == 0 {
             action = old.action;
         }
+        if mask & SET_FTE_MODIFY_FLOW_TAG == 0 {
+            flow_tag = old.flow_tag;
+        }
         if mask & SET_FTE_MODIFY_DESTINATION_LIST == 0 {
             dests = old.dests.clone();
         }
@@ -450,6 +538,7 @@ pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
                 dests,
                 counters,
                 value,
+                flow_tag,
             },
         );
     }

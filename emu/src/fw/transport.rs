@@ -286,7 +286,13 @@ pub(crate) fn create_tir(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
             }
         }
     }
-    output_as!(CreateTirOut<&mut [u8]>, output).set_tirn(tirn);
+    // The TIR's ICM address, where a software steering entry sends a frame to it.
+    let icm = crate::sw_steering::terminals::tir_address(tirn);
+    output_as!(CreateTirOut<&mut [u8]>, output)
+        .set_tirn(tirn)
+        .set_icm_address_31_0(icm as u32)
+        .set_icm_address_39_32((icm >> 32) as u8)
+        .set_icm_address_63_40((icm >> 40) as u32);
     Ok(())
 }
 

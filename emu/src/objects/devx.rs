@@ -46,6 +46,8 @@ pub(crate) enum Owned {
     FlowCounter,
     /// A RESERVED_QPN general object, by its first QP number.
     ReservedQpn,
+    /// An SW_ICM general object, by its number.
+    SwIcm,
 }
 
 /// The live user contexts and who owns which object.

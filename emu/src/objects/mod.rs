@@ -7,6 +7,7 @@
 pub(crate) mod context;
 pub(crate) mod dc;
 pub(crate) mod devx;
+pub(crate) mod icm;
 pub(crate) mod ksm;
 pub(crate) mod limits;
 pub(crate) mod mcg;
@@ -261,6 +262,8 @@ pub(crate) struct Sq {
     pub min_inline: u8,
     /// Created with `allow_multi_pkt_send_wqe`: enhanced multi-packet WQEs are accepted.
     pub multi_packet: bool,
+    /// Created with `reg_umr`: UMR WQEs are accepted (`engine::sq_umr`).
+    pub reg_umr: bool,
     /// `sqc.user_index` (24 bits): written into every CQE of the SQ (`cqe_version` 1), which
     /// is how libmlx5 finds a raw packet QP's send completions.
     pub user_index: u32,

@@ -183,6 +183,17 @@ impl Default for ReceiveScratch {
     }
 }
 
+/// What steering decided for a received frame beyond the RQ it goes to, for its CQE.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Steered {
+    /// The RSS hash and its type, when the frame was hashed.
+    pub hash: Option<(u32, u8)>,
+    /// The flow tag of the entries that steered it (24 bits, 0 for none), which an Ethernet
+    /// receive CQE carries in `sop_drop_qpn`: libmlx5's `ibv_wc_read_flow_tag`, mlx5e's
+    /// `get_cqe_flow_tag` and DPDK's mark read it there.
+    pub flow_tag: u32,
+}
+
 /// A receive the device started and has not finished ([`Fault::LateReceive`](crate::Fault::LateReceive)): the WQE is
 /// taken; the payload write and the completion are still in flight.
 #[derive(Debug)]
@@ -197,8 +208,8 @@ pub(crate) struct LateWrite {
     pub pd: u32,
     /// Where the WQE came from (the RQ's own ring or an RMP).
     pub memory: RqMemory,
-    /// The RSS hash and its type, when the frame was hashed.
-    pub hash: Option<(u32, u8)>,
+    /// What steering decided beyond the RQ (the RSS hash, the flow tag).
+    pub steered: Steered,
     /// The WQE's bytes.
     pub wqe: Vec<u8>,
     /// The frame's bytes.

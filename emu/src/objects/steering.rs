@@ -99,6 +99,9 @@ pub(crate) struct FlowEntry {
     /// Flow counters the entry counts its frames in (`FLOW_CONTEXT_ACTION_COUNT`).
     pub counters: Vec<u32>,
     pub value: Box<[u8; 0x200]>,
+    /// The tag the receive CQEs of frames it forwards carry (`flow_tag`, 24 bits; 0 is
+    /// Linux's `MLX5_FS_DEFAULT_FLOW_TAG`).
+    pub flow_tag: u32,
 }
 
 #[derive(Debug)]
@@ -110,6 +113,10 @@ pub(crate) struct FlowTable {
     pub groups: BTreeMap<u32, FlowGroup>,
     pub entries: BTreeMap<u32, FlowEntry>,
     pub referenced: u32,
+    /// For a software-owned table (`sw_owner`), the ICM address of its first steering entry
+    /// (`sw_owner_icm_root_0`): frames reaching the table walk the entries software wrote
+    /// there ([`crate::sw_steering`]) instead of its groups, which it has none of.
+    pub sw_root: Option<u64>,
 }
 
 /// A flow counter (ALLOC_FLOW_COUNTER): the frames and bytes the entries naming it matched.

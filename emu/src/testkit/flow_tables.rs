@@ -61,6 +61,27 @@ pub fn set_root(h: &mut Host, table: u32) {
     h.exec(&input, 16).expect("SET_FLOW_TABLE_ROOT");
 }
 
+/// One catch-all group and entry in `table` forwarding to destination (`kind`, `id`) with
+/// `flow_tag` (0: Linux's default tag), as fs_core's `mlx5_cmd_set_fte` writes it.
+pub fn catch_all(h: &mut Host, table: u32, kind: u8, id: u32, flow_tag: u32) {
+    let group = create_group(h, table, 0, 0, false);
+    let mut input = Host::input(Opcode::SetFlowTableEntry, 0, 0x340 + 8);
+    {
+        let mut cmd = flow::SetFteIn::new(&mut input[..]).unwrap();
+        cmd.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
+            .set_table_id(table)
+            .set_flow_index(0);
+        let mut ctx = cmd.flow_context_all_mut();
+        ctx.set_group_id(group)
+            .set_action(flow::FLOW_CONTEXT_ACTION_FWD_DEST)
+            .set_flow_tag(flow_tag)
+            .set_destination_list_size(1);
+        ctx.set_destination(0, flow::dest_format_entry(kind, id))
+            .unwrap();
+    }
+    h.exec(&input, 16).expect("SET_FLOW_TABLE_ENTRY");
+}
+
 /// CREATE_FLOW_GROUP over `start..=end`, masking the destination MAC or (None) nothing.
 pub fn create_group(h: &mut Host, table: u32, start: u32, end: u32, dmac: bool) -> u32 {
     let mut input = Host::input(Opcode::CreateFlowGroup, 0, 0x400);

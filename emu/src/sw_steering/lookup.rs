@@ -1,0 +1,298 @@
+//! A packet's 16-byte tag per lookup type: the packet projected into the layout an entry of
+//! that lookup type compares under its bit mask. Layouts are rdma-core mlx5_ifc.h's
+//! `ste_*_v1` structures (bit offsets counted from the start, most significant bit first), the
+//! fields those the `dr_ste_v1_build_*_tag` functions fill from a rule's match value; the model
+//! fills each from the parsed packet and its metadata registers. Lookup type numbers are
+//! dr_ste_v1.h `enum dr_ste_v1_lu_type`.
+//!
+//! The model parses no tunnels, so inner lookup types project a packet to an all-zero tag
+//! (inferred: a rule on inner fields matches only zero values on a packet without a tunnel).
+//! Fields the model does not track (port, QP type, checksum-ok bits, loopback flags) stay 0.
+
+use super::hash::TAG_SIZE;
+use crate::packet::{IpAddrs, L3Kind, L4Kind, Parsed, TPID_8021AD};
+
+/// The metadata registers a packet carries through steering (reg_c_0..7, reg_a, reg_b).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Metadata {
+    /// reg_c_0..reg_c_7 (`metadata_reg_c_*` in misc2).
+    pub(crate) reg_c: [u32; 8],
+    /// reg_a (`metadata_reg_a`; modify field `GNRL_PURPOSE`).
+    pub(crate) reg_a: u32,
+    /// reg_b (`metadata_reg_b`; modify field `METADATA_2_CQE`).
+    pub(crate) reg_b: u32,
+}
+
+/// What a lookup reads of a packet: its parse, its bytes (for the fields the parse does not
+/// keep: DSCP, ECN, TTL, IPv6 flow label, the TCP NS bit) and its metadata.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PacketView<'a> {
+    /// The parse of `frame`.
+    pub(crate) parsed: &'a Parsed,
+    /// The frame's bytes.
+    pub(crate) frame: &'a [u8],
+    /// The metadata registers.
+    pub(crate) meta: &'a Metadata,
+}
+
+/// The lookup types the model projects packets for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LookupType {
+    /// 0x000f (`DR_STE_LU_TYPE_DONT_CARE`): table anchors and always-hit/miss entries, which
+    /// carry zero mask; numerically also `ETHL3_IPV4_MISC_I`, which the model (no tunnels)
+    /// projects to zeros as well.
+    DontCare,
+    /// 0x0003 / 0x0004 (`ETHL2_O/_I`, `ste_eth_l2_dst_v1`): destination MAC and L2 fields.
+    Ethl2Dst { inner: bool },
+    /// 0x0005 / 0x0006 (`ETHL2_SRC_O/_I`, `ste_eth_l2_src_v1`): source MAC and L2 fields.
+    Ethl2Src { inner: bool },
+    /// 0x000b / 0x000c (`ETHL2_SRC_DST_O/_I`, `ste_eth_l2_src_dst_v1`).
+    Ethl2SrcDst { inner: bool },
+    /// 0x0007 / 0x0008 (`ETHL3_IPV4_5_TUPLE_O/_I`, `ste_eth_l3_ipv4_5_tuple_v1`).
+    Ipv4FiveTuple { inner: bool },
+    /// 0x0009 / 0x000a (`ETHL4_O/_I`, `ste_eth_l4_v1`).
+    Ethl4 { inner: bool },
+    /// 0x010f (`STEERING_REGISTERS_0`, `ste_register_0`): reg_c_0..3.
+    Registers0,
+    /// 0x0110 (`STEERING_REGISTERS_1`, `ste_register_1`): reg_c_4..7.
+    Registers1,
+    /// 0x040f (`DR_STE_V1_LU_TYPE_MATCH | DONT_CARE`): rdma-core's action-only extension
+    /// entries (`dr_ste_v1_arr_init_next_match`), which match everything.
+    MatchExtension,
+}
+
+/// A lookup type the model cannot project a packet for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("unsupported STE lookup type {0:#06x}")]
+pub(crate) struct LookupError(pub(crate) u16);
+
+impl LookupType {
+    /// The lookup type with number `raw`.
+    pub(crate) fn from_raw(raw: u16) -> Result<Self, LookupError> {
+        Ok(match raw {
+            0x000f => Self::DontCare,
+            0x0003 | 0x0004 => Self::Ethl2Dst {
+                inner: raw == 0x0004,
+            },
+            0x0005 | 0x0006 => Self::Ethl2Src {
+                inner: raw == 0x0006,
+            },
+            0x000b | 0x000c => Self::Ethl2SrcDst {
+                inner: raw == 0x000c,
+            },
+            0x0007 | 0x0008 => Self::Ipv4FiveTuple {
+                inner: raw == 0x0008,
+            },
+            0x0009 | 0x000a => Self::Ethl4 {
+                inner: raw == 0x000a,
+            },
+            0x010f => Self::Registers0,
+            0x0110 => Self::Registers1,
+            0x040f => Self::MatchExtension,
+            other => return Err(LookupError(other)),
+        })
+    }
+
+    /// The packet's tag for this lookup type.
+    pub(crate) fn tag(self, pkt: &PacketView<'_>) -> [u8; TAG_SIZE] {
+        let mut t = [0u8; TAG_SIZE];
+        match self {
+            Self::DontCare | Self::MatchExtension => {}
+            Self::Ethl2Dst { inner: true }
+            | Self::Ethl2Src { inner: true }
+            | Self::Ethl2SrcDst { inner: true }
+            | Self::Ipv4FiveTuple { inner: true }
+            | Self::Ethl4 { inner: true } => {}
+            Self::Ethl2Dst { inner: false } => l2_one_mac(&mut t, pkt.parsed, pkt.parsed.dst_mac),
+            Self::Ethl2Src { inner: false } => l2_one_mac(&mut t, pkt.parsed, pkt.parsed.src_mac),
+            Self::Ethl2SrcDst { inner: false } => l2_src_dst(&mut t, pkt.parsed),
+            Self::Ipv4FiveTuple { inner: false } => ipv4_five_tuple(&mut t, pkt),
+            Self::Ethl4 { inner: false } => eth_l4(&mut t, pkt),
+            Self::Registers0 => registers(&mut t, &pkt.meta.reg_c[..4]),
+            Self::Registers1 => registers(&mut t, &pkt.meta.reg_c[4..]),
+        }
+        t
+    }
+}
+
+/// Writes `value`'s low `width` bits at bit `off` (from the tag's start, most significant bit
+/// first, as mlx5_ifc.h counts). Widths up to 32; fields never cross the tag's end.
+fn put(t: &mut [u8; TAG_SIZE], off: usize, width: usize, value: u32) {
+    for i in 0..width {
+        let bit = (value >> (width - 1 - i)) & 1;
+        let pos = off + i;
+        let mask = 0x80u8 >> (pos % 8);
+        if bit != 0 {
+            t[pos / 8] |= mask;
+        } else {
+            t[pos / 8] &= !mask;
+        }
+    }
+}
+
+/// `l3_type` codes (dr_ste.h `STE_IPV4`, `STE_IPV6`).
+fn l3_type(p: &Parsed) -> u32 {
+    match p.l3 {
+        L3Kind::None => 0,
+        L3Kind::Ipv4 => 1,
+        L3Kind::Ipv6 => 2,
+    }
+}
+
+/// `l4_type` codes (dr_ste.h `STE_TCP`, `STE_UDP`).
+fn l4_type(p: &Parsed) -> u32 {
+    match p.l4 {
+        L4Kind::Tcp => 1,
+        L4Kind::Udp => 2,
+        L4Kind::None | L4Kind::Other => 0,
+    }
+}
+
+/// The first and second VLAN tags with their qualifiers (mlx5dv_dr.h `DR_STE_SVLAN` 1,
+/// `DR_STE_CVLAN` 2): (qualifier, priority, cfi, vid) each, zeros when absent.
+fn vlans(p: &Parsed) -> [(u32, u32, u32, u32); 2] {
+    let one = |tag: Option<crate::packet::VlanTag>| match tag {
+        None => (0, 0, 0, 0),
+        Some(v) => (
+            if v.tpid == TPID_8021AD { 1 } else { 2 },
+            u32::from(v.pcp()),
+            u32::from(v.dei()),
+            u32::from(v.vid()),
+        ),
+    };
+    match p.outer_vlan {
+        Some(_) => [one(p.outer_vlan), one(p.vlan)],
+        None => [one(p.vlan), (0, 0, 0, 0)],
+    }
+}
+
+/// `ste_eth_l2_src_v1` / `ste_eth_l2_dst_v1` (the same layout with the other MAC).
+fn l2_one_mac(t: &mut [u8; TAG_SIZE], p: &Parsed, mac: [u8; 6]) {
+    let [first, second] = vlans(p);
+    put(t, 0x03, 1, u32::from(p.is_fragment()));
+    put(t, 0x0a, 2, l3_type(p));
+    put(t, 0x0c, 2, l4_type(p));
+    put(t, 0x0e, 2, first.0);
+    put(t, 0x10, 3, first.1);
+    put(t, 0x13, 1, first.2);
+    put(t, 0x14, 12, first.3);
+    t[4..10].copy_from_slice(&mac);
+    put(t, 0x50, 16, u32::from(p.ethertype.unwrap_or(0)));
+    let syn = p.l4 == L4Kind::Tcp && p.tcp_flags & crate::packet::TCP_SYN != 0;
+    put(t, 0x66, 1, u32::from(syn));
+    put(t, 0x6e, 2, second.0);
+    put(t, 0x70, 3, second.1);
+    put(t, 0x73, 1, second.2);
+    put(t, 0x74, 12, second.3);
+}
+
+/// `ste_eth_l2_src_dst_v1`: dmac_47_16, smac_47_16, dmac_15_0, l3 type and first VLAN,
+/// smac_15_0.
+fn l2_src_dst(t: &mut [u8; TAG_SIZE], p: &Parsed) {
+    let [first, _] = vlans(p);
+    t[0..4].copy_from_slice(&p.dst_mac[..4]);
+    t[4..8].copy_from_slice(&p.src_mac[..4]);
+    t[8..10].copy_from_slice(&p.dst_mac[4..]);
+    put(t, 0x5a, 2, l3_type(p));
+    put(t, 0x5e, 2, first.0);
+    put(t, 0x60, 3, first.1);
+    put(t, 0x63, 1, first.2);
+    put(t, 0x64, 12, first.3);
+    t[14..16].copy_from_slice(&p.src_mac[4..]);
+}
+
+/// The IP header's traffic class byte (IPv4 TOS, IPv6 traffic class), TTL or hop limit, and
+/// IPv6 flow label, read from the frame; zeros when absent.
+fn ip_extras(pkt: &PacketView<'_>) -> (u8, u8, u32) {
+    let at = |o: usize| {
+        pkt.frame
+            .get(pkt.parsed.l3_offset + o)
+            .copied()
+            .unwrap_or(0)
+    };
+    match pkt.parsed.l3 {
+        L3Kind::None => (0, 0, 0),
+        L3Kind::Ipv4 => (at(1), at(8), 0),
+        L3Kind::Ipv6 => {
+            let tc = (at(0) << 4) | (at(1) >> 4);
+            let label = u32::from(at(1) & 0x0f) << 16 | u32::from(at(2)) << 8 | u32::from(at(3));
+            (tc, at(7), label)
+        }
+    }
+}
+
+/// The nine TCP flag bits (NS, CWR, ECE, URG, ACK, PSH, RST, SYN, FIN), 0 unless TCP.
+fn tcp_flags9(pkt: &PacketView<'_>) -> u32 {
+    if pkt.parsed.l4 != L4Kind::Tcp {
+        return 0;
+    }
+    let ns = pkt
+        .frame
+        .get(pkt.parsed.l4_offset + 12)
+        .map_or(0, |b| b & 1);
+    u32::from(ns) << 8 | u32::from(pkt.parsed.tcp_flags)
+}
+
+/// TCP/UDP ports, zero for other protocols.
+fn ports(p: &Parsed) -> (u32, u32) {
+    match p.l4 {
+        L4Kind::Tcp | L4Kind::Udp => (u32::from(p.src_port), u32::from(p.dst_port)),
+        L4Kind::None | L4Kind::Other => (0, 0),
+    }
+}
+
+/// `ste_eth_l3_ipv4_5_tuple_v1`: addresses (IPv4 only), ports, flags, DSCP/ECN, protocol.
+fn ipv4_five_tuple(t: &mut [u8; TAG_SIZE], pkt: &PacketView<'_>) {
+    let p = pkt.parsed;
+    if let Some(IpAddrs::V4 { src, dst }) = p.addrs {
+        t[0..4].copy_from_slice(&src);
+        t[4..8].copy_from_slice(&dst);
+    }
+    let (sport, dport) = ports(p);
+    put(t, 0x40, 16, sport);
+    put(t, 0x50, 16, dport);
+    put(t, 0x66, 1, u32::from(p.is_fragment()));
+    put(t, 0x67, 9, tcp_flags9(pkt));
+    let (tos, _, _) = ip_extras(pkt);
+    put(t, 0x70, 8, u32::from(tos));
+    put(t, 0x78, 8, u32::from(p.ip_proto.unwrap_or(0)));
+}
+
+/// `ste_eth_l4_v1`: IP version, DSCP/ECN, hop limit, protocol, ports, fragment bits, flow
+/// label, TCP data offset and flags, IPv6 payload length.
+fn eth_l4(t: &mut [u8; TAG_SIZE], pkt: &PacketView<'_>) {
+    let p = pkt.parsed;
+    let (tos, ttl, label) = ip_extras(pkt);
+    let version = match p.l3 {
+        L3Kind::None => 0,
+        L3Kind::Ipv4 => 4,
+        L3Kind::Ipv6 => 6,
+    };
+    put(t, 0x00, 4, version);
+    put(t, 0x08, 8, u32::from(tos));
+    put(t, 0x10, 8, u32::from(ttl));
+    put(t, 0x18, 8, u32::from(p.ip_proto.unwrap_or(0)));
+    let (sport, dport) = ports(p);
+    put(t, 0x20, 16, sport);
+    put(t, 0x30, 16, dport);
+    put(t, 0x40, 1, u32::from(p.is_fragment() && p.frag_offset == 0));
+    put(t, 0x4c, 20, label);
+    if p.l4 == L4Kind::Tcp {
+        put(t, 0x60, 4, (p.l4_len / 4) as u32 & 0xf);
+    }
+    put(t, 0x66, 1, u32::from(p.is_fragment()));
+    put(t, 0x67, 9, tcp_flags9(pkt));
+    if p.l3 == L3Kind::Ipv6 {
+        let paylen = p
+            .ip_end
+            .saturating_sub(p.l3_offset + crate::packet::IPV6_HEADER_LEN);
+        put(t, 0x70, 16, paylen.min(0xffff) as u32);
+    }
+}
+
+/// `ste_register_0` / `ste_register_1`: four registers, big-endian, in order.
+fn registers(t: &mut [u8; TAG_SIZE], regs: &[u32]) {
+    for (chunk, r) in t.chunks_exact_mut(4).zip(regs) {
+        chunk.copy_from_slice(&r.to_be_bytes());
+    }
+}

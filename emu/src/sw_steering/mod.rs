@@ -1,0 +1,67 @@
+//! Software steering (rdma-core's `mlx5dv_dr`, STE format v1 as a ConnectX-6 Dx reports it with
+//! `steering_format_version` 1): the device side of the steering entries (STEs) the library
+//! writes into ICM itself. A packet that reaches a software-owned flow table starts at the
+//! table's `sw_owner_icm_root_0` and walks 64-byte entries: each compares a 16-byte projection
+//! of the packet (its "tag" for the entry's lookup type) under the entry's bit mask, and goes on
+//! at its hit address (a hash table, hashed over the packet's tag for the next lookup type) or
+//! its miss address, collecting actions, until an address the device knows as a terminal (drop,
+//! transmit to the wire, a TIR, another table's root).
+//!
+//! Rooms: [`hash`] (the CRC-32 index rdma-core computes), [`entry`] (one entry's decode),
+//! [`action`] (its action words), [`lookup`] (the packet's tag per lookup type) and [`walk`].
+//! Nothing here owns ICM: entries are read through [`IcmRead`].
+//!
+//! Sources: rdma-core `providers/mlx5/dr_ste_v1.c`, `dr_ste_v1.h`, `dr_ste.c`, `dr_ste.h`,
+//! `dr_crc32.c`, `dr_action.c`, `dr_matcher.c` and `mlx5_ifc.h` (`ste_*_v1` layouts). No manual
+//! text describes how the device walks entries: the match rule, the hashing on the packet side,
+//! `counter_id` 0 meaning "no counter" and the terminal recognition by address are inferred
+//! from the entries rdma-core writes.
+
+pub(crate) mod action;
+pub(crate) mod entry;
+pub(crate) mod hash;
+pub(crate) mod lookup;
+pub(crate) mod receive;
+pub(crate) mod terminals;
+pub(crate) mod walk;
+
+use crate::function::Core;
+use crate::objects::icm::IcmStore;
+use cxdirect_hw::caps::FlowTableNicCap;
+
+/// Bytes of one steering entry; entry and terminal addresses are multiples of it.
+pub(crate) const ENTRY_BYTES: u64 = STE_SIZE as u64;
+
+/// Whether the function offers software-owned NIC receive tables (`sw_owner_v2` in the
+/// receive tables' properties, with `EmuConfig::sw_steering`).
+pub(crate) fn receive_tables_offered(core: &Core) -> bool {
+    core.icm.is_some()
+        && FlowTableNicCap::new(&core.hca.caps.flow_table[..])
+            .is_ok_and(|f| f.flow_table_properties_nic_receive().sw_owner_v2())
+}
+
+/// The function's steering entries as the walk reads them: from its ICM store, none without.
+pub(crate) fn icm_reader(core: &Core) -> impl IcmRead + '_ {
+    FunctionIcm(core.icm.as_ref())
+}
+
+/// The ICM store of a function, if it has one.
+struct FunctionIcm<'a>(Option<&'a IcmStore>);
+
+impl IcmRead for FunctionIcm<'_> {
+    fn read_entry(&self, icm_addr: u64) -> Option<[u8; STE_SIZE]> {
+        self.0?.read_entry(icm_addr).ok()
+    }
+}
+
+use entry::STE_SIZE;
+
+/// Reads 64-byte steering entries out of the steering ICM range.
+pub(crate) trait IcmRead {
+    /// The entry at `icm_addr` (an absolute ICM address, 64-byte aligned), or `None` when the
+    /// address lies outside the steering ICM or is not backed.
+    fn read_entry(&self, icm_addr: u64) -> Option<[u8; STE_SIZE]>;
+}
+
+#[cfg(test)]
+mod tests;

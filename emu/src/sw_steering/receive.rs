@@ -1,0 +1,84 @@
+//! A received frame at a software-owned NIC receive table: the walk from the table's root
+//! through the entries software wrote into ICM, to a TIR or a drop.
+//!
+//! What the walk's hits ask for on receive: their flow counters count the frame (rdma-core
+//! writes a counter object's number into the entry's `counter_id`, dr_ste_v1.c
+//! `dr_ste_v1_set_counter_id`); a flow tag goes into the receive CQE as a firmware entry's
+//! does. A header rewrite, push or pop
+//! (modify-header, VLAN and reformat actions) is not applied on receive yet: a frame whose walk
+//! asks for one is dropped and counted in `rx_sw_steering_errors`, never delivered unmodified.
+//!
+//! The walk collects its actions and counters in vectors: one allocation per frame that hits
+//! an entry with an action, on the model's receive path (not the driver's).
+
+use super::action::Action;
+use super::lookup::{Metadata, PacketView};
+use super::terminals::{ReceiveTerminal, ReceiveTerminals};
+use super::walk::walk;
+use crate::counters::add;
+use crate::function::Core;
+use crate::packet::Parsed;
+
+/// Where the walk sent a frame.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Dropped.
+    #[default]
+    Drop,
+    /// To this TIR.
+    Tir(u32),
+    /// On to this firmware flow table (a destination array's or a root-table action's table,
+    /// by the address QUERY_FLOW_TABLE gave).
+    Table(u32),
+}
+
+/// What the walk decided for a frame: where it goes, the flow tag its hits set, and the flow
+/// counters of the entries it hit, which count it either way.
+#[derive(Debug, Default)]
+pub(crate) struct Decision {
+    /// Where the frame goes.
+    pub(crate) next: Next,
+    /// The last flow tag an entry that hit set (`FLOW_TAG` action), if any.
+    pub(crate) flow_tag: Option<u32>,
+    /// Flow counter numbers (`counter_id`) of the entries that hit, in walk order.
+    pub(crate) counters: Vec<u32>,
+}
+
+/// Where software steering sends `frame` (parsed as `parsed`) that reached a software-owned
+/// table whose first entry is at ICM address `root`.
+pub(crate) fn receive(core: &Core, root: u64, parsed: &Parsed, frame: &[u8]) -> Decision {
+    let meta = Metadata::default();
+    let view = PacketView {
+        parsed,
+        frame,
+        meta: &meta,
+    };
+    let icm = super::icm_reader(core);
+    let result = match walk(&icm, &ReceiveTerminals { core }, root, &view) {
+        Ok(result) => result,
+        Err(_) => {
+            add(&core.counters.rx_sw_steering_errors, 1);
+            return Decision::default();
+        }
+    };
+    let mut decision = Decision {
+        next: Next::Drop,
+        flow_tag: None,
+        counters: result.counters,
+    };
+    for action in &result.actions {
+        match action {
+            Action::FlowTag(tag) => decision.flow_tag = Some(*tag),
+            _ => {
+                add(&core.counters.rx_sw_steering_errors, 1);
+                return decision;
+            }
+        }
+    }
+    decision.next = match result.terminal {
+        ReceiveTerminal::Tir(tirn) => Next::Tir(tirn),
+        ReceiveTerminal::Table(id) => Next::Table(id),
+        ReceiveTerminal::Drop => Next::Drop,
+    };
+    decision
+}

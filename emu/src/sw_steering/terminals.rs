@@ -1,0 +1,88 @@
+//! The ICM addresses the device itself answers for in software steering: where an entry's hit
+//! or miss address ends a walk. rdma-core learns them from the device and writes them into its
+//! entries as they are: the receive drop, transmit drop and transmit allow addresses from the
+//! NIC flow table capabilities (`dr_devx_query_device`), and each TIR's address from
+//! CREATE_TIR's output, which mlx5_ib hands to libmlx5 as a raw packet QP's `tir_icm_addr`
+//! (`create_raw_packet_qp`) and DEVX users read themselves (`rx_icm_addr`, dr_action.c).
+//!
+//! The model's choice of place: a window of its own above the SW ICM ranges and below
+//! 2^40, since entries keep only bits 39:0 of an address (`dr_ste_v1_set_hit_addr`,
+//! `dr_ste_v1_set_miss_addr`). Every address is a whole 64-byte entry, as rdma-core writes
+//! terminals with a one-entry table size.
+
+use super::walk::Terminals;
+use crate::function::Core;
+
+/// First address of the terminal window.
+const WINDOW: u64 = 0x00f0_0000_0000;
+/// The receive drop address (`sw_steering_nic_rx_action_drop_icm_address`): the receive
+/// domain's default and its drop action.
+pub(crate) const RX_DROP: u64 = WINDOW;
+/// The transmit drop address (`sw_steering_nic_tx_action_drop_icm_address`).
+pub(crate) const TX_DROP: u64 = WINDOW + 0x40;
+/// The transmit allow address (`sw_steering_nic_tx_action_allow_icm_address`): on to the
+/// wire; the transmit domain's default.
+pub(crate) const TX_ALLOW: u64 = WINDOW + 0x80;
+/// First TIR address: TIR `n` answers at `TIRS + 64 n` (TIR numbers are 24 bits, so the TIRs
+/// take 1 GiB of addresses, all below 2^40).
+const TIRS: u64 = WINDOW + (1 << 32);
+/// First firmware table address: table `n` answers at `TABLES + 64 n`, the next 1 GiB.
+const TABLES: u64 = TIRS + (1 << 30);
+/// End of the window.
+const END: u64 = TABLES + (1 << 30);
+
+/// The ICM address of TIR `tirn` (CREATE_TIR's `icm_address`).
+pub(crate) fn tir_address(tirn: u32) -> u64 {
+    TIRS + (u64::from(tirn & 0x00ff_ffff) << 6)
+}
+
+/// The ICM address of firmware flow table `id` (QUERY_FLOW_TABLE's `sw_owner_icm_root_0`):
+/// an entry hitting it hands the packet on to that table's groups and entries.
+pub(crate) fn table_address(id: u32) -> u64 {
+    TABLES + (u64::from(id & 0x00ff_ffff) << 6)
+}
+
+/// Where a walk on the receive side ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReceiveTerminal {
+    /// Dropped: the drop address, a transmit terminal (meaningless on receive), or a TIR that
+    /// no longer exists.
+    Drop,
+    /// To this TIR.
+    Tir(u32),
+    /// On to this firmware flow table.
+    Table(u32),
+}
+
+/// The function's terminals as a receive walk sees them.
+pub(crate) struct ReceiveTerminals<'a> {
+    pub(crate) core: &'a Core,
+}
+
+impl Terminals for ReceiveTerminals<'_> {
+    type Terminal = ReceiveTerminal;
+
+    fn terminal(&self, addr: u64) -> Option<ReceiveTerminal> {
+        match addr {
+            RX_DROP | TX_DROP | TX_ALLOW => Some(ReceiveTerminal::Drop),
+            a if (TIRS..TABLES).contains(&a) && a % 64 == 0 => {
+                let tirn = ((a - TIRS) >> 6) as u32;
+                Some(if self.core.res.tirs.contains(tirn) {
+                    ReceiveTerminal::Tir(tirn)
+                } else {
+                    ReceiveTerminal::Drop
+                })
+            }
+            a if (TABLES..END).contains(&a) && a % 64 == 0 => {
+                let id = ((a - TABLES) >> 6) as u32;
+                Some(match self.core.res.flow_tables.get(id) {
+                    Some(t) if t.sw_root.is_none() => ReceiveTerminal::Table(id),
+                    _ => ReceiveTerminal::Drop,
+                })
+            }
+            // Anything else in the window answers as a drop.
+            a if (WINDOW..END).contains(&a) => Some(ReceiveTerminal::Drop),
+            _ => None,
+        }
+    }
+}

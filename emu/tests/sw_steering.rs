@@ -1,0 +1,465 @@
+//! Software steering on NIC receive, as rdma-core's `mlx5dv_dr` drives it on a ConnectX-6 Dx
+//! (steering entry format 1): the capabilities `dr_domain_caps_init` reads; the entries written
+//! into SW ICM by dr_send.c's self-connected ring (RDMA WRITE, then READ); a software-owned
+//! table created as `dr_devx_create_flow_table` creates it (`sw_owner`, level
+//! `max_ft_level - 1`, `sw_owner_icm_root_0` its anchor); a firmware table's entry forwarding
+//! to it, as the root rule of a DR "go to table" action does; and frames from the wire walking
+//! the entries to the TIR whose `icm_address` CREATE_TIR returned (mlx5_ib's
+//! `create_raw_packet_qp` hands it to libmlx5 as `tir_icm_addr`), to the drop address, or to a
+//! counted error.
+
+use cxdirect_emu::testkit::flow_tables::{catch_all, create_table, set_root};
+use cxdirect_emu::testkit::ste::{self as tb, Builder};
+use cxdirect_emu::testkit::sw_icm::{
+    create, icm_key, ranges, self_connected_ring, write_then_read,
+};
+use cxdirect_emu::testkit::{refused, udp_frame, CmdFail, Cq, Host};
+use cxdirect_emu::{Device, EmuConfig, Syndrome};
+use cxdirect_hw::caps::{CmdHcaCap, FlowTableNicCap};
+use cxdirect_hw::cmd::{CmdStatus, Opcode};
+use cxdirect_hw::flow;
+use cxdirect_hw::hca::cap_type;
+use cxdirect_hw::tir::{CreateTirIn, CreateTirOut};
+use cxdirect_hw::vport::TrafficCounter;
+
+const MEM: usize = 8 << 20;
+/// The lookup types rdma-core's smac matcher uses (dr_ste_v1.h): the outer source MAC, and
+/// the anchors' "don't care".
+const ETHL2_SRC_O: u16 = 0x0005;
+const DONT_CARE: u16 = 0x000f;
+/// The smac bytes of an ETHL2_SRC_O tag (`ste_eth_l2_src_v1`: bytes 4..=9), as a byte mask.
+const SMAC_BYTE_MASK: u16 = 0x0fc0;
+const SMAC: [u8; 6] = [0x02, 0x5a, 0, 0, 0, 0x07];
+const OTHER_SMAC: [u8; 6] = [0x02, 0x5a, 0, 0, 0, 0x08];
+
+/// A function behind a loopback plug: [`Host::arrive`] hands it frames from the cable.
+fn plugged(sw_steering: bool) -> Host {
+    let dev = Device::loopback(EmuConfig {
+        sw_steering,
+        ..EmuConfig::default()
+    });
+    let mut h = Host::new(dev, MEM);
+    h.bring_up();
+    h
+}
+
+/// What `dr_devx_query_device` reads: the format version, the receive tables' `sw_owner_v2`
+/// and `max_ft_level`, and the three terminal addresses.
+struct DrCaps {
+    format: u8,
+    rx_sw_owner_v2: bool,
+    tx_sw_owner_v2: bool,
+    max_ft_level: u8,
+    rx_drop: u64,
+}
+
+fn dr_caps(h: &mut Host) -> DrCaps {
+    let general = h.query_cap(cap_type::GENERAL_DEVICE, true);
+    let format = CmdHcaCap::new(&general[0x10..])
+        .expect("layout")
+        .steering_format_version();
+    let page = h.query_cap(cap_type::FLOW_TABLE, true);
+    let f = FlowTableNicCap::new(&page[0x10..]).expect("layout");
+    DrCaps {
+        format,
+        rx_sw_owner_v2: f.flow_table_properties_nic_receive().sw_owner_v2(),
+        tx_sw_owner_v2: f.flow_table_properties_nic_transmit().sw_owner_v2(),
+        max_ft_level: f.flow_table_properties_nic_receive().max_ft_level(),
+        rx_drop: f.sw_steering_nic_rx_action_drop_icm_address(),
+    }
+}
+
+/// CREATE_FLOW_TABLE as `dr_devx_create_flow_table` sends it for a NIC receive table.
+fn create_sw_table(h: &mut Host, level: u8, root: u64) -> Result<u32, CmdFail> {
+    let mut input = Host::input(Opcode::CreateFlowTable, 0, 0x40);
+    {
+        let mut cmd = flow::CreateFlowTableIn::new(&mut input[..]).expect("layout");
+        cmd.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX);
+        cmd.flow_table_context_mut()
+            .set_sw_owner(true)
+            .set_level(level)
+            .set_sw_owner_icm_root_0(root);
+    }
+    let out = h.exec(&input, 16)?;
+    Ok(flow::CreateFlowTableOut::new(&out[..])
+        .expect("layout")
+        .table_id())
+}
+
+/// A receive queue with buffers behind a direct TIR; the TIR and its ICM address as
+/// CREATE_TIR's output gives them.
+struct Receiver {
+    cq: Cq,
+    tirn: u32,
+    tir_icm: u64,
+}
+
+fn receiver(h: &mut Host) -> Receiver {
+    let cq = h.create_cq(6);
+    let mut rq = h.create_rq(cq.cqn, 6, None);
+    let lkey = h.create_mkey(false, true);
+    for _ in 0..16 {
+        let buf = h.alloc(2048, 64);
+        h.post_recv(&mut rq, buf, 2048, lkey);
+    }
+    let mut input = Host::input(Opcode::CreateTir, 0, 0x110);
+    CreateTirIn::new(&mut input[..])
+        .expect("layout")
+        .ctx_mut()
+        .set_inline_rqn(rq.rqn)
+        .set_transport_domain(h.td);
+    let out = h.exec(&input, 16).expect("CREATE_TIR");
+    let out = CreateTirOut::new(&out[..]).expect("layout");
+    // mlx5_ib's create_raw_packet_qp: 31_0 | 39_32 << 32 | 63_40 << 40.
+    let tir_icm = u64::from(out.icm_address_31_0())
+        | u64::from(out.icm_address_39_32()) << 32
+        | u64::from(out.icm_address_63_40()) << 40;
+    Receiver {
+        cq,
+        tirn: out.tirn(),
+        tir_icm,
+    }
+}
+
+/// `mlx5_cmd_fc_alloc`: one flow counter.
+fn alloc_counter(h: &mut Host) -> u32 {
+    let mut input = Host::input(
+        Opcode::AllocFlowCounter,
+        0,
+        flow::AllocFlowCounterIn::<&[u8]>::SIZE,
+    );
+    flow::AllocFlowCounterIn::new(&mut input[..]).expect("layout");
+    let out = h
+        .exec(&input, flow::AllocFlowCounterOut::<&[u8]>::SIZE)
+        .expect("ALLOC_FLOW_COUNTER");
+    flow::AllocFlowCounterOut::new(&out[..])
+        .expect("layout")
+        .flow_counter_id()
+}
+
+/// QUERY_FLOW_COUNTER of one counter: (packets, octets).
+fn query_counter(h: &mut Host, id: u32) -> (u64, u64) {
+    let mut input = Host::input(Opcode::QueryFlowCounter, 0, 0x20);
+    flow::QueryFlowCounterIn::new(&mut input[..])
+        .expect("layout")
+        .set_flow_counter_id(id);
+    let out = h.exec(&input, 0x20).expect("QUERY_FLOW_COUNTER");
+    let at = flow::QUERY_FLOW_COUNTER_STATISTICS_BYTE;
+    let c = TrafficCounter::new(&out[at..at + 0x10]).expect("layout");
+    (c.packets(), c.octets())
+}
+
+/// The root firmware table with one catch-all entry forwarding to `table`, as the kernel's
+/// rule for a DR "go to table" action on the root level (MLX5DV_FLOW_ACTION_DEST_DEVX) does.
+fn forward_root_to(h: &mut Host, table: u32) {
+    let root = create_table(h, 0, 2, None).expect("CREATE_FLOW_TABLE");
+    catch_all(h, root, flow::FLOW_DESTINATION_TYPE_FLOW_TABLE, table, 0);
+    set_root(h, root);
+}
+
+/// QUERY_FLOW_TABLE as `dr_devx_query_flow_table` sends it: `sw_owner_icm_root_0`.
+fn query_root(h: &mut Host, table: u32) -> Result<u64, CmdFail> {
+    let mut input = Host::input(Opcode::QueryFlowTable, 0, 0x40);
+    flow::QueryFlowTableIn::new(&mut input[..])
+        .expect("layout")
+        .set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
+        .set_table_id(table);
+    let out = h.exec(&input, 0x40)?;
+    Ok(flow::QueryFlowTableOut::new(&out[..])
+        .expect("layout")
+        .flow_table_context()
+        .sw_owner_icm_root_0())
+}
+
+/// The flow tag an Ethernet receive CQE carries: `sop_drop_qpn`'s low 24 bits, where libmlx5's
+/// `mlx5_cq_read_flow_tag` and DPDK's mark read it.
+fn flow_tag(cqe: &[u8]) -> u32 {
+    u32::from_be_bytes(cqe[0x38..0x3c].try_into().expect("4 bytes")) & 0x00ff_ffff
+}
+
+/// The entries of a DR table with one smac matcher (one slot) and one rule, laid out from
+/// `base`: the table's anchor (always hit into the matcher), the rule (counting into `counter`
+/// and hitting `dest`), and the matcher's end anchor (always miss to `default`).
+fn smac_table(base: u64, gvmi: u16, counter: u32, dest: u64, default: u64) -> Vec<(u64, Builder)> {
+    let (anchor, matcher, end) = (base, base + 0x1000, base + 0x2000);
+    let mut a = Builder::init(DONT_CARE, gvmi);
+    a.always_hit_htbl(SMAC_BYTE_MASK, ETHL2_SRC_O, matcher, 1);
+    let mut tag = [0u8; 16];
+    tag[4..10].copy_from_slice(&SMAC);
+    let mut mask = [0u8; 16];
+    mask[4..10].fill(0xff);
+    let mut rule = Builder::init(ETHL2_SRC_O, gvmi);
+    rule.bit_mask(mask)
+        .tag(tag)
+        .action(0, &tb::flow_tag(0x77))
+        .counter(counter)
+        .hit(dest, 1)
+        .miss(end);
+    let mut e = Builder::init(DONT_CARE, gvmi);
+    e.always_miss(default);
+    vec![(anchor, a), (matcher, rule), (end, e)]
+}
+
+fn frame_from(smac: [u8; 6]) -> Vec<u8> {
+    let mut f = udp_frame(64, 3);
+    f[6..12].copy_from_slice(&smac);
+    f
+}
+
+#[test]
+fn without_sw_steering_nothing_is_offered_and_sw_owner_tables_are_refused() {
+    let mut h = plugged(false);
+    let caps = dr_caps(&mut h);
+    assert!(!caps.rx_sw_owner_v2);
+    assert_eq!(caps.rx_drop, 0);
+    refused(
+        create_sw_table(&mut h, 1, 0x10_0000_0000),
+        CmdStatus::BadParameter,
+        Syndrome::BadSteeringParams,
+    );
+}
+
+#[test]
+fn dr_reads_a_connectx_6_dx_receive_domain() {
+    let mut h = plugged(true);
+    let caps = dr_caps(&mut h);
+    // dr_domain_caps_init: sw_owner_v2 with a format up to ConnectX-8's; STEv1 for 1.
+    assert_eq!(caps.format, 1);
+    assert!(caps.rx_sw_owner_v2);
+    assert!(!caps.tx_sw_owner_v2, "transmit tables are not modelled");
+    assert!(caps.max_ft_level > 1);
+    assert_ne!(caps.rx_drop, 0);
+    assert!(caps.rx_drop < 1 << 40, "entries keep 40 address bits");
+    assert_eq!(caps.rx_drop % 64, 0);
+    // The TIR's address is a distinct whole entry below 2^40 too.
+    let r = receiver(&mut h);
+    assert_ne!(r.tir_icm, 0);
+    assert_ne!(r.tir_icm, caps.rx_drop);
+    assert!(r.tir_icm < 1 << 40 && r.tir_icm % 64 == 0);
+    assert_ne!(receiver(&mut h).tir_icm, r.tir_icm);
+}
+
+#[test]
+fn frames_walk_entries_written_by_rdma_write_to_the_tir_or_the_drop_address() {
+    let mut h = plugged(true);
+    let caps = dr_caps(&mut h);
+    let (base, _) = ranges(&mut h).steering;
+    let object = create(&mut h, 0, base, 20).expect("SW_ICM object");
+    assert_ne!(object, 0);
+    let rkey = icm_key(&mut h, base, 1 << 20).expect("SW_ICM key");
+    let mut ring = self_connected_ring(&mut h);
+    let rx = receiver(&mut h);
+    let counter = alloc_counter(&mut h);
+    let gvmi = 0;
+    for (addr, entry) in smac_table(base, gvmi, counter, rx.tir_icm, caps.rx_drop) {
+        // Inline WRITE of the 64 bytes, READ back (dr_send.c's pair), relative to the key.
+        let written = write_then_read(&mut h, &mut ring, addr - base, rkey, &entry.post(), true);
+        assert_eq!(written, entry.post());
+    }
+    let table = create_sw_table(&mut h, caps.max_ft_level - 1, base).expect("sw_owner table");
+    forward_root_to(&mut h, table);
+
+    let before = h.dev.counters();
+    h.arrive(&[frame_from(SMAC), frame_from(OTHER_SMAC), frame_from(SMAC)]);
+    let mut cq = rx.cq;
+    let got: Vec<Vec<u8>> = std::iter::from_fn(|| h.poll_cq(&mut cq)).collect();
+    assert_eq!(
+        got.len(),
+        2,
+        "the two frames from the rule's smac reach the TIR"
+    );
+    for cqe in &got {
+        assert_eq!(flow_tag(cqe), 0x77, "the rule's FLOW_TAG action");
+    }
+    let after = h.dev.counters();
+    assert_eq!(
+        after.rx_steer_drops - before.rx_steer_drops,
+        1,
+        "the other smac missed to drop"
+    );
+    assert_eq!(after.rx_sw_steering_errors, before.rx_sw_steering_errors);
+    let (packets, octets) = query_counter(&mut h, counter);
+    assert_eq!(packets, 2, "the rule's counter_id counts its hits");
+    assert_eq!(octets, 2 * frame_from(SMAC).len() as u64);
+    assert_ne!(rx.tirn, 0);
+}
+
+#[test]
+fn a_walk_into_unwritten_icm_drops_and_counts_an_error() {
+    let mut h = plugged(true);
+    let caps = dr_caps(&mut h);
+    let (base, _) = ranges(&mut h).steering;
+    create(&mut h, 0, base, 20).expect("SW_ICM object");
+    let rx = receiver(&mut h);
+    // Unwritten ICM reads as zeros: lookup type 0, which no builder writes.
+    let table = create_sw_table(&mut h, caps.max_ft_level - 1, base + 0x4000).expect("table");
+    forward_root_to(&mut h, table);
+    let before = h.dev.counters();
+    h.arrive(&[frame_from(SMAC)]);
+    let mut cq = rx.cq;
+    assert!(h.poll_cq(&mut cq).is_none());
+    let after = h.dev.counters();
+    assert_eq!(
+        after.rx_sw_steering_errors - before.rx_sw_steering_errors,
+        1
+    );
+    assert_eq!(after.rx_steer_drops - before.rx_steer_drops, 1);
+}
+
+#[test]
+fn sw_owner_tables_need_an_aligned_root_and_take_no_groups() {
+    let mut h = plugged(true);
+    let level = dr_caps(&mut h).max_ft_level - 1;
+    for root in [0, 0x10_0000_0020] {
+        refused(
+            create_sw_table(&mut h, level, root),
+            CmdStatus::BadParameter,
+            Syndrome::BadSteeringParams,
+        );
+    }
+    let table = create_sw_table(&mut h, level, 0x10_0000_0000).expect("table");
+    let mut input = Host::input(Opcode::CreateFlowGroup, 0, 0x400);
+    flow::CreateFlowGroupIn::new(&mut input[..])
+        .expect("layout")
+        .set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
+        .set_table_id(table)
+        .set_start_flow_index(0)
+        .set_end_flow_index(0);
+    refused(
+        h.exec(&input, 16),
+        CmdStatus::BadParameter,
+        Syndrome::BadSteeringParams,
+    );
+}
+
+#[test]
+fn a_firmware_entry_s_flow_tag_is_in_the_receive_cqe() {
+    // mlx5_ib's `ibv_create_flow` with a tag action and test_root_tbl_qp_tag_rule: the entry's
+    // `flow_tag`, not the RQ number, in sop_drop_qpn.
+    let mut h = plugged(false);
+    let rx = receiver(&mut h);
+    let root = create_table(&mut h, 0, 2, None).expect("CREATE_FLOW_TABLE");
+    catch_all(
+        &mut h,
+        root,
+        flow::FLOW_DESTINATION_TYPE_TIR,
+        rx.tirn,
+        0x12_3456,
+    );
+    set_root(&mut h, root);
+    h.arrive(&[frame_from(SMAC)]);
+    let mut cq = rx.cq;
+    let cqe = h.poll_cq(&mut cq).expect("received");
+    assert_eq!(flow_tag(&cqe), 0x12_3456);
+}
+
+#[test]
+fn an_entry_may_hand_frames_on_to_a_firmware_table_at_the_address_query_flow_table_gives() {
+    // rdma-core's destination arrays and root-table actions: a firmware table built through
+    // DEVX (dr_devx_create_always_hit_ft), its ICM address read back by QUERY_FLOW_TABLE, and
+    // a rule entry hitting that address.
+    let mut h = plugged(true);
+    let caps = dr_caps(&mut h);
+    let (base, _) = ranges(&mut h).steering;
+    create(&mut h, 0, base, 20).expect("SW_ICM object");
+    let rkey = icm_key(&mut h, base, 1 << 20).expect("SW_ICM key");
+    let mut ring = self_connected_ring(&mut h);
+    let rx = receiver(&mut h);
+    let always_hit = create_table(&mut h, caps.max_ft_level - 1, 2, None).expect("FW table");
+    catch_all(
+        &mut h,
+        always_hit,
+        flow::FLOW_DESTINATION_TYPE_TIR,
+        rx.tirn,
+        0x55,
+    );
+    let fw_icm = query_root(&mut h, always_hit).expect("QUERY_FLOW_TABLE");
+    assert!(fw_icm != 0 && fw_icm < 1 << 40 && fw_icm % 64 == 0);
+    assert_ne!(fw_icm, rx.tir_icm);
+    let counter = alloc_counter(&mut h);
+    for (addr, entry) in smac_table(base, 0, counter, fw_icm, caps.rx_drop) {
+        write_then_read(&mut h, &mut ring, addr - base, rkey, &entry.post(), true);
+    }
+    let table = create_sw_table(&mut h, caps.max_ft_level - 1, base).expect("sw_owner table");
+    assert_eq!(
+        query_root(&mut h, table).ok(),
+        Some(base),
+        "a software-owned table's own root"
+    );
+    forward_root_to(&mut h, table);
+    h.arrive(&[frame_from(SMAC), frame_from(OTHER_SMAC)]);
+    let mut cq = rx.cq;
+    let got: Vec<Vec<u8>> = std::iter::from_fn(|| h.poll_cq(&mut cq)).collect();
+    assert_eq!(got.len(), 1, "the rule's frame, through the firmware table");
+    assert_eq!(flow_tag(&got[0]), 0x55, "the last entry's tag");
+    assert_eq!(query_counter(&mut h, counter).0, 1);
+}
+
+#[test]
+fn sync_steering_is_taken_with_software_steering_only() {
+    let input = Host::input(Opcode::SyncSteering, 0, 0x10);
+    let mut h = plugged(true);
+    h.exec(&input, 0x10).expect("SYNC_STEERING");
+    let mut h = plugged(false);
+    refused(
+        h.exec(&input, 0x10),
+        CmdStatus::BadOpcode,
+        Syndrome::UnknownOpcode,
+    );
+}
+
+#[test]
+fn a_destination_array_replicates_the_frame_to_each_tir_and_into_the_next_table() {
+    // rdma-core's test_dest_array: a firmware table (dr_devx_create_always_hit_ft) whose one
+    // entry lists QP TIRs and a software-owned table; every destination gets the frame.
+    let mut h = plugged(true);
+    let caps = dr_caps(&mut h);
+    let (base, _) = ranges(&mut h).steering;
+    create(&mut h, 0, base, 20).expect("SW_ICM object");
+    let rkey = icm_key(&mut h, base, 1 << 20).expect("SW_ICM key");
+    let mut ring = self_connected_ring(&mut h);
+    let (a, b, last) = (receiver(&mut h), receiver(&mut h), receiver(&mut h));
+    let counter = alloc_counter(&mut h);
+    for (addr, entry) in smac_table(base, 0, counter, last.tir_icm, caps.rx_drop) {
+        write_then_read(&mut h, &mut ring, addr - base, rkey, &entry.post(), true);
+    }
+    let next = create_sw_table(&mut h, caps.max_ft_level - 1, base).expect("sw_owner table");
+    let array = create_table(&mut h, caps.max_ft_level - 2, 2, None).expect("FW table");
+    let group = cxdirect_emu::testkit::flow_tables::create_group(&mut h, array, 0, 0, false);
+    let mut input = Host::input(Opcode::SetFlowTableEntry, 0, 0x340 + 3 * 8);
+    {
+        let mut cmd = flow::SetFteIn::new(&mut input[..]).expect("layout");
+        cmd.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
+            .set_table_id(array)
+            .set_flow_index(0);
+        let mut ctx = cmd.flow_context_all_mut();
+        ctx.set_group_id(group)
+            .set_action(flow::FLOW_CONTEXT_ACTION_FWD_DEST)
+            .set_destination_list_size(3);
+        let dests = [
+            (flow::FLOW_DESTINATION_TYPE_TIR, a.tirn),
+            (flow::FLOW_DESTINATION_TYPE_TIR, b.tirn),
+            (flow::FLOW_DESTINATION_TYPE_FLOW_TABLE, next),
+        ];
+        for (i, (kind, id)) in dests.into_iter().enumerate() {
+            ctx.set_destination(i, flow::dest_format_entry(kind, id))
+                .expect("room");
+        }
+    }
+    h.exec(&input, 16).expect("SET_FLOW_TABLE_ENTRY");
+    let root = create_table(&mut h, 0, 2, None).expect("root");
+    catch_all(
+        &mut h,
+        root,
+        flow::FLOW_DESTINATION_TYPE_FLOW_TABLE,
+        array,
+        0,
+    );
+    set_root(&mut h, root);
+    h.arrive(&[frame_from(SMAC), frame_from(OTHER_SMAC)]);
+    for (name, r, expected) in [("a", a, 2), ("b", b, 2), ("the table's", last, 1)] {
+        let mut cq = r.cq;
+        let got = std::iter::from_fn(|| h.poll_cq(&mut cq)).count();
+        assert_eq!(got, expected, "{name} TIR");
+    }
+}
