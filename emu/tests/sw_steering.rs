@@ -11,7 +11,7 @@
 use cxdirect_emu::testkit::flow_tables::{catch_all, create_table, set_root};
 use cxdirect_emu::testkit::ste::{self as tb, Builder};
 use cxdirect_emu::testkit::sw_icm::{
-    create, icm_key, ranges, self_connected_ring, write_then_read,
+    create, icm_key, ranges, self_connected_ring, write_then_read, Ring,
 };
 use cxdirect_emu::testkit::{refused, udp_frame, CmdFail, Cq, Host};
 use cxdirect_emu::{Device, EmuConfig, Syndrome};
@@ -45,6 +45,7 @@ fn plugged(sw_steering: bool) -> Host {
 
 /// What `dr_devx_query_device` reads: the format version, the receive tables' `sw_owner_v2`
 /// and `max_ft_level`, and the three terminal addresses.
+#[derive(Clone, Copy)]
 struct DrCaps {
     format: u8,
     rx_sw_owner_v2: bool,
@@ -66,6 +67,42 @@ fn dr_caps(h: &mut Host) -> DrCaps {
         tx_sw_owner_v2: f.flow_table_properties_nic_transmit().sw_owner_v2(),
         max_ft_level: f.flow_table_properties_nic_receive().max_ft_level(),
         rx_drop: f.sw_steering_nic_rx_action_drop_icm_address(),
+    }
+}
+
+/// A receive domain's ICM as rdma-core's DR sets it up: 1 MiB of steering ICM (an SW_ICM
+/// object at the range's start), its key, and dr_send.c's self-connected ring.
+struct Domain {
+    caps: DrCaps,
+    base: u64,
+    rkey: u32,
+    ring: Ring,
+}
+
+fn domain(h: &mut Host) -> Domain {
+    let caps = dr_caps(h);
+    let (base, _) = ranges(h).steering;
+    let object = create(h, 0, base, 20).expect("SW_ICM object");
+    assert_ne!(object, 0);
+    let rkey = icm_key(h, base, 1 << 20).expect("SW_ICM key");
+    let ring = self_connected_ring(h);
+    Domain {
+        caps,
+        base,
+        rkey,
+        ring,
+    }
+}
+
+impl Domain {
+    /// Writes `entries` at their ICM addresses as dr_send.c does: an inline WRITE of the 64
+    /// bytes relative to the key, then a READ of them back, which must give them.
+    fn write(&mut self, h: &mut Host, entries: Vec<(u64, Builder)>) {
+        for (addr, entry) in entries {
+            let at = addr - self.base;
+            let read = write_then_read(h, &mut self.ring, at, self.rkey, &entry.post(), true);
+            assert_eq!(read, entry.post());
+        }
     }
 }
 
@@ -242,20 +279,15 @@ fn dr_reads_a_connectx_6_dx_receive_domain() {
 #[test]
 fn frames_walk_entries_written_by_rdma_write_to_the_tir_or_the_drop_address() {
     let mut h = plugged(true);
-    let caps = dr_caps(&mut h);
-    let (base, _) = ranges(&mut h).steering;
-    let object = create(&mut h, 0, base, 20).expect("SW_ICM object");
-    assert_ne!(object, 0);
-    let rkey = icm_key(&mut h, base, 1 << 20).expect("SW_ICM key");
-    let mut ring = self_connected_ring(&mut h);
+    let mut dr = domain(&mut h);
+    let (caps, base) = (dr.caps, dr.base);
     let rx = receiver(&mut h);
     let counter = alloc_counter(&mut h);
     let gvmi = 0;
-    for (addr, entry) in smac_table(base, gvmi, counter, rx.tir_icm, caps.rx_drop) {
-        // Inline WRITE of the 64 bytes, READ back (dr_send.c's pair), relative to the key.
-        let written = write_then_read(&mut h, &mut ring, addr - base, rkey, &entry.post(), true);
-        assert_eq!(written, entry.post());
-    }
+    dr.write(
+        &mut h,
+        smac_table(base, gvmi, counter, rx.tir_icm, caps.rx_drop),
+    );
     let table = create_sw_table(&mut h, caps.max_ft_level - 1, base).expect("sw_owner table");
     forward_root_to(&mut h, table);
 
@@ -359,11 +391,8 @@ fn an_entry_may_hand_frames_on_to_a_firmware_table_at_the_address_query_flow_tab
     // DEVX (dr_devx_create_always_hit_ft), its ICM address read back by QUERY_FLOW_TABLE, and
     // a rule entry hitting that address.
     let mut h = plugged(true);
-    let caps = dr_caps(&mut h);
-    let (base, _) = ranges(&mut h).steering;
-    create(&mut h, 0, base, 20).expect("SW_ICM object");
-    let rkey = icm_key(&mut h, base, 1 << 20).expect("SW_ICM key");
-    let mut ring = self_connected_ring(&mut h);
+    let mut dr = domain(&mut h);
+    let (caps, base) = (dr.caps, dr.base);
     let rx = receiver(&mut h);
     let always_hit = create_table(&mut h, caps.max_ft_level - 1, 2, None).expect("FW table");
     catch_all(
@@ -377,9 +406,7 @@ fn an_entry_may_hand_frames_on_to_a_firmware_table_at_the_address_query_flow_tab
     assert!(fw_icm != 0 && fw_icm < 1 << 40 && fw_icm % 64 == 0);
     assert_ne!(fw_icm, rx.tir_icm);
     let counter = alloc_counter(&mut h);
-    for (addr, entry) in smac_table(base, 0, counter, fw_icm, caps.rx_drop) {
-        write_then_read(&mut h, &mut ring, addr - base, rkey, &entry.post(), true);
-    }
+    dr.write(&mut h, smac_table(base, 0, counter, fw_icm, caps.rx_drop));
     let table = create_sw_table(&mut h, caps.max_ft_level - 1, base).expect("sw_owner table");
     assert_eq!(
         query_root(&mut h, table).ok(),
@@ -413,16 +440,14 @@ fn a_destination_array_replicates_the_frame_to_each_tir_and_into_the_next_table(
     // rdma-core's test_dest_array: a firmware table (dr_devx_create_always_hit_ft) whose one
     // entry lists QP TIRs and a software-owned table; every destination gets the frame.
     let mut h = plugged(true);
-    let caps = dr_caps(&mut h);
-    let (base, _) = ranges(&mut h).steering;
-    create(&mut h, 0, base, 20).expect("SW_ICM object");
-    let rkey = icm_key(&mut h, base, 1 << 20).expect("SW_ICM key");
-    let mut ring = self_connected_ring(&mut h);
+    let mut dr = domain(&mut h);
+    let (caps, base) = (dr.caps, dr.base);
     let (a, b, last) = (receiver(&mut h), receiver(&mut h), receiver(&mut h));
     let counter = alloc_counter(&mut h);
-    for (addr, entry) in smac_table(base, 0, counter, last.tir_icm, caps.rx_drop) {
-        write_then_read(&mut h, &mut ring, addr - base, rkey, &entry.post(), true);
-    }
+    dr.write(
+        &mut h,
+        smac_table(base, 0, counter, last.tir_icm, caps.rx_drop),
+    );
     let next = create_sw_table(&mut h, caps.max_ft_level - 1, base).expect("sw_owner table");
     let array = create_table(&mut h, caps.max_ft_level - 2, 2, None).expect("FW table");
     let group = cxdirect_emu::testkit::flow_tables::create_group(&mut h, array, 0, 0, false);

@@ -8,8 +8,11 @@
 //! transmit to the wire, a TIR, another table's root).
 //!
 //! Rooms: [`hash`] (the CRC-32 index rdma-core computes), [`entry`] (one entry's decode),
-//! [`action`] (its action words), [`lookup`] (the packet's tag per lookup type) and [`walk`].
-//! Nothing here owns ICM: entries are read through [`IcmRead`].
+//! [`action`] (its action words), [`lookup`] (the packet's tag per lookup type), [`walk`],
+//! [`terminals`] (the addresses the device answers for: drop, allow, TIRs, firmware tables)
+//! and [`receive`] (a received frame at a software-owned table, for `crate::steering`).
+//! Nothing here owns ICM: entries are read from the function's SW ICM store through
+//! [`IcmRead`].
 //!
 //! Sources: rdma-core `providers/mlx5/dr_ste_v1.c`, `dr_ste_v1.h`, `dr_ste.c`, `dr_ste.h`,
 //! `dr_crc32.c`, `dr_action.c`, `dr_matcher.c` and `mlx5_ifc.h` (`ste_*_v1` layouts). No manual
