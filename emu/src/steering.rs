@@ -99,8 +99,9 @@ pub(crate) fn frame_match_words(parsed: &Parsed) -> [u64; MATCH_WORDS] {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Verdict {
     /// To these TIRs, with the flow tag the receive CQE carries in `sop_drop_qpn` (24 bits;
-    /// 0 when no entry on the way set one).
-    Tirs(TirList, u32),
+    /// 0 when no entry on the way set one), and the frame as software steering entries
+    /// rewrote it (VLAN pop or push), if they did.
+    Tirs(TirList, u32, Option<Vec<u8>>),
     /// Dropped by a rule, by a miss, or for want of a root table.
     Drop,
 }
@@ -163,7 +164,7 @@ pub(crate) fn steer(
         if tirs.is_empty() {
             Verdict::Drop
         } else {
-            Verdict::Tirs(tirs, flow_tag)
+            Verdict::Tirs(tirs, flow_tag, None)
         }
     };
     for _ in 0..MAX_HOPS {
@@ -177,7 +178,7 @@ pub(crate) fn steer(
             match decision.next {
                 Next::Tir(tirn) => {
                     tirs.push(tirn);
-                    return done(tirs, flow_tag);
+                    return Verdict::Tirs(tirs, flow_tag, decision.rewritten);
                 }
                 Next::Table(id) => {
                     table_id = id;

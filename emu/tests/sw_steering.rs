@@ -488,3 +488,30 @@ fn a_destination_array_replicates_the_frame_to_each_tir_and_into_the_next_table(
         assert_eq!(got, expected, "{name} TIR");
     }
 }
+
+#[test]
+fn a_rule_s_vlan_pop_delivers_the_frame_without_its_tag() {
+    // rdma-core's test_pop_vlan: the rule's last entry pops one VLAN tag (REMOVE_BY_SIZE from
+    // the first VLAN, 2 words, and a re-parse: dr_ste_v1_set_pop_vlan) before the QP.
+    let mut h = plugged(true);
+    let mut dr = domain(&mut h);
+    let (caps, base) = (dr.caps, dr.base);
+    let rx = receiver(&mut h);
+    let counter = alloc_counter(&mut h);
+    let mut entries = smac_table(base, 0, counter, rx.tir_icm, caps.rx_drop);
+    entries[1].1.action(4, &tb::pop_vlan(1)).reparse();
+    dr.write(&mut h, entries);
+    let table = create_sw_table(&mut h, caps.max_ft_level - 1, base).expect("sw_owner table");
+    forward_root_to(&mut h, table);
+    let plain = frame_from(SMAC);
+    let mut tagged = plain[..12].to_vec();
+    tagged.extend_from_slice(&[0x81, 0x00, 0x00, 0x07]);
+    tagged.extend_from_slice(&plain[12..]);
+    h.arrive(&[tagged]);
+    let mut cq = rx.cq;
+    let cqe = h.poll_cq(&mut cq).expect("received");
+    let len = u32::from_be_bytes(cqe[0x2c..0x30].try_into().expect("4 bytes"));
+    assert_eq!(len as usize, plain.len(), "4 bytes fewer: the tag is gone");
+    let counters = h.dev.counters();
+    assert_eq!(counters.rx_sw_steering_errors, 0);
+}

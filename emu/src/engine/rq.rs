@@ -102,18 +102,27 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8], from: Option<Sender>) {
     }
     let parsed = packet::parse(frame);
     let words = frame_match_words(&parsed);
-    let (tirs, flow_tag) = match steer(core, &words, &parsed, frame) {
-        Verdict::Tirs(tirs, flow_tag) => (tirs, flow_tag),
+    let (tirs, flow_tag, rewritten) = match steer(core, &words, &parsed, frame) {
+        Verdict::Tirs(tirs, flow_tag, rewritten) => (tirs, flow_tag, rewritten),
         Verdict::Drop => {
             add(&core.counters.rx_steer_drops, 1);
             return;
         }
     };
+    // What reaches the RQs is the frame as software steering entries rewrote it.
+    let reparsed;
+    let (frame, parsed) = match &rewritten {
+        Some(bytes) => {
+            reparsed = packet::parse(bytes);
+            (bytes.as_slice(), &reparsed)
+        }
+        None => (frame, &parsed),
+    };
     for tirn in tirs.iter() {
         let Some(tir) = core.res.tirs.get(tirn) else {
             continue;
         };
-        if from == Some(Sender::Sq(tir.td)) && !self_loop_allowed(tir.self_lb_block, &parsed) {
+        if from == Some(Sender::Sq(tir.td)) && !self_loop_allowed(tir.self_lb_block, parsed) {
             add(&core.counters.rx_steer_drops, 1);
             continue;
         }
@@ -132,8 +141,8 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8], from: Option<Sender>) {
                 };
                 let hash = if *hash_fn == 2 {
                     rss::HashSelector::from_raw(*l3, *l4, *fields).and_then(|sel| {
-                        rss::rss_hash_keyed(key, sel, frame, &parsed)
-                            .map(|h| (h, hash_type(&parsed, sel)))
+                        rss::rss_hash_keyed(key, sel, frame, parsed)
+                            .map(|h| (h, hash_type(parsed, sel)))
                     })
                 } else {
                     None
@@ -145,7 +154,7 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8], from: Option<Sender>) {
                 (rqn, hash)
             }
         };
-        deliver(core, rqn, frame, &parsed, Steered { hash, flow_tag });
+        deliver(core, rqn, frame, parsed, Steered { hash, flow_tag });
     }
 }
 

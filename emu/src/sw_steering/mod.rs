@@ -25,6 +25,7 @@ pub(crate) mod entry;
 pub(crate) mod hash;
 pub(crate) mod lookup;
 pub(crate) mod receive;
+pub(crate) mod rewrite;
 pub(crate) mod terminals;
 pub(crate) mod walk;
 

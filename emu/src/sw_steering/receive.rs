@@ -4,14 +4,16 @@
 //! What the walk's hits ask for on receive: their flow counters count the frame (rdma-core
 //! writes a counter object's number into the entry's `counter_id`, dr_ste_v1.c
 //! `dr_ste_v1_set_counter_id`); a flow tag goes into the receive CQE as a firmware entry's
-//! does. A header rewrite, push or pop
-//! (modify-header, VLAN and reformat actions) is not applied on receive yet: a frame whose walk
-//! asks for one is dropped and counted in `rx_sw_steering_errors`, never delivered unmodified.
+//! does; VLAN pops and pushes rewrite a copy of the frame ([`super::rewrite`]). Modify-header
+//! and reformat actions are not applied on receive yet: a frame whose walk asks for one is
+//! dropped and counted in `rx_sw_steering_errors`, never delivered unmodified. A rewritten
+//! frame is delivered to a TIR; handing it on to a firmware table is not modelled (dropped
+//! and counted the same way).
 //!
-//! The walk collects its actions and counters in vectors: one allocation per frame that hits
-//! an entry with an action, on the model's receive path (not the driver's).
+//! The walk collects its actions and counters in vectors, and a rewrite copies the frame: an
+//! allocation per frame that hits an entry with an action, on the model's receive path (not
+//! the driver's).
 
-use super::action::Action;
 use super::lookup::{Metadata, PacketView};
 use super::terminals::{ReceiveTerminal, ReceiveTerminals};
 use super::walk::walk;
@@ -42,6 +44,8 @@ pub(crate) struct Decision {
     pub(crate) flow_tag: Option<u32>,
     /// Flow counter numbers (`counter_id`) of the entries that hit, in walk order.
     pub(crate) counters: Vec<u32>,
+    /// The frame as the entries' VLAN actions left it, when one touched it.
+    pub(crate) rewritten: Option<Vec<u8>>,
 }
 
 /// Where software steering sends `frame` (parsed as `parsed`) that reached a software-owned
@@ -65,16 +69,18 @@ pub(crate) fn receive(core: &Core, root: u64, parsed: &Parsed, frame: &[u8]) -> 
         next: Next::Drop,
         flow_tag: None,
         counters: result.counters,
+        rewritten: None,
     };
-    for action in &result.actions {
-        match action {
-            Action::FlowTag(tag) => decision.flow_tag = Some(*tag),
-            _ => {
-                add(&core.counters.rx_sw_steering_errors, 1);
-                return decision;
-            }
-        }
+    let Ok((rewritten, flow_tag)) = super::rewrite::apply(frame, &result.actions) else {
+        add(&core.counters.rx_sw_steering_errors, 1);
+        return decision;
+    };
+    decision.flow_tag = flow_tag;
+    if rewritten.is_some() && matches!(result.terminal, ReceiveTerminal::Table(_)) {
+        add(&core.counters.rx_sw_steering_errors, 1);
+        return decision;
     }
+    decision.rewritten = rewritten;
     decision.next = match result.terminal {
         ReceiveTerminal::Tir(tirn) => Next::Tir(tirn),
         ReceiveTerminal::Table(id) => Next::Table(id),
