@@ -161,36 +161,33 @@ where
         }
         let raw = icm.read_entry(addr).ok_or(WalkError::Unreadable(addr))?;
         let ste = entry::decode(&raw).map_err(|err| WalkError::Entry { addr, err })?;
-        let next = if hits(&ste, addr, pkt)? {
+        let hit = hits(&ste, addr, pkt)?;
+        let target = if hit {
             action::decode(ste.action_area(), &mut actions)
                 .map_err(|err| WalkError::Action { addr, err })?;
             if ste.counter_id != 0 {
                 counters.push(ste.counter_id);
             }
             reparse |= ste.reparse;
-            if let Some(terminal) = terminals.terminal(ste.hit.base) {
-                return Ok(WalkResult {
-                    terminal,
-                    actions,
-                    counters,
-                    reparse,
-                    visited,
-                });
-            }
-            next_slot(&ste, addr, pkt)?
+            ste.hit.base
         } else {
-            if let Some(terminal) = terminals.terminal(ste.miss_addr) {
-                return Ok(WalkResult {
-                    terminal,
-                    actions,
-                    counters,
-                    reparse,
-                    visited,
-                });
-            }
             ste.miss_addr
         };
-        addr = next;
+        if let Some(terminal) = terminals.terminal(target) {
+            return Ok(WalkResult {
+                terminal,
+                actions,
+                counters,
+                reparse,
+                visited,
+            });
+        }
+        // A hit goes on into the hash table at `target`; a miss to the single entry there.
+        addr = if hit {
+            next_slot(&ste, addr, pkt)?
+        } else {
+            target
+        };
     }
     Err(WalkError::TooLong)
 }
