@@ -151,6 +151,13 @@ counter_set! {
         /// malformed entry, a loop, an action the model does not apply): dropped, and counted
         /// in `rx_steer_drops` too.
         rx_sw_steering_errors,
+        /// Frames an SQ sent that NIC transmit steering dropped (a drop entry or action, or a
+        /// failed software steering walk): their WQEs complete, nothing leaves.
+        tx_steer_drops,
+        /// Frames whose transmit walk through software steering entries failed (an unreadable
+        /// or malformed entry, a loop, an action the model does not apply): dropped, and
+        /// counted in `tx_steer_drops` too.
+        tx_sw_steering_errors,
         /// Frames dropped by a striding RQ because they need more strides than a whole WQE has.
         rx_striding_too_long,
         /// Filler completions of striding RQs (the strides a WQE had left when the next frame

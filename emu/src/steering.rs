@@ -223,7 +223,7 @@ pub(crate) fn steer(
 }
 
 /// Adds one frame of `frame_len` bytes to each of `counters`.
-fn count(core: &Core, counters: &[u32], frame_len: usize) {
+pub(crate) fn count(core: &Core, counters: &[u32], frame_len: usize) {
     for &id in counters {
         if let Some(c) = core.res.flow_counters.get(id) {
             c.packets.fetch_add(1, Ordering::Relaxed);

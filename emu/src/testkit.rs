@@ -33,6 +33,7 @@ use cxdirect_hw::wqe::{CtrlSeg, DataSeg, EthSeg, SrqNextSeg};
 use std::sync::Arc;
 
 pub mod devx;
+pub mod dr;
 pub mod flow_tables;
 pub mod mpwqe;
 pub mod pattern;

@@ -161,10 +161,13 @@ fn the_flow_table_capabilities_nic_flow_table_advertises_are_answered() {
     // priorities (`FS_CHAINING_CAPS`), which the model implements: in-place entry changes,
     // identified miss tables, MODIFY_FLOW_TABLE.
     assert!(rx.flow_modify_en() && rx.identified_miss_table_mode() && rx.flow_table_modify());
-    // Flow counters on receive entries (emu/tests/flow_counters.rs); nothing the model does
-    // not do: no transmit tables.
+    // Flow counters on receive entries (emu/tests/flow_counters.rs).
     assert!(rx.flow_counter());
-    assert!(!caps.flow_table_properties_nic_transmit().ft_support());
+    // Transmit tables with the same chaining capabilities, which fs_core's egress priorities
+    // need (`FS_CHAINING_CAPS_EGRESS`; emu/tests/tx_steering.rs).
+    let tx = caps.flow_table_properties_nic_transmit();
+    assert!(tx.ft_support() && tx.modify_root() && tx.flow_modify_en());
+    assert!(tx.identified_miss_table_mode() && tx.flow_table_modify() && tx.flow_counter());
 }
 
 #[test]

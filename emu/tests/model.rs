@@ -1463,12 +1463,12 @@ fn each_command_fails_cleanly_on_bad_parameters() {
         cmd.set_pas(0, support::IOVA_BASE).unwrap();
     }
     assert_eq!(h.exec(&eq, 16), Err(bad_param(Syndrome::BadVector)));
-    // Flow steering: transmit tables are not modelled; overlapping groups and entries outside
-    // their group are refused.
+    // Flow steering: only NIC receive and transmit tables are modelled (no FDB, type 4);
+    // overlapping groups and entries outside their group are refused.
     let mut ft = Host::input(Opcode::CreateFlowTable, 0, 0x40);
     cxdirect_hw::flow::CreateFlowTableIn::new(&mut ft[..])
         .unwrap()
-        .set_table_type(cxdirect_hw::flow::FLOW_TABLE_TYPE_NIC_TX);
+        .set_table_type(4);
     assert_eq!(h.exec(&ft, 16), Err(bad_param(Syndrome::BadSteeringParams)));
     let mut ft = Host::input(Opcode::CreateFlowTable, 0, 0x40);
     cxdirect_hw::flow::CreateFlowTableIn::new(&mut ft[..])

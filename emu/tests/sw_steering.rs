@@ -8,17 +8,14 @@
 //! `create_raw_packet_qp` hands it to libmlx5 as `tir_icm_addr`), to the drop address, or to a
 //! counted error.
 
+use cxdirect_emu::testkit::dr::{self, domain, dr_caps};
 use cxdirect_emu::testkit::flow_tables::{catch_all, create_table, set_root};
 use cxdirect_emu::testkit::ste::{self as tb, Builder};
-use cxdirect_emu::testkit::sw_icm::{
-    create, icm_key, ranges, self_connected_ring, write_then_read, Ring,
-};
+use cxdirect_emu::testkit::sw_icm::{create, ranges};
 use cxdirect_emu::testkit::{refused, udp_frame, CmdFail, Cq, Host};
 use cxdirect_emu::{Device, EmuConfig, Syndrome};
-use cxdirect_hw::caps::{CmdHcaCap, FlowTableNicCap};
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
 use cxdirect_hw::flow;
-use cxdirect_hw::hca::cap_type;
 use cxdirect_hw::tir::{CreateTirIn, CreateTirOut};
 use cxdirect_hw::vport::TrafficCounter;
 
@@ -43,84 +40,9 @@ fn plugged(sw_steering: bool) -> Host {
     h
 }
 
-/// What `dr_devx_query_device` reads: the format version, the receive tables' `sw_owner_v2`
-/// and `max_ft_level`, and the three terminal addresses.
-#[derive(Clone, Copy)]
-struct DrCaps {
-    format: u8,
-    rx_sw_owner_v2: bool,
-    tx_sw_owner_v2: bool,
-    max_ft_level: u8,
-    rx_drop: u64,
-}
-
-fn dr_caps(h: &mut Host) -> DrCaps {
-    let general = h.query_cap(cap_type::GENERAL_DEVICE, true);
-    let format = CmdHcaCap::new(&general[0x10..])
-        .expect("layout")
-        .steering_format_version();
-    let page = h.query_cap(cap_type::FLOW_TABLE, true);
-    let f = FlowTableNicCap::new(&page[0x10..]).expect("layout");
-    DrCaps {
-        format,
-        rx_sw_owner_v2: f.flow_table_properties_nic_receive().sw_owner_v2(),
-        tx_sw_owner_v2: f.flow_table_properties_nic_transmit().sw_owner_v2(),
-        max_ft_level: f.flow_table_properties_nic_receive().max_ft_level(),
-        rx_drop: f.sw_steering_nic_rx_action_drop_icm_address(),
-    }
-}
-
-/// A receive domain's ICM as rdma-core's DR sets it up: 1 MiB of steering ICM (an SW_ICM
-/// object at the range's start), its key, and dr_send.c's self-connected ring.
-struct Domain {
-    caps: DrCaps,
-    base: u64,
-    rkey: u32,
-    ring: Ring,
-}
-
-fn domain(h: &mut Host) -> Domain {
-    let caps = dr_caps(h);
-    let (base, _) = ranges(h).steering;
-    let object = create(h, 0, base, 20).expect("SW_ICM object");
-    assert_ne!(object, 0);
-    let rkey = icm_key(h, base, 1 << 20).expect("SW_ICM key");
-    let ring = self_connected_ring(h);
-    Domain {
-        caps,
-        base,
-        rkey,
-        ring,
-    }
-}
-
-impl Domain {
-    /// Writes `entries` at their ICM addresses as dr_send.c does: an inline WRITE of the 64
-    /// bytes relative to the key, then a READ of them back, which must give them.
-    fn write(&mut self, h: &mut Host, entries: Vec<(u64, Builder)>) {
-        for (addr, entry) in entries {
-            let at = addr - self.base;
-            let read = write_then_read(h, &mut self.ring, at, self.rkey, &entry.post(), true);
-            assert_eq!(read, entry.post());
-        }
-    }
-}
-
-/// CREATE_FLOW_TABLE as `dr_devx_create_flow_table` sends it for a NIC receive table.
+/// CREATE_FLOW_TABLE of a software-owned NIC receive table.
 fn create_sw_table(h: &mut Host, level: u8, root: u64) -> Result<u32, CmdFail> {
-    let mut input = Host::input(Opcode::CreateFlowTable, 0, 0x40);
-    {
-        let mut cmd = flow::CreateFlowTableIn::new(&mut input[..]).expect("layout");
-        cmd.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX);
-        cmd.flow_table_context_mut()
-            .set_sw_owner(true)
-            .set_level(level)
-            .set_sw_owner_icm_root_0(root);
-    }
-    let out = h.exec(&input, 16)?;
-    Ok(flow::CreateFlowTableOut::new(&out[..])
-        .expect("layout")
-        .table_id())
+    dr::create_sw_table(h, flow::FLOW_TABLE_TYPE_NIC_RX, level, root)
 }
 
 /// A receive queue with buffers behind a direct TIR; the TIR and its ICM address as
@@ -263,7 +185,11 @@ fn dr_reads_a_connectx_6_dx_receive_domain() {
     // dr_domain_caps_init: sw_owner_v2 with a format up to ConnectX-8's; STEv1 for 1.
     assert_eq!(caps.format, 1);
     assert!(caps.rx_sw_owner_v2);
-    assert!(!caps.tx_sw_owner_v2, "transmit tables are not modelled");
+    assert!(
+        caps.tx_sw_owner_v2,
+        "transmit tables are software-owned too"
+    );
+    assert!(caps.tx_allow != caps.tx_drop && caps.tx_allow % 64 == 0 && caps.tx_allow < 1 << 40);
     assert!(caps.max_ft_level > 1);
     assert_ne!(caps.rx_drop, 0);
     assert!(caps.rx_drop < 1 << 40, "entries keep 40 address bits");

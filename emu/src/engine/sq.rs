@@ -17,6 +17,7 @@ use crate::objects::queue_state::{Fetched, SendScratch, MAX_FRAME_BYTES, MAX_WQE
 use crate::objects::QState;
 use crate::packet;
 use crate::translate::{translate, KeyFault};
+use crate::transmit_steering::Verdict;
 use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome, ErrCqe};
 use cxdirect_hw::wqe::{self, CtrlSeg, EthSeg, ETH_WQE_INSERT_VLAN, INLINE_SEG, WQE_BB, WQE_DS};
 
@@ -228,7 +229,7 @@ fn execute_one(
         ) {
             Ok((len, tagged)) => {
                 let frame: &[u8] = if tagged { &s.tagged[..len] } else { &s.frame };
-                transmit_from(core, frame, td);
+                transmit_from(core, frame, context);
                 sent.count(len);
                 Ok(())
             }
@@ -448,7 +449,7 @@ fn send_multi(
         }
         check_length(core, frame)?;
         let (len, is_tagged) = apply_offloads(offloads, frame, tagged)?;
-        transmit_from(core, if is_tagged { &tagged[..len] } else { frame }, sq.td);
+        transmit_from(core, if is_tagged { &tagged[..len] } else { frame }, sq);
         sent.count(len);
     }
     Ok(())
@@ -553,7 +554,7 @@ fn send_lso(
             // The headers were checked above, so the offload can parse every segment.
             let _ = packet::insert_checksums(frame, offloads.l3_csum, offloads.l4_csum);
         }
-        transmit_from(core, frame, sq.td);
+        transmit_from(core, frame, sq);
         sent.count(frame.len());
     }
     Ok(())
@@ -666,10 +667,17 @@ pub(crate) fn transmit_from_qp(core: &mut Core, frame: &[u8], qpn: u32) {
     send(core, frame, Some(Sender::Qp(qpn)));
 }
 
-/// Sends `frame`, from an SQ whose TIS is of transport domain `td` when given: a copy looped
-/// inside the device carries `td` to the receive path's self-loopback check.
-fn transmit_from(core: &mut Core, frame: &[u8], td: Option<u32>) {
-    send(core, frame, td.map(Sender::Sq));
+/// Sends `frame` from the SQ of `context` through NIC transmit steering
+/// (`crate::transmit_steering`), which lets it out as it is, rewritten, or not at all; a copy
+/// looped inside the device carries the transport domain of the SQ's TIS, when it has one, to
+/// the receive path's self-loopback check.
+fn transmit_from(core: &mut Core, frame: &[u8], context: SendContext) {
+    let from = context.td.map(Sender::Sq);
+    match crate::transmit_steering::steer(core, context.sqn, frame) {
+        Verdict::Allow(None) => send(core, frame, from),
+        Verdict::Allow(Some(rewritten)) => send(core, &rewritten, from),
+        Verdict::Drop => add(&core.counters.tx_steer_drops, 1),
+    }
 }
 
 /// Sends `frame` by `from`: into the function's own receive path, out on the cable, or both

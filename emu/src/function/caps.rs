@@ -389,12 +389,32 @@ impl CapSet {
             // `mlx5_cmd_set_fte` lists at most 2^log_max_flow_counter of them per entry.
             .set_flow_counter(true)
             .set_log_max_flow_counter(crate::objects::limits::LOG_MAX_FLOW_COUNTERS_PER_ENTRY);
+        // NIC transmit tables (`crate::transmit_steering`): the frames the SQs send walk them
+        // before they leave. The same four chaining bits build fs_core's egress priorities
+        // (`FS_CHAINING_CAPS_EGRESS`), where mlx5_ib puts the transmit rules of
+        // `mlx5dv_create_flow` (rdma-core's transmit root tables); entries allow, drop,
+        // forward to a deeper transmit table, and count.
+        f.flow_table_properties_nic_transmit_mut()
+            .set_ft_support(true)
+            .set_modify_root(true)
+            .set_flow_modify_en(true)
+            .set_identified_miss_table_mode(true)
+            .set_flow_table_modify(true)
+            .set_log_max_ft_size(LOG_MAX_FT_SIZE)
+            .set_max_ft_level(MAX_FT_LEVEL)
+            .set_log_max_ft_num(LOG_MAX_FT_NUM)
+            .set_log_max_destination(LOG_MAX_FLOW_DESTINATION)
+            .set_log_max_flow(LOG_MAX_FLOW)
+            .set_flow_counter(true)
+            .set_log_max_flow_counter(crate::objects::limits::LOG_MAX_FLOW_COUNTERS_PER_ENTRY);
         if cfg.sw_steering {
             // Software-owned receive tables in entry format 1 (`steering_format_version`):
             // rdma-core's `dr_domain_caps_init` takes `sw_owner_v2` with a format up to
-            // ConnectX-8's; the terminals entries end at (`sw_steering::terminals`). Transmit
-            // tables are not modelled, so neither are software-owned ones.
+            // ConnectX-8's; the terminals entries end at (`sw_steering::terminals`). Both
+            // directions: a transmit walk ends at the allow or drop address.
             f.flow_table_properties_nic_receive_mut()
+                .set_sw_owner_v2(true);
+            f.flow_table_properties_nic_transmit_mut()
                 .set_sw_owner_v2(true);
             f.set_sw_steering_nic_rx_action_drop_icm_address(
                 crate::sw_steering::terminals::RX_DROP,

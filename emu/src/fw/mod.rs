@@ -19,6 +19,7 @@ pub(crate) mod dc;
 mod dci;
 pub(crate) mod devx;
 mod flow_counter;
+pub(crate) mod flow_entry;
 pub(crate) mod general_object;
 pub(crate) mod hca;
 pub(crate) mod mcg;
@@ -201,8 +202,8 @@ fn run(core: &mut Core, opcode: Opcode, op_mod: u16, input: &[u8], output: &mut 
         Opcode::SyncSteering => steering::sync_steering(core),
         Opcode::CreateFlowGroup => steering::create_flow_group(core, input, output),
         Opcode::DestroyFlowGroup => steering::destroy_flow_group(core, input),
-        Opcode::SetFlowTableEntry => steering::set_fte(core, input),
-        Opcode::DeleteFlowTableEntry => steering::delete_fte(core, input),
+        Opcode::SetFlowTableEntry => flow_entry::set_fte(core, input),
+        Opcode::DeleteFlowTableEntry => flow_entry::delete_fte(core, input),
         Opcode::AllocFlowCounter => flow_counter::alloc(core, input, output),
         Opcode::DeallocFlowCounter => flow_counter::dealloc(core, input),
         Opcode::QueryFlowCounter => flow_counter::query(core, input, output),

@@ -1,37 +1,65 @@
-//! NIC receive flow steering: flow tables, groups (a match mask over an index range), entries
-//! (a match value and an action) and the root table: the commands that build them. Received
-//! frames are matched against them in [`steering`](crate::steering).
+//! NIC flow steering, receive and transmit: flow tables, groups (a match mask over an index
+//! range), entries (a match value and an action; [`super::flow_entry`]) and each direction's
+//! root table: the commands that build them. Received frames are matched against the receive
+//! tables in [`steering`](crate::steering), frames the SQs send against the transmit tables in
+//! [`transmit_steering`](crate::transmit_steering).
 
 use super::table_full;
-use super::{bad_param, bad_res, bad_state, input_as, output_as, CmdResult, Core, Syndrome};
-use crate::objects::{FlowEntry, FlowGroup, FlowTable};
+use super::Syndrome;
+use super::{bad_param, bad_res, bad_state, input_as, output_as, CmdError, CmdResult, Core};
+use crate::objects::{FlowGroup, FlowTable};
 use cxdirect_hw::flow::{
-    CreateFlowGroupIn, CreateFlowGroupOut, CreateFlowTableIn, CreateFlowTableOut, DeleteFteIn,
+    CreateFlowGroupIn, CreateFlowGroupOut, CreateFlowTableIn, CreateFlowTableOut,
     DestroyFlowGroupIn, DestroyFlowTableIn, ModifyFlowTableIn, QueryFlowTableIn, QueryFlowTableOut,
-    SetFlowTableRootIn, SetFteIn, FLOW_CONTEXT_ACTION_ALLOW, FLOW_CONTEXT_ACTION_COUNT,
-    FLOW_CONTEXT_ACTION_DROP, FLOW_CONTEXT_ACTION_FWD_DEST, FLOW_DESTINATION_TYPE_FLOW_TABLE,
-    FLOW_DESTINATION_TYPE_TIR, FLOW_TABLE_MISS_ACTION_DEFAULT, FLOW_TABLE_MISS_ACTION_FWD,
-    FLOW_TABLE_TYPE_NIC_RX, MODIFY_FLOW_TABLE_MISS_TABLE_ID, SET_FTE_MODIFY_ACTION,
-    SET_FTE_MODIFY_DESTINATION_LIST, SET_FTE_MODIFY_FLOW_COUNTERS, SET_FTE_MODIFY_FLOW_TAG,
+    SetFlowTableRootIn, FLOW_TABLE_MISS_ACTION_DEFAULT, FLOW_TABLE_MISS_ACTION_FWD,
+    FLOW_TABLE_TYPE_NIC_RX, FLOW_TABLE_TYPE_NIC_TX, MODIFY_FLOW_TABLE_MISS_TABLE_ID,
 };
 
-const MATCH_PARAM_SIZE: usize = 0x200;
+pub(super) const MATCH_PARAM_SIZE: usize = 0x200;
 pub(crate) use crate::objects::limits::LOG_MAX_FT_SIZE;
 
-fn check_table_type(table_type: u8, other_vport: bool, vport: u16) -> CmdResult {
+/// The tables the model builds: NIC receive and NIC transmit, of the function's own vport.
+pub(super) fn check_table_type(table_type: u8, other_vport: bool, vport: u16) -> CmdResult {
     if other_vport || vport != 0 {
         return Err(bad_param(
             Syndrome::BadVport,
             "only the function's own vport (0) is modelled",
         ));
     }
-    if table_type != FLOW_TABLE_TYPE_NIC_RX {
+    if table_type != FLOW_TABLE_TYPE_NIC_RX && table_type != FLOW_TABLE_TYPE_NIC_TX {
         return Err(bad_param(
             Syndrome::BadSteeringParams,
-            "only NIC receive flow tables are modelled",
+            "only NIC receive (0) and NIC transmit (1) flow tables are modelled",
         ));
     }
     Ok(())
+}
+
+/// Flow table `id`, which the command names as of type `table_type`: table numbers are one
+/// space, and a table of the other direction is no table of this one.
+pub(super) fn table_of(core: &Core, id: u32, table_type: u8) -> Result<&FlowTable, CmdError> {
+    core.res
+        .flow_tables
+        .get(id)
+        .filter(|t| t.table_type == table_type)
+        .ok_or(bad_res(
+            "no flow table of that table_type has that table_id",
+        ))
+}
+
+/// [`table_of`], to change it.
+pub(super) fn table_of_mut(
+    core: &mut Core,
+    id: u32,
+    table_type: u8,
+) -> Result<&mut FlowTable, CmdError> {
+    core.res
+        .flow_tables
+        .get_mut(id)
+        .filter(|t| t.table_type == table_type)
+        .ok_or(bad_res(
+            "no flow table of that table_type has that table_id",
+        ))
 }
 
 pub(crate) fn create_flow_table(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResult {
@@ -52,13 +80,19 @@ pub(crate) fn create_flow_table(core: &mut Core, input: &[u8], output: &mut [u8]
     }
     let miss_action = ctx.table_miss_action();
     let miss_table = ctx.table_miss_id();
-    check_miss(core, ctx.level(), miss_action, miss_table)?;
+    let table_type = cmd.table_type();
+    check_miss(core, table_type, ctx.level(), miss_action, miss_table)?;
     let sw_root = if ctx.sw_owner() {
-        Some(check_sw_owner_root(core, ctx.sw_owner_icm_root_0())?)
+        Some(check_sw_owner_root(
+            core,
+            table_type,
+            ctx.sw_owner_icm_root_0(),
+        )?)
     } else {
         None
     };
     let table = FlowTable {
+        table_type,
         level: ctx.level(),
         log_size: ctx.log_size(),
         miss_action,
@@ -82,16 +116,16 @@ pub(crate) fn create_flow_table(core: &mut Core, input: &[u8], output: &mut [u8]
     Ok(())
 }
 
-/// The root of a software-owned receive table (rdma-core's `dr_devx_create_flow_table`: a
-/// NIC receive table with `sw_owner` and its first entry's ICM address in
-/// `sw_owner_icm_root_0`): offered only with `sw_owner_v2` in the receive tables' properties,
-/// and the address must be a whole 64-byte entry. Whether entries are there is the walk's
-/// concern: software writes them before it points a rule at the table.
-fn check_sw_owner_root(core: &Core, root: u64) -> Result<u64, super::CmdError> {
-    if !crate::sw_steering::receive_tables_offered(core) {
+/// The root of a software-owned table (rdma-core's `dr_devx_create_flow_table`: a NIC
+/// receive or transmit table with `sw_owner` and its first entry's ICM address in
+/// `sw_owner_icm_root_0`): offered only with `sw_owner_v2` in that direction's table
+/// properties, and the address must be a whole 64-byte entry. Whether entries are there is
+/// the walk's concern: software writes them before it points a rule at the table.
+fn check_sw_owner_root(core: &Core, table_type: u8, root: u64) -> Result<u64, CmdError> {
+    if !crate::sw_steering::tables_offered(core, table_type) {
         return Err(bad_param(
             Syndrome::BadSteeringParams,
-            "software-owned (sw_owner) tables are not offered: the receive tables' sw_owner_v2 \
+            "software-owned (sw_owner) tables are not offered: this direction's sw_owner_v2 \
              capability is clear",
         ));
     }
@@ -106,7 +140,7 @@ fn check_sw_owner_root(core: &Core, root: u64) -> Result<u64, super::CmdError> {
 }
 
 /// Refuses groups and entries in a software-owned table: its entries live in ICM.
-fn check_firmware_owned(table: &FlowTable) -> CmdResult {
+pub(super) fn check_firmware_owned(table: &FlowTable) -> CmdResult {
     if table.sw_root.is_some() {
         return Err(bad_param(
             Syndrome::BadSteeringParams,
@@ -117,19 +151,27 @@ fn check_firmware_owned(table: &FlowTable) -> CmdResult {
     Ok(())
 }
 
-/// A table miss: the default, or forwarding to an existing table of a deeper level than the
-/// table's own `level` (as entries may only forward deeper, so that a frame's walk through
-/// the tables always ends).
-fn check_miss(core: &Core, level: u8, miss_action: u8, miss_table: u32) -> CmdResult {
+/// A table miss: the default, or forwarding to an existing table of the same type and a
+/// deeper level than the table's own `level` (as entries may only forward deeper, so that a
+/// frame's walk through the tables always ends).
+fn check_miss(
+    core: &Core,
+    table_type: u8,
+    level: u8,
+    miss_action: u8,
+    miss_table: u32,
+) -> CmdResult {
     match miss_action {
         FLOW_TABLE_MISS_ACTION_DEFAULT => Ok(()),
-        FLOW_TABLE_MISS_ACTION_FWD => match core.res.flow_tables.get(miss_table) {
-            Some(t) if t.level > level => Ok(()),
-            Some(_) => Err(bad_param(
+        FLOW_TABLE_MISS_ACTION_FWD => match table_of(core, miss_table, table_type) {
+            Ok(t) if t.level > level => Ok(()),
+            Ok(_) => Err(bad_param(
                 Syndrome::BadSteeringParams,
                 "a table's miss may only forward to a deeper-level table",
             )),
-            None => Err(bad_res("table_miss_id names no flow table")),
+            Err(_) => Err(bad_res(
+                "table_miss_id names no flow table of the same type",
+            )),
         },
         _ => Err(bad_param(
             Syndrome::BadSteeringParams,
@@ -154,21 +196,12 @@ pub(crate) fn modify_flow_table(core: &mut Core, input: &[u8]) -> CmdResult {
             "MODIFY_FLOW_TABLE may only change the table's miss",
         ));
     }
-    let id = cmd.table_id();
-    let level = core
-        .res
-        .flow_tables
-        .get(id)
-        .ok_or(bad_res("no such flow table"))?
-        .level;
+    let (id, table_type) = (cmd.table_id(), cmd.table_type());
+    let level = table_of(core, id, table_type)?.level;
     let ctx = cmd.flow_table_context();
     let (miss_action, miss_table) = (ctx.table_miss_action(), ctx.table_miss_id());
-    check_miss(core, level, miss_action, miss_table)?;
-    let table = core
-        .res
-        .flow_tables
-        .get_mut(id)
-        .ok_or(bad_res("no such flow table"))?;
+    check_miss(core, table_type, level, miss_action, miss_table)?;
+    let table = table_of_mut(core, id, table_type)?;
     let old = (table.miss_action, table.miss_table);
     table.miss_action = miss_action;
     table.miss_table = if miss_action == FLOW_TABLE_MISS_ACTION_FWD {
@@ -199,11 +232,7 @@ pub(crate) fn query_flow_table(core: &mut Core, input: &[u8], output: &mut [u8])
     let cmd = input_as!(QueryFlowTableIn<&[u8]>, input);
     check_table_type(cmd.table_type(), cmd.other_vport(), cmd.vport_number())?;
     let id = cmd.table_id();
-    let table = core
-        .res
-        .flow_tables
-        .get(id)
-        .ok_or(bad_res("no such flow table"))?;
+    let table = table_of(core, id, cmd.table_type())?;
     let root = table
         .sw_root
         .unwrap_or_else(|| crate::sw_steering::terminals::table_address(id));
@@ -222,7 +251,7 @@ pub(crate) fn query_flow_table(core: &mut Core, input: &[u8], output: &mut [u8])
 /// model keeps no copy of steering entries (each frame reads them from ICM under the
 /// function's lock), so there is nothing to drop. Offered with software steering only.
 pub(crate) fn sync_steering(core: &Core) -> CmdResult {
-    if !crate::sw_steering::receive_tables_offered(core) {
+    if !crate::sw_steering::tables_offered(core, FLOW_TABLE_TYPE_NIC_RX) {
         return Err(super::CmdError::new(
             cxdirect_hw::cmd::CmdStatus::BadOpcode,
             Syndrome::UnknownOpcode,
@@ -236,20 +265,20 @@ pub(crate) fn destroy_flow_table(core: &mut Core, input: &[u8]) -> CmdResult {
     let cmd = input_as!(DestroyFlowTableIn<&[u8]>, input);
     check_table_type(cmd.table_type(), cmd.other_vport(), cmd.vport_number())?;
     let id = cmd.table_id();
-    let table = core
-        .res
-        .flow_tables
-        .get(id)
-        .ok_or(bad_res("no such flow table"))?;
+    let table = table_of(core, id, cmd.table_type())?;
     if !table.groups.is_empty() || table.referenced > 0 {
         return Err(bad_state(
             Syndrome::ObjectInUse,
             "flow table still has groups or is forwarded to",
         ));
     }
-    // Destroying the root leaves the port without receive steering: frames are dropped.
+    // Destroying the receive root leaves the port without receive steering (frames are
+    // dropped); destroying the transmit root lets every frame out.
     if core.res.rx_root == Some(id) {
         core.res.rx_root = None;
+    }
+    if core.res.tx_root == Some(id) {
+        core.res.tx_root = None;
     }
     let table = core
         .res
@@ -269,11 +298,7 @@ pub(crate) fn create_flow_group(core: &mut Core, input: &[u8], output: &mut [u8]
     check_table_type(cmd.table_type(), cmd.other_vport(), cmd.vport_number())?;
     let (start, end) = (cmd.start_flow_index(), cmd.end_flow_index());
     let group_id = core.res.next_group;
-    let table = core
-        .res
-        .flow_tables
-        .get_mut(cmd.table_id())
-        .ok_or(bad_res("no such flow table"))?;
+    let table = table_of_mut(core, cmd.table_id(), cmd.table_type())?;
     check_firmware_owned(table)?;
     if start > end || u64::from(end) >= 1u64 << table.log_size {
         return Err(bad_param(
@@ -317,11 +342,7 @@ pub(crate) fn destroy_flow_group(core: &mut Core, input: &[u8]) -> CmdResult {
     let cmd = input_as!(DestroyFlowGroupIn<&[u8]>, input);
     check_table_type(cmd.table_type(), cmd.other_vport(), cmd.vport_number())?;
     let group_id = cmd.group_id();
-    let table = core
-        .res
-        .flow_tables
-        .get_mut(cmd.table_id())
-        .ok_or(bad_res("no such flow table"))?;
+    let table = table_of_mut(core, cmd.table_id(), cmd.table_type())?;
     if !table.groups.contains_key(&group_id) {
         return Err(bad_res("no such flow group"));
     }
@@ -335,257 +356,15 @@ pub(crate) fn destroy_flow_group(core: &mut Core, input: &[u8]) -> CmdResult {
     Ok(())
 }
 
-pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
-    let cmd = input_as!(SetFteIn<&[u8]>, input);
-    check_table_type(cmd.table_type(), cmd.other_vport(), cmd.vport_number())?;
-    let table_id = cmd.table_id();
-    let index = cmd.flow_index();
-    // op_mod 0 sets an entry; 1 modifies an existing one in place (the `flow_modify_en`
-    // capability), changing only what `modify_enable_mask` selects.
-    let modify = match cmd.op_mod() {
-        0 => None,
-        1 => Some(cmd.modify_enable_mask()),
-        _ => {
-            return Err(bad_param(
-                Syndrome::BadOpMod,
-                "SET_FLOW_TABLE_ENTRY op_mod must be 0 or 1",
-            ))
-        }
-    };
-    let ctx = cmd.flow_context_all();
-    let mut action = ctx.action();
-    let mut flow_tag = ctx.flow_tag();
-    let known = FLOW_CONTEXT_ACTION_ALLOW
-        | FLOW_CONTEXT_ACTION_DROP
-        | FLOW_CONTEXT_ACTION_FWD_DEST
-        | FLOW_CONTEXT_ACTION_COUNT;
-    // Counting alone decides nothing about the frame (Linux's `counter_is_valid`).
-    if action & !known != 0 || action & !FLOW_CONTEXT_ACTION_COUNT == 0 {
-        return Err(bad_param(
-            Syndrome::BadSteeringParams,
-            "flow action must be allow, drop or forward, and may count",
-        ));
-    }
-    let count = ctx.destination_list_size() as usize;
-    if action & FLOW_CONTEXT_ACTION_FWD_DEST != 0 && count == 0 {
-        return Err(bad_param(
-            Syndrome::BadSteeringParams,
-            "forward action with an empty destination list",
-        ));
-    }
-    if count > 1 << super::caps::LOG_MAX_FLOW_DESTINATION {
-        return Err(bad_param(
-            Syndrome::BadSteeringParams,
-            "more destinations than log_max_destination allows",
-        ));
-    }
-    let level = core
-        .res
-        .flow_tables
-        .get(table_id)
-        .ok_or(bad_res("no such flow table"))?
-        .level;
-    let mut dests = Vec::with_capacity(count.min(64));
-    for i in 0..count {
-        let raw = ctx.destination(i).map_err(|_| {
-            bad_param(
-                Syndrome::BadSteeringParams,
-                "destination list past the input",
-            )
-        })?;
-        let (kind, id) = ((raw >> 56) as u8, (raw >> 32) as u32 & 0x00ff_ffff);
-        match kind {
-            FLOW_DESTINATION_TYPE_TIR if core.res.tirs.contains(id) => {}
-            FLOW_DESTINATION_TYPE_FLOW_TABLE
-                if core
-                    .res
-                    .flow_tables
-                    .get(id)
-                    .is_some_and(|t| t.level > level) => {}
-            FLOW_DESTINATION_TYPE_FLOW_TABLE if core.res.flow_tables.contains(id) => {
-                return Err(bad_param(
-                    Syndrome::BadSteeringParams,
-                    "a flow entry may only forward to a deeper-level table",
-                ))
-            }
-            FLOW_DESTINATION_TYPE_TIR | FLOW_DESTINATION_TYPE_FLOW_TABLE => {
-                return Err(bad_res("flow destination names no TIR or flow table"))
-            }
-            _ => {
-                return Err(bad_param(
-                    Syndrome::BadSteeringParams,
-                    "flow destination type not modelled",
-                ))
-            }
-        }
-        dests.push((kind, id));
-    }
-    let mut counters = super::flow_counter::entry_counters(
-        core,
-        &ctx,
-        count,
-        action & FLOW_CONTEXT_ACTION_COUNT != 0,
-    )?;
-    let group_id = ctx.group_id();
-    let mut value = Box::new([0u8; MATCH_PARAM_SIZE]);
-    value.copy_from_slice(ctx.match_value().as_bytes());
-    let table = core
-        .res
-        .flow_tables
-        .get(table_id)
-        .ok_or(bad_res("no such flow table"))?;
-    let group = table
-        .groups
-        .get(&group_id)
-        .ok_or(bad_res("flow entry's group does not exist"))?;
-    if index < group.start || index > group.end {
-        return Err(bad_param(
-            Syndrome::FlowIndexOutOfRange,
-            "flow index outside its group's range",
-        ));
-    }
-    if value
-        .iter()
-        .zip(group.criteria.iter())
-        .any(|(v, m)| v & !m != 0)
-    {
-        return Err(bad_param(
-            Syndrome::MatchOutsideCriteria,
-            "match value sets bits outside the group's criteria",
-        ));
-    }
-    if let Some(mask) = modify {
-        // Linux's `mlx5_cmd_update_fte` sends the whole entry with the parts it changed
-        // selected: the action and the destination list when a rule is added to or removed
-        // from an entry others share (`add_rule_fte`, `del_sw_hw_rule`), and the counter list
-        // when a counter is added. The flow tag is not kept by the model.
-        let old = table
-            .entries
-            .get(&index)
-            .ok_or(bad_res("no flow entry at that index to modify"))?;
-        if old.group != group_id || old.value != value {
-            return Err(bad_param(
-                Syndrome::BadSteeringParams,
-                "a modified flow entry keeps its group and match value",
-            ));
-        }
-        let known = SET_FTE_MODIFY_ACTION
-            | SET_FTE_MODIFY_FLOW_TAG
-            | SET_FTE_MODIFY_DESTINATION_LIST
-            | SET_FTE_MODIFY_FLOW_COUNTERS;
-        if mask & !known != 0 {
-            return Err(bad_param(
-                Syndrome::BadSteeringParams,
-                "modify_enable_mask selects a part the model does not keep",
-            ));
-        }
-        if mask & SET_FTE_MODIFY_ACTION == 0 {
-            action = old.action;
-        }
-        if mask & SET_FTE_MODIFY_FLOW_TAG == 0 {
-            flow_tag = old.flow_tag;
-        }
-        if mask & SET_FTE_MODIFY_DESTINATION_LIST == 0 {
-            dests = old.dests.clone();
-        }
-        if mask & SET_FTE_MODIFY_FLOW_COUNTERS == 0 {
-            counters = old.counters.clone();
-        }
-        if (action & FLOW_CONTEXT_ACTION_COUNT != 0) == counters.is_empty() {
-            return Err(bad_param(
-                Syndrome::BadSteeringParams,
-                "a counting entry lists counters and only a counting entry does",
-            ));
-        }
-        if action & FLOW_CONTEXT_ACTION_FWD_DEST != 0 && dests.is_empty() {
-            return Err(bad_param(
-                Syndrome::BadSteeringParams,
-                "forward action with an empty destination list",
-            ));
-        }
-    }
-    // Replacing an entry releases what the old one referenced.
-    if let Some(old) = core
-        .res
-        .flow_tables
-        .get_mut(table_id)
-        .and_then(|t| t.entries.remove(&index))
-    {
-        release_dests(core, &old.dests);
-        super::flow_counter::release(core, &old.counters);
-    }
-    super::flow_counter::hold(core, &counters);
-    for &(kind, id) in &dests {
-        match kind {
-            FLOW_DESTINATION_TYPE_TIR => {
-                if let Some(tir) = core.res.tirs.get_mut(id) {
-                    tir.flow_users += 1;
-                }
-            }
-            _ => {
-                if let Some(t) = core.res.flow_tables.get_mut(id) {
-                    t.referenced += 1;
-                }
-            }
-        }
-    }
-    if let Some(table) = core.res.flow_tables.get_mut(table_id) {
-        table.entries.insert(
-            index,
-            FlowEntry {
-                group: group_id,
-                action,
-                dests,
-                counters,
-                value,
-                flow_tag,
-            },
-        );
-    }
-    Ok(())
-}
-
-fn release_dests(core: &mut Core, dests: &[(u8, u32)]) {
-    for &(kind, id) in dests {
-        match kind {
-            FLOW_DESTINATION_TYPE_TIR => {
-                if let Some(tir) = core.res.tirs.get_mut(id) {
-                    tir.flow_users = tir.flow_users.saturating_sub(1);
-                }
-            }
-            _ => {
-                if let Some(t) = core.res.flow_tables.get_mut(id) {
-                    t.referenced = t.referenced.saturating_sub(1);
-                }
-            }
-        }
-    }
-}
-
-pub(crate) fn delete_fte(core: &mut Core, input: &[u8]) -> CmdResult {
-    let cmd = input_as!(DeleteFteIn<&[u8]>, input);
-    check_table_type(cmd.table_type(), cmd.other_vport(), cmd.vport_number())?;
-    let table = core
-        .res
-        .flow_tables
-        .get_mut(cmd.table_id())
-        .ok_or(bad_res("no such flow table"))?;
-    let entry = table
-        .entries
-        .remove(&cmd.flow_index())
-        .ok_or(bad_res("no flow entry at that index"))?;
-    release_dests(core, &entry.dests);
-    super::flow_counter::release(core, &entry.counters);
-    Ok(())
-}
-
 pub(crate) fn set_root(core: &mut Core, input: &[u8]) -> CmdResult {
     let cmd = input_as!(SetFlowTableRootIn<&[u8]>, input);
     check_table_type(cmd.table_type(), cmd.other_vport(), cmd.vport_number())?;
-    let id = cmd.table_id();
-    if !core.res.flow_tables.contains(id) {
-        return Err(bad_res("root flow table does not exist"));
+    let (id, table_type) = (cmd.table_id(), cmd.table_type());
+    table_of(core, id, table_type)?;
+    if table_type == FLOW_TABLE_TYPE_NIC_TX {
+        core.res.tx_root = Some(id);
+    } else {
+        core.res.rx_root = Some(id);
     }
-    core.res.rx_root = Some(id);
     Ok(())
 }

@@ -471,6 +471,9 @@ pub(crate) struct Resources {
     pub next_group: u32,
     /// Root table of NIC receive steering.
     pub rx_root: Option<u32>,
+    /// Root table of NIC transmit steering: frames the function's SQs send walk it before
+    /// they leave (`crate::transmit_steering`); none lets every frame out.
+    pub tx_root: Option<u32>,
     /// User contexts (CREATE_UCTX) and the objects each owns.
     pub uctxs: devx::Ownership,
     /// Registered user memory (CREATE_UMEM).
@@ -537,6 +540,7 @@ impl Resources {
             mcgs: mcg::McastGroups::default(),
             next_group: 1,
             rx_root: None,
+            tx_root: None,
             uctxs: devx::Ownership::default(),
             umems: Table::new(1, 1 << limits::LOG_MAX_UMEM),
             rates: pacing::RateTable::default(),

@@ -106,6 +106,10 @@ pub(crate) struct FlowEntry {
 
 #[derive(Debug)]
 pub(crate) struct FlowTable {
+    /// NIC receive (`FLOW_TABLE_TYPE_NIC_RX`) or NIC transmit (`FLOW_TABLE_TYPE_NIC_TX`):
+    /// every command naming the table names its type, and entries forward only to tables of
+    /// the same type.
+    pub table_type: u8,
     pub level: u8,
     pub log_size: u8,
     pub miss_action: u8,

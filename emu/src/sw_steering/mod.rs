@@ -9,8 +9,10 @@
 //!
 //! Rooms: [`hash`] (the CRC-32 index rdma-core computes), [`entry`] (one entry's decode),
 //! [`action`] (its action words), [`lookup`] (the packet's tag per lookup type), [`walk`],
-//! [`terminals`] (the addresses the device answers for: drop, allow, TIRs, firmware tables)
-//! and [`receive`] (a received frame at a software-owned table, for `crate::steering`).
+//! [`terminals`] (the addresses the device answers for: drop, allow, TIRs, firmware tables),
+//! [`rewrite`] and [`modify`] (what the actions do to the frame), [`decide`] (a walk and its
+//! actions), [`receive`] (a received frame at a software-owned table, for `crate::steering`)
+//! and [`transmit`] (a sent one, for `crate::transmit_steering`).
 //! Nothing here owns ICM: entries are read from the function's SW ICM store through
 //! [`IcmRead`].
 //!
@@ -21,27 +23,35 @@
 //! from the entries rdma-core writes.
 
 pub(crate) mod action;
+pub(crate) mod decide;
 pub(crate) mod entry;
 pub(crate) mod hash;
 pub(crate) mod lookup;
+pub(crate) mod modify;
 pub(crate) mod receive;
 pub(crate) mod rewrite;
 pub(crate) mod terminals;
+pub(crate) mod transmit;
 pub(crate) mod walk;
 
 use crate::function::Core;
 use crate::objects::icm::IcmStore;
 use cxdirect_hw::caps::FlowTableNicCap;
+use cxdirect_hw::flow::{FLOW_TABLE_TYPE_NIC_RX, FLOW_TABLE_TYPE_NIC_TX};
 
 /// Bytes of one steering entry; entry and terminal addresses are multiples of it.
 pub(crate) const ENTRY_BYTES: u64 = STE_SIZE as u64;
 
-/// Whether the function offers software-owned NIC receive tables (`sw_owner_v2` in the
-/// receive tables' properties, with `EmuConfig::sw_steering`).
-pub(crate) fn receive_tables_offered(core: &Core) -> bool {
+/// Whether the function offers software-owned NIC tables of `table_type` (receive or
+/// transmit): `sw_owner_v2` in that direction's table properties, with
+/// `EmuConfig::sw_steering`.
+pub(crate) fn tables_offered(core: &Core, table_type: u8) -> bool {
     core.icm.is_some()
-        && FlowTableNicCap::new(&core.hca.caps.flow_table[..])
-            .is_ok_and(|f| f.flow_table_properties_nic_receive().sw_owner_v2())
+        && FlowTableNicCap::new(&core.hca.caps.flow_table[..]).is_ok_and(|f| match table_type {
+            FLOW_TABLE_TYPE_NIC_RX => f.flow_table_properties_nic_receive().sw_owner_v2(),
+            FLOW_TABLE_TYPE_NIC_TX => f.flow_table_properties_nic_transmit().sw_owner_v2(),
+            _ => false,
+        })
 }
 
 /// The function's steering entries as the walk reads them: from its ICM store, none without.

@@ -4,19 +4,14 @@
 //! What the walk's hits ask for on receive: their flow counters count the frame (rdma-core
 //! writes a counter object's number into the entry's `counter_id`, dr_ste_v1.c
 //! `dr_ste_v1_set_counter_id`); a flow tag goes into the receive CQE as a firmware entry's
-//! does; VLAN pops and pushes rewrite a copy of the frame ([`super::rewrite`]). Modify-header
-//! and reformat actions are not applied on receive yet: a frame whose walk asks for one is
-//! dropped and counted in `rx_sw_steering_errors`, never delivered unmodified. A rewritten
-//! frame is delivered to a TIR; handing it on to a firmware table is not modelled (dropped
-//! and counted the same way).
-//!
-//! The walk collects its actions and counters in vectors, and a rewrite copies the frame: an
-//! allocation per frame that hits an entry with an action, on the model's receive path (not
-//! the driver's).
+//! does; VLAN pops and pushes and header modifications rewrite a copy of the frame
+//! ([`super::rewrite`]). Reformat and decapsulation are not applied: a frame whose walk asks
+//! for one is dropped and counted in `rx_sw_steering_errors`, never delivered unmodified. A
+//! rewritten frame is delivered to a TIR; handing it on to a firmware table is not modelled
+//! (dropped and counted the same way).
 
-use super::lookup::{Metadata, PacketView};
+use super::decide::walk_and_apply;
 use super::terminals::{ReceiveTerminal, ReceiveTerminals};
-use super::walk::walk;
 use crate::counters::add;
 use crate::function::Core;
 use crate::packet::Parsed;
@@ -44,44 +39,31 @@ pub(crate) struct Decision {
     pub(crate) flow_tag: Option<u32>,
     /// Flow counter numbers (`counter_id`) of the entries that hit, in walk order.
     pub(crate) counters: Vec<u32>,
-    /// The frame as the entries' VLAN actions left it, when one touched it.
+    /// The frame as the entries' actions left it, when one touched it.
     pub(crate) rewritten: Option<Vec<u8>>,
 }
 
 /// Where software steering sends `frame` (parsed as `parsed`) that reached a software-owned
-/// table whose first entry is at ICM address `root`.
+/// receive table whose first entry is at ICM address `root`.
 pub(crate) fn receive(core: &Core, root: u64, parsed: &Parsed, frame: &[u8]) -> Decision {
-    let meta = Metadata::default();
-    let view = PacketView {
-        parsed,
-        frame,
-        meta: &meta,
-    };
-    let icm = super::icm_reader(core);
-    let result = match walk(&icm, &ReceiveTerminals { core }, root, &view) {
-        Ok(result) => result,
-        Err(_) => {
-            add(&core.counters.rx_sw_steering_errors, 1);
-            return Decision::default();
-        }
-    };
+    let walked = walk_and_apply(core, &ReceiveTerminals { core }, root, parsed, frame);
     let mut decision = Decision {
         next: Next::Drop,
-        flow_tag: None,
-        counters: result.counters,
+        flow_tag: walked.flow_tag,
+        counters: walked.counters,
         rewritten: None,
     };
-    let Ok((rewritten, flow_tag)) = super::rewrite::apply(frame, &result.actions) else {
+    let terminal = match walked.terminal {
+        // A rewritten frame handed on to a firmware table is not modelled.
+        Some(ReceiveTerminal::Table(_)) if walked.rewritten.is_some() => None,
+        other => other,
+    };
+    let Some(terminal) = terminal else {
         add(&core.counters.rx_sw_steering_errors, 1);
         return decision;
     };
-    decision.flow_tag = flow_tag;
-    if rewritten.is_some() && matches!(result.terminal, ReceiveTerminal::Table(_)) {
-        add(&core.counters.rx_sw_steering_errors, 1);
-        return decision;
-    }
-    decision.rewritten = rewritten;
-    decision.next = match result.terminal {
+    decision.rewritten = walked.rewritten;
+    decision.next = match terminal {
         ReceiveTerminal::Tir(tirn) => Next::Tir(tirn),
         ReceiveTerminal::Table(id) => Next::Table(id),
         ReceiveTerminal::Drop => Next::Drop,

@@ -1,12 +1,22 @@
-//! What a receive walk's actions do to the frame: the VLAN pop (REMOVE_BY_SIZE from the first
-//! VLAN, `dr_ste_v1_set_pop_vlan`) and push (INSERT_INLINE after the MAC addresses,
-//! `dr_ste_v1_set_push_vlan`) rdma-core writes, applied to a copy of the frame in walk order.
-//! Anchors are the positions rdma-core names (`enum dr_ste_v1_header_anchors`): the start of
-//! the outer headers (0) and the first VLAN tag (2, the byte after the MAC addresses when the
-//! frame carries one). Other anchors, and modify-header or reformat actions, are not modelled:
-//! the caller drops the frame and counts it.
+//! What a walk's actions do to the frame, applied to a copy of it in walk order: the VLAN pop
+//! (REMOVE_BY_SIZE from the first VLAN, `dr_ste_v1_set_pop_vlan`) and push (INSERT_INLINE after
+//! the MAC addresses, `dr_ste_v1_set_push_vlan`) rdma-core writes, and header modification:
+//! SET, ADD and COPY written into the entry (`dr_ste_v1_set_rewrite_actions` with one action)
+//! or listed in the header-modify ICM (MODIFY_LIST: `num_of_modify_actions` 8-byte actions at
+//! `modify_actions_ptr` × 64 bytes from the range's start, which rdma-core computes from
+//! `header_modify_sw_icm_start_address` in `dr_ste_alloc_modify_hdr_chunk`), on the fields
+//! [`super::modify`] places. Anchors are the positions rdma-core names (`enum
+//! dr_ste_v1_header_anchors`): the start of the outer headers (0) and the first VLAN tag (2,
+//! the byte after the MAC addresses when the frame carries one). Other anchors, and reformat
+//! and decapsulation, are not modelled: the caller drops the frame and counts it.
 
-use super::action::Action;
+use super::action::{self, Action};
+use super::lookup::{Metadata, PacketView};
+use super::modify::{ModifyError, Target};
+use super::walk::WalkPacket;
+use super::IcmRead;
+use crate::objects::icm::HEADER_MODIFY_START;
+use crate::packet::Parsed;
 
 /// `DR_STE_HEADER_ANCHOR_START_OUTER`.
 const ANCHOR_START: u8 = 0x00;
@@ -22,30 +32,148 @@ pub(crate) enum Unsupported {
     Action,
     /// An anchor other than the outer start or the first VLAN, or a range past the frame.
     Anchor,
+    /// A modify action on a field the model does not place or the frame lacks.
+    Modify(ModifyError),
+    /// A modify list that cannot be read, or that names another list.
+    List,
 }
 
-/// The frame as the walk's `actions` leave it (`None` when none touches it), and the last flow
-/// tag among them.
-pub(crate) fn apply(
-    frame: &[u8],
-    actions: &[Action],
-) -> Result<(Option<Vec<u8>>, Option<u32>), Unsupported> {
-    let mut out: Option<Vec<u8>> = None;
-    let mut flow_tag = None;
-    for action in actions {
-        match *action {
-            Action::FlowTag(tag) => flow_tag = Some(tag),
+impl From<ModifyError> for Unsupported {
+    fn from(e: ModifyError) -> Self {
+        Unsupported::Modify(e)
+    }
+}
+
+/// A frame as a walk rewrites it: each entry that hits applies its actions before the next
+/// lookup, which sees the rewritten frame (re-parsed) and the metadata registers as the
+/// actions left them, as the device's re-parse does. The copy is made at the first action that
+/// touches the frame.
+pub(crate) struct Rewriting<'a, I: ?Sized> {
+    original: &'a [u8],
+    original_parsed: &'a Parsed,
+    /// The rewritten frame and its parse.
+    out: Option<(Vec<u8>, Parsed)>,
+    meta: Metadata,
+    l3_l4_changed: bool,
+    flow_tag: Option<u32>,
+    /// Where modify lists are read.
+    icm: &'a I,
+}
+
+impl<'a, I: IcmRead + ?Sized> Rewriting<'a, I> {
+    /// `frame`, parsed as `parsed`, before any action; modify lists read from `icm`.
+    pub(crate) fn new(frame: &'a [u8], parsed: &'a Parsed, icm: &'a I) -> Self {
+        Rewriting {
+            original: frame,
+            original_parsed: parsed,
+            out: None,
+            meta: Metadata::default(),
+            l3_l4_changed: false,
+            flow_tag: None,
+            icm,
+        }
+    }
+
+    /// The frame as the actions left it (`None` when none touched it), its checksums computed
+    /// again where IP or TCP/UDP fields changed, and the last flow tag among the actions.
+    pub(crate) fn finish(self) -> (Option<Vec<u8>>, Option<u32>) {
+        let mut out = self.out.map(|(bytes, _)| bytes);
+        let mut meta = self.meta;
+        if let (Some(bytes), true) = (out.as_mut(), self.l3_l4_changed) {
+            Target {
+                frame: bytes,
+                meta: &mut meta,
+                l3_l4_changed: true,
+            }
+            .finish();
+        }
+        (out, self.flow_tag)
+    }
+
+    /// Applies one entry's actions, in order.
+    fn apply_all(&mut self, actions: &[Action]) -> Result<(), Unsupported> {
+        for action in actions {
+            match *action {
+                Action::FlowTag(tag) => self.flow_tag = Some(tag),
+                Action::ModifyList { count, index } => {
+                    let listed = read_list(self.icm, count, index).ok_or(Unsupported::List)?;
+                    for listed in &listed {
+                        if matches!(listed, Action::ModifyList { .. } | Action::FlowTag(_)) {
+                            return Err(Unsupported::List);
+                        }
+                        self.one(listed)?;
+                    }
+                }
+                ref other => self.one(other)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The copy, made on first use.
+    fn bytes(&mut self) -> &mut Vec<u8> {
+        let (original, parsed) = (self.original, self.original_parsed);
+        &mut self
+            .out
+            .get_or_insert_with(|| (original.to_vec(), *parsed))
+            .0
+    }
+
+    fn target(&mut self) -> Target<'_> {
+        let (original, parsed) = (self.original, self.original_parsed);
+        let (bytes, _) = self.out.get_or_insert_with(|| (original.to_vec(), *parsed));
+        Target {
+            frame: bytes,
+            meta: &mut self.meta,
+            l3_l4_changed: false,
+        }
+    }
+
+    /// Applies one action other than a flow tag or a list, and re-parses what it changed.
+    fn one(&mut self, action: &Action) -> Result<(), Unsupported> {
+        let changed = match *action {
+            Action::Set {
+                field,
+                shift,
+                len,
+                data,
+            } => {
+                let mut t = self.target();
+                t.set(field, shift, len, data)?;
+                t.l3_l4_changed
+            }
+            Action::Add {
+                field,
+                shift,
+                len,
+                data,
+            } => {
+                let mut t = self.target();
+                t.add(field, shift, len, data)?;
+                t.l3_l4_changed
+            }
+            Action::Copy {
+                dst_field,
+                dst_shift,
+                len,
+                src_field,
+                src_shift,
+            } => {
+                let mut t = self.target();
+                t.copy(dst_field, dst_shift, len, src_field, src_shift)?;
+                t.l3_l4_changed
+            }
             Action::RemoveBySize {
                 anchor,
                 offset_words,
                 size_words,
                 outer_l4_remove: false,
             } => {
-                let bytes = out.get_or_insert_with(|| frame.to_vec());
+                let bytes = self.bytes();
                 // A frame without a VLAN tag has nothing at the first-VLAN anchor to remove
                 // (inference: the entry rdma-core writes pops what is there).
                 let Some(base) = anchor_offset(bytes, anchor)? else {
-                    continue;
+                    return Ok(());
                 };
                 let start = base + 2 * usize::from(offset_words);
                 let end = start + 2 * usize::from(size_words);
@@ -53,13 +181,14 @@ pub(crate) fn apply(
                     return Err(Unsupported::Anchor);
                 }
                 bytes.drain(start..end);
+                false
             }
             Action::InsertInline {
                 anchor,
                 offset_words,
                 data,
             } => {
-                let bytes = out.get_or_insert_with(|| frame.to_vec());
+                let bytes = self.bytes();
                 let Some(base) = anchor_offset(bytes, anchor)? else {
                     return Err(Unsupported::Anchor);
                 };
@@ -68,11 +197,65 @@ pub(crate) fn apply(
                     return Err(Unsupported::Anchor);
                 }
                 bytes.splice(at..at, data.to_be_bytes());
+                false
             }
             _ => return Err(Unsupported::Action),
+        };
+        self.l3_l4_changed |= changed;
+        if let Some((bytes, parsed)) = self.out.as_mut() {
+            *parsed = crate::packet::parse(bytes);
+        }
+        Ok(())
+    }
+}
+
+impl<I: IcmRead + ?Sized> WalkPacket for Rewriting<'_, I> {
+    type Refused = Unsupported;
+
+    fn view(&self) -> PacketView<'_> {
+        let (frame, parsed) = match &self.out {
+            Some((bytes, parsed)) => (&bytes[..], parsed),
+            None => (self.original, self.original_parsed),
+        };
+        PacketView {
+            parsed,
+            frame,
+            meta: &self.meta,
         }
     }
-    Ok((out, flow_tag))
+
+    fn apply(&mut self, actions: &[Action]) -> Result<(), Unsupported> {
+        self.apply_all(actions)
+    }
+}
+
+/// The frame as `actions` leave it, applied all at once (the walk applies them entry by
+/// entry), and the last flow tag among them; modify lists are read from `icm`.
+#[cfg(test)]
+pub(crate) fn apply<I: IcmRead + ?Sized>(
+    frame: &[u8],
+    actions: &[Action],
+    icm: &I,
+) -> Result<(Option<Vec<u8>>, Option<u32>), Unsupported> {
+    let parsed = crate::packet::parse(frame);
+    let mut r = Rewriting::new(frame, &parsed, icm);
+    r.apply_all(actions)?;
+    Ok(r.finish())
+}
+
+/// The `count` actions of the modify list at `index`.
+fn read_list<I: IcmRead + ?Sized>(icm: &I, count: u8, index: u16) -> Option<Vec<Action>> {
+    let start = HEADER_MODIFY_START + u64::from(index) * super::ENTRY_BYTES;
+    let bytes = usize::from(count) * 8;
+    let mut raw = Vec::with_capacity(bytes.next_multiple_of(64));
+    let mut at = start;
+    while raw.len() < bytes {
+        raw.extend_from_slice(&icm.read_entry(at)?);
+        at += super::ENTRY_BYTES;
+    }
+    let mut listed = Vec::with_capacity(usize::from(count));
+    action::decode(&raw[..bytes], &mut listed).ok()?;
+    Some(listed)
 }
 
 /// Where `anchor` lies in `frame`: `Some(offset)`, `None` for a first-VLAN anchor on a frame
@@ -92,7 +275,46 @@ fn anchor_offset(frame: &[u8], anchor: u8) -> Result<Option<usize>, Unsupported>
 
 #[cfg(test)]
 mod tests {
+    use super::super::entry::STE_SIZE;
     use super::*;
+
+    /// ICM with nothing in it.
+    struct NoIcm;
+
+    impl IcmRead for NoIcm {
+        fn read_entry(&self, _: u64) -> Option<[u8; STE_SIZE]> {
+            None
+        }
+    }
+
+    /// Header-modify ICM holding one list block at index 3.
+    struct OneList([u8; STE_SIZE]);
+
+    impl IcmRead for OneList {
+        fn read_entry(&self, icm_addr: u64) -> Option<[u8; STE_SIZE]> {
+            (icm_addr == HEADER_MODIFY_START + 3 * 64).then_some(self.0)
+        }
+    }
+
+    #[test]
+    fn a_modify_list_sets_both_halves_of_the_source_mac() {
+        // Two SET actions as dr_ste_v1_set_action_set writes them: field, shifter + 0x20,
+        // length, data.
+        let mut block = [0u8; STE_SIZE];
+        block[..8].copy_from_slice(&[0x06, 0x08, 0x20, 0x20, 0x88, 0x88, 0x88, 0x88]);
+        block[8..16].copy_from_slice(&[0x06, 0x09, 0x30, 0x10, 0x00, 0x00, 0x77, 0x77]);
+        let list = Action::ModifyList { count: 2, index: 3 };
+        let (out, _) = apply(&tagged(), &[list], &OneList(block)).unwrap();
+        let out = out.unwrap();
+        assert_eq!(&out[6..12], &[0x88, 0x88, 0x88, 0x88, 0x77, 0x77]);
+        assert_eq!(&out[..6], &tagged()[..6]);
+        // A list past what is backed is refused, never half applied.
+        let far = Action::ModifyList { count: 9, index: 3 };
+        assert_eq!(
+            apply(&tagged(), &[far], &OneList(block)),
+            Err(Unsupported::List)
+        );
+    }
 
     fn tagged() -> Vec<u8> {
         let mut f = vec![0xaa; 6];
@@ -110,7 +332,7 @@ mod tests {
             size_words: 2,
             outer_l4_remove: false,
         };
-        let (popped, tag) = apply(&tagged(), &[pop, Action::FlowTag(7)]).unwrap();
+        let (popped, tag) = apply(&tagged(), &[pop, Action::FlowTag(7)], &NoIcm).unwrap();
         let popped = popped.unwrap();
         assert_eq!(&popped[12..], &[0x08, 0x00, 0x45]);
         assert_eq!(tag, Some(7));
@@ -119,9 +341,12 @@ mod tests {
             offset_words: 6,
             data: 0x8100_0005,
         };
-        assert_eq!(apply(&popped, &[push]).unwrap().0.unwrap(), tagged());
+        assert_eq!(
+            apply(&popped, &[push], &NoIcm).unwrap().0.unwrap(),
+            tagged()
+        );
         // Nothing to pop on an untagged frame.
-        assert_eq!(apply(&popped, &[pop]).unwrap().0.unwrap(), popped);
+        assert_eq!(apply(&popped, &[pop], &NoIcm).unwrap().0.unwrap(), popped);
     }
 
     #[test]
@@ -132,15 +357,23 @@ mod tests {
             size_words: 2,
             outer_l4_remove: false,
         };
-        assert_eq!(apply(&tagged(), &[deep]), Err(Unsupported::Anchor));
+        assert_eq!(apply(&tagged(), &[deep], &NoIcm), Err(Unsupported::Anchor));
         let past = Action::RemoveBySize {
             anchor: ANCHOR_START,
             offset_words: 6,
             size_words: 40,
             outer_l4_remove: false,
         };
-        assert_eq!(apply(&tagged(), &[past]), Err(Unsupported::Anchor));
+        assert_eq!(apply(&tagged(), &[past], &NoIcm), Err(Unsupported::Anchor));
         let list = Action::ModifyList { count: 1, index: 0 };
-        assert_eq!(apply(&tagged(), &[list]), Err(Unsupported::Action));
+        assert_eq!(apply(&tagged(), &[list], &NoIcm), Err(Unsupported::List));
+        let encap = Action::InsertPointer {
+            anchor: ANCHOR_START,
+            offset_words: 0,
+            size_words: 25,
+            attributes: 1,
+            pointer: 7,
+        };
+        assert_eq!(apply(&tagged(), &[encap], &NoIcm), Err(Unsupported::Action));
     }
 }

@@ -12,6 +12,7 @@
 
 use super::walk::Terminals;
 use crate::function::Core;
+use cxdirect_hw::flow::{FLOW_TABLE_TYPE_NIC_RX, FLOW_TABLE_TYPE_NIC_TX};
 
 /// First address of the terminal window.
 const WINDOW: u64 = 0x00f0_0000_0000;
@@ -74,14 +75,60 @@ impl Terminals for ReceiveTerminals<'_> {
                 })
             }
             a if (TABLES..END).contains(&a) && a % 64 == 0 => {
-                let id = ((a - TABLES) >> 6) as u32;
-                Some(match self.core.res.flow_tables.get(id) {
-                    Some(t) if t.sw_root.is_none() => ReceiveTerminal::Table(id),
-                    _ => ReceiveTerminal::Drop,
+                Some(match firmware_table(self.core, a, FLOW_TABLE_TYPE_NIC_RX) {
+                    Some(id) => ReceiveTerminal::Table(id),
+                    None => ReceiveTerminal::Drop,
                 })
             }
             // Anything else in the window answers as a drop.
             a if (WINDOW..END).contains(&a) => Some(ReceiveTerminal::Drop),
+            _ => None,
+        }
+    }
+}
+
+/// The firmware table of `table_type` answering at `addr` (in the tables' part of the window),
+/// if it exists and is firmware-owned.
+fn firmware_table(core: &Core, addr: u64, table_type: u8) -> Option<u32> {
+    let id = ((addr - TABLES) >> 6) as u32;
+    core.res
+        .flow_tables
+        .get(id)
+        .filter(|t| t.sw_root.is_none() && t.table_type == table_type)
+        .map(|_| id)
+}
+
+/// Where a walk on the transmit side ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TransmitTerminal {
+    /// Out: the allow address (the transmit domain's default and rdma-core's default-miss
+    /// action).
+    Allow,
+    /// Dropped: the drop addresses, a TIR (meaningless on transmit), a table of the other
+    /// direction or one that no longer exists.
+    Drop,
+    /// On to this firmware transmit table.
+    Table(u32),
+}
+
+/// The function's terminals as a transmit walk sees them.
+pub(crate) struct TransmitTerminals<'a> {
+    pub(crate) core: &'a Core,
+}
+
+impl Terminals for TransmitTerminals<'_> {
+    type Terminal = TransmitTerminal;
+
+    fn terminal(&self, addr: u64) -> Option<TransmitTerminal> {
+        match addr {
+            TX_ALLOW => Some(TransmitTerminal::Allow),
+            a if (TABLES..END).contains(&a) && a % 64 == 0 => {
+                Some(match firmware_table(self.core, a, FLOW_TABLE_TYPE_NIC_TX) {
+                    Some(id) => TransmitTerminal::Table(id),
+                    None => TransmitTerminal::Drop,
+                })
+            }
+            a if (WINDOW..END).contains(&a) => Some(TransmitTerminal::Drop),
             _ => None,
         }
     }

@@ -75,7 +75,7 @@ fn run(icm: &Icm, smac: [u8; 6]) -> Result<WalkResult<End>, WalkError> {
         icm,
         &Ends,
         ROOT,
-        &PacketView {
+        &mut PacketView {
             parsed: &parsed,
             frame: &f,
             meta: &meta,
@@ -302,13 +302,13 @@ fn bad_addresses_and_entries_are_typed_errors() {
     // Entry addresses come out of decode 64-byte aligned; only a start can be misaligned.
     let (f, meta) = (frame(MAC_A), Metadata::default());
     let parsed = parse(&f);
-    let pkt = PacketView {
+    let mut pkt = PacketView {
         parsed: &parsed,
         frame: &f,
         meta: &meta,
     };
     assert_eq!(
-        walk(&icm, &Ends, ROOT + 8, &pkt).unwrap_err(),
+        walk(&icm, &Ends, ROOT + 8, &mut pkt).unwrap_err(),
         WalkError::Misaligned(ROOT + 8)
     );
     // A reserved control bit.

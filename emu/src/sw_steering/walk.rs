@@ -31,6 +31,30 @@ pub(crate) trait Terminals {
     fn terminal(&self, addr: u64) -> Option<Self::Terminal>;
 }
 
+/// The packet a walk steers: what the next lookup sees, and where a hit entry's actions go.
+pub(crate) trait WalkPacket {
+    /// Why actions could not be applied.
+    type Refused;
+    /// The packet as the next lookup sees it: its parse, bytes and metadata.
+    fn view(&self) -> PacketView<'_>;
+    /// Applies one hit entry's actions (in order) before the walk goes on; an error ends the
+    /// walk ([`WalkError::Actions`]).
+    fn apply(&mut self, actions: &[Action]) -> Result<(), Self::Refused>;
+}
+
+/// A packet only looked at: actions are recorded in the result, nothing applies them.
+impl WalkPacket for PacketView<'_> {
+    type Refused = std::convert::Infallible;
+
+    fn view(&self) -> PacketView<'_> {
+        *self
+    }
+
+    fn apply(&mut self, _: &[Action]) -> Result<(), Self::Refused> {
+        Ok(())
+    }
+}
+
 /// How a walk ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct WalkResult<T> {
@@ -99,6 +123,10 @@ pub(crate) enum WalkError {
         /// What is wrong.
         err: ActionError,
     },
+    /// Actions the model knows but cannot apply to this packet (reformat, an anchor or field
+    /// it does not place, an unreadable modify list).
+    #[error("steering entry at {0:#x}: its actions cannot be applied to the packet")]
+    Actions(u64),
 }
 
 /// Whether `ste` (read at `addr`) matches the packet: for every tag byte, the packet's byte
@@ -140,16 +168,18 @@ fn next_slot(ste: &Ste, addr: u64, pkt: &PacketView<'_>) -> Result<u64, WalkErro
 }
 
 /// Walks the entries from `start` (a table's `sw_owner_icm_root_0`; not itself checked against
-/// `terminals`) for the packet `pkt` until a terminal.
-pub(crate) fn walk<I, T>(
+/// `terminals`) for the packet `pkt` until a terminal, applying each hit entry's actions to it
+/// before the next lookup.
+pub(crate) fn walk<I, T, P>(
     icm: &I,
     terminals: &T,
     start: u64,
-    pkt: &PacketView<'_>,
+    pkt: &mut P,
 ) -> Result<WalkResult<T::Terminal>, WalkError>
 where
     I: IcmRead + ?Sized,
     T: Terminals + ?Sized,
+    P: WalkPacket + ?Sized,
 {
     let mut actions = Vec::new();
     let mut counters = Vec::new();
@@ -161,10 +191,13 @@ where
         }
         let raw = icm.read_entry(addr).ok_or(WalkError::Unreadable(addr))?;
         let ste = entry::decode(&raw).map_err(|err| WalkError::Entry { addr, err })?;
-        let hit = hits(&ste, addr, pkt)?;
+        let hit = hits(&ste, addr, &pkt.view())?;
         let target = if hit {
+            let first = actions.len();
             action::decode(ste.action_area(), &mut actions)
                 .map_err(|err| WalkError::Action { addr, err })?;
+            pkt.apply(&actions[first..])
+                .map_err(|_| WalkError::Actions(addr))?;
             if ste.counter_id != 0 {
                 counters.push(ste.counter_id);
             }
@@ -184,7 +217,7 @@ where
         }
         // A hit goes on into the hash table at `target`; a miss to the single entry there.
         addr = if hit {
-            next_slot(&ste, addr, pkt)?
+            next_slot(&ste, addr, &pkt.view())?
         } else {
             target
         };

@@ -1,4 +1,5 @@
-//! NIC receive flow tables as Linux's fs_core builds them through its commands
+//! NIC flow tables (receive unless a function's name ends in `_of`, which takes the table
+//! type) as Linux's fs_core builds them through its commands
 //! (`mlx5_cmd_create_flow_table`, `mlx5_cmd_modify_flow_table`, `mlx5_cmd_create_flow_group`,
 //! `mlx5_cmd_delete_fte`, ...), for the tests of steering and what hangs off it.
 
@@ -14,10 +15,21 @@ pub fn create_table(
     log_size: u8,
     miss: Option<u32>,
 ) -> Result<u32, CmdFail> {
+    create_table_of(h, flow::FLOW_TABLE_TYPE_NIC_RX, level, log_size, miss)
+}
+
+/// [`create_table`] of `table_type` (`FLOW_TABLE_TYPE_NIC_RX` or `_NIC_TX`).
+pub fn create_table_of(
+    h: &mut Host,
+    table_type: u8,
+    level: u8,
+    log_size: u8,
+    miss: Option<u32>,
+) -> Result<u32, CmdFail> {
     let mut input = Host::input(Opcode::CreateFlowTable, 0, 0x40);
     {
         let mut cmd = flow::CreateFlowTableIn::new(&mut input[..]).unwrap();
-        cmd.set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX);
+        cmd.set_table_type(table_type);
         let mut ctx = cmd.flow_table_context_mut();
         ctx.set_level(level).set_log_size(log_size);
         if let Some(next) = miss {
@@ -53,12 +65,17 @@ pub fn modify_miss(h: &mut Host, table: u32, next: Option<u32>) -> Result<(), Cm
 
 /// SET_FLOW_TABLE_ROOT: `table` becomes the NIC receive root.
 pub fn set_root(h: &mut Host, table: u32) {
+    set_root_of(h, flow::FLOW_TABLE_TYPE_NIC_RX, table).expect("SET_FLOW_TABLE_ROOT");
+}
+
+/// SET_FLOW_TABLE_ROOT of `table_type`: `table` becomes that direction's root.
+pub fn set_root_of(h: &mut Host, table_type: u8, table: u32) -> Result<(), CmdFail> {
     let mut input = Host::input(Opcode::SetFlowTableRoot, 0, 0x40);
     flow::SetFlowTableRootIn::new(&mut input[..])
         .unwrap()
-        .set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
+        .set_table_type(table_type)
         .set_table_id(table);
-    h.exec(&input, 16).expect("SET_FLOW_TABLE_ROOT");
+    h.exec(&input, 16).map(|_| ())
 }
 
 /// One catch-all group and entry in `table` forwarding to destination (`kind`, `id`) with

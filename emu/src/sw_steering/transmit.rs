@@ -1,0 +1,67 @@
+//! A frame an SQ sends, at a software-owned NIC transmit table: the walk from the table's root
+//! through the entries software wrote into ICM, to the allow address (out on the wire, or into
+//! the function's own receive path when it loops), the drop address, or a firmware transmit
+//! table. rdma-core points a transmit domain's misses and its default-miss action at the allow
+//! address and its drop action at the drop address (`dr_domain_caps_init`,
+//! `nic_tx_allow_address`, `nic_tx_drop_address`).
+//!
+//! The hits' counters count the frame; VLAN pushes and pops and header modifications rewrite a
+//! copy of it, which is what leaves. Reformat (encapsulation) is not applied: a frame whose
+//! walk asks for it is dropped and counted in `tx_sw_steering_errors`, never sent unmodified,
+//! as is a rewritten frame handed on to a firmware table.
+
+use super::decide::walk_and_apply;
+use super::terminals::{TransmitTerminal, TransmitTerminals};
+use crate::counters::add;
+use crate::function::Core;
+use crate::packet::Parsed;
+
+/// Where the walk sent a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Out of the function.
+    Allow,
+    /// Dropped.
+    Drop,
+    /// On to this firmware transmit table.
+    Table(u32),
+}
+
+/// What the walk decided for a frame an SQ sends.
+#[derive(Debug)]
+pub(crate) struct Decision {
+    /// Where the frame goes.
+    pub(crate) next: Next,
+    /// Flow counter numbers (`counter_id`) of the entries that hit, in walk order.
+    pub(crate) counters: Vec<u32>,
+    /// The frame as the entries' actions left it, when one touched it.
+    pub(crate) rewritten: Option<Vec<u8>>,
+}
+
+/// Where software steering sends `frame` (parsed as `parsed`), sent by an SQ, that reached a
+/// software-owned transmit table whose first entry is at ICM address `root`.
+pub(crate) fn transmit(core: &Core, root: u64, parsed: &Parsed, frame: &[u8]) -> Decision {
+    let walked = walk_and_apply(core, &TransmitTerminals { core }, root, parsed, frame);
+    let terminal = match walked.terminal {
+        Some(TransmitTerminal::Table(_)) if walked.rewritten.is_some() => None,
+        other => other,
+    };
+    let next = match terminal {
+        Some(TransmitTerminal::Allow) => Next::Allow,
+        Some(TransmitTerminal::Table(id)) => Next::Table(id),
+        Some(TransmitTerminal::Drop) => Next::Drop,
+        None => {
+            add(&core.counters.tx_sw_steering_errors, 1);
+            Next::Drop
+        }
+    };
+    Decision {
+        next,
+        counters: walked.counters,
+        rewritten: if next == Next::Allow {
+            walked.rewritten
+        } else {
+            None
+        },
+    }
+}
