@@ -37,6 +37,7 @@ pub mod dr;
 pub mod flow_tables;
 pub mod mpwqe;
 pub mod pattern;
+pub mod plug;
 pub mod poll;
 pub mod rc;
 pub mod signature;

@@ -9,7 +9,9 @@
 //! counted error.
 
 use cxdirect_emu::testkit::dr::{self, domain, dr_caps};
-use cxdirect_emu::testkit::flow_tables::{catch_all, create_table, set_root};
+use cxdirect_emu::testkit::flow_tables::{
+    alloc_counter, catch_all, create_table, query_counter, set_root,
+};
 use cxdirect_emu::testkit::ste::{self as tb, Builder};
 use cxdirect_emu::testkit::sw_icm::{create, ranges};
 use cxdirect_emu::testkit::{refused, udp_frame, CmdFail, Cq, Host};
@@ -17,7 +19,6 @@ use cxdirect_emu::{Device, EmuConfig, Syndrome};
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
 use cxdirect_hw::flow;
 use cxdirect_hw::tir::{CreateTirIn, CreateTirOut};
-use cxdirect_hw::vport::TrafficCounter;
 
 const MEM: usize = 8 << 20;
 /// The lookup types rdma-core's smac matcher uses (dr_ste_v1.h): the outer source MAC, and
@@ -78,34 +79,6 @@ fn receiver(h: &mut Host) -> Receiver {
         tirn: out.tirn(),
         tir_icm,
     }
-}
-
-/// `mlx5_cmd_fc_alloc`: one flow counter.
-fn alloc_counter(h: &mut Host) -> u32 {
-    let mut input = Host::input(
-        Opcode::AllocFlowCounter,
-        0,
-        flow::AllocFlowCounterIn::<&[u8]>::SIZE,
-    );
-    flow::AllocFlowCounterIn::new(&mut input[..]).expect("layout");
-    let out = h
-        .exec(&input, flow::AllocFlowCounterOut::<&[u8]>::SIZE)
-        .expect("ALLOC_FLOW_COUNTER");
-    flow::AllocFlowCounterOut::new(&out[..])
-        .expect("layout")
-        .flow_counter_id()
-}
-
-/// QUERY_FLOW_COUNTER of one counter: (packets, octets).
-fn query_counter(h: &mut Host, id: u32) -> (u64, u64) {
-    let mut input = Host::input(Opcode::QueryFlowCounter, 0, 0x20);
-    flow::QueryFlowCounterIn::new(&mut input[..])
-        .expect("layout")
-        .set_flow_counter_id(id);
-    let out = h.exec(&input, 0x20).expect("QUERY_FLOW_COUNTER");
-    let at = flow::QUERY_FLOW_COUNTER_STATISTICS_BYTE;
-    let c = TrafficCounter::new(&out[at..at + 0x10]).expect("layout");
-    (c.packets(), c.octets())
 }
 
 /// The root firmware table with one catch-all entry forwarding to `table`, as the kernel's

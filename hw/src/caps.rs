@@ -597,6 +597,10 @@ layout! {
     pub struct FlowTableNicCap("flow_table_nic_cap", 0x1000) {
         /// A flow entry may forward to several TIRs.
         nic_rx_multi_path_tirs: bool @ 0x0 [0x1],
+        /// Log2 of the packet reformat contexts the function may hold.
+        log_max_packet_reformat_context: u8 @ 0x2b [0x5],
+        /// Most bytes of a packet reformat context's data (10 bits).
+        max_encap_header_size: u16 @ 0x36 [0xa],
         /// ICM address where a software steering entry sends a received packet to drop it
         /// (rdma-core's `dr_devx_query_device`: the receive domain's default and drop target).
         sw_steering_nic_rx_action_drop_icm_address: u64 @ 0x2000 [0x40],

@@ -340,6 +340,8 @@ device_codes! {
         DeallocFlowCounter = 0x93a => "DEALLOC_FLOW_COUNTER",
         QueryFlowCounter = 0x93b => "QUERY_FLOW_COUNTER",
         ModifyFlowTable = 0x93c => "MODIFY_FLOW_TABLE",
+        AllocPacketReformatContext = 0x93d => "ALLOC_PACKET_REFORMAT_CONTEXT",
+        DeallocPacketReformatContext = 0x93e => "DEALLOC_PACKET_REFORMAT_CONTEXT",
         CreateGeneralObject = 0xa00 => "CREATE_GENERAL_OBJECT",
         ModifyGeneralObject = 0xa01 => "MODIFY_GENERAL_OBJECT",
         QueryGeneralObject = 0xa02 => "QUERY_GENERAL_OBJECT",

@@ -39,6 +39,7 @@ pub mod mmio;
 pub mod odp;
 pub mod qos;
 pub mod qp;
+pub mod reformat;
 pub mod reg;
 pub mod roce;
 pub mod sig;

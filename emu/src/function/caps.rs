@@ -366,6 +366,12 @@ impl CapSet {
         let n = e.as_bytes().len().min(0x100);
         ethernet[..n].copy_from_slice(&e.as_bytes()[..n]);
         let mut f = FlowTableNicCap::zeroed();
+        // Packet reformat contexts (`fw::reformat`), whose headers software steering entries
+        // insert on transmit.
+        f.set_max_encap_header_size(crate::objects::limits::MAX_ENCAP_HEADER_SIZE)
+            .set_log_max_packet_reformat_context(
+                crate::objects::limits::LOG_MAX_PACKET_REFORMAT_CONTEXT,
+            );
         f.flow_table_properties_nic_receive_mut()
             .set_ft_support(true)
             .set_modify_root(true)

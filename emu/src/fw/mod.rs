@@ -31,6 +31,7 @@ pub(crate) mod qcounters;
 pub(crate) mod qp;
 pub(crate) mod qp_datagram;
 pub(crate) mod queues;
+pub(crate) mod reformat;
 pub(crate) mod roce;
 pub(crate) mod scheduling;
 pub(crate) mod sig;
@@ -204,6 +205,8 @@ fn run(core: &mut Core, opcode: Opcode, op_mod: u16, input: &[u8], output: &mut 
         Opcode::DestroyFlowGroup => steering::destroy_flow_group(core, input),
         Opcode::SetFlowTableEntry => flow_entry::set_fte(core, input),
         Opcode::DeleteFlowTableEntry => flow_entry::delete_fte(core, input),
+        Opcode::AllocPacketReformatContext => reformat::alloc(core, input, output),
+        Opcode::DeallocPacketReformatContext => reformat::dealloc(core, input),
         Opcode::AllocFlowCounter => flow_counter::alloc(core, input, output),
         Opcode::DeallocFlowCounter => flow_counter::dealloc(core, input),
         Opcode::QueryFlowCounter => flow_counter::query(core, input, output),

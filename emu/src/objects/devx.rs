@@ -48,6 +48,8 @@ pub(crate) enum Owned {
     ReservedQpn,
     /// An SW_ICM general object, by its number.
     SwIcm,
+    /// A packet reformat context (ALLOC_PACKET_REFORMAT_CONTEXT).
+    PacketReformat,
 }
 
 /// The live user contexts and who owns which object.

@@ -88,3 +88,10 @@ pub(crate) const LOG_MAX_NUM_RESERVED_QPN: u8 = 16;
 pub(crate) const LOG_RESERVED_QPN_GRANULARITY: u8 = 0;
 /// Log2 of the most QP numbers one RESERVED_QPN object holds (`log_reserved_qpn_max_alloc`).
 pub(crate) const LOG_RESERVED_QPN_MAX_ALLOC: u8 = 12;
+
+/// Most bytes of a packet reformat context's data (`max_encap_header_size`): an outer
+/// Ethernet, IPv6 and UDP header with a GENEVE header and 64 bytes of its options.
+pub(crate) const MAX_ENCAP_HEADER_SIZE: u16 = 14 + 40 + 8 + 8 + 64;
+/// Log2 of the packet reformat contexts a function may hold at once
+/// (`log_max_packet_reformat_context`).
+pub(crate) const LOG_MAX_PACKET_REFORMAT_CONTEXT: u8 = 12;

@@ -27,7 +27,8 @@ pub(crate) use context::Slot;
 use cxdirect_hw::doorbell::UAR_PAGE_SIZE;
 use queue_state::{Compression, Fetched};
 pub(crate) use steering::{
-    FlowCounter, FlowEntry, FlowGroup, FlowTable, Rqt, Tir, TirDispatch, Tis, MATCH_WORDS,
+    FlowCounter, FlowEntry, FlowGroup, FlowTable, PacketReformat, Rqt, Tir, TirDispatch, Tis,
+    MATCH_WORDS,
 };
 
 /// A numbered table of objects. Numbers start at `base` so that different object types rarely
@@ -448,6 +449,8 @@ pub(crate) struct Resources {
     pub flow_tables: Table<FlowTable>,
     /// Flow counters (ALLOC_FLOW_COUNTER).
     pub flow_counters: Table<FlowCounter>,
+    /// Packet reformat contexts (ALLOC_PACKET_REFORMAT_CONTEXT).
+    pub reformats: Table<PacketReformat>,
     pub mkeys: Table<Mkey>,
     /// Protection signature variables (CREATE_PSV).
     pub psvs: Table<signature::Psv>,
@@ -528,6 +531,7 @@ impl Resources {
             rqts: Table::new(0x3000, 1 << 12),
             flow_tables: Table::new(0x10, 1 << 10),
             flow_counters: Table::new(1, limits::MAX_FLOW_COUNTERS),
+            reformats: Table::new(1, 1 << limits::LOG_MAX_PACKET_REFORMAT_CONTEXT),
             mkeys: Table::new(0x10, 1 << 16),
             psvs: Table::new(0x10, 1 << 16),
             // Set 0 means "no counter set" in an RQ context.

@@ -123,6 +123,14 @@ pub(crate) struct FlowTable {
     pub sw_root: Option<u64>,
 }
 
+/// A packet reformat context (ALLOC_PACKET_REFORMAT_CONTEXT): its type
+/// (`cxdirect_hw::reformat::REFORMAT_TYPE_*`) and data, the header it inserts or writes.
+#[derive(Debug)]
+pub(crate) struct PacketReformat {
+    pub reformat_type: u8,
+    pub data: Vec<u8>,
+}
+
 /// A flow counter (ALLOC_FLOW_COUNTER): the frames and bytes the entries naming it matched.
 /// Atomic, because steering counts through a shared view of the tables.
 #[derive(Debug, Default)]

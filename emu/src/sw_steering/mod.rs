@@ -32,10 +32,12 @@ pub(crate) mod receive;
 pub(crate) mod rewrite;
 pub(crate) mod terminals;
 pub(crate) mod transmit;
+pub(crate) mod tunnel;
 pub(crate) mod walk;
 
 use crate::function::Core;
 use crate::objects::icm::IcmStore;
+use crate::objects::{PacketReformat, Table};
 use cxdirect_hw::caps::FlowTableNicCap;
 use cxdirect_hw::flow::{FLOW_TABLE_TYPE_NIC_RX, FLOW_TABLE_TYPE_NIC_TX};
 
@@ -54,27 +56,46 @@ pub(crate) fn tables_offered(core: &Core, table_type: u8) -> bool {
         })
 }
 
-/// The function's steering entries as the walk reads them: from its ICM store, none without.
+/// What the walk reads of the function: its steering entries and modify lists from its ICM
+/// store (none without one), and its packet reformat contexts.
 pub(crate) fn icm_reader(core: &Core) -> impl IcmRead + '_ {
-    FunctionIcm(core.icm.as_ref())
+    FunctionIcm {
+        icm: core.icm.as_ref(),
+        reformats: &core.res.reformats,
+    }
 }
 
-/// The ICM store of a function, if it has one.
-struct FunctionIcm<'a>(Option<&'a IcmStore>);
+/// The ICM store of a function, if it has one, and its reformat contexts.
+struct FunctionIcm<'a> {
+    icm: Option<&'a IcmStore>,
+    reformats: &'a Table<PacketReformat>,
+}
 
 impl IcmRead for FunctionIcm<'_> {
     fn read_entry(&self, icm_addr: u64) -> Option<[u8; STE_SIZE]> {
-        self.0?.read_entry(icm_addr).ok()
+        self.icm?.read_entry(icm_addr).ok()
+    }
+
+    fn reformat(&self, id: u32) -> Option<(u8, &[u8])> {
+        self.reformats
+            .get(id)
+            .map(|r| (r.reformat_type, &r.data[..]))
     }
 }
 
 use entry::STE_SIZE;
 
-/// Reads 64-byte steering entries out of the steering ICM range.
+/// Reads 64-byte steering entries (and modify lists) out of ICM, and the packet reformat
+/// contexts INSERT_POINTER actions name.
 pub(crate) trait IcmRead {
     /// The entry at `icm_addr` (an absolute ICM address, 64-byte aligned), or `None` when the
     /// address lies outside the steering ICM or is not backed.
     fn read_entry(&self, icm_addr: u64) -> Option<[u8; STE_SIZE]>;
+
+    /// The type (`REFORMAT_TYPE_*`) and data of packet reformat context `id`, if it exists.
+    fn reformat(&self, _id: u32) -> Option<(u8, &[u8])> {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -5,10 +5,18 @@
 //! or listed in the header-modify ICM (MODIFY_LIST: `num_of_modify_actions` 8-byte actions at
 //! `modify_actions_ptr` × 64 bytes from the range's start, which rdma-core computes from
 //! `header_modify_sw_icm_start_address` in `dr_ste_alloc_modify_hdr_chunk`), on the fields
-//! [`super::modify`] places. Anchors are the positions rdma-core names (`enum
-//! dr_ste_v1_header_anchors`): the start of the outer headers (0) and the first VLAN tag (2,
-//! the byte after the MAC addresses when the frame carries one). Other anchors, and reformat
-//! and decapsulation, are not modelled: the caller drops the frame and counts it.
+//! [`super::modify`] places; encapsulation (INSERT_POINTER of a packet reformat context's
+//! header, `dr_ste_v1_set_encap`, after REMOVE_HEADER_TO_HEADER of the Ethernet header for an
+//! L3 tunnel, `dr_ste_v1_set_encap_l3`) and decapsulation (REMOVE_HEADER_TO_HEADER to the
+//! inner Ethernet header, `dr_ste_v1_set_rx_decap`, or for an L3 tunnel the modify list
+//! `dr_ste_v1_set_action_decap_l3_list` writes: removal to the inner IP header, the new
+//! Ethernet header inserted four bytes at a time, two padding bytes removed). Anchors are the
+//! positions rdma-core names (`enum dr_ste_v1_header_anchors`): the start of the outer headers
+//! (0), the first VLAN tag (2, the byte after the MAC addresses when the frame carries one),
+//! the outer IP header (7), and a tunnel's inner Ethernet (0x13) and IP (0x19) headers
+//! ([`super::tunnel`]). After an encapsulation the outer IPv4 header checksum is computed
+//! (the context's header carries none); other anchors and actions are not modelled, and the
+//! caller drops the frame and counts it.
 
 use super::action::{self, Action};
 use super::lookup::{Metadata, PacketView};
@@ -17,11 +25,18 @@ use super::walk::WalkPacket;
 use super::IcmRead;
 use crate::objects::icm::HEADER_MODIFY_START;
 use crate::packet::Parsed;
+use cxdirect_hw::reformat::REFORMAT_TYPE_L3_TUNNEL_TO_L2;
 
 /// `DR_STE_HEADER_ANCHOR_START_OUTER`.
 const ANCHOR_START: u8 = 0x00;
 /// `DR_STE_HEADER_ANCHOR_1ST_VLAN`.
 const ANCHOR_FIRST_VLAN: u8 = 0x02;
+/// `DR_STE_HEADER_ANCHOR_IPV6_IPV4`.
+const ANCHOR_IP: u8 = 0x07;
+/// `DR_STE_HEADER_ANCHOR_INNER_MAC`.
+const ANCHOR_INNER_MAC: u8 = 0x13;
+/// `DR_STE_HEADER_ANCHOR_INNER_IPV6_IPV4`.
+const ANCHOR_INNER_IP: u8 = 0x19;
 /// Bytes before the first VLAN tag: the destination and source MAC addresses.
 const MACS: usize = 12;
 
@@ -36,6 +51,9 @@ pub(crate) enum Unsupported {
     Modify(ModifyError),
     /// A modify list that cannot be read, or that names another list.
     List,
+    /// An INSERT_POINTER naming no packet reformat context, or one whose data is not the size
+    /// the action gives.
+    Reformat,
 }
 
 impl From<ModifyError> for Unsupported {
@@ -199,6 +217,50 @@ impl<'a, I: IcmRead + ?Sized> Rewriting<'a, I> {
                 bytes.splice(at..at, data.to_be_bytes());
                 false
             }
+            Action::RemoveHeaderToHeader {
+                start_anchor,
+                end_anchor,
+                ..
+            } => {
+                let bytes = self.bytes();
+                let start = anchor_offset(bytes, start_anchor)?.ok_or(Unsupported::Anchor)?;
+                let end = anchor_offset(bytes, end_anchor)?.ok_or(Unsupported::Anchor)?;
+                if start > end || end > bytes.len() {
+                    return Err(Unsupported::Anchor);
+                }
+                bytes.drain(start..end);
+                false
+            }
+            Action::InsertPointer {
+                anchor,
+                offset_words,
+                size_words,
+                attributes: _,
+                pointer,
+            } => {
+                let icm = self.icm;
+                // An encapsulation's header: every tunnel type but the L3 decapsulation's
+                // Ethernet header, of the size the action gives.
+                let header = icm
+                    .reformat(pointer)
+                    .filter(|&(kind, h)| {
+                        kind != REFORMAT_TYPE_L3_TUNNEL_TO_L2
+                            && h.len() == 2 * usize::from(size_words)
+                    })
+                    .ok_or(Unsupported::Reformat)?
+                    .1;
+                let bytes = self.bytes();
+                let Some(base) = anchor_offset(bytes, anchor)? else {
+                    return Err(Unsupported::Anchor);
+                };
+                let at = base + 2 * usize::from(offset_words);
+                if at > bytes.len() {
+                    return Err(Unsupported::Anchor);
+                }
+                bytes.splice(at..at, header.iter().copied());
+                // The new outer IPv4 header's checksum.
+                true
+            }
             _ => return Err(Unsupported::Action),
         };
         self.l3_l4_changed |= changed;
@@ -258,8 +320,8 @@ fn read_list<I: IcmRead + ?Sized>(icm: &I, count: u8, index: u16) -> Option<Vec<
     Some(listed)
 }
 
-/// Where `anchor` lies in `frame`: `Some(offset)`, `None` for a first-VLAN anchor on a frame
-/// without a VLAN tag.
+/// Where `anchor` lies in `frame`: `Some(offset)`, `None` when the frame has no such header
+/// (a first-VLAN anchor on an untagged frame, an inner anchor on a frame without a tunnel).
 fn anchor_offset(frame: &[u8], anchor: u8) -> Result<Option<usize>, Unsupported> {
     match anchor {
         ANCHOR_START => Ok(Some(0)),
@@ -268,6 +330,21 @@ fn anchor_offset(frame: &[u8], anchor: u8) -> Result<Option<usize>, Unsupported>
                 .get(MACS..MACS + 2)
                 .map(|b| u16::from_be_bytes([b[0], b[1]]));
             Ok(matches!(ethertype, Some(0x8100 | 0x88a8)).then_some(MACS))
+        }
+        ANCHOR_IP => {
+            let p = crate::packet::parse(frame);
+            Ok((p.l3 != crate::packet::L3Kind::None).then_some(p.l3_offset))
+        }
+        ANCHOR_INNER_MAC | ANCHOR_INNER_IP => {
+            let p = crate::packet::parse(frame);
+            let inner = super::tunnel::inner(frame, &p);
+            Ok(inner.and_then(|i| {
+                if anchor == ANCHOR_INNER_MAC {
+                    i.mac
+                } else {
+                    i.ip
+                }
+            }))
         }
         _ => Err(Unsupported::Anchor),
     }
@@ -294,6 +371,112 @@ mod tests {
         fn read_entry(&self, icm_addr: u64) -> Option<[u8; STE_SIZE]> {
             (icm_addr == HEADER_MODIFY_START + 3 * 64).then_some(self.0)
         }
+    }
+
+    /// Packet reformat context 9: a GRE-over-IPv4 outer header with a key, for an Ethernet
+    /// frame (protocol TEB), as rdma-core's `gen_gre_tunnel_encap_header` builds it.
+    struct Gre(Vec<u8>);
+
+    impl Gre {
+        fn new(inner_len: usize) -> Self {
+            let mut h = vec![2, 0, 0, 0, 0, 0x0a, 2, 0, 0, 0, 0, 0x0b, 0x08, 0x00];
+            let total = (20 + 8 + inner_len) as u16;
+            h.extend_from_slice(&[0x45, 0, (total >> 8) as u8, total as u8, 0, 0, 0x40, 0]);
+            h.extend_from_slice(&[64, 47, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]);
+            h.extend_from_slice(&[0x20, 0, 0x65, 0x58, 0, 0, 0, 0x2a]);
+            Gre(h)
+        }
+    }
+
+    impl IcmRead for Gre {
+        fn read_entry(&self, _: u64) -> Option<[u8; STE_SIZE]> {
+            None
+        }
+
+        fn reformat(&self, id: u32) -> Option<(u8, &[u8])> {
+            (id == 9).then_some((
+                cxdirect_hw::reformat::REFORMAT_TYPE_L2_TO_L2_TUNNEL,
+                &self.0[..],
+            ))
+        }
+    }
+
+    /// An untagged IPv4/UDP frame.
+    fn plain() -> Vec<u8> {
+        let mut f = tagged();
+        f.drain(12..16);
+        f.extend_from_slice(&[0; 19]);
+        f
+    }
+
+    #[test]
+    fn an_l2_tunnel_encapsulates_and_decapsulates_back_to_the_frame() {
+        let frame = plain();
+        let gre = Gre::new(frame.len());
+        let insert = |size_words: usize, pointer| Action::InsertPointer {
+            anchor: ANCHOR_START,
+            offset_words: 0,
+            size_words: size_words as u8,
+            attributes: 1,
+            pointer,
+        };
+        let encap = insert(gre.0.len() / 2, 9);
+        let (out, _) = apply(&frame, &[encap], &gre).unwrap();
+        let out = out.unwrap();
+        assert_eq!(&out[gre.0.len()..], &frame[..]);
+        assert_eq!(&out[..24], &gre.0[..24], "the header up to its checksum");
+        let p = crate::packet::parse(&out);
+        assert!(crate::packet::ipv4_header_checksum_ok(&out, &p), "computed");
+        // rdma-core's receive decap: remove up to the inner Ethernet header.
+        let decap = Action::RemoveHeaderToHeader {
+            start_anchor: ANCHOR_START,
+            end_anchor: ANCHOR_INNER_MAC,
+            decap: true,
+            vni_to_cqe: true,
+        };
+        assert_eq!(apply(&out, &[decap], &gre).unwrap().0.unwrap(), frame);
+        // Nothing to decapsulate on a frame without a tunnel, and a pointer to no context.
+        assert_eq!(apply(&frame, &[decap], &gre), Err(Unsupported::Anchor));
+        let lost = insert(gre.0.len() / 2, 8);
+        assert_eq!(apply(&frame, &[lost], &gre), Err(Unsupported::Reformat));
+        let short = insert(4, 9);
+        assert_eq!(apply(&frame, &[short], &gre), Err(Unsupported::Reformat));
+    }
+
+    #[test]
+    fn an_l3_tunnel_decap_list_puts_the_new_ethernet_header_before_the_inner_ip() {
+        // dr_ste_v1_set_action_decap_l3_list for a 14-byte header: removal to the inner IP,
+        // four 4-byte inserts at the start (last word first, the header padded by two bytes in
+        // front), removal of the two padding bytes.
+        let frame = plain();
+        let mut tunnelled = Gre::new(frame.len()).0;
+        tunnelled[36..38].copy_from_slice(&[0x08, 0x00]);
+        tunnelled.extend_from_slice(&frame[14..]);
+        let l2: [u8; 14] = [2, 0, 0, 0, 0, 0x0c, 2, 0, 0, 0, 0, 0x0d, 0x08, 0x00];
+        let mut padded = vec![0, 0];
+        padded.extend_from_slice(&l2);
+        let mut actions = vec![Action::RemoveHeaderToHeader {
+            start_anchor: ANCHOR_START,
+            end_anchor: ANCHOR_INNER_IP,
+            decap: true,
+            vni_to_cqe: true,
+        }];
+        for word in padded.chunks(4).rev() {
+            actions.push(Action::InsertInline {
+                anchor: ANCHOR_START,
+                offset_words: 0,
+                data: u32::from_be_bytes([word[0], word[1], word[2], word[3]]),
+            });
+        }
+        actions.push(Action::RemoveBySize {
+            anchor: ANCHOR_START,
+            offset_words: 0,
+            size_words: 1,
+            outer_l4_remove: false,
+        });
+        let out = apply(&tunnelled, &actions, &NoIcm).unwrap().0.unwrap();
+        assert_eq!(&out[..14], &l2);
+        assert_eq!(&out[14..], &frame[14..]);
     }
 
     #[test]
@@ -352,7 +535,7 @@ mod tests {
     #[test]
     fn other_anchors_and_actions_are_refused() {
         let deep = Action::RemoveBySize {
-            anchor: 0x07,
+            anchor: 0x05,
             offset_words: 0,
             size_words: 2,
             outer_l4_remove: false,
@@ -374,6 +557,19 @@ mod tests {
             attributes: 1,
             pointer: 7,
         };
-        assert_eq!(apply(&tagged(), &[encap], &NoIcm), Err(Unsupported::Action));
+        assert_eq!(
+            apply(&tagged(), &[encap], &NoIcm),
+            Err(Unsupported::Reformat)
+        );
+        let l4_too = Action::RemoveBySize {
+            anchor: ANCHOR_START,
+            offset_words: 0,
+            size_words: 2,
+            outer_l4_remove: true,
+        };
+        assert_eq!(
+            apply(&tagged(), &[l4_too], &NoIcm),
+            Err(Unsupported::Action)
+        );
     }
 }

@@ -6,6 +6,7 @@
 use super::{CmdFail, Host};
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::flow;
+use cxdirect_hw::vport::TrafficCounter;
 
 /// `mlx5_cmd_create_flow_table`: level, log size, and the miss to the next chained table
 /// when there is one (`table_miss_action` FWD, `table_miss_id`), else the namespace's default.
@@ -149,4 +150,102 @@ pub fn destroy_table(h: &mut Host, table: u32) -> Result<(), CmdFail> {
         .set_table_type(flow::FLOW_TABLE_TYPE_NIC_RX)
         .set_table_id(table);
     h.exec(&input, 16).map(|_| ())
+}
+
+/// CREATE_FLOW_GROUP in a table of `table_type` over `index..=index`, masking the source
+/// MAC (or nothing).
+pub fn smac_group(
+    h: &mut Host,
+    table_type: u8,
+    table: u32,
+    index: u32,
+    smac: bool,
+) -> Result<u32, CmdFail> {
+    let mut input = Host::input(Opcode::CreateFlowGroup, 0, 0x400);
+    {
+        let mut cmd = flow::CreateFlowGroupIn::new(&mut input[..]).unwrap();
+        cmd.set_table_type(table_type)
+            .set_table_id(table)
+            .set_start_flow_index(index)
+            .set_end_flow_index(index);
+        if smac {
+            cmd.set_match_criteria_enable(flow::MATCH_OUTER_HEADERS);
+            cmd.match_criteria_mut()
+                .outer_headers_mut()
+                .set_smac(0xffff_ffff_ffff);
+        }
+    }
+    let out = h.exec(&input, 16)?;
+    Ok(flow::CreateFlowGroupOut::new(&out[..]).unwrap().group_id())
+}
+
+/// SET_FLOW_TABLE_ENTRY as `mlx5_cmd_set_fte` writes it: `action`, at most one destination,
+/// at most one counter, the source MAC matched when given.
+#[allow(clippy::too_many_arguments)]
+pub fn set_entry(
+    h: &mut Host,
+    table_type: u8,
+    table: u32,
+    (group, index): (u32, u32),
+    smac: Option<[u8; 6]>,
+    action: u16,
+    dest: Option<(u8, u32)>,
+    counter: Option<u32>,
+) -> Result<(), CmdFail> {
+    let mut input = Host::input(Opcode::SetFlowTableEntry, 0, 0x340 + 16);
+    {
+        let mut cmd = flow::SetFteIn::new(&mut input[..]).unwrap();
+        cmd.set_table_type(table_type)
+            .set_table_id(table)
+            .set_flow_index(index);
+        let mut ctx = cmd.flow_context_all_mut();
+        ctx.set_group_id(group).set_action(action);
+        if let Some(mac) = smac {
+            let mut b = [0u8; 8];
+            b[2..].copy_from_slice(&mac);
+            ctx.match_value_mut()
+                .outer_headers_mut()
+                .set_smac(u64::from_be_bytes(b));
+        }
+        let mut n = 0;
+        if let Some((kind, id)) = dest {
+            ctx.set_destination(n, flow::dest_format_entry(kind, id))
+                .unwrap();
+            n += 1;
+            ctx.set_destination_list_size(1);
+        }
+        if let Some(id) = counter {
+            ctx.set_destination(n, u64::from(id) << 32).unwrap();
+            ctx.set_flow_counter_list_size(1);
+        }
+    }
+    h.exec(&input, 16).map(|_| ())
+}
+
+/// `mlx5_cmd_fc_alloc`: one flow counter.
+pub fn alloc_counter(h: &mut Host) -> u32 {
+    let mut input = Host::input(
+        Opcode::AllocFlowCounter,
+        0,
+        flow::AllocFlowCounterIn::<&[u8]>::SIZE,
+    );
+    flow::AllocFlowCounterIn::new(&mut input[..]).unwrap();
+    let out = h
+        .exec(&input, flow::AllocFlowCounterOut::<&[u8]>::SIZE)
+        .expect("ALLOC_FLOW_COUNTER");
+    flow::AllocFlowCounterOut::new(&out[..])
+        .unwrap()
+        .flow_counter_id()
+}
+
+/// QUERY_FLOW_COUNTER of one counter: (packets, octets).
+pub fn query_counter(h: &mut Host, id: u32) -> (u64, u64) {
+    let mut input = Host::input(Opcode::QueryFlowCounter, 0, 0x20);
+    flow::QueryFlowCounterIn::new(&mut input[..])
+        .unwrap()
+        .set_flow_counter_id(id);
+    let out = h.exec(&input, 0x20).expect("QUERY_FLOW_COUNTER");
+    let at = flow::QUERY_FLOW_COUNTER_STATISTICS_BYTE;
+    let c = TrafficCounter::new(&out[at..at + 0x10]).unwrap();
+    (c.packets(), c.octets())
 }

@@ -1,0 +1,147 @@
+//! Where a tunnelled frame's inner headers start: the anchors a decapsulation removes up to
+//! (`DR_STE_HEADER_ANCHOR_INNER_MAC`, `_INNER_IPV6_IPV4`, dr_ste_v1.h). The tunnels rdma-core's
+//! reformat actions build and its tests send: VXLAN (UDP port 4789) and GENEVE (UDP port 6081,
+//! with its options) over UDP, and GRE (IP protocol 47, with its checksum, key and sequence
+//! words); an inner Ethernet frame (protocol 0x6558, transparent Ethernet bridging, or any
+//! VXLAN payload) or an inner IPv4 or IPv6 packet (an L3 tunnel).
+
+use crate::packet::{L3Kind, L4Kind, Parsed, ETH_HEADER_LEN, TPID_8021AD, TPID_8021Q};
+
+/// IANA: VXLAN's UDP port.
+const VXLAN_PORT: u16 = 4789;
+/// IANA: GENEVE's UDP port.
+const GENEVE_PORT: u16 = 6081;
+/// GRE's IP protocol number.
+const IPPROTO_GRE: u8 = 47;
+/// Transparent Ethernet bridging: an Ethernet frame inside GRE or GENEVE.
+const ETHERTYPE_TEB: u16 = 0x6558;
+const ETHERTYPE_IPV4: u16 = 0x0800;
+const ETHERTYPE_IPV6: u16 = 0x86dd;
+
+/// The inner headers of a tunnelled frame, as byte offsets into it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Inner {
+    /// The inner Ethernet header, for an L2 tunnel.
+    pub(crate) mac: Option<usize>,
+    /// The inner IPv4 or IPv6 header.
+    pub(crate) ip: Option<usize>,
+}
+
+/// The inner headers of `frame` (parsed as `p`), when it is a tunnel the model knows.
+pub(crate) fn inner(frame: &[u8], p: &Parsed) -> Option<Inner> {
+    if p.l3 == L3Kind::None {
+        return None;
+    }
+    let (end, protocol) = if p.l4 == L4Kind::Udp && p.dst_port == VXLAN_PORT {
+        (p.l4_offset + 8 + 8, ETHERTYPE_TEB)
+    } else if p.l4 == L4Kind::Udp && p.dst_port == GENEVE_PORT {
+        let at = p.l4_offset + 8;
+        let options = usize::from(*frame.get(at)? & 0x3f) * 4;
+        (at + 8 + options, be16(frame, at + 2)?)
+    } else if p.ip_proto == Some(IPPROTO_GRE) {
+        let at = p.l4_offset.max(p.l3_offset + p.l3_len);
+        let flags = *frame.get(at)?;
+        // Checksum, key and sequence number words when their flags (C, K, S) are set.
+        let words = [0x80u8, 0x20, 0x10]
+            .iter()
+            .filter(|&&bit| flags & bit != 0)
+            .count();
+        (at + 4 + 4 * words, be16(frame, at + 2)?)
+    } else {
+        return None;
+    };
+    if end > frame.len() {
+        return None;
+    }
+    Some(match protocol {
+        ETHERTYPE_TEB => {
+            let mut ip = end + ETH_HEADER_LEN;
+            let mut ethertype = be16(frame, ip - 2)?;
+            while ethertype == TPID_8021Q || ethertype == TPID_8021AD {
+                ethertype = be16(frame, ip + 2)?;
+                ip += 4;
+            }
+            let is_ip = ethertype == ETHERTYPE_IPV4 || ethertype == ETHERTYPE_IPV6;
+            Inner {
+                mac: Some(end),
+                ip: is_ip.then_some(ip),
+            }
+        }
+        ETHERTYPE_IPV4 | ETHERTYPE_IPV6 => Inner {
+            mac: None,
+            ip: Some(end),
+        },
+        _ => return None,
+    })
+}
+
+fn be16(frame: &[u8], at: usize) -> Option<u16> {
+    let b = frame.get(at..at.checked_add(2)?)?;
+    Some(u16::from_be_bytes([b[0], b[1]]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::parse;
+
+    /// Ethernet, IPv4 (protocol `proto`, no options), then `rest`.
+    fn outer(proto: u8, rest: &[u8]) -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00];
+        let total = (20 + rest.len()) as u16;
+        f.extend_from_slice(&[
+            0x45,
+            0,
+            (total >> 8) as u8,
+            total as u8,
+            0,
+            0,
+            0,
+            0,
+            64,
+            proto,
+        ]);
+        f.extend_from_slice(&[0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+        f.extend_from_slice(rest);
+        f
+    }
+
+    const INNER_ETH: [u8; 14] = [2, 0, 0, 0, 0, 3, 2, 0, 0, 0, 0, 4, 0x08, 0x00];
+
+    #[test]
+    fn gre_with_a_key_carries_an_ethernet_frame_or_an_ip_packet() {
+        // Flags K (0x20), protocol TEB, the key word.
+        let mut gre = vec![0x20, 0, 0x65, 0x58, 0, 0, 0, 7];
+        gre.extend_from_slice(&INNER_ETH);
+        gre.extend_from_slice(&[0x45; 20]);
+        let f = outer(47, &gre);
+        let got = inner(&f, &parse(&f)).unwrap();
+        assert_eq!(got.mac, Some(14 + 20 + 8));
+        assert_eq!(got.ip, Some(14 + 20 + 8 + 14));
+        let mut l3 = vec![0x20, 0, 0x08, 0x00, 0, 0, 0, 7];
+        l3.extend_from_slice(&[0x45; 20]);
+        let f = outer(47, &l3);
+        let got = inner(&f, &parse(&f)).unwrap();
+        assert_eq!((got.mac, got.ip), (None, Some(14 + 20 + 8)));
+    }
+
+    #[test]
+    fn geneve_options_are_skipped_and_plain_udp_is_no_tunnel() {
+        let mut udp = vec![0x30, 0x39, 0x17, 0xc1, 0, 50, 0, 0];
+        // Two option words, protocol TEB, VNI.
+        udp.extend_from_slice(&[0x02, 0, 0x65, 0x58, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        udp.extend_from_slice(&INNER_ETH);
+        udp.extend_from_slice(&[0x45; 20]);
+        let f = outer(17, &udp);
+        assert_eq!(
+            inner(&f, &parse(&f)).unwrap().mac,
+            Some(14 + 20 + 8 + 8 + 8)
+        );
+        let mut plain = f.clone();
+        plain[36..38].copy_from_slice(&53u16.to_be_bytes());
+        assert_eq!(inner(&plain, &parse(&plain)), None);
+        // A header running past the frame is no tunnel either.
+        let cut = &f[..14 + 20 + 8 + 4];
+        assert_eq!(inner(cut, &parse(cut)), None);
+    }
+}
