@@ -63,6 +63,7 @@ pub mod testkit;
 pub mod trace;
 pub(crate) mod translate;
 pub(crate) mod transmit_steering;
+pub(crate) mod tunnel;
 pub mod wire;
 
 pub use config::{EmuConfig, ExecMode};

@@ -6,8 +6,9 @@ use crate::function::Core;
 use crate::objects::MATCH_WORDS;
 use crate::packet::{IpAddrs, L3Kind, L4Kind, Parsed};
 use crate::sw_steering::receive::Next;
+use crate::tunnel::Kind;
 use cxdirect_hw::flow::{
-    FteMatchSetLyr24, FLOW_CONTEXT_ACTION_FWD_DEST, FLOW_DESTINATION_TYPE_TIR,
+    FteMatchSetLyr24, FteMatchSetMisc, FLOW_CONTEXT_ACTION_FWD_DEST, FLOW_DESTINATION_TYPE_TIR,
     FLOW_TABLE_MISS_ACTION_FWD,
 };
 use std::sync::atomic::Ordering;
@@ -17,9 +18,10 @@ use std::sync::atomic::Ordering;
 /// one table per level.
 const MAX_HOPS: usize = crate::function::caps::MAX_FT_LEVEL as usize + 1;
 
-/// The match parameter words of a received frame ([`match_word`](crate::objects::steering::match_word) order): its outer headers;
-/// the misc and inner parts, which a frame without tunnels leaves zero, stay zero.
-pub(crate) fn frame_match_words(parsed: &Parsed) -> [u64; MATCH_WORDS] {
+/// The match parameter words of a frame ([`match_word`](crate::objects::steering::match_word)
+/// order): its outer headers, and in the misc part the tunnel it carries ([`tunnel_fields`]);
+/// the inner headers stay zero.
+pub(crate) fn frame_match_words(parsed: &Parsed, frame: &[u8]) -> [u64; MATCH_WORDS] {
     let mut outer = FteMatchSetLyr24::zeroed();
     {
         let mac = |b: [u8; 6]| u64::from_be_bytes([0, 0, b[0], b[1], b[2], b[3], b[4], b[5]]);
@@ -85,14 +87,55 @@ pub(crate) fn frame_match_words(parsed: &Parsed) -> [u64; MATCH_WORDS] {
             None => {}
         }
     }
-    let bytes = outer.as_bytes();
     let mut words = [0u64; MATCH_WORDS];
-    for (word, chunk) in words.iter_mut().zip(bytes.chunks_exact(8)) {
+    let outer_words = outer.as_bytes().chunks_exact(8);
+    // A frame without a tunnel (the usual case) leaves the misc words zero.
+    let misc = crate::tunnel::kind(frame, parsed).map(|kind| tunnel_fields(kind, frame));
+    let misc_words = misc.iter().flat_map(|m| m.as_bytes().chunks_exact(8));
+    for (word, chunk) in words.iter_mut().zip(outer_words.chain(misc_words)) {
         let mut b = [0u8; 8];
         b.copy_from_slice(chunk);
         *word = u64::from_ne_bytes(b);
     }
     words
+}
+
+/// The misc match fields of the tunnel `kind` in `frame` (its header whole): GRE's flags,
+/// protocol and key, VXLAN's VNI, GENEVE's VNI, O flag, option length and protocol type.
+fn tunnel_fields(kind: Kind, frame: &[u8]) -> FteMatchSetMisc<[u8; 0x40]> {
+    let mut misc = FteMatchSetMisc::zeroed();
+    let be32 = |at: usize| {
+        frame
+            .get(at..at + 4)
+            .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let be16 = |at: usize| crate::tunnel::be16(frame, at).unwrap_or(0);
+    match kind {
+        Kind::Vxlan(at) => {
+            misc.set_vxlan_vni(be32(at + 4) >> 8);
+        }
+        Kind::Geneve(at) => {
+            let (b0, b1) = (frame[at], frame[at + 1]);
+            misc.set_geneve_vni(be32(at + 4) >> 8)
+                .set_geneve_oam(b1 & 0x80 != 0)
+                .set_geneve_opt_len(b0 & 0x3f)
+                .set_geneve_protocol_type(be16(at + 2));
+        }
+        Kind::Gre(at) => {
+            let flags = frame[at];
+            let (c, k) = (flags & 0x80 != 0, flags & 0x20 != 0);
+            misc.set_gre_c_present(c)
+                .set_gre_k_present(k)
+                .set_gre_s_present(flags & 0x10 != 0)
+                .set_gre_protocol(be16(at + 2));
+            if k {
+                // The key follows the checksum word when there is one.
+                let key = be32(at + 4 + if c { 4 } else { 0 });
+                misc.set_gre_key_h(key >> 8).set_gre_key_l(key as u8);
+            }
+        }
+    }
+    misc
 }
 
 /// Where steering sent a frame.

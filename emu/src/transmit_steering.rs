@@ -46,7 +46,7 @@ pub(crate) fn steer(core: &Core, sqn: u32, frame: &[u8]) -> Verdict {
         return Verdict::Allow(None);
     };
     let parsed = crate::packet::parse(frame);
-    let words = transmit_match_words(&parsed, sqn);
+    let words = transmit_match_words(&parsed, frame, sqn);
     for _ in 0..MAX_HOPS {
         let Some(table) = core.res.flow_tables.get(table_id) else {
             return Verdict::Allow(None);
@@ -94,8 +94,8 @@ pub(crate) fn steer(core: &Core, sqn: u32, frame: &[u8]) -> Verdict {
 
 /// The match words of a frame an SQ sends: its outer headers, and the sending SQ's number in
 /// `misc.source_sqn` (what Linux's egress rules match a queue by).
-fn transmit_match_words(parsed: &Parsed, sqn: u32) -> [u64; MATCH_WORDS] {
-    let mut words = frame_match_words(parsed);
+fn transmit_match_words(parsed: &Parsed, frame: &[u8], sqn: u32) -> [u64; MATCH_WORDS] {
+    let mut words = frame_match_words(parsed, frame);
     let word = SOURCE_SQN_BYTE / 8;
     let mut bytes = words[word].to_ne_bytes();
     let at = SOURCE_SQN_BYTE % 8;

@@ -589,6 +589,37 @@ layout! {
         /// Log2 of the number of flow entries.
         log_max_flow: u8 @ 0xb8 [0x8],
     }
+    nested {
+        /// The fields entries of this type may match on.
+        ft_field_support: FlowTableFieldsSupported @ 0x100,
+    }
+}
+
+layout! {
+    /// Fields a flow table type's entries may match on (`flow_table_fields_supported`): the
+    /// tunnel fields here, the others (MACs, IP, L4) by every type.
+    pub struct FlowTableFieldsSupported("flow_table_fields_supported", 0x10) {
+        /// `misc.gre_protocol`.
+        outer_gre_protocol: bool @ 0x17 [0x1],
+        /// `misc.gre_key_h/l`.
+        outer_gre_key: bool @ 0x18 [0x1],
+        /// `misc.vxlan_vni`.
+        outer_vxlan_vni: bool @ 0x19 [0x1],
+        /// `misc.geneve_vni`.
+        outer_geneve_vni: bool @ 0x1a [0x1],
+        /// `misc.geneve_oam`.
+        outer_geneve_oam: bool @ 0x1b [0x1],
+        /// `misc.geneve_protocol_type`.
+        outer_geneve_protocol_type: bool @ 0x1c [0x1],
+        /// `misc.geneve_opt_len`.
+        outer_geneve_opt_len: bool @ 0x1d [0x1],
+        /// `misc.gre_c_present`.
+        outer_gre_c_present: bool @ 0x60 [0x1],
+        /// `misc.gre_k_present`.
+        outer_gre_k_present: bool @ 0x61 [0x1],
+        /// `misc.gre_s_present`.
+        outer_gre_s_present: bool @ 0x62 [0x1],
+    }
 }
 
 layout! {

@@ -224,6 +224,12 @@ layout! {
     /// Miscellaneous match parameters: source vport and SQ, second VLAN tags, tunnel keys and
     /// ids, IPv6 flow labels, BTH destination QP, ESP SPIs.
     pub struct FteMatchSetMisc("fte_match_set_misc", 0x40) {
+        /// The GRE header has its checksum word (C flag).
+        gre_c_present: bool @ 0x0 [0x1],
+        /// The GRE header has its key word (K flag).
+        gre_k_present: bool @ 0x2 [0x1],
+        /// The GRE header has its sequence number word (S flag).
+        gre_s_present: bool @ 0x3 [0x1],
         /// Send queue the packet was sent from (loopback / e-switch).
         source_sqn: u32 @ 0x8 [0x18],
         /// Vport the packet came from (e-switch tables).
@@ -258,10 +264,18 @@ layout! {
         gre_key_l: u8 @ 0x98 [0x8],
         /// VXLAN network identifier.
         vxlan_vni: u32 @ 0xa0 [0x18],
+        /// GENEVE virtual network identifier.
+        geneve_vni: u32 @ 0xc0 [0x18],
+        /// GENEVE's O flag (an OAM frame).
+        geneve_oam: bool @ 0xdf [0x1],
         /// Flow label of the outer IPv6 header.
         outer_ipv6_flow_label: u32 @ 0xec [0x14],
         /// Flow label of the inner IPv6 header.
         inner_ipv6_flow_label: u32 @ 0x10c [0x14],
+        /// GENEVE's option length, in 4-byte words.
+        geneve_opt_len: u8 @ 0x12a [0x6],
+        /// GENEVE's protocol type (the inner frame's ethertype).
+        geneve_protocol_type: u16 @ 0x130 [0x10],
         /// Destination QP of the InfiniBand BTH (RoCE).
         bth_dst_qp: u32 @ 0x148 [0x18],
         /// SPI of the inner ESP header.

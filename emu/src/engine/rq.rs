@@ -101,7 +101,7 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8], from: Option<Sender>) {
         return;
     }
     let parsed = packet::parse(frame);
-    let words = frame_match_words(&parsed);
+    let words = frame_match_words(&parsed, frame);
     let (tirs, flow_tag, rewritten) = match steer(core, &words, &parsed, frame) {
         Verdict::Tirs(tirs, flow_tag, rewritten) => (tirs, flow_tag, rewritten),
         Verdict::Drop => {

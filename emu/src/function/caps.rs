@@ -5,15 +5,15 @@
 use crate::config::EmuConfig;
 use cxdirect_hw::caps::{
     atomic_endianness, atomic_ops, port_type, wqe_inline_mode, AtomicCaps, CmdHcaCap, CmdHcaCap2,
-    FlowTableNicCap, PerProtocolNetworkingOffloadCaps, ATOMIC_SIZE_QP_8_BYTES,
+    PerProtocolNetworkingOffloadCaps, ATOMIC_SIZE_QP_8_BYTES,
 };
 use cxdirect_hw::general_obj::{general_obj_types_bit, obj_type};
 
 use crate::objects::limits::{
     LOG_BF_REG_SIZE, LOG_MAX_CQ_SZ, LOG_MAX_DCI_ERRORED_STREAMS, LOG_MAX_DCI_STREAM_CHANNELS,
-    LOG_MAX_EQ, LOG_MAX_EQ_SZ, LOG_MAX_FT_SIZE, LOG_MAX_KLM_LIST_SIZE, LOG_MAX_LSO, LOG_MAX_MCG,
-    LOG_MAX_MRW_SZ, LOG_MAX_MSG, LOG_MAX_QP, LOG_MAX_QP_SZ, LOG_MAX_RA_QP, LOG_MAX_RQT_SIZE,
-    LOG_MAX_WQ_SZ, LOG_MAX_XRCD, MAX_QP_MCG, MAX_Q_COUNTERS, MAX_WQE_SZ_RQ, MAX_WQE_SZ_SQ,
+    LOG_MAX_EQ, LOG_MAX_EQ_SZ, LOG_MAX_KLM_LIST_SIZE, LOG_MAX_LSO, LOG_MAX_MCG, LOG_MAX_MRW_SZ,
+    LOG_MAX_MSG, LOG_MAX_QP, LOG_MAX_QP_SZ, LOG_MAX_RA_QP, LOG_MAX_RQT_SIZE, LOG_MAX_WQ_SZ,
+    LOG_MAX_XRCD, MAX_QP_MCG, MAX_Q_COUNTERS, MAX_WQE_SZ_RQ, MAX_WQE_SZ_SQ,
     ROCE_ADDRESS_TABLE_SIZE,
 };
 use crate::objects::limits::{
@@ -26,19 +26,7 @@ use cxdirect_hw::odp::OdpCap;
 use cxdirect_hw::qos::{element_type_cap, tsar_type_cap, QosCap};
 use cxdirect_hw::roce::{l3_type_cap, roce_version_cap, RoceCap, ROCE_V2_UDP_DPORT};
 
-/// Deepest flow table level the model accepts. Linux 6.12's mlx5_core lays its NIC receive
-/// priorities out level after level (`root_fs` and `set_prio_attrs` in fs_core.c): with the
-/// chaining capabilities, the bypass priorities take levels 0-32, MACsec, LAG, offloads,
-/// ethtool and the kernel's (mlx5e's) priorities follow, and the leftovers and anchor tables
-/// end near level 66. A priority whose `min_ft_level` is above this value is left out of the
-/// tree; 127 keeps every one of them in (the LAG priority needs 119).
-pub(crate) const MAX_FT_LEVEL: u8 = 127;
-/// Log2 of the number of flow tables (the size of the model's flow table table).
-pub(crate) const LOG_MAX_FT_NUM: u8 = 10;
-/// Log2 of the number of destinations of one flow entry.
-pub(crate) const LOG_MAX_FLOW_DESTINATION: u8 = 6;
-/// Log2 of the number of flow entries.
-pub(crate) const LOG_MAX_FLOW: u8 = 16;
+pub(crate) use super::flow_table_caps::{LOG_MAX_FLOW_DESTINATION, MAX_FT_LEVEL};
 
 /// Maximum and current capability pages.
 #[derive(Debug)]
@@ -365,73 +353,7 @@ impl CapSet {
         let mut ethernet = [0u8; 0x100];
         let n = e.as_bytes().len().min(0x100);
         ethernet[..n].copy_from_slice(&e.as_bytes()[..n]);
-        let mut f = FlowTableNicCap::zeroed();
-        // Packet reformat contexts (`fw::reformat`), whose headers software steering entries
-        // insert on transmit.
-        f.set_max_encap_header_size(crate::objects::limits::MAX_ENCAP_HEADER_SIZE)
-            .set_log_max_packet_reformat_context(
-                crate::objects::limits::LOG_MAX_PACKET_REFORMAT_CONTEXT,
-            );
-        f.flow_table_properties_nic_receive_mut()
-            .set_ft_support(true)
-            .set_modify_root(true)
-            // Linux's fs_core builds its chained NIC receive priorities (bypass, which
-            // mlx5_ib's `ibv_create_flow` rules live in, ethtool, leftovers, ...) only when
-            // these four are set (`FS_CHAINING_CAPS`): without them
-            // `mlx5_get_flow_namespace(MLX5_FLOW_NAMESPACE_BYPASS)` is NULL and
-            // `get_flow_table` fails with EOPNOTSUPP. fs_core then re-points a previous
-            // table's miss by MODIFY_FLOW_TABLE (`connect_prev_fts`), names a miss table at
-            // CREATE_FLOW_TABLE, and adds a destination to an existing entry by SET_FTE op_mod
-            // 1 (`mlx5_cmd_update_fte`); `fw::steering` does all three.
-            .set_flow_modify_en(true)
-            .set_identified_miss_table_mode(true)
-            .set_flow_table_modify(true)
-            .set_log_max_ft_size(LOG_MAX_FT_SIZE)
-            .set_max_ft_level(MAX_FT_LEVEL)
-            .set_log_max_ft_num(LOG_MAX_FT_NUM)
-            .set_log_max_destination(LOG_MAX_FLOW_DESTINATION)
-            .set_log_max_flow(LOG_MAX_FLOW)
-            // Flow counters on receive entries (`fw::flow_counter`): Linux's
-            // `mlx5_cmd_set_fte` lists at most 2^log_max_flow_counter of them per entry.
-            .set_flow_counter(true)
-            .set_log_max_flow_counter(crate::objects::limits::LOG_MAX_FLOW_COUNTERS_PER_ENTRY);
-        // NIC transmit tables (`crate::transmit_steering`): the frames the SQs send walk them
-        // before they leave. The same four chaining bits build fs_core's egress priorities
-        // (`FS_CHAINING_CAPS_EGRESS`), where mlx5_ib puts the transmit rules of
-        // `mlx5dv_create_flow` (rdma-core's transmit root tables); entries allow, drop,
-        // forward to a deeper transmit table, and count.
-        f.flow_table_properties_nic_transmit_mut()
-            .set_ft_support(true)
-            .set_modify_root(true)
-            .set_flow_modify_en(true)
-            .set_identified_miss_table_mode(true)
-            .set_flow_table_modify(true)
-            .set_log_max_ft_size(LOG_MAX_FT_SIZE)
-            .set_max_ft_level(MAX_FT_LEVEL)
-            .set_log_max_ft_num(LOG_MAX_FT_NUM)
-            .set_log_max_destination(LOG_MAX_FLOW_DESTINATION)
-            .set_log_max_flow(LOG_MAX_FLOW)
-            .set_flow_counter(true)
-            .set_log_max_flow_counter(crate::objects::limits::LOG_MAX_FLOW_COUNTERS_PER_ENTRY);
-        if cfg.sw_steering {
-            // Software-owned receive tables in entry format 1 (`steering_format_version`):
-            // rdma-core's `dr_domain_caps_init` takes `sw_owner_v2` with a format up to
-            // ConnectX-8's; the terminals entries end at (`sw_steering::terminals`). Both
-            // directions: a transmit walk ends at the allow or drop address.
-            f.flow_table_properties_nic_receive_mut()
-                .set_sw_owner_v2(true);
-            f.flow_table_properties_nic_transmit_mut()
-                .set_sw_owner_v2(true);
-            f.set_sw_steering_nic_rx_action_drop_icm_address(
-                crate::sw_steering::terminals::RX_DROP,
-            )
-            .set_sw_steering_nic_tx_action_drop_icm_address(crate::sw_steering::terminals::TX_DROP)
-            .set_sw_steering_nic_tx_action_allow_icm_address(
-                crate::sw_steering::terminals::TX_ALLOW,
-            );
-        }
-        let mut flow_table = Box::new([0u8; 0x1000]);
-        flow_table.copy_from_slice(f.as_bytes());
+        let flow_table = super::flow_table_caps::page(cfg);
         let mut r = RoceCap::zeroed();
         r.set_sw_r_roce_src_udp_port(true)
             .set_fl_rc_qp_when_roce_disabled(true)

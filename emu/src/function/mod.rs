@@ -8,6 +8,7 @@
 
 pub(crate) mod caps;
 pub(crate) mod command_error;
+mod flow_table_caps;
 pub(crate) mod hca;
 pub(crate) mod local_loopback;
 pub(crate) mod pages;

@@ -11,6 +11,7 @@
 
 use super::hash::TAG_SIZE;
 use crate::packet::{IpAddrs, L3Kind, L4Kind, Parsed, TPID_8021AD};
+use crate::tunnel::Kind;
 
 /// The metadata registers a packet carries through steering (reg_c_0..7, reg_a, reg_b).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -52,6 +53,11 @@ pub(crate) enum LookupType {
     Ipv4FiveTuple { inner: bool },
     /// 0x0009 / 0x000a (`ETHL4_O/_I`, `ste_eth_l4_v1`).
     Ethl4 { inner: bool },
+    /// 0x000e (`FLEX_PARSER_TNL_HEADER`): the tunnel header as the flex parser reads it; for
+    /// GENEVE `ste_flex_parser_tnl_geneve` (option length, O flag, protocol type, VNI), the only
+    /// layout the model projects (a ConnectX-6 Dx parses GENEVE natively: rdma-core's
+    /// `dr_matcher_supp_tnl_geneve` for format 1); other packets project to zeros.
+    FlexParserTunnel,
     /// 0x010f (`STEERING_REGISTERS_0`, `ste_register_0`): reg_c_0..3.
     Registers0,
     /// 0x0110 (`STEERING_REGISTERS_1`, `ste_register_1`): reg_c_4..7.
@@ -86,6 +92,7 @@ impl LookupType {
             0x0009 | 0x000a => Self::Ethl4 {
                 inner: raw == 0x000a,
             },
+            0x000e => Self::FlexParserTunnel,
             0x010f => Self::Registers0,
             0x0110 => Self::Registers1,
             0x040f => Self::MatchExtension,
@@ -108,6 +115,7 @@ impl LookupType {
             Self::Ethl2SrcDst { inner: false } => l2_src_dst(&mut t, pkt.parsed),
             Self::Ipv4FiveTuple { inner: false } => ipv4_five_tuple(&mut t, pkt),
             Self::Ethl4 { inner: false } => eth_l4(&mut t, pkt),
+            Self::FlexParserTunnel => geneve(&mut t, pkt),
             Self::Registers0 => registers(&mut t, &pkt.meta.reg_c[..4]),
             Self::Registers1 => registers(&mut t, &pkt.meta.reg_c[4..]),
         }
@@ -291,6 +299,20 @@ fn eth_l4(t: &mut [u8; TAG_SIZE], pkt: &PacketView<'_>) {
 }
 
 /// `ste_register_0` / `ste_register_1`: four registers, big-endian, in order.
+/// `ste_flex_parser_tnl_geneve`: bits 2..8 the option length, bit 8 the O flag, 16..32 the
+/// protocol type, 32..56 the VNI (dr_ste_v1.c `dr_ste_v1_build_flex_parser_tnl_geneve_tag`):
+/// the GENEVE header's first eight bytes without its version, C flag and reserved bits.
+fn geneve(t: &mut [u8; TAG_SIZE], pkt: &PacketView<'_>) {
+    let Some(Kind::Geneve(at)) = crate::tunnel::kind(pkt.frame, pkt.parsed) else {
+        return;
+    };
+    let h = &pkt.frame[at..at + 8];
+    put(t, 2, 6, u32::from(h[0] & 0x3f));
+    put(t, 8, 1, u32::from(h[1] >> 7));
+    put(t, 16, 16, u32::from(u16::from_be_bytes([h[2], h[3]])));
+    put(t, 32, 24, u32::from_be_bytes([0, h[4], h[5], h[6]]));
+}
+
 fn registers(t: &mut [u8; TAG_SIZE], regs: &[u32]) {
     for (chunk, r) in t.chunks_exact_mut(4).zip(regs) {
         chunk.copy_from_slice(&r.to_be_bytes());

@@ -32,7 +32,6 @@ pub(crate) mod receive;
 pub(crate) mod rewrite;
 pub(crate) mod terminals;
 pub(crate) mod transmit;
-pub(crate) mod tunnel;
 pub(crate) mod walk;
 
 use crate::function::Core;

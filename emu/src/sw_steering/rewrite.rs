@@ -14,7 +14,7 @@
 //! positions rdma-core names (`enum dr_ste_v1_header_anchors`): the start of the outer headers
 //! (0), the first VLAN tag (2, the byte after the MAC addresses when the frame carries one),
 //! the outer IP header (7), and a tunnel's inner Ethernet (0x13) and IP (0x19) headers
-//! ([`super::tunnel`]). After an encapsulation the outer IPv4 header checksum is computed
+//! ([`crate::tunnel`]). After an encapsulation the outer IPv4 header checksum is computed
 //! (the context's header carries none); other anchors and actions are not modelled, and the
 //! caller drops the frame and counts it.
 
@@ -337,7 +337,7 @@ fn anchor_offset(frame: &[u8], anchor: u8) -> Result<Option<usize>, Unsupported>
         }
         ANCHOR_INNER_MAC | ANCHOR_INNER_IP => {
             let p = crate::packet::parse(frame);
-            let inner = super::tunnel::inner(frame, &p);
+            let inner = crate::tunnel::inner(frame, &p);
             Ok(inner.and_then(|i| {
                 if anchor == ANCHOR_INNER_MAC {
                     i.mac

@@ -1,9 +1,11 @@
-//! Where a tunnelled frame's inner headers start: the anchors a decapsulation removes up to
-//! (`DR_STE_HEADER_ANCHOR_INNER_MAC`, `_INNER_IPV6_IPV4`, dr_ste_v1.h). The tunnels rdma-core's
-//! reformat actions build and its tests send: VXLAN (UDP port 4789) and GENEVE (UDP port 6081,
-//! with its options) over UDP, and GRE (IP protocol 47, with its checksum, key and sequence
-//! words); an inner Ethernet frame (protocol 0x6558, transparent Ethernet bridging, or any
-//! VXLAN payload) or an inner IPv4 or IPv6 packet (an L3 tunnel).
+//! The tunnel a frame carries, as the device's parser finds it: its header (what steering
+//! matches of it, `misc` in flow entries and the flex parser lookup in steering entries) and
+//! where its inner headers start (the anchors a decapsulation removes up to,
+//! `DR_STE_HEADER_ANCHOR_INNER_MAC` and `_INNER_IPV6_IPV4` in rdma-core's dr_ste_v1.h). The
+//! tunnels rdma-core's reformat actions build and its tests send: VXLAN (UDP port 4789) and
+//! GENEVE (UDP port 6081, with its options) over UDP, and GRE (IP protocol 47, with its
+//! checksum, key and sequence words); an inner Ethernet frame (protocol 0x6558, transparent
+//! Ethernet bridging, or any VXLAN payload) or an inner IPv4 or IPv6 packet (an L3 tunnel).
 
 use crate::packet::{L3Kind, L4Kind, Parsed, ETH_HEADER_LEN, TPID_8021AD, TPID_8021Q};
 
@@ -18,6 +20,17 @@ const ETHERTYPE_TEB: u16 = 0x6558;
 const ETHERTYPE_IPV4: u16 = 0x0800;
 const ETHERTYPE_IPV6: u16 = 0x86dd;
 
+/// A tunnel's kind and the byte offset of its header in the frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// VXLAN: flags, reserved, the VNI in bytes 4..7.
+    Vxlan(usize),
+    /// GENEVE: version and option length, O and C flags, protocol, VNI.
+    Geneve(usize),
+    /// GRE: C, K and S flags, version, protocol, then the optional words.
+    Gre(usize),
+}
+
 /// The inner headers of a tunnelled frame, as byte offsets into it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Inner {
@@ -27,32 +40,49 @@ pub(crate) struct Inner {
     pub(crate) ip: Option<usize>,
 }
 
-/// The inner headers of `frame` (parsed as `p`), when it is a tunnel the model knows.
-pub(crate) fn inner(frame: &[u8], p: &Parsed) -> Option<Inner> {
+/// The tunnel `frame` (parsed as `p`) carries, when it is one the model knows and its header
+/// is whole.
+pub(crate) fn kind(frame: &[u8], p: &Parsed) -> Option<Kind> {
     if p.l3 == L3Kind::None {
         return None;
     }
-    let (end, protocol) = if p.l4 == L4Kind::Udp && p.dst_port == VXLAN_PORT {
-        (p.l4_offset + 8 + 8, ETHERTYPE_TEB)
+    let kind = if p.l4 == L4Kind::Udp && p.dst_port == VXLAN_PORT {
+        Kind::Vxlan(p.l4_offset + 8)
     } else if p.l4 == L4Kind::Udp && p.dst_port == GENEVE_PORT {
-        let at = p.l4_offset + 8;
-        let options = usize::from(*frame.get(at)? & 0x3f) * 4;
-        (at + 8 + options, be16(frame, at + 2)?)
-    } else if p.ip_proto == Some(IPPROTO_GRE) {
-        let at = p.l4_offset.max(p.l3_offset + p.l3_len);
-        let flags = *frame.get(at)?;
-        // Checksum, key and sequence number words when their flags (C, K, S) are set.
-        let words = [0x80u8, 0x20, 0x10]
-            .iter()
-            .filter(|&&bit| flags & bit != 0)
-            .count();
-        (at + 4 + 4 * words, be16(frame, at + 2)?)
+        Kind::Geneve(p.l4_offset + 8)
+    } else if p.ip_proto == Some(IPPROTO_GRE) && !p.is_fragment() {
+        Kind::Gre(p.l3_offset + p.l3_len)
     } else {
         return None;
     };
-    if end > frame.len() {
-        return None;
-    }
+    (header_end(frame, kind)? <= frame.len()).then_some(kind)
+}
+
+/// One past the last byte of the tunnel header, and the protocol it carries.
+fn header_end(frame: &[u8], kind: Kind) -> Option<usize> {
+    Some(match kind {
+        Kind::Vxlan(at) => at + 8,
+        Kind::Geneve(at) => at + 8 + usize::from(*frame.get(at)? & 0x3f) * 4,
+        Kind::Gre(at) => {
+            let flags = *frame.get(at)?;
+            // Checksum, key and sequence number words when their flags (C, K, S) are set.
+            let words = [0x80u8, 0x20, 0x10]
+                .iter()
+                .filter(|&&bit| flags & bit != 0)
+                .count();
+            at + 4 + 4 * words
+        }
+    })
+}
+
+/// The inner headers of `frame` (parsed as `p`), when it is a tunnel the model knows.
+pub(crate) fn inner(frame: &[u8], p: &Parsed) -> Option<Inner> {
+    let kind = kind(frame, p)?;
+    let end = header_end(frame, kind)?;
+    let protocol = match kind {
+        Kind::Vxlan(_) => ETHERTYPE_TEB,
+        Kind::Geneve(at) | Kind::Gre(at) => be16(frame, at + 2)?,
+    };
     Some(match protocol {
         ETHERTYPE_TEB => {
             let mut ip = end + ETH_HEADER_LEN;
@@ -75,7 +105,8 @@ pub(crate) fn inner(frame: &[u8], p: &Parsed) -> Option<Inner> {
     })
 }
 
-fn be16(frame: &[u8], at: usize) -> Option<u16> {
+/// The big-endian 16 bits at `at`.
+pub(crate) fn be16(frame: &[u8], at: usize) -> Option<u16> {
     let b = frame.get(at..at.checked_add(2)?)?;
     Some(u16::from_be_bytes([b[0], b[1]]))
 }

@@ -1,0 +1,113 @@
+//! The NIC flow table capability page (type 7) the model reports: receive and transmit tables
+//! with the chaining fs_core needs, flow counters, the tunnel fields steering matches,
+//! software-owned tables and their terminal addresses, packet reformat contexts.
+
+use crate::config::EmuConfig;
+use crate::objects::limits::LOG_MAX_FT_SIZE;
+use cxdirect_hw::caps::FlowTableNicCap;
+
+/// Deepest flow table level the model accepts. Linux 6.12's mlx5_core lays its NIC receive
+/// priorities out level after level (`root_fs` and `set_prio_attrs` in fs_core.c): with the
+/// chaining capabilities, the bypass priorities take levels 0-32, MACsec, LAG, offloads,
+/// ethtool and the kernel's (mlx5e's) priorities follow, and the leftovers and anchor tables
+/// end near level 66. A priority whose `min_ft_level` is above this value is left out of the
+/// tree; 127 keeps every one of them in (the LAG priority needs 119).
+pub(crate) const MAX_FT_LEVEL: u8 = 127;
+/// Log2 of the number of flow tables (the size of the model's flow table table).
+pub(crate) const LOG_MAX_FT_NUM: u8 = 10;
+/// Log2 of the number of destinations of one flow entry.
+pub(crate) const LOG_MAX_FLOW_DESTINATION: u8 = 6;
+/// Log2 of the number of flow entries.
+pub(crate) const LOG_MAX_FLOW: u8 = 16;
+
+/// The page, as both its maximum and current values.
+pub(super) fn page(cfg: &EmuConfig) -> Box<[u8; 0x1000]> {
+    let mut f = FlowTableNicCap::zeroed();
+    // Packet reformat contexts (`fw::reformat`), whose headers software steering entries
+    // insert on transmit.
+    f.set_max_encap_header_size(crate::objects::limits::MAX_ENCAP_HEADER_SIZE)
+        .set_log_max_packet_reformat_context(
+            crate::objects::limits::LOG_MAX_PACKET_REFORMAT_CONTEXT,
+        );
+    f.flow_table_properties_nic_receive_mut()
+        .set_ft_support(true)
+        .set_modify_root(true)
+        // Linux's fs_core builds its chained NIC receive priorities (bypass, which
+        // mlx5_ib's `ibv_create_flow` rules live in, ethtool, leftovers, ...) only when
+        // these four are set (`FS_CHAINING_CAPS`): without them
+        // `mlx5_get_flow_namespace(MLX5_FLOW_NAMESPACE_BYPASS)` is NULL and
+        // `get_flow_table` fails with EOPNOTSUPP. fs_core then re-points a previous
+        // table's miss by MODIFY_FLOW_TABLE (`connect_prev_fts`), names a miss table at
+        // CREATE_FLOW_TABLE, and adds a destination to an existing entry by SET_FTE op_mod
+        // 1 (`mlx5_cmd_update_fte`); `fw::steering` does all three.
+        .set_flow_modify_en(true)
+        .set_identified_miss_table_mode(true)
+        .set_flow_table_modify(true)
+        .set_log_max_ft_size(LOG_MAX_FT_SIZE)
+        .set_max_ft_level(MAX_FT_LEVEL)
+        .set_log_max_ft_num(LOG_MAX_FT_NUM)
+        .set_log_max_destination(LOG_MAX_FLOW_DESTINATION)
+        .set_log_max_flow(LOG_MAX_FLOW)
+        // Flow counters on receive entries (`fw::flow_counter`): Linux's
+        // `mlx5_cmd_set_fte` lists at most 2^log_max_flow_counter of them per entry.
+        .set_flow_counter(true)
+        .set_log_max_flow_counter(crate::objects::limits::LOG_MAX_FLOW_COUNTERS_PER_ENTRY);
+    // NIC transmit tables (`crate::transmit_steering`): the frames the SQs send walk them
+    // before they leave. The same four chaining bits build fs_core's egress priorities
+    // (`FS_CHAINING_CAPS_EGRESS`), where mlx5_ib puts the transmit rules of
+    // `mlx5dv_create_flow` (rdma-core's transmit root tables); entries allow, drop,
+    // forward to a deeper transmit table, and count.
+    f.flow_table_properties_nic_transmit_mut()
+        .set_ft_support(true)
+        .set_modify_root(true)
+        .set_flow_modify_en(true)
+        .set_identified_miss_table_mode(true)
+        .set_flow_table_modify(true)
+        .set_log_max_ft_size(LOG_MAX_FT_SIZE)
+        .set_max_ft_level(MAX_FT_LEVEL)
+        .set_log_max_ft_num(LOG_MAX_FT_NUM)
+        .set_log_max_destination(LOG_MAX_FLOW_DESTINATION)
+        .set_log_max_flow(LOG_MAX_FLOW)
+        .set_flow_counter(true)
+        .set_log_max_flow_counter(crate::objects::limits::LOG_MAX_FLOW_COUNTERS_PER_ENTRY);
+    if cfg.sw_steering {
+        // Software-owned receive tables in entry format 1 (`steering_format_version`):
+        // rdma-core's `dr_domain_caps_init` takes `sw_owner_v2` with a format up to
+        // ConnectX-8's; the terminals entries end at (`sw_steering::terminals`). Both
+        // directions: a transmit walk ends at the allow or drop address.
+        f.flow_table_properties_nic_receive_mut()
+            .set_sw_owner_v2(true);
+        f.flow_table_properties_nic_transmit_mut()
+            .set_sw_owner_v2(true);
+        f.set_sw_steering_nic_rx_action_drop_icm_address(crate::sw_steering::terminals::RX_DROP)
+            .set_sw_steering_nic_tx_action_drop_icm_address(crate::sw_steering::terminals::TX_DROP)
+            .set_sw_steering_nic_tx_action_allow_icm_address(
+                crate::sw_steering::terminals::TX_ALLOW,
+            );
+    }
+    // Matching on the tunnels `crate::tunnel` parses, by firmware entries (`misc`) and
+    // steering entries (the GENEVE flex parser lookup), both ways: rdma-core's GENEVE
+    // tests ask the receive tables for the four GENEVE fields.
+    for transmit in [false, true] {
+        let mut props = if transmit {
+            f.flow_table_properties_nic_transmit_mut()
+        } else {
+            f.flow_table_properties_nic_receive_mut()
+        };
+        props
+            .ft_field_support_mut()
+            .set_outer_gre_protocol(true)
+            .set_outer_gre_key(true)
+            .set_outer_vxlan_vni(true)
+            .set_outer_geneve_vni(true)
+            .set_outer_geneve_oam(true)
+            .set_outer_geneve_protocol_type(true)
+            .set_outer_geneve_opt_len(true)
+            .set_outer_gre_c_present(true)
+            .set_outer_gre_k_present(true)
+            .set_outer_gre_s_present(true);
+    }
+    let mut page = Box::new([0u8; 0x1000]);
+    page.copy_from_slice(f.as_bytes());
+    page
+}

@@ -1,0 +1,232 @@
+//! Steering on tunnel fields: a frame's GENEVE, VXLAN or GRE header in a flow entry's `misc`
+//! match (GENEVE's VNI and O flag as rdma-core's `test_geneve_match_tx` matches them on its
+//! transmit root, through mlx5_ib's `mlx5dv_create_flow`), and GENEVE's header in a steering
+//! entry's flex parser lookup (`FLEX_PARSER_TNL_HEADER`, `ste_flex_parser_tnl_geneve`), with
+//! the field capabilities rdma-core's GENEVE tests ask of the receive tables. The frames go out
+//! of an SQ through the transmit tables and come back on a loopback plug.
+
+use cxdirect_emu::testkit::dr::{self, domain};
+use cxdirect_emu::testkit::flow_tables::{create_table_of, set_entry, set_root_of, smac_group};
+use cxdirect_emu::testkit::plug::Plug;
+use cxdirect_emu::testkit::ste::Builder;
+use cxdirect_emu::testkit::{CmdFail, Host};
+use cxdirect_emu::EmuConfig;
+use cxdirect_hw::caps::FlowTableNicCap;
+use cxdirect_hw::cmd::Opcode;
+use cxdirect_hw::flow::{self, FLOW_TABLE_TYPE_NIC_TX};
+use cxdirect_hw::hca::cap_type;
+
+const GENEVE_VNI: u32 = 0x00ab_cdef;
+const GRE_KEY: u32 = 0x1234_5678;
+
+/// An IPv4/UDP frame of 64 payload bytes inside `outer`: Ethernet, IPv4 (protocol `proto`),
+/// then `tunnel` (the UDP and GENEVE headers, or the GRE header).
+fn tunnelled(proto: u8, tunnel: &[u8]) -> Vec<u8> {
+    let inner = cxdirect_emu::testkit::udp_frame(64, 9);
+    let mut f = vec![
+        0x00, 0x01, 0x01, 0x01, 0x01, 0x01, 0x02, 0x5a, 0, 0, 0, 0x07, 0x08, 0x00,
+    ];
+    let total = (20 + tunnel.len() + inner.len()) as u16;
+    f.extend_from_slice(&[
+        0x45,
+        0,
+        (total >> 8) as u8,
+        total as u8,
+        0,
+        0,
+        0x40,
+        0,
+        64,
+        proto,
+    ]);
+    f.extend_from_slice(&[0, 0, 1, 1, 1, 1, 2, 2, 2, 2]);
+    f.extend_from_slice(tunnel);
+    f.extend_from_slice(&inner);
+    f
+}
+
+/// A GENEVE frame (UDP port 6081, no options, protocol TEB) with `vni` and the O flag `oam`.
+fn geneve(vni: u32, oam: bool) -> Vec<u8> {
+    let udp_len = (8 + 8 + 106) as u16;
+    let mut t = vec![
+        0x30,
+        0x39,
+        0x17,
+        0xc1,
+        (udp_len >> 8) as u8,
+        udp_len as u8,
+        0,
+        0,
+    ];
+    t.extend_from_slice(&[0, u8::from(oam) << 7, 0x65, 0x58]);
+    t.extend_from_slice(&(vni << 8).to_be_bytes());
+    tunnelled(17, &t)
+}
+
+/// A GRE frame with a key (K flag), protocol TEB.
+fn gre(key: u32) -> Vec<u8> {
+    let mut t = vec![0x20, 0, 0x65, 0x58];
+    t.extend_from_slice(&key.to_be_bytes());
+    tunnelled(47, &t)
+}
+
+/// CREATE_FLOW_GROUP over entry 0 of a transmit table, masking misc fields as `mask` sets
+/// them.
+fn misc_group(
+    h: &mut Host,
+    table: u32,
+    mask: impl Fn(&mut flow::FteMatchSetMisc<&mut [u8]>),
+) -> Result<u32, CmdFail> {
+    let mut input = Host::input(Opcode::CreateFlowGroup, 0, 0x400);
+    {
+        let mut cmd = flow::CreateFlowGroupIn::new(&mut input[..]).unwrap();
+        cmd.set_table_type(FLOW_TABLE_TYPE_NIC_TX)
+            .set_table_id(table)
+            .set_start_flow_index(0)
+            .set_end_flow_index(0)
+            .set_match_criteria_enable(flow::MATCH_MISC_PARAMETERS);
+        mask(&mut cmd.match_criteria_mut().misc_parameters_mut());
+    }
+    let out = h.exec(&input, 16)?;
+    Ok(flow::CreateFlowGroupOut::new(&out[..]).unwrap().group_id())
+}
+
+/// A dropping entry 0 in `group` of a transmit table, matching misc fields as `value` sets
+/// them.
+fn misc_drop(
+    h: &mut Host,
+    table: u32,
+    group: u32,
+    value: impl Fn(&mut flow::FteMatchSetMisc<&mut [u8]>),
+) -> Result<(), CmdFail> {
+    let mut input = Host::input(Opcode::SetFlowTableEntry, 0, 0x340);
+    {
+        let mut cmd = flow::SetFteIn::new(&mut input[..]).unwrap();
+        cmd.set_table_type(FLOW_TABLE_TYPE_NIC_TX)
+            .set_table_id(table)
+            .set_flow_index(0);
+        let mut ctx = cmd.flow_context_all_mut();
+        ctx.set_group_id(group)
+            .set_action(flow::FLOW_CONTEXT_ACTION_DROP);
+        value(&mut ctx.match_value_mut().misc_parameters_mut());
+    }
+    h.exec(&input, 16).map(|_| ())
+}
+
+#[test]
+fn the_receive_and_transmit_tables_match_the_tunnels_the_model_parses() {
+    let mut p = Plug::new(EmuConfig::default());
+    let page = p.h.query_cap(cap_type::FLOW_TABLE, true);
+    let f = FlowTableNicCap::new(&page[0x10..]).unwrap();
+    for props in [
+        f.flow_table_properties_nic_receive(),
+        f.flow_table_properties_nic_transmit(),
+    ] {
+        let s = props.ft_field_support();
+        // What rdma-core's requires_geneve_fields_rx_support reads.
+        assert!(s.outer_geneve_vni() && s.outer_geneve_oam());
+        assert!(s.outer_geneve_protocol_type() && s.outer_geneve_opt_len());
+        assert!(s.outer_vxlan_vni() && s.outer_gre_key() && s.outer_gre_protocol());
+    }
+}
+
+#[test]
+fn a_firmware_entry_on_the_geneve_vni_and_o_flag_drops_only_those_frames() {
+    let mut p = Plug::new(EmuConfig::default());
+    let h = &mut p.h;
+    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
+    let g = misc_group(h, root, |m| {
+        m.set_geneve_vni(0x00ff_ffff).set_geneve_oam(true);
+    })
+    .unwrap();
+    misc_drop(h, root, g, |m| {
+        m.set_geneve_vni(GENEVE_VNI).set_geneve_oam(true);
+    })
+    .unwrap();
+    set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
+    assert_eq!(p.send(&geneve(GENEVE_VNI, true)), None);
+    for other in [
+        geneve(GENEVE_VNI, false),
+        geneve(GENEVE_VNI + 1, true),
+        gre(GENEVE_VNI),
+    ] {
+        assert_eq!(p.send(&other), Some(other.clone()));
+    }
+}
+
+#[test]
+fn a_firmware_entry_on_the_gre_key_drops_only_that_key() {
+    let mut p = Plug::new(EmuConfig::default());
+    let h = &mut p.h;
+    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
+    let g = misc_group(h, root, |m| {
+        m.set_gre_k_present(true)
+            .set_gre_protocol(0xffff)
+            .set_gre_key_h(0x00ff_ffff)
+            .set_gre_key_l(0xff);
+    })
+    .unwrap();
+    misc_drop(h, root, g, |m| {
+        m.set_gre_k_present(true)
+            .set_gre_protocol(0x6558)
+            .set_gre_key_h(GRE_KEY >> 8)
+            .set_gre_key_l(GRE_KEY as u8);
+    })
+    .unwrap();
+    set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
+    assert_eq!(p.send(&gre(GRE_KEY)), None);
+    let other = gre(GRE_KEY ^ 1);
+    assert_eq!(p.send(&other), Some(other.clone()));
+}
+
+#[test]
+fn a_steering_entry_s_geneve_lookup_drops_only_its_vni() {
+    const FLEX_PARSER_TNL_HEADER: u16 = 0x000e;
+    const DONT_CARE: u16 = 0x000f;
+    let mut p = Plug::new(EmuConfig::default());
+    let mut dom = domain(&mut p.h);
+    let caps = dom.caps;
+    let (anchor, matcher, end) = (dom.base, dom.base + 0x1000, dom.base + 0x2000);
+    // ste_flex_parser_tnl_geneve: the VNI in bytes 4..7, the O flag at bit 8.
+    let mut mask = [0u8; 16];
+    mask[1] = 0x80;
+    mask[4..7].fill(0xff);
+    let mut tag = [0u8; 16];
+    tag[4..7].copy_from_slice(&GENEVE_VNI.to_be_bytes()[1..]);
+    let mut a = Builder::init(DONT_CARE, 0);
+    a.always_hit_htbl(0x4e00, FLEX_PARSER_TNL_HEADER, matcher, 1);
+    let mut rule = Builder::init(FLEX_PARSER_TNL_HEADER, 0);
+    rule.bit_mask(mask).tag(tag).hit(caps.tx_drop, 1).miss(end);
+    let mut e = Builder::init(DONT_CARE, 0);
+    e.always_miss(caps.tx_allow);
+    dom.write(&mut p.h, vec![(anchor, a), (matcher, rule), (end, e)]);
+    let table = dr::create_sw_table(
+        &mut p.h,
+        FLOW_TABLE_TYPE_NIC_TX,
+        caps.max_ft_level - 1,
+        dom.base,
+    )
+    .unwrap();
+    // The transmit root hands every frame to the software table.
+    let h = &mut p.h;
+    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
+    let g = smac_group(h, FLOW_TABLE_TYPE_NIC_TX, root, 0, false).unwrap();
+    let fwd = Some((flow::FLOW_DESTINATION_TYPE_FLOW_TABLE, table));
+    set_entry(
+        h,
+        FLOW_TABLE_TYPE_NIC_TX,
+        root,
+        (g, 0),
+        None,
+        flow::FLOW_CONTEXT_ACTION_FWD_DEST,
+        fwd,
+        None,
+    )
+    .unwrap();
+    set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
+    assert_eq!(p.send(&geneve(GENEVE_VNI, false)), None);
+    for other in [geneve(GENEVE_VNI ^ 0x10, false), gre(GRE_KEY)] {
+        assert_eq!(p.send(&other), Some(other.clone()));
+    }
+    assert_eq!(p.h.dev.counters().tx_sw_steering_errors, 0);
+}
