@@ -6,7 +6,7 @@
 //! of an SQ through the transmit tables and come back on a loopback plug.
 
 use cxdirect_emu::testkit::dr::{self, domain};
-use cxdirect_emu::testkit::flow_tables::{create_table_of, set_entry, set_root_of, smac_group};
+use cxdirect_emu::testkit::flow_tables::{create_table_of, root_forwarding_to, set_root_of};
 use cxdirect_emu::testkit::plug::Plug;
 use cxdirect_emu::testkit::ste::Builder;
 use cxdirect_emu::testkit::{CmdFail, Host};
@@ -208,22 +208,7 @@ fn a_steering_entry_s_geneve_lookup_drops_only_its_vni() {
     )
     .unwrap();
     // The transmit root hands every frame to the software table.
-    let h = &mut p.h;
-    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
-    let g = smac_group(h, FLOW_TABLE_TYPE_NIC_TX, root, 0, false).unwrap();
-    let fwd = Some((flow::FLOW_DESTINATION_TYPE_FLOW_TABLE, table));
-    set_entry(
-        h,
-        FLOW_TABLE_TYPE_NIC_TX,
-        root,
-        (g, 0),
-        None,
-        flow::FLOW_CONTEXT_ACTION_FWD_DEST,
-        fwd,
-        None,
-    )
-    .unwrap();
-    set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
+    root_forwarding_to(&mut p.h, FLOW_TABLE_TYPE_NIC_TX, table);
     assert_eq!(p.send(&geneve(GENEVE_VNI, false)), None);
     for other in [geneve(GENEVE_VNI ^ 0x10, false), gre(GRE_KEY)] {
         assert_eq!(p.send(&other), Some(other.clone()));

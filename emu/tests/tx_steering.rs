@@ -7,7 +7,8 @@
 
 use cxdirect_emu::testkit::dr::dr_caps;
 use cxdirect_emu::testkit::flow_tables::{
-    alloc_counter, create_table_of, query_counter, set_entry, set_root_of, smac_group,
+    alloc_counter, create_table_of, query_counter, root_forwarding_to, set_entry, set_root_of,
+    smac_group,
 };
 use cxdirect_emu::testkit::plug::Plug;
 use cxdirect_emu::testkit::{refused, udp_frame};
@@ -119,21 +120,7 @@ fn a_transmit_entry_forwards_to_a_deeper_table_and_an_allow_lets_the_frame_out()
         None,
     )
     .unwrap();
-    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
-    let g = smac_group(h, FLOW_TABLE_TYPE_NIC_TX, root, 0, false).unwrap();
-    let fwd = Some((flow::FLOW_DESTINATION_TYPE_FLOW_TABLE, last));
-    set_entry(
-        h,
-        FLOW_TABLE_TYPE_NIC_TX,
-        root,
-        (g, 0),
-        None,
-        flow::FLOW_CONTEXT_ACTION_FWD_DEST,
-        fwd,
-        None,
-    )
-    .unwrap();
-    set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
+    root_forwarding_to(h, FLOW_TABLE_TYPE_NIC_TX, last);
     let mine = frame_from(SMAC);
     assert_eq!(p.send(&mine), Some(mine));
     assert_eq!(p.send(&frame_from(OTHER_SMAC)), None);

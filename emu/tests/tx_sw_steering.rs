@@ -7,15 +7,13 @@
 //! own receive queue, so what left is what arrives.
 
 use cxdirect_emu::testkit::dr::{self, domain};
-use cxdirect_emu::testkit::flow_tables::{
-    alloc_counter, create_table_of, query_counter, set_entry, set_root_of, smac_group,
-};
+use cxdirect_emu::testkit::flow_tables::{alloc_counter, query_counter, root_forwarding_to};
 use cxdirect_emu::testkit::plug::Plug;
 use cxdirect_emu::testkit::ste::{self as tb, Builder};
 use cxdirect_emu::testkit::{refused, udp_frame, CmdFail, Host};
 use cxdirect_emu::{EmuConfig, Syndrome};
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
-use cxdirect_hw::flow::{self, FLOW_TABLE_TYPE_NIC_TX};
+use cxdirect_hw::flow::FLOW_TABLE_TYPE_NIC_TX;
 use cxdirect_hw::reformat::{
     self as rf, AllocPacketReformatContextIn, AllocPacketReformatContextOut,
 };
@@ -81,24 +79,9 @@ fn put_actions(entry: &mut Builder, actions: &[&[u8]]) {
     }
 }
 
-/// A transmit root whose one catch-all entry goes on to software-owned table `table`, as
-/// mlx5_ib's rule for a DR "go to table" action on the root level does.
+/// A transmit root whose one catch-all entry goes on to software-owned table `table`.
 fn tx_root_to(h: &mut Host, table: u32) {
-    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
-    let g = smac_group(h, FLOW_TABLE_TYPE_NIC_TX, root, 0, false).unwrap();
-    let fwd = Some((flow::FLOW_DESTINATION_TYPE_FLOW_TABLE, table));
-    set_entry(
-        h,
-        FLOW_TABLE_TYPE_NIC_TX,
-        root,
-        (g, 0),
-        None,
-        flow::FLOW_CONTEXT_ACTION_FWD_DEST,
-        fwd,
-        None,
-    )
-    .unwrap();
-    set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
+    root_forwarding_to(h, FLOW_TABLE_TYPE_NIC_TX, table);
 }
 
 #[test]

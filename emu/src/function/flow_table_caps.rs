@@ -29,71 +29,40 @@ pub(super) fn page(cfg: &EmuConfig) -> Box<[u8; 0x1000]> {
         .set_log_max_packet_reformat_context(
             crate::objects::limits::LOG_MAX_PACKET_REFORMAT_CONTEXT,
         );
-    f.flow_table_properties_nic_receive_mut()
-        .set_ft_support(true)
-        .set_modify_root(true)
-        // Linux's fs_core builds its chained NIC receive priorities (bypass, which
-        // mlx5_ib's `ibv_create_flow` rules live in, ethtool, leftovers, ...) only when
-        // these four are set (`FS_CHAINING_CAPS`): without them
-        // `mlx5_get_flow_namespace(MLX5_FLOW_NAMESPACE_BYPASS)` is NULL and
-        // `get_flow_table` fails with EOPNOTSUPP. fs_core then re-points a previous
-        // table's miss by MODIFY_FLOW_TABLE (`connect_prev_fts`), names a miss table at
-        // CREATE_FLOW_TABLE, and adds a destination to an existing entry by SET_FTE op_mod
-        // 1 (`mlx5_cmd_update_fte`); `fw::steering` does all three.
-        .set_flow_modify_en(true)
-        .set_identified_miss_table_mode(true)
-        .set_flow_table_modify(true)
-        .set_log_max_ft_size(LOG_MAX_FT_SIZE)
-        .set_max_ft_level(MAX_FT_LEVEL)
-        .set_log_max_ft_num(LOG_MAX_FT_NUM)
-        .set_log_max_destination(LOG_MAX_FLOW_DESTINATION)
-        .set_log_max_flow(LOG_MAX_FLOW)
-        // Flow counters on receive entries (`fw::flow_counter`): Linux's
-        // `mlx5_cmd_set_fte` lists at most 2^log_max_flow_counter of them per entry.
-        .set_flow_counter(true)
-        .set_log_max_flow_counter(crate::objects::limits::LOG_MAX_FLOW_COUNTERS_PER_ENTRY);
-    // NIC transmit tables (`crate::transmit_steering`): the frames the SQs send walk them
-    // before they leave. The same four chaining bits build fs_core's egress priorities
-    // (`FS_CHAINING_CAPS_EGRESS`), where mlx5_ib puts the transmit rules of
-    // `mlx5dv_create_flow` (rdma-core's transmit root tables); entries allow, drop,
-    // forward to a deeper transmit table, and count.
-    f.flow_table_properties_nic_transmit_mut()
-        .set_ft_support(true)
-        .set_modify_root(true)
-        .set_flow_modify_en(true)
-        .set_identified_miss_table_mode(true)
-        .set_flow_table_modify(true)
-        .set_log_max_ft_size(LOG_MAX_FT_SIZE)
-        .set_max_ft_level(MAX_FT_LEVEL)
-        .set_log_max_ft_num(LOG_MAX_FT_NUM)
-        .set_log_max_destination(LOG_MAX_FLOW_DESTINATION)
-        .set_log_max_flow(LOG_MAX_FLOW)
-        .set_flow_counter(true)
-        .set_log_max_flow_counter(crate::objects::limits::LOG_MAX_FLOW_COUNTERS_PER_ENTRY);
-    if cfg.sw_steering {
-        // Software-owned receive tables in entry format 1 (`steering_format_version`):
-        // rdma-core's `dr_domain_caps_init` takes `sw_owner_v2` with a format up to
-        // ConnectX-8's; the terminals entries end at (`sw_steering::terminals`). Both
-        // directions: a transmit walk ends at the allow or drop address.
-        f.flow_table_properties_nic_receive_mut()
-            .set_sw_owner_v2(true);
-        f.flow_table_properties_nic_transmit_mut()
-            .set_sw_owner_v2(true);
-        f.set_sw_steering_nic_rx_action_drop_icm_address(crate::sw_steering::terminals::RX_DROP)
-            .set_sw_steering_nic_tx_action_drop_icm_address(crate::sw_steering::terminals::TX_DROP)
-            .set_sw_steering_nic_tx_action_allow_icm_address(
-                crate::sw_steering::terminals::TX_ALLOW,
-            );
-    }
-    // Matching on the tunnels `crate::tunnel` parses, by firmware entries (`misc`) and
-    // steering entries (the GENEVE flex parser lookup), both ways: rdma-core's GENEVE
-    // tests ask the receive tables for the four GENEVE fields.
+    // Receive and transmit tables alike. Linux's fs_core builds its chained NIC receive
+    // priorities (bypass, which mlx5_ib's `ibv_create_flow` rules live in, ethtool, leftovers,
+    // ...) only with the four chaining bits (`FS_CHAINING_CAPS`): without them
+    // `mlx5_get_flow_namespace(MLX5_FLOW_NAMESPACE_BYPASS)` is NULL and `get_flow_table` fails
+    // with EOPNOTSUPP; the same four build its egress priorities (`FS_CHAINING_CAPS_EGRESS`),
+    // where mlx5_ib puts the transmit rules of `mlx5dv_create_flow` (rdma-core's transmit root
+    // tables). fs_core then re-points a previous table's miss by MODIFY_FLOW_TABLE
+    // (`connect_prev_fts`), names a miss table at CREATE_FLOW_TABLE, and adds a destination to
+    // an existing entry by SET_FTE op_mod 1 (`mlx5_cmd_update_fte`); `fw::steering` does all
+    // three. Flow counters on entries (`fw::flow_counter`): Linux's `mlx5_cmd_set_fte` lists at
+    // most 2^log_max_flow_counter of them per entry. The frames the SQs send walk the
+    // transmit tables before they leave (`crate::transmit_steering`).
     for transmit in [false, true] {
         let mut props = if transmit {
             f.flow_table_properties_nic_transmit_mut()
         } else {
             f.flow_table_properties_nic_receive_mut()
         };
+        props
+            .set_ft_support(true)
+            .set_modify_root(true)
+            .set_flow_modify_en(true)
+            .set_identified_miss_table_mode(true)
+            .set_flow_table_modify(true)
+            .set_log_max_ft_size(LOG_MAX_FT_SIZE)
+            .set_max_ft_level(MAX_FT_LEVEL)
+            .set_log_max_ft_num(LOG_MAX_FT_NUM)
+            .set_log_max_destination(LOG_MAX_FLOW_DESTINATION)
+            .set_log_max_flow(LOG_MAX_FLOW)
+            .set_flow_counter(true)
+            .set_log_max_flow_counter(crate::objects::limits::LOG_MAX_FLOW_COUNTERS_PER_ENTRY);
+        // Matching on the tunnels `crate::tunnel` parses, by firmware entries (`misc`) and
+        // steering entries (the GENEVE flex parser lookup): rdma-core's GENEVE tests ask the
+        // receive tables for the four GENEVE fields.
         props
             .ft_field_support_mut()
             .set_outer_gre_protocol(true)
@@ -106,6 +75,18 @@ pub(super) fn page(cfg: &EmuConfig) -> Box<[u8; 0x1000]> {
             .set_outer_gre_c_present(true)
             .set_outer_gre_k_present(true)
             .set_outer_gre_s_present(true);
+        // Software-owned tables in entry format 1 (`steering_format_version`): rdma-core's
+        // `dr_domain_caps_init` takes `sw_owner_v2` with a format up to ConnectX-8's; the
+        // terminals entries end at (`sw_steering::terminals`): a receive walk at a TIR, a
+        // table or the drop address, a transmit walk at the allow or drop address.
+        props.set_sw_owner_v2(cfg.sw_steering);
+    }
+    if cfg.sw_steering {
+        f.set_sw_steering_nic_rx_action_drop_icm_address(crate::sw_steering::terminals::RX_DROP)
+            .set_sw_steering_nic_tx_action_drop_icm_address(crate::sw_steering::terminals::TX_DROP)
+            .set_sw_steering_nic_tx_action_allow_icm_address(
+                crate::sw_steering::terminals::TX_ALLOW,
+            );
     }
     let mut page = Box::new([0u8; 0x1000]);
     page.copy_from_slice(f.as_bytes());

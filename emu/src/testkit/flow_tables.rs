@@ -249,3 +249,25 @@ pub fn query_counter(h: &mut Host, id: u32) -> (u64, u64) {
     let c = TrafficCounter::new(&out[at..at + 0x10]).unwrap();
     (c.packets(), c.octets())
 }
+
+/// A root table of `table_type` whose one catch-all entry goes on to table `table`, as
+/// mlx5_ib's rule for a DR "go to table" action on the root level does; made that direction's
+/// root. Returns the root.
+pub fn root_forwarding_to(h: &mut Host, table_type: u8, table: u32) -> u32 {
+    let root = create_table_of(h, table_type, 0, 2, None).expect("CREATE_FLOW_TABLE");
+    let g = smac_group(h, table_type, root, 0, false).expect("CREATE_FLOW_GROUP");
+    let fwd = Some((flow::FLOW_DESTINATION_TYPE_FLOW_TABLE, table));
+    set_entry(
+        h,
+        table_type,
+        root,
+        (g, 0),
+        None,
+        flow::FLOW_CONTEXT_ACTION_FWD_DEST,
+        fwd,
+        None,
+    )
+    .expect("SET_FLOW_TABLE_ENTRY");
+    set_root_of(h, table_type, root).expect("SET_FLOW_TABLE_ROOT");
+    root
+}
