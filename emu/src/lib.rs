@@ -48,6 +48,7 @@ pub(crate) mod engine;
 pub mod faults;
 pub(crate) mod function;
 pub(crate) mod fw;
+pub(crate) mod header_modify;
 pub mod irq;
 pub(crate) mod objects;
 pub mod packet;

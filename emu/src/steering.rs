@@ -2,6 +2,7 @@
 //! flow tables the firmware's commands (`fw::steering`) built, to the TIRs that take it or a
 //! drop. The receive engine (`engine::rq`) asks it for every frame.
 
+use crate::counters::add;
 use crate::function::Core;
 use crate::objects::MATCH_WORDS;
 use crate::packet::{IpAddrs, L3Kind, L4Kind, Parsed};
@@ -186,7 +187,9 @@ impl TirList {
 /// from the root. Every entry it matches that counts adds the frame to its flow counters,
 /// whatever the entry then does with it. A software-owned table on the way hands the frame
 /// (`frame`, parsed as `parsed`) to the steering entries software wrote for it
-/// ([`crate::sw_steering`]), which decide the rest.
+/// ([`crate::sw_steering`]), which decide the rest. Entries' rewrites (a firmware entry's
+/// modify-header context, a walk's actions) change the frame the next tables see and the one
+/// every TIR it goes to receives.
 pub(crate) fn steer(
     core: &Core,
     words: &[u64; MATCH_WORDS],
@@ -197,47 +200,58 @@ pub(crate) fn steer(
     let Some(mut table_id) = core.res.rx_root else {
         return Verdict::Drop;
     };
+    let mut now = Steered::new(frame, parsed, words, None);
     // TIRs an entry listed beside a table keep their copy while the walk goes on into the
     // table (a destination list replicates the frame to each destination: rdma-core's
     // destination arrays, `mlx5dv_dr_action_create_dest_array`).
     let mut tirs = TirList::default();
     // An entry that forwards with a non-zero tag sets it; later ones without leave it.
     let mut flow_tag = 0;
-    let done = |tirs: TirList, flow_tag| {
+    let done = |tirs: TirList, flow_tag, now: Steered<'_>| {
         if tirs.is_empty() {
             Verdict::Drop
         } else {
-            Verdict::Tirs(tirs, flow_tag, None)
+            Verdict::Tirs(tirs, flow_tag, now.into_rewritten())
         }
     };
     for _ in 0..MAX_HOPS {
         let Some(table) = core.res.flow_tables.get(table_id) else {
-            return done(tirs, flow_tag);
+            return done(tirs, flow_tag, now);
         };
         if let Some(root) = table.sw_root {
-            let decision = crate::sw_steering::receive::receive(core, root, parsed, frame);
+            let decision =
+                crate::sw_steering::receive::receive(core, root, now.parsed(), now.frame());
             count(core, &decision.counters, frame_len);
             flow_tag = decision.flow_tag.unwrap_or(flow_tag);
+            if let Some(bytes) = decision.rewritten {
+                now.replace(bytes);
+            }
             match decision.next {
                 Next::Tir(tirn) => {
                     tirs.push(tirn);
-                    return Verdict::Tirs(tirs, flow_tag, decision.rewritten);
+                    return done(tirs, flow_tag, now);
                 }
                 Next::Table(id) => {
                     table_id = id;
                     continue;
                 }
-                Next::Drop => return done(tirs, flow_tag),
+                Next::Drop => return done(tirs, flow_tag, now),
             }
         }
         let hit = table.entries.values().find(|entry| {
             table
                 .groups
                 .get(&entry.group)
-                .is_some_and(|group| group.matches(words, &entry.value))
+                .is_some_and(|group| group.matches(now.words(), &entry.value))
         });
         if let Some(entry) = hit {
             count(core, &entry.counters, frame_len);
+            if let Some(id) = entry.modify_header {
+                if now.modify_header(core, id).is_err() {
+                    add(&core.counters.rx_sw_steering_errors, 1);
+                    return Verdict::Drop;
+                }
+            }
         }
         match hit {
             Some(entry) if entry.action & FLOW_CONTEXT_ACTION_FWD_DEST != 0 => {
@@ -254,12 +268,12 @@ pub(crate) fn steer(
                 }
                 match next {
                     Some(id) => table_id = id,
-                    None => return done(tirs, flow_tag),
+                    None => return done(tirs, flow_tag, now),
                 }
             }
-            Some(_) => return done(tirs, flow_tag),
+            Some(_) => return done(tirs, flow_tag, now),
             None if table.miss_action == FLOW_TABLE_MISS_ACTION_FWD => table_id = table.miss_table,
-            None => return done(tirs, flow_tag),
+            None => return done(tirs, flow_tag, now),
         }
     }
     Verdict::Drop
@@ -272,5 +286,95 @@ pub(crate) fn count(core: &Core, counters: &[u32], frame_len: usize) {
             c.packets.fetch_add(1, Ordering::Relaxed);
             c.octets.fetch_add(frame_len as u64, Ordering::Relaxed);
         }
+    }
+}
+
+/// Byte offset of `source_sqn` (bits 23:0 of the first word of `fte_match_set_misc`, which
+/// starts at 0x40 of `fte_match_param`).
+const SOURCE_SQN_BYTE: usize = 0x41;
+
+/// The match words of a frame: [`frame_match_words`], and for a frame an SQ sends the SQ's
+/// number in `misc.source_sqn` (what Linux's egress rules match a queue by).
+pub(crate) fn match_words(parsed: &Parsed, frame: &[u8], sqn: Option<u32>) -> [u64; MATCH_WORDS] {
+    let mut words = frame_match_words(parsed, frame);
+    if let Some(sqn) = sqn {
+        let word = SOURCE_SQN_BYTE / 8;
+        let mut bytes = words[word].to_ne_bytes();
+        let at = SOURCE_SQN_BYTE % 8;
+        bytes[at..at + 3].copy_from_slice(&(sqn & 0x00ff_ffff).to_be_bytes()[1..]);
+        words[word] = u64::from_ne_bytes(bytes);
+    }
+    words
+}
+
+/// A frame on its way through the flow tables, as their entries rewrite it: the frame as it
+/// arrived until an entry changes it (a firmware entry's modify-header context, a software
+/// steering walk's actions), then the rewritten copy, parsed and matched again, which the
+/// next tables see and which is what is delivered or sent.
+pub(crate) struct Steered<'a> {
+    original: &'a [u8],
+    original_parsed: &'a Parsed,
+    original_words: &'a [u64; MATCH_WORDS],
+    /// The sending SQ, for a transmitted frame's `source_sqn`.
+    sqn: Option<u32>,
+    rewritten: Option<(Vec<u8>, Parsed, [u64; MATCH_WORDS])>,
+}
+
+impl<'a> Steered<'a> {
+    /// `frame` as it arrived or was sent, with its parse and match words.
+    pub(crate) fn new(
+        frame: &'a [u8],
+        parsed: &'a Parsed,
+        words: &'a [u64; MATCH_WORDS],
+        sqn: Option<u32>,
+    ) -> Self {
+        Steered {
+            original: frame,
+            original_parsed: parsed,
+            original_words: words,
+            sqn,
+            rewritten: None,
+        }
+    }
+
+    /// The frame now.
+    pub(crate) fn frame(&self) -> &[u8] {
+        self.rewritten.as_ref().map_or(self.original, |r| &r.0[..])
+    }
+
+    /// Its parse now.
+    pub(crate) fn parsed(&self) -> &Parsed {
+        self.rewritten
+            .as_ref()
+            .map_or(self.original_parsed, |r| &r.1)
+    }
+
+    /// Its match words now.
+    pub(crate) fn words(&self) -> &[u64; MATCH_WORDS] {
+        self.rewritten
+            .as_ref()
+            .map_or(self.original_words, |r| &r.2)
+    }
+
+    /// The frame becomes `bytes`.
+    pub(crate) fn replace(&mut self, bytes: Vec<u8>) {
+        let parsed = crate::packet::parse(&bytes);
+        let words = match_words(&parsed, &bytes, self.sqn);
+        self.rewritten = Some((bytes, parsed, words));
+    }
+
+    /// Applies modify-header context `id` to the frame; `Err` when the context is gone or an
+    /// action names a field the frame lacks (the frame is then dropped and counted).
+    pub(crate) fn modify_header(&mut self, core: &Core, id: u32) -> Result<(), ()> {
+        let context = core.res.modify_headers.get(id).ok_or(())?;
+        let mut bytes = self.frame().to_vec();
+        crate::header_modify::apply(&context.actions, &mut bytes).map_err(|_| ())?;
+        self.replace(bytes);
+        Ok(())
+    }
+
+    /// The rewritten frame, if anything rewrote it.
+    pub(crate) fn into_rewritten(self) -> Option<Vec<u8>> {
+        self.rewritten.map(|r| r.0)
     }
 }

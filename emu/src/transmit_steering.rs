@@ -13,10 +13,9 @@
 //! builds it with `MLX5_FLOW_TABLE_MISS_ACTION_DEF`). Every entry that counts counts the
 //! frame, whatever then becomes of it.
 
+use crate::counters::add;
 use crate::function::Core;
-use crate::objects::MATCH_WORDS;
-use crate::packet::Parsed;
-use crate::steering::frame_match_words;
+use crate::steering::{count, match_words, Steered};
 use crate::sw_steering::transmit::Next;
 use cxdirect_hw::flow::{
     FLOW_CONTEXT_ACTION_DROP, FLOW_CONTEXT_ACTION_FWD_DEST, FLOW_DESTINATION_TYPE_FLOW_TABLE,
@@ -25,10 +24,6 @@ use cxdirect_hw::flow::{
 
 /// Longest walk a frame may take through the tables: every hop goes to a deeper level.
 const MAX_HOPS: usize = crate::function::caps::MAX_FT_LEVEL as usize + 1;
-
-/// Byte offset of `source_sqn` (bits 23:0 of the first word of `fte_match_set_misc`, which
-/// starts at 0x40 of `fte_match_param`).
-const SOURCE_SQN_BYTE: usize = 0x41;
 
 /// What transmit steering decided for a frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,22 +35,29 @@ pub(crate) enum Verdict {
 }
 
 /// Where NIC transmit steering sends `frame`, sent by SQ `sqn`. Without a transmit root table
-/// the answer is [`Verdict::Allow`] at the cost of one check.
+/// the answer is [`Verdict::Allow`] at the cost of one check. Entries' rewrites (a firmware
+/// entry's modify-header context, a walk's actions) change the frame the next tables see and
+/// the one that leaves.
 pub(crate) fn steer(core: &Core, sqn: u32, frame: &[u8]) -> Verdict {
     let Some(mut table_id) = core.res.tx_root else {
         return Verdict::Allow(None);
     };
     let parsed = crate::packet::parse(frame);
-    let words = transmit_match_words(&parsed, frame, sqn);
+    let words = match_words(&parsed, frame, Some(sqn));
+    let mut now = Steered::new(frame, &parsed, &words, Some(sqn));
     for _ in 0..MAX_HOPS {
         let Some(table) = core.res.flow_tables.get(table_id) else {
-            return Verdict::Allow(None);
+            return Verdict::Allow(now.into_rewritten());
         };
         if let Some(root) = table.sw_root {
-            let decision = crate::sw_steering::transmit::transmit(core, root, &parsed, frame);
-            crate::steering::count(core, &decision.counters, frame.len());
+            let decision =
+                crate::sw_steering::transmit::transmit(core, root, now.parsed(), now.frame());
+            count(core, &decision.counters, frame.len());
+            if let Some(bytes) = decision.rewritten {
+                now.replace(bytes);
+            }
             match decision.next {
-                Next::Allow => return Verdict::Allow(decision.rewritten),
+                Next::Allow => return Verdict::Allow(now.into_rewritten()),
                 Next::Table(id) => {
                     table_id = id;
                     continue;
@@ -67,10 +69,16 @@ pub(crate) fn steer(core: &Core, sqn: u32, frame: &[u8]) -> Verdict {
             table
                 .groups
                 .get(&entry.group)
-                .is_some_and(|group| group.matches(&words, &entry.value))
+                .is_some_and(|group| group.matches(now.words(), &entry.value))
         });
         if let Some(entry) = hit {
-            crate::steering::count(core, &entry.counters, frame.len());
+            count(core, &entry.counters, frame.len());
+            if let Some(id) = entry.modify_header {
+                if now.modify_header(core, id).is_err() {
+                    add(&core.counters.tx_sw_steering_errors, 1);
+                    return Verdict::Drop;
+                }
+            }
         }
         match hit {
             Some(entry) if entry.action & FLOW_CONTEXT_ACTION_DROP != 0 => return Verdict::Drop,
@@ -81,25 +89,13 @@ pub(crate) fn steer(core: &Core, sqn: u32, frame: &[u8]) -> Verdict {
                     .find(|(kind, _)| *kind == FLOW_DESTINATION_TYPE_FLOW_TABLE);
                 match next {
                     Some(&(_, id)) => table_id = id,
-                    None => return Verdict::Allow(None),
+                    None => return Verdict::Allow(now.into_rewritten()),
                 }
             }
-            Some(_) => return Verdict::Allow(None),
+            Some(_) => return Verdict::Allow(now.into_rewritten()),
             None if table.miss_action == FLOW_TABLE_MISS_ACTION_FWD => table_id = table.miss_table,
-            None => return Verdict::Allow(None),
+            None => return Verdict::Allow(now.into_rewritten()),
         }
     }
     Verdict::Drop
-}
-
-/// The match words of a frame an SQ sends: its outer headers, and the sending SQ's number in
-/// `misc.source_sqn` (what Linux's egress rules match a queue by).
-fn transmit_match_words(parsed: &Parsed, frame: &[u8], sqn: u32) -> [u64; MATCH_WORDS] {
-    let mut words = frame_match_words(parsed, frame);
-    let word = SOURCE_SQN_BYTE / 8;
-    let mut bytes = words[word].to_ne_bytes();
-    let at = SOURCE_SQN_BYTE % 8;
-    bytes[at..at + 3].copy_from_slice(&(sqn & 0x00ff_ffff).to_be_bytes()[1..]);
-    words[word] = u64::from_ne_bytes(bytes);
-    words
 }

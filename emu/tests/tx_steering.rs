@@ -11,12 +11,13 @@ use cxdirect_emu::testkit::flow_tables::{
     smac_group,
 };
 use cxdirect_emu::testkit::plug::Plug;
-use cxdirect_emu::testkit::{refused, udp_frame};
+use cxdirect_emu::testkit::{refused, udp_frame, CmdFail, Host};
 use cxdirect_emu::{EmuConfig, Syndrome};
 use cxdirect_hw::caps::FlowTableNicCap;
-use cxdirect_hw::cmd::CmdStatus;
+use cxdirect_hw::cmd::{CmdStatus, Opcode};
 use cxdirect_hw::flow::{self, FLOW_TABLE_TYPE_NIC_RX, FLOW_TABLE_TYPE_NIC_TX};
 use cxdirect_hw::hca::cap_type;
+use cxdirect_hw::modify_header as mh;
 
 const SMAC: [u8; 6] = [0x02, 0x5a, 0, 0, 0, 0x07];
 const OTHER_SMAC: [u8; 6] = [0x02, 0x5a, 0, 0, 0, 0x08];
@@ -190,5 +191,126 @@ fn transmit_entries_name_no_tir_and_no_table_of_the_other_direction() {
         create_table_of(h, 2, 0, 2, None),
         CmdStatus::BadParameter,
         Syndrome::BadSteeringParams,
+    );
+}
+
+/// ALLOC_MODIFY_HEADER_CONTEXT as `mlx5_cmd_modify_header_alloc` sends it.
+fn alloc_modify_header(h: &mut Host, table_type: u8, actions: &[[u8; 8]]) -> Result<u32, CmdFail> {
+    let mut input = Host::input(
+        Opcode::AllocModifyHeaderContext,
+        0,
+        mh::ACTIONS_BYTE + actions.len() * mh::ACTION_SIZE,
+    );
+    mh::AllocModifyHeaderContextIn::new(&mut input[..])
+        .unwrap()
+        .set_table_type(table_type)
+        .set_num_of_actions(actions.len() as u8);
+    for (i, a) in actions.iter().enumerate() {
+        let at = mh::ACTIONS_BYTE + i * mh::ACTION_SIZE;
+        input[at..at + 8].copy_from_slice(a);
+    }
+    let out = h.exec(&input, 16)?;
+    Ok(mh::AllocModifyHeaderContextOut::new(&out[..])
+        .unwrap()
+        .modify_header_id())
+}
+
+/// A SET action (`set_action_in`).
+fn set_action(field: u16, length: u8, data: u32) -> [u8; 8] {
+    let mut a = [0u8; 8];
+    mh::SetActionIn::new(&mut a[..])
+        .unwrap()
+        .set_action_type(mh::ACTION_TYPE_SET)
+        .set_field(field)
+        .set_length(length)
+        .set_data(data);
+    a
+}
+
+/// SET_FLOW_TABLE_ENTRY of entry 0 in `group`: ALLOW and MOD_HDR with `modify_header_id`, as
+/// mlx5_ib's transmit rule with a modify-header flow action and no destination is written.
+fn allow_modified(
+    h: &mut Host,
+    table: u32,
+    group: u32,
+    modify_header_id: u32,
+) -> Result<(), CmdFail> {
+    let mut input = Host::input(Opcode::SetFlowTableEntry, 0, 0x340);
+    {
+        let mut cmd = flow::SetFteIn::new(&mut input[..]).unwrap();
+        cmd.set_table_type(FLOW_TABLE_TYPE_NIC_TX)
+            .set_table_id(table)
+            .set_flow_index(0);
+        cmd.flow_context_all_mut()
+            .set_group_id(group)
+            .set_action(flow::FLOW_CONTEXT_ACTION_ALLOW | flow::FLOW_CONTEXT_ACTION_MOD_HDR)
+            .set_modify_header_id(modify_header_id);
+    }
+    h.exec(&input, 16).map(|_| ())
+}
+
+#[test]
+fn a_transmit_entry_s_modify_header_context_rewrites_the_source_mac() {
+    // test_root_tbl_modify_header_rule: OUT_SMAC_47_16 and OUT_SMAC_15_0 set on the transmit
+    // root.
+    let mut p = Plug::new(EmuConfig::default());
+    let h = &mut p.h;
+    let page = h.query_cap(cap_type::FLOW_TABLE, true);
+    let f = FlowTableNicCap::new(&page[0x10..]).unwrap();
+    assert!(
+        f.flow_table_properties_nic_transmit()
+            .max_modify_header_actions()
+            >= 2
+    );
+    let actions = [
+        set_action(mh::field::SMAC_47_16, 0, 0x8888_8888),
+        set_action(mh::field::SMAC_15_0, 16, 0x8888),
+    ];
+    let id = alloc_modify_header(h, FLOW_TABLE_TYPE_NIC_TX, &actions).unwrap();
+    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
+    let g = smac_group(h, FLOW_TABLE_TYPE_NIC_TX, root, 0, false).unwrap();
+    allow_modified(h, root, g, id).unwrap();
+    set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
+    let frame = frame_from(SMAC);
+    let mut want = frame.clone();
+    want[6..12].fill(0x88);
+    assert_eq!(p.send(&frame), Some(want));
+    // In use by the entry: not released.
+    let mut input = Host::input(Opcode::DeallocModifyHeaderContext, 0, 16);
+    mh::DeallocModifyHeaderContextIn::new(&mut input[..])
+        .unwrap()
+        .set_modify_header_id(id);
+    refused(
+        p.h.exec(&input, 16),
+        CmdStatus::BadResourceState,
+        Syndrome::ObjectInUse,
+    );
+}
+
+#[test]
+fn modify_header_contexts_take_placed_fields_of_their_table_type_only() {
+    let mut p = Plug::new(EmuConfig::default());
+    let h = &mut p.h;
+    let smac = set_action(mh::field::SMAC_47_16, 0, 1);
+    // GTP-U's TEID needs a flex parser; a 16-bit field written with 32 bits; no actions.
+    for actions in [
+        vec![set_action(0x6e, 0, 1)],
+        vec![set_action(mh::field::SMAC_15_0, 0, 1)],
+        vec![],
+    ] {
+        refused(
+            alloc_modify_header(h, FLOW_TABLE_TYPE_NIC_TX, &actions),
+            CmdStatus::BadParameter,
+            Syndrome::BadSteeringParams,
+        );
+    }
+    // A receive context is no transmit entry's.
+    let rx = alloc_modify_header(h, FLOW_TABLE_TYPE_NIC_RX, &[smac]).unwrap();
+    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
+    let g = smac_group(h, FLOW_TABLE_TYPE_NIC_TX, root, 0, false).unwrap();
+    refused(
+        allow_modified(h, root, g, rx),
+        CmdStatus::BadResource,
+        Syndrome::NoSuchObject,
     );
 }

@@ -578,6 +578,10 @@ layout! {
         sw_owner_v2: bool @ 0x1e [0x1],
         /// Log2 of the largest flow table, in entries.
         log_max_ft_size: u8 @ 0x22 [0x6],
+        /// Log2 of the modify-header contexts a function may hold.
+        log_max_modify_header_context: u8 @ 0x28 [0x8],
+        /// Most actions of one modify-header context.
+        max_modify_header_actions: u8 @ 0x30 [0x8],
         /// Deepest table level.
         max_ft_level: u8 @ 0x38 [0x8],
         /// Log2 of the number of flow tables.

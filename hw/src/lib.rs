@@ -36,6 +36,7 @@ pub mod mcg;
 pub mod memic;
 pub mod mkey;
 pub mod mmio;
+pub mod modify_header;
 pub mod odp;
 pub mod qos;
 pub mod qp;

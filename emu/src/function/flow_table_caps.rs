@@ -59,7 +59,15 @@ pub(super) fn page(cfg: &EmuConfig) -> Box<[u8; 0x1000]> {
             .set_log_max_destination(LOG_MAX_FLOW_DESTINATION)
             .set_log_max_flow(LOG_MAX_FLOW)
             .set_flow_counter(true)
-            .set_log_max_flow_counter(crate::objects::limits::LOG_MAX_FLOW_COUNTERS_PER_ENTRY);
+            .set_log_max_flow_counter(crate::objects::limits::LOG_MAX_FLOW_COUNTERS_PER_ENTRY)
+            // Modify-header contexts for the entries (`fw::modify_header`,
+            // `crate::header_modify`): mlx5_core's `mlx5_cmd_modify_header_alloc` refuses more
+            // actions than this with EOPNOTSUPP, and mlx5_ib offers its modify-header flow
+            // action only when some direction has any.
+            .set_max_modify_header_actions(crate::objects::limits::MAX_MODIFY_HEADER_ACTIONS)
+            .set_log_max_modify_header_context(
+                crate::objects::limits::LOG_MAX_MODIFY_HEADER_CONTEXT,
+            );
         // Matching on the tunnels `crate::tunnel` parses, by firmware entries (`misc`) and
         // steering entries (the GENEVE flex parser lookup): rdma-core's GENEVE tests ask the
         // receive tables for the four GENEVE fields.

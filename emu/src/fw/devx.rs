@@ -348,6 +348,8 @@ fn object_of(opcode: Opcode) -> Option<(Owned, Role)> {
         O::DeallocQCounter => (K::QCounter, Destroy),
         // QUERY_FLOW_COUNTER names its counter elsewhere (`flow_counter_id` in its fifth
         // dword); mlx5_ib lets a context query only the DEVX objects it holds.
+        O::AllocModifyHeaderContext => (K::ModifyHeader, Create),
+        O::DeallocModifyHeaderContext => (K::ModifyHeader, Destroy),
         O::AllocPacketReformatContext => (K::PacketReformat, Create),
         O::DeallocPacketReformatContext => (K::PacketReformat, Destroy),
         O::AllocFlowCounter => (K::FlowCounter, Create),

@@ -5,13 +5,14 @@
 //! or is dropped).
 
 use super::steering::{check_table_type, table_of, MATCH_PARAM_SIZE};
-use super::{bad_param, bad_res, input_as, CmdResult, Core, Syndrome};
+use super::{bad_param, bad_res, input_as, CmdError, CmdResult, Core, Syndrome};
 use crate::objects::FlowEntry;
 use cxdirect_hw::flow::{
-    DeleteFteIn, SetFteIn, FLOW_CONTEXT_ACTION_ALLOW, FLOW_CONTEXT_ACTION_COUNT,
-    FLOW_CONTEXT_ACTION_DROP, FLOW_CONTEXT_ACTION_FWD_DEST, FLOW_DESTINATION_TYPE_FLOW_TABLE,
-    FLOW_DESTINATION_TYPE_TIR, FLOW_TABLE_TYPE_NIC_RX, SET_FTE_MODIFY_ACTION,
-    SET_FTE_MODIFY_DESTINATION_LIST, SET_FTE_MODIFY_FLOW_COUNTERS, SET_FTE_MODIFY_FLOW_TAG,
+    DeleteFteIn, FlowContext, SetFteIn, FLOW_CONTEXT_ACTION_ALLOW, FLOW_CONTEXT_ACTION_COUNT,
+    FLOW_CONTEXT_ACTION_DROP, FLOW_CONTEXT_ACTION_FWD_DEST, FLOW_CONTEXT_ACTION_MOD_HDR,
+    FLOW_DESTINATION_TYPE_FLOW_TABLE, FLOW_DESTINATION_TYPE_TIR, FLOW_TABLE_TYPE_NIC_RX,
+    SET_FTE_MODIFY_ACTION, SET_FTE_MODIFY_DESTINATION_LIST, SET_FTE_MODIFY_FLOW_COUNTERS,
+    SET_FTE_MODIFY_FLOW_TAG,
 };
 
 pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
@@ -37,14 +38,19 @@ pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
     let known = FLOW_CONTEXT_ACTION_ALLOW
         | FLOW_CONTEXT_ACTION_DROP
         | FLOW_CONTEXT_ACTION_FWD_DEST
-        | FLOW_CONTEXT_ACTION_COUNT;
-    // Counting alone decides nothing about the frame (Linux's `counter_is_valid`).
-    if action & !known != 0 || action & !FLOW_CONTEXT_ACTION_COUNT == 0 {
+        | FLOW_CONTEXT_ACTION_COUNT
+        | FLOW_CONTEXT_ACTION_MOD_HDR;
+    // Counting or modifying alone decides nothing about the frame (Linux's
+    // `counter_is_valid`; mlx5_ib adds ALLOW to a transmit rule without a destination).
+    if action & !known != 0
+        || action & !(FLOW_CONTEXT_ACTION_COUNT | FLOW_CONTEXT_ACTION_MOD_HDR) == 0
+    {
         return Err(bad_param(
             Syndrome::BadSteeringParams,
-            "flow action must be allow, drop or forward, and may count",
+            "flow action must be allow, drop or forward, and may count and modify headers",
         ));
     }
+    let mut modify_header = modify_header_of(core, &ctx, action, table_type)?;
     let count = ctx.destination_list_size() as usize;
     if action & FLOW_CONTEXT_ACTION_FWD_DEST != 0 && count == 0 {
         return Err(bad_param(
@@ -156,6 +162,7 @@ pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
         }
         if mask & SET_FTE_MODIFY_ACTION == 0 {
             action = old.action;
+            modify_header = old.modify_header;
         }
         if mask & SET_FTE_MODIFY_FLOW_TAG == 0 {
             flow_tag = old.flow_tag;
@@ -188,8 +195,10 @@ pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
     {
         release_dests(core, &old.dests);
         super::flow_counter::release(core, &old.counters);
+        hold_modify_header(core, old.modify_header, false);
     }
     super::flow_counter::hold(core, &counters);
+    hold_modify_header(core, modify_header, true);
     for &(kind, id) in &dests {
         match kind {
             FLOW_DESTINATION_TYPE_TIR => {
@@ -214,10 +223,42 @@ pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
                 counters,
                 value,
                 flow_tag,
+                modify_header,
             },
         );
     }
     Ok(())
+}
+
+/// The modify-header context an entry with `FLOW_CONTEXT_ACTION_MOD_HDR` names: it must exist
+/// and be made for the entry's table type.
+fn modify_header_of(
+    core: &Core,
+    ctx: &FlowContext<&[u8]>,
+    action: u16,
+    table_type: u8,
+) -> Result<Option<u32>, CmdError> {
+    if action & FLOW_CONTEXT_ACTION_MOD_HDR == 0 {
+        return Ok(None);
+    }
+    let id = ctx.modify_header_id();
+    match core.res.modify_headers.get(id) {
+        Some(m) if m.table_type == table_type => Ok(Some(id)),
+        _ => Err(bad_res(
+            "modify_header_id names no modify-header context of the entry's table type",
+        )),
+    }
+}
+
+/// Counts one more (`hold`) or one fewer flow entry naming modify-header context `id`.
+fn hold_modify_header(core: &mut Core, id: Option<u32>, hold: bool) {
+    if let Some(m) = id.and_then(|id| core.res.modify_headers.get_mut(id)) {
+        m.fte_users = if hold {
+            m.fte_users + 1
+        } else {
+            m.fte_users.saturating_sub(1)
+        };
+    }
 }
 
 fn release_dests(core: &mut Core, dests: &[(u8, u32)]) {
@@ -247,5 +288,6 @@ pub(crate) fn delete_fte(core: &mut Core, input: &[u8]) -> CmdResult {
         .ok_or(bad_res("no flow entry at that index"))?;
     release_dests(core, &entry.dests);
     super::flow_counter::release(core, &entry.counters);
+    hold_modify_header(core, entry.modify_header, false);
     Ok(())
 }

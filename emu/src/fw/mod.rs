@@ -25,6 +25,7 @@ pub(crate) mod hca;
 pub(crate) mod mcg;
 pub(crate) mod memic;
 pub mod mkey;
+pub(crate) mod modify_header;
 pub(crate) mod pacing;
 pub(crate) mod pages;
 pub(crate) mod qcounters;
@@ -205,6 +206,8 @@ fn run(core: &mut Core, opcode: Opcode, op_mod: u16, input: &[u8], output: &mut 
         Opcode::DestroyFlowGroup => steering::destroy_flow_group(core, input),
         Opcode::SetFlowTableEntry => flow_entry::set_fte(core, input),
         Opcode::DeleteFlowTableEntry => flow_entry::delete_fte(core, input),
+        Opcode::AllocModifyHeaderContext => modify_header::alloc(core, input, output),
+        Opcode::DeallocModifyHeaderContext => modify_header::dealloc(core, input),
         Opcode::AllocPacketReformatContext => reformat::alloc(core, input, output),
         Opcode::DeallocPacketReformatContext => reformat::dealloc(core, input),
         Opcode::AllocFlowCounter => flow_counter::alloc(core, input, output),

@@ -50,6 +50,8 @@ pub(crate) enum Owned {
     SwIcm,
     /// A packet reformat context (ALLOC_PACKET_REFORMAT_CONTEXT).
     PacketReformat,
+    /// A modify-header context (ALLOC_MODIFY_HEADER_CONTEXT).
+    ModifyHeader,
 }
 
 /// The live user contexts and who owns which object.

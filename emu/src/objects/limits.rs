@@ -95,3 +95,8 @@ pub(crate) const MAX_ENCAP_HEADER_SIZE: u16 = 14 + 40 + 8 + 8 + 64;
 /// Log2 of the packet reformat contexts a function may hold at once
 /// (`log_max_packet_reformat_context`).
 pub(crate) const LOG_MAX_PACKET_REFORMAT_CONTEXT: u8 = 12;
+/// Log2 of the modify-header contexts a function may hold at once
+/// (`log_max_modify_header_context`).
+pub(crate) const LOG_MAX_MODIFY_HEADER_CONTEXT: u8 = 12;
+/// Most actions of one modify-header context (`max_modify_header_actions`).
+pub(crate) const MAX_MODIFY_HEADER_ACTIONS: u8 = 32;

@@ -27,8 +27,8 @@ pub(crate) use context::Slot;
 use cxdirect_hw::doorbell::UAR_PAGE_SIZE;
 use queue_state::{Compression, Fetched};
 pub(crate) use steering::{
-    FlowCounter, FlowEntry, FlowGroup, FlowTable, PacketReformat, Rqt, Tir, TirDispatch, Tis,
-    MATCH_WORDS,
+    FlowCounter, FlowEntry, FlowGroup, FlowTable, ModifyHeader, PacketReformat, Rqt, Tir,
+    TirDispatch, Tis, MATCH_WORDS,
 };
 
 /// A numbered table of objects. Numbers start at `base` so that different object types rarely
@@ -451,6 +451,8 @@ pub(crate) struct Resources {
     pub flow_counters: Table<FlowCounter>,
     /// Packet reformat contexts (ALLOC_PACKET_REFORMAT_CONTEXT).
     pub reformats: Table<PacketReformat>,
+    /// Modify-header contexts (ALLOC_MODIFY_HEADER_CONTEXT).
+    pub modify_headers: Table<ModifyHeader>,
     pub mkeys: Table<Mkey>,
     /// Protection signature variables (CREATE_PSV).
     pub psvs: Table<signature::Psv>,
@@ -532,6 +534,7 @@ impl Resources {
             flow_tables: Table::new(0x10, 1 << 10),
             flow_counters: Table::new(1, limits::MAX_FLOW_COUNTERS),
             reformats: Table::new(1, 1 << limits::LOG_MAX_PACKET_REFORMAT_CONTEXT),
+            modify_headers: Table::new(1, 1 << limits::LOG_MAX_MODIFY_HEADER_CONTEXT),
             mkeys: Table::new(0x10, 1 << 16),
             psvs: Table::new(0x10, 1 << 16),
             // Set 0 means "no counter set" in an RQ context.

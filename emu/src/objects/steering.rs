@@ -102,6 +102,9 @@ pub(crate) struct FlowEntry {
     /// The tag the receive CQEs of frames it forwards carry (`flow_tag`, 24 bits; 0 is
     /// Linux's `MLX5_FS_DEFAULT_FLOW_TAG`).
     pub flow_tag: u32,
+    /// The modify-header context applied to the frames it matches
+    /// (`FLOW_CONTEXT_ACTION_MOD_HDR`), if any.
+    pub modify_header: Option<u32>,
 }
 
 #[derive(Debug)]
@@ -121,6 +124,17 @@ pub(crate) struct FlowTable {
     /// (`sw_owner_icm_root_0`): frames reaching the table walk the entries software wrote
     /// there ([`crate::sw_steering`]) instead of its groups, which it has none of.
     pub sw_root: Option<u64>,
+}
+
+/// A modify-header context (ALLOC_MODIFY_HEADER_CONTEXT): the table type whose entries may
+/// name it and its 8-byte actions as the command gave them (`set_action_in`,
+/// `copy_action_in`), checked when allocated.
+#[derive(Debug)]
+pub(crate) struct ModifyHeader {
+    pub table_type: u8,
+    pub actions: Vec<[u8; 8]>,
+    /// Flow entries naming it.
+    pub fte_users: u32,
 }
 
 /// A packet reformat context (ALLOC_PACKET_REFORMAT_CONTEXT): its type

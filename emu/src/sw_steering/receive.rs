@@ -5,10 +5,10 @@
 //! writes a counter object's number into the entry's `counter_id`, dr_ste_v1.c
 //! `dr_ste_v1_set_counter_id`); a flow tag goes into the receive CQE as a firmware entry's
 //! does; VLAN pops and pushes and header modifications rewrite a copy of the frame
-//! ([`super::rewrite`]). Reformat and decapsulation are not applied: a frame whose walk asks
-//! for one is dropped and counted in `rx_sw_steering_errors`, never delivered unmodified. A
-//! rewritten frame is delivered to a TIR; handing it on to a firmware table is not modelled
-//! (dropped and counted the same way).
+//! ([`super::rewrite`]), as do encapsulation and decapsulation; the rewritten frame goes on to
+//! the TIR or firmware table the walk ends at. A frame whose walk asks for an action the model
+//! does not apply is dropped and counted in `rx_sw_steering_errors`, never delivered
+//! unmodified.
 
 use super::decide::walk_and_apply;
 use super::terminals::{ReceiveTerminal, ReceiveTerminals};
@@ -53,12 +53,7 @@ pub(crate) fn receive(core: &Core, root: u64, parsed: &Parsed, frame: &[u8]) -> 
         counters: walked.counters,
         rewritten: None,
     };
-    let terminal = match walked.terminal {
-        // A rewritten frame handed on to a firmware table is not modelled.
-        Some(ReceiveTerminal::Table(_)) if walked.rewritten.is_some() => None,
-        other => other,
-    };
-    let Some(terminal) = terminal else {
+    let Some(terminal) = walked.terminal else {
         add(&core.counters.rx_sw_steering_errors, 1);
         return decision;
     };

@@ -6,9 +6,9 @@
 //! `nic_tx_allow_address`, `nic_tx_drop_address`).
 //!
 //! The hits' counters count the frame; VLAN pushes and pops and header modifications rewrite a
-//! copy of it, which is what leaves. Reformat (encapsulation) is not applied: a frame whose
-//! walk asks for it is dropped and counted in `tx_sw_steering_errors`, never sent unmodified,
-//! as is a rewritten frame handed on to a firmware table.
+//! copy of it, as do encapsulation and decapsulation, which is what leaves (or goes on to the
+//! firmware table the walk ends at). A frame whose walk asks for an action the model does not
+//! apply is dropped and counted in `tx_sw_steering_errors`, never sent unmodified.
 
 use super::decide::walk_and_apply;
 use super::terminals::{TransmitTerminal, TransmitTerminals};
@@ -42,11 +42,7 @@ pub(crate) struct Decision {
 /// software-owned transmit table whose first entry is at ICM address `root`.
 pub(crate) fn transmit(core: &Core, root: u64, parsed: &Parsed, frame: &[u8]) -> Decision {
     let walked = walk_and_apply(core, &TransmitTerminals { core }, root, parsed, frame);
-    let terminal = match walked.terminal {
-        Some(TransmitTerminal::Table(_)) if walked.rewritten.is_some() => None,
-        other => other,
-    };
-    let next = match terminal {
+    let next = match walked.terminal {
         Some(TransmitTerminal::Allow) => Next::Allow,
         Some(TransmitTerminal::Table(id)) => Next::Table(id),
         Some(TransmitTerminal::Drop) => Next::Drop,
@@ -58,10 +54,10 @@ pub(crate) fn transmit(core: &Core, root: u64, parsed: &Parsed, frame: &[u8]) ->
     Decision {
         next,
         counters: walked.counters,
-        rewritten: if next == Next::Allow {
-            walked.rewritten
-        } else {
+        rewritten: if next == Next::Drop {
             None
+        } else {
+            walked.rewritten
         },
     }
 }
