@@ -4,14 +4,16 @@
 
 use crate::counters::add;
 use crate::function::Core;
+use crate::objects::FlowEntry;
 use crate::objects::MATCH_WORDS;
 use crate::packet::{IpAddrs, L3Kind, L4Kind, Parsed};
 use crate::sw_steering::receive::Next;
 use crate::tunnel::Kind;
 use cxdirect_hw::flow::{
-    FteMatchSetLyr24, FteMatchSetMisc, FLOW_CONTEXT_ACTION_FWD_DEST, FLOW_DESTINATION_TYPE_TIR,
-    FLOW_TABLE_MISS_ACTION_FWD,
+    FteMatchSetLyr24, FteMatchSetMisc, FLOW_CONTEXT_ACTION_DECAP, FLOW_CONTEXT_ACTION_FWD_DEST,
+    FLOW_DESTINATION_TYPE_TIR, FLOW_TABLE_MISS_ACTION_FWD,
 };
+use cxdirect_hw::reformat::REFORMAT_TYPE_L2_TO_L3_TUNNEL;
 use std::sync::atomic::Ordering;
 
 /// Longest walk a frame may take through the tables: every hop (a forwarding entry or a miss)
@@ -246,11 +248,9 @@ pub(crate) fn steer(
         });
         if let Some(entry) = hit {
             count(core, &entry.counters, frame_len);
-            if let Some(id) = entry.modify_header {
-                if now.modify_header(core, id).is_err() {
-                    add(&core.counters.rx_sw_steering_errors, 1);
-                    return Verdict::Drop;
-                }
+            if now.apply_entry(core, entry).is_err() {
+                add(&core.counters.rx_sw_steering_errors, 1);
+                return Verdict::Drop;
             }
         }
         match hit {
@@ -363,13 +363,38 @@ impl<'a> Steered<'a> {
         self.rewritten = Some((bytes, parsed, words));
     }
 
-    /// Applies modify-header context `id` to the frame; `Err` when the context is gone or an
-    /// action names a field the frame lacks (the frame is then dropped and counted).
-    pub(crate) fn modify_header(&mut self, core: &Core, id: u32) -> Result<(), ()> {
-        let context = core.res.modify_headers.get(id).ok_or(())?;
-        let mut bytes = self.frame().to_vec();
-        crate::header_modify::apply(&context.actions, &mut bytes).map_err(|_| ())?;
-        self.replace(bytes);
+    /// Applies a firmware entry's rewrites to the frame, in the device's order: on receive
+    /// decapsulation (`FLOW_CONTEXT_ACTION_DECAP`, or an `L3_TUNNEL_TO_L2` reformat context)
+    /// before the modify-header context, on transmit the modify-header context before
+    /// encapsulation. `Err` when a context is gone or does not apply to the frame (no tunnel
+    /// to remove, a field it lacks): the frame is then dropped and counted.
+    pub(crate) fn apply_entry(&mut self, core: &Core, entry: &FlowEntry) -> Result<(), ()> {
+        let receive = self.sqn.is_none();
+        let reformat = match entry.reformat {
+            Some(id) => Some(core.res.reformats.get(id).ok_or(())?),
+            None => None,
+        };
+        if receive {
+            if entry.action & FLOW_CONTEXT_ACTION_DECAP != 0 {
+                let bytes = crate::tunnel::decapsulate_l2(self.frame()).ok_or(())?;
+                self.replace(bytes);
+            }
+            if let Some(r) = reformat {
+                let bytes = crate::tunnel::decapsulate_l3(self.frame(), &r.data).ok_or(())?;
+                self.replace(bytes);
+            }
+        }
+        if let Some(id) = entry.modify_header {
+            let context = core.res.modify_headers.get(id).ok_or(())?;
+            let mut bytes = self.frame().to_vec();
+            crate::header_modify::apply(&context.actions, &mut bytes).map_err(|_| ())?;
+            self.replace(bytes);
+        }
+        if let (false, Some(r)) = (receive, reformat) {
+            let l3 = r.reformat_type == REFORMAT_TYPE_L2_TO_L3_TUNNEL;
+            let bytes = crate::tunnel::encapsulate(self.frame(), &r.data, l3).ok_or(())?;
+            self.replace(bytes);
+        }
         Ok(())
     }
 

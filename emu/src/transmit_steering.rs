@@ -73,11 +73,9 @@ pub(crate) fn steer(core: &Core, sqn: u32, frame: &[u8]) -> Verdict {
         });
         if let Some(entry) = hit {
             count(core, &entry.counters, frame.len());
-            if let Some(id) = entry.modify_header {
-                if now.modify_header(core, id).is_err() {
-                    add(&core.counters.tx_sw_steering_errors, 1);
-                    return Verdict::Drop;
-                }
+            if now.apply_entry(core, entry).is_err() {
+                add(&core.counters.tx_sw_steering_errors, 1);
+                return Verdict::Drop;
             }
         }
         match hit {

@@ -105,6 +105,46 @@ pub(crate) fn inner(frame: &[u8], p: &Parsed) -> Option<Inner> {
     })
 }
 
+/// `frame` inside the tunnel whose outer headers are `header`: an L2 tunnel carries the whole
+/// frame, an L3 tunnel (`l3`) only its IP packet (the Ethernet header and VLAN tags go). The
+/// outer IPv4 header's checksum is computed, as the device does for the header a reformat
+/// context gives it without one. `None` for an L3 tunnel over a frame without IP.
+pub(crate) fn encapsulate(frame: &[u8], header: &[u8], l3: bool) -> Option<Vec<u8>> {
+    let inner = if l3 {
+        let p = crate::packet::parse(frame);
+        if p.l3 == L3Kind::None {
+            return None;
+        }
+        &frame[p.l3_offset..]
+    } else {
+        frame
+    };
+    let mut out = Vec::with_capacity(header.len() + inner.len());
+    out.extend_from_slice(header);
+    out.extend_from_slice(inner);
+    // A header whose lengths do not fit goes out as it came.
+    let _ = crate::packet::insert_checksums(&mut out, true, false);
+    Some(out)
+}
+
+/// The inner Ethernet frame of an L2 tunnel, `None` when `frame` is none.
+pub(crate) fn decapsulate_l2(frame: &[u8]) -> Option<Vec<u8>> {
+    let p = crate::packet::parse(frame);
+    let at = inner(frame, &p)?.mac?;
+    Some(frame[at..].to_vec())
+}
+
+/// The inner IP packet of a tunnel after the Ethernet header `l2`, `None` when `frame` carries
+/// no tunnel with an inner IP packet.
+pub(crate) fn decapsulate_l3(frame: &[u8], l2: &[u8]) -> Option<Vec<u8>> {
+    let p = crate::packet::parse(frame);
+    let at = inner(frame, &p)?.ip?;
+    let mut out = Vec::with_capacity(l2.len() + frame.len() - at);
+    out.extend_from_slice(l2);
+    out.extend_from_slice(&frame[at..]);
+    Some(out)
+}
+
 /// The big-endian 16 bits at `at`.
 pub(crate) fn be16(frame: &[u8], at: usize) -> Option<u16> {
     let b = frame.get(at..at.checked_add(2)?)?;
@@ -154,6 +194,33 @@ mod tests {
         let f = outer(47, &l3);
         let got = inner(&f, &parse(&f)).unwrap();
         assert_eq!((got.mac, got.ip), (None, Some(14 + 20 + 8)));
+    }
+
+    #[test]
+    fn frames_go_into_tunnels_and_come_back_out() {
+        let mut frame = INNER_ETH.to_vec();
+        frame.extend_from_slice(&[
+            0x45, 0, 0, 24, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ]);
+        frame.extend_from_slice(&[0; 4]);
+        // GRE, key, TEB; the outer IPv4 lengths as rdma-core writes them, no checksum.
+        let header = outer(47, &[0x20, 0, 0x65, 0x58, 0, 0, 0, 7]);
+        let mut l2_header = header.clone();
+        let total = (20 + 8 + frame.len()) as u16;
+        l2_header[16..18].copy_from_slice(&total.to_be_bytes());
+        let l2 = encapsulate(&frame, &l2_header, false).unwrap();
+        let p = parse(&l2);
+        assert!(crate::packet::ipv4_header_checksum_ok(&l2, &p));
+        assert_eq!(decapsulate_l2(&l2).unwrap(), frame);
+        // An L3 tunnel carries the IP packet only; decapsulation puts a new Ethernet header.
+        let mut l3_header = header;
+        l3_header[36..38].copy_from_slice(&[0x08, 0x00]);
+        let l3 = encapsulate(&frame, &l3_header, true).unwrap();
+        assert_eq!(&l3[l3_header.len()..], &frame[14..]);
+        let back = decapsulate_l3(&l3, &INNER_ETH).unwrap();
+        assert_eq!(back, frame);
+        assert_eq!(decapsulate_l2(&l3), None, "no inner Ethernet header");
+        assert_eq!(decapsulate_l2(&frame), None, "no tunnel");
     }
 
     #[test]

@@ -3,17 +3,22 @@
 //! at the allow address, the drop action at the drop address; `dr_ste_v1_set_actions_tx`: push
 //! VLAN inline, header modification by a MODIFY_LIST in header-modify ICM, encapsulation by an
 //! INSERT_POINTER to a packet reformat context), reached from the transmit root by a "go to
-//! table" entry. Every frame here goes out on a loopback plug and comes back to the function's
-//! own receive queue, so what left is what arrives.
+//! table" entry; and packet reformat contexts applied by firmware entries, as mlx5_ib writes
+//! rdma-core's root-level reformat actions (`packet_reformat_id`, DECAP). Every frame here
+//! goes out on a loopback plug and comes back to the function's own receive queue, so what
+//! left is what arrives.
 
 use cxdirect_emu::testkit::dr::{self, domain};
-use cxdirect_emu::testkit::flow_tables::{alloc_counter, query_counter, root_forwarding_to};
+use cxdirect_emu::testkit::flow_tables::{
+    alloc_counter, create_table_of, query_counter, root_forwarding_to, set_entry, set_root_of,
+    smac_group,
+};
 use cxdirect_emu::testkit::plug::Plug;
 use cxdirect_emu::testkit::ste::{self as tb, Builder};
 use cxdirect_emu::testkit::{refused, udp_frame, CmdFail, Host};
 use cxdirect_emu::{EmuConfig, Syndrome};
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
-use cxdirect_hw::flow::FLOW_TABLE_TYPE_NIC_TX;
+use cxdirect_hw::flow::{self, FLOW_TABLE_TYPE_NIC_RX, FLOW_TABLE_TYPE_NIC_TX};
 use cxdirect_hw::reformat::{
     self as rf, AllocPacketReformatContextIn, AllocPacketReformatContextOut,
 };
@@ -320,4 +325,101 @@ fn reformat_contexts_take_the_tunnel_types_and_sizes_only() {
         CmdStatus::BadResource,
         Syndrome::NoSuchObject,
     );
+}
+
+/// SET_FLOW_TABLE_ENTRY 0 of a catch-all group in a new root of `table_type`: `action` with
+/// `packet_reformat_id` `reformat` (0 for none) and, on receive, the plug's TIR.
+fn reformat_root(p: &mut Plug, table_type: u8, action: u16, reformat: u32) {
+    let tirn = p.tirn;
+    let h = &mut p.h;
+    let root = create_table_of(h, table_type, 0, 2, None).unwrap();
+    let g = smac_group(h, table_type, root, 0, false).unwrap();
+    let mut input = Host::input(Opcode::SetFlowTableEntry, 0, 0x340 + 8);
+    {
+        let mut cmd = flow::SetFteIn::new(&mut input[..]).unwrap();
+        cmd.set_table_type(table_type)
+            .set_table_id(root)
+            .set_flow_index(0);
+        let mut ctx = cmd.flow_context_all_mut();
+        ctx.set_group_id(g)
+            .set_action(action)
+            .set_encap_id(reformat);
+        if table_type == FLOW_TABLE_TYPE_NIC_RX {
+            ctx.set_destination_list_size(1);
+            ctx.set_destination(
+                0,
+                flow::dest_format_entry(flow::FLOW_DESTINATION_TYPE_TIR, tirn),
+            )
+            .unwrap();
+        }
+    }
+    h.exec(&input, 16).expect("SET_FLOW_TABLE_ENTRY");
+    set_root_of(h, table_type, root).unwrap();
+}
+
+#[test]
+fn firmware_entries_encapsulate_on_transmit_and_decapsulate_on_receive() {
+    // rdma-core's test_packet_reformat_root_l2_gre: a transmit root rule with an
+    // L2_TO_L2_TUNNEL context, a receive root rule decapsulating (DECAP) to the QP's TIR.
+    let mut p = Plug::new(EmuConfig::default());
+    let frame = frame_from(SMAC);
+    let header = gre_header(frame.len());
+    let id = alloc_reformat(&mut p.h, rf::REFORMAT_TYPE_L2_TO_L2_TUNNEL, &header).unwrap();
+    let encap = flow::FLOW_CONTEXT_ACTION_ALLOW | flow::FLOW_CONTEXT_ACTION_ENCAP;
+    reformat_root(&mut p, FLOW_TABLE_TYPE_NIC_TX, encap, id);
+    let got = p.send(&frame).expect("encapsulated");
+    assert_eq!(&got[header.len()..], &frame[..]);
+    let decap = flow::FLOW_CONTEXT_ACTION_FWD_DEST | flow::FLOW_CONTEXT_ACTION_DECAP;
+    reformat_root(&mut p, FLOW_TABLE_TYPE_NIC_RX, decap, 0);
+    assert_eq!(
+        p.send(&frame),
+        Some(frame.clone()),
+        "out in GRE, back out of it"
+    );
+    // In use: the context stays.
+    let mut input = Host::input(Opcode::DeallocPacketReformatContext, 0, 16);
+    rf::DeallocPacketReformatContextIn::new(&mut input[..])
+        .unwrap()
+        .set_packet_reformat_id(id);
+    refused(
+        p.h.exec(&input, 16),
+        CmdStatus::BadResourceState,
+        Syndrome::ObjectInUse,
+    );
+}
+
+#[test]
+fn firmware_entries_carry_an_ip_packet_through_an_l3_tunnel() {
+    // test_packet_reformat_root_l3_gre: L2_TO_L3_TUNNEL on transmit, L3_TUNNEL_TO_L2 with the
+    // Ethernet header to put back on receive.
+    let mut p = Plug::new(EmuConfig::default());
+    let frame = frame_from(SMAC);
+    let mut header = gre_header(frame.len() - 14);
+    header[36..38].copy_from_slice(&[0x08, 0x00]);
+    let tx = alloc_reformat(&mut p.h, rf::REFORMAT_TYPE_L2_TO_L3_TUNNEL, &header).unwrap();
+    let rx = alloc_reformat(&mut p.h, rf::REFORMAT_TYPE_L3_TUNNEL_TO_L2, &frame[..14]).unwrap();
+    // A receive entry takes no encapsulation, a transmit entry no decapsulation.
+    let h = &mut p.h;
+    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
+    let g = smac_group(h, FLOW_TABLE_TYPE_NIC_TX, root, 0, false).unwrap();
+    let bad = set_entry(
+        h,
+        FLOW_TABLE_TYPE_NIC_TX,
+        root,
+        (g, 0),
+        None,
+        flow::FLOW_CONTEXT_ACTION_ALLOW | flow::FLOW_CONTEXT_ACTION_DECAP,
+        None,
+        None,
+    );
+    refused(bad, CmdStatus::BadParameter, Syndrome::BadSteeringParams);
+    let encap = flow::FLOW_CONTEXT_ACTION_ALLOW | flow::FLOW_CONTEXT_ACTION_ENCAP;
+    reformat_root(&mut p, FLOW_TABLE_TYPE_NIC_TX, encap, tx);
+    reformat_root(
+        &mut p,
+        FLOW_TABLE_TYPE_NIC_RX,
+        flow::FLOW_CONTEXT_ACTION_FWD_DEST | flow::FLOW_CONTEXT_ACTION_ENCAP,
+        rx,
+    );
+    assert_eq!(p.send(&frame), Some(frame.clone()));
 }

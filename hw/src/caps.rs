@@ -570,9 +570,20 @@ layout! {
         identified_miss_table_mode: bool @ 0x5 [0x1],
         /// MODIFY_FLOW_TABLE is supported.
         flow_table_modify: bool @ 0x6 [0x1],
+        /// Entries may reformat packets by a packet reformat context
+        /// (`FLOW_CONTEXT_ACTION_ENCAP`, `packet_reformat_id`).
+        reformat: bool @ 0x7 [0x1],
+        /// Entries may decapsulate an L2 tunnel (`FLOW_CONTEXT_ACTION_DECAP`).
+        decap: bool @ 0x8 [0x1],
         /// Tables of this type may be software-owned (steering entries written into ICM),
         /// first entry format.
         sw_owner: bool @ 0x11 [0x1],
+        /// Entries may turn an L3 tunnel into an Ethernet frame (reformat type
+        /// `L3_TUNNEL_TO_L2`).
+        reformat_l3_tunnel_to_l2: bool @ 0x12 [0x1],
+        /// Entries may put an Ethernet frame's IP packet into an L3 tunnel (reformat type
+        /// `L2_TO_L3_TUNNEL`).
+        reformat_l2_to_l3_tunnel: bool @ 0x13 [0x1],
         /// Tables of this type may be software-owned, in the entry format named by the general
         /// capability `steering_format_version`.
         sw_owner_v2: bool @ 0x1e [0x1],
@@ -632,6 +643,9 @@ layout! {
     pub struct FlowTableNicCap("flow_table_nic_cap", 0x1000) {
         /// A flow entry may forward to several TIRs.
         nic_rx_multi_path_tirs: bool @ 0x0 [0x1],
+        /// Packet reformat contexts of the general tunnel type (`L2_TO_L2_TUNNEL`: any outer
+        /// header) are offered.
+        encap_general_header: bool @ 0x20 [0x1],
         /// Log2 of the packet reformat contexts the function may hold.
         log_max_packet_reformat_context: u8 @ 0x2b [0x5],
         /// Most bytes of a packet reformat context's data (10 bits).

@@ -23,9 +23,10 @@ pub(crate) const LOG_MAX_FLOW: u8 = 16;
 /// The page, as both its maximum and current values.
 pub(super) fn page(cfg: &EmuConfig) -> Box<[u8; 0x1000]> {
     let mut f = FlowTableNicCap::zeroed();
-    // Packet reformat contexts (`fw::reformat`), whose headers software steering entries
-    // insert on transmit.
-    f.set_max_encap_header_size(crate::objects::limits::MAX_ENCAP_HEADER_SIZE)
+    // Packet reformat contexts (`fw::reformat`) of every tunnel type, the general one
+    // included, whose headers entries insert on transmit.
+    f.set_encap_general_header(true)
+        .set_max_encap_header_size(crate::objects::limits::MAX_ENCAP_HEADER_SIZE)
         .set_log_max_packet_reformat_context(
             crate::objects::limits::LOG_MAX_PACKET_REFORMAT_CONTEXT,
         );
@@ -67,7 +68,15 @@ pub(super) fn page(cfg: &EmuConfig) -> Box<[u8; 0x1000]> {
             .set_max_modify_header_actions(crate::objects::limits::MAX_MODIFY_HEADER_ACTIONS)
             .set_log_max_modify_header_context(
                 crate::objects::limits::LOG_MAX_MODIFY_HEADER_CONTEXT,
-            );
+            )
+            // Reformat by entries (`packet_reformat_id`): on receive decapsulation of L2
+            // tunnels and of L3 tunnels to L2, on transmit encapsulation into either; mlx5_ib
+            // checks these per type (`mlx5_ib_flow_action_packet_reformat_valid`), rdma-core's
+            // root-level reformat tests the `reformat` bits both ways.
+            .set_reformat(true)
+            .set_decap(!transmit)
+            .set_reformat_l3_tunnel_to_l2(!transmit)
+            .set_reformat_l2_to_l3_tunnel(transmit);
         // Matching on the tunnels `crate::tunnel` parses, by firmware entries (`misc`) and
         // steering entries (the GENEVE flex parser lookup): rdma-core's GENEVE tests ask the
         // receive tables for the four GENEVE fields.

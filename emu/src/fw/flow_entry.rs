@@ -9,11 +9,12 @@ use super::{bad_param, bad_res, input_as, CmdError, CmdResult, Core, Syndrome};
 use crate::objects::FlowEntry;
 use cxdirect_hw::flow::{
     DeleteFteIn, FlowContext, SetFteIn, FLOW_CONTEXT_ACTION_ALLOW, FLOW_CONTEXT_ACTION_COUNT,
-    FLOW_CONTEXT_ACTION_DROP, FLOW_CONTEXT_ACTION_FWD_DEST, FLOW_CONTEXT_ACTION_MOD_HDR,
-    FLOW_DESTINATION_TYPE_FLOW_TABLE, FLOW_DESTINATION_TYPE_TIR, FLOW_TABLE_TYPE_NIC_RX,
-    SET_FTE_MODIFY_ACTION, SET_FTE_MODIFY_DESTINATION_LIST, SET_FTE_MODIFY_FLOW_COUNTERS,
-    SET_FTE_MODIFY_FLOW_TAG,
+    FLOW_CONTEXT_ACTION_DECAP, FLOW_CONTEXT_ACTION_DROP, FLOW_CONTEXT_ACTION_ENCAP,
+    FLOW_CONTEXT_ACTION_FWD_DEST, FLOW_CONTEXT_ACTION_MOD_HDR, FLOW_DESTINATION_TYPE_FLOW_TABLE,
+    FLOW_DESTINATION_TYPE_TIR, FLOW_TABLE_TYPE_NIC_RX, SET_FTE_MODIFY_ACTION,
+    SET_FTE_MODIFY_DESTINATION_LIST, SET_FTE_MODIFY_FLOW_COUNTERS, SET_FTE_MODIFY_FLOW_TAG,
 };
+use cxdirect_hw::reformat::REFORMAT_TYPE_L3_TUNNEL_TO_L2;
 
 pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
     let cmd = input_as!(SetFteIn<&[u8]>, input);
@@ -39,18 +40,30 @@ pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
         | FLOW_CONTEXT_ACTION_DROP
         | FLOW_CONTEXT_ACTION_FWD_DEST
         | FLOW_CONTEXT_ACTION_COUNT
-        | FLOW_CONTEXT_ACTION_MOD_HDR;
-    // Counting or modifying alone decides nothing about the frame (Linux's
+        | FLOW_CONTEXT_ACTION_MOD_HDR
+        | FLOW_CONTEXT_ACTION_ENCAP
+        | FLOW_CONTEXT_ACTION_DECAP;
+    let rewrites = FLOW_CONTEXT_ACTION_COUNT
+        | FLOW_CONTEXT_ACTION_MOD_HDR
+        | FLOW_CONTEXT_ACTION_ENCAP
+        | FLOW_CONTEXT_ACTION_DECAP;
+    // Counting or rewriting alone decides nothing about the frame (Linux's
     // `counter_is_valid`; mlx5_ib adds ALLOW to a transmit rule without a destination).
-    if action & !known != 0
-        || action & !(FLOW_CONTEXT_ACTION_COUNT | FLOW_CONTEXT_ACTION_MOD_HDR) == 0
-    {
+    if action & !known != 0 || action & !rewrites == 0 {
         return Err(bad_param(
             Syndrome::BadSteeringParams,
-            "flow action must be allow, drop or forward, and may count and modify headers",
+            "flow action must be allow, drop or forward, and may count, modify headers, \
+             reformat and decapsulate",
+        ));
+    }
+    if action & FLOW_CONTEXT_ACTION_DECAP != 0 && table_type != FLOW_TABLE_TYPE_NIC_RX {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "only a receive entry decapsulates",
         ));
     }
     let mut modify_header = modify_header_of(core, &ctx, action, table_type)?;
+    let mut reformat = reformat_of(core, &ctx, action, table_type)?;
     let count = ctx.destination_list_size() as usize;
     if action & FLOW_CONTEXT_ACTION_FWD_DEST != 0 && count == 0 {
         return Err(bad_param(
@@ -163,6 +176,7 @@ pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
         if mask & SET_FTE_MODIFY_ACTION == 0 {
             action = old.action;
             modify_header = old.modify_header;
+            reformat = old.reformat;
         }
         if mask & SET_FTE_MODIFY_FLOW_TAG == 0 {
             flow_tag = old.flow_tag;
@@ -196,9 +210,11 @@ pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
         release_dests(core, &old.dests);
         super::flow_counter::release(core, &old.counters);
         hold_modify_header(core, old.modify_header, false);
+        hold_reformat(core, old.reformat, false);
     }
     super::flow_counter::hold(core, &counters);
     hold_modify_header(core, modify_header, true);
+    hold_reformat(core, reformat, true);
     for &(kind, id) in &dests {
         match kind {
             FLOW_DESTINATION_TYPE_TIR => {
@@ -224,6 +240,7 @@ pub(crate) fn set_fte(core: &mut Core, input: &[u8]) -> CmdResult {
                 value,
                 flow_tag,
                 modify_header,
+                reformat,
             },
         );
     }
@@ -289,5 +306,53 @@ pub(crate) fn delete_fte(core: &mut Core, input: &[u8]) -> CmdResult {
     release_dests(core, &entry.dests);
     super::flow_counter::release(core, &entry.counters);
     hold_modify_header(core, entry.modify_header, false);
+    hold_reformat(core, entry.reformat, false);
     Ok(())
+}
+
+/// The packet reformat context an entry with `FLOW_CONTEXT_ACTION_ENCAP` names
+/// (`packet_reformat_id`): on receive an L3 tunnel's decapsulation to L2, on transmit an
+/// encapsulation (mlx5_ib's `mlx5_ib_flow_action_packet_reformat_valid` pairs them so).
+fn reformat_of(
+    core: &Core,
+    ctx: &FlowContext<&[u8]>,
+    action: u16,
+    table_type: u8,
+) -> Result<Option<u32>, CmdError> {
+    if action & FLOW_CONTEXT_ACTION_ENCAP == 0 {
+        return Ok(None);
+    }
+    let id = ctx.encap_id();
+    let kind = core
+        .res
+        .reformats
+        .get(id)
+        .ok_or(bad_res(
+            "packet_reformat_id names no packet reformat context",
+        ))?
+        .reformat_type;
+    let fits = if table_type == FLOW_TABLE_TYPE_NIC_RX {
+        kind == REFORMAT_TYPE_L3_TUNNEL_TO_L2
+    } else {
+        kind != REFORMAT_TYPE_L3_TUNNEL_TO_L2
+    };
+    if !fits {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "a receive entry reformats an L3 tunnel to L2 only, a transmit entry encapsulates \
+             only",
+        ));
+    }
+    Ok(Some(id))
+}
+
+/// Counts one more (`hold`) or one fewer flow entry naming packet reformat context `id`.
+fn hold_reformat(core: &mut Core, id: Option<u32>, hold: bool) {
+    if let Some(r) = id.and_then(|id| core.res.reformats.get_mut(id)) {
+        r.fte_users = if hold {
+            r.fte_users + 1
+        } else {
+            r.fte_users.saturating_sub(1)
+        };
+    }
 }

@@ -105,6 +105,9 @@ pub(crate) struct FlowEntry {
     /// The modify-header context applied to the frames it matches
     /// (`FLOW_CONTEXT_ACTION_MOD_HDR`), if any.
     pub modify_header: Option<u32>,
+    /// The packet reformat context applied to them (`FLOW_CONTEXT_ACTION_ENCAP`, its
+    /// `packet_reformat_id`), if any.
+    pub reformat: Option<u32>,
 }
 
 #[derive(Debug)]
@@ -143,6 +146,8 @@ pub(crate) struct ModifyHeader {
 pub(crate) struct PacketReformat {
     pub reformat_type: u8,
     pub data: Vec<u8>,
+    /// Flow entries naming it.
+    pub fte_users: u32,
 }
 
 /// A flow counter (ALLOC_FLOW_COUNTER): the frames and bytes the entries naming it matched.

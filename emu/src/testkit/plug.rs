@@ -16,6 +16,8 @@ pub struct Plug {
     pub h: Host,
     /// The send queue.
     pub sq: Sq,
+    /// The TIR of the receive queue (the receive root's catch-all entry's destination).
+    pub tirn: u32,
     tx_key: u32,
     tx_cq: Cq,
     rx_cq: Cq,
@@ -41,10 +43,11 @@ impl Plug {
             h.post_recv(&mut rq, buf, 2048, rx_key);
             rx_bufs.push(buf);
         }
-        h.steer_all_to(rq.rqn);
+        let tirn = h.steer_all_to(rq.rqn);
         Plug {
             h,
             sq,
+            tirn,
             tx_key,
             tx_cq,
             rx_cq,
