@@ -240,12 +240,7 @@ pub(crate) fn steer(
                 Next::Drop => return done(tirs, flow_tag, now),
             }
         }
-        let hit = table.entries.values().find(|entry| {
-            table
-                .groups
-                .get(&entry.group)
-                .is_some_and(|group| group.matches(now.words(), &entry.value))
-        });
+        let hit = table.hit(now.words());
         if let Some(entry) = hit {
             count(core, &entry.counters, frame_len);
             if now.apply_entry(core, entry).is_err() {

@@ -65,12 +65,7 @@ pub(crate) fn steer(core: &Core, sqn: u32, frame: &[u8]) -> Verdict {
                 Next::Drop => return Verdict::Drop,
             }
         }
-        let hit = table.entries.values().find(|entry| {
-            table
-                .groups
-                .get(&entry.group)
-                .is_some_and(|group| group.matches(now.words(), &entry.value))
-        });
+        let hit = table.hit(now.words());
         if let Some(entry) = hit {
             count(core, &entry.counters, frame.len());
             if now.apply_entry(core, entry).is_err() {

@@ -5,8 +5,8 @@
 //! the field capabilities rdma-core's GENEVE tests ask of the receive tables. The frames go out
 //! of an SQ through the transmit tables and come back on a loopback plug.
 
-use cxdirect_emu::testkit::dr::{self, domain};
-use cxdirect_emu::testkit::flow_tables::{create_table_of, root_forwarding_to, set_root_of};
+use cxdirect_emu::testkit::dr::domain;
+use cxdirect_emu::testkit::flow_tables::{create_table_of, set_root_of};
 use cxdirect_emu::testkit::plug::Plug;
 use cxdirect_emu::testkit::ste::Builder;
 use cxdirect_emu::testkit::{CmdFail, Host};
@@ -200,15 +200,7 @@ fn a_steering_entry_s_geneve_lookup_drops_only_its_vni() {
     let mut e = Builder::init(DONT_CARE, 0);
     e.always_miss(caps.tx_allow);
     dom.write(&mut p.h, vec![(anchor, a), (matcher, rule), (end, e)]);
-    let table = dr::create_sw_table(
-        &mut p.h,
-        FLOW_TABLE_TYPE_NIC_TX,
-        caps.max_ft_level - 1,
-        dom.base,
-    )
-    .unwrap();
-    // The transmit root hands every frame to the software table.
-    root_forwarding_to(&mut p.h, FLOW_TABLE_TYPE_NIC_TX, table);
+    dom.transmit_table(&mut p.h);
     assert_eq!(p.send(&geneve(GENEVE_VNI, false)), None);
     for other in [geneve(GENEVE_VNI ^ 0x10, false), gre(GRE_KEY)] {
         assert_eq!(p.send(&other), Some(other.clone()));

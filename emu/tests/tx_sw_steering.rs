@@ -10,8 +10,7 @@
 
 use cxdirect_emu::testkit::dr::{self, domain};
 use cxdirect_emu::testkit::flow_tables::{
-    alloc_counter, create_table_of, query_counter, root_forwarding_to, set_entry, set_root_of,
-    smac_group,
+    alloc_counter, create_table_of, query_counter, set_entry, set_root_of, smac_group,
 };
 use cxdirect_emu::testkit::plug::Plug;
 use cxdirect_emu::testkit::ste::{self as tb, Builder};
@@ -84,11 +83,6 @@ fn put_actions(entry: &mut Builder, actions: &[&[u8]]) {
     }
 }
 
-/// A transmit root whose one catch-all entry goes on to software-owned table `table`.
-fn tx_root_to(h: &mut Host, table: u32) {
-    root_forwarding_to(h, FLOW_TABLE_TYPE_NIC_TX, table);
-}
-
 #[test]
 fn software_transmit_entries_push_a_vlan_and_rewrite_the_source_mac() {
     let mut p = Plug::new(EmuConfig::default());
@@ -112,14 +106,7 @@ fn software_transmit_entries_push_a_vlan_and_rewrite_the_source_mac() {
         caps.tx_allow,
     );
     dom.write(&mut p.h, entries);
-    let table = dr::create_sw_table(
-        &mut p.h,
-        FLOW_TABLE_TYPE_NIC_TX,
-        caps.max_ft_level - 1,
-        dom.base,
-    )
-    .expect("software-owned transmit table");
-    tx_root_to(&mut p.h, table);
+    dom.transmit_table(&mut p.h);
     let frame = frame_from(SMAC);
     let got = p.send(&frame).expect("rewritten and sent");
     let mut want = frame.clone();
@@ -142,14 +129,7 @@ fn software_transmit_entries_drop_and_count_and_a_bad_walk_drops_too() {
     entries[1].1.counter(counter);
     assert_eq!(entries[1].0, dom.base + 0x1000, "the rule");
     dom.write(&mut p.h, entries);
-    let table = dr::create_sw_table(
-        &mut p.h,
-        FLOW_TABLE_TYPE_NIC_TX,
-        caps.max_ft_level - 1,
-        dom.base,
-    )
-    .unwrap();
-    tx_root_to(&mut p.h, table);
+    dom.transmit_table(&mut p.h);
     let before = p.h.dev.counters();
     assert_eq!(p.send(&frame_from(SMAC)), None);
     let other = frame_from(OTHER_SMAC);
@@ -202,14 +182,7 @@ fn a_register_an_entry_sets_is_what_the_next_lookup_matches() {
     let mut e = Builder::init(DONT_CARE, 0);
     e.always_miss(caps.tx_allow);
     dom.write(&mut p.h, vec![(anchor, a), (matcher, rule), (end, e)]);
-    let table = dr::create_sw_table(
-        &mut p.h,
-        FLOW_TABLE_TYPE_NIC_TX,
-        caps.max_ft_level - 1,
-        dom.base,
-    )
-    .unwrap();
-    tx_root_to(&mut p.h, table);
+    dom.transmit_table(&mut p.h);
     let before = p.h.dev.counters();
     assert_eq!(
         p.send(&frame_from(SMAC)),
@@ -280,14 +253,7 @@ fn a_software_transmit_entry_encapsulates_with_a_reformat_context_s_header() {
         &mut p.h,
         tx_table(dom.base, caps, &[&encap], &[], caps.tx_allow),
     );
-    let table = dr::create_sw_table(
-        &mut p.h,
-        FLOW_TABLE_TYPE_NIC_TX,
-        caps.max_ft_level - 1,
-        dom.base,
-    )
-    .unwrap();
-    tx_root_to(&mut p.h, table);
+    dom.transmit_table(&mut p.h);
     let got = p.send(&frame).expect("encapsulated and sent");
     assert_eq!(&got[header.len()..], &frame[..], "the frame, whole, inside");
     assert_eq!(&got[..24], &header[..24]);

@@ -129,6 +129,18 @@ pub(crate) struct FlowTable {
     pub sw_root: Option<u64>,
 }
 
+impl FlowTable {
+    /// The entry a frame with match parameter words `words` hits: the first, in index order,
+    /// whose group's mask and value it matches.
+    pub fn hit(&self, words: &[u64; MATCH_WORDS]) -> Option<&FlowEntry> {
+        self.entries.values().find(|entry| {
+            self.groups
+                .get(&entry.group)
+                .is_some_and(|group| group.matches(words, &entry.value))
+        })
+    }
+}
+
 /// A modify-header context (ALLOC_MODIFY_HEADER_CONTEXT): the table type whose entries may
 /// name it and its 8-byte actions as the command gave them (`set_action_in`,
 /// `copy_action_in`), checked when allocated.

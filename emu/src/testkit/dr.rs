@@ -129,3 +129,20 @@ pub fn create_sw_table(h: &mut Host, table_type: u8, level: u8, root: u64) -> Re
         .expect("layout")
         .table_id())
 }
+
+impl Domain {
+    /// A software-owned NIC transmit table whose entries start at the domain's base (level
+    /// `max_ft_level - 1`, as rdma-core creates them), with a transmit root forwarding every
+    /// frame to it; returns the table.
+    pub fn transmit_table(&self, h: &mut Host) -> u32 {
+        let table = create_sw_table(
+            h,
+            flow::FLOW_TABLE_TYPE_NIC_TX,
+            self.caps.max_ft_level - 1,
+            self.base,
+        )
+        .expect("software-owned transmit table");
+        super::flow_tables::root_forwarding_to(h, flow::FLOW_TABLE_TYPE_NIC_TX, table);
+        table
+    }
+}
