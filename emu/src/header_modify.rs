@@ -6,6 +6,7 @@
 //! `dr_ste_v1_action_modify_field_arr`), and [`crate::sw_steering::modify`] applies it, the
 //! checksums computed again after an IP or TCP/UDP field changed.
 
+use crate::sw_steering::action::Action;
 use crate::sw_steering::lookup::Metadata;
 use crate::sw_steering::modify::{ModifyError, Target};
 use cxdirect_hw::modify_header::{
@@ -56,17 +57,6 @@ fn device_field(sw: u16) -> Option<DeviceField> {
     }
 }
 
-/// One action decoded: its type and, in device terms, the destination (field, shifter), the
-/// length (0 for 32), the data, and for a COPY the source (field, shifter).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Decoded {
-    kind: u8,
-    dst: (u8, u8),
-    len: u8,
-    data: u32,
-    src: (u8, u8),
-}
-
 /// Why an action of a context is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refused {
@@ -89,34 +79,43 @@ fn place(sw: u16, offset: u8, len: u8) -> Result<(u8, u8), Refused> {
     Ok((d.field, SHIFT_BASE + d.start + offset))
 }
 
-fn decode(raw: &[u8; 8]) -> Result<Decoded, Refused> {
+/// One firmware action as the device's SET, ADD or COPY (what a steering entry would carry).
+fn decode(raw: &[u8; 8]) -> Result<Action, Refused> {
     let set = SetActionIn::new(&raw[..]).map_err(|_| Refused::Bits)?;
-    let kind = set.action_type();
-    match kind {
-        ACTION_TYPE_SET | ACTION_TYPE_ADD => {
-            // An ADD has neither offset nor length: the whole field.
-            let (offset, len) = if kind == ACTION_TYPE_SET {
-                (set.offset(), set.length())
-            } else {
-                let d = device_field(set.field()).ok_or(Refused::Field(set.field()))?;
-                (0, (d.end - d.start + 1) % 32)
-            };
-            Ok(Decoded {
-                kind,
-                dst: place(set.field(), offset, len)?,
+    match set.action_type() {
+        ACTION_TYPE_SET => {
+            let len = set.length();
+            let (field, shift) = place(set.field(), set.offset(), len)?;
+            Ok(Action::Set {
+                field,
+                shift,
                 len,
                 data: set.data(),
-                src: (0, 0),
+            })
+        }
+        ACTION_TYPE_ADD => {
+            // An ADD has neither offset nor length: the whole field.
+            let d = device_field(set.field()).ok_or(Refused::Field(set.field()))?;
+            let len = (d.end - d.start + 1) % 32;
+            let (field, shift) = place(set.field(), 0, len)?;
+            Ok(Action::Add {
+                field,
+                shift,
+                len,
+                data: set.data(),
             })
         }
         ACTION_TYPE_COPY => {
             let copy = CopyActionIn::new(&raw[..]).map_err(|_| Refused::Bits)?;
-            Ok(Decoded {
-                kind,
-                dst: place(copy.dst_field(), copy.dst_offset(), copy.length())?,
-                len: copy.length(),
-                data: 0,
-                src: place(copy.src_field(), copy.src_offset(), copy.length())?,
+            let len = copy.length();
+            let (dst_field, dst_shift) = place(copy.dst_field(), copy.dst_offset(), len)?;
+            let (src_field, src_shift) = place(copy.src_field(), copy.src_offset(), len)?;
+            Ok(Action::Copy {
+                dst_field,
+                dst_shift,
+                len,
+                src_field,
+                src_shift,
             })
         }
         other => Err(Refused::Type(other)),
@@ -133,19 +132,9 @@ pub(crate) fn check(raw: &[u8; 8]) -> Result<(), Refused> {
 /// at zero: the model keeps none across tables.
 pub(crate) fn apply(actions: &[[u8; 8]], frame: &mut [u8]) -> Result<(), ModifyError> {
     let mut meta = Metadata::default();
-    let mut target = Target {
-        frame,
-        meta: &mut meta,
-        l3_l4_changed: false,
-    };
+    let mut target = Target::new(frame, &mut meta);
     for raw in actions {
-        let a = decode(raw).map_err(|_| ModifyError::Bits)?;
-        let (field, shift) = a.dst;
-        match a.kind {
-            ACTION_TYPE_SET => target.set(field, shift, a.len, a.data)?,
-            ACTION_TYPE_ADD => target.add(field, shift, a.len, a.data)?,
-            _ => target.copy(field, shift, a.len, a.src.0, a.src.1)?,
-        }
+        target.act(&decode(raw).map_err(|_| ModifyError::Bits)?)?;
     }
     target.finish();
     Ok(())
@@ -167,17 +156,19 @@ mod tests {
         raw
     }
 
+    /// The device field and shifter a SET decodes to.
+    fn dst(raw: [u8; 8]) -> (u8, u8) {
+        match decode(&raw) {
+            Ok(Action::Set { field, shift, .. }) => (field, shift),
+            other => panic!("not a SET: {other:?}"),
+        }
+    }
+
     #[test]
     fn the_smac_halves_land_where_rdma_core_puts_them() {
         // test_root_tbl_modify_header_rule: OUT_SMAC_47_16 (32 bits) and OUT_SMAC_15_0 (16).
-        assert_eq!(
-            decode(&set(f::SMAC_47_16, 0, 32, 1)).unwrap().dst,
-            (0x08, 0x20)
-        );
-        assert_eq!(
-            decode(&set(f::SMAC_15_0, 0, 16, 1)).unwrap().dst,
-            (0x09, 0x30)
-        );
+        assert_eq!(dst(set(f::SMAC_47_16, 0, 32, 1)), (0x08, 0x20));
+        assert_eq!(dst(set(f::SMAC_15_0, 0, 16, 1)), (0x09, 0x30));
         let mut frame = vec![0u8; 60];
         frame[12..14].copy_from_slice(&[0x88, 0xb5]);
         apply(
@@ -199,9 +190,6 @@ mod tests {
         assert_eq!(check(&bad), Err(Refused::Type(4)));
         assert_eq!(check(&set(0x6e, 0, 32, 1)), Err(Refused::Field(0x6e)));
         assert_eq!(check(&set(f::SMAC_15_0, 8, 16, 1)), Err(Refused::Bits));
-        assert_eq!(
-            decode(&set(f::METADATA_REGC_0 + 4, 0, 0, 1)).unwrap().dst,
-            (0x8c, 0x20)
-        );
+        assert_eq!(dst(set(f::METADATA_REGC_0 + 4, 0, 0, 1)), (0x8c, 0x20));
     }
 }

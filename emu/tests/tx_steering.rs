@@ -22,6 +22,14 @@ use cxdirect_hw::modify_header as mh;
 const SMAC: [u8; 6] = [0x02, 0x5a, 0, 0, 0, 0x07];
 const OTHER_SMAC: [u8; 6] = [0x02, 0x5a, 0, 0, 0, 0x08];
 
+/// A plugged function without software steering: only firmware tables.
+fn firmware_only() -> Plug {
+    Plug::new(EmuConfig {
+        sw_steering: false,
+        ..EmuConfig::default()
+    })
+}
+
 fn frame_from(smac: [u8; 6]) -> Vec<u8> {
     let mut f = udp_frame(64, 5);
     f[6..12].copy_from_slice(&smac);
@@ -30,10 +38,7 @@ fn frame_from(smac: [u8; 6]) -> Vec<u8> {
 
 #[test]
 fn transmit_tables_are_offered_as_the_egress_namespace_needs_them() {
-    let mut p = Plug::new(EmuConfig {
-        sw_steering: false,
-        ..EmuConfig::default()
-    });
+    let mut p = firmware_only();
     let page = p.h.query_cap(cap_type::FLOW_TABLE, true);
     let f = FlowTableNicCap::new(&page[0x10..]).unwrap();
     let tx = f.flow_table_properties_nic_transmit();
@@ -51,10 +56,7 @@ fn transmit_tables_are_offered_as_the_egress_namespace_needs_them() {
 
 #[test]
 fn a_transmit_drop_entry_keeps_its_frames_in_and_counts_them() {
-    let mut p = Plug::new(EmuConfig {
-        sw_steering: false,
-        ..EmuConfig::default()
-    });
+    let mut p = firmware_only();
     let h = &mut p.h;
     let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).expect("TX table");
     let group = smac_group(h, FLOW_TABLE_TYPE_NIC_TX, root, 0, true).unwrap();
@@ -91,10 +93,7 @@ fn a_transmit_drop_entry_keeps_its_frames_in_and_counts_them() {
 
 #[test]
 fn a_transmit_entry_forwards_to_a_deeper_table_and_an_allow_lets_the_frame_out() {
-    let mut p = Plug::new(EmuConfig {
-        sw_steering: false,
-        ..EmuConfig::default()
-    });
+    let mut p = firmware_only();
     let h = &mut p.h;
     let last = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 2, 2, None).unwrap();
     let g = smac_group(h, FLOW_TABLE_TYPE_NIC_TX, last, 0, true).unwrap();
@@ -132,10 +131,7 @@ fn a_transmit_entry_forwards_to_a_deeper_table_and_an_allow_lets_the_frame_out()
 
 #[test]
 fn transmit_entries_name_no_tir_and_no_table_of_the_other_direction() {
-    let mut p = Plug::new(EmuConfig {
-        sw_steering: false,
-        ..EmuConfig::default()
-    });
+    let mut p = firmware_only();
     let h = &mut p.h;
     let tx = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
     let rx = create_table_of(h, FLOW_TABLE_TYPE_NIC_RX, 3, 2, None).unwrap();

@@ -11,6 +11,7 @@
 //! (an inference: a device that rewrote addresses and ports without them would send frames
 //! every receiver drops; a UDP checksum of 0, "none", stays 0).
 
+use super::action::Action;
 use super::lookup::Metadata;
 use crate::packet::{self, L3Kind, L4Kind, Parsed};
 
@@ -50,6 +51,8 @@ pub(crate) enum ModifyError {
     Absent(u8),
     /// A bit range outside the 32-bit word.
     Bits,
+    /// An action other than SET, ADD and COPY.
+    NotModify,
 }
 
 /// A packet and its metadata, as a modify action changes them.
@@ -60,6 +63,9 @@ pub(crate) struct Target<'a> {
     pub(crate) meta: &'a mut Metadata,
     /// Whether an IP or TCP/UDP field changed, so the checksums must be computed again.
     pub(crate) l3_l4_changed: bool,
+    /// The frame's parse: fields lie at fixed places in it, and only a new ethertype moves
+    /// them, after which it is parsed again.
+    parsed: Parsed,
 }
 
 /// Bits `[pos, pos + len)` of a word from a shifter and a length as rdma-core writes them.
@@ -77,7 +83,45 @@ fn mask(pos: u32, len: u32) -> u32 {
     (u32::MAX >> (32 - len)) << pos
 }
 
-impl Target<'_> {
+impl<'a> Target<'a> {
+    /// `frame` and its registers `meta`, nothing changed yet.
+    pub(crate) fn new(frame: &'a mut [u8], meta: &'a mut Metadata) -> Self {
+        let parsed = packet::parse(frame);
+        Target {
+            frame,
+            meta,
+            l3_l4_changed: false,
+            parsed,
+        }
+    }
+
+    /// Applies a SET, ADD or COPY action; any other action is refused
+    /// ([`ModifyError::NotModify`]).
+    pub(crate) fn act(&mut self, action: &Action) -> Result<(), ModifyError> {
+        match *action {
+            Action::Set {
+                field,
+                shift,
+                len,
+                data,
+            } => self.set(field, shift, len, data),
+            Action::Add {
+                field,
+                shift,
+                len,
+                data,
+            } => self.add(field, shift, len, data),
+            Action::Copy {
+                dst_field,
+                dst_shift,
+                len,
+                src_field,
+                src_shift,
+            } => self.copy(dst_field, dst_shift, len, src_field, src_shift),
+            _ => Err(ModifyError::NotModify),
+        }
+    }
+
     /// SET: bits of `field` from the low `len` bits of `data`.
     pub(crate) fn set(
         &mut self,
@@ -143,8 +187,8 @@ impl Target<'_> {
 
     /// The word `field` names.
     fn read(&self, field: u8) -> Result<u32, ModifyError> {
-        let p = packet::parse(self.frame);
-        Ok(match self.place(field, &p)? {
+        let p = &self.parsed;
+        Ok(match self.place(field, p)? {
             Place::Bytes(at) => be32(self.frame, at).ok_or(ModifyError::Absent(field))?,
             Place::HalfAndHalf { high, low } => {
                 let hi = high.map_or(Some(0), |at| be16(self.frame, at));
@@ -153,7 +197,7 @@ impl Target<'_> {
                     | u32::from(lo.ok_or(ModifyError::Absent(field))?)
             }
             Place::IpClass { l3 } => {
-                ip_class_word(self.frame, &p, l3).ok_or(ModifyError::Absent(field))?
+                ip_class_word(self.frame, p, l3).ok_or(ModifyError::Absent(field))?
             }
             Place::TcpFlags(at) => {
                 let ns = self.frame.get(at).ok_or(ModifyError::Absent(field))? & 1;
@@ -166,7 +210,7 @@ impl Target<'_> {
 
     /// Writes the word `field` names (its unmodelled bits are dropped).
     fn write(&mut self, field: u8, value: u32) -> Result<(), ModifyError> {
-        let p = packet::parse(self.frame);
+        let p = self.parsed;
         let place = self.place(field, &p)?;
         if !matches!(place, Place::Register(_)) && !is_l2(field) {
             self.l3_l4_changed = true;
@@ -189,6 +233,10 @@ impl Target<'_> {
                 *self.frame.get_mut(at + 1).ok_or(absent)? = (value >> 16) as u8;
             }
             Place::Register(r) => *self.register_mut(r) = value,
+        }
+        if field == field::L2_OUT_1 {
+            // The ethertype may have changed what follows.
+            self.parsed = packet::parse(self.frame);
         }
         Ok(())
     }
@@ -371,11 +419,7 @@ mod tests {
     fn smac_set_as_rdma_core_writes_it_takes_both_words() {
         let mut frame = udp_frame();
         let mut meta = Metadata::default();
-        let mut t = Target {
-            frame: &mut frame,
-            meta: &mut meta,
-            l3_l4_changed: false,
-        };
+        let mut t = Target::new(&mut frame, &mut meta);
         // OUT_SMAC_47_16 (start 0, 32 bits) and OUT_SMAC_15_0 (start 16, 16 bits).
         t.set(field::SRC_L2_OUT_0, 0x20, 32, 0x8888_8888).unwrap();
         t.set(field::SRC_L2_OUT_1, 0x30, 16, 0x8888).unwrap();
@@ -389,11 +433,7 @@ mod tests {
     fn ip_and_port_changes_keep_the_checksums_right() {
         let mut frame = udp_frame();
         let mut meta = Metadata::default();
-        let mut t = Target {
-            frame: &mut frame,
-            meta: &mut meta,
-            l3_l4_changed: false,
-        };
+        let mut t = Target::new(&mut frame, &mut meta);
         t.set(field::IPV4_OUT_1, 0x20, 0, 0x0a00_0063).unwrap();
         t.set(field::L4_OUT_0, 0x20, 16, 4791).unwrap();
         // TTL minus one, as a decrement is written: ADD 0xff to the 8 bits at 8.
@@ -411,11 +451,7 @@ mod tests {
     fn copies_reach_registers_and_absent_fields_are_refused() {
         let mut frame = udp_frame();
         let mut meta = Metadata::default();
-        let mut t = Target {
-            frame: &mut frame,
-            meta: &mut meta,
-            l3_l4_changed: false,
-        };
+        let mut t = Target::new(&mut frame, &mut meta);
         // The UDP source port into reg_c_1's low half, then reg_c_1 into reg_c_4.
         t.copy(field::REGISTER_0_1, 0x20, 16, field::L4_OUT_0, 0x30)
             .unwrap();

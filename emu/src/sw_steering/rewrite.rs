@@ -98,12 +98,9 @@ impl<'a, I: IcmRead + ?Sized> Rewriting<'a, I> {
         let mut out = self.out.map(|(bytes, _)| bytes);
         let mut meta = self.meta;
         if let (Some(bytes), true) = (out.as_mut(), self.l3_l4_changed) {
-            Target {
-                frame: bytes,
-                meta: &mut meta,
-                l3_l4_changed: true,
-            }
-            .finish();
+            let mut target = Target::new(bytes, &mut meta);
+            target.l3_l4_changed = true;
+            target.finish();
         }
         (out, self.flow_tag)
     }
@@ -140,45 +137,15 @@ impl<'a, I: IcmRead + ?Sized> Rewriting<'a, I> {
     fn target(&mut self) -> Target<'_> {
         let (original, parsed) = (self.original, self.original_parsed);
         let (bytes, _) = self.out.get_or_insert_with(|| (original.to_vec(), *parsed));
-        Target {
-            frame: bytes,
-            meta: &mut self.meta,
-            l3_l4_changed: false,
-        }
+        Target::new(bytes, &mut self.meta)
     }
 
     /// Applies one action other than a flow tag or a list, and re-parses what it changed.
     fn one(&mut self, action: &Action) -> Result<(), Unsupported> {
         let changed = match *action {
-            Action::Set {
-                field,
-                shift,
-                len,
-                data,
-            } => {
+            Action::Set { .. } | Action::Add { .. } | Action::Copy { .. } => {
                 let mut t = self.target();
-                t.set(field, shift, len, data)?;
-                t.l3_l4_changed
-            }
-            Action::Add {
-                field,
-                shift,
-                len,
-                data,
-            } => {
-                let mut t = self.target();
-                t.add(field, shift, len, data)?;
-                t.l3_l4_changed
-            }
-            Action::Copy {
-                dst_field,
-                dst_shift,
-                len,
-                src_field,
-                src_shift,
-            } => {
-                let mut t = self.target();
-                t.copy(dst_field, dst_shift, len, src_field, src_shift)?;
+                t.act(action)?;
                 t.l3_l4_changed
             }
             Action::RemoveBySize {
