@@ -191,24 +191,39 @@ impl TirList {
 /// (`frame`, parsed as `parsed`) to the steering entries software wrote for it
 /// ([`crate::sw_steering`]), which decide the rest. Entries' rewrites (a firmware entry's
 /// modify-header context, a walk's actions) change the frame the next tables see and the one
-/// every TIR it goes to receives.
+/// every TIR it goes to receives. A flow sampler on the way copies one frame in its ratio to
+/// its sample table: where each copy went is pushed to `copies` (nothing is allocated unless
+/// a copy is taken).
 pub(crate) fn steer(
     core: &Core,
     words: &[u64; MATCH_WORDS],
     parsed: &Parsed,
     frame: &[u8],
+    copies: &mut Vec<Verdict>,
 ) -> Verdict {
-    let frame_len = frame.len();
-    let Some(mut table_id) = core.res.rx_root else {
+    let Some(root) = core.res.rx_root else {
         return Verdict::Drop;
     };
-    let mut now = Steered::new(frame, parsed, words, None);
+    let now = Steered::new(frame, parsed, words, None);
+    through_tables(core, root, now, 0, frame.len(), Some(copies))
+}
+
+/// The walk of [`steer`] from table `table_id`, with the frame as `now` holds it and the flow
+/// tag set so far. `copies` is where sampled copies go; `None` for a copy's own walk, which a
+/// sampler hands on to its default table without copying again.
+fn through_tables(
+    core: &Core,
+    mut table_id: u32,
+    mut now: Steered<'_>,
+    mut flow_tag: u32,
+    frame_len: usize,
+    mut copies: Option<&mut Vec<Verdict>>,
+) -> Verdict {
     // TIRs an entry listed beside a table keep their copy while the walk goes on into the
     // table (a destination list replicates the frame to each destination: rdma-core's
     // destination arrays, `mlx5dv_dr_action_create_dest_array`).
     let mut tirs = TirList::default();
     // An entry that forwards with a non-zero tag sets it; later ones without leave it.
-    let mut flow_tag = 0;
     let done = |tirs: TirList, flow_tag, now: Steered<'_>| {
         if tirs.is_empty() {
             Verdict::Drop
@@ -235,6 +250,28 @@ pub(crate) fn steer(
                 }
                 Next::Table(id) => {
                     table_id = id;
+                    continue;
+                }
+                Next::Sampler(id) => {
+                    let Some(sampler) = core.res.samplers.get(id) else {
+                        return done(tirs, flow_tag, now);
+                    };
+                    if sampler.take() {
+                        if let Some(copies) = copies.as_deref_mut() {
+                            let copy = through_tables(
+                                core,
+                                sampler.sample_table,
+                                now.clone(),
+                                flow_tag,
+                                frame_len,
+                                None,
+                            );
+                            if copy != Verdict::Drop {
+                                copies.push(copy);
+                            }
+                        }
+                    }
+                    table_id = sampler.default_table;
                     continue;
                 }
                 Next::Drop => return done(tirs, flow_tag, now),
@@ -306,6 +343,7 @@ pub(crate) fn match_words(parsed: &Parsed, frame: &[u8], sqn: Option<u32>) -> [u
 /// arrived until an entry changes it (a firmware entry's modify-header context, a software
 /// steering walk's actions), then the rewritten copy, parsed and matched again, which the
 /// next tables see and which is what is delivered or sent.
+#[derive(Clone)]
 pub(crate) struct Steered<'a> {
     original: &'a [u8],
     original_parsed: &'a Parsed,

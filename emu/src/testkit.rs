@@ -34,6 +34,7 @@ use std::sync::Arc;
 
 pub mod devx;
 pub mod dr;
+pub mod dr_receive;
 pub mod flow_tables;
 pub mod mpwqe;
 pub mod pattern;

@@ -315,6 +315,10 @@ layout! {
         /// device walks them from `sw_owner_icm_root_0` (rdma-core's
         /// `dr_devx_create_flow_table`).
         sw_owner: bool @ 0x2 [0x1],
+        /// A termination table: its entries end the packet's walk (e-switch tables forwarding
+        /// to vports; rdma-core sets it on a flow sampler's sample table,
+        /// `dr_action_create_sampler_term_tbl`).
+        termination_table: bool @ 0x3 [0x1],
         /// What a miss does: [`FLOW_TABLE_MISS_ACTION_DEFAULT`] or [`FLOW_TABLE_MISS_ACTION_FWD`].
         table_miss_action: u8 @ 0x4 [0x4],
         /// Level of the table; a table may forward only to tables of a higher level.

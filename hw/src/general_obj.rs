@@ -16,6 +16,10 @@ pub mod obj_type {
     /// areas of the device-memory capability page, which SW ICM memory keys may cover
     /// ([`crate::sw_icm`]).
     pub const SW_ICM: u16 = 0x8;
+    /// A flow sampler (`MLX5_OBJ_TYPE_FLOW_SAMPLER`): packets steering entries send to it go
+    /// on to its default table, one in `sample_ratio` copied to its sample table
+    /// ([`crate::sampler`]).
+    pub const FLOW_SAMPLER: u16 = 0x20;
     /// A block of reserved QP numbers (`MLX5_OBJ_TYPE_RESERVED_QPN`): QP numbers no QP or DCT
     /// is given while the object lives, which software may hand to a peer (an RDMA CM
     /// connection's QP number) without a QP behind them.

@@ -43,6 +43,7 @@ pub mod qp;
 pub mod reformat;
 pub mod reg;
 pub mod roce;
+pub mod sampler;
 pub mod sig;
 pub mod srq;
 pub mod sw_icm;

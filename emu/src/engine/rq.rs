@@ -102,12 +102,24 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8], from: Option<Sender>) {
     }
     let parsed = packet::parse(frame);
     let words = frame_match_words(&parsed, frame);
-    let (tirs, flow_tag, rewritten) = match steer(core, &words, &parsed, frame) {
-        Verdict::Tirs(tirs, flow_tag, rewritten) => (tirs, flow_tag, rewritten),
-        Verdict::Drop => {
-            add(&core.counters.rx_steer_drops, 1);
-            return;
-        }
+    let mut copies = Vec::new();
+    let verdict = steer(core, &words, &parsed, frame, &mut copies);
+    // Copies a flow sampler took go where its sample table sent them.
+    for copy in copies {
+        to_tirs(core, from, frame, &parsed, copy);
+    }
+    if verdict == Verdict::Drop {
+        add(&core.counters.rx_steer_drops, 1);
+        return;
+    }
+    to_tirs(core, from, frame, &parsed, verdict);
+}
+
+/// Delivers `frame` (parsed as `parsed`) to the RQs behind the TIRs `verdict` names, as the
+/// steering entries on its way rewrote it, with their flow tag.
+fn to_tirs(core: &mut Core, from: Option<Sender>, frame: &[u8], parsed: &Parsed, verdict: Verdict) {
+    let Verdict::Tirs(tirs, flow_tag, rewritten) = verdict else {
+        return;
     };
     // What reaches the RQs is the frame as software steering entries rewrote it.
     let reparsed;
@@ -116,7 +128,7 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8], from: Option<Sender>) {
             reparsed = packet::parse(bytes);
             (bytes.as_slice(), &reparsed)
         }
-        None => (frame, &parsed),
+        None => (frame, parsed),
     };
     for tirn in tirs.iter() {
         let Some(tir) = core.res.tirs.get(tirn) else {

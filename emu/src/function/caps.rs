@@ -319,8 +319,10 @@ impl CapSet {
                     | general_obj_types_bit(obj_type::SCHEDULING_ELEMENT)
                     // SW ICM only when asked for (`EmuConfig::sw_steering`): mlx5_core's
                     // `mlx5_dm_create` keys its SW ICM allocator on this bit.
+                    // Flow samplers too: only software steering entries reach one.
                     | if cfg.sw_steering {
                         general_obj_types_bit(obj_type::SW_ICM)
+                            | general_obj_types_bit(obj_type::FLOW_SAMPLER)
                     } else {
                         0
                     },

@@ -2,7 +2,8 @@
 //! DESTROY_GENERAL_OBJECT, dispatched by the header's `obj_type`. The model offers two types
 //! (the bits of `general_obj_types`): RESERVED_QPN, blocks of QP numbers no QP or DCT is
 //! given ([`crate::objects::reserved_qpn`]), and NIC scheduling elements (`fw::scheduling`);
-//! with `EmuConfig::sw_steering`, a third: pieces of SW ICM (`fw::sw_icm`). Any other type is
+//! with `EmuConfig::sw_steering`, two more: pieces of SW ICM (`fw::sw_icm`) and flow samplers
+//! (`fw::sampler`), which only software steering entries reach. Any other type is
 //! refused with [`Syndrome::UnknownObjType`].
 //!
 //! Read from rdma-core's libmlx5 (`providers/mlx5/mlx5.c`): `reserved_qpn_blk_alloc` sends
@@ -49,6 +50,7 @@ pub(crate) fn create(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdRes
             super::scheduling::create_general_object(core, input, output)
         }
         obj_type::SW_ICM => super::sw_icm::create(core, input, output),
+        obj_type::FLOW_SAMPLER => super::sampler::create(core, input, output),
         _ => Err(unknown_type()),
     }
 }
@@ -81,6 +83,7 @@ pub(crate) fn destroy(core: &mut Core, input: &[u8]) -> CmdResult {
             .ok_or(bad_res("no RESERVED_QPN object of that number")),
         obj_type::SCHEDULING_ELEMENT => super::scheduling::destroy_general_object(core, input),
         obj_type::SW_ICM => super::sw_icm::destroy(core, input),
+        obj_type::FLOW_SAMPLER => super::sampler::destroy(core, input),
         _ => Err(unknown_type()),
     }
 }
@@ -102,6 +105,7 @@ pub(crate) fn query(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResu
             super::scheduling::query_general_object(core, input, output)
         }
         obj_type::SW_ICM => super::sw_icm::query(core, input, output),
+        obj_type::FLOW_SAMPLER => super::sampler::query(core, input, output),
         _ => Err(unknown_type()),
     }
 }

@@ -34,6 +34,7 @@ pub(crate) mod qp_datagram;
 pub(crate) mod queues;
 pub(crate) mod reformat;
 pub(crate) mod roce;
+pub(crate) mod sampler;
 pub(crate) mod scheduling;
 pub(crate) mod sig;
 pub(crate) mod steering;

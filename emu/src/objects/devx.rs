@@ -52,6 +52,8 @@ pub(crate) enum Owned {
     PacketReformat,
     /// A modify-header context (ALLOC_MODIFY_HEADER_CONTEXT).
     ModifyHeader,
+    /// A FLOW_SAMPLER general object, by its number.
+    FlowSampler,
 }
 
 /// The live user contexts and who owns which object.

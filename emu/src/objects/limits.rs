@@ -98,5 +98,8 @@ pub(crate) const LOG_MAX_PACKET_REFORMAT_CONTEXT: u8 = 12;
 /// Log2 of the modify-header contexts a function may hold at once
 /// (`log_max_modify_header_context`).
 pub(crate) const LOG_MAX_MODIFY_HEADER_CONTEXT: u8 = 12;
+
+/// Flow samplers a function may hold at once (the model's choice; no capability names it).
+pub(crate) const MAX_FLOW_SAMPLERS: u32 = 1 << 12;
 /// Most actions of one modify-header context (`max_modify_header_actions`).
 pub(crate) const MAX_MODIFY_HEADER_ACTIONS: u8 = 32;

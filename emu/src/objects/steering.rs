@@ -2,7 +2,7 @@
 //! flow tables with their groups and entries.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 #[derive(Debug)]
 pub(crate) struct Tis {
@@ -160,6 +160,37 @@ pub(crate) struct PacketReformat {
     pub data: Vec<u8>,
     /// Flow entries naming it.
     pub fte_users: u32,
+}
+
+/// A flow sampler (CREATE_GENERAL_OBJECT of type FLOW_SAMPLER, `fw::sampler`): a packet
+/// reaching its ICM address goes on to `default_table`; one in `sample_ratio` is also copied
+/// to `sample_table`. Both tables are held (`FlowTable::referenced`) while it lives.
+#[derive(Debug)]
+pub(crate) struct FlowSampler {
+    /// The tables' type (the model takes NIC receive).
+    pub table_type: u8,
+    /// The table every packet goes on to.
+    pub default_table: u32,
+    /// The table copies go to.
+    pub sample_table: u32,
+    /// One packet in this many is copied (1 and up).
+    pub sample_ratio: u32,
+    /// As CREATE gave them, for QUERY.
+    pub level: u8,
+    pub ignore_flow_level: bool,
+    /// Packets that reached it.
+    pub seen: AtomicU64,
+}
+
+impl FlowSampler {
+    /// Counts a packet reaching the sampler; whether it is the one in `sample_ratio` that is
+    /// copied (the `sample_ratio`-th, then every `sample_ratio` after it). A device picks
+    /// copies at random at that rate; the model picks them by count, so that a test knows
+    /// which.
+    pub fn take(&self) -> bool {
+        let n = self.seen.fetch_add(1, Ordering::Relaxed) + 1;
+        n % u64::from(self.sample_ratio.max(1)) == 0
+    }
 }
 
 /// A flow counter (ALLOC_FLOW_COUNTER): the frames and bytes the entries naming it matched.

@@ -6,7 +6,7 @@
 //! `dr_ste_v1_set_counter_id`); a flow tag goes into the receive CQE as a firmware entry's
 //! does; VLAN pops and pushes and header modifications rewrite a copy of the frame
 //! ([`super::rewrite`]), as do encapsulation and decapsulation; the rewritten frame goes on to
-//! the TIR or firmware table the walk ends at. A frame whose walk asks for an action the model
+//! the TIR, firmware table or flow sampler the walk ends at. A frame whose walk asks for an action the model
 //! does not apply is dropped and counted in `rx_sw_steering_errors`, never delivered
 //! unmodified.
 
@@ -27,6 +27,8 @@ pub(crate) enum Next {
     /// On to this firmware flow table (a destination array's or a root-table action's table,
     /// by the address QUERY_FLOW_TABLE gave).
     Table(u32),
+    /// To this flow sampler (by the address QUERY_GENERAL_OBJECT gave).
+    Sampler(u32),
 }
 
 /// What the walk decided for a frame: where it goes, the flow tag its hits set, and the flow
@@ -61,6 +63,7 @@ pub(crate) fn receive(core: &Core, root: u64, parsed: &Parsed, frame: &[u8]) -> 
     decision.next = match terminal {
         ReceiveTerminal::Tir(tirn) => Next::Tir(tirn),
         ReceiveTerminal::Table(id) => Next::Table(id),
+        ReceiveTerminal::Sampler(id) => Next::Sampler(id),
         ReceiveTerminal::Drop => Next::Drop,
     };
     decision

@@ -29,8 +29,10 @@ pub(crate) const TX_ALLOW: u64 = WINDOW + 0x80;
 const TIRS: u64 = WINDOW + (1 << 32);
 /// First firmware table address: table `n` answers at `TABLES + 64 n`, the next 1 GiB.
 const TABLES: u64 = TIRS + (1 << 30);
+/// First flow sampler address: sampler `n` answers at `SAMPLERS + 64 n`, the next 1 GiB.
+const SAMPLERS: u64 = TABLES + (1 << 30);
 /// End of the window.
-const END: u64 = TABLES + (1 << 30);
+const END: u64 = SAMPLERS + (1 << 30);
 
 /// The ICM address of TIR `tirn` (CREATE_TIR's `icm_address`).
 pub(crate) fn tir_address(tirn: u32) -> u64 {
@@ -43,6 +45,14 @@ pub(crate) fn table_address(id: u32) -> u64 {
     TABLES + (u64::from(id & 0x00ff_ffff) << 6)
 }
 
+/// The ICM address of flow sampler `id` (QUERY_GENERAL_OBJECT's
+/// `sw_steering_icm_address_rx` and `_tx`): an entry hitting it hands the packet to the
+/// sampler, which sends it on to its default table and copies one in `sample_ratio` to its
+/// sample table.
+pub(crate) fn sampler_address(id: u32) -> u64 {
+    SAMPLERS + (u64::from(id & 0x00ff_ffff) << 6)
+}
+
 /// Where a walk on the receive side ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ReceiveTerminal {
@@ -53,6 +63,8 @@ pub(crate) enum ReceiveTerminal {
     Tir(u32),
     /// On to this firmware flow table.
     Table(u32),
+    /// To this flow sampler.
+    Sampler(u32),
 }
 
 /// The function's terminals as a receive walk sees them.
@@ -74,10 +86,18 @@ impl Terminals for ReceiveTerminals<'_> {
                     ReceiveTerminal::Drop
                 })
             }
-            a if (TABLES..END).contains(&a) && a % 64 == 0 => {
+            a if (TABLES..SAMPLERS).contains(&a) && a % 64 == 0 => {
                 Some(match firmware_table(self.core, a, FLOW_TABLE_TYPE_NIC_RX) {
                     Some(id) => ReceiveTerminal::Table(id),
                     None => ReceiveTerminal::Drop,
+                })
+            }
+            a if (SAMPLERS..END).contains(&a) && a % 64 == 0 => {
+                let id = ((a - SAMPLERS) >> 6) as u32;
+                Some(if self.core.res.samplers.contains(id) {
+                    ReceiveTerminal::Sampler(id)
+                } else {
+                    ReceiveTerminal::Drop
                 })
             }
             // Anything else in the window answers as a drop.
@@ -105,7 +125,8 @@ pub(crate) enum TransmitTerminal {
     /// action).
     Allow,
     /// Dropped: the drop addresses, a TIR (meaningless on transmit), a table of the other
-    /// direction or one that no longer exists.
+    /// direction or one that no longer exists, a flow sampler (the model samples on receive
+    /// only).
     Drop,
     /// On to this firmware transmit table.
     Table(u32),
@@ -122,7 +143,7 @@ impl Terminals for TransmitTerminals<'_> {
     fn terminal(&self, addr: u64) -> Option<TransmitTerminal> {
         match addr {
             TX_ALLOW => Some(TransmitTerminal::Allow),
-            a if (TABLES..END).contains(&a) && a % 64 == 0 => {
+            a if (TABLES..SAMPLERS).contains(&a) && a % 64 == 0 => {
                 Some(match firmware_table(self.core, a, FLOW_TABLE_TYPE_NIC_TX) {
                     Some(id) => TransmitTerminal::Table(id),
                     None => TransmitTerminal::Drop,

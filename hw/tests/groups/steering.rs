@@ -1,7 +1,10 @@
 use super::common;
 use cxdirect_hw::flow::*;
 use cxdirect_hw::mkey::*;
+use cxdirect_hw::modify_header::*;
+use cxdirect_hw::reformat::*;
 use cxdirect_hw::reg::*;
+use cxdirect_hw::sampler::*;
 use cxdirect_hw::vport::*;
 
 pub fn checks() -> usize {
@@ -59,6 +62,19 @@ pub fn checks() -> usize {
         QuerySpecialContextsOut,
         DestroyMkeyIn,
         Mtt,
+        QueryFlowTableIn,
+        QueryFlowTableOut,
+        AllocPacketReformatContextIn,
+        PacketReformatContextIn,
+        AllocPacketReformatContextOut,
+        DeallocPacketReformatContextIn,
+        AllocModifyHeaderContextIn,
+        AllocModifyHeaderContextOut,
+        DeallocModifyHeaderContextIn,
+        SetActionIn,
+        CopyActionIn,
+        CreateFlowSamplerIn,
+        QueryFlowSamplerOut,
     );
     helpers();
     checks
