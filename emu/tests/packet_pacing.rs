@@ -3,7 +3,8 @@
 //! SET_PP_RATE_LIMIT as `mlx5_set_pp_rate_limit_cmd` sends it for `mlx5_rl_add_rate_raw`
 //! (libmlx5's `mlx5dv_pp_alloc`, rdma-core's `test_pp_alloc` in `tests/test_mlx5_pp.py`):
 //! a shared entry under the shared uid, a dedicated one under the DEVX context's uid, each let
-//! go of by writing its context as zeros; an index out of range refused.
+//! go of by writing its context as zeros; an index out of range refused. An SQ naming an entry
+//! sends at its rate, as mlx5e's `tx_maxrate` (`mlx5e_set_sq_maxrate`) expects.
 
 use cxdirect_emu::testkit::{self, CmdFail, Host};
 use cxdirect_emu::Syndrome;
@@ -31,6 +32,20 @@ fn set_rate(h: &mut Host, uid: u16, index: u16, rate_kbps: u32) -> Result<Vec<u8
     cmd.set_uid(uid).set_rate_limit_index(index);
     cmd.ctx_mut().set_rate_limit(rate_kbps);
     h.exec(&input, 0x10)
+}
+
+/// MODIFY_SQ RDY to RDY naming rate table entry `index`, as `mlx5e_modify_sq` sends it for
+/// `mlx5e_set_sq_maxrate` (`rl_update`).
+fn modify_rate(sqn: u32, index: u16) -> Vec<u8> {
+    let mut input = Host::input(Opcode::ModifySq, 0, 0x110);
+    let mut m = ModifySqIn::new(&mut input[..]).expect("layout");
+    m.set_sq_state(1)
+        .set_sqn(sqn)
+        .set_modify_bitmask(MODIFY_SQ_BITMASK_PACKET_PACING_RATE_LIMIT_INDEX);
+    m.ctx_mut()
+        .set_state(1)
+        .set_packet_pacing_rate_limit_index(index);
+    input
 }
 
 fn refused<T: std::fmt::Debug>(result: Result<T, CmdFail>, syndrome: Syndrome) {
@@ -146,19 +161,69 @@ fn modify_sq_takes_a_rate_index_inside_the_table_only() {
     let tis = h.create_tis();
     let sq = h.create_sq(cq.cqn, tis, 6);
     set_rate(&mut h, SHARED_UID, 1, TEST_RATE_KBPS).expect("entry 1");
-    let modify = |index: u16| {
-        let mut input = Host::input(Opcode::ModifySq, 0, 0x110);
-        let mut m = ModifySqIn::new(&mut input[..]).expect("layout");
-        m.set_sq_state(1)
-            .set_sqn(sq.sqn)
-            .set_modify_bitmask(MODIFY_SQ_BITMASK_PACKET_PACING_RATE_LIMIT_INDEX);
-        m.ctx_mut()
-            .set_state(1)
-            .set_packet_pacing_rate_limit_index(index);
-        input
-    };
+    let modify = |index: u16| modify_rate(sq.sqn, index);
     h.exec(&modify(1), 0x10).expect("SQ paced by entry 1");
     h.exec(&modify(0), 0x10).expect("SQ back to unlimited");
     refused(h.exec(&modify(128), 0x10), Syndrome::RateIndexOutOfRange);
     h.teardown();
+}
+
+/// An SQ naming an entry sends at its rate: the entry's burst at once, then a frame each time
+/// the rate has paid for the one before; the rest wait in the ring and go without another
+/// doorbell. 10 frames of 500 bytes at 80 kb/s (10,000 bytes a second) with a 1,000-byte
+/// burst: 3 at once (the third leaves the bucket in debt), the other 7 over at least 350 ms.
+#[test]
+fn an_sq_naming_an_entry_sends_at_its_rate() {
+    let mut h = host();
+    let mut cq = h.create_cq(6);
+    let tis = h.create_tis();
+    let mut sq = h.create_sq(cq.cqn, tis, 6);
+    let key = h.create_mkey(false, false);
+    let mut input = Host::input(Opcode::SetPpRateLimit, 0, 0x40);
+    let mut cmd = SetPpRateLimitIn::new(&mut input[..]).expect("layout");
+    cmd.set_rate_limit_index(1);
+    cmd.ctx_mut().set_rate_limit(80).set_burst_upper_bound(1000);
+    h.exec(&input, 0x10).expect("SET_PP_RATE_LIMIT");
+    h.exec(&modify_rate(sq.sqn, 1), 0x10)
+        .expect("SQ paced by entry 1");
+
+    let sent = |h: &Host| h.dev.counters().tx_frames;
+    let before = sent(&h);
+    let start = std::time::Instant::now();
+    let frame = testkit::udp_frame(500 - 42, 1);
+    assert_eq!(frame.len(), 500);
+    for _ in 0..10 {
+        let buf = h.alloc(512, 64);
+        let wqe = h.build_send(&sq, &frame, buf, key, true);
+        h.post(&mut sq, &wqe, false);
+    }
+    assert_eq!(
+        sent(&h) - before,
+        3,
+        "the burst goes at once, the rest waits"
+    );
+    while sent(&h) - before < 10 && start.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        h.dev.poll();
+    }
+    assert_eq!(
+        sent(&h) - before,
+        10,
+        "the waiting frames go as the rate allows"
+    );
+    assert!(
+        start.elapsed() >= std::time::Duration::from_millis(340),
+        "7 frames of 500 bytes take at least 350 ms at 10,000 bytes a second: {:?}",
+        start.elapsed()
+    );
+    // Unlimited again: the next frames go at once.
+    h.exec(&modify_rate(sq.sqn, 0), 0x10).expect("SQ unlimited");
+    for _ in 0..5 {
+        let buf = h.alloc(512, 64);
+        let wqe = h.build_send(&sq, &frame, buf, key, true);
+        h.post(&mut sq, &wqe, false);
+    }
+    assert_eq!(sent(&h) - before, 15);
+    let completions = std::iter::from_fn(|| h.poll_cq(&mut cq)).count();
+    assert_eq!(completions, 15, "every send completes");
 }

@@ -632,3 +632,46 @@ fn an_rc_qp_attached_to_a_leaf_as_modify_qp_sched_elem_sends_it_still_carries_tr
     p.a.teardown();
     p.b.teardown();
 }
+
+/// A rate limit on a TSAR holds every SQ under it together: mlx5e's HTB offload sets a
+/// class's ceiling as the element's `max_average_bw` (Mb/s). Two SQs in a queue group under a
+/// root TSAR limited to 1 Mb/s (125,000 bytes a second, a 64 KiB bucket): 30 frames of 1,500
+/// bytes from the first and 30 from the second; together only the bucket's 44 frames go at
+/// once (separate buckets would let all 60), the other 16 over at least 190 ms, without
+/// another doorbell.
+#[test]
+fn a_rate_limited_tsar_paces_the_sqs_under_it_together() {
+    let mut h = host();
+    let root = create_se(&mut h, element_type::TSAR, 0, 0, 1).expect("root, 1 Mb/s");
+    let group = create_se(&mut h, element_type::QUEUE_GROUP, root, 0, 0).expect("leaf");
+    let mut cq = h.create_cq(7);
+    let tis = h.create_tis();
+    let mut sqs = [h.create_sq(cq.cqn, tis, 6), h.create_sq(cq.cqn, tis, 6)];
+    for sq in &sqs {
+        sq_to_group(&mut h, sq.sqn, group).expect("SQ into the group");
+    }
+    let key = h.create_mkey(false, false);
+    let frame = cxdirect_emu::testkit::udp_frame(1500 - 42, 2);
+    let sent = |h: &Host| h.dev.counters().tx_frames;
+    let before = sent(&h);
+    let start = std::time::Instant::now();
+    for sq in &mut sqs {
+        for _ in 0..30 {
+            let buf = h.alloc(1536, 64);
+            let wqe = h.build_send(sq, &frame, buf, key, true);
+            h.post(sq, &wqe, false);
+        }
+    }
+    assert_eq!(sent(&h) - before, 44, "one bucket for both SQs");
+    while sent(&h) - before < 60 && start.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        h.dev.poll();
+    }
+    assert_eq!(sent(&h) - before, 60, "the rest go as the rate allows");
+    assert!(
+        start.elapsed() >= std::time::Duration::from_millis(185),
+        "16 frames of 1,500 bytes take at least 192 ms at 125,000 bytes a second: {:?}",
+        start.elapsed()
+    );
+    assert_eq!(std::iter::from_fn(|| h.poll_cq(&mut cq)).count(), 60);
+}

@@ -715,7 +715,7 @@ fn wake_peers(link: &Link) {
             ExecMode::Inline => {
                 pump_rx(&peer);
                 // What it sends now waits at this function's port for its next pass.
-                run_rc_timers(&peer);
+                run_timers(&peer);
                 pump_local(&peer);
             }
             ExecMode::Threaded => {
@@ -730,11 +730,11 @@ fn wake_peers(link: &Link) {
 impl Device {
     /// Delivers every frame waiting at this function's port (for inline execution, when frames
     /// were put on the wire by something other than a modelled peer).
-    /// Also runs the RC transport's timers (ACK timeout, RNR wait) that are due, delivering
+    /// Also runs the RC transport's timers (ACK timeout, RNR wait) and paced SQs that are due, delivering
     /// what they send, and has peers run inline continue the responses they had no room for.
     pub fn poll(&self) {
         pump_rx(&self.shared);
-        run_rc_timers(&self.shared);
+        run_timers(&self.shared);
         self.pump_after_send();
     }
 
@@ -755,10 +755,23 @@ fn pump_local(shared: &Shared) -> bool {
     engine::loopback::drain(&mut core)
 }
 
-/// Runs the function's due RC timers; whether they sent anything.
-fn run_rc_timers(shared: &Shared) -> bool {
+/// Runs the function's due RC timers and the paced SQs whose wait is over; whether they sent
+/// anything.
+fn run_timers(shared: &Shared) -> bool {
     let mut core = lock(&shared.core);
-    engine::rc::run_timers(&mut core, std::time::Instant::now())
+    let now = std::time::Instant::now();
+    let rc = engine::rc::run_timers(&mut core, now);
+    engine::sq::resume_paced(&mut core, now) | rc
+}
+
+/// When the function's next timer is due: an RC timer or a paced SQ's wait.
+fn next_deadline(core: &crate::function::Core) -> Option<std::time::Instant> {
+    let rc = engine::rc::next_deadline(core);
+    let paced = engine::pacing::next_deadline(core);
+    match (rc, paced) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

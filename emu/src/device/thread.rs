@@ -6,7 +6,7 @@
 //! frames on the wire). After work it keeps looking for more
 //! for the functions' poll window, then sleeps until a doorbell wakes it.
 
-use super::{lock, pump_local, pump_rx_from, run_rc_timers, wake_peers, Shared};
+use super::{lock, next_deadline, pump_local, pump_rx_from, run_timers, wake_peers, Shared};
 use crate::engine;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
@@ -159,7 +159,7 @@ fn serve_once(shared: &Shared) -> bool {
             pump_rx_from(shared, link);
         }
     }
-    if run_rc_timers(shared) {
+    if run_timers(shared) {
         did_work = true;
     }
     did_work |= pump_local(shared);
@@ -171,14 +171,15 @@ fn serve_once(shared: &Shared) -> bool {
     did_work
 }
 
-/// Sleeps until kicked, [`SLEEP_LIMIT`] or the earliest RC timer of the functions served
-/// (an ACK timeout or RNR wait: it fires though nobody polls), unless work arrived meanwhile.
+/// Sleeps until kicked, [`SLEEP_LIMIT`] or the earliest timer of the functions served (an RC
+/// ACK timeout or RNR wait, a paced SQ's wait: they fire though nobody polls), unless work
+/// arrived meanwhile.
 fn sleep(state: &EngineState) {
     // Read before the sleep lock: a timer armed later comes with a doorbell, which kicks.
     let timeout = lock(&state.members)
         .iter()
         .filter_map(Weak::upgrade)
-        .filter_map(|shared| engine::rc::next_deadline(&lock(&shared.core)))
+        .filter_map(|shared| next_deadline(&lock(&shared.core)))
         .min()
         .map_or(SLEEP_LIMIT, |at| {
             at.saturating_duration_since(Instant::now())

@@ -13,6 +13,7 @@ pub(crate) mod fetch;
 pub(crate) mod gather;
 pub(crate) mod loopback;
 pub(crate) mod lso;
+pub(crate) mod pacing;
 pub(crate) mod rc;
 pub(crate) mod roce;
 pub(crate) mod rq;

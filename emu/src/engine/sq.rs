@@ -60,18 +60,9 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, first8: [u8; 8], bf: Option<Bl
         add(&core.counters.bad_doorbells, 1);
         return;
     }
-    let dbr = sq.wq.dbr;
-    add(&core.counters.dbrec_reads, 1);
-    let Ok(word) = core.dma_read_be32(dbr + 4) else {
+    let Some(pi) = producer_index(core, sqn) else {
         return;
     };
-    let pi = word as u16;
-    let entries = sq.wq.entries();
-    let consumed = sq.wq.consumed;
-    if u32::from(pi.wrapping_sub(consumed)) > entries {
-        add(&core.counters.bad_doorbells, 1);
-        return;
-    }
     {
         let qc = core.queue_counters.get_mut(QueueKind::Sq, sqn);
         qc.doorbells += 1;
@@ -82,19 +73,49 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, first8: [u8; 8], bf: Option<Bl
     if bf.is_some() {
         add(&core.counters.bf_writes, 1);
     }
+    run(core, sqn, pi, bf.map(|b| (bf_index, b)));
+}
+
+/// SQ `sqn`'s producer index from its doorbell record; `None` (counted as a bad doorbell)
+/// when the record cannot be read or claims more than the ring holds.
+fn producer_index(core: &Core, sqn: u32) -> Option<u16> {
+    let sq = core.res.sqs.get(sqn)?;
+    let (dbr, entries, consumed) = (sq.wq.dbr, sq.wq.entries(), sq.wq.consumed);
+    add(&core.counters.dbrec_reads, 1);
+    let pi = core.dma_read_be32(dbr + 4).ok()? as u16;
+    if u32::from(pi.wrapping_sub(consumed)) > entries {
+        add(&core.counters.bad_doorbells, 1);
+        return None;
+    }
+    Some(pi)
+}
+
+/// Executes SQ `sqn`'s WQEs up to producer index `pi`, the one at the BlueFlame index taken
+/// from the doorbell's copy; stops early at a WQE that fails or when the SQ's rate must wait
+/// (`engine::pacing`).
+fn run(core: &mut Core, sqn: u32, pi: u16, bf: Option<(u16, BlueFlame<'_>)>) {
+    let Some(consumed) = core.res.sqs.get(sqn).map(|sq| sq.wq.consumed) else {
+        return;
+    };
     // Swapped out for an unallocated placeholder: taking it must not allocate per doorbell.
     let mut scratch = std::mem::replace(&mut core.send_scratch, SendScratch::placeholder());
     scratch.fetched.clear();
     // Fetches stop short of the BlueFlame WQE, which arrived with the doorbell.
     let fetch_end = match &bf {
-        Some(_) if bf_index.wrapping_sub(consumed) < pi.wrapping_sub(consumed) => bf_index,
+        Some((bf_index, _)) if bf_index.wrapping_sub(consumed) < pi.wrapping_sub(consumed) => {
+            *bf_index
+        }
         _ => pi,
     };
     let mut index = consumed;
     while index != pi {
+        if !crate::engine::pacing::admit(core, sqn) {
+            break;
+        }
         let use_bf = bf
             .as_ref()
-            .filter(|b| index == bf_index && b.bytes.len() >= WQE_BB);
+            .filter(|(at, b)| index == *at && b.bytes.len() >= WQE_BB)
+            .map(|(_, b)| b);
         let ring = Ring { sqn, fetch_end, pi };
         match execute_one(core, ring, index, use_bf, &mut scratch) {
             Ok(bbs) => index = index.wrapping_add(bbs),
@@ -102,6 +123,24 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, first8: [u8; 8], bf: Option<Bl
         }
     }
     core.send_scratch = scratch;
+}
+
+/// Runs the paced SQs whose wait is over at `now` (`engine::pacing`) from where they stopped,
+/// to the producer index their doorbell records hold now; whether any ran.
+pub(crate) fn resume_paced(core: &mut Core, now: std::time::Instant) -> bool {
+    let mut ran = false;
+    while let Some(sqn) = crate::engine::pacing::take_due(core, now) {
+        let ready = core
+            .res
+            .sqs
+            .get(sqn)
+            .is_some_and(|sq| sq.state == QState::Rdy);
+        if let (true, Some(pi)) = (ready, producer_index(core, sqn)) {
+            run(core, sqn, pi, None);
+            ran = true;
+        }
+    }
+    ran
 }
 
 /// The SQ a doorbell rang for, its producer index, and where fetching ahead stops (the
@@ -672,6 +711,7 @@ pub(crate) fn transmit_from_qp(core: &mut Core, frame: &[u8], qpn: u32) {
 /// looped inside the device carries the transport domain of the SQ's TIS, when it has one, to
 /// the receive path's self-loopback check.
 fn transmit_from(core: &mut Core, frame: &[u8], context: SendContext) {
+    crate::engine::pacing::charge(core, context.sqn, frame.len());
     let from = context.td.map(Sender::Sq);
     match crate::transmit_steering::steer(core, context.sqn, frame) {
         Verdict::Allow(None) => send(core, frame, from),

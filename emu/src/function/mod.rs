@@ -97,6 +97,9 @@ pub(crate) struct Core {
     /// SW ICM keys reach. Readers (the steering engine) take bytes with
     /// [`IcmStore::read`] / [`IcmStore::read_entry`] at ICM addresses.
     pub icm: Option<IcmStore>,
+    /// Paced SQs waiting for their rate to pay a debt, with when it is paid
+    /// (`engine::pacing`).
+    pub paced: Vec<(u32, std::time::Instant)>,
 }
 
 impl Core {
@@ -128,6 +131,7 @@ impl Core {
             late_writes: Vec::new(),
             sig_pending: Default::default(),
             late_commands: Vec::new(),
+            paced: Vec::new(),
             last_answers: Vec::new(),
             open_sessions: Vec::new(),
             local_loopback: Default::default(),

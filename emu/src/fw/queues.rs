@@ -500,6 +500,8 @@ pub(crate) fn create_sq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         min_inline: ctx.min_wqe_inline_mode(),
         user_index: ctx.user_index(),
         slot,
+        rate_index: ctx.packet_pacing_rate_limit_index(),
+        pacer: Default::default(),
     };
     let Some(sqn) = core.res.sqs.insert(sq) else {
         release_context(core, slot);
@@ -536,9 +538,14 @@ pub(crate) fn modify_sq(core: &mut Core, input: &[u8]) -> CmdResult {
         "MODIFY_SQ current state does not match the SQ",
     )?;
     let next = transition(sq.state, cmd.ctx().state())?;
-    if cmd.modify_bitmask() & MODIFY_SQ_BITMASK_PACKET_PACING_RATE_LIMIT_INDEX != 0 {
-        super::pacing::check_sq_rate_index(cmd.ctx().packet_pacing_rate_limit_index())?;
-    }
+    let rate_index = if cmd.modify_bitmask() & MODIFY_SQ_BITMASK_PACKET_PACING_RATE_LIMIT_INDEX != 0
+    {
+        let index = cmd.ctx().packet_pacing_rate_limit_index();
+        super::pacing::check_sq_rate_index(index)?;
+        index
+    } else {
+        sq.rate_index
+    };
     // A queue group change (libmlx5's `modify_raw_qp_sched_elem`, mlx5e's `mlx5e_modify_sq`
     // with `qos_update`); without the bit the SQ keeps its group.
     let group = if cmd.modify_bitmask() & MODIFY_SQ_BITMASK_QOS_QUEUE_GROUP_ID != 0 {
@@ -555,6 +562,10 @@ pub(crate) fn modify_sq(core: &mut Core, input: &[u8]) -> CmdResult {
         sq.wq.restart();
     }
     sq.state = next;
+    if sq.rate_index != rate_index {
+        sq.rate_index = rate_index;
+        sq.pacer.reset();
+    }
     write_context(core, slot, &bytes);
     core.res.sched.set_sq(sqn, group);
     Ok(())

@@ -110,6 +110,7 @@ fn create(core: &mut Core, uid: u16, new: NewElement, field_select: u64) -> Resu
             max_average_bw: new.max_average_bw,
             field_select,
             uid,
+            pacer: Default::default(),
         })
         .ok_or(table_full("scheduling element table full"))
 }
@@ -157,6 +158,7 @@ fn modify(
     }
     if select & u64::from(sched_modify::MAX_AVERAGE_BW) != 0 {
         element.max_average_bw = ctx.max_average_bw();
+        element.pacer.reset();
     }
     Ok(())
 }

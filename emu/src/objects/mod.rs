@@ -269,6 +269,10 @@ pub(crate) struct Sq {
     /// is how libmlx5 finds a raw packet QP's send completions.
     pub user_index: u32,
     pub slot: Slot,
+    /// `packet_pacing_rate_limit_index`: 0 (unlimited) or the rate table entry it sends at.
+    pub rate_index: u16,
+    /// Its bucket, while it names an entry (`engine::pacing`).
+    pub pacer: pacing::Pacer,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

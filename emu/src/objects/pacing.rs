@@ -1,10 +1,12 @@
 //! The packet pacing rate table SET_PP_RATE_LIMIT writes: one entry per index, each a rate,
 //! a burst bound, a typical packet size and the uid that owns it.
 //!
-//! The model keeps the entries and answers for them; it does not shape a send queue's
-//! traffic by them (an SQ naming an entry sends at the wire's pace).
+//! An SQ naming an entry sends at most at its rate ([`Pacer`], `engine::pacing`): each SQ
+//! has its own bucket, as Linux's per-queue `tx_maxrate` expects of it. Scheduling elements'
+//! rate limits use the same buckets ([`Rate::from_mbps`]).
 
 use super::devx::privileged;
+use std::time::{Duration, Instant};
 
 /// Entries in the rate table, index 0 (unlimited) included. ConnectX-6 Dx-like: mlx5_core's
 /// `mlx5_init_rl_table` then offers 127 rates (index 0 is never handed out).
@@ -13,6 +15,11 @@ pub(crate) const RATE_TABLE_SIZE: u16 = 128;
 pub(crate) const MAX_RATE_KBPS: u32 = 100_000_000;
 /// Lowest non-zero rate an entry may hold, in kb/s (rate 0 means "unused").
 pub(crate) const MIN_RATE_KBPS: u32 = 1;
+
+/// Bytes an SQ may send at once after idling, when its entry's `burst_upper_bound` is 0 (the
+/// device's default, which no public source gives: the model's choice is one 64 KiB LSO
+/// WQE's worth).
+pub(crate) const DEFAULT_BURST_BYTES: u32 = 64 * 1024;
 
 /// One entry in use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,5 +78,87 @@ impl RateTable {
                 entry.uid = 0;
             }
         }
+    }
+}
+
+impl RateEntry {
+    /// The entry's rate and burst.
+    pub fn rate(&self) -> Rate {
+        Rate {
+            bytes_per_second: u64::from(self.rate_kbps) * 1000 / 8,
+            burst_bytes: match self.burst_upper_bound {
+                0 => DEFAULT_BURST_BYTES,
+                bound => bound,
+            },
+        }
+    }
+}
+
+/// What a bucket is filled at: a rate and the most it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Rate {
+    /// Bytes a second (at least 1 is used).
+    pub bytes_per_second: u64,
+    /// The bucket's depth, in bytes.
+    pub burst_bytes: u32,
+}
+
+impl Rate {
+    /// A scheduling element's `max_average_bw`, in Mb/s, with the default burst.
+    pub fn from_mbps(mbps: u32) -> Rate {
+        Rate {
+            bytes_per_second: u64::from(mbps) * 1_000_000 / 8,
+            burst_bytes: DEFAULT_BURST_BYTES,
+        }
+    }
+}
+
+/// One SQ's (or scheduling element's) token bucket: the bytes it may still send now. A WQE is taken while the bucket is
+/// not in debt and its frames are then charged whole, so a large WQE (LSO) may leave it in
+/// debt; the SQ then waits until the rate has paid the debt back. Over time the SQ sends at
+/// the entry's rate; idle, it saves at most the entry's burst.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Pacer {
+    /// Bytes in the bucket; negative: the debt.
+    tokens: i64,
+    /// When the bucket was last filled (none before the first WQE: it starts full).
+    filled_at: Option<Instant>,
+}
+
+impl Pacer {
+    /// Fills the bucket for the time since it was last filled; `Ok` when the SQ may take its
+    /// next WQE now, else `Err` with when it may.
+    pub fn admit(&mut self, rate: Rate, now: Instant) -> Result<(), Instant> {
+        let depth = i64::from(rate.burst_bytes);
+        let rate = rate.bytes_per_second.max(1);
+        match self.filled_at {
+            None => self.tokens = depth,
+            Some(at) => {
+                let elapsed = now.saturating_duration_since(at);
+                // Bytes earned, capped before multiplying so that a long idle cannot overflow.
+                let nanos = elapsed.as_nanos().min(u128::from(u64::MAX / 2));
+                let earned = (nanos * u128::from(rate) / 1_000_000_000).min(i64::MAX as u128);
+                self.tokens = self.tokens.saturating_add(earned as i64).min(depth);
+            }
+        }
+        self.filled_at = Some(now);
+        if self.tokens >= 0 {
+            return Ok(());
+        }
+        let debt = self.tokens.unsigned_abs();
+        let wait = Duration::from_nanos(
+            (u128::from(debt) * 1_000_000_000).div_ceil(u128::from(rate)) as u64,
+        );
+        Err(now + wait)
+    }
+
+    /// Charges `bytes` sent.
+    pub fn charge(&mut self, bytes: usize) {
+        self.tokens = self.tokens.saturating_sub(bytes as i64);
+    }
+
+    /// Forgets the bucket (the SQ's entry changed, or it was reset): it starts full again.
+    pub fn reset(&mut self) {
+        *self = Pacer::default();
     }
 }

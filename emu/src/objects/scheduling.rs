@@ -1,8 +1,9 @@
 //! NIC scheduling elements: the transmit scheduling arbiters (TSARs) and queue groups of the
 //! NIC hierarchy, and which send queues and QPs name a queue group.
 //!
-//! The model keeps the tree and answers for it; it does not shape traffic by it (a queue in a
-//! group sends at the wire's pace whatever the group's `bw_share` or `max_average_bw`).
+//! The model keeps the tree and answers for it. An element's `max_average_bw` limits what the
+//! send queues under it send together (`engine::pacing`, one bucket per element); `bw_share`
+//! is kept but not enforced (the model's port is never the bottleneck its shares divide).
 
 use super::devx::privileged;
 use std::collections::BTreeMap;
@@ -40,6 +41,8 @@ pub(crate) struct Element {
     pub field_select: u64,
     /// The uid that created it (0 or 0xffff: the function's own).
     pub uid: u16,
+    /// Its bucket, while `max_average_bw` limits it.
+    pub pacer: super::pacing::Pacer,
 }
 
 /// The elements of the NIC hierarchy and the queues attached to its queue groups.

@@ -1,0 +1,105 @@
+//! Packet pacing of Ethernet send queues: an SQ whose context names a rate table entry
+//! (`packet_pacing_rate_limit_index`, CREATE_SQ or MODIFY_SQ) sends at most at that entry's
+//! rate, through its own bucket ([`crate::objects::pacing::Pacer`]). Linux's mlx5e names an
+//! entry for a queue's `tx_maxrate` (`mlx5e_set_sq_maxrate`: `mlx5_rl_add_rate`, then
+//! MODIFY_SQ with the rate limit bit), libmlx5 for `mlx5dv_pp_alloc` and
+//! `ibv_modify_qp_rate_limit` on raw packet QPs. An SQ in a queue group
+//! (`qos_queue_group_id`) also sends within the `max_average_bw` of that group and of every
+//! TSAR above it, each element one bucket that all the SQs under it share (mlx5e's HTB
+//! offload and mqprio rate limits, libmlx5's `mlx5dv_sched_*`). RC and UD QPs in a queue group
+//! are not paced.
+//!
+//! The send engine asks [`admit`] before each WQE and charges every frame it sends
+//! ([`charge`]); an SQ in debt stops where it is and is listed in `Core::paced` with the time
+//! its debt is paid, when the device's timers run it again (`engine::sq::resume_paced`). The
+//! bytes counted are the frame's, as it leaves the SQ (before transmit steering).
+
+use crate::function::Core;
+use crate::objects::pacing::Rate;
+use std::time::Instant;
+
+/// Most scheduling elements from a queue group up to its root that pacing follows: deeper
+/// trees than any driver builds (mlx5e's HTB offload nests a few levels) end the walk there.
+const MAX_TREE_DEPTH: usize = 16;
+
+/// Whether SQ `sqn` may take its next WQE now: when neither its rate table entry (if it names
+/// one in use) nor any scheduling element with a rate limit above its queue group is in
+/// debt. An SQ that must wait is listed in `core.paced` with the time it may go on (the
+/// latest of its buckets').
+pub(crate) fn admit(core: &mut Core, sqn: u32) -> bool {
+    let Some(sq) = core.res.sqs.get(sqn) else {
+        return true;
+    };
+    let entry = match sq.rate_index {
+        0 => None,
+        index => core.res.rates.get(index).map(|e| e.rate()),
+    };
+    let group = core.res.sched.sq(sqn);
+    if entry.is_none() && group == 0 {
+        return true;
+    }
+    let now = Instant::now();
+    let mut until: Option<Instant> = None;
+    let mut wait = |result: Result<(), Instant>| {
+        if let Err(at) = result {
+            until = Some(until.map_or(at, |u| u.max(at)));
+        }
+    };
+    if let (Some(rate), Some(sq)) = (entry, core.res.sqs.get_mut(sqn)) {
+        wait(sq.pacer.admit(rate, now));
+    }
+    let mut id = group;
+    for _ in 0..MAX_TREE_DEPTH {
+        let Some(element) = core.res.sched.get_mut(id) else {
+            break;
+        };
+        if element.max_average_bw != 0 {
+            wait(
+                element
+                    .pacer
+                    .admit(Rate::from_mbps(element.max_average_bw), now),
+            );
+        }
+        id = element.parent;
+    }
+    let Some(at) = until else {
+        return true;
+    };
+    match core.paced.iter_mut().find(|(s, _)| *s == sqn) {
+        Some(waiting) => waiting.1 = at,
+        None => core.paced.push((sqn, at)),
+    }
+    false
+}
+
+/// Charges a frame of `bytes` that SQ `sqn` sent to its bucket and to those of the rate
+/// limited scheduling elements above its queue group.
+pub(crate) fn charge(core: &mut Core, sqn: u32, bytes: usize) {
+    let Some(sq) = core.res.sqs.get_mut(sqn) else {
+        return;
+    };
+    if sq.rate_index != 0 {
+        sq.pacer.charge(bytes);
+    }
+    let mut id = core.res.sched.sq(sqn);
+    for _ in 0..MAX_TREE_DEPTH {
+        let Some(element) = core.res.sched.get_mut(id) else {
+            break;
+        };
+        if element.max_average_bw != 0 {
+            element.pacer.charge(bytes);
+        }
+        id = element.parent;
+    }
+}
+
+/// When the first paced SQ may go on, if any waits.
+pub(crate) fn next_deadline(core: &Core) -> Option<Instant> {
+    core.paced.iter().map(|&(_, at)| at).min()
+}
+
+/// Takes one paced SQ whose wait is over at `now` off the list; `None` when none is due.
+pub(crate) fn take_due(core: &mut Core, now: Instant) -> Option<u32> {
+    let at = core.paced.iter().position(|&(_, at)| at <= now)?;
+    Some(core.paced.swap_remove(at).0)
+}
