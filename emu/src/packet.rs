@@ -309,6 +309,28 @@ pub fn parse(frame: &[u8]) -> Parsed {
     parsed
 }
 
+/// Parses an IP packet without an Ethernet header (a tunnel's inner packet): the MACs stay
+/// zero and the ethertype is the one the IP version implies; offsets are from `packet`'s
+/// start.
+pub fn parse_ip(packet: &[u8]) -> Parsed {
+    let mut parsed = Parsed {
+        frame_len: packet.len(),
+        ..Parsed::default()
+    };
+    let _ = match packet.first().map(|b| b >> 4) {
+        Some(4) => {
+            parsed.ethertype = Some(ETHERTYPE_IPV4);
+            parse_ipv4(packet, 0, &mut parsed)
+        }
+        Some(6) => {
+            parsed.ethertype = Some(ETHERTYPE_IPV6);
+            parse_ipv6(packet, 0, &mut parsed)
+        }
+        _ => None,
+    };
+    parsed
+}
+
 fn parse_ethernet(frame: &[u8], p: &mut Parsed) -> Option<()> {
     if frame.len() < ETH_HEADER_LEN {
         return None;

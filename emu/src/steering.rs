@@ -22,85 +22,88 @@ use std::sync::atomic::Ordering;
 const MAX_HOPS: usize = crate::function::caps::MAX_FT_LEVEL as usize + 1;
 
 /// The match parameter words of a frame ([`match_word`](crate::objects::steering::match_word)
-/// order): its outer headers, and in the misc part the tunnel it carries ([`tunnel_fields`]);
-/// the inner headers stay zero.
+/// order): its outer headers; for a tunnel the model knows, the tunnel's fields in the misc
+/// part ([`tunnel_fields`]) and the headers it carries in the inner part (an L3 tunnel's inner
+/// MACs and ethertype stay zero). A frame without a tunnel leaves both zero.
 pub(crate) fn frame_match_words(parsed: &Parsed, frame: &[u8]) -> [u64; MATCH_WORDS] {
-    let mut outer = FteMatchSetLyr24::zeroed();
-    {
-        let mac = |b: [u8; 6]| u64::from_be_bytes([0, 0, b[0], b[1], b[2], b[3], b[4], b[5]]);
-        outer
-            .set_dmac(mac(parsed.dst_mac))
-            .set_smac(mac(parsed.src_mac))
-            .set_ethertype(parsed.ethertype.unwrap_or(0));
-        if let Some(tag) = parsed.vlan {
-            outer
-                .set_cvlan_tag(true)
-                .set_first_vid(tag.vid())
-                .set_first_prio(tag.pcp())
-                .set_first_cfi(tag.dei());
-        }
-        match parsed.l3 {
-            L3Kind::Ipv4 => {
-                outer.set_ip_version(4);
-            }
-            L3Kind::Ipv6 => {
-                outer.set_ip_version(6);
-            }
-            L3Kind::None => {}
-        }
-        if let Some(proto) = parsed.ip_proto {
-            outer.set_ip_protocol(proto);
-        }
-        outer.set_frag(parsed.is_fragment());
-        match parsed.l4 {
-            L4Kind::Tcp => {
-                outer
-                    .set_tcp_sport(parsed.src_port)
-                    .set_tcp_dport(parsed.dst_port)
-                    .set_tcp_flags(u16::from(parsed.tcp_flags));
-            }
-            L4Kind::Udp => {
-                outer
-                    .set_udp_sport(parsed.src_port)
-                    .set_udp_dport(parsed.dst_port);
-            }
-            _ => {}
-        }
-        match parsed.addrs {
-            Some(IpAddrs::V4 { src, dst }) => {
-                outer
-                    .src_ipv4_src_ipv6_mut()
-                    .ipv4_layout_mut()
-                    .set_ipv4(u32::from_be_bytes(src));
-                outer
-                    .dst_ipv4_dst_ipv6_mut()
-                    .ipv4_layout_mut()
-                    .set_ipv4(u32::from_be_bytes(dst));
-            }
-            Some(IpAddrs::V6 { src, dst }) => {
-                outer
-                    .src_ipv4_src_ipv6_mut()
-                    .ipv6_layout_mut()
-                    .set_addr(src);
-                outer
-                    .dst_ipv4_dst_ipv6_mut()
-                    .ipv6_layout_mut()
-                    .set_addr(dst);
-            }
-            None => {}
-        }
-    }
     let mut words = [0u64; MATCH_WORDS];
-    let outer_words = outer.as_bytes().chunks_exact(8);
-    // A frame without a tunnel (the usual case) leaves the misc words zero.
-    let misc = crate::tunnel::kind(frame, parsed).map(|kind| tunnel_fields(kind, frame));
-    let misc_words = misc.iter().flat_map(|m| m.as_bytes().chunks_exact(8));
-    for (word, chunk) in words.iter_mut().zip(outer_words.chain(misc_words)) {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(chunk);
-        *word = u64::from_ne_bytes(b);
+    let put = |words: &mut [u64; MATCH_WORDS], first: usize, bytes: &[u8]| {
+        for (word, chunk) in words[first..].iter_mut().zip(bytes.chunks_exact(8)) {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(chunk);
+            *word = u64::from_ne_bytes(b);
+        }
+    };
+    put(&mut words, 0, headers(parsed).as_bytes());
+    if let Some(kind) = crate::tunnel::kind(frame, parsed) {
+        put(&mut words, MISC_WORD, tunnel_fields(kind, frame).as_bytes());
+        if let Some((_, inner)) = crate::tunnel::inner_packet(frame, parsed) {
+            put(&mut words, INNER_WORD, headers(&inner).as_bytes());
+        }
     }
     words
+}
+
+/// First match word of `misc_parameters` (byte 0x40 of `fte_match_param`).
+const MISC_WORD: usize = 0x40 / 8;
+/// First match word of `inner_headers` (byte 0x80 of `fte_match_param`).
+const INNER_WORD: usize = 0x80 / 8;
+
+/// One header set (`fte_match_set_lyr_2_4`) of a parsed packet: MACs, ethertype, the first
+/// VLAN tag, IP version, protocol, fragment bit and addresses, TCP or UDP ports and TCP flags.
+fn headers(parsed: &Parsed) -> FteMatchSetLyr24<[u8; 0x40]> {
+    let mut set = FteMatchSetLyr24::zeroed();
+    let mac = |b: [u8; 6]| u64::from_be_bytes([0, 0, b[0], b[1], b[2], b[3], b[4], b[5]]);
+    set.set_dmac(mac(parsed.dst_mac))
+        .set_smac(mac(parsed.src_mac))
+        .set_ethertype(parsed.ethertype.unwrap_or(0));
+    if let Some(tag) = parsed.vlan {
+        set.set_cvlan_tag(true)
+            .set_first_vid(tag.vid())
+            .set_first_prio(tag.pcp())
+            .set_first_cfi(tag.dei());
+    }
+    match parsed.l3 {
+        L3Kind::Ipv4 => {
+            set.set_ip_version(4);
+        }
+        L3Kind::Ipv6 => {
+            set.set_ip_version(6);
+        }
+        L3Kind::None => {}
+    }
+    if let Some(proto) = parsed.ip_proto {
+        set.set_ip_protocol(proto);
+    }
+    set.set_frag(parsed.is_fragment());
+    match parsed.l4 {
+        L4Kind::Tcp => {
+            set.set_tcp_sport(parsed.src_port)
+                .set_tcp_dport(parsed.dst_port)
+                .set_tcp_flags(u16::from(parsed.tcp_flags));
+        }
+        L4Kind::Udp => {
+            set.set_udp_sport(parsed.src_port)
+                .set_udp_dport(parsed.dst_port);
+        }
+        _ => {}
+    }
+    match parsed.addrs {
+        Some(IpAddrs::V4 { src, dst }) => {
+            set.src_ipv4_src_ipv6_mut()
+                .ipv4_layout_mut()
+                .set_ipv4(u32::from_be_bytes(src));
+            set.dst_ipv4_dst_ipv6_mut()
+                .ipv4_layout_mut()
+                .set_ipv4(u32::from_be_bytes(dst));
+        }
+        Some(IpAddrs::V6 { src, dst }) => {
+            set.src_ipv4_src_ipv6_mut().ipv6_layout_mut().set_addr(src);
+            set.dst_ipv4_dst_ipv6_mut().ipv6_layout_mut().set_addr(dst);
+        }
+        None => {}
+    }
+    set
 }
 
 /// The misc match fields of the tunnel `kind` in `frame` (its header whole): GRE's flags,

@@ -105,6 +105,23 @@ pub(crate) fn inner(frame: &[u8], p: &Parsed) -> Option<Inner> {
     })
 }
 
+/// The packet a tunnel in `frame` (parsed as `p`) carries, and its parse: an L2 tunnel's
+/// inner Ethernet frame, or an L3 tunnel's inner IP packet (its MACs and ethertype zero).
+pub(crate) fn inner_packet<'a>(frame: &'a [u8], p: &Parsed) -> Option<(&'a [u8], Parsed)> {
+    let inner = inner(frame, p)?;
+    match (inner.mac, inner.ip) {
+        (Some(mac), _) => {
+            let packet = frame.get(mac..)?;
+            Some((packet, crate::packet::parse(packet)))
+        }
+        (None, Some(ip)) => {
+            let packet = frame.get(ip..)?;
+            Some((packet, crate::packet::parse_ip(packet)))
+        }
+        (None, None) => None,
+    }
+}
+
 /// `frame` inside the tunnel whose outer headers are `header`: an L2 tunnel carries the whole
 /// frame, an L3 tunnel (`l3`) only its IP packet (the Ethernet header and VLAN tags go). The
 /// outer IPv4 header's checksum is computed, as the device does for the header a reformat
@@ -194,6 +211,33 @@ mod tests {
         let f = outer(47, &l3);
         let got = inner(&f, &parse(&f)).unwrap();
         assert_eq!((got.mac, got.ip), (None, Some(14 + 20 + 8)));
+    }
+
+    #[test]
+    fn an_l3_tunnel_s_inner_packet_is_parsed_from_its_ip_header() {
+        // GRE with a key carrying IPv4/UDP 10.0.0.5:7 -> 10.0.0.6:9, no Ethernet header.
+        let mut l3 = vec![0x20, 0, 0x08, 0x00, 0, 0, 0, 7];
+        l3.extend_from_slice(&[
+            0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 5, 10, 0, 0, 6,
+        ]);
+        l3.extend_from_slice(&[0, 7, 0, 9, 0, 8, 0, 0]);
+        let f = outer(47, &l3);
+        let (packet, p) = inner_packet(&f, &parse(&f)).unwrap();
+        assert_eq!(packet.len(), 28);
+        assert_eq!((p.l3, p.l4), (L3Kind::Ipv4, L4Kind::Udp));
+        assert_eq!((p.src_port, p.dst_port), (7, 9));
+        assert_eq!(
+            (p.src_mac, p.dst_mac, p.ethertype),
+            ([0; 6], [0; 6], Some(0x0800))
+        );
+        // An L2 tunnel's inner frame keeps its MACs.
+        let mut teb = vec![0x20, 0, 0x65, 0x58, 0, 0, 0, 7];
+        teb.extend_from_slice(&INNER_ETH);
+        teb.extend_from_slice(&l3[8..]);
+        let f = outer(47, &teb);
+        let (_, p) = inner_packet(&f, &parse(&f)).unwrap();
+        assert_eq!((p.src_mac, p.dst_port), ([2, 0, 0, 0, 0, 4], 9));
+        assert!(inner_packet(&f[..14 + 20], &parse(&f[..14 + 20])).is_none());
     }
 
     #[test]

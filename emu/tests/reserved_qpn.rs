@@ -59,8 +59,8 @@ fn granularity(h: &mut Host) -> u8 {
 
 /// libmlx5 offers `mlx5dv_reserved_qpn_alloc` only with the RESERVED_QPN bit of
 /// `general_obj_types`, and reads the granularity only when `hca_cap_2` is set. The other
-/// bits are the scheduling elements' (`emu/tests/scheduling_elements.rs`) and SW ICM's
-/// (`emu/tests/sw_icm.rs`).
+/// bits are the scheduling elements' (`emu/tests/scheduling_elements.rs`), SW ICM's
+/// (`emu/tests/sw_icm.rs`) and flow samplers' (`emu/tests/flow_sampler.rs`).
 #[test]
 fn general_caps_offer_hca_cap_2_and_the_reserved_qpn_and_scheduling_object_types() {
     let mut h = host();
@@ -69,7 +69,7 @@ fn general_caps_offer_hca_cap_2_and_the_reserved_qpn_and_scheduling_object_types
     assert!(general.hca_cap_2());
     assert_eq!(
         general.general_obj_types(),
-        (1u64 << 0x2c) | (1u64 << 0x26) | (1u64 << 0x8)
+        (1u64 << 0x2c) | (1u64 << 0x26) | (1u64 << 0x8) | (1u64 << 0x20)
     );
     let page = h.query_cap(cap_type::GENERAL_DEVICE, false);
     assert!(CmdHcaCap::new(&page[0x10..]).expect("layout").hca_cap_2());

@@ -2,8 +2,11 @@
 //! match (GENEVE's VNI and O flag as rdma-core's `test_geneve_match_tx` matches them on its
 //! transmit root, through mlx5_ib's `mlx5dv_create_flow`), and GENEVE's header in a steering
 //! entry's flex parser lookup (`FLEX_PARSER_TNL_HEADER`, `ste_flex_parser_tnl_geneve`), with
-//! the field capabilities rdma-core's GENEVE tests ask of the receive tables. The frames go out
-//! of an SQ through the transmit tables and come back on a loopback plug.
+//! the field capabilities rdma-core's GENEVE tests ask of the receive tables; the headers a
+//! tunnel carries in a flow entry's `inner_headers` (as mlx5_ib fills them for a flow spec
+//! with `IB_FLOW_SPEC_INNER`) and in a steering entry's inner lookups (`ETHL2_SRC_I`, which
+//! rdma-core's `dr_ste_v1_build_eth_l2_src_init` makes from a matcher's inner criteria). The
+//! frames go out of an SQ through the transmit tables and come back on a loopback plug.
 
 use cxdirect_emu::testkit::dr::domain;
 use cxdirect_emu::testkit::flow_tables::{create_table_of, set_root_of};
@@ -17,6 +20,12 @@ use cxdirect_hw::flow::{self, FLOW_TABLE_TYPE_NIC_TX};
 use cxdirect_hw::hca::cap_type;
 
 const GENEVE_VNI: u32 = 0x00ab_cdef;
+/// The source MAC of the frame every test frame carries inside its tunnel (`udp_frame`'s).
+const INNER_SMAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x09];
+/// Where a tunnelled frame's inner source MAC starts: Ethernet 14, IPv4 20, then the tunnel.
+fn inner_smac_at(tunnel_len: usize) -> usize {
+    14 + 20 + tunnel_len + 6
+}
 const GRE_KEY: u32 = 0x1234_5678;
 
 /// An IPv4/UDP frame of 64 payload bytes inside `outer`: Ethernet, IPv4 (protocol `proto`),
@@ -203,6 +212,94 @@ fn a_steering_entry_s_geneve_lookup_drops_only_its_vni() {
     dom.transmit_table(&mut p.h);
     assert_eq!(p.send(&geneve(GENEVE_VNI, false)), None);
     for other in [geneve(GENEVE_VNI ^ 0x10, false), gre(GRE_KEY)] {
+        assert_eq!(p.send(&other), Some(other.clone()));
+    }
+    assert_eq!(p.h.dev.counters().tx_sw_steering_errors, 0);
+}
+
+/// A transmit root whose one entry drops frames whose inner source MAC (in `inner_headers`)
+/// is [`INNER_SMAC`].
+fn inner_smac_drop(h: &mut Host) {
+    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
+    let mut input = Host::input(Opcode::CreateFlowGroup, 0, 0x400);
+    {
+        let mut cmd = flow::CreateFlowGroupIn::new(&mut input[..]).unwrap();
+        cmd.set_table_type(FLOW_TABLE_TYPE_NIC_TX)
+            .set_table_id(root)
+            .set_start_flow_index(0)
+            .set_end_flow_index(0)
+            .set_match_criteria_enable(flow::MATCH_INNER_HEADERS);
+        cmd.match_criteria_mut()
+            .inner_headers_mut()
+            .set_smac(0xffff_ffff_ffff);
+    }
+    let out = h.exec(&input, 16).unwrap();
+    let group = flow::CreateFlowGroupOut::new(&out[..]).unwrap().group_id();
+    let mut input = Host::input(Opcode::SetFlowTableEntry, 0, 0x340);
+    {
+        let mut cmd = flow::SetFteIn::new(&mut input[..]).unwrap();
+        cmd.set_table_type(FLOW_TABLE_TYPE_NIC_TX)
+            .set_table_id(root)
+            .set_flow_index(0);
+        let mut ctx = cmd.flow_context_all_mut();
+        ctx.set_group_id(group)
+            .set_action(flow::FLOW_CONTEXT_ACTION_DROP);
+        let mut b = [0u8; 8];
+        b[2..].copy_from_slice(&INNER_SMAC);
+        ctx.match_value_mut()
+            .inner_headers_mut()
+            .set_smac(u64::from_be_bytes(b));
+    }
+    h.exec(&input, 16).unwrap();
+    set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
+}
+
+#[test]
+fn a_firmware_entry_on_inner_headers_matches_the_frame_inside_the_tunnel() {
+    let mut p = Plug::new(EmuConfig::default());
+    inner_smac_drop(&mut p.h);
+    assert_eq!(
+        p.send(&geneve(GENEVE_VNI, false)),
+        None,
+        "GENEVE, inner smac"
+    );
+    assert_eq!(p.send(&gre(GRE_KEY)), None, "GRE with TEB, inner smac");
+    let mut other_inner = gre(GRE_KEY);
+    other_inner[inner_smac_at(8) + 5] ^= 1;
+    // The same MAC outside any tunnel is an outer source MAC, not an inner one.
+    let plain = cxdirect_emu::testkit::udp_frame(64, 9);
+    assert_eq!(plain[6..12], INNER_SMAC);
+    for other in [other_inner, plain] {
+        assert_eq!(p.send(&other), Some(other.clone()));
+    }
+}
+
+#[test]
+fn a_steering_entry_s_inner_lookup_reads_the_frame_inside_the_tunnel() {
+    const ETHL2_SRC_I: u16 = 0x0006;
+    const DONT_CARE: u16 = 0x000f;
+    let mut p = Plug::new(EmuConfig::default());
+    let mut dom = domain(&mut p.h);
+    let caps = dom.caps;
+    let (anchor, matcher, end) = (dom.base, dom.base + 0x1000, dom.base + 0x2000);
+    // ste_eth_l2_src_v1: the source MAC in bytes 4..10.
+    let mut mask = [0u8; 16];
+    mask[4..10].fill(0xff);
+    let mut tag = [0u8; 16];
+    tag[4..10].copy_from_slice(&INNER_SMAC);
+    let mut a = Builder::init(DONT_CARE, 0);
+    a.always_hit_htbl(0x0fc0, ETHL2_SRC_I, matcher, 1);
+    let mut rule = Builder::init(ETHL2_SRC_I, 0);
+    rule.bit_mask(mask).tag(tag).hit(caps.tx_drop, 1).miss(end);
+    let mut e = Builder::init(DONT_CARE, 0);
+    e.always_miss(caps.tx_allow);
+    dom.write(&mut p.h, vec![(anchor, a), (matcher, rule), (end, e)]);
+    dom.transmit_table(&mut p.h);
+    assert_eq!(p.send(&geneve(GENEVE_VNI, false)), None);
+    let mut other_inner = geneve(GENEVE_VNI, false);
+    other_inner[inner_smac_at(16) + 5] ^= 1;
+    let plain = cxdirect_emu::testkit::udp_frame(64, 9);
+    for other in [other_inner, plain] {
         assert_eq!(p.send(&other), Some(other.clone()));
     }
     assert_eq!(p.h.dev.counters().tx_sw_steering_errors, 0);

@@ -5,9 +5,12 @@
 //! fills each from the parsed packet and its metadata registers. Lookup type numbers are
 //! dr_ste_v1.h `enum dr_ste_v1_lu_type`.
 //!
-//! The model parses no tunnels, so inner lookup types project a packet to an all-zero tag
-//! (inferred: a rule on inner fields matches only zero values on a packet without a tunnel).
-//! Fields the model does not track (port, QP type, checksum-ok bits, loopback flags) stay 0.
+//! Inner lookup types (`_I`) project the packet a tunnel the model knows carries (GRE, VXLAN,
+//! GENEVE: `crate::tunnel`) through the same layouts as the outer ones (rdma-core builds both
+//! with one function, taking the rule's inner or outer header set); a packet without such a
+//! tunnel projects to an all-zero tag (inferred: a rule on inner fields then matches only zero
+//! values). Fields the model does not track (port, QP type, checksum-ok bits, loopback flags)
+//! stay 0.
 
 use super::hash::TAG_SIZE;
 use crate::packet::{IpAddrs, L3Kind, L4Kind, Parsed, TPID_8021AD};
@@ -40,8 +43,8 @@ pub(crate) struct PacketView<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LookupType {
     /// 0x000f (`DR_STE_LU_TYPE_DONT_CARE`): table anchors and always-hit/miss entries, which
-    /// carry zero mask; numerically also `ETHL3_IPV4_MISC_I`, which the model (no tunnels)
-    /// projects to zeros as well.
+    /// carry zero mask; numerically also `ETHL3_IPV4_MISC_I`, which the model projects to
+    /// zeros (it cannot tell the two apart).
     DontCare,
     /// 0x0003 / 0x0004 (`ETHL2_O/_I`, `ste_eth_l2_dst_v1`): destination MAC and L2 fields.
     Ethl2Dst { inner: bool },
@@ -100,6 +103,18 @@ impl LookupType {
         })
     }
 
+    /// The outer lookup type of the same layout (itself for the others).
+    fn outer(self) -> Self {
+        match self {
+            Self::Ethl2Dst { .. } => Self::Ethl2Dst { inner: false },
+            Self::Ethl2Src { .. } => Self::Ethl2Src { inner: false },
+            Self::Ethl2SrcDst { .. } => Self::Ethl2SrcDst { inner: false },
+            Self::Ipv4FiveTuple { .. } => Self::Ipv4FiveTuple { inner: false },
+            Self::Ethl4 { .. } => Self::Ethl4 { inner: false },
+            other => other,
+        }
+    }
+
     /// The packet's tag for this lookup type.
     pub(crate) fn tag(self, pkt: &PacketView<'_>) -> [u8; TAG_SIZE] {
         let mut t = [0u8; TAG_SIZE];
@@ -109,7 +124,16 @@ impl LookupType {
             | Self::Ethl2Src { inner: true }
             | Self::Ethl2SrcDst { inner: true }
             | Self::Ipv4FiveTuple { inner: true }
-            | Self::Ethl4 { inner: true } => {}
+            | Self::Ethl4 { inner: true } => {
+                if let Some((frame, parsed)) = crate::tunnel::inner_packet(pkt.frame, pkt.parsed) {
+                    let inner = PacketView {
+                        parsed: &parsed,
+                        frame,
+                        meta: pkt.meta,
+                    };
+                    t = self.outer().tag(&inner);
+                }
+            }
             Self::Ethl2Dst { inner: false } => l2_one_mac(&mut t, pkt.parsed, pkt.parsed.dst_mac),
             Self::Ethl2Src { inner: false } => l2_one_mac(&mut t, pkt.parsed, pkt.parsed.src_mac),
             Self::Ethl2SrcDst { inner: false } => l2_src_dst(&mut t, pkt.parsed),
