@@ -188,28 +188,35 @@ fn a_firmware_entry_on_the_gre_key_drops_only_that_key() {
     assert_eq!(p.send(&other), Some(other.clone()));
 }
 
-#[test]
-fn a_steering_entry_s_geneve_lookup_drops_only_its_vni() {
-    const FLEX_PARSER_TNL_HEADER: u16 = 0x000e;
+/// A transmit table of one rule, as rdma-core lays a one-rule matcher out: its anchor hits
+/// (with `byte_mask`) into the rule, an entry of lookup type `lookup` dropping what matches
+/// `tag` under `mask`; the rest goes out.
+fn drop_by_lookup(p: &mut Plug, lookup: u16, byte_mask: u16, mask: [u8; 16], tag: [u8; 16]) {
     const DONT_CARE: u16 = 0x000f;
-    let mut p = Plug::new(EmuConfig::default());
     let mut dom = domain(&mut p.h);
     let caps = dom.caps;
     let (anchor, matcher, end) = (dom.base, dom.base + 0x1000, dom.base + 0x2000);
+    let mut a = Builder::init(DONT_CARE, 0);
+    a.always_hit_htbl(byte_mask, lookup, matcher, 1);
+    let mut rule = Builder::init(lookup, 0);
+    rule.bit_mask(mask).tag(tag).hit(caps.tx_drop, 1).miss(end);
+    let mut e = Builder::init(DONT_CARE, 0);
+    e.always_miss(caps.tx_allow);
+    dom.write(&mut p.h, vec![(anchor, a), (matcher, rule), (end, e)]);
+    dom.transmit_table(&mut p.h);
+}
+
+#[test]
+fn a_steering_entry_s_geneve_lookup_drops_only_its_vni() {
+    const FLEX_PARSER_TNL_HEADER: u16 = 0x000e;
+    let mut p = Plug::new(EmuConfig::default());
     // ste_flex_parser_tnl_geneve: the VNI in bytes 4..7, the O flag at bit 8.
     let mut mask = [0u8; 16];
     mask[1] = 0x80;
     mask[4..7].fill(0xff);
     let mut tag = [0u8; 16];
     tag[4..7].copy_from_slice(&GENEVE_VNI.to_be_bytes()[1..]);
-    let mut a = Builder::init(DONT_CARE, 0);
-    a.always_hit_htbl(0x4e00, FLEX_PARSER_TNL_HEADER, matcher, 1);
-    let mut rule = Builder::init(FLEX_PARSER_TNL_HEADER, 0);
-    rule.bit_mask(mask).tag(tag).hit(caps.tx_drop, 1).miss(end);
-    let mut e = Builder::init(DONT_CARE, 0);
-    e.always_miss(caps.tx_allow);
-    dom.write(&mut p.h, vec![(anchor, a), (matcher, rule), (end, e)]);
-    dom.transmit_table(&mut p.h);
+    drop_by_lookup(&mut p, FLEX_PARSER_TNL_HEADER, 0x4e00, mask, tag);
     assert_eq!(p.send(&geneve(GENEVE_VNI, false)), None);
     for other in [geneve(GENEVE_VNI ^ 0x10, false), gre(GRE_KEY)] {
         assert_eq!(p.send(&other), Some(other.clone()));
@@ -277,24 +284,13 @@ fn a_firmware_entry_on_inner_headers_matches_the_frame_inside_the_tunnel() {
 #[test]
 fn a_steering_entry_s_inner_lookup_reads_the_frame_inside_the_tunnel() {
     const ETHL2_SRC_I: u16 = 0x0006;
-    const DONT_CARE: u16 = 0x000f;
     let mut p = Plug::new(EmuConfig::default());
-    let mut dom = domain(&mut p.h);
-    let caps = dom.caps;
-    let (anchor, matcher, end) = (dom.base, dom.base + 0x1000, dom.base + 0x2000);
     // ste_eth_l2_src_v1: the source MAC in bytes 4..10.
     let mut mask = [0u8; 16];
     mask[4..10].fill(0xff);
     let mut tag = [0u8; 16];
     tag[4..10].copy_from_slice(&INNER_SMAC);
-    let mut a = Builder::init(DONT_CARE, 0);
-    a.always_hit_htbl(0x0fc0, ETHL2_SRC_I, matcher, 1);
-    let mut rule = Builder::init(ETHL2_SRC_I, 0);
-    rule.bit_mask(mask).tag(tag).hit(caps.tx_drop, 1).miss(end);
-    let mut e = Builder::init(DONT_CARE, 0);
-    e.always_miss(caps.tx_allow);
-    dom.write(&mut p.h, vec![(anchor, a), (matcher, rule), (end, e)]);
-    dom.transmit_table(&mut p.h);
+    drop_by_lookup(&mut p, ETHL2_SRC_I, 0x0fc0, mask, tag);
     assert_eq!(p.send(&geneve(GENEVE_VNI, false)), None);
     let mut other_inner = geneve(GENEVE_VNI, false);
     other_inner[inner_smac_at(16) + 5] ^= 1;
