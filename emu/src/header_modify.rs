@@ -127,12 +127,15 @@ pub(crate) fn check(raw: &[u8; 8]) -> Result<(), Refused> {
     decode(raw).map(|_| ())
 }
 
-/// Applies `actions` (checked when their context was allocated) to `frame` in order, and
-/// computes its checksums again where IP or TCP/UDP fields changed. Metadata registers start
-/// at zero: the model keeps none across tables.
-pub(crate) fn apply(actions: &[[u8; 8]], frame: &mut [u8]) -> Result<(), ModifyError> {
-    let mut meta = Metadata::default();
-    let mut target = Target::new(frame, &mut meta);
+/// Applies `actions` (checked when their context was allocated) to `frame` and the packet's
+/// metadata registers `meta` in order, and computes the frame's checksums again where IP or
+/// TCP/UDP fields changed.
+pub(crate) fn apply(
+    actions: &[[u8; 8]],
+    frame: &mut [u8],
+    meta: &mut Metadata,
+) -> Result<(), ModifyError> {
+    let mut target = Target::new(frame, meta);
     for raw in actions {
         target.act(&decode(raw).map_err(|_| ModifyError::Bits)?)?;
     }
@@ -177,10 +180,33 @@ mod tests {
                 set(f::SMAC_15_0, 0, 16, 0x8888),
             ],
             &mut frame,
+            &mut Metadata::default(),
         )
         .unwrap();
         assert_eq!(&frame[6..12], &[0x88; 6]);
         assert_eq!(&frame[..6], &[0; 6]);
+    }
+
+    #[test]
+    fn register_writes_stay_with_the_packet() {
+        // SETs of reg_c_0 and reg_c_1 (MLX5_ACTION_IN_FIELD_METADATA_REG_C_0, _1) by two
+        // contexts, one after the other: what the first set is still there after the second.
+        let mut frame = vec![0u8; 60];
+        let mut meta = Metadata::default();
+        apply(
+            &[set(f::METADATA_REGC_0, 0, 32, 0x1234)],
+            &mut frame,
+            &mut meta,
+        )
+        .unwrap();
+        apply(
+            &[set(f::METADATA_REGC_0 + 1, 0, 16, 0xbeef)],
+            &mut frame,
+            &mut meta,
+        )
+        .unwrap();
+        assert_eq!(&meta.reg_c[..2], &[0x1234, 0xbeef]);
+        assert_eq!(frame, vec![0u8; 60], "the frame is untouched");
     }
 
     #[test]

@@ -7,11 +7,12 @@ use crate::function::Core;
 use crate::objects::FlowEntry;
 use crate::objects::MATCH_WORDS;
 use crate::packet::{IpAddrs, L3Kind, L4Kind, Parsed};
+use crate::sw_steering::lookup::Metadata;
 use crate::sw_steering::receive::Next;
 use crate::tunnel::Kind;
 use cxdirect_hw::flow::{
-    FteMatchSetLyr24, FteMatchSetMisc, FLOW_CONTEXT_ACTION_DECAP, FLOW_CONTEXT_ACTION_FWD_DEST,
-    FLOW_DESTINATION_TYPE_TIR, FLOW_TABLE_MISS_ACTION_FWD,
+    FteMatchSetLyr24, FteMatchSetMisc, FteMatchSetMisc2, FLOW_CONTEXT_ACTION_DECAP,
+    FLOW_CONTEXT_ACTION_FWD_DEST, FLOW_DESTINATION_TYPE_TIR, FLOW_TABLE_MISS_ACTION_FWD,
 };
 use cxdirect_hw::reformat::REFORMAT_TYPE_L2_TO_L3_TUNNEL;
 use std::sync::atomic::Ordering;
@@ -239,10 +240,10 @@ fn through_tables(
             return done(tirs, flow_tag, now);
         };
         if let Some(root) = table.sw_root {
-            let decision =
-                crate::sw_steering::receive::receive(core, root, now.parsed(), now.frame());
+            let decision = crate::sw_steering::receive::receive(core, root, now.packet());
             count(core, &decision.counters, frame_len);
             flow_tag = decision.flow_tag.unwrap_or(flow_tag);
+            now.set_meta(decision.meta);
             if let Some(bytes) = decision.rewritten {
                 now.replace(bytes);
             }
@@ -345,7 +346,9 @@ pub(crate) fn match_words(parsed: &Parsed, frame: &[u8], sqn: Option<u32>) -> [u
 /// A frame on its way through the flow tables, as their entries rewrite it: the frame as it
 /// arrived until an entry changes it (a firmware entry's modify-header context, a software
 /// steering walk's actions), then the rewritten copy, parsed and matched again, which the
-/// next tables see and which is what is delivered or sent.
+/// next tables see and which is what is delivered or sent; and the metadata registers the
+/// entries set (zero when it arrived or was sent), which the next tables match in
+/// `misc_parameters_2` and the next walks read.
 #[derive(Clone)]
 pub(crate) struct Steered<'a> {
     original: &'a [u8],
@@ -353,7 +356,10 @@ pub(crate) struct Steered<'a> {
     original_words: &'a [u64; MATCH_WORDS],
     /// The sending SQ, for a transmitted frame's `source_sqn`.
     sqn: Option<u32>,
-    rewritten: Option<(Vec<u8>, Parsed, [u64; MATCH_WORDS])>,
+    rewritten: Option<(Vec<u8>, Parsed)>,
+    meta: Metadata,
+    /// The match words, once the frame or the registers changed.
+    words: Option<[u64; MATCH_WORDS]>,
 }
 
 impl<'a> Steered<'a> {
@@ -370,6 +376,8 @@ impl<'a> Steered<'a> {
             original_words: words,
             sqn,
             rewritten: None,
+            meta: Metadata::default(),
+            words: None,
         }
     }
 
@@ -387,16 +395,32 @@ impl<'a> Steered<'a> {
 
     /// Its match words now.
     pub(crate) fn words(&self) -> &[u64; MATCH_WORDS] {
-        self.rewritten
-            .as_ref()
-            .map_or(self.original_words, |r| &r.2)
+        self.words.as_ref().unwrap_or(self.original_words)
+    }
+
+    /// The frame, its parse and its metadata registers, as a software steering walk takes
+    /// them.
+    pub(crate) fn packet(&self) -> (&Parsed, &[u8], Metadata) {
+        (self.parsed(), self.frame(), self.meta)
     }
 
     /// The frame becomes `bytes`.
     pub(crate) fn replace(&mut self, bytes: Vec<u8>) {
         let parsed = crate::packet::parse(&bytes);
-        let words = match_words(&parsed, &bytes, self.sqn);
-        self.rewritten = Some((bytes, parsed, words));
+        let mut words = match_words(&parsed, &bytes, self.sqn);
+        put_registers(&mut words, &self.meta);
+        self.rewritten = Some((bytes, parsed));
+        self.words = Some(words);
+    }
+
+    /// The metadata registers become `meta`.
+    pub(crate) fn set_meta(&mut self, meta: Metadata) {
+        if meta != self.meta {
+            let mut words = *self.words();
+            put_registers(&mut words, &meta);
+            self.meta = meta;
+            self.words = Some(words);
+        }
     }
 
     /// Applies a firmware entry's rewrites to the frame, in the device's order: on receive
@@ -423,8 +447,12 @@ impl<'a> Steered<'a> {
         if let Some(id) = entry.modify_header {
             let context = core.res.modify_headers.get(id).ok_or(())?;
             let mut bytes = self.frame().to_vec();
-            crate::header_modify::apply(&context.actions, &mut bytes).map_err(|_| ())?;
-            self.replace(bytes);
+            let mut meta = self.meta;
+            crate::header_modify::apply(&context.actions, &mut bytes, &mut meta).map_err(|_| ())?;
+            self.set_meta(meta);
+            if bytes != self.frame() {
+                self.replace(bytes);
+            }
         }
         if let (false, Some(r)) = (receive, reformat) {
             let l3 = r.reformat_type == REFORMAT_TYPE_L2_TO_L3_TUNNEL;
@@ -437,5 +465,33 @@ impl<'a> Steered<'a> {
     /// The rewritten frame, if anything rewrote it.
     pub(crate) fn into_rewritten(self) -> Option<Vec<u8>> {
         self.rewritten.map(|r| r.0)
+    }
+}
+
+/// First match word of `misc_parameters_2` (byte 0xc0 of `fte_match_param`).
+const MISC2_WORD: usize = 0xc0 / 8;
+
+/// Writes the metadata registers `meta` into `misc_parameters_2` of the match words `words`
+/// (`metadata_reg_c_7` .. `_0` and `metadata_reg_a`; the MPLS labels stay zero).
+fn put_registers(words: &mut [u64; MATCH_WORDS], meta: &Metadata) {
+    let mut misc2 = FteMatchSetMisc2::zeroed();
+    let c = meta.reg_c;
+    misc2
+        .set_metadata_reg_c_0(c[0])
+        .set_metadata_reg_c_1(c[1])
+        .set_metadata_reg_c_2(c[2])
+        .set_metadata_reg_c_3(c[3])
+        .set_metadata_reg_c_4(c[4])
+        .set_metadata_reg_c_5(c[5])
+        .set_metadata_reg_c_6(c[6])
+        .set_metadata_reg_c_7(c[7])
+        .set_metadata_reg_a(meta.reg_a);
+    for (word, chunk) in words[MISC2_WORD..]
+        .iter_mut()
+        .zip(misc2.as_bytes().chunks_exact(8))
+    {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(chunk);
+        *word = u64::from_ne_bytes(b);
     }
 }

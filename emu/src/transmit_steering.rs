@@ -50,9 +50,9 @@ pub(crate) fn steer(core: &Core, sqn: u32, frame: &[u8]) -> Verdict {
             return Verdict::Allow(now.into_rewritten());
         };
         if let Some(root) = table.sw_root {
-            let decision =
-                crate::sw_steering::transmit::transmit(core, root, now.parsed(), now.frame());
+            let decision = crate::sw_steering::transmit::transmit(core, root, now.packet());
             count(core, &decision.counters, frame.len());
+            now.set_meta(decision.meta);
             if let Some(bytes) = decision.rewritten {
                 now.replace(bytes);
             }

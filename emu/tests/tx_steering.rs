@@ -310,3 +310,109 @@ fn modify_header_contexts_take_placed_fields_of_their_table_type_only() {
         Syndrome::NoSuchObject,
     );
 }
+
+/// A transmit root whose one entry sets reg_c_0 to `reg` (MOD_HDR) and forwards to a table
+/// whose entry drops the frames carrying reg_c_0 = 0x1234 (`misc_parameters_2`), as mlx5e's
+/// and mlx5_ib's rules mark packets in one table and match the mark in the next.
+fn mark_then_match(p: &mut Plug, reg: u32) {
+    let h = &mut p.h;
+    let mark = alloc_modify_header(
+        h,
+        FLOW_TABLE_TYPE_NIC_TX,
+        &[set_action(mh::field::METADATA_REGC_0, 0, reg)],
+    )
+    .unwrap();
+    let next = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 1, 2, None).unwrap();
+    let mut input = Host::input(Opcode::CreateFlowGroup, 0, 0x400);
+    {
+        let mut cmd = flow::CreateFlowGroupIn::new(&mut input[..]).unwrap();
+        cmd.set_table_type(FLOW_TABLE_TYPE_NIC_TX)
+            .set_table_id(next)
+            .set_match_criteria_enable(flow::MATCH_MISC_PARAMETERS_2);
+        cmd.match_criteria_mut()
+            .misc_parameters_2_mut()
+            .set_metadata_reg_c_0(0xffff_ffff);
+    }
+    let out = h.exec(&input, 16).unwrap();
+    let group = flow::CreateFlowGroupOut::new(&out[..]).unwrap().group_id();
+    let mut input = Host::input(Opcode::SetFlowTableEntry, 0, 0x340);
+    {
+        let mut cmd = flow::SetFteIn::new(&mut input[..]).unwrap();
+        cmd.set_table_type(FLOW_TABLE_TYPE_NIC_TX)
+            .set_table_id(next)
+            .set_flow_index(0);
+        let mut ctx = cmd.flow_context_all_mut();
+        ctx.set_group_id(group)
+            .set_action(flow::FLOW_CONTEXT_ACTION_DROP);
+        ctx.match_value_mut()
+            .misc_parameters_2_mut()
+            .set_metadata_reg_c_0(0x1234);
+    }
+    h.exec(&input, 16).unwrap();
+    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
+    let g = smac_group(h, FLOW_TABLE_TYPE_NIC_TX, root, 0, false).unwrap();
+    let mut input = Host::input(Opcode::SetFlowTableEntry, 0, 0x340 + 8);
+    {
+        let mut cmd = flow::SetFteIn::new(&mut input[..]).unwrap();
+        cmd.set_table_type(FLOW_TABLE_TYPE_NIC_TX)
+            .set_table_id(root)
+            .set_flow_index(0);
+        let mut ctx = cmd.flow_context_all_mut();
+        ctx.set_group_id(g)
+            .set_action(flow::FLOW_CONTEXT_ACTION_FWD_DEST | flow::FLOW_CONTEXT_ACTION_MOD_HDR)
+            .set_modify_header_id(mark)
+            .set_destination_list_size(1);
+        ctx.set_destination(
+            0,
+            flow::dest_format_entry(flow::FLOW_DESTINATION_TYPE_FLOW_TABLE, next),
+        )
+        .unwrap();
+    }
+    h.exec(&input, 16).unwrap();
+    set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
+}
+
+#[test]
+fn a_register_a_firmware_entry_sets_is_what_the_next_table_matches() {
+    let frame = frame_from(SMAC);
+    let mut p = firmware_only();
+    mark_then_match(&mut p, 0x1234);
+    assert_eq!(
+        p.send(&frame),
+        None,
+        "marked 0x1234: dropped by the next table"
+    );
+    let mut p = firmware_only();
+    mark_then_match(&mut p, 0x1235);
+    assert_eq!(p.send(&frame), Some(frame.clone()), "another mark passes");
+}
+
+#[test]
+fn criteria_the_model_does_not_match_are_refused_not_ignored() {
+    let mut p = firmware_only();
+    let h = &mut p.h;
+    let table = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 4, None).unwrap();
+    // An MPLS label in misc_parameters_2, then a bit of misc_parameters_3 (TCP sequence
+    // numbers), each with its part enabled.
+    for (i, (enable, byte)) in [(flow::MATCH_MISC_PARAMETERS_2, 0xc0), (1 << 4, 0x100)]
+        .into_iter()
+        .enumerate()
+    {
+        let mut input = Host::input(Opcode::CreateFlowGroup, 0, 0x400);
+        {
+            let mut cmd = flow::CreateFlowGroupIn::new(&mut input[..]).unwrap();
+            cmd.set_table_type(FLOW_TABLE_TYPE_NIC_TX)
+                .set_table_id(table)
+                .set_start_flow_index(i as u32)
+                .set_end_flow_index(i as u32)
+                .set_match_criteria_enable(enable);
+        }
+        // match_criteria starts at byte 0x40 of the input.
+        input[0x40 + byte] = 0xff;
+        refused(
+            h.exec(&input, 16),
+            CmdStatus::BadParameter,
+            Syndrome::BadSteeringParams,
+        );
+    }
+}

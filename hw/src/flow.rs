@@ -73,6 +73,9 @@ pub const MATCH_OUTER_HEADERS: u8 = 1 << 0;
 pub const MATCH_MISC_PARAMETERS: u8 = 1 << 1;
 /// `match_criteria_enable` bit: match on the inner headers (`MLX5_MATCH_INNER_HEADERS`).
 pub const MATCH_INNER_HEADERS: u8 = 1 << 2;
+/// `match_criteria_enable` bit: match on the second misc parameters, the metadata registers
+/// among them (`MLX5_MATCH_MISC_PARAMETERS_2`).
+pub const MATCH_MISC_PARAMETERS_2: u8 = 1 << 3;
 
 /// `set_fte_in.modify_enable_mask` bit: update the action. The header's
 /// `MLX5_SET_FTE_MODIFY_ENABLE_MASK_*` values (0..=3) are bit positions; these are the masks.
@@ -291,8 +294,34 @@ layout! {
 }
 
 layout! {
-    /// A complete match: outer headers, misc parameters, inner headers (the header reserves
-    /// 0x140 bytes after them for later match sets).
+    /// The second set of miscellaneous match parameters (`fte_match_set_misc2`): the first
+    /// MPLS labels (not named here) and the metadata registers a packet carries through
+    /// steering, which modify-header actions set and copy.
+    pub struct FteMatchSetMisc2("fte_match_set_misc2", 0x40) {
+        /// Metadata register C7.
+        metadata_reg_c_7: u32 @ 0x80 [0x20],
+        /// Metadata register C6.
+        metadata_reg_c_6: u32 @ 0xa0 [0x20],
+        /// Metadata register C5.
+        metadata_reg_c_5: u32 @ 0xc0 [0x20],
+        /// Metadata register C4.
+        metadata_reg_c_4: u32 @ 0xe0 [0x20],
+        /// Metadata register C3.
+        metadata_reg_c_3: u32 @ 0x100 [0x20],
+        /// Metadata register C2.
+        metadata_reg_c_2: u32 @ 0x120 [0x20],
+        /// Metadata register C1.
+        metadata_reg_c_1: u32 @ 0x140 [0x20],
+        /// Metadata register C0.
+        metadata_reg_c_0: u32 @ 0x160 [0x20],
+        /// Metadata register A.
+        metadata_reg_a: u32 @ 0x180 [0x20],
+    }
+}
+
+layout! {
+    /// A complete match: outer headers, misc parameters, inner headers, the second misc set
+    /// (the header reserves 0x100 bytes after them for later match sets).
     pub struct FteMatchParam("fte_match_param", 0x200) {}
     nested {
         /// Outer (or only) L2-L4 headers; enabled by [`MATCH_OUTER_HEADERS`].
@@ -301,6 +330,8 @@ layout! {
         misc_parameters: FteMatchSetMisc @ 0x200,
         /// Inner (tunnelled) L2-L4 headers; enabled by [`MATCH_INNER_HEADERS`].
         inner_headers: FteMatchSetLyr24 @ 0x400,
+        /// Metadata registers and MPLS labels; enabled by [`MATCH_MISC_PARAMETERS_2`].
+        misc_parameters_2: FteMatchSetMisc2 @ 0x600,
     }
 }
 

@@ -318,6 +318,7 @@ pub(crate) fn create_flow_group(core: &mut Core, input: &[u8], output: &mut [u8]
     }
     let mut criteria = Box::new([0u8; MATCH_PARAM_SIZE]);
     criteria.copy_from_slice(cmd.match_criteria().as_bytes());
+    check_modelled_criteria(&criteria, cmd.match_criteria_enable())?;
     mask_disabled_parts(&mut criteria, cmd.match_criteria_enable());
     table
         .groups
@@ -329,13 +330,40 @@ pub(crate) fn create_flow_group(core: &mut Core, input: &[u8], output: &mut [u8]
 
 /// Clears the parts of a match mask whose enable bit is off: they take no part in matching.
 fn mask_disabled_parts(criteria: &mut [u8; MATCH_PARAM_SIZE], enable: u8) {
-    // fte_match_param: outer headers 0x000, misc 0x040, inner headers 0x080, the rest after.
-    for (bit, range) in [(0u8, 0x00..0x40), (1, 0x40..0x80), (2, 0x80..0xc0)] {
+    // fte_match_param: outer headers 0x000, misc 0x040, inner headers 0x080, misc2 0x0c0,
+    // the rest after.
+    for (bit, range) in [
+        (0u8, 0x00..0x40),
+        (1, 0x40..0x80),
+        (2, 0x80..0xc0),
+        (3, 0xc0..0x100),
+    ] {
         if enable & (1 << bit) == 0 {
             criteria[range].fill(0);
         }
     }
-    criteria[0xc0..].fill(0);
+    criteria[0x100..].fill(0);
+}
+
+/// Criteria the model cannot match are refused, never ignored (an ignored mask would match
+/// every frame): in the second misc set the MPLS labels (bytes 0xc0..0xd0) and what follows
+/// `metadata_reg_a` (0xf4..0x100: Linux's IPsec, MACsec and PSP syndromes, rdma-core's
+/// `metadata_reg_b`); the third set and after (from 0x100: TCP sequence numbers, VXLAN-GPE,
+/// ICMP, GENEVE options, GTP-U, ...), when their enable bits are set.
+fn check_modelled_criteria(criteria: &[u8; MATCH_PARAM_SIZE], enable: u8) -> CmdResult {
+    let misc2 = enable & cxdirect_hw::flow::MATCH_MISC_PARAMETERS_2 != 0;
+    let unmodelled_misc2 = misc2
+        && (criteria[0xc0..0xd0].iter().any(|&b| b != 0)
+            || criteria[0xf4..0x100].iter().any(|&b| b != 0));
+    let later = enable >> 4 != 0 && criteria[0x100..].iter().any(|&b| b != 0);
+    if unmodelled_misc2 || later {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "match criteria on fields the model does not match: MPLS labels, the syndromes \
+             after metadata_reg_a, or misc_parameters_3 and later",
+        ));
+    }
+    Ok(())
 }
 
 pub(crate) fn destroy_flow_group(core: &mut Core, input: &[u8]) -> CmdResult {

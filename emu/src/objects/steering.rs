@@ -54,9 +54,10 @@ pub(crate) struct FlowGroup {
     pub mask_words: Vec<(usize, u64)>,
 }
 
-/// 64-bit words of a match parameter that criteria can select (outer, misc and inner headers:
-/// the first 0xc0 bytes; the rest is always masked off).
-pub(crate) const MATCH_WORDS: usize = 0xc0 / 8;
+/// 64-bit words of a match parameter that criteria can select (outer, misc and inner headers,
+/// and the second misc set with the metadata registers: the first 0x100 bytes; the rest is
+/// refused when a group's criteria select it, `fw::steering`).
+pub(crate) const MATCH_WORDS: usize = 0x100 / 8;
 
 /// The 64-bit word `index` of a match parameter or value, in memory order.
 #[inline]

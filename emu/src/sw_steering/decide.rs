@@ -7,6 +7,7 @@
 //! allocation per frame that hits an entry with an action, on the model's path (not the
 //! driver's).
 
+use super::lookup::Metadata;
 use super::rewrite::Rewriting;
 use super::walk::{walk, Terminals};
 use crate::function::Core;
@@ -25,19 +26,21 @@ pub(crate) struct Walked<T> {
     pub(crate) counters: Vec<u32>,
     /// The frame as the entries' actions left it, when one touched it.
     pub(crate) rewritten: Option<Vec<u8>>,
+    /// The metadata registers as the entries' actions left them.
+    pub(crate) meta: Metadata,
 }
 
-/// Walks `frame` (parsed as `parsed`) from the entry at ICM address `root` to one of
-/// `terminals`, applying the actions of each entry it hits before the next lookup.
+/// Walks `frame` (parsed as `parsed`, carrying the metadata registers `meta`) from the entry
+/// at ICM address `root` to one of `terminals`, applying the actions of each entry it hits
+/// before the next lookup.
 pub(crate) fn walk_and_apply<T: Terminals>(
     core: &Core,
     terminals: &T,
     root: u64,
-    parsed: &Parsed,
-    frame: &[u8],
+    (parsed, frame, meta): (&Parsed, &[u8], Metadata),
 ) -> Walked<T::Terminal> {
     let icm = super::icm_reader(core);
-    let mut packet = Rewriting::new(frame, parsed, &icm);
+    let mut packet = Rewriting::new(frame, parsed, meta, &icm);
     let Ok(result) = walk(&icm, terminals, root, &mut packet) else {
         // The counters of entries hit before the failure are not kept: the frame is dropped
         // as a failed walk, counted in the direction's errors.
@@ -46,13 +49,15 @@ pub(crate) fn walk_and_apply<T: Terminals>(
             flow_tag: None,
             counters: Vec::new(),
             rewritten: None,
+            meta,
         };
     };
-    let (rewritten, flow_tag) = packet.finish();
+    let (rewritten, flow_tag, meta) = packet.finish();
     Walked {
         terminal: Some(result.terminal),
         flow_tag,
         counters: result.counters,
         rewritten,
+        meta,
     }
 }

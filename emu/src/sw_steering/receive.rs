@@ -11,6 +11,7 @@
 //! unmodified.
 
 use super::decide::walk_and_apply;
+use super::lookup::Metadata;
 use super::terminals::{ReceiveTerminal, ReceiveTerminals};
 use crate::counters::add;
 use crate::function::Core;
@@ -43,17 +44,21 @@ pub(crate) struct Decision {
     pub(crate) counters: Vec<u32>,
     /// The frame as the entries' actions left it, when one touched it.
     pub(crate) rewritten: Option<Vec<u8>>,
+    /// The metadata registers as the entries' actions left them.
+    pub(crate) meta: Metadata,
 }
 
-/// Where software steering sends `frame` (parsed as `parsed`) that reached a software-owned
-/// receive table whose first entry is at ICM address `root`.
-pub(crate) fn receive(core: &Core, root: u64, parsed: &Parsed, frame: &[u8]) -> Decision {
-    let walked = walk_and_apply(core, &ReceiveTerminals { core }, root, parsed, frame);
+/// Where software steering sends `frame` (parsed as `parsed`, carrying the metadata
+/// registers `meta`) that reached a software-owned receive table whose first entry is at ICM
+/// address `root`.
+pub(crate) fn receive(core: &Core, root: u64, packet: (&Parsed, &[u8], Metadata)) -> Decision {
+    let walked = walk_and_apply(core, &ReceiveTerminals { core }, root, packet);
     let mut decision = Decision {
         next: Next::Drop,
         flow_tag: walked.flow_tag,
         counters: walked.counters,
         rewritten: None,
+        meta: walked.meta,
     };
     let Some(terminal) = walked.terminal else {
         add(&core.counters.rx_sw_steering_errors, 1);

@@ -79,13 +79,14 @@ pub(crate) struct Rewriting<'a, I: ?Sized> {
 }
 
 impl<'a, I: IcmRead + ?Sized> Rewriting<'a, I> {
-    /// `frame`, parsed as `parsed`, before any action; modify lists read from `icm`.
-    pub(crate) fn new(frame: &'a [u8], parsed: &'a Parsed, icm: &'a I) -> Self {
+    /// `frame`, parsed as `parsed`, with the metadata registers `meta` the tables before set,
+    /// before any action; modify lists read from `icm`.
+    pub(crate) fn new(frame: &'a [u8], parsed: &'a Parsed, meta: Metadata, icm: &'a I) -> Self {
         Rewriting {
             original: frame,
             original_parsed: parsed,
             out: None,
-            meta: Metadata::default(),
+            meta,
             l3_l4_changed: false,
             flow_tag: None,
             icm,
@@ -93,8 +94,9 @@ impl<'a, I: IcmRead + ?Sized> Rewriting<'a, I> {
     }
 
     /// The frame as the actions left it (`None` when none touched it), its checksums computed
-    /// again where IP or TCP/UDP fields changed, and the last flow tag among the actions.
-    pub(crate) fn finish(self) -> (Option<Vec<u8>>, Option<u32>) {
+    /// again where IP or TCP/UDP fields changed, the last flow tag among the actions, and the
+    /// metadata registers as they left them.
+    pub(crate) fn finish(self) -> (Option<Vec<u8>>, Option<u32>, Metadata) {
         let mut out = self.out.map(|(bytes, _)| bytes);
         let mut meta = self.meta;
         if let (Some(bytes), true) = (out.as_mut(), self.l3_l4_changed) {
@@ -102,7 +104,7 @@ impl<'a, I: IcmRead + ?Sized> Rewriting<'a, I> {
             target.l3_l4_changed = true;
             target.finish();
         }
-        (out, self.flow_tag)
+        (out, self.flow_tag, self.meta)
     }
 
     /// Applies one entry's actions, in order.
@@ -267,9 +269,10 @@ pub(crate) fn apply<I: IcmRead + ?Sized>(
     icm: &I,
 ) -> Result<(Option<Vec<u8>>, Option<u32>), Unsupported> {
     let parsed = crate::packet::parse(frame);
-    let mut r = Rewriting::new(frame, &parsed, icm);
+    let mut r = Rewriting::new(frame, &parsed, Metadata::default(), icm);
     r.apply_all(actions)?;
-    Ok(r.finish())
+    let (out, flow_tag, _) = r.finish();
+    Ok((out, flow_tag))
 }
 
 /// The `count` actions of the modify list at `index`.

@@ -11,6 +11,7 @@
 //! apply is dropped and counted in `tx_sw_steering_errors`, never sent unmodified.
 
 use super::decide::walk_and_apply;
+use super::lookup::Metadata;
 use super::terminals::{TransmitTerminal, TransmitTerminals};
 use crate::counters::add;
 use crate::function::Core;
@@ -36,12 +37,15 @@ pub(crate) struct Decision {
     pub(crate) counters: Vec<u32>,
     /// The frame as the entries' actions left it, when one touched it.
     pub(crate) rewritten: Option<Vec<u8>>,
+    /// The metadata registers as the entries' actions left them.
+    pub(crate) meta: Metadata,
 }
 
-/// Where software steering sends `frame` (parsed as `parsed`), sent by an SQ, that reached a
-/// software-owned transmit table whose first entry is at ICM address `root`.
-pub(crate) fn transmit(core: &Core, root: u64, parsed: &Parsed, frame: &[u8]) -> Decision {
-    let walked = walk_and_apply(core, &TransmitTerminals { core }, root, parsed, frame);
+/// Where software steering sends `frame` (parsed as `parsed`, carrying the metadata registers
+/// `meta`), sent by an SQ, that reached a software-owned transmit table whose first entry is at
+/// ICM address `root`.
+pub(crate) fn transmit(core: &Core, root: u64, packet: (&Parsed, &[u8], Metadata)) -> Decision {
+    let walked = walk_and_apply(core, &TransmitTerminals { core }, root, packet);
     let next = match walked.terminal {
         Some(TransmitTerminal::Allow) => Next::Allow,
         Some(TransmitTerminal::Table(id)) => Next::Table(id),
@@ -59,5 +63,6 @@ pub(crate) fn transmit(core: &Core, root: u64, parsed: &Parsed, frame: &[u8]) ->
         } else {
             walked.rewritten
         },
+        meta: walked.meta,
     }
 }

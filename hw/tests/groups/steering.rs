@@ -14,6 +14,7 @@ pub fn checks() -> usize {
         Ipv6LayoutIpv4LayoutAuto,
         FteMatchSetLyr24,
         FteMatchSetMisc,
+        FteMatchSetMisc2,
         FteMatchParam,
         FlowTableContext,
         CreateFlowTableIn,
