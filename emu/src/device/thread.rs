@@ -147,6 +147,13 @@ fn serve_once(shared: &Shared) -> bool {
             bytes: &db.bf[..db.bf_len],
         });
         engine::sq::doorbell(&mut core, db.uar, db.first8, bf);
+        // What the doorbell sent the function itself lands before the next doorbell runs, as
+        // in inline execution: doorbells queued together were written one after the other,
+        // and a later one may depend on an earlier one's loopback (rdma-core's steering
+        // entries, written by RDMA WRITE on a self-connected QP, then a frame they steer).
+        if core.local_loopback.pending() {
+            engine::loopback::drain(&mut core);
+        }
     }
     // What the function sent itself is received first, as it would be inside a device.
     did_work |= pump_local(shared);
@@ -202,4 +209,80 @@ fn sleep(state: &EngineState) {
         let _ = state.work.wait_timeout(guard, timeout);
     }
     state.sleeping.store(false, Ordering::SeqCst);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::serve_once;
+    use crate::device::PendingDoorbell;
+    use crate::testkit::dr::domain;
+    use crate::testkit::rc::lone_host;
+    use crate::testkit::ste::Builder;
+    use crate::testkit::sw_icm::wqe;
+    use crate::testkit::sw_icm::GID;
+    use crate::testkit::{udp_frame, Host, Sq};
+    use crate::EmuConfig;
+    use cxdirect_hw::wqe::opcode;
+
+    /// Writes `w` into `sq` and its doorbell record, and queues its doorbell as a device
+    /// thread finds it, without running it.
+    fn queue(h: &Host, sq: &mut Sq, w: &[u8]) {
+        h.write_wqe(sq, w);
+        h.write_be32(sq.dbr + 4, u32::from(sq.pi));
+        let mut first8 = [0u8; 8];
+        first8.copy_from_slice(&w[..8]);
+        super::lock(&h.dev.shared.pending).push_back(PendingDoorbell {
+            uar: h.uar,
+            first8,
+            bf: [0; crate::device::BF_REG_SIZE / 2],
+            bf_len: 0,
+        });
+    }
+
+    /// Two doorbells a device thread finds queued together: an RDMA WRITE by rdma-core's
+    /// steering ring (a QP connected to itself) that turns a transmit table's anchor from
+    /// "let out" into "drop", then a frame from an Ethernet SQ. The frame meets the new anchor:
+    /// the WRITE's loopback landed before the second doorbell ran, as inline execution does.
+    /// (The rig's `test_metadata_modify_action_set_copy_match` once counted 9 of its 10
+    /// frames: its first frame was steered before its last rule's entry landed.)
+    #[test]
+    fn a_doorbell_meets_what_the_doorbells_before_it_looped_back() {
+        const DONT_CARE: u16 = 0x000f;
+        // Alone on a wire: what the function sends itself loops inside it, as in the rig.
+        let cfg = EmuConfig::default();
+        let mac = cfg.mac;
+        let (mut h, _wire) = lone_host(cfg, 16 << 20, GID, mac);
+        let mut dom = domain(&mut h);
+        let caps = dom.caps;
+        let mut allow = Builder::init(DONT_CARE, 0);
+        allow.always_miss(caps.tx_allow);
+        dom.write(&mut h, vec![(dom.base, allow)]);
+        dom.transmit_table(&mut h);
+        let cq = h.create_cq(6);
+        let tis = h.create_tis();
+        let mut sq = h.create_sq(cq.cqn, tis, 6);
+        let key = h.create_mkey(false, true);
+        let mut drop = Builder::init(DONT_CARE, 0);
+        drop.always_miss(caps.tx_drop);
+        let write = wqe(
+            &dom.ring.sq,
+            opcode::RDMA_WRITE,
+            0,
+            dom.rkey,
+            &drop.post(),
+            (0, 0),
+        );
+        queue(&h, &mut dom.ring.sq, &write);
+        let buf = h.alloc(128, 64);
+        let send = h.build_send(&sq, &udp_frame(64, 3), buf, key, true);
+        queue(&h, &mut sq, &send);
+        let before = h.dev.counters();
+        serve_once(&h.dev.shared);
+        let after = h.dev.counters();
+        assert_eq!(
+            after.tx_steer_drops - before.tx_steer_drops,
+            1,
+            "the frame met the entry the WRITE before it wrote"
+        );
+    }
 }
