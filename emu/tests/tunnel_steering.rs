@@ -9,13 +9,14 @@
 //! frames go out of an SQ through the transmit tables and come back on a loopback plug.
 
 use cxdirect_emu::testkit::dr::domain;
-use cxdirect_emu::testkit::flow_tables::{create_table_of, set_root_of};
+use cxdirect_emu::testkit::flow_tables::{
+    create_table_of, entry_matching, group_matching, set_root_of,
+};
 use cxdirect_emu::testkit::plug::Plug;
 use cxdirect_emu::testkit::ste::Builder;
 use cxdirect_emu::testkit::{CmdFail, Host};
 use cxdirect_emu::EmuConfig;
 use cxdirect_hw::caps::FlowTableNicCap;
-use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::flow::{self, FLOW_TABLE_TYPE_NIC_TX};
 use cxdirect_hw::hca::cap_type;
 
@@ -86,18 +87,10 @@ fn misc_group(
     table: u32,
     mask: impl Fn(&mut flow::FteMatchSetMisc<&mut [u8]>),
 ) -> Result<u32, CmdFail> {
-    let mut input = Host::input(Opcode::CreateFlowGroup, 0, 0x400);
-    {
-        let mut cmd = flow::CreateFlowGroupIn::new(&mut input[..]).unwrap();
-        cmd.set_table_type(FLOW_TABLE_TYPE_NIC_TX)
-            .set_table_id(table)
-            .set_start_flow_index(0)
-            .set_end_flow_index(0)
-            .set_match_criteria_enable(flow::MATCH_MISC_PARAMETERS);
-        mask(&mut cmd.match_criteria_mut().misc_parameters_mut());
-    }
-    let out = h.exec(&input, 16)?;
-    Ok(flow::CreateFlowGroupOut::new(&out[..]).unwrap().group_id())
+    let at = (FLOW_TABLE_TYPE_NIC_TX, table, 0);
+    group_matching(h, at, flow::MATCH_MISC_PARAMETERS, |c| {
+        mask(&mut c.misc_parameters_mut())
+    })
 }
 
 /// A dropping entry 0 in `group` of a transmit table, matching misc fields as `value` sets
@@ -108,18 +101,10 @@ fn misc_drop(
     group: u32,
     value: impl Fn(&mut flow::FteMatchSetMisc<&mut [u8]>),
 ) -> Result<(), CmdFail> {
-    let mut input = Host::input(Opcode::SetFlowTableEntry, 0, 0x340);
-    {
-        let mut cmd = flow::SetFteIn::new(&mut input[..]).unwrap();
-        cmd.set_table_type(FLOW_TABLE_TYPE_NIC_TX)
-            .set_table_id(table)
-            .set_flow_index(0);
-        let mut ctx = cmd.flow_context_all_mut();
-        ctx.set_group_id(group)
-            .set_action(flow::FLOW_CONTEXT_ACTION_DROP);
-        value(&mut ctx.match_value_mut().misc_parameters_mut());
-    }
-    h.exec(&input, 16).map(|_| ())
+    let at = (FLOW_TABLE_TYPE_NIC_TX, table, 0);
+    entry_matching(h, at, group, flow::FLOW_CONTEXT_ACTION_DROP, |v| {
+        value(&mut v.misc_parameters_mut())
+    })
 }
 
 #[test]
@@ -228,36 +213,17 @@ fn a_steering_entry_s_geneve_lookup_drops_only_its_vni() {
 /// is [`INNER_SMAC`].
 fn inner_smac_drop(h: &mut Host) {
     let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
-    let mut input = Host::input(Opcode::CreateFlowGroup, 0, 0x400);
-    {
-        let mut cmd = flow::CreateFlowGroupIn::new(&mut input[..]).unwrap();
-        cmd.set_table_type(FLOW_TABLE_TYPE_NIC_TX)
-            .set_table_id(root)
-            .set_start_flow_index(0)
-            .set_end_flow_index(0)
-            .set_match_criteria_enable(flow::MATCH_INNER_HEADERS);
-        cmd.match_criteria_mut()
-            .inner_headers_mut()
-            .set_smac(0xffff_ffff_ffff);
-    }
-    let out = h.exec(&input, 16).unwrap();
-    let group = flow::CreateFlowGroupOut::new(&out[..]).unwrap().group_id();
-    let mut input = Host::input(Opcode::SetFlowTableEntry, 0, 0x340);
-    {
-        let mut cmd = flow::SetFteIn::new(&mut input[..]).unwrap();
-        cmd.set_table_type(FLOW_TABLE_TYPE_NIC_TX)
-            .set_table_id(root)
-            .set_flow_index(0);
-        let mut ctx = cmd.flow_context_all_mut();
-        ctx.set_group_id(group)
-            .set_action(flow::FLOW_CONTEXT_ACTION_DROP);
-        let mut b = [0u8; 8];
-        b[2..].copy_from_slice(&INNER_SMAC);
-        ctx.match_value_mut()
-            .inner_headers_mut()
-            .set_smac(u64::from_be_bytes(b));
-    }
-    h.exec(&input, 16).unwrap();
+    let at = (FLOW_TABLE_TYPE_NIC_TX, root, 0);
+    let group = group_matching(h, at, flow::MATCH_INNER_HEADERS, |c| {
+        c.inner_headers_mut().set_smac(0xffff_ffff_ffff);
+    })
+    .unwrap();
+    let mut b = [0u8; 8];
+    b[2..].copy_from_slice(&INNER_SMAC);
+    entry_matching(h, at, group, flow::FLOW_CONTEXT_ACTION_DROP, |v| {
+        v.inner_headers_mut().set_smac(u64::from_be_bytes(b));
+    })
+    .unwrap();
     set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
 }
 

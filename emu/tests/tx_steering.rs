@@ -7,8 +7,8 @@
 
 use cxdirect_emu::testkit::dr::dr_caps;
 use cxdirect_emu::testkit::flow_tables::{
-    alloc_counter, create_table_of, query_counter, root_forwarding_to, set_entry, set_root_of,
-    smac_group,
+    alloc_counter, create_table_of, entry_matching, group_matching, query_counter,
+    root_forwarding_to, set_entry, set_root_of, smac_group,
 };
 use cxdirect_emu::testkit::plug::Plug;
 use cxdirect_emu::testkit::{refused, udp_frame, CmdFail, Host};
@@ -323,32 +323,15 @@ fn mark_then_match(p: &mut Plug, reg: u32) {
     )
     .unwrap();
     let next = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 1, 2, None).unwrap();
-    let mut input = Host::input(Opcode::CreateFlowGroup, 0, 0x400);
-    {
-        let mut cmd = flow::CreateFlowGroupIn::new(&mut input[..]).unwrap();
-        cmd.set_table_type(FLOW_TABLE_TYPE_NIC_TX)
-            .set_table_id(next)
-            .set_match_criteria_enable(flow::MATCH_MISC_PARAMETERS_2);
-        cmd.match_criteria_mut()
-            .misc_parameters_2_mut()
-            .set_metadata_reg_c_0(0xffff_ffff);
-    }
-    let out = h.exec(&input, 16).unwrap();
-    let group = flow::CreateFlowGroupOut::new(&out[..]).unwrap().group_id();
-    let mut input = Host::input(Opcode::SetFlowTableEntry, 0, 0x340);
-    {
-        let mut cmd = flow::SetFteIn::new(&mut input[..]).unwrap();
-        cmd.set_table_type(FLOW_TABLE_TYPE_NIC_TX)
-            .set_table_id(next)
-            .set_flow_index(0);
-        let mut ctx = cmd.flow_context_all_mut();
-        ctx.set_group_id(group)
-            .set_action(flow::FLOW_CONTEXT_ACTION_DROP);
-        ctx.match_value_mut()
-            .misc_parameters_2_mut()
-            .set_metadata_reg_c_0(0x1234);
-    }
-    h.exec(&input, 16).unwrap();
+    let at = (FLOW_TABLE_TYPE_NIC_TX, next, 0);
+    let group = group_matching(h, at, flow::MATCH_MISC_PARAMETERS_2, |c| {
+        c.misc_parameters_2_mut().set_metadata_reg_c_0(0xffff_ffff);
+    })
+    .unwrap();
+    entry_matching(h, at, group, flow::FLOW_CONTEXT_ACTION_DROP, |v| {
+        v.misc_parameters_2_mut().set_metadata_reg_c_0(0x1234);
+    })
+    .unwrap();
     let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
     let g = smac_group(h, FLOW_TABLE_TYPE_NIC_TX, root, 0, false).unwrap();
     let mut input = Host::input(Opcode::SetFlowTableEntry, 0, 0x340 + 8);

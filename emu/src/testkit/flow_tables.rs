@@ -271,3 +271,47 @@ pub fn root_forwarding_to(h: &mut Host, table_type: u8, table: u32) -> u32 {
     set_root_of(h, table_type, root).expect("SET_FLOW_TABLE_ROOT");
     root
 }
+
+/// CREATE_FLOW_GROUP over entry `index` of a table of `table_type`, its criteria enabled by
+/// `enable` (`MATCH_*` bits) and written by `criteria`.
+pub fn group_matching(
+    h: &mut Host,
+    (table_type, table, index): (u8, u32, u32),
+    enable: u8,
+    criteria: impl FnOnce(&mut flow::FteMatchParam<&mut [u8]>),
+) -> Result<u32, CmdFail> {
+    let mut input = Host::input(Opcode::CreateFlowGroup, 0, 0x400);
+    {
+        let mut cmd = flow::CreateFlowGroupIn::new(&mut input[..]).unwrap();
+        cmd.set_table_type(table_type)
+            .set_table_id(table)
+            .set_start_flow_index(index)
+            .set_end_flow_index(index)
+            .set_match_criteria_enable(enable);
+        criteria(&mut cmd.match_criteria_mut());
+    }
+    let out = h.exec(&input, 16)?;
+    Ok(flow::CreateFlowGroupOut::new(&out[..]).unwrap().group_id())
+}
+
+/// SET_FLOW_TABLE_ENTRY of entry `index` in `group` of a table of `table_type`: `action`, no
+/// destination, the match value written by `value`.
+pub fn entry_matching(
+    h: &mut Host,
+    (table_type, table, index): (u8, u32, u32),
+    group: u32,
+    action: u16,
+    value: impl FnOnce(&mut flow::FteMatchParam<&mut [u8]>),
+) -> Result<(), CmdFail> {
+    let mut input = Host::input(Opcode::SetFlowTableEntry, 0, 0x340);
+    {
+        let mut cmd = flow::SetFteIn::new(&mut input[..]).unwrap();
+        cmd.set_table_type(table_type)
+            .set_table_id(table)
+            .set_flow_index(index);
+        let mut ctx = cmd.flow_context_all_mut();
+        ctx.set_group_id(group).set_action(action);
+        value(&mut ctx.match_value_mut());
+    }
+    h.exec(&input, 16).map(|_| ())
+}
