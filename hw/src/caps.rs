@@ -471,6 +471,10 @@ layout! {
         /// Capabilities a user context may ask for at CREATE_UCTX (`MLX5_UCTX_CAP_RAW_TX`
         /// bit 0, `MLX5_UCTX_CAP_INTERNAL_DEV_RES` bit 1).
         uctx_cap: u32 @ 0x6a0 [0x20],
+        /// Predefined match definer formats CREATE_GENERAL_OBJECT of a MATCH_DEFINER takes:
+        /// bit `n` for format `n` (rdma-core's `definer_format_sup`, which DR reads to build
+        /// a matcher on one definer, dr_matcher.c `dr_matcher_set_definer_builders`).
+        match_definer_format_supported: u64 @ 0x7c0 [0x40],
     }
 }
 

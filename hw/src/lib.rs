@@ -23,6 +23,7 @@ pub mod counters;
 pub mod cq;
 pub mod cqe;
 pub mod dct;
+pub mod definer;
 pub mod devx;
 pub mod doorbell;
 pub mod eq;

@@ -319,14 +319,26 @@ impl CapSet {
                     | general_obj_types_bit(obj_type::SCHEDULING_ELEMENT)
                     // SW ICM only when asked for (`EmuConfig::sw_steering`): mlx5_core's
                     // `mlx5_dm_create` keys its SW ICM allocator on this bit.
-                    // Flow samplers too: only software steering entries reach one.
+                    // Flow samplers and match definers too: only software steering entries
+                    // reach or name one.
                     | if cfg.sw_steering {
                         general_obj_types_bit(obj_type::SW_ICM)
                             | general_obj_types_bit(obj_type::FLOW_SAMPLER)
+                            | general_obj_types_bit(obj_type::MATCH_DEFINER)
                     } else {
                         0
                     },
             )
+            // Predefined definer format 22 with software steering: rdma-core's DR then builds
+            // a matcher whose mask format 22 takes whole (outer MACs, first VLAN, IPv4
+            // addresses, L4 ports, reg_c_0) on one definer, and the rest as before
+            // (`crate::sw_steering::definer`). Which formats a ConnectX-6 Dx reports is not
+            // public; the model offers the one it projects.
+            .set_match_definer_format_supported(if cfg.sw_steering {
+                1 << cxdirect_hw::definer::format::DEF22
+            } else {
+                0
+            })
             // Steering entries in the ConnectX-6 Dx format (STEv1,
             // `MLX5_HW_CONNECTX_6DX`), the one `crate::sw_steering` walks.
             .set_steering_format_version(1)

@@ -377,6 +377,7 @@ fn object_in(opcode: Opcode, input: &[u8]) -> Option<(Owned, Role)> {
         obj_type::RESERVED_QPN => Some((Owned::ReservedQpn, role)),
         obj_type::SW_ICM => Some((Owned::SwIcm, role)),
         obj_type::FLOW_SAMPLER => Some((Owned::FlowSampler, role)),
+        obj_type::MATCH_DEFINER => Some((Owned::MatchDefiner, role)),
         _ => None,
     }
 }

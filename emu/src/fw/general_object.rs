@@ -51,6 +51,7 @@ pub(crate) fn create(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdRes
         }
         obj_type::SW_ICM => super::sw_icm::create(core, input, output),
         obj_type::FLOW_SAMPLER => super::sampler::create(core, input, output),
+        obj_type::MATCH_DEFINER => super::definer::create(core, input, output),
         _ => Err(unknown_type()),
     }
 }
@@ -84,6 +85,7 @@ pub(crate) fn destroy(core: &mut Core, input: &[u8]) -> CmdResult {
         obj_type::SCHEDULING_ELEMENT => super::scheduling::destroy_general_object(core, input),
         obj_type::SW_ICM => super::sw_icm::destroy(core, input),
         obj_type::FLOW_SAMPLER => super::sampler::destroy(core, input),
+        obj_type::MATCH_DEFINER => super::definer::destroy(core, input),
         _ => Err(unknown_type()),
     }
 }
@@ -106,6 +108,10 @@ pub(crate) fn query(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResu
         }
         obj_type::SW_ICM => super::sw_icm::query(core, input, output),
         obj_type::FLOW_SAMPLER => super::sampler::query(core, input, output),
+        obj_type::MATCH_DEFINER => Err(super::bad_param(
+            Syndrome::BadSteeringParams,
+            "QUERY_GENERAL_OBJECT of a match definer is not modelled (rdma-core and Linux never send it)",
+        )),
         _ => Err(unknown_type()),
     }
 }

@@ -17,6 +17,7 @@ pub(crate) mod cmdif;
 pub(crate) mod cq;
 pub(crate) mod dc;
 mod dci;
+pub(crate) mod definer;
 pub(crate) mod devx;
 mod flow_counter;
 pub(crate) mod flow_entry;

@@ -54,6 +54,8 @@ pub(crate) enum Owned {
     ModifyHeader,
     /// A FLOW_SAMPLER general object, by its number.
     FlowSampler,
+    /// A MATCH_DEFINER general object, by its number.
+    MatchDefiner,
 }
 
 /// The live user contexts and who owns which object.

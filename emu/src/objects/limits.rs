@@ -101,5 +101,13 @@ pub(crate) const LOG_MAX_MODIFY_HEADER_CONTEXT: u8 = 12;
 
 /// Flow samplers a function may hold at once (the model's choice; no capability names it).
 pub(crate) const MAX_FLOW_SAMPLERS: u32 = 1 << 12;
+/// The first match definer number. A steering entry names a definer in 8 bits
+/// (`match_definer_ctx_idx`, `hash_definer_ctx_idx`), where the legacy lookup types take the
+/// low numbers (`enum dr_ste_v1_lu_type`: up to 0x17, with 0x0f "don't care" and 0xff
+/// "invalid"), so the model numbers definers from 0x20 (its choice: the device's numbering
+/// is not public).
+pub(crate) const FIRST_MATCH_DEFINER: u32 = 0x20;
+/// Match definers a function may hold at once: numbers 0x20..=0xfe.
+pub(crate) const MAX_MATCH_DEFINERS: u32 = 0xff - FIRST_MATCH_DEFINER;
 /// Most actions of one modify-header context (`max_modify_header_actions`).
 pub(crate) const MAX_MODIFY_HEADER_ACTIONS: u8 = 32;

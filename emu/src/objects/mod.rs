@@ -27,8 +27,8 @@ pub(crate) use context::Slot;
 use cxdirect_hw::doorbell::UAR_PAGE_SIZE;
 use queue_state::{Compression, Fetched};
 pub(crate) use steering::{
-    FlowCounter, FlowEntry, FlowGroup, FlowSampler, FlowTable, ModifyHeader, PacketReformat, Rqt,
-    Tir, TirDispatch, Tis, MATCH_WORDS,
+    FlowCounter, FlowEntry, FlowGroup, FlowSampler, FlowTable, MatchDefiner, ModifyHeader,
+    PacketReformat, Rqt, Tir, TirDispatch, Tis, MATCH_WORDS,
 };
 
 /// A numbered table of objects. Numbers start at `base` so that different object types rarely
@@ -459,6 +459,9 @@ pub(crate) struct Resources {
     pub modify_headers: Table<ModifyHeader>,
     /// Flow samplers (general objects of type FLOW_SAMPLER).
     pub samplers: Table<FlowSampler>,
+    /// Match definers (general objects of type MATCH_DEFINER), numbered as steering entries
+    /// name them.
+    pub definers: Table<MatchDefiner>,
     pub mkeys: Table<Mkey>,
     /// Protection signature variables (CREATE_PSV).
     pub psvs: Table<signature::Psv>,
@@ -542,6 +545,7 @@ impl Resources {
             reformats: Table::new(1, 1 << limits::LOG_MAX_PACKET_REFORMAT_CONTEXT),
             modify_headers: Table::new(1, 1 << limits::LOG_MAX_MODIFY_HEADER_CONTEXT),
             samplers: Table::new(1, limits::MAX_FLOW_SAMPLERS),
+            definers: Table::new(limits::FIRST_MATCH_DEFINER, limits::MAX_MATCH_DEFINERS),
             mkeys: Table::new(0x10, 1 << 16),
             psvs: Table::new(0x10, 1 << 16),
             // Set 0 means "no counter set" in an RQ context.

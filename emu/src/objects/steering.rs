@@ -163,6 +163,18 @@ pub(crate) struct PacketReformat {
     pub fte_users: u32,
 }
 
+/// A match definer (CREATE_GENERAL_OBJECT of type MATCH_DEFINER, `fw::definer`): a predefined
+/// format (which packet fields, where in a 32-byte tag) and the mask over that tag. Steering
+/// entries name it by its number (`match_definer_ctx_idx`, `hash_definer_ctx_idx`);
+/// `sw_steering::definer` projects packets through it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MatchDefiner {
+    /// The predefined format (`cxdirect_hw::definer::format`).
+    pub format: u16,
+    /// The mask over the format's tag.
+    pub mask: [u8; cxdirect_hw::definer::DEFINER_TAG_BYTES],
+}
+
 /// A flow sampler (CREATE_GENERAL_OBJECT of type FLOW_SAMPLER, `fw::sampler`): a packet
 /// reaching its ICM address goes on to `default_table`; one in `sample_ratio` is also copied
 /// to `sample_table`. Both tables are held (`FlowTable::referenced`) while it lives.

@@ -13,6 +13,7 @@
 //! | 24..32 | actions (BWC: 8 bytes; MATCH: 12 bytes from byte 20) |
 //! | 32..48 | BWC: bit mask (rdma-core swaps its tag and mask into this order before posting, `dr_ste_v1_prepare_for_postsend`) |
 //! | 48..64 | BWC: tag |
+//! | 32..64 | MATCH: the 32-byte tag compared through the entry's definer |
 //!
 //! Reserved bits, and control features rdma-core never sets (match polarity, a hash type other
 //! than 0, hashing after actions, mask mode 1), are refused rather than guessed at.
@@ -113,6 +114,9 @@ pub(crate) struct Ste {
     pub(crate) tag: [u8; TAG_SIZE],
     /// The 32-byte match area of a non-BWC entry is all zero.
     pub(crate) match_area_zero: bool,
+    /// The 32-byte tag of a MATCH entry (bytes 32..64; zero otherwise): compared with the
+    /// packet's tag through the entry's definer.
+    pub(crate) match_tag: [u8; 32],
 }
 
 impl Ste {
@@ -213,6 +217,7 @@ pub(crate) fn decode(raw: &[u8; STE_SIZE]) -> Result<Ste, EntryError> {
         mask: [0; TAG_SIZE],
         tag: [0; TAG_SIZE],
         match_area_zero: raw[32..].iter().all(|&b| b == 0),
+        match_tag: [0; 32],
     };
     if format.is_bwc() {
         if bits(raw, 20, 14, 14) != 0 {
@@ -227,6 +232,7 @@ pub(crate) fn decode(raw: &[u8; STE_SIZE]) -> Result<Ste, EntryError> {
     } else {
         ste.actions.copy_from_slice(&raw[20..32]);
         ste.action_len = 12;
+        ste.match_tag.copy_from_slice(&raw[32..]);
     }
     Ok(ste)
 }

@@ -149,7 +149,7 @@ impl LookupType {
 
 /// Writes `value`'s low `width` bits at bit `off` (from the tag's start, most significant bit
 /// first, as mlx5_ifc.h counts). Widths up to 32; fields never cross the tag's end.
-fn put(t: &mut [u8; TAG_SIZE], off: usize, width: usize, value: u32) {
+pub(super) fn put(t: &mut [u8], off: usize, width: usize, value: u32) {
     for i in 0..width {
         let bit = (value >> (width - 1 - i)) & 1;
         let pos = off + i;
@@ -163,7 +163,7 @@ fn put(t: &mut [u8; TAG_SIZE], off: usize, width: usize, value: u32) {
 }
 
 /// `l3_type` codes (dr_ste.h `STE_IPV4`, `STE_IPV6`).
-fn l3_type(p: &Parsed) -> u32 {
+pub(super) fn l3_type(p: &Parsed) -> u32 {
     match p.l3 {
         L3Kind::None => 0,
         L3Kind::Ipv4 => 1,
@@ -172,7 +172,7 @@ fn l3_type(p: &Parsed) -> u32 {
 }
 
 /// `l4_type` codes (dr_ste.h `STE_TCP`, `STE_UDP`).
-fn l4_type(p: &Parsed) -> u32 {
+pub(super) fn l4_type(p: &Parsed) -> u32 {
     match p.l4 {
         L4Kind::Tcp => 1,
         L4Kind::Udp => 2,
@@ -182,7 +182,7 @@ fn l4_type(p: &Parsed) -> u32 {
 
 /// The first and second VLAN tags with their qualifiers (mlx5dv_dr.h `DR_STE_SVLAN` 1,
 /// `DR_STE_CVLAN` 2): (qualifier, priority, cfi, vid) each, zeros when absent.
-fn vlans(p: &Parsed) -> [(u32, u32, u32, u32); 2] {
+pub(super) fn vlans(p: &Parsed) -> [(u32, u32, u32, u32); 2] {
     let one = |tag: Option<crate::packet::VlanTag>| match tag {
         None => (0, 0, 0, 0),
         Some(v) => (
@@ -266,7 +266,7 @@ fn tcp_flags9(pkt: &PacketView<'_>) -> u32 {
 }
 
 /// TCP/UDP ports, zero for other protocols.
-fn ports(p: &Parsed) -> (u32, u32) {
+pub(super) fn ports(p: &Parsed) -> (u32, u32) {
     match p.l4 {
         L4Kind::Tcp | L4Kind::Udp => (u32::from(p.src_port), u32::from(p.dst_port)),
         L4Kind::None | L4Kind::Other => (0, 0),

@@ -8,7 +8,8 @@
 //! transmit to the wire, a TIR, another table's root).
 //!
 //! Rooms: [`hash`] (the CRC-32 index rdma-core computes), [`entry`] (one entry's decode),
-//! [`action`] (its action words), [`lookup`] (the packet's tag per lookup type), [`walk`],
+//! [`action`] (its action words), [`lookup`] (the packet's tag per lookup type), [`definer`]
+//! (its tag through a match definer), [`walk`],
 //! [`terminals`] (the addresses the device answers for: drop, allow, TIRs, firmware tables),
 //! [`rewrite`] and [`modify`] (what the actions do to the frame), [`decide`] (a walk and its
 //! actions), [`receive`] (a received frame at a software-owned table, for `crate::steering`)
@@ -24,6 +25,7 @@
 
 pub(crate) mod action;
 pub(crate) mod decide;
+pub(crate) mod definer;
 pub(crate) mod entry;
 pub(crate) mod hash;
 pub(crate) mod lookup;
@@ -36,7 +38,7 @@ pub(crate) mod walk;
 
 use crate::function::Core;
 use crate::objects::icm::IcmStore;
-use crate::objects::{PacketReformat, Table};
+use crate::objects::{MatchDefiner, PacketReformat, Table};
 use cxdirect_hw::caps::FlowTableNicCap;
 use cxdirect_hw::flow::{FLOW_TABLE_TYPE_NIC_RX, FLOW_TABLE_TYPE_NIC_TX};
 
@@ -56,18 +58,20 @@ pub(crate) fn tables_offered(core: &Core, table_type: u8) -> bool {
 }
 
 /// What the walk reads of the function: its steering entries and modify lists from its ICM
-/// store (none without one), and its packet reformat contexts.
+/// store (none without one), its packet reformat contexts and its match definers.
 pub(crate) fn icm_reader(core: &Core) -> impl IcmRead + '_ {
     FunctionIcm {
         icm: core.icm.as_ref(),
         reformats: &core.res.reformats,
+        definers: &core.res.definers,
     }
 }
 
-/// The ICM store of a function, if it has one, and its reformat contexts.
+/// The ICM store of a function, if it has one, its reformat contexts and its definers.
 struct FunctionIcm<'a> {
     icm: Option<&'a IcmStore>,
     reformats: &'a Table<PacketReformat>,
+    definers: &'a Table<MatchDefiner>,
 }
 
 impl IcmRead for FunctionIcm<'_> {
@@ -79,6 +83,10 @@ impl IcmRead for FunctionIcm<'_> {
         self.reformats
             .get(id)
             .map(|r| (r.reformat_type, &r.data[..]))
+    }
+
+    fn definer(&self, index: u16) -> Option<MatchDefiner> {
+        self.definers.get(u32::from(index)).copied()
     }
 }
 
@@ -93,6 +101,11 @@ pub(crate) trait IcmRead {
 
     /// The type (`REFORMAT_TYPE_*`) and data of packet reformat context `id`, if it exists.
     fn reformat(&self, _id: u32) -> Option<(u8, &[u8])> {
+        None
+    }
+
+    /// Match definer `index` (an entry's 8-bit definer index), if it exists.
+    fn definer(&self, _index: u16) -> Option<MatchDefiner> {
         None
     }
 }

@@ -11,10 +11,12 @@
 //! addresses to the matcher's end anchor and on to the next matcher or the table default.
 
 use super::action::{self, Action, ActionError};
-use super::entry::{self, EntryError, Ste, STE_SIZE};
+use super::definer;
+use super::entry::{self, EntryError, EntryFormat, Ste, STE_SIZE};
 use super::hash::hash_index;
 use super::lookup::{LookupError, LookupType, PacketView};
 use super::IcmRead;
+use crate::objects::MatchDefiner;
 
 /// Most entries one walk may visit before it is taken for a loop. rdma-core's deepest chains
 /// (a few tables of a few matchers, each rule a handful of entries, plus collision chains)
@@ -112,9 +114,20 @@ pub(crate) enum WalkError {
         /// The lookup type.
         err: LookupError,
     },
-    /// A MATCH entry with a non-zero match area (a definer match, which needs definers).
-    #[error("steering entry at {0:#x} matches through a definer")]
+    /// A mask-and-match entry, or an action-only MATCH entry (definer index 0x0f) with a
+    /// non-zero match area: formats rdma-core writes only with definers the model does not
+    /// offer.
+    #[error("steering entry at {0:#x} matches through a definer format the model does not take")]
     DefinerMatch(u64),
+    /// An entry naming a match definer the function does not have (never created, or
+    /// destroyed while entries still named it).
+    #[error("steering entry at {addr:#x} names match definer {index:#x}, which does not exist")]
+    NoDefiner {
+        /// Address of the entry.
+        addr: u64,
+        /// The 8-bit definer index.
+        index: u16,
+    },
     /// An action the model does not know.
     #[error("steering entry at {addr:#x}: {err}")]
     Action {
@@ -129,9 +142,32 @@ pub(crate) enum WalkError {
     Actions(u64),
 }
 
+/// The match definer an entry's 8-bit index names.
+fn definer_of<I: IcmRead + ?Sized>(
+    icm: &I,
+    addr: u64,
+    index: u16,
+) -> Result<MatchDefiner, WalkError> {
+    icm.definer(index & 0xff).ok_or(WalkError::NoDefiner {
+        addr,
+        index: index & 0xff,
+    })
+}
+
 /// Whether `ste` (read at `addr`) matches the packet: for every tag byte, the packet's byte
-/// under the entry's mask equals the entry's tag byte. An action-only MATCH entry always hits.
-fn hits(ste: &Ste, addr: u64, pkt: &PacketView<'_>) -> Result<bool, WalkError> {
+/// under the entry's mask equals the entry's tag byte; for a MATCH entry naming a definer, the
+/// packet's tag through the definer equals the entry's 32-byte tag. An action-only MATCH entry
+/// always hits.
+fn hits<I: IcmRead + ?Sized>(
+    icm: &I,
+    ste: &Ste,
+    addr: u64,
+    pkt: &PacketView<'_>,
+) -> Result<bool, WalkError> {
+    if ste.format == EntryFormat::Match && definer::is_definer_index(ste.lookup_type) {
+        let definer = definer_of(icm, addr, ste.lookup_type)?;
+        return Ok(definer::masked_tag(&definer, pkt) == ste.match_tag);
+    }
     let lookup =
         LookupType::from_raw(ste.lookup_type).map_err(|err| WalkError::Lookup { addr, err })?;
     if lookup == LookupType::MatchExtension {
@@ -152,15 +188,29 @@ fn hits(ste: &Ste, addr: u64, pkt: &PacketView<'_>) -> Result<bool, WalkError> {
         .all(|((&p, &m), &t)| p & m == t))
 }
 
-/// The slot of the table `ste` hits into for this packet: 0 for one-slot tables and empty byte
-/// masks (no tag needed), else the hash of the packet's tag for the next lookup type.
-fn next_slot(ste: &Ste, addr: u64, pkt: &PacketView<'_>) -> Result<u64, WalkError> {
-    if ste.hit.entries <= 1 || ste.byte_mask == 0 {
+/// The slot of the table `ste` hits into for this packet: 0 for one-slot tables; for a table
+/// of entries naming a definer, the hash of the packet's tag through it (no byte mask); else 0
+/// for an empty byte mask (no tag needed), or the hash of the packet's tag for the next lookup
+/// type.
+fn next_slot<I: IcmRead + ?Sized>(
+    icm: &I,
+    ste: &Ste,
+    addr: u64,
+    pkt: &PacketView<'_>,
+) -> Result<u64, WalkError> {
+    if ste.hit.entries <= 1 {
         return Ok(ste.hit.base);
     }
-    let lookup = LookupType::from_raw(ste.next_lookup_type)
-        .map_err(|err| WalkError::Lookup { addr, err })?;
-    let index = hash_index(&lookup.tag(pkt), ste.byte_mask, ste.hit.entries);
+    let index = if definer::is_definer_index(ste.next_lookup_type) {
+        let definer = definer_of(icm, addr, ste.next_lookup_type)?;
+        definer::slot(&definer, pkt, ste.hit.entries)
+    } else if ste.byte_mask == 0 {
+        return Ok(ste.hit.base);
+    } else {
+        let lookup = LookupType::from_raw(ste.next_lookup_type)
+            .map_err(|err| WalkError::Lookup { addr, err })?;
+        hash_index(&lookup.tag(pkt), ste.byte_mask, ste.hit.entries)
+    };
     ste.hit
         .base
         .checked_add(u64::from(index) * STE_SIZE as u64)
@@ -191,7 +241,7 @@ where
         }
         let raw = icm.read_entry(addr).ok_or(WalkError::Unreadable(addr))?;
         let ste = entry::decode(&raw).map_err(|err| WalkError::Entry { addr, err })?;
-        let hit = hits(&ste, addr, &pkt.view())?;
+        let hit = hits(icm, &ste, addr, &pkt.view())?;
         let target = if hit {
             let first = actions.len();
             action::decode(ste.action_area(), &mut actions)
@@ -217,7 +267,7 @@ where
         }
         // A hit goes on into the hash table at `target`; a miss to the single entry there.
         addr = if hit {
-            next_slot(&ste, addr, &pkt.view())?
+            next_slot(icm, &ste, addr, &pkt.view())?
         } else {
             target
         };

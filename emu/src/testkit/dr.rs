@@ -30,14 +30,18 @@ pub struct DrCaps {
     pub tx_drop: u64,
     /// `sw_steering_nic_tx_action_allow_icm_address`.
     pub tx_allow: u64,
+    /// `match_definer_format_supported` (rdma-core's `definer_format_sup`).
+    pub definer_formats: u64,
 }
 
 /// Reads [`DrCaps`] from the current general and flow table pages.
 pub fn dr_caps(h: &mut Host) -> DrCaps {
     let general = h.query_cap(cap_type::GENERAL_DEVICE, true);
-    let format = CmdHcaCap::new(&general[0x10..])
-        .expect("layout")
-        .steering_format_version();
+    let general = CmdHcaCap::new(&general[0x10..]).expect("layout");
+    let (format, definer_formats) = (
+        general.steering_format_version(),
+        general.match_definer_format_supported(),
+    );
     let page = h.query_cap(cap_type::FLOW_TABLE, true);
     let f = FlowTableNicCap::new(&page[0x10..]).expect("layout");
     DrCaps {
@@ -48,6 +52,7 @@ pub fn dr_caps(h: &mut Host) -> DrCaps {
         rx_drop: f.sw_steering_nic_rx_action_drop_icm_address(),
         tx_drop: f.sw_steering_nic_tx_action_drop_icm_address(),
         tx_allow: f.sw_steering_nic_tx_action_allow_icm_address(),
+        definer_formats,
     }
 }
 

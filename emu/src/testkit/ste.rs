@@ -122,6 +122,13 @@ impl Builder {
         self
     }
 
+    /// A MATCH entry's 32-byte tag (bytes 32..64, the same in both layouts), as a definer
+    /// builder's tag function writes it (`dr_ste_v1_build_def22_tag`).
+    pub fn match_tag(&mut self, tag: [u8; 32]) -> &mut Self {
+        self.0[32..].copy_from_slice(&tag);
+        self
+    }
+
     /// `dr_ste_set_bit_mask` (software layout: bytes 48..64).
     pub fn bit_mask(&mut self, mask: [u8; 16]) -> &mut Self {
         self.0[48..64].copy_from_slice(&mask);

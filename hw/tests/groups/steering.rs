@@ -1,4 +1,5 @@
 use super::common;
+use cxdirect_hw::definer::*;
 use cxdirect_hw::flow::*;
 use cxdirect_hw::mkey::*;
 use cxdirect_hw::modify_header::*;
@@ -76,6 +77,7 @@ pub fn checks() -> usize {
         CopyActionIn,
         CreateFlowSamplerIn,
         QueryFlowSamplerOut,
+        CreateMatchDefinerIn,
     );
     helpers();
     checks

@@ -1,0 +1,215 @@
+//! A packet seen through a match definer: its 32-byte tag in the definer's predefined format,
+//! under the definer's mask. A MATCH entry naming the definer (`match_definer_ctx_idx`) hits
+//! when that masked tag equals the entry's 32-byte tag; a hit into a table whose entries name
+//! a definer (`hash_definer_ctx_idx`) picks its slot by the CRC of the masked tag, all 32
+//! bytes, without a byte mask (rdma-core dr_ste.c `dr_ste_calc_hash_index` for
+//! `DR_STE_HTBL_TYPE_MATCH`).
+//!
+//! The model projects format 22, rdma-core's `ste_def22_v1` (fields at bit offsets from the
+//! tag's start, most significant bit first; filled from a rule by
+//! `dr_ste_v1_build_def22_tag`):
+//!
+//! | bits | field |
+//! |---|---|
+//! | 0x00..0x20 | outer IPv4 source address |
+//! | 0x20..0x40 | outer IPv4 destination address |
+//! | 0x40..0x50, 0x50..0x60 | outer TCP/UDP source and destination ports |
+//! | 0x63 | outer IP fragment |
+//! | 0x6a..0x6c | outer L3 type (`STE_IPV4` 1, `STE_IPV6` 2) |
+//! | 0x6c..0x6e | outer L4 type (`STE_TCP` 1, `STE_UDP` 2) |
+//! | 0x6e..0x70 | first VLAN qualifier (`DR_STE_SVLAN` 1, `DR_STE_CVLAN` 2) |
+//! | 0x70..0x80 | first VLAN priority, CFI, VLAN ID |
+//! | 0x80..0xa0 | `metadata_reg_c_0` |
+//! | 0xa0..0xc0, 0xf0..0x100 | outer destination MAC bits 47:16 and 15:0 |
+//! | 0xc0..0xe0, 0xe0..0xf0 | outer source MAC bits 47:16 and 15:0 |
+//!
+//! An IPv6 packet projects zero addresses (inference: rdma-core fills them only for IPv4
+//! rules). The bits at 0x60..0x63 (reserved, `sx_sniffer`, `functional_loopback`) and
+//! 0x64..0x6a (`qp_type`, `encapsulation_type`, `port`) are not projected: a definer masking
+//! them is refused at CREATE.
+
+use super::hash::ste_crc32;
+use super::lookup::{l3_type, l4_type, ports, put, vlans, PacketView};
+use crate::objects::limits::FIRST_MATCH_DEFINER;
+use crate::objects::MatchDefiner;
+use crate::packet::IpAddrs;
+use cxdirect_hw::definer::{format, DEFINER_TAG_BYTES};
+
+/// A 32-byte definer tag.
+pub(crate) type DefinerTag = [u8; DEFINER_TAG_BYTES];
+
+/// The number of the first definer; lower numbers are legacy lookup types.
+const FIRST_INDEX: u16 = FIRST_MATCH_DEFINER as u16;
+
+/// Whether the 8-bit definer index of an entry (`match_definer_ctx_idx`,
+/// `hash_definer_ctx_idx`) names a match definer rather than a legacy lookup type: 0x20 and up,
+/// save 0xff (`DR_STE_V1_LU_TYPE_INVALID`).
+pub(crate) fn is_definer_index(index: u16) -> bool {
+    (FIRST_INDEX..0xff).contains(&(index & 0xff))
+}
+
+/// Format 22's bits the model does not project: bits 0x60..=0x62 and 0x64..=0x69.
+fn def22_unprojected() -> DefinerTag {
+    let mut t = [0u8; DEFINER_TAG_BYTES];
+    put(&mut t, 0x60, 3, 0b111);
+    put(&mut t, 0x64, 6, 0b11_1111);
+    t
+}
+
+/// Why a definer of `format` with `mask` cannot be created: the format is not projected, or
+/// the mask selects a field the model does not project. `None` when it can.
+pub(crate) fn unprojected_mask(format: u16, mask: &DefinerTag) -> Option<&'static str> {
+    match format {
+        format::DEF22 => {
+            let unprojected = def22_unprojected();
+            let selects = mask.iter().zip(&unprojected).any(|(&m, &u)| m & u != 0);
+            selects.then_some(
+                "a definer of format 22 masks sx_sniffer, functional_loopback, qp_type, \
+                 encapsulation_type, port or a reserved bit, which the model does not match",
+            )
+        }
+        _ => Some("the model projects packets through definer format 22 only"),
+    }
+}
+
+/// The packet's tag in format 22.
+fn def22(pkt: &PacketView<'_>) -> DefinerTag {
+    let p = pkt.parsed;
+    let mut t = [0u8; DEFINER_TAG_BYTES];
+    if let Some(IpAddrs::V4 { src, dst }) = p.addrs {
+        t[0..4].copy_from_slice(&src);
+        t[4..8].copy_from_slice(&dst);
+    }
+    let (sport, dport) = ports(p);
+    put(&mut t, 0x40, 16, sport);
+    put(&mut t, 0x50, 16, dport);
+    put(&mut t, 0x63, 1, u32::from(p.is_fragment()));
+    put(&mut t, 0x6a, 2, l3_type(p));
+    put(&mut t, 0x6c, 2, l4_type(p));
+    let [first, _] = vlans(p);
+    put(&mut t, 0x6e, 2, first.0);
+    put(&mut t, 0x70, 3, first.1);
+    put(&mut t, 0x73, 1, first.2);
+    put(&mut t, 0x74, 12, first.3);
+    t[16..20].copy_from_slice(&pkt.meta.reg_c[0].to_be_bytes());
+    t[20..24].copy_from_slice(&p.dst_mac[..4]);
+    t[24..28].copy_from_slice(&p.src_mac[..4]);
+    t[28..30].copy_from_slice(&p.src_mac[4..]);
+    t[30..32].copy_from_slice(&p.dst_mac[4..]);
+    t
+}
+
+/// The packet's tag through `definer`: its format's projection under its mask. A format the
+/// model does not project (never created) gives an all-zero tag.
+pub(crate) fn masked_tag(definer: &MatchDefiner, pkt: &PacketView<'_>) -> DefinerTag {
+    let mut t = match definer.format {
+        format::DEF22 => def22(pkt),
+        _ => [0u8; DEFINER_TAG_BYTES],
+    };
+    for (b, m) in t.iter_mut().zip(&definer.mask) {
+        *b &= m;
+    }
+    t
+}
+
+/// The slot, in a table of `entries` slots whose entries name `definer`, of the packet: the
+/// CRC of its masked tag modulo the size (0 for a table of one slot).
+pub(crate) fn slot(definer: &MatchDefiner, pkt: &PacketView<'_>, entries: u32) -> u32 {
+    if entries <= 1 {
+        return 0;
+    }
+    ste_crc32(&masked_tag(definer, pkt)) % entries
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::parse;
+    use crate::sw_steering::lookup::Metadata;
+
+    /// A UDP/IPv4 frame with a VLAN tag (priority 5, VLAN 0x123).
+    fn frame() -> Vec<u8> {
+        let mut f = Vec::new();
+        f.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x01]); // dmac
+        f.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x02]); // smac
+        f.extend_from_slice(&[0x81, 0x00, 0xa1, 0x23, 0x08, 0x00]);
+        f.extend_from_slice(&[
+            0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ]);
+        f.extend_from_slice(&[0x12, 0x34, 0x12, 0xb7, 0, 8, 0, 0]);
+        f
+    }
+
+    #[test]
+    fn format_22_places_fields_as_rdma_core_writes_them() {
+        let f = frame();
+        let parsed = parse(&f);
+        let meta = Metadata {
+            reg_c: [0xdead_beef, 0, 0, 0, 0, 0, 0, 0],
+            ..Metadata::default()
+        };
+        let pkt = PacketView {
+            parsed: &parsed,
+            frame: &f,
+            meta: &meta,
+        };
+        let t = def22(&pkt);
+        assert_eq!(&t[0..8], &[10, 0, 0, 1, 10, 0, 0, 2]);
+        assert_eq!(&t[8..12], &[0x12, 0x34, 0x12, 0xb7]);
+        // Byte 12: reserved, sniffer, loopback, frag 0, qp_type, encap 0. Byte 13: port 00,
+        // l3 01 (IPv4), l4 10 (UDP), qualifier 10 (C-VLAN). Bytes 14..16: prio 5, cfi 0, 0x123.
+        assert_eq!(&t[12..16], &[0x00, 0b0001_1010, 0xa1, 0x23]);
+        assert_eq!(&t[16..20], &[0xde, 0xad, 0xbe, 0xef]);
+        assert_eq!(&t[20..24], &[0x02, 0, 0, 0]);
+        assert_eq!(&t[24..28], &[0x02, 0, 0, 0]);
+        assert_eq!(&t[28..32], &[0, 0x02, 0, 0x01]);
+    }
+
+    #[test]
+    fn the_mask_decides_what_is_compared_and_hashed() {
+        let f = frame();
+        let parsed = parse(&f);
+        let meta = Metadata::default();
+        let pkt = PacketView {
+            parsed: &parsed,
+            frame: &f,
+            meta: &meta,
+        };
+        // Only the source MAC.
+        let mut mask = [0u8; DEFINER_TAG_BYTES];
+        mask[24..30].fill(0xff);
+        let d = MatchDefiner {
+            format: format::DEF22,
+            mask,
+        };
+        let t = masked_tag(&d, &pkt);
+        let mut want = [0u8; DEFINER_TAG_BYTES];
+        want[24..28].copy_from_slice(&[0x02, 0, 0, 0]);
+        want[28..30].copy_from_slice(&[0, 0x02]);
+        assert_eq!(t, want);
+        assert_eq!(slot(&d, &pkt, 64), ste_crc32(&want) % 64);
+        assert_eq!(slot(&d, &pkt, 1), 0);
+    }
+
+    #[test]
+    fn masks_on_fields_not_projected_are_refused() {
+        let mut mask = [0u8; DEFINER_TAG_BYTES];
+        mask[24..30].fill(0xff);
+        assert_eq!(unprojected_mask(format::DEF22, &mask), None);
+        // The fragment bit (0x63) is projected; qp_type (0x64) is not.
+        mask[12] = 0x10;
+        assert_eq!(unprojected_mask(format::DEF22, &mask), None);
+        mask[12] = 0x08;
+        assert!(unprojected_mask(format::DEF22, &mask).is_some());
+        assert!(unprojected_mask(0, &[0; DEFINER_TAG_BYTES]).is_some());
+    }
+
+    #[test]
+    fn definer_indexes_sit_above_the_legacy_lookup_types() {
+        assert!(!is_definer_index(0x0f));
+        assert!(!is_definer_index(0x17));
+        assert!(is_definer_index(0x20));
+        assert!(is_definer_index(0x0420));
+        assert!(!is_definer_index(0xff));
+    }
+}

@@ -1,0 +1,216 @@
+//! Match definers as rdma-core's DR uses them: with definer format 22 in
+//! `match_definer_format_supported`, a matcher whose mask the format takes whole (here an
+//! outer source MAC) is built on one MATCH_DEFINER object (`dr_matcher_create_definer_objs`,
+//! `dr_devx_create_definer`): its rules are MATCH entries naming the definer, each holding the
+//! rule's 32-byte `ste_def22_v1` tag and placed at the CRC of that tag in the matcher's hash
+//! table (`dr_ste_calc_hash_index`, `DR_STE_HTBL_TYPE_MATCH`); the table's anchor names the
+//! definer as the next lookup type, with no byte mask.
+
+use cxdirect_emu::testkit::dr::{domain, dr_caps};
+use cxdirect_emu::testkit::dr_receive::{
+    create_sw_table, flow_tag, forward_root_to, frame_from, plugged, receiver, OTHER_SMAC, SMAC,
+};
+use cxdirect_emu::testkit::flow_tables::{alloc_counter, query_counter};
+use cxdirect_emu::testkit::ste::{self as tb, Builder};
+use cxdirect_emu::testkit::{refused, CmdFail, Host};
+use cxdirect_emu::Syndrome;
+use cxdirect_hw::caps::CmdHcaCap;
+use cxdirect_hw::cmd::{CmdStatus, Opcode};
+use cxdirect_hw::definer::CreateMatchDefinerIn;
+use cxdirect_hw::general_obj::{general_obj_types_bit, obj_type, GeneralObjInCmdHdr};
+
+/// `DR_MATCHER_DEFINER_22`.
+const DEF22: u16 = 22;
+/// `DR_STE_V1_LU_TYPE_MATCH`.
+const LU_MATCH: u16 = 0x0400;
+/// `DR_STE_V1_LU_TYPE_DONT_CARE`.
+const DONT_CARE: u16 = 0x000f;
+/// Slots of the matcher's hash table.
+const SLOTS: u64 = 8;
+
+/// The `ste_def22_v1` tag of an outer source MAC (`outer_smac_47_16` at byte 24,
+/// `outer_smac_15_0` at byte 28), as `dr_ste_v1_build_def22_tag` writes it.
+fn smac_tag(smac: [u8; 6]) -> [u8; 32] {
+    let mut t = [0u8; 32];
+    t[24..30].copy_from_slice(&smac);
+    t
+}
+
+/// CREATE_GENERAL_OBJECT of a match definer as `dr_devx_create_definer` fills it.
+fn create_definer(h: &mut Host, format: u16, mask: [u8; 32], ctrl: u8) -> Result<u32, CmdFail> {
+    let mut input = Host::input(Opcode::CreateGeneralObject, 0, 0x90);
+    let mut cmd = CreateMatchDefinerIn::new(&mut input[..]).expect("layout");
+    cmd.set_obj_type(obj_type::MATCH_DEFINER)
+        .set_format_id(format);
+    for (i, &b) in mask.iter().enumerate() {
+        cmd.set_match_mask(i, b).expect("in the layout");
+    }
+    cmd.set_select_and_high_mask(0, ctrl)
+        .expect("in the layout");
+    let out = h.exec(&input, 0x10)?;
+    Ok(u32::from_be_bytes(out[8..12].try_into().expect("4 bytes")))
+}
+
+fn destroy_definer(h: &mut Host, id: u32) -> Result<(), CmdFail> {
+    let mut input = Host::input(Opcode::DestroyGeneralObject, 0, 0x10);
+    GeneralObjInCmdHdr::new(&mut input[..])
+        .expect("layout")
+        .set_obj_type(obj_type::MATCH_DEFINER)
+        .set_obj_id(id);
+    h.exec(&input, 0x10).map(|_| ())
+}
+
+/// rdma-core's `dr_crc32_slice8_calc`: the reflected CRC-32 from 0 without a final inversion,
+/// byte-swapped; from the standard CRC-32 by its affinity (zero-init sum of d is std(d) xor
+/// std of as many zeros).
+fn dr_crc32(data: &[u8]) -> u32 {
+    (crc32fast::hash(data) ^ crc32fast::hash(&vec![0u8; data.len()])).swap_bytes()
+}
+
+/// A DR table with one smac matcher on definer `definer`: the table's anchor (always hit into
+/// the matcher's table of [`SLOTS`] slots, next lookup type the definer), the rule at the slot
+/// its tag hashes to (flow tag 0x55, counting into `counter`, hitting `dest`), every other
+/// slot an always-miss entry, and the matcher's end anchor (always miss to `default`).
+fn definer_table(
+    base: u64,
+    definer: u32,
+    counter: u32,
+    dest: u64,
+    default: u64,
+) -> Vec<(u64, Builder)> {
+    let (anchor, matcher, end) = (base, base + 0x1000, base + 0x2000);
+    let lu = LU_MATCH | definer as u16;
+    let mut a = Builder::init(DONT_CARE, 0);
+    a.always_hit_htbl(0, lu, matcher, SLOTS);
+    let tag = smac_tag(SMAC);
+    let slot = u64::from(dr_crc32(&tag)) % SLOTS;
+    let mut entries = vec![(anchor, a)];
+    for i in 0..SLOTS {
+        let mut e = Builder::init(lu, 0);
+        if i == slot {
+            e.match_tag(tag)
+                .action(0, &tb::flow_tag(0x55))
+                .counter(counter)
+                .hit(dest, 1)
+                .miss(end);
+        } else {
+            e.always_miss(end);
+        }
+        entries.push((matcher + 64 * i, e));
+    }
+    let mut e = Builder::init(DONT_CARE, 0);
+    e.always_miss(default);
+    entries.push((end, e));
+    entries
+}
+
+fn smac_mask() -> [u8; 32] {
+    smac_tag([0xff; 6])
+}
+
+#[test]
+fn format_22_and_the_object_type_are_offered_with_software_steering_only() {
+    for sw in [false, true] {
+        let mut h = plugged(sw);
+        let caps = dr_caps(&mut h);
+        assert_eq!(caps.definer_formats, if sw { 1 << DEF22 } else { 0 });
+        let general = h.query_cap(0, true);
+        let types = CmdHcaCap::new(&general[0x10..])
+            .expect("layout")
+            .general_obj_types();
+        assert_eq!(
+            types & general_obj_types_bit(obj_type::MATCH_DEFINER) != 0,
+            sw
+        );
+        if !sw {
+            refused(
+                create_definer(&mut h, DEF22, smac_mask(), 0),
+                CmdStatus::BadParameter,
+                Syndrome::UnknownObjType,
+            );
+        }
+    }
+}
+
+#[test]
+fn create_takes_offered_formats_and_masks_on_projected_fields_only() {
+    let mut h = plugged(true);
+    let id = create_definer(&mut h, DEF22, smac_mask(), 0).expect("format 22 on smac");
+    assert!(
+        (0x20..0xff).contains(&id),
+        "numbered above the legacy lookup types, within an entry's 8 bits: {id:#x}"
+    );
+    let second = create_definer(&mut h, DEF22, smac_mask(), 0).expect("a second one");
+    assert_ne!(second, id);
+    // Format 0 is not offered.
+    refused(
+        create_definer(&mut h, 0, smac_mask(), 0),
+        CmdStatus::BadParameter,
+        Syndrome::BadSteeringParams,
+    );
+    // qp_type (bits 0x64..0x66) is not projected: refused, never ignored.
+    let mut mask = smac_mask();
+    mask[12] = 0x0c;
+    refused(
+        create_definer(&mut h, DEF22, mask, 0),
+        CmdStatus::BadParameter,
+        Syndrome::BadSteeringParams,
+    );
+    // A caller-built selector in a predefined format.
+    refused(
+        create_definer(&mut h, DEF22, smac_mask(), 1),
+        CmdStatus::BadParameter,
+        Syndrome::BadSteeringParams,
+    );
+    destroy_definer(&mut h, id).expect("destroy");
+    refused(
+        destroy_definer(&mut h, id),
+        CmdStatus::BadResource,
+        Syndrome::NoSuchObject,
+    );
+    destroy_definer(&mut h, second).expect("destroy");
+}
+
+#[test]
+fn a_matcher_on_one_definer_steers_by_source_mac() {
+    let mut h = plugged(true);
+    let mut dr = domain(&mut h);
+    let (caps, base) = (dr.caps, dr.base);
+    let rx = receiver(&mut h);
+    let counter = alloc_counter(&mut h);
+    let definer = create_definer(&mut h, DEF22, smac_mask(), 0).expect("definer");
+    dr.write(
+        &mut h,
+        definer_table(base, definer, counter, rx.tir_icm, caps.rx_drop),
+    );
+    let table = create_sw_table(&mut h, caps.max_ft_level - 1, base).expect("sw_owner table");
+    forward_root_to(&mut h, table);
+
+    let before = h.dev.counters();
+    h.arrive(&[frame_from(SMAC), frame_from(OTHER_SMAC), frame_from(SMAC)]);
+    let mut cq = rx.cq;
+    let got: Vec<Vec<u8>> = std::iter::from_fn(|| h.poll_cq(&mut cq)).collect();
+    assert_eq!(
+        got.len(),
+        2,
+        "the frames from the rule's smac reach the TIR"
+    );
+    for cqe in &got {
+        assert_eq!(flow_tag(cqe), 0x55, "the MATCH entry's FLOW_TAG action");
+    }
+    let after = h.dev.counters();
+    assert_eq!(
+        after.rx_steer_drops - before.rx_steer_drops,
+        1,
+        "the other smac missed to the end anchor and the drop address"
+    );
+    assert_eq!(after.rx_sw_steering_errors, before.rx_sw_steering_errors);
+    assert_eq!(query_counter(&mut h, counter).0, 2);
+
+    // Entries naming a destroyed definer: the frame is dropped and counted, not delivered.
+    destroy_definer(&mut h, definer).expect("destroy");
+    h.arrive(&[frame_from(SMAC)]);
+    assert!(h.poll_cq(&mut cq).is_none());
+    let last = h.dev.counters();
+    assert_eq!(last.rx_sw_steering_errors - after.rx_sw_steering_errors, 1);
+}

@@ -1,0 +1,60 @@
+//! Match definers: a general object of type
+//! [`obj_type::MATCH_DEFINER`](crate::general_obj::obj_type::MATCH_DEFINER) naming which packet
+//! fields, under which mask, the software steering entries that name it compare and hash. A
+//! predefined format (`format_id`, one of the bits of
+//! [`match_definer_format_supported`](crate::caps::CmdHcaCap::match_definer_format_supported))
+//! fixes the fields and their places in a 32-byte tag; the object adds the mask.
+//!
+//! rdma-core's DR builds a matcher on one definer when the capability offers a format that
+//! takes the matcher's whole mask (dr_matcher.c `dr_matcher_set_definer_builders`), creates
+//! the object with the format and the mask in the format's tag layout
+//! (`dr_devx_create_definer`), and writes entries whose lookup type is
+//! `DR_STE_V1_LU_TYPE_MATCH | object_id` (`dr_matcher_create_definer_objs`): the object's
+//! number is the entry's 8-bit `match_definer_ctx_idx`. Field offsets are rdma-core's
+//! `mlx5_ifc_create_definer_in_bits` and `mlx5_ifc_definer_bits` (the definer from bit 0x80);
+//! Linux's `mlx5_ifc_match_definer_bits` places `format_id` at the same bit.
+
+use crate::layout;
+
+/// Bytes of a predefined format's tag and of its mask (`DR_STE_SIZE_MATCH_TAG`,
+/// `match_mask_dw_7_0`).
+pub const DEFINER_TAG_BYTES: usize = 32;
+
+/// The predefined formats the model knows by number (`enum dr_matcher_definer` in rdma-core's
+/// dr_ste.h).
+pub mod format {
+    /// Format 22 (`DR_MATCHER_DEFINER_22`, rdma-core's `ste_def22_v1` layout): outer IPv4
+    /// addresses and L4 ports, fragment bit, L3 and L4 types, first VLAN, `metadata_reg_c_0`,
+    /// destination and source MACs.
+    pub const DEF22: u16 = 22;
+}
+
+layout! {
+    /// CREATE_GENERAL_OBJECT input of a match definer, as rdma-core's `dr_devx_create_definer`
+    /// fills it: the general object header, then the definer. DESTROY_GENERAL_OBJECT sends the
+    /// header alone.
+    pub struct CreateMatchDefinerIn("create_definer_in", 0x90) {
+        /// Command opcode:
+        /// [`Opcode::CreateGeneralObject`](crate::cmd::Opcode::CreateGeneralObject).
+        opcode: u16 @ 0x00 [0x10],
+        /// User context the object belongs to (DEVX).
+        uid: u16 @ 0x10 [0x10],
+        /// Object type: [`obj_type::MATCH_DEFINER`](crate::general_obj::obj_type::MATCH_DEFINER).
+        obj_type: u16 @ 0x30 [0x10],
+        /// Ignored by CREATE, which hands out the number.
+        obj_id: u32 @ 0x40 [0x20],
+        /// Fields MODIFY_GENERAL_OBJECT would change (0 at CREATE).
+        modify_field_select: u64 @ 0x80 [0x40],
+        /// The predefined format (see [`format`]).
+        format_id: u16 @ 0x110 [0x10],
+    }
+    arrays {
+        /// The definer's control words and the mask's double words 11..8 (`ctrl`,
+        /// `match_mask_dw_11_8`), 32 bytes from bit 0x280: selectors of a format built by
+        /// the caller, which predefined formats leave zero.
+        select_and_high_mask: u8 @ 0x280 [0x8],
+        /// The mask over the format's 32-byte tag (`match_mask_dw_7_0`), bytes 0..32 in the
+        /// tag's order.
+        match_mask: u8 @ 0x380 [0x8],
+    }
+}
