@@ -36,6 +36,17 @@ pub(crate) fn frame_match_words(parsed: &Parsed, frame: &[u8]) -> [u64; MATCH_WO
         }
     };
     put(&mut words, 0, headers(parsed).as_bytes());
+    let (outer_mpls, inner_mpls) = (
+        crate::mpls::first_entry(frame, parsed),
+        crate::mpls::inner_first_entry(frame, parsed),
+    );
+    if outer_mpls.is_some() || inner_mpls.is_some() {
+        let mut misc2 = FteMatchSetMisc2::zeroed();
+        misc2
+            .set_outer_first_mpls(outer_mpls.unwrap_or(0))
+            .set_inner_first_mpls(inner_mpls.unwrap_or(0));
+        put(&mut words, MISC2_WORD, &misc2.as_bytes()[..MPLS_BYTES]);
+    }
     if let Some(kind) = crate::tunnel::kind(frame, parsed) {
         put(&mut words, MISC_WORD, tunnel_fields(kind, frame).as_bytes());
         if let Some((_, inner)) = crate::tunnel::inner_packet(frame, parsed) {
@@ -471,8 +482,12 @@ impl<'a> Steered<'a> {
 /// First match word of `misc_parameters_2` (byte 0xc0 of `fte_match_param`).
 const MISC2_WORD: usize = 0xc0 / 8;
 
+/// Bytes of `misc_parameters_2` before the registers: the four MPLS entries, two match words.
+const MPLS_BYTES: usize = 0x10;
+
 /// Writes the metadata registers `meta` into `misc_parameters_2` of the match words `words`
-/// (`metadata_reg_c_7` .. `_0` and `metadata_reg_a`; the MPLS labels stay zero).
+/// (`metadata_reg_c_7` .. `_0` and `metadata_reg_a`; the MPLS entries before them are the
+/// frame's and stay as they are).
 fn put_registers(words: &mut [u64; MATCH_WORDS], meta: &Metadata) {
     let mut misc2 = FteMatchSetMisc2::zeroed();
     let c = meta.reg_c;
@@ -486,9 +501,9 @@ fn put_registers(words: &mut [u64; MATCH_WORDS], meta: &Metadata) {
         .set_metadata_reg_c_6(c[6])
         .set_metadata_reg_c_7(c[7])
         .set_metadata_reg_a(meta.reg_a);
-    for (word, chunk) in words[MISC2_WORD..]
+    for (word, chunk) in words[MISC2_WORD + MPLS_BYTES / 8..]
         .iter_mut()
-        .zip(misc2.as_bytes().chunks_exact(8))
+        .zip(misc2.as_bytes()[MPLS_BYTES..].chunks_exact(8))
     {
         let mut b = [0u8; 8];
         b.copy_from_slice(chunk);

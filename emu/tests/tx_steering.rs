@@ -316,12 +316,6 @@ fn modify_header_contexts_take_placed_fields_of_their_table_type_only() {
 /// and mlx5_ib's rules mark packets in one table and match the mark in the next.
 fn mark_then_match(p: &mut Plug, reg: u32) {
     let h = &mut p.h;
-    let mark = alloc_modify_header(
-        h,
-        FLOW_TABLE_TYPE_NIC_TX,
-        &[set_action(mh::field::METADATA_REGC_0, 0, reg)],
-    )
-    .unwrap();
     let next = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 1, 2, None).unwrap();
     let at = (FLOW_TABLE_TYPE_NIC_TX, next, 0);
     let group = group_matching(h, at, flow::MATCH_MISC_PARAMETERS_2, |c| {
@@ -331,6 +325,18 @@ fn mark_then_match(p: &mut Plug, reg: u32) {
     entry_matching(h, at, group, flow::FLOW_CONTEXT_ACTION_DROP, |v| {
         v.misc_parameters_2_mut().set_metadata_reg_c_0(0x1234);
     })
+    .unwrap();
+    mark_and_forward(h, reg, next);
+}
+
+/// The transmit root table: frames from [`SMAC`] get `reg` in reg_c_0 (a modify-header
+/// context) and go on to table `next`.
+fn mark_and_forward(h: &mut Host, reg: u32, next: u32) {
+    let mark = alloc_modify_header(
+        h,
+        FLOW_TABLE_TYPE_NIC_TX,
+        &[set_action(mh::field::METADATA_REGC_0, 0, reg)],
+    )
     .unwrap();
     let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
     let g = smac_group(h, FLOW_TABLE_TYPE_NIC_TX, root, 0, false).unwrap();
@@ -375,9 +381,9 @@ fn criteria_the_model_does_not_match_are_refused_not_ignored() {
     let mut p = firmware_only();
     let h = &mut p.h;
     let table = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 4, None).unwrap();
-    // An MPLS label in misc_parameters_2, then a bit of misc_parameters_3 (TCP sequence
-    // numbers), each with its part enabled.
-    for (i, (enable, byte)) in [(flow::MATCH_MISC_PARAMETERS_2, 0xc0), (1 << 4, 0x100)]
+    // An MPLS label over GRE in misc_parameters_2 (a ConnectX's flex parser reads it), then a
+    // bit of misc_parameters_3 (TCP sequence numbers), each with its part enabled.
+    for (i, (enable, byte)) in [(flow::MATCH_MISC_PARAMETERS_2, 0xc8), (1 << 4, 0x100)]
         .into_iter()
         .enumerate()
     {
@@ -398,4 +404,90 @@ fn criteria_the_model_does_not_match_are_refused_not_ignored() {
             Syndrome::BadSteeringParams,
         );
     }
+}
+
+/// An MPLS frame: Ethernet with ethertype 0x8847, the label stack entry of `label` (exp 0,
+/// bottom of stack, TTL 64), then zeros to 64 bytes.
+fn mpls_frame(label: u32) -> Vec<u8> {
+    let mut f = frame_from(SMAC);
+    f.truncate(12);
+    f.extend_from_slice(&0x8847u16.to_be_bytes());
+    f.extend_from_slice(&(label << 12 | 1 << 8 | 64).to_be_bytes());
+    f.resize(64, 0);
+    f
+}
+
+/// The transmit root table with one entry dropping frames whose first MPLS label is `label`
+/// (`misc_parameters_2.outer_first_mpls`, label bits only), as mlx5_ib's `parse_flow_attr`
+/// writes an `IB_FLOW_SPEC_MPLS` rule.
+fn drop_mpls_label(p: &mut Plug, label: u32) {
+    let h = &mut p.h;
+    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
+    let at = (FLOW_TABLE_TYPE_NIC_TX, root, 0);
+    let group = group_matching(h, at, flow::MATCH_MISC_PARAMETERS_2, |c| {
+        c.misc_parameters_2_mut().set_outer_first_mpls(0xffff_f000);
+    })
+    .unwrap();
+    entry_matching(h, at, group, flow::FLOW_CONTEXT_ACTION_DROP, |v| {
+        v.misc_parameters_2_mut().set_outer_first_mpls(label << 12);
+    })
+    .unwrap();
+    set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
+}
+
+#[test]
+fn mpls_fields_are_offered_both_ways_and_over_tunnels_not() {
+    let mut p = firmware_only();
+    let page = p.h.query_cap(cap_type::FLOW_TABLE, true);
+    let caps = FlowTableNicCap::new(&page[0x10..]).unwrap();
+    for props in [
+        caps.flow_table_properties_nic_receive(),
+        caps.flow_table_properties_nic_transmit(),
+    ] {
+        let fields = props.ft_field_support();
+        // Label, exp, bottom of stack and TTL (mlx5_ib's check_mpls_supp_fields).
+        assert_eq!(fields.outer_first_mpls(), 0xf);
+        assert_eq!(fields.inner_first_mpls(), 0xf);
+    }
+}
+
+#[test]
+fn a_firmware_entry_matches_the_first_mpls_label() {
+    let mut p = firmware_only();
+    drop_mpls_label(&mut p, 100);
+    assert_eq!(p.send(&mpls_frame(100)), None, "label 100 is dropped");
+    let other = mpls_frame(101);
+    assert_eq!(p.send(&other), Some(other.clone()), "label 101 passes");
+    let ip = frame_from(SMAC);
+    assert_eq!(p.send(&ip), Some(ip.clone()), "a frame without MPLS passes");
+}
+
+#[test]
+fn a_register_set_upstream_and_the_mpls_label_are_matched_together() {
+    // The registers a modify-header context writes leave the frame's MPLS entry in the
+    // match words: the next table matches both.
+    let mut p = firmware_only();
+    let h = &mut p.h;
+    let next = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 1, 2, None).unwrap();
+    let at = (FLOW_TABLE_TYPE_NIC_TX, next, 0);
+    let group = group_matching(h, at, flow::MATCH_MISC_PARAMETERS_2, |c| {
+        c.misc_parameters_2_mut()
+            .set_outer_first_mpls(0xffff_f000)
+            .set_metadata_reg_c_0(0xffff_ffff);
+    })
+    .unwrap();
+    entry_matching(h, at, group, flow::FLOW_CONTEXT_ACTION_DROP, |v| {
+        v.misc_parameters_2_mut()
+            .set_outer_first_mpls(200 << 12)
+            .set_metadata_reg_c_0(0x77);
+    })
+    .unwrap();
+    mark_and_forward(h, 0x77, next);
+    assert_eq!(p.send(&mpls_frame(200)), None, "marked, label 200: dropped");
+    let other = mpls_frame(201);
+    assert_eq!(
+        p.send(&other),
+        Some(other.clone()),
+        "marked, label 201: passes"
+    );
 }

@@ -638,6 +638,11 @@ layout! {
         outer_gre_k_present: bool @ 0x61 [0x1],
         /// `misc.gre_s_present`.
         outer_gre_s_present: bool @ 0x62 [0x1],
+        /// `misc2.inner_first_mpls`: which of its label, exp, bottom-of-stack and TTL fields
+        /// (bits 0..=3, mlx5_ib's `MLX5_FIELD_SUPPORT_MPLS_*`).
+        inner_first_mpls: u8 @ 0x4d [0x4],
+        /// `misc2.outer_first_mpls`: the same four bits.
+        outer_first_mpls: u8 @ 0x51 [0x4],
     }
 }
 

@@ -295,9 +295,19 @@ layout! {
 
 layout! {
     /// The second set of miscellaneous match parameters (`fte_match_set_misc2`): the first
-    /// MPLS labels (not named here) and the metadata registers a packet carries through
-    /// steering, which modify-header actions set and copy.
+    /// MPLS label stack entries and the metadata registers a packet carries through steering,
+    /// which modify-header actions set and copy.
     pub struct FteMatchSetMisc2("fte_match_set_misc2", 0x40) {
+        /// The outer frame's first MPLS label stack entry (`outer_first_mpls`: label 20 bits,
+        /// exp 3, bottom of stack 1, TTL 8, as on the wire).
+        outer_first_mpls: u32 @ 0x0 [0x20],
+        /// The first MPLS entry of the frame an L2 tunnel carries (`inner_first_mpls`).
+        inner_first_mpls: u32 @ 0x20 [0x20],
+        /// The first MPLS entry after a GRE header (`outer_first_mpls_over_gre`; a ConnectX
+        /// reads it with its flex parser).
+        outer_first_mpls_over_gre: u32 @ 0x40 [0x20],
+        /// The first MPLS entry after a UDP header (`outer_first_mpls_over_udp`; flex parser).
+        outer_first_mpls_over_udp: u32 @ 0x60 [0x20],
         /// Metadata register C7.
         metadata_reg_c_7: u32 @ 0x80 [0x20],
         /// Metadata register C6.

@@ -91,7 +91,12 @@ pub(super) fn page(cfg: &EmuConfig) -> Box<[u8; 0x1000]> {
             .set_outer_geneve_opt_len(true)
             .set_outer_gre_c_present(true)
             .set_outer_gre_k_present(true)
-            .set_outer_gre_s_present(true);
+            .set_outer_gre_s_present(true)
+            // The first MPLS entry of the frame and of an L2 tunnel's frame (`crate::mpls`):
+            // label, exp, bottom of stack and TTL, as mlx5_ib's `check_mpls_supp_fields`
+            // reads them. MPLS over GRE and UDP needs a flex parser: not offered.
+            .set_outer_first_mpls(0xf)
+            .set_inner_first_mpls(0xf);
         // Software-owned tables in entry format 1 (`steering_format_version`): rdma-core's
         // `dr_domain_caps_init` takes `sw_owner_v2` with a format up to ConnectX-8's; the
         // terminals entries end at (`sw_steering::terminals`): a receive walk at a TIR, a

@@ -352,15 +352,18 @@ fn mask_disabled_parts(criteria: &mut [u8; MATCH_PARAM_SIZE], enable: u8) {
 /// ICMP, GENEVE options, GTP-U, ...), when their enable bits are set.
 fn check_modelled_criteria(criteria: &[u8; MATCH_PARAM_SIZE], enable: u8) -> CmdResult {
     let misc2 = enable & cxdirect_hw::flow::MATCH_MISC_PARAMETERS_2 != 0;
+    // misc_parameters_2 at 0xc0: the outer and inner first MPLS entries are matched; MPLS
+    // over GRE and over UDP (0xc8..0xd0, a ConnectX's flex parser) and the syndromes after
+    // metadata_reg_a (0xf4..) are not.
     let unmodelled_misc2 = misc2
-        && (criteria[0xc0..0xd0].iter().any(|&b| b != 0)
+        && (criteria[0xc8..0xd0].iter().any(|&b| b != 0)
             || criteria[0xf4..0x100].iter().any(|&b| b != 0));
     let later = enable >> 4 != 0 && criteria[0x100..].iter().any(|&b| b != 0);
     if unmodelled_misc2 || later {
         return Err(bad_param(
             Syndrome::BadSteeringParams,
-            "match criteria on fields the model does not match: MPLS labels, the syndromes \
-             after metadata_reg_a, or misc_parameters_3 and later",
+            "match criteria on fields the model does not match: MPLS over GRE or UDP, the \
+             syndromes after metadata_reg_a, or misc_parameters_3 and later",
         ));
     }
     Ok(())

@@ -61,6 +61,10 @@ pub(crate) enum LookupType {
     /// layout the model projects (a ConnectX-6 Dx parses GENEVE natively: rdma-core's
     /// `dr_matcher_supp_tnl_geneve` for format 1); other packets project to zeros.
     FlexParserTunnel,
+    /// 0x010b / 0x010c (`MPLS_O/_I`, `ste_mpls_v1`): the first MPLS label stack entry
+    /// (`mpls0_label`, `_exp`, `_s_bos`, `_ttl`), all rdma-core's `DR_STE_SET_MPLS` fills; the
+    /// qualifier and `mpls_ok` bits and the later labels stay 0.
+    Mpls { inner: bool },
     /// 0x010f (`STEERING_REGISTERS_0`, `ste_register_0`): reg_c_0..3.
     Registers0,
     /// 0x0110 (`STEERING_REGISTERS_1`, `ste_register_1`): reg_c_4..7.
@@ -96,6 +100,9 @@ impl LookupType {
                 inner: raw == 0x000a,
             },
             0x000e => Self::FlexParserTunnel,
+            0x010b | 0x010c => Self::Mpls {
+                inner: raw == 0x010c,
+            },
             0x010f => Self::Registers0,
             0x0110 => Self::Registers1,
             0x040f => Self::MatchExtension,
@@ -140,6 +147,14 @@ impl LookupType {
             Self::Ipv4FiveTuple { inner: false } => ipv4_five_tuple(&mut t, pkt),
             Self::Ethl4 { inner: false } => eth_l4(&mut t, pkt),
             Self::FlexParserTunnel => geneve(&mut t, pkt),
+            Self::Mpls { inner } => {
+                let entry = if inner {
+                    crate::mpls::inner_first_entry(pkt.frame, pkt.parsed)
+                } else {
+                    crate::mpls::first_entry(pkt.frame, pkt.parsed)
+                };
+                t[4..8].copy_from_slice(&entry.unwrap_or(0).to_be_bytes());
+            }
             Self::Registers0 => registers(&mut t, &pkt.meta.reg_c[..4]),
             Self::Registers1 => registers(&mut t, &pkt.meta.reg_c[4..]),
         }

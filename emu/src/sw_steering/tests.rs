@@ -485,4 +485,29 @@ fn lookup_tags_follow_the_ifc_layouts() {
         assert_eq!(tag(lu), [0; 16]);
     }
     assert_eq!(LookupType::from_raw(0x0103), Err(LookupError(0x0103)));
+    // MPLS_O of a frame without MPLS: zeros.
+    assert_eq!(tag(0x010b), [0; 16]);
+}
+
+#[test]
+fn the_mpls_lookup_takes_the_first_label_stack_entry() {
+    // `ste_mpls_v1`: mpls0_label, _exp, _s_bos, _ttl in bits 0x20..0x40, the entry's wire
+    // layout (rdma-core's DR_STE_SET_MPLS).
+    let entry: u32 = 0x12345 << 12 | 5 << 9 | 1 << 8 | 64;
+    let mut f = frame(MAC_A);
+    f[12..14].copy_from_slice(&0x8847u16.to_be_bytes());
+    f[14..18].copy_from_slice(&entry.to_be_bytes());
+    let parsed = parse(&f);
+    let meta = Metadata::default();
+    let pkt = PacketView {
+        parsed: &parsed,
+        frame: &f,
+        meta: &meta,
+    };
+    let outer = LookupType::from_raw(0x010b).unwrap().tag(&pkt);
+    let mut want = [0u8; 16];
+    want[4..8].copy_from_slice(&entry.to_be_bytes());
+    assert_eq!(outer, want);
+    // MPLS_I: no tunnel here, so no inner entry.
+    assert_eq!(LookupType::from_raw(0x010c).unwrap().tag(&pkt), [0; 16]);
 }
