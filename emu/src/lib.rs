@@ -50,6 +50,7 @@ pub(crate) mod function;
 pub(crate) mod fw;
 pub(crate) mod header_modify;
 pub mod irq;
+pub(crate) mod l4_fields;
 pub(crate) mod mpls;
 pub(crate) mod objects;
 pub mod packet;

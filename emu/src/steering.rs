@@ -11,8 +11,9 @@ use crate::sw_steering::lookup::Metadata;
 use crate::sw_steering::receive::Next;
 use crate::tunnel::Kind;
 use cxdirect_hw::flow::{
-    FteMatchSetLyr24, FteMatchSetMisc, FteMatchSetMisc2, FLOW_CONTEXT_ACTION_DECAP,
-    FLOW_CONTEXT_ACTION_FWD_DEST, FLOW_DESTINATION_TYPE_TIR, FLOW_TABLE_MISS_ACTION_FWD,
+    FteMatchSetLyr24, FteMatchSetMisc, FteMatchSetMisc2, FteMatchSetMisc3,
+    FLOW_CONTEXT_ACTION_DECAP, FLOW_CONTEXT_ACTION_FWD_DEST, FLOW_DESTINATION_TYPE_TIR,
+    FLOW_TABLE_MISS_ACTION_FWD,
 };
 use cxdirect_hw::reformat::REFORMAT_TYPE_L2_TO_L3_TUNNEL;
 use std::sync::atomic::Ordering;
@@ -47,6 +48,10 @@ pub(crate) fn frame_match_words(parsed: &Parsed, frame: &[u8]) -> [u64; MATCH_WO
             .set_inner_first_mpls(inner_mpls.unwrap_or(0));
         put(&mut words, MISC2_WORD, &misc2.as_bytes()[..MPLS_BYTES]);
     }
+    let misc3 = l4_misc_fields(parsed, frame);
+    if misc3.as_bytes().iter().any(|&b| b != 0) {
+        put(&mut words, MISC3_WORD, misc3.as_bytes());
+    }
     if let Some(kind) = crate::tunnel::kind(frame, parsed) {
         put(&mut words, MISC_WORD, tunnel_fields(kind, frame).as_bytes());
         if let Some((_, inner)) = crate::tunnel::inner_packet(frame, parsed) {
@@ -60,6 +65,39 @@ pub(crate) fn frame_match_words(parsed: &Parsed, frame: &[u8]) -> [u64; MATCH_WO
 const MISC_WORD: usize = 0x40 / 8;
 /// First match word of `inner_headers` (byte 0x80 of `fte_match_param`).
 const INNER_WORD: usize = 0x80 / 8;
+/// First match word of `misc_parameters_3` (byte 0x100 of `fte_match_param`).
+const MISC3_WORD: usize = 0x100 / 8;
+
+/// The third misc set of a frame: the outer and (through a tunnel) inner TCP sequence and
+/// acknowledgement numbers, and the ICMP or ICMPv6 type, code and header data.
+fn l4_misc_fields(parsed: &Parsed, frame: &[u8]) -> FteMatchSetMisc3<[u8; 0x40]> {
+    use crate::l4_fields::{icmp, tcp_seq_ack};
+    let mut misc3 = FteMatchSetMisc3::zeroed();
+    if let Some((seq, ack)) = tcp_seq_ack(frame, parsed) {
+        misc3.set_outer_tcp_seq_num(seq).set_outer_tcp_ack_num(ack);
+    }
+    if let Some((inner, inner_parsed)) = crate::tunnel::inner_packet(frame, parsed) {
+        if let Some((seq, ack)) = tcp_seq_ack(inner, &inner_parsed) {
+            misc3.set_inner_tcp_seq_num(seq).set_inner_tcp_ack_num(ack);
+        }
+    }
+    match icmp(frame, parsed) {
+        Some(i) if i.v6 => {
+            misc3
+                .set_icmpv6_type(i.icmp_type)
+                .set_icmpv6_code(i.code)
+                .set_icmpv6_header_data(i.header_data);
+        }
+        Some(i) => {
+            misc3
+                .set_icmp_type(i.icmp_type)
+                .set_icmp_code(i.code)
+                .set_icmp_header_data(i.header_data);
+        }
+        None => {}
+    }
+    misc3
+}
 
 /// One header set (`fte_match_set_lyr_2_4`) of a parsed packet: MACs, ethertype, the first
 /// VLAN tag, IP version, protocol, fragment bit and addresses, TCP or UDP ports and TCP flags.

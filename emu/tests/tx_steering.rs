@@ -381,11 +381,16 @@ fn criteria_the_model_does_not_match_are_refused_not_ignored() {
     let mut p = firmware_only();
     let h = &mut p.h;
     let table = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 4, None).unwrap();
-    // An MPLS label over GRE in misc_parameters_2 (a ConnectX's flex parser reads it), then a
-    // bit of misc_parameters_3 (TCP sequence numbers), each with its part enabled.
-    for (i, (enable, byte)) in [(flow::MATCH_MISC_PARAMETERS_2, 0xc8), (1 << 4, 0x100)]
-        .into_iter()
-        .enumerate()
+    // An MPLS label over GRE in misc_parameters_2, a VXLAN-GPE VNI in misc_parameters_3 (a
+    // ConnectX's flex parser reads both), then a bit of misc_parameters_4, each with its part
+    // enabled.
+    for (i, (enable, byte)) in [
+        (flow::MATCH_MISC_PARAMETERS_2, 0xc8),
+        (flow::MATCH_MISC_PARAMETERS_3, 0x111),
+        (1 << 5, 0x140),
+    ]
+    .into_iter()
+    .enumerate()
     {
         let mut input = Host::input(Opcode::CreateFlowGroup, 0, 0x400);
         {
@@ -490,4 +495,89 @@ fn a_register_set_upstream_and_the_mpls_label_are_matched_together() {
         Some(other.clone()),
         "marked, label 201: passes"
     );
+}
+
+/// A TCP frame from [`SMAC`] with sequence number `seq` (the UDP test frame with protocol 6
+/// and a 20-byte TCP header, ACK set).
+fn tcp_frame(seq: u32) -> Vec<u8> {
+    let mut f = frame_from(SMAC);
+    f[23] = 6;
+    f[38..42].copy_from_slice(&seq.to_be_bytes());
+    f[42..46].copy_from_slice(&0x5000u32.to_be_bytes());
+    f[46] = 5 << 4;
+    f[47] = 0x10;
+    f
+}
+
+/// An ICMP frame from [`SMAC`]: type `icmp_type`, code 0, identifier 0x1234, sequence 1.
+fn icmp_frame(icmp_type: u8) -> Vec<u8> {
+    let mut f = frame_from(SMAC);
+    f[23] = 1;
+    f[34..42].copy_from_slice(&[icmp_type, 0, 0, 0, 0x12, 0x34, 0, 1]);
+    f
+}
+
+/// The transmit root table with one entry dropping what `value` matches under `criteria`, in
+/// `misc_parameters_3`.
+fn drop_on_misc3(
+    p: &mut Plug,
+    criteria: impl FnOnce(&mut flow::FteMatchSetMisc3<&mut [u8]>),
+    value: impl FnOnce(&mut flow::FteMatchSetMisc3<&mut [u8]>),
+) {
+    let h = &mut p.h;
+    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
+    let at = (FLOW_TABLE_TYPE_NIC_TX, root, 0);
+    let group = group_matching(h, at, flow::MATCH_MISC_PARAMETERS_3, |c| {
+        criteria(&mut c.misc_parameters_3_mut())
+    })
+    .unwrap();
+    entry_matching(h, at, group, flow::FLOW_CONTEXT_ACTION_DROP, |v| {
+        value(&mut v.misc_parameters_3_mut())
+    })
+    .unwrap();
+    set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
+}
+
+#[test]
+fn a_firmware_entry_matches_the_tcp_sequence_number() {
+    let mut p = firmware_only();
+    drop_on_misc3(
+        &mut p,
+        |c| {
+            c.set_outer_tcp_seq_num(0xffff_ffff);
+        },
+        |v| {
+            v.set_outer_tcp_seq_num(0x1000);
+        },
+    );
+    assert_eq!(
+        p.send(&tcp_frame(0x1000)),
+        None,
+        "sequence 0x1000 is dropped"
+    );
+    let other = tcp_frame(0x1001);
+    assert_eq!(p.send(&other), Some(other.clone()), "0x1001 passes");
+}
+
+#[test]
+fn a_firmware_entry_matches_the_icmp_type_and_header_data() {
+    let mut p = firmware_only();
+    drop_on_misc3(
+        &mut p,
+        |c| {
+            c.set_icmp_type(0xff).set_icmp_header_data(0xffff_0000);
+        },
+        |v| {
+            v.set_icmp_type(8).set_icmp_header_data(0x1234_0000);
+        },
+    );
+    assert_eq!(
+        p.send(&icmp_frame(8)),
+        None,
+        "an echo request from 0x1234 is dropped"
+    );
+    let reply = icmp_frame(0);
+    assert_eq!(p.send(&reply), Some(reply.clone()), "an echo reply passes");
+    let udp = frame_from(SMAC);
+    assert_eq!(p.send(&udp), Some(udp.clone()), "UDP passes");
 }

@@ -76,6 +76,10 @@ pub const MATCH_INNER_HEADERS: u8 = 1 << 2;
 /// `match_criteria_enable` bit: match on the second misc parameters, the metadata registers
 /// among them (`MLX5_MATCH_MISC_PARAMETERS_2`).
 pub const MATCH_MISC_PARAMETERS_2: u8 = 1 << 3;
+/// `match_criteria_enable` bit: match on the third set of miscellaneous parameters
+/// (`MLX5_MATCH_MISC_PARAMETERS_3`: TCP sequence and acknowledgement numbers, ICMP, and the
+/// flex parser's VXLAN-GPE, GENEVE option and GTP-U fields).
+pub const MATCH_MISC_PARAMETERS_3: u8 = 1 << 4;
 
 /// `set_fte_in.modify_enable_mask` bit: update the action. The header's
 /// `MLX5_SET_FTE_MODIFY_ENABLE_MASK_*` values (0..=3) are bit positions; these are the masks.
@@ -330,8 +334,36 @@ layout! {
 }
 
 layout! {
-    /// A complete match: outer headers, misc parameters, inner headers, the second misc set
-    /// (the header reserves 0x100 bytes after them for later match sets).
+    /// The third set of miscellaneous match parameters (`fte_match_set_misc3`): TCP sequence
+    /// and acknowledgement numbers and ICMP fields (named here), then the flex parser's
+    /// VXLAN-GPE, GENEVE option and GTP-U fields.
+    pub struct FteMatchSetMisc3("fte_match_set_misc3", 0x40) {
+        /// The tunnelled packet's TCP sequence number.
+        inner_tcp_seq_num: u32 @ 0x0 [0x20],
+        /// The outer TCP sequence number.
+        outer_tcp_seq_num: u32 @ 0x20 [0x20],
+        /// The tunnelled packet's TCP acknowledgement number.
+        inner_tcp_ack_num: u32 @ 0x40 [0x20],
+        /// The outer TCP acknowledgement number.
+        outer_tcp_ack_num: u32 @ 0x60 [0x20],
+        /// ICMPv4 header bytes 4..8 (`icmp_header_data`: an echo's identifier and sequence).
+        icmp_header_data: u32 @ 0xc0 [0x20],
+        /// ICMPv6 header bytes 4..8.
+        icmpv6_header_data: u32 @ 0xe0 [0x20],
+        /// ICMPv4 type.
+        icmp_type: u8 @ 0x100 [0x8],
+        /// ICMPv4 code.
+        icmp_code: u8 @ 0x108 [0x8],
+        /// ICMPv6 type.
+        icmpv6_type: u8 @ 0x110 [0x8],
+        /// ICMPv6 code.
+        icmpv6_code: u8 @ 0x118 [0x8],
+    }
+}
+
+layout! {
+    /// A complete match: outer headers, misc parameters, inner headers, the second and third
+    /// misc sets (the header reserves 0xc0 bytes after them for later match sets).
     pub struct FteMatchParam("fte_match_param", 0x200) {}
     nested {
         /// Outer (or only) L2-L4 headers; enabled by [`MATCH_OUTER_HEADERS`].
@@ -342,6 +374,8 @@ layout! {
         inner_headers: FteMatchSetLyr24 @ 0x400,
         /// Metadata registers and MPLS labels; enabled by [`MATCH_MISC_PARAMETERS_2`].
         misc_parameters_2: FteMatchSetMisc2 @ 0x600,
+        /// TCP sequence numbers, ICMP; enabled by [`MATCH_MISC_PARAMETERS_3`].
+        misc_parameters_3: FteMatchSetMisc3 @ 0x800,
     }
 }
 

@@ -331,39 +331,41 @@ pub(crate) fn create_flow_group(core: &mut Core, input: &[u8], output: &mut [u8]
 /// Clears the parts of a match mask whose enable bit is off: they take no part in matching.
 fn mask_disabled_parts(criteria: &mut [u8; MATCH_PARAM_SIZE], enable: u8) {
     // fte_match_param: outer headers 0x000, misc 0x040, inner headers 0x080, misc2 0x0c0,
-    // the rest after.
+    // misc3 0x100, the rest after.
     for (bit, range) in [
         (0u8, 0x00..0x40),
         (1, 0x40..0x80),
         (2, 0x80..0xc0),
         (3, 0xc0..0x100),
+        (4, 0x100..0x140),
     ] {
         if enable & (1 << bit) == 0 {
             criteria[range].fill(0);
         }
     }
-    criteria[0x100..].fill(0);
+    criteria[0x140..].fill(0);
 }
 
 /// Criteria the model cannot match are refused, never ignored (an ignored mask would match
-/// every frame): in the second misc set the MPLS labels (bytes 0xc0..0xd0) and what follows
-/// `metadata_reg_a` (0xf4..0x100: Linux's IPsec, MACsec and PSP syndromes, rdma-core's
-/// `metadata_reg_b`); the third set and after (from 0x100: TCP sequence numbers, VXLAN-GPE,
-/// ICMP, GENEVE options, GTP-U, ...), when their enable bits are set.
+/// every frame): in the second misc set MPLS over GRE and over UDP (bytes 0xc8..0xd0, read by
+/// a ConnectX's flex parser) and what follows `metadata_reg_a` (0xf4..0x100: Linux's IPsec,
+/// MACsec and PSP syndromes, rdma-core's `metadata_reg_b`); in the third the flex parser's
+/// VXLAN-GPE (0x110..0x118), GENEVE option and GTP-U fields (0x124..0x140); the fourth set and
+/// after (from 0x140: programmable samples, MACsec tags, tunnel header words), when their
+/// enable bits are set.
 fn check_modelled_criteria(criteria: &[u8; MATCH_PARAM_SIZE], enable: u8) -> CmdResult {
+    let selects = |range: std::ops::Range<usize>| criteria[range].iter().any(|&b| b != 0);
     let misc2 = enable & cxdirect_hw::flow::MATCH_MISC_PARAMETERS_2 != 0;
-    // misc_parameters_2 at 0xc0: the outer and inner first MPLS entries are matched; MPLS
-    // over GRE and over UDP (0xc8..0xd0, a ConnectX's flex parser) and the syndromes after
-    // metadata_reg_a (0xf4..) are not.
-    let unmodelled_misc2 = misc2
-        && (criteria[0xc8..0xd0].iter().any(|&b| b != 0)
-            || criteria[0xf4..0x100].iter().any(|&b| b != 0));
-    let later = enable >> 4 != 0 && criteria[0x100..].iter().any(|&b| b != 0);
-    if unmodelled_misc2 || later {
+    let misc3 = enable & cxdirect_hw::flow::MATCH_MISC_PARAMETERS_3 != 0;
+    let unmodelled_misc2 = misc2 && (selects(0xc8..0xd0) || selects(0xf4..0x100));
+    let unmodelled_misc3 = misc3 && (selects(0x110..0x118) || selects(0x124..0x140));
+    let later = enable >> 5 != 0 && selects(0x140..MATCH_PARAM_SIZE);
+    if unmodelled_misc2 || unmodelled_misc3 || later {
         return Err(bad_param(
             Syndrome::BadSteeringParams,
             "match criteria on fields the model does not match: MPLS over GRE or UDP, the \
-             syndromes after metadata_reg_a, or misc_parameters_3 and later",
+             syndromes after metadata_reg_a, VXLAN-GPE, GENEVE option or GTP-U fields (a \
+             flex parser's), or misc_parameters_4 and later",
         ));
     }
     Ok(())

@@ -55,9 +55,10 @@ pub(crate) struct FlowGroup {
 }
 
 /// 64-bit words of a match parameter that criteria can select (outer, misc and inner headers,
-/// and the second misc set with the metadata registers: the first 0x100 bytes; the rest is
-/// refused when a group's criteria select it, `fw::steering`).
-pub(crate) const MATCH_WORDS: usize = 0x100 / 8;
+/// the second misc set with the MPLS entries and metadata registers, the third with TCP
+/// sequence numbers and ICMP: the first 0x140 bytes; the rest is refused when a group's
+/// criteria select it, `fw::steering`).
+pub(crate) const MATCH_WORDS: usize = 0x140 / 8;
 
 /// The 64-bit word `index` of a match parameter or value, in memory order.
 #[inline]

@@ -61,6 +61,13 @@ pub(crate) enum LookupType {
     /// layout the model projects (a ConnectX-6 Dx parses GENEVE natively: rdma-core's
     /// `dr_matcher_supp_tnl_geneve` for format 1); other packets project to zeros.
     FlexParserTunnel,
+    /// 0x0113 / 0x0114 (`ETHL4_MISC_O/_I`): for a TCP or UDP packet `ste_eth_l4_misc_v1`
+    /// (window, urgent pointer, acknowledgement and sequence numbers, UDP length, checksum;
+    /// rdma-core fills the two numbers, `dr_ste_v1_build_eth_l4_misc_tag`), for an ICMP or
+    /// ICMPv6 packet `ste_icmp_v1` (first payload word, header data, type, code;
+    /// `dr_ste_v1_build_icmp_tag`, which rdma-core writes with the same lookup type, so the
+    /// device's projection follows the packet's L4 protocol: an inference).
+    Ethl4Misc { inner: bool },
     /// 0x010b / 0x010c (`MPLS_O/_I`, `ste_mpls_v1`): the first MPLS label stack entry
     /// (`mpls0_label`, `_exp`, `_s_bos`, `_ttl`), all rdma-core's `DR_STE_SET_MPLS` fills; the
     /// qualifier and `mpls_ok` bits and the later labels stay 0.
@@ -100,6 +107,9 @@ impl LookupType {
                 inner: raw == 0x000a,
             },
             0x000e => Self::FlexParserTunnel,
+            0x0113 | 0x0114 => Self::Ethl4Misc {
+                inner: raw == 0x0114,
+            },
             0x010b | 0x010c => Self::Mpls {
                 inner: raw == 0x010c,
             },
@@ -118,6 +128,7 @@ impl LookupType {
             Self::Ethl2SrcDst { .. } => Self::Ethl2SrcDst { inner: false },
             Self::Ipv4FiveTuple { .. } => Self::Ipv4FiveTuple { inner: false },
             Self::Ethl4 { .. } => Self::Ethl4 { inner: false },
+            Self::Ethl4Misc { .. } => Self::Ethl4Misc { inner: false },
             other => other,
         }
     }
@@ -131,7 +142,8 @@ impl LookupType {
             | Self::Ethl2Src { inner: true }
             | Self::Ethl2SrcDst { inner: true }
             | Self::Ipv4FiveTuple { inner: true }
-            | Self::Ethl4 { inner: true } => {
+            | Self::Ethl4 { inner: true }
+            | Self::Ethl4Misc { inner: true } => {
                 if let Some((frame, parsed)) = crate::tunnel::inner_packet(pkt.frame, pkt.parsed) {
                     let inner = PacketView {
                         parsed: &parsed,
@@ -146,6 +158,7 @@ impl LookupType {
             Self::Ethl2SrcDst { inner: false } => l2_src_dst(&mut t, pkt.parsed),
             Self::Ipv4FiveTuple { inner: false } => ipv4_five_tuple(&mut t, pkt),
             Self::Ethl4 { inner: false } => eth_l4(&mut t, pkt),
+            Self::Ethl4Misc { inner: false } => eth_l4_misc(&mut t, pkt),
             Self::FlexParserTunnel => geneve(&mut t, pkt),
             Self::Mpls { inner } => {
                 let entry = if inner {
@@ -334,6 +347,35 @@ fn eth_l4(t: &mut [u8; TAG_SIZE], pkt: &PacketView<'_>) {
             .ip_end
             .saturating_sub(p.l3_offset + crate::packet::IPV6_HEADER_LEN);
         put(t, 0x70, 16, paylen.min(0xffff) as u32);
+    }
+}
+
+/// `ste_eth_l4_misc_v1` for TCP and UDP, `ste_icmp_v1` for ICMP and ICMPv6; zeros otherwise.
+fn eth_l4_misc(t: &mut [u8; TAG_SIZE], pkt: &PacketView<'_>) {
+    use crate::l4_fields::{icmp, tcp_seq_ack, tcp_window_urgent, udp_length_checksum};
+    let (frame, p) = (pkt.frame, pkt.parsed);
+    if let Some(i) = icmp(frame, p) {
+        put(t, 0x00, 32, i.payload_data);
+        put(t, 0x20, 32, i.header_data);
+        put(t, 0x40, 8, u32::from(i.icmp_type));
+        put(t, 0x48, 8, u32::from(i.code));
+        return;
+    }
+    if let Some((window, urgent)) = tcp_window_urgent(frame, p) {
+        put(t, 0x00, 16, u32::from(window));
+        put(t, 0x10, 16, u32::from(urgent));
+    }
+    if let Some((seq, ack)) = tcp_seq_ack(frame, p) {
+        put(t, 0x20, 32, ack);
+        put(t, 0x40, 32, seq);
+        let checksum = frame
+            .get(p.l4_offset + 16..p.l4_offset + 18)
+            .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
+        put(t, 0x70, 16, u32::from(checksum));
+    }
+    if let Some((length, checksum)) = udp_length_checksum(frame, p) {
+        put(t, 0x60, 16, u32::from(length));
+        put(t, 0x70, 16, u32::from(checksum));
     }
 }
 

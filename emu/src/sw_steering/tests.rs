@@ -511,3 +511,45 @@ fn the_mpls_lookup_takes_the_first_label_stack_entry() {
     // MPLS_I: no tunnel here, so no inner entry.
     assert_eq!(LookupType::from_raw(0x010c).unwrap().tag(&pkt), [0; 16]);
 }
+
+#[test]
+fn the_l4_misc_lookup_follows_the_packet_s_protocol() {
+    let meta = Metadata::default();
+    let tag = |f: &[u8]| {
+        let parsed = parse(f);
+        let pkt = PacketView {
+            parsed: &parsed,
+            frame: f,
+            meta: &meta,
+        };
+        LookupType::from_raw(0x0113).unwrap().tag(&pkt)
+    };
+    // UDP: `ste_eth_l4_misc_v1`'s length and checksum (bytes 12..16).
+    let udp = frame(MAC_A);
+    let t = tag(&udp);
+    assert_eq!(&t[12..14], &udp[38..40], "UDP length");
+    assert_eq!(&t[14..16], &udp[40..42], "UDP checksum");
+    assert_eq!(&t[..12], &[0; 12]);
+    // TCP: window, urgent pointer, then acknowledgement and sequence numbers.
+    let mut tcp = frame(MAC_A);
+    tcp.resize(54, 0);
+    tcp[16..18].copy_from_slice(&40u16.to_be_bytes());
+    tcp[23] = 6;
+    tcp[34..54].fill(0);
+    tcp[38..42].copy_from_slice(&0x0102_0304u32.to_be_bytes());
+    tcp[42..46].copy_from_slice(&0x0506_0708u32.to_be_bytes());
+    tcp[46] = 5 << 4;
+    tcp[48..50].copy_from_slice(&0x0a0bu16.to_be_bytes());
+    let t = tag(&tcp);
+    assert_eq!(&t[0..2], &[0x0a, 0x0b]);
+    assert_eq!(&t[4..8], &[5, 6, 7, 8], "ack_num");
+    assert_eq!(&t[8..12], &[1, 2, 3, 4], "seq_num");
+    // ICMP: `ste_icmp_v1`: payload word, header data, type, code.
+    let mut icmp = frame(MAC_A);
+    icmp.resize(46, 0);
+    icmp[16..18].copy_from_slice(&32u16.to_be_bytes());
+    icmp[23] = 1;
+    icmp[34..46].copy_from_slice(&[8, 0, 0, 0, 0x12, 0x34, 0, 7, 0xde, 0xad, 0xbe, 0xef]);
+    let t = tag(&icmp);
+    assert_eq!(&t[0..10], &[0xde, 0xad, 0xbe, 0xef, 0x12, 0x34, 0, 7, 8, 0]);
+}

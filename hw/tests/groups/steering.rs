@@ -16,6 +16,7 @@ pub fn checks() -> usize {
         FteMatchSetLyr24,
         FteMatchSetMisc,
         FteMatchSetMisc2,
+        FteMatchSetMisc3,
         FteMatchParam,
         FlowTableContext,
         CreateFlowTableIn,
