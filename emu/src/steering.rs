@@ -26,7 +26,9 @@ const MAX_HOPS: usize = crate::function::caps::MAX_FT_LEVEL as usize + 1;
 /// The match parameter words of a frame ([`match_word`](crate::objects::steering::match_word)
 /// order): its outer headers; for a tunnel the model knows, the tunnel's fields in the misc
 /// part ([`tunnel_fields`]) and the headers it carries in the inner part (an L3 tunnel's inner
-/// MACs and ethertype stay zero). A frame without a tunnel leaves both zero.
+/// MACs and ethertype stay zero); the first MPLS entries (`misc_parameters_2`) and the L4
+/// misc fields (`misc_parameters_3`), outer and inner. A frame without a tunnel leaves the
+/// tunnel's and the inner fields zero.
 pub(crate) fn frame_match_words(parsed: &Parsed, frame: &[u8]) -> [u64; MATCH_WORDS] {
     let mut words = [0u64; MATCH_WORDS];
     let put = |words: &mut [u64; MATCH_WORDS], first: usize, bytes: &[u8]| {
@@ -37,9 +39,12 @@ pub(crate) fn frame_match_words(parsed: &Parsed, frame: &[u8]) -> [u64; MATCH_WO
         }
     };
     put(&mut words, 0, headers(parsed).as_bytes());
+    let kind = crate::tunnel::kind(frame, parsed);
+    let inner = kind.and_then(|_| crate::tunnel::inner_packet(frame, parsed));
+    let inner = inner.as_ref().map(|(f, p)| (*f, p));
     let (outer_mpls, inner_mpls) = (
         crate::mpls::first_entry(frame, parsed),
-        crate::mpls::inner_first_entry(frame, parsed),
+        inner.and_then(|(f, p)| crate::mpls::first_entry(f, p)),
     );
     if outer_mpls.is_some() || inner_mpls.is_some() {
         let mut misc2 = FteMatchSetMisc2::zeroed();
@@ -48,14 +53,14 @@ pub(crate) fn frame_match_words(parsed: &Parsed, frame: &[u8]) -> [u64; MATCH_WO
             .set_inner_first_mpls(inner_mpls.unwrap_or(0));
         put(&mut words, MISC2_WORD, &misc2.as_bytes()[..MPLS_BYTES]);
     }
-    let misc3 = l4_misc_fields(parsed, frame);
+    let misc3 = l4_misc_fields((parsed, frame), inner);
     if misc3.as_bytes().iter().any(|&b| b != 0) {
         put(&mut words, MISC3_WORD, misc3.as_bytes());
     }
-    if let Some(kind) = crate::tunnel::kind(frame, parsed) {
+    if let Some(kind) = kind {
         put(&mut words, MISC_WORD, tunnel_fields(kind, frame).as_bytes());
-        if let Some((_, inner)) = crate::tunnel::inner_packet(frame, parsed) {
-            put(&mut words, INNER_WORD, headers(&inner).as_bytes());
+        if let Some((_, inner)) = inner {
+            put(&mut words, INNER_WORD, headers(inner).as_bytes());
         }
     }
     words
@@ -68,18 +73,20 @@ const INNER_WORD: usize = 0x80 / 8;
 /// First match word of `misc_parameters_3` (byte 0x100 of `fte_match_param`).
 const MISC3_WORD: usize = 0x100 / 8;
 
-/// The third misc set of a frame: the outer and (through a tunnel) inner TCP sequence and
-/// acknowledgement numbers, and the ICMP or ICMPv6 type, code and header data.
-fn l4_misc_fields(parsed: &Parsed, frame: &[u8]) -> FteMatchSetMisc3<[u8; 0x40]> {
+/// The third misc set of a frame (`parsed`, `frame`): the outer and, for the packet a tunnel
+/// carries (`inner`, its bytes and parse), inner TCP sequence and acknowledgement numbers,
+/// and the ICMP or ICMPv6 type, code and header data.
+fn l4_misc_fields(
+    (parsed, frame): (&Parsed, &[u8]),
+    inner: Option<(&[u8], &Parsed)>,
+) -> FteMatchSetMisc3<[u8; 0x40]> {
     use crate::l4_fields::{icmp, tcp_seq_ack};
     let mut misc3 = FteMatchSetMisc3::zeroed();
     if let Some((seq, ack)) = tcp_seq_ack(frame, parsed) {
         misc3.set_outer_tcp_seq_num(seq).set_outer_tcp_ack_num(ack);
     }
-    if let Some((inner, inner_parsed)) = crate::tunnel::inner_packet(frame, parsed) {
-        if let Some((seq, ack)) = tcp_seq_ack(inner, &inner_parsed) {
-            misc3.set_inner_tcp_seq_num(seq).set_inner_tcp_ack_num(ack);
-        }
+    if let Some((seq, ack)) = inner.and_then(|(f, p)| tcp_seq_ack(f, p)) {
+        misc3.set_inner_tcp_seq_num(seq).set_inner_tcp_ack_num(ack);
     }
     match icmp(frame, parsed) {
         Some(i) if i.v6 => {

@@ -266,3 +266,64 @@ fn a_steering_entry_s_inner_lookup_reads_the_frame_inside_the_tunnel() {
     }
     assert_eq!(p.h.dev.counters().tx_sw_steering_errors, 0);
 }
+
+/// Where the frame a GRE tunnel with a key carries starts: Ethernet 14, IPv4 20, GRE 8.
+const GRE_INNER: usize = 14 + 20 + 8;
+
+/// A GRE frame whose inner frame is TCP with sequence number `seq`.
+fn gre_tcp(seq: u32) -> Vec<u8> {
+    let mut f = gre(GRE_KEY);
+    let inner = GRE_INNER;
+    f[inner + 23] = 6;
+    f[inner + 38..inner + 42].copy_from_slice(&seq.to_be_bytes());
+    f[inner + 46] = 5 << 4;
+    f
+}
+
+/// A GRE frame whose inner frame is MPLS with label `label`.
+fn gre_mpls(label: u32) -> Vec<u8> {
+    let mut f = gre(GRE_KEY);
+    let inner = GRE_INNER;
+    f[inner + 12..inner + 14].copy_from_slice(&0x8847u16.to_be_bytes());
+    f[inner + 14..inner + 18].copy_from_slice(&(label << 12 | 1 << 8 | 64).to_be_bytes());
+    f
+}
+
+#[test]
+fn firmware_entries_match_the_inner_tcp_sequence_number_and_mpls_label() {
+    // Inner TCP sequence number (misc_parameters_3).
+    let mut p = Plug::new(EmuConfig::default());
+    let h = &mut p.h;
+    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
+    let at = (FLOW_TABLE_TYPE_NIC_TX, root, 0);
+    let group = group_matching(h, at, flow::MATCH_MISC_PARAMETERS_3, |c| {
+        c.misc_parameters_3_mut().set_inner_tcp_seq_num(0xffff_ffff);
+    })
+    .unwrap();
+    entry_matching(h, at, group, flow::FLOW_CONTEXT_ACTION_DROP, |v| {
+        v.misc_parameters_3_mut().set_inner_tcp_seq_num(0xabc);
+    })
+    .unwrap();
+    set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
+    assert_eq!(p.send(&gre_tcp(0xabc)), None, "inner sequence 0xabc");
+    let other = gre_tcp(0xabd);
+    assert_eq!(p.send(&other), Some(other.clone()));
+
+    // Inner first MPLS label (misc_parameters_2).
+    let mut p = Plug::new(EmuConfig::default());
+    let h = &mut p.h;
+    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
+    let at = (FLOW_TABLE_TYPE_NIC_TX, root, 0);
+    let group = group_matching(h, at, flow::MATCH_MISC_PARAMETERS_2, |c| {
+        c.misc_parameters_2_mut().set_inner_first_mpls(0xffff_f000);
+    })
+    .unwrap();
+    entry_matching(h, at, group, flow::FLOW_CONTEXT_ACTION_DROP, |v| {
+        v.misc_parameters_2_mut().set_inner_first_mpls(300 << 12);
+    })
+    .unwrap();
+    set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
+    assert_eq!(p.send(&gre_mpls(300)), None, "inner label 300");
+    let other = gre_mpls(301);
+    assert_eq!(p.send(&other), Some(other.clone()));
+}
