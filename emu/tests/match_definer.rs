@@ -21,6 +21,8 @@ use cxdirect_hw::general_obj::{general_obj_types_bit, obj_type, GeneralObjInCmdH
 
 /// `DR_MATCHER_DEFINER_22`.
 const DEF22: u16 = 22;
+/// `DR_MATCHER_DEFINER_24`.
+const DEF24: u16 = 24;
 /// `DR_STE_V1_LU_TYPE_MATCH`.
 const LU_MATCH: u16 = 0x0400;
 /// `DR_STE_V1_LU_TYPE_DONT_CARE`.
@@ -109,11 +111,12 @@ fn smac_mask() -> [u8; 32] {
 }
 
 #[test]
-fn format_22_and_the_object_type_are_offered_with_software_steering_only() {
+fn formats_22_and_24_and_the_object_type_are_offered_with_software_steering_only() {
     for sw in [false, true] {
         let mut h = plugged(sw);
         let caps = dr_caps(&mut h);
-        assert_eq!(caps.definer_formats, if sw { 1 << DEF22 } else { 0 });
+        let formats = 1 << DEF22 | 1 << DEF24;
+        assert_eq!(caps.definer_formats, if sw { formats } else { 0 });
         let general = h.query_cap(0, true);
         let types = CmdHcaCap::new(&general[0x10..])
             .expect("layout")

@@ -27,6 +27,10 @@ pub mod format {
     /// addresses and L4 ports, fragment bit, L3 and L4 types, first VLAN, `metadata_reg_c_0`,
     /// destination and source MACs.
     pub const DEF22: u16 = 22;
+    /// Format 24 (`DR_MATCHER_DEFINER_24`, `ste_def24_v1`): `metadata_reg_c_0..3`, outer IPv4
+    /// addresses and L4 ports, outer and inner IP protocol, L3 and L4 types, first VLAN type
+    /// and fragment bit.
+    pub const DEF24: u16 = 24;
 }
 
 layout! {

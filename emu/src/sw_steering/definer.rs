@@ -7,7 +7,7 @@
 //!
 //! The model projects format 22, rdma-core's `ste_def22_v1` (fields at bit offsets from the
 //! tag's start, most significant bit first; filled from a rule by
-//! `dr_ste_v1_build_def22_tag`):
+//! `dr_ste_v1_build_def22_tag`),
 //!
 //! | bits | field |
 //! |---|---|
@@ -23,16 +23,27 @@
 //! | 0xa0..0xc0, 0xf0..0x100 | outer destination MAC bits 47:16 and 15:0 |
 //! | 0xc0..0xe0, 0xe0..0xf0 | outer source MAC bits 47:16 and 15:0 |
 //!
+//! and format 24, `ste_def24_v1` (`dr_ste_v1_build_def24_tag`):
+//!
+//! | bits | field |
+//! |---|---|
+//! | 0x00..0x80 | `metadata_reg_c_2`, `_3`, `_0`, `_1` |
+//! | 0x80..0xc0 | outer IPv4 source and destination addresses |
+//! | 0xc0..0xe0 | outer TCP/UDP source and destination ports |
+//! | 0xe0..0xef | inner IP protocol, L3 type, L4 type, first VLAN type, fragment bit |
+//! | 0xf0..0xff | outer IP protocol, L3 type, L4 type, first VLAN type, fragment bit |
+//!
 //! An IPv6 packet projects zero addresses (inference: rdma-core fills them only for IPv4
-//! rules). The bits at 0x60..0x63 (reserved, `sx_sniffer`, `functional_loopback`) and
-//! 0x64..0x6a (`qp_type`, `encapsulation_type`, `port`) are not projected: a definer masking
-//! them is refused at CREATE.
+//! rules); a packet without a tunnel the model parses projects zero inner fields. Format 22's
+//! bits at 0x60..0x63 (reserved, `sx_sniffer`, `functional_loopback`) and 0x64..0x6a
+//! (`qp_type`, `encapsulation_type`, `port`), and format 24's `functional_lb` bits (0xef,
+//! 0xff) are not projected: a definer masking them is refused at CREATE.
 
 use super::hash::ste_crc32;
 use super::lookup::{l3_type, l4_type, ports, put, vlans, PacketView};
 use crate::objects::limits::FIRST_MATCH_DEFINER;
 use crate::objects::MatchDefiner;
-use crate::packet::IpAddrs;
+use crate::packet::{IpAddrs, Parsed};
 use cxdirect_hw::definer::{format, DEFINER_TAG_BYTES};
 
 /// A 32-byte definer tag.
@@ -56,30 +67,38 @@ fn def22_unprojected() -> DefinerTag {
     t
 }
 
+/// Format 24's bits the model does not project: `functional_lb` and its duplicate.
+fn def24_unprojected() -> DefinerTag {
+    let mut t = [0u8; DEFINER_TAG_BYTES];
+    put(&mut t, 0xef, 1, 1);
+    put(&mut t, 0xff, 1, 1);
+    t
+}
+
 /// Why a definer of `format` with `mask` cannot be created: the format is not projected, or
 /// the mask selects a field the model does not project. `None` when it can.
 pub(crate) fn unprojected_mask(format: u16, mask: &DefinerTag) -> Option<&'static str> {
-    match format {
-        format::DEF22 => {
-            let unprojected = def22_unprojected();
-            let selects = mask.iter().zip(&unprojected).any(|(&m, &u)| m & u != 0);
-            selects.then_some(
-                "a definer of format 22 masks sx_sniffer, functional_loopback, qp_type, \
-                 encapsulation_type, port or a reserved bit, which the model does not match",
-            )
-        }
-        _ => Some("the model projects packets through definer format 22 only"),
-    }
+    let (unprojected, why) = match format {
+        format::DEF22 => (
+            def22_unprojected(),
+            "a definer of format 22 masks sx_sniffer, functional_loopback, qp_type, \
+             encapsulation_type, port or a reserved bit, which the model does not match",
+        ),
+        format::DEF24 => (
+            def24_unprojected(),
+            "a definer of format 24 masks functional_lb, which the model does not match",
+        ),
+        _ => return Some("the model projects packets through definer formats 22 and 24 only"),
+    };
+    let selects = mask.iter().zip(&unprojected).any(|(&m, &u)| m & u != 0);
+    selects.then_some(why)
 }
 
 /// The packet's tag in format 22.
 fn def22(pkt: &PacketView<'_>) -> DefinerTag {
     let p = pkt.parsed;
     let mut t = [0u8; DEFINER_TAG_BYTES];
-    if let Some(IpAddrs::V4 { src, dst }) = p.addrs {
-        t[0..4].copy_from_slice(&src);
-        t[4..8].copy_from_slice(&dst);
-    }
+    t[0..8].copy_from_slice(&ipv4_addrs(p));
     let (sport, dport) = ports(p);
     put(&mut t, 0x40, 16, sport);
     put(&mut t, 0x50, 16, dport);
@@ -99,11 +118,51 @@ fn def22(pkt: &PacketView<'_>) -> DefinerTag {
     t
 }
 
+/// The outer IPv4 addresses of a packet, zeros for other packets.
+fn ipv4_addrs(p: &Parsed) -> [u8; 8] {
+    let mut a = [0u8; 8];
+    if let Some(IpAddrs::V4 { src, dst }) = p.addrs {
+        a[..4].copy_from_slice(&src);
+        a[4..].copy_from_slice(&dst);
+    }
+    a
+}
+
+/// One header set's IP protocol, L3 type, L4 type, first VLAN type and fragment bit, as
+/// format 24 places them in 15 bits from `off`.
+fn l3_l4_kinds(t: &mut DefinerTag, off: usize, p: &Parsed) {
+    put(t, off, 8, u32::from(p.ip_proto.unwrap_or(0)));
+    put(t, off + 8, 2, l3_type(p));
+    put(t, off + 10, 2, l4_type(p));
+    put(t, off + 12, 2, vlans(p)[0].0);
+    put(t, off + 14, 1, u32::from(p.is_fragment()));
+}
+
+/// The packet's tag in format 24.
+fn def24(pkt: &PacketView<'_>) -> DefinerTag {
+    let p = pkt.parsed;
+    let mut t = [0u8; DEFINER_TAG_BYTES];
+    let c = &pkt.meta.reg_c;
+    for (at, reg) in [(0, c[2]), (4, c[3]), (8, c[0]), (12, c[1])] {
+        t[at..at + 4].copy_from_slice(&reg.to_be_bytes());
+    }
+    t[16..24].copy_from_slice(&ipv4_addrs(p));
+    let (sport, dport) = ports(p);
+    put(&mut t, 0xc0, 16, sport);
+    put(&mut t, 0xd0, 16, dport);
+    if let Some((_, inner)) = crate::tunnel::inner_packet(pkt.frame, p) {
+        l3_l4_kinds(&mut t, 0xe0, &inner);
+    }
+    l3_l4_kinds(&mut t, 0xf0, p);
+    t
+}
+
 /// The packet's tag through `definer`: its format's projection under its mask. A format the
 /// model does not project (never created) gives an all-zero tag.
 pub(crate) fn masked_tag(definer: &MatchDefiner, pkt: &PacketView<'_>) -> DefinerTag {
     let mut t = match definer.format {
         format::DEF22 => def22(pkt),
+        format::DEF24 => def24(pkt),
         _ => [0u8; DEFINER_TAG_BYTES],
     };
     for (b, m) in t.iter_mut().zip(&definer.mask) {
@@ -163,6 +222,37 @@ mod tests {
         assert_eq!(&t[20..24], &[0x02, 0, 0, 0]);
         assert_eq!(&t[24..28], &[0x02, 0, 0, 0]);
         assert_eq!(&t[28..32], &[0, 0x02, 0, 0x01]);
+    }
+
+    #[test]
+    fn format_24_places_registers_and_both_header_sets_as_rdma_core_writes_them() {
+        let f = frame();
+        let parsed = parse(&f);
+        let meta = Metadata {
+            reg_c: [0xc0, 0xc1, 0xc2, 0xc3, 0, 0, 0, 0],
+            ..Metadata::default()
+        };
+        let pkt = PacketView {
+            parsed: &parsed,
+            frame: &f,
+            meta: &meta,
+        };
+        let t = def24(&pkt);
+        assert_eq!(
+            &t[0..16],
+            &[0, 0, 0, 0xc2, 0, 0, 0, 0xc3, 0, 0, 0, 0xc0, 0, 0, 0, 0xc1]
+        );
+        assert_eq!(&t[16..24], &[10, 0, 0, 1, 10, 0, 0, 2]);
+        assert_eq!(&t[24..28], &[0x12, 0x34, 0x12, 0xb7]);
+        // No tunnel: inner zeros.
+        assert_eq!(&t[28..30], &[0, 0]);
+        // Outer: protocol 17; l3 01, l4 10, first VLAN type 10 (C-VLAN), frag 0, lb 0.
+        assert_eq!(&t[30..32], &[17, 0b0110_1000]);
+        let mut mask = [0u8; DEFINER_TAG_BYTES];
+        mask[0..16].fill(0xff);
+        assert_eq!(unprojected_mask(format::DEF24, &mask), None);
+        mask[31] = 0x01;
+        assert!(unprojected_mask(format::DEF24, &mask).is_some());
     }
 
     #[test]
