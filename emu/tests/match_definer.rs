@@ -111,11 +111,11 @@ fn smac_mask() -> [u8; 32] {
 }
 
 #[test]
-fn formats_22_and_24_and_the_object_type_are_offered_with_software_steering_only() {
+fn formats_6_22_24_26_and_the_object_type_are_offered_with_software_steering_only() {
     for sw in [false, true] {
         let mut h = plugged(sw);
         let caps = dr_caps(&mut h);
-        let formats = 1 << DEF22 | 1 << DEF24;
+        let formats = 1 << 6 | 1 << DEF22 | 1 << DEF24 | 1 << 26;
         assert_eq!(caps.definer_formats, if sw { formats } else { 0 });
         let general = h.query_cap(0, true);
         let types = CmdHcaCap::new(&general[0x10..])
@@ -216,4 +216,88 @@ fn a_matcher_on_one_definer_steers_by_source_mac() {
     assert!(h.poll_cq(&mut cq).is_none());
     let last = h.dev.counters();
     assert_eq!(last.rx_sw_steering_errors - after.rx_sw_steering_errors, 1);
+}
+
+/// An IPv6/UDP frame from `src` to `dst` (64 bytes of payload, ports 0x1234 to 0x1000: not
+/// RoCE's 4791).
+fn ipv6_frame(src: [u8; 16], dst: [u8; 16]) -> Vec<u8> {
+    let mut f = frame_from(SMAC);
+    f.truncate(12);
+    f.extend_from_slice(&0x86ddu16.to_be_bytes());
+    f.extend_from_slice(&[0x60, 0, 0, 0, 0, 72, 17, 64]);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&[0x12, 0x34, 0x10, 0x00, 0, 72, 0, 0]);
+    f.resize(f.len() + 64, 0x5a);
+    f
+}
+
+#[test]
+fn an_ipv6_matcher_chains_a_source_and_a_destination_definer() {
+    // rdma-core's pair for IPv6 source and destination: a format 26 entry per rule hitting a
+    // table of format 6 entries (`dr_matcher_set_definer_builders`).
+    let (src, dst) = (
+        [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+        [0x20; 16],
+    );
+    let mut h = plugged(true);
+    let mut dr = domain(&mut h);
+    let (caps, base) = (dr.caps, dr.base);
+    let rx = receiver(&mut h);
+    let mut mask = [0u8; 32];
+    mask[..16].fill(0xff);
+    let d26 = create_definer(&mut h, 26, mask, 0).expect("format 26");
+    let d6 = create_definer(&mut h, 6, mask, 0).expect("format 6");
+    let (lu26, lu6) = (LU_MATCH | d26 as u16, LU_MATCH | d6 as u16);
+    let (anchor, first, second, end) = (base, base + 0x1000, base + 0x2000, base + 0x3000);
+    let mut tag26 = [0u8; 32];
+    tag26[..16].copy_from_slice(&src);
+    let mut tag6 = [0u8; 32];
+    tag6[..16].copy_from_slice(&dst);
+    let slot = |tag: &[u8; 32]| u64::from(dr_crc32(tag)) % SLOTS;
+    let mut entries = Vec::new();
+    let mut a = Builder::init(DONT_CARE, 0);
+    a.always_hit_htbl(0, lu26, first, SLOTS);
+    entries.push((anchor, a));
+    for (table, lu, tag) in [(first, lu26, tag26), (second, lu6, tag6)] {
+        for i in 0..SLOTS {
+            let mut e = Builder::init(lu, 0);
+            if i != slot(&tag) {
+                e.always_miss(end);
+            } else if lu == lu26 {
+                e.match_tag(tag)
+                    .next_lu_type(lu6)
+                    .hit(second, SLOTS)
+                    .miss(end);
+            } else {
+                e.match_tag(tag)
+                    .action(0, &tb::flow_tag(0x66))
+                    .hit(rx.tir_icm, 1)
+                    .miss(end);
+            }
+            entries.push((table + 64 * i, e));
+        }
+    }
+    let mut e = Builder::init(DONT_CARE, 0);
+    e.always_miss(caps.rx_drop);
+    entries.push((end, e));
+    dr.write(&mut h, entries);
+    let table = create_sw_table(&mut h, caps.max_ft_level - 1, base).expect("sw_owner table");
+    forward_root_to(&mut h, table);
+
+    let before = h.dev.counters();
+    let mut other_dst = dst;
+    other_dst[15] ^= 1;
+    h.arrive(&[
+        ipv6_frame(src, dst),
+        ipv6_frame(src, other_dst),
+        ipv6_frame(dst, dst),
+    ]);
+    let mut cq = rx.cq;
+    let got: Vec<Vec<u8>> = std::iter::from_fn(|| h.poll_cq(&mut cq)).collect();
+    assert_eq!(got.len(), 1, "only the frame matching both definers");
+    assert_eq!(flow_tag(&got[0]), 0x66);
+    let after = h.dev.counters();
+    assert_eq!(after.rx_steer_drops - before.rx_steer_drops, 2);
+    assert_eq!(after.rx_sw_steering_errors, before.rx_sw_steering_errors);
 }

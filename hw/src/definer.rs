@@ -31,6 +31,14 @@ pub mod format {
     /// addresses and L4 ports, outer and inner IP protocol, L3 and L4 types, first VLAN type
     /// and fragment bit.
     pub const DEF24: u16 = 24;
+    /// Format 26 (`DR_MATCHER_DEFINER_26`, `ste_def26_v1`): outer IPv6 source address,
+    /// fragment bit, L3 and L4 types, both VLANs, source MAC, IP protocol, TCP flags. rdma-core
+    /// builds an IPv6 matcher on it, with format 6 after it when the destination is matched
+    /// too.
+    pub const DEF26: u16 = 26;
+    /// Format 6 (`DR_MATCHER_DEFINER_6`, `ste_def6_v1`): outer IPv6 destination address, L4
+    /// ports, fragment bit, TCP flags.
+    pub const DEF6: u16 = 6;
 }
 
 layout! {

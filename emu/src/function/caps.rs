@@ -329,14 +329,16 @@ impl CapSet {
                         0
                     },
             )
-            // Predefined definer formats 22 and 24 with software steering: rdma-core's DR then
-            // builds a matcher whose mask format 22 takes whole (outer MACs, first VLAN, IPv4
-            // addresses, L4 ports, reg_c_0), or else format 24 (reg_c_0..3, IPv4 addresses,
-            // L4 ports, outer and inner protocols and types), on one definer, and the rest as
-            // before (`crate::sw_steering::definer`). Which formats a ConnectX-6 Dx reports is
-            // not public; the model offers the ones it projects.
+            // Predefined definer formats with software steering: rdma-core's DR then builds a
+            // matcher whose mask format 22 takes whole (outer MACs, first VLAN, IPv4 addresses,
+            // L4 ports, reg_c_0), or else format 24 (reg_c_0..3, IPv4 addresses, L4 ports,
+            // outer and inner protocols and types), on one definer, an IPv6 matcher on format
+            // 26 (and 6 for its destination), and the rest as before
+            // (`crate::sw_steering::definer`). Which formats a ConnectX-6 Dx reports is not
+            // public; the model offers the ones it projects.
             .set_match_definer_format_supported(if cfg.sw_steering {
-                1 << cxdirect_hw::definer::format::DEF22 | 1 << cxdirect_hw::definer::format::DEF24
+                use cxdirect_hw::definer::format::{DEF22, DEF24, DEF26, DEF6};
+                1 << DEF6 | 1 << DEF22 | 1 << DEF24 | 1 << DEF26
             } else {
                 0
             })

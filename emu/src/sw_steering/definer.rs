@@ -33,17 +33,25 @@
 //! | 0xe0..0xef | inner IP protocol, L3 type, L4 type, first VLAN type, fragment bit |
 //! | 0xf0..0xff | outer IP protocol, L3 type, L4 type, first VLAN type, fragment bit |
 //!
-//! An IPv6 packet projects zero addresses (inference: rdma-core fills them only for IPv4
-//! rules); a packet without a tunnel the model parses projects zero inner fields. Format 22's
-//! bits at 0x60..0x63 (reserved, `sx_sniffer`, `functional_loopback`) and 0x64..0x6a
-//! (`qp_type`, `encapsulation_type`, `port`), and format 24's `functional_lb` bits (0xef,
-//! 0xff) are not projected: a definer masking them is refused at CREATE.
+//! and the IPv6 pair, format 26 (`ste_def26_v1`: source address 0x00..0x80, fragment bit 0x83,
+//! L3 and L4 types 0x8a..0x8e, first VLAN 0x8e..0xa0, second VLAN 0xae..0xc0, source MAC
+//! 0xc0..0xf0, IP protocol 0xf0, TCP flags CWR..FIN 0xf8..0x100) and format 6
+//! (`ste_def6_v1`: destination address 0x00..0x80, L4 ports 0xc0..0xe0, fragment bit 0xe6,
+//! TCP flags NS..FIN 0xe7..0xf0).
+//!
+//! An IPv6 packet projects zero IPv4 addresses and an IPv4 packet zero IPv6 ones (inference:
+//! rdma-core fills each for its own IP version only); a packet without a tunnel the model
+//! parses projects zero inner fields. Fields the model does not project are refused in a
+//! definer's mask at CREATE: format 22's bits at 0x60..0x63 (reserved, `sx_sniffer`,
+//! `functional_loopback`) and 0x64..0x6a (`qp_type`, `encapsulation_type`, `port`), format
+//! 24's `functional_lb` bits (0xef, 0xff), and the `l2_ok`, `l3_ok`, `l4_ok` bits of formats 26
+//! (0xab..0xae) and 6 (0xe4, 0xe5).
 
 use super::hash::ste_crc32;
-use super::lookup::{l3_type, l4_type, ports, put, vlans, PacketView};
+use super::lookup::{l3_type, l4_type, ports, put, tcp_flags9, vlans, PacketView};
 use crate::objects::limits::FIRST_MATCH_DEFINER;
 use crate::objects::MatchDefiner;
-use crate::packet::{IpAddrs, Parsed};
+use crate::packet::{IpAddrs, L4Kind, Parsed};
 use cxdirect_hw::definer::{format, DEFINER_TAG_BYTES};
 
 /// A 32-byte definer tag.
@@ -75,6 +83,20 @@ fn def24_unprojected() -> DefinerTag {
     t
 }
 
+/// Format 26's bits the model does not project: `l2_ok`, `l3_ok`, `l4_ok`.
+fn def26_unprojected() -> DefinerTag {
+    let mut t = [0u8; DEFINER_TAG_BYTES];
+    put(&mut t, 0xab, 3, 0b111);
+    t
+}
+
+/// Format 6's bits the model does not project: `l4_ok`, `l3_ok`.
+fn def6_unprojected() -> DefinerTag {
+    let mut t = [0u8; DEFINER_TAG_BYTES];
+    put(&mut t, 0xe4, 2, 0b11);
+    t
+}
+
 /// Why a definer of `format` with `mask` cannot be created: the format is not projected, or
 /// the mask selects a field the model does not project. `None` when it can.
 pub(crate) fn unprojected_mask(format: u16, mask: &DefinerTag) -> Option<&'static str> {
@@ -88,7 +110,18 @@ pub(crate) fn unprojected_mask(format: u16, mask: &DefinerTag) -> Option<&'stati
             def24_unprojected(),
             "a definer of format 24 masks functional_lb, which the model does not match",
         ),
-        _ => return Some("the model projects packets through definer formats 22 and 24 only"),
+        format::DEF26 | format::DEF6 => (
+            if format == format::DEF26 {
+                def26_unprojected()
+            } else {
+                def6_unprojected()
+            },
+            "a definer of format 26 or 6 masks l2_ok, l3_ok or l4_ok, which the model does not \
+             match",
+        ),
+        _ => {
+            return Some("the model projects packets through definer formats 6, 22, 24 and 26 only")
+        }
     };
     let selects = mask.iter().zip(&unprojected).any(|(&m, &u)| m & u != 0);
     selects.then_some(why)
@@ -157,12 +190,58 @@ fn def24(pkt: &PacketView<'_>) -> DefinerTag {
     t
 }
 
+/// The outer IPv6 source and destination addresses of a packet, zeros for other packets.
+fn ipv6_addrs(p: &Parsed) -> ([u8; 16], [u8; 16]) {
+    match p.addrs {
+        Some(IpAddrs::V6 { src, dst }) => (src, dst),
+        _ => ([0; 16], [0; 16]),
+    }
+}
+
+/// The packet's tag in format 26.
+fn def26(pkt: &PacketView<'_>) -> DefinerTag {
+    let p = pkt.parsed;
+    let mut t = [0u8; DEFINER_TAG_BYTES];
+    t[0..16].copy_from_slice(&ipv6_addrs(p).0);
+    put(&mut t, 0x83, 1, u32::from(p.is_fragment()));
+    put(&mut t, 0x8a, 2, l3_type(p));
+    put(&mut t, 0x8c, 2, l4_type(p));
+    let [first, second] = vlans(p);
+    for (at, vlan) in [(0x8e, first), (0xae, second)] {
+        put(&mut t, at, 2, vlan.0);
+        put(&mut t, at + 2, 3, vlan.1);
+        put(&mut t, at + 5, 1, vlan.2);
+        put(&mut t, at + 6, 12, vlan.3);
+    }
+    t[24..30].copy_from_slice(&p.src_mac);
+    put(&mut t, 0xf0, 8, u32::from(p.ip_proto.unwrap_or(0)));
+    if p.l4 == L4Kind::Tcp {
+        put(&mut t, 0xf8, 8, u32::from(p.tcp_flags));
+    }
+    t
+}
+
+/// The packet's tag in format 6.
+fn def6(pkt: &PacketView<'_>) -> DefinerTag {
+    let p = pkt.parsed;
+    let mut t = [0u8; DEFINER_TAG_BYTES];
+    t[0..16].copy_from_slice(&ipv6_addrs(p).1);
+    let (sport, dport) = ports(p);
+    put(&mut t, 0xc0, 16, sport);
+    put(&mut t, 0xd0, 16, dport);
+    put(&mut t, 0xe6, 1, u32::from(p.is_fragment()));
+    put(&mut t, 0xe7, 9, tcp_flags9(pkt));
+    t
+}
+
 /// The packet's tag through `definer`: its format's projection under its mask. A format the
 /// model does not project (never created) gives an all-zero tag.
 pub(crate) fn masked_tag(definer: &MatchDefiner, pkt: &PacketView<'_>) -> DefinerTag {
     let mut t = match definer.format {
         format::DEF22 => def22(pkt),
         format::DEF24 => def24(pkt),
+        format::DEF26 => def26(pkt),
+        format::DEF6 => def6(pkt),
         _ => [0u8; DEFINER_TAG_BYTES],
     };
     for (b, m) in t.iter_mut().zip(&definer.mask) {
@@ -253,6 +332,45 @@ mod tests {
         assert_eq!(unprojected_mask(format::DEF24, &mask), None);
         mask[31] = 0x01;
         assert!(unprojected_mask(format::DEF24, &mask).is_some());
+    }
+
+    #[test]
+    fn formats_26_and_6_place_an_ipv6_packet_as_rdma_core_writes_it() {
+        // Ethernet, IPv6 (next header TCP), TCP with SYN and ACK.
+        let mut f = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x86, 0xdd];
+        f.extend_from_slice(&[0x60, 0, 0, 0, 0, 20, 6, 64]);
+        f.extend_from_slice(&[0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        f.extend_from_slice(&[0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        f.extend_from_slice(&[0x04, 0xd2, 0x00, 0x50, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x12]);
+        f.extend_from_slice(&[0xff, 0xff, 0, 0, 0, 0]);
+        let parsed = parse(&f);
+        let meta = Metadata::default();
+        let pkt = PacketView {
+            parsed: &parsed,
+            frame: &f,
+            meta: &meta,
+        };
+        let t = def26(&pkt);
+        assert_eq!(t[0..2], [0xfe, 0x80]);
+        assert_eq!(t[15], 1);
+        // Byte 17: reserved 2 bits, l3 10 (IPv6), l4 01 (TCP), first VLAN type 00.
+        assert_eq!((t[16], t[17]), (0, 0b0010_0100));
+        assert_eq!(&t[24..30], &[0x02, 0, 0, 0, 0, 2]);
+        assert_eq!(
+            (t[30], t[31]),
+            (6, 0x12),
+            "protocol, then CWR..FIN (SYN, ACK)"
+        );
+        let t = def6(&pkt);
+        assert_eq!(t[15], 2);
+        assert_eq!(&t[24..28], &[0x04, 0xd2, 0x00, 0x50]);
+        // Bit 0xe7 NS, then CWR..FIN in byte 29.
+        assert_eq!((t[28], t[29]), (0, 0x12));
+        let mut mask = [0u8; DEFINER_TAG_BYTES];
+        mask[28] = 0x08;
+        assert!(unprojected_mask(format::DEF6, &mask).is_some(), "l4_ok");
+        mask[28] = 0x02;
+        assert_eq!(unprojected_mask(format::DEF6, &mask), None, "frag");
     }
 
     #[test]

@@ -282,7 +282,7 @@ fn ip_extras(pkt: &PacketView<'_>) -> (u8, u8, u32) {
 }
 
 /// The nine TCP flag bits (NS, CWR, ECE, URG, ACK, PSH, RST, SYN, FIN), 0 unless TCP.
-fn tcp_flags9(pkt: &PacketView<'_>) -> u32 {
+pub(super) fn tcp_flags9(pkt: &PacketView<'_>) -> u32 {
     if pkt.parsed.l4 != L4Kind::Tcp {
         return 0;
     }
