@@ -8,7 +8,8 @@
 
 use cxdirect_emu::testkit::dr::{domain, dr_caps};
 use cxdirect_emu::testkit::dr_receive::{
-    create_sw_table, flow_tag, forward_root_to, frame_from, plugged, receiver, OTHER_SMAC, SMAC,
+    arrive_at, create_sw_table, flow_tag, forward_root_to, frame_from, plugged, receiver,
+    OTHER_SMAC, SMAC,
 };
 use cxdirect_emu::testkit::flow_tables::{alloc_counter, query_counter};
 use cxdirect_emu::testkit::ste::{self as tb, Builder};
@@ -189,33 +190,29 @@ fn a_matcher_on_one_definer_steers_by_source_mac() {
     let table = create_sw_table(&mut h, caps.max_ft_level - 1, base).expect("sw_owner table");
     forward_root_to(&mut h, table);
 
-    let before = h.dev.counters();
-    h.arrive(&[frame_from(SMAC), frame_from(OTHER_SMAC), frame_from(SMAC)]);
     let mut cq = rx.cq;
-    let got: Vec<Vec<u8>> = std::iter::from_fn(|| h.poll_cq(&mut cq)).collect();
+    let frames = [frame_from(SMAC), frame_from(OTHER_SMAC), frame_from(SMAC)];
+    let got = arrive_at(&mut h, &mut cq, &frames);
     assert_eq!(
-        got.len(),
+        got.cqes.len(),
         2,
         "the frames from the rule's smac reach the TIR"
     );
-    for cqe in &got {
+    for cqe in &got.cqes {
         assert_eq!(flow_tag(cqe), 0x55, "the MATCH entry's FLOW_TAG action");
     }
-    let after = h.dev.counters();
     assert_eq!(
-        after.rx_steer_drops - before.rx_steer_drops,
-        1,
+        got.steer_drops, 1,
         "the other smac missed to the end anchor and the drop address"
     );
-    assert_eq!(after.rx_sw_steering_errors, before.rx_sw_steering_errors);
+    assert_eq!(got.sw_steering_errors, 0);
     assert_eq!(query_counter(&mut h, counter).0, 2);
 
     // Entries naming a destroyed definer: the frame is dropped and counted, not delivered.
     destroy_definer(&mut h, definer).expect("destroy");
-    h.arrive(&[frame_from(SMAC)]);
-    assert!(h.poll_cq(&mut cq).is_none());
-    let last = h.dev.counters();
-    assert_eq!(last.rx_sw_steering_errors - after.rx_sw_steering_errors, 1);
+    let got = arrive_at(&mut h, &mut cq, &[frame_from(SMAC)]);
+    assert!(got.cqes.is_empty());
+    assert_eq!(got.sw_steering_errors, 1);
 }
 
 /// An IPv6/UDP frame from `src` to `dst` (64 bytes of payload, ports 0x1234 to 0x1000: not
@@ -285,19 +282,16 @@ fn an_ipv6_matcher_chains_a_source_and_a_destination_definer() {
     let table = create_sw_table(&mut h, caps.max_ft_level - 1, base).expect("sw_owner table");
     forward_root_to(&mut h, table);
 
-    let before = h.dev.counters();
     let mut other_dst = dst;
     other_dst[15] ^= 1;
-    h.arrive(&[
+    let frames = [
         ipv6_frame(src, dst),
         ipv6_frame(src, other_dst),
         ipv6_frame(dst, dst),
-    ]);
+    ];
     let mut cq = rx.cq;
-    let got: Vec<Vec<u8>> = std::iter::from_fn(|| h.poll_cq(&mut cq)).collect();
-    assert_eq!(got.len(), 1, "only the frame matching both definers");
-    assert_eq!(flow_tag(&got[0]), 0x66);
-    let after = h.dev.counters();
-    assert_eq!(after.rx_steer_drops - before.rx_steer_drops, 2);
-    assert_eq!(after.rx_sw_steering_errors, before.rx_sw_steering_errors);
+    let got = arrive_at(&mut h, &mut cq, &frames);
+    assert_eq!(got.cqes.len(), 1, "only the frame matching both definers");
+    assert_eq!(flow_tag(&got.cqes[0]), 0x66);
+    assert_eq!((got.steer_drops, got.sw_steering_errors), (2, 0));
 }

@@ -10,8 +10,8 @@
 
 use cxdirect_emu::testkit::dr::{domain, dr_caps};
 use cxdirect_emu::testkit::dr_receive::{
-    create_sw_table, flow_tag, forward_root_to, frame_from, plugged, query_root, receiver,
-    smac_table, OTHER_SMAC, SMAC,
+    arrive_at, create_sw_table, flow_tag, forward_root_to, frame_from, plugged, query_root,
+    receiver, smac_table, OTHER_SMAC, SMAC,
 };
 use cxdirect_emu::testkit::flow_tables::{
     alloc_counter, catch_all, create_table, query_counter, set_root,
@@ -75,25 +75,19 @@ fn frames_walk_entries_written_by_rdma_write_to_the_tir_or_the_drop_address() {
     let table = create_sw_table(&mut h, caps.max_ft_level - 1, base).expect("sw_owner table");
     forward_root_to(&mut h, table);
 
-    let before = h.dev.counters();
-    h.arrive(&[frame_from(SMAC), frame_from(OTHER_SMAC), frame_from(SMAC)]);
     let mut cq = rx.cq;
-    let got: Vec<Vec<u8>> = std::iter::from_fn(|| h.poll_cq(&mut cq)).collect();
+    let frames = [frame_from(SMAC), frame_from(OTHER_SMAC), frame_from(SMAC)];
+    let got = arrive_at(&mut h, &mut cq, &frames);
     assert_eq!(
-        got.len(),
+        got.cqes.len(),
         2,
         "the two frames from the rule's smac reach the TIR"
     );
-    for cqe in &got {
+    for cqe in &got.cqes {
         assert_eq!(flow_tag(cqe), 0x77, "the rule's FLOW_TAG action");
     }
-    let after = h.dev.counters();
-    assert_eq!(
-        after.rx_steer_drops - before.rx_steer_drops,
-        1,
-        "the other smac missed to drop"
-    );
-    assert_eq!(after.rx_sw_steering_errors, before.rx_sw_steering_errors);
+    assert_eq!(got.steer_drops, 1, "the other smac missed to drop");
+    assert_eq!(got.sw_steering_errors, 0);
     let (packets, octets) = query_counter(&mut h, counter);
     assert_eq!(packets, 2, "the rule's counter_id counts its hits");
     assert_eq!(octets, 2 * frame_from(SMAC).len() as u64);

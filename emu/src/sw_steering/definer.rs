@@ -278,20 +278,23 @@ mod tests {
         f
     }
 
-    #[test]
-    fn format_22_places_fields_as_rdma_core_writes_them() {
-        let f = frame();
-        let parsed = parse(&f);
+    /// `f`'s tag through `format`, with `reg_c` in its registers.
+    fn project(f: &[u8], reg_c: [u32; 8], format: fn(&PacketView<'_>) -> DefinerTag) -> DefinerTag {
+        let parsed = parse(f);
         let meta = Metadata {
-            reg_c: [0xdead_beef, 0, 0, 0, 0, 0, 0, 0],
+            reg_c,
             ..Metadata::default()
         };
-        let pkt = PacketView {
+        format(&PacketView {
             parsed: &parsed,
-            frame: &f,
+            frame: f,
             meta: &meta,
-        };
-        let t = def22(&pkt);
+        })
+    }
+
+    #[test]
+    fn format_22_places_fields_as_rdma_core_writes_them() {
+        let t = project(&frame(), [0xdead_beef, 0, 0, 0, 0, 0, 0, 0], def22);
         assert_eq!(&t[0..8], &[10, 0, 0, 1, 10, 0, 0, 2]);
         assert_eq!(&t[8..12], &[0x12, 0x34, 0x12, 0xb7]);
         // Byte 12: reserved, sniffer, loopback, frag 0, qp_type, encap 0. Byte 13: port 00,
@@ -305,18 +308,7 @@ mod tests {
 
     #[test]
     fn format_24_places_registers_and_both_header_sets_as_rdma_core_writes_them() {
-        let f = frame();
-        let parsed = parse(&f);
-        let meta = Metadata {
-            reg_c: [0xc0, 0xc1, 0xc2, 0xc3, 0, 0, 0, 0],
-            ..Metadata::default()
-        };
-        let pkt = PacketView {
-            parsed: &parsed,
-            frame: &f,
-            meta: &meta,
-        };
-        let t = def24(&pkt);
+        let t = project(&frame(), [0xc0, 0xc1, 0xc2, 0xc3, 0, 0, 0, 0], def24);
         assert_eq!(
             &t[0..16],
             &[0, 0, 0, 0xc2, 0, 0, 0, 0xc3, 0, 0, 0, 0xc0, 0, 0, 0, 0xc1]
@@ -343,14 +335,7 @@ mod tests {
         f.extend_from_slice(&[0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
         f.extend_from_slice(&[0x04, 0xd2, 0x00, 0x50, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x12]);
         f.extend_from_slice(&[0xff, 0xff, 0, 0, 0, 0]);
-        let parsed = parse(&f);
-        let meta = Metadata::default();
-        let pkt = PacketView {
-            parsed: &parsed,
-            frame: &f,
-            meta: &meta,
-        };
-        let t = def26(&pkt);
+        let t = project(&f, [0; 8], def26);
         assert_eq!(t[0..2], [0xfe, 0x80]);
         assert_eq!(t[15], 1);
         // Byte 17: reserved 2 bits, l3 10 (IPv6), l4 01 (TCP), first VLAN type 00.
@@ -361,7 +346,7 @@ mod tests {
             (6, 0x12),
             "protocol, then CWR..FIN (SYN, ACK)"
         );
-        let t = def6(&pkt);
+        let t = project(&f, [0; 8], def6);
         assert_eq!(t[15], 2);
         assert_eq!(&t[24..28], &[0x04, 0xd2, 0x00, 0x50]);
         // Bit 0xe7 NS, then CWR..FIN in byte 29.

@@ -143,3 +143,27 @@ pub fn frame_from(smac: [u8; 6]) -> Vec<u8> {
     f[6..12].copy_from_slice(&smac);
     f
 }
+
+/// What became of frames that arrived from the cable: the receive CQEs they left on a
+/// queue's CQ, and how many the steering dropped or failed on.
+pub struct Arrived {
+    /// The CQEs polled, in order.
+    pub cqes: Vec<Vec<u8>>,
+    /// Frames dropped by steering (`rx_steer_drops`).
+    pub steer_drops: u64,
+    /// Walks that ended in an error (`rx_sw_steering_errors`).
+    pub sw_steering_errors: u64,
+}
+
+/// Hands `frames` to the function from the cable and collects what they left on `cq`.
+pub fn arrive_at(h: &mut Host, cq: &mut Cq, frames: &[Vec<u8>]) -> Arrived {
+    let before = h.dev.counters();
+    h.arrive(frames);
+    let cqes = std::iter::from_fn(|| h.poll_cq(cq)).collect();
+    let after = h.dev.counters();
+    Arrived {
+        cqes,
+        steer_drops: after.rx_steer_drops - before.rx_steer_drops,
+        sw_steering_errors: after.rx_sw_steering_errors - before.rx_sw_steering_errors,
+    }
+}
