@@ -112,11 +112,11 @@ fn smac_mask() -> [u8; 32] {
 }
 
 #[test]
-fn formats_6_22_24_26_and_the_object_type_are_offered_with_software_steering_only() {
+fn definer_formats_and_the_object_type_are_offered_with_software_steering_only() {
     for sw in [false, true] {
         let mut h = plugged(sw);
         let caps = dr_caps(&mut h);
-        let formats = 1 << 6 | 1 << DEF22 | 1 << DEF24 | 1 << 26;
+        let formats = 1 << 6 | 1 << DEF22 | 1 << DEF24 | 1 << 25 | 1 << 26 | 1 << 28;
         assert_eq!(caps.definer_formats, if sw { formats } else { 0 });
         let general = h.query_cap(0, true);
         let types = CmdHcaCap::new(&general[0x10..])

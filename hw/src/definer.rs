@@ -31,6 +31,13 @@ pub mod format {
     /// addresses and L4 ports, outer and inner IP protocol, L3 and L4 types, first VLAN type
     /// and fragment bit.
     pub const DEF24: u16 = 24;
+    /// Format 25 (`DR_MATCHER_DEFINER_25`, `ste_def25_v1`): the tunnelled packet's IPv4
+    /// addresses and L4 ports, both header sets' L3, L4 and first VLAN types, the outer L4
+    /// destination port, two tunnel header words.
+    pub const DEF25: u16 = 25;
+    /// Format 28 (`DR_MATCHER_DEFINER_28`, `ste_def28_v1`): outer and inner IPv4 addresses and
+    /// L4 ports, both header sets' protocol, types and fragment bit, a GTP-U TEID.
+    pub const DEF28: u16 = 28;
     /// Format 26 (`DR_MATCHER_DEFINER_26`, `ste_def26_v1`): outer IPv6 source address,
     /// fragment bit, L3 and L4 types, both VLANs, source MAC, IP protocol, TCP flags. rdma-core
     /// builds an IPv6 matcher on it, with format 6 after it when the destination is matched

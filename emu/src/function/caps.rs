@@ -332,13 +332,14 @@ impl CapSet {
             // Predefined definer formats with software steering: rdma-core's DR then builds a
             // matcher whose mask format 22 takes whole (outer MACs, first VLAN, IPv4 addresses,
             // L4 ports, reg_c_0), or else format 24 (reg_c_0..3, IPv4 addresses, L4 ports,
-            // outer and inner protocols and types), on one definer, an IPv6 matcher on format
-            // 26 (and 6 for its destination), and the rest as before
+            // outer and inner protocols and types), or else 25 or 28 (the tunnelled packet's
+            // addresses and ports beside the outer ones), on one definer, an IPv6 matcher on
+            // format 26 (and 6 for its destination), and the rest as before
             // (`crate::sw_steering::definer`). Which formats a ConnectX-6 Dx reports is not
             // public; the model offers the ones it projects.
             .set_match_definer_format_supported(if cfg.sw_steering {
-                use cxdirect_hw::definer::format::{DEF22, DEF24, DEF26, DEF6};
-                1 << DEF6 | 1 << DEF22 | 1 << DEF24 | 1 << DEF26
+                use cxdirect_hw::definer::format::{DEF22, DEF24, DEF25, DEF26, DEF28, DEF6};
+                1 << DEF6 | 1 << DEF22 | 1 << DEF24 | 1 << DEF25 | 1 << DEF26 | 1 << DEF28
             } else {
                 0
             })

@@ -39,12 +39,21 @@
 //! (`ste_def6_v1`: destination address 0x00..0x80, L4 ports 0xc0..0xe0, fragment bit 0xe6,
 //! TCP flags NS..FIN 0xe7..0xf0).
 //!
+//! Formats 25 (`ste_def25_v1`: inner IPv4 addresses 0x00..0x40 and L4 ports 0x40..0x60,
+//! inner L3, L4 and first VLAN types 0xc2..0xc8, outer ones 0xca..0xd0, outer L4 destination
+//! port 0xd0..0xe0) and 28 (`ste_def28_v1`: inner L4 ports 0x00..0x20, inner IPv4 addresses
+//! 0x40..0x80, outer IPv4 addresses 0x80..0xc0 and L4 ports 0xc0..0xe0, then format 24's
+//! protocol, type and fragment bits of both header sets) place the tunnelled packet's fields
+//! beside the outer ones.
+//!
 //! An IPv6 packet projects zero IPv4 addresses and an IPv4 packet zero IPv6 ones (inference:
 //! rdma-core fills each for its own IP version only); a packet without a tunnel the model
 //! parses projects zero inner fields. Fields the model does not project are refused in a
 //! definer's mask at CREATE: format 22's bits at 0x60..0x63 (reserved, `sx_sniffer`,
 //! `functional_loopback`) and 0x64..0x6a (`qp_type`, `encapsulation_type`, `port`), format
-//! 24's `functional_lb` bits (0xef, 0xff), and the `l2_ok`, `l3_ok`, `l4_ok` bits of formats 26
+//! 24's and 28's `functional_lb` bits (0xef, 0xff), format 25's tunnel header words, port
+//! numbers and reserved words (0x60..0xc2, 0xc8..0xca, 0xe0..0x100), format 28's GTP-U TEID
+//! (0x20..0x40, a flex parser's), and the `l2_ok`, `l3_ok`, `l4_ok` bits of formats 26
 //! (0xab..0xae) and 6 (0xe4, 0xe5).
 
 use super::hash::ste_crc32;
@@ -83,6 +92,24 @@ fn def24_unprojected() -> DefinerTag {
     t
 }
 
+/// Format 25's bits the model does not project: the tunnel header words, the reserved words
+/// and the port numbers.
+fn def25_unprojected() -> DefinerTag {
+    let mut t = [0u8; DEFINER_TAG_BYTES];
+    t[12..24].fill(0xff);
+    put(&mut t, 0xc0, 2, 0b11);
+    put(&mut t, 0xc8, 2, 0b11);
+    t[28..32].fill(0xff);
+    t
+}
+
+/// Format 28's bits the model does not project: the GTP-U TEID and `functional_lb`.
+fn def28_unprojected() -> DefinerTag {
+    let mut t = def24_unprojected();
+    t[4..8].fill(0xff);
+    t
+}
+
 /// Format 26's bits the model does not project: `l2_ok`, `l3_ok`, `l4_ok`.
 fn def26_unprojected() -> DefinerTag {
     let mut t = [0u8; DEFINER_TAG_BYTES];
@@ -110,6 +137,16 @@ pub(crate) fn unprojected_mask(format: u16, mask: &DefinerTag) -> Option<&'stati
             def24_unprojected(),
             "a definer of format 24 masks functional_lb, which the model does not match",
         ),
+        format::DEF25 => (
+            def25_unprojected(),
+            "a definer of format 25 masks tunnel header words or port numbers, which the model \
+             does not match",
+        ),
+        format::DEF28 => (
+            def28_unprojected(),
+            "a definer of format 28 masks the GTP-U TEID (a flex parser's) or functional_lb, \
+             which the model does not match",
+        ),
         format::DEF26 | format::DEF6 => (
             if format == format::DEF26 {
                 def26_unprojected()
@@ -120,7 +157,9 @@ pub(crate) fn unprojected_mask(format: u16, mask: &DefinerTag) -> Option<&'stati
              match",
         ),
         _ => {
-            return Some("the model projects packets through definer formats 6, 22, 24 and 26 only")
+            return Some(
+                "the model projects packets through definer formats 6, 22, 24, 25, 26 and 28 only",
+            )
         }
     };
     let selects = mask.iter().zip(&unprojected).any(|(&m, &u)| m & u != 0);
@@ -183,9 +222,53 @@ fn def24(pkt: &PacketView<'_>) -> DefinerTag {
     let (sport, dport) = ports(p);
     put(&mut t, 0xc0, 16, sport);
     put(&mut t, 0xd0, 16, dport);
-    if let Some((_, inner)) = crate::tunnel::inner_packet(pkt.frame, p) {
+    if let Some((_, inner)) = inner_of(pkt) {
         l3_l4_kinds(&mut t, 0xe0, &inner);
     }
+    l3_l4_kinds(&mut t, 0xf0, p);
+    t
+}
+
+/// The packet a tunnel the model parses carries, if any.
+fn inner_of<'a>(pkt: &PacketView<'a>) -> Option<(&'a [u8], Parsed)> {
+    crate::tunnel::inner_packet(pkt.frame, pkt.parsed)
+}
+
+/// The packet's tag in format 25.
+fn def25(pkt: &PacketView<'_>) -> DefinerTag {
+    let p = pkt.parsed;
+    let mut t = [0u8; DEFINER_TAG_BYTES];
+    if let Some((_, inner)) = inner_of(pkt) {
+        t[0..8].copy_from_slice(&ipv4_addrs(&inner));
+        let (sport, dport) = ports(&inner);
+        put(&mut t, 0x40, 16, sport);
+        put(&mut t, 0x50, 16, dport);
+        put(&mut t, 0xc2, 2, l3_type(&inner));
+        put(&mut t, 0xc4, 2, l4_type(&inner));
+        put(&mut t, 0xc6, 2, vlans(&inner)[0].0);
+    }
+    put(&mut t, 0xca, 2, l3_type(p));
+    put(&mut t, 0xcc, 2, l4_type(p));
+    put(&mut t, 0xce, 2, vlans(p)[0].0);
+    put(&mut t, 0xd0, 16, ports(p).1);
+    t
+}
+
+/// The packet's tag in format 28.
+fn def28(pkt: &PacketView<'_>) -> DefinerTag {
+    let p = pkt.parsed;
+    let mut t = [0u8; DEFINER_TAG_BYTES];
+    if let Some((_, inner)) = inner_of(pkt) {
+        let (sport, dport) = ports(&inner);
+        put(&mut t, 0x00, 16, sport);
+        put(&mut t, 0x10, 16, dport);
+        t[8..16].copy_from_slice(&ipv4_addrs(&inner));
+        l3_l4_kinds(&mut t, 0xe0, &inner);
+    }
+    t[16..24].copy_from_slice(&ipv4_addrs(p));
+    let (sport, dport) = ports(p);
+    put(&mut t, 0xc0, 16, sport);
+    put(&mut t, 0xd0, 16, dport);
     l3_l4_kinds(&mut t, 0xf0, p);
     t
 }
@@ -240,7 +323,9 @@ pub(crate) fn masked_tag(definer: &MatchDefiner, pkt: &PacketView<'_>) -> Define
     let mut t = match definer.format {
         format::DEF22 => def22(pkt),
         format::DEF24 => def24(pkt),
+        format::DEF25 => def25(pkt),
         format::DEF26 => def26(pkt),
+        format::DEF28 => def28(pkt),
         format::DEF6 => def6(pkt),
         _ => [0u8; DEFINER_TAG_BYTES],
     };
@@ -356,6 +441,45 @@ mod tests {
         assert!(unprojected_mask(format::DEF6, &mask).is_some(), "l4_ok");
         mask[28] = 0x02;
         assert_eq!(unprojected_mask(format::DEF6, &mask), None, "frag");
+    }
+
+    #[test]
+    fn formats_25_and_28_place_the_tunnelled_packet_beside_the_outer_one() {
+        // Ethernet, IPv4 (GRE) 1.1.1.1 -> 2.2.2.2, GRE carrying Ethernet (TEB), then the UDP
+        // test frame (10.0.0.1:0x1234 -> 10.0.0.2:0x12b7, C-VLAN).
+        let inner = frame();
+        let mut f = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x08, 0x00];
+        let total = (20 + 4 + inner.len()) as u16;
+        f.extend_from_slice(&[0x45, 0, (total >> 8) as u8, total as u8, 0, 0, 0, 0, 64, 47]);
+        f.extend_from_slice(&[0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 0, 0, 0x65, 0x58]);
+        f.extend_from_slice(&inner);
+        let t = project(&f, [0; 8], def25);
+        assert_eq!(
+            &t[0..12],
+            &[10, 0, 0, 1, 10, 0, 0, 2, 0x12, 0x34, 0x12, 0xb7]
+        );
+        // Bits 0xc0..0xd0: port dup 00, inner l3 01, l4 10 (UDP), VLAN type 10 (C-VLAN), port
+        // 00, outer l3 01, l4 00 (GRE is neither), VLAN type 00. Then the outer dport: 0.
+        assert_eq!(&t[24..28], &[0b0001_1010, 0b0001_0000, 0, 0]);
+        let t = project(&f, [0; 8], def28);
+        assert_eq!(&t[0..4], &[0x12, 0x34, 0x12, 0xb7]);
+        assert_eq!(&t[8..16], &[10, 0, 0, 1, 10, 0, 0, 2]);
+        assert_eq!(&t[16..24], &[1, 1, 1, 1, 2, 2, 2, 2]);
+        assert_eq!(&t[28..32], &[17, 0b0110_1000, 47, 0b0100_0000]);
+        let mut mask = [0u8; DEFINER_TAG_BYTES];
+        mask[0..12].fill(0xff);
+        assert_eq!(unprojected_mask(format::DEF25, &mask), None);
+        mask[12] = 1;
+        assert!(
+            unprojected_mask(format::DEF25, &mask).is_some(),
+            "tunnel header 0"
+        );
+        mask[12] = 0;
+        mask[4] = 1;
+        assert!(
+            unprojected_mask(format::DEF28, &mask).is_some(),
+            "GTP-U TEID"
+        );
     }
 
     #[test]
