@@ -60,7 +60,8 @@ fn granularity(h: &mut Host) -> u8 {
 /// libmlx5 offers `mlx5dv_reserved_qpn_alloc` only with the RESERVED_QPN bit of
 /// `general_obj_types`, and reads the granularity only when `hca_cap_2` is set. The other
 /// bits are the scheduling elements' (`emu/tests/scheduling_elements.rs`), SW ICM's
-/// (`emu/tests/sw_icm.rs`) and flow samplers' (`emu/tests/flow_sampler.rs`).
+/// (`emu/tests/sw_icm.rs`), flow samplers' (`emu/tests/flow_sampler.rs`) and match definers'
+/// (`emu/tests/match_definer.rs`).
 #[test]
 fn general_caps_offer_hca_cap_2_and_the_reserved_qpn_and_scheduling_object_types() {
     let mut h = host();
@@ -69,7 +70,7 @@ fn general_caps_offer_hca_cap_2_and_the_reserved_qpn_and_scheduling_object_types
     assert!(general.hca_cap_2());
     assert_eq!(
         general.general_obj_types(),
-        (1u64 << 0x2c) | (1u64 << 0x26) | (1u64 << 0x8) | (1u64 << 0x20)
+        (1u64 << 0x2c) | (1u64 << 0x26) | (1u64 << 0x8) | (1u64 << 0x20) | (1u64 << 0x18)
     );
     let page = h.query_cap(cap_type::GENERAL_DEVICE, false);
     assert!(CmdHcaCap::new(&page[0x10..]).expect("layout").hca_cap_2());
