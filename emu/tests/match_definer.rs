@@ -116,7 +116,9 @@ fn definer_formats_and_the_object_type_are_offered_with_software_steering_only()
     for sw in [false, true] {
         let mut h = plugged(sw);
         let caps = dr_caps(&mut h);
-        let formats = 1 << 6 | 1 << DEF22 | 1 << DEF24 | 1 << 25 | 1 << 26 | 1 << 28;
+        let formats = [0, 2, 6, 16, DEF22, DEF24, 25, 26, 28, 33]
+            .iter()
+            .fold(0u64, |bits, f| bits | 1 << f);
         assert_eq!(caps.definer_formats, if sw { formats } else { 0 });
         let general = h.query_cap(0, true);
         let types = CmdHcaCap::new(&general[0x10..])
@@ -146,9 +148,9 @@ fn create_takes_offered_formats_and_masks_on_projected_fields_only() {
     );
     let second = create_definer(&mut h, DEF22, smac_mask(), 0).expect("a second one");
     assert_ne!(second, id);
-    // Format 0 is not offered.
+    // Format 1 is not offered.
     refused(
-        create_definer(&mut h, 0, smac_mask(), 0),
+        create_definer(&mut h, 1, smac_mask(), 0),
         CmdStatus::BadParameter,
         Syndrome::BadSteeringParams,
     );

@@ -23,6 +23,20 @@ pub const DEFINER_TAG_BYTES: usize = 32;
 /// The predefined formats the model knows by number (`enum dr_matcher_definer` in rdma-core's
 /// dr_ste.h).
 pub mod format {
+    /// Format 0 (`DR_MATCHER_DEFINER_0`, `ste_def0_v1`): `metadata_reg_c_0` and `_1`, both
+    /// MACs, ethertype, fragment bit, L3 and L4 types, both VLANs, TCP flags, checksum and
+    /// `*_ok` bits. rdma-core tries it first.
+    pub const DEF0: u16 = 0;
+    /// Format 2 (`DR_MATCHER_DEFINER_2`, `ste_def2_v1`): `metadata_reg_a`, the outer IP
+    /// header's fields, L4 ports, TCP data offset and flags, fragment bits, `*_ok` bits.
+    pub const DEF2: u16 = 2;
+    /// Format 16 (`DR_MATCHER_DEFINER_16`, `ste_def16_v1`): tunnel header words, a random
+    /// number, `metadata_reg_a`, L3, L4 and first VLAN types, fragment bit, source GVMI and
+    /// SQ number.
+    pub const DEF16: u16 = 16;
+    /// Format 33 (`DR_MATCHER_DEFINER_33`, `ste_def33_v1`): outer IPv4 addresses and L4 ports,
+    /// fragment bit, L3 and L4 types, first VLAN, IP version, IHL, TTL, protocol, `*_ok` bits.
+    pub const DEF33: u16 = 33;
     /// Format 22 (`DR_MATCHER_DEFINER_22`, rdma-core's `ste_def22_v1` layout): outer IPv4
     /// addresses and L4 ports, fragment bit, L3 and L4 types, first VLAN, `metadata_reg_c_0`,
     /// destination and source MACs.

@@ -329,17 +329,19 @@ impl CapSet {
                         0
                     },
             )
-            // Predefined definer formats with software steering: rdma-core's DR then builds a
-            // matcher whose mask format 22 takes whole (outer MACs, first VLAN, IPv4 addresses,
-            // L4 ports, reg_c_0), or else format 24 (reg_c_0..3, IPv4 addresses, L4 ports,
-            // outer and inner protocols and types), or else 25 or 28 (the tunnelled packet's
-            // addresses and ports beside the outer ones), on one definer, an IPv6 matcher on
-            // format 26 (and 6 for its destination), and the rest as before
-            // (`crate::sw_steering::definer`). Which formats a ConnectX-6 Dx reports is not
-            // public; the model offers the ones it projects.
+            // Every predefined definer format rdma-core's DR builds matchers on, with software
+            // steering: DR tries them in its order (0, 2, 16, 22, 24, 25, the IPv6 pair 26
+            // and 6, 28, 33) and puts a matcher whose mask one takes whole on a definer of it,
+            // the rest on its legacy lookups as before (`crate::sw_steering::definer`). Which
+            // formats a ConnectX-6 Dx reports is not public; a field the model does not
+            // project is refused in a definer's mask, so DR falls back to its legacy lookups.
             .set_match_definer_format_supported(if cfg.sw_steering {
-                use cxdirect_hw::definer::format::{DEF22, DEF24, DEF25, DEF26, DEF28, DEF6};
-                1 << DEF6 | 1 << DEF22 | 1 << DEF24 | 1 << DEF25 | 1 << DEF26 | 1 << DEF28
+                use cxdirect_hw::definer::format::*;
+                [
+                    DEF0, DEF2, DEF6, DEF16, DEF22, DEF24, DEF25, DEF26, DEF28, DEF33,
+                ]
+                .iter()
+                .fold(0, |bits, f| bits | 1 << f)
             } else {
                 0
             })

@@ -9,7 +9,7 @@
 //! object's number in the low byte of the entries' lookup type; destroying the matcher
 //! destroys the definer after its rules. Neither rdma-core nor Linux queries or modifies one.
 //!
-//! The model takes the predefined formats it offers (6, 22, 24, 25, 26 and 28) and refuses a mask that selects
+//! The model takes the predefined formats it offers (0, 2, 6, 16, 22, 24, 25, 26, 28, 33) and refuses a mask that selects
 //! a field it does not project, or a selector of a caller-built format, rather than ignore it.
 //! Steering entries live in ICM, out of the model's sight: destroying a definer entries still
 //! name is accepted, and a walk reaching such an entry drops the packet.

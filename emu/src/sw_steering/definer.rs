@@ -46,6 +46,17 @@
 //! protocol, type and fragment bits of both header sets) place the tunnelled packet's fields
 //! beside the outer ones.
 //!
+//! Formats 0 (`ste_def0_v1`: `metadata_reg_c_0`, `_1` 0x00..0x40, destination MAC and
+//! ethertype 0x40..0x80, fragment bit 0x83, L3 and L4 types and first VLAN 0x8a..0xa0, second
+//! VLAN 0xae..0xc0, source MAC 0xc0..0xf0, TCP flags CWR..FIN 0xf8..0x100), 2 (`ste_def2_v1`:
+//! `metadata_reg_a` 0x00..0x20, the IP header's version, IHL, DSCP, ECN, TTL, protocol 0x20..0x40,
+//! IPv4 identification, flags, fragment offset, total length and checksum 0x40..0x80, IPv6 flow
+//! label 0x8c..0xa0, L4 ports 0xc0..0xe0, TCP data offset 0xe0, fragment bit 0xe6, TCP flags
+//! NS..FIN 0xe7..0xf0, first-fragment bit 0xf0), 16 (`ste_def16_v1`: `metadata_reg_a`
+//! 0xa0..0xc0, L3, L4 and first VLAN types 0xc8..0xce, fragment bit 0xe1) and 33
+//! (`ste_def33_v1`: format 22's first 0x80 bits, then IP version, IHL 0xe0..0xe8, TTL and
+//! protocol 0xf0..0x100).
+//!
 //! An IPv6 packet projects zero IPv4 addresses and an IPv4 packet zero IPv6 ones (inference:
 //! rdma-core fills each for its own IP version only); a packet without a tunnel the model
 //! parses projects zero inner fields. Fields the model does not project are refused in a
@@ -53,14 +64,20 @@
 //! `functional_loopback`) and 0x64..0x6a (`qp_type`, `encapsulation_type`, `port`), format
 //! 24's and 28's `functional_lb` bits (0xef, 0xff), format 25's tunnel header words, port
 //! numbers and reserved words (0x60..0xc2, 0xc8..0xca, 0xe0..0x100), format 28's GTP-U TEID
-//! (0x20..0x40, a flex parser's), and the `l2_ok`, `l3_ok`, `l4_ok` bits of formats 26
-//! (0xab..0xae) and 6 (0xe4, 0xe5).
+//! (0x20..0x40, a flex parser's), the `l2_ok`, `l3_ok`, `l4_ok` bits of formats 26
+//! (0xab..0xae) and 6 (0xe4, 0xe5); format 0's sniffer, loopback, QP type, encapsulation type,
+//! port and force-loopback bits and its checksum and `*_ok` bits (0xf0..0xf8); format 2's
+//! Ethernet packet length and IP payload length (0xa0..0xc0: what the device counts in them is
+//! not public) and its `*_ok` bits (0xf8..0x100); format 16's tunnel header words, random
+//! number, loopback bits, source GVMI, requester bit and SQ number; format 33's sniffer,
+//! loopback, QP type, encapsulation type and port bits and its checksum and `*_ok` bits
+//! (0xe8..0xf0).
 
 use super::hash::ste_crc32;
-use super::lookup::{l3_type, l4_type, ports, put, tcp_flags9, vlans, PacketView};
+use super::lookup::{ip_extras, l3_type, l4_type, ports, put, tcp_flags9, vlans, PacketView};
 use crate::objects::limits::FIRST_MATCH_DEFINER;
 use crate::objects::MatchDefiner;
-use crate::packet::{IpAddrs, L4Kind, Parsed};
+use crate::packet::{IpAddrs, L3Kind, L4Kind, Parsed};
 use cxdirect_hw::definer::{format, DEFINER_TAG_BYTES};
 
 /// A 32-byte definer tag.
@@ -110,6 +127,44 @@ fn def28_unprojected() -> DefinerTag {
     t
 }
 
+/// Format 0's bits the model does not project.
+fn def0_unprojected() -> DefinerTag {
+    let mut t = [0u8; DEFINER_TAG_BYTES];
+    put(&mut t, 0x80, 3, 0b111);
+    put(&mut t, 0x84, 6, 0b11_1111);
+    put(&mut t, 0xa0, 14, 0x3fff);
+    t[30] = 0xff;
+    t
+}
+
+/// Format 2's bits the model does not project.
+fn def2_unprojected() -> DefinerTag {
+    let mut t = [0u8; DEFINER_TAG_BYTES];
+    t[20..24].fill(0xff);
+    put(&mut t, 0xe4, 2, 0b11);
+    put(&mut t, 0xf1, 7, 0x7f);
+    t[31] = 0xff;
+    t
+}
+
+/// Format 16's bits the model does not project: all but `metadata_reg_a`, the types and the
+/// fragment bit.
+fn def16_unprojected() -> DefinerTag {
+    let mut t = [0xffu8; DEFINER_TAG_BYTES];
+    t[20..24].fill(0);
+    put(&mut t, 0xc8, 6, 0);
+    put(&mut t, 0xe1, 1, 0);
+    t
+}
+
+/// Format 33's bits the model does not project.
+fn def33_unprojected() -> DefinerTag {
+    let mut t = def22_unprojected();
+    t[16..28].fill(0xff);
+    t[29] = 0xff;
+    t
+}
+
 /// Format 26's bits the model does not project: `l2_ok`, `l3_ok`, `l4_ok`.
 fn def26_unprojected() -> DefinerTag {
     let mut t = [0u8; DEFINER_TAG_BYTES];
@@ -137,6 +192,17 @@ pub(crate) fn unprojected_mask(format: u16, mask: &DefinerTag) -> Option<&'stati
             def24_unprojected(),
             "a definer of format 24 masks functional_lb, which the model does not match",
         ),
+        format::DEF0 | format::DEF2 | format::DEF16 | format::DEF33 => (
+            match format {
+                format::DEF0 => def0_unprojected(),
+                format::DEF2 => def2_unprojected(),
+                format::DEF16 => def16_unprojected(),
+                _ => def33_unprojected(),
+            },
+            "the definer masks a field the model does not match (sniffer, loopback, QP type, \
+             encapsulation type, port, checksum or *_ok bits, packet or payload lengths, \
+             tunnel header words, random number, source GVMI or SQ number)",
+        ),
         format::DEF25 => (
             def25_unprojected(),
             "a definer of format 25 masks tunnel header words or port numbers, which the model \
@@ -158,7 +224,8 @@ pub(crate) fn unprojected_mask(format: u16, mask: &DefinerTag) -> Option<&'stati
         ),
         _ => {
             return Some(
-                "the model projects packets through definer formats 6, 22, 24, 25, 26 and 28 only",
+                "the model projects packets through definer formats 0, 2, 6, 16, 22, 24, 25, 26, \
+                 28 and 33 only",
             )
         }
     };
@@ -226,6 +293,112 @@ fn def24(pkt: &PacketView<'_>) -> DefinerTag {
         l3_l4_kinds(&mut t, 0xe0, &inner);
     }
     l3_l4_kinds(&mut t, 0xf0, p);
+    t
+}
+
+/// The packet's tag in format 0.
+fn def0(pkt: &PacketView<'_>) -> DefinerTag {
+    let p = pkt.parsed;
+    let mut t = [0u8; DEFINER_TAG_BYTES];
+    t[0..4].copy_from_slice(&pkt.meta.reg_c[0].to_be_bytes());
+    t[4..8].copy_from_slice(&pkt.meta.reg_c[1].to_be_bytes());
+    t[8..14].copy_from_slice(&p.dst_mac);
+    put(&mut t, 0x70, 16, u32::from(p.ethertype.unwrap_or(0)));
+    put(&mut t, 0x83, 1, u32::from(p.is_fragment()));
+    put(&mut t, 0x8a, 2, l3_type(p));
+    put(&mut t, 0x8c, 2, l4_type(p));
+    let [first, second] = vlans(p);
+    for (at, vlan) in [(0x8e, first), (0xae, second)] {
+        put(&mut t, at, 2, vlan.0);
+        put(&mut t, at + 2, 3, vlan.1);
+        put(&mut t, at + 5, 1, vlan.2);
+        put(&mut t, at + 6, 12, vlan.3);
+    }
+    t[24..30].copy_from_slice(&p.src_mac);
+    if p.l4 == L4Kind::Tcp {
+        put(&mut t, 0xf8, 8, u32::from(p.tcp_flags));
+    }
+    t
+}
+
+/// The big-endian half-word at byte `at` of the frame, 0 past its end.
+fn be16_at(frame: &[u8], at: usize) -> u32 {
+    frame
+        .get(at..at + 2)
+        .map_or(0, |b| u32::from(u16::from_be_bytes([b[0], b[1]])))
+}
+
+/// The packet's tag in format 2.
+fn def2(pkt: &PacketView<'_>) -> DefinerTag {
+    let p = pkt.parsed;
+    let mut t = [0u8; DEFINER_TAG_BYTES];
+    t[0..4].copy_from_slice(&pkt.meta.reg_a.to_be_bytes());
+    let (tos, ttl, label) = ip_extras(pkt);
+    let l3 = p.l3_offset;
+    match p.l3 {
+        L3Kind::Ipv4 => {
+            put(&mut t, 0x20, 4, 4);
+            put(&mut t, 0x24, 4, (p.l3_len / 4) as u32 & 0xf);
+            // Identification, then flags and fragment offset, total length, checksum.
+            put(&mut t, 0x40, 16, be16_at(pkt.frame, l3 + 4));
+            put(&mut t, 0x50, 16, be16_at(pkt.frame, l3 + 6));
+            put(&mut t, 0x60, 16, be16_at(pkt.frame, l3 + 2));
+            put(&mut t, 0x70, 16, be16_at(pkt.frame, l3 + 10));
+        }
+        L3Kind::Ipv6 => {
+            put(&mut t, 0x20, 4, 6);
+            put(&mut t, 0x8c, 20, label);
+        }
+        L3Kind::None => {}
+    }
+    put(&mut t, 0x28, 8, u32::from(tos));
+    put(&mut t, 0x30, 8, u32::from(ttl));
+    put(&mut t, 0x38, 8, u32::from(p.ip_proto.unwrap_or(0)));
+    let (sport, dport) = ports(p);
+    put(&mut t, 0xc0, 16, sport);
+    put(&mut t, 0xd0, 16, dport);
+    if p.l4 == L4Kind::Tcp {
+        put(&mut t, 0xe0, 4, (p.l4_len / 4) as u32 & 0xf);
+    }
+    put(&mut t, 0xe6, 1, u32::from(p.is_fragment()));
+    put(&mut t, 0xe7, 9, tcp_flags9(pkt));
+    put(
+        &mut t,
+        0xf0,
+        1,
+        u32::from(p.is_fragment() && p.frag_offset == 0),
+    );
+    t
+}
+
+/// The packet's tag in format 16.
+fn def16(pkt: &PacketView<'_>) -> DefinerTag {
+    let p = pkt.parsed;
+    let mut t = [0u8; DEFINER_TAG_BYTES];
+    t[20..24].copy_from_slice(&pkt.meta.reg_a.to_be_bytes());
+    put(&mut t, 0xc8, 2, l3_type(p));
+    put(&mut t, 0xca, 2, l4_type(p));
+    put(&mut t, 0xcc, 2, vlans(p)[0].0);
+    put(&mut t, 0xe1, 1, u32::from(p.is_fragment()));
+    t
+}
+
+/// The packet's tag in format 33.
+fn def33(pkt: &PacketView<'_>) -> DefinerTag {
+    let p = pkt.parsed;
+    let mut t = def22(pkt);
+    t[16..32].fill(0);
+    let (_, ttl, _) = ip_extras(pkt);
+    match p.l3 {
+        L3Kind::Ipv4 => {
+            put(&mut t, 0xe0, 4, 4);
+            put(&mut t, 0xe4, 4, (p.l3_len / 4) as u32 & 0xf);
+        }
+        L3Kind::Ipv6 => put(&mut t, 0xe0, 4, 6),
+        L3Kind::None => {}
+    }
+    put(&mut t, 0xf0, 8, u32::from(ttl));
+    put(&mut t, 0xf8, 8, u32::from(p.ip_proto.unwrap_or(0)));
     t
 }
 
@@ -321,7 +494,11 @@ fn def6(pkt: &PacketView<'_>) -> DefinerTag {
 /// model does not project (never created) gives an all-zero tag.
 pub(crate) fn masked_tag(definer: &MatchDefiner, pkt: &PacketView<'_>) -> DefinerTag {
     let mut t = match definer.format {
+        format::DEF0 => def0(pkt),
+        format::DEF2 => def2(pkt),
+        format::DEF16 => def16(pkt),
         format::DEF22 => def22(pkt),
+        format::DEF33 => def33(pkt),
         format::DEF24 => def24(pkt),
         format::DEF25 => def25(pkt),
         format::DEF26 => def26(pkt),
@@ -483,6 +660,44 @@ mod tests {
     }
 
     #[test]
+    fn formats_0_2_16_33_place_fields_as_rdma_core_writes_them() {
+        let f = frame();
+        let mut reg_c = [0u32; 8];
+        reg_c[0] = 0xc0;
+        reg_c[1] = 0xc1;
+        // Format 0: registers, dmac, ethertype (past the VLAN tag), types, VLAN, smac.
+        let t = project(&f, reg_c, def0);
+        assert_eq!(&t[0..8], &[0, 0, 0, 0xc0, 0, 0, 0, 0xc1]);
+        assert_eq!(&t[8..16], &[0x02, 0, 0, 0, 0, 0x01, 0x08, 0x00]);
+        // Byte 17: port 00, l3 01, l4 10, qualifier 10; bytes 18..20 prio 5, VLAN 0x123.
+        assert_eq!(&t[16..20], &[0, 0b0001_1010, 0xa1, 0x23]);
+        assert_eq!(&t[24..30], &[0x02, 0, 0, 0, 0, 0x02]);
+        // Format 2: version 4, IHL 5, TOS 0, TTL 64, protocol 17, total length 28.
+        let t = project(&f, [0; 8], def2);
+        assert_eq!(&t[4..8], &[0x45, 0, 64, 17]);
+        assert_eq!(&t[12..14], &[0, 28]);
+        assert_eq!(&t[24..28], &[0x12, 0x34, 0x12, 0xb7]);
+        // Format 16: types and VLAN type at 0xc8.
+        let t = project(&f, [0; 8], def16);
+        assert_eq!(t[25], 0b0110_1000);
+        // Format 33: format 22's first half, then version, IHL, TTL, protocol.
+        let t = project(&f, [0; 8], def33);
+        assert_eq!(&t[..16], &project(&f, [0; 8], def22)[..16]);
+        assert_eq!((t[28], t[30], t[31]), (0x45, 64, 17));
+        // Masks: format 0's checksum bits, format 2's packet length, format 16's SQ number
+        // and format 33's IHL-adjacent ok bits are refused; their neighbours are not.
+        let refused = |format, byte: usize, bits: u8| {
+            let mut mask = [0u8; DEFINER_TAG_BYTES];
+            mask[byte] = bits;
+            unprojected_mask(format, &mask).is_some()
+        };
+        assert!(refused(format::DEF0, 30, 0x01) && !refused(format::DEF0, 31, 0x02));
+        assert!(refused(format::DEF2, 20, 0x80) && !refused(format::DEF2, 7, 0xff));
+        assert!(refused(format::DEF16, 31, 0x01) && !refused(format::DEF16, 23, 0xff));
+        assert!(refused(format::DEF33, 29, 0x01) && !refused(format::DEF33, 28, 0xff));
+    }
+
+    #[test]
     fn the_mask_decides_what_is_compared_and_hashed() {
         let f = frame();
         let parsed = parse(&f);
@@ -518,7 +733,7 @@ mod tests {
         assert_eq!(unprojected_mask(format::DEF22, &mask), None);
         mask[12] = 0x08;
         assert!(unprojected_mask(format::DEF22, &mask).is_some());
-        assert!(unprojected_mask(0, &[0; DEFINER_TAG_BYTES]).is_some());
+        assert!(unprojected_mask(1, &[0; DEFINER_TAG_BYTES]).is_some());
     }
 
     #[test]

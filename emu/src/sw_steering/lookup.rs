@@ -263,7 +263,7 @@ fn l2_src_dst(t: &mut [u8; TAG_SIZE], p: &Parsed) {
 
 /// The IP header's traffic class byte (IPv4 TOS, IPv6 traffic class), TTL or hop limit, and
 /// IPv6 flow label, read from the frame; zeros when absent.
-fn ip_extras(pkt: &PacketView<'_>) -> (u8, u8, u32) {
+pub(super) fn ip_extras(pkt: &PacketView<'_>) -> (u8, u8, u32) {
     let at = |o: usize| {
         pkt.frame
             .get(pkt.parsed.l3_offset + o)
