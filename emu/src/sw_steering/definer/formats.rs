@@ -1,13 +1,8 @@
-//! A packet seen through a match definer: its 32-byte tag in the definer's predefined format,
-//! under the definer's mask. A MATCH entry naming the definer (`match_definer_ctx_idx`) hits
-//! when that masked tag equals the entry's 32-byte tag; a hit into a table whose entries name
-//! a definer (`hash_definer_ctx_idx`) picks its slot by the CRC of the masked tag, all 32
-//! bytes, without a byte mask (rdma-core dr_ste.c `dr_ste_calc_hash_index` for
-//! `DR_STE_HTBL_TYPE_MATCH`).
+//! A packet's 32-byte tag in each predefined definer format, as rdma-core's
+//! `dr_ste_v1_build_def*_tag` fills a rule's (fields at bit offsets from the tag's start,
+//! most significant bit first).
 //!
-//! The model projects format 22, rdma-core's `ste_def22_v1` (fields at bit offsets from the
-//! tag's start, most significant bit first; filled from a rule by
-//! `dr_ste_v1_build_def22_tag`),
+//! Format 22 (`ste_def22_v1`, `dr_ste_v1_build_def22_tag`):
 //!
 //! | bits | field |
 //! |---|---|
@@ -23,7 +18,7 @@
 //! | 0xa0..0xc0, 0xf0..0x100 | outer destination MAC bits 47:16 and 15:0 |
 //! | 0xc0..0xe0, 0xe0..0xf0 | outer source MAC bits 47:16 and 15:0 |
 //!
-//! and format 24, `ste_def24_v1` (`dr_ste_v1_build_def24_tag`):
+//! Format 24 (`ste_def24_v1`, `dr_ste_v1_build_def24_tag`):
 //!
 //! | bits | field |
 //! |---|---|
@@ -33,7 +28,7 @@
 //! | 0xe0..0xef | inner IP protocol, L3 type, L4 type, first VLAN type, fragment bit |
 //! | 0xf0..0xff | outer IP protocol, L3 type, L4 type, first VLAN type, fragment bit |
 //!
-//! and the IPv6 pair, format 26 (`ste_def26_v1`: source address 0x00..0x80, fragment bit 0x83,
+//! The IPv6 pair, format 26 (`ste_def26_v1`: source address 0x00..0x80, fragment bit 0x83,
 //! L3 and L4 types 0x8a..0x8e, first VLAN 0x8e..0xa0, second VLAN 0xae..0xc0, source MAC
 //! 0xc0..0xf0, IP protocol 0xf0, TCP flags CWR..FIN 0xf8..0x100) and format 6
 //! (`ste_def6_v1`: destination address 0x00..0x80, L4 ports 0xc0..0xe0, fragment bit 0xe6,
@@ -56,181 +51,31 @@
 //! 0xa0..0xc0, L3, L4 and first VLAN types 0xc8..0xce, fragment bit 0xe1) and 33
 //! (`ste_def33_v1`: format 22's first 0x80 bits, then IP version, IHL 0xe0..0xe8, TTL and
 //! protocol 0xf0..0x100).
-//!
-//! An IPv6 packet projects zero IPv4 addresses and an IPv4 packet zero IPv6 ones (inference:
-//! rdma-core fills each for its own IP version only); a packet without a tunnel the model
-//! parses projects zero inner fields. Fields the model does not project are refused in a
-//! definer's mask at CREATE: format 22's bits at 0x60..0x63 (reserved, `sx_sniffer`,
-//! `functional_loopback`) and 0x64..0x6a (`qp_type`, `encapsulation_type`, `port`), format
-//! 24's and 28's `functional_lb` bits (0xef, 0xff), format 25's tunnel header words, port
-//! numbers and reserved words (0x60..0xc2, 0xc8..0xca, 0xe0..0x100), format 28's GTP-U TEID
-//! (0x20..0x40, a flex parser's), the `l2_ok`, `l3_ok`, `l4_ok` bits of formats 26
-//! (0xab..0xae) and 6 (0xe4, 0xe5); format 0's sniffer, loopback, QP type, encapsulation type,
-//! port and force-loopback bits and its checksum and `*_ok` bits (0xf0..0xf8); format 2's
-//! Ethernet packet length and IP payload length (0xa0..0xc0: what the device counts in them is
-//! not public) and its `*_ok` bits (0xf8..0x100); format 16's tunnel header words, random
-//! number, loopback bits, source GVMI, requester bit and SQ number; format 33's sniffer,
-//! loopback, QP type, encapsulation type and port bits and its checksum and `*_ok` bits
-//! (0xe8..0xf0).
 
-use super::hash::ste_crc32;
-use super::lookup::{ip_extras, l3_type, l4_type, ports, put, tcp_flags9, vlans, PacketView};
-use crate::objects::limits::FIRST_MATCH_DEFINER;
-use crate::objects::MatchDefiner;
 use crate::packet::{IpAddrs, L3Kind, L4Kind, Parsed};
+use crate::sw_steering::lookup::{
+    ip_extras, l3_type, l4_type, ports, put, tcp_flags9, vlans, PacketView,
+};
 use cxdirect_hw::definer::{format, DEFINER_TAG_BYTES};
 
 /// A 32-byte definer tag.
 pub(crate) type DefinerTag = [u8; DEFINER_TAG_BYTES];
 
-/// The number of the first definer; lower numbers are legacy lookup types.
-const FIRST_INDEX: u16 = FIRST_MATCH_DEFINER as u16;
-
-/// Whether the 8-bit definer index of an entry (`match_definer_ctx_idx`,
-/// `hash_definer_ctx_idx`) names a match definer rather than a legacy lookup type: 0x20 and up,
-/// save 0xff (`DR_STE_V1_LU_TYPE_INVALID`).
-pub(crate) fn is_definer_index(index: u16) -> bool {
-    (FIRST_INDEX..0xff).contains(&(index & 0xff))
-}
-
-/// Format 22's bits the model does not project: bits 0x60..=0x62 and 0x64..=0x69.
-fn def22_unprojected() -> DefinerTag {
-    let mut t = [0u8; DEFINER_TAG_BYTES];
-    put(&mut t, 0x60, 3, 0b111);
-    put(&mut t, 0x64, 6, 0b11_1111);
-    t
-}
-
-/// Format 24's bits the model does not project: `functional_lb` and its duplicate.
-fn def24_unprojected() -> DefinerTag {
-    let mut t = [0u8; DEFINER_TAG_BYTES];
-    put(&mut t, 0xef, 1, 1);
-    put(&mut t, 0xff, 1, 1);
-    t
-}
-
-/// Format 25's bits the model does not project: the tunnel header words, the reserved words
-/// and the port numbers.
-fn def25_unprojected() -> DefinerTag {
-    let mut t = [0u8; DEFINER_TAG_BYTES];
-    t[12..24].fill(0xff);
-    put(&mut t, 0xc0, 2, 0b11);
-    put(&mut t, 0xc8, 2, 0b11);
-    t[28..32].fill(0xff);
-    t
-}
-
-/// Format 28's bits the model does not project: the GTP-U TEID and `functional_lb`.
-fn def28_unprojected() -> DefinerTag {
-    let mut t = def24_unprojected();
-    t[4..8].fill(0xff);
-    t
-}
-
-/// Format 0's bits the model does not project.
-fn def0_unprojected() -> DefinerTag {
-    let mut t = [0u8; DEFINER_TAG_BYTES];
-    put(&mut t, 0x80, 3, 0b111);
-    put(&mut t, 0x84, 6, 0b11_1111);
-    put(&mut t, 0xa0, 14, 0x3fff);
-    t[30] = 0xff;
-    t
-}
-
-/// Format 2's bits the model does not project.
-fn def2_unprojected() -> DefinerTag {
-    let mut t = [0u8; DEFINER_TAG_BYTES];
-    t[20..24].fill(0xff);
-    put(&mut t, 0xe4, 2, 0b11);
-    put(&mut t, 0xf1, 7, 0x7f);
-    t[31] = 0xff;
-    t
-}
-
-/// Format 16's bits the model does not project: all but `metadata_reg_a`, the types and the
-/// fragment bit.
-fn def16_unprojected() -> DefinerTag {
-    let mut t = [0xffu8; DEFINER_TAG_BYTES];
-    t[20..24].fill(0);
-    put(&mut t, 0xc8, 6, 0);
-    put(&mut t, 0xe1, 1, 0);
-    t
-}
-
-/// Format 33's bits the model does not project.
-fn def33_unprojected() -> DefinerTag {
-    let mut t = def22_unprojected();
-    t[16..28].fill(0xff);
-    t[29] = 0xff;
-    t
-}
-
-/// Format 26's bits the model does not project: `l2_ok`, `l3_ok`, `l4_ok`.
-fn def26_unprojected() -> DefinerTag {
-    let mut t = [0u8; DEFINER_TAG_BYTES];
-    put(&mut t, 0xab, 3, 0b111);
-    t
-}
-
-/// Format 6's bits the model does not project: `l4_ok`, `l3_ok`.
-fn def6_unprojected() -> DefinerTag {
-    let mut t = [0u8; DEFINER_TAG_BYTES];
-    put(&mut t, 0xe4, 2, 0b11);
-    t
-}
-
-/// Why a definer of `format` with `mask` cannot be created: the format is not projected, or
-/// the mask selects a field the model does not project. `None` when it can.
-pub(crate) fn unprojected_mask(format: u16, mask: &DefinerTag) -> Option<&'static str> {
-    let (unprojected, why) = match format {
-        format::DEF22 => (
-            def22_unprojected(),
-            "a definer of format 22 masks sx_sniffer, functional_loopback, qp_type, \
-             encapsulation_type, port or a reserved bit, which the model does not match",
-        ),
-        format::DEF24 => (
-            def24_unprojected(),
-            "a definer of format 24 masks functional_lb, which the model does not match",
-        ),
-        format::DEF0 | format::DEF2 | format::DEF16 | format::DEF33 => (
-            match format {
-                format::DEF0 => def0_unprojected(),
-                format::DEF2 => def2_unprojected(),
-                format::DEF16 => def16_unprojected(),
-                _ => def33_unprojected(),
-            },
-            "the definer masks a field the model does not match (sniffer, loopback, QP type, \
-             encapsulation type, port, checksum or *_ok bits, packet or payload lengths, \
-             tunnel header words, random number, source GVMI or SQ number)",
-        ),
-        format::DEF25 => (
-            def25_unprojected(),
-            "a definer of format 25 masks tunnel header words or port numbers, which the model \
-             does not match",
-        ),
-        format::DEF28 => (
-            def28_unprojected(),
-            "a definer of format 28 masks the GTP-U TEID (a flex parser's) or functional_lb, \
-             which the model does not match",
-        ),
-        format::DEF26 | format::DEF6 => (
-            if format == format::DEF26 {
-                def26_unprojected()
-            } else {
-                def6_unprojected()
-            },
-            "a definer of format 26 or 6 masks l2_ok, l3_ok or l4_ok, which the model does not \
-             match",
-        ),
-        _ => {
-            return Some(
-                "the model projects packets through definer formats 0, 2, 6, 16, 22, 24, 25, 26, \
-                 28 and 33 only",
-            )
-        }
-    };
-    let selects = mask.iter().zip(&unprojected).any(|(&m, &u)| m & u != 0);
-    selects.then_some(why)
+/// The packet's tag in `format`; all zeros for a format the model does not project.
+pub(super) fn tag(format: u16, pkt: &PacketView<'_>) -> DefinerTag {
+    match format {
+        format::DEF0 => def0(pkt),
+        format::DEF2 => def2(pkt),
+        format::DEF6 => def6(pkt),
+        format::DEF16 => def16(pkt),
+        format::DEF22 => def22(pkt),
+        format::DEF24 => def24(pkt),
+        format::DEF25 => def25(pkt),
+        format::DEF26 => def26(pkt),
+        format::DEF28 => def28(pkt),
+        format::DEF33 => def33(pkt),
+        _ => [0u8; DEFINER_TAG_BYTES],
+    }
 }
 
 /// The packet's tag in format 22.
@@ -490,35 +335,19 @@ fn def6(pkt: &PacketView<'_>) -> DefinerTag {
     t
 }
 
-/// The packet's tag through `definer`: its format's projection under its mask. A format the
-/// model does not project (never created) gives an all-zero tag.
-pub(crate) fn masked_tag(definer: &MatchDefiner, pkt: &PacketView<'_>) -> DefinerTag {
-    let mut t = match definer.format {
-        format::DEF0 => def0(pkt),
-        format::DEF2 => def2(pkt),
-        format::DEF16 => def16(pkt),
-        format::DEF22 => def22(pkt),
-        format::DEF33 => def33(pkt),
-        format::DEF24 => def24(pkt),
-        format::DEF25 => def25(pkt),
-        format::DEF26 => def26(pkt),
-        format::DEF28 => def28(pkt),
-        format::DEF6 => def6(pkt),
-        _ => [0u8; DEFINER_TAG_BYTES],
-    };
-    for (b, m) in t.iter_mut().zip(&definer.mask) {
-        *b &= m;
-    }
-    t
-}
-
-/// The slot, in a table of `entries` slots whose entries name `definer`, of the packet: the
-/// CRC of its masked tag modulo the size (0 for a table of one slot).
-pub(crate) fn slot(definer: &MatchDefiner, pkt: &PacketView<'_>, entries: u32) -> u32 {
-    if entries <= 1 {
-        return 0;
-    }
-    ste_crc32(&masked_tag(definer, pkt)) % entries
+/// A UDP/IPv4 frame with a VLAN tag (priority 5, VLAN 0x123), from 02:00:00:00:00:02 to
+/// 02:00:00:00:00:01, 10.0.0.1:0x1234 to 10.0.0.2:0x12b7: the definer tests' packet.
+#[cfg(test)]
+pub(super) fn test_frame() -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x01]); // dmac
+    f.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x02]); // smac
+    f.extend_from_slice(&[0x81, 0x00, 0xa1, 0x23, 0x08, 0x00]);
+    f.extend_from_slice(&[
+        0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+    ]);
+    f.extend_from_slice(&[0x12, 0x34, 0x12, 0xb7, 0, 8, 0, 0]);
+    f
 }
 
 #[cfg(test)]
@@ -527,17 +356,8 @@ mod tests {
     use crate::packet::parse;
     use crate::sw_steering::lookup::Metadata;
 
-    /// A UDP/IPv4 frame with a VLAN tag (priority 5, VLAN 0x123).
     fn frame() -> Vec<u8> {
-        let mut f = Vec::new();
-        f.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x01]); // dmac
-        f.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x02]); // smac
-        f.extend_from_slice(&[0x81, 0x00, 0xa1, 0x23, 0x08, 0x00]);
-        f.extend_from_slice(&[
-            0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
-        ]);
-        f.extend_from_slice(&[0x12, 0x34, 0x12, 0xb7, 0, 8, 0, 0]);
-        f
+        test_frame()
     }
 
     /// `f`'s tag through `format`, with `reg_c` in its registers.
@@ -581,11 +401,6 @@ mod tests {
         assert_eq!(&t[28..30], &[0, 0]);
         // Outer: protocol 17; l3 01, l4 10, first VLAN type 10 (C-VLAN), frag 0, lb 0.
         assert_eq!(&t[30..32], &[17, 0b0110_1000]);
-        let mut mask = [0u8; DEFINER_TAG_BYTES];
-        mask[0..16].fill(0xff);
-        assert_eq!(unprojected_mask(format::DEF24, &mask), None);
-        mask[31] = 0x01;
-        assert!(unprojected_mask(format::DEF24, &mask).is_some());
     }
 
     #[test]
@@ -613,11 +428,6 @@ mod tests {
         assert_eq!(&t[24..28], &[0x04, 0xd2, 0x00, 0x50]);
         // Bit 0xe7 NS, then CWR..FIN in byte 29.
         assert_eq!((t[28], t[29]), (0, 0x12));
-        let mut mask = [0u8; DEFINER_TAG_BYTES];
-        mask[28] = 0x08;
-        assert!(unprojected_mask(format::DEF6, &mask).is_some(), "l4_ok");
-        mask[28] = 0x02;
-        assert_eq!(unprojected_mask(format::DEF6, &mask), None, "frag");
     }
 
     #[test]
@@ -643,20 +453,6 @@ mod tests {
         assert_eq!(&t[8..16], &[10, 0, 0, 1, 10, 0, 0, 2]);
         assert_eq!(&t[16..24], &[1, 1, 1, 1, 2, 2, 2, 2]);
         assert_eq!(&t[28..32], &[17, 0b0110_1000, 47, 0b0100_0000]);
-        let mut mask = [0u8; DEFINER_TAG_BYTES];
-        mask[0..12].fill(0xff);
-        assert_eq!(unprojected_mask(format::DEF25, &mask), None);
-        mask[12] = 1;
-        assert!(
-            unprojected_mask(format::DEF25, &mask).is_some(),
-            "tunnel header 0"
-        );
-        mask[12] = 0;
-        mask[4] = 1;
-        assert!(
-            unprojected_mask(format::DEF28, &mask).is_some(),
-            "GTP-U TEID"
-        );
     }
 
     #[test]
@@ -684,64 +480,5 @@ mod tests {
         let t = project(&f, [0; 8], def33);
         assert_eq!(&t[..16], &project(&f, [0; 8], def22)[..16]);
         assert_eq!((t[28], t[30], t[31]), (0x45, 64, 17));
-        // Masks: format 0's checksum bits, format 2's packet length, format 16's SQ number
-        // and format 33's IHL-adjacent ok bits are refused; their neighbours are not.
-        let refused = |format, byte: usize, bits: u8| {
-            let mut mask = [0u8; DEFINER_TAG_BYTES];
-            mask[byte] = bits;
-            unprojected_mask(format, &mask).is_some()
-        };
-        assert!(refused(format::DEF0, 30, 0x01) && !refused(format::DEF0, 31, 0x02));
-        assert!(refused(format::DEF2, 20, 0x80) && !refused(format::DEF2, 7, 0xff));
-        assert!(refused(format::DEF16, 31, 0x01) && !refused(format::DEF16, 23, 0xff));
-        assert!(refused(format::DEF33, 29, 0x01) && !refused(format::DEF33, 28, 0xff));
-    }
-
-    #[test]
-    fn the_mask_decides_what_is_compared_and_hashed() {
-        let f = frame();
-        let parsed = parse(&f);
-        let meta = Metadata::default();
-        let pkt = PacketView {
-            parsed: &parsed,
-            frame: &f,
-            meta: &meta,
-        };
-        // Only the source MAC.
-        let mut mask = [0u8; DEFINER_TAG_BYTES];
-        mask[24..30].fill(0xff);
-        let d = MatchDefiner {
-            format: format::DEF22,
-            mask,
-        };
-        let t = masked_tag(&d, &pkt);
-        let mut want = [0u8; DEFINER_TAG_BYTES];
-        want[24..28].copy_from_slice(&[0x02, 0, 0, 0]);
-        want[28..30].copy_from_slice(&[0, 0x02]);
-        assert_eq!(t, want);
-        assert_eq!(slot(&d, &pkt, 64), ste_crc32(&want) % 64);
-        assert_eq!(slot(&d, &pkt, 1), 0);
-    }
-
-    #[test]
-    fn masks_on_fields_not_projected_are_refused() {
-        let mut mask = [0u8; DEFINER_TAG_BYTES];
-        mask[24..30].fill(0xff);
-        assert_eq!(unprojected_mask(format::DEF22, &mask), None);
-        // The fragment bit (0x63) is projected; qp_type (0x64) is not.
-        mask[12] = 0x10;
-        assert_eq!(unprojected_mask(format::DEF22, &mask), None);
-        mask[12] = 0x08;
-        assert!(unprojected_mask(format::DEF22, &mask).is_some());
-        assert!(unprojected_mask(1, &[0; DEFINER_TAG_BYTES]).is_some());
-    }
-
-    #[test]
-    fn definer_indexes_sit_above_the_legacy_lookup_types() {
-        assert!(!is_definer_index(0x0f));
-        assert!(!is_definer_index(0x17));
-        assert!(is_definer_index(0x20));
-        assert!(is_definer_index(0x0420));
-        assert!(!is_definer_index(0xff));
     }
 }
