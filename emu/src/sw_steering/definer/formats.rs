@@ -141,6 +141,23 @@ fn def24(pkt: &PacketView<'_>) -> DefinerTag {
     t
 }
 
+/// The fields formats 0 and 26 place alike: the fragment bit (0x83), L3 and L4 types
+/// (0x8a..0x8e), the first and second VLAN (qualifier, priority, CFI, ID: 0x8e..0xa0 and
+/// 0xae..0xc0) and the source MAC (0xc0..0xf0).
+fn l2_fields(t: &mut DefinerTag, p: &Parsed) {
+    put(t, 0x83, 1, u32::from(p.is_fragment()));
+    put(t, 0x8a, 2, l3_type(p));
+    put(t, 0x8c, 2, l4_type(p));
+    let [first, second] = vlans(p);
+    for (at, vlan) in [(0x8e, first), (0xae, second)] {
+        put(t, at, 2, vlan.0);
+        put(t, at + 2, 3, vlan.1);
+        put(t, at + 5, 1, vlan.2);
+        put(t, at + 6, 12, vlan.3);
+    }
+    t[24..30].copy_from_slice(&p.src_mac);
+}
+
 /// The packet's tag in format 0.
 fn def0(pkt: &PacketView<'_>) -> DefinerTag {
     let p = pkt.parsed;
@@ -149,17 +166,7 @@ fn def0(pkt: &PacketView<'_>) -> DefinerTag {
     t[4..8].copy_from_slice(&pkt.meta.reg_c[1].to_be_bytes());
     t[8..14].copy_from_slice(&p.dst_mac);
     put(&mut t, 0x70, 16, u32::from(p.ethertype.unwrap_or(0)));
-    put(&mut t, 0x83, 1, u32::from(p.is_fragment()));
-    put(&mut t, 0x8a, 2, l3_type(p));
-    put(&mut t, 0x8c, 2, l4_type(p));
-    let [first, second] = vlans(p);
-    for (at, vlan) in [(0x8e, first), (0xae, second)] {
-        put(&mut t, at, 2, vlan.0);
-        put(&mut t, at + 2, 3, vlan.1);
-        put(&mut t, at + 5, 1, vlan.2);
-        put(&mut t, at + 6, 12, vlan.3);
-    }
-    t[24..30].copy_from_slice(&p.src_mac);
+    l2_fields(&mut t, p);
     if p.l4 == L4Kind::Tcp {
         put(&mut t, 0xf8, 8, u32::from(p.tcp_flags));
     }
@@ -304,17 +311,7 @@ fn def26(pkt: &PacketView<'_>) -> DefinerTag {
     let p = pkt.parsed;
     let mut t = [0u8; DEFINER_TAG_BYTES];
     t[0..16].copy_from_slice(&ipv6_addrs(p).0);
-    put(&mut t, 0x83, 1, u32::from(p.is_fragment()));
-    put(&mut t, 0x8a, 2, l3_type(p));
-    put(&mut t, 0x8c, 2, l4_type(p));
-    let [first, second] = vlans(p);
-    for (at, vlan) in [(0x8e, first), (0xae, second)] {
-        put(&mut t, at, 2, vlan.0);
-        put(&mut t, at + 2, 3, vlan.1);
-        put(&mut t, at + 5, 1, vlan.2);
-        put(&mut t, at + 6, 12, vlan.3);
-    }
-    t[24..30].copy_from_slice(&p.src_mac);
+    l2_fields(&mut t, p);
     put(&mut t, 0xf0, 8, u32::from(p.ip_proto.unwrap_or(0)));
     if p.l4 == L4Kind::Tcp {
         put(&mut t, 0xf8, 8, u32::from(p.tcp_flags));
