@@ -161,22 +161,12 @@ pub fn smac_group(
     index: u32,
     smac: bool,
 ) -> Result<u32, CmdFail> {
-    let mut input = Host::input(Opcode::CreateFlowGroup, 0, 0x400);
-    {
-        let mut cmd = flow::CreateFlowGroupIn::new(&mut input[..]).unwrap();
-        cmd.set_table_type(table_type)
-            .set_table_id(table)
-            .set_start_flow_index(index)
-            .set_end_flow_index(index);
+    let enable = if smac { flow::MATCH_OUTER_HEADERS } else { 0 };
+    group_matching(h, (table_type, table, index), enable, |c| {
         if smac {
-            cmd.set_match_criteria_enable(flow::MATCH_OUTER_HEADERS);
-            cmd.match_criteria_mut()
-                .outer_headers_mut()
-                .set_smac(0xffff_ffff_ffff);
+            c.outer_headers_mut().set_smac(0xffff_ffff_ffff);
         }
-    }
-    let out = h.exec(&input, 16)?;
-    Ok(flow::CreateFlowGroupOut::new(&out[..]).unwrap().group_id())
+    })
 }
 
 /// SET_FLOW_TABLE_ENTRY as `mlx5_cmd_set_fte` writes it: `action`, at most one destination,
