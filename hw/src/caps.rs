@@ -163,8 +163,10 @@ layout! {
         ets: bool @ 0x1a5 [0x1],
         /// NIC receive and transmit flow tables are supported (`flow_table_nic_cap` is valid).
         nic_flow_table: bool @ 0x1a6 [0x1],
-        /// E-switch flow tables are supported (`flow_table_eswitch_cap` is valid).
-        eswitch_flow_table: bool @ 0x1a7 [0x1],
+        /// This function is the e-switch manager (Linux's `MLX5_ESWITCH_MANAGER`): the
+        /// e-switch pages (`e_switch_cap`, `flow_table_eswitch_cap`) are valid and
+        /// `devlink dev eswitch` applies to it.
+        eswitch_manager: bool @ 0x1a7 [0x1],
         /// On-device memory (MEMIC) is supported (`device_mem_cap` is valid).
         device_memory: bool @ 0x1a8 [0x1],
         /// The MCAM access register is supported.

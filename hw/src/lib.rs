@@ -28,6 +28,7 @@ pub mod devx;
 pub mod doorbell;
 pub mod eq;
 pub mod eqe;
+pub mod eswitch;
 pub mod flow;
 pub mod general_obj;
 pub mod hca;

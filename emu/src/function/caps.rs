@@ -183,6 +183,15 @@ impl CapSet {
             .set_max_indirection(16)
             .set_end_pad(true)
             .set_nic_flow_table(true)
+            // The e-switch manager of its port, as a ConnectX-6 Dx PF is (`fw::eswitch`):
+            // mlx5_core queries the two e-switch pages at probe and creates its e-switch in
+            // legacy mode, so `devlink dev eswitch show` answers; with no VFs (no SR-IOV
+            // capability) it enables no FDB, and the FDB page offers no tables (`ft_support`
+            // 0), so none is ever asked for. `vport_group_manager` makes mlx5e offer DCB
+            // (with `qos`) and lets it turn CQE compression on by its slow-PCI rule; LAG needs
+            // `lag_master` too, which stays 0.
+            .set_vport_group_manager(true)
+            .set_eswitch_manager(true)
             // Single flow counters (ALLOC_FLOW_COUNTER; no bulks, `flow_counter_bulk_alloc`
             // 0), up to `max_flow_counter` at once. QUERY_FLOW_COUNTER reads any run of
             // consecutive ones; `log_max_flow_counter_bulk` 0 has Linux read one at a time.

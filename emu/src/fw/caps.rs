@@ -47,6 +47,8 @@ pub(crate) fn query_hca_cap(core: &mut Core, op_mod: u16, output: &mut [u8]) -> 
             &core.hca.caps.device_mem
         }
         cap_type::GENERAL_DEVICE_2 => &core.hca.caps.general_2,
+        cap_type::ESWITCH_FLOW_TABLE => &super::eswitch::FLOW_TABLE_PAGE,
+        cap_type::ESWITCH => &super::eswitch::ESWITCH_PAGE,
         _ => {
             return Err(bad_param(
                 Syndrome::BadOpMod,

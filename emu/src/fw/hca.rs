@@ -396,7 +396,9 @@ pub(crate) fn access_reg(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
     Ok(())
 }
 
-fn check_own_vport(other_vport: bool, vport_number: u16) -> CmdResult {
+/// Refuses a vport other than the function's own: the model has no VFs or scalable
+/// functions, so its e-switch holds one vport.
+pub(crate) fn check_own_vport(other_vport: bool, vport_number: u16) -> CmdResult {
     if other_vport || vport_number != 0 {
         return Err(bad_param(
             Syndrome::BadVport,

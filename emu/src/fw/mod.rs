@@ -19,6 +19,7 @@ pub(crate) mod dc;
 mod dci;
 pub(crate) mod definer;
 pub(crate) mod devx;
+pub(crate) mod eswitch;
 mod flow_counter;
 pub(crate) mod flow_entry;
 pub(crate) mod general_object;
@@ -166,6 +167,8 @@ fn run(core: &mut Core, opcode: Opcode, op_mod: u16, input: &[u8], output: &mut 
         Opcode::ModifyNicVportContext => hca::modify_nic_vport_context(core, input),
         Opcode::QueryHcaVportPkey => hca::query_hca_vport_pkey(core, input, output),
         Opcode::QueryVportState => hca::query_vport_state(core, input, output),
+        Opcode::QueryEswVportContext => eswitch::query_esw_vport_context(core, input, output),
+        Opcode::QueryEswFunctions => eswitch::query_esw_functions(core, input, output),
         Opcode::QueryVportCounter => hca::query_vport_counter(core, input, output),
         Opcode::AllocUar => transport::alloc_uar(core, output),
         Opcode::DeallocUar => transport::dealloc_uar(core, input),

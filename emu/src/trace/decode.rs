@@ -57,6 +57,8 @@ fn input_fields(opcode: Opcode) -> &'static [FieldInfo] {
         O::ModifyNicVportContext => vport::ModifyNicVportContextIn::FIELDS,
         O::QueryHcaVportPkey => vport::QueryHcaVportPkeyIn::FIELDS,
         O::QueryVportState => vport::QueryVportStateIn::FIELDS,
+        O::QueryEswVportContext => cxdirect_hw::eswitch::QueryEswVportContextIn::FIELDS,
+        O::QueryEswFunctions => cxdirect_hw::eswitch::QueryEswFunctionsIn::FIELDS,
         O::QueryVportCounter => vport::QueryVportCounterIn::FIELDS,
         O::AllocUar => hca::AllocUarIn::FIELDS,
         O::DeallocUar => hca::DeallocUarIn::FIELDS,
