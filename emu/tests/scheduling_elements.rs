@@ -675,3 +675,75 @@ fn a_rate_limited_tsar_paces_the_sqs_under_it_together() {
     );
     assert_eq!(std::iter::from_fn(|| h.poll_cq(&mut cq)).count(), 60);
 }
+
+/// An RC requester in a queue group sends within the rates above it: libmlx5's
+/// `mlx5dv_modify_qp_sched_elem` names the QP's requester group, here a leaf under a TSAR
+/// limited to 1 Mb/s (125,000 bytes a second, a 64 KiB bucket). A 96 KiB RDMA WRITE (96
+/// packets at path MTU 1024, about 1,080 bytes each on the wire) goes out at once only as far
+/// as the bucket holds (about 60 packets); the rest follow within the rate on the RC timers,
+/// no other doorbell, and the WRITE completes with every byte in place after at least the
+/// 300 ms the remaining 37 KB take.
+#[test]
+fn an_rc_requester_in_a_rate_limited_queue_group_sends_within_its_rate() {
+    const BYTES: u64 = 96 << 10;
+    const PACKETS: u64 = 96;
+    let mut p = RcPair::new(
+        EmuConfig::default(),
+        MEM,
+        6,
+        6,
+        4,
+        RcPath::to(GID_B, MAC_B, 0),
+    );
+    let root = create_se(&mut p.b, element_type::TSAR, 0, 0, 1).expect("root, 1 Mb/s");
+    let group = create_se(&mut p.b, element_type::QUEUE_GROUP, root, 0, 0).expect("leaf");
+    let qpn = p.qp_b.qpn;
+    qp_groups(&mut p.b, Opcode::Rts2rtsQp, qpn, group, 0, true).expect("requester group");
+
+    let lkey = p.b.create_mkey(false, true);
+    let src = p.b.alloc(BYTES, 64);
+    let data: Vec<u8> = (0..BYTES).map(|i| (i * 7 % 251) as u8).collect();
+    p.b.write(src, &data);
+    let pd_a = p.a.pd;
+    let target = p.a.alloc(BYTES, 64);
+    let rights = RemoteRights {
+        write: true,
+        ..Default::default()
+    };
+    let rkey = p.a.create_remote_mkey(pd_a, target, BYTES, rights, 0x37);
+    let w = rc_wqe(
+        &p.qp_b.sq,
+        opcode::RDMA_WRITE,
+        0,
+        Some((target, rkey)),
+        None,
+        (src, lkey, BYTES as u32),
+    );
+    let sent = |p: &RcPair| p.b.dev.counters().tx_frames;
+    let before = sent(&p);
+    let start = std::time::Instant::now();
+    p.b.post(&mut p.qp_b.sq, &w, false);
+    p.settle();
+    let at_once = sent(&p) - before;
+    assert!(
+        (50..70).contains(&at_once),
+        "the bucket's worth of packets at once, not all {PACKETS}: {at_once}"
+    );
+    let mut completions = Vec::new();
+    while completions.is_empty() && start.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        p.settle();
+        completions = drain(&p.b, &mut p.cq_b);
+    }
+    assert_eq!(completions.len(), 1, "the WRITE completes");
+    assert_eq!(p.a.read(target, BYTES as usize), data);
+    assert!(
+        start.elapsed() >= std::time::Duration::from_millis(290),
+        "about 37 KB past the bucket take at least 296 ms at 125,000 bytes a second: {:?}",
+        start.elapsed()
+    );
+    // Every packet sent once (the ACKs B receives are not counted here).
+    assert_eq!(sent(&p) - before, PACKETS, "no packet sent twice");
+    qp_groups(&mut p.b, Opcode::Rts2rtsQp, qpn, 0, 0, true).expect("detach");
+    p.teardown();
+}

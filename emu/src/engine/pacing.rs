@@ -6,13 +6,19 @@
 //! `ibv_modify_qp_rate_limit` on raw packet QPs. An SQ in a queue group
 //! (`qos_queue_group_id`) also sends within the `max_average_bw` of that group and of every
 //! TSAR above it, each element one bucket that all the SQs under it share (mlx5e's HTB
-//! offload and mqprio rate limits, libmlx5's `mlx5dv_sched_*`). RC and UD QPs in a queue group
-//! are not paced.
+//! offload and mqprio rate limits, libmlx5's `mlx5dv_sched_*`).
 //!
 //! The send engine asks [`admit`] before each WQE and charges every frame it sends
 //! ([`charge`]); an SQ in debt stops where it is and is listed in `Core::paced` with the time
 //! its debt is paid, when the device's timers run it again (`engine::sq::resume_paced`). The
 //! bytes counted are the frame's, as it leaves the SQ (before transmit steering).
+//!
+//! An RC, UC or DC requester whose QP names a requester queue group
+//! (`qos_queue_group_id_requester`: libmlx5's `mlx5dv_modify_qp_sched_elem`) sends the packets
+//! of its SENDs and WRITEs within the same rates ([`requester_admits`] before each packet,
+//! [`charge_requester`] after it); one in debt stops where it is, as when the wire has no room,
+//! and the RC timers continue it. Its READ and atomic requests (one small packet each), a
+//! responder's packets (its responder group) and UD QPs are not paced.
 
 use crate::function::Core;
 use crate::objects::pacing::Rate;
@@ -39,28 +45,12 @@ pub(crate) fn admit(core: &mut Core, sqn: u32) -> bool {
         return true;
     }
     let now = Instant::now();
-    let mut until: Option<Instant> = None;
-    let mut wait = |result: Result<(), Instant>| {
-        if let Err(at) = result {
-            until = Some(until.map_or(at, |u| u.max(at)));
-        }
+    let mut until = match (entry, core.res.sqs.get_mut(sqn)) {
+        (Some(rate), Some(sq)) => sq.pacer.admit(rate, now).err(),
+        _ => None,
     };
-    if let (Some(rate), Some(sq)) = (entry, core.res.sqs.get_mut(sqn)) {
-        wait(sq.pacer.admit(rate, now));
-    }
-    let mut id = group;
-    for _ in 0..MAX_TREE_DEPTH {
-        let Some(element) = core.res.sched.get_mut(id) else {
-            break;
-        };
-        if element.max_average_bw != 0 {
-            wait(
-                element
-                    .pacer
-                    .admit(Rate::from_mbps(element.max_average_bw), now),
-            );
-        }
-        id = element.parent;
+    if let Some(at) = group_wait(core, group, now) {
+        until = Some(until.map_or(at, |u| u.max(at)));
     }
     let Some(at) = until else {
         return true;
@@ -81,7 +71,47 @@ pub(crate) fn charge(core: &mut Core, sqn: u32, bytes: usize) {
     if sq.rate_index != 0 {
         sq.pacer.charge(bytes);
     }
-    let mut id = core.res.sched.sq(sqn);
+    let group = core.res.sched.sq(sqn);
+    charge_group(core, group, bytes);
+}
+
+/// Whether the requester of QP `qpn` may send its next packet now: true unless a rate
+/// limited scheduling element at or above its requester queue group is in debt.
+pub(crate) fn requester_admits(core: &mut Core, qpn: u32) -> bool {
+    let group = core.res.sched.qp(qpn).0;
+    group == 0 || group_wait(core, group, Instant::now()).is_none()
+}
+
+/// Charges a packet of `bytes` that the requester of QP `qpn` sent to the rate limited
+/// scheduling elements at and above its requester queue group.
+pub(crate) fn charge_requester(core: &mut Core, qpn: u32, bytes: usize) {
+    let group = core.res.sched.qp(qpn).0;
+    charge_group(core, group, bytes);
+}
+
+/// When the rate limited elements from `group` up to its root are all out of debt: `None`
+/// when they are at `now`, else the latest time one of them is.
+fn group_wait(core: &mut Core, group: u32, now: Instant) -> Option<Instant> {
+    let mut until: Option<Instant> = None;
+    let mut id = group;
+    for _ in 0..MAX_TREE_DEPTH {
+        let Some(element) = core.res.sched.get_mut(id) else {
+            break;
+        };
+        if element.max_average_bw != 0 {
+            let rate = Rate::from_mbps(element.max_average_bw);
+            if let Err(at) = element.pacer.admit(rate, now) {
+                until = Some(until.map_or(at, |u| u.max(at)));
+            }
+        }
+        id = element.parent;
+    }
+    until
+}
+
+/// Charges `bytes` to every rate limited element from `group` up to its root.
+fn charge_group(core: &mut Core, group: u32, bytes: usize) {
+    let mut id = group;
     for _ in 0..MAX_TREE_DEPTH {
         let Some(element) = core.res.sched.get_mut(id) else {
             break;

@@ -141,6 +141,11 @@ impl SchedTable {
         self.sqs.get(&sqn).copied().unwrap_or(0)
     }
 
+    /// QP `qpn`'s requester and responder groups (0: none).
+    pub fn qp(&self, qpn: u32) -> (u32, u32) {
+        self.qps.get(&qpn).copied().unwrap_or((0, 0))
+    }
+
     /// Hands a closed user context's elements to the driver (uid 0), as its other objects are.
     pub fn disown(&mut self, uid: u16) {
         if privileged(uid) {

@@ -68,10 +68,13 @@ pub(super) fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcS
     let invalidate = req.opcode == opcode::SEND_INVAL;
     let with_imm = invalidate || matches!(req.opcode, opcode::SEND_IMM | opcode::RDMA_WRITE_IMM);
     let mut paused = None;
+    // A requester in a queue group sends within its rates (`engine::pacing`).
+    let paced = core.res.sched.qp(qpn).0 != 0;
     psn = (psn + req.from_packet) & PSN_MASK;
     for n in req.from_packet as usize..packets {
-        if room(core) == 0 {
-            // The rest waits for room at the peer's port; later device passes continue it.
+        if room(core) == 0 || (paced && !crate::engine::pacing::requester_admits(core, qpn)) {
+            // The rest waits for room at the peer's port, or for its queue group's rate to
+            // pay a debt; later device passes continue it.
             paused = Some(Sending {
                 index: req.index,
                 first_psn,
@@ -118,6 +121,9 @@ pub(super) fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcS
         let mut frame = std::mem::take(&mut s.frame);
         if build_frame(core, qpn, &t, &s.message[range], &mut frame) {
             crate::engine::sq::transmit(core, &frame);
+            if paced {
+                crate::engine::pacing::charge_requester(core, qpn, frame.len());
+            }
         }
         s.frame = frame;
         psn = (psn + 1) & PSN_MASK;
