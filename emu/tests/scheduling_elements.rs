@@ -747,3 +747,71 @@ fn an_rc_requester_in_a_rate_limited_queue_group_sends_within_its_rate() {
     qp_groups(&mut p.b, Opcode::Rts2rtsQp, qpn, 0, 0, true).expect("detach");
     p.teardown();
 }
+
+/// A responder in a queue group answers within the rates above it: A's QP names a responder
+/// group under a TSAR limited to 1 Mb/s, and B reads 96 KiB from A. A's READ responses go out
+/// at once only as far as the bucket holds; the rest follow within the rate on the RC timers,
+/// and the READ completes with every byte in place after at least 290 ms.
+#[test]
+fn an_rc_responder_in_a_rate_limited_queue_group_answers_within_its_rate() {
+    const BYTES: u64 = 96 << 10;
+    const PACKETS: u64 = 96;
+    let mut p = RcPair::new(
+        EmuConfig::default(),
+        MEM,
+        6,
+        6,
+        4,
+        RcPath::to(GID_B, MAC_B, 0),
+    );
+    let root = create_se(&mut p.a, element_type::TSAR, 0, 0, 1).expect("root, 1 Mb/s");
+    let group = create_se(&mut p.a, element_type::QUEUE_GROUP, root, 0, 0).expect("leaf");
+    let qpn_a = p.qp_a.qpn;
+    qp_groups(&mut p.a, Opcode::Rts2rtsQp, qpn_a, 0, group, true).expect("responder group");
+
+    let pd_a = p.a.pd;
+    let source = p.a.alloc(BYTES, 64);
+    let data: Vec<u8> = (0..BYTES).map(|i| (i * 13 % 241) as u8).collect();
+    p.a.write(source, &data);
+    let rights = RemoteRights {
+        read: true,
+        ..Default::default()
+    };
+    let rkey = p.a.create_remote_mkey(pd_a, source, BYTES, rights, 0x39);
+    let lkey = p.b.create_mkey(false, true);
+    let sink = p.b.alloc(BYTES, 64);
+    let w = rc_wqe(
+        &p.qp_b.sq,
+        opcode::RDMA_READ,
+        0,
+        Some((source, rkey)),
+        None,
+        (sink, lkey, BYTES as u32),
+    );
+    let sent = |p: &RcPair| p.a.dev.counters().tx_frames;
+    let before = sent(&p);
+    let start = std::time::Instant::now();
+    p.b.post(&mut p.qp_b.sq, &w, false);
+    p.settle();
+    let at_once = sent(&p) - before;
+    assert!(
+        (50..70).contains(&at_once),
+        "the bucket's worth of responses at once, not all {PACKETS}: {at_once}"
+    );
+    let mut completions = Vec::new();
+    while completions.is_empty() && start.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        p.settle();
+        completions = drain(&p.b, &mut p.cq_b);
+    }
+    assert_eq!(completions.len(), 1, "the READ completes");
+    assert_eq!(p.b.read(sink, BYTES as usize), data);
+    assert!(
+        start.elapsed() >= std::time::Duration::from_millis(290),
+        "about 37 KB past the bucket take at least 296 ms at 125,000 bytes a second: {:?}",
+        start.elapsed()
+    );
+    assert_eq!(sent(&p) - before, PACKETS, "every response sent once");
+    qp_groups(&mut p.a, Opcode::Rts2rtsQp, qpn_a, 0, 0, true).expect("detach");
+    p.teardown();
+}

@@ -13,12 +13,12 @@
 //! its debt is paid, when the device's timers run it again (`engine::sq::resume_paced`). The
 //! bytes counted are the frame's, as it leaves the SQ (before transmit steering).
 //!
-//! An RC, UC or DC requester whose QP names a requester queue group
-//! (`qos_queue_group_id_requester`: libmlx5's `mlx5dv_modify_qp_sched_elem`) sends the packets
-//! of its SENDs and WRITEs within the same rates ([`requester_admits`] before each packet,
-//! [`charge_requester`] after it); one in debt stops where it is, as when the wire has no room,
-//! and the RC timers continue it. Its READ and atomic requests (one small packet each), a
-//! responder's packets (its responder group) and UD QPs are not paced.
+//! An RC, UC or DC QP that names queue groups (`qos_queue_group_id_requester` and
+//! `_responder`: libmlx5's `mlx5dv_modify_qp_sched_elem`) sends within the same rates
+//! ([`group_admits`] before each packet, [`charge_group`] after it): its requester the
+//! packets of its SENDs and WRITEs, its responder every response and acknowledgement. One in
+//! debt stops where it is, as when the wire has no room, and the RC timers continue it. READ
+//! and atomic requests (one small packet each) and UD QPs are not paced.
 
 use crate::function::Core;
 use crate::objects::pacing::Rate;
@@ -75,18 +75,11 @@ pub(crate) fn charge(core: &mut Core, sqn: u32, bytes: usize) {
     charge_group(core, group, bytes);
 }
 
-/// Whether the requester of QP `qpn` may send its next packet now: true unless a rate
-/// limited scheduling element at or above its requester queue group is in debt.
-pub(crate) fn requester_admits(core: &mut Core, qpn: u32) -> bool {
-    let group = core.res.sched.qp(qpn).0;
-    group == 0 || group_wait(core, group, Instant::now()).is_none()
-}
-
-/// Charges a packet of `bytes` that the requester of QP `qpn` sent to the rate limited
-/// scheduling elements at and above its requester queue group.
-pub(crate) fn charge_requester(core: &mut Core, qpn: u32, bytes: usize) {
-    let group = core.res.sched.qp(qpn).0;
-    charge_group(core, group, bytes);
+/// Whether a queue's next packet may go now, the queue being in queue group `group` (a QP's
+/// requester or responder group): true unless a rate limited scheduling element at or above
+/// the group is in debt.
+pub(crate) fn group_admits(core: &mut Core, group: u32) -> bool {
+    group_wait(core, group, Instant::now()).is_none()
 }
 
 /// When the rate limited elements from `group` up to its root are all out of debt: `None`
@@ -109,8 +102,9 @@ fn group_wait(core: &mut Core, group: u32, now: Instant) -> Option<Instant> {
     until
 }
 
-/// Charges `bytes` to every rate limited element from `group` up to its root.
-fn charge_group(core: &mut Core, group: u32, bytes: usize) {
+/// Charges a packet of `bytes` sent from queue group `group` to every rate limited element
+/// from the group up to its root.
+pub(crate) fn charge_group(core: &mut Core, group: u32, bytes: usize) {
     let mut id = group;
     for _ in 0..MAX_TREE_DEPTH {
         let Some(element) = core.res.sched.get_mut(id) else {

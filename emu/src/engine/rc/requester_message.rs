@@ -69,10 +69,11 @@ pub(super) fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcS
     let with_imm = invalidate || matches!(req.opcode, opcode::SEND_IMM | opcode::RDMA_WRITE_IMM);
     let mut paused = None;
     // A requester in a queue group sends within its rates (`engine::pacing`).
-    let paced = core.res.sched.qp(qpn).0 != 0;
+    let group = core.res.sched.qp(qpn).0;
+    let paced = group != 0;
     psn = (psn + req.from_packet) & PSN_MASK;
     for n in req.from_packet as usize..packets {
-        if room(core) == 0 || (paced && !crate::engine::pacing::requester_admits(core, qpn)) {
+        if room(core) == 0 || (paced && !crate::engine::pacing::group_admits(core, group)) {
             // The rest waits for room at the peer's port, or for its queue group's rate to
             // pay a debt; later device passes continue it.
             paused = Some(Sending {
@@ -122,7 +123,7 @@ pub(super) fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcS
         if build_frame(core, qpn, &t, &s.message[range], &mut frame) {
             crate::engine::sq::transmit(core, &frame);
             if paced {
-                crate::engine::pacing::charge_requester(core, qpn, frame.len());
+                crate::engine::pacing::charge_group(core, group, frame.len());
             }
         }
         s.frame = frame;

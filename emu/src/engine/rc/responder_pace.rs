@@ -3,7 +3,8 @@
 //! wire whose far port holds a bounded FIFO, so a READ's responses, and the acknowledgements
 //! that follow them, go out only while that FIFO has room; the rest waits on the QP
 //! ([`Responder::owed`](crate::objects::rc::Responder)) and is continued, in PSN order, by
-//! later device passes ([`pace_all`], run with the RC timers).
+//! later device passes ([`pace_all`], run with the RC timers). A QP in a responder queue group
+//! likewise sends what it owes only while the group's rates allow (`engine::pacing`).
 
 use super::packet::{aeth, bth_opcode, build_frame, mtu_bytes, Transport, ACKNOWLEDGE, PSN_MASK};
 use super::qp_error::enter_error;
@@ -57,6 +58,7 @@ pub(super) fn owe(core: &mut Core, qpn: u32, owed: Owed) -> bool {
 /// anything went out.
 pub(super) fn pace(core: &mut Core, qpn: u32) -> bool {
     let mut sent = false;
+    let group = core.res.sched.qp(qpn).1;
     loop {
         let Some(qp) = core.res.qps.get_mut(qpn) else {
             return sent;
@@ -68,7 +70,7 @@ pub(super) fn pace(core: &mut Core, qpn: u32) -> bool {
         let Some(&mut owed) = qp.resp.owed.front_mut() else {
             return sent;
         };
-        if room(core) == 0 {
+        if room(core) == 0 || (group != 0 && !crate::engine::pacing::group_admits(core, group)) {
             return sent;
         }
         match owed {
@@ -258,6 +260,10 @@ fn transmit(
     let mut frame = std::mem::take(&mut core.rc_scratch.ack);
     if build_frame(core, qpn, &t, data.get(payload).unwrap_or(&[]), &mut frame) {
         crate::engine::sq::transmit(core, &frame);
+        let group = core.res.sched.qp(qpn).1;
+        if group != 0 {
+            crate::engine::pacing::charge_group(core, group, frame.len());
+        }
     }
     core.rc_scratch.ack = frame;
     core.rc_scratch.response = data;
