@@ -12,6 +12,7 @@
 //!   with hierarchy NIC, and SQs opened in a queue group (`qos_queue_group_id`).
 
 use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, RcPath, RemoteRights, GID_B, MAC_B};
+use cxdirect_emu::testkit::ud::{ud_wqe, UdAv, UdPair, UD_QKEY};
 use cxdirect_emu::testkit::{refused, CmdFail, Cq, Host};
 use cxdirect_emu::{EmuConfig, Syndrome};
 use cxdirect_hw::caps::CmdHcaCap;
@@ -813,5 +814,53 @@ fn an_rc_responder_in_a_rate_limited_queue_group_answers_within_its_rate() {
     );
     assert_eq!(sent(&p) - before, PACKETS, "every response sent once");
     qp_groups(&mut p.a, Opcode::Rts2rtsQp, qpn_a, 0, 0, true).expect("detach");
+    p.teardown();
+}
+
+/// A UD QP in a queue group sends within the rates above it: A's UD QP names a requester
+/// group under a TSAR limited to 1 Mb/s, and posts 100 datagrams of 1,000 bytes (about 1,070
+/// bytes each on the wire). The bucket lets about 61 go at once; the rest wait at their WQE
+/// and go on the device's timers, no other doorbell, after at least the 330 ms their 41 KB
+/// take, each datagram sent once and completed.
+#[test]
+fn a_ud_qp_in_a_rate_limited_queue_group_sends_within_its_rate() {
+    const DATAGRAMS: u64 = 100;
+    let mut p = UdPair::new(EmuConfig::default(), MEM, 7, 8, 4);
+    let root = create_se(&mut p.a, element_type::TSAR, 0, 0, 1).expect("root, 1 Mb/s");
+    let group = create_se(&mut p.a, element_type::QUEUE_GROUP, root, 0, 0).expect("leaf");
+    let qpn = p.ud_a.qpn;
+    qp_groups(&mut p.a, Opcode::Rts2rtsQp, qpn, group, 0, true).expect("requester group");
+
+    let lkey = p.a.create_mkey(false, true);
+    let src = p.a.alloc(1000, 64);
+    p.a.write(src, &[0x6b; 1000]);
+    let av = UdAv::to(GID_B, MAC_B, p.ud_b.qpn, UD_QKEY);
+    let sent = |p: &UdPair| p.a.dev.counters().ud_sent;
+    let before = sent(&p);
+    let start = std::time::Instant::now();
+    for _ in 0..DATAGRAMS {
+        let w = ud_wqe(&p.ud_a.sq, opcode::SEND, 0, &av, &[(src, lkey, 1000)]);
+        p.a.post(&mut p.ud_a.sq, &w, false);
+    }
+    p.settle();
+    let at_once = sent(&p) - before;
+    assert!(
+        (50..70).contains(&at_once),
+        "the bucket's worth of datagrams at once, not all {DATAGRAMS}: {at_once}"
+    );
+    let mut completed = 0;
+    while completed < DATAGRAMS && start.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        p.settle();
+        completed += std::iter::from_fn(|| p.a.poll_cq(&mut p.cq_a)).count() as u64;
+    }
+    assert_eq!(completed, DATAGRAMS, "every datagram completes");
+    assert_eq!(sent(&p) - before, DATAGRAMS, "each sent once");
+    assert!(
+        start.elapsed() >= std::time::Duration::from_millis(300),
+        "about 41 KB past the bucket take at least 330 ms at 125,000 bytes a second: {:?}",
+        start.elapsed()
+    );
+    qp_groups(&mut p.a, Opcode::Rts2rtsQp, qpn, 0, 0, true).expect("detach");
     p.teardown();
 }

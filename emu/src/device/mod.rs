@@ -755,16 +755,17 @@ fn pump_local(shared: &Shared) -> bool {
     engine::loopback::drain(&mut core)
 }
 
-/// Runs the function's due RC timers and the paced SQs whose wait is over; whether they sent
-/// anything.
+/// Runs the function's due RC timers and the paced SQs and UD QPs whose wait is over; whether
+/// they sent anything.
 fn run_timers(shared: &Shared) -> bool {
     let mut core = lock(&shared.core);
     let now = std::time::Instant::now();
     let rc = engine::rc::run_timers(&mut core, now);
-    engine::sq::resume_paced(&mut core, now) | rc
+    let ud = engine::ud::send::resume_paced(&mut core, now);
+    engine::sq::resume_paced(&mut core, now) | rc | ud
 }
 
-/// When the function's next timer is due: an RC timer or a paced SQ's wait.
+/// When the function's next timer is due: an RC timer or a paced SQ's or UD QP's wait.
 fn next_deadline(core: &crate::function::Core) -> Option<std::time::Instant> {
     let rc = engine::rc::next_deadline(core);
     let paced = engine::pacing::next_deadline(core);

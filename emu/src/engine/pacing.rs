@@ -17,8 +17,11 @@
 //! `_responder`: libmlx5's `mlx5dv_modify_qp_sched_elem`) sends within the same rates
 //! ([`group_admits`] before each packet, [`charge_group`] after it): its requester the
 //! packets of its SENDs and WRITEs, its responder every response and acknowledgement. One in
-//! debt stops where it is, as when the wire has no room, and the RC timers continue it. READ
-//! and atomic requests (one small packet each) and UD QPs are not paced.
+//! debt stops where it is, as when the wire has no room, and the RC timers continue it. A UD
+//! QP in a requester group asks [`ud_admits`] before each WQE and stops there while in debt,
+//! listed in `Core::paced_ud` until the device's timers run it again
+//! (`engine::ud::send::resume_paced`). READ and atomic requests (one small packet each) are
+//! not paced.
 
 use crate::function::Core;
 use crate::objects::pacing::Rate;
@@ -117,9 +120,37 @@ pub(crate) fn charge_group(core: &mut Core, group: u32, bytes: usize) {
     }
 }
 
-/// When the first paced SQ may go on, if any waits.
+/// Whether UD QP `qpn` may send its next WQE now: true unless a rate limited element at or
+/// above its requester queue group is in debt; a QP that must wait is listed in
+/// `core.paced_ud` with the time it may go on.
+pub(crate) fn ud_admits(core: &mut Core, qpn: u32) -> bool {
+    let group = core.res.sched.qp(qpn).0;
+    if group == 0 {
+        return true;
+    }
+    let Some(at) = group_wait(core, group, Instant::now()) else {
+        return true;
+    };
+    match core.paced_ud.iter_mut().find(|(q, _)| *q == qpn) {
+        Some(waiting) => waiting.1 = at,
+        None => core.paced_ud.push((qpn, at)),
+    }
+    false
+}
+
+/// When the first paced SQ or UD QP may go on, if any waits.
 pub(crate) fn next_deadline(core: &Core) -> Option<Instant> {
-    core.paced.iter().map(|&(_, at)| at).min()
+    core.paced
+        .iter()
+        .chain(&core.paced_ud)
+        .map(|&(_, at)| at)
+        .min()
+}
+
+/// Takes one paced UD QP whose wait is over at `now` off the list; `None` when none is due.
+pub(crate) fn take_due_ud(core: &mut Core, now: Instant) -> Option<u32> {
+    let at = core.paced_ud.iter().position(|&(_, at)| at <= now)?;
+    Some(core.paced_ud.swap_remove(at).0)
 }
 
 /// Takes one paced SQ whose wait is over at `now` off the list; `None` when none is due.

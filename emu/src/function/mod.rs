@@ -100,6 +100,9 @@ pub(crate) struct Core {
     /// Paced SQs waiting for their rate to pay a debt, with when it is paid
     /// (`engine::pacing`).
     pub paced: Vec<(u32, std::time::Instant)>,
+    /// UD QPs whose requester queue group's rates stopped them, with when they may go on
+    /// (`engine::pacing`).
+    pub paced_ud: Vec<(u32, std::time::Instant)>,
 }
 
 impl Core {
@@ -132,6 +135,7 @@ impl Core {
             sig_pending: Default::default(),
             late_commands: Vec::new(),
             paced: Vec::new(),
+            paced_ud: Vec::new(),
             last_answers: Vec::new(),
             open_sessions: Vec::new(),
             local_loopback: Default::default(),

@@ -76,8 +76,12 @@ fn run_posted(core: &mut Core, qpn: u32) {
     let mut s = std::mem::take(&mut core.ud_scratch);
     while let Some(qp) = core.res.ud_qps.get(qpn) {
         let index = qp.sq_consumed;
-        // A send queue stopped at a page fault waits for PAGE_FAULT_RESUME.
+        // A send queue stopped at a page fault waits for PAGE_FAULT_RESUME; one whose queue
+        // group is in debt, for the device's timers.
         if index == pi || qp.state != state::RTS || qp.req.page_fault.is_some() {
+            break;
+        }
+        if !crate::engine::pacing::ud_admits(core, qpn) {
             break;
         }
         match execute(core, qpn, index, pi, &mut s) {
@@ -99,6 +103,24 @@ fn run_posted(core: &mut Core, qpn: u32) {
         }
     }
     core.ud_scratch = s;
+}
+
+/// Runs again the UD QPs whose queue group's rates stopped them and whose wait is over at
+/// `now`; whether any ran.
+pub(crate) fn resume_paced(core: &mut Core, now: std::time::Instant) -> bool {
+    let mut ran = false;
+    while let Some(qpn) = crate::engine::pacing::take_due_ud(core, now) {
+        if core
+            .res
+            .ud_qps
+            .get(qpn)
+            .is_some_and(|qp| qp.state == state::RTS)
+        {
+            run_posted(core, qpn);
+            ran = true;
+        }
+    }
+    ran
 }
 
 /// Send WQE `index` (producer index `pi`, `ds` its size, 0 when unknown) of QP `qpn` failed:
@@ -258,6 +280,10 @@ fn execute(
     };
     build_routed(&route, &t, &s.payload, &mut s.frame);
     crate::engine::sq::transmit_from_qp(core, &s.frame, qpn);
+    let group = core.res.sched.qp(qpn).0;
+    if group != 0 {
+        crate::engine::pacing::charge_group(core, group, s.frame.len());
+    }
     add(&core.counters.ud_sent, 1);
     if let Some(qp) = core.res.ud_qps.get_mut(qpn) {
         qp.next_send_psn = (psn + 1) & PSN_MASK;
