@@ -677,33 +677,75 @@ fn a_rate_limited_tsar_paces_the_sqs_under_it_together() {
     assert_eq!(std::iter::from_fn(|| h.poll_cq(&mut cq)).count(), 60);
 }
 
-/// An RC requester in a queue group sends within the rates above it: libmlx5's
-/// `mlx5dv_modify_qp_sched_elem` names the QP's requester group, here a leaf under a TSAR
-/// limited to 1 Mb/s (125,000 bytes a second, a 64 KiB bucket). A 96 KiB RDMA WRITE (96
-/// packets at path MTU 1024, about 1,080 bytes each on the wire) goes out at once only as far
-/// as the bucket holds (about 60 packets); the rest follow within the rate on the RC timers,
-/// no other doorbell, and the WRITE completes with every byte in place after at least the
-/// 300 ms the remaining 37 KB take.
-#[test]
-fn an_rc_requester_in_a_rate_limited_queue_group_sends_within_its_rate() {
-    const BYTES: u64 = 96 << 10;
-    const PACKETS: u64 = 96;
-    let mut p = RcPair::new(
+/// A leaf under a root TSAR limited to 1 Mb/s (125,000 bytes a second, a 64 KiB bucket),
+/// created on `h`: the leaf's id.
+fn one_megabit_group(h: &mut Host) -> u32 {
+    let root = create_se(h, element_type::TSAR, 0, 0, 1).expect("root, 1 Mb/s");
+    create_se(h, element_type::QUEUE_GROUP, root, 0, 0).expect("leaf")
+}
+
+/// Two RC QPs, B's targeting A, on a pair wire.
+fn rc_pair() -> RcPair {
+    RcPair::new(
         EmuConfig::default(),
         MEM,
         6,
         6,
         4,
         RcPath::to(GID_B, MAC_B, 0),
+    )
+}
+
+/// A deterministic pattern of `bytes` bytes.
+fn pattern(bytes: u64, step: u64) -> Vec<u8> {
+    (0..bytes).map(|i| (i * step % 251) as u8).collect()
+}
+
+/// Lets a paced sender go on: every 20 ms both functions take what reached them and run
+/// their timers (the queues whose wait is over go on), until `done` says so or 20 s have
+/// passed.
+fn settle_until(a: &Host, b: &Host, mut done: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() && start.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        for _ in 0..4 {
+            b.dev.poll();
+            a.dev.poll();
+        }
+    }
+}
+
+/// `at_once` of a paced sender's packets went before the timers ran (the bucket's worth, not
+/// all `total`), and all `total` only after `at_least` since `start`.
+fn paced(at_once: u64, total: u64, start: std::time::Instant, at_least_ms: u64) {
+    assert!(
+        (50..70).contains(&at_once),
+        "the bucket's worth of packets at once, not all {total}: {at_once}"
     );
-    let root = create_se(&mut p.b, element_type::TSAR, 0, 0, 1).expect("root, 1 Mb/s");
-    let group = create_se(&mut p.b, element_type::QUEUE_GROUP, root, 0, 0).expect("leaf");
+    assert!(
+        start.elapsed() >= std::time::Duration::from_millis(at_least_ms),
+        "what passed the bucket takes at least {at_least_ms} ms at 125,000 bytes a second: {:?}",
+        start.elapsed()
+    );
+}
+
+/// An RC requester in a queue group sends within the rates above it: libmlx5's
+/// `mlx5dv_modify_qp_sched_elem` names B's QP's requester group, a leaf under a TSAR limited
+/// to 1 Mb/s. A 96 KiB RDMA WRITE (96 packets at path MTU 1024, about 1,080 bytes each on the
+/// wire) goes out at once only as far as the bucket holds (about 60 packets); the rest follow
+/// within the rate on the RC timers, no other doorbell, and the WRITE completes with every
+/// byte in place after at least the 300 ms the remaining 37 KB take, each packet sent once.
+#[test]
+fn an_rc_requester_in_a_rate_limited_queue_group_sends_within_its_rate() {
+    const BYTES: u64 = 96 << 10;
+    let mut p = rc_pair();
+    let group = one_megabit_group(&mut p.b);
     let qpn = p.qp_b.qpn;
     qp_groups(&mut p.b, Opcode::Rts2rtsQp, qpn, group, 0, true).expect("requester group");
 
     let lkey = p.b.create_mkey(false, true);
     let src = p.b.alloc(BYTES, 64);
-    let data: Vec<u8> = (0..BYTES).map(|i| (i * 7 % 251) as u8).collect();
+    let data = pattern(BYTES, 7);
     p.b.write(src, &data);
     let pd_a = p.a.pd;
     let target = p.a.alloc(BYTES, 64);
@@ -720,31 +762,24 @@ fn an_rc_requester_in_a_rate_limited_queue_group_sends_within_its_rate() {
         None,
         (src, lkey, BYTES as u32),
     );
-    let sent = |p: &RcPair| p.b.dev.counters().tx_frames;
-    let before = sent(&p);
+    let before = p.b.dev.counters().tx_frames;
     let start = std::time::Instant::now();
     p.b.post(&mut p.qp_b.sq, &w, false);
     p.settle();
-    let at_once = sent(&p) - before;
-    assert!(
-        (50..70).contains(&at_once),
-        "the bucket's worth of packets at once, not all {PACKETS}: {at_once}"
-    );
+    let at_once = p.b.dev.counters().tx_frames - before;
     let mut completions = Vec::new();
-    while completions.is_empty() && start.elapsed() < std::time::Duration::from_secs(20) {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        p.settle();
-        completions = drain(&p.b, &mut p.cq_b);
-    }
+    settle_until(&p.a, &p.b, || {
+        completions.extend(drain(&p.b, &mut p.cq_b));
+        !completions.is_empty()
+    });
     assert_eq!(completions.len(), 1, "the WRITE completes");
     assert_eq!(p.a.read(target, BYTES as usize), data);
-    assert!(
-        start.elapsed() >= std::time::Duration::from_millis(290),
-        "about 37 KB past the bucket take at least 296 ms at 125,000 bytes a second: {:?}",
-        start.elapsed()
+    paced(at_once, 96, start, 290);
+    assert_eq!(
+        p.b.dev.counters().tx_frames - before,
+        96,
+        "no packet sent twice"
     );
-    // Every packet sent once (the ACKs B receives are not counted here).
-    assert_eq!(sent(&p) - before, PACKETS, "no packet sent twice");
     qp_groups(&mut p.b, Opcode::Rts2rtsQp, qpn, 0, 0, true).expect("detach");
     p.teardown();
 }
@@ -752,27 +787,19 @@ fn an_rc_requester_in_a_rate_limited_queue_group_sends_within_its_rate() {
 /// A responder in a queue group answers within the rates above it: A's QP names a responder
 /// group under a TSAR limited to 1 Mb/s, and B reads 96 KiB from A. A's READ responses go out
 /// at once only as far as the bucket holds; the rest follow within the rate on the RC timers,
-/// and the READ completes with every byte in place after at least 290 ms.
+/// and the READ completes with every byte in place after at least 290 ms, each response sent
+/// once.
 #[test]
 fn an_rc_responder_in_a_rate_limited_queue_group_answers_within_its_rate() {
     const BYTES: u64 = 96 << 10;
-    const PACKETS: u64 = 96;
-    let mut p = RcPair::new(
-        EmuConfig::default(),
-        MEM,
-        6,
-        6,
-        4,
-        RcPath::to(GID_B, MAC_B, 0),
-    );
-    let root = create_se(&mut p.a, element_type::TSAR, 0, 0, 1).expect("root, 1 Mb/s");
-    let group = create_se(&mut p.a, element_type::QUEUE_GROUP, root, 0, 0).expect("leaf");
+    let mut p = rc_pair();
+    let group = one_megabit_group(&mut p.a);
     let qpn_a = p.qp_a.qpn;
     qp_groups(&mut p.a, Opcode::Rts2rtsQp, qpn_a, 0, group, true).expect("responder group");
 
     let pd_a = p.a.pd;
     let source = p.a.alloc(BYTES, 64);
-    let data: Vec<u8> = (0..BYTES).map(|i| (i * 13 % 241) as u8).collect();
+    let data = pattern(BYTES, 13);
     p.a.write(source, &data);
     let rights = RemoteRights {
         read: true,
@@ -789,30 +816,24 @@ fn an_rc_responder_in_a_rate_limited_queue_group_answers_within_its_rate() {
         None,
         (sink, lkey, BYTES as u32),
     );
-    let sent = |p: &RcPair| p.a.dev.counters().tx_frames;
-    let before = sent(&p);
+    let before = p.a.dev.counters().tx_frames;
     let start = std::time::Instant::now();
     p.b.post(&mut p.qp_b.sq, &w, false);
     p.settle();
-    let at_once = sent(&p) - before;
-    assert!(
-        (50..70).contains(&at_once),
-        "the bucket's worth of responses at once, not all {PACKETS}: {at_once}"
-    );
+    let at_once = p.a.dev.counters().tx_frames - before;
     let mut completions = Vec::new();
-    while completions.is_empty() && start.elapsed() < std::time::Duration::from_secs(20) {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        p.settle();
-        completions = drain(&p.b, &mut p.cq_b);
-    }
+    settle_until(&p.a, &p.b, || {
+        completions.extend(drain(&p.b, &mut p.cq_b));
+        !completions.is_empty()
+    });
     assert_eq!(completions.len(), 1, "the READ completes");
     assert_eq!(p.b.read(sink, BYTES as usize), data);
-    assert!(
-        start.elapsed() >= std::time::Duration::from_millis(290),
-        "about 37 KB past the bucket take at least 296 ms at 125,000 bytes a second: {:?}",
-        start.elapsed()
+    paced(at_once, 96, start, 290);
+    assert_eq!(
+        p.a.dev.counters().tx_frames - before,
+        96,
+        "every response sent once"
     );
-    assert_eq!(sent(&p) - before, PACKETS, "every response sent once");
     qp_groups(&mut p.a, Opcode::Rts2rtsQp, qpn_a, 0, 0, true).expect("detach");
     p.teardown();
 }
@@ -826,8 +847,7 @@ fn an_rc_responder_in_a_rate_limited_queue_group_answers_within_its_rate() {
 fn a_ud_qp_in_a_rate_limited_queue_group_sends_within_its_rate() {
     const DATAGRAMS: u64 = 100;
     let mut p = UdPair::new(EmuConfig::default(), MEM, 7, 8, 4);
-    let root = create_se(&mut p.a, element_type::TSAR, 0, 0, 1).expect("root, 1 Mb/s");
-    let group = create_se(&mut p.a, element_type::QUEUE_GROUP, root, 0, 0).expect("leaf");
+    let group = one_megabit_group(&mut p.a);
     let qpn = p.ud_a.qpn;
     qp_groups(&mut p.a, Opcode::Rts2rtsQp, qpn, group, 0, true).expect("requester group");
 
@@ -835,31 +855,25 @@ fn a_ud_qp_in_a_rate_limited_queue_group_sends_within_its_rate() {
     let src = p.a.alloc(1000, 64);
     p.a.write(src, &[0x6b; 1000]);
     let av = UdAv::to(GID_B, MAC_B, p.ud_b.qpn, UD_QKEY);
-    let sent = |p: &UdPair| p.a.dev.counters().ud_sent;
-    let before = sent(&p);
+    let before = p.a.dev.counters().ud_sent;
     let start = std::time::Instant::now();
     for _ in 0..DATAGRAMS {
         let w = ud_wqe(&p.ud_a.sq, opcode::SEND, 0, &av, &[(src, lkey, 1000)]);
         p.a.post(&mut p.ud_a.sq, &w, false);
     }
     p.settle();
-    let at_once = sent(&p) - before;
-    assert!(
-        (50..70).contains(&at_once),
-        "the bucket's worth of datagrams at once, not all {DATAGRAMS}: {at_once}"
-    );
+    let at_once = p.a.dev.counters().ud_sent - before;
     let mut completed = 0;
-    while completed < DATAGRAMS && start.elapsed() < std::time::Duration::from_secs(20) {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        p.settle();
-        completed += std::iter::from_fn(|| p.a.poll_cq(&mut p.cq_a)).count() as u64;
-    }
+    settle_until(&p.a, &p.b, || {
+        completed += drain(&p.a, &mut p.cq_a).len() as u64;
+        completed == DATAGRAMS
+    });
     assert_eq!(completed, DATAGRAMS, "every datagram completes");
-    assert_eq!(sent(&p) - before, DATAGRAMS, "each sent once");
-    assert!(
-        start.elapsed() >= std::time::Duration::from_millis(300),
-        "about 41 KB past the bucket take at least 330 ms at 125,000 bytes a second: {:?}",
-        start.elapsed()
+    paced(at_once, DATAGRAMS, start, 300);
+    assert_eq!(
+        p.a.dev.counters().ud_sent - before,
+        DATAGRAMS,
+        "each sent once"
     );
     qp_groups(&mut p.a, Opcode::Rts2rtsQp, qpn, 0, 0, true).expect("detach");
     p.teardown();
