@@ -1,5 +1,6 @@
 //! Access registers: the ACCESS_REG command, register ids, and the port registers PAOS (port
-//! administrative and operational status) and PMTU (port MTU).
+//! administrative and operational status), PMTU (port MTU), PTYS, PFCC, PPCNT, and the ETS
+//! registers QTCT and QETCR.
 //!
 //! ACCESS_REG carries the register's bytes after its 16-byte header in both directions: written
 //! from the input for a write (`op_mod` [`ACCESS_REG_OP_MOD_WRITE`]), returned in the output for a
@@ -12,6 +13,11 @@ use crate::layout;
 pub const REG_PCAP: u16 = 0x5001;
 /// Register id of PMLP, port module to local port mapping (`MLX5_REG_PMLP`).
 pub const REG_PMLP: u16 = 0x5002;
+/// Register id of QETCR, the port's ETS configuration: each traffic class's group,
+/// bandwidth share and rate limit (`MLX5_REG_QETCR`): see [`QetcReg`].
+pub const REG_QETCR: u16 = 0x4005;
+/// Register id of QTCT, the traffic class of a priority (`MLX5_REG_QTCT`): see [`QtctReg`].
+pub const REG_QTCT: u16 = 0x400a;
 /// Register id of PMTU, port MTU (`MLX5_REG_PMTU`): see [`PmtuReg`].
 pub const REG_PMTU: u16 = 0x5003;
 /// Register id of PTYS, port type and speed (`MLX5_REG_PTYS`).
@@ -232,5 +238,67 @@ layout! {
         pprx: bool @ 0x60 [0x1],
         /// Per-priority flow control: priorities that honour PFC frames.
         pfcrx: u8 @ 0x68 [0x8],
+    }
+}
+
+layout! {
+    /// QTCT: the traffic class one priority is sent in.
+    pub struct QtctReg("qtct_reg", 0x8) {
+        /// Local port number (Linux writes 0, reads with 1: both the function's port).
+        port_number: u8 @ 0x8 [0x8],
+        /// The priority (0-7).
+        prio: u8 @ 0x1d [0x3],
+        /// Its traffic class (at most the general page's `max_tc` less 1).
+        tclass: u8 @ 0x3d [0x3],
+    }
+}
+
+/// Byte offset of [`QetcReg`]'s first traffic class entry ([`EtsTcnConfigReg`]), each
+/// [`ETS_TC_ENTRY_BYTES`] long.
+pub const QETC_TC_CONFIGURATION_BYTE: usize = 0x8;
+/// Bytes of one traffic class entry of QETCR.
+pub const ETS_TC_ENTRY_BYTES: usize = 0x8;
+/// Traffic class entries in QETCR.
+pub const ETS_TCS: usize = 8;
+
+/// `max_bw_units` of an ETS rate limit (`MLX5_BW_NO_LIMIT`, `MLX5_100_MBPS_UNIT`,
+/// `MLX5_GBPS_UNIT`).
+pub mod ets_bw_units {
+    /// No rate limit.
+    pub const NO_LIMIT: u8 = 0;
+    /// `max_bw_value` counts 100 Mb/s.
+    pub const HUNDRED_MBPS: u8 = 3;
+    /// `max_bw_value` counts 1 Gb/s.
+    pub const GBPS: u8 = 4;
+}
+
+layout! {
+    /// QETCR: the port's enhanced transmission selection, one [`EtsTcnConfigReg`] per traffic
+    /// class from byte [`QETC_TC_CONFIGURATION_BYTE`], then a global rate limit.
+    pub struct QetcReg("qetc_reg", 0x50) {
+        /// Local port number (Linux writes 0 or 1 and reads with 0: the function's port).
+        port_number: u8 @ 0x8 [0x8],
+    }
+}
+
+layout! {
+    /// One traffic class's ETS configuration in QETCR (`ets_tcn_config_reg`). A write
+    /// changes only the fields whose bit (`g`, `b`, `r`) it sets.
+    pub struct EtsTcnConfigReg("ets_tcn_config_reg", 0x8) {
+        /// The write sets `group`.
+        g: bool @ 0x0 [0x1],
+        /// The write sets `bw_allocation`.
+        b: bool @ 0x1 [0x1],
+        /// The write sets the rate limit (`max_bw_units`, `max_bw_value`).
+        r: bool @ 0x2 [0x1],
+        /// The class's group: 7 the vendor group, lower numbers strict priority groups above
+        /// the ETS group 0.
+        group: u8 @ 0xc [0x4],
+        /// The class's share of its group's bandwidth, in percent (0-100).
+        bw_allocation: u8 @ 0x19 [0x7],
+        /// Unit of `max_bw_value` (see [`ets_bw_units`]).
+        max_bw_units: u8 @ 0x2c [0x4],
+        /// The class's rate limit in `max_bw_units` (Linux 6.12's 8 bits).
+        max_bw_value: u8 @ 0x38 [0x8],
     }
 }

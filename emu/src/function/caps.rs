@@ -192,6 +192,10 @@ impl CapSet {
             // `lag_master` too, which stays 0.
             .set_vport_group_manager(true)
             .set_eswitch_manager(true)
+            // Enhanced transmission selection (`fw::ets`: QTCT and QETCR): mlx5e sets every
+            // priority's class and every class's group and share at probe (`mlx5e_ets_init`)
+            // and serves `dcb ets` and `dcb maxrate` from them.
+            .set_ets(true)
             // Single flow counters (ALLOC_FLOW_COUNTER; no bulks, `flow_counter_bulk_alloc`
             // 0), up to `max_flow_counter` at once. QUERY_FLOW_COUNTER reads any run of
             // consecutive ones; `log_max_flow_counter_bulk` 0 has Linux read one at a time.

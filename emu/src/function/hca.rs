@@ -168,6 +168,36 @@ pub(crate) struct PortState {
     /// Per-priority flow control settings (PFCC), one bit per priority.
     pub pfc_tx: u8,
     pub pfc_rx: u8,
+    /// The traffic class of each priority (QTCT).
+    pub prio_tc: [u8; 8],
+    /// Each traffic class's ETS configuration (QETCR): kept and reported; the wire never
+    /// congests, so neither groups nor shares nor rate limits change what is sent.
+    pub ets: [EtsClass; 8],
+}
+
+/// One traffic class's ETS configuration, as QETCR carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EtsClass {
+    /// Its group (7 the vendor group).
+    pub group: u8,
+    /// Its share of the group's bandwidth, percent.
+    pub bw_allocation: u8,
+    /// Its rate limit's unit (`ets_bw_units`) and value.
+    pub max_bw_units: u8,
+    pub max_bw_value: u8,
+}
+
+impl Default for EtsClass {
+    /// What a port holds before any write (not public): the vendor group, all of its
+    /// bandwidth, no rate limit; mlx5e's `mlx5e_ets_init` writes the same at probe.
+    fn default() -> Self {
+        Self {
+            group: 7,
+            bw_allocation: 100,
+            max_bw_units: 0,
+            max_bw_value: 0,
+        }
+    }
 }
 
 impl PortState {
@@ -190,6 +220,8 @@ impl PortState {
             pause_rx: false,
             pfc_tx: 0,
             pfc_rx: 0,
+            prio_tc: [0, 1, 2, 3, 4, 5, 6, 7],
+            ets: [EtsClass::default(); 8],
         }
     }
 

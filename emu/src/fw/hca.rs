@@ -372,6 +372,8 @@ pub(crate) fn access_reg(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
                     .set_pfcrx(core.port.pfc_rx);
             }
         }
+        reg::REG_QTCT => super::ets::qtct(core, write, data, &mut reply)?,
+        reg::REG_QETCR => super::ets::qetcr(core, write, data, &mut reply)?,
         reg::REG_HOST_ENDIANNESS => {}
         // Read only: the description is the firmware's own.
         reg::REG_NODE_DESC if !write => {

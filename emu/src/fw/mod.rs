@@ -20,6 +20,7 @@ mod dci;
 pub(crate) mod definer;
 pub(crate) mod devx;
 pub(crate) mod eswitch;
+mod ets;
 mod flow_counter;
 pub(crate) mod flow_entry;
 pub(crate) mod general_object;

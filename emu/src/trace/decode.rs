@@ -173,6 +173,8 @@ fn register_fields(register_id: u16) -> Option<&'static [FieldInfo]> {
         reg::REG_PTYS => Some(reg::PtysReg::FIELDS),
         reg::REG_PPCNT => Some(reg::PpcntReg::FIELDS),
         reg::REG_PFCC => Some(reg::PfccReg::FIELDS),
+        reg::REG_QTCT => Some(reg::QtctReg::FIELDS),
+        reg::REG_QETCR => Some(reg::QetcReg::FIELDS),
         _ => None,
     }
 }
