@@ -63,6 +63,15 @@ fn qetcr(port: u8, mut fill: impl FnMut(usize, &mut EtsTcnConfigReg<&mut [u8]>))
     bytes
 }
 
+/// Writes a whole QETCR built by [`qetcr`].
+fn write_qetcr(
+    h: &mut Host,
+    port: u8,
+    fill: impl FnMut(usize, &mut EtsTcnConfigReg<&mut [u8]>),
+) -> Result<Vec<u8>, CmdFail> {
+    access(h, REG_QETCR, true, &qetcr(port, fill))
+}
+
 /// Each class's (group, share, rate unit, rate value) as a QETCR read returns them.
 fn classes(h: &mut Host) -> Vec<(u8, u8, u8, u8)> {
     let out = access(h, REG_QETCR, false, &[0u8; QETC_BYTES]).expect("QETCR read");
@@ -106,23 +115,13 @@ fn mlx5e_ets_init_and_dcb_ets_read_back_what_they_wrote() {
     for (prio, &tc) in map.iter().enumerate() {
         access(&mut h, REG_QTCT, true, &qtct(0, prio as u8, tc)).expect("QTCT write");
     }
-    access(
-        &mut h,
-        REG_QETCR,
-        true,
-        &qetcr(0, |_, e| {
-            e.set_g(true).set_group(7);
-        }),
-    )
+    write_qetcr(&mut h, 0, |_, e| {
+        e.set_g(true).set_group(7);
+    })
     .expect("QETCR groups");
-    access(
-        &mut h,
-        REG_QETCR,
-        true,
-        &qetcr(0, |_, e| {
-            e.set_b(true).set_bw_allocation(100);
-        }),
-    )
+    write_qetcr(&mut h, 0, |_, e| {
+        e.set_b(true).set_bw_allocation(100);
+    })
     .expect("QETCR shares");
     assert_eq!(prio_map(&mut h), map);
     assert_eq!(classes(&mut h), vec![(7, 100, 0, 0); 8]);
@@ -130,42 +129,27 @@ fn mlx5e_ets_init_and_dcb_ets_read_back_what_they_wrote() {
     // `dcb ets set ... tc-tsa 0:ets 1:ets 2:strict ... tc-bw 0:70 1:30`: the ETS classes in
     // group 0, the strict ones in groups 1 up (mlx5e_build_tc_group), each write changing
     // only the fields its bits name.
-    access(
-        &mut h,
-        REG_QETCR,
-        true,
-        &qetcr(0, |tc, e| {
-            e.set_g(true)
-                .set_group(if tc < 2 { 0 } else { tc as u8 - 1 });
-        }),
-    )
+    write_qetcr(&mut h, 0, |tc, e| {
+        e.set_g(true)
+            .set_group(if tc < 2 { 0 } else { tc as u8 - 1 });
+    })
     .expect("groups");
-    access(
-        &mut h,
-        REG_QETCR,
-        true,
-        &qetcr(0, |tc, e| {
-            e.set_b(true)
-                .set_bw_allocation([70, 30, 100, 100, 100, 100, 100, 100][tc]);
-        }),
-    )
+    write_qetcr(&mut h, 0, |tc, e| {
+        e.set_b(true)
+            .set_bw_allocation([70, 30, 100, 100, 100, 100, 100, 100][tc]);
+    })
     .expect("shares");
     // `dcb maxrate set ... tc-maxrate 0:1gbit 1:500mbit`: port_number 1, every `r` bit.
-    access(
-        &mut h,
-        REG_QETCR,
-        true,
-        &qetcr(1, |tc, e| {
-            let (units, value) = match tc {
-                0 => (ets_bw_units::GBPS, 1),
-                1 => (ets_bw_units::HUNDRED_MBPS, 5),
-                _ => (ets_bw_units::NO_LIMIT, 0),
-            };
-            e.set_r(true)
-                .set_max_bw_units(units)
-                .set_max_bw_value(value);
-        }),
-    )
+    write_qetcr(&mut h, 1, |tc, e| {
+        let (units, value) = match tc {
+            0 => (ets_bw_units::GBPS, 1),
+            1 => (ets_bw_units::HUNDRED_MBPS, 5),
+            _ => (ets_bw_units::NO_LIMIT, 0),
+        };
+        e.set_r(true)
+            .set_max_bw_units(units)
+            .set_max_bw_value(value);
+    })
     .expect("rate limits");
     let got = classes(&mut h);
     assert_eq!(got[0], (0, 70, ets_bw_units::GBPS, 1));
@@ -185,39 +169,19 @@ fn a_bad_ets_write_is_refused_and_changes_nothing() {
     bad(access(&mut h, REG_QTCT, true, &[0u8; QTCT_BYTES - 4]));
     // A share above 100 percent in the last class: the whole write is refused, the classes
     // before it unchanged.
-    bad(access(
-        &mut h,
-        REG_QETCR,
-        true,
-        &qetcr(0, |tc, e| {
-            e.set_b(true)
-                .set_bw_allocation(if tc == 7 { 101 } else { 10 });
-        }),
-    ));
-    bad(access(
-        &mut h,
-        REG_QETCR,
-        true,
-        &qetcr(0, |_, e| {
-            e.set_r(true).set_max_bw_units(5).set_max_bw_value(1);
-        }),
-    ));
-    bad(access(
-        &mut h,
-        REG_QETCR,
-        true,
-        &qetcr(0, |_, e| {
-            e.set_g(true).set_group(8);
-        }),
-    ));
-    bad(access(
-        &mut h,
-        REG_QETCR,
-        true,
-        &qetcr(3, |_, e| {
-            e.set_g(true).set_group(1);
-        }),
-    ));
+    bad(write_qetcr(&mut h, 0, |tc, e| {
+        e.set_b(true)
+            .set_bw_allocation(if tc == 7 { 101 } else { 10 });
+    }));
+    bad(write_qetcr(&mut h, 0, |_, e| {
+        e.set_r(true).set_max_bw_units(5).set_max_bw_value(1);
+    }));
+    bad(write_qetcr(&mut h, 0, |_, e| {
+        e.set_g(true).set_group(8);
+    }));
+    bad(write_qetcr(&mut h, 3, |_, e| {
+        e.set_g(true).set_group(1);
+    }));
     bad(access(&mut h, REG_QETCR, true, &[0u8; 0x20]));
     assert_eq!((prio_map(&mut h), classes(&mut h)), before);
 }

@@ -39,6 +39,22 @@ pub(crate) struct PacketView<'a> {
     pub(crate) meta: &'a Metadata,
 }
 
+/// Parses `frame` and hands `look` its view with `meta`: what the tests of lookups and
+/// definers project.
+#[cfg(test)]
+pub(crate) fn viewed<R>(
+    frame: &[u8],
+    meta: &Metadata,
+    look: impl FnOnce(&PacketView<'_>) -> R,
+) -> R {
+    let parsed = crate::packet::parse(frame);
+    look(&PacketView {
+        parsed: &parsed,
+        frame,
+        meta,
+    })
+}
+
 /// The lookup types the model projects packets for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LookupType {

@@ -2,7 +2,7 @@
 
 use super::action::{self, Action, ActionError};
 use super::entry::{self, EntryError, EntryFormat, STE_SIZE};
-use super::lookup::{LookupError, LookupType, Metadata, PacketView};
+use super::lookup::{viewed, LookupError, LookupType, Metadata, PacketView};
 use super::walk::{walk, Terminals, WalkError, WalkResult};
 use super::IcmRead;
 use crate::packet::{parse, Parsed};
@@ -444,15 +444,9 @@ fn action_words_decode() {
 #[test]
 fn lookup_tags_follow_the_ifc_layouts() {
     let f = frame(MAC_A);
-    let parsed = parse(&f);
     let mut meta = Metadata::default();
     meta.reg_c[..5].copy_from_slice(&[0x1111_2222, 0x3333_4444, 5, 6, 7]);
-    let pkt = PacketView {
-        parsed: &parsed,
-        frame: &f,
-        meta: &meta,
-    };
-    let tag = |lu| LookupType::from_raw(lu).unwrap().tag(&pkt);
+    let tag = |lu| viewed(&f, &meta, |pkt| LookupType::from_raw(lu).unwrap().tag(pkt));
     // ETHL2_SRC_O: l3_type IPv4 (1) in byte 1 bits 5:4, smac 4..10, ethertype 10..12.
     let t = tag(0x0005);
     assert_eq!(t[1], 0x1 << 4 | 0x2 << 2);
@@ -497,32 +491,22 @@ fn the_mpls_lookup_takes_the_first_label_stack_entry() {
     let mut f = frame(MAC_A);
     f[12..14].copy_from_slice(&0x8847u16.to_be_bytes());
     f[14..18].copy_from_slice(&entry.to_be_bytes());
-    let parsed = parse(&f);
     let meta = Metadata::default();
-    let pkt = PacketView {
-        parsed: &parsed,
-        frame: &f,
-        meta: &meta,
-    };
-    let outer = LookupType::from_raw(0x010b).unwrap().tag(&pkt);
+    let tag = |lu| viewed(&f, &meta, |pkt| LookupType::from_raw(lu).unwrap().tag(pkt));
     let mut want = [0u8; 16];
     want[4..8].copy_from_slice(&entry.to_be_bytes());
-    assert_eq!(outer, want);
+    assert_eq!(tag(0x010b), want);
     // MPLS_I: no tunnel here, so no inner entry.
-    assert_eq!(LookupType::from_raw(0x010c).unwrap().tag(&pkt), [0; 16]);
+    assert_eq!(tag(0x010c), [0; 16]);
 }
 
 #[test]
 fn the_l4_misc_lookup_follows_the_packet_s_protocol() {
     let meta = Metadata::default();
     let tag = |f: &[u8]| {
-        let parsed = parse(f);
-        let pkt = PacketView {
-            parsed: &parsed,
-            frame: f,
-            meta: &meta,
-        };
-        LookupType::from_raw(0x0113).unwrap().tag(&pkt)
+        viewed(f, &meta, |pkt| {
+            LookupType::from_raw(0x0113).unwrap().tag(pkt)
+        })
     };
     // UDP: `ste_eth_l4_misc_v1`'s length and checksum (bytes 12..16).
     let udp = frame(MAC_A);

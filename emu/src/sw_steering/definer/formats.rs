@@ -350,8 +350,7 @@ pub(super) fn test_frame() -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packet::parse;
-    use crate::sw_steering::lookup::Metadata;
+    use crate::sw_steering::lookup::{viewed, Metadata};
 
     fn frame() -> Vec<u8> {
         test_frame()
@@ -359,16 +358,11 @@ mod tests {
 
     /// `f`'s tag through `format`, with `reg_c` in its registers.
     fn project(f: &[u8], reg_c: [u32; 8], format: fn(&PacketView<'_>) -> DefinerTag) -> DefinerTag {
-        let parsed = parse(f);
         let meta = Metadata {
             reg_c,
             ..Metadata::default()
         };
-        format(&PacketView {
-            parsed: &parsed,
-            frame: f,
-            meta: &meta,
-        })
+        viewed(f, &meta, format)
     }
 
     #[test]

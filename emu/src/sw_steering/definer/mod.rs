@@ -62,8 +62,7 @@ pub(crate) fn slot(definer: &MatchDefiner, pkt: &PacketView<'_>, entries: u32) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packet::parse;
-    use crate::sw_steering::lookup::Metadata;
+    use crate::sw_steering::lookup::{viewed, Metadata};
     use cxdirect_hw::definer::{format, DEFINER_TAG_BYTES};
 
     fn frame() -> Vec<u8> {
@@ -73,13 +72,7 @@ mod tests {
     #[test]
     fn the_mask_decides_what_is_compared_and_hashed() {
         let f = frame();
-        let parsed = parse(&f);
         let meta = Metadata::default();
-        let pkt = PacketView {
-            parsed: &parsed,
-            frame: &f,
-            meta: &meta,
-        };
         // Only the source MAC.
         let mut mask = [0u8; DEFINER_TAG_BYTES];
         mask[24..30].fill(0xff);
@@ -87,13 +80,14 @@ mod tests {
             format: format::DEF22,
             mask,
         };
-        let t = masked_tag(&d, &pkt);
         let mut want = [0u8; DEFINER_TAG_BYTES];
         want[24..28].copy_from_slice(&[0x02, 0, 0, 0]);
         want[28..30].copy_from_slice(&[0, 0x02]);
-        assert_eq!(t, want);
-        assert_eq!(slot(&d, &pkt, 64), ste_crc32(&want) % 64);
-        assert_eq!(slot(&d, &pkt, 1), 0);
+        viewed(&f, &meta, |pkt| {
+            assert_eq!(masked_tag(&d, pkt), want);
+            assert_eq!(slot(&d, pkt, 64), ste_crc32(&want) % 64);
+            assert_eq!(slot(&d, pkt, 1), 0);
+        });
     }
 
     #[test]
