@@ -4,6 +4,7 @@
 
 use crate::counters::add;
 use crate::function::Core;
+use crate::objects::meter::FlowMeter;
 use crate::objects::FlowEntry;
 use crate::objects::MATCH_WORDS;
 use crate::packet::{IpAddrs, L3Kind, L4Kind, Parsed};
@@ -17,6 +18,7 @@ use cxdirect_hw::flow::{
 };
 use cxdirect_hw::reformat::REFORMAT_TYPE_L2_TO_L3_TUNNEL;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 /// Longest walk a frame may take through the tables: every hop (a forwarding entry or a miss)
 /// goes to a deeper level (`fw::steering` refuses anything else), so a walk visits at most
@@ -334,6 +336,14 @@ fn through_tables(
                     table_id = sampler.default_table;
                     continue;
                 }
+                Next::Meter(id) => {
+                    let Some(meter) = core.res.meters.get(id) else {
+                        return done(tirs, flow_tag, now);
+                    };
+                    now.meter(meter, Instant::now());
+                    table_id = meter.destination_table;
+                    continue;
+                }
                 Next::Drop => return done(tirs, flow_tag, now),
             }
         }
@@ -370,6 +380,9 @@ fn through_tables(
     }
     Verdict::Drop
 }
+
+/// The bits of a meter's return register its color takes (DPDK's `MLX5_MTR_COLOR_BITS`, 8).
+const COLOR_MASK: u32 = 0xff;
 
 /// Adds one frame of `frame_len` bytes to each of `counters`.
 pub(crate) fn count(core: &Core, counters: &[u32], frame_len: usize) {
@@ -476,6 +489,27 @@ impl<'a> Steered<'a> {
             put_registers(&mut words, &meta);
             self.meta = meta;
             self.words = Some(words);
+        }
+    }
+
+    /// Colors the frame by `meter` at `at` and writes the color into the low 8 bits of the
+    /// meter's return register (`reg_c_<return_reg>`), which the next tables match; the other
+    /// 24 bits keep what they held, as DPDK's PMD relies on when `flow_meter` says the
+    /// register may be shared (it keeps a meter's number there, `MLX5_MTR_COLOR_BITS`). An
+    /// inactive meter writes nothing. In IP-length mode a frame without an IP header counts
+    /// 0 bytes.
+    pub(crate) fn meter(&mut self, meter: &FlowMeter, at: Instant) {
+        let p = self.parsed();
+        let ip_len = if p.l3_len > 0 {
+            p.ip_end.min(p.frame_len).saturating_sub(p.l3_offset)
+        } else {
+            0
+        };
+        if let Some(color) = meter.color(ip_len as u64, self.frame().len() as u64, at) {
+            let mut meta = self.meta;
+            let reg = &mut meta.reg_c[usize::from(meter.return_reg & 7)];
+            *reg = (*reg & !COLOR_MASK) | color;
+            self.set_meta(meta);
         }
     }
 

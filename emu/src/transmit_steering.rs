@@ -62,6 +62,14 @@ pub(crate) fn steer(core: &Core, sqn: u32, frame: &[u8]) -> Verdict {
                     table_id = id;
                     continue;
                 }
+                Next::Meter(id) => {
+                    let Some(meter) = core.res.meters.get(id) else {
+                        return Verdict::Drop;
+                    };
+                    now.meter(meter, std::time::Instant::now());
+                    table_id = meter.destination_table;
+                    continue;
+                }
                 Next::Drop => return Verdict::Drop,
             }
         }

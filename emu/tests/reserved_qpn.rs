@@ -60,8 +60,8 @@ fn granularity(h: &mut Host) -> u8 {
 /// libmlx5 offers `mlx5dv_reserved_qpn_alloc` only with the RESERVED_QPN bit of
 /// `general_obj_types`, and reads the granularity only when `hca_cap_2` is set. The other
 /// bits are the scheduling elements' (`emu/tests/scheduling_elements.rs`), SW ICM's
-/// (`emu/tests/sw_icm.rs`), flow samplers' (`emu/tests/flow_sampler.rs`) and match definers'
-/// (`emu/tests/match_definer.rs`).
+/// (`emu/tests/sw_icm.rs`), flow samplers' (`emu/tests/flow_sampler.rs`), flow meters'
+/// (`emu/tests/flow_meter.rs`) and match definers' (`emu/tests/match_definer.rs`).
 #[test]
 fn general_caps_offer_hca_cap_2_and_the_reserved_qpn_and_scheduling_object_types() {
     let mut h = host();
@@ -70,7 +70,12 @@ fn general_caps_offer_hca_cap_2_and_the_reserved_qpn_and_scheduling_object_types
     assert!(general.hca_cap_2());
     assert_eq!(
         general.general_obj_types(),
-        (1u64 << 0x2c) | (1u64 << 0x26) | (1u64 << 0x8) | (1u64 << 0x20) | (1u64 << 0x18)
+        (1u64 << 0x2c)
+            | (1u64 << 0x26)
+            | (1u64 << 0x8)
+            | (1u64 << 0x20)
+            | (1u64 << 0xa)
+            | (1u64 << 0x18)
     );
     let page = h.query_cap(cap_type::GENERAL_DEVICE, false);
     assert!(CmdHcaCap::new(&page[0x10..]).expect("layout").hca_cap_2());
@@ -238,9 +243,9 @@ fn a_block_belongs_to_its_user_context() {
 fn other_object_types_are_refused() {
     let mut h = host();
     let uid = h.create_uctx(0).expect("CREATE_UCTX");
-    // AV_QP_MAPPING (0x2d, rdma-core's test_dc_ah_to_qp_mapping), a flow meter (0xa), and a
-    // type past the 64-bit mask (MKEY's 0xff01).
-    for ty in [0x2d, 0xa, 0xff01] {
+    // AV_QP_MAPPING (0x2d, rdma-core's test_dc_ah_to_qp_mapping), an ASO flow meter (0x24),
+    // and a type past the 64-bit mask (MKEY's 0xff01).
+    for ty in [0x2d, 0x24, 0xff01] {
         refused(
             create(&mut h, uid, ty, 0),
             CmdStatus::BadParameter,

@@ -878,3 +878,89 @@ fn a_ud_qp_in_a_rate_limited_queue_group_sends_within_its_rate() {
     qp_groups(&mut p.a, Opcode::Rts2rtsQp, qpn, 0, 0, true).expect("detach");
     p.teardown();
 }
+
+/// RC READ and atomic requests wait for their queue group's rates as SEND and WRITE packets
+/// do: an Ethernet SQ of B in the same group (mlx5e's or a raw packet QP's) spends the group's
+/// bucket with 100 frames of 1,500 bytes (150 KB against 64 KiB: 44 go, the bucket ends below
+/// zero, the rest wait). B's READ and fetch-and-add, posted right after, send no request
+/// while the bucket is below zero; they go on the RC timers as it fills (sharing it with the
+/// SQ's waiting frames) and complete, the READ with A's bytes, the fetch-and-add with A's
+/// word added to.
+#[test]
+fn rc_read_and_atomic_requests_in_a_spent_queue_group_wait_for_its_rates() {
+    let mut p = rc_pair();
+    let group = one_megabit_group(&mut p.b);
+    let qpn = p.qp_b.qpn;
+    qp_groups(&mut p.b, Opcode::Rts2rtsQp, qpn, group, 0, true).expect("requester group");
+    let mut eth_cq = p.b.create_cq(7);
+    let tis = p.b.create_tis();
+    let mut sq = p.b.create_sq(eth_cq.cqn, tis, 7);
+    sq_to_group(&mut p.b, sq.sqn, group).expect("SQ into the group");
+    let key = p.b.create_mkey(false, false);
+    let frame = cxdirect_emu::testkit::udp_frame(1500 - 42, 3);
+    for _ in 0..100 {
+        let buf = p.b.alloc(1536, 64);
+        let wqe = p.b.build_send(&sq, &frame, buf, key, true);
+        p.b.post(&mut sq, &wqe, false);
+    }
+
+    let pd_a = p.a.pd;
+    let source = p.a.alloc(64, 64);
+    p.a.write(source, &pattern(56, 5));
+    let word = source + 56;
+    p.a.write(word, &40u64.to_be_bytes());
+    let rights = RemoteRights {
+        read: true,
+        atomic: true,
+        ..Default::default()
+    };
+    let rkey = p.a.create_remote_mkey(pd_a, source, 64, rights, 0x3b);
+    let lkey = p.b.create_mkey(false, true);
+    let sink = p.b.alloc(64, 64);
+    let read = rc_wqe(
+        &p.qp_b.sq,
+        opcode::RDMA_READ,
+        0,
+        Some((source, rkey)),
+        None,
+        (sink, lkey, 56),
+    );
+    p.b.post(&mut p.qp_b.sq, &read, false);
+    let add = rc_wqe(
+        &p.qp_b.sq,
+        opcode::ATOMIC_FA,
+        0,
+        Some((word, rkey)),
+        Some((2, 0)),
+        (sink + 56, lkey, 8),
+    );
+    let requests_before = p.a.dev.counters().rx_frames;
+    p.b.post(&mut p.qp_b.sq, &add, false);
+    p.settle();
+    assert!(
+        drain(&p.b, &mut p.cq_b).is_empty(),
+        "no request goes while the group is in debt"
+    );
+    assert_eq!(
+        p.a.dev.counters().rx_frames,
+        requests_before,
+        "A received no request"
+    );
+    let mut completions = Vec::new();
+    settle_until(&p.a, &p.b, || {
+        completions.extend(drain(&p.b, &mut p.cq_b));
+        completions.len() == 2
+    });
+    assert_eq!(completions.len(), 2, "both complete once the debt is paid");
+    assert_eq!(p.b.read(sink, 56), pattern(56, 5));
+    assert_eq!(p.a.read(word, 8), 42u64.to_be_bytes());
+    let mut sent = 0;
+    settle_until(&p.a, &p.b, || {
+        sent += drain(&p.b, &mut eth_cq).len();
+        sent == 100
+    });
+    assert_eq!(sent, 100, "the SQ's frames follow within the rate");
+    destroy_sq(&mut p.b, sq.sqn);
+    qp_groups(&mut p.b, Opcode::Rts2rtsQp, qpn, 0, 0, true).expect("detach");
+    p.teardown();
+}

@@ -16,6 +16,9 @@ pub mod obj_type {
     /// areas of the device-memory capability page, which SW ICM memory keys may cover
     /// ([`crate::sw_icm`]).
     pub const SW_ICM: u16 = 0x8;
+    /// A flow meter (`MLX5_OBJ_TYPE_FLOW_METER`): packets steering entries send to it are
+    /// colored by its token buckets and go on to its destination table ([`crate::meter`]).
+    pub const FLOW_METER: u16 = 0xa;
     /// A match definer (`MLX5_OBJ_TYPE_MATCH_DEFINER`): which packet fields, under which
     /// mask, the steering entries naming it compare and hash ([`crate::definer`]).
     pub const MATCH_DEFINER: u16 = 0x18;

@@ -36,6 +36,7 @@ pub mod init_seg;
 pub mod layout;
 pub mod mcg;
 pub mod memic;
+pub mod meter;
 pub mod mkey;
 pub mod mmio;
 pub mod modify_header;

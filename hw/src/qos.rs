@@ -22,6 +22,9 @@ layout! {
         packet_pacing_burst_bound: bool @ 0x5 [0x1],
         /// A rate table entry's `typical_packet_size` is honoured.
         packet_pacing_typical_size: bool @ 0x6 [0x1],
+        /// Flow meter objects (`MLX5_OBJ_TYPE_FLOW_METER`) that software steering entries
+        /// reach (the older meter, before ASO meters; DPDK's `qos.flow_meter_old`).
+        flow_meter_old: bool @ 0x7 [0x1],
         /// NIC send queue scheduling elements (mlx5e's HTB offload; libmlx5 reads
         /// `nic_bw_share` and `nic_rate_limit` only when it is set).
         nic_sq_scheduling: bool @ 0x8 [0x1],
@@ -31,9 +34,16 @@ layout! {
         nic_rate_limit: bool @ 0xa [0x1],
         /// SET_PP_RATE_LIMIT carries a user context's uid (DEVX-owned entries).
         packet_pacing_uid: bool @ 0xb [0x1],
+        /// Log2 of the most flow meter objects.
+        log_max_flow_meter: u8 @ 0x10 [0x8],
+        /// The metadata registers a meter may write its color into: bit `n` for `reg_c_n`
+        /// (rdma-core's tests take the lowest, `get_first_flow_meter_reg_id`).
+        flow_meter_reg_id: u8 @ 0x18 [0x8],
         /// QPs may name NIC queue groups (rdma-core's `qos_cap.nic_qp_scheduling`; Linux
         /// 6.12's header leaves the bit unnamed).
         nic_qp_scheduling: bool @ 0x21 [0x1],
+        /// Flow meters (rdma-core's tests' `QosCaps.flow_meter`).
+        flow_meter: bool @ 0x28 [0x1],
         /// Log2 of the most NIC queue groups (mlx5e's HTB leaves, `mlx5_qos_max_leaf_nodes`).
         log_max_qos_nic_queue_group: u8 @ 0x2b [0x5],
         /// Highest rate an entry may hold, in kb/s.

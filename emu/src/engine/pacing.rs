@@ -16,12 +16,11 @@
 //! An RC, UC or DC QP that names queue groups (`qos_queue_group_id_requester` and
 //! `_responder`: libmlx5's `mlx5dv_modify_qp_sched_elem`) sends within the same rates
 //! ([`group_admits`] before each packet, [`charge_group`] after it): its requester the
-//! packets of its SENDs and WRITEs, its responder every response and acknowledgement. One in
-//! debt stops where it is, as when the wire has no room, and the RC timers continue it. A UD
-//! QP in a requester group asks [`ud_admits`] before each WQE and stops there while in debt,
-//! listed in `Core::paced_ud` until the device's timers run it again
-//! (`engine::ud::send::resume_paced`). READ and atomic requests (one small packet each) are
-//! not paced.
+//! packets of its SENDs and WRITEs and its READ and atomic requests, its responder every
+//! response and acknowledgement. One in debt stops where it is, as when the wire has no room,
+//! and the RC timers continue it. A UD QP in a requester group asks [`ud_admits`] before each
+//! WQE and stops there while in debt, listed in `Core::paced_ud` until the device's timers run
+//! it again (`engine::ud::send::resume_paced`).
 
 use crate::function::Core;
 use crate::objects::pacing::Rate;

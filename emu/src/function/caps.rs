@@ -28,6 +28,10 @@ use cxdirect_hw::roce::{l3_type_cap, roce_version_cap, RoceCap, ROCE_V2_UDP_DPOR
 
 pub(crate) use super::flow_table_caps::{LOG_MAX_FLOW_DESTINATION, MAX_FT_LEVEL};
 
+/// The metadata registers flow meters may write their color into (`flow_meter_reg_id`):
+/// reg_c_2 to reg_c_5.
+pub(crate) const FLOW_METER_REGISTERS: u8 = 0b0011_1100;
+
 /// Maximum and current capability pages.
 #[derive(Debug)]
 pub(crate) struct CapSet {
@@ -332,11 +336,12 @@ impl CapSet {
                     | general_obj_types_bit(obj_type::SCHEDULING_ELEMENT)
                     // SW ICM only when asked for (`EmuConfig::sw_steering`): mlx5_core's
                     // `mlx5_dm_create` keys its SW ICM allocator on this bit.
-                    // Flow samplers and match definers too: only software steering entries
-                    // reach or name one.
+                    // Flow samplers, flow meters and match definers too: only software
+                    // steering entries reach or name one.
                     | if cfg.sw_steering {
                         general_obj_types_bit(obj_type::SW_ICM)
                             | general_obj_types_bit(obj_type::FLOW_SAMPLER)
+                            | general_obj_types_bit(obj_type::FLOW_METER)
                             | general_obj_types_bit(obj_type::MATCH_DEFINER)
                     } else {
                         0
@@ -468,6 +473,18 @@ impl CapSet {
             .set_log_max_qos_nic_queue_group(scheduling::LOG_MAX_QUEUE_GROUPS)
             .set_nic_element_type(element_type_cap::TSAR | element_type_cap::QUEUE_GROUP)
             .set_nic_tsar_type(tsar_type_cap::DWRR);
+        if cfg.sw_steering {
+            // Flow meters (`fw::meter`), which only software steering entries reach: the
+            // older meter object rdma-core's `mlx5dv_dr_action_create_flow_meter` and
+            // DPDK's mlx5 PMD create on ConnectX-5 and later. The color registers offered
+            // are the model's choice (which a ConnectX-6 Dx offers is not public): reg_c_2
+            // to reg_c_5, leaving reg_c_0 and reg_c_1 to the e-switch's vport metadata, as
+            // DPDK's PMD does (`mlx5_os.c` masks them out before it picks a color register).
+            q.set_flow_meter_old(true)
+                .set_flow_meter(true)
+                .set_log_max_flow_meter(crate::objects::limits::LOG_MAX_FLOW_METER)
+                .set_flow_meter_reg_id(FLOW_METER_REGISTERS);
+        }
         let qos = q.into_inner();
         let mut dm = DeviceMemCap::new([0u8; 0x100]).expect("a page holds the device-memory page");
         if let Some(base) = memic::window_start(cfg.bar0_size) {
@@ -523,6 +540,11 @@ impl CapSet {
     /// The second general capability page.
     pub fn general_2(&self) -> CmdHcaCap2<&[u8]> {
         CmdHcaCap2::new(&self.general_2[..]).expect("capability page has the layout's size")
+    }
+
+    /// The QoS capability page.
+    pub fn qos(&self) -> QosCap<&[u8]> {
+        QosCap::new(&self.qos[..]).expect("capability page has the layout's size")
     }
 
     /// True when the driver turned command-interface checksums on.

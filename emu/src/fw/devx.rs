@@ -378,6 +378,7 @@ fn object_in(opcode: Opcode, input: &[u8]) -> Option<(Owned, Role)> {
         obj_type::SW_ICM => Some((Owned::SwIcm, role)),
         obj_type::FLOW_SAMPLER => Some((Owned::FlowSampler, role)),
         obj_type::MATCH_DEFINER => Some((Owned::MatchDefiner, role)),
+        obj_type::FLOW_METER => Some((Owned::FlowMeter, role)),
         _ => None,
     }
 }

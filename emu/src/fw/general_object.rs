@@ -2,8 +2,9 @@
 //! DESTROY_GENERAL_OBJECT, dispatched by the header's `obj_type`. The model offers two types
 //! (the bits of `general_obj_types`): RESERVED_QPN, blocks of QP numbers no QP or DCT is
 //! given ([`crate::objects::reserved_qpn`]), and NIC scheduling elements (`fw::scheduling`);
-//! with `EmuConfig::sw_steering`, two more: pieces of SW ICM (`fw::sw_icm`) and flow samplers
-//! (`fw::sampler`), which only software steering entries reach. Any other type is
+//! with `EmuConfig::sw_steering`, more: pieces of SW ICM (`fw::sw_icm`), flow samplers
+//! (`fw::sampler`), flow meters (`fw::meter`) and match definers (`fw::definer`), which only
+//! software steering entries reach or name. Any other type is
 //! refused with [`Syndrome::UnknownObjType`].
 //!
 //! Read from rdma-core's libmlx5 (`providers/mlx5/mlx5.c`): `reserved_qpn_blk_alloc` sends
@@ -51,6 +52,7 @@ pub(crate) fn create(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdRes
         }
         obj_type::SW_ICM => super::sw_icm::create(core, input, output),
         obj_type::FLOW_SAMPLER => super::sampler::create(core, input, output),
+        obj_type::FLOW_METER => super::meter::create(core, input, output),
         obj_type::MATCH_DEFINER => super::definer::create(core, input, output),
         _ => Err(unknown_type()),
     }
@@ -85,6 +87,7 @@ pub(crate) fn destroy(core: &mut Core, input: &[u8]) -> CmdResult {
         obj_type::SCHEDULING_ELEMENT => super::scheduling::destroy_general_object(core, input),
         obj_type::SW_ICM => super::sw_icm::destroy(core, input),
         obj_type::FLOW_SAMPLER => super::sampler::destroy(core, input),
+        obj_type::FLOW_METER => super::meter::destroy(core, input),
         obj_type::MATCH_DEFINER => super::definer::destroy(core, input),
         _ => Err(unknown_type()),
     }
@@ -108,6 +111,7 @@ pub(crate) fn query(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResu
         }
         obj_type::SW_ICM => super::sw_icm::query(core, input, output),
         obj_type::FLOW_SAMPLER => super::sampler::query(core, input, output),
+        obj_type::FLOW_METER => super::meter::query(core, input, output),
         obj_type::MATCH_DEFINER => Err(super::bad_param(
             Syndrome::BadSteeringParams,
             "QUERY_GENERAL_OBJECT of a match definer is not modelled (rdma-core and Linux never send it)",
@@ -116,12 +120,13 @@ pub(crate) fn query(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResu
     }
 }
 
-/// MODIFY_GENERAL_OBJECT: a scheduling element's shares and rates; nothing of a
-/// RESERVED_QPN object is modifiable.
+/// MODIFY_GENERAL_OBJECT: a scheduling element's shares and rates, a flow meter's buckets;
+/// nothing of the other types is modifiable.
 pub(crate) fn modify(core: &mut Core, input: &[u8]) -> CmdResult {
     let hdr = input_as!(GeneralObjInCmdHdr<&[u8]>, input);
     match offered(core, hdr.obj_type())? {
         obj_type::SCHEDULING_ELEMENT => super::scheduling::modify_general_object(core, input),
+        obj_type::FLOW_METER => super::meter::modify(core, input),
         _ => Err(bad_param(
             Syndrome::UnknownObjType,
             "MODIFY_GENERAL_OBJECT: the object type has nothing to modify",

@@ -27,6 +27,7 @@ pub(crate) mod general_object;
 pub(crate) mod hca;
 pub(crate) mod mcg;
 pub(crate) mod memic;
+pub(crate) mod meter;
 pub mod mkey;
 pub(crate) mod modify_header;
 pub(crate) mod pacing;

@@ -56,6 +56,8 @@ pub(crate) enum Owned {
     FlowSampler,
     /// A MATCH_DEFINER general object, by its number.
     MatchDefiner,
+    /// A FLOW_METER general object, by its number.
+    FlowMeter,
 }
 
 /// The live user contexts and who owns which object.

@@ -101,6 +101,9 @@ pub(crate) const LOG_MAX_MODIFY_HEADER_CONTEXT: u8 = 12;
 
 /// Flow samplers a function may hold at once (the model's choice; no capability names it).
 pub(crate) const MAX_FLOW_SAMPLERS: u32 = 1 << 12;
+/// Log2 of the flow meters a function may hold at once (`log_max_flow_meter`; the model's
+/// choice).
+pub(crate) const LOG_MAX_FLOW_METER: u8 = 12;
 /// The first match definer number. A steering entry names a definer in 8 bits
 /// (`match_definer_ctx_idx`, `hash_definer_ctx_idx`), where the legacy lookup types take the
 /// low numbers (`enum dr_ste_v1_lu_type`: up to 0x17, with 0x0f "don't care" and 0xff

@@ -12,6 +12,7 @@ pub(crate) mod ksm;
 pub(crate) mod limits;
 pub(crate) mod mcg;
 pub(crate) mod memic;
+pub(crate) mod meter;
 pub(crate) mod pacing;
 pub(crate) mod queue_state;
 pub(crate) mod rc;
@@ -459,6 +460,8 @@ pub(crate) struct Resources {
     pub modify_headers: Table<ModifyHeader>,
     /// Flow samplers (general objects of type FLOW_SAMPLER).
     pub samplers: Table<FlowSampler>,
+    /// Flow meters (general objects of type FLOW_METER).
+    pub meters: Table<meter::FlowMeter>,
     /// Match definers (general objects of type MATCH_DEFINER), numbered as steering entries
     /// name them.
     pub definers: Table<MatchDefiner>,
@@ -545,6 +548,7 @@ impl Resources {
             reformats: Table::new(1, 1 << limits::LOG_MAX_PACKET_REFORMAT_CONTEXT),
             modify_headers: Table::new(1, 1 << limits::LOG_MAX_MODIFY_HEADER_CONTEXT),
             samplers: Table::new(1, limits::MAX_FLOW_SAMPLERS),
+            meters: Table::new(1, 1 << limits::LOG_MAX_FLOW_METER),
             definers: Table::new(limits::FIRST_MATCH_DEFINER, limits::MAX_MATCH_DEFINERS),
             mkeys: Table::new(0x10, 1 << 16),
             psvs: Table::new(0x10, 1 << 16),

@@ -30,6 +30,9 @@ pub(crate) enum Next {
     Table(u32),
     /// To this flow sampler (by the address QUERY_GENERAL_OBJECT gave).
     Sampler(u32),
+    /// To this flow meter (by the address QUERY_GENERAL_OBJECT gave), which colors the frame
+    /// and hands it on to its destination table.
+    Meter(u32),
 }
 
 /// What the walk decided for a frame: where it goes, the flow tag its hits set, and the flow
@@ -69,6 +72,7 @@ pub(crate) fn receive(core: &Core, root: u64, packet: (&Parsed, &[u8], Metadata)
         ReceiveTerminal::Tir(tirn) => Next::Tir(tirn),
         ReceiveTerminal::Table(id) => Next::Table(id),
         ReceiveTerminal::Sampler(id) => Next::Sampler(id),
+        ReceiveTerminal::Meter(id) => Next::Meter(id),
         ReceiveTerminal::Drop => Next::Drop,
     };
     decision

@@ -3,7 +3,9 @@
 //! entries as they are: the receive drop, transmit drop and transmit allow addresses from the
 //! NIC flow table capabilities (`dr_devx_query_device`), and each TIR's address from
 //! CREATE_TIR's output, which mlx5_ib hands to libmlx5 as a raw packet QP's `tir_icm_addr`
-//! (`create_raw_packet_qp`) and DEVX users read themselves (`rx_icm_addr`, dr_action.c).
+//! (`create_raw_packet_qp`) and DEVX users read themselves (`rx_icm_addr`, dr_action.c); and
+//! each flow sampler's and flow meter's address from QUERY_GENERAL_OBJECT
+//! (`dr_devx_query_flow_sampler`, `dr_devx_query_meter`).
 //!
 //! The model's choice of place: a window of its own above the SW ICM ranges and below
 //! 2^40, since entries keep only bits 39:0 of an address (`dr_ste_v1_set_hit_addr`,
@@ -31,8 +33,10 @@ const TIRS: u64 = WINDOW + (1 << 32);
 const TABLES: u64 = TIRS + (1 << 30);
 /// First flow sampler address: sampler `n` answers at `SAMPLERS + 64 n`, the next 1 GiB.
 const SAMPLERS: u64 = TABLES + (1 << 30);
+/// First flow meter address: meter `n` answers at `METERS + 64 n`, the next 1 GiB.
+const METERS: u64 = SAMPLERS + (1 << 30);
 /// End of the window.
-const END: u64 = SAMPLERS + (1 << 30);
+const END: u64 = METERS + (1 << 30);
 
 /// The ICM address of TIR `tirn` (CREATE_TIR's `icm_address`).
 pub(crate) fn tir_address(tirn: u32) -> u64 {
@@ -53,11 +57,32 @@ pub(crate) fn sampler_address(id: u32) -> u64 {
     SAMPLERS + (u64::from(id & 0x00ff_ffff) << 6)
 }
 
+/// The ICM address of flow meter `id` (QUERY_GENERAL_OBJECT's `sw_steering_icm_address_rx`
+/// and `_tx`, the same both ways): an entry hitting it hands the packet to the meter, which
+/// colors it and sends it on to its destination table.
+pub(crate) fn meter_address(id: u32) -> u64 {
+    METERS + (u64::from(id & 0x00ff_ffff) << 6)
+}
+
+/// The flow meter answering at `addr` (in the meters' part of the window), if it exists and
+/// its destination table is of `table_type`.
+fn meter_at(core: &Core, addr: u64, table_type: u8) -> Option<u32> {
+    if !(METERS..END).contains(&addr) || addr % 64 != 0 {
+        return None;
+    }
+    let id = ((addr - METERS) >> 6) as u32;
+    core.res
+        .meters
+        .get(id)
+        .filter(|m| m.table_type == table_type)
+        .map(|_| id)
+}
+
 /// Where a walk on the receive side ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ReceiveTerminal {
-    /// Dropped: the drop address, a transmit terminal (meaningless on receive), or a TIR that
-    /// no longer exists.
+    /// Dropped: the drop address, a transmit terminal (meaningless on receive), or a TIR, flow
+    /// sampler or flow meter that no longer exists (or a meter of the other direction).
     Drop,
     /// To this TIR.
     Tir(u32),
@@ -65,6 +90,8 @@ pub(crate) enum ReceiveTerminal {
     Table(u32),
     /// To this flow sampler.
     Sampler(u32),
+    /// To this flow meter.
+    Meter(u32),
 }
 
 /// The function's terminals as a receive walk sees them.
@@ -92,7 +119,11 @@ impl Terminals for ReceiveTerminals<'_> {
                     None => ReceiveTerminal::Drop,
                 })
             }
-            a if (SAMPLERS..END).contains(&a) && a % 64 == 0 => {
+            a if (METERS..END).contains(&a) => Some(
+                meter_at(self.core, a, FLOW_TABLE_TYPE_NIC_RX)
+                    .map_or(ReceiveTerminal::Drop, ReceiveTerminal::Meter),
+            ),
+            a if (SAMPLERS..METERS).contains(&a) && a % 64 == 0 => {
                 let id = ((a - SAMPLERS) >> 6) as u32;
                 Some(if self.core.res.samplers.contains(id) {
                     ReceiveTerminal::Sampler(id)
@@ -126,10 +157,12 @@ pub(crate) enum TransmitTerminal {
     Allow,
     /// Dropped: the drop addresses, a TIR (meaningless on transmit), a table of the other
     /// direction or one that no longer exists, a flow sampler (the model samples on receive
-    /// only).
+    /// only), a flow meter whose destination is a receive table or that no longer exists.
     Drop,
     /// On to this firmware transmit table.
     Table(u32),
+    /// To this flow meter.
+    Meter(u32),
 }
 
 /// The function's terminals as a transmit walk sees them.
@@ -143,6 +176,10 @@ impl Terminals for TransmitTerminals<'_> {
     fn terminal(&self, addr: u64) -> Option<TransmitTerminal> {
         match addr {
             TX_ALLOW => Some(TransmitTerminal::Allow),
+            a if (METERS..END).contains(&a) => Some(
+                meter_at(self.core, a, FLOW_TABLE_TYPE_NIC_TX)
+                    .map_or(TransmitTerminal::Drop, TransmitTerminal::Meter),
+            ),
             a if (TABLES..SAMPLERS).contains(&a) && a % 64 == 0 => {
                 Some(match firmware_table(self.core, a, FLOW_TABLE_TYPE_NIC_TX) {
                     Some(id) => TransmitTerminal::Table(id),

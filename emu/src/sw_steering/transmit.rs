@@ -26,6 +26,8 @@ pub(crate) enum Next {
     Drop,
     /// On to this firmware transmit table.
     Table(u32),
+    /// To this flow meter, which colors the frame and hands it on to its destination table.
+    Meter(u32),
 }
 
 /// What the walk decided for a frame an SQ sends.
@@ -49,6 +51,7 @@ pub(crate) fn transmit(core: &Core, root: u64, packet: (&Parsed, &[u8], Metadata
     let next = match walked.terminal {
         Some(TransmitTerminal::Allow) => Next::Allow,
         Some(TransmitTerminal::Table(id)) => Next::Table(id),
+        Some(TransmitTerminal::Meter(id)) => Next::Meter(id),
         Some(TransmitTerminal::Drop) => Next::Drop,
         None => {
             add(&core.counters.tx_sw_steering_errors, 1);

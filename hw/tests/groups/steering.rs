@@ -1,6 +1,7 @@
 use super::common;
 use cxdirect_hw::definer::*;
 use cxdirect_hw::flow::*;
+use cxdirect_hw::meter::*;
 use cxdirect_hw::mkey::*;
 use cxdirect_hw::modify_header::*;
 use cxdirect_hw::reformat::*;
@@ -81,6 +82,8 @@ pub fn checks() -> usize {
         CopyActionIn,
         CreateFlowSamplerIn,
         QueryFlowSamplerOut,
+        CreateFlowMeterIn,
+        QueryFlowMeterOut,
         CreateMatchDefinerIn,
     );
     helpers();

@@ -226,6 +226,8 @@ pub(super) fn send_atomic(core: &mut Core, qpn: u32, req: &Request, eth: (u64, u
 }
 
 /// Transmits a one-packet request taking `psns` PSNs from `psn` on, and records it outstanding.
+/// A requester in a queue group sends it within the group's rates, as its SEND and WRITE
+/// packets (`engine::pacing`); a request that must wait waits as for room at the peer's port.
 pub(super) fn transmit_request(
     core: &mut Core,
     qpn: u32,
@@ -235,11 +237,16 @@ pub(super) fn transmit_request(
     psns: u32,
     bytes: u32,
 ) {
-    let paused = room(core) == 0;
+    let group = core.res.sched.qp(qpn).0;
+    let paused =
+        room(core) == 0 || (group != 0 && !crate::engine::pacing::group_admits(core, group));
     if !paused {
         let mut frame = std::mem::take(&mut core.rc_scratch.frame);
         if build_frame(core, qpn, t, &[], &mut frame) {
             crate::engine::sq::transmit(core, &frame);
+            if group != 0 {
+                crate::engine::pacing::charge_group(core, group, frame.len());
+            }
         }
         core.rc_scratch.frame = frame;
     }
