@@ -1040,6 +1040,16 @@ impl Host {
             .expect("QUERY_HCA_CAP")
     }
 
+    /// Whether the function offers general object type `ty` (its bit of the current general
+    /// capabilities' `general_obj_types`).
+    pub fn offers_obj_type(&mut self, ty: u16) -> bool {
+        let page = self.query_cap(hca::cap_type::GENERAL_DEVICE, true);
+        let types = cxdirect_hw::caps::CmdHcaCap::new(&page[0x10..])
+            .expect("layout")
+            .general_obj_types();
+        types & cxdirect_hw::general_obj::general_obj_types_bit(ty) != 0
+    }
+
     /// MODIFY_RQ RST->RDY.
     fn rq_ready(&mut self, rqn: u32) -> Result<(), CmdFail> {
         let mut modify = Self::input(Opcode::ModifyRq, 0, 0x110);

@@ -15,11 +15,9 @@ use cxdirect_emu::testkit::flow_tables::{
 };
 use cxdirect_emu::testkit::{refused, CmdFail, Host};
 use cxdirect_emu::Syndrome;
-use cxdirect_hw::caps::CmdHcaCap;
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
 use cxdirect_hw::flow;
-use cxdirect_hw::general_obj::{general_obj_types_bit, obj_type, GeneralObjInCmdHdr};
-use cxdirect_hw::hca::cap_type;
+use cxdirect_hw::general_obj::{obj_type, GeneralObjInCmdHdr};
 use cxdirect_hw::sampler::{CreateFlowSamplerIn, QueryFlowSamplerOut};
 
 const NIC_RX: u8 = flow::FLOW_TABLE_TYPE_NIC_RX;
@@ -103,14 +101,7 @@ fn destroy_sampler(h: &mut Host, id: u32) -> Result<(), CmdFail> {
 fn the_type_is_offered_with_software_steering_only() {
     for sw_steering in [false, true] {
         let mut h = plugged(sw_steering);
-        let general = h.query_cap(cap_type::GENERAL_DEVICE, true);
-        let types = CmdHcaCap::new(&general[0x10..])
-            .expect("layout")
-            .general_obj_types();
-        assert_eq!(
-            types & general_obj_types_bit(obj_type::FLOW_SAMPLER) != 0,
-            sw_steering
-        );
+        assert_eq!(h.offers_obj_type(obj_type::FLOW_SAMPLER), sw_steering);
     }
     let mut h = plugged(false);
     let table = cxdirect_emu::testkit::flow_tables::create_table(&mut h, 1, 0, None)

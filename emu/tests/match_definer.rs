@@ -15,10 +15,9 @@ use cxdirect_emu::testkit::flow_tables::{alloc_counter, query_counter};
 use cxdirect_emu::testkit::ste::{self as tb, Builder};
 use cxdirect_emu::testkit::{refused, CmdFail, Host};
 use cxdirect_emu::Syndrome;
-use cxdirect_hw::caps::CmdHcaCap;
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
 use cxdirect_hw::definer::CreateMatchDefinerIn;
-use cxdirect_hw::general_obj::{general_obj_types_bit, obj_type, GeneralObjInCmdHdr};
+use cxdirect_hw::general_obj::{obj_type, GeneralObjInCmdHdr};
 
 /// `DR_MATCHER_DEFINER_22`.
 const DEF22: u16 = 22;
@@ -120,14 +119,7 @@ fn definer_formats_and_the_object_type_are_offered_with_software_steering_only()
             .iter()
             .fold(0u64, |bits, f| bits | 1 << f);
         assert_eq!(caps.definer_formats, if sw { formats } else { 0 });
-        let general = h.query_cap(0, true);
-        let types = CmdHcaCap::new(&general[0x10..])
-            .expect("layout")
-            .general_obj_types();
-        assert_eq!(
-            types & general_obj_types_bit(obj_type::MATCH_DEFINER) != 0,
-            sw
-        );
+        assert_eq!(h.offers_obj_type(obj_type::MATCH_DEFINER), sw);
         if !sw {
             refused(
                 create_definer(&mut h, DEF22, smac_mask(), 0),

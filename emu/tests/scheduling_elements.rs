@@ -964,3 +964,64 @@ fn rc_read_and_atomic_requests_in_a_spent_queue_group_wait_for_its_rates() {
     qp_groups(&mut p.b, Opcode::Rts2rtsQp, qpn, 0, 0, true).expect("detach");
     p.teardown();
 }
+
+/// Siblings under a rate limited TSAR send in proportion to their `bw_share`: mlx5e's HTB
+/// offload makes a class with a ceiling a TSAR and its children queue groups whose shares are
+/// their rates in percent of that ceiling (`mlx5e_htb_convert_rate`: 75 and 25 for 750 and
+/// 250 kbit/s under 1 Mbit/s), each with its SQ. Both SQs keep frames of 1,000 bytes waiting;
+/// once the TSAR's bucket is spent, over about 1.2 s (about 150 frames at 125,000 bytes a
+/// second) the first sends about three times what the second does.
+#[test]
+fn siblings_under_a_rate_limited_tsar_send_in_proportion_to_their_shares() {
+    let mut h = host();
+    let root = create_se(&mut h, element_type::TSAR, 0, 0, 0).expect("root");
+    let class = create_se(&mut h, element_type::TSAR, root, 0, 1).expect("class, 1 Mb/s");
+    let groups = [
+        create_se(&mut h, element_type::QUEUE_GROUP, class, 75, 1).expect("75"),
+        create_se(&mut h, element_type::QUEUE_GROUP, class, 25, 1).expect("25"),
+    ];
+    let tis = h.create_tis();
+    let mut cqs = [h.create_cq(8), h.create_cq(8)];
+    let mut sqs = [
+        h.create_sq(cqs[0].cqn, tis, 8),
+        h.create_sq(cqs[1].cqn, tis, 8),
+    ];
+    for (sq, &group) in sqs.iter().zip(&groups) {
+        sq_to_group(&mut h, sq.sqn, group).expect("SQ into its group");
+    }
+    let key = h.create_mkey(false, false);
+    let frame = cxdirect_emu::testkit::udp_frame(1000 - 42, 4);
+    for sq in &mut sqs {
+        for _ in 0..250 {
+            let buf = h.alloc(1024, 64);
+            let wqe = h.build_send(sq, &frame, buf, key, true);
+            h.post(sq, &wqe, false);
+        }
+    }
+    // The bucket's 64 KiB went to the first SQ's frames at once; count from here.
+    let sent = |h: &mut Host, cqs: &mut [Cq; 2]| {
+        [
+            std::iter::from_fn(|| h.poll_cq(&mut cqs[0])).count(),
+            std::iter::from_fn(|| h.poll_cq(&mut cqs[1])).count(),
+        ]
+    };
+    let burst = sent(&mut h, &mut cqs);
+    let start = std::time::Instant::now();
+    let mut total = [0usize; 2];
+    while start.elapsed() < std::time::Duration::from_millis(1200) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        h.dev.poll();
+        let [a, b] = sent(&mut h, &mut cqs);
+        total[0] += a;
+        total[1] += b;
+    }
+    let ratio = total[0] as f64 / total[1].max(1) as f64;
+    assert!(
+        total[1] >= 10 && (2.0..=4.5).contains(&ratio),
+        "after the burst ({burst:?}), frames sent by the 75 and the 25 share: {total:?}"
+    );
+    assert!(
+        total[0] + total[1] <= 200,
+        "within the class's 1 Mb/s: {total:?}"
+    );
+}

@@ -6,7 +6,13 @@
 //! `ibv_modify_qp_rate_limit` on raw packet QPs. An SQ in a queue group
 //! (`qos_queue_group_id`) also sends within the `max_average_bw` of that group and of every
 //! TSAR above it, each element one bucket that all the SQs under it share (mlx5e's HTB
-//! offload and mqprio rate limits, libmlx5's `mlx5dv_sched_*`).
+//! offload and mqprio rate limits, libmlx5's `mlx5dv_sched_*`). While such a limit holds the
+//! children of a TSAR back, they send in proportion to their `bw_share` (a deficit weighted
+//! round robin over the children still asking to send, [`held_by_shares`]): how mlx5e's HTB
+//! offload divides a class's ceiling among its children by their rates
+//! (`mlx5e_htb_convert_rate`), and libmlx5's man page describes the weights
+//! (`mlx5dv_sched_node_create`: "shared between all elements connected to the same parent
+//! element, relatively to their bw_share").
 //!
 //! The send engine asks [`admit`] before each WQE and charges every frame it sends
 //! ([`charge`]); an SQ in debt stops where it is and is listed in `Core::paced` with the time
@@ -23,12 +29,27 @@
 //! it again (`engine::ud::send::resume_paced`).
 
 use crate::function::Core;
-use crate::objects::pacing::Rate;
-use std::time::Instant;
+use crate::objects::pacing::{Rate, DEFAULT_BURST_BYTES};
+use crate::objects::scheduling::Share;
+use std::time::{Duration, Instant};
 
 /// Most scheduling elements from a queue group up to its root that pacing follows: deeper
 /// trees than any driver builds (mlx5e's HTB offload nests a few levels) end the walk there.
 const MAX_TREE_DEPTH: usize = 16;
+
+/// How long a child that asked to send counts as still asking, for its TSAR's weighting: a
+/// queue held back asks again sooner (at its bucket's time, or [`SHARE_RETRY`] later).
+const ASKING: Duration = Duration::from_millis(10);
+/// How long a queue its group's weight holds back waits before it asks again.
+const SHARE_RETRY: Duration = Duration::from_millis(1);
+/// A round's quantum, in bytes: a child may be this many of its own bytes ahead of its least
+/// served sibling still asking (in virtual service, which weighs each byte by the child's
+/// weight) before it waits.
+const QUANTUM_BYTES: u64 = 2048;
+/// A rate limited element whose bucket holds fewer bytes than this holds its queues back:
+/// below it the weights decide which child goes. Above it (a bucket filled by idling) every
+/// child goes.
+const CONTENDED_BELOW: i64 = DEFAULT_BURST_BYTES as i64 / 2;
 
 /// Whether SQ `sqn` may take its next WQE now: when neither its rate table entry (if it names
 /// one in use) nor any scheduling element with a rate limit above its queue group is in
@@ -84,24 +105,87 @@ pub(crate) fn group_admits(core: &mut Core, group: u32) -> bool {
     group_wait(core, group, Instant::now()).is_none()
 }
 
-/// When the rate limited elements from `group` up to its root are all out of debt: `None`
-/// when they are at `now`, else the latest time one of them is.
+/// One element on the path from a queue group up: its id, whether its own bucket admits now,
+/// and the bytes in that bucket (`i64::MAX` without a rate limit).
+type PathStep = (u32, bool, i64);
+
+/// When the rate limited elements from `group` up to its root are all out of debt and no
+/// TSAR's weighting holds the group back ([`held_by_shares`]): `None` when that is so at
+/// `now`, else when to ask again (the latest time a bucket is out of debt, or
+/// [`SHARE_RETRY`] from now).
 fn group_wait(core: &mut Core, group: u32, now: Instant) -> Option<Instant> {
     let mut until: Option<Instant> = None;
+    let mut path = [(0, true, i64::MAX); MAX_TREE_DEPTH];
+    let mut len = 0;
     let mut id = group;
-    for _ in 0..MAX_TREE_DEPTH {
+    while len < MAX_TREE_DEPTH {
         let Some(element) = core.res.sched.get_mut(id) else {
             break;
         };
+        let mut step = (id, true, i64::MAX);
         if element.max_average_bw != 0 {
             let rate = Rate::from_mbps(element.max_average_bw);
             if let Err(at) = element.pacer.admit(rate, now) {
                 until = Some(until.map_or(at, |u| u.max(at)));
+                step.1 = false;
             }
+            step.2 = element.pacer.tokens();
         }
+        path[len] = step;
+        len += 1;
         id = element.parent;
     }
-    until
+    let held = held_by_shares(core, &path[..len], now);
+    until.or(held.then(|| now + SHARE_RETRY))
+}
+
+/// A TSAR's weighting of its children (`bw_share`, [`Share`]): for each element of `path`
+/// (from a queue group up) that nothing below its parent holds back, records that it asks
+/// to send now (one that had stopped asking starts level with its least served sibling, so
+/// that idling saves it nothing); true when one of them, while a rate limit at or above its
+/// parent is contended (its bucket below [`CONTENDED_BELOW`]), is ahead of the least served
+/// sibling still asking by more than its quantum. Without contention every child goes, so the
+/// weighting never slows a tree its limits do not hold back. Finding the siblings walks the
+/// function's elements (at most `MAX_ELEMENTS`, a few under mlx5e's HTB offload).
+fn held_by_shares(core: &mut Core, path: &[PathStep], now: Instant) -> bool {
+    let asking = |s: &Share| {
+        s.asked_at
+            .is_some_and(|at| now.saturating_duration_since(at) < ASKING)
+    };
+    let mut held = false;
+    for (i, &(id, admits, _)) in path.iter().enumerate() {
+        if !admits {
+            break;
+        }
+        let Some(parent) = core.res.sched.get(id).map(|e| e.parent) else {
+            break;
+        };
+        if parent == 0 {
+            continue;
+        }
+        let least = core
+            .res
+            .sched
+            .siblings(parent, id)
+            .filter(|(_, s)| asking(&s.share))
+            .map(|(_, s)| s.share.served)
+            .min();
+        let contended = path[i + 1..]
+            .iter()
+            .any(|&(_, _, tokens)| tokens < CONTENDED_BELOW);
+        let Some(element) = core.res.sched.get_mut(id) else {
+            break;
+        };
+        if !asking(&element.share) {
+            element.share.served = element.share.served.max(least.unwrap_or(0));
+        }
+        element.share.asked_at = Some(now);
+        let quantum = QUANTUM_BYTES * Share::SCALE / Share::weight(element.bw_share);
+        if contended && least.is_some_and(|l| element.share.served > l.saturating_add(quantum)) {
+            held = true;
+        }
+    }
+    held
 }
 
 /// Charges a packet of `bytes` sent from queue group `group` to every rate limited element
@@ -115,6 +199,7 @@ pub(crate) fn charge_group(core: &mut Core, group: u32, bytes: usize) {
         if element.max_average_bw != 0 {
             element.pacer.charge(bytes);
         }
+        element.share.charge(bytes, element.bw_share);
         id = element.parent;
     }
 }

@@ -68,7 +68,8 @@ pub(crate) struct CapSet {
     /// (`nic_sq_scheduling`, `nic_bw_share`, `nic_rate_limit`, `nic_qp_scheduling`: DWRR
     /// TSARs and queue groups, [`crate::objects::scheduling`]), so mlx5e's HTB offload
     /// (`mlx5_qos_is_supported`) is on. No e-switch scheduling (`esw_scheduling` 0: the
-    /// e-switch's QoS stays off) and no flow meters (`flow_meter_reg_id` 0).
+    /// e-switch's QoS stays off); with [`EmuConfig::sw_steering`], flow meters
+    /// (`flow_meter_old`, `flow_meter_reg_id`: [`crate::objects::meter`]).
     pub qos: [u8; 0x100],
     /// The device-memory capability page (maximum and current alike), as
     /// [`crate::objects::memic`] lays the memory out; all zero where BAR0 has no room for it.

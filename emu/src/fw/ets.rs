@@ -6,8 +6,8 @@
 //! probe by `mlx5e_ets_init`.
 //!
 //! Kept and reported, not enforced: the model's wire never congests, so classes, groups and
-//! shares change nothing that is sent (as the PFCC pause settings, and the scheduling
-//! elements' `bw_share`).
+//! shares change nothing that is sent (as the PFCC pause settings). The scheduling
+//! elements' `bw_share` is enforced, under their own rate limits (`engine::pacing`).
 
 use super::{bad_param, CmdResult, Core, Syndrome};
 use crate::function::hca::EtsClass;

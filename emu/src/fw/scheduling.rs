@@ -111,6 +111,7 @@ fn create(core: &mut Core, uid: u16, new: NewElement, field_select: u64) -> Resu
             field_select,
             uid,
             pacer: Default::default(),
+            share: Default::default(),
         })
         .ok_or(table_full("scheduling element table full"))
 }

@@ -152,6 +152,11 @@ impl Pacer {
         Err(now + wait)
     }
 
+    /// Bytes in the bucket as last filled (negative: the debt).
+    pub fn tokens(&self) -> i64 {
+        self.tokens
+    }
+
     /// Charges `bytes` sent.
     pub fn charge(&mut self, bytes: usize) {
         self.tokens = self.tokens.saturating_sub(bytes as i64);

@@ -2,8 +2,9 @@
 //! NIC hierarchy, and which send queues and QPs name a queue group.
 //!
 //! The model keeps the tree and answers for it. An element's `max_average_bw` limits what the
-//! send queues under it send together (`engine::pacing`, one bucket per element); `bw_share`
-//! is kept but not enforced (the model's port is never the bottleneck its shares divide).
+//! send queues under it send together (`engine::pacing`, one bucket per element); its
+//! `bw_share` weighs it against its siblings when a rate limit at or above their TSAR holds
+//! them back ([`Share`], `engine::pacing`).
 
 use super::devx::privileged;
 use std::collections::BTreeMap;
@@ -43,6 +44,40 @@ pub(crate) struct Element {
     pub uid: u16,
     /// Its bucket, while `max_average_bw` limits it.
     pub pacer: super::pacing::Pacer,
+    /// Its standing among its siblings, for their TSAR's weighting.
+    pub share: Share,
+}
+
+/// What a TSAR's deficit weighted round robin keeps of one child: the bytes the child sent,
+/// divided by its weight (its virtual service, in bytes at weight 1 scaled by
+/// [`Share::SCALE`]), and when it last asked to send with nothing below its parent holding
+/// it back. While a rate limit at or above the parent holds the siblings back, a child whose
+/// virtual service is ahead of the least served sibling still asking by more than one
+/// quantum waits, so that over time each sends in proportion to its weight.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Share {
+    /// Virtual service: bytes sent times [`Share::SCALE`] over the weight.
+    pub served: u64,
+    /// When it last asked to send, eligible below its parent.
+    pub asked_at: Option<std::time::Instant>,
+}
+
+impl Share {
+    /// Fixed-point scale of [`Share::served`].
+    pub const SCALE: u64 = 1 << 16;
+
+    /// The weight of a `bw_share`: itself, 0 (the device's default weight, whose value no
+    /// public source gives) counting as 1, as mlx5e gives 1 to a class of under 1% of its
+    /// parent's ceiling (`mlx5e_htb_convert_rate`).
+    pub fn weight(bw_share: u32) -> u64 {
+        u64::from(bw_share.max(1))
+    }
+
+    /// Records `bytes` sent by an element of weight `bw_share`.
+    pub fn charge(&mut self, bytes: usize, bw_share: u32) {
+        let virtual_bytes = (bytes as u64).saturating_mul(Self::SCALE) / Self::weight(bw_share);
+        self.served = self.served.saturating_add(virtual_bytes);
+    }
 }
 
 /// The elements of the NIC hierarchy and the queues attached to its queue groups.
@@ -97,6 +132,14 @@ impl SchedTable {
     /// Removes element `id`.
     pub fn remove(&mut self, id: u32) {
         self.elements.remove(&id);
+    }
+
+    /// The ids of the elements that hang from `parent`, other than `id`.
+    pub fn siblings(&self, parent: u32, id: u32) -> impl Iterator<Item = (u32, &Element)> + '_ {
+        self.elements
+            .iter()
+            .filter(move |(&other, e)| e.parent == parent && other != id)
+            .map(|(&other, e)| (other, e))
     }
 
     /// Whether any element hangs from `id`.
