@@ -146,8 +146,19 @@ fn group_wait(core: &mut Core, group: u32, now: Instant) -> Option<Instant> {
 /// parent is contended (its bucket below [`CONTENDED_BELOW`]), is ahead of the least served
 /// sibling still asking by more than its quantum. Without contention every child goes, so the
 /// weighting never slows a tree its limits do not hold back. Finding the siblings walks the
-/// function's elements (at most `MAX_ELEMENTS`, a few under mlx5e's HTB offload).
+/// function's elements (at most `MAX_ELEMENTS`, a few under mlx5e's HTB offload); a path with
+/// no rate limit above its queue group skips all of it.
 fn held_by_shares(core: &mut Core, path: &[PathStep], now: Instant) -> bool {
+    // No rate limit above the queue group: no level of the path can be contended, for it or
+    // for any sibling (they share those ancestors), so neither the siblings nor the record of
+    // asking matter (mlx5e's mqprio shaper and most HTB trees of one class per level).
+    if path
+        .iter()
+        .skip(1)
+        .all(|&(_, _, tokens)| tokens == i64::MAX)
+    {
+        return false;
+    }
     let asking = |s: &Share| {
         s.asked_at
             .is_some_and(|at| now.saturating_duration_since(at) < ASKING)

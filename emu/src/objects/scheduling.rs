@@ -67,8 +67,8 @@ impl Share {
     pub const SCALE: u64 = 1 << 16;
 
     /// The weight of a `bw_share`: itself, 0 (the device's default weight, whose value no
-    /// public source gives) counting as 1, as mlx5e gives 1 to a class of under 1% of its
-    /// parent's ceiling (`mlx5e_htb_convert_rate`).
+    /// public source gives) counting as 1, the smallest weight mlx5e writes
+    /// (`mlx5e_htb_convert_rate`); the model's choice.
     pub fn weight(bw_share: u32) -> u64 {
         u64::from(bw_share.max(1))
     }
