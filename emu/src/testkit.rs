@@ -37,6 +37,7 @@ pub mod dr;
 pub mod dr_receive;
 pub mod flow_tables;
 pub mod mpwqe;
+pub mod pacing;
 pub mod pattern;
 pub mod plug;
 pub mod poll;

@@ -271,6 +271,60 @@ fn a_64_kib_ipv6_message_leaves_as_mss_sized_segments() {
     sends_a_64_kib_message_as_mss_sized_segments(true);
 }
 
+/// The device schedules packets, not WQEs (the packet pacing of ConnectX-4 Lx and later lets
+/// a flow send a burst, then schedules each next packet by its rate; mlx5_core's
+/// `max_burst_sz` bounds the bursts "of packets" it schedules for an SQ): an SQ paced by a
+/// rate table entry, as mlx5e's `tx_maxrate` paces one, sends a 64 KiB LSO message a frame at
+/// a time as the rate pays for them, and completes it once, with every frame's bytes. 46
+/// frames (68,572 bytes) at 4,000 kb/s (500,000 bytes a second) with a 4,000-byte burst: 3
+/// at once (the third leaves the bucket in debt), the rest over at least 120 ms. Before, the
+/// whole WQE went out at once and left the rate 130 ms in debt.
+#[test]
+fn a_paced_sq_sends_an_lso_message_frame_by_frame_at_its_rate() {
+    let mut r = rig();
+    let mut cq = r.h.create_cq(6);
+    let mut sq = r.h.create_sq(cq.cqn, r.tisn, 6);
+    r.h.set_pp_rate(0, 1, 4000, 4000)
+        .expect("SET_PP_RATE_LIMIT");
+    r.h.exec(&Host::sq_rate_input(sq.sqn, 1), 0x10)
+        .expect("SQ paced by entry 1");
+    let headers = tcp_headers(false);
+    let message = payload(MESSAGE);
+    let wqe = Lso::new(&headers, &message).build(&mut r.h, &sq, r.key);
+    let start = std::time::Instant::now();
+    r.h.post(&mut sq, &wqe, false);
+    let mut frames = received(&r.wire);
+    assert_eq!(frames.len(), 3, "the burst goes at once, the rest waits");
+    assert!(
+        r.h.poll_cq(&mut cq).is_none(),
+        "no completion before the last frame"
+    );
+    let mut cqe = None;
+    while cqe.is_none() && start.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        r.h.dev.poll();
+        frames.extend(received(&r.wire));
+        cqe = r.h.poll_cq(&mut cq);
+    }
+    let elapsed = start.elapsed();
+    let cqe = cqe.expect("the message completes");
+    assert!(r.h.poll_cq(&mut cq).is_none(), "one completion per WQE");
+    let joined = check_segments(&frames, &headers, &message, false);
+    assert!(joined == message, "every segment once, in order");
+    let wire_bytes: usize = frames.iter().map(Vec::len).sum();
+    assert_eq!(
+        Cqe64::new(&cqe[..]).unwrap().byte_cnt() as usize,
+        wire_bytes,
+        "CQE byte count: every turn's frames"
+    );
+    assert!(
+        elapsed >= std::time::Duration::from_millis(120),
+        "43 frames past the burst take at least 120 ms at 500,000 bytes a second: {elapsed:?}"
+    );
+    let q = r.h.dev.queue_counters(QueueKind::Sq, sq.sqn).unwrap();
+    assert_eq!((q.wqes, q.frames, q.cqes), (1, frames.len() as u64, 1));
+}
+
 #[test]
 fn without_checksum_flags_the_checksums_are_left_as_given() {
     let mut r = rig();

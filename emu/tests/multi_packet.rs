@@ -105,6 +105,72 @@ fn one_wqe_sends_each_of_its_packets_in_order_with_the_offloads_of_its_ethernet_
     assert_eq!(q.bytes, frames.iter().map(|f| f.len() as u64).sum::<u64>());
 }
 
+/// The device schedules packets, not WQEs: on an SQ paced by a rate table entry (mlx5e's
+/// `tx_maxrate`) a multi-packet WQE's packets leave as the rate pays for them, each once and
+/// in order, with one completion at the end. Four packets of 1,000 bytes and one of 142 at
+/// 80 kb/s (10,000 bytes a second) with a 1,000-byte burst: 2 at once (the second leaves the
+/// bucket in debt), the other 3 over at least 200 ms. Before, all five left at once.
+#[test]
+fn a_paced_sq_sends_a_multi_packet_wqe_packet_by_packet_at_its_rate() {
+    let mut r = rig(EmuConfig::default());
+    let mut tx_cq = r.h.create_cq(6);
+    let mut sq = r.h.try_create_sq(tx_cq.cqn, r.tisn, 6, true).unwrap();
+    r.h.set_pp_rate(0, 1, 80, 1000).expect("SET_PP_RATE_LIMIT");
+    r.h.exec(&Host::sq_rate_input(sq.sqn, 1), 0x10)
+        .expect("SQ paced by entry 1");
+    // Gathered packets, and a short inline one last (a WQE holds at most 1,008 bytes).
+    let frames: Vec<Vec<u8>> = (0..5)
+        .map(|i| udp_frame(if i < 4 { 1000 - 42 } else { 100 }, i as u8))
+        .collect();
+    let packets: Vec<MultiPacket<'_>> = frames
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            if i < 4 {
+                MultiPacket::Pointer(f)
+            } else {
+                MultiPacket::Inline(f)
+            }
+        })
+        .collect();
+    let wqe = r.h.build_multi_packet(&sq, &packets, r.key, false);
+    let sent = |h: &Host| h.dev.counters().tx_frames;
+    let before = sent(&r.h);
+    let start = std::time::Instant::now();
+    r.h.post(&mut sq, &wqe, false);
+    assert_eq!(
+        sent(&r.h) - before,
+        2,
+        "the burst goes at once, the rest waits"
+    );
+    assert!(
+        r.h.poll_cq(&mut tx_cq).is_none(),
+        "no completion before the last packet"
+    );
+    let mut cqe = None;
+    while cqe.is_none() && start.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        r.h.dev.poll();
+        cqe = r.h.poll_cq(&mut tx_cq);
+    }
+    let elapsed = start.elapsed();
+    let cqe = cqe.expect("the WQE completes");
+    assert_eq!(Cqe64::new(&cqe[..]).unwrap().wqe_counter(), 0);
+    assert!(
+        elapsed >= std::time::Duration::from_millis(190),
+        "3 packets past the burst take at least 200 ms at 10,000 bytes a second: {elapsed:?}"
+    );
+    for (i, frame) in frames.iter().enumerate() {
+        let cqe = r.h.poll_cq(&mut r.rx_cq).expect("receive completion");
+        let c = Cqe64::new(&cqe[..]).unwrap();
+        assert_eq!(c.byte_cnt() as usize, frame.len(), "packet {i}");
+        assert_eq!(&r.h.read(r.bufs[i], frame.len()), frame, "packet {i}");
+    }
+    assert!(r.h.poll_cq(&mut r.rx_cq).is_none(), "each packet once");
+    let q = r.h.dev.queue_counters(QueueKind::Sq, sq.sqn).unwrap();
+    assert_eq!((q.wqes, q.frames, q.cqes), (1, 5, 1));
+}
+
 /// Posts `wqe` on `sq` and returns the error CQE's syndrome and how many frames went out.
 fn refused(r: &mut Rig, sq: &mut support::Sq, cq: &mut support::Cq, wqe: &[u8]) -> (u8, u64) {
     let before = r.h.dev.counters();

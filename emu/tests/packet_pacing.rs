@@ -9,10 +9,9 @@
 use cxdirect_emu::testkit::{self, CmdFail, Host};
 use cxdirect_emu::Syndrome;
 use cxdirect_hw::caps::CmdHcaCap;
-use cxdirect_hw::cmd::{CmdStatus, Opcode};
+use cxdirect_hw::cmd::CmdStatus;
 use cxdirect_hw::hca::cap_type;
-use cxdirect_hw::qos::{QosCap, SetPpRateLimitIn};
-use cxdirect_hw::wq::{ModifySqIn, MODIFY_SQ_BITMASK_PACKET_PACING_RATE_LIMIT_INDEX};
+use cxdirect_hw::qos::QosCap;
 
 const MEM: usize = 8 << 20;
 /// `MLX5_SHARED_RESOURCE_UID`: mlx5_ib's uid for an entry without DEDICATED_INDEX.
@@ -27,25 +26,13 @@ fn host() -> Host {
 /// SET_PP_RATE_LIMIT as `mlx5_set_pp_rate_limit_cmd` lays it out: the entry's uid and index,
 /// and the raw context (rate in kb/s; burst and typical size left 0 as the test leaves them).
 fn set_rate(h: &mut Host, uid: u16, index: u16, rate_kbps: u32) -> Result<Vec<u8>, CmdFail> {
-    let mut input = Host::input(Opcode::SetPpRateLimit, 0, 0x40);
-    let mut cmd = SetPpRateLimitIn::new(&mut input[..]).expect("layout");
-    cmd.set_uid(uid).set_rate_limit_index(index);
-    cmd.ctx_mut().set_rate_limit(rate_kbps);
-    h.exec(&input, 0x10)
+    h.set_pp_rate(uid, index, rate_kbps, 0)
 }
 
 /// MODIFY_SQ RDY to RDY naming rate table entry `index`, as `mlx5e_modify_sq` sends it for
 /// `mlx5e_set_sq_maxrate` (`rl_update`).
 fn modify_rate(sqn: u32, index: u16) -> Vec<u8> {
-    let mut input = Host::input(Opcode::ModifySq, 0, 0x110);
-    let mut m = ModifySqIn::new(&mut input[..]).expect("layout");
-    m.set_sq_state(1)
-        .set_sqn(sqn)
-        .set_modify_bitmask(MODIFY_SQ_BITMASK_PACKET_PACING_RATE_LIMIT_INDEX);
-    m.ctx_mut()
-        .set_state(1)
-        .set_packet_pacing_rate_limit_index(index);
-    input
+    Host::sq_rate_input(sqn, index)
 }
 
 fn refused<T: std::fmt::Debug>(result: Result<T, CmdFail>, syndrome: Syndrome) {
@@ -179,11 +166,7 @@ fn an_sq_naming_an_entry_sends_at_its_rate() {
     let tis = h.create_tis();
     let mut sq = h.create_sq(cq.cqn, tis, 6);
     let key = h.create_mkey(false, false);
-    let mut input = Host::input(Opcode::SetPpRateLimit, 0, 0x40);
-    let mut cmd = SetPpRateLimitIn::new(&mut input[..]).expect("layout");
-    cmd.set_rate_limit_index(1);
-    cmd.ctx_mut().set_rate_limit(80).set_burst_upper_bound(1000);
-    h.exec(&input, 0x10).expect("SET_PP_RATE_LIMIT");
+    h.set_pp_rate(0, 1, 80, 1000).expect("SET_PP_RATE_LIMIT");
     h.exec(&modify_rate(sq.sqn, 1), 0x10)
         .expect("SQ paced by entry 1");
 

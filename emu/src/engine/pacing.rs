@@ -14,9 +14,11 @@
 //! (`mlx5dv_sched_node_create`: "shared between all elements connected to the same parent
 //! element, relatively to their bw_share").
 //!
-//! The send engine asks [`admit`] before each WQE and charges every frame it sends
-//! ([`charge`]); an SQ in debt stops where it is and is listed in `Core::paced` with the time
-//! its debt is paid, when the device's timers run it again (`engine::sq::resume_paced`). The
+//! The send engine asks [`admit`] before each WQE, and before each later frame of a WQE that
+//! makes several (LSO, multi-packet), since the device schedules packets, not WQEs; it charges
+//! every frame it sends ([`charge`]). An SQ in debt stops where it is, between WQEs or between
+//! the frames of one (`objects::PartlySent`), and is listed in `Core::paced` with the time its
+//! debt is paid, when the device's timers run it again (`engine::sq::resume_paced`). The
 //! bytes counted are the frame's, as it leaves the SQ (before transmit steering).
 //!
 //! An RC, UC or DC QP that names queue groups (`qos_queue_group_id_requester` and

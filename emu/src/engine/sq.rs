@@ -3,8 +3,11 @@
 //! through memory keys, apply checksum offload and VLAN insertion, put it on the wire, and write
 //! the CQEs the WQE asked for. An enhanced multi-packet WQE (on an SQ that allows them) carries
 //! one packet per data or inline segment behind one Ethernet segment. An LSO WQE carries one
-//! TCP packet larger than a frame, cut into MSS-sized frames (see [`super::lso`]). A malformed
-//! WQE ends in an error CQE and the SQ in error.
+//! TCP packet larger than a frame, cut into MSS-sized frames (see [`super::lso`]). The SQ's
+//! rates (`engine::pacing`) are asked before each WQE and before each later frame of one that
+//! makes several, since the device schedules packets: a WQE they stop goes on from its next
+//! frame when the SQ runs again (`objects::PartlySent`). A malformed WQE ends in an error CQE
+//! and the SQ in error.
 
 use crate::counters::{add, QueueKind};
 use crate::engine::fetch::read_wqes;
@@ -14,7 +17,7 @@ use crate::function::local_loopback::Sender;
 use crate::function::Core;
 use crate::objects::limits::MAX_LSO_BYTES;
 use crate::objects::queue_state::{Fetched, SendScratch, MAX_FRAME_BYTES, MAX_WQE};
-use crate::objects::QState;
+use crate::objects::{PartlySent, QState};
 use crate::packet;
 use crate::translate::{translate, KeyFault};
 use crate::transmit_steering::Verdict;
@@ -250,7 +253,18 @@ fn execute_one(
             }
         }
     }
-    let mut sent = Sent::default();
+    // A WQE its SQ's rates stopped between frames goes on from where it stopped.
+    let before = core
+        .res
+        .sqs
+        .get(sqn)
+        .filter(|sq| sq.wq.consumed == index)
+        .map(|sq| sq.wq.partly_sent)
+        .unwrap_or_default();
+    let mut sent = Sent {
+        before,
+        ..Sent::default()
+    };
     let context = SendContext {
         sqn,
         pd,
@@ -305,9 +319,18 @@ fn execute_one(
         let qc = core.queue_counters.get_mut(QueueKind::Sq, sqn);
         qc.frames += sent.frames;
         qc.bytes += sent.bytes as u64;
-        if result.is_ok() {
+        if result.is_ok() && !sent.paused {
             qc.wqes += 1;
         }
+    }
+    if result.is_ok() && sent.paused {
+        if let Some(sq) = core.res.sqs.get_mut(sqn) {
+            sq.wq.partly_sent = PartlySent {
+                frames: before.frames + sent.frames,
+                bytes: before.bytes + sent.bytes,
+            };
+        }
+        return Err(());
     }
     if let Err(syndrome) = result {
         log::info!(
@@ -319,10 +342,12 @@ fn execute_one(
     }
     if let Some(sq) = core.res.sqs.get_mut(sqn) {
         sq.wq.consumed = index.wrapping_add(bbs);
+        sq.wq.partly_sent = PartlySent::default();
     }
     if ce >= wqe::completion::ALWAYS {
         let mut cqe = [0u8; 64];
-        cqe[0x2c..0x30].copy_from_slice(&(sent.bytes as u32).to_be_bytes());
+        let bytes = before.bytes + sent.bytes;
+        cqe[0x2c..0x30].copy_from_slice(&(bytes as u32).to_be_bytes());
         cqe[0x38..0x3c].copy_from_slice(&(sqn & 0x00ff_ffff).to_be_bytes());
         cqe[0x3c..0x3e].copy_from_slice(&index.to_be_bytes());
         cqe[0x3f] = (CqeOpcode::Req as u8) << 4 | u8::from(ctrl_se(&s.wqe)) << 1;
@@ -344,17 +369,49 @@ fn ctrl_se(wqe: &[u8]) -> bool {
     wqe[11] & 2 != 0
 }
 
-/// What one WQE put on the wire: frames and their bytes.
+/// What one WQE put on the wire in this turn: frames and their bytes; for a WQE that makes
+/// several frames, what it sent in earlier turns and whether its SQ's rates stopped it again.
 #[derive(Default)]
 struct Sent {
     frames: u64,
     bytes: usize,
+    /// Frames (and their bytes) the WQE sent in earlier turns: not sent again.
+    before: PartlySent,
+    /// Set when the SQ's rates stopped the WQE before its next frame.
+    paused: bool,
+}
+
+/// What happens to a frame of a multi-frame WQE in this turn ([`Sent::turn`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Turn {
+    /// Sent in an earlier turn.
+    Skip,
+    Go,
+    /// The SQ's rates stop the WQE here: this frame and the rest wait for the next turn.
+    Stop,
 }
 
 impl Sent {
     fn count(&mut self, len: usize) {
         self.frames += 1;
         self.bytes += len;
+    }
+
+    /// What frame `index` (from the WQE's first) of SQ `sqn` does now. The device schedules
+    /// packets, not WQEs: the first frame of a turn goes (the SQ was admitted before the
+    /// WQE), each later one only when the SQ's rate and its queue group's admit it
+    /// (`engine::pacing::admit`, which lists the SQ in `Core::paced` when they do not), so
+    /// that an LSO WQE of 64 KiB neither runs its rate limits into a long debt nor holds
+    /// its siblings behind it.
+    fn turn(&mut self, core: &mut Core, sqn: u32, index: u64) -> Turn {
+        if index < self.before.frames {
+            return Turn::Skip;
+        }
+        if index > self.before.frames && !crate::engine::pacing::admit(core, sqn) {
+            self.paused = true;
+            return Turn::Stop;
+        }
+        Turn::Go
     }
 }
 
@@ -467,6 +524,7 @@ fn send_multi(
     }
     // `w` is whole 16-byte segments, so a segment's first word is always there.
     let mut at = 2 * WQE_DS;
+    let mut index = 0;
     while at < w.len() {
         frame.clear();
         if let Some(next) = take_inline(w, at, frame)? {
@@ -488,6 +546,12 @@ fn send_multi(
         }
         check_length(core, frame)?;
         let (len, is_tagged) = apply_offloads(offloads, frame, tagged)?;
+        index += 1;
+        match sent.turn(core, sq.sqn, index - 1) {
+            Turn::Skip => continue,
+            Turn::Stop => return Ok(()),
+            Turn::Go => {}
+        }
         transmit_from(core, if is_tagged { &tagged[..len] } else { frame }, sq);
         sent.count(len);
     }
@@ -576,6 +640,11 @@ fn send_lso(
     // A message with no payload still goes out, as one frame of headers.
     let segments = payload.len().div_ceil(mss).max(1);
     for index in 0..segments {
+        match sent.turn(core, sq.sqn, index as u64) {
+            Turn::Skip => continue,
+            Turn::Stop => return Ok(()),
+            Turn::Go => {}
+        }
         let start = index * mss;
         let end = (start + mss).min(payload.len());
         frame.clear();

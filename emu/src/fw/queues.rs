@@ -191,6 +191,7 @@ pub(crate) fn work_queue(
         fetched: Default::default(),
         // The device starts at WQE 0, as software builds the free list from there.
         linked_head: linked.then_some(0),
+        partly_sent: Default::default(),
     })
 }
 

@@ -79,6 +79,7 @@ pub(crate) fn create_xrc_srq(core: &mut Core, input: &[u8], output: &mut [u8]) -
             fetched: Default::default(),
             // A linked list: the device starts at WQE 0, as libmlx5 builds its free list.
             linked_head: Some(0),
+            partly_sent: Default::default(),
         },
         cqn: ctx.cqn(),
         // With `user_index_equal_xrc_srqn` the CQEs carry the SRQ number instead.

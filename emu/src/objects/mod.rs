@@ -233,6 +233,21 @@ pub(crate) struct WorkQueue {
     /// Each WQE starts with a next segment naming the WQE after it; its data segments follow.
     /// `None` for a cyclic ring.
     pub linked_head: Option<u16>,
+    /// Send queues: what the WQE at `consumed` already put on the wire when a rate limit
+    /// stopped the SQ between the frames that WQE makes (an LSO or multi-packet WQE).
+    pub partly_sent: PartlySent,
+}
+
+/// The frames of a send WQE already on the wire when its SQ's rates stopped it: the device
+/// schedules packets, not WQEs, so an LSO or multi-packet WQE may leave in several turns. The
+/// WQE goes on from the next frame when the SQ runs again, and completes once, with every
+/// frame's bytes.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PartlySent {
+    /// Frames already sent (0: none, the WQE has not started).
+    pub frames: u64,
+    /// Their bytes on the wire.
+    pub bytes: usize,
 }
 
 impl WorkQueue {
@@ -249,6 +264,7 @@ impl WorkQueue {
         self.consumed = 0;
         self.posted_end = 0;
         self.fetched.clear();
+        self.partly_sent = PartlySent::default();
         if self.linked_head.is_some() {
             self.linked_head = Some(0);
         }

@@ -113,10 +113,11 @@ impl Rate {
     }
 }
 
-/// One SQ's (or scheduling element's) token bucket: the bytes it may still send now. A WQE is taken while the bucket is
-/// not in debt and its frames are then charged whole, so a large WQE (LSO) may leave it in
-/// debt; the SQ then waits until the rate has paid the debt back. Over time the SQ sends at
-/// the entry's rate; idle, it saves at most the entry's burst.
+/// One SQ's (or scheduling element's) token bucket: the bytes it may still send now. A frame
+/// goes while the bucket is not in debt and is then charged whole, so a large frame may leave
+/// it in debt; the SQ then waits (between WQEs, or between the frames of an LSO or
+/// multi-packet WQE) until the rate has paid the debt back. Over time the SQ sends at the
+/// entry's rate; idle, it saves at most the entry's burst.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Pacer {
     /// Bytes in the bucket; negative: the debt.
