@@ -202,6 +202,12 @@ fn execute_one(
     };
     let mask = sq.wq.entries() - 1;
     let (cqn, pd, min_inline, tisn) = (sq.cqn, sq.wq.pd, sq.min_inline, sq.tisn);
+    // A WQE its SQ's rates stopped between frames goes on from where it stopped.
+    let before = if sq.wq.consumed == index {
+        sq.wq.partly_sent
+    } else {
+        PartlySent::default()
+    };
     let reg_umr = sq.reg_umr;
     // The transport domain of the SQ's TIS goes with every frame it loops inside the device:
     // a TIR of the same domain takes it only as self loopback (see `rq::receive`).
@@ -253,14 +259,6 @@ fn execute_one(
             }
         }
     }
-    // A WQE its SQ's rates stopped between frames goes on from where it stopped.
-    let before = core
-        .res
-        .sqs
-        .get(sqn)
-        .filter(|sq| sq.wq.consumed == index)
-        .map(|sq| sq.wq.partly_sent)
-        .unwrap_or_default();
     let mut sent = Sent {
         before,
         ..Sent::default()
@@ -377,6 +375,9 @@ struct Sent {
     bytes: usize,
     /// Frames (and their bytes) the WQE sent in earlier turns: not sent again.
     before: PartlySent,
+    /// Whether the SQ names a rate table entry or a queue group (only then are its rates
+    /// asked between frames), looked up at the WQE's second frame.
+    paced: Option<bool>,
     /// Set when the SQ's rates stopped the WQE before its next frame.
     paused: bool,
 }
@@ -407,7 +408,14 @@ impl Sent {
         if index < self.before.frames {
             return Turn::Skip;
         }
-        if index > self.before.frames && !crate::engine::pacing::admit(core, sqn) {
+        if index == self.before.frames {
+            return Turn::Go;
+        }
+        let paced = *self.paced.get_or_insert_with(|| {
+            core.res.sqs.get(sqn).is_some_and(|sq| sq.rate_index != 0)
+                || core.res.sched.sq(sqn) != 0
+        });
+        if paced && !crate::engine::pacing::admit(core, sqn) {
             self.paused = true;
             return Turn::Stop;
         }
