@@ -5,7 +5,6 @@
 use super::roce::Offsets;
 use crate::counters::add;
 use crate::function::Core;
-use cxdirect_hw::roce::RoceAddrLayout;
 
 /// Whether `mac` is one of the function's own unicast addresses: the vport's permanent
 /// address (as MODIFY_NIC_VPORT_CONTEXT last set it) or the source MAC of an entry of its
@@ -18,21 +17,13 @@ pub(crate) fn own_mac(core: &Core, mac: &[u8]) -> bool {
     if mac == &port[2..] {
         return true;
     }
-    core.res.gids.any()
-        && core.res.gids.entries.iter().any(|entry| {
-            entry[..16].iter().any(|&b| b != 0)
-                && RoceAddrLayout::new(&entry[..]).is_ok_and(|l| l.source_mac() == mac)
-        })
+    core.res.gids.has_mac(mac)
 }
 
 /// Whether `gid` (16 bytes; IPv4 as an IPv4-mapped GID) is in the function's RoCE address
 /// table.
 pub(crate) fn own_gid(core: &Core, gid: &[u8]) -> bool {
-    core.res
-        .gids
-        .entries
-        .iter()
-        .any(|entry| entry[..16].iter().any(|&b| b != 0) && entry[..16] == *gid)
+    core.res.gids.has_gid(gid)
 }
 
 /// The destination checks of a received RoCE frame whose headers are at `at`: its

@@ -2,6 +2,7 @@
 
 use super::{QueueBuffer, Slot};
 use crate::objects::limits::{LOG_MAX_RA_QP, ROCE_ADDRESS_TABLE_SIZE};
+use cxdirect_hw::roce::RoceAddrLayout;
 
 /// Where an RC QP's receives come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,18 +137,20 @@ pub(crate) type GidEntry = [u8; 0x20];
 /// The port's RoCE address (GID) table.
 #[derive(Debug)]
 pub(crate) struct GidTable {
-    /// Read-only outside [`GidTable::set`], which keeps `in_use` true to it.
+    /// Read-only outside [`GidTable::set`], which keeps `held` true to it.
     pub entries: Vec<GidEntry>,
-    /// Entries holding an address: a frame's destination check scans the table only when some
-    /// do, so a function without RoCE addresses pays nothing per frame for it.
-    in_use: usize,
+    /// The addresses and source MACs of the entries holding one, in table order: a frame's
+    /// destination checks look through these (a few, as Linux sets one per IP address and
+    /// RoCE version) rather than the whole table, and a function without RoCE addresses pays
+    /// nothing per frame for it. Made again by [`GidTable::set`], a command.
+    held: Vec<([u8; 16], [u8; 6])>,
 }
 
 impl GidTable {
     pub fn new() -> Self {
         Self {
             entries: vec![[0; 0x20]; usize::from(ROCE_ADDRESS_TABLE_SIZE)],
-            in_use: 0,
+            held: Vec::new(),
         }
     }
 
@@ -156,28 +159,40 @@ impl GidTable {
         let Some(slot) = self.entries.get_mut(index) else {
             return false;
         };
-        let held = |e: &GidEntry| e[..16].iter().any(|&b| b != 0);
-        let before = held(slot);
         *slot = entry;
-        match (before, held(slot)) {
-            (false, true) => self.in_use += 1,
-            (true, false) => self.in_use -= 1,
-            _ => {}
-        }
+        self.held = self
+            .entries
+            .iter()
+            .filter(|e| holds_address(e))
+            .map(|e| {
+                let mut gid = [0u8; 16];
+                gid.copy_from_slice(&e[..16]);
+                let mac = RoceAddrLayout::new(&e[..]).map_or([0; 6], |l| l.source_mac());
+                (gid, mac)
+            })
+            .collect();
         true
     }
 
-    /// Whether any entry holds an address.
-    pub fn any(&self) -> bool {
-        self.in_use > 0
+    /// Whether `mac` is the source MAC of an entry holding an address.
+    pub fn has_mac(&self, mac: &[u8]) -> bool {
+        self.held.iter().any(|(_, m)| m[..] == *mac)
+    }
+
+    /// Whether `gid` (16 bytes) is the address of an entry.
+    pub fn has_gid(&self, gid: &[u8]) -> bool {
+        self.held.iter().any(|(g, _)| g[..] == *gid)
     }
 
     /// The entry at `index` if it holds an address.
     pub fn valid(&self, index: usize) -> Option<&GidEntry> {
-        self.entries
-            .get(index)
-            .filter(|entry| entry[..16].iter().any(|&b| b != 0))
+        self.entries.get(index).filter(|entry| holds_address(entry))
     }
+}
+
+/// Whether a RoCE address table entry holds an address (its GID is not all zero).
+fn holds_address(entry: &GidEntry) -> bool {
+    entry[..16].iter().any(|&b| b != 0)
 }
 
 /// What the responder of an RC QP is in the middle of.
@@ -528,21 +543,30 @@ mod tests {
     use super::{GidEntry, GidTable};
 
     #[test]
-    fn the_gid_table_knows_whether_any_entry_holds_an_address() {
+    fn the_gid_table_keeps_the_addresses_and_macs_of_its_held_entries() {
         let mut table = GidTable::new();
-        assert!(!table.any());
+        let gid = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+        let mac = [0x02, 0, 0, 0, 0, 0x0a];
+        assert!(!table.has_gid(&gid) && !table.has_mac(&mac));
         let mut entry: GidEntry = [0; 0x20];
-        entry[15] = 1;
+        entry[..16].copy_from_slice(&gid);
+        // `roce_addr_layout`: source MAC bits 47..32 at byte 0x12, 31..0 at 0x14.
+        entry[0x12..0x14].copy_from_slice(&mac[..2]);
+        entry[0x14..0x18].copy_from_slice(&mac[2..]);
         assert!(table.set(3, entry));
         assert!(table.set(3, entry), "set again: still one");
         assert!(table.set(7, entry));
-        assert!(table.any());
+        assert!(table.has_gid(&gid) && table.has_mac(&mac));
         assert!(table.set(3, [0; 0x20]));
-        assert!(table.any(), "entry 7 still holds one");
+        assert!(table.has_gid(&gid), "entry 7 still holds it");
         assert!(table.set(7, [0; 0x20]));
         assert!(table.set(7, [0; 0x20]), "cleared twice: still none");
-        assert!(!table.any());
+        assert!(!table.has_gid(&gid) && !table.has_mac(&mac));
+        // An entry with a MAC but no address holds nothing.
+        let mut no_gid: GidEntry = [0; 0x20];
+        no_gid[0x14..0x18].copy_from_slice(&mac[2..]);
+        assert!(table.set(1, no_gid));
+        assert!(!table.has_mac(&mac));
         assert!(!table.set(table.entries.len(), entry), "no such entry");
-        assert!(!table.any());
     }
 }
