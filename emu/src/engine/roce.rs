@@ -90,25 +90,22 @@ pub(crate) const DEFAULT_PKEY: u16 = 0xffff;
 /// BTH AckReq bit in the PSN word.
 const ACK_REQ: u32 = 0x8000_0000;
 
-/// Runs the CRC-32 (IEEE 802.3, reflected: the polynomial of the Ethernet FCS, which the ICRC
-/// shares) register `crc` (not inverted) over `bytes`. The ICRC covers every byte of every
-/// RoCE packet twice (sent, then checked), so it is the transport's hottest loop: `crc32fast`
-/// folds it with carry-less multiplication (PCLMULQDQ, or ARMv8's CRC32) where the CPU has it,
-/// sixteen bytes at a time otherwise.
-fn crc32_update(crc: u32, bytes: &[u8]) -> u32 {
-    // crc32fast keeps the inverted register (its finalised value) between calls.
-    let mut hasher = crc32fast::Hasher::new_with_initial(!crc);
-    hasher.update(bytes);
-    !hasher.finalize()
-}
-
 /// The ICRC of a RoCE v2 packet: `frame` from its Ethernet header to the end of its padded
 /// payload (ICRC excluded), `l3` the offset of its IP header. The variant fields are masked
 /// to ones (IPv4 TOS, TTL and checksum; IPv6 traffic class, flow label and hop limit; the UDP
 /// checksum; the BTH reserved byte before the destination QP), eight bytes of ones stand for
-/// the absent LRH, and the CRC-32 is taken over it all. Returned in wire byte order.
+/// the absent LRH, and the CRC-32 (IEEE 802.3, reflected: the polynomial of the Ethernet FCS,
+/// which the ICRC shares) is taken over it all. Returned in wire byte order.
+///
+/// The ICRC covers every byte of every RoCE packet twice (sent, then checked), so it is the
+/// transport's hottest loop: `crc32fast` folds it with carry-less multiplication (PCLMULQDQ,
+/// or ARMv8's CRC32) where the CPU has it. One hasher runs over the pieces (making one looks
+/// up the CPU's features).
 pub(crate) fn icrc(frame: &[u8], l3: usize) -> [u8; 4] {
-    let mut crc = crc32_update(0xffff_ffff, &[0xff; 8]);
+    // crc32fast's hasher starts as the CRC-32 register does, at all ones, and inverts at the
+    // end as the ICRC is.
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&[0xff; 8]);
     let ip = &frame[l3..];
     let (ip_len, mut head) = if ip[0] >> 4 == 4 {
         let mut h = [0u8; 20];
@@ -130,18 +127,18 @@ pub(crate) fn icrc(frame: &[u8], l3: usize) -> [u8; 4] {
         h[7] = 0xff;
         (40, h)
     };
-    crc = crc32_update(crc, &head[..ip_len]);
+    crc.update(&head[..ip_len]);
     head[..8].copy_from_slice(&ip[ip_len..ip_len + 8]);
     head[6] = 0xff;
     head[7] = 0xff;
-    crc = crc32_update(crc, &head[..8]);
+    crc.update(&head[..8]);
     let bth = &ip[ip_len + 8..];
     let mut masked_bth = [0u8; BTH_LEN];
     masked_bth.copy_from_slice(&bth[..BTH_LEN]);
     masked_bth[4] = 0xff;
-    crc = crc32_update(crc, &masked_bth);
-    crc = crc32_update(crc, &bth[BTH_LEN..]);
-    (!crc).to_le_bytes()
+    crc.update(&masked_bth);
+    crc.update(&bth[BTH_LEN..]);
+    crc.finalize().to_le_bytes()
 }
 
 /// Bytes of path MTU code `code` (1 = 256 ... 5 = 4096).
@@ -426,7 +423,7 @@ pub(crate) fn roce_offsets(frame: &[u8]) -> Option<Offsets> {
 
 #[cfg(test)]
 mod tests {
-    use super::crc32_update;
+    use super::icrc;
 
     /// The CRC-32 register run bit by bit, as the polynomial defines it.
     fn bitwise(mut crc: u32, bytes: &[u8]) -> u32 {
@@ -443,22 +440,49 @@ mod tests {
         crc
     }
 
+    /// The ICRC agrees with the CRC-32 run bit by bit over the bytes it covers, masked by
+    /// hand here (IBA Annex A17: eight bytes of ones for the LRH; IPv4 TOS, TTL and
+    /// checksum, or IPv6 traffic class, flow label and hop limit; the UDP checksum; the
+    /// BTH's reserved byte), for IPv4 and IPv6 packets of every payload length to 300 bytes,
+    /// and the folded CRC-32 gives the standard check value.
     #[test]
-    fn the_folded_crc_agrees_with_bit_by_bit_at_every_length_and_start() {
-        let data: Vec<u8> = (0..300u32).map(|i| (i * 151 + 7) as u8).collect();
-        for start in [0, 1, 3, 7] {
-            for len in 0..=data.len() - start {
-                let bytes = &data[start..start + len];
-                for crc in [0xffff_ffff, 0x1234_5678] {
-                    assert_eq!(
-                        crc32_update(crc, bytes),
-                        bitwise(crc, bytes),
-                        "start {start} len {len}"
-                    );
+    fn the_icrc_agrees_with_the_crc_run_bit_by_bit() {
+        for ipv6 in [false, true] {
+            let ip_len = if ipv6 { 40 } else { 20 };
+            for payload in 0..=300usize {
+                let mut frame = vec![0u8; 14 + ip_len + 8 + 12 + payload];
+                for (i, b) in frame.iter_mut().enumerate() {
+                    *b = (i * 151 + payload * 7 + 3) as u8;
                 }
+                frame[14] = if ipv6 {
+                    0x60 | (frame[14] & 0x0f)
+                } else {
+                    0x45
+                };
+                let mut masked = vec![0xffu8; 8];
+                masked.extend_from_slice(&frame[14..]);
+                let fields: &[usize] = if ipv6 {
+                    &[1, 2, 3, 7, ip_len + 6, ip_len + 7, ip_len + 8 + 4]
+                } else {
+                    &[1, 8, 10, 11, ip_len + 6, ip_len + 7, ip_len + 8 + 4]
+                };
+                for &f in fields {
+                    masked[8 + f] = 0xff;
+                }
+                if ipv6 {
+                    masked[8] |= 0x0f;
+                }
+                let expected = !bitwise(0xffff_ffff, &masked);
+                assert_eq!(
+                    icrc(&frame, 14),
+                    expected.to_le_bytes(),
+                    "IPv6 {ipv6}, payload {payload}"
+                );
             }
         }
-        // The CRC-32 check value: "123456789" gives 0xcbf43926 once inverted.
-        assert_eq!(!crc32_update(0xffff_ffff, b"123456789"), 0xcbf4_3926);
+        let mut check = crc32fast::Hasher::new();
+        check.update(b"123456789");
+        assert_eq!(check.finalize(), 0xcbf4_3926);
+        assert_eq!(!bitwise(0xffff_ffff, b"123456789"), 0xcbf4_3926);
     }
 }
