@@ -171,12 +171,10 @@ pub struct PortCounters {
 
 #[derive(Debug, Default)]
 struct AtomicCounters {
+    /// Frames (and bytes) sent on an impaired wire, counted before the impairments; on a
+    /// perfect wire the receiving port's FIFO counts them ([`QueueCounts::peer_tx_frames`]).
     tx_frames: AtomicU64,
     tx_bytes: AtomicU64,
-    rx_frames: AtomicU64,
-    rx_bytes: AtomicU64,
-    dropped: AtomicU64,
-    dropped_bytes: AtomicU64,
     rejected: AtomicU64,
 }
 
@@ -191,18 +189,33 @@ impl AtomicCounters {
         PortCounters {
             tx_frames: get(&self.tx_frames),
             tx_bytes: get(&self.tx_bytes),
-            rx_frames: get(&self.rx_frames),
-            rx_bytes: get(&self.rx_bytes),
-            dropped: get(&self.dropped),
-            dropped_bytes: get(&self.dropped_bytes),
             rejected: get(&self.rejected),
+            ..PortCounters::default()
         }
     }
+}
+
+/// A port's counts kept under its FIFO's lock, which every frame arriving there takes anyway
+/// (atomic additions per frame cost the model more than the lock they would spare).
+#[derive(Debug, Default, Clone, Copy)]
+struct QueueCounts {
+    /// Frames (and bytes) that arrived and were queued.
+    rx_frames: u64,
+    rx_bytes: u64,
+    /// Frames (and bytes) that arrived while the FIFO was full.
+    dropped: u64,
+    dropped_bytes: u64,
+    /// Frames (and bytes) the peer port put on a perfect wire towards this one: the peer's
+    /// `tx_frames` and `tx_bytes` (an impaired wire counts them at the sender, before the
+    /// impairments).
+    peer_tx_frames: u64,
+    peer_tx_bytes: u64,
 }
 
 #[derive(Debug)]
 struct PortQueue {
     frames: VecDeque<Vec<u8>>,
+    counts: QueueCounts,
     /// Empty buffers ready for the next arriving frame.
     free: Vec<Vec<u8>>,
     /// Bumped by [`Wire::wake`] so sleepers can tell a deliberate wake-up from a spurious one.
@@ -219,6 +232,15 @@ impl PortQueue {
             self.free.push(buf);
         }
     }
+}
+
+/// Whether the sender's counters already hold a frame being delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sent {
+    /// Counted at the sender (an impaired wire counts before the impairments).
+    Counted,
+    /// Not yet: the receiving FIFO counts it for the sender.
+    Uncounted,
 }
 
 #[derive(Debug)]
@@ -240,6 +262,7 @@ impl Port {
                 // Preallocate the usual depth, not a huge configured one: the deque grows if
                 // ever needed, and a large capacity must not cost memory up front.
                 frames: VecDeque::with_capacity(fifo_capacity.min(DEFAULT_FIFO_CAPACITY)),
+                counts: QueueCounts::default(),
                 free: Vec::new(),
                 wake_epoch: 0,
                 sleepers: 0,
@@ -258,13 +281,16 @@ impl Port {
 
     // Inlined into `transmit` as it was before the impaired path became a second caller.
     #[inline(always)]
-    fn deliver(&self, frame: &[u8], fifo_capacity: usize) {
+    fn deliver(&self, frame: &[u8], fifo_capacity: usize, sent: Sent) {
         let len = frame.len() as u64;
         let mut queue = self.lock();
+        if sent == Sent::Uncounted {
+            queue.counts.peer_tx_frames += 1;
+            queue.counts.peer_tx_bytes += len;
+        }
         if queue.frames.len() >= fifo_capacity {
-            drop(queue);
-            AtomicCounters::add(&self.counters.dropped, 1);
-            AtomicCounters::add(&self.counters.dropped_bytes, len);
+            queue.counts.dropped += 1;
+            queue.counts.dropped_bytes += len;
             return;
         }
         let mut buf = queue
@@ -274,8 +300,8 @@ impl Port {
         buf.extend_from_slice(frame);
         queue.frames.push_back(buf);
         // Counted under the lock so a receiver can never see more pending frames than rx_frames.
-        AtomicCounters::add(&self.counters.rx_frames, 1);
-        AtomicCounters::add(&self.counters.rx_bytes, len);
+        queue.counts.rx_frames += 1;
+        queue.counts.rx_bytes += len;
         // A wake-up is a system call: only when someone sleeps in `wait_for_frames`.
         let sleepers = queue.sleepers > 0;
         drop(queue);
@@ -460,16 +486,17 @@ impl Wire {
             .ports
             .get(sender.peer)
             .ok_or_else(|| self.unknown(from))?;
-        AtomicCounters::add(&sender.counters.tx_frames, 1);
-        AtomicCounters::add(&sender.counters.tx_bytes, len as u64);
         if let Some(impairer) = &sender.impairer {
+            AtomicCounters::add(&sender.counters.tx_frames, 1);
+            AtomicCounters::add(&sender.counters.tx_bytes, len as u64);
             self.transmit_impaired(impairer, receiver, frame);
             return Ok(());
         }
         if self.tap_enabled.load(Ordering::Acquire) {
             self.record(frame);
         }
-        receiver.deliver(frame, self.fifo_capacity);
+        // The sender's counts go with the frame, under the receiving FIFO's lock.
+        receiver.deliver(frame, self.fifo_capacity, Sent::Uncounted);
         Ok(())
     }
 
@@ -572,7 +599,19 @@ impl Wire {
 
     /// A snapshot of `port`'s counters.
     pub fn counters(&self, port: PortId) -> Result<PortCounters, WireError> {
-        Ok(self.port(port)?.counters.snapshot())
+        let p = self.port(port)?;
+        let mut counters = p.counters.snapshot();
+        let own = p.lock().counts;
+        counters.rx_frames += own.rx_frames;
+        counters.rx_bytes += own.rx_bytes;
+        counters.dropped += own.dropped;
+        counters.dropped_bytes += own.dropped_bytes;
+        if let Some(peer) = self.ports.get(p.peer) {
+            let sent = peer.lock().counts;
+            counters.tx_frames += sent.peer_tx_frames;
+            counters.tx_bytes += sent.peer_tx_bytes;
+        }
+        Ok(counters)
     }
 
     /// Records every frame that crosses the wire from now on into `writer`, replacing any tap
