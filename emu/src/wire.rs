@@ -234,13 +234,13 @@ impl PortQueue {
     }
 }
 
-/// Whether the sender's counters already hold a frame being delivered.
+/// Where a delivered frame is counted in its sender's `tx_frames`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Sent {
-    /// Counted at the sender (an impaired wire counts before the impairments).
-    Counted,
-    /// Not yet: the receiving FIFO counts it for the sender.
-    Uncounted,
+enum TxCount {
+    /// At the sender, already (an impaired wire counts before the impairments).
+    AtSender,
+    /// By the receiving FIFO, under its lock, as the frame joins it.
+    ByReceiver,
 }
 
 #[derive(Debug)]
@@ -281,10 +281,10 @@ impl Port {
 
     // Inlined into `transmit` as it was before the impaired path became a second caller.
     #[inline(always)]
-    fn deliver(&self, frame: &[u8], fifo_capacity: usize, sent: Sent) {
+    fn deliver(&self, frame: &[u8], fifo_capacity: usize, tx: TxCount) {
         let len = frame.len() as u64;
         let mut queue = self.lock();
-        if sent == Sent::Uncounted {
+        if tx == TxCount::ByReceiver {
             queue.counts.peer_tx_frames += 1;
             queue.counts.peer_tx_bytes += len;
         }
@@ -496,7 +496,7 @@ impl Wire {
             self.record(frame);
         }
         // The sender's counts go with the frame, under the receiving FIFO's lock.
-        receiver.deliver(frame, self.fifo_capacity, Sent::Uncounted);
+        receiver.deliver(frame, self.fifo_capacity, TxCount::ByReceiver);
         Ok(())
     }
 

@@ -351,7 +351,7 @@ impl Wire {
         if self.tap_enabled.load(Ordering::Acquire) {
             self.record(frame);
         }
-        receiver.deliver(frame, self.fifo_capacity, super::Sent::Counted);
+        receiver.deliver(frame, self.fifo_capacity, super::TxCount::AtSender);
     }
 
     /// Delivers at once every frame the impairments hold back on the frames `from` sends (see
