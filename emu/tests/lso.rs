@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use cxdirect_emu::counters::QueueKind;
+use cxdirect_emu::testkit::poll::settle_until;
 use cxdirect_emu::testkit::{self as support, Host};
 use cxdirect_emu::wire::{PortId, Wire};
 use cxdirect_emu::{Device, EmuConfig};
@@ -300,12 +301,17 @@ fn a_paced_sq_sends_an_lso_message_frame_by_frame_at_its_rate() {
         "no completion before the last frame"
     );
     let mut cqe = None;
-    while cqe.is_none() && start.elapsed() < std::time::Duration::from_secs(20) {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-        r.h.dev.poll();
-        frames.extend(received(&r.wire));
-        cqe = r.h.poll_cq(&mut cq);
-    }
+    settle_until(
+        &mut r,
+        |r| {
+            r.h.dev.poll();
+            frames.extend(received(&r.wire));
+        },
+        |r| {
+            cqe = r.h.poll_cq(&mut cq);
+            cqe.is_some()
+        },
+    );
     let elapsed = start.elapsed();
     let cqe = cqe.expect("the message completes");
     assert!(r.h.poll_cq(&mut cq).is_none(), "one completion per WQE");

@@ -3,6 +3,7 @@
 
 use cxdirect_emu::counters::QueueKind;
 use cxdirect_emu::packet::insert_checksums;
+use cxdirect_emu::testkit::poll::settle_until;
 use cxdirect_emu::testkit::{self as support, udp_frame, CmdFail, Host, MultiPacket};
 use cxdirect_emu::{Device, EmuConfig, Syndrome};
 use cxdirect_hw::cmd::CmdStatus;
@@ -148,11 +149,14 @@ fn a_paced_sq_sends_a_multi_packet_wqe_packet_by_packet_at_its_rate() {
         "no completion before the last packet"
     );
     let mut cqe = None;
-    while cqe.is_none() && start.elapsed() < std::time::Duration::from_secs(20) {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-        r.h.dev.poll();
-        cqe = r.h.poll_cq(&mut tx_cq);
-    }
+    settle_until(
+        &mut r,
+        |r| r.h.dev.poll(),
+        |r| {
+            cqe = r.h.poll_cq(&mut tx_cq);
+            cqe.is_some()
+        },
+    );
     let elapsed = start.elapsed();
     let cqe = cqe.expect("the WQE completes");
     assert_eq!(Cqe64::new(&cqe[..]).unwrap().wqe_counter(), 0);

@@ -87,6 +87,12 @@ pub(crate) fn admit(core: &mut Core, sqn: u32) -> bool {
     false
 }
 
+/// Whether SQ `sqn` names a rate table entry or a queue group, so that [`admit`] has rates to
+/// ask: a WQE of several frames asks between them only then (`engine::sq`).
+pub(crate) fn sq_is_paced(core: &Core, sqn: u32) -> bool {
+    core.res.sqs.get(sqn).is_some_and(|sq| sq.rate_index != 0) || core.res.sched.sq(sqn) != 0
+}
+
 /// Charges a frame of `bytes` that SQ `sqn` sent to its bucket and to those of the rate
 /// limited scheduling elements above its queue group.
 pub(crate) fn charge(core: &mut Core, sqn: u32, bytes: usize) {

@@ -411,10 +411,9 @@ impl Sent {
         if index == self.before.frames {
             return Turn::Go;
         }
-        let paced = *self.paced.get_or_insert_with(|| {
-            core.res.sqs.get(sqn).is_some_and(|sq| sq.rate_index != 0)
-                || core.res.sched.sq(sqn) != 0
-        });
+        let paced = *self
+            .paced
+            .get_or_insert_with(|| crate::engine::pacing::sq_is_paced(core, sqn));
         if paced && !crate::engine::pacing::admit(core, sqn) {
             self.paused = true;
             return Turn::Stop;

@@ -22,7 +22,7 @@ pub(crate) fn set_roce_address(core: &mut Core, input: &[u8]) -> CmdResult {
     let cmd = input_as!(SetRoceAddressIn<&[u8]>, input);
     check_port(core, cmd.vhca_port_num())?;
     let index = usize::from(cmd.roce_address_index());
-    if index >= core.res.gids.entries.len() {
+    if index >= core.res.gids.len() {
         return Err(bad_param(
             Syndrome::BadGidIndex,
             "RoCE address index past the table",
@@ -91,7 +91,7 @@ pub(crate) fn query_roce_address(core: &mut Core, input: &[u8], output: &mut [u8
     let cmd = input_as!(QueryRoceAddressIn<&[u8]>, input);
     check_port(core, cmd.vhca_port_num())?;
     let index = usize::from(cmd.roce_address_index());
-    let entry = *core.res.gids.entries.get(index).ok_or(bad_param(
+    let entry = *core.res.gids.entry(index).ok_or(bad_param(
         Syndrome::BadGidIndex,
         "RoCE address index past the table",
     ))?;

@@ -137,8 +137,8 @@ pub(crate) type GidEntry = [u8; 0x20];
 /// The port's RoCE address (GID) table.
 #[derive(Debug)]
 pub(crate) struct GidTable {
-    /// Read-only outside [`GidTable::set`], which keeps `held` true to it.
-    pub entries: Vec<GidEntry>,
+    /// Written only by [`GidTable::set`], which keeps `held` true to it.
+    entries: Vec<GidEntry>,
     /// The addresses and source MACs of the entries holding one, in table order: a frame's
     /// destination checks look through these (a few, as Linux sets one per IP address and
     /// RoCE version) rather than the whole table, and a function without RoCE addresses pays
@@ -172,6 +172,16 @@ impl GidTable {
             })
             .collect();
         true
+    }
+
+    /// Entries in the table (`ROCE_ADDRESS_TABLE_SIZE`).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Entry `index` as last set (all zero when unset); `None` past the table.
+    pub fn entry(&self, index: usize) -> Option<&GidEntry> {
+        self.entries.get(index)
     }
 
     /// Whether `mac` is the source MAC of an entry holding an address.
@@ -567,6 +577,6 @@ mod tests {
         no_gid[0x14..0x18].copy_from_slice(&mac[2..]);
         assert!(table.set(1, no_gid));
         assert!(!table.has_mac(&mac));
-        assert!(!table.set(table.entries.len(), entry), "no such entry");
+        assert!(!table.set(table.len(), entry), "no such entry");
     }
 }
