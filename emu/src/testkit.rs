@@ -42,6 +42,7 @@ pub mod pattern;
 pub mod plug;
 pub mod poll;
 pub mod rc;
+pub mod rc_pair;
 pub mod signature;
 pub mod signature_dv;
 pub mod signature_pair;

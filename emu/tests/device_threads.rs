@@ -4,7 +4,8 @@
 //! function's thread while the responder's NAKs come from the other's, and a teardown with
 //! traffic in flight neither hangs nor loses a frame without a counter saying where it went.
 
-use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, RcPath, GID_B, MAC_B};
+use cxdirect_emu::testkit::rc::{rc_wqe, RcPath, GID_B, MAC_B};
+use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::testkit::{udp_frame, Cq, Host, Rq, Sq};
 use cxdirect_emu::{Device, EmuConfig, ExecMode};
 use cxdirect_hw::cqe::CqeOpcode;

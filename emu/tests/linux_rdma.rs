@@ -1,7 +1,8 @@
 //! The model's RDMA half read as Linux's mlx5_ib and rdma-core's libmlx5 read it: each test is a
 //! divergence Linux's RDMA stack exposed in the rig, sent with the fields Linux uses.
 
-use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, RcPath, RemoteRights, GID_A, MAC_A, MAC_B};
+use cxdirect_emu::testkit::rc::{rc_wqe, RcPath, RemoteRights, GID_A, MAC_A, MAC_B};
+use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::testkit::{Cq, Host};
 use cxdirect_emu::{Device, EmuConfig};
 use cxdirect_hw::caps::{

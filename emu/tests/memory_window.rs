@@ -5,7 +5,8 @@
 //! `test_qpex.py`'s `test_qp_ex_rc_bind_mw` drive. B holds a region and a window over part of
 //! it; A reaches B's memory through the window's rkey.
 
-use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, RcPath, RemoteRights, GID_A, GID_B, MAC_A, MAC_B};
+use cxdirect_emu::testkit::rc::{rc_wqe, RcPath, RemoteRights, GID_A, GID_B, MAC_A, MAC_B};
+use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::testkit::umr::{
     cqe_opcode, drain, pair_without_pg, placeholder_sq, post_and_drain, rdma_wqe, read_from_a,
     umr_on_b, write_from_a, CQE_REQ,

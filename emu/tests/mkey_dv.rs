@@ -8,7 +8,7 @@
 //! `MLX5_WQE_UMR_CTRL_FLAG_CHECK_QPN`): what pyverbs' `tests/test_mlx5_mkey.py` drives.
 //! A holds the key over its own memory; its WRITE from the key shows the layout.
 
-use cxdirect_emu::testkit::rc::RcPair;
+use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::testkit::signature_dv::{
     mkey_configure, CrcKind, DvConfigure, DvDomain, DvLayout, DvSig,
 };

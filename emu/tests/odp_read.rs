@@ -9,7 +9,8 @@
 
 mod odp_kit;
 
-use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, RemoteRights};
+use cxdirect_emu::testkit::rc::{rc_wqe, RemoteRights};
+use cxdirect_emu::testkit::rc_pair::RcPair;
 use odp_kit::*;
 
 /// The READs' size: two 4 KiB pages.

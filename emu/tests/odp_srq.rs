@@ -8,7 +8,7 @@
 
 mod odp_kit;
 
-use cxdirect_emu::testkit::rc::RcPair;
+use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::testkit::Rq;
 use cxdirect_hw::wq::WqType;
 use odp_kit::*;

@@ -1,7 +1,8 @@
 //! Fences on an RC send queue: a WQE whose control segment asks for a fence waits until every
 //! READ and atomic posted before it has its response, so it sees what they brought back.
 
-use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, RcPath, RemoteRights, GID_A, MAC_A};
+use cxdirect_emu::testkit::rc::{rc_wqe, RcPath, RemoteRights, GID_A, MAC_A};
+use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::testkit::{Cq, Host};
 use cxdirect_emu::EmuConfig;
 use cxdirect_hw::cqe::Cqe64;

@@ -1,6 +1,7 @@
 //! What the RC fuzz targets (`roce_responder`, `rc_send_wqe`) found, each kept as a test.
 
-use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, RcPath, GID_A, MAC_A};
+use cxdirect_emu::testkit::rc::{rc_wqe, RcPath, GID_A, MAC_A};
+use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::wire::PortId;
 use cxdirect_emu::EmuConfig;
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome, ErrCqe};

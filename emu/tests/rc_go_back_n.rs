@@ -7,7 +7,8 @@
 //! test polls it: the test decides when each side takes what reached its port. Frames of no
 //! interest to the responder, put at its port by the test, stand for a full FIFO.
 
-use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, RcPath, RemoteRights, GID_B, MAC_A, MAC_B};
+use cxdirect_emu::testkit::rc::{rc_wqe, RcPath, RemoteRights, GID_B, MAC_A, MAC_B};
+use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::testkit::{Host, IOVA_BASE};
 use cxdirect_emu::wire::{PortId, Wire, WireConfig};
 use cxdirect_emu::{Device, EmuConfig, ExecMode};

@@ -3,7 +3,8 @@
 //! intact, with every completion on both sides and no error; every RDMA READ lands once,
 //! intact, and every atomic is executed exactly once.
 
-use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, RcPath, RemoteRights, GID_B, MAC_A, MAC_B};
+use cxdirect_emu::testkit::rc::{rc_wqe, RcPath, RemoteRights, GID_B, MAC_A, MAC_B};
+use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::testkit::{Host, IOVA_BASE};
 use cxdirect_emu::wire::{ImpairmentCounters, Impairments, PortId, Wire, WireConfig};
 use cxdirect_emu::{Device, EmuConfig, ExecMode};

@@ -8,7 +8,8 @@
 //! operation error", what the tests expect). A receive too short for the message stays an
 //! invalid request (REMOTE_INVAL_REQ_ERR, 0x12), the responder's CQE a local length error.
 
-use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, RcPath, RemoteRights, GID_B, MAC_B};
+use cxdirect_emu::testkit::rc::{rc_wqe, RcPath, RemoteRights, GID_B, MAC_B};
+use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::testkit::{Cq, Host, IOVA_BASE};
 use cxdirect_emu::EmuConfig;
 use cxdirect_hw::cmd::Opcode;

@@ -4,8 +4,9 @@
 
 use cxdirect_emu::pcap::PcapWriter;
 use cxdirect_emu::testkit::rc::{
-    lone_host, rc_wqe, take_frames, RcPair, RcPath, RcQp, RemoteRights, UDP_SPORT,
+    lone_host, rc_wqe, take_frames, RcPath, RcQp, RemoteRights, UDP_SPORT,
 };
+use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::testkit::{Cq, Host, Sq, IOVA_BASE};
 use cxdirect_emu::wire::{PortId, Wire};
 use cxdirect_emu::EmuConfig;

@@ -11,7 +11,8 @@
 //! - mlx5_core (`qos.c`, mlx5e's HTB offload): CREATE / MODIFY / DESTROY_SCHEDULING_ELEMENT
 //!   with hierarchy NIC, and SQs opened in a queue group (`qos_queue_group_id`).
 
-use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, RcPath, RemoteRights, GID_B, MAC_B};
+use cxdirect_emu::testkit::rc::{rc_wqe, RcPath, RemoteRights, GID_B, MAC_B};
+use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::testkit::ud::{ud_wqe, UdAv, UdPair, UD_QKEY};
 use cxdirect_emu::testkit::{refused, CmdFail, Cq, Host};
 use cxdirect_emu::{EmuConfig, Syndrome};

@@ -7,7 +7,7 @@
 //! in `signature_blocks.rs`.
 
 use cxdirect_emu::testkit::pattern::pattern;
-use cxdirect_emu::testkit::rc::RcPair;
+use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::testkit::signature::{
     create_psv, destroy_psv, integrity_key, reg_mr_integrity, with_dif, Dif, Integrity, SigMemory,
     TYPE1,

@@ -8,7 +8,7 @@
 //! response), a bad guard reported as the SIG_ERR CQE `get_sig_err_item` reads.
 
 use cxdirect_emu::testkit::pattern::pattern_by;
-use cxdirect_emu::testkit::rc::RcPair;
+use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::testkit::signature::{
     pi_of, protection_of, trans_sig, with_dif, Dif, SigMemory, CQE_SIG_ERR, TYPE1,
 };

@@ -5,7 +5,7 @@
 //! reported as the SIG_ERR CQE `get_sig_err_item` reads, once a registration.
 
 use cxdirect_emu::testkit::pattern::pattern;
-use cxdirect_emu::testkit::rc::RcPair;
+use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::testkit::signature::{
     create_psv, pi_of, protection_of, reg_mr_integrity, trans_sig, with_dif, Integrity, SigMemory,
     CQE_SIG_ERR, TYPE1,

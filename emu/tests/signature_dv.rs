@@ -5,7 +5,7 @@
 //! `mlx5_parse_cqe` stores for `_mlx5dv_mkey_check` (no command: libmlx5 reads the CQE).
 
 use cxdirect_emu::testkit::pattern::pattern_by;
-use cxdirect_emu::testkit::rc::RcPair;
+use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::testkit::signature::{with_dif, Dif, CQE_SIG_ERR};
 use cxdirect_emu::testkit::signature_dv::{
     crc_field, mkey_configure, CrcKind, DvConfigure, DvDomain, DvLayout, DvSig,

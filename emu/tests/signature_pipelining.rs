@@ -9,7 +9,8 @@
 //! and SQD_RTS_QP resumes the queue.
 
 use cxdirect_emu::testkit::pattern::pattern_by;
-use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, RcPath, GID_B, MAC_B};
+use cxdirect_emu::testkit::rc::{rc_wqe, RcPath, GID_B, MAC_B};
+use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::testkit::signature::CQE_SIG_ERR;
 use cxdirect_emu::testkit::signature_dv::{crc_field, CrcKind};
 use cxdirect_emu::testkit::signature_pair::a_crc32_in_memory_key;

@@ -7,7 +7,8 @@
 //! CQE with the local QP operation syndrome.
 
 use cxdirect_emu::testkit::pattern::pattern_by;
-use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, GID_B, MAC_B};
+use cxdirect_emu::testkit::rc::{rc_wqe, GID_B, MAC_B};
+use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::testkit::signature::{
     pi_of, protection_of, trans_sig, with_dif, Dif, CQE_SIG_ERR, TYPE1,
 };

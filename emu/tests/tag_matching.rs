@@ -3,9 +3,8 @@
 //! `mlx5_post_srq_ops` posts (`set_tm_seg`), and the CQEs `handle_tag_matching` and
 //! `mlx5_cq_read_wc_opcode` / `_flags` / `_tm_info` read.
 
-use cxdirect_emu::testkit::rc::{
-    rc_wqe, RcPair, RcPath, RcQp, RemoteRights, GID_A, GID_B, MAC_A, MAC_B,
-};
+use cxdirect_emu::testkit::rc::{rc_wqe, RcPath, RcQp, RemoteRights, GID_A, GID_B, MAC_A, MAC_B};
+use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::testkit::{Cq, Host};
 use cxdirect_emu::wire::{Impairments, PortId, Wire, WireConfig};
 use cxdirect_emu::{Device, EmuConfig};

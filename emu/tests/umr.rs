@@ -7,7 +7,7 @@
 //! the fast-registration tests).
 
 use cxdirect_emu::testkit::pattern::pattern_by;
-use cxdirect_emu::testkit::rc::RcPair;
+use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::testkit::umr::{
     alloc_mr, cqe_opcode, drain, mtt_list, pair_without_pg, rdma_wqe, read_from_a, read_through,
     reg_mr_wqe, scattered_pages, umr_wqe, write_from_a, List, CQE_REQ,

@@ -4,7 +4,7 @@
 //! variant honoured and the old one refused, and hostile UMR WQEs completing in error.
 
 use cxdirect_emu::testkit::pattern::pattern_by;
-use cxdirect_emu::testkit::rc::RcPair;
+use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::testkit::umr::{
     alloc_mr, cqe_opcode, drain, local_inv_wqe, pair_without_pg, placeholder_sq, post_and_drain,
     rdma_wqe, read_from_a, read_through, reg_mr_wqe, scattered_pages, umr_on_b, write_from_a,

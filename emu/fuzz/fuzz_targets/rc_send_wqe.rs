@@ -13,7 +13,8 @@
 
 mod rc_common;
 
-use cxdirect_emu::testkit::rc::{rc_wqe, RcPair, RcPath, RemoteRights, GID_A, MAC_A};
+use cxdirect_emu::testkit::rc::{rc_wqe, RcPath, RemoteRights, GID_A, MAC_A};
+use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::testkit::IOVA_BASE;
 use cxdirect_emu::EmuConfig;
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome, ErrCqe};

@@ -8,7 +8,8 @@
 
 #![no_main]
 
-use cxdirect_emu::testkit::rc::{RcPair, RcPath, GID_B, MAC_B};
+use cxdirect_emu::testkit::rc::{RcPath, GID_B, MAC_B};
+use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::testkit::Host;
 use cxdirect_emu::EmuConfig;
 use cxdirect_hw::cmd::Opcode;

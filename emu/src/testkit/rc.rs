@@ -2,7 +2,7 @@
 //! to RTS over a path, remote memory keys, RC WQEs built byte by byte, and two functions on a
 //! pair wire with one connected QP each ([`RcPair`]), for tests, fuzzing and benchmarks.
 
-use super::{Cq, Host, Sq};
+use super::{CmdFail, Cq, Host, Sq};
 use crate::wire::{PortId, Wire};
 use crate::{Device, EmuConfig};
 use cxdirect_hw::cmd::Opcode;
@@ -168,6 +168,21 @@ impl Host {
         log_rq: u8,
         srq: Option<u32>,
     ) -> RcQp {
+        self.try_create_connected_qp(st, cq, (log_sq, log_rq), srq, |_| {})
+            .expect("CREATE_QP")
+    }
+
+    /// [`Host::create_connected_qp`] with the context changed by `fill` after the usual fields
+    /// are set; `logs` are the send and receive ring sizes (log2). The command's failure is
+    /// returned.
+    pub fn try_create_connected_qp(
+        &mut self,
+        st: u8,
+        cq: &Cq,
+        (log_sq, log_rq): (u8, u8),
+        srq: Option<u32>,
+        fill: impl FnOnce(&mut Qpc<&mut [u8]>),
+    ) -> Result<RcQp, CmdFail> {
         let rq_bytes = if srq.is_some() {
             0
         } else {
@@ -195,13 +210,14 @@ impl Host {
             .set_log_msg_max(30)
             .set_ts_format(1)
             .set_dbr_addr(dbr);
+        fill(&mut cmd.qpc_mut());
         for i in 0..pages {
             cmd.set_pas(i, buf + i as u64 * 4096).expect("room");
         }
         self.next_user_index += 1;
-        let out = self.exec(&input, 16).expect("CREATE_QP");
+        let out = self.exec(&input, 16)?;
         let qpn = CreateQpOut::new(&out[..]).expect("layout").qpn();
-        RcQp {
+        Ok(RcQp {
             qpn,
             sq: Sq {
                 sqn: qpn,
@@ -215,7 +231,7 @@ impl Host {
             rq_log: log_rq,
             rq_pi: 0,
             srq,
-        }
+        })
     }
 
     /// The REG_UMR QP as Linux's `mlx5r_umr_resource_init` opens it (service type 0xc, no
@@ -437,164 +453,5 @@ pub fn take_frames(wire: &Wire) -> Vec<Vec<u8>> {
             return frames;
         }
         frames.push(frame);
-    }
-}
-
-/// Two functions with RoCE enabled on a pair wire (A at [`GID_A`]/[`MAC_A`], B at
-/// [`GID_B`]/[`MAC_B`]), each with one CQ and one RC QP in RTS connected to the other's.
-pub struct RcPair {
-    /// Side A.
-    pub a: Host,
-    /// Side B.
-    pub b: Host,
-    /// A's CQ (send and receive completions of `qp_a`).
-    pub cq_a: Cq,
-    /// B's CQ.
-    pub cq_b: Cq,
-    /// A's QP.
-    pub qp_a: RcQp,
-    /// B's QP.
-    pub qp_b: RcQp,
-    /// The wire between them.
-    pub wire: Arc<Wire>,
-}
-
-impl RcPair {
-    /// Two functions made from `cfg` (RoCE turned on, MACs set) with `mem` bytes of host
-    /// memory each, their ports at [`JUMBO_PORT_MTU`] when the path MTU is above 1024;
-    /// CQs of `2^log_cq` entries, send rings of `2^log_sq` WQEBBs, own receive rings of
-    /// `2^log_rq` WQEs. A's path is `path` towards B (its peer fields filled in), B's the same
-    /// towards A with the two PSNs swapped. With threaded execution both functions
-    /// share one device thread.
-    pub fn new(
-        cfg: EmuConfig,
-        mem: usize,
-        log_cq: u8,
-        log_sq: u8,
-        log_rq: u8,
-        path: RcPath,
-    ) -> Self {
-        Self::with_rmp_b(cfg, mem, log_cq, log_sq, log_rq, path, |_| None)
-    }
-
-    /// [`RcPair::new`], B's QP taking its receives from the RMP `make_rmp` creates on B (after
-    /// A's QP, before B's), if it makes one.
-    pub fn with_rmp_b(
-        cfg: EmuConfig,
-        mem: usize,
-        log_cq: u8,
-        log_sq: u8,
-        log_rq: u8,
-        path: RcPath,
-        make_rmp: impl FnOnce(&mut Host) -> Option<u32>,
-    ) -> Self {
-        let side = |mac| EmuConfig {
-            roce: true,
-            mac,
-            ..cfg.clone()
-        };
-        let (da, db) = Device::pair(side(MAC_A), side(MAC_B));
-        let (wire, port) = da.wire().expect("a pair is wired");
-        debug_assert_eq!(port, PortId::A);
-        let (a, b) = (Host::new(da, mem), Host::new(db, mem));
-        Self::build(a, b, wire, (log_cq, log_sq, log_rq), path, make_rmp)
-    }
-
-    /// [`RcPair::new`] on two hosts the caller made, not yet brought up: `a`'s function on
-    /// port A of `wire`, `b`'s on port B, with MACs [`MAC_A`] and [`MAC_B`] and RoCE on (an
-    /// impaired wire, or a device thread each, for instance).
-    pub fn on_hosts(
-        a: Host,
-        b: Host,
-        wire: Arc<Wire>,
-        log_cq: u8,
-        log_sq: u8,
-        log_rq: u8,
-        path: RcPath,
-    ) -> Self {
-        Self::build(a, b, wire, (log_cq, log_sq, log_rq), path, |_| None)
-    }
-
-    /// [`RcPair::on_hosts`], B's QP taking its receives from the RMP `make_rmp` creates on B
-    /// (after A's QP, before B's), if it makes one.
-    #[allow(clippy::too_many_arguments)]
-    pub fn on_hosts_with_rmp_b(
-        a: Host,
-        b: Host,
-        wire: Arc<Wire>,
-        log_cq: u8,
-        log_sq: u8,
-        log_rq: u8,
-        path: RcPath,
-        make_rmp: impl FnOnce(&mut Host) -> Option<u32>,
-    ) -> Self {
-        Self::build(a, b, wire, (log_cq, log_sq, log_rq), path, make_rmp)
-    }
-
-    /// Brings both hosts up and connects them; `logs` are the CQ, send ring and receive ring
-    /// sizes (log2).
-    fn build(
-        mut a: Host,
-        mut b: Host,
-        wire: Arc<Wire>,
-        (log_cq, log_sq, log_rq): (u8, u8, u8),
-        path: RcPath,
-        make_rmp: impl FnOnce(&mut Host) -> Option<u32>,
-    ) -> Self {
-        a.bring_up();
-        b.bring_up();
-        if path.mtu_code > mtu::MTU_1024 {
-            a.set_port_mtu(JUMBO_PORT_MTU);
-            b.set_port_mtu(JUMBO_PORT_MTU);
-        }
-        a.enable_roce(GID_A, MAC_A);
-        b.enable_roce(GID_B, MAC_B);
-        let cq_a = a.create_cq(log_cq);
-        let cq_b = b.create_cq(log_cq);
-        let qp_a = a.create_rc_qp(&cq_a, log_sq, log_rq, None);
-        let rmpn = make_rmp(&mut b);
-        let qp_b = b.create_rc_qp(&cq_b, log_sq, log_rq, rmpn);
-        let path_a = RcPath {
-            peer_gid: GID_B,
-            peer_mac: MAC_B,
-            remote_qpn: qp_b.qpn,
-            ..path
-        };
-        let path_b = RcPath {
-            peer_gid: GID_A,
-            peer_mac: MAC_A,
-            remote_qpn: qp_a.qpn,
-            send_psn: path.receive_psn,
-            receive_psn: path.send_psn,
-            ..path
-        };
-        a.connect_rc(qp_a.qpn, &path_a);
-        b.connect_rc(qp_b.qpn, &path_b);
-        Self {
-            a,
-            b,
-            cq_a,
-            cq_b,
-            qp_a,
-            qp_b,
-            wire,
-        }
-    }
-
-    /// Lets both functions take what reached them, and run due timers, until the wire is
-    /// quiet (inline execution).
-    pub fn settle(&self) {
-        for _ in 0..4 {
-            self.b.dev.poll();
-            self.a.dev.poll();
-        }
-    }
-
-    /// Destroys both QPs and tears both functions down (every page returned).
-    pub fn teardown(mut self) {
-        self.a.destroy_qp(self.qp_a.qpn);
-        self.b.destroy_qp(self.qp_b.qpn);
-        self.a.teardown();
-        self.b.teardown();
     }
 }

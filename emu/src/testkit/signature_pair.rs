@@ -2,7 +2,7 @@
 //! `mlx5_alloc_integrity_descs` makes one (two PSVs and a free `bsf_en` key) and
 //! `handle_reg_mr_integrity` registers it on the QP that will use it.
 
-use super::rc::RcPair;
+use super::rc_pair::RcPair;
 use super::signature::{
     create_psv, integrity_key, post_all, reg_mr_integrity, Dif, Integrity, SigMemory,
 };

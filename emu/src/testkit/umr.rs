@@ -4,7 +4,8 @@
 //! `ib_alloc_mr` (`_mlx5_alloc_mkey_descs`), IB_WR_REG_MR (`set_reg_wr`) and IB_WR_LOCAL_INV
 //! (`set_linv_wr`), and the one-WQEBB RC WQE that moves data through such keys.
 
-use super::rc::{RcPair, RcPath, RemoteRights, GID_B, MAC_B};
+use super::rc::{RcPath, RemoteRights, GID_B, MAC_B};
+use super::rc_pair::RcPair;
 use super::{Cq, Host, Sq, IOVA_BASE};
 use crate::EmuConfig;
 use cxdirect_hw::cmd::Opcode;

@@ -4,7 +4,8 @@
 #![allow(dead_code, unused_imports)]
 
 pub use cxdirect_emu::testkit::pattern::pattern;
-pub use cxdirect_emu::testkit::rc::{RcPair, RcPath, GID_B, MAC_A, MAC_B};
+pub use cxdirect_emu::testkit::rc::{RcPath, GID_B, MAC_A, MAC_B};
+pub use cxdirect_emu::testkit::rc_pair::RcPair;
 pub use cxdirect_emu::testkit::{Cq, Host, Sq};
 pub use cxdirect_emu::{Device, EmuConfig};
 pub use cxdirect_hw::caps::CmdHcaCap;
