@@ -61,7 +61,8 @@ fn granularity(h: &mut Host) -> u8 {
 /// `general_obj_types`, and reads the granularity only when `hca_cap_2` is set. The other
 /// bits are the scheduling elements' (`emu/tests/scheduling_elements.rs`), SW ICM's
 /// (`emu/tests/sw_icm.rs`), flow samplers' (`emu/tests/flow_sampler.rs`), flow meters'
-/// (`emu/tests/flow_meter.rs`) and match definers' (`emu/tests/match_definer.rs`).
+/// (`emu/tests/flow_meter.rs`), match definers' (`emu/tests/match_definer.rs`) and AV-to-QP
+/// mappings' (`emu/tests/av_qp_mapping.rs`).
 #[test]
 fn general_caps_offer_hca_cap_2_and_the_reserved_qpn_and_scheduling_object_types() {
     let mut h = host();
@@ -76,6 +77,7 @@ fn general_caps_offer_hca_cap_2_and_the_reserved_qpn_and_scheduling_object_types
             | (1u64 << 0x20)
             | (1u64 << 0xa)
             | (1u64 << 0x18)
+            | (1u64 << 0x3a)
     );
     let page = h.query_cap(cap_type::GENERAL_DEVICE, false);
     assert!(CmdHcaCap::new(&page[0x10..]).expect("layout").hca_cap_2());
@@ -84,10 +86,11 @@ fn general_caps_offer_hca_cap_2_and_the_reserved_qpn_and_scheduling_object_types
 
 /// The page answers the op_mods Linux and libmlx5 send (0x40 maximum, 0x41 current) and
 /// rdma-core's pyverbs output of 0x810 bytes (`QueryCmdHcaCap2Out`); besides the reserved QP
-/// number limits every field is 0, as Linux read it before the page was offered
-/// (`sw_vhca_id_valid` 0: `handle_hca_cap_2` sends no SET_HCA_CAP).
+/// number limits and the doorbell-less QPs (`emu/tests/dbr_less.rs`) every field is 0, as
+/// Linux read it before the page was offered (`sw_vhca_id_valid` 0: `handle_hca_cap_2` sends
+/// no SET_HCA_CAP).
 #[test]
-fn hca_cap_2_reports_reserved_qpn_limits_and_nothing_else() {
+fn hca_cap_2_reports_reserved_qpn_limits_and_dbr_less_qps_and_nothing_else() {
     let mut h = host();
     let current = cap2(&mut h);
     let max = h.query_cap(cap_type::GENERAL_DEVICE_2, false)[0x10..0x110].to_vec();
@@ -103,7 +106,9 @@ fn hca_cap_2_reports_reserved_qpn_limits_and_nothing_else() {
     let mut rest = CmdHcaCap2::new(current.clone()).expect("layout");
     rest.set_log_max_num_reserved_qpn(0)
         .set_log_reserved_qpn_granularity(0)
-        .set_log_reserved_qpn_max_alloc(0);
+        .set_log_reserved_qpn_max_alloc(0)
+        .set_send_dbr_mode_no_dbr_ext(false)
+        .set_log_max_send_dbr_less_qp_sq(0);
     assert!(rest.as_bytes().iter().all(|&b| b == 0));
     let op_mod = query_cap_op_mod(cap_type::GENERAL_DEVICE_2, true);
     let out = h

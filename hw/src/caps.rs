@@ -498,6 +498,15 @@ layout! {
         /// The function may be given a software vHCA id by SET_HCA_CAP (mlx5_core's
         /// `handle_hca_cap_2` then sets it).
         sw_vhca_id_valid: bool @ 0x221 [0x1],
+        /// QPs may be created without a send doorbell record (`send_dbr_mode`
+        /// [`NO_DBR_INT`](crate::qp::send_dbr_mode::NO_DBR_INT)).
+        send_dbr_mode_no_dbr_int: bool @ 0x2e0 [0x1],
+        /// QPs may be created without a send doorbell record, rung through the UAR page's
+        /// doorbell-less register (`send_dbr_mode`
+        /// [`NO_DBR_EXT`](crate::qp::send_dbr_mode::NO_DBR_EXT)).
+        send_dbr_mode_no_dbr_ext: bool @ 0x2e1 [0x1],
+        /// Log2 of the QPs without a send doorbell record a function may hold at once.
+        log_max_send_dbr_less_qp_sq: u8 @ 0x2e3 [0x5],
     }
 }
 

@@ -15,6 +15,10 @@ pub const UAR_CQ_DOORBELL: usize = 0x20;
 pub const UAR_EQ_UPDATE_CI_ARM: usize = 0x40;
 /// UAR offset of the EQ doorbell that only updates the consumer index.
 pub const UAR_EQ_UPDATE_CI: usize = 0x48;
+/// UAR offset of the send doorbell of QPs without a doorbell record (`send_dbr_mode`
+/// [`NO_DBR_EXT`](crate::qp::send_dbr_mode::NO_DBR_EXT)): eight bytes, the first eight of the
+/// last posted WQE's control segment (rdma-core's tests, `DB_BF_DBR_LESS_BUF_OFFSET`).
+pub const UAR_DBR_LESS_DOORBELL: usize = 0x600;
 /// UAR offset of the first BlueFlame / send doorbell register.
 pub const UAR_BF_OFFSET: usize = 0x800;
 /// Bytes of one BlueFlame buffer: each BlueFlame register (`bf_reg_size`, 512 bytes with the

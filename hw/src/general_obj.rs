@@ -33,6 +33,10 @@ pub mod obj_type {
     /// A NIC scheduling element (`MLX5_OBJ_TYPE_SCHEDULING_ELEMENT`): a TSAR or queue group
     /// as libmlx5's `mlx5dv_sched_node_create` / `_leaf_create` make them.
     pub const SCHEDULING_ELEMENT: u16 = 0x26;
+    /// An AV-to-QP mapping (`MLX5_OBJ_TYPE_AV_QP_MAPPING` in rdma-core's `mlx5_ifc.h`): a
+    /// destination's address vector tied to the QP whose congestion control settings apply
+    /// towards it ([`crate::av_qp_mapping`]).
+    pub const AV_QP_MAPPING: u16 = 0x3a;
 }
 
 /// The [`general_obj_types`](crate::caps::CmdHcaCap::general_obj_types) bit of object type

@@ -16,6 +16,7 @@
 #[doc(hidden)]
 pub use paste;
 
+pub mod av_qp_mapping;
 pub mod caps;
 pub mod cm;
 pub mod cmd;

@@ -70,6 +70,19 @@ pub mod pm_state {
 /// carries its `user_index` in `srqn_uidx`; libmlx5 finds the QP (or XRC SRQ) by it.
 pub const USER_INDEX_NONE: u32 = 0x00ff_ffff;
 
+/// Where a QP's send producer counter comes from (`qpc.send_dbr_mode`; rdma-core's tests name
+/// the values `SendDbrMode`).
+pub mod send_dbr_mode {
+    /// The doorbell record's send counter (offset 4), read when a doorbell rings.
+    pub const DBR_VALID: u8 = 0x0;
+    /// No doorbell record: each doorbell, written to the UAR page's
+    /// [`UAR_DBR_LESS_DOORBELL`](crate::doorbell::UAR_DBR_LESS_DOORBELL) register, names the
+    /// last WQE posted (its control segment's first eight bytes); the counter ends past it.
+    pub const NO_DBR_EXT: u8 = 0x1;
+    /// No doorbell record, the counter kept inside the device (not offered by the model).
+    pub const NO_DBR_INT: u8 = 0x2;
+}
+
 /// Receive queue kinds (`qpc.rq_type`).
 pub mod rq_type {
     /// The QP's own receive ring (`log_rq_size`, `log_rq_stride`).
@@ -336,6 +349,10 @@ layout! {
         counter_set_id: u8 @ 0x60 [0x8],
         /// UAR page whose doorbell register rings the send queue.
         uar_page: u32 @ 0x68 [0x18],
+        /// Where the send queue's producer counter comes from ([`send_dbr_mode`]): the doorbell
+        /// record (0), or the doorbells alone. Linux's mlx5_ifc.h leaves these bits reserved;
+        /// rdma-core's tests (`SwQpc` in tests/mlx5_prm_structs.py) name them.
+        send_dbr_mode: u8 @ 0x80 [0x2],
         /// User index written into CQEs (CQE version 1).
         user_index: u32 @ 0x88 [0x18],
         /// Log2 of the work queue buffer's page size minus 12.

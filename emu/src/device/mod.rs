@@ -16,9 +16,11 @@ use crate::objects::memic::DeviceMemory;
 use crate::pci::{ConfigSpace, FunctionLayout, MsixTable};
 use crate::wire::{PortId, Wire};
 use cxdirect_hw::doorbell::{
-    UAR_BF_OFFSET, UAR_CQ_DOORBELL, UAR_EQ_UPDATE_CI, UAR_EQ_UPDATE_CI_ARM, UAR_PAGE_SIZE,
+    UAR_BF_OFFSET, UAR_CQ_DOORBELL, UAR_DBR_LESS_DOORBELL, UAR_EQ_UPDATE_CI, UAR_EQ_UPDATE_CI_ARM,
+    UAR_PAGE_SIZE,
 };
 use cxdirect_hw::init_seg;
+use engine::send_counter::Register;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use thiserror::Error;
@@ -64,6 +66,8 @@ struct PendingDoorbell {
     /// The BlueFlame copy of the WQE is `bf[..bf_len]` (`bf_len` 0: the doorbell had none).
     bf: [u8; BF_REG_SIZE / 2],
     bf_len: usize,
+    /// The register written: a BlueFlame register, or the doorbell-less one.
+    register: Register,
 }
 
 struct Link {
@@ -604,7 +608,15 @@ impl Device {
             let mut first8 = [0u8; 8];
             first8.copy_from_slice(&data[..8]);
             let bf = (data.len() >= 64).then_some(data);
-            self.send_doorbell(uar, first8, bf);
+            self.send_doorbell(uar, first8, bf, Register::BlueFlame);
+            return Ok(());
+        }
+        if in_page == UAR_DBR_LESS_DOORBELL && data.len() == 8 {
+            // A doorbell of a QP without a doorbell record: the send engine checks that the
+            // QP is one, under the lock it takes anyway.
+            let mut first8 = [0u8; 8];
+            first8.copy_from_slice(data);
+            self.send_doorbell(uar, first8, None, Register::RecordLess);
             return Ok(());
         }
         {
@@ -659,7 +671,7 @@ impl Device {
         Ok(())
     }
 
-    fn send_doorbell(&self, uar: u32, first8: [u8; 8], bf: Option<&[u8]>) {
+    fn send_doorbell(&self, uar: u32, first8: [u8; 8], bf: Option<&[u8]>, register: Register) {
         match self.shared.exec {
             ExecMode::Inline => {
                 {
@@ -669,6 +681,7 @@ impl Device {
                         uar,
                         first8,
                         bf.map(|bytes| engine::sq::BlueFlame { bytes }),
+                        register,
                     );
                 }
                 self.pump_after_send();
@@ -679,6 +692,7 @@ impl Device {
                     first8,
                     bf: [0; BF_REG_SIZE / 2],
                     bf_len: 0,
+                    register,
                 };
                 if let Some(bytes) = bf {
                     // `uar_write` refuses a BlueFlame write longer than half the register.

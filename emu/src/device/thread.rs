@@ -146,7 +146,7 @@ fn serve_once(shared: &Shared) -> bool {
         let bf = (db.bf_len > 0).then(|| engine::sq::BlueFlame {
             bytes: &db.bf[..db.bf_len],
         });
-        engine::sq::doorbell(&mut core, db.uar, db.first8, bf);
+        engine::sq::doorbell(&mut core, db.uar, db.first8, bf, db.register);
         // What the doorbell sent the function itself lands before the next doorbell runs, as
         // in inline execution: doorbells queued together were written one after the other,
         // and a later one may depend on an earlier one's loopback (rdma-core's steering
@@ -236,6 +236,7 @@ mod tests {
             first8,
             bf: [0; crate::device::BF_REG_SIZE / 2],
             bf_len: 0,
+            register: crate::engine::send_counter::Register::BlueFlame,
         });
     }
 

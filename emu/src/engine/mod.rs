@@ -17,6 +17,7 @@ pub(crate) mod pacing;
 pub(crate) mod rc;
 pub(crate) mod roce;
 pub(crate) mod rq;
+pub(crate) mod send_counter;
 pub(crate) mod sq;
 pub(crate) mod sq_umr;
 pub(crate) mod striding;

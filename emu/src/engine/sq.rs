@@ -12,6 +12,7 @@
 use crate::counters::{add, QueueKind};
 use crate::engine::fetch::read_wqes;
 use crate::engine::lso::{self, HeaderLayout, SegmentPlace};
+use crate::engine::send_counter::{self, Register};
 use crate::faults::{DmaQueue, Fault, UNMAPPED_IOVA};
 use crate::function::local_loopback::Sender;
 use crate::function::Core;
@@ -29,9 +30,17 @@ pub(crate) struct BlueFlame<'a> {
     pub bytes: &'a [u8],
 }
 
-/// Send doorbell on UAR `uar`: `first8` are the first eight bytes of the announced WQE's
-/// control segment (opcode/index and SQ number), `bf` the whole WQE when written as BlueFlame.
-pub(crate) fn doorbell(core: &mut Core, uar: u32, first8: [u8; 8], bf: Option<BlueFlame<'_>>) {
+/// Send doorbell written to `register` of UAR `uar`: `first8` are the first eight bytes of the
+/// announced WQE's control segment (opcode/index and SQ number), `bf` the whole WQE when
+/// written as BlueFlame. SQ objects always have a doorbell record; a QP may not
+/// ([`send_counter`](crate::engine::send_counter)).
+pub(crate) fn doorbell(
+    core: &mut Core,
+    uar: u32,
+    first8: [u8; 8],
+    bf: Option<BlueFlame<'_>>,
+    register: Register,
+) {
     if !core.res.uars.contains(uar) {
         // Not a doorbell at all: a write to a UAR page nobody allocated.
         add(&core.counters.bad_doorbells, 1);
@@ -47,15 +56,23 @@ pub(crate) fn doorbell(core: &mut Core, uar: u32, first8: [u8; 8], bf: Option<Bl
     {
         return;
     }
-    if !core.res.sqs.contains(sqn) && core.res.qps.contains(sqn) {
-        crate::engine::rc::doorbell(core, uar, sqn);
+    if !core.res.sqs.contains(sqn) && (core.res.qps.contains(sqn) || core.res.ud_qps.contains(sqn))
+    {
+        if !send_counter::announce(core, uar, sqn, first8, register) {
+            add(&core.counters.bad_doorbells, 1);
+        } else if core.res.qps.contains(sqn) {
+            crate::engine::rc::doorbell(core, uar, sqn);
+        } else {
+            crate::engine::ud::doorbell(core, uar, sqn);
+        }
         return;
     }
-    if !core.res.sqs.contains(sqn) && core.res.ud_qps.contains(sqn) {
-        crate::engine::ud::doorbell(core, uar, sqn);
-        return;
-    }
-    let Some(sq) = core.res.sqs.get(sqn) else {
+    let Some(sq) = core
+        .res
+        .sqs
+        .get(sqn)
+        .filter(|_| register == Register::BlueFlame)
+    else {
         add(&core.counters.bad_doorbells, 1);
         return;
     };

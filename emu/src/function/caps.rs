@@ -17,7 +17,8 @@ use crate::objects::limits::{
     ROCE_ADDRESS_TABLE_SIZE,
 };
 use crate::objects::limits::{
-    LOG_MAX_NUM_RESERVED_QPN, LOG_RESERVED_QPN_GRANULARITY, LOG_RESERVED_QPN_MAX_ALLOC,
+    LOG_MAX_NUM_RESERVED_QPN, LOG_MAX_SEND_DBR_LESS_QP, LOG_RESERVED_QPN_GRANULARITY,
+    LOG_RESERVED_QPN_MAX_ALLOC,
 };
 use crate::objects::queue_state::MAX_SESSION;
 use crate::objects::{icm, memic, pacing, scheduling};
@@ -325,7 +326,7 @@ impl CapSet {
             .set_log_min_stride_sz_rq(cxdirect_hw::wq::striding::LOG_STRIDE_BYTES_BASE)
             .set_log_max_stride_sz_rq(cxdirect_hw::wq::striding::MAX_LOG_STRIDE_BYTES)
             .set_cqe_compression_max_num(MAX_SESSION)
-            // The second general page (below) and two general object types: blocks of reserved
+            // The second general page (below) and three general object types: blocks of reserved
             // QP numbers, which libmlx5's `mlx5dv_reserved_qpn_alloc` asks for
             // (`general_obj_types_caps & (1ULL << MLX5_OBJ_TYPE_RESERVED_QPN)`) and rdma-core's
             // RDMA CM DC tests hand to the peer as a connection's QP number; and NIC scheduling
@@ -335,6 +336,10 @@ impl CapSet {
             .set_general_obj_types(
                 general_obj_types_bit(obj_type::RESERVED_QPN)
                     | general_obj_types_bit(obj_type::SCHEDULING_ELEMENT)
+                    // AV-to-QP mappings, which libmlx5's `mlx5dv_map_ah_to_qp` creates when
+                    // this bit is set (a hint for congestion control, which the model does
+                    // not run: kept and queried, no traffic changed).
+                    | general_obj_types_bit(obj_type::AV_QP_MAPPING)
                     // SW ICM only when asked for (`EmuConfig::sw_steering`): mlx5_core's
                     // `mlx5_dm_create` keys its SW ICM allocator on this bit.
                     // Flow samplers, flow meters and match definers too: only software
@@ -514,7 +519,12 @@ impl CapSet {
         let mut c2 = CmdHcaCap2::new([0u8; 0x100]).expect("a page holds HCA_CAP_2");
         c2.set_log_max_num_reserved_qpn(LOG_MAX_NUM_RESERVED_QPN)
             .set_log_reserved_qpn_granularity(LOG_RESERVED_QPN_GRANULARITY)
-            .set_log_reserved_qpn_max_alloc(LOG_RESERVED_QPN_MAX_ALLOC);
+            .set_log_reserved_qpn_max_alloc(LOG_RESERVED_QPN_MAX_ALLOC)
+            // QPs without a send doorbell record, rung through the UAR page's doorbell-less
+            // register (rdma-core's DevX test posts to one); the counter kept inside the
+            // device (NO_DBR_INT) is not offered.
+            .set_send_dbr_mode_no_dbr_ext(true)
+            .set_log_max_send_dbr_less_qp_sq(LOG_MAX_SEND_DBR_LESS_QP);
         let general_2 = c2.into_inner();
         Self {
             device_mem,

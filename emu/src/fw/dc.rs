@@ -128,6 +128,7 @@ fn responder_context(
         },
         dbr: 0,
         log_sq_size: None,
+        send_counter: crate::objects::rc::SendCounter::Record,
         rndv_offload: false,
         receive: RcReceive::Shared(ctx.srqn_xrqn()),
         user_index: ctx.user_index(),

@@ -379,6 +379,7 @@ fn object_in(opcode: Opcode, input: &[u8]) -> Option<(Owned, Role)> {
         obj_type::FLOW_SAMPLER => Some((Owned::FlowSampler, role)),
         obj_type::MATCH_DEFINER => Some((Owned::MatchDefiner, role)),
         obj_type::FLOW_METER => Some((Owned::FlowMeter, role)),
+        obj_type::AV_QP_MAPPING => Some((Owned::AvQpMapping, role)),
         _ => None,
     }
 }

@@ -1,7 +1,8 @@
 //! General objects: CREATE_GENERAL_OBJECT, MODIFY_GENERAL_OBJECT, QUERY_GENERAL_OBJECT and
-//! DESTROY_GENERAL_OBJECT, dispatched by the header's `obj_type`. The model offers two types
+//! DESTROY_GENERAL_OBJECT, dispatched by the header's `obj_type`. The model offers three types
 //! (the bits of `general_obj_types`): RESERVED_QPN, blocks of QP numbers no QP or DCT is
-//! given ([`crate::objects::reserved_qpn`]), and NIC scheduling elements (`fw::scheduling`);
+//! given ([`crate::objects::reserved_qpn`]), NIC scheduling elements (`fw::scheduling`) and
+//! AV-to-QP mappings (`fw::av_qp_mapping`);
 //! with `EmuConfig::sw_steering`, more: pieces of SW ICM (`fw::sw_icm`), flow samplers
 //! (`fw::sampler`), flow meters (`fw::meter`) and match definers (`fw::definer`), which only
 //! software steering entries reach or name. Any other type is
@@ -54,6 +55,7 @@ pub(crate) fn create(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdRes
         obj_type::FLOW_SAMPLER => super::sampler::create(core, input, output),
         obj_type::FLOW_METER => super::meter::create(core, input, output),
         obj_type::MATCH_DEFINER => super::definer::create(core, input, output),
+        obj_type::AV_QP_MAPPING => super::av_qp_mapping::create(core, input, output),
         _ => Err(unknown_type()),
     }
 }
@@ -89,6 +91,7 @@ pub(crate) fn destroy(core: &mut Core, input: &[u8]) -> CmdResult {
         obj_type::FLOW_SAMPLER => super::sampler::destroy(core, input),
         obj_type::FLOW_METER => super::meter::destroy(core, input),
         obj_type::MATCH_DEFINER => super::definer::destroy(core, input),
+        obj_type::AV_QP_MAPPING => super::av_qp_mapping::destroy(core, input),
         _ => Err(unknown_type()),
     }
 }
@@ -112,6 +115,7 @@ pub(crate) fn query(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdResu
         obj_type::SW_ICM => super::sw_icm::query(core, input, output),
         obj_type::FLOW_SAMPLER => super::sampler::query(core, input, output),
         obj_type::FLOW_METER => super::meter::query(core, input, output),
+        obj_type::AV_QP_MAPPING => super::av_qp_mapping::query(core, input, output),
         obj_type::MATCH_DEFINER => Err(super::bad_param(
             Syndrome::BadSteeringParams,
             "QUERY_GENERAL_OBJECT of a match definer is not modelled (rdma-core and Linux never send it)",

@@ -12,6 +12,7 @@
 //! the rest (events, writing held completions, landing receives in flight) it asks through
 //! [`EngineRequests`], which the engines implement for [`Core`].
 
+mod av_qp_mapping;
 pub(crate) mod caps;
 pub(crate) mod cmdif;
 pub(crate) mod cq;
@@ -40,6 +41,7 @@ pub(crate) mod reformat;
 pub(crate) mod roce;
 pub(crate) mod sampler;
 pub(crate) mod scheduling;
+mod send_dbr_mode;
 pub(crate) mod sig;
 pub(crate) mod steering;
 pub(crate) mod sw_icm;

@@ -33,13 +33,13 @@ use super::queues::{check_dbr, context_bytes, queue_buffer};
 use super::{bad_param, bad_res, input_as, output_as, CmdError, CmdResult, Core, Syndrome};
 use crate::function::hca::port_max_mtu;
 use crate::objects::limits::{LOG_MAX_MSG, LOG_MAX_QP_SZ, LOG_MAX_RA_QP};
-use crate::objects::rc::{Qp, RcPath, RcReceive};
+use crate::objects::rc::{Qp, RcPath, RcReceive, SendCounter};
 use crate::objects::QueueBuffer;
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
 use cxdirect_hw::layout::Layout;
 use cxdirect_hw::qp::{
-    mtu, optpar, rq_type, service_type, state, Ads, CreateQpIn, CreateQpOut, DestroyQpIn, Qpc,
-    QueryQpIn, Rst2initQpIn,
+    mtu, optpar, rq_type, send_dbr_mode, service_type, state, Ads, CreateQpIn, CreateQpOut,
+    DestroyQpIn, Qpc, QueryQpIn, Rst2initQpIn,
 };
 
 /// Byte offset of `qpc` in every QP command input and in QUERY_QP's output.
@@ -214,6 +214,7 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         ctx.dbr_addr()
     };
     let dci_streams = super::dci::streams_at_create(service, &ctx)?;
+    let send_counter = super::send_dbr_mode::at_create(core, &ctx, log_sq_size.is_some())?;
     let mut stored = context_bytes(ctx.as_bytes());
     Qpc::new(&mut stored[..])
         .map_err(|_| missing("qpc"))?
@@ -229,6 +230,7 @@ pub(crate) fn create_qp(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         buf,
         dbr,
         log_sq_size,
+        send_counter,
         rndv_offload,
         receive,
         user_index: ctx.user_index(),
@@ -523,6 +525,9 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
         next.next_send_psn = 0;
         next.next_rcv_psn = 0;
         next.sq_consumed = 0;
+        if let SendCounter::Doorbells(posted) = &mut next.send_counter {
+            *posted = 0;
+        }
         next.resp = Default::default();
         next.req = Default::default();
         next.dci = None;
@@ -571,6 +576,7 @@ fn clone_attrs(qp: &Qp) -> Qp {
         buf: qp.buf.clone(),
         dbr: qp.dbr,
         log_sq_size: qp.log_sq_size,
+        send_counter: qp.send_counter,
         rndv_offload: qp.rndv_offload,
         receive: qp.receive,
         user_index: qp.user_index,
@@ -762,6 +768,10 @@ fn context_of(qp: &Qp) -> Vec<u8> {
         .set_cqn_snd(qp.cqn_snd)
         .set_cqn_rcv(qp.cqn_rcv)
         .set_dbr_addr(qp.dbr)
+        .set_send_dbr_mode(match qp.send_counter {
+            SendCounter::Record => send_dbr_mode::DBR_VALID,
+            SendCounter::Doorbells(_) => send_dbr_mode::NO_DBR_EXT,
+        })
         .set_user_index(qp.user_index)
         .set_no_sq(qp.log_sq_size.is_none())
         .set_offload_type(if qp.rndv_offload {

@@ -58,6 +58,8 @@ pub(crate) enum Owned {
     MatchDefiner,
     /// A FLOW_METER general object, by its number.
     FlowMeter,
+    /// An AV_QP_MAPPING general object, by its number.
+    AvQpMapping,
 }
 
 /// The live user contexts and who owns which object.

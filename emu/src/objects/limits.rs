@@ -89,6 +89,11 @@ pub(crate) const LOG_RESERVED_QPN_GRANULARITY: u8 = 0;
 /// Log2 of the most QP numbers one RESERVED_QPN object holds (`log_reserved_qpn_max_alloc`).
 pub(crate) const LOG_RESERVED_QPN_MAX_ALLOC: u8 = 12;
 
+/// Log2 of the QPs without a send doorbell record a function may hold at once
+/// (`log_max_send_dbr_less_qp_sq`): the model's choice, a sixteenth of its QP numbers. A
+/// ConnectX's value is not public.
+pub(crate) const LOG_MAX_SEND_DBR_LESS_QP: u8 = LOG_MAX_QP - 4;
+
 /// Most bytes of a packet reformat context's data (`max_encap_header_size`): an outer
 /// Ethernet, IPv6 and UDP header with a GENEVE header and 64 bytes of its options.
 pub(crate) const MAX_ENCAP_HEADER_SIZE: u16 = 14 + 40 + 8 + 8 + 64;
@@ -99,6 +104,9 @@ pub(crate) const LOG_MAX_PACKET_REFORMAT_CONTEXT: u8 = 12;
 /// (`log_max_modify_header_context`).
 pub(crate) const LOG_MAX_MODIFY_HEADER_CONTEXT: u8 = 12;
 
+/// AV-to-QP mappings a function may hold at once (the model's choice; no capability names
+/// it): one per address handle of as many handles as QPs.
+pub(crate) const MAX_AV_QP_MAPPINGS: u32 = 1 << LOG_MAX_QP;
 /// Flow samplers a function may hold at once (the model's choice; no capability names it).
 pub(crate) const MAX_FLOW_SAMPLERS: u32 = 1 << 12;
 /// Log2 of the flow meters a function may hold at once (`log_max_flow_meter`; the model's

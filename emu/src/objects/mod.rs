@@ -4,6 +4,7 @@
 //! The firmware (`fw`) creates, modifies and destroys these objects; the queue engines
 //! (`engine`) run them. Both read this room; it reads neither.
 
+pub(crate) mod av_qp_mapping;
 pub(crate) mod context;
 pub(crate) mod dc;
 pub(crate) mod devx;
@@ -481,6 +482,8 @@ pub(crate) struct Resources {
     /// Match definers (general objects of type MATCH_DEFINER), numbered as steering entries
     /// name them.
     pub definers: Table<MatchDefiner>,
+    /// AV-to-QP mappings (general objects of type AV_QP_MAPPING).
+    pub av_qp_mappings: Table<av_qp_mapping::AvQpMapping>,
     pub mkeys: Table<Mkey>,
     /// Protection signature variables (CREATE_PSV).
     pub psvs: Table<signature::Psv>,
@@ -566,6 +569,7 @@ impl Resources {
             samplers: Table::new(1, limits::MAX_FLOW_SAMPLERS),
             meters: Table::new(1, 1 << limits::LOG_MAX_FLOW_METER),
             definers: Table::new(limits::FIRST_MATCH_DEFINER, limits::MAX_MATCH_DEFINERS),
+            av_qp_mappings: Table::new(1, limits::MAX_AV_QP_MAPPINGS),
             mkeys: Table::new(0x10, 1 << 16),
             psvs: Table::new(0x10, 1 << 16),
             // Set 0 means "no counter set" in an RQ context.

@@ -42,6 +42,16 @@ pub(crate) struct RcPath {
     pub ack_timeout: u8,
 }
 
+/// Where the device learns how far software posted a QP's send ring (`qpc.send_dbr_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SendCounter {
+    /// The doorbell record's send word (at `dbr + 4`), read when the QP is rung.
+    Record,
+    /// No record (`NO_DBR_EXT`): the counter the last doorbell announced, past the WQE it
+    /// named (0 until the first, and again after the QP's reset).
+    Doorbells(u16),
+}
+
 /// An RC QP: its queues, state and every attribute the transport needs.
 #[derive(Debug)]
 pub(crate) struct Qp {
@@ -59,6 +69,8 @@ pub(crate) struct Qp {
     pub dbr: u64,
     /// Log2 of the send ring's WQEBBs; `None` without a send queue.
     pub log_sq_size: Option<u8>,
+    /// Where the send ring's producer counter comes from (`send_dbr_mode`).
+    pub send_counter: SendCounter,
     /// `offload_type` RNDV: the QP's send side belongs to its tag-matching XRQ, which sends
     /// rendezvous READs on it (mlx5_ib's `create_qp_common` sets it for a QP without a send
     /// queue whose SRQ is a TM SRQ).

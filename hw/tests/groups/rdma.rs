@@ -13,6 +13,8 @@ pub fn checks() -> usize {
         general_obj::GeneralObjInCmdHdr,
         general_obj::GeneralObjOutCmdHdr,
         caps::CmdHcaCap2,
+        av_qp_mapping::CreateAvQpMappingIn,
+        av_qp_mapping::QueryAvQpMappingOut,
         qp::Qpc,
         qp::CreateQpIn,
         qp::CreateQpOut,

@@ -5,6 +5,7 @@ use super::count;
 use super::qp_error::{enter_error, errored, post_cqe, post_error_cqe, ErrorSide};
 use super::send_ring::{read_bb, span};
 use crate::counters::add;
+use crate::engine::send_counter::posted;
 use crate::function::Core;
 use crate::objects::rc::Outstanding;
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome};
@@ -103,10 +104,9 @@ pub(super) fn flush(core: &mut Core, qpn: u32) {
     let Some(qp) = core.res.qps.get(qpn) else {
         return;
     };
-    let Ok(word) = core.dma_read_be32(qp.dbr + 4) else {
+    let Ok(pi) = posted(core, qp) else {
         return;
     };
-    let pi = word as u16;
     let entries = qp.log_sq_size.map_or(0, |log| 1u32 << log);
     let mut index = qp.sq_consumed;
     if u32::from(pi.wrapping_sub(index)) > entries {

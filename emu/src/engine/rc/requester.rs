@@ -13,6 +13,7 @@ use super::responder_pace::room;
 use super::send_ring::{read_bb, span};
 use crate::counters::add;
 use crate::engine::gather::GatherFault;
+use crate::engine::send_counter::posted;
 use crate::function::Core;
 use crate::objects::limits::LOG_MAX_RA_QP;
 use crate::objects::queue_state::RcScratch;
@@ -70,10 +71,9 @@ fn run_posted(core: &mut Core, qpn: u32) {
     if qp.req.sending.is_some() || qp.req.page_fault.is_some() {
         return;
     }
-    let Ok(word) = core.dma_read_be32(qp.dbr + 4) else {
+    let Ok(pi) = posted(core, qp) else {
         return;
     };
-    let pi = word as u16;
     let entries = 1u32 << log_sq;
     if u32::from(pi.wrapping_sub(qp.sq_consumed)) > entries {
         add(&core.counters.bad_doorbells, 1);
@@ -337,9 +337,7 @@ pub(super) fn consume_failed(core: &mut Core, qpn: u32, index: u16) {
     let Some(qp) = core.res.qps.get(qpn) else {
         return;
     };
-    let pi = core
-        .dma_read_be32(qp.dbr + 4)
-        .map_or(index.wrapping_add(1), |word| word as u16);
+    let pi = posted(core, qp).unwrap_or(index.wrapping_add(1));
     let bbs = wqe_span(core, qpn, index, pi);
     if let Some(qp) = core.res.qps.get_mut(qpn) {
         qp.sq_consumed = index.wrapping_add(bbs);

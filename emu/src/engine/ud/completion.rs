@@ -3,6 +3,7 @@
 //! error state (a send WQE failed).
 
 use crate::counters::add;
+use crate::engine::send_counter::posted;
 use crate::function::Core;
 use crate::objects::rc::RcReceive;
 use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome, ErrCqe};
@@ -107,10 +108,9 @@ pub(super) fn flush_sends(core: &mut Core, qpn: u32) {
     let Some(log_sq) = qp.log_sq_size else {
         return;
     };
-    let Ok(word) = core.dma_read_be32(qp.dbr + 4) else {
+    let Ok(pi) = posted(core, qp) else {
         return;
     };
-    let pi = word as u16;
     let mut index = qp.sq_consumed;
     if u32::from(pi.wrapping_sub(index)) > 1u32 << log_sq {
         add(&core.counters.bad_doorbells, 1);

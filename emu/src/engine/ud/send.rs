@@ -22,6 +22,7 @@ use crate::engine::gather::GatherFault;
 use crate::engine::roce::{
     build_routed, mtu_bytes, source, Route, Transport, BTH_LEN, ICRC_LEN, PSN_MASK,
 };
+use crate::engine::send_counter::posted;
 use crate::function::Core;
 use crate::objects::queue_state::UdScratch;
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome};
@@ -65,10 +66,9 @@ fn run_posted(core: &mut Core, qpn: u32) {
     let Some(log_sq) = qp.log_sq_size else {
         return;
     };
-    let Ok(word) = core.dma_read_be32(qp.dbr + 4) else {
+    let Ok(pi) = posted(core, qp) else {
         return;
     };
-    let pi = word as u16;
     if u32::from(pi.wrapping_sub(qp.sq_consumed)) > 1u32 << log_sq {
         add(&core.counters.bad_doorbells, 1);
         return;
@@ -148,10 +148,9 @@ pub(crate) fn resume(core: &mut Core, qpn: u32, failed: Option<(u8, CqeSyndrome)
         }
         return;
     };
-    let Ok(word) = core.dma_read_be32(qp.dbr + 4) else {
+    let Ok(pi) = posted(core, qp) else {
         return;
     };
-    let pi = word as u16;
     let mut bb = [0u8; WQE_BB];
     let ds = match read_bb(core, qpn, index, &mut bb) {
         Ok(()) => CtrlSeg::new(&bb[..16]).map_or(0, |c| usize::from(c.ds())),
