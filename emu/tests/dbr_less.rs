@@ -6,6 +6,7 @@
 //! the WQE its control segment names.
 
 use cxdirect_emu::testkit::rc::{RcPath, RcQp, GID_A, GID_B, MAC_A, MAC_B};
+use cxdirect_emu::testkit::ud::{ud_wqe, UdAv, UdPair, UD_QKEY};
 use cxdirect_emu::testkit::{CmdFail, Cq, Host};
 use cxdirect_emu::{Device, EmuConfig, Syndrome};
 use cxdirect_hw::caps::CmdHcaCap2;
@@ -252,4 +253,34 @@ fn create_qp_refuses_what_is_not_offered() {
         })
         .map(|qp| qp.qpn);
     assert_eq!(got, bad_param, "no send queue");
+}
+
+/// A UD QP without a record: its datagrams go by what the doorbell-less register announces,
+/// as the RC requester's do (the datagram engine reads the same counter).
+#[test]
+fn a_ud_qp_without_a_record_sends_what_its_doorbell_names() {
+    let mut p = UdPair::new(EmuConfig::default(), MEM, 6, 5, 5);
+    let mut qp =
+        p.a.try_create_ud_qp(&p.cq_a, service_type::UD, 5, 5, |c| {
+            c.set_send_dbr_mode(send_dbr_mode::NO_DBR_EXT);
+        })
+        .expect("CREATE_QP of a UD QP without a send doorbell record");
+    p.a.activate_ud(qp.qpn, service_type::UD, UD_QKEY);
+    let (lkey_a, lkey_b) = (p.a.create_mkey(false, true), p.b.create_mkey(false, true));
+    let dst = p.b.alloc(4096, 64);
+    p.b.post_ud_recv(&mut p.ud_b, dst, 4096, lkey_b);
+    let src = p.a.alloc(4096, 64);
+    p.a.write(src, &[0x5a; LEN]);
+    let av = UdAv::to(GID_B, MAC_B, p.ud_b.qpn, UD_QKEY);
+    let w = ud_wqe(&qp.sq, opcode::SEND, 0, &av, &[(src, lkey_a, LEN as u32)]);
+    p.a.write_wqe(&mut qp.sq, &w);
+    ring_dbr_less(&p.a, &w);
+    p.settle();
+    let sent = p.a.poll_cq(&mut p.cq_a).expect("A's send completion");
+    assert_eq!(sent[63] >> 4, 0, "a send completion: {sent:02x?}");
+    let got = p.b.poll_cq(&mut p.cq_b).expect("B's receive");
+    assert_eq!(got[63] >> 4, 2, "a receive: {got:02x?}");
+    // The 40-byte GRH comes first in a UD receive buffer.
+    assert_eq!(p.b.read(dst + 40, LEN), [0x5a; LEN]);
+    assert_eq!(p.a.dev.counters().bad_doorbells, 0);
 }
