@@ -12,9 +12,7 @@ use cxdirect_emu::{EmuConfig, Syndrome};
 use cxdirect_hw::av_qp_mapping::{CreateAvQpMappingIn, QueryAvQpMappingOut};
 use cxdirect_hw::caps::CmdHcaCap;
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
-use cxdirect_hw::general_obj::{
-    general_obj_types_bit, obj_type, GeneralObjInCmdHdr, GeneralObjOutCmdHdr,
-};
+use cxdirect_hw::general_obj::{general_obj_types_bit, obj_type, GeneralObjOutCmdHdr};
 use cxdirect_hw::hca::cap_type;
 
 const MEM: usize = 4 << 20;
@@ -41,12 +39,7 @@ fn header_only(
     id: u32,
     outlen: usize,
 ) -> Result<Vec<u8>, CmdFail> {
-    let mut input = Host::input(op, 0, 0x10);
-    GeneralObjInCmdHdr::new(&mut input[..])
-        .unwrap()
-        .set_obj_type(obj_type::AV_QP_MAPPING)
-        .set_obj_id(id);
-    h.exec_as(uid, &input, outlen)
+    h.general_object_by_id(op, obj_type::AV_QP_MAPPING, uid, id, outlen)
 }
 
 /// The bit libmlx5 checks is set; a mapping made by one user context names a QP another

@@ -9,6 +9,7 @@ use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::cq::{CreateCqIn, CreateCqOut};
 use cxdirect_hw::devx::{CreateUctxIn, CreateUctxOut, CreateUmemIn, CreateUmemOut};
 use cxdirect_hw::devx::{DestroyUctxIn, DestroyUmemIn, UMEM_MTT_BYTE, UMEM_MTT_BYTES};
+use cxdirect_hw::general_obj::GeneralObjInCmdHdr;
 use cxdirect_hw::mkey::{MTT_READ, MTT_WRITE};
 use cxdirect_hw::qp::{rq_type, service_type, CreateQpIn, CreateQpOut, Qpc, Rst2initQpIn};
 use cxdirect_hw::wqe::DataSeg;
@@ -50,6 +51,26 @@ impl Host {
     pub fn exec_as(&mut self, uid: u16, input: &[u8], outlen: usize) -> Result<Vec<u8>, CmdFail> {
         let mut input = input.to_vec();
         input[2..4].copy_from_slice(&uid.to_be_bytes());
+        self.exec(&input, outlen)
+    }
+
+    /// A header-only general object command (`op` QUERY_ or DESTROY_GENERAL_OBJECT, as
+    /// mlx5_ib's `devx_obj_build_destroy_cmd` builds the latter) for object `id` of type `ty`,
+    /// under `uid`.
+    pub fn general_object_by_id(
+        &mut self,
+        op: Opcode,
+        ty: u16,
+        uid: u16,
+        id: u32,
+        outlen: usize,
+    ) -> Result<Vec<u8>, CmdFail> {
+        let mut input = Self::input(op, 0, 0x10);
+        GeneralObjInCmdHdr::new(&mut input[..])
+            .expect("layout")
+            .set_uid(uid)
+            .set_obj_type(ty)
+            .set_obj_id(id);
         self.exec(&input, outlen)
     }
 

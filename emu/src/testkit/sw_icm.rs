@@ -9,7 +9,7 @@ use super::umr::{cqe_opcode, drain};
 use super::{CmdFail, Cq, Host, Sq};
 use crate::EmuConfig;
 use cxdirect_hw::cmd::Opcode;
-use cxdirect_hw::general_obj::{obj_type, GeneralObjInCmdHdr, GeneralObjOutCmdHdr};
+use cxdirect_hw::general_obj::{obj_type, GeneralObjOutCmdHdr};
 use cxdirect_hw::hca::cap_type;
 use cxdirect_hw::memic::DeviceMemCap;
 use cxdirect_hw::mkey::{mkey_from_index, CreateMkeyIn, CreateMkeyOut};
@@ -74,13 +74,7 @@ pub fn by_id(
     id: u32,
     outlen: usize,
 ) -> Result<Vec<u8>, CmdFail> {
-    let mut input = Host::input(op, 0, 0x10);
-    GeneralObjInCmdHdr::new(&mut input[..])
-        .expect("layout")
-        .set_uid(uid)
-        .set_obj_type(obj_type::SW_ICM)
-        .set_obj_id(id);
-    h.exec(&input, outlen)
+    h.general_object_by_id(op, obj_type::SW_ICM, uid, id, outlen)
 }
 
 /// DESTROY_GENERAL_OBJECT of SW_ICM object `id`, as `mlx5_dm_sw_icm_dealloc` sends it.
