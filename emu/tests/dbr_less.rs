@@ -284,3 +284,42 @@ fn a_ud_qp_without_a_record_sends_what_its_doorbell_names() {
     assert_eq!(p.b.read(dst + 40, LEN), [0x5a; LEN]);
     assert_eq!(p.a.dev.counters().bad_doorbells, 0);
 }
+
+/// A reset QP starts counting again from WQE 0, as software starts posting again from it
+/// (mlx5_ib sets its heads to 0): a doorbell naming WQE 0 after the reset runs it, where a
+/// counter kept from before the reset would take it for a doorbell behind the last one.
+#[test]
+fn a_reset_puts_the_counter_back_to_zero() {
+    let mut p = pair();
+    post_receives(&mut p, 8);
+    let last = write_sends(&mut p.a, &mut p.qp_a, p.lkey_a, 0x300, 2);
+    ring_dbr_less(&p.a, &last);
+    settle(&p);
+    assert_eq!(send_completions(&mut p), [0, 1]);
+    assert_eq!(received_imms(&mut p), [0x300, 0x301]);
+
+    // Both QPs to RESET and connected again (B's receive ring and record back at 0 too).
+    p.a.modify_qp(Opcode::Qp2rstQp, p.qp_a.qpn, |_| {});
+    p.b.modify_qp(Opcode::Qp2rstQp, p.qp_b.qpn, |_| {});
+    p.qp_a.sq.pi = 0;
+    p.qp_b.sq.pi = 0;
+    p.qp_b.rq_pi = 0;
+    p.b.write_be32(p.qp_b.sq.dbr, 0);
+    p.b.write_be32(p.qp_b.sq.dbr + 4, 0);
+    let path = RcPath::to(GID_B, MAC_B, p.qp_b.qpn);
+    p.a.connect_rc(p.qp_a.qpn, &path);
+    let back = RcPath {
+        send_psn: path.receive_psn,
+        receive_psn: path.send_psn,
+        ..RcPath::to(GID_A, MAC_A, p.qp_a.qpn)
+    };
+    p.b.connect_rc(p.qp_b.qpn, &back);
+    post_receives(&mut p, 1);
+
+    let first = write_sends(&mut p.a, &mut p.qp_a, p.lkey_a, 0x400, 1);
+    ring_dbr_less(&p.a, &first);
+    settle(&p);
+    assert_eq!(p.a.dev.counters().bad_doorbells, 0);
+    assert_eq!(send_completions(&mut p), [0]);
+    assert_eq!(received_imms(&mut p), [0x400]);
+}
