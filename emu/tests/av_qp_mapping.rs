@@ -32,16 +32,6 @@ fn create(h: &mut Host, uid: u16, qpn: u32, src_addr_index: u8) -> Result<u32, C
     Ok(GeneralObjOutCmdHdr::new(&out[..]).unwrap().obj_id())
 }
 
-fn header_only(
-    h: &mut Host,
-    op: Opcode,
-    uid: u16,
-    id: u32,
-    outlen: usize,
-) -> Result<Vec<u8>, CmdFail> {
-    h.general_object_by_id(op, obj_type::AV_QP_MAPPING, uid, id, outlen)
-}
-
 /// The bit libmlx5 checks is set; a mapping made by one user context names a QP another
 /// created, reads back as given, outlives its QP, is refused to the other context's DESTROY,
 /// and is gone after its own.
@@ -59,7 +49,15 @@ fn a_mapping_is_kept_as_libmlx5_made_it_and_destroyed_by_its_owner() {
     let qp = h.create_rc_qp(&cq, 4, 4, None);
     let id = create(&mut h, client, qp.qpn, 0).expect("CREATE of an AV_QP_MAPPING");
     h.destroy_qp(qp.qpn);
-    let out = header_only(&mut h, Opcode::QueryGeneralObject, client, id, 0x50).unwrap();
+    let out = h
+        .general_object_by_id(
+            Opcode::QueryGeneralObject,
+            obj_type::AV_QP_MAPPING,
+            client,
+            id,
+            0x50,
+        )
+        .unwrap();
     let got = QueryAvQpMappingOut::new(&out[..]).unwrap();
     assert_eq!(
         (
@@ -73,13 +71,32 @@ fn a_mapping_is_kept_as_libmlx5_made_it_and_destroyed_by_its_owner() {
     let gid: Vec<u8> = (0..16).map(|i| got.rgid_or_rip(i).unwrap()).collect();
     assert_eq!(gid, PEER_GID);
     refused(
-        header_only(&mut h, Opcode::DestroyGeneralObject, server, id, 0x10),
+        h.general_object_by_id(
+            Opcode::DestroyGeneralObject,
+            obj_type::AV_QP_MAPPING,
+            server,
+            id,
+            0x10,
+        ),
         CmdStatus::BadParameter,
         Syndrome::UidMismatch,
     );
-    header_only(&mut h, Opcode::DestroyGeneralObject, client, id, 0x10).unwrap();
+    h.general_object_by_id(
+        Opcode::DestroyGeneralObject,
+        obj_type::AV_QP_MAPPING,
+        client,
+        id,
+        0x10,
+    )
+    .unwrap();
     refused(
-        header_only(&mut h, Opcode::QueryGeneralObject, client, id, 0x50),
+        h.general_object_by_id(
+            Opcode::QueryGeneralObject,
+            obj_type::AV_QP_MAPPING,
+            client,
+            id,
+            0x50,
+        ),
         CmdStatus::BadResource,
         Syndrome::NoSuchObject,
     );
