@@ -307,7 +307,9 @@ impl<B: Backend> RcQueuePair<B> {
         self.finish_prepared(p, pi, wr_id, len, blocks, signaled, cqe);
         let next = pi.wrapping_add(blocks);
         if blocks <= 2 {
-            let staged = stage_inline(&head, 2 * p.head_ds as usize, bytes);
+            // Staged in place: an array returned by value would be copied once more.
+            let mut staged = [0u8; 2 * WQE_BB];
+            stage_inline(&mut staged, &head, 2 * p.head_ds as usize, bytes);
             for b in 0..blocks as usize {
                 let block = words_from_bytes::<8, WQE_BB>(staged_block(&staged, b));
                 self.sq.write_words(pi.wrapping_add(b as u32), &block);
@@ -434,13 +436,12 @@ impl<B: Backend> RcQueuePair<B> {
     }
 }
 
-/// A WQE of at most two blocks with an inline segment, laid out in memory order: the first
-/// `head_words` of `head` (control, and remote address, segments), then the segment's 4-byte
-/// big-endian header, `bytes`, and zeros to the end of the second block. The caller checked
-/// that the WQE fits two blocks.
+/// Lays a WQE of at most two blocks with an inline segment out in `staged` (zeroed by the
+/// caller), in memory order: the first `head_words` of `head` (control, and remote address,
+/// segments), then the segment's 4-byte big-endian header and `bytes`; the rest stays zero.
+/// The caller checked that the WQE fits two blocks.
 #[inline(always)]
-fn stage_inline(head: &[u64; 4], head_words: usize, bytes: &[u8]) -> [u8; 2 * WQE_BB] {
-    let mut staged = [0u8; 2 * WQE_BB];
+fn stage_inline(staged: &mut [u8; 2 * WQE_BB], head: &[u64; 4], head_words: usize, bytes: &[u8]) {
     for (at, word) in staged.chunks_exact_mut(8).zip(head) {
         at.copy_from_slice(&word.to_ne_bytes());
     }
@@ -450,7 +451,6 @@ fn stage_inline(head: &[u64; 4], head_words: usize, bytes: &[u8]) -> [u8; 2 * WQ
     if let Some(room) = staged.get_mut(data..data + bytes.len()) {
         room.copy_from_slice(bytes);
     }
-    staged
 }
 
 /// Block `b` (0 or 1) of a staged WQE.
@@ -492,7 +492,8 @@ mod tests {
                 w.push_inline(&bytes);
                 let blocks = w.finish();
                 assert_eq!(blocks, ds.div_ceil(4), "{len} bytes");
-                let staged = stage_inline(&staged_head, head_words, &bytes);
+                let mut staged = [0u8; 2 * WQE_BB];
+                stage_inline(&mut staged, &staged_head, head_words, &bytes);
                 for b in 0..blocks {
                     assert_eq!(
                         words_from_bytes::<8, WQE_BB>(staged_block(&staged, b as usize)),
