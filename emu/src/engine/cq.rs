@@ -226,6 +226,19 @@ fn apply_session_patch(patch: &mut Option<(u32, Vec<(u8, u8)>)>, slot: u32, byte
     }
 }
 
+/// The entries written to a CQ of `2^log_size` entries and not yet consumed, from the
+/// producer counter `pi` and the consumer counter `ci` of its doorbell record, compared
+/// modulo twice the CQ's size (the counter's bits up to the owner bit). Linux keeps a 24-bit
+/// consumer counter there (`mlx5_cq_set_ci`), DPDK's mlx5 PMD a 16-bit one for its send CQs
+/// (`uint16_t cq_ci` in mlx5_tx.h, written whole to the 24-bit field) and runs on ConnectX
+/// hardware, so a ConnectX cannot compare all 24 bits: every 65,536 completions DPDK's counter
+/// would read as 65,536 behind. Within `log_size + 1` bits both readings agree (a CQ holds at
+/// most 2^22 entries, so 23 bits at most).
+fn outstanding(pi: u32, ci: u32, log_size: u8) -> u32 {
+    let mask = (2u32 << log_size.min(22)) - 1;
+    pi.wrapping_sub(ci) & mask
+}
+
 /// Checks that CQ `cqn` has room for `n` more entries (reading the consumer index from the
 /// doorbell record unless the CQ ignores overruns); returns the producer index and the log2
 /// size. A CQ without room moves to error.
@@ -248,7 +261,7 @@ fn reserve(core: &mut Core, cqn: u32, n: u32) -> Result<(u32, u8), CqFault> {
                 return Err(CqFault::Dma);
             }
         };
-        let outstanding = (pi & 0x00ff_ffff).wrapping_sub(ci) & 0x00ff_ffff;
+        let outstanding = outstanding(pi, ci, log_size);
         let forced = core
             .faults
             .take(|f| matches!(f, Fault::CqOverrun { cqn: c } if *c == cqn).then_some(()))
@@ -380,7 +393,7 @@ pub(crate) fn resize(
     if !overrun_ignore {
         add(&core.counters.dbrec_reads, 1);
         let ci = core.dma_read_be32(dbr).map_err(|_| ResizeRefused::Dma)? & 0x00ff_ffff;
-        let outstanding = (pi & 0x00ff_ffff).wrapping_sub(ci) & 0x00ff_ffff;
+        let outstanding = outstanding(pi, ci, log_size);
         if outstanding >= 1 << log_size || outstanding > 1 << new_log_size {
             return Err(ResizeRefused::TooManyOutstanding);
         }
@@ -438,7 +451,7 @@ pub(crate) fn arm(core: &mut Core, uar: u32, high: u32, low: u32) {
         CqArm::Next
     };
     // CQEs already written past the reported consumer index fire at once.
-    if (cq.pi & 0x00ff_ffff) != ci && cq.arm == CqArm::Next {
+    if outstanding(cq.pi, ci, cq.log_size) != 0 && cq.arm == CqArm::Next {
         cq.arm = CqArm::Disarmed;
         let eqn = cq.eqn;
         completion_event(core, eqn, cqn);
