@@ -434,6 +434,66 @@ fn ptys_and_ppcnt_are_answered_as_mlx5e_reads_them() {
     }
 }
 
+/// mlx5e's `rx_discards_phy` (PPCNT's RFC 2863 group, `if_in_discards`): frames that reach
+/// the port while its receive buffer (the wire's FIFO) is full are discarded there and counted,
+/// as DPDK's testpmd sending faster than the receiving function drains showed in the rig
+/// (before, they were counted only on the wire, and the receiver's counters lost them).
+#[test]
+fn frames_a_full_port_buffer_discards_are_counted_as_mlx5e_reads_them() {
+    use cxdirect_emu::wire::{PortId, Wire, WireConfig};
+    use cxdirect_hw::reg::{
+        ppcnt_grp, Eth2863CntrsGrpDataLayout, PpcntReg, PPCNT_COUNTER_SET_OFFSET, REG_PPCNT,
+    };
+    use std::sync::Arc;
+    let dev = Device::new(EmuConfig::default());
+    let wire = WireConfig {
+        fifo_capacity: 2,
+        ..WireConfig::default()
+    };
+    dev.attach(
+        Arc::new(Wire::loopback_with(wire).unwrap()),
+        PortId::LOOPBACK,
+        &[],
+    );
+    let mut h = Host::new(dev, MEM);
+    h.bring_up();
+    // Five frames behind one doorbell: the port's FIFO takes two, the other three find it full.
+    let key = h.create_mkey(true, true);
+    let mut cq = h.create_cq(6);
+    let tisn = h.create_tis();
+    let mut sq = h.create_sq(cq.cqn, tisn, 6);
+    let frames: Vec<Vec<u8>> = (0..5)
+        .map(|i| udp_frame_to(&[0x02, 0, 0, 0, 0, 7], 100 + 10 * i))
+        .collect();
+    let mut last = Vec::new();
+    for frame in &frames {
+        let payload = h.alloc(frame.len() as u64, 64);
+        last = h.build_send(&sq, frame, payload, key, true);
+        h.write_wqe(&mut sq, &last);
+    }
+    h.ring(&mut sq, &last, false);
+    for _ in &frames {
+        h.poll_cq(&mut cq).expect("send completion");
+    }
+    let mut req = PpcntReg::zeroed();
+    req.set_local_port(1).set_grp(ppcnt_grp::RFC_2863);
+    let out = read_register(&mut h, REG_PPCNT, req.as_bytes(), 0x100).expect("PPCNT RFC 2863");
+    let c = Eth2863CntrsGrpDataLayout::new(&out[PPCNT_COUNTER_SET_OFFSET..]).unwrap();
+    let total: usize = frames.iter().map(Vec::len).sum();
+    assert_eq!(
+        c.if_in_discards_low(),
+        3,
+        "three frames found the buffer full"
+    );
+    assert_eq!(c.if_in_discards_high(), 0);
+    assert_eq!(
+        c.if_in_octets_low() as usize,
+        total,
+        "every frame reached the port"
+    );
+    assert_eq!(c.if_out_octets_low() as usize, total);
+}
+
 /// A UDP test frame to destination MAC `dst` with `payload` bytes.
 fn udp_frame_to(dst: &[u8; 6], payload: usize) -> Vec<u8> {
     let mut f = cxdirect_emu::testkit::udp_frame(payload, 3);

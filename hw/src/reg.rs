@@ -153,7 +153,7 @@ layout! {
 pub mod ppcnt_grp {
     /// IEEE 802.3 counters: [`Eth8023CntrsGrpDataLayout`](super::Eth8023CntrsGrpDataLayout).
     pub const IEEE_802_3: u8 = 0x0;
-    /// RFC 2863 (interface MIB) counters.
+    /// RFC 2863 (interface MIB) counters: [`Eth2863CntrsGrpDataLayout`](super::Eth2863CntrsGrpDataLayout).
     pub const RFC_2863: u8 = 0x1;
     /// RFC 2819 (RMON) counters.
     pub const RFC_2819: u8 = 0x2;
@@ -218,6 +218,26 @@ layout! {
         a_octets_received_ok_high: u32 @ 0x140 [0x20],
         /// Octets of frames received without error, low word.
         a_octets_received_ok_low: u32 @ 0x160 [0x20],
+    }
+}
+
+layout! {
+    /// The RFC 2863 (interface MIB) counter group of PPCNT: 64-bit counters as high and low
+    /// words. mlx5e reads `if_in_discards` as `rx_discards_phy`.
+    pub struct Eth2863CntrsGrpDataLayout("eth_2863_cntrs_grp_data_layout", 0xf8) {
+        /// Octets received, high word.
+        if_in_octets_high: u32 @ 0x0 [0x20],
+        /// Octets received, low word.
+        if_in_octets_low: u32 @ 0x20 [0x20],
+        /// Frames the port received and discarded without an error in them (no room in the
+        /// port's receive buffer), high word.
+        if_in_discards_high: u32 @ 0x80 [0x20],
+        /// The same, low word.
+        if_in_discards_low: u32 @ 0xa0 [0x20],
+        /// Octets transmitted, high word.
+        if_out_octets_high: u32 @ 0x140 [0x20],
+        /// Octets transmitted, low word.
+        if_out_octets_low: u32 @ 0x160 [0x20],
     }
 }
 

@@ -12,8 +12,8 @@ use cxdirect_hw::hca::{
     QueryPagesOut, SetDriverVersionIn, SetIssiIn, TeardownHcaOut, DRIVER_VERSION_BYTES, PSID_BYTES,
 };
 use cxdirect_hw::reg::{
-    self, AccessRegisterIn, AccessRegisterOut, Eth8023CntrsGrpDataLayout, PaosReg, PfccReg,
-    PmtuReg, PpcntReg, PtysReg,
+    self, AccessRegisterIn, AccessRegisterOut, Eth2863CntrsGrpDataLayout,
+    Eth8023CntrsGrpDataLayout, PaosReg, PfccReg, PmtuReg, PpcntReg, PtysReg,
 };
 use cxdirect_hw::vport::{
     ModifyNicVportContextIn, QueryHcaVportPkeyIn, QueryHcaVportPkeyOut, QueryNicVportContextIn,
@@ -332,8 +332,30 @@ pub(crate) fn access_reg(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
             if let Ok(mut r) = PpcntReg::new(&mut reply[..]) {
                 r.set_local_port(1).set_grp(grp).set_prio_tc(prio_tc);
             }
-            // Groups other than IEEE 802.3 read as zeros: the model counts nothing they hold
-            // (no errors, pauses or per-priority traffic).
+            // Groups other than IEEE 802.3 and RFC 2863 read as zeros: the model counts
+            // nothing they hold (no errors, pauses or per-priority traffic).
+            if grp == reg::ppcnt_grp::RFC_2863 {
+                let set = reply
+                    .get_mut(reg::PPCNT_COUNTER_SET_OFFSET..)
+                    .unwrap_or(&mut []);
+                if let Ok(mut c) = Eth2863CntrsGrpDataLayout::new(set) {
+                    // The port's side of the wire: frames that found its receive FIFO full
+                    // were discarded there, before any steering or queue saw them, as a
+                    // ConnectX's port buffer discards what it has no room for.
+                    let port = core
+                        .wire
+                        .as_ref()
+                        .and_then(|(wire, port)| wire.counters(*port).ok())
+                        .unwrap_or_default();
+                    let in_octets = port.rx_bytes + port.dropped_bytes;
+                    c.set_if_in_octets_high((in_octets >> 32) as u32)
+                        .set_if_in_octets_low(in_octets as u32)
+                        .set_if_in_discards_high((port.dropped >> 32) as u32)
+                        .set_if_in_discards_low(port.dropped as u32)
+                        .set_if_out_octets_high((port.tx_bytes >> 32) as u32)
+                        .set_if_out_octets_low(port.tx_bytes as u32);
+                }
+            }
             if grp == reg::ppcnt_grp::IEEE_802_3 {
                 let set = reply
                     .get_mut(reg::PPCNT_COUNTER_SET_OFFSET..)

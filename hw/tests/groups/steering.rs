@@ -58,6 +58,7 @@ pub fn checks() -> usize {
         EtsTcnConfigReg,
         PpcntReg,
         Eth8023CntrsGrpDataLayout,
+        Eth2863CntrsGrpDataLayout,
         TrafficCounter,
         QueryVportCounterIn,
         QueryVportCounterOut,
