@@ -31,6 +31,15 @@ pub(crate) enum Kind {
     Gre(usize),
 }
 
+impl Kind {
+    /// The byte offset of the tunnel's header in the frame.
+    pub(crate) fn offset(self) -> usize {
+        match self {
+            Kind::Vxlan(at) | Kind::Geneve(at) | Kind::Gre(at) => at,
+        }
+    }
+}
+
 /// The inner headers of a tunnelled frame, as byte offsets into it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Inner {

@@ -80,11 +80,22 @@ fn definer_table(
     dest: u64,
     default: u64,
 ) -> Vec<(u64, Builder)> {
+    tagged_definer_table(base, definer, smac_tag(SMAC), counter, dest, default)
+}
+
+/// [`definer_table`] with the rule's tag `tag`.
+fn tagged_definer_table(
+    base: u64,
+    definer: u32,
+    tag: [u8; 32],
+    counter: u32,
+    dest: u64,
+    default: u64,
+) -> Vec<(u64, Builder)> {
     let (anchor, matcher, end) = (base, base + 0x1000, base + 0x2000);
     let lu = LU_MATCH | definer as u16;
     let mut a = Builder::init(DONT_CARE, 0);
     a.always_hit_htbl(0, lu, matcher, SLOTS);
-    let tag = smac_tag(SMAC);
     let slot = u64::from(dr_crc32(&tag)) % SLOTS;
     let mut entries = vec![(anchor, a)];
     for i in 0..SLOTS {
@@ -207,6 +218,84 @@ fn a_matcher_on_one_definer_steers_by_source_mac() {
     let got = arrive_at(&mut h, &mut cq, &[frame_from(SMAC)]);
     assert!(got.cqes.is_empty());
     assert_eq!(got.sw_steering_errors, 1);
+}
+
+/// A VXLAN frame (outer IPv4/UDP to port 4789) with VNI `vni` carrying [`frame_from`]'s.
+fn vxlan_frame(vni: u32) -> Vec<u8> {
+    let inner = frame_from(SMAC);
+    let udp_len = (8 + 8 + inner.len()) as u16;
+    let ip_len = 20 + udp_len;
+    let mut f = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x08, 0x00];
+    f.extend_from_slice(&[
+        0x45,
+        0,
+        (ip_len >> 8) as u8,
+        ip_len as u8,
+        0,
+        0,
+        0,
+        0,
+        64,
+        17,
+        0,
+        0,
+    ]);
+    f.extend_from_slice(&[1, 1, 1, 1, 2, 2, 2, 2]);
+    f.extend_from_slice(&[
+        0xc0,
+        0x00,
+        0x12,
+        0xb5,
+        (udp_len >> 8) as u8,
+        udp_len as u8,
+        0,
+        0,
+    ]);
+    let vni = vni.to_be_bytes();
+    f.extend_from_slice(&[0x08, 0, 0, 0, vni[1], vni[2], vni[3], 0]);
+    f.extend_from_slice(&inner);
+    f
+}
+
+/// A matcher on a VXLAN VNI as DPDK's mlx5 PMD builds it through rdma-core's DR: format 25,
+/// `tunnel_header_1` (the VNI and the reserved byte after it, mask 0xffffff00) and the outer
+/// UDP destination port. The model refused such a definer before (it did not project the
+/// tunnel header words), which DPDK's testpmd met at start in the rig.
+#[test]
+fn a_format_25_matcher_steers_vxlan_frames_by_their_vni() {
+    let mut h = plugged(true);
+    let mut dr = domain(&mut h);
+    let (caps, base) = (dr.caps, dr.base);
+    let rx = receiver(&mut h);
+    let counter = alloc_counter(&mut h);
+    let mut mask = [0u8; 32];
+    mask[16..19].fill(0xff);
+    mask[26..28].fill(0xff);
+    let definer = create_definer(&mut h, 25, mask, 0).expect("format 25 on the VNI");
+    let mut tag = [0u8; 32];
+    tag[16..19].copy_from_slice(&[0x12, 0x34, 0x56]);
+    tag[26..28].copy_from_slice(&4789u16.to_be_bytes());
+    dr.write(
+        &mut h,
+        tagged_definer_table(base, definer, tag, counter, rx.tir_icm, caps.rx_drop),
+    );
+    let table = create_sw_table(&mut h, caps.max_ft_level - 1, base).expect("sw_owner table");
+    forward_root_to(&mut h, table);
+    let mut cq = rx.cq;
+    let frames = [
+        vxlan_frame(0x12_3456),
+        vxlan_frame(0x12_3457),
+        frame_from(SMAC),
+    ];
+    let got = arrive_at(&mut h, &mut cq, &frames);
+    assert_eq!(got.cqes.len(), 1, "only the rule's VNI reaches the TIR");
+    assert_eq!(flow_tag(&got.cqes[0]), 0x55);
+    assert_eq!(
+        got.steer_drops, 2,
+        "the other VNI and the plain frame missed"
+    );
+    assert_eq!(got.sw_steering_errors, 0);
+    assert_eq!(query_counter(&mut h, counter).0, 1);
 }
 
 /// An IPv6/UDP frame from `src` to `dst` (64 bytes of payload, ports 0x1234 to 0x1000: not

@@ -34,9 +34,9 @@
 //! (`ste_def6_v1`: destination address 0x00..0x80, L4 ports 0xc0..0xe0, fragment bit 0xe6,
 //! TCP flags NS..FIN 0xe7..0xf0).
 //!
-//! Formats 25 (`ste_def25_v1`: inner IPv4 addresses 0x00..0x40 and L4 ports 0x40..0x60,
-//! inner L3, L4 and first VLAN types 0xc2..0xc8, outer ones 0xca..0xd0, outer L4 destination
-//! port 0xd0..0xe0) and 28 (`ste_def28_v1`: inner L4 ports 0x00..0x20, inner IPv4 addresses
+//! Formats 25 (`ste_def25_v1`: inner IPv4 addresses 0x00..0x40 and L4 ports 0x40..0x60, the
+//! tunnel header's first two words 0x60..0xa0, inner L3, L4 and first VLAN types 0xc2..0xc8,
+//! outer ones 0xca..0xd0, outer L4 destination port 0xd0..0xe0) and 28 (`ste_def28_v1`: inner L4 ports 0x00..0x20, inner IPv4 addresses
 //! 0x40..0x80, outer IPv4 addresses 0x80..0xc0 and L4 ports 0xc0..0xe0, then format 24's
 //! protocol, type and fragment bits of both header sets) place the tunnelled packet's fields
 //! beside the outer ones.
@@ -268,6 +268,14 @@ fn def25(pkt: &PacketView<'_>) -> DefinerTag {
         let (sport, dport) = ports(&inner);
         put(&mut t, 0x40, 16, sport);
         put(&mut t, 0x50, 16, dport);
+        // `tunnel_header_0` and `_1` (rdma-core sets them from `misc5`, as DPDK's mlx5 PMD
+        // matches a VXLAN VNI in `tunnel_header_1`): the tunnel header's first eight bytes,
+        // as far as the frame has them.
+        if let Some(at) = crate::tunnel::kind(pkt.frame, p).map(crate::tunnel::Kind::offset) {
+            let header = pkt.frame.get(at..).unwrap_or(&[]);
+            let n = header.len().min(8);
+            t[12..12 + n].copy_from_slice(&header[..n]);
+        }
         put(&mut t, 0xc2, 2, l3_type(&inner));
         put(&mut t, 0xc4, 2, l4_type(&inner));
         put(&mut t, 0xc6, 2, vlans(&inner)[0].0);
@@ -436,6 +444,9 @@ mod tests {
             &t[0..12],
             &[10, 0, 0, 1, 10, 0, 0, 2, 0x12, 0x34, 0x12, 0xb7]
         );
+        // The tunnel header's first two words: GRE's flags and version, then its protocol
+        // (TEB), then the first bytes of the inner frame (GRE without optional words).
+        assert_eq!(&t[12..20], &[0, 0, 0x65, 0x58, 0x02, 0, 0, 0]);
         // Bits 0xc0..0xd0: port dup 00, inner l3 01, l4 10 (UDP), VLAN type 10 (C-VLAN), port
         // 00, outer l3 01, l4 00 (GRE is neither), VLAN type 00. Then the outer dport: 0.
         assert_eq!(&t[24..28], &[0b0001_1010, 0b0001_0000, 0, 0]);

@@ -111,8 +111,10 @@ mod tests {
             (format::DEF24, 0, 0xff, false),
             (format::DEF6, 28, 0x08, true),
             (format::DEF6, 28, 0x02, false),
-            (format::DEF25, 12, 0x01, true),
+            (format::DEF25, 20, 0x01, true),
             (format::DEF25, 0, 0xff, false),
+            // DPDK's mlx5 PMD matches a VXLAN VNI in `tunnel_header_1`.
+            (format::DEF25, 16, 0xff, false),
             (format::DEF28, 4, 0x01, true),
             (format::DEF28, 8, 0xff, false),
             (format::DEF0, 30, 0x01, true),

@@ -6,8 +6,8 @@
 //! parses projects zero inner fields. Fields the model does not project are refused in a
 //! definer's mask at CREATE: format 22's bits at 0x60..0x63 (reserved, `sx_sniffer`,
 //! `functional_loopback`) and 0x64..0x6a (`qp_type`, `encapsulation_type`, `port`), format
-//! 24's and 28's `functional_lb` bits (0xef, 0xff), format 25's tunnel header words, port
-//! numbers and reserved words (0x60..0xc2, 0xc8..0xca, 0xe0..0x100), format 28's GTP-U TEID
+//! 24's and 28's `functional_lb` bits (0xef, 0xff), format 25's port numbers and reserved
+//! words (0xa0..0xc2, 0xc8..0xca, 0xe0..0x100), format 28's GTP-U TEID
 //! (0x20..0x40, a flex parser's), the `l2_ok`, `l3_ok`, `l4_ok` bits of formats 26
 //! (0xab..0xae) and 6 (0xe4, 0xe5); format 0's sniffer, loopback, QP type, encapsulation type,
 //! port and force-loopback bits and its checksum and `*_ok` bits (0xf0..0xf8); format 2's
@@ -37,11 +37,10 @@ fn def24_unprojected() -> DefinerTag {
     t
 }
 
-/// Format 25's bits the model does not project: the tunnel header words, the reserved words
-/// and the port numbers.
+/// Format 25's bits the model does not project: the reserved words and the port numbers.
 fn def25_unprojected() -> DefinerTag {
     let mut t = [0u8; DEFINER_TAG_BYTES];
-    t[12..24].fill(0xff);
+    t[20..24].fill(0xff);
     put(&mut t, 0xc0, 2, 0b11);
     put(&mut t, 0xc8, 2, 0b11);
     t[28..32].fill(0xff);
@@ -133,8 +132,8 @@ pub(super) fn unprojected(format: u16) -> Option<(DefinerTag, &'static str)> {
         ),
         format::DEF25 => (
             def25_unprojected(),
-            "a definer of format 25 masks tunnel header words or port numbers, which the model \
-             does not match",
+            "a definer of format 25 masks port numbers or reserved bits, which the model does \
+             not match",
         ),
         format::DEF28 => (
             def28_unprojected(),
