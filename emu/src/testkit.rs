@@ -48,6 +48,7 @@ pub mod signature_dv;
 pub mod signature_pair;
 pub mod ste;
 pub mod sw_icm;
+pub mod tunnel_frame;
 pub mod ud;
 pub mod umr;
 pub mod window;

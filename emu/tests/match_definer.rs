@@ -13,6 +13,7 @@ use cxdirect_emu::testkit::dr_receive::{
 };
 use cxdirect_emu::testkit::flow_tables::{alloc_counter, query_counter};
 use cxdirect_emu::testkit::ste::{self as tb, Builder};
+use cxdirect_emu::testkit::tunnel_frame::tunnelled_frame;
 use cxdirect_emu::testkit::{refused, CmdFail, Host};
 use cxdirect_emu::Syndrome;
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
@@ -224,24 +225,7 @@ fn a_matcher_on_one_definer_steers_by_source_mac() {
 fn vxlan_frame(vni: u32) -> Vec<u8> {
     let inner = frame_from(SMAC);
     let udp_len = (8 + 8 + inner.len()) as u16;
-    let ip_len = 20 + udp_len;
-    let mut f = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x08, 0x00];
-    f.extend_from_slice(&[
-        0x45,
-        0,
-        (ip_len >> 8) as u8,
-        ip_len as u8,
-        0,
-        0,
-        0,
-        0,
-        64,
-        17,
-        0,
-        0,
-    ]);
-    f.extend_from_slice(&[1, 1, 1, 1, 2, 2, 2, 2]);
-    f.extend_from_slice(&[
+    let mut tunnel = vec![
         0xc0,
         0x00,
         0x12,
@@ -250,11 +234,10 @@ fn vxlan_frame(vni: u32) -> Vec<u8> {
         udp_len as u8,
         0,
         0,
-    ]);
+    ];
     let vni = vni.to_be_bytes();
-    f.extend_from_slice(&[0x08, 0, 0, 0, vni[1], vni[2], vni[3], 0]);
-    f.extend_from_slice(&inner);
-    f
+    tunnel.extend_from_slice(&[0x08, 0, 0, 0, vni[1], vni[2], vni[3], 0]);
+    tunnelled_frame(17, &tunnel, &inner)
 }
 
 /// A matcher on a VXLAN VNI as DPDK's mlx5 PMD builds it through rdma-core's DR: format 25,

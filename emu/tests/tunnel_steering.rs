@@ -14,6 +14,7 @@ use cxdirect_emu::testkit::flow_tables::{
 };
 use cxdirect_emu::testkit::plug::Plug;
 use cxdirect_emu::testkit::ste::Builder;
+use cxdirect_emu::testkit::tunnel_frame::tunnelled_frame;
 use cxdirect_emu::testkit::{CmdFail, Host};
 use cxdirect_emu::EmuConfig;
 use cxdirect_hw::caps::FlowTableNicCap;
@@ -29,30 +30,10 @@ fn inner_smac_at(tunnel_len: usize) -> usize {
 }
 const GRE_KEY: u32 = 0x1234_5678;
 
-/// An IPv4/UDP frame of 64 payload bytes inside `outer`: Ethernet, IPv4 (protocol `proto`),
-/// then `tunnel` (the UDP and GENEVE headers, or the GRE header).
+/// An IPv4/UDP frame of 64 payload bytes inside `tunnel` (the UDP and GENEVE headers, or the
+/// GRE header) of IP protocol `proto`.
 fn tunnelled(proto: u8, tunnel: &[u8]) -> Vec<u8> {
-    let inner = cxdirect_emu::testkit::udp_frame(64, 9);
-    let mut f = vec![
-        0x00, 0x01, 0x01, 0x01, 0x01, 0x01, 0x02, 0x5a, 0, 0, 0, 0x07, 0x08, 0x00,
-    ];
-    let total = (20 + tunnel.len() + inner.len()) as u16;
-    f.extend_from_slice(&[
-        0x45,
-        0,
-        (total >> 8) as u8,
-        total as u8,
-        0,
-        0,
-        0x40,
-        0,
-        64,
-        proto,
-    ]);
-    f.extend_from_slice(&[0, 0, 1, 1, 1, 1, 2, 2, 2, 2]);
-    f.extend_from_slice(tunnel);
-    f.extend_from_slice(&inner);
-    f
+    tunnelled_frame(proto, tunnel, &cxdirect_emu::testkit::udp_frame(64, 9))
 }
 
 /// A GENEVE frame (UDP port 6081, no options, protocol TEB) with `vni` and the O flag `oam`.
