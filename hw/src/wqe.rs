@@ -374,6 +374,14 @@ layout! {
     }
 }
 
+/// The service level a RoCE address vector's `stat_rate_sl` carries, which is the Ethernet
+/// priority (0-7) of the packets it addresses: bits 3:1 (libmlx5's `mlx5_create_ah` and
+/// mlx5_ib's `create_ib_ah` write `(sl & 0x7) << 1` on an Ethernet port; bits 3:0 are the SL on
+/// InfiniBand).
+pub const fn roce_av_prio(stat_rate_sl: u8) -> u8 {
+    (stat_rate_sl >> 1) & 0x7
+}
+
 /// Bit 31 of a datagram segment's Q_Key (`IB_QP_SET_QKEY`): send with the QP context's Q_Key
 /// instead of the WQE's (IBA: a Q_Key with its high-order bit set is not used as given).
 pub const QKEY_FROM_QP: u32 = 0x8000_0000;

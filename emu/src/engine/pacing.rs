@@ -14,6 +14,9 @@
 //! (`mlx5dv_sched_node_create`: "shared between all elements connected to the same parent
 //! element, relatively to their bw_share").
 //!
+//! The port's traffic classes (QTCT maps an SQ's TIS priority to one) may each have a rate
+//! limit (QETCR, mlx5e's `dcb maxrate`): all the SQs in a limited class share its bucket.
+//!
 //! The send engine asks [`admit`] before each WQE, and before each later frame of a WQE that
 //! makes several (LSO, multi-packet), since the device schedules packets, not WQEs; it charges
 //! every frame it sends ([`charge`]). An SQ in debt stops where it is, between WQEs or between
@@ -22,8 +25,9 @@
 //! bytes counted are the frame's, as it leaves the SQ (before transmit steering).
 //!
 //! An RC, UC or DC QP that names queue groups (`qos_queue_group_id_requester` and
-//! `_responder`: libmlx5's `mlx5dv_modify_qp_sched_elem`) sends within the same rates
-//! ([`group_admits`] before each packet, [`charge_group`] after it): its requester the
+//! `_responder`: libmlx5's `mlx5dv_modify_qp_sched_elem`), or whose path priority is in a
+//! rate limited traffic class, sends within the same rates ([`qp_admits`] before each packet,
+//! [`qp_charge`] after it): its requester the
 //! packets of its SENDs and WRITEs and its READ and atomic requests, its responder every
 //! response and acknowledgement. One in debt stops where it is, as when the wire has no room,
 //! and the RC timers continue it. A UD QP in a requester group asks [`ud_admits`] before each
@@ -54,8 +58,8 @@ const QUANTUM_BYTES: u64 = 2048;
 const CONTENDED_BELOW: i64 = DEFAULT_BURST_BYTES as i64 / 2;
 
 /// Whether SQ `sqn` may take its next WQE now: when neither its rate table entry (if it names
-/// one in use) nor any scheduling element with a rate limit above its queue group is in
-/// debt. An SQ that must wait is listed in `core.paced` with the time it may go on (the
+/// one in use), nor any scheduling element with a rate limit above its queue group, nor its
+/// traffic class's rate limit ([`limited_class`]) is in debt. An SQ that must wait is listed in `core.paced` with the time it may go on (the
 /// latest of its buckets').
 pub(crate) fn admit(core: &mut Core, sqn: u32) -> bool {
     let Some(sq) = core.res.sqs.get(sqn) else {
@@ -66,7 +70,8 @@ pub(crate) fn admit(core: &mut Core, sqn: u32) -> bool {
         index => core.res.rates.get(index).map(|e| e.rate()),
     };
     let group = core.res.sched.sq(sqn);
-    if entry.is_none() && group == 0 {
+    let class = limited_class(core, sqn);
+    if entry.is_none() && group == 0 && class.is_none() {
         return true;
     }
     let now = Instant::now();
@@ -76,6 +81,11 @@ pub(crate) fn admit(core: &mut Core, sqn: u32) -> bool {
     };
     if let Some(at) = group_wait(core, group, now) {
         until = Some(until.map_or(at, |u| u.max(at)));
+    }
+    if let Some((tc, rate)) = class {
+        if let Err(at) = core.port.class_pacers[tc].admit(rate, now) {
+            until = Some(until.map_or(at, |u| u.max(at)));
+        }
     }
     let Some(at) = until else {
         return true;
@@ -90,11 +100,31 @@ pub(crate) fn admit(core: &mut Core, sqn: u32) -> bool {
 /// Whether SQ `sqn` names a rate table entry or a queue group, so that [`admit`] has rates to
 /// ask: a WQE of several frames asks between them only then (`engine::sq`).
 pub(crate) fn sq_is_paced(core: &Core, sqn: u32) -> bool {
-    core.res.sqs.get(sqn).is_some_and(|sq| sq.rate_index != 0) || core.res.sched.sq(sqn) != 0
+    core.res.sqs.get(sqn).is_some_and(|sq| sq.rate_index != 0)
+        || core.res.sched.sq(sqn) != 0
+        || limited_class(core, sqn).is_some()
 }
 
-/// Charges a frame of `bytes` that SQ `sqn` sent to its bucket and to those of the rate
-/// limited scheduling elements above its queue group.
+/// The port's traffic class that SQ `sqn` sends in and its rate limit, when that class has
+/// one: the SQ's TIS priority, mapped by QTCT (`PortState::prio_tc`) to a class, whose QETCR
+/// rate limit all the SQs in the class share (`dcb maxrate`: mlx5e's
+/// `mlx5_modify_port_ets_rate_limit`). A port without a limited class answers at once.
+fn limited_class(core: &Core, sqn: u32) -> Option<(usize, Rate)> {
+    if core.port.limited_classes == 0 {
+        return None;
+    }
+    let tisn = core.res.sqs.get(sqn)?.tisn;
+    class_of_prio(core, core.res.tises.get(tisn)?.prio)
+}
+
+/// The traffic class QTCT gives priority `prio` and the class's rate limit, if it has one.
+fn class_of_prio(core: &Core, prio: u8) -> Option<(usize, Rate)> {
+    let tc = usize::from(*core.port.prio_tc.get(usize::from(prio))?);
+    Some((tc, core.port.ets.get(tc)?.rate()?))
+}
+
+/// Charges a frame of `bytes` that SQ `sqn` sent to its bucket, to those of the rate
+/// limited scheduling elements above its queue group and to its traffic class's.
 pub(crate) fn charge(core: &mut Core, sqn: u32, bytes: usize) {
     let Some(sq) = core.res.sqs.get_mut(sqn) else {
         return;
@@ -104,13 +134,73 @@ pub(crate) fn charge(core: &mut Core, sqn: u32, bytes: usize) {
     }
     let group = core.res.sched.sq(sqn);
     charge_group(core, group, bytes);
+    if let Some((tc, _)) = limited_class(core, sqn) {
+        core.port.class_pacers[tc].charge(bytes);
+    }
 }
 
-/// Whether a queue's next packet may go now, the queue being in queue group `group` (a QP's
-/// requester or responder group): true unless a rate limited scheduling element at or above
-/// the group is in debt.
-pub(crate) fn group_admits(core: &mut Core, group: u32) -> bool {
-    group_wait(core, group, Instant::now()).is_none()
+/// Which side of a connected QP (RC, UC, XRC, DC) sends a packet: its requester (SENDs,
+/// WRITEs, READ and atomic requests) or its responder (responses and acknowledgements), each
+/// in its own queue group (`qos_queue_group_id_requester`, `_responder`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QpSide {
+    Requester,
+    Responder,
+}
+
+/// The queue group of QP `qpn`'s `side` (0: none).
+fn qp_group(core: &Core, qpn: u32, side: QpSide) -> u32 {
+    let (requester, responder) = core.res.sched.qp(qpn);
+    match side {
+        QpSide::Requester => requester,
+        QpSide::Responder => responder,
+    }
+}
+
+/// The traffic class of connected QP `qpn`'s packets and its rate limit, when it has one: the
+/// QP's path priority (`RcPath::prio`) mapped by QTCT.
+fn qp_class(core: &Core, qpn: u32) -> Option<(usize, Rate)> {
+    if core.port.limited_classes == 0 {
+        return None;
+    }
+    class_of_prio(core, core.res.qps.get(qpn)?.path.prio)
+}
+
+/// [`class_of_prio`], answered at once on a port without a limited class.
+fn limited_class_of_prio(core: &Core, prio: u8) -> Option<(usize, Rate)> {
+    if core.port.limited_classes == 0 {
+        return None;
+    }
+    class_of_prio(core, prio)
+}
+
+/// Whether QP `qpn`'s `side` has rates to ask before each packet ([`qp_admits`]): a queue
+/// group, or a traffic class with a rate limit.
+pub(crate) fn qp_is_paced(core: &Core, qpn: u32, side: QpSide) -> bool {
+    qp_group(core, qpn, side) != 0 || qp_class(core, qpn).is_some()
+}
+
+/// Whether the next packet of QP `qpn`'s `side` may go now: true unless a rate limited
+/// scheduling element at or above its queue group, or its traffic class's rate limit, is in
+/// debt.
+pub(crate) fn qp_admits(core: &mut Core, qpn: u32, side: QpSide) -> bool {
+    let now = Instant::now();
+    if group_wait(core, qp_group(core, qpn, side), now).is_some() {
+        return false;
+    }
+    match qp_class(core, qpn) {
+        Some((tc, rate)) => core.port.class_pacers[tc].admit(rate, now).is_ok(),
+        None => true,
+    }
+}
+
+/// Charges a packet of `bytes` that QP `qpn`'s `side` sent to the rate limited elements from
+/// its queue group up and to its traffic class's limit.
+pub(crate) fn qp_charge(core: &mut Core, qpn: u32, side: QpSide, bytes: usize) {
+    charge_group(core, qp_group(core, qpn, side), bytes);
+    if let Some((tc, _)) = qp_class(core, qpn) {
+        core.port.class_pacers[tc].charge(bytes);
+    }
 }
 
 /// One element on the path from a queue group up: its id, whether its own bucket admits now,
@@ -223,15 +313,30 @@ pub(crate) fn charge_group(core: &mut Core, group: u32, bytes: usize) {
     }
 }
 
-/// Whether UD QP `qpn` may send its next WQE now: true unless a rate limited element at or
-/// above its requester queue group is in debt; a QP that must wait is listed in
-/// `core.paced_ud` with the time it may go on.
-pub(crate) fn ud_admits(core: &mut Core, qpn: u32) -> bool {
+/// Whether the port has a traffic class with a rate limit, so that a UD QP's next WQE's
+/// priority (its address vector's) matters to [`ud_admits`].
+pub(crate) fn any_class_limited(core: &Core) -> bool {
+    core.port.limited_classes != 0
+}
+
+/// Whether UD QP `qpn` may send its next WQE now, that WQE's address vector giving priority
+/// `prio` (`None`: not read, no class being limited): true unless a rate limited element at
+/// or above its requester queue group, or the rate limit of the class QTCT gives `prio`, is in
+/// debt; a QP that must wait is listed in `core.paced_ud` with the time it may go on.
+pub(crate) fn ud_admits(core: &mut Core, qpn: u32, prio: Option<u8>) -> bool {
     let group = core.res.sched.qp(qpn).0;
-    if group == 0 {
+    let class = prio.and_then(|prio| limited_class_of_prio(core, prio));
+    if group == 0 && class.is_none() {
         return true;
     }
-    let Some(at) = group_wait(core, group, Instant::now()) else {
+    let now = Instant::now();
+    let mut until = group_wait(core, group, now);
+    if let Some((tc, rate)) = class {
+        if let Err(at) = core.port.class_pacers[tc].admit(rate, now) {
+            until = Some(until.map_or(at, |u| u.max(at)));
+        }
+    }
+    let Some(at) = until else {
         return true;
     };
     match core.paced_ud.iter_mut().find(|(q, _)| *q == qpn) {
@@ -239,6 +344,16 @@ pub(crate) fn ud_admits(core: &mut Core, qpn: u32) -> bool {
         None => core.paced_ud.push((qpn, at)),
     }
     false
+}
+
+/// Charges a datagram of `bytes` that UD QP `qpn` sent at priority `prio` (its address
+/// vector's) to the rate limited elements from its requester group up and to the class QTCT
+/// gives `prio`, if that class has a rate limit.
+pub(crate) fn ud_charge(core: &mut Core, qpn: u32, prio: u8, bytes: usize) {
+    charge_group(core, core.res.sched.qp(qpn).0, bytes);
+    if let Some((tc, _)) = limited_class_of_prio(core, prio) {
+        core.port.class_pacers[tc].charge(bytes);
+    }
 }
 
 /// When the first paced SQ or UD QP may go on, if any waits.

@@ -4,6 +4,7 @@
 use super::command_error::{bad_sys_state, CmdError, CmdResult};
 use super::{Core, EngineRequests};
 use crate::config::EmuConfig;
+use crate::objects::pacing::{Pacer, Rate};
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::eqe::{port_change, EventType};
 use cxdirect_hw::hca::DRIVER_VERSION_BYTES;
@@ -170,9 +171,15 @@ pub(crate) struct PortState {
     pub pfc_rx: u8,
     /// The traffic class of each priority (QTCT).
     pub prio_tc: [u8; 8],
-    /// Each traffic class's ETS configuration (QETCR): kept and reported; the wire never
-    /// congests, so neither groups nor shares nor rate limits change what is sent.
+    /// Each traffic class's ETS configuration (QETCR). Groups and shares are kept and
+    /// reported (they divide a congested port's bandwidth; the model's never is); a class's
+    /// rate limit holds the SQs whose priority is in the class (`engine::pacing`).
     pub ets: [EtsClass; 8],
+    /// One bucket per traffic class, shared by the class's SQs while it has a rate limit.
+    pub class_pacers: [Pacer; 8],
+    /// Bit `tc` set: class `tc` has a rate limit (so that a port without one asks nothing per
+    /// WQE).
+    pub limited_classes: u8,
 }
 
 /// One traffic class's ETS configuration, as QETCR carries it.
@@ -185,6 +192,22 @@ pub(crate) struct EtsClass {
     /// Its rate limit's unit (`ets_bw_units`) and value.
     pub max_bw_units: u8,
     pub max_bw_value: u8,
+}
+
+impl EtsClass {
+    /// The class's rate limit, if it has one: `max_bw_value` in units of 100 Mb/s or 1 Gb/s
+    /// (`ets_bw_units`); no unit, or a value of 0, is no limit (Linux writes at least 1 with
+    /// a unit, `mlx5e_dcbnl_ieee_setmaxrate`). The bucket is the model's default burst.
+    pub fn rate(&self) -> Option<Rate> {
+        use cxdirect_hw::reg::ets_bw_units::{GBPS, HUNDRED_MBPS};
+        let mbps_per_unit = match self.max_bw_units {
+            HUNDRED_MBPS => 100,
+            GBPS => 1000,
+            _ => return None,
+        };
+        (self.max_bw_value != 0)
+            .then(|| Rate::from_mbps(u32::from(self.max_bw_value) * mbps_per_unit))
+    }
 }
 
 impl Default for EtsClass {
@@ -222,6 +245,8 @@ impl PortState {
             pfc_rx: 0,
             prio_tc: [0, 1, 2, 3, 4, 5, 6, 7],
             ets: [EtsClass::default(); 8],
+            class_pacers: [Pacer::default(); 8],
+            limited_classes: 0,
         }
     }
 

@@ -100,8 +100,8 @@ pub(crate) struct Core {
     /// Paced SQs waiting for their rate to pay a debt, with when it is paid
     /// (`engine::pacing`).
     pub paced: Vec<(u32, std::time::Instant)>,
-    /// UD QPs whose requester queue group's rates stopped them, with when they may go on
-    /// (`engine::pacing`).
+    /// UD QPs whose requester queue group's or next datagram's traffic class's rates stopped
+    /// them, with when they may go on (`engine::pacing`).
     pub paced_ud: Vec<(u32, std::time::Instant)>,
 }
 

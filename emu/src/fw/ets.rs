@@ -5,9 +5,11 @@
 //! and their queries), driven by mlx5e's DCB operations (`dcb ets`, `dcb maxrate`) and at
 //! probe by `mlx5e_ets_init`.
 //!
-//! Kept and reported, not enforced: the model's wire never congests, so classes, groups and
-//! shares change nothing that is sent (as the PFCC pause settings). The scheduling
-//! elements' `bw_share` is enforced, under their own rate limits (`engine::pacing`).
+//! A class's rate limit (`max_bw_value` and `max_bw_units`) is enforced: the SQs whose TIS
+//! priority QTCT puts in the class share one bucket at that rate (`engine::pacing`). Groups
+//! and shares are kept and reported only: they divide the bandwidth of a congested port, and
+//! the model's wire never congests (as the PFCC pause settings change nothing sent). The
+//! scheduling elements' `bw_share` is enforced, under their own rate limits.
 
 use super::{bad_param, CmdResult, Core, Syndrome};
 use crate::function::hca::EtsClass;
@@ -102,6 +104,18 @@ pub(crate) fn qetcr(core: &mut Core, write: bool, data: &[u8], reply: &mut [u8])
                 class.max_bw_value = e.max_bw_value();
             }
         }
+        for (tc, (now, was)) in next.iter().zip(core.port.ets).enumerate() {
+            // A changed limit starts its class's bucket full again, as a rate table entry's
+            // change does an SQ's.
+            if now.rate() != was.rate() {
+                core.port.class_pacers[tc].reset();
+            }
+        }
+        core.port.limited_classes = next
+            .iter()
+            .enumerate()
+            .filter(|(_, class)| class.rate().is_some())
+            .fold(0, |bits, (tc, _)| bits | 1 << tc);
         core.port.ets = next;
     }
     if let Ok(mut r) = QetcReg::new(&mut reply[..]) {

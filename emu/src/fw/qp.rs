@@ -422,6 +422,7 @@ fn read_path(path: &mut RcPath, ads: &Ads<&[u8]>) {
     path.hop_limit = ads.hop_limit();
     path.tclass = ads.tclass();
     path.flow_label = ads.flow_label();
+    path.prio = ads.eth_prio();
 }
 
 /// Checks the primary path INIT2RTR gives: a loopback path, or a RoCE path on an enabled

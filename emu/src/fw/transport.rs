@@ -138,10 +138,16 @@ pub(crate) fn create_tis(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
     if !core.res.tds.contains(td) {
         return Err(bad_res("TIS transport domain does not exist"));
     }
+    // Bit 0 of `prio` is not the priority's: Linux writes the priority shifted left by one.
+    let prio = cmd.ctx().prio() >> 1;
     let tisn = core
         .res
         .tises
-        .insert(Tis { td, sq_users: 0 })
+        .insert(Tis {
+            td,
+            sq_users: 0,
+            prio,
+        })
         .ok_or(table_full("TIS table full"))?;
     output_as!(CreateTisOut<&mut [u8]>, output).set_tisn(tisn);
     Ok(())

@@ -35,6 +35,11 @@ pub(crate) struct RcPath {
     pub hop_limit: u8,
     pub tclass: u8,
     pub flow_label: u32,
+    /// Ethernet priority (0-7) of its packets: `ads.eth_prio` (mlx5_ib writes the address
+    /// handle's SL there, `mlx5_set_path`), a DC initiator's from its vector's SL; 0 for a
+    /// DCT (mlx5_ib gives it none). QTCT maps it to the port's traffic class, whose rate
+    /// limit the QP's packets count against (`engine::pacing`).
+    pub prio: u8,
     /// Port number (1).
     pub port: u8,
     pub pkey_index: u16,

@@ -8,6 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub(crate) struct Tis {
     pub td: u32,
     pub sq_users: u32,
+    /// The priority (0-7) of the packets its SQs send: `tisc.prio` bits 3:1, as mlx5e
+    /// (`tc << 1`, `mlx5e_create_tis`) and mlx5_ib (`(sl & 0x7) << 1`, raw packet QPs) write
+    /// it. It selects the port's traffic class (QTCT), whose rate limit the SQs share.
+    pub prio: u8,
 }
 
 #[derive(Debug, Clone)]

@@ -79,12 +79,15 @@ pub struct RcPath {
     pub log_rra_max: u8,
     /// UDP source port of the QP's packets.
     pub udp_sport: u16,
+    /// Ethernet priority of the QP's packets (0..=7: `ads.eth_prio`, where mlx5_ib writes
+    /// the address handle's SL).
+    pub prio: u8,
 }
 
 impl RcPath {
     /// A path to `remote_qpn` at `peer_gid`/`peer_mac`, MTU 1024, PSNs from 0, seven retries,
     /// RNR retries without limit, an ACK timeout of about 4.4 s, the shortest RNR timer, one
-    /// READ or atomic outstanding each way and UDP source port [`UDP_SPORT`].
+    /// READ or atomic outstanding each way, UDP source port [`UDP_SPORT`] and priority 0.
     pub fn to(peer_gid: [u8; 16], peer_mac: [u8; 6], remote_qpn: u32) -> Self {
         Self {
             gid_index: 0,
@@ -101,6 +104,7 @@ impl RcPath {
             log_sra_max: 0,
             log_rra_max: 0,
             udp_sport: UDP_SPORT,
+            prio: 0,
         }
     }
 }
@@ -304,6 +308,7 @@ impl Host {
                 .set_rgid(path.peer_gid)
                 .set_rmac(path.peer_mac)
                 .set_udp_sport(path.udp_sport)
+                .set_eth_prio(path.prio)
                 .set_hop_limit(64);
         });
         self.modify_qp(Opcode::Rtr2rtsQp, qpn, |c| {

@@ -56,11 +56,14 @@ pub struct UdAv {
     pub tclass: u8,
     /// Flow label (20 bits).
     pub flow_label: u32,
+    /// Service level, the datagrams' Ethernet priority (0..=7: `stat_rate_sl` bits 3:1, as
+    /// libmlx5's `mlx5_create_ah` writes it on an Ethernet port).
+    pub sl: u8,
 }
 
 impl UdAv {
     /// A vector to `dest_qpn` at `dgid`/`rmac` with Q_Key `q_key`, from GID index 0, hop
-    /// limit 64, UDP source port [`UDP_SPORT`].
+    /// limit 64, UDP source port [`UDP_SPORT`], SL 0.
     pub fn to(dgid: [u8; 16], rmac: [u8; 6], dest_qpn: u32, q_key: u32) -> Self {
         Self {
             dest_qpn,
@@ -72,6 +75,7 @@ impl UdAv {
             hop_limit: 64,
             tclass: 0,
             flow_label: 0,
+            sl: 0,
         }
     }
 
@@ -86,6 +90,7 @@ impl UdAv {
             .set_dest_qpn(self.dest_qpn)
             .set_udp_sport(self.udp_sport)
             .set_tclass(self.tclass)
+            .set_stat_rate_sl((self.sl & 0x7) << 1)
             .set_hop_limit(self.hop_limit)
             .set_grh(true)
             .set_sgid_index(self.sgid_index)

@@ -85,6 +85,7 @@ pub(super) fn connect(core: &mut Core, qpn: u32, wqe: &[u8], resend: bool) -> Op
     path.hop_limit = av.hop_limit();
     path.tclass = av.tclass();
     path.flow_label = av.flow_label();
+    path.prio = cxdirect_hw::wqe::roce_av_prio(av.stat_rate_sl());
     Some(Connect::Go(eth(&wanted)))
 }
 

@@ -7,6 +7,7 @@ use super::requester_ack::retire_acked;
 use super::responder_pace::room;
 use super::timer::arm_ack_timer;
 use crate::engine::gather::GatherFault;
+use crate::engine::pacing::{self, QpSide};
 use crate::function::Core;
 use crate::objects::queue_state::RcScratch;
 use crate::objects::rc::{Outstanding, Sending};
@@ -68,12 +69,12 @@ pub(super) fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcS
     let invalidate = req.opcode == opcode::SEND_INVAL;
     let with_imm = invalidate || matches!(req.opcode, opcode::SEND_IMM | opcode::RDMA_WRITE_IMM);
     let mut paused = None;
-    // A requester in a queue group sends within its rates (`engine::pacing`).
-    let group = core.res.sched.qp(qpn).0;
-    let paced = group != 0;
+    // A requester in a queue group or a rate limited traffic class sends within its rates
+    // (`engine::pacing`).
+    let paced = pacing::qp_is_paced(core, qpn, QpSide::Requester);
     psn = (psn + req.from_packet) & PSN_MASK;
     for n in req.from_packet as usize..packets {
-        if room(core) == 0 || (paced && !crate::engine::pacing::group_admits(core, group)) {
+        if room(core) == 0 || (paced && !pacing::qp_admits(core, qpn, QpSide::Requester)) {
             // The rest waits for room at the peer's port, or for its queue group's rate to
             // pay a debt; later device passes continue it.
             paused = Some(Sending {
@@ -123,7 +124,7 @@ pub(super) fn send_message(core: &mut Core, qpn: u32, req: &Request, s: &mut RcS
         if build_frame(core, qpn, &t, &s.message[range], &mut frame) {
             crate::engine::sq::transmit(core, &frame);
             if paced {
-                crate::engine::pacing::charge_group(core, group, frame.len());
+                pacing::qp_charge(core, qpn, QpSide::Requester, frame.len());
             }
         }
         s.frame = frame;
@@ -237,15 +238,14 @@ pub(super) fn transmit_request(
     psns: u32,
     bytes: u32,
 ) {
-    let group = core.res.sched.qp(qpn).0;
-    let paused =
-        room(core) == 0 || (group != 0 && !crate::engine::pacing::group_admits(core, group));
+    let paced = pacing::qp_is_paced(core, qpn, QpSide::Requester);
+    let paused = room(core) == 0 || (paced && !pacing::qp_admits(core, qpn, QpSide::Requester));
     if !paused {
         let mut frame = std::mem::take(&mut core.rc_scratch.frame);
         if build_frame(core, qpn, t, &[], &mut frame) {
             crate::engine::sq::transmit(core, &frame);
-            if group != 0 {
-                crate::engine::pacing::charge_group(core, group, frame.len());
+            if paced {
+                pacing::qp_charge(core, qpn, QpSide::Requester, frame.len());
             }
         }
         core.rc_scratch.frame = frame;

@@ -9,6 +9,7 @@
 use super::packet::{aeth, bth_opcode, build_frame, mtu_bytes, Transport, ACKNOWLEDGE, PSN_MASK};
 use super::qp_error::enter_error;
 use crate::counters::add;
+use crate::engine::pacing::{self, QpSide};
 use crate::function::Core;
 use crate::objects::rc::Owed;
 use crate::translate::{translate_remote, KeyFault, RemoteAccess};
@@ -58,7 +59,7 @@ pub(super) fn owe(core: &mut Core, qpn: u32, owed: Owed) -> bool {
 /// anything went out.
 pub(super) fn pace(core: &mut Core, qpn: u32) -> bool {
     let mut sent = false;
-    let group = core.res.sched.qp(qpn).1;
+    let paced = pacing::qp_is_paced(core, qpn, QpSide::Responder);
     loop {
         let Some(qp) = core.res.qps.get_mut(qpn) else {
             return sent;
@@ -70,7 +71,7 @@ pub(super) fn pace(core: &mut Core, qpn: u32) -> bool {
         let Some(&mut owed) = qp.resp.owed.front_mut() else {
             return sent;
         };
-        if room(core) == 0 || (group != 0 && !crate::engine::pacing::group_admits(core, group)) {
+        if room(core) == 0 || (paced && !pacing::qp_admits(core, qpn, QpSide::Responder)) {
             return sent;
         }
         match owed {
@@ -260,9 +261,8 @@ fn transmit(
     let mut frame = std::mem::take(&mut core.rc_scratch.ack);
     if build_frame(core, qpn, &t, data.get(payload).unwrap_or(&[]), &mut frame) {
         crate::engine::sq::transmit(core, &frame);
-        let group = core.res.sched.qp(qpn).1;
-        if group != 0 {
-            crate::engine::pacing::charge_group(core, group, frame.len());
+        if pacing::qp_is_paced(core, qpn, QpSide::Responder) {
+            pacing::qp_charge(core, qpn, QpSide::Responder, frame.len());
         }
     }
     core.rc_scratch.ack = frame;

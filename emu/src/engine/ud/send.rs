@@ -81,7 +81,14 @@ fn run_posted(core: &mut Core, qpn: u32) {
         if index == pi || qp.state != state::RTS || qp.req.page_fault.is_some() {
             break;
         }
-        if !crate::engine::pacing::ud_admits(core, qpn) {
+        // With a rate limited traffic class, the WQE's priority (its address vector's SL)
+        // decides which class it waits for.
+        let prio = if crate::engine::pacing::any_class_limited(core) {
+            wqe_prio(core, qpn, index, &mut s)
+        } else {
+            None
+        };
+        if !crate::engine::pacing::ud_admits(core, qpn, prio) {
             break;
         }
         match execute(core, qpn, index, pi, &mut s) {
@@ -105,8 +112,18 @@ fn run_posted(core: &mut Core, qpn: u32) {
     core.ud_scratch = s;
 }
 
-/// Runs again the UD QPs whose queue group's rates stopped them and whose wait is over at
-/// `now`; whether any ran.
+/// The priority WQE `index` of QP `qpn` sends at: its address vector's (in its first basic
+/// block, after the control segment); `None` when the block cannot be read (the WQE then
+/// fails as it runs).
+fn wqe_prio(core: &Core, qpn: u32, index: u16, s: &mut UdScratch) -> Option<u8> {
+    s.wqe.resize(WQE_BB, 0);
+    read_bb(core, qpn, index, &mut s.wqe[..WQE_BB]).ok()?;
+    let av = DatagramSeg::new(&s.wqe[WQE_DS..WQE_DS + AV_LEN]).ok()?;
+    Some(wqe::roce_av_prio(av.stat_rate_sl()))
+}
+
+/// Runs again the UD QPs whose queue group's or traffic class's rates stopped them and whose
+/// wait is over at `now`; whether any ran.
 pub(crate) fn resume_paced(core: &mut Core, now: std::time::Instant) -> bool {
     let mut ran = false;
     while let Some(qpn) = crate::engine::pacing::take_due_ud(core, now) {
@@ -196,6 +213,7 @@ fn execute(
             .map_err(|_| ((op, CqeSyndrome::LocalProtection), ds))?;
     }
     let av = DatagramSeg::new(&s.wqe[WQE_DS..WQE_DS + AV_LEN]).map_err(|_| bad)?;
+    let prio = cxdirect_hw::wqe::roce_av_prio(av.stat_rate_sl());
     let qp = core.res.ud_qps.get(qpn).ok_or(bad)?;
     let (pd, service, qp_q_key, psn, deth_sqpn) =
         (qp.pd, qp.service, qp.q_key, qp.next_send_psn, qp.deth_sqpn);
@@ -279,10 +297,7 @@ fn execute(
     };
     build_routed(&route, &t, &s.payload, &mut s.frame);
     crate::engine::sq::transmit_from_qp(core, &s.frame, qpn);
-    let group = core.res.sched.qp(qpn).0;
-    if group != 0 {
-        crate::engine::pacing::charge_group(core, group, s.frame.len());
-    }
+    crate::engine::pacing::ud_charge(core, qpn, prio, s.frame.len());
     add(&core.counters.ud_sent, 1);
     if let Some(qp) = core.res.ud_qps.get_mut(qpn) {
         qp.next_send_psn = (psn + 1) & PSN_MASK;
