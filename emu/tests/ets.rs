@@ -22,7 +22,7 @@ use cxdirect_hw::reg::{
     ACCESS_REG_OP_MOD_WRITE, ETS_TCS, ETS_TC_ENTRY_BYTES, QETC_TC_CONFIGURATION_BYTE, REG_QETCR,
     REG_QTCT,
 };
-use cxdirect_hw::tir::{CreateTisIn, CreateTisOut};
+use cxdirect_hw::tir::{CreateTisIn, CreateTisOut, ModifyTisIn};
 use cxdirect_hw::wqe::opcode;
 
 const QETC_BYTES: usize = QetcReg::<&[u8]>::SIZE;
@@ -201,6 +201,22 @@ const LIMIT_BYTES_PER_SECOND: f64 = 100e6 / 8.0;
 /// The model's burst for a class's bucket (its default, `DEFAULT_BURST_BYTES`).
 const BURST_BYTES: usize = 64 * 1024;
 
+/// Limits class `tc` of `h`'s port to one 100 Mb/s unit and puts priority `prio` in it.
+fn limit_class(h: &mut Host, prio: u8, tc: u8) {
+    access(h, REG_QTCT, true, &qtct(1, prio, tc)).expect("QTCT write");
+    write_qetcr(h, 1, |class, e| {
+        let (units, value) = if class == usize::from(tc) {
+            (ets_bw_units::HUNDRED_MBPS, 1)
+        } else {
+            (ets_bw_units::NO_LIMIT, 0)
+        };
+        e.set_r(true)
+            .set_max_bw_units(units)
+            .set_max_bw_value(value);
+    })
+    .expect("dcb maxrate");
+}
+
 /// A TIS whose packets carry priority `prio`: `tisc.prio` = `prio << 1`, as mlx5e writes it
 /// for traffic class `prio` (`mlx5e_create_tis`) and mlx5_ib for a raw packet QP's SL.
 fn tis_with_prio(h: &mut Host, prio: u8) -> u32 {
@@ -238,16 +254,7 @@ fn a_class_rate_limit_holds_the_sqs_whose_priority_is_in_the_class() {
     for (prio, &tc) in [1u8, 0, 2, 3, 4, 5, 6, 7].iter().enumerate() {
         access(&mut h, REG_QTCT, true, &qtct(0, prio as u8, tc)).expect("QTCT write");
     }
-    write_qetcr(&mut h, 1, |tc, e| {
-        let (units, value) = match tc {
-            1 => (ets_bw_units::HUNDRED_MBPS, 1),
-            _ => (ets_bw_units::NO_LIMIT, 0),
-        };
-        e.set_r(true)
-            .set_max_bw_units(units)
-            .set_max_bw_value(value);
-    })
-    .expect("dcb maxrate");
+    limit_class(&mut h, 0, 1);
     let key = h.create_mkey(false, false);
     let buf = h.alloc(FRAME_BYTES as u64, 64);
     let mut cq_held = h.create_cq(10);
@@ -294,22 +301,6 @@ fn a_class_rate_limit_holds_the_sqs_whose_priority_is_in_the_class() {
     access(&mut h, REG_QTCT, true, &qtct(1, 0, 2)).expect("QTCT write");
     post_batch(&mut h, &mut held, key, buf);
     assert_eq!(completions(&h, &mut cq_held), FRAMES);
-}
-
-/// Limits class `tc` of `h`'s port to one 100 Mb/s unit and puts priority `prio` in it.
-fn limit_class(h: &mut Host, prio: u8, tc: u8) {
-    access(h, REG_QTCT, true, &qtct(1, prio, tc)).expect("QTCT write");
-    write_qetcr(h, 1, |class, e| {
-        let (units, value) = if class == usize::from(tc) {
-            (ets_bw_units::HUNDRED_MBPS, 1)
-        } else {
-            (ets_bw_units::NO_LIMIT, 0)
-        };
-        e.set_r(true)
-            .set_max_bw_units(units)
-            .set_max_bw_value(value);
-    })
-    .expect("dcb maxrate");
 }
 
 /// Runs both functions' timers every 5 ms until `done` says so or 20 s have passed.
@@ -469,4 +460,68 @@ fn ud_datagrams_count_against_the_class_of_their_address_vectors_sl() {
         "SL 1's class has no limit: all go at once"
     );
     p.teardown();
+}
+
+/// MODIFY_TIS as mlx5_ib's `modify_raw_packet_eth_prio` sends it when a raw packet QP is
+/// given an address with SL 3: `bitmask.prio` and `prio` = 3 << 1, under the QP's uid.
+fn modify_tis_prio(tisn: u32, prio: u8) -> Vec<u8> {
+    let mut input = Host::input(Opcode::ModifyTis, 0, ModifyTisIn::<&[u8]>::SIZE);
+    let mut cmd = ModifyTisIn::new(&mut input[..]).expect("layout");
+    cmd.set_tisn(tisn);
+    cmd.bitmask_mut().set_prio(true);
+    cmd.ctx_mut().set_prio(prio << 1);
+    input
+}
+
+/// A raw packet QP's SL moves its SQ between classes: MODIFY_TIS with the prio bit (mlx5_ib's
+/// `modify_raw_packet_eth_prio`) puts the TIS's SQs at priority 3, whose class 5 is limited
+/// to 100 Mb/s; before, at priority 0, the same batch went at once. A LAG port affinity
+/// beyond the function's one port, or an unknown TIS, is refused and changes nothing.
+/// Before, MODIFY_TIS was refused as an unknown command, failing mlx5_ib's modify of a raw
+/// packet QP given an address.
+#[test]
+fn modify_tis_moves_a_raw_packet_qps_sq_to_its_sls_class() {
+    let mut h = Host::roce_loopback(8 << 20);
+    limit_class(&mut h, 3, 5);
+    let key = h.create_mkey(false, false);
+    let buf = h.alloc(FRAME_BYTES as u64, 64);
+    let mut cq = h.create_cq(11);
+    let tis = tis_with_prio(&mut h, 0);
+    let mut sq = h.create_sq(cq.cqn, tis, 11);
+    post_batch(&mut h, &mut sq, key, buf);
+    assert_eq!(completions(&h, &mut cq), FRAMES, "priority 0: no limit");
+
+    let mut far = modify_tis_prio(tis, 3);
+    ModifyTisIn::new(&mut far[..])
+        .expect("layout")
+        .bitmask_mut()
+        .set_lag_tx_port_affinity(true);
+    ModifyTisIn::new(&mut far[..])
+        .expect("layout")
+        .ctx_mut()
+        .set_lag_tx_port_affinity(2);
+    refused(
+        h.exec(&far, 0x10),
+        CmdStatus::BadParameter,
+        Syndrome::BadSteeringParams,
+    );
+    refused(
+        h.exec(&modify_tis_prio(tis + 100, 3), 0x10),
+        CmdStatus::BadResource,
+        Syndrome::NoSuchObject,
+    );
+    post_batch(&mut h, &mut sq, key, buf);
+    assert_eq!(
+        completions(&h, &mut cq),
+        FRAMES,
+        "the refused commands left the TIS at priority 0"
+    );
+
+    h.exec(&modify_tis_prio(tis, 3), 0x10).expect("MODIFY_TIS");
+    post_batch(&mut h, &mut sq, key, buf);
+    let at_once = completions(&h, &mut cq);
+    assert!(
+        at_once < FRAMES / 2,
+        "priority 3's class holds the SQ now: {at_once} of {FRAMES} at once"
+    );
 }

@@ -121,6 +121,38 @@ layout! {
 }
 
 layout! {
+    /// Which parts of the TIS context MODIFY_TIS changes.
+    pub struct ModifyTisBitmask("modify_tis_bitmask", 0x8) {
+        /// `lag_tx_port_affinity`.
+        lag_tx_port_affinity: bool @ 0x3d [0x1],
+        /// `strict_lag_tx_port_affinity`.
+        strict_lag_tx_port_affinity: bool @ 0x3e [0x1],
+        /// `prio`: mlx5_ib's `modify_raw_packet_eth_prio` sets a raw packet QP's SL here.
+        prio: bool @ 0x3f [0x1],
+    }
+}
+
+layout! {
+    /// MODIFY_TIS input: the parts of `ctx` that `bitmask` names replace the TIS's.
+    pub struct ModifyTisIn("modify_tis_in", 0xc0) {
+        /// Command opcode: [`Opcode::ModifyTis`](crate::cmd::Opcode::ModifyTis).
+        opcode: u16 @ 0x00 [0x10],
+        /// The user context's uid (0: the kernel's).
+        uid: u16 @ 0x10 [0x10],
+        /// Operation modifier (0).
+        op_mod: u16 @ 0x30 [0x10],
+        /// The TIS to modify.
+        tisn: u32 @ 0x48 [0x18],
+    }
+    nested {
+        /// What to modify.
+        bitmask: ModifyTisBitmask @ 0x80,
+        /// The new values.
+        ctx: Tisc @ 0x100,
+    }
+}
+
+layout! {
     /// CREATE_TIS output.
     pub struct CreateTisOut("create_tis_out", 0x10) {
         /// Command status (see [`CmdStatus`](crate::cmd::CmdStatus)).

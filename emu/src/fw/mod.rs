@@ -201,6 +201,7 @@ fn run(core: &mut Core, opcode: Opcode, op_mod: u16, input: &[u8], output: &mut 
         Opcode::DestroyRmp => queues::destroy_rmp(core, input),
         Opcode::CreateTis => transport::create_tis(core, input, output),
         Opcode::DestroyTis => transport::destroy_tis(core, input),
+        Opcode::ModifyTis => transport::modify_tis(core, input),
         Opcode::CreateTir => transport::create_tir(core, input, output),
         Opcode::ModifyTir => transport::modify_tir(core, input),
         Opcode::DestroyTir => transport::destroy_tir(core, input),

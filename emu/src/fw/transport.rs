@@ -12,7 +12,7 @@ use cxdirect_hw::hca::{
 };
 use cxdirect_hw::tir::{
     CreateRqtIn, CreateRqtOut, CreateTirIn, CreateTirOut, CreateTisIn, CreateTisOut, DestroyRqtIn,
-    DestroyTirIn, DestroyTisIn,
+    DestroyTirIn, DestroyTisIn, ModifyTisIn,
 };
 
 pub(crate) const fn in_use(what: &'static str) -> CmdError {
@@ -150,6 +150,32 @@ pub(crate) fn create_tis(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
         })
         .ok_or(table_full("TIS table full"))?;
     output_as!(CreateTisOut<&mut [u8]>, output).set_tisn(tisn);
+    Ok(())
+}
+
+/// MODIFY_TIS: the priority its SQs send at (`bitmask.prio`: mlx5_ib's
+/// `modify_raw_packet_eth_prio`, a raw packet QP's SL given with its address) and its LAG port
+/// affinity (`modify_raw_packet_tx_affinity`). The function has one port and no LAG: an
+/// affinity of 0 (the device's choice) or 1 is taken, another names no port and is refused,
+/// the whole command with it.
+pub(crate) fn modify_tis(core: &mut Core, input: &[u8]) -> CmdResult {
+    let cmd = input_as!(ModifyTisIn<&[u8]>, input);
+    let (bitmask, ctx) = (cmd.bitmask(), cmd.ctx());
+    if !core.res.tises.contains(cmd.tisn()) {
+        return Err(bad_res("no such TIS"));
+    }
+    if bitmask.lag_tx_port_affinity() && ctx.lag_tx_port_affinity() > 1 {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            "TIS lag_tx_port_affinity names no port of the function (0 or 1)",
+        ));
+    }
+    if bitmask.prio() {
+        if let Some(tis) = core.res.tises.get_mut(cmd.tisn()) {
+            // Bit 0 is not the priority's, as at CREATE_TIS.
+            tis.prio = ctx.prio() >> 1;
+        }
+    }
     Ok(())
 }
 

@@ -9,8 +9,8 @@ pub(crate) struct Tis {
     pub td: u32,
     pub sq_users: u32,
     /// The priority (0-7) of the packets its SQs send: `tisc.prio` bits 3:1, as mlx5e
-    /// (`tc << 1`, `mlx5e_create_tis`) and mlx5_ib (`(sl & 0x7) << 1`, raw packet QPs) write
-    /// it. It selects the port's traffic class (QTCT), whose rate limit the SQs share.
+    /// (`tc << 1`, `mlx5e_create_tises`) and mlx5_ib (`(sl & 0x7) << 1` by MODIFY_TIS, a raw
+    /// packet QP's SL: `modify_raw_packet_eth_prio`) write it. It selects the port's traffic class (QTCT), whose rate limit the SQs share.
     pub prio: u8,
 }
 

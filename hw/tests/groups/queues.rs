@@ -43,6 +43,8 @@ pub fn checks() -> usize {
         tir::Tirc,
         tir::CreateTirIn,
         tir::ModifyTirBitmask,
+        tir::ModifyTisBitmask,
+        tir::ModifyTisIn,
         tir::ModifyTirIn,
         tir::RqtBitmask,
         tir::ModifyRqtIn,
