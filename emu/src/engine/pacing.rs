@@ -14,8 +14,10 @@
 //! (`mlx5dv_sched_node_create`: "shared between all elements connected to the same parent
 //! element, relatively to their bw_share").
 //!
-//! The port's traffic classes (QTCT maps an SQ's TIS priority to one) may each have a rate
-//! limit (QETCR, mlx5e's `dcb maxrate`): all the SQs in a limited class share its bucket.
+//! The port's traffic classes (QTCT maps a priority to one) may each have a rate limit
+//! (QETCR, mlx5e's `dcb maxrate`): the SQs (by their TIS's priority), connected QP sides (by
+//! their path's) and UD datagrams (by their address vector's) in a limited class share its
+//! bucket.
 //!
 //! The send engine asks [`admit`] before each WQE, and before each later frame of a WQE that
 //! makes several (LSO, multi-packet), since the device schedules packets, not WQEs; it charges
@@ -59,8 +61,8 @@ const CONTENDED_BELOW: i64 = DEFAULT_BURST_BYTES as i64 / 2;
 
 /// Whether SQ `sqn` may take its next WQE now: when neither its rate table entry (if it names
 /// one in use), nor any scheduling element with a rate limit above its queue group, nor its
-/// traffic class's rate limit ([`limited_class`]) is in debt. An SQ that must wait is listed in `core.paced` with the time it may go on (the
-/// latest of its buckets').
+/// traffic class's rate limit ([`limited_class`]) is in debt. An SQ that must wait is listed
+/// in `core.paced` with the time it may go on (the latest of its buckets').
 pub(crate) fn admit(core: &mut Core, sqn: u32) -> bool {
     let Some(sq) = core.res.sqs.get(sqn) else {
         return true;
@@ -97,8 +99,9 @@ pub(crate) fn admit(core: &mut Core, sqn: u32) -> bool {
     false
 }
 
-/// Whether SQ `sqn` names a rate table entry or a queue group, so that [`admit`] has rates to
-/// ask: a WQE of several frames asks between them only then (`engine::sq`).
+/// Whether SQ `sqn` names a rate table entry or a queue group, or sends in a rate limited
+/// traffic class, so that [`admit`] has rates to ask: a WQE of several frames asks between
+/// them only then (`engine::sq`).
 pub(crate) fn sq_is_paced(core: &Core, sqn: u32) -> bool {
     core.res.sqs.get(sqn).is_some_and(|sq| sq.rate_index != 0)
         || core.res.sched.sq(sqn) != 0
