@@ -523,6 +523,9 @@ typedef struct cxd_connect_params {
   uint8_t hop_limit;
   // IP traffic class (DSCP and ECN).
   uint8_t traffic_class;
+  // Service level: the Ethernet priority of the QP's packets (0 to 7); the port sends them
+  // in that priority's traffic class.
+  uint8_t sl;
 } cxd_connect_params;
 
 // Where a queue pair is reached: what two sides exchange before connecting.

@@ -5,6 +5,7 @@
 pub mod events;
 pub mod rdma_side;
 pub mod setup;
+pub mod traffic_class;
 
 /// A 128-byte UDP/IPv4 frame to destination port `dport` carrying `seq` (big-endian at byte
 /// 42) and a payload derived from it, with valid checksums.

@@ -137,6 +137,7 @@ fn program(side: &mut Side, qp: &mut RcQueuePair<EmuBackend>, attrs: &QpAttribut
         max_dest_rd_atomic: attrs.max_dest_rd_atomic,
         hop_limit: attrs.hop_limit,
         traffic_class: attrs.traffic_class,
+        sl: attrs.sl & 0x7,
     };
     qp.connect(&mut side.dev, &remote, params)
         .expect("program the QP");

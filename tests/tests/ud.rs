@@ -372,3 +372,61 @@ fn a_queue_pair_with_more_receives_than_a_poll_batch_is_destroyed_with_all_flush
     slots.sort_unstable();
     assert_eq!(slots, (0..40).collect::<Vec<_>>());
 }
+
+/// A datagram's SL puts it in that priority's traffic class: with priority 3's class on A
+/// limited to 100 Mb/s (QTCT and QETCR as `dcb ets` and `dcb maxrate` reach them), 640
+/// datagrams of 1,000 bytes (about 1,070 on the wire) through an address handle at SL 3 take
+/// at least what passes the class's 64 KiB burst at 12.5 MB/s, about 49 ms; the same through
+/// a handle at SL 0 (class 0, unlimited) go faster. An SL above 7 is refused.
+#[test]
+fn a_datagrams_sl_puts_it_in_that_prioritys_class() {
+    const BATCH: usize = 16;
+    const BATCHES: usize = 40;
+    let (mut a, mut b, _models) = pair();
+    cxdirect_tests::traffic_class::limit_priority(&mut a.dev, 3, 5);
+    let mut qa = a.ud(0, 0);
+    let qb = b.ud(0, 0);
+    a.mr.write(0, &pattern(1000, 5)).unwrap();
+    let sge = [a.mr.sge(0, 1000)];
+    let mut send_all = |sl: u8| {
+        let attr = AhAttr {
+            sl,
+            ..AhAttr::to(b.roce.mac(), b.roce.gid())
+        };
+        let ah = AddressHandle::new(&a.roce, &attr).expect("AH");
+        let start = std::time::Instant::now();
+        for batch in 0..BATCHES {
+            let requests: Vec<_> = (0..BATCH)
+                .map(|i| {
+                    let id = (batch * BATCH + i) as u64;
+                    UdSendRequest::new(id, &ah, qb.qpn(), QKEY, Payload::Gather(&sge))
+                })
+                .collect();
+            qa.post_send(&requests).expect("post_send");
+            let sent = a.wait(BATCH);
+            assert!(sent.iter().all(|wc| wc.status == WcStatus::Success));
+        }
+        start.elapsed()
+    };
+    let held = send_all(3);
+    let bytes = (BATCH * BATCHES) as f64 * 1070.0;
+    let least = std::time::Duration::from_secs_f64(
+        (bytes - 66.0 * 1024.0) / cxdirect_tests::traffic_class::LIMIT_BYTES_PER_SECOND,
+    );
+    assert!(
+        held >= least,
+        "SL 3: {bytes} bytes at 100 Mb/s take at least {least:?}: {held:?}"
+    );
+    let free = send_all(0);
+    assert!(free < held, "SL 0 is not held: {free:?} against {held:?}");
+
+    let bad = AhAttr {
+        sl: 8,
+        ..AhAttr::to(b.roce.mac(), b.roce.gid())
+    };
+    let refused = AddressHandle::new(&a.roce, &bad);
+    assert!(
+        matches!(&refused, Err(cxdirect::DriverError::Config(e)) if e.field == "sl" && e.value == 8),
+        "{refused:?}"
+    );
+}

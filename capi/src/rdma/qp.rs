@@ -82,6 +82,9 @@ pub struct cxd_connect_params {
     pub hop_limit: u8,
     /// IP traffic class (DSCP and ECN).
     pub traffic_class: u8,
+    /// Service level: the Ethernet priority of the QP's packets (0 to 7); the port sends them
+    /// in that priority's traffic class.
+    pub sl: u8,
 }
 
 /// What a queue pair handle holds.
@@ -143,6 +146,7 @@ pub unsafe extern "C" fn cxd_connect_params_default(params: *mut cxd_connect_par
             max_dest_rd_atomic: d.max_dest_rd_atomic,
             hop_limit: d.hop_limit,
             traffic_class: d.traffic_class,
+            sl: d.sl,
         };
         write_out(params, p, "params")?;
         Ok(0)
@@ -297,6 +301,7 @@ pub unsafe extern "C" fn cxd_qp_connect(
                 max_dest_rd_atomic: p.max_dest_rd_atomic,
                 hop_limit: p.hop_limit,
                 traffic_class: p.traffic_class,
+                sl: p.sl,
             }
         };
         let mut q = handle::resolve(qp)?.exclusive(cxd_qp::NAME)?;

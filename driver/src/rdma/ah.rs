@@ -28,10 +28,14 @@ pub struct AhAttr {
     pub traffic_class: u8,
     /// Flow label (20 bits); nonzero picks the UDP source port (`rdma_flow_label_to_udp_sport`).
     pub flow_label: u32,
+    /// Service level: the datagrams' Ethernet priority, 0 to 7 (`stat_rate_sl` bits 3:1, as
+    /// mlx5_ib's `create_ib_ah` and libmlx5's `mlx5_create_ah` write it on an Ethernet port):
+    /// the port sends them in that priority's traffic class.
+    pub sl: u8,
 }
 
 impl AhAttr {
-    /// To `mac` and `gid`, hop limit 64, traffic class 0, no flow label.
+    /// To `mac` and `gid`, hop limit 64, traffic class 0, no flow label, SL 0.
     pub fn to(mac: [u8; 6], gid: [u8; 16]) -> Self {
         Self {
             mac,
@@ -39,6 +43,7 @@ impl AhAttr {
             hop_limit: 64,
             traffic_class: 0,
             flow_label: 0,
+            sl: 0,
         }
     }
 }
@@ -57,8 +62,8 @@ impl AddressHandle {
     ///
     /// # Errors
     ///
-    /// [`DriverError::Config`] for an all-zero GID, a hop limit of 0, or a flow label above
-    /// 20 bits.
+    /// [`DriverError::Config`] for an all-zero GID, a hop limit of 0, a flow label above 20
+    /// bits, or an SL above 7.
     pub fn new(roce: &Roce, attr: &AhAttr) -> Result<Self, DriverError> {
         if attr.gid.iter().all(|&b| b == 0) {
             return Err(DriverError::config("gid", 0u64, "a GID (not all zero)"));
@@ -71,6 +76,13 @@ impl AddressHandle {
                 "flow_label",
                 attr.flow_label,
                 "at most 20 bits",
+            ));
+        }
+        if attr.sl > 7 {
+            return Err(DriverError::config(
+                "sl",
+                attr.sl,
+                "0 to 7 (an Ethernet priority)",
             ));
         }
         let mut av = [0u8; AV_LEN];
@@ -86,6 +98,7 @@ impl AddressHandle {
                 .set_rmac(attr.mac)
                 .set_tclass(attr.traffic_class | ECN_ENABLED)
                 .set_hop_limit(attr.hop_limit)
+                .set_stat_rate_sl(attr.sl << 1)
                 .set_grh(true)
                 .set_sgid_index(roce.gid_index())
                 .set_flow_label(attr.flow_label)

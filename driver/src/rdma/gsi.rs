@@ -265,6 +265,8 @@ impl<B: Backend> MadTransport for GsiQueuePair<B> {
             hop_limit: to.hop_limit,
             traffic_class: to.traffic_class,
             flow_label: 0,
+            // MADs go at priority 0: a RoCE packet carries no SL for a reply to copy.
+            sl: 0,
         };
         let ah = AddressHandle::new(&self.roce, &attr)?;
         // Sends complete in order, so the slot `send_slots` sends back is free again.

@@ -100,6 +100,8 @@ impl Node {
             max_dest_rd_atomic: attrs.max_dest_rd_atomic,
             hop_limit: attrs.hop_limit,
             traffic_class: attrs.traffic_class,
+            // An Ethernet priority is 3 bits; mlx5_ib's `mlx5_set_path` keeps `sl & 0x7`.
+            sl: attrs.sl & 0x7,
         };
         self.qp
             .connect(&mut self.port.dev, &remote, params)

@@ -308,6 +308,7 @@ impl<B: Backend> Local for PerftestSide<B> {
                 max_dest_rd_atomic: dest_rd,
                 hop_limit: HOP_LIMIT,
                 traffic_class: 0,
+                sl: 0,
             };
             let endpoint = Endpoint {
                 qpn: r.qpn & 0xff_ffff,

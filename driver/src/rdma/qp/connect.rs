@@ -50,11 +50,16 @@ pub struct ConnectParams {
     pub hop_limit: u8,
     /// IP traffic class (DSCP and ECN).
     pub traffic_class: u8,
+    /// Service level: the Ethernet priority of the QP's packets, 0 to 7 (the path's
+    /// `eth_prio`, where mlx5_ib's `mlx5_set_path` writes an address handle's SL). The port
+    /// sends them in the traffic class its priority map gives that priority, within that
+    /// class's rate limit (as set by Linux's `dcb ets` and `dcb maxrate`).
+    pub sl: u8,
 }
 
 impl Default for ConnectParams {
     /// `ibv_rc_pingpong`'s and rdma-core's test values: MTU 1024, timeout 14 (67 ms), 7
-    /// retries, RNR timer 12, RNR retry 7; 1 READ outstanding each way; hop limit 64.
+    /// retries, RNR timer 12, RNR retry 7; 1 READ outstanding each way; hop limit 64; SL 0.
     fn default() -> Self {
         Self {
             mtu: PathMtu::Mtu1024,
@@ -66,6 +71,7 @@ impl Default for ConnectParams {
             max_dest_rd_atomic: 1,
             hop_limit: 64,
             traffic_class: 0,
+            sl: 0,
         }
     }
 }
@@ -140,7 +146,7 @@ impl<B: Backend> RcQueuePair<B> {
     }
 
     fn check(&self, remote: &Endpoint, p: &ConnectParams) -> Result<(), DriverError> {
-        let checks: [FieldCheck; 8] = [
+        let checks: [FieldCheck; 9] = [
             (
                 "mtu",
                 u64::from(p.mtu.bytes()),
@@ -151,6 +157,7 @@ impl<B: Backend> RcQueuePair<B> {
             at_most("retry_count", p.retry_count, 7, "0 to 7"),
             at_most("rnr_timer", p.rnr_timer, 31, "0 to 31"),
             at_most("rnr_retry", p.rnr_retry, 7, "0 to 7"),
+            at_most("sl", p.sl, 7, "0 to 7 (an Ethernet priority)"),
             (
                 "max_rd_atomic",
                 u64::from(p.max_rd_atomic),
@@ -219,7 +226,8 @@ impl<B: Backend> RcQueuePair<B> {
                 .set_rmac(remote.mac)
                 .set_udp_sport(sport)
                 .set_hop_limit(p.hop_limit)
-                .set_tclass(p.traffic_class);
+                .set_tclass(p.traffic_class)
+                .set_eth_prio(p.sl);
         })?;
         self.transition(dev, Opcode::Rtr2rtsQp, |q| {
             q.set_pm_state(pm_state::MIGRATED)
