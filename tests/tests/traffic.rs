@@ -751,3 +751,82 @@ fn poll_rx_returns_what_arrives_and_gives_up_at_its_deadline() {
     pa.close().unwrap().teardown().unwrap();
     pb.close().unwrap().teardown().unwrap();
 }
+
+/// A port's `tx_priority` puts its send queues' packets in that priority's traffic class:
+/// with A's priority 3 in class 5 limited to 100 Mb/s (`Device::set_priority_class`,
+/// `Device::set_class_rate_limit`, as `dcb ets` and `dcb maxrate` set them through mlx5e),
+/// 600 frames of 1,024 bytes from a port at priority 3 take at least what passes the class's
+/// 64 KiB burst at 12.5 MB/s, about 43 ms, and all arrive; a port at priority 0 (class 0, no
+/// limit) is not held. A priority above 7, a class beyond the port's, or a rate of 0 is
+/// refused.
+#[test]
+fn a_ports_tx_priority_puts_its_packets_in_that_prioritys_class() {
+    const FRAMES: usize = 600;
+    const LEN: usize = 1024;
+    let time_to_send = |priority: u8| {
+        let config = PortConfig {
+            tx_priority: priority,
+            ring_size: 1024,
+            pool_buffers: 4096,
+            ..PortConfig::default()
+        };
+        // A device thread runs the device's timers, which send what the class held back.
+        let model = EmuConfig {
+            exec: cxdirect_emu::ExecMode::Threaded,
+            ..EmuConfig::default()
+        };
+        let ((mut pa, mut txa, _rxa), (pb, _txb, mut rxb), _models) = started_sides(model, config);
+        cxdirect_tests::traffic_class::limit_priority(pa.device(), 3, 5);
+        let frames: Vec<Vec<u8>> = (0..FRAMES).map(|i| frame(LEN, i as u32, 1000)).collect();
+        let start = std::time::Instant::now();
+        let mut got: Vec<Mbuf> = Vec::new();
+        for chunk in frames.chunks(32) {
+            send_all(&mut txa[0], pa.pool(), chunk);
+            while rxb[0].rx_burst(&mut got, 256).unwrap() > 0 {}
+        }
+        while got.len() < FRAMES && start.elapsed() < Duration::from_secs(20) {
+            rxb[0].rx_burst(&mut got, 256).unwrap();
+        }
+        let elapsed = start.elapsed();
+        assert_eq!(
+            got.len(),
+            FRAMES,
+            "priority {priority}: every frame arrived"
+        );
+        let dev = pa.device();
+        assert!(matches!(
+            dev.set_priority_class(8, 0),
+            Err(cxdirect::DriverError::Config(_))
+        ));
+        let classes = dev.traffic_classes();
+        assert_eq!(classes, 8, "the model's port: mlx5_max_tc 7");
+        assert!(matches!(
+            dev.set_class_rate_limit(classes, Some(100)),
+            Err(cxdirect::DriverError::Config(_))
+        ));
+        assert!(matches!(
+            dev.set_class_rate_limit(5, Some(0)),
+            Err(cxdirect::DriverError::Config(_))
+        ));
+        drop(got);
+        drop(txa);
+        drop(rxb);
+        pa.close().unwrap().teardown().unwrap();
+        pb.close().unwrap().teardown().unwrap();
+        elapsed
+    };
+    let held = time_to_send(3);
+    let least = Duration::from_secs_f64(
+        ((FRAMES * LEN) as f64 - 66.0 * 1024.0)
+            / cxdirect_tests::traffic_class::LIMIT_BYTES_PER_SECOND,
+    );
+    assert!(
+        held >= least,
+        "priority 3: at least {least:?} at 100 Mb/s: {held:?}"
+    );
+    let free = time_to_send(0);
+    assert!(
+        free < held,
+        "priority 0 is not held: {free:?} against {held:?}"
+    );
+}

@@ -29,6 +29,7 @@ mod keys;
 mod open;
 mod reset;
 mod setup;
+mod traffic_class;
 
 /// What [`Device::recover`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

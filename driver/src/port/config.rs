@@ -85,6 +85,11 @@ pub struct PortConfig {
     /// does not start on a device that reports no LSO (`max_lso_cap` 0). Without it a TSO
     /// packet is refused. Default off.
     pub tx_tso: bool,
+    /// The Ethernet priority (0 to 7) of every packet the port's send queues send: their
+    /// TIS's `prio` (bits 3:1, as mlx5e writes `tc << 1` for traffic class `tc`). The port
+    /// sends them in the traffic class that priority is in, within that class's rate limit
+    /// ([`Device::set_priority_class`], [`Device::set_class_rate_limit`]). Default 0.
+    pub tx_priority: u8,
     /// What the pool's memory key lets the device do (default read and write).
     /// [`KeyAccess::READ_ONLY`] suits memory the NIC must never write (send-only GPU buffers):
     /// receives into it then complete with a local protection error.
@@ -115,6 +120,7 @@ impl Default for PortConfig {
             pool_memory: None,
             pool_access: KeyAccess::READ_WRITE,
             rx_cqe_compression: true,
+            tx_priority: 0,
         }
     }
 }
@@ -136,6 +142,13 @@ impl PortConfig {
                 "rx_queues",
                 self.rx_queues,
                 "give 1..=64",
+            ));
+        }
+        if self.tx_priority > 7 {
+            return Err(DriverError::config(
+                "tx_priority",
+                self.tx_priority,
+                "0 to 7 (an Ethernet priority)",
             ));
         }
         if !(1..=64).contains(&self.tx_queues) {

@@ -190,9 +190,11 @@ impl<B: Backend> Port<B> {
         self.set_mtu()?;
         let (_, pd, td) = self.dev.resources();
         let mut cmd = input(Opcode::CreateTis, 0, CreateTisIn::<&[u8]>::SIZE);
+        let prio = self.config.tx_priority;
         CreateTisIn::new(&mut cmd[..])
             .map(|mut c| {
-                c.ctx_mut().set_transport_domain(td);
+                // The priority in bits 3:1, as mlx5e's `mlx5e_create_tises` writes it.
+                c.ctx_mut().set_transport_domain(td).set_prio(prio << 1);
             })
             .ok();
         let out = self.dev.exec(&cmd, CreateTisOut::<&[u8]>::SIZE)?;
