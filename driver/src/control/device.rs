@@ -3,7 +3,7 @@
 //! INIT_HCA, UAR, PD, transport domain, async EQ on MSI-X vector 0), firmware page requests,
 //! health monitoring, and teardown.
 
-use super::cmd::{input, output_too_short, CmdQueue};
+use super::cmd::{input, CmdQueue};
 use super::health::{health_counter, wake_firmware};
 use super::pages::FwPages;
 use crate::backend::registers::Registers;
@@ -17,7 +17,7 @@ use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::hca::{self};
 use cxdirect_hw::init_seg::FwRev;
-use cxdirect_hw::reg::{self, AccessRegisterIn, AccessRegisterOut, PaosReg, PmtuReg};
+use cxdirect_hw::reg::{self, AccessRegisterIn, PaosReg, PmtuReg};
 use cxdirect_hw::vport::{QueryNicVportContextOut, QueryVportStateOut, VPORT_STATE_UP};
 use cxdirect_hw::wq::RmpState;
 use std::sync::atomic::AtomicBool;
@@ -30,6 +30,9 @@ mod open;
 mod reset;
 mod setup;
 mod traffic_class;
+
+/// Bytes of ACCESS_REG's input and output before the register's own (`register_data`).
+const ACCESS_REG_HEADER: usize = 0x10;
 
 /// What [`Device::recover`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -306,33 +309,52 @@ impl<B: Backend> Device<B> {
         Ok(())
     }
 
-    /// ACCESS_REG: reads or writes a port register; returns the register's contents.
+    /// ACCESS_REG: reads or writes a 16-byte port register; returns the register's contents.
     pub fn access_reg(
         &mut self,
         register: u16,
         write: bool,
         data: &[u8; 16],
     ) -> Result<[u8; 16], DriverError> {
+        let mut reply = [0u8; 16];
+        reply.copy_from_slice(&self.access_register(register, write, data)?);
+        Ok(reply)
+    }
+
+    /// ACCESS_REG of a register of any length: writes `data`, or reads with `data` naming
+    /// what to read (its port, priority ...); returns the register's `data.len()` bytes as the
+    /// device answers them.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Command`] when the device refuses the register,
+    /// [`DriverError::BadDeviceValue`] for an answer shorter than the register.
+    pub fn access_register(
+        &mut self,
+        register: u16,
+        write: bool,
+        data: &[u8],
+    ) -> Result<Vec<u8>, DriverError> {
         let op_mod = if write {
             reg::ACCESS_REG_OP_MOD_WRITE
         } else {
             reg::ACCESS_REG_OP_MOD_READ
         };
-        let mut cmd = input(Opcode::AccessReg, op_mod, 0x20);
+        let len = ACCESS_REG_HEADER + data.len();
+        let mut cmd = input(Opcode::AccessReg, op_mod, len);
         AccessRegisterIn::new(&mut cmd[..])
             .map(|mut a| {
                 a.set_register_id(register);
             })
             .ok();
-        cmd[0x10..0x20].copy_from_slice(data);
-        let out = self.exec(&cmd, 0x20)?;
-        let out = AccessRegisterOut::new(&out[..]).map_err(output_too_short)?;
-        let mut reply = [0u8; 16];
-        for (i, dword) in reply.chunks_exact_mut(4).enumerate() {
-            let word = out.register_data(i).map_err(output_too_short)?;
-            dword.copy_from_slice(&word.to_be_bytes());
-        }
-        Ok(reply)
+        cmd[ACCESS_REG_HEADER..].copy_from_slice(data);
+        let out = self.exec(&cmd, len)?;
+        out.get(ACCESS_REG_HEADER..len)
+            .map(<[u8]>::to_vec)
+            .ok_or(DriverError::BadDeviceValue {
+                what: "access_register_out",
+                value: out.len() as u64,
+            })
     }
 
     /// Sets the port administratively up or down (PAOS).

@@ -7,12 +7,10 @@
 
 use super::Device;
 use crate::backend::Backend;
-use crate::control::cmd::input;
 use crate::error::DriverError;
-use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::reg::{
-    self, ets_bw_units, AccessRegisterIn, EtsTcnConfigReg, QetcReg, QtctReg, ETS_TCS,
-    ETS_TC_ENTRY_BYTES, QETC_TC_CONFIGURATION_BYTE,
+    self, ets_bw_units, EtsTcnConfigReg, QetcReg, QtctReg, ETS_TCS, ETS_TC_ENTRY_BYTES,
+    QETC_TC_CONFIGURATION_BYTE,
 };
 
 /// The `port_number` Linux's port functions name the function's one port with.
@@ -138,28 +136,6 @@ impl<B: Backend> Device<B> {
             }),
             classes => Ok(classes),
         }
-    }
-
-    /// ACCESS_REG of a register of any length: `data` written (or sent as the read's key),
-    /// the register's bytes as the device answers them.
-    fn access_register(
-        &mut self,
-        register: u16,
-        write: bool,
-        data: &[u8],
-    ) -> Result<Vec<u8>, DriverError> {
-        let op_mod = if write {
-            reg::ACCESS_REG_OP_MOD_WRITE
-        } else {
-            reg::ACCESS_REG_OP_MOD_READ
-        };
-        let mut cmd = input(Opcode::AccessReg, op_mod, 0x10 + data.len());
-        if let Ok(mut a) = AccessRegisterIn::new(&mut cmd[..]) {
-            a.set_register_id(register);
-        }
-        cmd[0x10..].copy_from_slice(data);
-        let out = self.exec(&cmd, 0x10 + data.len())?;
-        Ok(out.get(0x10..).unwrap_or_default().to_vec())
     }
 }
 
