@@ -17,7 +17,7 @@ use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::hca::{self};
 use cxdirect_hw::init_seg::FwRev;
-use cxdirect_hw::reg::{self, AccessRegisterIn, PaosReg, PmtuReg};
+use cxdirect_hw::reg::{self, PaosReg, PmtuReg};
 use cxdirect_hw::vport::{QueryNicVportContextOut, QueryVportStateOut, VPORT_STATE_UP};
 use cxdirect_hw::wq::RmpState;
 use std::sync::atomic::AtomicBool;
@@ -27,12 +27,10 @@ use std::time::{Duration, Instant};
 mod events;
 mod keys;
 mod open;
+mod registers;
 mod reset;
 mod setup;
 mod traffic_class;
-
-/// Bytes of ACCESS_REG's input and output before the register's own (`register_data`).
-const ACCESS_REG_HEADER: usize = 0x10;
 
 /// What [`Device::recover`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -307,54 +305,6 @@ impl<B: Backend> Device<B> {
         let reply = self.access_reg(reg::REG_PMTU, false, &query)?;
         self.info.port_mtu = PmtuReg::new(&reply[..]).map(|r| r.oper_mtu()).unwrap_or(0);
         Ok(())
-    }
-
-    /// ACCESS_REG: reads or writes a 16-byte port register; returns the register's contents.
-    pub fn access_reg(
-        &mut self,
-        register: u16,
-        write: bool,
-        data: &[u8; 16],
-    ) -> Result<[u8; 16], DriverError> {
-        let mut reply = [0u8; 16];
-        reply.copy_from_slice(&self.access_register(register, write, data)?);
-        Ok(reply)
-    }
-
-    /// ACCESS_REG of a register of any length: writes `data`, or reads with `data` naming
-    /// what to read (its port, priority ...); returns the register's `data.len()` bytes as the
-    /// device answers them.
-    ///
-    /// # Errors
-    ///
-    /// [`DriverError::Command`] when the device refuses the register,
-    /// [`DriverError::BadDeviceValue`] for an answer shorter than the register.
-    pub fn access_register(
-        &mut self,
-        register: u16,
-        write: bool,
-        data: &[u8],
-    ) -> Result<Vec<u8>, DriverError> {
-        let op_mod = if write {
-            reg::ACCESS_REG_OP_MOD_WRITE
-        } else {
-            reg::ACCESS_REG_OP_MOD_READ
-        };
-        let len = ACCESS_REG_HEADER + data.len();
-        let mut cmd = input(Opcode::AccessReg, op_mod, len);
-        AccessRegisterIn::new(&mut cmd[..])
-            .map(|mut a| {
-                a.set_register_id(register);
-            })
-            .ok();
-        cmd[ACCESS_REG_HEADER..].copy_from_slice(data);
-        let out = self.exec(&cmd, len)?;
-        out.get(ACCESS_REG_HEADER..len)
-            .map(<[u8]>::to_vec)
-            .ok_or(DriverError::BadDeviceValue {
-                what: "access_register_out",
-                value: out.len() as u64,
-            })
     }
 
     /// Sets the port administratively up or down (PAOS).
