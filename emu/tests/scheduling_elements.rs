@@ -639,7 +639,7 @@ fn an_rc_qp_attached_to_a_leaf_as_modify_qp_sched_elem_sends_it_still_carries_tr
 /// class's ceiling as the element's `max_average_bw` (Mb/s). Two SQs in a queue group under a
 /// root TSAR limited to 1 Mb/s (125,000 bytes a second, a 64 KiB bucket): 30 frames of 1,500
 /// bytes from the first and 30 from the second; together only the bucket's 44 frames go at
-/// once (separate buckets would let all 60), the other 16 over at least 190 ms, without
+/// once (separate buckets would let all 60), the other 16 over at least 183.7 ms, without
 /// another doorbell.
 #[test]
 fn a_rate_limited_tsar_paces_the_sqs_under_it_together() {
@@ -670,9 +670,11 @@ fn a_rate_limited_tsar_paces_the_sqs_under_it_together() {
         h.dev.poll();
     }
     assert_eq!(sent(&h) - before, 60, "the rest go as the rate allows");
+    // The 60th frame goes once the bucket has earned what the 59 before it took beyond its
+    // 64 KiB: 59 × 1,500 − 65,536 = 22,964 bytes, 183.7 ms at 125,000 bytes a second.
     assert!(
-        start.elapsed() >= std::time::Duration::from_millis(185),
-        "16 frames of 1,500 bytes take at least 192 ms at 125,000 bytes a second: {:?}",
+        start.elapsed() >= std::time::Duration::from_micros(183_700),
+        "the last frame waits at least 183.7 ms at 125,000 bytes a second: {:?}",
         start.elapsed()
     );
     assert_eq!(std::iter::from_fn(|| h.poll_cq(&mut cq)).count(), 60);
