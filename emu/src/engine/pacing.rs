@@ -113,15 +113,19 @@ pub(crate) fn sq_is_paced(core: &Core, sqn: u32) -> bool {
 /// rate limit all the SQs in the class share (`dcb maxrate`: mlx5e's
 /// `mlx5_modify_port_ets_rate_limit`). A port without a limited class answers at once.
 fn limited_class(core: &Core, sqn: u32) -> Option<(usize, Rate)> {
-    if core.port.limited_classes == 0 {
+    if !any_class_limited(core) {
         return None;
     }
     let tisn = core.res.sqs.get(sqn)?.tisn;
-    class_of_prio(core, core.res.tises.get(tisn)?.prio)
+    limited_class_of_prio(core, core.res.tises.get(tisn)?.prio)
 }
 
-/// The traffic class QTCT gives priority `prio` and the class's rate limit, if it has one.
-fn class_of_prio(core: &Core, prio: u8) -> Option<(usize, Rate)> {
+/// The traffic class QTCT gives priority `prio` and the class's rate limit, if it has one;
+/// answered at once on a port without a limited class.
+fn limited_class_of_prio(core: &Core, prio: u8) -> Option<(usize, Rate)> {
+    if !any_class_limited(core) {
+        return None;
+    }
     let tc = usize::from(*core.port.prio_tc.get(usize::from(prio))?);
     Some((tc, core.port.ets.get(tc)?.rate()?))
 }
@@ -163,18 +167,10 @@ fn qp_group(core: &Core, qpn: u32, side: QpSide) -> u32 {
 /// The traffic class of connected QP `qpn`'s packets and its rate limit, when it has one: the
 /// QP's path priority (`RcPath::prio`) mapped by QTCT.
 fn qp_class(core: &Core, qpn: u32) -> Option<(usize, Rate)> {
-    if core.port.limited_classes == 0 {
+    if !any_class_limited(core) {
         return None;
     }
-    class_of_prio(core, core.res.qps.get(qpn)?.path.prio)
-}
-
-/// [`class_of_prio`], answered at once on a port without a limited class.
-fn limited_class_of_prio(core: &Core, prio: u8) -> Option<(usize, Rate)> {
-    if core.port.limited_classes == 0 {
-        return None;
-    }
-    class_of_prio(core, prio)
+    limited_class_of_prio(core, core.res.qps.get(qpn)?.path.prio)
 }
 
 /// Whether QP `qpn`'s `side` has rates to ask before each packet ([`qp_admits`]): a queue
