@@ -28,7 +28,7 @@
 //! | SET_HCA_CAP | may change cmdif_checksum, log_uar_page_sz, uar_4k, cache_line_128byte, driver_version, disable_link_up, log_max_qp, pkey_table_size (each up to its maximum), and the RoCE page's sw_r_roce_src_udp_port; any other change is refused |
 //! | reserved lkey | [`RESERVED_LKEY`] (QUERY_SPECIAL_CONTEXTS): addresses are IOVAs |
 //! | null key | [`NULL_MKEY`] (QUERY_SPECIAL_CONTEXTS): an indirect key's entry naming it maps nothing (a page fault) |
-//! | port | one Ethernet port; node and system image GUID: the MAC widened to EUI-64; PMTU max 9982 (frames up to 9978 bytes without FCS), default admin MTU 1522; link up after INIT_HCA when a wire is attached; ACCESS_REG: PAOS, PMTU, PTYS (100GBASE-CR4), NODE_DESC (read only), PFCC (kept, no pause frames), PPCNT (IEEE 802.3 group counted, the other groups Linux reads as zeros) |
+//! | port | one Ethernet port; node and system image GUID: the MAC widened to EUI-64; PMTU max 9982 (frames up to 9978 bytes without FCS), default admin MTU 1522; link up after INIT_HCA when a wire is attached; ACCESS_REG: PAOS, PMTU, PTYS (1, 10, 25, 40, 50 and 100 Gb/s protocols; the link runs the fastest the admin mask allows, paced below 100 Gb/s), QTCT and QETCR (class rate limits; groups and shares dividing a paced link), NODE_DESC (read only), PFCC (kept, no pause frames), PPCNT (IEEE 802.3 group counted, the other groups Linux reads as zeros) |
 //! | receive CQEs | checksum flags and the packet's one's-complement sum from the IP header (`check_sum`, for CHECKSUM_COMPLETE) |
 //!
 //! Queues: EQs of 64-byte entries; CQs of 64- or 128-byte entries (`cqe_sz` 0, 1, or 2 padded;

@@ -41,6 +41,7 @@ pub mod pacing;
 pub mod pattern;
 pub mod plug;
 pub mod poll;
+pub mod port;
 pub mod rc;
 pub mod rc_pair;
 pub mod signature;

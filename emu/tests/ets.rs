@@ -8,6 +8,7 @@
 //! writes the `r` bits with `port_number` 1 (`mlx5_modify_port_ets_rate_limit`). Before, the
 //! general page's `ets` was 0 and both registers were refused as not modelled.
 
+use cxdirect_emu::testkit::port::{qtct, QETC_BYTES};
 use cxdirect_emu::testkit::rc::{rc_wqe, RcPath, RemoteRights, GID_B, MAC_B};
 use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::testkit::ud::{ud_wqe, UdAv, UdPair, UD_QKEY};
@@ -18,69 +19,23 @@ use cxdirect_hw::caps::CmdHcaCap;
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
 use cxdirect_hw::hca::cap_type;
 use cxdirect_hw::reg::{
-    ets_bw_units, AccessRegisterIn, EtsTcnConfigReg, QetcReg, QtctReg, ACCESS_REG_OP_MOD_READ,
-    ACCESS_REG_OP_MOD_WRITE, ETS_TCS, ETS_TC_ENTRY_BYTES, QETC_TC_CONFIGURATION_BYTE, REG_QETCR,
-    REG_QTCT,
+    ets_bw_units, EtsTcnConfigReg, QtctReg, ETS_TCS, ETS_TC_ENTRY_BYTES,
+    QETC_TC_CONFIGURATION_BYTE, REG_QETCR, REG_QTCT,
 };
-use cxdirect_hw::tir::{CreateTisIn, CreateTisOut, ModifyTisIn};
+use cxdirect_hw::tir::ModifyTisIn;
 use cxdirect_hw::wqe::opcode;
 
-const QETC_BYTES: usize = QetcReg::<&[u8]>::SIZE;
 const QTCT_BYTES: usize = QtctReg::<&[u8]>::SIZE;
 
 fn host() -> Host {
     Host::roce_loopback(1 << 20)
 }
 
-/// ACCESS_REG of `register` (`data`, as long as the register), written or read; the
-/// register's bytes in the output.
-fn access(h: &mut Host, register: u16, write: bool, data: &[u8]) -> Result<Vec<u8>, CmdFail> {
-    let op_mod = if write {
-        ACCESS_REG_OP_MOD_WRITE
-    } else {
-        ACCESS_REG_OP_MOD_READ
-    };
-    let mut input = Host::input(Opcode::AccessReg, op_mod, 0x10 + data.len());
-    AccessRegisterIn::new(&mut input[..])
-        .expect("layout")
-        .set_register_id(register);
-    input[0x10..].copy_from_slice(data);
-    h.exec(&input, 0x10 + data.len())
-        .map(|out| out[0x10..].to_vec())
-}
-
-fn qtct(port: u8, prio: u8, tclass: u8) -> Vec<u8> {
-    let mut r = QtctReg::zeroed();
-    r.set_port_number(port).set_prio(prio).set_tclass(tclass);
-    r.as_bytes().to_vec()
-}
-
-/// A whole QETCR as Linux writes it: `port`, and for each of the 8 classes what `fill` sets.
-fn qetcr(port: u8, mut fill: impl FnMut(usize, &mut EtsTcnConfigReg<&mut [u8]>)) -> Vec<u8> {
-    let mut bytes = vec![0u8; QETC_BYTES];
-    QetcReg::new(&mut bytes[..])
-        .expect("layout")
-        .set_port_number(port);
-    for tc in 0..ETS_TCS {
-        let at = QETC_TC_CONFIGURATION_BYTE + tc * ETS_TC_ENTRY_BYTES;
-        let mut e = EtsTcnConfigReg::new(&mut bytes[at..at + ETS_TC_ENTRY_BYTES]).expect("layout");
-        fill(tc, &mut e);
-    }
-    bytes
-}
-
-/// Writes a whole QETCR built by [`qetcr`].
-fn write_qetcr(
-    h: &mut Host,
-    port: u8,
-    fill: impl FnMut(usize, &mut EtsTcnConfigReg<&mut [u8]>),
-) -> Result<Vec<u8>, CmdFail> {
-    access(h, REG_QETCR, true, &qetcr(port, fill))
-}
-
 /// Each class's (group, share, rate unit, rate value) as a QETCR read returns them.
 fn classes(h: &mut Host) -> Vec<(u8, u8, u8, u8)> {
-    let out = access(h, REG_QETCR, false, &[0u8; QETC_BYTES]).expect("QETCR read");
+    let out = h
+        .access_register(REG_QETCR, false, &[0u8; QETC_BYTES])
+        .expect("QETCR read");
     (0..ETS_TCS)
         .map(|tc| {
             let at = QETC_TC_CONFIGURATION_BYTE + tc * ETS_TC_ENTRY_BYTES;
@@ -98,7 +53,9 @@ fn classes(h: &mut Host) -> Vec<(u8, u8, u8, u8)> {
 fn prio_map(h: &mut Host) -> Vec<u8> {
     (0..8)
         .map(|prio| {
-            let out = access(h, REG_QTCT, false, &qtct(1, prio, 0)).expect("QTCT read");
+            let out = h
+                .access_register(REG_QTCT, false, &qtct(1, prio, 0))
+                .expect("QTCT read");
             QtctReg::new(&out[..]).expect("layout").tclass()
         })
         .collect()
@@ -119,13 +76,14 @@ fn mlx5e_ets_init_and_dcb_ets_read_back_what_they_wrote() {
     // mlx5e_ets_init: QTCT per priority with port_number 0.
     let map = [1u8, 0, 2, 3, 4, 5, 6, 7];
     for (prio, &tc) in map.iter().enumerate() {
-        access(&mut h, REG_QTCT, true, &qtct(0, prio as u8, tc)).expect("QTCT write");
+        h.access_register(REG_QTCT, true, &qtct(0, prio as u8, tc))
+            .expect("QTCT write");
     }
-    write_qetcr(&mut h, 0, |_, e| {
+    h.write_qetcr(0, |_, e| {
         e.set_g(true).set_group(7);
     })
     .expect("QETCR groups");
-    write_qetcr(&mut h, 0, |_, e| {
+    h.write_qetcr(0, |_, e| {
         e.set_b(true).set_bw_allocation(100);
     })
     .expect("QETCR shares");
@@ -135,18 +93,18 @@ fn mlx5e_ets_init_and_dcb_ets_read_back_what_they_wrote() {
     // `dcb ets set ... tc-tsa 0:ets 1:ets 2:strict ... tc-bw 0:70 1:30`: the ETS classes in
     // group 0, the strict ones in groups 1 up (mlx5e_build_tc_group), each write changing
     // only the fields its bits name.
-    write_qetcr(&mut h, 0, |tc, e| {
+    h.write_qetcr(0, |tc, e| {
         e.set_g(true)
             .set_group(if tc < 2 { 0 } else { tc as u8 - 1 });
     })
     .expect("groups");
-    write_qetcr(&mut h, 0, |tc, e| {
+    h.write_qetcr(0, |tc, e| {
         e.set_b(true)
             .set_bw_allocation([70, 30, 100, 100, 100, 100, 100, 100][tc]);
     })
     .expect("shares");
     // `dcb maxrate set ... tc-maxrate 0:1gbit 1:500mbit`: port_number 1, every `r` bit.
-    write_qetcr(&mut h, 1, |tc, e| {
+    h.write_qetcr(1, |tc, e| {
         let (units, value) = match tc {
             0 => (ets_bw_units::GBPS, 1),
             1 => (ets_bw_units::HUNDRED_MBPS, 5),
@@ -171,24 +129,24 @@ fn a_bad_ets_write_is_refused_and_changes_nothing() {
     let bad =
         |r: Result<Vec<u8>, CmdFail>| refused(r, CmdStatus::BadParameter, Syndrome::BadRegister);
     // A port the function does not have, a short register.
-    bad(access(&mut h, REG_QTCT, true, &qtct(2, 3, 1)));
-    bad(access(&mut h, REG_QTCT, true, &[0u8; QTCT_BYTES - 4]));
+    bad(h.access_register(REG_QTCT, true, &qtct(2, 3, 1)));
+    bad(h.access_register(REG_QTCT, true, &[0u8; QTCT_BYTES - 4]));
     // A share above 100 percent in the last class: the whole write is refused, the classes
     // before it unchanged.
-    bad(write_qetcr(&mut h, 0, |tc, e| {
+    bad(h.write_qetcr(0, |tc, e| {
         e.set_b(true)
             .set_bw_allocation(if tc == 7 { 101 } else { 10 });
     }));
-    bad(write_qetcr(&mut h, 0, |_, e| {
+    bad(h.write_qetcr(0, |_, e| {
         e.set_r(true).set_max_bw_units(5).set_max_bw_value(1);
     }));
-    bad(write_qetcr(&mut h, 0, |_, e| {
+    bad(h.write_qetcr(0, |_, e| {
         e.set_g(true).set_group(8);
     }));
-    bad(write_qetcr(&mut h, 3, |_, e| {
+    bad(h.write_qetcr(3, |_, e| {
         e.set_g(true).set_group(1);
     }));
-    bad(access(&mut h, REG_QETCR, true, &[0u8; 0x20]));
+    bad(h.access_register(REG_QETCR, true, &[0u8; 0x20]));
     assert_eq!((prio_map(&mut h), classes(&mut h)), before);
 }
 
@@ -203,8 +161,9 @@ const BURST_BYTES: usize = 64 * 1024;
 
 /// Limits class `tc` of `h`'s port to one 100 Mb/s unit and puts priority `prio` in it.
 fn limit_class(h: &mut Host, prio: u8, tc: u8) {
-    access(h, REG_QTCT, true, &qtct(1, prio, tc)).expect("QTCT write");
-    write_qetcr(h, 1, |class, e| {
+    h.access_register(REG_QTCT, true, &qtct(1, prio, tc))
+        .expect("QTCT write");
+    h.write_qetcr(1, |class, e| {
         let (units, value) = if class == usize::from(tc) {
             (ets_bw_units::HUNDRED_MBPS, 1)
         } else {
@@ -215,16 +174,6 @@ fn limit_class(h: &mut Host, prio: u8, tc: u8) {
             .set_max_bw_value(value);
     })
     .expect("dcb maxrate");
-}
-
-/// A TIS whose packets carry priority `prio`: `tisc.prio` = `prio << 1`, as mlx5e writes it
-/// for traffic class `prio` (`mlx5e_create_tis`) and mlx5_ib for a raw packet QP's SL.
-fn tis_with_prio(h: &mut Host, prio: u8) -> u32 {
-    let mut input = Host::input(Opcode::CreateTis, 0, 0xc0);
-    let mut cmd = CreateTisIn::new(&mut input[..]).expect("layout");
-    cmd.ctx_mut().set_transport_domain(h.td).set_prio(prio << 1);
-    let out = h.exec(&input, 16).expect("CREATE_TIS");
-    CreateTisOut::new(&out[..]).expect("layout").tisn()
 }
 
 /// Writes [`FRAMES`] signalled sends of [`FRAME_BYTES`] on `sq` and rings its doorbell once.
@@ -252,14 +201,15 @@ fn completions(h: &Host, cq: &mut Cq) -> usize {
 fn a_class_rate_limit_holds_the_sqs_whose_priority_is_in_the_class() {
     let mut h = Host::roce_loopback(8 << 20);
     for (prio, &tc) in [1u8, 0, 2, 3, 4, 5, 6, 7].iter().enumerate() {
-        access(&mut h, REG_QTCT, true, &qtct(0, prio as u8, tc)).expect("QTCT write");
+        h.access_register(REG_QTCT, true, &qtct(0, prio as u8, tc))
+            .expect("QTCT write");
     }
     limit_class(&mut h, 0, 1);
     let key = h.create_mkey(false, false);
     let buf = h.alloc(FRAME_BYTES as u64, 64);
     let mut cq_held = h.create_cq(10);
     let mut cq_free = h.create_cq(10);
-    let (tis_held, tis_free) = (tis_with_prio(&mut h, 0), tis_with_prio(&mut h, 1));
+    let (tis_held, tis_free) = (h.tis_with_prio(0), h.tis_with_prio(1));
     let mut held = h.create_sq(cq_held.cqn, tis_held, 10);
     let mut free = h.create_sq(cq_free.cqn, tis_free, 10);
 
@@ -298,7 +248,8 @@ fn a_class_rate_limit_holds_the_sqs_whose_priority_is_in_the_class() {
     );
 
     // Priority 0 moved to class 2 (no limit): its SQ's next batch goes at once.
-    access(&mut h, REG_QTCT, true, &qtct(1, 0, 2)).expect("QTCT write");
+    h.access_register(REG_QTCT, true, &qtct(1, 0, 2))
+        .expect("QTCT write");
     post_batch(&mut h, &mut held, key, buf);
     assert_eq!(completions(&h, &mut cq_held), FRAMES);
 }
@@ -488,7 +439,7 @@ fn modify_tis_moves_a_raw_packet_qps_sq_to_its_sls_class() {
     let key = h.create_mkey(false, false);
     let buf = h.alloc(FRAME_BYTES as u64, 64);
     let mut cq = h.create_cq(11);
-    let tis = tis_with_prio(&mut h, 0);
+    let tis = h.tis_with_prio(0);
     let mut sq = h.create_sq(cq.cqn, tis, 11);
     post_batch(&mut h, &mut sq, key, buf);
     assert_eq!(completions(&h, &mut cq), FRAMES, "priority 0: no limit");

@@ -664,7 +664,14 @@ fn a_rate_limited_tsar_paces_the_sqs_under_it_together() {
             h.post(sq, &wqe, false);
         }
     }
-    assert_eq!(sent(&h) - before, 44, "one bucket for both SQs");
+    // The bucket's 44 frames go at once, and one more for each 1,500 bytes the rate earned
+    // while the 60 were posted (12 ms a frame: a loaded machine may take that long).
+    let at_once = sent(&h) - before;
+    let earned = (start.elapsed().as_secs_f64() * 125_000.0 / 1500.0) as u64;
+    assert!(
+        (44..=44 + earned).contains(&at_once),
+        "one bucket for both SQs: {at_once} frames at once (44, and {earned} the rate earned while posting)"
+    );
     while sent(&h) - before < 60 && start.elapsed() < std::time::Duration::from_secs(20) {
         std::thread::sleep(std::time::Duration::from_millis(20));
         h.dev.poll();

@@ -121,8 +121,35 @@ layout! {
 
 /// [`PtysReg::proto_mask`] bit: the Ethernet fields are valid (`MLX5_PTYS_EN`).
 pub const PTYS_PROTO_MASK_ETH: u8 = 1 << 2;
+/// Bit of the legacy `eth_proto_*` masks for 1000BASE-KX (`MLX5E_1000BASE_KX`).
+pub const ETH_PROTO_1000BASE_KX: u32 = 1 << 1;
+/// Bit of the legacy `eth_proto_*` masks for 10GBASE-KR (`MLX5E_10GBASE_KR`).
+pub const ETH_PROTO_10GBASE_KR: u32 = 1 << 4;
+/// Bit of the legacy `eth_proto_*` masks for 40GBASE-CR4 (`MLX5E_40GBASE_CR4`).
+pub const ETH_PROTO_40GBASE_CR4: u32 = 1 << 6;
 /// Bit of the legacy `eth_proto_*` masks for 100GBASE-CR4 (`MLX5E_100GBASE_CR4`).
 pub const ETH_PROTO_100GBASE_CR4: u32 = 1 << 20;
+/// Bit of the legacy `eth_proto_*` masks for 25GBASE-CR (`MLX5E_25GBASE_CR`).
+pub const ETH_PROTO_25GBASE_CR: u32 = 1 << 27;
+/// Bit of the legacy `eth_proto_*` masks for 50GBASE-CR2 (`MLX5E_50GBASE_CR2`).
+pub const ETH_PROTO_50GBASE_CR2: u32 = 1 << 30;
+
+/// The speed of each bit of the legacy `eth_proto_*` masks, in Mb/s (0: no protocol):
+/// Linux's `mlx5e_link_speed` (drivers/net/ethernet/mellanox/mlx5/core/port.c).
+const ETH_PROTO_MBPS: [u32; 32] = [
+    1_000, 1_000, 10_000, 10_000, 10_000, 20_000, 40_000, 40_000, 56_000, 0, 0, 0, 10_000, 10_000,
+    10_000, 40_000, 40_000, 0, 50_000, 0, 100_000, 100_000, 100_000, 100_000, 100, 1_000, 10_000,
+    25_000, 25_000, 25_000, 50_000, 50_000,
+];
+
+/// The fastest protocol a legacy `eth_proto_*` mask names, as its one bit, and its speed in
+/// Mb/s; `None` when the mask names none.
+pub fn eth_proto_fastest(mask: u32) -> Option<(u32, u32)> {
+    (0..32)
+        .filter(|&bit| mask & (1 << bit) != 0 && ETH_PROTO_MBPS[bit] != 0)
+        .map(|bit| (1u32 << bit, ETH_PROTO_MBPS[bit]))
+        .max_by_key(|&(_, mbps)| mbps)
+}
 
 layout! {
     /// PTYS: port type and speed, as legacy Ethernet protocol masks (the extended masks are

@@ -11,6 +11,7 @@ pub(crate) mod cq;
 pub(crate) mod eq;
 pub(crate) mod fetch;
 pub(crate) mod gather;
+pub(crate) mod link;
 pub(crate) mod loopback;
 pub(crate) mod lso;
 pub(crate) mod pacing;

@@ -17,7 +17,9 @@
 //! The port's traffic classes (QTCT maps a priority to one) may each have a rate limit
 //! (QETCR, mlx5e's `dcb maxrate`): the SQs (by their TIS's priority), connected QP sides (by
 //! their path's) and UD datagrams (by their address vector's) in a limited class share its
-//! bucket.
+//! bucket. Below its fastest speed the link itself is asked after the class's limit
+//! ([`link`]: one bucket at the link's speed, the classes ordered by their ETS groups and
+//! shares).
 //!
 //! The send engine asks [`admit`] before each WQE, and before each later frame of a WQE that
 //! makes several (LSO, multi-packet), since the device schedules packets, not WQEs; it charges
@@ -36,33 +38,21 @@
 //! WQE and stops there while in debt, listed in `Core::paced_ud` until the device's timers run
 //! it again (`engine::ud::send::resume_paced`).
 
+use super::link;
 use crate::function::Core;
-use crate::objects::pacing::{Rate, DEFAULT_BURST_BYTES};
-use crate::objects::scheduling::Share;
-use std::time::{Duration, Instant};
+use crate::objects::pacing::Rate;
+use crate::objects::scheduling::{CONTENDED_BELOW, SHARE_RETRY};
+use std::time::Instant;
 
 /// Most scheduling elements from a queue group up to its root that pacing follows: deeper
 /// trees than any driver builds (mlx5e's HTB offload nests a few levels) end the walk there.
 const MAX_TREE_DEPTH: usize = 16;
 
-/// How long a child that asked to send counts as still asking, for its TSAR's weighting: a
-/// queue held back asks again sooner (at its bucket's time, or [`SHARE_RETRY`] later).
-const ASKING: Duration = Duration::from_millis(10);
-/// How long a queue its group's weight holds back waits before it asks again.
-const SHARE_RETRY: Duration = Duration::from_millis(1);
-/// A round's quantum, in bytes: a child may be this many of its own bytes ahead of its least
-/// served sibling still asking (in virtual service, which weighs each byte by the child's
-/// weight) before it waits.
-const QUANTUM_BYTES: u64 = 2048;
-/// A rate limited element whose bucket holds fewer bytes than this holds its queues back:
-/// below it the weights decide which child goes. Above it (a bucket filled by idling) every
-/// child goes.
-const CONTENDED_BELOW: i64 = DEFAULT_BURST_BYTES as i64 / 2;
-
 /// Whether SQ `sqn` may take its next WQE now: when neither its rate table entry (if it names
 /// one in use), nor any scheduling element with a rate limit above its queue group, nor its
-/// traffic class's rate limit ([`limited_class`]) is in debt. An SQ that must wait is listed
-/// in `core.paced` with the time it may go on (the latest of its buckets').
+/// traffic class ([`class_wait`]: the class's rate limit, and the link when it runs below
+/// its fastest) holds it back. An SQ that must wait is listed in `core.paced` with the time
+/// it may go on (the latest of its buckets').
 pub(crate) fn admit(core: &mut Core, sqn: u32) -> bool {
     let Some(sq) = core.res.sqs.get(sqn) else {
         return true;
@@ -72,7 +62,7 @@ pub(crate) fn admit(core: &mut Core, sqn: u32) -> bool {
         index => core.res.rates.get(index).map(|e| e.rate()),
     };
     let group = core.res.sched.sq(sqn);
-    let class = limited_class(core, sqn);
+    let class = sq_class(core, sqn);
     if entry.is_none() && group == 0 && class.is_none() {
         return true;
     }
@@ -84,8 +74,8 @@ pub(crate) fn admit(core: &mut Core, sqn: u32) -> bool {
     if let Some(at) = group_wait(core, group, now) {
         until = Some(until.map_or(at, |u| u.max(at)));
     }
-    if let Some((tc, rate)) = class {
-        if let Err(at) = core.port.class_pacers[tc].admit(rate, now) {
+    if let Some(tc) = class {
+        if let Some(at) = class_wait(core, tc, until.is_none(), now) {
             until = Some(until.map_or(at, |u| u.max(at)));
         }
     }
@@ -99,39 +89,67 @@ pub(crate) fn admit(core: &mut Core, sqn: u32) -> bool {
     false
 }
 
-/// Whether SQ `sqn` names a rate table entry or a queue group, or sends in a rate limited
-/// traffic class, so that [`admit`] has rates to ask: a WQE of several frames asks between
-/// them only then (`engine::sq`).
+/// Whether SQ `sqn` names a rate table entry or a queue group, or its traffic class is
+/// scheduled ([`classes_scheduled`]), so that [`admit`] has rates to ask: a WQE of several
+/// frames asks between them only then (`engine::sq`).
 pub(crate) fn sq_is_paced(core: &Core, sqn: u32) -> bool {
     core.res.sqs.get(sqn).is_some_and(|sq| sq.rate_index != 0)
         || core.res.sched.sq(sqn) != 0
-        || limited_class(core, sqn).is_some()
+        || sq_class(core, sqn).is_some()
 }
 
-/// The port's traffic class that SQ `sqn` sends in and its rate limit, when that class has
-/// one: the SQ's TIS priority, mapped by QTCT (`PortState::prio_tc`) to a class, whose QETCR
-/// rate limit all the SQs in the class share (`dcb maxrate`: mlx5e's
-/// `mlx5_modify_port_ets_rate_limit`). A port without a limited class answers at once.
-fn limited_class(core: &Core, sqn: u32) -> Option<(usize, Rate)> {
-    if !any_class_limited(core) {
+/// Whether the port schedules its traffic classes: one has a rate limit (QETCR, mlx5e's `dcb
+/// maxrate`), or the link runs below its fastest protocol, where the classes share it by ETS
+/// ([`link`]). A port doing neither asks nothing of a sender's class (one test per WQE).
+pub(crate) fn classes_scheduled(core: &Core) -> bool {
+    core.port.limited_classes != 0 || link::paced(core)
+}
+
+/// The traffic class SQ `sqn` sends in while the port schedules its classes: the SQ's TIS
+/// priority, mapped by QTCT (`PortState::prio_tc`).
+fn sq_class(core: &Core, sqn: u32) -> Option<usize> {
+    if !classes_scheduled(core) {
         return None;
     }
     let tisn = core.res.sqs.get(sqn)?.tisn;
-    limited_class_of_prio(core, core.res.tises.get(tisn)?.prio)
+    class_of_prio(core, core.res.tises.get(tisn)?.prio)
 }
 
-/// The traffic class QTCT gives priority `prio` and the class's rate limit, if it has one;
-/// answered at once on a port without a limited class.
-fn limited_class_of_prio(core: &Core, prio: u8) -> Option<(usize, Rate)> {
-    if !any_class_limited(core) {
+/// The traffic class QTCT gives priority `prio`, while the port schedules its classes.
+fn class_of_prio(core: &Core, prio: u8) -> Option<usize> {
+    if !classes_scheduled(core) {
         return None;
     }
-    let tc = usize::from(*core.port.prio_tc.get(usize::from(prio))?);
-    Some((tc, core.port.ets.get(tc)?.rate()?))
+    Some(usize::from(*core.port.prio_tc.get(usize::from(prio))?))
+}
+
+/// When a frame of traffic class `tc` may go: `None` now, else when to ask again: the class's
+/// rate limit (QETCR `max_bw_value`, one bucket the class's senders share), then, when
+/// `ask_link` (nothing else holds the sender back, so that a sender which cannot go does not
+/// count as asking for the link), the link ([`link::wait`]).
+fn class_wait(core: &mut Core, tc: usize, ask_link: bool, now: Instant) -> Option<Instant> {
+    let mut until = None;
+    if let Some(rate) = core.port.ets.get(tc).and_then(|class| class.rate()) {
+        until = core.port.class_pacers[tc].admit(rate, now).err();
+    }
+    if ask_link && until.is_none() {
+        until = link::wait(core, tc, now);
+    }
+    until
+}
+
+/// Charges a frame of `bytes` that traffic class `tc` sent to the class's rate limit, if it
+/// has one, and to the link.
+fn class_charge(core: &mut Core, tc: usize, bytes: usize) {
+    if core.port.limited_classes & (1 << tc) != 0 {
+        core.port.class_pacers[tc].charge(bytes);
+    }
+    link::charge(core, tc, bytes);
 }
 
 /// Charges a frame of `bytes` that SQ `sqn` sent to its bucket, to those of the rate
-/// limited scheduling elements above its queue group and to its traffic class's.
+/// limited scheduling elements above its queue group and to its traffic class's
+/// ([`class_charge`]).
 pub(crate) fn charge(core: &mut Core, sqn: u32, bytes: usize) {
     let Some(sq) = core.res.sqs.get_mut(sqn) else {
         return;
@@ -141,8 +159,8 @@ pub(crate) fn charge(core: &mut Core, sqn: u32, bytes: usize) {
     }
     let group = core.res.sched.sq(sqn);
     charge_group(core, group, bytes);
-    if let Some((tc, _)) = limited_class(core, sqn) {
-        core.port.class_pacers[tc].charge(bytes);
+    if let Some(tc) = sq_class(core, sqn) {
+        class_charge(core, tc, bytes);
     }
 }
 
@@ -164,41 +182,41 @@ fn qp_group(core: &Core, qpn: u32, side: QpSide) -> u32 {
     }
 }
 
-/// The traffic class of connected QP `qpn`'s packets and its rate limit, when it has one: the
-/// QP's path priority (`RcPath::prio`) mapped by QTCT.
-fn qp_class(core: &Core, qpn: u32) -> Option<(usize, Rate)> {
-    if !any_class_limited(core) {
+/// The traffic class of connected QP `qpn`'s packets while the port schedules its classes:
+/// the QP's path priority (`RcPath::prio`) mapped by QTCT.
+fn qp_class(core: &Core, qpn: u32) -> Option<usize> {
+    if !classes_scheduled(core) {
         return None;
     }
-    limited_class_of_prio(core, core.res.qps.get(qpn)?.path.prio)
+    class_of_prio(core, core.res.qps.get(qpn)?.path.prio)
 }
 
 /// Whether QP `qpn`'s `side` has rates to ask before each packet ([`qp_admits`]): a queue
-/// group, or a traffic class with a rate limit.
+/// group, or a scheduled traffic class.
 pub(crate) fn qp_is_paced(core: &Core, qpn: u32, side: QpSide) -> bool {
     qp_group(core, qpn, side) != 0 || qp_class(core, qpn).is_some()
 }
 
 /// Whether the next packet of QP `qpn`'s `side` may go now: true unless a rate limited
-/// scheduling element at or above its queue group, or its traffic class's rate limit, is in
-/// debt.
+/// scheduling element at or above its queue group, or its traffic class ([`class_wait`]),
+/// holds it back.
 pub(crate) fn qp_admits(core: &mut Core, qpn: u32, side: QpSide) -> bool {
     let now = Instant::now();
     if group_wait(core, qp_group(core, qpn, side), now).is_some() {
         return false;
     }
     match qp_class(core, qpn) {
-        Some((tc, rate)) => core.port.class_pacers[tc].admit(rate, now).is_ok(),
+        Some(tc) => class_wait(core, tc, true, now).is_none(),
         None => true,
     }
 }
 
 /// Charges a packet of `bytes` that QP `qpn`'s `side` sent to the rate limited elements from
-/// its queue group up and to its traffic class's limit.
+/// its queue group up and to its traffic class ([`class_charge`]).
 pub(crate) fn qp_charge(core: &mut Core, qpn: u32, side: QpSide, bytes: usize) {
     charge_group(core, qp_group(core, qpn, side), bytes);
-    if let Some((tc, _)) = qp_class(core, qpn) {
-        core.port.class_pacers[tc].charge(bytes);
+    if let Some(tc) = qp_class(core, qpn) {
+        class_charge(core, tc, bytes);
     }
 }
 
@@ -256,10 +274,6 @@ fn held_by_shares(core: &mut Core, path: &[PathStep], now: Instant) -> bool {
     {
         return false;
     }
-    let asking = |s: &Share| {
-        s.asked_at
-            .is_some_and(|at| now.saturating_duration_since(at) < ASKING)
-    };
     let mut held = false;
     for (i, &(id, admits, _)) in path.iter().enumerate() {
         if !admits {
@@ -275,7 +289,7 @@ fn held_by_shares(core: &mut Core, path: &[PathStep], now: Instant) -> bool {
             .res
             .sched
             .siblings(parent, id)
-            .filter(|(_, s)| asking(&s.share))
+            .filter(|(_, s)| s.share.asking(now))
             .map(|(_, s)| s.share.served)
             .min();
         let contended = path[i + 1..]
@@ -284,12 +298,8 @@ fn held_by_shares(core: &mut Core, path: &[PathStep], now: Instant) -> bool {
         let Some(element) = core.res.sched.get_mut(id) else {
             break;
         };
-        if !asking(&element.share) {
-            element.share.served = element.share.served.max(least.unwrap_or(0));
-        }
-        element.share.asked_at = Some(now);
-        let quantum = QUANTUM_BYTES * Share::SCALE / Share::weight(element.bw_share);
-        if contended && least.is_some_and(|l| element.share.served > l.saturating_add(quantum)) {
+        element.share.ask(now, least);
+        if contended && element.share.ahead_of(least, element.bw_share) {
             held = true;
         }
     }
@@ -312,26 +322,21 @@ pub(crate) fn charge_group(core: &mut Core, group: u32, bytes: usize) {
     }
 }
 
-/// Whether the port has a traffic class with a rate limit, so that a UD QP's next WQE's
-/// priority (its address vector's) matters to [`ud_admits`].
-pub(crate) fn any_class_limited(core: &Core) -> bool {
-    core.port.limited_classes != 0
-}
-
 /// Whether UD QP `qpn` may send its next WQE now, that WQE's address vector giving priority
-/// `prio` (`None`: not read, no class being limited): true unless a rate limited element at
-/// or above its requester queue group, or the rate limit of the class QTCT gives `prio`, is in
-/// debt; a QP that must wait is listed in `core.paced_ud` with the time it may go on.
+/// `prio` (`None`: not read, the port not scheduling its classes): true unless a rate limited
+/// element at or above its requester queue group, or the class QTCT gives `prio`
+/// ([`class_wait`]), holds it back; a QP that must wait is listed in `core.paced_ud` with the
+/// time it may go on.
 pub(crate) fn ud_admits(core: &mut Core, qpn: u32, prio: Option<u8>) -> bool {
     let group = core.res.sched.qp(qpn).0;
-    let class = prio.and_then(|prio| limited_class_of_prio(core, prio));
+    let class = prio.and_then(|prio| class_of_prio(core, prio));
     if group == 0 && class.is_none() {
         return true;
     }
     let now = Instant::now();
     let mut until = group_wait(core, group, now);
-    if let Some((tc, rate)) = class {
-        if let Err(at) = core.port.class_pacers[tc].admit(rate, now) {
+    if let Some(tc) = class {
+        if let Some(at) = class_wait(core, tc, until.is_none(), now) {
             until = Some(until.map_or(at, |u| u.max(at)));
         }
     }
@@ -347,11 +352,11 @@ pub(crate) fn ud_admits(core: &mut Core, qpn: u32, prio: Option<u8>) -> bool {
 
 /// Charges a datagram of `bytes` that UD QP `qpn` sent at priority `prio` (its address
 /// vector's) to the rate limited elements from its requester group up and to the class QTCT
-/// gives `prio`, if that class has a rate limit.
+/// gives `prio` ([`class_charge`]).
 pub(crate) fn ud_charge(core: &mut Core, qpn: u32, prio: u8, bytes: usize) {
     charge_group(core, core.res.sched.qp(qpn).0, bytes);
-    if let Some((tc, _)) = limited_class_of_prio(core, prio) {
-        core.port.class_pacers[tc].charge(bytes);
+    if let Some(tc) = class_of_prio(core, prio) {
+        class_charge(core, tc, bytes);
     }
 }
 

@@ -5,15 +5,26 @@ use super::command_error::{bad_sys_state, CmdError, CmdResult};
 use super::{Core, EngineRequests};
 use crate::config::EmuConfig;
 use crate::objects::pacing::{Pacer, Rate};
+use crate::objects::scheduling::Share;
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::eqe::{port_change, EventType};
 use cxdirect_hw::hca::DRIVER_VERSION_BYTES;
 use cxdirect_hw::qp::mtu;
+use cxdirect_hw::reg;
 use std::time::{Duration, Instant};
 
 /// Bytes of a RoCE v2 packet around its payload on an Ethernet port: Ethernet header, IPv6
 /// header (the larger), UDP, BTH and ICRC. A path MTU must fit the port's frame with these.
 const ROCE_V2_OVERHEAD: usize = 14 + 40 + 8 + 12 + 4;
+
+/// The Ethernet protocols the port offers in PTYS (legacy mask), those of a 100 Gb/s
+/// ConnectX-6 Dx on a copper cable: 1, 10, 25, 40, 50 and 100 Gb/s.
+pub(crate) const PORT_PROTOCOLS: u32 = reg::ETH_PROTO_1000BASE_KX
+    | reg::ETH_PROTO_10GBASE_KR
+    | reg::ETH_PROTO_25GBASE_CR
+    | reg::ETH_PROTO_40GBASE_CR4
+    | reg::ETH_PROTO_50GBASE_CR2
+    | reg::ETH_PROTO_100GBASE_CR4;
 
 /// Where the function is in its life cycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,15 +182,34 @@ pub(crate) struct PortState {
     pub pfc_rx: u8,
     /// The traffic class of each priority (QTCT).
     pub prio_tc: [u8; 8],
-    /// Each traffic class's ETS configuration (QETCR). Groups and shares are kept and
-    /// reported (they divide a congested port's bandwidth; the model's never is); a class's
-    /// rate limit holds the SQs whose priority is in the class (`engine::pacing`).
+    /// Each traffic class's ETS configuration (QETCR). A class's rate limit holds the SQs
+    /// whose priority is in the class (`engine::pacing`); groups and shares divide a paced
+    /// link (`engine::link`).
     pub ets: [EtsClass; 8],
     /// One bucket per traffic class, shared by the class's SQs while it has a rate limit.
     pub class_pacers: [Pacer; 8],
     /// Bit `tc` set: class `tc` has a rate limit (so that a port without one asks nothing per
     /// WQE).
     pub limited_classes: u8,
+    /// The Ethernet protocols software allows (PTYS `eth_proto_admin`, a subset of
+    /// [`PORT_PROTOCOLS`]): the link runs at the fastest of them.
+    pub eth_proto_admin: u32,
+    /// Auto-negotiation disabled by software (PTYS `an_disable_admin`): kept and reported.
+    pub an_disable: bool,
+    /// The link's rate while it runs slower than the port's fastest protocol (`None` at full
+    /// speed, which the model's engines never reach, so that the port asks nothing per
+    /// frame): every frame the port sends then passes [`PortState::link_pacer`], and while
+    /// that is contended the classes share it by their ETS groups and shares
+    /// (`engine::link`).
+    pub link_rate: Option<Rate>,
+    /// The link's bucket, while [`PortState::link_rate`] holds.
+    pub link_pacer: Pacer,
+    /// Each traffic class's service on a contended link, weighed by its `bw_allocation`.
+    pub class_shares: [Share; 8],
+    /// When the link last refused each traffic class for want of room (`None` once the class
+    /// went, or yielded to another class since): a class refused within `ASKING` waits for
+    /// the link, and holds back those it goes before.
+    pub class_waiting_at: [Option<Instant>; 8],
 }
 
 /// One traffic class's ETS configuration, as QETCR carries it.
@@ -247,7 +277,31 @@ impl PortState {
             ets: [EtsClass::default(); 8],
             class_pacers: [Pacer::default(); 8],
             limited_classes: 0,
+            eth_proto_admin: PORT_PROTOCOLS,
+            an_disable: false,
+            link_rate: None,
+            link_pacer: Pacer::default(),
+            class_shares: [Share::default(); 8],
+            class_waiting_at: [None; 8],
         }
+    }
+
+    /// The protocol the link runs (the fastest the admin mask allows) as its one bit, and its
+    /// speed in Mb/s.
+    pub fn link_protocol(&self) -> (u32, u32) {
+        reg::eth_proto_fastest(self.eth_proto_admin)
+            .unwrap_or((reg::ETH_PROTO_100GBASE_CR4, 100_000))
+    }
+
+    /// Allows the protocols of `admin` (a non-empty subset of [`PORT_PROTOCOLS`]): the link
+    /// runs at the fastest, paced at its speed when that is below the port's fastest, its
+    /// bucket starting full.
+    pub fn set_eth_proto_admin(&mut self, admin: u32) {
+        self.eth_proto_admin = admin;
+        let (_, mbps) = self.link_protocol();
+        let fastest = reg::eth_proto_fastest(PORT_PROTOCOLS).map_or(mbps, |(_, m)| m);
+        self.link_rate = (mbps < fastest).then(|| Rate::from_mbps(mbps));
+        self.link_pacer.reset();
     }
 
     /// Largest frame (without FCS) the port sends or accepts now.

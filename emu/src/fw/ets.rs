@@ -7,9 +7,8 @@
 //!
 //! A class's rate limit (`max_bw_value` and `max_bw_units`) is enforced: the SQs whose TIS
 //! priority QTCT puts in the class share one bucket at that rate (`engine::pacing`). Groups
-//! and shares are kept and reported only: they divide the bandwidth of a congested port, and
-//! the model's wire never congests (as the PFCC pause settings change nothing sent). The
-//! scheduling elements' `bw_share` is enforced, under their own rate limits.
+//! and shares divide the link while it runs below its fastest speed and classes wait for it
+//! (`engine::link`); at full speed the model's engines never fill it.
 
 use super::{bad_param, CmdResult, Core, Syndrome};
 use crate::function::hca::EtsClass;

@@ -13,7 +13,7 @@ use cxdirect_hw::hca::{
 };
 use cxdirect_hw::reg::{
     self, AccessRegisterIn, AccessRegisterOut, Eth2863CntrsGrpDataLayout,
-    Eth8023CntrsGrpDataLayout, PaosReg, PfccReg, PmtuReg, PpcntReg, PtysReg,
+    Eth8023CntrsGrpDataLayout, PaosReg, PfccReg, PmtuReg, PpcntReg,
 };
 use cxdirect_hw::vport::{
     ModifyNicVportContextIn, QueryHcaVportPkeyIn, QueryHcaVportPkeyOut, QueryNicVportContextIn,
@@ -22,8 +22,6 @@ use cxdirect_hw::vport::{
     VPORT_STATE_UP,
 };
 
-/// The Ethernet protocols the port reports in PTYS (legacy mask): one, 100GBASE-CR4.
-const PORT_PROTOCOLS: u32 = reg::ETH_PROTO_100GBASE_CR4;
 /// PPCNT counter groups the model answers (every one Linux's mlx5e reads without PCAM, and the
 /// InfiniBand port counters mlx5_ib reads for the RDMA core's PortCounters).
 const PPCNT_GROUPS: &[u8] = &[
@@ -295,29 +293,7 @@ pub(crate) fn access_reg(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cm
                     .set_oper_mtu(core.port.admin_mtu);
             }
         }
-        reg::REG_PTYS => {
-            let req = PtysReg::new(data)
-                .map_err(|_| bad_param(Syndrome::BadRegister, "PTYS data too short"))?;
-            if req.proto_mask() & reg::PTYS_PROTO_MASK_ETH == 0 {
-                return Err(bad_param(
-                    Syndrome::BadRegister,
-                    "PTYS proto_mask must name Ethernet",
-                ));
-            }
-            if write && req.eth_proto_admin() & !PORT_PROTOCOLS != 0 {
-                return Err(bad_param(
-                    Syndrome::BadRegister,
-                    "PTYS eth_proto_admin names a protocol the port lacks",
-                ));
-            }
-            if let Ok(mut r) = PtysReg::new(&mut reply[..]) {
-                r.set_local_port(1)
-                    .set_proto_mask(reg::PTYS_PROTO_MASK_ETH)
-                    .set_eth_proto_capability(PORT_PROTOCOLS)
-                    .set_eth_proto_admin(PORT_PROTOCOLS)
-                    .set_eth_proto_oper(if core.port.oper_up { PORT_PROTOCOLS } else { 0 });
-            }
-        }
+        reg::REG_PTYS => super::port_speed::ptys(core, write, data, &mut reply)?,
         reg::REG_PPCNT if !write => {
             let req = PpcntReg::new(data)
                 .map_err(|_| bad_param(Syndrome::BadRegister, "PPCNT data too short"))?;

@@ -33,6 +33,7 @@ pub mod mkey;
 pub(crate) mod modify_header;
 pub(crate) mod pacing;
 pub(crate) mod pages;
+mod port_speed;
 pub(crate) mod qcounters;
 pub(crate) mod qp;
 pub(crate) mod qp_datagram;

@@ -7,7 +7,9 @@
 //! them back ([`Share`], `engine::pacing`).
 
 use super::devx::privileged;
+use super::pacing::DEFAULT_BURST_BYTES;
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 /// Log2 of the most queue groups (`log_max_qos_nic_queue_group`): 256, as many as mlx5e's
 /// HTB offload uses (`MLX5E_QOS_MAX_LEAF_NODES`).
@@ -62,9 +64,45 @@ pub(crate) struct Share {
     pub asked_at: Option<std::time::Instant>,
 }
 
+/// How long a child that asked to send counts as still asking, for its parent's weighting:
+/// a queue held back asks again sooner (at its bucket's time, or [`SHARE_RETRY`] later).
+pub(crate) const ASKING: Duration = Duration::from_millis(10);
+/// How long a queue its weight holds back waits before it asks again.
+pub(crate) const SHARE_RETRY: Duration = Duration::from_millis(1);
+/// A round's quantum, in bytes: a child may be this many of its own bytes ahead of its least
+/// served sibling still asking (in virtual service, which weighs each byte by the child's
+/// weight) before it waits.
+const QUANTUM_BYTES: u64 = 2048;
+/// A rate limited element (or link) whose bucket holds fewer bytes than this holds its
+/// queues back: below it the weights decide which child goes. Above it (a bucket filled by
+/// idling) every child goes.
+pub(crate) const CONTENDED_BELOW: i64 = DEFAULT_BURST_BYTES as i64 / 2;
+
 impl Share {
     /// Fixed-point scale of [`Share::served`].
     pub const SCALE: u64 = 1 << 16;
+
+    /// Whether it asked to send within [`ASKING`] of `now`.
+    pub fn asking(&self, now: Instant) -> bool {
+        self.asked_at
+            .is_some_and(|at| now.saturating_duration_since(at) < ASKING)
+    }
+
+    /// Records that it asks to send at `now`; one that had stopped asking starts level with
+    /// `least`, the least served sibling still asking, so that idling saves it nothing.
+    pub fn ask(&mut self, now: Instant, least: Option<u64>) {
+        if !self.asking(now) {
+            self.served = self.served.max(least.unwrap_or(0));
+        }
+        self.asked_at = Some(now);
+    }
+
+    /// Whether, at weight `bw_share`, it is ahead of `least` (the least served sibling still
+    /// asking) by more than its quantum, so that it waits while its parent is contended.
+    pub fn ahead_of(&self, least: Option<u64>, bw_share: u32) -> bool {
+        let quantum = QUANTUM_BYTES * Self::SCALE / Self::weight(bw_share);
+        least.is_some_and(|l| self.served > l.saturating_add(quantum))
+    }
 
     /// The weight of a `bw_share`: itself, 0 (the device's default weight, whose value no
     /// public source gives) counting as 1, the smallest weight mlx5e writes

@@ -81,9 +81,10 @@ fn run_posted(core: &mut Core, qpn: u32) {
         if index == pi || qp.state != state::RTS || qp.req.page_fault.is_some() {
             break;
         }
-        // With a rate limited traffic class, the WQE's priority (its address vector's SL)
-        // decides which class it waits for.
-        let prio = if crate::engine::pacing::any_class_limited(core) {
+        // While the port schedules its classes (a class rate limit, or a link below its
+        // fastest speed), the WQE's priority (its address vector's SL) decides which class
+        // it waits for.
+        let prio = if crate::engine::pacing::classes_scheduled(core) {
             wqe_prio(core, qpn, index, &mut s)
         } else {
             None
