@@ -13,7 +13,7 @@
 //!   the verifier; `leaked` is buffers of either pool neither free, posted nor in flight once the
 //!   run is over.
 //!
-//! The RDMA classes ([`rdma`]) run krping-style traffic over one RC queue pair on each function
+//! The RDMA classes (`rdma`) run krping-style traffic over one RC queue pair on each function
 //! instead, and account for messages rather than frames.
 
 use crate::emulated::EmuBackend;

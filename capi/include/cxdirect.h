@@ -285,6 +285,18 @@ typedef struct cxd_flow cxd_flow;
 // 29 to send, 32 to receive, and the queue pair's own caps).
 #define CXD_MAX_SGE 32
 
+// `cxd_class_selection.kind`: strict priority, before every ETS class and before the strict
+// classes numbered below it.
+#define CXD_CLASS_STRICT 0
+
+// `cxd_class_selection.kind`: enhanced transmission selection, `percent` of what the strict
+// classes leave (the ETS classes' percents add up to 100).
+#define CXD_CLASS_ETS 1
+
+// `cxd_class_selection.kind`: the vendor's selection mlx5e sets at probe (every vendor class
+// in the top group, sharing equally).
+#define CXD_CLASS_VENDOR 2
+
 // What went wrong: every entry point returns 0 (or a count) on success and one of these,
 // negative, on failure; `cxd_last_error` then says what was wrong and what to do.
 typedef enum cxd_error {
@@ -406,8 +418,9 @@ typedef struct cxd_port_config {
   uint16_t inline_max;
   // `CXD_INLINE_NONE`, `CXD_INLINE_HEADERS` or `CXD_INLINE_FULL`.
   uint8_t inline_mode;
-  // Zero.
-  uint8_t reserved;
+  // The priority (0..=7) the port's packets carry: the traffic class they go in is this
+  // priority's (`cxd_port_set_priority_class`). 0 by default.
+  uint8_t tx_priority;
   // `CXD_PORT_*` flags.
   uint32_t flags;
   // Buffers in a receive ring shared by all the port's receive queues (a power of two,
@@ -592,6 +605,14 @@ typedef struct cxd_recv_wr {
   // Zero.
   uint32_t reserved;
 } cxd_recv_wr;
+
+// How one traffic class takes its turn on the link (`dcb ets tc-tsa` and `tc-bw`).
+typedef struct cxd_class_selection {
+  // `CXD_CLASS_STRICT`, `CXD_CLASS_ETS` or `CXD_CLASS_VENDOR`.
+  uint8_t kind;
+  // For `CXD_CLASS_ETS`: the class's share, percent (0..=100); zero otherwise.
+  uint8_t percent;
+} cxd_class_selection;
 
 #ifdef __cplusplus
 extern "C" {
@@ -1266,6 +1287,52 @@ int cxd_port_shared_limit_reached(cxd_port *port, uint32_t *posted);
 //
 // `port` is NULL or a handle this library returned.
 int cxd_port_event_fd(cxd_port *port);
+
+// Puts priority `prio` (0..=7) in traffic class `tc` (below the port's classes, 8 on a
+// ConnectX-6 Dx), as `dcb ets set DEV prio-tc PRIO:TC` does.
+//
+// # Safety
+//
+// `port` is NULL or a handle this library returned.
+int cxd_port_set_priority_class(cxd_port *port, uint8_t prio, uint8_t tc);
+
+// Limits traffic class `tc` to `mbps` Mb/s (0: no limit), as `dcb maxrate set DEV
+// tc-maxrate TC:RATE` does: in units of 100 Mb/s up to 25.5 Gb/s (at least one), whole
+// Gb/s above, at most 255 Gb/s.
+//
+// # Safety
+//
+// `port` is NULL or a handle this library returned.
+int cxd_port_set_class_rate_limit(cxd_port *port, uint8_t tc, uint32_t mbps);
+
+// Sets how every traffic class takes its turn on the link: `classes` holds `n` selections,
+// one per class of the port (8 on a ConnectX-6 Dx), as `dcb ets set DEV tc-tsa ... tc-bw
+// ...` does. The groups and shares divide the link where it is the bottleneck
+// (`cxd_port_set_link_speed`).
+//
+// # Safety
+//
+// `port` is NULL or a handle this library returned; `classes` is NULL or points to `n`
+// readable `struct cxd_class_selection`.
+int cxd_port_set_class_selection(cxd_port *port,
+                                 const struct cxd_class_selection *classes,
+                                 uint8_t n);
+
+// Runs the link at `mbps` Mb/s with auto-negotiation off (`ethtool -s DEV speed S autoneg
+// off`), or with 0 at any speed the port offers, auto-negotiated. A speed the port does not
+// offer is refused with `CXD_ERROR_CONFIG`, whose message lists those it does.
+//
+// # Safety
+//
+// `port` is NULL or a handle this library returned.
+int cxd_port_set_link_speed(cxd_port *port, uint32_t mbps);
+
+// Stores the speed the link runs at, in Mb/s (0 while it is down), in `*mbps`.
+//
+// # Safety
+//
+// `port` is NULL or a handle this library returned; `mbps` is NULL or writable.
+int cxd_port_link_speed(cxd_port *port, uint32_t *mbps);
 
 #ifdef __cplusplus
 }  // extern "C"

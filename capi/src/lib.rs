@@ -32,6 +32,7 @@ pub mod pool_memory;
 pub mod port;
 pub mod rdma;
 pub mod shared;
+pub mod traffic_class;
 
 mod backend;
 
@@ -53,6 +54,7 @@ pub use rdma::{
     cxd_rdma, cxd_rdma_close, cxd_rdma_event_fd, cxd_rdma_info, cxd_rdma_open, cxd_rdma_query,
 };
 pub use shared::*;
+pub use traffic_class::*;
 
 use std::ffi::c_char;
 

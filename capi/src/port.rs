@@ -62,8 +62,9 @@ pub struct cxd_port_config {
     pub inline_max: u16,
     /// `CXD_INLINE_NONE`, `CXD_INLINE_HEADERS` or `CXD_INLINE_FULL`.
     pub inline_mode: u8,
-    /// Zero.
-    pub reserved: u8,
+    /// The priority (0..=7) the port's packets carry: the traffic class they go in is this
+    /// priority's (`cxd_port_set_priority_class`). 0 by default.
+    pub tx_priority: u8,
     /// `CXD_PORT_*` flags.
     pub flags: u32,
     /// Buffers in a receive ring shared by all the port's receive queues (a power of two,
@@ -189,7 +190,7 @@ impl cxd_port_config {
                 InlineMode::Headers => CXD_INLINE_HEADERS,
                 InlineMode::Full => CXD_INLINE_FULL,
             },
-            reserved: 0,
+            tx_priority: d.tx_priority,
             flags,
             shared_ring_size: 0,
             shared_limit: 0,
@@ -235,6 +236,7 @@ impl cxd_port_config {
             cqe_every: self.cqe_every,
             inline_max: self.inline_max,
             inline,
+            tx_priority: self.tx_priority,
             promiscuous: self.flags & CXD_PORT_PROMISCUOUS != 0,
             tx_multi_packet: self.flags & CXD_PORT_TX_MULTI_PACKET != 0,
             tx_tso: self.flags & CXD_PORT_TX_TSO != 0,

@@ -327,3 +327,63 @@ fn a_port_on_a_memfd_receives_into_it() {
         close(p);
     }
 }
+
+/// The traffic class and link speed calls on a running port: the link at 1 Gb/s and back, a
+/// speed the port lacks refused with the offered ones named, priority 3 in class 3 with a
+/// rate limit, ETS shares of 75 and 25 with the rest at 0%, and selections that are refused
+/// (shares not adding up to 100, a kind with a percent it does not take, an unknown kind).
+#[test]
+fn a_ports_traffic_classes_and_link_speed_are_set_through_the_c_calls() {
+    let p = pair(1, 0);
+    let port = p.ports[0];
+    // SAFETY: a port handle from `pair`, valid local out-pointers and arrays.
+    unsafe {
+        let mut mbps = 0u32;
+        ok(cxd_port_link_speed(port, &mut mbps));
+        assert_eq!(mbps, 100_000);
+        ok(cxd_port_set_link_speed(port, 1_000));
+        ok(cxd_port_link_speed(port, &mut mbps));
+        assert_eq!(mbps, 1_000);
+        assert_eq!(
+            cxd_port_set_link_speed(port, 56_000),
+            Error::Config as c_int
+        );
+        assert!(
+            last_error().contains("1000, 10000, 25000, 40000, 50000, 100000"),
+            "{}",
+            last_error()
+        );
+        ok(cxd_port_set_link_speed(port, 0));
+        ok(cxd_port_link_speed(port, &mut mbps));
+        assert_eq!(mbps, 100_000);
+
+        ok(cxd_port_set_priority_class(port, 3, 3));
+        ok(cxd_port_set_class_rate_limit(port, 3, 100));
+        ok(cxd_port_set_class_rate_limit(port, 3, 0));
+        assert!(cxd_port_set_priority_class(port, 8, 0) < 0);
+
+        let ets = |percent| cxd_class_selection {
+            kind: CXD_CLASS_ETS,
+            percent,
+        };
+        let mut classes = [ets(0); 8];
+        classes[0] = ets(75);
+        classes[3] = ets(25);
+        ok(cxd_port_set_class_selection(port, classes.as_ptr(), 8));
+        classes[3] = ets(20);
+        assert!(cxd_port_set_class_selection(port, classes.as_ptr(), 8) < 0);
+        assert!(last_error().contains("100"), "{}", last_error());
+        classes[3] = cxd_class_selection {
+            kind: CXD_CLASS_STRICT,
+            percent: 25,
+        };
+        assert!(cxd_port_set_class_selection(port, classes.as_ptr(), 8) < 0);
+        classes[3] = cxd_class_selection {
+            kind: 9,
+            percent: 0,
+        };
+        assert!(cxd_port_set_class_selection(port, classes.as_ptr(), 8) < 0);
+        assert!(cxd_port_set_class_selection(port, null(), 8) < 0);
+    }
+    close(p);
+}

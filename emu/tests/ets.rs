@@ -12,7 +12,7 @@ use cxdirect_emu::testkit::port::{qtct, QETC_BYTES};
 use cxdirect_emu::testkit::rc::{rc_wqe, RcPath, RemoteRights, GID_B, MAC_B};
 use cxdirect_emu::testkit::rc_pair::RcPair;
 use cxdirect_emu::testkit::ud::{ud_wqe, UdAv, UdPair, UD_QKEY};
-use cxdirect_emu::testkit::{self, refused, CmdFail, Cq, Host, Sq};
+use cxdirect_emu::testkit::{refused, CmdFail, Host, Sq};
 use cxdirect_emu::EmuConfig;
 use cxdirect_emu::Syndrome;
 use cxdirect_hw::caps::CmdHcaCap;
@@ -178,18 +178,7 @@ fn limit_class(h: &mut Host, prio: u8, tc: u8) {
 
 /// Writes [`FRAMES`] signalled sends of [`FRAME_BYTES`] on `sq` and rings its doorbell once.
 fn post_batch(h: &mut Host, sq: &mut Sq, key: u32, buf: u64) {
-    let frame = testkit::udp_frame(FRAME_BYTES - 42, 7);
-    let mut last = Vec::new();
-    for _ in 0..FRAMES {
-        last = h.build_send(sq, &frame, buf, key, true);
-        h.write_wqe(sq, &last);
-    }
-    h.ring(sq, &last, false);
-}
-
-/// Completions waiting on `cq`, taken.
-fn completions(h: &Host, cq: &mut Cq) -> usize {
-    std::iter::from_fn(|| h.poll_cq(cq)).count()
+    h.send_batch(sq, FRAMES, FRAME_BYTES, key, buf);
 }
 
 /// `dcb maxrate set ... tc-maxrate 1:100mbit` after `mlx5e_ets_init`'s mapping (priority 0 in
@@ -215,7 +204,7 @@ fn a_class_rate_limit_holds_the_sqs_whose_priority_is_in_the_class() {
 
     let start = std::time::Instant::now();
     post_batch(&mut h, &mut held, key, buf);
-    let at_once = completions(&h, &mut cq_held);
+    let at_once = h.take_completions(&mut cq_held);
     // The burst goes at once (the frame that empties the bucket too), then only what the rate
     // earned while the batch was taken.
     let earned = start.elapsed().as_secs_f64() * LIMIT_BYTES_PER_SECOND;
@@ -227,7 +216,7 @@ fn a_class_rate_limit_holds_the_sqs_whose_priority_is_in_the_class() {
 
     post_batch(&mut h, &mut free, key, buf);
     assert_eq!(
-        completions(&h, &mut cq_free),
+        h.take_completions(&mut cq_free),
         FRAMES,
         "class 0 has no limit: its SQ is not held by class 1's"
     );
@@ -236,7 +225,7 @@ fn a_class_rate_limit_holds_the_sqs_whose_priority_is_in_the_class() {
     while sent < FRAMES && start.elapsed() < std::time::Duration::from_secs(20) {
         std::thread::sleep(std::time::Duration::from_millis(5));
         h.dev.poll();
-        sent += completions(&h, &mut cq_held);
+        sent += h.take_completions(&mut cq_held);
     }
     assert_eq!(sent, FRAMES, "the held frames go as the rate allows");
     let least = (FRAMES * FRAME_BYTES - BURST_BYTES - FRAME_BYTES) as f64 / LIMIT_BYTES_PER_SECOND;
@@ -251,7 +240,7 @@ fn a_class_rate_limit_holds_the_sqs_whose_priority_is_in_the_class() {
     h.access_register(REG_QTCT, true, &qtct(1, 0, 2))
         .expect("QTCT write");
     post_batch(&mut h, &mut held, key, buf);
-    assert_eq!(completions(&h, &mut cq_held), FRAMES);
+    assert_eq!(h.take_completions(&mut cq_held), FRAMES);
 }
 
 /// Runs both functions' timers every 5 ms until `done` says so or 20 s have passed.
@@ -323,14 +312,18 @@ fn rc_requests_and_responses_count_against_the_class_of_the_qps_priority() {
         p.b.post(&mut p.qp_b.sq, &w, false);
         p.settle();
         let at_once = sent(&p) - before;
+        // The bucket's 64 KiB, and what the rate earned while the device settled (a loaded
+        // machine may take a while), counting every packet as 1,000 bytes (each is more).
+        let earned = start.elapsed().as_secs_f64() * LIMIT_BYTES_PER_SECOND / 1_000.0;
+        let most = (BURST_BYTES as f64 / 1_000.0 + earned) as u64 + 1;
         assert!(
-            (60..PACKETS / 2).contains(&at_once),
-            "{what}: the class bucket's worth at once, not all {PACKETS}: {at_once}"
+            at_once >= 60 && at_once <= most && at_once < PACKETS,
+            "{what}: the class bucket's worth at once, not all {PACKETS}: {at_once} (at most {most})"
         );
         let mut done = 0;
         let (a, b, cq_b) = (&p.a, &p.b, &mut p.cq_b);
         settle_until(a, b, || {
-            done += completions(b, cq_b);
+            done += b.take_completions(cq_b);
             done > 0
         });
         assert_eq!(done, 1, "{what}: the operation completes");
@@ -384,14 +377,18 @@ fn ud_datagrams_count_against_the_class_of_their_address_vectors_sl() {
     let start = std::time::Instant::now();
     send(&mut p, 2);
     let at_once = p.a.dev.counters().ud_sent - before;
+    // The bucket's 64 KiB, and what the rate earned while 400 WQEs were posted (a loaded
+    // machine may take a while), counting every datagram as 1,000 bytes (each is more).
+    let earned = start.elapsed().as_secs_f64() * LIMIT_BYTES_PER_SECOND / 1_000.0;
+    let most = (BURST_BYTES as f64 / 1_000.0 + earned) as u64 + 1;
     assert!(
-        (60..DATAGRAMS / 2).contains(&at_once),
-        "the class bucket's worth at once, not all {DATAGRAMS}: {at_once}"
+        at_once >= 60 && at_once <= most && at_once < DATAGRAMS,
+        "the class bucket's worth at once, not all {DATAGRAMS}: {at_once} (at most {most})"
     );
     let mut done = 0;
     let (a, b, cq_a) = (&p.a, &p.b, &mut p.cq_a);
     settle_until(a, b, || {
-        done += completions(a, cq_a) as u64;
+        done += a.take_completions(cq_a) as u64;
         done == DATAGRAMS
     });
     assert_eq!(done, DATAGRAMS, "every datagram completes");
@@ -442,7 +439,7 @@ fn modify_tis_moves_a_raw_packet_qps_sq_to_its_sls_class() {
     let tis = h.tis_with_prio(0);
     let mut sq = h.create_sq(cq.cqn, tis, 11);
     post_batch(&mut h, &mut sq, key, buf);
-    assert_eq!(completions(&h, &mut cq), FRAMES, "priority 0: no limit");
+    assert_eq!(h.take_completions(&mut cq), FRAMES, "priority 0: no limit");
 
     let mut far = modify_tis_prio(tis, 3);
     ModifyTisIn::new(&mut far[..])
@@ -465,14 +462,14 @@ fn modify_tis_moves_a_raw_packet_qps_sq_to_its_sls_class() {
     );
     post_batch(&mut h, &mut sq, key, buf);
     assert_eq!(
-        completions(&h, &mut cq),
+        h.take_completions(&mut cq),
         FRAMES,
         "the refused commands left the TIS at priority 0"
     );
 
     h.exec(&modify_tis_prio(tis, 3), 0x10).expect("MODIFY_TIS");
     post_batch(&mut h, &mut sq, key, buf);
-    let at_once = completions(&h, &mut cq);
+    let at_once = h.take_completions(&mut cq);
     assert!(
         at_once < FRAMES / 2,
         "priority 3's class holds the SQ now: {at_once} of {FRAMES} at once"

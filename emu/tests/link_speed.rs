@@ -8,7 +8,7 @@
 //! (`mlx5e_build_tc_group`: strict classes in groups above the ETS ones; `bw_allocation` the
 //! ETS share); before, groups and shares were kept and reported only.
 
-use cxdirect_emu::testkit::{self, refused, Cq, Host, Sq};
+use cxdirect_emu::testkit::{refused, Host, Sq};
 use cxdirect_emu::Syndrome;
 use cxdirect_hw::cmd::CmdStatus;
 use cxdirect_hw::reg::{self, PmtuReg, PtysReg, REG_PMTU};
@@ -107,21 +107,7 @@ fn ptys_offers_a_connectx6_dxs_speeds_and_runs_the_fastest_admin_allows() {
 
 /// Writes `n` signalled sends of [`FRAME_BYTES`] on `sq` and rings its doorbell once.
 fn post(h: &mut Host, sq: &mut Sq, n: usize, key: u32, buf: u64) {
-    if n == 0 {
-        return;
-    }
-    let frame = testkit::udp_frame(FRAME_BYTES - 42, 7);
-    let mut last = Vec::new();
-    for _ in 0..n {
-        last = h.build_send(sq, &frame, buf, key, true);
-        h.write_wqe(sq, &last);
-    }
-    h.ring(sq, &last, false);
-}
-
-/// Completions waiting on `cq`, taken.
-fn completions(h: &Host, cq: &mut Cq) -> usize {
-    std::iter::from_fn(|| h.poll_cq(cq)).count()
+    h.send_batch(sq, n, FRAME_BYTES, key, buf);
 }
 
 /// At 1 Gb/s, 300 frames of 8,000 bytes go out as the link allows: the first burst at once,
@@ -140,7 +126,7 @@ fn a_link_below_its_fastest_paces_what_the_port_sends() {
 
     let start = Instant::now();
     post(&mut h, &mut sq, FRAMES, key, buf);
-    let at_once = completions(&h, &mut cq);
+    let at_once = h.take_completions(&mut cq);
     let earned = start.elapsed().as_secs_f64() * LINK_BYTES_PER_SECOND;
     let most = (BURST_BYTES as f64 + earned) / FRAME_BYTES as f64 + 1.0;
     assert!(
@@ -151,7 +137,7 @@ fn a_link_below_its_fastest_paces_what_the_port_sends() {
     while sent < FRAMES && start.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_millis(2));
         h.dev.poll();
-        sent += completions(&h, &mut cq);
+        sent += h.take_completions(&mut cq);
     }
     assert_eq!(sent, FRAMES, "every frame goes, as the link allows");
     // The last frame waits for what the others took beyond the burst.
@@ -182,7 +168,7 @@ fn contend(h: &mut Host, run: Duration) -> (usize, usize) {
     while start.elapsed() < run {
         h.dev.poll();
         for i in 0..2 {
-            let done = completions(h, &mut cqs[i]);
+            let done = h.take_completions(&mut cqs[i]);
             posted[i] -= done;
             if start.elapsed() >= Duration::from_millis(50) {
                 counted[i] += done;

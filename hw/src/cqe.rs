@@ -289,7 +289,7 @@ pub mod op_own {
 
     /// The opcode bits of `op_own` in place (mask of [`opcode`]).
     pub const OPCODE_MASK: u8 = OPCODE_BITS << OPCODE_SHIFT;
-    /// The format bits of `op_own` in place (mask of [`format`]).
+    /// The format bits of `op_own` in place (mask of [`format`](fn@format)).
     pub const FORMAT_MASK: u8 = FORMAT_BITS << FORMAT_SHIFT;
     /// The owner bit of `op_own` in place.
     pub const OWNER_MASK: u8 = OWNER_BITS << OWNER_SHIFT;

@@ -78,7 +78,7 @@ layout! {
         obj_id: u32 @ 0x40 [0x20],
         /// Fields MODIFY_GENERAL_OBJECT would change (0 at CREATE).
         modify_field_select: u64 @ 0x80 [0x40],
-        /// The predefined format (see [`format`]).
+        /// The predefined format (see [`format`](mod@format)).
         format_id: u16 @ 0x110 [0x10],
     }
     arrays {

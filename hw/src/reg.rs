@@ -90,10 +90,10 @@ layout! {
         /// Local port number (1-based).
         local_port: u8 @ 0x8 [0x8],
         /// Administrative status: [`PORT_STATUS_UP`], [`PORT_STATUS_DOWN`],
-        /// [`PORT_STATUS_UP_ONCE`]; written only when `ase` is set.
+        /// up once; written only when `ase` is set.
         admin_status: u8 @ 0x14 [0x4],
         /// Operational status: [`PORT_STATUS_UP`], [`PORT_STATUS_DOWN`],
-        /// [`PORT_STATUS_DOWN_BY_PORT_FAILURE`] (read only).
+        /// down by port failure (read only).
         oper_status: u8 @ 0x1c [0x4],
         /// Admin status update enable: a write changes `admin_status`.
         ase: bool @ 0x20 [0x1],
@@ -141,6 +141,32 @@ const ETH_PROTO_MBPS: [u32; 32] = [
     10_000, 40_000, 40_000, 0, 50_000, 0, 100_000, 100_000, 100_000, 100_000, 100, 1_000, 10_000,
     25_000, 25_000, 25_000, 50_000, 50_000,
 ];
+
+/// The legacy `eth_proto_*` bits of every protocol of speed `mbps` (Linux's
+/// `mlx5_port_speed2linkmodes`); 0 when none runs at that speed.
+pub fn eth_proto_of_speed(mbps: u32) -> u32 {
+    (0..32)
+        .filter(|&bit| mbps != 0 && ETH_PROTO_MBPS[bit] == mbps)
+        .fold(0, |mask, bit| mask | 1 << bit)
+}
+
+/// The speeds of the protocols a legacy `eth_proto_*` mask names, in Mb/s, slowest first,
+/// each once.
+pub fn eth_proto_speeds(mask: u32) -> impl Iterator<Item = u32> {
+    let mut speeds = [0u32; 32];
+    for (bit, speed) in speeds.iter_mut().enumerate() {
+        if mask & (1 << bit) != 0 {
+            *speed = ETH_PROTO_MBPS[bit];
+        }
+    }
+    speeds.sort_unstable();
+    let mut last = 0;
+    speeds.into_iter().filter(move |&s| {
+        let new = s != 0 && s != last;
+        last = s;
+        new
+    })
+}
 
 /// The fastest protocol a legacy `eth_proto_*` mask names, as its one bit, and its speed in
 /// Mb/s; `None` when the mask names none.

@@ -9,7 +9,7 @@ use cxdirect::rdma::{
     CompletionQueue, ConnectParams, GsiQueuePair, MemoryRegion, ProtectionDomain, QpCaps,
     RcQueuePair, Roce, SharedReceiveQueue, SrqCaps, UdQueuePair,
 };
-use cxdirect::{Device, KeyAccess, Port, PortConfig, SharedRxConfig};
+use cxdirect::{ClassSelection, Device, KeyAccess, Port, PortConfig, SharedRxConfig};
 use cxdirect_apps::cmd_diff::rules::Rules;
 use cxdirect_apps::cmd_diff::{compare, parse_trace, TracedCommand};
 use cxdirect_apps::emulated::EmuBackend;
@@ -115,6 +115,27 @@ fn datagrams(dev: &mut Device<EmuBackend>, roce: &Roce, r: &mut Rdma) {
     gsi.destroy(dev).expect("GSI destroy");
 }
 
+/// The port's traffic classes and link speed as the rig's `dcb` and `ethtool` checks set them
+/// on function A through mlx5e: each priority in its own class, two ETS classes at 70% and 30%
+/// with the rest strict, a class rate limit set and lifted, the link at 1 Gb/s and back at
+/// 100 Gb/s (as `ethtool -s DEV speed 100000 autoneg off`).
+fn traffic_classes(dev: &mut Device<EmuBackend>) {
+    for prio in 0..8 {
+        dev.set_priority_class(prio, prio).expect("QTCT");
+    }
+    let mut classes = [ClassSelection::Strict; 8];
+    classes[0] = ClassSelection::Ets(70);
+    classes[1] = ClassSelection::Ets(30);
+    dev.set_class_selection(&classes)
+        .expect("QETCR groups and shares");
+    dev.set_class_rate_limit(0, Some(100))
+        .expect("QETCR rate limit");
+    dev.set_class_rate_limit(0, None)
+        .expect("QETCR limit lifted");
+    dev.set_link_speed(Some(1_000)).expect("PTYS 1 Gb/s");
+    dev.set_link_speed(Some(100_000)).expect("PTYS 100 Gb/s");
+}
+
 /// Runs the jobs on a fresh pair of functions and returns each function's trace.
 pub fn run_jobs() -> [Vec<String>; 2] {
     let traces = [CommandTrace::memory(), CommandTrace::memory()];
@@ -126,6 +147,7 @@ pub fn run_jobs() -> [Vec<String>; 2] {
     };
     let (a, b) = Model::pair(cfg(&traces[0]), cfg(&traces[1]));
     let mut da = ethernet(bring_up_patient(&a, "a"), false);
+    traffic_classes(&mut da);
     let mut db = ethernet(bring_up_patient(&b, "b"), true);
     let roce_a = Roce::enable(&mut da, "10.0.0.1".parse().unwrap()).expect("RoCE a");
     let roce_b = Roce::enable(&mut db, "10.0.0.2".parse().unwrap()).expect("RoCE b");

@@ -513,7 +513,7 @@ pub enum Role<'a> {
 }
 
 /// Runs one side alone (the other is in another process) until it is done; `patience` as in
-/// [`run_pair`]. While it waits, it yields the CPU every [`EMPTY_STEPS_PER_YIELD`] empty steps.
+/// [`run_pair`]. While it waits, it yields the CPU every `EMPTY_STEPS_PER_YIELD` empty steps.
 pub fn run_side<Q: KrpingQp>(
     mut role: Role<'_>,
     qp: &mut Q,

@@ -1,6 +1,6 @@
 //! The driver's RDMA verbs as the programs use them: a port brought up with RoCE, a protection
 //! domain and one completion queue; buffers registered from the memory `--memory` names; RC
-//! queue pairs connected to a peer's [`Endpoint`](super::endpoint::Endpoint); and an orderly
+//! queue pairs connected to a peer's [`Endpoint`]; and an orderly
 //! close.
 
 use super::endpoint::Endpoint;

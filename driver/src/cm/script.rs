@@ -16,7 +16,7 @@
 //!   by its communication ID, the passive side only after its consumer accepted, and at most
 //!   once;
 //! - every event names a communication ID that side issued (a [`Cm::connect`] return or a
-//!   [`Event::ConnectRequest`]), and a connect request names a fresh one;
+//!   [`Event::ConnectRequest`](crate::cm::Event::ConnectRequest)), and a connect request names a fresh one;
 //! - a disconnect is reported only for a connection that was established or accepted; timers report only
 //!   timeouts and unanswered DREQs;
 //! - the connection table, the answers queued and the MADs one poll hands out stay within

@@ -26,11 +26,15 @@ use std::time::{Duration, Instant};
 
 mod events;
 mod keys;
+mod link_speed;
 mod open;
 mod registers;
 mod reset;
 mod setup;
 mod traffic_class;
+
+pub use link_speed::LinkSpeeds;
+pub use traffic_class::ClassSelection;
 
 /// What [`Device::recover`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

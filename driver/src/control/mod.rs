@@ -10,8 +10,8 @@ mod pages;
 mod qcounter;
 
 pub use device::{
-    Device, DeviceInfo, DeviceRecovery, EventCounts, Options, RmpStatus, TeardownReport,
-    ASYNC_EVENTS,
+    ClassSelection, Device, DeviceInfo, DeviceRecovery, EventCounts, LinkSpeeds, Options,
+    RmpStatus, TeardownReport, ASYNC_EVENTS,
 };
 pub use mkey::{KeyAccess, MemoryKey};
 

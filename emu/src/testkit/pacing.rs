@@ -2,7 +2,7 @@
 //! lays it out (mlx5_core's rl.c, for mlx5e's `tx_maxrate` and libmlx5's `mlx5dv_pp_alloc`),
 //! and the MODIFY_SQ that names an entry (`mlx5e_modify_sq` for `mlx5e_set_sq_maxrate`).
 
-use super::{CmdFail, Host};
+use super::{CmdFail, Cq, Host, Sq};
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::qos::SetPpRateLimitIn;
 use cxdirect_hw::wq::{ModifySqIn, MODIFY_SQ_BITMASK_PACKET_PACING_RATE_LIMIT_INDEX};
@@ -38,5 +38,26 @@ impl Host {
             .set_state(1)
             .set_packet_pacing_rate_limit_index(index);
         input
+    }
+
+    /// Writes `n` signalled sends of one UDP frame of `frame_bytes` on `sq` (its payload at
+    /// `buf` under `key`) and rings the doorbell once, as a paced queue's sender does; nothing
+    /// when `n` is 0.
+    pub fn send_batch(&mut self, sq: &mut Sq, n: usize, frame_bytes: usize, key: u32, buf: u64) {
+        if n == 0 {
+            return;
+        }
+        let frame = super::udp_frame(frame_bytes - 42, 7);
+        let mut last = Vec::new();
+        for _ in 0..n {
+            last = self.build_send(sq, &frame, buf, key, true);
+            self.write_wqe(sq, &last);
+        }
+        self.ring(sq, &last, false);
+    }
+
+    /// Takes the completions waiting on `cq`; how many there were.
+    pub fn take_completions(&self, cq: &mut Cq) -> usize {
+        std::iter::from_fn(|| self.poll_cq(cq)).count()
     }
 }

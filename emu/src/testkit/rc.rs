@@ -1,6 +1,6 @@
 //! RoCE v2 reliable connections for the test host: RoCE on the vport with a GID, RC QPs moved
 //! to RTS over a path, remote memory keys, RC WQEs built byte by byte, and two functions on a
-//! pair wire with one connected QP each ([`RcPair`]), for tests, fuzzing and benchmarks.
+//! pair wire with one connected QP each ([`RcPair`](super::rc_pair::RcPair)), for tests, fuzzing and benchmarks.
 
 use super::{CmdFail, Cq, Host, Sq};
 use crate::wire::{PortId, Wire};
@@ -15,15 +15,15 @@ use cxdirect_hw::vport::ModifyNicVportContextIn;
 use cxdirect_hw::wqe::{AtomicSeg, CtrlSeg, DataSeg, RaddrSeg, INVALID_LKEY};
 use std::sync::Arc;
 
-/// GID of side A of an [`RcPair`]: IPv4-mapped 10.0.0.1.
+/// GID of side A of an [`RcPair`](super::rc_pair::RcPair): IPv4-mapped 10.0.0.1.
 pub const GID_A: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1];
-/// GID of side B of an [`RcPair`]: IPv4-mapped 10.0.0.2.
+/// GID of side B of an [`RcPair`](super::rc_pair::RcPair): IPv4-mapped 10.0.0.2.
 pub const GID_B: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 2];
-/// MAC of side A of an [`RcPair`].
+/// MAC of side A of an [`RcPair`](super::rc_pair::RcPair).
 pub const MAC_A: [u8; 6] = [0x02, 0xcd, 0, 0, 0, 1];
-/// MAC of side B of an [`RcPair`].
+/// MAC of side B of an [`RcPair`](super::rc_pair::RcPair).
 pub const MAC_B: [u8; 6] = [0x02, 0xcd, 0, 0, 0, 2];
-/// Port MTU (PMTU `admin_mtu`, bytes with the Ethernet header and FCS) an [`RcPair`] sets
+/// Port MTU (PMTU `admin_mtu`, bytes with the Ethernet header and FCS) an [`RcPair`](super::rc_pair::RcPair) sets
 /// when its path MTU is above 1024 bytes: 9000-byte jumbo frames.
 pub const JUMBO_PORT_MTU: u16 = 9018;
 /// UDP source port of a path made by [`RcPath::to`].

@@ -201,7 +201,7 @@ impl<B: Backend> VerbsSide<B> {
     }
 
     /// Waits up to `grace` for the peer's DREQ, then disconnects `link` (a DREQ unless the
-    /// peer's came first), waits for it to be down, keeps QP1 for [`LINGER`] more (the DREP
+    /// peer's came first), waits for it to be down, keeps QP1 for `LINGER` more (the DREP
     /// just posted goes out, a resent DREQ is answered), and destroys QP1.
     pub fn hang_up(&mut self, mut link: CmLink<B>, grace: Duration) -> Result<(), String> {
         // The peer's DREQ, if it comes within `grace`, leaves nothing to send (a stall here is

@@ -143,7 +143,7 @@ impl Cm {
         Ok(ConnId(local_id))
     }
 
-    /// Accepts a [`ConnectRequest`]: the REP (built as `cma_accept_ib` / `cm_format_rep`
+    /// Accepts a [`ConnectRequest`](crate::cm::ConnectRequest): the REP (built as `cma_accept_ib` / `cm_format_rep`
     /// do) goes out at the next [`Cm::poll`] and is retried until the RTU. Returns the QP
     /// attributes to program now (RTR, then RTS), before the peer starts sending.
     pub fn accept(
@@ -207,7 +207,7 @@ impl Cm {
         Ok(c.qp)
     }
 
-    /// Refuses a [`ConnectRequest`] with REJ CONSUMER_DEFINED (`rdma_reject`), and forgets it.
+    /// Refuses a [`ConnectRequest`](crate::cm::ConnectRequest) with REJ CONSUMER_DEFINED (`rdma_reject`), and forgets it.
     pub fn reject(&mut self, id: ConnId, private_data: &[u8]) -> Result<(), CmError> {
         if private_data.len() > pd_size::REJ {
             return Err(CmError::PrivateDataTooLong {
@@ -241,7 +241,7 @@ impl Cm {
     }
 
     /// Disconnects an established connection: a DREQ naming the peer's QP, retried until a
-    /// DREP (`ib_send_cm_dreq`); [`Event::Disconnected`] follows.
+    /// DREP (`ib_send_cm_dreq`); [`Event::Disconnected`](crate::cm::Event::Disconnected) follows.
     pub fn disconnect(&mut self, id: ConnId) -> Result<(), CmError> {
         let i = self.find_id(id).ok_or(CmError::UnknownConnection(id))?;
         let c = *self.slot(i);

@@ -1,6 +1,9 @@
-//! The port's traffic classes: which class a priority's packets go in (QTCT) and each class's
-//! rate limit (QETCR), written as Linux's mlx5 port functions write them for `dcb ets` and
-//! `dcb maxrate` (`mlx5_set_port_prio_tc`, `mlx5_modify_port_ets_rate_limit`). A function
+//! The port's traffic classes: which class a priority's packets go in (QTCT), how the classes
+//! take turns on the link (QETCR's groups and shares) and each class's rate limit (QETCR),
+//! written as Linux's mlx5 port functions write them for `dcb ets` and `dcb maxrate`
+//! (`mlx5_set_port_prio_tc`, `mlx5_set_port_tc_group`, `mlx5_set_port_tc_bw_alloc`,
+//! `mlx5_modify_port_ets_rate_limit`). Groups and shares matter where the link is the
+//! bottleneck (a slower link: `Device::set_link_speed`). A function
 //! cxdirect holds through VFIO has no kernel driver to run `dcb`, so these are how its user
 //! shapes what each priority sends: an Ethernet port's queues send at `PortConfig::priority`,
 //! an RC queue pair at `ConnectParams::sl`, a datagram at its address handle's `AhAttr::sl`.
@@ -13,8 +16,79 @@ use cxdirect_hw::reg::{
     QETC_TC_CONFIGURATION_BYTE,
 };
 
-/// The `port_number` Linux's port functions name the function's one port with.
+/// The `port_number` Linux's rate limit write names the function's one port with
+/// (`mlx5_modify_port_ets_rate_limit`); its priority and group writes leave it 0
+/// (`mlx5_set_port_prio_tc`, `mlx5_set_port_tc_group`, `mlx5_set_port_tc_bw_alloc`).
 const PORT: u8 = 1;
+/// A class's whole share, percent (`MLX5E_MAX_BW_ALLOC`).
+const ALL_PERCENT: u8 = 100;
+/// The group of vendor classes (`MLX5E_VENDOR_TC_GROUP_NUM`), above every other.
+const VENDOR_GROUP: u8 = 7;
+
+/// How a traffic class takes its turn on the link (`dcb ets tc-tsa`), as mlx5e maps it to
+/// QETCR's groups and shares (`mlx5e_build_tc_group`, `mlx5e_build_tc_tx_bw`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClassSelection {
+    /// Strict priority: before every ETS class, and before the strict classes numbered below
+    /// it (each strict class is a group of its own).
+    Strict,
+    /// Enhanced transmission selection: a share, in percent (0 to 100), of what the strict
+    /// classes leave. The ETS classes' shares add up to 100; classes at 0% split among
+    /// themselves only what the others leave.
+    Ets(u8),
+    /// The vendor's selection, what a port holds after mlx5e's probe (`mlx5e_ets_init`):
+    /// every vendor class in the top group with an equal share.
+    Vendor,
+}
+
+/// A whole QETCR register (`port_number` 0, as `mlx5_set_port_tc_group` and
+/// `mlx5_set_port_tc_bw_alloc` leave it), each class's entry filled by `fill` with that
+/// class's (group, share) from `chosen`.
+fn qetcr_of(
+    chosen: &[(u8, u8)],
+    fill: impl Fn(&mut EtsTcnConfigReg<&mut [u8]>, (u8, u8)),
+) -> Result<Vec<u8>, DriverError> {
+    let mut register = vec![0u8; QetcReg::<&[u8]>::SIZE];
+    for (tc, &choice) in chosen.iter().enumerate().take(ETS_TCS) {
+        let at = QETC_TC_CONFIGURATION_BYTE + tc * ETS_TC_ENTRY_BYTES;
+        let mut entry = EtsTcnConfigReg::new(&mut register[at..at + ETS_TC_ENTRY_BYTES])
+            .map_err(|_| DriverError::Internal("the QETCR entry's layout"))?;
+        fill(&mut entry, choice);
+    }
+    Ok(register)
+}
+
+/// Each class's QETCR group and share for `classes`, as mlx5e computes them
+/// (`mlx5e_build_tc_group`, `mlx5e_build_tc_tx_bw`): ETS classes in group 0, or 1 when
+/// some ETS class has 0% (those staying in 0, splitting 100% among them, the remainder to
+/// the last); each strict class in the next group up, in class order; vendor classes in 7.
+fn groups_and_shares(classes: &[ClassSelection]) -> Vec<(u8, u8)> {
+    let ets_zero = |c: &ClassSelection| *c == ClassSelection::Ets(0);
+    let any_ets = classes.iter().any(|c| matches!(c, ClassSelection::Ets(_)));
+    let zeros = classes.iter().filter(|c| ets_zero(c)).count() as u8;
+    let last_zero = classes.iter().rposition(ets_zero);
+    let mut strict_group = u8::from(any_ets) + u8::from(zeros > 0);
+    classes
+        .iter()
+        .enumerate()
+        .map(|(tc, class)| match *class {
+            ClassSelection::Vendor => (VENDOR_GROUP, ALL_PERCENT),
+            ClassSelection::Strict => {
+                strict_group += 1;
+                (strict_group - 1, ALL_PERCENT)
+            }
+            ClassSelection::Ets(0) => {
+                let extra = if Some(tc) == last_zero {
+                    ALL_PERCENT % zeros
+                } else {
+                    0
+                };
+                (0, ALL_PERCENT / zeros + extra)
+            }
+            ClassSelection::Ets(percent) => (u8::from(zeros > 0), percent),
+        })
+        .collect()
+}
 /// The largest rate the 100 Mb/s unit carries (255 units); above it, whole Gb/s.
 const MAX_HUNDRED_MBPS: u32 = 255 * 100;
 /// The largest rate a class limit carries: 255 units of 1 Gb/s, in Mb/s.
@@ -74,13 +148,13 @@ impl<B: Backend> Device<B> {
             ));
         }
         let mut qtct = QtctReg::zeroed();
-        qtct.set_port_number(PORT).set_prio(prio).set_tclass(class);
+        qtct.set_prio(prio).set_tclass(class);
         self.access_register(reg::REG_QTCT, true, qtct.as_bytes())?;
         Ok(())
     }
 
     /// Limits traffic class `class` to `mbps` Mb/s (`None`: no limit); the other classes keep
-    /// theirs. QETCR read, then written whole with every class's `r` bit, as
+    /// theirs. QETCR read, then written with every class's `r` bit and limit, as
     /// `mlx5_modify_port_ets_rate_limit` writes it; the rate goes in units of 100 Mb/s up to
     /// 25.5 Gb/s (rounded down, at least one unit: 100 Mb/s is the least a class takes), in
     /// whole Gb/s above.
@@ -104,26 +178,84 @@ impl<B: Backend> Device<B> {
             ));
         }
         let (units, value) = class_limit_fields(mbps)?;
-        let mut query = vec![0u8; QetcReg::<&[u8]>::SIZE];
-        if let Ok(mut q) = QetcReg::new(&mut query[..]) {
-            q.set_port_number(PORT);
-        }
-        let mut register = self.access_register(reg::REG_QETCR, false, &query)?;
-        register.resize(QetcReg::<&[u8]>::SIZE, 0);
+        // The other classes' limits as the port holds them (QETCR read with `port_number` 0,
+        // as `mlx5_query_port_qetcr_reg` reads it), then the write Linux builds from zero:
+        // `port_number` 1 and every class's `r` bit, nothing else.
+        let query = vec![0u8; QetcReg::<&[u8]>::SIZE];
+        let held = self.access_register(reg::REG_QETCR, false, &query)?;
+        let mut register = vec![0u8; QetcReg::<&[u8]>::SIZE];
         if let Ok(mut r) = QetcReg::new(&mut register[..]) {
             r.set_port_number(PORT);
         }
         for tc in 0..ETS_TCS {
             let at = QETC_TC_CONFIGURATION_BYTE + tc * ETS_TC_ENTRY_BYTES;
+            let (units, value) = if tc == usize::from(class) {
+                (units, value)
+            } else {
+                held.get(at..at + ETS_TC_ENTRY_BYTES)
+                    .and_then(|bytes| EtsTcnConfigReg::new(bytes).ok())
+                    .map_or((ets_bw_units::NO_LIMIT, 0), |e| {
+                        (e.max_bw_units(), e.max_bw_value())
+                    })
+            };
             let mut entry = EtsTcnConfigReg::new(&mut register[at..at + ETS_TC_ENTRY_BYTES])
                 .map_err(|_| DriverError::Internal("the QETCR entry's layout"))?;
-            // Only the rate limits change: the group and share bits stay clear.
-            entry.set_g(false).set_b(false).set_r(true);
-            if tc == usize::from(class) {
-                entry.set_max_bw_units(units).set_max_bw_value(value);
-            }
+            entry
+                .set_r(true)
+                .set_max_bw_units(units)
+                .set_max_bw_value(value);
         }
         self.access_register(reg::REG_QETCR, true, &register)?;
+        Ok(())
+    }
+
+    /// Sets how each traffic class takes its turn on the link, `classes` holding one
+    /// [`ClassSelection`] per class (as many as [`Device::traffic_classes`]): QETCR written
+    /// with every class's group, then with every class's share, as mlx5e writes them for
+    /// `dcb ets set ... tc-tsa ... tc-bw ...` (`mlx5_set_port_tc_group`,
+    /// `mlx5_set_port_tc_bw_alloc`). Rate limits are left as they are.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Unsupported`] without ETS, [`DriverError::Config`] for a count other
+    /// than the port's classes, a share above 100, or ETS shares that do not add up to 100
+    /// (mlx5e's `mlx5e_dbcnl_validate_ets`), [`DriverError::Command`] when the device refuses
+    /// the register.
+    pub fn set_class_selection(&mut self, classes: &[ClassSelection]) -> Result<(), DriverError> {
+        let count = self.ets_classes()?;
+        if classes.len() != usize::from(count) {
+            return Err(DriverError::config(
+                "classes",
+                classes.len() as u64,
+                format!("one selection for each of the port's {count} traffic classes"),
+            ));
+        }
+        let mut sum = 0u32;
+        for class in classes {
+            if let ClassSelection::Ets(percent) = *class {
+                if percent > ALL_PERCENT {
+                    return Err(DriverError::config("percent", percent, "0 to 100"));
+                }
+                sum += u32::from(percent);
+            }
+        }
+        let any_ets = classes.iter().any(|c| matches!(c, ClassSelection::Ets(_)));
+        if any_ets && sum != u32::from(ALL_PERCENT) {
+            return Err(DriverError::config(
+                "ETS shares",
+                sum,
+                "ETS shares that add up to 100 percent",
+            ));
+        }
+        let chosen = groups_and_shares(classes);
+        let groups = qetcr_of(&chosen, |e, (group, _)| {
+            e.set_g(true).set_group(group);
+        })?;
+        self.access_register(reg::REG_QETCR, true, &groups)?;
+        let shares = qetcr_of(&chosen, |e, (_, share)| {
+            e.set_b(true).set_bw_allocation(share);
+        })?;
+        self.access_register(reg::REG_QETCR, true, &shares)?;
         Ok(())
     }
 
@@ -141,7 +273,7 @@ impl<B: Backend> Device<B> {
 
 #[cfg(test)]
 mod tests {
-    use super::class_limit_fields;
+    use super::{class_limit_fields, groups_and_shares, ClassSelection};
     use cxdirect_hw::reg::ets_bw_units::{GBPS, HUNDRED_MBPS, NO_LIMIT};
 
     #[test]
@@ -158,5 +290,107 @@ mod tests {
         assert_eq!(class_limit_fields(Some(255_000)).unwrap(), (GBPS, 255));
         assert!(class_limit_fields(Some(0)).is_err());
         assert!(class_limit_fields(Some(255_001)).is_err());
+    }
+
+    /// mlx5e's groups and shares (`mlx5e_build_tc_group`, `mlx5e_build_tc_tx_bw`) for the
+    /// selections `dcb ets` sets and `mlx5e_ets_init` writes.
+    #[test]
+    fn selections_take_mlx5es_groups_and_shares() {
+        use ClassSelection::{Ets, Strict, Vendor};
+        assert_eq!(groups_and_shares(&[Vendor; 8]), vec![(7, 100); 8]);
+        assert_eq!(
+            groups_and_shares(&[
+                Ets(70),
+                Ets(30),
+                Strict,
+                Strict,
+                Strict,
+                Strict,
+                Strict,
+                Strict
+            ]),
+            vec![
+                (0, 70),
+                (0, 30),
+                (1, 100),
+                (2, 100),
+                (3, 100),
+                (4, 100),
+                (5, 100),
+                (6, 100)
+            ]
+        );
+        assert_eq!(
+            groups_and_shares(&[
+                Ets(75),
+                Ets(0),
+                Ets(0),
+                Ets(25),
+                Ets(0),
+                Ets(0),
+                Ets(0),
+                Strict
+            ]),
+            vec![
+                (1, 75),
+                (0, 20),
+                (0, 20),
+                (1, 25),
+                (0, 20),
+                (0, 20),
+                (0, 20),
+                (2, 100)
+            ]
+        );
+        assert_eq!(
+            groups_and_shares(&[
+                Ets(0),
+                Ets(0),
+                Ets(0),
+                Ets(100),
+                Strict,
+                Vendor,
+                Ets(0),
+                Ets(0)
+            ]),
+            vec![
+                (0, 20),
+                (0, 20),
+                (0, 20),
+                (1, 100),
+                (2, 100),
+                (7, 100),
+                (0, 20),
+                (0, 20)
+            ]
+        );
+        assert_eq!(
+            groups_and_shares(&[
+                Ets(0),
+                Ets(0),
+                Ets(0),
+                Ets(100),
+                Strict,
+                Strict,
+                Ets(0),
+                Ets(0)
+            ])[7],
+            (0, 20),
+            "100 % 5 = 0 for the last"
+        );
+        assert_eq!(
+            groups_and_shares(&[
+                Ets(0),
+                Ets(0),
+                Ets(0),
+                Ets(100),
+                Strict,
+                Strict,
+                Strict,
+                Strict
+            ])[2],
+            (0, 34),
+            "the last class at 0% takes 100 % 3"
+        );
     }
 }
