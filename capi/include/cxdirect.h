@@ -614,6 +614,19 @@ typedef struct cxd_class_selection {
   uint8_t percent;
 } cxd_class_selection;
 
+// One traffic class as the port holds it (what `dcb ets show` and `dcb maxrate show` read).
+typedef struct cxd_class_settings {
+  // Its group (0..=7): a class in a higher group goes first on a contended link; 7 is the
+  // vendor group.
+  uint8_t group;
+  // Its share of its group's bandwidth, percent (0..=100).
+  uint8_t percent;
+  // Zero.
+  uint16_t reserved;
+  // Its rate limit in Mb/s, 0 for none.
+  uint32_t limit_mbps;
+} cxd_class_settings;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -1333,6 +1346,25 @@ int cxd_port_set_link_speed(cxd_port *port, uint32_t mbps);
 //
 // `port` is NULL or a handle this library returned; `mbps` is NULL or writable.
 int cxd_port_link_speed(cxd_port *port, uint32_t *mbps);
+
+// Stores the traffic class of priorities 0 to 7 in `classes[0..8]` (`dcb ets show ...
+// prio-tc`).
+//
+// # Safety
+//
+// `port` is NULL or a handle this library returned; `classes` is NULL or points to 8
+// writable bytes.
+int cxd_port_priority_classes(cxd_port *port, uint8_t *classes);
+
+// Stores each traffic class's group, share and rate limit in `out[0..]`, at most `n` of
+// them; returns how many classes the port has (8 on a ConnectX-6 Dx), which may be more than
+// `n`.
+//
+// # Safety
+//
+// `port` is NULL or a handle this library returned; `out` is NULL or points to `n` writable
+// `struct cxd_class_settings`.
+int cxd_port_class_settings(cxd_port *port, struct cxd_class_settings *out, uint8_t n);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -5,7 +5,7 @@
 //! `cxd_port_config.tx_priority`.
 
 use crate::boundary::handle::{self, Exclusive, Kind};
-use crate::boundary::{slice_in, write_out};
+use crate::boundary::{array, slice_in, write_out};
 use crate::error::{guard, Error, Failure};
 use crate::port::{cxd_port, PortState};
 use driver::ClassSelection;
@@ -30,6 +30,22 @@ pub struct cxd_class_selection {
     pub kind: u8,
     /// For `CXD_CLASS_ETS`: the class's share, percent (0..=100); zero otherwise.
     pub percent: u8,
+}
+
+/// One traffic class as the port holds it (what `dcb ets show` and `dcb maxrate show` read).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+#[allow(non_camel_case_types)]
+pub struct cxd_class_settings {
+    /// Its group (0..=7): a class in a higher group goes first on a contended link; 7 is the
+    /// vendor group.
+    pub group: u8,
+    /// Its share of its group's bandwidth, percent (0..=100).
+    pub percent: u8,
+    /// Zero.
+    pub reserved: u16,
+    /// Its rate limit in Mb/s, 0 for none.
+    pub limit_mbps: u32,
 }
 
 fn running(ptr: *const cxd_port) -> Result<Exclusive<'static, PortState>, Failure> {
@@ -158,5 +174,53 @@ pub unsafe extern "C" fn cxd_port_link_speed(port: *mut cxd_port, mbps: *mut u32
         let speeds = state.get().port_mut().device().link_speeds()?;
         write_out(mbps, speeds.running_mbps, "mbps")?;
         Ok(0)
+    })
+}
+
+/// Stores the traffic class of priorities 0 to 7 in `classes[0..8]` (`dcb ets show ...
+/// prio-tc`).
+///
+/// # Safety
+///
+/// `port` is NULL or a handle this library returned; `classes` is NULL or points to 8
+/// writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn cxd_port_priority_classes(port: *mut cxd_port, classes: *mut u8) -> c_int {
+    guard(|| {
+        let out = array(classes, 8, "classes")?;
+        let mut state = running(port)?;
+        let read = state.get().port_mut().device().priority_classes()?;
+        out.copy_from_slice(&read);
+        Ok(0)
+    })
+}
+
+/// Stores each traffic class's group, share and rate limit in `out[0..]`, at most `n` of
+/// them; returns how many classes the port has (8 on a ConnectX-6 Dx), which may be more than
+/// `n`.
+///
+/// # Safety
+///
+/// `port` is NULL or a handle this library returned; `out` is NULL or points to `n` writable
+/// `struct cxd_class_settings`.
+#[no_mangle]
+pub unsafe extern "C" fn cxd_port_class_settings(
+    port: *mut cxd_port,
+    out: *mut cxd_class_settings,
+    n: u8,
+) -> c_int {
+    guard(|| {
+        let out = array(out, usize::from(n), "out")?;
+        let mut state = running(port)?;
+        let held = state.get().port_mut().device().class_settings()?;
+        for (slot, class) in out.iter_mut().zip(&held) {
+            *slot = cxd_class_settings {
+                group: class.group,
+                percent: class.percent,
+                reserved: 0,
+                limit_mbps: class.limit_mbps.unwrap_or(0),
+            };
+        }
+        Ok(held.len() as c_int)
     })
 }

@@ -370,6 +370,26 @@ fn a_ports_traffic_classes_and_link_speed_are_set_through_the_c_calls() {
         classes[0] = ets(75);
         classes[3] = ets(25);
         ok(cxd_port_set_class_selection(port, classes.as_ptr(), 8));
+        let mut held = [cxd_class_settings::default(); 8];
+        assert_eq!(cxd_port_class_settings(port, held.as_mut_ptr(), 8), 8);
+        let chosen: Vec<(u8, u8)> = held.iter().map(|c| (c.group, c.percent)).collect();
+        assert_eq!(
+            chosen,
+            vec![
+                (1, 75),
+                (0, 16),
+                (0, 16),
+                (1, 25),
+                (0, 16),
+                (0, 16),
+                (0, 16),
+                (0, 20)
+            ],
+            "mlx5e's groups and shares: six classes at 0% split 100% among them"
+        );
+        let mut prio_tc = [0u8; 8];
+        ok(cxd_port_priority_classes(port, prio_tc.as_mut_ptr()));
+        assert_eq!(prio_tc[3], 3);
         classes[3] = ets(20);
         assert!(cxd_port_set_class_selection(port, classes.as_ptr(), 8) < 0);
         assert!(last_error().contains("100"), "{}", last_error());

@@ -52,8 +52,8 @@ pub use cm::{
     ReceiveError as CmReceiveError,
 };
 pub use control::{
-    ClassSelection, Device, DeviceInfo, DeviceRecovery, EventCounts, KeyAccess, LinkSpeeds,
-    MemoryKey, Options, RmpStatus, TeardownReport,
+    ClassSelection, ClassSettings, Device, DeviceInfo, DeviceRecovery, EventCounts, KeyAccess,
+    LinkSpeeds, MemoryKey, Options, RmpStatus, TeardownReport,
 };
 pub use cq::{Cqe, Event};
 pub use error::{CmdError, CmdFailure, ConfigError, DriverError, HealthFailure, QueueKind};

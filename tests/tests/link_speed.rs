@@ -7,9 +7,7 @@
 
 use cxdirect::{ClassSelection, DriverError, PortConfig};
 use cxdirect_emu::EmuConfig;
-use cxdirect_hw::reg::{
-    self, EtsTcnConfigReg, QetcReg, ETS_TC_ENTRY_BYTES, QETC_TC_CONFIGURATION_BYTE,
-};
+use cxdirect_hw::reg;
 use cxdirect_tests::setup::started_sides;
 
 /// The speeds, PTYS as the driver reads it, a speed the port lacks refused with the ones it
@@ -69,16 +67,11 @@ fn the_driver_sets_the_links_speed_and_the_classes_selection_as_linux_does() {
         Strict,
     ])
     .expect("QETCR");
-    let query = vec![0u8; QetcReg::<&[u8]>::SIZE];
-    let read = dev
-        .access_register(reg::REG_QETCR, false, &query)
-        .expect("QETCR read");
-    let chosen: Vec<(u8, u8)> = (0..8)
-        .map(|tc| {
-            let at = QETC_TC_CONFIGURATION_BYTE + tc * ETS_TC_ENTRY_BYTES;
-            let e = EtsTcnConfigReg::new(&read[at..at + ETS_TC_ENTRY_BYTES]).expect("layout");
-            (e.group(), e.bw_allocation())
-        })
+    let chosen: Vec<(u8, u8)> = dev
+        .class_settings()
+        .expect("QETCR read")
+        .iter()
+        .map(|c| (c.group, c.percent))
         .collect();
     assert_eq!(
         chosen,
@@ -92,6 +85,14 @@ fn the_driver_sets_the_links_speed_and_the_classes_selection_as_linux_does() {
             (5, 100),
             (6, 100)
         ]
+    );
+    dev.set_priority_class(3, 5).expect("QTCT");
+    dev.set_class_rate_limit(5, Some(2_000)).expect("QETCR");
+    assert_eq!(dev.priority_classes().expect("QTCT reads")[3], 5);
+    assert_eq!(
+        dev.class_settings().expect("QETCR read")[5].limit_mbps,
+        Some(2_000),
+        "2 Gb/s: 20 units of 100 Mb/s"
     );
     for (bad, field) in [
         (

@@ -34,7 +34,7 @@ mod setup;
 mod traffic_class;
 
 pub use link_speed::LinkSpeeds;
-pub use traffic_class::ClassSelection;
+pub use traffic_class::{ClassSelection, ClassSettings};
 
 /// What [`Device::recover`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

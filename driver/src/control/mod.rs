@@ -10,8 +10,8 @@ mod pages;
 mod qcounter;
 
 pub use device::{
-    ClassSelection, Device, DeviceInfo, DeviceRecovery, EventCounts, LinkSpeeds, Options,
-    RmpStatus, TeardownReport, ASYNC_EVENTS,
+    ClassSelection, ClassSettings, Device, DeviceInfo, DeviceRecovery, EventCounts, LinkSpeeds,
+    Options, RmpStatus, TeardownReport, ASYNC_EVENTS,
 };
 pub use mkey::{KeyAccess, MemoryKey};
 

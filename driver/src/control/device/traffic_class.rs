@@ -25,6 +25,19 @@ const ALL_PERCENT: u8 = 100;
 /// The group of vendor classes (`MLX5E_VENDOR_TC_GROUP_NUM`), above every other.
 const VENDOR_GROUP: u8 = 7;
 
+/// One traffic class as the port holds it (what `dcb ets show` and `dcb maxrate show` read):
+/// QETCR's entry for the class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClassSettings {
+    /// Its group: a class in a higher group goes first on a contended link (0 to 7; 7 the
+    /// vendor group).
+    pub group: u8,
+    /// Its share of its group's bandwidth, percent (0 to 100).
+    pub percent: u8,
+    /// Its rate limit, in Mb/s (`None`: none).
+    pub limit_mbps: Option<u32>,
+}
+
 /// How a traffic class takes its turn on the link (`dcb ets tc-tsa`), as mlx5e maps it to
 /// QETCR's groups and shares (`mlx5e_build_tc_group`, `mlx5e_build_tc_tx_bw`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -257,6 +270,69 @@ impl<B: Backend> Device<B> {
         })?;
         self.access_register(reg::REG_QETCR, true, &shares)?;
         Ok(())
+    }
+
+    /// Each traffic class's group, share and rate limit, as the port holds them (one entry
+    /// per class, [`Device::traffic_classes`] of them): QETCR read as
+    /// `mlx5_query_port_qetcr_reg` reads it.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Unsupported`] without ETS, [`DriverError::Command`] when the device
+    /// refuses the register, [`DriverError::BadDeviceValue`] for a rate unit the register
+    /// does not define.
+    pub fn class_settings(&mut self) -> Result<Vec<ClassSettings>, DriverError> {
+        let classes = usize::from(self.ets_classes()?).min(ETS_TCS);
+        let query = vec![0u8; QetcReg::<&[u8]>::SIZE];
+        let held = self.access_register(reg::REG_QETCR, false, &query)?;
+        (0..classes)
+            .map(|tc| {
+                let at = QETC_TC_CONFIGURATION_BYTE + tc * ETS_TC_ENTRY_BYTES;
+                let e = held
+                    .get(at..at + ETS_TC_ENTRY_BYTES)
+                    .and_then(|bytes| EtsTcnConfigReg::new(bytes).ok())
+                    .ok_or(DriverError::BadDeviceValue {
+                        what: "qetc_reg",
+                        value: held.len() as u64,
+                    })?;
+                let value = u32::from(e.max_bw_value());
+                let limit_mbps = match (e.max_bw_units(), value) {
+                    (ets_bw_units::NO_LIMIT, _) | (_, 0) => None,
+                    (ets_bw_units::HUNDRED_MBPS, v) => Some(v * 100),
+                    (ets_bw_units::GBPS, v) => Some(v * 1000),
+                    (unit, _) => {
+                        return Err(DriverError::BadDeviceValue {
+                            what: "ets_tcn_config_reg.max_bw_units",
+                            value: u64::from(unit),
+                        })
+                    }
+                };
+                Ok(ClassSettings {
+                    group: e.group(),
+                    percent: e.bw_allocation(),
+                    limit_mbps,
+                })
+            })
+            .collect()
+    }
+
+    /// The traffic class of each priority 0 to 7: QTCT read per priority with `port_number`
+    /// 1, as `mlx5_query_port_prio_tc` reads it (`dcb ets show ... prio-tc`).
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Unsupported`] without ETS, [`DriverError::Command`] when the device
+    /// refuses the register.
+    pub fn priority_classes(&mut self) -> Result<[u8; 8], DriverError> {
+        self.ets_classes()?;
+        let mut classes = [0u8; 8];
+        for (prio, class) in classes.iter_mut().enumerate() {
+            let mut query = QtctReg::zeroed();
+            query.set_port_number(PORT).set_prio(prio as u8);
+            let reply = self.access_register(reg::REG_QTCT, false, query.as_bytes())?;
+            *class = QtctReg::new(&reply[..]).map_or(0, |r| r.tclass());
+        }
+        Ok(classes)
     }
 
     /// The port's traffic classes, or why there are none.
