@@ -129,8 +129,9 @@ fn class_of_prio(core: &Core, prio: u8) -> Option<usize> {
 /// count as asking for the link), the link ([`link::wait`]).
 fn class_wait(core: &mut Core, tc: usize, ask_link: bool, now: Instant) -> Option<Instant> {
     let mut until = None;
-    if let Some(rate) = core.port.ets.get(tc).and_then(|class| class.rate()) {
-        until = core.port.class_pacers[tc].admit(rate, now).err();
+    let rate = core.port.ets.get(tc).and_then(|class| class.rate());
+    if let (Some(rate), Some(pacer)) = (rate, core.port.class_pacers.get_mut(tc)) {
+        until = pacer.admit(rate, now).err();
     }
     if ask_link && until.is_none() {
         until = link::wait(core, tc, now);
@@ -141,8 +142,15 @@ fn class_wait(core: &mut Core, tc: usize, ask_link: bool, now: Instant) -> Optio
 /// Charges a frame of `bytes` that traffic class `tc` sent to the class's rate limit, if it
 /// has one, and to the link.
 fn class_charge(core: &mut Core, tc: usize, bytes: usize) {
-    if core.port.limited_classes & (1 << tc) != 0 {
-        core.port.class_pacers[tc].charge(bytes);
+    let limited = core
+        .port
+        .limited_classes
+        .checked_shr(tc as u32)
+        .unwrap_or(0)
+        & 1
+        != 0;
+    if let (true, Some(pacer)) = (limited, core.port.class_pacers.get_mut(tc)) {
+        pacer.charge(bytes);
     }
     link::charge(core, tc, bytes);
 }
