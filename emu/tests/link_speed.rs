@@ -184,28 +184,36 @@ fn contend(h: &mut Host, run: Duration) -> (usize, usize, f64) {
     (counted[0], counted[1], window)
 }
 
-/// `dcb ets set DEV tc-tsa all:ets tc-bw 0:75 3:25 ...` with priorities 0 and 3 in classes 0
-/// and 3, both in the group above the classes at 0% (`mlx5e_build_tc_group`) with shares 75
-/// and 25. On a contended 1 Gb/s link, class 0 sends about three frames for each of class
-/// 3's; the two together at most the link's rate.
-#[test]
-fn ets_classes_share_a_contended_link_by_their_bw_allocation() {
+/// A host at 1 Gb/s with priorities 0 and 3 in classes 0 and 3, each class's (group, share)
+/// as `classes` gives it, written as mlx5e writes them (groups, then shares, in one QETCR
+/// write each here).
+fn contended_classes(classes: impl Fn(usize) -> (u8, u8)) -> Host {
     let mut h = host();
     one_gigabit(&mut h);
     h.set_prio_class(3, 3).expect("QTCT");
     h.set_prio_class(0, 0).expect("QTCT");
     h.write_qetcr(0, |tc, e| {
-        let (group, bw) = match tc {
-            0 => (1, 75),
-            3 => (1, 25),
-            _ => (0, 0),
-        };
+        let (group, bw) = classes(tc);
         e.set_g(true)
             .set_group(group)
             .set_b(true)
             .set_bw_allocation(bw);
     })
     .expect("QETCR");
+    h
+}
+
+/// `dcb ets set DEV tc-tsa all:ets tc-bw 0:75 3:25 ...` with priorities 0 and 3 in classes 0
+/// and 3, both in the group above the classes at 0% (`mlx5e_build_tc_group`) with shares 75
+/// and 25. On a contended 1 Gb/s link, class 0 sends about three frames for each of class
+/// 3's; the two together at most the link's rate.
+#[test]
+fn ets_classes_share_a_contended_link_by_their_bw_allocation() {
+    let mut h = contended_classes(|tc| match tc {
+        0 => (1, 75),
+        3 => (1, 25),
+        _ => (0, 0),
+    });
     let run = Duration::from_millis(450);
     let (zero, three, window) = contend(&mut h, run);
     let ratio = zero as f64 / three.max(1) as f64;
@@ -233,21 +241,11 @@ fn ets_classes_share_a_contended_link_by_their_bw_allocation() {
 /// almost nothing.
 #[test]
 fn a_strict_class_goes_before_the_ets_classes_on_a_contended_link() {
-    let mut h = host();
-    one_gigabit(&mut h);
-    h.set_prio_class(3, 3).expect("QTCT");
-    h.set_prio_class(0, 0).expect("QTCT");
-    h.write_qetcr(0, |tc, e| {
-        let (group, bw) = match tc {
-            3 => (1, 100),
-            _ => (0, if tc == 0 { 100 } else { 0 }),
-        };
-        e.set_g(true)
-            .set_group(group)
-            .set_b(true)
-            .set_bw_allocation(bw);
-    })
-    .expect("QETCR");
+    let mut h = contended_classes(|tc| match tc {
+        3 => (1, 100),
+        0 => (0, 100),
+        _ => (0, 0),
+    });
     let (zero, three, _) = contend(&mut h, Duration::from_millis(350));
     println!("strict class 3 {three} frames, ETS class 0 {zero}");
     assert!(

@@ -6,11 +6,11 @@
 //! first (mlx5e puts each strict class in a group of its own above the ETS classes,
 //! `mlx5e_build_tc_group`), and the classes of one group send in proportion to their
 //! `bw_allocation`, a deficit weighted round robin over the classes still asking
-//! ([`Share`]), as a TSAR weighs its children (`engine::pacing`). A class no other class
+//! ([`Share`](crate::objects::scheduling::Share)), as a TSAR weighs its children (`engine::pacing`). A class no other class
 //! waits for goes whenever the link has room, so an idle class's share is the others' to use.
 
 use crate::function::Core;
-use crate::objects::scheduling::{Share, ASKING, SHARE_RETRY};
+use crate::objects::scheduling::{ASKING, SHARE_RETRY};
 use std::time::Instant;
 
 /// Whether the link paces what the port sends (it runs below the port's fastest protocol).
@@ -20,12 +20,12 @@ pub(crate) fn paced(core: &Core) -> bool {
 
 /// When a frame of traffic class `tc` may go on the link: `None` now, else when to ask
 /// again (when the link's bucket is out of debt, or [`SHARE_RETRY`] from now when another
-/// class is to go first). A class waits while one in a higher group waits for the link, or
+/// class is to go first). A class yields while one in a higher group waits for the link, or
 /// while it is ahead of the least served class of its own group that waits for the link by
 /// more than its quantum. A class waits for the link when the link refused it for want of
-/// room within [`ASKING`] and it has not gone since; one that yields to another waits for
-/// nothing but that class, so nobody yields to it (two classes each yielding to the other
-/// would leave the link idle). A class that had stopped asking starts level with the least
+/// room within [`ASKING`] and it has not gone since; a class that only yields is not waiting
+/// for the link, so nobody yields to it (two classes each yielding to the other would leave
+/// the link idle). A class that had stopped asking starts level with the least
 /// served one still asking, so idling saves it nothing.
 pub(crate) fn wait(core: &mut Core, tc: usize, now: Instant) -> Option<Instant> {
     let rate = core.port.link_rate?;
@@ -73,6 +73,6 @@ pub(crate) fn charge(core: &mut Core, tc: usize, bytes: usize) {
         .get(tc)
         .map_or(0, |c| u32::from(c.bw_allocation));
     if let Some(share) = core.port.class_shares.get_mut(tc) {
-        Share::charge(share, bytes, bw);
+        share.charge(bytes, bw);
     }
 }

@@ -38,6 +38,15 @@ pub struct ClassSettings {
     pub limit_mbps: Option<u32>,
 }
 
+/// One class's QETCR entry as read, its rate unit checked.
+#[derive(Debug, Clone, Copy, Default)]
+struct HeldClass {
+    group: u8,
+    percent: u8,
+    units: u8,
+    value: u8,
+}
+
 /// How a traffic class takes its turn on the link (`dcb ets tc-tsa`), as mlx5e maps it to
 /// QETCR's groups and shares (`mlx5e_build_tc_group`, `mlx5e_build_tc_tx_bw`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -194,22 +203,17 @@ impl<B: Backend> Device<B> {
         // The other classes' limits as the port holds them (QETCR read with `port_number` 0,
         // as `mlx5_query_port_qetcr_reg` reads it), then the write Linux builds from zero:
         // `port_number` 1 and every class's `r` bit, nothing else.
-        let query = vec![0u8; QetcReg::<&[u8]>::SIZE];
-        let held = self.access_register(reg::REG_QETCR, false, &query)?;
+        let held = self.held_classes()?;
         let mut register = vec![0u8; QetcReg::<&[u8]>::SIZE];
         if let Ok(mut r) = QetcReg::new(&mut register[..]) {
             r.set_port_number(PORT);
         }
-        for tc in 0..ETS_TCS {
+        for (tc, other) in held.iter().enumerate() {
             let at = QETC_TC_CONFIGURATION_BYTE + tc * ETS_TC_ENTRY_BYTES;
             let (units, value) = if tc == usize::from(class) {
                 (units, value)
             } else {
-                held.get(at..at + ETS_TC_ENTRY_BYTES)
-                    .and_then(|bytes| EtsTcnConfigReg::new(bytes).ok())
-                    .map_or((ets_bw_units::NO_LIMIT, 0), |e| {
-                        (e.max_bw_units(), e.max_bw_value())
-                    })
+                (other.units, other.value)
             };
             let mut entry = EtsTcnConfigReg::new(&mut register[at..at + ETS_TC_ENTRY_BYTES])
                 .map_err(|_| DriverError::Internal("the QETCR entry's layout"))?;
@@ -283,37 +287,61 @@ impl<B: Backend> Device<B> {
     /// does not define.
     pub fn class_settings(&mut self) -> Result<Vec<ClassSettings>, DriverError> {
         let classes = usize::from(self.ets_classes()?).min(ETS_TCS);
-        let query = vec![0u8; QetcReg::<&[u8]>::SIZE];
-        let held = self.access_register(reg::REG_QETCR, false, &query)?;
-        (0..classes)
-            .map(|tc| {
-                let at = QETC_TC_CONFIGURATION_BYTE + tc * ETS_TC_ENTRY_BYTES;
-                let e = held
-                    .get(at..at + ETS_TC_ENTRY_BYTES)
-                    .and_then(|bytes| EtsTcnConfigReg::new(bytes).ok())
-                    .ok_or(DriverError::BadDeviceValue {
-                        what: "qetc_reg",
-                        value: held.len() as u64,
-                    })?;
-                let value = u32::from(e.max_bw_value());
-                let limit_mbps = match (e.max_bw_units(), value) {
-                    (ets_bw_units::NO_LIMIT, _) | (_, 0) => None,
-                    (ets_bw_units::HUNDRED_MBPS, v) => Some(v * 100),
-                    (ets_bw_units::GBPS, v) => Some(v * 1000),
-                    (unit, _) => {
-                        return Err(DriverError::BadDeviceValue {
-                            what: "ets_tcn_config_reg.max_bw_units",
-                            value: u64::from(unit),
-                        })
-                    }
-                };
-                Ok(ClassSettings {
-                    group: e.group(),
-                    percent: e.bw_allocation(),
-                    limit_mbps,
-                })
+        let held = self.held_classes()?;
+        Ok(held[..classes]
+            .iter()
+            .map(|c| {
+                let value = u32::from(c.value);
+                ClassSettings {
+                    group: c.group,
+                    percent: c.percent,
+                    limit_mbps: match (c.units, value) {
+                        (ets_bw_units::HUNDRED_MBPS, v) if v != 0 => Some(v * 100),
+                        (ets_bw_units::GBPS, v) if v != 0 => Some(v * 1000),
+                        _ => None,
+                    },
+                }
             })
-            .collect()
+            .collect())
+    }
+
+    /// Every class's entry as the port holds it: QETCR read with `port_number` 0, as
+    /// `mlx5_query_port_qetcr_reg` reads it, each rate unit checked before it is used or
+    /// written back.
+    fn held_classes(&mut self) -> Result<[HeldClass; ETS_TCS], DriverError> {
+        let query = vec![0u8; QetcReg::<&[u8]>::SIZE];
+        let read = self.access_register(reg::REG_QETCR, false, &query)?;
+        let mut held = [HeldClass::default(); ETS_TCS];
+        for (tc, class) in held.iter_mut().enumerate() {
+            let at = QETC_TC_CONFIGURATION_BYTE + tc * ETS_TC_ENTRY_BYTES;
+            let e = read
+                .get(at..at + ETS_TC_ENTRY_BYTES)
+                .and_then(|bytes| EtsTcnConfigReg::new(bytes).ok())
+                .ok_or(DriverError::BadDeviceValue {
+                    what: "qetc_reg",
+                    value: read.len() as u64,
+                })?;
+            let units = e.max_bw_units();
+            if ![
+                ets_bw_units::NO_LIMIT,
+                ets_bw_units::HUNDRED_MBPS,
+                ets_bw_units::GBPS,
+            ]
+            .contains(&units)
+            {
+                return Err(DriverError::BadDeviceValue {
+                    what: "ets_tcn_config_reg.max_bw_units",
+                    value: u64::from(units),
+                });
+            }
+            *class = HeldClass {
+                group: e.group(),
+                percent: e.bw_allocation(),
+                units,
+                value: e.max_bw_value(),
+            };
+        }
+        Ok(held)
     }
 
     /// The traffic class of each priority 0 to 7: QTCT read per priority with `port_number`
