@@ -2,19 +2,21 @@
 //! flow tables the firmware's commands (`fw::steering`) built, to the TIRs that take it or a
 //! drop. The receive engine (`engine::rq`) asks it for every frame.
 
+mod match_words;
+pub(crate) use match_words::{frame_match_words, match_words};
+use match_words::{MISC2_WORD, MPLS_BYTES};
+
 use crate::counters::add;
 use crate::function::Core;
 use crate::objects::meter::FlowMeter;
 use crate::objects::FlowEntry;
 use crate::objects::MATCH_WORDS;
-use crate::packet::{IpAddrs, L3Kind, L4Kind, Parsed};
+use crate::packet::Parsed;
 use crate::sw_steering::lookup::Metadata;
 use crate::sw_steering::receive::Next;
-use crate::tunnel::Kind;
 use cxdirect_hw::flow::{
-    FteMatchSetLyr24, FteMatchSetMisc, FteMatchSetMisc2, FteMatchSetMisc3,
-    FLOW_CONTEXT_ACTION_DECAP, FLOW_CONTEXT_ACTION_FWD_DEST, FLOW_DESTINATION_TYPE_TIR,
-    FLOW_TABLE_MISS_ACTION_FWD,
+    FteMatchSetMisc2, FLOW_CONTEXT_ACTION_DECAP, FLOW_CONTEXT_ACTION_FWD_DEST,
+    FLOW_DESTINATION_TYPE_TIR, FLOW_TABLE_MISS_ACTION_FWD,
 };
 use cxdirect_hw::reformat::REFORMAT_TYPE_L2_TO_L3_TUNNEL;
 use std::sync::atomic::Ordering;
@@ -24,184 +26,6 @@ use std::time::Instant;
 /// goes to a deeper level (`fw::steering` refuses anything else), so a walk visits at most
 /// one table per level.
 const MAX_HOPS: usize = crate::function::caps::MAX_FT_LEVEL as usize + 1;
-
-/// The match parameter words of a frame ([`match_word`](crate::objects::steering::match_word)
-/// order): its outer headers; for a tunnel the model knows, the tunnel's fields in the misc
-/// part ([`tunnel_fields`]) and the headers it carries in the inner part (an L3 tunnel's inner
-/// MACs and ethertype stay zero); the first MPLS entries (`misc_parameters_2`) and the L4
-/// misc fields (`misc_parameters_3`), outer and inner. A frame without a tunnel leaves the
-/// tunnel's and the inner fields zero.
-pub(crate) fn frame_match_words(parsed: &Parsed, frame: &[u8]) -> [u64; MATCH_WORDS] {
-    let mut words = [0u64; MATCH_WORDS];
-    let put = |words: &mut [u64; MATCH_WORDS], first: usize, bytes: &[u8]| {
-        for (word, chunk) in words[first..].iter_mut().zip(bytes.chunks_exact(8)) {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(chunk);
-            *word = u64::from_ne_bytes(b);
-        }
-    };
-    put(&mut words, 0, headers(parsed).as_bytes());
-    let kind = crate::tunnel::kind(frame, parsed);
-    let inner = kind.and_then(|_| crate::tunnel::inner_packet(frame, parsed));
-    let inner = inner.as_ref().map(|(f, p)| (*f, p));
-    let (outer_mpls, inner_mpls) = (
-        crate::mpls::first_entry(frame, parsed),
-        inner.and_then(|(f, p)| crate::mpls::first_entry(f, p)),
-    );
-    if outer_mpls.is_some() || inner_mpls.is_some() {
-        let mut misc2 = FteMatchSetMisc2::zeroed();
-        misc2
-            .set_outer_first_mpls(outer_mpls.unwrap_or(0))
-            .set_inner_first_mpls(inner_mpls.unwrap_or(0));
-        put(&mut words, MISC2_WORD, &misc2.as_bytes()[..MPLS_BYTES]);
-    }
-    let misc3 = l4_misc_fields((parsed, frame), inner);
-    if misc3.as_bytes().iter().any(|&b| b != 0) {
-        put(&mut words, MISC3_WORD, misc3.as_bytes());
-    }
-    if let Some(kind) = kind {
-        put(&mut words, MISC_WORD, tunnel_fields(kind, frame).as_bytes());
-        if let Some((_, inner)) = inner {
-            put(&mut words, INNER_WORD, headers(inner).as_bytes());
-        }
-    }
-    words
-}
-
-/// First match word of `misc_parameters` (byte 0x40 of `fte_match_param`).
-const MISC_WORD: usize = 0x40 / 8;
-/// First match word of `inner_headers` (byte 0x80 of `fte_match_param`).
-const INNER_WORD: usize = 0x80 / 8;
-/// First match word of `misc_parameters_3` (byte 0x100 of `fte_match_param`).
-const MISC3_WORD: usize = 0x100 / 8;
-
-/// The third misc set of a frame (`parsed`, `frame`): the outer and, for the packet a tunnel
-/// carries (`inner`, its bytes and parse), inner TCP sequence and acknowledgement numbers,
-/// and the ICMP or ICMPv6 type, code and header data.
-fn l4_misc_fields(
-    (parsed, frame): (&Parsed, &[u8]),
-    inner: Option<(&[u8], &Parsed)>,
-) -> FteMatchSetMisc3<[u8; 0x40]> {
-    use crate::l4_fields::{icmp, tcp_seq_ack};
-    let mut misc3 = FteMatchSetMisc3::zeroed();
-    if let Some((seq, ack)) = tcp_seq_ack(frame, parsed) {
-        misc3.set_outer_tcp_seq_num(seq).set_outer_tcp_ack_num(ack);
-    }
-    if let Some((seq, ack)) = inner.and_then(|(f, p)| tcp_seq_ack(f, p)) {
-        misc3.set_inner_tcp_seq_num(seq).set_inner_tcp_ack_num(ack);
-    }
-    match icmp(frame, parsed) {
-        Some(i) if i.v6 => {
-            misc3
-                .set_icmpv6_type(i.icmp_type)
-                .set_icmpv6_code(i.code)
-                .set_icmpv6_header_data(i.header_data);
-        }
-        Some(i) => {
-            misc3
-                .set_icmp_type(i.icmp_type)
-                .set_icmp_code(i.code)
-                .set_icmp_header_data(i.header_data);
-        }
-        None => {}
-    }
-    misc3
-}
-
-/// One header set (`fte_match_set_lyr_2_4`) of a parsed packet: MACs, ethertype, the first
-/// VLAN tag, IP version, protocol, fragment bit and addresses, TCP or UDP ports and TCP flags.
-fn headers(parsed: &Parsed) -> FteMatchSetLyr24<[u8; 0x40]> {
-    let mut set = FteMatchSetLyr24::zeroed();
-    let mac = |b: [u8; 6]| u64::from_be_bytes([0, 0, b[0], b[1], b[2], b[3], b[4], b[5]]);
-    set.set_dmac(mac(parsed.dst_mac))
-        .set_smac(mac(parsed.src_mac))
-        .set_ethertype(parsed.ethertype.unwrap_or(0));
-    if let Some(tag) = parsed.vlan {
-        set.set_cvlan_tag(true)
-            .set_first_vid(tag.vid())
-            .set_first_prio(tag.pcp())
-            .set_first_cfi(tag.dei());
-    }
-    match parsed.l3 {
-        L3Kind::Ipv4 => {
-            set.set_ip_version(4);
-        }
-        L3Kind::Ipv6 => {
-            set.set_ip_version(6);
-        }
-        L3Kind::None => {}
-    }
-    if let Some(proto) = parsed.ip_proto {
-        set.set_ip_protocol(proto);
-    }
-    set.set_frag(parsed.is_fragment());
-    match parsed.l4 {
-        L4Kind::Tcp => {
-            set.set_tcp_sport(parsed.src_port)
-                .set_tcp_dport(parsed.dst_port)
-                .set_tcp_flags(u16::from(parsed.tcp_flags));
-        }
-        L4Kind::Udp => {
-            set.set_udp_sport(parsed.src_port)
-                .set_udp_dport(parsed.dst_port);
-        }
-        _ => {}
-    }
-    match parsed.addrs {
-        Some(IpAddrs::V4 { src, dst }) => {
-            set.src_ipv4_src_ipv6_mut()
-                .ipv4_layout_mut()
-                .set_ipv4(u32::from_be_bytes(src));
-            set.dst_ipv4_dst_ipv6_mut()
-                .ipv4_layout_mut()
-                .set_ipv4(u32::from_be_bytes(dst));
-        }
-        Some(IpAddrs::V6 { src, dst }) => {
-            set.src_ipv4_src_ipv6_mut().ipv6_layout_mut().set_addr(src);
-            set.dst_ipv4_dst_ipv6_mut().ipv6_layout_mut().set_addr(dst);
-        }
-        None => {}
-    }
-    set
-}
-
-/// The misc match fields of the tunnel `kind` in `frame` (its header whole): GRE's flags,
-/// protocol and key, VXLAN's VNI, GENEVE's VNI, O flag, option length and protocol type.
-fn tunnel_fields(kind: Kind, frame: &[u8]) -> FteMatchSetMisc<[u8; 0x40]> {
-    let mut misc = FteMatchSetMisc::zeroed();
-    let be32 = |at: usize| {
-        frame
-            .get(at..at + 4)
-            .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    };
-    let be16 = |at: usize| crate::tunnel::be16(frame, at).unwrap_or(0);
-    match kind {
-        Kind::Vxlan(at) => {
-            misc.set_vxlan_vni(be32(at + 4) >> 8);
-        }
-        Kind::Geneve(at) => {
-            let (b0, b1) = (frame[at], frame[at + 1]);
-            misc.set_geneve_vni(be32(at + 4) >> 8)
-                .set_geneve_oam(b1 & 0x80 != 0)
-                .set_geneve_opt_len(b0 & 0x3f)
-                .set_geneve_protocol_type(be16(at + 2));
-        }
-        Kind::Gre(at) => {
-            let flags = frame[at];
-            let (c, k) = (flags & 0x80 != 0, flags & 0x20 != 0);
-            misc.set_gre_c_present(c)
-                .set_gre_k_present(k)
-                .set_gre_s_present(flags & 0x10 != 0)
-                .set_gre_protocol(be16(at + 2));
-            if k {
-                // The key follows the checksum word when there is one.
-                let key = be32(at + 4 + if c { 4 } else { 0 });
-                misc.set_gre_key_h(key >> 8).set_gre_key_l(key as u8);
-            }
-        }
-    }
-    misc
-}
 
 /// Where steering sent a frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -394,24 +218,6 @@ pub(crate) fn count(core: &Core, counters: &[u32], frame_len: usize) {
     }
 }
 
-/// Byte offset of `source_sqn` (bits 23:0 of the first word of `fte_match_set_misc`, which
-/// starts at 0x40 of `fte_match_param`).
-const SOURCE_SQN_BYTE: usize = 0x41;
-
-/// The match words of a frame: [`frame_match_words`], and for a frame an SQ sends the SQ's
-/// number in `misc.source_sqn` (what Linux's egress rules match a queue by).
-pub(crate) fn match_words(parsed: &Parsed, frame: &[u8], sqn: Option<u32>) -> [u64; MATCH_WORDS] {
-    let mut words = frame_match_words(parsed, frame);
-    if let Some(sqn) = sqn {
-        let word = SOURCE_SQN_BYTE / 8;
-        let mut bytes = words[word].to_ne_bytes();
-        let at = SOURCE_SQN_BYTE % 8;
-        bytes[at..at + 3].copy_from_slice(&(sqn & 0x00ff_ffff).to_be_bytes()[1..]);
-        words[word] = u64::from_ne_bytes(bytes);
-    }
-    words
-}
-
 /// A frame on its way through the flow tables, as their entries rewrite it: the frame as it
 /// arrived until an entry changes it (a firmware entry's modify-header context, a software
 /// steering walk's actions), then the rewritten copy, parsed and matched again, which the
@@ -557,12 +363,6 @@ impl<'a> Steered<'a> {
         self.rewritten.map(|r| r.0)
     }
 }
-
-/// First match word of `misc_parameters_2` (byte 0xc0 of `fte_match_param`).
-const MISC2_WORD: usize = 0xc0 / 8;
-
-/// Bytes of `misc_parameters_2` before the registers: the four MPLS entries, two match words.
-const MPLS_BYTES: usize = 0x10;
 
 /// Writes the metadata registers `meta` into `misc_parameters_2` of the match words `words`
 /// (`metadata_reg_c_7` .. `_0` and `metadata_reg_a`; the MPLS entries before them are the

@@ -186,6 +186,19 @@ layout! {
         tcp_sport: u16 @ 0xa0 [0x10],
         /// TCP destination port.
         tcp_dport: u16 @ 0xb0 [0x10],
+        /// L4 header kind: 0 none, 1 TCP, 2 UDP (`MLX5_PACKET_L4_TYPE_*`).
+        l4_type: u8 @ 0xc0 [0x2],
+        /// IPv4 header length in 4-byte words (5..=15); 0 for other packets.
+        ipv4_ihl: u8 @ 0xd0 [0x4],
+        /// Integrity bits (DPDK's `mlx5_prm.h`; reserved in Linux's `mlx5_ifc.h`), offered by
+        /// `ft_field_support_2`: the L3 header is good.
+        l3_ok: bool @ 0xd4 [0x1],
+        /// The L4 header is good.
+        l4_ok: bool @ 0xd5 [0x1],
+        /// The IPv4 header checksum is right.
+        ipv4_checksum_ok: bool @ 0xd6 [0x1],
+        /// The TCP or UDP checksum is right.
+        l4_checksum_ok: bool @ 0xd7 [0x1],
         /// IPv4 TTL or IPv6 hop limit.
         ttl_hoplimit: u8 @ 0xd8 [0x8],
         /// UDP source port.

@@ -4,7 +4,8 @@
 //! entries to deeper transmit tables only (a frame an SQ sends has no TIR to go to: it leaves
 //! or is dropped).
 
-use super::steering::{check_table_type, table_of, MATCH_PARAM_SIZE};
+use super::match_criteria::MATCH_PARAM_SIZE;
+use super::steering::{check_table_type, table_of};
 use super::{bad_param, bad_res, input_as, CmdError, CmdResult, Core, Syndrome};
 use crate::objects::FlowEntry;
 use cxdirect_hw::flow::{

@@ -26,6 +26,7 @@ mod flow_counter;
 pub(crate) mod flow_entry;
 pub(crate) mod general_object;
 pub(crate) mod hca;
+mod match_criteria;
 pub(crate) mod mcg;
 pub(crate) mod memic;
 pub(crate) mod meter;

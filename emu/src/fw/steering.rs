@@ -15,7 +15,7 @@ use cxdirect_hw::flow::{
     FLOW_TABLE_TYPE_NIC_RX, FLOW_TABLE_TYPE_NIC_TX, MODIFY_FLOW_TABLE_MISS_TABLE_ID,
 };
 
-pub(super) const MATCH_PARAM_SIZE: usize = 0x200;
+use super::match_criteria::MATCH_PARAM_SIZE;
 pub(crate) use crate::objects::limits::LOG_MAX_FT_SIZE;
 
 /// The tables the model builds: NIC receive and NIC transmit, of the function's own vport.
@@ -318,7 +318,7 @@ pub(crate) fn create_flow_group(core: &mut Core, input: &[u8], output: &mut [u8]
     }
     let mut criteria = Box::new([0u8; MATCH_PARAM_SIZE]);
     criteria.copy_from_slice(cmd.match_criteria().as_bytes());
-    check_modelled_criteria(&criteria, cmd.match_criteria_enable())?;
+    super::match_criteria::check_modelled(&criteria, cmd.match_criteria_enable())?;
     mask_disabled_parts(&mut criteria, cmd.match_criteria_enable());
     table
         .groups
@@ -344,31 +344,6 @@ fn mask_disabled_parts(criteria: &mut [u8; MATCH_PARAM_SIZE], enable: u8) {
         }
     }
     criteria[0x140..].fill(0);
-}
-
-/// Criteria the model cannot match are refused, never ignored (an ignored mask would match
-/// every frame): in the second misc set MPLS over GRE and over UDP (bytes 0xc8..0xd0, read by
-/// a ConnectX's flex parser) and what follows `metadata_reg_a` (0xf4..0x100: Linux's IPsec,
-/// MACsec and PSP syndromes, rdma-core's `metadata_reg_b`); in the third the flex parser's
-/// VXLAN-GPE (0x110..0x118), GENEVE option and GTP-U fields (0x124..0x140); the fourth set and
-/// after (from 0x140: programmable samples, MACsec tags, tunnel header words), when their
-/// enable bits are set.
-fn check_modelled_criteria(criteria: &[u8; MATCH_PARAM_SIZE], enable: u8) -> CmdResult {
-    let selects = |range: std::ops::Range<usize>| criteria[range].iter().any(|&b| b != 0);
-    let misc2 = enable & cxdirect_hw::flow::MATCH_MISC_PARAMETERS_2 != 0;
-    let misc3 = enable & cxdirect_hw::flow::MATCH_MISC_PARAMETERS_3 != 0;
-    let unmodelled_misc2 = misc2 && (selects(0xc8..0xd0) || selects(0xf4..0x100));
-    let unmodelled_misc3 = misc3 && (selects(0x110..0x118) || selects(0x124..0x140));
-    let later = enable >> 5 != 0 && selects(0x140..MATCH_PARAM_SIZE);
-    if unmodelled_misc2 || unmodelled_misc3 || later {
-        return Err(bad_param(
-            Syndrome::BadSteeringParams,
-            "match criteria on fields the model does not match: MPLS over GRE or UDP, the \
-             syndromes after metadata_reg_a, VXLAN-GPE, GENEVE option or GTP-U fields (a \
-             flex parser's), or misc_parameters_4 and later",
-        ));
-    }
-    Ok(())
 }
 
 pub(crate) fn destroy_flow_group(core: &mut Core, input: &[u8]) -> CmdResult {

@@ -53,9 +53,44 @@ pub(crate) struct FlowGroup {
     pub start: u32,
     pub end: u32,
     pub criteria: Box<[u8; 0x200]>,
-    /// The criteria's non-zero 64-bit words (word index, mask), so a frame is matched against
-    /// the few words a group looks at rather than the whole 512-byte mask.
-    pub mask_words: Vec<(usize, u64)>,
+    /// The criteria's non-zero 64-bit words, so a frame is matched against the few words a
+    /// group looks at rather than the whole 512-byte mask.
+    pub mask_words: Vec<MaskWord>,
+}
+
+/// One 64-bit word a group's criteria select: its index, its mask, and the VLAN alias the
+/// group reads it with ([`MaskWord::read`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MaskWord {
+    index: usize,
+    mask: u64,
+    /// `svlan_tag`'s bit in this word when the group takes `cvlan_tag` for "any VLAN tag",
+    /// else 0.
+    svlan_alias: u64,
+}
+
+/// Byte of `fte_match_set_lyr_2_4` holding `cvlan_tag` (bit 0x90, its top bit) and
+/// `svlan_tag` (bit 0x91, the next).
+const VLAN_TAG_BYTE: usize = 0x12;
+/// Offsets of the outer and inner header sets in `fte_match_param`.
+const HEADER_SETS: [usize; 2] = [0x00, 0x80];
+
+impl MaskWord {
+    /// The frame's word `param[index]` as the group reads it: a group whose criteria name
+    /// `cvlan_tag` and not `svlan_tag` reads `cvlan_tag` as "the frame has a VLAN tag", of
+    /// either kind (Linux's mlx5e relies on it: its untagged rule, `cvlan_tag` 0 alone, "means
+    /// both S & C tags don't exist", `mlx5e_add_vlan_rule` in en_fs.c).
+    #[inline(always)]
+    fn read(&self, param: &[u64; MATCH_WORDS]) -> u64 {
+        let word = param[self.index];
+        // `svlan_tag` is the bit below `cvlan_tag` in the same byte, whatever the byte order.
+        let alias = if word & self.svlan_alias != 0 {
+            self.svlan_alias << 1
+        } else {
+            0
+        };
+        (word | alias) & self.mask
+    }
 }
 
 /// 64-bit words of a match parameter that criteria can select (outer, misc and inner headers,
@@ -75,9 +110,22 @@ pub(crate) fn match_word(bytes: &[u8; 0x200], index: usize) -> u64 {
 impl FlowGroup {
     /// A group over `start..=end` matching on `criteria` (bits past the enabled parts clear).
     pub fn new(start: u32, end: u32, criteria: Box<[u8; 0x200]>) -> Self {
+        let mut aliases = [0u64; MATCH_WORDS];
+        for set in HEADER_SETS {
+            let byte = set + VLAN_TAG_BYTE;
+            if criteria[byte] & 0xc0 == 0x80 {
+                let mut bytes = [0u8; 8];
+                bytes[byte % 8] = 0x40;
+                aliases[byte / 8] = u64::from_ne_bytes(bytes);
+            }
+        }
         let mask_words = (0..MATCH_WORDS)
-            .map(|i| (i, match_word(&criteria, i)))
-            .filter(|&(_, mask)| mask != 0)
+            .map(|index| MaskWord {
+                index,
+                mask: match_word(&criteria, index),
+                svlan_alias: aliases[index],
+            })
+            .filter(|w| w.mask != 0)
             .collect();
         Self {
             start,
@@ -93,7 +141,7 @@ impl FlowGroup {
     pub fn matches(&self, param: &[u64; MATCH_WORDS], value: &[u8; 0x200]) -> bool {
         self.mask_words
             .iter()
-            .all(|&(i, mask)| param[i] & mask == match_word(value, i))
+            .all(|w| w.read(param) == match_word(value, w.index))
     }
 }
 
