@@ -961,7 +961,8 @@ impl Host {
         let mut cmd = CreateRqIn::new(&mut input[..]).expect("layout");
         {
             let mut ctx = cmd.ctx_mut();
-            ctx.set_cqn(cqn).set_flush_in_error_en(true);
+            // Frames kept whole (`vsd`), as DPDK's default; a test of stripping clears it.
+            ctx.set_cqn(cqn).set_flush_in_error_en(true).set_vsd(true);
             match rmpn {
                 Some(rmpn) => {
                     ctx.set_mem_rq_type(1).set_rmpn(rmpn);
@@ -995,7 +996,8 @@ impl Host {
         let mut cmd = CreateRqIn::new(&mut input[..]).expect("layout");
         {
             let mut ctx = cmd.ctx_mut();
-            ctx.set_cqn(cqn).set_flush_in_error_en(true);
+            // Frames kept whole (`vsd`), as DPDK's default; a test of stripping clears it.
+            ctx.set_cqn(cqn).set_flush_in_error_en(true).set_vsd(true);
             ctx.wq_mut()
                 .set_wq_type(cxdirect_hw::wq::WqType::StridingCyclic as u8)
                 .set_pd(self.pd)
@@ -1157,6 +1159,7 @@ impl Host {
         cmd.ctx_mut()
             .set_cqn(cqn)
             .set_flush_in_error_en(true)
+            .set_vsd(true)
             .wq_mut()
             .set_wq_type(1)
             .set_pd(self.pd)

@@ -461,9 +461,13 @@ impl<B: Backend> Port<B> {
             // device writes it into every CQE of the RQ (`srqn_uidx`, cqe_version 1), where
             // the receive path checks it, as libmlx5 finds a raw packet QP by it
             // (`get_resp_ctx_v1`). The CQE's `sop_drop_qpn` holds the flow tag, not the RQN.
+            // Frames arrive whole, VLAN tags in place (`vsd`, as DPDK's mlx5 PMD asks unless
+            // the application turns on VLAN stripping): the receive path reports no stripped
+            // tag from the CQE.
             ctx.set_cqn(cqn)
                 .set_user_index(cqn)
                 .set_flush_in_error_en(true)
+                .set_vsd(true)
                 .set_mem_rq_type(0)
                 .set_counter_set_id(self.q_counter.as_ref().map_or(0, QCounterSet::id));
             fill_cyclic_wq(ctx.wq_mut(), pd, ring, dbr, log);

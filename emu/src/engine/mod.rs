@@ -25,6 +25,7 @@ pub(crate) mod striding;
 pub(crate) mod striding_list;
 pub(crate) mod ud;
 pub(crate) mod umr;
+pub(crate) mod vlan_strip;
 pub(crate) mod window;
 
 use crate::function::{Core, EngineRequests};

@@ -166,7 +166,12 @@ fn to_tirs(core: &mut Core, from: Option<Sender>, frame: &[u8], parsed: &Parsed,
                 (rqn, hash)
             }
         };
-        deliver(core, rqn, frame, parsed, Steered { hash, flow_tag });
+        let steered = Steered {
+            hash,
+            flow_tag,
+            vlan: None,
+        };
+        deliver(core, rqn, frame, parsed, steered);
     }
 }
 
@@ -207,7 +212,27 @@ fn hash_type(parsed: &Parsed, sel: rss::HashSelector) -> u8 {
     ip << 2 | l4 << 6
 }
 
-fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, steered: Steered) {
+/// Delivers `frame` (parsed as `parsed`) to RQ `rqn`: without its first VLAN tag, which goes
+/// to the CQE, when the RQ strips tags and the frame's first is a customer tag
+/// ([`vlan_strip`](crate::engine::vlan_strip)); as it is otherwise.
+fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, mut steered: Steered) {
+    if !core.res.rqs.get(rqn).is_some_and(|rq| rq.vlan_strip) {
+        deliver_as_is(core, rqn, frame, parsed, steered);
+        return;
+    }
+    let mut stripped = std::mem::take(&mut core.receive_scratch.stripped);
+    match crate::engine::vlan_strip::strip_into(frame, parsed, &mut stripped) {
+        Some(tci) => {
+            steered.vlan = Some(tci);
+            let reparsed = packet::parse(&stripped);
+            deliver_as_is(core, rqn, &stripped, &reparsed, steered);
+        }
+        None => deliver_as_is(core, rqn, frame, parsed, steered),
+    }
+    core.receive_scratch.stripped = stripped;
+}
+
+fn deliver_as_is(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, steered: Steered) {
     let Some(rq) = core.res.rqs.get(rqn) else {
         add(&core.counters.rx_steer_drops, 1);
         return;
@@ -246,7 +271,10 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, steered: St
     // Swapped out for unallocated placeholders while in use.
     let mut scratch = std::mem::replace(
         &mut core.receive_scratch,
-        ReceiveScratch { wqe: Vec::new() },
+        ReceiveScratch {
+            wqe: Vec::new(),
+            stripped: Vec::new(),
+        },
     );
     let wqe = &mut scratch.wqe[..stride];
     // The WQE is consumed whatever happens next.
@@ -643,6 +671,9 @@ pub(crate) fn fill_rx_cqe(
         .set_l4_hdr_type(parsed.l4_hdr_type());
     if let Some((value, kind)) = steered.hash {
         c.set_rss_hash_result(value).set_rss_hash_type(kind);
+    }
+    if let Some(tci) = steered.vlan {
+        c.set_has_vlan(true).set_vlan_info(tci);
     }
     // The one's-complement sum (not inverted) of the IP packet, from its header to the frame's
     // end: Linux's mlx5e hands it to the stack as CHECKSUM_COMPLETE.

@@ -20,7 +20,8 @@ use cxdirect_hw::wq::{
     CreateRmpIn, CreateRmpOut, CreateRqIn, CreateRqOut, CreateSqIn, CreateSqOut, DestroyRmpIn,
     DestroyRqIn, DestroySqIn, EndPadMode, ModifyRmpIn, ModifyRqIn, ModifySqIn, QueryRmpIn,
     QueryRmpOut, QueryRqIn, QueryRqOut, Wq, WqType, MODIFY_RQ_BITMASK_RQ_COUNTER_SET_ID,
-    MODIFY_SQ_BITMASK_PACKET_PACING_RATE_LIMIT_INDEX, MODIFY_SQ_BITMASK_QOS_QUEUE_GROUP_ID,
+    MODIFY_RQ_BITMASK_VSD, MODIFY_SQ_BITMASK_PACKET_PACING_RATE_LIMIT_INDEX,
+    MODIFY_SQ_BITMASK_QOS_QUEUE_GROUP_ID,
 };
 
 /// Builds a queue buffer from a page list, checking alignment and coverage.
@@ -649,6 +650,7 @@ pub(crate) fn create_rq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         user_index: ctx.user_index(),
         slot,
         striding,
+        vlan_strip: !ctx.vsd(),
     };
     let Some(rqn) = core.res.rqs.insert(rq) else {
         release_context(core, slot);
@@ -733,6 +735,10 @@ pub(crate) fn modify_rq(core: &mut Core, input: &[u8]) -> CmdResult {
     };
     let rq = core.res.rqs.get_mut(rqn).ok_or(bad_res("no such RQ"))?;
     rq.counter_set = new_set;
+    // mlx5e's `ethtool -K rxvlan` (`mlx5e_modify_rq_vsd`).
+    if cmd.modify_bitmask() & MODIFY_RQ_BITMASK_VSD != 0 {
+        rq.vlan_strip = !cmd.ctx().vsd();
+    }
     if let Some(wq) = rq.wq.as_mut() {
         if next == QState::Rst || (rq.state == QState::Rst && next == QState::Rdy) {
             wq.restart();
@@ -766,9 +772,11 @@ pub(crate) fn query_rq(core: &mut Core, input: &[u8], output: &mut [u8]) -> CmdR
     let rqn = input_as!(QueryRqIn<&[u8]>, input).rqn();
     let rq = core.res.rqs.get(rqn).ok_or(bad_res("no such RQ"))?;
     let (state, cqn, counter_set, memory) = (rq.state as u8, rq.cqn, rq.counter_set, rq.memory);
+    let vsd = !rq.vlan_strip;
     let mut out = output_as!(QueryRqOut<&mut [u8]>, output);
     let mut ctx = out.rq_context_mut();
     ctx.set_state(state)
+        .set_vsd(vsd)
         .set_cqn(cqn)
         .set_counter_set_id(counter_set as u8);
     match memory {

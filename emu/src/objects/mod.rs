@@ -316,6 +316,10 @@ pub(crate) struct Rq {
     pub slot: Slot,
     /// A striding RQ's geometry and place (`None`: one packet per WQE).
     pub striding: Option<Striding>,
+    /// Strip a frame's first VLAN tag (802.1Q) into its CQE (`rqc.vsd` clear, as mlx5e asks
+    /// while `rxvlan` is on, `mlx5e_build_rq_param`; libmlx5 for a raw packet QP created with
+    /// `IBV_QP_CREATE_CVLAN_STRIPPING`).
+    pub vlan_strip: bool,
 }
 
 /// A striding (multi-packet) RQ: each WQE is one buffer of `2^log_strides` strides of

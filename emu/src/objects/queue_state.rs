@@ -172,6 +172,9 @@ impl SendScratch {
 pub(crate) struct ReceiveScratch {
     /// The receive WQE being read (up to [`MAX_RX_WQE`] bytes).
     pub wqe: Vec<u8>,
+    /// A frame with its VLAN tag stripped (`engine::vlan_strip`), grown to the largest frame
+    /// once and reused.
+    pub stripped: Vec<u8>,
 }
 
 impl Default for ReceiveScratch {
@@ -179,6 +182,7 @@ impl Default for ReceiveScratch {
     fn default() -> Self {
         Self {
             wqe: vec![0; MAX_RX_WQE],
+            stripped: Vec::new(),
         }
     }
 }
@@ -192,6 +196,9 @@ pub(crate) struct Steered {
     /// receive CQE carries in `sop_drop_qpn`: libmlx5's `ibv_wc_read_flow_tag`, mlx5e's
     /// `get_cqe_flow_tag` and DPDK's mark read it there.
     pub flow_tag: u32,
+    /// The tag control information of the VLAN tag the device stripped from the frame
+    /// (`has_vlan` and `vlan_info` in the CQE); `None` when the frame arrives whole.
+    pub vlan: Option<u16>,
 }
 
 /// A receive the device started and has not finished ([`Fault::LateReceive`](crate::Fault::LateReceive)): the WQE is

@@ -83,7 +83,8 @@ impl Host {
         let mut cmd = CreateRqIn::new(&mut input[..]).expect("layout");
         {
             let mut ctx = cmd.ctx_mut();
-            ctx.set_cqn(cqn).set_flush_in_error_en(true);
+            // Frames kept whole (`vsd`), as DPDK's default; a test of stripping clears it.
+            ctx.set_cqn(cqn).set_flush_in_error_en(true).set_vsd(true);
             ctx.wq_mut()
                 .set_wq_type(WqType::LinkedListStridingRq as u8)
                 .set_end_padding_mode(1)

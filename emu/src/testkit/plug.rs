@@ -22,7 +22,7 @@ pub struct Plug {
     tx_cq: Cq,
     rx_cq: Cq,
     rx_bufs: Vec<u64>,
-    _rq: Rq,
+    rq: Rq,
 }
 
 impl Plug {
@@ -52,12 +52,22 @@ impl Plug {
             tx_cq,
             rx_cq,
             rx_bufs,
-            _rq: rq,
+            rq,
         }
+    }
+
+    /// The receive queue's number.
+    pub fn rqn(&self) -> u32 {
+        self.rq.rqn
     }
 
     /// Sends `frame`; returns what came back, if anything. The send always completes.
     pub fn send(&mut self, frame: &[u8]) -> Option<Vec<u8>> {
+        self.send_for_cqe(frame).map(|(bytes, _)| bytes)
+    }
+
+    /// Sends `frame`; returns what came back, if anything, with its receive CQE.
+    pub fn send_for_cqe(&mut self, frame: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
         let buf = self.h.alloc(frame.len() as u64, 64);
         let wqe = self.h.build_send(&self.sq, frame, buf, self.tx_key, true);
         self.h.post(&mut self.sq, &wqe, false);
@@ -66,9 +76,9 @@ impl Plug {
         let cqe = self.h.poll_cq(&mut self.rx_cq)?;
         let len = Cqe64::new(&cqe[..]).expect("layout").byte_cnt() as usize;
         let index = u16::from_be_bytes([cqe[0x3c], cqe[0x3d]]);
-        Some(
-            self.h
-                .read(self.rx_bufs[usize::from(index) % RX_BUFFERS], len),
-        )
+        let bytes = self
+            .h
+            .read(self.rx_bufs[usize::from(index) % RX_BUFFERS], len);
+        Some((bytes, cqe))
     }
 }

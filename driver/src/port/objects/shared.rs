@@ -101,9 +101,11 @@ impl<B: Backend> Port<B> {
         {
             let mut c = CreateRqIn::new(&mut cmd[..])
                 .map_err(|_| DriverError::layout(Opcode::CreateRq, "input"))?;
+            // Frames arrive whole, VLAN tags in place (`vsd`), as on the port's own RQs.
             c.ctx_mut()
                 .set_cqn(cqn)
                 .set_flush_in_error_en(true)
+                .set_vsd(true)
                 .set_mem_rq_type(1)
                 .set_rmpn(rmpn)
                 .set_counter_set_id(self.q_counter.as_ref().map_or(0, QCounterSet::id));
