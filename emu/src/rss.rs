@@ -215,24 +215,42 @@ pub fn rss_hash(
     frame: &[u8],
     parsed: &Parsed,
 ) -> Option<u32> {
-    let (input, len) = hash_input(selector, frame, parsed)?;
+    let (input, len) = hash_input(selector, HashOrder::AsCarried, frame, parsed)?;
     Some(toeplitz(key, input.get(..len)?))
 }
 
-/// As [`rss_hash`], under a key whose table is made: what the receive engine uses.
+/// The order a TIR hashes a packet's source and destination in (`tirc.rx_hash_symmetric`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HashOrder {
+    /// As the packet carries them: the two directions of a flow hash apart.
+    AsCarried,
+    /// Each pair sorted first, the smaller first (addresses compared as big-endian numbers,
+    /// ports as numbers), so both directions of a flow hash alike: the symmetric hash a TIR
+    /// with `rx_hash_symmetric` computes, which DPDK's mlx5 PMD offers as
+    /// `RTE_ETH_HASH_FUNCTION_SYMMETRIC_TOEPLITZ_SORT` ("if src_ip > dst_ip, swap src_ip and
+    /// dst_ip; if src_port > dst_port, swap", rte_ethdev.h) and mlx5e sets on every Toeplitz
+    /// TIR (`mlx5e_tir_builder_build_rss`). A pair is sorted only when both its fields are
+    /// selected.
+    Sorted,
+}
+
+/// As [`rss_hash`], under a key whose table is made and in `order`: what the receive engine
+/// uses.
 pub fn rss_hash_keyed(
     key: &ToeplitzKey,
     selector: HashSelector,
+    order: HashOrder,
     frame: &[u8],
     parsed: &Parsed,
 ) -> Option<u32> {
-    let (input, len) = hash_input(selector, frame, parsed)?;
+    let (input, len) = hash_input(selector, order, frame, parsed)?;
     Some(key.hash(input.get(..len)?))
 }
 
 /// The hash input `selector` takes from `frame` and its length; `None` as [`rss_hash`] says.
 fn hash_input(
     selector: HashSelector,
+    order: HashOrder,
     frame: &[u8],
     parsed: &Parsed,
 ) -> Option<([u8; MAX_HASH_INPUT_LEN], usize)> {
@@ -265,15 +283,55 @@ fn hash_input(
         }
         Some(())
     };
-    push(HashFields::SRC_IP, src_at, addr_len)?;
-    push(
-        HashFields::DST_IP,
-        src_at.saturating_add(addr_len),
+    let dst_at = src_at.saturating_add(addr_len);
+    let (sport_at, dport_at) = (parsed.l4_offset, parsed.l4_offset.saturating_add(2));
+    let sorted = order == HashOrder::Sorted;
+    let ips = sorted_pair(
+        frame,
+        fields,
+        HashFields::IP,
+        (src_at, dst_at),
         addr_len,
+        sorted,
     )?;
-    push(HashFields::L4_SPORT, parsed.l4_offset, 2)?;
-    push(HashFields::L4_DPORT, parsed.l4_offset.saturating_add(2), 2)?;
+    let ports = sorted_pair(
+        frame,
+        fields,
+        HashFields::L4_PORTS,
+        (sport_at, dport_at),
+        2,
+        sorted,
+    )?;
+    push(HashFields::SRC_IP, ips.0, addr_len)?;
+    push(HashFields::DST_IP, ips.1, addr_len)?;
+    push(HashFields::L4_SPORT, ports.0, 2)?;
+    push(HashFields::L4_DPORT, ports.1, 2)?;
     Some((input, len))
+}
+
+/// Where the first and second field of a source/destination pair (`pair`, both of them in
+/// `fields`, at offsets `at`, `n` bytes each) are read from: swapped when `sort` asks for the
+/// smaller first and the first is larger; as they are otherwise. `None` when a field it would
+/// compare lies past the frame.
+fn sorted_pair(
+    frame: &[u8],
+    fields: HashFields,
+    pair: HashFields,
+    (first, second): (usize, usize),
+    n: usize,
+    sort: bool,
+) -> Option<(usize, usize)> {
+    if !sort || !fields.contains(pair) {
+        return Some((first, second));
+    }
+    let a = frame.get(first..first.checked_add(n)?)?;
+    let b = frame.get(second..second.checked_add(n)?)?;
+    // Big-endian bytes compare as the numbers they carry.
+    Some(if a > b {
+        (second, first)
+    } else {
+        (first, second)
+    })
 }
 
 /// The RQ table entry a hash selects: `hash % table_len`, or 0 for an empty table (which the

@@ -3,8 +3,8 @@
 
 use cxdirect_emu::packet::parse;
 use cxdirect_emu::rss::{
-    indirect, rss_hash, rss_hash_keyed, toeplitz, HashFields, HashSelector, L3Proto, L4Proto,
-    ToeplitzKey, MAX_HASH_INPUT_LEN,
+    indirect, rss_hash, rss_hash_keyed, toeplitz, HashFields, HashOrder, HashSelector, L3Proto,
+    L4Proto, ToeplitzKey, MAX_HASH_INPUT_LEN,
 };
 use cxdirect_hw::tir::{
     RxHashFieldSelect, HASH_FIELD_SEL_DST_IP, HASH_FIELD_SEL_IPSEC_SPI, HASH_FIELD_SEL_L4_DPORT,
@@ -454,9 +454,15 @@ fn a_keyed_table_hashes_as_the_definition_does() {
         let f = frame_v4(row.src, row.sport, row.dst, row.dport, 6);
         let p = parse(&f);
         let tcp4 = sel(L3Proto::Ipv4, L4Proto::Tcp, HashFields::IP_AND_PORTS);
-        assert_eq!(rss_hash_keyed(&ms, tcp4, &f, &p), Some(row.with_ports));
+        assert_eq!(
+            rss_hash_keyed(&ms, tcp4, HashOrder::AsCarried, &f, &p),
+            Some(row.with_ports)
+        );
         let ip4 = sel(L3Proto::Ipv4, L4Proto::Tcp, HashFields::IP);
-        assert_eq!(rss_hash_keyed(&ms, ip4, &f, &p), Some(row.ip_only));
+        assert_eq!(
+            rss_hash_keyed(&ms, ip4, HashOrder::AsCarried, &f, &p),
+            Some(row.ip_only)
+        );
     }
 }
 

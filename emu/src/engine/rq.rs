@@ -147,13 +147,19 @@ fn to_tirs(core: &mut Core, from: Option<Sender>, frame: &[u8], parsed: &Parsed,
                 l3,
                 l4,
                 fields,
+                symmetric,
             } => {
                 let Some(rqt) = core.res.rqts.get(*rqtn) else {
                     continue;
                 };
                 let hash = if *hash_fn == 2 {
                     rss::HashSelector::from_raw(*l3, *l4, *fields).and_then(|sel| {
-                        rss::rss_hash_keyed(key, sel, frame, parsed)
+                        let order = if *symmetric {
+                            rss::HashOrder::Sorted
+                        } else {
+                            rss::HashOrder::AsCarried
+                        };
+                        rss::rss_hash_keyed(key, sel, order, frame, parsed)
                             .map(|h| (h, hash_type(parsed, sel)))
                     })
                 } else {

@@ -215,6 +215,7 @@ fn tir_hash(
         l3: sel.l3_prot_type(),
         l4: sel.l4_prot_type(),
         fields: sel.selected_fields(),
+        symmetric: ctx.rx_hash_symmetric(),
     })
 }
 

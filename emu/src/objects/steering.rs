@@ -27,6 +27,8 @@ pub(crate) enum TirDispatch {
         l3: u8,
         l4: u8,
         fields: u32,
+        /// `rx_hash_symmetric`: the addresses and ports hashed in sorted order.
+        symmetric: bool,
     },
 }
 
