@@ -77,8 +77,8 @@ pub struct QueueStats {
     /// Receive: completions that arrived as mini-CQEs of a compressed session (also counted
     /// in `cqes`; see `PortConfig::rx_cqe_compression`).
     pub compressed_cqes: u64,
-    /// Buffers given back to the pool by recovery without carrying a packet (send: also
-    /// counted in `errors`).
+    /// Buffers given back to the pool without carrying a packet: flushed by the device after a
+    /// failed send (`flush_in_error_en`) or by recovery (send: also counted in `errors`).
     pub flushed: u64,
     /// Times the queue was recovered ([`crate::Port::recover_tx`] / `recover_rx`).
     pub recoveries: u64,

@@ -252,6 +252,8 @@ counter_set! {
         out_of_buffer,
         /// Error completions.
         errors,
+        /// WQEs completed with a flush error CQE, their queue in error (`flush_in_error_en`).
+        flushed,
     }
 }
 

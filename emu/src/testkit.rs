@@ -762,7 +762,14 @@ impl Host {
         log: u8,
         multi_packet: bool,
     ) -> Result<Sq, CmdFail> {
-        self.create_sq_of(cqn, Some(tisn), log, multi_packet, 0, false)
+        self.create_sq_of(cqn, Some(tisn), log, multi_packet, 0, false, false)
+    }
+
+    /// Creates an SQ of `2^log` WQEBBs on CQ `cqn` and TIS `tisn` with `flush_in_error_en`, as
+    /// Linux's and DPDK's drivers create theirs, and moves it to RDY.
+    pub fn create_flushing_sq(&mut self, cqn: u32, tisn: u32, log: u8) -> Sq {
+        self.create_sq_of(cqn, Some(tisn), log, false, 0, false, true)
+            .expect("CREATE_SQ")
     }
 
     /// Creates an SQ of `2^log` WQEBBs on CQ `cqn` and TIS `tisn` in NIC queue group `group`
@@ -776,7 +783,7 @@ impl Host {
         group: u32,
     ) -> Result<u32, CmdFail> {
         let group = u16::try_from(group).unwrap_or(u16::MAX);
-        self.create_sq_of(cqn, Some(tisn), log, false, group, false)
+        self.create_sq_of(cqn, Some(tisn), log, false, group, false, false)
             .map(|sq| sq.sqn)
     }
 
@@ -790,6 +797,7 @@ impl Host {
         multi_packet: bool,
         group: u16,
         reg_umr: bool,
+        flush_in_error: bool,
     ) -> Result<Sq, CmdFail> {
         let (buf, dbr, pages, mut input) = self.ring_input(Opcode::CreateSq, 64 << log);
         let mut cmd = CreateSqIn::new(&mut input[..]).expect("layout");
@@ -800,7 +808,8 @@ impl Host {
                 .set_tis_lst_sz(u16::from(tisn.is_some()))
                 .set_qos_queue_group_id(group)
                 .set_allow_multi_pkt_send_wqe(multi_packet)
-                .set_reg_umr(reg_umr);
+                .set_reg_umr(reg_umr)
+                .set_flush_in_error_en(flush_in_error);
             ctx.wq_mut()
                 .set_wq_type(1)
                 .set_pd(self.pd)

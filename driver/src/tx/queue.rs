@@ -12,7 +12,7 @@ use crate::error::DriverError;
 use crate::mem::{Mbuf, PacketBurst, Quarantine};
 use crate::ring::{DoorbellRecord, QueueStats, Rebuild, SlotRing, StatsHandle, MAX_BURST};
 use cxdirect_dma::DmaRegion;
-use cxdirect_hw::cqe::CqeOpcode;
+use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome};
 use cxdirect_hw::doorbell::bf_buffer_offset;
 use cxdirect_hw::wqe::{ETH_L2_INLINE_HEADER_SIZE, WQE_BB};
 use std::sync::Arc;
@@ -245,20 +245,34 @@ impl<B: Backend> TxQueue<B> {
                 self.in_error = true;
                 continue;
             }
+            // Free every WQE up to and including the completed one.
+            let done = done.wrapping_add(1);
+            let mut flushed = false;
             if cqe.opcode() == CqeOpcode::ReqErr as u8 {
-                self.stats.errors += 1;
-                self.stats.last_error_syndrome = cqe.syndrome();
+                // The SQ flushes what was posted past a failed WQE (`flush_in_error_en`): the
+                // failure's syndrome stays the one reported.
+                flushed = cqe.syndrome() == CqeSyndrome::WrFlushed as u8;
+                if !flushed {
+                    self.stats.errors += 1;
+                    self.stats.last_error_syndrome = cqe.syndrome();
+                }
                 self.in_error = true;
             } else if !cqe.is_send_ok() {
                 self.stats.bad_cqes += 1;
                 self.in_error = true;
                 continue;
             }
-            // Free every WQE up to and including the completed one.
-            let done = done.wrapping_add(1);
             let ci = self.ci;
+            // Flushed packets count as errors and as flushed, as recovery counts what it finds
+            // still in flight (an error path: the count walks the in-flight table).
+            let before = if flushed { self.inflight.count() } else { 0 };
             self.inflight
                 .complete(usize::from(ci & self.mask()), usize::from(done));
+            if flushed {
+                let freed = before.saturating_sub(self.inflight.count()) as u64;
+                self.stats.errors += freed;
+                self.stats.flushed += freed;
+            }
             self.ci = ci.wrapping_add(done);
         }
         if progressed {

@@ -20,6 +20,7 @@ pub(crate) mod roce;
 pub(crate) mod rq;
 pub(crate) mod send_counter;
 pub(crate) mod sq;
+pub(crate) mod sq_flush;
 pub(crate) mod sq_umr;
 pub(crate) mod striding;
 pub(crate) mod striding_list;

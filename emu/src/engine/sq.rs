@@ -76,9 +76,23 @@ pub(crate) fn doorbell(
         add(&core.counters.bad_doorbells, 1);
         return;
     };
-    if sq.wq.uar != uar || sq.state != QState::Rdy {
+    if sq.wq.uar != uar {
         add(&core.counters.bad_doorbells, 1);
         return;
+    }
+    match sq.state {
+        QState::Rdy => {}
+        // What a doorbell announces to an SQ in error is flushed (when it asked for that).
+        QState::Err if sq.flush_in_error => {
+            if let Some(pi) = producer_index(core, sqn) {
+                crate::engine::sq_flush::flush(core, sqn, pi, false);
+            }
+            return;
+        }
+        _ => {
+            add(&core.counters.bad_doorbells, 1);
+            return;
+        }
     }
     let Some(pi) = producer_index(core, sqn) else {
         return;
@@ -139,7 +153,11 @@ fn run(core: &mut Core, sqn: u32, pi: u16, bf: Option<(u16, BlueFlame<'_>)>) {
         let ring = Ring { sqn, fetch_end, pi };
         match execute_one(core, ring, index, use_bf, &mut scratch) {
             Ok(bbs) => index = index.wrapping_add(bbs),
-            Err(()) => break,
+            Err(()) => {
+                // The failed WQE has its error CQE; the rest are flushed (when asked).
+                crate::engine::sq_flush::flush(core, sqn, pi, true);
+                break;
+            }
         }
     }
     core.send_scratch = scratch;

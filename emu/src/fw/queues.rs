@@ -504,6 +504,7 @@ pub(crate) fn create_sq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
         slot,
         rate_index: ctx.packet_pacing_rate_limit_index(),
         pacer: Default::default(),
+        flush_in_error: ctx.flush_in_error_en(),
     };
     let Some(sqn) = core.res.sqs.insert(sq) else {
         release_context(core, slot);

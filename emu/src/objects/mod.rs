@@ -291,6 +291,9 @@ pub(crate) struct Sq {
     pub rate_index: u16,
     /// Its bucket, while it names an entry (`engine::pacing`).
     pub pacer: pacing::Pacer,
+    /// `sqc.flush_in_error_en`: once in error, every WQE posted past the failed one completes
+    /// with a flush error CQE (`engine::sq_flush`).
+    pub flush_in_error: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
