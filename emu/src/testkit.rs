@@ -24,7 +24,10 @@ use cxdirect_hw::mkey::{
     mkey_from_index, CreateMkeyIn, CreateMkeyOut, MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA,
 };
 use cxdirect_hw::reg::{AccessRegisterIn, PmtuReg, ACCESS_REG_OP_MOD_WRITE, REG_PMTU};
-use cxdirect_hw::tir::{CreateTirIn, CreateTirOut, CreateTisIn, CreateTisOut};
+use cxdirect_hw::tir::{
+    CreateRqtIn, CreateRqtOut, CreateTirIn, CreateTirOut, CreateTisIn, CreateTisOut,
+    HASH_FIELD_SEL_DST_IP, HASH_FIELD_SEL_L4_DPORT, HASH_FIELD_SEL_L4_SPORT, HASH_FIELD_SEL_SRC_IP,
+};
 use cxdirect_hw::wq::{
     CreateRmpIn, CreateRmpOut, CreateRqIn, CreateRqOut, CreateSqIn, CreateSqOut, ModifyRqIn,
     ModifySqIn, WqType,
@@ -132,6 +135,19 @@ pub struct Sq {
     pub pi: u16,
     /// Which BlueFlame half comes next.
     pub bf_toggle: bool,
+}
+
+/// What a test SQ is created with besides its CQ, TIS and size (`sqc` fields).
+#[derive(Debug, Clone, Copy, Default)]
+struct SqOptions {
+    /// `allow_multi_pkt_send_wqe`.
+    multi_packet: bool,
+    /// `qos_queue_group_id`.
+    group: u16,
+    /// `reg_umr`.
+    reg_umr: bool,
+    /// `flush_in_error_en`.
+    flush_in_error: bool,
 }
 
 /// A receive queue (or RMP ring) made by [`Host::create_rq`] or [`Host::create_rmp`].
@@ -762,14 +778,30 @@ impl Host {
         log: u8,
         multi_packet: bool,
     ) -> Result<Sq, CmdFail> {
-        self.create_sq_of(cqn, Some(tisn), log, multi_packet, 0, false, false)
+        self.create_sq_of(
+            cqn,
+            Some(tisn),
+            log,
+            SqOptions {
+                multi_packet,
+                ..SqOptions::default()
+            },
+        )
     }
 
     /// Creates an SQ of `2^log` WQEBBs on CQ `cqn` and TIS `tisn` with `flush_in_error_en`, as
     /// Linux's and DPDK's drivers create theirs, and moves it to RDY.
     pub fn create_flushing_sq(&mut self, cqn: u32, tisn: u32, log: u8) -> Sq {
-        self.create_sq_of(cqn, Some(tisn), log, false, 0, false, true)
-            .expect("CREATE_SQ")
+        self.create_sq_of(
+            cqn,
+            Some(tisn),
+            log,
+            SqOptions {
+                flush_in_error: true,
+                ..SqOptions::default()
+            },
+        )
+        .expect("CREATE_SQ")
     }
 
     /// Creates an SQ of `2^log` WQEBBs on CQ `cqn` and TIS `tisn` in NIC queue group `group`
@@ -783,8 +815,16 @@ impl Host {
         group: u32,
     ) -> Result<u32, CmdFail> {
         let group = u16::try_from(group).unwrap_or(u16::MAX);
-        self.create_sq_of(cqn, Some(tisn), log, false, group, false, false)
-            .map(|sq| sq.sqn)
+        self.create_sq_of(
+            cqn,
+            Some(tisn),
+            log,
+            SqOptions {
+                group,
+                ..SqOptions::default()
+            },
+        )
+        .map(|sq| sq.sqn)
     }
 
     /// CREATE_SQ of `2^log` WQEBBs on CQ `cqn` through TIS `tisn` (none: no TIS, as mlx5e's
@@ -794,11 +834,14 @@ impl Host {
         cqn: u32,
         tisn: Option<u32>,
         log: u8,
-        multi_packet: bool,
-        group: u16,
-        reg_umr: bool,
-        flush_in_error: bool,
+        options: SqOptions,
     ) -> Result<Sq, CmdFail> {
+        let SqOptions {
+            multi_packet,
+            group,
+            reg_umr,
+            flush_in_error,
+        } = options;
         let (buf, dbr, pages, mut input) = self.ring_input(Opcode::CreateSq, 64 << log);
         let mut cmd = CreateSqIn::new(&mut input[..]).expect("layout");
         {
@@ -1244,12 +1287,63 @@ impl Host {
         CreateTirOut::new(&out[..]).expect("layout").tirn()
     }
 
+    /// An RQ table over `rqns` and an indirect TIR hashing IPv4/UDP 4-tuples over it with
+    /// Toeplitz under `key`, symmetric (`rx_hash_symmetric`) or not; returns the TIR.
+    pub fn create_udp_rss_tir(&mut self, rqns: &[u32], key: &[u8; 40], symmetric: bool) -> u32 {
+        let size = rqns.len() as u16;
+        let mut input = Self::input(Opcode::CreateRqt, 0, 0x110 + 4 * rqns.len());
+        {
+            let mut cmd = CreateRqtIn::new(&mut input[..]).expect("layout");
+            cmd.rqt_context_mut()
+                .set_rqt_max_size(size)
+                .set_rqt_actual_size(size);
+            for (i, &rqn) in rqns.iter().enumerate() {
+                cmd.set_rq_num(i, rqn).expect("room");
+            }
+        }
+        let out = self.exec(&input, 16).expect("CREATE_RQT");
+        let rqtn = CreateRqtOut::new(&out[..]).expect("layout").rqtn();
+        let mut input = Self::input(Opcode::CreateTir, 0, 0x110);
+        {
+            let mut cmd = CreateTirIn::new(&mut input[..]).expect("layout");
+            let mut ctx = cmd.ctx_mut();
+            ctx.set_disp_type(1)
+                .set_indirect_table(rqtn)
+                .set_rx_hash_fn(2)
+                .set_rx_hash_symmetric(symmetric)
+                .set_transport_domain(self.td);
+            ctx.set_rx_hash_toeplitz_key_bytes(key);
+            ctx.rx_hash_field_selector_outer_mut()
+                .set_l3_prot_type(0)
+                .set_l4_prot_type(1)
+                .set_selected_fields(
+                    HASH_FIELD_SEL_SRC_IP
+                        | HASH_FIELD_SEL_DST_IP
+                        | HASH_FIELD_SEL_L4_SPORT
+                        | HASH_FIELD_SEL_L4_DPORT,
+                );
+        }
+        let out = self.exec(&input, 16).expect("CREATE_TIR");
+        CreateTirOut::new(&out[..]).expect("layout").tirn()
+    }
+
     /// A flow table with one catch-all entry to `tirn`, made root.
     pub fn steer_to_tir(&mut self, tirn: u32) {
         let table = flow_tables::create_table(self, 0, 4, None).expect("CREATE_FLOW_TABLE");
         flow_tables::catch_all(self, table, flow::FLOW_DESTINATION_TYPE_TIR, tirn, 0);
         flow_tables::set_root(self, table);
     }
+}
+
+/// `frame` with VLAN tags `(tpid, tci)` inserted after its MAC addresses, outermost first.
+pub fn vlan_tagged(frame: &[u8], tags: &[(u16, u16)]) -> Vec<u8> {
+    let mut f = frame[..12].to_vec();
+    for &(tpid, tci) in tags {
+        f.extend_from_slice(&tpid.to_be_bytes());
+        f.extend_from_slice(&tci.to_be_bytes());
+    }
+    f.extend_from_slice(&frame[12..]);
+    f
 }
 
 /// A test frame: broadcast destination, a source MAC, IPv4/UDP (checksums filled in) with

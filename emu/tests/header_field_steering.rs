@@ -11,7 +11,7 @@ use cxdirect_emu::testkit::flow_tables::{
     create_table_of, entry_matching, group_matching, set_root_of,
 };
 use cxdirect_emu::testkit::plug::Plug;
-use cxdirect_emu::testkit::{udp_frame, CmdFail, Host};
+use cxdirect_emu::testkit::{udp_frame, vlan_tagged, CmdFail, Host};
 use cxdirect_emu::{EmuConfig, Syndrome};
 use cxdirect_hw::cmd::CmdStatus;
 use cxdirect_hw::flow::{self, FteMatchParam, FLOW_TABLE_TYPE_NIC_TX};
@@ -38,17 +38,6 @@ fn v6(tc: u8, label: u32, hops: u8) -> Vec<u8> {
     f.extend_from_slice(&[0x12, 0x34, 0x56, 0x78, 0, 72, 0, 0]);
     f.extend((0..64u8).map(|i| i.wrapping_mul(3)));
     insert_checksums(&mut f, true, true).expect("checksums");
-    f
-}
-
-/// `frame` with VLAN tags `(tpid, tci)` inserted after its MAC addresses, outermost first.
-fn tagged(frame: &[u8], tags: &[(u16, u16)]) -> Vec<u8> {
-    let mut f = frame[..12].to_vec();
-    for &(tpid, tci) in tags {
-        f.extend_from_slice(&tpid.to_be_bytes());
-        f.extend_from_slice(&tci.to_be_bytes());
-    }
-    f.extend_from_slice(&frame[12..]);
     f
 }
 
@@ -133,8 +122,8 @@ fn an_untagged_rule_on_cvlan_tag_alone_takes_neither_a_customer_nor_a_service_ta
     );
     let plain = v4(0, 64);
     assert!(!passes(&mut p, &plain));
-    assert!(passes(&mut p, &tagged(&plain, &[(C_TAG, 5)])));
-    assert!(passes(&mut p, &tagged(&plain, &[(S_TAG, 5)])));
+    assert!(passes(&mut p, &vlan_tagged(&plain, &[(C_TAG, 5)])));
+    assert!(passes(&mut p, &vlan_tagged(&plain, &[(S_TAG, 5)])));
 }
 
 #[test]
@@ -155,10 +144,13 @@ fn a_service_tag_rule_takes_the_first_tag_of_kind_s_and_its_vid() {
         },
     );
     let plain = v4(0, 64);
-    assert!(!passes(&mut p, &tagged(&plain, &[(S_TAG, 7)])));
-    assert!(!passes(&mut p, &tagged(&plain, &[(S_TAG, 7), (C_TAG, 9)])));
-    assert!(passes(&mut p, &tagged(&plain, &[(C_TAG, 7)])));
-    assert!(passes(&mut p, &tagged(&plain, &[(S_TAG, 8)])));
+    assert!(!passes(&mut p, &vlan_tagged(&plain, &[(S_TAG, 7)])));
+    assert!(!passes(
+        &mut p,
+        &vlan_tagged(&plain, &[(S_TAG, 7), (C_TAG, 9)])
+    ));
+    assert!(passes(&mut p, &vlan_tagged(&plain, &[(C_TAG, 7)])));
+    assert!(passes(&mut p, &vlan_tagged(&plain, &[(S_TAG, 8)])));
     assert!(passes(&mut p, &plain));
 }
 
@@ -180,10 +172,16 @@ fn misc_entries_take_the_second_vlan_tag_and_the_ipv6_flow_label() {
         },
     );
     let plain = v4(0, 64);
-    assert!(!passes(&mut p, &tagged(&plain, &[(S_TAG, 7), (C_TAG, 9)])));
-    assert!(passes(&mut p, &tagged(&plain, &[(S_TAG, 7), (C_TAG, 10)])));
+    assert!(!passes(
+        &mut p,
+        &vlan_tagged(&plain, &[(S_TAG, 7), (C_TAG, 9)])
+    ));
+    assert!(passes(
+        &mut p,
+        &vlan_tagged(&plain, &[(S_TAG, 7), (C_TAG, 10)])
+    ));
     // One tag is a first tag, not a second.
-    assert!(passes(&mut p, &tagged(&plain, &[(C_TAG, 9)])));
+    assert!(passes(&mut p, &vlan_tagged(&plain, &[(C_TAG, 9)])));
 
     let mut p = Plug::new(EmuConfig::default());
     dropping_root(

@@ -9,10 +9,7 @@ use cxdirect_hw::cmd::{CmdMailbox, CmdStatus, DeliveryStatus, Opcode};
 use cxdirect_hw::cqe::{Cqe64, CqeOpcode, CqeSyndrome, ErrCqe};
 use cxdirect_hw::eqe::EventType;
 use cxdirect_hw::hca::{self, query_pages_op_mod};
-use cxdirect_hw::tir::{
-    CreateRqtIn, CreateRqtOut, CreateTirIn, CreateTirOut, HASH_FIELD_SEL_DST_IP,
-    HASH_FIELD_SEL_L4_DPORT, HASH_FIELD_SEL_L4_SPORT, HASH_FIELD_SEL_SRC_IP,
-};
+use cxdirect_hw::tir::{CreateRqtIn, CreateTirIn};
 use cxdirect_hw::wq::{
     ModifyRmpIn, ModifyRqIn, ModifySqIn, QueryRmpOut, MODIFY_RQ_BITMASK_RQ_COUNTER_SET_ID,
 };
@@ -525,38 +522,7 @@ fn shared_pool_limit_fires_once_per_arm_across_two_rqs() {
     let rq1 = h.create_rq(cq1.cqn, 0, Some(rmpn));
     let rq2 = h.create_rq(cq2.cqn, 0, Some(rmpn));
     // RQ table over both RQs, Toeplitz on addresses and UDP ports.
-    let mut input = Host::input(Opcode::CreateRqt, 0, 0x110 + 8);
-    {
-        let mut cmd = CreateRqtIn::new(&mut input[..]).unwrap();
-        cmd.rqt_context_mut()
-            .set_rqt_max_size(2)
-            .set_rqt_actual_size(2);
-        cmd.set_rq_num(0, rq1.rqn).unwrap();
-        cmd.set_rq_num(1, rq2.rqn).unwrap();
-    }
-    let out = h.exec(&input, 16).unwrap();
-    let rqtn = CreateRqtOut::new(&out[..]).unwrap().rqtn();
-    let mut input = Host::input(Opcode::CreateTir, 0, 0x110);
-    {
-        let mut cmd = CreateTirIn::new(&mut input[..]).unwrap();
-        let mut ctx = cmd.ctx_mut();
-        ctx.set_disp_type(1)
-            .set_indirect_table(rqtn)
-            .set_rx_hash_fn(2)
-            .set_transport_domain(h.td);
-        ctx.set_rx_hash_toeplitz_key_bytes(&[0x6d; 40]);
-        ctx.rx_hash_field_selector_outer_mut()
-            .set_l3_prot_type(0)
-            .set_l4_prot_type(1)
-            .set_selected_fields(
-                HASH_FIELD_SEL_SRC_IP
-                    | HASH_FIELD_SEL_DST_IP
-                    | HASH_FIELD_SEL_L4_SPORT
-                    | HASH_FIELD_SEL_L4_DPORT,
-            );
-    }
-    let out = h.exec(&input, 16).unwrap();
-    let tirn = CreateTirOut::new(&out[..]).unwrap().tirn();
+    let tirn = h.create_udp_rss_tir(&[rq1.rqn, rq2.rqn], &[0x6d; 40], false);
     h.steer_to_tir(tirn);
     let bufs: Vec<u64> = (0..32).map(|_| h.alloc(2048, 64)).collect();
     for &b in &bufs[..10] {

@@ -8,15 +8,9 @@ use cxdirect_emu::packet::{insert_checksums, parse};
 use cxdirect_emu::rss::{rss_hash, HashFields, HashSelector, L3Proto, L4Proto};
 use cxdirect_emu::testkit::flow_tables::{catch_all, create_table, set_root};
 use cxdirect_emu::testkit::plug::Plug;
-use cxdirect_emu::testkit::Host;
 use cxdirect_emu::EmuConfig;
-use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::cqe::Cqe64;
 use cxdirect_hw::flow::FLOW_DESTINATION_TYPE_TIR;
-use cxdirect_hw::tir::{
-    CreateRqtIn, CreateRqtOut, CreateTirIn, CreateTirOut, HASH_FIELD_SEL_DST_IP,
-    HASH_FIELD_SEL_L4_DPORT, HASH_FIELD_SEL_L4_SPORT, HASH_FIELD_SEL_SRC_IP,
-};
 
 const KEY: [u8; 40] = [
     0x2c, 0xc6, 0x81, 0xd1, 0x5b, 0xdb, 0xf4, 0xf7, 0xfc, 0xa2, 0x83, 0x19, 0xdb, 0x1a, 0x3e, 0x94,
@@ -42,42 +36,10 @@ fn udp(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16) -> Vec<u8> {
 /// symmetric or not, the receive root's only destination.
 fn hash_through_tir(p: &mut Plug, symmetric: bool) {
     let rqn = p.rqn();
-    let h = &mut p.h;
-    let mut input = Host::input(Opcode::CreateRqt, 0, 0x110 + 8);
-    {
-        let mut cmd = CreateRqtIn::new(&mut input[..]).unwrap();
-        cmd.rqt_context_mut()
-            .set_rqt_max_size(1)
-            .set_rqt_actual_size(1);
-        cmd.set_rq_num(0, rqn).unwrap();
-    }
-    let out = h.exec(&input, 16).unwrap();
-    let rqtn = CreateRqtOut::new(&out[..]).unwrap().rqtn();
-    let mut input = Host::input(Opcode::CreateTir, 0, 0x110);
-    {
-        let mut cmd = CreateTirIn::new(&mut input[..]).unwrap();
-        let mut ctx = cmd.ctx_mut();
-        ctx.set_disp_type(1)
-            .set_indirect_table(rqtn)
-            .set_rx_hash_fn(2)
-            .set_rx_hash_symmetric(symmetric)
-            .set_transport_domain(h.td);
-        ctx.set_rx_hash_toeplitz_key_bytes(&KEY);
-        ctx.rx_hash_field_selector_outer_mut()
-            .set_l3_prot_type(0)
-            .set_l4_prot_type(1)
-            .set_selected_fields(
-                HASH_FIELD_SEL_SRC_IP
-                    | HASH_FIELD_SEL_DST_IP
-                    | HASH_FIELD_SEL_L4_SPORT
-                    | HASH_FIELD_SEL_L4_DPORT,
-            );
-    }
-    let out = h.exec(&input, 16).unwrap();
-    let tirn = CreateTirOut::new(&out[..]).unwrap().tirn();
-    let root = create_table(h, 0, 2, None).unwrap();
-    catch_all(h, root, FLOW_DESTINATION_TYPE_TIR, tirn, 0);
-    set_root(h, root);
+    let tirn = p.h.create_udp_rss_tir(&[rqn], &KEY, symmetric);
+    let root = create_table(&mut p.h, 0, 2, None).unwrap();
+    catch_all(&mut p.h, root, FLOW_DESTINATION_TYPE_TIR, tirn, 0);
+    set_root(&mut p.h, root);
 }
 
 /// The hash the receive CQE of `frame` carries.

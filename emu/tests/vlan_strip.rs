@@ -5,22 +5,11 @@
 //! bit (`mlx5e_modify_rq_vsd`). The frames go out of the plug's SQ and come back to its RQ.
 
 use cxdirect_emu::testkit::plug::Plug;
-use cxdirect_emu::testkit::{udp_frame, Host};
+use cxdirect_emu::testkit::{udp_frame, vlan_tagged, Host};
 use cxdirect_emu::EmuConfig;
 use cxdirect_hw::cmd::Opcode;
 use cxdirect_hw::cqe::Cqe64;
 use cxdirect_hw::wq::{ModifyRqIn, QueryRqIn, QueryRqOut, MODIFY_RQ_BITMASK_VSD};
-
-/// `frame` with VLAN tags `(tpid, tci)` after its MAC addresses, outermost first.
-fn tagged(frame: &[u8], tags: &[(u16, u16)]) -> Vec<u8> {
-    let mut f = frame[..12].to_vec();
-    for &(tpid, tci) in tags {
-        f.extend_from_slice(&tpid.to_be_bytes());
-        f.extend_from_slice(&tci.to_be_bytes());
-    }
-    f.extend_from_slice(&frame[12..]);
-    f
-}
 
 /// MODIFY_RQ of ready RQ `rqn` changing only `vsd`, as `mlx5e_modify_rq_vsd` sends it.
 fn set_vsd(h: &mut Host, rqn: u32, vsd: bool) {
@@ -58,7 +47,7 @@ fn a_customer_tag_goes_to_the_cqe_and_the_frame_arrives_without_it() {
     let mut p = stripping_plug();
     let plain = udp_frame(64, 3);
     let (bytes, cqe) = p
-        .send_for_cqe(&tagged(&plain, &[(0x8100, 0xa07b)]))
+        .send_for_cqe(&vlan_tagged(&plain, &[(0x8100, 0xa07b)]))
         .expect("frame back");
     assert_eq!(bytes, plain);
     let c = Cqe64::new(&cqe[..]).unwrap();
@@ -75,8 +64,8 @@ fn untagged_frames_and_service_tags_arrive_whole_without_has_vlan() {
     let plain = udp_frame(64, 4);
     for f in [
         plain.clone(),
-        tagged(&plain, &[(0x88a8, 7)]),
-        tagged(&plain, &[(0x88a8, 7), (0x8100, 9)]),
+        vlan_tagged(&plain, &[(0x88a8, 7)]),
+        vlan_tagged(&plain, &[(0x88a8, 7), (0x8100, 9)]),
     ] {
         let (bytes, cqe) = p.send_for_cqe(&f).expect("frame back");
         assert_eq!(bytes, f);
@@ -90,7 +79,7 @@ fn an_rq_with_vsd_keeps_the_tag_and_modify_turns_stripping_on_and_off() {
     let rqn = p.rqn();
     // The plug's RQ is created with vsd set.
     assert!(queried_vsd(&mut p.h, rqn));
-    let f = tagged(&udp_frame(64, 5), &[(0x8100, 5)]);
+    let f = vlan_tagged(&udp_frame(64, 5), &[(0x8100, 5)]);
     let (bytes, cqe) = p.send_for_cqe(&f).expect("frame back");
     assert_eq!(bytes, f);
     assert!(!Cqe64::new(&cqe[..]).unwrap().has_vlan());

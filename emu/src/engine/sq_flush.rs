@@ -52,7 +52,7 @@ fn wqe_shape(core: &Core, sqn: u32, index: u16, pi: u16) -> (u8, Option<u16>) {
         return (0, None);
     };
     let mask = sq.wq.entries() - 1;
-    let offset = u64::from(u32::from(index) & mask) * u64::from(sq.wq.stride());
+    let offset = u64::from(u32::from(index) & mask) * sq.wq.stride();
     let mut ctrl = [0u8; CTRL_BYTES];
     let read = sq
         .wq

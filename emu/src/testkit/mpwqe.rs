@@ -65,7 +65,15 @@ impl Host {
     /// An SQ of `2^log` WQEBBs on CQ `cqn` without a TIS, as `mlx5e_open_icosq` opens its
     /// internal control SQ (`reg_umr` as asked), moved to RDY.
     pub fn create_icosq(&mut self, cqn: u32, log: u8, reg_umr: bool) -> Result<Sq, CmdFail> {
-        self.create_sq_of(cqn, None, log, false, 0, reg_umr, false)
+        self.create_sq_of(
+            cqn,
+            None,
+            log,
+            super::SqOptions {
+                reg_umr,
+                ..super::SqOptions::default()
+            },
+        )
     }
 
     /// A linked-list striding RQ (`wq_type` 2) of `2^log` 32-byte WQEs whose WQEs have
