@@ -238,6 +238,8 @@ fn deliver(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, mut steered
     core.receive_scratch.stripped = stripped;
 }
 
+/// Delivers `frame` (parsed as `parsed`) to RQ `rqn` as it is: into the next posted WQE, or
+/// strides of a striding RQ's, with its completion.
 fn deliver_as_is(core: &mut Core, rqn: u32, frame: &[u8], parsed: &Parsed, steered: Steered) {
     let Some(rq) = core.res.rqs.get(rqn) else {
         add(&core.counters.rx_steer_drops, 1);
