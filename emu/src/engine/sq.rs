@@ -22,7 +22,7 @@ use crate::objects::{PartlySent, QState};
 use crate::packet;
 use crate::translate::{translate, KeyFault};
 use crate::transmit_steering::Verdict;
-use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome, ErrCqe};
+use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome};
 use cxdirect_hw::wqe::{self, CtrlSeg, EthSeg, ETH_WQE_INSERT_VLAN, INLINE_SEG, WQE_BB, WQE_DS};
 
 /// A BlueFlame copy of the WQE the doorbell announced.
@@ -866,19 +866,7 @@ fn fail(
     cqn: u32,
 ) -> Result<u16, ()> {
     add(&core.counters.error_cqes, 1);
-    let mut cqe = [0u8; 64];
-    {
-        let mut err = ErrCqe::new(&mut cqe[..]).map_err(|_| ())?;
-        err.set_syndrome(syndrome as u8)
-            .set_s_wqe_opcode(opcode)
-            .set_qpn(sqn)
-            .set_wqe_counter(index)
-            .set_opcode(CqeOpcode::ReqErr as u8);
-    }
-    stamp_user_index(core, sqn, &mut cqe);
-    if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
-        add(&core.counters.completions_lost, 1);
-    }
+    crate::engine::sq_flush::post_error_cqe(core, (sqn, cqn), index, opcode, syndrome);
     core.queue_counters.get_mut(QueueKind::Sq, sqn).errors += 1;
     if let Some(sq) = core.res.sqs.get_mut(sqn) {
         sq.state = QState::Err;

@@ -69,9 +69,23 @@ fn wqe_shape(core: &Core, sqn: u32, index: u16, pi: u16) -> (u8, Option<u16>) {
 
 /// Writes the flush CQE of the WQE at `index` (opcode `opcode`) to CQ `cqn`.
 fn write_flush_cqe(core: &mut Core, sqn: u32, cqn: u32, index: u16, opcode: u8) {
+    post_error_cqe(core, (sqn, cqn), index, opcode, CqeSyndrome::WrFlushed);
+    core.queue_counters.get_mut(QueueKind::Sq, sqn).flushed += 1;
+}
+
+/// Writes an error CQE (opcode REQ_ERR) for SQ `sqn`'s WQE at `index` (opcode `opcode`) with
+/// `syndrome` to its CQ `cqn`, its user index in it; a CQE with nowhere to go is counted lost.
+/// The failed WQE's CQE (`engine::sq`) and the flush CQEs after it are written alike.
+pub(crate) fn post_error_cqe(
+    core: &mut Core,
+    (sqn, cqn): (u32, u32),
+    index: u16,
+    opcode: u8,
+    syndrome: CqeSyndrome,
+) {
     let mut cqe = [0u8; 64];
     if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
-        err.set_syndrome(CqeSyndrome::WrFlushed as u8)
+        err.set_syndrome(syndrome as u8)
             .set_s_wqe_opcode(opcode)
             .set_qpn(sqn)
             .set_wqe_counter(index)
@@ -83,5 +97,4 @@ fn write_flush_cqe(core: &mut Core, sqn: u32, cqn: u32, index: u16, opcode: u8) 
     if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {
         add(&core.counters.completions_lost, 1);
     }
-    core.queue_counters.get_mut(QueueKind::Sq, sqn).flushed += 1;
 }

@@ -9,8 +9,9 @@ use crate::tunnel::Kind;
 use cxdirect_hw::flow::{FteMatchSetLyr24, FteMatchSetMisc, FteMatchSetMisc2, FteMatchSetMisc3};
 
 /// The match parameter words of a frame ([`match_word`](crate::objects::steering::match_word)
-/// order): its outer headers; for a tunnel the model knows, the tunnel's fields in the misc
-/// part ([`tunnel_fields`]) and the headers it carries in the inner part (an L3 tunnel's inner
+/// order): its outer headers; in the misc part the second VLAN tags and IPv6 flow labels
+/// ([`layered_misc_fields`]) and, for a tunnel the model knows, the tunnel's fields
+/// ([`tunnel_fields`]); the headers a tunnel carries in the inner part (an L3 tunnel's inner
 /// MACs and ethertype stay zero); the first MPLS entries (`misc_parameters_2`) and the L4
 /// misc fields (`misc_parameters_3`), outer and inner. A frame without a tunnel leaves the
 /// tunnel's and the inner fields zero.
