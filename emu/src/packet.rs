@@ -684,6 +684,12 @@ pub fn ipv4_header_checksum_ok(frame: &[u8], p: &Parsed) -> bool {
     }
 }
 
+/// Whether `p` (from [`parse`] of this `frame`) is an unfragmented TCP or UDP segment whose
+/// length fields (the IP packet's, UDP's length, TCP's data offset) agree with the frame.
+pub fn l4_lengths_ok(frame: &[u8], p: &Parsed) -> bool {
+    l4_span(frame, p).is_ok()
+}
+
 /// The NIC's `l4_ok` for a received frame: `p` (from [`parse`] of this `frame`) is an
 /// unfragmented TCP or UDP segment over IPv4 or IPv6 whose length fields agree with the frame and
 /// whose checksum, pseudo-header included, is right. UDP over IPv4 with checksum 0 (none sent)

@@ -2,6 +2,7 @@
 //! flow tables the firmware's commands (`fw::steering`) built, to the TIRs that take it or a
 //! drop. The receive engine (`engine::rq`) asks it for every frame.
 
+mod integrity;
 mod match_words;
 pub(crate) use match_words::{frame_match_words, match_words};
 use match_words::{MISC2_WORD, MPLS_BYTES};
@@ -90,7 +91,7 @@ pub(crate) fn steer(
     let Some(root) = core.res.rx_root else {
         return Verdict::Drop;
     };
-    let now = Steered::new(frame, parsed, words, None);
+    let now = Steered::new(frame, parsed, words, None, core.res.integrity_criteria);
     through_tables(core, root, now, 0, frame.len(), Some(copies))
 }
 
@@ -231,6 +232,8 @@ pub(crate) struct Steered<'a> {
     original_words: &'a [u64; MATCH_WORDS],
     /// The sending SQ, for a transmitted frame's `source_sqn`.
     sqn: Option<u32>,
+    /// Whether the match words carry the integrity bits ([`frame_match_words`]).
+    with_integrity: bool,
     rewritten: Option<(Vec<u8>, Parsed)>,
     meta: Metadata,
     /// The match words, once the frame or the registers changed.
@@ -244,12 +247,14 @@ impl<'a> Steered<'a> {
         parsed: &'a Parsed,
         words: &'a [u64; MATCH_WORDS],
         sqn: Option<u32>,
+        with_integrity: bool,
     ) -> Self {
         Steered {
             original: frame,
             original_parsed: parsed,
             original_words: words,
             sqn,
+            with_integrity,
             rewritten: None,
             meta: Metadata::default(),
             words: None,
@@ -282,7 +287,7 @@ impl<'a> Steered<'a> {
     /// The frame becomes `bytes`.
     pub(crate) fn replace(&mut self, bytes: Vec<u8>) {
         let parsed = crate::packet::parse(&bytes);
-        let mut words = match_words(&parsed, &bytes, self.sqn);
+        let mut words = match_words(&parsed, &bytes, self.sqn, self.with_integrity);
         put_registers(&mut words, &self.meta);
         self.rewritten = Some((bytes, parsed));
         self.words = Some(words);

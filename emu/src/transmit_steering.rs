@@ -43,8 +43,9 @@ pub(crate) fn steer(core: &Core, sqn: u32, frame: &[u8]) -> Verdict {
         return Verdict::Allow(None);
     };
     let parsed = crate::packet::parse(frame);
-    let words = match_words(&parsed, frame, Some(sqn));
-    let mut now = Steered::new(frame, &parsed, &words, Some(sqn));
+    // Transmit tables match no integrity bits (`fw::match_criteria` refuses them there).
+    let words = match_words(&parsed, frame, Some(sqn), false);
+    let mut now = Steered::new(frame, &parsed, &words, Some(sqn), false);
     for _ in 0..MAX_HOPS {
         let Some(table) = core.res.flow_tables.get(table_id) else {
             return Verdict::Allow(now.into_rewritten());

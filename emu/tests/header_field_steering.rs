@@ -222,14 +222,14 @@ fn criteria_on_bits_no_frame_carries_are_refused_not_ignored() {
     let inner = flow::MATCH_INNER_HEADERS;
     let refused: [(&str, u8, Criteria); 6] = [
         (
-            "l3_ok",
+            "l3_ok in a transmit table",
             outer,
             Box::new(|c| {
                 c.outer_headers_mut().set_l3_ok(true);
             }),
         ),
         (
-            "inner l4_checksum_ok",
+            "inner l4_checksum_ok in a transmit table",
             inner,
             Box::new(|c| {
                 c.inner_headers_mut().set_l4_checksum_ok(true);

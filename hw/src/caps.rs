@@ -658,6 +658,34 @@ layout! {
 }
 
 layout! {
+    /// More fields a flow table type's entries may match on (`flow_table_fields_supported_2`,
+    /// rdma-core's mlx5_ifc.h): here the integrity bits of `fte_match_set_lyr_2_4`, outer and
+    /// inner. DPDK's mlx5 PMD takes its integrity item only when all eight are set in
+    /// [`FlowTableNicCap`]'s receive support (`mlx5_devx_query_pkt_integrity_match`); rdma-core's
+    /// software steering puts the checksum and `*_ok` bits in definers of formats 0 and 2
+    /// only when the receive bitmask support has `outer_l4_checksum_ok`
+    /// (`definer_supp_checksum`, dr_devx.c).
+    pub struct FlowTableFieldsSupported2("flow_table_fields_supported_2", 0x10) {
+        /// `inner_headers.l3_ok`.
+        inner_l3_ok: bool @ 0x17 [0x1],
+        /// `inner_headers.l4_ok`.
+        inner_l4_ok: bool @ 0x18 [0x1],
+        /// `outer_headers.l3_ok`.
+        outer_l3_ok: bool @ 0x19 [0x1],
+        /// `outer_headers.l4_ok`.
+        outer_l4_ok: bool @ 0x1a [0x1],
+        /// `inner_headers.ipv4_checksum_ok`.
+        inner_ipv4_checksum_ok: bool @ 0x1c [0x1],
+        /// `inner_headers.l4_checksum_ok`.
+        inner_l4_checksum_ok: bool @ 0x1d [0x1],
+        /// `outer_headers.ipv4_checksum_ok`.
+        outer_ipv4_checksum_ok: bool @ 0x1e [0x1],
+        /// `outer_headers.l4_checksum_ok`.
+        outer_l4_checksum_ok: bool @ 0x1f [0x1],
+    }
+}
+
+layout! {
     /// NIC flow table capabilities (`MLX5_CAP_FLOW_TABLE`): the receive and transmit tables'
     /// properties.
     pub struct FlowTableNicCap("flow_table_nic_cap", 0x1000) {
@@ -684,6 +712,11 @@ layout! {
         flow_table_properties_nic_receive: FlowTablePropLayout @ 0x200,
         /// NIC transmit tables.
         flow_table_properties_nic_transmit: FlowTablePropLayout @ 0x800,
+        /// More fields NIC receive tables' entries may match on.
+        ft_field_support_2_nic_receive: FlowTableFieldsSupported2 @ 0x1400,
+        /// Which of those fields NIC receive tables may match under any mask, not only all
+        /// ones or zero (rdma-core reads `outer_l4_checksum_ok` here).
+        ft_field_bitmask_support_2_nic_receive: FlowTableFieldsSupported2 @ 0x1480,
     }
 }
 

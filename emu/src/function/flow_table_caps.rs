@@ -1,6 +1,7 @@
 //! The NIC flow table capability page (type 7) the model reports: receive and transmit tables
 //! with the chaining fs_core needs, flow counters, the tunnel fields steering matches,
-//! software-owned tables and their terminal addresses, packet reformat contexts.
+//! the integrity bits receive tables match, software-owned tables and their terminal addresses,
+//! packet reformat contexts.
 
 use crate::config::EmuConfig;
 use crate::objects::limits::LOG_MAX_FT_SIZE;
@@ -103,6 +104,18 @@ pub(super) fn page(cfg: &EmuConfig) -> Box<[u8; 0x1000]> {
         // table or the drop address, a transmit walk at the allow or drop address.
         props.set_sw_owner_v2(cfg.sw_steering);
     }
+    // The integrity bits of received packets, outer and inner (`steering::integrity`), by
+    // firmware entries: DPDK's mlx5 PMD takes its integrity item only when all eight are set
+    // (`mlx5_devx_query_pkt_integrity_match`).
+    f.ft_field_support_2_nic_receive_mut()
+        .set_inner_l3_ok(true)
+        .set_inner_l4_ok(true)
+        .set_outer_l3_ok(true)
+        .set_outer_l4_ok(true)
+        .set_inner_ipv4_checksum_ok(true)
+        .set_inner_l4_checksum_ok(true)
+        .set_outer_ipv4_checksum_ok(true)
+        .set_outer_l4_checksum_ok(true);
     if cfg.sw_steering {
         f.set_sw_steering_nic_rx_action_drop_icm_address(crate::sw_steering::terminals::RX_DROP)
             .set_sw_steering_nic_tx_action_drop_icm_address(crate::sw_steering::terminals::TX_DROP)

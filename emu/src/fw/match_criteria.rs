@@ -1,6 +1,6 @@
 //! Which bits of a flow group's match criteria the model matches. A frame's match words
 //! ([`crate::steering::frame_match_words`]) project every field of the outer and inner header
-//! sets but the integrity bits, the misc set's tunnel fields, second VLAN tags, IPv6 flow
+//! sets (the integrity bits on receive only), the misc set's tunnel fields, second VLAN tags, IPv6 flow
 //! labels and (for frames an SQ sends) source SQ, the second misc set's first MPLS entries and
 //! metadata registers, and the third's TCP sequence numbers and ICMP fields. A group whose
 //! criteria select any other bit is refused, never accepted: an ignored mask would read the
@@ -12,8 +12,9 @@ use cxdirect_hw::flow::{MATCH_MISC_PARAMETERS_2, MATCH_MISC_PARAMETERS_3};
 /// Bytes of `fte_match_param`: a group's criteria and an entry's value.
 pub(super) const MATCH_PARAM_SIZE: usize = 0x200;
 
-const INTEGRITY: &str = "match criteria on the integrity bits (l3_ok, l4_ok, ipv4_checksum_ok, \
-     l4_checksum_ok), which the model does not offer (ft_field_support_2 is 0)";
+const INTEGRITY_ON_TRANSMIT: &str = "match criteria on the integrity bits (l3_ok, l4_ok, \
+     ipv4_checksum_ok, l4_checksum_ok) in a transmit table: a ConnectX offers them on receive \
+     only (ft_field_support_2_nic_receive; its transmit support is 0)";
 const RESERVED: &str = "match criteria on reserved bits";
 const ESWITCH_SOURCE: &str = "match criteria on the e-switch's source fields (source_vhca_port, \
      source_eswitch_owner_vhca_id, source_port), which the model's one-vport e-switch does not \
@@ -27,12 +28,9 @@ const GENEVE_TLV: &str = "match criteria on geneve_tlv_option_0_exist (a flex pa
 /// frame's match words carry, with the refusal of criteria that select one.
 const UNPROJECTED: &[(usize, usize, &str)] = &[
     // fte_match_set_lyr_2_4, outer (bit 0) and inner (bit 0x400): the bits between `l4_type`
-    // and `ipv4_ihl`, and the integrity bits (DPDK's mlx5_prm.h; offered only through
-    // `ft_field_support_2`, which the model leaves 0).
+    // and `ipv4_ihl`.
     (0xc2, 0xe, RESERVED),
-    (0xd4, 0x4, INTEGRITY),
     (0x400 + 0xc2, 0xe, RESERVED),
-    (0x400 + 0xd4, 0x4, INTEGRITY),
     // fte_match_set_misc (bit 0x200).
     (0x200 + 0x1, 0x1, RESERVED),
     (0x200 + 0x4, 0x4, ESWITCH_SOURCE),
@@ -61,8 +59,19 @@ fn selects_bits(criteria: &[u8; MATCH_PARAM_SIZE], offset: usize, width: usize) 
 /// follows `metadata_reg_a` (0xf4..0x100: Linux's IPsec, MACsec and PSP syndromes, rdma-core's
 /// `metadata_reg_b`); in the third the flex parser's VXLAN-GPE (0x110..0x118), GENEVE option
 /// and GTP-U fields (0x124..0x140); the fourth set and after (from 0x140: programmable
-/// samples, MACsec tags, tunnel header words); and the bits of [`UNPROJECTED`].
-pub(super) fn check_modelled(criteria: &[u8; MATCH_PARAM_SIZE], enable: u8) -> CmdResult {
+/// samples, MACsec tags, tunnel header words); the bits of [`UNPROJECTED`]; and, unless the
+/// group is in a `receive` table, the integrity bits ([`selects_integrity`]).
+pub(super) fn check_modelled(
+    criteria: &[u8; MATCH_PARAM_SIZE],
+    enable: u8,
+    receive: bool,
+) -> CmdResult {
+    if !receive && selects_integrity(criteria, enable) {
+        return Err(bad_param(
+            Syndrome::BadSteeringParams,
+            INTEGRITY_ON_TRANSMIT,
+        ));
+    }
     let selects = |range: std::ops::Range<usize>| criteria[range].iter().any(|&b| b != 0);
     let misc2 = enable & MATCH_MISC_PARAMETERS_2 != 0;
     let misc3 = enable & MATCH_MISC_PARAMETERS_3 != 0;
@@ -86,4 +95,14 @@ pub(super) fn check_modelled(criteria: &[u8; MATCH_PARAM_SIZE], enable: u8) -> C
         Some(&(_, _, refusal)) => Err(bad_param(Syndrome::BadSteeringParams, refusal)),
         None => Ok(()),
     }
+}
+
+/// Whether `criteria` select an integrity bit (`l3_ok`, `l4_ok`, `ipv4_checksum_ok`,
+/// `l4_checksum_ok`: bits 0xd4..0xd8 of `fte_match_set_lyr_2_4`, as DPDK's mlx5_prm.h and
+/// rdma-core's mlx5_ifc.h place them) of the outer or inner headers that `enable` turns on.
+pub(super) fn selects_integrity(criteria: &[u8; MATCH_PARAM_SIZE], enable: u8) -> bool {
+    const OUTER: u8 = 1 << 0;
+    const INNER: u8 = 1 << 2;
+    (enable & OUTER != 0 && selects_bits(criteria, 0xd4, 4))
+        || (enable & INNER != 0 && selects_bits(criteria, 0x400 + 0xd4, 4))
 }

@@ -318,12 +318,16 @@ pub(crate) fn create_flow_group(core: &mut Core, input: &[u8], output: &mut [u8]
     }
     let mut criteria = Box::new([0u8; MATCH_PARAM_SIZE]);
     criteria.copy_from_slice(cmd.match_criteria().as_bytes());
-    super::match_criteria::check_modelled(&criteria, cmd.match_criteria_enable())?;
-    mask_disabled_parts(&mut criteria, cmd.match_criteria_enable());
+    let enable = cmd.match_criteria_enable();
+    let receive = cmd.table_type() == FLOW_TABLE_TYPE_NIC_RX;
+    super::match_criteria::check_modelled(&criteria, enable, receive)?;
+    let integrity = super::match_criteria::selects_integrity(&criteria, enable);
+    mask_disabled_parts(&mut criteria, enable);
     table
         .groups
         .insert(group_id, FlowGroup::new(start, end, criteria));
     core.res.next_group += 1;
+    core.res.integrity_criteria |= integrity;
     output_as!(CreateFlowGroupOut<&mut [u8]>, output).set_group_id(group_id);
     Ok(())
 }

@@ -512,6 +512,11 @@ pub(crate) struct Resources {
     pub mcgs: mcg::McastGroups,
     /// Flow group numbers are global; they map to their table.
     pub next_group: u32,
+    /// A NIC receive flow group of this function has selected an integrity bit (`l3_ok`,
+    /// `l4_ok`, `ipv4_checksum_ok`, `l4_checksum_ok`): from then on, until the function is
+    /// reset, received frames' match words carry them (`steering::frame_match_words`), which
+    /// costs a checksum of every frame, so a function that never asked does not pay it.
+    pub integrity_criteria: bool,
     /// Root table of NIC receive steering.
     pub rx_root: Option<u32>,
     /// Root table of NIC transmit steering: frames the function's SQs send walk it before
@@ -588,6 +593,7 @@ impl Resources {
             gids: rc::GidTable::new(),
             mcgs: mcg::McastGroups::default(),
             next_group: 1,
+            integrity_criteria: false,
             rx_root: None,
             tx_root: None,
             uctxs: devx::Ownership::default(),

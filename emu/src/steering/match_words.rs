@@ -14,8 +14,14 @@ use cxdirect_hw::flow::{FteMatchSetLyr24, FteMatchSetMisc, FteMatchSetMisc2, Fte
 /// ([`tunnel_fields`]); the headers a tunnel carries in the inner part (an L3 tunnel's inner
 /// MACs and ethertype stay zero); the first MPLS entries (`misc_parameters_2`) and the L4
 /// misc fields (`misc_parameters_3`), outer and inner. A frame without a tunnel leaves the
-/// tunnel's and the inner fields zero.
-pub(crate) fn frame_match_words(parsed: &Parsed, frame: &[u8]) -> [u64; MATCH_WORDS] {
+/// tunnel's and the inner fields zero. With `with_integrity`, both header sets carry the
+/// packet's integrity bits ([`super::integrity`]); without, they stay zero: a function none of
+/// whose flow groups ever selected one does not checksum every frame it receives for them.
+pub(crate) fn frame_match_words(
+    parsed: &Parsed,
+    frame: &[u8],
+    with_integrity: bool,
+) -> [u64; MATCH_WORDS] {
     let mut words = [0u64; MATCH_WORDS];
     let put = |words: &mut [u64; MATCH_WORDS], first: usize, bytes: &[u8]| {
         for (word, chunk) in words[first..].iter_mut().zip(bytes.chunks_exact(8)) {
@@ -24,7 +30,11 @@ pub(crate) fn frame_match_words(parsed: &Parsed, frame: &[u8]) -> [u64; MATCH_WO
             *word = u64::from_ne_bytes(b);
         }
     };
-    put(&mut words, 0, headers(parsed, frame).as_bytes());
+    put(
+        &mut words,
+        0,
+        headers(parsed, frame, with_integrity).as_bytes(),
+    );
     let kind = crate::tunnel::kind(frame, parsed);
     let inner = kind.and_then(|_| crate::tunnel::inner_packet(frame, parsed));
     let inner = inner.as_ref().map(|(f, p)| (*f, p));
@@ -55,7 +65,7 @@ pub(crate) fn frame_match_words(parsed: &Parsed, frame: &[u8]) -> [u64; MATCH_WO
         put(
             &mut words,
             INNER_WORD,
-            headers(inner, inner_frame).as_bytes(),
+            headers(inner, inner_frame, with_integrity).as_bytes(),
         );
     }
     words
@@ -104,10 +114,13 @@ fn l4_misc_fields(
 /// One header set (`fte_match_set_lyr_2_4`) of a packet (`frame`, parsed as `parsed`): MACs,
 /// ethertype, the first VLAN tag and whether it is a customer (802.1Q) or service (802.1ad)
 /// tag, IP version, protocol, DSCP, ECN, TTL or hop limit, IPv4 header length, fragment bit and
-/// addresses, the L4 type, TCP or UDP ports and TCP flags. The integrity bits (`l3_ok` and the
-/// rest) stay zero: the model does not offer them (`check_modelled_criteria` refuses them).
-fn headers(parsed: &Parsed, frame: &[u8]) -> FteMatchSetLyr24<[u8; 0x40]> {
+/// addresses, the L4 type, TCP or UDP ports and TCP flags; with `with_integrity` the integrity
+/// bits (`l3_ok` and the rest), else zero.
+fn headers(parsed: &Parsed, frame: &[u8], with_integrity: bool) -> FteMatchSetLyr24<[u8; 0x40]> {
     let mut set = FteMatchSetLyr24::zeroed();
+    if with_integrity {
+        super::integrity::put(&mut set, super::integrity::of(frame, parsed));
+    }
     let mac = |b: [u8; 6]| u64::from_be_bytes([0, 0, b[0], b[1], b[2], b[3], b[4], b[5]]);
     set.set_dmac(mac(parsed.dst_mac))
         .set_smac(mac(parsed.src_mac))
@@ -266,8 +279,13 @@ const SOURCE_SQN_BYTE: usize = 0x41;
 
 /// The match words of a frame: [`frame_match_words`], and for a frame an SQ sends the SQ's
 /// number in `misc.source_sqn` (what Linux's egress rules match a queue by).
-pub(crate) fn match_words(parsed: &Parsed, frame: &[u8], sqn: Option<u32>) -> [u64; MATCH_WORDS] {
-    let mut words = frame_match_words(parsed, frame);
+pub(crate) fn match_words(
+    parsed: &Parsed,
+    frame: &[u8],
+    sqn: Option<u32>,
+    with_integrity: bool,
+) -> [u64; MATCH_WORDS] {
+    let mut words = frame_match_words(parsed, frame, with_integrity);
     if let Some(sqn) = sqn {
         let word = SOURCE_SQN_BYTE / 8;
         let mut bytes = words[word].to_ne_bytes();
