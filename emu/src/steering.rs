@@ -2,7 +2,6 @@
 //! flow tables the firmware's commands (`fw::steering`) built, to the TIRs that take it or a
 //! drop. The receive engine (`engine::rq`) asks it for every frame.
 
-mod integrity;
 mod match_words;
 pub(crate) use match_words::{frame_match_words, match_words};
 use match_words::{MISC2_WORD, MPLS_BYTES};

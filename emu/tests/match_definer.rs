@@ -361,3 +361,46 @@ fn an_ipv6_matcher_chains_a_source_and_a_destination_definer() {
     assert_eq!(flow_tag(&got.cqes[0]), 0x66);
     assert_eq!((got.steer_drops, got.sw_steering_errors), (2, 0));
 }
+
+/// A matcher on the integrity bits as rdma-core's DR builds it for DPDK's integrity item
+/// (`l3_ok` over IPv4: the hardware's `l3_ok` and `ipv4_checksum_ok`): format 0 with the
+/// outer `ipv4_checksum_ok` and `l3_ok` bits (0xf2, 0xf6), which `dr_ste_v1_build_def0_tag`
+/// fills when the flow table page's bitmask support has `outer_l4_checksum_ok`
+/// (`definer_supp_checksum`). The model refused such a definer before (it did not project the
+/// bits).
+#[test]
+fn a_format_0_matcher_on_the_integrity_bits_takes_only_good_ipv4_headers() {
+    let mut h = plugged(true);
+    let page = h.query_cap(cxdirect_hw::hca::cap_type::FLOW_TABLE, true);
+    let caps = cxdirect_hw::caps::FlowTableNicCap::new(&page[0x10..]).expect("layout");
+    assert!(
+        caps.ft_field_bitmask_support_2_nic_receive()
+            .outer_l4_checksum_ok(),
+        "rdma-core's definer_supp_checksum"
+    );
+    let mut dr = domain(&mut h);
+    let (caps, base) = (dr.caps, dr.base);
+    let rx = receiver(&mut h);
+    let counter = alloc_counter(&mut h);
+    let mut mask = [0u8; 32];
+    mask[30] = 0x22;
+    let definer = create_definer(&mut h, 0, mask, 0).expect("format 0 on l3_ok");
+    dr.write(
+        &mut h,
+        tagged_definer_table(base, definer, mask, counter, rx.tir_icm, caps.rx_drop),
+    );
+    let table = create_sw_table(&mut h, caps.max_ft_level - 1, base).expect("sw_owner table");
+    forward_root_to(&mut h, table);
+    let mut cq = rx.cq;
+    let good = frame_from(SMAC);
+    let mut bad_checksum = good.clone();
+    bad_checksum[24] ^= 0x5a;
+    let mut not_ip = good.clone();
+    not_ip[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+    let got = arrive_at(&mut h, &mut cq, &[good, bad_checksum, not_ip]);
+    assert_eq!(got.cqes.len(), 1, "only the good header reaches the TIR");
+    assert_eq!(flow_tag(&got.cqes[0]), 0x55);
+    assert_eq!(got.steer_drops, 2);
+    assert_eq!(got.sw_steering_errors, 0);
+    assert_eq!(query_counter(&mut h, counter).0, 1);
+}

@@ -104,18 +104,27 @@ pub(super) fn page(cfg: &EmuConfig) -> Box<[u8; 0x1000]> {
         // table or the drop address, a transmit walk at the allow or drop address.
         props.set_sw_owner_v2(cfg.sw_steering);
     }
-    // The integrity bits of received packets, outer and inner (`steering::integrity`), by
-    // firmware entries: DPDK's mlx5 PMD takes its integrity item only when all eight are set
-    // (`mlx5_devx_query_pkt_integrity_match`).
-    f.ft_field_support_2_nic_receive_mut()
-        .set_inner_l3_ok(true)
-        .set_inner_l4_ok(true)
-        .set_outer_l3_ok(true)
-        .set_outer_l4_ok(true)
-        .set_inner_ipv4_checksum_ok(true)
-        .set_inner_l4_checksum_ok(true)
-        .set_outer_ipv4_checksum_ok(true)
-        .set_outer_l4_checksum_ok(true);
+    // The integrity bits of received packets, outer and inner (`crate::integrity`), by
+    // firmware entries and match definers: DPDK's mlx5 PMD takes its integrity item only when
+    // all eight are supported (`mlx5_devx_query_pkt_integrity_match`); rdma-core's software
+    // steering puts them in definers of formats 0 and 2 only when the bitmask support has
+    // `outer_l4_checksum_ok` (`definer_supp_checksum`).
+    for bitmask in [false, true] {
+        let mut fields = if bitmask {
+            f.ft_field_bitmask_support_2_nic_receive_mut()
+        } else {
+            f.ft_field_support_2_nic_receive_mut()
+        };
+        fields
+            .set_inner_l3_ok(true)
+            .set_inner_l4_ok(true)
+            .set_outer_l3_ok(true)
+            .set_outer_l4_ok(true)
+            .set_inner_ipv4_checksum_ok(true)
+            .set_inner_l4_checksum_ok(true)
+            .set_outer_ipv4_checksum_ok(true)
+            .set_outer_l4_checksum_ok(true);
+    }
     if cfg.sw_steering {
         f.set_sw_steering_nic_rx_action_drop_icm_address(crate::sw_steering::terminals::RX_DROP)
             .set_sw_steering_nic_tx_action_drop_icm_address(crate::sw_steering::terminals::TX_DROP)

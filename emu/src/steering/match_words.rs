@@ -15,7 +15,7 @@ use cxdirect_hw::flow::{FteMatchSetLyr24, FteMatchSetMisc, FteMatchSetMisc2, Fte
 /// MACs and ethertype stay zero); the first MPLS entries (`misc_parameters_2`) and the L4
 /// misc fields (`misc_parameters_3`), outer and inner. A frame without a tunnel leaves the
 /// tunnel's and the inner fields zero. With `with_integrity`, both header sets carry the
-/// packet's integrity bits ([`super::integrity`]); without, they stay zero: a function none of
+/// packet's integrity bits ([`crate::integrity`]); without, they stay zero: a function none of
 /// whose flow groups ever selected one does not checksum every frame it receives for them.
 pub(crate) fn frame_match_words(
     parsed: &Parsed,
@@ -119,7 +119,11 @@ fn l4_misc_fields(
 fn headers(parsed: &Parsed, frame: &[u8], with_integrity: bool) -> FteMatchSetLyr24<[u8; 0x40]> {
     let mut set = FteMatchSetLyr24::zeroed();
     if with_integrity {
-        super::integrity::put(&mut set, super::integrity::of(frame, parsed));
+        let bits = crate::integrity::of(frame, parsed);
+        set.set_l3_ok(bits.l3_ok)
+            .set_l4_ok(bits.l4_ok)
+            .set_ipv4_checksum_ok(bits.ipv4_checksum_ok)
+            .set_l4_checksum_ok(bits.l4_checksum_ok);
     }
     let mac = |b: [u8; 6]| u64::from_be_bytes([0, 0, b[0], b[1], b[2], b[3], b[4], b[5]]);
     set.set_dmac(mac(parsed.dst_mac))

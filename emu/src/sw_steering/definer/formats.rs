@@ -51,6 +51,9 @@
 //! 0xa0..0xc0, L3, L4 and first VLAN types 0xc8..0xce, fragment bit 0xe1) and 33
 //! (`ste_def33_v1`: format 22's first 0x80 bits, then IP version, IHL 0xe0..0xe8, TTL and
 //! protocol 0xf0..0x100).
+//!
+//! Formats 0, 2, 33, 26 and 6 also carry integrity bits (`l3_ok` and the rest), filled only
+//! for a definer whose mask selects one (`super::integrity_bits`).
 
 use crate::packet::{IpAddrs, L3Kind, L4Kind, Parsed};
 use crate::sw_steering::lookup::{
@@ -255,7 +258,7 @@ fn def33(pkt: &PacketView<'_>) -> DefinerTag {
 }
 
 /// The packet a tunnel the model parses carries, if any.
-fn inner_of<'a>(pkt: &PacketView<'a>) -> Option<(&'a [u8], Parsed)> {
+pub(super) fn inner_of<'a>(pkt: &PacketView<'a>) -> Option<(&'a [u8], Parsed)> {
     crate::tunnel::inner_packet(pkt.frame, pkt.parsed)
 }
 

@@ -5,10 +5,12 @@
 //! bytes, without a byte mask (rdma-core dr_ste.c `dr_ste_calc_hash_index` for
 //! `DR_STE_HTBL_TYPE_MATCH`).
 //!
-//! Rooms: [`formats`] (the packet's tag in each predefined format) and [`unprojected`] (the
-//! fields of each the model does not project).
+//! Rooms: [`formats`] (the packet's tag in each predefined format), [`integrity_bits`] (the
+//! checksum and `*_ok` bits some formats carry) and [`unprojected`] (the fields of each the
+//! model does not project).
 
 mod formats;
+mod integrity_bits;
 mod unprojected;
 
 use super::hash::ste_crc32;
@@ -44,6 +46,7 @@ pub(crate) fn unprojected_mask(format: u16, mask: &DefinerTag) -> Option<&'stati
 /// model does not project (never created) gives an all-zero tag.
 pub(crate) fn masked_tag(definer: &MatchDefiner, pkt: &PacketView<'_>) -> DefinerTag {
     let mut t = formats::tag(definer.format, pkt);
+    integrity_bits::put_integrity(definer.format, &mut t, pkt, &definer.mask);
     for (b, m) in t.iter_mut().zip(&definer.mask) {
         *b &= m;
     }
@@ -109,7 +112,8 @@ mod tests {
         let cases = [
             (format::DEF24, 31, 0x01, true),
             (format::DEF24, 0, 0xff, false),
-            (format::DEF6, 28, 0x08, true),
+            // Format 6's `l4_ok` and `l3_ok` (0xe4, 0xe5), beside its TCP flags.
+            (format::DEF6, 28, 0x0c, false),
             (format::DEF6, 28, 0x02, false),
             (format::DEF25, 20, 0x01, true),
             (format::DEF25, 0, 0xff, false),
@@ -117,15 +121,19 @@ mod tests {
             (format::DEF25, 16, 0xff, false),
             (format::DEF28, 4, 0x01, true),
             (format::DEF28, 8, 0xff, false),
-            (format::DEF0, 30, 0x01, true),
+            (format::DEF0, 16, 0x20, true),
+            (format::DEF0, 30, 0xff, false),
+            (format::DEF2, 31, 0xff, false),
             (format::DEF0, 31, 0x02, false),
             (format::DEF2, 20, 0x80, true),
             (format::DEF2, 7, 0xff, false),
             (format::DEF16, 31, 0x01, true),
             (format::DEF16, 23, 0xff, false),
-            (format::DEF33, 29, 0x01, true),
+            (format::DEF33, 12, 0x08, true),
+            (format::DEF33, 29, 0xff, false),
             (format::DEF33, 28, 0xff, false),
             (format::DEF26, 21, 0x10, true),
+            (format::DEF26, 21, 0x0c, false),
             (format::DEF26, 0, 0xff, false),
         ];
         for (f, byte, bits, refused) in cases {

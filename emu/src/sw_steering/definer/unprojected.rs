@@ -8,14 +8,13 @@
 //! `functional_loopback`) and 0x64..0x6a (`qp_type`, `encapsulation_type`, `port`), format
 //! 24's and 28's `functional_lb` bits (0xef, 0xff), format 25's port numbers and reserved
 //! words (0xa0..0xc2, 0xc8..0xca, 0xe0..0x100), format 28's GTP-U TEID
-//! (0x20..0x40, a flex parser's), the `l2_ok`, `l3_ok`, `l4_ok` bits of formats 26
-//! (0xab..0xae) and 6 (0xe4, 0xe5); format 0's sniffer, loopback, QP type, encapsulation type,
-//! port and force-loopback bits and its checksum and `*_ok` bits (0xf0..0xf8); format 2's
-//! Ethernet packet length and IP payload length (0xa0..0xc0: what the device counts in them is
-//! not public) and its `*_ok` bits (0xf8..0x100); format 16's tunnel header words, random
+//! (0x20..0x40, a flex parser's), the `l2_ok` bit of format 26 (0xab: rdma-core fills no
+//! definer's); format 0's sniffer, loopback, QP type, encapsulation type, port and
+//! force-loopback bits; format 2's Ethernet packet length and IP payload length (0xa0..0xc0:
+//! what the device counts in them is not public); format 16's tunnel header words, random
 //! number, loopback bits, source GVMI, requester bit and SQ number; format 33's sniffer,
-//! loopback, QP type, encapsulation type and port bits and its checksum and `*_ok` bits
-//! (0xe8..0xf0).
+//! loopback, QP type, encapsulation type and port bits. The checksum and `*_ok` bits of
+//! formats 0, 2, 6, 26 and 33 are projected (`integrity_bits`).
 
 use super::formats::DefinerTag;
 use crate::sw_steering::lookup::put;
@@ -60,7 +59,6 @@ fn def0_unprojected() -> DefinerTag {
     put(&mut t, 0x80, 3, 0b111);
     put(&mut t, 0x84, 6, 0b11_1111);
     put(&mut t, 0xa0, 14, 0x3fff);
-    t[30] = 0xff;
     t
 }
 
@@ -70,7 +68,6 @@ fn def2_unprojected() -> DefinerTag {
     t[20..24].fill(0xff);
     put(&mut t, 0xe4, 2, 0b11);
     put(&mut t, 0xf1, 7, 0x7f);
-    t[31] = 0xff;
     t
 }
 
@@ -88,21 +85,13 @@ fn def16_unprojected() -> DefinerTag {
 fn def33_unprojected() -> DefinerTag {
     let mut t = def22_unprojected();
     t[16..28].fill(0xff);
-    t[29] = 0xff;
     t
 }
 
-/// Format 26's bits the model does not project: `l2_ok`, `l3_ok`, `l4_ok`.
+/// Format 26's bit the model does not project: `l2_ok`.
 fn def26_unprojected() -> DefinerTag {
     let mut t = [0u8; DEFINER_TAG_BYTES];
-    put(&mut t, 0xab, 3, 0b111);
-    t
-}
-
-/// Format 6's bits the model does not project: `l4_ok`, `l3_ok`.
-fn def6_unprojected() -> DefinerTag {
-    let mut t = [0u8; DEFINER_TAG_BYTES];
-    put(&mut t, 0xe4, 2, 0b11);
+    put(&mut t, 0xab, 1, 1);
     t
 }
 
@@ -127,8 +116,8 @@ pub(super) fn unprojected(format: u16) -> Option<(DefinerTag, &'static str)> {
                 _ => def33_unprojected(),
             },
             "the definer masks a field the model does not match (sniffer, loopback, QP type, \
-             encapsulation type, port, checksum or *_ok bits, packet or payload lengths, \
-             tunnel header words, random number, source GVMI or SQ number)",
+             encapsulation type, port, packet or payload lengths, tunnel header words, random \
+             number, source GVMI or SQ number)",
         ),
         format::DEF25 => (
             def25_unprojected(),
@@ -140,15 +129,11 @@ pub(super) fn unprojected(format: u16) -> Option<(DefinerTag, &'static str)> {
             "a definer of format 28 masks the GTP-U TEID (a flex parser's) or functional_lb, \
              which the model does not match",
         ),
-        format::DEF26 | format::DEF6 => (
-            if format == format::DEF26 {
-                def26_unprojected()
-            } else {
-                def6_unprojected()
-            },
-            "a definer of format 26 or 6 masks l2_ok, l3_ok or l4_ok, which the model does not \
-             match",
+        format::DEF26 => (
+            def26_unprojected(),
+            "a definer of format 26 masks l2_ok, which the model does not match",
         ),
+        format::DEF6 => ([0u8; DEFINER_TAG_BYTES], ""),
         _ => return None,
     })
 }

@@ -1,6 +1,7 @@
 //! The integrity bits a ConnectX's parser sets for each packet it receives, which flow groups
 //! match in `fte_match_set_lyr_2_4` (`l3_ok`, `l4_ok`, `ipv4_checksum_ok`, `l4_checksum_ok`;
-//! DPDK's integrity item, `flow_dv_translate_integrity_l3` and `_l4` in mlx5_flow_dv.c). What
+//! DPDK's integrity item, `flow_dv_translate_integrity_l3` and `_l4` in mlx5_flow_dv.c) and
+//! match definers carry in their tags (`crate::sw_steering::definer`). What
 //! each bit says is NVIDIA's DPDK guide's ("Steering by Integrity Check Flags"): `l3_ok`, an
 //! IPv4 or IPv6 header whose length field does not claim more than the packet holds;
 //! `l4_ok`, a UDP length or TCP data offset within the packet; `ipv4_checksum_ok` and
@@ -8,7 +9,6 @@
 //! DPDK asks for both when its item says `l3_ok` or `l4_ok`.
 
 use crate::packet::{self, L3Kind, L4Kind, Parsed};
-use cxdirect_hw::flow::FteMatchSetLyr24;
 
 /// The four integrity bits of one packet (outer or inner).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -52,14 +52,6 @@ fn ipv4_header_sums_right(frame: &[u8], parsed: &Parsed) -> bool {
     frame
         .get(parsed.l3_offset..end)
         .is_some_and(|header| packet::ones_complement_sum(header, 0) == 0xffff)
-}
-
-/// Writes `bits` into a header set.
-pub(super) fn put(set: &mut FteMatchSetLyr24<[u8; 0x40]>, bits: Integrity) {
-    set.set_l3_ok(bits.l3_ok)
-        .set_l4_ok(bits.l4_ok)
-        .set_ipv4_checksum_ok(bits.ipv4_checksum_ok)
-        .set_l4_checksum_ok(bits.l4_checksum_ok);
 }
 
 #[cfg(test)]
