@@ -102,6 +102,20 @@ fn the_type_is_offered_with_software_steering_only() {
     for sw_steering in [false, true] {
         let mut h = plugged(sw_steering);
         assert_eq!(h.offers_obj_type(obj_type::FLOW_SAMPLER), sw_steering);
+        // The receive tables' `log_max_ft_sampler_num`, which DPDK's mlx5 PMD reads before it
+        // offers its `sample` action (`sampler_en`); none on transmit, where the model
+        // samples nothing.
+        let page = h.query_cap(cxdirect_hw::hca::cap_type::FLOW_TABLE, true);
+        let f = cxdirect_hw::caps::FlowTableNicCap::new(&page[0x10..]).expect("layout");
+        let rx = f
+            .flow_table_properties_nic_receive()
+            .log_max_ft_sampler_num();
+        assert_eq!(rx > 0, sw_steering);
+        assert_eq!(
+            f.flow_table_properties_nic_transmit()
+                .log_max_ft_sampler_num(),
+            0
+        );
     }
     let mut h = plugged(false);
     let table = cxdirect_emu::testkit::flow_tables::create_table(&mut h, 1, 0, None)

@@ -610,6 +610,10 @@ layout! {
         max_modify_header_actions: u8 @ 0x30 [0x8],
         /// Deepest table level.
         max_ft_level: u8 @ 0x38 [0x8],
+        /// Log2 of the flow samplers (general objects of type FLOW_SAMPLER) tables of this
+        /// type may use; DPDK's mlx5 PMD offers its `sample` action only when the receive
+        /// tables' is above 0 (`sampler_en`, mlx5_os.c).
+        log_max_ft_sampler_num: u8 @ 0x48 [0x8],
         /// Log2 of the number of flow tables.
         log_max_ft_num: u8 @ 0x78 [0x8],
         /// Log2 of the number of flow counters.

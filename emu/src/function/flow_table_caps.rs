@@ -103,6 +103,12 @@ pub(super) fn page(cfg: &EmuConfig) -> Box<[u8; 0x1000]> {
         // terminals entries end at (`sw_steering::terminals`): a receive walk at a TIR, a
         // table or the drop address, a transmit walk at the allow or drop address.
         props.set_sw_owner_v2(cfg.sw_steering);
+        // Flow samplers (`fw::sampler`), which rdma-core's software steering creates on
+        // receive tables (`mlx5dv_dr_action_create_flow_sampler`); DPDK's mlx5 PMD reads this
+        // field before it offers its `sample` action.
+        if cfg.sw_steering && !transmit {
+            props.set_log_max_ft_sampler_num(crate::objects::limits::LOG_MAX_FLOW_SAMPLERS);
+        }
     }
     // The integrity bits of received packets, outer and inner (`crate::integrity`), by
     // firmware entries and match definers: DPDK's mlx5 PMD takes its integrity item only when

@@ -107,8 +107,11 @@ pub(crate) const LOG_MAX_MODIFY_HEADER_CONTEXT: u8 = 12;
 /// AV-to-QP mappings a function may hold at once (the model's choice; no capability names
 /// it): one per address handle of as many handles as QPs.
 pub(crate) const MAX_AV_QP_MAPPINGS: u32 = 1 << LOG_MAX_QP;
-/// Flow samplers a function may hold at once (the model's choice; no capability names it).
-pub(crate) const MAX_FLOW_SAMPLERS: u32 = 1 << 12;
+/// Log2 of the flow samplers a function may hold at once (the model's choice), reported as the
+/// NIC receive tables' `log_max_ft_sampler_num`.
+pub(crate) const LOG_MAX_FLOW_SAMPLERS: u8 = 12;
+/// Flow samplers a function may hold at once.
+pub(crate) const MAX_FLOW_SAMPLERS: u32 = 1 << LOG_MAX_FLOW_SAMPLERS;
 /// Log2 of the flow meters a function may hold at once (`log_max_flow_meter`; the model's
 /// choice).
 pub(crate) const LOG_MAX_FLOW_METER: u8 = 12;
