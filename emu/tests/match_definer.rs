@@ -14,7 +14,7 @@ use cxdirect_emu::testkit::dr_receive::{
 use cxdirect_emu::testkit::flow_tables::{alloc_counter, query_counter};
 use cxdirect_emu::testkit::ste::{self as tb, Builder};
 use cxdirect_emu::testkit::tunnel_frame::tunnelled_frame;
-use cxdirect_emu::testkit::{refused, CmdFail, Host};
+use cxdirect_emu::testkit::{refused, CmdFail, Cq, Host};
 use cxdirect_emu::Syndrome;
 use cxdirect_hw::cmd::{CmdStatus, Opcode};
 use cxdirect_hw::definer::CreateMatchDefinerIn;
@@ -221,6 +221,24 @@ fn a_matcher_on_one_definer_steers_by_source_mac() {
     assert_eq!(got.sw_steering_errors, 1);
 }
 
+/// A domain whose software-owned table, behind the receive root, holds one rule on a definer
+/// of `format` with `mask`, matching `tag` (flow tag 0x55, to a receiver's TIR, counting);
+/// the rest is dropped. Returns the rule's counter and the receiver's CQ.
+fn one_rule_on(h: &mut Host, format: u16, mask: [u8; 32], tag: [u8; 32]) -> (u32, Cq) {
+    let mut dr = domain(h);
+    let (caps, base) = (dr.caps, dr.base);
+    let rx = receiver(h);
+    let counter = alloc_counter(h);
+    let definer = create_definer(h, format, mask, 0).expect("definer");
+    dr.write(
+        h,
+        tagged_definer_table(base, definer, tag, counter, rx.tir_icm, caps.rx_drop),
+    );
+    let table = create_sw_table(h, caps.max_ft_level - 1, base).expect("sw_owner table");
+    forward_root_to(h, table);
+    (counter, rx.cq)
+}
+
 /// A VXLAN frame (outer IPv4/UDP to port 4789) with VNI `vni` carrying [`frame_from`]'s.
 fn vxlan_frame(vni: u32) -> Vec<u8> {
     let inner = frame_from(SMAC);
@@ -247,24 +265,13 @@ fn vxlan_frame(vni: u32) -> Vec<u8> {
 #[test]
 fn a_format_25_matcher_steers_vxlan_frames_by_their_vni() {
     let mut h = plugged(true);
-    let mut dr = domain(&mut h);
-    let (caps, base) = (dr.caps, dr.base);
-    let rx = receiver(&mut h);
-    let counter = alloc_counter(&mut h);
     let mut mask = [0u8; 32];
     mask[16..19].fill(0xff);
     mask[26..28].fill(0xff);
-    let definer = create_definer(&mut h, 25, mask, 0).expect("format 25 on the VNI");
     let mut tag = [0u8; 32];
     tag[16..19].copy_from_slice(&[0x12, 0x34, 0x56]);
     tag[26..28].copy_from_slice(&4789u16.to_be_bytes());
-    dr.write(
-        &mut h,
-        tagged_definer_table(base, definer, tag, counter, rx.tir_icm, caps.rx_drop),
-    );
-    let table = create_sw_table(&mut h, caps.max_ft_level - 1, base).expect("sw_owner table");
-    forward_root_to(&mut h, table);
-    let mut cq = rx.cq;
+    let (counter, mut cq) = one_rule_on(&mut h, 25, mask, tag);
     let frames = [
         vxlan_frame(0x12_3456),
         vxlan_frame(0x12_3457),
@@ -378,20 +385,9 @@ fn a_format_0_matcher_on_the_integrity_bits_takes_only_good_ipv4_headers() {
             .outer_l4_checksum_ok(),
         "rdma-core's definer_supp_checksum"
     );
-    let mut dr = domain(&mut h);
-    let (caps, base) = (dr.caps, dr.base);
-    let rx = receiver(&mut h);
-    let counter = alloc_counter(&mut h);
     let mut mask = [0u8; 32];
     mask[30] = 0x22;
-    let definer = create_definer(&mut h, 0, mask, 0).expect("format 0 on l3_ok");
-    dr.write(
-        &mut h,
-        tagged_definer_table(base, definer, mask, counter, rx.tir_icm, caps.rx_drop),
-    );
-    let table = create_sw_table(&mut h, caps.max_ft_level - 1, base).expect("sw_owner table");
-    forward_root_to(&mut h, table);
-    let mut cq = rx.cq;
+    let (counter, mut cq) = one_rule_on(&mut h, 0, mask, mask);
     let good = frame_from(SMAC);
     let mut bad_checksum = good.clone();
     bad_checksum[24] ^= 0x5a;
