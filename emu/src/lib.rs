@@ -15,6 +15,7 @@
 //! | PCI IDs | vendor 0x15b3, device 0x101d (ConnectX-6 Dx), class 0x020000 |
 //! | BAR0 | 64-bit prefetchable, 32 MiB: init segment at 0, MSI-X table at 0x2000, PBA at 0x3000, UAR pages from index 4 |
 //! | MSI-X | 64 vectors |
+//! | vendor-specific capability | at 0xc0, 0x18 bytes: the gateway lock and the semaphore domain mlx5_core takes its software-reset semaphore in (`pci_vsc`); the CR space not served |
 //! | firmware | 22.39.1002, command interface revision 5, 32 command slots of 64 bytes |
 //! | pages | 16 boot, 64 init; more asked for by PAGE_REQUEST (16 at a time) when context space runs low, offered back when 32 pages lie empty |
 //! | ISSI | 0 and 1 |
@@ -57,6 +58,7 @@ pub(crate) mod objects;
 pub mod packet;
 pub mod pcap;
 pub mod pci;
+pub mod pci_vsc;
 pub mod rss;
 #[cfg(feature = "server")]
 pub mod server;

@@ -14,7 +14,8 @@
 //! | `0x000..0x040`  | type 0 header; BAR0 is a 64-bit prefetchable memory BAR, BARs 2-5 absent |
 //! | [`PM_CAP_OFFSET`] (`0x40`)   | Power Management, version 3, D0 and D3hot            |
 //! | [`PCIE_CAP_OFFSET`] (`0x60`) | PCI Express, version 2, endpoint, FLR, x16 at 16 GT/s |
-//! | [`MSIX_CAP_OFFSET`] (`0xa0`) | MSI-X, table and PBA in BAR0 (last in the chain)      |
+//! | [`MSIX_CAP_OFFSET`] (`0xa0`) | MSI-X, table and PBA in BAR0                          |
+//! | [`VSC_CAP_OFFSET`] (`0xc0`)  | vendor-specific gateway, 0x18 bytes (last in the chain; [`crate::pci_vsc`]) |
 //! | [`EXT_CAP_OFFSET`] (`0x100`) | no extended capabilities: the header dword reads 0     |
 //!
 //! Multi-byte registers are little-endian, as on the PCI bus.
@@ -23,6 +24,8 @@ use std::fmt;
 use std::ops::Range;
 
 use thiserror::Error;
+
+use crate::pci_vsc::{VendorGateway, CAP_ID_VENDOR, VSC_CAP_LEN, VSC_CTRL, VSC_DATA};
 
 // ---------------------------------------------------------------------------------------------
 // Identity and sizes
@@ -129,8 +132,11 @@ pub const CAP_ID_MSIX: u8 = 0x11;
 pub const PM_CAP_OFFSET: u64 = 0x40;
 /// Configuration-space offset of the PCI Express capability (second in the chain).
 pub const PCIE_CAP_OFFSET: u64 = 0x60;
-/// Configuration-space offset of the MSI-X capability (last in the chain; next pointer 0).
+/// Configuration-space offset of the MSI-X capability (third in the chain).
 pub const MSIX_CAP_OFFSET: u64 = 0xa0;
+/// Configuration-space offset of the vendor-specific capability, the gateway of
+/// [`crate::pci_vsc`] (last in the chain; next pointer 0), where a ConnectX has it.
+pub const VSC_CAP_OFFSET: u64 = 0xc0;
 /// Configuration-space offset of the first extended capability header; it reads 0 (none).
 pub const EXT_CAP_OFFSET: u64 = 0x100;
 
@@ -463,6 +469,7 @@ pub struct ConfigSpace {
     bytes: Box<[u8; CONFIG_SPACE_SIZE]>,
     wmask: Box<[u8; CONFIG_SPACE_SIZE]>,
     flr_requested: bool,
+    gateway: VendorGateway,
 }
 
 impl fmt::Debug for ConfigSpace {
@@ -503,6 +510,7 @@ impl ConfigSpace {
             bytes: Box::new([0; CONFIG_SPACE_SIZE]),
             wmask: Box::new([0; CONFIG_SPACE_SIZE]),
             flr_requested: false,
+            gateway: VendorGateway::default(),
         };
         space.reset();
         space
@@ -519,6 +527,7 @@ impl ConfigSpace {
         self.bytes.fill(0);
         self.wmask.fill(0);
         self.flr_requested = false;
+        self.gateway = VendorGateway::default();
         let layout = self.layout;
         let mut img = Image {
             bytes: &mut self.bytes,
@@ -600,11 +609,10 @@ impl ConfigSpace {
         img.reg32(pcie + PCIE_LNKCAP2, 0b1_1110, 0);
         img.reg16(pcie + PCIE_LNKCTL2, PCIE_LINK_SPEED_16GT, 0x000f);
 
-        // MSI-X, last in the chain. Both structures sit in BAR0 (BIR 0), so the registers hold the
-        // bare offsets.
+        // MSI-X. Both structures sit in BAR0 (BIR 0), so the registers hold the bare offsets.
         let msix = MSIX_CAP_OFFSET;
         img.reg8(msix, CAP_ID_MSIX, 0);
-        img.reg8(msix + 1, 0, 0);
+        img.reg8(msix + 1, VSC_CAP_OFFSET as u8, 0);
         img.reg16(
             msix + MSIX_MSG_CTRL,
             layout.msix_vectors.wrapping_sub(1) & MSIX_CTRL_TABLE_SIZE_MASK,
@@ -612,6 +620,46 @@ impl ConfigSpace {
         );
         img.reg32(msix + MSIX_TABLE, layout.msix_table_offset & !0b111, 0);
         img.reg32(msix + MSIX_PBA, layout.msix_pba_offset & !0b111, 0);
+
+        // The vendor-specific gateway, last: its header holds the length; its registers are
+        // read-only in the image and written through [`ConfigSpace::write`].
+        img.reg8(VSC_CAP_OFFSET, CAP_ID_VENDOR, 0);
+        img.reg8(VSC_CAP_OFFSET + 1, 0, 0);
+        img.reg8(VSC_CAP_OFFSET + 2, VSC_CAP_LEN, 0);
+        self.show_gateway();
+    }
+
+    /// Copies the gateway's registers into the image, where reads find them.
+    fn show_gateway(&mut self) {
+        for reg in (VSC_CTRL..=VSC_DATA).step_by(4) {
+            let value = self.gateway.read(reg).to_le_bytes();
+            let at = (VSC_CAP_OFFSET + reg) as usize;
+            if let Some(bytes) = self.bytes.get_mut(at..at + 4) {
+                bytes.copy_from_slice(&value);
+            }
+        }
+    }
+
+    /// Hands the dwords of the gateway's registers that `range` writes to the gateway, each as
+    /// its current value with the written bytes (`data`, from `range.start`) merged in.
+    fn write_gateway(&mut self, range: Range<usize>, data: &[u8]) {
+        let first = (VSC_CAP_OFFSET + VSC_CTRL) as usize;
+        let end = (VSC_CAP_OFFSET + VSC_DATA + 4) as usize;
+        for reg_at in (first..end).step_by(4) {
+            let overlap = range.start.max(reg_at)..range.end.min(reg_at + 4);
+            if overlap.is_empty() {
+                continue;
+            }
+            let reg = (reg_at - VSC_CAP_OFFSET as usize) as u64;
+            let mut value = self.gateway.read(reg).to_le_bytes();
+            for index in overlap {
+                if let Some(&byte) = data.get(index - range.start) {
+                    value[index - reg_at] = byte;
+                }
+            }
+            self.gateway.write(reg, u32::from_le_bytes(value));
+        }
+        self.show_gateway();
     }
 
     /// Reads `buf.len()` bytes starting at byte `offset`.
@@ -635,9 +683,10 @@ impl ConfigSpace {
     /// `offset + data.len()` exceeds [`CONFIG_SPACE_SIZE`].
     pub fn write(&mut self, offset: u64, data: &[u8]) -> Result<(), ConfigError> {
         let range = access_range(offset, data.len())?;
-        for (index, &value) in range.zip(data) {
+        for (index, &value) in range.clone().zip(data) {
             self.write_byte(index, value);
         }
+        self.write_gateway(range, data);
         Ok(())
     }
 

@@ -2,6 +2,7 @@
 //! PCI core and a vfio-user client would.
 
 use cxdirect_emu::pci::*;
+use cxdirect_emu::pci_vsc::*;
 
 fn cfg() -> ConfigSpace {
     ConfigSpace::new(FunctionLayout::default()).expect("default layout is valid")
@@ -165,7 +166,8 @@ fn capability_chain_walk() {
         vec![
             (CAP_ID_PM, PM_CAP_OFFSET),
             (CAP_ID_PCIE, PCIE_CAP_OFFSET),
-            (CAP_ID_MSIX, MSIX_CAP_OFFSET)
+            (CAP_ID_MSIX, MSIX_CAP_OFFSET),
+            (CAP_ID_VENDOR, VSC_CAP_OFFSET)
         ]
     );
     assert_eq!(
@@ -647,4 +649,45 @@ fn msix_table_matches_config_layout() {
         (c.msix_control() & MSIX_CTRL_TABLE_SIZE_MASK) + 1,
         t.vectors()
     );
+}
+
+/// The vendor-specific gateway as Linux's mlx5_core reaches it (lib/pci_vsc.c): found by
+/// `pci_find_capability(PCI_CAP_ID_VNDR)` (its absence was mlx5_core's "Failed to get valid
+/// vendor specific ID" on the model), locked with the counter's ticket, the software-reset
+/// semaphore taken and released in the semaphore domain, the gateway unlocked; all through
+/// dword configuration accesses.
+#[test]
+fn linux_takes_the_sw_reset_semaphore_through_the_vendor_gateway() {
+    let mut c = cfg();
+    let vsc = VSC_CAP_OFFSET;
+    assert_eq!(c.read_u8(vsc).unwrap(), CAP_ID_VENDOR);
+    assert_eq!(c.read_u8(vsc + 2).unwrap(), VSC_CAP_LEN);
+    // mlx5_vsc_gw_lock.
+    assert_eq!(c.read_u32(vsc + VSC_SEMAPHORE).unwrap(), 0);
+    let ticket = c.read_u32(vsc + VSC_COUNTER).unwrap();
+    c.write_u32(vsc + VSC_SEMAPHORE, ticket).unwrap();
+    assert_eq!(c.read_u32(vsc + VSC_SEMAPHORE).unwrap(), ticket);
+    // mlx5_vsc_sem_set_space(MLX5_SEMAPHORE_SW_RESET, MLX5_VSC_LOCK).
+    c.write_u32(vsc + VSC_CTRL, u32::from(SPACE_SEMAPHORE_DOMAIN))
+        .unwrap();
+    assert_ne!(c.read_u32(vsc + VSC_CTRL).unwrap() >> 29, 0, "space served");
+    let id = c.read_u32(vsc + VSC_COUNTER).unwrap();
+    c.write_u32(vsc + VSC_DATA, id).unwrap();
+    c.write_u32(vsc + VSC_ADDR, 0x20 | ADDR_FLAG).unwrap();
+    assert_eq!(c.read_u32(vsc + VSC_ADDR).unwrap() & ADDR_FLAG, 0);
+    c.write_u32(vsc + VSC_ADDR, 0x20).unwrap();
+    assert_ne!(c.read_u32(vsc + VSC_ADDR).unwrap() & ADDR_FLAG, 0);
+    assert_eq!(c.read_u32(vsc + VSC_DATA).unwrap(), id, "semaphore held");
+    // Unlock both; a function level reset leaves the gateway free too.
+    c.write_u32(vsc + VSC_DATA, 0).unwrap();
+    c.write_u32(vsc + VSC_ADDR, 0x20 | ADDR_FLAG).unwrap();
+    c.write_u32(vsc + VSC_SEMAPHORE, 0).unwrap();
+    assert_eq!(c.read_u32(vsc + VSC_SEMAPHORE).unwrap(), 0);
+    c.write_u32(vsc + VSC_SEMAPHORE, 5).unwrap();
+    c.reset();
+    assert_eq!(c.read_u32(vsc + VSC_SEMAPHORE).unwrap(), 0);
+    // The header is read-only.
+    c.write_u32(vsc, 0xffff_ffff).unwrap();
+    assert_eq!(c.read_u8(vsc).unwrap(), CAP_ID_VENDOR);
+    assert_eq!(c.read_u8(vsc + 1).unwrap(), 0);
 }
