@@ -8,8 +8,8 @@ use crate::function::Core;
 use crate::objects::queue_state::{cqe_words, per_completion, Compression, MAX_SESSION};
 use crate::objects::CqArm;
 use cxdirect_hw::cqe::{
-    cqe_format, mini_array_slot, mini_cqe_res_format, Cqe64, CqeOpcode, CQE_SIZE,
-    MINI_CQES_PER_SLOT, MINI_CQE_SIZE,
+    cqe_format, mini_array_slot, mini_cqe_res_format, Cqe64, CqeOpcode, CqeSyndrome, ErrCqe,
+    CQE_SIZE, MINI_CQES_PER_SLOT, MINI_CQE_SIZE,
 };
 use cxdirect_hw::eqe::{cq_error, EventType};
 use cxdirect_hw::wq::striding::{STRIDES_MASK, STRIDES_SHIFT};
@@ -31,6 +31,27 @@ pub(crate) enum CqFault {
 /// the SRQ a receive came from. The byte above it is left as the CQE's writer set it.
 pub(crate) fn set_user_index(cqe: &mut [u8; CQE_SIZE], user_index: u32) {
     cqe[0x21..0x24].copy_from_slice(&(user_index & 0x00ff_ffff).to_be_bytes()[1..]);
+}
+
+/// An error CQE of `opcode` (REQ_ERR for a send, RESP_ERR for a receive) with `syndrome`, the
+/// failed WQE's opcode `wqe_opcode` (0 for a receive), queue number `qpn` and WQE `index`;
+/// its user index and owner bit are the poster's to add.
+pub(crate) fn error_cqe(
+    opcode: CqeOpcode,
+    syndrome: CqeSyndrome,
+    wqe_opcode: u8,
+    qpn: u32,
+    index: u16,
+) -> [u8; CQE_SIZE] {
+    let mut cqe = [0u8; CQE_SIZE];
+    if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
+        err.set_syndrome(syndrome as u8)
+            .set_s_wqe_opcode(wqe_opcode)
+            .set_qpn(qpn)
+            .set_wqe_counter(index)
+            .set_opcode(opcode as u8);
+    }
+    cqe
 }
 
 /// Writes `cqe` (opcode and fields set; the owner bit is filled in here) to CQ `cqn`, after

@@ -552,15 +552,9 @@ pub(crate) fn complete(
         }
         Err(syndrome) => {
             add(&core.counters.error_cqes, 1);
-            let mut cqe = [0u8; 64];
-            if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
-                err.set_syndrome(syndrome as u8)
-                    .set_qpn(rqn)
-                    .set_wqe_counter(index)
-                    .set_opcode(CqeOpcode::RespErr as u8);
-                if let RqMemory::Rmp(rmpn) = memory {
-                    err.set_srqn(rmpn);
-                }
+            let mut cqe = crate::engine::cq::error_cqe(CqeOpcode::RespErr, syndrome, 0, rqn, index);
+            if let (RqMemory::Rmp(rmpn), Ok(mut err)) = (memory, ErrCqe::new(&mut cqe[..])) {
+                err.set_srqn(rmpn);
             }
             stamp_user_index(core, rqn, memory, &mut cqe);
             if crate::engine::cq::post(core, cqn, &mut cqe).is_err() {

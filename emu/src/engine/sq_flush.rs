@@ -9,7 +9,7 @@
 use crate::counters::{add, QueueKind};
 use crate::function::Core;
 use crate::objects::QState;
-use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome, ErrCqe};
+use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome};
 use cxdirect_hw::wqe::{CtrlSeg, WQE_BB, WQE_DS};
 
 /// Bytes of a WQE's control segment.
@@ -83,14 +83,7 @@ pub(crate) fn post_error_cqe(
     opcode: u8,
     syndrome: CqeSyndrome,
 ) {
-    let mut cqe = [0u8; 64];
-    if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
-        err.set_syndrome(syndrome as u8)
-            .set_s_wqe_opcode(opcode)
-            .set_qpn(sqn)
-            .set_wqe_counter(index)
-            .set_opcode(CqeOpcode::ReqErr as u8);
-    }
+    let mut cqe = crate::engine::cq::error_cqe(CqeOpcode::ReqErr, syndrome, opcode, sqn, index);
     if let Some(sq) = core.res.sqs.get(sqn) {
         crate::engine::cq::set_user_index(&mut cqe, sq.user_index);
     }

@@ -9,7 +9,7 @@
 use crate::counters::add;
 use crate::function::Core;
 use crate::objects::rc::RcReceive;
-use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome, ErrCqe};
+use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome};
 use cxdirect_hw::eqe::{EqeQpSrq, EventType};
 use cxdirect_hw::qp::state;
 
@@ -126,13 +126,6 @@ pub(super) fn post_error_cqe(
         (ErrorSide::Responder, Some(x)) => x.user_index,
         _ => qp.user_index,
     };
-    let mut cqe = [0u8; 64];
-    if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
-        err.set_syndrome(syndrome as u8)
-            .set_s_wqe_opcode(wqe_opcode)
-            .set_qpn(qpn)
-            .set_wqe_counter(index)
-            .set_opcode(opcode as u8);
-    }
+    let mut cqe = crate::engine::cq::error_cqe(opcode, syndrome, wqe_opcode, qpn, index);
     post_cqe_as(core, qpn, cqn, user_index, &mut cqe);
 }

@@ -6,7 +6,7 @@ use crate::counters::add;
 use crate::engine::send_counter::posted;
 use crate::function::Core;
 use crate::objects::rc::RcReceive;
-use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome, ErrCqe};
+use cxdirect_hw::cqe::{CqeOpcode, CqeSyndrome};
 use cxdirect_hw::qp::state;
 use cxdirect_hw::wqe::{self, CtrlSeg, WQE_BB};
 
@@ -51,14 +51,7 @@ pub(super) fn post_error_cqe(
         Side::Send(op) => (qp.cqn_snd, CqeOpcode::ReqErr, op),
         Side::Receive => (qp.cqn_rcv, CqeOpcode::RespErr, 0),
     };
-    let mut cqe = [0u8; 64];
-    if let Ok(mut err) = ErrCqe::new(&mut cqe[..]) {
-        err.set_syndrome(syndrome as u8)
-            .set_s_wqe_opcode(wqe_opcode)
-            .set_qpn(qpn)
-            .set_wqe_counter(index)
-            .set_opcode(opcode as u8);
-    }
+    let mut cqe = crate::engine::cq::error_cqe(opcode, syndrome, wqe_opcode, qpn, index);
     post_cqe(core, qpn, cqn, &mut cqe);
 }
 

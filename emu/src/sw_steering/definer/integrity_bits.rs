@@ -5,7 +5,7 @@
 use super::formats::{inner_of, DefinerTag};
 use crate::integrity::Integrity;
 use crate::sw_steering::lookup::{put, PacketView};
-use cxdirect_hw::definer::{format, DEFINER_TAG_BYTES};
+use cxdirect_hw::definer::format;
 
 /// Where a format's tag carries the integrity bits ([`crate::integrity`]).
 #[derive(Debug, Clone, Copy)]
@@ -68,6 +68,16 @@ fn put_integrity_bits(
     }
 }
 
+/// Whether `mask` selects one of the bits at `places` (bit `n` of a tag is bit `7 - n % 8` of
+/// its byte `n / 8`, most significant first).
+fn selects(places: IntegrityPlaces, mask: &DefinerTag) -> bool {
+    let bit = |n: usize| mask.get(n / 8).is_some_and(|b| b & (0x80 >> (n % 8)) != 0);
+    match places {
+        IntegrityPlaces::Block(at) => (at..at + 8).any(bit),
+        IntegrityPlaces::Outer { l3_ok, l4_ok } => bit(l3_ok) || bit(l4_ok),
+    }
+}
+
 /// Puts the packet's integrity bits into its tag `t` in `format`, when the definer's `mask`
 /// selects one of them: they cost a checksum of the packet (and of the one a tunnel carries),
 /// which a definer that does not ask for them does not pay.
@@ -80,15 +90,7 @@ pub(super) fn put_integrity(
     let Some(places) = integrity_places(format) else {
         return;
     };
-    let all = Integrity {
-        l3_ok: true,
-        l4_ok: true,
-        ipv4_checksum_ok: true,
-        l4_checksum_ok: true,
-    };
-    let mut selected = [0u8; DEFINER_TAG_BYTES];
-    put_integrity_bits(&mut selected, places, all, all);
-    if !selected.iter().zip(mask).any(|(s, m)| s & m != 0) {
+    if !selects(places, mask) {
         return;
     }
     let outer = crate::integrity::of(pkt.frame, pkt.parsed);
@@ -102,6 +104,7 @@ pub(super) fn put_integrity(
 mod tests {
     use super::*;
     use crate::sw_steering::lookup::{viewed, Metadata};
+    use cxdirect_hw::definer::DEFINER_TAG_BYTES;
 
     #[test]
     fn integrity_bits_are_filled_only_under_a_mask_that_selects_them() {
