@@ -8,6 +8,7 @@ use match_words::{MISC2_WORD, MPLS_BYTES};
 
 use crate::counters::add;
 use crate::function::Core;
+use crate::objects::match_parts::MatchParts;
 use crate::objects::meter::FlowMeter;
 use crate::objects::FlowEntry;
 use crate::objects::MATCH_WORDS;
@@ -90,7 +91,7 @@ pub(crate) fn steer(
     let Some(root) = core.res.rx_root else {
         return Verdict::Drop;
     };
-    let now = Steered::new(frame, parsed, words, None, core.res.integrity_criteria);
+    let now = Steered::new(frame, parsed, words, None, core.res.match_parts);
     through_tables(core, root, now, 0, frame.len(), Some(copies))
 }
 
@@ -231,8 +232,8 @@ pub(crate) struct Steered<'a> {
     original_words: &'a [u64; MATCH_WORDS],
     /// The sending SQ, for a transmitted frame's `source_sqn`.
     sqn: Option<u32>,
-    /// Whether the match words carry the integrity bits ([`frame_match_words`]).
-    with_integrity: bool,
+    /// The parts of the match words built ([`frame_match_words`]).
+    parts: MatchParts,
     rewritten: Option<(Vec<u8>, Parsed)>,
     meta: Metadata,
     /// The match words, once the frame or the registers changed.
@@ -246,14 +247,14 @@ impl<'a> Steered<'a> {
         parsed: &'a Parsed,
         words: &'a [u64; MATCH_WORDS],
         sqn: Option<u32>,
-        with_integrity: bool,
+        parts: MatchParts,
     ) -> Self {
         Steered {
             original: frame,
             original_parsed: parsed,
             original_words: words,
             sqn,
-            with_integrity,
+            parts,
             rewritten: None,
             meta: Metadata::default(),
             words: None,
@@ -286,7 +287,7 @@ impl<'a> Steered<'a> {
     /// The frame becomes `bytes`.
     pub(crate) fn replace(&mut self, bytes: Vec<u8>) {
         let parsed = crate::packet::parse(&bytes);
-        let mut words = match_words(&parsed, &bytes, self.sqn, self.with_integrity);
+        let mut words = match_words(&parsed, &bytes, self.sqn, self.parts);
         put_registers(&mut words, &self.meta);
         self.rewritten = Some((bytes, parsed));
         self.words = Some(words);

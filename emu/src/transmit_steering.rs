@@ -15,6 +15,7 @@
 
 use crate::counters::add;
 use crate::function::Core;
+use crate::objects::match_parts::MatchParts;
 use crate::steering::{count, match_words, Steered};
 use crate::sw_steering::transmit::Next;
 use cxdirect_hw::flow::{
@@ -43,9 +44,11 @@ pub(crate) fn steer(core: &Core, sqn: u32, frame: &[u8]) -> Verdict {
         return Verdict::Allow(None);
     };
     let parsed = crate::packet::parse(frame);
-    // Transmit tables match no integrity bits (`fw::match_criteria` refuses them there).
-    let words = match_words(&parsed, frame, Some(sqn), false);
-    let mut now = Steered::new(frame, &parsed, &words, Some(sqn), false);
+    // Transmit tables match no integrity bits (`fw::match_criteria` refuses them there), so
+    // the words are built for the parts the function's groups select, less those.
+    let parts = core.res.match_parts.without(MatchParts::INTEGRITY);
+    let words = match_words(&parsed, frame, Some(sqn), parts);
+    let mut now = Steered::new(frame, &parsed, &words, Some(sqn), parts);
     for _ in 0..MAX_HOPS {
         let Some(table) = core.res.flow_tables.get(table_id) else {
             return Verdict::Allow(now.into_rewritten());

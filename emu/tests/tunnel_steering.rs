@@ -154,6 +154,44 @@ fn a_firmware_entry_on_the_gre_key_drops_only_that_key() {
     assert_eq!(p.send(&other), Some(other.clone()));
 }
 
+#[test]
+fn a_group_on_tunnel_fields_made_after_outer_header_groups_sees_the_next_frames_tunnels() {
+    // A function's frames are matched on the parts of the match words its groups have
+    // selected so far: a later group on another part must see it in the very next frame.
+    let mut p = Plug::new(EmuConfig::default());
+    let h = &mut p.h;
+    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
+    let at = (FLOW_TABLE_TYPE_NIC_TX, root, 0);
+    let ethertype = group_matching(h, at, flow::MATCH_OUTER_HEADERS, |c| {
+        c.outer_headers_mut().set_ethertype(0xffff);
+    })
+    .unwrap();
+    entry_matching(h, at, ethertype, flow::FLOW_CONTEXT_ACTION_DROP, |v| {
+        v.outer_headers_mut().set_ethertype(0x86dd);
+    })
+    .unwrap();
+    set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
+    let keyed = gre(GRE_KEY);
+    assert_eq!(p.send(&keyed), Some(keyed.clone()));
+    let h = &mut p.h;
+    let at = (FLOW_TABLE_TYPE_NIC_TX, root, 1);
+    let key = group_matching(h, at, flow::MATCH_MISC_PARAMETERS, |c| {
+        c.misc_parameters_mut()
+            .set_gre_key_h(0x00ff_ffff)
+            .set_gre_key_l(0xff);
+    })
+    .unwrap();
+    entry_matching(h, at, key, flow::FLOW_CONTEXT_ACTION_DROP, |v| {
+        v.misc_parameters_mut()
+            .set_gre_key_h(GRE_KEY >> 8)
+            .set_gre_key_l(GRE_KEY as u8);
+    })
+    .unwrap();
+    assert_eq!(p.send(&keyed), None);
+    let other = gre(GRE_KEY ^ 1);
+    assert_eq!(p.send(&other), Some(other.clone()));
+}
+
 /// A transmit table of one rule, as rdma-core lays a one-rule matcher out: its anchor hits
 /// (with `byte_mask`) into the rule, an entry of lookup type `lookup` dropping what matches
 /// `tag` under `mask`; the rest goes out.

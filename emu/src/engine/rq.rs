@@ -101,7 +101,7 @@ pub(crate) fn receive(core: &mut Core, frame: &[u8], from: Option<Sender>) {
         return;
     }
     let parsed = packet::parse(frame);
-    let words = frame_match_words(&parsed, frame, core.res.integrity_criteria);
+    let words = frame_match_words(&parsed, frame, core.res.match_parts);
     let mut copies = Vec::new();
     let verdict = steer(core, &words, &parsed, frame, &mut copies);
     // Copies a flow sampler took go where its sample table sent them.

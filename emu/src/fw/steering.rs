@@ -7,6 +7,7 @@
 use super::table_full;
 use super::Syndrome;
 use super::{bad_param, bad_res, bad_state, input_as, output_as, CmdError, CmdResult, Core};
+use crate::objects::match_parts::MatchParts;
 use crate::objects::{FlowGroup, FlowTable};
 use cxdirect_hw::flow::{
     CreateFlowGroupIn, CreateFlowGroupOut, CreateFlowTableIn, CreateFlowTableOut,
@@ -323,11 +324,14 @@ pub(crate) fn create_flow_group(core: &mut Core, input: &[u8], output: &mut [u8]
     super::match_criteria::check_modelled(&criteria, enable, receive)?;
     let integrity = super::match_criteria::selects_integrity(&criteria, enable);
     mask_disabled_parts(&mut criteria, enable);
-    table
-        .groups
-        .insert(group_id, FlowGroup::new(start, end, criteria));
+    let group = FlowGroup::new(start, end, criteria);
+    let mut parts = group.parts;
+    if integrity {
+        parts |= MatchParts::INTEGRITY;
+    }
+    table.groups.insert(group_id, group);
     core.res.next_group += 1;
-    core.res.integrity_criteria |= integrity;
+    core.res.match_parts |= parts;
     output_as!(CreateFlowGroupOut<&mut [u8]>, output).set_group_id(group_id);
     Ok(())
 }

@@ -11,6 +11,7 @@ pub(crate) mod devx;
 pub(crate) mod icm;
 pub(crate) mod ksm;
 pub(crate) mod limits;
+pub(crate) mod match_parts;
 pub(crate) mod mcg;
 pub(crate) mod memic;
 pub(crate) mod meter;
@@ -437,11 +438,13 @@ pub(crate) struct Resources {
     pub mcgs: mcg::McastGroups,
     /// Flow group numbers are global; they map to their table.
     pub next_group: u32,
-    /// A NIC receive flow group of this function has selected an integrity bit (`l3_ok`,
-    /// `l4_ok`, `ipv4_checksum_ok`, `l4_checksum_ok`): from then on, until the function is
-    /// reset, received frames' match words carry them (`steering::frame_match_words`), which
-    /// costs a checksum of every frame, so a function that never asked does not pay it.
-    pub integrity_criteria: bool,
+    /// The parts of the match words any flow group of this function has selected since it
+    /// was reset (integrity bits included: only NIC receive groups may select them): frames'
+    /// match words are built for these parts alone (`steering::frame_match_words`), so a
+    /// function whose groups never asked for a tunnel's fields or an integrity bit (a
+    /// checksum of every frame) does not pay for them. It only grows: a group destroyed
+    /// leaves its parts in, which costs work, never a match.
+    pub match_parts: match_parts::MatchParts,
     /// Root table of NIC receive steering.
     pub rx_root: Option<u32>,
     /// Root table of NIC transmit steering: frames the function's SQs send walk it before
@@ -518,7 +521,7 @@ impl Resources {
             gids: rc::GidTable::new(),
             mcgs: mcg::McastGroups::default(),
             next_group: 1,
-            integrity_criteria: false,
+            match_parts: match_parts::MatchParts::default(),
             rx_root: None,
             tx_root: None,
             uctxs: devx::Ownership::default(),

@@ -1,6 +1,7 @@
 //! The steering objects: TISes, TIRs (direct or hashed over an RQ table), RQ tables, and the
 //! flow tables with their groups and entries.
 
+use super::match_parts::MatchParts;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -58,6 +59,8 @@ pub(crate) struct FlowGroup {
     /// The criteria's non-zero 64-bit words, so a frame is matched against the few words a
     /// group looks at rather than the whole 512-byte mask.
     pub mask_words: Vec<MaskWord>,
+    /// The parts of a frame's match words those words lie in.
+    pub parts: MatchParts,
 }
 
 /// One 64-bit word a group's criteria select: its index, its mask, and the VLAN alias the
@@ -128,12 +131,16 @@ impl FlowGroup {
                 svlan_alias: aliases[index],
             })
             .filter(|w| w.mask != 0)
-            .collect();
+            .collect::<Vec<_>>();
+        let parts = mask_words.iter().fold(MatchParts::default(), |parts, w| {
+            parts | MatchParts::of_word(w.index)
+        });
         Self {
             start,
             end,
             criteria,
             mask_words,
+            parts,
         }
     }
 

@@ -3,24 +3,27 @@
 //! (`objects::steering`). The fields no frame carries are refused in a group's criteria
 //! (`fw::match_criteria`).
 
+use crate::objects::match_parts::MatchParts;
 use crate::objects::MATCH_WORDS;
 use crate::packet::{IpAddrs, L3Kind, L4Kind, Parsed, VlanTag, TPID_8021AD, TPID_8021Q};
 use crate::tunnel::Kind;
 use cxdirect_hw::flow::{FteMatchSetLyr24, FteMatchSetMisc, FteMatchSetMisc2, FteMatchSetMisc3};
 
 /// The match parameter words of a frame ([`match_word`](crate::objects::steering::match_word)
-/// order): its outer headers; in the misc part the second VLAN tags and IPv6 flow labels
-/// ([`layered_misc_fields`]) and, for a tunnel the model knows, the tunnel's fields
-/// ([`tunnel_fields`]); the headers a tunnel carries in the inner part (an L3 tunnel's inner
-/// MACs and ethertype stay zero); the first MPLS entries (`misc_parameters_2`) and the L4
-/// misc fields (`misc_parameters_3`), outer and inner. A frame without a tunnel leaves the
-/// tunnel's and the inner fields zero. With `with_integrity`, both header sets carry the
-/// packet's integrity bits ([`crate::integrity`]); without, they stay zero: a function none of
-/// whose flow groups ever selected one does not checksum every frame it receives for them.
+/// order), built for the parts `parts` names and zero elsewhere (a function's flow groups read
+/// no other: `Resources::match_parts`): its outer headers; in the misc part the second VLAN
+/// tags and IPv6 flow labels ([`layered_misc_fields`]) and, for a tunnel the model knows, the
+/// tunnel's fields ([`tunnel_fields`]); the headers a tunnel carries in the inner part (an L3
+/// tunnel's inner MACs and ethertype stay zero); the first MPLS entries (`misc_parameters_2`)
+/// and the L4 misc fields (`misc_parameters_3`), outer and inner. A frame without a tunnel
+/// leaves the tunnel's and the inner fields zero. With [`MatchParts::INTEGRITY`], both header
+/// sets carry the packet's integrity bits ([`crate::integrity`]); without, they stay zero: a
+/// function none of whose flow groups ever selected one does not checksum every frame it
+/// receives for them.
 pub(crate) fn frame_match_words(
     parsed: &Parsed,
     frame: &[u8],
-    with_integrity: bool,
+    parts: MatchParts,
 ) -> [u64; MATCH_WORDS] {
     let mut words = [0u64; MATCH_WORDS];
     let put = |words: &mut [u64; MATCH_WORDS], first: usize, bytes: &[u8]| {
@@ -30,38 +33,52 @@ pub(crate) fn frame_match_words(
             *word = u64::from_ne_bytes(b);
         }
     };
-    put(
-        &mut words,
-        0,
-        headers(parsed, frame, with_integrity).as_bytes(),
-    );
+    let with_integrity = parts.contains(MatchParts::INTEGRITY);
+    if parts.contains(MatchParts::OUTER) {
+        put(
+            &mut words,
+            0,
+            headers(parsed, frame, with_integrity).as_bytes(),
+        );
+    }
+    // Everything past the outer headers needs to know the tunnel, if any.
+    let past_outer = MatchParts::MISC | MatchParts::INNER | MatchParts::MPLS | MatchParts::MISC3;
+    if !parts.intersects(past_outer) {
+        return words;
+    }
     let kind = crate::tunnel::kind(frame, parsed);
     let inner = kind.and_then(|_| crate::tunnel::inner_packet(frame, parsed));
     let inner = inner.as_ref().map(|(f, p)| (*f, p));
-    let (outer_mpls, inner_mpls) = (
-        crate::mpls::first_entry(frame, parsed),
-        inner.and_then(|(f, p)| crate::mpls::first_entry(f, p)),
-    );
-    if outer_mpls.is_some() || inner_mpls.is_some() {
-        let mut misc2 = FteMatchSetMisc2::zeroed();
-        misc2
-            .set_outer_first_mpls(outer_mpls.unwrap_or(0))
-            .set_inner_first_mpls(inner_mpls.unwrap_or(0));
-        put(&mut words, MISC2_WORD, &misc2.as_bytes()[..MPLS_BYTES]);
+    if parts.contains(MatchParts::MPLS) {
+        let (outer_mpls, inner_mpls) = (
+            crate::mpls::first_entry(frame, parsed),
+            inner.and_then(|(f, p)| crate::mpls::first_entry(f, p)),
+        );
+        if outer_mpls.is_some() || inner_mpls.is_some() {
+            let mut misc2 = FteMatchSetMisc2::zeroed();
+            misc2
+                .set_outer_first_mpls(outer_mpls.unwrap_or(0))
+                .set_inner_first_mpls(inner_mpls.unwrap_or(0));
+            put(&mut words, MISC2_WORD, &misc2.as_bytes()[..MPLS_BYTES]);
+        }
     }
-    let misc3 = l4_misc_fields((parsed, frame), inner);
-    if misc3.as_bytes().iter().any(|&b| b != 0) {
-        put(&mut words, MISC3_WORD, misc3.as_bytes());
+    if parts.contains(MatchParts::MISC3) {
+        let misc3 = l4_misc_fields((parsed, frame), inner);
+        if misc3.as_bytes().iter().any(|&b| b != 0) {
+            put(&mut words, MISC3_WORD, misc3.as_bytes());
+        }
     }
-    let mut misc = match kind {
-        Some(kind) => tunnel_fields(kind, frame),
-        None => FteMatchSetMisc::zeroed(),
-    };
-    layered_misc_fields(&mut misc, (parsed, frame), inner);
-    if misc.as_bytes().iter().any(|&b| b != 0) {
-        put(&mut words, MISC_WORD, misc.as_bytes());
+    if parts.contains(MatchParts::MISC) {
+        let mut misc = match kind {
+            Some(kind) => tunnel_fields(kind, frame),
+            None => FteMatchSetMisc::zeroed(),
+        };
+        layered_misc_fields(&mut misc, (parsed, frame), inner);
+        if misc.as_bytes().iter().any(|&b| b != 0) {
+            put(&mut words, MISC_WORD, misc.as_bytes());
+        }
     }
-    if let Some((inner_frame, inner)) = inner {
+    if let Some((inner_frame, inner)) = inner.filter(|_| parts.contains(MatchParts::INNER)) {
         put(
             &mut words,
             INNER_WORD,
@@ -281,15 +298,15 @@ fn tunnel_fields(kind: Kind, frame: &[u8]) -> FteMatchSetMisc<[u8; 0x40]> {
 /// starts at 0x40 of `fte_match_param`).
 const SOURCE_SQN_BYTE: usize = 0x41;
 
-/// The match words of a frame: [`frame_match_words`], and for a frame an SQ sends the SQ's
-/// number in `misc.source_sqn` (what Linux's egress rules match a queue by).
+/// The match words of a frame: [`frame_match_words`] of `parts`, and for a frame an SQ sends
+/// the SQ's number in `misc.source_sqn` (what Linux's egress rules match a queue by).
 pub(crate) fn match_words(
     parsed: &Parsed,
     frame: &[u8],
     sqn: Option<u32>,
-    with_integrity: bool,
+    parts: MatchParts,
 ) -> [u64; MATCH_WORDS] {
-    let mut words = frame_match_words(parsed, frame, with_integrity);
+    let mut words = frame_match_words(parsed, frame, parts);
     if let Some(sqn) = sqn {
         let word = SOURCE_SQN_BYTE / 8;
         let mut bytes = words[word].to_ne_bytes();
@@ -305,3 +322,60 @@ pub(super) const MISC2_WORD: usize = 0xc0 / 8;
 
 /// Bytes of `misc_parameters_2` before the registers: the four MPLS entries, two match words.
 pub(super) const MPLS_BYTES: usize = 0x10;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::parse;
+
+    /// GRE with key 7 carrying IPv4/UDP 10.0.0.5:7 -> 10.0.0.6:9 (an L3 tunnel), in IPv4
+    /// from 10.0.0.1 to 10.0.0.2.
+    fn gre_frame() -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00];
+        f.extend_from_slice(&[0x45, 0, 0, 64, 0, 0, 0, 0, 64, 47, 0, 0]);
+        f.extend_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+        f.extend_from_slice(&[0x20, 0, 0x08, 0x00, 0, 0, 0, 7]);
+        f.extend_from_slice(&[
+            0x45, 0, 0, 36, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 5, 10, 0, 0, 6,
+        ]);
+        f.extend_from_slice(&[0, 7, 0, 9, 0, 16, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
+        f
+    }
+
+    #[test]
+    fn each_part_is_built_alone_as_it_is_among_all() {
+        let f = gre_frame();
+        let p = parse(&f);
+        let parts = [
+            MatchParts::OUTER,
+            MatchParts::MISC,
+            MatchParts::INNER,
+            MatchParts::MPLS,
+            MatchParts::MISC3,
+        ];
+        let all = parts
+            .iter()
+            .fold(MatchParts::INTEGRITY, |all, &part| all | part);
+        let every = frame_match_words(&p, &f, all);
+        // The tunnel's key and the inner ports are there when their parts are asked for.
+        assert_ne!(every[MISC_WORD..INNER_WORD], [0; 8]);
+        assert_ne!(every[INNER_WORD..INNER_WORD + 8], [0; 8]);
+        for part in parts {
+            let alone = frame_match_words(&p, &f, part | MatchParts::INTEGRITY);
+            for (index, (&a, &e)) in alone.iter().zip(&every).enumerate() {
+                let want = if MatchParts::of_word(index) == part {
+                    e
+                } else {
+                    0
+                };
+                assert_eq!(a, want, "word {index} with {part:?} alone");
+            }
+        }
+        // Without INTEGRITY the outer words are those of every other part's build, and
+        // nothing past them is set.
+        let outer = frame_match_words(&p, &f, MatchParts::OUTER);
+        let rest = frame_match_words(&p, &f, all.without(MatchParts::INTEGRITY));
+        assert_eq!(outer[..MISC_WORD], rest[..MISC_WORD]);
+        assert!(outer[MISC_WORD..].iter().all(|&w| w == 0));
+    }
+}
