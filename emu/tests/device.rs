@@ -88,6 +88,65 @@ fn fatal_syndromes_show_in_the_health_buffer() {
 }
 
 #[test]
+fn pages_a_function_reset_takes_from_the_firmware_stay_counted_as_leaked() {
+    let mut h = Host::new(Device::new(EmuConfig::default()), MEM);
+    h.bring_up();
+    let held = h.dev.firmware_pages_held();
+    assert!(held > 0);
+    h.dev.reset();
+    assert_eq!(h.dev.firmware_pages_held(), 0);
+    assert_eq!(h.dev.firmware_pages_leaked(), held as u64);
+}
+
+/// `nic_interface` as Linux's `mlx5_get_nic_state` reads it.
+fn nic_state(h: &Host) -> u8 {
+    (h.mmio_r32(init_seg::CMDQ_ADDR_L_SZ as u64) >> 8) as u8 & 7
+}
+
+#[test]
+fn linux_s_recovery_flow_resets_the_firmware_through_nic_interface() {
+    let mut h = Host::new(Device::new(EmuConfig::default()), MEM);
+    h.bring_up();
+    assert_eq!(nic_state(&h), init_seg::nic_interface::FULL_DRIVER);
+    h.dev
+        .inject_fatal_reset_required(init_seg::health_syndrome::FW_INTERNAL_ERR);
+    // mlx5_health_check_fatal_sensors: the syndrome with the recovery flow required
+    // (sensor_fw_synd_rfr), the interface still in full driver mode.
+    let synd = h.mmio_r32((init_seg::HEALTH_BUFFER + 0x3c) as u64) >> 16 & 0xff;
+    assert_eq!(synd, u32::from(init_seg::health_syndrome::FW_INTERNAL_ERR));
+    let rfr = h.mmio_r32((init_seg::HEALTH_BUFFER + 0x38) as u64) >> 31;
+    assert_eq!(rfr, 1, "rfr_severity's rfr bit");
+    assert_eq!(nic_state(&h), init_seg::nic_interface::FULL_DRIVER);
+    // reset_fw_if_needed: the firmware says it can reset, and Linux sets SW_RESET
+    // (mlx5_set_nic_state keeps the address bits it read).
+    let initializing = h.mmio_r32(init_seg::INITIALIZING as u64);
+    assert_eq!(initializing >> 30 & 1, 1, "MLX5_FW_RESET_SUPPORTED_OFFSET");
+    let word = h.mmio_r32(init_seg::CMDQ_ADDR_L_SZ as u64);
+    h.mmio_w32(
+        init_seg::CMDQ_ADDR_L_SZ as u64,
+        (word & 0xffff_f000) | u32::from(init_seg::nic_interface::SW_RESET) << 8,
+    );
+    // mlx5_error_sw_reset waits for DISABLED; the health buffer is clear again.
+    assert_eq!(nic_state(&h), init_seg::nic_interface::DISABLED);
+    assert_eq!(h.mmio_r32((init_seg::HEALTH_BUFFER + 0x3c) as u64), 0);
+    assert_eq!(h.mmio_r32((init_seg::HEALTH_BUFFER + 0x38) as u64), 0);
+    assert_eq!(h.dev.health_syndrome(), 0);
+    let counter = h.mmio_r32(init_seg::HEALTH_COUNTER as u64);
+    std::thread::sleep(Duration::from_millis(5));
+    assert_ne!(
+        h.mmio_r32(init_seg::HEALTH_COUNTER as u64),
+        counter,
+        "the health counter runs again (mlx5_pci_slot_reset's wait_vital)"
+    );
+    // The reset dropped the firmware's pages without counting them as leaked, and left the
+    // PCI function alone: mlx5_load_one brings the function up again from ENABLE_HCA.
+    assert_eq!(h.dev.firmware_pages_leaked(), 0);
+    h.bring_up();
+    assert_eq!(nic_state(&h), init_seg::nic_interface::FULL_DRIVER);
+    assert!(h.simple(Opcode::Nop, 0).is_ok());
+}
+
+#[test]
 fn memory_decoding_and_bus_mastering_are_honoured() {
     let dev = Device::new(EmuConfig::default());
     let mut b = [0u8; 4];

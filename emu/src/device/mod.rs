@@ -303,6 +303,20 @@ impl Device {
         lock(&self.shared.core).hca.set_fatal(syndrome);
     }
 
+    /// Fails the firmware with a health syndrome and the recovery flow required (`rfr`): a
+    /// firmware reset (`nic_interface` SW_RESET) clears it (fault injection).
+    pub fn inject_fatal_reset_required(&self, syndrome: u8) {
+        lock(&self.shared.core)
+            .hca
+            .set_fatal_reset_required(syndrome);
+    }
+
+    /// The `nic_interface` mode the initialization segment shows
+    /// (`cxdirect_hw::init_seg::nic_interface`).
+    pub fn nic_interface(&self) -> u8 {
+        lock(&self.shared.core).hca.nic_interface
+    }
+
     /// Arms `fault`: the engine it belongs to takes it at the first matching event.
     /// A [`crate::Fault::RawEvent`] is posted at once.
     pub fn inject(&self, fault: crate::Fault) {
@@ -586,8 +600,17 @@ impl Device {
                 core.hca.cmdq_addr = (core.hca.cmdq_addr & 0xffff_ffff) | u64::from(value) << 32;
             }
             init_seg::CMDQ_ADDR_L_SZ => {
-                core.hca.cmdq_addr =
-                    (core.hca.cmdq_addr & !0xffff_ffff) | u64::from(value & 0xffff_f000);
+                // The address bits and `nic_interface`: SW_RESET resets the firmware (Linux
+                // writes it, with the address bits it read, on a fatal error asking for the
+                // recovery flow); any other mode is taken as written.
+                let word = init_seg::CmdqAddrLowSize::from_bits(value);
+                if word.nic_interface() == init_seg::nic_interface::SW_RESET {
+                    core.firmware_reset();
+                } else {
+                    core.hca.cmdq_addr =
+                        (core.hca.cmdq_addr & !0xffff_ffff) | u64::from(word.address_low());
+                    core.hca.nic_interface = word.nic_interface();
+                }
             }
             init_seg::CMD_DBELL if !core.hca.initializing() => cmdif::ring(&mut core, value),
             _ => {}
@@ -832,12 +855,20 @@ fn init_seg_byte(core: &Core, offset: u64) -> u8 {
             u32::from(init_seg::CMDIF_REV) << 16 | u32::from(core.cfg.fw_version.2)
         }
         init_seg::CMDQ_ADDR_H => (core.hca.cmdq_addr >> 32) as u32,
-        init_seg::CMDQ_ADDR_L_SZ => {
-            (core.hca.cmdq_addr as u32 & 0xffff_f000)
-                | u32::from(core.cfg.log_cmdq_size) << 4
-                | u32::from(cmdif::LOG_CMDQ_STRIDE)
-        }
-        init_seg::INITIALIZING => u32::from(core.hca.initializing()) << 31,
+        init_seg::CMDQ_ADDR_L_SZ => init_seg::CmdqAddrLowSize::new()
+            .with_cmdq_addr_l((core.hca.cmdq_addr as u32) >> 12)
+            .with_nic_interface(core.hca.nic_interface)
+            .with_log_cmdq_size(core.cfg.log_cmdq_size)
+            .with_log_cmdq_stride(cmdif::LOG_CMDQ_STRIDE)
+            .into_bits(),
+        // A ConnectX-6 Dx resets its firmware when the driver asks (`nic_interface`).
+        init_seg::INITIALIZING => init_seg::Initializing::new()
+            .with_initializing(core.hca.initializing())
+            .with_fw_reset_supported(true)
+            .into_bits(),
+        d if d == init_seg::HEALTH_BUFFER + 0x38 => init_seg::HealthRfrSeverity::new()
+            .with_rfr(core.hca.failed() && core.hca.reset_required)
+            .into_bits(),
         init_seg::HEALTH_FW_VER => {
             (u32::from(core.cfg.fw_version.0) << 24) | (u32::from(core.cfg.fw_version.1) << 8)
         }

@@ -49,6 +49,13 @@ pub(crate) struct Hca {
     health_tick: Duration,
     /// Fatal health syndrome and the health counter value frozen at the failure.
     fatal: Option<(u8, u32)>,
+    /// The fatal error asks for the recovery flow (`rfr` in the health buffer): the driver
+    /// resets the firmware through `nic_interface` and loads again.
+    pub reset_required: bool,
+    /// `nic_interface` as `cmdq_addr_l_sz` shows it (`init_seg::nic_interface`): full driver
+    /// from power-on, disabled after a firmware reset until the driver hands the command
+    /// queue's address over again.
+    pub nic_interface: u8,
     /// The health counter stops advancing (a hung firmware) without a syndrome.
     pub health_stalled: Option<u32>,
     /// Every init-segment read returns all-ones and commands go unanswered (the function fell
@@ -72,6 +79,8 @@ impl Hca {
             init_delay: cfg.init_delay,
             health_tick: cfg.health_tick.max(Duration::from_micros(1)),
             fatal: None,
+            reset_required: false,
+            nic_interface: cxdirect_hw::init_seg::nic_interface::FULL_DRIVER,
             health_stalled: None,
             unresponsive: false,
             caps: super::caps::CapSet::new(cfg),
@@ -121,6 +130,14 @@ impl Hca {
             let counter = self.health_counter();
             self.fatal = Some((syndrome, counter));
         }
+    }
+
+    /// [`Hca::set_fatal`] with the recovery flow required (`rfr`): what a firmware error that
+    /// a firmware reset clears reports, and what makes Linux reset the firmware
+    /// (`sensor_fw_synd_rfr`, `mlx5_error_sw_reset`).
+    pub fn set_fatal_reset_required(&mut self, syndrome: u8) {
+        self.set_fatal(syndrome);
+        self.reset_required = true;
     }
 
     /// Refuses commands the current state does not allow.

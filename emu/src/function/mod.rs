@@ -153,7 +153,10 @@ impl Core {
 
     /// Function-level reset: every object and page dropped, back to initializing.
     pub fn reset(&mut self) {
+        // What leaked before stays counted: the count is the function's history, not state.
+        let pages_leaked = self.hca.pages_leaked;
         self.hca = hca::Hca::new(&self.cfg);
+        self.hca.pages_leaked = pages_leaked;
         self.pages = pages::Pages::default();
         self.res = Resources::new(&self.cfg);
         self.port = hca::PortState::new(&self.cfg);
@@ -173,6 +176,19 @@ impl Core {
         }
         self.bus_master = false;
         self.msix_enabled = false;
+    }
+
+    /// The firmware reset a driver asks for by writing `nic_interface` SW_RESET (Linux's
+    /// `reset_fw_if_needed`): every object and page dropped and the health buffer cleared, as
+    /// in [`Core::reset`], then the interface reads disabled until the driver gives the
+    /// command queue's address again. The PCI function is not reset: bus mastering and MSI-X
+    /// stay as configuration space has them.
+    pub fn firmware_reset(&mut self) {
+        let (bus_master, msix_enabled) = (self.bus_master, self.msix_enabled);
+        self.reset();
+        self.bus_master = bus_master;
+        self.msix_enabled = msix_enabled;
+        self.hca.nic_interface = cxdirect_hw::init_seg::nic_interface::DISABLED;
     }
 
     /// A device read of host memory: refused while bus mastering is off.

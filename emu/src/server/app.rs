@@ -330,6 +330,9 @@ pub fn run(opts: &Options) -> Result<Summary, AppError> {
                 }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
+                if let Some(path) = &opts.fatal_trigger {
+                    fatal_if_triggered(path, &build.functions);
+                }
                 if let Some(wire) = &build.wire {
                     if let Err(e) = wire.flush_pcap() {
                         log::error!("pcap: {e}; recording stopped");
@@ -408,6 +411,35 @@ pub fn run(opts: &Options) -> Result<Summary, AppError> {
         })
         .collect();
     Ok(Summary { sessions })
+}
+
+/// `--fatal-trigger`: when `path` exists, removes it and fails the function whose index it
+/// holds with a fatal firmware error asking for the recovery flow. A file that names no
+/// function is removed and said so.
+fn fatal_if_triggered(path: &std::path::Path, functions: &[Function]) {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return;
+    };
+    if let Err(e) = std::fs::remove_file(path) {
+        log::error!("--fatal-trigger {}: cannot remove it: {e}", path.display());
+    }
+    let index = text.trim().parse::<usize>().ok();
+    match index.and_then(|i| functions.get(i).map(|f| (i, f))) {
+        Some((i, f)) => {
+            f.device.inject_fatal_reset_required(
+                cxdirect_hw::init_seg::health_syndrome::FW_INTERNAL_ERR,
+            );
+            log::warn!(
+                "function {i}: fatal firmware error injected (--fatal-trigger): health syndrome 0x1, recovery flow required"
+            );
+        }
+        None => log::error!(
+            "--fatal-trigger {}: {:?} names no function (0..{})",
+            path.display(),
+            text.trim(),
+            functions.len()
+        ),
+    }
 }
 
 fn socket_of(build: &Build, i: usize) -> String {

@@ -4,7 +4,8 @@
 //! cxdirect-emu-server --socket PATH [--socket PATH2]
 //!                     [--wire loopback | --wire none | --wire pair:OTHER.sock]
 //!                     [--pcap FILE] [--mac XX:XX:XX:XX:XX:XX]... [--roce]
-//!                     [--trace-commands FILE] [--blueflame-hold-us N] [-v|-vv]
+//!                     [--trace-commands FILE] [--blueflame-hold-us N]
+//!                     [--fatal-trigger FILE] [-v|-vv]
 //! ```
 //!
 //! One `--socket` serves one function; its port is a loopback plug unless `--wire` says
@@ -22,7 +23,8 @@ use thiserror::Error;
 pub const USAGE: &str = "\
 usage: cxdirect-emu-server --socket PATH [--socket PATH2] [--wire loopback|none|pair:OTHER.sock]
                            [--pcap FILE] [--mac XX:XX:XX:XX:XX:XX]... [--roce]
-                           [--trace-commands FILE] [--blueflame-hold-us N] [-v|-vv]
+                           [--trace-commands FILE] [--blueflame-hold-us N]
+                           [--fatal-trigger FILE] [-v|-vv]
 
 Serves the cxdirect ConnectX-6 Dx device model to QEMU over vfio-user
 (QEMU >= 10.1: -device '{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"PATH\"}}').
@@ -48,6 +50,13 @@ Serves the cxdirect ConnectX-6 Dx device model to QEMU over vfio-user
                      WQE from the copy and mlx5_core finds write combining; a doorbell nothing
                      follows reaches the model when the next message comes or N us later
                      (default 200; 0: no assembly, every store reaches the model at once)
+  --fatal-trigger FILE
+                     while serving, look for FILE every 200 ms; when it appears, remove it and
+                     fail the function whose index it holds (0, or 1 with two sockets) with a
+                     fatal firmware error asking for the recovery flow (health syndrome 0x1 with
+                     rfr), as a ConnectX reports an internal error that a firmware reset clears:
+                     for testing a driver's recovery (Linux's mlx5_core resets the firmware
+                     through nic_interface and loads again)
   -v, -vv            more logging (per-request lines; vfio_user message traces)
   -h, --help         this text
 
@@ -89,6 +98,9 @@ pub struct Options {
     /// 0 to [`MAX_BLUEFLAME_HOLD_US`] µs; zero: no assembly): see
     /// [`crate::server::blueflame`].
     pub blueflame_hold: Duration,
+    /// The file whose appearance fails a function with a fatal firmware error
+    /// (`--fatal-trigger`).
+    pub fatal_trigger: Option<PathBuf>,
 }
 
 /// The longest `--blueflame-hold-us`: 10 ms, past which every plain doorbell would wait longer
@@ -182,6 +194,9 @@ pub enum CliError {
     /// `--trace-commands` given twice.
     #[error("--trace-commands is given twice")]
     TraceTwice,
+    /// `--fatal-trigger` given twice.
+    #[error("--fatal-trigger is given twice")]
+    FatalTriggerTwice,
     /// A `--blueflame-hold-us` value that is not a number of microseconds in range.
     #[error(
         "--blueflame-hold-us {0:?}: expected microseconds from 0 (no assembly) to {MAX_BLUEFLAME_HOLD_US}"
@@ -200,6 +215,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, CliErr
     let mut roce = false;
     let mut trace_commands = None;
     let mut blueflame_hold = super::blueflame::DEFAULT_HOLD;
+    let mut fatal_trigger = None;
     while let Some(arg) = args.next() {
         let text = arg.to_str().map(str::to_owned);
         let (name, inline) = match text.as_deref() {
@@ -256,6 +272,12 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, CliErr
                     return Err(CliError::TraceTwice);
                 }
             }
+            "--fatal-trigger" => {
+                let path = PathBuf::from(value("--fatal-trigger")?);
+                if fatal_trigger.replace(path).is_some() {
+                    return Err(CliError::FatalTriggerTwice);
+                }
+            }
             "--blueflame-hold-us" => {
                 let raw = value("--blueflame-hold-us")?;
                 let text = raw.to_str().ok_or_else(|| CliError::NotUtf8(raw.clone()))?;
@@ -303,6 +325,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, CliErr
         roce,
         trace_commands,
         blueflame_hold,
+        fatal_trigger,
     }))
 }
 
