@@ -455,3 +455,45 @@ fn remove_sockets(functions: &[Function]) {
         let _ = std::fs::remove_file(&f.socket);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fatal_trigger_fails_the_function_it_names_once() {
+        let opts = Options {
+            sockets: vec!["/nonexistent/a.sock".into(), "/nonexistent/b.sock".into()],
+            wire: WireSpec::Default,
+            pcap: None,
+            macs: Vec::new(),
+            verbosity: 0,
+            roce: false,
+            trace_commands: None,
+            blueflame_hold: Duration::ZERO,
+            fatal_trigger: None,
+        };
+        let build = build(&opts).expect("two functions");
+        let dir = std::env::temp_dir().join(format!("cxdirect-fatal-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let trigger = dir.join("fatal");
+        // No file: nothing happens.
+        fatal_if_triggered(&trigger, &build.functions);
+        assert_eq!(build.functions[1].device.health_syndrome(), 0);
+        // A file naming no function is taken away and fails nothing.
+        std::fs::write(&trigger, "7\n").unwrap();
+        fatal_if_triggered(&trigger, &build.functions);
+        assert!(!trigger.exists());
+        assert_eq!(build.functions[0].device.health_syndrome(), 0);
+        assert_eq!(build.functions[1].device.health_syndrome(), 0);
+        std::fs::write(&trigger, "1\n").unwrap();
+        fatal_if_triggered(&trigger, &build.functions);
+        assert!(!trigger.exists());
+        assert_eq!(build.functions[0].device.health_syndrome(), 0);
+        assert_eq!(
+            build.functions[1].device.health_syndrome(),
+            cxdirect_hw::init_seg::health_syndrome::FW_INTERNAL_ERR
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -471,4 +471,27 @@ mod tests {
             Err(CliError::TraceTwice)
         );
     }
+
+    #[test]
+    fn a_fatal_trigger_names_one_file() {
+        let Ok(Command::Run(o)) = run(&["--socket", "/a"]) else {
+            panic!("parse failed")
+        };
+        assert_eq!(o.fatal_trigger, None);
+        let Ok(Command::Run(o)) = run(&["--socket", "/a", "--fatal-trigger=/t/fatal"]) else {
+            panic!("parse failed")
+        };
+        assert_eq!(o.fatal_trigger, Some(PathBuf::from("/t/fatal")));
+        assert_eq!(
+            run(&[
+                "--socket",
+                "/a",
+                "--fatal-trigger",
+                "x",
+                "--fatal-trigger",
+                "y"
+            ]),
+            Err(CliError::FatalTriggerTwice)
+        );
+    }
 }
