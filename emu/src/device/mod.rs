@@ -311,12 +311,6 @@ impl Device {
             .set_fatal_reset_required(syndrome);
     }
 
-    /// The `nic_interface` mode the initialization segment shows
-    /// (`cxdirect_hw::init_seg::nic_interface`).
-    pub fn nic_interface(&self) -> u8 {
-        lock(&self.shared.core).hca.nic_interface
-    }
-
     /// Arms `fault`: the engine it belongs to takes it at the first matching event.
     /// A [`crate::Fault::RawEvent`] is posted at once.
     pub fn inject(&self, fault: crate::Fault) {
@@ -867,7 +861,7 @@ fn init_seg_byte(core: &Core, offset: u64) -> u8 {
             .with_fw_reset_supported(true)
             .into_bits(),
         d if d == init_seg::HEALTH_BUFFER + 0x38 => init_seg::HealthRfrSeverity::new()
-            .with_rfr(core.hca.failed() && core.hca.reset_required)
+            .with_rfr(core.hca.recovery_required())
             .into_bits(),
         init_seg::HEALTH_FW_VER => {
             (u32::from(core.cfg.fw_version.0) << 24) | (u32::from(core.cfg.fw_version.1) << 8)

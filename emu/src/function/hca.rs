@@ -49,9 +49,8 @@ pub(crate) struct Hca {
     health_tick: Duration,
     /// Fatal health syndrome and the health counter value frozen at the failure.
     fatal: Option<(u8, u32)>,
-    /// The fatal error asks for the recovery flow (`rfr` in the health buffer): the driver
-    /// resets the firmware through `nic_interface` and loads again.
-    pub reset_required: bool,
+    /// The fatal error asks for the recovery flow ([`Hca::recovery_required`]).
+    reset_required: bool,
     /// `nic_interface` as `cmdq_addr_l_sz` shows it (`init_seg::nic_interface`): full driver
     /// from power-on, disabled after a firmware reset until the driver hands the command
     /// queue's address over again.
@@ -138,6 +137,12 @@ impl Hca {
     pub fn set_fatal_reset_required(&mut self, syndrome: u8) {
         self.set_fatal(syndrome);
         self.reset_required = true;
+    }
+
+    /// The health buffer's `rfr`: a fatal error that asks for the recovery flow, in which the
+    /// driver resets the firmware through `nic_interface` and loads again.
+    pub fn recovery_required(&self) -> bool {
+        self.fatal.is_some() && self.reset_required
     }
 
     /// Refuses commands the current state does not allow.
