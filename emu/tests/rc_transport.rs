@@ -1819,10 +1819,129 @@ fn the_rc_transport_counts_in_the_q_counter_set_each_qp_names() {
         (0, 0, 0),
         "B: cleared"
     );
-    // A QP names the set: it cannot go while the QP does.
+    p.teardown();
+}
+
+/// At a QP's destruction Linux unbinds it from its counter (`rdma_counter_unbind_qp`, forced,
+/// before DESTROY_QP); for a QP neither in RESET nor in RTS mlx5_ib sends nothing
+/// (`mlx5_ib_qp_set_counter`) and then frees the counter (`mlx5_ib_counter_dealloc`) while
+/// the QP still names it. The model refused that DEALLOC_Q_COUNTER (bad resource state) and
+/// kept the set, which the kernel had forgotten; `rdma statistic qp` in auto mode showed it
+/// at every perftest exit.
+#[test]
+fn a_set_freed_while_a_qp_names_it_goes_and_the_qp_counts_nowhere() {
+    use cxdirect_hw::counters::QueryQCounterOut;
+    use cxdirect_hw::qp::{QueryQpIn, QueryQpOut};
+    let (mut p, _cap) = pair_with_rnr_retry(700, 7);
+    let set = alloc_q_counter(&mut p.b);
+    bind_counter_set(&mut p.b, p.qp_b.qpn, set);
     let mut input = Host::input(Opcode::DeallocQCounter, 0, 16);
-    input[11] = set_b;
-    assert!(p.b.exec(&input, 16).is_err(), "a set a QP names stays");
+    input[11] = set;
+    p.b.exec(&input, 16)
+        .expect("DEALLOC_Q_COUNTER of a set a QP names");
+    let mut input = Host::input(Opcode::QueryQp, 0, QueryQpIn::<&[u8]>::SIZE);
+    QueryQpIn::new(&mut input[..])
+        .expect("layout")
+        .set_qpn(p.qp_b.qpn);
+    let out =
+        p.b.exec(&input, QueryQpOut::<&[u8]>::SIZE)
+            .expect("QUERY_QP");
+    let named = QueryQpOut::new(&out[..])
+        .expect("layout")
+        .qpc()
+        .counter_set_id();
+    assert_eq!(named, 0, "the QP names no set any more");
+    // A set allocated later, whatever its number, counts none of the QP's traffic.
+    let later = alloc_q_counter(&mut p.b);
+    let lkey_a = p.a.create_mkey(false, true);
+    let pd_b = p.b.pd;
+    let rkey_b = remote_key(&mut p.b, true, pd_b);
+    let src = p.a.alloc(4096, 4096);
+    let dst = p.b.alloc(4096, 4096);
+    let w = rc_wqe(
+        &p.qp_a.sq,
+        opcode::RDMA_WRITE,
+        0,
+        Some((dst, rkey_b)),
+        None,
+        (src, lkey_a, 64),
+    );
+    p.a.post(&mut p.qp_a.sq, &w, false);
+    p.settle();
+    assert_eq!(drain(&p.a, &mut p.cq_a).len(), 1, "the WRITE completed");
+    let out = query_q_counter(&mut p.b, later, false);
+    let counted = QueryQCounterOut::new(&out[..])
+        .expect("layout")
+        .rx_write_requests();
+    assert_eq!(counted, 0, "set {later}: nothing of the QP's");
+    p.teardown();
+}
+
+/// `rdma statistic qp bind` and `unbind` of a running QP: mlx5_ib asks for
+/// `rts2rts_qp_counters_set_id` first (`mlx5_ib_qp_set_counter`), then moves the QP with
+/// RTS2RTS_QP naming the new set as its optional counter set attribute
+/// (`__mlx5_ib_qp_set_counter`), back to the port's own set at unbind, and frees the bound set
+/// (DEALLOC_Q_COUNTER). The model moved QPs so but did not report the cap: Linux refused every
+/// bind of a QP past RESET (EOPNOTSUPP).
+#[test]
+fn a_running_qp_moves_between_counter_sets_as_rdma_statistic_binds_it() {
+    use cxdirect_hw::caps::CmdHcaCap;
+    use cxdirect_hw::counters::QueryQCounterOut;
+    use cxdirect_hw::hca::cap_type;
+    let (mut p, _cap) = pair_with_rnr_retry(700, 7);
+    let general = p.b.query_cap(cap_type::GENERAL_DEVICE, true);
+    let general = CmdHcaCap::new(&general[0x10..0x110]).expect("layout");
+    assert!(
+        general.rts2rts_qp_counters_set_id(),
+        "rts2rts_qp_counters_set_id reported"
+    );
+    let port_set = alloc_q_counter(&mut p.b);
+    let bound = alloc_q_counter(&mut p.b);
+    let lkey_a = p.a.create_mkey(false, true);
+    let pd_b = p.b.pd;
+    let rkey_b = remote_key(&mut p.b, true, pd_b);
+    let src = p.a.alloc(4096, 4096);
+    let dst = p.b.alloc(4096, 4096);
+    let write = |p: &mut RcPair| {
+        let w = rc_wqe(
+            &p.qp_a.sq,
+            opcode::RDMA_WRITE,
+            0,
+            Some((dst, rkey_b)),
+            None,
+            (src, lkey_a, 64),
+        );
+        p.a.post(&mut p.qp_a.sq, &w, false);
+        p.settle();
+        assert_eq!(drain(&p.a, &mut p.cq_a).len(), 1, "the WRITE completed");
+    };
+    let writes = |p: &mut RcPair, set: u8| {
+        let out = query_q_counter(&mut p.b, set, false);
+        QueryQCounterOut::new(&out[..])
+            .expect("layout")
+            .rx_write_requests()
+    };
+    bind_counter_set(&mut p.b, p.qp_b.qpn, port_set);
+    write(&mut p);
+    bind_counter_set(&mut p.b, p.qp_b.qpn, bound);
+    write(&mut p);
+    write(&mut p);
+    assert_eq!(
+        (writes(&mut p, port_set), writes(&mut p, bound)),
+        (1, 2),
+        "bound: the WRITEs after the move count in the new set"
+    );
+    bind_counter_set(&mut p.b, p.qp_b.qpn, port_set);
+    write(&mut p);
+    assert_eq!(
+        (writes(&mut p, port_set), writes(&mut p, bound)),
+        (2, 2),
+        "unbound: back in the port's set"
+    );
+    let mut input = Host::input(Opcode::DeallocQCounter, 0, 16);
+    input[11] = bound;
+    p.b.exec(&input, 16)
+        .expect("the bound set goes once no QP names it");
     p.teardown();
 }
 

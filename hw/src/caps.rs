@@ -131,6 +131,10 @@ layout! {
         start_pad: bool @ 0x163 [0x1],
         /// The device's cache line is 128 bytes (64 when clear); padding follows it.
         cache_line_128byte: bool @ 0x164 [0x1],
+        /// RTS2RTS_QP may bind a running QP to another Q counter set (the optional counter
+        /// set attribute): mlx5_ib's `mlx5_ib_qp_set_counter` refuses `rdma statistic qp
+        /// bind` of a QP past RESET without it.
+        rts2rts_qp_counters_set_id: bool @ 0x169 [0x1],
         /// The QCAM access register is supported.
         qcam_reg: bool @ 0x16f [0x1],
         /// GID table size per port, coded (`MLX5_CMD_HCA_CAP_GID_TABLE_SIZE_*`: 0 = 8 entries,

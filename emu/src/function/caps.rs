@@ -142,6 +142,9 @@ impl CapSet {
             // RTS2RTS_QP changes a running RC or UC QP's UDP source port (`fw::udp_sport`),
             // which libmlx5 reads before it sends one (`mlx5dv_modify_qp_udp_sport`).
             .set_rts2rts_udp_sport(cfg.roce)
+            // RTS2RTS_QP moves a running QP to another Q counter set (`fw::qp`'s optional
+            // counter set attribute), as `rdma statistic qp bind` asks of mlx5_ib.
+            .set_rts2rts_qp_counters_set_id(cfg.roce)
             // RC atomics (compare-and-swap, fetch-and-add) are executed by the responder.
             .set_atomic(cfg.roce)
             .set_log_max_xrcd(if cfg.roce { LOG_MAX_XRCD } else { 0 })

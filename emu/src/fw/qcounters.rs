@@ -3,7 +3,6 @@
 //! `out_of_buffer` there, the RC transport its own counters.
 
 use super::table_full;
-use super::transport::in_use;
 use super::{bad_res, input_as, output_as, CmdResult, Core};
 use crate::objects::QCounter;
 use cxdirect_hw::counters::{
@@ -29,7 +28,21 @@ pub(crate) fn dealloc_q_counter(core: &mut Core, input: &[u8]) -> CmdResult {
         .get(id)
         .ok_or(bad_res("no such Q counter set"))?;
     if set.users > 0 {
-        return Err(in_use("Q counter set still named by an RQ or QP"));
+        // Linux frees a set that a QP still names: at a QP's destruction the kernel unbinds
+        // it from its counter first (`rdma_counter_unbind_qp`, forced), and mlx5_ib sends
+        // nothing for a QP neither in RESET nor in RTS (`mlx5_ib_qp_set_counter`), then
+        // frees the counter (`mlx5_ib_counter_dealloc`) before DESTROY_QP. Those QPs (and
+        // RQs) count nowhere from now on, never in a set allocated later under the number.
+        for (_, qp) in core.res.qps.iter_mut() {
+            if qp.counter_set == id {
+                qp.counter_set = 0;
+            }
+        }
+        for (_, rq) in core.res.rqs.iter_mut() {
+            if rq.counter_set == id {
+                rq.counter_set = 0;
+            }
+        }
     }
     core.res.q_counters.remove(id);
     Ok(())

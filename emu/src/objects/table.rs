@@ -75,4 +75,12 @@ impl<T> Table<T> {
             .enumerate()
             .filter_map(move |(i, t)| t.as_ref().map(|t| (self.base + i as u32, t)))
     }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut T)> {
+        let base = self.base;
+        self.items
+            .iter_mut()
+            .enumerate()
+            .filter_map(move |(i, t)| t.as_mut().map(|t| (base + i as u32, t)))
+    }
 }
