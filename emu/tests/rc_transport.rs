@@ -1822,6 +1822,53 @@ fn the_rc_transport_counts_in_the_q_counter_set_each_qp_names() {
     p.teardown();
 }
 
+/// One 64-byte RDMA WRITE from A's QP into a region of B, posted and completed, as often as
+/// it is called.
+struct Writer {
+    lkey_a: u32,
+    rkey_b: u32,
+    src: u64,
+    dst: u64,
+}
+
+impl Writer {
+    fn new(p: &mut RcPair) -> Self {
+        let lkey_a = p.a.create_mkey(false, true);
+        let pd_b = p.b.pd;
+        let rkey_b = remote_key(&mut p.b, true, pd_b);
+        let src = p.a.alloc(4096, 4096);
+        let dst = p.b.alloc(4096, 4096);
+        Self {
+            lkey_a,
+            rkey_b,
+            src,
+            dst,
+        }
+    }
+
+    fn write(&self, p: &mut RcPair) {
+        let w = rc_wqe(
+            &p.qp_a.sq,
+            opcode::RDMA_WRITE,
+            0,
+            Some((self.dst, self.rkey_b)),
+            None,
+            (self.src, self.lkey_a, 64),
+        );
+        p.a.post(&mut p.qp_a.sq, &w, false);
+        p.settle();
+        assert_eq!(drain(&p.a, &mut p.cq_a).len(), 1, "the WRITE completed");
+    }
+}
+
+/// Set `id`'s `rx_write_requests` on B, not cleared.
+fn writes_counted(p: &mut RcPair, id: u8) -> u32 {
+    let out = query_q_counter(&mut p.b, id, false);
+    cxdirect_hw::counters::QueryQCounterOut::new(&out[..])
+        .expect("layout")
+        .rx_write_requests()
+}
+
 /// At a QP's destruction Linux unbinds it from its counter (`rdma_counter_unbind_qp`, forced,
 /// before DESTROY_QP); for a QP neither in RESET nor in RTS mlx5_ib sends nothing
 /// (`mlx5_ib_qp_set_counter`) and then frees the counter (`mlx5_ib_counter_dealloc`) while
@@ -1830,7 +1877,6 @@ fn the_rc_transport_counts_in_the_q_counter_set_each_qp_names() {
 /// at every perftest exit.
 #[test]
 fn a_set_freed_while_a_qp_names_it_goes_and_the_qp_counts_nowhere() {
-    use cxdirect_hw::counters::QueryQCounterOut;
     use cxdirect_hw::qp::{QueryQpIn, QueryQpOut};
     let (mut p, _cap) = pair_with_rnr_retry(700, 7);
     let set = alloc_q_counter(&mut p.b);
@@ -1853,27 +1899,12 @@ fn a_set_freed_while_a_qp_names_it_goes_and_the_qp_counts_nowhere() {
     assert_eq!(named, 0, "the QP names no set any more");
     // A set allocated later, whatever its number, counts none of the QP's traffic.
     let later = alloc_q_counter(&mut p.b);
-    let lkey_a = p.a.create_mkey(false, true);
-    let pd_b = p.b.pd;
-    let rkey_b = remote_key(&mut p.b, true, pd_b);
-    let src = p.a.alloc(4096, 4096);
-    let dst = p.b.alloc(4096, 4096);
-    let w = rc_wqe(
-        &p.qp_a.sq,
-        opcode::RDMA_WRITE,
+    Writer::new(&mut p).write(&mut p);
+    assert_eq!(
+        writes_counted(&mut p, later),
         0,
-        Some((dst, rkey_b)),
-        None,
-        (src, lkey_a, 64),
+        "set {later}: nothing of the QP's"
     );
-    p.a.post(&mut p.qp_a.sq, &w, false);
-    p.settle();
-    assert_eq!(drain(&p.a, &mut p.cq_a).len(), 1, "the WRITE completed");
-    let out = query_q_counter(&mut p.b, later, false);
-    let counted = QueryQCounterOut::new(&out[..])
-        .expect("layout")
-        .rx_write_requests();
-    assert_eq!(counted, 0, "set {later}: nothing of the QP's");
     p.teardown();
 }
 
@@ -1886,7 +1917,6 @@ fn a_set_freed_while_a_qp_names_it_goes_and_the_qp_counts_nowhere() {
 #[test]
 fn a_running_qp_moves_between_counter_sets_as_rdma_statistic_binds_it() {
     use cxdirect_hw::caps::CmdHcaCap;
-    use cxdirect_hw::counters::QueryQCounterOut;
     use cxdirect_hw::hca::cap_type;
     let (mut p, _cap) = pair_with_rnr_retry(700, 7);
     let general = p.b.query_cap(cap_type::GENERAL_DEVICE, true);
@@ -1897,30 +1927,9 @@ fn a_running_qp_moves_between_counter_sets_as_rdma_statistic_binds_it() {
     );
     let port_set = alloc_q_counter(&mut p.b);
     let bound = alloc_q_counter(&mut p.b);
-    let lkey_a = p.a.create_mkey(false, true);
-    let pd_b = p.b.pd;
-    let rkey_b = remote_key(&mut p.b, true, pd_b);
-    let src = p.a.alloc(4096, 4096);
-    let dst = p.b.alloc(4096, 4096);
-    let write = |p: &mut RcPair| {
-        let w = rc_wqe(
-            &p.qp_a.sq,
-            opcode::RDMA_WRITE,
-            0,
-            Some((dst, rkey_b)),
-            None,
-            (src, lkey_a, 64),
-        );
-        p.a.post(&mut p.qp_a.sq, &w, false);
-        p.settle();
-        assert_eq!(drain(&p.a, &mut p.cq_a).len(), 1, "the WRITE completed");
-    };
-    let writes = |p: &mut RcPair, set: u8| {
-        let out = query_q_counter(&mut p.b, set, false);
-        QueryQCounterOut::new(&out[..])
-            .expect("layout")
-            .rx_write_requests()
-    };
+    let writer = Writer::new(&mut p);
+    let write = |p: &mut RcPair| writer.write(p);
+    let writes = writes_counted;
     bind_counter_set(&mut p.b, p.qp_b.qpn, port_set);
     write(&mut p);
     bind_counter_set(&mut p.b, p.qp_b.qpn, bound);
