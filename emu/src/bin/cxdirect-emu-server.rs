@@ -7,7 +7,9 @@
 //! ```
 //!
 //! QEMU (10.1 or later) attaches a served function with
-//! `-device '{"driver":"vfio-user-pci","socket":{"type":"unix","path":"PATH"}}'`; guest memory
+//! `-device '{"driver":"vfio-user-pci","x-msg-timeout":60000,"socket":{"type":"unix","path":"PATH"}}'`
+//! (a BAR read waits behind the posted writes QEMU holds, longer than its default 5 s under a
+//! guest posting at full rate); guest memory
 //! must be a shared memory backend (`-object memory-backend-memfd,id=mem,size=512M,share=on
 //! -machine q35,memory-backend=mem`) so that DMA regions arrive as file descriptors.
 //!

@@ -27,7 +27,10 @@ usage: cxdirect-emu-server --socket PATH [--socket PATH2] [--wire loopback|none|
                            [--fatal-trigger FILE] [-v|-vv]
 
 Serves the cxdirect ConnectX-6 Dx device model to QEMU over vfio-user
-(QEMU >= 10.1: -device '{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"PATH\"}}').
+(QEMU >= 10.1: -device '{\"driver\":\"vfio-user-pci\",\"x-msg-timeout\":60000,
+\"socket\":{\"type\":\"unix\",\"path\":\"PATH\"}}'). BAR writes are posted and QEMU queues
+them without limit when the model falls behind; a BAR read waits behind them, so a guest
+posting at full rate needs a reply timeout (x-msg-timeout, ms) longer than QEMU's 5 s.
 
   --socket PATH      listen for one vfio-user client on PATH (a stale socket there is replaced);
                      give it twice to serve two functions cabled back to back in this process
