@@ -6,6 +6,11 @@
 //! GENEVE (UDP port 6081, with its options) over UDP, and GRE (IP protocol 47, with its
 //! checksum, key and sequence words); an inner Ethernet frame (protocol 0x6558, transparent
 //! Ethernet bridging, or any VXLAN payload) or an inner IPv4 or IPv6 packet (an L3 tunnel).
+//! And VXLAN-GPE (UDP port 4790), which a ConnectX-6 Dx parses natively as it does GENEVE
+//! (rdma-core's and Linux's `dr_matcher_supp_vxlan_gpe`: steering format ConnectX-6 Dx or
+//! later, or the flex parser bit on older ones), carrying by its next-protocol byte an IPv4
+//! (1) or IPv6 (2) packet or an Ethernet frame (3); another payload (NSH, 4) has no inner
+//! headers the model parses.
 
 use crate::packet::{L3Kind, L4Kind, Parsed, ETH_HEADER_LEN, TPID_8021AD, TPID_8021Q};
 
@@ -13,6 +18,8 @@ use crate::packet::{L3Kind, L4Kind, Parsed, ETH_HEADER_LEN, TPID_8021AD, TPID_80
 const VXLAN_PORT: u16 = 4789;
 /// IANA: GENEVE's UDP port.
 const GENEVE_PORT: u16 = 6081;
+/// IANA: VXLAN-GPE's UDP port.
+const VXLAN_GPE_PORT: u16 = 4790;
 /// GRE's IP protocol number.
 const IPPROTO_GRE: u8 = 47;
 /// Transparent Ethernet bridging: an Ethernet frame inside GRE or GENEVE.
@@ -29,13 +36,15 @@ pub(crate) enum Kind {
     Geneve(usize),
     /// GRE: C, K and S flags, version, protocol, then the optional words.
     Gre(usize),
+    /// VXLAN-GPE: flags, two reserved bytes, next protocol, the VNI in bytes 4..7.
+    VxlanGpe(usize),
 }
 
 impl Kind {
     /// The byte offset of the tunnel's header in the frame.
     pub(crate) fn offset(self) -> usize {
         match self {
-            Kind::Vxlan(at) | Kind::Geneve(at) | Kind::Gre(at) => at,
+            Kind::Vxlan(at) | Kind::Geneve(at) | Kind::Gre(at) | Kind::VxlanGpe(at) => at,
         }
     }
 }
@@ -59,6 +68,8 @@ pub(crate) fn kind(frame: &[u8], p: &Parsed) -> Option<Kind> {
         Kind::Vxlan(p.l4_offset + 8)
     } else if p.l4 == L4Kind::Udp && p.dst_port == GENEVE_PORT {
         Kind::Geneve(p.l4_offset + 8)
+    } else if p.l4 == L4Kind::Udp && p.dst_port == VXLAN_GPE_PORT {
+        Kind::VxlanGpe(p.l4_offset + 8)
     } else if p.ip_proto == Some(IPPROTO_GRE) && !p.is_fragment() {
         Kind::Gre(p.l3_offset + p.l3_len)
     } else {
@@ -70,7 +81,7 @@ pub(crate) fn kind(frame: &[u8], p: &Parsed) -> Option<Kind> {
 /// One past the last byte of the tunnel header, and the protocol it carries.
 fn header_end(frame: &[u8], kind: Kind) -> Option<usize> {
     Some(match kind {
-        Kind::Vxlan(at) => at + 8,
+        Kind::Vxlan(at) | Kind::VxlanGpe(at) => at + 8,
         Kind::Geneve(at) => at + 8 + usize::from(*frame.get(at)? & 0x3f) * 4,
         Kind::Gre(at) => {
             let flags = *frame.get(at)?;
@@ -91,6 +102,13 @@ pub(crate) fn inner(frame: &[u8], p: &Parsed) -> Option<Inner> {
     let protocol = match kind {
         Kind::Vxlan(_) => ETHERTYPE_TEB,
         Kind::Geneve(at) | Kind::Gre(at) => be16(frame, at + 2)?,
+        // VXLAN-GPE's next protocol, as the ethertype of what it carries.
+        Kind::VxlanGpe(at) => match *frame.get(at + 3)? {
+            1 => ETHERTYPE_IPV4,
+            2 => ETHERTYPE_IPV6,
+            3 => ETHERTYPE_TEB,
+            _ => return None,
+        },
     };
     Some(match protocol {
         ETHERTYPE_TEB => {
@@ -294,5 +312,37 @@ mod tests {
         // A header running past the frame is no tunnel either.
         let cut = &f[..14 + 20 + 8 + 4];
         assert_eq!(inner(cut, &parse(cut)), None);
+    }
+
+    #[test]
+    fn vxlan_gpe_carries_what_its_next_protocol_names() {
+        let gpe = |next: u8| {
+            // UDP to port 4790, flags (version 0, I and P), next protocol, VNI 0x2a.
+            let mut udp = vec![0x30, 0x39, 0x12, 0xb6, 0, 50, 0, 0];
+            udp.extend_from_slice(&[0x0c, 0, 0, next, 0, 0, 0x2a, 0]);
+            udp.extend_from_slice(&INNER_ETH);
+            udp.extend_from_slice(&[0x45; 20]);
+            outer(17, &udp)
+        };
+        let header = 14 + 20 + 8;
+        let f = gpe(3);
+        assert_eq!(kind(&f, &parse(&f)), Some(Kind::VxlanGpe(header)));
+        let l2 = Inner {
+            mac: Some(header + 8),
+            ip: Some(header + 8 + 14),
+        };
+        assert_eq!(inner(&f, &parse(&f)), Some(l2));
+        for next in [1, 2] {
+            let f = gpe(next);
+            let l3 = Inner {
+                mac: None,
+                ip: Some(header + 8),
+            };
+            assert_eq!(inner(&f, &parse(&f)), Some(l3), "next protocol {next}");
+        }
+        // NSH (4): a tunnel whose payload the model does not parse.
+        let nsh = gpe(4);
+        assert_eq!(kind(&nsh, &parse(&nsh)), Some(Kind::VxlanGpe(header)));
+        assert_eq!(inner(&nsh, &parse(&nsh)), None);
     }
 }

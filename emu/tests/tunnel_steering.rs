@@ -1,7 +1,9 @@
 //! Steering on tunnel fields: a frame's GENEVE, VXLAN or GRE header in a flow entry's `misc`
 //! match (GENEVE's VNI and O flag as rdma-core's `test_geneve_match_tx` matches them on its
-//! transmit root, through mlx5_ib's `mlx5dv_create_flow`), and GENEVE's header in a steering
-//! entry's flex parser lookup (`FLEX_PARSER_TNL_HEADER`, `ste_flex_parser_tnl_geneve`), with
+//! transmit root, through mlx5_ib's `mlx5dv_create_flow`) and its VXLAN-GPE header in the
+//! third misc set (as DPDK's mlx5 PMD writes a `vxlan-gpe` item), GENEVE's and VXLAN-GPE's
+//! header in a steering entry's flex parser lookup (`FLEX_PARSER_TNL_HEADER`,
+//! `ste_flex_parser_tnl_geneve` and `_vxlan_gpe`), with
 //! the field capabilities rdma-core's GENEVE tests ask of the receive tables; the headers a
 //! tunnel carries in a flow entry's `inner_headers` (as mlx5_ib fills them for a flow spec
 //! with `IB_FLOW_SPEC_INNER`) and in a steering entry's inner lookups (`ETHL2_SRC_I`, which
@@ -50,6 +52,26 @@ fn geneve(vni: u32, oam: bool) -> Vec<u8> {
         0,
     ];
     t.extend_from_slice(&[0, u8::from(oam) << 7, 0x65, 0x58]);
+    t.extend_from_slice(&(vni << 8).to_be_bytes());
+    tunnelled(17, &t)
+}
+
+/// A VXLAN-GPE frame (UDP port 4790, flags 0x0c: version 0, I and P set) with `vni`,
+/// carrying by `next` the IPv4/UDP packet of [`tunnelled`]'s frame (1) or the whole frame (3).
+fn vxlan_gpe(vni: u32, next: u8) -> Vec<u8> {
+    let inner = cxdirect_emu::testkit::udp_frame(64, 9);
+    let inner = if next == 3 { &inner[..] } else { &inner[14..] };
+    let udp_len = (8 + 8 + inner.len()) as u16;
+    let mut t = vec![0x30, 0x39, 0x12, 0xb6];
+    t.extend_from_slice(&udp_len.to_be_bytes());
+    t.extend_from_slice(&[0, 0, 0x0c, 0, 0, next]);
+    t.extend_from_slice(&(vni << 8).to_be_bytes());
+    tunnelled_frame(17, &t, inner)
+}
+
+/// A VXLAN frame (UDP port 4789) with `vni`.
+fn vxlan(vni: u32) -> Vec<u8> {
+    let mut t = vec![0x30, 0x39, 0x12, 0xb5, 0, 122, 0, 0, 0x08, 0, 0, 0];
     t.extend_from_slice(&(vni << 8).to_be_bytes());
     tunnelled(17, &t)
 }
@@ -192,6 +214,67 @@ fn a_group_on_tunnel_fields_made_after_outer_header_groups_sees_the_next_frames_
     assert_eq!(p.send(&other), Some(other.clone()));
 }
 
+/// DPDK's mlx5 PMD matches a `vxlan-gpe` item in the third misc set (mlx5_flow_dv.c
+/// `flow_dv_translate_item_vxlan_gpe`: flags, next protocol, VNI), which a ConnectX-6 Dx parses
+/// natively; the model refused such a group before (BAD_PARAM, as a flex parser field).
+#[test]
+fn a_firmware_entry_on_the_vxlan_gpe_vni_and_next_protocol_drops_only_those_frames() {
+    let mut p = Plug::new(EmuConfig::default());
+    let h = &mut p.h;
+    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
+    let at = (FLOW_TABLE_TYPE_NIC_TX, root, 0);
+    let group = group_matching(h, at, flow::MATCH_MISC_PARAMETERS_3, |c| {
+        c.misc_parameters_3_mut()
+            .set_outer_vxlan_gpe_vni(0x00ff_ffff)
+            .set_outer_vxlan_gpe_next_protocol(0xff)
+            .set_outer_vxlan_gpe_flags(0xff);
+    })
+    .unwrap();
+    entry_matching(h, at, group, flow::FLOW_CONTEXT_ACTION_DROP, |v| {
+        v.misc_parameters_3_mut()
+            .set_outer_vxlan_gpe_vni(GENEVE_VNI)
+            .set_outer_vxlan_gpe_next_protocol(3)
+            .set_outer_vxlan_gpe_flags(0x0c);
+    })
+    .unwrap();
+    set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
+    assert_eq!(p.send(&vxlan_gpe(GENEVE_VNI, 3)), None);
+    for other in [
+        vxlan_gpe(GENEVE_VNI + 1, 3),
+        vxlan_gpe(GENEVE_VNI, 1),
+        vxlan(GENEVE_VNI),
+        geneve(GENEVE_VNI, false),
+    ] {
+        assert_eq!(p.send(&other), Some(other.clone()));
+    }
+}
+
+/// rdma-core's software steering matches VXLAN-GPE through the flex parser's tunnel header
+/// lookup on a ConnectX-6 Dx (`dr_matcher_supp_vxlan_gpe`, then
+/// `dr_ste_v1_build_flex_parser_tnl_vxlan_gpe_tag`); the model projected zeros there before.
+#[test]
+fn a_steering_entry_s_vxlan_gpe_lookup_drops_only_its_vni_and_next_protocol() {
+    const FLEX_PARSER_TNL_HEADER: u16 = 0x000e;
+    let mut p = Plug::new(EmuConfig::default());
+    // ste_flex_parser_tnl_vxlan_gpe: the next protocol in byte 3, the VNI in bytes 4..7.
+    let mut mask = [0u8; 16];
+    mask[3] = 0xff;
+    mask[4..7].fill(0xff);
+    let mut tag = [0u8; 16];
+    tag[3] = 1;
+    tag[4..7].copy_from_slice(&GENEVE_VNI.to_be_bytes()[1..]);
+    drop_by_lookup(&mut p, FLEX_PARSER_TNL_HEADER, 0x1e00, mask, tag);
+    assert_eq!(p.send(&vxlan_gpe(GENEVE_VNI, 1)), None);
+    for other in [
+        vxlan_gpe(GENEVE_VNI ^ 0x10, 1),
+        vxlan_gpe(GENEVE_VNI, 3),
+        vxlan(GENEVE_VNI),
+    ] {
+        assert_eq!(p.send(&other), Some(other.clone()));
+    }
+    assert_eq!(p.h.dev.counters().tx_sw_steering_errors, 0);
+}
+
 /// A transmit table of one rule, as rdma-core lays a one-rule matcher out: its anchor hits
 /// (with `byte_mask`) into the rule, an entry of lookup type `lookup` dropping what matches
 /// `tag` under `mask`; the rest goes out.
@@ -256,6 +339,11 @@ fn a_firmware_entry_on_inner_headers_matches_the_frame_inside_the_tunnel() {
         "GENEVE, inner smac"
     );
     assert_eq!(p.send(&gre(GRE_KEY)), None, "GRE with TEB, inner smac");
+    assert_eq!(
+        p.send(&vxlan_gpe(GENEVE_VNI, 3)),
+        None,
+        "VXLAN-GPE with Ethernet, inner smac"
+    );
     let mut other_inner = gre(GRE_KEY);
     other_inner[inner_smac_at(8) + 5] ^= 1;
     // The same MAC outside any tunnel is an outer source MAC, not an inner one.

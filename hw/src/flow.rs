@@ -348,8 +348,8 @@ layout! {
 
 layout! {
     /// The third set of miscellaneous match parameters (`fte_match_set_misc3`): TCP sequence
-    /// and acknowledgement numbers and ICMP fields (named here), then the flex parser's
-    /// VXLAN-GPE, GENEVE option and GTP-U fields.
+    /// and acknowledgement numbers, the VXLAN-GPE header and ICMP fields (named here), then
+    /// the flex parser's GENEVE option and GTP-U fields.
     pub struct FteMatchSetMisc3("fte_match_set_misc3", 0x40) {
         /// The tunnelled packet's TCP sequence number.
         inner_tcp_seq_num: u32 @ 0x0 [0x20],
@@ -359,6 +359,12 @@ layout! {
         inner_tcp_ack_num: u32 @ 0x40 [0x20],
         /// The outer TCP acknowledgement number.
         outer_tcp_ack_num: u32 @ 0x60 [0x20],
+        /// The outer VXLAN-GPE header's VNI (its bytes 4..7).
+        outer_vxlan_gpe_vni: u32 @ 0x88 [0x18],
+        /// The outer VXLAN-GPE header's next protocol (byte 3: 1 IPv4, 2 IPv6, 3 Ethernet).
+        outer_vxlan_gpe_next_protocol: u8 @ 0xa0 [0x8],
+        /// The outer VXLAN-GPE header's flags (byte 0: version, I, P, B and O bits).
+        outer_vxlan_gpe_flags: u8 @ 0xa8 [0x8],
         /// ICMPv4 header bytes 4..8 (`icmp_header_data`: an echo's identifier and sequence).
         icmp_header_data: u32 @ 0xc0 [0x20],
         /// ICMPv6 header bytes 4..8.
@@ -387,7 +393,7 @@ layout! {
         inner_headers: FteMatchSetLyr24 @ 0x400,
         /// Metadata registers and MPLS labels; enabled by [`MATCH_MISC_PARAMETERS_2`].
         misc_parameters_2: FteMatchSetMisc2 @ 0x600,
-        /// TCP sequence numbers, ICMP; enabled by [`MATCH_MISC_PARAMETERS_3`].
+        /// TCP sequence numbers, VXLAN-GPE, ICMP; enabled by [`MATCH_MISC_PARAMETERS_3`].
         misc_parameters_3: FteMatchSetMisc3 @ 0x800,
     }
 }

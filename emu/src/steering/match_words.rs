@@ -63,7 +63,10 @@ pub(crate) fn frame_match_words(
         }
     }
     if parts.contains(MatchParts::MISC3) {
-        let misc3 = l4_misc_fields((parsed, frame), inner);
+        let mut misc3 = l4_misc_fields((parsed, frame), inner);
+        if let Some(Kind::VxlanGpe(at)) = kind {
+            vxlan_gpe_fields(&mut misc3, &frame[at..at + 8]);
+        }
         if misc3.as_bytes().iter().any(|&b| b != 0) {
             put(&mut words, MISC3_WORD, misc3.as_bytes());
         }
@@ -126,6 +129,15 @@ fn l4_misc_fields(
         None => {}
     }
     misc3
+}
+
+/// The third misc set's VXLAN-GPE fields from the header's first eight bytes `h` (whole, as
+/// `crate::tunnel::kind` found it): flags, next protocol, VNI.
+fn vxlan_gpe_fields(misc3: &mut FteMatchSetMisc3<[u8; 0x40]>, h: &[u8]) {
+    misc3
+        .set_outer_vxlan_gpe_flags(h[0])
+        .set_outer_vxlan_gpe_next_protocol(h[3])
+        .set_outer_vxlan_gpe_vni(u32::from_be_bytes([0, h[4], h[5], h[6]]));
 }
 
 /// One header set (`fte_match_set_lyr_2_4`) of a packet (`frame`, parsed as `parsed`): MACs,
@@ -277,6 +289,8 @@ fn tunnel_fields(kind: Kind, frame: &[u8]) -> FteMatchSetMisc<[u8; 0x40]> {
                 .set_geneve_opt_len(b0 & 0x3f)
                 .set_geneve_protocol_type(be16(at + 2));
         }
+        // VXLAN-GPE's fields are in the third misc set (`vxlan_gpe_fields`).
+        Kind::VxlanGpe(_) => {}
         Kind::Gre(at) => {
             let flags = frame[at];
             let (c, k) = (flags & 0x80 != 0, flags & 0x20 != 0);

@@ -73,9 +73,11 @@ pub(crate) enum LookupType {
     /// 0x0009 / 0x000a (`ETHL4_O/_I`, `ste_eth_l4_v1`).
     Ethl4 { inner: bool },
     /// 0x000e (`FLEX_PARSER_TNL_HEADER`): the tunnel header as the flex parser reads it; for
-    /// GENEVE `ste_flex_parser_tnl_geneve` (option length, O flag, protocol type, VNI), the only
-    /// layout the model projects (a ConnectX-6 Dx parses GENEVE natively: rdma-core's
-    /// `dr_matcher_supp_tnl_geneve` for format 1); other packets project to zeros.
+    /// GENEVE `ste_flex_parser_tnl_geneve` (option length, O flag, protocol type, VNI), for
+    /// VXLAN-GPE `ste_flex_parser_tnl_vxlan_gpe` (flags, next protocol, VNI), the layouts
+    /// the model projects (a ConnectX-6 Dx parses both natively: rdma-core's
+    /// `dr_matcher_supp_tnl_geneve` and `dr_matcher_supp_vxlan_gpe` for format 1); other
+    /// packets project to zeros.
     FlexParserTunnel,
     /// 0x0113 / 0x0114 (`ETHL4_MISC_O/_I`): for a TCP or UDP packet `ste_eth_l4_misc_v1`
     /// (window, urgent pointer, acknowledgement and sequence numbers, UDP length, checksum;
@@ -175,7 +177,7 @@ impl LookupType {
             Self::Ipv4FiveTuple { inner: false } => ipv4_five_tuple(&mut t, pkt),
             Self::Ethl4 { inner: false } => eth_l4(&mut t, pkt),
             Self::Ethl4Misc { inner: false } => eth_l4_misc(&mut t, pkt),
-            Self::FlexParserTunnel => geneve(&mut t, pkt),
+            Self::FlexParserTunnel => tunnel_header(&mut t, pkt),
             Self::Mpls { inner } => {
                 let entry = if inner {
                     crate::mpls::inner_first_entry(pkt.frame, pkt.parsed)
@@ -396,18 +398,30 @@ fn eth_l4_misc(t: &mut [u8; TAG_SIZE], pkt: &PacketView<'_>) {
 }
 
 /// `ste_register_0` / `ste_register_1`: four registers, big-endian, in order.
-/// `ste_flex_parser_tnl_geneve`: bits 2..8 the option length, bit 8 the O flag, 16..32 the
-/// protocol type, 32..56 the VNI (dr_ste_v1.c `dr_ste_v1_build_flex_parser_tnl_geneve_tag`):
-/// the GENEVE header's first eight bytes without its version, C flag and reserved bits.
-fn geneve(t: &mut [u8; TAG_SIZE], pkt: &PacketView<'_>) {
-    let Some(Kind::Geneve(at)) = crate::tunnel::kind(pkt.frame, pkt.parsed) else {
-        return;
-    };
-    let h = &pkt.frame[at..at + 8];
-    put(t, 2, 6, u32::from(h[0] & 0x3f));
-    put(t, 8, 1, u32::from(h[1] >> 7));
-    put(t, 16, 16, u32::from(u16::from_be_bytes([h[2], h[3]])));
-    put(t, 32, 24, u32::from_be_bytes([0, h[4], h[5], h[6]]));
+/// The tunnel header as the flex parser reads it, by the tunnel the frame carries (both
+/// layouts are the header's first eight bytes with its reserved bits left out):
+/// - GENEVE, `ste_flex_parser_tnl_geneve`: bits 2..8 the option length, bit 8 the O flag,
+///   16..32 the protocol type, 32..56 the VNI (dr_ste_v1.c
+///   `dr_ste_v1_build_flex_parser_tnl_geneve_tag`; version and C flag left out);
+/// - VXLAN-GPE, `ste_flex_parser_tnl_vxlan_gpe`: bits 0..8 the flags, 24..32 the next
+///   protocol, 32..56 the VNI (`dr_ste_v1_build_flex_parser_tnl_vxlan_gpe_tag`).
+fn tunnel_header(t: &mut [u8; TAG_SIZE], pkt: &PacketView<'_>) {
+    match crate::tunnel::kind(pkt.frame, pkt.parsed) {
+        Some(Kind::Geneve(at)) => {
+            let h = &pkt.frame[at..at + 8];
+            put(t, 2, 6, u32::from(h[0] & 0x3f));
+            put(t, 8, 1, u32::from(h[1] >> 7));
+            put(t, 16, 16, u32::from(u16::from_be_bytes([h[2], h[3]])));
+            put(t, 32, 24, u32::from_be_bytes([0, h[4], h[5], h[6]]));
+        }
+        Some(Kind::VxlanGpe(at)) => {
+            let h = &pkt.frame[at..at + 8];
+            put(t, 0, 8, u32::from(h[0]));
+            put(t, 24, 8, u32::from(h[3]));
+            put(t, 32, 24, u32::from_be_bytes([0, h[4], h[5], h[6]]));
+        }
+        _ => {}
+    }
 }
 
 fn registers(t: &mut [u8; TAG_SIZE], regs: &[u32]) {
