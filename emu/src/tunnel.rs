@@ -10,7 +10,10 @@
 //! (rdma-core's and Linux's `dr_matcher_supp_vxlan_gpe`: steering format ConnectX-6 Dx or
 //! later, or the flex parser bit on older ones), carrying by its next-protocol byte an IPv4
 //! (1) or IPv6 (2) packet or an Ethernet frame (3); another payload (NSH, 4) has no inner
-//! headers the model parses.
+//! headers the model parses. And GTP-U (UDP port 2152), which a ConnectX-6 Dx parses when its
+//! firmware gives a flex parser to it (the model's, `flex_parser_protocols`): its optional
+//! words and extension headers skipped, a G-PDU (message type 0xff) carrying an IPv4 or IPv6
+//! packet.
 
 use crate::packet::{L3Kind, L4Kind, Parsed, ETH_HEADER_LEN, TPID_8021AD, TPID_8021Q};
 
@@ -20,6 +23,10 @@ const VXLAN_PORT: u16 = 4789;
 const GENEVE_PORT: u16 = 6081;
 /// IANA: VXLAN-GPE's UDP port.
 const VXLAN_GPE_PORT: u16 = 4790;
+/// 3GPP TS 29.281: GTP-U's UDP port.
+const GTPU_PORT: u16 = 2152;
+/// GTP-U's message type of a G-PDU, the one that carries a user packet.
+const GTPU_G_PDU: u8 = 0xff;
 /// GRE's IP protocol number.
 const IPPROTO_GRE: u8 = 47;
 /// Transparent Ethernet bridging: an Ethernet frame inside GRE or GENEVE.
@@ -38,13 +45,21 @@ pub(crate) enum Kind {
     Gre(usize),
     /// VXLAN-GPE: flags, two reserved bytes, next protocol, the VNI in bytes 4..7.
     VxlanGpe(usize),
+    /// GTP-U: flags (version, PT, E, S, PN), message type, length, TEID; with any of E, S or
+    /// PN a word of sequence number, N-PDU number and next extension type, then the
+    /// extension headers.
+    GtpU(usize),
 }
 
 impl Kind {
     /// The byte offset of the tunnel's header in the frame.
     pub(crate) fn offset(self) -> usize {
         match self {
-            Kind::Vxlan(at) | Kind::Geneve(at) | Kind::Gre(at) | Kind::VxlanGpe(at) => at,
+            Kind::Vxlan(at)
+            | Kind::Geneve(at)
+            | Kind::Gre(at)
+            | Kind::VxlanGpe(at)
+            | Kind::GtpU(at) => at,
         }
     }
 }
@@ -70,6 +85,8 @@ pub(crate) fn kind(frame: &[u8], p: &Parsed) -> Option<Kind> {
         Kind::Geneve(p.l4_offset + 8)
     } else if p.l4 == L4Kind::Udp && p.dst_port == VXLAN_GPE_PORT {
         Kind::VxlanGpe(p.l4_offset + 8)
+    } else if p.l4 == L4Kind::Udp && p.dst_port == GTPU_PORT {
+        Kind::GtpU(p.l4_offset + 8)
     } else if p.ip_proto == Some(IPPROTO_GRE) && !p.is_fragment() {
         Kind::Gre(p.l3_offset + p.l3_len)
     } else {
@@ -82,6 +99,7 @@ pub(crate) fn kind(frame: &[u8], p: &Parsed) -> Option<Kind> {
 fn header_end(frame: &[u8], kind: Kind) -> Option<usize> {
     Some(match kind {
         Kind::Vxlan(at) | Kind::VxlanGpe(at) => at + 8,
+        Kind::GtpU(at) => gtpu_header_end(frame, at)?,
         Kind::Geneve(at) => at + 8 + usize::from(*frame.get(at)? & 0x3f) * 4,
         Kind::Gre(at) => {
             let flags = *frame.get(at)?;
@@ -93,6 +111,34 @@ fn header_end(frame: &[u8], kind: Kind) -> Option<usize> {
             at + 4 + 4 * words
         }
     })
+}
+
+/// One past the last byte of the GTP-U header at `at`: eight bytes, four more when any of the
+/// E, S and PN flags is set, then each extension header (its first byte its length in 4-byte
+/// words, its last the next one's type, 0 ending the chain) while E is set. `None` for an
+/// extension header of length 0 or one running past the frame.
+fn gtpu_header_end(frame: &[u8], at: usize) -> Option<usize> {
+    const E: u8 = 0x04;
+    const E_S_PN: u8 = 0x07;
+    let flags = *frame.get(at)?;
+    if flags & E_S_PN == 0 {
+        return Some(at + 8);
+    }
+    let mut end = at + 12;
+    let mut next = if flags & E != 0 {
+        *frame.get(at + 11)?
+    } else {
+        0
+    };
+    while next != 0 {
+        let words = usize::from(*frame.get(end)?);
+        if words == 0 {
+            return None;
+        }
+        end += 4 * words;
+        next = *frame.get(end - 1)?;
+    }
+    Some(end)
 }
 
 /// The inner headers of `frame` (parsed as `p`), when it is a tunnel the model knows.
@@ -109,6 +155,13 @@ pub(crate) fn inner(frame: &[u8], p: &Parsed) -> Option<Inner> {
             3 => ETHERTYPE_TEB,
             _ => return None,
         },
+        // A G-PDU's user packet, by its IP version.
+        Kind::GtpU(at) if *frame.get(at + 1)? == GTPU_G_PDU => match *frame.get(end)? >> 4 {
+            4 => ETHERTYPE_IPV4,
+            6 => ETHERTYPE_IPV6,
+            _ => return None,
+        },
+        Kind::GtpU(_) => return None,
     };
     Some(match protocol {
         ETHERTYPE_TEB => {
@@ -344,5 +397,34 @@ mod tests {
         let nsh = gpe(4);
         assert_eq!(kind(&nsh, &parse(&nsh)), Some(Kind::VxlanGpe(header)));
         assert_eq!(inner(&nsh, &parse(&nsh)), None);
+    }
+
+    #[test]
+    fn gtpu_skips_its_optional_word_and_extension_headers() {
+        let header = 14 + 20 + 8;
+        let gtpu = |flags: u8, msg_type: u8, extra: &[u8]| {
+            let mut udp = vec![0x30, 0x39, 0x08, 0x68, 0, 0, 0, 0];
+            udp.extend_from_slice(&[flags, msg_type, 0, 0, 0, 0, 0x04, 0xd2]);
+            udp.extend_from_slice(extra);
+            udp.extend_from_slice(&[0x45; 20]);
+            outer(17, &udp)
+        };
+        let ip_at = |f: &[u8]| inner(f, &parse(f)).and_then(|i| i.ip);
+        // A G-PDU without options: the IPv4 packet right after the eight bytes.
+        let plain = gtpu(0x30, 0xff, &[]);
+        assert_eq!(kind(&plain, &parse(&plain)), Some(Kind::GtpU(header)));
+        assert_eq!(ip_at(&plain), Some(header + 8));
+        // The S flag: the sequence number word.
+        assert_eq!(ip_at(&gtpu(0x32, 0xff, &[0, 1, 0, 0])), Some(header + 12));
+        // The E flag: a PDU session container (type 0x85, one word), then none.
+        let ext = gtpu(0x34, 0xff, &[0, 0, 0, 0x85, 1, 0x10, 0x09, 0]);
+        assert_eq!(ip_at(&ext), Some(header + 16));
+        // An extension header of length 0 makes no header at all.
+        let bad = gtpu(0x34, 0xff, &[0, 0, 0, 0x85, 0, 0, 0, 0]);
+        assert_eq!(kind(&bad, &parse(&bad)), None);
+        // An echo request (type 1) carries no user packet.
+        let echo = gtpu(0x30, 1, &[]);
+        assert_eq!(kind(&echo, &parse(&echo)), Some(Kind::GtpU(header)));
+        assert_eq!(inner(&echo, &parse(&echo)), None);
     }
 }

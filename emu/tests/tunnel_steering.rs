@@ -1,9 +1,10 @@
 //! Steering on tunnel fields: a frame's GENEVE, VXLAN or GRE header in a flow entry's `misc`
 //! match (GENEVE's VNI and O flag as rdma-core's `test_geneve_match_tx` matches them on its
 //! transmit root, through mlx5_ib's `mlx5dv_create_flow`) and its VXLAN-GPE header in the
-//! third misc set (as DPDK's mlx5 PMD writes a `vxlan-gpe` item), GENEVE's and VXLAN-GPE's
-//! header in a steering entry's flex parser lookup (`FLEX_PARSER_TNL_HEADER`,
-//! `ste_flex_parser_tnl_geneve` and `_vxlan_gpe`), with
+//! third misc set (as DPDK's mlx5 PMD writes a `vxlan-gpe` item), likewise its GTP-U header
+//! (a `gtp` item), GENEVE's, VXLAN-GPE's and GTP-U's header in a steering entry's flex parser
+//! lookup (`FLEX_PARSER_TNL_HEADER`, `ste_flex_parser_tnl_geneve`, `_vxlan_gpe`, `_gtpu`),
+//! with
 //! the field capabilities rdma-core's GENEVE tests ask of the receive tables; the headers a
 //! tunnel carries in a flow entry's `inner_headers` (as mlx5_ib fills them for a flow spec
 //! with `IB_FLOW_SPEC_INNER`) and in a steering entry's inner lookups (`ETHL2_SRC_I`, which
@@ -67,6 +68,20 @@ fn vxlan_gpe(vni: u32, next: u8) -> Vec<u8> {
     t.extend_from_slice(&[0, 0, 0x0c, 0, 0, next]);
     t.extend_from_slice(&(vni << 8).to_be_bytes());
     tunnelled_frame(17, &t, inner)
+}
+
+/// A GTP-U G-PDU (UDP port 2152, version 1, PT, no optional word) of `msg_type` with `teid`,
+/// carrying the IPv4/UDP packet of [`tunnelled`]'s frame (its UDP destination port 0x5678).
+fn gtpu(teid: u32, msg_type: u8) -> Vec<u8> {
+    let inner = cxdirect_emu::testkit::udp_frame(64, 9);
+    let packet = &inner[14..];
+    let udp_len = (8 + 8 + packet.len()) as u16;
+    let mut t = vec![0x30, 0x39, 0x08, 0x68];
+    t.extend_from_slice(&udp_len.to_be_bytes());
+    t.extend_from_slice(&[0, 0, 0x30, msg_type]);
+    t.extend_from_slice(&(packet.len() as u16).to_be_bytes());
+    t.extend_from_slice(&teid.to_be_bytes());
+    tunnelled_frame(17, &t, packet)
 }
 
 /// A VXLAN frame (UDP port 4789) with `vni`.
@@ -270,6 +285,103 @@ fn a_steering_entry_s_vxlan_gpe_lookup_drops_only_its_vni_and_next_protocol() {
         vxlan_gpe(GENEVE_VNI, 3),
         vxlan(GENEVE_VNI),
     ] {
+        assert_eq!(p.send(&other), Some(other.clone()));
+    }
+    assert_eq!(p.h.dev.counters().tx_sw_steering_errors, 0);
+}
+
+/// What DPDK's mlx5 PMD and rdma-core's software steering read before they match GTP-U: the
+/// PMD takes its `gtp` item only with `tunnel_stateless_gtp` (`flow_dv_validate_item_gtp`),
+/// rdma-core builds GTP-U matchers only with `flex_parser_protocols`' GTP-U bit
+/// (`dr_matcher_supp_tnl_gtpu`); the words past the header (flex parser samples) stay
+/// unreported.
+#[test]
+fn gtpu_is_reported_parsed_where_dpdk_and_rdma_core_look() {
+    use cxdirect_hw::caps::{
+        CmdHcaCap, PerProtocolNetworkingOffloadCaps, FLEX_PARSER_GTPU_ENABLED,
+    };
+    let mut p = Plug::new(EmuConfig::default());
+    let general = p.h.query_cap(cap_type::GENERAL_DEVICE, true);
+    let g = CmdHcaCap::new(&general[0x10..]).unwrap();
+    assert_eq!(g.flex_parser_protocols(), FLEX_PARSER_GTPU_ENABLED);
+    let ethernet = p.h.query_cap(cap_type::ETHERNET_OFFLOADS, true);
+    let e = PerProtocolNetworkingOffloadCaps::new(&ethernet[0x10..]).unwrap();
+    assert!(e.tunnel_stateless_gtp());
+}
+
+/// DPDK's mlx5 PMD matches a `gtp` item in the third misc set (mlx5_flow_dv.c
+/// `flow_dv_translate_item_gtp`: flags, message type, TEID); the model refused such a group
+/// before (BAD_PARAM, as a flex parser field). The G-PDU's IPv4 packet is its inner headers.
+#[test]
+fn firmware_entries_match_the_gtpu_teid_and_the_packet_a_g_pdu_carries() {
+    let mut p = Plug::new(EmuConfig::default());
+    let h = &mut p.h;
+    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
+    let at = (FLOW_TABLE_TYPE_NIC_TX, root, 0);
+    let group = group_matching(h, at, flow::MATCH_MISC_PARAMETERS_3, |c| {
+        c.misc_parameters_3_mut()
+            .set_gtpu_teid(0xffff_ffff)
+            .set_gtpu_msg_type(0xff);
+    })
+    .unwrap();
+    entry_matching(h, at, group, flow::FLOW_CONTEXT_ACTION_DROP, |v| {
+        v.misc_parameters_3_mut()
+            .set_gtpu_teid(GENEVE_VNI)
+            .set_gtpu_msg_type(0xff);
+    })
+    .unwrap();
+    set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
+    assert_eq!(p.send(&gtpu(GENEVE_VNI, 0xff)), None);
+    for other in [
+        gtpu(GENEVE_VNI + 1, 0xff),
+        gtpu(GENEVE_VNI, 1),
+        vxlan_gpe(GENEVE_VNI, 1),
+    ] {
+        assert_eq!(p.send(&other), Some(other.clone()));
+    }
+
+    // The inner UDP destination port of a G-PDU's packet, in `inner_headers`.
+    let mut p = Plug::new(EmuConfig::default());
+    let h = &mut p.h;
+    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
+    let at = (FLOW_TABLE_TYPE_NIC_TX, root, 0);
+    let group = group_matching(h, at, flow::MATCH_INNER_HEADERS, |c| {
+        c.inner_headers_mut()
+            .set_ip_protocol(0xff)
+            .set_udp_dport(0xffff);
+    })
+    .unwrap();
+    entry_matching(h, at, group, flow::FLOW_CONTEXT_ACTION_DROP, |v| {
+        v.inner_headers_mut()
+            .set_ip_protocol(17)
+            .set_udp_dport(0x5678);
+    })
+    .unwrap();
+    set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
+    assert_eq!(p.send(&gtpu(GENEVE_VNI, 0xff)), None, "a G-PDU's inner UDP");
+    // An echo request's bytes past the header are no packet; a plain frame has no inner one.
+    for other in [gtpu(GENEVE_VNI, 1), cxdirect_emu::testkit::udp_frame(64, 9)] {
+        assert_eq!(p.send(&other), Some(other.clone()));
+    }
+}
+
+/// rdma-core's software steering matches GTP-U through the flex parser's tunnel header lookup
+/// when the device reports GTP-U parsed (`dr_matcher_supp_tnl_gtpu`, then
+/// `dr_ste_v1_build_flex_parser_tnl_gtpu_tag`); the model projected zeros there before.
+#[test]
+fn a_steering_entry_s_gtpu_lookup_drops_only_its_teid() {
+    const FLEX_PARSER_TNL_HEADER: u16 = 0x000e;
+    let mut p = Plug::new(EmuConfig::default());
+    // ste_flex_parser_tnl_gtpu: the message type in byte 1, the TEID in bytes 4..8.
+    let mut mask = [0u8; 16];
+    mask[1] = 0xff;
+    mask[4..8].fill(0xff);
+    let mut tag = [0u8; 16];
+    tag[1] = 0xff;
+    tag[4..8].copy_from_slice(&GENEVE_VNI.to_be_bytes());
+    drop_by_lookup(&mut p, FLEX_PARSER_TNL_HEADER, 0x4f00, mask, tag);
+    assert_eq!(p.send(&gtpu(GENEVE_VNI, 0xff)), None);
+    for other in [gtpu(GENEVE_VNI ^ 0x10, 0xff), gtpu(GENEVE_VNI, 1)] {
         assert_eq!(p.send(&other), Some(other.clone()));
     }
     assert_eq!(p.h.dev.counters().tx_sw_steering_errors, 0);

@@ -446,6 +446,9 @@ layout! {
         nvmf_target_offload: bool @ 0x502 [0x1],
         /// Number of 4 KiB UARs in one system-size UAR page (with `uar_4k`).
         num_of_uars_per_page: u32 @ 0x520 [0x20],
+        /// The protocols the device's flex parsers are configured for, one bit each
+        /// (`MLX5_FLEX_PARSER_*`, e.g. [`FLEX_PARSER_GTPU_ENABLED`]).
+        flex_parser_protocols: u32 @ 0x540 [0x20],
         /// Log2 of the maximum stream channels of a DC initiator (DCI streams; 0: none).
         log_max_dci_stream_channels: u8 @ 0x58b [0x5],
         /// Log2 of the maximum errored streams a DC initiator may be given before it moves to
@@ -559,6 +562,8 @@ layout! {
         swp_csum: bool @ 0x21 [0x1],
         /// LSO through the software parser is supported.
         swp_lso: bool @ 0x22 [0x1],
+        /// GTP-U tunnels are parsed (DPDK's mlx5 PMD offers its `gtp` flow item only with it).
+        tunnel_stateless_gtp: bool @ 0x2b [0x1],
         /// Which GENEVE option lengths the device parses, a 1-bit code.
         max_geneve_opt_len: bool @ 0x3e [0x1],
         /// Stateless receive offloads for GENEVE-tunnelled packets are supported.
@@ -768,3 +773,7 @@ layout! {
         atomic_size_dc: u16 @ 0xd0 [0x10],
     }
 }
+
+/// `flex_parser_protocols`: a flex parser is configured for GTP-U's header (flags, message
+/// type, TEID; `MLX5_FLEX_PARSER_GTPU_ENABLED` in Linux's and rdma-core's mlx5_ifc.h).
+pub const FLEX_PARSER_GTPU_ENABLED: u32 = 1 << 11;

@@ -348,8 +348,8 @@ layout! {
 
 layout! {
     /// The third set of miscellaneous match parameters (`fte_match_set_misc3`): TCP sequence
-    /// and acknowledgement numbers, the VXLAN-GPE header and ICMP fields (named here), then
-    /// the flex parser's GENEVE option and GTP-U fields.
+    /// and acknowledgement numbers, the VXLAN-GPE header, ICMP fields and the GTP-U header
+    /// (named here), then the flex parser's GENEVE option and GTP-U extension words.
     pub struct FteMatchSetMisc3("fte_match_set_misc3", 0x40) {
         /// The tunnelled packet's TCP sequence number.
         inner_tcp_seq_num: u32 @ 0x0 [0x20],
@@ -377,6 +377,12 @@ layout! {
         icmpv6_type: u8 @ 0x110 [0x8],
         /// ICMPv6 code.
         icmpv6_code: u8 @ 0x118 [0x8],
+        /// The GTP-U header's TEID (its bytes 4..8).
+        gtpu_teid: u32 @ 0x140 [0x20],
+        /// The GTP-U header's message type (byte 1; 0xff a G-PDU).
+        gtpu_msg_type: u8 @ 0x160 [0x8],
+        /// The GTP-U header's flags (byte 0: version, PT, E, S and PN).
+        gtpu_msg_flags: u8 @ 0x168 [0x8],
     }
 }
 

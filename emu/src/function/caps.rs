@@ -289,6 +289,13 @@ impl CapSet {
             .set_log_max_current_mc_list(8)
             .set_log_max_vlan_list(8)
             .set_num_of_uars_per_page(1)
+            // A ConnectX-6 Dx whose firmware configuration gives a flex parser to GTP-U
+            // (`FLEX_PARSER_PROFILE_ENABLE=3`, as DPDK's mlx5 guide asks for GTP matching): its
+            // header's flags, message type and TEID are matched (`crate::tunnel`); the words
+            // past them (`gtpu_dw_0`, `_dw_2`, `_first_ext_dw_0`, read by flex parser samples
+            // whose ids a configuration assigns) are not reported, so rdma-core's DR matches
+            // GTP-U through the tunnel header lookup (`dr_matcher_supp_tnl_gtpu`).
+            .set_flex_parser_protocols(cxdirect_hw::caps::FLEX_PARSER_GTPU_ENABLED)
             .set_cqe_compression(true)
             // Mini-CQEs with the stride index (`MLX5_CQE_FORMAT_CSUM_STRIDX`): mlx5e asks for
             // them on a striding RQ when this is set (`mlx5e_build_rx_cq_param`), and mlx5_ib
@@ -396,6 +403,9 @@ impl CapSet {
             // (`mlx5e_build_icosq_param`: `reg_umr` = this bit). Striding RQs come with it.
             .set_reg_umr_sq(cfg.striding_rq)
             .set_wqe_inline_mode(wqe_inline_mode::NOT_REQUIRED)
+            // GTP-U parsed (see `flex_parser_protocols`): DPDK's mlx5 PMD takes its `gtp` item
+            // only with this bit (`flow_dv_validate_item_gtp`).
+            .set_tunnel_stateless_gtp(true)
             .set_rss_ind_tbl_cap(LOG_MAX_RQT_SIZE);
         let mut ethernet = [0u8; 0x100];
         let n = e.as_bytes().len().min(0x100);

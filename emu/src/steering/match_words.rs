@@ -64,8 +64,10 @@ pub(crate) fn frame_match_words(
     }
     if parts.contains(MatchParts::MISC3) {
         let mut misc3 = l4_misc_fields((parsed, frame), inner);
-        if let Some(Kind::VxlanGpe(at)) = kind {
-            vxlan_gpe_fields(&mut misc3, &frame[at..at + 8]);
+        match kind {
+            Some(Kind::VxlanGpe(at)) => vxlan_gpe_fields(&mut misc3, &frame[at..at + 8]),
+            Some(Kind::GtpU(at)) => gtpu_fields(&mut misc3, &frame[at..at + 8]),
+            _ => {}
         }
         if misc3.as_bytes().iter().any(|&b| b != 0) {
             put(&mut words, MISC3_WORD, misc3.as_bytes());
@@ -138,6 +140,15 @@ fn vxlan_gpe_fields(misc3: &mut FteMatchSetMisc3<[u8; 0x40]>, h: &[u8]) {
         .set_outer_vxlan_gpe_flags(h[0])
         .set_outer_vxlan_gpe_next_protocol(h[3])
         .set_outer_vxlan_gpe_vni(u32::from_be_bytes([0, h[4], h[5], h[6]]));
+}
+
+/// The third misc set's GTP-U fields from the header's first eight bytes `h` (whole, as
+/// `crate::tunnel::kind` found it): flags, message type, TEID.
+fn gtpu_fields(misc3: &mut FteMatchSetMisc3<[u8; 0x40]>, h: &[u8]) {
+    misc3
+        .set_gtpu_msg_flags(h[0])
+        .set_gtpu_msg_type(h[1])
+        .set_gtpu_teid(u32::from_be_bytes([h[4], h[5], h[6], h[7]]));
 }
 
 /// One header set (`fte_match_set_lyr_2_4`) of a packet (`frame`, parsed as `parsed`): MACs,
@@ -289,8 +300,9 @@ fn tunnel_fields(kind: Kind, frame: &[u8]) -> FteMatchSetMisc<[u8; 0x40]> {
                 .set_geneve_opt_len(b0 & 0x3f)
                 .set_geneve_protocol_type(be16(at + 2));
         }
-        // VXLAN-GPE's fields are in the third misc set (`vxlan_gpe_fields`).
-        Kind::VxlanGpe(_) => {}
+        // VXLAN-GPE's and GTP-U's fields are in the third misc set (`vxlan_gpe_fields`,
+        // `gtpu_fields`).
+        Kind::VxlanGpe(_) | Kind::GtpU(_) => {}
         Kind::Gre(at) => {
             let flags = frame[at];
             let (c, k) = (flags & 0x80 != 0, flags & 0x20 != 0);

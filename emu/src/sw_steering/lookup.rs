@@ -74,10 +74,12 @@ pub(crate) enum LookupType {
     Ethl4 { inner: bool },
     /// 0x000e (`FLEX_PARSER_TNL_HEADER`): the tunnel header as the flex parser reads it; for
     /// GENEVE `ste_flex_parser_tnl_geneve` (option length, O flag, protocol type, VNI), for
-    /// VXLAN-GPE `ste_flex_parser_tnl_vxlan_gpe` (flags, next protocol, VNI), the layouts
-    /// the model projects (a ConnectX-6 Dx parses both natively: rdma-core's
-    /// `dr_matcher_supp_tnl_geneve` and `dr_matcher_supp_vxlan_gpe` for format 1); other
-    /// packets project to zeros.
+    /// VXLAN-GPE `ste_flex_parser_tnl_vxlan_gpe` (flags, next protocol, VNI), for GTP-U
+    /// `ste_flex_parser_tnl_gtpu` (flags, message type, TEID), the layouts the model projects
+    /// (a ConnectX-6 Dx parses the first two natively: rdma-core's
+    /// `dr_matcher_supp_tnl_geneve` and `dr_matcher_supp_vxlan_gpe` for format 1; GTP-U with
+    /// the flex parser the model reports, `dr_matcher_supp_tnl_gtpu`); other packets project
+    /// to zeros.
     FlexParserTunnel,
     /// 0x0113 / 0x0114 (`ETHL4_MISC_O/_I`): for a TCP or UDP packet `ste_eth_l4_misc_v1`
     /// (window, urgent pointer, acknowledgement and sequence numbers, UDP length, checksum;
@@ -404,7 +406,9 @@ fn eth_l4_misc(t: &mut [u8; TAG_SIZE], pkt: &PacketView<'_>) {
 ///   16..32 the protocol type, 32..56 the VNI (dr_ste_v1.c
 ///   `dr_ste_v1_build_flex_parser_tnl_geneve_tag`; version and C flag left out);
 /// - VXLAN-GPE, `ste_flex_parser_tnl_vxlan_gpe`: bits 0..8 the flags, 24..32 the next
-///   protocol, 32..56 the VNI (`dr_ste_v1_build_flex_parser_tnl_vxlan_gpe_tag`).
+///   protocol, 32..56 the VNI (`dr_ste_v1_build_flex_parser_tnl_vxlan_gpe_tag`);
+/// - GTP-U, `ste_flex_parser_tnl_gtpu`: bits 0..8 the flags, 8..16 the message type, 32..64
+///   the TEID (`dr_ste_v1_build_flex_parser_tnl_gtpu_tag`; the length left out).
 fn tunnel_header(t: &mut [u8; TAG_SIZE], pkt: &PacketView<'_>) {
     match crate::tunnel::kind(pkt.frame, pkt.parsed) {
         Some(Kind::Geneve(at)) => {
@@ -419,6 +423,12 @@ fn tunnel_header(t: &mut [u8; TAG_SIZE], pkt: &PacketView<'_>) {
             put(t, 0, 8, u32::from(h[0]));
             put(t, 24, 8, u32::from(h[3]));
             put(t, 32, 24, u32::from_be_bytes([0, h[4], h[5], h[6]]));
+        }
+        Some(Kind::GtpU(at)) => {
+            let h = &pkt.frame[at..at + 8];
+            put(t, 0, 8, u32::from(h[0]));
+            put(t, 8, 8, u32::from(h[1]));
+            put(t, 32, 32, u32::from_be_bytes([h[4], h[5], h[6], h[7]]));
         }
         _ => {}
     }
