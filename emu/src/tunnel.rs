@@ -141,6 +141,42 @@ fn gtpu_header_end(frame: &[u8], at: usize) -> Option<usize> {
     Some(end)
 }
 
+/// The dwords of a GTP-U header that flow entries and flex parsers read, each big-endian.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct GtpuWords {
+    /// Flags, message type, length.
+    pub(crate) dw_0: u32,
+    /// The TEID.
+    pub(crate) teid: u32,
+    /// Sequence number, N-PDU number, next extension type; 0 when none of E, S and PN is set.
+    pub(crate) dw_2: u32,
+    /// The first dword of the first extension header (a PDU session container's length, PDU
+    /// type and QFI); 0 without one.
+    pub(crate) first_ext_dw_0: u32,
+}
+
+/// The GTP-U dwords of `frame` (parsed as `p`), when it carries a whole GTP-U header.
+pub(crate) fn gtpu_words(frame: &[u8], p: &Parsed) -> Option<GtpuWords> {
+    let Kind::GtpU(at) = kind(frame, p)? else {
+        return None;
+    };
+    let be32 = |at: usize| {
+        frame
+            .get(at..at + 4)
+            .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let flags = frame[at];
+    let optional = flags & 0x07 != 0;
+    // With E set, a non-zero next extension type says an extension header follows.
+    let extension = flags & 0x04 != 0 && frame[at + 11] != 0;
+    Some(GtpuWords {
+        dw_0: be32(at),
+        teid: be32(at + 4),
+        dw_2: if optional { be32(at + 8) } else { 0 },
+        first_ext_dw_0: if extension { be32(at + 12) } else { 0 },
+    })
+}
+
 /// The inner headers of `frame` (parsed as `p`), when it is a tunnel the model knows.
 pub(crate) fn inner(frame: &[u8], p: &Parsed) -> Option<Inner> {
     let kind = kind(frame, p)?;
@@ -422,6 +458,13 @@ mod tests {
         // An extension header of length 0 makes no header at all.
         let bad = gtpu(0x34, 0xff, &[0, 0, 0, 0x85, 0, 0, 0, 0]);
         assert_eq!(kind(&bad, &parse(&bad)), None);
+        let words = gtpu_words(&ext, &parse(&ext)).unwrap();
+        assert_eq!(
+            (words.teid, words.dw_2, words.first_ext_dw_0),
+            (0x4d2, 0x85, 0x0110_0900)
+        );
+        let plain_words = gtpu_words(&plain, &parse(&plain)).unwrap();
+        assert_eq!((plain_words.dw_2, plain_words.first_ext_dw_0), (0, 0));
         // An echo request (type 1) carries no user packet.
         let echo = gtpu(0x30, 1, &[]);
         assert_eq!(kind(&echo, &parse(&echo)), Some(Kind::GtpU(header)));

@@ -84,6 +84,21 @@ fn gtpu(teid: u32, msg_type: u8) -> Vec<u8> {
     tunnelled_frame(17, &t, packet)
 }
 
+/// A GTP-U G-PDU with `teid` whose E flag announces a PDU session container (extension type
+/// 0x85: length 1, PDU type 1, `qfi`), carrying the packet [`gtpu`]'s does.
+fn gtpu_psc(teid: u32, qfi: u8) -> Vec<u8> {
+    let inner = cxdirect_emu::testkit::udp_frame(64, 9);
+    let packet = &inner[14..];
+    let udp_len = (8 + 16 + packet.len()) as u16;
+    let mut t = vec![0x30, 0x39, 0x08, 0x68];
+    t.extend_from_slice(&udp_len.to_be_bytes());
+    t.extend_from_slice(&[0, 0, 0x34, 0xff]);
+    t.extend_from_slice(&((8 + packet.len()) as u16).to_be_bytes());
+    t.extend_from_slice(&teid.to_be_bytes());
+    t.extend_from_slice(&[0, 0, 0, 0x85, 1, 0x10, qfi, 0]);
+    tunnelled_frame(17, &t, packet)
+}
+
 /// A VXLAN frame (UDP port 4789) with `vni`.
 fn vxlan(vni: u32) -> Vec<u8> {
     let mut t = vec![0x30, 0x39, 0x12, 0xb5, 0, 122, 0, 0, 0x08, 0, 0, 0];
@@ -293,17 +308,31 @@ fn a_steering_entry_s_vxlan_gpe_lookup_drops_only_its_vni_and_next_protocol() {
 /// What DPDK's mlx5 PMD and rdma-core's software steering read before they match GTP-U: the
 /// PMD takes its `gtp` item only with `tunnel_stateless_gtp` (`flow_dv_validate_item_gtp`),
 /// rdma-core builds GTP-U matchers only with `flex_parser_protocols`' GTP-U bit
-/// (`dr_matcher_supp_tnl_gtpu`); the words past the header (flex parser samples) stay
-/// unreported.
+/// (`dr_matcher_supp_tnl_gtpu`), and matchers on its dwords (DPDK's `gtp_psc` item writes
+/// `gtpu_dw_2` and `gtpu_first_ext_dw_0`) only with their bits and parser ids.
 #[test]
 fn gtpu_is_reported_parsed_where_dpdk_and_rdma_core_look() {
-    use cxdirect_hw::caps::{
-        CmdHcaCap, PerProtocolNetworkingOffloadCaps, FLEX_PARSER_GTPU_ENABLED,
-    };
+    use cxdirect_hw::caps::*;
     let mut p = Plug::new(EmuConfig::default());
     let general = p.h.query_cap(cap_type::GENERAL_DEVICE, true);
     let g = CmdHcaCap::new(&general[0x10..]).unwrap();
-    assert_eq!(g.flex_parser_protocols(), FLEX_PARSER_GTPU_ENABLED);
+    assert_eq!(
+        g.flex_parser_protocols(),
+        FLEX_PARSER_GTPU_ENABLED
+            | FLEX_PARSER_GTPU_DW_0_ENABLED
+            | FLEX_PARSER_GTPU_TEID_ENABLED
+            | FLEX_PARSER_GTPU_DW_2_ENABLED
+            | FLEX_PARSER_GTPU_FIRST_EXT_DW_0_ENABLED
+    );
+    // Four parsers, one dword each: distinct ids among the eight.
+    let mut ids = [
+        g.flex_parser_id_gtpu_dw_0(),
+        g.flex_parser_id_gtpu_teid(),
+        g.flex_parser_id_gtpu_dw_2(),
+        g.flex_parser_id_gtpu_first_ext_dw_0(),
+    ];
+    ids.sort_unstable();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]) && ids[3] < 8, "{ids:?}");
     let ethernet = p.h.query_cap(cap_type::ETHERNET_OFFLOADS, true);
     let e = PerProtocolNetworkingOffloadCaps::new(&ethernet[0x10..]).unwrap();
     assert!(e.tunnel_stateless_gtp());
@@ -382,6 +411,66 @@ fn a_steering_entry_s_gtpu_lookup_drops_only_its_teid() {
     drop_by_lookup(&mut p, FLEX_PARSER_TNL_HEADER, 0x4f00, mask, tag);
     assert_eq!(p.send(&gtpu(GENEVE_VNI, 0xff)), None);
     for other in [gtpu(GENEVE_VNI ^ 0x10, 0xff), gtpu(GENEVE_VNI, 1)] {
+        assert_eq!(p.send(&other), Some(other.clone()));
+    }
+    assert_eq!(p.h.dev.counters().tx_sw_steering_errors, 0);
+}
+
+/// DPDK's `gtp_psc` item (`flow_dv_translate_item_gtp_psc`): the E flag in `gtpu_msg_flags`,
+/// the next extension type 0x85 in `gtpu_dw_2`, the QFI in `gtpu_first_ext_dw_0`. Before the
+/// model's flex parsers sampled GTP-U such a group was refused (BAD_PARAM).
+#[test]
+fn a_firmware_entry_on_the_gtpu_dwords_matches_a_pdu_session_s_qfi() {
+    let mut p = Plug::new(EmuConfig::default());
+    let h = &mut p.h;
+    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
+    let at = (FLOW_TABLE_TYPE_NIC_TX, root, 0);
+    let group = group_matching(h, at, flow::MATCH_MISC_PARAMETERS_3, |c| {
+        c.misc_parameters_3_mut()
+            .set_gtpu_msg_flags(0x04)
+            .set_gtpu_dw_2(0xff)
+            .set_gtpu_first_ext_dw_0(0x3f00);
+    })
+    .unwrap();
+    entry_matching(h, at, group, flow::FLOW_CONTEXT_ACTION_DROP, |v| {
+        v.misc_parameters_3_mut()
+            .set_gtpu_msg_flags(0x04)
+            .set_gtpu_dw_2(0x85)
+            .set_gtpu_first_ext_dw_0(9 << 8);
+    })
+    .unwrap();
+    set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
+    assert_eq!(p.send(&gtpu_psc(GENEVE_VNI, 9)), None);
+    for other in [gtpu_psc(GENEVE_VNI, 10), gtpu(GENEVE_VNI, 0xff)] {
+        assert_eq!(p.send(&other), Some(other.clone()));
+    }
+}
+
+/// rdma-core's software steering matches GTP-U's dwords through the flex parsers the device
+/// names for them (`dr_ste_v1_build_tnl_gtpu_flex_parser_0_tag`: each dword at its parser's
+/// place in `ste_flex_parser_0`, parser 3 first); the model knew no such lookup before.
+#[test]
+fn a_steering_entry_s_flex_parser_lookup_reads_the_gtpu_dwords_by_parser() {
+    const FLEX_PARSER_0: u16 = 0x0111;
+    let mut p = Plug::new(EmuConfig::default());
+    let general = p.h.query_cap(cap_type::GENERAL_DEVICE, true);
+    let g = cxdirect_hw::caps::CmdHcaCap::new(&general[0x10..]).unwrap();
+    let place = |id: u8| 4 * (3 - usize::from(id % 4));
+    let (ext, dw_2) = (
+        place(g.flex_parser_id_gtpu_first_ext_dw_0()),
+        place(g.flex_parser_id_gtpu_dw_2()),
+    );
+    // The QFI (third byte of the first extension dword), the next extension type (last byte
+    // of the third dword).
+    let (mut mask, mut tag) = ([0u8; 16], [0u8; 16]);
+    mask[ext + 2] = 0x3f;
+    tag[ext + 2] = 9;
+    mask[dw_2 + 3] = 0xff;
+    tag[dw_2 + 3] = 0x85;
+    let byte_mask = (0x8000u16 >> (ext + 2)) | (0x8000u16 >> (dw_2 + 3));
+    drop_by_lookup(&mut p, FLEX_PARSER_0, byte_mask, mask, tag);
+    assert_eq!(p.send(&gtpu_psc(GENEVE_VNI, 9)), None);
+    for other in [gtpu_psc(GENEVE_VNI, 10), gtpu(GENEVE_VNI, 0xff)] {
         assert_eq!(p.send(&other), Some(other.clone()));
     }
     assert_eq!(p.h.dev.counters().tx_sw_steering_errors, 0);

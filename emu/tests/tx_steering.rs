@@ -381,13 +381,14 @@ fn criteria_the_model_does_not_match_are_refused_not_ignored() {
     let mut p = firmware_only();
     let h = &mut p.h;
     let table = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 4, None).unwrap();
-    // An MPLS label over GRE in misc_parameters_2, GENEVE option data and a GTP-U word past its
-    // header (gtpu_dw_2) in misc_parameters_3 (a ConnectX's flex parser reads them), then a bit
-    // of misc_parameters_4, each with its part enabled.
+    // An MPLS label over GRE in misc_parameters_2, GENEVE option data in misc_parameters_3 (a
+    // ConnectX's flex parser reads both when configured for them; the model's parsers sample
+    // GTP-U), a reserved byte of misc_parameters_3, then a bit of misc_parameters_4, each with
+    // its part enabled.
     for (i, (enable, byte)) in [
         (flow::MATCH_MISC_PARAMETERS_2, 0xc8),
         (flow::MATCH_MISC_PARAMETERS_3, 0x124),
-        (flow::MATCH_MISC_PARAMETERS_3, 0x130),
+        (flow::MATCH_MISC_PARAMETERS_3, 0x12e),
         (1 << 5, 0x140),
     ]
     .into_iter()

@@ -449,6 +449,17 @@ layout! {
         /// The protocols the device's flex parsers are configured for, one bit each
         /// (`MLX5_FLEX_PARSER_*`, e.g. [`FLEX_PARSER_GTPU_ENABLED`]).
         flex_parser_protocols: u32 @ 0x540 [0x20],
+        /// The flex parser (0..=7) sampling GTP-U's first dword (flags, type, length), with
+        /// [`FLEX_PARSER_GTPU_DW_0_ENABLED`].
+        flex_parser_id_gtpu_dw_0: u8 @ 0x5e8 [0x4],
+        /// The flex parser sampling GTP-U's TEID, with [`FLEX_PARSER_GTPU_TEID_ENABLED`].
+        flex_parser_id_gtpu_teid: u8 @ 0x618 [0x4],
+        /// The flex parser sampling GTP-U's third dword (sequence number, N-PDU number, next
+        /// extension type), with [`FLEX_PARSER_GTPU_DW_2_ENABLED`].
+        flex_parser_id_gtpu_dw_2: u8 @ 0x700 [0x4],
+        /// The flex parser sampling the first dword of GTP-U's first extension header, with
+        /// [`FLEX_PARSER_GTPU_FIRST_EXT_DW_0_ENABLED`].
+        flex_parser_id_gtpu_first_ext_dw_0: u8 @ 0x704 [0x4],
         /// Log2 of the maximum stream channels of a DC initiator (DCI streams; 0: none).
         log_max_dci_stream_channels: u8 @ 0x58b [0x5],
         /// Log2 of the maximum errored streams a DC initiator may be given before it moves to
@@ -777,3 +788,12 @@ layout! {
 /// `flex_parser_protocols`: a flex parser is configured for GTP-U's header (flags, message
 /// type, TEID; `MLX5_FLEX_PARSER_GTPU_ENABLED` in Linux's and rdma-core's mlx5_ifc.h).
 pub const FLEX_PARSER_GTPU_ENABLED: u32 = 1 << 11;
+/// `flex_parser_protocols`: a flex parser samples GTP-U's third dword.
+pub const FLEX_PARSER_GTPU_DW_2_ENABLED: u32 = 1 << 16;
+/// `flex_parser_protocols`: a flex parser samples the first dword of GTP-U's first extension
+/// header (a PDU session container's QFI).
+pub const FLEX_PARSER_GTPU_FIRST_EXT_DW_0_ENABLED: u32 = 1 << 17;
+/// `flex_parser_protocols`: a flex parser samples GTP-U's first dword.
+pub const FLEX_PARSER_GTPU_DW_0_ENABLED: u32 = 1 << 18;
+/// `flex_parser_protocols`: a flex parser samples GTP-U's TEID.
+pub const FLEX_PARSER_GTPU_TEID_ENABLED: u32 = 1 << 19;

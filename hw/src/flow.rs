@@ -348,8 +348,8 @@ layout! {
 
 layout! {
     /// The third set of miscellaneous match parameters (`fte_match_set_misc3`): TCP sequence
-    /// and acknowledgement numbers, the VXLAN-GPE header, ICMP fields and the GTP-U header
-    /// (named here), then the flex parser's GENEVE option and GTP-U extension words.
+    /// and acknowledgement numbers, the VXLAN-GPE header, ICMP fields, the GENEVE option data
+    /// a flex parser samples, and the GTP-U header and the dwords flex parsers sample of it.
     pub struct FteMatchSetMisc3("fte_match_set_misc3", 0x40) {
         /// The tunnelled packet's TCP sequence number.
         inner_tcp_seq_num: u32 @ 0x0 [0x20],
@@ -383,6 +383,14 @@ layout! {
         gtpu_msg_type: u8 @ 0x160 [0x8],
         /// The GTP-U header's flags (byte 0: version, PT, E, S and PN).
         gtpu_msg_flags: u8 @ 0x168 [0x8],
+        /// GTP-U's third dword (sequence number, N-PDU number, next extension type), 0 when
+        /// none of E, S and PN is set.
+        gtpu_dw_2: u32 @ 0x180 [0x20],
+        /// The first dword of GTP-U's first extension header (a PDU session container's
+        /// length, PDU type and QFI), 0 without one.
+        gtpu_first_ext_dw_0: u32 @ 0x1a0 [0x20],
+        /// GTP-U's first dword (flags, message type, length).
+        gtpu_dw_0: u32 @ 0x1c0 [0x20],
     }
 }
 

@@ -289,13 +289,15 @@ impl CapSet {
             .set_log_max_current_mc_list(8)
             .set_log_max_vlan_list(8)
             .set_num_of_uars_per_page(1)
-            // A ConnectX-6 Dx whose firmware configuration gives a flex parser to GTP-U
-            // (`FLEX_PARSER_PROFILE_ENABLE=3`, as DPDK's mlx5 guide asks for GTP matching): its
-            // header's flags, message type and TEID are matched (`crate::tunnel`); the words
-            // past them (`gtpu_dw_0`, `_dw_2`, `_first_ext_dw_0`, read by flex parser samples
-            // whose ids a configuration assigns) are not reported, so rdma-core's DR matches
-            // GTP-U through the tunnel header lookup (`dr_matcher_supp_tnl_gtpu`).
-            .set_flex_parser_protocols(cxdirect_hw::caps::FLEX_PARSER_GTPU_ENABLED)
+            // A ConnectX-6 Dx whose firmware configuration gives its flex parsers to GTP-U
+            // (`crate::flex_parser`): rdma-core's DR matches GTP-U's header through the tunnel
+            // header lookup (`dr_matcher_supp_tnl_gtpu`) and its dwords through the parsers
+            // these ids name.
+            .set_flex_parser_protocols(crate::flex_parser::PROTOCOLS)
+            .set_flex_parser_id_gtpu_dw_0(crate::flex_parser::ID_GTPU_DW_0)
+            .set_flex_parser_id_gtpu_teid(crate::flex_parser::ID_GTPU_TEID)
+            .set_flex_parser_id_gtpu_dw_2(crate::flex_parser::ID_GTPU_DW_2)
+            .set_flex_parser_id_gtpu_first_ext_dw_0(crate::flex_parser::ID_GTPU_FIRST_EXT_DW_0)
             .set_cqe_compression(true)
             // Mini-CQEs with the stride index (`MLX5_CQE_FORMAT_CSUM_STRIDX`): mlx5e asks for
             // them on a striding RQ when this is set (`mlx5e_build_rx_cq_param`), and mlx5_ib

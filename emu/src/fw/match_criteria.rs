@@ -57,10 +57,10 @@ fn selects_bits(criteria: &[u8; MATCH_PARAM_SIZE], offset: usize, width: usize) 
 /// second misc set, 4 the third, 5 and on the fourth and later): in the second misc set MPLS
 /// over GRE and over UDP (bytes 0xc8..0xd0, read by a ConnectX's flex parser) and what
 /// follows `metadata_reg_a` (0xf4..0x100: Linux's IPsec, MACsec and PSP syndromes, rdma-core's
-/// `metadata_reg_b`); in the third the flex parser's GENEVE option data (0x124..0x128) and the
-/// GTP-U words past its header (0x12e..0x140: `gtpu_dw_2`, `_first_ext_dw_0`, `_dw_0`, read by
-/// flex parser samples the model does not report; VXLAN-GPE's fields, 0x111..0x118, and GTP-U's
-/// flags, message type and TEID, 0x128..0x12e, are matched); the fourth set and after (from 0x140: programmable
+/// `metadata_reg_b`); in the third the flex parser's GENEVE option data (0x124..0x128: the
+/// model's flex parsers sample GTP-U, `crate::flex_parser`) and its reserved bytes (0x12e..0x130,
+/// 0x13c..0x140; VXLAN-GPE's fields, 0x111..0x118, and GTP-U's, 0x128..0x13c, are matched);
+/// the fourth set and after (from 0x140: programmable
 /// samples, MACsec tags, tunnel header words); the bits of [`UNPROJECTED`]; and, unless the
 /// group is in a `receive` table, the integrity bits ([`selects_integrity`]).
 pub(super) fn check_modelled(
@@ -78,14 +78,15 @@ pub(super) fn check_modelled(
     let misc2 = enable & MATCH_MISC_PARAMETERS_2 != 0;
     let misc3 = enable & MATCH_MISC_PARAMETERS_3 != 0;
     let unmodelled_misc2 = misc2 && (selects(0xc8..0xd0) || selects(0xf4..0x100));
-    let unmodelled_misc3 = misc3 && (selects(0x124..0x128) || selects(0x12e..0x140));
+    let unmodelled_misc3 =
+        misc3 && (selects(0x124..0x128) || selects(0x12e..0x130) || selects(0x13c..0x140));
     let later = enable >> 5 != 0 && selects(0x140..MATCH_PARAM_SIZE);
     if unmodelled_misc2 || unmodelled_misc3 || later {
         return Err(bad_param(
             Syndrome::BadSteeringParams,
             "match criteria on fields the model does not match: MPLS over GRE or UDP, the \
-             syndromes after metadata_reg_a, GENEVE option data or GTP-U words past its header \
-             (a flex parser's samples), or misc_parameters_4 and later",
+             syndromes after metadata_reg_a, GENEVE option data (the flex parsers sample \
+             GTP-U), reserved bits of misc_parameters_3, or misc_parameters_4 and later",
         ));
     }
     // Each part's enable bit: outer headers 0, misc 1, inner headers 2 (0x200 bits each).

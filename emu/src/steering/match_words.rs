@@ -66,7 +66,7 @@ pub(crate) fn frame_match_words(
         let mut misc3 = l4_misc_fields((parsed, frame), inner);
         match kind {
             Some(Kind::VxlanGpe(at)) => vxlan_gpe_fields(&mut misc3, &frame[at..at + 8]),
-            Some(Kind::GtpU(at)) => gtpu_fields(&mut misc3, &frame[at..at + 8]),
+            Some(Kind::GtpU(_)) => gtpu_fields(&mut misc3, (parsed, frame)),
             _ => {}
         }
         if misc3.as_bytes().iter().any(|&b| b != 0) {
@@ -142,13 +142,19 @@ fn vxlan_gpe_fields(misc3: &mut FteMatchSetMisc3<[u8; 0x40]>, h: &[u8]) {
         .set_outer_vxlan_gpe_vni(u32::from_be_bytes([0, h[4], h[5], h[6]]));
 }
 
-/// The third misc set's GTP-U fields from the header's first eight bytes `h` (whole, as
-/// `crate::tunnel::kind` found it): flags, message type, TEID.
-fn gtpu_fields(misc3: &mut FteMatchSetMisc3<[u8; 0x40]>, h: &[u8]) {
+/// The third misc set's GTP-U fields of a GTP-U frame: flags, message type, TEID, and the
+/// dwords the flex parsers sample (`crate::tunnel::GtpuWords`).
+fn gtpu_fields(misc3: &mut FteMatchSetMisc3<[u8; 0x40]>, (parsed, frame): (&Parsed, &[u8])) {
+    let Some(w) = crate::tunnel::gtpu_words(frame, parsed) else {
+        return;
+    };
     misc3
-        .set_gtpu_msg_flags(h[0])
-        .set_gtpu_msg_type(h[1])
-        .set_gtpu_teid(u32::from_be_bytes([h[4], h[5], h[6], h[7]]));
+        .set_gtpu_msg_flags((w.dw_0 >> 24) as u8)
+        .set_gtpu_msg_type((w.dw_0 >> 16) as u8)
+        .set_gtpu_teid(w.teid)
+        .set_gtpu_dw_0(w.dw_0)
+        .set_gtpu_dw_2(w.dw_2)
+        .set_gtpu_first_ext_dw_0(w.first_ext_dw_0);
 }
 
 /// One header set (`fte_match_set_lyr_2_4`) of a packet (`frame`, parsed as `parsed`): MACs,

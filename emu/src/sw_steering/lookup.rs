@@ -96,6 +96,10 @@ pub(crate) enum LookupType {
     Registers0,
     /// 0x0110 (`STEERING_REGISTERS_1`, `ste_register_1`): reg_c_4..7.
     Registers1,
+    /// 0x0111 / 0x0112 (`FLEX_PARSER_0` / `_1`, `ste_flex_parser_0` / `_1`): the dwords flex
+    /// parsers 0..=3 / 4..=7 sample (`crate::flex_parser`), parser 3 (7) first and 0 (4) last
+    /// (rdma-core's `dr_ste_calc_flex_parser_offset`).
+    FlexParsers { second: bool },
     /// 0x040f (`DR_STE_V1_LU_TYPE_MATCH | DONT_CARE`): rdma-core's action-only extension
     /// entries (`dr_ste_v1_arr_init_next_match`), which match everything.
     MatchExtension,
@@ -135,6 +139,9 @@ impl LookupType {
             },
             0x010f => Self::Registers0,
             0x0110 => Self::Registers1,
+            0x0111 | 0x0112 => Self::FlexParsers {
+                second: raw == 0x0112,
+            },
             0x040f => Self::MatchExtension,
             other => return Err(LookupError(other)),
         })
@@ -187,6 +194,14 @@ impl LookupType {
                     crate::mpls::first_entry(pkt.frame, pkt.parsed)
                 };
                 t[4..8].copy_from_slice(&entry.unwrap_or(0).to_be_bytes());
+            }
+            Self::FlexParsers { second } => {
+                let samples = crate::flex_parser::samples(pkt.frame, pkt.parsed);
+                let four = if second { &samples[4..] } else { &samples[..4] };
+                for (id, sample) in four.iter().enumerate() {
+                    let at = 4 * (3 - id);
+                    t[at..at + 4].copy_from_slice(&sample.to_be_bytes());
+                }
             }
             Self::Registers0 => registers(&mut t, &pkt.meta.reg_c[..4]),
             Self::Registers1 => registers(&mut t, &pkt.meta.reg_c[4..]),
