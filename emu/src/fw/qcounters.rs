@@ -22,29 +22,26 @@ pub(crate) fn alloc_q_counter(core: &mut Core, output: &mut [u8]) -> CmdResult {
 
 pub(crate) fn dealloc_q_counter(core: &mut Core, input: &[u8]) -> CmdResult {
     let id = u32::from(input_as!(DeallocQCounterIn<&[u8]>, input).counter_set_id());
-    let set = core
-        .res
-        .q_counters
-        .get(id)
-        .ok_or(bad_res("no such Q counter set"))?;
-    if set.users > 0 {
-        // Linux frees a set that a QP still names: at a QP's destruction the kernel unbinds
-        // it from its counter first (`rdma_counter_unbind_qp`, forced), and mlx5_ib sends
-        // nothing for a QP neither in RESET nor in RTS (`mlx5_ib_qp_set_counter`), then
-        // frees the counter (`mlx5_ib_counter_dealloc`) before DESTROY_QP. Those QPs (and
-        // RQs) count nowhere from now on, never in a set allocated later under the number.
-        for (_, qp) in core.res.qps.iter_mut() {
-            if qp.counter_set == id {
-                qp.counter_set = 0;
-            }
-        }
-        for (_, rq) in core.res.rqs.iter_mut() {
-            if rq.counter_set == id {
-                rq.counter_set = 0;
-            }
+    if core.res.q_counters.remove(id).is_none() {
+        return Err(bad_res("no such Q counter set"));
+    }
+    // Linux frees a set that a QP still names: at a QP's destruction the kernel unbinds it
+    // from its counter first (`rdma_counter_unbind_qp`, forced), and mlx5_ib sends nothing for
+    // a QP neither in RESET nor in RTS (`mlx5_ib_qp_set_counter`), then frees the counter
+    // (`mlx5_ib_counter_dealloc`) before DESTROY_QP. Those QPs (and RQs) count nowhere from
+    // now on, never in a set allocated later under the number. The QPs and RQs naming a set
+    // are found by their own `counter_set` (a rare command, so a scan, not a count kept in
+    // step with every QP and RQ command).
+    for (_, qp) in core.res.qps.iter_mut() {
+        if qp.counter_set == id {
+            qp.counter_set = 0;
         }
     }
-    core.res.q_counters.remove(id);
+    for (_, rq) in core.res.rqs.iter_mut() {
+        if rq.counter_set == id {
+            rq.counter_set = 0;
+        }
+    }
     Ok(())
 }
 
@@ -89,24 +86,10 @@ pub(crate) fn query_q_counter(core: &mut Core, input: &[u8], output: &mut [u8]) 
     Ok(())
 }
 
-/// Checks that an RQ or QP context's counter set exists (0 = none) and takes a reference on
-/// it.
-pub(crate) fn attach(core: &mut Core, id: u32) -> CmdResult {
-    if id == 0 {
-        return Ok(());
+/// Checks that the counter set an RQ or QP context names exists (0 = none).
+pub(crate) fn check_named(core: &Core, id: u32) -> CmdResult {
+    if id != 0 && core.res.q_counters.get(id).is_none() {
+        return Err(bad_res("the Q counter set named does not exist"));
     }
-    let set = core
-        .res
-        .q_counters
-        .get_mut(id)
-        .ok_or(bad_res("the Q counter set named does not exist"))?;
-    set.users += 1;
     Ok(())
-}
-
-/// Drops an RQ's or QP's reference on its counter set.
-pub(crate) fn detach(core: &mut Core, id: u32) {
-    if let Some(set) = core.res.q_counters.get_mut(id) {
-        set.users = set.users.saturating_sub(1);
-    }
 }

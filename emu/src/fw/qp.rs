@@ -540,8 +540,7 @@ pub(crate) fn modify_qp(core: &mut Core, opcode: Opcode, input: &[u8]) -> CmdRes
     let (old_set, new_set) = (qp.counter_set, next.counter_set);
     if new_set != old_set {
         // Checked first: a missing set refuses the command before anything changes.
-        super::qcounters::attach(core, new_set)?;
-        super::qcounters::detach(core, old_set);
+        super::qcounters::check_named(core, new_set)?;
     }
     let slot = next.slot;
     let bytes = context_of(&next);
@@ -876,7 +875,6 @@ pub(crate) fn destroy_qp(core: &mut Core, input: &[u8]) -> CmdResult {
     // forgets any membership left so a later QP of that number joins nothing.
     core.res.mcgs.forget(qpn);
     core.res.sched.set_qp(qpn, 0, 0);
-    super::qcounters::detach(core, qp.counter_set);
     release_context(core, qp.slot);
     Ok(())
 }

@@ -632,14 +632,8 @@ pub(crate) fn create_rq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     };
     let striding = striding_geometry(core, ctx.wq())?;
     let counter_set = u32::from(ctx.counter_set_id());
-    qcounters::attach(core, counter_set)?;
-    let slot = match store_new_context(core, &context_bytes(ctx.as_bytes())) {
-        Ok(slot) => slot,
-        Err(e) => {
-            qcounters::detach(core, counter_set);
-            return Err(e);
-        }
-    };
+    qcounters::check_named(core, counter_set)?;
+    let slot = store_new_context(core, &context_bytes(ctx.as_bytes()))?;
     let rq = Rq {
         wq,
         memory,
@@ -655,7 +649,6 @@ pub(crate) fn create_rq(core: &mut Core, input: &[u8], output: &mut [u8]) -> Cmd
     };
     let Some(rqn) = core.res.rqs.insert(rq) else {
         release_context(core, slot);
-        qcounters::detach(core, counter_set);
         return Err(table_full("RQ table full"));
     };
     if let Some(cq) = core.res.cqs.get_mut(cqn) {
@@ -728,8 +721,7 @@ pub(crate) fn modify_rq(core: &mut Core, input: &[u8]) -> CmdResult {
     let bytes = context_bytes(cmd.ctx().as_bytes());
     let new_set = if cmd.modify_bitmask() & MODIFY_RQ_BITMASK_RQ_COUNTER_SET_ID != 0 {
         let id = u32::from(cmd.ctx().counter_set_id());
-        qcounters::attach(core, id)?;
-        qcounters::detach(core, old_set);
+        qcounters::check_named(core, id)?;
         id
     } else {
         old_set
@@ -811,7 +803,6 @@ pub(crate) fn destroy_rq(core: &mut Core, input: &[u8]) -> CmdResult {
             rmp.rq_users = rmp.rq_users.saturating_sub(1);
         }
     }
-    qcounters::detach(core, rq.counter_set);
     release_context(core, rq.slot);
     Ok(())
 }

@@ -281,8 +281,6 @@ pub(crate) struct QCounter {
     pub out_of_buffer: u32,
     /// The RC transport's counters of the QPs naming the set.
     pub rc: rc::RcQCounters,
-    /// RQs and QPs naming the set.
-    pub users: u32,
 }
 
 #[derive(Debug)]
