@@ -1,22 +1,20 @@
 //! Steering on tunnel fields: a frame's GENEVE, VXLAN or GRE header in a flow entry's `misc`
 //! match (GENEVE's VNI and O flag as rdma-core's `test_geneve_match_tx` matches them on its
 //! transmit root, through mlx5_ib's `mlx5dv_create_flow`) and its VXLAN-GPE header in the
-//! third misc set (as DPDK's mlx5 PMD writes a `vxlan-gpe` item), likewise its GTP-U header
-//! (a `gtp` item), GENEVE's, VXLAN-GPE's and GTP-U's header in a steering entry's flex parser
-//! lookup (`FLEX_PARSER_TNL_HEADER`, `ste_flex_parser_tnl_geneve`, `_vxlan_gpe`, `_gtpu`),
-//! with
+//! third misc set (as DPDK's mlx5 PMD writes a `vxlan-gpe` item), GENEVE's and VXLAN-GPE's
+//! header in a steering entry's flex parser lookup (`FLEX_PARSER_TNL_HEADER`,
+//! `ste_flex_parser_tnl_geneve` and `_vxlan_gpe`; GTP-U's in `gtpu_steering.rs`), with
 //! the field capabilities rdma-core's GENEVE tests ask of the receive tables; the headers a
 //! tunnel carries in a flow entry's `inner_headers` (as mlx5_ib fills them for a flow spec
 //! with `IB_FLOW_SPEC_INNER`) and in a steering entry's inner lookups (`ETHL2_SRC_I`, which
 //! rdma-core's `dr_ste_v1_build_eth_l2_src_init` makes from a matcher's inner criteria). The
 //! frames go out of an SQ through the transmit tables and come back on a loopback plug.
 
-use cxdirect_emu::testkit::dr::domain;
+use cxdirect_emu::testkit::dr::drop_by_lookup;
 use cxdirect_emu::testkit::flow_tables::{
-    create_table_of, entry_matching, group_matching, set_root_of,
+    create_table_of, entry_matching, group_matching, misc3_drop_in_tx_root, set_root_of,
 };
 use cxdirect_emu::testkit::plug::Plug;
-use cxdirect_emu::testkit::ste::Builder;
 use cxdirect_emu::testkit::tunnel_frame::tunnelled_frame;
 use cxdirect_emu::testkit::{CmdFail, Host};
 use cxdirect_emu::EmuConfig;
@@ -32,6 +30,8 @@ fn inner_smac_at(tunnel_len: usize) -> usize {
     14 + 20 + tunnel_len + 6
 }
 const GRE_KEY: u32 = 0x1234_5678;
+/// `FLEX_PARSER_TNL_HEADER`: the tunnel header as the flex parser reads it.
+const FLEX_PARSER_TNL_HEADER: u16 = 0x000e;
 
 /// An IPv4/UDP frame of 64 payload bytes inside `tunnel` (the UDP and GENEVE headers, or the
 /// GRE header) of IP protocol `proto`.
@@ -68,35 +68,6 @@ fn vxlan_gpe(vni: u32, next: u8) -> Vec<u8> {
     t.extend_from_slice(&[0, 0, 0x0c, 0, 0, next]);
     t.extend_from_slice(&(vni << 8).to_be_bytes());
     tunnelled_frame(17, &t, inner)
-}
-
-/// A GTP-U G-PDU (UDP port 2152, version 1, PT, no optional word) of `msg_type` with `teid`,
-/// carrying the IPv4/UDP packet of [`tunnelled`]'s frame (its UDP destination port 0x5678).
-fn gtpu(teid: u32, msg_type: u8) -> Vec<u8> {
-    let inner = cxdirect_emu::testkit::udp_frame(64, 9);
-    let packet = &inner[14..];
-    let udp_len = (8 + 8 + packet.len()) as u16;
-    let mut t = vec![0x30, 0x39, 0x08, 0x68];
-    t.extend_from_slice(&udp_len.to_be_bytes());
-    t.extend_from_slice(&[0, 0, 0x30, msg_type]);
-    t.extend_from_slice(&(packet.len() as u16).to_be_bytes());
-    t.extend_from_slice(&teid.to_be_bytes());
-    tunnelled_frame(17, &t, packet)
-}
-
-/// A GTP-U G-PDU with `teid` whose E flag announces a PDU session container (extension type
-/// 0x85: length 1, PDU type 1, `qfi`), carrying the packet [`gtpu`]'s does.
-fn gtpu_psc(teid: u32, qfi: u8) -> Vec<u8> {
-    let inner = cxdirect_emu::testkit::udp_frame(64, 9);
-    let packet = &inner[14..];
-    let udp_len = (8 + 16 + packet.len()) as u16;
-    let mut t = vec![0x30, 0x39, 0x08, 0x68];
-    t.extend_from_slice(&udp_len.to_be_bytes());
-    t.extend_from_slice(&[0, 0, 0x34, 0xff]);
-    t.extend_from_slice(&((8 + packet.len()) as u16).to_be_bytes());
-    t.extend_from_slice(&teid.to_be_bytes());
-    t.extend_from_slice(&[0, 0, 0, 0x85, 1, 0x10, qfi, 0]);
-    tunnelled_frame(17, &t, packet)
 }
 
 /// A VXLAN frame (UDP port 4789) with `vni`.
@@ -171,14 +142,14 @@ fn a_firmware_entry_on_the_geneve_vni_and_o_flag_drops_only_those_frames() {
     })
     .unwrap();
     set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
-    assert_eq!(p.send(&geneve(GENEVE_VNI, true)), None);
-    for other in [
-        geneve(GENEVE_VNI, false),
-        geneve(GENEVE_VNI + 1, true),
-        gre(GENEVE_VNI),
-    ] {
-        assert_eq!(p.send(&other), Some(other.clone()));
-    }
+    p.drops_only(
+        &geneve(GENEVE_VNI, true),
+        [
+            geneve(GENEVE_VNI, false),
+            geneve(GENEVE_VNI + 1, true),
+            gre(GENEVE_VNI),
+        ],
+    );
 }
 
 #[test]
@@ -250,33 +221,28 @@ fn a_group_on_tunnel_fields_made_after_outer_header_groups_sees_the_next_frames_
 #[test]
 fn a_firmware_entry_on_the_vxlan_gpe_vni_and_next_protocol_drops_only_those_frames() {
     let mut p = Plug::new(EmuConfig::default());
-    let h = &mut p.h;
-    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
-    let at = (FLOW_TABLE_TYPE_NIC_TX, root, 0);
-    let group = group_matching(h, at, flow::MATCH_MISC_PARAMETERS_3, |c| {
-        c.misc_parameters_3_mut()
-            .set_outer_vxlan_gpe_vni(0x00ff_ffff)
-            .set_outer_vxlan_gpe_next_protocol(0xff)
-            .set_outer_vxlan_gpe_flags(0xff);
-    })
-    .unwrap();
-    entry_matching(h, at, group, flow::FLOW_CONTEXT_ACTION_DROP, |v| {
-        v.misc_parameters_3_mut()
-            .set_outer_vxlan_gpe_vni(GENEVE_VNI)
-            .set_outer_vxlan_gpe_next_protocol(3)
-            .set_outer_vxlan_gpe_flags(0x0c);
-    })
-    .unwrap();
-    set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
-    assert_eq!(p.send(&vxlan_gpe(GENEVE_VNI, 3)), None);
-    for other in [
-        vxlan_gpe(GENEVE_VNI + 1, 3),
-        vxlan_gpe(GENEVE_VNI, 1),
-        vxlan(GENEVE_VNI),
-        geneve(GENEVE_VNI, false),
-    ] {
-        assert_eq!(p.send(&other), Some(other.clone()));
-    }
+    misc3_drop_in_tx_root(
+        &mut p.h,
+        |m| {
+            m.set_outer_vxlan_gpe_vni(0x00ff_ffff)
+                .set_outer_vxlan_gpe_next_protocol(0xff)
+                .set_outer_vxlan_gpe_flags(0xff);
+        },
+        |v| {
+            v.set_outer_vxlan_gpe_vni(GENEVE_VNI)
+                .set_outer_vxlan_gpe_next_protocol(3)
+                .set_outer_vxlan_gpe_flags(0x0c);
+        },
+    );
+    p.drops_only(
+        &vxlan_gpe(GENEVE_VNI, 3),
+        [
+            vxlan_gpe(GENEVE_VNI + 1, 3),
+            vxlan_gpe(GENEVE_VNI, 1),
+            vxlan(GENEVE_VNI),
+            geneve(GENEVE_VNI, false),
+        ],
+    );
 }
 
 /// rdma-core's software steering matches VXLAN-GPE through the flex parser's tunnel header
@@ -284,7 +250,6 @@ fn a_firmware_entry_on_the_vxlan_gpe_vni_and_next_protocol_drops_only_those_fram
 /// `dr_ste_v1_build_flex_parser_tnl_vxlan_gpe_tag`); the model projected zeros there before.
 #[test]
 fn a_steering_entry_s_vxlan_gpe_lookup_drops_only_its_vni_and_next_protocol() {
-    const FLEX_PARSER_TNL_HEADER: u16 = 0x000e;
     let mut p = Plug::new(EmuConfig::default());
     // ste_flex_parser_tnl_vxlan_gpe: the next protocol in byte 3, the VNI in bytes 4..7.
     let mut mask = [0u8; 16];
@@ -294,209 +259,19 @@ fn a_steering_entry_s_vxlan_gpe_lookup_drops_only_its_vni_and_next_protocol() {
     tag[3] = 1;
     tag[4..7].copy_from_slice(&GENEVE_VNI.to_be_bytes()[1..]);
     drop_by_lookup(&mut p, FLEX_PARSER_TNL_HEADER, 0x1e00, mask, tag);
-    assert_eq!(p.send(&vxlan_gpe(GENEVE_VNI, 1)), None);
-    for other in [
-        vxlan_gpe(GENEVE_VNI ^ 0x10, 1),
-        vxlan_gpe(GENEVE_VNI, 3),
-        vxlan(GENEVE_VNI),
-    ] {
-        assert_eq!(p.send(&other), Some(other.clone()));
-    }
-    assert_eq!(p.h.dev.counters().tx_sw_steering_errors, 0);
-}
-
-/// What DPDK's mlx5 PMD and rdma-core's software steering read before they match GTP-U: the
-/// PMD takes its `gtp` item only with `tunnel_stateless_gtp` (`flow_dv_validate_item_gtp`),
-/// rdma-core builds GTP-U matchers only with `flex_parser_protocols`' GTP-U bit
-/// (`dr_matcher_supp_tnl_gtpu`), and matchers on its dwords (DPDK's `gtp_psc` item writes
-/// `gtpu_dw_2` and `gtpu_first_ext_dw_0`) only with their bits and parser ids.
-#[test]
-fn gtpu_is_reported_parsed_where_dpdk_and_rdma_core_look() {
-    use cxdirect_hw::caps::*;
-    let mut p = Plug::new(EmuConfig::default());
-    let general = p.h.query_cap(cap_type::GENERAL_DEVICE, true);
-    let g = CmdHcaCap::new(&general[0x10..]).unwrap();
-    assert_eq!(
-        g.flex_parser_protocols(),
-        FLEX_PARSER_GTPU_ENABLED
-            | FLEX_PARSER_GTPU_DW_0_ENABLED
-            | FLEX_PARSER_GTPU_TEID_ENABLED
-            | FLEX_PARSER_GTPU_DW_2_ENABLED
-            | FLEX_PARSER_GTPU_FIRST_EXT_DW_0_ENABLED
+    p.drops_only(
+        &vxlan_gpe(GENEVE_VNI, 1),
+        [
+            vxlan_gpe(GENEVE_VNI ^ 0x10, 1),
+            vxlan_gpe(GENEVE_VNI, 3),
+            vxlan(GENEVE_VNI),
+        ],
     );
-    // Four parsers, one dword each: distinct ids among the eight.
-    let mut ids = [
-        g.flex_parser_id_gtpu_dw_0(),
-        g.flex_parser_id_gtpu_teid(),
-        g.flex_parser_id_gtpu_dw_2(),
-        g.flex_parser_id_gtpu_first_ext_dw_0(),
-    ];
-    ids.sort_unstable();
-    assert!(ids.windows(2).all(|w| w[0] < w[1]) && ids[3] < 8, "{ids:?}");
-    let ethernet = p.h.query_cap(cap_type::ETHERNET_OFFLOADS, true);
-    let e = PerProtocolNetworkingOffloadCaps::new(&ethernet[0x10..]).unwrap();
-    assert!(e.tunnel_stateless_gtp());
-}
-
-/// DPDK's mlx5 PMD matches a `gtp` item in the third misc set (mlx5_flow_dv.c
-/// `flow_dv_translate_item_gtp`: flags, message type, TEID); the model refused such a group
-/// before (BAD_PARAM, as a flex parser field). The G-PDU's IPv4 packet is its inner headers.
-#[test]
-fn firmware_entries_match_the_gtpu_teid_and_the_packet_a_g_pdu_carries() {
-    let mut p = Plug::new(EmuConfig::default());
-    let h = &mut p.h;
-    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
-    let at = (FLOW_TABLE_TYPE_NIC_TX, root, 0);
-    let group = group_matching(h, at, flow::MATCH_MISC_PARAMETERS_3, |c| {
-        c.misc_parameters_3_mut()
-            .set_gtpu_teid(0xffff_ffff)
-            .set_gtpu_msg_type(0xff);
-    })
-    .unwrap();
-    entry_matching(h, at, group, flow::FLOW_CONTEXT_ACTION_DROP, |v| {
-        v.misc_parameters_3_mut()
-            .set_gtpu_teid(GENEVE_VNI)
-            .set_gtpu_msg_type(0xff);
-    })
-    .unwrap();
-    set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
-    assert_eq!(p.send(&gtpu(GENEVE_VNI, 0xff)), None);
-    for other in [
-        gtpu(GENEVE_VNI + 1, 0xff),
-        gtpu(GENEVE_VNI, 1),
-        vxlan_gpe(GENEVE_VNI, 1),
-    ] {
-        assert_eq!(p.send(&other), Some(other.clone()));
-    }
-
-    // The inner UDP destination port of a G-PDU's packet, in `inner_headers`.
-    let mut p = Plug::new(EmuConfig::default());
-    let h = &mut p.h;
-    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
-    let at = (FLOW_TABLE_TYPE_NIC_TX, root, 0);
-    let group = group_matching(h, at, flow::MATCH_INNER_HEADERS, |c| {
-        c.inner_headers_mut()
-            .set_ip_protocol(0xff)
-            .set_udp_dport(0xffff);
-    })
-    .unwrap();
-    entry_matching(h, at, group, flow::FLOW_CONTEXT_ACTION_DROP, |v| {
-        v.inner_headers_mut()
-            .set_ip_protocol(17)
-            .set_udp_dport(0x5678);
-    })
-    .unwrap();
-    set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
-    assert_eq!(p.send(&gtpu(GENEVE_VNI, 0xff)), None, "a G-PDU's inner UDP");
-    // An echo request's bytes past the header are no packet; a plain frame has no inner one.
-    for other in [gtpu(GENEVE_VNI, 1), cxdirect_emu::testkit::udp_frame(64, 9)] {
-        assert_eq!(p.send(&other), Some(other.clone()));
-    }
-}
-
-/// rdma-core's software steering matches GTP-U through the flex parser's tunnel header lookup
-/// when the device reports GTP-U parsed (`dr_matcher_supp_tnl_gtpu`, then
-/// `dr_ste_v1_build_flex_parser_tnl_gtpu_tag`); the model projected zeros there before.
-#[test]
-fn a_steering_entry_s_gtpu_lookup_drops_only_its_teid() {
-    const FLEX_PARSER_TNL_HEADER: u16 = 0x000e;
-    let mut p = Plug::new(EmuConfig::default());
-    // ste_flex_parser_tnl_gtpu: the message type in byte 1, the TEID in bytes 4..8.
-    let mut mask = [0u8; 16];
-    mask[1] = 0xff;
-    mask[4..8].fill(0xff);
-    let mut tag = [0u8; 16];
-    tag[1] = 0xff;
-    tag[4..8].copy_from_slice(&GENEVE_VNI.to_be_bytes());
-    drop_by_lookup(&mut p, FLEX_PARSER_TNL_HEADER, 0x4f00, mask, tag);
-    assert_eq!(p.send(&gtpu(GENEVE_VNI, 0xff)), None);
-    for other in [gtpu(GENEVE_VNI ^ 0x10, 0xff), gtpu(GENEVE_VNI, 1)] {
-        assert_eq!(p.send(&other), Some(other.clone()));
-    }
     assert_eq!(p.h.dev.counters().tx_sw_steering_errors, 0);
-}
-
-/// DPDK's `gtp_psc` item (`flow_dv_translate_item_gtp_psc`): the E flag in `gtpu_msg_flags`,
-/// the next extension type 0x85 in `gtpu_dw_2`, the QFI in `gtpu_first_ext_dw_0`. Before the
-/// model's flex parsers sampled GTP-U such a group was refused (BAD_PARAM).
-#[test]
-fn a_firmware_entry_on_the_gtpu_dwords_matches_a_pdu_session_s_qfi() {
-    let mut p = Plug::new(EmuConfig::default());
-    let h = &mut p.h;
-    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
-    let at = (FLOW_TABLE_TYPE_NIC_TX, root, 0);
-    let group = group_matching(h, at, flow::MATCH_MISC_PARAMETERS_3, |c| {
-        c.misc_parameters_3_mut()
-            .set_gtpu_msg_flags(0x04)
-            .set_gtpu_dw_2(0xff)
-            .set_gtpu_first_ext_dw_0(0x3f00);
-    })
-    .unwrap();
-    entry_matching(h, at, group, flow::FLOW_CONTEXT_ACTION_DROP, |v| {
-        v.misc_parameters_3_mut()
-            .set_gtpu_msg_flags(0x04)
-            .set_gtpu_dw_2(0x85)
-            .set_gtpu_first_ext_dw_0(9 << 8);
-    })
-    .unwrap();
-    set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
-    assert_eq!(p.send(&gtpu_psc(GENEVE_VNI, 9)), None);
-    for other in [gtpu_psc(GENEVE_VNI, 10), gtpu(GENEVE_VNI, 0xff)] {
-        assert_eq!(p.send(&other), Some(other.clone()));
-    }
-}
-
-/// rdma-core's software steering matches GTP-U's dwords through the flex parsers the device
-/// names for them (`dr_ste_v1_build_tnl_gtpu_flex_parser_0_tag`: each dword at its parser's
-/// place in `ste_flex_parser_0`, parser 3 first); the model knew no such lookup before.
-#[test]
-fn a_steering_entry_s_flex_parser_lookup_reads_the_gtpu_dwords_by_parser() {
-    const FLEX_PARSER_0: u16 = 0x0111;
-    let mut p = Plug::new(EmuConfig::default());
-    let general = p.h.query_cap(cap_type::GENERAL_DEVICE, true);
-    let g = cxdirect_hw::caps::CmdHcaCap::new(&general[0x10..]).unwrap();
-    let place = |id: u8| 4 * (3 - usize::from(id % 4));
-    let (ext, dw_2) = (
-        place(g.flex_parser_id_gtpu_first_ext_dw_0()),
-        place(g.flex_parser_id_gtpu_dw_2()),
-    );
-    // The QFI (third byte of the first extension dword), the next extension type (last byte
-    // of the third dword).
-    let (mut mask, mut tag) = ([0u8; 16], [0u8; 16]);
-    mask[ext + 2] = 0x3f;
-    tag[ext + 2] = 9;
-    mask[dw_2 + 3] = 0xff;
-    tag[dw_2 + 3] = 0x85;
-    let byte_mask = (0x8000u16 >> (ext + 2)) | (0x8000u16 >> (dw_2 + 3));
-    drop_by_lookup(&mut p, FLEX_PARSER_0, byte_mask, mask, tag);
-    assert_eq!(p.send(&gtpu_psc(GENEVE_VNI, 9)), None);
-    for other in [gtpu_psc(GENEVE_VNI, 10), gtpu(GENEVE_VNI, 0xff)] {
-        assert_eq!(p.send(&other), Some(other.clone()));
-    }
-    assert_eq!(p.h.dev.counters().tx_sw_steering_errors, 0);
-}
-
-/// A transmit table of one rule, as rdma-core lays a one-rule matcher out: its anchor hits
-/// (with `byte_mask`) into the rule, an entry of lookup type `lookup` dropping what matches
-/// `tag` under `mask`; the rest goes out.
-fn drop_by_lookup(p: &mut Plug, lookup: u16, byte_mask: u16, mask: [u8; 16], tag: [u8; 16]) {
-    const DONT_CARE: u16 = 0x000f;
-    let mut dom = domain(&mut p.h);
-    let caps = dom.caps;
-    let (anchor, matcher, end) = (dom.base, dom.base + 0x1000, dom.base + 0x2000);
-    let mut a = Builder::init(DONT_CARE, 0);
-    a.always_hit_htbl(byte_mask, lookup, matcher, 1);
-    let mut rule = Builder::init(lookup, 0);
-    rule.bit_mask(mask).tag(tag).hit(caps.tx_drop, 1).miss(end);
-    let mut e = Builder::init(DONT_CARE, 0);
-    e.always_miss(caps.tx_allow);
-    dom.write(&mut p.h, vec![(anchor, a), (matcher, rule), (end, e)]);
-    dom.transmit_table(&mut p.h);
 }
 
 #[test]
 fn a_steering_entry_s_geneve_lookup_drops_only_its_vni() {
-    const FLEX_PARSER_TNL_HEADER: u16 = 0x000e;
     let mut p = Plug::new(EmuConfig::default());
     // ste_flex_parser_tnl_geneve: the VNI in bytes 4..7, the O flag at bit 8.
     let mut mask = [0u8; 16];
@@ -505,10 +280,10 @@ fn a_steering_entry_s_geneve_lookup_drops_only_its_vni() {
     let mut tag = [0u8; 16];
     tag[4..7].copy_from_slice(&GENEVE_VNI.to_be_bytes()[1..]);
     drop_by_lookup(&mut p, FLEX_PARSER_TNL_HEADER, 0x4e00, mask, tag);
-    assert_eq!(p.send(&geneve(GENEVE_VNI, false)), None);
-    for other in [geneve(GENEVE_VNI ^ 0x10, false), gre(GRE_KEY)] {
-        assert_eq!(p.send(&other), Some(other.clone()));
-    }
+    p.drops_only(
+        &geneve(GENEVE_VNI, false),
+        [geneve(GENEVE_VNI ^ 0x10, false), gre(GRE_KEY)],
+    );
     assert_eq!(p.h.dev.counters().tx_sw_steering_errors, 0);
 }
 
@@ -601,18 +376,15 @@ fn gre_mpls(label: u32) -> Vec<u8> {
 fn firmware_entries_match_the_inner_tcp_sequence_number_and_mpls_label() {
     // Inner TCP sequence number (misc_parameters_3).
     let mut p = Plug::new(EmuConfig::default());
-    let h = &mut p.h;
-    let root = create_table_of(h, FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
-    let at = (FLOW_TABLE_TYPE_NIC_TX, root, 0);
-    let group = group_matching(h, at, flow::MATCH_MISC_PARAMETERS_3, |c| {
-        c.misc_parameters_3_mut().set_inner_tcp_seq_num(0xffff_ffff);
-    })
-    .unwrap();
-    entry_matching(h, at, group, flow::FLOW_CONTEXT_ACTION_DROP, |v| {
-        v.misc_parameters_3_mut().set_inner_tcp_seq_num(0xabc);
-    })
-    .unwrap();
-    set_root_of(h, FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
+    misc3_drop_in_tx_root(
+        &mut p.h,
+        |m| {
+            m.set_inner_tcp_seq_num(0xffff_ffff);
+        },
+        |v| {
+            v.set_inner_tcp_seq_num(0xabc);
+        },
+    );
     assert_eq!(p.send(&gre_tcp(0xabc)), None, "inner sequence 0xabc");
     let other = gre_tcp(0xabd);
     assert_eq!(p.send(&other), Some(other.clone()));

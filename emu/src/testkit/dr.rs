@@ -4,6 +4,7 @@
 //! objects at each range's start, with their keys), dr_send.c's self-connected ring, and the
 //! software-owned tables `dr_devx_create_flow_table` creates.
 
+use super::plug::Plug;
 use super::ste::Builder;
 use super::sw_icm::{create, icm_key, ranges, self_connected_ring, write_then_read, Ring};
 use super::{CmdFail, Host};
@@ -150,4 +151,22 @@ impl Domain {
         super::flow_tables::root_forwarding_to(h, flow::FLOW_TABLE_TYPE_NIC_TX, table);
         table
     }
+}
+
+/// A transmit table of one rule, as rdma-core lays a one-rule matcher out: its anchor hits
+/// (with `byte_mask`) into the rule, an entry of lookup type `lookup` dropping what matches
+/// `tag` under `mask`; the rest goes out.
+pub fn drop_by_lookup(p: &mut Plug, lookup: u16, byte_mask: u16, mask: [u8; 16], tag: [u8; 16]) {
+    const DONT_CARE: u16 = 0x000f;
+    let mut dom = domain(&mut p.h);
+    let caps = dom.caps;
+    let (anchor, matcher, end) = (dom.base, dom.base + 0x1000, dom.base + 0x2000);
+    let mut a = Builder::init(DONT_CARE, 0);
+    a.always_hit_htbl(byte_mask, lookup, matcher, 1);
+    let mut rule = Builder::init(lookup, 0);
+    rule.bit_mask(mask).tag(tag).hit(caps.tx_drop, 1).miss(end);
+    let mut e = Builder::init(DONT_CARE, 0);
+    e.always_miss(caps.tx_allow);
+    dom.write(&mut p.h, vec![(anchor, a), (matcher, rule), (end, e)]);
+    dom.transmit_table(&mut p.h);
 }

@@ -305,3 +305,23 @@ pub fn entry_matching(
     }
     h.exec(&input, 16).map(|_| ())
 }
+
+/// A transmit root whose one entry drops the frames whose third misc set matches `value` under
+/// `mask`.
+pub fn misc3_drop_in_tx_root(
+    h: &mut Host,
+    mask: impl FnOnce(&mut flow::FteMatchSetMisc3<&mut [u8]>),
+    value: impl FnOnce(&mut flow::FteMatchSetMisc3<&mut [u8]>),
+) {
+    let root = create_table_of(h, flow::FLOW_TABLE_TYPE_NIC_TX, 0, 2, None).unwrap();
+    let at = (flow::FLOW_TABLE_TYPE_NIC_TX, root, 0);
+    let group = group_matching(h, at, flow::MATCH_MISC_PARAMETERS_3, |c| {
+        mask(&mut c.misc_parameters_3_mut())
+    })
+    .unwrap();
+    entry_matching(h, at, group, flow::FLOW_CONTEXT_ACTION_DROP, |v| {
+        value(&mut v.misc_parameters_3_mut())
+    })
+    .unwrap();
+    set_root_of(h, flow::FLOW_TABLE_TYPE_NIC_TX, root).unwrap();
+}

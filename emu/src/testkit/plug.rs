@@ -61,6 +61,23 @@ impl Plug {
         self.rq.rqn
     }
 
+    /// Sends `dropped`, which must not come back, and each of `passing`, which must come
+    /// back whole; panics otherwise.
+    pub fn drops_only(&mut self, dropped: &[u8], passing: impl IntoIterator<Item = Vec<u8>>) {
+        assert_eq!(
+            self.send(dropped),
+            None,
+            "a frame the steering should drop came back"
+        );
+        for other in passing {
+            assert_eq!(
+                self.send(&other),
+                Some(other.clone()),
+                "a frame was not passed whole"
+            );
+        }
+    }
+
     /// Sends `frame`; returns what came back, if anything. The send always completes.
     pub fn send(&mut self, frame: &[u8]) -> Option<Vec<u8>> {
         self.send_for_cqe(frame).map(|(bytes, _)| bytes)
