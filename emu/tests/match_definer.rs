@@ -288,6 +288,49 @@ fn a_format_25_matcher_steers_vxlan_frames_by_their_vni() {
     assert_eq!(query_counter(&mut h, counter).0, 1);
 }
 
+/// A GTP-U G-PDU (UDP port 2152, version 1, PT) with `teid`, carrying [`frame_from`]'s IPv4
+/// packet.
+fn gtpu_frame(teid: u32) -> Vec<u8> {
+    let inner = frame_from(SMAC);
+    let packet = &inner[14..];
+    let udp_len = (8 + 8 + packet.len()) as u16;
+    let mut tunnel = vec![0xc0, 0x00, 0x08, 0x68];
+    tunnel.extend_from_slice(&udp_len.to_be_bytes());
+    tunnel.extend_from_slice(&[0, 0, 0x30, 0xff]);
+    tunnel.extend_from_slice(&(packet.len() as u16).to_be_bytes());
+    tunnel.extend_from_slice(&teid.to_be_bytes());
+    tunnelled_frame(17, &tunnel, packet)
+}
+
+/// A matcher on a GTP-U TEID as rdma-core's DR builds it for DPDK's `gtp teid is N` in a
+/// software-steering group: format 28, `flex_gtpu_teid` and the outer UDP destination port.
+/// The model refused such a definer before (it did not project the TEID), which the commands
+/// the rig's testpmd sent showed once the model parsed GTP-U.
+#[test]
+fn a_format_28_matcher_steers_gtpu_frames_by_their_teid() {
+    let mut h = plugged(true);
+    let mut mask = [0u8; 32];
+    mask[4..8].fill(0xff);
+    mask[26..28].fill(0xff);
+    let mut tag = [0u8; 32];
+    tag[4..8].copy_from_slice(&0x0012_3456u32.to_be_bytes());
+    tag[26..28].copy_from_slice(&2152u16.to_be_bytes());
+    let (counter, mut cq) = one_rule_on(&mut h, 28, mask, tag);
+    let frames = [
+        gtpu_frame(0x12_3456),
+        gtpu_frame(0x12_3457),
+        vxlan_frame(0x12_3456),
+    ];
+    let got = arrive_at(&mut h, &mut cq, &frames);
+    assert_eq!(got.cqes.len(), 1, "only the rule's TEID reaches the TIR");
+    assert_eq!(
+        got.steer_drops, 2,
+        "the other TEID and the VXLAN frame missed"
+    );
+    assert_eq!(got.sw_steering_errors, 0);
+    assert_eq!(query_counter(&mut h, counter).0, 1);
+}
+
 /// An IPv6/UDP frame from `src` to `dst` (64 bytes of payload, ports 0x1234 to 0x1000: not
 /// RoCE's 4791).
 fn ipv6_frame(src: [u8; 16], dst: [u8; 16]) -> Vec<u8> {

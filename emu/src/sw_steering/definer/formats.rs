@@ -36,8 +36,8 @@
 //!
 //! Formats 25 (`ste_def25_v1`: inner IPv4 addresses 0x00..0x40 and L4 ports 0x40..0x60, the
 //! tunnel header's first two words 0x60..0xa0, inner L3, L4 and first VLAN types 0xc2..0xc8,
-//! outer ones 0xca..0xd0, outer L4 destination port 0xd0..0xe0) and 28 (`ste_def28_v1`: inner L4 ports 0x00..0x20, inner IPv4 addresses
-//! 0x40..0x80, outer IPv4 addresses 0x80..0xc0 and L4 ports 0xc0..0xe0, then format 24's
+//! outer ones 0xca..0xd0, outer L4 destination port 0xd0..0xe0) and 28 (`ste_def28_v1`: inner L4 ports 0x00..0x20, a GTP-U TEID
+//! 0x20..0x40, inner IPv4 addresses 0x40..0x80, outer IPv4 addresses 0x80..0xc0 and L4 ports 0xc0..0xe0, then format 24's
 //! protocol, type and fragment bits of both header sets) place the tunnelled packet's fields
 //! beside the outer ones.
 //!
@@ -300,6 +300,10 @@ fn def28(pkt: &PacketView<'_>) -> DefinerTag {
         put(&mut t, 0x10, 16, dport);
         t[8..16].copy_from_slice(&ipv4_addrs(&inner));
         l3_l4_kinds(&mut t, 0xe0, &inner);
+    }
+    // `flex_gtpu_teid`: the TEID the flex parsers sample (`crate::flex_parser`).
+    if let Some(w) = crate::tunnel::gtpu_words(pkt.frame, p) {
+        put(&mut t, 0x20, 32, w.teid);
     }
     t[16..24].copy_from_slice(&ipv4_addrs(p));
     let (sport, dport) = ports(p);

@@ -119,7 +119,9 @@ mod tests {
             (format::DEF25, 0, 0xff, false),
             // DPDK's mlx5 PMD matches a VXLAN VNI in `tunnel_header_1`.
             (format::DEF25, 16, 0xff, false),
-            (format::DEF28, 4, 0x01, true),
+            (format::DEF28, 31, 0x01, true),
+            // `flex_gtpu_teid`, which the model's flex parsers sample.
+            (format::DEF28, 4, 0xff, false),
             (format::DEF28, 8, 0xff, false),
             (format::DEF0, 16, 0x20, true),
             (format::DEF0, 30, 0xff, false),

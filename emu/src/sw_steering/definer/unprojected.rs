@@ -48,9 +48,7 @@ fn def25_unprojected() -> DefinerTag {
 
 /// Format 28's bits the model does not project: the GTP-U TEID and `functional_lb`.
 fn def28_unprojected() -> DefinerTag {
-    let mut t = def24_unprojected();
-    t[4..8].fill(0xff);
-    t
+    def24_unprojected()
 }
 
 /// Format 0's bits the model does not project.
@@ -126,8 +124,7 @@ pub(super) fn unprojected(format: u16) -> Option<(DefinerTag, &'static str)> {
         ),
         format::DEF28 => (
             def28_unprojected(),
-            "a definer of format 28 masks the GTP-U TEID (a flex parser's) or functional_lb, \
-             which the model does not match",
+            "a definer of format 28 masks functional_lb, which the model does not match",
         ),
         format::DEF26 => (
             def26_unprojected(),
