@@ -27,6 +27,11 @@ const VXLAN_GPE_PORT: u16 = 4790;
 const GTPU_PORT: u16 = 2152;
 /// GTP-U's message type of a G-PDU, the one that carries a user packet.
 const GTPU_G_PDU: u8 = 0xff;
+/// GTP-U's E flag: extension headers follow the optional word.
+const GTPU_E: u8 = 0x04;
+/// GTP-U's E, S and PN flags: any of them adds the optional word (sequence number, N-PDU
+/// number, next extension type).
+const GTPU_E_S_PN: u8 = 0x07;
 /// GRE's IP protocol number.
 const IPPROTO_GRE: u8 = 47;
 /// Transparent Ethernet bridging: an Ethernet frame inside GRE or GENEVE.
@@ -118,14 +123,12 @@ fn header_end(frame: &[u8], kind: Kind) -> Option<usize> {
 /// words, its last the next one's type, 0 ending the chain) while E is set. `None` for an
 /// extension header of length 0 or one running past the frame.
 fn gtpu_header_end(frame: &[u8], at: usize) -> Option<usize> {
-    const E: u8 = 0x04;
-    const E_S_PN: u8 = 0x07;
     let flags = *frame.get(at)?;
-    if flags & E_S_PN == 0 {
+    if flags & GTPU_E_S_PN == 0 {
         return Some(at + 8);
     }
     let mut end = at + 12;
-    let mut next = if flags & E != 0 {
+    let mut next = if flags & GTPU_E != 0 {
         *frame.get(at + 11)?
     } else {
         0
@@ -166,9 +169,10 @@ pub(crate) fn gtpu_words(frame: &[u8], p: &Parsed) -> Option<GtpuWords> {
             .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     };
     let flags = frame[at];
-    let optional = flags & 0x07 != 0;
-    // With E set, a non-zero next extension type says an extension header follows.
-    let extension = flags & 0x04 != 0 && frame[at + 11] != 0;
+    let optional = flags & GTPU_E_S_PN != 0;
+    // With E set, a non-zero next extension type says an extension header follows (`kind`
+    // found the header whole, so its optional word is in the frame).
+    let extension = flags & GTPU_E != 0 && frame[at + 11] != 0;
     Some(GtpuWords {
         dw_0: be32(at),
         teid: be32(at + 4),

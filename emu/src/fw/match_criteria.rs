@@ -1,8 +1,9 @@
 //! Which bits of a flow group's match criteria the model matches. A frame's match words
 //! ([`crate::steering::frame_match_words`]) project every field of the outer and inner header
-//! sets (the integrity bits on receive only), the misc set's tunnel fields, second VLAN tags, IPv6 flow
-//! labels and (for frames an SQ sends) source SQ, the second misc set's first MPLS entries and
-//! metadata registers, and the third's TCP sequence numbers, VXLAN-GPE and GTP-U headers and ICMP fields. A group whose
+//! sets (the integrity bits on receive only), the misc set's tunnel fields, second VLAN tags,
+//! IPv6 flow labels and (for frames an SQ sends) source SQ, the second misc set's first MPLS
+//! entries and metadata registers, and the third's TCP sequence numbers, VXLAN-GPE and GTP-U
+//! headers (with the GTP-U dwords the flex parsers sample) and ICMP fields. A group whose
 //! criteria select any other bit is refused, never accepted: an ignored mask would read the
 //! field as zero and match frames a ConnectX would not.
 

@@ -415,8 +415,8 @@ fn eth_l4_misc(t: &mut [u8; TAG_SIZE], pkt: &PacketView<'_>) {
 }
 
 /// `ste_register_0` / `ste_register_1`: four registers, big-endian, in order.
-/// The tunnel header as the flex parser reads it, by the tunnel the frame carries (both
-/// layouts are the header's first eight bytes with its reserved bits left out):
+/// The tunnel header as the flex parser reads it, by the tunnel the frame carries (each
+/// layout is the header's first eight bytes with some of its bits left out):
 /// - GENEVE, `ste_flex_parser_tnl_geneve`: bits 2..8 the option length, bit 8 the O flag,
 ///   16..32 the protocol type, 32..56 the VNI (dr_ste_v1.c
 ///   `dr_ste_v1_build_flex_parser_tnl_geneve_tag`; version and C flag left out);
